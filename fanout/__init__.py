@@ -1,0 +1,61 @@
+"""fanout: one Spark Structured Streaming query, exactly-once into many sinks.
+
+The public API is what ``__all__`` lists; everything else is importable but not promised.
+"""
+
+from __future__ import annotations
+
+from fanout.errors import (
+    CheckpointResetError,
+    ConfigurationError,
+    DuplicateSinkTypeError,
+    FanoutError,
+    FanOutError,
+    LedgerError,
+    PluginError,
+    PluginLoadError,
+    SchemaMismatchError,
+    SinkError,
+    SinkWriteError,
+    TransientSinkError,
+    UnknownSinkTypeError,
+)
+from fanout.hookspecs import hookimpl
+from fanout.sink import Batch, BatchInfo, Guarantee, Sink, SinkContext, SinkResult
+from fanout.version import __version__
+
+
+def __getattr__(name: str) -> object:
+    # FanOut pulls in the dispatcher, the ledger and delta-rs; plugin modules that only
+    # need `Sink` and `hookimpl` should not pay for that at import time.
+    if name == "FanOut":
+        from fanout.dispatcher import FanOut
+
+        return FanOut
+    raise AttributeError(f"module 'fanout' has no attribute {name!r}")
+
+
+__all__ = [
+    "Batch",
+    "BatchInfo",
+    "CheckpointResetError",
+    "ConfigurationError",
+    "DuplicateSinkTypeError",
+    "FanOut",
+    "FanOutError",
+    "FanoutError",
+    "Guarantee",
+    "LedgerError",
+    "PluginError",
+    "PluginLoadError",
+    "SchemaMismatchError",
+    "Sink",
+    "SinkContext",
+    "SinkError",
+    "SinkResult",
+    "SinkWriteError",
+    "TransientSinkError",
+    "UnknownSinkTypeError",
+    "__version__",
+    "hookimpl",
+]

@@ -1,0 +1,232 @@
+"""``FanOut``: the foreachBatch callable that routes each micro-batch to every sink.
+
+``FanOut.process`` reads like ARCHITECTURE §1: context, guard, plan, persist, write,
+record, settle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from fanout.context import ContextReader
+from fanout.errors import ConfigurationError, FanoutError, FanOutError
+from fanout.guard import check_checkpoint
+from fanout.hooks import HookCaller
+from fanout.ledger import DeltaLedger, Ledger
+from fanout.names import check_name
+from fanout.registry import load_registry
+from fanout.retry import RetryPolicy
+from fanout.sink import Batch, BatchInfo, SharedArrow, Sink, SinkContext, SinkResult, txn_app_id
+from fanout.writer import SinkRunner
+
+log = logging.getLogger("fanout")
+
+
+class FanOut:
+    """Route every micro-batch of one streaming query to many sinks, exactly once.
+
+    Use it as the foreachBatch function::
+
+        fan = FanOut(pipeline="orders", ledger="/data/_fanout/ledger", sinks=[...])
+        df.writeStream.foreachBatch(fan).option("checkpointLocation", ckpt).start()
+
+    :param pipeline: a stable name; part of every sink's transaction id. Changing it makes
+        every sink start afresh.
+    :param ledger: the ledger's Delta table path (or a :class:`fanout.ledger.Ledger`).
+    :param sinks: sink configurations (``{"type": ..., "name": ..., **options}``) or
+        :class:`fanout.Sink` instances; names must be unique.
+    :param parallelism: how many sinks are written at once (default: all pending).
+    :param retries: further attempts for a sink's transient errors.
+    :param backoff_s: the wait before the first retry, doubled each time (with jitter).
+    :param plugins: extra plugin objects (observers) besides the installed ones.
+    :param checkpoint_location: the query's checkpoint, if fanout cannot find it itself.
+    :param spark: the SparkSession, handed to sinks' ``open`` (default: the active one).
+
+    Building a ``FanOut`` loads the plugins, builds and opens every sink and creates the
+    ledger, so configuration errors surface here, before the stream starts.
+    """
+
+    def __init__(
+        self,
+        pipeline: str,
+        ledger: str | Ledger,
+        sinks: Sequence[Mapping[str, Any] | Sink],
+        *,
+        parallelism: int | None = None,
+        retries: int = 2,
+        backoff_s: float = 1.0,
+        plugins: Iterable[object] = (),
+        checkpoint_location: str | None = None,
+        spark: Any = None,
+    ) -> None:
+        self.pipeline = check_name(pipeline, "pipeline")
+        if parallelism is not None and parallelism < 1:
+            raise ConfigurationError(f"pipeline {pipeline!r}: parallelism must be >= 1")
+        self.parallelism = parallelism
+        self.retry = RetryPolicy(retries=retries, backoff_s=backoff_s)
+        registry = load_registry(plugins)
+        registry.raise_load_errors()
+        self.hooks = HookCaller(registry.manager)
+        self.sinks = self._build_sinks(registry, sinks)
+        self.ledger: Ledger = DeltaLedger(ledger) if isinstance(ledger, str) else ledger
+        self._context = ContextReader(self.pipeline, checkpoint_location)
+        self._open(spark)
+
+    # -- setup ------------------------------------------------------------------------
+
+    def _build_sinks(self, registry: Any, specs: Sequence[Mapping[str, Any] | Sink]) -> dict[str, Sink]:
+        if not specs:
+            raise ConfigurationError(f"pipeline {self.pipeline!r}: no sinks configured")
+        types = registry.sink_types() if any(not isinstance(s, Sink) for s in specs) else {}
+        sinks: dict[str, Sink] = {}
+        for spec in specs:
+            sink = registry.build_sink(spec, types)
+            if sink.name in sinks:
+                raise ConfigurationError(
+                    f"pipeline {self.pipeline!r}: two sinks are named {sink.name!r}; "
+                    "sink names must be unique (they key the ledger)"
+                )
+            sinks[sink.name] = sink
+        return sinks
+
+    def _open(self, spark: Any) -> None:
+        if spark is None:
+            spark = _active_spark()
+        context = SinkContext(self.pipeline, spark)
+        self.ledger.open()
+        for sink in self.sinks.values():
+            try:
+                sink.open(context)
+            except FanoutError:
+                raise
+            except Exception as exc:
+                raise ConfigurationError(
+                    f"sink {sink.name!r}: cannot open: {type(exc).__name__}: {exc}"
+                ) from exc
+            if sink.guarantee == "at_least_once":
+                log.warning(
+                    "pipeline %s: sink %r is at-least-once: if the driver dies between its "
+                    "write and its ledger mark, the replay can write duplicates",
+                    self.pipeline,
+                    sink.name,
+                )
+
+    def close(self) -> None:
+        """Close every sink (call it when the query has stopped)."""
+        for sink in self.sinks.values():
+            try:
+                sink.close()
+            except Exception:
+                log.exception("pipeline %s: closing sink %r failed", self.pipeline, sink.name)
+
+    def __enter__(self) -> FanOut:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the foreachBatch entry point -------------------------------------------------
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        """Handle one micro-batch; Spark calls this with the batch DataFrame and its id."""
+        self.process(batch_df, self._context.read(batch_df, batch_id))
+
+    def process(self, df: Any, info: BatchInfo) -> dict[str, SinkResult]:
+        """Fan one batch out; returns the result of every sink written in this call.
+
+        Raises :class:`fanout.CheckpointResetError` when the checkpoint was reset and
+        :class:`fanout.FanOutError` when any sink failed after its retries.
+        """
+        check_checkpoint(self.ledger, info)  # 2. guard
+        pending, skipped = self.plan(info)  # 3. plan
+        self.hooks.call("fanout_batch_start", info=info, pending=pending, skipped=skipped)
+        if skipped:
+            log.info(
+                "pipeline %s, batch %s: skipping %s (already committed)",
+                self.pipeline,
+                info.batch_id,
+                ", ".join(skipped),
+            )
+        results: dict[str, SinkResult] = {}
+        failures: dict[str, BaseException] = {}
+        if pending:
+            persisted = self._persist_if_shared(df, pending)  # 4. persist
+            arrow = SharedArrow(df)
+            try:
+                results, failures = self._write_all(df, info, pending, arrow)  # 5-6
+            finally:
+                arrow.release()  # 7. settle
+                if persisted:
+                    df.unpersist()
+        if failures:
+            self.hooks.call("fanout_batch_failed", info=info, failures=failures, results=results)
+            raise FanOutError(self.pipeline, info.batch_id, failures) from next(
+                iter(failures.values())
+            )
+        self.hooks.call("fanout_batch_end", info=info, results=results)
+        return results
+
+    # -- the steps --------------------------------------------------------------------
+
+    def plan(self, info: BatchInfo) -> tuple[list[str], list[str]]:
+        """The sinks still to write (ledger mark older than the batch) and those to skip."""
+        marks = self.ledger.last_committed(self.pipeline, self.sinks)
+        pending = [s for s, done in marks.items() if done is None or done < info.batch_id]
+        skipped = [s for s in self.sinks if s not in pending]
+        return pending, skipped
+
+    def _persist_if_shared(self, df: Any, pending: Sequence[str]) -> bool:
+        # Sinks reading Arrow share one conversion, so together they read the DataFrame once.
+        readers = sum(self.sinks[s].reads == "dataframe" for s in pending)
+        readers += any(self.sinks[s].reads == "arrow" for s in pending)
+        if readers > 1 and hasattr(df, "persist"):
+            df.persist()
+            return True
+        return False
+
+    def _write_all(
+        self, df: Any, info: BatchInfo, pending: Sequence[str], arrow: SharedArrow
+    ) -> tuple[dict[str, SinkResult], dict[str, BaseException]]:
+        runners = [
+            SinkRunner(
+                sink=self.sinks[name],
+                batch=Batch(df, info, name, txn_app_id(info.pipeline, name), _arrow=arrow),
+                ledger=self.ledger,
+                retry=self.retry,
+                hooks=self.hooks,
+            )
+            for name in pending
+        ]
+        if len(runners) == 1:
+            outcomes = [runners[0].run()]
+        else:
+            workers = min(self.parallelism or len(runners), len(runners))
+            with ThreadPoolExecutor(workers, thread_name_prefix=f"fanout-{self.pipeline}") as pool:
+                tasks = [_in_spark_thread(r.run, df) for r in runners]  # wrap in this thread
+                outcomes = list(pool.map(lambda task: task(), tasks))
+        results = {o.sink: o.result for o in outcomes if o.result is not None}
+        failures = {o.sink: o.error for o in outcomes if o.error is not None}
+        return results, failures
+
+
+def _active_spark() -> Any:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return None
+    return SparkSession.getActiveSession()
+
+
+def _in_spark_thread(fn: Any, df: Any) -> Any:
+    """Wrap ``fn`` so Spark jobs it starts inherit this thread's local properties (job
+    group, streaming query id), as jobs started by foreachBatch itself do."""
+    session = getattr(df, "sparkSession", None)
+    if session is None:
+        return fn
+    from pyspark.util import inheritable_thread_target
+
+    return inheritable_thread_target(session)(fn)

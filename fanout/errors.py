@@ -1,0 +1,149 @@
+"""The one error hierarchy of fanout.
+
+Every error fanout raises on purpose derives from :class:`FanoutError`::
+
+    FanoutError
+    ├── ConfigurationError          bad options, found before the stream starts
+    │   └── UnknownSinkTypeError    a sink ``type`` no installed plugin provides
+    ├── PluginError                 a plugin cannot be used
+    │   ├── PluginLoadError         a plugin raised while being imported
+    │   └── DuplicateSinkTypeError  two plugins claim one sink type name
+    ├── SinkError                   one sink, one batch
+    │   ├── SinkWriteError          a write failed (chained ``from`` the cause)
+    │   ├── SchemaMismatchError     the batch schema does not fit the target
+    │   └── TransientSinkError      raise it (or subclass it) to ask for a retry
+    ├── LedgerError                 the ledger cannot be read or written
+    ├── CheckpointResetError        the checkpoint was lost or replaced
+    └── FanOutError                 a micro-batch failed in one or more sinks
+
+Note the two spellings: ``FanoutError`` is the base class of everything, ``FanOutError``
+is the error of a failed fan-out (named after the :class:`fanout.FanOut` that raises it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+class FanoutError(Exception):
+    """Base class of every error fanout raises on purpose."""
+
+
+class ConfigurationError(FanoutError):
+    """Options or targets that cannot work; raised before the stream starts.
+
+    The command line maps it to exit code 2.
+    """
+
+
+class UnknownSinkTypeError(ConfigurationError):
+    """A sink was configured with a ``type`` that no installed plugin provides."""
+
+    def __init__(self, sink_name: str, type_name: str, known: Sequence[str]) -> None:
+        self.sink_name = sink_name
+        self.type_name = type_name
+        self.known = sorted(known)
+        known_text = ", ".join(self.known) or "none (is any fanout plugin installed?)"
+        super().__init__(
+            f"sink {sink_name!r}: unknown sink type {type_name!r}; known types: {known_text}. "
+            "A sink type comes from a plugin distribution registered under the 'fanout' "
+            "entry-point group; `fanout plugins` lists what is installed."
+        )
+
+
+class PluginError(FanoutError):
+    """A plugin cannot be used."""
+
+
+class PluginLoadError(PluginError):
+    """A plugin raised while being imported or while answering a hook."""
+
+    def __init__(self, plugin_name: str, distribution: str | None, cause: BaseException) -> None:
+        self.plugin_name = plugin_name
+        self.distribution = distribution
+        self.cause = cause
+        origin = f" (distribution {distribution})" if distribution else ""
+        super().__init__(
+            f'Error importing plugin "{plugin_name}"{origin}: '
+            f"{type(cause).__name__}: {cause}"
+        )
+
+
+class DuplicateSinkTypeError(PluginError):
+    """Two plugins claim the same sink type name."""
+
+    def __init__(self, type_name: str, first: str, second: str) -> None:
+        self.type_name = type_name
+        self.providers = (first, second)
+        super().__init__(
+            f"sink type {type_name!r} is provided by two plugins: {first} and {second}; "
+            "uninstall one of them (pip uninstall ...) or rename the type in one plugin"
+        )
+
+
+class SinkError(FanoutError):
+    """An error of one sink while handling one batch."""
+
+    def __init__(self, message: str, *, sink: str, batch_id: int | None = None) -> None:
+        self.sink = sink
+        self.batch_id = batch_id
+        where = f"sink {sink!r}" + (f", batch {batch_id}" if batch_id is not None else "")
+        super().__init__(f"{where}: {message}")
+
+
+class SinkWriteError(SinkError):
+    """A sink's write failed; the cause is chained with ``raise ... from``."""
+
+
+class SchemaMismatchError(SinkError):
+    """The batch's columns or types cannot be written to the sink's target."""
+
+    def __init__(
+        self, message: str, *, sink: str, batch_id: int | None, columns: Sequence[str]
+    ) -> None:
+        self.columns = list(columns)
+        super().__init__(message, sink=sink, batch_id=batch_id)
+
+
+class TransientSinkError(SinkError):
+    """A failure worth retrying (a timeout, a lost connection, a commit conflict).
+
+    Sinks raise it, or classify their own errors through :meth:`fanout.Sink.is_transient`;
+    the dispatcher retries transient errors with backoff and fails at once on the others.
+    """
+
+
+class LedgerError(FanoutError):
+    """The ledger cannot be read or written."""
+
+
+class CheckpointResetError(FanoutError):
+    """The ledger knows newer batches of this pipeline than the checkpoint does.
+
+    Raised when the Spark checkpoint was deleted or replaced: batch ids restarted, and
+    writing would either be skipped silently by the sinks' idempotency checks or written
+    twice. The message names, per sink, the last committed batch, its query id and its
+    recorded source offsets, and says how to proceed.
+    """
+
+
+class FanOutError(FanoutError):
+    """A micro-batch failed in one or more sinks, after their retries.
+
+    ``failures`` maps each failed sink name to its error. Sinks not named here committed
+    the batch; on restart Spark replays the batch and only the failed sinks are written.
+    """
+
+    def __init__(self, pipeline: str, batch_id: int, failures: Mapping[str, BaseException]):
+        self.pipeline = pipeline
+        self.batch_id = batch_id
+        self.failures = dict(failures)
+        lines = [
+            f"pipeline {pipeline!r}, batch {batch_id}: {len(self.failures)} sink(s) failed "
+            f"({', '.join(sorted(self.failures))}); the other sinks committed the batch and "
+            "will be skipped when the query restarts and Spark replays it:"
+        ]
+        for name in sorted(self.failures):
+            error = self.failures[name]
+            lines.append(f"  - {name}: {type(error).__name__}: {error}")
+        super().__init__("\n".join(lines))

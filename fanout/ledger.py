@@ -1,0 +1,388 @@
+"""The ledger: which sink committed which batch, kept in a Delta table (ARCHITECTURE §3).
+
+One row per (pipeline, sink, batch, attempt outcome). Every ``committed`` row is appended
+in a Delta commit that also carries two idempotent-write transactions:
+
+- ``fanout/<pipeline>/<sink>`` at version ``batch_id``: the sink's mark. "Which batch did
+  sink S last commit?" is :meth:`DeltaLedger.last_committed`, a log lookup, and marking a
+  batch twice is a no-op.
+- ``fanout/<pipeline>`` at the highest batch id any sink of the pipeline committed: the
+  pipeline's high-water mark, read by the checkpoint-reset guard without a scan.
+
+The default engine is delta-rs: a mark is a few milliseconds from the driver, no Spark job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from fanout.deltaio import commit_properties, open_table, transaction_version
+from fanout.errors import LedgerError
+from fanout.sink import txn_app_id
+from fanout.version import __version__
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+
+Status = Literal["committed", "failed"]
+
+
+def pipeline_app_id(pipeline: str) -> str:
+    """The transaction id carrying a pipeline's high-water mark: ``fanout/<pipeline>``."""
+    return f"fanout/{pipeline}"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One ledger row: the outcome of one attempt of one sink on one batch."""
+
+    pipeline: str
+    sink: str
+    batch_id: int
+    status: Status
+    query_id: str | None = None
+    rows: int | None = None
+    attempt: int = 1
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_ms: int | None = None
+    source_offsets: str | None = None
+    error: str | None = None
+    fanout_version: str = __version__
+
+    def offsets(self) -> Any:
+        """The recorded source offsets, parsed from JSON (``None`` when not recorded)."""
+        return json.loads(self.source_offsets) if self.source_offsets else None
+
+
+def _schema() -> pa.Schema:
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+    return pa.schema(
+        [
+            pa.field("pipeline", pa.string(), nullable=False),
+            pa.field("query_id", pa.string()),
+            pa.field("batch_id", pa.int64(), nullable=False),
+            pa.field("sink", pa.string(), nullable=False),
+            pa.field("status", pa.string(), nullable=False),
+            pa.field("rows", pa.int64()),
+            pa.field("attempt", pa.int32()),
+            pa.field("started_at", ts),
+            pa.field("finished_at", ts),
+            pa.field("duration_ms", pa.int64()),
+            pa.field("source_offsets", pa.string()),
+            pa.field("error", pa.string()),
+            pa.field("fanout_version", pa.string()),
+        ]
+    )
+
+
+def entries_to_arrow(entries: Sequence[LedgerEntry]) -> pa.Table:
+    """Ledger entries as an Arrow table with the ledger's schema."""
+    import pyarrow as pa
+
+    return pa.Table.from_pylist([asdict(e) for e in entries], schema=_schema())
+
+
+def entries_from_arrow(table: pa.Table) -> list[LedgerEntry]:
+    """Ledger rows read back as entries (columns unknown to this version are ignored)."""
+    names = {f.name for f in _schema()}
+    return [
+        LedgerEntry(**{k: v for k, v in row.items() if k in names}) for row in table.to_pylist()
+    ]
+
+
+class Ledger(Protocol):
+    """What the dispatcher needs from a ledger. :class:`DeltaLedger` is the real one;
+    :class:`MemoryLedger` serves unit tests and benchmarks."""
+
+    def open(self) -> None:
+        """Create the ledger if missing and check it is usable; called before the stream."""
+
+    def last_committed(self, pipeline: str, sinks: Iterable[str]) -> dict[str, int | None]:
+        """The last batch id each sink committed (``None``: never), without a scan."""
+
+    def high_water(self, pipeline: str) -> int | None:
+        """The highest batch id any sink of the pipeline committed, without a scan."""
+
+    def mark_committed(self, entry: LedgerEntry) -> bool:
+        """Record that ``entry.sink`` committed ``entry.batch_id``; idempotent.
+        Returns ``False`` when the mark was already there."""
+
+    def record_failure(self, entry: LedgerEntry) -> None:
+        """Record a failed attempt (best effort: callers log what this raises)."""
+
+    def committed_entries(self, pipeline: str, min_batch_id: int = 0) -> list[LedgerEntry]:
+        """Committed rows of the pipeline at or after ``min_batch_id`` (a scan: rare paths)."""
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    """What :meth:`DeltaLedger.maintain` did."""
+
+    version_before: int
+    version_after: int
+    checkpoint_created: bool
+    files_compacted: int
+    files_vacuumed: list[str] = field(default_factory=list)
+
+
+class DeltaLedger:
+    """The ledger as a Delta table at ``path``, written with delta-rs.
+
+    :param path: table location (local path or object-store URI).
+    :param storage_options: passed to delta-rs for object stores.
+    :param checkpoint_interval: a Delta log checkpoint every this many commits, so a
+        lookup reads one checkpoint and fewer than this many JSON commits, however old
+        the ledger is.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        checkpoint_interval: int = 100,
+    ) -> None:
+        if checkpoint_interval < 1:
+            raise ValueError("checkpoint_interval must be >= 1")
+        self.path = str(path)
+        self.storage_options = dict(storage_options or {})
+        self.checkpoint_interval = checkpoint_interval
+        self._lock = threading.Lock()
+        self._table: DeltaTable | None = None
+
+    def __repr__(self) -> str:
+        return f"DeltaLedger({self.path!r})"
+
+    # -- setup ----------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Create the ledger table when missing (idempotent, safe against a racing peer)."""
+        with self._lock:
+            self._table = self._load_or_create()
+
+    def _load_or_create(self) -> DeltaTable:
+        from deltalake import DeltaTable
+
+        table = open_table(self.path, self.storage_options)
+        if table is not None:
+            return table
+        try:
+            return DeltaTable.create(
+                self.path,
+                schema=_schema(),
+                mode="ignore",
+                partition_by=["pipeline"],
+                name="fanout_ledger",
+                description="fanout ledger: per-sink completion of each micro-batch",
+                configuration={"delta.checkpointInterval": str(self.checkpoint_interval)},
+                storage_options=self.storage_options or None,
+            )
+        except Exception as exc:
+            table = open_table(self.path, self.storage_options)  # lost a creation race?
+            if table is None:
+                raise LedgerError(f"cannot create the ledger at {self.path}: {exc}") from exc
+            return table
+
+    def _fresh(self) -> DeltaTable:
+        """The ledger table at its latest version (caller holds the lock)."""
+        if self._table is None:
+            table = open_table(self.path, self.storage_options)
+            if table is None:
+                raise LedgerError(
+                    f"no ledger at {self.path}: a FanOut creates it when it starts; "
+                    "check the path"
+                )
+            self._table = table
+        else:
+            self._table.update_incremental()
+        return self._table
+
+    # -- lookups (log only) ---------------------------------------------------------
+
+    def last_committed(self, pipeline: str, sinks: Iterable[str]) -> dict[str, int | None]:
+        """The last batch id each sink committed, read from the log's txn actions."""
+        with self._lock:
+            table = self._fresh()
+            return {s: transaction_version(table, txn_app_id(pipeline, s)) for s in sinks}
+
+    def high_water(self, pipeline: str) -> int | None:
+        """The highest batch id any sink of ``pipeline`` committed, from the log."""
+        with self._lock:
+            return transaction_version(self._fresh(), pipeline_app_id(pipeline))
+
+    # -- writes ---------------------------------------------------------------------
+
+    def mark_committed(self, entry: LedgerEntry) -> bool:
+        """Append the committed row with its txn actions unless the mark exists."""
+        if entry.status != "committed":
+            raise ValueError("mark_committed takes a committed entry")
+        with self._lock:
+            table = self._fresh()
+            sink_app = txn_app_id(entry.pipeline, entry.sink)
+            done = transaction_version(table, sink_app)
+            if done is not None and done >= entry.batch_id:
+                return False
+            high = transaction_version(table, pipeline_app_id(entry.pipeline))
+            txns = {
+                sink_app: entry.batch_id,
+                pipeline_app_id(entry.pipeline): max(entry.batch_id, -1 if high is None else high),
+            }
+            self._append(table, [entry], txns)
+            return True
+
+    def record_failure(self, entry: LedgerEntry) -> None:
+        """Append a failed-attempt row (no txn action)."""
+        with self._lock:
+            self._append(self._fresh(), [entry], {})
+
+    def _append(
+        self, table: DeltaTable, entries: Sequence[LedgerEntry], txns: Mapping[str, int]
+    ) -> None:
+        from deltalake import write_deltalake
+
+        try:
+            write_deltalake(
+                table,
+                entries_to_arrow(entries),
+                mode="append",
+                commit_properties=commit_properties(txns) if txns else None,
+            )
+        except Exception as exc:
+            raise LedgerError(f"cannot write to the ledger at {self.path}: {exc}") from exc
+        table.update_incremental()
+
+    # -- scans (people, the guard's slow path, recovery) ----------------------------
+
+    def read(self, pipeline: str | None = None) -> pa.Table:
+        """The ledger rows, optionally of one pipeline (a scan; for status and recovery)."""
+        with self._lock:
+            table = self._fresh()
+        filters = [("pipeline", "=", pipeline)] if pipeline else None
+        return table.to_pyarrow_table(filters=filters)
+
+    def committed_entries(self, pipeline: str, min_batch_id: int = 0) -> list[LedgerEntry]:
+        """Committed rows of ``pipeline`` with ``batch_id >= min_batch_id``."""
+        with self._lock:
+            table = self._fresh()
+        rows = table.to_pyarrow_table(
+            filters=[
+                ("pipeline", "=", pipeline),
+                ("status", "=", "committed"),
+                ("batch_id", ">=", min_batch_id),
+            ]
+        )
+        return entries_from_arrow(rows)
+
+    # -- maintenance ----------------------------------------------------------------
+
+    def maintain(
+        self,
+        *,
+        checkpoint: bool = True,
+        compact: bool = True,
+        vacuum_retention_hours: int | None = 168,
+        cleanup_logs: bool = True,
+    ) -> MaintenanceReport:
+        """Keep lookups O(1) and the table small.
+
+        :param checkpoint: write a log checkpoint now.
+        :param compact: merge the small files (one per mark) into larger ones.
+        :param vacuum_retention_hours: delete files unreferenced for longer than this;
+            ``None`` skips vacuum. Keep it above the longest time a reader may hold an old
+            version.
+        :param cleanup_logs: drop log entries older than the table's log retention.
+        """
+        with self._lock:
+            table = self._fresh()
+            before = table.version()
+            compacted = 0
+            if compact:
+                metrics = table.optimize.compact()
+                compacted = int(metrics.get("numFilesRemoved", 0))
+                table.update_incremental()
+            vacuumed: list[str] = []
+            if vacuum_retention_hours is not None:
+                vacuumed = table.vacuum(
+                    retention_hours=vacuum_retention_hours,
+                    dry_run=False,
+                    enforce_retention_duration=False,
+                )
+            if checkpoint:
+                table.create_checkpoint()
+            if cleanup_logs:
+                table.cleanup_metadata()
+            table.update_incremental()
+            return MaintenanceReport(
+                version_before=before,
+                version_after=table.version(),
+                checkpoint_created=checkpoint,
+                files_compacted=compacted,
+                files_vacuumed=list(vacuumed),
+            )
+
+
+class MemoryLedger:
+    """A ledger in memory, with :class:`DeltaLedger`'s semantics; for tests and benchmarks.
+
+    Marks vanish with the process, so it gives no protection across restarts.
+    """
+
+    def __init__(self) -> None:
+        self.entries: list[LedgerEntry] = []
+        self._marks: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def open(self) -> None:
+        """Nothing to create."""
+
+    def last_committed(self, pipeline: str, sinks: Iterable[str]) -> dict[str, int | None]:
+        """The last batch id each sink committed."""
+        with self._lock:
+            return {s: self._marks.get((pipeline, s)) for s in sinks}
+
+    def high_water(self, pipeline: str) -> int | None:
+        """The highest batch id any sink of ``pipeline`` committed."""
+        with self._lock:
+            marks = [v for (p, _), v in self._marks.items() if p == pipeline]
+            return max(marks) if marks else None
+
+    def mark_committed(self, entry: LedgerEntry) -> bool:
+        """Record the mark unless it exists."""
+        with self._lock:
+            done = self._marks.get((entry.pipeline, entry.sink))
+            if done is not None and done >= entry.batch_id:
+                return False
+            self._marks[(entry.pipeline, entry.sink)] = entry.batch_id
+            self.entries.append(entry)
+            return True
+
+    def record_failure(self, entry: LedgerEntry) -> None:
+        """Keep the failed attempt."""
+        with self._lock:
+            self.entries.append(entry)
+
+    def committed_entries(self, pipeline: str, min_batch_id: int = 0) -> list[LedgerEntry]:
+        """Committed entries of ``pipeline`` at or after ``min_batch_id``."""
+        with self._lock:
+            return [
+                e
+                for e in self.entries
+                if e.pipeline == pipeline and e.status == "committed" and e.batch_id >= min_batch_id
+            ]
+
+
+def now_utc() -> datetime:
+    """The current time, timezone-aware, as the ledger stores it."""
+    return datetime.now(UTC)

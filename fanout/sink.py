@@ -1,0 +1,212 @@
+"""The sink contract: what a plugin author implements and what a sink receives.
+
+A sink type is a subclass of :class:`Sink`. Its instances are *configuration*: they are
+built on the driver, validated by :meth:`Sink.open` before the stream starts, and may be
+pickled to the executors (sinks that write from there). Connections, producers and clients
+are therefore created inside :meth:`Sink.write` or inside the partition task, never in
+``__init__``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from fanout.errors import TransientSinkError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+Guarantee = Literal["transactional", "idempotent", "at_least_once"]
+"""What a sink promises when a batch is written again after a crash.
+
+- ``transactional``: a batch lands atomically and the sink can tell whether batch N landed.
+- ``idempotent``: writing batch N twice leaves the same state as writing it once.
+- ``at_least_once``: a replay may duplicate (fanout warns when such a sink is configured).
+"""
+
+GUARANTEES: tuple[Guarantee, ...] = ("transactional", "idempotent", "at_least_once")
+
+Reads = Literal["dataframe", "arrow"]
+"""How a sink consumes a batch: the Spark DataFrame, or one Arrow table shared by all
+sinks that read Arrow (converted once per batch on the driver)."""
+
+
+def txn_app_id(pipeline: str, sink: str) -> str:
+    """The stable transaction application id of one sink of one pipeline.
+
+    It names the sink's idempotent-write transaction in Delta (``txnAppId``) and its
+    marks in the ledger: ``fanout/<pipeline>/<sink>``.
+    """
+    return f"fanout/{pipeline}/{sink}"
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """The context of one micro-batch, shared by every sink and every hook.
+
+    :param pipeline: the stable pipeline name given to :class:`fanout.FanOut`.
+    :param batch_id: Spark's micro-batch id.
+    :param query_id: the streaming query id (stable across restarts on one checkpoint).
+    :param source_offsets: the end offsets of this batch, one JSON value per source, as
+        read from the checkpoint's ``offsets/<batch_id>``; ``None`` when unreadable.
+    """
+
+    pipeline: str
+    batch_id: int
+    query_id: str | None = None
+    source_offsets: list[Any] | None = None
+
+
+class SharedArrow:
+    """Converts a batch DataFrame to Arrow once, for every sink that reads Arrow.
+
+    Thread-safe: sinks run in parallel threads and the first one to ask converts.
+    """
+
+    def __init__(self, df: Any) -> None:
+        self._df = df
+        self._lock = threading.Lock()
+        self._table: pa.Table | None = None
+
+    def get(self) -> pa.Table:
+        """Return the batch as a ``pyarrow.Table``, converting it on first use."""
+        with self._lock:
+            if self._table is None:
+                self._table = self._df.toArrow()
+            return self._table
+
+    def release(self) -> None:
+        """Drop the converted table so its memory can be freed after the batch."""
+        with self._lock:
+            self._table = None
+
+
+@dataclass
+class Batch:
+    """One micro-batch as one sink sees it.
+
+    :param df: the batch DataFrame (persisted when several sinks read it).
+    :param info: pipeline, batch id, query id and source offsets.
+    :param sink_name: the name of the sink receiving this batch.
+    :param txn_app_id: the sink's stable idempotency id (see :func:`txn_app_id`); pair it
+        with :attr:`batch_id` as the transaction version.
+    :param attempt: 1 for the first attempt in this process, 2 for the first retry, ...
+    """
+
+    df: Any
+    info: BatchInfo
+    sink_name: str
+    txn_app_id: str
+    attempt: int = 1
+    _arrow: SharedArrow | None = field(default=None, repr=False)
+
+    @property
+    def batch_id(self) -> int:
+        """Spark's micro-batch id; use it as the sink's transaction version."""
+        return self.info.batch_id
+
+    @property
+    def pipeline(self) -> str:
+        """The pipeline name."""
+        return self.info.pipeline
+
+    @property
+    def query_id(self) -> str | None:
+        """The streaming query id."""
+        return self.info.query_id
+
+    def arrow(self) -> pa.Table:
+        """The batch as a ``pyarrow.Table``, converted once and shared by all sinks."""
+        if self._arrow is None:
+            self._arrow = SharedArrow(self.df)
+        return self._arrow.get()
+
+
+@dataclass(frozen=True)
+class SinkResult:
+    """What a sink's :meth:`Sink.write` reports.
+
+    :param rows: rows written (for a replay the sink found already written: the rows of
+        the batch, with ``details["already_written"] = True``).
+    :param details: small, JSON-serialisable facts worth logging (files, partitions...).
+    """
+
+    rows: int
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What :meth:`Sink.open` receives.
+
+    :param pipeline: the pipeline name.
+    :param spark: the active ``SparkSession`` on the driver, or ``None`` without one.
+    """
+
+    pipeline: str
+    spark: Any = None
+
+
+class Sink:
+    """Base class of every sink type.
+
+    Subclass it, set :attr:`guarantee`, implement :meth:`write`, and validate options in
+    :meth:`open`. Built from configuration as ``SinkClass(name=<name>, **options)``, so the
+    constructor takes the sink name plus keyword options and stores them; unknown options
+    raise ``TypeError`` there, which fanout reports as a configuration error naming the sink.
+
+    Lifecycle, all on the driver:
+
+    1. ``__init__`` when :class:`fanout.FanOut` is built: store options only.
+    2. :meth:`open` once, still inside the ``FanOut`` constructor, so bad options and
+       unreachable targets fail before the stream starts. Raise
+       :class:`fanout.ConfigurationError`.
+    3. :meth:`write` once per micro-batch the ledger says the sink has not committed,
+       possibly from a worker thread, in parallel with other sinks. Must be idempotent
+       (or transactional) per ``(batch.txn_app_id, batch.batch_id)``: a crash between the
+       write and the ledger mark makes fanout call it again with the same batch. An
+       exception fails the batch for this sink only: it is retried when
+       :meth:`is_transient` says so, else reported in :class:`fanout.FanOutError`.
+    4. :meth:`close` when the ``FanOut`` is closed.
+    """
+
+    guarantee: ClassVar[Guarantee] = "idempotent"
+    """The delivery guarantee this sink type gives; see :data:`Guarantee`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @property
+    def reads(self) -> Reads:
+        """``"arrow"`` when :meth:`write` only uses :meth:`Batch.arrow`, so fanout can
+        share one conversion between sinks and skip persisting the DataFrame for them."""
+        return "dataframe"
+
+    def open(self, context: SinkContext) -> None:
+        """Validate options and the target; called once before the stream starts.
+
+        Raise :class:`fanout.ConfigurationError` naming the option and what to do.
+        """
+
+    def write(self, batch: Batch) -> int | SinkResult:
+        """Write one micro-batch; return the number of rows written or a
+        :class:`SinkResult`. Called only for batches the ledger has no mark of."""
+        raise NotImplementedError(f"{type(self).__name__}.write")
+
+    def close(self) -> None:
+        """Release what :meth:`open` acquired; called once when the FanOut closes."""
+
+    def is_transient(self, error: BaseException) -> bool:
+        """Whether ``error`` (raised by :meth:`write`) is worth retrying.
+
+        The default retries :class:`fanout.TransientSinkError` only. Override it to
+        classify the errors of your driver library (timeouts, lost connections, commit
+        conflicts); never classify bad input as transient.
+        """
+        return isinstance(error, TransientSinkError)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

@@ -1,0 +1,161 @@
+"""Steps 5 and 6 for one sink: write with retries, then mark the ledger."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from fanout.errors import LedgerError, SinkError, SinkWriteError
+from fanout.hooks import HookCaller
+from fanout.ledger import Ledger, LedgerEntry, now_utc
+from fanout.retry import RetryPolicy
+from fanout.sink import Batch, Sink, SinkResult
+
+log = logging.getLogger("fanout")
+
+
+@dataclass(frozen=True)
+class SinkOutcome:
+    """How one sink fared with one batch: a result, or the error it failed with."""
+
+    sink: str
+    result: SinkResult | None = None
+    error: BaseException | None = None
+
+
+def as_result(value: object, sink: Sink) -> SinkResult:
+    """Normalise what ``Sink.write`` returned: an int, a SinkResult, or an object with
+    ``rows`` (and optionally ``details``)."""
+    if isinstance(value, SinkResult):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return SinkResult(rows=value)
+    rows = getattr(value, "rows", None)
+    if isinstance(rows, int):
+        return SinkResult(rows=rows, details=dict(getattr(value, "details", None) or {}))
+    raise TypeError(
+        f"sink {sink.name!r}: write() must return the number of rows written or a "
+        f"fanout.SinkResult, not {value!r}"
+    )
+
+
+@dataclass
+class SinkRunner:
+    """Writes one batch to one sink: attempts, retries, hooks, failure rows, the mark."""
+
+    sink: Sink
+    batch: Batch
+    ledger: Ledger
+    retry: RetryPolicy
+    hooks: HookCaller
+
+    def run(self) -> SinkOutcome:
+        """Never raises for a sink's own failure: returns it in the outcome."""
+        info, name = self.batch.info, self.sink.name
+        attempt = 0
+        while True:
+            attempt += 1
+            batch = replace(self.batch, attempt=attempt)
+            started, clock = now_utc(), time.perf_counter()
+            self.hooks.call("fanout_sink_start", info=info, sink=name, attempt=attempt)
+            try:
+                result = as_result(self.sink.write(batch), self.sink)
+            except Exception as exc:
+                error = _named(exc, name, info.batch_id)
+                will_retry = self._transient(exc) and attempt <= self.retry.retries
+                self._failed(attempt, started, clock, error, will_retry)
+                if not will_retry:
+                    return SinkOutcome(name, error=error)
+                time.sleep(self.retry.delay(attempt))
+                continue
+            duration = time.perf_counter() - clock
+            self.hooks.call(
+                "fanout_sink_done", info=info, sink=name, result=result, duration_s=duration
+            )
+            try:
+                self._mark(attempt, started, duration, result)
+            except Exception as exc:
+                error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
+                log.error(
+                    "pipeline %s, batch %s, sink %s: written but the ledger mark failed (%s); "
+                    "the sink will be written again on replay",
+                    info.pipeline,
+                    info.batch_id,
+                    name,
+                    exc,
+                )
+                return SinkOutcome(name, error=error)
+            log.info(
+                "pipeline %s, batch %s, sink %s: %s rows in %.0f ms",
+                info.pipeline,
+                info.batch_id,
+                name,
+                result.rows,
+                duration * 1000,
+            )
+            return SinkOutcome(name, result=result)
+
+    def _transient(self, exc: BaseException) -> bool:
+        try:
+            return bool(self.sink.is_transient(exc))
+        except Exception:
+            log.exception("sink %r: is_transient() raised; treating the error as final", self.sink.name)
+            return False
+
+    def _entry(self, status: str, attempt: int, started: datetime, duration_s: float) -> LedgerEntry:
+        info = self.batch.info
+        return LedgerEntry(
+            pipeline=info.pipeline,
+            sink=self.sink.name,
+            batch_id=info.batch_id,
+            status=status,  # type: ignore[arg-type]
+            query_id=info.query_id,
+            attempt=attempt,
+            started_at=started,
+            finished_at=now_utc(),
+            duration_ms=int(duration_s * 1000),
+            source_offsets=None if info.source_offsets is None else json.dumps(info.source_offsets),
+        )
+
+    def _mark(self, attempt: int, started: datetime, duration_s: float, result: SinkResult) -> None:
+        entry = replace(self._entry("committed", attempt, started, duration_s), rows=result.rows)
+        self.ledger.mark_committed(entry)
+
+    def _failed(
+        self, attempt: int, started: datetime, clock: float, error: BaseException, will_retry: bool
+    ) -> None:
+        info = self.batch.info
+        log.warning(
+            "pipeline %s, batch %s, sink %s: attempt %s failed%s: %s",
+            info.pipeline,
+            info.batch_id,
+            self.sink.name,
+            attempt,
+            " (will retry)" if will_retry else "",
+            error,
+        )
+        self.hooks.call(
+            "fanout_sink_error",
+            info=info,
+            sink=self.sink.name,
+            error=error,
+            attempt=attempt,
+            will_retry=will_retry,
+        )
+        entry = self._entry("failed", attempt, started, time.perf_counter() - clock)
+        try:
+            self.ledger.record_failure(replace(entry, error=f"{type(error).__name__}: {error}"))
+        except Exception as exc:  # best effort: the log line above already tells
+            log.warning("pipeline %s: cannot record the failed attempt in the ledger: %s", info.pipeline, exc)
+
+
+def _named(exc: Exception, sink: str, batch_id: int) -> Exception:
+    """The sink's error, wrapped to name sink and batch unless it already does."""
+    if isinstance(exc, SinkError):
+        return exc
+    wrapped = SinkWriteError(f"{type(exc).__name__}: {exc}", sink=sink, batch_id=batch_id)
+    wrapped.__cause__ = exc
+    return wrapped
