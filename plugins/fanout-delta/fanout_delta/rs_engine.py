@@ -1,0 +1,212 @@
+"""The delta-rs engine of the Delta sink: writes from the driver with the ``deltalake``
+package, no JVM jars needed.
+
+Idempotence: every commit carries the transaction ``(batch.txn_app_id, batch.batch_id)``
+and every write first checks the version already recorded for that app id; delta-rs
+records transactions but does not skip by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fanout import deltaio
+from fanout.errors import SchemaMismatchError, SinkWriteError, TransientSinkError
+from fanout.sink import Batch, SinkResult
+from fanout_delta.schema import check_batch_schema, diff_schemas, pad_missing_columns
+
+if TYPE_CHECKING:
+    from fanout_delta.sink import DeltaSink
+
+logger = logging.getLogger(__name__)
+
+_ROW = "__fanout_row__"
+# Substrings of delta-rs commit errors that a retry can fix (another writer won the race).
+_TRANSIENT_MARKERS = ("concurrent", "conflict", "version already exists", "max commit attempts")
+
+
+def write_rs(sink: DeltaSink, batch: Batch) -> SinkResult:
+    """Write one batch with delta-rs (append or merge), exactly once per batch id."""
+    path, batch_id, app_id = sink.path, batch.batch_id, batch.txn_app_id
+    assert path is not None  # checked by open()
+    data = batch.arrow()
+    table = deltaio.open_table(path, sink.storage_options)
+    written = deltaio.transaction_version(table, app_id)
+    if written is not None and written >= batch_id:
+        logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, path)
+        return SinkResult(rows=data.num_rows, details={"already_written": True})
+    if data.num_rows == 0:
+        # Nothing to commit: the ledger records the batch, and a replay is empty again.
+        return SinkResult(rows=0, details={"empty": True, "mode": sink.mode})
+
+    if table is not None:
+        table_schema = pa.schema(table.schema().to_arrow())
+        check_batch_schema(
+            table_schema,
+            data.schema,
+            merge_schema=sink.merge_schema,
+            sink=sink.name,
+            batch_id=batch_id,
+        )
+    commit = deltaio.commit_properties({app_id: batch_id})
+    details: dict[str, Any] = {"mode": sink.mode}
+    try:
+        if sink.mode == "merge":
+            data = prepare_merge_source(data, sink.keys or [], sink.order_by, sink.name, batch_id)
+        if table is None or sink.mode == "append":
+            if table is not None:
+                data = pad_missing_columns(data, table_schema)
+            _append(sink, data, commit, create=table is None)
+        else:
+            metrics = (
+                table.merge(
+                    source=data,
+                    predicate=merge_predicate(sink.keys or []),
+                    source_alias="s",
+                    target_alias="t",
+                    merge_schema=sink.merge_schema,
+                    commit_properties=commit,
+                )
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
+            details["inserted"] = metrics.get("num_target_rows_inserted")
+            details["updated"] = metrics.get("num_target_rows_updated")
+    except Exception as exc:
+        raise translate_error(exc, sink, batch_id, data.schema, table) from exc
+    version = deltaio.open_table(path, sink.storage_options)
+    details["version"] = version.version() if version is not None else None
+    return SinkResult(rows=data.num_rows, details=details)
+
+
+def _append(sink: DeltaSink, data: pa.Table, commit: Any, *, create: bool) -> None:
+    from deltalake import write_deltalake
+
+    write_deltalake(
+        sink.path,  # type: ignore[arg-type]
+        data,
+        mode="append",
+        partition_by=list(sink.partition_by) if sink.partition_by else None,
+        schema_mode="merge" if sink.merge_schema else None,
+        configuration=dict(sink.configuration) if create and sink.configuration else None,
+        storage_options=dict(sink.storage_options) if sink.storage_options else None,
+        commit_properties=commit,
+    )
+
+
+def compact_rs(path: str, storage_options: Mapping[str, str] | None) -> dict[str, Any]:
+    """Bin-pack the table's small files (``OPTIMIZE``); return delta-rs' metrics
+    (empty when no table exists yet, e.g. after empty batches only)."""
+    table = deltaio.open_table(path, storage_options)
+    return dict(table.optimize.compact()) if table is not None else {}
+
+
+def quote(name: str) -> str:
+    """Quote a column name for a delta-rs (DataFusion) or Spark SQL expression."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def merge_predicate(keys: Sequence[str]) -> str:
+    """The MERGE condition matching target ``t`` and source ``s`` on every key."""
+    return " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+
+
+def prepare_merge_source(
+    data: pa.Table, keys: Sequence[str], order_by: Sequence[str] | None, sink: str, batch_id: int
+) -> pa.Table:
+    """Check the keys and keep one row per key, as a MERGE source must.
+
+    With ``order_by`` the row with the greatest ``order_by`` values wins (nulls lose; on
+    ties the last occurrence in the batch wins). Without it a duplicate key is an error:
+    which row should win is the user's decision, not ours.
+    """
+    absent = [c for c in [*keys, *(order_by or [])] if c not in data.column_names]
+    if absent:
+        raise SchemaMismatchError(
+            f"merge column(s) {', '.join(map(repr, absent))} (keys/order_by) missing from "
+            "the batch",
+            sink=sink,
+            batch_id=batch_id,
+            columns=absent,
+        )
+    for key in keys:
+        nulls = data.column(key).null_count
+        if nulls:
+            raise SinkWriteError(
+                f"{nulls} row(s) have a null in key column {key!r}; a null key cannot be "
+                "merged (it matches nothing). Filter or fill those rows in the stream.",
+                sink=sink,
+                batch_id=batch_id,
+            )
+    if order_by:
+        return _keep_last(data, keys, order_by)
+    counts = data.group_by(list(keys)).aggregate([([], "count_all")])
+    duplicated = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if duplicated.num_rows:
+        first = duplicated.slice(0, 1).to_pylist()[0]
+        key_value = {k: first[k] for k in keys}
+        raise SinkWriteError(
+            f"{duplicated.num_rows} key(s) occur more than once in the batch, e.g. {key_value} "
+            f"({first['count_all']} rows); a MERGE takes one row per key. Set order_by to the "
+            "column(s) whose greatest value wins (e.g. an event time or sequence number), or "
+            "deduplicate the stream.",
+            sink=sink,
+            batch_id=batch_id,
+        )
+    return data
+
+
+def _keep_last(data: pa.Table, keys: Sequence[str], order_by: Sequence[str]) -> pa.Table:
+    numbered = data.append_column(_ROW, pa.array(range(data.num_rows), pa.int64()))
+    sort_keys = [(c, "ascending", "at_start") for c in [*keys, *order_by, _ROW]]
+    ordered = numbered.take(pc.sort_indices(numbered, sort_keys=sort_keys))
+    n = ordered.num_rows
+    # After the sort, the winner of each key is the last row of its run of equal keys.
+    last = pa.array([False] * (n - 1) + [True]) if n else pa.array([], pa.bool_())
+    for key in keys:
+        column = ordered.column(key)
+        changed = pc.not_equal(column.slice(0, n - 1), column.slice(1))
+        tail = pa.chunked_array([changed.combine_chunks(), pa.array([True])])
+        last = pc.or_(last, tail)
+    return ordered.filter(last).sort_by(_ROW).drop_columns([_ROW])
+
+
+def translate_error(
+    exc: Exception, sink: DeltaSink, batch_id: int, batch_schema: pa.Schema, table: Any
+) -> Exception:
+    """Turn a delta-rs exception into the fanout error that says what happened."""
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.exceptions import SchemaMismatchError as DeltaSchemaMismatch
+
+    from fanout.errors import SinkError
+
+    if isinstance(exc, SinkError):
+        return exc
+    if isinstance(exc, DeltaSchemaMismatch):
+        columns: list[str] = []
+        if table is not None:
+            diff = diff_schemas(
+                pa.schema(table.schema().to_arrow()), batch_schema, merge_schema=False
+            )
+            columns = diff.new_columns + [name for name, _, _ in diff.conflicts]
+        return SchemaMismatchError(
+            f"delta-rs rejected the batch schema: {exc}",
+            sink=sink.name,
+            batch_id=batch_id,
+            columns=columns,
+        )
+    text = str(exc).lower()
+    if isinstance(exc, CommitFailedError) and any(m in text for m in _TRANSIENT_MARKERS):
+        return TransientSinkError(f"commit conflict, will retry: {exc}", sink=sink.name,
+                                  batch_id=batch_id)  # fmt: skip
+    return SinkWriteError(
+        f"delta-rs {sink.mode} to {sink.path} failed: {type(exc).__name__}: {exc}",
+        sink=sink.name,
+        batch_id=batch_id,
+    )

@@ -1,0 +1,208 @@
+"""Compare a batch's Arrow schema with a Delta table's, before writing.
+
+delta-rs casts a batch to the table schema on write, and some of those casts lose data
+silently (``2.5`` into a ``long`` column becomes ``2``, an ``int`` into a ``string`` column
+becomes ``"5"``), while a MERGE without schema evolution silently drops new columns. So the
+sink checks first and fails with a :class:`fanout.errors.SchemaMismatchError` naming the
+columns. Differences that lose nothing are *benign* and accepted:
+
+- nullability (delta-rs checks the values of NOT NULL columns itself);
+- string / large_string / string_view, binary / large_binary / binary_view, and the list
+  variants (Spark's ``toArrow`` and delta-rs do not agree on which they use);
+- timestamps of any unit and any time zone into a ``timestamp`` column (Delta stores UTC
+  microseconds); a timestamp *without* time zone only fits ``timestamp_ntz`` and vice versa;
+- integers into a wider or equal integer, integers into ``double`` (and 8/16-bit integers
+  into ``float``), floats into a wider float, decimals into a decimal that holds them,
+  ``date32``/``date64``, dictionary-encoded values by their value type, all-null columns.
+
+Columns of the table missing from the batch are not a conflict: an append writes them as
+null (see :func:`pad_missing_columns`), a merge keeps the target's values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.types as pat
+
+_INT_BITS = {
+    pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64,
+    pa.uint8(): 8, pa.uint16(): 16, pa.uint32(): 32, pa.uint64(): 64,
+}  # fmt: skip
+# Decimal digits needed to hold every value of an integer type.
+_INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 20}
+
+
+@dataclass
+class SchemaDiff:
+    """What keeps a batch from being written to a table as it is.
+
+    :param new_columns: batch columns the table does not have.
+    :param conflicts: ``(column, table type, batch type)`` for columns whose batch type
+        cannot be written to the table's type without loss.
+    :param missing: table columns the batch does not have (``(name, nullable)``).
+    """
+
+    new_columns: list[str] = field(default_factory=list)
+    conflicts: list[tuple[str, pa.DataType, pa.DataType]] = field(default_factory=list)
+    missing: list[tuple[str, bool]] = field(default_factory=list)
+
+    def problems(self, *, merge_schema: bool, table_columns: list[str]) -> tuple[list[str], str]:
+        """The offending column names and a message explaining them ('' when none)."""
+        columns: list[str] = []
+        parts: list[str] = []
+        if self.new_columns and not merge_schema:
+            columns += self.new_columns
+            lowered = {c.lower(): c for c in table_columns}
+            hints = [
+                f"{c!r} (the table has {lowered[c.lower()]!r}; names are case-sensitive)"
+                for c in self.new_columns
+                if c.lower() in lowered
+            ]
+            parts.append(
+                f"column(s) {', '.join(map(repr, self.new_columns))} not in the table"
+                + (f" [{'; '.join(hints)}]" if hints else "")
+                + "; set merge_schema=True to add them, or drop them from the stream"
+            )
+        if self.conflicts:
+            columns += [name for name, _, _ in self.conflicts]
+            details = ", ".join(f"{n!r} (table {t}, batch {b})" for n, t, b in self.conflicts)
+            parts.append(
+                f"type conflict in column(s) {details}; cast them in the stream to the "
+                "table's types (delta-rs would cast lossily or fail)"
+            )
+        required = [name for name, nullable in self.missing if not nullable]
+        if required:
+            columns += required
+            parts.append(
+                f"NOT NULL column(s) {', '.join(map(repr, required))} missing from the batch"
+            )
+        return columns, "; ".join(parts)
+
+
+def diff_schemas(table: pa.Schema, batch: pa.Schema, *, merge_schema: bool) -> SchemaDiff:
+    """Compare ``batch`` (what will be written) with ``table`` (the Delta table's schema)."""
+    diff = SchemaDiff()
+    batch_names = set(batch.names)
+    for f in batch:
+        index = table.get_field_index(f.name)
+        if index < 0:
+            diff.new_columns.append(f.name)
+        elif not fits(table.field(index).type, f.type, merge_schema=merge_schema):
+            diff.conflicts.append((f.name, table.field(index).type, f.type))
+    diff.missing = [(f.name, f.nullable) for f in table if f.name not in batch_names]
+    return diff
+
+
+def fits(target: pa.DataType, source: pa.DataType, *, merge_schema: bool = False) -> bool:
+    """Whether values of type ``source`` can be written to a ``target`` column without loss."""
+    if pat.is_null(source) or target.equals(source):
+        return True
+    if pat.is_dictionary(source):
+        return fits(target, source.value_type, merge_schema=merge_schema)
+    if _is_string(target) and _is_string(source):
+        return True
+    if _is_binary(target) and (_is_binary(source) or pat.is_fixed_size_binary(source)):
+        return True
+    if pat.is_integer(target) and pat.is_integer(source):
+        return _int_fits(target, source)
+    if pat.is_floating(target):
+        if pat.is_floating(source):
+            return target.bit_width >= source.bit_width
+        if pat.is_integer(source):
+            return target.bit_width == 64 or _INT_BITS[source] <= 16
+        return False
+    if pat.is_decimal(target):
+        return _decimal_fits(target, source)
+    if pat.is_timestamp(target) and pat.is_timestamp(source):
+        return (target.tz is None) == (source.tz is None)
+    if pat.is_date(target) and pat.is_date(source):
+        return True
+    if _is_list(target) and _is_list(source):
+        return fits(target.value_type, source.value_type, merge_schema=merge_schema)
+    if pat.is_map(target) and pat.is_map(source):
+        return fits(target.key_type, source.key_type, merge_schema=merge_schema) and fits(
+            target.item_type, source.item_type, merge_schema=merge_schema
+        )
+    if pat.is_struct(target) and pat.is_struct(source):
+        for child in source:
+            index = target.get_field_index(child.name)
+            if index < 0:
+                if not merge_schema:
+                    return False
+            elif not fits(target.field(index).type, child.type, merge_schema=merge_schema):
+                return False
+        return True
+    return False
+
+
+def pad_missing_columns(batch: pa.Table, table: pa.Schema) -> pa.Table:
+    """Add the nullable table columns the batch lacks, as all-null columns.
+
+    delta-rs refuses an append whose column count differs from the table's (Delta on Spark
+    writes nulls), so both engines behave alike.
+    """
+    for f in table:
+        if f.name not in batch.column_names and f.nullable:
+            batch = batch.append_column(f, pa.nulls(batch.num_rows, type=f.type))
+    return batch
+
+
+def _int_fits(target: pa.DataType, source: pa.DataType) -> bool:
+    target_bits, source_bits = _INT_BITS[target], _INT_BITS[source]
+    if pat.is_signed_integer(source):
+        return pat.is_signed_integer(target) and target_bits >= source_bits
+    if pat.is_unsigned_integer(target):
+        return target_bits >= source_bits
+    return target_bits > source_bits
+
+
+def _decimal_fits(target: pa.DataType, source: pa.DataType) -> bool:
+    whole = target.precision - target.scale
+    if pat.is_decimal(source):
+        return source.scale <= target.scale and source.precision - source.scale <= whole
+    if pat.is_integer(source):
+        return _INT_DIGITS[_INT_BITS[source]] <= whole
+    return False
+
+
+def _is_string(t: pa.DataType) -> bool:
+    return pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t)
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return pat.is_binary(t) or pat.is_large_binary(t) or pat.is_binary_view(t)
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return (
+        pat.is_list(t)
+        or pat.is_large_list(t)
+        or pat.is_fixed_size_list(t)
+        or pat.is_list_view(t)
+        or pat.is_large_list_view(t)
+    )
+
+
+def check_batch_schema(
+    table: pa.Schema,
+    batch: pa.Schema,
+    *,
+    merge_schema: bool,
+    sink: str,
+    batch_id: int,
+) -> None:
+    """Raise :class:`fanout.errors.SchemaMismatchError` when ``batch`` cannot be written
+    to a table of schema ``table``; the error names the columns and what to do."""
+    from fanout.errors import SchemaMismatchError
+
+    diff = diff_schemas(table, batch, merge_schema=merge_schema)
+    columns, message = diff.problems(merge_schema=merge_schema, table_columns=table.names)
+    if columns:
+        raise SchemaMismatchError(
+            f"the batch does not fit the Delta table: {message}",
+            sink=sink,
+            batch_id=batch_id,
+            columns=columns,
+        )

@@ -1,0 +1,248 @@
+"""The Delta Lake sink: append or upsert each micro-batch into a Delta table, once.
+
+Two engines, one behaviour: ``rs`` (delta-rs, the default, writes from the driver, needs
+no JVM jars) and ``spark`` (delta-spark, distributed, needs the Delta jars); ``auto``
+picks ``spark`` when the Delta JVM classes load and ``rs`` otherwise.
+
+Design decisions:
+
+- An empty batch commits nothing (no Delta version per idle trigger); the ledger marks it,
+  and a replay of an empty batch is empty again.
+- Compaction (``compact_every=N``) runs after batches ``N-1, 2N-1, ...`` once their write
+  committed. A failed compaction is logged as a warning and does not fail the batch: the
+  data and its transaction are already committed, and a raised error would only replay a
+  write that is then skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal, get_args
+
+from fanout import deltaio
+from fanout.errors import ConfigurationError
+from fanout.sink import Batch, Guarantee, Reads, Sink, SinkContext, SinkResult
+
+logger = logging.getLogger(__name__)
+
+Mode = Literal["append", "merge"]
+Engine = Literal["rs", "spark", "auto"]
+MODES: tuple[str, ...] = get_args(Mode)
+ENGINES: tuple[str, ...] = get_args(Engine)
+
+
+class DeltaSink(Sink):
+    """Writes every micro-batch to the Delta table at ``path`` exactly once.
+
+    :param name: the sink name (its transaction app id is ``fanout/<pipeline>/<name>``).
+    :param path: the table location (local path or object-store URI); required.
+    :param mode: ``"append"`` or ``"merge"`` (upsert on ``keys``).
+    :param keys: merge key columns (required for, and only used by, ``mode="merge"``).
+    :param order_by: merge only: when a key occurs several times in one batch, the row with
+        the greatest values of these columns wins; without it, duplicates fail the batch.
+    :param engine: ``"rs"`` (delta-rs), ``"spark"`` (delta-spark) or ``"auto"``.
+    :param partition_by: partition columns for a new table; must match an existing table's.
+    :param merge_schema: add new batch columns to the table instead of failing.
+    :param compact_every: compact the table's small files every N batches.
+    :param storage_options: object-store options passed to delta-rs.
+    :param configuration: Delta table properties set when the sink creates the table.
+    """
+
+    guarantee: ClassVar[Guarantee] = "transactional"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        path: str | None = None,
+        mode: Mode = "append",
+        keys: Sequence[str] | None = None,
+        order_by: Sequence[str] | None = None,
+        engine: Engine = "rs",
+        partition_by: Sequence[str] | None = None,
+        merge_schema: bool = False,
+        compact_every: int | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        configuration: Mapping[str, str | None] | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.path = str(path) if path is not None else None
+        self.mode = mode
+        self.keys = _as_list(keys)
+        self.order_by = _as_list(order_by)
+        self.engine = engine
+        self.partition_by = _as_list(partition_by)
+        self.merge_schema = merge_schema
+        self.compact_every = compact_every
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.configuration = dict(configuration) if configuration else None
+        # The engine actually used, resolved by open() ("auto" becomes "rs" or "spark").
+        self.resolved_engine: Literal["rs", "spark"] | None = None
+
+    @property
+    def reads(self) -> Reads:
+        """``"arrow"`` for the delta-rs engine, ``"dataframe"`` for delta-spark."""
+        return "dataframe" if (self.resolved_engine or self.engine) != "rs" else "arrow"
+
+    def open(self, context: SinkContext) -> None:
+        """Validate the options and, when the table exists, the columns they name."""
+        self._check_options()
+        self.resolved_engine = self._resolve_engine(context.spark)
+        try:
+            table = deltaio.open_table(self.path, self.storage_options)  # type: ignore[arg-type]
+        except Exception as exc:
+            if self.resolved_engine == "spark":
+                return  # delta-spark may reach storage delta-rs cannot; Delta checks it
+            raise self._error(f"cannot open the Delta table at {self.path!r}: {exc}") from exc
+        if table is not None:
+            self._check_table(table)
+        logger.info(
+            "sink %r: Delta %s to %s with engine %s%s",
+            self.name, self.mode, self.path, self.resolved_engine,
+            "" if table is not None else " (table created by the first batch)",
+        )  # fmt: skip
+
+    def write(self, batch: Batch) -> SinkResult:
+        """Append or merge one batch; a batch already in the table is skipped."""
+        engine = self.resolved_engine or self.engine
+        if engine == "spark":
+            from fanout_delta.spark_engine import write_spark
+
+            result = write_spark(self, batch)
+        else:
+            from fanout_delta.rs_engine import write_rs
+
+            result = write_rs(self, batch)
+        if not result.details.get("already_written"):
+            self._maybe_compact(batch.batch_id, engine, batch)
+        return result
+
+    def is_transient(self, error: BaseException) -> bool:
+        """Retry :class:`fanout.TransientSinkError` (delta-rs commit conflicts are
+        translated to it) and Delta's concurrent-modification errors on Spark."""
+        if super().is_transient(error):
+            return True
+        return "ConcurrentAppendException" in str(error) or "ConcurrentModification" in str(
+            error
+        )
+
+    # -- internals -------------------------------------------------------------------
+
+    def _error(self, message: str) -> ConfigurationError:
+        return ConfigurationError(f"Delta sink {self.name!r}: {message}")
+
+    def _check_options(self) -> None:
+        if not self.path:
+            raise self._error("option 'path' is required: set it to the table location")
+        if self.mode not in MODES:
+            raise self._error(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
+        if self.engine not in ENGINES:
+            raise self._error(
+                f"unknown engine {self.engine!r}; valid engines: {', '.join(ENGINES)}"
+            )
+        for option in ("keys", "order_by", "partition_by"):
+            value = getattr(self, option)
+            if value is not None and (
+                not isinstance(value, list)
+                or not value
+                or not all(isinstance(c, str) and c for c in value)
+            ):
+                raise self._error(
+                    f"option {option!r} must be a non-empty list of column names, got {value!r}"
+                )
+        if self.mode == "merge" and not self.keys:
+            raise self._error("mode 'merge' needs option 'keys': the columns to upsert on")
+        if self.mode != "merge" and (self.keys or self.order_by):
+            raise self._error(
+                "options 'keys' and 'order_by' only apply to mode 'merge'; remove them or "
+                "set mode='merge'"
+            )
+        every = self.compact_every
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int)
+                                  or every < 1):  # fmt: skip
+            raise self._error(
+                f"option 'compact_every' must be a positive integer (batches), got {every!r}"
+            )
+        if not isinstance(self.merge_schema, bool):
+            raise self._error(f"option 'merge_schema' must be true or false, got "
+                              f"{self.merge_schema!r}")  # fmt: skip
+
+    def _resolve_engine(self, spark: Any) -> Literal["rs", "spark"]:
+        if self.engine == "rs":
+            return "rs"
+        from fanout_delta.spark_engine import delta_jvm_missing
+
+        missing = delta_jvm_missing(spark)
+        if missing is None:
+            return "spark"
+        if self.engine == "auto":
+            logger.info("sink %r: engine auto uses delta-rs: %s", self.name, missing)
+            return "rs"
+        raise self._error(
+            f"engine 'spark' cannot be used: {missing}. Use engine 'rs' (delta-rs, no jars) "
+            "or 'auto'"
+        )
+
+    def _check_table(self, table: Any) -> None:
+        columns = set(pa_schema(table).names)
+        for option in ("keys", "order_by", "partition_by"):
+            missing = [c for c in getattr(self, option) or [] if c not in columns]
+            if missing:
+                raise self._error(
+                    f"option {option!r} names column(s) {', '.join(map(repr, missing))} not "
+                    f"in the existing table at {self.path!r} "
+                    f"(columns: {', '.join(sorted(columns))})"
+                )
+        existing = list(table.metadata().partition_columns)
+        if self.partition_by is not None and self.partition_by != existing:
+            raise self._error(
+                f"option 'partition_by' is {self.partition_by!r} but the existing table at "
+                f"{self.path!r} is partitioned by {existing!r}; use the table's partitioning "
+                "(or omit the option)"
+            )
+
+    def _maybe_compact(self, batch_id: int, engine: str, batch: Batch) -> None:
+        every = self.compact_every
+        if not every or (batch_id + 1) % every:
+            return
+        try:
+            if engine == "spark":
+                from fanout_delta.spark_engine import compact_spark
+
+                compact_spark(batch.df.sparkSession, self.path)  # type: ignore[arg-type]
+                logger.info("sink %r, batch %d: compacted %s", self.name, batch_id, self.path)
+            else:
+                from fanout_delta.rs_engine import compact_rs
+
+                metrics = compact_rs(self.path, self.storage_options)  # type: ignore[arg-type]
+                logger.info(
+                    "sink %r, batch %d: compacted %s (%s files removed, %s added)",
+                    self.name, batch_id, self.path,
+                    metrics.get("numFilesRemoved"), metrics.get("numFilesAdded"),
+                )  # fmt: skip
+        except Exception:
+            logger.warning(
+                "sink %r, batch %d: compaction of %s failed; the batch is committed, the "
+                "next compaction will retry", self.name, batch_id, self.path, exc_info=True,
+            )  # fmt: skip
+
+
+def pa_schema(table: Any) -> Any:
+    """A delta-rs table's schema as a ``pyarrow.Schema``."""
+    import pyarrow as pa
+
+    return pa.schema(table.schema().to_arrow())
+
+
+def _as_list(value: Any) -> Any:
+    """Accept a single column name where a list is expected (``keys: id`` in YAML).
+
+    Anything that is not a string, list or tuple is kept as given, for :meth:`open` to
+    reject with a message naming the option.
+    """
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return value

@@ -1,0 +1,192 @@
+"""The delta-spark engine of the Delta sink: distributed writes through the Delta JVM
+classes (the ``delta-spark`` jars must be on the Spark classpath).
+
+Idempotence is Delta's own: an append carries the writer options ``txnAppId`` /
+``txnVersion``, a MERGE the session confs ``spark.databricks.delta.write.txnAppId`` /
+``txnVersion``, and Delta skips a commit whose version is not above the recorded one. The
+confs are set on a new session per write, so sinks writing in parallel threads do not
+overwrite each other's confs. ``delta`` (the Python package) is imported lazily.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from fanout import deltaio
+from fanout.errors import SinkWriteError
+from fanout.sink import Batch, SinkResult
+from fanout_delta.rs_engine import merge_predicate, quote
+from fanout_delta.schema import check_batch_schema
+
+if TYPE_CHECKING:
+    from fanout_delta.sink import DeltaSink
+
+logger = logging.getLogger(__name__)
+
+DELTA_CLASS = "io.delta.tables.DeltaTable"
+"""The JVM class whose presence tells that the Delta jars are loaded."""
+
+_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+
+def delta_jvm_missing(spark: Any) -> str | None:
+    """Why the delta-spark engine cannot run in ``spark``, or ``None`` when it can."""
+    if spark is None:
+        return "there is no active SparkSession"
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return "the SparkSession has no JVM gateway (Spark Connect?)"
+    try:
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(DELTA_CLASS, False, loader)
+    except Exception as exc:  # py4j raises Py4JJavaError (ClassNotFoundException) here
+        return (
+            f"the JVM class {DELTA_CLASS} cannot be loaded ({type(exc).__name__}); the "
+            "delta-spark jars are needed on the Spark classpath (spark.jars.packages "
+            "io.delta:delta-spark_<scala>:<version>, or configure_spark_with_delta_pip)"
+        )
+    return None
+
+
+def write_spark(sink: DeltaSink, batch: Batch) -> SinkResult:
+    """Write one batch with delta-spark (append or merge), exactly once per batch id."""
+    path, batch_id, app_id = sink.path, batch.batch_id, batch.txn_app_id
+    assert path is not None  # checked by open()
+    df = batch.df
+    table = _open_with_rs(sink)
+    written = deltaio.transaction_version(table, app_id) if table is not None else None
+    if written is not None and written >= batch_id:
+        return SinkResult(rows=df.count(), details={"already_written": True})
+    if table is not None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        import pyarrow as pa
+
+        check_batch_schema(
+            pa.schema(table.schema().to_arrow()),
+            # Only the types matter here, not the zone: Delta stores timestamps in UTC.
+            to_arrow_schema(df.schema, timezone="UTC"),
+            merge_schema=sink.merge_schema,
+            sink=sink.name,
+            batch_id=batch_id,
+        )
+    details: dict[str, Any] = {"mode": sink.mode, "engine": "spark"}
+    if sink.mode == "append":
+        writer = (
+            df.write.format("delta")
+            .mode("append")
+            .option("txnAppId", app_id)
+            .option("txnVersion", str(batch_id))
+        )
+        if sink.merge_schema:
+            writer = writer.option("mergeSchema", "true")
+        if sink.partition_by:
+            writer = writer.partitionBy(*sink.partition_by)
+        for key, value in (sink.configuration or {}).items():
+            writer = writer.option(key, value)
+        writer.save(path)
+        rows = df.count()
+    else:
+        source = dedupe_spark(df, sink.keys or [], sink.order_by, sink.name, batch_id)
+        rows = _merge(sink, source, app_id, batch_id)
+    return SinkResult(rows=rows, details=details)
+
+
+def _merge(sink: DeltaSink, source: Any, app_id: str, batch_id: int) -> int:
+    from delta.tables import DeltaTable
+
+    session = source.sparkSession.newSession()
+    session.conf.set(_TXN_APP_ID, app_id)
+    session.conf.set(_TXN_VERSION, str(batch_id))
+    if sink.merge_schema:
+        session.conf.set("spark.databricks.delta.schema.autoMerge.enabled", "true")
+    if not DeltaTable.isDeltaTable(session, sink.path):
+        # First batch: create the table with an idempotent append of the source.
+        _append_new(sink, source, app_id, batch_id)
+        return int(source.count())
+    (
+        DeltaTable.forPath(session, sink.path)
+        .alias("t")
+        .merge(source.alias("s"), merge_predicate(sink.keys or []))
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    return int(source.count())
+
+
+def _append_new(sink: DeltaSink, df: Any, app_id: str, batch_id: int) -> None:
+    writer = (
+        df.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", str(batch_id))
+    )
+    if sink.partition_by:
+        writer = writer.partitionBy(*sink.partition_by)
+    for key, value in (sink.configuration or {}).items():
+        writer = writer.option(key, value)
+    writer.save(sink.path)
+
+
+def dedupe_spark(
+    df: Any, keys: Sequence[str], order_by: Sequence[str] | None, sink: str, batch_id: int
+) -> Any:
+    """The Spark counterpart of :func:`fanout_delta.rs_engine.prepare_merge_source`.
+
+    Ties on ``order_by`` are broken by ``monotonically_increasing_id`` (the later row
+    wins), which is stable for a persisted batch.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    key_cols = [F.col(quote(k)) for k in keys]
+    for key in keys:
+        nulls = df.filter(F.col(quote(key)).isNull()).limit(1).count()
+        if nulls:
+            raise SinkWriteError(
+                f"rows have a null in key column {key!r}; a null key cannot be merged. "
+                "Filter or fill those rows in the stream.",
+                sink=sink,
+                batch_id=batch_id,
+            )
+    if not order_by:
+        dup = df.groupBy(*key_cols).count().filter(F.col("count") > 1).limit(1).collect()
+        if dup:
+            key_value = {k: dup[0][i] for i, k in enumerate(keys)}
+            raise SinkWriteError(
+                f"key {key_value} occurs {dup[0]['count']} times in the batch; a MERGE takes "
+                "one row per key. Set order_by to the column(s) whose greatest value wins.",
+                sink=sink,
+                batch_id=batch_id,
+            )
+        return df
+    seq, rank = "__fanout_seq__", "__fanout_rank__"
+    order = [F.col(quote(c)).desc_nulls_last() for c in order_by] + [F.col(seq).desc()]
+    window = Window.partitionBy(*key_cols).orderBy(*order)
+    return (
+        df.withColumn(seq, F.monotonically_increasing_id())
+        .withColumn(rank, F.row_number().over(window))
+        .filter(F.col(rank) == 1)
+        .drop(seq, rank)
+    )
+
+
+def compact_spark(spark: Any, path: str) -> None:
+    """Bin-pack the table's small files with delta-spark's ``OPTIMIZE``."""
+    from delta.tables import DeltaTable
+
+    DeltaTable.forPath(spark, path).optimize().executeCompaction()
+
+
+def _open_with_rs(sink: DeltaSink) -> Any:
+    """The table through delta-rs, for the txn lookup and the schema check; ``None`` when
+    absent or not readable by delta-rs (then Delta's own txn check still applies)."""
+    try:
+        return deltaio.open_table(sink.path, sink.storage_options)  # type: ignore[arg-type]
+    except Exception as exc:
+        logger.debug("sink %r: delta-rs cannot read %s: %s", sink.name, sink.path, exc)
+        return None
