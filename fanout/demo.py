@@ -9,6 +9,7 @@ restarts the query on the same checkpoint, and checks every sink independently o
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -65,6 +66,7 @@ def generate_input(directory: Path, files: int, rows_per_file: int) -> list[dict
     """Write ``files`` JSON-lines files of orders; return every row written."""
     directory.mkdir(parents=True, exist_ok=True)
     rows = []
+    start = time.time() - files
     for f in range(files):
         chunk = [
             {
@@ -74,7 +76,11 @@ def generate_input(directory: Path, files: int, rows_per_file: int) -> list[dict
             }
             for i in range(rows_per_file)
         ]
-        (directory / f"orders-{f:03d}.json").write_text("\n".join(json.dumps(r) for r in chunk))
+        path = directory / f"orders-{f:03d}.json"
+        path.write_text("\n".join(json.dumps(r) for r in chunk))
+        # The file source takes the oldest file first; files written in one clock tick
+        # would tie, and "latest" must see the orders in file order.
+        os.utime(path, (start + f, start + f))
         rows.extend(chunk)
     return rows
 

@@ -37,7 +37,10 @@ def check_checkpoint(ledger: Ledger, info: BatchInfo) -> None:
         )
         return
     if foreign:
-        raise CheckpointResetError(reset_message(info, latest_per_sink(foreign)))
+        # name every sink's last committed batch, also those behind info.batch_id: the
+        # offsets of the sink furthest behind are where a recovery must start from
+        latest = latest_per_sink(ledger.committed_entries(info.pipeline))
+        raise CheckpointResetError(reset_message(info, latest))
 
 
 def latest_per_sink(entries: list[LedgerEntry]) -> dict[str, LedgerEntry]:
@@ -70,9 +73,10 @@ def reset_message(info: BatchInfo, latest: dict[str, LedgerEntry]) -> str:
         "How to proceed:",
         "  1. Restore the original checkpoint directory and restart the query; nothing is "
         "lost or duplicated.",
-        "  2. Or start from a new checkpoint whose source begins right after the offsets "
-        "above (e.g. Kafka startingOffsets), under a new pipeline name so the sinks' "
-        "transaction ids start afresh.",
+        "  2. Or start from a new checkpoint whose source begins right after the offsets of "
+        "the sink furthest behind above (e.g. as Kafka startingOffsets), under a new "
+        "pipeline name so the sinks' transaction ids start afresh; sinks further ahead then "
+        "receive their last batches again.",
         "  `fanout status --ledger <path> --pipeline "
         f"{info.pipeline}` shows the ledger's view.",
     ]

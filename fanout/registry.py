@@ -207,7 +207,7 @@ def load_registry(
         try:
             plugin = ep.load()
         except Exception as exc:
-            registry.load_errors.append(PluginLoadError(ep.name, info.distribution, exc))
+            registry.load_errors.append(_load_error(ep.name, info.distribution, exc))
             continue
         _register(registry, plugin, info)
     for module_name in fallback_modules:
@@ -218,22 +218,51 @@ def load_registry(
         except ModuleNotFoundError as exc:
             if exc.name and module_name.startswith(exc.name):
                 continue  # that built-in is simply not shipped here
-            registry.load_errors.append(PluginLoadError(module_name, None, exc))
+            registry.load_errors.append(_load_error(module_name, None, exc))
             continue
         except Exception as exc:
-            registry.load_errors.append(PluginLoadError(module_name, None, exc))
+            registry.load_errors.append(_load_error(module_name, None, exc))
             continue
         _register(registry, module, PluginInfo(module_name, module_name))
     for plugin in extra_plugins:
         name = getattr(plugin, "__name__", None) or f"{type(plugin).__name__}@{id(plugin):x}"
-        _register(registry, plugin, PluginInfo(name, type(plugin).__module__))
+        module = name if inspect.ismodule(plugin) else type(plugin).__module__
+        _register(registry, plugin, PluginInfo(name, module))
+    _check_hook_names(registry)
     return registry
+
+
+def _check_hook_names(registry: Registry) -> None:
+    """Report implementations of hooks fanout does not define (a misspelt
+    ``fanout_sink_type`` would otherwise register silently and provide nothing)."""
+    for hook_name, hook in vars(registry.manager.hook).items():
+        if getattr(hook, "spec", None) is not None:
+            continue
+        for impl in hook.get_hookimpls():
+            if impl.optionalhook:
+                continue
+            info = registry.plugins.get(impl.plugin_name)
+            cause = pluggy.PluginValidationError(
+                impl.plugin, f"unknown hook {hook_name!r}; fanout's hooks are "
+                + ", ".join(sorted(n for n in dir(hookspecs) if n.startswith("fanout_")))
+            )
+            registry.load_errors.append(
+                _load_error(impl.plugin_name, info.distribution if info else None, cause)
+            )
 
 
 def _register(registry: Registry, plugin: object, info: PluginInfo) -> None:
     try:
         registry.manager.register(plugin, name=info.name)
     except (ValueError, pluggy.PluginValidationError) as exc:
-        registry.load_errors.append(PluginLoadError(info.name, info.distribution, exc))
+        registry.load_errors.append(_load_error(info.name, info.distribution, exc))
         return
     registry.plugins[info.name] = info
+
+
+def _load_error(name: str, distribution: str | None, cause: BaseException) -> PluginLoadError:
+    """A load error chained to its cause, as ``raise ... from cause`` would (it is raised
+    later, by :meth:`Registry.raise_load_errors`, outside the ``except`` block)."""
+    error = PluginLoadError(name, distribution, cause)
+    error.__cause__ = cause
+    return error

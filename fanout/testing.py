@@ -20,28 +20,36 @@ from fanout.sink import Batch, BatchInfo, Guarantee, Reads, Sink, SinkContext, S
 
 class ArrowFrame:
     """A stand-in for a Spark DataFrame holding an Arrow table (``toArrow``, ``persist``,
-    ``unpersist``), counting how often each is called."""
+    ``unpersist``, ``count``), counting calls thread-safely (sinks run in parallel)."""
 
     def __init__(self, table: Any) -> None:
         self.table = table
         self.to_arrow_calls = 0
         self.persist_calls = 0
         self.unpersist_calls = 0
+        self._lock = threading.Lock()
 
     def toArrow(self) -> Any:  # noqa: N802 - Spark's name
         """The Arrow table."""
-        self.to_arrow_calls += 1
+        with self._lock:
+            self.to_arrow_calls += 1
         return self.table
 
     def persist(self) -> ArrowFrame:
         """Count the call; nothing to cache."""
-        self.persist_calls += 1
+        with self._lock:
+            self.persist_calls += 1
         return self
 
     def unpersist(self) -> ArrowFrame:
         """Count the call."""
-        self.unpersist_calls += 1
+        with self._lock:
+            self.unpersist_calls += 1
         return self
+
+    def count(self) -> int:
+        """The number of rows."""
+        return int(self.table.num_rows)
 
 
 def make_batch(

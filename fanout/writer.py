@@ -121,8 +121,20 @@ class SinkRunner:
         )
 
     def _mark(self, attempt: int, started: datetime, duration_s: float, result: SinkResult) -> None:
+        """Write the ledger mark, retrying like the sink: a lost mark costs a rewrite."""
         entry = replace(self._entry("committed", attempt, started, duration_s), rows=result.rows)
-        self.ledger.mark_committed(entry)
+        for try_number in range(1, self.retry.retries + 2):
+            try:
+                self.ledger.mark_committed(entry)
+                return
+            except Exception as exc:
+                if try_number > self.retry.retries:
+                    raise
+                log.warning(
+                    "pipeline %s, batch %s, sink %s: ledger mark failed (%s); retrying",
+                    entry.pipeline, entry.batch_id, entry.sink, exc,
+                )
+                time.sleep(self.retry.delay(try_number))
 
     def _failed(
         self, attempt: int, started: datetime, clock: float, error: BaseException, will_retry: bool
