@@ -5,6 +5,8 @@ The public API is what ``__all__`` lists; everything else is importable but not 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fanout.errors import (
     CheckpointResetError,
     ConfigurationError,
@@ -23,6 +25,9 @@ from fanout.errors import (
 from fanout.hookspecs import hookimpl
 from fanout.sink import Batch, BatchInfo, Guarantee, Sink, SinkContext, SinkResult
 from fanout.version import __version__
+
+if TYPE_CHECKING:
+    from fanout.dispatcher import FanOut
 
 
 def __getattr__(name: str) -> object:

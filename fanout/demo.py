@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fanout.errors import ConfigurationError
 from fanout.hookspecs import hookimpl
 from fanout.sink import BatchInfo, SinkResult
 from fanout.status import format_table
@@ -151,6 +152,13 @@ def check_sinks(workdir: Path, rows: list[dict[str, Any]]) -> list[list[Any]]:
 
 def run_demo(workdir: str | None = None, rows_per_file: int = 500, files: int = 6) -> int:
     """Run the demo; return 0 when every sink holds exactly the expected rows."""
+    if files < FAILING_BATCH + 2:
+        raise ConfigurationError(
+            f"--batches must be at least {FAILING_BATCH + 2}: the demo fails batch "
+            f"{FAILING_BATCH} and shows the batches after it"
+        )
+    if rows_per_file < 1:
+        raise ConfigurationError("--rows must be at least 1")
     from fanout.ledger import DeltaLedger
     from fanout.spark import local_session
     from fanout.status import render, summarize

@@ -81,6 +81,7 @@ def fanout_batch_start(info: BatchInfo, pending: Sequence[str], skipped: Sequenc
 def fanout_sink_start(info: BatchInfo, sink: str, attempt: int) -> None:
     """Called in the sink's thread just before each attempt of ``sink.write``.
 
+    :param info: the batch: pipeline, batch id, query id and source offsets.
     :param sink: the sink name.
     :param attempt: 1 for the first attempt, 2 for the first retry, ...
     """
@@ -92,6 +93,8 @@ def fanout_sink_error(
 ) -> None:
     """Called in the sink's thread when an attempt of ``sink.write`` raised.
 
+    :param info: the batch: pipeline, batch id, query id and source offsets.
+    :param sink: the sink name.
     :param error: the exception the sink raised.
     :param attempt: the attempt that failed.
     :param will_retry: True when the error is transient and retries remain.
@@ -106,6 +109,8 @@ def fanout_sink_done(info: BatchInfo, sink: str, result: SinkResult, duration_s:
     A crash here leaves the batch written but unmarked: the sink is called again on replay
     and must be idempotent. (Tests kill the process here to prove it is.)
 
+    :param info: the batch: pipeline, batch id, query id and source offsets.
+    :param sink: the sink name.
     :param result: what the sink reported (rows and details).
     :param duration_s: wall time of the successful attempt.
     """
@@ -116,6 +121,7 @@ def fanout_batch_end(info: BatchInfo, results: Mapping[str, SinkResult]) -> None
     """Called when every pending sink wrote and marked the batch, before ``FanOut``
     returns to Spark (so before Spark writes ``commits/<batch_id>``).
 
+    :param info: the batch: pipeline, batch id, query id and source offsets.
     :param results: the result of each sink written in this call (skipped sinks absent).
     """
 
@@ -127,6 +133,7 @@ def fanout_batch_failed(
     """Called when one or more sinks failed the batch after their retries, just before
     ``FanOutError`` is raised to Spark.
 
+    :param info: the batch: pipeline, batch id, query id and source offsets.
     :param failures: the final error of each failed sink.
     :param results: the sinks that did commit the batch in this call.
     """

@@ -1,0 +1,25 @@
+"""Integration fixtures: one local SparkSession per test process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A local SparkSession shared by every integration test of this process."""
+    from fanout.spark import local_session
+
+    session = local_session("fanout-tests")
+    yield session
+    session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark everything under tests/integration as integration."""
+    for item in items:
+        if "tests/integration" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)

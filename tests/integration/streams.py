@@ -1,0 +1,74 @@
+"""Input generation, stream running and independent reads shared by the integration
+tests and the subprocess driver (no fanout code is used to check results)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "order_id LONG, customer STRING, amount DOUBLE, status STRING"
+STATUSES = ("new", "paid", "shipped")
+EPOCH = 1_700_000_000  # input file n is modified at EPOCH + n seconds
+
+
+def order(order_id: int) -> dict[str, Any]:
+    """The deterministic order row with this id."""
+    return {
+        "order_id": order_id,
+        "customer": f"c{order_id % 7}",
+        "amount": float(order_id % 100) + 0.5,
+        "status": STATUSES[order_id % 3],
+    }
+
+
+def write_input(directory: Path, files: int, rows_per_file: int, start_file: int = 0) -> list[dict[str, Any]]:
+    """Write JSON-lines files ``orders-<n>.json``; file n becomes micro-batch n.
+
+    The file source takes files oldest first and files written within one clock tick tie,
+    so each file gets its own modification time, one second after the previous one.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for f in range(start_file, start_file + files):
+        chunk = [order(f * rows_per_file + i) for i in range(rows_per_file)]
+        path = directory / f"orders-{f:04d}.json"
+        path.write_text("\n".join(json.dumps(r) for r in chunk) + "\n")
+        os.utime(path, (EPOCH + f, EPOCH + f))
+        rows.extend(chunk)
+    return rows
+
+
+def run_stream(spark: Any, input_dir: Path, fan: Any, checkpoint: Path) -> None:
+    """Run the file stream through ``fan`` until the input is consumed (one file per
+    batch); raises the query's exception when it fails."""
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(input_dir))
+    query = (
+        stream.writeStream.foreachBatch(fan)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
+def delta_rows(path: Path) -> list[dict[str, Any]]:
+    """Every row of a Delta table, read with delta-rs."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+
+
+def id_counts(rows: list[dict[str, Any]]) -> Counter[int]:
+    """How often each order id occurs."""
+    return Counter(r["order_id"] for r in rows)
+
+
+def committed_marks(ledger: Path, pipeline: str) -> Counter[tuple[str, int]]:
+    """How many committed ledger rows each (sink, batch) has."""
+    rows = delta_rows(ledger)
+    return Counter(
+        (r["sink"], r["batch_id"]) for r in rows if r["pipeline"] == pipeline and r["status"] == "committed"
+    )

@@ -1,0 +1,122 @@
+"""Fakes shared by the unit tests (imported by conftest.py and the test modules).
+
+They live in a module of their own, not in conftest.py, so that ``from tests.unit.fakes import ...``
+cannot pick up another directory's ``conftest`` module.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from fanout import Batch, Sink, SinkResult
+from fanout.ledger import LedgerEntry
+from fanout.testing import ArrowFrame
+
+
+class FakeFrame(ArrowFrame):
+    """A :class:`fanout.testing.ArrowFrame` with a default three-row table."""
+
+    def __init__(self, table: pa.Table | None = None) -> None:
+        super().__init__(table if table is not None else pa.table({"id": [1, 2, 3]}))
+
+
+class RecordingSink(Sink):
+    """A sink recording every call of ``write`` as ``(batch_id, attempt)``.
+
+    :param fail: errors to raise, one per attempt, before succeeding (an exception
+        *class* or instance; a callable ``(batch) -> exception`` also works).
+    :param always_fail: raise this on every attempt.
+    :param reads: ``"dataframe"`` or ``"arrow"``.
+    :param returns: what ``write`` returns (default: the batch's row count).
+    :param on_write: called with the batch inside ``write`` (for timing tests).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        fail: list[BaseException] | None = None,
+        always_fail: BaseException | None = None,
+        reads: str = "dataframe",
+        returns: Any = None,
+        on_write: Callable[[Batch], None] | None = None,
+        transient: tuple[type[BaseException], ...] | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.fail = list(fail or [])
+        self.always_fail = always_fail
+        self._reads = reads
+        self.returns = returns
+        self.on_write = on_write
+        self.transient = transient
+        self.calls: list[tuple[int, int]] = []
+        self.batches: list[Batch] = []
+        self.arrow_tables: list[pa.Table] = []
+        self.opened = 0
+        self.closed = 0
+
+    @property
+    def reads(self) -> str:  # type: ignore[override]
+        return self._reads
+
+    def open(self, context: Any) -> None:
+        self.opened += 1
+
+    def close(self) -> None:
+        self.closed += 1
+
+    def is_transient(self, error: BaseException) -> bool:
+        if self.transient is not None:
+            return isinstance(error, self.transient)
+        return super().is_transient(error)
+
+    def write(self, batch: Batch) -> int | SinkResult:
+        self.calls.append((batch.batch_id, batch.attempt))
+        self.batches.append(batch)
+        if self.on_write is not None:
+            self.on_write(batch)
+        if self.always_fail is not None:
+            raise self.always_fail
+        if self.fail:
+            raise self.fail.pop(0)
+        if self._reads == "arrow":
+            table = batch.arrow()
+            self.arrow_tables.append(table)
+            rows = table.num_rows
+        else:
+            rows = batch.df.count()
+        return rows if self.returns is None else self.returns
+
+
+class ConcurrencyProbe:
+    """Counts how many writes run at once (each write sleeps ``hold_s``)."""
+
+    def __init__(self, hold_s: float = 0.1) -> None:
+        self.hold_s = hold_s
+        self.current = 0
+        self.max_seen = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, batch: Batch) -> None:
+        with self._lock:
+            self.current += 1
+            self.max_seen = max(self.max_seen, self.current)
+        try:
+            time.sleep(self.hold_s)
+        finally:
+            with self._lock:
+                self.current -= 1
+
+
+def committed(
+    pipeline: str, sink: str, batch_id: int, query_id: str | None = "q-1", **kw: Any
+) -> LedgerEntry:
+    """A committed ledger entry."""
+    return LedgerEntry(
+        pipeline=pipeline, sink=sink, batch_id=batch_id, status="committed", query_id=query_id, **kw
+    )

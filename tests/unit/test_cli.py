@@ -1,0 +1,79 @@
+"""The ``fanout`` command on a real (delta-rs) ledger; no Spark needed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fanout.cli import main
+from fanout.ledger import DeltaLedger, LedgerEntry, now_utc
+from fanout.sink import txn_app_id
+
+
+def _ledger(path: Path) -> DeltaLedger:
+    ledger = DeltaLedger(str(path))
+    ledger.open()
+    for batch in range(3):
+        for sink, rows in (("bronze", 10), ("latest", 4)):
+            ledger.mark_committed(
+                LedgerEntry(
+                    "orders", sink, batch, "committed", query_id="q1", rows=rows + batch,
+                    finished_at=now_utc(),
+                )
+            )
+    ledger.record_failure(
+        LedgerEntry("orders", "latest", 3, "failed", query_id="q1", error="SinkWriteError: boom")
+    )
+    ledger.mark_committed(LedgerEntry("other", "x", 0, "committed", query_id="q2", rows=1))
+    return ledger
+
+
+def test_plugins_lists_the_delta_sink_with_its_distribution(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plugins", "--json"]) == 0
+    listed = {p["type"]: p for p in json.loads(capsys.readouterr().out)}
+    assert listed["delta"]["distribution"] == "fanout-delta"
+    assert listed["delta"]["guarantee"] == "transactional"
+    assert listed["delta"]["version"] == "0.1.0"
+
+
+def test_status_per_sink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _ledger(tmp_path / "ledger")
+    assert main(["status", "--ledger", str(tmp_path / "ledger"), "--pipeline", "orders", "--json"]) == 0
+    status = {s["sink"]: s for s in json.loads(capsys.readouterr().out)}
+    assert sorted(status) == ["bronze", "latest"]
+    assert status["bronze"]["last_committed_batch"] == 2
+    assert status["bronze"]["last_batch_rows"] == 12
+    assert status["bronze"]["rows_total"] == 10 + 11 + 12
+    assert status["bronze"]["failed_attempts"] == 0
+    assert status["latest"]["failed_attempts"] == 1
+    assert status["latest"]["last_error"] == "SinkWriteError: boom"
+    assert status["latest"]["last_commit_at"] is not None
+
+    assert main(["status", "--ledger", str(tmp_path / "ledger")]) == 0
+    table = capsys.readouterr().out
+    assert "orders    bronze  2" in table and "other     x       0" in table
+
+
+def test_status_of_a_missing_ledger_fails_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--ledger", str(tmp_path / "nowhere")]) == 1
+    assert "no ledger at" in capsys.readouterr().err
+
+
+def test_ledger_maintain_compacts_and_keeps_lookups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _ledger(tmp_path / "ledger")
+    assert main(["ledger", "maintain", "--ledger", str(tmp_path / "ledger"), "--retention-hours", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "compacted" in out and "log checkpoint written" in out
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(tmp_path / "ledger"))
+    assert len(table.file_uris()) == 2  # one file per pipeline partition
+    assert table.transaction_version(txn_app_id("orders", "bronze")) == 2
+
+
+def test_configuration_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--batches", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "configuration error: --batches must be at least 5" in err

@@ -1,0 +1,64 @@
+"""Step 1 of a batch: the checkpoint's ``offsets/N`` file and the batch context."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fanout.context import ContextReader, parse_offset_file, query_id_of
+from fanout.sink import BatchInfo
+
+# As Spark writes offsets/<N>: a version line, the batch metadata, one line per source
+# (a Kafka source, a source without an offset yet, a file source).
+OFFSETS = (
+    "v1\n"
+    '{"batchWatermarkMs":0,"batchTimestampMs":1732166400000,"conf":{'
+    '"spark.sql.streaming.stateStore.providerClass":"org.apache.spark.sql.execution.streaming.'
+    'state.HDFSBackedStateStoreProvider","spark.sql.shuffle.partitions":"200"}}\n'
+    '{"topic":{"0":42}}\n'
+    "-\n"
+    '{"logOffset":7}'
+)
+
+
+def test_parse_offset_file() -> None:
+    assert parse_offset_file(OFFSETS) == [{"topic": {"0": 42}}, None, {"logOffset": 7}]
+
+
+def test_parse_offset_file_two_sources_multi_partition() -> None:
+    text = 'v1\n{"batchWatermarkMs":0}\n{"orders":{"1":17,"0":42},"refunds":{"0":3}}\n-\n'
+    parsed = parse_offset_file(text)
+    assert parsed == [{"orders": {"0": 42, "1": 17}, "refunds": {"0": 3}}, None]
+    # round-trips to the JSON the ledger stores
+    assert json.loads(json.dumps(parsed)) == parsed
+
+
+def test_parse_offset_file_without_sources() -> None:
+    assert parse_offset_file('v1\n{"batchWatermarkMs":0}\n') == []
+
+
+@pytest.mark.parametrize("text", ["", "garbage", '{"topic":{"0":42}}\n-', "\nv1\n{}"])
+def test_parse_offset_file_rejects_garbage(text: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        parse_offset_file(text)
+    assert str(raised.value) == "not a Spark offset log file (no version line)"
+
+
+def test_parse_offset_file_rejects_bad_json() -> None:
+    with pytest.raises(json.JSONDecodeError):
+        parse_offset_file("v1\n{}\n{not json")
+
+
+class NotSpark:
+    """A DataFrame-like object without a Spark session."""
+
+
+def test_context_reader_outside_spark(caplog: pytest.LogCaptureFixture) -> None:
+    reader = ContextReader("orders")
+    assert query_id_of(NotSpark()) is None
+    assert reader.read(NotSpark(), 3) == BatchInfo("orders", 3, None, None)
+    assert reader.read(NotSpark(), 4) == BatchInfo("orders", 4, None, None)
+    warnings = [r for r in caplog.records if "cannot read source offsets" in r.getMessage()]
+    assert len(warnings) == 1  # warned once, not per batch
+    assert "checkpoint location unknown" in warnings[0].getMessage()

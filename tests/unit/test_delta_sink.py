@@ -1,0 +1,465 @@
+"""The Delta sink with the delta-rs engine: no Spark, no JVM.
+
+Batches are built around a fake DataFrame whose ``toArrow()`` returns a fixed table, so
+every assertion is on exact ids, values, row counts and transaction versions.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from fanout.errors import ConfigurationError, SchemaMismatchError, SinkWriteError
+from fanout.sink import Batch, BatchInfo, SinkContext, SinkResult, txn_app_id
+from fanout_delta import DeltaSink
+from fanout_delta.plugin import fanout_sink_types
+
+APP_ID = txn_app_id("p", "s")
+
+
+class FakeFrame:
+    """Stands in for a Spark batch DataFrame: only ``toArrow()`` is used by engine rs."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+        self.conversions = 0
+
+    def toArrow(self) -> pa.Table:  # noqa: N802 (Spark's name)
+        self.conversions += 1
+        return self.table
+
+
+def make_batch(data: dict | pa.Table, batch_id: int) -> Batch:
+    table = data if isinstance(data, pa.Table) else pa.table(data)
+    return Batch(
+        df=FakeFrame(table),
+        info=BatchInfo(pipeline="p", batch_id=batch_id),
+        sink_name="s",
+        txn_app_id=APP_ID,
+    )
+
+
+def opened(path: Path | str | None, **options) -> DeltaSink:
+    sink = DeltaSink(name="s", path=str(path) if path is not None else None, **options)
+    sink.open(SinkContext(pipeline="p"))
+    return sink
+
+
+def rows(path: Path, sort: str = "id") -> list[dict]:
+    return DeltaTable(str(path)).to_pyarrow_table().sort_by(sort).to_pylist()
+
+
+def ids(n: int, start: int = 0) -> pa.Array:
+    return pa.array(range(start, start + n), pa.int64())
+
+
+# -- plugin and options -------------------------------------------------------------------
+
+
+def test_plugin_provides_the_delta_type_and_sink_is_transactional():
+    assert fanout_sink_types() == {"delta": DeltaSink}
+    assert DeltaSink.guarantee == "transactional"
+    assert DeltaSink("s", path="/x").reads == "arrow"
+    assert DeltaSink("s", path="/x", engine="spark").reads == "dataframe"
+
+
+def test_unknown_option_is_a_type_error():
+    with pytest.raises(TypeError):
+        DeltaSink(name="s", path="/x", pathh="/y")
+
+
+def test_sink_pickles_after_open(tmp_path):
+    sink = opened(tmp_path / "t", mode="merge", keys=["id"])
+    clone = pickle.loads(pickle.dumps(sink))
+    assert (clone.path, clone.keys, clone.resolved_engine) == (sink.path, ["id"], "rs")
+
+
+@pytest.mark.parametrize(
+    ("options", "fragments"),
+    [
+        ({"path": None}, ["'s'", "'path' is required"]),
+        ({"mode": "upsert"}, ["unknown mode 'upsert'", "append, merge"]),
+        ({"mode": "merge"}, ["'merge' needs option 'keys'"]),
+        ({"mode": "merge", "keys": []}, ["'keys' must be a non-empty list"]),
+        ({"mode": "merge", "keys": ["id", 3]}, ["'keys' must be a non-empty list"]),
+        ({"mode": "merge", "keys": ["id"], "order_by": []}, ["'order_by' must be"]),
+        ({"keys": ["id"]}, ["only apply to mode 'merge'"]),
+        ({"engine": "jvm"}, ["unknown engine 'jvm'", "rs, spark, auto"]),
+        ({"compact_every": 0}, ["'compact_every' must be a positive integer", "0"]),
+        ({"compact_every": "2"}, ["'compact_every' must be a positive integer"]),
+        ({"engine": "spark"}, ["engine 'spark' cannot be used", "no active SparkSession"]),
+    ],
+)
+def test_open_rejects_bad_options(tmp_path, options, fragments):
+    options = {"path": str(tmp_path / "t"), **options}
+    sink = DeltaSink(name="s", **options)
+    with pytest.raises(ConfigurationError) as info:
+        sink.open(SinkContext(pipeline="p"))
+    message = str(info.value)
+    assert "Delta sink 's'" in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+class NoDeltaJvm:
+    """A SparkSession stand-in whose JVM cannot load the Delta classes."""
+
+    class _Jvm:
+        class java:  # noqa: N801
+            class lang:  # noqa: N801
+                class Thread:
+                    @staticmethod
+                    def currentThread():
+                        class T:
+                            def getContextClassLoader(self):
+                                return None
+
+                        return T()
+
+                class Class:
+                    @staticmethod
+                    def forName(name, *args):
+                        raise RuntimeError(f"java.lang.ClassNotFoundException: {name}")
+
+    _jvm = _Jvm()
+
+
+def test_engine_spark_without_delta_jars_fails_at_open_and_auto_falls_back(tmp_path):
+    sink = DeltaSink(name="s", path=str(tmp_path / "t"), engine="spark")
+    with pytest.raises(ConfigurationError, match="io.delta.tables.DeltaTable cannot be loaded"):
+        sink.open(SinkContext(pipeline="p", spark=NoDeltaJvm()))
+    auto = DeltaSink(name="s", path=str(tmp_path / "t"), engine="auto")
+    auto.open(SinkContext(pipeline="p", spark=NoDeltaJvm()))
+    assert (auto.resolved_engine, auto.reads) == ("rs", "arrow")
+
+
+def test_open_checks_columns_and_partitioning_of_an_existing_table(tmp_path):
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": ids(2), "day": ["a", "b"]}), partition_by=["day"])
+    with pytest.raises(ConfigurationError, match=r"'keys' names column\(s\) 'key'.*: day, id"):
+        opened(path, mode="merge", keys=["key"])
+    with pytest.raises(ConfigurationError, match=r"'order_by' names column\(s\) 'ts'"):
+        opened(path, mode="merge", keys=["id"], order_by=["ts"])
+    with pytest.raises(ConfigurationError, match=r"partitioned by \['day'\]"):
+        opened(path, partition_by=["id"])
+    assert opened(path, mode="merge", keys=["id"], partition_by=["day"]).resolved_engine == "rs"
+
+
+# -- append ---------------------------------------------------------------------------------
+
+
+def test_append_writes_rows_and_records_the_transaction(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path)
+    result = sink.write(make_batch({"id": ids(3), "v": ["a", "b", "c"]}, batch_id=0))
+    assert result.rows == 3
+    assert result.details["mode"] == "append"
+    assert result.details["version"] == 0
+    assert rows(path) == [{"id": 0, "v": "a"}, {"id": 1, "v": "b"}, {"id": 2, "v": "c"}]
+    assert DeltaTable(str(path)).transaction_version(APP_ID) == 0
+
+    sink.write(make_batch({"id": ids(2, 3), "v": ["d", "e"]}, batch_id=1))
+    assert [r["id"] for r in rows(path)] == [0, 1, 2, 3, 4]
+    assert DeltaTable(str(path)).transaction_version(APP_ID) == 1
+
+
+def test_append_replay_writes_one_copy(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path)
+    first = sink.write(make_batch({"id": ids(3)}, batch_id=4))
+    again = sink.write(make_batch({"id": ids(3)}, batch_id=4))
+    older = sink.write(make_batch({"id": ids(3)}, batch_id=2))
+    assert "already_written" not in first.details
+    assert again == SinkResult(rows=3, details={"already_written": True})
+    assert older.details == {"already_written": True}
+    assert [r["id"] for r in rows(path)] == [0, 1, 2]
+    assert DeltaTable(str(path)).version() == 0
+    assert DeltaTable(str(path)).transaction_version(APP_ID) == 4
+
+
+def test_replay_of_batch_zero_is_skipped(tmp_path):
+    # Version 0 is a valid recorded version (a falsy value must not read as "nothing").
+    path = tmp_path / "t"
+    sink = opened(path)
+    sink.write(make_batch({"id": ids(2)}, batch_id=0))
+    assert sink.write(make_batch({"id": ids(2)}, batch_id=0)).details == {"already_written": True}
+    assert len(rows(path)) == 2
+
+
+def test_empty_batch_commits_nothing(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path)
+    sink.write(make_batch({"id": ids(1)}, batch_id=0))
+    result = sink.write(make_batch(pa.table({"id": pa.array([], pa.int64())}), batch_id=1))
+    assert result == SinkResult(rows=0, details={"empty": True, "mode": "append"})
+    assert DeltaTable(str(path)).version() == 0
+    assert DeltaTable(str(path)).transaction_version(APP_ID) == 0
+
+
+def test_append_fills_columns_missing_from_the_batch_with_nulls(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path)
+    sink.write(make_batch({"id": ids(1), "v": ["a"]}, batch_id=0))
+    sink.write(make_batch({"id": ids(1, 1)}, batch_id=1))
+    assert rows(path) == [{"id": 0, "v": "a"}, {"id": 1, "v": None}]
+
+
+def test_partition_by_creates_partition_columns(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path, partition_by=["day"])
+    sink.write(make_batch({"id": ids(3), "day": ["d1", "d2", "d1"]}, batch_id=0))
+    table = DeltaTable(str(path))
+    assert table.metadata().partition_columns == ["day"]
+    assert sorted(p.parent.name for p in path.rglob("*.parquet")) == ["day=d1", "day=d2"]
+    assert [r["day"] for r in rows(path)] == ["d1", "d2", "d1"]
+
+
+def test_configuration_is_set_on_create(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path, configuration={"delta.appendOnly": "true"})
+    sink.write(make_batch({"id": ids(1)}, batch_id=0))
+    assert DeltaTable(str(path)).metadata().configuration["delta.appendOnly"] == "true"
+
+
+def test_compact_every_two_batches_adds_optimize_commits(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path, compact_every=2)
+    for batch_id in range(4):
+        sink.write(make_batch({"id": ids(1, batch_id)}, batch_id=batch_id))
+    operations = [h["operation"] for h in reversed(DeltaTable(str(path)).history())]
+    assert operations == ["WRITE", "WRITE", "OPTIMIZE", "WRITE", "WRITE", "OPTIMIZE"]
+    assert [r["id"] for r in rows(path)] == [0, 1, 2, 3]
+    assert DeltaTable(str(path)).transaction_version(APP_ID) == 3
+
+
+def test_failed_compaction_is_logged_not_raised(tmp_path, monkeypatch, caplog):
+    import fanout_delta.rs_engine as rs_engine
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(rs_engine, "compact_rs", broken)
+    sink = opened(tmp_path / "t", compact_every=1)
+    with caplog.at_level(logging.WARNING, logger="fanout_delta.sink"):
+        result = sink.write(make_batch({"id": ids(1)}, batch_id=0))
+    assert result.rows == 1
+    assert "compaction of" in caplog.text and "disk full" in caplog.text
+
+
+# -- merge ----------------------------------------------------------------------------------
+
+
+def test_merge_inserts_and_updates_exact_values(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path, mode="merge", keys=["id"])
+    sink.write(make_batch({"id": ids(3), "v": ["a", "b", "c"]}, batch_id=0))
+    result = sink.write(
+        make_batch({"id": pa.array([1, 5], pa.int64()), "v": ["B", "f"]}, batch_id=1)
+    )
+    assert result.rows == 2
+    assert (result.details["inserted"], result.details["updated"]) == (1, 1)
+    assert rows(path) == [
+        {"id": 0, "v": "a"},
+        {"id": 1, "v": "B"},
+        {"id": 2, "v": "c"},
+        {"id": 5, "v": "f"},
+    ]
+    assert DeltaTable(str(path)).transaction_version(APP_ID) == 1
+
+
+def test_merge_replay_is_a_no_op(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path, mode="merge", keys=["id"])
+    sink.write(make_batch({"id": ids(2), "v": ["a", "b"]}, batch_id=0))
+    sink.write(make_batch({"id": ids(1), "v": ["A"]}, batch_id=1))
+    version = DeltaTable(str(path)).version()
+    # A replay of batch 1 carrying other values would overwrite them if it were written.
+    result = sink.write(make_batch({"id": ids(1), "v": ["X"]}, batch_id=1))
+    assert result.details == {"already_written": True}
+    assert DeltaTable(str(path)).version() == version
+    assert rows(path) == [{"id": 0, "v": "A"}, {"id": 1, "v": "b"}]
+
+
+def test_merge_with_composite_and_odd_key_names(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path, mode="merge", keys=["tenant id", "k-1"])
+    sink.write(make_batch({"tenant id": [1, 1], "k-1": ["a", "b"], "v": [1, 2]}, batch_id=0))
+    sink.write(make_batch({"tenant id": [1, 2], "k-1": ["b", "b"], "v": [20, 30]}, batch_id=1))
+    got = DeltaTable(str(path)).to_pyarrow_table().sort_by([("tenant id", "ascending"),
+                                                            ("k-1", "ascending")])  # fmt: skip
+    assert got.to_pylist() == [
+        {"tenant id": 1, "k-1": "a", "v": 1},
+        {"tenant id": 1, "k-1": "b", "v": 20},
+        {"tenant id": 2, "k-1": "b", "v": 30},
+    ]
+
+
+def test_merge_dedupes_by_order_by_greatest_wins(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path, mode="merge", keys=["id"], order_by=["seq"])
+    batch = make_batch(
+        {
+            "id": pa.array([1, 2, 1, 1, 2, 3, 3], pa.int64()),
+            "seq": pa.array([5, 1, 9, 2, None, 4, 4], pa.int64()),
+            "v": ["1@5", "2@1", "1@9", "1@2", "2@null", "3@4-first", "3@4-last"],
+        },
+        batch_id=0,
+    )
+    result = sink.write(batch)
+    assert result.rows == 3
+    assert rows(path) == [
+        {"id": 1, "seq": 9, "v": "1@9"},
+        {"id": 2, "seq": 1, "v": "2@1"},
+        {"id": 3, "seq": 4, "v": "3@4-last"},
+    ]
+    # Same through an existing table (MERGE rather than create).
+    sink.write(make_batch({"id": pa.array([1, 1], pa.int64()), "seq": pa.array([11, 10],
+                           pa.int64()), "v": ["1@11", "1@10"]}, batch_id=1))  # fmt: skip
+    assert rows(path)[0] == {"id": 1, "seq": 11, "v": "1@11"}
+
+
+def test_merge_duplicate_keys_without_order_by_fail_naming_the_key(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path, mode="merge", keys=["id"])
+    batch = make_batch({"id": pa.array([1, 7, 7], pa.int64()), "v": ["a", "b", "c"]}, 3)
+    with pytest.raises(SinkWriteError) as info:
+        sink.write(batch)
+    message = str(info.value)
+    assert (info.value.sink, info.value.batch_id) == ("s", 3)
+    assert "{'id': 7}" in message and "order_by" in message and "batch 3" in message
+    assert not path.exists()
+
+
+def test_merge_null_key_fails_naming_the_column(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path, mode="merge", keys=["id", "region"])
+    batch = make_batch({"id": pa.array([1, 2], pa.int64()), "region": ["eu", None]}, 2)
+    with pytest.raises(SinkWriteError) as info:
+        sink.write(batch)
+    assert (info.value.sink, info.value.batch_id) == ("s", 2)
+    assert "key column 'region'" in str(info.value) and "1 row(s)" in str(info.value)
+
+
+def test_merge_keeps_target_values_of_columns_missing_from_the_batch(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path, mode="merge", keys=["id"])
+    sink.write(make_batch({"id": ids(1), "v": ["a"], "w": [1]}, batch_id=0))
+    sink.write(make_batch({"id": ids(1), "w": [2]}, batch_id=1))
+    assert rows(path) == [{"id": 0, "v": "a", "w": 2}]
+
+
+# -- schema -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_type_conflict_is_a_schema_mismatch(tmp_path, mode):
+    path = tmp_path / "t"
+    options = {"mode": mode, "keys": ["id"]} if mode == "merge" else {}
+    sink = opened(path, **options)
+    sink.write(make_batch({"id": ids(1), "amount": pa.array([1], pa.int64())}, batch_id=0))
+    bad = make_batch({"id": ids(1, 1), "amount": pa.array([2.5], pa.float64())}, batch_id=1)
+    with pytest.raises(SchemaMismatchError) as info:
+        sink.write(bad)
+    error = info.value
+    assert error.columns == ["amount"]
+    assert (error.sink, error.batch_id) == ("s", 1)
+    message = str(error)
+    assert "sink 's', batch 1" in message
+    assert "'amount' (table int64, batch double)" in message
+    assert DeltaTable(str(path)).version() == 0
+
+
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_extra_column_without_merge_schema_is_a_schema_mismatch(tmp_path, mode):
+    path = tmp_path / "t"
+    options = {"mode": mode, "keys": ["id"]} if mode == "merge" else {}
+    sink = opened(path, **options)
+    sink.write(make_batch({"id": ids(1)}, batch_id=0))
+    with pytest.raises(SchemaMismatchError) as info:
+        sink.write(make_batch({"id": ids(1, 1), "extra": ["x"], "Id": [1]}, batch_id=1))
+    assert info.value.columns == ["extra", "Id"]
+    message = str(info.value)
+    assert "sink 's', batch 1" in message and "'extra'" in message and "merge_schema" in message
+    assert "the table has 'id'" in message
+    assert DeltaTable(str(path)).version() == 0
+
+
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_merge_schema_accepts_an_extra_column(tmp_path, mode):
+    path = tmp_path / "t"
+    options = {"mode": mode, "keys": ["id"]} if mode == "merge" else {}
+    sink = opened(path, merge_schema=True, **options)
+    sink.write(make_batch({"id": ids(1)}, batch_id=0))
+    sink.write(make_batch({"id": ids(1, 1), "extra": ["x"]}, batch_id=1))
+    assert rows(path) == [{"id": 0, "extra": None}, {"id": 1, "extra": "x"}]
+
+
+def test_benign_type_differences_are_accepted(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path)
+    first = pa.table({
+        "id": pa.array([0], pa.int64()),
+        "s": pa.array(["a"], pa.string()),
+        "ts": pa.array([0], pa.timestamp("us", tz="UTC")),
+        "f": pa.array([0.5], pa.float64()),
+    })  # fmt: skip
+    sink.write(make_batch(first, batch_id=0))
+    second = pa.Table.from_arrays(
+        [
+            pa.array([1], pa.int32()),
+            pa.array(["b"], pa.large_string()),
+            pa.array([1_000_000_000], pa.timestamp("ns", tz="Europe/Paris")),
+            pa.array([2], pa.int16()),
+        ],
+        schema=pa.schema([
+            pa.field("id", pa.int32(), nullable=False),
+            pa.field("s", pa.large_string()),
+            pa.field("ts", pa.timestamp("ns", tz="Europe/Paris")),
+            pa.field("f", pa.int16()),
+        ]),
+    )  # fmt: skip
+    sink.write(make_batch(second, batch_id=1))
+    got = rows(path)
+    assert [(r["id"], r["s"], r["f"]) for r in got] == [(0, "a", 0.5), (1, "b", 2.0)]
+    assert got[1]["ts"].timestamp() == 1.0
+
+
+def test_timestamp_without_time_zone_conflicts_with_timestamp(tmp_path):
+    path = tmp_path / "t"
+    sink = opened(path)
+    sink.write(make_batch({"ts": pa.array([0], pa.timestamp("us", tz="UTC"))}, batch_id=0))
+    with pytest.raises(SchemaMismatchError) as info:
+        sink.write(make_batch({"ts": pa.array([0], pa.timestamp("us"))}, batch_id=1))
+    assert info.value.columns == ["ts"]
+
+
+def test_merge_keys_missing_from_the_batch_are_a_schema_mismatch(tmp_path):
+    sink = opened(tmp_path / "t", mode="merge", keys=["id"], order_by=["seq"])
+    with pytest.raises(SchemaMismatchError) as info:
+        sink.write(make_batch({"id": ids(1), "v": ["a"]}, batch_id=0))
+    assert info.value.columns == ["seq"]
+    assert "'seq'" in str(info.value) and "batch 0" in str(info.value)
+
+
+def test_bad_delta_options_fail_when_the_fanout_is_built(tmp_path: Path) -> None:
+    from fanout import ConfigurationError, FanOut
+    from fanout.ledger import MemoryLedger
+
+    with pytest.raises(ConfigurationError) as missing:
+        FanOut("p", MemoryLedger(), [{"type": "delta", "name": "bronze"}])
+    assert "sink 'bronze'" in str(missing.value) and "path" in str(missing.value)
+
+    with pytest.raises(ConfigurationError) as misspelt:
+        FanOut("p", MemoryLedger(), [{"type": "delta", "name": "bronze", "pth": str(tmp_path)}])
+    message = str(misspelt.value)
+    assert "sink 'bronze' (type 'delta')" in message and "'pth'" in message
+    assert "valid options: path, mode, keys, order_by, engine" in message
+
+    with pytest.raises(ConfigurationError) as keyless:
+        FanOut("p", MemoryLedger(), [{"type": "delta", "name": "latest", "path": str(tmp_path), "mode": "merge"}])
+    assert "sink 'latest'" in str(keyless.value) and "keys" in str(keyless.value)

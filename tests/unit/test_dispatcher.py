@@ -1,0 +1,624 @@
+"""``FanOut``: plan, persist, parallel writes, retries, hooks, failures, the ledger marks.
+
+Sinks are in-memory recording fakes, the ledger is ``MemoryLedger`` (or a ``DeltaLedger``
+on a temp dir where the rows matter), the batch a ``FakeFrame``; no Spark anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+import fanout
+from fanout import BatchInfo, FanOut, SinkResult
+from fanout.errors import (
+    ConfigurationError,
+    FanOutError,
+    LedgerError,
+    SinkWriteError,
+    TransientSinkError,
+)
+from fanout.ledger import DeltaLedger, LedgerEntry, MemoryLedger, entries_from_arrow
+from tests.unit.fakes import ConcurrencyProbe, FakeFrame, RecordingSink, committed
+
+PIPELINE = "orders"
+
+
+def make_fan(ledger: Any, sinks: Sequence[Any], **kw: Any) -> FanOut:
+    kw.setdefault("backoff_s", 0)
+    return FanOut(PIPELINE, ledger, sinks, **kw)
+
+
+def info(batch_id: int, query_id: str = "q-1", offsets: list[Any] | None = None) -> BatchInfo:
+    return BatchInfo(PIPELINE, batch_id, query_id, offsets)
+
+
+class Recorder:
+    """An observer plugin recording every lifecycle hook, and whether the sink's mark
+    exists when each sink hook runs."""
+
+    def __init__(self, ledger: MemoryLedger) -> None:
+        self.ledger = ledger
+        self.events: list[tuple[Any, ...]] = []
+        self._lock = threading.Lock()
+
+    def _add(self, *event: Any) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def _mark(self, sink: str) -> int | None:
+        return self.ledger.last_committed(PIPELINE, [sink])[sink]
+
+    @fanout.hookimpl
+    def fanout_batch_start(
+        self, info: BatchInfo, pending: Sequence[str], skipped: Sequence[str]
+    ) -> None:
+        self._add("batch_start", info.batch_id, list(pending), list(skipped))
+
+    @fanout.hookimpl
+    def fanout_sink_start(self, info: BatchInfo, sink: str, attempt: int) -> None:
+        self._add("sink_start", sink, attempt, self._mark(sink))
+
+    @fanout.hookimpl
+    def fanout_sink_error(
+        self, info: BatchInfo, sink: str, error: BaseException, attempt: int, will_retry: bool
+    ) -> None:
+        self._add("sink_error", sink, attempt, will_retry, str(error))
+
+    @fanout.hookimpl
+    def fanout_sink_done(
+        self, info: BatchInfo, sink: str, result: SinkResult, duration_s: float
+    ) -> None:
+        assert duration_s >= 0
+        self._add("sink_done", sink, result, self._mark(sink))
+
+    @fanout.hookimpl
+    def fanout_batch_end(self, info: BatchInfo, results: Mapping[str, SinkResult]) -> None:
+        self._add("batch_end", info.batch_id, dict(results), self._mark("a"))
+
+    @fanout.hookimpl
+    def fanout_batch_failed(
+        self,
+        info: BatchInfo,
+        failures: Mapping[str, BaseException],
+        results: Mapping[str, SinkResult],
+    ) -> None:
+        self._add("batch_failed", info.batch_id, sorted(failures), dict(results))
+
+
+class Broken:
+    """An observer whose every hook raises."""
+
+    @fanout.hookimpl
+    def fanout_batch_start(self, info: BatchInfo) -> None:
+        raise RuntimeError("observer down")
+
+    @fanout.hookimpl
+    def fanout_sink_done(self, sink: str) -> None:
+        raise RuntimeError("observer down")
+
+    @fanout.hookimpl
+    def fanout_batch_end(self, info: BatchInfo) -> None:
+        raise RuntimeError("observer down")
+
+
+# -- plan: partial replay ---------------------------------------------------------------
+
+
+def test_plan_skips_marked_sinks(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    a, b, c = RecordingSink("a"), RecordingSink("b"), RecordingSink("c")
+    memory_ledger.mark_committed(committed(PIPELINE, "a", 3))
+    memory_ledger.mark_committed(committed(PIPELINE, "c", 2))  # older mark: still pending
+    recorder = Recorder(memory_ledger)
+    fan = make_fan(memory_ledger, [a, b, c], plugins=[recorder])
+
+    assert fan.plan(info(3)) == (["b", "c"], ["a"])
+    results = fan.process(frame, info(3))
+
+    assert a.calls == []
+    assert b.calls == [(3, 1)]
+    assert c.calls == [(3, 1)]
+    assert results == {"b": SinkResult(rows=3), "c": SinkResult(rows=3)}
+    assert memory_ledger.last_committed(PIPELINE, ["a", "b", "c"]) == {"a": 3, "b": 3, "c": 3}
+    assert recorder.events[0] == ("batch_start", 3, ["b", "c"], ["a"])
+
+    # the same batch again: everyone is marked, nobody is called, batch_start still says so
+    recorder.events.clear()
+    assert fan.process(frame, info(3)) == {}
+    assert (a.calls, b.calls, c.calls) == ([], [(3, 1)], [(3, 1)])
+    assert recorder.events == [
+        ("batch_start", 3, [], ["a", "b", "c"]),
+        ("batch_end", 3, {}, 3),
+    ]
+    assert frame.persist_calls == 1  # only the first call had two readers
+
+
+def test_next_batch_writes_every_sink(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    a, b = RecordingSink("a"), RecordingSink("b")
+    fan = make_fan(memory_ledger, [a, b])
+    fan.process(frame, info(0))
+    fan.process(frame, info(1))
+    assert a.calls == [(0, 1), (1, 1)]
+    assert b.calls == [(0, 1), (1, 1)]
+    assert [
+        (e.sink, e.batch_id, e.status)
+        for e in sorted(memory_ledger.entries, key=lambda e: (e.batch_id, e.sink))
+    ] == [
+        ("a", 0, "committed"),
+        ("b", 0, "committed"),
+        ("a", 1, "committed"),
+        ("b", 1, "committed"),
+    ]
+
+
+# -- failures ---------------------------------------------------------------------------
+
+
+def test_every_failed_sink_is_named(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    ok = RecordingSink("ok")
+    bad_row = ValueError("bad row 7")
+    disk = RuntimeError("disk full")
+    b = RecordingSink("b", always_fail=bad_row)
+    c = RecordingSink("c", always_fail=disk)
+    fan = make_fan(memory_ledger, [ok, b, c])
+
+    with pytest.raises(FanOutError) as raised:
+        fan.process(frame, info(5))
+
+    error = raised.value
+    assert (error.pipeline, error.batch_id) == (PIPELINE, 5)
+    assert sorted(error.failures) == ["b", "c"]
+    assert isinstance(error.failures["b"], SinkWriteError)
+    assert error.failures["b"].__cause__ is bad_row
+    assert error.failures["c"].__cause__ is disk
+    assert (error.failures["b"].sink, error.failures["b"].batch_id) == ("b", 5)
+    assert str(error) == (
+        "pipeline 'orders', batch 5: 2 sink(s) failed (b, c); the other sinks committed the "
+        "batch and will be skipped when the query restarts and Spark replays it:\n"
+        "  - b: SinkWriteError: sink 'b', batch 5: ValueError: bad row 7\n"
+        "  - c: SinkWriteError: sink 'c', batch 5: RuntimeError: disk full"
+    )
+    assert memory_ledger.last_committed(PIPELINE, ["ok", "b", "c"]) == {
+        "ok": 5,
+        "b": None,
+        "c": None,
+    }
+    assert frame.unpersist_calls == frame.persist_calls == 1  # settled even on failure
+
+    # the replay writes only the failed sinks
+    b.always_fail = c.always_fail = None
+    assert sorted(fan.process(frame, info(5))) == ["b", "c"]
+    assert ok.calls == [(5, 1)]
+    assert b.calls == [(5, 1), (5, 1)]
+
+
+def test_transient_errors_are_retried_then_fail(
+    memory_ledger: MemoryLedger, frame: FakeFrame
+) -> None:
+    flaky = RecordingSink(
+        "flaky", always_fail=TransientSinkError("timeout", sink="flaky", batch_id=2)
+    )
+    fan = make_fan(memory_ledger, [flaky], retries=2)
+    with pytest.raises(FanOutError) as raised:
+        fan.process(frame, info(2))
+    assert flaky.calls == [(2, 1), (2, 2), (2, 3)]
+    assert str(raised.value.failures["flaky"]) == "sink 'flaky', batch 2: timeout"
+
+
+def test_transient_error_then_success(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    flaky = RecordingSink(
+        "flaky",
+        fail=[TransientSinkError("t1", sink="flaky"), TransientSinkError("t2", sink="flaky")],
+    )
+    fan = make_fan(memory_ledger, [flaky], retries=2)
+    assert fan.process(frame, info(2)) == {"flaky": SinkResult(rows=3)}
+    assert flaky.calls == [(2, 1), (2, 2), (2, 3)]
+    assert memory_ledger.last_committed(PIPELINE, ["flaky"]) == {"flaky": 2}
+
+
+def test_retries_zero_means_one_attempt(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    flaky = RecordingSink("flaky", always_fail=TransientSinkError("timeout", sink="flaky"))
+    with pytest.raises(FanOutError):
+        make_fan(memory_ledger, [flaky], retries=0).process(frame, info(1))
+    assert flaky.calls == [(1, 1)]
+
+
+def test_non_transient_error_is_not_retried(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    sink = RecordingSink("pg", always_fail=ValueError("null in key column 'id'"))
+    with pytest.raises(FanOutError):
+        make_fan(memory_ledger, [sink], retries=5).process(frame, info(1))
+    assert sink.calls == [(1, 1)]
+
+
+def test_is_transient_override_is_honoured(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    classified = RecordingSink("classified", fail=[TimeoutError("slow")], transient=(TimeoutError,))
+    default = RecordingSink("default", fail=[TimeoutError("slow")])
+    with pytest.raises(FanOutError) as raised:
+        make_fan(memory_ledger, [classified, default], retries=3).process(frame, info(1))
+    assert classified.calls == [(1, 1), (1, 2)]
+    assert default.calls == [(1, 1)]
+    assert sorted(raised.value.failures) == ["default"]
+    assert memory_ledger.last_committed(PIPELINE, ["classified", "default"]) == {
+        "classified": 1,
+        "default": None,
+    }
+
+
+def test_is_transient_raising_counts_as_final(
+    memory_ledger: MemoryLedger, frame: FakeFrame, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Confused(RecordingSink):
+        def is_transient(self, error: BaseException) -> bool:
+            raise KeyError("oops")
+
+    sink = Confused("confused", always_fail=TransientSinkError("t", sink="confused"))
+    with pytest.raises(FanOutError):
+        make_fan(memory_ledger, [sink], retries=3).process(frame, info(1))
+    assert sink.calls == [(1, 1)]
+    assert "sink 'confused': is_transient() raised; treating the error as final" in caplog.text
+
+
+def test_bad_return_type_fails_the_sink(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    bad = RecordingSink("bad", returns="ok")
+    boolean = RecordingSink("boolean", returns=True)
+    with pytest.raises(FanOutError) as raised:
+        make_fan(memory_ledger, [bad, boolean], retries=3).process(frame, info(1))
+    assert str(raised.value.failures["bad"]) == (
+        "sink 'bad', batch 1: TypeError: sink 'bad': write() must return the number of rows "
+        "written or a fanout.SinkResult, not 'ok'"
+    )
+    assert "not True" in str(raised.value.failures["boolean"])
+    assert bad.calls == [(1, 1)]  # a TypeError is not transient
+    assert memory_ledger.last_committed(PIPELINE, ["bad", "boolean"]) == {
+        "bad": None,
+        "boolean": None,
+    }
+
+
+def test_result_like_objects_are_accepted(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    class Written:
+        rows = 9
+        details = {"files": 2}
+
+    sink = RecordingSink("s", returns=Written())
+    assert make_fan(memory_ledger, [sink]).process(frame, info(1)) == {
+        "s": SinkResult(rows=9, details={"files": 2})
+    }
+    assert [e.rows for e in memory_ledger.entries] == [9]
+
+
+def test_failed_ledger_mark_fails_the_sink(
+    frame: FakeFrame, caplog: pytest.LogCaptureFixture
+) -> None:
+    class FlakyLedger(MemoryLedger):
+        def mark_committed(self, entry: LedgerEntry) -> bool:
+            if entry.sink == "b":
+                raise OSError("ledger store unreachable")
+            return super().mark_committed(entry)
+
+    ledger = FlakyLedger()
+    a, b = RecordingSink("a"), RecordingSink("b")
+    with pytest.raises(FanOutError) as raised:
+        make_fan(ledger, [a, b]).process(frame, info(4))
+    assert sorted(raised.value.failures) == ["b"]
+    assert isinstance(raised.value.failures["b"], LedgerError)
+    assert str(raised.value.failures["b"]) == "ledger store unreachable"
+    assert b.calls == [(4, 1)]  # written once; the mark is not retried as a write
+    assert "sink b: written but the ledger mark failed (ledger store unreachable)" in caplog.text
+
+
+def test_failed_attempts_are_recorded_with_attempt_numbers(
+    memory_ledger: MemoryLedger, frame: FakeFrame
+) -> None:
+    flaky = RecordingSink(
+        "flaky",
+        fail=[TransientSinkError("timeout", sink="flaky"), ConnectionError("reset")],
+        transient=(TransientSinkError, ConnectionError),
+    )
+    offsets = [{"topic": {"0": 42}}, None]
+    make_fan(memory_ledger, [flaky], retries=2).process(frame, info(6, "q-9", offsets))
+
+    assert [(e.status, e.attempt, e.error, e.rows) for e in memory_ledger.entries] == [
+        ("failed", 1, "TransientSinkError: sink 'flaky': timeout", None),
+        ("failed", 2, "SinkWriteError: sink 'flaky', batch 6: ConnectionError: reset", None),
+        ("committed", 3, None, 3),
+    ]
+    for entry in memory_ledger.entries:
+        assert (entry.pipeline, entry.sink, entry.batch_id, entry.query_id) == (
+            PIPELINE,
+            "flaky",
+            6,
+            "q-9",
+        )
+        assert entry.source_offsets == '[{"topic": {"0": 42}}, null]'
+        assert entry.started_at is not None and entry.finished_at >= entry.started_at
+
+
+def test_failed_attempts_visible_in_delta_ledger(tmp_path: Path, frame: FakeFrame) -> None:
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    a = RecordingSink("a")
+    b = RecordingSink("b", always_fail=TransientSinkError("broker down", sink="b"))
+    with pytest.raises(FanOutError):
+        make_fan(ledger, [a, b], retries=1).process(frame, info(0))
+    rows = sorted(entries_from_arrow(ledger.read(PIPELINE)), key=lambda e: (e.sink, e.attempt))
+    assert [(e.sink, e.batch_id, e.status, e.attempt, e.error) for e in rows] == [
+        ("a", 0, "committed", 1, None),
+        ("b", 0, "failed", 1, "TransientSinkError: sink 'b': broker down"),
+        ("b", 0, "failed", 2, "TransientSinkError: sink 'b': broker down"),
+    ]
+    assert ledger.last_committed(PIPELINE, ["a", "b"]) == {"a": 0, "b": None}
+
+
+# -- hooks ------------------------------------------------------------------------------
+
+
+def test_hooks_in_documented_order(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    recorder = Recorder(memory_ledger)
+    sink = RecordingSink("a", fail=[TransientSinkError("t", sink="a")])
+    fan = make_fan(memory_ledger, [sink], plugins=[recorder], retries=1)
+    fan.process(frame, info(4))
+    assert recorder.events == [
+        ("batch_start", 4, ["a"], []),
+        ("sink_start", "a", 1, None),
+        ("sink_error", "a", 1, True, "sink 'a': t"),
+        ("sink_start", "a", 2, None),
+        ("sink_done", "a", SinkResult(rows=3), None),  # the mark is NOT there yet
+        ("batch_end", 4, {"a": SinkResult(rows=3)}, 4),  # and it is by batch_end
+    ]
+
+
+def test_hooks_on_failure(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    recorder = Recorder(memory_ledger)
+    sink = RecordingSink("a", always_fail=ValueError("bad"))
+    fan = make_fan(memory_ledger, [sink], plugins=[recorder], retries=1)
+    with pytest.raises(FanOutError):
+        fan.process(frame, info(4))
+    assert recorder.events == [
+        ("batch_start", 4, ["a"], []),
+        ("sink_start", "a", 1, None),
+        ("sink_error", "a", 1, False, "sink 'a', batch 4: ValueError: bad"),
+        ("batch_failed", 4, ["a"], {}),
+    ]
+
+
+def test_hooks_with_parallel_sinks(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    recorder = Recorder(memory_ledger)
+    ok, bad = RecordingSink("a"), RecordingSink("b", always_fail=ValueError("bad"))
+    fan = make_fan(memory_ledger, [ok, bad], plugins=[recorder], retries=0)
+    with pytest.raises(FanOutError):
+        fan.process(frame, info(1))
+    events = recorder.events
+    assert events[0] == ("batch_start", 1, ["a", "b"], [])
+    assert events[-1] == ("batch_failed", 1, ["b"], {"a": SinkResult(rows=3)})
+    assert [e for e in events if e[1] == "a"] == [
+        ("sink_start", "a", 1, None),
+        ("sink_done", "a", SinkResult(rows=3), None),
+    ]
+    assert [e for e in events if e[1] == "b"] == [
+        ("sink_start", "b", 1, None),
+        ("sink_error", "b", 1, False, "sink 'b', batch 1: ValueError: bad"),
+    ]
+    assert len(events) == 6
+
+
+def test_raising_observer_does_not_fail_the_batch(
+    memory_ledger: MemoryLedger, frame: FakeFrame, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = Broken()
+    recorder = Recorder(memory_ledger)
+    sink = RecordingSink("a")
+    fan = make_fan(memory_ledger, [sink], plugins=[broken, recorder])
+    assert fan.process(frame, info(2)) == {"a": SinkResult(rows=3)}
+    assert memory_ledger.last_committed(PIPELINE, ["a"]) == {"a": 2}
+    assert [e[0] for e in recorder.events] == [
+        "batch_start",
+        "sink_start",
+        "sink_done",
+        "batch_end",
+    ]
+    name = f"Broken@{id(broken):x}"
+    for hook in ("fanout_batch_start", "fanout_sink_done", "fanout_batch_end"):
+        assert f"plugin {name!r} failed in hook {hook}; ignored" in caplog.text
+    assert caplog.text.count("RuntimeError: observer down") == 3
+
+
+# -- persist and the shared Arrow conversion --------------------------------------------
+
+
+def test_persist_once_for_several_dataframe_readers(
+    memory_ledger: MemoryLedger, frame: FakeFrame
+) -> None:
+    make_fan(memory_ledger, [RecordingSink("a"), RecordingSink("b"), RecordingSink("c")]).process(
+        frame, info(0)
+    )
+    assert (frame.persist_calls, frame.unpersist_calls) == (1, 1)
+
+
+def test_no_persist_for_a_single_sink(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    make_fan(memory_ledger, [RecordingSink("a")]).process(frame, info(0))
+    assert (frame.persist_calls, frame.unpersist_calls) == (0, 0)
+
+
+def test_no_persist_when_one_sink_is_pending(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    memory_ledger.mark_committed(committed(PIPELINE, "a", 0))
+    make_fan(memory_ledger, [RecordingSink("a"), RecordingSink("b")]).process(frame, info(0))
+    assert (frame.persist_calls, frame.unpersist_calls) == (0, 0)
+
+
+def test_arrow_readers_share_one_conversion(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    sinks = [RecordingSink(n, reads="arrow") for n in ("x", "y", "z")]
+    results = make_fan(memory_ledger, sinks).process(frame, info(0))
+    assert results == {n: SinkResult(rows=3) for n in ("x", "y", "z")}
+    assert frame.to_arrow_calls == 1
+    assert (frame.persist_calls, frame.unpersist_calls) == (0, 0)
+    assert all(s.arrow_tables == [frame.table] for s in sinks)
+    assert sinks[0].arrow_tables[0] is sinks[1].arrow_tables[0] is sinks[2].arrow_tables[0]
+
+
+def test_arrow_and_dataframe_readers_persist(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    sinks = [
+        RecordingSink("x", reads="arrow"),
+        RecordingSink("y", reads="arrow"),
+        RecordingSink("df"),
+    ]
+    make_fan(memory_ledger, sinks).process(frame, info(0))
+    assert (frame.persist_calls, frame.unpersist_calls, frame.to_arrow_calls) == (1, 1, 1)
+
+
+def test_each_batch_converts_anew(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    fan = make_fan(
+        memory_ledger, [RecordingSink("x", reads="arrow"), RecordingSink("y", reads="arrow")]
+    )
+    fan.process(frame, info(0))
+    fan.process(frame, info(1))
+    assert frame.to_arrow_calls == 2
+
+
+# -- parallelism ------------------------------------------------------------------------
+
+
+def test_parallelism_bound_is_respected(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    probe = ConcurrencyProbe(hold_s=0.1)
+    sinks = [RecordingSink(f"s{i}", on_write=probe) for i in range(6)]
+    make_fan(memory_ledger, sinks, parallelism=2).process(frame, info(0))
+    assert probe.max_seen == 2
+    assert all(s.calls == [(0, 1)] for s in sinks)
+
+
+def test_unbounded_parallelism_writes_all_at_once(
+    memory_ledger: MemoryLedger, frame: FakeFrame
+) -> None:
+    barrier = threading.Barrier(5, timeout=10)  # passes only when all five write at once
+    sinks = [RecordingSink(f"s{i}", on_write=lambda batch: barrier.wait()) for i in range(5)]
+    results = make_fan(memory_ledger, sinks).process(frame, info(0))
+    assert sorted(results) == ["s0", "s1", "s2", "s3", "s4"]
+
+
+def test_parallelism_one_is_sequential(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
+    probe = ConcurrencyProbe(hold_s=0.02)
+    sinks = [RecordingSink(f"s{i}", on_write=probe) for i in range(4)]
+    make_fan(memory_ledger, sinks, parallelism=1).process(frame, info(0))
+    assert probe.max_seen == 1
+
+
+# -- construction -----------------------------------------------------------------------
+
+
+class AtLeastOnceSink(RecordingSink):
+    guarantee: ClassVar = "at_least_once"
+
+
+def test_at_least_once_sink_warns_at_construction(
+    memory_ledger: MemoryLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="fanout")
+    make_fan(memory_ledger, [RecordingSink("safe"), AtLeastOnceSink("webhook")])
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "fanout"]
+    assert [r.getMessage() for r in warnings] == [
+        "pipeline orders: sink 'webhook' is at-least-once: if the driver dies between its "
+        "write and its ledger mark, the replay can write duplicates"
+    ]
+
+
+def test_duplicate_sink_names(memory_ledger: MemoryLedger) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        make_fan(memory_ledger, [RecordingSink("a"), RecordingSink("b"), RecordingSink("a")])
+    assert str(raised.value) == (
+        "pipeline 'orders': two sinks are named 'a'; sink names must be unique "
+        "(they key the ledger)"
+    )
+
+
+def test_open_raising_names_the_sink_before_any_batch(memory_ledger: MemoryLedger) -> None:
+    class Unreachable(RecordingSink):
+        def open(self, context: Any) -> None:
+            raise OSError("connection refused")
+
+    good, bad = RecordingSink("good"), Unreachable("pg")
+    with pytest.raises(ConfigurationError) as raised:
+        make_fan(memory_ledger, [good, bad])
+    assert str(raised.value) == "sink 'pg': cannot open: OSError: connection refused"
+    assert isinstance(raised.value.__cause__, OSError)
+    assert good.calls == bad.calls == []
+    assert memory_ledger.entries == []
+
+
+def test_open_configuration_error_passes_unchanged(memory_ledger: MemoryLedger) -> None:
+    original = ConfigurationError("sink 'pg': option 'url' is required")
+
+    class Misconfigured(RecordingSink):
+        def open(self, context: Any) -> None:
+            raise original
+
+    with pytest.raises(ConfigurationError) as raised:
+        make_fan(memory_ledger, [Misconfigured("pg")])
+    assert raised.value is original
+
+
+def test_open_receives_the_context_and_close_closes(memory_ledger: MemoryLedger) -> None:
+    seen: list[Any] = []
+
+    class Opening(RecordingSink):
+        def open(self, context: Any) -> None:
+            seen.append(context)
+
+    sink = Opening("a")
+    with make_fan(memory_ledger, [sink], spark="SPARK"):
+        assert [(c.pipeline, c.spark) for c in seen] == [(PIPELINE, "SPARK")]
+        assert sink.closed == 0
+    assert sink.closed == 1
+
+
+@pytest.mark.parametrize("name", ["bad/name", "", " orders", "-x", None])
+def test_invalid_pipeline_name(memory_ledger: MemoryLedger, name: Any) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        FanOut(name, memory_ledger, [RecordingSink("a")])
+    assert str(raised.value) == (
+        f"pipeline: name {name!r} is not valid; use 1-128 letters, digits, '_', '.' or '-', "
+        "starting with a letter or digit"
+    )
+
+
+def test_no_sinks_and_bad_parallelism(memory_ledger: MemoryLedger) -> None:
+    with pytest.raises(ConfigurationError, match=r"^pipeline 'orders': no sinks configured$"):
+        make_fan(memory_ledger, [])
+    with pytest.raises(ConfigurationError, match=r"^pipeline 'orders': parallelism must be >= 1$"):
+        make_fan(memory_ledger, [RecordingSink("a")], parallelism=0)
+
+
+def test_sink_dict_with_unknown_type(memory_ledger: MemoryLedger) -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"^sink 'x': unknown sink type 'no-such-type'; known types: "
+    ):
+        make_fan(memory_ledger, [{"type": "no-such-type", "name": "x"}])
+
+
+def test_ledger_path_builds_a_delta_ledger(tmp_path: Path, frame: FakeFrame) -> None:
+    path = tmp_path / "ledger"
+    fan = make_fan(str(path), [RecordingSink("a")])
+    assert isinstance(fan.ledger, DeltaLedger)
+    assert (path / "_delta_log").is_dir()  # created at construction, before any batch
+    fan.process(frame, info(0))
+    assert DeltaLedger(str(path)).last_committed(PIPELINE, ["a"]) == {"a": 0}
+
+
+def test_ledger_mark_is_retried_without_rewriting_the_sink(frame: FakeFrame) -> None:
+    class OnceFlakyLedger(MemoryLedger):
+        failures = 0
+
+        def mark_committed(self, entry: LedgerEntry) -> bool:
+            if self.failures == 0:
+                self.failures += 1
+                raise OSError("commit conflict")
+            return super().mark_committed(entry)
+
+    ledger = OnceFlakyLedger()
+    sink = RecordingSink("s")
+    assert make_fan(ledger, [sink]).process(frame, info(2)) == {"s": SinkResult(rows=3)}
+    assert sink.calls == [(2, 1)]
+    assert ledger.last_committed(PIPELINE, ["s"]) == {"s": 2}

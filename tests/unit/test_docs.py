@@ -1,0 +1,42 @@
+"""The documentation keeps up with the code: every hook and public name is documented."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import fanout
+from fanout import hookspecs
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+HOOKS = [name for name, _ in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("fanout_")]
+
+
+def test_every_hook_has_a_docstring_with_its_parameters() -> None:
+    assert len(HOOKS) == 7
+    for name in HOOKS:
+        function = getattr(hookspecs, name)
+        doc = inspect.getdoc(function) or ""
+        assert doc, name
+        for parameter in inspect.signature(function).parameters:
+            assert f":param {parameter}:" in doc, f"{name} does not document {parameter}"
+
+
+def test_every_hook_is_named_in_the_readme() -> None:
+    for name in HOOKS:
+        assert f"`{name}`" in README, name
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    for name in fanout.__all__:
+        if name.startswith("__") or name == "Guarantee":
+            continue
+        assert inspect.getdoc(getattr(fanout, name)), name
+
+
+def test_readme_quick_start_has_exactly_two_commands() -> None:
+    quick = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    commands = [b.strip() for b in quick.split("```bash")[1:]]
+    assert len(commands) == 2
+    assert commands[0].split("```")[0].strip().endswith("fanout demo")
+    assert "pytest" in commands[1].split("```")[0]

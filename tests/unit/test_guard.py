@@ -1,0 +1,133 @@
+"""The checkpoint-reset guard (ARCHITECTURE §2.3), on both ledgers and through FanOut."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fanout import BatchInfo, FanOut
+from fanout.errors import CheckpointResetError
+from fanout.guard import check_checkpoint
+from fanout.ledger import DeltaLedger, MemoryLedger
+from tests.unit.fakes import FakeFrame, RecordingSink, committed
+
+PIPELINE = "orders"
+OLD_QUERY = "11111111-aaaa-4bbb-8ccc-000000000001"
+NEW_QUERY = "22222222-aaaa-4bbb-8ccc-000000000002"
+
+
+@pytest.fixture(params=["delta", "memory"])
+def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> DeltaLedger | MemoryLedger:
+    if request.param == "memory":
+        led: DeltaLedger | MemoryLedger = MemoryLedger()
+    else:
+        led = DeltaLedger(str(tmp_path / "ledger"))
+    led.open()
+    # the old query committed batches 0..4 to pg and 0..3 to kafka, with offsets
+    for batch in range(5):
+        offsets = json.dumps([{"orders": {"0": 100 * (batch + 1)}}, None])
+        led.mark_committed(committed(PIPELINE, "pg", batch, OLD_QUERY, source_offsets=offsets))
+        if batch < 4:
+            led.mark_committed(
+                committed(PIPELINE, "kafka", batch, OLD_QUERY, source_offsets=offsets)
+            )
+    led.mark_committed(committed(PIPELINE, "files", 2, OLD_QUERY))  # offsets not recorded
+    return led
+
+
+@pytest.mark.parametrize("batch_id", [0, 3, 4])
+def test_same_query_replaying_passes(ledger: DeltaLedger | MemoryLedger, batch_id: int) -> None:
+    check_checkpoint(ledger, BatchInfo(PIPELINE, batch_id, OLD_QUERY))
+
+
+@pytest.mark.parametrize("batch_id", [5, 6, 100])
+def test_batch_past_high_water_passes(ledger: DeltaLedger | MemoryLedger, batch_id: int) -> None:
+    check_checkpoint(ledger, BatchInfo(PIPELINE, batch_id, NEW_QUERY))
+
+
+def test_other_pipeline_is_not_affected(ledger: DeltaLedger | MemoryLedger) -> None:
+    check_checkpoint(ledger, BatchInfo("payments", 0, NEW_QUERY))
+
+
+def test_unknown_query_id_cannot_tell_and_passes_with_warning(
+    ledger: DeltaLedger | MemoryLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    check_checkpoint(ledger, BatchInfo(PIPELINE, 0, None))
+    assert "query id unknown; cannot tell a replay from a checkpoint reset" in caplog.text
+
+
+@pytest.mark.parametrize("batch_id", [0, 4])
+def test_other_query_at_or_below_high_water_is_a_reset(
+    ledger: DeltaLedger | MemoryLedger, batch_id: int
+) -> None:
+    with pytest.raises(CheckpointResetError) as raised:
+        check_checkpoint(ledger, BatchInfo(PIPELINE, batch_id, NEW_QUERY))
+    message = str(raised.value)
+    assert message.startswith(
+        f"pipeline 'orders': checkpoint reset detected. Spark handed batch {batch_id} of query "
+        f"{NEW_QUERY}, but the ledger holds batches of this pipeline committed at or after it "
+        "by another query id"
+    )
+    lines = message.splitlines()
+    assert "Last committed batch per sink (from the ledger):" in lines
+    sink_lines = [line for line in lines if line.startswith("  - ")]
+    # every sink's last batch, also of the sinks behind the incoming batch (files, kafka):
+    # a recovery must start after the offsets of the sink furthest behind
+    old = f"query id {OLD_QUERY}, source offsets"
+    assert sink_lines == [
+        f"  - files: batch 2, {old} not recorded",
+        f'  - kafka: batch 3, {old} [{{"orders": {{"0": 400}}}}, null]',
+        f'  - pg: batch 4, {old} [{{"orders": {{"0": 500}}}}, null]',
+    ]
+    assert "How to proceed:" in lines
+    assert (
+        "  1. Restore the original checkpoint directory and restart the query; nothing is "
+        "lost or duplicated." in lines
+    )
+    assert "`fanout status --ledger <path> --pipeline orders` shows the ledger's view." in message
+
+
+def test_reset_through_fanout_calls_no_sink(ledger: DeltaLedger | MemoryLedger) -> None:
+    pg, kafka, new = RecordingSink("pg"), RecordingSink("kafka"), RecordingSink("new")
+    fan = FanOut(PIPELINE, ledger, [pg, kafka, new], backoff_s=0)
+    frame = FakeFrame()
+    with pytest.raises(CheckpointResetError, match="checkpoint reset detected"):
+        fan.process(frame, BatchInfo(PIPELINE, 0, NEW_QUERY))
+    assert pg.calls == kafka.calls == new.calls == []
+    assert (frame.persist_calls, frame.to_arrow_calls) == (0, 0)
+    assert ledger.last_committed(PIPELINE, ["pg", "kafka", "new"]) == {
+        "pg": 4,
+        "kafka": 3,
+        "new": None,
+    }
+
+    # the original query replaying batch 4 writes only the sinks without a mark for it
+    assert sorted(fan.process(frame, BatchInfo(PIPELINE, 4, OLD_QUERY))) == ["kafka", "new"]
+    assert (pg.calls, kafka.calls, new.calls) == ([], [(4, 1)], [(4, 1)])
+
+
+class CountingLedger(MemoryLedger):
+    """Counts the scans (``committed_entries``) the guard makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scans = 0
+
+    def committed_entries(self, pipeline: str, min_batch_id: int = 0) -> list:
+        self.scans += 1
+        return super().committed_entries(pipeline, min_batch_id)
+
+
+def test_guard_does_not_scan_on_the_normal_path() -> None:
+    """A batch past the high-water mark (every batch of a healthy stream) is one log
+    lookup; only a batch at or below it costs a scan."""
+    led = CountingLedger()
+    check_checkpoint(led, BatchInfo(PIPELINE, 0, OLD_QUERY))  # empty ledger
+    for batch in range(3):
+        led.mark_committed(committed(PIPELINE, "pg", batch, OLD_QUERY))
+        check_checkpoint(led, BatchInfo(PIPELINE, batch + 1, OLD_QUERY))
+    assert led.scans == 0
+    check_checkpoint(led, BatchInfo(PIPELINE, 2, OLD_QUERY))  # a replay: scans once
+    assert led.scans == 1

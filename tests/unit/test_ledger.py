@@ -1,0 +1,274 @@
+"""The ledger: idempotent marks, log-only lookups, failure rows, maintenance.
+
+Semantics shared by both ledgers run against the real delta-rs ``DeltaLedger`` on a temp
+dir and against ``MemoryLedger``; what only a Delta table has (log checkpoints, data files,
+compaction, vacuum) runs against ``DeltaLedger`` alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from fanout.errors import LedgerError
+from fanout.ledger import DeltaLedger, LedgerEntry, MemoryLedger, entries_from_arrow
+from tests.unit.fakes import committed
+
+
+def failed(pipeline: str, sink: str, batch_id: int, attempt: int, error: str) -> LedgerEntry:
+    return LedgerEntry(
+        pipeline=pipeline,
+        sink=sink,
+        batch_id=batch_id,
+        status="failed",
+        query_id="q-1",
+        attempt=attempt,
+        error=error,
+    )
+
+
+def rows(ledger: DeltaLedger | MemoryLedger) -> list[LedgerEntry]:
+    """Every row of the ledger, as entries, sorted for comparison."""
+    entries = (
+        entries_from_arrow(ledger.read()) if isinstance(ledger, DeltaLedger) else ledger.entries
+    )
+    return sorted(entries, key=lambda e: (e.pipeline, e.sink, e.batch_id, e.status, e.attempt))
+
+
+def data_files(path: Path) -> list[Path]:
+    """The table's parquet data files (not the log's checkpoint files)."""
+    return sorted(p for p in path.rglob("*.parquet") if "_delta_log" not in p.parts)
+
+
+@pytest.fixture(params=["delta", "memory"])
+def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> DeltaLedger | MemoryLedger:
+    if request.param == "memory":
+        return MemoryLedger()
+    led = DeltaLedger(str(tmp_path / "ledger"))
+    led.open()
+    return led
+
+
+# -- shared semantics -----------------------------------------------------------------
+
+
+def test_mark_is_idempotent(ledger: DeltaLedger | MemoryLedger) -> None:
+    assert ledger.mark_committed(committed("orders", "pg", 3, rows=10)) is True
+    assert ledger.mark_committed(committed("orders", "pg", 3, rows=10)) is False
+    # an older batch after a newer one is also "already there"
+    assert ledger.mark_committed(committed("orders", "pg", 2, rows=10)) is False
+
+    got = rows(ledger)
+    assert [(e.pipeline, e.sink, e.batch_id, e.status, e.rows) for e in got] == [
+        ("orders", "pg", 3, "committed", 10)
+    ]
+    assert ledger.last_committed("orders", ["pg"]) == {"pg": 3}
+
+
+def test_last_committed_per_sink_and_high_water(ledger: DeltaLedger | MemoryLedger) -> None:
+    assert ledger.last_committed("orders", ["pg", "kafka"]) == {"pg": None, "kafka": None}
+    assert ledger.high_water("orders") is None
+
+    for sink, batch in [("pg", 0), ("kafka", 0), ("pg", 1), ("pg", 2), ("kafka", 1)]:
+        assert ledger.mark_committed(committed("orders", sink, batch)) is True
+
+    assert ledger.last_committed("orders", ["pg", "kafka", "never"]) == {
+        "pg": 2,
+        "kafka": 1,
+        "never": None,
+    }
+    assert ledger.high_water("orders") == 2
+
+    # a sink catching up to an older batch does not lower the high-water mark
+    assert ledger.mark_committed(committed("orders", "late", 0)) is True
+    assert ledger.high_water("orders") == 2
+    assert ledger.last_committed("orders", ["late"]) == {"late": 0}
+
+
+def test_record_failure_rows_are_visible(ledger: DeltaLedger | MemoryLedger) -> None:
+    ledger.record_failure(failed("orders", "pg", 4, 1, "TransientSinkError: timeout"))
+    ledger.record_failure(failed("orders", "pg", 4, 2, "TransientSinkError: timeout again"))
+    ledger.mark_committed(committed("orders", "pg", 4, attempt=3, rows=7))
+
+    got = rows(ledger)
+    assert [(e.sink, e.batch_id, e.status, e.attempt, e.error, e.rows) for e in got] == [
+        ("pg", 4, "committed", 3, None, 7),
+        ("pg", 4, "failed", 1, "TransientSinkError: timeout", None),
+        ("pg", 4, "failed", 2, "TransientSinkError: timeout again", None),
+    ]
+    # failures are not marks
+    assert ledger.committed_entries("orders") == [got[0]]
+
+
+def test_failure_alone_is_not_a_mark(ledger: DeltaLedger | MemoryLedger) -> None:
+    ledger.record_failure(failed("orders", "pg", 4, 1, "boom"))
+    assert ledger.last_committed("orders", ["pg"]) == {"pg": None}
+    assert ledger.high_water("orders") is None
+    assert ledger.committed_entries("orders") == []
+
+
+def test_committed_entries_filters_pipeline_and_min_batch(
+    ledger: DeltaLedger | MemoryLedger,
+) -> None:
+    for batch in range(5):
+        ledger.mark_committed(
+            committed("orders", "pg", batch, source_offsets=f'[{{"t": {batch}}}]')
+        )
+    ledger.mark_committed(committed("payments", "pg", 9))
+    ledger.record_failure(failed("orders", "kafka", 4, 1, "boom"))
+
+    got = ledger.committed_entries("orders", min_batch_id=3)
+    assert sorted((e.pipeline, e.sink, e.batch_id, e.status) for e in got) == [
+        ("orders", "pg", 3, "committed"),
+        ("orders", "pg", 4, "committed"),
+    ]
+    assert sorted(e.offsets()[0]["t"] for e in got) == [3, 4]
+    assert sorted(e.batch_id for e in ledger.committed_entries("orders")) == [0, 1, 2, 3, 4]
+    assert [e.batch_id for e in ledger.committed_entries("payments", 9)] == [9]
+    assert ledger.committed_entries("payments", 10) == []
+    assert ledger.committed_entries("nobody") == []
+
+
+def test_two_pipelines_do_not_interfere(ledger: DeltaLedger | MemoryLedger) -> None:
+    assert ledger.mark_committed(committed("orders", "pg", 7)) is True
+    # same sink name, other pipeline, lower batch: a mark of its own, not "already there"
+    assert ledger.mark_committed(committed("payments", "pg", 2)) is True
+    assert ledger.mark_committed(committed("payments", "pg", 2)) is False
+
+    assert ledger.last_committed("orders", ["pg"]) == {"pg": 7}
+    assert ledger.last_committed("payments", ["pg"]) == {"pg": 2}
+    assert ledger.high_water("orders") == 7
+    assert ledger.high_water("payments") == 2
+    assert ledger.high_water("other") is None
+    assert [e.batch_id for e in ledger.committed_entries("payments")] == [2]
+
+
+def test_mark_committed_rejects_failed_entry_delta(tmp_path: Path) -> None:
+    led = DeltaLedger(str(tmp_path / "ledger"))
+    led.open()
+    with pytest.raises(ValueError, match="mark_committed takes a committed entry"):
+        led.mark_committed(failed("orders", "pg", 1, 1, "x"))
+
+
+# -- Delta only -----------------------------------------------------------------------
+
+
+def test_delta_ledger_row_round_trip(tmp_path: Path) -> None:
+    led = DeltaLedger(str(tmp_path / "ledger"))
+    led.open()
+    entry = committed(
+        "orders",
+        "pg",
+        5,
+        rows=12,
+        attempt=2,
+        duration_ms=31,
+        source_offsets='[{"orders": {"0": 42}}, null]',
+    )
+    led.mark_committed(entry)
+    [back] = entries_from_arrow(led.read("orders"))
+    assert back == entry
+    assert back.offsets() == [{"orders": {"0": 42}}, None]
+    assert led.read("payments").num_rows == 0
+
+
+def test_delta_ledger_missing_table_is_a_ledger_error(tmp_path: Path) -> None:
+    led = DeltaLedger(str(tmp_path / "nowhere"))
+    with pytest.raises(LedgerError, match=r"no ledger at .*nowhere: a FanOut creates it"):
+        led.high_water("orders")
+
+
+def test_open_twice_keeps_the_marks(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger")
+    first = DeltaLedger(path)
+    first.open()
+    first.mark_committed(committed("orders", "pg", 1))
+    second = DeltaLedger(path)
+    second.open()  # a restart: the table exists, nothing is recreated
+    assert second.last_committed("orders", ["pg"]) == {"pg": 1}
+    assert second.mark_committed(committed("orders", "pg", 1)) is False
+    assert len(rows(second)) == 1
+
+
+def test_lookups_read_the_log_not_the_data(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    led = DeltaLedger(str(path), checkpoint_interval=10)
+    led.open()
+    sinks = ["delta", "pg", "kafka"]
+    for batch in range(60):
+        assert led.mark_committed(committed("orders", sinks[batch % 3], batch)) is True
+    led.mark_committed(committed("payments", "pg", 5))
+
+    checkpoints = sorted(p.name for p in (path / "_delta_log").glob("*.checkpoint.parquet"))
+    assert checkpoints, "no log checkpoint written with checkpoint_interval=10"
+    assert "00000000000000000059.checkpoint.parquet" in checkpoints
+
+    deleted = data_files(path)
+    assert len(deleted) == 61
+    for file in deleted:
+        file.unlink()
+    assert data_files(path) == []
+
+    fresh = DeltaLedger(str(path), checkpoint_interval=10)
+    assert fresh.last_committed("orders", sinks + ["never"]) == {
+        "delta": 57,
+        "pg": 58,
+        "kafka": 59,
+        "never": None,
+    }
+    assert fresh.high_water("orders") == 59
+    assert fresh.high_water("payments") == 5
+    assert fresh.last_committed("payments", ["pg"]) == {"pg": 5}
+    # the marks are idempotent from the log alone, too
+    assert fresh.mark_committed(committed("orders", "kafka", 59)) is False
+    # and the data really is gone: a scan fails
+    with pytest.raises(Exception):  # noqa: B017 - delta-rs raises its own I/O error type
+        fresh.read()
+
+
+def test_maintain_compacts_vacuums_and_keeps_lookups(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    led = DeltaLedger(str(path))
+    led.open()
+    for batch in range(20):
+        led.mark_committed(committed("orders", "pg", batch, rows=batch))
+    led.record_failure(failed("orders", "kafka", 3, 1, "boom"))
+    led.record_failure(failed("orders", "kafka", 3, 2, "boom"))
+    before_rows = rows(led)
+
+    assert len(DeltaTable(str(path)).file_uris()) == 22
+    assert len(data_files(path)) == 22
+
+    report = led.maintain(vacuum_retention_hours=0)
+
+    assert report.files_compacted == 22
+    assert len(DeltaTable(str(path)).file_uris()) == 1
+    assert len(report.files_vacuumed) == 22
+    assert len(data_files(path)) == 1  # the compacted-away files are gone from disk
+    assert report.checkpoint_created is True
+    assert report.version_after > report.version_before
+    assert any((path / "_delta_log").glob(f"{report.version_after:020d}.checkpoint.parquet"))
+
+    assert rows(led) == before_rows
+    fresh = DeltaLedger(str(path))
+    assert fresh.last_committed("orders", ["pg", "kafka"]) == {"pg": 19, "kafka": None}
+    assert fresh.high_water("orders") == 19
+    assert fresh.mark_committed(committed("orders", "pg", 19)) is False
+    assert fresh.mark_committed(committed("orders", "pg", 20)) is True
+    assert fresh.last_committed("orders", ["pg"]) == {"pg": 20}
+
+
+def test_maintain_with_default_retention_keeps_files(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    led = DeltaLedger(str(path))
+    led.open()
+    for batch in range(5):
+        led.mark_committed(committed("orders", "pg", batch))
+    report = led.maintain()  # 168 h retention: the just-compacted files stay for readers
+    assert report.files_compacted == 5
+    assert report.files_vacuumed == []
+    assert len(DeltaTable(str(path)).file_uris()) == 1
+    assert len(data_files(path)) == 6
+    assert led.last_committed("orders", ["pg"]) == {"pg": 4}

@@ -1,0 +1,118 @@
+"""A real third-party plugin distribution, installed, found through its entry point.
+
+``tests/plugins/fanout-sample`` is an ordinary distribution (``fanout-sample``) providing
+the ``sample-jsonl`` sink type. The fixture installs it editable into the running
+interpreter when it is missing; the tests then use the real ``load_registry()`` and a real
+``FanOut``, with no fakes but the DataFrame and the in-memory ledger.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import json
+import site
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from fanout import BatchInfo, FanOut, SinkResult
+from fanout.ledger import MemoryLedger
+from fanout.registry import load_registry
+from tests.unit.fakes import FakeFrame
+
+SAMPLE = Path(__file__).resolve().parents[1] / "plugins" / "fanout-sample"
+
+
+def _activate_pth_files(dist: importlib.metadata.Distribution) -> None:
+    """Process the distribution's ``.pth`` files (an editable install's import hook),
+    which the running interpreter only reads at start-up."""
+    site_dir = str(dist.locate_file(""))
+    for file in dist.files or []:
+        if file.suffix == ".pth":
+            site.addpackage(site_dir, file.name, None)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def sample_distribution() -> Iterator[importlib.metadata.Distribution]:
+    """The installed ``fanout-sample`` distribution (installed editable when missing)."""
+    try:
+        dist = importlib.metadata.distribution("fanout-sample")
+    except importlib.metadata.PackageNotFoundError:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(SAMPLE)],
+            check=True,
+        )
+        importlib.invalidate_caches()
+        dist = importlib.metadata.distribution("fanout-sample")
+    try:
+        importlib.import_module("fanout_sample.plugin")
+    except ModuleNotFoundError:
+        _activate_pth_files(dist)
+        importlib.invalidate_caches()
+        importlib.import_module("fanout_sample.plugin")
+    yield dist
+
+
+def test_sample_sink_type_comes_from_its_distribution(
+    sample_distribution: importlib.metadata.Distribution,
+) -> None:
+    version = tomllib.loads((SAMPLE / "pyproject.toml").read_text())["project"]["version"]
+    assert sample_distribution.version == version
+
+    registry = load_registry()  # the installed entry points, nothing faked
+    assert [str(e) for e in registry.load_errors] == []
+    sink_type = registry.sink_types()["sample-jsonl"]
+
+    from fanout_sample.plugin import JsonLinesSink
+
+    assert sink_type.sink_class is JsonLinesSink
+    assert sink_type.guarantee == "idempotent"
+    assert (sink_type.plugin.name, sink_type.plugin.module) == ("sample", "fanout_sample.plugin")
+    assert (sink_type.plugin.distribution, sink_type.plugin.version) == ("fanout-sample", version)
+    assert sink_type.plugin.describe() == f"fanout-sample {version}"
+
+
+def test_sample_sink_end_to_end_through_fanout(
+    sample_distribution: importlib.metadata.Distribution, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    ledger = MemoryLedger()
+    frame = FakeFrame(pa.table({"id": [1, 2], "name": ["a", "ü"], "amount": [1.5, None]}))
+    spec = {"type": "sample-jsonl", "name": "files", "directory": str(out)}
+
+    with FanOut("sample", ledger, [spec], backoff_s=0) as fan:
+        assert out.is_dir()  # open() created it, before any batch
+        results = fan.process(frame, BatchInfo("sample", 7, "q-1", [{"topic": {"0": 42}}]))
+
+    target = out / "7.jsonl"
+    assert results == {"files": SinkResult(rows=2, details={"path": str(target)})}
+    assert target.read_text(encoding="utf-8") == (
+        '{"id": 1, "name": "a", "amount": 1.5}\n{"id": 2, "name": "\\u00fc", "amount": null}\n'
+    )
+    assert [json.loads(line) for line in target.read_text().splitlines()] == [
+        {"id": 1, "name": "a", "amount": 1.5},
+        {"id": 2, "name": "ü", "amount": None},
+    ]
+    assert ledger.last_committed("sample", ["files"]) == {"files": 7}
+    assert [(e.sink, e.batch_id, e.status, e.rows) for e in ledger.entries] == [
+        ("files", 7, "committed", 2)
+    ]
+    assert frame.to_arrow_calls == 1
+    assert frame.persist_calls == 0
+
+    # a replay after a crash before the mark (fresh ledger): same file, nothing else left
+    fan2 = FanOut("sample", MemoryLedger(), [spec], backoff_s=0)
+    fan2.process(frame, BatchInfo("sample", 7, "q-1"))
+    fan2.process(
+        FakeFrame(pa.table({"id": [3], "name": ["c"], "amount": [0.0]})),
+        BatchInfo("sample", 8, "q-1"),
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["7.jsonl", "8.jsonl"]
+    assert target.read_text(encoding="utf-8").count("\n") == 2
+    assert (out / "8.jsonl").read_text() == '{"id": 3, "name": "c", "amount": 0.0}\n'
