@@ -22,15 +22,37 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     registry = load_registry()
     types = registry.sink_types()
     rows = [
-        [t.name, t.guarantee, t.plugin.distribution or "-", t.plugin.version or "-",
-         f"{t.sink_class.__module__}.{t.sink_class.__qualname__}"]
+        [
+            t.name,
+            t.guarantee,
+            t.plugin.distribution or "-",
+            t.plugin.version or "-",
+            f"{t.sink_class.__module__}.{t.sink_class.__qualname__}",
+        ]
         for t in sorted(types.values(), key=lambda t: t.name)
     ]
     if args.json:
-        print(json.dumps([dict(zip(["type", "guarantee", "distribution", "version", "class"], r, strict=True)) for r in rows], indent=2))
+        print(
+            json.dumps(
+                [
+                    dict(
+                        zip(
+                            ["type", "guarantee", "distribution", "version", "class"],
+                            r,
+                            strict=True,
+                        )
+                    )
+                    for r in rows
+                ],
+                indent=2,
+            )
+        )
     else:
-        print(format_table(["type", "guarantee", "distribution", "version", "class"], rows)
-              if rows else "no sink types installed")
+        print(
+            format_table(["type", "guarantee", "distribution", "version", "class"], rows)
+            if rows
+            else "no sink types installed"
+        )
     for error in registry.load_errors:
         print(f"error: {error}", file=sys.stderr)
     return 1 if registry.load_errors else 0
@@ -97,19 +119,30 @@ def build_parser() -> argparse.ArgumentParser:
         "maintain", help="log checkpoint, compaction of small files, vacuum"
     )
     maintain.add_argument("--ledger", required=True, help="the ledger's Delta table path")
-    maintain.add_argument("--retention-hours", type=int, default=168,
-                          help="vacuum files unreferenced for longer than this (default 168)")
+    maintain.add_argument(
+        "--retention-hours",
+        type=int,
+        default=168,
+        help="vacuum files unreferenced for longer than this (default 168)",
+    )
     maintain.add_argument("--no-vacuum", action="store_true", help="skip vacuum")
     maintain.add_argument("--no-compact", action="store_true", help="skip compaction")
     maintain.add_argument("--no-checkpoint", action="store_true", help="skip the log checkpoint")
     maintain.set_defaults(func=cmd_maintain)
 
-    demo = sub.add_parser("demo", help="end-to-end demo: a failure mid-stream, a restart, "
-                                       "and proof of no loss and no duplicate")
-    demo.add_argument("--workdir", help="where to put input, tables and checkpoint "
-                                        "(default: a new temporary directory)")
+    demo = sub.add_parser(
+        "demo",
+        help="end-to-end demo: a failure mid-stream, a restart, "
+        "and proof of no loss and no duplicate",
+    )
+    demo.add_argument(
+        "--workdir",
+        help="where to put input, tables and checkpoint (default: a new temporary directory)",
+    )
     demo.add_argument("--rows", type=int, default=500, help="rows per input file (default 500)")
-    demo.add_argument("--batches", type=int, default=6, help="input files = micro-batches (default 6)")
+    demo.add_argument(
+        "--batches", type=int, default=6, help="input files = micro-batches (default 6)"
+    )
     demo.set_defaults(func=cmd_demo)
     return parser
 

@@ -75,6 +75,7 @@ class ContextReader:
     def __init__(self, pipeline: str, checkpoint_location: str | None = None) -> None:
         self.pipeline = pipeline
         self.checkpoint_location = checkpoint_location
+        self._found: dict[str, str | None] = {}  # query id -> its checkpoint, looked up once
         self._warned = False
 
     def read(self, batch_df: Any, batch_id: int) -> BatchInfo:
@@ -85,15 +86,16 @@ class ContextReader:
 
     def _offsets(self, batch_df: Any, query_id: str | None, batch_id: int) -> list[Any] | None:
         try:
-            if self.checkpoint_location is None and query_id is not None:
-                self.checkpoint_location = checkpoint_root(query_id)
-            if self.checkpoint_location is None:
+            location = self.checkpoint_location
+            if location is None and query_id is not None:
+                if query_id not in self._found:
+                    self._found[query_id] = checkpoint_root(query_id)
+                location = self._found[query_id]
+            if location is None:
                 raise LookupError("checkpoint location unknown")
-            text = read_checkpoint_file(
-                batch_df.sparkSession, self.checkpoint_location, f"offsets/{batch_id}"
-            )
+            text = read_checkpoint_file(batch_df.sparkSession, location, f"offsets/{batch_id}")
             if text is None:
-                raise LookupError(f"{self.checkpoint_location}/offsets/{batch_id} not found")
+                raise LookupError(f"{location}/offsets/{batch_id} not found")
             return parse_offset_file(text)
         except Exception as exc:
             if not self._warned:

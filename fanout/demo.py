@@ -46,7 +46,9 @@ class Progress:
         self._say(f"batch {info.batch_id}: writing {', '.join(pending) or 'nothing'}{note}")
 
     @hookimpl
-    def fanout_sink_done(self, info: BatchInfo, sink: str, result: SinkResult, duration_s: float) -> None:
+    def fanout_sink_done(
+        self, info: BatchInfo, sink: str, result: SinkResult, duration_s: float
+    ) -> None:
         """One sink wrote the batch."""
         self._say(f"  {sink}: {result.rows} rows in {duration_s * 1000:.0f} ms")
 
@@ -92,9 +94,12 @@ def _pipeline(workdir: Path, progress: Progress) -> Any:
     from fanout.testing import FlakySink
 
     types = load_registry().sink_types()
-    delta = types["delta"].sink_class
+    delta: Any = types["delta"].sink_class  # options are the plugin's, unknown to Sink
     latest = delta(
-        name=FAILING_SINK, path=str(workdir / "latest"), mode="merge", keys=["customer"],
+        name=FAILING_SINK,
+        path=str(workdir / "latest"),
+        mode="merge",
+        keys=["customer"],
         order_by="order_id",
     )
     return FanOut(
@@ -102,8 +107,12 @@ def _pipeline(workdir: Path, progress: Progress) -> Any:
         ledger=str(workdir / "_fanout_ledger"),
         sinks=[
             {"type": "delta", "name": "bronze", "path": str(workdir / "bronze")},
-            FlakySink(latest, fail_on=[FAILING_BATCH], state_path=workdir / "outage.json",
-                      message="simulated outage of the 'latest' table"),
+            FlakySink(
+                latest,
+                fail_on=[FAILING_BATCH],
+                state_path=workdir / "outage.json",
+                message="simulated outage of the 'latest' table",
+            ),
         ],
         retries=0,
         plugins=[progress],
@@ -133,8 +142,13 @@ def check_sinks(workdir: Path, rows: list[dict[str, Any]]) -> list[list[Any]]:
     counts = Counter(r["order_id"] for r in bronze)
     expected_ids = {r["order_id"] for r in rows}
     bronze_row = [
-        "bronze", "append", len(expected_ids), len(bronze), len(expected_ids - counts.keys()),
-        sum(c - 1 for c in counts.values() if c > 1), 0,
+        "bronze",
+        "append",
+        len(expected_ids),
+        len(bronze),
+        len(expected_ids - counts.keys()),
+        sum(c - 1 for c in counts.values() if c > 1),
+        0,
     ]
     winners: dict[str, dict[str, Any]] = {}
     for r in rows:
@@ -144,8 +158,13 @@ def check_sinks(workdir: Path, rows: list[dict[str, Any]]) -> list[list[Any]]:
     keys = Counter(r["customer"] for r in latest)
     wrong = sum(1 for r in latest if winners.get(r["customer"]) != r)
     latest_row = [
-        "latest", "merge", len(winners), len(latest), len(winners.keys() - keys.keys()),
-        sum(c - 1 for c in keys.values() if c > 1), wrong,
+        "latest",
+        "merge",
+        len(winners),
+        len(latest),
+        len(winners.keys() - keys.keys()),
+        sum(c - 1 for c in keys.values() if c > 1),
+        wrong,
     ]
     return [bronze_row, latest_row]
 
@@ -181,18 +200,27 @@ def run_demo(workdir: str | None = None, rows_per_file: int = 500, files: int = 
         progress._say("run 1 finished without the planned failure?")
     except Exception as exc:
         first = next((line for line in str(exc).splitlines() if "sink(s) failed" in line), "")
-        progress._say("run 1: the query stopped, as planned: " + (first.strip().removeprefix("fanout.errors.") or type(exc).__name__))
+        progress._say(
+            "run 1: the query stopped, as planned: "
+            + (first.strip().removeprefix("fanout.errors.") or type(exc).__name__)
+        )
     progress._say("run 2: restarting on the same checkpoint; Spark replays the failed batch")
     _run_query(spark, root, _pipeline(root, progress))
 
     table = check_sinks(root, rows)
     print()
-    print(format_table(["sink", "mode", "expected", "present", "missing", "duplicated", "wrong"], table))
+    print(
+        format_table(
+            ["sink", "mode", "expected", "present", "missing", "duplicated", "wrong"], table
+        )
+    )
     print()
     print("ledger (fanout status --ledger " + str(root / "_fanout_ledger") + "):")
     print(render(summarize(DeltaLedger(str(root / "_fanout_ledger")).read("demo").to_pylist())))
     ok = all(row[2] == row[3] and row[4] == row[5] == row[6] == 0 for row in table)
     print()
-    print("OK: no row lost, none duplicated, in any sink." if ok else "FAILED: see the table above.")
+    print(
+        "OK: no row lost, none duplicated, in any sink." if ok else "FAILED: see the table above."
+    )
     spark.stop()
     return 0 if ok else 1

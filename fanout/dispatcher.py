@@ -7,13 +7,12 @@ record, settle.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fanout.context import ContextReader
-from fanout.errors import ConfigurationError, FanoutError, FanOutError
+from fanout.errors import ConfigurationError, FanOutError, FanoutError
 from fanout.guard import check_checkpoint
 from fanout.hooks import HookCaller
 from fanout.ledger import DeltaLedger, Ledger
@@ -78,7 +77,9 @@ class FanOut:
 
     # -- setup ------------------------------------------------------------------------
 
-    def _build_sinks(self, registry: Any, specs: Sequence[Mapping[str, Any] | Sink]) -> dict[str, Sink]:
+    def _build_sinks(
+        self, registry: Any, specs: Sequence[Mapping[str, Any] | Sink]
+    ) -> dict[str, Sink]:
         if not specs:
             raise ConfigurationError(f"pipeline {self.pipeline!r}: no sinks configured")
         types = registry.sink_types() if any(not isinstance(s, Sink) for s in specs) else {}

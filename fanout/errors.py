@@ -64,8 +64,7 @@ class PluginLoadError(PluginError):
         self.cause = cause
         origin = f" (distribution {distribution})" if distribution else ""
         super().__init__(
-            f'Error importing plugin "{plugin_name}"{origin}: '
-            f"{type(cause).__name__}: {cause}"
+            f'Error importing plugin "{plugin_name}"{origin}: {type(cause).__name__}: {cause}'
         )
 
 

@@ -30,8 +30,7 @@ def check_checkpoint(ledger: Ledger, info: BatchInfo) -> None:
     foreign = [e for e in newer if e.query_id != info.query_id]
     if info.query_id is None:
         log.warning(
-            "pipeline %s, batch %s: query id unknown; cannot tell a replay from a "
-            "checkpoint reset",
+            "pipeline %s, batch %s: query id unknown; cannot tell a replay from a checkpoint reset",
             info.pipeline,
             info.batch_id,
         )
@@ -77,7 +76,6 @@ def reset_message(info: BatchInfo, latest: dict[str, LedgerEntry]) -> str:
         "the sink furthest behind above (e.g. as Kafka startingOffsets), under a new "
         "pipeline name so the sinks' transaction ids start afresh; sinks further ahead then "
         "receive their last batches again.",
-        "  `fanout status --ledger <path> --pipeline "
-        f"{info.pipeline}` shows the ledger's view.",
+        f"  `fanout status --ledger <path> --pipeline {info.pipeline}` shows the ledger's view.",
     ]
     return "\n".join(lines)

@@ -60,6 +60,7 @@ def fanout_sink_types() -> Mapping[str, type[Sink]]:
     :return: a mapping of type names to :class:`fanout.Sink` subclasses. Every plugin's
         mapping is used; two plugins returning the same type name is an error naming both.
     """
+    raise NotImplementedError  # a specification: pluggy never calls this body
 
 
 # -------------------------------------------------------------------------------------

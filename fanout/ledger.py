@@ -201,8 +201,7 @@ class DeltaLedger:
             table = open_table(self.path, self.storage_options)
             if table is None:
                 raise LedgerError(
-                    f"no ledger at {self.path}: a FanOut creates it when it starts; "
-                    "check the path"
+                    f"no ledger at {self.path}: a FanOut creates it when it starts; check the path"
                 )
             self._table = table
         else:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import pluggy
 
@@ -105,7 +105,7 @@ class Registry:
                 impl.plugin_name, getattr(impl.plugin, "__name__", impl.plugin_name)
             )
             try:
-                provided = impl.function() or {}
+                provided = cast("Mapping[str, Any]", impl.function() or {})
             except Exception as exc:
                 raise PluginLoadError(info.name, info.distribution, exc) from exc
             for type_name, sink_class in provided.items():
@@ -190,7 +190,9 @@ def load_registry(
     Import errors are collected in :attr:`Registry.load_errors`, each naming its plugin.
     """
     registry = Registry(new_plugin_manager())
-    eps = list(entry_points(group=hookspecs.PROJECT_NAME) if entry_points_ is None else entry_points_)
+    eps = list(
+        entry_points(group=hookspecs.PROJECT_NAME) if entry_points_ is None else entry_points_
+    )
     loaded_modules = set()
     for ep in eps:
         dist = getattr(ep, "dist", None)
@@ -226,8 +228,8 @@ def load_registry(
         _register(registry, module, PluginInfo(module_name, module_name))
     for plugin in extra_plugins:
         name = getattr(plugin, "__name__", None) or f"{type(plugin).__name__}@{id(plugin):x}"
-        module = name if inspect.ismodule(plugin) else type(plugin).__module__
-        _register(registry, plugin, PluginInfo(name, module))
+        origin = name if inspect.ismodule(plugin) else type(plugin).__module__
+        _register(registry, plugin, PluginInfo(name, origin))
     _check_hook_names(registry)
     return registry
 
@@ -243,8 +245,9 @@ def _check_hook_names(registry: Registry) -> None:
                 continue
             info = registry.plugins.get(impl.plugin_name)
             cause = pluggy.PluginValidationError(
-                impl.plugin, f"unknown hook {hook_name!r}; fanout's hooks are "
-                + ", ".join(sorted(n for n in dir(hookspecs) if n.startswith("fanout_")))
+                impl.plugin,
+                f"unknown hook {hook_name!r}; fanout's hooks are "
+                + ", ".join(sorted(n for n in dir(hookspecs) if n.startswith("fanout_"))),
             )
             registry.load_errors.append(
                 _load_error(impl.plugin_name, info.distribution if info else None, cause)

@@ -63,7 +63,9 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain fixed-width text table."""
     cells = [[str(h) for h in headers]] + [["-" if v is None else str(v) for v in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -73,8 +75,17 @@ def render(statuses: Sequence[SinkStatus]) -> str:
     if not statuses:
         return "the ledger holds no marks yet"
     return format_table(
-        ["pipeline", "sink", "last batch", "rows (last)", "batches", "rows (total)",
-         "last commit (UTC)", "failed attempts", "last error"],
+        [
+            "pipeline",
+            "sink",
+            "last batch",
+            "rows (last)",
+            "batches",
+            "rows (total)",
+            "last commit (UTC)",
+            "failed attempts",
+            "last error",
+        ],
         [
             [
                 s.pipeline,

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from fanout.errors import SinkWriteError, TransientSinkError
-from fanout.sink import Batch, BatchInfo, Guarantee, Reads, Sink, SinkContext, SinkResult, txn_app_id
+from fanout.sink import (
+    Batch,
+    BatchInfo,
+    Guarantee,
+    Reads,
+    Sink,
+    SinkContext,
+    SinkResult,
+    txn_app_id,
+)
 
 
 class ArrowFrame:
@@ -29,7 +38,7 @@ class ArrowFrame:
         self.unpersist_calls = 0
         self._lock = threading.Lock()
 
-    def toArrow(self) -> Any:  # noqa: N802 - Spark's name
+    def toArrow(self) -> Any:
         """The Arrow table."""
         with self._lock:
             self.to_arrow_calls += 1

@@ -102,10 +102,14 @@ class SinkRunner:
         try:
             return bool(self.sink.is_transient(exc))
         except Exception:
-            log.exception("sink %r: is_transient() raised; treating the error as final", self.sink.name)
+            log.exception(
+                "sink %r: is_transient() raised; treating the error as final", self.sink.name
+            )
             return False
 
-    def _entry(self, status: str, attempt: int, started: datetime, duration_s: float) -> LedgerEntry:
+    def _entry(
+        self, status: str, attempt: int, started: datetime, duration_s: float
+    ) -> LedgerEntry:
         info = self.batch.info
         return LedgerEntry(
             pipeline=info.pipeline,
@@ -132,7 +136,10 @@ class SinkRunner:
                     raise
                 log.warning(
                     "pipeline %s, batch %s, sink %s: ledger mark failed (%s); retrying",
-                    entry.pipeline, entry.batch_id, entry.sink, exc,
+                    entry.pipeline,
+                    entry.batch_id,
+                    entry.sink,
+                    exc,
                 )
                 time.sleep(self.retry.delay(try_number))
 
@@ -161,7 +168,11 @@ class SinkRunner:
         try:
             self.ledger.record_failure(replace(entry, error=f"{type(error).__name__}: {error}"))
         except Exception as exc:  # best effort: the log line above already tells
-            log.warning("pipeline %s: cannot record the failed attempt in the ledger: %s", info.pipeline, exc)
+            log.warning(
+                "pipeline %s: cannot record the failed attempt in the ledger: %s",
+                info.pipeline,
+                exc,
+            )
 
 
 def _named(exc: Exception, sink: str, batch_id: int) -> Exception:

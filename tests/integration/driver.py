@@ -12,10 +12,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for tests.*
 
-from fanout import FanOut  # noqa: E402
-from fanout.spark import local_session  # noqa: E402
-from tests.integration.faults import KillAt  # noqa: E402
-from tests.integration.streams import run_stream  # noqa: E402
+from fanout import FanOut
+from fanout.spark import local_session
+from tests.integration.faults import KillAt
+from tests.integration.streams import run_stream
 
 PIPELINE = "crash"
 
@@ -24,8 +24,14 @@ def sinks(workdir: Path) -> list[dict[str, object]]:
     """Three Delta sinks: two appends and a merge."""
     return [
         {"type": "delta", "name": "bronze", "path": str(workdir / "bronze")},
-        {"type": "delta", "name": "latest", "path": str(workdir / "latest"), "mode": "merge",
-         "keys": ["customer"], "order_by": "order_id"},
+        {
+            "type": "delta",
+            "name": "latest",
+            "path": str(workdir / "latest"),
+            "mode": "merge",
+            "keys": ["customer"],
+            "order_by": "order_id",
+        },
         {"type": "delta", "name": "audit", "path": str(workdir / "audit")},
     ]
 

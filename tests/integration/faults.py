@@ -33,12 +33,16 @@ class KillAt:
             os._exit(KILL_EXIT_CODE)
 
     @hookimpl
-    def fanout_batch_start(self, info: BatchInfo, pending: Sequence[str], skipped: Sequence[str]) -> None:
+    def fanout_batch_start(
+        self, info: BatchInfo, pending: Sequence[str], skipped: Sequence[str]
+    ) -> None:
         """Kill before any sink writes."""
         self._die(info, "batch_start")
 
     @hookimpl
-    def fanout_sink_done(self, info: BatchInfo, sink: str, result: SinkResult, duration_s: float) -> None:
+    def fanout_sink_done(
+        self, info: BatchInfo, sink: str, result: SinkResult, duration_s: float
+    ) -> None:
         """Kill after a sink's write, before its ledger mark."""
         self._die(info, "sink_done", sink)
 

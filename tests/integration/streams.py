@@ -24,7 +24,9 @@ def order(order_id: int) -> dict[str, Any]:
     }
 
 
-def write_input(directory: Path, files: int, rows_per_file: int, start_file: int = 0) -> list[dict[str, Any]]:
+def write_input(
+    directory: Path, files: int, rows_per_file: int, start_file: int = 0
+) -> list[dict[str, Any]]:
     """Write JSON-lines files ``orders-<n>.json``; file n becomes micro-batch n.
 
     The file source takes files oldest first and files written within one clock tick tie,
@@ -70,5 +72,7 @@ def committed_marks(ledger: Path, pipeline: str) -> Counter[tuple[str, int]]:
     """How many committed ledger rows each (sink, batch) has."""
     rows = delta_rows(ledger)
     return Counter(
-        (r["sink"], r["batch_id"]) for r in rows if r["pipeline"] == pipeline and r["status"] == "committed"
+        (r["sink"], r["batch_id"])
+        for r in rows
+        if r["pipeline"] == pipeline and r["status"] == "committed"
     )

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import pytest
 from deltalake import DeltaTable
+from fanout_delta import DeltaSink, spark_engine
+from fanout_delta.spark_engine import delta_jvm_missing
 
 from fanout.errors import SinkWriteError
 from fanout.sink import Batch, BatchInfo, SinkContext, txn_app_id
-from fanout_delta import DeltaSink
-from fanout_delta import spark_engine
-from fanout_delta.spark_engine import delta_jvm_missing
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,14 @@ from deltalake import DeltaTable
 
 from fanout import FanOut
 from fanout.sink import txn_app_id
-from tests.integration.streams import committed_marks, delta_rows, id_counts, order, run_stream, write_input
+from tests.integration.streams import (
+    committed_marks,
+    delta_rows,
+    id_counts,
+    order,
+    run_stream,
+    write_input,
+)
 
 FILES, ROWS = 5, 40
 
@@ -21,10 +28,20 @@ def test_three_sinks_hold_exactly_the_input(spark: Any, tmp_path: Path) -> None:
         str(tmp_path / "ledger"),
         [
             {"type": "delta", "name": "bronze", "path": str(tmp_path / "bronze")},
-            {"type": "delta", "name": "latest", "path": str(tmp_path / "latest"),
-             "mode": "merge", "keys": ["customer"], "order_by": "order_id"},
-            {"type": "delta", "name": "by_status", "path": str(tmp_path / "by_status"),
-             "partition_by": ["status"]},
+            {
+                "type": "delta",
+                "name": "latest",
+                "path": str(tmp_path / "latest"),
+                "mode": "merge",
+                "keys": ["customer"],
+                "order_by": "order_id",
+            },
+            {
+                "type": "delta",
+                "name": "by_status",
+                "path": str(tmp_path / "by_status"),
+                "partition_by": ["status"],
+            },
         ],
     )
     run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")

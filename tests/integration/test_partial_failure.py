@@ -11,7 +11,13 @@ from pyspark.errors import StreamingQueryException
 from fanout import FanOut
 from fanout.registry import load_registry
 from fanout.testing import FlakySink
-from tests.integration.streams import committed_marks, delta_rows, id_counts, run_stream, write_input
+from tests.integration.streams import (
+    committed_marks,
+    delta_rows,
+    id_counts,
+    run_stream,
+    write_input,
+)
 
 FILES, ROWS, FAILING = 6, 25, 3
 

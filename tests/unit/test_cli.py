@@ -19,7 +19,12 @@ def _ledger(path: Path) -> DeltaLedger:
         for sink, rows in (("bronze", 10), ("latest", 4)):
             ledger.mark_committed(
                 LedgerEntry(
-                    "orders", sink, batch, "committed", query_id="q1", rows=rows + batch,
+                    "orders",
+                    sink,
+                    batch,
+                    "committed",
+                    query_id="q1",
+                    rows=rows + batch,
                     finished_at=now_utc(),
                 )
             )
@@ -30,7 +35,9 @@ def _ledger(path: Path) -> DeltaLedger:
     return ledger
 
 
-def test_plugins_lists_the_delta_sink_with_its_distribution(capsys: pytest.CaptureFixture[str]) -> None:
+def test_plugins_lists_the_delta_sink_with_its_distribution(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert main(["plugins", "--json"]) == 0
     listed = {p["type"]: p for p in json.loads(capsys.readouterr().out)}
     assert listed["delta"]["distribution"] == "fanout-delta"
@@ -40,7 +47,10 @@ def test_plugins_lists_the_delta_sink_with_its_distribution(capsys: pytest.Captu
 
 def test_status_per_sink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _ledger(tmp_path / "ledger")
-    assert main(["status", "--ledger", str(tmp_path / "ledger"), "--pipeline", "orders", "--json"]) == 0
+    assert (
+        main(["status", "--ledger", str(tmp_path / "ledger"), "--pipeline", "orders", "--json"])
+        == 0
+    )
     status = {s["sink"]: s for s in json.loads(capsys.readouterr().out)}
     assert sorted(status) == ["bronze", "latest"]
     assert status["bronze"]["last_committed_batch"] == 2
@@ -56,14 +66,21 @@ def test_status_per_sink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "orders    bronze  2" in table and "other     x       0" in table
 
 
-def test_status_of_a_missing_ledger_fails_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_of_a_missing_ledger_fails_clearly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["status", "--ledger", str(tmp_path / "nowhere")]) == 1
     assert "no ledger at" in capsys.readouterr().err
 
 
-def test_ledger_maintain_compacts_and_keeps_lookups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ledger_maintain_compacts_and_keeps_lookups(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _ledger(tmp_path / "ledger")
-    assert main(["ledger", "maintain", "--ledger", str(tmp_path / "ledger"), "--retention-hours", "0"]) == 0
+    assert (
+        main(["ledger", "maintain", "--ledger", str(tmp_path / "ledger"), "--retention-hours", "0"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "compacted" in out and "log checkpoint written" in out
     from deltalake import DeltaTable

@@ -13,11 +13,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from fanout_delta import DeltaSink
+from fanout_delta.plugin import fanout_sink_types
 
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkWriteError
 from fanout.sink import Batch, BatchInfo, SinkContext, SinkResult, txn_app_id
-from fanout_delta import DeltaSink
-from fanout_delta.plugin import fanout_sink_types
 
 APP_ID = txn_app_id("p", "s")
 
@@ -29,7 +29,7 @@ class FakeFrame:
         self.table = table
         self.conversions = 0
 
-    def toArrow(self) -> pa.Table:  # noqa: N802 (Spark's name)
+    def toArrow(self) -> pa.Table:
         self.conversions += 1
         return self.table
 
@@ -110,8 +110,8 @@ class NoDeltaJvm:
     """A SparkSession stand-in whose JVM cannot load the Delta classes."""
 
     class _Jvm:
-        class java:  # noqa: N801
-            class lang:  # noqa: N801
+        class java:
+            class lang:
                 class Thread:
                     @staticmethod
                     def currentThread():
@@ -461,5 +461,9 @@ def test_bad_delta_options_fail_when_the_fanout_is_built(tmp_path: Path) -> None
     assert "valid options: path, mode, keys, order_by, engine" in message
 
     with pytest.raises(ConfigurationError) as keyless:
-        FanOut("p", MemoryLedger(), [{"type": "delta", "name": "latest", "path": str(tmp_path), "mode": "merge"}])
+        FanOut(
+            "p",
+            MemoryLedger(),
+            [{"type": "delta", "name": "latest", "path": str(tmp_path), "mode": "merge"}],
+        )
     assert "sink 'latest'" in str(keyless.value) and "keys" in str(keyless.value)

@@ -9,7 +9,11 @@ import fanout
 from fanout import hookspecs
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-HOOKS = [name for name, _ in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("fanout_")]
+HOOKS = [
+    name
+    for name, _ in inspect.getmembers(hookspecs, inspect.isfunction)
+    if name.startswith("fanout_")
+]
 
 
 def test_every_hook_has_a_docstring_with_its_parameters() -> None:

@@ -88,12 +88,13 @@ def write_rs(sink: DeltaSink, batch: Batch) -> SinkResult:
 def _append(sink: DeltaSink, data: pa.Table, commit: Any, *, create: bool) -> None:
     from deltalake import write_deltalake
 
+    assert sink.path is not None  # checked by open()
     write_deltalake(
-        sink.path,  # type: ignore[arg-type]
+        sink.path,
         data,
         mode="append",
         partition_by=list(sink.partition_by) if sink.partition_by else None,
-        schema_mode="merge" if sink.merge_schema else None,
+        schema_mode="merge" if sink.merge_schema else None,  # type: ignore[arg-type]
         configuration=dict(sink.configuration) if create and sink.configuration else None,
         storage_options=dict(sink.storage_options) if sink.storage_options else None,
         commit_properties=commit,

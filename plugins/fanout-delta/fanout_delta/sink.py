@@ -123,9 +123,7 @@ class DeltaSink(Sink):
         translated to it) and Delta's concurrent-modification errors on Spark."""
         if super().is_transient(error):
             return True
-        return "ConcurrentAppendException" in str(error) or "ConcurrentModification" in str(
-            error
-        )
+        return "ConcurrentAppendException" in str(error) or "ConcurrentModification" in str(error)
 
     # -- internals -------------------------------------------------------------------
 

@@ -61,9 +61,8 @@ def write_spark(sink: DeltaSink, batch: Batch) -> SinkResult:
     if written is not None and written >= batch_id:
         return SinkResult(rows=df.count(), details={"already_written": True})
     if table is not None:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
 
         check_batch_schema(
             pa.schema(table.schema().to_arrow()),
