@@ -74,19 +74,7 @@ def write_spark(sink: DeltaSink, batch: Batch) -> SinkResult:
         )
     details: dict[str, Any] = {"mode": sink.mode, "engine": "spark"}
     if sink.mode == "append":
-        writer = (
-            df.write.format("delta")
-            .mode("append")
-            .option("txnAppId", app_id)
-            .option("txnVersion", str(batch_id))
-        )
-        if sink.merge_schema:
-            writer = writer.option("mergeSchema", "true")
-        if sink.partition_by:
-            writer = writer.partitionBy(*sink.partition_by)
-        for key, value in (sink.configuration or {}).items():
-            writer = writer.option(key, value)
-        writer.save(path)
+        _append(sink, df, app_id, batch_id)
         rows = df.count()
     else:
         source = dedupe_spark(df, sink.keys or [], sink.order_by, sink.name, batch_id)
@@ -104,7 +92,7 @@ def _merge(sink: DeltaSink, source: Any, app_id: str, batch_id: int) -> int:
         session.conf.set("spark.databricks.delta.schema.autoMerge.enabled", "true")
     if not DeltaTable.isDeltaTable(session, sink.path):
         # First batch: create the table with an idempotent append of the source.
-        _append_new(sink, source, app_id, batch_id)
+        _append(sink, source, app_id, batch_id)
         return int(source.count())
     (
         DeltaTable.forPath(session, sink.path)
@@ -117,13 +105,16 @@ def _merge(sink: DeltaSink, source: Any, app_id: str, batch_id: int) -> int:
     return int(source.count())
 
 
-def _append_new(sink: DeltaSink, df: Any, app_id: str, batch_id: int) -> None:
+def _append(sink: DeltaSink, df: Any, app_id: str, batch_id: int) -> None:
+    """An idempotent Delta append of ``df`` (also creates the table on the first batch)."""
     writer = (
         df.write.format("delta")
         .mode("append")
         .option("txnAppId", app_id)
         .option("txnVersion", str(batch_id))
     )
+    if sink.merge_schema:
+        writer = writer.option("mergeSchema", "true")
     if sink.partition_by:
         writer = writer.partitionBy(*sink.partition_by)
     for key, value in (sink.configuration or {}).items():
