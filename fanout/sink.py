@@ -10,7 +10,7 @@ are therefore created inside :meth:`Sink.write` or inside the partition task, ne
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -198,6 +198,11 @@ class Sink:
 
     def close(self) -> None:
         """Release what :meth:`open` acquired; called once when the FanOut closes."""
+
+    def secret_values(self) -> Sequence[str]:
+        """The secret values this sink holds (passwords, tokens), so fanout can scrub
+        them from every error it logs, records in the ledger or raises. Default: none."""
+        return ()
 
     def is_transient(self, error: BaseException) -> bool:
         """Whether ``error`` (raised by :meth:`write`) is worth retrying.

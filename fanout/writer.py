@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -12,6 +13,7 @@ from fanout.errors import LedgerError, SinkError, SinkWriteError
 from fanout.hooks import HookCaller
 from fanout.ledger import Ledger, LedgerEntry, now_utc
 from fanout.retry import RetryPolicy
+from fanout.secrets import redact
 from fanout.sink import Batch, Sink, SinkResult
 
 log = logging.getLogger("fanout")
@@ -64,7 +66,7 @@ class SinkRunner:
             try:
                 result = as_result(self.sink.write(batch), self.sink)
             except Exception as exc:
-                error = _named(exc, name, info.batch_id)
+                error = _named(exc, name, info.batch_id, self.sink.secret_values())
                 will_retry = self._transient(exc) and attempt <= self.retry.retries
                 self._failed(attempt, started, clock, error, will_retry)
                 if not will_retry:
@@ -175,10 +177,30 @@ class SinkRunner:
             )
 
 
-def _named(exc: Exception, sink: str, batch_id: int) -> Exception:
-    """The sink's error, wrapped to name sink and batch unless it already does."""
+def _named(exc: Exception, sink: str, batch_id: int, secrets: Sequence[str]) -> Exception:
+    """The sink's error, wrapped to name sink and batch unless it already does.
+
+    When any message in the error's chain holds one of the sink's secrets, the result is
+    a new error with the secrets masked and the chain cut, so no traceback shows them.
+    """
+    chain_text = " ".join(str(e) for e in _chain(exc))
+    if any(secret and secret in chain_text for secret in secrets):
+        masked = SinkWriteError(
+            redact(f"{type(exc).__name__}: {exc}", secrets), sink=sink, batch_id=batch_id
+        )
+        masked.__suppress_context__ = True
+        return masked
     if isinstance(exc, SinkError):
         return exc
     wrapped = SinkWriteError(f"{type(exc).__name__}: {exc}", sink=sink, batch_id=batch_id)
     wrapped.__cause__ = exc
     return wrapped
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
