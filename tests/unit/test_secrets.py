@@ -59,9 +59,10 @@ def test_secret_never_reaches_errors_logs_or_ledger(caplog: pytest.LogCaptureFix
         fan.process(ArrowFrame(pa.table({"x": [1]})), BatchInfo("p", 0, "q"))
     error = failed.value
     texts = [str(error), repr(error), caplog.text]
-    texts += [str(e) for e in (error.__cause__, error.failures["pg"], error.failures["pg"].__cause__)]
+    texts += [
+        str(e) for e in (error.__cause__, error.failures["pg"], error.failures["pg"].__cause__)
+    ]
     texts += [e.error or "" for e in ledger.entries]
     assert all(PASSWORD not in text for text in texts)
     assert "connect to postgresql://u:***@db failed" in str(error)
     assert [e.status for e in ledger.entries] == ["failed"]
-
