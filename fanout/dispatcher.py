@@ -19,6 +19,7 @@ from fanout.ledger import DeltaLedger, Ledger
 from fanout.names import check_name
 from fanout.registry import load_registry
 from fanout.retry import RetryPolicy
+from fanout.routing import Route, SinkSpec, split_core_options
 from fanout.sink import Batch, BatchInfo, SharedArrow, Sink, SinkContext, SinkResult, txn_app_id
 from fanout.writer import SinkRunner
 
@@ -36,8 +37,10 @@ class FanOut:
     :param pipeline: a stable name; part of every sink's transaction id. Changing it makes
         every sink start afresh.
     :param ledger: the ledger's Delta table path (or a :class:`fanout.ledger.Ledger`).
-    :param sinks: sink configurations (``{"type": ..., "name": ..., **options}``) or
-        :class:`fanout.Sink` instances; names must be unique.
+    :param sinks: sink configurations (``{"type": ..., "name": ..., **options}``),
+        :class:`fanout.Sink` instances, or :class:`fanout.routing.SinkSpec`; names must be
+        unique. A dict may also hold ``where`` (SQL predicate), ``select`` (columns or SQL
+        expressions), ``retries`` and ``backoff_s``, which fanout applies around the sink.
     :param parallelism: how many sinks are written at once (default: all pending).
     :param retries: further attempts for a sink's transient errors.
     :param backoff_s: the wait before the first retry, doubled each time (with jitter).
@@ -53,7 +56,7 @@ class FanOut:
         self,
         pipeline: str,
         ledger: str | Ledger,
-        sinks: Sequence[Mapping[str, Any] | Sink],
+        sinks: Sequence[Mapping[str, Any] | Sink | SinkSpec],
         *,
         parallelism: int | None = None,
         retries: int = 2,
@@ -70,7 +73,8 @@ class FanOut:
         registry = load_registry(plugins)
         registry.raise_load_errors()
         self.hooks = HookCaller(registry.manager)
-        self.sinks = self._build_sinks(registry, sinks)
+        self.specs = self._build_sinks(registry, sinks)
+        self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in self.specs.items()}
         self.ledger: Ledger = DeltaLedger(ledger) if isinstance(ledger, str) else ledger
         self._context = ContextReader(self.pipeline, checkpoint_location)
         self._open(spark)
@@ -78,28 +82,36 @@ class FanOut:
     # -- setup ------------------------------------------------------------------------
 
     def _build_sinks(
-        self, registry: Any, specs: Sequence[Mapping[str, Any] | Sink]
-    ) -> dict[str, Sink]:
-        if not specs:
+        self, registry: Any, configs: Sequence[Mapping[str, Any] | Sink | SinkSpec]
+    ) -> dict[str, SinkSpec]:
+        if not configs:
             raise ConfigurationError(f"pipeline {self.pipeline!r}: no sinks configured")
-        types = registry.sink_types() if any(not isinstance(s, Sink) for s in specs) else {}
-        sinks: dict[str, Sink] = {}
-        for spec in specs:
-            sink = registry.build_sink(spec, types)
-            if sink.name in sinks:
+        types = registry.sink_types() if any(isinstance(c, Mapping) for c in configs) else {}
+        specs: dict[str, SinkSpec] = {}
+        for config in configs:
+            if isinstance(config, SinkSpec):
+                spec = SinkSpec(registry.build_sink(config.sink, types), config.route, config.retry)
+            elif isinstance(config, Mapping):
+                own, route, retry = split_core_options(str(config.get("name")), config, self.retry)
+                spec = SinkSpec(registry.build_sink(own, types), route, retry)
+            else:
+                spec = SinkSpec(registry.build_sink(config, types))
+            if spec.name in specs:
                 raise ConfigurationError(
-                    f"pipeline {self.pipeline!r}: two sinks are named {sink.name!r}; "
+                    f"pipeline {self.pipeline!r}: two sinks are named {spec.name!r}; "
                     "sink names must be unique (they key the ledger)"
                 )
-            sinks[sink.name] = sink
-        return sinks
+            specs[spec.name] = spec
+        return specs
 
     def _open(self, spark: Any) -> None:
         if spark is None:
             spark = _active_spark()
         context = SinkContext(self.pipeline, spark)
         self.ledger.open()
-        for sink in self.sinks.values():
+        for spec in self.specs.values():
+            spec.route.validate(spec.name, spark)
+            sink = spec.sink
             try:
                 sink.open(context)
             except FanoutError:
@@ -156,11 +168,12 @@ class FanOut:
         failures: dict[str, BaseException] = {}
         if pending:
             persisted = self._persist_if_shared(df, pending)  # 4. persist
-            arrow = SharedArrow(df)
+            arrows: dict[Route, SharedArrow] = {}
             try:
-                results, failures = self._write_all(df, info, pending, arrow)  # 5-6
+                results, failures = self._write_all(df, info, pending, arrows)  # 5-6
             finally:
-                arrow.release()  # 7. settle
+                for arrow in arrows.values():  # 7. settle
+                    arrow.release()
                 if persisted:
                     df.unpersist()
         if failures:
@@ -181,27 +194,31 @@ class FanOut:
         return pending, skipped
 
     def _persist_if_shared(self, df: Any, pending: Sequence[str]) -> bool:
-        # Sinks reading Arrow share one conversion, so together they read the DataFrame once.
+        # Sinks reading Arrow share one conversion per route, so together they read the
+        # DataFrame once per distinct route.
         readers = sum(self.sinks[s].reads == "dataframe" for s in pending)
-        readers += any(self.sinks[s].reads == "arrow" for s in pending)
+        readers += len({self.specs[s].route for s in pending if self.sinks[s].reads == "arrow"})
         if readers > 1 and hasattr(df, "persist"):
             df.persist()
             return True
         return False
 
     def _write_all(
-        self, df: Any, info: BatchInfo, pending: Sequence[str], arrow: SharedArrow
+        self,
+        df: Any,
+        info: BatchInfo,
+        pending: Sequence[str],
+        arrows: dict[Route, SharedArrow],
     ) -> tuple[dict[str, SinkResult], dict[str, BaseException]]:
-        runners = [
-            SinkRunner(
-                sink=self.sinks[name],
-                batch=Batch(df, info, name, txn_app_id(info.pipeline, name), _arrow=arrow),
-                ledger=self.ledger,
-                retry=self.retry,
-                hooks=self.hooks,
+        runners = []
+        for name in pending:
+            spec = self.specs[name]
+            routed = df if spec.route.is_identity else spec.route.apply(df)
+            arrow = arrows.setdefault(spec.route, SharedArrow(routed))
+            batch = Batch(routed, info, name, txn_app_id(info.pipeline, name), _arrow=arrow)
+            runners.append(
+                SinkRunner(spec.sink, batch, self.ledger, spec.retry or self.retry, self.hooks)
             )
-            for name in pending
-        ]
         if len(runners) == 1:
             outcomes = [runners[0].run()]
         else:

@@ -51,6 +51,7 @@ class LedgerEntry:
     status: Status
     query_id: str | None = None
     rows: int | None = None
+    dead_lettered: int | None = None
     attempt: int = 1
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -76,6 +77,7 @@ def _schema() -> pa.Schema:
             pa.field("sink", pa.string(), nullable=False),
             pa.field("status", pa.string(), nullable=False),
             pa.field("rows", pa.int64()),
+            pa.field("dead_lettered", pa.int64()),
             pa.field("attempt", pa.int32()),
             pa.field("started_at", ts),
             pa.field("finished_at", ts),
@@ -256,6 +258,7 @@ class DeltaLedger:
                 table,
                 entries_to_arrow(entries),
                 mode="append",
+                schema_mode="merge",  # a ledger made by an older fanout gains new columns
                 commit_properties=commit_properties(txns) if txns else None,
             )
         except Exception as exc:

@@ -132,10 +132,13 @@ class SinkResult:
     :param rows: rows written (for a replay the sink found already written: the rows of
         the batch, with ``details["already_written"] = True``).
     :param details: small, JSON-serialisable facts worth logging (files, partitions...).
+    :param dead_lettered: rows the target rejected that went to the sink's dead-letter
+        target instead (recorded in the ledger mark, shown by ``fanout status``).
     """
 
     rows: int
     details: Mapping[str, Any] = field(default_factory=dict)
+    dead_lettered: int = 0
 
 
 @dataclass(frozen=True)

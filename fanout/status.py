@@ -18,6 +18,7 @@ class SinkStatus:
     last_batch_rows: int | None
     committed_batches: int
     rows_total: int
+    dead_lettered_total: int
     last_commit_at: datetime | None
     failed_attempts: int
     last_error: str | None
@@ -51,6 +52,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[SinkStatus]:
                 last_batch_rows=last["rows"] if last else None,
                 committed_batches=len({r["batch_id"] for r in committed}),
                 rows_total=sum(r["rows"] or 0 for r in committed),
+                dead_lettered_total=sum(r.get("dead_lettered") or 0 for r in committed),
                 last_commit_at=last["finished_at"] if last else None,
                 failed_attempts=len(failed),
                 last_error=failed[-1]["error"] if failed else None,
@@ -82,6 +84,7 @@ def render(statuses: Sequence[SinkStatus]) -> str:
             "rows (last)",
             "batches",
             "rows (total)",
+            "dead letters",
             "last commit (UTC)",
             "failed attempts",
             "last error",
@@ -94,6 +97,7 @@ def render(statuses: Sequence[SinkStatus]) -> str:
                 s.last_batch_rows,
                 s.committed_batches,
                 s.rows_total,
+                s.dead_lettered_total,
                 s.last_commit_at.strftime("%Y-%m-%d %H:%M:%S") if s.last_commit_at else None,
                 s.failed_attempts,
                 _shorten(s.last_error),

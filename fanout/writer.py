@@ -37,7 +37,11 @@ def as_result(value: object, sink: Sink) -> SinkResult:
         return SinkResult(rows=value)
     rows = getattr(value, "rows", None)
     if isinstance(rows, int):
-        return SinkResult(rows=rows, details=dict(getattr(value, "details", None) or {}))
+        return SinkResult(
+            rows=rows,
+            details=dict(getattr(value, "details", None) or {}),
+            dead_lettered=int(getattr(value, "dead_lettered", 0) or 0),
+        )
     raise TypeError(
         f"sink {sink.name!r}: write() must return the number of rows written or a "
         f"fanout.SinkResult, not {value!r}"
@@ -128,7 +132,11 @@ class SinkRunner:
 
     def _mark(self, attempt: int, started: datetime, duration_s: float, result: SinkResult) -> None:
         """Write the ledger mark, retrying like the sink: a lost mark costs a rewrite."""
-        entry = replace(self._entry("committed", attempt, started, duration_s), rows=result.rows)
+        entry = replace(
+            self._entry("committed", attempt, started, duration_s),
+            rows=result.rows,
+            dead_lettered=result.dead_lettered,
+        )
         for try_number in range(1, self.retry.retries + 2):
             try:
                 self.ledger.mark_committed(entry)

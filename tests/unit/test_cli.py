@@ -31,7 +31,9 @@ def _ledger(path: Path) -> DeltaLedger:
     ledger.record_failure(
         LedgerEntry("orders", "latest", 3, "failed", query_id="q1", error="SinkWriteError: boom")
     )
-    ledger.mark_committed(LedgerEntry("other", "x", 0, "committed", query_id="q2", rows=1))
+    ledger.mark_committed(
+        LedgerEntry("other", "x", 0, "committed", query_id="q2", rows=1, dead_lettered=3)
+    )
     return ledger
 
 
@@ -60,10 +62,16 @@ def test_status_per_sink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert status["latest"]["failed_attempts"] == 1
     assert status["latest"]["last_error"] == "SinkWriteError: boom"
     assert status["latest"]["last_commit_at"] is not None
+    assert status["bronze"]["dead_lettered_total"] == 0
 
     assert main(["status", "--ledger", str(tmp_path / "ledger")]) == 0
     table = capsys.readouterr().out
     assert "orders    bronze  2" in table and "other     x       0" in table
+    assert "dead letters" in table
+    assert (
+        main(["status", "--ledger", str(tmp_path / "ledger"), "--pipeline", "other", "--json"]) == 0
+    )
+    assert json.loads(capsys.readouterr().out)[0]["dead_lettered_total"] == 3
 
 
 def test_status_of_a_missing_ledger_fails_clearly(

@@ -272,3 +272,25 @@ def test_maintain_with_default_retention_keeps_files(tmp_path: Path) -> None:
     assert len(DeltaTable(str(path)).file_uris()) == 1
     assert len(data_files(path)) == 6
     assert led.last_committed("orders", ["pg"]) == {"pg": 4}
+
+
+def test_ledger_of_an_older_version_gains_new_columns(tmp_path: Path) -> None:
+    """A ledger written before the dead_lettered column existed keeps working."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from fanout.ledger import entries_to_arrow
+
+    old = entries_to_arrow([LedgerEntry("p", "s", 0, "committed", rows=1)]).drop_columns(
+        ["dead_lettered"]
+    )
+    write_deltalake(str(tmp_path), old, mode="append", partition_by=["pipeline"])
+    ledger = DeltaLedger(str(tmp_path))
+    ledger.open()
+    assert ledger.mark_committed(LedgerEntry("p", "s", 1, "committed", rows=5, dead_lettered=2))
+    rows = sorted(ledger.read("p").to_pylist(), key=lambda r: r["batch_id"])
+    assert [(r["batch_id"], r["rows"], r["dead_lettered"]) for r in rows] == [
+        (0, 1, None),
+        (1, 5, 2),
+    ]
+    assert isinstance(ledger.read("p").schema.field("dead_lettered").type, pa.DataType)
