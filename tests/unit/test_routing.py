@@ -33,7 +33,7 @@ class RoutableFrame(ArrowFrame):
         self.children.append(child)
         return child
 
-    def selectExpr(self, *columns: str) -> RoutableFrame:  # noqa: N802 - Spark's name
+    def selectExpr(self, *columns: str) -> RoutableFrame:
         child = RoutableFrame(self.table.select(list(columns)), (*self.route, "select"))
         self.children.append(child)
         return child
@@ -82,7 +82,9 @@ def test_each_sink_gets_its_subset_and_shape() -> None:
         ]
     )
     fan.process(frame, BatchInfo("routes", 0, "q"))
-    assert everything.rows() == [{"x": i, "y": c} for i, c in zip([1, 2, 3, 4], "abcd")]
+    assert everything.rows() == [
+        {"x": i, "y": c} for i, c in zip([1, 2, 3, 4], "abcd", strict=True)
+    ]
     assert big.rows() == [{"x": 3, "y": "c"}, {"x": 4, "y": "d"}]
     assert big_x.rows() == [{"x": 3}, {"x": 4}]
     # three distinct routes read the batch: it is persisted once, each route converted once
