@@ -263,7 +263,7 @@ class DeltaLedger:
             )
         except Exception as exc:
             raise LedgerError(f"cannot write to the ledger at {self.path}: {exc}") from exc
-        table.update_incremental()
+        # write_deltalake advances `table` to the version it committed: no refresh needed
 
     # -- scans (people, the guard's slow path, recovery) ----------------------------
 
