@@ -1,4 +1,4 @@
-"""The ``fanout`` command: plugins, status, ledger maintenance and the demo.
+"""The ``fanout`` command: plugins, status, ledger maintenance, migrations and the demo.
 
 Exit codes: 0 success, 1 failure, 2 configuration error (bad arguments or options).
 """
@@ -89,6 +89,51 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a pipeline described in a TOML file."""
+    from fanout.runner import run
+
+    return run(args.pipeline_file)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Check a pipeline file and open every sink, without starting the stream."""
+    from fanout.runner import validate
+
+    return validate(args.pipeline_file)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Apply fanout's PostgreSQL migrations (the tables fanout owns) to one database."""
+    from fanout.pg_migrations import INSTALL_HINT, upgrade
+    from fanout.secrets import expand_env, redact
+
+    try:
+        from sqlalchemy.engine import make_url
+    except ImportError as exc:
+        raise ConfigurationError(INSTALL_HINT) from exc
+    try:
+        url = make_url(args.url)
+    except Exception as exc:
+        raise ConfigurationError(f"--url is not a SQLAlchemy URL: {type(exc).__name__}") from None
+    password = expand_env(url.password or "", what="fanout migrate --url (password)")
+    url = url.set(password=password or None)
+    shown = url.render_as_string(hide_password=True)
+    try:
+        result = upgrade(url, schema=args.schema)
+    except FanoutError:
+        raise
+    except Exception as exc:
+        message = redact(f"{type(exc).__name__}: {exc}", [password])
+        raise FanoutError(f"migrating {shown} failed: {message}") from None
+    if result.changed:
+        print(f"{shown}: schema {result.schema!r} upgraded {result.before or '(empty)'} -> "
+              f"{result.after}")  # fmt: skip
+    else:
+        print(f"{shown}: schema {result.schema!r} already at {result.after} (nothing to do)")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the end-to-end demo on embedded defaults."""
     from fanout.demo import run_demo
@@ -102,6 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fanout", description="Exactly-once fan-out of a Spark stream to many sinks."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a pipeline from a TOML file (Ctrl-C stops cleanly)")
+    run.add_argument("pipeline_file", help="e.g. examples/pipeline.toml")
+    run.set_defaults(func=cmd_run)
+
+    validate = sub.add_parser(
+        "validate", help="check a pipeline file and every sink's target, without starting"
+    )
+    validate.add_argument("pipeline_file")
+    validate.set_defaults(func=cmd_validate)
 
     plugins = sub.add_parser("plugins", help="list installed sink types and their plugins")
     plugins.add_argument("--json", action="store_true", help="print JSON")
@@ -129,6 +184,19 @@ def build_parser() -> argparse.ArgumentParser:
     maintain.add_argument("--no-compact", action="store_true", help="skip compaction")
     maintain.add_argument("--no-checkpoint", action="store_true", help="skip the log checkpoint")
     maintain.set_defaults(func=cmd_maintain)
+
+    migrate = sub.add_parser(
+        "migrate", help="create or upgrade the tables fanout owns in a PostgreSQL database"
+    )
+    migrate.add_argument(
+        "--url",
+        required=True,
+        help="SQLAlchemy URL of the database; the password may be ${ENV_VAR}",
+    )
+    migrate.add_argument(
+        "--schema", default="fanout", help="schema for fanout's tables (default fanout)"
+    )
+    migrate.set_defaults(func=cmd_migrate)
 
     demo = sub.add_parser(
         "demo",

@@ -12,7 +12,7 @@ from typing import Any
 def local_session(
     app_name: str = "fanout",
     *,
-    master: str = "local[2]",
+    master: str | None = "local[2]",
     conf: Mapping[str, str] | None = None,
 ) -> Any:
     """Start (or return) a local SparkSession.
@@ -27,9 +27,9 @@ def local_session(
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
     builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
+        builder.appName(app_name)
         .config("spark.pyspark.python", sys.executable)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -1,0 +1,117 @@
+"""Pipeline files: the shipped example parses; errors name the key path and exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fanout.cli import main
+from fanout.config import load, parse
+from fanout.runner import sink_option_names
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.toml"
+OPTIONS = {"postgres": ["url", "table", "keys", "mode"], "delta": ["path", "mode", "keys"]}
+
+
+def _doc(**sections: object) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "pipeline": {"name": "p", "ledger": "/l", "checkpoint": "/c"},
+        "source": {"format": "rate"},
+        "sinks": [{"type": "delta", "name": "d", "path": "/d"}],
+    }
+    doc.update(sections)
+    return doc
+
+
+def test_the_shipped_example_parses_with_the_installed_plugins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FANOUT_DATA", "/data/x")
+    monkeypatch.setenv("FANOUT_METRICS_PORT", "9999")
+    config = load(EXAMPLE, sink_option_names())
+    assert config.name == "orders"
+    assert config.ledger == "/data/x/_fanout/ledger"
+    assert config.trigger == {"processing_time": "2 seconds"}
+    assert [s["name"] for s in config.sinks] == ["bronze", "paid", "latest"]
+    assert config.sinks[1]["where"] == "status = 'paid'"
+    assert config.metrics == {"port": 9999, "host": "127.0.0.1"}
+
+
+def test_unknown_sink_option_names_its_path_and_the_closest_option() -> None:
+    sinks = [
+        {"type": "delta", "name": "a", "path": "/a"},
+        {"type": "delta", "name": "b", "path": "/b"},
+        {"type": "postgres", "name": "pg", "url": "x", "tabel": "orders"},
+    ]
+    with pytest.raises(Exception) as bad:
+        parse(_doc(sinks=sinks), OPTIONS)
+    assert str(bad.value) == "sinks[2].tabel: unknown option, did you mean table?"
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (_doc(pipelin={}), "pipelin: unknown section, did you mean pipeline?"),
+        (
+            _doc(pipeline={"name": "p", "ledger": "/l", "checkpont": "/c"}),
+            "pipeline.checkpont: unknown key, did you mean checkpoint?",
+        ),
+        (
+            _doc(pipeline={"name": "p", "checkpoint": "/c"}),
+            "pipeline.ledger: missing required option",
+        ),
+        (_doc(sinks=[{"type": "delta", "path": "/d"}]), "sinks[0].name: missing required option"),
+        (
+            _doc(sinks=[{"type": "deltta", "name": "d"}]),
+            "sinks[0].type: unknown sink type 'deltta', did you mean delta?; "
+            "installed: delta, postgres",
+        ),
+        (
+            _doc(
+                pipeline={
+                    "name": "p",
+                    "ledger": "/l",
+                    "checkpoint": "/c",
+                    "trigger": {"processing_tme": "1 second"},
+                }
+            ),
+            "pipeline.trigger.processing_tme: unknown key, did you mean processing_time?",
+        ),
+        (_doc(metrics={"port": "many"}), "metrics.port: expected int, got 'many'"),
+    ],
+)
+def test_config_errors_name_the_key(doc: dict[str, object], message: str) -> None:
+    with pytest.raises(Exception) as bad:
+        parse(doc, OPTIONS)
+    assert str(bad.value) == message
+
+
+def test_cli_exit_code_2_for_a_bad_env_reference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FANOUT_NOPE", raising=False)
+    file = tmp_path / "p.toml"
+    file.write_text(
+        '[pipeline]\nname = "p"\nledger = "${FANOUT_NOPE}/l"\ncheckpoint = "/c"\n'
+        '[source]\nformat = "rate"\n[[sinks]]\ntype = "delta"\nname = "d"\npath = "/d"\n'
+    )
+    assert main(["run", str(file)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "fanout: configuration error: pipeline.ledger: environment variable 'FANOUT_NOPE' "
+        "is referenced but not set; export FANOUT_NOPE=... before starting the pipeline"
+    )
+
+
+def test_cli_exit_code_2_for_unknown_option_and_missing_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "p.toml"
+    file.write_text(
+        '[pipeline]\nname = "p"\nledger = "/l"\ncheckpoint = "/c"\n'
+        '[source]\nformat = "rate"\n[[sinks]]\ntype = "delta"\nname = "d"\npth = "/d"\n'
+    )
+    assert main(["validate", str(file)]) == 2
+    assert "sinks[0].pth: unknown option, did you mean path?" in capsys.readouterr().err
+    assert main(["validate", str(tmp_path / "missing.toml")]) == 2
+    assert "no such pipeline file" in capsys.readouterr().err
