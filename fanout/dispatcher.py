@@ -6,16 +6,18 @@ record, settle.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal
 
 from fanout.context import ContextReader
-from fanout.errors import ConfigurationError, FanOutError, FanoutError
+from fanout.errors import CheckpointResetError, ConfigurationError, FanOutError, FanoutError
 from fanout.guard import check_checkpoint
 from fanout.hooks import HookCaller
-from fanout.ledger import DeltaLedger, Ledger
+from fanout.ledger import DeltaLedger, Ledger, LedgerEntry, now_utc
 from fanout.names import check_name
 from fanout.registry import load_registry
 from fanout.retry import RetryPolicy
@@ -47,6 +49,11 @@ class FanOut:
     :param plugins: extra plugin objects (observers) besides the installed ones.
     :param checkpoint_location: the query's checkpoint, if fanout cannot find it itself.
     :param spark: the SparkSession, handed to sinks' ``open`` (default: the active one).
+    :param on_checkpoint_reset: ``"refuse"`` (default): a lost or replaced checkpoint
+        raises :class:`fanout.CheckpointResetError`. ``"new_epoch"``: continue under a new
+        epoch, whose transaction ids are new, so every batch of the new query is written
+        even where it repeats input the sinks already hold. Choose it only when the new
+        checkpoint starts where the old one ended (``fanout recover`` prints the offsets).
 
     Building a ``FanOut`` loads the plugins, builds and opens every sink and creates the
     ledger, so configuration errors surface here, before the stream starts.
@@ -64,8 +71,15 @@ class FanOut:
         plugins: Iterable[object] = (),
         checkpoint_location: str | None = None,
         spark: Any = None,
+        on_checkpoint_reset: Literal["refuse", "new_epoch"] = "refuse",
     ) -> None:
         self.pipeline = check_name(pipeline, "pipeline")
+        if on_checkpoint_reset not in ("refuse", "new_epoch"):
+            raise ConfigurationError(
+                f"pipeline {pipeline!r}: on_checkpoint_reset must be 'refuse' or 'new_epoch', "
+                f"not {on_checkpoint_reset!r}"
+            )
+        self.on_checkpoint_reset = on_checkpoint_reset
         if parallelism is not None and parallelism < 1:
             raise ConfigurationError(f"pipeline {pipeline!r}: parallelism must be >= 1")
         self.parallelism = parallelism
@@ -154,7 +168,7 @@ class FanOut:
         Raises :class:`fanout.CheckpointResetError` when the checkpoint was reset and
         :class:`fanout.FanOutError` when any sink failed after its retries.
         """
-        check_checkpoint(self.ledger, info)  # 2. guard
+        info = self._guard(replace(info, epoch=self.ledger.current_epoch(self.pipeline)))
         pending, skipped = self.plan(info)  # 3. plan
         self.hooks.call("fanout_batch_start", info=info, pending=pending, skipped=skipped)
         if skipped:
@@ -186,9 +200,43 @@ class FanOut:
 
     # -- the steps --------------------------------------------------------------------
 
+    def _guard(self, info: BatchInfo) -> BatchInfo:
+        """Step 2: refuse a checkpoint reset, or start a new epoch when told to accept it."""
+        try:
+            check_checkpoint(self.ledger, info)
+            return info
+        except CheckpointResetError as reset:
+            if self.on_checkpoint_reset != "new_epoch":
+                raise
+            epoch = info.epoch + 1
+            log.warning(
+                "pipeline %s: checkpoint reset accepted (on_checkpoint_reset='new_epoch'); "
+                "query %s continues under epoch %s with new transaction ids from batch %s. "
+                "What the ledger knew:\n%s",
+                self.pipeline,
+                info.query_id,
+                epoch,
+                info.batch_id,
+                reset,
+            )
+            offsets = None if info.source_offsets is None else json.dumps(info.source_offsets)
+            self.ledger.start_epoch(
+                LedgerEntry(
+                    pipeline=self.pipeline,
+                    sink="*",
+                    batch_id=info.batch_id,
+                    status="epoch",
+                    query_id=info.query_id,
+                    started_at=now_utc(),
+                    source_offsets=offsets,
+                    epoch=epoch,
+                )
+            )
+            return replace(info, epoch=epoch)
+
     def plan(self, info: BatchInfo) -> tuple[list[str], list[str]]:
         """The sinks still to write (ledger mark older than the batch) and those to skip."""
-        marks = self.ledger.last_committed(self.pipeline, self.sinks)
+        marks = self.ledger.last_committed(self.pipeline, self.sinks, info.epoch)
         pending = [s for s, done in marks.items() if done is None or done < info.batch_id]
         skipped = [s for s in self.sinks if s not in pending]
         return pending, skipped
@@ -215,7 +263,8 @@ class FanOut:
             spec = self.specs[name]
             routed = df if spec.route.is_identity else spec.route.apply(df)
             arrow = arrows.setdefault(spec.route, SharedArrow(routed))
-            batch = Batch(routed, info, name, txn_app_id(info.pipeline, name), _arrow=arrow)
+            app_id = txn_app_id(info.pipeline, name, info.epoch)
+            batch = Batch(routed, info, name, app_id, _arrow=arrow)
             runners.append(
                 SinkRunner(spec.sink, batch, self.ledger, spec.retry or self.retry, self.hooks)
             )

@@ -23,10 +23,10 @@ def check_checkpoint(ledger: Ledger, info: BatchInfo) -> None:
     """Raise :class:`CheckpointResetError` when another query id committed batches of this
     pipeline at or after ``info.batch_id``; return quietly otherwise (including replays
     of the same query after a crash)."""
-    high = ledger.high_water(info.pipeline)
+    high = ledger.high_water(info.pipeline, info.epoch)
     if high is None or high < info.batch_id:
         return
-    newer = ledger.committed_entries(info.pipeline, min_batch_id=info.batch_id)
+    newer = ledger.committed_entries(info.pipeline, info.batch_id, epoch=info.epoch)
     foreign = [e for e in newer if e.query_id != info.query_id]
     if info.query_id is None:
         log.warning(
@@ -38,15 +38,16 @@ def check_checkpoint(ledger: Ledger, info: BatchInfo) -> None:
     if foreign:
         # name every sink's last committed batch, also those behind info.batch_id: the
         # offsets of the sink furthest behind are where a recovery must start from
-        latest = latest_per_sink(ledger.committed_entries(info.pipeline))
+        latest = latest_per_sink(ledger.committed_entries(info.pipeline, epoch=info.epoch))
         raise CheckpointResetError(reset_message(info, latest))
 
 
 def latest_per_sink(entries: list[LedgerEntry]) -> dict[str, LedgerEntry]:
-    """The committed entry with the highest batch id of each sink."""
+    """The committed entry with the highest (epoch, batch id) of each sink."""
     latest: dict[str, LedgerEntry] = {}
     for entry in entries:
-        if entry.sink not in latest or entry.batch_id > latest[entry.sink].batch_id:
+        current = latest.get(entry.sink)
+        if current is None or (entry.epoch, entry.batch_id) > (current.epoch, current.batch_id):
             latest[entry.sink] = entry
     return latest
 
@@ -76,6 +77,10 @@ def reset_message(info: BatchInfo, latest: dict[str, LedgerEntry]) -> str:
         "the sink furthest behind above (e.g. as Kafka startingOffsets), under a new "
         "pipeline name so the sinks' transaction ids start afresh; sinks further ahead then "
         "receive their last batches again.",
-        f"  `fanout status --ledger <path> --pipeline {info.pipeline}` shows the ledger's view.",
+        "  3. Or, accepting that the new query's batches are written as new data even where "
+        "they repeat old input, continue under a new epoch: FanOut(..., "
+        'on_checkpoint_reset="new_epoch").',
+        f"  `fanout recover --ledger <path> --pipeline {info.pipeline}` prints these facts "
+        "again, with Kafka startingOffsets.",
     ]
     return "\n".join(lines)

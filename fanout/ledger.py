@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from fanout.deltaio import commit_properties, open_table, transaction_version
 from fanout.errors import LedgerError
-from fanout.sink import txn_app_id
+from fanout.sink import pipeline_scope, txn_app_id
 from fanout.version import __version__
 
 if TYPE_CHECKING:
@@ -33,12 +33,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Status = Literal["committed", "failed"]
+Status = Literal["committed", "failed", "epoch"]
 
 
-def pipeline_app_id(pipeline: str) -> str:
-    """The transaction id carrying a pipeline's high-water mark: ``fanout/<pipeline>``."""
-    return f"fanout/{pipeline}"
+def pipeline_app_id(pipeline: str, epoch: int = 0) -> str:
+    """The transaction id carrying a pipeline's high-water mark: ``fanout/<pipeline>``
+    (``fanout/<pipeline>@e<epoch>`` in later epochs)."""
+    return f"fanout/{pipeline_scope(pipeline, epoch)}"
+
+
+def epoch_app_id(pipeline: str) -> str:
+    """The transaction id whose version is the pipeline's current epoch."""
+    return f"fanout/{pipeline}#epoch"
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class LedgerEntry:
     source_offsets: str | None = None
     error: str | None = None
     fanout_version: str = __version__
+    epoch: int = 0
 
     def offsets(self) -> Any:
         """The recorded source offsets, parsed from JSON (``None`` when not recorded)."""
@@ -85,6 +92,7 @@ def _schema() -> pa.Schema:
             pa.field("source_offsets", pa.string()),
             pa.field("error", pa.string()),
             pa.field("fanout_version", pa.string()),
+            pa.field("epoch", pa.int32()),
         ]
     )
 
@@ -100,7 +108,8 @@ def entries_from_arrow(table: pa.Table) -> list[LedgerEntry]:
     """Ledger rows read back as entries (columns unknown to this version are ignored)."""
     names = {f.name for f in _schema()}
     return [
-        LedgerEntry(**{k: v for k, v in row.items() if k in names}) for row in table.to_pylist()
+        LedgerEntry(**{k: v for k, v in row.items() if k in names and v is not None})
+        for row in table.to_pylist()
     ]
 
 
@@ -111,11 +120,19 @@ class Ledger(Protocol):
     def open(self) -> None:
         """Create the ledger if missing and check it is usable; called before the stream."""
 
-    def last_committed(self, pipeline: str, sinks: Iterable[str]) -> dict[str, int | None]:
+    def last_committed(
+        self, pipeline: str, sinks: Iterable[str], epoch: int = 0
+    ) -> dict[str, int | None]:
         """The last batch id each sink committed (``None``: never), without a scan."""
 
-    def high_water(self, pipeline: str) -> int | None:
+    def high_water(self, pipeline: str, epoch: int = 0) -> int | None:
         """The highest batch id any sink of the pipeline committed, without a scan."""
+
+    def current_epoch(self, pipeline: str) -> int:
+        """The pipeline's epoch (0 until a checkpoint reset is accepted), without a scan."""
+
+    def start_epoch(self, entry: LedgerEntry) -> None:
+        """Record that ``entry.query_id`` starts epoch ``entry.epoch`` at ``entry.batch_id``."""
 
     def mark_committed(self, entry: LedgerEntry) -> bool:
         """Record that ``entry.sink`` committed ``entry.batch_id``; idempotent.
@@ -124,8 +141,11 @@ class Ledger(Protocol):
     def record_failure(self, entry: LedgerEntry) -> None:
         """Record a failed attempt (best effort: callers log what this raises)."""
 
-    def committed_entries(self, pipeline: str, min_batch_id: int = 0) -> list[LedgerEntry]:
-        """Committed rows of the pipeline at or after ``min_batch_id`` (a scan: rare paths)."""
+    def committed_entries(
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> list[LedgerEntry]:
+        """Committed rows of the pipeline at or after ``min_batch_id``, of one epoch or
+        (``None``) all (a scan: rare paths)."""
 
 
 @dataclass(frozen=True)
@@ -212,16 +232,30 @@ class DeltaLedger:
 
     # -- lookups (log only) ---------------------------------------------------------
 
-    def last_committed(self, pipeline: str, sinks: Iterable[str]) -> dict[str, int | None]:
+    def last_committed(
+        self, pipeline: str, sinks: Iterable[str], epoch: int = 0
+    ) -> dict[str, int | None]:
         """The last batch id each sink committed, read from the log's txn actions."""
         with self._lock:
             table = self._fresh()
-            return {s: transaction_version(table, txn_app_id(pipeline, s)) for s in sinks}
+            return {s: transaction_version(table, txn_app_id(pipeline, s, epoch)) for s in sinks}
 
-    def high_water(self, pipeline: str) -> int | None:
+    def high_water(self, pipeline: str, epoch: int = 0) -> int | None:
         """The highest batch id any sink of ``pipeline`` committed, from the log."""
         with self._lock:
-            return transaction_version(self._fresh(), pipeline_app_id(pipeline))
+            return transaction_version(self._fresh(), pipeline_app_id(pipeline, epoch))
+
+    def current_epoch(self, pipeline: str) -> int:
+        """The pipeline's epoch, from the log (0 when none was ever started)."""
+        with self._lock:
+            return transaction_version(self._fresh(), epoch_app_id(pipeline)) or 0
+
+    def start_epoch(self, entry: LedgerEntry) -> None:
+        """Append the epoch row, with the epoch as the version of its txn action."""
+        if entry.status != "epoch":
+            raise ValueError("start_epoch takes an epoch entry")
+        with self._lock:
+            self._append(self._fresh(), [entry], {epoch_app_id(entry.pipeline): entry.epoch})
 
     # -- writes ---------------------------------------------------------------------
 
@@ -231,14 +265,15 @@ class DeltaLedger:
             raise ValueError("mark_committed takes a committed entry")
         with self._lock:
             table = self._fresh()
-            sink_app = txn_app_id(entry.pipeline, entry.sink)
+            sink_app = txn_app_id(entry.pipeline, entry.sink, entry.epoch)
             done = transaction_version(table, sink_app)
             if done is not None and done >= entry.batch_id:
                 return False
-            high = transaction_version(table, pipeline_app_id(entry.pipeline))
+            pipeline_app = pipeline_app_id(entry.pipeline, entry.epoch)
+            high = transaction_version(table, pipeline_app)
             txns = {
                 sink_app: entry.batch_id,
-                pipeline_app_id(entry.pipeline): max(entry.batch_id, -1 if high is None else high),
+                pipeline_app: max(entry.batch_id, -1 if high is None else high),
             }
             self._append(table, [entry], txns)
             return True
@@ -274,8 +309,10 @@ class DeltaLedger:
         filters = [("pipeline", "=", pipeline)] if pipeline else None
         return table.to_pyarrow_table(filters=filters)
 
-    def committed_entries(self, pipeline: str, min_batch_id: int = 0) -> list[LedgerEntry]:
-        """Committed rows of ``pipeline`` with ``batch_id >= min_batch_id``."""
+    def committed_entries(
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> list[LedgerEntry]:
+        """Committed rows of ``pipeline`` with ``batch_id >= min_batch_id`` (of ``epoch``)."""
         with self._lock:
             table = self._fresh()
         rows = table.to_pyarrow_table(
@@ -285,7 +322,8 @@ class DeltaLedger:
                 ("batch_id", ">=", min_batch_id),
             ]
         )
-        return entries_from_arrow(rows)
+        entries = entries_from_arrow(rows)
+        return entries if epoch is None else [e for e in entries if e.epoch == epoch]
 
     # -- maintenance ----------------------------------------------------------------
 
@@ -343,30 +381,47 @@ class MemoryLedger:
 
     def __init__(self) -> None:
         self.entries: list[LedgerEntry] = []
-        self._marks: dict[tuple[str, str], int] = {}
+        self._marks: dict[tuple[str, str], int] = {}  # (scope, sink) -> batch id
+        self._epochs: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def open(self) -> None:
         """Nothing to create."""
 
-    def last_committed(self, pipeline: str, sinks: Iterable[str]) -> dict[str, int | None]:
+    def last_committed(
+        self, pipeline: str, sinks: Iterable[str], epoch: int = 0
+    ) -> dict[str, int | None]:
         """The last batch id each sink committed."""
+        scope = pipeline_scope(pipeline, epoch)
         with self._lock:
-            return {s: self._marks.get((pipeline, s)) for s in sinks}
+            return {s: self._marks.get((scope, s)) for s in sinks}
 
-    def high_water(self, pipeline: str) -> int | None:
+    def high_water(self, pipeline: str, epoch: int = 0) -> int | None:
         """The highest batch id any sink of ``pipeline`` committed."""
+        scope = pipeline_scope(pipeline, epoch)
         with self._lock:
-            marks = [v for (p, _), v in self._marks.items() if p == pipeline]
+            marks = [v for (p, _), v in self._marks.items() if p == scope]
             return max(marks) if marks else None
+
+    def current_epoch(self, pipeline: str) -> int:
+        """The pipeline's epoch."""
+        with self._lock:
+            return self._epochs.get(pipeline, 0)
+
+    def start_epoch(self, entry: LedgerEntry) -> None:
+        """Start the entry's epoch."""
+        with self._lock:
+            self._epochs[entry.pipeline] = entry.epoch
+            self.entries.append(entry)
 
     def mark_committed(self, entry: LedgerEntry) -> bool:
         """Record the mark unless it exists."""
+        key = (pipeline_scope(entry.pipeline, entry.epoch), entry.sink)
         with self._lock:
-            done = self._marks.get((entry.pipeline, entry.sink))
+            done = self._marks.get(key)
             if done is not None and done >= entry.batch_id:
                 return False
-            self._marks[(entry.pipeline, entry.sink)] = entry.batch_id
+            self._marks[key] = entry.batch_id
             self.entries.append(entry)
             return True
 
@@ -375,13 +430,18 @@ class MemoryLedger:
         with self._lock:
             self.entries.append(entry)
 
-    def committed_entries(self, pipeline: str, min_batch_id: int = 0) -> list[LedgerEntry]:
-        """Committed entries of ``pipeline`` at or after ``min_batch_id``."""
+    def committed_entries(
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> list[LedgerEntry]:
+        """Committed entries of ``pipeline`` at or after ``min_batch_id`` (of ``epoch``)."""
         with self._lock:
             return [
                 e
                 for e in self.entries
-                if e.pipeline == pipeline and e.status == "committed" and e.batch_id >= min_batch_id
+                if e.pipeline == pipeline
+                and e.status == "committed"
+                and e.batch_id >= min_batch_id
+                and (epoch is None or e.epoch == epoch)
             ]
 
 

@@ -34,13 +34,22 @@ Reads = Literal["dataframe", "arrow"]
 sinks that read Arrow (converted once per batch on the driver)."""
 
 
-def txn_app_id(pipeline: str, sink: str) -> str:
+def pipeline_scope(pipeline: str, epoch: int = 0) -> str:
+    """``<pipeline>`` in epoch 0, ``<pipeline>@e<epoch>`` after an accepted checkpoint
+    reset (``@`` cannot occur in a name, so scopes never collide)."""
+    return pipeline if epoch == 0 else f"{pipeline}@e{epoch}"
+
+
+def txn_app_id(pipeline: str, sink: str, epoch: int = 0) -> str:
     """The stable transaction application id of one sink of one pipeline.
 
     It names the sink's idempotent-write transaction in Delta (``txnAppId``) and its
-    marks in the ledger: ``fanout/<pipeline>/<sink>``.
+    marks in the ledger: ``fanout/<pipeline>/<sink>``; after a checkpoint reset accepted
+    with ``on_checkpoint_reset="new_epoch"``, ``fanout/<pipeline>@e<epoch>/<sink>``.
+    Sinks that keep their own idempotency records (progress tables, marker groups) key
+    them by this id, so a new epoch starts them afresh too.
     """
-    return f"fanout/{pipeline}/{sink}"
+    return f"fanout/{pipeline_scope(pipeline, epoch)}/{sink}"
 
 
 @dataclass(frozen=True)
@@ -52,12 +61,15 @@ class BatchInfo:
     :param query_id: the streaming query id (stable across restarts on one checkpoint).
     :param source_offsets: the end offsets of this batch, one JSON value per source, as
         read from the checkpoint's ``offsets/<batch_id>``; ``None`` when unreadable.
+    :param epoch: 0, or the number of checkpoint resets accepted with
+        ``on_checkpoint_reset="new_epoch"``; part of every transaction id.
     """
 
     pipeline: str
     batch_id: int
     query_id: str | None = None
     source_offsets: list[Any] | None = None
+    epoch: int = 0
 
 
 class SharedArrow:

@@ -35,6 +35,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[SinkStatus]:
     """Per (pipeline, sink) status from ledger rows (as dicts), sorted by pipeline, sink."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
+        if row["status"] == "epoch":
+            continue  # an accepted checkpoint reset, not a sink's progress
         groups.setdefault((row["pipeline"], row["sink"]), []).append(row)
     statuses = []
     for (pipeline, sink), group in sorted(groups.items()):
@@ -43,14 +45,14 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[SinkStatus]:
             (r for r in group if r["status"] == "failed"),
             key=lambda r: (r["batch_id"], r["attempt"] or 0),
         )
-        last = max(committed, key=lambda r: r["batch_id"]) if committed else None
+        last = max(committed, key=_position) if committed else None
         statuses.append(
             SinkStatus(
                 pipeline=pipeline,
                 sink=sink,
                 last_committed_batch=last["batch_id"] if last else None,
                 last_batch_rows=last["rows"] if last else None,
-                committed_batches=len({r["batch_id"] for r in committed}),
+                committed_batches=len({_position(r) for r in committed}),
                 rows_total=sum(r["rows"] or 0 for r in committed),
                 dead_lettered_total=sum(r.get("dead_lettered") or 0 for r in committed),
                 last_commit_at=last["finished_at"] if last else None,
@@ -59,6 +61,11 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[SinkStatus]:
             )
         )
     return statuses
+
+
+def _position(row: dict[str, Any]) -> tuple[int, int]:
+    """Where a ledger row stands: (epoch, batch id); rows of older ledgers have no epoch."""
+    return (row.get("epoch") or 0, row["batch_id"])
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -128,6 +128,7 @@ class SinkRunner:
             finished_at=now_utc(),
             duration_ms=int(duration_s * 1000),
             source_offsets=None if info.source_offsets is None else json.dumps(info.source_offsets),
+            epoch=info.epoch,
         )
 
     def _mark(self, attempt: int, started: datetime, duration_s: float, result: SinkResult) -> None:

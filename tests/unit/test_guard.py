@@ -86,7 +86,8 @@ def test_other_query_at_or_below_high_water_is_a_reset(
         "  1. Restore the original checkpoint directory and restart the query; nothing is "
         "lost or duplicated." in lines
     )
-    assert "`fanout status --ledger <path> --pipeline orders` shows the ledger's view." in message
+    assert 'on_checkpoint_reset="new_epoch"' in message
+    assert "`fanout recover --ledger <path> --pipeline orders` prints these facts again" in message
 
 
 def test_reset_through_fanout_calls_no_sink(ledger: DeltaLedger | MemoryLedger) -> None:
@@ -115,9 +116,11 @@ class CountingLedger(MemoryLedger):
         super().__init__()
         self.scans = 0
 
-    def committed_entries(self, pipeline: str, min_batch_id: int = 0) -> list:
+    def committed_entries(
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> list:
         self.scans += 1
-        return super().committed_entries(pipeline, min_batch_id)
+        return super().committed_entries(pipeline, min_batch_id, epoch)
 
 
 def test_guard_does_not_scan_on_the_normal_path() -> None:
