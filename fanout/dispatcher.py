@@ -18,6 +18,7 @@ from fanout.errors import CheckpointResetError, ConfigurationError, FanOutError,
 from fanout.guard import check_checkpoint
 from fanout.hooks import HookCaller
 from fanout.ledger import DeltaLedger, Ledger, LedgerEntry, now_utc
+from fanout.logs import batch_fields, register_secrets
 from fanout.names import check_name
 from fanout.registry import load_registry
 from fanout.retry import RetryPolicy
@@ -126,6 +127,7 @@ class FanOut:
         for spec in self.specs.values():
             spec.route.validate(spec.name, spark)
             sink = spec.sink
+            register_secrets(sink.secret_values())  # masked in every redacting log handler
             try:
                 sink.open(context)
             except FanoutError:
@@ -140,6 +142,7 @@ class FanOut:
                     "write and its ledger mark, the replay can write duplicates",
                     self.pipeline,
                     sink.name,
+                    extra=batch_fields(self.pipeline, sink=sink.name),
                 )
 
     def close(self) -> None:
@@ -148,7 +151,12 @@ class FanOut:
             try:
                 sink.close()
             except Exception:
-                log.exception("pipeline %s: closing sink %r failed", self.pipeline, sink.name)
+                log.exception(
+                    "pipeline %s: closing sink %r failed",
+                    self.pipeline,
+                    sink.name,
+                    extra=batch_fields(self.pipeline, sink=sink.name),
+                )
 
     def __enter__(self) -> FanOut:
         return self
@@ -177,6 +185,7 @@ class FanOut:
                 self.pipeline,
                 info.batch_id,
                 ", ".join(skipped),
+                extra=batch_fields(self.pipeline, info.batch_id),
             )
         results: dict[str, SinkResult] = {}
         failures: dict[str, BaseException] = {}
@@ -218,6 +227,7 @@ class FanOut:
                 epoch,
                 info.batch_id,
                 reset,
+                extra=batch_fields(self.pipeline, info.batch_id),
             )
             offsets = None if info.source_offsets is None else json.dumps(info.source_offsets)
             self.ledger.start_epoch(

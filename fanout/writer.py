@@ -12,6 +12,7 @@ from datetime import datetime
 from fanout.errors import LedgerError, SinkError, SinkWriteError
 from fanout.hooks import HookCaller
 from fanout.ledger import Ledger, LedgerEntry, now_utc
+from fanout.logs import batch_fields
 from fanout.retry import RetryPolicy
 from fanout.secrets import redact
 from fanout.sink import Batch, Sink, SinkResult
@@ -92,6 +93,7 @@ class SinkRunner:
                     info.batch_id,
                     name,
                     exc,
+                    extra=batch_fields(info.pipeline, info.batch_id, name),
                 )
                 return SinkOutcome(name, error=error)
             log.info(
@@ -101,6 +103,7 @@ class SinkRunner:
                 name,
                 result.rows,
                 duration * 1000,
+                extra=batch_fields(info.pipeline, info.batch_id, name),
             )
             return SinkOutcome(name, result=result)
 
@@ -109,7 +112,9 @@ class SinkRunner:
             return bool(self.sink.is_transient(exc))
         except Exception:
             log.exception(
-                "sink %r: is_transient() raised; treating the error as final", self.sink.name
+                "sink %r: is_transient() raised; treating the error as final",
+                self.sink.name,
+                extra=batch_fields(self.batch.pipeline, self.batch.batch_id, self.sink.name),
             )
             return False
 
@@ -151,6 +156,7 @@ class SinkRunner:
                     entry.batch_id,
                     entry.sink,
                     exc,
+                    extra=batch_fields(entry.pipeline, entry.batch_id, entry.sink),
                 )
                 time.sleep(self.retry.delay(try_number))
 
@@ -166,6 +172,7 @@ class SinkRunner:
             attempt,
             " (will retry)" if will_retry else "",
             error,
+            extra=batch_fields(info.pipeline, info.batch_id, self.sink.name, attempt=attempt),
         )
         self.hooks.call(
             "fanout_sink_error",
@@ -183,6 +190,7 @@ class SinkRunner:
                 "pipeline %s: cannot record the failed attempt in the ledger: %s",
                 info.pipeline,
                 exc,
+                extra=batch_fields(info.pipeline, info.batch_id, self.sink.name),
             )
 
 

@@ -1,0 +1,90 @@
+"""Structured logs: JSON lines with pipeline, batch and sink; secrets masked everywhere."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from fanout import BatchInfo, FanOut, FanOutError, Sink
+from fanout.ledger import MemoryLedger
+from fanout.logs import JsonFormatter, RedactFilter, configure, register_secrets
+from fanout.testing import ArrowFrame, FlakySink, RecordingSink
+
+TOKEN = "tok-9f8e7d6c5b"
+
+
+@pytest.fixture
+def json_log() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    configure("INFO", "json", stream)
+    yield stream
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in saved[0]:
+        root.addHandler(handler)
+    root.setLevel(saved[1])
+
+
+def _records(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
+
+
+def test_sink_log_lines_carry_pipeline_batch_and_sink(json_log: io.StringIO) -> None:
+    flaky = FlakySink(RecordingSink("pg"), fail_on=[4], times=1, transient=True)
+    FanOut("orders", MemoryLedger(), [flaky], backoff_s=0).process(
+        ArrowFrame(pa.table({"x": [1]})), BatchInfo("orders", 4, "q")
+    )
+    records = _records(json_log)
+    failed = [r for r in records if r["level"] == "WARNING"]
+    assert failed[0]["pipeline"] == "orders" and failed[0]["batch_id"] == 4
+    assert failed[0]["sink"] == "pg" and failed[0]["attempt"] == 1
+    assert "attempt 1 failed (will retry)" in str(failed[0]["message"])
+    done = [r for r in records if "1 rows in" in str(r["message"])]
+    assert [(r["pipeline"], r["batch_id"], r["sink"]) for r in done] == [("orders", 4, "pg")]
+
+
+class TokenSink(Sink):
+    def secret_values(self) -> list[str]:
+        return [TOKEN]
+
+    def write(self, batch: object) -> int:
+        raise RuntimeError(f"auth with {TOKEN} refused")
+
+
+def test_secrets_are_masked_in_messages_and_tracebacks(json_log: io.StringIO) -> None:
+    fan = FanOut("orders", MemoryLedger(), [TokenSink("api")], retries=0)
+    with pytest.raises(FanOutError):
+        fan.process(ArrowFrame(pa.table({"x": [1]})), BatchInfo("orders", 0, "q"))
+    try:
+        raise ValueError(f"a library echoing {TOKEN}")
+    except ValueError:
+        logging.getLogger("some.library").exception("unexpected: %s", TOKEN)
+    text = json_log.getvalue()
+    assert TOKEN not in text
+    assert "auth with *** refused" in text
+    assert "unexpected: ***" in text and "a library echoing ***" in text
+
+
+def test_filter_and_formatter_work_on_any_handler() -> None:
+    register_secrets(["hunter2"])
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(RedactFilter())
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("embedding.app")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("password is %s", "hunter2", extra={"pipeline": "p", "sink": "s"})
+    finally:
+        logger.removeHandler(handler)
+    record = json.loads(stream.getvalue())
+    assert record["message"] == "password is ***"
+    assert (record["pipeline"], record["sink"], record["level"]) == ("p", "s", "WARNING")
