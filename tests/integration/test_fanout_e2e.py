@@ -73,3 +73,39 @@ def test_three_sinks_hold_exactly_the_input(spark: Any, tmp_path: Path) -> None:
     offsets = sorted({r["source_offsets"] for r in committed})
     assert offsets == sorted(f'[{{"logOffset": {b}}}]' for b in range(FILES))
     assert order(0) in rows
+
+
+def test_routed_sinks_get_exactly_their_subsets(spark: Any, tmp_path: Path) -> None:
+    rows = write_input(tmp_path / "input", 3, ROWS)
+    fan = FanOut(
+        "routed",
+        str(tmp_path / "ledger"),
+        [
+            {
+                "type": "delta",
+                "name": "shipped",
+                "path": str(tmp_path / "shipped"),
+                "where": "status = 'shipped'",
+            },
+            {
+                "type": "delta",
+                "name": "big",
+                "path": str(tmp_path / "big"),
+                "where": "amount >= 50",
+                "select": ["order_id", "upper(customer) AS customer"],
+            },
+        ],
+    )
+    run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+
+    shipped = sorted(delta_rows(tmp_path / "shipped"), key=lambda r: r["order_id"])
+    assert shipped == [r for r in rows if r["status"] == "shipped"]
+    big = sorted(delta_rows(tmp_path / "big"), key=lambda r: r["order_id"])
+    assert big == [
+        {"order_id": r["order_id"], "customer": r["customer"].upper()}
+        for r in rows
+        if r["amount"] >= 50
+    ]
+    ledger = [r for r in delta_rows(tmp_path / "ledger") if r["status"] == "committed"]
+    rows_by_sink = {s: sum(r["rows"] for r in ledger if r["sink"] == s) for s in ("shipped", "big")}
+    assert rows_by_sink == {"shipped": len(shipped), "big": len(big)}
