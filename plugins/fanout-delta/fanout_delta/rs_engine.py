@@ -8,6 +8,7 @@ records transactions but does not skip by itself.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fanout import deltaio
+from fanout.deadletter import DeadLetter
 from fanout.errors import SchemaMismatchError, SinkWriteError, TransientSinkError
 from fanout.sink import Batch, SinkResult
 from fanout_delta.schema import check_batch_schema, diff_schemas, pad_missing_columns
@@ -35,14 +37,21 @@ def write_rs(sink: DeltaSink, batch: Batch) -> SinkResult:
     path, batch_id, app_id = sink.path, batch.batch_id, batch.txn_app_id
     assert path is not None  # checked by open()
     data = batch.arrow()
+    dead = 0
+    dead_letters = sink.dead_letters()
+    if sink.mode == "merge" and dead_letters is not None:
+        # Written before the data, idempotently: a replay that skips the data below must
+        # find the batch's dead letters already in place.
+        data, letters = split_null_keys(data, sink.keys or [])
+        dead = dead_letters.write(batch, letters)
     table = deltaio.open_table(path, sink.storage_options)
     written = deltaio.transaction_version(table, app_id)
     if written is not None and written >= batch_id:
         logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, path)
-        return SinkResult(rows=data.num_rows, details={"already_written": True})
+        return SinkResult(data.num_rows, {"already_written": True}, dead_lettered=dead)
     if data.num_rows == 0:
         # Nothing to commit: the ledger records the batch, and a replay is empty again.
-        return SinkResult(rows=0, details={"empty": True, "mode": sink.mode})
+        return SinkResult(0, {"empty": True, "mode": sink.mode}, dead_lettered=dead)
 
     if table is not None:
         table_schema = pa.schema(table.schema().to_arrow())
@@ -82,7 +91,7 @@ def write_rs(sink: DeltaSink, batch: Batch) -> SinkResult:
         raise translate_error(exc, sink, batch_id, data.schema, table) from exc
     version = deltaio.open_table(path, sink.storage_options)
     details["version"] = version.version() if version is not None else None
-    return SinkResult(rows=data.num_rows, details=details)
+    return SinkResult(rows=data.num_rows, details=details, dead_lettered=dead)
 
 
 def _append(sink: DeltaSink, data: pa.Table, commit: Any, *, create: bool) -> None:
@@ -116,6 +125,21 @@ def quote(name: str) -> str:
 def merge_predicate(keys: Sequence[str]) -> str:
     """The MERGE condition matching target ``t`` and source ``s`` on every key."""
     return " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+
+
+def split_null_keys(data: pa.Table, keys: Sequence[str]) -> tuple[pa.Table, list[DeadLetter]]:
+    """The rows with every key set, and a dead letter for each row with a null key."""
+    present = [k for k in keys if k in data.column_names]
+    if not present:
+        return data, []
+    null_any = functools.reduce(pc.or_kleene, [pc.is_null(data.column(k)) for k in present])
+    rejected = data.filter(null_any)
+    letters = [
+        DeadLetter(row, f"null in key column {column!r}: a null key cannot be merged", column)
+        for row in rejected.to_pylist()
+        for column in [next(k for k in present if row[k] is None)]
+    ]
+    return data.filter(pc.invert(null_any)), letters
 
 
 def prepare_merge_source(

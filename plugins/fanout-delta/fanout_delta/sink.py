@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal, get_args
 
 from fanout import deltaio
+from fanout.deadletter import DeltaDeadLetters, split_target
 from fanout.errors import ConfigurationError
 from fanout.sink import Batch, Guarantee, Reads, Sink, SinkContext, SinkResult
 
@@ -47,6 +48,8 @@ class DeltaSink(Sink):
     :param compact_every: compact the table's small files every N batches.
     :param storage_options: object-store options passed to delta-rs.
     :param configuration: Delta table properties set when the sink creates the table.
+    :param dead_letter: a Delta table path; merge rows with a null key go there (with the
+        reason, sink, batch id and row) instead of failing the batch.
     """
 
     guarantee: ClassVar[Guarantee] = "transactional"
@@ -65,6 +68,7 @@ class DeltaSink(Sink):
         compact_every: int | None = None,
         storage_options: Mapping[str, str] | None = None,
         configuration: Mapping[str, str | None] | None = None,
+        dead_letter: str | None = None,
     ) -> None:
         super().__init__(name)
         self.path = str(path) if path is not None else None
@@ -77,6 +81,7 @@ class DeltaSink(Sink):
         self.compact_every = compact_every
         self.storage_options = dict(storage_options) if storage_options else None
         self.configuration = dict(configuration) if configuration else None
+        self.dead_letter = dead_letter
         # The engine actually used, resolved by open() ("auto" becomes "rs" or "spark").
         self.resolved_engine: Literal["rs", "spark"] | None = None
 
@@ -88,6 +93,8 @@ class DeltaSink(Sink):
     def open(self, context: SinkContext) -> None:
         """Validate the options and, when the table exists, the columns they name."""
         self._check_options()
+        if self.dead_letter is not None:
+            split_target(self.dead_letter, self.name, kinds=("delta",))
         self.resolved_engine = self._resolve_engine(context.spark)
         try:
             table = deltaio.open_table(self.path, self.storage_options)  # type: ignore[arg-type]
@@ -117,6 +124,13 @@ class DeltaSink(Sink):
         if not result.details.get("already_written"):
             self._maybe_compact(batch.batch_id, engine, batch)
         return result
+
+    def dead_letters(self) -> DeltaDeadLetters | None:
+        """The dead-letter table (rows with a null merge key go there), if configured."""
+        if self.dead_letter is None:
+            return None
+        _kind, location = split_target(self.dead_letter, self.name, kinds=("delta",))
+        return DeltaDeadLetters(location, self.storage_options)
 
     def is_transient(self, error: BaseException) -> bool:
         """Retry :class:`fanout.TransientSinkError` (delta-rs commit conflicts are

@@ -10,11 +10,13 @@ overwrite each other's confs. ``delta`` (the Python package) is imported lazily.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fanout import deltaio
+from fanout.deadletter import DeadLetter
 from fanout.errors import SinkWriteError
 from fanout.sink import Batch, SinkResult
 from fanout_delta.rs_engine import merge_predicate, quote
@@ -56,10 +58,15 @@ def write_spark(sink: DeltaSink, batch: Batch) -> SinkResult:
     path, batch_id, app_id = sink.path, batch.batch_id, batch.txn_app_id
     assert path is not None  # checked by open()
     df = batch.df
+    dead = 0
+    dead_letters = sink.dead_letters()
+    if sink.mode == "merge" and dead_letters is not None:
+        df, letters = split_null_keys_spark(df, sink.keys or [])
+        dead = dead_letters.write(batch, letters)  # before the data: see rs_engine
     table = _open_with_rs(sink)
     written = deltaio.transaction_version(table, app_id) if table is not None else None
     if written is not None and written >= batch_id:
-        return SinkResult(rows=df.count(), details={"already_written": True})
+        return SinkResult(df.count(), {"already_written": True}, dead_lettered=dead)
     if table is not None:
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -79,7 +86,7 @@ def write_spark(sink: DeltaSink, batch: Batch) -> SinkResult:
     else:
         source = dedupe_spark(df, sink.keys or [], sink.order_by, sink.name, batch_id)
         rows = _merge(sink, source, app_id, batch_id)
-    return SinkResult(rows=rows, details=details)
+    return SinkResult(rows=rows, details=details, dead_lettered=dead)
 
 
 def _merge(sink: DeltaSink, source: Any, app_id: str, batch_id: int) -> int:
@@ -120,6 +127,22 @@ def _append(sink: DeltaSink, df: Any, app_id: str, batch_id: int) -> None:
     for key, value in (sink.configuration or {}).items():
         writer = writer.option(key, value)
     writer.save(sink.path)
+
+
+def split_null_keys_spark(df: Any, keys: Sequence[str]) -> tuple[Any, list[DeadLetter]]:
+    """The rows with every key set, and a dead letter for each row with a null key (those
+    rows are collected to the driver: they are expected to be few)."""
+    from pyspark.sql import functions as F
+
+    if not keys:
+        return df, []
+    null_any = functools.reduce(lambda a, b: a | b, [F.col(quote(k)).isNull() for k in keys])
+    letters = [
+        DeadLetter(row, f"null in key column {column!r}: a null key cannot be merged", column)
+        for row in (r.asDict(recursive=True) for r in df.filter(null_any).collect())
+        for column in [next(k for k in keys if row[k] is None)]
+    ]
+    return df.filter(~null_any), letters
 
 
 def dedupe_spark(
