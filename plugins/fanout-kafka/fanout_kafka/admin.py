@@ -1,0 +1,124 @@
+"""Checks against the brokers at ``open()``: reachable, topics present (or created),
+the record size limit, and the broker's transaction timeout ceiling."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from fanout.errors import ConfigurationError
+from fanout_kafka.options import TopicSpec, connection_settings
+
+log = logging.getLogger("fanout_kafka")
+
+
+class Cluster:
+    """An admin connection to the brokers of one sink, for the checks at ``open()``.
+
+    :param sink: the sink name, for messages.
+    :param bootstrap_servers: the bootstrap list, named in every connection error.
+    :param producer: the producer passthrough (its security settings are used).
+    :param timeout_s: how long any one check may take: never a hang.
+    """
+
+    def __init__(
+        self, sink: str, bootstrap_servers: str, producer: Mapping[str, Any], timeout_s: float
+    ) -> None:
+        self.sink = sink
+        self.bootstrap_servers = bootstrap_servers
+        self.timeout_s = timeout_s
+        self._errors: list[str] = []
+        config: dict[str, Any] = {
+            **connection_settings(producer),
+            "bootstrap.servers": bootstrap_servers,
+            "error_cb": lambda err: self._errors.append(err.str()),
+            "logger": logging.getLogger("fanout_kafka.librdkafka"),
+        }
+        self.admin = AdminClient(config)
+        self.topics: dict[str, Any] = {}
+
+    def connect(self) -> None:
+        """List the cluster's topics, or fail with the bootstrap list and the cause."""
+        try:
+            metadata = self.admin.list_topics(timeout=self.timeout_s)
+        except KafkaException as exc:
+            self.admin.poll(0)  # serves error_cb: the connection errors seen meanwhile
+            seen = "; ".join(dict.fromkeys(self._errors)) or _err_text(exc)
+            raise ConfigurationError(
+                f"Kafka sink {self.sink!r}: cannot reach the Kafka brokers at "
+                f"{self.bootstrap_servers!r} within {self.timeout_s:g} s ({seen}); check "
+                "'bootstrap_servers', the network, and the security settings in 'producer' "
+                "(security.protocol, sasl.*, ssl.*)"
+            ) from exc
+        self.topics = dict(metadata.topics)
+
+    def partitions(self, topic: str) -> int | None:
+        """The partition count of ``topic``, or ``None`` when it does not exist."""
+        meta = self.topics.get(topic)
+        if meta is None or meta.error is not None:
+            return None
+        return len(meta.partitions)
+
+    def ensure_topic(
+        self, topic: str, option: str, spec: TopicSpec | None, *, partitions: int | None = None
+    ) -> int:
+        """The partition count of ``topic``; creates it with ``spec`` when missing (or
+        fails saying how to create it). ``partitions`` overrides ``spec.partitions``."""
+        count = self.partitions(topic)
+        if count is not None:
+            return count
+        if spec is None:
+            raise ConfigurationError(
+                f"Kafka sink {self.sink!r}: topic {topic!r} (option {option!r}) does not exist "
+                f"on {self.bootstrap_servers!r}; create it (kafka-topics.sh --create ...) or "
+                "set the option create_topic: true, or {partitions: N, replication_factor: R}"
+            )
+        count = partitions or spec.partitions or 1
+        new = NewTopic(
+            topic, num_partitions=count, replication_factor=spec.replication_factor,
+            config=dict(spec.config),
+        )  # fmt: skip
+        future = self.admin.create_topics([new], operation_timeout=self.timeout_s)[topic]
+        try:
+            future.result(timeout=self.timeout_s)
+            log.info("sink %r: created topic %r with %d partition(s)", self.sink, topic, count)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # lost a race: fine
+                raise ConfigurationError(
+                    f"Kafka sink {self.sink!r}: cannot create topic {topic!r} (option "
+                    f"{option!r}) on {self.bootstrap_servers!r}: {_err_text(exc)}"
+                ) from exc
+        self.connect()
+        return self.partitions(topic) or count
+
+    def topic_config(self, topic: str, name: str) -> str | None:
+        """One configuration value of a topic, or ``None`` when the broker does not say."""
+        return self._describe(ConfigResource("topic", topic), name)
+
+    def broker_config(self, name: str) -> str | None:
+        """One configuration value of some broker, or ``None`` when it does not say."""
+        metadata = self.admin.list_topics(timeout=self.timeout_s)
+        for broker_id in metadata.brokers:
+            value = self._describe(ConfigResource("broker", str(broker_id)), name)
+            if value is not None:
+                return value
+        return None
+
+    def _describe(self, resource: ConfigResource, name: str) -> str | None:
+        try:
+            futures = self.admin.describe_configs([resource], request_timeout=self.timeout_s)
+            entries = next(iter(futures.values())).result(timeout=self.timeout_s)
+        except Exception as exc:  # brokers that do not describe configs: use defaults
+            log.debug("sink %r: cannot describe %s: %s", self.sink, resource, exc)
+            return None
+        entry = entries.get(name)
+        return None if entry is None or entry.value is None else str(entry.value)
+
+
+def _err_text(exc: KafkaException) -> str:
+    err = exc.args[0] if exc.args else None
+    return err.str() if isinstance(err, KafkaError) else str(exc)

@@ -1,0 +1,32 @@
+"""The errors of the Kafka sink, each under fanout's hierarchy.
+
+::
+
+    SinkWriteError
+    ├── KafkaFencedError      another writer took over a transactional id (fatal)
+    └── KafkaBadRecordError   a record the topic cannot take, no dead-letter target
+    TransientSinkError
+    └── KafkaAbortedError     a partition's transaction was aborted; replay the batch
+"""
+
+from __future__ import annotations
+
+from fanout.errors import SinkWriteError, TransientSinkError
+
+
+class KafkaFencedError(SinkWriteError):
+    """A partition's producer was fenced: a newer producer with the same
+    ``transactional.id`` took over, so this attempt is a zombie. Its transaction is
+    aborted by the broker; retrying in this process would only fence the other writer."""
+
+
+class KafkaBadRecordError(SinkWriteError):
+    """A record the topic cannot take (null key where a key is required, over the size
+    limit, rejected by the broker) and no ``dead_letter`` target is configured."""
+
+
+class KafkaAbortedError(TransientSinkError):
+    """A partition's transaction was aborted (an abortable broker error, retries of a
+    retriable one exhausted, or a veto from :meth:`KafkaSink.before_commit`). Nothing of
+    it is visible to ``read_committed`` readers; fanout retries the batch, and the
+    partitions that committed are skipped through their markers."""

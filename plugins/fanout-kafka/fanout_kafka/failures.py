@@ -1,0 +1,94 @@
+"""How the Kafka sink tells failures apart: retriable, abortable, fenced or fatal, bad
+records. Used on the executors by :mod:`fanout_kafka.transaction`."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, KafkaException
+
+from fanout.errors import TransientSinkError
+from fanout_kafka.records import BadRecord
+
+FENCED_CODES = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
+"""Error codes meaning a newer producer with the same transactional id took over."""
+
+REJECTED_RECORD_CODES = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_MSG_SIZE,
+        KafkaError.INVALID_MSG,
+        KafkaError.POLICY_VIOLATION,
+    }
+)
+"""Delivery errors about one record itself, not the broker or the transaction."""
+
+
+class Rejected(Exception):
+    """Records the broker (or the local producer) refused, with the refusal."""
+
+    def __init__(self, rejected: list[BadRecord]) -> None:
+        super().__init__(f"{len(rejected)} record(s) refused")
+        self.rejected = rejected
+
+
+def is_retriable(err: KafkaError) -> bool:
+    """Retry in the task: retriable, and neither fatal nor requiring an abort."""
+    return bool(err.retriable() and not err.fatal() and not err.txn_requires_abort())
+
+
+def classify(exc: BaseException) -> tuple[str, bool]:
+    """The kind of a partition failure and whether replaying the batch may help.
+
+    ``fenced`` (another writer owns the transactional id), ``fatal`` (the producer is
+    unusable), ``abortable`` (the transaction was aborted: replay), ``retriable`` (retries
+    in the task exhausted: replay), ``bad_record``, ``aborted`` (a
+    :class:`fanout.TransientSinkError` from a hook: replay) or ``error``.
+    """
+    if isinstance(exc, Rejected):
+        return "bad_record", False
+    if isinstance(exc, TransientSinkError):
+        return "aborted", True
+    err = kafka_error(exc)
+    if err is not None:
+        if err.code() in FENCED_CODES:
+            return "fenced", False
+        if err.fatal():
+            return "fatal", False
+        if err.txn_requires_abort():
+            return "abortable", True
+        if err.retriable():
+            return "retriable", True
+        return "error", False
+    return "error", False
+
+
+def kafka_error(exc: BaseException) -> KafkaError | None:
+    """The KafkaError of ``exc`` or of the first KafkaException in its chain
+    (confluent-kafka raises ``SystemError`` from a callback run while a fatal error is
+    pending, chained to that error)."""
+    current: BaseException | None = exc
+    seen: set[int] = set()
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, KafkaException) and current.args:
+            if isinstance(current.args[0], KafkaError):
+                return current.args[0]
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def is_kafka_fatal(exc: BaseException) -> bool:
+    """Whether ``exc`` carries a fatal or fenced Kafka error."""
+    err = kafka_error(exc)
+    return err is not None and (bool(err.fatal()) or err.code() in FENCED_CODES)
+
+
+def text(exc: BaseException) -> str:
+    """A short description of ``exc`` (its Kafka error name and text when it has one)."""
+    err = kafka_error(exc)
+    if err is not None:
+        return f"{err.name()}: {err.str()}"
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,238 @@
+"""Option checks of the Kafka sink that need no broker: names, producer settings, targets.
+
+Every function raises :class:`fanout.ConfigurationError` naming the sink, the option and
+what to do, so a bad configuration fails when the ``FanOut`` is built.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fanout.errors import ConfigurationError
+
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+"""Kafka's legal topic names."""
+
+KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+"""Kafka's default ``message.max.bytes`` (broker) / ``max.message.bytes`` (topic)."""
+
+LIBRDKAFKA_DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+"""librdkafka's default client-side ``message.max.bytes``."""
+
+OWNED_SETTINGS: Mapping[str, str] = {
+    "bootstrap.servers": "use the sink option 'bootstrap_servers'",
+    "metadata.broker.list": "use the sink option 'bootstrap_servers'",
+    "transactional.id": "the sink derives it as <transactional_id_prefix>-<partition>; "
+    "set 'transactional_id_prefix' instead",
+    "transaction.timeout.ms": "use the sink option 'transaction_timeout_ms'",
+}
+"""Producer settings the sink owns, with what to use instead."""
+
+SECRET_WORDS = ("password", "secret", "key.pem", "sasl.oauthbearer.config", "ssl.key")
+"""Producer settings whose values are secrets (scrubbed from every error fanout shows)."""
+
+CONNECTION_PREFIXES = (
+    "security.",
+    "sasl.",
+    "ssl.",
+    "ssl_",
+    "enable.ssl",
+    "socket.",
+    "broker.",
+    "client.",
+    "reconnect.",
+    "api.version",
+    "metadata.",
+    "topic.metadata",
+    "connections.max.idle.ms",
+    "resolve.",
+    "debug",
+)
+"""Settings shared by the producer, the admin client and the marker consumer."""
+
+
+def secret_values(producer: Mapping[str, Any]) -> list[str]:
+    """The values of the producer settings that hold secrets (passwords, keys, tokens)."""
+    return [
+        str(value)
+        for key, value in producer.items()
+        if value is not None and str(value) and any(w in key.lower() for w in SECRET_WORDS)
+    ]
+
+
+def connection_settings(producer: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of the producer settings that says how to reach and authenticate to the
+    brokers, for the admin client and the marker consumer."""
+    return {k: v for k, v in producer.items() if k.startswith(CONNECTION_PREFIXES)}
+
+
+def check_producer_settings(sink: str, producer: Mapping[str, Any]) -> dict[str, Any]:
+    """The producer passthrough, checked: settings that break transactions are rejected
+    with the reason. Returns a plain ``dict`` with string keys."""
+    if not isinstance(producer, Mapping):
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: option 'producer' must be a mapping of librdkafka "
+            f"settings, got {type(producer).__name__}"
+        )
+    settings = {str(k): v for k, v in producer.items()}
+    for key, instead in OWNED_SETTINGS.items():
+        if key in settings:
+            raise ConfigurationError(
+                f"Kafka sink {sink!r}: producer setting {key!r} is set by the sink: {instead}"
+            )
+    idempotence = settings.get("enable.idempotence")
+    if idempotence is not None and str(idempotence).lower() in ("false", "0", "no"):
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: producer setting enable.idempotence=false breaks "
+            "transactions: a transactional producer is idempotent (remove the setting)"
+        )
+    acks = settings.get("acks", settings.get("request.required.acks"))
+    if acks is not None and str(acks).lower() not in ("all", "-1"):
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: producer setting acks={acks!r} breaks transactions: "
+            "a transactional producer needs acks=all (remove the setting)"
+        )
+    in_flight = settings.get("max.in.flight.requests.per.connection", settings.get("max.in.flight"))
+    if in_flight is not None and _as_int(in_flight, 0) > 5:
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: producer setting max.in.flight.requests.per.connection="
+            f"{in_flight!r} breaks the idempotent producer's ordering guarantee (at most 5)"
+        )
+    retries = settings.get("retries", settings.get("message.send.max.retries"))
+    if retries is not None and _as_int(retries, 1) == 0:
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: producer setting retries=0 breaks the idempotent "
+            "producer, which must retry (remove the setting)"
+        )
+    if str(settings.get("isolation.level", "read_committed")) != "read_committed":
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: isolation.level is a consumer setting; the sink's marker "
+            "lookups always use read_committed (remove it from 'producer')"
+        )
+    settings.pop("isolation.level", None)
+    return settings
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """How the sink creates a missing topic (option ``create_topic``)."""
+
+    partitions: int | None = None
+    replication_factor: int = -1
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+def parse_create_topic(sink: str, value: Any) -> TopicSpec | None:
+    """``False``/``None``: never create; ``True``: create with the broker's defaults; a
+    mapping with ``partitions``, ``replication_factor`` and ``config``."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return TopicSpec()
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: option 'create_topic' must be true, false or a mapping "
+            f"with 'partitions', 'replication_factor' and 'config', got {value!r}"
+        )
+    unknown = set(value) - {"partitions", "replication_factor", "config"}
+    if unknown:
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: option 'create_topic' has unknown keys "
+            f"{sorted(unknown)}; valid: partitions, replication_factor, config"
+        )
+    partitions = value.get("partitions")
+    if partitions is not None and not _positive_int(partitions):
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: create_topic.partitions must be a positive integer, "
+            f"got {partitions!r}"
+        )
+    replication = value.get("replication_factor", -1)
+    if not isinstance(replication, int) or isinstance(replication, bool) or replication == 0:
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: create_topic.replication_factor must be a positive "
+            f"integer (or -1 for the broker's default), got {replication!r}"
+        )
+    config = {str(k): str(v) for k, v in (value.get("config") or {}).items()}
+    return TopicSpec(partitions, replication, config)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """Where records the topic cannot take go: a Kafka topic (written in the same
+    transaction as the partition) or a Delta table (written by the driver)."""
+
+    kind: str  # "topic" | "delta"
+    target: str
+
+
+def parse_dead_letter(sink: str, value: Any) -> DeadLetter | None:
+    """A topic name, a Delta path (anything with ``/`` or ``:``, which no topic name
+    holds), or ``{"topic": name}`` / ``{"delta": path}``."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping) and len(value) == 1:
+        ((kind, target),) = value.items()
+        if kind in ("topic", "delta") and isinstance(target, str) and target:
+            return _checked_dead_letter(sink, DeadLetter(kind, target))
+    if isinstance(value, str) and value:
+        kind = "delta" if ("/" in value or ":" in value) else "topic"
+        return _checked_dead_letter(sink, DeadLetter(kind, value))
+    raise ConfigurationError(
+        f"Kafka sink {sink!r}: option 'dead_letter' must be a topic name, a Delta table "
+        f"path, or {{'topic': name}} / {{'delta': path}}, got {value!r}"
+    )
+
+
+def _checked_dead_letter(sink: str, dead_letter: DeadLetter) -> DeadLetter:
+    if dead_letter.kind == "topic":
+        check_topic_name(sink, "dead_letter", dead_letter.target)
+    return dead_letter
+
+
+def check_topic_name(sink: str, option: str, name: Any) -> str:
+    """A legal Kafka topic name, or a configuration error naming the option."""
+    if not isinstance(name, str) or not TOPIC_NAME.match(name) or name in (".", ".."):
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: option {option!r} must be a Kafka topic name "
+            f"(1-249 of A-Z a-z 0-9 . _ -), got {name!r}"
+        )
+    return name
+
+
+def columns(sink: str, option: str, value: Any) -> tuple[str, ...] | None:
+    """One column name or a non-empty list of them, as a tuple (``None`` stays ``None``)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if (
+        not isinstance(value, Sequence)
+        or not value
+        or not all(isinstance(c, str) and c for c in value)
+    ):
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: option {option!r} must be a column name or a non-empty "
+            f"list of column names, got {value!r}"
+        )
+    return tuple(value)
+
+
+def client_max_message_bytes(producer: Mapping[str, Any]) -> int:
+    """The producer's own record size limit (librdkafka's ``message.max.bytes``)."""
+    return _as_int(producer.get("message.max.bytes"), LIBRDKAFKA_DEFAULT_MESSAGE_MAX_BYTES)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _as_int(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default

@@ -1,0 +1,197 @@
+"""Rows to Kafka records: key, value and headers, checked before anything is sent.
+
+A partition's rows are encoded and checked *before* its transaction begins, so a record
+the topic cannot take fails the batch (or goes to the dead-letter target) without a byte
+on the broker, and the transaction stays open only while its records are being sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+RECORD_OVERHEAD_BYTES = 128
+"""Bytes added to key, value and headers to bound a record's size on the wire (the v2
+record batch header is 61 bytes, a record's own framing at most a few dozen)."""
+
+Headers = list[tuple[str, bytes]]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One Kafka record, ready to produce."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+
+    @property
+    def size(self) -> int:
+        """A bound of the record's size on the wire."""
+        return (
+            len(self.key or b"")
+            + len(self.value or b"")
+            + sum(len(k) + len(v) for k, v in self.headers)
+            + RECORD_OVERHEAD_BYTES
+        )
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """A record the topic cannot take, and why."""
+
+    record: Record
+    reason: str
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """Encodes rows (dicts) into records.
+
+    :param key_columns: the key: one column (its text or bytes) or several (a JSON array);
+        ``None`` for keyless records. A null in a key column is a bad record.
+    :param value_column: ``None`` for the JSON of the whole row, else a string or binary
+        column taken as is (a null value is a tombstone).
+    :param header_columns: columns added as headers (their text, or bytes).
+    :param headers: fixed headers added to every record (pipeline, sink, batch id).
+    :param max_record_bytes: records over this size are bad records.
+    """
+
+    key_columns: tuple[str, ...] | None
+    value_column: str | None
+    header_columns: tuple[str, ...]
+    headers: tuple[tuple[str, bytes], ...]
+    max_record_bytes: int
+
+    def encode(self, row: Mapping[str, Any]) -> Record | BadRecord:
+        """One row as a record, or as a bad record saying why it cannot be sent."""
+        headers: Headers = list(self.headers)
+        for column in self.header_columns:
+            value = row.get(column)
+            if value is not None:
+                headers.append((column, to_bytes(value)))
+        value = (
+            json_bytes(row)
+            if self.value_column is None
+            else _optional_bytes(row[self.value_column])
+        )
+        key: bytes | None = None
+        null_key: str | None = None
+        if self.key_columns is not None:
+            nulls = [c for c in self.key_columns if row.get(c) is None]
+            if nulls:
+                null_key = ", ".join(map(repr, nulls))
+            elif len(self.key_columns) == 1:
+                key = to_bytes(row[self.key_columns[0]])
+            else:
+                key = json_bytes([row[c] for c in self.key_columns])
+        record = Record(key, value, headers)
+        if null_key is not None:
+            return BadRecord(
+                record, f"null key: key column(s) {null_key} are null in row {_preview(row)}"
+            )
+        if record.size > self.max_record_bytes:
+            return BadRecord(
+                record,
+                f"record of {record.size} bytes (key {_preview_bytes(key)}) is over the "
+                f"topic's limit of {self.max_record_bytes} bytes (max.message.bytes / "
+                "message.max.bytes)",
+            )
+        return record
+
+    def encode_all(self, rows: Iterable[Mapping[str, Any]]) -> tuple[list[Record], list[BadRecord]]:
+        """Every row encoded: the good records and the bad ones, in row order."""
+        good: list[Record] = []
+        bad: list[BadRecord] = []
+        for row in rows:
+            encoded = self.encode(row)
+            if isinstance(encoded, BadRecord):
+                bad.append(encoded)
+            else:
+                good.append(encoded)
+        return good, bad
+
+
+def rows_of(batches: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """The rows of Arrow record batches, as dicts."""
+    for batch in batches:
+        yield from batch.to_pylist()
+
+
+def to_bytes(value: Any) -> bytes:
+    """A key or header value as bytes: text as UTF-8, bytes as is, anything else as its
+    JSON text (numbers, booleans, dates...)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    text = json.dumps(value, default=json_default, separators=(",", ":"), ensure_ascii=False)
+    return text.strip('"').encode()
+
+
+def json_bytes(value: Any) -> bytes:
+    """Compact JSON (UTF-8) of a row or a list of values."""
+    return json.dumps(
+        value, default=json_default, separators=(",", ":"), ensure_ascii=False
+    ).encode()
+
+
+def json_default(value: Any) -> Any:
+    """JSON for what ``json`` cannot write: dates and times as ISO 8601, decimals as
+    text, bytes as base64."""
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def batch_headers(pipeline: str, sink: str, batch_id: int) -> tuple[tuple[str, bytes], ...]:
+    """The fixed headers of every record of one batch."""
+    return (
+        ("fanout.pipeline", pipeline.encode()),
+        ("fanout.sink", sink.encode()),
+        ("fanout.batch_id", str(batch_id).encode()),
+    )
+
+
+def dead_letter_headers(record: Record, reason: str, topic: str) -> Headers:
+    """A dead letter's headers: the record's own, plus why and where it was bound."""
+    return [
+        *record.headers,
+        ("fanout.error", reason.encode()),
+        ("fanout.topic", topic.encode()),
+        ("fanout.record_bytes", str(record.size).encode()),
+    ]
+
+
+def _optional_bytes(value: Any) -> bytes | None:
+    return None if value is None else to_bytes(value)
+
+
+def _preview(row: Mapping[str, Any], limit: int = 200) -> str:
+    text = json.dumps(dict(row), default=json_default, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _preview_bytes(value: bytes | None, limit: int = 80) -> str:
+    if value is None:
+        return "null"
+    text = value[:limit].decode(errors="replace")
+    return repr(text + ("..." if len(value) > limit else ""))
+
+
+def first(items: Sequence[BadRecord], count: int = 3) -> str:
+    """The reasons of the first few bad records, for an error message."""
+    shown = "; ".join(b.reason for b in items[:count])
+    more = f" (and {len(items) - count} more)" if len(items) > count else ""
+    return shown + more

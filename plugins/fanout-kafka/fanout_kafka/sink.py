@@ -1,0 +1,392 @@
+"""The Kafka sink: every micro-batch lands in a topic exactly once, through transactions.
+
+Design decisions:
+
+- Rows are hash-partitioned into a fixed number of Spark partitions (``partitions``) by
+  the key columns, or by the whole row when keyless, so partition membership is a function
+  of the row and a replayed batch rebuilds the same partitions.
+- Each partition is one transaction of its own producer, ``<prefix>-<partition>``, which
+  also commits the partition's marker; a replay skips partitions whose marker is past the
+  batch (:mod:`fanout_kafka.transaction`).
+- Records are encoded and checked before a transaction begins: bad input fails the batch
+  (or is dead-lettered) with nothing sent, and transactions stay short, which keeps the
+  last stable offset (what ``read_committed`` readers wait for) moving.
+- Partition failures come back as data, not as Spark task failures: the driver sees every
+  partition's fate and raises one error naming the sink, the batch and each cause.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, SinkWriteError
+from fanout.sink import Batch, Guarantee, Sink, SinkContext, SinkResult
+from fanout_kafka import deadletter
+from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
+from fanout_kafka.options import (
+    KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
+    DeadLetter,
+    TopicSpec,
+    check_producer_settings,
+    check_topic_name,
+    client_max_message_bytes,
+    columns,
+    parse_create_topic,
+    parse_dead_letter,
+    secret_values,
+)
+from fanout_kafka.records import Encoder, batch_headers
+from fanout_kafka.task import RESULT_SCHEMA, PartitionTask, from_row
+from fanout_kafka.transaction import PartitionOutcome, WriterSettings, producer_config, scope_of
+
+log = logging.getLogger("fanout_kafka")
+
+_FAILURE_ORDER = ("fenced", "fatal", "bad_record", "error", "abortable", "retriable", "aborted")
+
+
+class KafkaSink(Sink):
+    """Writes every micro-batch to a Kafka topic exactly once, for ``read_committed``
+    readers.
+
+    :param name: the sink name.
+    :param bootstrap_servers: the brokers (``host:port,host:port`` or a list); required.
+    :param topic: the target topic; required.
+    :param key: the key column, or columns (key = JSON array of their values); records
+        are keyless when omitted. A null key column is a bad record.
+    :param value: ``"json"`` (the default: the whole row as JSON) or the name of a string
+        or binary column, sent as is (null: a tombstone).
+    :param headers: ``True`` (default): ``fanout.pipeline``, ``fanout.sink`` and
+        ``fanout.batch_id`` on every record; ``False``: none; a list of columns: those
+        headers plus one per column.
+    :param producer: librdkafka settings passed through (SASL, SSL, compression, linger,
+        batch size...). Settings that break transactions are rejected.
+    :param transactional_id_prefix: default ``fanout-<pipeline>-<sink>``; partition ``p``
+        uses ``<prefix>-<p>``. Unique per sink across every pipeline of a cluster.
+    :param marker_topic: the one-partition topic holding the markers (created if missing).
+    :param partitions: the fixed number of write partitions (= producers per batch). Keep
+        it fixed for a sink: markers are per partition index.
+    :param transaction_timeout_ms: the transactions' timeout (at most the broker's
+        ``transaction.max.timeout.ms``).
+    :param dead_letter: records the topic cannot take go there instead of failing the
+        batch: a topic (written in the partition's transaction) or a Delta table path.
+    :param create_topic: create missing topics (target and dead-letter): ``True`` (broker
+        defaults) or ``{partitions: N, replication_factor: R, config: {...}}``.
+    :param order_by: column(s) ordering the records of a partition (per-key order within
+        a batch); without it Spark's shuffle order is kept.
+    :param open_timeout_s: how long ``open()`` waits for the brokers.
+    :param max_record_bytes: the record size limit; default: the topic's
+        ``max.message.bytes`` (or the broker's ``message.max.bytes``, or Kafka's default),
+        capped by the producer's own ``message.max.bytes``.
+
+    Executor-side extension points (override in a subclass; default no-ops):
+    :meth:`before_commit` and :meth:`on_partition_committed`.
+    """
+
+    guarantee: ClassVar[Guarantee] = "transactional"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        bootstrap_servers: str | Sequence[str] | None = None,
+        topic: str | None = None,
+        key: str | Sequence[str] | None = None,
+        value: str = "json",
+        headers: bool | Sequence[str] = True,
+        producer: Mapping[str, Any] | None = None,
+        transactional_id_prefix: str | None = None,
+        marker_topic: str = "__fanout_markers",
+        partitions: int = 4,
+        transaction_timeout_ms: int = 60_000,
+        dead_letter: str | Mapping[str, str] | None = None,
+        create_topic: bool | Mapping[str, Any] = False,
+        order_by: str | Sequence[str] | None = None,
+        open_timeout_s: float = 10.0,
+        max_record_bytes: int | None = None,
+    ) -> None:
+        super().__init__(name)
+        if isinstance(bootstrap_servers, list | tuple):
+            bootstrap_servers = ",".join(bootstrap_servers)
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.producer = dict(producer or {})
+        self.transactional_id_prefix = transactional_id_prefix
+        self.marker_topic = marker_topic
+        self.partitions = partitions
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.dead_letter = dead_letter
+        self.create_topic = create_topic
+        self.order_by = order_by
+        self.open_timeout_s = open_timeout_s
+        self.max_record_bytes = max_record_bytes
+        self.pipeline: str | None = None  # set by open()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def open(self, context: SinkContext) -> None:
+        """Check the options, reach the brokers (within ``open_timeout_s``), check or
+        create the topic, the marker topic and a dead-letter topic, and resolve the
+        record size limit."""
+        from fanout_kafka.admin import Cluster
+
+        self.pipeline = context.pipeline
+        self._check_options()
+        assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
+        if self.transactional_id_prefix is None:
+            self.transactional_id_prefix = f"fanout-{context.pipeline}-{self.name}"
+        self._check_producer_config()
+        cluster = Cluster(self.name, self.bootstrap_servers, self.producer, self.open_timeout_s)
+        cluster.connect()
+        spec = self._topic_spec
+        cluster.ensure_topic(self.topic, "topic", spec)
+        markers = TopicSpec(1, spec.replication_factor if spec else -1)
+        cluster.ensure_topic(self.marker_topic, "marker_topic", markers, partitions=1)
+        dead = self._dead_letter
+        if dead is not None and dead.kind == "topic":
+            cluster.ensure_topic(dead.target, "dead_letter", spec)
+        self._check_transaction_timeout(cluster)
+        if self.max_record_bytes is None:
+            limit = cluster.topic_config(self.topic, "max.message.bytes") or cluster.broker_config(
+                "message.max.bytes"
+            )
+            broker_limit = int(limit) if limit else KAFKA_DEFAULT_MAX_MESSAGE_BYTES
+            self.max_record_bytes = min(broker_limit, client_max_message_bytes(self.producer))
+        log.info(
+            "sink %r: Kafka topic %r on %s, %d transactional partition(s) %s-<p>, markers in "
+            "%r, records up to %d bytes",
+            self.name, self.topic, self.bootstrap_servers, self.partitions,
+            self.transactional_id_prefix, self.marker_topic, self.max_record_bytes,
+        )  # fmt: skip
+
+    def write(self, batch: Batch) -> SinkResult:
+        """Write one batch: one transaction per partition; partitions whose marker is
+        past the batch are skipped. Raises :class:`KafkaFencedError`,
+        :class:`KafkaBadRecordError`, :class:`KafkaAbortedError` (transient) or
+        :class:`fanout.SinkWriteError` naming the sink, the batch and every failed
+        partition's cause."""
+        df = batch.df
+        self._check_columns(list(df.columns), dict(df.dtypes), batch.batch_id)
+        settings = self.settings(batch)
+        dead = self._dead_letter
+        collect = (
+            dead is not None
+            and dead.kind == "delta"
+            and not self._dead_letters_written(dead, batch)
+        )
+        by = list(self._key_columns or df.columns)
+        parted = df.repartition(self.partitions, *by)
+        order = columns(self.name, "order_by", self.order_by)
+        if order:
+            parted = parted.sortWithinPartitions(*order)
+        task = PartitionTask(settings, self, batch.batch_id, collect)
+        outcomes = sorted(
+            (from_row(r) for r in parted.mapInArrow(task, RESULT_SCHEMA).collect()),
+            key=lambda o: o.partition,
+        )
+        if sorted(o.partition for o in outcomes) != list(range(self.partitions)):
+            raise SinkWriteError(
+                f"expected one outcome per partition 0..{self.partitions - 1}, got "
+                f"{[o.partition for o in outcomes]} (is adaptive execution coalescing the "
+                "repartition?)",
+                sink=self.name, batch_id=batch.batch_id,
+            )  # fmt: skip
+        failed = [o for o in outcomes if o.status == "failed"]
+        if failed:
+            raise self._failure(batch.batch_id, failed, outcomes)
+        dead_rows = [d for o in outcomes for d in o.dead_letters]
+        if collect and dead is not None:
+            deadletter.write(
+                dead.target, dead_rows, txn_app_id=batch.txn_app_id, pipeline=batch.pipeline,
+                sink=self.name, batch_id=batch.batch_id, topic=settings.topic,
+            )  # fmt: skip
+        return self._result(outcomes)
+
+    def secret_values(self) -> Sequence[str]:
+        """Passwords, keys and tokens among the producer settings."""
+        return secret_values(self.producer)
+
+    def is_transient(self, error: BaseException) -> bool:
+        """Aborted transactions (:class:`KafkaAbortedError`) are worth a replay; fenced
+        producers and bad records are not."""
+        return super().is_transient(error)
+
+    # -- executor-side extension points ----------------------------------------------------
+
+    def before_commit(self, batch_id: int, partition: int, records: int) -> None:
+        """Called on the executor after every record of a partition was delivered, just
+        before its transaction (records and marker) commits. Raise to abort the
+        partition's transaction: a :class:`fanout.TransientSinkError` makes fanout replay
+        the batch, anything else fails it. Default: nothing."""
+
+    def on_partition_committed(self, batch_id: int, partition: int, records: int) -> None:
+        """Called on the executor right after a partition's transaction committed (for
+        metrics, audit, or tests that kill the driver between partitions). Default:
+        nothing; an exception here fails the batch, whose replay skips this partition."""
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def settings(self, batch: Batch) -> WriterSettings:
+        """The picklable configuration of one batch's partition tasks."""
+        pipeline, batch_id = batch.pipeline, batch.batch_id
+        if self.max_record_bytes is None or self.transactional_id_prefix is None:
+            raise ConfigurationError(f"Kafka sink {self.name!r}: write() before open()")
+        header_columns: tuple[str, ...] = ()
+        if not isinstance(self.headers, bool):
+            header_columns = columns(self.name, "headers", self.headers) or ()
+        encoder = Encoder(
+            key_columns=self._key_columns,
+            value_column=None if self.value == "json" else self.value,
+            header_columns=header_columns,
+            headers=batch_headers(pipeline, self.name, batch_id) if self.headers else (),
+            max_record_bytes=self.max_record_bytes,
+        )
+        return WriterSettings(
+            pipeline=pipeline,
+            sink=self.name,
+            scope=scope_of(batch.txn_app_id, self.name),
+            bootstrap_servers=str(self.bootstrap_servers),
+            topic=str(self.topic),
+            producer=dict(self.producer),
+            transactional_id_prefix=self.transactional_id_prefix,
+            marker_topic=self.marker_topic,
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            encoder=encoder,
+            dead_letter=self._dead_letter,
+        )
+
+    @property
+    def _key_columns(self) -> tuple[str, ...] | None:
+        return columns(self.name, "key", self.key)
+
+    @property
+    def _dead_letter(self) -> DeadLetter | None:
+        return parse_dead_letter(self.name, self.dead_letter)
+
+    @property
+    def _topic_spec(self) -> TopicSpec | None:
+        return parse_create_topic(self.name, self.create_topic)
+
+    def _error(self, message: str) -> ConfigurationError:
+        return ConfigurationError(f"Kafka sink {self.name!r}: {message}")
+
+    def _check_options(self) -> None:
+        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
+            raise self._error("option 'bootstrap_servers' is required (host:port[,host:port])")
+        if self.topic is None:
+            raise self._error("option 'topic' is required")
+        check_topic_name(self.name, "topic", self.topic)
+        check_topic_name(self.name, "marker_topic", self.marker_topic)
+        if self.marker_topic == self.topic:
+            raise self._error("options 'topic' and 'marker_topic' must differ")
+        for option in ("partitions", "transaction_timeout_ms"):
+            value = getattr(self, option)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise self._error(f"option {option!r} must be a positive integer, got {value!r}")
+        if not isinstance(self.value, str) or not self.value:
+            raise self._error(f"option 'value' must be 'json' or a column name, got {self.value!r}")
+        if not isinstance(self.headers, bool):
+            columns(self.name, "headers", self.headers)
+        columns(self.name, "key", self.key)
+        columns(self.name, "order_by", self.order_by)
+        dead = self._dead_letter
+        if dead is not None and dead.target in (self.topic, self.marker_topic):
+            raise self._error("option 'dead_letter' must not be the topic or the marker topic")
+        self._topic_spec  # noqa: B018  (validates create_topic)
+        limit = self.max_record_bytes
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise self._error(
+                f"option 'max_record_bytes' must be a positive integer, got {limit!r}"
+            )
+        if not isinstance(self.open_timeout_s, int | float) or self.open_timeout_s <= 0:
+            raise self._error("option 'open_timeout_s' must be a positive number of seconds")
+
+    def _check_producer_config(self) -> None:
+        from confluent_kafka import KafkaException, Producer
+
+        self.producer = check_producer_settings(self.name, self.producer)
+        config = producer_config(
+            self.producer,
+            str(self.bootstrap_servers),
+            f"{self.transactional_id_prefix}-0",
+            self.transaction_timeout_ms,
+        )
+        try:
+            Producer(config)  # librdkafka checks names and values; no connection needed
+        except (KafkaException, ValueError, TypeError) as exc:
+            raise self._error(f"invalid producer settings: {exc}") from None
+
+    def _check_transaction_timeout(self, cluster: Any) -> None:
+        ceiling = cluster.broker_config("transaction.max.timeout.ms")
+        if ceiling is not None and self.transaction_timeout_ms > int(ceiling):
+            raise self._error(
+                f"option 'transaction_timeout_ms' ({self.transaction_timeout_ms}) is over the "
+                f"broker's transaction.max.timeout.ms ({ceiling}); lower it"
+            )
+
+    def _check_columns(self, names: list[str], types: dict[str, str], batch_id: int) -> None:
+        wanted = {
+            "key": self._key_columns or (),
+            "order_by": columns(self.name, "order_by", self.order_by) or (),
+            "headers": () if isinstance(self.headers, bool) else tuple(self.headers),
+            "value": () if self.value == "json" else (self.value,),
+        }
+        missing = sorted({c for cols in wanted.values() for c in cols if c not in names})
+        if missing:
+            raise SchemaMismatchError(
+                f"column(s) {', '.join(map(repr, missing))} named by the options are not in "
+                f"the batch (columns: {', '.join(names)})",
+                sink=self.name, batch_id=batch_id, columns=missing,
+            )  # fmt: skip
+        if self.value != "json" and types.get(self.value) not in ("string", "binary"):
+            raise SchemaMismatchError(
+                f"option 'value' names column {self.value!r} of type {types.get(self.value)}; "
+                "it must be a string or binary column (or use value='json')",
+                sink=self.name, batch_id=batch_id, columns=[self.value],
+            )  # fmt: skip
+
+    def _dead_letters_written(self, dead: DeadLetter, batch: Batch) -> bool:
+        version = deadletter.written_version(dead.target, batch.txn_app_id)
+        return version is not None and version >= batch.batch_id
+
+    # -- results ---------------------------------------------------------------------------
+
+    def _result(self, outcomes: list[PartitionOutcome]) -> SinkResult:
+        def by(status: str) -> list[int]:
+            return [o.partition for o in outcomes if o.status == status]
+
+        skipped, committed = by("skipped"), by("committed")
+        details: dict[str, Any] = {
+            "written": sum(o.written for o in outcomes),
+            "committed_partitions": committed,
+            "skipped_partitions": skipped,
+            "dead_letters": sum(o.dead_letter_count for o in outcomes),
+        }
+        if skipped and not committed:
+            details["already_written"] = True
+        return SinkResult(rows=sum(o.rows for o in outcomes), details=details)
+
+    def _failure(
+        self, batch_id: int, failed: list[PartitionOutcome], outcomes: list[PartitionOutcome]
+    ) -> SinkError:
+        done = [o.partition for o in outcomes if o.status in ("committed", "skipped")]
+        lines = [
+            f"{len(failed)} of {len(outcomes)} partition(s) failed; partitions holding the "
+            f"batch (skipped on replay): {done or 'none'}"
+        ]
+        lines += [f"  - {o.error}" for o in failed]
+        message = "\n".join(lines)
+        kinds = {o.error_kind for o in failed}
+        worst = next((k for k in _FAILURE_ORDER if k in kinds), "error")
+        error_class: type[SinkError] = SinkWriteError
+        if worst == "fenced":
+            error_class = KafkaFencedError
+        elif worst == "bad_record":
+            error_class = KafkaBadRecordError
+        elif all(o.transient for o in failed):
+            error_class = KafkaAbortedError
+        return error_class(message, sink=self.name, batch_id=batch_id)

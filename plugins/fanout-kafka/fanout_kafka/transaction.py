@@ -1,0 +1,481 @@
+"""One Spark partition of one batch, written in one Kafka transaction (on an executor).
+
+The sequence for partition ``p`` of batch ``b`` (ARCHITECTURE §5):
+
+1. encode and check every record (:mod:`fanout_kafka.records`); a bad record without a
+   dead-letter target fails the partition before any producer exists;
+2. ``init_transactions`` with ``transactional.id = <prefix>-<p>``: this fences any zombie
+   of an earlier attempt and completes or aborts its open transaction, so the marker read
+   next is final;
+3. read the marker: the committed offset of group ``fanout.<pipeline>.<sink>.p<p>`` on the
+   marker topic (``read_committed``); ``>= b + 1`` means the partition already holds the
+   batch: skip;
+4. begin, produce every record (delivery callback on each), flush, check every delivery,
+   ``send_offsets_to_transaction`` of offset ``b + 1`` for the marker group, commit.
+
+Errors: retriable ones are retried here; abortable ones abort the transaction and report a
+transient failure (fanout replays the batch; committed partitions skip); a fenced producer
+reports that another writer took over the transactional id.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from fanout_kafka.failures import FENCED_CODES, REJECTED_RECORD_CODES, classify, is_retriable
+from fanout_kafka.failures import Rejected as _Rejected
+from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
+from fanout_kafka.failures import text as _text
+from fanout_kafka.options import DeadLetter, connection_settings
+from fanout_kafka.records import BadRecord, Encoder, Record, dead_letter_headers
+
+log = logging.getLogger("fanout_kafka")
+T = TypeVar("T")
+
+
+class PartitionHooks(Protocol):
+    """The sink's executor-side extension points (see :class:`fanout_kafka.KafkaSink`)."""
+
+    def before_commit(self, batch_id: int, partition: int, records: int) -> None: ...
+
+    def on_partition_committed(self, batch_id: int, partition: int, records: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    """Everything a partition task needs; plain, picklable configuration."""
+
+    pipeline: str
+    sink: str
+    scope: str
+    bootstrap_servers: str
+    topic: str
+    producer: Mapping[str, Any]
+    transactional_id_prefix: str
+    marker_topic: str
+    transaction_timeout_ms: int
+    encoder: Encoder
+    dead_letter: DeadLetter | None = None
+    operation_timeout_s: float = 60.0
+    retries: int = 5
+
+    def transactional_id(self, partition: int) -> str:
+        """``<prefix>-<partition>``."""
+        return f"{self.transactional_id_prefix}-{partition}"
+
+    def marker_group(self, partition: int) -> str:
+        """``fanout.<scope>.<sink>.p<partition>`` (the scope is the pipeline, plus
+        ``@e<epoch>`` after an accepted checkpoint reset)."""
+        return marker_group(self.scope, self.sink, partition)
+
+    def producer_config(self, partition: int) -> dict[str, Any]:
+        """The transactional producer's librdkafka settings."""
+        return producer_config(
+            self.producer,
+            self.bootstrap_servers,
+            self.transactional_id(partition),
+            self.transaction_timeout_ms,
+        )
+
+    def consumer_config(self, partition: int) -> dict[str, Any]:
+        """The marker consumer's settings (it only reads and commits through the producer)."""
+        return {
+            **connection_settings(self.producer),
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.marker_group(partition),
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+        }
+
+
+def producer_config(
+    producer: Mapping[str, Any],
+    bootstrap_servers: str,
+    transactional_id: str,
+    transaction_timeout_ms: int,
+) -> dict[str, Any]:
+    """A transactional producer's settings: the passthrough, then what the sink owns."""
+    config: dict[str, Any] = {
+        "partitioner": "murmur2_random",  # the Java client's: keys land where Java puts them
+        "message.timeout.ms": transaction_timeout_ms,
+        "allow.auto.create.topics": False,
+        **producer,
+        "bootstrap.servers": bootstrap_servers,
+        "transactional.id": transactional_id,
+        "transaction.timeout.ms": transaction_timeout_ms,
+        "enable.idempotence": True,
+        "acks": "all",
+    }
+    config.pop("request.required.acks", None)
+    return config
+
+
+def marker_group(scope: str, sink: str, partition: int) -> str:
+    """The consumer group whose committed offset marks partition ``partition``'s progress:
+    ``fanout.<pipeline>.<sink>.p<partition>`` (``<pipeline>@e<epoch>`` in a new epoch)."""
+    return f"fanout.{scope}.{sink}.p{partition}"
+
+
+def scope_of(txn_app_id: str, sink: str) -> str:
+    """The pipeline scope inside a batch's transaction id ``fanout/<scope>/<sink>``: the
+    pipeline name, or ``<pipeline>@e<epoch>`` after an accepted checkpoint reset, so the
+    markers of a new epoch start afresh like every other idempotency record."""
+    return txn_app_id.removeprefix("fanout/").removesuffix(f"/{sink}")
+
+
+@dataclass
+class PartitionOutcome:
+    """What one partition task did; sent back to the driver as one row."""
+
+    partition: int
+    status: str  # "committed" | "skipped" | "empty" | "failed"
+    rows: int = 0
+    written: int = 0
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    dead_letter_count: int = 0
+    error_kind: str | None = None  # "fenced" | "fatal" | "abortable" | "bad_record" | "error"
+    error: str | None = None
+    transient: bool = False
+
+
+class PartitionWriter:
+    """Writes one partition of one batch in one transaction; see the module docstring.
+
+    :param settings: the sink's configuration.
+    :param partition: the Spark partition index (part of the transactional id).
+    :param batch_id: the micro-batch id; the marker becomes ``batch_id + 1``.
+    :param hooks: the sink's :meth:`before_commit` / :meth:`on_partition_committed`.
+    """
+
+    def __init__(
+        self,
+        settings: WriterSettings,
+        partition: int,
+        batch_id: int,
+        hooks: PartitionHooks | None = None,
+    ) -> None:
+        self.settings = settings
+        self.partition = partition
+        self.batch_id = batch_id
+        self.hooks = hooks
+        self.transactional_id = settings.transactional_id(partition)
+        self._producer: Any = None
+        self._consumer: Any = None
+
+    # -- the whole task -----------------------------------------------------------------
+
+    def run(
+        self, rows: Iterable[Mapping[str, Any]], *, collect_dead_letters: bool = False
+    ) -> PartitionOutcome:
+        """Encode the rows, then skip or write the partition (:meth:`write`)."""
+        records, bad = self.settings.encoder.encode_all(rows)
+        return self.write(records, bad, collect_dead_letters=collect_dead_letters)
+
+    def write(
+        self,
+        records: list[Record],
+        bad: list[BadRecord],
+        *,
+        collect_dead_letters: bool = False,
+        prepared: bool = False,
+    ) -> PartitionOutcome:
+        """Skip or write encoded records; never raises for a Kafka failure (the outcome
+        carries it), so the driver sees every partition's fate.
+
+        :param collect_dead_letters: return the dead letters to the driver (Delta target),
+            also when the partition is skipped (a replay after the driver died between the
+            partitions' commits and its Delta write).
+        :param prepared: :meth:`prepare` was already called and said "not written yet".
+        """
+        outcome = PartitionOutcome(self.partition, "empty", rows=len(records) + len(bad))
+        if outcome.rows == 0:
+            return outcome
+        try:
+            if bad and self.settings.dead_letter is None:
+                raise _Rejected(bad)
+            if not prepared and self.prepare():
+                outcome.status = "skipped"
+            else:
+                outcome.written, bad = self.commit(records, bad)
+                outcome.status = "committed"
+            outcome.dead_letter_count = len(bad)
+            if collect_dead_letters:
+                outcome.dead_letters = [self._dead_letter_row(b) for b in bad]
+        except Exception as exc:
+            outcome.status = "failed"
+            outcome.error_kind, outcome.transient = classify(exc)
+            outcome.error = self._describe(exc, outcome.error_kind)
+            log.warning("%s", outcome.error)
+        finally:
+            self.close()
+        return outcome
+
+    # -- the steps ------------------------------------------------------------------------
+
+    def prepare(self) -> bool:
+        """Initialise the transactional producer (fencing any zombie of this id), then
+        read the marker. True when this partition already committed the batch."""
+        self._new_producer()
+        self._check_topics()
+        consumer = self._marker_consumer()
+        tp = TopicPartition(self.settings.marker_topic, 0)
+        (committed,) = self._retrying(
+            "read the marker", lambda: consumer.committed([tp], timeout=self._timeout)
+        )
+        if committed.error:
+            raise KafkaException(committed.error)
+        return bool(committed.offset >= self.batch_id + 1)
+
+    def _check_topics(self) -> None:
+        """Fail fast when a topic vanished since ``open()`` (the producer would otherwise
+        wait ``topic.metadata.propagation.max.ms`` and then time out)."""
+        dead = self.settings.dead_letter
+        topics = [self.settings.topic, self.settings.marker_topic]
+        topics += [dead.target] if dead is not None and dead.kind == "topic" else []
+        for topic in topics:
+            metadata = self._retrying(
+                "read the topic metadata",
+                lambda t=topic: self._producer.list_topics(t, timeout=self._timeout),  # type: ignore[misc]
+            )
+            found = metadata.topics.get(topic)
+            error = (
+                found.error if found is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+            )
+            if error is not None:
+                raise KafkaException(
+                    KafkaError(
+                        error.code(),
+                        f"topic {topic!r} does not exist on {self.settings.bootstrap_servers!r} "
+                        f"(deleted after the sink was opened?): {error.str()}",
+                    )
+                )
+
+    def commit(self, records: list[Record], bad: list[BadRecord]) -> tuple[int, list[BadRecord]]:
+        """Write the records (and dead letters to a dead-letter topic) plus the marker in
+        one transaction. Records the broker refuses are dead-lettered in a second
+        transaction when a dead-letter target exists. Returns (records written, bad)."""
+        try:
+            return self._transaction(records, bad), bad
+        except _Rejected as rejected:
+            if self.settings.dead_letter is None:
+                raise
+            refused = {(r.record.key, r.record.value) for r in rejected.rejected}
+            kept = [r for r in records if (r.key, r.value) not in refused]
+            bad = bad + rejected.rejected
+            self._new_producer()  # the refused attempt was aborted: start afresh
+            return self._transaction(kept, bad), bad
+
+    def _transaction(self, records: list[Record], bad: list[BadRecord]) -> int:
+        producer, settings = self._producer, self.settings
+        failures: list[tuple[KafkaError, Any]] = []
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                failures.append((err, msg))
+
+        self._retrying("begin the transaction", producer.begin_transaction)
+        try:
+            refused = self._produce_all(producer, settings.topic, records, delivered)
+            if refused and settings.dead_letter is None:
+                raise _Rejected(refused)
+            if settings.dead_letter is not None and settings.dead_letter.kind == "topic":
+                for b in [*bad, *refused]:
+                    self._produce_dead_letter(producer, b, delivered)
+            remaining = producer.flush(self._timeout)
+            if remaining:
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._MSG_TIMED_OUT,
+                        f"{remaining} record(s) not delivered within {self._timeout:.0f} s",
+                        txn_requires_abort=True,
+                    )
+                )
+            self._check_deliveries(failures)
+            if refused:
+                raise _Rejected(refused)
+            if self.hooks is not None:
+                self.hooks.before_commit(self.batch_id, self.partition, len(records))
+            marker = TopicPartition(settings.marker_topic, 0, self.batch_id + 1)
+            metadata = self._marker_consumer().consumer_group_metadata()
+            self._retrying(
+                "send the marker",
+                lambda: producer.send_offsets_to_transaction([marker], metadata, self._timeout),
+            )
+            self._retrying("commit", lambda: producer.commit_transaction(self._timeout))
+        except BaseException as exc:
+            fatal = self._abort()
+            if fatal is not None and not _is_kafka_fatal(exc):
+                # e.g. produce() says only "_FATAL", or a callback's SystemError: report
+                # the producer's real fatal error (fenced...) instead
+                raise KafkaException(fatal) from exc
+            raise
+        if self.hooks is not None:
+            self.hooks.on_partition_committed(self.batch_id, self.partition, len(records))
+        return len(records)
+
+    def _produce_all(
+        self, producer: Any, topic: str, records: list[Record], on_delivery: Callable[..., None]
+    ) -> list[BadRecord]:
+        refused: list[BadRecord] = []
+        for i, record in enumerate(records):
+            while True:
+                try:
+                    producer.produce(
+                        topic, record.value, record.key, headers=record.headers,
+                        on_delivery=on_delivery,
+                    )  # fmt: skip
+                    break
+                except BufferError:
+                    producer.poll(0.05)  # the local queue is full: serve deliveries
+                except KafkaException as exc:
+                    err = exc.args[0]
+                    if err.code() not in REJECTED_RECORD_CODES:
+                        raise
+                    refused.append(BadRecord(record, f"refused by the producer: {err.str()}"))
+                    break
+            if i % 1000 == 999:
+                producer.poll(0)
+        return refused
+
+    def _produce_dead_letter(
+        self, producer: Any, bad: BadRecord, on_delivery: Callable[..., None]
+    ) -> None:
+        assert self.settings.dead_letter is not None
+        record = bad.record
+        fits = record.size <= self.settings.encoder.max_record_bytes  # else: a reference only
+        producer.produce(
+            self.settings.dead_letter.target,
+            record.value if fits else None,
+            record.key,
+            headers=dead_letter_headers(record, bad.reason, self.settings.topic),
+            on_delivery=on_delivery,
+        )
+
+    def _check_deliveries(self, failures: list[tuple[KafkaError, Any]]) -> None:
+        if not failures:
+            return
+        rejected = [
+            BadRecord(
+                Record(msg.key(), msg.value(), list(msg.headers() or [])),
+                f"rejected by the broker: {err.str()}",
+            )
+            for err, msg in failures
+            if err.code() in REJECTED_RECORD_CODES and msg.topic() == self.settings.topic
+        ]
+        if len(rejected) == len(failures):
+            raise _Rejected(rejected)
+        err, msg = next((e, m) for e, m in failures if e.code() not in REJECTED_RECORD_CODES)
+        raise KafkaException(
+            KafkaError(
+                err.code(),
+                f"{len(failures)} record(s) not delivered to {msg.topic()!r}, first: {err.str()}",
+                fatal=err.fatal(),
+                retriable=err.retriable(),
+                txn_requires_abort=True,
+            )
+        )
+
+    # -- resources ----------------------------------------------------------------------
+
+    @property
+    def _timeout(self) -> float:
+        return self.settings.operation_timeout_s
+
+    def _new_producer(self) -> None:
+        self._producer = Producer(self.settings.producer_config(self.partition))
+        self._retrying(
+            "initialise the transactional producer",
+            lambda: self._producer.init_transactions(self._timeout),
+        )
+
+    def _marker_consumer(self) -> Any:
+        if self._consumer is None:
+            self._consumer = Consumer(self.settings.consumer_config(self.partition))
+        return self._consumer
+
+    def _abort(self) -> KafkaError | None:
+        """Abort the open transaction; returns the producer's fatal error, if it has one
+        (a fenced or fatal producer cannot abort: the broker aborts for it)."""
+        try:
+            self._producer.abort_transaction(self._timeout)
+        except KafkaException as exc:
+            err = exc.args[0]
+            log.debug("abort of %s failed: %s", self.transactional_id, err)
+            if err.fatal() or err.code() in FENCED_CODES:
+                return err  # type: ignore[no-any-return]
+        except Exception as exc:
+            log.debug("abort of %s failed: %s", self.transactional_id, exc)
+        return None
+
+    def close(self) -> None:
+        """Release the producer and the marker consumer."""
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except Exception:  # closing is best effort
+                pass
+            self._consumer = None
+        self._producer = None
+
+    def _retrying(self, what: str, operation: Callable[[], T]) -> T:
+        """Run a producer/consumer operation, retrying the errors librdkafka calls
+        retriable (a coordinator moving, a timeout) with backoff."""
+        for attempt in range(1, self.settings.retries + 1):
+            try:
+                return operation()
+            except KafkaException as exc:
+                err = exc.args[0]
+                if not is_retriable(err) or attempt == self.settings.retries:
+                    raise
+                log.info("%s: cannot %s (%s); retry %d", self.transactional_id, what, err, attempt)
+                time.sleep(min(0.2 * 2 ** (attempt - 1), 5.0))
+        raise AssertionError("unreachable")
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def _describe(self, exc: BaseException, kind: str | None) -> str:
+        where = (
+            f"partition {self.partition} (transactional.id {self.transactional_id!r}, "
+            f"topic {self.settings.topic!r})"
+        )
+        if kind == "fenced":
+            return (
+                f"{where}: fenced: another writer took over transactional id "
+                f"{self.transactional_id!r} (a newer attempt of this partition, or another "
+                f"pipeline using the same transactional_id_prefix); this attempt's "
+                f"transaction is aborted and none of it is visible ({_text(exc)})"
+            )
+        if isinstance(exc, _Rejected):
+            reasons = "; ".join(b.reason for b in exc.rejected[:3])
+            more = f" (and {len(exc.rejected) - 3} more)" if len(exc.rejected) > 3 else ""
+            return (
+                f"{where}: {len(exc.rejected)} record(s) the topic cannot take and no "
+                f"'dead_letter' target: {reasons}{more}"
+            )
+        action = (
+            "transaction aborted; the batch will be replayed"
+            if kind in ("abortable", "retriable", "aborted")
+            else "transaction aborted"
+        )
+        return f"{where}: {action}: {_text(exc)}"
+
+    def _dead_letter_row(self, bad: BadRecord) -> dict[str, Any]:
+        record = bad.record
+        return {
+            "partition": self.partition,
+            "key": record.key,
+            "value": record.value,
+            "headers": [(k, v) for k, v in record.headers],
+            "error": bad.reason,
+            "record_bytes": record.size,
+        }
+
+
+__all__ = ["PartitionOutcome", "PartitionWriter", "WriterSettings", "classify", "is_retriable"]

@@ -1,0 +1,146 @@
+"""The Kafka sink's option checks: no broker needed."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from fanout_kafka import KafkaSink
+from fanout_kafka.options import (
+    DeadLetter,
+    TopicSpec,
+    check_producer_settings,
+    connection_settings,
+    parse_create_topic,
+    parse_dead_letter,
+    secret_values,
+)
+from fanout_kafka.plugin import fanout_sink_types
+
+from fanout.errors import ConfigurationError
+from fanout.registry import load_registry
+from fanout.sink import SinkContext
+
+
+@pytest.mark.parametrize(
+    ("setting", "reason"),
+    [
+        ({"enable.idempotence": False}, "enable.idempotence=false breaks transactions"),
+        ({"enable.idempotence": "false"}, "enable.idempotence=false breaks transactions"),
+        ({"acks": 1}, "acks=1 breaks transactions"),
+        ({"acks": "0"}, "acks='0' breaks transactions"),
+        ({"request.required.acks": 1}, "acks=1 breaks transactions"),
+        ({"max.in.flight.requests.per.connection": 6}, "ordering guarantee (at most 5)"),
+        ({"retries": 0}, "retries=0 breaks the idempotent producer"),
+        ({"transactional.id": "x"}, "set 'transactional_id_prefix' instead"),
+        ({"bootstrap.servers": "h:1"}, "use the sink option 'bootstrap_servers'"),
+        ({"transaction.timeout.ms": 1000}, "use the sink option 'transaction_timeout_ms'"),
+        ({"isolation.level": "read_uncommitted"}, "isolation.level is a consumer setting"),
+    ],
+)
+def test_settings_that_break_transactions_are_rejected_with_the_reason(
+    setting: dict[str, object], reason: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        check_producer_settings("k", setting)
+    assert str(caught.value).startswith("Kafka sink 'k': producer setting") or (
+        "Kafka sink 'k'" in str(caught.value)
+    )
+    assert reason in str(caught.value)
+
+
+def test_passthrough_settings_are_kept() -> None:
+    settings = {"acks": "all", "linger.ms": 20, "compression.type": "zstd", "sasl.password": "pw"}
+    assert check_producer_settings("k", settings) == settings
+
+
+def test_secret_values_are_the_passwords_and_keys_only() -> None:
+    producer = {
+        "sasl.username": "alice",
+        "sasl.password": "s3cret",
+        "ssl.key.password": "kp",
+        "ssl.key.pem": "-----BEGIN KEY-----",
+        "sasl.oauthbearer.client.secret": "tok",
+        "linger.ms": 5,
+    }
+    assert sorted(secret_values(producer)) == sorted(["s3cret", "kp", "-----BEGIN KEY-----", "tok"])
+    sink = KafkaSink("k", bootstrap_servers="h:1", topic="t", producer=producer)
+    assert sorted(sink.secret_values()) == sorted(secret_values(producer))
+
+
+def test_connection_settings_keep_security_and_drop_producer_tuning() -> None:
+    producer = {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "linger.ms": 5,
+                "compression.type": "lz4", "ssl.ca.location": "/ca"}  # fmt: skip
+    assert connection_settings(producer) == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "ssl.ca.location": "/ca",
+    }
+
+
+def test_dead_letter_is_a_topic_or_a_delta_path() -> None:
+    assert parse_dead_letter("k", "orders-dlq") == DeadLetter("topic", "orders-dlq")
+    assert parse_dead_letter("k", "/data/dlq") == DeadLetter("delta", "/data/dlq")
+    assert parse_dead_letter("k", "s3://bucket/dlq") == DeadLetter("delta", "s3://bucket/dlq")
+    assert parse_dead_letter("k", {"topic": "x"}) == DeadLetter("topic", "x")
+    assert parse_dead_letter("k", {"delta": "rel"}) == DeadLetter("delta", "rel")
+    assert parse_dead_letter("k", None) is None
+    with pytest.raises(ConfigurationError, match="option 'dead_letter'"):
+        parse_dead_letter("k", 3)
+    with pytest.raises(ConfigurationError, match="Kafka topic name"):
+        parse_dead_letter("k", {"topic": "bad name"})
+
+
+def test_create_topic_spec() -> None:
+    assert parse_create_topic("k", False) is None
+    assert parse_create_topic("k", True) == TopicSpec()
+    spec = parse_create_topic(
+        "k", {"partitions": 6, "replication_factor": 3, "config": {"retention.ms": 1000}}
+    )
+    assert spec == TopicSpec(6, 3, {"retention.ms": "1000"})
+    with pytest.raises(ConfigurationError, match="unknown keys"):
+        parse_create_topic("k", {"partition": 6})
+    with pytest.raises(ConfigurationError, match="positive integer"):
+        parse_create_topic("k", {"partitions": 0})
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"topic": "t"}, "option 'bootstrap_servers' is required"),
+        ({"bootstrap_servers": "h:1"}, "option 'topic' is required"),
+        ({"bootstrap_servers": "h:1", "topic": "a b"}, "option 'topic' must be a Kafka topic"),
+        ({"bootstrap_servers": "h:1", "topic": "t", "partitions": 0}, "'partitions' must be"),
+        ({"bootstrap_servers": "h:1", "topic": "t", "key": []}, "option 'key' must be"),
+        ({"bootstrap_servers": "h:1", "topic": "t", "marker_topic": "t"}, "must differ"),
+        ({"bootstrap_servers": "h:1", "topic": "t", "dead_letter": "t"}, "must not be the topic"),
+        ({"bootstrap_servers": "h:1", "topic": "t", "transaction_timeout_ms": -1}, "positive"),
+    ],
+)
+def test_bad_options_fail_at_open_before_any_connection(
+    options: dict[str, object], message: str
+) -> None:
+    sink = KafkaSink("k", **options)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=message) as caught:
+        sink.open(SinkContext("p"))
+    assert "Kafka sink 'k'" in str(caught.value)
+
+
+def test_unknown_librdkafka_setting_is_a_configuration_error() -> None:
+    sink = KafkaSink("k", bootstrap_servers="127.0.0.1:1", topic="t",
+                     producer={"no.such.setting": 1}, open_timeout_s=1)  # fmt: skip
+    with pytest.raises(ConfigurationError, match="invalid producer settings.*no.such.setting"):
+        sink.open(SinkContext("p"))
+
+
+def test_the_kafka_type_comes_from_the_entry_point_and_sinks_pickle() -> None:
+    assert fanout_sink_types() == {"kafka": KafkaSink}
+    registry = load_registry()
+    kafka = registry.sink_types()["kafka"]
+    assert kafka.sink_class is KafkaSink
+    assert kafka.plugin.distribution == "fanout-kafka"
+    assert kafka.guarantee == "transactional"
+    sink = KafkaSink("k", bootstrap_servers=["a:1", "b:2"], topic="t", key=["x", "y"])
+    assert sink.bootstrap_servers == "a:1,b:2"
+    clone = pickle.loads(pickle.dumps(sink))
+    assert (clone.name, clone.topic, clone.key) == ("k", "t", ["x", "y"])

@@ -1,0 +1,106 @@
+"""Rows to Kafka records: keys, values, headers, and the bad records caught before
+anything is sent."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+
+from fanout_kafka.records import (
+    RECORD_OVERHEAD_BYTES,
+    BadRecord,
+    Encoder,
+    Record,
+    batch_headers,
+    to_bytes,
+)
+
+
+def encoder(**overrides: object) -> Encoder:
+    options: dict[str, object] = {
+        "key_columns": ("id",),
+        "value_column": None,
+        "header_columns": (),
+        "headers": batch_headers("p", "s", 7),
+        "max_record_bytes": 1000,
+    }
+    options.update(overrides)
+    return Encoder(**options)  # type: ignore[arg-type]
+
+
+def test_json_value_single_column_key_and_batch_headers() -> None:
+    record = encoder().encode({"id": 42, "name": "é", "amount": 1.5})
+    assert record == Record(
+        b"42",
+        json.dumps({"id": 42, "name": "é", "amount": 1.5}, separators=(",", ":"),
+                   ensure_ascii=False).encode(),
+        [("fanout.pipeline", b"p"), ("fanout.sink", b"s"), ("fanout.batch_id", b"7")],
+    )  # fmt: skip
+
+
+def test_several_key_columns_make_a_json_array_key() -> None:
+    record = encoder(key_columns=("a", "b")).encode({"a": "x", "b": 3})
+    assert isinstance(record, Record) and record.key == b'["x",3]'
+
+
+def test_value_column_is_sent_as_is_and_null_is_a_tombstone() -> None:
+    enc = encoder(value_column="payload", headers=())
+    assert enc.encode({"id": "k", "payload": b"\x00\x01"}) == Record(b"k", b"\x00\x01", [])
+    assert enc.encode({"id": "k", "payload": "text"}) == Record(b"k", b"text", [])
+    assert enc.encode({"id": "k", "payload": None}) == Record(b"k", None, [])
+
+
+def test_header_columns_are_added_when_not_null() -> None:
+    enc = encoder(header_columns=("trace", "tenant"), headers=())
+    record = enc.encode({"id": 1, "trace": "t-1", "tenant": None})
+    assert isinstance(record, Record) and record.headers == [("trace", b"t-1")]
+
+
+def test_keyless_records_have_no_key() -> None:
+    record = encoder(key_columns=None).encode({"id": None})
+    assert isinstance(record, Record) and record.key is None
+
+
+def test_null_key_is_a_bad_record_naming_the_column() -> None:
+    bad = encoder(key_columns=("id", "region")).encode({"id": 1, "region": None})
+    assert isinstance(bad, BadRecord)
+    assert bad.reason.startswith("null key: key column(s) 'region' are null in row ")
+    assert '"id": 1' in bad.reason
+
+
+def test_record_over_the_limit_is_a_bad_record_with_size_and_limit() -> None:
+    enc = encoder(headers=(), max_record_bytes=500)
+    fits = enc.encode({"id": 1, "v": "x" * (500 - RECORD_OVERHEAD_BYTES - 20)})
+    assert isinstance(fits, Record) and fits.size <= 500
+    bad = enc.encode({"id": 1, "v": "x" * 500})
+    assert isinstance(bad, BadRecord)
+    assert f"record of {bad.record.size} bytes (key '1') is over the topic's limit of 500" in (
+        bad.reason
+    )
+
+
+def test_encode_all_splits_good_and_bad_in_order() -> None:
+    good, bad = encoder().encode_all([{"id": 1}, {"id": None}, {"id": 2}])
+    assert [r.key for r in good] == [b"1", b"2"]
+    assert len(bad) == 1 and bad[0].reason.startswith("null key")
+
+
+def test_json_of_dates_decimals_and_bytes() -> None:
+    row = {
+        "id": 1,
+        "at": dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+        "day": dt.date(2024, 1, 2),
+        "price": decimal.Decimal("1.10"),
+        "blob": b"\x01\x02",
+    }
+    record = encoder(headers=()).encode(row)
+    assert isinstance(record, Record) and json.loads(record.value or b"") == {
+        "id": 1,
+        "at": "2024-01-02T03:04:05+00:00",
+        "day": "2024-01-02",
+        "price": "1.10",
+        "blob": "AQI=",
+    }
+    assert to_bytes(dt.date(2024, 1, 2)) == b"2024-01-02"
+    assert to_bytes(3.5) == b"3.5"

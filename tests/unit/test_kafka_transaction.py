@@ -1,0 +1,145 @@
+"""Error classes and settings of the partition writer, and how the driver turns partition
+outcomes into one error: no broker needed."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from fanout_kafka import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError, KafkaSink
+from fanout_kafka.failures import Rejected
+from fanout_kafka.records import Encoder
+from fanout_kafka.transaction import (
+    PartitionOutcome,
+    PartitionWriter,
+    WriterSettings,
+    classify,
+    is_retriable,
+    scope_of,
+)
+
+from fanout.errors import SinkWriteError, TransientSinkError
+
+
+def kafka_error(code: int, **flags: bool) -> KafkaException:
+    return KafkaException(KafkaError(code, "reason", **flags))
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind", "transient"),
+    [
+        (kafka_error(KafkaError._FENCED, fatal=True), "fenced", False),
+        (kafka_error(KafkaError.PRODUCER_FENCED), "fenced", False),
+        (kafka_error(KafkaError.INVALID_PRODUCER_EPOCH), "fenced", False),
+        (kafka_error(KafkaError._INCONSISTENT, fatal=True), "fatal", False),
+        (kafka_error(KafkaError._TIMED_OUT, txn_requires_abort=True), "abortable", True),
+        (kafka_error(KafkaError._TIMED_OUT, retriable=True), "retriable", True),
+        (kafka_error(KafkaError.TOPIC_AUTHORIZATION_FAILED), "error", False),
+        (Rejected([]), "bad_record", False),
+        (TransientSinkError("veto", sink="s"), "aborted", True),
+        (RuntimeError("bug"), "error", False),
+    ],
+)
+def test_classify(exc: BaseException, kind: str, transient: bool) -> None:
+    assert classify(exc) == (kind, transient)
+
+
+def test_only_plain_retriable_errors_are_retried_in_the_task() -> None:
+    assert is_retriable(KafkaError(KafkaError._TIMED_OUT, retriable=True))
+    assert not is_retriable(KafkaError(KafkaError._TIMED_OUT, retriable=True, fatal=True))
+    assert not is_retriable(
+        KafkaError(KafkaError._TIMED_OUT, retriable=True, txn_requires_abort=True)
+    )
+    assert not is_retriable(KafkaError(KafkaError._FENCED))
+
+
+def settings(**overrides: object) -> WriterSettings:
+    options: dict[str, object] = {
+        "pipeline": "orders",
+        "sink": "events",
+        "scope": "orders",
+        "bootstrap_servers": "127.0.0.1:1",
+        "topic": "t",
+        "producer": {"linger.ms": 50, "acks": "all", "partitioner": "consistent"},
+        "transactional_id_prefix": "fanout-orders-events",
+        "marker_topic": "__fanout_markers",
+        "transaction_timeout_ms": 30000,
+        "encoder": Encoder(("id",), None, (), (), 1000),
+    }
+    options.update(overrides)
+    return WriterSettings(**options)  # type: ignore[arg-type]
+
+
+def test_ids_groups_and_producer_settings() -> None:
+    s = settings()
+    assert s.transactional_id(3) == "fanout-orders-events-3"
+    assert s.marker_group(3) == "fanout.orders.events.p3"
+    assert settings(scope="orders@e2").marker_group(0) == "fanout.orders@e2.events.p0"
+    config = s.producer_config(3)
+    assert config["transactional.id"] == "fanout-orders-events-3"
+    assert config["transaction.timeout.ms"] == 30000
+    assert config["message.timeout.ms"] == 30000
+    assert config["enable.idempotence"] is True and config["acks"] == "all"
+    assert config["linger.ms"] == 50 and config["partitioner"] == "consistent"
+    assert settings(producer={}).producer_config(0)["partitioner"] == "murmur2_random"
+    consumer = s.consumer_config(3)
+    assert consumer["group.id"] == "fanout.orders.events.p3"
+    assert consumer["isolation.level"] == "read_committed"
+    assert "linger.ms" not in consumer
+
+
+def test_scope_of_a_transaction_id() -> None:
+    assert scope_of("fanout/orders/events", "events") == "orders"
+    assert scope_of("fanout/orders@e1/events", "events") == "orders@e1"
+
+
+def test_bad_record_without_dead_letter_fails_before_any_producer_exists() -> None:
+    writer = PartitionWriter(settings(), partition=2, batch_id=5)
+    outcome = writer.run([{"id": 1}, {"id": None}], collect_dead_letters=False)
+    assert outcome.status == "failed" and outcome.error_kind == "bad_record"
+    assert outcome.rows == 2 and not outcome.transient
+    assert writer._producer is None  # nothing was sent, no transaction was begun
+    assert outcome.error is not None
+    assert outcome.error.startswith(
+        "partition 2 (transactional.id 'fanout-orders-events-2', topic 't'): 1 record(s) the "
+        "topic cannot take and no 'dead_letter' target: null key: key column(s) 'id'"
+    )
+
+
+def test_empty_partition_needs_no_transaction() -> None:
+    writer = PartitionWriter(settings(), partition=0, batch_id=5)
+    assert writer.run([], collect_dead_letters=False) == PartitionOutcome(0, "empty")
+    assert writer._producer is None
+
+
+def outcome(partition: int, status: str, kind: str | None = None) -> PartitionOutcome:
+    transient = kind in ("abortable", "retriable", "aborted")
+    return PartitionOutcome(partition, status, error_kind=kind, error=f"p{partition}: {kind}",
+                            transient=transient)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kinds", "error_class"),
+    [
+        (["abortable", "fenced"], KafkaFencedError),
+        (["bad_record", "abortable"], KafkaBadRecordError),
+        (["abortable", "retriable"], KafkaAbortedError),
+        (["aborted"], KafkaAbortedError),
+        (["error", "abortable"], SinkWriteError),
+    ],
+)
+def test_the_driver_raises_one_error_naming_sink_batch_and_every_partition(
+    kinds: list[str], error_class: type[Exception]
+) -> None:
+    sink = KafkaSink("events", bootstrap_servers="h:1", topic="t")
+    failed = [outcome(i + 1, "failed", k) for i, k in enumerate(kinds)]
+    everything = [outcome(0, "committed"), *failed]
+    error = sink._failure(7, failed, everything)
+    assert type(error) is error_class
+    assert sink.is_transient(error) == (error_class is KafkaAbortedError)
+    text = str(error)
+    assert text.startswith(
+        f"sink 'events', batch 7: {len(kinds)} of {len(everything)} partition(s) failed; "
+        "partitions holding the batch (skipped on replay): [0]"
+    )
+    for i, k in enumerate(kinds):
+        assert f"  - p{i + 1}: {k}" in text
