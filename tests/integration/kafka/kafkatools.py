@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,3 +76,31 @@ def marker(bootstrap: str, pipeline: str, sink: str, partition: int, topic: str)
         return int(tp.offset)
     finally:
         consumer.close()
+
+
+def hides_aborted(bootstrap: str) -> bool:
+    """Probe: does a read_committed reader skip an aborted transaction's record?"""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = f"probe-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic})
+    producer.init_transactions(30)
+    for value, commit in ((b"aborted", False), (b"committed", True)):
+        producer.begin_transaction()
+        producer.produce(topic, value, partition=0)
+        producer.flush(30)
+        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": topic, "isolation.level": "read_committed"}
+    )
+    consumer.assign([TopicPartition(topic, 0, -2)])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 15
+    while b"committed" not in seen and time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is not None and not message.error():
+            seen.append(message.value())
+    consumer.close()
+    assert b"committed" in seen, f"the probe read nothing committed from {bootstrap}"
+    return b"aborted" not in seen

@@ -1,0 +1,115 @@
+"""The independent checker: reads every sink with its own client, none of fanout's code.
+
+Per sink: expected, present, missing, duplicated (and wrong values where a row can be
+compared).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SinkCheck:
+    """What one sink holds compared with the input."""
+
+    sink: str
+    expected: int
+    present: int
+    missing: int
+    duplicated: int
+    wrong: int = 0
+
+    @property
+    def exact(self) -> bool:
+        """Every row once, with the right values."""
+        return self.missing == self.duplicated == self.wrong == 0 and self.present == self.expected
+
+
+def _compare(
+    sink: str, expected: dict[int, dict[str, Any]], got: Iterable[dict[str, Any]]
+) -> SinkCheck:
+    rows = list(got)
+    counts = Counter(r["order_id"] for r in rows)
+    wrong = sum(1 for r in rows if r["order_id"] in expected and r != expected[r["order_id"]])
+    return SinkCheck(
+        sink=sink,
+        expected=len(expected),
+        present=len(rows),
+        missing=len(expected.keys() - counts.keys()),
+        duplicated=sum(c - 1 for c in counts.values() if c > 1),
+        wrong=wrong,
+    )
+
+
+def check_delta(path: Path, expected: dict[int, dict[str, Any]]) -> SinkCheck:
+    """The Delta table, read with delta-rs."""
+    from deltalake import DeltaTable
+
+    return _compare("lake (delta)", expected, DeltaTable(str(path)).to_pyarrow_table().to_pylist())
+
+
+def libpq_url(sqlalchemy_url: str) -> str:
+    """``postgresql+psycopg2://...`` as a libpq URI."""
+    scheme, sep, rest = sqlalchemy_url.partition("://")
+    return f"{scheme.split('+')[0]}{sep}{rest}"
+
+
+def check_postgres(url: str, table: str, expected: dict[int, dict[str, Any]]) -> SinkCheck:
+    """The PostgreSQL table, read with psycopg2."""
+    import psycopg2
+    import psycopg2.extras
+
+    with (
+        psycopg2.connect(libpq_url(url)) as conn,
+        conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur,
+    ):
+        cur.execute(f'SELECT order_id, customer, amount, status FROM "{table}"')
+        rows = [dict(r) for r in cur.fetchall()]
+    return _compare("pg (postgres)", expected, rows)
+
+
+def check_kafka(
+    bootstrap: str, topic: str, expected: dict[int, dict[str, Any]], timeout_s: float = 90
+) -> SinkCheck:
+    """The topic, read by a ``read_committed`` consumer until every expected record
+    arrived and then a quiet spell (to see extras), or a timeout; never from watermarks."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"chaos-checker-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([topic])
+    rows: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    quiet_until = None
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                if len(rows) >= len(expected):
+                    quiet_until = quiet_until or time.monotonic() + 3
+                    if time.monotonic() > quiet_until:
+                        break
+                continue
+            if message.error():
+                continue
+            value = json.loads(message.value())
+            rows.append({k: value[k] for k in ("order_id", "customer", "amount", "status")})
+            quiet_until = None
+    finally:
+        consumer.close()
+    return _compare("bus (kafka)", expected, rows)

@@ -1,0 +1,121 @@
+"""The chaos loop: run the driver, SIGKILL it at seeded random points, restart it on the
+same checkpoint, and at the end let the independent checker count every sink."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tests.chaos.chaos_driver import PG_TABLE, PIPELINE, SINKS, TOPIC
+from tests.chaos.checker import SinkCheck, check_delta, check_kafka, check_postgres
+from tests.chaos.killer import POINTS, SINK_POINTS, KillPlan
+from tests.integration.kafka.kafkatools import create_topic
+from tests.integration.streams import write_input
+
+KILLED = -9  # what subprocess reports for a SIGKILLed child
+
+
+@dataclass
+class ChaosReport:
+    """What happened: the kills, and the checker's table."""
+
+    seed: int
+    kills: list[str] = field(default_factory=list)
+    checks: list[SinkCheck] = field(default_factory=list)
+    runs: int = 0
+    seconds: float = 0.0
+
+    def table(self) -> str:
+        """The per-sink table, as printed by the long run."""
+        lines = [
+            f"{'sink':<16}{'expected':>10}{'present':>10}{'missing':>10}{'duplicated':>12}{'wrong':>8}"
+        ]
+        for c in self.checks:
+            lines.append(
+                f"{c.sink:<16}{c.expected:>10}{c.present:>10}{c.missing:>10}{c.duplicated:>12}{c.wrong:>8}"
+            )
+        return "\n".join(lines)
+
+
+def high_water(workdir: Path) -> int:
+    """The highest batch any sink committed (-1 before the first), from the ledger's log."""
+    from deltalake import DeltaTable
+
+    log = workdir / "ledger" / "_delta_log"
+    if not log.exists():
+        return -1
+    version = DeltaTable(str(workdir / "ledger")).transaction_version(f"fanout/{PIPELINE}")
+    return -1 if version is None else int(version)
+
+
+def draw_plan(rng: random.Random, point: str, next_batch: int, last_batch: int) -> KillPlan:
+    """A batch and (for sink points) sink and delay for ``point``, drawn from ``rng``."""
+    batch = min(last_batch, next_batch + rng.randint(0, 2))
+    sink = rng.choice(SINKS) if point in SINK_POINTS else None
+    delay = rng.uniform(0.0, 0.4) if point == "sink_writing" else rng.uniform(0.0, 0.03)
+    return KillPlan(point, batch, sink, round(delay, 3))
+
+
+def run_chaos(
+    workdir: Path,
+    *,
+    pg_url: str,
+    bootstrap: str,
+    seed: int,
+    kills: int,
+    files: int,
+    rows_per_file: int,
+    say: Callable[[str], None] = print,
+) -> ChaosReport:
+    """Kill the driver ``kills`` times, finish the stream, and check every sink."""
+    started = time.monotonic()
+    rng = random.Random(seed)
+    report = ChaosReport(seed)
+    rows = write_input(workdir / "input", files, rows_per_file)
+    create_topic(bootstrap, TOPIC, 4)
+    expected = {r["order_id"]: r for r in rows}
+    driver = [sys.executable, "-m", "tests.chaos.chaos_driver", str(workdir), pg_url, bootstrap]
+    repo = Path(__file__).resolve().parents[2]
+    misses = 0
+    order = rng.sample(POINTS, len(POINTS))  # every 5 consecutive kills cover every point
+    while len(report.kills) < kills:
+        point = order[len(report.kills) % len(order)]
+        plan = draw_plan(rng, point, high_water(workdir) + 1, files - 1)
+        done = subprocess.run(
+            [*driver, "--kill", json.dumps(asdict(plan))],
+            cwd=repo, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        report.runs += 1
+        if done.returncode == KILLED:
+            report.kills.append(plan.describe())
+            through = high_water(workdir)
+            say(f"kill {len(report.kills)}/{kills}: {plan.describe()} (committed: {through})")
+        elif done.returncode == 0:
+            misses += 1  # the stream finished before reaching the planned point
+            say(f"run {report.runs}: finished without reaching {plan.describe()}")
+            if misses > kills:
+                break
+        else:
+            raise RuntimeError(f"driver failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        if high_water(workdir) >= files - 1 and len(report.kills) < kills:
+            # everything committed already: start a new input wave so kills keep landing
+            more = write_input(workdir / "input", files // 4 or 1, rows_per_file, start_file=files)
+            expected.update({r["order_id"]: r for r in more})
+            files += files // 4 or 1
+    final = subprocess.run(driver, cwd=repo, capture_output=True, text=True, timeout=900)
+    report.runs += 1
+    if final.returncode != 0:
+        raise RuntimeError(f"final run failed ({final.returncode}):\n{final.stderr[-4000:]}")
+    report.checks = [
+        check_delta(workdir / "lake", expected),
+        check_postgres(pg_url, PG_TABLE, expected),
+        check_kafka(bootstrap, TOPIC, expected),
+    ]
+    report.seconds = time.monotonic() - started
+    return report

@@ -1,0 +1,41 @@
+"""Exactly once across Delta, PostgreSQL and Kafka under seeded random SIGKILLs of the
+driver (the long run: python -m tests.chaos.long_run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.harness import run_chaos
+from tests.chaos.services import embedded_services
+from tests.integration.kafka.kafkatools import hides_aborted
+
+SEED = 20261121
+
+
+def test_five_kills_leave_every_sink_exact(tmp_path: Path) -> None:
+    with embedded_services(tmp_path / "services") as (pg_url, bootstrap):
+        filters_aborted = hides_aborted(bootstrap)
+        report = run_chaos(
+            tmp_path / "work",
+            pg_url=pg_url,
+            bootstrap=bootstrap,
+            seed=SEED,
+            kills=5,
+            files=10,
+            rows_per_file=400,
+        )
+    print(f"seed {SEED}: kills {report.kills}\n{report.table()}")
+    assert len(report.kills) == 5, report.kills
+    lake, pg, bus = report.checks
+    for check in (lake, pg):
+        assert check.exact, report.table()
+    assert (bus.missing, bus.wrong) == (0, 0), report.table()
+    assert bus.present == bus.expected + bus.duplicated, report.table()
+    if bus.duplicated and not filters_aborted:
+        # Tansu shows aborted transactions to read_committed readers (its fetch responses
+        # list none): records of attempts killed mid-transaction are visible here and would
+        # be invisible on Kafka. Everything else above held.
+        pytest.xfail(f"{bus.duplicated} records of aborted Kafka transactions visible on Tansu")
+    assert bus.duplicated == 0, report.table()
