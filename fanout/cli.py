@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from collections.abc import Sequence
 
 from fanout.errors import ConfigurationError, FanoutError
+from fanout.logs import configure as configure_logging
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -72,6 +72,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recover(args: argparse.Namespace) -> int:
+    """Print what a restart needs after a lost checkpoint, from the ledger."""
+    from fanout.ledger import DeltaLedger
+    from fanout.recover import recovery_of, render
+
+    ledger = DeltaLedger(args.ledger)
+    print(render(recovery_of(args.pipeline, ledger.committed_entries(args.pipeline))))
+    return 0
+
+
 def cmd_maintain(args: argparse.Namespace) -> int:
     """Checkpoint the ledger's log, compact its files, vacuum old ones."""
     from fanout.ledger import DeltaLedger
@@ -127,8 +137,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         message = redact(f"{type(exc).__name__}: {exc}", [password])
         raise FanoutError(f"migrating {shown} failed: {message}") from None
     if result.changed:
-        print(f"{shown}: schema {result.schema!r} upgraded {result.before or '(empty)'} -> "
-              f"{result.after}")  # fmt: skip
+        print(
+            f"{shown}: schema {result.schema!r} upgraded {result.before or '(empty)'} -> "
+            f"{result.after}"
+        )
     else:
         print(f"{shown}: schema {result.schema!r} already at {result.after} (nothing to do)")
     return 0
@@ -138,13 +150,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Run the end-to-end demo on embedded defaults."""
     from fanout.demo import run_demo
 
-    return run_demo(workdir=args.workdir, rows_per_file=args.rows, files=args.batches)
+    return run_demo(
+        workdir=args.workdir,
+        rows_per_file=args.rows,
+        files=args.batches,
+        postgres_url=args.postgres_url,
+        kafka_bootstrap=args.kafka_bootstrap,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``fanout`` command."""
     parser = argparse.ArgumentParser(
         prog="fanout", description="Exactly-once fan-out of a Spark stream to many sinks."
+    )
+    parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default)")
+    parser.add_argument(
+        "--log-format", choices=("text", "json"), default="text", help="json: one object a line"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -167,6 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--pipeline", help="only this pipeline")
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=cmd_status)
+
+    recover = sub.add_parser(
+        "recover", help="after a lost checkpoint: last batches, offsets, Kafka startingOffsets"
+    )
+    recover.add_argument("--ledger", required=True, help="the ledger's Delta table path")
+    recover.add_argument("--pipeline", required=True, help="the pipeline name")
+    recover.set_defaults(func=cmd_recover)
 
     ledger = sub.add_parser("ledger", help="ledger operations")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
@@ -211,6 +240,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--batches", type=int, default=6, help="input files = micro-batches (default 6)"
     )
+    demo.add_argument(
+        "--postgres-url",
+        help="write the PostgreSQL sink there (SQLAlchemy URL; ${VAR} allowed) instead of "
+        "an embedded server",
+    )
+    demo.add_argument(
+        "--kafka-bootstrap", help="write the Kafka sink there instead of an embedded broker"
+    )
     demo.set_defaults(func=cmd_demo)
     return parser
 
@@ -218,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fanout`` console script."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, args.log_format)
     try:
         return int(args.func(args))
     except ConfigurationError as exc:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from fanout_delta import DeltaSink
 
 from fanout import ConfigurationError, SinkContext
 from fanout.deadletter import DeadLetter, DeltaDeadLetters, split_target
 from fanout.testing import make_batch
-from fanout_delta import DeltaSink
 
 
 def test_target_strings() -> None:

@@ -1,0 +1,161 @@
+"""Alembic migrations of the PostgreSQL tables fanout owns.
+
+fanout keeps its own bookkeeping in PostgreSQL (the append-mode progress table of the
+``postgres`` sink) in a schema of its own, ``fanout`` by default, with its own Alembic version
+table (``<schema>.alembic_version``), so it never touches the user's tables or the user's own
+Alembic history. The Alembic environment ships inside the wheel as ``fanout.migrations``
+(``migrations/`` in the source tree).
+
+:func:`upgrade` is what ``fanout migrate --url URL`` and the sink's ``open()`` run. It is
+safe to call any number of times (at head it does nothing) and from several processes at
+once: the whole upgrade runs in one transaction holding a transaction-level advisory lock
+(:func:`lock_key`), so a second pipeline starting at the same moment waits, then finds the
+schema at head.
+
+SQLAlchemy and Alembic are imported lazily: the core has no hard dependency on them
+(``pip install fanout-postgres`` brings them).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fanout.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+DEFAULT_SCHEMA = "fanout"
+"""The schema holding fanout's tables unless told otherwise."""
+
+VERSION_TABLE = "alembic_version"
+"""Alembic's version table, created inside fanout's schema (never ``public``)."""
+
+LOCK_CLASS = 0x66616E  # "fan": the first key of the two-key advisory lock
+"""First key of the advisory lock serialising migrations (the second is per schema)."""
+
+INSTALL_HINT = "PostgreSQL support needs SQLAlchemy 2 and Alembic: pip install fanout-postgres"
+
+
+@dataclass(frozen=True)
+class MigrationResult:
+    """What :func:`upgrade` did: the revision before and after, in one schema."""
+
+    schema: str
+    before: str | None
+    after: str | None
+
+    @property
+    def changed(self) -> bool:
+        """Whether any revision was applied."""
+        return self.before != self.after
+
+
+def lock_key(schema: str) -> tuple[int, int]:
+    """The two keys of ``pg_advisory_xact_lock`` taken while migrating ``schema``."""
+    second = zlib.crc32(schema.encode("utf-8"))
+    return LOCK_CLASS, second - (1 << 32) if second >= 1 << 31 else second
+
+
+def script_location() -> str:
+    """The directory of the Alembic environment (installed package or source tree)."""
+    try:
+        from importlib.resources import files
+
+        location = Path(str(files("fanout.migrations")))
+        if (location / "env.py").is_file():
+            return str(location)
+    except ModuleNotFoundError:
+        pass
+    source_tree = Path(__file__).resolve().parent.parent / "migrations"
+    if (source_tree / "env.py").is_file():
+        return str(source_tree)
+    raise ConfigurationError(
+        "fanout's migrations are missing from this installation (package fanout.migrations); "
+        "reinstall fanout"
+    )
+
+
+def _alembic_config(schema: str, connection: Any = None) -> Any:
+    try:
+        from alembic.config import Config
+    except ImportError as exc:
+        raise ConfigurationError(INSTALL_HINT) from exc
+    location = script_location()
+    config = Config()
+    config.set_main_option("script_location", location)
+    config.attributes["schema"] = schema
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """The newest revision shipped with this version of fanout."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_alembic_config(DEFAULT_SCHEMA)).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(connection: Connection, schema: str = DEFAULT_SCHEMA) -> str | None:
+    """The revision ``schema`` is at, or ``None`` when fanout's tables were never created."""
+    from sqlalchemy import inspect, text
+
+    if not inspect(connection).has_table(VERSION_TABLE, schema=schema):
+        return None
+    version = connection.execute(
+        text(f"SELECT version_num FROM {_quoted(connection, schema)}.{VERSION_TABLE}")
+    ).scalar()
+    return None if version is None else str(version)
+
+
+def prepare_schema(connection: Connection, schema: str) -> None:
+    """Take the migration lock for ``schema`` (until the transaction ends) and create the
+    schema when missing. Called inside the transaction the migrations run in."""
+    from sqlalchemy import func, inspect, select
+    from sqlalchemy.schema import CreateSchema
+
+    classid, objid = lock_key(schema)
+    connection.execute(select(func.pg_advisory_xact_lock(classid, objid)))
+    if schema not in inspect(connection).get_schema_names():
+        connection.execute(CreateSchema(schema))
+
+
+def upgrade(
+    target: Any, *, schema: str = DEFAULT_SCHEMA, revision: str = "head"
+) -> MigrationResult:
+    """Bring fanout's tables in ``schema`` up to ``revision``; a no-op when already there.
+
+    :param target: a SQLAlchemy URL (string or ``URL``) or an ``Engine``.
+    :param schema: the schema holding fanout's tables (created when missing).
+    :raises ConfigurationError: when SQLAlchemy or Alembic is not installed.
+    """
+    try:
+        from alembic import command
+        from sqlalchemy import create_engine
+        from sqlalchemy.engine import Engine
+        from sqlalchemy.pool import NullPool
+    except ImportError as exc:
+        raise ConfigurationError(INSTALL_HINT) from exc
+    if not schema or "\x00" in schema:
+        raise ConfigurationError(f"invalid schema name for fanout's tables: {schema!r}")
+    engine = target if isinstance(target, Engine) else create_engine(target, poolclass=NullPool)
+    try:
+        with engine.connect() as conn, conn.begin():
+            prepare_schema(conn, schema)  # serialises concurrent upgrades until COMMIT
+            before = current_revision(conn, schema)
+            command.upgrade(_alembic_config(schema, conn), revision)
+            after = current_revision(conn, schema)
+    finally:
+        if engine is not target:
+            engine.dispose()
+    return MigrationResult(schema, before, after)
+
+
+def _quoted(connection: Connection, name: str) -> str:
+    return str(connection.dialect.identifier_preparer.quote(name))

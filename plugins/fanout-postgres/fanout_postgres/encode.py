@@ -1,0 +1,222 @@
+"""One partition's Arrow rows as COPY CSV, and the checks that need no server round trip.
+
+Runs on the executors. Values are rendered by Arrow's CSV writer (unquoted empty field =
+NULL, ``""`` = empty string), after turning the types CSV cannot carry into text:
+``binary`` becomes PostgreSQL's hex ``bytea`` input (``\\x...``) and nested values
+(arrays, maps, structs) become JSON.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from fanout_postgres.statements import ROW
+
+VALUE_SHOWN = 200
+"""Longest value (characters) quoted in an error message."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """What the executor checks itself for one target column."""
+
+    column: str
+    not_null: bool
+    max_length: int | None
+    pg_type: str
+
+
+@dataclass(frozen=True)
+class Reject:
+    """One row the target does not take: its position in the partition and why."""
+
+    row: int
+    reason: str
+    column: str | None = None
+    sqlstate: str | None = None
+
+
+def with_row_numbers(table: pa.Table) -> pa.Table:
+    """``table`` plus the :data:`ROW` column: each row's position in the partition."""
+    return table.append_column(ROW, pa.array(range(table.num_rows), pa.int32()))
+
+
+def precheck(table: pa.Table, checks: Sequence[Check]) -> list[Reject]:
+    """Rows that break a NOT NULL or a ``varchar(n)`` limit, first broken check per row."""
+    first: dict[int, Reject] = {}
+    for check in checks:
+        column = table.column(check.column)
+        if check.not_null and column.null_count:
+            for i in _true_positions(pc.is_null(column)):
+                first.setdefault(
+                    i,
+                    Reject(
+                        i,
+                        f'null value in column "{check.column}" violates not-null constraint',
+                        check.column,
+                        "23502",
+                    ),
+                )
+        if check.max_length is not None and pa.types.is_string(column.type):
+            # PostgreSQL drops excess trailing spaces silently; anything else is an error
+            too_long = pc.greater(pc.utf8_length(pc.utf8_rtrim(column, " ")), check.max_length)
+            for i in _true_positions(pc.fill_null(too_long, False)):
+                first.setdefault(
+                    i, Reject(i, f"value too long for type {check.pg_type}", check.column, "22001")
+                )
+    return [first[i] for i in sorted(first)]
+
+
+def _true_positions(mask: Any) -> list[int]:
+    indices = pc.indices_nonzero(pc.fill_null(mask, False))
+    return [int(i) for i in indices.to_pylist()]
+
+
+def drop_rows(table: pa.Table, rows: Sequence[int]) -> pa.Table:
+    """``table`` without the rows at these positions."""
+    if not rows:
+        return table
+    positions = pa.array(range(table.num_rows), pa.int64())
+    return table.filter(pc.invert(pc.is_in(positions, value_set=pa.array(rows, pa.int64()))))
+
+
+def to_csv(table: pa.Table) -> bytes:
+    """The rows as headerless CSV for ``COPY ... FROM STDIN WITH (FORMAT csv)``."""
+    columns = [_csv_ready(table.column(i)) for i in range(table.num_columns)]
+    ready = pa.table(columns, names=table.column_names)
+    buffer = io.BytesIO()
+    pcsv.write_csv(ready, buffer, pcsv.WriteOptions(include_header=False))
+    return buffer.getvalue()
+
+
+def _csv_ready(column: Any) -> Any:
+    kind = column.type
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return pa.array(
+            [None if v is None else "\\x" + v.hex() for v in column.to_pylist()], pa.string()
+        )
+    if pa.types.is_nested(kind) or pa.types.is_map(kind):
+        return pa.array(
+            [None if v is None else json.dumps(_jsonable(v)) for v in column.to_pylist()],
+            pa.string(),
+        )
+    return column
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, list) and value and isinstance(value[0], tuple) and len(value[0]) == 2:
+        return {str(k): _jsonable(v) for k, v in value}  # a Spark map arrives as pairs
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def row_json(table: pa.Table, row: int, sources: dict[str, str]) -> str:
+    """Row ``row`` as JSON, keyed by the batch's own column names."""
+    values = table.slice(row, 1).to_pylist()[0]
+    return json.dumps(
+        {sources.get(k, k): _jsonable(v) for k, v in values.items() if k != ROW},
+        default=str,
+    )
+
+
+def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
+    """The value of one cell as text (``None`` for SQL NULL or no column)."""
+    if column is None or column not in table.column_names:
+        return None
+    value = table.column(column)[row].as_py()
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    return value if isinstance(value, str) else json.dumps(_jsonable(value), default=str)
+
+
+def show(value: str | None) -> str:
+    """A value for an error message: ``null``, or quoted and cut to :data:`VALUE_SHOWN`."""
+    if value is None:
+        return "null"
+    cut = value if len(value) <= VALUE_SHOWN else value[:VALUE_SHOWN] + "..."
+    return repr(cut)
+
+
+class Rows:
+    """A partition's rows, taken from Spark's iterator as they arrive; every chunk taken
+    is kept (with its :data:`ROW` numbers) for re-copies and error reports."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._batches = batches
+        self._chunks: list[pa.Table] = []
+        self.count = 0
+
+    def next_chunk(self) -> pa.Table | None:
+        """The next chunk, or ``None`` when Spark has no more."""
+        batch = next(self._batches, None)
+        if batch is None:
+            return None
+        chunk = pa.Table.from_batches([batch])
+        numbers = pa.array(range(self.count, self.count + chunk.num_rows), pa.int32())
+        chunk = chunk.append_column(ROW, numbers)
+        self._chunks.append(chunk)
+        self.count += chunk.num_rows
+        return chunk
+
+    def chunks(self) -> Iterator[pa.Table]:
+        """Every chunk from the first: those taken already, then the rest as it comes."""
+        i = 0
+        while i < len(self._chunks) or self.next_chunk() is not None:
+            yield self._chunks[i]
+            i += 1
+
+    def table(self) -> pa.Table:
+        """Every row (taking what is left from Spark)."""
+        while self.next_chunk() is not None:
+            pass
+        return pa.concat_tables(self._chunks)
+
+
+class CsvStream:
+    """A file-like object for ``copy_expert``: CSV made chunk by chunk as Spark delivers
+    rows, so PostgreSQL parses while Spark still shuffles. ``prepare`` turns a chunk
+    into the table to send (dropping rows it rejects). An exception raised by ``prepare``
+    is kept in :attr:`error` (psycopg2 replaces it by a generic COPY failure)."""
+
+    def __init__(self, rows: Rows, prepare: Callable[[pa.Table], pa.Table]) -> None:
+        self._chunks = rows.chunks()
+        self.prepare = prepare
+        self.error: BaseException | None = None
+        self._buffer = b""
+        self._pos = 0
+        self._done = False
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes of CSV (``b""`` at the end)."""
+        try:
+            while not self._done and (size < 0 or len(self._buffer) - self._pos < size):
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    self._done = True
+                elif chunk.num_rows:
+                    self._buffer = self._buffer[self._pos :] + to_csv(self.prepare(chunk))
+                    self._pos = 0
+        except BaseException as exc:
+            self.error = exc
+            raise
+        end = len(self._buffer) if size < 0 else min(len(self._buffer), self._pos + size)
+        piece = self._buffer[self._pos : end]
+        self._pos = end
+        return piece

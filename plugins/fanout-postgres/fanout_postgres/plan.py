@@ -1,0 +1,289 @@
+"""On the driver: reflect the target table, check it against the options and the batch
+schema, and build the :class:`WritePlan` the executors run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fanout_postgres import types as pgtypes
+from fanout_postgres.encode import Check
+from fanout_postgres.names import TableName, quote
+from fanout_postgres.statements import ROW, Statements, build_statements
+
+
+class PlanError(ValueError):
+    """A mismatch between options, batch and table; ``columns`` names the culprits."""
+
+    def __init__(self, message: str, columns: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.columns = list(columns)
+
+
+@dataclass(frozen=True)
+class TargetColumn:
+    """A reflected column of the target table."""
+
+    name: str
+    sa_type: Any
+    nullable: bool
+    has_default: bool
+    generated: bool
+
+    @property
+    def pg_type(self) -> str:
+        """The type as PostgreSQL spells it (for messages)."""
+        from sqlalchemy.dialects import postgresql
+
+        try:
+            return str(self.sa_type.compile(dialect=postgresql.dialect()))
+        except Exception:
+            return str(self.sa_type)
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """What reflection tells about the target table."""
+
+    table: TableName
+    columns: dict[str, TargetColumn]
+    primary_key: tuple[str, ...]
+    unique_sets: tuple[frozenset[str], ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """Everything a partition task needs besides the connection (picklable)."""
+
+    sink: str
+    table: str
+    mode: str
+    columns: tuple[tuple[str, str], ...]  # (batch column, target column)
+    keys: tuple[str, ...]
+    hash_columns: tuple[str, ...]
+    partitions: int
+    checks: tuple[Check, ...]
+    statements: Statements
+    dead_letter: str | None  # "postgres", "delta" or None
+    state_schema: str
+    settings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """Target column -> batch column."""
+        return {target: source for source, target in self.columns}
+
+
+def reflect(conn: Any, table: TableName) -> TargetInfo | None:
+    """The target's columns and unique column sets, or ``None`` when it does not exist."""
+    import sqlalchemy as sa
+
+    inspector = sa.inspect(conn)
+    if not inspector.has_table(table.name, schema=table.schema):
+        return None
+    columns = {
+        c["name"]: TargetColumn(
+            name=c["name"],
+            sa_type=c["type"],
+            nullable=bool(c.get("nullable", True)),
+            has_default=c.get("default") is not None or bool(c.get("identity")),
+            generated=bool(c.get("computed")),
+        )
+        for c in inspector.get_columns(table.name, schema=table.schema)
+    }
+    pk = tuple(inspector.get_pk_constraint(table.name, schema=table.schema)["constrained_columns"])
+    unique: list[frozenset[str]] = [frozenset(pk)] if pk else []
+    for uc in inspector.get_unique_constraints(table.name, schema=table.schema):
+        unique.append(frozenset(uc["column_names"]))
+    for index in inspector.get_indexes(table.name, schema=table.schema):
+        names = index.get("column_names") or []
+        partial = (index.get("dialect_options") or {}).get("postgresql_where")
+        if index.get("unique") and names and None not in names and not partial:
+            unique.append(frozenset(names))
+    return TargetInfo(table, columns, pk, tuple(unique))
+
+
+def resolve_keys(info: TargetInfo, keys: Sequence[str] | None, mode: str) -> tuple[str, ...]:
+    """The key columns: the option, else the primary key. Upsert keys must be exactly the
+    columns of a primary key, unique constraint or non-partial unique index."""
+    table = info.table
+    chosen = tuple(keys) if keys else info.primary_key
+    missing = [k for k in chosen if k not in info.columns]
+    if missing:
+        raise PlanError(
+            f"option 'keys' names {_names(missing)}, not columns of table {table} "
+            f"(columns: {_names(info.columns)})",
+            missing,
+        )
+    if mode != "upsert":
+        return chosen
+    if not chosen:
+        raise PlanError(
+            f"table {table} has no primary key; set option 'keys' to columns with a "
+            "unique constraint (upsert needs one for ON CONFLICT)"
+        )
+    if frozenset(chosen) not in info.unique_sets:
+        raise PlanError(
+            f"keys {_names(chosen)} of table {table} are not unique-constrained: "
+            f"INSERT ... ON CONFLICT ({', '.join(quote(k) for k in chosen)}) needs a primary "
+            "key, unique constraint or non-partial unique index on exactly these columns "
+            f"(e.g. ALTER TABLE {table} ADD UNIQUE ({', '.join(quote(k) for k in chosen)}))",
+            chosen,
+        )
+    return chosen
+
+
+def map_columns(
+    batch_columns: Sequence[str], option: Sequence[str] | Mapping[str, str] | None
+) -> list[tuple[str, str]]:
+    """``(batch column, target column)`` pairs: every batch column under its own name, or
+    the ones option ``columns`` selects (list) or renames (``{batch: target}``)."""
+    if option is None:
+        return [(c, c) for c in batch_columns]
+    pairs = list(option.items()) if isinstance(option, Mapping) else [(c, c) for c in option]
+    missing = [s for s, _ in pairs if s not in batch_columns]
+    if missing:
+        raise PlanError(
+            f"option 'columns' names {_names(missing)}, not in the batch "
+            f"(batch columns: {_names(batch_columns)})",
+            missing,
+        )
+    return pairs
+
+
+def check_batch(
+    info: TargetInfo, pairs: Sequence[tuple[str, str]], spark_types: Mapping[str, Any]
+) -> None:
+    """Every batch column has a target column of a compatible type; the table's required
+    columns are all written."""
+    table = info.table
+    for source, target in pairs:
+        column = info.columns.get(target)
+        if column is None:
+            raise PlanError(
+                f"batch column {source!r} has no column {quote(target)} in table {table} "
+                f"(columns: {_names(info.columns)}); add the column to the table, or choose "
+                "and rename columns with option 'columns'",
+                [source],
+            )
+        if column.generated:
+            raise PlanError(
+                f"batch column {source!r} maps to the generated column {quote(target)} of "
+                f"table {table}, which cannot be written",
+                [source],
+            )
+        spark_kind = pgtypes.spark_kind(spark_types[source])
+        kind = pgtypes.target_kind(column.sa_type)
+        if spark_kind != "null" and spark_kind not in pgtypes.COMPATIBLE[kind]:
+            raise PlanError(
+                f"batch column {source!r} ({spark_types[source].simpleString()}) cannot be "
+                f"written to column {quote(target)} of table {table} ({column.pg_type}); "
+                "cast it in the query, or write it as a string for PostgreSQL to parse",
+                [source],
+            )
+    written = {t for _, t in pairs}
+    required = [
+        c.name
+        for c in info.columns.values()
+        if not c.nullable and not c.has_default and not c.generated and c.name not in written
+    ]
+    if required:
+        raise PlanError(
+            f"table {table} requires {_names(required)} (NOT NULL, no default) but the batch "
+            "does not provide them",
+            required,
+        )
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The sink options a plan depends on."""
+
+    sink: str
+    table: TableName
+    mode: str
+    keys: Sequence[str] | None
+    order_by: Sequence[str]
+    columns: Sequence[str] | Mapping[str, str] | None
+    partitions: int
+    state_schema: str
+    dead_letter_table: TableName | None
+    dead_letter_kind: str | None
+    settings: tuple[tuple[str, str], ...] = ()
+
+
+def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> WritePlan:
+    """The plan for batches of ``spark_schema`` (a Spark ``StructType``)."""
+    spark_types = {f.name: f.dataType for f in spark_schema.fields}
+    pairs = map_columns(list(spark_types), options.columns)
+    targets = [t for _, t in pairs]
+    if ROW in targets:
+        raise PlanError(f"column name {ROW!r} is reserved by the postgres sink", [ROW])
+    if len(set(targets)) != len(targets):
+        raise PlanError(f"two batch columns map to one target column ({_names(targets)})")
+    check_batch(info, pairs, spark_types)
+    keys = resolve_keys(info, options.keys, options.mode)
+    for option, names in (("keys", keys), ("order_by", options.order_by)):
+        unwritten = [k for k in names if k not in targets]
+        if unwritten and (option == "order_by" or options.mode == "upsert"):
+            raise PlanError(
+                f"option {option!r} names {_names(unwritten)}, which the batch does not write "
+                f"to table {info.table} (written: {_names(targets)})",
+                unwritten,
+            )
+    checks = tuple(
+        Check(
+            column=t,
+            not_null=not info.columns[t].nullable or t in keys,
+            max_length=pgtypes.max_length(info.columns[t].sa_type),
+            pg_type=info.columns[t].pg_type,
+        )
+        for t in targets
+    )
+    statements = build_statements(
+        target=options.table,
+        columns=[(t, info.columns[t].sa_type) for t in targets],
+        keys=keys,
+        order_by=options.order_by,
+        upsert=options.mode == "upsert",
+        text_compared=[t for t in targets if pgtypes.compares_as_text(info.columns[t].sa_type)],
+        state_schema=options.state_schema,
+        dead_letter=options.dead_letter_table,
+    )
+    hash_columns = tuple(keys if (keys and all(k in targets for k in keys)) else targets)
+    return WritePlan(
+        sink=options.sink,
+        table=options.table.quoted(),
+        mode=options.mode,
+        columns=tuple(pairs),
+        keys=tuple(keys),
+        hash_columns=hash_columns,
+        partitions=options.partitions,
+        checks=checks,
+        statements=statements,
+        dead_letter=options.dead_letter_kind,
+        state_schema=options.state_schema,
+        settings=options.settings,
+    )
+
+
+def create_table(conn: Any, table: TableName, spark_schema: Any, pairs: Any, keys: Any) -> None:
+    """``CREATE TABLE IF NOT EXISTS`` from the batch schema, ``keys`` as primary key."""
+    import sqlalchemy as sa
+    from sqlalchemy.schema import CreateTable
+
+    types = {f.name: f.dataType for f in spark_schema.fields}
+    md = sa.MetaData()
+    columns = [
+        sa.Column(target, pgtypes.type_for_create(types[source]), nullable=target not in keys)
+        for source, target in pairs
+    ]
+    created = sa.Table(table.name, md, *columns, schema=table.schema)
+    if keys:
+        created.append_constraint(sa.PrimaryKeyConstraint(*keys))
+    conn.execute(CreateTable(created, if_not_exists=True))
+
+
+def _names(names: Any) -> str:
+    return ", ".join(quote(str(n)) for n in names) or "none"

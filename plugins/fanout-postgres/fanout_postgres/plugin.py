@@ -1,0 +1,13 @@
+"""The pluggy plugin module registered under the ``fanout`` entry-point group."""
+
+from __future__ import annotations
+
+from fanout.hookspecs import hookimpl
+from fanout.sink import Sink
+from fanout_postgres.sink import PostgresSink
+
+
+@hookimpl
+def fanout_sink_types() -> dict[str, type[Sink]]:
+    """Provide the ``postgres`` sink type (:class:`fanout_postgres.PostgresSink`)."""
+    return {"postgres": PostgresSink}

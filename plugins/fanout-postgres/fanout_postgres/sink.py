@@ -1,0 +1,484 @@
+"""The PostgreSQL sink: upsert (idempotent) or append (exactly-once by progress marks).
+
+Design decisions:
+
+- Written from the executors, one transaction per Spark partition. Rows are hash-partitioned
+  by the keys (append without keys: by the whole row) into a fixed number of partitions, so
+  a key lives in one partition: no lock fights, no deadlocks, a deterministic winner, and
+  per-partition progress marks that mean the same rows on replay.
+- The sink object is configuration only (it is pickled to the executors); connections are
+  opened inside each partition task, and on the driver only for the duration of a check.
+- A partition failing never takes the others down with it: each reports an outcome, and the
+  driver raises one error naming the sink, the batch, the column and the value. Errors
+  that are worth retrying (lost connection, serialization failure, deadlock) are raised as
+  :class:`fanout.TransientSinkError`; a row's own fault never is.
+- The batch schema is checked against the table before any row is written: at ``open()``
+  when option ``batch_schema`` is given, else on the driver when a batch of a new schema
+  arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, get_args
+
+from fanout.errors import (
+    ConfigurationError,
+    SchemaMismatchError,
+    SinkWriteError,
+    TransientSinkError,
+)
+from fanout.secrets import redact
+from fanout.sink import Batch, Guarantee, Sink, SinkContext, SinkResult
+from fanout_postgres import url as pgurl
+from fanout_postgres.deadletter import DeadLetter, ensure_table, parse_dead_letter, write_delta
+from fanout_postgres.encode import show
+from fanout_postgres.names import TableName, check_identifier, parse_table
+from fanout_postgres.plan import (
+    PlanError,
+    PlanOptions,
+    TargetInfo,
+    WritePlan,
+    build_plan,
+    create_table,
+    map_columns,
+    reflect,
+    resolve_keys,
+)
+from fanout_postgres.task import RESULT_SCHEMA, BatchMeta, PartitionOutcome, partition_writer
+
+logger = logging.getLogger(__name__)
+
+Mode = Literal["upsert", "append"]
+MODES: tuple[str, ...] = get_args(Mode)
+DEFAULT_SETTINGS: dict[str, str] = {"temp_buffers": "128MB", "work_mem": "64MB"}
+"""Session settings of each write connection: the staging table stays in memory
+(``temp_buffers``) and the ``DISTINCT ON`` sort does not spill (``work_mem``)."""
+
+
+@dataclass(frozen=True)
+class PartitionCommit:
+    """What :meth:`PostgresSink.on_partition_committed` is told (on the executor)."""
+
+    pipeline: str
+    sink: str
+    batch_id: int
+    partition: int
+    rows: int
+    changed: int
+    rejected: int
+
+
+class PostgresSink(Sink):
+    """Upserts (or appends) every micro-batch into a PostgreSQL table.
+
+    :param name: the sink name.
+    :param url: SQLAlchemy URL (``postgresql+psycopg2://user:${PG_PASSWORD}@host/db``); any
+        part may reference environment variables, expanded on the driver.
+    :param table: ``"name"``, ``"schema.name"`` or ``[schema, name]``, taken literally.
+    :param keys: upsert keys (default: the table's primary key); must be exactly the
+        columns of a primary key or unique constraint. In append mode they only choose the
+        hash partitioning (default: the whole row).
+    :param mode: ``"upsert"`` (default, idempotent) or ``"append"`` (transactional).
+    :param order_by: upsert: the column(s) deciding which row of a key wins when one batch
+        holds the key more than once (greatest wins, NULLs last). Required when a batch can
+        hold duplicates; without it such a batch fails with the duplicated key named.
+    :param columns: which batch columns to write: a list (same names) or ``{batch: target}``.
+    :param create_table: create a missing table from the batch schema, keys as primary key.
+    :param partitions: the fixed number of write partitions (transactions) per batch.
+    :param dead_letter: where refused rows go instead of failing the batch: a PostgreSQL
+        table name or a Delta path (see :mod:`fanout_postgres.deadletter`).
+    :param migrate: apply fanout's migrations at ``open()`` (else they must be at head when
+        the mode needs them; run ``fanout migrate --url URL``).
+    :param state_schema: the schema of the tables fanout owns (default ``fanout``).
+    :param batch_schema: the batches' Spark schema (``StructType`` or DDL string), to check
+        (and create) the table at ``open()`` rather than at the first batch.
+    :param settings: PostgreSQL session settings of the write connections (default
+        :data:`DEFAULT_SETTINGS`: memory for the staging table and the dedupe sort).
+    """
+
+    guarantee: ClassVar[Guarantee] = "idempotent"
+    """``idempotent`` (upsert, the default mode); an append-mode instance is
+    ``transactional``: each partition commits with its progress mark."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        url: str | None = None,
+        table: str | Sequence[str] | None = None,
+        keys: str | Sequence[str] | None = None,
+        mode: Mode = "upsert",
+        order_by: str | Sequence[str] | None = None,
+        columns: Sequence[str] | Mapping[str, str] | None = None,
+        create_table: bool = False,
+        partitions: int = 4,
+        dead_letter: str | Mapping[str, str] | None = None,
+        migrate: bool = True,
+        state_schema: str = "fanout",
+        batch_schema: Any = None,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.url = url
+        self.table = table
+        self.keys = _as_list(keys)
+        self.mode = mode
+        self.order_by = _as_list(order_by) or []
+        self.columns = dict(columns) if isinstance(columns, Mapping) else _as_list(columns)
+        self.create_table = create_table
+        self.partitions = partitions
+        self.dead_letter = dead_letter
+        self.migrate = migrate
+        self.state_schema = state_schema
+        self.batch_schema = batch_schema
+        self.settings = dict(DEFAULT_SETTINGS if settings is None else settings)
+        self._url: Any = None
+        self._table: TableName | None = None
+        self._dead: DeadLetter | None = None
+        self._plans: dict[str, WritePlan] = {}
+        if mode == "append":  # per-partition marks: a batch lands once, and we can tell
+            self.guarantee = "transactional"  # type: ignore[misc]
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def open(self, context: SinkContext) -> None:
+        """Check options, connect, migrate, and check the table, keys and dead letters."""
+        self._check_options()
+        engine = self._engine()
+        try:
+            with engine.connect() as conn:
+                conn.execute(_sa().text("SELECT 1"))
+            if self.migrate:
+                from fanout.pg_migrations import upgrade
+
+                upgrade(engine, schema=self.state_schema)
+            elif self.mode == "append":
+                self._require_migrated(engine)
+            with engine.begin() as conn:
+                info = reflect(conn, self._table)  # type: ignore[arg-type]
+                self._check_target(info)
+                if self._dead is not None and self._dead.table is not None:
+                    ensure_table(conn, self._dead.table)
+            if self.batch_schema is not None:
+                self._plan(_schema_of(self.batch_schema, context.spark), None)
+        except (ConfigurationError, SchemaMismatchError):
+            raise
+        except Exception as exc:
+            raise self._error(f"cannot open: {self._clean(exc)}") from None
+        finally:
+            engine.dispose()
+        logger.info(
+            "sink %r: PostgreSQL %s into %s at %s (%d partitions%s)",
+            self.name,
+            self.mode,
+            self._table,
+            pgurl.display(self._url),
+            self.partitions,
+            f", dead letters to {self._dead.describe()}" if self._dead else "",
+        )
+
+    def write(self, batch: Batch) -> SinkResult:
+        """Write one batch from the executors; raise naming sink, batch, column and value."""
+        df = batch.df
+        if not hasattr(df, "mapInArrow"):
+            raise SinkWriteError(
+                "the postgres sink needs a Spark DataFrame", sink=self.name, batch_id=batch.batch_id
+            )
+        plan = self._plan(df.schema, batch.batch_id)
+        from pyspark.sql import functions as F
+
+        projected = df.select(*[F.col(_spark(s)).alias(t) for s, t in plan.columns])
+        parted = projected.repartition(
+            plan.partitions, *[F.col(_spark(c)) for c in plan.hash_columns]
+        )
+        meta = BatchMeta(batch.pipeline, batch.batch_id, batch.query_id)
+        rows = parted.mapInArrow(partition_writer(self, plan, meta), RESULT_SCHEMA).collect()
+        outcomes = sorted(
+            (PartitionOutcome.from_json(r["outcome"]) for r in rows), key=lambda o: o.partition
+        )
+        self._raise_failures(outcomes, batch)
+        rejects = [r for o in outcomes for r in o.rejects]
+        dead = self._dead
+        if dead is not None and dead.path is not None and rejects:
+            base = {"pipeline": batch.pipeline, "sink": self.name, "target": plan.table}
+            app_id = f"{batch.txn_app_id}/dead_letter"
+            write_delta(dead.path, app_id, batch.batch_id, rejects, base)
+        rejected = sum(o.rejected for o in outcomes) or len(rejects)
+        if rejected and dead is not None:
+            logger.warning(
+                "sink %r, batch %d: %d row(s) refused by %s went to %s",
+                self.name,
+                batch.batch_id,
+                rejected,
+                plan.table,
+                dead.describe(),
+            )
+        skipped = [o.partition for o in outcomes if o.skipped]
+        return SinkResult(
+            rows=sum(o.rows for o in outcomes),
+            dead_lettered=rejected,
+            details={
+                "table": plan.table,
+                "partitions": len(outcomes),
+                "changed": sum(o.changed for o in outcomes),
+                "rejected": rejected,
+                "skipped_partitions": skipped,
+                "already_written": bool(skipped) and len(skipped) == len(outcomes),
+            },
+        )
+
+    def secret_values(self) -> Sequence[str]:
+        """The password of the URL (as given and URL-encoded)."""
+        url = self._url
+        if url is None and self.url:
+            try:
+                url = pgurl.resolve_url(self.url, sink=self.name)
+            except Exception:
+                return ()
+        return pgurl.secrets_of(url)
+
+    def is_transient(self, error: BaseException) -> bool:
+        """Retry lost connections, serialization failures, deadlocks and lock timeouts."""
+        if super().is_transient(error):
+            return True
+        from fanout_postgres.task import classify
+
+        cause = getattr(error, "orig", None) or error
+        try:
+            return classify(cause) == "transient"
+        except Exception:
+            return False
+
+    def __repr__(self) -> str:
+        shown = pgurl.display(self._url) if self._url is not None else "unopened"
+        return f"<{type(self).__name__} {self.name!r} {self.mode} {self.table!r} at {shown}>"
+
+    # -- executor side ------------------------------------------------------------------
+
+    def connection_url(self) -> Any:
+        """The resolved SQLAlchemy URL (called on the executors)."""
+        return self._url or pgurl.resolve_url(self.url, sink=self.name)
+
+    def on_partition_committed(self, commit: PartitionCommit) -> None:
+        """Observation point, called on the executor right after a partition's transaction
+        committed (not for partitions skipped on replay). Default: nothing. Subclasses may
+        export metrics here; an exception is printed and ignored."""
+
+    def observe_commit(self, meta: BatchMeta, plan: WritePlan, outcome: PartitionOutcome) -> None:
+        """Call :meth:`on_partition_committed`, shielding the task from its errors."""
+        try:
+            self.on_partition_committed(
+                PartitionCommit(
+                    meta.pipeline,
+                    self.name,
+                    meta.batch_id,
+                    outcome.partition,
+                    outcome.rows,
+                    outcome.changed,
+                    outcome.rejected,
+                )
+            )
+        except Exception as exc:
+            print(f"fanout-postgres: on_partition_committed raised {exc!r}", file=sys.stderr)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _error(self, message: str) -> ConfigurationError:
+        where = f" (table {self._table})" if self._table is not None else ""
+        return ConfigurationError(f"postgres sink {self.name!r}{where}: {message}")
+
+    def _clean(self, exc: BaseException) -> str:
+        text = f"{type(exc).__name__}: {str(exc).strip()}"
+        text = text.split("\n(Background on this error")[0]
+        return redact(text, self.secret_values())
+
+    def _check_options(self) -> None:
+        try:
+            self._url = pgurl.resolve_url(self.url, sink=self.name)
+            if self.table is None:
+                raise ValueError("option 'table' is required: the target table")
+            self._table = parse_table(self.table)
+            self._dead = parse_dead_letter(self.dead_letter)
+            check_identifier(self.state_schema, "option 'state_schema'")
+            for option in ("keys", "order_by"):
+                for column in getattr(self, option) or []:
+                    check_identifier(column, f"option {option!r} column")
+            if self.columns is not None:
+                targets = self.columns.values() if isinstance(self.columns, dict) else self.columns
+                for column in targets:
+                    check_identifier(column, "option 'columns' column")
+        except ConfigurationError:
+            raise
+        except ValueError as exc:
+            raise self._error(str(exc)) from None
+        if self.mode not in MODES:
+            raise self._error(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
+        if self.mode == "append" and self.order_by:
+            raise self._error("option 'order_by' only applies to mode 'upsert'")
+        if (
+            isinstance(self.partitions, bool)
+            or not isinstance(self.partitions, int)
+            or not (1 <= self.partitions <= 10_000)
+        ):
+            raise self._error(
+                f"option 'partitions' must be an integer from 1 to 10000, got {self.partitions!r}"
+            )
+        for flag in ("create_table", "migrate"):
+            if not isinstance(getattr(self, flag), bool):
+                raise self._error(f"option {flag!r} must be true or false")
+
+    def _engine(self) -> Any:
+        sa = _sa()
+        return sa.create_engine(self._url, poolclass=sa.NullPool)
+
+    def _require_migrated(self, engine: Any) -> None:
+        from fanout.pg_migrations import current_revision, head_revision
+
+        with engine.connect() as conn:
+            current = current_revision(conn, self.state_schema)
+        if current != head_revision():
+            raise self._error(
+                f"fanout's tables in schema {self.state_schema!r} are at revision "
+                f"{current or '(none)'}, not {head_revision()}; run `fanout migrate --url "
+                f"{pgurl.display(self._url)} --schema {self.state_schema}` or set migrate: true"
+            )
+
+    def _check_target(self, info: TargetInfo | None) -> None:
+        if info is None:
+            if not self.create_table:
+                raise self._error(
+                    "the table does not exist; create it, or set "
+                    "create_table: true to create it from the batch schema"
+                )
+            if self.mode == "upsert" and not self.keys:
+                raise self._error("create_table needs option 'keys' (the new table's primary key)")
+            return
+        try:
+            keys = resolve_keys(info, self.keys, self.mode)
+            for column in self.order_by:
+                if column not in info.columns:
+                    raise PlanError(
+                        f"option 'order_by' names {column!r}, not a column of the table"
+                    )
+            if self.columns is not None:
+                targets = self.columns.values() if isinstance(self.columns, dict) else self.columns
+                missing = [c for c in targets if c not in info.columns]
+                if missing:
+                    raise PlanError(f"option 'columns' names {missing}, not columns of the table")
+        except PlanError as exc:
+            raise self._error(str(exc)) from None
+        logger.debug("sink %r: keys %s", self.name, keys)
+
+    def _plan(self, spark_schema: Any, batch_id: int | None) -> WritePlan:
+        cache_key = spark_schema.json()
+        plan = self._plans.get(cache_key)
+        if plan is not None:
+            return plan
+        engine = self._engine()
+        try:
+            with engine.begin() as conn:
+                info = reflect(conn, self._table)  # type: ignore[arg-type]
+                if info is None and self.create_table:
+                    pairs = map_columns(spark_schema.fieldNames(), self.columns)
+                    create_table(conn, self._table, spark_schema, pairs, self.keys or [])  # type: ignore[arg-type]
+                    logger.warning("sink %r: created table %s", self.name, self._table)
+                    info = reflect(conn, self._table)  # type: ignore[arg-type]
+                if info is None:
+                    raise PlanError(f"table {self._table} does not exist")
+                plan = build_plan(info, self._plan_options(), spark_schema)
+        except PlanError as exc:
+            if batch_id is None:
+                raise self._error(str(exc)) from None
+            raise SchemaMismatchError(
+                redact(str(exc), self.secret_values()),
+                sink=self.name,
+                batch_id=batch_id,
+                columns=exc.columns,
+            ) from None
+        except Exception as exc:
+            message = f"cannot check table {self._table}: {self._clean(exc)}"
+            if batch_id is None:
+                raise self._error(message) from None
+            error_type = TransientSinkError if self.is_transient(exc) else SinkWriteError
+            raise error_type(message, sink=self.name, batch_id=batch_id) from None
+        finally:
+            engine.dispose()
+        self._plans[cache_key] = plan
+        return plan
+
+    def _plan_options(self) -> PlanOptions:
+        return PlanOptions(
+            sink=self.name,
+            table=self._table,  # type: ignore[arg-type]
+            mode=self.mode,
+            keys=self.keys,
+            order_by=self.order_by,
+            columns=self.columns,
+            partitions=self.partitions,
+            state_schema=self.state_schema,
+            dead_letter_table=self._dead.table if self._dead else None,
+            dead_letter_kind=self._dead.kind if self._dead else None,
+            settings=tuple((str(k), str(v)) for k, v in self.settings.items()),
+        )
+
+    def _raise_failures(self, outcomes: Sequence[PartitionOutcome], batch: Batch) -> None:
+        if len(outcomes) != self.partitions:
+            raise SinkWriteError(
+                f"expected {self.partitions} partition outcomes, got {len(outcomes)}",
+                sink=self.name,
+                batch_id=batch.batch_id,
+            )
+        failed = [o for o in outcomes if o.error]
+        if not failed:
+            return
+        error = failed[0].error or {}
+        table = self._table
+        if error.get("kind") == "data":
+            where = f"table {table}"
+            if error.get("column"):
+                where += f", column {error['column']!r}, value {show(error.get('value'))}"
+            message = f"{where}: {error['reason']}"
+            if error.get("row"):
+                message += f"; row {error['row'][:500]}"
+            message += (
+                "; nothing of this partition was written. Fix the data, or set option "
+                "'dead_letter' to divert refused rows"
+            )
+        else:
+            message = f"table {table}, partition {failed[0].partition}: {error.get('reason')}"
+        if len(failed) > 1:
+            message += f" (and {len(failed) - 1} more failed partition(s))"
+        message = redact(message, self.secret_values())
+        if all((o.error or {}).get("kind") == "transient" for o in failed):
+            raise TransientSinkError(message, sink=self.name, batch_id=batch.batch_id)
+        raise SinkWriteError(message, sink=self.name, batch_id=batch.batch_id)
+
+
+def _sa() -> Any:
+    import sqlalchemy
+
+    return sqlalchemy
+
+
+def _spark(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _schema_of(value: Any, spark: Any) -> Any:
+    if isinstance(value, str):
+        if spark is None:
+            raise ConfigurationError("option 'batch_schema' as a DDL string needs a SparkSession")
+        return spark.createDataFrame([], value).schema
+    return value
+
+
+def _as_list(value: Any) -> Any:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return value

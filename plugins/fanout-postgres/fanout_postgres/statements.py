@@ -1,0 +1,313 @@
+"""The SQL of the write path, built with SQLAlchemy on the driver and shipped as text.
+
+Every identifier is quoted by SQLAlchemy's PostgreSQL dialect. Statements run with
+parameters are compiled for psycopg2 (``%(name)s`` placeholders, literal ``%`` doubled) and
+always executed with a parameter dict; the two COPY statements, which SQLAlchemy has no
+construct for, are assembled from :func:`fanout_postgres.names.quote` and run without
+parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fanout_postgres.names import TableName, quote
+
+STAGE = "fanout_stage"
+"""The temporary staging table (``ON COMMIT DROP``), one per partition transaction."""
+WINNERS = "fanout_winners"
+"""Temporary table of the rows left after deduplication, built only to isolate bad rows."""
+ROW = "__fanout_row"
+"""Staging column holding each row's position in its partition (tie-break and bisection)."""
+
+
+@dataclass(frozen=True)
+class Statements:
+    """Every statement one partition task may run (plain strings, picklable)."""
+
+    create_stage: str
+    copy_stage: str
+    copy_target: str
+    write_from_stage: str
+    write_unique: str
+    create_winners: str
+    write_from_winners: str
+    duplicate_probe: str
+    mark_insert: str
+    mark_select: str
+    mark_update: str
+    mark_prune: str
+    dead_delete: str
+    dead_insert: str
+
+
+def compile_sql(statement: Any, *, literal_binds: bool = False) -> str:
+    """``statement`` as psycopg2 SQL text (run it with a parameter dict)."""
+    from sqlalchemy.dialects.postgresql import psycopg2
+
+    kwargs = {"literal_binds": True} if literal_binds else {}
+    return str(statement.compile(dialect=psycopg2.dialect(), compile_kwargs=kwargs))
+
+
+def build_statements(
+    *,
+    target: TableName,
+    columns: Sequence[tuple[str, Any]],
+    keys: Sequence[str],
+    order_by: Sequence[str],
+    upsert: bool,
+    text_compared: Sequence[str] = (),
+    state_schema: str,
+    dead_letter: TableName | None,
+) -> Statements:
+    """The statements for one plan.
+
+    :param columns: ``(target column, SQLAlchemy type)`` of every column written.
+    :param keys: the conflict target (upsert) — a unique-constrained column set.
+    :param order_by: upsert: which row of a key wins (greatest first); empty: no dedupe.
+    :param text_compared: columns compared as text in the no-op check (``json``).
+    """
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql as pg
+
+    names = [name for name, _ in columns]
+    md = sa.MetaData()
+    table = sa.Table(
+        target.name,
+        md,
+        *[sa.Column(n, t) for n, t in columns],
+        schema=target.schema,
+    )
+    stage = _temp_table(STAGE, columns)
+    winners = _temp_table(WINNERS, columns)
+    lo, hi = sa.bindparam("lo", type_=sa.Integer), sa.bindparam("hi", type_=sa.Integer)
+
+    def source(src: sa.Table, dedupe: bool) -> Any:
+        cols = [src.c[n] for n in names] + [src.c[ROW]]
+        query = sa.select(*cols)
+        if dedupe and upsert and order_by:
+            query = _distinct_on(query, [src.c[k] for k in keys]).order_by(
+                *[src.c[k] for k in keys],
+                *[src.c[o].desc().nulls_last() for o in order_by],
+                src.c[ROW].desc(),
+            )
+        return query.subquery("w")
+
+    def write(src: sa.Table, dedupe: bool) -> str:
+        w = source(src, dedupe)
+        selected = sa.select(*[w.c[n] for n in names]).where(w.c[ROW].between(lo, hi))
+        stmt = pg.insert(table).from_select(names, selected)
+        if upsert:
+            update = [n for n in names if n not in keys]
+            if update:
+                mine = [_comparable(table.c[n], n in text_compared) for n in update]
+                theirs = [_comparable(stmt.excluded[n], n in text_compared) for n in update]
+                stmt = stmt.on_conflict_do_update(
+                    index_elements=list(keys),
+                    set_={n: stmt.excluded[n] for n in update},
+                    where=sa.tuple_(*mine).is_distinct_from(sa.tuple_(*theirs)),
+                )
+            else:
+                stmt = stmt.on_conflict_do_nothing(index_elements=list(keys))
+        return compile_sql(stmt)
+
+    create_stage = (
+        f"CREATE TEMPORARY TABLE {quote(STAGE)} ON COMMIT DROP AS "
+        + compile_sql(
+            sa.select(
+                *[table.c[n] for n in names], sa.cast(sa.null(), sa.Integer).label(ROW)
+            ).select_from(table)
+        )
+        + " WITH NO DATA"
+    )
+    w_sel = source(stage, dedupe=True)
+    create_winners = (
+        f"CREATE TEMPORARY TABLE {quote(WINNERS)} ON COMMIT DROP AS "
+        + compile_sql(sa.select(*w_sel.c))
+        + f"; CREATE INDEX ON {quote(WINNERS)} ({quote(ROW)})"
+    )
+    key_cols = [stage.c[k] for k in keys] or [stage.c[ROW]]
+    duplicate_probe = compile_sql(
+        sa.select(*key_cols, sa.func.count().label("n"))
+        .group_by(*key_cols)
+        .having(sa.func.count() > 1)
+        .limit(1),
+        literal_binds=True,
+    )
+    column_list = ", ".join(quote(n) for n in names)
+    marks = _mark_statements(state_schema)
+    dead = _dead_letter_statements(dead_letter)
+    return Statements(
+        create_stage=create_stage,
+        copy_stage=f"COPY pg_temp.{quote(STAGE)} ({column_list}, {quote(ROW)}) "
+        "FROM STDIN WITH (FORMAT csv)",
+        copy_target=f"COPY {target.quoted()} ({column_list}) FROM STDIN WITH (FORMAT csv)",
+        write_from_stage=write(stage, dedupe=True),
+        write_unique=write(stage, dedupe=False) if upsert and order_by else "",
+        create_winners=create_winners,
+        write_from_winners=write(winners, dedupe=False),
+        duplicate_probe=duplicate_probe,
+        **marks,
+        **dead,
+    )
+
+
+def _temp_table(name: str, columns: Sequence[tuple[str, Any]]) -> Any:
+    import sqlalchemy as sa
+
+    return sa.Table(
+        name,
+        sa.MetaData(),
+        *[sa.Column(n, t) for n, t in columns],
+        sa.Column(ROW, sa.Integer),
+        schema="pg_temp",
+    )
+
+
+def _distinct_on(query: Any, columns: Sequence[Any]) -> Any:
+    try:
+        from sqlalchemy.dialects.postgresql import distinct_on  # SQLAlchemy >= 2.1
+
+        return query.ext(distinct_on(*columns))
+    except ImportError:  # SQLAlchemy 2.0
+        return query.distinct(*columns)
+
+
+def _comparable(column: Any, as_text: bool) -> Any:
+    import sqlalchemy as sa
+
+    return sa.cast(column, sa.Text) if as_text else column
+
+
+def progress_table(state_schema: str) -> Any:
+    """fanout's progress table (created by the migrations in ``migrations/``)."""
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql as pg
+
+    return sa.Table(
+        "progress",
+        sa.MetaData(),
+        sa.Column("pipeline", sa.Text, primary_key=True),
+        sa.Column("sink", sa.Text, primary_key=True),
+        sa.Column("batch_id", sa.BigInteger, primary_key=True),
+        sa.Column("partition", sa.Integer, primary_key=True),
+        sa.Column("partitions", sa.Integer, nullable=False),
+        sa.Column("query_id", sa.Text),
+        sa.Column("target", sa.Text, nullable=False),
+        sa.Column("rows", sa.BigInteger, nullable=False),
+        sa.Column("rejects", pg.JSONB),
+        sa.Column("committed_at", sa.DateTime(timezone=True)),
+        schema=state_schema,
+    )
+
+
+def _mark_statements(state_schema: str) -> dict[str, str]:
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql as pg
+
+    p = progress_table(state_schema)
+    key = sa.and_(
+        p.c.pipeline == sa.bindparam("pipeline"),
+        p.c.sink == sa.bindparam("sink"),
+        p.c.batch_id == sa.bindparam("batch_id"),
+        p.c.partition == sa.bindparam("partition"),
+    )
+    insert = (
+        pg.insert(p)
+        .values(
+            pipeline=sa.bindparam("pipeline"),
+            sink=sa.bindparam("sink"),
+            batch_id=sa.bindparam("batch_id"),
+            partition=sa.bindparam("partition"),
+            partitions=sa.bindparam("partitions"),
+            query_id=sa.bindparam("query_id"),
+            target=sa.bindparam("target"),
+            rows=0,
+        )
+        .on_conflict_do_nothing(index_elements=["pipeline", "sink", "batch_id", "partition"])
+        .returning(p.c.batch_id)
+    )
+    select = sa.select(p.c.partitions, p.c.query_id, p.c.rows, p.c.rejects).where(key)
+    update = (
+        sa.update(p)
+        .where(key)
+        .values(rows=sa.bindparam("rows"), rejects=sa.cast(sa.bindparam("rejects"), pg.JSONB))
+    )
+    prune = sa.delete(p).where(
+        p.c.pipeline == sa.bindparam("pipeline"),
+        p.c.sink == sa.bindparam("sink"),
+        p.c.partition == sa.bindparam("partition"),
+        p.c.batch_id < sa.bindparam("keep_from"),
+    )
+    return {
+        "mark_insert": compile_sql(insert),
+        "mark_select": compile_sql(select),
+        "mark_update": compile_sql(update),
+        "mark_prune": compile_sql(prune),
+    }
+
+
+def dead_letter_table(name: TableName) -> Any:
+    """The layout of a PostgreSQL dead-letter table (created by the sink when missing)."""
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql as pg
+
+    return sa.Table(
+        name.name,
+        sa.MetaData(),
+        sa.Column("pipeline", sa.Text, nullable=False),
+        sa.Column("sink", sa.Text, nullable=False),
+        sa.Column("batch_id", sa.BigInteger, nullable=False),
+        sa.Column("partition", sa.Integer, nullable=False),
+        sa.Column("target", sa.Text, nullable=False),
+        sa.Column("reason", sa.Text, nullable=False),
+        sa.Column("column_name", sa.Text),
+        sa.Column("value", sa.Text),
+        sa.Column("row", pg.JSONB, nullable=False),
+        sa.Column("rejected_at", sa.DateTime(timezone=True), server_default=sa.func.now()),
+        schema=name.schema,
+    )
+
+
+DEAD_LETTER_COLUMNS = (
+    "pipeline",
+    "sink",
+    "batch_id",
+    "partition",
+    "target",
+    "reason",
+    "column_name",
+    "value",
+    "row",
+    "rejected_at",
+)
+"""The columns of a dead-letter record (PostgreSQL table or Delta table)."""
+
+
+def _dead_letter_statements(name: TableName | None) -> dict[str, str]:
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql as pg
+
+    if name is None:
+        return {"dead_delete": "", "dead_insert": ""}
+    d = dead_letter_table(name)
+    delete = sa.delete(d).where(
+        d.c.pipeline == sa.bindparam("pipeline"),
+        d.c.sink == sa.bindparam("sink"),
+        d.c.batch_id == sa.bindparam("batch_id"),
+        d.c.partition == sa.bindparam("partition"),
+    )
+    insert = sa.insert(d).values(
+        pipeline=sa.bindparam("pipeline"),
+        sink=sa.bindparam("sink"),
+        batch_id=sa.bindparam("batch_id"),
+        partition=sa.bindparam("partition"),
+        target=sa.bindparam("target"),
+        reason=sa.bindparam("reason"),
+        column_name=sa.bindparam("column_name"),
+        value=sa.bindparam("value"),
+        row=sa.cast(sa.bindparam("row"), pg.JSONB),
+    )
+    return {"dead_delete": compile_sql(delete), "dead_insert": compile_sql(insert)}

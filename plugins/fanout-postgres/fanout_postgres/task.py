@@ -1,0 +1,507 @@
+"""On the executors: one Spark partition, one PostgreSQL transaction.
+
+Upsert: ``COPY`` into a temporary staging table, then one ``INSERT ... SELECT DISTINCT ON
+(keys) ... ON CONFLICT (keys) DO UPDATE ... WHERE (target) IS DISTINCT FROM (excluded)``.
+Append: first claim the partition's mark in fanout's progress table (a replay finds it and
+skips), then ``COPY`` straight into the target; the mark and the rows commit together.
+
+Rows the server rejects are isolated without giving up the transaction: a ``COPY`` error
+names its line, so the row is set aside and the rest copied again; an error of the
+``INSERT`` (a foreign key, a check, another unique index) is bisected over the staged rows
+with savepoints. Set-aside rows go to the dead-letter target when one is configured, else
+the partition rolls back and reports the first one (sink, batch, column, value, row).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fanout_postgres.encode import (
+    CsvStream,
+    Reject,
+    Rows,
+    drop_rows,
+    precheck,
+    row_json,
+    to_csv,
+    value_text,
+)
+from fanout_postgres.plan import WritePlan
+from fanout_postgres.statements import ROW
+
+if TYPE_CHECKING:
+    from fanout_postgres.sink import PostgresSink
+
+RESULT_SCHEMA = "partition long, outcome string"
+TRANSIENT_STATES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300", "53400"}
+KEEP_MARKS = 100
+"""Progress marks older than this many batches are pruned (Spark replays only the last)."""
+_COPY_LINE = re.compile(r"line (\d+)(?:, column (.*?)(?:: |$))?", re.S)
+
+
+@dataclass(frozen=True)
+class BatchMeta:
+    """The batch as a partition task sees it."""
+
+    pipeline: str
+    batch_id: int
+    query_id: str | None
+
+
+@dataclass(frozen=True)
+class PartitionOutcome:
+    """What one partition task did, sent back to the driver as JSON."""
+
+    partition: int
+    rows: int = 0
+    changed: int = 0
+    skipped: bool = False
+    rejected: int = 0
+    rejects: list[dict[str, Any]] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+
+    def to_json(self) -> str:
+        """Serialise for the mapInArrow result column."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> PartitionOutcome:
+        """Parse what :meth:`to_json` wrote."""
+        return cls(**json.loads(text))
+
+
+class RowRejected(Exception):
+    """A row was rejected and no dead-letter target is configured."""
+
+    def __init__(self, detail: dict[str, Any]) -> None:
+        super().__init__(detail["reason"])
+        self.detail = detail
+
+
+def classify(error: BaseException) -> str:
+    """``transient`` (retry), ``data`` (a row's fault) or ``fatal``."""
+    import psycopg2
+
+    code = getattr(error, "pgcode", None)
+    if code in TRANSIENT_STATES or (code or "").startswith("08"):
+        return "transient"
+    if code and code[:2] in ("22", "23"):
+        return "data"
+    if isinstance(error, (psycopg2.OperationalError, psycopg2.InterfaceError)) and not code:
+        return "fatal" if "authentication failed" in str(error) else "transient"
+    return "fatal"
+
+
+def connect(url: Any, application_name: str) -> Any:
+    """A psycopg2 connection from a SQLAlchemy URL (no engine, no pool)."""
+    import psycopg2
+    from sqlalchemy.dialects.postgresql.psycopg2 import PGDialect_psycopg2
+
+    cargs, cparams = PGDialect_psycopg2().create_connect_args(url)
+    cparams.setdefault("application_name", application_name[:63])
+    return psycopg2.connect(*cargs, **cparams)
+
+
+def partition_writer(
+    sink: PostgresSink, plan: WritePlan, meta: BatchMeta
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function writing each partition; yields one outcome row."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        outcome = write_partition(sink, plan, meta, partition, batches)
+        yield pa.RecordBatch.from_pydict(
+            {"partition": [partition], "outcome": [outcome.to_json()]},
+            schema=pa.schema([("partition", pa.int64()), ("outcome", pa.string())]),
+        )
+
+    return run
+
+
+def write_partition(
+    sink: PostgresSink,
+    plan: WritePlan,
+    meta: BatchMeta,
+    partition: int,
+    batches: Iterator[pa.RecordBatch],
+) -> PartitionOutcome:
+    """Write one partition in one transaction; never raises for database errors."""
+    rows = Rows(batches)
+    first = rows.next_chunk()
+    while first is not None and first.num_rows == 0:
+        first = rows.next_chunk()
+    if first is None:
+        return PartitionOutcome(partition)
+    try:
+        conn = connect(sink.connection_url(), f"fanout {meta.pipeline}/{plan.sink}/p{partition}")
+    except Exception as exc:
+        return _failed(partition, exc)
+    try:
+        with conn.cursor() as cur:
+            for name, value in plan.settings:
+                cur.execute(
+                    "SELECT set_config(%(name)s, %(value)s, false)", {"name": name, "value": value}
+                )
+            outcome = _Work(cur, plan, meta, partition, rows).run()
+        conn.commit()
+    except RowRejected as rejected:
+        conn.rollback()
+        return PartitionOutcome(partition, error={"kind": "data", **rejected.detail})
+    except Exception as exc:
+        _quietly(conn.rollback)
+        return _failed(partition, exc)
+    finally:
+        _quietly(conn.close)
+    if not outcome.skipped:
+        sink.observe_commit(meta, plan, outcome)
+    return outcome
+
+
+def _failed(partition: int, exc: BaseException) -> PartitionOutcome:
+    return PartitionOutcome(
+        partition,
+        error={
+            "kind": classify(exc),
+            "reason": f"{type(exc).__name__}: {str(exc).strip()}",
+            "sqlstate": getattr(exc, "pgcode", None),
+        },
+    )
+
+
+def _quietly(action: Callable[[], Any]) -> None:
+    try:
+        action()
+    except Exception:
+        pass
+
+
+class _Work:
+    """The statements of one partition transaction."""
+
+    def __init__(
+        self, cur: Any, plan: WritePlan, meta: BatchMeta, partition: int, rows: Rows
+    ) -> None:
+        self.cur, self.plan, self.meta, self.partition = cur, plan, meta, partition
+        self.rows = rows
+        self.table = pa.table({})  # every row (target names + ROW), once all are taken
+        self.sql = plan.statements
+        self.rejects: list[Reject] = []
+        self.key = {
+            "pipeline": meta.pipeline,
+            "sink": plan.sink,
+            "batch_id": meta.batch_id,
+            "partition": partition,
+        }
+
+    def run(self) -> PartitionOutcome:
+        if self.plan.mode == "append":
+            claimed = self._claim()
+            if claimed is not None:
+                self.rows.table()  # take the rest of the input; nothing to write
+                return claimed
+            if self._stream(self.sql.copy_target, with_row=False):
+                changed = self.table.num_rows - len(self.rejects)
+            else:
+                self.cur.execute(self.sql.create_stage, {})
+                self._copy(self.sql.copy_stage, self._checked(), with_row=True)
+                changed = self._write()
+        else:
+            self.cur.execute(self.sql.create_stage, {})
+            if not self._stream(self.sql.copy_stage, with_row=True):
+                self._copy(self.sql.copy_stage, self._checked(), with_row=True)
+            changed = self._write()
+        rows = self.table.num_rows - len(self.rejects)
+        outcome = PartitionOutcome(
+            self.partition,
+            rows=rows,
+            changed=changed,
+            rejected=len(self.rejects),
+            rejects=self._dead_letters() if self.plan.dead_letter == "delta" else [],
+        )
+        if self.plan.dead_letter == "postgres":
+            self._write_dead_letters()
+        if self.plan.mode == "append":
+            kept = self._dead_letters()  # so a replay that skips still knows its rejects
+            self.cur.execute(
+                self.sql.mark_update,
+                {**self.key, "rows": rows, "rejects": json.dumps(kept or None)},
+            )
+            self.cur.execute(
+                self.sql.mark_prune, {**self.key, "keep_from": self.meta.batch_id - KEEP_MARKS}
+            )
+        return outcome
+
+    def _stream(self, sql: str, *, with_row: bool) -> bool:
+        """COPY the rows while Spark delivers them, checking each chunk on the way.
+        False when the server refused a row: the caller then copies through the
+        isolating path (the savepoint undid the streamed rows)."""
+
+        def prepare(chunk: pa.Table) -> pa.Table:
+            found = precheck(chunk, self.plan.checks)
+            numbers = chunk.column(ROW)
+            for reject in found:
+                self._reject(
+                    Reject(
+                        int(numbers[reject.row].as_py()),
+                        reject.reason,
+                        reject.column,
+                        reject.sqlstate,
+                    )
+                )
+            good = drop_rows(chunk, [r.row for r in found])
+            return good if with_row else good.drop_columns([ROW])
+
+        stream = CsvStream(self.rows, prepare)
+        self.cur.execute("SAVEPOINT fanout_stream", {})
+        try:
+            self.cur.copy_expert(sql, stream, size=1 << 20)
+            self.cur.execute("RELEASE SAVEPOINT fanout_stream", {})
+        except Exception as exc:
+            if isinstance(stream.error, RowRejected):
+                raise stream.error from None
+            self.cur.execute("ROLLBACK TO SAVEPOINT fanout_stream", {})
+            if stream.error is not None:
+                raise stream.error from None
+            if classify(exc) != "data":
+                raise
+            self.table = self.rows.table()
+            self.rejects.clear()
+            return False
+        self.table = self.rows.table()
+        self._sort_rejects()
+        return True
+
+    def _checked(self) -> pa.Table:
+        """Every row minus those failing the executor's own checks (recorded)."""
+        for reject in precheck(self.table, self.plan.checks):
+            self._reject(reject)
+        return drop_rows(self.table, [r.row for r in self.rejects])
+
+    def _sort_rejects(self) -> None:
+        self.rejects.sort(key=lambda r: r.row)
+
+    # -- append -----------------------------------------------------------------------
+
+    def _claim(self) -> PartitionOutcome | None:
+        """Insert this partition's mark; ``None`` when claimed, else the earlier commit's
+        outcome (the partition is skipped). A concurrent attempt holding the same mark
+        makes this wait for its commit or rollback."""
+        self.cur.execute(
+            self.sql.mark_insert,
+            {
+                **self.key,
+                "partitions": self.plan.partitions,
+                "query_id": self.meta.query_id,
+                "target": self.plan.table,
+                "rows": 0,
+            },
+        )
+        if self.cur.fetchone() is not None:
+            return None
+        self.cur.execute(self.sql.mark_select, self.key)
+        partitions, query_id, rows, rejects = self.cur.fetchone()
+        if partitions != self.plan.partitions or (
+            query_id and self.meta.query_id and query_id != self.meta.query_id
+        ):
+            raise _MarkConflict(
+                f"fanout's progress table ({self.plan.state_schema}.progress) already marks "
+                f"batch {self.meta.batch_id} partition {self.partition} as committed by "
+                f"query {query_id} with {partitions} partitions; this is query "
+                f"{self.meta.query_id} with {self.plan.partitions}. The checkpoint was "
+                "replaced or option 'partitions' changed mid-batch; delete this sink's marks "
+                "(DELETE FROM <schema>.progress WHERE pipeline = ... AND sink = ...) only if "
+                "the target is meant to be written again"
+            )
+        kept = list(rejects or [])
+        return PartitionOutcome(
+            self.partition,
+            rows=int(rows),
+            skipped=True,
+            rejected=len(kept),
+            rejects=kept if self.plan.dead_letter == "delta" else [],
+        )
+
+    # -- copy and write ----------------------------------------------------------------
+
+    def _copy(self, sql: str, table: pa.Table, *, with_row: bool) -> None:
+        """COPY ``table``; a row refused with a line number is set aside and the rest
+        copied again."""
+        segments = [(0, table.num_rows)]
+        while segments:
+            start, end = segments.pop()
+            if start >= end:
+                continue
+            part = table.slice(start, end - start)
+            payload = part if with_row else part.drop_columns([ROW])
+            self.cur.execute("SAVEPOINT fanout_copy", {})
+            try:
+                self.cur.copy_expert(sql, io.BytesIO(to_csv(payload)))
+                self.cur.execute("RELEASE SAVEPOINT fanout_copy", {})
+            except Exception as exc:
+                self.cur.execute("ROLLBACK TO SAVEPOINT fanout_copy", {})
+                if classify(exc) != "data":
+                    raise
+                line, column = _copy_position(exc)
+                if line is None or line > part.num_rows:
+                    raise
+                bad = start + line - 1
+                row = int(table.column(ROW)[bad].as_py())
+                self._reject(Reject(row, _reason(exc), self._column(column), _state(exc)))
+                segments.extend([(bad + 1, end), (start, bad)])
+
+    def _write(self) -> int:
+        """Insert/upsert the staged rows; bisect with savepoints when a row is refused."""
+        n = self.table.num_rows
+        statements = [self.sql.write_from_stage]
+        if self.sql.write_unique and _unique(self.table, self.plan.keys):
+            # no key twice here by Arrow's equality: skip the sort of DISTINCT ON; should the
+            # server's equality differ (citext, numeric scale), it raises 21000 and the
+            # deduplicating statement runs instead
+            statements.insert(0, self.sql.write_unique)
+        for statement in statements:
+            self.cur.execute("SAVEPOINT fanout_write", {})
+            try:
+                self.cur.execute(statement, {"lo": 0, "hi": n})
+                changed = max(int(self.cur.rowcount), 0)
+                self.cur.execute("RELEASE SAVEPOINT fanout_write", {})
+                return changed
+            except Exception as exc:
+                self.cur.execute("ROLLBACK TO SAVEPOINT fanout_write", {})
+                if getattr(exc, "pgcode", None) == "21000":
+                    if statement != self.sql.write_from_stage:
+                        continue
+                    raise RowRejected(self._duplicate_detail()) from exc
+                if classify(exc) != "data":
+                    raise
+                break
+        self.cur.execute(self.sql.create_winners, {})
+        return self._bisect(0, n)
+
+    def _bisect(self, lo: int, hi: int) -> int:
+        self.cur.execute("SAVEPOINT fanout_part", {})
+        try:
+            self.cur.execute(self.sql.write_from_winners, {"lo": lo, "hi": hi})
+            changed = max(int(self.cur.rowcount), 0)
+            self.cur.execute("RELEASE SAVEPOINT fanout_part", {})
+            return changed
+        except Exception as exc:
+            self.cur.execute("ROLLBACK TO SAVEPOINT fanout_part", {})
+            if classify(exc) != "data":
+                raise
+            if lo == hi:
+                column = getattr(getattr(exc, "diag", None), "column_name", None)
+                self._reject(Reject(lo, _reason(exc), self._column(column), _state(exc)))
+                return 0
+        mid = (lo + hi) // 2
+        return self._bisect(lo, mid) + self._bisect(mid + 1, hi)
+
+    # -- rejects -----------------------------------------------------------------------
+
+    def _column(self, name: str | None) -> str | None:
+        if name is None:
+            return None
+        name = name.strip()
+        for _, target in self.plan.columns:
+            if target == name or f'"{target}"' == name:
+                return target
+        return name
+
+    def _reject(self, reject: Reject) -> None:
+        self.rejects.append(reject)
+        if self.plan.dead_letter is None:
+            raise RowRejected(self._detail(reject))
+
+    def _detail(self, reject: Reject) -> dict[str, Any]:
+        sources = self.plan.sources
+        if self.table.num_rows == 0:  # refused while streaming: gather the rows first
+            self.table = self.rows.table()
+        return {
+            "reason": reject.reason,
+            "sqlstate": reject.sqlstate,
+            "column": sources.get(reject.column or "", reject.column),
+            "target_column": reject.column,
+            "value": value_text(self.table, reject.row, reject.column),  # ROW = position
+            "row": row_json(self.table, reject.row, sources),
+            "partition": self.partition,
+        }
+
+    def _dead_letters(self) -> list[dict[str, Any]]:
+        return [self._detail(r) for r in self.rejects]
+
+    def _write_dead_letters(self) -> None:
+        self.cur.execute(self.sql.dead_delete, self.key)
+        if self.rejects:
+            self.cur.executemany(
+                self.sql.dead_insert,
+                [
+                    {
+                        **self.key,
+                        "target": self.plan.table,
+                        "reason": d["reason"],
+                        "column_name": d["column"],
+                        "value": d["value"],
+                        "row": d["row"],
+                    }
+                    for d in self._dead_letters()
+                ],
+            )
+
+    def _duplicate_detail(self) -> dict[str, Any]:
+        self.cur.execute(self.sql.duplicate_probe, {})
+        found = self.cur.fetchone()
+        keys = dict(zip(self.plan.keys, found[:-1], strict=True)) if found else {}
+        return {
+            "reason": f"key {json.dumps(keys, default=str)} occurs {found[-1] if found else 2} "
+            "times in this batch; set option 'order_by' to the column deciding which row "
+            "wins (ON CONFLICT DO UPDATE cannot affect a row twice in one statement)",
+            "sqlstate": "21000",
+            "column": None,
+            "value": None,
+            "row": None,
+            "partition": self.partition,
+        }
+
+
+class _MarkConflict(Exception):
+    """A progress mark from another query or partitioning."""
+
+
+def _copy_position(exc: BaseException) -> tuple[int | None, str | None]:
+    context = getattr(getattr(exc, "diag", None), "context", None) or ""
+    match = _COPY_LINE.search(context)
+    if not match:
+        return None, None
+    return int(match.group(1)), match.group(2)
+
+
+def _unique(table: pa.Table, keys: tuple[str, ...]) -> bool:
+    """Whether no key occurs twice in ``table`` (by Arrow's equality)."""
+    if not keys or table.num_rows == 0:
+        return True
+    if len(keys) == 1:
+        return int(pc.count_distinct(table.column(keys[0]), mode="all").as_py()) == table.num_rows
+    return int(table.group_by(list(keys)).aggregate([]).num_rows) == table.num_rows
+
+
+def _state(exc: BaseException) -> str | None:
+    return getattr(exc, "pgcode", None)
+
+
+def _reason(exc: BaseException) -> str:
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) or str(exc).strip().splitlines()[0]
+    detail = getattr(diag, "message_detail", None)
+    if detail and not detail.startswith("Failing row contains"):
+        return f"{primary} ({detail})"
+    return str(primary)

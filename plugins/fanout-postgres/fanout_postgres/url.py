@@ -1,0 +1,77 @@
+"""The ``url`` option: a SQLAlchemy URL whose parts may reference environment variables.
+
+The URL is parsed first and each part expanded afterwards, so a password such as
+``p@ss/w%rd`` coming from ``${ORDERS_PG_PASSWORD}`` needs no URL escaping. The password never
+leaves this module in clear text except inside the ``URL`` object used to connect: anything
+shown uses :func:`display`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, quote_plus
+
+from fanout.secrets import expand_env
+
+DRIVERS = ("postgresql", "postgresql+psycopg2")
+"""Accepted URL schemes: the sink writes with psycopg2's COPY support."""
+
+
+def resolve_url(raw: Any, *, sink: str, environ: Mapping[str, str] | None = None) -> Any:
+    """Parse ``raw`` and expand ``${VAR}`` in every part; returns a SQLAlchemy ``URL``
+    using the psycopg2 driver. Raises ``ValueError`` with a message free of the password."""
+    from sqlalchemy.engine import URL, make_url
+
+    if isinstance(raw, URL):
+        url = raw
+    elif isinstance(raw, str) and raw:
+        try:
+            url = make_url(raw)
+        except Exception:
+            raise ValueError(
+                "option 'url' is not a SQLAlchemy URL (postgresql+psycopg2://user:pw@host/db)"
+            ) from None
+    else:
+        raise ValueError("option 'url' is required: a SQLAlchemy URL of the target database")
+    if url.drivername not in DRIVERS:
+        raise ValueError(
+            f"option 'url' uses driver {url.drivername!r}; the postgres sink writes with COPY "
+            "through psycopg2: use postgresql:// or postgresql+psycopg2://"
+        )
+
+    def expand(value: str | None, part: str) -> str | None:
+        if value is None:
+            return None
+        return expand_env(value, what=f"sink {sink!r} option 'url' ({part})", environ=environ)
+
+    query = {
+        key: tuple(expand(v, f"query {key}") or "" for v in value)
+        if isinstance(value, tuple)
+        else (expand(value, f"query {key}") or "")
+        for key, value in url.query.items()
+    }
+    return URL.create(  # not url.set(): there, None means "unchanged"
+        "postgresql+psycopg2",
+        username=expand(url.username, "user"),
+        password=expand(url.password, "password") or None,
+        host=expand(url.host, "host"),
+        port=url.port,
+        database=expand(url.database, "database"),
+        query=query,
+    )
+
+
+def secrets_of(url: Any) -> tuple[str, ...]:
+    """The password as given and in its URL-encoded spellings (all must be scrubbed)."""
+    password = getattr(url, "password", None)
+    if not password:
+        return ()
+    return tuple(dict.fromkeys([password, quote(password, safe=""), quote_plus(password)]))
+
+
+def display(url: Any) -> str:
+    """The URL for logs and messages, password masked."""
+    if url is None:
+        return "<no url>"
+    return str(url.render_as_string(hide_password=True))

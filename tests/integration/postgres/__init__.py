@@ -1,0 +1,1 @@
+"""Integration tests of the postgres sink against a real (embedded) PostgreSQL server."""

@@ -1,0 +1,52 @@
+"""A streaming driver with a postgres append sink, run as a subprocess so it can be killed.
+
+usage: python pg_driver.py WORKDIR URL [--kill BATCH]
+
+Run it in a session of its own (``start_new_session=True``): ``--kill`` ends the whole
+process group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo, for tests.*
+
+from fanout import FanOut
+from fanout.spark import local_session
+from tests.integration.postgres.data import run_stream
+from tests.integration.postgres.killing import KillAfterPartition
+
+PIPELINE = "pg-crash"
+PARTITIONS = 4
+
+
+def main() -> None:
+    """Append every input file to the table ``events`` until the input ends (or death)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("url")
+    parser.add_argument("--kill", type=int, default=-1, help="kill during this batch")
+    args = parser.parse_args()
+    sink = KillAfterPartition(
+        "events",
+        driver_pid=os.getpid(),
+        batch=args.kill,
+        note=str(args.workdir / "killed.txt"),
+        url=args.url,
+        table="events",
+        mode="append",
+        create_table=True,
+        partitions=PARTITIONS,
+    )
+    spark = local_session("fanout-pg-crash-driver")
+    fan = FanOut(PIPELINE, str(args.workdir / "ledger"), [sink])
+    run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Independent reads of PostgreSQL for the assertions: plain psycopg2, no fanout code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg2
+
+
+def dsn(url: str) -> str:
+    """A libpq URI from the SQLAlchemy URL the tests hand to the sink."""
+    return url.replace("postgresql+psycopg2://", "postgresql://", 1)
+
+
+def query(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    """Run one statement in its own connection; return its rows (or [] for none)."""
+    conn = psycopg2.connect(dsn(url))
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall()) if cur.description else []
+    finally:
+        conn.close()
+
+
+def execute(url: str, *statements: str) -> None:
+    """Run statements in one transaction (DDL and fixtures of a test)."""
+    conn = psycopg2.connect(dsn(url))
+    try:
+        with conn, conn.cursor() as cur:
+            for sql in statements:
+                cur.execute(sql)
+    finally:
+        conn.close()

@@ -1,0 +1,158 @@
+"""The postgres sink without a server: options, URLs and secrets, names, registration."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+pytest.importorskip("fanout_postgres")
+
+from fanout_postgres import PostgresSink
+from fanout_postgres.deadletter import DeadLetter, parse_dead_letter
+from fanout_postgres.names import TableName, parse_table
+from fanout_postgres.task import classify
+from fanout_postgres.url import resolve_url, secrets_of
+
+from fanout.errors import ConfigurationError, TransientSinkError
+from fanout.registry import load_registry
+from fanout.sink import SinkContext
+
+URL = "postgresql://app:${PG_PW}@db.example:5433/orders?sslmode=require"
+
+
+def test_the_entry_point_provides_the_postgres_type() -> None:
+    types = load_registry().sink_types()
+    assert types["postgres"].sink_class is PostgresSink
+    assert types["postgres"].plugin.distribution == "fanout-postgres"
+    assert PostgresSink.guarantee == "idempotent"
+    assert PostgresSink("a", mode="append").guarantee == "transactional"
+    assert PostgresSink("a").guarantee == "idempotent"
+
+
+def test_url_parts_are_expanded_after_parsing_so_the_password_needs_no_escaping() -> None:
+    url = resolve_url(URL, sink="pg", environ={"PG_PW": "p@ss/w:rd %1"})
+    assert (url.drivername, url.username, url.password) == (
+        "postgresql+psycopg2",
+        "app",
+        "p@ss/w:rd %1",
+    )
+    assert (url.host, url.port, url.database, dict(url.query)) == (
+        "db.example",
+        5433,
+        "orders",
+        {"sslmode": "require"},
+    )
+    assert secrets_of(url) == ("p@ss/w:rd %1", "p%40ss%2Fw%3Ard%20%251", "p%40ss%2Fw%3Ard+%251")
+
+
+def test_a_missing_variable_names_the_variable_not_a_value() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        resolve_url(URL, sink="pg", environ={})
+    assert "'PG_PW'" in str(caught.value) and "sink 'pg' option 'url' (password)" in str(
+        caught.value
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://u@h/d", "uses driver 'mysql'"),
+        ("postgresql+asyncpg://u@h/d", "COPY through psycopg2"),
+        ("::nonsense", "not a SQLAlchemy URL"),
+        (None, "option 'url' is required"),
+    ],
+)
+def test_bad_urls_are_configuration_errors(url: str | None, message: str) -> None:
+    with pytest.raises(ConfigurationError, match="postgres sink 'pg'") as caught:
+        PostgresSink("pg", url=url, table="t").open(SinkContext("p"))
+    assert message in str(caught.value)
+
+
+def test_repr_and_pickle_never_show_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PG_PW", "hunter2-secret")
+    sink = PostgresSink("pg", url=URL, table="t")
+    with pytest.raises(ConfigurationError) as caught:  # no server: fails after parsing
+        sink.open(SinkContext("p"))
+    assert "hunter2-secret" not in str(caught.value)
+    assert "hunter2-secret" not in repr(sink)
+    assert "***" in repr(sink)
+    assert sink.secret_values()[0] == "hunter2-secret"
+    clone = pickle.loads(pickle.dumps(sink))  # what the executors receive
+    assert clone.connection_url().password == "hunter2-secret"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"table": None}, "option 'table' is required"),
+        ({"table": "a.b.c"}, "more than two parts"),
+        ({"table": "x" * 64}, "longer than 63 bytes"),
+        ({"table": "t", "mode": "merge"}, "unknown mode 'merge'"),
+        ({"table": "t", "mode": "append", "order_by": "v"}, "'order_by' only applies"),
+        ({"table": "t", "partitions": True}, "'partitions' must be an integer"),
+        ({"table": "t", "create_table": "yes"}, "'create_table' must be true or false"),
+        ({"table": "t", "dead_letter": 5}, "option 'dead_letter' must be"),
+        ({"table": "t", "keys": ["a\x00"]}, "contains a NUL character"),
+    ],
+)
+def test_option_errors_name_the_sink_and_the_option(options: dict, message: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        PostgresSink("pg", url="postgresql://u@h/d", **options).open(SinkContext("p"))
+    assert str(caught.value).startswith("postgres sink 'pg'")
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("orders", TableName("orders")),
+        ("Orders", TableName("Orders")),
+        ("sales.orders", TableName("orders", "sales")),
+        ('"my.schema"."a""b"', TableName('a"b', "my.schema")),
+        ('Orders "2026"; drop table x', TableName('Orders "2026"; drop table x')),
+        (["s p", "t.x"], TableName("t.x", "s p")),
+    ],
+)
+def test_table_names_are_taken_literally(text: str, expected: TableName) -> None:
+    assert parse_table(text) == expected
+
+
+def test_dead_letter_targets() -> None:
+    assert parse_dead_letter("rejects") == DeadLetter("postgres", table=TableName("rejects"))
+    assert parse_dead_letter("ops.rejects").table == TableName("rejects", "ops")  # type: ignore[union-attr]
+    assert parse_dead_letter("/data/rejects") == DeadLetter("delta", path="/data/rejects")
+    assert parse_dead_letter("s3://b/r").kind == "delta"  # type: ignore[union-attr]
+    assert parse_dead_letter({"delta": "rel"}) == DeadLetter("delta", path="rel")
+    assert parse_dead_letter(None) is None
+
+
+class _PgError(Exception):
+    def __init__(self, code: str | None) -> None:
+        self.pgcode = code
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [
+        ("40001", "transient"),
+        ("40P01", "transient"),
+        ("08006", "transient"),
+        ("57P01", "transient"),
+        ("22001", "data"),
+        ("23505", "data"),
+        ("42P01", "fatal"),
+    ],
+)
+def test_error_classification(code: str, kind: str) -> None:
+    assert classify(_PgError(code)) == kind
+    assert PostgresSink("pg").is_transient(_PgError(code)) is (kind == "transient")
+
+
+def test_connection_losses_retry_but_bad_passwords_do_not() -> None:
+    import psycopg2
+
+    sink = PostgresSink("pg")
+    assert sink.is_transient(psycopg2.OperationalError("server closed the connection"))
+    assert not sink.is_transient(psycopg2.OperationalError("password authentication failed"))
+    assert sink.is_transient(TransientSinkError("x", sink="pg"))
