@@ -13,11 +13,13 @@ import os
 import shutil
 import tempfile
 import time
-from collections import Counter
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fanout.demo_checks import compare, delta_rows, kafka_rows, latest_per, postgres_rows
+from fanout.demo_services import DemoServices, demo_services
 from fanout.errors import ConfigurationError
 from fanout.hookspecs import hookimpl
 from fanout.sink import BatchInfo, SinkResult
@@ -88,7 +90,7 @@ def generate_input(directory: Path, files: int, rows_per_file: int) -> list[dict
     return rows
 
 
-def _pipeline(workdir: Path, progress: Progress) -> Any:
+def _pipeline(workdir: Path, progress: Progress, services: DemoServices) -> Any:
     from fanout.dispatcher import FanOut
     from fanout.registry import load_registry
     from fanout.testing import FlakySink
@@ -102,18 +104,17 @@ def _pipeline(workdir: Path, progress: Progress) -> Any:
         keys=["customer"],
         order_by="order_id",
     )
+    flaky = FlakySink(
+        latest,
+        fail_on=[FAILING_BATCH],
+        state_path=workdir / "outage.json",
+        message="simulated outage of the 'latest' table",
+    )
+    bronze: dict[str, Any] = {"type": "delta", "name": "bronze", "path": str(workdir / "bronze")}
     return FanOut(
         pipeline="demo",
         ledger=str(workdir / "_fanout_ledger"),
-        sinks=[
-            {"type": "delta", "name": "bronze", "path": str(workdir / "bronze")},
-            FlakySink(
-                latest,
-                fail_on=[FAILING_BATCH],
-                state_path=workdir / "outage.json",
-                message="simulated outage of the 'latest' table",
-            ),
-        ],
+        sinks=[bronze, flaky, *services.sinks()],
         retries=0,
         plugins=[progress],
     )
@@ -134,43 +135,43 @@ def _run_query(spark: Any, workdir: Path, fan: Any) -> None:
     query.awaitTermination()
 
 
-def check_sinks(workdir: Path, rows: list[dict[str, Any]]) -> list[list[Any]]:
-    """Per sink: expected, present, missing, duplicated, wrong — read with delta-rs."""
-    from deltalake import DeltaTable
-
-    bronze = DeltaTable(str(workdir / "bronze")).to_pyarrow_table().to_pylist()
-    counts = Counter(r["order_id"] for r in bronze)
-    expected_ids = {r["order_id"] for r in rows}
-    bronze_row = [
-        "bronze",
-        "append",
-        len(expected_ids),
-        len(bronze),
-        len(expected_ids - counts.keys()),
-        sum(c - 1 for c in counts.values() if c > 1),
-        0,
+def check_sinks(
+    workdir: Path, rows: list[dict[str, Any]], services: DemoServices
+) -> list[list[Any]]:
+    """Per sink: expected, present, missing, duplicated, wrong — each read with its own
+    client (delta-rs, SQLAlchemy, a read_committed Kafka consumer)."""
+    by_id = {r["order_id"]: r for r in rows}
+    table = [
+        compare("bronze", "append", by_id, delta_rows(workdir / "bronze"), "order_id"),
+        compare(
+            "latest",
+            "merge",
+            latest_per(rows, "customer", "order_id"),
+            delta_rows(workdir / "latest"),
+            "customer",
+        ),
     ]
-    winners: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        if r["customer"] not in winners or r["order_id"] > winners[r["customer"]]["order_id"]:
-            winners[r["customer"]] = r
-    latest = DeltaTable(str(workdir / "latest")).to_pyarrow_table().to_pylist()
-    keys = Counter(r["customer"] for r in latest)
-    wrong = sum(1 for r in latest if winners.get(r["customer"]) != r)
-    latest_row = [
-        "latest",
-        "merge",
-        len(winners),
-        len(latest),
-        len(winners.keys() - keys.keys()),
-        sum(c - 1 for c in keys.values() if c > 1),
-        wrong,
-    ]
-    return [bronze_row, latest_row]
+    if services.postgres_url:
+        got = postgres_rows(services.postgres_url, services.table, rows[0].keys())
+        table.append(compare("pg", "upsert", by_id, got, "order_id"))
+    if services.kafka_bootstrap:
+        got = kafka_rows(services.kafka_bootstrap, services.topic, len(rows))
+        table.append(compare("events", "kafka", by_id, got, "order_id"))
+    return table
 
 
-def run_demo(workdir: str | None = None, rows_per_file: int = 500, files: int = 6) -> int:
-    """Run the demo; return 0 when every sink holds exactly the expected rows."""
+def run_demo(
+    workdir: str | None = None,
+    rows_per_file: int = 500,
+    files: int = 6,
+    *,
+    postgres_url: str | None = None,
+    kafka_bootstrap: str | None = None,
+) -> int:
+    """Run the demo; return 0 when every sink holds exactly the expected rows.
+
+    PostgreSQL and Kafka run embedded unless ``postgres_url`` / ``kafka_bootstrap`` name
+    servers to use."""
     if files < FAILING_BATCH + 2:
         raise ConfigurationError(
             f"--batches must be at least {FAILING_BATCH + 2}: the demo fails batch "
@@ -179,9 +180,11 @@ def run_demo(workdir: str | None = None, rows_per_file: int = 500, files: int = 
     if rows_per_file < 1:
         raise ConfigurationError("--rows must be at least 1")
     from fanout.ledger import DeltaLedger
+    from fanout.registry import load_registry
     from fanout.spark import local_session
     from fanout.status import render, summarize
 
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="fanout-demo-"))
     if root.exists() and any(root.iterdir()):
         shutil.rmtree(root)
@@ -190,24 +193,32 @@ def run_demo(workdir: str | None = None, rows_per_file: int = 500, files: int = 
     progress._say(f"working in {root}")
     rows = generate_input(root / "input", files, rows_per_file)
     progress._say(f"generated {len(rows)} orders in {files} files (one micro-batch each)")
-    progress._say("starting a local Spark session (about 10 s)...")
-    spark = local_session("fanout-demo")
-    spark.sparkContext.setLogLevel("OFF")
+    types = load_registry().sink_types()
+    with demo_services(
+        root, types, postgres_url=postgres_url, kafka_bootstrap=kafka_bootstrap
+    ) as services:
+        for note in services.notes:
+            progress._say(note)
+        targets = ["bronze", "latest"] + [s["name"] for s in services.sinks()]
+        progress._say(f"sinks: {', '.join(targets)}")
+        progress._say("starting a local Spark session (about 10 s)...")
+        spark = local_session("fanout-demo")
+        spark.sparkContext.setLogLevel("OFF")
 
-    progress._say(f"run 1: sink {FAILING_SINK!r} will fail at batch {FAILING_BATCH}")
-    try:
-        _run_query(spark, root, _pipeline(root, progress))
-        progress._say("run 1 finished without the planned failure?")
-    except Exception as exc:
-        first = next((line for line in str(exc).splitlines() if "sink(s) failed" in line), "")
-        progress._say(
-            "run 1: the query stopped, as planned: "
-            + (first.strip().removeprefix("fanout.errors.") or type(exc).__name__)
-        )
-    progress._say("run 2: restarting on the same checkpoint; Spark replays the failed batch")
-    _run_query(spark, root, _pipeline(root, progress))
-
-    table = check_sinks(root, rows)
+        progress._say(f"run 1: sink {FAILING_SINK!r} will fail at batch {FAILING_BATCH}")
+        try:
+            _run_query(spark, root, _pipeline(root, progress, services))
+            progress._say("run 1 finished without the planned failure?")
+        except Exception as exc:
+            lines = str(exc).splitlines()
+            first = next((line for line in lines if "sink(s) failed" in line), "")
+            progress._say(
+                "run 1: the query stopped, as planned: "
+                + (first.strip().removeprefix("fanout.errors.") or type(exc).__name__)
+            )
+        progress._say("run 2: restarting on the same checkpoint; Spark replays the failed batch")
+        _run_query(spark, root, _pipeline(root, progress, services))
+        table = check_sinks(root, rows, services)
     print()
     print(
         format_table(

@@ -84,6 +84,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str)
 
 
+class Py4jEchoFilter(logging.Filter):
+    """Drops py4j's traceback of an exception raised in foreachBatch: Spark raises it to the
+    caller as the query's exception, and fanout has logged it with its context."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep every other record."""
+        return not str(record.msg).startswith(
+            "There was an exception while executing the Python Proxy"
+        )
+
+
 def configure(level: str = "INFO", fmt: str = "text", stream: Any = None) -> logging.Handler:
     """Route fanout's logs (and Spark's py4j noise at WARNING) to one redacting handler."""
     handler = logging.StreamHandler(stream or sys.stderr)
@@ -99,4 +110,5 @@ def configure(level: str = "INFO", fmt: str = "text", stream: Any = None) -> log
     root.addHandler(handler)
     root.setLevel(level.upper())
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    handler.addFilter(Py4jEchoFilter())
     return handler

@@ -29,11 +29,17 @@ def test_demo_proves_no_loss_and_no_duplicate(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     out = done.stdout
     assert "latest: FAILED (sink 'latest', batch 3: simulated outage" in out
-    assert "batch 3: writing latest (skipping bronze: already committed)" in out
     rows = {
         m.group(1): m.group(0).split()
-        for m in re.finditer(r"^(bronze|latest)\s+\w+\s+.*$", out, re.M)
+        for m in re.finditer(
+            r"^(bronze|latest|pg|events)\s+(append|merge|upsert|kafka)\s.*$", out, re.M
+        )
     }
-    assert rows["bronze"] == ["bronze", "append", "200", "200", "0", "0", "0"]
-    assert rows["latest"] == ["latest", "merge", "40", "40", "0", "0", "0"]
+    assert rows == {
+        "bronze": ["bronze", "append", "200", "200", "0", "0", "0"],
+        "latest": ["latest", "merge", "40", "40", "0", "0", "0"],
+        "pg": ["pg", "upsert", "200", "200", "0", "0", "0"],
+        "events": ["events", "kafka", "200", "200", "0", "0", "0"],
+    }
+    assert "batch 3: writing latest (skipping bronze, pg, events: already committed)" in out
     assert "OK: no row lost, none duplicated, in any sink." in out

