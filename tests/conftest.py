@@ -1,4 +1,4 @@
-"""Integration fixtures: one local SparkSession per test process."""
+"""Shared fixtures: one local SparkSession per test process (started on first use)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def spark() -> Iterator[Any]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark everything under tests/integration as integration."""
+    """Mark everything under tests/integration and tests/chaos as integration."""
     for item in items:
-        if "tests/integration" in str(item.fspath):
+        if "tests/integration" in str(item.fspath) or "tests/chaos" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
