@@ -32,7 +32,7 @@ from fanout.errors import (
     TransientSinkError,
 )
 from fanout.secrets import redact
-from fanout.sink import Batch, Guarantee, Sink, SinkContext, SinkResult
+from fanout.sink import Batch, Guarantee, Sink, SinkContext, SinkResult, pipeline_scope
 from fanout_postgres import url as pgurl
 from fanout_postgres.deadletter import DeadLetter, ensure_table, parse_dead_letter, write_delta
 from fanout_postgres.encode import show
@@ -195,7 +195,10 @@ class PostgresSink(Sink):
         parted = projected.repartition(
             plan.partitions, *[F.col(_spark(c)) for c in plan.hash_columns]
         )
-        meta = BatchMeta(batch.pipeline, batch.batch_id, batch.query_id)
+        # Progress marks are keyed by the epoch's scope, like every idempotency record: after
+        # an accepted checkpoint reset, batch ids restart and must not meet the old marks.
+        scope = pipeline_scope(batch.pipeline, batch.info.epoch)
+        meta = BatchMeta(scope, batch.batch_id, batch.query_id)
         rows = parted.mapInArrow(partition_writer(self, plan, meta), RESULT_SCHEMA).collect()
         outcomes = sorted(
             (PartitionOutcome.from_json(r["outcome"]) for r in rows), key=lambda o: o.partition
