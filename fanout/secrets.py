@@ -16,30 +16,54 @@ from collections.abc import Iterable, Mapping
 from fanout.errors import ConfigurationError
 
 MASK = "***"
-_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_NAME = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def expand_env(value: str, *, what: str, environ: Mapping[str, str] | None = None) -> str:
-    """Replace ``${NAME}`` (or ``${NAME:-default}``) with environment variables.
+    """Replace ``${NAME}`` (or ``${NAME:-default}``, defaults may nest references) with
+    environment variables. Substituted values are not expanded again.
 
     :param what: names the option in the error, e.g. ``"sink 'pg' option 'url'"``.
-    :raises ConfigurationError: when a referenced variable is not set and has no default;
-        the message names the variable, never a value.
+    :raises ConfigurationError: when a referenced variable is not set and has no default,
+        or a reference is not closed; the message names the variable, never a value.
     """
     env = os.environ if environ is None else environ
+    text, _end = _expand(value, 0, env, what, nested=False)
+    return text
 
-    def substitute(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
+
+def _expand(
+    value: str, pos: int, env: Mapping[str, str], what: str, *, nested: bool
+) -> tuple[str, int]:
+    """Expand from ``pos`` to the end, or (``nested``) to the ``}`` closing a default."""
+    out: list[str] = []
+    while pos < len(value):
+        if nested and value[pos] == "}":
+            return "".join(out), pos
+        match = _NAME.match(value, pos)
+        if not match:
+            out.append(value[pos])
+            pos += 1
+            continue
+        name, pos = match.group(1), match.end()
+        default = None
+        if value.startswith(":-", pos):
+            default, pos = _expand(value, pos + 2, env, what, nested=True)
+        if not value.startswith("}", pos):
+            raise ConfigurationError(f"{what}: unclosed reference ${{{name}...")
+        pos += 1
         if name in env:
-            return env[name]
-        if default is not None:
-            return default
-        raise ConfigurationError(
-            f"{what}: environment variable {name!r} is referenced but not set; "
-            f"export {name}=... before starting the pipeline"
-        )
-
-    return _REFERENCE.sub(substitute, value)
+            out.append(env[name])
+        elif default is not None:
+            out.append(default)
+        else:
+            raise ConfigurationError(
+                f"{what}: environment variable {name!r} is referenced but not set; "
+                f"export {name}=... before starting the pipeline"
+            )
+    if nested:
+        raise ConfigurationError(f"{what}: a ${{NAME:-default}} reference is not closed")
+    return "".join(out), pos
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

@@ -3,6 +3,7 @@ sink (routing included), and the metrics endpoint agreeing with the ledger."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -11,15 +12,28 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tests.chaos.checker import check_postgres
+from tests.chaos.services import embedded_services
+from tests.integration.kafka.kafkatools import read_topic
 from tests.integration.streams import committed_marks, delta_rows, id_counts, write_input
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.toml"
 FILES, ROWS = 6, 30
-SINKS = ("bronze", "paid", "latest")
+SINKS = ("bronze", "paid", "latest", "orders_pg", "order_events")
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """An embedded PostgreSQL server and Kafka-protocol broker, as the example's env."""
+    with embedded_services(tmp_path_factory.mktemp("services")) as (pg_url, bootstrap):
+        yield {"FANOUT_PG_URL": pg_url, "FANOUT_KAFKA_BOOTSTRAP": bootstrap}
 
 
 def _free_port() -> int:
@@ -28,8 +42,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(data: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "FANOUT_DATA": str(data), "FANOUT_METRICS_PORT": str(port)}
+def _start(data: Path, port: int, log: Path, services: dict[str, str]) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **services, "FANOUT_DATA": str(data), "FANOUT_METRICS_PORT": str(port)}
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "fanout.cli", "run", str(EXAMPLE)],
@@ -65,11 +79,13 @@ def _metric(text: str, name: str, sink: str) -> float:
     return float(match.group(1))
 
 
-def test_run_sigterm_restart_exactly_once_and_metrics(tmp_path: Path) -> None:
+def test_run_sigterm_restart_exactly_once_and_metrics(
+    tmp_path: Path, services: dict[str, str]
+) -> None:
     rows = write_input(tmp_path / "input", FILES, ROWS)
     port = _free_port()
 
-    first = _start(tmp_path, port, tmp_path / "run1.log")
+    first = _start(tmp_path, port, tmp_path / "run1.log", services)
     _wait_for_marks(tmp_path, 2, first, tmp_path / "run1.log")
     out = _terminate(first, tmp_path / "run1.log")
     assert re.search(r"SIGTERM: (stopped between batches|batch \d+ (finished|abandoned))", out)
@@ -79,7 +95,7 @@ def test_run_sigterm_restart_exactly_once_and_metrics(tmp_path: Path) -> None:
     assert stopped_at < FILES, "the first run was meant to stop mid-stream"
 
     restarted_at = datetime.now(UTC)
-    second = _start(tmp_path, port, tmp_path / "run2.log")
+    second = _start(tmp_path, port, tmp_path / "run2.log", services)
     _wait_for_marks(tmp_path, FILES, second, tmp_path / "run2.log")
     time.sleep(1)  # let the last batch's observers finish
     scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
@@ -108,14 +124,22 @@ def test_run_sigterm_restart_exactly_once_and_metrics(tmp_path: Path) -> None:
     latest = delta_rows(tmp_path / "latest")
     winners = {r["customer"]: r["order_id"] for r in rows}
     assert sorted((r["customer"], r["order_id"]) for r in latest) == sorted(winners.items())
+    by_id = {r["order_id"]: r for r in rows}
+    pg = check_postgres(services["FANOUT_PG_URL"], "orders", by_id)
+    assert pg.exact, pg
+    events = read_topic(services["FANOUT_KAFKA_BOOTSTRAP"], "order-events", len(rows))
+    values = sorted((json.loads(e["value"]) for e in events), key=lambda v: v["order_id"])
+    assert values == [{k: r[k] for k in ("order_id", "customer", "status")} for r in rows]
 
 
 def test_validate_opens_every_sink_without_starting(
-    spark: Any, tmp_path: Path, monkeypatch: Any, capsys: Any
+    spark: Any, tmp_path: Path, monkeypatch: Any, capsys: Any, services: dict[str, str]
 ) -> None:
     from fanout.cli import main
 
     monkeypatch.setenv("FANOUT_DATA", str(tmp_path))
+    for name, value in services.items():
+        monkeypatch.setenv(name, value)
     (tmp_path / "input").mkdir()
     assert main(["validate", str(EXAMPLE)]) == 0
     out = capsys.readouterr().out

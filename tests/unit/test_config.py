@@ -29,11 +29,21 @@ def test_the_shipped_example_parses_with_the_installed_plugins(
 ) -> None:
     monkeypatch.setenv("FANOUT_DATA", "/data/x")
     monkeypatch.setenv("FANOUT_METRICS_PORT", "9999")
+    for name in ("FANOUT_PG_URL", "PGPASSWORD", "FANOUT_KAFKA_BOOTSTRAP"):
+        monkeypatch.delenv(name, raising=False)
     config = load(EXAMPLE, sink_option_names())
     assert config.name == "orders"
     assert config.ledger == "/data/x/_fanout/ledger"
     assert config.trigger == {"processing_time": "2 seconds"}
-    assert [s["name"] for s in config.sinks] == ["bronze", "paid", "latest"]
+    assert [s["name"] for s in config.sinks] == [
+        "bronze",
+        "paid",
+        "latest",
+        "orders_pg",
+        "order_events",
+    ]
+    assert config.sinks[3]["url"] == "postgresql+psycopg2://fanout:fanout@127.0.0.1:5432/fanout"
+    assert config.sinks[4]["bootstrap_servers"] == "127.0.0.1:9092"
     assert config.sinks[1]["where"] == "status = 'paid'"
     assert config.metrics == {"port": 9999, "host": "127.0.0.1"}
 

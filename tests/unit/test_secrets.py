@@ -66,3 +66,13 @@ def test_secret_never_reaches_errors_logs_or_ledger(caplog: pytest.LogCaptureFix
     assert all(PASSWORD not in text for text in texts)
     assert "connect to postgresql://u:***@db failed" in str(error)
     assert [e.status for e in ledger.entries] == ["failed"]
+
+
+def test_expand_env_nested_defaults_and_no_reexpansion() -> None:
+    env = {"PGPASSWORD": "p${NOT_A_REF}w", "HOST": "db"}
+    url = "${PG_URL:-postgresql://u:${PGPASSWORD:-x}@${HOST}:5432/${DB:-shop}}"
+    assert expand_env(url, what="x", environ=env) == "postgresql://u:p${NOT_A_REF}w@db:5432/shop"
+    assert expand_env(url, what="x", environ={**env, "PG_URL": "sqlite://"}) == "sqlite://"
+    with pytest.raises(ConfigurationError) as unclosed:
+        expand_env("${PG_URL:-abc", what="sink 'pg' option 'url'", environ={})
+    assert "is not closed" in str(unclosed.value)
