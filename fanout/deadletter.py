@@ -108,25 +108,9 @@ class DeltaDeadLetters:
     def write(self, batch: Batch, letters: Sequence[DeadLetter]) -> int:
         """Write the batch's dead letters (once); return how many the batch has."""
         import pyarrow as pa
-        from deltalake import write_deltalake
 
-        if not letters:
-            return 0
-        app_id = f"{batch.txn_app_id}#dead_letters"
-        table = deltaio.open_table(self.path, self.storage_options)
-        done = deltaio.transaction_version(table, app_id)
-        if done is not None and done >= batch.batch_id:
-            return len(letters)
-        data = pa.Table.from_pylist(to_records(batch, letters), schema=dead_letter_schema())
-        commit = deltaio.commit_properties({app_id: batch.batch_id})
-        if table is not None:
-            write_deltalake(table, data, mode="append", commit_properties=commit)
-        else:
-            write_deltalake(
-                self.path,
-                data,
-                mode="append",
-                storage_options=self.storage_options or None,
-                commit_properties=commit,
-            )
+        if letters:
+            data = pa.Table.from_pylist(to_records(batch, letters), schema=dead_letter_schema())
+            app_id = f"{batch.txn_app_id}#dead_letters"
+            deltaio.append_once(self.path, data, app_id, batch.batch_id, self.storage_options)
         return len(letters)

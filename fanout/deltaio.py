@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from deltalake import CommitProperties, DeltaTable
 
 
@@ -48,3 +49,33 @@ def commit_properties(
         ],
         custom_metadata=dict(metadata) if metadata else None,
     )
+
+
+def append_once(
+    path: str,
+    data: pa.Table,
+    app_id: str,
+    version: int,
+    storage_options: Mapping[str, str] | None = None,
+) -> bool:
+    """Append ``data`` to the Delta table at ``path`` (created when missing) in a commit
+    carrying the transaction ``(app_id, version)``, unless the table's log already records
+    that version or a later one for ``app_id``. Returns whether it appended.
+
+    This is how per-batch side tables (dead letters) stay exactly once across replays.
+    """
+    from deltalake import write_deltalake
+
+    table = open_table(path, storage_options)
+    done = transaction_version(table, app_id)
+    if done is not None and done >= version:
+        return False
+    commit = commit_properties({app_id: version})
+    if table is not None:
+        write_deltalake(table, data, mode="append", commit_properties=commit)
+    else:
+        options = dict(storage_options) if storage_options else None
+        write_deltalake(
+            path, data, mode="append", storage_options=options, commit_properties=commit
+        )
+    return True

@@ -58,10 +58,7 @@ def write(
 ) -> int:
     """Append one batch's dead letters once; returns the rows appended (0 when the table
     already holds this batch or there is nothing to write)."""
-    from deltalake import write_deltalake
-
-    version = written_version(path, txn_app_id)
-    if not rows or (version is not None and version >= batch_id):
+    if not rows:
         return 0
     now = datetime.now(UTC)
     table = pa.Table.from_pylist(
@@ -85,10 +82,5 @@ def write(
         ],
         schema=SCHEMA,
     )
-    write_deltalake(
-        path,
-        table,
-        mode="append",
-        commit_properties=deltaio.commit_properties({app_id(txn_app_id): batch_id}),
-    )
-    return table.num_rows
+    appended = deltaio.append_once(path, table, app_id(txn_app_id), batch_id)
+    return table.num_rows if appended else 0

@@ -89,14 +89,9 @@ def write_delta(
     :param base: the pipeline, sink and target common to every record.
     """
     import pyarrow as pa
-    from deltalake import write_deltalake
 
     from fanout import deltaio
 
-    table = deltaio.open_table(path)
-    done = deltaio.transaction_version(table, app_id)
-    if done is not None and done >= batch_id:
-        return False
     now = datetime.now(UTC)
     schema = pa.schema(
         [
@@ -125,10 +120,4 @@ def write_delta(
         }
         for r in records
     ]
-    write_deltalake(
-        path,
-        pa.Table.from_pylist(rows, schema=schema),
-        mode="append",
-        commit_properties=deltaio.commit_properties({app_id: batch_id}),
-    )
-    return True
+    return deltaio.append_once(path, pa.Table.from_pylist(rows, schema=schema), app_id, batch_id)
