@@ -1,0 +1,713 @@
+#!/usr/bin/env python
+"""Three sinks of three kinds: the same rows to Delta + PostgreSQL + Kafka, with fanout and
+without.
+
+    python bench/bench_three_sinks.py [--rows 1000000] [--files 10] [--repeat 2]
+                                      [--workdir DIR] [--keep]
+
+One local SparkSession (``local[2]``), one embedded PostgreSQL server and one embedded Kafka
+broker (Tansu) serve every run. The input is ``--rows`` JSON lines in ``--files`` files
+(bench_core's generator), read with ``maxFilesPerTrigger=1`` and ``availableNow``: one
+micro-batch per file. Every variant writes through fanout's own sink classes, built the same
+way (so the per-sink work is identical):
+
+  delta  DeltaSink(engine="rs", mode="append"): toArrow on the driver, delta-rs commit
+  pg     PostgresSink(keys=order_id, upsert, partitions=4): from the executors, COPY +
+         INSERT ... ON CONFLICT, one transaction per partition
+  kafka  KafkaSink(key=order_id, partitions=4): from the executors, one transactional
+         producer per partition, markers in a marker topic of the run's own
+
+Variants:
+
+  a        fanout: FanOut(pipeline, ledger=<Delta path>, sinks=[delta, pg, kafka]): the batch
+           is persisted, the three sinks are written in parallel threads
+  b        three independent streaming queries started together, each a FanOut with ONE
+           sink and its own ledger and checkpoint; timed from the first start to the last
+           termination
+  c        one foreachBatch calling delta.write, pg.write, kafka.write in turn (hand-written
+           baseline: no persist, no ledger; each Batch has its own Arrow conversion)
+  s_delta  / s_pg / s_kafka: one sink alone, as a single-sink FanOut (the "slowest single
+           sink alone" of the latency target)
+
+Every run uses a fresh Delta path, table, topic, marker topic, pipeline name, ledger and
+checkpoint, and is verified: Delta holds exactly N rows with order_ids 0..N-1 (delta-rs);
+PostgreSQL the same (SQL); Kafka exactly N records with N distinct keys (a read_committed
+consumer reading until N arrive, then 1 s more for extras); fanout's ledger marks the last
+batch for every sink. A wrong run makes the script exit 1.
+
+Per-batch latency is Spark's ``durationMs.triggerExecution`` of every micro-batch that read
+rows (``StreamingQuery.recentProgress``), of the best run of each variant (for b: the
+batches of its three queries pooled). The last line printed is machine-readable:
+
+    ratio_a_b=<x> ratio_a_c=<y> latency_vs_slowest=<z>
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_core import (
+    SCHEMA,
+    BenchFailure,
+    Ctx,
+    Run,
+    _batch_ms,
+    _cleanup,
+    _start,
+    _timed,
+    foreign_jvms,
+    generate_input,
+)
+from bench_core import verify as verify_delta
+
+SINKS = ("delta", "pg", "kafka")
+ORDER = ("s_delta", "s_pg", "s_kafka", "a", "b", "c")
+LABELS = {
+    "a": "a  fanout, 3 sinks in parallel",
+    "b": "b  3 independent queries, 1 sink each",
+    "c": "c  1 foreachBatch, 3 writes in turn",
+    "s_delta": "s_delta  Delta alone (1-sink FanOut)",
+    "s_pg": "s_pg     PostgreSQL alone",
+    "s_kafka": "s_kafka  Kafka alone",
+}
+TARGETS = {"a_b": 1.7, "a_c": 1.5}
+LATENCY_MAX = 1.2
+PARTITIONS = 4  # write partitions of the PostgreSQL and Kafka sinks (their default)
+WARMUP_ROWS = 20_000
+
+
+# -- the services and the sinks ----------------------------------------------------------
+
+
+@dataclass
+class Services:
+    """The embedded PostgreSQL server and Kafka broker shared by every run."""
+
+    pg_url: str
+    bootstrap: str
+    engine: Any = None  # SQLAlchemy engine for verification and cleanup
+    admin: Any = None  # confluent_kafka AdminClient
+    pg_pid: int | None = None  # the postmaster (its tree: every backend)
+    kafka_pid: int | None = None  # the Tansu broker
+    counter: int = 0
+
+    def unique(self, variant: str) -> str:
+        self.counter += 1
+        return f"{variant.replace('_', '')}{self.counter:03d}{uuid.uuid4().hex[:6]}"
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        self.admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+    def drop(self, tables: list[str], topics: list[str]) -> None:
+        """Free the server's memory and disk after a verified run (best effort)."""
+        from sqlalchemy import text
+
+        with self.engine.begin() as conn:
+            for table in tables:
+                conn.execute(text(f'DROP TABLE IF EXISTS "{table}"'))
+        if topics:
+            for future in self.admin.delete_topics(topics).values():
+                with contextlib.suppress(Exception):
+                    future.result(30)
+
+
+@dataclass
+class Plan:
+    """The names of one run: pipeline, Delta path, PostgreSQL table, Kafka topics."""
+
+    run: Path
+    pipeline: str
+    delta_path: Path
+    table: str
+    topic: str
+    marker_topic: str
+
+
+def make_plan(ctx: Ctx, services: Services, variant: str) -> Plan:
+    run = ctx.run_dir(variant)
+    uid = services.unique(variant)
+    plan = Plan(run, f"b3-{uid}", run / "delta", f"bench_{uid}", f"bench-{uid}", f"markers-{uid}")
+    services.create_topic(plan.topic, PARTITIONS)  # explicitly, before anything produces
+    services.create_topic(plan.marker_topic, 1)
+    return plan
+
+
+def make_sink(kind: str, plan: Plan, services: Services) -> Any:
+    """One of fanout's own sinks; every variant builds them here, with the same options."""
+    if kind == "delta":
+        from fanout_delta.sink import DeltaSink
+
+        return DeltaSink("delta", path=str(plan.delta_path), engine="rs", mode="append")
+    if kind == "pg":
+        from fanout_postgres import PostgresSink
+
+        return PostgresSink(
+            "pg",
+            url=services.pg_url,
+            table=plan.table,
+            keys=["order_id"],
+            create_table=True,
+            partitions=PARTITIONS,
+            batch_schema=SCHEMA,  # creates the table at open(), before the clock starts
+        )
+    if kind == "kafka":
+        from fanout_kafka import KafkaSink
+
+        return KafkaSink(
+            "kafka",
+            bootstrap_servers=services.bootstrap,
+            topic=plan.topic,
+            key="order_id",
+            partitions=PARTITIONS,
+            marker_topic=plan.marker_topic,
+        )
+    raise ValueError(kind)
+
+
+# -- per-sink write times ----------------------------------------------------------------
+
+
+@dataclass
+class SinkTimes:
+    """Seconds of every ``sink.write`` call, per sink, appended from any thread."""
+
+    seconds: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, sink: str, duration_s: float) -> None:
+        with self.lock:
+            self.seconds[sink].append(duration_s)
+
+    def observer(self) -> object:
+        """A fanout observer plugin recording each sink's write time (``fanout_sink_done``:
+        ``sink.write`` alone, without the ledger mark)."""
+        from fanout import hookimpl
+
+        times = self
+
+        class Observer:
+            @hookimpl
+            def fanout_sink_done(
+                self, info: Any, sink: str, result: Any, duration_s: float
+            ) -> None:
+                times.add(sink, duration_s)
+
+        return Observer()
+
+
+# -- CPU accounting ----------------------------------------------------------------------
+
+CLK = os.sysconf("SC_CLK_TCK")
+CPU_GROUPS = ("driver", "spark_jvm", "py_workers", "postgres", "tansu")
+CPU_LABELS = {
+    "driver": "driver Python (fanout, toArrow, delta-rs)",
+    "spark_jvm": "Spark JVM (scan, JSON parse, shuffle)",
+    "py_workers": "Spark Python workers (pg + kafka tasks)",
+    "postgres": "PostgreSQL server",
+    "tansu": "Kafka broker (Tansu)",
+}
+
+
+def _proc_table() -> dict[int, tuple[int, str, float, float]]:
+    """pid -> (ppid, comm, own CPU s, own + reaped children's CPU s)."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        f = stat.rsplit(")", 1)[1].split()  # f[1] ppid, f[11..14] utime stime cutime cstime
+        own = (int(f[11]) + int(f[12])) / CLK
+        out[int(d.name)] = (int(f[1]), comm, own, own + (int(f[13]) + int(f[14])) / CLK)
+    return out
+
+
+def _machine_cpu() -> float:
+    """Busy CPU seconds of the whole machine (user, nice, system, irq, softirq, steal)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+    return (user + nice + system + irq + softirq + steal) / CLK
+
+
+def cpu_snapshot(services: Services) -> dict[str, float]:
+    """CPU seconds used so far by each process group of this benchmark, and the machine."""
+    table = _proc_table()
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, (ppid, *_rest) in table.items():
+        children[ppid].append(pid)
+
+    def tree(root: int | None) -> float:
+        if root is None or root not in table:
+            return 0.0
+        return table[root][3] + sum(tree(c) for c in children[root])
+
+    me = os.getpid()
+    jvms = [p for p in children[me] if table[p][1] == "java"]
+    return {
+        "driver": table[me][2],
+        "spark_jvm": sum(table[p][2] for p in jvms),
+        "py_workers": sum(tree(c) for p in jvms for c in children[p]),
+        "postgres": tree(services.pg_pid),
+        "tansu": tree(services.kafka_pid),
+        "machine": _machine_cpu(),
+    }
+
+
+def find_postmaster(data_dir: Path) -> int | None:
+    """The embedded server's postmaster: a ``postgres`` process started on ``data_dir``
+    whose parent is not one."""
+    table = _proc_table()
+    for pid, (ppid, comm, *_rest) in table.items():
+        if comm != "postgres" or table.get(ppid, (0, ""))[1] == "postgres":
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(data_dir) in cmdline:
+            return pid
+    return None
+
+
+def timed(ctx: Ctx, services: Services, starters: list[Callable[[], Any]]) -> tuple:
+    """bench_core's ``_timed`` (first start to last termination), plus the CPU seconds
+    each process group used meanwhile."""
+    before = cpu_snapshot(services)
+    seconds, queries = _timed(ctx, starters)
+    after = cpu_snapshot(services)
+    return seconds, queries, {k: after[k] - before[k] for k in before}
+
+
+# -- verification ------------------------------------------------------------------------
+
+
+def verify_pg(services: Services, table: str, n: int, variant: str) -> None:
+    from sqlalchemy import text
+
+    with services.engine.connect() as conn:
+        rows, distinct, lo, hi = conn.execute(
+            text(
+                "SELECT count(*), count(DISTINCT order_id), min(order_id), max(order_id) "
+                f'FROM "{table}"'
+            )
+        ).one()
+    if rows != n or distinct != n or (n and (lo != 0 or hi != n - 1)):
+        raise BenchFailure(
+            f"variant {variant}: PostgreSQL table {table} holds {rows} rows, {distinct} "
+            f"distinct order_ids (min {lo}, max {hi}); expected exactly {n} (0..{n - 1})"
+        )
+
+
+def verify_kafka(services: Services, topic: str, n: int, variant: str) -> None:
+    """A read_committed consumer reads until ``n`` records arrived (then 1 s more, to see
+    any extra); never the watermarks, which Tansu reports wrong."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": services.bootstrap,
+            "group.id": f"verify-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, -2) for p in parts])  # -2: beginning
+        keys: set[bytes] = set()
+        count, deadline, quiet_until = 0, time.monotonic() + 300, None
+        while time.monotonic() < deadline:
+            if count >= n:
+                quiet_until = quiet_until or time.monotonic() + 1.0
+                if time.monotonic() > quiet_until:
+                    break
+            for message in consumer.consume(10_000, timeout=0.2):
+                if message.error():
+                    continue
+                count += 1
+                keys.add(message.key())
+    finally:
+        consumer.close()
+    if count != n or len(keys) != n:
+        raise BenchFailure(
+            f"variant {variant}: Kafka topic {topic} holds {count} committed records with "
+            f"{len(keys)} distinct keys; expected exactly {n}"
+        )
+
+
+def verify_ledger(ledger: Any, pipeline: str, sinks: list[str], last: int, variant: str) -> None:
+    marks = ledger.last_committed(pipeline, sinks)
+    if any(v != last for v in marks.values()):
+        raise BenchFailure(f"variant {variant}: ledger marks {marks}, expected {last} each")
+
+
+def verify_all(
+    ctx: Ctx, services: Services, plan: Plan, kinds: tuple[str, ...], variant: str
+) -> None:
+    if "delta" in kinds:
+        verify_delta([plan.delta_path], ctx.rows, variant)
+    if "pg" in kinds:
+        verify_pg(services, plan.table, ctx.rows, variant)
+    if "kafka" in kinds:
+        verify_kafka(services, plan.topic, ctx.rows, variant)
+
+
+def finish(ctx: Ctx, services: Services, plan: Plan, kinds: tuple[str, ...]) -> None:
+    if not ctx.keep:
+        services.drop(
+            [plan.table] if "pg" in kinds else [],
+            [plan.topic, plan.marker_topic] if "kafka" in kinds else [plan.marker_topic],
+        )
+    _cleanup(ctx, plan.run)
+
+
+# -- the variants ------------------------------------------------------------------------
+
+
+def run_fanout(ctx: Ctx, services: Services, variant: str, kinds: tuple[str, ...]) -> Run:
+    """(a) with all three sinks; s_<sink> with one."""
+    from fanout import FanOut
+    from fanout.ledger import DeltaLedger
+
+    plan = make_plan(ctx, services, variant)
+    times = SinkTimes()
+    ledger = DeltaLedger(str(plan.run / "ledger"))
+    fan = FanOut(  # builds and opens the sinks and the ledger: before the clock starts
+        pipeline=plan.pipeline,
+        ledger=ledger,
+        sinks=[make_sink(k, plan, services) for k in kinds],
+        plugins=(times.observer(),),
+    )
+    try:
+        seconds, qs, cpu = timed(ctx, services, [lambda: _start(ctx, fan, plan.run / "ckpt")])
+    finally:
+        fan.close()
+    verify_all(ctx, services, plan, kinds, variant)
+    last = max(p["batchId"] for q in qs for p in q.recentProgress if p["numInputRows"] > 0)
+    verify_ledger(ledger, plan.pipeline, list(kinds), last, variant)
+    finish(ctx, services, plan, kinds)
+    return Run(variant, seconds, _batch_ms(qs), extra={"sink_s": dict(times.seconds), "cpu": cpu})
+
+
+def run_b(ctx: Ctx, services: Services) -> Run:
+    """Three queries, each a single-sink FanOut with its own ledger and checkpoint."""
+    from fanout import FanOut
+    from fanout.ledger import DeltaLedger
+
+    plan = make_plan(ctx, services, "b")
+    times = SinkTimes()
+    ledgers = {k: DeltaLedger(str(plan.run / f"ledger-{k}")) for k in SINKS}
+    fans = {
+        k: FanOut(
+            pipeline=plan.pipeline,
+            ledger=ledgers[k],
+            sinks=[make_sink(k, plan, services)],
+            plugins=(times.observer(),),
+        )
+        for k in SINKS
+    }
+    starters = [(lambda k=k: _start(ctx, fans[k], plan.run / f"ckpt-{k}")) for k in SINKS]
+    try:
+        seconds, qs, cpu = timed(ctx, services, starters)
+    finally:
+        for fan in fans.values():
+            fan.close()
+    verify_all(ctx, services, plan, SINKS, "b")
+    for k, q in zip(SINKS, qs, strict=True):
+        last = max(p["batchId"] for p in q.recentProgress if p["numInputRows"] > 0)
+        verify_ledger(ledgers[k], plan.pipeline, [k], last, "b")
+    finish(ctx, services, plan, SINKS)
+    return Run("b", seconds, _batch_ms(qs), extra={"sink_s": dict(times.seconds), "cpu": cpu})
+
+
+def run_c(ctx: Ctx, services: Services) -> Run:
+    """The hand-written baseline: one foreachBatch, the three sinks' writes in turn."""
+    from fanout.context import query_id_of
+    from fanout.sink import Batch, BatchInfo, SinkContext, txn_app_id
+
+    plan = make_plan(ctx, services, "c")
+    times = SinkTimes()
+    sinks = [make_sink(k, plan, services) for k in SINKS]
+    for sink in sinks:
+        sink.open(SinkContext(plan.pipeline, ctx.spark))
+
+    def write_all(df: Any, batch_id: int) -> None:
+        info = BatchInfo(plan.pipeline, int(batch_id), query_id_of(df))
+        for sink in sinks:  # no persist: each write reads and parses the input again
+            batch = Batch(df, info, sink.name, txn_app_id(plan.pipeline, sink.name))
+            t0 = time.perf_counter()
+            sink.write(batch)
+            times.add(sink.name, time.perf_counter() - t0)
+
+    try:
+        seconds, qs, cpu = timed(ctx, services, [lambda: _start(ctx, write_all, plan.run / "ckpt")])
+    finally:
+        for sink in sinks:
+            sink.close()
+    verify_all(ctx, services, plan, SINKS, "c")
+    finish(ctx, services, plan, SINKS)
+    return Run("c", seconds, _batch_ms(qs), extra={"sink_s": dict(times.seconds), "cpu": cpu})
+
+
+RUNNERS: dict[str, Callable[[Ctx, Services], Run]] = {
+    "a": lambda ctx, s: run_fanout(ctx, s, "a", SINKS),
+    "b": run_b,
+    "c": run_c,
+    "s_delta": lambda ctx, s: run_fanout(ctx, s, "s_delta", ("delta",)),
+    "s_pg": lambda ctx, s: run_fanout(ctx, s, "s_pg", ("pg",)),
+    "s_kafka": lambda ctx, s: run_fanout(ctx, s, "s_kafka", ("kafka",)),
+}
+
+
+# -- statistics --------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return float("nan")
+    data = sorted(values)
+    pos = (len(data) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def mean_ms(values: list[float] | None) -> str:
+    return f"{1000 * statistics.fmean(values):7.0f}" if values else f"{'-':>7}"
+
+
+# -- main --------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--files", type=int, default=10, help="input files = micro-batches")
+    parser.add_argument("--repeat", type=int, default=2, help="timed runs per variant (best kept)")
+    parser.add_argument("--workdir", help="input and outputs go here (default: a new /tmp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep outputs, tables and topics")
+    args = parser.parse_args(argv)
+
+    made_workdir = args.workdir is None
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fanout-bench3-", dir="/tmp"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _bench(args, workdir)
+    except BenchFailure as exc:
+        print(f"\nBENCHMARK FAILED: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if made_workdir and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        elif args.keep:
+            print(f"(kept {workdir})", file=sys.stderr)  # stdout's last line stays the result
+
+
+def _bench(args: argparse.Namespace, workdir: Path) -> int:
+    t_all = time.perf_counter()
+    source, warm = workdir / "input", workdir / "warmup-input"
+    for d in (source, warm, workdir / "runs"):
+        shutil.rmtree(d, ignore_errors=True)
+    t0 = time.perf_counter()
+    generate_input(source, args.rows, args.files)
+    generate_input(warm, WARMUP_ROWS, 2, seed=11)
+    print(
+        f"input: {args.rows} rows of JSON lines in {args.files} files under {source} "
+        f"({sum(f.stat().st_size for f in source.iterdir()) / 1e6:.0f} MB, "
+        f"generated in {time.perf_counter() - t0:.1f} s)"
+    )
+
+    from fanout_kafka.embedded import EmbeddedKafka
+    from fanout_postgres.embedded import EmbeddedPostgres
+
+    with contextlib.ExitStack() as stack:
+        t0 = time.perf_counter()
+        pg_url = stack.enter_context(
+            EmbeddedPostgres(workdir / "pgdata", database="bench", delete=True)
+        )
+        kafka = EmbeddedKafka()
+        bootstrap = stack.enter_context(kafka)
+        print(
+            f"embedded PostgreSQL ({pg_url.split('?')[0]}) and Kafka (Tansu, {bootstrap}) "
+            f"up in {time.perf_counter() - t0:.1f} s"
+        )
+        from confluent_kafka.admin import AdminClient
+        from sqlalchemy import create_engine
+
+        engine = create_engine(pg_url)
+        stack.callback(engine.dispose)
+        services = Services(
+            pg_url,
+            bootstrap,
+            engine,
+            AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}),
+            find_postmaster(workdir / "pgdata"),
+            kafka.process.pid if kafka.process is not None else None,
+        )
+        return _measure(args, workdir, source, warm, services, t_all)
+
+
+def _measure(
+    args: argparse.Namespace,
+    workdir: Path,
+    source: Path,
+    warm: Path,
+    services: Services,
+    t_all: float,
+) -> int:
+    from fanout.spark import local_session
+
+    t0 = time.perf_counter()
+    spark = local_session("fanout-bench-three-sinks")
+    import pyspark
+
+    print(
+        f"spark {pyspark.__version__} {spark.sparkContext.master}, session in "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
+
+    warm_ctx = Ctx(spark, warm, WARMUP_ROWS, workdir / "runs" / "warmup", keep=False)
+    t0 = time.perf_counter()
+    for variant in ORDER:  # every code path once, untimed, on 20k rows
+        RUNNERS[variant](warm_ctx, services)
+    print(
+        f"warm-up: every variant once on {WARMUP_ROWS // 1000}k rows in 2 batches "
+        f"({time.perf_counter() - t0:.1f} s, not counted)",
+        flush=True,
+    )
+
+    ctx = Ctx(spark, source, args.rows, workdir / "runs" / "timed", keep=args.keep)
+    load_before, foreign_before = os.getloadavg()[0], foreign_jvms()
+    runs: dict[str, list[Run]] = defaultdict(list)
+    for rep in range(args.repeat):
+        order = ORDER if rep % 2 == 0 else tuple(reversed(ORDER))  # spread any drift
+        for variant in order:
+            r = RUNNERS[variant](ctx, services)
+            runs[variant].append(r)
+            print(
+                f"  round {rep + 1}: {variant:<7} {r.seconds:7.2f} s  batch p50 "
+                f"{percentile(r.batch_ms, 0.5):6.0f} ms  (verified: {args.rows} rows once "
+                "each in every sink, ledger marks)",
+                flush=True,
+            )
+    load_after, foreign_after = os.getloadavg()[0], foreign_jvms()
+    best = {v: min(rs, key=lambda r: r.seconds) for v, rs in runs.items()}
+    print(
+        f"1-min load average before/after the timed runs: {load_before:.2f} / {load_after:.2f} "
+        f"on {os.cpu_count()} cores; other JVMs running before/after: {foreign_before} / "
+        f"{foreign_after}"
+        + (
+            "  (WARNING: other work shared the CPU: numbers are noisy)"
+            if foreign_before or foreign_after
+            else ""
+        )
+    )
+
+    n = args.rows
+    p50 = {v: percentile(r.batch_ms, 0.5) for v, r in best.items()}
+    p95 = {v: percentile(r.batch_ms, 0.95) for v, r in best.items()}
+    print(
+        f"\n{n} rows, {args.files} micro-batches, sinks Delta (delta-rs) + PostgreSQL (upsert, "
+        f"{PARTITIONS} partitions) + Kafka (transactional, {PARTITIONS} partitions); best of "
+        f"{args.repeat} interleaved runs per variant"
+    )
+    print(
+        f"{'variant':<40} {'seconds':>8} {'rows/s':>9} {'p50 ms':>7} {'p95 ms':>7}   all runs (s)"
+    )
+    for v in ORDER:
+        r = best[v]
+        all_s = ", ".join(f"{x.seconds:.2f}" for x in runs[v])
+        print(
+            f"{LABELS[v]:<40} {r.seconds:8.2f} {n / r.seconds:9,.0f} {p50[v]:7.0f} "
+            f"{p95[v]:7.0f}   {all_s}"
+        )
+    print(
+        "(p50/p95: Spark triggerExecution of each micro-batch of the best run, from "
+        "recentProgress; for b over the 3 queries' batches pooled, each writing one sink)"
+    )
+
+    print("\nmean sink.write time per batch, ms (best run; a and s_*: fanout_sink_done hook,")
+    print("b: the same inside each query, c: timed around each write):")
+    print(f"  {'variant':<9} {'delta':>7} {'pg':>7} {'kafka':>7} {'sum':>7}")
+    for v in ORDER:
+        sink_s = best[v].extra.get("sink_s", {})
+        total = sum(statistics.fmean(x) for x in sink_s.values() if x)
+        cells = " ".join(mean_ms(sink_s.get(k)) for k in SINKS)
+        print(f"  {v:<9} {cells} {1000 * total:7.0f}")
+
+    cores = os.cpu_count() or 1
+    print(f"\nCPU seconds during the best run (from /proc; {cores} cores = {cores} CPU s per s):")
+    print(f"  {'':<42}" + "".join(f"{v:>9}" for v in ORDER))
+    for group in CPU_GROUPS:
+        cells = "".join(f"{best[v].extra['cpu'][group]:9.1f}" for v in ORDER)
+        print(f"  {CPU_LABELS[group]:<42}{cells}")
+    ours = {v: sum(best[v].extra["cpu"][g] for g in CPU_GROUPS) for v in ORDER}
+    print(f"  {'= this benchmark':<42}" + "".join(f"{ours[v]:9.1f}" for v in ORDER))
+    print(
+        f"  {'other processes on the machine':<42}"
+        + "".join(f"{best[v].extra['cpu']['machine'] - ours[v]:9.1f}" for v in ORDER)
+    )
+    print(
+        f"  {'wall s x cores (capacity)':<42}"
+        + "".join(f"{best[v].seconds * cores:9.1f}" for v in ORDER)
+    )
+    print(
+        f"  {'machine busy / capacity':<42}"
+        + "".join(
+            f"{best[v].extra['cpu']['machine'] / (best[v].seconds * cores):9.0%}" for v in ORDER
+        )
+    )
+
+    tput = {v: n / r.seconds for v, r in best.items()}
+    ratios = {"a_b": tput["a"] / tput["b"], "a_c": tput["a"] / tput["c"]}
+    singles = ("s_delta", "s_pg", "s_kafka")
+    slowest = max(singles, key=lambda v: p50[v])
+    slowest95 = max(singles, key=lambda v: p95[v])
+    latency = p50["a"] / p50[slowest]
+    latency95 = p95["a"] / p95[slowest95]
+    print("\nthroughput ratios (rows/s of a / rows/s of x):")
+    for key, target in TARGETS.items():
+        verdict = "PASS" if ratios[key] >= target else "MISS"
+        print(f"  a/{key[2]} = {ratios[key]:.3f}   target >= {target}   {verdict}")
+    verdict = "PASS" if latency <= LATENCY_MAX else "MISS"
+    print(
+        f"  batch latency of a / slowest single sink ({slowest}), p50: {latency:.3f}   "
+        f"target <= {LATENCY_MAX}   {verdict}"
+    )
+    print(
+        f"  the same at p95 (slowest at p95: {slowest95}): {latency95:.3f}   (informational; "
+        f"sum of the single sinks' p50: {sum(p50[v] for v in singles) / p50['a']:.2f}x a's p50)"
+    )
+    print(f"total benchmark time {time.perf_counter() - t_all:.0f} s")
+    print(
+        f"ratio_a_b={ratios['a_b']:.3f} ratio_a_c={ratios['a_c']:.3f} "
+        f"latency_vs_slowest={latency:.3f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
