@@ -137,8 +137,9 @@ def _start(df: Any, fan: Any, config: PipelineConfig) -> Any:
     return writer.queryName(config.name).start()
 
 
-def validate(path: str, out: TextIO = sys.stdout) -> int:
+def validate(path: str, out: TextIO | None = None) -> int:
     """Check the file, the source and every sink's target, without starting the stream."""
+    out = out or sys.stdout  # looked up now: tests and callers may have replaced it
     config = load(path, sink_option_names())
     spark = build_session(config)
     build_source(spark, config)
@@ -155,8 +156,9 @@ def validate(path: str, out: TextIO = sys.stdout) -> int:
     return 0
 
 
-def run(path: str, out: TextIO = sys.stdout) -> int:
+def run(path: str, out: TextIO | None = None) -> int:
     """Run the pipeline until its trigger ends it, it fails, or SIGINT/SIGTERM stops it."""
+    out = out or sys.stdout
     config = load(path, sink_option_names())
     spark = build_session(config)
     df = build_source(spark, config)
