@@ -577,11 +577,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-diagnose", action="store_true", help="skip the instrumented run")
     args = parser.parse_args(argv)
 
+    return run_with_workdir(args, "fanout-bench-", _bench)
+
+
+def run_with_workdir(
+    args: argparse.Namespace, prefix: str, bench: Callable[[argparse.Namespace, Path], int]
+) -> int:
+    """Run ``bench`` in ``args.workdir`` (or a new temporary one, removed afterwards unless
+    ``--keep``); a :class:`BenchFailure` becomes exit code 1."""
     made_workdir = args.workdir is None
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fanout-bench-", dir="/tmp"))
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        return _bench(args, workdir)
+        return bench(args, workdir)
     except BenchFailure as exc:
         print(f"\nBENCHMARK FAILED: {exc}", file=sys.stderr)
         return 1

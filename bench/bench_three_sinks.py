@@ -50,7 +50,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -73,6 +72,7 @@ from bench_core import (
     _timed,
     foreign_jvms,
     generate_input,
+    run_with_workdir,
 )
 from bench_core import verify as verify_delta
 
@@ -511,19 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep outputs, tables and topics")
     args = parser.parse_args(argv)
 
-    made_workdir = args.workdir is None
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fanout-bench3-", dir="/tmp"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
-        return _bench(args, workdir)
-    except BenchFailure as exc:
-        print(f"\nBENCHMARK FAILED: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if made_workdir and not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-        elif args.keep:
-            print(f"(kept {workdir})", file=sys.stderr)  # stdout's last line stays the result
+    return run_with_workdir(args, "fanout-bench3-", _bench)
 
 
 def _bench(args: argparse.Namespace, workdir: Path) -> int:

@@ -32,10 +32,13 @@ class Cluster:
         self.bootstrap_servers = bootstrap_servers
         self.timeout_s = timeout_s
         self._errors: list[str] = []
+        # The callback holds the list, not self: a reference cycle would keep the client
+        # (and its connection attempts) alive until the interpreter exits.
+        errors = self._errors
         config: dict[str, Any] = {
             **connection_settings(producer),
             "bootstrap.servers": bootstrap_servers,
-            "error_cb": lambda err: self._errors.append(err.str()),
+            "error_cb": lambda err: errors.append(err.str()),
             "logger": logging.getLogger("fanout_kafka.librdkafka"),
         }
         self.admin = AdminClient(config)
