@@ -580,6 +580,21 @@ def main(argv: list[str] | None = None) -> int:
     return run_with_workdir(args, "fanout-bench-", _bench)
 
 
+def report_load(load_before: float, foreign_before: int) -> None:
+    """Print the load around the timed runs, warning when other work shared the CPU."""
+    load_after, foreign_after = os.getloadavg()[0], foreign_jvms()
+    print(
+        f"1-min load average before/after the timed runs: {load_before:.2f} / {load_after:.2f} "
+        f"on {os.cpu_count()} cores; other JVMs running before/after: {foreign_before} / "
+        f"{foreign_after}"
+        + (
+            "  (WARNING: other work shared the CPU: numbers are noisy)"
+            if foreign_before or foreign_after
+            else ""
+        )
+    )
+
+
 def run_with_workdir(
     args: argparse.Namespace, prefix: str, bench: Callable[[argparse.Namespace, Path], int]
 ) -> int:
@@ -649,17 +664,7 @@ def _bench(args: argparse.Namespace, workdir: Path) -> int:
                 flush=True,
             )
     best = {v: min(rs, key=lambda r: r.seconds) for v, rs in runs.items()}
-    load_after, foreign_after = os.getloadavg()[0], foreign_jvms()
-    print(
-        f"1-min load average before/after the timed runs: {load_before:.2f} / {load_after:.2f} "
-        f"on {os.cpu_count()} cores; other JVMs running before/after: {foreign_before} / "
-        f"{foreign_after}"
-        + (
-            "  (WARNING: other work shared the CPU: numbers are noisy)"
-            if foreign_before or foreign_after
-            else ""
-        )
-    )
+    report_load(load_before, foreign_before)
 
     n = args.rows
     print(

@@ -72,6 +72,7 @@ from bench_core import (
     _timed,
     foreign_jvms,
     generate_input,
+    report_load,
     run_with_workdir,
 )
 from bench_core import verify as verify_delta
@@ -601,18 +602,8 @@ def _measure(
                 "each in every sink, ledger marks)",
                 flush=True,
             )
-    load_after, foreign_after = os.getloadavg()[0], foreign_jvms()
     best = {v: min(rs, key=lambda r: r.seconds) for v, rs in runs.items()}
-    print(
-        f"1-min load average before/after the timed runs: {load_before:.2f} / {load_after:.2f} "
-        f"on {os.cpu_count()} cores; other JVMs running before/after: {foreign_before} / "
-        f"{foreign_after}"
-        + (
-            "  (WARNING: other work shared the CPU: numbers are noisy)"
-            if foreign_before or foreign_after
-            else ""
-        )
-    )
+    report_load(load_before, foreign_before)
 
     n = args.rows
     p50 = {v: percentile(r.batch_ms, 0.5) for v, r in best.items()}

@@ -43,10 +43,12 @@ def write_input(
     return rows
 
 
-def run_stream(spark: Any, input_dir: Path, fan: Any, checkpoint: Path) -> None:
+def run_stream(
+    spark: Any, input_dir: Path, fan: Any, checkpoint: Path, schema: str = SCHEMA
+) -> None:
     """Run the file stream through ``fan`` until the input is consumed (one file per
     batch); raises the query's exception when it fails."""
-    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(input_dir))
+    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(input_dir))
     query = (
         stream.writeStream.foreachBatch(fan)
         .option("checkpointLocation", str(checkpoint))

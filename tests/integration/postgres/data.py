@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tests.integration import streams
+
 SCHEMA = "id LONG, customer STRING, amount DOUBLE, version LONG"
 EPOCH = 1_700_000_000
 
@@ -46,12 +48,5 @@ def latest(files: list[list[dict[str, Any]]]) -> dict[int, dict[str, Any]]:
 
 
 def run_stream(spark: Any, input_dir: Path, fan: Any, checkpoint: Path) -> None:
-    """Run the file stream through ``fan``, one file per micro-batch, to the end."""
-    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(input_dir))
-    query = (
-        stream.writeStream.foreachBatch(fan)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    """Run the file stream of these tests' schema through ``fan``, one file per batch."""
+    streams.run_stream(spark, input_dir, fan, checkpoint, SCHEMA)
