@@ -163,6 +163,11 @@ class Rows:
         self._chunks: list[pa.Table] = []
         self.count = 0
 
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The chunks' schema (with :data:`ROW`), once a chunk was taken."""
+        return self._chunks[0].schema if self._chunks else None
+
     def next_chunk(self) -> pa.Table | None:
         """The next chunk, or ``None`` when Spark has no more."""
         batch = next(self._batches, None)
@@ -189,29 +194,42 @@ class Rows:
         return pa.concat_tables(self._chunks)
 
 
-class CsvStream:
-    """A file-like object for ``copy_expert``: CSV made chunk by chunk as Spark delivers
-    rows, so PostgreSQL parses while Spark still shuffles. ``prepare`` turns a chunk
-    into the table to send (dropping rows it rejects). An exception raised by ``prepare``
-    is kept in :attr:`error` (psycopg2 replaces it by a generic COPY failure)."""
+class CopyStream:
+    """A file-like object for ``copy_expert``: COPY data made chunk by chunk as Spark
+    delivers rows, so PostgreSQL loads while Spark still shuffles. ``prepare`` turns a
+    chunk into the table to send (dropping rows it rejects); ``encode`` renders it (CSV by
+    default; see :mod:`fanout_postgres.binary`), between ``header`` and ``trailer``. An
+    exception raised by ``prepare`` or ``encode`` is kept in :attr:`error` (psycopg2
+    replaces it by a generic COPY failure)."""
 
-    def __init__(self, rows: Rows, prepare: Callable[[pa.Table], pa.Table]) -> None:
+    def __init__(
+        self,
+        rows: Rows,
+        prepare: Callable[[pa.Table], pa.Table],
+        encode: Callable[[pa.Table], bytes] = lambda table: to_csv(table),
+        header: bytes = b"",
+        trailer: bytes = b"",
+    ) -> None:
         self._chunks = rows.chunks()
         self.prepare = prepare
+        self.encode = encode
         self.error: BaseException | None = None
-        self._buffer = b""
+        self._buffer = header
+        self._trailer = trailer
         self._pos = 0
         self._done = False
 
     def read(self, size: int = -1) -> bytes:
-        """Up to ``size`` bytes of CSV (``b""`` at the end)."""
+        """Up to ``size`` bytes of COPY data (``b""`` at the end)."""
         try:
             while not self._done and (size < 0 or len(self._buffer) - self._pos < size):
                 chunk = next(self._chunks, None)
                 if chunk is None:
                     self._done = True
+                    self._buffer = self._buffer[self._pos :] + self._trailer
+                    self._pos = 0
                 elif chunk.num_rows:
-                    self._buffer = self._buffer[self._pos :] + to_csv(self.prepare(chunk))
+                    self._buffer = self._buffer[self._pos :] + self.encode(self.prepare(chunk))
                     self._pos = 0
         except BaseException as exc:
             self.error = exc

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fanout_postgres import types as pgtypes
+from fanout_postgres.binary import wire_kind
 from fanout_postgres.encode import Check
 from fanout_postgres.names import TableName, quote
 from fanout_postgres.statements import ROW, Statements, build_statements
@@ -68,6 +69,8 @@ class WritePlan:
     dead_letter: str | None  # "postgres", "delta" or None
     state_schema: str
     settings: tuple[tuple[str, str], ...] = ()
+    wire_kinds: tuple[str | None, ...] = ()
+    """Binary COPY format of each written column (``None``: text only)."""
 
     @property
     def sources(self) -> dict[str, str]:
@@ -265,6 +268,7 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
         dead_letter=options.dead_letter_kind,
         state_schema=options.state_schema,
         settings=options.settings,
+        wire_kinds=tuple(wire_kind(info.columns[t].sa_type) for t in targets),
     )
 
 

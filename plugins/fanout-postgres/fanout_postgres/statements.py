@@ -30,6 +30,8 @@ class Statements:
     create_stage: str
     copy_stage: str
     copy_target: str
+    copy_stage_binary: str
+    copy_target_binary: str
     write_from_stage: str
     write_unique: str
     create_winners: str
@@ -144,6 +146,9 @@ def build_statements(
         copy_stage=f"COPY pg_temp.{quote(STAGE)} ({column_list}, {quote(ROW)}) "
         "FROM STDIN WITH (FORMAT csv)",
         copy_target=f"COPY {target.quoted()} ({column_list}) FROM STDIN WITH (FORMAT csv)",
+        copy_stage_binary=f"COPY pg_temp.{quote(STAGE)} ({column_list}, {quote(ROW)}) "
+        "FROM STDIN WITH (FORMAT binary)",
+        copy_target_binary=f"COPY {target.quoted()} ({column_list}) FROM STDIN WITH (FORMAT binary)",
         write_from_stage=write(stage, dedupe=True),
         write_unique=write(stage, dedupe=False) if upsert and order_by else "",
         create_winners=create_winners,

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fanout_postgres import binary
 from fanout_postgres.encode import (
-    CsvStream,
+    CopyStream,
     Reject,
     Rows,
     drop_rows,
@@ -210,7 +211,7 @@ class _Work:
             if claimed is not None:
                 self.rows.table()  # take the rest of the input; nothing to write
                 return claimed
-            if self._stream(self.sql.copy_target, with_row=False):
+            if self._stream(self.sql.copy_target, self.sql.copy_target_binary, with_row=False):
                 changed = self.table.num_rows - len(self.rejects)
             else:
                 self.cur.execute(self.sql.create_stage, {})
@@ -218,7 +219,7 @@ class _Work:
                 changed = self._write()
         else:
             self.cur.execute(self.sql.create_stage, {})
-            if not self._stream(self.sql.copy_stage, with_row=True):
+            if not self._stream(self.sql.copy_stage, self.sql.copy_stage_binary, with_row=True):
                 self._copy(self.sql.copy_stage, self._checked(), with_row=True)
             changed = self._write()
         rows = self.table.num_rows - len(self.rejects)
@@ -242,10 +243,11 @@ class _Work:
             )
         return outcome
 
-    def _stream(self, sql: str, *, with_row: bool) -> bool:
-        """COPY the rows while Spark delivers them, checking each chunk on the way.
+    def _stream(self, sql: str, binary_sql: str, *, with_row: bool) -> bool:
+        """COPY the rows while Spark delivers them, checking each chunk on the way; in
+        binary when every column allows it (``binary_sql``), else as CSV (``sql``).
         False when the server refused a row: the caller then copies through the
-        isolating path (the savepoint undid the streamed rows)."""
+        isolating path (CSV, the savepoint undid the streamed rows)."""
 
         def prepare(chunk: pa.Table) -> pa.Table:
             found = precheck(chunk, self.plan.checks)
@@ -262,7 +264,12 @@ class _Work:
             good = drop_rows(chunk, [r.row for r in found])
             return good if with_row else good.drop_columns([ROW])
 
-        stream = CsvStream(self.rows, prepare)
+        encode = self._binary_encoder(with_row)
+        if encode is None:
+            stream = CopyStream(self.rows, prepare)
+        else:
+            sql = binary_sql
+            stream = CopyStream(self.rows, prepare, encode, binary.HEADER, binary.TRAILER)
         self.cur.execute("SAVEPOINT fanout_stream", {})
         try:
             self.cur.copy_expert(sql, stream, size=1 << 20)
@@ -281,6 +288,15 @@ class _Work:
         self.table = self.rows.table()
         self._sort_rejects()
         return True
+
+    def _binary_encoder(self, with_row: bool) -> binary.Encoder | None:
+        schema = self.rows.schema  # write_partition took the first chunk already
+        if schema is None:
+            return None
+        kinds = list(self.plan.wire_kinds) + ["int4"]
+        if not with_row:
+            schema, kinds = schema.remove(schema.get_field_index(ROW)), kinds[:-1]
+        return binary.encoder_for(schema, kinds)
 
     def _checked(self) -> pa.Table:
         """Every row minus those failing the executor's own checks (recorded)."""
