@@ -44,9 +44,8 @@ class PlainTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from confluent_kafka import Producer
-        from fanout_kafka.records import rows_of
 
-        records, bad = self.encoder.encode_all(rows_of(batches))
+        records, bad = self.encoder.encode_arrow(batches)
         assert not bad
         producer = Producer(
             {

@@ -10,7 +10,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from fanout_kafka.records import rows_of
 from fanout_kafka.transaction import (
     PartitionHooks,
     PartitionOutcome,
@@ -56,7 +55,8 @@ class PartitionTask:
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0
         writer = PartitionWriter(self.settings, partition, self.batch_id, self.hooks)
-        outcome = writer.run(rows_of(batches), collect_dead_letters=self.collect_dead_letters)
+        records, bad = self.settings.encoder.encode_arrow(batches)
+        outcome = writer.write(records, bad, collect_dead_letters=self.collect_dead_letters)
         yield pa.RecordBatch.from_pylist([to_row(outcome)], schema=ARROW_RESULT_SCHEMA)
 
 

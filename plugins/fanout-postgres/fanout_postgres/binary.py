@@ -109,8 +109,7 @@ def encoder_for(schema: pa.Schema, kinds: Sequence[str | None]) -> Encoder | Non
         if table.num_rows == 0:
             return b""
         fields = [
-            _field(kind, table.column(i).combine_chunks())
-            for i, kind in enumerate(fixed_kinds)
+            _field(kind, table.column(i).combine_chunks()) for i, kind in enumerate(fixed_kinds)
         ]
         rows = pc.binary_join_element_wise(row_header, *fields, _EMPTY)
         offsets = np.frombuffer(rows.buffers()[1], np.int32, len(rows) + 1, rows.offset)
@@ -157,4 +156,3 @@ def _fixed_values(kind: str, column: pa.Array) -> tuple[np.ndarray, np.dtype[Any
         days = column.cast(pa.int32()).fill_null(0).to_numpy()
         return days - PG_EPOCH_DAYS, np.dtype(">i4")
     return column.fill_null(0).to_numpy(), np.dtype(_FIXED[kind])
-

@@ -148,7 +148,8 @@ def build_statements(
         copy_target=f"COPY {target.quoted()} ({column_list}) FROM STDIN WITH (FORMAT csv)",
         copy_stage_binary=f"COPY pg_temp.{quote(STAGE)} ({column_list}, {quote(ROW)}) "
         "FROM STDIN WITH (FORMAT binary)",
-        copy_target_binary=f"COPY {target.quoted()} ({column_list}) FROM STDIN WITH (FORMAT binary)",
+        copy_target_binary=f"COPY {target.quoted()} ({column_list}) "
+        "FROM STDIN WITH (FORMAT binary)",
         write_from_stage=write(stage, dedupe=True),
         write_unique=write(stage, dedupe=False) if upsert and order_by else "",
         create_winners=create_winners,

@@ -293,7 +293,7 @@ class _Work:
         schema = self.rows.schema  # write_partition took the first chunk already
         if schema is None:
             return None
-        kinds = list(self.plan.wire_kinds) + ["int4"]
+        kinds = [*self.plan.wire_kinds, "int4"]
         if not with_row:
             schema, kinds = schema.remove(schema.get_field_index(ROW)), kinds[:-1]
         return binary.encoder_for(schema, kinds)

@@ -35,7 +35,8 @@ NAMES = [c.split()[0] for c in SPARK_SCHEMA.split(", ")]
 
 
 def _rows() -> list[tuple[Any, ...]]:
-    utc = dt.timezone.utc
+    utc = dt.UTC
+    # fmt: off
     return [
         (
             1, -128, -32768, -2147483648, -(2**63), -1.5, -0.1, True, "", "a", "ab",
@@ -55,6 +56,7 @@ def _rows() -> list[tuple[Any, ...]]:
         ),
         (4,) + (None,) * (len(NAMES) - 1),
     ]
+    # fmt: on
 
 
 def _write(spark: Any, url: str, table: str, df: Any) -> None:
@@ -68,10 +70,12 @@ def test_every_binary_type_lands_as_the_csv_path_lands_it(spark: Any, pg_url: st
     execute(pg_url, f"CREATE TABLE by_csv ({COLUMNS}, extra numeric)")
     df = spark.createDataFrame(_rows(), SPARK_SCHEMA)
     arrow = df.toArrow()
+    # fmt: off
     plan_kinds = [
         "int8", "int2", "int2", "int4", "int8", "float4", "float8", "bool", "text", "text",
         "text", "date", "timestamptz", "timestamp", "bytea", "json", "jsonb",
     ]
+    # fmt: on
     assert encoder_for(arrow.schema, plan_kinds) is not None  # the binary path is taken
     _write(spark, pg_url, "by_binary", df)
     _write(spark, pg_url, "by_csv", df.selectExpr("*", "CAST(id AS DECIMAL(10, 2)) AS extra"))
@@ -117,7 +121,10 @@ def test_columns_without_an_exact_binary_form_take_the_csv_path() -> None:
 
 def _comparable(row: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(
-        "nan" if isinstance(v, float) and math.isnan(v) else bytes(v) if isinstance(v, memoryview)
+        "nan"
+        if isinstance(v, float) and math.isnan(v)
+        else bytes(v)
+        if isinstance(v, memoryview)
         else v
         for v in row
     )
