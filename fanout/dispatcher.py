@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any, Literal
 
 from fanout.context import ContextReader
+from fanout.deadletter import DeadLetter
 from fanout.errors import CheckpointResetError, ConfigurationError, FanOutError, FanoutError
 from fanout.guard import check_checkpoint
 from fanout.hooks import HookCaller
@@ -353,18 +354,21 @@ class FanOut:
         found = targets.get(name)
         target = None if isinstance(found, Exception) else found
         check = checked.get(route)
-        letters: tuple[Any, ...] = ()
+        blocked = found if isinstance(found, Exception) else None
+        if blocked is None and check is not None:
+            blocked = check.blocked(name, info.batch_id, dead_letters=target is not None)
+        letters: tuple[DeadLetter, ...] = ()
         explain = None
-        if check is not None and check.df is not None and (target is not None or not check.letters):
+        arrow: SharedArrow | None = None
+        if blocked is not None:
+            routed = df  # never written: the runner reports ``blocked``
+        elif check is not None and check.df is not None:
             routed, arrow, letters = check.df, check.arrow, check.letters  # evaluated already
         else:
             routed = df if route.is_identity else route.apply(df)
             arrow = arrows.setdefault(route, SharedArrow(routed))
             if not route.is_identity:
                 explain = partial(explain_failure, df, route, sink=name, batch_id=info.batch_id)
-        blocked = found if isinstance(found, Exception) else None
-        if blocked is None and check is not None:
-            blocked = check.blocked(name, info.batch_id, dead_letters=target is not None)
         batch = Batch(routed, info, name, txn_app_id(info.pipeline, name, info.epoch), _arrow=arrow)
         return SinkRunner(
             spec.sink,
