@@ -466,7 +466,12 @@ def quiet_spark_errors() -> Iterator[None]:
     def other_threads(record: logging.LogRecord) -> bool:
         return record.thread != thread
 
-    loggers = [logging.getLogger(name) for name in _SPARK_LOGGERS]
+    try:  # PySpark's own logger class: its calls pass keywords a plain Logger refuses
+        from pyspark.logger import PySparkLogger
+
+        loggers: list[logging.Logger] = [PySparkLogger.getLogger(n) for n in _SPARK_LOGGERS]
+    except ImportError:
+        loggers = []
     for logger in loggers:
         logger.addFilter(other_threads)
     try:
