@@ -58,6 +58,8 @@ class FanOut:
         :class:`fanout.Sink` instances, or :class:`fanout.routing.SinkSpec`; names must be
         unique. A dict may also hold ``where`` (SQL predicate), ``select`` (columns or SQL
         expressions), ``retries`` and ``backoff_s``, which fanout applies around the sink.
+        Rows failing a sink's ``where``/``select`` go to its dead-letter target, if it has
+        one (:meth:`fanout.Sink.route_dead_letters`), else the sink fails the batch.
     :param parallelism: how many sinks are written at once (default: all pending).
     :param retries: further attempts for a sink's transient errors.
     :param backoff_s: the wait before the first retry, doubled each time (with jitter).
