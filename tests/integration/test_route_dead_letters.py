@@ -6,6 +6,7 @@ expression."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from fanout.cli import main as cli
 from fanout.routing import Route, SinkSpec
 from fanout.testing import RecordingSink
 from tests.integration.faults import MarkLost
-from tests.integration.streams import delta_rows
+from tests.integration.streams import EPOCH, delta_rows, run_stream
 
 SCHEMA = "id LONG, amount STRING, qty STRING"
 BAD_AMOUNT = {5: "abc", 22: "12x"}  # fail the where
@@ -179,3 +180,28 @@ def test_route_letters_and_the_sinks_own_letters_share_a_table_without_clashing(
     ]
     assert dead[0]["reason"] == "null in key column 'k': a null key cannot be merged"
     assert dead[1]["reason"].startswith("route select 'CAST(amount AS INT) AS amount' failed: ")
+
+
+def test_a_running_stream_parks_the_failing_rows_and_goes_on(spark: Any, tmp_path: Path) -> None:
+    """Through foreachBatch: the batch holding malformed values commits its good rows, the
+    next batches follow."""
+    source = tmp_path / "input"
+    source.mkdir()
+    for n in range(3):
+        lines = [json.dumps(r) for r in _rows()[n * 10 : n * 10 + 10]]
+        path = source / f"part-{n}.json"
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, (EPOCH + n, EPOCH + n))
+    sink = {"type": "delta", "name": "routed", "path": str(tmp_path / "routed"),
+            "where": WHERE, "select": SELECT, "dead_letter": str(tmp_path / "dead")}  # fmt: skip
+    fan = FanOut("rd", str(tmp_path / "ledger"), [sink])
+    run_stream(spark, source, fan, tmp_path / "checkpoint", schema=SCHEMA)
+    assert _by_id(delta_rows(tmp_path / "routed")) == [r for r in GOOD if r["id"] < 30]
+    dead = sorted(delta_rows(tmp_path / "dead"), key=lambda d: d["batch_id"])
+    assert [(d["batch_id"], json.loads(d["row"])["id"]) for d in dead] == [(0, 5), (2, 22)]
+    marks = sorted(
+        (r["batch_id"], r["rows"], r["dead_lettered"])
+        for r in delta_rows(tmp_path / "ledger")
+        if r["status"] == "committed"
+    )
+    assert marks == [(0, 9, 1), (1, 10, 0), (2, 9, 1)]
