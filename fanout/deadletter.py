@@ -94,16 +94,34 @@ def to_records(batch: Batch, letters: Sequence[DeadLetter]) -> list[dict[str, An
     ]
 
 
+SINK_LETTERS = "dead_letters"
+"""The transaction suffix of the rows a sink's target rejected."""
+ROUTE_LETTERS = "route_dead_letters"
+"""The transaction suffix of the rows that failed the sink's route (``where``/``select``):
+a transaction of its own, so that a batch's route letters and the sink's own letters are
+each written once, whichever comes first."""
+
+
 class DeltaDeadLetters:
     """A Delta table of dead letters, written from the driver with delta-rs.
 
     Each batch's letters land in one commit carrying the transaction
-    ``(<batch.txn_app_id>#dead_letters, batch_id)``, so a replay writes them once.
+    ``(<batch.txn_app_id>#<suffix>, batch_id)``, so a replay writes them once.
+
+    :param suffix: :data:`SINK_LETTERS` (default) for the rows the sink's target rejected,
+        :data:`ROUTE_LETTERS` for the rows that failed its route.
     """
 
-    def __init__(self, path: str, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        storage_options: Mapping[str, str] | None = None,
+        *,
+        suffix: str = SINK_LETTERS,
+    ) -> None:
         self.path = path
         self.storage_options = dict(storage_options or {})
+        self.suffix = suffix
 
     def write(self, batch: Batch, letters: Sequence[DeadLetter]) -> int:
         """Write the batch's dead letters (once); return how many the batch has."""
@@ -111,6 +129,6 @@ class DeltaDeadLetters:
 
         if letters:
             data = pa.Table.from_pylist(to_records(batch, letters), schema=dead_letter_schema())
-            app_id = f"{batch.txn_app_id}#dead_letters"
+            app_id = f"{batch.txn_app_id}#{self.suffix}"
             deltaio.append_once(self.path, data, app_id, batch.batch_id, self.storage_options)
         return len(letters)

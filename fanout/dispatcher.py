@@ -1,7 +1,9 @@
 """``FanOut``: the foreachBatch callable that routes each micro-batch to every sink.
 
 ``FanOut.process`` reads like ARCHITECTURE §1: context, guard, plan, persist, write,
-record, settle.
+record, settle — with one step between persist and write for routed sinks that have a
+dead-letter target: their routes are evaluated before any sink writes
+(:mod:`fanout.route_rejects`).
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from typing import Any, Literal
 
 from fanout.context import ContextReader
+from fanout.deadletter import DeadLetter
 from fanout.errors import CheckpointResetError, ConfigurationError, FanOutError, FanoutError
 from fanout.guard import check_checkpoint
 from fanout.hooks import HookCaller
@@ -22,8 +26,18 @@ from fanout.logs import batch_fields, register_secrets
 from fanout.names import check_name
 from fanout.registry import load_registry
 from fanout.retry import RetryPolicy
+from fanout.route_rejects import CheckedRoute, check_route, explain_failure
 from fanout.routing import Route, SinkSpec, split_core_options
-from fanout.sink import Batch, BatchInfo, SharedArrow, Sink, SinkContext, SinkResult, txn_app_id
+from fanout.sink import (
+    Batch,
+    BatchInfo,
+    DeadLetterWriter,
+    SharedArrow,
+    Sink,
+    SinkContext,
+    SinkResult,
+    txn_app_id,
+)
 from fanout.writer import SinkRunner
 
 log = logging.getLogger("fanout")
@@ -44,6 +58,8 @@ class FanOut:
         :class:`fanout.Sink` instances, or :class:`fanout.routing.SinkSpec`; names must be
         unique. A dict may also hold ``where`` (SQL predicate), ``select`` (columns or SQL
         expressions), ``retries`` and ``backoff_s``, which fanout applies around the sink.
+        Rows failing a sink's ``where``/``select`` go to its dead-letter target, if it has
+        one (:meth:`fanout.Sink.route_dead_letters`), else the sink fails the batch.
     :param parallelism: how many sinks are written at once (default: all pending).
     :param retries: further attempts for a sink's transient errors.
     :param backoff_s: the wait before the first retry, doubled each time (with jitter).
@@ -192,11 +208,17 @@ class FanOut:
         if pending:
             persisted = self._persist_if_shared(df, pending)  # 4. persist
             arrows: dict[Route, SharedArrow] = {}
+            checked: dict[Route, CheckedRoute] = {}
             try:
-                results, failures = self._write_all(df, info, pending, arrows)  # 5-6
+                targets = self._check_routes(df, info, pending, checked)  # 4b. check routes
+                results, failures = self._write_all(
+                    df, info, pending, arrows, checked, targets
+                )  # 5-6. write, record
             finally:
                 for arrow in arrows.values():  # 7. settle
                     arrow.release()
+                for route in checked.values():
+                    route.release()
                 if persisted:
                     df.unpersist()
         if failures:
@@ -261,23 +283,52 @@ class FanOut:
             return True
         return False
 
+    def _check_routes(
+        self,
+        df: Any,
+        info: BatchInfo,
+        pending: Sequence[str],
+        checked: dict[Route, CheckedRoute],
+    ) -> dict[str, DeadLetterWriter | Exception]:
+        """Step 4b: evaluate, before any sink writes, each route of a pending sink that has
+        a dead-letter target for the rows failing it; fills ``checked`` per route and
+        returns each such sink's target (or the error asking for it raised)."""
+        targets: dict[str, DeadLetterWriter | Exception] = {}
+        for name in pending:
+            if self.specs[name].route.is_identity:
+                continue
+            try:
+                target = self.sinks[name].route_dead_letters()
+            except Exception as exc:
+                targets[name] = exc
+                continue
+            if target is not None:
+                targets[name] = target
+        for name in targets:
+            route = self.specs[name].route
+            if route in checked or isinstance(targets[name], Exception):
+                continue
+            readers = {self.sinks[s].reads for s in pending if self.specs[s].route == route}
+            checked[route] = check_route(
+                df,
+                route,
+                arrow="arrow" in readers,
+                dataframe="dataframe" in readers,
+                sink=name,
+                batch_id=info.batch_id,
+            )
+        return targets
+
     def _write_all(
         self,
         df: Any,
         info: BatchInfo,
         pending: Sequence[str],
         arrows: dict[Route, SharedArrow],
+        checked: Mapping[Route, CheckedRoute],
+        targets: Mapping[str, DeadLetterWriter | Exception],
     ) -> tuple[dict[str, SinkResult], dict[str, BaseException]]:
-        runners = []
-        for name in pending:
-            spec = self.specs[name]
-            routed = df if spec.route.is_identity else spec.route.apply(df)
-            arrow = arrows.setdefault(spec.route, SharedArrow(routed))
-            app_id = txn_app_id(info.pipeline, name, info.epoch)
-            batch = Batch(routed, info, name, app_id, _arrow=arrow)
-            runners.append(
-                SinkRunner(spec.sink, batch, self.ledger, spec.retry or self.retry, self.hooks)
-            )
+        runners = [self._runner(name, df, info, arrows, checked, targets) for name in pending]
         if len(runners) == 1:
             outcomes = [runners[0].run()]
         else:
@@ -288,6 +339,50 @@ class FanOut:
         results = {o.sink: o.result for o in outcomes if o.result is not None}
         failures = {o.sink: o.error for o in outcomes if o.error is not None}
         return results, failures
+
+    def _runner(
+        self,
+        name: str,
+        df: Any,
+        info: BatchInfo,
+        arrows: dict[Route, SharedArrow],
+        checked: Mapping[Route, CheckedRoute],
+        targets: Mapping[str, DeadLetterWriter | Exception],
+    ) -> SinkRunner:
+        """One sink's runner: its routed batch, and for a checked route the rows that
+        failed it (with a dead-letter target) or the error that fails it unwritten."""
+        spec = self.specs[name]
+        route = spec.route
+        found = targets.get(name)
+        target = None if isinstance(found, Exception) else found
+        check = checked.get(route)
+        blocked = found if isinstance(found, Exception) else None
+        if blocked is None and check is not None:
+            blocked = check.blocked(name, info.batch_id, dead_letters=target is not None)
+        letters: tuple[DeadLetter, ...] = ()
+        explain = None
+        arrow: SharedArrow | None = None
+        if blocked is not None:
+            routed = df  # never written: the runner reports ``blocked``
+        elif check is not None and check.df is not None:
+            routed, arrow, letters = check.df, check.arrow, check.letters  # evaluated already
+        else:
+            routed = df if route.is_identity else route.apply(df)
+            arrow = arrows.setdefault(route, SharedArrow(routed))
+            if not route.is_identity:
+                explain = partial(explain_failure, df, route, sink=name, batch_id=info.batch_id)
+        batch = Batch(routed, info, name, txn_app_id(info.pipeline, name, info.epoch), _arrow=arrow)
+        return SinkRunner(
+            spec.sink,
+            batch,
+            self.ledger,
+            spec.retry or self.retry,
+            self.hooks,
+            letters=letters,
+            dead_letters=target,
+            blocked=blocked,
+            explain=explain,
+        )
 
 
 def _active_spark() -> Any:

@@ -11,6 +11,7 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     ├── SinkError                   one sink, one batch
     │   ├── SinkWriteError          a write failed (chained ``from`` the cause)
     │   ├── SchemaMismatchError     the batch schema does not fit the target
+    │   ├── RouteError              the sink's ``where``/``select`` failed on the batch's rows
     │   └── TransientSinkError      raise it (or subclass it) to ask for a retry
     ├── LedgerError                 the ledger cannot be read or written
     ├── CheckpointResetError        the checkpoint was lost or replaced
@@ -101,6 +102,31 @@ class SchemaMismatchError(SinkError):
         self, message: str, *, sink: str, batch_id: int | None, columns: Sequence[str]
     ) -> None:
         self.columns = list(columns)
+        super().__init__(message, sink=sink, batch_id=batch_id)
+
+
+class RouteError(SinkError):
+    """A sink's route (its ``where`` or a ``select`` expression) failed on the batch's
+    rows, e.g. a malformed value under ANSI mode (``CAST_INVALID_INPUT``).
+
+    Raised, chained ``from`` Spark's error, when the sink has no dead-letter target, when
+    more rows fail than fanout isolates (:data:`fanout.route_rejects.REJECT_LIMIT`), or when
+    the failing rows cannot be isolated. ``kind`` is ``"where"`` or ``"select"`` (``None``
+    when the failing expression is not known) and ``expression`` its text.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sink: str,
+        batch_id: int | None,
+        kind: str | None = None,
+        expression: str | None = None,
+    ) -> None:
+        self.kind = kind
+        self.expression = expression
+        self.detail = message  # without the "sink ..., batch ...: " prefix
         super().__init__(message, sink=sink, batch_id=batch_id)
 
 

@@ -10,10 +10,13 @@ The per-batch sequence, for each micro-batch Spark hands to ``FanOut``:
 1. fanout reads the context (batch id, query id, source offsets), runs the checkpoint-reset
    guard and asks the ledger which sinks have not committed the batch yet.
 2. :func:`fanout_batch_start` with the pending and skipped sinks (also when none is pending).
+   Then, still before any write, the routes of routed sinks that have a dead-letter target
+   are evaluated, and rows failing them set aside (:mod:`fanout.route_rejects`).
 3. For every pending sink, in parallel threads:
 
    a. :func:`fanout_sink_start` before each attempt;
-   b. the sink's ``write(batch)``;
+   b. the rows that failed the sink's route, if any, written through its
+      ``route_dead_letters()``; then the sink's ``write(batch)``;
    c. on an exception, :func:`fanout_sink_error` (``will_retry`` tells whether another
       attempt follows);
    d. on success, :func:`fanout_sink_done` — *after* the write, *before* the ledger mark;

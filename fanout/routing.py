@@ -10,6 +10,11 @@ A sink configured as a dict may carry, besides its own options:
 Routing is applied to the (persisted) batch DataFrame, so a routed sink is covered by the
 same exactly-once machinery as any other: for a replayable source and deterministic
 expressions, a replay routes the same rows.
+
+An expression may raise on a row (ANSI mode: ``CAST('abc' AS INT)``). Such rows go to the
+sink's dead-letter target when :meth:`fanout.Sink.route_dead_letters` names one, and fail
+the batch for that sink with a :class:`fanout.RouteError` otherwise; see
+:mod:`fanout.route_rejects`.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from fanout.errors import SinkWriteError, TransientSinkError
 from fanout.sink import (
     Batch,
     BatchInfo,
+    DeadLetterWriter,
     Guarantee,
     Reads,
     Sink,
@@ -163,6 +164,10 @@ class FlakySink(Sink):
     def is_transient(self, error: BaseException) -> bool:
         """The wrapped sink's classification, plus our own transient errors."""
         return isinstance(error, TransientSinkError) or self.inner.is_transient(error)
+
+    def route_dead_letters(self) -> DeadLetterWriter | None:
+        """The wrapped sink's target for rows failing the route."""
+        return self.inner.route_dead_letters()
 
     def write(self, batch: Batch) -> int | SinkResult:
         """Fail when due, else write through the wrapped sink."""

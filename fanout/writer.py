@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from fanout.errors import LedgerError, SinkError, SinkWriteError
 from fanout.hooks import HookCaller
@@ -15,7 +16,10 @@ from fanout.ledger import Ledger, LedgerEntry, now_utc
 from fanout.logs import batch_fields
 from fanout.retry import RetryPolicy
 from fanout.secrets import redact
-from fanout.sink import Batch, Sink, SinkResult
+from fanout.sink import Batch, DeadLetterWriter, Sink, SinkResult
+
+if TYPE_CHECKING:
+    from fanout.deadletter import DeadLetter
 
 log = logging.getLogger("fanout")
 
@@ -51,17 +55,31 @@ def as_result(value: object, sink: Sink) -> SinkResult:
 
 @dataclass
 class SinkRunner:
-    """Writes one batch to one sink: attempts, retries, hooks, failure rows, the mark."""
+    """Writes one batch to one sink: attempts, retries, hooks, failure rows, the mark.
+
+    :param letters: rows of the batch that failed the sink's route; written through
+        ``dead_letters`` at the start of each attempt, counted in the result.
+    :param blocked: an error found before any write (the route cannot be settled): the
+        sink is not written, and this is its failure.
+    :param explain: turns a final error into a clearer one (a route expression's
+        failure named), or returns ``None`` to keep it.
+    """
 
     sink: Sink
     batch: Batch
     ledger: Ledger
     retry: RetryPolicy
     hooks: HookCaller
+    letters: Sequence[DeadLetter] = ()
+    dead_letters: DeadLetterWriter | None = None
+    blocked: Exception | None = None
+    explain: Callable[[BaseException], Exception | None] | None = None
 
     def run(self) -> SinkOutcome:
         """Never raises for a sink's own failure: returns it in the outcome."""
         info, name = self.batch.info, self.sink.name
+        if self.blocked is not None:
+            return self._refuse(self.blocked)
         attempt = 0
         while True:
             attempt += 1
@@ -69,10 +87,19 @@ class SinkRunner:
             started, clock = now_utc(), time.perf_counter()
             self.hooks.call("fanout_sink_start", info=info, sink=name, attempt=attempt)
             try:
+                routed = self._route_dead_letters(batch)
                 result = as_result(self.sink.write(batch), self.sink)
+                if routed:
+                    result = replace(
+                        result,
+                        dead_lettered=result.dead_lettered + routed,
+                        details={**result.details, "route_dead_lettered": routed},
+                    )
             except Exception as exc:
                 error = _named(exc, name, info.batch_id, self.sink.secret_values())
                 will_retry = self._transient(exc) and attempt <= self.retry.retries
+                if not will_retry and self.explain is not None:
+                    error = self.explain(exc) or error
                 self._failed(attempt, started, clock, error, will_retry)
                 if not will_retry:
                     return SinkOutcome(name, error=error)
@@ -106,6 +133,32 @@ class SinkRunner:
                 extra=batch_fields(info.pipeline, info.batch_id, name),
             )
             return SinkOutcome(name, result=result)
+
+    def _refuse(self, error: Exception) -> SinkOutcome:
+        """Fail the sink without writing it (an error found before any write)."""
+        info, name = self.batch.info, self.sink.name
+        self.hooks.call("fanout_sink_start", info=info, sink=name, attempt=1)
+        error = _named(error, name, info.batch_id, self.sink.secret_values())
+        self._failed(1, now_utc(), time.perf_counter(), error, will_retry=False)
+        return SinkOutcome(name, error=error)
+
+    def _route_dead_letters(self, batch: Batch) -> int:
+        """Write the rows that failed the route to the sink's dead-letter target (once per
+        batch: the writer is idempotent); return how many the batch has."""
+        if not self.letters or self.dead_letters is None:
+            return 0
+        count = self.dead_letters.write(batch, self.letters)
+        log.warning(
+            "pipeline %s, batch %s, sink %s: %s row(s) failing its route went to its "
+            "dead-letter target; first: %s",
+            batch.pipeline,
+            batch.batch_id,
+            self.sink.name,
+            count,
+            self.letters[0].reason,
+            extra=batch_fields(batch.pipeline, batch.batch_id, self.sink.name),
+        )
+        return count
 
     def _transient(self, exc: BaseException) -> bool:
         try:

@@ -1,4 +1,5 @@
-"""A fault-injection plugin: kills the driver process at a chosen lifecycle point.
+"""Fault injection: a plugin that kills the driver process at a chosen lifecycle point,
+and a ledger that loses a sink's marks.
 
 It works only through fanout's lifecycle hooks, like any observer plugin; product code
 has no test-only branches.
@@ -11,6 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from fanout import hookimpl
+from fanout.ledger import DeltaLedger, LedgerEntry
 from fanout.sink import BatchInfo, SinkResult
 
 KILL_EXIT_CODE = 137  # what a SIGKILLed process reports as 128 + 9
@@ -50,3 +52,19 @@ class KillAt:
     def fanout_batch_end(self, info: BatchInfo, results: Mapping[str, SinkResult]) -> None:
         """Kill after every mark, before Spark's commit log."""
         self._die(info, "batch_end")
+
+
+class MarkLost(DeltaLedger):
+    """A ledger that loses ``sink``'s marks: as if the driver died after the sink wrote
+    (dead letters included), before its ledger mark. Run the batch again with a plain
+    ledger on the same path for the replay."""
+
+    def __init__(self, path: str, sink: str) -> None:
+        super().__init__(path)
+        self.sink = sink
+
+    def mark_committed(self, entry: LedgerEntry) -> bool:
+        """Fail for ``sink``; mark the others."""
+        if entry.sink == self.sink:
+            raise OSError("driver killed before the ledger mark")
+        return super().mark_committed(entry)

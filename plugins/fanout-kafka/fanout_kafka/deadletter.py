@@ -1,21 +1,44 @@
-"""Dead letters in a Delta table, written by the driver once per batch.
+"""Dead letters in a Delta table, written by the driver once per batch; and the rows
+failing the sink's route, to either kind of target.
 
 The partitions' dead letters come back to the driver with their outcomes; the driver
 appends them after every partition committed, with the Delta transaction
 ``("fanout/<pipeline>/<sink>/dead_letter", batch_id)``, so a replay (after the driver died
 between the Kafka commits and this write) writes them once.
+
+Rows failing the sink's route (``where``/``select``, evaluated by fanout before any
+partition writes) are written by :class:`RouteDeadLetters` before the partitions, as
+records whose value is the JSON of the row before the route: to a Delta target with the
+transaction ``(<sink txn app id>/route_dead_letter, batch_id)`` and partition -1; to a
+dead-letter topic in one transaction of a producer of their own (``<prefix>#route-0``)
+that also commits a marker of its own (group ``fanout.<pipeline>.<sink>#route.p0``), so a
+replay skips them like a partition that committed.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from fanout import deltaio
+from fanout.errors import SinkWriteError, TransientSinkError
+from fanout_kafka.options import DeadLetter
+from fanout_kafka.records import Record, dead_letter_headers, json_bytes
+
+if TYPE_CHECKING:
+    from fanout.deadletter import DeadLetter as Letter
+    from fanout.sink import Batch
+    from fanout_kafka.sink import KafkaSink
+
+ROUTE = "route"
+"""What tells the route letters' producer, marker and Delta transaction from the sink's."""
+ROUTE_PARTITION = -1
+"""The ``partition`` of a route letter in a Delta target (it never reached a partition)."""
 
 SCHEMA = pa.schema(
     [
@@ -35,10 +58,11 @@ SCHEMA = pa.schema(
 """The dead-letter table's columns (``headers``: JSON list of [name, text] pairs)."""
 
 
-def app_id(txn_app_id: str) -> str:
+def app_id(txn_app_id: str, kind: str = "dead_letter") -> str:
     """The dead-letter table's idempotent-write application id: the sink's own
-    transaction id (``fanout/<pipeline>/<sink>``) plus ``/dead_letter``."""
-    return f"{txn_app_id}/dead_letter"
+    transaction id (``fanout/<pipeline>/<sink>``) plus ``/dead_letter`` (the records
+    the topic refused) or ``/route_dead_letter`` (the rows failing the route)."""
+    return f"{txn_app_id}/{kind}"
 
 
 def written_version(path: str, txn_app_id: str) -> int | None:
@@ -55,9 +79,13 @@ def write(
     sink: str,
     batch_id: int,
     topic: str,
+    kind: str = "dead_letter",
 ) -> int:
     """Append one batch's dead letters once; returns the rows appended (0 when the table
-    already holds this batch or there is nothing to write)."""
+    already holds this batch or there is nothing to write).
+
+    :param kind: ``"dead_letter"`` or ``"route_dead_letter"`` (see :func:`app_id`).
+    """
     if not rows:
         return 0
     now = datetime.now(UTC)
@@ -82,5 +110,82 @@ def write(
         ],
         schema=SCHEMA,
     )
-    appended = deltaio.append_once(path, table, app_id(txn_app_id), batch_id)
+    appended = deltaio.append_once(path, table, app_id(txn_app_id, kind), batch_id)
     return table.num_rows if appended else 0
+
+
+class RouteDeadLetters:
+    """Writes the rows failing a Kafka sink's route to its dead-letter target, once per
+    batch (see the module docstring); what ``KafkaSink.route_dead_letters`` returns.
+
+    Each letter becomes a record: no key, the row before the route as JSON, the batch
+    headers plus ``fanout.error`` (the reason), ``fanout.topic``, ``fanout.record_bytes``
+    and, when known, ``fanout.column`` and ``fanout.value``.
+    """
+
+    def __init__(self, sink: KafkaSink, dead: DeadLetter) -> None:
+        self.sink = sink
+        self.dead = dead
+
+    def records(self, batch: Batch, letters: Sequence[Letter]) -> list[Record]:
+        """The letters as dead-letter records."""
+        settings = self.sink.settings(batch)
+        records = []
+        for letter in letters:
+            base = Record(None, json_bytes(dict(letter.row)), list(settings.encoder.headers))
+            headers = dead_letter_headers(base, letter.reason, settings.topic)
+            if letter.column is not None:
+                headers.append(("fanout.column", letter.column.encode()))
+            if letter.value is not None:
+                headers.append(("fanout.value", str(letter.value).encode()))
+            records.append(Record(None, base.value, headers))
+        return records
+
+    def write(self, batch: Batch, letters: Sequence[Letter]) -> int:
+        """Write ``letters`` for ``batch`` once; return how many the batch has."""
+        if not letters:
+            return 0
+        records = self.records(batch, letters)
+        if self.dead.kind == "delta":
+            rows = [
+                {
+                    "partition": ROUTE_PARTITION,
+                    "key": r.key,
+                    "value": r.value,
+                    "headers": r.headers,
+                    "error": letter.reason,
+                    "record_bytes": r.size,
+                }
+                for r, letter in zip(records, letters, strict=True)
+            ]
+            write(
+                self.dead.target, rows, txn_app_id=batch.txn_app_id, pipeline=batch.pipeline,
+                sink=batch.sink_name, batch_id=batch.batch_id, topic=str(self.sink.topic),
+                kind=f"{ROUTE}_dead_letter",
+            )  # fmt: skip
+        else:
+            self._produce(batch, records)
+        return len(letters)
+
+    def _produce(self, batch: Batch, records: list[Record]) -> None:
+        """One transaction to the dead-letter topic with a marker of its own; skipped when
+        the marker says this batch's route letters are there already."""
+        from fanout_kafka.transaction import PartitionWriter
+
+        settings = self.sink.settings(batch)
+        settings = replace(
+            settings,
+            sink=f"{settings.sink}#{ROUTE}",
+            topic=self.dead.target,
+            transactional_id_prefix=f"{settings.transactional_id_prefix}#{ROUTE}",
+            dead_letter=None,
+        )
+        outcome = PartitionWriter(settings, 0, batch.batch_id).write(records, [])
+        if outcome.status == "failed":
+            error = TransientSinkError if outcome.transient else SinkWriteError
+            raise error(
+                f"the rows failing the route could not be written to dead-letter topic "
+                f"{self.dead.target!r}: {outcome.error}",
+                sink=batch.sink_name,
+                batch_id=batch.batch_id,
+            )

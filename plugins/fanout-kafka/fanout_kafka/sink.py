@@ -206,6 +206,14 @@ class KafkaSink(Sink):
             )  # fmt: skip
         return self._result(outcomes)
 
+    def route_dead_letters(self) -> deadletter.RouteDeadLetters | None:
+        """Rows failing this sink's route (``where``/``select``) go to its ``dead_letter``
+        target, either kind: a topic (one transaction with a marker of its own, skipped on
+        replay) or a Delta table (this sink's record layout, a transaction id of its own).
+        ``None`` without a target: such a batch fails."""
+        dead = self._dead_letter
+        return None if dead is None else deadletter.RouteDeadLetters(self, dead)
+
     def secret_values(self) -> Sequence[str]:
         """Passwords, keys and tokens among the producer settings."""
         return secret_values(self.producer)

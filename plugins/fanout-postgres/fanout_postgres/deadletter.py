@@ -14,16 +14,32 @@ Two kinds, chosen by option ``dead_letter``:
 
 Each record: pipeline, sink, batch_id, partition, target (table), reason (the server's
 message), column_name, value (as text), row (JSON of the batch row), rejected_at.
+
+Rows failing the sink's *route* (its ``where``/``select``, evaluated by fanout before any
+partition writes) go to the same target through :class:`RouteDeadLetters`, with partition
+:data:`ROUTE_PARTITION` (-1) and the row as it was before the route: in a PostgreSQL table
+one transaction replaces the batch's route records; in a Delta table one commit carries
+the transaction ``(<sink txn app id>/route_dead_letter, batch_id)``. Either way a replay
+writes them once, apart from the sink's own records of the batch.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout_postgres.names import TableName, parse_table
+
+if TYPE_CHECKING:
+    from fanout.deadletter import DeadLetter as Letter
+    from fanout.sink import Batch
+
+ROUTE_PARTITION = -1
+"""The ``partition`` of a record of a row that failed the sink's route (it never reached
+a partition)."""
 
 
 @dataclass(frozen=True)
@@ -121,3 +137,74 @@ def write_delta(
         for r in records
     ]
     return deltaio.append_once(path, pa.Table.from_pylist(rows, schema=schema), app_id, batch_id)
+
+
+class RouteDeadLetters:
+    """Writes the rows failing a PostgreSQL sink's route to its dead-letter target, once
+    per batch (see the module docstring); what ``PostgresSink.route_dead_letters`` returns.
+
+    :param url: the sink's resolved SQLAlchemy URL (for a PostgreSQL table target).
+    :param dead: the parsed ``dead_letter`` option.
+    :param target: the sink's table, recorded in every record.
+    """
+
+    def __init__(self, url: Any, dead: DeadLetter, target: str) -> None:
+        self.url = url
+        self.dead = dead
+        self.target = target
+
+    def write(self, batch: Batch, letters: Sequence[Letter]) -> int:
+        """Record ``letters`` for ``batch`` once; return how many the batch has."""
+        records = [
+            {
+                "partition": ROUTE_PARTITION,
+                "reason": letter.reason,
+                "column": letter.column,
+                "value": None if letter.value is None else str(letter.value),
+                "row": json.dumps(dict(letter.row), default=str),
+            }
+            for letter in letters
+        ]
+        if self.dead.path is not None:
+            if records:
+                base = {"pipeline": batch.pipeline, "sink": batch.sink_name, "target": self.target}
+                app_id = f"{batch.txn_app_id}/route_dead_letter"
+                write_delta(self.dead.path, app_id, batch.batch_id, records, base)
+        elif self.dead.table is not None:
+            self._replace(batch, self.dead.table, records)
+        return len(letters)
+
+    def _replace(self, batch: Batch, name: TableName, records: Sequence[Mapping[str, Any]]) -> None:
+        """One transaction: delete the batch's route records, insert these."""
+        import sqlalchemy as sa
+
+        from fanout.sink import pipeline_scope
+        from fanout_postgres.statements import dead_letter_table
+
+        table = dead_letter_table(name)
+        key = {
+            # the scope of the partitions' own records: a new epoch starts afresh
+            "pipeline": pipeline_scope(batch.pipeline, batch.info.epoch),
+            "sink": batch.sink_name,
+            "batch_id": batch.batch_id,
+            "partition": ROUTE_PARTITION,
+        }
+        engine = sa.create_engine(self.url, poolclass=sa.NullPool)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.delete(table).where(*[table.c[k] == v for k, v in key.items()]))
+                if records:
+                    rows = [
+                        {
+                            **key,
+                            "target": self.target,
+                            "reason": r["reason"],
+                            "column_name": r["column"],
+                            "value": r["value"],
+                            "row": json.loads(r["row"]),
+                        }
+                        for r in records
+                    ]
+                    conn.execute(sa.insert(table), rows)
+        finally:
+            engine.dispose()

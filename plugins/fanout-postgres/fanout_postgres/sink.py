@@ -34,7 +34,13 @@ from fanout.errors import (
 from fanout.secrets import redact
 from fanout.sink import Batch, Guarantee, Sink, SinkContext, SinkResult, pipeline_scope
 from fanout_postgres import url as pgurl
-from fanout_postgres.deadletter import DeadLetter, ensure_table, parse_dead_letter, write_delta
+from fanout_postgres.deadletter import (
+    DeadLetter,
+    RouteDeadLetters,
+    ensure_table,
+    parse_dead_letter,
+    write_delta,
+)
 from fanout_postgres.encode import show
 from fanout_postgres.names import TableName, check_identifier, parse_table
 from fanout_postgres.plan import (
@@ -233,6 +239,16 @@ class PostgresSink(Sink):
                 "already_written": bool(skipped) and len(skipped) == len(outcomes),
             },
         )
+
+    def route_dead_letters(self) -> RouteDeadLetters | None:
+        """Rows failing this sink's route (``where``/``select``) go to its ``dead_letter``
+        target, either kind: the PostgreSQL table (partition -1, one transaction per batch
+        replacing its route records) or the Delta table (this sink's record layout, a
+        transaction id of its own). ``None`` without a target: such a batch fails."""
+        dead = self._dead or parse_dead_letter(self.dead_letter)
+        if dead is None:
+            return None
+        return RouteDeadLetters(self.connection_url(), dead, str(self._table or self.table))
 
     def secret_values(self) -> Sequence[str]:
         """The password of the URL (as given and URL-encoded)."""
