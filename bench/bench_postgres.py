@@ -12,8 +12,9 @@ changes), the rest are new.
 
   sink   PostgresSink(mode="upsert", order_by="ts", partitions=P).write(batch): the batch is
          a cached Spark DataFrame (local[2]); timed from write() to its return: hash
-         repartition, Arrow to CSV, COPY into staging, INSERT ... SELECT DISTINCT ON ...
-         ON CONFLICT DO UPDATE ... WHERE IS DISTINCT FROM, one transaction per partition.
+         repartition, Arrow to binary COPY rows, COPY into staging, then the upsert (MERGE on
+         PostgreSQL 15+ for unique staged keys, else INSERT ... SELECT DISTINCT ON ... ON
+         CONFLICT DO UPDATE ... WHERE IS DISTINCT FROM), one transaction per partition.
   copy   the physical limit: the same rows, pre-rendered as CSV in memory, COPYed into the
          same (emptied) table through one psycopg2 connection; only the COPY is timed.
   naive  ``cursor.executemany("INSERT ... ON CONFLICT (id) DO UPDATE SET ...", rows)`` (one

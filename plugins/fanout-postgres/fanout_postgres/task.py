@@ -1,7 +1,9 @@
 """On the executors: one Spark partition, one PostgreSQL transaction.
 
-Upsert: ``COPY`` into a temporary staging table, then one ``INSERT ... SELECT DISTINCT ON
-(keys) ... ON CONFLICT (keys) DO UPDATE ... WHERE (target) IS DISTINCT FROM (excluded)``.
+Upsert: ``COPY`` into a temporary staging table (binary when the columns allow it), then
+one ``INSERT ... SELECT DISTINCT ON (keys) ... ON CONFLICT (keys) DO UPDATE ... WHERE
+(target) IS DISTINCT FROM (excluded)``; when the staged keys are unique and the server is
+15+, the same upsert is first tried as a ``MERGE`` (cheaper), which falls back to it.
 Append: first claim the partition's mark in fanout's progress table (a replay finds it and
 skips), then ``COPY`` straight into the target; the mark and the rows commit together.
 
@@ -195,6 +197,7 @@ class _Work:
     ) -> None:
         self.cur, self.plan, self.meta, self.partition = cur, plan, meta, partition
         self.rows = rows
+        self.server_version = int(getattr(cur.connection, "server_version", 0) or 0)
         self.table = pa.table({})  # every row (target names + ROW), once all are taken
         self.sql = plan.statements
         self.rejects: list[Reject] = []
@@ -380,12 +383,14 @@ class _Work:
         """Insert/upsert the staged rows; bisect with savepoints when a row is refused."""
         n = self.table.num_rows
         statements = [self.sql.write_from_stage]
-        if self.sql.write_unique and _unique(self.table, self.plan.keys):
+        unique = _unique(self.table, self.plan.keys)
+        if self.sql.write_unique and unique:
             # no key twice here by Arrow's equality: skip the sort of DISTINCT ON; should the
             # server's equality differ (citext, numeric scale), it raises 21000 and the
             # deduplicating statement runs instead
             statements.insert(0, self.sql.write_unique)
-        for statement in statements:
+        merge = self.sql.write_merge if unique and self.server_version >= 150000 else ""
+        for statement in [merge, *statements] if merge else statements:
             self.cur.execute("SAVEPOINT fanout_write", {})
             try:
                 self.cur.execute(statement, {"lo": 0, "hi": n})
@@ -394,6 +399,11 @@ class _Work:
                 return changed
             except Exception as exc:
                 self.cur.execute("ROLLBACK TO SAVEPOINT fanout_write", {})
+                if statement is merge and classify(exc) != "transient":
+                    # a key inserted meanwhile by another session (MERGE does not wait and
+                    # update like ON CONFLICT), a table MERGE cannot write (rules), or a
+                    # row's fault: ON CONFLICT decides, as it would have without MERGE
+                    continue
                 if getattr(exc, "pgcode", None) == "21000":
                     if statement != self.sql.write_from_stage:
                         continue

@@ -3,6 +3,7 @@ holding a key several times across input partitions."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,56 @@ def test_duplicate_keys_without_order_by_fail_naming_the_key(spark: Any, pg_url:
     assert '{"id": 7} occurs 2 times' in text
     assert "order_by" in text
     assert query(pg_url, "SELECT id FROM orders WHERE id = 7") == []
+
+
+def test_a_key_another_session_inserts_meanwhile_is_updated_not_refused(
+    spark: Any, pg_url: str
+) -> None:
+    """MERGE (the fast path) raises a unique violation when another session inserts one of
+    its new keys while it runs; the sink then runs INSERT ... ON CONFLICT, which waits and
+    updates, so the batch lands whole."""
+    import threading
+
+    import psycopg2
+
+    from tests.integration.postgres.pgcheck import dsn
+
+    execute(pg_url, TABLE_DDL, "INSERT INTO orders VALUES (1, 'old', 1.0, 0)")
+    other = psycopg2.connect(dsn(pg_url))
+    with other.cursor() as cur:  # holds key 2 uncommitted: the sink's insert of 2 waits
+        cur.execute("INSERT INTO orders VALUES (2, 'theirs', 0.5, 0)")
+    rows = [(1, "mine", 10.0, 1), (2, "mine", 20.0, 1), (3, "mine", 30.0, 1)]
+    df = spark.createDataFrame(rows, SCHEMA)
+    sink = _opened(pg_url, order_by="version", partitions=1)
+    outcome: dict[str, Any] = {}
+
+    def write() -> None:
+        try:
+            outcome["result"] = sink.write(
+                Batch(df, BatchInfo("race", 0, "q"), "pg", "fanout/race/pg")
+            )
+        except Exception as exc:  # reported by the assertion below
+            outcome["error"] = exc
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    deadline = time.monotonic() + 60
+    while not _waiting_on_a_lock(pg_url) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _waiting_on_a_lock(pg_url), "the sink never waited for the other session's key"
+    other.commit()
+    other.close()
+    writer.join(120)
+
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["result"].rows == 3
+    assert _rows(pg_url) == [(1, "mine", 10.0, 1), (2, "mine", 20.0, 1), (3, "mine", 30.0, 1)]
+
+
+def _waiting_on_a_lock(url: str) -> bool:
+    found = query(
+        url,
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND application_name LIKE 'fanout %%'",
+    )
+    return bool(found and found[0][0])
