@@ -26,7 +26,8 @@ from fanout.logs import batch_fields, register_secrets
 from fanout.names import check_name
 from fanout.registry import load_registry
 from fanout.retry import RetryPolicy
-from fanout.route_rejects import CheckedRoute, check_route, explain_failure
+from fanout.route_eval import explain_failure
+from fanout.route_rejects import CheckedRoute, check_route
 from fanout.routing import Route, SinkSpec, split_core_options
 from fanout.sink import (
     Batch,

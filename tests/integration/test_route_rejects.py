@@ -11,14 +11,8 @@ import pytest
 
 from fanout import RouteError
 from fanout.deadletter import DeadLetter
-from fanout.route_rejects import (
-    CheckedRoute,
-    check_route,
-    data_error,
-    evaluate,
-    explain_failure,
-    isolate,
-)
+from fanout.route_eval import data_error, evaluate, explain_failure
+from fanout.route_rejects import CheckedRoute, check_route, isolate
 from fanout.routing import Route
 
 N = 1000

@@ -15,13 +15,8 @@ from deltalake import DeltaTable
 from fanout import BatchInfo, FanOut, RouteError, Sink, SinkResult
 from fanout.deadletter import ROUTE_LETTERS, DeadLetter, DeltaDeadLetters
 from fanout.ledger import MemoryLedger
-from fanout.route_rejects import (
-    CheckedRoute,
-    RouteFailure,
-    data_error,
-    quiet_spark_errors,
-    route_error,
-)
+from fanout.route_eval import RouteFailure, data_error, quiet_spark_errors, route_error
+from fanout.route_rejects import CheckedRoute
 from fanout.routing import Route, SinkSpec
 from fanout.sink import SharedArrow
 from fanout.testing import ArrowFrame, RecordingSink, make_batch
