@@ -293,11 +293,17 @@ class TimedLedger:
     def open(self) -> None:
         self.inner.open()
 
-    def last_committed(self, pipeline: str, sinks: Any) -> Any:
-        return self._timed("ledger_plan", self.inner.last_committed, pipeline, list(sinks))
+    def last_committed(self, pipeline: str, sinks: Any, epoch: int = 0) -> Any:
+        return self._timed("ledger_plan", self.inner.last_committed, pipeline, list(sinks), epoch)
 
-    def high_water(self, pipeline: str) -> Any:
-        return self._timed("ledger_guard", self.inner.high_water, pipeline)
+    def high_water(self, pipeline: str, epoch: int = 0) -> Any:
+        return self._timed("ledger_guard", self.inner.high_water, pipeline, epoch)
+
+    def current_epoch(self, pipeline: str) -> int:
+        return int(self._timed("ledger_epoch", self.inner.current_epoch, pipeline))
+
+    def start_epoch(self, entry: Any) -> None:
+        self._timed("ledger_epoch", self.inner.start_epoch, entry)
 
     def mark_committed(self, entry: Any) -> Any:
         return self._timed("ledger_mark", self.inner.mark_committed, entry)
