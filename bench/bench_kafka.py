@@ -22,6 +22,7 @@ names one. The last line is machine-readable: ``ratio_vs_plain=<sink rows/s / pl
 from __future__ import annotations
 
 import argparse
+import atexit
 import sys
 import time
 import uuid
@@ -128,6 +129,7 @@ def main() -> None:
     from fanout.spark import local_session
 
     brokers: list[Any] = []
+    atexit.register(lambda: [b.stop() for b in brokers])  # also when verify() exits early
 
     def fresh_bootstrap() -> str:
         """A new, empty embedded broker per run (Tansu keeps every record in memory and,
