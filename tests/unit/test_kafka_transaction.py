@@ -3,6 +3,7 @@ outcomes into one error: no broker needed."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from fanout_kafka import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError, KafkaSink
@@ -94,7 +95,8 @@ def test_scope_of_a_transaction_id() -> None:
 
 def test_bad_record_without_dead_letter_fails_before_any_producer_exists() -> None:
     writer = PartitionWriter(settings(), partition=2, batch_id=5)
-    outcome = writer.run([{"id": 1}, {"id": None}], collect_dead_letters=False)
+    rows = pa.RecordBatch.from_pylist([{"id": 1}, {"id": None}])
+    outcome = writer.run([rows], collect_dead_letters=False)
     assert outcome.status == "failed" and outcome.error_kind == "bad_record"
     assert outcome.rows == 2 and not outcome.transient
     assert writer._producer is None  # nothing was sent, no transaction was begun

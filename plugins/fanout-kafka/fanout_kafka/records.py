@@ -11,7 +11,7 @@ import base64
 import datetime as dt
 import decimal
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -176,12 +176,6 @@ class Encoder:
             else:
                 good.append(encoded)
         return good, bad
-
-
-def rows_of(batches: Iterable[Any]) -> Iterator[dict[str, Any]]:
-    """The rows of Arrow record batches, as dicts."""
-    for batch in batches:
-        yield from batch.to_pylist()
 
 
 def to_bytes(value: Any) -> bytes:

@@ -55,8 +55,7 @@ class PartitionTask:
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0
         writer = PartitionWriter(self.settings, partition, self.batch_id, self.hooks)
-        records, bad = self.settings.encoder.encode_arrow(batches)
-        outcome = writer.write(records, bad, collect_dead_letters=self.collect_dead_letters)
+        outcome = writer.run(batches, collect_dead_letters=self.collect_dead_letters)
         yield pa.RecordBatch.from_pylist([to_row(outcome)], schema=ARROW_RESULT_SCHEMA)
 
 

@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -34,6 +34,9 @@ from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
 from fanout_kafka.failures import text as _text
 from fanout_kafka.options import DeadLetter, connection_settings
 from fanout_kafka.records import BadRecord, Encoder, Record, dead_letter_headers
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("fanout_kafka")
 T = TypeVar("T")
@@ -172,10 +175,10 @@ class PartitionWriter:
     # -- the whole task -----------------------------------------------------------------
 
     def run(
-        self, rows: Iterable[Mapping[str, Any]], *, collect_dead_letters: bool = False
+        self, batches: Iterable[pa.RecordBatch], *, collect_dead_letters: bool = False
     ) -> PartitionOutcome:
-        """Encode the rows, then skip or write the partition (:meth:`write`)."""
-        records, bad = self.settings.encoder.encode_all(rows)
+        """Encode the partition's Arrow batches, then skip or write it (:meth:`write`)."""
+        records, bad = self.settings.encoder.encode_arrow(batches)
         return self.write(records, bad, collect_dead_letters=collect_dead_letters)
 
     def write(

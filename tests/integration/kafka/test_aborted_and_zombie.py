@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from fanout_kafka import KafkaSink
 from fanout_kafka.transaction import PartitionWriter
@@ -113,7 +114,9 @@ def test_zombie_is_fenced_and_nothing_of_it_is_visible(kafka: Broker, topic: str
     assert zombie.prepare() is False  # initialised, marker read: "not written yet"
 
     successor = PartitionWriter(settings, partition=0, batch_id=0)  # e.g. Spark's retry
-    done = successor.run([{"id": f"k{i}", "v": "successor"} for i in range(5)])
+    done = successor.run(
+        [pa.RecordBatch.from_pylist([{"id": f"k{i}", "v": "successor"} for i in range(5)])]
+    )
     assert (done.status, done.written) == ("committed", 5)
 
     zombie_records, bad = settings.encoder.encode_all(
