@@ -23,3 +23,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.fspath) or "tests/chaos" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _pyspark_loggers_keep_pytest_formatters() -> Iterator[None]:
+    """pytest attaches its log-capture handlers to every non-propagating logger, PySpark's
+    query-context loggers included, and ``PySparkLogger.addHandler`` sets its JSON formatter
+    on whatever handler it gets: from then on every ``caplog.text`` of the session would be
+    PySpark's JSON. Tests only: a pipeline never hands PySpark a shared handler."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:
+        yield
+        return
+    import logging
+
+    original = PySparkLogger.addHandler
+    PySparkLogger.addHandler = logging.Logger.addHandler  # type: ignore[method-assign]
+    yield
+    PySparkLogger.addHandler = original  # type: ignore[method-assign]
