@@ -58,10 +58,9 @@ def key_bytes(column: pa.ChunkedArray | pa.Array) -> pa.Array | None:
     """A single-column key as :func:`to_bytes` makes it (nulls stay null), or ``None``."""
     column = _whole(column)
     kind = column.type
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return column.cast(pa.binary())
-    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-        return column.cast(pa.binary())
+    text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    if text or pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return column.cast(pa.binary())  # text as UTF-8, bytes as they are
     if pa.types.is_integer(kind):
         return column.cast(pa.string()).cast(pa.binary())
     return None
