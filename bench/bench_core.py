@@ -302,6 +302,9 @@ class TimedLedger:
     def current_epoch(self, pipeline: str) -> int:
         return int(self._timed("ledger_epoch", self.inner.current_epoch, pipeline))
 
+    def lookup(self, pipeline: str, sinks: Any) -> Any:
+        return self._timed("ledger_lookup", self.inner.lookup, pipeline, list(sinks))
+
     def start_epoch(self, entry: Any) -> None:
         self._timed("ledger_epoch", self.inner.start_epoch, entry)
 
@@ -423,7 +426,7 @@ def print_diagnosis(run: Run, diag: Diag, best: dict[str, Run]) -> None:
         mean("foreach_batch"),
         mean("trigger"),
     )
-    guard, plan, mark = mean("ledger_guard"), mean("ledger_plan"), mean("ledger_mark")
+    lookup, mark = mean("ledger_lookup"), mean("ledger_mark")
     after = fb - before - writes_wall
     print(
         f"\nWhere the time goes in (a): one more instrumented run ({run.seconds:.2f} s, "
@@ -434,8 +437,7 @@ def print_diagnosis(run: Run, diag: Diag, best: dict[str, Run]) -> None:
         ("  outside foreachBatch (plan source, offset/commit logs)", trig - fb),
         ("  foreachBatch = FanOut call", fb),
         ("    before writes: context (offsets file) + guard + plan", before),
-        ("      of which ledger high_water (guard)", guard),
-        ("      of which ledger last_committed (plan)", plan),
+        ("      of which ledger lookup (epoch, high water, marks)", lookup),
         ("    writes phase (3 sinks in parallel threads, wall)", writes_wall),
         ("      shared toArrow (scan + JSON parse + Arrow), once", arrow),
         ("      slowest sink write incl. waiting for toArrow", sink_max),
@@ -446,7 +448,7 @@ def print_diagnosis(run: Run, diag: Diag, best: dict[str, Run]) -> None:
     ]
     for label, ms in rows:
         print(f"  {label:<72} {ms:8.1f} ms")
-    ledger_ms = guard + plan + mark
+    ledger_ms = lookup + mark
     print(
         f"  ledger calls per batch in total: {ledger_ms:.1f} ms "
         f"({ledger_ms / trig:.1%} of the batch; marks run in the sink threads, partly "

@@ -193,8 +193,10 @@ class FanOut:
         Raises :class:`fanout.CheckpointResetError` when the checkpoint was reset and
         :class:`fanout.FanOutError` when any sink failed after its retries.
         """
-        info = self._guard(replace(info, epoch=self.ledger.current_epoch(self.pipeline)))
-        pending, skipped = self.plan(info)  # 3. plan
+        view = self.ledger.lookup(self.pipeline, self.sinks)
+        info = self._guard(replace(info, epoch=view.epoch), view.high_water)
+        # 3. plan; a new epoch (an accepted reset) has no marks of its own to read yet
+        pending, skipped = self.plan(info, view.marks if info.epoch == view.epoch else None)
         self.hooks.call("fanout_batch_start", info=info, pending=pending, skipped=skipped)
         if skipped:
             log.info(
@@ -232,10 +234,10 @@ class FanOut:
 
     # -- the steps --------------------------------------------------------------------
 
-    def _guard(self, info: BatchInfo) -> BatchInfo:
+    def _guard(self, info: BatchInfo, high_water: int | None) -> BatchInfo:
         """Step 2: refuse a checkpoint reset, or start a new epoch when told to accept it."""
         try:
-            check_checkpoint(self.ledger, info)
+            check_checkpoint(self.ledger, info, high_water)
             return info
         except CheckpointResetError as reset:
             if self.on_checkpoint_reset != "new_epoch":
@@ -267,9 +269,13 @@ class FanOut:
             )
             return replace(info, epoch=epoch)
 
-    def plan(self, info: BatchInfo) -> tuple[list[str], list[str]]:
-        """The sinks still to write (ledger mark older than the batch) and those to skip."""
-        marks = self.ledger.last_committed(self.pipeline, self.sinks, info.epoch)
+    def plan(
+        self, info: BatchInfo, marks: Mapping[str, int | None] | None = None
+    ) -> tuple[list[str], list[str]]:
+        """The sinks still to write (ledger mark older than the batch) and those to skip;
+        ``marks`` are the sinks' marks of ``info.epoch`` when already read."""
+        if marks is None:
+            marks = self.ledger.last_committed(self.pipeline, self.sinks, info.epoch)
         pending = [s for s, done in marks.items() if done is None or done < info.batch_id]
         skipped = [s for s in self.sinks if s not in pending]
         return pending, skipped

@@ -19,11 +19,11 @@ from fanout.sink import BatchInfo
 log = logging.getLogger(__name__)
 
 
-def check_checkpoint(ledger: Ledger, info: BatchInfo) -> None:
+def check_checkpoint(ledger: Ledger, info: BatchInfo, high: int | None) -> None:
     """Raise :class:`CheckpointResetError` when another query id committed batches of this
     pipeline at or after ``info.batch_id``; return quietly otherwise (including replays
-    of the same query after a crash)."""
-    high = ledger.high_water(info.pipeline, info.epoch)
+    of the same query after a crash). ``high`` is the pipeline's high-water mark in
+    ``info.epoch``, as the ledger's lookup read it."""
     if high is None or high < info.batch_id:
         return
     newer = ledger.committed_entries(info.pipeline, info.batch_id, epoch=info.epoch)

@@ -72,6 +72,17 @@ class LedgerEntry:
         return json.loads(self.source_offsets) if self.source_offsets else None
 
 
+@dataclass(frozen=True)
+class LedgerView:
+    """What a batch reads from the ledger before it writes, taken at one moment: the
+    pipeline's current epoch, that epoch's high-water mark and each sink's last committed
+    batch in it (``None``: never)."""
+
+    epoch: int
+    high_water: int | None
+    marks: dict[str, int | None]
+
+
 def _schema() -> pa.Schema:
     import pyarrow as pa
 
@@ -131,6 +142,10 @@ class Ledger(Protocol):
     def current_epoch(self, pipeline: str) -> int:
         """The pipeline's epoch (0 until a checkpoint reset is accepted), without a scan."""
 
+    def lookup(self, pipeline: str, sinks: Iterable[str]) -> LedgerView:
+        """Epoch, high-water mark and marks of the current epoch in one read, without a
+        scan: what the dispatcher needs before every batch."""
+
     def start_epoch(self, entry: LedgerEntry) -> None:
         """Record that ``entry.query_id`` starts epoch ``entry.epoch`` at ``entry.batch_id``."""
 
@@ -181,7 +196,9 @@ class DeltaLedger:
         self.path = str(path)
         self.storage_options = dict(storage_options or {})
         self.checkpoint_interval = checkpoint_interval
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one ledger commit or refresh at a time
+        self._queue_lock = threading.Lock()
+        self._queued: list[_MarkRequest] = []
         self._table: DeltaTable | None = None
 
     def __repr__(self) -> str:
@@ -237,8 +254,7 @@ class DeltaLedger:
     ) -> dict[str, int | None]:
         """The last batch id each sink committed, read from the log's txn actions."""
         with self._lock:
-            table = self._fresh()
-            return {s: transaction_version(table, txn_app_id(pipeline, s, epoch)) for s in sinks}
+            return _marks(self._fresh(), pipeline, sinks, epoch)
 
     def high_water(self, pipeline: str, epoch: int = 0) -> int | None:
         """The highest batch id any sink of ``pipeline`` committed, from the log."""
@@ -248,7 +264,19 @@ class DeltaLedger:
     def current_epoch(self, pipeline: str) -> int:
         """The pipeline's epoch, from the log (0 when none was ever started)."""
         with self._lock:
-            return transaction_version(self._fresh(), epoch_app_id(pipeline)) or 0
+            return _epoch(self._fresh(), pipeline)
+
+    def lookup(self, pipeline: str, sinks: Iterable[str]) -> LedgerView:
+        """Epoch, high-water mark and marks from one refresh of the log (each refresh
+        lists the log directory, so a batch pays for one instead of three)."""
+        with self._lock:
+            table = self._fresh()
+            epoch = _epoch(table, pipeline)
+            return LedgerView(
+                epoch,
+                transaction_version(table, pipeline_app_id(pipeline, epoch)),
+                _marks(table, pipeline, sinks, epoch),
+            )
 
     def start_epoch(self, entry: LedgerEntry) -> None:
         """Append the epoch row, with the epoch as the version of its txn action."""
@@ -260,23 +288,61 @@ class DeltaLedger:
     # -- writes ---------------------------------------------------------------------
 
     def mark_committed(self, entry: LedgerEntry) -> bool:
-        """Append the committed row with its txn actions unless the mark exists."""
+        """Append the committed row with its txn actions unless the mark exists.
+
+        Marks wait for one another (one Delta commit at a time). Those that queued up while
+        a commit was running are committed together, in one commit, by whichever caller
+        takes the lock next: sinks finishing together then wait for two commits, not one
+        per sink. Every mark is still durable before its call returns.
+        """
         if entry.status != "committed":
             raise ValueError("mark_committed takes a committed entry")
+        request = _MarkRequest(entry)
+        with self._queue_lock:
+            self._queued.append(request)
         with self._lock:
+            if not request.settled:
+                self._commit_queued()
+        return request.outcome()
+
+    def _commit_queued(self) -> None:
+        """Commit every queued mark in one Delta commit (caller holds the lock)."""
+        with self._queue_lock:
+            requests, self._queued = self._queued, []
+        try:
             table = self._fresh()
-            sink_app = txn_app_id(entry.pipeline, entry.sink, entry.epoch)
-            done = transaction_version(table, sink_app)
-            if done is not None and done >= entry.batch_id:
-                return False
-            pipeline_app = pipeline_app_id(entry.pipeline, entry.epoch)
-            high = transaction_version(table, pipeline_app)
-            txns = {
-                sink_app: entry.batch_id,
-                pipeline_app: max(entry.batch_id, -1 if high is None else high),
-            }
-            self._append(table, [entry], txns)
-            return True
+            versions: dict[str, int | None] = {}
+
+            def version(app_id: str) -> int | None:
+                if app_id not in versions:
+                    versions[app_id] = transaction_version(table, app_id)
+                return versions[app_id]
+
+            accepted: list[_MarkRequest] = []
+            txns: dict[str, int] = {}
+            for request in requests:
+                entry = request.entry
+                sink_app = txn_app_id(entry.pipeline, entry.sink, entry.epoch)
+                done = version(sink_app)
+                if done is not None and done >= entry.batch_id:
+                    request.settle(False)
+                    continue
+                pipeline_app = pipeline_app_id(entry.pipeline, entry.epoch)
+                high = version(pipeline_app)
+                versions[sink_app] = txns[sink_app] = entry.batch_id
+                versions[pipeline_app] = txns[pipeline_app] = max(
+                    entry.batch_id, -1 if high is None else high
+                )
+                accepted.append(request)
+            if accepted:
+                self._append(table, [r.entry for r in accepted], txns)
+            for request in accepted:
+                request.settle(True)
+        except BaseException as exc:
+            for request in requests:
+                if not request.settled:
+                    request.fail(exc)
+            raise
 
     def record_failure(self, entry: LedgerEntry) -> None:
         """Append a failed-attempt row (no txn action)."""
@@ -373,6 +439,38 @@ class DeltaLedger:
             )
 
 
+def _marks(
+    table: DeltaTable, pipeline: str, sinks: Iterable[str], epoch: int
+) -> dict[str, int | None]:
+    return {s: transaction_version(table, txn_app_id(pipeline, s, epoch)) for s in sinks}
+
+
+def _epoch(table: DeltaTable, pipeline: str) -> int:
+    return transaction_version(table, epoch_app_id(pipeline)) or 0
+
+
+class _MarkRequest:
+    """One caller's mark waiting to be committed, alone or with others."""
+
+    def __init__(self, entry: LedgerEntry) -> None:
+        self.entry = entry
+        self.settled = False
+        self._written = False
+        self._error: BaseException | None = None
+
+    def settle(self, written: bool) -> None:
+        self._written, self.settled = written, True
+
+    def fail(self, error: BaseException) -> None:
+        self._error, self.settled = error, True
+
+    def outcome(self) -> bool:
+        """True when this call wrote the mark; raises what its commit raised."""
+        if self._error is not None:
+            raise self._error
+        return self._written
+
+
 class MemoryLedger:
     """A ledger in memory, with :class:`DeltaLedger`'s semantics; for tests and benchmarks.
 
@@ -407,6 +505,13 @@ class MemoryLedger:
         """The pipeline's epoch."""
         with self._lock:
             return self._epochs.get(pipeline, 0)
+
+    def lookup(self, pipeline: str, sinks: Iterable[str]) -> LedgerView:
+        """Epoch, high-water mark and marks of the current epoch."""
+        epoch = self.current_epoch(pipeline)
+        return LedgerView(
+            epoch, self.high_water(pipeline, epoch), self.last_committed(pipeline, sinks, epoch)
+        )
 
     def start_epoch(self, entry: LedgerEntry) -> None:
         """Start the entry's epoch."""

@@ -10,12 +10,17 @@ import pytest
 from fanout import BatchInfo, FanOut
 from fanout.errors import CheckpointResetError
 from fanout.guard import check_checkpoint
-from fanout.ledger import DeltaLedger, MemoryLedger
+from fanout.ledger import DeltaLedger, Ledger, MemoryLedger
 from tests.unit.fakes import FakeFrame, RecordingSink, committed
 
 PIPELINE = "orders"
 OLD_QUERY = "11111111-aaaa-4bbb-8ccc-000000000001"
 NEW_QUERY = "22222222-aaaa-4bbb-8ccc-000000000002"
+
+
+def guard(ledger: Ledger, info: BatchInfo) -> None:
+    """The guard as FanOut runs it: with the high-water mark of the ledger's lookup."""
+    check_checkpoint(ledger, info, ledger.lookup(info.pipeline, []).high_water)
 
 
 @pytest.fixture(params=["delta", "memory"])
@@ -39,22 +44,22 @@ def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> DeltaLedger | Memo
 
 @pytest.mark.parametrize("batch_id", [0, 3, 4])
 def test_same_query_replaying_passes(ledger: DeltaLedger | MemoryLedger, batch_id: int) -> None:
-    check_checkpoint(ledger, BatchInfo(PIPELINE, batch_id, OLD_QUERY))
+    guard(ledger, BatchInfo(PIPELINE, batch_id, OLD_QUERY))
 
 
 @pytest.mark.parametrize("batch_id", [5, 6, 100])
 def test_batch_past_high_water_passes(ledger: DeltaLedger | MemoryLedger, batch_id: int) -> None:
-    check_checkpoint(ledger, BatchInfo(PIPELINE, batch_id, NEW_QUERY))
+    guard(ledger, BatchInfo(PIPELINE, batch_id, NEW_QUERY))
 
 
 def test_other_pipeline_is_not_affected(ledger: DeltaLedger | MemoryLedger) -> None:
-    check_checkpoint(ledger, BatchInfo("payments", 0, NEW_QUERY))
+    guard(ledger, BatchInfo("payments", 0, NEW_QUERY))
 
 
 def test_unknown_query_id_cannot_tell_and_passes_with_warning(
     ledger: DeltaLedger | MemoryLedger, caplog: pytest.LogCaptureFixture
 ) -> None:
-    check_checkpoint(ledger, BatchInfo(PIPELINE, 0, None))
+    guard(ledger, BatchInfo(PIPELINE, 0, None))
     assert "query id unknown; cannot tell a replay from a checkpoint reset" in caplog.text
 
 
@@ -63,7 +68,7 @@ def test_other_query_at_or_below_high_water_is_a_reset(
     ledger: DeltaLedger | MemoryLedger, batch_id: int
 ) -> None:
     with pytest.raises(CheckpointResetError) as raised:
-        check_checkpoint(ledger, BatchInfo(PIPELINE, batch_id, NEW_QUERY))
+        guard(ledger, BatchInfo(PIPELINE, batch_id, NEW_QUERY))
     message = str(raised.value)
     assert message.startswith(
         f"pipeline 'orders': checkpoint reset detected. Spark handed batch {batch_id} of query "
@@ -127,10 +132,10 @@ def test_guard_does_not_scan_on_the_normal_path() -> None:
     """A batch past the high-water mark (every batch of a healthy stream) is one log
     lookup; only a batch at or below it costs a scan."""
     led = CountingLedger()
-    check_checkpoint(led, BatchInfo(PIPELINE, 0, OLD_QUERY))  # empty ledger
+    guard(led, BatchInfo(PIPELINE, 0, OLD_QUERY))  # empty ledger
     for batch in range(3):
         led.mark_committed(committed(PIPELINE, "pg", batch, OLD_QUERY))
-        check_checkpoint(led, BatchInfo(PIPELINE, batch + 1, OLD_QUERY))
+        guard(led, BatchInfo(PIPELINE, batch + 1, OLD_QUERY))
     assert led.scans == 0
-    check_checkpoint(led, BatchInfo(PIPELINE, 2, OLD_QUERY))  # a replay: scans once
+    guard(led, BatchInfo(PIPELINE, 2, OLD_QUERY))  # a replay: scans once
     assert led.scans == 1

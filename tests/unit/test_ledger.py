@@ -7,13 +7,15 @@ compaction, vacuum) runs against ``DeltaLedger`` alone.
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 
 from fanout.errors import LedgerError
-from fanout.ledger import DeltaLedger, LedgerEntry, MemoryLedger, entries_from_arrow
+from fanout.ledger import DeltaLedger, LedgerEntry, LedgerView, MemoryLedger, entries_from_arrow
 from tests.unit.fakes import committed
 
 
@@ -145,6 +147,23 @@ def test_two_pipelines_do_not_interfere(ledger: DeltaLedger | MemoryLedger) -> N
     assert [e.batch_id for e in ledger.committed_entries("payments")] == [2]
 
 
+def test_lookup_reads_the_current_epoch_and_its_marks(ledger: DeltaLedger | MemoryLedger) -> None:
+    assert ledger.lookup("orders", ["pg", "kafka"]) == LedgerView(
+        0, None, {"pg": None, "kafka": None}
+    )
+    ledger.mark_committed(committed("orders", "pg", 4))
+    ledger.mark_committed(committed("orders", "kafka", 3))
+    assert ledger.lookup("orders", ["pg", "kafka"]) == LedgerView(0, 4, {"pg": 4, "kafka": 3})
+
+    ledger.start_epoch(
+        LedgerEntry(pipeline="orders", sink="*", batch_id=0, status="epoch", epoch=1)
+    )
+    ledger.mark_committed(committed("orders", "pg", 0, epoch=1))
+    # epoch 1's marks only: epoch 0's batch 4 must not make batch 0 of epoch 1 a replay
+    assert ledger.lookup("orders", ["pg", "kafka"]) == LedgerView(1, 0, {"pg": 0, "kafka": None})
+    assert ledger.lookup("payments", ["pg"]) == LedgerView(0, None, {"pg": None})
+
+
 def test_mark_committed_rejects_failed_entry_delta(tmp_path: Path) -> None:
     led = DeltaLedger(str(tmp_path / "ledger"))
     led.open()
@@ -226,6 +245,93 @@ def test_lookups_read_the_log_not_the_data(tmp_path: Path) -> None:
     # and the data really is gone: a scan fails
     with pytest.raises(Exception):  # noqa: B017 - delta-rs raises its own I/O error type
         fresh.read()
+
+
+def test_lookup_refreshes_the_log_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    led = DeltaLedger(str(tmp_path / "ledger"))
+    led.open()
+    led.mark_committed(committed("orders", "pg", 2))
+    refreshes: list[int] = []
+    fresh = led._fresh
+    monkeypatch.setattr(led, "_fresh", lambda: refreshes.append(1) or fresh())
+    assert led.lookup("orders", ["pg", "delta"]) == LedgerView(0, 2, {"pg": 2, "delta": None})
+    assert len(refreshes) == 1
+
+
+def queue_marks(led: DeltaLedger, entries: list[LedgerEntry]) -> list[bool | BaseException]:
+    """Call ``mark_committed`` for every entry in its own thread while another commit holds
+    the ledger's lock, so that all of them queue up; the results in entry order."""
+    results: list[bool | BaseException] = [False] * len(entries)
+
+    def mark(i: int) -> None:
+        try:
+            results[i] = led.mark_committed(entries[i])
+        except BaseException as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=mark, args=(i,)) for i in range(len(entries))]
+    with led._lock:  # a commit in progress
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while len(led._queued) < len(entries):
+            assert time.monotonic() < deadline, "marks did not queue up"
+            time.sleep(0.005)
+    for thread in threads:
+        thread.join(10)
+    return results
+
+
+def test_marks_queued_during_a_commit_share_the_next_commit(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    led = DeltaLedger(str(path))
+    led.open()
+    led.mark_committed(committed("orders", "delta", 6))
+    before = DeltaTable(str(path)).version()
+
+    results = queue_marks(
+        led,
+        [
+            committed("orders", "delta", 7, rows=1),
+            committed("orders", "pg", 7, rows=2),
+            committed("orders", "kafka", 7, rows=3),
+            committed("orders", "delta", 6),  # already there
+            committed("payments", "pg", 1, rows=4),
+        ],
+    )
+    assert results == [True, True, True, False, True]
+    assert DeltaTable(str(path)).version() == before + 1  # one commit for all four rows
+    assert led.last_committed("orders", ["delta", "pg", "kafka"]) == {
+        "delta": 7,
+        "pg": 7,
+        "kafka": 7,
+    }
+    assert led.high_water("orders") == 7
+    assert led.high_water("payments") == 1
+    assert [(e.pipeline, e.sink, e.batch_id, e.rows) for e in rows(led)] == [
+        ("orders", "delta", 6, None),
+        ("orders", "delta", 7, 1),
+        ("orders", "kafka", 7, 3),
+        ("orders", "pg", 7, 2),
+        ("payments", "pg", 1, 4),
+    ]
+
+
+def test_a_failed_group_commit_fails_every_mark_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    led = DeltaLedger(str(tmp_path / "ledger"))
+    led.open()
+
+    def broken(*args: object) -> None:
+        raise LedgerError("cannot write to the ledger: disk full")
+
+    monkeypatch.setattr(led, "_append", broken)
+    results = queue_marks(led, [committed("orders", s, 3) for s in ("delta", "pg")])
+    assert [str(r) for r in results] == ["cannot write to the ledger: disk full"] * 2
+    monkeypatch.undo()
+    assert led.last_committed("orders", ["delta", "pg"]) == {"delta": None, "pg": None}
+    assert led.mark_committed(committed("orders", "pg", 3)) is True  # nothing stuck queued
 
 
 def test_maintain_compacts_vacuums_and_keeps_lookups(tmp_path: Path) -> None:
