@@ -3,7 +3,7 @@
 without.
 
     python bench/bench_three_sinks.py [--rows 1000000] [--files 10] [--repeat 2]
-                                      [--workdir DIR] [--keep]
+                                      [--variants a,b,...] [--workdir DIR] [--keep]
 
 One local SparkSession (``local[2]``), one embedded PostgreSQL server and one embedded Kafka
 broker (Tansu) serve every run. The input is ``--rows`` JSON lines in ``--files`` files
@@ -529,7 +529,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="timed runs per variant (best kept)")
     parser.add_argument("--workdir", help="input and outputs go here (default: a new /tmp dir)")
     parser.add_argument("--keep", action="store_true", help="keep outputs, tables and topics")
+    parser.add_argument(
+        "--variants",
+        default=",".join(ORDER),
+        help="comma-separated variants to run, in this order (default: all; the ratios and "
+        "the latency target are printed only when their variants ran)",
+    )
     args = parser.parse_args(argv)
+    args.variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    unknown = [v for v in args.variants if v not in RUNNERS]
+    if unknown or not args.variants:
+        parser.error(f"--variants: unknown {unknown or 'none given'}; choose from {list(RUNNERS)}")
 
     return run_with_workdir(args, "fanout-bench3-", _bench)
 
@@ -591,7 +601,8 @@ def _measure(
 
     warm_ctx = Ctx(spark, warm, WARMUP_ROWS, workdir / "runs" / "warmup", keep=False)
     t0 = time.perf_counter()
-    for variant in ORDER:  # every code path once, untimed, on 20k rows
+    selected: tuple[str, ...] = args.variants
+    for variant in selected:  # every code path once, untimed, on 20k rows
         services.fresh_broker()
         RUNNERS[variant](warm_ctx, services)
     print(
@@ -604,7 +615,7 @@ def _measure(
     load_before, foreign_before = os.getloadavg()[0], foreign_jvms()
     runs: dict[str, list[Run]] = defaultdict(list)
     for rep in range(args.repeat):
-        order = ORDER if rep % 2 == 0 else tuple(reversed(ORDER))  # spread any drift
+        order = selected if rep % 2 == 0 else tuple(reversed(selected))  # spread any drift
         for variant in order:
             services.fresh_broker()
             r = RUNNERS[variant](ctx, services)
@@ -629,11 +640,11 @@ def _measure(
     print(
         f"{'variant':<40} {'seconds':>8} {'rows/s':>9} {'p50 ms':>7} {'p95 ms':>7}   all runs (s)"
     )
-    for v in ORDER:
+    for v in selected:
         r = best[v]
         all_s = ", ".join(f"{x.seconds:.2f}" for x in runs[v])
         print(
-            f"{LABELS[v]:<40} {r.seconds:8.2f} {n / r.seconds:9,.0f} {p50[v]:7.0f} "
+            f"{LABELS.get(v, v):<40} {r.seconds:8.2f} {n / r.seconds:9,.0f} {p50[v]:7.0f} "
             f"{p95[v]:7.0f}   {all_s}"
         )
     print(
@@ -644,7 +655,7 @@ def _measure(
     print("\nmean sink.write time per batch, ms (best run; a and s_*: fanout_sink_done hook,")
     print("b: the same inside each query, c: timed around each write):")
     print(f"  {'variant':<9} {'delta':>7} {'pg':>7} {'kafka':>7} {'sum':>7}")
-    for v in ORDER:
+    for v in selected:
         sink_s = best[v].extra.get("sink_s", {})
         total = sum(statistics.fmean(x) for x in sink_s.values() if x)
         cells = " ".join(mean_ms(sink_s.get(k)) for k in SINKS)
@@ -652,30 +663,34 @@ def _measure(
 
     cores = os.cpu_count() or 1
     print(f"\nCPU seconds during the best run (from /proc; {cores} cores = {cores} CPU s per s):")
-    print(f"  {'':<42}" + "".join(f"{v:>9}" for v in ORDER))
+    print(f"  {'':<42}" + "".join(f"{v:>9}" for v in selected))
     for group in CPU_GROUPS:
-        cells = "".join(f"{best[v].extra['cpu'][group]:9.1f}" for v in ORDER)
+        cells = "".join(f"{best[v].extra['cpu'][group]:9.1f}" for v in selected)
         print(f"  {CPU_LABELS[group]:<42}{cells}")
-    ours = {v: sum(best[v].extra["cpu"][g] for g in CPU_GROUPS) for v in ORDER}
-    print(f"  {'= this benchmark':<42}" + "".join(f"{ours[v]:9.1f}" for v in ORDER))
+    ours = {v: sum(best[v].extra["cpu"][g] for g in CPU_GROUPS) for v in selected}
+    print(f"  {'= this benchmark':<42}" + "".join(f"{ours[v]:9.1f}" for v in selected))
     print(
         f"  {'other processes on the machine':<42}"
-        + "".join(f"{best[v].extra['cpu']['machine'] - ours[v]:9.1f}" for v in ORDER)
+        + "".join(f"{best[v].extra['cpu']['machine'] - ours[v]:9.1f}" for v in selected)
     )
     print(
         f"  {'wall s x cores (capacity)':<42}"
-        + "".join(f"{best[v].seconds * cores:9.1f}" for v in ORDER)
+        + "".join(f"{best[v].seconds * cores:9.1f}" for v in selected)
     )
     print(
         f"  {'machine busy / capacity':<42}"
         + "".join(
-            f"{best[v].extra['cpu']['machine'] / (best[v].seconds * cores):9.0%}" for v in ORDER
+            f"{best[v].extra['cpu']['machine'] / (best[v].seconds * cores):9.0%}" for v in selected
         )
     )
 
+    print(f"total benchmark time {time.perf_counter() - t_all:.0f} s")
+    singles = ("s_delta", "s_pg", "s_kafka")
+    if not {"a", "b", "c", *singles} <= set(selected):
+        print("(ratios and the latency target need every variant: not all of them ran)")
+        return 0
     tput = {v: n / r.seconds for v, r in best.items()}
     ratios = {"a_b": tput["a"] / tput["b"], "a_c": tput["a"] / tput["c"]}
-    singles = ("s_delta", "s_pg", "s_kafka")
     slowest = max(singles, key=lambda v: p50[v])
     slowest95 = max(singles, key=lambda v: p95[v])
     latency = p50["a"] / p50[slowest]
@@ -693,7 +708,6 @@ def _measure(
         f"  the same at p95 (slowest at p95: {slowest95}): {latency95:.3f}   (informational; "
         f"sum of the single sinks' p50: {sum(p50[v] for v in singles) / p50['a']:.2f}x a's p50)"
     )
-    print(f"total benchmark time {time.perf_counter() - t_all:.0f} s")
     print(
         f"ratio_a_b={ratios['a_b']:.3f} ratio_a_c={ratios['a_c']:.3f} "
         f"latency_vs_slowest={latency:.3f}"
