@@ -1,0 +1,69 @@
+"""The persist step caches a batch read by several sinks uncompressed (without Spark:
+a fake session records the option's value at each ``persist`` call)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fanout import FanOut
+from fanout.dispatcher import CACHE_COMPRESSED
+from fanout.ledger import MemoryLedger
+from tests.unit.fakes import FakeFrame, RecordingSink
+
+
+class FakeConf:
+    """``SparkSession.conf``: ``get(key, None)`` is None for an option nobody set."""
+
+    def __init__(self, **settings: str) -> None:
+        self.settings = dict(settings)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.settings.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.settings[key] = value
+
+    def unset(self, key: str) -> None:
+        self.settings.pop(key, None)
+
+
+class SessionFrame(FakeFrame):
+    """A FakeFrame with a ``sparkSession`` whose ``conf`` is seen by ``persist``."""
+
+    def __init__(self, conf: FakeConf) -> None:
+        super().__init__()
+        self.sparkSession = type("Session", (), {"conf": conf})()
+        self.compressed_at_persist: list[Any] = []
+
+    def persist(self) -> SessionFrame:
+        self.compressed_at_persist.append(self.sparkSession.conf.get(CACHE_COMPRESSED))
+        return super().persist()  # type: ignore[return-value]
+
+
+def persist(frame: FakeFrame) -> bool:
+    """The persist step alone for two pending DataFrame sinks (the full ``process`` with a
+    real session is tests/integration/test_persist_cache.py)."""
+    fan = FanOut("orders", MemoryLedger(), [RecordingSink("a"), RecordingSink("b")], backoff_s=0)
+    return fan._persist_if_shared(frame, ["a", "b"])
+
+
+def test_shared_batch_is_cached_uncompressed_and_the_option_restored() -> None:
+    conf = FakeConf()
+    frame = SessionFrame(conf)
+    assert persist(frame)
+    assert frame.compressed_at_persist == ["false"]  # set for the persist call ...
+    assert conf.settings == {}  # ... and unset right after: the session is as it was
+
+
+def test_an_explicit_session_setting_is_kept() -> None:
+    conf = FakeConf(**{CACHE_COMPRESSED: "true"})
+    frame = SessionFrame(conf)
+    assert persist(frame)
+    assert frame.compressed_at_persist == ["true"]
+    assert conf.settings == {CACHE_COMPRESSED: "true"}
+
+
+def test_a_frame_without_a_session_is_persisted_plainly() -> None:
+    frame = FakeFrame()
+    assert persist(frame)
+    assert frame.persist_calls == 1
