@@ -407,13 +407,14 @@ def _persist_uncompressed(df: Any) -> None:
     """``df.persist()``, caching the batch's columns uncompressed unless the session sets
     ``spark.sql.inMemoryColumnarStorage.compressed`` itself.
 
-    The cache lives for one batch and is read once per reader, so compressing it buys
-    little and costs CPU: in bench/bench_three_sinks.py (1M rows, 10 batches, 3 sinks)
-    building the compressed cache took ~1.4 of the ~8 task CPU seconds and the Spark JVM
-    used ~2.5 CPU s (~15%) more, with no gain in wall time. The price is memory: an
-    uncompressed cache is larger (MEMORY_AND_DISK spills what does not fit); a session
-    that sets the option explicitly keeps its choice. Spark reads the option when
-    ``persist()`` plans the cache, so it is set for that call only and unset right after.
+    The cache lives for one batch and is read once per reader, so compressing it costs
+    CPU and buys nothing but memory: in bench/bench_three_sinks.py (1M rows, 10 batches,
+    3 sinks) building the compressed cache took ~1.4 of the ~8 task CPU seconds, and the
+    Spark JVM used ~2.5 CPU s (~15%) more. The price is memory: an uncompressed cache is
+    larger (MEMORY_AND_DISK spills what does not fit); a session that sets the option
+    explicitly keeps its choice. Spark reads the option when ``persist()`` plans the
+    cache, so it is set for that call only and unset right after (another query of the
+    same session persisting in that instant would cache uncompressed too: harmless).
     """
     conf = getattr(getattr(df, "sparkSession", None), "conf", None)
     if conf is None or conf.get(CACHE_COMPRESSED, None) is not None:
