@@ -296,12 +296,6 @@ class TimedLedger:
     def last_committed(self, pipeline: str, sinks: Any, epoch: int = 0) -> Any:
         return self._timed("ledger_plan", self.inner.last_committed, pipeline, list(sinks), epoch)
 
-    def high_water(self, pipeline: str, epoch: int = 0) -> Any:
-        return self._timed("ledger_guard", self.inner.high_water, pipeline, epoch)
-
-    def current_epoch(self, pipeline: str) -> int:
-        return int(self._timed("ledger_epoch", self.inner.current_epoch, pipeline))
-
     def lookup(self, pipeline: str, sinks: Any) -> Any:
         return self._timed("ledger_lookup", self.inner.lookup, pipeline, list(sinks))
 
@@ -314,8 +308,12 @@ class TimedLedger:
     def record_failure(self, entry: Any) -> None:
         self._timed("ledger_failure", self.inner.record_failure, entry)
 
-    def committed_entries(self, pipeline: str, min_batch_id: int = 0) -> Any:
-        return self._timed("ledger_scan", self.inner.committed_entries, pipeline, min_batch_id)
+    def committed_entries(
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> Any:
+        return self._timed(
+            "ledger_scan", self.inner.committed_entries, pipeline, min_batch_id, epoch
+        )
 
 
 class TimedDF:

@@ -136,12 +136,6 @@ class Ledger(Protocol):
     ) -> dict[str, int | None]:
         """The last batch id each sink committed (``None``: never), without a scan."""
 
-    def high_water(self, pipeline: str, epoch: int = 0) -> int | None:
-        """The highest batch id any sink of the pipeline committed, without a scan."""
-
-    def current_epoch(self, pipeline: str) -> int:
-        """The pipeline's epoch (0 until a checkpoint reset is accepted), without a scan."""
-
     def lookup(self, pipeline: str, sinks: Iterable[str]) -> LedgerView:
         """Epoch, high-water mark and marks of the current epoch in one read, without a
         scan: what the dispatcher needs before every batch."""
