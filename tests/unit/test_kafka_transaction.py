@@ -82,6 +82,7 @@ def test_ids_groups_and_producer_settings() -> None:
     assert config["enable.idempotence"] is True and config["acks"] == "all"
     assert config["linger.ms"] == 50 and config["partitioner"] == "consistent"
     assert settings(producer={}).producer_config(0)["partitioner"] == "murmur2_random"
+    assert config["delivery.report.only.error"] is True
     consumer = s.consumer_config(3)
     assert consumer["group.id"] == "fanout.orders.events.p3"
     assert consumer["isolation.level"] == "read_committed"

@@ -109,6 +109,10 @@ def producer_config(
         "partitioner": "murmur2_random",  # the Java client's: keys land where Java puts them
         "message.timeout.ms": transaction_timeout_ms,
         "allow.auto.create.topics": False,
+        # the sink acts only on failed deliveries; skipping the Python callback of every
+        # delivered record saves about a tenth of the producer's CPU (the binding still
+        # frees each record's state: confluent-kafka-python filters these reports itself)
+        "delivery.report.only.error": True,
         **producer,
         "bootstrap.servers": bootstrap_servers,
         "transactional.id": transactional_id,
