@@ -3,17 +3,20 @@
 without.
 
     python bench/bench_three_sinks.py [--rows 1000000] [--files 10] [--repeat 2]
-                                      [--variants a,b,...] [--workdir DIR] [--keep]
+                                      [--variants a,b,...] [--master local[2]]
+                                      [--workdir DIR] [--keep]
 
-One local SparkSession (``local[2]``), one embedded PostgreSQL server and one embedded Kafka
-broker (Tansu) serve every run. The input is ``--rows`` JSON lines in ``--files`` files
-(bench_core's generator), read with ``maxFilesPerTrigger=1`` and ``availableNow``: one
-micro-batch per file. Every variant writes through fanout's own sink classes, built the same
-way (so the per-sink work is identical):
+One local SparkSession (``--master``, default ``local[2]``: one task slot per core), one
+embedded PostgreSQL server and one embedded Kafka broker (Tansu) serve every run. The
+input is ``--rows`` JSON lines in ``--files`` files (bench_core's generator), read with
+``maxFilesPerTrigger=1`` and ``availableNow``: one micro-batch per file. Every variant
+writes through fanout's own sink classes, built the same way (so the per-sink work is
+identical):
 
   delta  DeltaSink(engine="rs", mode="append"): toArrow on the driver, delta-rs commit
-  pg     PostgresSink(keys=order_id, upsert, partitions=4): from the executors, COPY +
-         INSERT ... ON CONFLICT, one transaction per partition
+  pg     PostgresSink(keys=order_id, upsert, partitions=4): from the executors, COPY into
+         a staging table, then MERGE (INSERT ... ON CONFLICT as the fallback), one
+         transaction per partition
   kafka  KafkaSink(key=order_id, partitions=4): from the executors, one transactional
          producer per partition, markers in a marker topic of the run's own
 
@@ -535,6 +538,13 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated variants to run, in this order (default: all; the ratios and "
         "the latency target are printed only when their variants ran)",
     )
+    parser.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master of the one session every variant shares (default local[2]); "
+        "local[4] gives the sinks' tasks more slots than cores, for tasks that wait on a "
+        "service",
+    )
     args = parser.parse_args(argv)
     args.variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     unknown = [v for v in args.variants if v not in RUNNERS]
@@ -591,7 +601,7 @@ def _measure(
     from fanout.spark import local_session
 
     t0 = time.perf_counter()
-    spark = local_session("fanout-bench-three-sinks")
+    spark = local_session("fanout-bench-three-sinks", master=args.master)
     import pyspark
 
     print(
