@@ -83,10 +83,18 @@ def test_ids_groups_and_producer_settings() -> None:
     assert config["linger.ms"] == 50 and config["partitioner"] == "consistent"
     assert settings(producer={}).producer_config(0)["partitioner"] == "murmur2_random"
     assert config["delivery.report.only.error"] is True
+    assert config["enable.sparse.connections"] is False
     consumer = s.consumer_config(3)
     assert consumer["group.id"] == "fanout.orders.events.p3"
     assert consumer["isolation.level"] == "read_committed"
     assert "linger.ms" not in consumer
+    assert consumer["enable.sparse.connections"] is False
+
+
+def test_sparse_connections_can_be_turned_back_on_for_producer_and_consumer() -> None:
+    s = settings(producer={"enable.sparse.connections": True})
+    assert s.producer_config(0)["enable.sparse.connections"] is True
+    assert s.consumer_config(0)["enable.sparse.connections"] is True
 
 
 def test_scope_of_a_transaction_id() -> None:

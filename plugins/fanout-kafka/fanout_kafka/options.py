@@ -44,6 +44,7 @@ CONNECTION_PREFIXES = (
     "broker.",
     "client.",
     "reconnect.",
+    "enable.sparse.connections",
     "api.version",
     "metadata.",
     "topic.metadata",

@@ -41,6 +41,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("fanout_kafka")
 T = TypeVar("T")
 
+LIVELY_CONNECTIONS: dict[str, Any] = {"enable.sparse.connections": False}
+"""Connect to the brokers the metadata names at once, not on demand. The sink's producer
+and marker consumer live for one partition of one batch; with librdkafka's sparse
+connections, ``init_transactions`` waited 50-500 ms for a connection to the transaction
+coordinator (its bootstrap connection is dropped after the first metadata, and the next
+connection waits for a timer), about 0.5 s of every partition's write of a small batch.
+The ``producer`` option can set ``enable.sparse.connections`` back to true (very large
+clusters)."""
+
 
 class PartitionHooks(Protocol):
     """The sink's executor-side extension points (see :class:`fanout_kafka.KafkaSink`)."""
@@ -89,6 +98,7 @@ class WriterSettings:
     def consumer_config(self, partition: int) -> dict[str, Any]:
         """The marker consumer's settings (it only reads and commits through the producer)."""
         return {
+            **LIVELY_CONNECTIONS,
             **connection_settings(self.producer),
             "bootstrap.servers": self.bootstrap_servers,
             "group.id": self.marker_group(partition),
@@ -113,6 +123,7 @@ def producer_config(
         # delivered record saves about a tenth of the producer's CPU (the binding still
         # frees each record's state: confluent-kafka-python filters these reports itself)
         "delivery.report.only.error": True,
+        **LIVELY_CONNECTIONS,
         **producer,
         "bootstrap.servers": bootstrap_servers,
         "transactional.id": transactional_id,
