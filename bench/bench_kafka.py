@@ -10,8 +10,9 @@ the row, fanout's three headers), in ``--batches`` batches:
 
   sink   fanout_kafka.KafkaSink.write: per partition one transactional producer
          (init_transactions, marker lookup, begin, produce, flush, send_offsets, commit)
-  plain  per partition one idempotent, non-transactional producer (acks=all): produce,
-         flush; no markers, no transactions
+  plain  per partition one idempotent, non-transactional producer (acks=all, connecting
+         to the brokers at once like the sink's): produce, flush; no markers, no
+         transactions
 
 Every run writes a fresh topic and is verified by consuming it (read_committed for the
 sink): exactly N records, N distinct keys, or the script exits 1. Runs are interleaved and
@@ -54,6 +55,7 @@ class PlainTask:
                 "enable.idempotence": True,
                 "acks": "all",
                 "partitioner": "murmur2_random",
+                "enable.sparse.connections": False,  # as the sink's producers: no lazy connect
             }
         )
         failures: list[Any] = []
