@@ -344,23 +344,42 @@ def verify_pg(services: Services, table: str, n: int, variant: str) -> None:
 
 def verify_kafka(services: Services, topic: str, n: int, variant: str) -> None:
     """A read_committed consumer reads until ``n`` records arrived (then 1 s more, to see
-    any extra); never the watermarks, which Tansu reports wrong."""
+    any extra); never the watermarks, which Tansu reports wrong. On a mismatch the topic is
+    read again uncommitted, per partition, for the failure message."""
+    keys, per_partition, errors = _read_topic(services, topic, n, "read_committed", 300)
+    count = sum(per_partition.values())
+    if count != n or len(keys) != n:
+        _, uncommitted, _ = _read_topic(services, topic, n, "read_uncommitted", 30)
+        raise BenchFailure(
+            f"variant {variant}: Kafka topic {topic} holds {count} committed records with "
+            f"{len(keys)} distinct keys; expected exactly {n} (read_committed per partition "
+            f"{dict(sorted(per_partition.items()))}, read_uncommitted "
+            f"{dict(sorted(uncommitted.items()))}, consumer errors {errors[:3]})"
+        )
+
+
+def _read_topic(
+    services: Services, topic: str, n: int, isolation: str, timeout_s: float
+) -> tuple[set[bytes], dict[int, int], list[str]]:
+    """Keys, records per partition and errors seen reading ``topic`` from the beginning."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
         {
             "bootstrap.servers": services.bootstrap,
             "group.id": f"verify-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
             "enable.auto.commit": False,
             "log_level": 0,
         }
     )
+    keys: set[bytes] = set()
+    per_partition: dict[int, int] = defaultdict(int)
+    errors: list[str] = []
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, -2) for p in parts])  # -2: beginning
-        keys: set[bytes] = set()
-        count, deadline, quiet_until = 0, time.monotonic() + 300, None
+        count, deadline, quiet_until = 0, time.monotonic() + timeout_s, None
         while time.monotonic() < deadline:
             if count >= n:
                 quiet_until = quiet_until or time.monotonic() + 1.0
@@ -368,16 +387,14 @@ def verify_kafka(services: Services, topic: str, n: int, variant: str) -> None:
                     break
             for message in consumer.consume(10_000, timeout=0.2):
                 if message.error():
+                    errors.append(str(message.error()))
                     continue
                 count += 1
+                per_partition[message.partition()] += 1
                 keys.add(message.key())
     finally:
         consumer.close()
-    if count != n or len(keys) != n:
-        raise BenchFailure(
-            f"variant {variant}: Kafka topic {topic} holds {count} committed records with "
-            f"{len(keys)} distinct keys; expected exactly {n}"
-        )
+    return keys, dict(per_partition), errors
 
 
 def verify_ledger(ledger: Any, pipeline: str, sinks: list[str], last: int, variant: str) -> None:
