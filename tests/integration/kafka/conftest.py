@@ -26,9 +26,10 @@ def kafka() -> Iterator[Broker]:
 
     with EmbeddedKafka() as bootstrap:
         yield Broker(bootstrap, embedded=True, hides_aborted=hides_aborted(bootstrap))
-        # Kafka clients caught in reference cycles (an admin client and its futures) are
-        # destroyed by the cyclic collector; do it while the broker still answers, or they
-        # print "Connection refused" to stderr after the session
+        # Kafka clients caught in reference cycles (a test frame holding a producer and a
+        # pytest.raises whose exception's traceback holds that frame) are destroyed by the
+        # cyclic collector; do it while the broker still answers, or they print
+        # "Connection refused" to stderr after the session
         gc.collect()
 
 
