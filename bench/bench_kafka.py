@@ -46,6 +46,7 @@ class PlainTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from confluent_kafka import Producer
+        from fanout_kafka.transaction import LIVELY_CONNECTIONS
 
         records, bad = self.encoder.encode_arrow(batches)
         assert not bad
@@ -55,7 +56,7 @@ class PlainTask:
                 "enable.idempotence": True,
                 "acks": "all",
                 "partitioner": "murmur2_random",
-                "enable.sparse.connections": False,  # as the sink's producers: no lazy connect
+                **LIVELY_CONNECTIONS,  # as the sink's producers: no lazy connect
             }
         )
         failures: list[Any] = []
