@@ -7,9 +7,10 @@ target column's own wire format, so a column qualifies only when the Arrow type 
 exactly what the CSV path would have sent (see :func:`wire_kind` and :func:`encoder_for`);
 otherwise the partition falls back to CSV, which PostgreSQL parses into any type.
 
-The encoding is vectorised: every column becomes one Arrow binary array of encoded fields
-(a 4-byte big-endian length, then the value; ``-1`` and nothing for a null), and Arrow's
-``binary_join_element_wise`` concatenates them row by row.
+The encoding is vectorised. Every run of fixed-width bytes (the field count, the non-null
+fixed-size fields, the 4-byte lengths of variable-size fields) is one numpy block per row,
+and Arrow's ``binary_join_element_wise`` joins the blocks and the variable-size values row
+by row (a 4-byte big-endian length, then the value; ``-1`` and nothing for a null).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ PG_EPOCH_US = 946_684_800_000_000
 PG_EPOCH_DAYS = 10_957
 
 _EMPTY = pa.scalar(b"", pa.binary())
+_JSONB_VERSION = pa.scalar(b"\x01", pa.binary())
+_VARIABLE = ("text", "json", "jsonb", "bytea")
 _FIXED = {"int2": ">i2", "int4": ">i4", "int8": ">i8", "float4": ">f4", "float8": ">f8"}
 
 
@@ -103,45 +106,110 @@ def encoder_for(schema: pa.Schema, kinds: Sequence[str | None]) -> Encoder | Non
     ):
         return None
     fixed_kinds = [str(kind) for kind in kinds]
-    row_header = pa.scalar(len(fixed_kinds).to_bytes(2, "big"), pa.binary())
+    row_header = np.frombuffer(len(fixed_kinds).to_bytes(2, "big"), np.uint8)
 
     def encode(table: pa.Table) -> bytes:
-        if table.num_rows == 0:
+        n = table.num_rows
+        if n == 0:
             return b""
-        fields = [
-            _field(kind, table.column(i).combine_chunks()) for i, kind in enumerate(fixed_kinds)
-        ]
-        rows = pc.binary_join_element_wise(row_header, *fields, _EMPTY)
-        offsets = np.frombuffer(rows.buffers()[1], np.int32, len(rows) + 1, rows.offset)
-        return rows.buffers()[2].to_pybytes()[offsets[0] : offsets[-1]]
+        rows = _Rows(n, row_header)
+        for i, kind in enumerate(fixed_kinds):
+            rows.add(kind, table.column(i).combine_chunks())
+        return rows.render()
 
     return encode
 
 
-def _field(kind: str, column: pa.Array) -> pa.Array:
-    """One column as encoded fields: a non-null binary array."""
-    if kind in _FIXED or kind in ("timestamp", "timestamptz", "date", "bool"):
-        values, dtype = _fixed_values(kind, column)
-        width = dtype.itemsize
-        encoded = np.empty((len(column), 4 + width), np.uint8)
-        encoded[:, :4] = np.frombuffer(width.to_bytes(4, "big"), np.uint8)
-        encoded[:, 4:] = values.astype(dtype, copy=False).view(np.uint8).reshape(-1, width)
-        fields = pa.FixedSizeBinaryArray.from_buffers(
-            pa.binary(4 + width), len(column), [None, pa.py_buffer(encoded)]
-        ).cast(pa.binary())
-    else:
+class _Rows:
+    """Binary COPY rows under construction, with as few Arrow concatenations as possible.
+
+    Runs of fixed-width bytes (the row's field count, every non-null fixed-size field, and
+    the 4-byte length of a variable-size field) are laid out side by side in one numpy
+    block, so a row is the join of a few operands: blocks alternating with the raw bytes of
+    the variable-size columns. A fixed-size column holding nulls varies in width and is
+    encoded field by field (:func:`_fixed_field`).
+    """
+
+    def __init__(self, n: int, row_header: np.ndarray) -> None:
+        self.n = n
+        self.operands: list[pa.Array] = []
+        self.pieces: list[np.ndarray] = [row_header]
+
+    def add(self, kind: str, column: pa.Array) -> None:
+        """Append one column's fields."""
+        if kind in _VARIABLE:
+            self._add_variable(kind, column)
+        elif column.null_count:
+            self._flush()
+            self.operands.append(_fixed_field(kind, column))
+        else:
+            values, dtype = _fixed_values(kind, column)
+            width = dtype.itemsize
+            self.pieces.append(np.frombuffer(width.to_bytes(4, "big"), np.uint8))
+            self.pieces.append(
+                values.astype(dtype, copy=False).view(np.uint8).reshape(self.n, width)
+            )
+
+    def _add_variable(self, kind: str, column: pa.Array) -> None:
         data = column.cast(pa.binary())
         lengths = pc.binary_length(data).fill_null(0).to_numpy().astype(np.int64)
         if kind == "jsonb":
             lengths += 1  # jsonb's binary format: a version byte, then the text
-        prefix = pa.FixedSizeBinaryArray.from_buffers(
-            pa.binary(4), len(column), [None, pa.py_buffer(lengths.astype(">i4"))]
-        ).cast(pa.binary())
-        parts = [prefix, pa.scalar(b"\x01", pa.binary())] if kind == "jsonb" else [prefix]
-        fields = pc.binary_join_element_wise(*parts, data, _EMPTY)
-    if column.null_count:
-        fields = pc.if_else(column.is_valid(), fields, pa.scalar(NULL_FIELD, pa.binary()))
-    return fields
+        if column.null_count:
+            valid = column.is_valid().to_numpy(zero_copy_only=False)
+            lengths = np.where(valid, lengths, -1)
+            if kind == "jsonb":
+                data = pc.binary_join_element_wise(_JSONB_VERSION, data, _EMPTY)
+            data = data.fill_null(b"")
+        self.pieces.append(lengths.astype(">i4").view(np.uint8).reshape(self.n, 4))
+        if kind == "jsonb" and not column.null_count:
+            self.pieces.append(np.frombuffer(b"\x01", np.uint8))
+        self._flush()
+        self.operands.append(data)
+
+    def _flush(self) -> None:
+        if not self.pieces:
+            return
+        block = self._block()
+        width = block.shape[1]
+        self.operands.append(
+            pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(width), self.n, [None, pa.py_buffer(block)]
+            ).cast(pa.binary())
+        )
+        self.pieces = []
+
+    def _block(self) -> np.ndarray:
+        widths = [p.shape[-1] for p in self.pieces]
+        block = np.empty((self.n, sum(widths)), np.uint8)
+        start = 0
+        for piece, width in zip(self.pieces, widths, strict=True):
+            block[:, start : start + width] = piece  # a 1-D piece is the same in every row
+            start += width
+        return block
+
+    def render(self) -> bytes:
+        """The rows, concatenated."""
+        if not self.operands:  # fixed-size fields only: the block is the rows
+            return self._block().tobytes()
+        self._flush()
+        rows = pc.binary_join_element_wise(*self.operands, _EMPTY)
+        offsets = np.frombuffer(rows.buffers()[1], np.int32, len(rows) + 1, rows.offset)
+        return rows.buffers()[2][offsets[0] : offsets[-1]].to_pybytes()
+
+
+def _fixed_field(kind: str, column: pa.Array) -> pa.Array:
+    """A fixed-size column holding nulls, as encoded fields: a non-null binary array (a
+    null is its length, -1, and no value)."""
+    values, dtype = _fixed_values(kind, column)
+    width = dtype.itemsize
+    encoded = np.empty((len(column), 4 + width), np.uint8)
+    encoded[:, :4] = np.frombuffer(width.to_bytes(4, "big"), np.uint8)
+    encoded[:, 4:] = values.astype(dtype, copy=False).view(np.uint8).reshape(-1, width)
+    fields = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(4 + width), len(column), [None, pa.py_buffer(encoded)]
+    ).cast(pa.binary())
+    return pc.if_else(column.is_valid(), fields, pa.scalar(NULL_FIELD, pa.binary()))
 
 
 def _fixed_values(kind: str, column: pa.Array) -> tuple[np.ndarray, np.dtype[Any]]:
