@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
@@ -174,7 +175,7 @@ class Rows:
         if batch is None:
             return None
         chunk = pa.Table.from_batches([batch])
-        numbers = pa.array(range(self.count, self.count + chunk.num_rows), pa.int32())
+        numbers = pa.array(np.arange(self.count, self.count + chunk.num_rows, dtype=np.int32))
         chunk = chunk.append_column(ROW, numbers)
         self._chunks.append(chunk)
         self.count += chunk.num_rows
