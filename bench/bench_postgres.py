@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The postgres sink's write path against plain COPY and a naive row-by-row upsert.
 
-    python bench/bench_postgres.py [--rows 1000000] [--update-fraction 0.2] [--partitions 4]
+    python bench/bench_postgres.py [--rows 1000000] [--update-fraction 0.2] [--partitions P]
                                    [--repeat 2] [--naive-rows 1000000] [--url URL]
 
 One table ``bench_orders (id bigint primary key, customer text, amount double precision,
@@ -11,10 +11,12 @@ The batch holds ``rows`` rows, ids 0..rows-1: the first U update existing keys (
 changes), the rest are new.
 
   sink   PostgresSink(mode="upsert", order_by="ts", partitions=P).write(batch): the batch is
-         a cached Spark DataFrame (local[2]); timed from write() to its return: hash
-         repartition, Arrow to binary COPY rows, COPY into staging, then the upsert (MERGE on
-         PostgreSQL 15+ for unique staged keys, else INSERT ... SELECT DISTINCT ON ... ON
-         CONFLICT DO UPDATE ... WHERE IS DISTINCT FROM), one transaction per partition.
+         a cached Spark DataFrame (local[2]); P defaults to Spark's task slots (2 here: the
+         partitions run in one wave, as the sink's README advises). Timed from write() to
+         its return: hash repartition, Arrow to binary COPY rows, COPY into staging, then
+         the upsert (MERGE on PostgreSQL 15+ for unique staged keys, else INSERT ... SELECT
+         DISTINCT ON ... ON CONFLICT DO UPDATE ... WHERE IS DISTINCT FROM), one transaction
+         per partition.
   copy   the physical limit: the same rows, pre-rendered as CSV in memory, COPYed into the
          same (emptied) table through one psycopg2 connection; only the COPY is timed.
   naive  ``cursor.executemany("INSERT ... ON CONFLICT (id) DO UPDATE SET ...", rows)`` (one
@@ -85,6 +87,8 @@ def main() -> int:
         url = server.start()
     existing = int(args.rows * args.update_fraction)
     spark = local_session("fanout-bench-postgres")
+    if args.partitions is None:
+        args.partitions = spark.sparkContext.defaultParallelism
     batch_df = spark.sql(batch_sql(args.rows, 1)).persist()
     old_df = spark.sql(batch_sql(existing, 0)).persist()
     print(
@@ -256,7 +260,12 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--update-fraction", type=float, default=0.2)
-    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        help="the sink's write partitions (default: Spark's task slots, "
+        "spark.sparkContext.defaultParallelism)",
+    )
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument(
         "--naive-rows",
