@@ -81,7 +81,7 @@ from bench_core import (
 from bench_core import verify as verify_delta
 
 SINKS = ("delta", "pg", "kafka")
-ORDER = ("s_delta", "s_pg", "s_kafka", "a", "b", "c")
+ORDER = ("s_source", "s_delta", "s_pg", "s_kafka", "a", "b", "c")
 LABELS = {
     "a": "a  fanout, 3 sinks in parallel",
     "b": "b  3 independent queries, 1 sink each",
@@ -89,6 +89,7 @@ LABELS = {
     "s_delta": "s_delta  Delta alone (1-sink FanOut)",
     "s_pg": "s_pg     PostgreSQL alone",
     "s_kafka": "s_kafka  Kafka alone",
+    "s_source": "s_source the source alone, no sink",
 }
 TARGETS = {"a_b": 1.7, "a_c": 1.5}
 LATENCY_MAX = 1.2
@@ -536,6 +537,23 @@ def run_c(ctx: Ctx, services: Services) -> Run:
     return Run("c", seconds, _batch_ms(qs), extra={"sink_s": dict(times.seconds), "cpu": cpu})
 
 
+def run_source(ctx: Ctx, services: Services) -> Run:
+    """The source alone: each batch read and parsed in full (Spark's ``noop`` writer), and
+    counted by the query's progress. No sink, no cache. Its CPU is the work b repeats per
+    sink and a does once."""
+    plan = make_plan(ctx, services, "s_source")
+
+    def read_only(df: Any, batch_id: int) -> None:
+        df.write.format("noop").mode("overwrite").save()
+
+    seconds, qs, cpu = timed(ctx, services, [lambda: _start(ctx, read_only, plan.run / "ckpt")])
+    read = sum(p["numInputRows"] for q in qs for p in q.recentProgress)
+    if read != ctx.rows:
+        raise BenchFailure(f"s_source: the batches held {read} rows, not {ctx.rows}")
+    finish(ctx, services, plan, ("kafka",))  # drops the run's (unused) topics
+    return Run("s_source", seconds, _batch_ms(qs), extra={"sink_s": {}, "cpu": cpu})
+
+
 RUNNERS: dict[str, Callable[[Ctx, Services], Run]] = {
     "a": lambda ctx, s: run_fanout(ctx, s, "a", SINKS),
     "b": run_b,
@@ -543,6 +561,7 @@ RUNNERS: dict[str, Callable[[Ctx, Services], Run]] = {
     "s_delta": lambda ctx, s: run_fanout(ctx, s, "s_delta", ("delta",)),
     "s_pg": lambda ctx, s: run_fanout(ctx, s, "s_pg", ("pg",)),
     "s_kafka": lambda ctx, s: run_fanout(ctx, s, "s_kafka", ("kafka",)),
+    "s_source": run_source,
 }
 
 
@@ -767,11 +786,49 @@ def _measure(
         f"  the same at p95 (slowest at p95: {slowest95}): {latency95:.3f}   (informational; "
         f"sum of the single sinks' p50: {sum(p50[v] for v in singles) / p50['a']:.2f}x a's p50)"
     )
+    if "s_source" in selected:
+        print_ceilings(best, ours, singles, cores, args.files)
     print(
         f"ratio_a_b={ratios['a_b']:.3f} ratio_a_c={ratios['a_c']:.3f} "
         f"latency_vs_slowest={latency:.3f}"
     )
     return 0
+
+
+def print_ceilings(
+    best: dict[str, Run], ours: dict[str, float], singles: tuple[str, ...], cores: int, files: int
+) -> None:
+    """The best ratios any fan-out of these sinks could reach on this machine.
+
+    A fan-out reads the source once and still does every sink's work: at least
+    ``CPU(b) - 2 x CPU(s_source)`` (b reads and parses it three times, a once and caches
+    it, which only adds), and at least the same from the single-sink runs (each reads it
+    once). The smallest of these and a's own CPU is
+    taken (a's own when fanout already beat the estimate). No run on ``cores`` cores can
+    end sooner than that CPU divided by the cores, which bounds a/b and a/c from above.
+    For the batch time, the source's whole CPU (query start included) is left out too, so
+    that bound stays below anything a run could do within its batches.
+    """
+    source = ours["s_source"]
+    least = min(ours["a"], ours["b"] - 2 * source, sum(ours[v] for v in singles) - 2 * source)
+    fastest_a = least / cores
+    slowest = max(singles, key=lambda v: statistics.fmean(best[v].batch_ms))
+    slowest_mean = statistics.fmean(best[slowest].batch_ms) / 1000
+    print(
+        f"\nceilings on this machine ({cores} cores shared by Spark, PostgreSQL and Kafka): "
+        f"the source alone took {source:.1f} CPU s; a fan-out of the three sinks needs at "
+        f"least {least:.1f} CPU s, so it cannot end in under {fastest_a:.2f} s"
+    )
+    for key, target in TARGETS.items():
+        ceiling = best[key[2]].seconds / fastest_a
+        verdict = "reachable" if ceiling >= target else "OUT OF REACH"
+        print(f"  a/{key[2]} <= {ceiling:.3f}   (target >= {target}: {verdict})")
+    floor = (least - source) / cores / files / slowest_mean
+    verdict = "reachable" if floor <= LATENCY_MAX else "OUT OF REACH"
+    print(
+        f"  mean batch time of a / of the slowest single sink ({slowest}) >= {floor:.3f}   "
+        f"(target <= {LATENCY_MAX} at p50: {verdict})"
+    )
 
 
 if __name__ == "__main__":
