@@ -81,9 +81,8 @@ def main() -> int:
     server = None
     url = args.url
     if url is None:
-        server = EmbeddedPostgres(
-            Path(tempfile.mkdtemp(prefix="fanout-bench-pg-")) / "pg", delete=True
-        )
+        server_dir = Path(tempfile.mkdtemp(prefix="fanout-bench-pg-"))
+        server = EmbeddedPostgres(server_dir / "pg", delete=True)
         url = server.start()
     existing = int(args.rows * args.update_fraction)
     spark = local_session("fanout-bench-postgres")
@@ -179,6 +178,7 @@ def main() -> int:
     spark.stop()
     if server is not None:
         server.stop()
+        server_dir.rmdir()  # the server deleted its data directory inside
     print(f"ratio_vs_copy={ratio_copy:.3f} ratio_vs_naive={ratio_naive:.2f}")
     return 0
 
