@@ -143,12 +143,7 @@ class _Rows:
             self._flush()
             self.operands.append(_fixed_field(kind, column))
         else:
-            values, dtype = _fixed_values(kind, column)
-            width = dtype.itemsize
-            self.pieces.append(np.frombuffer(width.to_bytes(4, "big"), np.uint8))
-            self.pieces.append(
-                values.astype(dtype, copy=False).view(np.uint8).reshape(self.n, width)
-            )
+            self.pieces += _fixed_pieces(kind, column)
 
     def _add_variable(self, kind: str, column: pa.Array) -> None:
         data = column.cast(pa.binary())
@@ -168,30 +163,14 @@ class _Rows:
         self.operands.append(data)
 
     def _flush(self) -> None:
-        if not self.pieces:
-            return
-        block = self._block()
-        width = block.shape[1]
-        self.operands.append(
-            pa.FixedSizeBinaryArray.from_buffers(
-                pa.binary(width), self.n, [None, pa.py_buffer(block)]
-            ).cast(pa.binary())
-        )
-        self.pieces = []
-
-    def _block(self) -> np.ndarray:
-        widths = [p.shape[-1] for p in self.pieces]
-        block = np.empty((self.n, sum(widths)), np.uint8)
-        start = 0
-        for piece, width in zip(self.pieces, widths, strict=True):
-            block[:, start : start + width] = piece  # a 1-D piece is the same in every row
-            start += width
-        return block
+        if self.pieces:
+            self.operands.append(_binary(_layout(self.n, self.pieces)))
+            self.pieces = []
 
     def render(self) -> bytes:
         """The rows, concatenated."""
         if not self.operands:  # fixed-size fields only: the block is the rows
-            return self._block().tobytes()
+            return _layout(self.n, self.pieces).tobytes()
         self._flush()
         rows = pc.binary_join_element_wise(*self.operands, _EMPTY)
         offsets = np.frombuffer(rows.buffers()[1], np.int32, len(rows) + 1, rows.offset)
@@ -201,15 +180,39 @@ class _Rows:
 def _fixed_field(kind: str, column: pa.Array) -> pa.Array:
     """A fixed-size column holding nulls, as encoded fields: a non-null binary array (a
     null is its length, -1, and no value)."""
+    fields = _binary(_layout(len(column), _fixed_pieces(kind, column)))
+    return pc.if_else(column.is_valid(), fields, pa.scalar(NULL_FIELD, pa.binary()))
+
+
+def _fixed_pieces(kind: str, column: pa.Array) -> list[np.ndarray]:
+    """A fixed-size column's fields as two pieces: the length (the same in every row),
+    then each row's value."""
     values, dtype = _fixed_values(kind, column)
     width = dtype.itemsize
-    encoded = np.empty((len(column), 4 + width), np.uint8)
-    encoded[:, :4] = np.frombuffer(width.to_bytes(4, "big"), np.uint8)
-    encoded[:, 4:] = values.astype(dtype, copy=False).view(np.uint8).reshape(-1, width)
-    fields = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(4 + width), len(column), [None, pa.py_buffer(encoded)]
+    return [
+        np.frombuffer(width.to_bytes(4, "big"), np.uint8),
+        values.astype(dtype, copy=False).view(np.uint8).reshape(len(column), width),
+    ]
+
+
+def _layout(n: int, pieces: Sequence[np.ndarray]) -> np.ndarray:
+    """``pieces`` side by side in one ``(n, total width)`` block; a 1-D piece is the same
+    in every row."""
+    widths = [p.shape[-1] for p in pieces]
+    block = np.empty((n, sum(widths)), np.uint8)
+    start = 0
+    for piece, width in zip(pieces, widths, strict=True):
+        block[:, start : start + width] = piece
+        start += width
+    return block
+
+
+def _binary(block: np.ndarray) -> pa.Array:
+    """The rows of a 2-D uint8 block as a binary array."""
+    n, width = block.shape
+    return pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(width), n, [None, pa.py_buffer(block)]
     ).cast(pa.binary())
-    return pc.if_else(column.is_valid(), fields, pa.scalar(NULL_FIELD, pa.binary()))
 
 
 def _fixed_values(kind: str, column: pa.Array) -> tuple[np.ndarray, np.dtype[Any]]:
