@@ -541,16 +541,16 @@ def run_source(ctx: Ctx, services: Services) -> Run:
     """The source alone: each batch read and parsed in full (Spark's ``noop`` writer), and
     counted by the query's progress. No sink, no cache. Its CPU is the work b repeats per
     sink and a does once."""
-    plan = make_plan(ctx, services, "s_source")
+    run = ctx.run_dir("s_source")  # a checkpoint only: no table, topic or ledger
 
     def read_only(df: Any, batch_id: int) -> None:
         df.write.format("noop").mode("overwrite").save()
 
-    seconds, qs, cpu = timed(ctx, services, [lambda: _start(ctx, read_only, plan.run / "ckpt")])
+    seconds, qs, cpu = timed(ctx, services, [lambda: _start(ctx, read_only, run / "ckpt")])
     read = sum(p["numInputRows"] for q in qs for p in q.recentProgress)
     if read != ctx.rows:
         raise BenchFailure(f"s_source: the batches held {read} rows, not {ctx.rows}")
-    finish(ctx, services, plan, ("kafka",))  # drops the run's (unused) topics
+    _cleanup(ctx, run)
     return Run("s_source", seconds, _batch_ms(qs), extra={"sink_s": {}, "cpu": cpu})
 
 
@@ -803,9 +803,9 @@ def print_ceilings(
     A fan-out reads the source once and still does every sink's work: at least
     ``CPU(b) - 2 x CPU(s_source)`` (b reads and parses it three times, a once and caches
     it, which only adds), and at least the same from the single-sink runs (each reads it
-    once). The smallest of these and a's own CPU is
-    taken (a's own when fanout already beat the estimate). No run on ``cores`` cores can
-    end sooner than that CPU divided by the cores, which bounds a/b and a/c from above.
+    once). The smallest of these and a's own CPU is taken (a's own when fanout already
+    beat the estimate). No run on ``cores`` cores can end sooner than that CPU divided by
+    the cores, which bounds a/b and a/c from above.
     For the batch time, the source's whole CPU (query start included) is left out too, so
     that bound stays below anything a run could do within its batches.
     """
