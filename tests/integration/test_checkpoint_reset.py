@@ -4,6 +4,7 @@ ledger knows; a plain crash replay of the same batch still skips what was writte
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -224,4 +225,25 @@ def test_crash_replay_with_the_same_offsets_still_skips(tmp_path: Path) -> None:
         assert _order_ids(tmp_path / sink) == expected, sink
     assert committed_marks(tmp_path / "ledger", PIPELINE) == {
         (s, b): 1 for s in SINKS for b in range(3)
+    }
+
+
+def test_deleted_newest_commit_alone_is_a_plain_replay(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only ``commits/3`` deleted: Spark replays batch 3 from the same ``offsets/3``, as after
+    a crash; the sinks skip it, and the new file arrives in batch 4, exactly once."""
+    rows = _run_batches(spark, tmp_path, 0, 4)
+    (tmp_path / "checkpoint" / "commits" / "3").unlink()
+    (tmp_path / "checkpoint" / "commits" / ".3.crc").unlink(missing_ok=True)
+    rows += write_input(tmp_path / "input", 1, 10, start_file=4)
+
+    with caplog.at_level(logging.INFO, logger="fanout"):
+        _run_all_new_files(spark, tmp_path / "input", _fan(tmp_path), tmp_path / "checkpoint")
+
+    assert "pipeline reset, batch 3: skipping bronze, silver (already committed)" in caplog.text
+    expected = sorted(r["order_id"] for r in rows)
+    assert _order_ids(tmp_path / "bronze") == _order_ids(tmp_path / "silver") == expected
+    assert committed_marks(tmp_path / "ledger", "reset") == {
+        (s, b): 1 for s in ("bronze", "silver") for b in range(5)
     }
