@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fanout.errors import (
+    CheckpointError,
     CheckpointResetError,
+    CheckpointRollbackError,
     ConfigurationError,
     DuplicateSinkTypeError,
     FanOutError,
@@ -44,7 +46,9 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "Batch",
     "BatchInfo",
+    "CheckpointError",
     "CheckpointResetError",
+    "CheckpointRollbackError",
     "ConfigurationError",
     "DuplicateSinkTypeError",
     "FanOut",

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from fanout.context import ContextReader
 from fanout.deadletter import DeadLetter
 from fanout.errors import CheckpointResetError, ConfigurationError, FanOutError, FanoutError
-from fanout.guard import check_checkpoint
+from fanout.guard import CheckpointGuard
 from fanout.hooks import HookCaller
 from fanout.ledger import DeltaLedger, Ledger, LedgerEntry, now_utc
 from fanout.logs import batch_fields, register_secrets
@@ -72,6 +72,8 @@ class FanOut:
         epoch, whose transaction ids are new, so every batch of the new query is written
         even where it repeats input the sinks already hold. Choose it only when the new
         checkpoint starts where the old one ended (``fanout recover`` prints the offsets).
+        A rolled-back checkpoint (same query id, batches planned again) is always refused
+        with :class:`fanout.CheckpointRollbackError`.
 
     Building a ``FanOut`` loads the plugins, builds and opens every sink and creates the
     ledger, so configuration errors surface here, before the stream starts.
@@ -108,6 +110,7 @@ class FanOut:
         self.specs = self._build_sinks(registry, sinks)
         self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in self.specs.items()}
         self.ledger: Ledger = DeltaLedger(ledger) if isinstance(ledger, str) else ledger
+        self._checkpoint_guard = CheckpointGuard(self.ledger)
         self._context = ContextReader(self.pipeline, checkpoint_location)
         self._open(spark)
 
@@ -190,7 +193,8 @@ class FanOut:
     def process(self, df: Any, info: BatchInfo) -> dict[str, SinkResult]:
         """Fan one batch out; returns the result of every sink written in this call.
 
-        Raises :class:`fanout.CheckpointResetError` when the checkpoint was reset and
+        Raises :class:`fanout.CheckpointResetError` when the checkpoint was reset,
+        :class:`fanout.CheckpointRollbackError` when it was rolled back and
         :class:`fanout.FanOutError` when any sink failed after its retries.
         """
         view = self.ledger.lookup(self.pipeline, self.sinks)
@@ -235,9 +239,11 @@ class FanOut:
     # -- the steps --------------------------------------------------------------------
 
     def _guard(self, info: BatchInfo, high_water: int | None) -> BatchInfo:
-        """Step 2: refuse a checkpoint reset, or start a new epoch when told to accept it."""
+        """Step 2: refuse a checkpoint reset or rollback, or start a new epoch when told to
+        accept a reset (a rollback is always refused: :class:`CheckpointRollbackError` is
+        not a :class:`CheckpointResetError`)."""
         try:
-            check_checkpoint(self.ledger, info, high_water)
+            self._checkpoint_guard.check(info, high_water)
             return info
         except CheckpointResetError as reset:
             if self.on_checkpoint_reset != "new_epoch":
@@ -265,6 +271,7 @@ class FanOut:
                     started_at=now_utc(),
                     source_offsets=offsets,
                     epoch=epoch,
+                    batch_timestamp_ms=info.batch_timestamp_ms,
                 )
             )
             return replace(info, epoch=epoch)

@@ -14,7 +14,9 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     │   ├── RouteError              the sink's ``where``/``select`` failed on the batch's rows
     │   └── TransientSinkError      raise it (or subclass it) to ask for a retry
     ├── LedgerError                 the ledger cannot be read or written
-    ├── CheckpointResetError        the checkpoint was lost or replaced
+    ├── CheckpointError             the checkpoint does not match the ledger
+    │   ├── CheckpointResetError    the checkpoint was lost or replaced (another query id)
+    │   └── CheckpointRollbackError the checkpoint was rolled back (batches re-planned)
     └── FanOutError                 a micro-batch failed in one or more sinks
 
 Note the two spellings: ``FanoutError`` is the base class of everything, ``FanOutError``
@@ -142,13 +144,32 @@ class LedgerError(FanoutError):
     """The ledger cannot be read or written."""
 
 
-class CheckpointResetError(FanoutError):
+class CheckpointError(FanoutError):
+    """The Spark checkpoint does not match what the ledger recorded; fanout refuses to
+    write, because the sinks would skip rows or write them twice."""
+
+
+class CheckpointResetError(CheckpointError):
     """The ledger knows newer batches of this pipeline than the checkpoint does.
 
     Raised when the Spark checkpoint was deleted or replaced: batch ids restarted, and
     writing would either be skipped silently by the sinks' idempotency checks or written
     twice. The message names, per sink, the last committed batch, its query id and its
     recorded source offsets, and says how to proceed.
+    """
+
+
+class CheckpointRollbackError(CheckpointError):
+    """The checkpoint was rolled back: Spark handed a batch that it planned again.
+
+    Raised when the query (same query id, or one fanout cannot tell apart) hands a batch
+    that the ledger recorded with other source offsets or another planning time
+    (``batchTimestampMs`` of ``offsets/<N>``), or a batch older than batches the ledger
+    already holds: the checkpoint was restored from a backup or lost its newest
+    ``offsets/`` and ``commits/`` files. The re-planned batch can hold rows the sinks never
+    received, which every sink holding the batch id would skip. ``on_checkpoint_reset``
+    does not apply: the re-planned batches overlap batches the sinks hold. The message
+    names the batch, both plans and each sink's last batch, and says how to proceed.
     """
 
 

@@ -66,6 +66,7 @@ class LedgerEntry:
     error: str | None = None
     fanout_version: str = __version__
     epoch: int = 0
+    batch_timestamp_ms: int | None = None  # Spark's planning time; None in older ledgers
 
     def offsets(self) -> Any:
         """The recorded source offsets, parsed from JSON (``None`` when not recorded)."""
@@ -104,6 +105,7 @@ def _schema() -> pa.Schema:
             pa.field("error", pa.string()),
             pa.field("fanout_version", pa.string()),
             pa.field("epoch", pa.int32()),
+            pa.field("batch_timestamp_ms", pa.int64()),
         ]
     )
 

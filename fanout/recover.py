@@ -1,6 +1,8 @@
 """``fanout recover``: what the ledger knows when a checkpoint is lost.
 
-Per sink: the last committed batch, its query id and the source offsets recorded with it.
+Per sink: the last committed batch, its query id and the source offsets and planning time
+(Spark's ``batchTimestampMs``) recorded with it: the newest checkpoint is the one whose
+``offsets/<N>`` holds them.
 The sink furthest behind decides where a new checkpoint must start: its batch's end
 offsets. For a Kafka source those offsets are exactly the ``startingOffsets`` JSON of a
 new query; for other sources the report says what they mean.
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fanout.guard import latest_per_sink
+from fanout.guard_text import describe_entry
 from fanout.ledger import LedgerEntry
 
 
@@ -66,11 +69,7 @@ def render(recovery: Recovery) -> str:
         return f"pipeline {recovery.pipeline!r}: the ledger holds no committed batch"
     lines = [f"pipeline {recovery.pipeline!r}: last committed batch per sink"]
     for sink in sorted(recovery.latest):
-        entry = recovery.latest[sink]
-        offsets = json.dumps(entry.offsets()) if entry.source_offsets else "not recorded"
-        lines.append(
-            f"  {sink}: batch {entry.batch_id}, query id {entry.query_id}, source offsets {offsets}"
-        )
+        lines.append(f"  {describe_entry(recovery.latest[sink])}")
     behind = recovery.furthest_behind
     assert behind is not None
     lines.append(

@@ -65,6 +65,9 @@ class BatchInfo:
         read from the checkpoint's ``offsets/<batch_id>``; ``None`` when unreadable.
     :param epoch: 0, or the number of checkpoint resets accepted with
         ``on_checkpoint_reset="new_epoch"``; part of every transaction id.
+    :param batch_timestamp_ms: when Spark planned the batch (``batchTimestampMs`` of
+        ``offsets/<batch_id>``); a crash replay keeps it, a re-planned batch gets a new
+        one. ``None`` when unreadable.
     """
 
     pipeline: str
@@ -72,6 +75,7 @@ class BatchInfo:
     query_id: str | None = None
     source_offsets: list[Any] | None = None
     epoch: int = 0
+    batch_timestamp_ms: int | None = None
 
 
 class SharedArrow:

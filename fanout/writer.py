@@ -187,6 +187,7 @@ class SinkRunner:
             duration_ms=int(duration_s * 1000),
             source_offsets=None if info.source_offsets is None else json.dumps(info.source_offsets),
             epoch=info.epoch,
+            batch_timestamp_ms=info.batch_timestamp_ms,
         )
 
     def _mark(self, attempt: int, started: datetime, duration_s: float, result: SinkResult) -> None:

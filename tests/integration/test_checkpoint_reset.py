@@ -1,9 +1,13 @@
-"""A deleted checkpoint makes fanout refuse to write, saying what the ledger knows."""
+"""A deleted or rolled-back checkpoint makes fanout refuse to write, saying what the
+ledger knows; a plain crash replay of the same batch still skips what was written."""
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +15,17 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from fanout import FanOut
-from tests.integration.streams import committed_marks, delta_rows, run_stream, write_input
+from tests.integration.driver import PIPELINE, sinks
+from tests.integration.faults import KILL_EXIT_CODE
+from tests.integration.streams import (
+    SCHEMA,
+    committed_marks,
+    delta_rows,
+    run_stream,
+    write_input,
+)
+
+SINKS = tuple(str(s["name"]) for s in sinks(Path(".")))
 
 
 def _fan(tmp_path: Path) -> FanOut:
@@ -84,3 +98,152 @@ def test_new_epoch_continues_after_the_old_offsets(spark: Any, tmp_path: Path) -
         [(0, s, b) for s in ("bronze", "silver") for b in range(3)]
         + [(1, s, b) for s in ("bronze", "silver") for b in range(2)]
     )
+
+
+# -- a rolled-back checkpoint: same query id, batches re-planned (issue 13, hole 2) ------
+
+
+def _run_all_new_files(spark: Any, input_dir: Path, fan: FanOut, checkpoint: Path) -> None:
+    """One batch for every file not yet read: a re-planned batch then takes in more than
+    the batch of the same id did the first time."""
+    stream = spark.readStream.schema(SCHEMA).json(str(input_dir))
+    query = (
+        stream.writeStream.foreachBatch(fan)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
+def _run_batches(spark: Any, tmp_path: Path, first: int, count: int) -> list[dict[str, Any]]:
+    """``count`` batches of one new input file each, ``first`` the first file's number."""
+    rows: list[dict[str, Any]] = []
+    for n in range(first, first + count):
+        rows += write_input(tmp_path / "input", 1, 10, start_file=n)
+        _run_all_new_files(spark, tmp_path / "input", _fan(tmp_path), tmp_path / "checkpoint")
+    return rows
+
+
+def _refusal(spark: Any, tmp_path: Path) -> str:
+    with pytest.raises(StreamingQueryException) as refused:
+        _run_all_new_files(spark, tmp_path / "input", _fan(tmp_path), tmp_path / "checkpoint")
+    return str(refused.value)
+
+
+def _order_ids(sink: Path) -> list[int]:
+    return sorted(r["order_id"] for r in delta_rows(sink))
+
+
+@pytest.mark.parametrize("rolled_back", [1, 2])
+def test_checkpoint_restored_from_a_backup_is_refused(
+    spark: Any, tmp_path: Path, rolled_back: int
+) -> None:
+    """Batches 0-2 run, the checkpoint is copied, ``rolled_back`` more batches run, the
+    copy is restored and a new file arrives: Spark re-plans batch 3 from the end of batch 2
+    to the newest file (the file source's offset is again ``{"logOffset": 3}``), and every
+    sink's mark says it holds batch 3 already."""
+    rows = _run_batches(spark, tmp_path, 0, 3)
+    shutil.copytree(tmp_path / "checkpoint", tmp_path / "backup")
+    rows += _run_batches(spark, tmp_path, 3, rolled_back)
+    query_id = json.loads((tmp_path / "checkpoint" / "metadata").read_text())["id"]
+    replaced = tmp_path / "checkpoint" / "offsets" / "3"
+    original_timestamp = json.loads(replaced.read_text().splitlines()[1])["batchTimestampMs"]
+    shutil.rmtree(tmp_path / "checkpoint")
+    shutil.copytree(tmp_path / "backup", tmp_path / "checkpoint")
+    write_input(tmp_path / "input", 1, 10, start_file=3 + rolled_back)
+
+    message = _refusal(spark, tmp_path)
+
+    assert "CheckpointRollbackError" in message
+    assert (
+        f"pipeline 'reset': checkpoint rolled back. Spark handed batch 3 of query {query_id}"
+        in message
+    )
+    assert 'Spark re-planned batch 3: source offsets [{"logOffset": 3}], planned at ' in message
+    assert (
+        f'the ledger recorded batch 3: source offsets [{{"logOffset": 3}}], planned at '
+        f"{original_timestamp} (" in message
+    )
+    high = 2 + rolled_back
+    for sink in ("bronze", "silver"):
+        assert f"- {sink}: batch {high}, query id {query_id}, source offsets " in message
+    assert "Restore the newest checkpoint" in message
+    # nothing was written after the refusal: each sink holds exactly the batches run
+    expected = sorted(r["order_id"] for r in rows)
+    assert _order_ids(tmp_path / "bronze") == _order_ids(tmp_path / "silver") == expected
+    assert committed_marks(tmp_path / "ledger", "reset") == {
+        (s, b): 1 for s in ("bronze", "silver") for b in range(high + 1)
+    }
+
+
+def test_deleted_newest_offsets_and_commits_are_refused(spark: Any, tmp_path: Path) -> None:
+    """The newest ``offsets/N`` and ``commits/N`` deleted (the file source's own log kept):
+    Spark re-plans batch 3 with the files of batch 3 and the new one, ``{"logOffset": 4}``."""
+    rows = _run_batches(spark, tmp_path, 0, 4)
+    for log_dir in ("offsets", "commits"):
+        (tmp_path / "checkpoint" / log_dir / "3").unlink()
+        (tmp_path / "checkpoint" / log_dir / ".3.crc").unlink(missing_ok=True)
+    write_input(tmp_path / "input", 1, 10, start_file=4)
+
+    message = _refusal(spark, tmp_path)
+
+    assert "CheckpointRollbackError" in message
+    assert "checkpoint rolled back. Spark handed batch 3 of query" in message
+    assert 'Spark re-planned batch 3: source offsets [{"logOffset": 4}]' in message
+    assert 'the ledger recorded batch 3: source offsets [{"logOffset": 3}]' in message
+    expected = sorted(r["order_id"] for r in rows)
+    assert _order_ids(tmp_path / "bronze") == _order_ids(tmp_path / "silver") == expected
+    assert committed_marks(tmp_path / "ledger", "reset") == {
+        (s, b): 1 for s in ("bronze", "silver") for b in range(4)
+    }
+
+
+def test_crash_replay_with_the_same_offsets_still_skips(tmp_path: Path) -> None:
+    """The driver (a subprocess) is killed after every sink marked batch 1, before Spark's
+    commits/1: the restart replays batch 1 from the same offsets/1 (same offsets, same
+    planning time), which matches the ledger, so every sink skips it and nothing doubles."""
+    rows = write_input(tmp_path / "input", 3, 10)
+    driver = [sys.executable, str(Path(__file__).with_name("driver.py")), str(tmp_path)]
+    killed = subprocess.run(
+        [*driver, "--kill", "batch_end:1"], capture_output=True, text=True, timeout=300
+    )
+    assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
+    assert not (tmp_path / "checkpoint" / "commits" / "1").exists()
+    planned = json.loads((tmp_path / "checkpoint" / "offsets" / "1").read_text().splitlines()[1])
+    recorded = [r for r in delta_rows(tmp_path / "ledger") if r["batch_id"] == 1]
+    assert {(r["sink"], r["source_offsets"]) for r in recorded} == {
+        (s, '[{"logOffset": 1}]') for s in SINKS
+    }
+    assert {r["batch_timestamp_ms"] for r in recorded} == {planned["batchTimestampMs"]}
+
+    restarted = subprocess.run(driver, capture_output=True, text=True, timeout=300)
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    assert "CheckpointRollbackError" not in restarted.stderr
+    expected = sorted(r["order_id"] for r in rows)
+    for sink in ("bronze", "audit"):
+        assert _order_ids(tmp_path / sink) == expected, sink
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == {
+        (s, b): 1 for s in SINKS for b in range(3)
+    }
+
+
+def test_deleted_newest_commit_alone_is_a_plain_replay(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only ``commits/3`` deleted: Spark replays batch 3 from the same ``offsets/3``, as after
+    a crash; the sinks skip it, and the new file arrives in batch 4, exactly once."""
+    rows = _run_batches(spark, tmp_path, 0, 4)
+    (tmp_path / "checkpoint" / "commits" / "3").unlink()
+    (tmp_path / "checkpoint" / "commits" / ".3.crc").unlink(missing_ok=True)
+    rows += write_input(tmp_path / "input", 1, 10, start_file=4)
+
+    with caplog.at_level(logging.INFO, logger="fanout"):
+        _run_all_new_files(spark, tmp_path / "input", _fan(tmp_path), tmp_path / "checkpoint")
+
+    assert "pipeline reset, batch 3: skipping bronze, silver (already committed)" in caplog.text
+    expected = sorted(r["order_id"] for r in rows)
+    assert _order_ids(tmp_path / "bronze") == _order_ids(tmp_path / "silver") == expected
+    assert committed_marks(tmp_path / "ledger", "reset") == {
+        (s, b): 1 for s in ("bronze", "silver") for b in range(5)
+    }

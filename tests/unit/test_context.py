@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from fanout.context import ContextReader, parse_offset_file, query_id_of
+from fanout.context import (
+    ContextReader,
+    PlannedBatch,
+    parse_offset_file,
+    parse_offset_log,
+    query_id_of,
+)
 from fanout.sink import BatchInfo
 
 # As Spark writes offsets/<N>: a version line, the batch metadata, one line per source
@@ -24,6 +30,23 @@ OFFSETS = (
 
 def test_parse_offset_file() -> None:
     assert parse_offset_file(OFFSETS) == [{"topic": {"0": 42}}, None, {"logOffset": 7}]
+
+
+def test_parse_offset_log_reads_the_planning_time() -> None:
+    """A crash replay reads the same offsets/N, planning time included; a re-planned
+    batch gets a new one: the guard compares it with the ledger's."""
+    assert parse_offset_log(OFFSETS) == PlannedBatch(
+        [{"topic": {"0": 42}}, None, {"logOffset": 7}], 1732166400000
+    )
+
+
+@pytest.mark.parametrize(
+    "metadata", ['{"batchWatermarkMs":0}', '{"batchTimestampMs":"soon"}', "not json", "[1]"]
+)
+def test_parse_offset_log_without_a_planning_time(metadata: str) -> None:
+    assert parse_offset_log(f'v1\n{metadata}\n{{"logOffset":3}}\n') == PlannedBatch(
+        [{"logOffset": 3}], None
+    )
 
 
 def test_parse_offset_file_two_sources_multi_partition() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fanout import BatchInfo, FanOut
-from fanout.errors import CheckpointResetError
+from fanout.errors import CheckpointResetError, CheckpointRollbackError
 from fanout.guard import check_checkpoint
 from fanout.ledger import DeltaLedger, Ledger, MemoryLedger
 from tests.unit.fakes import FakeFrame, RecordingSink, committed
@@ -42,9 +42,22 @@ def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> DeltaLedger | Memo
     return led
 
 
-@pytest.mark.parametrize("batch_id", [0, 3, 4])
-def test_same_query_replaying_passes(ledger: DeltaLedger | MemoryLedger, batch_id: int) -> None:
-    guard(ledger, BatchInfo(PIPELINE, batch_id, OLD_QUERY))
+def test_same_query_replaying_its_last_batch_passes(ledger: DeltaLedger | MemoryLedger) -> None:
+    guard(ledger, BatchInfo(PIPELINE, 4, OLD_QUERY))
+
+
+@pytest.mark.parametrize("batch_id", [0, 3])
+def test_same_query_behind_its_last_batch_is_a_rollback(
+    ledger: DeltaLedger | MemoryLedger, batch_id: int
+) -> None:
+    """Spark never replays a batch older than its last one: the checkpoint was rolled back
+    (restored from a backup, or its newest offsets/ and commits/ files deleted)."""
+    with pytest.raises(CheckpointRollbackError) as refused:
+        guard(ledger, BatchInfo(PIPELINE, batch_id, OLD_QUERY))
+    assert str(refused.value).startswith(
+        f"pipeline 'orders': checkpoint rolled back. Spark handed batch {batch_id} of query "
+        f"{OLD_QUERY}, but the ledger holds later batches of this pipeline"
+    )
 
 
 @pytest.mark.parametrize("batch_id", [5, 6, 100])
@@ -59,8 +72,15 @@ def test_other_pipeline_is_not_affected(ledger: DeltaLedger | MemoryLedger) -> N
 def test_unknown_query_id_cannot_tell_and_passes_with_warning(
     ledger: DeltaLedger | MemoryLedger, caplog: pytest.LogCaptureFixture
 ) -> None:
-    guard(ledger, BatchInfo(PIPELINE, 0, None))
+    guard(ledger, BatchInfo(PIPELINE, 4, None))
     assert "query id unknown; cannot tell a replay from a checkpoint reset" in caplog.text
+
+
+def test_unknown_query_id_behind_the_ledger_is_refused(ledger: DeltaLedger | MemoryLedger) -> None:
+    """Whatever the query, Spark never hands a batch older than the ledger's last one on a
+    replay: refused (before, it passed with a warning and every sink skipped it)."""
+    with pytest.raises(CheckpointRollbackError, match="Spark handed batch 0 of query None"):
+        guard(ledger, BatchInfo(PIPELINE, 0, None))
 
 
 @pytest.mark.parametrize("batch_id", [0, 4])

@@ -9,7 +9,7 @@ import pytest
 
 from fanout.cli import main
 from fanout.ledger import DeltaLedger, LedgerEntry
-from fanout.recover import is_kafka_offsets, recovery_of
+from fanout.recover import is_kafka_offsets, recovery_of, render
 
 
 def _mark(sink: str, batch: int, offsets: list[object], query: str = "q-old") -> LedgerEntry:
@@ -57,4 +57,23 @@ def test_empty_ledger_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["recover", "--ledger", str(tmp_path), "--pipeline", "orders"]) == 0
     assert capsys.readouterr().out.strip() == (
         "pipeline 'orders': the ledger holds no committed batch"
+    )
+
+
+def test_planning_time_is_printed_with_the_offsets() -> None:
+    """The facts of a CheckpointRollbackError: the newest checkpoint is the one whose
+    offsets/<N> holds these offsets and this batchTimestampMs."""
+    entry = LedgerEntry(
+        "orders",
+        "delta",
+        5,
+        "committed",
+        query_id="q-old",
+        source_offsets=json.dumps([{"logOffset": 5}]),
+        batch_timestamp_ms=1_763_856_000_250,
+    )
+    lines = render(recovery_of("orders", [entry])).splitlines()
+    assert lines[1] == (
+        '  delta: batch 5, query id q-old, source offsets [{"logOffset": 5}], '
+        "planned at 1763856000250 (2025-11-23T00:00:00.250Z)"
     )
