@@ -261,7 +261,8 @@ class PostgresSink(Sink):
         return pgurl.secrets_of(url)
 
     def is_transient(self, error: BaseException) -> bool:
-        """Retry lost connections, serialization failures, deadlocks and lock timeouts."""
+        """Retry lost connections, serialization failures, deadlocks, lock and statement
+        timeouts (SQLSTATEs in :data:`fanout_postgres.task.TRANSIENT_STATES`)."""
         if super().is_transient(error):
             return True
         from fanout_postgres.task import classify
