@@ -47,12 +47,22 @@ def transaction_version(table: DeltaTable | None, app_id: str) -> int | None:
 def commit_properties(
     transactions: Mapping[str, int], metadata: Mapping[str, str] | None = None
 ) -> CommitProperties:
-    """Commit properties carrying one idempotent-write transaction per ``app_id: version``."""
+    """Commit properties carrying one idempotent-write transaction per ``app_id: version``.
+
+    Every transaction carries ``lastUpdated`` (now, in epoch milliseconds), as delta-spark
+    writes it: under a table's ``delta.setTransactionRetentionDuration`` delta-spark drops a
+    transaction without it at the next checkpoint, however recent, which would let a
+    replayed batch be written twice (see :mod:`fanout.txn_retention`).
+    """
+    import time
+
     from deltalake import CommitProperties, Transaction
 
+    now_ms = int(time.time() * 1000)
     return CommitProperties(
         app_transactions=[
-            Transaction(app_id=app_id, version=version) for app_id, version in transactions.items()
+            Transaction(app_id=app_id, version=version, last_updated=now_ms)
+            for app_id, version in transactions.items()
         ],
         custom_metadata=dict(metadata) if metadata else None,
     )
