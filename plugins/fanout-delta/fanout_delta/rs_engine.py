@@ -177,7 +177,8 @@ def prepare_merge_source(
     """Check the keys and keep one row per key, as a MERGE source must.
 
     With ``order_by`` the row with the greatest ``order_by`` values wins (nulls lose; on
-    ties the last occurrence in the batch wins). Without it a duplicate key is an error:
+    ties the row with the greatest values of the other columns, in column order: the
+    winner never depends on the order the rows arrived in). Without it a duplicate key is an error:
     which row should win is the user's decision, not ours.
     """
     absent = [c for c in [*keys, *(order_by or [])] if c not in data.column_names]
@@ -217,8 +218,22 @@ def prepare_merge_source(
 
 
 def _keep_last(data: pa.Table, keys: Sequence[str], order_by: Sequence[str]) -> pa.Table:
+    """One row per key: the greatest ``order_by`` values win (nulls lose), ties go to the
+    greatest values of the other columns in batch column order, never to the arrival order
+    (a replay may deliver the rows in another order). Rows tied on every column are equal,
+    so which of them is kept does not matter."""
+    others = [c for c in data.column_names if c not in keys and c not in order_by]
     numbered = data.append_column(_ROW, pa.array(range(data.num_rows), pa.int64()))
-    sort_keys = [(c, "ascending", "at_start") for c in [*keys, *order_by, _ROW]]
+    tie_keys = []
+    for index, name in enumerate(others):
+        column = numbered.column(name)
+        if pa.types.is_nested(column.type):  # Arrow cannot sort lists and maps: compare JSON
+            key = f"__fanout_tie_{index}__"
+            numbered = numbered.append_column(key, _as_json_text(column))
+            tie_keys.append(key)
+        else:
+            tie_keys.append(name)
+    sort_keys = [(c, "ascending", "at_start") for c in [*keys, *order_by, *tie_keys, _ROW]]
     ordered = numbered.take(pc.sort_indices(numbered, sort_keys=sort_keys))
     n = ordered.num_rows
     # After the sort, the winner of each key is the last row of its run of equal keys.
@@ -228,7 +243,18 @@ def _keep_last(data: pa.Table, keys: Sequence[str], order_by: Sequence[str]) -> 
         changed = pc.not_equal(column.slice(0, n - 1), column.slice(1))
         tail = pa.chunked_array([changed.combine_chunks(), pa.array([True])])
         last = pc.or_(last, tail)
-    return ordered.filter(last).sort_by(_ROW).drop_columns([_ROW])
+    return ordered.filter(last).sort_by(_ROW).select(data.column_names)
+
+
+def _as_json_text(column: pa.ChunkedArray) -> pa.Array:
+    """A nested column as sortable text (nulls stay null, so they lose like others)."""
+    import json
+
+    return pa.array(
+        [None if v is None else json.dumps(v, sort_keys=True, default=str)
+         for v in column.to_pylist()],
+        pa.string(),
+    )  # fmt: skip
 
 
 def translate_error(

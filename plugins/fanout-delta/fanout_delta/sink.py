@@ -41,7 +41,8 @@ class DeltaSink(Sink):
     :param mode: ``"append"`` or ``"merge"`` (upsert on ``keys``).
     :param keys: merge key columns (required for, and only used by, ``mode="merge"``).
     :param order_by: merge only: when a key occurs several times in one batch, the row with
-        the greatest values of these columns wins; without it, duplicates fail the batch.
+        the greatest values of these columns wins (ties: the greatest values of the other
+        columns in column order); without it, duplicates fail the batch.
     :param engine: ``"rs"`` (delta-rs), ``"spark"`` (delta-spark) or ``"auto"``.
     :param partition_by: partition columns for a new table; must match an existing table's.
     :param merge_schema: add new batch columns to the table instead of failing.
