@@ -19,7 +19,7 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from fanout.deltaio import (
@@ -29,8 +29,9 @@ from fanout.deltaio import (
     open_table,
     transaction_version,
 )
-from fanout.errors import ConfigurationError, LedgerError
+from fanout.errors import LedgerError
 from fanout.sink import pipeline_scope, txn_app_id
+from fanout.txn_retention import check_ledger_retention
 from fanout.version import __version__
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Status = Literal["committed", "failed", "epoch"]
-LEDGER_TXN_FLOOR = timedelta(days=3650)
-"""The shortest ``delta.setTransactionRetentionDuration`` the ledger table accepts."""
 
 
 def pipeline_app_id(pipeline: str, epoch: int = 0) -> str:
@@ -209,30 +208,15 @@ class DeltaLedger:
     # -- setup ----------------------------------------------------------------------
 
     def open(self) -> None:
-        """Create the ledger table when missing (idempotent, safe against a racing peer)."""
+        """Create the ledger table when missing (idempotent, safe against a racing peer).
+
+        Raises :class:`fanout.ConfigurationError` when the table sets a
+        ``delta.setTransactionRetentionDuration`` (see :mod:`fanout.txn_retention`).
+        """
         with self._lock:
             self._table = self._load_or_create()
-        self._check_txn_retention(self._table)
-
-    def _check_txn_retention(self, table: DeltaTable) -> None:
-        """Refuse a ledger whose transaction ids expire within :data:`LEDGER_TXN_FLOOR`:
-        the epoch's id is written once per epoch and the high-water mark only by commits,
-        so any retention a pipeline can outlive forgets them (see
-        :mod:`fanout.txn_retention`)."""
-        from fanout import txn_retention
-
-        where = f"ledger at {self.path}"
-        configuration = table.metadata().configuration
-        retention = txn_retention.retention_of(configuration, where)
-        if retention is not None and retention < LEDGER_TXN_FLOOR:
-            value = str(configuration[txn_retention.PROPERTY])
-            raise ConfigurationError(
-                txn_retention.short_retention_error(
-                    where, value, LEDGER_TXN_FLOOR,
-                    "the ledger would forget its marks, the pipeline's high-water mark and "
-                    "its epoch, and with them which batches are done (fanout never sets it)",
-                )  # fmt: skip
-            )
+        # the ledger's transaction ids are its marks: refuse a table that expires them
+        check_ledger_retention(self._table.metadata().configuration, f"ledger at {self.path}")
 
     def _load_or_create(self) -> DeltaTable:
         from deltalake import DeltaTable

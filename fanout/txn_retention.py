@@ -20,6 +20,11 @@ from fanout.errors import ConfigurationError
 PROPERTY = "delta.setTransactionRetentionDuration"
 """The Delta table property that expires transaction ids."""
 
+LEDGER_FLOOR = timedelta(days=3650)
+"""The shortest retention the ledger table accepts: its epoch id is written once per
+epoch and its high-water mark only by commits, so any retention a pipeline can outlive
+would make it forget which batches are done."""
+
 _UNITS = {
     "microsecond": timedelta(microseconds=1),
     "millisecond": timedelta(milliseconds=1),
@@ -92,3 +97,16 @@ def _show(span: timedelta) -> str:
 
 def _days(span: timedelta) -> str:
     return f"{max(1.0, span.total_seconds() / 86400):g}"
+
+
+def check_ledger_retention(configuration: Mapping[str, str | None] | None, where: str) -> None:
+    """Refuse a ledger table whose transaction ids expire within :data:`LEDGER_FLOOR`."""
+    retention = retention_of(configuration, where)
+    if retention is not None and retention < LEDGER_FLOOR:
+        raise ConfigurationError(
+            short_retention_error(
+                where, str((configuration or {})[PROPERTY]), LEDGER_FLOOR,
+                "the ledger would forget its marks, the pipeline's high-water mark and its "
+                "epoch, and with them which batches are done (fanout never sets it)",
+            )  # fmt: skip
+        )
