@@ -7,8 +7,15 @@ writer checks :func:`transaction_version` first.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+log = logging.getLogger(__name__)
+
+COMMIT_ATTEMPTS = 3
+"""How often a check-then-write runs again after losing a commit race before giving up
+(the caller then reports the conflict as transient)."""
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,15 +47,37 @@ def transaction_version(table: DeltaTable | None, app_id: str) -> int | None:
 def commit_properties(
     transactions: Mapping[str, int], metadata: Mapping[str, str] | None = None
 ) -> CommitProperties:
-    """Commit properties carrying one idempotent-write transaction per ``app_id: version``."""
+    """Commit properties carrying one idempotent-write transaction per ``app_id: version``.
+
+    Every transaction carries ``lastUpdated`` (now, in epoch milliseconds), as delta-spark
+    writes it: under a table's ``delta.setTransactionRetentionDuration`` delta-spark drops a
+    transaction without it at the next checkpoint, however recent, which would let a
+    replayed batch be written twice (see :mod:`fanout.txn_retention`).
+    """
+    import time
+
     from deltalake import CommitProperties, Transaction
 
+    now_ms = int(time.time() * 1000)
     return CommitProperties(
         app_transactions=[
-            Transaction(app_id=app_id, version=version) for app_id, version in transactions.items()
+            Transaction(app_id=app_id, version=version, last_updated=now_ms)
+            for app_id, version in transactions.items()
         ],
         custom_metadata=dict(metadata) if metadata else None,
     )
+
+
+def is_commit_conflict(error: BaseException) -> bool:
+    """Whether ``error`` is delta-rs refusing a commit because another writer committed
+    first (on the same transaction app id, on data a merge read, or by creating the table
+    a create-if-missing write expected absent). The snapshot is stale: re-check, retry."""
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    text = str(error).lower()
+    if isinstance(error, CommitFailedError):
+        return "concurrent" in text or "version already exists" in text
+    return isinstance(error, DeltaError) and "already exists" in text
 
 
 def append_once(
@@ -62,20 +91,32 @@ def append_once(
     carrying the transaction ``(app_id, version)``, unless the table's log already records
     that version or a later one for ``app_id``. Returns whether it appended.
 
-    This is how per-batch side tables (dead letters) stay exactly once across replays.
+    The check and the commit use one snapshot: a writer committing the same app id in
+    between makes the commit fail (delta-rs' conflict check), and the check runs again on
+    the fresh snapshot. This is how per-batch side tables (dead letters) stay exactly once
+    across replays and zombie drivers.
     """
     from deltalake import write_deltalake
 
-    table = open_table(path, storage_options)
-    done = transaction_version(table, app_id)
-    if done is not None and done >= version:
-        return False
     commit = commit_properties({app_id: version})
-    if table is not None:
-        write_deltalake(table, data, mode="append", commit_properties=commit)
-    else:
-        options = dict(storage_options) if storage_options else None
-        write_deltalake(
-            path, data, mode="append", storage_options=options, commit_properties=commit
-        )
-    return True
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        table = open_table(path, storage_options)
+        done = transaction_version(table, app_id)
+        if done is not None and done >= version:
+            return False
+        try:
+            if table is not None:
+                write_deltalake(table, data, mode="append", commit_properties=commit)
+            else:
+                options = dict(storage_options) if storage_options else None
+                # "error": a table created by another writer since the check is a conflict
+                write_deltalake(
+                    path, data, mode="error", storage_options=options, commit_properties=commit
+                )
+            return True
+        except Exception as exc:
+            if not is_commit_conflict(exc) or attempt == COMMIT_ATTEMPTS:
+                raise
+            log.info("%s: lost a commit race for %s@%d, checking again: %s",
+                     path, app_id, version, exc)  # fmt: skip
+    raise AssertionError("unreachable")

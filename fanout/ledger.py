@@ -22,9 +22,16 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from fanout.deltaio import commit_properties, open_table, transaction_version
+from fanout.deltaio import (
+    COMMIT_ATTEMPTS,
+    commit_properties,
+    is_commit_conflict,
+    open_table,
+    transaction_version,
+)
 from fanout.errors import LedgerError
 from fanout.sink import pipeline_scope, txn_app_id
+from fanout.txn_retention import check_ledger_retention
 from fanout.version import __version__
 
 if TYPE_CHECKING:
@@ -203,9 +210,15 @@ class DeltaLedger:
     # -- setup ----------------------------------------------------------------------
 
     def open(self) -> None:
-        """Create the ledger table when missing (idempotent, safe against a racing peer)."""
+        """Create the ledger table when missing (idempotent, safe against a racing peer).
+
+        Raises :class:`fanout.ConfigurationError` when the table sets a
+        ``delta.setTransactionRetentionDuration`` (see :mod:`fanout.txn_retention`).
+        """
         with self._lock:
             self._table = self._load_or_create()
+        # the ledger's transaction ids are its marks: refuse a table that expires them
+        check_ledger_retention(self._table.metadata().configuration, f"ledger at {self.path}")
 
     def _load_or_create(self) -> DeltaTable:
         from deltalake import DeltaTable
@@ -302,43 +315,61 @@ class DeltaLedger:
         return request.outcome()
 
     def _commit_queued(self) -> None:
-        """Commit every queued mark in one Delta commit (caller holds the lock)."""
+        """Commit every queued mark in one Delta commit (caller holds the lock).
+
+        The marks are checked and committed on one snapshot. When another writer (a zombie
+        driver) commits one of the same transaction ids in between, delta-rs refuses the
+        commit; the marks are then checked again on the fresh snapshot, so a mark the other
+        writer already recorded counts as done, never as a failure or a second row.
+        """
         with self._queue_lock:
             requests, self._queued = self._queued, []
         try:
-            table = self._fresh()
-            versions: dict[str, int | None] = {}
-
-            def version(app_id: str) -> int | None:
-                if app_id not in versions:
-                    versions[app_id] = transaction_version(table, app_id)
-                return versions[app_id]
-
-            accepted: list[_MarkRequest] = []
-            txns: dict[str, int] = {}
-            for request in requests:
-                entry = request.entry
-                sink_app = txn_app_id(entry.pipeline, entry.sink, entry.epoch)
-                done = version(sink_app)
-                if done is not None and done >= entry.batch_id:
-                    request.settle(False)
-                    continue
-                pipeline_app = pipeline_app_id(entry.pipeline, entry.epoch)
-                high = version(pipeline_app)
-                versions[sink_app] = txns[sink_app] = entry.batch_id
-                versions[pipeline_app] = txns[pipeline_app] = max(
-                    entry.batch_id, -1 if high is None else high
-                )
-                accepted.append(request)
-            if accepted:
-                self._append(table, [r.entry for r in accepted], txns)
-            for request in accepted:
-                request.settle(True)
+            for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                try:
+                    self._commit_requests([r for r in requests if not r.settled])
+                    return
+                except LedgerError as exc:
+                    if attempt == COMMIT_ATTEMPTS or not is_commit_conflict(exc.__cause__):
+                        raise
+                    log.info("ledger %s: lost a commit race, checking the marks again: %s",
+                             self.path, exc.__cause__)  # fmt: skip
         except BaseException as exc:
             for request in requests:
                 if not request.settled:
                     request.fail(exc)
             raise
+
+    def _commit_requests(self, requests: Sequence[_MarkRequest]) -> None:
+        """Check ``requests`` on the latest snapshot and commit those not yet recorded."""
+        table = self._fresh()
+        versions: dict[str, int | None] = {}
+
+        def version(app_id: str) -> int | None:
+            if app_id not in versions:
+                versions[app_id] = transaction_version(table, app_id)
+            return versions[app_id]
+
+        accepted: list[_MarkRequest] = []
+        txns: dict[str, int] = {}
+        for request in requests:
+            entry = request.entry
+            sink_app = txn_app_id(entry.pipeline, entry.sink, entry.epoch)
+            done = version(sink_app)
+            if done is not None and done >= entry.batch_id:
+                request.settle(False)
+                continue
+            pipeline_app = pipeline_app_id(entry.pipeline, entry.epoch)
+            high = version(pipeline_app)
+            versions[sink_app] = txns[sink_app] = entry.batch_id
+            versions[pipeline_app] = txns[pipeline_app] = max(
+                entry.batch_id, -1 if high is None else high
+            )
+            accepted.append(request)
+        if accepted:
+            self._append(table, [r.entry for r in accepted], txns)
+        for request in accepted:
+            request.settle(True)
 
     def record_failure(self, entry: LedgerEntry) -> None:
         """Append a failed-attempt row (no txn action)."""

@@ -139,6 +139,8 @@ class _PgError(Exception):
         ("40P01", "transient"),
         ("08006", "transient"),
         ("57P01", "transient"),
+        ("57014", "transient"),  # statement_timeout
+        ("55P03", "transient"),  # lock_timeout
         ("22001", "data"),
         ("23505", "data"),
         ("42P01", "fatal"),

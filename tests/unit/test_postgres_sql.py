@@ -30,14 +30,29 @@ def _statements(**overrides: object) -> object:
     return build_statements(**options)  # type: ignore[arg-type]
 
 
+def test_ties_on_order_by_sort_json_and_unknown_types_as_text() -> None:
+    from sqlalchemy.dialects import postgresql as pg
+
+    columns = [("Id", sa.BigInteger()), ("v", sa.Integer()), ("doc", pg.JSON()),
+               ("shape", sa.types.NullType()), ("tags", pg.JSONB())]  # fmt: skip
+    sql = _statements(columns=columns).write_from_stage  # type: ignore[attr-defined]
+    assert (
+        "pg_temp.fanout_stage.v DESC NULLS LAST, "
+        "CAST(pg_temp.fanout_stage.doc AS TEXT) DESC NULLS LAST, "
+        "CAST(pg_temp.fanout_stage.shape AS TEXT) DESC NULLS LAST, "
+        "pg_temp.fanout_stage.tags DESC NULLS LAST, "
+        "pg_temp.fanout_stage.__fanout_row DESC" in sql
+    )
+
+
 def test_the_upsert_statement() -> None:
     sql = _statements().write_from_stage  # type: ignore[attr-defined]
     assert sql.startswith('INSERT INTO "s%%1"."Orders ""2026""; drop table x" ("Id", v, n) ')
     assert 'SELECT DISTINCT ON (pg_temp.fanout_stage."Id")' in sql
     assert (
         'ORDER BY pg_temp.fanout_stage."Id", pg_temp.fanout_stage.v DESC NULLS LAST, '
-        "pg_temp.fanout_stage.__fanout_row DESC" in sql
-    )
+        "pg_temp.fanout_stage.n DESC NULLS LAST, pg_temp.fanout_stage.__fanout_row DESC" in sql
+    )  # ties on order_by go to the other columns' greatest values, never to arrival order
     assert 'ON CONFLICT ("Id") DO UPDATE SET v = excluded.v, n = excluded.n WHERE ' in sql
     assert sql.endswith(
         '("s%%1"."Orders ""2026""; drop table x".v, "s%%1"."Orders ""2026""; drop table x".n) '

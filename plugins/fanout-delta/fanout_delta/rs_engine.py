@@ -33,7 +33,12 @@ _TRANSIENT_MARKERS = ("concurrent", "conflict", "version already exists", "max c
 
 
 def write_rs(sink: DeltaSink, batch: Batch) -> SinkResult:
-    """Write one batch with delta-rs (append or merge), exactly once per batch id."""
+    """Write one batch with delta-rs (append or merge), exactly once per batch id.
+
+    The transaction check and the commit use one snapshot of the table: a writer that
+    commits the same app id in between (a zombie driver) makes delta-rs refuse the commit,
+    and the check runs again on the fresh snapshot, where the batch is then found done.
+    """
     path, batch_id, app_id = sink.path, batch.batch_id, batch.txn_app_id
     assert path is not None  # checked by open()
     data = batch.arrow()
@@ -44,15 +49,34 @@ def write_rs(sink: DeltaSink, batch: Batch) -> SinkResult:
         # find the batch's dead letters already in place.
         data, letters = split_null_keys(data, sink.keys or [])
         dead = dead_letters.write(batch, letters)
-    table = deltaio.open_table(path, sink.storage_options)
-    written = deltaio.transaction_version(table, app_id)
-    if written is not None and written >= batch_id:
-        logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, path)
-        return SinkResult(data.num_rows, {"already_written": True}, dead_lettered=dead)
-    if data.num_rows == 0:
-        # Nothing to commit: the ledger records the batch, and a replay is empty again.
-        return SinkResult(0, {"empty": True, "mode": sink.mode}, dead_lettered=dead)
+    for attempt in range(1, deltaio.COMMIT_ATTEMPTS + 1):
+        table = deltaio.open_table(path, sink.storage_options)
+        written = deltaio.transaction_version(table, app_id)
+        if written is not None and written >= batch_id:
+            logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, path)
+            return SinkResult(data.num_rows, {"already_written": True}, dead_lettered=dead)
+        if data.num_rows == 0:
+            # Nothing to commit: the ledger records the batch, and a replay is empty again.
+            return SinkResult(0, {"empty": True, "mode": sink.mode}, dead_lettered=dead)
+        try:
+            rows, details = _commit(sink, app_id, batch_id, table, data)
+        except Exception as exc:
+            if deltaio.is_commit_conflict(exc) and attempt < deltaio.COMMIT_ATTEMPTS:
+                logger.info("sink %r, batch %d: lost a commit race on %s, checking again: %s",
+                            sink.name, batch_id, path, exc)  # fmt: skip
+                continue
+            raise translate_error(exc, sink, batch_id, data.schema, table) from exc
+        return SinkResult(rows=rows, details=details, dead_lettered=dead)
+    raise AssertionError("unreachable")
 
+
+def _commit(
+    sink: DeltaSink, app_id: str, batch_id: int, table: Any, data: pa.Table
+) -> tuple[int, dict[str, Any]]:
+    """Append or merge ``data`` in one commit based on ``table``, the snapshot whose
+    transaction version was checked (``None``: no table yet, the commit creates it).
+    Returns the rows written and the result details."""
+    table_schema = None
     if table is not None:
         table_schema = pa.schema(table.schema().to_arrow())
         check_batch_schema(
@@ -64,50 +88,55 @@ def write_rs(sink: DeltaSink, batch: Batch) -> SinkResult:
         )
     commit = deltaio.commit_properties({app_id: batch_id})
     details: dict[str, Any] = {"mode": sink.mode}
-    try:
-        if sink.mode == "merge":
-            data = prepare_merge_source(data, sink.keys or [], sink.order_by, sink.name, batch_id)
-        if table is None or sink.mode == "append":
-            if table is not None:
-                data = pad_missing_columns(data, table_schema)
-            _append(sink, data, commit, create=table is None)
-        else:
-            metrics = (
-                table.merge(
-                    source=data,
-                    predicate=merge_predicate(sink.keys or []),
-                    source_alias="s",
-                    target_alias="t",
-                    merge_schema=sink.merge_schema,
-                    commit_properties=commit,
-                )
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .execute()
+    if sink.mode == "merge":
+        data = prepare_merge_source(data, sink.keys or [], sink.order_by, sink.name, batch_id)
+    if table is None or sink.mode == "append":
+        if table_schema is not None:
+            data = pad_missing_columns(data, table_schema)
+        _append(sink, table, data, commit)
+    else:
+        metrics = (
+            table.merge(
+                source=data,
+                predicate=merge_predicate(sink.keys or []),
+                source_alias="s",
+                target_alias="t",
+                merge_schema=sink.merge_schema,
+                commit_properties=commit,
             )
-            details["inserted"] = metrics.get("num_target_rows_inserted")
-            details["updated"] = metrics.get("num_target_rows_updated")
-    except Exception as exc:
-        raise translate_error(exc, sink, batch_id, data.schema, table) from exc
-    version = deltaio.open_table(path, sink.storage_options)
-    details["version"] = version.version() if version is not None else None
-    return SinkResult(rows=data.num_rows, details=details, dead_lettered=dead)
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        details["inserted"] = metrics.get("num_target_rows_inserted")
+        details["updated"] = metrics.get("num_target_rows_updated")
+    # write_deltalake and merge advance `table` to the version they committed
+    details["version"] = table.version() if table is not None else _version(sink)
+    return data.num_rows, details
 
 
-def _append(sink: DeltaSink, data: pa.Table, commit: Any, *, create: bool) -> None:
+def _append(sink: DeltaSink, table: Any, data: pa.Table, commit: Any) -> None:
+    """Append to the checked snapshot ``table``; with no table yet, create it, failing
+    (a commit conflict) if another writer created it since the check."""
     from deltalake import write_deltalake
 
     assert sink.path is not None  # checked by open()
+    create = table is None
     write_deltalake(
-        sink.path,
+        sink.path if create else table,
         data,
-        mode="append",
+        mode="error" if create else "append",
         partition_by=list(sink.partition_by) if sink.partition_by else None,
         schema_mode="merge" if sink.merge_schema else None,  # type: ignore[arg-type]
         configuration=dict(sink.configuration) if create and sink.configuration else None,
-        storage_options=dict(sink.storage_options) if sink.storage_options else None,
+        storage_options=dict(sink.storage_options) if create and sink.storage_options else None,
         commit_properties=commit,
     )
+
+
+def _version(sink: DeltaSink) -> int | None:
+    table = deltaio.open_table(sink.path, sink.storage_options)  # type: ignore[arg-type]
+    return table.version() if table is not None else None
 
 
 def compact_rs(path: str, storage_options: Mapping[str, str] | None) -> dict[str, Any]:
@@ -148,7 +177,8 @@ def prepare_merge_source(
     """Check the keys and keep one row per key, as a MERGE source must.
 
     With ``order_by`` the row with the greatest ``order_by`` values wins (nulls lose; on
-    ties the last occurrence in the batch wins). Without it a duplicate key is an error:
+    ties the row with the greatest values of the other columns, in column order: the
+    winner never depends on the order the rows arrived in). Without it a duplicate key is an error:
     which row should win is the user's decision, not ours.
     """
     absent = [c for c in [*keys, *(order_by or [])] if c not in data.column_names]
@@ -188,8 +218,22 @@ def prepare_merge_source(
 
 
 def _keep_last(data: pa.Table, keys: Sequence[str], order_by: Sequence[str]) -> pa.Table:
+    """One row per key: the greatest ``order_by`` values win (nulls lose), ties go to the
+    greatest values of the other columns in batch column order, never to the arrival order
+    (a replay may deliver the rows in another order). Rows tied on every column are equal,
+    so which of them is kept does not matter."""
+    others = [c for c in data.column_names if c not in keys and c not in order_by]
     numbered = data.append_column(_ROW, pa.array(range(data.num_rows), pa.int64()))
-    sort_keys = [(c, "ascending", "at_start") for c in [*keys, *order_by, _ROW]]
+    tie_keys = []
+    for index, name in enumerate(others):
+        column = numbered.column(name)
+        if pa.types.is_nested(column.type):  # Arrow cannot sort lists and maps: compare JSON
+            key = f"__fanout_tie_{index}__"
+            numbered = numbered.append_column(key, _as_json_text(column))
+            tie_keys.append(key)
+        else:
+            tie_keys.append(name)
+    sort_keys = [(c, "ascending", "at_start") for c in [*keys, *order_by, *tie_keys, _ROW]]
     ordered = numbered.take(pc.sort_indices(numbered, sort_keys=sort_keys))
     n = ordered.num_rows
     # After the sort, the winner of each key is the last row of its run of equal keys.
@@ -199,7 +243,18 @@ def _keep_last(data: pa.Table, keys: Sequence[str], order_by: Sequence[str]) -> 
         changed = pc.not_equal(column.slice(0, n - 1), column.slice(1))
         tail = pa.chunked_array([changed.combine_chunks(), pa.array([True])])
         last = pc.or_(last, tail)
-    return ordered.filter(last).sort_by(_ROW).drop_columns([_ROW])
+    return ordered.filter(last).sort_by(_ROW).select(data.column_names)
+
+
+def _as_json_text(column: pa.ChunkedArray) -> pa.Array:
+    """A nested column as sortable text (nulls stay null, so they lose like others)."""
+    import json
+
+    return pa.array(
+        [None if v is None else json.dumps(v, sort_keys=True, default=str)
+         for v in column.to_pylist()],
+        pa.string(),
+    )  # fmt: skip
 
 
 def translate_error(

@@ -41,7 +41,8 @@ class DeltaSink(Sink):
     :param mode: ``"append"`` or ``"merge"`` (upsert on ``keys``).
     :param keys: merge key columns (required for, and only used by, ``mode="merge"``).
     :param order_by: merge only: when a key occurs several times in one batch, the row with
-        the greatest values of these columns wins; without it, duplicates fail the batch.
+        the greatest values of these columns wins (ties: the greatest values of the other
+        columns in column order); without it, duplicates fail the batch.
     :param engine: ``"rs"`` (delta-rs), ``"spark"`` (delta-spark) or ``"auto"``.
     :param partition_by: partition columns for a new table; must match an existing table's.
     :param merge_schema: add new batch columns to the table instead of failing.
@@ -50,6 +51,10 @@ class DeltaSink(Sink):
     :param configuration: Delta table properties set when the sink creates the table.
     :param dead_letter: a Delta table path; merge rows with a null key go there (with the
         reason, sink, batch id and row) instead of failing the batch.
+    :param min_txn_retention_hours: the shortest ``delta.setTransactionRetentionDuration``
+        the table may set (default a week): it bounds how long the pipeline may stay down
+        after a crash without a replay writing the batch in flight twice. ``open()``
+        refuses a shorter one and warns about any.
     """
 
     guarantee: ClassVar[Guarantee] = "transactional"
@@ -69,6 +74,7 @@ class DeltaSink(Sink):
         storage_options: Mapping[str, str] | None = None,
         configuration: Mapping[str, str | None] | None = None,
         dead_letter: str | None = None,
+        min_txn_retention_hours: float = 168,
     ) -> None:
         super().__init__(name)
         self.path = str(path) if path is not None else None
@@ -82,6 +88,7 @@ class DeltaSink(Sink):
         self.storage_options = dict(storage_options) if storage_options else None
         self.configuration = dict(configuration) if configuration else None
         self.dead_letter = dead_letter
+        self.min_txn_retention_hours = min_txn_retention_hours
         # The engine actually used, resolved by open() ("auto" becomes "rs" or "spark").
         self.resolved_engine: Literal["rs", "spark"] | None = None
 
@@ -104,6 +111,9 @@ class DeltaSink(Sink):
             raise self._error(f"cannot open the Delta table at {self.path!r}: {exc}") from exc
         if table is not None:
             self._check_table(table)
+        self._check_txn_retention(
+            table.metadata().configuration if table is not None else self.configuration
+        )
         logger.info(
             "sink %r: Delta %s to %s with engine %s%s",
             self.name, self.mode, self.path, self.resolved_engine,
@@ -176,6 +186,12 @@ class DeltaSink(Sink):
             raise self._error(
                 f"option 'compact_every' must be a positive integer (batches), got {every!r}"
             )
+        floor = self.min_txn_retention_hours
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or floor < 0:
+            raise self._error(
+                "option 'min_txn_retention_hours' must be a number of hours >= 0, got "
+                f"{floor!r}"
+            )
         if not isinstance(self.merge_schema, bool):
             raise self._error(f"option 'merge_schema' must be true or false, got "
                               f"{self.merge_schema!r}")  # fmt: skip
@@ -213,6 +229,35 @@ class DeltaSink(Sink):
                 f"{self.path!r} is partitioned by {existing!r}; use the table's partitioning "
                 "(or omit the option)"
             )
+
+    def _check_txn_retention(self, configuration: Mapping[str, str | None] | None) -> None:
+        """Refuse a ``delta.setTransactionRetentionDuration`` shorter than the option
+        ``min_txn_retention_hours``; warn about any (see :mod:`fanout.txn_retention`)."""
+        from datetime import timedelta
+
+        from fanout import txn_retention
+
+        where = f"Delta sink {self.name!r} (table {self.path!r})"
+        retention = txn_retention.retention_of(configuration, where)
+        if retention is None:
+            return
+        value = str((configuration or {})[txn_retention.PROPERTY])
+        floor = timedelta(hours=self.min_txn_retention_hours)
+        if retention < floor:
+            raise ConfigurationError(
+                txn_retention.short_retention_error(
+                    where, value, floor,
+                    "a batch written but not yet marked in the ledger when the pipeline stops "
+                    "would be written again by a restart later than that",
+                    "lower the sink's option 'min_txn_retention_hours' to the longest outage "
+                    "after a crash you accept",
+                )  # fmt: skip
+            )
+        logger.warning(
+            "%s: table property %s = %r: a restart more than %s after a crash may write "
+            "the batch that was in flight a second time", where, txn_retention.PROPERTY,
+            value, retention,
+        )  # fmt: skip
 
     def _maybe_compact(self, batch_id: int, engine: str, batch: Batch) -> None:
         every = self.compact_every

@@ -150,8 +150,9 @@ def dedupe_spark(
 ) -> Any:
     """The Spark counterpart of :func:`fanout_delta.rs_engine.prepare_merge_source`.
 
-    Ties on ``order_by`` are broken by ``monotonically_increasing_id`` (the later row
-    wins), which is stable for a persisted batch.
+    Ties on ``order_by`` go to the greatest values of the other columns in column order
+    (nulls lose; maps, which Spark cannot order, compared as JSON), as in the rs engine:
+    never to the arrival order, which a replay may change.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -177,15 +178,20 @@ def dedupe_spark(
                 batch_id=batch_id,
             )
         return df
-    seq, rank = "__fanout_seq__", "__fanout_rank__"
-    order = [F.col(quote(c)).desc_nulls_last() for c in order_by] + [F.col(seq).desc()]
+    from pyspark.sql.types import MapType
+
+    rank = "__fanout_rank__"
+    kinds = {f.name: f.dataType for f in df.schema.fields}
+    others = [c for c in df.columns if c not in keys and c not in order_by]
+    ties = [
+        F.to_json(F.col(quote(c))) if isinstance(kinds[c], MapType) else F.col(quote(c))
+        for c in others
+    ]
+    order = [F.col(quote(c)).desc_nulls_last() for c in order_by] + [
+        t.desc_nulls_last() for t in ties
+    ]
     window = Window.partitionBy(*key_cols).orderBy(*order)
-    return (
-        df.withColumn(seq, F.monotonically_increasing_id())
-        .withColumn(rank, F.row_number().over(window))
-        .filter(F.col(rank) == 1)
-        .drop(seq, rank)
-    )
+    return df.withColumn(rank, F.row_number().over(window)).filter(F.col(rank) == 1).drop(rank)
 
 
 def compact_spark(spark: Any, path: str) -> None:

@@ -90,8 +90,10 @@ class PostgresSink(Sink):
         hash partitioning (default: the whole row).
     :param mode: ``"upsert"`` (default, idempotent) or ``"append"`` (transactional).
     :param order_by: upsert: the column(s) deciding which row of a key wins when one batch
-        holds the key more than once (greatest wins, NULLs last). Required when a batch can
-        hold duplicates; without it such a batch fails with the duplicated key named.
+        holds the key more than once (greatest wins, NULLs last; ties go to the greatest
+        values of the other columns in table order, never to arrival order). Required when
+        a batch can hold duplicates; without it such a batch fails with the duplicated key
+        named.
     :param columns: which batch columns to write: a list (same names) or ``{batch: target}``.
     :param create_table: create a missing table from the batch schema, keys as primary key.
     :param partitions: the fixed number of write partitions (transactions) per batch.
@@ -261,7 +263,8 @@ class PostgresSink(Sink):
         return pgurl.secrets_of(url)
 
     def is_transient(self, error: BaseException) -> bool:
-        """Retry lost connections, serialization failures, deadlocks and lock timeouts."""
+        """Retry lost connections, serialization failures, deadlocks, lock and statement
+        timeouts (SQLSTATEs in :data:`fanout_postgres.task.TRANSIENT_STATES`)."""
         if super().is_transient(error):
             return True
         from fanout_postgres.task import classify

@@ -69,7 +69,8 @@ def build_statements(
 
     :param columns: ``(target column, SQLAlchemy type)`` of every column written.
     :param keys: the conflict target (upsert) — a unique-constrained column set.
-    :param order_by: upsert: which row of a key wins (greatest first); empty: no dedupe.
+    :param order_by: upsert: which row of a key wins (greatest first, ties to the greatest
+        values of the other columns in table order); empty: no dedupe.
     :param text_compared: columns compared as text in the no-op check (``json``).
     """
     import sqlalchemy as sa
@@ -87,13 +88,20 @@ def build_statements(
     winners = _temp_table(WINNERS, columns)
     lo, hi = sa.bindparam("lo", type_=sa.Integer), sa.bindparam("hi", type_=sa.Integer)
 
+    types = dict(columns)
+    tie_breakers = [n for n in names if n not in keys and n not in order_by]
+
     def source(src: sa.Table, dedupe: bool) -> Any:
         cols = [src.c[n] for n in names] + [src.c[ROW]]
         query = sa.select(*cols)
         if dedupe and upsert and order_by:
+            # Ties on order_by go to the greatest value of each other column, in table order,
+            # never to the arrival order (a replay may deliver the rows in another order).
+            # Rows still tied are equal in every written column: either one gives the result.
             query = _distinct_on(query, [src.c[k] for k in keys]).order_by(
                 *[src.c[k] for k in keys],
                 *[src.c[o].desc().nulls_last() for o in order_by],
+                *[_orderable(src.c[n], types[n]).desc().nulls_last() for n in tie_breakers],
                 src.c[ROW].desc(),
             )
         return query.subquery("w")
@@ -233,6 +241,17 @@ def _distinct_on(query: Any, columns: Sequence[Any]) -> Any:
         return query.ext(distinct_on(*columns))
     except ImportError:  # SQLAlchemy 2.0
         return query.distinct(*columns)
+
+
+def _orderable(column: Any, sa_type: Any) -> Any:
+    """``column`` as a sort key: as itself, or as text for types PostgreSQL cannot order
+    (``json``) or SQLAlchemy did not recognise (``xml``, geometric types, ...)."""
+    import sqlalchemy as sa
+
+    from fanout_postgres.types import compares_as_text
+
+    unknown = isinstance(sa_type, sa.types.NullType)
+    return sa.cast(column, sa.Text) if unknown or compares_as_text(sa_type) else column
 
 
 def _comparable(column: Any, as_text: bool) -> Any:

@@ -45,7 +45,23 @@ if TYPE_CHECKING:
     from fanout_postgres.sink import PostgresSink
 
 RESULT_SCHEMA = "partition long, outcome string"
-TRANSIENT_STATES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300", "53400"}
+TRANSIENT_STATES = {
+    "40001",  # serialization_failure
+    "40P01",  # deadlock_detected
+    "55P03",  # lock_not_available (lock_timeout)
+    "57014",  # query_canceled: statement_timeout, or an operator's pg_cancel_backend
+    "57P01",  # admin_shutdown
+    "57P02",  # crash_shutdown
+    "57P03",  # cannot_connect_now
+    "53300",  # too_many_connections
+    "53400",  # configuration_limit_exceeded
+}
+"""SQLSTATEs a later attempt can succeed on; classes ``08`` (connection) are too."""
+_HINTS = {
+    "57014": "cancelled by statement_timeout or an operator; the batch is retried. If it "
+    "repeats, raise statement_timeout for the sink's role or database (or in its "
+    "'settings'), or write smaller partitions (option 'partitions')",
+}
 KEEP_MARKS = 100
 """Progress marks older than this many batches are pruned (Spark replays only the last)."""
 _COPY_LINE = re.compile(r"line (\d+)(?:, column (.*?)(?:: |$))?", re.S)
@@ -173,13 +189,12 @@ def write_partition(
 
 
 def _failed(partition: int, exc: BaseException) -> PartitionOutcome:
+    code = getattr(exc, "pgcode", None)
+    reason = f"{type(exc).__name__}: {str(exc).strip()}"
+    if code in _HINTS:
+        reason = f"{reason} (SQLSTATE {code}: {_HINTS[code]})"
     return PartitionOutcome(
-        partition,
-        error={
-            "kind": classify(exc),
-            "reason": f"{type(exc).__name__}: {str(exc).strip()}",
-            "sqlstate": getattr(exc, "pgcode", None),
-        },
+        partition, error={"kind": classify(exc), "reason": reason, "sqlstate": code}
     )
 
 

@@ -1,0 +1,112 @@
+"""Delta's ``delta.setTransactionRetentionDuration`` against fanout's transaction ids.
+
+fanout skips a batch a Delta table already holds by the table's transaction
+``(app id, batch id)``. A table with ``delta.setTransactionRetentionDuration`` forgets a
+transaction once its ``lastUpdated`` is older than that: delta-rs when it reads the log,
+delta-spark at its checkpoints. A batch written to the table but not yet marked in the
+ledger when the pipeline stopped (a crash between the two) is then written a second time
+by a restart that comes later than the retention. Sinks and the ledger check the property
+when they open; :func:`retention_of` reads it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+
+from fanout.errors import ConfigurationError
+
+PROPERTY = "delta.setTransactionRetentionDuration"
+"""The Delta table property that expires transaction ids."""
+
+LEDGER_FLOOR = timedelta(days=3650)
+"""The shortest retention the ledger table accepts: its epoch id is written once per
+epoch and its high-water mark only by commits, so any retention a pipeline can outlive
+would make it forget which batches are done."""
+
+_UNITS = {
+    "microsecond": timedelta(microseconds=1),
+    "millisecond": timedelta(milliseconds=1),
+    "second": timedelta(seconds=1),
+    "minute": timedelta(minutes=1),
+    "hour": timedelta(hours=1),
+    "day": timedelta(days=1),
+    "week": timedelta(weeks=1),
+}
+_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*(?=\d|$)")
+
+
+def parse_interval(text: str) -> timedelta:
+    """A Delta interval property (``"interval 7 days"``, ``"interval 1 day 12 hours"``)
+    as a ``timedelta``; ``ValueError`` when it is not one."""
+    body = text.strip().lower()
+    if body.startswith("interval"):
+        body = body[len("interval") :]
+    body = body.strip()
+    total, pos = timedelta(0), 0
+    while pos < len(body):
+        match = _PART.match(body, pos)
+        if match is None or match.group(2) not in _UNITS:
+            raise ValueError(f"not a Delta interval: {text!r}")
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    if pos == 0:
+        raise ValueError(f"not a Delta interval: {text!r}")
+    return total
+
+
+def retention_of(configuration: Mapping[str, str | None] | None, where: str) -> timedelta | None:
+    """The table's transaction retention (``None``: not set, ids never expire).
+
+    :param where: names the table in the error raised for a value that is no interval.
+    """
+    value = (configuration or {}).get(PROPERTY)
+    if value is None:
+        return None
+    try:
+        return parse_interval(value)
+    except ValueError:
+        raise ConfigurationError(
+            f"{where}: table property {PROPERTY} = {value!r} is not an interval fanout can "
+            "read (e.g. 'interval 30 days'); fanout cannot tell when its transaction ids "
+            "expire. Set it to such a value or remove it"
+        ) from None
+
+
+def short_retention_error(
+    where: str, value: str, floor: timedelta, consequence: str, other_remedy: str = ""
+) -> str:
+    """The message refusing a retention shorter than ``floor``: where, the property, its
+    value, what it breaks and what to do."""
+    days = _days(floor)
+    return (
+        f"{where}: table property {PROPERTY} = {value!r} expires fanout's transaction ids "
+        f"after less than {_show(floor)}; {consequence}. Remove the property (Spark SQL: "
+        f"ALTER TABLE ... UNSET TBLPROPERTIES ('{PROPERTY}')) or set it to at least "
+        f"'interval {days} days' (delta-rs: DeltaTable(path).alter.set_table_properties("
+        f"{{'{PROPERTY}': 'interval {days} days'}}))"
+        + (f", or {other_remedy}" if other_remedy else "")
+    )
+
+
+def _show(span: timedelta) -> str:
+    hours = span.total_seconds() / 3600
+    return f"{hours:g} hours" if hours < 48 else f"{hours / 24:g} days"
+
+
+def _days(span: timedelta) -> str:
+    return f"{max(1.0, span.total_seconds() / 86400):g}"
+
+
+def check_ledger_retention(configuration: Mapping[str, str | None] | None, where: str) -> None:
+    """Refuse a ledger table whose transaction ids expire within :data:`LEDGER_FLOOR`."""
+    retention = retention_of(configuration, where)
+    if retention is not None and retention < LEDGER_FLOOR:
+        raise ConfigurationError(
+            short_retention_error(
+                where, str((configuration or {})[PROPERTY]), LEDGER_FLOOR,
+                "the ledger would forget its marks, the pipeline's high-water mark and its "
+                "epoch, and with them which batches are done (fanout never sets it)",
+            )  # fmt: skip
+        )

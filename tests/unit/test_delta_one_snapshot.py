@@ -1,0 +1,227 @@
+"""Every delta-rs check-then-write uses one snapshot (issue 13, hole 6).
+
+A zombie writer (an old driver still running) commits the same transaction
+``(app id, batch id)`` between fanout's ``transaction_version`` check and its write. The
+write must then fail on delta-rs' conflict check instead of committing a second copy, and
+fanout must re-check the fresh snapshot and count the batch as done: one commit with the
+data, asserted on the table's rows and on the txn actions of its log.
+
+The zombie is injected deterministically: ``transaction_version`` is wrapped so that right
+after the check returns (the moment of the race), another writer commits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from fanout_delta import DeltaSink
+
+from fanout import deltaio
+from fanout.ledger import DeltaLedger, entries_from_arrow
+from fanout.sink import Batch, BatchInfo, SinkContext, txn_app_id
+from tests.unit.fakes import committed
+
+APP_ID = txn_app_id("p", "s")
+
+
+class FakeFrame:
+    """Stands in for a Spark batch DataFrame: engine rs only calls ``toArrow()``."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def toArrow(self) -> pa.Table:
+        return self.table
+
+
+def make_batch(data: dict[str, list[Any]], batch_id: int) -> Batch:
+    return Batch(
+        df=FakeFrame(pa.table(data)),
+        info=BatchInfo(pipeline="p", batch_id=batch_id),
+        sink_name="s",
+        txn_app_id=APP_ID,
+    )
+
+
+def opened(path: Path, **options: Any) -> DeltaSink:
+    sink = DeltaSink(name="s", path=str(path), **options)
+    sink.open(SinkContext(pipeline="p"))
+    return sink
+
+
+def txn_commits(path: Path, app_id: str) -> list[tuple[int, int]]:
+    """``(table version, txn version)`` of every commit in the log carrying ``app_id``."""
+    found = []
+    for commit in sorted((path / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            txn = json.loads(line).get("txn")
+            if txn and txn["appId"] == app_id:
+                found.append((int(commit.stem), int(txn["version"])))
+    return found
+
+
+def table_rows(path: Path) -> list[dict[str, Any]]:
+    return DeltaTable(str(path)).to_pyarrow_table().sort_by("id").to_pylist()
+
+
+def zombie_after_first_check(
+    monkeypatch: pytest.MonkeyPatch, module: Any, zombie: Callable[[], None]
+) -> list[int]:
+    """Wrap ``module.transaction_version``: after the first call returns its answer, the
+    zombie commits. Returns the list of calls seen (for asserting the re-check)."""
+    real = deltaio.transaction_version
+    calls: list[int] = []
+
+    def checked_then_raced(table: Any, app_id: str) -> int | None:
+        answer = real(table, app_id)
+        calls.append(1)
+        if len(calls) == 1:
+            zombie()
+        return answer
+
+    monkeypatch.setattr(module, "transaction_version", checked_then_raced)
+    return calls
+
+
+def zombie_append(path: Path, ids: list[int], app_id: str, version: int) -> Callable[[], None]:
+    def commit() -> None:
+        write_deltalake(
+            str(path),
+            pa.table({"id": pa.array(ids, pa.int64())}),
+            mode="append",
+            commit_properties=deltaio.commit_properties({app_id: version}),
+        )
+
+    return commit
+
+
+# -- the Delta sink, engine rs ------------------------------------------------------------
+
+
+def test_append_zombie_commit_between_check_and_write_leaves_one_copy(tmp_path, monkeypatch):
+    path = tmp_path / "t"
+    sink = opened(path)
+    sink.write(make_batch({"id": pa.array([1, 2], pa.int64())}, 0))
+    calls = zombie_after_first_check(
+        monkeypatch, deltaio, zombie_append(path, [3, 4], APP_ID, 1)
+    )
+
+    result = sink.write(make_batch({"id": pa.array([3, 4], pa.int64())}, 1))
+
+    assert [r["id"] for r in table_rows(path)] == [1, 2, 3, 4]
+    assert txn_commits(path, APP_ID) == [(0, 0), (1, 1)]  # the zombie's commit, only
+    assert DeltaTable(str(path)).version() == 1
+    assert result.details.get("already_written") is True
+    assert len(calls) == 2  # checked, conflict, checked again on the fresh snapshot
+
+
+def test_append_zombie_creating_the_table_between_check_and_write(tmp_path, monkeypatch):
+    path = tmp_path / "t"
+    sink = opened(path)
+    zombie_after_first_check(monkeypatch, deltaio, zombie_append(path, [1, 2], APP_ID, 0))
+
+    result = sink.write(make_batch({"id": pa.array([1, 2], pa.int64())}, 0))
+
+    assert [r["id"] for r in table_rows(path)] == [1, 2]
+    assert txn_commits(path, APP_ID) == [(0, 0)]
+    assert result.details.get("already_written") is True
+
+
+def test_append_zombie_of_an_older_batch_does_not_stop_this_one(tmp_path, monkeypatch):
+    """A conflicting commit with the same app id but a lower version: re-checked, not
+    done, written on the fresh snapshot (no failure loop, no lost batch)."""
+    path = tmp_path / "t"
+    sink = opened(path)
+    sink.write(make_batch({"id": pa.array([1], pa.int64())}, 0))
+    zombie_after_first_check(monkeypatch, deltaio, zombie_append(path, [2], APP_ID, 1))
+
+    result = sink.write(make_batch({"id": pa.array([3], pa.int64())}, 2))
+
+    assert [r["id"] for r in table_rows(path)] == [1, 2, 3]
+    assert txn_commits(path, APP_ID) == [(0, 0), (1, 1), (2, 2)]
+    assert result.rows == 1 and not result.details.get("already_written")
+
+
+def test_merge_zombie_commit_between_check_and_write_is_done_not_a_retry(tmp_path, monkeypatch):
+    path = tmp_path / "t"
+    sink = opened(path, mode="merge", keys=["id"])
+    sink.write(make_batch({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"]}, 0))
+
+    def zombie() -> None:
+        DeltaTable(str(path)).merge(
+            pa.table({"id": pa.array([2, 3], pa.int64()), "v": ["B", "C"]}),
+            "t.id = s.id",
+            source_alias="s",
+            target_alias="t",
+            commit_properties=deltaio.commit_properties({APP_ID: 1}),
+        ).when_matched_update_all().when_not_matched_insert_all().execute()
+
+    zombie_after_first_check(monkeypatch, deltaio, zombie)
+
+    result = sink.write(make_batch({"id": pa.array([2, 3], pa.int64()), "v": ["B", "C"]}, 1))
+
+    assert table_rows(path) == [{"id": 1, "v": "a"}, {"id": 2, "v": "B"}, {"id": 3, "v": "C"}]
+    assert txn_commits(path, APP_ID) == [(0, 0), (1, 1)]
+    assert result.details.get("already_written") is True
+
+
+# -- per-batch side tables (dead letters) -------------------------------------------------
+
+
+def test_append_once_zombie_between_check_and_write_appends_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "dead"
+    write_deltalake(str(path), pa.table({"id": pa.array([0], pa.int64())}))
+    zombie_after_first_check(monkeypatch, deltaio, zombie_append(path, [5], "dl", 7))
+
+    appended = deltaio.append_once(str(path), pa.table({"id": pa.array([5], pa.int64())}),
+                                   "dl", 7)  # fmt: skip
+
+    assert appended is False
+    assert [r["id"] for r in table_rows(path)] == [0, 5]
+    assert txn_commits(path, "dl") == [(1, 7)]
+
+
+# -- the ledger's own mark ----------------------------------------------------------------
+
+
+def test_ledger_mark_raced_by_a_zombie_driver_is_recorded_once(tmp_path, monkeypatch):
+    import fanout.ledger as ledger_module
+
+    path = str(tmp_path / "ledger")
+    ours, zombie = DeltaLedger(path), DeltaLedger(path)
+    ours.open()
+    zombie.open()
+    zombie_after_first_check(
+        monkeypatch, ledger_module, lambda: zombie.mark_committed(committed("p", "s", 4, rows=9))
+    )
+
+    assert ours.mark_committed(committed("p", "s", 4, rows=9)) is False
+
+    marks = [e for e in entries_from_arrow(ours.read()) if e.status == "committed"]
+    assert [(e.sink, e.batch_id, e.rows) for e in marks] == [("s", 4, 9)]
+    assert ours.last_committed("p", ["s"]) == {"s": 4}
+
+
+def test_ledger_mark_raced_by_an_older_mark_is_still_recorded(tmp_path, monkeypatch):
+    import fanout.ledger as ledger_module
+
+    path = str(tmp_path / "ledger")
+    ours, zombie = DeltaLedger(path), DeltaLedger(path)
+    ours.open()
+    zombie.open()
+    zombie_after_first_check(
+        monkeypatch, ledger_module, lambda: zombie.mark_committed(committed("p", "s", 3, rows=1))
+    )
+
+    assert ours.mark_committed(committed("p", "s", 4, rows=2)) is True
+
+    marks = [e for e in entries_from_arrow(ours.read()) if e.status == "committed"]
+    assert sorted((e.batch_id, e.rows) for e in marks) == [(3, 1), (4, 2)]
+    assert ours.last_committed("p", ["s"]) == {"s": 4}
+    assert ours.high_water("p") == 4
