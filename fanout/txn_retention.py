@@ -105,8 +105,10 @@ def check_ledger_retention(configuration: Mapping[str, str | None] | None, where
     if retention is not None and retention < LEDGER_FLOOR:
         raise ConfigurationError(
             short_retention_error(
-                where, str((configuration or {})[PROPERTY]), LEDGER_FLOOR,
+                where,
+                str((configuration or {})[PROPERTY]),
+                LEDGER_FLOOR,
                 "the ledger would forget its marks, the pipeline's high-water mark and its "
                 "epoch, and with them which batches are done (fanout never sets it)",
-            )  # fmt: skip
+            )
         )

@@ -189,8 +189,7 @@ class DeltaSink(Sink):
         floor = self.min_txn_retention_hours
         if isinstance(floor, bool) or not isinstance(floor, (int, float)) or floor < 0:
             raise self._error(
-                "option 'min_txn_retention_hours' must be a number of hours >= 0, got "
-                f"{floor!r}"
+                f"option 'min_txn_retention_hours' must be a number of hours >= 0, got {floor!r}"
             )
         if not isinstance(self.merge_schema, bool):
             raise self._error(f"option 'merge_schema' must be true or false, got "
@@ -246,12 +245,14 @@ class DeltaSink(Sink):
         if retention < floor:
             raise ConfigurationError(
                 txn_retention.short_retention_error(
-                    where, value, floor,
+                    where,
+                    value,
+                    floor,
                     "a batch written but not yet marked in the ledger when the pipeline stops "
                     "would be written again by a restart later than that",
                     "lower the sink's option 'min_txn_retention_hours' to the longest outage "
                     "after a crash you accept",
-                )  # fmt: skip
+                )
             )
         logger.warning(
             "%s: table property %s = %r: a restart more than %s after a crash may write "

@@ -32,7 +32,8 @@ def _write(spark: Any, url: str, table: str, rows: list[tuple[Any, ...]]) -> lis
     )
     sink = PostgresSink("pg", url=url, table=table, order_by="version", partitions=1)
     sink.open(SinkContext("ties"))
-    df = spark.createDataFrame(rows, SCHEMA).coalesce(1)  # one input partition: rows arrive in list order
+    # one input partition: rows arrive in list order
+    df = spark.createDataFrame(rows, SCHEMA).coalesce(1)
     sink.write(Batch(df, BatchInfo("ties", 0, "q"), "pg", "fanout/ties/pg"))
     return query(url, f"SELECT id, customer, amount, version FROM {table} ORDER BY id")
 
