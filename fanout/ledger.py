@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from fanout.deltaio import commit_properties, open_table, transaction_version
+from fanout.deltaio import commit_properties, open_table, read_arrow, transaction_version
 from fanout.errors import LedgerError
 from fanout.sink import pipeline_scope, txn_app_id
 from fanout.version import __version__
@@ -366,8 +366,7 @@ class DeltaLedger:
         """The ledger rows, optionally of one pipeline (a scan; for status and recovery)."""
         with self._lock:
             table = self._fresh()
-        filters = [("pipeline", "=", pipeline)] if pipeline else None
-        return table.to_pyarrow_table(filters=filters)
+        return read_arrow(table, filters=[("pipeline", "=", pipeline)] if pipeline else ())
 
     def committed_entries(
         self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
@@ -375,12 +374,13 @@ class DeltaLedger:
         """Committed rows of ``pipeline`` with ``batch_id >= min_batch_id`` (of ``epoch``)."""
         with self._lock:
             table = self._fresh()
-        rows = table.to_pyarrow_table(
+        rows = read_arrow(
+            table,
             filters=[
                 ("pipeline", "=", pipeline),
                 ("status", "=", "committed"),
                 ("batch_id", ">=", min_batch_id),
-            ]
+            ],
         )
         entries = entries_from_arrow(rows)
         return entries if epoch is None else [e for e in entries if e.epoch == epoch]
