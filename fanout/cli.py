@@ -12,6 +12,10 @@ from collections.abc import Sequence
 
 from fanout.errors import ConfigurationError, FanoutError
 from fanout.logs import configure as configure_logging
+from fanout.version import __version__
+
+EXIT_BROKEN_PIPE = 128 + 13
+"""What a shell reports for a tool that SIGPIPE ended (``fanout status --json | head``)."""
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -61,14 +65,17 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """Per sink: last committed batch, rows, last commit time, failed attempts."""
     from fanout.ledger import DeltaLedger
-    from fanout.status import render, summarize
+    from fanout.status import render, summarize, unknown_pipeline
 
     ledger = DeltaLedger(args.ledger)
-    statuses = summarize(ledger.read(args.pipeline).to_pylist())
+    rows = ledger.read(args.pipeline).to_pylist()
+    if args.pipeline and not rows and (known := ledger.pipelines()):
+        raise unknown_pipeline(args.ledger, args.pipeline, known)  # a typo, most likely
+    statuses = summarize(rows)
     if args.json:
         print(json.dumps([s.as_json() for s in statuses], indent=2))
     else:
-        print(render(statuses))
+        print(render(statuses, wide=args.wide))
     return 0
 
 
@@ -76,9 +83,13 @@ def cmd_recover(args: argparse.Namespace) -> int:
     """Print what a restart needs after a lost checkpoint, from the ledger."""
     from fanout.ledger import DeltaLedger
     from fanout.recover import recovery_of, render
+    from fanout.status import unknown_pipeline
 
     ledger = DeltaLedger(args.ledger)
-    print(render(recovery_of(args.pipeline, ledger.committed_entries(args.pipeline))))
+    committed = ledger.committed_entries(args.pipeline)
+    if not committed and (known := ledger.pipelines()) and args.pipeline not in known:
+        raise unknown_pipeline(args.ledger, args.pipeline, known)  # a typo, most likely
+    print(render(recovery_of(args.pipeline, committed)))
     return 0
 
 
@@ -164,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fanout", description="Exactly-once fan-out of a Spark stream to many sinks."
     )
+    parser.add_argument("--version", action="version", version=f"fanout {__version__}")
     parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default)")
     parser.add_argument(
         "--log-format", choices=("text", "json"), default="text", help="json: one object a line"
@@ -187,7 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="per-sink progress recorded in a ledger")
     status.add_argument("--ledger", required=True, help="the ledger's Delta table path")
     status.add_argument("--pipeline", help="only this pipeline")
-    status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument("--json", action="store_true", help="print JSON (every detail)")
+    status.add_argument(
+        "--wide", action="store_true", help="every column, with the last error (wider than 100)"
+    )
     status.set_defaults(func=cmd_status)
 
     recover = sub.add_parser(
@@ -257,13 +272,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a reader that went away shows up here, not at exit
+        return code
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
     except ConfigurationError as exc:
         print(f"fanout: configuration error: {exc}", file=sys.stderr)
         return 2
     except FanoutError as exc:
         print(f"fanout: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+
+
+def _discard_stdout() -> None:
+    """After the reader of stdout went away: quietly, like other Unix tools. Point stdout at
+    /dev/null so the interpreter's final flush does not raise a second time."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # stdout is not a file descriptor (captured): nothing will flush to a pipe
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":
