@@ -65,17 +65,19 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """Per sink: last committed batch, rows, last commit time, failed attempts."""
     from fanout.ledger import DeltaLedger
-    from fanout.status import render, summarize, unknown_pipeline
+    from fanout.status import report
 
     ledger = DeltaLedger(args.ledger)
-    rows = ledger.read(args.pipeline).to_pylist()
-    if args.pipeline and not rows and (known := ledger.pipelines()):
-        raise unknown_pipeline(args.ledger, args.pipeline, known)  # a typo, most likely
-    statuses = summarize(rows)
-    if args.json:
-        print(json.dumps([s.as_json() for s in statuses], indent=2))
-    else:
-        print(render(statuses, wide=args.wide))
+
+    def once() -> str:
+        return report(ledger, args.pipeline, as_json=args.json, wide=args.wide)
+
+    if args.watch or args.count is not None:
+        from fanout.watch import watch
+
+        title = f"fanout status --ledger {args.ledger}"
+        return watch(once, title=title, interval_s=args.interval, count=args.count, out=sys.stdout)
+    print(once())
     return 0
 
 
@@ -170,6 +172,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, not {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``fanout`` command."""
     parser = argparse.ArgumentParser(
@@ -202,6 +218,15 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print JSON (every detail)")
     status.add_argument(
         "--wide", action="store_true", help="every column, with the last error (wider than 100)"
+    )
+    status.add_argument(
+        "--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C"
+    )
+    status.add_argument(
+        "--interval", type=_seconds, default=5.0, help="seconds between refreshes (default 5)"
+    )
+    status.add_argument(
+        "--count", type=_positive, help="with --watch: stop after this many refreshes"
     )
     status.set_defaults(func=cmd_status)
 

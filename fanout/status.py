@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.errors import LedgerError
+
+if TYPE_CHECKING:
+    from fanout.ledger import DeltaLedger
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,23 @@ class SinkStatus:
         if self.last_commit_at is not None:
             data["last_commit_at"] = self.last_commit_at.isoformat()
         return data
+
+
+def report(
+    ledger: DeltaLedger, pipeline: str | None, *, as_json: bool = False, wide: bool = False
+) -> str:
+    """What ``fanout status`` prints, read from ``ledger`` now: the table or JSON.
+
+    Raises :class:`LedgerError` for a ``pipeline`` the ledger holds no row of while it
+    holds rows of others (a typo, most likely; the error names them).
+    """
+    rows = ledger.read(pipeline).to_pylist()
+    if pipeline and not rows and (known := ledger.pipelines()):
+        raise unknown_pipeline(ledger.path, pipeline, known)
+    statuses = summarize(rows)
+    if as_json:
+        return json.dumps([s.as_json() for s in statuses], indent=2)
+    return render(statuses, wide=wide)
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> list[SinkStatus]:

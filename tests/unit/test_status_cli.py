@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +159,41 @@ def test_status_json_keeps_every_detail(tmp_path: Path, capsys: pytest.CaptureFi
     status = {s["sink"]: s for s in json.loads(capsys.readouterr().out)}
     assert status["warehouse_orders_latest"]["last_error"] == LONG_ERROR
     assert status["bronze_orders_lake"]["dead_lettered_total"] == 1
+
+
+def test_status_watch_redraws_count_times(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _ledger(tmp_path / "ledger")
+    assert main(["status", "--ledger", path]) == 0
+    table = capsys.readouterr().out
+    argv = ["status", "--ledger", path, "--watch", "--count", "3", "--interval", "0"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[" not in out  # not a terminal: no screen clearing, refreshes one after another
+    blocks = re.split(r"\n(?=fanout status --ledger )", out)
+    assert len(blocks) == 3
+    header = rf"fanout status --ledger {re.escape(path)}: \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC, "
+    for block in blocks:
+        first, rest = block.split("\n\n", 1)
+        assert re.fullmatch(header + "every 0s; Ctrl-C stops", first), first
+        assert rest.rstrip("\n") == table.rstrip("\n")
+
+
+def test_status_watch_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    path = _ledger(tmp_path / "ledger")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fanout.cli", "status", "--ledger", path, "--watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,  # read the first line without reading ahead
+    )
+    assert child.stdout is not None and child.stderr is not None
+    first = child.stdout.readline().decode()
+    assert first.startswith(f"fanout status --ledger {path}: ")
+    while b"shows the last error." not in child.stdout.readline():
+        pass  # the first table, whole
+    child.send_signal(signal.SIGINT)  # what Ctrl-C sends, during the 5 s wait
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert (out, err) == (b"\n", b"")  # one newline after ^C, no traceback
