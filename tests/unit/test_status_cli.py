@@ -197,3 +197,18 @@ def test_status_watch_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     out, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
     assert (out, err) == (b"\n", b"")  # one newline after ^C, no traceback
+
+
+def test_a_fanout_pointed_at_a_table_that_is_not_a_ledger_refuses_to_open(
+    tmp_path: Path,
+) -> None:
+    from fanout.errors import LedgerError
+
+    path = str(tmp_path / "orders")
+    write_deltalake(path, pa.table({"id": [1], "status": ["paid"]}))
+    with pytest.raises(
+        LedgerError,
+        match="is not a fanout ledger: it has no columns 'batch_id', "
+        "'pipeline', 'sink' \\(its columns: 'id', 'status'\\)",
+    ):
+        DeltaLedger(path).open()
