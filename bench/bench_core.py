@@ -165,10 +165,11 @@ def _last_batch_id(queries: list[Any]) -> int:
 def verify(paths: list[Path], n: int, variant: str) -> None:
     """Every target holds exactly rows 0..n-1, once each."""
     import pyarrow.compute as pc
-    from deltalake import DeltaTable
+
+    from fanout.deltaio import read_delta
 
     for path in paths:
-        ids = DeltaTable(str(path)).to_pyarrow_table(columns=["order_id"]).column("order_id")
+        ids = read_delta(str(path), columns=["order_id"]).column("order_id")
         rows, distinct = len(ids), pc.count_distinct(ids).as_py()
         lo, hi = (pc.min(ids).as_py(), pc.max(ids).as_py()) if rows else (None, None)
         if rows != n or distinct != n or lo != 0 or hi != n - 1:

@@ -12,6 +12,10 @@ from collections.abc import Sequence
 
 from fanout.errors import ConfigurationError, FanoutError
 from fanout.logs import configure as configure_logging
+from fanout.version import __version__
+
+EXIT_BROKEN_PIPE = 128 + 13
+"""What a shell reports for a tool that SIGPIPE ended (``fanout status --json | head``)."""
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -61,14 +65,19 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """Per sink: last committed batch, rows, last commit time, failed attempts."""
     from fanout.ledger import DeltaLedger
-    from fanout.status import render, summarize
+    from fanout.status import report
 
     ledger = DeltaLedger(args.ledger)
-    statuses = summarize(ledger.read(args.pipeline).to_pylist())
-    if args.json:
-        print(json.dumps([s.as_json() for s in statuses], indent=2))
-    else:
-        print(render(statuses))
+
+    def once() -> str:
+        return report(ledger, args.pipeline, as_json=args.json, wide=args.wide)
+
+    if args.watch or args.count is not None:
+        from fanout.watch import watch
+
+        title = f"fanout status --ledger {args.ledger}"
+        return watch(once, title=title, interval_s=args.interval, count=args.count, out=sys.stdout)
+    print(once())
     return 0
 
 
@@ -76,9 +85,13 @@ def cmd_recover(args: argparse.Namespace) -> int:
     """Print what a restart needs after a lost checkpoint, from the ledger."""
     from fanout.ledger import DeltaLedger
     from fanout.recover import recovery_of, render
+    from fanout.status import unknown_pipeline
 
     ledger = DeltaLedger(args.ledger)
-    print(render(recovery_of(args.pipeline, ledger.committed_entries(args.pipeline))))
+    committed = ledger.committed_entries(args.pipeline)
+    if not committed and (known := ledger.pipelines()) and args.pipeline not in known:
+        raise unknown_pipeline(args.ledger, args.pipeline, known)  # a typo, most likely
+    print(render(recovery_of(args.pipeline, committed)))
     return 0
 
 
@@ -159,11 +172,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, not {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``fanout`` command."""
     parser = argparse.ArgumentParser(
         prog="fanout", description="Exactly-once fan-out of a Spark stream to many sinks."
     )
+    parser.add_argument("--version", action="version", version=f"fanout {__version__}")
     parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default)")
     parser.add_argument(
         "--log-format", choices=("text", "json"), default="text", help="json: one object a line"
@@ -187,7 +215,19 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="per-sink progress recorded in a ledger")
     status.add_argument("--ledger", required=True, help="the ledger's Delta table path")
     status.add_argument("--pipeline", help="only this pipeline")
-    status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument("--json", action="store_true", help="print JSON (every detail)")
+    status.add_argument(
+        "--wide", action="store_true", help="every column, with the last error (wider than 100)"
+    )
+    status.add_argument(
+        "--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C"
+    )
+    status.add_argument(
+        "--interval", type=_seconds, default=5.0, help="seconds between refreshes (default 5)"
+    )
+    status.add_argument(
+        "--count", type=_positive, help="with --watch: stop after this many refreshes"
+    )
     status.set_defaults(func=cmd_status)
 
     recover = sub.add_parser(
@@ -257,13 +297,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a reader that went away shows up here, not at exit
+        return code
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
     except ConfigurationError as exc:
         print(f"fanout: configuration error: {exc}", file=sys.stderr)
         return 2
     except FanoutError as exc:
         print(f"fanout: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+
+
+def _discard_stdout() -> None:
+    """After the reader of stdout went away: quietly, like other Unix tools. Point stdout at
+    /dev/null so the interpreter's final flush does not raise a second time."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # stdout is not a file descriptor (captured): nothing will flush to a pipe
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -45,9 +45,9 @@ def latest_per(rows: Iterable[Row], key: str, order: str) -> dict[Any, Row]:
 
 def delta_rows(path: Path) -> list[dict[str, Any]]:
     """A Delta table's rows, read with delta-rs."""
-    from deltalake import DeltaTable
+    from fanout.deltaio import read_delta
 
-    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return read_delta(str(path)).to_pylist()
 
 
 def postgres_rows(url: str, table: str, columns: Iterable[str]) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from fanout.deltaio import (
     commit_properties,
     is_commit_conflict,
     open_table,
+    read_arrow,
     transaction_version,
 )
 from fanout.errors import LedgerError
@@ -225,6 +226,7 @@ class DeltaLedger:
 
         table = open_table(self.path, self.storage_options)
         if table is not None:
+            _check_is_ledger(table, self.path)
             return table
         try:
             return DeltaTable.create(
@@ -251,6 +253,7 @@ class DeltaLedger:
                 raise LedgerError(
                     f"no ledger at {self.path}: a FanOut creates it when it starts; check the path"
                 )
+            _check_is_ledger(table, self.path)
             self._table = table
         else:
             self._table.update_incremental()
@@ -399,8 +402,14 @@ class DeltaLedger:
         """The ledger rows, optionally of one pipeline (a scan; for status and recovery)."""
         with self._lock:
             table = self._fresh()
-        filters = [("pipeline", "=", pipeline)] if pipeline else None
-        return table.to_pyarrow_table(filters=filters)
+        return read_arrow(table, filters=[("pipeline", "=", pipeline)] if pipeline else ())
+
+    def pipelines(self) -> list[str]:
+        """The names of the pipelines the ledger holds rows of, sorted."""
+        with self._lock:
+            table = self._fresh()
+        names = read_arrow(table, columns=["pipeline"]).column("pipeline").unique()
+        return sorted(str(name) for name in names.to_pylist())
 
     def committed_entries(
         self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
@@ -408,12 +417,13 @@ class DeltaLedger:
         """Committed rows of ``pipeline`` with ``batch_id >= min_batch_id`` (of ``epoch``)."""
         with self._lock:
             table = self._fresh()
-        rows = table.to_pyarrow_table(
+        rows = read_arrow(
+            table,
             filters=[
                 ("pipeline", "=", pipeline),
                 ("status", "=", "committed"),
                 ("batch_id", ">=", min_batch_id),
-            ]
+            ],
         )
         entries = entries_from_arrow(rows)
         return entries if epoch is None else [e for e in entries if e.epoch == epoch]
@@ -464,6 +474,21 @@ class DeltaLedger:
                 files_compacted=compacted,
                 files_vacuumed=list(vacuumed),
             )
+
+
+LEDGER_COLUMNS = ("batch_id", "pipeline", "sink", "status")
+"""The columns without which a Delta table cannot be a ledger (of any fanout version)."""
+
+
+def _check_is_ledger(table: DeltaTable, path: str) -> None:
+    """Refuse a Delta table that is not a ledger, before reading or writing it."""
+    columns = [field.name for field in table.schema().fields]
+    missing = [name for name in LEDGER_COLUMNS if name not in columns]
+    if missing:
+        raise LedgerError(
+            f"the Delta table at {path} is not a fanout ledger: it has no columns "
+            f"{', '.join(map(repr, missing))} (its columns: {', '.join(map(repr, columns))})"
+        )
 
 
 def _marks(
@@ -561,6 +586,11 @@ class MemoryLedger:
         """Keep the failed attempt."""
         with self._lock:
             self.entries.append(entry)
+
+    def pipelines(self) -> list[str]:
+        """The names of the pipelines the ledger holds rows of, sorted."""
+        with self._lock:
+            return sorted({e.pipeline for e in self.entries})
 
     def committed_entries(
         self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None

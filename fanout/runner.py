@@ -1,6 +1,7 @@
 """``fanout run`` and ``fanout validate``: a pipeline from a TOML file.
 
 ``run`` builds the SparkSession, the source, the sinks and the ledger, starts the query and
+prints one line per batch and a summary at the end (:mod:`fanout.progress`), and
 stops it cleanly on SIGINT or SIGTERM: between batches at once; during a batch it waits up
 to ``pipeline.stop_timeout_s`` for the batch to finish, then abandons it (Spark replays it
 on restart and fanout skips the sinks that committed it), and says which happened.
@@ -18,6 +19,7 @@ from typing import Any, TextIO
 from fanout.config import PipelineConfig, load
 from fanout.errors import ConfigurationError
 from fanout.hookspecs import hookimpl
+from fanout.progress import ProgressObserver
 from fanout.registry import load_registry, option_names
 from fanout.sink import BatchInfo, SinkResult
 
@@ -163,7 +165,8 @@ def run(path: str, out: TextIO | None = None) -> int:
     spark = build_session(config)
     df = build_source(spark, config)
     tracker = BatchTracker()
-    fan = build_fanout(spark, config, plugins=[tracker])
+    progress = ProgressObserver()
+    fan = build_fanout(spark, config, plugins=[tracker, progress])
     stop = threading.Event()
     received: list[str] = []
 
@@ -177,11 +180,14 @@ def run(path: str, out: TextIO | None = None) -> int:
     out.flush()
     try:
         while query.isActive and not stop.is_set():
+            progress.report(query.recentProgress, out)
             stop.wait(0.5)
         if stop.is_set():
             _stop(query, tracker, config, received[0], out)
+            _end_progress(progress, query, config, out)
             return 0
         error = query.exception()
+        _end_progress(progress, query, config, out)
         if error is not None:
             out.write(f"pipeline {config.name!r} failed: {_summary(error)}\n")
             return 1
@@ -193,6 +199,15 @@ def run(path: str, out: TextIO | None = None) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         fan.close()
+
+
+def _end_progress(
+    progress: ProgressObserver, query: Any, config: PipelineConfig, out: TextIO
+) -> None:
+    """The lines of the batches not yet reported, then the run's summary."""
+    progress.flush(query.recentProgress, out)
+    out.write(progress.summary(config.name) + "\n")
+    out.flush()
 
 
 def _stop(

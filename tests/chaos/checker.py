@@ -51,9 +51,9 @@ def _compare(
 
 def check_delta(path: Path, expected: dict[int, dict[str, Any]]) -> SinkCheck:
     """The Delta table, read with delta-rs."""
-    from deltalake import DeltaTable
+    from fanout.deltaio import read_delta
 
-    return _compare("lake (delta)", expected, DeltaTable(str(path)).to_pyarrow_table().to_pylist())
+    return _compare("lake (delta)", expected, read_delta(str(path)).to_pylist())
 
 
 def libpq_url(sqlalchemy_url: str) -> str:

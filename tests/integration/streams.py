@@ -60,9 +60,9 @@ def run_stream(
 
 def delta_rows(path: Path) -> list[dict[str, Any]]:
     """Every row of a Delta table, read with delta-rs."""
-    from deltalake import DeltaTable
+    from fanout.deltaio import read_delta
 
-    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return read_delta(str(path)).to_pylist()
 
 
 def id_counts(rows: list[dict[str, Any]]) -> Counter[int]:

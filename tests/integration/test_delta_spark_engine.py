@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 from fanout_delta import DeltaSink, spark_engine
 from fanout_delta.spark_engine import delta_jvm_missing
 
+from fanout.deltaio import read_delta
 from fanout.errors import SinkWriteError
 from fanout.sink import Batch, BatchInfo, SinkContext, txn_app_id
 
@@ -44,7 +45,7 @@ def opened(spark, path, **options) -> DeltaSink:
 
 
 def rows(path) -> list[dict]:
-    return DeltaTable(str(path)).to_pyarrow_table().sort_by("id").to_pylist()
+    return read_delta(str(path)).sort_by("id").to_pylist()
 
 
 def test_auto_engine_picks_spark_when_delta_loads(delta_spark, tmp_path):

@@ -154,3 +154,65 @@ def test_validate_opens_every_sink_without_starting(
     assert main(["validate", str(broken)]) == 2
     err = capsys.readouterr().err
     assert "configuration error: Delta sink 'latest'" in err and "io.delta.tables.DeltaTable" in err
+
+
+PROGRESS_PIPELINE = """
+[pipeline]
+name = "progress"
+ledger = "{root}/ledger"
+checkpoint = "{root}/checkpoint"
+trigger = {{ available_now = true }}
+
+[spark]
+master = "local[2]"
+[spark.conf]
+"spark.sql.shuffle.partitions" = "2"
+
+[source]
+format = "json"
+path = "{root}/input"
+schema = "order_id LONG, customer STRING, amount DOUBLE, status STRING"
+[source.options]
+maxFilesPerTrigger = 1
+
+[[sinks]]
+type = "delta"
+name = "bronze"
+path = "{root}/bronze"
+
+[[sinks]]
+type = "delta"
+name = "paid"
+path = "{root}/paid"
+where = "status = 'paid'"
+"""
+
+
+def test_run_prints_one_line_per_batch_and_a_summary(tmp_path: Path) -> None:
+    rows = write_input(tmp_path / "input", 3, 10)
+    paid = [sum(r["status"] == "paid" for r in rows[f * 10 : f * 10 + 10]) for f in range(3)]
+    pipeline = tmp_path / "progress.toml"
+    pipeline.write_text(PROGRESS_PIPELINE.format(root=tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-m", "fanout.cli", "run", str(pipeline)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    lines = [  # Spark's own log lines (log4j, to stdout) left out
+        line
+        for line in re.sub(r"\d+\.\d\ds", "T", done.stdout).splitlines()
+        if line.startswith(("pipeline ", "batch ", "  "))
+    ]
+    assert lines[0].startswith("pipeline 'progress' started (query ")
+    for batch in range(3):
+        line = lines[1 + batch]
+        expected = f"batch {batch}: 10 rows in | bronze 10 rows T, paid {paid[batch]} rows T | lag "
+        assert line.startswith(expected) and re.fullmatch(r"\d+\.\ds", line[len(expected) :]), line
+    assert lines[4:] == [
+        "pipeline 'progress': 3 batches, 30 rows in",
+        "  bronze: 30 rows in T",
+        f"  paid: {sum(paid)} rows in T",
+        "pipeline 'progress' finished (last committed batch 2)",
+    ]

@@ -64,7 +64,7 @@ def test_status_per_sink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert status["latest"]["last_commit_at"] is not None
     assert status["bronze"]["dead_lettered_total"] == 0
 
-    assert main(["status", "--ledger", str(tmp_path / "ledger")]) == 0
+    assert main(["status", "--ledger", str(tmp_path / "ledger"), "--wide"]) == 0
     table = capsys.readouterr().out
     assert "orders    bronze  2" in table and "other     x       0" in table
     assert "dead letters" in table

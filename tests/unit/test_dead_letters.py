@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 from fanout_delta import DeltaSink
 
 from fanout import ConfigurationError, SinkContext
 from fanout.deadletter import DeadLetter, DeltaDeadLetters, split_target
+from fanout.deltaio import read_delta
 from fanout.testing import make_batch
 
 
@@ -33,7 +33,7 @@ def test_delta_dead_letters_are_written_once_per_batch(tmp_path: Path) -> None:
     letters = [DeadLetter({"id": 1, "name": "x" * 3}, "value too long", "name", "xxx")]
     assert target.write(batch, letters) == 1
     assert target.write(batch, letters) == 1  # a replay
-    rows = DeltaTable(str(tmp_path / "dead")).to_pyarrow_table().to_pylist()
+    rows = read_delta(str(tmp_path / "dead")).to_pylist()
     assert len(rows) == 1
     row = rows[0]
     assert (row["pipeline"], row["sink"], row["batch_id"]) == ("p", "pg", 7)
@@ -58,18 +58,16 @@ def test_delta_merge_sends_null_keys_to_the_dead_letter_table(tmp_path: Path) ->
     rows = [{"k": 1, "v": 1}, {"k": None, "v": 2}, {"k": 2, "v": 3}, {"k": None, "v": 4}]
     result = sink.write(make_batch(rows, batch_id=0, pipeline="p", sink_name="latest"))
     assert (result.rows, result.dead_lettered) == (2, 2)
-    table = sorted(
-        DeltaTable(str(tmp_path / "t")).to_pyarrow_table().to_pylist(), key=lambda r: r["k"]
-    )
+    table = sorted(read_delta(str(tmp_path / "t")).to_pylist(), key=lambda r: r["k"])
     assert table == [{"k": 1, "v": 1}, {"k": 2, "v": 3}]
-    dead = DeltaTable(str(tmp_path / "dead")).to_pyarrow_table().to_pylist()
+    dead = read_delta(str(tmp_path / "dead")).to_pylist()
     assert sorted(json.loads(d["row"])["v"] for d in dead) == [2, 4]
     assert {d["reason"] for d in dead} == {"null in key column 'k': a null key cannot be merged"}
     assert {d["column"] for d in dead} == {"k"}
 
     replay = sink.write(make_batch(rows, batch_id=0, pipeline="p", sink_name="latest"))
     assert replay.dead_lettered == 2 and replay.details["already_written"]
-    assert len(DeltaTable(str(tmp_path / "dead")).to_pyarrow_table()) == 2
+    assert len(read_delta(str(tmp_path / "dead"))) == 2
 
 
 def test_delta_sink_rejects_a_dead_letter_kind_it_cannot_write(tmp_path: Path) -> None:

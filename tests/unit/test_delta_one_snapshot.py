@@ -67,7 +67,7 @@ def txn_commits(path: Path, app_id: str) -> list[tuple[int, int]]:
 
 
 def table_rows(path: Path) -> list[dict[str, Any]]:
-    return DeltaTable(str(path)).to_pyarrow_table().sort_by("id").to_pylist()
+    return deltaio.read_delta(str(path)).sort_by("id").to_pylist()
 
 
 def zombie_after_first_check(

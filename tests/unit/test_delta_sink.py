@@ -16,6 +16,7 @@ from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink
 from fanout_delta.plugin import fanout_sink_types
 
+from fanout.deltaio import read_delta
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkWriteError
 from fanout.sink import Batch, BatchInfo, SinkContext, SinkResult, txn_app_id
 
@@ -51,7 +52,7 @@ def opened(path: Path | str | None, **options) -> DeltaSink:
 
 
 def rows(path: Path, sort: str = "id") -> list[dict]:
-    return DeltaTable(str(path)).to_pyarrow_table().sort_by(sort).to_pylist()
+    return read_delta(str(path)).sort_by(sort).to_pylist()
 
 
 def ids(n: int, start: int = 0) -> pa.Array:
@@ -290,7 +291,7 @@ def test_merge_with_composite_and_odd_key_names(tmp_path):
     sink = opened(path, mode="merge", keys=["tenant id", "k-1"])
     sink.write(make_batch({"tenant id": [1, 1], "k-1": ["a", "b"], "v": [1, 2]}, batch_id=0))
     sink.write(make_batch({"tenant id": [1, 2], "k-1": ["b", "b"], "v": [20, 30]}, batch_id=1))
-    got = DeltaTable(str(path)).to_pyarrow_table().sort_by([("tenant id", "ascending"),
+    got = read_delta(str(path)).sort_by([("tenant id", "ascending"),
                                                             ("k-1", "ascending")])  # fmt: skip
     assert got.to_pylist() == [
         {"tenant id": 1, "k-1": "a", "v": 1},

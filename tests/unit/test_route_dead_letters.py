@@ -10,10 +10,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
 
 from fanout import BatchInfo, FanOut, RouteError, Sink, SinkResult
 from fanout.deadletter import ROUTE_LETTERS, DeadLetter, DeltaDeadLetters
+from fanout.deltaio import read_delta
 from fanout.ledger import MemoryLedger
 from fanout.route_eval import RouteFailure, data_error, quiet_spark_errors, route_error
 from fanout.route_rejects import CheckedRoute
@@ -111,7 +111,7 @@ def test_route_letters_and_the_sinks_own_letters_are_separate_transactions(
     assert own.write(batch, [DeadLetter({"id": 1}, "null key", "k")]) == 1
     assert route.write(batch, [DeadLetter({"id": 2}, "route where failed")]) == 1  # replay
     assert own.write(batch, [DeadLetter({"id": 1}, "null key", "k")]) == 1
-    reasons = sorted(r["reason"] for r in DeltaTable(path).to_pyarrow_table().to_pylist())
+    reasons = sorted(r["reason"] for r in read_delta(path).to_pylist())
     assert reasons == ["null key", "route where failed"]
 
 

@@ -407,7 +407,7 @@ class PostgresSink(Sink):
                 if info is None and self.create_table:
                     pairs = map_columns(spark_schema.fieldNames(), self.columns)
                     create_table(conn, self._table, spark_schema, pairs, self.keys or [])  # type: ignore[arg-type]
-                    logger.warning("sink %r: created table %s", self.name, self._table)
+                    logger.info("sink %r: created table %s", self.name, self._table)
                     info = reflect(conn, self._table)  # type: ignore[arg-type]
                 if info is None:
                     raise PlanError(f"table {self._table} does not exist")

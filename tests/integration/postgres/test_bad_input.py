@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
 from fanout_postgres import PostgresSink
 
+from fanout.deltaio import read_delta
 from fanout.errors import SinkWriteError
 from fanout.sink import Batch, BatchInfo, SinkContext
 from tests.integration.postgres.pgcheck import execute, query
@@ -126,7 +126,7 @@ def test_refused_rows_go_to_a_delta_dead_letter_table_once(
     assert result.dead_lettered == 3
     if mode == "append":
         assert result.details["skipped_partitions"] == [0, 1]
-    dead = DeltaTable(path).to_pyarrow_table().sort_by("column_name").to_pylist()
+    dead = read_delta(path).sort_by("column_name").to_pylist()
     assert [(d["sink"], d["batch_id"], d["column_name"], d["value"]) for d in dead] == [
         ("pg", 5, "id", None),
         ("pg", 5, "name", "toolong"),

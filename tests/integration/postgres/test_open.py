@@ -3,6 +3,7 @@ the table and the column."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -122,3 +123,14 @@ def test_create_table_from_the_batch_schema_at_open(pg_url: str) -> None:
     assert pk == [("id",)]
     with pytest.raises(ConfigurationError, match="create_table needs option 'keys'"):
         _open(pg_url, table="other", create_table=True)
+
+
+def test_creating_the_table_is_routine_news_logged_at_info(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="fanout_postgres")
+    _open(pg_url, table="made_quietly", keys=["id"], create_table=True, batch_schema=BATCH)
+    created = [
+        (r.levelname, r.getMessage()) for r in caplog.records if "created table" in r.getMessage()
+    ]
+    assert created == [("INFO", "sink 'pg': created table made_quietly")]

@@ -1,0 +1,106 @@
+"""The progress lines of ``fanout run``: the observer fed the hooks of a real dispatcher,
+joined with progress records shaped like Spark's."""
+
+from __future__ import annotations
+
+import io
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fanout import FanOut, FanOutError
+from fanout.errors import SinkWriteError
+from fanout.ledger import MemoryLedger
+from fanout.progress import ProgressObserver
+from fanout.sink import Batch, BatchInfo, SinkResult
+from fanout.testing import ArrowFrame, RecordingSink
+
+
+def _spark(batch_id: int, rows: int, started: datetime, ran: bool = True) -> dict[str, Any]:
+    durations = {"addBatch": 120, "triggerExecution": 150} if ran else {"triggerExecution": 3}
+    return {
+        "batchId": batch_id,
+        "numInputRows": rows,
+        "timestamp": started.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+        "durationMs": durations,
+    }
+
+
+class Failing(RecordingSink):
+    """Fails every write, with a message naming a password the sink declared secret."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        """Always raises."""
+        raise SinkWriteError(
+            "connection refused (password s3cr3t)", sink=self.name, batch_id=batch.batch_id
+        )
+
+    def secret_values(self) -> list[str]:
+        """The password to mask."""
+        return ["s3cr3t"]
+
+
+def _frame(*ids: int) -> ArrowFrame:
+    import pyarrow as pa
+
+    return ArrowFrame(pa.table({"id": list(ids)}))
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"\d+\.\d\ds", "T", text)
+
+
+def test_one_line_per_batch_once_spark_reports_it_and_a_summary() -> None:
+    progress = ProgressObserver()
+    fan = FanOut(
+        "orders",
+        MemoryLedger(),
+        [RecordingSink("bronze"), RecordingSink("paid")],
+        plugins=[progress],
+    )
+    started = datetime.now(UTC) - timedelta(seconds=2)
+    out = io.StringIO()
+    fan.process(_frame(1, 2, 3), BatchInfo("orders", 0))
+    assert progress.report([], out) == 0  # Spark has not reported batch 0 yet
+    idle = _spark(1, 0, started, ran=False)  # an idle trigger names the next batch
+    assert progress.report([_spark(0, 3, started), idle], out) == 1
+    fan.process(_frame(4), BatchInfo("orders", 1))
+    fan.process(_frame(4), BatchInfo("orders", 1))  # a replay: both sinks skip
+    assert progress.report([_spark(0, 3, started), idle], out) == 0
+    assert progress.flush([_spark(0, 3, started)], out) == 1  # the end of the run
+    lines = _normalise(out.getvalue()).splitlines()
+    assert re.fullmatch(
+        r"batch 0: 3 rows in \| bronze 3 rows T, paid 3 rows T \| lag 2\.\ds", lines[0]
+    )
+    assert lines[1] == "batch 1: ? rows in | nothing to write | skipped bronze, paid"
+    assert _normalise(progress.summary("orders")).splitlines() == [
+        "pipeline 'orders': 2 batches, 3 rows in, 2 sink writes skipped (already committed)",
+        "  bronze: 3 rows in T",
+        "  paid: 3 rows in T",
+    ]
+
+
+def test_a_failed_batch_names_the_failed_sink_without_its_secret() -> None:
+    progress = ProgressObserver()
+    fan = FanOut(
+        "orders",
+        MemoryLedger(),
+        [RecordingSink("bronze"), Failing("pg")],
+        plugins=[progress],
+        backoff_s=0,
+    )
+    try:
+        fan.process(_frame(1), BatchInfo("orders", 7))
+    except FanOutError:
+        pass
+    else:
+        raise AssertionError("the batch was meant to fail")
+    out = io.StringIO()
+    assert progress.flush([], out) == 1
+    assert _normalise(out.getvalue()) == (
+        "batch 7 FAILED | bronze 1 rows T | pg failed: SinkWriteError: "
+        "sink 'pg', batch 7: connection refused (password ***)\n"
+    )
+    assert progress.summary("orders").splitlines()[0] == (
+        "pipeline 'orders': 1 batch, 0 rows in, 1 failed"
+    )

@@ -1,0 +1,214 @@
+"""``fanout status`` / ``recover`` / ``--version`` as a user meets them: wrong names, wrong
+tables, narrow terminals, pipes closed early. A real (delta-rs) ledger; no Spark."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from fanout.cli import main
+from fanout.ledger import DeltaLedger, LedgerEntry, now_utc
+from fanout.version import __version__
+
+ROOT = Path(__file__).resolve().parents[2]
+LONG_ERROR = (
+    "SinkWriteError: sink 'warehouse_orders_latest' failed on batch 3: "
+    "psycopg2.OperationalError: connection to server at 10.0.0.7 port 5432 refused"
+)
+
+
+def _ledger(path: Path) -> str:
+    ledger = DeltaLedger(str(path))
+    ledger.open()
+    for batch in range(2):
+        for sink in ("bronze_orders_lake", "warehouse_orders_latest"):
+            ledger.mark_committed(
+                LedgerEntry(
+                    "orders_to_everywhere",
+                    sink,
+                    batch,
+                    "committed",
+                    query_id="q1",
+                    rows=1000 + batch,
+                    dead_lettered=batch,
+                    finished_at=now_utc(),
+                )
+            )
+    ledger.record_failure(
+        LedgerEntry(
+            "orders_to_everywhere",
+            "warehouse_orders_latest",
+            2,
+            "failed",
+            query_id="q1",
+            error=LONG_ERROR,
+        )
+    )
+    ledger.mark_committed(LedgerEntry("clicks", "x", 0, "committed", query_id="q2", rows=1))
+    return str(path)
+
+
+def test_status_of_an_unknown_pipeline_names_the_known_ones_and_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _ledger(tmp_path / "ledger")
+    assert main(["status", "--ledger", path, "--pipeline", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"the ledger at {path} holds no pipeline 'nope'; "
+        "it knows: 'clicks', 'orders_to_everywhere'" in err
+    )
+
+
+def test_recover_of_an_unknown_pipeline_names_the_known_ones_and_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _ledger(tmp_path / "ledger")
+    assert main(["recover", "--ledger", path, "--pipeline", "nope"]) == 1
+    captured = capsys.readouterr()
+    assert "holds no pipeline 'nope'; it knows: 'clicks', 'orders_to_everywhere'" in captured.err
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize("command", [["status"], ["recover", "--pipeline", "orders"]])
+def test_a_delta_table_that_is_not_a_ledger_is_refused_clearly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    path = str(tmp_path / "orders")
+    write_deltalake(path, pa.table({"id": [1, 2], "amount": [3.5, 4.0]}))
+    assert main([*command, "--ledger", path]) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"LedgerError: the Delta table at {path} is not a fanout ledger: it has no columns "
+        "'batch_id', 'pipeline', 'sink', 'status' (its columns: 'id', 'amount')" in err
+    )
+    assert "Traceback" not in err
+
+
+def test_status_fits_100_columns_and_wide_shows_the_details(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _ledger(tmp_path / "ledger")
+    assert main(["status", "--ledger", path]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100, "\n".join(lines)
+    assert lines[0].split() == [
+        "pipeline", "sink", "last", "batch", "rows", "(total)", "failed", "last", "commit", "(UTC)",
+    ]  # fmt: skip
+    body = [line.split() for line in lines[2:5]]
+    assert body[0] == ["clicks", "x", "0", "1", "0", "-"]  # committed without a finish time
+    assert [row[:5] for row in body[1:]] == [
+        ["orders_to_everywhere", "bronze_orders_lake", "1", "2001", "0"],
+        ["orders_to_everywhere", "warehouse_orders_latest", "1", "2001", "1"],
+    ]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", " ".join(r[5:])) for r in body[1:])
+    assert lines[5:] == [
+        "",
+        "1 sink has failed attempts; `fanout status --wide` or `--json` shows the last error.",
+    ]
+
+    assert main(["status", "--ledger", path, "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert "dead letters" in wide and "last error" in wide
+    assert "SinkWriteError: sink 'warehouse_orders_latest' failed on batch 3" in wide
+
+
+def test_status_json_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> None:
+    path = _ledger(tmp_path / "ledger")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fanout.cli", "status", "--json", "--ledger", path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # like `| head -0`: the reader is gone before the first line
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=60) == 141, err
+    assert err == ""
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"fanout {__version__}\n"
+
+
+def test_readme_command_list_names_every_command() -> None:
+    from fanout.cli import build_parser
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Command line", 1)[1].split("```", 2)[1]
+    listed = set(re.findall(r"^fanout (\w+)", block, re.M))
+    commands = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    assert commands <= listed, f"missing from README's command list: {sorted(commands - listed)}"
+
+
+def test_status_json_keeps_every_detail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _ledger(tmp_path / "ledger")
+    assert main(["status", "--ledger", path, "--pipeline", "orders_to_everywhere", "--json"]) == 0
+    status = {s["sink"]: s for s in json.loads(capsys.readouterr().out)}
+    assert status["warehouse_orders_latest"]["last_error"] == LONG_ERROR
+    assert status["bronze_orders_lake"]["dead_lettered_total"] == 1
+
+
+def test_status_watch_redraws_count_times(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _ledger(tmp_path / "ledger")
+    assert main(["status", "--ledger", path]) == 0
+    table = capsys.readouterr().out
+    argv = ["status", "--ledger", path, "--watch", "--count", "3", "--interval", "0"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[" not in out  # not a terminal: no screen clearing, refreshes one after another
+    blocks = re.split(r"\n(?=fanout status --ledger )", out)
+    assert len(blocks) == 3
+    header = rf"fanout status --ledger {re.escape(path)}: \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC, "
+    for block in blocks:
+        first, rest = block.split("\n\n", 1)
+        assert re.fullmatch(header + "every 0s; Ctrl-C stops", first), first
+        assert rest.rstrip("\n") == table.rstrip("\n")
+
+
+def test_status_watch_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    path = _ledger(tmp_path / "ledger")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fanout.cli", "status", "--ledger", path, "--watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,  # read the first line without reading ahead
+    )
+    assert child.stdout is not None and child.stderr is not None
+    first = child.stdout.readline().decode()
+    assert first.startswith(f"fanout status --ledger {path}: ")
+    while b"shows the last error." not in child.stdout.readline():
+        pass  # the first table, whole
+    child.send_signal(signal.SIGINT)  # what Ctrl-C sends, during the 5 s wait
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert (out, err) == (b"\n", b"")  # one newline after ^C, no traceback
+
+
+def test_a_fanout_pointed_at_a_table_that_is_not_a_ledger_refuses_to_open(
+    tmp_path: Path,
+) -> None:
+    from fanout.errors import LedgerError
+
+    path = str(tmp_path / "orders")
+    write_deltalake(path, pa.table({"id": [1], "status": ["paid"]}))
+    with pytest.raises(
+        LedgerError,
+        match="is not a fanout ledger: it has no columns 'batch_id', "
+        "'pipeline', 'sink' \\(its columns: 'id', 'status'\\)",
+    ):
+        DeltaLedger(path).open()
