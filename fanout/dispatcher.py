@@ -24,6 +24,7 @@ from fanout.hooks import HookCaller
 from fanout.ledger import DeltaLedger, Ledger, LedgerEntry, now_utc
 from fanout.logs import batch_fields, register_secrets
 from fanout.names import check_name
+from fanout.determinism import check_route as check_route_membership
 from fanout.registry import load_registry
 from fanout.retry import RetryPolicy
 from fanout.route_eval import explain_failure
@@ -153,6 +154,7 @@ class FanOut:
                 raise ConfigurationError(
                     f"sink {sink.name!r}: cannot open: {type(exc).__name__}: {exc}"
                 ) from exc
+            check_route_membership(sink.name, spec.route, sink.partitioned_by(), spark)
             if sink.guarantee == "at_least_once":
                 log.warning(
                     "pipeline %s: sink %r is at-least-once: if the driver dies between its "
