@@ -178,3 +178,35 @@ def test_partitions_changed_between_a_kill_and_the_restart_is_refused_before_wri
     assert committed_marks(tmp_path / "ledger", pipeline) == {
         ("events", b): 1 for b in range(FILES)
     }
+
+
+def test_input_changed_between_a_kill_and_the_restart_is_detected_before_writing(
+    kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    """What no plan shows: the killed batch's input file is rewritten before the restart.
+    The partitions that committed recorded their rows; the re-planned ones differ."""
+    rows = write_input(tmp_path / "input", FILES, ROWS)
+    pipeline = f"moved{uuid.uuid4().hex[:6]}"
+    killed = _drive(tmp_path, kafka, topic, pipeline, "--kill", f"{KILL_BATCH}:{KILL_PARTITION}")
+    assert killed.returncode in (faults.KILL_EXIT_CODE, -9), killed.stderr[-3000:]
+    held = read_topic(kafka.bootstrap, topic, ROWS)
+    path = tmp_path / "input" / f"orders-{KILL_BATCH:04d}.json"
+    original = path.read_text()
+    changed = [dict(json.loads(line), order_id=10_000 + i)
+               for i, line in enumerate(original.splitlines())]  # fmt: skip
+    path.write_text("\n".join(json.dumps(r) for r in changed) + "\n")
+
+    replay = _drive(tmp_path, kafka, topic, pipeline)
+    after = read_topic(kafka.bootstrap, topic, len(held))
+    assert replay.returncode != 0 and len(after) == len(held), (
+        f"the changed batch was written (exit {replay.returncode}): {len(after)} records, "
+        f"{len(held)} before the restart"
+    )
+    assert f"sink 'events', batch {KILL_BATCH}: rows moved between partitions" in replay.stderr
+    assert "re-planned it now holds" in replay.stderr
+
+    path.write_text(original)  # the input back: the batch completes exactly once
+    restored = _drive(tmp_path, kafka, topic, pipeline)
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    records = read_topic(kafka.bootstrap, topic, FILES * ROWS)
+    assert _order_ids(records) == {r["order_id"]: 1 for r in rows}
