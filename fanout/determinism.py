@@ -247,7 +247,7 @@ def _unresolved_column(error: BaseException) -> str | None:
     condition = getter() if getter is not None else None
     if not condition or not str(condition).startswith("UNRESOLVED_COLUMN"):
         return None
-    parameters = getattr(error, "getMessageParameters", lambda: {})() or {}
+    parameters: dict[str, Any] = getattr(error, "getMessageParameters", dict)() or {}
     name = str(parameters.get("objectName", ""))
     parts = [p.strip("`") for p in name.split("`.`")] if name else []
     return parts[-1] if parts else None

@@ -18,13 +18,13 @@ from typing import Any, Literal
 
 from fanout.context import ContextReader
 from fanout.deadletter import DeadLetter
+from fanout.determinism import check_route as check_route_membership
 from fanout.errors import CheckpointResetError, ConfigurationError, FanOutError, FanoutError
 from fanout.guard import check_checkpoint
 from fanout.hooks import HookCaller
 from fanout.ledger import DeltaLedger, Ledger, LedgerEntry, now_utc
 from fanout.logs import batch_fields, register_secrets
 from fanout.names import check_name
-from fanout.determinism import check_route as check_route_membership
 from fanout.registry import load_registry
 from fanout.retry import RetryPolicy
 from fanout.route_eval import explain_failure

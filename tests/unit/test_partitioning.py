@@ -89,8 +89,10 @@ def test_changed_columns_are_refused_with_the_new_plan_named() -> None:
     [
         (CommittedPartition(1, 4, PLAN.fingerprint, PartitionDigest(8, 999)), "committed 8 rows"),
         (CommittedPartition(1, 4, PLAN.fingerprint, PartitionDigest(7, 1000)), "committed 7 rows"),
-        (CommittedPartition(1, 4, PLAN.fingerprint, short=PartitionDigest(7, 1).short()),
-         "committed other rows"),
+        (
+            CommittedPartition(1, 4, PLAN.fingerprint, short=PartitionDigest(7, 1).short()),
+            "committed other rows",
+        ),
         (CommittedPartition(2, 4, PLAN.fingerprint, PartitionDigest(1, 1)), "committed 1 rows"),
     ],
 )

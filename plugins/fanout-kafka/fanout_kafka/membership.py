@@ -55,8 +55,10 @@ def pack(plan: PartitionPlan, digest: PartitionDigest) -> int:
     """The plan offset of a partition: count, fingerprint prefix, row digest."""
     count = plan.partitions & ((1 << _COUNT_BITS) - 1)
     fingerprint = int(plan.fingerprint[: _FINGERPRINT_BITS // 4], 16)
-    return (count << (_FINGERPRINT_BITS + _DIGEST_BITS)) | (fingerprint << _DIGEST_BITS) | (
-        digest.short() & ((1 << _DIGEST_BITS) - 1)
+    return (
+        (count << (_FINGERPRINT_BITS + _DIGEST_BITS))
+        | (fingerprint << _DIGEST_BITS)
+        | (digest.short() & ((1 << _DIGEST_BITS) - 1))
     )
 
 
@@ -150,7 +152,10 @@ def check_replay(settings: WriterSettings, batch_id: int, parted: Any, by: list[
 
     plan = settings.plan
     assert plan is not None
-    config = {**connection_settings(settings.producer), "bootstrap.servers": settings.bootstrap_servers}
+    config = {
+        **connection_settings(settings.producer),
+        "bootstrap.servers": settings.bootstrap_servers,
+    }
     try:
         committed = committed_partitions(
             config, settings.marker_topic, settings.marker_group, batch_id, plan,

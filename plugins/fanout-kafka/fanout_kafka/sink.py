@@ -22,12 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
-from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, SinkWriteError
 from fanout.determinism import check_batch
+from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, SinkWriteError
 from fanout.partitioning import WHOLE_ROW, plan_of
 from fanout.sink import Batch, Guarantee, Sink, SinkContext, SinkResult
 from fanout_kafka import deadletter
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
+from fanout_kafka.membership import check_replay
 from fanout_kafka.options import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
     DeadLetter,
@@ -40,7 +41,6 @@ from fanout_kafka.options import (
     parse_dead_letter,
     secret_values,
 )
-from fanout_kafka.membership import check_replay
 from fanout_kafka.records import Encoder, batch_headers
 from fanout_kafka.task import RESULT_SCHEMA, PartitionTask, from_row
 from fanout_kafka.transaction import PartitionOutcome, WriterSettings, producer_config, scope_of

@@ -431,6 +431,7 @@ class PartitionWriter:
         if self._plan_consumer is None:
             config = self.settings.consumer_config(self.partition)
             config["group.id"] = plan_group(self.settings.marker_group(self.partition))
+            config["enable.sparse.connections"] = True  # only its group metadata is used
             self._plan_consumer = Consumer(config)
         offset = TopicPartition(self.settings.marker_topic, 0, pack(plan, digest.digest))
         metadata = self._plan_consumer.consumer_group_metadata()

@@ -71,4 +71,3 @@ def check_replay(
         batch_id=batch.batch_id,
     )  # fmt: skip
     return with_member_column(parted, hash_columns), plan
-

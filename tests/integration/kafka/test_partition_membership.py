@@ -45,7 +45,10 @@ def _damage(records: list[dict[str, Any]], expected: set[int]) -> str:
     ids = _order_ids(records)
     lost = sorted(expected - set(ids))
     doubled = sorted(i for i, n in ids.items() if n > 1)
-    return f"{len(records)} records: {len(lost)} ids lost {lost[:8]}, {len(doubled)} doubled {doubled[:8]}"
+    return (
+        f"{len(records)} records: {len(lost)} ids lost {lost[:8]}, "
+        f"{len(doubled)} doubled {doubled[:8]}"
+    )
 
 
 def test_keyless_sink_with_uuid_in_its_select_killed_mid_batch_is_refused_up_front(
@@ -91,8 +94,7 @@ def test_keyless_sink_with_current_timestamp_in_its_select_and_an_in_batch_retry
         run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
     records = read_topic(kafka.bootstrap, topic, 0 if refused else 2 * ROWS, timeout=20)
     assert refused is not None and records == [], (
-        "not refused; after the in-batch retry: "
-        + _damage(records, {r["order_id"] for r in rows})
+        "not refused; after the in-batch retry: " + _damage(records, {r["order_id"] for r in rows})
     )
     message = str(refused)
     assert "sink 'events'" in message and "current_timestamp() AS seen_at" in message

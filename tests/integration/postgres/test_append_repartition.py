@@ -11,8 +11,14 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
-from tests.integration.postgres.data import write_files
+import pytest
+from fanout_postgres import PostgresSink
+
+from fanout import FanOut, PartitioningError
+from fanout.routing import Route, SinkSpec
+from tests.integration.postgres.data import run_stream, write_files
 from tests.integration.postgres.pg_driver import PARTITIONS, PIPELINE
 from tests.integration.postgres.pgcheck import query
 from tests.integration.streams import committed_marks
@@ -62,7 +68,7 @@ def test_partitions_changed_between_a_kill_and_the_restart_is_refused_before_wri
     )
     assert "PartitioningError" in changed.stderr, changed.stderr[-3000:]
     assert f"sink 'events', batch {KILL_BATCH}" in changed.stderr
-    assert f"partitions {PARTITIONS}" in changed.stderr and f"now {PARTITIONS + 2}" in changed.stderr
+    assert f"partitions {PARTITIONS}, now {PARTITIONS + 2}" in changed.stderr
     assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
 
     restored = _drive(tmp_path, pg_url)  # the old value back: the batch completes once
@@ -72,3 +78,30 @@ def test_partitions_changed_between_a_kill_and_the_restart_is_refused_before_wri
     assert committed_marks(tmp_path / "ledger", PIPELINE) == {
         ("events", b): 1 for b in range(FILES)
     }
+
+
+def test_keyless_append_with_uuid_in_its_select_is_refused_and_keyed_is_written_once(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Append without keys hashes the whole row: uuid() there is refused at FanOut(...),
+    with nothing written; with keys, only the keys must be deterministic."""
+    files = write_files(tmp_path / "input", files=2, rows=20, step=20)
+    route = Route(select=("*", "uuid() AS event_id"))
+    options: dict[str, Any] = {"url": pg_url, "table": "events", "mode": "append",
+                               "create_table": True, "partitions": 3}  # fmt: skip
+    with pytest.raises(PartitioningError) as refused:
+        FanOut("pg-uuid", str(tmp_path / "ledger"),
+               [SinkSpec(PostgresSink("events", **options), route)])  # fmt: skip
+    message = str(refused.value)
+    assert (
+        "sink 'events': route select expression 'uuid() AS event_id' is not deterministic"
+        in message
+    )
+    assert "no key" in message
+    assert query(pg_url, "SELECT count(*) FROM pg_tables WHERE tablename = 'events'") == [(0,)]
+
+    keyed = PostgresSink("events", keys=["id"], **options)
+    fan = FanOut("pg-uuid", str(tmp_path / "ledger"), [SinkSpec(keyed, route)])
+    run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+    got = query(pg_url, "SELECT id, length(event_id) FROM events ORDER BY id")
+    assert got == [(r["id"], 36) for chunk in files for r in chunk]
