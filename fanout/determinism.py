@@ -38,6 +38,10 @@ PER_EXECUTION_CLOCKS = frozenset(
 )
 """Catalyst expressions Spark calls deterministic but evaluates anew per execution."""
 
+MIXING = frozenset({"Union", "Expand", "Window", "Generate"})
+"""Operators whose output columns are not their child's under the same ids: every column
+below them counts."""
+
 By = Sequence[str] | Literal["*"]
 
 
@@ -92,8 +96,9 @@ def volatile_in_plan(plan: Any, needed: set[int] | None = None) -> tuple[list[st
     """The volatile expressions a logical plan's ``needed`` outputs (all when ``None``)
     and its filters depend on, and the names of the leaf columns they read.
 
-    Projections are followed column by column; a filter always counts (it decides
-    which rows exist); any other operator counts with all its expressions."""
+    Projections and aggregations are followed column by column (grouping always counts);
+    any other operator counts with all its expressions (a filter or a join condition
+    decides which rows exist) and passes the columns it needs down."""
     found: list[str] = []
     leaves: set[str] = set()
     stack: list[tuple[Any, set[int] | None]] = [(plan, needed)]
@@ -106,21 +111,25 @@ def volatile_in_plan(plan: Any, needed: set[int] | None = None) -> tuple[list[st
                 a.name() for a in _seq(node.output()) if wanted is None or a.exprId().id() in wanted
             )
             continue
-        if kind == "Project":
-            below: set[int] | None = set()
-            for item in _seq(node.projectList()):
-                if wanted is None or int(item.exprId().id()) in wanted:
-                    found += volatile_parts(item)
-                    below |= _ids(item)  # type: ignore[operator]
+        if kind in ("Project", "Aggregate"):
+            items = node.projectList() if kind == "Project" else node.aggregateExpressions()
+            always = [] if kind == "Project" else _seq(node.groupingExpressions())
+            below: set[int] = set()
+            for item in [*always, *(
+                i for i in _seq(items) if wanted is None or int(i.exprId().id()) in wanted
+            )]:  # fmt: skip
+                found += volatile_parts(item)
+                below |= _ids(item)
             stack.append((children[0], below))
-        elif kind == "Filter":
-            found += volatile_parts(node.condition())
-            below = None if wanted is None else wanted | _ids(node.condition())
-            stack.append((children[0], below))
-        else:
-            for expression in _seq(node.expressions()):
-                found += volatile_parts(expression)
+            continue
+        expressions = _seq(node.expressions())
+        for expression in expressions:  # filters, join conditions...: they decide the rows
+            found += volatile_parts(expression)
+        if wanted is None or kind in MIXING or (len(children) > 1 and kind != "Join"):
             stack.extend((child, None) for child in children)
+        else:  # the node passes its child's columns through under the same ids
+            used = wanted.union(*(_ids(e) for e in expressions))
+            stack.extend((child, used) for child in children)
     return list(dict.fromkeys(found)), leaves
 
 

@@ -62,6 +62,21 @@ def pack(plan: PartitionPlan, digest: PartitionDigest) -> int:
     )
 
 
+def plan_group_metadata(settings: WriterSettings, partition: int) -> Any:
+    """The group metadata ``send_offsets_to_transaction`` needs for the plan group, from
+    a consumer that never connects (only its group id is used)."""
+    from confluent_kafka import Consumer
+
+    config = settings.consumer_config(partition)
+    config["group.id"] = plan_group(settings.marker_group(partition))
+    config["enable.sparse.connections"] = True
+    consumer = Consumer(config)
+    try:
+        return consumer.consumer_group_metadata()
+    finally:
+        consumer.close()
+
+
 def unpack(partition: int, offset: int, plan: PartitionPlan) -> CommittedPartition:
     """What a plan offset says, in terms :func:`fanout.partitioning.check_committed`
     compares with ``plan`` (a count past 15 bits is compared modulo 2**15)."""

@@ -32,7 +32,7 @@ from fanout_kafka.failures import FENCED_CODES, REJECTED_RECORD_CODES, classify,
 from fanout_kafka.failures import Rejected as _Rejected
 from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
 from fanout_kafka.failures import text as _text
-from fanout_kafka.membership import pack, plan_group
+from fanout_kafka.membership import pack, plan_group_metadata
 from fanout_kafka.options import DeadLetter, connection_settings
 from fanout_kafka.records import BadRecord, Encoder, Record, dead_letter_headers
 
@@ -193,7 +193,6 @@ class PartitionWriter:
         self.transactional_id = settings.transactional_id(partition)
         self._producer: Any = None
         self._consumer: Any = None
-        self._plan_consumer: Any = None
 
     # -- the whole task -----------------------------------------------------------------
 
@@ -334,7 +333,14 @@ class PartitionWriter:
                 "send the marker",
                 lambda: producer.send_offsets_to_transaction([marker], metadata, self._timeout),
             )
-            self._send_plan(producer)
+            if settings.plan is not None and self.digest is not None:  # what a replay checks
+                packed = pack(settings.plan, self.digest.digest)
+                plan = TopicPartition(settings.marker_topic, 0, packed)
+                group = plan_group_metadata(settings, self.partition)
+                self._retrying(
+                    "send the partition plan",
+                    lambda: producer.send_offsets_to_transaction([plan], group, self._timeout),
+                )
             self._retrying("commit", lambda: producer.commit_transaction(self._timeout))
         except BaseException as exc:
             fatal = self._abort()
@@ -422,24 +428,6 @@ class PartitionWriter:
             lambda: self._producer.init_transactions(self._timeout),
         )
 
-    def _send_plan(self, producer: Any) -> None:
-        """Commit the partition's plan offset (count, fingerprint, row digest) in the
-        open transaction, next to the marker."""
-        plan, digest = self.settings.plan, self.digest
-        if plan is None or digest is None:
-            return
-        if self._plan_consumer is None:
-            config = self.settings.consumer_config(self.partition)
-            config["group.id"] = plan_group(self.settings.marker_group(self.partition))
-            config["enable.sparse.connections"] = True  # only its group metadata is used
-            self._plan_consumer = Consumer(config)
-        offset = TopicPartition(self.settings.marker_topic, 0, pack(plan, digest.digest))
-        metadata = self._plan_consumer.consumer_group_metadata()
-        self._retrying(
-            "send the partition plan",
-            lambda: producer.send_offsets_to_transaction([offset], metadata, self._timeout),
-        )
-
     def _marker_consumer(self) -> Any:
         if self._consumer is None:
             self._consumer = Consumer(self.settings.consumer_config(self.partition))
@@ -461,13 +449,12 @@ class PartitionWriter:
 
     def close(self) -> None:
         """Release the producer and the marker consumer."""
-        for consumer in (self._consumer, self._plan_consumer):
-            if consumer is not None:
-                try:
-                    consumer.close()
-                except Exception:  # closing is best effort
-                    pass
-        self._consumer = self._plan_consumer = None
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except Exception:  # closing is best effort
+                pass
+            self._consumer = None
         self._producer = None
 
     def _retrying(self, what: str, operation: Callable[[], T]) -> T:

@@ -11,20 +11,21 @@ and compare.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from fanout.determinism import check_batch
 from fanout.partitioning import (
+    WHOLE_ROW,
     CommittedPartition,
     PartitionDigest,
-    PartitionPlan,
     check_committed,
     plan_of,
     summarize,
     with_member_column,
 )
 from fanout.sink import Batch
+from fanout_postgres.plan import WritePlan
 from fanout_postgres.statements import progress_table
 
 
@@ -44,6 +45,22 @@ def committed_partitions(conn: Any, state_schema: str, scope: str, sink: str, ba
     return marks
 
 
+def partition_columns(
+    mode: str, keys: Sequence[str], columns: Sequence[str] | Mapping[str, str] | None
+) -> Sequence[str] | Literal["*"] | None:
+    """What an append sink hashes, in batch column names: its keys, the columns it writes
+    when it selects some, else the whole row; ``None`` in upsert mode (a key written twice
+    is idempotent whichever partition writes it)."""
+    if mode != "append":
+        return None
+    renamed = {t: s for s, t in columns.items()} if isinstance(columns, Mapping) else {}
+    if not keys:
+        if columns is None:
+            return WHOLE_ROW
+        keys = list(columns.values()) if isinstance(columns, Mapping) else list(columns)
+    return [renamed.get(k, k) for k in keys]
+
+
 def check_replay(
     engine: Any,
     state_schema: str,
@@ -51,23 +68,25 @@ def check_replay(
     batch: Batch,
     projected: Any,
     parted: Any,
-    hash_columns: Sequence[str],
-    partitions: int,
-    by: Sequence[str] | Literal["*"],
-) -> tuple[Any, PartitionPlan]:
+    plan: WritePlan,
+) -> tuple[Any, str]:
     """Refuse a non-deterministic partitioning, or a batch whose committed partitions
     were committed under another count, other columns, or with other rows; return
-    ``parted`` with the member column, and the plan.
+    ``parted`` with the member column, and the partitioning's fingerprint.
 
+    :param projected: the batch under the target's column names, before the repartition.
+    :param parted: ``projected.repartition(plan.partitions, *plan.hash_columns)``.
     :raises fanout.PartitioningError: naming the sink, the batch and what changed.
     """
-    sink = batch.sink_name
-    check_batch(projected, by, sink=sink, batch_id=batch.batch_id, query_id=batch.query_id)
-    plan = plan_of(projected, hash_columns, partitions)
+    sink, columns = batch.sink_name, list(plan.hash_columns)
+    keyed = bool(plan.keys) and plan.hash_columns == plan.keys
+    check_batch(projected, columns if keyed else WHOLE_ROW, sink=sink, batch_id=batch.batch_id,
+                query_id=batch.query_id)  # fmt: skip
+    partitioning = plan_of(projected, columns, plan.partitions)
     with engine.connect() as conn:
         committed = committed_partitions(conn, state_schema, scope, sink, batch.batch_id)
     check_committed(
-        committed, plan, lambda: summarize(parted, hash_columns), sink=sink,
+        committed, partitioning, lambda: summarize(parted, columns), sink=sink,
         batch_id=batch.batch_id,
     )  # fmt: skip
-    return with_member_column(parted, hash_columns), plan
+    return with_member_column(parted, columns), partitioning.fingerprint

@@ -31,7 +31,6 @@ from fanout.errors import (
     SinkWriteError,
     TransientSinkError,
 )
-from fanout.partitioning import WHOLE_ROW
 from fanout.secrets import redact
 from fanout.sink import Batch, Guarantee, Sink, SinkContext, SinkResult, pipeline_scope
 from fanout_postgres import url as pgurl
@@ -43,7 +42,7 @@ from fanout_postgres.deadletter import (
     write_delta,
 )
 from fanout_postgres.encode import show
-from fanout_postgres.membership import check_replay
+from fanout_postgres.membership import check_replay, partition_columns
 from fanout_postgres.names import TableName, check_identifier, parse_table
 from fanout_postgres.plan import (
     PlanError,
@@ -209,7 +208,12 @@ class PostgresSink(Sink):
         scope = pipeline_scope(batch.pipeline, batch.info.epoch)
         fingerprint = None
         if plan.mode == "append":  # per-partition marks: the partitions must be the same
-            parted, fingerprint = self._check_replay(scope, batch, projected, parted, plan)
+            engine = self._engine()
+            try:
+                parted, fingerprint = check_replay(engine, self.state_schema, scope, batch,
+                                                   projected, parted, plan)  # fmt: skip
+            finally:
+                engine.dispose()
         meta = BatchMeta(scope, batch.batch_id, batch.query_id, fingerprint)
         rows = parted.mapInArrow(partition_writer(self, plan, meta), RESULT_SCHEMA).collect()
         outcomes = sorted(
@@ -259,37 +263,8 @@ class PostgresSink(Sink):
     def partitioned_by(self) -> Sequence[str] | Literal["*"] | None:
         """Append mode: the keys (batch names), or the whole row; upsert: ``None`` (a key
         written twice is idempotent, whichever partition writes it)."""
-        if self.mode != "append":
-            return None
         keys = self._keys if self._keys is not None else (self.keys or [])
-        if not keys:
-            return WHOLE_ROW if self.columns is None else self._sources(self._targets())
-        return self._sources(keys)
-
-    def _targets(self) -> list[str]:
-        columns = self.columns or []
-        return list(columns.values()) if isinstance(columns, dict) else list(columns)
-
-    def _sources(self, targets: Sequence[str]) -> list[str]:
-        renamed = {t: s for s, t in self.columns.items()} if isinstance(self.columns, dict) else {}
-        return [renamed.get(t, t) for t in targets]
-
-    def _check_replay(
-        self, scope: str, batch: Batch, projected: Any, parted: Any, plan: WritePlan
-    ) -> tuple[Any, str]:
-        """Refuse, before any partition writes, a partitioning that is not deterministic
-        or not the one partitions of this batch committed under (:mod:`.membership`)."""
-        keyed = bool(plan.keys) and plan.hash_columns == plan.keys
-        by = list(plan.hash_columns) if keyed else WHOLE_ROW
-        engine = self._engine()
-        try:
-            parted, partitioning = check_replay(
-                engine, self.state_schema, scope, batch, projected, parted,
-                plan.hash_columns, plan.partitions, by,
-            )  # fmt: skip
-        finally:
-            engine.dispose()
-        return parted, partitioning.fingerprint
+        return partition_columns(self.mode, keys, self.columns)
 
     def secret_values(self) -> Sequence[str]:
         """The password of the URL (as given and URL-encoded)."""
