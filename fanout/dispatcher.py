@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from fanout.context import ContextReader
 from fanout.deadletter import DeadLetter
+from fanout.determinism import check_route as check_route_membership
 from fanout.errors import CheckpointResetError, ConfigurationError, FanOutError, FanoutError
 from fanout.guard import CheckpointGuard
 from fanout.hooks import HookCaller
@@ -156,6 +157,7 @@ class FanOut:
                 raise ConfigurationError(
                     f"sink {sink.name!r}: cannot open: {type(exc).__name__}: {exc}"
                 ) from exc
+            check_route_membership(sink.name, spec.route, sink.partitioned_by(), spark)
             if sink.guarantee == "at_least_once":
                 log.warning(
                     "pipeline %s: sink %r is at-least-once: if the driver dies between its "

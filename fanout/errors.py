@@ -12,6 +12,7 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     │   ├── SinkWriteError          a write failed (chained ``from`` the cause)
     │   ├── SchemaMismatchError     the batch schema does not fit the target
     │   ├── RouteError              the sink's ``where``/``select`` failed on the batch's rows
+    │   ├── PartitioningError       partition membership not stable, or changed mid-batch
     │   └── TransientSinkError      raise it (or subclass it) to ask for a retry
     ├── LedgerError                 the ledger cannot be read or written
     ├── CheckpointError             the checkpoint does not match the ledger
@@ -130,6 +131,18 @@ class RouteError(SinkError):
         self.expression = expression
         self.detail = message  # without the "sink ..., batch ...: " prefix
         super().__init__(message, sink=sink, batch_id=batch_id)
+
+
+class PartitioningError(SinkError, ConfigurationError):
+    """A sink with per-partition commits (Kafka, PostgreSQL append) cannot rely on a
+    replay rebuilding the same partitions: a column it partitions by is not deterministic
+    (``uuid()``, ``rand()``, ``current_timestamp()``...), or the partitioning or the
+    rows of a partition that already committed the batch changed since.
+
+    Raised before anything of the batch is written; also a :class:`ConfigurationError`,
+    since only a change of the route, the source or the options fixes it. ``batch_id`` is
+    ``None`` when found at construction.
+    """
 
 
 class TransientSinkError(SinkError):

@@ -272,6 +272,16 @@ class Sink:
         options = getattr(self, "storage_options", None)
         return DeltaDeadLetters(location, options, suffix=ROUTE_LETTERS)
 
+    def partitioned_by(self) -> Sequence[str] | Literal["*"] | None:
+        """The batch columns whose values decide which of this sink's per-partition
+        commits a row lands in, for sinks that skip, on a replay, the partitions that
+        already committed the batch (Kafka, PostgreSQL append): ``"*"`` for the whole
+        row. Called on the driver after :meth:`open`. fanout refuses a route (at
+        ``FanOut(...)``) or a batch whose partitioning columns, or whose filter, is not
+        deterministic (:mod:`fanout.partitioning`). Default ``None``: the sink commits a
+        batch as a whole, or idempotently, and needs no stable membership."""
+        return None
+
     def secret_values(self) -> Sequence[str]:
         """The secret values this sink holds (passwords, tokens), so fanout can scrub
         them from every error it logs, records in the ledger or raises. Default: none."""

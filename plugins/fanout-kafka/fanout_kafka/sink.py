@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from dataclasses import replace
+from typing import Any, ClassVar, Literal
 
+from fanout.determinism import check_batch
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, SinkWriteError
+from fanout.partitioning import WHOLE_ROW, plan_of
 from fanout.sink import Batch, Guarantee, Sink, SinkContext, SinkResult
 from fanout_kafka import deadletter
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
+from fanout_kafka.membership import check_replay
 from fanout_kafka.options import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
     DeadLetter,
@@ -179,7 +183,11 @@ class KafkaSink(Sink):
             and not self._dead_letters_written(dead, batch)
         )
         by = list(self._key_columns or df.columns)
+        check_batch(df, self.partitioned_by(), sink=self.name, batch_id=batch.batch_id,
+                    query_id=batch.query_id)  # fmt: skip
         parted = df.repartition(self.partitions, *by)
+        settings = replace(settings, plan=plan_of(df, by, self.partitions))
+        parted = check_replay(settings, batch.batch_id, parted, by)
         order = columns(self.name, "order_by", self.order_by)
         if order:
             parted = parted.sortWithinPartitions(*order)
@@ -213,6 +221,11 @@ class KafkaSink(Sink):
         ``None`` without a target: such a batch fails."""
         dead = self._dead_letter
         return None if dead is None else deadletter.RouteDeadLetters(self, dead)
+
+    def partitioned_by(self) -> Sequence[str] | Literal["*"]:
+        """The key columns, or the whole row when keyless: a replay skips committed
+        partitions, so these must be deterministic (:mod:`fanout.partitioning`)."""
+        return self._key_columns or WHOLE_ROW
 
     def secret_values(self) -> Sequence[str]:
         """Passwords, keys and tokens among the producer settings."""

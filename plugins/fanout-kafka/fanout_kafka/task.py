@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from fanout.partitioning import MemberDigest
 from fanout_kafka.transaction import (
     PartitionHooks,
     PartitionOutcome,
@@ -54,8 +55,9 @@ class PartitionTask:
 
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0
-        writer = PartitionWriter(self.settings, partition, self.batch_id, self.hooks)
-        outcome = writer.run(batches, collect_dead_letters=self.collect_dead_letters)
+        digest = MemberDigest()
+        writer = PartitionWriter(self.settings, partition, self.batch_id, self.hooks, digest)
+        outcome = writer.run(digest.strip(batches), collect_dead_letters=self.collect_dead_letters)
         yield pa.RecordBatch.from_pylist([to_row(outcome)], schema=ARROW_RESULT_SCHEMA)
 
 

@@ -32,11 +32,14 @@ from fanout_kafka.failures import FENCED_CODES, REJECTED_RECORD_CODES, classify,
 from fanout_kafka.failures import Rejected as _Rejected
 from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
 from fanout_kafka.failures import text as _text
+from fanout_kafka.membership import pack, plan_group_metadata
 from fanout_kafka.options import DeadLetter, connection_settings
 from fanout_kafka.records import BadRecord, Encoder, Record, dead_letter_headers
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from fanout.partitioning import MemberDigest, PartitionPlan
 
 log = logging.getLogger("fanout_kafka")
 T = TypeVar("T")
@@ -76,6 +79,8 @@ class WriterSettings:
     dead_letter: DeadLetter | None = None
     operation_timeout_s: float = 60.0
     retries: int = 5
+    plan: PartitionPlan | None = None
+    """The batch's partitioning, committed with each partition (:mod:`fanout_kafka.membership`)."""
 
     def transactional_id(self, partition: int) -> str:
         """``<prefix>-<partition>``."""
@@ -178,8 +183,10 @@ class PartitionWriter:
         partition: int,
         batch_id: int,
         hooks: PartitionHooks | None = None,
+        digest: MemberDigest | None = None,
     ) -> None:
         self.settings = settings
+        self.digest = digest
         self.partition = partition
         self.batch_id = batch_id
         self.hooks = hooks
@@ -326,6 +333,14 @@ class PartitionWriter:
                 "send the marker",
                 lambda: producer.send_offsets_to_transaction([marker], metadata, self._timeout),
             )
+            if settings.plan is not None and self.digest is not None:  # what a replay checks
+                packed = pack(settings.plan, self.digest.digest)
+                plan = TopicPartition(settings.marker_topic, 0, packed)
+                group = plan_group_metadata(settings, self.partition)
+                self._retrying(
+                    "send the partition plan",
+                    lambda: producer.send_offsets_to_transaction([plan], group, self._timeout),
+                )
             self._retrying("commit", lambda: producer.commit_transaction(self._timeout))
         except BaseException as exc:
             fatal = self._abort()

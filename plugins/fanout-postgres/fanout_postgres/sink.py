@@ -42,6 +42,7 @@ from fanout_postgres.deadletter import (
     write_delta,
 )
 from fanout_postgres.encode import show
+from fanout_postgres.membership import check_replay, partition_columns
 from fanout_postgres.names import TableName, check_identifier, parse_table
 from fanout_postgres.plan import (
     PlanError,
@@ -148,6 +149,7 @@ class PostgresSink(Sink):
         self._table: TableName | None = None
         self._dead: DeadLetter | None = None
         self._plans: dict[str, WritePlan] = {}
+        self._keys: list[str] | None = None  # resolved at open() (append: the hash keys)
         if mode == "append":  # per-partition marks: a batch lands once, and we can tell
             self.guarantee = "transactional"  # type: ignore[misc]
 
@@ -206,7 +208,15 @@ class PostgresSink(Sink):
         # Progress marks are keyed by the epoch's scope, like every idempotency record: after
         # an accepted checkpoint reset, batch ids restart and must not meet the old marks.
         scope = pipeline_scope(batch.pipeline, batch.info.epoch)
-        meta = BatchMeta(scope, batch.batch_id, batch.query_id)
+        fingerprint = None
+        if plan.mode == "append":  # per-partition marks: the partitions must be the same
+            engine = self._engine()
+            try:
+                parted, fingerprint = check_replay(engine, self.state_schema, scope, batch,
+                                                   projected, parted, plan)  # fmt: skip
+            finally:
+                engine.dispose()
+        meta = BatchMeta(scope, batch.batch_id, batch.query_id, fingerprint)
         rows = parted.mapInArrow(partition_writer(self, plan, meta), RESULT_SCHEMA).collect()
         outcomes = sorted(
             (PartitionOutcome.from_json(r["outcome"]) for r in rows), key=lambda o: o.partition
@@ -251,6 +261,12 @@ class PostgresSink(Sink):
         if dead is None:
             return None
         return RouteDeadLetters(self.connection_url(), dead, str(self._table or self.table))
+
+    def partitioned_by(self) -> Sequence[str] | Literal["*"] | None:
+        """Append mode: the keys (batch names), or the whole row; upsert: ``None`` (a key
+        written twice is idempotent, whichever partition writes it)."""
+        keys = self._keys if self._keys is not None else (self.keys or [])
+        return partition_columns(self.mode, keys, self.columns)
 
     def secret_values(self) -> Sequence[str]:
         """The password of the URL (as given and URL-encoded)."""
@@ -393,6 +409,7 @@ class PostgresSink(Sink):
                     raise PlanError(f"option 'columns' names {missing}, not columns of the table")
         except PlanError as exc:
             raise self._error(str(exc)) from None
+        self._keys = list(keys)
         logger.debug("sink %r: keys %s", self.name, keys)
 
     def _plan(self, spark_schema: Any, batch_id: int | None) -> WritePlan:

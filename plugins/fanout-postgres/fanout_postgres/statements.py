@@ -278,6 +278,9 @@ def progress_table(state_schema: str) -> Any:
         sa.Column("rows", sa.BigInteger, nullable=False),
         sa.Column("rejects", pg.JSONB),
         sa.Column("committed_at", sa.DateTime(timezone=True)),
+        sa.Column("fingerprint", sa.Text),
+        sa.Column("input_rows", sa.BigInteger),
+        sa.Column("input_checksum", sa.BigInteger),
         schema=state_schema,
     )
 
@@ -312,7 +315,13 @@ def _mark_statements(state_schema: str) -> dict[str, str]:
     update = (
         sa.update(p)
         .where(key)
-        .values(rows=sa.bindparam("rows"), rejects=sa.cast(sa.bindparam("rejects"), pg.JSONB))
+        .values(
+            rows=sa.bindparam("rows"),
+            rejects=sa.cast(sa.bindparam("rejects"), pg.JSONB),
+            fingerprint=sa.bindparam("fingerprint"),
+            input_rows=sa.bindparam("input_rows"),
+            input_checksum=sa.bindparam("input_checksum"),
+        )
     )
     prune = sa.delete(p).where(
         p.c.pipeline == sa.bindparam("pipeline"),

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fanout.partitioning import MemberDigest
 from fanout_postgres import binary
 from fanout_postgres.encode import (
     CopyStream,
@@ -74,6 +75,8 @@ class BatchMeta:
     pipeline: str
     batch_id: int
     query_id: str | None
+    fingerprint: str | None = None
+    """Append: the partitioning's fingerprint, recorded in each progress mark."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,8 @@ def write_partition(
     batches: Iterator[pa.RecordBatch],
 ) -> PartitionOutcome:
     """Write one partition in one transaction; never raises for database errors."""
-    rows = Rows(batches)
+    digest = MemberDigest()
+    rows = Rows(digest.strip(batches))
     first = rows.next_chunk()
     while first is not None and first.num_rows == 0:
         first = rows.next_chunk()
@@ -173,7 +177,7 @@ def write_partition(
                 cur.execute(
                     "SELECT set_config(%(name)s, %(value)s, false)", {"name": name, "value": value}
                 )
-            outcome = _Work(cur, plan, meta, partition, rows).run()
+            outcome = _Work(cur, plan, meta, partition, rows, digest).run()
         conn.commit()
     except RowRejected as rejected:
         conn.rollback()
@@ -209,10 +213,17 @@ class _Work:
     """The statements of one partition transaction."""
 
     def __init__(
-        self, cur: Any, plan: WritePlan, meta: BatchMeta, partition: int, rows: Rows
+        self,
+        cur: Any,
+        plan: WritePlan,
+        meta: BatchMeta,
+        partition: int,
+        rows: Rows,
+        digest: MemberDigest | None = None,
     ) -> None:
         self.cur, self.plan, self.meta, self.partition = cur, plan, meta, partition
         self.rows = rows
+        self.digest = digest or MemberDigest()
         self.server_version = int(getattr(cur.connection, "server_version", 0) or 0)
         self.table = pa.table({})  # every row (target names + ROW), once all are taken
         self.sql = plan.statements
@@ -255,7 +266,14 @@ class _Work:
             kept = self._dead_letters()  # so a replay that skips still knows its rejects
             self.cur.execute(
                 self.sql.mark_update,
-                {**self.key, "rows": rows, "rejects": json.dumps(kept or None)},
+                {
+                    **self.key,
+                    "rows": rows,
+                    "rejects": json.dumps(kept or None),
+                    "fingerprint": self.meta.fingerprint,
+                    "input_rows": self.digest.rows,
+                    "input_checksum": self.digest.checksum,
+                },
             )
             self.cur.execute(
                 self.sql.mark_prune, {**self.key, "keep_from": self.meta.batch_id - KEEP_MARKS}

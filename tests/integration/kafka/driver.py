@@ -1,6 +1,7 @@
 """A streaming driver into Kafka, run as a subprocess so an executor can SIGKILL it.
 
 usage: python driver.py WORKDIR BOOTSTRAP TOPIC PIPELINE [--kill BATCH:PARTITION]
+       [--partitions N] [--keyless] [--select EXPR ...]
 
 Runs on local[1]: partitions are written one after another, so "killed after partition
 k committed" means partitions 0..k hold the batch and the others do not. Prints one JSON
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo, for te
 from fanout_kafka import KafkaSink
 
 from fanout import FanOut, hookimpl
+from fanout.routing import Route, SinkSpec
 from fanout.sink import BatchInfo, SinkResult
 from fanout.spark import local_session
 from tests.integration.kafka import faults
@@ -45,9 +47,13 @@ def main() -> None:
     for name in ("workdir", "bootstrap", "topic", "pipeline"):
         parser.add_argument(name)
     parser.add_argument("--kill", help="BATCH:PARTITION")
+    parser.add_argument("--partitions", type=int, default=PARTITIONS)
+    parser.add_argument("--keyless", action="store_true", help="no key: hash the whole row")
+    parser.add_argument("--select", nargs="+", help="the sink's route: select expressions")
     args = parser.parse_args()
-    options = {"bootstrap_servers": args.bootstrap, "topic": args.topic, "key": "order_id",
-               "partitions": PARTITIONS}  # fmt: skip
+    options = {"bootstrap_servers": args.bootstrap, "topic": args.topic,
+               "key": None if args.keyless else "order_id",
+               "partitions": args.partitions}  # fmt: skip
     sink: KafkaSink
     if args.kill:
         batch, partition = map(int, args.kill.split(":"))
@@ -58,7 +64,8 @@ def main() -> None:
         sink = KafkaSink("events", **options)
     spark = local_session("fanout-kafka-driver", master="local[1]")
     workdir = Path(args.workdir)
-    fan = FanOut(args.pipeline, str(workdir / "ledger"), [sink], plugins=[PrintResults()])
+    spec = SinkSpec(sink, Route(select=tuple(args.select) if args.select else None))
+    fan = FanOut(args.pipeline, str(workdir / "ledger"), [spec], plugins=[PrintResults()])
     run_stream(spark, workdir / "input", fan, workdir / "checkpoint")
     spark.stop()
 

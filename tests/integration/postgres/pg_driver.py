@@ -1,6 +1,6 @@
 """A streaming driver with a postgres append sink, run as a subprocess so it can be killed.
 
-usage: python pg_driver.py WORKDIR URL [--kill BATCH]
+usage: python pg_driver.py WORKDIR URL [--kill BATCH] [--partitions N]
 
 Run it in a session of its own (``start_new_session=True``): ``--kill`` ends the whole
 process group.
@@ -30,6 +30,7 @@ def main() -> None:
     parser.add_argument("workdir", type=Path)
     parser.add_argument("url")
     parser.add_argument("--kill", type=int, default=-1, help="kill during this batch")
+    parser.add_argument("--partitions", type=int, default=PARTITIONS)
     args = parser.parse_args()
     sink = KillAfterPartition(
         "events",
@@ -40,7 +41,7 @@ def main() -> None:
         table="events",
         mode="append",
         create_table=True,
-        partitions=PARTITIONS,
+        partitions=args.partitions,
     )
     spark = local_session("fanout-pg-crash-driver")
     fan = FanOut(PIPELINE, str(args.workdir / "ledger"), [sink])

@@ -29,6 +29,9 @@ PROGRESS_COLUMNS = [
     ("rows", "bigint", "NO"),
     ("rejects", "jsonb", "YES"),
     ("committed_at", "timestamp with time zone", "NO"),
+    ("fingerprint", "text", "YES"),
+    ("input_rows", "bigint", "YES"),
+    ("input_checksum", "bigint", "YES"),
 ]
 
 
