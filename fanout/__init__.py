@@ -27,7 +27,15 @@ from fanout.errors import (
     UnknownSinkTypeError,
 )
 from fanout.hookspecs import hookimpl
-from fanout.sink import Batch, BatchInfo, Guarantee, Sink, SinkContext, SinkResult
+from fanout.sink import (
+    Batch,
+    BatchInfo,
+    Guarantee,
+    IdempotencyKey,
+    Sink,
+    SinkContext,
+    SinkResult,
+)
 from fanout.version import __version__
 
 if TYPE_CHECKING:
@@ -56,6 +64,7 @@ __all__ = [
     "FanOutError",
     "FanoutError",
     "Guarantee",
+    "IdempotencyKey",
     "LedgerError",
     "PartitioningError",
     "PluginError",

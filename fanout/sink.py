@@ -55,6 +55,41 @@ def txn_app_id(pipeline: str, sink: str, epoch: int = 0) -> str:
 
 
 @dataclass(frozen=True)
+class IdempotencyKey:
+    """The one identity of "this batch, for this sink, in this epoch": what a sink writes
+    with its data so that a replay of the batch is recognised (or overwrites, never adds).
+
+    The built-in sinks use it as Delta's app transaction ``(app_id, version)``, as the key
+    of PostgreSQL's progress rows and as Kafka's marker; a sink of your own names files or
+    records with :attr:`token`. It is new after a checkpoint reset accepted with
+    ``on_checkpoint_reset="new_epoch"``, so a new epoch never overwrites the old one's data.
+
+    :param app_id: ``fanout/<pipeline>/<sink>`` (``fanout/<pipeline>@e<epoch>/<sink>`` in
+        later epochs): see :func:`txn_app_id`.
+    :param version: the batch id.
+    """
+
+    app_id: str
+    version: int
+
+    @property
+    def token(self) -> str:
+        """The key as one string safe in file names, object keys and identifiers:
+        ``<pipeline>[@e<epoch>]~<sink>~<batch id, 12 digits>``. Names never hold ``~``,
+        so two keys never share a token; the zero-padded batch id sorts in batch order."""
+        scope_and_sink = self.app_id.removeprefix("fanout/")
+        return f"{scope_and_sink.replace('/', '~')}~{self.version:012d}"
+
+    def derived(self, kind: str) -> IdempotencyKey:
+        """The key of a second record of the same batch (e.g. its dead letters):
+        ``<app_id>/<kind>`` at the same version."""
+        return IdempotencyKey(f"{self.app_id}/{kind}", self.version)
+
+    def __str__(self) -> str:
+        return f"{self.app_id}@{self.version}"
+
+
+@dataclass(frozen=True)
 class BatchInfo:
     """The context of one micro-batch, shared by every sink and every hook.
 
@@ -109,8 +144,8 @@ class Batch:
     :param df: the batch DataFrame (persisted when several sinks read it).
     :param info: pipeline, batch id, query id and source offsets.
     :param sink_name: the name of the sink receiving this batch.
-    :param txn_app_id: the sink's stable idempotency id (see :func:`txn_app_id`); pair it
-        with :attr:`batch_id` as the transaction version.
+    :param txn_app_id: the sink's stable idempotency id (see :func:`txn_app_id`); with
+        :attr:`batch_id` it forms :attr:`idempotency_key`, which sinks should use.
     :param attempt: 1 for the first attempt in this process, 2 for the first retry, ...
     """
 
@@ -135,6 +170,12 @@ class Batch:
     def query_id(self) -> str | None:
         """The streaming query id."""
         return self.info.query_id
+
+    @property
+    def idempotency_key(self) -> IdempotencyKey:
+        """This batch's identity for this sink: write it with the data (see
+        :class:`IdempotencyKey`). Every built-in sink keys its writes by it."""
+        return IdempotencyKey(self.txn_app_id, self.info.batch_id)
 
     def arrow(self) -> pa.Table:
         """The batch as a ``pyarrow.Table``, converted once and shared by all sinks."""

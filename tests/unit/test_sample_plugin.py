@@ -116,3 +116,22 @@ def test_sample_sink_end_to_end_through_fanout(
     assert sorted(p.name for p in out.iterdir()) == ["7.jsonl", "8.jsonl"]
     assert target.read_text(encoding="utf-8").count("\n") == 2
     assert (out / "8.jsonl").read_text() == '{"id": 3, "name": "c", "amount": 0.0}\n'
+
+
+def test_idempotency_key_is_the_txn_id_and_batch_and_new_per_epoch() -> None:
+    from fanout import Batch, BatchInfo, IdempotencyKey
+    from fanout.sink import txn_app_id
+
+    def key(pipeline: str, sink: str, epoch: int, batch_id: int) -> IdempotencyKey:
+        info = BatchInfo(pipeline, batch_id, epoch=epoch)
+        return Batch(None, info, sink, txn_app_id(pipeline, sink, epoch)).idempotency_key
+
+    assert key("orders", "raw", 0, 7) == IdempotencyKey("fanout/orders/raw", 7)
+    assert key("orders", "raw", 0, 7).token == "orders~raw~000000000007"
+    assert key("orders", "raw", 2, 7).token == "orders@e2~raw~000000000007"
+    assert str(key("orders", "raw", 1, 7)) == "fanout/orders@e1/raw@7"
+    assert key("orders", "raw", 0, 7).derived("dead_letter") == IdempotencyKey(
+        "fanout/orders/raw/dead_letter", 7
+    )
+    # dotted names that collide when joined with dots stay apart
+    assert key("orders.eu", "kafka", 0, 1).token != key("orders", "eu.kafka", 0, 1).token

@@ -1,7 +1,7 @@
 """The delta-rs engine of the Delta sink: writes from the driver with the ``deltalake``
 package, no JVM jars needed.
 
-Idempotence: every commit carries the transaction ``(batch.txn_app_id, batch.batch_id)``
+Idempotence: every commit carries the transaction ``batch.idempotency_key``
 and every write first checks the version already recorded for that app id; delta-rs
 records transactions but does not skip by itself.
 """
@@ -39,7 +39,8 @@ def write_rs(sink: DeltaSink, batch: Batch) -> SinkResult:
     commits the same app id in between (a zombie driver) makes delta-rs refuse the commit,
     and the check runs again on the fresh snapshot, where the batch is then found done.
     """
-    path, batch_id, app_id = sink.path, batch.batch_id, batch.txn_app_id
+    key = batch.idempotency_key
+    path, batch_id, app_id = sink.path, key.version, key.app_id
     assert path is not None  # checked by open()
     data = batch.arrow()
     dead = 0

@@ -55,7 +55,8 @@ def delta_jvm_missing(spark: Any) -> str | None:
 
 def write_spark(sink: DeltaSink, batch: Batch) -> SinkResult:
     """Write one batch with delta-spark (append or merge), exactly once per batch id."""
-    path, batch_id, app_id = sink.path, batch.batch_id, batch.txn_app_id
+    key = batch.idempotency_key
+    path, batch_id, app_id = sink.path, key.version, key.app_id
     assert path is not None  # checked by open()
     df = batch.df
     dead = 0

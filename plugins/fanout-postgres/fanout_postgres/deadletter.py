@@ -168,8 +168,8 @@ class RouteDeadLetters:
         if self.dead.path is not None:
             if records:
                 base = {"pipeline": batch.pipeline, "sink": batch.sink_name, "target": self.target}
-                app_id = f"{batch.txn_app_id}/route_dead_letter"
-                write_delta(self.dead.path, app_id, batch.batch_id, records, base)
+                key = batch.idempotency_key.derived("route_dead_letter")
+                write_delta(self.dead.path, key.app_id, key.version, records, base)
         elif self.dead.table is not None:
             self._replace(batch, self.dead.table, records)
         return len(letters)

@@ -226,8 +226,8 @@ class PostgresSink(Sink):
         dead = self._dead
         if dead is not None and dead.path is not None and rejects:
             base = {"pipeline": batch.pipeline, "sink": self.name, "target": plan.table}
-            app_id = f"{batch.txn_app_id}/dead_letter"
-            write_delta(dead.path, app_id, batch.batch_id, rejects, base)
+            key = batch.idempotency_key.derived("dead_letter")
+            write_delta(dead.path, key.app_id, key.version, rejects, base)
         rejected = sum(o.rejected for o in outcomes) or len(rejects)
         if rejected and dead is not None:
             logger.warning(
