@@ -333,10 +333,14 @@ class DeltaLedger:
                     self._commit_requests([r for r in requests if not r.settled])
                     return
                 except LedgerError as exc:
-                    if attempt == COMMIT_ATTEMPTS or not is_commit_conflict(exc.__cause__):
+                    cause = exc.__cause__
+                    if attempt == COMMIT_ATTEMPTS or cause is None or not is_commit_conflict(cause):
                         raise
-                    log.info("ledger %s: lost a commit race, checking the marks again: %s",
-                             self.path, exc.__cause__)  # fmt: skip
+                    log.info(
+                        "ledger %s: lost a commit race, checking the marks again: %s",
+                        self.path,
+                        cause,
+                    )
         except BaseException as exc:
             for request in requests:
                 if not request.settled:
