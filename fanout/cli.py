@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fanout.errors import ConfigurationError, FanoutError
 from fanout.logs import configure as configure_logging
@@ -18,6 +19,23 @@ EXIT_BROKEN_PIPE = 128 + 13
 """What a shell reports for a tool that SIGPIPE ended (``fanout status --json | head``)."""
 
 
+def _print_options(types: Mapping[str, Any], type_name: str, *, as_json: bool) -> int:
+    """``fanout plugins --options TYPE``: the options a sink type declares."""
+    from fanout.options import declared_options, text_table
+
+    if type_name not in types:
+        known = ", ".join(sorted(types)) or "none"
+        print(f"fanout: no sink type {type_name!r}; installed: {known}", file=sys.stderr)
+        return 2
+    options = declared_options(types[type_name].sink_class)
+    if as_json:
+        print(json.dumps([vars(option) for option in options], indent=2))
+    else:
+        print(f"options of sink type {type_name!r}:\n")
+        print(text_table(options))
+    return 0
+
+
 def cmd_plugins(args: argparse.Namespace) -> int:
     """List the sink types of every installed plugin."""
     from fanout.registry import load_registry
@@ -25,6 +43,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
     registry = load_registry()
     types = registry.sink_types()
+    if args.options is not None:
+        return _print_options(types, args.options, as_json=args.json)
     rows = [
         [
             t.name,
@@ -210,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     plugins = sub.add_parser("plugins", help="list installed sink types and their plugins")
     plugins.add_argument("--json", action="store_true", help="print JSON")
+    plugins.add_argument(
+        "--options", metavar="TYPE", help="the options of one sink type: default and meaning"
+    )
     plugins.set_defaults(func=cmd_plugins)
 
     status = sub.add_parser("status", help="per-sink progress recorded in a ledger")

@@ -27,6 +27,7 @@ from fanout.errors import (
     UnknownSinkTypeError,
 )
 from fanout.names import check_name
+from fanout.options import declaration_problems, option_names
 from fanout.sink import GUARANTEES, Sink
 
 log = logging.getLogger(__name__)
@@ -145,16 +146,6 @@ class Registry:
             ) from exc
 
 
-def option_names(sink_class: type[Sink]) -> list[str]:
-    """The keyword options a sink class's constructor takes (besides ``name``)."""
-    params = inspect.signature(sink_class.__init__).parameters.values()
-    return [
-        p.name
-        for p in params
-        if p.name not in ("self", "name") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    ]
-
-
 def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None:
     if not (isinstance(sink_class, type) and issubclass(sink_class, Sink)):
         raise PluginError(
@@ -165,6 +156,11 @@ def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None
         raise PluginError(
             f"plugin {info.describe()}: sink type {type_name!r} declares guarantee "
             f"{sink_class.guarantee!r}; expected one of {', '.join(GUARANTEES)}"
+        )
+    if problems := declaration_problems(sink_class):
+        raise PluginError(
+            f"plugin {info.describe()}: sink type {type_name!r}: its `options` declaration "
+            f"does not match its constructor: {'; '.join(problems)}"
         )
 
 

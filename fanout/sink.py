@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from fanout.errors import ConfigurationError, TransientSinkError
+from fanout.options import SinkOption
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -251,6 +252,11 @@ class Sink:
 
     guarantee: ClassVar[Guarantee] = "idempotent"
     """The delivery guarantee this sink type gives; see :data:`Guarantee`."""
+
+    options: ClassVar[tuple[SinkOption, ...]] = ()
+    """The keyword options the constructor takes, with default and meaning
+    (:class:`fanout.options.SinkOption`): shown by ``fanout plugins --options TYPE`` and
+    used by the "did you mean" checks. Declare every option, or none."""
 
     def __init__(self, name: str) -> None:
         self.name = name

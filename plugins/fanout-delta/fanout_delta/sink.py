@@ -24,6 +24,7 @@ from fanout import deltaio
 from fanout.deadletter import DeltaDeadLetters, split_target
 from fanout.errors import ConfigurationError
 from fanout.sink import Batch, Guarantee, Reads, Sink, SinkContext, SinkResult
+from fanout_delta.declaration import OPTIONS
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class DeltaSink(Sink):
     """
 
     guarantee: ClassVar[Guarantee] = "transactional"
+    options = OPTIONS
 
     def __init__(
         self,

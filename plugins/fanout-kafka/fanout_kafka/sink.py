@@ -27,6 +27,7 @@ from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, Si
 from fanout.partitioning import WHOLE_ROW, plan_of
 from fanout.sink import Batch, Guarantee, Sink, SinkContext, SinkResult
 from fanout_kafka import deadletter
+from fanout_kafka.declaration import OPTIONS
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
 from fanout_kafka.membership import check_replay
 from fanout_kafka.options import (
@@ -89,6 +90,7 @@ class KafkaSink(Sink):
     """
 
     guarantee: ClassVar[Guarantee] = "transactional"
+    options = OPTIONS
 
     def __init__(
         self,

@@ -41,6 +41,7 @@ from fanout_postgres.deadletter import (
     parse_dead_letter,
     write_delta,
 )
+from fanout_postgres.declaration import OPTIONS
 from fanout_postgres.encode import show
 from fanout_postgres.membership import check_replay, partition_columns
 from fanout_postgres.names import TableName, check_identifier, parse_table
@@ -110,6 +111,7 @@ class PostgresSink(Sink):
     """
 
     guarantee: ClassVar[Guarantee] = "idempotent"
+    options = OPTIONS
     """``idempotent`` (upsert, the default mode); an append-mode instance is
     ``transactional``: each partition commits with its progress mark."""
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from fanout import Batch, ConfigurationError, Guarantee, Sink, SinkContext, SinkResult, hookimpl
+from fanout.options import SinkOption
 from fanout.sink import Reads
 
 
@@ -24,6 +25,9 @@ class JsonLinesSink(Sink):
     """
 
     guarantee: ClassVar[Guarantee] = "idempotent"
+    options = (
+        SinkOption("directory", "required", "where the files go; created by `open()` if missing"),
+    )
 
     def __init__(self, name: str, *, directory: str) -> None:
         super().__init__(name)

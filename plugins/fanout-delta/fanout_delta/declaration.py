@@ -1,0 +1,47 @@
+"""The Delta sink's options: the one declaration behind ``fanout plugins --options delta``,
+the "did you mean" checks and the README's table."""
+
+from __future__ import annotations
+
+from fanout.options import SinkOption
+
+OPTIONS = (
+    SinkOption("path", "required", "table location (local path or object-store URI)"),
+    SinkOption("mode", "`append`", "`append` or `merge` (upsert on `keys`)"),
+    SinkOption("keys", "none", "merge keys; required for `merge`"),
+    SinkOption(
+        "order_by",
+        "none",
+        "merge: when a batch holds a key several times, the greatest value wins (nulls lose; "
+        "on a tie, the greatest value of the other columns in column order, so a replay "
+        "picks the same row); without it, such a batch fails naming the key",
+    ),
+    SinkOption(
+        "engine",
+        "`rs`",
+        "`rs` (delta-rs, no JVM jars), `spark` (delta-spark, distributed; needs the Delta "
+        "jars on the cluster), `auto`",
+    ),
+    SinkOption("partition_by", "none", "partition columns of a new table"),
+    SinkOption(
+        "merge_schema",
+        "`false`",
+        "`true` lets new batch columns extend the table; otherwise a batch whose schema does "
+        "not fit fails naming sink, batch and columns",
+    ),
+    SinkOption("compact_every", "none", "compact the table's small files every N batches"),
+    SinkOption("storage_options", "none", "passed to delta-rs (object-store credentials...)"),
+    SinkOption("configuration", "none", "table properties set when the table is created"),
+    SinkOption(
+        "dead_letter",
+        "none",
+        "a Delta table path: merge rows with a null key, and rows failing the sink's "
+        "`where`/`select`, go there (reason, sink, batch, row) instead of failing the batch",
+    ),
+    SinkOption(
+        "min_txn_retention_hours",
+        "`168`",
+        "the shortest `delta.setTransactionRetentionDuration` the table may set (a week); "
+        "see below",
+    ),
+)

@@ -1,0 +1,83 @@
+"""The Kafka sink's options: the one declaration behind ``fanout plugins --options kafka``,
+the "did you mean" checks and the README's table."""
+
+from __future__ import annotations
+
+from fanout.options import SinkOption
+
+OPTIONS = (
+    SinkOption("bootstrap_servers", "required", "`host:port[,host:port]` (or a list)"),
+    SinkOption("topic", "required", "the target topic"),
+    SinkOption(
+        "key",
+        "none (keyless)",
+        "a column, or a list of columns (key = JSON array of their values). A null key "
+        "column is a bad record.",
+    ),
+    SinkOption(
+        "value",
+        '`"json"`',
+        "`json`: the whole row as compact JSON (dates ISO 8601, decimals as text, bytes "
+        "base64); or the name of a string/binary column sent as is (null = tombstone)",
+    ),
+    SinkOption(
+        "headers",
+        "`true`",
+        "`fanout.pipeline`, `fanout.sink`, `fanout.batch_id` on every record; `false`: none; "
+        "a list of columns: those plus one header per column",
+    ),
+    SinkOption(
+        "producer",
+        "`{}`",
+        "librdkafka settings passed through (SASL, SSL, compression, linger, batch size...). "
+        "Rejected with the reason: `enable.idempotence=false`, `acks` other than `all`/`-1`, "
+        "`max.in.flight.requests.per.connection > 5`, `retries=0`, and the settings the sink "
+        "owns (`bootstrap.servers`, `transactional.id`, `transaction.timeout.ms`). Unknown "
+        "names and bad values are reported by librdkafka at `open()`. Passwords, keys and "
+        "tokens are returned by `secret_values()`, so fanout masks them in every error, log "
+        "line and ledger row.",
+    ),
+    SinkOption(
+        "transactional_id_prefix",
+        "`fanout-<pipeline>-<sink>`",
+        "partition `p` uses `<prefix>-<p>`; must be unique per sink on the cluster",
+    ),
+    SinkOption("marker_topic", "`__fanout_markers`", "one partition, created if missing"),
+    SinkOption(
+        "partitions",
+        "`4`",
+        "fixed number of write partitions = transactional producers per batch",
+    ),
+    SinkOption(
+        "transaction_timeout_ms",
+        "`60000`",
+        "at most the broker's `transaction.max.timeout.ms` (checked at `open()` when the "
+        "broker says it)",
+    ),
+    SinkOption(
+        "dead_letter",
+        "none",
+        "where bad records (and rows failing the sink's `where`/`select`) go instead of "
+        "failing the batch: a topic name (written in the same transaction as the partition; "
+        "route rows in a transaction of their own), or a Delta table path (anything with `/` "
+        'or `:`; or `{"topic": ...}` / `{"delta": ...}`)',
+    ),
+    SinkOption(
+        "create_topic",
+        "`false`",
+        "create missing target / dead-letter topics: `true` (broker defaults) or "
+        "`{partitions, replication_factor, config}`",
+    ),
+    SinkOption(
+        "order_by",
+        "none",
+        "column(s) ordering a partition's records (per-key order inside one batch)",
+    ),
+    SinkOption("open_timeout_s", "`10`", "how long `open()` waits for the brokers"),
+    SinkOption(
+        "max_record_bytes",
+        "resolved",
+        "default: topic `max.message.bytes`, else broker `message.max.bytes`, else Kafka's "
+        "1048588; capped by the producer's own `message.max.bytes` (librdkafka: 1000000)",
+    ),
+)

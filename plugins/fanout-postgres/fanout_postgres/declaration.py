@@ -1,0 +1,95 @@
+"""The PostgreSQL sink's options: the one declaration behind ``fanout plugins --options
+postgres``, the "did you mean" checks and the README's table."""
+
+from __future__ import annotations
+
+from fanout.options import SinkOption
+
+OPTIONS = (
+    SinkOption(
+        "url",
+        "required",
+        "SQLAlchemy URL (`postgresql://` or `postgresql+psycopg2://`). Any part may be "
+        "`${ENV_VAR}` (or `${VAR:-default}`), expanded on the driver *after* parsing, so a "
+        "password needs no URL escaping.",
+    ),
+    SinkOption(
+        "table",
+        "required",
+        '`"orders"`, `"schema.orders"`, `["schema", "orders"]`; a part may be double-quoted '
+        '(`"my.schema"."t"`). Names are taken literally and case-sensitively, never as SQL; '
+        "longer than 63 bytes is an error (PostgreSQL would truncate silently).",
+    ),
+    SinkOption(
+        "keys",
+        "the primary key",
+        "Upsert keys. Must be exactly the columns of a primary key, unique constraint or "
+        "non-partial unique index (`ON CONFLICT` needs one; the error says so). In append "
+        "mode they only choose the hash partitioning.",
+    ),
+    SinkOption(
+        "mode",
+        "`upsert`",
+        "`upsert` (guarantee `idempotent`) or `append` (guarantee `transactional`).",
+    ),
+    SinkOption(
+        "order_by",
+        "none",
+        "Upsert: the column(s) deciding which row of a key wins when one batch holds the key "
+        "more than once (greatest wins, NULLs last; on a tie, the greatest value of each "
+        "other column in table column order, `json` and unknown types compared as text — "
+        "never the arrival order, which a replay may change). **Required whenever a batch "
+        "can hold a key twice** (at-least-once upstream, CDC, several updates per trigger); "
+        "without it such a batch fails naming the duplicated key.",
+    ),
+    SinkOption(
+        "columns",
+        "all batch columns, same names",
+        'A list selects columns; `{"batch_col": "target_col"}` selects and renames.',
+    ),
+    SinkOption(
+        "create_table",
+        "`false`",
+        "Create a missing table from the batch schema, `keys` as primary key (`bigint`, "
+        "`integer`, `double precision`, `numeric(p,s)`, `text`, `boolean`, `date`, "
+        "`timestamptz` / `timestamp` (NTZ), `bytea`, `jsonb` for arrays/maps/structs).",
+    ),
+    SinkOption(
+        "partitions",
+        "`4`",
+        "Write partitions per batch = transactions = connections. Keep it fixed per sink "
+        "(append marks are per partition; a change while a batch is half committed is "
+        "refused on the driver before anything is written: see "
+        "[Stable partitions](#stable-partitions)).",
+    ),
+    SinkOption(
+        "dead_letter",
+        "none",
+        "Where refused rows (and rows failing the sink's `where`/`select`, with `partition` "
+        "-1) go instead of failing the batch: a PostgreSQL table in the same database "
+        '(`"rejects"`, `"ops.rejects"`, `{"table": ...}`; created when missing) or a Delta '
+        'table (a path containing `/`, or `{"delta": ...}`). Each record: pipeline, sink, '
+        "batch_id, partition, target, reason, column_name, value, row (JSON), rejected_at.",
+    ),
+    SinkOption(
+        "migrate",
+        "`true`",
+        "Apply fanout's migrations at `open()`. With `false`, append mode requires them at "
+        "head (`fanout migrate --url URL`).",
+    ),
+    SinkOption("state_schema", "`fanout`", "The schema holding the tables fanout owns."),
+    SinkOption(
+        "batch_schema",
+        "none",
+        "The batches' Spark schema (`StructType` or DDL string): with it, column mapping, "
+        "types and `create_table` are checked at `open()`, before the stream starts. Without "
+        "it they are checked on the driver when the first batch (of each new schema) "
+        "arrives, before any row is written.",
+    ),
+    SinkOption(
+        "settings",
+        '`{"temp_buffers": "128MB", "work_mem": "64MB"}`',
+        "Session settings of every write connection (`set_config`); add e.g. "
+        "`statement_timeout`, `lock_timeout`.",
+    ),
+)

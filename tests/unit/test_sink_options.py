@@ -1,0 +1,99 @@
+"""One declaration of a sink type's options: the CLI, the checks and the README agree."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fanout
+from fanout import Sink
+from fanout.errors import PluginError
+from fanout.options import SinkOption, declaration_problems, markdown_table, option_names
+from fanout.registry import load_registry
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+BUILT_IN = ("delta", "postgres", "kafka")
+
+
+def built_in_types() -> dict[str, Any]:
+    types_ = load_registry().sink_types()
+    return {name: types_[name].sink_class for name in BUILT_IN}
+
+
+@pytest.mark.parametrize("type_name", BUILT_IN)
+def test_readme_table_is_the_declaration(type_name: str) -> None:
+    sink_class = built_in_types()[type_name]
+    assert declaration_problems(sink_class) == []
+    assert markdown_table(sink_class.options) in README
+
+
+@pytest.mark.parametrize("type_name", BUILT_IN)
+def test_every_constructor_option_is_declared_with_a_meaning(type_name: str) -> None:
+    sink_class = built_in_types()[type_name]
+    assert sink_class.options, type_name
+    assert all(option.meaning and option.default for option in sink_class.options)
+    assert option_names(sink_class)[0] in ("path", "url", "bootstrap_servers")
+
+
+class Declared(Sink):
+    """A sink whose declaration names an option its constructor does not take."""
+
+    options = (SinkOption("directory", "required", "where"), SinkOption("colour", "none", "?"))
+
+    def __init__(self, name: str, *, directory: str) -> None:
+        super().__init__(name)
+        self.directory = directory
+
+    def write(self, batch: Any) -> int:
+        return 0
+
+
+def test_a_declaration_that_disagrees_with_the_constructor_is_a_plugin_error() -> None:
+    module = types.ModuleType("fake_declared")
+
+    @fanout.hookimpl
+    def fanout_sink_types() -> dict[str, Any]:
+        return {"declared": Declared}
+
+    module.fanout_sink_types = fanout_sink_types  # type: ignore[attr-defined]
+    registry = load_registry([module], entry_points_=[], fallback_modules=())
+    with pytest.raises(PluginError) as info:
+        registry.sink_types()
+    assert "sink type 'declared'" in str(info.value)
+    assert "declared but not taken by __init__: colour" in str(info.value)
+
+
+def fanout_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fanout.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_plugins_options_lists_names_defaults_and_meanings() -> None:
+    done = fanout_cli("plugins", "--options", "postgres")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "options of sink type 'postgres':"
+    assert "partitions  (default: 4)" in lines
+    assert "mode  (default: upsert)" in lines
+    assert any("Write partitions per batch = transactions = connections." in x for x in lines)
+
+
+def test_plugins_options_json_is_the_declaration() -> None:
+    done = fanout_cli("plugins", "--options", "kafka", "--json")
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(done.stdout)
+    assert [o["name"] for o in listed] == option_names(built_in_types()["kafka"])
+    assert listed[1] == {"name": "topic", "default": "required", "meaning": "the target topic"}
+
+
+def test_plugins_options_of_an_unknown_type_names_the_installed_ones() -> None:
+    done = fanout_cli("plugins", "--options", "postgress")
+    assert done.returncode == 2
+    assert "no sink type 'postgress'; installed: delta, kafka, postgres" in done.stderr
