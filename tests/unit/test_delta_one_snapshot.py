@@ -22,30 +22,17 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink
 
-from fanout import deltaio
+from fanout import deltaio, testing
 from fanout.ledger import DeltaLedger, entries_from_arrow
-from fanout.sink import Batch, BatchInfo, SinkContext, txn_app_id
+from fanout.sink import Batch, SinkContext, txn_app_id
 from tests.unit.fakes import committed
 
 APP_ID = txn_app_id("p", "s")
 
 
-class FakeFrame:
-    """Stands in for a Spark batch DataFrame: engine rs only calls ``toArrow()``."""
-
-    def __init__(self, table: pa.Table) -> None:
-        self.table = table
-
-    def toArrow(self) -> pa.Table:
-        return self.table
-
-
 def make_batch(data: dict[str, list[Any]], batch_id: int) -> Batch:
-    return Batch(
-        df=FakeFrame(pa.table(data)),
-        info=BatchInfo(pipeline="p", batch_id=batch_id),
-        sink_name="s",
-        txn_app_id=APP_ID,
+    return testing.make_batch(
+        pa.table(data), batch_id=batch_id, pipeline="p", sink_name="s", query_id=None
     )
 
 
@@ -108,9 +95,7 @@ def test_append_zombie_commit_between_check_and_write_leaves_one_copy(tmp_path, 
     path = tmp_path / "t"
     sink = opened(path)
     sink.write(make_batch({"id": pa.array([1, 2], pa.int64())}, 0))
-    calls = zombie_after_first_check(
-        monkeypatch, deltaio, zombie_append(path, [3, 4], APP_ID, 1)
-    )
+    calls = zombie_after_first_check(monkeypatch, deltaio, zombie_append(path, [3, 4], APP_ID, 1))
 
     result = sink.write(make_batch({"id": pa.array([3, 4], pa.int64())}, 1))
 

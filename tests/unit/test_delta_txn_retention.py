@@ -20,30 +20,19 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink
 
-from fanout import deltaio
+from fanout import deltaio, testing
 from fanout.errors import ConfigurationError
 from fanout.ledger import DeltaLedger
-from fanout.sink import Batch, BatchInfo, SinkContext, txn_app_id
+from fanout.sink import Batch, SinkContext, txn_app_id
 from fanout.txn_retention import PROPERTY
 from tests.unit.fakes import committed
 
 APP_ID = txn_app_id("p", "s")
 
 
-class FakeFrame:
-    def __init__(self, table: pa.Table) -> None:
-        self.table = table
-
-    def toArrow(self) -> pa.Table:
-        return self.table
-
-
 def make_batch(data: dict[str, list[Any]], batch_id: int) -> Batch:
-    return Batch(
-        df=FakeFrame(pa.table(data)),
-        info=BatchInfo(pipeline="p", batch_id=batch_id),
-        sink_name="s",
-        txn_app_id=APP_ID,
+    return testing.make_batch(
+        pa.table(data), batch_id=batch_id, pipeline="p", sink_name="s", query_id=None
     )
 
 
