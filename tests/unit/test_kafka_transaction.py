@@ -3,12 +3,16 @@ outcomes into one error: no broker needed."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from unittest.mock import ANY
+
 import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from fanout_kafka import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError, KafkaSink
 from fanout_kafka.failures import Rejected
-from fanout_kafka.records import Encoder
+from fanout_kafka.options import DeadLetter
+from fanout_kafka.records import BadRecord, Encoder, Record
 from fanout_kafka.transaction import (
     PartitionOutcome,
     PartitionWriter,
@@ -18,6 +22,7 @@ from fanout_kafka.transaction import (
     scope_of,
 )
 
+from fanout.deltaio import read_delta
 from fanout.errors import SinkWriteError, TransientSinkError
 
 
@@ -73,8 +78,8 @@ def settings(**overrides: object) -> WriterSettings:
 def test_ids_groups_and_producer_settings() -> None:
     s = settings()
     assert s.transactional_id(3) == "fanout-orders-events-3"
-    assert s.marker_group(3) == "fanout.orders.events.p3"
-    assert settings(scope="orders@e2").marker_group(0) == "fanout.orders@e2.events.p0"
+    assert s.marker_group(3) == "fanout/orders/events/p3"
+    assert settings(scope="orders@e2").marker_group(0) == "fanout/orders@e2/events/p0"
     config = s.producer_config(3)
     assert config["transactional.id"] == "fanout-orders-events-3"
     assert config["transaction.timeout.ms"] == 30000
@@ -85,7 +90,7 @@ def test_ids_groups_and_producer_settings() -> None:
     assert config["delivery.report.only.error"] is True
     assert config["enable.sparse.connections"] is False
     consumer = s.consumer_config(3)
-    assert consumer["group.id"] == "fanout.orders.events.p3"
+    assert consumer["group.id"] == "fanout/orders/events/p3"
     assert consumer["isolation.level"] == "read_committed"
     assert "linger.ms" not in consumer
     assert consumer["enable.sparse.connections"] is False
@@ -105,7 +110,7 @@ def test_scope_of_a_transaction_id() -> None:
 def test_bad_record_without_dead_letter_fails_before_any_producer_exists() -> None:
     writer = PartitionWriter(settings(), partition=2, batch_id=5)
     rows = pa.RecordBatch.from_pylist([{"id": 1}, {"id": None}])
-    outcome = writer.run([rows], collect_dead_letters=False)
+    outcome = writer.run([rows])
     assert outcome.status == "failed" and outcome.error_kind == "bad_record"
     assert outcome.rows == 2 and not outcome.transient
     assert writer._producer is None  # nothing was sent, no transaction was begun
@@ -118,7 +123,7 @@ def test_bad_record_without_dead_letter_fails_before_any_producer_exists() -> No
 
 def test_empty_partition_needs_no_transaction() -> None:
     writer = PartitionWriter(settings(), partition=0, batch_id=5)
-    assert writer.run([], collect_dead_letters=False) == PartitionOutcome(0, "empty")
+    assert writer.run([]) == PartitionOutcome(0, "empty")
     assert writer._producer is None
 
 
@@ -154,3 +159,40 @@ def test_the_driver_raises_one_error_naming_sink_batch_and_every_partition(
     )
     for i, k in enumerate(kinds):
         assert f"  - p{i + 1}: {k}" in text
+
+
+class RefusingWriter(PartitionWriter):
+    """A partition whose first transaction the broker refuses one record of; records what
+    the Delta dead-letter table held when each transaction ran (no broker needed)."""
+
+    def __init__(self, path: str, refuse: Record) -> None:
+        super().__init__(settings(dead_letter=DeadLetter("delta", path)), 1, 7)
+        self.path, self.refuse = path, refuse
+        self.seen: list[tuple[int, int]] = []  # (records in the transaction, letters in Delta)
+
+    def _new_producer(self) -> None:
+        pass
+
+    def _transaction(self, records: list[Record], bad: list[BadRecord]) -> int:
+        letters = len(read_delta(self.path)) if (Path(self.path) / "_delta_log").exists() else 0
+        self.seen.append((len(records), letters))
+        if self.refuse in records:
+            raise Rejected([BadRecord(self.refuse, "rejected by the broker: too large")])
+        return len(records)
+
+
+def test_refused_records_reach_a_delta_dead_letter_table_before_the_commit(
+    tmp_path: Path,
+) -> None:
+    ok, refused = Record(b"1", b"{}", []), Record(b"2", b"{big}", [])
+    writer = RefusingWriter(str(tmp_path / "dlq"), refused)
+    assert writer.commit([ok, refused], []) == (1, [BadRecord(refused, ANY)])
+    # the aborted first attempt saw no letter; the one that commits sees it already parked
+    assert writer.seen == [(2, 0), (1, 1)]
+    again = RefusingWriter(str(tmp_path / "dlq"), refused)  # a replay of the partition
+    again.commit([ok, refused], [])
+    rows = read_delta(str(tmp_path / "dlq")).to_pylist()
+    assert [(r["batch_id"], r["partition"], r["key"], r["value"]) for r in rows] == [
+        (7, 1, b"2", b"{big}")
+    ]
+    assert rows[0]["error"] == "rejected by the broker: too large"

@@ -1,17 +1,18 @@
-"""Dead letters in a Delta table, written by the driver once per batch; and the rows
-failing the sink's route, to either kind of target.
+"""Dead letters in a Delta table; and the rows failing the sink's route, to either kind
+of target.
 
-The partitions' dead letters come back to the driver with their outcomes; the driver
-appends them after every partition committed, with the Delta transaction
-``("fanout/<pipeline>/<sink>/dead_letter", batch_id)``, so a replay (after the driver died
-between the Kafka commits and this write) writes them once.
+Each partition appends its dead letters itself, on the executor, *before* the Kafka
+transaction that commits its marker (:meth:`fanout_kafka.transaction.PartitionWriter.commit`),
+with the Delta transaction ``("fanout/<pipeline>/<sink>/dead_letter/p<n>/<bad|refused>",
+batch_id)``: a committed partition is skipped on replay, so its letters must be in the
+table by then; a replay of an uncommitted partition finds them and appends nothing.
 
 Rows failing the sink's route (``where``/``select``, evaluated by fanout before any
 partition writes) are written by :class:`RouteDeadLetters` before the partitions, as
 records whose value is the JSON of the row before the route: to a Delta target with the
 transaction ``(<sink txn app id>/route_dead_letter, batch_id)`` and partition -1; to a
 dead-letter topic in one transaction of a producer of their own (``<prefix>#route-0``)
-that also commits a marker of its own (group ``fanout.<pipeline>.<sink>#route.p0``), so a
+that also commits a marker of its own (group ``fanout/<pipeline>/<sink>#route/p0``), so a
 replay skips them like a partition that committed.
 """
 
@@ -63,11 +64,6 @@ def app_id(txn_app_id: str, kind: str = "dead_letter") -> str:
     transaction id (``fanout/<pipeline>/<sink>``) plus ``/dead_letter`` (the records
     the topic refused) or ``/route_dead_letter`` (the rows failing the route)."""
     return f"{txn_app_id}/{kind}"
-
-
-def written_version(path: str, txn_app_id: str) -> int | None:
-    """The last batch whose dead letters are in the table at ``path``, if any."""
-    return deltaio.transaction_version(deltaio.open_table(path), app_id(txn_app_id))
 
 
 def write(

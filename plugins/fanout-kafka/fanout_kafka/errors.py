@@ -4,7 +4,8 @@
 
     SinkWriteError
     ├── KafkaFencedError      another writer took over a transactional id (fatal)
-    └── KafkaBadRecordError   a record the topic cannot take, no dead-letter target
+    ├── KafkaBadRecordError   a record the topic cannot take, no dead-letter target
+    └── KafkaMarkerError      a partition marker fanout cannot trust (fatal, before writing)
     TransientSinkError
     └── KafkaAbortedError     a partition's transaction was aborted; replay the batch
 """
@@ -23,6 +24,14 @@ class KafkaFencedError(SinkWriteError):
 class KafkaBadRecordError(SinkWriteError):
     """A record the topic cannot take (null key where a key is required, over the size
     limit, rejected by the broker) and no ``dead_letter`` target is configured."""
+
+
+class KafkaMarkerError(SinkWriteError):
+    """A partition's marker says something no run of this sink can have written: a batch
+    past the one being written (another pipeline or sink shares the marker identity, or
+    the ledger lost marks), or a batch half committed under fanout 0.1's marker names.
+    Raised on the driver before any partition writes: skipping on such a marker would lose
+    rows, writing over it could duplicate them."""
 
 
 class KafkaAbortedError(TransientSinkError):

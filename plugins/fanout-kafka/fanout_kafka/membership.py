@@ -102,11 +102,17 @@ def committed_partitions(
     batch_id: int,
     plan: PartitionPlan,
     timeout_s: float,
+    *,
+    sink: str = "?",
 ) -> list[CommittedPartition]:
     """The partitions whose marker says they committed ``batch_id``, with their plan.
 
     Reads the markers of partitions ``0..n-1`` and then of ``n, n+1, ...`` for as long as
     such a group has a marker, so a count lowered since a partial commit is found too.
+
+    :raises KafkaMarkerError: when a marker is past ``batch_id``: this sink writes its
+        batches in order and marks each in the ledger before the next, so only another
+        writer of the same groups (or a ledger that lost marks) can have put it there.
     """
     admin = _admin(admin_config)
     done: list[CommittedPartition] = []
@@ -119,6 +125,7 @@ def committed_partitions(
             break
         markers.append(beyond)
         extra += 1
+    refuse_markers_ahead(markers, batch_id, marker_group, sink=sink, marker_topic=marker_topic)
     holding = [p for p, offset in enumerate(markers) if offset == batch_id + 1]
     if not holding:
         return done
@@ -130,6 +137,77 @@ def committed_partitions(
         else:
             done.append(unpack(partition, offset, plan))
     return done
+
+
+def refuse_markers_ahead(
+    markers: list[int],
+    batch_id: int,
+    marker_group: Callable[[int], str],
+    *,
+    sink: str,
+    marker_topic: str,
+) -> None:
+    """Raise :class:`KafkaMarkerError` when a marker says a batch past ``batch_id`` was
+    committed (its offset is the committed batch id + 1)."""
+    from fanout_kafka.errors import KafkaMarkerError
+
+    ahead = [(p, offset - 1) for p, offset in enumerate(markers) if offset > batch_id + 1]
+    if not ahead:
+        return
+    listed = ", ".join(f"{marker_group(p)!r} says batch {done}" for p, done in ahead)
+    raise KafkaMarkerError(
+        f"markers in topic {marker_topic!r} are past this batch ({listed}). This sink "
+        "commits its batches in order and records each in the ledger before the next, so "
+        "another pipeline or sink writes the same marker groups (pipeline and sink names "
+        "must be unique per Kafka cluster and marker topic), or the ledger lost this sink's "
+        "marks. Nothing was written: skipping these partitions would lose their rows. Give "
+        "the other writer its own pipeline/sink name or `marker_topic`, or restore the ledger.",
+        sink=sink,
+        batch_id=batch_id,
+    )
+
+
+_legacy_checked: set[tuple[str, str, str, str]] = set()
+_legacy_lock = threading.Lock()
+
+
+def refuse_legacy_half_commit(
+    admin_config: Mapping[str, Any],
+    settings: WriterSettings,
+    batch_id: int,
+    partitions: int,
+) -> None:
+    """Once per sink and process: refuse a batch that fanout 0.1 left half committed under
+    its dotted marker names (which the new names do not see, so those partitions would be
+    written twice). A legacy marker at ``batch_id + 1`` is that case; other legacy markers
+    are finished history and ignored."""
+    from fanout_kafka.errors import KafkaMarkerError
+    from fanout_kafka.transaction import legacy_marker_group
+
+    servers = str(admin_config.get("bootstrap.servers"))
+    key = (servers, settings.marker_topic, settings.scope, settings.sink)
+    with _legacy_lock:
+        if key in _legacy_checked:
+            return
+    groups = [legacy_marker_group(settings.scope, settings.sink, p) for p in range(partitions)]
+    offsets = _offsets(
+        _admin(admin_config), settings.marker_topic, groups, settings.operation_timeout_s
+    )
+    half = [g for g, offset in zip(groups, offsets, strict=True) if offset == batch_id + 1]
+    if not half:
+        with _legacy_lock:
+            _legacy_checked.add(key)  # a refused batch is checked again when retried
+        return
+    raise KafkaMarkerError(
+        f"batch {batch_id} was half committed by fanout 0.1, whose marker groups "
+        f"({', '.join(repr(g) for g in half)}) this version no longer reads: writing it "
+        "now would write those partitions twice. Finish this batch with fanout 0.1 "
+        "(restart the query once with it), then upgrade; or delete those groups "
+        "(kafka-consumer-groups --delete) accepting that their partitions are written "
+        "again.",
+        sink=settings.sink,
+        batch_id=batch_id,
+    )
 
 
 _admins: dict[tuple[tuple[str, str], ...], Any] = {}
@@ -146,7 +224,8 @@ def _admin(config: Mapping[str, Any]) -> Any:
         if key not in _admins:
             # librdkafka's own log lines (a broker gone away) go to Python logging
             logger = logging.getLogger("fanout_kafka.librdkafka")
-            _admins[key] = AdminClient({**config, "logger": logger})
+            settings: dict[str, Any] = {**config, "logger": logger}
+            _admins[key] = AdminClient(settings)
         return _admins[key]
 
 
@@ -189,9 +268,10 @@ def check_replay(settings: WriterSettings, batch_id: int, parted: Any, by: list[
         "bootstrap.servers": settings.bootstrap_servers,
     }
     try:
+        refuse_legacy_half_commit(config, settings, batch_id, plan.partitions)
         committed = committed_partitions(
             config, settings.marker_topic, settings.marker_group, batch_id, plan,
-            settings.operation_timeout_s,
+            settings.operation_timeout_s, sink=settings.sink,
         )  # fmt: skip
     except KafkaException as exc:
         raise TransientSinkError(

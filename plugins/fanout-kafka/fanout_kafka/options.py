@@ -163,7 +163,8 @@ def parse_create_topic(sink: str, value: Any) -> TopicSpec | None:
 @dataclass(frozen=True)
 class DeadLetter:
     """Where records the topic cannot take go: a Kafka topic (written in the same
-    transaction as the partition) or a Delta table (written by the driver)."""
+    transaction as the partition) or a Delta table (written by the partition task just
+    before its transaction commits)."""
 
     kind: str  # "topic" | "delta"
     target: str

@@ -178,12 +178,6 @@ class KafkaSink(Sink):
         df = batch.df
         self._check_columns(list(df.columns), dict(df.dtypes), batch.batch_id)
         settings = self.settings(batch)
-        dead = self._dead_letter
-        collect = (
-            dead is not None
-            and dead.kind == "delta"
-            and not self._dead_letters_written(dead, batch)
-        )
         by = list(self._key_columns or df.columns)
         check_batch(df, self.partitioned_by(), sink=self.name, batch_id=batch.batch_id,
                     query_id=batch.query_id)  # fmt: skip
@@ -193,7 +187,7 @@ class KafkaSink(Sink):
         order = columns(self.name, "order_by", self.order_by)
         if order:
             parted = parted.sortWithinPartitions(*order)
-        task = PartitionTask(settings, self, batch.batch_id, collect)
+        task = PartitionTask(settings, self, batch.batch_id)
         outcomes = sorted(
             (from_row(r) for r in parted.mapInArrow(task, RESULT_SCHEMA).collect()),
             key=lambda o: o.partition,
@@ -208,12 +202,6 @@ class KafkaSink(Sink):
         failed = [o for o in outcomes if o.status == "failed"]
         if failed:
             raise self._failure(batch.batch_id, failed, outcomes)
-        dead_rows = [d for o in outcomes for d in o.dead_letters]
-        if collect and dead is not None:
-            deadletter.write(
-                dead.target, dead_rows, txn_app_id=batch.txn_app_id, pipeline=batch.pipeline,
-                sink=self.name, batch_id=batch.batch_id, topic=settings.topic,
-            )  # fmt: skip
         return self._result(outcomes)
 
     def route_dead_letters(self) -> deadletter.RouteDeadLetters | None:
@@ -371,12 +359,6 @@ class KafkaSink(Sink):
                 "it must be a string or binary column (or use value='json')",
                 sink=self.name, batch_id=batch_id, columns=[self.value],
             )  # fmt: skip
-
-    def _dead_letters_written(self, dead: DeadLetter, batch: Batch) -> bool:
-        version = deadletter.written_version(dead.target, batch.txn_app_id)
-        return version is not None and version >= batch.batch_id
-
-    # -- results ---------------------------------------------------------------------------
 
     def _result(self, outcomes: list[PartitionOutcome]) -> SinkResult:
         def by(status: str) -> list[int]:

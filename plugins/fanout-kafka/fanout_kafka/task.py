@@ -3,7 +3,6 @@ outcome rows it sends back to the driver."""
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,7 @@ from fanout_kafka.transaction import (
 
 RESULT_SCHEMA = (
     "partition INT, status STRING, rows BIGINT, written BIGINT, dead_letter_count BIGINT, "
-    "error_kind STRING, error STRING, transient BOOLEAN, dead_letters BINARY"
+    "error_kind STRING, error STRING, transient BOOLEAN"
 )
 """One row per partition (Spark DDL)."""
 
@@ -34,7 +33,6 @@ ARROW_RESULT_SCHEMA = pa.schema(
         ("error_kind", pa.string()),
         ("error", pa.string()),
         ("transient", pa.bool_()),
-        ("dead_letters", pa.binary()),
     ]
 )
 
@@ -47,7 +45,6 @@ class PartitionTask:
     settings: WriterSettings
     hooks: PartitionHooks
     batch_id: int
-    collect_dead_letters: bool
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Write this task's partition (its index is the Spark partition id)."""
@@ -57,7 +54,7 @@ class PartitionTask:
         partition = context.partitionId() if context is not None else 0
         digest = MemberDigest()
         writer = PartitionWriter(self.settings, partition, self.batch_id, self.hooks, digest)
-        outcome = writer.run(digest.strip(batches), collect_dead_letters=self.collect_dead_letters)
+        outcome = writer.run(digest.strip(batches))
         yield pa.RecordBatch.from_pylist([to_row(outcome)], schema=ARROW_RESULT_SCHEMA)
 
 
@@ -72,12 +69,10 @@ def to_row(outcome: PartitionOutcome) -> dict[str, Any]:
         "error_kind": outcome.error_kind,
         "error": outcome.error,
         "transient": outcome.transient,
-        "dead_letters": pickle.dumps(outcome.dead_letters) if outcome.dead_letters else None,
     }
 
 
 def from_row(row: Any) -> PartitionOutcome:
     """A result row (a Spark ``Row`` or a dict) back as an outcome."""
     data = row.asDict() if hasattr(row, "asDict") else dict(row)
-    blob = data.pop("dead_letters")
-    return PartitionOutcome(**data, dead_letters=pickle.loads(blob) if blob else [])
+    return PartitionOutcome(**data)

@@ -7,7 +7,7 @@ The sequence for partition ``p`` of batch ``b`` (ARCHITECTURE §5):
 2. ``init_transactions`` with ``transactional.id = <prefix>-<p>``: this fences any zombie
    of an earlier attempt and completes or aborts its open transaction, so the marker read
    next is final;
-3. read the marker: the committed offset of group ``fanout.<pipeline>.<sink>.p<p>`` on the
+3. read the marker: the committed offset of group ``fanout/<pipeline>/<sink>/p<p>`` on the
    marker topic (``read_committed``); ``>= b + 1`` means the partition already holds the
    batch: skip;
 4. begin, produce every record (delivery callback on each), flush, check every delivery,
@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -87,7 +87,7 @@ class WriterSettings:
         return f"{self.transactional_id_prefix}-{partition}"
 
     def marker_group(self, partition: int) -> str:
-        """``fanout.<scope>.<sink>.p<partition>`` (the scope is the pipeline, plus
+        """``fanout/<scope>/<sink>/p<partition>`` (the scope is the pipeline, plus
         ``@e<epoch>`` after an accepted checkpoint reset)."""
         return marker_group(self.scope, self.sink, partition)
 
@@ -142,7 +142,19 @@ def producer_config(
 
 def marker_group(scope: str, sink: str, partition: int) -> str:
     """The consumer group whose committed offset marks partition ``partition``'s progress:
-    ``fanout.<pipeline>.<sink>.p<partition>`` (``<pipeline>@e<epoch>`` in a new epoch)."""
+    ``fanout/<pipeline>/<sink>/p<partition>`` (``<pipeline>@e<epoch>`` in a new epoch).
+
+    The parts are joined by ``/``, which no pipeline or sink name may hold (see
+    :func:`fanout.names.check_name`), so two pipelines or sinks never share a group: the
+    dotted names of fanout 0.1 (``fanout.<pipeline>.<sink>.p<n>``) did, for pipeline
+    ``orders.eu`` with sink ``kafka`` and pipeline ``orders`` with sink ``eu.kafka``.
+    """
+    return f"fanout/{scope}/{sink}/p{partition}"
+
+
+def legacy_marker_group(scope: str, sink: str, partition: int) -> str:
+    """The group fanout 0.1 used for the same marker (ambiguous: see :func:`marker_group`);
+    read once per sink to refuse a batch that fanout 0.1 left half committed."""
     return f"fanout.{scope}.{sink}.p{partition}"
 
 
@@ -161,7 +173,6 @@ class PartitionOutcome:
     status: str  # "committed" | "skipped" | "empty" | "failed"
     rows: int = 0
     written: int = 0
-    dead_letters: list[dict[str, Any]] = field(default_factory=list)
     dead_letter_count: int = 0
     error_kind: str | None = None  # "fenced" | "fatal" | "abortable" | "bad_record" | "error"
     error: str | None = None
@@ -196,27 +207,21 @@ class PartitionWriter:
 
     # -- the whole task -----------------------------------------------------------------
 
-    def run(
-        self, batches: Iterable[pa.RecordBatch], *, collect_dead_letters: bool = False
-    ) -> PartitionOutcome:
+    def run(self, batches: Iterable[pa.RecordBatch]) -> PartitionOutcome:
         """Encode the partition's Arrow batches, then skip or write it (:meth:`write`)."""
         records, bad = self.settings.encoder.encode_arrow(batches)
-        return self.write(records, bad, collect_dead_letters=collect_dead_letters)
+        return self.write(records, bad)
 
     def write(
         self,
         records: list[Record],
         bad: list[BadRecord],
         *,
-        collect_dead_letters: bool = False,
         prepared: bool = False,
     ) -> PartitionOutcome:
         """Skip or write encoded records; never raises for a Kafka failure (the outcome
         carries it), so the driver sees every partition's fate.
 
-        :param collect_dead_letters: return the dead letters to the driver (Delta target),
-            also when the partition is skipped (a replay after the driver died between the
-            partitions' commits and its Delta write).
         :param prepared: :meth:`prepare` was already called and said "not written yet".
         """
         outcome = PartitionOutcome(self.partition, "empty", rows=len(records) + len(bad))
@@ -231,8 +236,6 @@ class PartitionWriter:
                 outcome.written, bad = self.commit(records, bad)
                 outcome.status = "committed"
             outcome.dead_letter_count = len(bad)
-            if collect_dead_letters:
-                outcome.dead_letters = [self._dead_letter_row(b) for b in bad]
         except Exception as exc:
             outcome.status = "failed"
             outcome.error_kind, outcome.transient = classify(exc)
@@ -285,7 +288,14 @@ class PartitionWriter:
     def commit(self, records: list[Record], bad: list[BadRecord]) -> tuple[int, list[BadRecord]]:
         """Write the records (and dead letters to a dead-letter topic) plus the marker in
         one transaction. Records the broker refuses are dead-lettered in a second
-        transaction when a dead-letter target exists. Returns (records written, bad)."""
+        transaction when a dead-letter target exists. Returns (records written, bad).
+
+        For a Delta dead-letter table the letters are appended, once per partition and
+        batch, *before* the transaction that commits the partition's marker: a replay
+        skips a committed partition, so letters written after its commit (or only known
+        on the driver) would be lost when the driver or another partition failed first.
+        """
+        self._park_in_delta(bad, "bad")
         try:
             return self._transaction(records, bad), bad
         except _Rejected as rejected:
@@ -293,9 +303,27 @@ class PartitionWriter:
                 raise
             refused = {(r.record.key, r.record.value) for r in rejected.rejected}
             kept = [r for r in records if (r.key, r.value) not in refused]
+            self._park_in_delta(rejected.rejected, "refused")
             bad = bad + rejected.rejected
             self._new_producer()  # the refused attempt was aborted: start afresh
             return self._transaction(kept, bad), bad
+
+    def _park_in_delta(self, bad: list[BadRecord], what: str) -> None:
+        """Append ``bad`` to the Delta dead-letter table under the transaction
+        ``fanout/<scope>/<sink>/dead_letter/p<partition>/<what>`` at the batch id (a
+        replay of an uncommitted partition finds them there and appends nothing)."""
+        settings = self.settings
+        target = settings.dead_letter
+        if target is None or target.kind != "delta" or not bad:
+            return
+        from fanout_kafka import deadletter
+
+        deadletter.write(
+            target.target, [self._dead_letter_row(b) for b in bad],
+            txn_app_id=f"fanout/{settings.scope}/{settings.sink}", pipeline=settings.pipeline,
+            sink=settings.sink, batch_id=self.batch_id, topic=settings.topic,
+            kind=f"dead_letter/p{self.partition}/{what}",
+        )  # fmt: skip
 
     def _transaction(self, records: list[Record], bad: list[BadRecord]) -> int:
         producer, settings = self._producer, self.settings

@@ -15,6 +15,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from fanout_kafka.transaction import marker_group
 
 CONSUME = Path(__file__).with_name("consume.py")
 
@@ -87,7 +88,7 @@ def marker(bootstrap: str, pipeline: str, sink: str, partition: int, topic: str)
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": f"fanout.{pipeline}.{sink}.p{partition}",
+            "group.id": marker_group(pipeline, sink, partition),
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
         }
