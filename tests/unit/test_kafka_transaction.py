@@ -3,14 +3,16 @@ outcomes into one error: no broker needed."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 from unittest.mock import ANY
 
 import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from fanout_kafka import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError, KafkaSink
-from fanout_kafka.failures import Rejected
+from fanout_kafka.failures import Rejected, TransactionTooLong
 from fanout_kafka.options import DeadLetter
 from fanout_kafka.records import BadRecord, Encoder, Record
 from fanout_kafka.transaction import (
@@ -41,6 +43,7 @@ def kafka_error(code: int, **flags: bool) -> KafkaException:
         (kafka_error(KafkaError._TIMED_OUT, retriable=True), "retriable", True),
         (kafka_error(KafkaError.TOPIC_AUTHORIZATION_FAILED), "error", False),
         (Rejected([]), "bad_record", False),
+        (TransactionTooLong(2.0, 1000, 3), "timeout", False),
         (TransientSinkError("veto", sink="s"), "aborted", True),
         (RuntimeError("bug"), "error", False),
     ],
@@ -196,3 +199,57 @@ def test_refused_records_reach_a_delta_dead_letter_table_before_the_commit(
         (7, 1, b"2", b"{big}")
     ]
     assert rows[0]["error"] == "rejected by the broker: too large"
+
+
+class IdleProducer:
+    """A producer with nothing in flight."""
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+class EpochBumpedWriter(PartitionWriter):
+    """A commit that fails like a coordinator's timeout abort: INVALID_PRODUCER_EPOCH."""
+
+    def __init__(self, timeout_ms: int, took_s: float) -> None:
+        super().__init__(settings(transaction_timeout_ms=timeout_ms), 0, 7)
+        self.took_s = took_s
+
+    def _retrying(self, what: str, operation: Any) -> Any:
+        if what == "begin the transaction":
+            return None
+        time.sleep(self.took_s)
+        raise kafka_error(KafkaError.INVALID_PRODUCER_EPOCH)
+
+    def _produce_all(self, *args: Any) -> list[BadRecord]:
+        return []
+
+    def _check_deliveries(self, failures: Any) -> None:
+        pass
+
+    def _abort(self) -> None:
+        return None
+
+
+def test_an_epoch_error_after_the_timeout_is_a_too_long_transaction_not_fencing() -> None:
+    writer = EpochBumpedWriter(timeout_ms=100, took_s=0.15)
+    writer._producer = IdleProducer()
+    with pytest.raises(TransactionTooLong) as info:
+        writer._transaction([Record(b"1", b"{}", [])], [])
+    writer.close()
+    assert (info.value.timeout_ms, info.value.records) == (100, 1)
+    assert classify(info.value) == ("timeout", False)
+    text = writer._describe(info.value, "timeout")
+    assert "longer than transaction_timeout_ms=100" in text and "fenced" in text
+
+
+def test_an_epoch_error_within_the_timeout_stays_fencing() -> None:
+    writer = EpochBumpedWriter(timeout_ms=60_000, took_s=0.0)
+    writer._producer = IdleProducer()
+    with pytest.raises(KafkaException) as info:
+        writer._transaction([Record(b"1", b"{}", [])], [])
+    writer.close()
+    assert classify(info.value) == ("fenced", False)

@@ -52,7 +52,8 @@ OPTIONS = (
         "transaction_timeout_ms",
         "`60000`",
         "at most the broker's `transaction.max.timeout.ms` (checked at `open()` when the "
-        "broker says it)",
+        "broker says it). A partition whose transaction runs longer is aborted and fails "
+        "the batch, not retried, saying to raise this or `partitions`",
     ),
     SinkOption(
         "dead_letter",

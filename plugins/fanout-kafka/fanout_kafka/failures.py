@@ -34,6 +34,17 @@ class Rejected(Exception):
         self.rejected = rejected
 
 
+class TransactionTooLong(Exception):
+    """A partition's transaction ran longer than ``transaction.timeout.ms``: the broker's
+    coordinator aborts such a transaction and bumps the producer epoch, so the commit
+    fails with what looks like fencing. Deterministic for a partition of this size, so a
+    replay would repeat it: not transient."""
+
+    def __init__(self, elapsed_s: float, timeout_ms: int, records: int) -> None:
+        super().__init__(f"transaction ran {elapsed_s:.1f} s, over {timeout_ms} ms")
+        self.elapsed_s, self.timeout_ms, self.records = elapsed_s, timeout_ms, records
+
+
 def is_retriable(err: KafkaError) -> bool:
     """Retry in the task: retriable, and neither fatal nor requiring an abort."""
     return bool(err.retriable() and not err.fatal() and not err.txn_requires_abort())
@@ -42,13 +53,16 @@ def is_retriable(err: KafkaError) -> bool:
 def classify(exc: BaseException) -> tuple[str, bool]:
     """The kind of a partition failure and whether replaying the batch may help.
 
-    ``fenced`` (another writer owns the transactional id), ``fatal`` (the producer is
+    ``timeout`` (the transaction outlived ``transaction.timeout.ms``: the broker aborted
+    it), ``fenced`` (another writer owns the transactional id), ``fatal`` (the producer is
     unusable), ``abortable`` (the transaction was aborted: replay), ``retriable`` (retries
     in the task exhausted: replay), ``bad_record``, ``aborted`` (a
     :class:`fanout.TransientSinkError` from a hook: replay) or ``error``.
     """
     if isinstance(exc, Rejected):
         return "bad_record", False
+    if isinstance(exc, TransactionTooLong):
+        return "timeout", False
     if isinstance(exc, TransientSinkError):
         return "aborted", True
     err = kafka_error(exc)

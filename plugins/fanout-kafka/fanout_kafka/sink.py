@@ -48,7 +48,9 @@ from fanout_kafka.transaction import PartitionOutcome, WriterSettings, producer_
 
 log = logging.getLogger("fanout_kafka")
 
-_FAILURE_ORDER = ("fenced", "fatal", "bad_record", "error", "abortable", "retriable", "aborted")
+_FAILURE_ORDER = (
+    "fenced", "timeout", "fatal", "bad_record", "error", "abortable", "retriable", "aborted"
+)
 
 
 class KafkaSink(Sink):

@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from fanout_kafka.failures import FENCED_CODES, REJECTED_RECORD_CODES, classify, is_retriable
+from fanout_kafka.failures import (
+    FENCED_CODES,
+    REJECTED_RECORD_CODES,
+    TransactionTooLong,
+    classify,
+    is_retriable,
+)
 from fanout_kafka.failures import Rejected as _Rejected
 from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
 from fanout_kafka.failures import text as _text
@@ -334,6 +340,7 @@ class PartitionWriter:
                 failures.append((err, msg))
 
         self._retrying("begin the transaction", producer.begin_transaction)
+        started = time.monotonic()
         try:
             refused = self._produce_all(producer, settings.topic, records, delivered)
             if refused and settings.dead_letter is None:
@@ -355,6 +362,7 @@ class PartitionWriter:
                 raise _Rejected(refused)
             if self.hooks is not None:
                 self.hooks.before_commit(self.batch_id, self.partition, len(records))
+            self._check_duration(started, len(records))  # the coordinator would abort it
             marker = TopicPartition(settings.marker_topic, 0, self.batch_id + 1)
             metadata = self._marker_consumer().consumer_group_metadata()
             self._retrying(
@@ -372,6 +380,8 @@ class PartitionWriter:
             self._retrying("commit", lambda: producer.commit_transaction(self._timeout))
         except BaseException as exc:
             fatal = self._abort()
+            if classify(exc)[0] == "fenced":  # an epoch bumped by the coordinator's timeout?
+                self._check_duration(started, len(records), cause=exc)
             if fatal is not None and not _is_kafka_fatal(exc):
                 # e.g. produce() says only "_FATAL", or a callback's SystemError: report
                 # the producer's real fatal error (fenced...) instead
@@ -380,6 +390,17 @@ class PartitionWriter:
         if self.hooks is not None:
             self.hooks.on_partition_committed(self.batch_id, self.partition, len(records))
         return len(records)
+
+    def _check_duration(
+        self, started: float, records: int, cause: BaseException | None = None
+    ) -> None:
+        """Raise :class:`TransactionTooLong` when the transaction begun at ``started``
+        has outlived ``transaction.timeout.ms``."""
+        elapsed = time.monotonic() - started
+        if elapsed * 1000 > self.settings.transaction_timeout_ms:
+            raise TransactionTooLong(elapsed, self.settings.transaction_timeout_ms, records) from (
+                cause
+            )
 
     def _produce_all(
         self, producer: Any, topic: str, records: list[Record], on_delivery: Callable[..., None]
@@ -512,6 +533,15 @@ class PartitionWriter:
                 f"{self.transactional_id!r} (a newer attempt of this partition, or another "
                 f"pipeline using the same transactional_id_prefix); this attempt's "
                 f"transaction is aborted and none of it is visible ({_text(exc)})"
+            )
+        if isinstance(exc, TransactionTooLong):
+            return (
+                f"{where}: its transaction of {exc.records} record(s) ran {exc.elapsed_s:.1f} s, "
+                f"longer than transaction_timeout_ms={exc.timeout_ms}: the broker aborts such "
+                "a transaction (its producer then looks fenced), and a replay would repeat "
+                "it. Raise the sink's `transaction_timeout_ms` (at most the broker's "
+                "transaction.max.timeout.ms) or its `partitions` (fewer records per "
+                "transaction); nothing of this attempt is visible"
             )
         if isinstance(exc, _Rejected):
             reasons = "; ".join(b.reason for b in exc.rejected[:3])

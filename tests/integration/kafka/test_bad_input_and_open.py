@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from fanout_kafka import KafkaAbortedError, KafkaBadRecordError, KafkaSink
+from fanout_kafka import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError, KafkaSink
 from fanout_kafka.embedded import EmbeddedKafka, free_port
 
 from fanout import FanOut
@@ -227,3 +227,38 @@ def test_delta_dead_letters_of_a_committed_partition_survive_another_partition_f
         assert len(twice) == vetoed and max(counts.values()) == 2
     else:
         assert twice == []
+
+
+class SlowCommitSink(KafkaSink):
+    """Takes longer than its transaction timeout before committing (a partition too big
+    for ``transaction_timeout_ms``)."""
+
+    def before_commit(self, batch_id: int, partition: int, records: int) -> None:
+        time.sleep(1.5)
+
+
+def test_a_transaction_longer_than_its_timeout_fails_saying_what_to_change(
+    spark: Any, kafka: Broker, topic: str
+) -> None:
+    import sys
+
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors need not import it
+    sink = SlowCommitSink(
+        "events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id", partitions=1,
+        transaction_timeout_ms=1000,
+    )  # fmt: skip
+    sink.open(SinkContext(f"slow{uuid.uuid4().hex[:6]}"))
+    with pytest.raises(SinkWriteError) as info:
+        write(spark, sink, SMALL)
+    error = info.value
+    assert not isinstance(error, KafkaFencedError)
+    assert not sink.is_transient(error)  # a replay would repeat it: no retry loop
+    message = str(error)
+    assert "its transaction of 3 record(s) ran" in message
+    assert "longer than transaction_timeout_ms=1000" in message
+    assert "Raise the sink's `transaction_timeout_ms`" in message and "`partitions`" in message
+    assert "another writer took over" not in message
+    if kafka.hides_aborted:  # Tansu shows aborted records to read_committed readers
+        assert read_topic(kafka.bootstrap, topic, 1, timeout=5) == []
