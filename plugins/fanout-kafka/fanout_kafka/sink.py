@@ -49,7 +49,14 @@ from fanout_kafka.transaction import PartitionOutcome, WriterSettings, producer_
 log = logging.getLogger("fanout_kafka")
 
 _FAILURE_ORDER = (
-    "fenced", "timeout", "fatal", "bad_record", "error", "abortable", "retriable", "aborted"
+    "fenced",
+    "timeout",
+    "fatal",
+    "bad_record",
+    "error",
+    "abortable",
+    "retriable",
+    "aborted",
 )
 
 
