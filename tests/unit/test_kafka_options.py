@@ -144,3 +144,35 @@ def test_the_kafka_type_comes_from_the_entry_point_and_sinks_pickle() -> None:
     assert sink.bootstrap_servers == "a:1,b:2"
     clone = pickle.loads(pickle.dumps(sink))
     assert (clone.name, clone.topic, clone.key) == ("k", "t", ["x", "y"])
+
+
+class RetentionCluster:
+    """A cluster whose brokers report ``offsets.retention.minutes`` (or nothing)."""
+
+    def __init__(self, minutes: str | None) -> None:
+        self.minutes = minutes
+
+    def broker_config(self, name: str) -> str | None:
+        assert name == "offsets.retention.minutes"
+        return self.minutes
+
+
+@pytest.mark.parametrize(
+    ("minutes", "level", "text"),
+    [
+        ("60", "WARNING", "forgets partition markers 60 minute(s) (0.0 days)"),
+        ("20160", "INFO", "forgets partition markers 20160 minute(s) (14.0 days)"),
+        (None, "INFO", "does not report offsets.retention.minutes"),
+    ],
+)
+def test_open_says_how_long_markers_last(
+    caplog: pytest.LogCaptureFixture, minutes: str | None, level: str, text: str
+) -> None:
+    from fanout_kafka import KafkaSink
+
+    sink = KafkaSink("events", bootstrap_servers="127.0.0.1:1", topic="t")
+    with caplog.at_level("INFO", logger="fanout_kafka"):
+        sink._warn_marker_retention(RetentionCluster(minutes))
+    (record,) = [r for r in caplog.records if "sink 'events'" in r.getMessage()]
+    assert record.levelname == level
+    assert text in record.getMessage()

@@ -48,6 +48,9 @@ from fanout_kafka.transaction import PartitionOutcome, WriterSettings, producer_
 
 log = logging.getLogger("fanout_kafka")
 
+MARKER_RETENTION_WARN_MINUTES = 7 * 24 * 60
+"""Below a week of marker retention (Kafka's default), ``open()`` warns."""
+
 _FAILURE_ORDER = (
     "fenced",
     "timeout",
@@ -165,6 +168,7 @@ class KafkaSink(Sink):
         if dead is not None and dead.kind == "topic":
             cluster.ensure_topic(dead.target, "dead_letter", spec)
         self._check_transaction_timeout(cluster)
+        self._warn_marker_retention(cluster)
         if self.max_record_bytes is None:
             limit = cluster.topic_config(self.topic, "max.message.bytes") or cluster.broker_config(
                 "message.max.bytes"
@@ -347,6 +351,33 @@ class KafkaSink(Sink):
                 f"option 'transaction_timeout_ms' ({self.transaction_timeout_ms}) is over the "
                 f"broker's transaction.max.timeout.ms ({ceiling}); lower it"
             )
+
+    def _warn_marker_retention(self, cluster: Any) -> None:
+        """Markers are offsets of member-less groups, which the broker forgets after
+        ``offsets.retention.minutes``: a query restarted later than that after a crash in
+        the middle of a batch writes that batch's committed partitions again. Say how long
+        the window is (a warning when it is under a week)."""
+        value = cluster.broker_config("offsets.retention.minutes")
+        if value is None:
+            log.info(
+                "sink %r: the broker does not report offsets.retention.minutes; the partition "
+                "markers last as long as it keeps committed offsets of idle groups: restart a "
+                "failed query within that time",
+                self.name,
+            )
+            return
+        minutes = int(value)
+        level = logging.WARNING if minutes < MARKER_RETENTION_WARN_MINUTES else logging.INFO
+        log.log(
+            level,
+            "sink %r: the broker forgets partition markers %d minute(s) (%.1f days) after "
+            "their last commit (offsets.retention.minutes): restart a query that failed in "
+            "the middle of a batch within that time, or the partitions it had committed are "
+            "written again; raise offsets.retention.minutes on the brokers to widen the window",
+            self.name,
+            minutes,
+            minutes / 1440,
+        )
 
     def _check_columns(self, names: list[str], types: dict[str, str], batch_id: int) -> None:
         wanted = {
