@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 import time
 import warnings
@@ -20,6 +19,7 @@ from typing import Any
 
 from fanout.demo_checks import compare, delta_rows, kafka_rows, latest_per, postgres_rows
 from fanout.demo_services import DemoServices, demo_services
+from fanout.demo_workdir import prepare_workdir
 from fanout.errors import ConfigurationError
 from fanout.hookspecs import hookimpl
 from fanout.sink import BatchInfo, SinkResult
@@ -186,9 +186,7 @@ def run_demo(
 
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="fanout-demo-"))
-    if root.exists() and any(root.iterdir()):
-        shutil.rmtree(root)
-    root.mkdir(parents=True, exist_ok=True)
+    prepare_workdir(root)
     progress = Progress()
     progress._say(f"working in {root}")
     rows = generate_input(root / "input", files, rows_per_file)
@@ -233,5 +231,6 @@ def run_demo(
     print(
         "OK: no row lost, none duplicated, in any sink." if ok else "FAILED: see the table above."
     )
+    print(f"(the demo's tables, ledger and checkpoint are in {root}; remove it when done)")
     spark.stop()
     return 0 if ok else 1

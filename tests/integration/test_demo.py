@@ -43,3 +43,7 @@ def test_demo_proves_no_loss_and_no_duplicate(tmp_path: Path) -> None:
     }
     assert "batch 3: writing latest (skipping bronze, pg, events: already committed)" in out
     assert "OK: no row lost, none duplicated, in any sink." in out
+    # everything the demo left is its own, so a second demo may clear it (and only it)
+    from fanout.demo_workdir import DEMO_ENTRIES
+
+    assert {p.name for p in (tmp_path / "demo").iterdir()} <= DEMO_ENTRIES
