@@ -9,19 +9,26 @@ on restart and fanout skips the sinks that committed it), and says which happene
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from fanout.config import PipelineConfig, load
-from fanout.errors import ConfigurationError
+from fanout.errors import ConfigurationError, FanOutError
 from fanout.hookspecs import hookimpl
+from fanout.logs import known_secrets
 from fanout.progress import ProgressObserver
 from fanout.registry import load_registry, option_names
+from fanout.secrets import redact
 from fanout.sink import BatchInfo, SinkResult
+
+log = logging.getLogger("fanout")
 
 
 class BatchTracker:
@@ -30,6 +37,7 @@ class BatchTracker:
     def __init__(self) -> None:
         self.in_flight: int | None = None
         self.last_committed: int | None = None
+        self.failure: str | None = None  # fanout's own message for the batch that failed
         self.idle = threading.Event()
         self.idle.set()
 
@@ -54,7 +62,9 @@ class BatchTracker:
         failures: Mapping[str, BaseException],
         results: Mapping[str, SinkResult],
     ) -> None:
-        """A batch failed (the query is about to fail)."""
+        """A batch failed (the query is about to fail): keep fanout's own message, whole,
+        for the run's summary (Spark hands the query's error back as a JVM trace)."""
+        self.failure = str(FanOutError(info.pipeline, info.batch_id, failures))
         self.in_flight = None
         self.idle.set()
 
@@ -163,6 +173,7 @@ def run(path: str, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     config = load(path, sink_option_names())
     spark = build_session(config)
+    _quiet_query_errors(spark)
     df = build_source(spark, config)
     tracker = BatchTracker()
     progress = ProgressObserver()
@@ -189,7 +200,9 @@ def run(path: str, out: TextIO | None = None) -> int:
         error = query.exception()
         _end_progress(progress, query, config, out)
         if error is not None:
-            out.write(f"pipeline {config.name!r} failed: {_summary(error)}\n")
+            trace = _save_trace(config.name, error)
+            out.write(f"pipeline {config.name!r} failed: {tracker.failure or _summary(error)}\n")
+            out.write(f"(the full trace, Spark's included: {trace})\n")
             return 1
         out.write(
             f"pipeline {config.name!r} finished (last committed batch {tracker.last_committed})\n"
@@ -234,9 +247,34 @@ def _stop(
         )
 
 
+def _quiet_query_errors(spark: Any) -> None:
+    """Keep Spark's streaming engine from logging a failed query's traces to the console:
+    ``run`` prints fanout's own message last and saves the traces to a file it names
+    (at ``--log-level DEBUG`` Spark's log stays on)."""
+    if log.isEnabledFor(logging.DEBUG):
+        return
+    try:
+        jvm = spark.sparkContext._jvm
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        configurator.setLevel("org.apache.spark.sql.execution.streaming", off)
+    except Exception as exc:  # another logging backend: its output stays
+        log.debug("cannot quiet Spark's streaming log: %s", exc)
+
+
 def _summary(error: Any) -> str:
-    text = str(getattr(error, "desc", None) or error)
-    lines = [
-        line for line in text.splitlines() if "FanOutError" in line or "sink(s) failed" in line
-    ]
-    return (lines[0] if lines else text.splitlines()[0]).strip()
+    """The first line of a query error fanout did not raise (the source failed, Spark
+    itself...): its own description, never a line of trace."""
+    text = str(getattr(error, "desc", None) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _save_trace(pipeline: str, error: Any) -> str:
+    """Write the query's whole error (Spark's and Python's traces) to a file, and log it at
+    DEBUG; return the file's path for the summary to name."""
+    text = f"{getattr(error, 'desc', '') or ''}\n\n{getattr(error, 'stackTrace', '') or error}"
+    handle, path = tempfile.mkstemp(prefix=f"fanout-{pipeline}-error-", suffix=".log")
+    with os.fdopen(handle, "w") as file:
+        file.write(redact(text, known_secrets()))
+    log.debug("pipeline %s failed:\n%s", pipeline, text)
+    return path

@@ -1,0 +1,68 @@
+"""``fanout run`` ends a failed run with fanout's own error, whole, printed last; the
+traces go to a file it names (issue 14, item 3)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PIPELINE = """
+[pipeline]
+name = "dupes"
+ledger = "{data}/ledger"
+checkpoint = "{data}/checkpoint"
+trigger = {{ available_now = true }}
+retries = 0
+
+[spark]
+master = "local[2]"
+
+[source]
+format = "json"
+path = "{data}/input"
+schema = "order_id LONG, amount DOUBLE"
+
+[[sinks]]
+type = "delta"
+name = "bronze"
+path = "{data}/bronze"
+
+[[sinks]]
+type = "delta"
+name = "latest"
+path = "{data}/latest"
+mode = "merge"
+keys = ["order_id"]
+"""
+
+
+def test_a_failed_run_ends_with_fanouts_own_message(tmp_path: Path) -> None:
+    (tmp_path / "input").mkdir()
+    rows = [{"order_id": 7, "amount": 1.0}, {"order_id": 7, "amount": 2.0}]  # no order_by
+    (tmp_path / "input" / "a.json").write_text("\n".join(json.dumps(r) for r in rows))
+    config = tmp_path / "pipeline.toml"
+    config.write_text(PIPELINE.format(data=tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-m", "fanout.cli", "run", str(config)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    failed = next(i for i, line in enumerate(lines) if line.startswith("pipeline 'dupes' failed:"))
+    summary = lines[failed:]
+    assert summary[0] == (
+        "pipeline 'dupes' failed: pipeline 'dupes', batch 0: 1 sink(s) failed (latest); the "
+        "other sinks committed the batch and will be skipped when the query restarts and "
+        "Spark replays it:"
+    )
+    assert summary[1].startswith("  - latest: ")
+    assert "order_id" in summary[1] and "7" in summary[1]
+    assert summary[-1].startswith("(the full trace, Spark's included: ")
+    trace = Path(summary[-1].removeprefix("(the full trace, Spark's included: ").rstrip(")"))
+    assert "Traceback (most recent call last)" in trace.read_text()
+    assert len(summary) == 3  # the message, whole, and where the trace is: nothing else
+    for line in lines:
+        assert "Traceback" not in line and "raise FanOutError" not in line
+        assert not line.lstrip().startswith("at org.apache")
