@@ -29,6 +29,11 @@ def test_demo_proves_no_loss_and_no_duplicate(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     out = done.stdout
     assert "latest: FAILED (sink 'latest', batch 3: simulated outage" in out
+    planned = out.split("run 1: the query stopped, as planned:\n", 1)[1].splitlines()
+    assert planned[0].startswith("pipeline 'demo', batch 3: 1 sink(s) failed (latest); the ")
+    assert planned[1].startswith("  - latest: ") and "simulated outage" in planned[1]
+    assert "reading every sink back with its own client" in out
+    assert "(the demo's tables, ledger and checkpoint are in " in out
     rows = {
         m.group(1): m.group(0).split()
         for m in re.finditer(
@@ -47,3 +52,14 @@ def test_demo_proves_no_loss_and_no_duplicate(tmp_path: Path) -> None:
     from fanout.demo_workdir import DEMO_ENTRIES
 
     assert {p.name for p in (tmp_path / "demo").iterdir()} <= DEMO_ENTRIES
+
+
+def test_demo_with_an_unreachable_postgres_fails_before_any_run(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fanout.cli", "demo", "--workdir", str(tmp_path / "demo"),
+         "--rows", "10", "--postgres-url", "postgresql://nobody:secret@127.0.0.1:1/none"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "sink 'pg'" in done.stderr and "secret" not in done.stderr + done.stdout
+    assert "as planned" not in done.stdout and "run 2" not in done.stdout
