@@ -19,7 +19,13 @@ from typing import Any, Literal
 from fanout.context import ContextReader
 from fanout.deadletter import DeadLetter
 from fanout.determinism import check_route as check_route_membership
-from fanout.errors import CheckpointResetError, ConfigurationError, FanOutError, FanoutError
+from fanout.errors import (
+    CheckpointResetError,
+    ConfigurationError,
+    FanOutError,
+    FanoutError,
+    RouteError,
+)
 from fanout.guard import CheckpointGuard
 from fanout.hooks import HookCaller
 from fanout.ledger import DeltaLedger, Ledger, LedgerEntry, now_utc
@@ -311,7 +317,13 @@ class FanOut:
         returns each such sink's target (or the error asking for it raised)."""
         targets: dict[str, DeadLetterWriter | Exception] = {}
         for name in pending:
-            if self.specs[name].route.is_identity:
+            route = self.specs[name].route
+            if route.is_identity:
+                continue
+            try:  # an expression Spark cannot resolve fails this sink, named, unwritten
+                route.resolve(df, sink=name, batch_id=info.batch_id)
+            except RouteError as unresolved:
+                targets[name] = unresolved
                 continue
             try:
                 target = self.sinks[name].route_dead_letters()

@@ -19,13 +19,16 @@ the batch for that sink with a :class:`fanout.RouteError` otherwise; see
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fanout.errors import ConfigurationError
+from fanout.errors import ConfigurationError, RouteError
 from fanout.retry import RetryPolicy
 from fanout.sink import Sink
+
+log = logging.getLogger("fanout")
 
 CORE_OPTIONS = ("where", "select", "retries", "backoff_s")
 """Keys of a sink's dict configuration that fanout consumes itself."""
@@ -51,9 +54,36 @@ class Route:
             df = df.selectExpr(*self.select)
         return df
 
+    def resolve(self, df: Any, *, sink: str, batch_id: int | None) -> Any:
+        """:meth:`apply`, raising :class:`fanout.RouteError` naming the sink, the batch and
+        the expression when Spark cannot resolve it against ``df`` (a misspelt column, a
+        type error): Spark analyses a DataFrame when it is built, before any row is read."""
+        if self.where is not None:
+            try:
+                df = df.where(self.where)
+            except Exception as exc:
+                raise _unresolved("where", self.where, exc, sink, batch_id) from exc
+        if self.select is not None:
+            try:
+                df = df.selectExpr(*self.select)
+            except Exception as exc:
+                culprit = _first_unresolved(df, self.select) or ", ".join(self.select)
+                raise _unresolved("select", culprit, exc, sink, batch_id) from exc
+        return df
+
     def validate(self, sink: str, spark: Any) -> None:
-        """Check the expressions' syntax with Spark's parser, when a session is at hand."""
-        if spark is None or self.is_identity:
+        """Check the expressions' syntax with Spark's parser, when a session is at hand
+        (without one, say that they could not be checked)."""
+        if self.is_identity:
+            return
+        if spark is None:
+            log.warning(
+                "sink %r: no active SparkSession, so its route (where=%r, select=%r) could not "
+                "be parsed now; it is checked when the first batch arrives",
+                sink,
+                self.where,
+                self.select,
+            )
             return
         parser = spark._jsparkSession.sessionState().sqlParser()
         for kind, expression in [("where", self.where)] + [
@@ -71,6 +101,30 @@ class Route:
                 raise ConfigurationError(
                     f"sink {sink!r}: {kind} expression {expression!r} does not parse: {first}"
                 ) from None
+
+
+def _first_unresolved(df: Any, expressions: Sequence[str]) -> str | None:
+    """The first ``select`` expression Spark cannot resolve on its own against ``df``."""
+    for expression in expressions:
+        try:
+            df.selectExpr(expression)
+        except Exception:
+            return expression
+    return None
+
+
+def _unresolved(
+    kind: str, expression: str, exc: BaseException, sink: str, batch_id: int | None
+) -> RouteError:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return RouteError(
+        f"route {kind} {expression!r} cannot be applied to the batch: {first}",
+        sink=sink,
+        batch_id=batch_id,
+        kind=kind,
+        expression=expression,
+    )
 
 
 def _strip_alias(expression: str) -> str:
