@@ -317,13 +317,7 @@ class FanOut:
         returns each such sink's target (or the error asking for it raised)."""
         targets: dict[str, DeadLetterWriter | Exception] = {}
         for name in pending:
-            route = self.specs[name].route
-            if route.is_identity:
-                continue
-            try:  # an expression Spark cannot resolve fails this sink, named, unwritten
-                route.resolve(df, sink=name, batch_id=info.batch_id)
-            except RouteError as unresolved:
-                targets[name] = unresolved
+            if self.specs[name].route.is_identity:
                 continue
             try:
                 target = self.sinks[name].route_dead_letters()
@@ -335,6 +329,11 @@ class FanOut:
         for name in targets:
             route = self.specs[name].route
             if route in checked or isinstance(targets[name], Exception):
+                continue
+            try:  # an expression Spark cannot resolve fails this sink, named, unwritten
+                route.resolve(df, sink=name, batch_id=info.batch_id)
+            except RouteError as unresolved:
+                targets[name] = unresolved
                 continue
             readers = {self.sinks[s].reads for s in pending if self.specs[s].route == route}
             checked[route] = check_route(
@@ -394,11 +393,16 @@ class FanOut:
             routed = df  # never written: the runner reports ``blocked``
         elif check is not None and check.df is not None:
             routed, arrow, letters = check.df, check.arrow, check.letters  # evaluated already
-        else:
-            routed = df if route.is_identity else route.apply(df)
+        elif route.is_identity:
+            routed = df
             arrow = arrows.setdefault(route, SharedArrow(routed))
-            if not route.is_identity:
+        else:
+            try:
+                routed = route.resolve(df, sink=name, batch_id=info.batch_id)
+                arrow = arrows.setdefault(route, SharedArrow(routed))
                 explain = partial(explain_failure, df, route, sink=name, batch_id=info.batch_id)
+            except RouteError as unresolved:  # never written: the runner reports it
+                blocked, routed = unresolved, df
         batch = Batch(routed, info, name, txn_app_id(info.pipeline, name, info.epoch), _arrow=arrow)
         return SinkRunner(
             spec.sink,
