@@ -90,7 +90,7 @@ def test_sample_sink_end_to_end_through_fanout(
         assert out.is_dir()  # open() created it, before any batch
         results = fan.process(frame, BatchInfo("sample", 7, "q-1", [{"topic": {"0": 42}}]))
 
-    target = out / "7.jsonl"
+    target = out / "sample~files~000000000007.jsonl"
     assert results == {"files": SinkResult(rows=2, details={"path": str(target)})}
     assert target.read_text(encoding="utf-8") == (
         '{"id": 1, "name": "a", "amount": 1.5}\n{"id": 2, "name": "\\u00fc", "amount": null}\n'
@@ -113,9 +113,14 @@ def test_sample_sink_end_to_end_through_fanout(
         FakeFrame(pa.table({"id": [3], "name": ["c"], "amount": [0.0]})),
         BatchInfo("sample", 8, "q-1"),
     )
-    assert sorted(p.name for p in out.iterdir()) == ["7.jsonl", "8.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "sample~files~000000000007.jsonl",
+        "sample~files~000000000008.jsonl",
+    ]
     assert target.read_text(encoding="utf-8").count("\n") == 2
-    assert (out / "8.jsonl").read_text() == '{"id": 3, "name": "c", "amount": 0.0}\n'
+    assert (
+        out / "sample~files~000000000008.jsonl"
+    ).read_text() == '{"id": 3, "name": "c", "amount": 0.0}\n'
 
 
 def test_idempotency_key_is_the_txn_id_and_batch_and_new_per_epoch() -> None:

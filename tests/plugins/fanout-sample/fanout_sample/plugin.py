@@ -1,7 +1,8 @@
-"""The ``sample-jsonl`` sink type: each micro-batch as ``<directory>/<batch_id>.jsonl``.
+"""The ``sample-jsonl`` sink type: each micro-batch as ``<directory>/<key>.jsonl``, where
+``<key>`` is the batch's :attr:`fanout.Batch.idempotency_key` token (new in a new epoch).
 
 Idempotent: a batch is written to a temporary file in the same directory and renamed
-over ``<batch_id>.jsonl``, so writing batch N again replaces the file with the same
+over ``<key>.jsonl``, so writing batch N again replaces the file with the same
 content, and a crash mid-write never leaves a partial file under the final name.
 """
 
@@ -19,7 +20,7 @@ from fanout.sink import Reads
 
 
 class JsonLinesSink(Sink):
-    """Writes each batch's rows as JSON lines to ``<directory>/<batch_id>.jsonl``.
+    """Writes each batch's rows as JSON lines to ``<directory>/<key token>.jsonl``.
 
     :param directory: where the files go; created by :meth:`open` when missing.
     """
@@ -52,8 +53,9 @@ class JsonLinesSink(Sink):
 
     def write(self, batch: Batch) -> SinkResult:
         rows = batch.arrow().to_pylist()
-        target = Path(self.directory) / f"{batch.batch_id}.jsonl"
-        fd, temp = tempfile.mkstemp(prefix=f".{batch.batch_id}.", suffix=".tmp", dir=self.directory)
+        token = batch.idempotency_key.token
+        target = Path(self.directory) / f"{token}.jsonl"
+        fd, temp = tempfile.mkstemp(prefix=f".{token}.", suffix=".tmp", dir=self.directory)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 for row in rows:
