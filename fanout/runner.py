@@ -151,10 +151,13 @@ def _start(df: Any, fan: Any, config: PipelineConfig) -> Any:
 
 def validate(path: str, out: TextIO | None = None) -> int:
     """Check the file, the source and every sink's target, without starting the stream."""
+    from fanout.validate import report, run_checks
+
     out = out or sys.stdout  # looked up now: tests and callers may have replaced it
     config = load(path, sink_option_names())
     spark = build_session(config)
-    build_source(spark, config)
+    out.write(f"{path}: checking pipeline {config.name!r}\n")
+    report(run_checks(spark, config, build_source), out)
     fan = build_fanout(spark, config, serve=False)
     out.write(f"{path}: pipeline {config.name!r} is valid\n")
     for name, spec in fan.specs.items():

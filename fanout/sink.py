@@ -278,6 +278,13 @@ class Sink:
         :class:`SinkResult`. Called only for batches the ledger has no mark of."""
         raise NotImplementedError(f"{type(self).__name__}.write")
 
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Raise :class:`fanout.SchemaMismatchError` (naming the columns) when batches of
+        this Arrow ``schema`` (the routed source schema) cannot be written to the target.
+        Called by ``fanout validate`` after :meth:`open`, so a pipeline file whose source
+        declares its schema learns of the mismatch before the stream starts. Default:
+        nothing to check."""
+
     def close(self) -> None:
         """Release what :meth:`open` acquired; called once when the FanOut closes."""
 

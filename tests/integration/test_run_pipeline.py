@@ -153,7 +153,9 @@ def test_validate_opens_every_sink_without_starting(
     )
     assert main(["validate", str(broken)]) == 2
     err = capsys.readouterr().err
-    assert "configuration error: Delta sink 'latest'" in err and "io.delta.tables.DeltaTable" in err
+    assert "configuration error: 1 of " in err
+    assert "sink latest: opens its target: Delta sink 'latest'" in err
+    assert "io.delta.tables.DeltaTable" in err
 
 
 PROGRESS_PIPELINE = """

@@ -191,7 +191,7 @@ def check_batch_schema(
     *,
     merge_schema: bool,
     sink: str,
-    batch_id: int,
+    batch_id: int | None,
 ) -> None:
     """Raise :class:`fanout.errors.SchemaMismatchError` when ``batch`` cannot be written
     to a table of schema ``table``; the error names the columns and what to do."""

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from fanout import deltaio
 from fanout.deadletter import DeltaDeadLetters, split_target
 from fanout.errors import ConfigurationError
 from fanout.sink import Batch, Guarantee, Reads, Sink, SinkContext, SinkResult
 from fanout_delta.declaration import OPTIONS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +101,23 @@ class DeltaSink(Sink):
     def reads(self) -> Reads:
         """``"arrow"`` for the delta-rs engine, ``"dataframe"`` for delta-spark."""
         return "dataframe" if (self.resolved_engine or self.engine) != "rs" else "arrow"
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        """An existing table must take batches of ``schema`` (new columns only with
+        ``merge_schema``); a missing table is created from the first batch."""
+        import pyarrow as pa
+
+        from fanout_delta.schema import check_batch_schema
+
+        table = None if self.path is None else deltaio.open_table(self.path, self.storage_options)
+        if table is not None:
+            check_batch_schema(
+                pa.schema(table.schema().to_arrow()),
+                schema,
+                merge_schema=self.merge_schema,
+                sink=self.name,
+                batch_id=None,
+            )
 
     def open(self, context: SinkContext) -> None:
         """Validate the options and, when the table exists, the columns they name."""

@@ -1,0 +1,92 @@
+"""``fanout validate`` checks routes and target schemas against the declared source schema
+and reports every problem in one run, as a checklist (issue 14, item 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from deltalake import write_deltalake
+
+PIPELINE = """
+[pipeline]
+name = "checks"
+ledger = "{data}/ledger"
+checkpoint = "{data}/checkpoint"
+
+[spark]
+master = "local[2]"
+
+[source]
+format = "json"
+path = "{data}/input"
+schema = "order_id LONG, status STRING, amount DOUBLE"
+
+[[sinks]]
+type = "delta"
+name = "bronze"
+path = "{data}/bronze"
+
+[[sinks]]
+type = "delta"
+name = "paid"
+path = "{data}/paid"
+where = "stauts = 'paid'"
+
+[[sinks]]
+type = "delta"
+name = "cents"
+path = "{data}/cents"
+select = ["order_id", "amout * 100 AS cents"]
+
+[[sinks]]
+type = "delta"
+name = "old"
+path = "{data}/old"
+"""
+
+
+def test_validate_reports_every_problem_as_a_checklist(
+    spark: Any, tmp_path: Path, capsys: Any
+) -> None:
+    from fanout.cli import main
+
+    (tmp_path / "input").mkdir()
+    write_deltalake(str(tmp_path / "old"), pa.table({"order_id": pa.array(["a"], pa.string())}))
+    config = tmp_path / "pipeline.toml"
+    config.write_text(PIPELINE.format(data=tmp_path))
+    assert main(["validate", str(config)]) == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.out.splitlines() if line.startswith("  ")]
+    verdicts = [line[:8] + line[8:].split(":")[0] for line in lines]
+    assert verdicts == [
+        "  OK    source",
+        f"  OK    ledger {tmp_path}/ledger",
+        "  OK    sink bronze",
+        "  OK    sink bronze",
+        "  OK    sink bronze",
+        "  OK    sink paid",
+        "  OK    sink paid",
+        "  FAIL  sink paid",
+        "  OK    sink cents",
+        "  OK    sink cents",
+        "  FAIL  sink cents",
+        "  OK    sink old",
+        "  OK    sink old",
+        "  FAIL  sink old",
+    ]
+    failed = [line for line in lines if line.startswith("  FAIL")]
+    assert failed[0].startswith(
+        "  FAIL  sink paid: route resolves against the source schema: sink 'paid': route where "
+        "\"stauts = 'paid'\" cannot be applied to the batch: [UNRESOLVED_COLUMN"
+    )
+    assert "`status`" in failed[0]  # Spark's suggestion
+    assert failed[1].startswith(
+        "  FAIL  sink cents: route resolves against the source schema: sink 'cents': route "
+        "select 'amout * 100 AS cents' cannot be applied"
+    )
+    assert failed[2].startswith("  FAIL  sink old: target takes the routed schema: sink 'old': ")
+    assert "order_id" in failed[2]
+    assert "configuration error: 3 of 14 checks failed:" in captured.err
+    assert not (tmp_path / "checkpoint").exists()
