@@ -139,6 +139,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run(args.pipeline_file)
 
 
+def cmd_dev(args: argparse.Namespace) -> int:
+    """Start, show or stop the local development services (``fanout.dev``)."""
+    from pathlib import Path
+
+    from fanout import dev
+
+    state = Path(args.state)
+    if args.action == "up":
+        env = dev.up(state)
+        print(env, end="")
+        print(f"# services running (pid {dev.running_pid(state)}); load them with: . {state}/env")
+        return 0
+    if args.action == "status":
+        pid = dev.running_pid(state)
+        if pid is None:
+            print(f"no dev services running for {state}")
+            return 1
+        print(f"dev services running (pid {pid}):")
+        print((state / "env").read_text(), end="")
+        return 0
+    stopped = dev.down(state)
+    print("dev services stopped" if stopped else f"no dev services running for {state}")
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check a pipeline file and open every sink, without starting the stream."""
     from fanout.runner import validate
@@ -227,6 +252,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("pipeline_file")
     validate.set_defaults(func=cmd_validate)
+
+    dev = sub.add_parser(
+        "dev", help="local PostgreSQL and Kafka for the example pipeline: up, status, down"
+    )
+    dev.add_argument("action", choices=["up", "status", "down"])
+    dev.add_argument(
+        "--state", default=".fanout-dev", help="pid, env file, logs and data (default .fanout-dev)"
+    )
+    dev.set_defaults(func=cmd_dev)
 
     plugins = sub.add_parser("plugins", help="list installed sink types and their plugins")
     plugins.add_argument("--json", action="store_true", help="print JSON")

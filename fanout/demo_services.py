@@ -67,13 +67,13 @@ def demo_services(
         elif postgres_url:
             services.postgres_url = postgres_url
         else:
-            services.postgres_url = _start(stack, services, "PostgreSQL", _embedded_postgres, root)
+            services.postgres_url = _start(stack, services, "PostgreSQL", embedded_postgres, root)
         if "kafka" not in types:
             services.notes.append("Kafka left out: pip install ./plugins/fanout-kafka")
         elif kafka_bootstrap:
             services.kafka_bootstrap = kafka_bootstrap
         else:
-            services.kafka_bootstrap = _start(stack, services, "Kafka", _embedded_kafka, root)
+            services.kafka_bootstrap = _start(stack, services, "Kafka", embedded_kafka, root)
         yield services
 
 
@@ -88,7 +88,8 @@ def _start(
 
 
 @contextmanager
-def _embedded_postgres(root: Path) -> Iterator[str]:
+def embedded_postgres(root: Path) -> Iterator[str]:
+    """An embedded PostgreSQL server with its data under ``root/postgres``; yields its URL."""
     from fanout_postgres.embedded import EmbeddedPostgres
 
     with EmbeddedPostgres(root / "postgres", database="demo", delete=True) as url:
@@ -96,7 +97,8 @@ def _embedded_postgres(root: Path) -> Iterator[str]:
 
 
 @contextmanager
-def _embedded_kafka(root: Path) -> Iterator[str]:
+def embedded_kafka(root: Path) -> Iterator[str]:
+    """An embedded Kafka-protocol broker (Tansu); yields its bootstrap address."""
     from fanout_kafka.embedded import EmbeddedKafka
 
     with EmbeddedKafka() as bootstrap:
