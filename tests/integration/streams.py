@@ -44,11 +44,21 @@ def write_input(
 
 
 def run_stream(
-    spark: Any, input_dir: Path, fan: Any, checkpoint: Path, schema: str = SCHEMA
+    spark: Any,
+    input_dir: Path,
+    fan: Any,
+    checkpoint: Path,
+    schema: str = SCHEMA,
+    *,
+    files_per_batch: int | None = 1,
 ) -> None:
     """Run the file stream through ``fan`` until the input is consumed (one file per
-    batch); raises the query's exception when it fails."""
-    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(input_dir))
+    batch, or every new file in one batch with ``files_per_batch=None``); raises the
+    query's exception when it fails."""
+    reader = spark.readStream.schema(schema)
+    if files_per_batch is not None:
+        reader = reader.option("maxFilesPerTrigger", files_per_batch)
+    stream = reader.json(str(input_dir))
     query = (
         stream.writeStream.foreachBatch(fan)
         .option("checkpointLocation", str(checkpoint))

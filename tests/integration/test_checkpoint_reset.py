@@ -18,7 +18,6 @@ from fanout import FanOut
 from tests.integration.driver import PIPELINE, sinks
 from tests.integration.faults import KILL_EXIT_CODE
 from tests.integration.streams import (
-    SCHEMA,
     committed_marks,
     delta_rows,
     run_stream,
@@ -106,14 +105,7 @@ def test_new_epoch_continues_after_the_old_offsets(spark: Any, tmp_path: Path) -
 def _run_all_new_files(spark: Any, input_dir: Path, fan: FanOut, checkpoint: Path) -> None:
     """One batch for every file not yet read: a re-planned batch then takes in more than
     the batch of the same id did the first time."""
-    stream = spark.readStream.schema(SCHEMA).json(str(input_dir))
-    query = (
-        stream.writeStream.foreachBatch(fan)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    run_stream(spark, input_dir, fan, checkpoint, files_per_batch=None)
 
 
 def _run_batches(spark: Any, tmp_path: Path, first: int, count: int) -> list[dict[str, Any]]:
