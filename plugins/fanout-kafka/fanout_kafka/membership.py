@@ -182,7 +182,7 @@ def refuse_legacy_half_commit(
     written twice). A legacy marker at ``batch_id + 1`` is that case; other legacy markers
     are finished history and ignored."""
     from fanout_kafka.errors import KafkaMarkerError
-    from fanout_kafka.transaction import legacy_marker_group
+    from fanout_kafka.markers import legacy_marker_group
 
     servers = str(admin_config.get("bootstrap.servers"))
     key = (servers, settings.marker_topic, settings.scope, settings.sink)

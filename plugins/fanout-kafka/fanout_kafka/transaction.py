@@ -38,6 +38,7 @@ from fanout_kafka.failures import (
 from fanout_kafka.failures import Rejected as _Rejected
 from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
 from fanout_kafka.failures import text as _text
+from fanout_kafka.markers import marker_group
 from fanout_kafka.membership import pack, plan_group_metadata
 from fanout_kafka.options import DeadLetter, connection_settings
 from fanout_kafka.records import BadRecord, Encoder, Record, dead_letter_headers
@@ -144,24 +145,6 @@ def producer_config(
     }
     config.pop("request.required.acks", None)
     return config
-
-
-def marker_group(scope: str, sink: str, partition: int) -> str:
-    """The consumer group whose committed offset marks partition ``partition``'s progress:
-    ``fanout/<pipeline>/<sink>/p<partition>`` (``<pipeline>@e<epoch>`` in a new epoch).
-
-    The parts are joined by ``/``, which no pipeline or sink name may hold (see
-    :func:`fanout.names.check_name`), so two pipelines or sinks never share a group: the
-    dotted names of fanout 0.1 (``fanout.<pipeline>.<sink>.p<n>``) did, for pipeline
-    ``orders.eu`` with sink ``kafka`` and pipeline ``orders`` with sink ``eu.kafka``.
-    """
-    return f"fanout/{scope}/{sink}/p{partition}"
-
-
-def legacy_marker_group(scope: str, sink: str, partition: int) -> str:
-    """The group fanout 0.1 used for the same marker (ambiguous: see :func:`marker_group`);
-    read once per sink to refuse a batch that fanout 0.1 left half committed."""
-    return f"fanout.{scope}.{sink}.p{partition}"
 
 
 def scope_of(txn_app_id: str, sink: str) -> str:
@@ -322,9 +305,9 @@ class PartitionWriter:
         target = settings.dead_letter
         if target is None or target.kind != "delta" or not bad:
             return
-        from fanout_kafka import deadletter
+        from fanout_kafka import delta_letters
 
-        deadletter.write(
+        delta_letters.write(
             target.target, [self._dead_letter_row(b) for b in bad],
             txn_app_id=f"fanout/{settings.scope}/{settings.sink}", pipeline=settings.pipeline,
             sink=settings.sink, batch_id=self.batch_id, topic=settings.topic,

@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from fanout_kafka.transaction import marker_group
+from fanout_kafka.markers import marker_group
 
 CONSUME = Path(__file__).with_name("consume.py")
 

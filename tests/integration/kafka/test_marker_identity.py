@@ -75,7 +75,7 @@ def test_a_marker_past_the_batch_is_refused_before_writing(spark: Any, kafka: Br
 
 def test_a_batch_half_committed_under_the_old_names_is_refused(spark: Any, kafka: Broker) -> None:
     from confluent_kafka import Consumer, TopicPartition
-    from fanout_kafka.transaction import legacy_marker_group
+    from fanout_kafka.markers import legacy_marker_group
 
     tag = uuid.uuid4().hex[:6]
     topic, pipeline, markers = f"t-{tag}", f"p{tag}", f"markers-{tag}"
