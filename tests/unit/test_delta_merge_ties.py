@@ -39,3 +39,42 @@ def test_tie_winner_does_not_depend_on_arrival_order(order: str) -> None:
 
     assert sorted(kept.to_pylist(), key=lambda r: r["id"]) == WINNERS
     assert kept.schema == SCHEMA
+
+
+def test_a_batch_without_ties_turns_no_column_into_text(monkeypatch) -> None:
+    """The tie-break costs nothing when no key ties on ``order_by`` (most batches):
+    nested columns become JSON text, a Python loop over every row (~1 s per 200k rows),
+    only for a batch that needs the tie-break."""
+    from fanout_delta import rs_engine
+
+    def no_text(column):
+        raise AssertionError("a batch without ties converted a column to JSON text")
+
+    monkeypatch.setattr(rs_engine, "_as_json_text", no_text)
+    rows = [ROWS[0], ROWS[2], ROWS[3], ROWS[5]]  # id 1 twice, on different seq: no tie
+    data = pa.Table.from_pylist(rows, schema=SCHEMA)
+
+    kept = prepare_merge_source(data, ["id"], ["seq"], "s", 0)
+
+    assert sorted(kept.to_pylist(), key=lambda r: r["id"]) == [ROWS[0], ROWS[3], ROWS[5]]
+
+
+@pytest.mark.parametrize("order", ["forward", "backward"])
+def test_ties_with_a_dictionary_encoded_column(order: str) -> None:
+    """Arrow cannot sort dictionary-encoded columns; the tie-break sorts their values."""
+    data = pa.table(
+        {
+            "id": [1, 1, 2],
+            "seq": [5, 5, 1],
+            "name": pa.array(["b", "a", "c"]).dictionary_encode(),
+        }
+    )
+    if order == "backward":
+        data = data.take([2, 1, 0])
+
+    kept = prepare_merge_source(data, ["id"], ["seq"], "s", 0)
+
+    assert sorted(kept.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "seq": 5, "name": "b"},
+        {"id": 2, "seq": 1, "name": "c"},
+    ]

@@ -222,18 +222,16 @@ def _keep_last(data: pa.Table, keys: Sequence[str], order_by: Sequence[str]) -> 
     """One row per key: the greatest ``order_by`` values win (nulls lose), ties go to the
     greatest values of the other columns in batch column order, never to the arrival order
     (a replay may deliver the rows in another order). Rows tied on every column are equal,
-    so which of them is kept does not matter."""
+    so which of them is kept does not matter.
+
+    The other columns are sort keys only when some key has a tie on ``order_by``: a batch
+    without ties (the common case) pays for no more than sorting on keys and ``order_by``
+    (turning nested columns into sortable text is a Python loop over every row)."""
     others = [c for c in data.column_names if c not in keys and c not in order_by]
     numbered = data.append_column(_ROW, pa.array(range(data.num_rows), pa.int64()))
-    tie_keys = []
-    for index, name in enumerate(others):
-        column = numbered.column(name)
-        if pa.types.is_nested(column.type):  # Arrow cannot sort lists and maps: compare JSON
-            key = f"__fanout_tie_{index}__"
-            numbered = numbered.append_column(key, _as_json_text(column))
-            tie_keys.append(key)
-        else:
-            tie_keys.append(name)
+    tie_keys: list[str] = []
+    if others and _has_ties(data, [*keys, *order_by]):
+        numbered, tie_keys = _with_tie_keys(numbered, others)
     sort_keys = [(c, "ascending", "at_start") for c in [*keys, *order_by, *tie_keys, _ROW]]
     ordered = numbered.take(pc.sort_indices(numbered, sort_keys=sort_keys))
     n = ordered.num_rows
@@ -245,6 +243,33 @@ def _keep_last(data: pa.Table, keys: Sequence[str], order_by: Sequence[str]) -> 
         tail = pa.chunked_array([changed.combine_chunks(), pa.array([True])])
         last = pc.or_(last, tail)
     return ordered.filter(last).sort_by(_ROW).select(data.column_names)
+
+
+def _has_ties(data: pa.Table, columns: list[str]) -> bool:
+    """Whether two rows share the values of every one of ``columns`` (nulls, and NaNs,
+    count as equal to each other)."""
+    groups = data.select(columns).group_by(columns).aggregate([([], "count_all")])
+    return groups.num_rows < data.num_rows
+
+
+def _with_tie_keys(numbered: pa.Table, others: list[str]) -> tuple[pa.Table, list[str]]:
+    """``numbered`` with a sortable stand-in for each of ``others`` Arrow cannot sort as
+    it is, and the names of the tie-break sort keys, in column order."""
+    tie_keys = []
+    for index, name in enumerate(others):
+        column = numbered.column(name)
+        kind = column.type
+        if not (pa.types.is_dictionary(kind) or pa.types.is_nested(kind)):
+            tie_keys.append(name)
+            continue
+        if pa.types.is_dictionary(kind):  # Arrow cannot sort these: by their values
+            column = column.cast(kind.value_type)
+        if pa.types.is_nested(column.type):  # nor lists, maps and structs: compare JSON
+            column = _as_json_text(column)
+        key = f"__fanout_tie_{index}__"
+        numbered = numbered.append_column(key, column)
+        tie_keys.append(key)
+    return numbered, tie_keys
 
 
 def _as_json_text(column: pa.ChunkedArray) -> pa.Array:
