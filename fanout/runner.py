@@ -275,9 +275,10 @@ def _summary(error: Any) -> str:
 def _save_trace(pipeline: str, error: Any) -> str:
     """Write the query's whole error (Spark's and Python's traces) to a file, and log it at
     DEBUG; return the file's path for the summary to name."""
-    text = f"{getattr(error, 'desc', '') or ''}\n\n{getattr(error, 'stackTrace', '') or error}"
+    raw = f"{getattr(error, 'desc', '') or ''}\n\n{getattr(error, 'stackTrace', '') or error}"
+    text = redact(raw, known_secrets())  # masked here, whatever handlers the log has
     handle, path = tempfile.mkstemp(prefix=f"fanout-{pipeline}-error-", suffix=".log")
     with os.fdopen(handle, "w") as file:
-        file.write(redact(text, known_secrets()))
+        file.write(text)
     log.debug("pipeline %s failed:\n%s", pipeline, text)
     return path
