@@ -166,7 +166,7 @@ def verify(paths: list[Path], n: int, variant: str) -> None:
     """Every target holds exactly rows 0..n-1, once each."""
     import pyarrow.compute as pc
 
-    from fanout.deltaio import read_delta
+    from fanout.delta_tables.io import read_delta
 
     for path in paths:
         ids = read_delta(str(path), columns=["order_id"]).column("order_id")
@@ -247,7 +247,8 @@ def _check_ledger(ledger: Any, sinks: list[str], last_batch: int, variant: str) 
 
 
 def run_a(ctx: Ctx, memory_ledger: bool = False, parallelism: int | None = None) -> Run:
-    from fanout.ledger import DeltaLedger, MemoryLedger
+    from fanout.ledger.delta import DeltaLedger
+    from fanout.ledger.memory import MemoryLedger
 
     variant = "a0" if memory_ledger else "a1" if parallelism == 1 else "a"
     run = ctx.run_dir(variant)
@@ -381,7 +382,7 @@ def _observer(diag: Diag) -> object:
 
 
 def diagnose_a(ctx: Ctx) -> tuple[Run, Diag]:
-    from fanout.ledger import DeltaLedger
+    from fanout.ledger.delta import DeltaLedger
 
     run = ctx.run_dir("a-diag")
     diag = Diag()
@@ -501,8 +502,10 @@ def micro_writes(ctx: Ctx, reps: int = 5) -> None:
 
     from fanout_delta.sink import DeltaSink
 
-    from fanout.ledger import DeltaLedger, LedgerEntry
-    from fanout.sink import Batch, BatchInfo, SharedArrow, SinkContext, txn_app_id
+    from fanout.contract.batch import Batch, BatchInfo, SharedArrow, txn_app_id
+    from fanout.contract.sink import SinkContext
+    from fanout.ledger.delta import DeltaLedger
+    from fanout.ledger.entry import LedgerEntry
 
     first = sorted(ctx.source.glob("part-*.json"))[0]
     table = ctx.spark.read.schema(SCHEMA).json(str(first)).toArrow()

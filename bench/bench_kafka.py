@@ -128,7 +128,8 @@ def main() -> None:
     from fanout_kafka import KafkaSink
     from fanout_kafka.embedded import EmbeddedKafka
 
-    from fanout.sink import Batch, BatchInfo, SinkContext, txn_app_id
+    from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+    from fanout.contract.sink import SinkContext
     from fanout.spark import local_session
 
     brokers: list[Any] = []

@@ -106,7 +106,8 @@ def main() -> int:
         db.reset(old_csv if with_existing else None)
 
     def run_sink() -> float:
-        from fanout.sink import Batch, BatchInfo, SinkContext
+        from fanout.contract.batch import Batch, BatchInfo
+        from fanout.contract.sink import SinkContext
 
         sink = PostgresSink(
             "bench", url=url, table=TABLE, order_by="ts", partitions=args.partitions

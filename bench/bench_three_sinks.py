@@ -455,7 +455,7 @@ def finish(ctx: Ctx, services: Services, plan: Plan, kinds: tuple[str, ...]) -> 
 def run_fanout(ctx: Ctx, services: Services, variant: str, kinds: tuple[str, ...]) -> Run:
     """(a) with all three sinks; s_<sink> with one."""
     from fanout import FanOut
-    from fanout.ledger import DeltaLedger
+    from fanout.ledger.delta import DeltaLedger
 
     plan = make_plan(ctx, services, variant)
     times = SinkTimes()
@@ -480,7 +480,7 @@ def run_fanout(ctx: Ctx, services: Services, variant: str, kinds: tuple[str, ...
 def run_b(ctx: Ctx, services: Services) -> Run:
     """Three queries, each a single-sink FanOut with its own ledger and checkpoint."""
     from fanout import FanOut
-    from fanout.ledger import DeltaLedger
+    from fanout.ledger.delta import DeltaLedger
 
     plan = make_plan(ctx, services, "b")
     times = SinkTimes()
@@ -510,8 +510,9 @@ def run_b(ctx: Ctx, services: Services) -> Run:
 
 def run_c(ctx: Ctx, services: Services) -> Run:
     """The hand-written baseline: one foreachBatch, the three sinks' writes in turn."""
-    from fanout.context import query_id_of
-    from fanout.sink import Batch, BatchInfo, SinkContext, txn_app_id
+    from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+    from fanout.contract.sink import SinkContext
+    from fanout.steps.context import query_id_of
 
     plan = make_plan(ctx, services, "c")
     times = SinkTimes()

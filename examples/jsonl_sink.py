@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from fanout import Batch, ConfigurationError, FanOut, Sink, SinkContext, SinkResult, hookimpl
-from fanout.options import SinkOption
+from fanout.contract.options import SinkOption
 
 
 class JsonLinesSink(Sink):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fanout.contract.batch import Batch, BatchInfo, IdempotencyKey
+from fanout.contract.sink import Guarantee, Sink, SinkContext, SinkResult
 from fanout.errors import (
     CheckpointError,
     CheckpointResetError,
@@ -26,27 +28,18 @@ from fanout.errors import (
     TransientSinkError,
     UnknownSinkTypeError,
 )
-from fanout.hookspecs import hookimpl
-from fanout.sink import (
-    Batch,
-    BatchInfo,
-    Guarantee,
-    IdempotencyKey,
-    Sink,
-    SinkContext,
-    SinkResult,
-)
+from fanout.hooks.specs import hookimpl
 from fanout.version import __version__
 
 if TYPE_CHECKING:
-    from fanout.dispatcher import FanOut
+    from fanout.fan_out import FanOut
 
 
 def __getattr__(name: str) -> object:
     # FanOut pulls in the dispatcher, the ledger and delta-rs; plugin modules that only
     # need `Sink` and `hookimpl` should not pay for that at import time.
     if name == "FanOut":
-        from fanout.dispatcher import FanOut
+        from fanout.fan_out import FanOut
 
         return FanOut
     raise AttributeError(f"module 'fanout' has no attribute {name!r}")

@@ -113,7 +113,7 @@ class RouteError(SinkError):
     rows, e.g. a malformed value under ANSI mode (``CAST_INVALID_INPUT``).
 
     Raised, chained ``from`` Spark's error, when the sink has no dead-letter target, when
-    more rows fail than fanout isolates (:data:`fanout.route_rejects.REJECT_LIMIT`), or when
+    more rows fail than fanout isolates (:data:`fanout.routes.rejects.REJECT_LIMIT`), or when
     the failing rows cannot be isolated. ``kind`` is ``"where"`` or ``"select"`` (``None``
     when the failing expression is not known) and ``expression`` its text.
     """

@@ -2,5 +2,5 @@
 
 Only fanout's own bookkeeping lives here (the append-mode progress table), in its own schema
 (``fanout`` by default) with its own version table; nothing of the user's. Apply with
-``fanout migrate --url URL`` or :func:`fanout.pg_migrations.upgrade`.
+``fanout migrate --url URL`` or :func:`fanout.app.pg_migrations.upgrade`.
 """

@@ -51,7 +51,7 @@ def _compare(
 
 def check_delta(path: Path, expected: dict[int, dict[str, Any]]) -> SinkCheck:
     """The Delta table, read with delta-rs."""
-    from fanout.deltaio import read_delta
+    from fanout.delta_tables.io import read_delta
 
     return _compare("lake (delta)", expected, read_delta(str(path)).to_pylist())
 

@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fanout import hookimpl
-from fanout.sink import BatchInfo, SinkResult
+from fanout.contract.batch import BatchInfo
+from fanout.contract.sink import SinkResult
 
 POINTS = ("batch_start", "sink_writing", "sink_done", "ledger_commit", "batch_end")
 SINK_POINTS = ("sink_writing", "sink_done", "ledger_commit")

@@ -11,7 +11,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from fanout import FanOut, hookimpl
-from fanout.sink import BatchInfo
+from fanout.contract.batch import BatchInfo
 from tests.chaos.checker import check_delta, check_postgres
 from tests.integration.streams import committed_marks, delta_rows, run_stream, write_input
 

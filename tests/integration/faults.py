@@ -12,8 +12,10 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from fanout import hookimpl
-from fanout.ledger import DeltaLedger, LedgerEntry
-from fanout.sink import BatchInfo, SinkResult
+from fanout.contract.batch import BatchInfo
+from fanout.contract.sink import SinkResult
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry
 
 KILL_EXIT_CODE = 137  # what a SIGKILLed process reports as 128 + 9
 

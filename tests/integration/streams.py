@@ -70,7 +70,7 @@ def run_stream(
 
 def delta_rows(path: Path) -> list[dict[str, Any]]:
     """Every row of a Delta table, read with delta-rs."""
-    from fanout.deltaio import read_delta
+    from fanout.delta_tables.io import read_delta
 
     return read_delta(str(path)).to_pylist()
 

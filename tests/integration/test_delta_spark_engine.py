@@ -13,9 +13,10 @@ from deltalake import DeltaTable
 from fanout_delta import DeltaSink, spark_engine
 from fanout_delta.spark_engine import delta_jvm_missing
 
-from fanout.deltaio import read_delta
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.sink import SinkContext
+from fanout.delta_tables.io import read_delta
 from fanout.errors import SinkWriteError
-from fanout.sink import Batch, BatchInfo, SinkContext, txn_app_id
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ def test_demo_proves_no_loss_and_no_duplicate(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "fanout.cli",
+            "fanout.app.cli",
             "demo",
             "--workdir",
             str(tmp_path / "demo"),
@@ -49,14 +49,14 @@ def test_demo_proves_no_loss_and_no_duplicate(tmp_path: Path) -> None:
     assert "batch 3: writing latest (skipping bronze, pg, events: already committed)" in out
     assert "OK: no row lost, none duplicated, in any sink." in out
     # everything the demo left is its own, so a second demo may clear it (and only it)
-    from fanout.demo_workdir import DEMO_ENTRIES
+    from fanout.app.demo.workdir import DEMO_ENTRIES
 
     assert {p.name for p in (tmp_path / "demo").iterdir()} <= DEMO_ENTRIES
 
 
 def test_demo_with_an_unreachable_postgres_fails_before_any_run(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "fanout.cli", "demo", "--workdir", str(tmp_path / "demo"),
+        [sys.executable, "-m", "fanout.app.cli", "demo", "--workdir", str(tmp_path / "demo"),
          "--rows", "10", "--postgres-url", "postgresql://nobody:secret@127.0.0.1:1/none"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -1,6 +1,7 @@
 """Which plans fanout calls volatile for a sink that partitions by some columns: Spark's
 non-deterministic expressions and per-execution clocks, followed column by column, so a
-keyed sink may carry them in its other columns (fanout.determinism; real Spark plans)."""
+keyed sink may carry them in its other columns (fanout.partitioned.determinism;
+real Spark plans)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from fanout.determinism import check_route, volatile_in_plan
 from fanout.errors import PartitioningError
-from fanout.partitioning import WHOLE_ROW
-from fanout.routing import Route
+from fanout.partitioned.determinism import check_route, volatile_in_plan
+from fanout.partitioned.membership import WHOLE_ROW
+from fanout.routes.route import Route
 
 
 def _volatile(df: Any) -> list[str]:

@@ -17,7 +17,7 @@ FILES, ROWS = 2, 10
 
 def fanout(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "fanout.cli", *args],
+        [sys.executable, "-m", "fanout.app.cli", *args],
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
 
@@ -45,7 +45,7 @@ def test_dev_up_validate_run_status_down(tmp_path: Path) -> None:
         log = tmp_path / "run.log"
         with log.open("wb") as out:
             run = subprocess.Popen(
-                [sys.executable, "-m", "fanout.cli", "run", str(EXAMPLE)],
+                [sys.executable, "-m", "fanout.app.cli", "run", str(EXAMPLE)],
                 env=env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         _wait_for_marks(data, FILES, run, log)

@@ -8,7 +8,7 @@ from typing import Any
 from deltalake import DeltaTable
 
 from fanout import FanOut
-from fanout.sink import txn_app_id
+from fanout.contract.batch import txn_app_id
 from tests.integration.streams import (
     committed_marks,
     delta_rows,

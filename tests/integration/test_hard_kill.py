@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from fanout.sink import txn_app_id
+from fanout.contract.batch import txn_app_id
 from tests.integration.driver import PIPELINE
 from tests.integration.faults import KILL_EXIT_CODE
 from tests.integration.streams import committed_marks, delta_rows, id_counts, write_input

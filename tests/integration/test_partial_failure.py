@@ -9,7 +9,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from fanout import FanOut
-from fanout.registry import load_registry
+from fanout.hooks.registry import load_registry
 from fanout.testing import FlakySink
 from tests.integration.streams import (
     committed_marks,

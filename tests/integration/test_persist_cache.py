@@ -1,5 +1,5 @@
 """With real Spark: the batch fanout persists for several sinks is cached uncompressed,
-unless the session chose otherwise (see ``fanout.dispatcher._persist_uncompressed``)."""
+unless the session chose otherwise (see ``fanout.fan_out._persist_uncompressed``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import threading
 from typing import Any
 
 from fanout import BatchInfo, FanOut
-from fanout.dispatcher import CACHE_COMPRESSED
-from fanout.ledger import MemoryLedger
-from fanout.sink import Batch
+from fanout.contract.batch import Batch
+from fanout.fan_out import CACHE_COMPRESSED
+from fanout.ledger.memory import MemoryLedger
 from tests.unit.fakes import RecordingSink
 
 ROWS = 200_000

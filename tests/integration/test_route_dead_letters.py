@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from fanout import BatchInfo, FanOut, FanOutError, RouteError
-from fanout.cli import main as cli
-from fanout.routing import Route, SinkSpec
+from fanout.app.cli import main as cli
+from fanout.routes.route import Route, SinkSpec
 from fanout.testing import RecordingSink
 from tests.integration.faults import MarkLost
 from tests.integration.streams import EPOCH, delta_rows, run_stream

@@ -1,4 +1,4 @@
-"""Isolating the rows that fail a route (fanout.route_rejects) with a real SparkSession.
+"""Isolating the rows that fail a route (fanout.routes.rejects) with a real SparkSession.
 
 They need the JVM, so they live with the integration tests; they need no service.
 """
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from fanout import RouteError
-from fanout.deadletter import DeadLetter
-from fanout.route_eval import data_error, evaluate, explain_failure
-from fanout.route_rejects import CheckedRoute, check_route, isolate
-from fanout.routing import Route
+from fanout.deadletters.model import DeadLetter
+from fanout.routes.evaluate import data_error, evaluate, explain_failure
+from fanout.routes.rejects import CheckedRoute, check_route, isolate
+from fanout.routes.route import Route
 
 N = 1000
 BAD_AMOUNT = {3: "abc", 999: "1e"}  # fail the where
@@ -134,7 +134,7 @@ def test_an_error_no_row_causes_on_its_own_is_raised_as_it_was(
     batch: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A transient failure: the first evaluation fails, the bisection finds no row."""
-    import fanout.route_rejects as module
+    import fanout.routes.rejects as module
 
     with pytest.raises(Exception) as spark_error:
         evaluate(ROUTE.apply(batch))

@@ -45,7 +45,7 @@ def test_a_failed_run_ends_with_fanouts_own_message(tmp_path: Path) -> None:
     config = tmp_path / "pipeline.toml"
     config.write_text(PIPELINE.format(data=tmp_path))
     done = subprocess.run(
-        [sys.executable, "-m", "fanout.cli", "run", str(config)],
+        [sys.executable, "-m", "fanout.app.cli", "run", str(config)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]

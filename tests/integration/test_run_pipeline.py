@@ -46,7 +46,7 @@ def _start(data: Path, port: int, log: Path, services: dict[str, str]) -> subpro
     env = {**os.environ, **services, "FANOUT_DATA": str(data), "FANOUT_METRICS_PORT": str(port)}
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "fanout.cli", "run", str(EXAMPLE)],
+            [sys.executable, "-m", "fanout.app.cli", "run", str(EXAMPLE)],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -135,7 +135,7 @@ def test_run_sigterm_restart_exactly_once_and_metrics(
 def test_validate_opens_every_sink_without_starting(
     spark: Any, tmp_path: Path, monkeypatch: Any, capsys: Any, services: dict[str, str]
 ) -> None:
-    from fanout.cli import main
+    from fanout.app.cli import main
 
     monkeypatch.setenv("FANOUT_DATA", str(tmp_path))
     for name, value in services.items():
@@ -196,7 +196,7 @@ def test_run_prints_one_line_per_batch_and_a_summary(tmp_path: Path) -> None:
     pipeline = tmp_path / "progress.toml"
     pipeline.write_text(PROGRESS_PIPELINE.format(root=tmp_path))
     done = subprocess.run(
-        [sys.executable, "-m", "fanout.cli", "run", str(pipeline)],
+        [sys.executable, "-m", "fanout.app.cli", "run", str(pipeline)],
         capture_output=True,
         text=True,
         timeout=300,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from fanout import FanOut, FanOutError, RouteError
-from fanout.deltaio import read_delta
-from fanout.sink import BatchInfo
+from fanout.contract.batch import BatchInfo
+from fanout.delta_tables.io import read_delta
 from tests.integration.streams import delta_rows
 
 
@@ -56,9 +56,9 @@ def test_an_unresolvable_route_is_a_route_error_in_the_ledger(
 def test_without_a_session_a_route_is_said_to_be_unchecked(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fanout.dispatcher
+    import fanout.fan_out
 
-    monkeypatch.setattr(fanout.dispatcher, "_active_spark", lambda: None)
+    monkeypatch.setattr(fanout.fan_out, "_active_spark", lambda: None)
     sinks = [{"type": "delta", "name": "paid", "path": str(tmp_path / "p"), "where": "x >"}]
     with caplog.at_level(logging.WARNING, logger="fanout"):
         FanOut("nosession", str(tmp_path / "ledger"), sinks)

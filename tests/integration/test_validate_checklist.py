@@ -50,7 +50,7 @@ path = "{data}/old"
 def test_validate_reports_every_problem_as_a_checklist(
     spark: Any, tmp_path: Path, capsys: Any
 ) -> None:
-    from fanout.cli import main
+    from fanout.app.cli import main
 
     (tmp_path / "input").mkdir()
     write_deltalake(str(tmp_path / "old"), pa.table({"order_id": pa.array(["a"], pa.string())}))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from fanout.ledger import MemoryLedger
+from fanout.ledger.memory import MemoryLedger
 from tests.unit.fakes import FakeFrame
 
 

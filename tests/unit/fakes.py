@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from fanout import Batch, Sink, SinkResult
-from fanout.ledger import LedgerEntry
+from fanout.ledger.entry import LedgerEntry
 from fanout.testing import ArrowFrame
 
 

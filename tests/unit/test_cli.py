@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from fanout.cli import main
-from fanout.ledger import DeltaLedger, LedgerEntry, now_utc
-from fanout.sink import txn_app_id
+from fanout.app.cli import main
+from fanout.contract.batch import txn_app_id
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry, now_utc
 
 
 def _ledger(path: Path) -> DeltaLedger:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fanout.cli import main
-from fanout.config import load, parse
-from fanout.runner import sink_option_names
+from fanout.app.cli import main
+from fanout.app.config import load, parse
+from fanout.app.runner import sink_option_names
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.toml"
 OPTIONS = {"postgres": ["url", "table", "keys", "mode"], "delta": ["path", "mode", "keys"]}

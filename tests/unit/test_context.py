@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from fanout.context import (
+from fanout.contract.batch import BatchInfo
+from fanout.steps.context import (
     ContextReader,
     PlannedBatch,
     parse_offset_file,
     parse_offset_log,
     query_id_of,
 )
-from fanout.sink import BatchInfo
 
 # As Spark writes offsets/<N>: a version line, the batch metadata, one line per source
 # (a Kafka source, a source without an offset yet, a file source).

@@ -9,8 +9,8 @@ import pytest
 from fanout_delta import DeltaSink
 
 from fanout import ConfigurationError, SinkContext
-from fanout.deadletter import DeadLetter, DeltaDeadLetters, split_target
-from fanout.deltaio import read_delta
+from fanout.deadletters.model import DeadLetter, DeltaDeadLetters, split_target
+from fanout.delta_tables.io import read_delta
 from fanout.testing import make_batch
 
 

@@ -22,9 +22,12 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink
 
-from fanout import deltaio, testing
-from fanout.ledger import DeltaLedger, entries_from_arrow
-from fanout.sink import Batch, SinkContext, txn_app_id
+from fanout import testing
+from fanout.contract.batch import Batch, txn_app_id
+from fanout.contract.sink import SinkContext
+from fanout.delta_tables import io as deltaio
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import entries_from_arrow
 from tests.unit.fakes import committed
 
 APP_ID = txn_app_id("p", "s")
@@ -176,7 +179,7 @@ def test_append_once_zombie_between_check_and_write_appends_nothing(tmp_path, mo
 
 
 def test_ledger_mark_raced_by_a_zombie_driver_is_recorded_once(tmp_path, monkeypatch):
-    import fanout.ledger as ledger_module
+    import fanout.ledger.delta as ledger_module
 
     path = str(tmp_path / "ledger")
     ours, zombie = DeltaLedger(path), DeltaLedger(path)
@@ -194,7 +197,7 @@ def test_ledger_mark_raced_by_a_zombie_driver_is_recorded_once(tmp_path, monkeyp
 
 
 def test_ledger_mark_raced_by_an_older_mark_is_still_recorded(tmp_path, monkeypatch):
-    import fanout.ledger as ledger_module
+    import fanout.ledger.delta as ledger_module
 
     path = str(tmp_path / "ledger")
     ours, zombie = DeltaLedger(path), DeltaLedger(path)

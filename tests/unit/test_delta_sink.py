@@ -16,9 +16,10 @@ from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink
 from fanout_delta.plugin import fanout_sink_types
 
-from fanout.deltaio import read_delta
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.sink import SinkContext, SinkResult
+from fanout.delta_tables.io import read_delta
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkWriteError
-from fanout.sink import Batch, BatchInfo, SinkContext, SinkResult, txn_app_id
 
 APP_ID = txn_app_id("p", "s")
 
@@ -449,7 +450,7 @@ def test_merge_keys_missing_from_the_batch_are_a_schema_mismatch(tmp_path):
 
 def test_bad_delta_options_fail_when_the_fanout_is_built(tmp_path: Path) -> None:
     from fanout import ConfigurationError, FanOut
-    from fanout.ledger import MemoryLedger
+    from fanout.ledger.memory import MemoryLedger
 
     with pytest.raises(ConfigurationError) as missing:
         FanOut("p", MemoryLedger(), [{"type": "delta", "name": "bronze"}])

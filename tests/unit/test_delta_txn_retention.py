@@ -20,11 +20,13 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink
 
-from fanout import deltaio, testing
+from fanout import testing
+from fanout.contract.batch import Batch, txn_app_id
+from fanout.contract.sink import SinkContext
+from fanout.delta_tables import io as deltaio
+from fanout.delta_tables.retention import PROPERTY
 from fanout.errors import ConfigurationError
-from fanout.ledger import DeltaLedger
-from fanout.sink import Batch, SinkContext, txn_app_id
-from fanout.txn_retention import PROPERTY
+from fanout.ledger.delta import DeltaLedger
 from tests.unit.fakes import committed
 
 APP_ID = txn_app_id("p", "s")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fanout.demo_workdir import MARKER, prepare_workdir
+from fanout.app.demo.workdir import MARKER, prepare_workdir
 from fanout.errors import ConfigurationError
 
 
@@ -32,7 +32,7 @@ def test_a_users_directory_is_refused_and_left_intact(tmp_path: Path) -> None:
 def test_the_cli_refuses_it_with_exit_code_2_before_starting_anything(tmp_path: Path) -> None:
     root = users_dir(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-m", "fanout.cli", "demo", "--workdir", str(root)],
+        [sys.executable, "-m", "fanout.app.cli", "demo", "--workdir", str(root)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2

@@ -23,7 +23,9 @@ from fanout.errors import (
     SinkWriteError,
     TransientSinkError,
 )
-from fanout.ledger import DeltaLedger, LedgerEntry, MemoryLedger, entries_from_arrow
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry, entries_from_arrow
+from fanout.ledger.memory import MemoryLedger
 from tests.unit.fakes import ConcurrencyProbe, FakeFrame, RecordingSink, committed
 
 PIPELINE = "orders"

@@ -6,7 +6,7 @@ import inspect
 from pathlib import Path
 
 import fanout
-from fanout import hookspecs
+from fanout.hooks import specs as hookspecs
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 HOOKS = [

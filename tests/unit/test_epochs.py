@@ -8,8 +8,9 @@ import pyarrow as pa
 import pytest
 
 from fanout import BatchInfo, CheckpointResetError, ConfigurationError, FanOut
-from fanout.ledger import DeltaLedger, MemoryLedger
-from fanout.sink import txn_app_id
+from fanout.contract.batch import txn_app_id
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.memory import MemoryLedger
 from fanout.testing import ArrowFrame, RecordingSink
 
 OLD, NEW = "query-old", "query-new"

@@ -16,14 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from fanout.ledger import DeltaLedger, LedgerEntry, now_utc
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry, now_utc
 
 RUNS = 20
 
 USER_SCRIPT = """
 import sys
-from fanout.ledger import DeltaLedger
-from fanout.deltaio import read_delta
+from fanout.ledger.delta import DeltaLedger
+from fanout.delta_tables.io import read_delta
 
 ledger = DeltaLedger(sys.argv[1])
 print(len(ledger.committed_entries("orders")), len(ledger.read()))
@@ -76,7 +77,7 @@ def _exit_codes(argv: list[str]) -> list[tuple[int, str]]:
 def test_cli_commands_that_read_delta_exit_0_every_time(
     ledger_path: str, command: list[str]
 ) -> None:
-    argv = [sys.executable, "-m", "fanout.cli", *command, "--ledger", ledger_path]
+    argv = [sys.executable, "-m", "fanout.app.cli", *command, "--ledger", ledger_path]
     results = _exit_codes(argv)
     failed = [(code, err) for code, err in results if code != 0]
     assert not failed, f"{len(failed)} of {RUNS} runs of `fanout {' '.join(command)}`: {failed[:2]}"

@@ -9,8 +9,10 @@ import pytest
 
 from fanout import BatchInfo, FanOut
 from fanout.errors import CheckpointResetError, CheckpointRollbackError
-from fanout.guard import check_checkpoint
-from fanout.ledger import DeltaLedger, Ledger, MemoryLedger
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import Ledger
+from fanout.ledger.memory import MemoryLedger
+from fanout.steps.guard import check_checkpoint
 from tests.unit.fakes import FakeFrame, RecordingSink, committed
 
 PIPELINE = "orders"

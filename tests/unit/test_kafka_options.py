@@ -17,9 +17,9 @@ from fanout_kafka.options import (
 )
 from fanout_kafka.plugin import fanout_sink_types
 
+from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError
-from fanout.registry import load_registry
-from fanout.sink import SinkContext
+from fanout.hooks.registry import load_registry
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from fanout_kafka.transaction import (
     scope_of,
 )
 
-from fanout.deltaio import read_delta
+from fanout.delta_tables.io import read_delta
 from fanout.errors import SinkWriteError, TransientSinkError
 
 

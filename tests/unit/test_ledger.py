@@ -15,7 +15,9 @@ import pytest
 from deltalake import DeltaTable
 
 from fanout.errors import LedgerError
-from fanout.ledger import DeltaLedger, LedgerEntry, LedgerView, MemoryLedger, entries_from_arrow
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry, LedgerView, entries_from_arrow
+from fanout.ledger.memory import MemoryLedger
 from tests.unit.fakes import committed
 
 
@@ -385,7 +387,7 @@ def test_ledger_of_an_older_version_gains_new_columns(tmp_path: Path) -> None:
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from fanout.ledger import entries_to_arrow
+    from fanout.ledger.entry import entries_to_arrow
 
     old = entries_to_arrow([LedgerEntry("p", "s", 0, "committed", rows=1)]).drop_columns(
         ["dead_lettered"]

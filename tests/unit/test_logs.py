@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from fanout import BatchInfo, FanOut, FanOutError, Sink
-from fanout.ledger import MemoryLedger
-from fanout.logs import JsonFormatter, RedactFilter, configure, register_secrets
+from fanout.ledger.memory import MemoryLedger
+from fanout.observe.logs import JsonFormatter, RedactFilter, configure, register_secrets
 from fanout.testing import ArrowFrame, FlakySink, RecordingSink
 
 TOKEN = "tok-9f8e7d6c5b"

@@ -7,8 +7,8 @@ import urllib.request
 import pyarrow as pa
 
 from fanout import BatchInfo, FanOut, FanOutError, SinkResult
-from fanout.ledger import MemoryLedger
-from fanout.metrics import MetricsObserver
+from fanout.ledger.memory import MemoryLedger
+from fanout.observe.metrics import MetricsObserver
 from fanout.testing import ArrowFrame, FlakySink, RecordingSink
 
 

@@ -7,9 +7,9 @@ import pyarrow as pa
 import pytest
 from fanout_kafka.membership import pack, unpack
 
-from fanout.determinism import advice_for
 from fanout.errors import ConfigurationError, PartitioningError, SinkError
-from fanout.partitioning import (
+from fanout.partitioned.determinism import advice_for
+from fanout.partitioned.membership import (
     MEMBER_COLUMN,
     WHOLE_ROW,
     CommittedPartition,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from fanout import FanOut
-from fanout.dispatcher import CACHE_COMPRESSED
-from fanout.ledger import MemoryLedger
+from fanout.fan_out import CACHE_COMPRESSED
+from fanout.ledger.memory import MemoryLedger
 from tests.unit.fakes import FakeFrame, RecordingSink
 
 

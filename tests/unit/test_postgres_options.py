@@ -14,9 +14,9 @@ from fanout_postgres.names import TableName, parse_table
 from fanout_postgres.task import classify
 from fanout_postgres.url import resolve_url, secrets_of
 
+from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError, TransientSinkError
-from fanout.registry import load_registry
-from fanout.sink import SinkContext
+from fanout.hooks.registry import load_registry
 
 URL = "postgresql://app:${PG_PW}@db.example:5433/orders?sslmode=require"
 

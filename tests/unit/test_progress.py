@@ -9,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fanout import FanOut, FanOutError
+from fanout.app.progress import ProgressObserver
+from fanout.contract.batch import Batch, BatchInfo
+from fanout.contract.sink import SinkResult
 from fanout.errors import SinkWriteError
-from fanout.ledger import MemoryLedger
-from fanout.progress import ProgressObserver
-from fanout.sink import Batch, BatchInfo, SinkResult
+from fanout.ledger.memory import MemoryLedger
 from fanout.testing import ArrowFrame, RecordingSink
 
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from fanout.cli import main
-from fanout.ledger import DeltaLedger, LedgerEntry
-from fanout.recover import is_kafka_offsets, recovery_of, render
+from fanout.app.cli import main
+from fanout.app.recover import is_kafka_offsets, recovery_of, render
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry
 
 
 def _mark(sink: str, batch: int, offsets: list[object], query: str = "q-old") -> LedgerEntry:

@@ -23,7 +23,12 @@ from fanout.errors import (
     PluginLoadError,
     UnknownSinkTypeError,
 )
-from fanout.registry import BUILTIN_PLUGIN_MODULES, PluginInfo, load_registry, option_names
+from fanout.hooks.registry import (
+    BUILTIN_PLUGIN_MODULES,
+    PluginInfo,
+    load_registry,
+    option_names,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -412,7 +417,7 @@ def test_builtin_plugin_modules_match_plugins_dirs() -> None:
         for value in values:
             assert value in BUILTIN_PLUGIN_MODULES, (
                 f"{value} ({pyproject.relative_to(REPO)}) is missing from "
-                "fanout.registry.BUILTIN_PLUGIN_MODULES"
+                "fanout.hooks.registry.BUILTIN_PLUGIN_MODULES"
             )
 
     for module in BUILTIN_PLUGIN_MODULES:
@@ -502,7 +507,7 @@ def test_misspelt_hook_is_reported_with_the_plugin_name() -> None:
     import types
 
     from fanout import hookimpl
-    from fanout.registry import load_registry
+    from fanout.hooks.registry import load_registry
 
     plugin = types.ModuleType("typo_plugin")
 

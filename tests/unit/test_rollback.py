@@ -17,10 +17,12 @@ import pyarrow as pa
 import pytest
 
 from fanout import BatchInfo, CheckpointResetError, CheckpointRollbackError, FanOut
-from fanout.deltaio import commit_properties
-from fanout.guard import CheckpointGuard, compare_plan
-from fanout.ledger import DeltaLedger, Ledger, LedgerEntry, MemoryLedger, _schema, pipeline_app_id
-from fanout.sink import txn_app_id
+from fanout.contract.batch import txn_app_id
+from fanout.delta_tables.io import commit_properties
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import Ledger, LedgerEntry, ledger_schema, pipeline_app_id
+from fanout.ledger.memory import MemoryLedger
+from fanout.steps.guard import CheckpointGuard, compare_plan
 from fanout.testing import ArrowFrame
 from tests.unit.fakes import RecordingSink, committed
 
@@ -273,7 +275,7 @@ def test_lagging_sink_replays_in_a_later_epoch(ledger: DeltaLedger | MemoryLedge
 
 def test_ledger_without_the_planning_time_column(tmp_path: Path) -> None:
     path = str(tmp_path / "ledger")
-    old_schema = pa.schema([f for f in _schema() if f.name != "batch_timestamp_ms"])
+    old_schema = pa.schema([f for f in ledger_schema() if f.name != "batch_timestamp_ms"])
     from deltalake import DeltaTable, write_deltalake
 
     DeltaTable.create(path, schema=old_schema, partition_by=["pipeline"])

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 
 from fanout import BatchInfo, ConfigurationError, FanOut, SinkResult
-from fanout.ledger import MemoryLedger
-from fanout.retry import RetryPolicy
-from fanout.routing import Route, SinkSpec, split_core_options
+from fanout.ledger.memory import MemoryLedger
+from fanout.routes.route import Route, SinkSpec, split_core_options
+from fanout.steps.retry import RetryPolicy
 from fanout.testing import ArrowFrame, RecordingSink
 
 

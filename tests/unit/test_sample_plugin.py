@@ -22,8 +22,8 @@ import pyarrow as pa
 import pytest
 
 from fanout import BatchInfo, FanOut, SinkResult
-from fanout.ledger import MemoryLedger
-from fanout.registry import load_registry
+from fanout.hooks.registry import load_registry
+from fanout.ledger.memory import MemoryLedger
 from tests.unit.fakes import FakeFrame
 
 SAMPLE = Path(__file__).resolve().parents[1] / "plugins" / "fanout-sample"
@@ -125,7 +125,7 @@ def test_sample_sink_end_to_end_through_fanout(
 
 def test_idempotency_key_is_the_txn_id_and_batch_and_new_per_epoch() -> None:
     from fanout import Batch, BatchInfo, IdempotencyKey
-    from fanout.sink import txn_app_id
+    from fanout.contract.batch import txn_app_id
 
     def key(pipeline: str, sink: str, epoch: int, batch_id: int) -> IdempotencyKey:
         info = BatchInfo(pipeline, batch_id, epoch=epoch)

@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from fanout import BatchInfo, ConfigurationError, FanOut, FanOutError, Sink
-from fanout.ledger import MemoryLedger
-from fanout.secrets import expand_env, redact
+from fanout.ledger.memory import MemoryLedger
+from fanout.observe.secrets import expand_env, redact
 from fanout.testing import ArrowFrame
 
 PASSWORD = "s3cr3t-Pa55"

@@ -13,9 +13,14 @@ import pytest
 
 import fanout
 from fanout import Sink
+from fanout.contract.options import (
+    SinkOption,
+    declaration_problems,
+    markdown_table,
+    option_names,
+)
 from fanout.errors import PluginError
-from fanout.options import SinkOption, declaration_problems, markdown_table, option_names
-from fanout.registry import load_registry
+from fanout.hooks.registry import load_registry
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 BUILT_IN = ("delta", "postgres", "kafka")
@@ -71,7 +76,7 @@ def test_a_declaration_that_disagrees_with_the_constructor_is_a_plugin_error() -
 
 def fanout_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "fanout.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "fanout.app.cli", *args], capture_output=True, text=True, timeout=120
     )
 
 

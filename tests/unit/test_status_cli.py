@@ -14,8 +14,9 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from fanout.cli import main
-from fanout.ledger import DeltaLedger, LedgerEntry, now_utc
+from fanout.app.cli import main
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry, now_utc
 from fanout.version import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +126,7 @@ def test_status_fits_100_columns_and_wide_shows_the_details(
 def test_status_json_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> None:
     path = _ledger(tmp_path / "ledger")
     child = subprocess.Popen(
-        [sys.executable, "-m", "fanout.cli", "status", "--json", "--ledger", path],
+        [sys.executable, "-m", "fanout.app.cli", "status", "--json", "--ledger", path],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -144,7 +145,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_readme_command_list_names_every_command() -> None:
-    from fanout.cli import build_parser
+    from fanout.app.cli import build_parser
 
     readme = (ROOT / "README.md").read_text()
     block = readme.split("## Command line", 1)[1].split("```", 2)[1]
@@ -183,7 +184,7 @@ def test_status_watch_redraws_count_times(
 def test_status_watch_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     path = _ledger(tmp_path / "ledger")
     child = subprocess.Popen(
-        [sys.executable, "-m", "fanout.cli", "status", "--ledger", path, "--watch"],
+        [sys.executable, "-m", "fanout.app.cli", "status", "--ledger", path, "--watch"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         bufsize=0,  # read the first line without reading ahead

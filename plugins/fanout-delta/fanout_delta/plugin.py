@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fanout.hookspecs import hookimpl
-from fanout.sink import Sink
+from fanout.contract.sink import Sink
+from fanout.hooks.specs import hookimpl
 from fanout_delta.sink import DeltaSink
 
 

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fanout import deltaio
-from fanout.deadletter import DeadLetter
+from fanout.contract.batch import Batch
+from fanout.contract.sink import SinkResult
+from fanout.deadletters.model import DeadLetter
+from fanout.delta_tables import io as deltaio
 from fanout.errors import SchemaMismatchError, SinkWriteError, TransientSinkError
-from fanout.sink import Batch, SinkResult
 from fanout_delta.schema import check_batch_schema, diff_schemas, pad_missing_columns
 
 if TYPE_CHECKING:

@@ -20,10 +20,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
-from fanout import deltaio
-from fanout.deadletter import DeltaDeadLetters, split_target
+from fanout.contract.batch import Batch
+from fanout.contract.sink import Guarantee, Reads, Sink, SinkContext, SinkResult
+from fanout.deadletters.model import DeltaDeadLetters, split_target
+from fanout.delta_tables import io as deltaio
 from fanout.errors import ConfigurationError
-from fanout.sink import Batch, Guarantee, Reads, Sink, SinkContext, SinkResult
 from fanout_delta.declaration import OPTIONS
 
 if TYPE_CHECKING:
@@ -253,10 +254,10 @@ class DeltaSink(Sink):
 
     def _check_txn_retention(self, configuration: Mapping[str, str | None] | None) -> None:
         """Refuse a ``delta.setTransactionRetentionDuration`` shorter than the option
-        ``min_txn_retention_hours``; warn about any (see :mod:`fanout.txn_retention`)."""
+        ``min_txn_retention_hours``; warn about any (see :mod:`fanout.delta_tables.retention`)."""
         from datetime import timedelta
 
-        from fanout import txn_retention
+        from fanout.delta_tables import retention as txn_retention
 
         where = f"Delta sink {self.name!r} (table {self.path!r})"
         retention = txn_retention.retention_of(configuration, where)

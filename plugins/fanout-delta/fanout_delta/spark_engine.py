@@ -15,10 +15,11 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from fanout import deltaio
-from fanout.deadletter import DeadLetter
+from fanout.contract.batch import Batch
+from fanout.contract.sink import SinkResult
+from fanout.deadletters.model import DeadLetter
+from fanout.delta_tables import io as deltaio
 from fanout.errors import SinkWriteError
-from fanout.sink import Batch, SinkResult
 from fanout_delta.rs_engine import merge_predicate, quote
 from fanout_delta.schema import check_batch_schema
 

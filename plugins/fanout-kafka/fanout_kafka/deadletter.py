@@ -28,8 +28,8 @@ from fanout_kafka.options import DeadLetter
 from fanout_kafka.records import Record, dead_letter_headers, json_bytes
 
 if TYPE_CHECKING:
-    from fanout.deadletter import DeadLetter as Letter
-    from fanout.sink import Batch
+    from fanout.contract.batch import Batch
+    from fanout.deadletters.model import DeadLetter as Letter
     from fanout_kafka.sink import KafkaSink
 
 ROUTE = "route"

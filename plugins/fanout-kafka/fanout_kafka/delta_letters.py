@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from fanout import deltaio
+from fanout.delta_tables import io as deltaio
 
 SCHEMA = pa.schema(
     [

@@ -8,7 +8,7 @@ def marker_group(scope: str, sink: str, partition: int) -> str:
     ``fanout/<pipeline>/<sink>/p<partition>`` (``<pipeline>@e<epoch>`` in a new epoch).
 
     The parts are joined by ``/``, which no pipeline or sink name may hold (see
-    :func:`fanout.names.check_name`), so two pipelines or sinks never share a group: the
+    :func:`fanout.contract.names.check_name`), so two pipelines or sinks never share a group: the
     dotted names of fanout 0.1 (``fanout.<pipeline>.<sink>.p<n>``) did, for pipeline
     ``orders.eu`` with sink ``kafka`` and pipeline ``orders`` with sink ``eu.kafka``.
     """

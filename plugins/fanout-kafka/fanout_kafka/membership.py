@@ -4,7 +4,7 @@ Each partition's transaction commits, besides its marker (``batch + 1`` for grou
 ``<marker group>``), the *plan offset* for group ``<marker group>.plan`` on the marker
 topic: one 63-bit number packing the partition count (15 bits), the first 16 bits of the
 partitioning fingerprint and a 32-bit digest of the partition's rows (count and checksum,
-see :mod:`fanout.partitioning`). It is committed through ``send_offsets_to_transaction``
+see :mod:`fanout.partitioned.membership`). It is committed through ``send_offsets_to_transaction``
 in the same transaction as the records and the marker, so it holds exactly when the
 marker does.
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fanout.errors import TransientSinkError
-from fanout.partitioning import (
+from fanout.partitioned.membership import (
     CommittedPartition,
     PartitionDigest,
     PartitionPlan,
@@ -79,7 +79,7 @@ def plan_group_metadata(settings: WriterSettings, partition: int) -> Any:
 
 
 def unpack(partition: int, offset: int, plan: PartitionPlan) -> CommittedPartition:
-    """What a plan offset says, in terms :func:`fanout.partitioning.check_committed`
+    """What a plan offset says, in terms :func:`fanout.partitioned.membership.check_committed`
     compares with ``plan`` (a count past 15 bits is compared modulo 2**15)."""
     count = offset >> (_FINGERPRINT_BITS + _DIGEST_BITS)
     fingerprint = (offset >> _DIGEST_BITS) & ((1 << _FINGERPRINT_BITS) - 1)

@@ -22,10 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
-from fanout.determinism import check_batch
+from fanout.contract.batch import Batch
+from fanout.contract.sink import Guarantee, Sink, SinkContext, SinkResult
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, SinkWriteError
-from fanout.partitioning import WHOLE_ROW, plan_of
-from fanout.sink import Batch, Guarantee, Sink, SinkContext, SinkResult
+from fanout.partitioned.determinism import check_batch
+from fanout.partitioned.membership import WHOLE_ROW, plan_of
 from fanout_kafka import deadletter
 from fanout_kafka.declaration import OPTIONS
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
@@ -227,7 +228,7 @@ class KafkaSink(Sink):
 
     def partitioned_by(self) -> Sequence[str] | Literal["*"]:
         """The key columns, or the whole row when keyless: a replay skips committed
-        partitions, so these must be deterministic (:mod:`fanout.partitioning`)."""
+        partitions, so these must be deterministic (:mod:`fanout.partitioned.membership`)."""
         return self._key_columns or WHOLE_ROW
 
     def secret_values(self) -> Sequence[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from fanout.partitioning import MemberDigest
+from fanout.partitioned.membership import MemberDigest
 from fanout_kafka.transaction import (
     PartitionHooks,
     PartitionOutcome,

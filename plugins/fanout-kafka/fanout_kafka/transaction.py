@@ -46,7 +46,7 @@ from fanout_kafka.records import BadRecord, Encoder, Record, dead_letter_headers
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from fanout.partitioning import MemberDigest, PartitionPlan
+    from fanout.partitioned.membership import MemberDigest, PartitionPlan
 
 log = logging.getLogger("fanout_kafka")
 T = TypeVar("T")

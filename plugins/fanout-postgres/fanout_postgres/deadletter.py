@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from fanout_postgres.names import TableName, parse_table
 
 if TYPE_CHECKING:
-    from fanout.deadletter import DeadLetter as Letter
-    from fanout.sink import Batch
+    from fanout.contract.batch import Batch
+    from fanout.deadletters.model import DeadLetter as Letter
 
 ROUTE_PARTITION = -1
 """The ``partition`` of a record of a row that failed the sink's route (it never reached
@@ -106,7 +106,7 @@ def write_delta(
     """
     import pyarrow as pa
 
-    from fanout import deltaio
+    from fanout.delta_tables import io as deltaio
 
     now = datetime.now(UTC)
     schema = pa.schema(
@@ -178,7 +178,7 @@ class RouteDeadLetters:
         """One transaction: delete the batch's route records, insert these."""
         import sqlalchemy as sa
 
-        from fanout.sink import pipeline_scope
+        from fanout.contract.batch import pipeline_scope
         from fanout_postgres.statements import dead_letter_table
 
         table = dead_letter_table(name)

@@ -3,7 +3,7 @@ postgres``, the "did you mean" checks and the README's table."""
 
 from __future__ import annotations
 
-from fanout.options import SinkOption
+from fanout.contract.options import SinkOption
 
 OPTIONS = (
     SinkOption(

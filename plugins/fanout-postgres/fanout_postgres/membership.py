@@ -1,5 +1,5 @@
 """Append mode: the driver's check that a replay rebuilds the partitions that already
-committed the batch (:mod:`fanout.partitioning`).
+committed the batch (:mod:`fanout.partitioned.membership`).
 
 Each partition's progress mark records, in the transaction that writes its rows, the
 partition count (``partitions``), the partitioning fingerprint (``fingerprint``) and the
@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from fanout.determinism import check_batch
-from fanout.partitioning import (
+from fanout.contract.batch import Batch
+from fanout.partitioned.determinism import check_batch
+from fanout.partitioned.membership import (
     WHOLE_ROW,
     CommittedPartition,
     PartitionDigest,
@@ -24,7 +25,6 @@ from fanout.partitioning import (
     summarize,
     with_member_column,
 )
-from fanout.sink import Batch
 from fanout_postgres.plan import WritePlan
 from fanout_postgres.statements import progress_table
 

@@ -25,14 +25,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
 
+from fanout.contract.batch import Batch, pipeline_scope
+from fanout.contract.sink import Guarantee, Sink, SinkContext, SinkResult
 from fanout.errors import (
     ConfigurationError,
     SchemaMismatchError,
     SinkWriteError,
     TransientSinkError,
 )
-from fanout.secrets import redact
-from fanout.sink import Batch, Guarantee, Sink, SinkContext, SinkResult, pipeline_scope
+from fanout.observe.secrets import redact
 from fanout_postgres import url as pgurl
 from fanout_postgres.deadletter import (
     DeadLetter,
@@ -165,7 +166,7 @@ class PostgresSink(Sink):
             with engine.connect() as conn:
                 conn.execute(_sa().text("SELECT 1"))
             if self.migrate:
-                from fanout.pg_migrations import upgrade
+                from fanout.app.pg_migrations import upgrade
 
                 upgrade(engine, schema=self.state_schema)
             elif self.mode == "append":
@@ -376,7 +377,7 @@ class PostgresSink(Sink):
         return sa.create_engine(self._url, poolclass=sa.NullPool)
 
     def _require_migrated(self, engine: Any) -> None:
-        from fanout.pg_migrations import current_revision, head_revision
+        from fanout.app.pg_migrations import current_revision, head_revision
 
         with engine.connect() as conn:
             current = current_revision(conn, self.state_schema)

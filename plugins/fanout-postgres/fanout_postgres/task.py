@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fanout.partitioning import MemberDigest
+from fanout.partitioned.membership import MemberDigest
 from fanout_postgres import binary
 from fanout_postgres.encode import (
     CopyStream,

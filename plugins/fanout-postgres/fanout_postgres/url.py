@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from fanout.secrets import expand_env
+from fanout.observe.secrets import expand_env
 
 DRIVERS = ("postgresql", "postgresql+psycopg2")
 """Accepted URL schemes: the sink writes with psycopg2's COPY support."""

@@ -21,8 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo, for te
 from fanout_kafka import KafkaSink
 
 from fanout import FanOut, hookimpl
-from fanout.routing import Route, SinkSpec
-from fanout.sink import BatchInfo, SinkResult
+from fanout.contract.batch import BatchInfo
+from fanout.contract.sink import SinkResult
+from fanout.routes.route import Route, SinkSpec
 from fanout.spark import local_session
 from tests.integration.kafka import faults
 from tests.integration.streams import run_stream

@@ -13,7 +13,8 @@ from fanout_kafka import KafkaSink
 from fanout_kafka.transaction import PartitionWriter
 
 from fanout import FanOut, hookimpl
-from fanout.sink import BatchInfo, SinkContext, SinkResult
+from fanout.contract.batch import BatchInfo
+from fanout.contract.sink import SinkContext, SinkResult
 from tests.integration.kafka import faults
 from tests.integration.kafka.kafkatools import Broker, key_counts, marker, read_topic
 from tests.integration.streams import committed_marks, delta_rows, run_stream, write_input
@@ -106,7 +107,7 @@ def test_zombie_is_fenced_and_nothing_of_it_is_visible(kafka: Broker, topic: str
     sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id",
                      value="v", partitions=1)  # fmt: skip
     sink.open(SinkContext(pipeline))
-    from fanout.sink import Batch, txn_app_id
+    from fanout.contract.batch import Batch, txn_app_id
 
     settings = sink.settings(Batch(None, BatchInfo(pipeline, 0), "events",
                                    txn_app_id(pipeline, "events")))  # fmt: skip

@@ -15,8 +15,9 @@ from fanout_kafka import KafkaAbortedError, KafkaBadRecordError, KafkaFencedErro
 from fanout_kafka.embedded import EmbeddedKafka, free_port
 
 from fanout import FanOut
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.sink import SinkContext, SinkResult
 from fanout.errors import ConfigurationError, SinkWriteError
-from fanout.sink import Batch, BatchInfo, SinkContext, SinkResult, txn_app_id
 from tests.integration.kafka.kafkatools import Broker, create_topic, key_counts, read_topic
 from tests.integration.streams import delta_rows
 

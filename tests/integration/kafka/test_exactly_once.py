@@ -14,7 +14,8 @@ from fanout_kafka import KafkaSink
 from fanout_kafka.errors import KafkaMarkerError
 
 from fanout import FanOut
-from fanout.sink import Batch, BatchInfo, SinkContext, txn_app_id
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.sink import SinkContext
 from tests.integration.kafka.kafkatools import Broker, create_topic, key_counts, marker, read_topic
 from tests.integration.streams import SCHEMA, committed_marks, run_stream, write_input
 

@@ -14,7 +14,8 @@ import pytest
 from fanout_kafka import KafkaSink
 from fanout_kafka.errors import KafkaMarkerError
 
-from fanout.sink import Batch, BatchInfo, SinkContext, txn_app_id
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.sink import SinkContext
 from tests.integration.kafka.kafkatools import Broker, create_topic, key_counts, read_topic
 
 ROWS, PARTITIONS = 12, 3

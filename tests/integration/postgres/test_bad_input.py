@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from fanout_postgres import PostgresSink
 
-from fanout.deltaio import read_delta
+from fanout.contract.batch import Batch, BatchInfo
+from fanout.contract.sink import SinkContext
+from fanout.delta_tables.io import read_delta
 from fanout.errors import SinkWriteError
-from fanout.sink import Batch, BatchInfo, SinkContext
 from tests.integration.postgres.pgcheck import execute, query
 
 DDL = "CREATE TABLE items (id bigint PRIMARY KEY, name varchar(5), qty integer)"

@@ -18,7 +18,8 @@ import pytest
 from fanout_postgres import PostgresSink
 from fanout_postgres.binary import encoder_for
 
-from fanout.sink import Batch, BatchInfo, SinkContext
+from fanout.contract.batch import Batch, BatchInfo
+from fanout.contract.sink import SinkContext
 from tests.integration.postgres.pgcheck import execute, query
 
 COLUMNS = (

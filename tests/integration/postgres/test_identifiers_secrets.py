@@ -12,9 +12,10 @@ from fanout_postgres import PostgresSink
 from fanout_postgres.names import quote_always
 
 from fanout import FanOut
-from fanout.cli import main as cli_main
+from fanout.app.cli import main as cli_main
+from fanout.contract.batch import Batch, BatchInfo
+from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError, FanOutError, FanoutError
-from fanout.sink import Batch, BatchInfo, SinkContext
 from tests.integration.postgres.pgcheck import execute, query
 
 ODD_SCHEMA = 'Odd "Schema"'

@@ -10,8 +10,8 @@ import pytest
 from fanout_postgres import PostgresSink
 from pyspark.sql import types as T
 
+from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError
-from fanout.sink import SinkContext
 from tests.integration.postgres.pgcheck import execute, query
 
 DDL = (

@@ -11,7 +11,8 @@ from typing import Any
 
 from fanout_postgres import PostgresSink
 
-from fanout.sink import Batch, BatchInfo, SinkContext
+from fanout.contract.batch import Batch, BatchInfo
+from fanout.contract.sink import SinkContext
 from tests.integration.postgres.data import SCHEMA
 from tests.integration.postgres.pgcheck import execute, query
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from fanout import FanOut
-from fanout.ledger import DeltaLedger, entries_from_arrow
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import entries_from_arrow
 from tests.integration.postgres.data import latest, run_stream, write_files
 from tests.integration.postgres.pgcheck import execute, query
 from tests.integration.streams import committed_marks

@@ -11,8 +11,9 @@ import pytest
 from fanout_postgres import PostgresSink
 
 from fanout import FanOut
+from fanout.contract.batch import Batch, BatchInfo
+from fanout.contract.sink import SinkContext
 from fanout.errors import SinkWriteError
-from fanout.sink import Batch, BatchInfo, SinkContext
 from tests.integration.postgres.data import SCHEMA, latest, run_stream, write_files
 from tests.integration.postgres.pgcheck import execute, query
 from tests.integration.streams import committed_marks

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from fanout import Batch, ConfigurationError, Guarantee, Sink, SinkContext, SinkResult, hookimpl
-from fanout.options import SinkOption
-from fanout.sink import Reads
+from fanout.contract.options import SinkOption
+from fanout.contract.sink import Reads
 
 
 class JsonLinesSink(Sink):

@@ -1,0 +1,386 @@
+"""The ``fanout`` command: plugins, status, ledger maintenance, migrations and the demo.
+
+Exit codes: 0 success, 1 failure, 2 configuration error (bad arguments or options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fanout.errors import ConfigurationError, FanoutError
+from fanout.observe.logs import configure as configure_logging
+from fanout.version import __version__
+
+EXIT_BROKEN_PIPE = 128 + 13
+"""What a shell reports for a tool that SIGPIPE ended (``fanout status --json | head``)."""
+
+
+def _print_options(types: Mapping[str, Any], type_name: str, *, as_json: bool) -> int:
+    """``fanout plugins --options TYPE``: the options a sink type declares."""
+    from fanout.contract.options import declared_options, text_table
+
+    if type_name not in types:
+        known = ", ".join(sorted(types)) or "none"
+        print(f"fanout: no sink type {type_name!r}; installed: {known}", file=sys.stderr)
+        return 2
+    options = declared_options(types[type_name].sink_class)
+    if as_json:
+        print(json.dumps([vars(option) for option in options], indent=2))
+    else:
+        print(f"options of sink type {type_name!r}:\n")
+        print(text_table(options))
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """List the sink types of every installed plugin."""
+    from fanout.app.status import format_table
+    from fanout.hooks.registry import load_registry
+
+    registry = load_registry()
+    types = registry.sink_types()
+    if args.options is not None:
+        return _print_options(types, args.options, as_json=args.json)
+    rows = [
+        [
+            t.name,
+            t.guarantee,
+            t.plugin.distribution or "-",
+            t.plugin.version or "-",
+            f"{t.sink_class.__module__}.{t.sink_class.__qualname__}",
+        ]
+        for t in sorted(types.values(), key=lambda t: t.name)
+    ]
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    dict(
+                        zip(
+                            ["type", "guarantee", "distribution", "version", "class"],
+                            r,
+                            strict=True,
+                        )
+                    )
+                    for r in rows
+                ],
+                indent=2,
+            )
+        )
+    else:
+        print(
+            format_table(["type", "guarantee", "distribution", "version", "class"], rows)
+            if rows
+            else "no sink types installed"
+        )
+    for error in registry.load_errors:
+        print(f"error: {error}", file=sys.stderr)
+    return 1 if registry.load_errors else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Per sink: last committed batch, rows, last commit time, failed attempts."""
+    from fanout.app.status import report
+    from fanout.ledger.delta import DeltaLedger
+
+    ledger = DeltaLedger(args.ledger)
+
+    def once() -> str:
+        return report(ledger, args.pipeline, as_json=args.json, wide=args.wide)
+
+    if args.watch or args.count is not None:
+        from fanout.app.watch import watch
+
+        title = f"fanout status --ledger {args.ledger}"
+        return watch(once, title=title, interval_s=args.interval, count=args.count, out=sys.stdout)
+    print(once())
+    return 0
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    """Print what a restart needs after a lost checkpoint, from the ledger."""
+    from fanout.app.recover import recovery_of, render
+    from fanout.app.status import unknown_pipeline
+    from fanout.ledger.delta import DeltaLedger
+
+    ledger = DeltaLedger(args.ledger)
+    committed = ledger.committed_entries(args.pipeline)
+    if not committed and (known := ledger.pipelines()) and args.pipeline not in known:
+        raise unknown_pipeline(args.ledger, args.pipeline, known)  # a typo, most likely
+    print(render(recovery_of(args.pipeline, committed)))
+    return 0
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    """Checkpoint the ledger's log, compact its files, vacuum old ones."""
+    from fanout.ledger.delta import DeltaLedger
+
+    report = DeltaLedger(args.ledger).maintain(
+        checkpoint=not args.no_checkpoint,
+        compact=not args.no_compact,
+        vacuum_retention_hours=None if args.no_vacuum else args.retention_hours,
+    )
+    print(
+        f"ledger {args.ledger}: version {report.version_before} -> {report.version_after}; "
+        f"compacted {report.files_compacted} files; vacuumed {len(report.files_vacuumed)} files; "
+        f"log checkpoint {'written' if report.checkpoint_created else 'skipped'}"
+    )
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a pipeline described in a TOML file."""
+    from fanout.app.runner import run
+
+    return run(args.pipeline_file)
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    """Start, show or stop the local development services (``fanout.app.dev``)."""
+    from pathlib import Path
+
+    from fanout.app import dev
+
+    state = Path(args.state)
+    if args.action == "up":
+        env = dev.up(state)
+        print(env, end="")
+        print(f"# services running (pid {dev.running_pid(state)}); load them with: . {state}/env")
+        return 0
+    if args.action == "status":
+        pid = dev.running_pid(state)
+        if pid is None:
+            print(f"no dev services running for {state}")
+            return 1
+        print(f"dev services running (pid {pid}):")
+        print((state / "env").read_text(), end="")
+        return 0
+    stopped = dev.down(state)
+    print("dev services stopped" if stopped else f"no dev services running for {state}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Check a pipeline file and open every sink, without starting the stream."""
+    from fanout.app.runner import validate
+
+    return validate(args.pipeline_file)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Apply fanout's PostgreSQL migrations (the tables fanout owns) to one database."""
+    from fanout.app.pg_migrations import INSTALL_HINT, upgrade
+    from fanout.observe.secrets import expand_env, redact
+
+    try:
+        from sqlalchemy.engine import make_url
+    except ImportError as exc:
+        raise ConfigurationError(INSTALL_HINT) from exc
+    try:
+        url = make_url(args.url)
+    except Exception as exc:
+        raise ConfigurationError(f"--url is not a SQLAlchemy URL: {type(exc).__name__}") from None
+    password = expand_env(url.password or "", what="fanout migrate --url (password)")
+    url = url.set(password=password or None)
+    shown = url.render_as_string(hide_password=True)
+    try:
+        result = upgrade(url, schema=args.schema)
+    except FanoutError:
+        raise
+    except Exception as exc:
+        message = redact(f"{type(exc).__name__}: {exc}", [password])
+        raise FanoutError(f"migrating {shown} failed: {message}") from None
+    if result.changed:
+        print(
+            f"{shown}: schema {result.schema!r} upgraded {result.before or '(empty)'} -> "
+            f"{result.after}"
+        )
+    else:
+        print(f"{shown}: schema {result.schema!r} already at {result.after} (nothing to do)")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the end-to-end demo on embedded defaults."""
+    from fanout.app.demo.run import run_demo
+
+    return run_demo(
+        workdir=args.workdir,
+        rows_per_file=args.rows,
+        files=args.batches,
+        postgres_url=args.postgres_url,
+        kafka_bootstrap=args.kafka_bootstrap,
+    )
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, not {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``fanout`` command."""
+    parser = argparse.ArgumentParser(
+        prog="fanout", description="Exactly-once fan-out of a Spark stream to many sinks."
+    )
+    parser.add_argument("--version", action="version", version=f"fanout {__version__}")
+    parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default)")
+    parser.add_argument(
+        "--log-format", choices=("text", "json"), default="text", help="json: one object a line"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a pipeline from a TOML file (Ctrl-C stops cleanly)")
+    run.add_argument("pipeline_file", help="e.g. examples/pipeline.toml")
+    run.set_defaults(func=cmd_run)
+
+    validate = sub.add_parser(
+        "validate", help="check a pipeline file and every sink's target, without starting"
+    )
+    validate.add_argument("pipeline_file")
+    validate.set_defaults(func=cmd_validate)
+
+    dev = sub.add_parser(
+        "dev", help="local PostgreSQL and Kafka for the example pipeline: up, status, down"
+    )
+    dev.add_argument("action", choices=["up", "status", "down"])
+    dev.add_argument(
+        "--state", default=".fanout-dev", help="pid, env file, logs and data (default .fanout-dev)"
+    )
+    dev.set_defaults(func=cmd_dev)
+
+    plugins = sub.add_parser("plugins", help="list installed sink types and their plugins")
+    plugins.add_argument("--json", action="store_true", help="print JSON")
+    plugins.add_argument(
+        "--options", metavar="TYPE", help="the options of one sink type: default and meaning"
+    )
+    plugins.set_defaults(func=cmd_plugins)
+
+    status = sub.add_parser("status", help="per-sink progress recorded in a ledger")
+    status.add_argument("--ledger", required=True, help="the ledger's Delta table path")
+    status.add_argument("--pipeline", help="only this pipeline")
+    status.add_argument("--json", action="store_true", help="print JSON (every detail)")
+    status.add_argument(
+        "--wide", action="store_true", help="every column, with the last error (wider than 100)"
+    )
+    status.add_argument(
+        "--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C"
+    )
+    status.add_argument(
+        "--interval", type=_seconds, default=5.0, help="seconds between refreshes (default 5)"
+    )
+    status.add_argument(
+        "--count", type=_positive, help="with --watch: stop after this many refreshes"
+    )
+    status.set_defaults(func=cmd_status)
+
+    recover = sub.add_parser(
+        "recover", help="after a lost checkpoint: last batches, offsets, Kafka startingOffsets"
+    )
+    recover.add_argument("--ledger", required=True, help="the ledger's Delta table path")
+    recover.add_argument("--pipeline", required=True, help="the pipeline name")
+    recover.set_defaults(func=cmd_recover)
+
+    ledger = sub.add_parser("ledger", help="ledger operations")
+    ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
+    maintain = ledger_sub.add_parser(
+        "maintain", help="log checkpoint, compaction of small files, vacuum"
+    )
+    maintain.add_argument("--ledger", required=True, help="the ledger's Delta table path")
+    maintain.add_argument(
+        "--retention-hours",
+        type=int,
+        default=168,
+        help="vacuum files unreferenced for longer than this (default 168)",
+    )
+    maintain.add_argument("--no-vacuum", action="store_true", help="skip vacuum")
+    maintain.add_argument("--no-compact", action="store_true", help="skip compaction")
+    maintain.add_argument("--no-checkpoint", action="store_true", help="skip the log checkpoint")
+    maintain.set_defaults(func=cmd_maintain)
+
+    migrate = sub.add_parser(
+        "migrate", help="create or upgrade the tables fanout owns in a PostgreSQL database"
+    )
+    migrate.add_argument(
+        "--url",
+        required=True,
+        help="SQLAlchemy URL of the database; the password may be ${ENV_VAR}",
+    )
+    migrate.add_argument(
+        "--schema", default="fanout", help="schema for fanout's tables (default fanout)"
+    )
+    migrate.set_defaults(func=cmd_migrate)
+
+    demo = sub.add_parser(
+        "demo",
+        help="end-to-end demo: a failure mid-stream, a restart, "
+        "and proof of no loss and no duplicate",
+    )
+    demo.add_argument(
+        "--workdir",
+        help="where to put input, tables and checkpoint (default: a new temporary directory)",
+    )
+    demo.add_argument("--rows", type=int, default=500, help="rows per input file (default 500)")
+    demo.add_argument(
+        "--batches", type=int, default=6, help="input files = micro-batches (default 6)"
+    )
+    demo.add_argument(
+        "--postgres-url",
+        help="write the PostgreSQL sink there (SQLAlchemy URL; ${VAR} allowed) instead of "
+        "an embedded server",
+    )
+    demo.add_argument(
+        "--kafka-bootstrap", help="write the Kafka sink there instead of an embedded broker"
+    )
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``fanout`` console script."""
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
+    try:
+        code = int(args.func(args))
+        sys.stdout.flush()  # a reader that went away shows up here, not at exit
+        return code
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+    except ConfigurationError as exc:
+        print(f"fanout: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except FanoutError as exc:
+        print(f"fanout: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _discard_stdout() -> None:
+    """After the reader of stdout went away: quietly, like other Unix tools. Point stdout at
+    /dev/null so the interpreter's final flush does not raise a second time."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # stdout is not a file descriptor (captured): nothing will flush to a pipe
+    finally:
+        os.close(devnull)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

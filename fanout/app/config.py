@@ -1,0 +1,205 @@
+"""Pipelines described in a TOML file, for ``fanout run`` and ``fanout validate``.
+
+Every string value may reference environment variables as ``${NAME}`` or
+``${NAME:-default}``. Unknown keys are errors naming the key's path and the closest known
+key (``sinks[2].tabel: unknown option, did you mean table?``). See
+``examples/pipeline.toml`` for a commented example.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fanout.contract.names import check_name
+from fanout.errors import ConfigurationError
+from fanout.observe.secrets import expand_env
+from fanout.routes.route import CORE_OPTIONS
+
+SECTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "pipeline": {
+        "name": str,
+        "ledger": str,
+        "checkpoint": str,
+        "trigger": dict,
+        "parallelism": int,
+        "retries": int,
+        "backoff_s": (int, float),
+        "stop_timeout_s": (int, float),
+    },
+    "spark": {"master": str, "app_name": str, "conf": dict},
+    "source": {"format": str, "options": dict, "schema": str, "transform": str, "path": str},
+    "metrics": {"port": int, "host": str},
+}
+TRIGGER_KEYS = {"processing_time": str, "available_now": bool, "once": bool}
+REQUIRED = {"pipeline": ("name", "ledger", "checkpoint"), "source": ("format",)}
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """A validated pipeline description (environment references already resolved)."""
+
+    name: str
+    ledger: str
+    checkpoint: str
+    source: Mapping[str, Any]
+    sinks: list[dict[str, Any]]
+    trigger: Mapping[str, Any] = field(default_factory=dict)
+    spark: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, Any] | None = None
+    parallelism: int | None = None
+    retries: int = 2
+    backoff_s: float = 1.0
+    stop_timeout_s: float = 60.0
+    path: Path | None = None
+
+
+def _unknown(path: str, key: str, known: list[str], what: str = "key") -> ConfigurationError:
+    hint = _did_you_mean(key, known) or f"; known: {', '.join(sorted(known))}"
+    return ConfigurationError(f"{path}{key}: unknown {what}{hint}")
+
+
+def _expand(value: Any, where: str) -> Any:
+    """Resolve ``${VAR}`` in every string of a nested value."""
+    if isinstance(value, str):
+        return expand_env(value, what=where)
+    if isinstance(value, list):
+        return [_expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: _expand(v, f"{where}.{k}" if where else k) for k, v in value.items()}
+    return value
+
+
+def _check_section(name: str, data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{name}: must be a table ([{name}])")
+    spec = SECTIONS[name]
+    data = {key: _coerce(value, spec.get(key)) for key, value in data.items()}
+    for key, value in data.items():
+        if key not in spec:
+            raise _unknown(f"{name}.", key, list(spec))
+        if not isinstance(value, spec[key]) or (isinstance(value, bool) and spec[key] is int):
+            expected = spec[key]
+            names = (
+                " or ".join(t.__name__ for t in expected)
+                if isinstance(expected, tuple)
+                else expected.__name__
+            )
+            raise ConfigurationError(f"{name}.{key}: expected {names}, got {value!r}")
+    for key in REQUIRED.get(name, ()):
+        if key not in data:
+            raise ConfigurationError(f"{name}.{key}: missing required option")
+    return data
+
+
+def _coerce(value: Any, expected: type | tuple[type, ...] | None) -> Any:
+    """Numbers given as strings (typically from ``${VAR}``) become numbers."""
+    if not isinstance(value, str) or expected is None:
+        return value
+    wanted = expected if isinstance(expected, tuple) else (expected,)
+    for kind in (int, float):
+        if kind in wanted:
+            try:
+                return kind(value)
+            except ValueError:
+                continue
+    return value
+
+
+def _check_trigger(trigger: dict[str, Any]) -> dict[str, Any]:
+    for key, value in trigger.items():
+        if key not in TRIGGER_KEYS:
+            raise _unknown("pipeline.trigger.", key, list(TRIGGER_KEYS))
+        if not isinstance(value, TRIGGER_KEYS[key]):
+            raise ConfigurationError(
+                f"pipeline.trigger.{key}: expected {TRIGGER_KEYS[key].__name__}"
+            )
+    if len(trigger) > 1:
+        raise ConfigurationError(
+            "pipeline.trigger: give one of processing_time, available_now, once"
+        )
+    return trigger
+
+
+def check_sinks(sinks: Any, sink_options: Mapping[str, list[str]]) -> list[dict[str, Any]]:
+    """Check each ``[[sinks]]`` entry's type and option names against the installed plugins.
+
+    :param sink_options: each known sink type and its constructor's option names.
+    """
+    if not isinstance(sinks, list) or not sinks:
+        raise ConfigurationError("sinks: at least one [[sinks]] entry is required")
+    for index, sink in enumerate(sinks):
+        path = f"sinks[{index}]"
+        if not isinstance(sink, dict):
+            raise ConfigurationError(f"{path}: must be a table")
+        for required in ("type", "name"):
+            if required not in sink:
+                raise ConfigurationError(f"{path}.{required}: missing required option")
+        type_name = sink["type"]
+        if type_name not in sink_options:
+            raise ConfigurationError(
+                f"{path}.type: unknown sink type {type_name!r}"
+                + _did_you_mean(type_name, list(sink_options))
+                + f"; installed: {', '.join(sorted(sink_options)) or 'none'}"
+            )
+        check_name(sink["name"], path)
+        known = ["type", "name", *CORE_OPTIONS, *sink_options[type_name]]
+        for key in sink:
+            if key not in known:
+                raise _unknown(f"{path}.", key, known, "option")
+    return sinks
+
+
+def _did_you_mean(word: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(word, known, n=1)
+    return f", did you mean {close[0]}?" if close else ""
+
+
+def parse(
+    data: Mapping[str, Any], sink_options: Mapping[str, list[str]], path: Path | None = None
+) -> PipelineConfig:
+    """Validate a loaded TOML document into a :class:`PipelineConfig`."""
+    for key in data:
+        if key not in (*SECTIONS, "sinks"):
+            raise _unknown("", key, [*SECTIONS, "sinks"], "section")
+    data = _expand(dict(data), "")
+    for required in ("pipeline", "source", "sinks"):
+        if required not in data:
+            raise ConfigurationError(f"{required}: missing required section")
+    pipeline = _check_section("pipeline", data["pipeline"])
+    source = _check_section("source", data["source"])
+    spark = _check_section("spark", data.get("spark", {}))
+    metrics = _check_section("metrics", data["metrics"]) if "metrics" in data else None
+    trigger = _check_trigger(dict(pipeline.get("trigger", {})))
+    sinks = check_sinks(data["sinks"], sink_options)
+    return PipelineConfig(
+        name=check_name(pipeline["name"], "pipeline.name"),
+        ledger=pipeline["ledger"],
+        checkpoint=pipeline["checkpoint"],
+        source=source,
+        sinks=[dict(s) for s in sinks],
+        trigger=trigger,
+        spark=spark,
+        metrics=metrics,
+        parallelism=pipeline.get("parallelism"),
+        retries=pipeline.get("retries", 2),
+        backoff_s=float(pipeline.get("backoff_s", 1.0)),
+        stop_timeout_s=float(pipeline.get("stop_timeout_s", 60.0)),
+        path=path,
+    )
+
+
+def load(path: str | Path, sink_options: Mapping[str, list[str]]) -> PipelineConfig:
+    """Read and validate the pipeline file at ``path``."""
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text())
+    except FileNotFoundError:
+        raise ConfigurationError(f"{file}: no such pipeline file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"{file}: not valid TOML: {exc}") from None
+    return parse(data, sink_options, file)

@@ -1,0 +1,285 @@
+"""``fanout run`` and ``fanout validate``: a pipeline from a TOML file.
+
+``run`` builds the SparkSession, the source, the sinks and the ledger, starts the query and
+prints one line per batch and a summary at the end (:mod:`fanout.app.progress`), and
+stops it cleanly on SIGINT or SIGTERM: between batches at once; during a batch it waits up
+to ``pipeline.stop_timeout_s`` for the batch to finish, then abandons it (Spark replays it
+on restart and fanout skips the sinks that committed it), and says which happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+from fanout.app.config import PipelineConfig, load
+from fanout.app.progress import ProgressObserver
+from fanout.contract.batch import BatchInfo
+from fanout.contract.sink import SinkResult
+from fanout.errors import ConfigurationError, FanOutError
+from fanout.hooks.registry import load_registry, option_names
+from fanout.hooks.specs import hookimpl
+from fanout.observe.logs import known_secrets
+from fanout.observe.secrets import redact
+
+log = logging.getLogger("fanout")
+
+
+class BatchTracker:
+    """An observer that knows whether a batch is in flight, and the last one committed."""
+
+    def __init__(self) -> None:
+        self.in_flight: int | None = None
+        self.last_committed: int | None = None
+        self.failure: str | None = None  # fanout's own message for the batch that failed
+        self.idle = threading.Event()
+        self.idle.set()
+
+    @hookimpl
+    def fanout_batch_start(
+        self, info: BatchInfo, pending: Sequence[str], skipped: Sequence[str]
+    ) -> None:
+        """A batch began."""
+        self.in_flight = info.batch_id
+        self.idle.clear()
+
+    @hookimpl
+    def fanout_batch_end(self, info: BatchInfo, results: Mapping[str, SinkResult]) -> None:
+        """A batch committed in every sink."""
+        self.last_committed, self.in_flight = info.batch_id, None
+        self.idle.set()
+
+    @hookimpl
+    def fanout_batch_failed(
+        self,
+        info: BatchInfo,
+        failures: Mapping[str, BaseException],
+        results: Mapping[str, SinkResult],
+    ) -> None:
+        """A batch failed (the query is about to fail): keep fanout's own message, whole,
+        for the run's summary (Spark hands the query's error back as a JVM trace)."""
+        self.failure = str(FanOutError(info.pipeline, info.batch_id, failures))
+        self.in_flight = None
+        self.idle.set()
+
+
+def sink_option_names() -> dict[str, list[str]]:
+    """Every installed sink type and its option names, for checking config files."""
+    registry = load_registry()
+    registry.raise_load_errors()
+    return {name: option_names(t.sink_class) for name, t in registry.sink_types().items()}
+
+
+def build_session(config: PipelineConfig) -> Any:
+    """The SparkSession the config asks for (executors use this interpreter)."""
+    from fanout.spark import local_session
+
+    spark = config.spark
+    return local_session(
+        spark.get("app_name", f"fanout-{config.name}"),
+        master=spark.get("master"),
+        conf={k: str(v) for k, v in dict(spark.get("conf", {})).items()},
+    )
+
+
+def build_source(spark: Any, config: PipelineConfig) -> Any:
+    """The streaming DataFrame: format, options, optional schema and SQL transform."""
+    source = config.source
+    reader = spark.readStream.format(source["format"])
+    if "schema" in source:
+        reader = reader.schema(source["schema"])
+    reader = reader.options(**{k: str(v) for k, v in dict(source.get("options", {})).items()})
+    try:
+        df = reader.load(source["path"]) if "path" in source else reader.load()
+        if "transform" in source:
+            df.createOrReplaceTempView("source")
+            df = spark.sql(source["transform"])
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigurationError(f"source: {first}") from None
+    return df
+
+
+def build_fanout(
+    spark: Any, config: PipelineConfig, plugins: Sequence[object] = (), *, serve: bool = True
+) -> Any:
+    """The FanOut of the config (opens every sink and the ledger); ``serve`` starts the
+    metrics endpoint when the config has a ``[metrics]`` section."""
+    from fanout.fan_out import FanOut
+
+    observers = list(plugins)
+    if config.metrics is not None and serve:
+        from fanout.observe.metrics import MetricsObserver
+
+        observers.append(
+            MetricsObserver.serve(
+                config.name,
+                port=config.metrics.get("port", 9108),
+                host=config.metrics.get("host", "0.0.0.0"),
+            )
+        )
+    return FanOut(
+        config.name,
+        config.ledger,
+        config.sinks,
+        parallelism=config.parallelism,
+        retries=config.retries,
+        backoff_s=config.backoff_s,
+        plugins=observers,
+        checkpoint_location=config.checkpoint,
+        spark=spark,
+    )
+
+
+def _start(df: Any, fan: Any, config: PipelineConfig) -> Any:
+    writer = df.writeStream.foreachBatch(fan).option("checkpointLocation", config.checkpoint)
+    trigger = config.trigger
+    if trigger.get("available_now"):
+        writer = writer.trigger(availableNow=True)
+    elif trigger.get("once"):
+        writer = writer.trigger(once=True)
+    elif "processing_time" in trigger:
+        writer = writer.trigger(processingTime=trigger["processing_time"])
+    return writer.queryName(config.name).start()
+
+
+def validate(path: str, out: TextIO | None = None) -> int:
+    """Check the file, the source and every sink's target, without starting the stream."""
+    from fanout.app.validate import report, run_checks
+
+    out = out or sys.stdout  # looked up now: tests and callers may have replaced it
+    config = load(path, sink_option_names())
+    spark = build_session(config)
+    out.write(f"{path}: checking pipeline {config.name!r}\n")
+    report(run_checks(spark, config, build_source), out)
+    fan = build_fanout(spark, config, serve=False)
+    out.write(f"{path}: pipeline {config.name!r} is valid\n")
+    for name, spec in fan.specs.items():
+        route = (
+            ""
+            if spec.route.is_identity
+            else f" route: where={spec.route.where!r} select={spec.route.select!r}"
+        )
+        out.write(f"  sink {name}: {type(spec.sink).__name__}, {spec.sink.guarantee}{route}\n")
+    fan.close()
+    return 0
+
+
+def run(path: str, out: TextIO | None = None) -> int:
+    """Run the pipeline until its trigger ends it, it fails, or SIGINT/SIGTERM stops it."""
+    out = out or sys.stdout
+    config = load(path, sink_option_names())
+    spark = build_session(config)
+    _quiet_query_errors(spark)
+    df = build_source(spark, config)
+    tracker = BatchTracker()
+    progress = ProgressObserver()
+    fan = build_fanout(spark, config, plugins=[tracker, progress])
+    stop = threading.Event()
+    received: list[str] = []
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    query = _start(df, fan, config)
+    out.write(f"pipeline {config.name!r} started (query {query.id}); Ctrl-C stops it cleanly\n")
+    out.flush()
+    try:
+        while query.isActive and not stop.is_set():
+            progress.report(query.recentProgress, out)
+            stop.wait(0.5)
+        if stop.is_set():
+            _stop(query, tracker, config, received[0], out)
+            _end_progress(progress, query, config, out)
+            return 0
+        error = query.exception()
+        _end_progress(progress, query, config, out)
+        if error is not None:
+            trace = _save_trace(config.name, error)
+            out.write(f"pipeline {config.name!r} failed: {tracker.failure or _summary(error)}\n")
+            out.write(f"(the full trace, Spark's included: {trace})\n")
+            return 1
+        out.write(
+            f"pipeline {config.name!r} finished (last committed batch {tracker.last_committed})\n"
+        )
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        fan.close()
+
+
+def _end_progress(
+    progress: ProgressObserver, query: Any, config: PipelineConfig, out: TextIO
+) -> None:
+    """The lines of the batches not yet reported, then the run's summary."""
+    progress.flush(query.recentProgress, out)
+    out.write(progress.summary(config.name) + "\n")
+    out.flush()
+
+
+def _stop(
+    query: Any, tracker: BatchTracker, config: PipelineConfig, signame: str, out: TextIO
+) -> None:
+    batch = tracker.in_flight
+    if batch is None:
+        query.stop()
+        out.write(
+            f"{signame}: stopped between batches; last committed batch {tracker.last_committed}\n"
+        )
+        return
+    out.write(f"{signame}: batch {batch} in flight; waiting up to {config.stop_timeout_s:.0f} s\n")
+    out.flush()
+    started = time.monotonic()
+    finished = tracker.idle.wait(config.stop_timeout_s)
+    query.stop()
+    if finished and tracker.last_committed == batch:
+        out.write(f"{signame}: batch {batch} finished; stopped cleanly\n")
+    else:
+        out.write(
+            f"{signame}: batch {batch} abandoned after {time.monotonic() - started:.0f} s; "
+            "Spark replays it on restart and fanout skips the sinks that committed it\n"
+        )
+
+
+def _quiet_query_errors(spark: Any) -> None:
+    """Keep Spark's streaming engine from logging a failed query's traces to the console:
+    ``run`` prints fanout's own message last and saves the traces to a file it names
+    (at ``--log-level DEBUG`` Spark's log stays on)."""
+    if log.isEnabledFor(logging.DEBUG):
+        return
+    try:
+        jvm = spark.sparkContext._jvm
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        configurator.setLevel("org.apache.spark.sql.execution.streaming", off)
+    except Exception as exc:  # another logging backend: its output stays
+        log.debug("cannot quiet Spark's streaming log: %s", exc)
+
+
+def _summary(error: Any) -> str:
+    """The first line of a query error fanout did not raise (the source failed, Spark
+    itself...): its own description, never a line of trace."""
+    text = str(getattr(error, "desc", None) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _save_trace(pipeline: str, error: Any) -> str:
+    """Write the query's whole error (Spark's and Python's traces) to a file, and log it at
+    DEBUG; return the file's path for the summary to name."""
+    raw = f"{getattr(error, 'desc', '') or ''}\n\n{getattr(error, 'stackTrace', '') or error}"
+    text = redact(raw, known_secrets())  # masked here, whatever handlers the log has
+    handle, path = tempfile.mkstemp(prefix=f"fanout-{pipeline}-error-", suffix=".log")
+    with os.fdopen(handle, "w") as file:
+        file.write(text)
+    log.debug("pipeline %s failed:\n%s", pipeline, text)
+    return path

@@ -1,0 +1,206 @@
+"""The sink contract: what a plugin author implements and what a sink receives.
+
+A sink type is a subclass of :class:`Sink`. Its instances are *configuration*: they are
+built on the driver, validated by :meth:`Sink.open` before the stream starts, and may be
+pickled to the executors (sinks that write from there). Connections, producers and clients
+are therefore created inside :meth:`Sink.write` or inside the partition task, never in
+``__init__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+
+from fanout.contract.batch import Batch
+from fanout.contract.options import SinkOption
+from fanout.errors import ConfigurationError, TransientSinkError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from fanout.deadletters.model import DeadLetter
+
+Guarantee = Literal["transactional", "idempotent", "at_least_once"]
+"""What a sink promises when a batch is written again after a crash.
+
+- ``transactional``: a batch lands atomically and the sink can tell whether batch N landed.
+- ``idempotent``: writing batch N twice leaves the same state as writing it once.
+- ``at_least_once``: a replay may duplicate (fanout warns when such a sink is configured).
+"""
+
+GUARANTEES: tuple[Guarantee, ...] = ("transactional", "idempotent", "at_least_once")
+
+Reads = Literal["dataframe", "arrow"]
+"""How a sink consumes a batch: the Spark DataFrame, or one Arrow table shared by all
+sinks that read Arrow (converted once per batch on the driver)."""
+
+
+@dataclass(frozen=True)
+class SinkResult:
+    """What a sink's :meth:`Sink.write` reports.
+
+    :param rows: rows written (for a replay the sink found already written: the rows of
+        the batch, with ``details["already_written"] = True``).
+    :param details: small, JSON-serialisable facts worth logging (files, partitions...).
+    :param dead_lettered: rows the target rejected that went to the sink's dead-letter
+        target instead (recorded in the ledger mark, shown by ``fanout status``).
+    """
+
+    rows: int
+    details: Mapping[str, Any] = field(default_factory=dict)
+    dead_lettered: int = 0
+
+
+class DeadLetterWriter(Protocol):
+    """Writes one batch's dead letters to a dead-letter target, once per batch.
+
+    What :meth:`Sink.route_dead_letters` returns; :class:`fanout.deadletters.model.DeltaDeadLetters`
+    is one.
+    """
+
+    def write(self, batch: Batch, letters: Sequence[DeadLetter]) -> int:
+        """Write ``letters`` for ``batch`` unless the target already holds this batch's
+        letters (idempotent per ``(batch.txn_app_id, batch.batch_id)``); return how many
+        letters the batch has (also when they were already written)."""
+        ...
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What :meth:`Sink.open` receives.
+
+    :param pipeline: the pipeline name.
+    :param spark: the active ``SparkSession`` on the driver, or ``None`` without one.
+    """
+
+    pipeline: str
+    spark: Any = None
+
+
+class Sink:
+    """Base class of every sink type.
+
+    Subclass it, set :attr:`guarantee`, implement :meth:`write`, and validate options in
+    :meth:`open`. Built from configuration as ``SinkClass(name=<name>, **options)``, so the
+    constructor takes the sink name plus keyword options and stores them; unknown options
+    raise ``TypeError`` there, which fanout reports as a configuration error naming the sink.
+
+    Lifecycle, all on the driver:
+
+    1. ``__init__`` when :class:`fanout.FanOut` is built: store options only.
+    2. :meth:`open` once, still inside the ``FanOut`` constructor, so bad options and
+       unreachable targets fail before the stream starts. Raise
+       :class:`fanout.ConfigurationError`.
+    3. :meth:`write` once per micro-batch the ledger says the sink has not committed,
+       possibly from a worker thread, in parallel with other sinks. Must be idempotent
+       (or transactional) per ``(batch.txn_app_id, batch.batch_id)``: a crash between the
+       write and the ledger mark makes fanout call it again with the same batch. An
+       exception fails the batch for this sink only: it is retried when
+       :meth:`is_transient` says so, else reported in :class:`fanout.FanOutError`.
+    4. :meth:`close` when the ``FanOut`` is closed.
+    """
+
+    guarantee: ClassVar[Guarantee] = "idempotent"
+    """The delivery guarantee this sink type gives; see :data:`Guarantee`."""
+
+    options: ClassVar[tuple[SinkOption, ...]] = ()
+    """The keyword options the constructor takes, with default and meaning
+    (:class:`fanout.contract.options.SinkOption`): shown by ``fanout plugins --options TYPE`` and
+    used by the "did you mean" checks. Declare every option, or none."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @property
+    def reads(self) -> Reads:
+        """``"arrow"`` when :meth:`write` only uses :meth:`Batch.arrow`, so fanout can
+        share one conversion between sinks and skip persisting the DataFrame for them."""
+        return "dataframe"
+
+    def open(self, context: SinkContext) -> None:
+        """Validate options and the target; called once before the stream starts.
+
+        Raise :class:`fanout.ConfigurationError` naming the option and what to do.
+        """
+
+    def write(self, batch: Batch) -> int | SinkResult:
+        """Write one micro-batch; return the number of rows written or a
+        :class:`SinkResult`. Called only for batches the ledger has no mark of."""
+        raise NotImplementedError(f"{type(self).__name__}.write")
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Raise :class:`fanout.SchemaMismatchError` (naming the columns) when batches of
+        this Arrow ``schema`` (the routed source schema) cannot be written to the target.
+        Called by ``fanout validate`` after :meth:`open`, so a pipeline file whose source
+        declares its schema learns of the mismatch before the stream starts. Default:
+        nothing to check."""
+
+    def close(self) -> None:
+        """Release what :meth:`open` acquired; called once when the FanOut closes."""
+
+    def route_dead_letters(self) -> DeadLetterWriter | None:
+        """Where the rows that fail this sink's route go, or ``None`` to fail the batch.
+
+        A sink configured with ``where``/``select`` receives the rows those expressions
+        produce. When an expression raises on a row (under Spark's ANSI mode, e.g.
+        ``CAST(amount AS INT)`` on ``'abc'``), fanout asks this method, on the driver,
+        once per batch and before any sink writes:
+
+        - ``None`` (the default without a Delta ``dead_letter``): the batch fails for this
+          sink with a :class:`fanout.RouteError` naming the sink, the batch and the
+          expression, chained from Spark's error.
+        - a :class:`DeadLetterWriter`: fanout isolates the failing rows (see
+          :mod:`fanout.routes.rejects`), hands :meth:`write` the other rows, and calls
+          ``writer.write(batch, letters)`` just before :meth:`write`, in the same attempt
+          (so it is retried with it). Each letter holds the reason, the failing column and
+          value when known, and the row as it was before the route; the count is added to
+          the sink's :attr:`SinkResult.dead_lettered`. The writer must be idempotent per
+          ``(batch.txn_app_id, batch.batch_id)`` and must not collide with the sink's own
+          dead-letter records of the same batch: a replay after a crash between the
+          letters and the ledger mark calls it again with the same letters.
+
+        The default returns a :class:`fanout.deadletters.model.DeltaDeadLetters` (transaction
+        ``<txn_app_id>#route_dead_letters``) when the sink has a ``dead_letter`` attribute
+        naming a Delta table (a path, or ``delta:<path>``), using its ``storage_options``
+        attribute if any, and ``None`` otherwise. Override it to support other kinds.
+        """
+        target = getattr(self, "dead_letter", None)
+        if not isinstance(target, str):
+            return None
+        from fanout.deadletters.model import ROUTE_LETTERS, DeltaDeadLetters, split_target
+
+        try:
+            _kind, location = split_target(target, self.name)
+        except ConfigurationError:
+            return None  # a kind this default cannot write: fail loudly instead
+        options = getattr(self, "storage_options", None)
+        return DeltaDeadLetters(location, options, suffix=ROUTE_LETTERS)
+
+    def partitioned_by(self) -> Sequence[str] | Literal["*"] | None:
+        """The batch columns whose values decide which of this sink's per-partition
+        commits a row lands in, for sinks that skip, on a replay, the partitions that
+        already committed the batch (Kafka, PostgreSQL append): ``"*"`` for the whole
+        row. Called on the driver after :meth:`open`. fanout refuses a route (at
+        ``FanOut(...)``) or a batch whose partitioning columns, or whose filter, is not
+        deterministic (:mod:`fanout.partitioned.membership`). Default ``None``: the sink commits a
+        batch as a whole, or idempotently, and needs no stable membership."""
+        return None
+
+    def secret_values(self) -> Sequence[str]:
+        """The secret values this sink holds (passwords, tokens), so fanout can scrub
+        them from every error it logs, records in the ledger or raises. Default: none."""
+        return ()
+
+    def is_transient(self, error: BaseException) -> bool:
+        """Whether ``error`` (raised by :meth:`write`) is worth retrying.
+
+        The default retries :class:`fanout.TransientSinkError` only. Override it to
+        classify the errors of your driver library (timeouts, lost connections, commit
+        conflicts); never classify bad input as transient.
+        """
+        return isinstance(error, TransientSinkError)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

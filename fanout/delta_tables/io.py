@@ -1,0 +1,206 @@
+"""Small helpers over delta-rs shared by the ledger and the Delta sink plugin.
+
+Delta's idempotent writes pair an application id with a monotonically increasing version
+(``txn`` actions in the log). delta-rs records them but does not skip by itself, so every
+writer checks :func:`transaction_version` first.
+
+Every read of a Delta table's rows in fanout goes through :func:`read_arrow` (or
+:func:`read_delta`), never ``DeltaTable.to_pyarrow_table()``/``to_pyarrow_dataset()``:
+those read through a pyarrow dataset over delta-rs' Python filesystem with pre-buffering,
+so Arrow I/O threads keep Python-owned buffers alive after the read returns. When the last
+of them is released while the interpreter finalizes, the thread's ``PyGILState_Ensure``
+calls ``pthread_exit`` inside a ``noexcept`` C++ destructor and the process aborts
+(exit 134, "terminate called without an active exception") in about 2 of 3 short runs.
+:func:`read_arrow` runs the scan in delta-rs' own engine (DataFusion, ``QueryBuilder``),
+which hands back finished Arrow data and leaves no such thread work behind.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+log = logging.getLogger(__name__)
+
+COMMIT_ATTEMPTS = 3
+"""How often a check-then-write runs again after losing a commit race before giving up
+(the caller then reports the conflict as transient)."""
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import CommitProperties, DeltaTable
+
+
+def open_table(path: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable | None:
+    """Open the Delta table at ``path``, or return ``None`` when there is none yet."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(path, storage_options=dict(storage_options or {}) or None)
+    except TableNotFoundError:
+        return None
+
+
+Filter = tuple[str, str, Any]
+"""A row condition ``(column, operator, value)``; operators ``= != < <= > >=``."""
+
+_OPERATORS = frozenset({"=", "!=", "<", "<=", ">", ">="})
+
+
+def read_arrow(
+    table: DeltaTable,
+    *,
+    columns: Sequence[str] | None = None,
+    filters: Sequence[Filter] = (),
+) -> pa.Table:
+    """The rows of ``table`` (its loaded version) as a pyarrow table with the table's own
+    Arrow schema, optionally projected to ``columns`` and restricted to the rows meeting
+    every one of ``filters`` (a conjunction).
+
+    The scan runs in delta-rs' engine (see the module docstring for why not pyarrow's).
+    """
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    schema = pa.schema(table.schema().to_arrow())
+    wanted = list(columns) if columns is not None else schema.names
+    unknown = [c for c in [*wanted, *(f[0] for f in filters)] if c not in schema.names]
+    if unknown:
+        raise ValueError(f"no column {unknown[0]!r} in the Delta table (it has {schema.names})")
+    sql = f"SELECT {', '.join(_identifier(c) for c in wanted)} FROM fanout_read"
+    if filters:
+        sql += " WHERE " + " AND ".join(_condition(*f) for f in filters)
+    reader = QueryBuilder().register("fanout_read", table).execute(sql)
+    result = pa.table(reader)
+    target = pa.schema([schema.field(name) for name in wanted])
+    # DataFusion hands strings back as string_view; give callers the table's own types.
+    arrays = [result.column(i).cast(field.type) for i, field in enumerate(target)]
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def read_delta(
+    path: str,
+    *,
+    columns: Sequence[str] | None = None,
+    filters: Sequence[Filter] = (),
+    storage_options: Mapping[str, str] | None = None,
+) -> pa.Table:
+    """The rows of the Delta table at ``path`` (latest version): :func:`read_arrow` on it.
+
+    Raises ``deltalake.exceptions.TableNotFoundError`` when there is no table there.
+    """
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path, storage_options=dict(storage_options or {}) or None)
+    return read_arrow(table, columns=columns, filters=filters)
+
+
+def _identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _condition(column: str, operator: str, value: Any) -> str:
+    if operator not in _OPERATORS:
+        raise ValueError(f"unsupported filter operator {operator!r} (use one of {_OPERATORS})")
+    return f"{_identifier(column)} {operator} {_literal(value)}"
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    raise TypeError(f"cannot filter on a {type(value).__name__} value ({value!r})")
+
+
+def transaction_version(table: DeltaTable | None, app_id: str) -> int | None:
+    """The last version recorded for ``app_id`` in the table's log, or ``None``.
+
+    A log lookup (checkpoint plus the commits after it), never a scan of the data files.
+    """
+    if table is None:
+        return None
+    version = table.transaction_version(app_id)
+    return None if version is None else int(version)
+
+
+def commit_properties(
+    transactions: Mapping[str, int], metadata: Mapping[str, str] | None = None
+) -> CommitProperties:
+    """Commit properties carrying one idempotent-write transaction per ``app_id: version``.
+
+    Every transaction carries ``lastUpdated`` (now, in epoch milliseconds), as delta-spark
+    writes it: under a table's ``delta.setTransactionRetentionDuration`` delta-spark drops a
+    transaction without it at the next checkpoint, however recent, which would let a
+    replayed batch be written twice (see :mod:`fanout.delta_tables.retention`).
+    """
+    import time
+
+    from deltalake import CommitProperties, Transaction
+
+    now_ms = int(time.time() * 1000)
+    return CommitProperties(
+        app_transactions=[
+            Transaction(app_id=app_id, version=version, last_updated=now_ms)
+            for app_id, version in transactions.items()
+        ],
+        custom_metadata=dict(metadata) if metadata else None,
+    )
+
+
+def is_commit_conflict(error: BaseException) -> bool:
+    """Whether ``error`` is delta-rs refusing a commit because another writer committed
+    first (on the same transaction app id, on data a merge read, or by creating the table
+    a create-if-missing write expected absent). The snapshot is stale: re-check, retry."""
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    text = str(error).lower()
+    if isinstance(error, CommitFailedError):
+        return "concurrent" in text or "version already exists" in text
+    return isinstance(error, DeltaError) and "already exists" in text
+
+
+def append_once(
+    path: str,
+    data: pa.Table,
+    app_id: str,
+    version: int,
+    storage_options: Mapping[str, str] | None = None,
+) -> bool:
+    """Append ``data`` to the Delta table at ``path`` (created when missing) in a commit
+    carrying the transaction ``(app_id, version)``, unless the table's log already records
+    that version or a later one for ``app_id``. Returns whether it appended.
+
+    The check and the commit use one snapshot: a writer committing the same app id in
+    between makes the commit fail (delta-rs' conflict check), and the check runs again on
+    the fresh snapshot. This is how per-batch side tables (dead letters) stay exactly once
+    across replays and zombie drivers.
+    """
+    from deltalake import write_deltalake
+
+    commit = commit_properties({app_id: version})
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        table = open_table(path, storage_options)
+        done = transaction_version(table, app_id)
+        if done is not None and done >= version:
+            return False
+        try:
+            if table is not None:
+                write_deltalake(table, data, mode="append", commit_properties=commit)
+            else:
+                options = dict(storage_options) if storage_options else None
+                # "error": a table created by another writer since the check is a conflict
+                write_deltalake(
+                    path, data, mode="error", storage_options=options, commit_properties=commit
+                )
+            return True
+        except Exception as exc:
+            if not is_commit_conflict(exc) or attempt == COMMIT_ATTEMPTS:
+                raise
+            log.info("%s: lost a commit race for %s@%d, checking again: %s",
+                     path, app_id, version, exc)  # fmt: skip
+    raise AssertionError("unreachable")

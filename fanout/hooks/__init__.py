@@ -1,0 +1,1 @@
+"""Plugins: the hook specifications, the registry of sink types and the calling of observers."""

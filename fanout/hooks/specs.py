@@ -1,0 +1,144 @@
+"""The hooks fanout calls, and the markers plugins use to implement them.
+
+A plugin is a module (or object) registered under the ``fanout`` entry-point group, or
+passed to ``FanOut(plugins=[...])``, that implements some of these hooks with
+``@fanout.hookimpl``. Sink-type plugins implement :func:`fanout_sink_types`; observers
+(metrics, alerting, fault injection in tests) implement the lifecycle hooks.
+
+The per-batch sequence, for each micro-batch Spark hands to ``FanOut``:
+
+1. fanout reads the context (batch id, query id, source offsets), runs the checkpoint-reset
+   guard and asks the ledger which sinks have not committed the batch yet.
+2. :func:`fanout_batch_start` with the pending and skipped sinks (also when none is pending).
+   Then, still before any write, the routes of routed sinks that have a dead-letter target
+   are evaluated, and rows failing them set aside (:mod:`fanout.routes.rejects`).
+3. For every pending sink, in parallel threads:
+
+   a. :func:`fanout_sink_start` before each attempt;
+   b. the rows that failed the sink's route, if any, written through its
+      ``route_dead_letters()``; then the sink's ``write(batch)``;
+   c. on an exception, :func:`fanout_sink_error` (``will_retry`` tells whether another
+      attempt follows);
+   d. on success, :func:`fanout_sink_done` — *after* the write, *before* the ledger mark;
+   e. the ledger mark of ``(sink, batch)``.
+
+4. :func:`fanout_batch_end` when every pending sink committed (all marks written, before
+   Spark writes its commit log), or :func:`fanout_batch_failed` when one or more sinks
+   failed for good; then ``FanOutError`` is raised to Spark.
+
+Lifecycle hooks are observers: an exception they raise is logged with the plugin's name
+and does not fail the batch. Hooks run on the driver, the sink hooks in the sink's thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from fanout.contract.batch import BatchInfo
+    from fanout.contract.sink import Sink, SinkResult
+
+PROJECT_NAME = "fanout"
+"""The pluggy project name, which is also the entry-point group plugins register under."""
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# -------------------------------------------------------------------------------------
+# Sink types
+# -------------------------------------------------------------------------------------
+
+
+@hookspec
+def fanout_sink_types() -> Mapping[str, type[Sink]]:
+    """Return the sink types this plugin provides, as ``{type_name: SinkClass}``.
+
+    Called once when a ``FanOut`` (or ``fanout plugins``) builds its registry. A sink
+    configured as ``{"type": type_name, "name": ..., **options}`` is built as
+    ``SinkClass(name=..., **options)``.
+
+    :return: a mapping of type names to :class:`fanout.Sink` subclasses. Every plugin's
+        mapping is used; two plugins returning the same type name is an error naming both.
+    """
+    raise NotImplementedError  # a specification: pluggy never calls this body
+
+
+# -------------------------------------------------------------------------------------
+# Batch lifecycle (observers)
+# -------------------------------------------------------------------------------------
+
+
+@hookspec
+def fanout_batch_start(info: BatchInfo, pending: Sequence[str], skipped: Sequence[str]) -> None:
+    """Called when a micro-batch arrives, after the guard and the plan, before any write.
+
+    :param info: pipeline, batch id, query id and source offsets.
+    :param pending: the sinks about to be written.
+    :param skipped: the sinks the ledger says already committed this batch.
+    """
+
+
+@hookspec
+def fanout_sink_start(info: BatchInfo, sink: str, attempt: int) -> None:
+    """Called in the sink's thread just before each attempt of ``sink.write``.
+
+    :param info: the batch: pipeline, batch id, query id and source offsets.
+    :param sink: the sink name.
+    :param attempt: 1 for the first attempt, 2 for the first retry, ...
+    """
+
+
+@hookspec
+def fanout_sink_error(
+    info: BatchInfo, sink: str, error: BaseException, attempt: int, will_retry: bool
+) -> None:
+    """Called in the sink's thread when an attempt of ``sink.write`` raised.
+
+    :param info: the batch: pipeline, batch id, query id and source offsets.
+    :param sink: the sink name.
+    :param error: the exception the sink raised.
+    :param attempt: the attempt that failed.
+    :param will_retry: True when the error is transient and retries remain.
+    """
+
+
+@hookspec
+def fanout_sink_done(info: BatchInfo, sink: str, result: SinkResult, duration_s: float) -> None:
+    """Called in the sink's thread after ``sink.write`` succeeded, *before* the ledger
+    mark is written.
+
+    A crash here leaves the batch written but unmarked: the sink is called again on replay
+    and must be idempotent. (Tests kill the process here to prove it is.)
+
+    :param info: the batch: pipeline, batch id, query id and source offsets.
+    :param sink: the sink name.
+    :param result: what the sink reported (rows and details).
+    :param duration_s: wall time of the successful attempt.
+    """
+
+
+@hookspec
+def fanout_batch_end(info: BatchInfo, results: Mapping[str, SinkResult]) -> None:
+    """Called when every pending sink wrote and marked the batch, before ``FanOut``
+    returns to Spark (so before Spark writes ``commits/<batch_id>``).
+
+    :param info: the batch: pipeline, batch id, query id and source offsets.
+    :param results: the result of each sink written in this call (skipped sinks absent).
+    """
+
+
+@hookspec
+def fanout_batch_failed(
+    info: BatchInfo, failures: Mapping[str, BaseException], results: Mapping[str, SinkResult]
+) -> None:
+    """Called when one or more sinks failed the batch after their retries, just before
+    ``FanOutError`` is raised to Spark.
+
+    :param info: the batch: pipeline, batch id, query id and source offsets.
+    :param failures: the final error of each failed sink.
+    :param results: the sinks that did commit the batch in this call.
+    """

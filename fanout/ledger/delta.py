@@ -1,0 +1,396 @@
+"""The ledger: which sink committed which batch, kept in a Delta table (ARCHITECTURE §3).
+
+One row per (pipeline, sink, batch, attempt outcome). Every ``committed`` row is appended
+in a Delta commit that also carries two idempotent-write transactions:
+
+- ``fanout/<pipeline>/<sink>`` at version ``batch_id``: the sink's mark. "Which batch did
+  sink S last commit?" is :meth:`DeltaLedger.last_committed`, a log lookup, and marking a
+  batch twice is a no-op.
+- ``fanout/<pipeline>`` at the highest batch id any sink of the pipeline committed: the
+  pipeline's high-water mark, read by the checkpoint-reset guard without a scan.
+
+The default engine is delta-rs: a mark is a few milliseconds from the driver, no Spark job.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from fanout.contract.batch import txn_app_id
+from fanout.delta_tables.io import (
+    COMMIT_ATTEMPTS,
+    commit_properties,
+    is_commit_conflict,
+    open_table,
+    read_arrow,
+    transaction_version,
+)
+from fanout.delta_tables.retention import check_ledger_retention
+from fanout.errors import LedgerError
+from fanout.ledger.entry import (
+    LedgerEntry,
+    LedgerView,
+    MaintenanceReport,
+    entries_from_arrow,
+    entries_to_arrow,
+    epoch_app_id,
+    ledger_schema,
+    pipeline_app_id,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+
+class DeltaLedger:
+    """The ledger as a Delta table at ``path``, written with delta-rs.
+
+    :param path: table location (local path or object-store URI).
+    :param storage_options: passed to delta-rs for object stores.
+    :param checkpoint_interval: a Delta log checkpoint every this many commits, so a
+        lookup reads one checkpoint and fewer than this many JSON commits, however old
+        the ledger is.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        checkpoint_interval: int = 100,
+    ) -> None:
+        if checkpoint_interval < 1:
+            raise ValueError("checkpoint_interval must be >= 1")
+        self.path = str(path)
+        self.storage_options = dict(storage_options or {})
+        self.checkpoint_interval = checkpoint_interval
+        self._lock = threading.Lock()  # one ledger commit or refresh at a time
+        self._queue_lock = threading.Lock()
+        self._queued: list[_MarkRequest] = []
+        self._table: DeltaTable | None = None
+
+    def __repr__(self) -> str:
+        return f"DeltaLedger({self.path!r})"
+
+    # -- setup ----------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Create the ledger table when missing (idempotent, safe against a racing peer).
+
+        Raises :class:`fanout.ConfigurationError` when the table sets a
+        ``delta.setTransactionRetentionDuration`` (see :mod:`fanout.delta_tables.retention`).
+        """
+        with self._lock:
+            self._table = self._load_or_create()
+        # the ledger's transaction ids are its marks: refuse a table that expires them
+        check_ledger_retention(self._table.metadata().configuration, f"ledger at {self.path}")
+
+    def _load_or_create(self) -> DeltaTable:
+        from deltalake import DeltaTable
+
+        table = open_table(self.path, self.storage_options)
+        if table is not None:
+            _check_is_ledger(table, self.path)
+            return table
+        try:
+            return DeltaTable.create(
+                self.path,
+                schema=ledger_schema(),
+                mode="ignore",
+                partition_by=["pipeline"],
+                name="fanout_ledger",
+                description="fanout ledger: per-sink completion of each micro-batch",
+                configuration={"delta.checkpointInterval": str(self.checkpoint_interval)},
+                storage_options=self.storage_options or None,
+            )
+        except Exception as exc:
+            table = open_table(self.path, self.storage_options)  # lost a creation race?
+            if table is None:
+                raise LedgerError(f"cannot create the ledger at {self.path}: {exc}") from exc
+            return table
+
+    def _fresh(self) -> DeltaTable:
+        """The ledger table at its latest version (caller holds the lock)."""
+        if self._table is None:
+            table = open_table(self.path, self.storage_options)
+            if table is None:
+                raise LedgerError(
+                    f"no ledger at {self.path}: a FanOut creates it when it starts; check the path"
+                )
+            _check_is_ledger(table, self.path)
+            self._table = table
+        else:
+            self._table.update_incremental()
+        return self._table
+
+    # -- lookups (log only) ---------------------------------------------------------
+
+    def last_committed(
+        self, pipeline: str, sinks: Iterable[str], epoch: int = 0
+    ) -> dict[str, int | None]:
+        """The last batch id each sink committed, read from the log's txn actions."""
+        with self._lock:
+            return _marks(self._fresh(), pipeline, sinks, epoch)
+
+    def high_water(self, pipeline: str, epoch: int = 0) -> int | None:
+        """The highest batch id any sink of ``pipeline`` committed, from the log."""
+        with self._lock:
+            return transaction_version(self._fresh(), pipeline_app_id(pipeline, epoch))
+
+    def current_epoch(self, pipeline: str) -> int:
+        """The pipeline's epoch, from the log (0 when none was ever started)."""
+        with self._lock:
+            return _epoch(self._fresh(), pipeline)
+
+    def lookup(self, pipeline: str, sinks: Iterable[str]) -> LedgerView:
+        """Epoch, high-water mark and marks from one refresh of the log (each refresh
+        lists the log directory, so a batch pays for one instead of three)."""
+        with self._lock:
+            table = self._fresh()
+            epoch = _epoch(table, pipeline)
+            return LedgerView(
+                epoch,
+                transaction_version(table, pipeline_app_id(pipeline, epoch)),
+                _marks(table, pipeline, sinks, epoch),
+            )
+
+    def start_epoch(self, entry: LedgerEntry) -> None:
+        """Append the epoch row, with the epoch as the version of its txn action."""
+        if entry.status != "epoch":
+            raise ValueError("start_epoch takes an epoch entry")
+        with self._lock:
+            self._append(self._fresh(), [entry], {epoch_app_id(entry.pipeline): entry.epoch})
+
+    # -- writes ---------------------------------------------------------------------
+
+    def mark_committed(self, entry: LedgerEntry) -> bool:
+        """Append the committed row with its txn actions unless the mark exists.
+
+        Marks wait for one another (one Delta commit at a time). Those that queued up while
+        a commit was running are committed together, in one commit, by whichever caller
+        takes the lock next: sinks finishing together then wait for two commits, not one
+        per sink. Every mark is still durable before its call returns.
+        """
+        if entry.status != "committed":
+            raise ValueError("mark_committed takes a committed entry")
+        request = _MarkRequest(entry)
+        with self._queue_lock:
+            self._queued.append(request)
+        with self._lock:
+            if not request.settled:
+                self._commit_queued()
+        return request.outcome()
+
+    def _commit_queued(self) -> None:
+        """Commit every queued mark in one Delta commit (caller holds the lock).
+
+        The marks are checked and committed on one snapshot. When another writer (a zombie
+        driver) commits one of the same transaction ids in between, delta-rs refuses the
+        commit; the marks are then checked again on the fresh snapshot, so a mark the other
+        writer already recorded counts as done, never as a failure or a second row.
+        """
+        with self._queue_lock:
+            requests, self._queued = self._queued, []
+        try:
+            for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                try:
+                    self._commit_requests([r for r in requests if not r.settled])
+                    return
+                except LedgerError as exc:
+                    cause = exc.__cause__
+                    if attempt == COMMIT_ATTEMPTS or cause is None or not is_commit_conflict(cause):
+                        raise
+                    log.info(
+                        "ledger %s: lost a commit race, checking the marks again: %s",
+                        self.path,
+                        cause,
+                    )
+        except BaseException as exc:
+            for request in requests:
+                if not request.settled:
+                    request.fail(exc)
+            raise
+
+    def _commit_requests(self, requests: Sequence[_MarkRequest]) -> None:
+        """Check ``requests`` on the latest snapshot and commit those not yet recorded."""
+        table = self._fresh()
+        versions: dict[str, int | None] = {}
+
+        def version(app_id: str) -> int | None:
+            if app_id not in versions:
+                versions[app_id] = transaction_version(table, app_id)
+            return versions[app_id]
+
+        accepted: list[_MarkRequest] = []
+        txns: dict[str, int] = {}
+        for request in requests:
+            entry = request.entry
+            sink_app = txn_app_id(entry.pipeline, entry.sink, entry.epoch)
+            done = version(sink_app)
+            if done is not None and done >= entry.batch_id:
+                request.settle(False)
+                continue
+            pipeline_app = pipeline_app_id(entry.pipeline, entry.epoch)
+            high = version(pipeline_app)
+            versions[sink_app] = txns[sink_app] = entry.batch_id
+            versions[pipeline_app] = txns[pipeline_app] = max(
+                entry.batch_id, -1 if high is None else high
+            )
+            accepted.append(request)
+        if accepted:
+            self._append(table, [r.entry for r in accepted], txns)
+        for request in accepted:
+            request.settle(True)
+
+    def record_failure(self, entry: LedgerEntry) -> None:
+        """Append a failed-attempt row (no txn action)."""
+        with self._lock:
+            self._append(self._fresh(), [entry], {})
+
+    def _append(
+        self, table: DeltaTable, entries: Sequence[LedgerEntry], txns: Mapping[str, int]
+    ) -> None:
+        from deltalake import write_deltalake
+
+        try:
+            write_deltalake(
+                table,
+                entries_to_arrow(entries),
+                mode="append",
+                schema_mode="merge",  # a ledger made by an older fanout gains new columns
+                commit_properties=commit_properties(txns) if txns else None,
+            )
+        except Exception as exc:
+            raise LedgerError(f"cannot write to the ledger at {self.path}: {exc}") from exc
+        # write_deltalake advances `table` to the version it committed: no refresh needed
+
+    # -- scans (people, the guard's slow path, recovery) ----------------------------
+
+    def read(self, pipeline: str | None = None) -> pa.Table:
+        """The ledger rows, optionally of one pipeline (a scan; for status and recovery)."""
+        with self._lock:
+            table = self._fresh()
+        return read_arrow(table, filters=[("pipeline", "=", pipeline)] if pipeline else ())
+
+    def pipelines(self) -> list[str]:
+        """The names of the pipelines the ledger holds rows of, sorted."""
+        with self._lock:
+            table = self._fresh()
+        names = read_arrow(table, columns=["pipeline"]).column("pipeline").unique()
+        return sorted(str(name) for name in names.to_pylist())
+
+    def committed_entries(
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> list[LedgerEntry]:
+        """Committed rows of ``pipeline`` with ``batch_id >= min_batch_id`` (of ``epoch``)."""
+        with self._lock:
+            table = self._fresh()
+        rows = read_arrow(
+            table,
+            filters=[
+                ("pipeline", "=", pipeline),
+                ("status", "=", "committed"),
+                ("batch_id", ">=", min_batch_id),
+            ],
+        )
+        entries = entries_from_arrow(rows)
+        return entries if epoch is None else [e for e in entries if e.epoch == epoch]
+
+    # -- maintenance ----------------------------------------------------------------
+
+    def maintain(
+        self,
+        *,
+        checkpoint: bool = True,
+        compact: bool = True,
+        vacuum_retention_hours: int | None = 168,
+        cleanup_logs: bool = True,
+    ) -> MaintenanceReport:
+        """Keep lookups O(1) and the table small.
+
+        :param checkpoint: write a log checkpoint now.
+        :param compact: merge the small files (one per mark) into larger ones.
+        :param vacuum_retention_hours: delete files unreferenced for longer than this;
+            ``None`` skips vacuum. Keep it above the longest time a reader may hold an old
+            version.
+        :param cleanup_logs: drop log entries older than the table's log retention.
+        """
+        with self._lock:
+            table = self._fresh()
+            before = table.version()
+            compacted = 0
+            if compact:
+                metrics = table.optimize.compact()
+                compacted = int(metrics.get("numFilesRemoved", 0))
+                table.update_incremental()
+            vacuumed: list[str] = []
+            if vacuum_retention_hours is not None:
+                vacuumed = table.vacuum(
+                    retention_hours=vacuum_retention_hours,
+                    dry_run=False,
+                    enforce_retention_duration=False,
+                )
+            if checkpoint:
+                table.create_checkpoint()
+            if cleanup_logs:
+                table.cleanup_metadata()
+            table.update_incremental()
+            return MaintenanceReport(
+                version_before=before,
+                version_after=table.version(),
+                checkpoint_created=checkpoint,
+                files_compacted=compacted,
+                files_vacuumed=list(vacuumed),
+            )
+
+
+LEDGER_COLUMNS = ("batch_id", "pipeline", "sink", "status")
+"""The columns without which a Delta table cannot be a ledger (of any fanout version)."""
+
+
+def _check_is_ledger(table: DeltaTable, path: str) -> None:
+    """Refuse a Delta table that is not a ledger, before reading or writing it."""
+    columns = [field.name for field in table.schema().fields]
+    missing = [name for name in LEDGER_COLUMNS if name not in columns]
+    if missing:
+        raise LedgerError(
+            f"the Delta table at {path} is not a fanout ledger: it has no columns "
+            f"{', '.join(map(repr, missing))} (its columns: {', '.join(map(repr, columns))})"
+        )
+
+
+def _marks(
+    table: DeltaTable, pipeline: str, sinks: Iterable[str], epoch: int
+) -> dict[str, int | None]:
+    return {s: transaction_version(table, txn_app_id(pipeline, s, epoch)) for s in sinks}
+
+
+def _epoch(table: DeltaTable, pipeline: str) -> int:
+    return transaction_version(table, epoch_app_id(pipeline)) or 0
+
+
+class _MarkRequest:
+    """One caller's mark waiting to be committed, alone or with others."""
+
+    def __init__(self, entry: LedgerEntry) -> None:
+        self.entry = entry
+        self.settled = False
+        self._written = False
+        self._error: BaseException | None = None
+
+    def settle(self, written: bool) -> None:
+        self._written, self.settled = written, True
+
+    def fail(self, error: BaseException) -> None:
+        self._error, self.settled = error, True
+
+    def outcome(self) -> bool:
+        """True when this call wrote the mark; raises what its commit raised."""
+        if self._error is not None:
+            raise self._error
+        return self._written

@@ -1,0 +1,159 @@
+"""The ledger's model: one row per attempt outcome (:class:`LedgerEntry`), what a batch reads
+before it writes (:class:`LedgerView`), and what the dispatcher needs of a ledger
+(:class:`Ledger`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from fanout.contract.batch import pipeline_scope
+from fanout.version import __version__
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+Status = Literal["committed", "failed", "epoch"]
+
+
+def pipeline_app_id(pipeline: str, epoch: int = 0) -> str:
+    """The transaction id carrying a pipeline's high-water mark: ``fanout/<pipeline>``
+    (``fanout/<pipeline>@e<epoch>`` in later epochs)."""
+    return f"fanout/{pipeline_scope(pipeline, epoch)}"
+
+
+def epoch_app_id(pipeline: str) -> str:
+    """The transaction id whose version is the pipeline's current epoch."""
+    return f"fanout/{pipeline}#epoch"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One ledger row: the outcome of one attempt of one sink on one batch."""
+
+    pipeline: str
+    sink: str
+    batch_id: int
+    status: Status
+    query_id: str | None = None
+    rows: int | None = None
+    dead_lettered: int | None = None
+    attempt: int = 1
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_ms: int | None = None
+    source_offsets: str | None = None
+    error: str | None = None
+    fanout_version: str = __version__
+    epoch: int = 0
+    batch_timestamp_ms: int | None = None  # Spark's planning time; None in older ledgers
+
+    def offsets(self) -> Any:
+        """The recorded source offsets, parsed from JSON (``None`` when not recorded)."""
+        return json.loads(self.source_offsets) if self.source_offsets else None
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """What a batch reads from the ledger before it writes, taken at one moment: the
+    pipeline's current epoch, that epoch's high-water mark and each sink's last committed
+    batch in it (``None``: never)."""
+
+    epoch: int
+    high_water: int | None
+    marks: dict[str, int | None]
+
+
+def ledger_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+    return pa.schema(
+        [
+            pa.field("pipeline", pa.string(), nullable=False),
+            pa.field("query_id", pa.string()),
+            pa.field("batch_id", pa.int64(), nullable=False),
+            pa.field("sink", pa.string(), nullable=False),
+            pa.field("status", pa.string(), nullable=False),
+            pa.field("rows", pa.int64()),
+            pa.field("dead_lettered", pa.int64()),
+            pa.field("attempt", pa.int32()),
+            pa.field("started_at", ts),
+            pa.field("finished_at", ts),
+            pa.field("duration_ms", pa.int64()),
+            pa.field("source_offsets", pa.string()),
+            pa.field("error", pa.string()),
+            pa.field("fanout_version", pa.string()),
+            pa.field("epoch", pa.int32()),
+            pa.field("batch_timestamp_ms", pa.int64()),
+        ]
+    )
+
+
+def entries_to_arrow(entries: Sequence[LedgerEntry]) -> pa.Table:
+    """Ledger entries as an Arrow table with the ledger's schema."""
+    import pyarrow as pa
+
+    return pa.Table.from_pylist([asdict(e) for e in entries], schema=ledger_schema())
+
+
+def entries_from_arrow(table: pa.Table) -> list[LedgerEntry]:
+    """Ledger rows read back as entries (columns unknown to this version are ignored)."""
+    names = {f.name for f in ledger_schema()}
+    return [
+        LedgerEntry(**{k: v for k, v in row.items() if k in names and v is not None})
+        for row in table.to_pylist()
+    ]
+
+
+class Ledger(Protocol):
+    """What the dispatcher needs from a ledger. :class:`DeltaLedger` is the real one;
+    :class:`MemoryLedger` serves unit tests and benchmarks."""
+
+    def open(self) -> None:
+        """Create the ledger if missing and check it is usable; called before the stream."""
+
+    def last_committed(
+        self, pipeline: str, sinks: Iterable[str], epoch: int = 0
+    ) -> dict[str, int | None]:
+        """The last batch id each sink committed (``None``: never), without a scan."""
+
+    def lookup(self, pipeline: str, sinks: Iterable[str]) -> LedgerView:
+        """Epoch, high-water mark and marks of the current epoch in one read, without a
+        scan: what the dispatcher needs before every batch."""
+
+    def start_epoch(self, entry: LedgerEntry) -> None:
+        """Record that ``entry.query_id`` starts epoch ``entry.epoch`` at ``entry.batch_id``."""
+
+    def mark_committed(self, entry: LedgerEntry) -> bool:
+        """Record that ``entry.sink`` committed ``entry.batch_id``; idempotent.
+        Returns ``False`` when the mark was already there."""
+
+    def record_failure(self, entry: LedgerEntry) -> None:
+        """Record a failed attempt (best effort: callers log what this raises)."""
+
+    def committed_entries(
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> list[LedgerEntry]:
+        """Committed rows of the pipeline at or after ``min_batch_id``, of one epoch or
+        (``None``) all (a scan: rare paths)."""
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    """What :meth:`DeltaLedger.maintain` did."""
+
+    version_before: int
+    version_after: int
+    checkpoint_created: bool
+    files_compacted: int
+    files_vacuumed: list[str] = field(default_factory=list)
+
+
+
+def now_utc() -> datetime:
+    """The current time, timezone-aware, as the ledger stores it."""
+    return datetime.now(UTC)

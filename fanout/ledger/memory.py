@@ -1,0 +1,93 @@
+"""A ledger in memory, for unit tests and benchmarks."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from fanout.contract.batch import pipeline_scope
+from fanout.ledger.entry import LedgerEntry, LedgerView
+
+
+class MemoryLedger:
+    """A ledger in memory, with :class:`DeltaLedger`'s semantics; for tests and benchmarks.
+
+    Marks vanish with the process, so it gives no protection across restarts.
+    """
+
+    def __init__(self) -> None:
+        self.entries: list[LedgerEntry] = []
+        self._marks: dict[tuple[str, str], int] = {}  # (scope, sink) -> batch id
+        self._epochs: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def open(self) -> None:
+        """Nothing to create."""
+
+    def last_committed(
+        self, pipeline: str, sinks: Iterable[str], epoch: int = 0
+    ) -> dict[str, int | None]:
+        """The last batch id each sink committed."""
+        scope = pipeline_scope(pipeline, epoch)
+        with self._lock:
+            return {s: self._marks.get((scope, s)) for s in sinks}
+
+    def high_water(self, pipeline: str, epoch: int = 0) -> int | None:
+        """The highest batch id any sink of ``pipeline`` committed."""
+        scope = pipeline_scope(pipeline, epoch)
+        with self._lock:
+            marks = [v for (p, _), v in self._marks.items() if p == scope]
+            return max(marks) if marks else None
+
+    def current_epoch(self, pipeline: str) -> int:
+        """The pipeline's epoch."""
+        with self._lock:
+            return self._epochs.get(pipeline, 0)
+
+    def lookup(self, pipeline: str, sinks: Iterable[str]) -> LedgerView:
+        """Epoch, high-water mark and marks of the current epoch."""
+        epoch = self.current_epoch(pipeline)
+        return LedgerView(
+            epoch, self.high_water(pipeline, epoch), self.last_committed(pipeline, sinks, epoch)
+        )
+
+    def start_epoch(self, entry: LedgerEntry) -> None:
+        """Start the entry's epoch."""
+        with self._lock:
+            self._epochs[entry.pipeline] = entry.epoch
+            self.entries.append(entry)
+
+    def mark_committed(self, entry: LedgerEntry) -> bool:
+        """Record the mark unless it exists."""
+        key = (pipeline_scope(entry.pipeline, entry.epoch), entry.sink)
+        with self._lock:
+            done = self._marks.get(key)
+            if done is not None and done >= entry.batch_id:
+                return False
+            self._marks[key] = entry.batch_id
+            self.entries.append(entry)
+            return True
+
+    def record_failure(self, entry: LedgerEntry) -> None:
+        """Keep the failed attempt."""
+        with self._lock:
+            self.entries.append(entry)
+
+    def pipelines(self) -> list[str]:
+        """The names of the pipelines the ledger holds rows of, sorted."""
+        with self._lock:
+            return sorted({e.pipeline for e in self.entries})
+
+    def committed_entries(
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> list[LedgerEntry]:
+        """Committed entries of ``pipeline`` at or after ``min_batch_id`` (of ``epoch``)."""
+        with self._lock:
+            return [
+                e
+                for e in self.entries
+                if e.pipeline == pipeline
+                and e.status == "committed"
+                and e.batch_id >= min_batch_id
+                and (epoch is None or e.epoch == epoch)
+            ]

@@ -1,0 +1,1 @@
+"""Observability: structured redacted logs, metrics, and secrets kept out of both."""

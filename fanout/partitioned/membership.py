@@ -1,0 +1,217 @@
+"""Stable partition membership for sinks that commit one transaction per Spark partition.
+
+The Kafka sink and the PostgreSQL sink in append mode hash-partition each batch into a
+fixed number of partitions and commit each partition on its own; a replay (after a crash,
+or a retry inside the same batch) skips the partitions that already committed. That is
+only sound when every attempt puts every row in the same partition. Two things here make
+sure of it:
+
+1. **Determinism** (:mod:`fanout.partitioned.determinism`): the columns a sink
+   partitions by (:meth:`fanout.Sink.partitioned_by`: its key columns, or the whole row)
+   must not come from a non-deterministic expression (``uuid()``, ``rand()``,
+   ``current_timestamp()`` in a route...), and no non-deterministic filter may decide
+   which rows exist. Checked on Spark's plans: the route's expressions at ``FanOut(...)``,
+   the routed batch and the streaming query's own plan at each batch (cached per query).
+2. **Detection** (:class:`PartitionPlan`, :func:`check_committed`): each partition commits,
+   atomically with its rows, the partition count, a fingerprint of the partitioning (columns,
+   types, hash scheme) and a digest of its rows (count and an order-independent checksum of
+   the partitioning columns). When some partitions already hold the batch, the driver
+   re-plans the batch in one Spark job (:func:`summarize`) and refuses any difference
+   before a partition writes. Batches no partition committed yet pay no extra job.
+
+The core imports no plugin; the sinks call these functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from fanout.errors import PartitioningError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger("fanout")
+
+WHOLE_ROW: Literal["*"] = "*"
+"""What :meth:`fanout.Sink.partitioned_by` returns for a sink hashing the whole row."""
+
+HASH_SCHEME = "spark-hashpartitioning-murmur3/v1"
+"""How rows are assigned to partitions: Spark's ``repartition(n, *columns)``."""
+
+MEMBER_COLUMN = "__fanout_member"
+"""The column a sink adds after the repartition: the low 32 bits of ``xxhash64`` of the
+partitioning columns, summed per partition into the checksum, stripped before writing."""
+
+_LOW32 = 0xFFFFFFFF
+
+
+# -- what a partition commits, and what a replay must match ---------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionDigest:
+    """The rows of one partition: how many, and the sum of their :data:`MEMBER_COLUMN`."""
+
+    rows: int
+    checksum: int
+
+    def short(self) -> int:
+        """A 32-bit digest of both (for stores that keep a single small number)."""
+        data = f"{self.rows}:{self.checksum}".encode()
+        return int.from_bytes(hashlib.sha256(data).digest()[:4], "big")
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """How a sink partitions one batch: the count and the columns with their types."""
+
+    partitions: int
+    columns: tuple[tuple[str, str], ...]
+
+    @property
+    def fingerprint(self) -> str:
+        """8 hex digits identifying the columns, their types and :data:`HASH_SCHEME`
+        (not the count, which is recorded and compared on its own)."""
+        text = HASH_SCHEME + "|" + "|".join(f"{n}:{t}" for n, t in self.columns)
+        return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+    def describe(self) -> str:
+        """``4 partitions by order_id bigint`` (for messages)."""
+        shown = ", ".join(f"{n} {t}" for n, t in self.columns)
+        return f"{self.partitions} partitions by {shown} (fingerprint {self.fingerprint})"
+
+
+@dataclass(frozen=True)
+class CommittedPartition:
+    """What a partition that already committed the batch recorded; ``None``: not recorded
+    (a mark written by an older fanout). ``digest`` is exact; ``short`` is
+    :meth:`PartitionDigest.short` where only that could be stored."""
+
+    partition: int
+    partitions: int | None = None
+    fingerprint: str | None = None
+    digest: PartitionDigest | None = None
+    short: int | None = None
+
+
+def plan_of(df: Any, by: Sequence[str], partitions: int) -> PartitionPlan:
+    """The plan of ``df.repartition(partitions, *by)``."""
+    types = dict(df.dtypes)
+    return PartitionPlan(partitions, tuple((c, types[c]) for c in by))
+
+
+def with_member_column(parted: Any, by: Sequence[str]) -> Any:
+    """``parted`` plus :data:`MEMBER_COLUMN` (a narrow projection: the partitions stay)."""
+    from pyspark.sql import functions as F
+
+    hashed = F.xxhash64(*[F.col(quoted(c)) for c in by])
+    return parted.withColumn(MEMBER_COLUMN, hashed.bitwiseAND(F.lit(_LOW32)))
+
+
+class MemberDigest:
+    """On the executor: strips :data:`MEMBER_COLUMN` from a partition's Arrow batches and
+    sums it; :attr:`digest` is final once the batches are consumed."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.checksum = 0
+
+    def strip(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The batches without the member column, counting as they pass."""
+        import numpy as np
+
+        for batch in batches:
+            index = batch.schema.get_field_index(MEMBER_COLUMN)
+            if index < 0:
+                yield batch
+                continue
+            values = batch.column(index).to_numpy(zero_copy_only=False).astype(np.int64)
+            self.rows += batch.num_rows
+            self.checksum += int(values.sum())
+            yield batch.remove_column(index)
+
+    @property
+    def digest(self) -> PartitionDigest:
+        """The partition's digest so far."""
+        return PartitionDigest(self.rows, self.checksum)
+
+
+def summarize(parted: Any, by: Sequence[str]) -> dict[int, PartitionDigest]:
+    """On the driver, one Spark job: each partition's digest, as the executors will see it."""
+    from pyspark.sql import functions as F
+
+    member = with_member_column(parted, by)
+    rows = (
+        member.select(F.spark_partition_id().alias("p"), F.col(MEMBER_COLUMN).alias("h"))
+        .groupBy("p")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum("h").alias("s"))
+        .collect()
+    )
+    return {int(r["p"]): PartitionDigest(int(r["n"]), int(r["s"] or 0)) for r in rows}
+
+
+def check_committed(
+    committed: Sequence[CommittedPartition],
+    plan: PartitionPlan,
+    summary: Callable[[], Mapping[int, PartitionDigest]],
+    *,
+    sink: str,
+    batch_id: int,
+) -> None:
+    """Refuse a replay whose partitions differ from those that already committed the batch.
+
+    :param committed: the partitions holding the batch (empty: nothing to check, no job).
+    :param summary: computes the re-planned digests; called only when needed.
+    :raises PartitioningError: naming the sink, the batch and what changed.
+    """
+    if not committed:
+        return
+    done = sorted(c.partition for c in committed)
+    advice = (
+        f"Partitions {done} already hold batch {batch_id}; a replay skips them, so the "
+        "batch must be partitioned exactly as when they committed. "
+    )
+    for mark in committed:
+        if mark.partitions is not None and mark.partitions != plan.partitions:
+            raise PartitioningError(
+                f"option 'partitions' changed mid-batch: partition {mark.partition} committed "
+                f"with partitions {mark.partitions}, now {plan.partitions}. {advice}Restore "
+                f"partitions={mark.partitions} until this batch completes, then change it",
+                sink=sink, batch_id=batch_id,
+            )  # fmt: skip
+        if mark.fingerprint is not None and mark.fingerprint != plan.fingerprint:
+            raise PartitioningError(
+                f"the partitioning columns changed mid-batch: partition {mark.partition} "
+                f"committed with fingerprint {mark.fingerprint}, now {plan.describe()}. "
+                f"{advice}Restore the key columns, route and schema of the sink until this "
+                "batch completes",
+                sink=sink, batch_id=batch_id,
+            )  # fmt: skip
+    digests = summary()
+    for mark in committed:
+        now = digests.get(mark.partition, PartitionDigest(0, 0))
+        moved = (mark.digest is not None and mark.digest != now) or (
+            mark.digest is None and mark.short is not None and mark.short != now.short()
+        )
+        if moved:
+            then = f"{mark.digest.rows} rows" if mark.digest is not None else "other rows"
+            raise PartitioningError(
+                f"rows moved between partitions: partition {mark.partition} committed "
+                f"{then}, and re-planned it now holds {now.rows} rows"
+                f"{'' if mark.digest is None else ' with other partitioning values'}. "
+                f"{advice}The batch's rows or their partitioning values differ from the "
+                "first attempt (a non-deterministic source, a changed input or static "
+                "table): writing would lose or duplicate rows. Restore the input of this "
+                "batch, or accept the loss explicitly by removing this sink's marks",
+                sink=sink, batch_id=batch_id,
+            )  # fmt: skip
+
+
+def quoted(column: str) -> str:
+    """A column name as a Spark SQL identifier."""
+    return "`" + column.replace("`", "``") + "`"

@@ -1,0 +1,158 @@
+"""Step 2 of a batch: refuse to write when the checkpoint does not match the ledger
+(ARCHITECTURE §2.3).
+
+Two ways a checkpoint stops matching, both of which would make the sinks skip rows:
+
+- **reset**: the checkpoint was deleted or replaced. Spark starts a new query id and
+  numbers batches from 0 again; the sinks' idempotency ids say "done" (skip) or, under new
+  ids, the batches are written twice. Evidence: the ledger holds marks at or past the
+  batch written by another query id (:class:`CheckpointResetError`).
+- **rollback**: the checkpoint was restored from a backup or lost its newest ``offsets/``
+  and ``commits/`` files. The query id is unchanged; Spark plans batch K+1 again, from
+  the end of batch K to the newest input, and every sink whose mark is at or past K+1
+  would skip rows it never received. Evidence (:class:`CheckpointRollbackError`): the
+  ledger holds batches past the one Spark handed (a crash replay is always of the last
+  batch: Spark plans N+1 only after committing N), or it recorded this batch with other
+  source offsets or another planning time. A crash replay reads the same ``offsets/N``
+  file, so both match; a re-planned batch gets a new ``batchTimestampMs`` even when a
+  source's offsets repeat (a file source's ``{"logOffset": N}``).
+
+The common path pays one log lookup: only when the pipeline's high-water mark is at or
+past the incoming batch (a replay, or a checkpoint behind the ledger) does the guard scan
+the ledger's rows from that batch on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+
+from fanout.contract.batch import BatchInfo
+from fanout.errors import CheckpointResetError, CheckpointRollbackError
+from fanout.ledger.entry import Ledger, LedgerEntry
+from fanout.steps.guard_text import describe_plan, reset_message, rollback_message
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "CheckpointGuard",
+    "check_checkpoint",
+    "compare_plan",
+    "describe_plan",
+    "latest_per_sink",
+    "reset_message",
+    "rollback_message",
+]
+
+
+class CheckpointGuard:
+    """Checks each batch against the ledger before anything is written; warns once per
+    kind of check it cannot make (unknown query id, unknown offsets).
+
+    :param ledger: the pipeline's ledger.
+    """
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self._warned: set[str] = set()
+
+    def check(self, info: BatchInfo, high: int | None) -> None:
+        """Raise :class:`CheckpointResetError` when another query id committed batches of
+        this pipeline at or after ``info.batch_id``, :class:`CheckpointRollbackError` when
+        the checkpoint was rolled back; return quietly otherwise (including replays of
+        the last batch after a crash). ``high`` is the pipeline's high-water mark in
+        ``info.epoch``, as the ledger's lookup read it."""
+        if high is None or high < info.batch_id:
+            return
+        newer = self.ledger.committed_entries(info.pipeline, info.batch_id, epoch=info.epoch)
+        if info.query_id is None:
+            self._warn_once(
+                "query id",
+                "pipeline %s, batch %s: query id unknown; cannot tell a replay from a "
+                "checkpoint reset",
+                info,
+            )
+        else:
+            # a row without a query id was written when the id could not be read: it is
+            # no evidence of another query (the comparison of plans below still applies)
+            foreign = [e for e in newer if e.query_id not in (None, info.query_id)]
+            if foreign:
+                raise CheckpointResetError(reset_message(info, self._latest(info)))
+        same_batch = [e for e in newer if e.batch_id == info.batch_id]
+        outcomes = [compare_plan(e, info) for e in same_batch]
+        if high > info.batch_id or False in outcomes:
+            raise CheckpointRollbackError(
+                rollback_message(info, high, same_batch, self._latest(info))
+            )
+        if None in outcomes:
+            self._warn_unknown_plan(
+                info, [e for e, o in zip(same_batch, outcomes, strict=True) if o is None]
+            )
+
+    def _latest(self, info: BatchInfo) -> dict[str, LedgerEntry]:
+        # every sink's last batch, also of those behind info.batch_id: the offsets of the
+        # sink furthest behind are where a recovery must start from
+        return latest_per_sink(self.ledger.committed_entries(info.pipeline, epoch=info.epoch))
+
+    def _warn_unknown_plan(self, info: BatchInfo, entries: list[LedgerEntry]) -> None:
+        if info.source_offsets is None:
+            self._warn_once(
+                "offsets",
+                "pipeline %s, batch %s: the batch's source offsets are unknown, so fanout "
+                "cannot tell a crash replay from a rolled-back checkpoint; sinks holding the "
+                "batch skip it",
+                info,
+            )
+        else:
+            self._warn_once(
+                "recorded offsets",
+                "pipeline %s, batch %s: the ledger recorded no source offsets for this batch "
+                f"(sinks {', '.join(sorted({e.sink for e in entries}))}), so fanout cannot "
+                "tell a crash replay from a rolled-back checkpoint; sinks holding the batch "
+                "skip it",
+                info,
+            )
+
+    def _warn_once(self, kind: str, message: str, info: BatchInfo) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning(message, info.pipeline, info.batch_id)
+
+
+def check_checkpoint(ledger: Ledger, info: BatchInfo, high: int | None) -> None:
+    """One check by a fresh :class:`CheckpointGuard` (which warns once per instance)."""
+    CheckpointGuard(ledger).check(info, high)
+
+
+def compare_plan(entry: LedgerEntry, info: BatchInfo) -> bool | None:
+    """Whether Spark planned ``info``'s batch as the ledger ``entry`` recorded it: ``True``
+    (same source offsets, and the same planning time where both are known), ``False``
+    (either differs), ``None`` (nothing known on both sides: cannot tell).
+
+    Offsets alone can repeat for a re-planned batch (a file source's ``{"logOffset": N}``
+    names a batch of its own log, whose files may differ), the planning time does not;
+    rows written before fanout recorded planning times fall back to offsets only.
+    """
+    if info.source_offsets is None or entry.source_offsets is None:
+        return None
+    if entry.offsets() != _as_json(info.source_offsets):
+        return False
+    if entry.batch_timestamp_ms is not None and info.batch_timestamp_ms is not None:
+        return entry.batch_timestamp_ms == info.batch_timestamp_ms
+    return True
+
+
+def _as_json(value: object) -> object:
+    """``value`` as the ledger gives it back (JSON round trip: tuples become lists)."""
+    return json.loads(json.dumps(value))
+
+
+def latest_per_sink(entries: Iterable[LedgerEntry]) -> dict[str, LedgerEntry]:
+    """The committed entry with the highest (epoch, batch id) of each sink."""
+    latest: dict[str, LedgerEntry] = {}
+    for entry in entries:
+        current = latest.get(entry.sink)
+        if current is None or (entry.epoch, entry.batch_id) > (current.epoch, current.batch_id):
+            latest[entry.sink] = entry
+    return latest

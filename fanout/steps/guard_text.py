@@ -1,0 +1,134 @@
+"""The texts of the checkpoint guard's refusals (:mod:`fanout.steps.guard`) and the facts they
+share with ``fanout recover``: what happened, what the ledger knows per sink, how to
+proceed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+
+from fanout.contract.batch import BatchInfo
+from fanout.ledger.entry import LedgerEntry
+
+NEW_PIPELINE = (
+    "  2. Or start from a new checkpoint whose source begins right after the offsets of "
+    "the sink furthest behind above (e.g. as Kafka startingOffsets), under a new "
+    "pipeline name so the sinks' transaction ids start afresh; sinks further ahead then "
+    "receive their last batches again."
+)
+NEW_EPOCH = (
+    "  3. Or, accepting that the new query's batches are written as new data even where "
+    "they repeat old input, continue under a new epoch: FanOut(..., "
+    'on_checkpoint_reset="new_epoch").'
+)
+
+
+def planned_at(timestamp_ms: int) -> str:
+    """A planning time as the messages show it: milliseconds (as in ``offsets/N``) and UTC."""
+    moment = datetime.fromtimestamp(timestamp_ms / 1000, UTC)
+    return f"{timestamp_ms} ({moment:%Y-%m-%dT%H:%M:%S}.{timestamp_ms % 1000:03d}Z)"
+
+
+def describe_plan(source_offsets: object, timestamp_ms: int | None, *, recorded: bool) -> str:
+    """``source offsets <json>[, planned at <time>]``; ``recorded`` tells whether missing
+    offsets were "not recorded" (a ledger row) or are "unknown" (the batch at hand)."""
+    if source_offsets is None:
+        text = "source offsets " + ("not recorded" if recorded else "unknown")
+    else:
+        text = f"source offsets {json.dumps(source_offsets)}"
+    return text if timestamp_ms is None else f"{text}, planned at {planned_at(timestamp_ms)}"
+
+
+def describe_entry(entry: LedgerEntry) -> str:
+    """A sink's last committed batch: ``<sink>: batch N, query id Q, source offsets ...``."""
+    plan = describe_plan(entry.offsets(), entry.batch_timestamp_ms, recorded=True)
+    return f"{entry.sink}: batch {entry.batch_id}, query id {entry.query_id}, {plan}"
+
+
+def _sink_lines(latest: Mapping[str, LedgerEntry]) -> list[str]:
+    lines = ["Last committed batch per sink (from the ledger):"]
+    lines += [f"  - {describe_entry(latest[sink])}" for sink in sorted(latest)]
+    return lines
+
+
+def _recover_line(info: BatchInfo) -> str:
+    return (
+        f"  `fanout recover --ledger <path> --pipeline {info.pipeline}` prints these facts "
+        "again, with Kafka startingOffsets."
+    )
+
+
+def reset_message(info: BatchInfo, latest: dict[str, LedgerEntry]) -> str:
+    """The refusal of a reset: what happened, what the ledger knows per sink, how to proceed."""
+    lines = [
+        f"pipeline {info.pipeline!r}: checkpoint reset detected. Spark handed batch "
+        f"{info.batch_id} of query {info.query_id}, but the ledger holds batches of this "
+        "pipeline committed at or after it by another query id: the checkpoint was deleted "
+        "or replaced. fanout refuses to write, because the sinks would silently skip these "
+        "batches or write them twice.",
+        *_sink_lines(latest),
+        "How to proceed:",
+        "  1. Restore the original checkpoint directory and restart the query; nothing is "
+        "lost or duplicated.",
+        NEW_PIPELINE,
+        NEW_EPOCH,
+        _recover_line(info),
+    ]
+    return "\n".join(lines)
+
+
+def rollback_message(
+    info: BatchInfo,
+    high: int,
+    same_batch: Sequence[LedgerEntry],
+    latest: Mapping[str, LedgerEntry],
+) -> str:
+    """The refusal of a rolled-back checkpoint: the batch as Spark planned it now and as the
+    ledger recorded it, the later batches the ledger holds, each sink's last batch, and how
+    to proceed. ``high`` is the pipeline's high-water mark, ``same_batch`` the ledger's
+    committed rows of ``info.batch_id``."""
+    cause = (
+        f"the ledger holds later batches of this pipeline (up to batch {high})"
+        if high > info.batch_id
+        else "the ledger recorded that batch of this pipeline as planned differently"
+    )
+    lines = [
+        f"pipeline {info.pipeline!r}: checkpoint rolled back. Spark handed batch "
+        f"{info.batch_id} of query {info.query_id}, but {cause}: the checkpoint was restored "
+        "from a backup or lost its newest offsets/ and commits/ files, so Spark planned the "
+        "batch again from the end of the batch before it. The sinks holding the batch would "
+        "skip it and lose the rows it holds now; fanout refuses to write.",
+        f"  Spark re-planned batch {info.batch_id}: "
+        + describe_plan(info.source_offsets, info.batch_timestamp_ms, recorded=False),
+    ]
+    plans: dict[str, list[str]] = {}
+    for entry in same_batch:
+        plan = describe_plan(entry.offsets(), entry.batch_timestamp_ms, recorded=True)
+        plans.setdefault(plan, []).append(entry.sink)
+    for plan, sinks in plans.items():
+        label = "sink" if len(sinks) == 1 else "sinks"
+        lines.append(
+            f"  the ledger recorded batch {info.batch_id}: {plan}, committed by {label} "
+            + ", ".join(sorted(sinks))
+        )
+    if high > info.batch_id:
+        lines.append(
+            f"  the ledger holds later batches of this pipeline: up to batch {high} (Spark "
+            f"plans batch {info.batch_id + 1} only after committing batch {info.batch_id})"
+        )
+    lines += [
+        *_sink_lines(latest),
+        "How to proceed:",
+        f"  1. Restore the newest checkpoint (the one whose offsets/{high} holds the offsets "
+        f"and planning time the ledger recorded for batch {high} above) and restart the "
+        "query; nothing is lost or duplicated.",
+        NEW_PIPELINE.replace("Or start from a new", "Or delete this checkpoint and start a new"),
+        "  3. Or delete this checkpoint and, accepting that the new query's batches are "
+        "written as new data even where they repeat old input, start the new one under a "
+        'new epoch: FanOut(..., on_checkpoint_reset="new_epoch"). It does not apply to this '
+        "checkpoint itself: its re-planned batches overlap batches the sinks already hold, "
+        "so a new epoch would write those rows twice.",
+        _recover_line(info),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,200 @@
+"""Helpers for testing sinks and pipelines, shipped for plugin authors.
+
+- :class:`ArrowFrame` and :func:`make_batch`: hand a sink a batch without starting Spark.
+- :class:`RecordingSink`: an in-memory sink that records what it was given.
+- :class:`FlakySink`: wraps a sink and fails chosen batches a chosen number of times,
+  counting across processes when given a state file (a restart "remembers" the outage).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.sink import (
+    DeadLetterWriter,
+    Guarantee,
+    Reads,
+    Sink,
+    SinkContext,
+    SinkResult,
+)
+from fanout.errors import SinkWriteError, TransientSinkError
+
+
+class ArrowFrame:
+    """A stand-in for a Spark DataFrame holding an Arrow table (``toArrow``, ``persist``,
+    ``unpersist``, ``count``), counting calls thread-safely (sinks run in parallel)."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+        self.to_arrow_calls = 0
+        self.persist_calls = 0
+        self.unpersist_calls = 0
+        self._lock = threading.Lock()
+
+    def toArrow(self) -> Any:
+        """The Arrow table."""
+        with self._lock:
+            self.to_arrow_calls += 1
+        return self.table
+
+    def persist(self) -> ArrowFrame:
+        """Count the call; nothing to cache."""
+        with self._lock:
+            self.persist_calls += 1
+        return self
+
+    def unpersist(self) -> ArrowFrame:
+        """Count the call."""
+        with self._lock:
+            self.unpersist_calls += 1
+        return self
+
+    def count(self) -> int:
+        """The number of rows."""
+        return int(self.table.num_rows)
+
+
+def make_batch(
+    rows: Sequence[Mapping[str, Any]] | Any,
+    *,
+    batch_id: int = 0,
+    pipeline: str = "test",
+    sink_name: str = "sink",
+    query_id: str | None = "test-query",
+) -> Batch:
+    """A :class:`Batch` for a sink's unit tests, from dict rows or a ``pyarrow.Table``."""
+    import pyarrow as pa
+
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows))
+    info = BatchInfo(pipeline, batch_id, query_id)
+    return Batch(ArrowFrame(table), info, sink_name, txn_app_id(pipeline, sink_name))
+
+
+class RecordingSink(Sink):
+    """Keeps every batch's rows in memory, keyed by batch id (so a replay overwrites:
+    idempotent), and the ordered list of ``(batch_id, attempt)`` calls."""
+
+    def __init__(
+        self, name: str, *, guarantee: Guarantee = "idempotent", reads: Reads = "arrow"
+    ) -> None:
+        super().__init__(name)
+        self.guarantee = guarantee  # type: ignore[misc]
+        self._reads: Reads = reads
+        self.batches: dict[int, list[dict[str, Any]]] = {}
+        self.calls: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def reads(self) -> Reads:
+        """As configured."""
+        return self._reads
+
+    def write(self, batch: Batch) -> SinkResult:
+        """Record the batch's rows."""
+        rows = batch.arrow().to_pylist() if self._reads == "arrow" else _collect(batch.df)
+        with self._lock:
+            self.calls.append((batch.batch_id, batch.attempt))
+            self.batches[batch.batch_id] = rows
+        return SinkResult(rows=len(rows))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every recorded row, in batch order."""
+        return [row for batch_id in sorted(self.batches) for row in self.batches[batch_id]]
+
+
+def _collect(df: Any) -> list[dict[str, Any]]:
+    if hasattr(df, "collect"):
+        return [row.asDict() for row in df.collect()]
+    return df.toArrow().to_pylist()
+
+
+class FlakySink(Sink):
+    """Wraps ``inner`` and raises on the batches in ``fail_on`` before delegating.
+
+    :param fail_on: batch ids to fail.
+    :param times: how many attempts of each such batch fail before one succeeds.
+    :param transient: raise :class:`TransientSinkError` (retried) instead of a final error.
+    :param state_path: a JSON file counting failures, so a restarted process sees the
+        failures of the one before (``None``: count in memory).
+    """
+
+    def __init__(
+        self,
+        inner: Sink,
+        *,
+        fail_on: Iterable[int],
+        times: int = 1,
+        transient: bool = False,
+        state_path: str | Path | None = None,
+        message: str = "simulated outage",
+    ) -> None:
+        super().__init__(inner.name)
+        self.inner = inner
+        self.guarantee = inner.guarantee  # type: ignore[misc]
+        self.fail_on = set(fail_on)
+        self.times = times
+        self.transient = transient
+        self.state_path = Path(state_path) if state_path else None
+        self.message = message
+        self.calls: list[tuple[int, int]] = []
+        self._failures: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def reads(self) -> Reads:
+        """As the wrapped sink."""
+        return self.inner.reads
+
+    def open(self, context: SinkContext) -> None:
+        """Open the wrapped sink."""
+        self.inner.open(context)
+
+    def close(self) -> None:
+        """Close the wrapped sink."""
+        self.inner.close()
+
+    def is_transient(self, error: BaseException) -> bool:
+        """The wrapped sink's classification, plus our own transient errors."""
+        return isinstance(error, TransientSinkError) or self.inner.is_transient(error)
+
+    def route_dead_letters(self) -> DeadLetterWriter | None:
+        """The wrapped sink's target for rows failing the route."""
+        return self.inner.route_dead_letters()
+
+    def write(self, batch: Batch) -> int | SinkResult:
+        """Fail when due, else write through the wrapped sink."""
+        with self._lock:
+            self.calls.append((batch.batch_id, batch.attempt))
+            if batch.batch_id in self.fail_on and self._bump(batch.batch_id):
+                error = TransientSinkError if self.transient else SinkWriteError
+                raise error(self.message, sink=self.name, batch_id=batch.batch_id)
+        return self.inner.write(batch)
+
+    def _bump(self, batch_id: int) -> bool:
+        """Count one failure of ``batch_id`` if it is still due; return whether it is."""
+        counts = self._load()
+        key = str(batch_id)
+        if counts.get(key, 0) >= self.times:
+            return False
+        counts[key] = counts.get(key, 0) + 1
+        self._save(counts)
+        return True
+
+    def _load(self) -> dict[str, int]:
+        if self.state_path is None:
+            return self._failures
+        if not self.state_path.exists():
+            return {}
+        return dict(json.loads(self.state_path.read_text()))
+
+    def _save(self, counts: dict[str, int]) -> None:
+        if self.state_path is None:
+            self._failures = counts
+        else:
+            self.state_path.write_text(json.dumps(counts))
