@@ -18,7 +18,7 @@ from fanout.contract.options import SinkOption
 class JsonLinesSink(Sink):
     """One JSON-lines file per batch; writing a batch again replaces its file (idempotent)."""
 
-    guarantee = "idempotent"  # a replay leaves the same state: `fanout plugins` shows it
+    guarantees = ("idempotent",)  # a replay leaves the same state: `fanout plugins` shows it
     options = (SinkOption("directory", "required", "where the batch files go"),)
 
     def __init__(self, name: str, *, directory: str | None = None) -> None:

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 from fanout.contract.batch import Batch, BatchInfo, IdempotencyKey
 from fanout.contract.sink import Guarantee, Sink, SinkContext, SinkResult
 from fanout.errors import (
+    BatchFailedError,
     CheckpointError,
     CheckpointResetError,
     CheckpointRollbackError,
     ConfigurationError,
     DuplicateSinkTypeError,
-    FanOutError,
     FanoutError,
     LedgerError,
     PartitioningError,
@@ -47,6 +47,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "Batch",
+    "BatchFailedError",
     "BatchInfo",
     "CheckpointError",
     "CheckpointResetError",
@@ -54,7 +55,6 @@ __all__ = [
     "ConfigurationError",
     "DuplicateSinkTypeError",
     "FanOut",
-    "FanOutError",
     "FanoutError",
     "Guarantee",
     "IdempotencyKey",

@@ -18,9 +18,9 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     ├── CheckpointError             the checkpoint does not match the ledger
     │   ├── CheckpointResetError    the checkpoint was lost or replaced (another query id)
     │   └── CheckpointRollbackError the checkpoint was rolled back (batches re-planned)
-    └── FanOutError                 a micro-batch failed in one or more sinks
+    └── BatchFailedError                 a micro-batch failed in one or more sinks
 
-Note the two spellings: ``FanoutError`` is the base class of everything, ``FanOutError``
+Note the two spellings: ``FanoutError`` is the base class of everything, ``BatchFailedError``
 is the error of a failed fan-out (named after the :class:`fanout.FanOut` that raises it).
 """
 
@@ -186,7 +186,7 @@ class CheckpointRollbackError(CheckpointError):
     """
 
 
-class FanOutError(FanoutError):
+class BatchFailedError(FanoutError):
     """A micro-batch failed in one or more sinks, after their retries.
 
     ``failures`` maps each failed sink name to its error. Sinks not named here committed

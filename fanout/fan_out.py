@@ -21,9 +21,9 @@ from fanout.contract.names import check_name
 from fanout.contract.sink import DeadLetterWriter, Sink, SinkContext, SinkResult
 from fanout.deadletters.model import DeadLetter
 from fanout.errors import (
+    BatchFailedError,
     CheckpointResetError,
     ConfigurationError,
-    FanOutError,
     FanoutError,
     RouteError,
 )
@@ -196,7 +196,7 @@ class FanOut:
 
         Raises :class:`fanout.CheckpointResetError` when the checkpoint was reset,
         :class:`fanout.CheckpointRollbackError` when it was rolled back and
-        :class:`fanout.FanOutError` when any sink failed after its retries.
+        :class:`fanout.BatchFailedError` when any sink failed after its retries.
         """
         view = self.ledger.lookup(self.pipeline, self.sinks)
         info = self._guard(replace(info, epoch=view.epoch), view.high_water)
@@ -231,7 +231,7 @@ class FanOut:
                     df.unpersist()
         if failures:
             self.hooks.call("fanout_batch_failed", info=info, failures=failures, results=results)
-            raise FanOutError(self.pipeline, info.batch_id, failures) from next(
+            raise BatchFailedError(self.pipeline, info.batch_id, failures) from next(
                 iter(failures.values())
             )
         self.hooks.call("fanout_batch_end", info=info, results=results)

@@ -48,7 +48,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     rows = [
         [
             t.name,
-            t.guarantee,
+            " or ".join(t.guarantees),
             t.plugin.distribution or "-",
             t.plugin.version or "-",
             f"{t.sink_class.__module__}.{t.sink_class.__qualname__}",
@@ -59,21 +59,21 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         print(
             json.dumps(
                 [
-                    dict(
-                        zip(
-                            ["type", "guarantee", "distribution", "version", "class"],
-                            r,
-                            strict=True,
-                        )
-                    )
-                    for r in rows
+                    {
+                        "type": t.name,
+                        "guarantees": list(t.guarantees),
+                        "distribution": t.plugin.distribution,
+                        "version": t.plugin.version,
+                        "class": f"{t.sink_class.__module__}.{t.sink_class.__qualname__}",
+                    }
+                    for t in sorted(types.values(), key=lambda t: t.name)
                 ],
                 indent=2,
             )
         )
     else:
         print(
-            format_table(["type", "guarantee", "distribution", "version", "class"], rows)
+            format_table(["type", "guarantees", "distribution", "version", "class"], rows)
             if rows
             else "no sink types installed"
         )

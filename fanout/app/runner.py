@@ -23,7 +23,7 @@ from fanout.app.config import PipelineConfig, load
 from fanout.app.progress import ProgressObserver
 from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import SinkResult
-from fanout.errors import ConfigurationError, FanOutError
+from fanout.errors import BatchFailedError, ConfigurationError
 from fanout.hooks.registry import load_registry, option_names
 from fanout.hooks.specs import hookimpl
 from fanout.observe.logs import known_secrets
@@ -65,7 +65,7 @@ class BatchTracker:
     ) -> None:
         """A batch failed (the query is about to fail): keep fanout's own message, whole,
         for the run's summary (Spark hands the query's error back as a JVM trace)."""
-        self.failure = str(FanOutError(info.pipeline, info.batch_id, failures))
+        self.failure = str(BatchFailedError(info.pipeline, info.batch_id, failures))
         self.in_flight = None
         self.idle.set()
 

@@ -42,15 +42,18 @@ class SinkResult:
     """What a sink's :meth:`Sink.write` reports.
 
     :param rows: rows written (for a replay the sink found already written: the rows of
-        the batch, with ``details["already_written"] = True``).
+        the batch, with :attr:`already_written` set).
     :param details: small, JSON-serialisable facts worth logging (files, partitions...).
     :param dead_lettered: rows the target rejected that went to the sink's dead-letter
         target instead (recorded in the ledger mark, shown by ``fanout status``).
+    :param already_written: the target held the whole batch already (a replay after a
+        crash between the write and the ledger mark); nothing was written again.
     """
 
     rows: int
     details: Mapping[str, Any] = field(default_factory=dict)
     dead_lettered: int = 0
+    already_written: bool = False
 
 
 class DeadLetterWriter(Protocol):
@@ -82,7 +85,7 @@ class SinkContext:
 class Sink:
     """Base class of every sink type.
 
-    Subclass it, set :attr:`guarantee`, implement :meth:`write`, and validate options in
+    Subclass it, set :attr:`guarantees`, implement :meth:`write`, and validate options in
     :meth:`open`. Built from configuration as ``SinkClass(name=<name>, **options)``, so the
     constructor takes the sink name plus keyword options and stores them; unknown options
     raise ``TypeError`` there, which fanout reports as a configuration error naming the sink.
@@ -98,12 +101,13 @@ class Sink:
        (or transactional) per ``(batch.txn_app_id, batch.batch_id)``: a crash between the
        write and the ledger mark makes fanout call it again with the same batch. An
        exception fails the batch for this sink only: it is retried when
-       :meth:`is_transient` says so, else reported in :class:`fanout.FanOutError`.
+       :meth:`is_transient` says so, else reported in :class:`fanout.BatchFailedError`.
     4. :meth:`close` when the ``FanOut`` is closed.
     """
 
-    guarantee: ClassVar[Guarantee] = "idempotent"
-    """The delivery guarantee this sink type gives; see :data:`Guarantee`."""
+    guarantees: ClassVar[tuple[Guarantee, ...]] = ("idempotent",)
+    """The delivery guarantees this sink type can give, by configuration (the first is
+    the default's); ``fanout plugins`` lists them. See :data:`Guarantee`."""
 
     options: ClassVar[tuple[SinkOption, ...]] = ()
     """The keyword options the constructor takes, with default and meaning
@@ -112,6 +116,13 @@ class Sink:
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+    @property
+    def guarantee(self) -> Guarantee:
+        """What this configured sink promises on a replay; must be one of
+        :attr:`guarantees`. Default: the type's first. Override it when an option decides
+        (PostgreSQL: ``upsert`` is idempotent, ``append`` transactional)."""
+        return self.guarantees[0]
 
     @property
     def reads(self) -> Reads:

@@ -78,9 +78,9 @@ class SinkType:
     plugin: PluginInfo
 
     @property
-    def guarantee(self) -> str:
-        """The class's declared guarantee."""
-        return self.sink_class.guarantee
+    def guarantees(self) -> tuple[str, ...]:
+        """The guarantees the class declares it can give."""
+        return tuple(self.sink_class.guarantees)
 
 
 @dataclass
@@ -152,10 +152,18 @@ def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None
             f"plugin {info.describe()}: sink type {type_name!r} is {sink_class!r}, "
             "not a subclass of fanout.Sink"
         )
-    if sink_class.guarantee not in GUARANTEES:
+    if not isinstance(inspect.getattr_static(sink_class, "guarantee"), property):
+        raise PluginError(
+            f"plugin {info.describe()}: sink type {type_name!r} sets 'guarantee' as a class "
+            "attribute; declare what the type can give as 'guarantees = (...)' (and override "
+            "the 'guarantee' property when an option decides)"
+        )
+    declared = sink_class.guarantees
+    bad = [g for g in declared if g not in GUARANTEES] if isinstance(declared, tuple) else []
+    if bad or not declared or not isinstance(declared, tuple):
         raise PluginError(
             f"plugin {info.describe()}: sink type {type_name!r} declares guarantee "
-            f"{sink_class.guarantee!r}; expected one of {', '.join(GUARANTEES)}"
+            f"{(bad or [declared])[0]!r}; expected a tuple of {', '.join(GUARANTEES)}"
         )
     if problems := declaration_problems(sink_class):
         raise PluginError(

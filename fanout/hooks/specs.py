@@ -24,7 +24,7 @@ The per-batch sequence, for each micro-batch Spark hands to ``FanOut``:
 
 4. :func:`fanout_batch_end` when every pending sink committed (all marks written, before
    Spark writes its commit log), or :func:`fanout_batch_failed` when one or more sinks
-   failed for good; then ``FanOutError`` is raised to Spark.
+   failed for good; then ``BatchFailedError`` is raised to Spark.
 
 Lifecycle hooks are observers: an exception they raise is logged with the plugin's name
 and does not fail the batch. Hooks run on the driver, the sink hooks in the sink's thread.
@@ -136,7 +136,7 @@ def fanout_batch_failed(
     info: BatchInfo, failures: Mapping[str, BaseException], results: Mapping[str, SinkResult]
 ) -> None:
     """Called when one or more sinks failed the batch after their retries, just before
-    ``FanOutError`` is raised to Spark.
+    ``BatchFailedError`` is raised to Spark.
 
     :param info: the batch: pipeline, batch id, query id and source offsets.
     :param failures: the final error of each failed sink.

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 class DeltaLedger:
     """The ledger as a Delta table at ``path``, written with delta-rs.
 

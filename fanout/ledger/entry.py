@@ -153,7 +153,6 @@ class MaintenanceReport:
     files_vacuumed: list[str] = field(default_factory=list)
 
 
-
 def now_utc() -> datetime:
     """The current time, timezone-aware, as the ledger stores it."""
     return datetime.now(UTC)

@@ -84,11 +84,16 @@ class RecordingSink(Sink):
         self, name: str, *, guarantee: Guarantee = "idempotent", reads: Reads = "arrow"
     ) -> None:
         super().__init__(name)
-        self.guarantee = guarantee  # type: ignore[misc]
+        self._guarantee: Guarantee = guarantee
         self._reads: Reads = reads
         self.batches: dict[int, list[dict[str, Any]]] = {}
         self.calls: list[tuple[int, int]] = []
         self._lock = threading.Lock()
+
+    @property
+    def guarantee(self) -> Guarantee:
+        """As configured."""
+        return self._guarantee
 
     @property
     def reads(self) -> Reads:
@@ -136,7 +141,6 @@ class FlakySink(Sink):
     ) -> None:
         super().__init__(inner.name)
         self.inner = inner
-        self.guarantee = inner.guarantee  # type: ignore[misc]
         self.fail_on = set(fail_on)
         self.times = times
         self.transient = transient
@@ -145,6 +149,11 @@ class FlakySink(Sink):
         self.calls: list[tuple[int, int]] = []
         self._failures: dict[str, int] = {}
         self._lock = threading.Lock()
+
+    @property
+    def guarantee(self) -> Guarantee:
+        """As the wrapped sink."""
+        return self.inner.guarantee
 
     @property
     def reads(self) -> Reads:

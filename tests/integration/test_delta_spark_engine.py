@@ -60,7 +60,7 @@ def test_append_is_idempotent_per_batch(delta_spark, tmp_path, monkeypatch):
     sink = opened(delta_spark, path)
     first = delta_spark.createDataFrame([(0, "a"), (1, "b"), (2, "c")], "id long, v string")
     assert sink.write(make_batch(first, 0)).rows == 3
-    assert sink.write(make_batch(first, 0)).details == {"already_written": True}
+    assert sink.write(make_batch(first, 0)).already_written is True
     # Without the delta-rs pre-check, Delta's own txnAppId/txnVersion check must skip too.
     monkeypatch.setattr(spark_engine, "_open_with_rs", lambda sink: None)
     sink.write(make_batch(first, 0))

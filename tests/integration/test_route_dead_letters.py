@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fanout import BatchInfo, FanOut, FanOutError, RouteError
+from fanout import BatchFailedError, BatchInfo, FanOut, RouteError
 from fanout.app.cli import main as cli
 from fanout.routes.route import Route, SinkSpec
 from fanout.testing import RecordingSink
@@ -97,7 +97,7 @@ def test_rows_failing_a_route_go_to_the_dead_letter_table_once(
     frame = FrameSink("frame", dead_letter=str(tmp_path / "dead-frame"))
     ledger = MarkLost(str(tmp_path / "ledger"), "routed")
     lost = FanOut("rd", ledger, _sinks(tmp_path, frame), retries=0)
-    with pytest.raises(FanOutError) as crash:
+    with pytest.raises(BatchFailedError) as crash:
         lost.process(batch, info)
     assert set(crash.value.failures) == {"routed"}
     assert _by_id(delta_rows(tmp_path / "routed")) == GOOD  # written with its letters
@@ -107,7 +107,7 @@ def test_rows_failing_a_route_go_to_the_dead_letter_table_once(
     fan = FanOut("rd", str(tmp_path / "ledger"), _sinks(tmp_path, frame))
     results = fan.process(batch, info)
     assert set(results) == {"routed"}
-    assert results["routed"].details["already_written"] is True
+    assert results["routed"].already_written is True
     assert results["routed"].dead_lettered == 3
 
     assert _by_id(delta_rows(tmp_path / "routed")) == GOOD  # no duplicate
@@ -134,7 +134,7 @@ def test_without_a_dead_letter_target_the_batch_fails_naming_sink_batch_and_expr
     frame = FrameSink("frame")
     sinks = _sinks(tmp_path, frame, dead_letter=False)
     fan = FanOut("rd", str(tmp_path / "ledger"), sinks, retries=0)
-    with pytest.raises(FanOutError) as caught:
+    with pytest.raises(BatchFailedError) as caught:
         fan.process(batch, BatchInfo("rd", 3, "q"))
     assert set(caught.value.failures) == {"routed", "frame"}
     for sink in ("routed", "frame"):

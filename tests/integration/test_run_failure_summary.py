@@ -64,5 +64,5 @@ def test_a_failed_run_ends_with_fanouts_own_message(tmp_path: Path) -> None:
     assert "Traceback (most recent call last)" in trace.read_text()
     assert len(summary) == 3  # the message, whole, and where the trace is: nothing else
     for line in lines:
-        assert "Traceback" not in line and "raise FanOutError" not in line
+        assert "Traceback" not in line and "raise BatchFailedError" not in line
         assert not line.lstrip().startswith("at org.apache")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fanout import FanOut, FanOutError, RouteError
+from fanout import BatchFailedError, FanOut, RouteError
 from fanout.contract.batch import BatchInfo
 from fanout.delta_tables.io import read_delta
 from tests.integration.streams import delta_rows
@@ -34,7 +34,7 @@ def test_an_unresolvable_route_is_a_route_error_in_the_ledger(
         {"type": "delta", "name": "paid", "path": str(tmp_path / "paid"), **route},
     ]
     fan = FanOut("routes", str(tmp_path / "ledger"), sinks, retries=0, spark=spark)
-    with pytest.raises(FanOutError) as info:
+    with pytest.raises(BatchFailedError) as info:
         fan.process(df, BatchInfo("routes", 0, "q"))
     error = info.value.failures["paid"]
     assert isinstance(error, RouteError)

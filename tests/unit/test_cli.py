@@ -44,7 +44,7 @@ def test_plugins_lists_the_delta_sink_with_its_distribution(
     assert main(["plugins", "--json"]) == 0
     listed = {p["type"]: p for p in json.loads(capsys.readouterr().out)}
     assert listed["delta"]["distribution"] == "fanout-delta"
-    assert listed["delta"]["guarantee"] == "transactional"
+    assert listed["delta"]["guarantees"] == ["transactional"]
     assert listed["delta"]["version"] == "0.1.0"
 
 

@@ -66,7 +66,7 @@ def test_delta_merge_sends_null_keys_to_the_dead_letter_table(tmp_path: Path) ->
     assert {d["column"] for d in dead} == {"k"}
 
     replay = sink.write(make_batch(rows, batch_id=0, pipeline="p", sink_name="latest"))
-    assert replay.dead_lettered == 2 and replay.details["already_written"]
+    assert replay.dead_lettered == 2 and replay.already_written
     assert len(read_delta(str(tmp_path / "dead"))) == 2
 
 

@@ -105,7 +105,7 @@ def test_append_zombie_commit_between_check_and_write_leaves_one_copy(tmp_path, 
     assert [r["id"] for r in table_rows(path)] == [1, 2, 3, 4]
     assert txn_commits(path, APP_ID) == [(0, 0), (1, 1)]  # the zombie's commit, only
     assert DeltaTable(str(path)).version() == 1
-    assert result.details.get("already_written") is True
+    assert result.already_written is True
     assert len(calls) == 2  # checked, conflict, checked again on the fresh snapshot
 
 
@@ -118,7 +118,7 @@ def test_append_zombie_creating_the_table_between_check_and_write(tmp_path, monk
 
     assert [r["id"] for r in table_rows(path)] == [1, 2]
     assert txn_commits(path, APP_ID) == [(0, 0)]
-    assert result.details.get("already_written") is True
+    assert result.already_written is True
 
 
 def test_append_zombie_of_an_older_batch_does_not_stop_this_one(tmp_path, monkeypatch):
@@ -133,7 +133,7 @@ def test_append_zombie_of_an_older_batch_does_not_stop_this_one(tmp_path, monkey
 
     assert [r["id"] for r in table_rows(path)] == [1, 2, 3]
     assert txn_commits(path, APP_ID) == [(0, 0), (1, 1), (2, 2)]
-    assert result.rows == 1 and not result.details.get("already_written")
+    assert result.rows == 1 and not result.already_written
 
 
 def test_merge_zombie_commit_between_check_and_write_is_done_not_a_retry(tmp_path, monkeypatch):
@@ -156,7 +156,7 @@ def test_merge_zombie_commit_between_check_and_write_is_done_not_a_retry(tmp_pat
 
     assert table_rows(path) == [{"id": 1, "v": "a"}, {"id": 2, "v": "B"}, {"id": 3, "v": "C"}]
     assert txn_commits(path, APP_ID) == [(0, 0), (1, 1)]
-    assert result.details.get("already_written") is True
+    assert result.already_written is True
 
 
 # -- per-batch side tables (dead letters) -------------------------------------------------

@@ -65,7 +65,7 @@ def ids(n: int, start: int = 0) -> pa.Array:
 
 def test_plugin_provides_the_delta_type_and_sink_is_transactional():
     assert fanout_sink_types() == {"delta": DeltaSink}
-    assert DeltaSink.guarantee == "transactional"
+    assert DeltaSink.guarantees == ("transactional",)
     assert DeltaSink("s", path="/x").reads == "arrow"
     assert DeltaSink("s", path="/x", engine="spark").reads == "dataframe"
 
@@ -176,9 +176,9 @@ def test_append_replay_writes_one_copy(tmp_path):
     first = sink.write(make_batch({"id": ids(3)}, batch_id=4))
     again = sink.write(make_batch({"id": ids(3)}, batch_id=4))
     older = sink.write(make_batch({"id": ids(3)}, batch_id=2))
-    assert "already_written" not in first.details
-    assert again == SinkResult(rows=3, details={"already_written": True})
-    assert older.details == {"already_written": True}
+    assert first.already_written is False
+    assert again == SinkResult(rows=3, already_written=True)
+    assert older.already_written is True
     assert [r["id"] for r in rows(path)] == [0, 1, 2]
     assert DeltaTable(str(path)).version() == 0
     assert DeltaTable(str(path)).transaction_version(APP_ID) == 4
@@ -189,7 +189,7 @@ def test_replay_of_batch_zero_is_skipped(tmp_path):
     path = tmp_path / "t"
     sink = opened(path)
     sink.write(make_batch({"id": ids(2)}, batch_id=0))
-    assert sink.write(make_batch({"id": ids(2)}, batch_id=0)).details == {"already_written": True}
+    assert sink.write(make_batch({"id": ids(2)}, batch_id=0)).already_written is True
     assert len(rows(path)) == 2
 
 
@@ -282,7 +282,7 @@ def test_merge_replay_is_a_no_op(tmp_path):
     version = DeltaTable(str(path)).version()
     # A replay of batch 1 carrying other values would overwrite them if it were written.
     result = sink.write(make_batch({"id": ids(1), "v": ["X"]}, batch_id=1))
-    assert result.details == {"already_written": True}
+    assert result.already_written is True
     assert DeltaTable(str(path)).version() == version
     assert rows(path) == [{"id": 0, "v": "A"}, {"id": 1, "v": "b"}]
 

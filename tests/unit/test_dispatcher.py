@@ -17,8 +17,8 @@ import pytest
 import fanout
 from fanout import BatchInfo, FanOut, SinkResult
 from fanout.errors import (
+    BatchFailedError,
     ConfigurationError,
-    FanOutError,
     LedgerError,
     SinkWriteError,
     TransientSinkError,
@@ -169,7 +169,7 @@ def test_every_failed_sink_is_named(memory_ledger: MemoryLedger, frame: FakeFram
     c = RecordingSink("c", always_fail=disk)
     fan = make_fan(memory_ledger, [ok, b, c])
 
-    with pytest.raises(FanOutError) as raised:
+    with pytest.raises(BatchFailedError) as raised:
         fan.process(frame, info(5))
 
     error = raised.value
@@ -206,7 +206,7 @@ def test_transient_errors_are_retried_then_fail(
         "flaky", always_fail=TransientSinkError("timeout", sink="flaky", batch_id=2)
     )
     fan = make_fan(memory_ledger, [flaky], retries=2)
-    with pytest.raises(FanOutError) as raised:
+    with pytest.raises(BatchFailedError) as raised:
         fan.process(frame, info(2))
     assert flaky.calls == [(2, 1), (2, 2), (2, 3)]
     assert str(raised.value.failures["flaky"]) == "sink 'flaky', batch 2: timeout"
@@ -225,14 +225,14 @@ def test_transient_error_then_success(memory_ledger: MemoryLedger, frame: FakeFr
 
 def test_retries_zero_means_one_attempt(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
     flaky = RecordingSink("flaky", always_fail=TransientSinkError("timeout", sink="flaky"))
-    with pytest.raises(FanOutError):
+    with pytest.raises(BatchFailedError):
         make_fan(memory_ledger, [flaky], retries=0).process(frame, info(1))
     assert flaky.calls == [(1, 1)]
 
 
 def test_non_transient_error_is_not_retried(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
     sink = RecordingSink("pg", always_fail=ValueError("null in key column 'id'"))
-    with pytest.raises(FanOutError):
+    with pytest.raises(BatchFailedError):
         make_fan(memory_ledger, [sink], retries=5).process(frame, info(1))
     assert sink.calls == [(1, 1)]
 
@@ -240,7 +240,7 @@ def test_non_transient_error_is_not_retried(memory_ledger: MemoryLedger, frame: 
 def test_is_transient_override_is_honoured(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
     classified = RecordingSink("classified", fail=[TimeoutError("slow")], transient=(TimeoutError,))
     default = RecordingSink("default", fail=[TimeoutError("slow")])
-    with pytest.raises(FanOutError) as raised:
+    with pytest.raises(BatchFailedError) as raised:
         make_fan(memory_ledger, [classified, default], retries=3).process(frame, info(1))
     assert classified.calls == [(1, 1), (1, 2)]
     assert default.calls == [(1, 1)]
@@ -259,7 +259,7 @@ def test_is_transient_raising_counts_as_final(
             raise KeyError("oops")
 
     sink = Confused("confused", always_fail=TransientSinkError("t", sink="confused"))
-    with pytest.raises(FanOutError):
+    with pytest.raises(BatchFailedError):
         make_fan(memory_ledger, [sink], retries=3).process(frame, info(1))
     assert sink.calls == [(1, 1)]
     assert "sink 'confused': is_transient() raised; treating the error as final" in caplog.text
@@ -268,7 +268,7 @@ def test_is_transient_raising_counts_as_final(
 def test_bad_return_type_fails_the_sink(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
     bad = RecordingSink("bad", returns="ok")
     boolean = RecordingSink("boolean", returns=True)
-    with pytest.raises(FanOutError) as raised:
+    with pytest.raises(BatchFailedError) as raised:
         make_fan(memory_ledger, [bad, boolean], retries=3).process(frame, info(1))
     assert str(raised.value.failures["bad"]) == (
         "sink 'bad', batch 1: TypeError: sink 'bad': write() must return the number of rows "
@@ -305,7 +305,7 @@ def test_failed_ledger_mark_fails_the_sink(
 
     ledger = FlakyLedger()
     a, b = RecordingSink("a"), RecordingSink("b")
-    with pytest.raises(FanOutError) as raised:
+    with pytest.raises(BatchFailedError) as raised:
         make_fan(ledger, [a, b]).process(frame, info(4))
     assert sorted(raised.value.failures) == ["b"]
     assert isinstance(raised.value.failures["b"], LedgerError)
@@ -345,7 +345,7 @@ def test_failed_attempts_visible_in_delta_ledger(tmp_path: Path, frame: FakeFram
     ledger = DeltaLedger(str(tmp_path / "ledger"))
     a = RecordingSink("a")
     b = RecordingSink("b", always_fail=TransientSinkError("broker down", sink="b"))
-    with pytest.raises(FanOutError):
+    with pytest.raises(BatchFailedError):
         make_fan(ledger, [a, b], retries=1).process(frame, info(0))
     rows = sorted(entries_from_arrow(ledger.read(PIPELINE)), key=lambda e: (e.sink, e.attempt))
     assert [(e.sink, e.batch_id, e.status, e.attempt, e.error) for e in rows] == [
@@ -378,7 +378,7 @@ def test_hooks_on_failure(memory_ledger: MemoryLedger, frame: FakeFrame) -> None
     recorder = Recorder(memory_ledger)
     sink = RecordingSink("a", always_fail=ValueError("bad"))
     fan = make_fan(memory_ledger, [sink], plugins=[recorder], retries=1)
-    with pytest.raises(FanOutError):
+    with pytest.raises(BatchFailedError):
         fan.process(frame, info(4))
     assert recorder.events == [
         ("batch_start", 4, ["a"], []),
@@ -392,7 +392,7 @@ def test_hooks_with_parallel_sinks(memory_ledger: MemoryLedger, frame: FakeFrame
     recorder = Recorder(memory_ledger)
     ok, bad = RecordingSink("a"), RecordingSink("b", always_fail=ValueError("bad"))
     fan = make_fan(memory_ledger, [ok, bad], plugins=[recorder], retries=0)
-    with pytest.raises(FanOutError):
+    with pytest.raises(BatchFailedError):
         fan.process(frame, info(1))
     events = recorder.events
     assert events[0] == ("batch_start", 1, ["a", "b"], [])
@@ -512,7 +512,7 @@ def test_parallelism_one_is_sequential(memory_ledger: MemoryLedger, frame: FakeF
 
 
 class AtLeastOnceSink(RecordingSink):
-    guarantee: ClassVar = "at_least_once"
+    guarantees: ClassVar = ("at_least_once",)
 
 
 def test_at_least_once_sink_warns_at_construction(

@@ -139,7 +139,7 @@ def test_the_kafka_type_comes_from_the_entry_point_and_sinks_pickle() -> None:
     kafka = registry.sink_types()["kafka"]
     assert kafka.sink_class is KafkaSink
     assert kafka.plugin.distribution == "fanout-kafka"
-    assert kafka.guarantee == "transactional"
+    assert kafka.guarantees == ("transactional",)
     sink = KafkaSink("k", bootstrap_servers=["a:1", "b:2"], topic="t", key=["x", "y"])
     assert sink.bootstrap_servers == "a:1,b:2"
     clone = pickle.loads(pickle.dumps(sink))

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
-from fanout import BatchInfo, FanOut, FanOutError, Sink
+from fanout import BatchFailedError, BatchInfo, FanOut, Sink
 from fanout.ledger.memory import MemoryLedger
 from fanout.observe.logs import JsonFormatter, RedactFilter, configure, register_secrets
 from fanout.testing import ArrowFrame, FlakySink, RecordingSink
@@ -60,7 +60,7 @@ class TokenSink(Sink):
 
 def test_secrets_are_masked_in_messages_and_tracebacks(json_log: io.StringIO) -> None:
     fan = FanOut("orders", MemoryLedger(), [TokenSink("api")], retries=0)
-    with pytest.raises(FanOutError):
+    with pytest.raises(BatchFailedError):
         fan.process(ArrowFrame(pa.table({"x": [1]})), BatchInfo("orders", 0, "q"))
     try:
         raise ValueError(f"a library echoing {TOKEN}")

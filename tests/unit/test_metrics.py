@@ -6,7 +6,7 @@ import urllib.request
 
 import pyarrow as pa
 
-from fanout import BatchInfo, FanOut, FanOutError, SinkResult
+from fanout import BatchFailedError, BatchInfo, FanOut, SinkResult
 from fanout.ledger.memory import MemoryLedger
 from fanout.observe.metrics import MetricsObserver
 from fanout.testing import ArrowFrame, FlakySink, RecordingSink
@@ -36,7 +36,7 @@ def test_counters_match_the_ledger() -> None:
         for batch in range(3):
             try:
                 fan.process(frame, BatchInfo("m", batch, "q"))
-            except FanOutError:
+            except BatchFailedError:
                 assert batch == 2
         committed = [e for e in ledger.entries if e.status == "committed"]
         for sink in ("plain", "dl", "flaky", "broken"):

@@ -25,7 +25,7 @@ def test_the_entry_point_provides_the_postgres_type() -> None:
     types = load_registry().sink_types()
     assert types["postgres"].sink_class is PostgresSink
     assert types["postgres"].plugin.distribution == "fanout-postgres"
-    assert PostgresSink.guarantee == "idempotent"
+    assert PostgresSink.guarantees == ("idempotent", "transactional")
     assert PostgresSink("a", mode="append").guarantee == "transactional"
     assert PostgresSink("a").guarantee == "idempotent"
 

@@ -8,7 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from fanout import FanOut, FanOutError
+from fanout import BatchFailedError, FanOut
 from fanout.app.progress import ProgressObserver
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.sink import SinkResult
@@ -92,7 +92,7 @@ def test_a_failed_batch_names_the_failed_sink_without_its_secret() -> None:
     )
     try:
         fan.process(_frame(1), BatchInfo("orders", 7))
-    except FanOutError:
+    except BatchFailedError:
         pass
     else:
         raise AssertionError("the batch was meant to fail")

@@ -85,7 +85,7 @@ def entry_point(
 
 
 class JsonlSink(Sink):
-    guarantee: ClassVar = "idempotent"
+    guarantees: ClassVar = ("idempotent",)
 
     def __init__(self, name: str, *, directory: str, indent: int = 0) -> None:
         super().__init__(name)
@@ -97,7 +97,7 @@ class JsonlSink(Sink):
 
 
 class OtherSink(Sink):
-    guarantee: ClassVar = "transactional"
+    guarantees: ClassVar = ("transactional",)
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
@@ -126,7 +126,7 @@ def test_discovers_a_sink_type_with_its_distribution() -> None:
     types_ = registry.sink_types()
     assert list(types_) == ["jsonl"]
     assert types_["jsonl"].sink_class is JsonlSink
-    assert types_["jsonl"].guarantee == "idempotent"
+    assert types_["jsonl"].guarantees == ("idempotent",)
     assert types_["jsonl"].plugin.describe() == "fanout-jsonl 2.3.1"
     assert ep.loads == 1
 
@@ -243,7 +243,7 @@ def test_plugin_hook_raising_is_a_plugin_load_error() -> None:
 
 def test_class_not_subclassing_sink_is_a_plugin_error() -> None:
     class NotASink:
-        guarantee = "idempotent"
+        guarantees = ("idempotent",)
 
     registry = load_registry(
         entry_points_=[entry_point("bad", {"bad": NotASink}, dist=("fanout-bad", "0.1"))],
@@ -269,7 +269,7 @@ def test_instance_instead_of_class_is_a_plugin_error() -> None:
 
 def test_bad_guarantee_is_a_plugin_error() -> None:
     class ExactlyOnceSink(Sink):
-        guarantee = "exactly_once"  # type: ignore[assignment]
+        guarantees = ("exactly_once",)  # type: ignore[assignment]
 
     registry = load_registry(
         entry_points_=[entry_point("eo", {"eo": ExactlyOnceSink}, dist=("fanout-eo", "9.9"))],
@@ -278,9 +278,21 @@ def test_bad_guarantee_is_a_plugin_error() -> None:
     with pytest.raises(PluginError) as info:
         registry.sink_types()
     assert str(info.value) == (
-        "plugin fanout-eo 9.9: sink type 'eo' declares guarantee 'exactly_once'; expected one "
-        "of transactional, idempotent, at_least_once"
+        "plugin fanout-eo 9.9: sink type 'eo' declares guarantee 'exactly_once'; expected a "
+        "tuple of transactional, idempotent, at_least_once"
     )
+
+
+def test_guarantee_as_a_class_attribute_is_a_plugin_error() -> None:
+    class OldStyleSink(Sink):
+        guarantee = "idempotent"  # type: ignore[assignment]
+
+    registry = load_registry(
+        entry_points_=[entry_point("old", {"old": OldStyleSink}, dist=("fanout-old", "1.0"))],
+        fallback_modules=(),
+    )
+    with pytest.raises(PluginError, match=r"sets 'guarantee' as a class attribute; declare"):
+        registry.sink_types()
 
 
 def test_hook_with_wrong_arguments_is_a_load_error() -> None:
@@ -439,7 +451,7 @@ import fanout
 from fanout import Sink
 
 class ProbeSink(Sink):
-    guarantee = "transactional"
+    guarantees = ("transactional",)
 
 @fanout.hookimpl
 def fanout_sink_types():

@@ -72,7 +72,7 @@ def test_sample_sink_type_comes_from_its_distribution(
     from fanout_sample.plugin import JsonLinesSink
 
     assert sink_type.sink_class is JsonLinesSink
-    assert sink_type.guarantee == "idempotent"
+    assert sink_type.guarantees == ("idempotent",)
     assert (sink_type.plugin.name, sink_type.plugin.module) == ("sample", "fanout_sample.plugin")
     assert (sink_type.plugin.distribution, sink_type.plugin.version) == ("fanout-sample", version)
     assert sink_type.plugin.describe() == f"fanout-sample {version}"

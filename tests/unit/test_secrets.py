@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from fanout import BatchInfo, ConfigurationError, FanOut, FanOutError, Sink
+from fanout import BatchFailedError, BatchInfo, ConfigurationError, FanOut, Sink
 from fanout.ledger.memory import MemoryLedger
 from fanout.observe.secrets import expand_env, redact
 from fanout.testing import ArrowFrame
@@ -55,7 +55,7 @@ def test_secret_never_reaches_errors_logs_or_ledger(caplog: pytest.LogCaptureFix
     caplog.set_level(logging.DEBUG)
     ledger = MemoryLedger()
     fan = FanOut("p", ledger, [LeakySink("pg")], retries=0)
-    with pytest.raises(FanOutError) as failed:
+    with pytest.raises(BatchFailedError) as failed:
         fan.process(ArrowFrame(pa.table({"x": [1]})), BatchInfo("p", 0, "q"))
     error = failed.value
     texts = [str(error), repr(error), caplog.text]

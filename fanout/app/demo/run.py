@@ -23,7 +23,7 @@ from fanout.app.demo.workdir import prepare_workdir
 from fanout.app.status import format_table
 from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import SinkResult
-from fanout.errors import ConfigurationError, FanOutError
+from fanout.errors import BatchFailedError, ConfigurationError
 from fanout.hooks.specs import hookimpl
 
 FAILING_SINK = "latest"
@@ -36,7 +36,7 @@ class Progress:
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
-        self.failure: FanOutError | None = None  # the batch failure of this run, if any
+        self.failure: BatchFailedError | None = None  # the batch failure of this run, if any
 
     def _say(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.started:6.1f}s] {text}", flush=True)
@@ -76,10 +76,10 @@ class Progress:
         results: Mapping[str, SinkResult],
     ) -> None:
         """Keep the failure: the demo tells the planned one from any other."""
-        self.failure = FanOutError(info.pipeline, info.batch_id, failures)
+        self.failure = BatchFailedError(info.pipeline, info.batch_id, failures)
 
 
-def _is_planned(failure: FanOutError | None) -> bool:
+def _is_planned(failure: BatchFailedError | None) -> bool:
     """Whether run 1 failed exactly as the demo planned: only the failing sink, at the
     failing batch, with the simulated outage."""
     return (

@@ -56,7 +56,7 @@ def write_rs(sink: DeltaSink, batch: Batch) -> SinkResult:
         written = deltaio.transaction_version(table, app_id)
         if written is not None and written >= batch_id:
             logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, path)
-            return SinkResult(data.num_rows, {"already_written": True}, dead_lettered=dead)
+            return SinkResult(data.num_rows, dead_lettered=dead, already_written=True)
         if data.num_rows == 0:
             # Nothing to commit: the ledger records the batch, and a replay is empty again.
             return SinkResult(0, {"empty": True, "mode": sink.mode}, dead_lettered=dead)

@@ -62,7 +62,7 @@ class DeltaSink(Sink):
         refuses a shorter one and warns about any.
     """
 
-    guarantee: ClassVar[Guarantee] = "transactional"
+    guarantees: ClassVar[tuple[Guarantee, ...]] = ("transactional",)
     options = OPTIONS
 
     def __init__(
@@ -154,7 +154,7 @@ class DeltaSink(Sink):
             from fanout_delta.rs_engine import write_rs
 
             result = write_rs(self, batch)
-        if not result.details.get("already_written"):
+        if not result.already_written:
             self._maybe_compact(batch.batch_id, engine, batch)
         return result
 

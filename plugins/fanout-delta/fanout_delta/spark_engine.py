@@ -68,7 +68,7 @@ def write_spark(sink: DeltaSink, batch: Batch) -> SinkResult:
     table = _open_with_rs(sink)
     written = deltaio.transaction_version(table, app_id) if table is not None else None
     if written is not None and written >= batch_id:
-        return SinkResult(df.count(), {"already_written": True}, dead_lettered=dead)
+        return SinkResult(df.count(), dead_lettered=dead, already_written=True)
     if table is not None:
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema

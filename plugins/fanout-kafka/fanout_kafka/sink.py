@@ -102,7 +102,7 @@ class KafkaSink(Sink):
     :meth:`before_commit` and :meth:`on_partition_committed`.
     """
 
-    guarantee: ClassVar[Guarantee] = "transactional"
+    guarantees: ClassVar[tuple[Guarantee, ...]] = ("transactional",)
     options = OPTIONS
 
     def __init__(

@@ -111,10 +111,8 @@ class PostgresSink(Sink):
         :data:`DEFAULT_SETTINGS`: memory for the staging table and the dedupe sort).
     """
 
-    guarantee: ClassVar[Guarantee] = "idempotent"
+    guarantees: ClassVar[tuple[Guarantee, ...]] = ("idempotent", "transactional")
     options = OPTIONS
-    """``idempotent`` (upsert, the default mode); an append-mode instance is
-    ``transactional``: each partition commits with its progress mark."""
 
     def __init__(
         self,
@@ -153,8 +151,12 @@ class PostgresSink(Sink):
         self._dead: DeadLetter | None = None
         self._plans: dict[str, WritePlan] = {}
         self._keys: list[str] | None = None  # resolved at open() (append: the hash keys)
-        if mode == "append":  # per-partition marks: a batch lands once, and we can tell
-            self.guarantee = "transactional"  # type: ignore[misc]
+
+    @property
+    def guarantee(self) -> Guarantee:
+        """``idempotent`` in upsert mode; ``transactional`` in append mode, where each
+        partition commits with its progress mark, so a batch lands once and we can tell."""
+        return "transactional" if self.mode == "append" else "idempotent"
 
     # -- lifecycle ----------------------------------------------------------------------
 

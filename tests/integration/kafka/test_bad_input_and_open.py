@@ -120,7 +120,7 @@ def test_bad_records_go_to_a_delta_dead_letter_table_once(
     first = write(spark, sink, [*SMALL, (None, "no key")])
     again = write(spark, sink, [*SMALL, (None, "no key")])  # a replay of batch 5
     assert (first.details["written"], first.details["dead_letters"]) == (3, 1)
-    assert again.details["already_written"] is True and again.details["written"] == 0
+    assert again.already_written is True and again.details["written"] == 0
     rows = delta_rows(tmp_path / "dlq")
     assert len(rows) == 1
     row = rows[0]

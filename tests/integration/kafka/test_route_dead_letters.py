@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fanout import BatchInfo, FanOut, FanOutError
+from fanout import BatchFailedError, BatchInfo, FanOut
 from tests.integration.faults import MarkLost
 from tests.integration.kafka.kafkatools import Broker, create_topic, marker, read_topic
 from tests.integration.streams import delta_rows
@@ -35,11 +35,11 @@ def test_rows_failing_the_route_go_to_the_dead_letter_topic_once(
     batch, info = spark.createDataFrame(ROWS, SCHEMA), BatchInfo(pipeline, 8, "q")
     ledger = str(tmp_path / "ledger")
 
-    with pytest.raises(FanOutError):  # the driver "dies" before the ledger mark
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the ledger mark
         FanOut(pipeline, MarkLost(ledger, "events"), [sink], retries=0).process(batch, info)
     result = FanOut(pipeline, ledger, [sink], retries=0).process(batch, info)["events"]
 
-    assert result.details["already_written"] is True  # every partition skipped
+    assert result.already_written is True  # every partition skipped
     assert result.dead_lettered == 2
     records = read_topic(kafka.bootstrap, topic, len(GOOD))
     assert sorted(int(r["key"]) for r in records) == GOOD

@@ -15,7 +15,7 @@ from fanout import FanOut
 from fanout.app.cli import main as cli_main
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.sink import SinkContext
-from fanout.errors import ConfigurationError, FanOutError, FanoutError
+from fanout.errors import BatchFailedError, ConfigurationError, FanoutError
 from tests.integration.postgres.pgcheck import execute, query
 
 ODD_SCHEMA = 'Odd "Schema"'
@@ -98,7 +98,7 @@ def test_the_password_is_never_shown(
     assert PASSWORD in sink.secret_values()
     texts += [repr(sink), str(sink.__dict__.get("url"))]
     df = spark.createDataFrame([(1, "ok"), (2, "too long")], "id LONG, name STRING")
-    with pytest.raises(FanOutError) as failed:
+    with pytest.raises(BatchFailedError) as failed:
         fan.process(df, BatchInfo("secret", 0, "q"))
     texts.append(str(failed.value))
     assert "value too long" in str(failed.value)

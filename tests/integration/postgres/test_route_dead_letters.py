@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fanout import BatchInfo, FanOut, FanOutError
+from fanout import BatchFailedError, BatchInfo, FanOut
 from tests.integration.faults import MarkLost
 from tests.integration.postgres.pgcheck import execute, query
 from tests.integration.streams import delta_rows
@@ -43,7 +43,7 @@ def test_rows_failing_the_route_go_to_the_dead_letter_target_once(
     batch, info = spark.createDataFrame(ROWS, SCHEMA), BatchInfo("pgroute", 6, "q")
     ledger = str(tmp_path / "ledger")
 
-    with pytest.raises(FanOutError):  # the driver "dies" before the mark
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
         _fan(pg_url, MarkLost(ledger, "pg"), dead).process(batch, info)
     result = _fan(pg_url, ledger, dead).process(batch, info)["pg"]  # the replay
 
@@ -80,7 +80,7 @@ def test_without_a_dead_letter_target_the_batch_fails_naming_the_expression(
     sink = {"type": "postgres", "name": "pg", "url": pg_url, "table": "amounts",
             "mode": "append", "partitions": 2, "select": SELECT}  # fmt: skip
     fan = FanOut("pgroute", str(tmp_path / "ledger"), [sink], retries=0)
-    with pytest.raises(FanOutError) as caught:
+    with pytest.raises(BatchFailedError) as caught:
         fan.process(spark.createDataFrame(ROWS, SCHEMA), BatchInfo("pgroute", 6, "q"))
     text = str(caught.value.failures["pg"])
     assert text.startswith("sink 'pg', batch 6: route select 'CAST(amount AS INT) AS amount' ")

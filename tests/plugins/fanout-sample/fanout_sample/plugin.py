@@ -25,7 +25,7 @@ class JsonLinesSink(Sink):
     :param directory: where the files go; created by :meth:`open` when missing.
     """
 
-    guarantee: ClassVar[Guarantee] = "idempotent"
+    guarantees: ClassVar[tuple[Guarantee, ...]] = ("idempotent",)
     options = (
         SinkOption("directory", "required", "where the files go; created by `open()` if missing"),
     )
