@@ -18,7 +18,7 @@ from typing import Any
 from fanout.contract.names import check_name
 from fanout.errors import ConfigurationError
 from fanout.observe.secrets import expand_env
-from fanout.routes.route import CORE_OPTIONS
+from fanout.sink_spec import CORE_OPTIONS
 
 SECTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "pipeline": {

@@ -74,8 +74,8 @@ def _sink_checks(
     source: Any,
 ) -> None:
     """The checks of one sink: options, target, route, schema."""
-    from fanout.routes.route import split_core_options
-    from fanout.steps.retry import RetryPolicy
+    from fanout.retry import RetryPolicy
+    from fanout.sink_spec import split_core_options
 
     name = str(options.get("name"))
     own, route, _ = split_core_options(name, options, RetryPolicy())

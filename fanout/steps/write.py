@@ -1,28 +1,82 @@
-"""Steps 5 and 6 for one sink: write with retries, then mark the ledger."""
+"""Step 5 of a batch: write each pending sink, with retries, in parallel threads; each
+sink's ledger mark (step 6, :mod:`fanout.steps.record`) follows its own write."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Any
 
-from fanout.contract.batch import Batch
-from fanout.contract.sink import DeadLetterWriter, Sink, SinkResult
+from fanout.contract.batch import Batch, txn_app_id
+from fanout.contract.sink import Sink, SinkResult
 from fanout.errors import LedgerError, SinkError, SinkWriteError
 from fanout.hooks.caller import HookCaller
-from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
+from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
 from fanout.observe.secrets import redact
-from fanout.steps.retry import RetryPolicy
-
-if TYPE_CHECKING:
-    from fanout.deadletters.model import DeadLetter
+from fanout.retry import RetryPolicy
+from fanout.routes.batch_routes import BatchRoutes, SinkInput
+from fanout.sink_spec import SinkSpec
+from fanout.steps.record import Recorder
+from fanout.steps.state import BatchState
 
 log = logging.getLogger("fanout")
+
+
+def write_all(
+    state: BatchState,
+    specs: Mapping[str, SinkSpec],
+    routes: BatchRoutes,
+    record: Recorder,
+    hooks: HookCaller,
+    *,
+    retry: RetryPolicy,
+    parallelism: int | None = None,
+) -> None:
+    """Write (and mark) every pending sink, in parallel threads (at most ``parallelism``);
+    fills ``state.results`` and ``state.failures``. A sink's failure never stops another."""
+    runners = [
+        SinkRunner(
+            specs[name].sink,
+            _batch_for(state, name, routes.input_for(name)),
+            routes.input_for(name),
+            record,
+            specs[name].retry or retry,
+            hooks,
+        )
+        for name in state.pending
+    ]
+    if len(runners) == 1:
+        outcomes = [runners[0].run()]
+    else:
+        workers = min(parallelism or len(runners), len(runners))
+        prefix = f"fanout-{state.info.pipeline}"
+        with ThreadPoolExecutor(workers, thread_name_prefix=prefix) as pool:
+            tasks = [_in_spark_thread(r.run, state.df) for r in runners]  # wrap in this thread
+            outcomes = list(pool.map(lambda task: task(), tasks))
+    state.results.update({o.sink: o.result for o in outcomes if o.result is not None})
+    state.failures.update({o.sink: o.error for o in outcomes if o.error is not None})
+
+
+def _batch_for(state: BatchState, name: str, given: SinkInput) -> Batch:
+    info = state.info
+    app_id = txn_app_id(info.pipeline, name, info.epoch)
+    return Batch(given.df, info, name, app_id, _arrow=given.arrow)
+
+
+def _in_spark_thread(fn: Any, df: Any) -> Any:
+    """Wrap ``fn`` so Spark jobs it starts inherit this thread's local properties (job
+    group, streaming query id), as jobs started by foreachBatch itself do."""
+    session = getattr(df, "sparkSession", None)
+    if session is None:
+        return fn
+    from pyspark.util import inheritable_thread_target
+
+    return inheritable_thread_target(session)(fn)
 
 
 @dataclass(frozen=True)
@@ -56,31 +110,28 @@ def as_result(value: object, sink: Sink) -> SinkResult:
 
 @dataclass
 class SinkRunner:
-    """Writes one batch to one sink: attempts, retries, hooks, failure rows, the mark.
+    """Writes one batch to one sink: attempts, retries, hooks, route dead letters, the mark.
 
-    :param letters: rows of the batch that failed the sink's route; written through
-        ``dead_letters`` at the start of each attempt, counted in the result.
-    :param blocked: an error found before any write (the route cannot be settled): the
-        sink is not written, and this is its failure.
-    :param explain: turns a final error into a clearer one (a route expression's
-        failure named), or returns ``None`` to keep it.
+    :param sink: the sink.
+    :param batch: the batch as this sink sees it (its routed DataFrame).
+    :param given: what the route step settled for this sink: the rows failing its route
+        and their target (written at the start of each attempt, counted in the result),
+        an error that fails it unwritten, a way to explain a final error.
+    :param record: the ledger writer of step 6.
     """
 
     sink: Sink
     batch: Batch
-    ledger: Ledger
+    given: SinkInput
+    record: Recorder
     retry: RetryPolicy
     hooks: HookCaller
-    letters: Sequence[DeadLetter] = ()
-    dead_letters: DeadLetterWriter | None = None
-    blocked: Exception | None = None
-    explain: Callable[[BaseException], Exception | None] | None = None
 
     def run(self) -> SinkOutcome:
         """Never raises for a sink's own failure: returns it in the outcome."""
         info, name = self.batch.info, self.sink.name
-        if self.blocked is not None:
-            return self._refuse(self.blocked)
+        if self.given.blocked is not None:
+            return self._refuse(self.given.blocked)
         attempt = 0
         while True:
             attempt += 1
@@ -99,8 +150,8 @@ class SinkRunner:
             except Exception as exc:
                 error = _named(exc, name, info.batch_id, self.sink.secret_values())
                 will_retry = self._transient(exc) and attempt <= self.retry.retries
-                if not will_retry and self.explain is not None:
-                    error = self.explain(exc) or error
+                if not will_retry and self.given.explain is not None:
+                    error = self.given.explain(exc) or error
                 self._failed(attempt, started, clock, error, will_retry)
                 if not will_retry:
                     return SinkOutcome(name, error=error)
@@ -111,7 +162,7 @@ class SinkRunner:
                 "fanout_sink_done", info=info, sink=name, result=result, duration_s=duration
             )
             try:
-                self._mark(attempt, started, duration, result)
+                self.record.committed(self.batch, attempt, started, duration, result)
             except Exception as exc:
                 error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
                 log.error(
@@ -146,9 +197,10 @@ class SinkRunner:
     def _route_dead_letters(self, batch: Batch) -> int:
         """Write the rows that failed the route to the sink's dead-letter target (once per
         batch: the writer is idempotent); return how many the batch has."""
-        if not self.letters or self.dead_letters is None:
+        letters, target = self.given.letters, self.given.dead_letters
+        if not letters or target is None:
             return 0
-        count = self.dead_letters.write(batch, self.letters)
+        count = target.write(batch, letters)
         log.warning(
             "pipeline %s, batch %s, sink %s: %s row(s) failing its route went to its "
             "dead-letter target; first: %s",
@@ -156,7 +208,7 @@ class SinkRunner:
             batch.batch_id,
             self.sink.name,
             count,
-            self.letters[0].reason,
+            letters[0].reason,
             extra=batch_fields(batch.pipeline, batch.batch_id, self.sink.name),
         )
         return count
@@ -171,49 +223,6 @@ class SinkRunner:
                 extra=batch_fields(self.batch.pipeline, self.batch.batch_id, self.sink.name),
             )
             return False
-
-    def _entry(
-        self, status: str, attempt: int, started: datetime, duration_s: float
-    ) -> LedgerEntry:
-        info = self.batch.info
-        return LedgerEntry(
-            pipeline=info.pipeline,
-            sink=self.sink.name,
-            batch_id=info.batch_id,
-            status=status,  # type: ignore[arg-type]
-            query_id=info.query_id,
-            attempt=attempt,
-            started_at=started,
-            finished_at=now_utc(),
-            duration_ms=int(duration_s * 1000),
-            source_offsets=None if info.source_offsets is None else json.dumps(info.source_offsets),
-            epoch=info.epoch,
-            batch_timestamp_ms=info.batch_timestamp_ms,
-        )
-
-    def _mark(self, attempt: int, started: datetime, duration_s: float, result: SinkResult) -> None:
-        """Write the ledger mark, retrying like the sink: a lost mark costs a rewrite."""
-        entry = replace(
-            self._entry("committed", attempt, started, duration_s),
-            rows=result.rows,
-            dead_lettered=result.dead_lettered,
-        )
-        for try_number in range(1, self.retry.retries + 2):
-            try:
-                self.ledger.mark_committed(entry)
-                return
-            except Exception as exc:
-                if try_number > self.retry.retries:
-                    raise
-                log.warning(
-                    "pipeline %s, batch %s, sink %s: ledger mark failed (%s); retrying",
-                    entry.pipeline,
-                    entry.batch_id,
-                    entry.sink,
-                    exc,
-                    extra=batch_fields(entry.pipeline, entry.batch_id, entry.sink),
-                )
-                time.sleep(self.retry.delay(try_number))
 
     def _failed(
         self, attempt: int, started: datetime, clock: float, error: BaseException, will_retry: bool
@@ -237,16 +246,7 @@ class SinkRunner:
             attempt=attempt,
             will_retry=will_retry,
         )
-        entry = self._entry("failed", attempt, started, time.perf_counter() - clock)
-        try:
-            self.ledger.record_failure(replace(entry, error=f"{type(error).__name__}: {error}"))
-        except Exception as exc:  # best effort: the log line above already tells
-            log.warning(
-                "pipeline %s: cannot record the failed attempt in the ledger: %s",
-                info.pipeline,
-                exc,
-                extra=batch_fields(info.pipeline, info.batch_id, self.sink.name),
-            )
+        self.record.failed(self.batch, attempt, started, time.perf_counter() - clock, error)
 
 
 def _named(exc: Exception, sink: str, batch_id: int, secrets: Sequence[str]) -> Exception:

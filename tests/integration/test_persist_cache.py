@@ -1,5 +1,5 @@
 """With real Spark: the batch fanout persists for several sinks is cached uncompressed,
-unless the session chose otherwise (see ``fanout.fan_out._persist_uncompressed``)."""
+unless the session chose otherwise (see ``fanout.steps.persist.persist_uncompressed``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 from fanout import BatchInfo, FanOut
 from fanout.contract.batch import Batch
-from fanout.fan_out import CACHE_COMPRESSED
 from fanout.ledger.memory import MemoryLedger
+from fanout.steps.persist import CACHE_COMPRESSED
 from tests.unit.fakes import RecordingSink
 
 ROWS = 200_000

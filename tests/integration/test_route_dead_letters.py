@@ -14,7 +14,8 @@ import pytest
 
 from fanout import BatchFailedError, BatchInfo, FanOut, RouteError
 from fanout.app.cli import main as cli
-from fanout.routes.route import Route, SinkSpec
+from fanout.routes.route import Route
+from fanout.sink_spec import SinkSpec
 from fanout.testing import RecordingSink
 from tests.integration.faults import MarkLost
 from tests.integration.streams import EPOCH, delta_rows, run_stream

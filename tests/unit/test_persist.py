@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from fanout import FanOut
-from fanout.fan_out import CACHE_COMPRESSED
+from fanout.contract.batch import BatchInfo
 from fanout.ledger.memory import MemoryLedger
+from fanout.steps.persist import CACHE_COMPRESSED, persist_if_shared
+from fanout.steps.state import BatchState
 from tests.unit.fakes import FakeFrame, RecordingSink
 
 
@@ -44,7 +46,8 @@ def persist(frame: FakeFrame) -> bool:
     """The persist step alone for two pending DataFrame sinks (the full ``process`` with a
     real session is tests/integration/test_persist_cache.py)."""
     fan = FanOut("orders", MemoryLedger(), [RecordingSink("a"), RecordingSink("b")], backoff_s=0)
-    return fan._persist_if_shared(frame, ["a", "b"])
+    state = BatchState(frame, BatchInfo("orders", 0), pending=["a", "b"])
+    return persist_if_shared(state, fan.specs)
 
 
 def test_shared_batch_is_cached_uncompressed_and_the_option_restored() -> None:

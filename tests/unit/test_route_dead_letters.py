@@ -18,7 +18,8 @@ from fanout.delta_tables.io import read_delta
 from fanout.ledger.memory import MemoryLedger
 from fanout.routes.evaluate import RouteFailure, data_error, quiet_spark_errors, route_error
 from fanout.routes.rejects import CheckedRoute
-from fanout.routes.route import Route, SinkSpec
+from fanout.routes.route import Route
+from fanout.sink_spec import SinkSpec
 from fanout.testing import ArrowFrame, RecordingSink, make_batch
 
 ROUTE = Route(where="x > 1")
@@ -170,7 +171,7 @@ def _checked(good: pa.Table) -> CheckedRoute:
 def test_sinks_of_a_checked_route_get_the_good_rows_or_fail_unwritten(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import fanout.fan_out as dispatcher
+    import fanout.routes.batch_routes as dispatcher
 
     good = pa.table({"x": [2, 3]})
     calls: list[dict[str, Any]] = []
@@ -214,7 +215,7 @@ def test_sinks_of_a_checked_route_get_the_good_rows_or_fail_unwritten(
 def test_letters_are_written_with_every_attempt_before_the_sink(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import fanout.fan_out as dispatcher
+    import fanout.routes.batch_routes as dispatcher
     from fanout.errors import TransientSinkError
 
     monkeypatch.setattr(
@@ -244,7 +245,7 @@ def test_letters_are_written_with_every_attempt_before_the_sink(
 def test_a_route_that_cannot_be_settled_fails_its_dead_letter_sinks_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import fanout.fan_out as dispatcher
+    import fanout.routes.batch_routes as dispatcher
 
     too_many = RouteError("route where 'x > 1' failed: too many", sink="a", batch_id=2)
     monkeypatch.setattr(

@@ -12,8 +12,9 @@ import pytest
 
 from fanout import BatchInfo, ConfigurationError, FanOut, SinkResult
 from fanout.ledger.memory import MemoryLedger
-from fanout.routes.route import Route, SinkSpec, split_core_options
-from fanout.steps.retry import RetryPolicy
+from fanout.retry import RetryPolicy
+from fanout.routes.route import Route
+from fanout.sink_spec import SinkSpec, split_core_options
 from fanout.testing import ArrowFrame, RecordingSink
 
 

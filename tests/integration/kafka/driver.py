@@ -23,7 +23,8 @@ from fanout_kafka import KafkaSink
 from fanout import FanOut, hookimpl
 from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import SinkResult
-from fanout.routes.route import Route, SinkSpec
+from fanout.routes.route import Route
+from fanout.sink_spec import SinkSpec
 from fanout.spark import local_session
 from tests.integration.kafka import faults
 from tests.integration.streams import run_stream

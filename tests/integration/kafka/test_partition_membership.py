@@ -21,7 +21,8 @@ from fanout_kafka import KafkaSink
 
 from fanout import FanOut
 from fanout.errors import PartitioningError
-from fanout.routes.route import Route, SinkSpec
+from fanout.routes.route import Route
+from fanout.sink_spec import SinkSpec
 from tests.integration.kafka import faults
 from tests.integration.kafka.kafkatools import Broker, marker, read_topic
 from tests.integration.streams import SCHEMA, committed_marks, run_stream, write_input

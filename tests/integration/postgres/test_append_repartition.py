@@ -17,7 +17,8 @@ import pytest
 from fanout_postgres import PostgresSink
 
 from fanout import FanOut, PartitioningError
-from fanout.routes.route import Route, SinkSpec
+from fanout.routes.route import Route
+from fanout.sink_spec import SinkSpec
 from tests.integration.postgres.data import run_stream, write_files
 from tests.integration.postgres.pg_driver import PARTITIONS, PIPELINE
 from tests.integration.postgres.pgcheck import query

@@ -1,0 +1,163 @@
+"""Every pending sink's route over one batch, as one piece: the step between persist and
+write (:meth:`fanout.fan_out.FanOut.process`).
+
+For each pending sink it settles, before any sink writes, what that sink receives:
+
+- an identity route: the batch itself, and the Arrow conversion shared by every sink that
+  reads Arrow;
+- a route whose sink has a dead-letter target: the route is evaluated once for all sinks
+  sharing it (:func:`fanout.routes.rejects.check_route`); the rows failing it become dead
+  letters, the others the sink's input;
+- any other route: the routed DataFrame (evaluated lazily by the sink's write), with a way
+  to name the expression that fails when the write does;
+- a route Spark cannot resolve, or a dead-letter target that cannot be built: the sink is
+  not written, and that error is its failure (:attr:`SinkInput.blocked`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from fanout.contract.batch import BatchInfo, SharedArrow
+from fanout.contract.sink import DeadLetterWriter
+from fanout.deadletters.model import DeadLetter
+from fanout.errors import RouteError
+from fanout.routes.evaluate import explain_failure
+from fanout.routes.rejects import CheckedRoute, check_route
+from fanout.routes.route import Route
+from fanout.sink_spec import SinkSpec
+
+TargetOf = Callable[[str], "DeadLetterWriter | None"]
+"""Looks up a sink's dead-letter target by sink name (``None``: the sink has none)."""
+
+
+@dataclass(frozen=True)
+class SinkInput:
+    """What one sink receives for one batch.
+
+    :param df: the routed batch DataFrame (the batch itself for an identity route).
+    :param arrow: its Arrow conversion, shared with the other sinks of the same route.
+    :param letters: rows that failed the route, for :attr:`dead_letters`.
+    :param dead_letters: where :attr:`letters` go (written just before the sink's write).
+    :param blocked: an error found before any write: the sink is not written, this is
+        its failure.
+    :param explain: turns the write's final error into one naming the route expression
+        that fails (or ``None`` to keep it), for routes not evaluated in advance.
+    """
+
+    df: Any
+    arrow: SharedArrow | None = None
+    letters: tuple[DeadLetter, ...] = ()
+    dead_letters: DeadLetterWriter | None = None
+    blocked: Exception | None = None
+    explain: Callable[[BaseException], Exception | None] | None = None
+
+
+class BatchRoutes:
+    """The routes of one batch's pending sinks; build with :meth:`prepare`, read each
+    sink's :class:`SinkInput` with :meth:`input_for`, and :meth:`release` after the write.
+    """
+
+    def __init__(self, df: Any, info: BatchInfo, specs: Mapping[str, SinkSpec]) -> None:
+        self.df = df
+        self.info = info
+        self.specs = specs
+        self._inputs: dict[str, SinkInput] = {}
+        self._arrows: dict[Route, SharedArrow] = {}
+        self._checked: dict[Route, CheckedRoute] = {}
+
+    @classmethod
+    def prepare(
+        cls,
+        df: Any,
+        info: BatchInfo,
+        specs: Mapping[str, SinkSpec],
+        pending: Sequence[str],
+        target_of: TargetOf,
+    ) -> BatchRoutes:
+        """Settle every pending sink's input. First the routes of sinks with a dead-letter
+        target are evaluated, once per distinct route, before any sink writes; then each
+        sink's input is taken from them (also for a sink without a target that shares
+        such a route) or built lazily."""
+        routes = cls(df, info, specs)
+        targets = {name: routes._target(name, target_of) for name in pending}
+        for name, target in targets.items():
+            if target is not None and not isinstance(target, Exception):
+                targets[name] = routes._check(name, pending, target)
+        for name in pending:
+            routes._inputs[name] = routes._settle(name, targets[name])
+        return routes
+
+    def input_for(self, sink: str) -> SinkInput:
+        """The input of one pending sink."""
+        return self._inputs[sink]
+
+    def release(self) -> None:
+        """Drop the shared Arrow tables and the evaluated routes' caches."""
+        for arrow in self._arrows.values():
+            arrow.release()
+        for checked in self._checked.values():
+            checked.release()
+
+    # -- one sink ---------------------------------------------------------------------------
+
+    def _target(self, name: str, target_of: TargetOf) -> DeadLetterWriter | Exception | None:
+        if self.specs[name].route.is_identity:
+            return None  # nothing can fail an identity route
+        try:
+            return target_of(name)
+        except Exception as exc:  # the sink fails, named, unwritten
+            return exc
+
+    def _check(
+        self, name: str, pending: Sequence[str], target: DeadLetterWriter
+    ) -> DeadLetterWriter | Exception:
+        """Evaluate ``name``'s route in advance (unless a sink of the same route did);
+        returns ``target``, or the error that fails the sink unwritten."""
+        route = self.specs[name].route
+        if route in self._checked:
+            return target
+        try:  # an expression Spark cannot resolve fails this sink, named, unwritten
+            route.resolve(self.df, sink=name, batch_id=self.info.batch_id)
+        except RouteError as unresolved:
+            return unresolved
+        readers = {self.specs[s].sink.reads for s in pending if self.specs[s].route == route}
+        self._checked[route] = check_route(
+            self.df,
+            route,
+            arrow="arrow" in readers,
+            dataframe="dataframe" in readers,
+            sink=name,
+            batch_id=self.info.batch_id,
+        )
+        return target
+
+    def _settle(self, name: str, target: DeadLetterWriter | Exception | None) -> SinkInput:
+        route = self.specs[name].route
+        if isinstance(target, Exception):
+            return SinkInput(self.df, blocked=target)
+        checked = self._checked.get(route)
+        if checked is not None:
+            blocked = checked.blocked(name, self.info.batch_id, dead_letters=target is not None)
+            if blocked is not None:
+                return SinkInput(self.df, blocked=blocked)
+            if checked.df is not None:  # evaluated already
+                return SinkInput(
+                    checked.df, arrow=checked.arrow, letters=checked.letters, dead_letters=target
+                )
+        if route.is_identity:
+            return SinkInput(self.df, arrow=self._shared(route, self.df))
+        try:  # an expression Spark cannot resolve fails this sink, named, unwritten
+            routed = route.resolve(self.df, sink=name, batch_id=self.info.batch_id)
+        except RouteError as unresolved:
+            return SinkInput(self.df, blocked=unresolved)
+        explain = partial(explain_failure, self.df, route, sink=name, batch_id=self.info.batch_id)
+        return SinkInput(
+            routed, arrow=self._shared(route, routed), dead_letters=target, explain=explain
+        )
+
+    def _shared(self, route: Route, routed: Any) -> SharedArrow:
+        return self._arrows.setdefault(route, SharedArrow(routed))

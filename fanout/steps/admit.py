@@ -1,0 +1,80 @@
+"""Step 2 of a batch, as the dispatcher takes it: read the ledger once, run the checkpoint
+guard (:mod:`fanout.steps.guard`), and either refuse the batch or admit it, in the current
+epoch or, for a reset accepted with ``on_checkpoint_reset="new_epoch"``, in a new one."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any, Literal
+
+from fanout.contract.batch import BatchInfo
+from fanout.errors import CheckpointResetError
+from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
+from fanout.observe.logs import batch_fields
+from fanout.steps.guard import CheckpointGuard
+from fanout.steps.state import BatchState
+
+log = logging.getLogger("fanout")
+
+OnReset = Literal["refuse", "new_epoch"]
+
+
+class Admission:
+    """Admits each batch of one pipeline, or refuses it (see :meth:`admit`).
+
+    :param ledger: the pipeline's ledger.
+    :param on_reset: what a checkpoint reset does: ``"refuse"`` raises
+        :class:`fanout.CheckpointResetError`; ``"new_epoch"`` starts a new epoch. A
+        rolled-back checkpoint is always refused (:class:`fanout.CheckpointRollbackError`
+        is not a :class:`fanout.CheckpointResetError`).
+    """
+
+    def __init__(self, ledger: Ledger, on_reset: OnReset) -> None:
+        self.ledger = ledger
+        self.on_reset = on_reset
+        self.guard = CheckpointGuard(ledger)
+
+    def admit(self, df: Any, info: BatchInfo, sinks: Iterable[str]) -> BatchState:
+        """The batch's state, admitted in the pipeline's current epoch (with the sinks'
+        marks read in the same ledger lookup), or in a new epoch (no marks yet)."""
+        view = self.ledger.lookup(info.pipeline, sinks)
+        info = replace(info, epoch=view.epoch)
+        try:
+            self.guard.check(info, view.high_water)
+        except CheckpointResetError as reset:
+            if self.on_reset != "new_epoch":
+                raise
+            return BatchState(df, self._start_epoch(info, reset))
+        return BatchState(df, info, marks=view.marks)
+
+    def _start_epoch(self, info: BatchInfo, reset: CheckpointResetError) -> BatchInfo:
+        epoch = info.epoch + 1
+        log.warning(
+            "pipeline %s: checkpoint reset accepted (on_checkpoint_reset='new_epoch'); "
+            "query %s continues under epoch %s with new transaction ids from batch %s. "
+            "What the ledger knew:\n%s",
+            info.pipeline,
+            info.query_id,
+            epoch,
+            info.batch_id,
+            reset,
+            extra=batch_fields(info.pipeline, info.batch_id),
+        )
+        offsets = None if info.source_offsets is None else json.dumps(info.source_offsets)
+        self.ledger.start_epoch(
+            LedgerEntry(
+                pipeline=info.pipeline,
+                sink="*",
+                batch_id=info.batch_id,
+                status="epoch",
+                query_id=info.query_id,
+                started_at=now_utc(),
+                source_offsets=offsets,
+                epoch=epoch,
+                batch_timestamp_ms=info.batch_timestamp_ms,
+            )
+        )
+        return replace(info, epoch=epoch)

@@ -1,0 +1,49 @@
+"""The state of one micro-batch as it goes through the steps: one object, filled step by step.
+
+:class:`fanout.fan_out.FanOut` creates a :class:`BatchState` when the guard admits a batch
+and hands it to each step in turn; nothing else carries a batch's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fanout.contract.batch import BatchInfo
+from fanout.contract.sink import SinkResult
+
+if TYPE_CHECKING:
+    from fanout.routes.batch_routes import BatchRoutes
+
+
+@dataclass
+class BatchState:
+    """One micro-batch inside :meth:`fanout.fan_out.FanOut.process`.
+
+    :param df: the batch DataFrame Spark handed to foreachBatch.
+    :param info: pipeline, batch id, query id, offsets and the epoch the guard admitted.
+    :param marks: each sink's last committed batch in ``info.epoch`` (``None``: never), as
+        read with the guard's ledger view; ``None`` when the epoch is new (no marks yet).
+    """
+
+    df: Any
+    info: BatchInfo
+    marks: Mapping[str, int | None] | None = None
+    pending: list[str] = field(default_factory=list)
+    """Sinks still to write (step 3), in configuration order."""
+    skipped: list[str] = field(default_factory=list)
+    """Sinks whose ledger mark already holds the batch (step 3)."""
+    persisted: bool = False
+    """Whether step 4 persisted ``df`` (so step 7 unpersists it)."""
+    routes: BatchRoutes | None = None
+    """Every pending sink's routed input (step 4b), released in step 7."""
+    results: dict[str, SinkResult] = field(default_factory=dict)
+    """Sinks written and marked in this call (steps 5 and 6)."""
+    failures: dict[str, BaseException] = field(default_factory=dict)
+    """Sinks that failed after their retries (steps 5 and 6)."""
+
+    @property
+    def batch_id(self) -> int:
+        """Spark's micro-batch id."""
+        return self.info.batch_id
