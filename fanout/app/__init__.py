@@ -1,1 +1,5 @@
-"""What a user runs: the ``fanout`` command, pipeline files, status, recovery, the dev loop."""
+"""What a user runs: the ``fanout`` command (``cli``), pipeline files (``config``, ``runner``,
+``validate``), ``status``, ``recover``, the dev loop (``dev``) and the demo (``demo/``).
+
+Layer 7, the top: imports anything of the core; nothing imports it.
+"""

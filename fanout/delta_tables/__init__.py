@@ -1,2 +1,6 @@
-"""Reading Delta tables and their app transactions with delta-rs, shared by the ledger and
-the Delta sink."""
+"""Reading Delta tables and their app transactions with delta-rs (``io``), and their
+transaction retention against fanout's ids (``retention``); shared by the ledger and the
+Delta sink.
+
+Layer 1: imports only :mod:`fanout.errors`.
+"""

@@ -1,1 +1,5 @@
-"""Plugins: the hook specifications, the registry of sink types and the calling of observers."""
+"""Plugins: the hook specifications (``specs``), the registry of sink types (``registry``) and
+the calling of observers (``caller``).
+
+Layer 2: imports :mod:`fanout.contract` and :mod:`fanout.errors`.
+"""

@@ -1,2 +1,5 @@
-"""Sinks that commit one transaction per Spark partition: stable membership, determinism
-checks and the kit that runs such a sink's partitions on the executors."""
+"""Sinks that commit one transaction per Spark partition: stable membership (``membership``)
+and the refusal of non-deterministic partitioning (``determinism``).
+
+Layer 3: imports the contract, routes and errors.
+"""
