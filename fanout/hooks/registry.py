@@ -158,12 +158,14 @@ def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None
             "attribute; declare what the type can give as 'guarantees = (...)' (and override "
             "the 'guarantee' property when an option decides)"
         )
-    declared = sink_class.guarantees
-    bad = [g for g in declared if g not in GUARANTEES] if isinstance(declared, tuple) else []
-    if bad or not declared or not isinstance(declared, tuple):
+    declared: object = sink_class.guarantees
+    bad: list[object] = [declared]
+    if isinstance(declared, tuple) and declared:
+        bad = [g for g in declared if g not in GUARANTEES]
+    if bad:
         raise PluginError(
             f"plugin {info.describe()}: sink type {type_name!r} declares guarantee "
-            f"{(bad or [declared])[0]!r}; expected a tuple of {', '.join(GUARANTEES)}"
+            f"{bad[0]!r}; expected a tuple of {', '.join(GUARANTEES)}"
         )
     if problems := declaration_problems(sink_class):
         raise PluginError(
