@@ -412,9 +412,11 @@ class KafkaSink(Sink):
             "skipped_partitions": skipped,
             "dead_letters": sum(o.dead_letter_count for o in outcomes),
         }
-        if skipped and not committed:
-            details["already_written"] = True
-        return SinkResult(rows=sum(o.rows for o in outcomes), details=details)
+        return SinkResult(
+            rows=sum(o.rows for o in outcomes),
+            details=details,
+            already_written=bool(skipped) and not committed,
+        )
 
     def _failure(
         self, batch_id: int, failed: list[PartitionOutcome], outcomes: list[PartitionOutcome]

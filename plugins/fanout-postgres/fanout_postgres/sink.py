@@ -253,8 +253,8 @@ class PostgresSink(Sink):
                 "changed": sum(o.changed for o in outcomes),
                 "rejected": rejected,
                 "skipped_partitions": skipped,
-                "already_written": bool(skipped) and len(skipped) == len(outcomes),
             },
+            already_written=bool(skipped) and len(skipped) == len(outcomes),
         )
 
     def route_dead_letters(self) -> RouteDeadLetters | None:
