@@ -21,8 +21,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from fanout.contract.batch import BatchInfo
+from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.names import check_name
-from fanout.contract.sink import DeadLetterWriter, Sink, SinkContext, SinkResult
+from fanout.contract.sink import Sink, SinkContext, SinkResult
+from fanout.deadletters.target import resolve_target
 from fanout.errors import BatchFailedError, ConfigurationError, FanoutError
 from fanout.hooks.caller import HookCaller
 from fanout.hooks.registry import load_registry
@@ -60,7 +62,8 @@ class FanOut:
         unique. A dict may also hold ``where`` (SQL predicate), ``select`` (columns or SQL
         expressions), ``retries`` and ``backoff_s``, which fanout applies around the sink.
         Rows failing a sink's ``where``/``select`` go to its dead-letter target, if it has
-        one (:meth:`fanout.Sink.route_dead_letters`), else the sink fails the batch.
+        one (its ``dead_letter`` option: :mod:`fanout.deadletters.target`), else the sink
+        fails the batch.
     :param parallelism: how many sinks are written at once (default: all pending).
     :param retries: further attempts for a sink's transient errors.
     :param backoff_s: the wait before the first retry, doubled each time (with jitter).
@@ -109,6 +112,10 @@ class FanOut:
         self.hooks = HookCaller(registry.manager)
         self.specs = self._build_sinks(registry, sinks)
         self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in self.specs.items()}
+        kinds = registry.dead_letter_kinds()
+        self.dead_letters: dict[str, DeadLetterTarget | None] = {
+            name: resolve_target(sink, kinds) for name, sink in self.sinks.items()
+        }
         self.ledger: Ledger = DeltaLedger(ledger) if isinstance(ledger, str) else ledger
         self._admission = Admission(self.ledger, on_checkpoint_reset)
         self._record = Recorder(self.ledger, self.retry)
@@ -143,9 +150,9 @@ class FanOut:
     def _open(self, spark: Any) -> None:
         if spark is None:
             spark = _active_spark()
-        context = SinkContext(self.pipeline, spark)
         self.ledger.open()
         for spec in self.specs.values():
+            context = SinkContext(self.pipeline, spark, self.dead_letters[spec.name])
             spec.route.validate(spec.name, spark)
             sink = spec.sink
             register_secrets(sink.secret_values())  # masked in every redacting log handler
@@ -244,9 +251,9 @@ class FanOut:
                 extra=batch_fields(self.pipeline, info.batch_id),
             )
 
-    def _dead_letter_target(self, name: str) -> DeadLetterWriter | None:
+    def _dead_letter_target(self, name: str) -> DeadLetterTarget | None:
         """Where the rows failing sink ``name``'s route go (``None``: they fail it)."""
-        return self.sinks[name].route_dead_letters()
+        return self.dead_letters[name]
 
     def _report(self, state: BatchState) -> dict[str, SinkResult]:
         info = state.info

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch
 from fanout.contract.options import SinkOption
-from fanout.errors import ConfigurationError, TransientSinkError
+from fanout.errors import TransientSinkError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from fanout.deadletters.model import DeadLetter
+    from fanout.contract.dead_letters import DeadLetterTarget
 
 Guarantee = Literal["transactional", "idempotent", "at_least_once"]
 """What a sink promises when a batch is written again after a crash.
@@ -56,30 +56,21 @@ class SinkResult:
     already_written: bool = False
 
 
-class DeadLetterWriter(Protocol):
-    """Writes one batch's dead letters to a dead-letter target, once per batch.
-
-    What :meth:`Sink.route_dead_letters` returns; :class:`fanout.deadletters.model.DeltaDeadLetters`
-    is one.
-    """
-
-    def write(self, batch: Batch, letters: Sequence[DeadLetter]) -> int:
-        """Write ``letters`` for ``batch`` unless the target already holds this batch's
-        letters (idempotent per ``(batch.txn_app_id, batch.batch_id)``); return how many
-        letters the batch has (also when they were already written)."""
-        ...
-
-
 @dataclass(frozen=True)
 class SinkContext:
     """What :meth:`Sink.open` receives.
 
     :param pipeline: the pipeline name.
     :param spark: the active ``SparkSession`` on the driver, or ``None`` without one.
+    :param dead_letters: where the rows this sink's target refuses go, resolved by fanout
+        from the sink's ``dead_letter`` option (:mod:`fanout.deadletters.target`); ``None``
+        without one: such a row fails the batch, named. fanout writes the rows failing the
+        sink's route there itself.
     """
 
     pipeline: str
     spark: Any = None
+    dead_letters: DeadLetterTarget | None = None
 
 
 class Sink:
@@ -150,44 +141,6 @@ class Sink:
 
     def close(self) -> None:
         """Release what :meth:`open` acquired; called once when the FanOut closes."""
-
-    def route_dead_letters(self) -> DeadLetterWriter | None:
-        """Where the rows that fail this sink's route go, or ``None`` to fail the batch.
-
-        A sink configured with ``where``/``select`` receives the rows those expressions
-        produce. When an expression raises on a row (under Spark's ANSI mode, e.g.
-        ``CAST(amount AS INT)`` on ``'abc'``), fanout asks this method, on the driver,
-        once per batch and before any sink writes:
-
-        - ``None`` (the default without a Delta ``dead_letter``): the batch fails for this
-          sink with a :class:`fanout.RouteError` naming the sink, the batch and the
-          expression, chained from Spark's error.
-        - a :class:`DeadLetterWriter`: fanout isolates the failing rows (see
-          :mod:`fanout.routes.rejects`), hands :meth:`write` the other rows, and calls
-          ``writer.write(batch, letters)`` just before :meth:`write`, in the same attempt
-          (so it is retried with it). Each letter holds the reason, the failing column and
-          value when known, and the row as it was before the route; the count is added to
-          the sink's :attr:`SinkResult.dead_lettered`. The writer must be idempotent per
-          ``(batch.txn_app_id, batch.batch_id)`` and must not collide with the sink's own
-          dead-letter records of the same batch: a replay after a crash between the
-          letters and the ledger mark calls it again with the same letters.
-
-        The default returns a :class:`fanout.deadletters.model.DeltaDeadLetters` (transaction
-        ``<txn_app_id>#route_dead_letters``) when the sink has a ``dead_letter`` attribute
-        naming a Delta table (a path, or ``delta:<path>``), using its ``storage_options``
-        attribute if any, and ``None`` otherwise. Override it to support other kinds.
-        """
-        target = getattr(self, "dead_letter", None)
-        if not isinstance(target, str):
-            return None
-        from fanout.deadletters.model import ROUTE_LETTERS, DeltaDeadLetters, split_target
-
-        try:
-            _kind, location = split_target(target, self.name)
-        except ConfigurationError:
-            return None  # a kind this default cannot write: fail loudly instead
-        options = getattr(self, "storage_options", None)
-        return DeltaDeadLetters(location, options, suffix=ROUTE_LETTERS)
 
     def partitioned_by(self) -> Sequence[str] | Literal["*"] | None:
         """The batch columns whose values decide which of this sink's per-partition

@@ -18,9 +18,12 @@ from typing import Any, Protocol, cast
 
 import pluggy
 
+from fanout.contract.dead_letters import DeadLetterKind
 from fanout.contract.names import check_name
 from fanout.contract.options import declaration_problems, option_names
 from fanout.contract.sink import GUARANTEES, Sink
+from fanout.deadletters.delta import delta_target
+from fanout.deadletters.target import DELTA
 from fanout.errors import (
     ConfigurationError,
     DuplicateSinkTypeError,
@@ -118,6 +121,28 @@ class Registry:
                 types[type_name] = SinkType(type_name, sink_class, info)
         return types
 
+    def dead_letter_kinds(self) -> dict[str, DeadLetterKind]:
+        """Every dead-letter kind of every plugin (the core's ``delta`` included); two
+        plugins claiming one kind is an error naming both."""
+        kinds: dict[str, DeadLetterKind] = {}
+        owners: dict[str, PluginInfo] = {}
+        for impl in self.manager.hook.fanout_dead_letter_kinds.get_hookimpls():
+            info = self.plugins.get(impl.plugin_name) or PluginInfo(
+                impl.plugin_name, getattr(impl.plugin, "__name__", impl.plugin_name)
+            )
+            try:
+                provided = cast("Mapping[str, DeadLetterKind]", impl.function() or {})
+            except Exception as exc:
+                raise PluginLoadError(info.name, info.distribution, exc) from exc
+            for kind, factory in provided.items():
+                if kind in kinds:
+                    raise PluginError(
+                        f"dead-letter kind {kind!r} is provided by both "
+                        f"{owners[kind].describe()} and {info.describe()}"
+                    )
+                kinds[kind], owners[kind] = factory, info
+        return kinds
+
     def build_sink(self, spec: Mapping[str, Any] | Sink, types: Mapping[str, SinkType]) -> Sink:
         """A sink from its configuration dict (``type``, ``name``, options) or as given."""
         if isinstance(spec, Sink):
@@ -196,6 +221,7 @@ def load_registry(
     Import errors are collected in :attr:`Registry.load_errors`, each naming its plugin.
     """
     registry = Registry(new_plugin_manager())
+    registry.manager.register(CoreDeadLetterKinds(), name="fanout.core")  # not a plugin
     eps = list(
         entry_points(group=hookspecs.PROJECT_NAME) if entry_points_ is None else entry_points_
     )
@@ -258,6 +284,15 @@ def _check_hook_names(registry: Registry) -> None:
             registry.load_errors.append(
                 _load_error(impl.plugin_name, info.distribution if info else None, cause)
             )
+
+
+class CoreDeadLetterKinds:
+    """The core's own plugin: the ``delta`` dead-letter kind every sink can use."""
+
+    @hookspecs.hookimpl
+    def fanout_dead_letter_kinds(self) -> Mapping[str, DeadLetterKind]:
+        """``{"delta": ...}`` (:mod:`fanout.deadletters.delta`)."""
+        return {DELTA: delta_target}
 
 
 def _register(registry: Registry, plugin: object, info: PluginInfo) -> None:

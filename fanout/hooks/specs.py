@@ -15,8 +15,8 @@ The per-batch sequence, for each micro-batch Spark hands to ``FanOut``:
 3. For every pending sink, in parallel threads:
 
    a. :func:`fanout_sink_start` before each attempt;
-   b. the rows that failed the sink's route, if any, written through its
-      ``route_dead_letters()``; then the sink's ``write(batch)``;
+   b. the rows that failed the sink's route, if any, written to its dead-letter target
+      (:func:`fanout_dead_letter_kinds`); then the sink's ``write(batch)``;
    c. on an exception, :func:`fanout_sink_error` (``will_retry`` tells whether another
       attempt follows);
    d. on success, :func:`fanout_sink_done` — *after* the write, *before* the ledger mark;
@@ -39,6 +39,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from fanout.contract.batch import BatchInfo
+    from fanout.contract.dead_letters import DeadLetterKind
     from fanout.contract.sink import Sink, SinkResult
 
 PROJECT_NAME = "fanout"
@@ -63,6 +64,28 @@ def fanout_sink_types() -> Mapping[str, type[Sink]]:
 
     :return: a mapping of type names to :class:`fanout.Sink` subclasses. Every plugin's
         mapping is used; two plugins returning the same type name is an error naming both.
+    """
+    raise NotImplementedError  # a specification: pluggy never calls this body
+
+
+# -------------------------------------------------------------------------------------
+# Dead-letter kinds
+# -------------------------------------------------------------------------------------
+
+
+@hookspec
+def fanout_dead_letter_kinds() -> Mapping[str, DeadLetterKind]:
+    """Return the dead-letter target kinds this plugin provides, as ``{kind: factory}``.
+
+    Called once when a ``FanOut`` (or ``fanout validate``) builds its registry. A sink's
+    ``dead_letter = "<kind>:<location>"`` is resolved, when the ``FanOut`` is built, by
+    calling ``factory(location, sink)`` (:mod:`fanout.deadletters.target`); the factory
+    returns a :class:`fanout.deadletters.target.DeadLetterTarget` (configuration only:
+    it may be pickled to the executors) or raises :class:`fanout.ConfigurationError` when
+    it cannot serve that sink. The core provides ``delta`` (any path or URI).
+
+    :return: a mapping of kind names to factories. Two plugins returning the same kind is
+        an error naming both.
     """
     raise NotImplementedError  # a specification: pluggy never calls this body
 

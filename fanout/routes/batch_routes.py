@@ -22,15 +22,14 @@ from functools import partial
 from typing import Any
 
 from fanout.contract.batch import BatchInfo, SharedArrow
-from fanout.contract.sink import DeadLetterWriter
-from fanout.deadletters.model import DeadLetter
+from fanout.contract.dead_letters import DeadLetter, DeadLetterTarget
 from fanout.errors import RouteError
 from fanout.routes.evaluate import explain_failure
 from fanout.routes.rejects import CheckedRoute, check_route
 from fanout.routes.route import Route
 from fanout.sink_spec import SinkSpec
 
-TargetOf = Callable[[str], "DeadLetterWriter | None"]
+TargetOf = Callable[[str], "DeadLetterTarget | None"]
 """Looks up a sink's dead-letter target by sink name (``None``: the sink has none)."""
 
 
@@ -51,7 +50,7 @@ class SinkInput:
     df: Any
     arrow: SharedArrow | None = None
     letters: tuple[DeadLetter, ...] = ()
-    dead_letters: DeadLetterWriter | None = None
+    dead_letters: DeadLetterTarget | None = None
     blocked: Exception | None = None
     explain: Callable[[BaseException], Exception | None] | None = None
 
@@ -104,7 +103,7 @@ class BatchRoutes:
 
     # -- one sink ---------------------------------------------------------------------------
 
-    def _target(self, name: str, target_of: TargetOf) -> DeadLetterWriter | Exception | None:
+    def _target(self, name: str, target_of: TargetOf) -> DeadLetterTarget | Exception | None:
         if self.specs[name].route.is_identity:
             return None  # nothing can fail an identity route
         try:
@@ -113,8 +112,8 @@ class BatchRoutes:
             return exc
 
     def _check(
-        self, name: str, pending: Sequence[str], target: DeadLetterWriter
-    ) -> DeadLetterWriter | Exception:
+        self, name: str, pending: Sequence[str], target: DeadLetterTarget
+    ) -> DeadLetterTarget | Exception:
         """Evaluate ``name``'s route in advance (unless a sink of the same route did);
         returns ``target``, or the error that fails the sink unwritten."""
         route = self.specs[name].route
@@ -135,7 +134,7 @@ class BatchRoutes:
         )
         return target
 
-    def _settle(self, name: str, target: DeadLetterWriter | Exception | None) -> SinkInput:
+    def _settle(self, name: str, target: DeadLetterTarget | Exception | None) -> SinkInput:
         route = self.specs[name].route
         if isinstance(target, Exception):
             return SinkInput(self.df, blocked=target)

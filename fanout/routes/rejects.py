@@ -3,9 +3,9 @@
 A route (``where``, ``select``) is a set of Spark SQL expressions evaluated on every row.
 Under ANSI mode (Spark 4's default) an expression raises on a row it cannot evaluate —
 ``CAST('abc' AS INT)``, an overflow, a division by zero, an invalid date — and the whole
-Spark job fails. For a routed sink with a dead-letter target
-(:meth:`fanout.Sink.route_dead_letters`), the dispatcher therefore evaluates the route
-before any sink writes (:func:`check_route`):
+Spark job fails. For a routed sink with a dead-letter target (its ``dead_letter`` option,
+:mod:`fanout.deadletters.target`), the dispatcher therefore evaluates the route before any
+sink writes (:func:`check_route`):
 
 1. the routed DataFrame is cached and evaluated once, or converted to Arrow once when only
    Arrow readers share the route: work the sinks would do anyway, done earlier;
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fanout.contract.batch import SharedArrow
-from fanout.deadletters.model import DeadLetter
+from fanout.contract.dead_letters import DeadLetter
 from fanout.errors import RouteError
 from fanout.routes.evaluate import (
     RouteFailure,

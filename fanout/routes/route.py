@@ -9,7 +9,7 @@ same exactly-once machinery as any other: for a replayable source and determinis
 expressions, a replay routes the same rows.
 
 An expression may raise on a row (ANSI mode: ``CAST('abc' AS INT)``). Such rows go to the
-sink's dead-letter target when :meth:`fanout.Sink.route_dead_letters` names one, and fail
+sink's dead-letter target when its ``dead_letter`` option names one, and fail
 the batch for that sink with a :class:`fanout.RouteError` otherwise; see
 :mod:`fanout.routes.rejects`.
 """
@@ -24,6 +24,7 @@ from typing import Any
 from fanout.errors import ConfigurationError, RouteError
 
 log = logging.getLogger("fanout")
+
 
 @dataclass(frozen=True)
 class Route:

@@ -200,7 +200,7 @@ class SinkRunner:
         letters, target = self.given.letters, self.given.dead_letters
         if not letters or target is None:
             return 0
-        count = target.write(batch, letters)
+        count = target.write(batch, letters, source="route")
         log.warning(
             "pipeline %s, batch %s, sink %s: %s row(s) failing its route went to its "
             "dead-letter target; first: %s",

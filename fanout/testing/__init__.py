@@ -16,7 +16,6 @@ from typing import Any
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.sink import (
-    DeadLetterWriter,
     Guarantee,
     Reads,
     Sink,
@@ -172,9 +171,15 @@ class FlakySink(Sink):
         """The wrapped sink's classification, plus our own transient errors."""
         return isinstance(error, TransientSinkError) or self.inner.is_transient(error)
 
-    def route_dead_letters(self) -> DeadLetterWriter | None:
-        """The wrapped sink's target for rows failing the route."""
-        return self.inner.route_dead_letters()
+    @property
+    def dead_letter(self) -> Any:
+        """The wrapped sink's ``dead_letter`` option (so its target serves the route)."""
+        return getattr(self.inner, "dead_letter", None)
+
+    @property
+    def storage_options(self) -> Any:
+        """The wrapped sink's ``storage_options``, if any."""
+        return getattr(self.inner, "storage_options", None)
 
     def write(self, batch: Batch) -> int | SinkResult:
         """Fail when due, else write through the wrapped sink."""

@@ -1,4 +1,5 @@
-"""Dead letters: the shared Delta target, and the Delta sink's null merge keys."""
+"""Dead letters: the one grammar, the core's Delta target and its one layout, and the Delta
+sink's null merge keys."""
 
 from __future__ import annotations
 
@@ -8,35 +9,84 @@ from pathlib import Path
 import pytest
 from fanout_delta import DeltaSink
 
-from fanout import ConfigurationError, SinkContext
-from fanout.deadletters.model import DeadLetter, DeltaDeadLetters, split_target
+from fanout import ConfigurationError, FanOut, PluginError, Sink, SinkContext, hookimpl
+from fanout.contract.dead_letters import DeadLetter
+from fanout.deadletters.delta import DeltaDeadLetters, delta_target
+from fanout.deadletters.layout import letter_schema
+from fanout.deadletters.target import resolve_target, split_target
 from fanout.delta_tables.io import read_delta
+from fanout.hooks.registry import load_registry
+from fanout.ledger.memory import MemoryLedger
 from fanout.testing import make_batch
 
 
 def test_target_strings() -> None:
-    assert split_target("/data/dead", "s") == ("delta", "/data/dead")
-    assert split_target("delta:/data/dead", "s") == ("delta", "/data/dead")
-    assert split_target("s3://bucket/dead", "s") == ("delta", "s3://bucket/dead")
-    assert split_target("postgres:ops.dead", "s", ("delta", "postgres")) == ("postgres", "ops.dead")
-    with pytest.raises(ConfigurationError) as unsupported:
-        split_target("kafka:dead-orders", "bronze")
-    assert str(unsupported.value) == (
-        "sink 'bronze': dead_letter 'kafka:dead-orders' is a kafka target; this sink supports "
-        "delta (a Delta table path works for every sink)"
+    assert split_target("/data/dead") == ("delta", "/data/dead")
+    assert split_target("delta:/data/dead") == ("delta", "/data/dead")
+    assert split_target("s3://bucket/dead") == ("delta", "s3://bucket/dead")
+    assert split_target("postgres:ops.dead") == ("postgres", "ops.dead")
+    assert split_target("kafka:dead-orders") == ("kafka", "dead-orders")
+
+
+class Named(Sink):
+    def __init__(self, name: str, dead_letter: object = None) -> None:
+        super().__init__(name)
+        self.dead_letter = dead_letter
+
+
+def test_the_core_resolves_every_sinks_target_through_the_registered_kinds() -> None:
+    kinds = load_registry(entry_points_=[], fallback_modules=()).dead_letter_kinds()
+    assert sorted(kinds) == ["delta"]
+    target = resolve_target(Named("s", "delta:/data/dead"), kinds)
+    assert target == DeltaDeadLetters("/data/dead")  # "delta:" is not part of the path
+    assert resolve_target(Named("s", "/data/dead"), kinds) == DeltaDeadLetters("/data/dead")
+    assert resolve_target(Named("s"), kinds) is None
+    with pytest.raises(ConfigurationError) as unknown:
+        resolve_target(Named("bronze", "kafka:dead-orders"), kinds)
+    assert str(unknown.value) == (
+        "sink 'bronze': dead_letter 'kafka:dead-orders' is a kafka target, but no installed "
+        "plugin provides that kind (kinds: delta)"
     )
+    with pytest.raises(ConfigurationError, match="option 'dead_letter' must be a string"):
+        resolve_target(Named("s", {"table": "x"}), kinds)
+
+
+def test_a_plugin_adds_a_kind_through_the_hook() -> None:
+    class Topics:
+        @hookimpl
+        def fanout_dead_letter_kinds(self) -> dict[str, object]:
+            return {"queue": lambda location, sink: ("queue", location, sink.name)}
+
+    kinds = load_registry([Topics()], entry_points_=[], fallback_modules=()).dead_letter_kinds()
+    assert sorted(kinds) == ["delta", "queue"]
+    assert resolve_target(Named("s", "queue:q1"), kinds) == ("queue", "q1", "s")  # type: ignore[comparison-overlap]
+
+    class Again:
+        @hookimpl
+        def fanout_dead_letter_kinds(self) -> dict[str, object]:
+            return {"delta": delta_target}
+
+    registry = load_registry([Again()], entry_points_=[], fallback_modules=())
+    with pytest.raises(PluginError, match="dead-letter kind 'delta' is provided by both"):
+        registry.dead_letter_kinds()
 
 
 def test_delta_dead_letters_are_written_once_per_batch(tmp_path: Path) -> None:
     target = DeltaDeadLetters(str(tmp_path / "dead"))
     batch = make_batch([{"id": 1}], batch_id=7, pipeline="p", sink_name="pg")
-    letters = [DeadLetter({"id": 1, "name": "x" * 3}, "value too long", "name", "xxx")]
-    assert target.write(batch, letters) == 1
-    assert target.write(batch, letters) == 1  # a replay
-    rows = read_delta(str(tmp_path / "dead")).to_pylist()
+    letters = [
+        DeadLetter({"id": 1, "name": "x" * 3}, "value too long", "name", "xxx", 2, {"t": "o"})
+    ]
+    assert target.write(batch, letters, source="refused", partition=2) == 1
+    assert target.write(batch, letters, source="refused", partition=2) == 1  # a replay
+    table = read_delta(str(tmp_path / "dead"))
+    assert table.schema.names == letter_schema().names  # the one layout
+    rows = table.to_pylist()
     assert len(rows) == 1
     row = rows[0]
     assert (row["pipeline"], row["sink"], row["batch_id"]) == ("p", "pg", 7)
+    assert (row["epoch"], row["source"], row["partition"]) == (0, "refused", 2)
+    assert json.loads(row["details"]) == {"t": "o"}
     assert (row["reason"], row["column"], json.loads(row["value"])) == (
         "value too long",
         "name",
@@ -54,7 +104,7 @@ def test_delta_merge_sends_null_keys_to_the_dead_letter_table(tmp_path: Path) ->
         order_by="v",
         dead_letter=str(tmp_path / "dead"),
     )
-    sink.open(SinkContext("p"))
+    sink.open(SinkContext("p", dead_letters=DeltaDeadLetters(str(tmp_path / "dead"))))
     rows = [{"k": 1, "v": 1}, {"k": None, "v": 2}, {"k": 2, "v": 3}, {"k": None, "v": 4}]
     result = sink.write(make_batch(rows, batch_id=0, pipeline="p", sink_name="latest"))
     assert (result.rows, result.dead_lettered) == (2, 2)
@@ -70,8 +120,8 @@ def test_delta_merge_sends_null_keys_to_the_dead_letter_table(tmp_path: Path) ->
     assert len(read_delta(str(tmp_path / "dead"))) == 2
 
 
-def test_delta_sink_rejects_a_dead_letter_kind_it_cannot_write(tmp_path: Path) -> None:
-    sink = DeltaSink(name="b", path=str(tmp_path / "t"), dead_letter="kafka:dead")
+def test_fanout_refuses_a_dead_letter_kind_nobody_provides(tmp_path: Path) -> None:
+    sink = DeltaSink(name="b", path=str(tmp_path / "t"), dead_letter="queue:dead")
     with pytest.raises(ConfigurationError) as bad:
-        sink.open(SinkContext("p"))
-    assert "dead_letter 'kafka:dead' is a kafka target" in str(bad.value)
+        FanOut("p", MemoryLedger(), [sink])
+    assert "dead_letter 'queue:dead' is a queue target, but no installed plugin" in str(bad.value)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from fanout_delta.rs_engine import prepare_merge_source
+from fanout_delta.merge import prepare_merge_source
 
 SCHEMA = pa.schema(
     [
@@ -45,12 +45,12 @@ def test_a_batch_without_ties_turns_no_column_into_text(monkeypatch) -> None:
     """The tie-break costs nothing when no key ties on ``order_by`` (most batches):
     nested columns become JSON text, a Python loop over every row (~1 s per 200k rows),
     only for a batch that needs the tie-break."""
-    from fanout_delta import rs_engine
+    from fanout_delta import merge
 
     def no_text(column):
         raise AssertionError("a batch without ties converted a column to JSON text")
 
-    monkeypatch.setattr(rs_engine, "_as_json_text", no_text)
+    monkeypatch.setattr(merge, "_as_json_text", no_text)
     rows = [ROWS[0], ROWS[2], ROWS[3], ROWS[5]]  # id 1 twice, on different seq: no tie
     data = pa.Table.from_pylist(rows, schema=SCHEMA)
 

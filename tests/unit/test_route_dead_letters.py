@@ -1,5 +1,5 @@
-"""Rows failing a route: the sink contract, the dead-letter writers, and how the
-dispatcher and the runner use a checked route (stand-ins for Spark; the real evaluation
+"""Rows failing a route: the dead-letter targets, and how the route step and the runner use
+a checked route (stand-ins for Spark; the real evaluation
 and isolation are covered by tests/integration/test_route_rejects.py)."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from fanout import BatchInfo, FanOut, RouteError, Sink, SinkResult
+from fanout import BatchInfo, FanOut, RouteError, SinkResult, hookimpl
 from fanout.contract.batch import SharedArrow
-from fanout.deadletters.model import ROUTE_LETTERS, DeadLetter, DeltaDeadLetters
+from fanout.contract.dead_letters import DeadLetter
+from fanout.deadletters.delta import DeltaDeadLetters
 from fanout.delta_tables.io import read_delta
 from fanout.ledger.memory import MemoryLedger
 from fanout.routes.evaluate import RouteFailure, data_error, quiet_spark_errors, route_error
@@ -55,50 +56,44 @@ class Frame(ArrowFrame):
 
 
 class Letters:
-    """A dead-letter writer recording what it was given (idempotent per batch id)."""
+    """A dead-letter target recording what it was given (idempotent per batch id)."""
+
+    kind = "letters"
 
     def __init__(self) -> None:
         self.written: dict[int, list[DeadLetter]] = {}
+        self.sources: list[str] = []
         self.calls = 0
 
-    def write(self, batch: Any, letters: Any) -> int:
+    def describe(self) -> str:
+        return "letters in memory"
+
+    def write(self, batch: Any, letters: Any, *, source: str, partition: Any = None) -> int:
         self.calls += 1
+        self.sources.append(source)
         self.written.setdefault(batch.batch_id, list(letters))
         return len(letters)
 
 
 class WithLetters(RecordingSink):
-    """A sink whose route letters go to ``target`` (a :class:`Letters`)."""
+    """A sink whose ``dead_letter`` names ``target`` (a :class:`Letters`), through the
+    ``letters`` kind :class:`LetterKind` adds."""
 
     def __init__(self, name: str, target: Letters | None) -> None:
         super().__init__(name)
         self.target = target
-
-    def route_dead_letters(self) -> Letters | None:  # type: ignore[override]
-        return self.target
+        self.dead_letter = None if target is None else "letters:memory"
 
 
-# -- the contract's default --------------------------------------------------------------
+class LetterKind:
+    """A plugin adding the ``letters`` kind: each sink's own :class:`Letters`."""
+
+    @hookimpl
+    def fanout_dead_letter_kinds(self) -> dict[str, Any]:
+        return {"letters": lambda location, sink: sink.target}
 
 
-class Plain(Sink):
-    def __init__(self, name: str, **options: Any) -> None:
-        super().__init__(name)
-        for key, value in options.items():
-            setattr(self, key, value)
-
-
-def test_the_default_serves_a_delta_dead_letter_option() -> None:
-    writer = Plain("s", dead_letter="delta:/data/dead", storage_options={"k": "v"})
-    target = writer.route_dead_letters()
-    assert isinstance(target, DeltaDeadLetters)
-    assert (target.path, target.storage_options, target.suffix) == (
-        "/data/dead", {"k": "v"}, ROUTE_LETTERS,
-    )  # fmt: skip
-    assert Plain("s").route_dead_letters() is None
-    assert Plain("s", dead_letter=None).route_dead_letters() is None
-    assert Plain("s", dead_letter="kafka:dlq").route_dead_letters() is None  # not its kind
-    assert Plain("s", dead_letter={"table": "x"}).route_dead_letters() is None
+KINDS = [LetterKind()]
 
 
 def test_route_letters_and_the_sinks_own_letters_are_separate_transactions(
@@ -106,14 +101,14 @@ def test_route_letters_and_the_sinks_own_letters_are_separate_transactions(
 ) -> None:
     path = str(tmp_path / "dead")
     batch = make_batch([{"id": 1}], batch_id=3, pipeline="p", sink_name="s")
-    own = DeltaDeadLetters(path)
-    route = DeltaDeadLetters(path, suffix=ROUTE_LETTERS)
-    assert route.write(batch, [DeadLetter({"id": 2}, "route where failed")]) == 1
-    assert own.write(batch, [DeadLetter({"id": 1}, "null key", "k")]) == 1
-    assert route.write(batch, [DeadLetter({"id": 2}, "route where failed")]) == 1  # replay
-    assert own.write(batch, [DeadLetter({"id": 1}, "null key", "k")]) == 1
-    reasons = sorted(r["reason"] for r in read_delta(path).to_pylist())
-    assert reasons == ["null key", "route where failed"]
+    target = DeltaDeadLetters(path)
+    route, own = [DeadLetter({"id": 2}, "route where failed")], [DeadLetter({"id": 1}, "null key")]
+    assert target.write(batch, route, source="route") == 1
+    assert target.write(batch, own, source="refused") == 1
+    assert target.write(batch, route, source="route") == 1  # replay
+    assert target.write(batch, own, source="refused") == 1
+    rows = sorted((r["reason"], r["source"]) for r in read_delta(path).to_pylist())
+    assert rows == [("null key", "refused"), ("route where failed", "route")]
 
 
 # -- errors and values -------------------------------------------------------------------
@@ -190,7 +185,7 @@ def test_sinks_of_a_checked_route_get_the_good_rows_or_fail_unwritten(
     ledger = MemoryLedger()
     fan = FanOut(
         "rt", ledger, [SinkSpec(kept, ROUTE), SinkSpec(failing, ROUTE), everything],
-        backoff_s=0, retries=0,
+        backoff_s=0, retries=0, plugins=KINDS,
     )  # fmt: skip
     batch = Frame(pa.table({"x": [1, 2, 3]}))
     with pytest.raises(Exception) as caught:
@@ -201,6 +196,7 @@ def test_sinks_of_a_checked_route_get_the_good_rows_or_fail_unwritten(
     ]  # once for the route, before any write
     assert kept.rows() == [{"x": 2}, {"x": 3}]
     assert [d.row for d in letters.written[5]] == [{"x": "bad"}]
+    assert letters.sources == ["route"]
     assert everything.rows() == [{"x": 1}, {"x": 2}, {"x": 3}]
     assert failing.calls == []  # never written: its rows would fail the route
     error = caught.value.failures["no_dlq"]  # type: ignore[attr-defined]
@@ -224,9 +220,9 @@ def test_letters_are_written_with_every_attempt_before_the_sink(
     order: list[str] = []
 
     class Writer(Letters):
-        def write(self, batch: Any, letters: Any) -> int:
+        def write(self, batch: Any, letters: Any, *, source: str, partition: Any = None) -> int:
             order.append(f"letters {batch.attempt}")
-            return super().write(batch, letters)
+            return super().write(batch, letters, source=source)
 
     class Flaky(WithLetters):
         def write(self, batch: Any) -> SinkResult:
@@ -236,7 +232,8 @@ def test_letters_are_written_with_every_attempt_before_the_sink(
             return super().write(batch)
 
     writer = Writer()
-    results = FanOut("rt", MemoryLedger(), [SinkSpec(Flaky("s", writer), ROUTE)], backoff_s=0)
+    spec = SinkSpec(Flaky("s", writer), ROUTE)
+    results = FanOut("rt", MemoryLedger(), [spec], backoff_s=0, plugins=KINDS)
     result = results.process(Frame(pa.table({"x": [1, 2]})), BatchInfo("rt", 0, "q"))["s"]
     assert order == ["letters 1", "write 1", "letters 2", "write 2"]
     assert (result.rows, result.dead_lettered, result.details["route_dead_lettered"]) == (1, 1, 1)
@@ -253,7 +250,8 @@ def test_a_route_that_cannot_be_settled_fails_its_dead_letter_sinks_only(
     )
     a, b = WithLetters("a", Letters()), WithLetters("b", Letters())
     plain = WithLetters("plain", None)  # same route, no target: reads the batch itself
-    fan = FanOut("rt", MemoryLedger(), [SinkSpec(s, ROUTE) for s in (a, b, plain)], retries=0)
+    specs = [SinkSpec(s, ROUTE) for s in (a, b, plain)]
+    fan = FanOut("rt", MemoryLedger(), specs, retries=0, plugins=KINDS)
     with pytest.raises(Exception) as caught:
         fan.process(Frame(pa.table({"x": [1, 2]})), BatchInfo("rt", 2, "q"))
     failures = caught.value.failures  # type: ignore[attr-defined]

@@ -35,8 +35,9 @@ OPTIONS = (
     SinkOption(
         "dead_letter",
         "none",
-        "a Delta table path: merge rows with a null key, and rows failing the sink's "
-        "`where`/`select`, go there (reason, sink, batch, row) instead of failing the batch",
+        "where merge rows with a null key, and rows failing the sink's `where`/`select`, go "
+        'instead of failing the batch: a Delta table path, or `"<kind>:<location>"` (see '
+        "**Dead letters**)",
     ),
     SinkOption(
         "min_txn_retention_hours",

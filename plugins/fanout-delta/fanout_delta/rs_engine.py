@@ -8,32 +8,29 @@ records transactions but does not skip by itself.
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from fanout.contract.batch import Batch
 from fanout.contract.sink import SinkResult
-from fanout.deadletters.model import DeadLetter
 from fanout.delta_tables import io as deltaio
 from fanout.errors import SchemaMismatchError, SinkWriteError, TransientSinkError
+from fanout_delta.merge import merge_predicate, prepare_merge_source, split_null_keys
 from fanout_delta.schema import check_batch_schema, diff_schemas, pad_missing_columns
 
 if TYPE_CHECKING:
-    from fanout_delta.sink import DeltaSink
+    from fanout_delta.target import DeltaTarget
 
 logger = logging.getLogger(__name__)
 
-_ROW = "__fanout_row__"
 # Substrings of delta-rs commit errors that a retry can fix (another writer won the race).
 _TRANSIENT_MARKERS = ("concurrent", "conflict", "version already exists", "max commit attempts")
 
 
-def write_rs(sink: DeltaSink, batch: Batch) -> SinkResult:
+def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
     """Write one batch with delta-rs (append or merge), exactly once per batch id.
 
     The transaction check and the commit use one snapshot of the table: a writer that
@@ -45,12 +42,12 @@ def write_rs(sink: DeltaSink, batch: Batch) -> SinkResult:
     assert path is not None  # checked by open()
     data = batch.arrow()
     dead = 0
-    dead_letters = sink.dead_letters()
+    dead_letters = sink.dead_letters
     if sink.mode == "merge" and dead_letters is not None:
         # Written before the data, idempotently: a replay that skips the data below must
         # find the batch's dead letters already in place.
         data, letters = split_null_keys(data, sink.keys or [])
-        dead = dead_letters.write(batch, letters)
+        dead = dead_letters.write(batch, letters, source="refused")
     for attempt in range(1, deltaio.COMMIT_ATTEMPTS + 1):
         table = deltaio.open_table(path, sink.storage_options)
         written = deltaio.transaction_version(table, app_id)
@@ -73,7 +70,7 @@ def write_rs(sink: DeltaSink, batch: Batch) -> SinkResult:
 
 
 def _commit(
-    sink: DeltaSink, app_id: str, batch_id: int, table: Any, data: pa.Table
+    sink: DeltaTarget, app_id: str, batch_id: int, table: Any, data: pa.Table
 ) -> tuple[int, dict[str, Any]]:
     """Append or merge ``data`` in one commit based on ``table``, the snapshot whose
     transaction version was checked (``None``: no table yet, the commit creates it).
@@ -117,7 +114,7 @@ def _commit(
     return data.num_rows, details
 
 
-def _append(sink: DeltaSink, table: Any, data: pa.Table, commit: Any) -> None:
+def _append(sink: DeltaTarget, table: Any, data: pa.Table, commit: Any) -> None:
     """Append to the checked snapshot ``table``; with no table yet, create it, failing
     (a commit conflict) if another writer created it since the check."""
     from deltalake import write_deltalake
@@ -136,7 +133,7 @@ def _append(sink: DeltaSink, table: Any, data: pa.Table, commit: Any) -> None:
     )
 
 
-def _version(sink: DeltaSink) -> int | None:
+def _version(sink: DeltaTarget) -> int | None:
     table = deltaio.open_table(sink.path, sink.storage_options)  # type: ignore[arg-type]
     return table.version() if table is not None else None
 
@@ -148,144 +145,8 @@ def compact_rs(path: str, storage_options: Mapping[str, str] | None) -> dict[str
     return dict(table.optimize.compact()) if table is not None else {}
 
 
-def quote(name: str) -> str:
-    """Quote a column name for a delta-rs (DataFusion) or Spark SQL expression."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def merge_predicate(keys: Sequence[str]) -> str:
-    """The MERGE condition matching target ``t`` and source ``s`` on every key."""
-    return " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
-
-
-def split_null_keys(data: pa.Table, keys: Sequence[str]) -> tuple[pa.Table, list[DeadLetter]]:
-    """The rows with every key set, and a dead letter for each row with a null key."""
-    present = [k for k in keys if k in data.column_names]
-    if not present:
-        return data, []
-    null_any = functools.reduce(pc.or_kleene, [pc.is_null(data.column(k)) for k in present])
-    rejected = data.filter(null_any)
-    letters = [
-        DeadLetter(row, f"null in key column {column!r}: a null key cannot be merged", column)
-        for row in rejected.to_pylist()
-        for column in [next(k for k in present if row[k] is None)]
-    ]
-    return data.filter(pc.invert(null_any)), letters
-
-
-def prepare_merge_source(
-    data: pa.Table, keys: Sequence[str], order_by: Sequence[str] | None, sink: str, batch_id: int
-) -> pa.Table:
-    """Check the keys and keep one row per key, as a MERGE source must.
-
-    With ``order_by`` the row with the greatest ``order_by`` values wins (nulls lose; on
-    ties the row with the greatest values of the other columns, in column order: the
-    winner never depends on the order the rows arrived in). Without it a duplicate key is an error:
-    which row should win is the user's decision, not ours.
-    """
-    absent = [c for c in [*keys, *(order_by or [])] if c not in data.column_names]
-    if absent:
-        raise SchemaMismatchError(
-            f"merge column(s) {', '.join(map(repr, absent))} (keys/order_by) missing from "
-            "the batch",
-            sink=sink,
-            batch_id=batch_id,
-            columns=absent,
-        )
-    for key in keys:
-        nulls = data.column(key).null_count
-        if nulls:
-            raise SinkWriteError(
-                f"{nulls} row(s) have a null in key column {key!r}; a null key cannot be "
-                "merged (it matches nothing). Filter or fill those rows in the stream.",
-                sink=sink,
-                batch_id=batch_id,
-            )
-    if order_by:
-        return _keep_last(data, keys, order_by)
-    counts = data.group_by(list(keys)).aggregate([([], "count_all")])
-    duplicated = counts.filter(pc.greater(counts.column("count_all"), 1))
-    if duplicated.num_rows:
-        first = duplicated.slice(0, 1).to_pylist()[0]
-        key_value = {k: first[k] for k in keys}
-        raise SinkWriteError(
-            f"{duplicated.num_rows} key(s) occur more than once in the batch, e.g. {key_value} "
-            f"({first['count_all']} rows); a MERGE takes one row per key. Set order_by to the "
-            "column(s) whose greatest value wins (e.g. an event time or sequence number), or "
-            "deduplicate the stream.",
-            sink=sink,
-            batch_id=batch_id,
-        )
-    return data
-
-
-def _keep_last(data: pa.Table, keys: Sequence[str], order_by: Sequence[str]) -> pa.Table:
-    """One row per key: the greatest ``order_by`` values win (nulls lose), ties go to the
-    greatest values of the other columns in batch column order, never to the arrival order
-    (a replay may deliver the rows in another order). Rows tied on every column are equal,
-    so which of them is kept does not matter.
-
-    The other columns are sort keys only when some key has a tie on ``order_by``: a batch
-    without ties (the common case) pays for no more than sorting on keys and ``order_by``
-    (turning nested columns into sortable text is a Python loop over every row)."""
-    others = [c for c in data.column_names if c not in keys and c not in order_by]
-    numbered = data.append_column(_ROW, pa.array(range(data.num_rows), pa.int64()))
-    tie_keys: list[str] = []
-    if others and _has_ties(data, [*keys, *order_by]):
-        numbered, tie_keys = _with_tie_keys(numbered, others)
-    sort_keys = [(c, "ascending", "at_start") for c in [*keys, *order_by, *tie_keys, _ROW]]
-    ordered = numbered.take(pc.sort_indices(numbered, sort_keys=sort_keys))
-    n = ordered.num_rows
-    # After the sort, the winner of each key is the last row of its run of equal keys.
-    last = pa.array([False] * (n - 1) + [True]) if n else pa.array([], pa.bool_())
-    for key in keys:
-        column = ordered.column(key)
-        changed = pc.not_equal(column.slice(0, n - 1), column.slice(1))
-        tail = pa.chunked_array([changed.combine_chunks(), pa.array([True])])
-        last = pc.or_(last, tail)
-    return ordered.filter(last).sort_by(_ROW).select(data.column_names)
-
-
-def _has_ties(data: pa.Table, columns: list[str]) -> bool:
-    """Whether two rows share the values of every one of ``columns`` (nulls, and NaNs,
-    count as equal to each other)."""
-    groups = data.select(columns).group_by(columns).aggregate([([], "count_all")])
-    return groups.num_rows < data.num_rows
-
-
-def _with_tie_keys(numbered: pa.Table, others: list[str]) -> tuple[pa.Table, list[str]]:
-    """``numbered`` with a sortable stand-in for each of ``others`` Arrow cannot sort as
-    it is, and the names of the tie-break sort keys, in column order."""
-    tie_keys = []
-    for index, name in enumerate(others):
-        column = numbered.column(name)
-        kind = column.type
-        if not (pa.types.is_dictionary(kind) or pa.types.is_nested(kind)):
-            tie_keys.append(name)
-            continue
-        if pa.types.is_dictionary(kind):  # Arrow cannot sort these: by their values
-            column = column.cast(kind.value_type)
-        if pa.types.is_nested(column.type):  # nor lists, maps and structs: compare JSON
-            column = _as_json_text(column)
-        key = f"__fanout_tie_{index}__"
-        numbered = numbered.append_column(key, column)
-        tie_keys.append(key)
-    return numbered, tie_keys
-
-
-def _as_json_text(column: pa.ChunkedArray) -> pa.Array:
-    """A nested column as sortable text (nulls stay null, so they lose like others)."""
-    import json
-
-    return pa.array(
-        [None if v is None else json.dumps(v, sort_keys=True, default=str)
-         for v in column.to_pylist()],
-        pa.string(),
-    )  # fmt: skip
-
-
 def translate_error(
-    exc: Exception, sink: DeltaSink, batch_id: int, batch_schema: pa.Schema, table: Any
+    exc: Exception, sink: DeltaTarget, batch_id: int, batch_schema: pa.Schema, table: Any
 ) -> Exception:
     """Turn a delta-rs exception into the fanout error that says what happened."""
     from deltalake.exceptions import CommitFailedError

@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from fanout.contract.batch import Batch
 from fanout.contract.sink import Guarantee, Reads, Sink, SinkContext, SinkResult
-from fanout.deadletters.model import DeltaDeadLetters, split_target
 from fanout.delta_tables import io as deltaio
 from fanout.errors import ConfigurationError
 from fanout_delta.declaration import OPTIONS
+from fanout_delta.target import DeltaTarget
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from fanout.contract.dead_letters import DeadLetterTarget
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +56,9 @@ class DeltaSink(Sink):
     :param compact_every: compact the table's small files every N batches.
     :param storage_options: object-store options passed to delta-rs.
     :param configuration: Delta table properties set when the sink creates the table.
-    :param dead_letter: a Delta table path; merge rows with a null key go there (with the
-        reason, sink, batch id and row) instead of failing the batch.
+    :param dead_letter: where merge rows with a null key go instead of failing the batch: a
+        Delta table path, or any kind fanout knows (``"<kind>:<location>"``,
+        :mod:`fanout.deadletters.target`).
     :param min_txn_retention_hours: the shortest ``delta.setTransactionRetentionDuration``
         the table may set (default a week): it bounds how long the pipeline may stay down
         after a crash without a replay writing the batch in flight twice. ``open()``
@@ -97,6 +100,7 @@ class DeltaSink(Sink):
         self.min_txn_retention_hours = min_txn_retention_hours
         # The engine actually used, resolved by open() ("auto" becomes "rs" or "spark").
         self.resolved_engine: Literal["rs", "spark"] | None = None
+        self._dead_letters: DeadLetterTarget | None = None  # resolved by fanout, at open()
 
     @property
     def reads(self) -> Reads:
@@ -123,8 +127,7 @@ class DeltaSink(Sink):
     def open(self, context: SinkContext) -> None:
         """Validate the options and, when the table exists, the columns they name."""
         self._check_options()
-        if self.dead_letter is not None:
-            split_target(self.dead_letter, self.name, kinds=("delta",))
+        self._dead_letters = context.dead_letters
         self.resolved_engine = self._resolve_engine(context.spark)
         try:
             table = deltaio.open_table(self.path, self.storage_options)  # type: ignore[arg-type]
@@ -149,21 +152,31 @@ class DeltaSink(Sink):
         if engine == "spark":
             from fanout_delta.spark_engine import write_spark
 
-            result = write_spark(self, batch)
+            result = write_spark(self.target(), batch)
         else:
             from fanout_delta.rs_engine import write_rs
 
-            result = write_rs(self, batch)
+            result = write_rs(self.target(), batch)
         if not result.already_written:
             self._maybe_compact(batch.batch_id, engine, batch)
         return result
 
-    def dead_letters(self) -> DeltaDeadLetters | None:
-        """The dead-letter table (rows with a null merge key go there), if configured."""
-        if self.dead_letter is None:
-            return None
-        _kind, location = split_target(self.dead_letter, self.name, kinds=("delta",))
-        return DeltaDeadLetters(location, self.storage_options)
+    def target(self) -> DeltaTarget:
+        """What the engines need to write a batch: this sink's settings, and the
+        dead-letter target fanout resolved from ``dead_letter`` (given at ``open``)."""
+        assert self.path is not None  # checked by open()
+        return DeltaTarget(
+            name=self.name,
+            path=self.path,
+            mode=self.mode,
+            keys=self.keys,
+            order_by=self.order_by,
+            partition_by=self.partition_by,
+            merge_schema=self.merge_schema,
+            storage_options=self.storage_options,
+            configuration=self.configuration,
+            dead_letters=self._dead_letters,
+        )
 
     def is_transient(self, error: BaseException) -> bool:
         """Retry :class:`fanout.TransientSinkError` (delta-rs commit conflicts are

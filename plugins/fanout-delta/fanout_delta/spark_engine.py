@@ -16,15 +16,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.batch import Batch
+from fanout.contract.dead_letters import DeadLetter
 from fanout.contract.sink import SinkResult
-from fanout.deadletters.model import DeadLetter
 from fanout.delta_tables import io as deltaio
 from fanout.errors import SinkWriteError
-from fanout_delta.rs_engine import merge_predicate, quote
+from fanout_delta.merge import merge_predicate, quote
 from fanout_delta.schema import check_batch_schema
 
 if TYPE_CHECKING:
-    from fanout_delta.sink import DeltaSink
+    from fanout_delta.target import DeltaTarget
 
 logger = logging.getLogger(__name__)
 
@@ -54,17 +54,17 @@ def delta_jvm_missing(spark: Any) -> str | None:
     return None
 
 
-def write_spark(sink: DeltaSink, batch: Batch) -> SinkResult:
+def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
     """Write one batch with delta-spark (append or merge), exactly once per batch id."""
     key = batch.idempotency_key
     path, batch_id, app_id = sink.path, key.version, key.app_id
     assert path is not None  # checked by open()
     df = batch.df
     dead = 0
-    dead_letters = sink.dead_letters()
+    dead_letters = sink.dead_letters
     if sink.mode == "merge" and dead_letters is not None:
         df, letters = split_null_keys_spark(df, sink.keys or [])
-        dead = dead_letters.write(batch, letters)  # before the data: see rs_engine
+        dead = dead_letters.write(batch, letters, source="refused")  # first: see rs_engine
     table = _open_with_rs(sink)
     written = deltaio.transaction_version(table, app_id) if table is not None else None
     if written is not None and written >= batch_id:
@@ -91,7 +91,7 @@ def write_spark(sink: DeltaSink, batch: Batch) -> SinkResult:
     return SinkResult(rows=rows, details=details, dead_lettered=dead)
 
 
-def _merge(sink: DeltaSink, source: Any, app_id: str, batch_id: int) -> int:
+def _merge(sink: DeltaTarget, source: Any, app_id: str, batch_id: int) -> int:
     from delta.tables import DeltaTable
 
     session = source.sparkSession.newSession()
@@ -114,7 +114,7 @@ def _merge(sink: DeltaSink, source: Any, app_id: str, batch_id: int) -> int:
     return int(source.count())
 
 
-def _append(sink: DeltaSink, df: Any, app_id: str, batch_id: int) -> None:
+def _append(sink: DeltaTarget, df: Any, app_id: str, batch_id: int) -> None:
     """An idempotent Delta append of ``df`` (also creates the table on the first batch)."""
     writer = (
         df.write.format("delta")
@@ -203,7 +203,7 @@ def compact_spark(spark: Any, path: str) -> None:
     DeltaTable.forPath(spark, path).optimize().executeCompaction()
 
 
-def _open_with_rs(sink: DeltaSink) -> Any:
+def _open_with_rs(sink: DeltaTarget) -> Any:
     """The table through delta-rs, for the txn lookup and the schema check; ``None`` when
     absent or not readable by delta-rs (then Delta's own txn check still applies)."""
     try:

@@ -1,0 +1,31 @@
+"""What an engine needs to write one batch to one Delta table: the configured sink's
+settings, without the sink (so the engines do not import it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fanout.contract.dead_letters import DeadLetterTarget
+
+
+@dataclass(frozen=True)
+class DeltaTarget:
+    """One Delta sink's write settings (see :class:`fanout_delta.sink.DeltaSink`).
+
+    :param dead_letters: where rows with a null merge key go (``None``: they fail the
+        batch), as fanout resolved the sink's ``dead_letter`` option.
+    """
+
+    name: str
+    path: str
+    mode: str
+    keys: Sequence[str] | None = None
+    order_by: Sequence[str] | None = None
+    partition_by: Sequence[str] | None = None
+    merge_schema: bool = False
+    storage_options: Mapping[str, str] | None = None
+    configuration: Mapping[str, str | None] | None = None
+    dead_letters: DeadLetterTarget | None = None
