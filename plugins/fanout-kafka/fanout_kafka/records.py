@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from fanout.contract.dead_letters import DeadLetter
+
 RECORD_OVERHEAD_BYTES = 128
 """Bytes added to key, value and headers to bound a record's size on the wire (the v2
 record batch header is 61 bytes, a record's own framing at most a few dozen)."""
@@ -227,6 +229,30 @@ def dead_letter_headers(record: Record, reason: str, topic: str) -> Headers:
         ("fanout.topic", topic.encode()),
         ("fanout.record_bytes", str(record.size).encode()),
     ]
+
+
+def bad_letter(bad: BadRecord, topic: str, partition: int | None) -> DeadLetter:
+    """A bad record as a core dead letter: the record's key, value (as text) and headers
+    in ``details``, with the topic it was bound for and its size."""
+    from fanout.contract.dead_letters import DeadLetter
+
+    record = bad.record
+    return DeadLetter(
+        row=None,
+        reason=bad.reason,
+        partition=partition,
+        details={
+            "topic": topic,
+            "key": _text(record.key),
+            "value": _text(record.value),
+            "headers": {k: v.decode(errors="replace") for k, v in record.headers},
+            "record_bytes": record.size,
+        },
+    )
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode(errors="replace")
 
 
 def _optional_bytes(value: Any) -> bytes | None:

@@ -40,12 +40,14 @@ from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
 from fanout_kafka.failures import text as _text
 from fanout_kafka.markers import marker_group
 from fanout_kafka.membership import pack, plan_group_metadata
-from fanout_kafka.options import DeadLetter, connection_settings
-from fanout_kafka.records import BadRecord, Encoder, Record, dead_letter_headers
+from fanout_kafka.options import connection_settings
+from fanout_kafka.records import BadRecord, Encoder, Record, bad_letter, dead_letter_headers
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from fanout.contract.batch import BatchInfo
+    from fanout.contract.dead_letters import DeadLetterTarget
     from fanout.partitioned.membership import MemberDigest, PartitionPlan
 
 log = logging.getLogger("fanout_kafka")
@@ -83,11 +85,25 @@ class WriterSettings:
     marker_topic: str
     transaction_timeout_ms: int
     encoder: Encoder
-    dead_letter: DeadLetter | None = None
+    dead_topic: str | None = None
+    """The dead-letter topic (``dead_letter = "kafka:<topic>"``): bad records are produced
+    there in the partition's own transaction."""
+    dead_letters: DeadLetterTarget | None = None
+    """Any other dead-letter target (a Delta table): bad records are written there just
+    before the partition's transaction commits."""
+    info: BatchInfo | None = None
+    """The batch (for the dead letters' records)."""
+    txn_app_id: str = ""
+    """The sink's transaction id ``fanout/<scope>/<sink>`` (the dead letters' key)."""
     operation_timeout_s: float = 60.0
     retries: int = 5
     plan: PartitionPlan | None = None
     """The batch's partitioning, committed with each partition (:mod:`fanout_kafka.membership`)."""
+
+    @property
+    def has_dead_letters(self) -> bool:
+        """Whether bad records have somewhere to go (else they fail the partition)."""
+        return self.dead_topic is not None or self.dead_letters is not None
 
     def transactional_id(self, partition: int) -> str:
         """``<prefix>-<partition>``."""
@@ -217,7 +233,7 @@ class PartitionWriter:
         if outcome.rows == 0:
             return outcome
         try:
-            if bad and self.settings.dead_letter is None:
+            if bad and not self.settings.has_dead_letters:
                 raise _Rejected(bad)
             if not prepared and self.prepare():
                 outcome.status = "skipped"
@@ -253,9 +269,9 @@ class PartitionWriter:
     def _check_topics(self) -> None:
         """Fail fast when a topic vanished since ``open()`` (the producer would otherwise
         wait ``topic.metadata.propagation.max.ms`` and then time out)."""
-        dead = self.settings.dead_letter
+        dead = self.settings.dead_topic
         topics = [self.settings.topic, self.settings.marker_topic]
-        topics += [dead.target] if dead is not None and dead.kind == "topic" else []
+        topics += [dead] if dead is not None else []
         for topic in topics:
             metadata = self._retrying(
                 "read the topic metadata",
@@ -279,40 +295,36 @@ class PartitionWriter:
         one transaction. Records the broker refuses are dead-lettered in a second
         transaction when a dead-letter target exists. Returns (records written, bad).
 
-        For a Delta dead-letter table the letters are appended, once per partition and
-        batch, *before* the transaction that commits the partition's marker: a replay
-        skips a committed partition, so letters written after its commit (or only known
-        on the driver) would be lost when the driver or another partition failed first.
+        For another target (a Delta table) the letters are written, once per partition and
+        batch, inside the transaction just *before* it commits the partition's marker: a
+        replay skips a committed partition, so letters written after its commit (or only
+        known on the driver) would be lost when the driver or another partition failed first.
         """
-        self._park_in_delta(bad, "bad")
         try:
             return self._transaction(records, bad), bad
         except _Rejected as rejected:
-            if self.settings.dead_letter is None:
+            if not self.settings.has_dead_letters:
                 raise
             refused = {(r.record.key, r.record.value) for r in rejected.rejected}
             kept = [r for r in records if (r.key, r.value) not in refused]
-            self._park_in_delta(rejected.rejected, "refused")
             bad = bad + rejected.rejected
             self._new_producer()  # the refused attempt was aborted: start afresh
             return self._transaction(kept, bad), bad
 
-    def _park_in_delta(self, bad: list[BadRecord], what: str) -> None:
-        """Append ``bad`` to the Delta dead-letter table under the transaction
-        ``fanout/<scope>/<sink>/dead_letter/p<partition>/<what>`` at the batch id (a
-        replay of an uncommitted partition finds them there and appends nothing)."""
+    def _park(self, bad: list[BadRecord]) -> None:
+        """Write ``bad`` to a dead-letter target other than a topic (a Delta table), under
+        the transaction ``<txn app id>/dead_letters/refused/p<partition>`` at the batch id
+        (a replay of an uncommitted partition finds them there and writes nothing)."""
         settings = self.settings
-        target = settings.dead_letter
-        if target is None or target.kind != "delta" or not bad:
+        target = settings.dead_letters
+        if target is None or not bad:
             return
-        from fanout_kafka import delta_letters
+        from fanout.contract.batch import Batch
 
-        delta_letters.write(
-            target.target, [self._dead_letter_row(b) for b in bad],
-            txn_app_id=f"fanout/{settings.scope}/{settings.sink}", pipeline=settings.pipeline,
-            sink=settings.sink, batch_id=self.batch_id, topic=settings.topic,
-            kind=f"dead_letter/p{self.partition}/{what}",
-        )  # fmt: skip
+        assert settings.info is not None  # set with dead_letters
+        batch = Batch(None, settings.info, settings.sink, settings.txn_app_id)
+        letters = [bad_letter(b, settings.topic, self.partition) for b in bad]
+        target.write(batch, letters, source="refused", partition=self.partition)
 
     def _transaction(self, records: list[Record], bad: list[BadRecord]) -> int:
         producer, settings = self._producer, self.settings
@@ -326,9 +338,9 @@ class PartitionWriter:
         started = time.monotonic()
         try:
             refused = self._produce_all(producer, settings.topic, records, delivered)
-            if refused and settings.dead_letter is None:
+            if refused and not settings.has_dead_letters:
                 raise _Rejected(refused)
-            if settings.dead_letter is not None and settings.dead_letter.kind == "topic":
+            if settings.dead_topic is not None:
                 for b in [*bad, *refused]:
                     self._produce_dead_letter(producer, b, delivered)
             remaining = producer.flush(self._timeout)
@@ -343,6 +355,7 @@ class PartitionWriter:
             self._check_deliveries(failures)
             if refused:
                 raise _Rejected(refused)
+            self._park(bad)
             if self.hooks is not None:
                 self.hooks.before_commit(self.batch_id, self.partition, len(records))
             self._check_duration(started, len(records))  # the coordinator would abort it
@@ -412,11 +425,11 @@ class PartitionWriter:
     def _produce_dead_letter(
         self, producer: Any, bad: BadRecord, on_delivery: Callable[..., None]
     ) -> None:
-        assert self.settings.dead_letter is not None
+        assert self.settings.dead_topic is not None
         record = bad.record
         fits = record.size <= self.settings.encoder.max_record_bytes  # else: a reference only
         producer.produce(
-            self.settings.dead_letter.target,
+            self.settings.dead_topic,
             record.value if fits else None,
             record.key,
             headers=dead_letter_headers(record, bad.reason, self.settings.topic),
@@ -539,17 +552,6 @@ class PartitionWriter:
             else "transaction aborted"
         )
         return f"{where}: {action}: {_text(exc)}"
-
-    def _dead_letter_row(self, bad: BadRecord) -> dict[str, Any]:
-        record = bad.record
-        return {
-            "partition": self.partition,
-            "key": record.key,
-            "value": record.value,
-            "headers": [(k, v) for k, v in record.headers],
-            "error": bad.reason,
-            "record_bytes": record.size,
-        }
 
 
 __all__ = ["PartitionOutcome", "PartitionWriter", "WriterSettings", "classify", "is_retriable"]
