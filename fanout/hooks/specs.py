@@ -39,8 +39,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from fanout.contract.batch import BatchInfo
-    from fanout.contract.dead_letters import DeadLetterKind
     from fanout.contract.sink import Sink, SinkResult
+    from fanout.deadletters.target import DeadLetterKind
 
 PROJECT_NAME = "fanout"
 """The pluggy project name, which is also the entry-point group plugins register under."""

@@ -15,14 +15,8 @@ from confluent_kafka import KafkaError, KafkaException
 from fanout_kafka import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError, KafkaSink
 from fanout_kafka.failures import Rejected, TransactionTooLong
 from fanout_kafka.records import BadRecord, Encoder, Record
-from fanout_kafka.transaction import (
-    PartitionOutcome,
-    PartitionWriter,
-    WriterSettings,
-    classify,
-    is_retriable,
-    scope_of,
-)
+from fanout_kafka.settings import WriterSettings, scope_of
+from fanout_kafka.transaction import PartitionOutcome, PartitionWriter, classify, is_retriable
 
 from fanout.contract.batch import BatchInfo
 from fanout.deadletters.delta import DeltaDeadLetters

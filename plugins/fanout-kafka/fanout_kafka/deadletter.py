@@ -16,8 +16,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from fanout.errors import SinkWriteError, TransientSinkError
-from fanout_kafka.records import Record, dead_letter_headers, json_bytes
-from fanout_kafka.transaction import PartitionWriter, WriterSettings
+from fanout_kafka.records import Record, dead_letter_headers
+from fanout_kafka.settings import WriterSettings
+from fanout_kafka.transaction import PartitionWriter
+from fanout_kafka.values import json_bytes
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fanout.contract.dead_letters import DeadLetterKind
 from fanout.contract.sink import Sink
+from fanout.deadletters.target import DeadLetterKind
 from fanout.errors import ConfigurationError
 from fanout.hooks.specs import hookimpl
 from fanout_kafka.deadletter import KAFKA, KafkaDeadLetters

@@ -42,8 +42,9 @@ from fanout_kafka.options import (
     secret_values,
 )
 from fanout_kafka.records import Encoder, batch_headers
+from fanout_kafka.settings import WriterSettings, producer_config, scope_of
 from fanout_kafka.task import RESULT_SCHEMA, PartitionTask, from_row
-from fanout_kafka.transaction import PartitionOutcome, WriterSettings, producer_config, scope_of
+from fanout_kafka.transaction import PartitionOutcome
 
 log = logging.getLogger("fanout_kafka")
 
