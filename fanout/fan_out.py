@@ -107,7 +107,8 @@ class FanOut:
             raise ConfigurationError(f"pipeline {pipeline!r}: parallelism must be >= 1")
         self.parallelism = parallelism
         self.retry = RetryPolicy(retries=retries, backoff_s=backoff_s)
-        registry = load_registry(plugins)
+        self._plugins = tuple(plugins)
+        registry = load_registry(self._plugins)
         registry.raise_load_errors()
         self.hooks = HookCaller(registry.manager)
         self.specs = self._build_sinks(registry, sinks)
@@ -152,7 +153,7 @@ class FanOut:
             spark = _active_spark()
         self.ledger.open()
         for spec in self.specs.values():
-            context = SinkContext(self.pipeline, spark, self.dead_letters[spec.name])
+            context = SinkContext(self.pipeline, spark, self.dead_letters[spec.name], self._plugins)
             spec.route.validate(spec.name, spark)
             sink = spec.sink
             register_secrets(sink.secret_values())  # masked in every redacting log handler

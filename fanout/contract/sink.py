@@ -66,11 +66,15 @@ class SinkContext:
         from the sink's ``dead_letter`` option (:mod:`fanout.deadletters.target`); ``None``
         without one: such a row fails the batch, named. fanout writes the rows failing the
         sink's route there itself.
+    :param plugins: the plugin objects given to ``FanOut(plugins=...)``; a sink writing
+        from the executors ships those implementing the per-partition commit hooks with
+        its tasks (:mod:`fanout.partitioned.sink`).
     """
 
     pipeline: str
     spark: Any = None
     dead_letters: DeadLetterTarget | None = None
+    plugins: Sequence[object] = ()
 
 
 class Sink:

@@ -39,6 +39,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from fanout.contract.batch import BatchInfo
+    from fanout.contract.partitions import PartitionCommit
     from fanout.contract.sink import Sink, SinkResult
     from fanout.deadletters.target import DeadLetterKind
 
@@ -86,6 +87,40 @@ def fanout_dead_letter_kinds() -> Mapping[str, DeadLetterKind]:
 
     :return: a mapping of kind names to factories. Two plugins returning the same kind is
         an error naming both.
+    """
+    raise NotImplementedError  # a specification: pluggy never calls this body
+
+
+# -------------------------------------------------------------------------------------
+# Partition commits (on the executors)
+# -------------------------------------------------------------------------------------
+
+
+@hookspec
+def fanout_partition_commit(commit: PartitionCommit) -> None:
+    """Called on the executor just before one partition of a sink built on the
+    partitioned-sink kit (:mod:`fanout.partitioned.sink`: PostgreSQL, Kafka) commits its
+    transaction, after its rows were written (and, for Kafka, delivered).
+
+    Only plugins given to ``FanOut(plugins=...)`` (pickled with each partition task, so
+    they must be picklable and hold their state in files or services, not in memory)
+    and installed entry-point plugins are called. Raising aborts the partition's
+    transaction: a :class:`fanout.TransientSinkError` makes the batch replay, anything
+    else fails it.
+
+    :param commit: the pipeline, sink, batch, partition and its row counts.
+    """
+    raise NotImplementedError  # a specification: pluggy never calls this body
+
+
+@hookspec
+def fanout_partition_committed(commit: PartitionCommit) -> None:
+    """Called on the executor right after one partition's transaction committed (not for
+    partitions a replay skips): for metrics, audit, or tests that kill the driver between
+    partitions. Called like :func:`fanout_partition_commit`; what it raises is printed
+    and ignored (the partition is committed).
+
+    :param commit: the pipeline, sink, batch, partition and its row counts.
     """
     raise NotImplementedError  # a specification: pluggy never calls this body
 

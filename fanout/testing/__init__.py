@@ -72,7 +72,7 @@ def open_sink(
     from fanout.hooks.registry import load_registry
 
     kinds = load_registry(plugins).dead_letter_kinds()
-    sink.open(SinkContext(pipeline, spark, resolve_target(sink, kinds)))
+    sink.open(SinkContext(pipeline, spark, resolve_target(sink, kinds), tuple(plugins)))
     return sink
 
 

@@ -16,12 +16,13 @@ from fanout_kafka import KafkaAbortedError, KafkaBadRecordError, KafkaFencedErro
 from fanout_kafka.failures import Rejected, TransactionTooLong
 from fanout_kafka.records import BadRecord, Encoder, Record
 from fanout_kafka.settings import WriterSettings, scope_of
-from fanout_kafka.transaction import PartitionOutcome, PartitionWriter, classify, is_retriable
+from fanout_kafka.transaction import PartitionWriter, classify, is_retriable
 
-from fanout.contract.batch import BatchInfo
+from fanout.contract.batch import Batch, BatchInfo
 from fanout.deadletters.delta import DeltaDeadLetters
 from fanout.delta_tables.io import read_delta
 from fanout.errors import SinkWriteError, TransientSinkError
+from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
 
 
 def kafka_error(code: int, **flags: bool) -> KafkaException:
@@ -113,11 +114,11 @@ def test_bad_record_without_dead_letter_fails_before_any_producer_exists() -> No
     writer = PartitionWriter(settings(), partition=2, batch_id=5)
     rows = pa.RecordBatch.from_pylist([{"id": 1}, {"id": None}])
     outcome = writer.run([rows])
-    assert outcome.status == "failed" and outcome.error_kind == "bad_record"
-    assert outcome.rows == 2 and not outcome.transient
+    failure = outcome.failure
+    assert outcome.status == "failed" and failure is not None and failure.kind == "bad_record"
+    assert outcome.rows == 2 and not failure.transient
     assert writer._producer is None  # nothing was sent, no transaction was begun
-    assert outcome.error is not None
-    assert outcome.error.startswith(
+    assert failure.message.startswith(
         "partition 2 (transactional.id 'fanout-orders-events-2', topic 't'): 1 record(s) the "
         "topic cannot take and no 'dead_letter' target: null key: key column(s) 'id'"
     )
@@ -131,8 +132,8 @@ def test_empty_partition_needs_no_transaction() -> None:
 
 def outcome(partition: int, status: str, kind: str | None = None) -> PartitionOutcome:
     transient = kind in ("abortable", "retriable", "aborted")
-    return PartitionOutcome(partition, status, error_kind=kind, error=f"p{partition}: {kind}",
-                            transient=transient)  # fmt: skip
+    failure = None if kind is None else PartitionFailure(kind, f"p{partition}: {kind}", transient)
+    return PartitionOutcome(partition, status, failure=failure)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -151,7 +152,8 @@ def test_the_driver_raises_one_error_naming_sink_batch_and_every_partition(
     sink = KafkaSink("events", bootstrap_servers="h:1", topic="t")
     failed = [outcome(i + 1, "failed", k) for i, k in enumerate(kinds)]
     everything = [outcome(0, "committed"), *failed]
-    error = sink._failure(7, failed, everything)
+    batch = Batch(None, BatchInfo("orders", 7), "events", "fanout/orders/events")
+    error = sink.partition_failure(batch, failed, everything)
     assert type(error) is error_class
     assert sink.is_transient(error) == (error_class is KafkaAbortedError)
     text = str(error)

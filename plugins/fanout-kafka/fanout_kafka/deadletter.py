@@ -84,10 +84,11 @@ class KafkaDeadLetters:
         outcome = PartitionWriter(settings, partition or 0, batch.batch_id).write(
             self.records(batch, letters), []
         )
-        if outcome.status == "failed":
-            error = TransientSinkError if outcome.transient else SinkWriteError
+        failure = outcome.failure
+        if failure is not None:
+            error = TransientSinkError if failure.transient else SinkWriteError
             raise error(
-                f"the dead letters could not be written to topic {self.topic!r}: {outcome.error}",
+                f"the dead letters could not be written to topic {self.topic!r}: {failure.message}",
                 sink=batch.sink_name,
                 batch_id=batch.batch_id,
             )

@@ -36,6 +36,6 @@ class KafkaMarkerError(SinkWriteError):
 
 class KafkaAbortedError(TransientSinkError):
     """A partition's transaction was aborted (an abortable broker error, retries of a
-    retriable one exhausted, or a veto from :meth:`KafkaSink.before_commit`). Nothing of
+    retriable one exhausted, or a veto from a ``fanout_partition_commit`` hook). Nothing of
     it is visible to ``read_committed`` readers; fanout retries the batch, and the
     partitions that committed are skipped through their markers."""

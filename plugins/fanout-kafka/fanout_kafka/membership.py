@@ -30,9 +30,6 @@ from fanout.partitioned.membership import (
     CommittedPartition,
     PartitionDigest,
     PartitionPlan,
-    check_committed,
-    summarize,
-    with_member_column,
 )
 from fanout_kafka.options import connection_settings
 
@@ -250,13 +247,11 @@ def _offsets(admin: Any, topic: str, groups: list[str], timeout_s: float) -> lis
     return result
 
 
-def check_replay(settings: WriterSettings, batch_id: int, parted: Any, by: list[str]) -> Any:
-    """On the driver, before any partition writes: refuse when partitions that already
-    committed the batch were committed under another count, other partitioning columns,
-    or with other rows than ``parted`` now holds. Returns ``parted`` with the member
-    column the partition tasks digest.
+def read_committed(settings: WriterSettings, batch_id: int) -> list[CommittedPartition]:
+    """On the driver, before any partition writes: the partitions whose markers say they
+    hold ``batch_id``, with the plan and digest each committed (the kit compares them:
+    :mod:`fanout.partitioned.sink`); a half commit under 0.1 names is refused.
 
-    :raises fanout.PartitioningError: naming the sink, the batch and what changed.
     :raises fanout.TransientSinkError: when the markers cannot be read.
     """
     from confluent_kafka import KafkaException
@@ -269,7 +264,7 @@ def check_replay(settings: WriterSettings, batch_id: int, parted: Any, by: list[
     }
     try:
         refuse_legacy_half_commit(config, settings, batch_id, plan.partitions)
-        committed = committed_partitions(
+        return committed_partitions(
             config, settings.marker_topic, settings.marker_group, batch_id, plan,
             settings.operation_timeout_s, sink=settings.sink,
         )  # fmt: skip
@@ -278,7 +273,3 @@ def check_replay(settings: WriterSettings, batch_id: int, parted: Any, by: list[
             f"cannot read the partition markers in {settings.marker_topic!r}: {exc}",
             sink=settings.sink, batch_id=batch_id,
         ) from exc  # fmt: skip
-    check_committed(
-        committed, plan, lambda: summarize(parted, by), sink=settings.sink, batch_id=batch_id
-    )
-    return with_member_column(parted, by)

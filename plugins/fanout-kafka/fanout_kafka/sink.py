@@ -24,13 +24,14 @@ from typing import Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch
 from fanout.contract.dead_letters import DeadLetterTarget
-from fanout.contract.sink import Guarantee, Sink, SinkContext, SinkResult
+from fanout.contract.sink import Guarantee, SinkContext
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, SinkWriteError
-from fanout.partitioned.determinism import check_batch
-from fanout.partitioned.membership import WHOLE_ROW, plan_of
+from fanout.partitioned.membership import WHOLE_ROW, CommittedPartition, PartitionPlan
+from fanout.partitioned.outcome import PartitionOutcome
+from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout_kafka.declaration import OPTIONS
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
-from fanout_kafka.membership import check_replay
+from fanout_kafka.membership import read_committed
 from fanout_kafka.options import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
     TopicSpec,
@@ -43,8 +44,7 @@ from fanout_kafka.options import (
 )
 from fanout_kafka.records import Encoder, batch_headers
 from fanout_kafka.settings import WriterSettings, producer_config, scope_of
-from fanout_kafka.task import RESULT_SCHEMA, PartitionTask, from_row
-from fanout_kafka.transaction import PartitionOutcome
+from fanout_kafka.task import KafkaPartitionWriter
 
 log = logging.getLogger("fanout_kafka")
 
@@ -63,7 +63,7 @@ _FAILURE_ORDER = (
 )
 
 
-class KafkaSink(Sink):
+class KafkaSink(PartitionedSink):
     """Writes every micro-batch to a Kafka topic exactly once, for ``read_committed``
     readers.
 
@@ -98,8 +98,9 @@ class KafkaSink(Sink):
         ``max.message.bytes`` (or the broker's ``message.max.bytes``, or Kafka's default),
         capped by the producer's own ``message.max.bytes``.
 
-    Executor-side extension points (override in a subclass; default no-ops):
-    :meth:`before_commit` and :meth:`on_partition_committed`.
+    Executor-side extension points: the per-partition commit hooks
+    ``fanout_partition_commit`` and ``fanout_partition_committed`` (plugins), through the
+    partitioned-sink kit this sink is built on (:mod:`fanout.partitioned.sink`).
     """
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("transactional",)
@@ -154,6 +155,7 @@ class KafkaSink(Sink):
         record size limit."""
         from fanout_kafka.admin import Cluster
 
+        super().open(context)
         self.pipeline = context.pipeline
         self._dead = context.dead_letters
         self._check_options()
@@ -184,40 +186,30 @@ class KafkaSink(Sink):
             self.transactional_id_prefix, self.marker_topic, self.max_record_bytes,
         )  # fmt: skip
 
-    def write(self, batch: Batch) -> SinkResult:
-        """Write one batch: one transaction per partition; partitions whose marker is
-        past the batch are skipped. Raises :class:`KafkaFencedError`,
-        :class:`KafkaBadRecordError`, :class:`KafkaAbortedError` (transient) or
-        :class:`fanout.SinkWriteError` naming the sink, the batch and every failed
-        partition's cause."""
+    # -- the partitioned-sink kit ---------------------------------------------------------
+
+    def partition_input(self, batch: Batch) -> PartitionInput:
+        """The batch, hashed by the key columns (the whole row when keyless), ordered by
+        ``order_by`` within each partition; committed partitions are skipped on a replay."""
         df = batch.df
         self._check_columns(list(df.columns), dict(df.dtypes), batch.batch_id)
-        settings = self.settings(batch)
-        by = list(self._key_columns or df.columns)
-        check_batch(df, self.partitioned_by(), sink=self.name, batch_id=batch.batch_id,
-                    query_id=batch.query_id)  # fmt: skip
-        parted = df.repartition(self.partitions, *by)
-        settings = replace(settings, plan=plan_of(df, by, self.partitions))
-        parted = check_replay(settings, batch.batch_id, parted, by)
-        order = columns(self.name, "order_by", self.order_by)
-        if order:
-            parted = parted.sortWithinPartitions(*order)
-        task = PartitionTask(settings, self, batch.batch_id)
-        outcomes = sorted(
-            (from_row(r) for r in parted.mapInArrow(task, RESULT_SCHEMA).collect()),
-            key=lambda o: o.partition,
-        )
-        if sorted(o.partition for o in outcomes) != list(range(self.partitions)):
-            raise SinkWriteError(
-                f"expected one outcome per partition 0..{self.partitions - 1}, got "
-                f"{[o.partition for o in outcomes]} (is adaptive execution coalescing the "
-                "repartition?)",
-                sink=self.name, batch_id=batch.batch_id,
-            )  # fmt: skip
-        failed = [o for o in outcomes if o.status == "failed"]
-        if failed:
-            raise self._failure(batch.batch_id, failed, outcomes)
-        return self._result(outcomes)
+        keys = self._key_columns
+        order = columns(self.name, "order_by", self.order_by) or ()
+        return PartitionInput(df, list(keys or df.columns), keyed=bool(keys), sort=order)
+
+    def committed_partitions(
+        self, batch: Batch, plan: PartitionPlan
+    ) -> Sequence[CommittedPartition]:
+        """The partitions whose markers hold the batch (:mod:`fanout_kafka.membership`)."""
+        return read_committed(replace(self.settings(batch), plan=plan), batch.batch_id)
+
+    def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> KafkaPartitionWriter:
+        """One transaction per partition, committing the batch's plan with its marker."""
+        return KafkaPartitionWriter(replace(self.settings(batch), plan=plan), batch.batch_id)
+
+    def result_details(self, outcomes: Sequence[PartitionOutcome]) -> Mapping[str, Any]:
+        """The records sent to the dead-letter target."""
+        return {"dead_letters": sum(o.dead_lettered for o in outcomes)}
 
     def partitioned_by(self) -> Sequence[str] | Literal["*"]:
         """The key columns, or the whole row when keyless: a replay skips committed
@@ -232,19 +224,6 @@ class KafkaSink(Sink):
         """Aborted transactions (:class:`KafkaAbortedError`) are worth a replay; fenced
         producers and bad records are not."""
         return super().is_transient(error)
-
-    # -- executor-side extension points ----------------------------------------------------
-
-    def before_commit(self, batch_id: int, partition: int, records: int) -> None:
-        """Called on the executor after every record of a partition was delivered, just
-        before its transaction (records and marker) commits. Raise to abort the
-        partition's transaction: a :class:`fanout.TransientSinkError` makes fanout replay
-        the batch, anything else fails it. Default: nothing."""
-
-    def on_partition_committed(self, batch_id: int, partition: int, records: int) -> None:
-        """Called on the executor right after a partition's transaction committed (for
-        metrics, audit, or tests that kill the driver between partitions). Default:
-        nothing; an exception here fails the batch, whose replay skips this partition."""
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -400,40 +379,25 @@ class KafkaSink(Sink):
                 sink=self.name, batch_id=batch_id, columns=[self.value],
             )  # fmt: skip
 
-    def _result(self, outcomes: list[PartitionOutcome]) -> SinkResult:
-        def by(status: str) -> list[int]:
-            return [o.partition for o in outcomes if o.status == status]
-
-        skipped, committed = by("skipped"), by("committed")
-        details: dict[str, Any] = {
-            "written": sum(o.written for o in outcomes),
-            "committed_partitions": committed,
-            "skipped_partitions": skipped,
-            "dead_letters": sum(o.dead_letter_count for o in outcomes),
-        }
-        return SinkResult(
-            rows=sum(o.rows for o in outcomes),
-            details=details,
-            already_written=bool(skipped) and not committed,
-        )
-
-    def _failure(
-        self, batch_id: int, failed: list[PartitionOutcome], outcomes: list[PartitionOutcome]
+    def partition_failure(
+        self, batch: Batch, failed: Sequence[PartitionOutcome], outcomes: Sequence[PartitionOutcome]
     ) -> SinkError:
+        """One error naming every failed partition's cause; its class by the worst kind:
+        fenced, then bad record, then aborted (transient) when all are transient."""
         done = [o.partition for o in outcomes if o.status in ("committed", "skipped")]
         lines = [
             f"{len(failed)} of {len(outcomes)} partition(s) failed; partitions holding the "
             f"batch (skipped on replay): {done or 'none'}"
         ]
-        lines += [f"  - {o.error}" for o in failed]
+        lines += [f"  - {o.failure.message}" for o in failed if o.failure is not None]
         message = "\n".join(lines)
-        kinds = {o.error_kind for o in failed}
+        kinds = {o.failure.kind for o in failed if o.failure is not None}
         worst = next((k for k in _FAILURE_ORDER if k in kinds), "error")
         error_class: type[SinkError] = SinkWriteError
         if worst == "fenced":
             error_class = KafkaFencedError
         elif worst == "bad_record":
             error_class = KafkaBadRecordError
-        elif all(o.transient for o in failed):
+        elif all(o.failure is not None and o.failure.transient for o in failed):
             error_class = KafkaAbortedError
-        return error_class(message, sink=self.name, batch_id=batch_id)
+        return error_class(message, sink=self.name, batch_id=batch.batch_id)

@@ -23,11 +23,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
 from fanout_kafka.failures import (
     FENCED_CODES,
     REJECTED_RECORD_CODES,
@@ -46,31 +46,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from fanout.partitioned.membership import MemberDigest
+    from fanout.partitioned.task import CommitHooks
 
 log = logging.getLogger("fanout_kafka")
 T = TypeVar("T")
-
-
-class PartitionHooks(Protocol):
-    """The sink's executor-side extension points (see :class:`fanout_kafka.KafkaSink`)."""
-
-    def before_commit(self, batch_id: int, partition: int, records: int) -> None: ...
-
-    def on_partition_committed(self, batch_id: int, partition: int, records: int) -> None: ...
-
-
-@dataclass
-class PartitionOutcome:
-    """What one partition task did; sent back to the driver as one row."""
-
-    partition: int
-    status: str  # "committed" | "skipped" | "empty" | "failed"
-    rows: int = 0
-    written: int = 0
-    dead_letter_count: int = 0
-    error_kind: str | None = None  # "fenced" | "fatal" | "abortable" | "bad_record" | "error"
-    error: str | None = None
-    transient: bool = False
 
 
 class PartitionWriter:
@@ -79,7 +58,8 @@ class PartitionWriter:
     :param settings: the sink's configuration.
     :param partition: the Spark partition index (part of the transactional id).
     :param batch_id: the micro-batch id; the marker becomes ``batch_id + 1``.
-    :param hooks: the sink's :meth:`before_commit` / :meth:`on_partition_committed`.
+    :param hooks: the per-partition commit hooks (``fanout_partition_commit`` just
+        before the transaction commits, ``fanout_partition_committed`` right after).
     """
 
     def __init__(
@@ -87,7 +67,7 @@ class PartitionWriter:
         settings: WriterSettings,
         partition: int,
         batch_id: int,
-        hooks: PartitionHooks | None = None,
+        hooks: CommitHooks | None = None,
         digest: MemberDigest | None = None,
     ) -> None:
         self.settings = settings
@@ -118,26 +98,26 @@ class PartitionWriter:
 
         :param prepared: :meth:`prepare` was already called and said "not written yet".
         """
-        outcome = PartitionOutcome(self.partition, "empty", rows=len(records) + len(bad))
-        if outcome.rows == 0:
-            return outcome
+        rows = len(records) + len(bad)
+        if rows == 0:
+            return PartitionOutcome(self.partition, "empty")
         try:
             if bad and not self.settings.has_dead_letters:
                 raise _Rejected(bad)
             if not prepared and self.prepare():
-                outcome.status = "skipped"
-            else:
-                outcome.written, bad = self.commit(records, bad)
-                outcome.status = "committed"
-            outcome.dead_letter_count = len(bad)
+                return PartitionOutcome(self.partition, "skipped", rows, dead_lettered=len(bad))
+            written, bad = self.commit(records, bad)
+            return PartitionOutcome(
+                self.partition, "committed", rows, written, dead_lettered=len(bad)
+            )
         except Exception as exc:
-            outcome.status = "failed"
-            outcome.error_kind, outcome.transient = classify(exc)
-            outcome.error = self._describe(exc, outcome.error_kind)
-            log.warning("%s", outcome.error)
+            kind, transient = classify(exc)
+            message = self._describe(exc, kind)
+            log.warning("%s", message)
+            failure = PartitionFailure(kind, message, transient)
+            return PartitionOutcome(self.partition, "failed", rows, failure=failure)
         finally:
             self.close()
-        return outcome
 
     # -- the steps ------------------------------------------------------------------------
 
@@ -246,7 +226,7 @@ class PartitionWriter:
                 raise _Rejected(refused)
             self._park(bad)
             if self.hooks is not None:
-                self.hooks.before_commit(self.batch_id, self.partition, len(records))
+                self.hooks.before(self.partition, len(records) + len(bad), len(records))
             self._check_duration(started, len(records))  # the coordinator would abort it
             marker = TopicPartition(settings.marker_topic, 0, self.batch_id + 1)
             metadata = self._marker_consumer().consumer_group_metadata()
@@ -273,7 +253,7 @@ class PartitionWriter:
                 raise KafkaException(fatal) from exc
             raise
         if self.hooks is not None:
-            self.hooks.on_partition_committed(self.batch_id, self.partition, len(records))
+            self.hooks.after(self.partition, len(records) + len(bad), len(records))
         return len(records)
 
     def _check_duration(
@@ -443,4 +423,4 @@ class PartitionWriter:
         return f"{where}: {action}: {_text(exc)}"
 
 
-__all__ = ["PartitionOutcome", "PartitionWriter", "classify", "is_retriable"]
+__all__ = ["PartitionWriter", "classify", "is_retriable"]

@@ -8,6 +8,6 @@
 from __future__ import annotations
 
 from fanout_postgres.embedded import EmbeddedPostgres
-from fanout_postgres.sink import PartitionCommit, PostgresSink
+from fanout_postgres.sink import PostgresSink
 
-__all__ = ["EmbeddedPostgres", "PartitionCommit", "PostgresSink"]
+__all__ = ["EmbeddedPostgres", "PostgresSink"]

@@ -1,5 +1,5 @@
-"""Append mode: the driver's check that a replay rebuilds the partitions that already
-committed the batch (:mod:`fanout.partitioned.membership`).
+"""Append mode: the marks the driver reads to check that a replay rebuilds the partitions
+that already committed the batch (the check is the kit's: :mod:`fanout.partitioned.sink`).
 
 Each partition's progress mark records, in the transaction that writes its rows, the
 partition count (``partitions``), the partitioning fingerprint (``fingerprint``) and the
@@ -14,18 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from fanout.contract.batch import Batch
-from fanout.partitioned.determinism import check_batch
 from fanout.partitioned.membership import (
     WHOLE_ROW,
     CommittedPartition,
     PartitionDigest,
-    check_committed,
-    plan_of,
-    summarize,
-    with_member_column,
 )
-from fanout_postgres.plan import WritePlan
 from fanout_postgres.statements import progress_table
 
 
@@ -59,34 +52,3 @@ def partition_columns(
             return WHOLE_ROW
         keys = list(columns.values()) if isinstance(columns, Mapping) else list(columns)
     return [renamed.get(k, k) for k in keys]
-
-
-def check_replay(
-    engine: Any,
-    state_schema: str,
-    scope: str,
-    batch: Batch,
-    projected: Any,
-    parted: Any,
-    plan: WritePlan,
-) -> tuple[Any, str]:
-    """Refuse a non-deterministic partitioning, or a batch whose committed partitions
-    were committed under another count, other columns, or with other rows; return
-    ``parted`` with the member column, and the partitioning's fingerprint.
-
-    :param projected: the batch under the target's column names, before the repartition.
-    :param parted: ``projected.repartition(plan.partitions, *plan.hash_columns)``.
-    :raises fanout.PartitioningError: naming the sink, the batch and what changed.
-    """
-    sink, columns = batch.sink_name, list(plan.hash_columns)
-    keyed = bool(plan.keys) and plan.hash_columns == plan.keys
-    check_batch(projected, columns if keyed else WHOLE_ROW, sink=sink, batch_id=batch.batch_id,
-                query_id=batch.query_id)  # fmt: skip
-    partitioning = plan_of(projected, columns, plan.partitions)
-    with engine.connect() as conn:
-        committed = committed_partitions(conn, state_schema, scope, sink, batch.batch_id)
-    check_committed(
-        committed, partitioning, lambda: summarize(parted, columns), sink=sink,
-        batch_id=batch.batch_id,
-    )  # fmt: skip
-    return with_member_column(parted, columns), partitioning.fingerprint

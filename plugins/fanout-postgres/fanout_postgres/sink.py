@@ -20,26 +20,28 @@ Design decisions:
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
 
 from fanout.contract.batch import Batch, pipeline_scope
 from fanout.contract.dead_letters import DeadLetterTarget
-from fanout.contract.sink import Guarantee, Sink, SinkContext, SinkResult
+from fanout.contract.sink import Guarantee, SinkContext
 from fanout.errors import (
     ConfigurationError,
     SchemaMismatchError,
+    SinkError,
     SinkWriteError,
     TransientSinkError,
 )
 from fanout.observe.secrets import redact
+from fanout.partitioned.membership import CommittedPartition, PartitionPlan
+from fanout.partitioned.outcome import PartitionOutcome
+from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout_postgres import url as pgurl
 from fanout_postgres.deadletter import PostgresDeadLetters, as_letter, ensure_table
 from fanout_postgres.declaration import OPTIONS
 from fanout_postgres.encode import show
-from fanout_postgres.membership import check_replay, partition_columns
+from fanout_postgres.membership import committed_partitions, partition_columns
 from fanout_postgres.names import TableName, check_identifier, parse_table
 from fanout_postgres.plan import (
     PlanError,
@@ -52,7 +54,7 @@ from fanout_postgres.plan import (
     reflect,
     resolve_keys,
 )
-from fanout_postgres.task import RESULT_SCHEMA, BatchMeta, PartitionOutcome, partition_writer
+from fanout_postgres.task import BatchMeta, PostgresPartitionWriter
 
 logger = logging.getLogger(__name__)
 
@@ -63,20 +65,7 @@ DEFAULT_SETTINGS: dict[str, str] = {"temp_buffers": "128MB", "work_mem": "64MB"}
 (``temp_buffers``) and the ``DISTINCT ON`` sort does not spill (``work_mem``)."""
 
 
-@dataclass(frozen=True)
-class PartitionCommit:
-    """What :meth:`PostgresSink.on_partition_committed` is told (on the executor)."""
-
-    pipeline: str
-    sink: str
-    batch_id: int
-    partition: int
-    rows: int
-    changed: int
-    rejected: int
-
-
-class PostgresSink(Sink):
+class PostgresSink(PartitionedSink):
     """Upserts (or appends) every micro-batch into a PostgreSQL table.
 
     :param name: the sink name.
@@ -157,6 +146,7 @@ class PostgresSink(Sink):
 
     def open(self, context: SinkContext) -> None:
         """Check options, connect, migrate, and check the table, keys and dead letters."""
+        super().open(context)
         self._check_options()
         self._dead = context.dead_letters
         engine = self._engine()
@@ -192,8 +182,11 @@ class PostgresSink(Sink):
             f", dead letters to {self._dead.describe()}" if self._dead else "",
         )
 
-    def write(self, batch: Batch) -> SinkResult:
-        """Write one batch from the executors; raise naming sink, batch, column and value."""
+    # -- the partitioned-sink kit ---------------------------------------------------------
+
+    def partition_input(self, batch: Batch) -> PartitionInput:
+        """The batch under the table's column names, hashed by the plan's columns; append
+        mode keeps partition membership (its progress marks are per partition)."""
         df = batch.df
         if not hasattr(df, "mapInArrow"):
             raise SinkWriteError(
@@ -203,54 +196,53 @@ class PostgresSink(Sink):
         from pyspark.sql import functions as F
 
         projected = df.select(*[F.col(_spark(s)).alias(t) for s, t in plan.columns])
-        parted = projected.repartition(
-            plan.partitions, *[F.col(_spark(c)) for c in plan.hash_columns]
-        )
-        # Progress marks are keyed by the epoch's scope, like every idempotency record: after
-        # an accepted checkpoint reset, batch ids restart and must not meet the old marks.
-        scope = pipeline_scope(batch.pipeline, batch.info.epoch)
-        fingerprint = None
-        if plan.mode == "append":  # per-partition marks: the partitions must be the same
-            engine = self._engine()
-            try:
-                parted, fingerprint = check_replay(engine, self.state_schema, scope, batch,
-                                                   projected, parted, plan)  # fmt: skip
-            finally:
-                engine.dispose()
-        meta = BatchMeta(scope, batch.batch_id, batch.query_id, fingerprint)
-        rows = parted.mapInArrow(partition_writer(self, plan, meta), RESULT_SCHEMA).collect()
-        outcomes = sorted(
-            (PartitionOutcome.from_json(r["outcome"]) for r in rows), key=lambda o: o.partition
-        )
-        self._raise_failures(outcomes, batch)
-        rejects = [r for o in outcomes for r in o.rejects]
+        keyed = bool(plan.keys) and plan.hash_columns == plan.keys
+        append = plan.mode == "append"
+        return PartitionInput(projected, list(plan.hash_columns), membership=append, keyed=keyed)
+
+    def committed_partitions(
+        self, batch: Batch, plan: PartitionPlan
+    ) -> Sequence[CommittedPartition]:
+        """The batch's progress marks (append mode), read in one query."""
+        engine = self._engine()
+        try:
+            with engine.connect() as conn:
+                return committed_partitions(
+                    conn, self.state_schema, _scope(batch), self.name, batch.batch_id
+                )
+        finally:
+            engine.dispose()
+
+    def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> PostgresPartitionWriter:
+        """The batch's partition writer: the resolved URL, the write plan, and the batch
+        (progress marks are keyed by the epoch's scope, like every idempotency record)."""
+        fingerprint = None if plan is None else plan.fingerprint
+        meta = BatchMeta(_scope(batch), batch.batch_id, batch.query_id, fingerprint)
+        write_plan = self._plan(batch.df.schema, batch.batch_id)
+        return PostgresPartitionWriter(self.connection_url(), write_plan, meta)
+
+    def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
+        """Refused rows bound for a target other than a PostgreSQL table (written in the
+        partitions' own transactions) go there now, once per batch."""
         dead = self._dead
-        if dead is not None and not isinstance(dead, PostgresDeadLetters) and rejects:
-            letters = [as_letter(r, plan.table) for r in rejects]
-            dead.write(batch, letters, source="refused")
-        rejected = sum(o.rejected for o in outcomes) or len(rejects)
+        letters = [letter for o in outcomes for letter in o.letters]
+        if dead is not None and not isinstance(dead, PostgresDeadLetters) and letters:
+            dead.write(batch, [as_letter(r, str(self._table)) for r in letters], source="refused")
+        rejected = sum(o.dead_lettered for o in outcomes)
         if rejected and dead is not None:
             logger.warning(
                 "sink %r, batch %d: %d row(s) refused by %s went to %s",
-                self.name,
-                batch.batch_id,
-                rejected,
-                plan.table,
-                dead.describe(),
-            )
-        skipped = [o.partition for o in outcomes if o.skipped]
-        return SinkResult(
-            rows=sum(o.rows for o in outcomes),
-            dead_lettered=rejected,
-            details={
-                "table": plan.table,
-                "partitions": len(outcomes),
-                "changed": sum(o.changed for o in outcomes),
-                "rejected": rejected,
-                "skipped_partitions": skipped,
-            },
-            already_written=bool(skipped) and len(skipped) == len(outcomes),
-        )
+                self.name, batch.batch_id, rejected, self._table, dead.describe(),
+            )  # fmt: skip
+
+    def result_details(self, outcomes: Sequence[PartitionOutcome]) -> Mapping[str, Any]:
+        """The table, the partitions, the rows changed and the rows refused."""
+        return {
+            "table": str(self._table),
+            "partitions": len(outcomes),
+            "changed": sum(o.counters.get("changed", 0) for o in outcomes),
+            "rejected": sum(o.dead_lettered for o in outcomes),
+        }
 
     def partitioned_by(self) -> Sequence[str] | Literal["*"] | None:
         """Append mode: the keys (batch names), or the whole row; upsert: ``None`` (a key
@@ -290,28 +282,6 @@ class PostgresSink(Sink):
     def connection_url(self) -> Any:
         """The resolved SQLAlchemy URL (called on the executors)."""
         return self._url or pgurl.resolve_url(self.url, sink=self.name)
-
-    def on_partition_committed(self, commit: PartitionCommit) -> None:
-        """Observation point, called on the executor right after a partition's transaction
-        committed (not for partitions skipped on replay). Default: nothing. Subclasses may
-        export metrics here; an exception is printed and ignored."""
-
-    def observe_commit(self, meta: BatchMeta, plan: WritePlan, outcome: PartitionOutcome) -> None:
-        """Call :meth:`on_partition_committed`, shielding the task from its errors."""
-        try:
-            self.on_partition_committed(
-                PartitionCommit(
-                    meta.pipeline,
-                    self.name,
-                    meta.batch_id,
-                    outcome.partition,
-                    outcome.rows,
-                    outcome.changed,
-                    outcome.rejected,
-                )
-            )
-        except Exception as exc:
-            print(f"fanout-postgres: on_partition_committed raised {exc!r}", file=sys.stderr)
 
     # -- internals ----------------------------------------------------------------------
 
@@ -459,37 +429,38 @@ class PostgresSink(Sink):
             settings=tuple((str(k), str(v)) for k, v in self.settings.items()),
         )
 
-    def _raise_failures(self, outcomes: Sequence[PartitionOutcome], batch: Batch) -> None:
-        if len(outcomes) != self.partitions:
-            raise SinkWriteError(
-                f"expected {self.partitions} partition outcomes, got {len(outcomes)}",
-                sink=self.name,
-                batch_id=batch.batch_id,
-            )
-        failed = [o for o in outcomes if o.error]
-        if not failed:
-            return
-        error = failed[0].error or {}
+    def partition_failure(
+        self, batch: Batch, failed: Sequence[PartitionOutcome], outcomes: Sequence[PartitionOutcome]
+    ) -> SinkError:
+        """A refused row names table, column, value and row; any other failure its
+        partition and the server's message. Transient when every failure is."""
+        first = failed[0].failure
+        assert first is not None
         table = self._table
-        if error.get("kind") == "data":
+        if first.kind == "data":
+            detail = first.details
             where = f"table {table}"
-            if error.get("column"):
-                where += f", column {error['column']!r}, value {show(error.get('value'))}"
-            message = f"{where}: {error['reason']}"
-            if error.get("row"):
-                message += f"; row {error['row'][:500]}"
+            if detail.get("column"):
+                where += f", column {detail['column']!r}, value {show(detail.get('value'))}"
+            message = f"{where}: {first.message}"
+            if detail.get("row"):
+                message += f"; row {detail['row'][:500]}"
             message += (
                 "; nothing of this partition was written. Fix the data, or set option "
                 "'dead_letter' to divert refused rows"
             )
         else:
-            message = f"table {table}, partition {failed[0].partition}: {error.get('reason')}"
+            message = f"table {table}, partition {failed[0].partition}: {first.message}"
         if len(failed) > 1:
             message += f" (and {len(failed) - 1} more failed partition(s))"
         message = redact(message, self.secret_values())
-        if all((o.error or {}).get("kind") == "transient" for o in failed):
-            raise TransientSinkError(message, sink=self.name, batch_id=batch.batch_id)
-        raise SinkWriteError(message, sink=self.name, batch_id=batch.batch_id)
+        if all(o.failure is not None and o.failure.kind == "transient" for o in failed):
+            return TransientSinkError(message, sink=self.name, batch_id=batch.batch_id)
+        return SinkWriteError(message, sink=self.name, batch_id=batch.batch_id)
+
+
+def _scope(batch: Batch) -> str:
+    return pipeline_scope(batch.pipeline, batch.info.epoch)
 
 
 def _sa() -> Any:

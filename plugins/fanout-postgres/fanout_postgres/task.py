@@ -20,14 +20,16 @@ import io
 import json
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fanout.errors import TransientSinkError
 from fanout.partitioned.membership import MemberDigest
+from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
 from fanout_postgres import binary
 from fanout_postgres.encode import (
     CopyStream,
@@ -43,9 +45,8 @@ from fanout_postgres.plan import WritePlan
 from fanout_postgres.statements import ROW
 
 if TYPE_CHECKING:
-    from fanout_postgres.sink import PostgresSink
+    from fanout.partitioned.task import CommitHooks
 
-RESULT_SCHEMA = "partition long, outcome string"
 TRANSIENT_STATES = {
     "40001",  # serialization_failure
     "40P01",  # deadlock_detected
@@ -77,28 +78,6 @@ class BatchMeta:
     query_id: str | None
     fingerprint: str | None = None
     """Append: the partitioning's fingerprint, recorded in each progress mark."""
-
-
-@dataclass(frozen=True)
-class PartitionOutcome:
-    """What one partition task did, sent back to the driver as JSON."""
-
-    partition: int
-    rows: int = 0
-    changed: int = 0
-    skipped: bool = False
-    rejected: int = 0
-    rejects: list[dict[str, Any]] = field(default_factory=list)
-    error: dict[str, Any] | None = None
-
-    def to_json(self) -> str:
-        """Serialise for the mapInArrow result column."""
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> PartitionOutcome:
-        """Parse what :meth:`to_json` wrote."""
-        return cls(**json.loads(text))
 
 
 class RowRejected(Exception):
@@ -133,63 +112,61 @@ def connect(url: Any, application_name: str) -> Any:
     return psycopg2.connect(*cargs, **cparams)
 
 
-def partition_writer(
-    sink: PostgresSink, plan: WritePlan, meta: BatchMeta
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function writing each partition; yields one outcome row."""
+@dataclass(frozen=True)
+class PostgresPartitionWriter:
+    """Writes one partition of one batch in one transaction (configuration only: the
+    connection is made inside :meth:`write_partition`, on the executor).
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
+    :param url: the resolved SQLAlchemy URL.
+    """
 
-        context = TaskContext.get()
-        partition = context.partitionId() if context is not None else 0
-        outcome = write_partition(sink, plan, meta, partition, batches)
-        yield pa.RecordBatch.from_pydict(
-            {"partition": [partition], "outcome": [outcome.to_json()]},
-            schema=pa.schema([("partition", pa.int64()), ("outcome", pa.string())]),
-        )
+    url: Any
+    plan: WritePlan
+    meta: BatchMeta
 
-    return run
-
-
-def write_partition(
-    sink: PostgresSink,
-    plan: WritePlan,
-    meta: BatchMeta,
-    partition: int,
-    batches: Iterator[pa.RecordBatch],
-) -> PartitionOutcome:
-    """Write one partition in one transaction; never raises for database errors."""
-    digest = MemberDigest()
-    rows = Rows(digest.strip(batches))
-    first = rows.next_chunk()
-    while first is not None and first.num_rows == 0:
+    def write_partition(
+        self,
+        partition: int,
+        batches: Iterator[pa.RecordBatch],
+        hooks: CommitHooks,
+        digest: MemberDigest,
+    ) -> PartitionOutcome:
+        """Write one partition in one transaction; never raises for database errors."""
+        plan, meta = self.plan, self.meta
+        rows = Rows(batches)
         first = rows.next_chunk()
-    if first is None:
-        return PartitionOutcome(partition)
-    try:
-        conn = connect(sink.connection_url(), f"fanout {meta.pipeline}/{plan.sink}/p{partition}")
-    except Exception as exc:
-        return _failed(partition, exc)
-    try:
-        with conn.cursor() as cur:
-            for name, value in plan.settings:
-                cur.execute(
-                    "SELECT set_config(%(name)s, %(value)s, false)", {"name": name, "value": value}
-                )
-            outcome = _Work(cur, plan, meta, partition, rows, digest).run()
-        conn.commit()
-    except RowRejected as rejected:
-        conn.rollback()
-        return PartitionOutcome(partition, error={"kind": "data", **rejected.detail})
-    except Exception as exc:
-        _quietly(conn.rollback)
-        return _failed(partition, exc)
-    finally:
-        _quietly(conn.close)
-    if not outcome.skipped:
-        sink.observe_commit(meta, plan, outcome)
-    return outcome
+        while first is not None and first.num_rows == 0:
+            first = rows.next_chunk()
+        if first is None:
+            return PartitionOutcome(partition, "empty")
+        try:
+            conn = connect(self.url, f"fanout {meta.pipeline}/{plan.sink}/p{partition}")
+        except Exception as exc:
+            return _failed(partition, exc)
+        try:
+            with conn.cursor() as cur:
+                for name, value in plan.settings:
+                    cur.execute(
+                        "SELECT set_config(%(name)s, %(value)s, false)",
+                        {"name": name, "value": value},
+                    )
+                outcome = _Work(cur, plan, meta, partition, rows, digest).run()
+            if outcome.status == "committed":
+                hooks.before(partition, outcome.rows, outcome.written)
+            conn.commit()
+        except RowRejected as rejected:
+            conn.rollback()
+            detail = rejected.detail
+            failure = PartitionFailure("data", detail["reason"], details=detail)
+            return PartitionOutcome(partition, "failed", failure=failure)
+        except Exception as exc:
+            _quietly(conn.rollback)
+            return _failed(partition, exc)
+        finally:
+            _quietly(conn.close)
+        if outcome.status == "committed":
+            hooks.after(partition, outcome.rows, outcome.written)
+        return outcome
 
 
 def _failed(partition: int, exc: BaseException) -> PartitionOutcome:
@@ -197,9 +174,9 @@ def _failed(partition: int, exc: BaseException) -> PartitionOutcome:
     reason = f"{type(exc).__name__}: {str(exc).strip()}"
     if code in _HINTS:
         reason = f"{reason} (SQLSTATE {code}: {_HINTS[code]})"
-    return PartitionOutcome(
-        partition, error={"kind": classify(exc), "reason": reason, "sqlstate": code}
-    )
+    kind = "transient" if isinstance(exc, TransientSinkError) else classify(exc)
+    failure = PartitionFailure(kind, reason, kind == "transient", {"sqlstate": code})
+    return PartitionOutcome(partition, "failed", failure=failure)
 
 
 def _quietly(action: Callable[[], Any]) -> None:
@@ -219,11 +196,11 @@ class _Work:
         meta: BatchMeta,
         partition: int,
         rows: Rows,
-        digest: MemberDigest | None = None,
+        digest: MemberDigest,
     ) -> None:
         self.cur, self.plan, self.meta, self.partition = cur, plan, meta, partition
         self.rows = rows
-        self.digest = digest or MemberDigest()
+        self.digest = digest
         self.server_version = int(getattr(cur.connection, "server_version", 0) or 0)
         self.table = pa.table({})  # every row (target names + ROW), once all are taken
         self.sql = plan.statements
@@ -255,10 +232,12 @@ class _Work:
         rows = self.table.num_rows - len(self.rejects)
         outcome = PartitionOutcome(
             self.partition,
+            "committed",
             rows=rows,
-            changed=changed,
-            rejected=len(self.rejects),
-            rejects=self._dead_letters() if self.plan.dead_letter == "driver" else [],
+            written=rows,
+            dead_lettered=len(self.rejects),
+            letters=tuple(self._dead_letters()) if self.plan.dead_letter == "driver" else (),
+            counters={"changed": changed},
         )
         if self.plan.dead_letter == "postgres":
             self._write_dead_letters()
@@ -379,10 +358,10 @@ class _Work:
         kept = list(rejects or [])
         return PartitionOutcome(
             self.partition,
+            "skipped",
             rows=int(rows),
-            skipped=True,
-            rejected=len(kept),
-            rejects=kept if self.plan.dead_letter == "driver" else [],
+            dead_lettered=len(kept),
+            letters=tuple(kept) if self.plan.dead_letter == "driver" else (),
         )
 
     # -- copy and write ----------------------------------------------------------------

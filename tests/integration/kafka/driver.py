@@ -56,18 +56,17 @@ def main() -> None:
     options = {"bootstrap_servers": args.bootstrap, "topic": args.topic,
                "key": None if args.keyless else "order_id",
                "partitions": args.partitions}  # fmt: skip
-    sink: KafkaSink
+    plugins: list[object] = [PrintResults()]
     if args.kill:
         batch, partition = map(int, args.kill.split(":"))
         faults.ship()
-        sink = faults.KillDriverSink("events", batch=batch, partition=partition,
-                                     driver_pid=os.getpid(), **options)  # fmt: skip
-    else:
-        sink = KafkaSink("events", **options)
+        plugins.append(faults.KillDriver(batch=batch, partition=partition,
+                                         driver_pid=os.getpid()))  # fmt: skip
+    sink = KafkaSink("events", **options)
     spark = local_session("fanout-kafka-driver", master="local[1]")
     workdir = Path(args.workdir)
     spec = SinkSpec(sink, Route(select=tuple(args.select) if args.select else None))
-    fan = FanOut(args.pipeline, str(workdir / "ledger"), [spec], plugins=[PrintResults()])
+    fan = FanOut(args.pipeline, str(workdir / "ledger"), [spec], plugins=plugins)
     run_stream(spark, workdir / "input", fan, workdir / "checkpoint")
     spark.stop()
 

@@ -62,13 +62,12 @@ def test_aborted_attempt_is_invisible_to_read_committed(
     faults.ship()
     rows = write_input(tmp_path / "input", FILES, ROWS)
     pipeline, state = f"ab{uuid.uuid4().hex[:6]}", tmp_path / "veto.json"
-    sink = faults.VetoOnceSink(
-        "events", batch=VETO_BATCH, partition=VETO_PARTITION, state=str(state),
-        bootstrap_servers=kafka.bootstrap, topic=topic, key="order_id", partitions=PARTITIONS,
-    )  # fmt: skip
+    veto = faults.VetoOnce(batch=VETO_BATCH, partition=VETO_PARTITION, state=str(state))
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="order_id",
+                     partitions=PARTITIONS)  # fmt: skip
     results = Results()
     fan = FanOut(pipeline, str(tmp_path / "ledger"), [sink], retries=2, backoff_s=0.1,
-                 plugins=[results])  # fmt: skip
+                 plugins=[results, veto])  # fmt: skip
     run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
 
     # The attempt really aborted after its records were delivered, and was replayed:

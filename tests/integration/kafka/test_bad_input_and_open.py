@@ -14,8 +14,9 @@ from confluent_kafka.admin import AdminClient
 from fanout_kafka import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError, KafkaSink
 from fanout_kafka.embedded import EmbeddedKafka, free_port
 
-from fanout import FanOut
+from fanout import FanOut, hookimpl
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.partitions import PartitionCommit
 from fanout.contract.sink import SinkContext, SinkResult
 from fanout.errors import ConfigurationError, SinkWriteError
 from fanout.testing import open_sink
@@ -209,12 +210,10 @@ def test_delta_dead_letters_of_a_committed_partition_survive_another_partition_f
         if r["id"] is None
     }
     faults.ship()
-    sink = faults.VetoOnceSink(
-        "events", batch=5, partition=1 - holder, state=str(tmp_path / "veto.json"),
-        bootstrap_servers=kafka.bootstrap, topic=topic, key="id", partitions=2,
-        dead_letter=str(tmp_path / "dlq"),
-    )  # fmt: skip
-    open_sink(sink, f"dl{uuid.uuid4().hex[:6]}")
+    veto = faults.VetoOnce(batch=5, partition=1 - holder, state=str(tmp_path / "veto.json"))
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id",
+                     partitions=2, dead_letter=str(tmp_path / "dlq"))  # fmt: skip
+    open_sink(sink, f"dl{uuid.uuid4().hex[:6]}", plugins=[veto])
     with pytest.raises(KafkaAbortedError, match="injected veto before commit"):
         write(spark, sink, rows)
     # the partition holding the bad record committed, and its letter is already parked
@@ -235,11 +234,12 @@ def test_delta_dead_letters_of_a_committed_partition_survive_another_partition_f
         assert twice == []
 
 
-class SlowCommitSink(KafkaSink):
-    """Takes longer than its transaction timeout before committing (a partition too big
-    for ``transaction_timeout_ms``)."""
+class SlowCommit:
+    """Takes longer than the sink's transaction timeout before committing (a partition
+    too big for ``transaction_timeout_ms``)."""
 
-    def before_commit(self, batch_id: int, partition: int, records: int) -> None:
+    @hookimpl
+    def fanout_partition_commit(self, commit: PartitionCommit) -> None:
         time.sleep(1.5)
 
 
@@ -251,11 +251,11 @@ def test_a_transaction_longer_than_its_timeout_fails_saying_what_to_change(
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors need not import it
-    sink = SlowCommitSink(
+    sink = KafkaSink(
         "events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id", partitions=1,
         transaction_timeout_ms=1000,
     )  # fmt: skip
-    sink.open(SinkContext(f"slow{uuid.uuid4().hex[:6]}"))
+    open_sink(sink, f"slow{uuid.uuid4().hex[:6]}", plugins=[SlowCommit()])
     with pytest.raises(SinkWriteError) as info:
         write(spark, sink, SMALL)
     error = info.value

@@ -81,14 +81,14 @@ def test_keyless_sink_with_current_timestamp_in_its_select_and_an_in_batch_retry
     faults.ship()
     rows = write_input(tmp_path / "input", 2, ROWS)
     pipeline = f"ts{uuid.uuid4().hex[:6]}"
-    sink = faults.VetoOnceSink(
-        "events", batch=1, partition=2, state=str(tmp_path / "veto.json"),
-        bootstrap_servers=kafka.bootstrap, topic=topic, partitions=PARTITIONS,
-    )  # fmt: skip
+    veto = faults.VetoOnce(batch=1, partition=2, state=str(tmp_path / "veto.json"))
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic,
+                     partitions=PARTITIONS)  # fmt: skip
     spec = SinkSpec(sink, Route(select=("*", "current_timestamp() AS seen_at")))
     refused: PartitioningError | None = None
     try:
-        fan = FanOut(pipeline, str(tmp_path / "ledger"), [spec], retries=2, backoff_s=0.1)
+        fan = FanOut(pipeline, str(tmp_path / "ledger"), [spec], retries=2, backoff_s=0.1,
+                     plugins=[veto])  # fmt: skip
     except PartitioningError as exc:
         refused = exc
     else:

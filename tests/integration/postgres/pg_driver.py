@@ -32,19 +32,13 @@ def main() -> None:
     parser.add_argument("--kill", type=int, default=-1, help="kill during this batch")
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
     args = parser.parse_args()
-    sink = KillAfterPartition(
-        "events",
-        driver_pid=os.getpid(),
-        batch=args.kill,
-        note=str(args.workdir / "killed.txt"),
-        url=args.url,
-        table="events",
-        mode="append",
-        create_table=True,
-        partitions=args.partitions,
+    killer = KillAfterPartition(
+        driver_pid=os.getpid(), batch=args.kill, note=str(args.workdir / "killed.txt")
     )
+    sink = {"type": "postgres", "name": "events", "url": args.url, "table": "events",
+            "mode": "append", "create_table": True, "partitions": args.partitions}  # fmt: skip
     spark = local_session("fanout-pg-crash-driver")
-    fan = FanOut(PIPELINE, str(args.workdir / "ledger"), [sink])
+    fan = FanOut(PIPELINE, str(args.workdir / "ledger"), [sink], plugins=[killer])
     run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint")
     spark.stop()
 

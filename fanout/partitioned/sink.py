@@ -1,0 +1,199 @@
+"""The partitioned-sink kit: a sink that writes each batch from the executors, one
+transaction per Spark partition, and skips on a replay the partitions that committed.
+
+The sink is configuration (the bytewax split): :class:`PartitionedSink` does, on the
+driver, everything such a sink needs to be exactly once -- the determinism check and the
+deterministic hash repartition into :attr:`PartitionedSink.partitions`, the refusal of a
+replay whose partitions would hold other rows than the committed ones
+(:mod:`fanout.partitioned.membership`), the ``mapInArrow`` task, the outcomes' transport,
+the check that every partition reported, the roll-up into one
+:class:`fanout.SinkResult`, and one error naming every failed partition. The sink
+provides a picklable :class:`fanout.partitioned.task.PartitionWriter` that owns the
+connection on the executor, and, when it skips committed partitions on a replay, how to
+read their marks.
+
+Per-partition commit hooks (``fanout_partition_commit`` just before a partition commits,
+``fanout_partition_committed`` right after) run on the executors, for the plugins given to
+``FanOut(plugins=...)`` (pickled with the task) and installed ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fanout.contract.sink import Sink, SinkContext, SinkResult
+from fanout.errors import SinkError, SinkWriteError, TransientSinkError
+from fanout.partitioned.determinism import check_batch
+from fanout.partitioned.membership import (
+    WHOLE_ROW,
+    CommittedPartition,
+    PartitionPlan,
+    check_committed,
+    plan_of,
+    quoted,
+    summarize,
+    with_member_column,
+)
+from fanout.partitioned.outcome import RESULT_DDL, PartitionOutcome
+from fanout.partitioned.task import CommitHooks, PartitionTask, implements_partition_hooks
+
+if TYPE_CHECKING:
+    from fanout.contract.batch import Batch
+    from fanout.partitioned.task import PartitionWriter
+
+
+@dataclass(frozen=True)
+class PartitionInput:
+    """What a batch's partitions are made of.
+
+    :param df: the DataFrame to partition (the batch, or the sink's projection of it).
+    :param by: the columns hashed into partitions (all of ``df``'s for a keyless sink).
+    :param membership: whether committed partitions are skipped on a replay (so their
+        membership must be stable, and is checked before anything is written).
+    :param keyed: whether ``by`` are keys (else the whole row decides the partition).
+    :param sort: columns ordering the rows within each partition, if any.
+    """
+
+    df: Any
+    by: Sequence[str]
+    membership: bool = True
+    keyed: bool = True
+    sort: Sequence[str] = ()
+
+
+class PartitionedSink(Sink):
+    """Base class of a sink writing from the executors, one transaction per partition.
+
+    Subclasses set ``self.partitions`` (a fixed count: the partitions are the unit of
+    exactly-once), call ``super().open(context)`` in :meth:`open`, and implement
+    :meth:`partition_writer`; those that skip committed partitions on a replay implement
+    :meth:`committed_partitions`. :meth:`write` is the kit's.
+    """
+
+    partitions: int = 1
+
+    def open(self, context: SinkContext) -> None:
+        """Keep the plugins implementing the per-partition commit hooks (shipped with
+        every partition task)."""
+        from fanout.hooks.registry import load_registry
+
+        self._commit_plugins = tuple(p for p in context.plugins if implements_partition_hooks(p))
+        installed = load_registry().manager.hook
+        self._installed_commit_hooks = any(
+            getattr(installed, name).get_hookimpls() for name in ("fanout_partition_commit",
+                                                                   "fanout_partition_committed")
+        )  # fmt: skip
+
+    # -- what a sink provides -------------------------------------------------------------
+
+    def partition_input(self, batch: Batch) -> PartitionInput:
+        """The batch's partitions: by default the batch itself, hashed by
+        :meth:`partitioned_by` (the whole row for ``"*"`` or ``None``)."""
+        by = self.partitioned_by()
+        columns = list(batch.df.columns)
+        if by is None or by == WHOLE_ROW:
+            return PartitionInput(batch.df, columns, keyed=False)
+        return PartitionInput(batch.df, list(by))
+
+    def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> PartitionWriter:
+        """The picklable writer of this batch's partitions (``plan``: the partitioning
+        each partition commits with its rows, when membership is kept)."""
+        raise NotImplementedError(f"{type(self).__name__}.partition_writer")
+
+    def committed_partitions(
+        self, batch: Batch, plan: PartitionPlan
+    ) -> Sequence[CommittedPartition]:
+        """The partitions of ``batch`` the target holds already, with the plan and digest
+        each committed with; read on the driver before anything is written."""
+        return ()
+
+    def partition_failure(
+        self, batch: Batch, failed: Sequence[PartitionOutcome], outcomes: Sequence[PartitionOutcome]
+    ) -> SinkError:
+        """The error of a batch with failed partitions (default: one naming each, transient
+        when all are). Override to choose your error classes."""
+        done = [o.partition for o in outcomes if o.status in ("committed", "skipped")]
+        lines = [
+            f"{len(failed)} of {len(outcomes)} partition(s) failed; partitions holding the "
+            f"batch (skipped on replay): {done or 'none'}"
+        ]
+        lines += [f"  - p{o.partition}: {o.failure.message}" for o in failed if o.failure]
+        transient = all(o.failure is not None and o.failure.transient for o in failed)
+        error = TransientSinkError if transient else SinkWriteError
+        return error("\n".join(lines), sink=self.name, batch_id=batch.batch_id)
+
+    def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
+        """On the driver, once every partition committed or was skipped: e.g. hand the
+        outcomes' refused rows (:attr:`PartitionOutcome.letters`) to the sink's dead-letter
+        target. Default: nothing."""
+
+    def result_details(self, outcomes: Sequence[PartitionOutcome]) -> Mapping[str, Any]:
+        """Facts of the sink's own for the result's details (default: none)."""
+        return {}
+
+    # -- the kit's write ------------------------------------------------------------------
+
+    def write(self, batch: Batch) -> SinkResult:
+        """Partition, check, write every partition from the executors, roll up."""
+        given = self.partition_input(batch)
+        from pyspark.sql import functions as F
+
+        by = [F.col(quoted(c)) for c in given.by]
+        parted, plan = given.df.repartition(self.partitions, *by), None
+        if given.membership:
+            check_batch(given.df, given.by if given.keyed else WHOLE_ROW, sink=self.name,
+                        batch_id=batch.batch_id, query_id=batch.query_id)  # fmt: skip
+            plan = plan_of(given.df, given.by, self.partitions)
+            check_committed(
+                self.committed_partitions(batch, plan), plan,
+                lambda: summarize(parted, given.by), sink=self.name, batch_id=batch.batch_id,
+            )  # fmt: skip
+            parted = with_member_column(parted, given.by)
+        if given.sort:
+            parted = parted.sortWithinPartitions(*given.sort)
+        task = PartitionTask(self.partition_writer(batch, plan), self._hooks(batch))
+        rows = parted.mapInArrow(task, RESULT_DDL).collect()
+        outcomes = sorted(
+            (PartitionOutcome.from_json(r["outcome"]) for r in rows), key=lambda o: o.partition
+        )
+        self._check_coverage(batch, outcomes)
+        failed = [o for o in outcomes if o.status == "failed"]
+        if failed:
+            raise self.partition_failure(batch, failed, outcomes)
+        self.after_partitions(batch, outcomes)
+        return self._roll_up(outcomes)
+
+    def _hooks(self, batch: Batch) -> CommitHooks:
+        info = batch.info
+        return CommitHooks(
+            info.pipeline, self.name, info.batch_id, info.epoch,
+            getattr(self, "_commit_plugins", ()),
+            getattr(self, "_installed_commit_hooks", False),
+        )  # fmt: skip
+
+    def _check_coverage(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
+        found = [o.partition for o in outcomes]
+        if found != list(range(self.partitions)):
+            raise SinkWriteError(
+                f"expected one outcome per partition 0..{self.partitions - 1}, got {found} "
+                "(is adaptive execution coalescing the repartition?)",
+                sink=self.name, batch_id=batch.batch_id,
+            )  # fmt: skip
+
+    def _roll_up(self, outcomes: Sequence[PartitionOutcome]) -> SinkResult:
+        skipped = [o.partition for o in outcomes if o.status == "skipped"]
+        committed = [o.partition for o in outcomes if o.status == "committed"]
+        details = {
+            "written": sum(o.written for o in outcomes),
+            "committed_partitions": committed,
+            "skipped_partitions": skipped,
+            **self.result_details(outcomes),
+        }
+        return SinkResult(
+            rows=sum(o.rows for o in outcomes),
+            details=details,
+            dead_lettered=sum(o.dead_lettered for o in outcomes),
+            already_written=bool(skipped) and not committed,
+        )
