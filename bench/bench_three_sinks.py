@@ -53,32 +53,28 @@ import os
 import shutil
 import statistics
 import sys
-import threading
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_core import (
-    SCHEMA,
+from common import (
     BenchFailure,
     Ctx,
     Run,
     _batch_ms,
     _cleanup,
     _start,
-    _timed,
     foreign_jvms,
     generate_input,
     report_load,
     run_with_workdir,
 )
-from bench_core import verify as verify_delta
+from three_checks import find_postmaster, finish, timed, verify_all, verify_ledger
+from three_services import PARTITIONS, Services, SinkTimes, make_plan, make_sink
 
 SINKS = ("delta", "pg", "kafka")
 ORDER = ("s_source", "s_delta", "s_pg", "s_kafka", "a", "b", "c")
@@ -93,155 +89,17 @@ LABELS = {
 }
 TARGETS = {"a_b": 1.7, "a_c": 1.5}
 LATENCY_MAX = 1.2
-PARTITIONS = 4  # write partitions of the PostgreSQL and Kafka sinks (their default)
 WARMUP_ROWS = 20_000
 
 
 # -- the services and the sinks ----------------------------------------------------------
 
 
-@dataclass
-class Services:
-    """The embedded PostgreSQL server and Kafka broker shared by every run."""
-
-    pg_url: str
-    bootstrap: str
-    engine: Any = None  # SQLAlchemy engine for verification and cleanup
-    admin: Any = None  # confluent_kafka AdminClient
-    pg_pid: int | None = None  # the postmaster (its tree: every backend)
-    kafka_pid: int | None = None  # the Tansu broker
-    counter: int = 0
-    kafka: Any = None  # the EmbeddedKafka serving the current run
-    lso_stuck: list[str] = field(default_factory=list)  # runs verified uncommitted only
-
-    def fresh_broker(self) -> None:
-        """Start a new, empty Tansu broker for the next run (and stop the last one).
-
-        Tansu keeps every record in memory; once a broker holds a few million, some stop
-        being served (a plain producer's topic, read uncommitted, lost 6,332 in
-        bench_kafka). A broker per run keeps every run's verification about fanout, not
-        about Tansu's memory. (Its stuck last stable offset happens with a fresh broker
-        too: see :func:`verify_kafka`.)
-        """
-        from confluent_kafka.admin import AdminClient
-        from fanout_kafka.embedded import EmbeddedKafka
-
-        if self.kafka is not None:
-            self.kafka.stop()
-        self.kafka = EmbeddedKafka()
-        self.bootstrap = self.kafka.start()
-        self.admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-        self.kafka_pid = self.kafka.process.pid if self.kafka.process is not None else None
-
-    def unique(self, variant: str) -> str:
-        self.counter += 1
-        return f"{variant.replace('_', '')}{self.counter:03d}{uuid.uuid4().hex[:6]}"
-
-    def create_topic(self, topic: str, partitions: int) -> None:
-        from confluent_kafka.admin import NewTopic
-
-        self.admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-
-    def drop(self, tables: list[str], topics: list[str]) -> None:
-        """Free the server's memory and disk after a verified run (best effort)."""
-        from sqlalchemy import text
-
-        with self.engine.begin() as conn:
-            for table in tables:
-                conn.execute(text(f'DROP TABLE IF EXISTS "{table}"'))
-        if topics:
-            for future in self.admin.delete_topics(topics).values():
-                with contextlib.suppress(Exception):
-                    future.result(30)
-
-
-@dataclass
-class Plan:
-    """The names of one run: pipeline, Delta path, PostgreSQL table, Kafka topics."""
-
-    run: Path
-    pipeline: str
-    delta_path: Path
-    table: str
-    topic: str
-    marker_topic: str
-
-
-def make_plan(ctx: Ctx, services: Services, variant: str) -> Plan:
-    run = ctx.run_dir(variant)
-    uid = services.unique(variant)
-    plan = Plan(run, f"b3-{uid}", run / "delta", f"bench_{uid}", f"bench-{uid}", f"markers-{uid}")
-    services.create_topic(plan.topic, PARTITIONS)  # explicitly, before anything produces
-    services.create_topic(plan.marker_topic, 1)
-    return plan
-
-
-def make_sink(kind: str, plan: Plan, services: Services) -> Any:
-    """One of fanout's own sinks; every variant builds them here, with the same options."""
-    if kind == "delta":
-        from fanout_delta.sink import DeltaSink
-
-        return DeltaSink("delta", path=str(plan.delta_path), engine="rs", mode="append")
-    if kind == "pg":
-        from fanout_postgres import PostgresSink
-
-        return PostgresSink(
-            "pg",
-            url=services.pg_url,
-            table=plan.table,
-            keys=["order_id"],
-            create_table=True,
-            partitions=PARTITIONS,
-            batch_schema=SCHEMA,  # creates the table at open(), before the clock starts
-        )
-    if kind == "kafka":
-        from fanout_kafka import KafkaSink
-
-        return KafkaSink(
-            "kafka",
-            bootstrap_servers=services.bootstrap,
-            topic=plan.topic,
-            key="order_id",
-            partitions=PARTITIONS,
-            marker_topic=plan.marker_topic,
-        )
-    raise ValueError(kind)
-
-
 # -- per-sink write times ----------------------------------------------------------------
-
-
-@dataclass
-class SinkTimes:
-    """Seconds of every ``sink.write`` call, per sink, appended from any thread."""
-
-    seconds: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, sink: str, duration_s: float) -> None:
-        with self.lock:
-            self.seconds[sink].append(duration_s)
-
-    def observer(self) -> object:
-        """A fanout observer plugin recording each sink's write time (``fanout_sink_done``:
-        ``sink.write`` alone, without the ledger mark)."""
-        from fanout import hookimpl
-
-        times = self
-
-        class Observer:
-            @hookimpl
-            def fanout_sink_done(
-                self, info: Any, sink: str, result: Any, duration_s: float
-            ) -> None:
-                times.add(sink, duration_s)
-
-        return Observer()
 
 
 # -- CPU accounting ----------------------------------------------------------------------
 
-CLK = os.sysconf("SC_CLK_TCK")
 CPU_GROUPS = ("driver", "spark_jvm", "py_workers", "postgres", "tansu")
 CPU_LABELS = {
     "driver": "driver Python (fanout, toArrow, delta-rs)",
@@ -252,201 +110,7 @@ CPU_LABELS = {
 }
 
 
-def _proc_table() -> dict[int, tuple[int, str, float, float]]:
-    """pid -> (ppid, comm, own CPU s, own + reaped children's CPU s)."""
-    out = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        f = stat.rsplit(")", 1)[1].split()  # f[1] ppid, f[11..14] utime stime cutime cstime
-        own = (int(f[11]) + int(f[12])) / CLK
-        out[int(d.name)] = (int(f[1]), comm, own, own + (int(f[13]) + int(f[14])) / CLK)
-    return out
-
-
-def _machine_cpu() -> float:
-    """Busy CPU seconds of the whole machine (user, nice, system, irq, softirq, steal)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
-    return (user + nice + system + irq + softirq + steal) / CLK
-
-
-def cpu_snapshot(services: Services) -> dict[str, float]:
-    """CPU seconds used so far by each process group of this benchmark, and the machine."""
-    table = _proc_table()
-    children: dict[int, list[int]] = defaultdict(list)
-    for pid, (ppid, *_rest) in table.items():
-        children[ppid].append(pid)
-
-    def tree(root: int | None) -> float:
-        if root is None or root not in table:
-            return 0.0
-        return table[root][3] + sum(tree(c) for c in children[root])
-
-    me = os.getpid()
-    jvms = [p for p in children[me] if table[p][1] == "java"]
-    return {
-        "driver": table[me][2],
-        "spark_jvm": sum(table[p][2] for p in jvms),
-        "py_workers": sum(tree(c) for p in jvms for c in children[p]),
-        "postgres": tree(services.pg_pid),
-        "tansu": tree(services.kafka_pid),
-        "machine": _machine_cpu(),
-    }
-
-
-def find_postmaster(data_dir: Path) -> int | None:
-    """The embedded server's postmaster: a ``postgres`` process started on ``data_dir``
-    whose parent is not one."""
-    table = _proc_table()
-    for pid, (ppid, comm, *_rest) in table.items():
-        if comm != "postgres" or table.get(ppid, (0, ""))[1] == "postgres":
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if str(data_dir) in cmdline:
-            return pid
-    return None
-
-
-def timed(ctx: Ctx, services: Services, starters: list[Callable[[], Any]]) -> tuple:
-    """bench_core's ``_timed`` (first start to last termination), plus the CPU seconds
-    each process group used meanwhile."""
-    before = cpu_snapshot(services)
-    seconds, queries = _timed(ctx, starters)
-    after = cpu_snapshot(services)
-    return seconds, queries, {k: after[k] - before[k] for k in before}
-
-
 # -- verification ------------------------------------------------------------------------
-
-
-def verify_pg(services: Services, table: str, n: int, variant: str) -> None:
-    from sqlalchemy import text
-
-    with services.engine.connect() as conn:
-        rows, distinct, lo, hi = conn.execute(
-            text(
-                "SELECT count(*), count(DISTINCT order_id), min(order_id), max(order_id) "
-                f'FROM "{table}"'
-            )
-        ).one()
-    if rows != n or distinct != n or (n and (lo != 0 or hi != n - 1)):
-        raise BenchFailure(
-            f"variant {variant}: PostgreSQL table {table} holds {rows} rows, {distinct} "
-            f"distinct order_ids (min {lo}, max {hi}); expected exactly {n} (0..{n - 1})"
-        )
-
-
-def verify_kafka(services: Services, topic: str, n: int, variant: str) -> None:
-    """A read_committed consumer reads until ``n`` records arrived (then 1 s more, to see
-    any extra); never the watermarks, which Tansu reports wrong.
-
-    Tansu sometimes stops serving committed records to read_committed readers: from one
-    offset on, every later record of every partition stays hidden, although each later
-    transaction committed (its commit marker is in the log) and nothing ever aborted (the
-    last stable offset is stuck; seen in about 1 run in 7, with either connection setting).
-    When that happens and a read_uncommitted reader finds exactly ``n`` records with ``n``
-    distinct keys, the run counts as verified on the uncommitted read and is listed in
-    ``services.lso_stuck`` (printed with the results); any other shortfall or any extra
-    record fails the run."""
-    keys, per_partition, errors = _read_topic(services, topic, n, "read_committed", 300)
-    count = sum(per_partition.values())
-    if count == n and len(keys) == n:
-        return
-    all_keys, uncommitted, _ = _read_topic(services, topic, n, "read_uncommitted", 60)
-    detail = (
-        f"read_committed per partition {dict(sorted(per_partition.items()))}, "
-        f"read_uncommitted {dict(sorted(uncommitted.items()))}, consumer errors {errors[:3]}"
-    )
-    if count < n and len(keys) == count and sum(uncommitted.values()) == n == len(all_keys):
-        services.lso_stuck.append(f"{variant}: read_committed saw {count:,} of {n:,} ({detail})")
-        print(
-            f"  WARNING {variant}: Tansu served {count:,} of {n:,} committed records to "
-            f"read_committed; read_uncommitted holds exactly {n:,}, once each (stuck last "
-            "stable offset, see verify_kafka)",
-            flush=True,
-        )
-        return
-    raise BenchFailure(
-        f"variant {variant}: Kafka topic {topic} holds {count} committed records with "
-        f"{len(keys)} distinct keys; expected exactly {n} ({detail})"
-    )
-
-
-def _read_topic(
-    services: Services, topic: str, n: int, isolation: str, timeout_s: float
-) -> tuple[set[bytes], dict[int, int], list[str]]:
-    """Keys, records per partition and errors seen reading ``topic`` from the beginning
-    (until ``n`` records and 1 s more, ``timeout_s``, or 30 s without a record)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": services.bootstrap,
-            "group.id": f"verify-{uuid.uuid4().hex}",
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-            "log_level": 0,
-        }
-    )
-    keys: set[bytes] = set()
-    per_partition: dict[int, int] = defaultdict(int)
-    errors: list[str] = []
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, -2) for p in parts])  # -2: beginning
-        count, deadline, quiet_until = 0, time.monotonic() + timeout_s, None
-        last_record = time.monotonic()
-        while time.monotonic() < deadline and time.monotonic() - last_record < 30:
-            if count >= n:
-                quiet_until = quiet_until or time.monotonic() + 1.0
-                if time.monotonic() > quiet_until:
-                    break
-            for message in consumer.consume(10_000, timeout=0.2):
-                if message.error():
-                    errors.append(str(message.error()))
-                    continue
-                last_record = time.monotonic()
-                count += 1
-                per_partition[message.partition()] += 1
-                keys.add(message.key())
-    finally:
-        consumer.close()
-    return keys, dict(per_partition), errors
-
-
-def verify_ledger(ledger: Any, pipeline: str, sinks: list[str], last: int, variant: str) -> None:
-    marks = ledger.last_committed(pipeline, sinks)
-    if any(v != last for v in marks.values()):
-        raise BenchFailure(f"variant {variant}: ledger marks {marks}, expected {last} each")
-
-
-def verify_all(
-    ctx: Ctx, services: Services, plan: Plan, kinds: tuple[str, ...], variant: str
-) -> None:
-    if "delta" in kinds:
-        verify_delta([plan.delta_path], ctx.rows, variant)
-    if "pg" in kinds:
-        verify_pg(services, plan.table, ctx.rows, variant)
-    if "kafka" in kinds:
-        verify_kafka(services, plan.topic, ctx.rows, variant)
-
-
-def finish(ctx: Ctx, services: Services, plan: Plan, kinds: tuple[str, ...]) -> None:
-    if not ctx.keep:
-        services.drop(
-            [plan.table] if "pg" in kinds else [],
-            [plan.topic, plan.marker_topic] if "kafka" in kinds else [plan.marker_topic],
-        )
-    _cleanup(ctx, plan.run)
 
 
 # -- the variants ------------------------------------------------------------------------

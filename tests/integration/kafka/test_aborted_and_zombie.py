@@ -123,13 +123,15 @@ def test_zombie_is_fenced_and_nothing_of_it_is_visible(kafka: Broker, topic: str
         [{"id": f"z{i}", "v": "zombie"} for i in range(5)]
     )
     late = zombie.write(zombie_records, bad, prepared=True)  # its late commit
-    assert (late.status, late.error_kind, late.transient) == ("failed", "fenced", False)
-    assert late.error is not None
+    failure = late.failure
+    assert failure is not None
+    assert (late.status, failure.kind, failure.transient) == ("failed", "fenced", False)
     assert (
         "fenced: another writer took over transactional id "
-        f"'fanout-{pipeline}-events-0'" in late.error
+        f"'fanout-{pipeline}-events-0'" in failure.message
     )
-    error = sink._failure(0, [late], [late])
+    batch = Batch(None, BatchInfo(pipeline, 0), "events", f"fanout/{pipeline}/events")
+    error = sink.partition_failure(batch, [late], [late])
     assert type(error).__name__ == "KafkaFencedError" and not sink.is_transient(error)
 
     records = read_topic(kafka.bootstrap, topic, 5)

@@ -1,0 +1,239 @@
+"""A conformance suite any sink type runs from pytest in a few lines.
+
+Subclass :class:`SinkConformance` in your plugin's tests and give it a fixture
+``under_test`` returning a :class:`SinkUnderTest`: the sink's configuration and a way to
+read what its target holds. The suite needs a ``spark`` fixture (a local SparkSession) and
+checks, with the real sink and exact contents::
+
+    import pytest
+    from fanout.testing.conformance import SinkConformance, SinkUnderTest
+
+    class TestMySink(SinkConformance):
+        @pytest.fixture
+        def under_test(self, tmp_path):
+            return SinkUnderTest(
+                config={"type": "mysink", "directory": str(tmp_path / "out")},
+                read=lambda: read_my_target(tmp_path / "out"),  # rows with "id" and "v"
+                dead_letter=str(tmp_path / "dead"),  # any dead_letter your sink takes
+            )
+
+Batches have two columns, ``id BIGINT`` and ``v STRING``; ``read`` returns the target's
+rows as mappings holding at least ``id``. The checks: a driver killed (SIGKILL, a real
+subprocess) between the sink's write and its ledger mark, then the replay; the replay of
+a marked batch (skipped) and of an unmarked one (no duplicate); an empty batch; schema
+drift (a new column: refused naming it, or written, as the sink declares); null keys
+(refused naming the column, or dead-lettered: never dropped); rows failing a route go to
+the dead-letter target; a secret of the configuration never appears in an error or a log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from fanout.contract.batch import BatchInfo
+from fanout.errors import BatchFailedError, FanoutError, SchemaMismatchError
+from fanout.fan_out import FanOut
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry
+
+SCHEMA = "id BIGINT, v STRING"
+NAME = "under_test"
+
+
+@dataclass
+class SinkUnderTest:
+    """A sink type as the suite sees it.
+
+    :param config: the sink's configuration without ``name`` (``{"type": ..., **options}``),
+        JSON-serialisable: the kill check rebuilds it in another process.
+    :param read: the rows the target holds (mappings with ``id``; ``v`` when kept).
+    :param dead_letter: a ``dead_letter`` option value the sink takes (``None``: the route
+        check is skipped).
+    :param read_dead_letters: the dead letters' rows (default: the Delta table at
+        ``dead_letter``).
+    :param keyed: whether ``id`` is the sink's key (the null-key check applies).
+    :param schema_drift: what a new column does: ``"refuses"`` (an error naming it) or
+        ``"writes"``.
+    :param secret: a secret value held by ``failing_config`` (``None``: check skipped).
+    :param failing_config: a configuration with ``secret`` that fails (at open or write).
+    :param env: environment variables the kill check's subprocess needs (``PYTHONPATH``).
+    """
+
+    config: Mapping[str, Any]
+    read: Callable[[], Sequence[Mapping[str, Any]]]
+    dead_letter: str | None = None
+    read_dead_letters: Callable[[], Sequence[Mapping[str, Any]]] | None = None
+    keyed: bool = False
+    schema_drift: Literal["refuses", "writes"] = "refuses"
+    secret: str | None = None
+    failing_config: Mapping[str, Any] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def sink(self, **extra: Any) -> dict[str, Any]:
+        """The configuration as ``FanOut(sinks=[...])`` takes it."""
+        return {**self.config, "name": NAME, **extra}
+
+    def ids(self) -> list[int]:
+        """The ids the target holds, sorted (duplicates kept)."""
+        return sorted(int(row["id"]) for row in self.read())
+
+
+class _MarkLost:
+    """A ledger whose first ``committed`` mark fails: the sink wrote, the mark is lost."""
+
+    def __init__(self, inner: DeltaLedger) -> None:
+        self.inner, self.lost = inner, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def mark_committed(self, entry: LedgerEntry) -> bool:
+        if not self.lost:
+            self.lost = True
+            raise OSError("the driver died before the ledger mark")
+        return self.inner.mark_committed(entry)
+
+
+class SinkConformance:
+    """The checks; subclass it and provide the ``under_test`` fixture (module docstring)."""
+
+    pipeline = "conformance"
+
+    def _fan(self, case: SinkUnderTest, ledger: Any, **extra: Any) -> FanOut:
+        return FanOut(self.pipeline, ledger, [case.sink(**extra)], retries=0, backoff_s=0)
+
+    def _batch(self, spark: Any, rows: Sequence[tuple[Any, ...]], schema: str = SCHEMA) -> Any:
+        return spark.createDataFrame(list(rows), schema)
+
+    def _info(self, batch_id: int) -> BatchInfo:
+        return BatchInfo(self.pipeline, batch_id, "conformance-query")
+
+    def test_replay_of_a_marked_batch_is_skipped(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        batch = self._batch(spark, [(i, f"v{i}") for i in range(5)])
+        assert fan.process(batch, self._info(0))[NAME].rows == 5
+        assert fan.process(batch, self._info(0)) == {}  # the ledger says: written
+        assert under_test.ids() == list(range(5))
+
+    def test_replay_of_an_unmarked_batch_writes_no_duplicate(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        path = str(tmp_path / "ledger")
+        batch = self._batch(spark, [(i, f"v{i}") for i in range(6)])
+        with pytest.raises(BatchFailedError):
+            self._fan(under_test, _MarkLost(DeltaLedger(path))).process(batch, self._info(0))
+        assert under_test.ids() == list(range(6))  # written, not marked
+        result = self._fan(under_test, path).process(batch, self._info(0))[NAME]
+        assert result.rows == 6
+        assert under_test.ids() == list(range(6))
+
+    def test_kill_between_write_and_mark(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        spec = {"pipeline": self.pipeline, "ledger": str(tmp_path / "ledger"),
+                "sink": under_test.sink(), "rows": [[i, f"v{i}"] for i in range(8)]}  # fmt: skip
+        env = {**os.environ, **under_test.env}
+        killed = subprocess.run(
+            [sys.executable, "-m", "fanout.testing.kill_driver", json.dumps(spec)],
+            capture_output=True, text=True, timeout=600, env=env,
+        )  # fmt: skip
+        assert killed.returncode == -9, killed.stderr[-3000:]
+        assert under_test.ids() == list(range(8))  # written by the killed driver, unmarked
+        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        batch = self._batch(spark, [(i, f"v{i}") for i in range(8)])
+        assert fan.process(batch, self._info(0))[NAME].rows == 8  # the replay
+        assert under_test.ids() == list(range(8))
+
+    def test_an_empty_batch_writes_nothing_and_is_marked(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        assert fan.process(self._batch(spark, []), self._info(0))[NAME].rows == 0
+        assert fan.process(self._batch(spark, []), self._info(0)) == {}
+        assert under_test.ids() == []
+
+    def test_schema_drift(self, spark: Any, under_test: SinkUnderTest, tmp_path: Path) -> None:
+        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        fan.process(self._batch(spark, [(1, "a")]), self._info(0))
+        drifted = self._batch(spark, [(2, "b", 7)], SCHEMA + ", extra INT")
+        if under_test.schema_drift == "writes":
+            assert fan.process(drifted, self._info(1))[NAME].rows == 1
+            assert under_test.ids() == [1, 2]
+            return
+        with pytest.raises(BatchFailedError) as failed:
+            fan.process(drifted, self._info(1))
+        error = failed.value.failures[NAME]
+        assert isinstance(error, SchemaMismatchError) or "extra" in str(error)
+        assert "extra" in str(error) and f"sink {NAME!r}, batch 1" in str(error)
+        assert under_test.ids() == [1]
+
+    def test_a_null_key_is_refused_by_name_or_dead_lettered(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        if not under_test.keyed:
+            pytest.skip("the sink has no key")
+        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        rows = [(1, "a"), (None, "no key"), (2, "b")]
+        try:
+            result = fan.process(self._batch(spark, rows), self._info(0))[NAME]
+        except BatchFailedError as failed:
+            assert "'id'" in str(failed.value.failures[NAME])
+            return
+        assert sorted(under_test.ids()) == [1, 2] and result.dead_lettered == 1  # not dropped
+
+    def test_rows_failing_the_route_go_to_the_dead_letter_target(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        if under_test.dead_letter is None:
+            pytest.skip("no dead_letter target given")
+        fan = self._fan(under_test, str(tmp_path / "ledger"), dead_letter=under_test.dead_letter,
+                        where="CAST(v AS INT) > 0")  # fmt: skip
+        rows = [(1, "1"), (2, "abc"), (3, "3")]
+        result = fan.process(self._batch(spark, rows), self._info(0))[NAME]
+        assert (result.rows, result.dead_lettered) == (2, 1)
+        assert under_test.ids() == [1, 3]
+        letters = self._dead_letters(under_test)
+        assert [json.loads(d["row"])["id"] for d in letters] == [2]
+        assert "CAST_INVALID_INPUT" in letters[0]["reason"]
+
+    def _dead_letters(self, case: SinkUnderTest) -> Sequence[Mapping[str, Any]]:
+        if case.read_dead_letters is not None:
+            return case.read_dead_letters()
+        from fanout.delta_tables.io import read_delta
+
+        assert case.dead_letter is not None
+        return read_delta(case.dead_letter.removeprefix("delta:")).to_pylist()
+
+    def test_a_secret_never_appears_in_errors_or_logs(
+        self,
+        spark: Any,
+        under_test: SinkUnderTest,
+        tmp_path: Path,
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        if under_test.secret is None or under_test.failing_config is None:
+            pytest.skip("no secret in this sink's configuration")
+        caplog.set_level(logging.DEBUG)
+        config = {**under_test.failing_config, "name": NAME}
+        texts = []
+        try:
+            fan = FanOut(self.pipeline, str(tmp_path / "ledger"), [config], retries=0)
+            fan.process(self._batch(spark, [(1, "a")]), self._info(0))
+        except FanoutError as error:
+            texts += [str(error), repr(error), str(error.__cause__ or "")]
+        else:
+            pytest.fail("the failing configuration did not fail")
+        texts.append(caplog.text)
+        assert all(under_test.secret not in text for text in texts)
