@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from fanout.contract.batch import BatchInfo
     from fanout.contract.dead_letters import DeadLetterKind
     from fanout.contract.sink import Sink, SinkResult
+    from fanout.hooks.commands import CliCommand
+    from fanout.hooks.services import EmbeddedService
 
 PROJECT_NAME = "fanout"
 """The pluggy project name, which is also the entry-point group plugins register under."""
@@ -64,6 +66,40 @@ def fanout_sink_types() -> Mapping[str, type[Sink]]:
 
     :return: a mapping of type names to :class:`fanout.Sink` subclasses. Every plugin's
         mapping is used; two plugins returning the same type name is an error naming both.
+    """
+    raise NotImplementedError  # a specification: pluggy never calls this body
+
+
+# -------------------------------------------------------------------------------------
+# Commands and services (the ``fanout`` command-line tool)
+# -------------------------------------------------------------------------------------
+
+
+@hookspec
+def fanout_cli_commands() -> Sequence[CliCommand]:
+    """Return the ``fanout`` sub-commands this plugin provides.
+
+    Called each time the ``fanout`` command builds its argument parser (before it parses
+    the command line), so ``fanout --help`` lists a plugin's commands exactly when the plugin
+    is installed. The fanout-postgres plugin provides ``fanout migrate`` this way.
+
+    :return: :class:`fanout.hooks.commands.CliCommand` objects. Every plugin's commands are
+        used; a name already taken by a core command or by another plugin is an error naming
+        both (``fanout`` then exits with 1).
+    """
+    raise NotImplementedError  # a specification: pluggy never calls this body
+
+
+@hookspec
+def fanout_embedded_services() -> Sequence[EmbeddedService]:
+    """Return the local servers this plugin can start for its sink types.
+
+    Called by ``fanout demo`` (for each sink type the demo writes whose server was not given
+    on the command line) and by ``fanout dev up`` (all of them, exporting each address as the
+    service's ``env_var``). Nothing starts until the core enters ``service.start(root)``.
+
+    :return: :class:`fanout.hooks.services.EmbeddedService` objects, named for the sink type
+        they serve. Two plugins returning the same name is an error naming both.
     """
     raise NotImplementedError  # a specification: pluggy never calls this body
 

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from fanout.app.cli import main as cli_main
-from fanout.app.pg_migrations import head_revision, lock_key, upgrade
+from fanout_postgres.migrate import head_revision, lock_key, upgrade
 from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError
 from tests.integration.postgres.pgcheck import dsn, query
@@ -91,7 +91,7 @@ def test_two_processes_upgrading_at_once_do_not_race(pg_url: str) -> None:
     holder.autocommit = True
     with holder.cursor() as cur:
         cur.execute("SELECT pg_advisory_lock(%s, %s)", lock_key("fanout"))
-    code = "import sys; from fanout.app.pg_migrations import upgrade; print(upgrade(sys.argv[1]))"
+    code = "import sys; from fanout_postgres.migrate import upgrade; print(upgrade(sys.argv[1]))"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code, pg_url],

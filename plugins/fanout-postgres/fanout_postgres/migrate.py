@@ -3,17 +3,18 @@
 fanout keeps its own bookkeeping in PostgreSQL (the append-mode progress table of the
 ``postgres`` sink) in a schema of its own, ``fanout`` by default, with its own Alembic version
 table (``<schema>.alembic_version``), so it never touches the user's tables or the user's own
-Alembic history. The Alembic environment ships inside the wheel as ``fanout.migrations``
-(``migrations/`` in the source tree).
+Alembic history. The Alembic environment ships inside this plugin's wheel as the package
+:mod:`fanout_postgres.migrations` (its ``versions/`` are the one definition of those tables).
 
-:func:`upgrade` is what ``fanout migrate --url URL`` and the sink's ``open()`` run. It is
+:func:`upgrade` is what ``fanout migrate --url URL`` (:mod:`fanout_postgres.cli`) and the
+sink's ``open()`` run. It is
 safe to call any number of times (at head it does nothing) and from several processes at
 once: the whole upgrade runs in one transaction holding a transaction-level advisory lock
 (:func:`lock_key`), so a second pipeline starting at the same moment waits, then finds the
 schema at head.
 
-SQLAlchemy and Alembic are imported lazily: the core has no hard dependency on them
-(``pip install fanout-postgres`` brings them).
+SQLAlchemy and Alembic are imported lazily, so importing this module (and the plugin) stays
+cheap; ``pip install fanout-postgres`` brings them.
 """
 
 from __future__ import annotations
@@ -61,21 +62,13 @@ def lock_key(schema: str) -> tuple[int, int]:
 
 
 def script_location() -> str:
-    """The directory of the Alembic environment (installed package or source tree)."""
-    try:
-        from importlib.resources import files
-
-        location = Path(str(files("fanout.migrations")))
-        if (location / "env.py").is_file():
-            return str(location)
-    except ModuleNotFoundError:
-        pass
-    source_tree = Path(__file__).resolve().parent.parent / "migrations"
-    if (source_tree / "env.py").is_file():
-        return str(source_tree)
+    """The directory of the Alembic environment (package :mod:`fanout_postgres.migrations`)."""
+    location = Path(__file__).resolve().parent / "migrations"
+    if (location / "env.py").is_file():
+        return str(location)
     raise ConfigurationError(
-        "fanout's migrations are missing from this installation (package fanout.migrations); "
-        "reinstall fanout"
+        "fanout's migrations are missing from this installation "
+        "(package fanout_postgres.migrations); reinstall fanout-postgres"
     )
 
 
