@@ -19,6 +19,7 @@ cheap; ``pip install fanout-postgres`` brings them.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from fanout.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from sqlalchemy import Table
     from sqlalchemy.engine import Connection
 
 DEFAULT_SCHEMA = "fanout"
@@ -93,6 +95,66 @@ def head_revision() -> str:
     head = ScriptDirectory.from_config(_alembic_config(DEFAULT_SCHEMA)).get_current_head()
     assert head is not None
     return head
+
+
+def head_table(name: str, schema: str = DEFAULT_SCHEMA) -> Table:
+    """fanout's table ``name`` in ``schema`` as the migrations leave it at head.
+
+    The revisions under ``migrations/versions`` are the one definition of fanout's tables:
+    this replays their ``upgrade()`` through Alembic, offline, into SQLAlchemy ``Table``
+    objects instead of DDL (no database is touched). The statements the sink runs are built
+    from these tables, so a column added by a new revision is known to them at once.
+    """
+    tables = _head_tables(schema)
+    if name not in tables:
+        raise ConfigurationError(f"fanout's migrations define no table {name!r}")
+    return tables[name]
+
+
+@functools.cache
+def _head_tables(schema: str) -> dict[str, Table]:
+    import io
+
+    from alembic.ddl.postgresql import PostgresqlImpl
+    from alembic.operations import Operations
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from sqlalchemy import Column
+
+    tables: dict[str, Table] = {}
+
+    class Replay(PostgresqlImpl):
+        """Alembic's DDL implementation turned recorder: tables instead of statements."""
+
+        def create_table(self, table: Table, **kw: Any) -> None:
+            tables[table.name] = table
+
+        def add_column(self, table_name: str, column: Any, **kw: Any) -> None:
+            default = column.server_default
+            tables[table_name].append_column(
+                Column(
+                    column.name,
+                    column.type,
+                    nullable=column.nullable,
+                    server_default=default.arg if default is not None else None,
+                    comment=column.comment,
+                )
+            )
+
+        def _exec(self, construct: Any, *args: Any, **kw: Any) -> Any:
+            raise NotImplementedError(
+                "fanout's migrations are replayed into tables from create_table and "
+                f"add_column only; teach head_table another operation: {construct}"
+            )
+
+    opts = {"as_sql": True, "output_buffer": io.StringIO(), "version_table_schema": schema}
+    context = MigrationContext.configure(dialect_name="postgresql", opts=opts)
+    context.impl = Replay(context.dialect, None, True, False, io.StringIO(), {})
+    script = ScriptDirectory.from_config(_alembic_config(schema))
+    with Operations.context(context):
+        for revision in reversed(list(script.walk_revisions("base", "heads"))):
+            revision.module.upgrade()
+    return tables
 
 
 def current_revision(connection: Connection, schema: str = DEFAULT_SCHEMA) -> str | None:
