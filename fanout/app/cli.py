@@ -10,13 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from fanout.errors import ConfigurationError, FanoutError, PluginError
-from fanout.hooks.commands import CliCommand
+from fanout.errors import ConfigurationError, FanoutError
 from fanout.observe.logs import configure as configure_logging
 from fanout.version import __version__
+
+if TYPE_CHECKING:
+    from fanout.hooks.registry import Registry
 
 EXIT_BROKEN_PIPE = 128 + 13
 """What a shell reports for a tool that SIGPIPE ended (``fanout status --json | head``)."""
@@ -201,9 +203,13 @@ def _positive(text: str) -> int:
     return value
 
 
-def build_parser(plugin_commands: Sequence[CliCommand] | None = None) -> argparse.ArgumentParser:
-    """The argument parser of the ``fanout`` command: the core's commands, then each
-    plugin's (default: those of the installed plugins, :func:`installed_commands`)."""
+def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the ``fanout`` command: the core's commands, then those the
+    plugins of ``registry`` contribute (default: the installed plugins, :func:`installed_plugins`).
+
+    :raises PluginError: when a plugin's command takes a core command's or another plugin's
+        name.
+    """
     parser = argparse.ArgumentParser(
         prog="fanout", description="Exactly-once fan-out of a Spark stream to many sinks."
     )
@@ -305,32 +311,37 @@ def build_parser(plugin_commands: Sequence[CliCommand] | None = None) -> argpars
     )
     demo.set_defaults(func=cmd_demo)
 
-    core = set(sub.choices)
-    for command in installed_commands(core) if plugin_commands is None else plugin_commands:
-        if command.name in core:
-            raise PluginError(f"fanout command {command.name!r} is one of the core's")
+    registry = installed_plugins() if registry is None else registry
+    for command in registry.cli_commands(taken=set(sub.choices)):
         added = sub.add_parser(command.name, help=command.help)
         command.add_arguments(added)
         added.set_defaults(func=command.run)
     return parser
 
 
-def installed_commands(taken: Iterable[str] = ()) -> list[CliCommand]:
-    """The ``fanout`` commands of the installed plugins (none of a plugin that fails to
-    load: ``fanout plugins`` says why)."""
+def installed_plugins() -> Registry:
+    """The registry of the installed plugins (a plugin that fails to load contributes no
+    command; ``fanout plugins`` says why)."""
     from fanout.hooks.registry import load_registry
 
-    return load_registry().cli_commands(taken)
+    return load_registry()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fanout`` console script."""
+    plugins = installed_plugins()
     try:
-        parser = build_parser()
+        parser = build_parser(plugins)
     except FanoutError as exc:  # two plugins claiming one command: nothing can run safely
         print(f"fanout: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        if exc.code == 2:  # a bad command line; a command may be missing with its plugin
+            for error in plugins.load_errors:
+                print(f"fanout: note: {error}", file=sys.stderr)
+        raise
     configure_logging(args.log_level, args.log_format)
     try:
         code = int(args.func(args))

@@ -55,11 +55,7 @@ class Commands:
 def installed(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """The plugins ``fanout`` sees as installed, in place of the real entry points."""
     plugins: list[object] = []
-    monkeypatch.setattr(
-        cli,
-        "installed_commands",
-        lambda taken=(): load_registry(plugins, entry_points_=[]).cli_commands(taken),
-    )
+    monkeypatch.setattr(cli, "installed_plugins", lambda: load_registry(plugins, entry_points_=[]))
     return plugins
 
 
@@ -101,6 +97,25 @@ def test_a_plugin_may_not_take_a_core_command_or_another_plugins(
     assert "fanout command 'hello' is provided by both" in capsys.readouterr().err
 
 
+def test_a_command_missing_with_its_broken_plugin_says_why(
+    installed: list[object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fanout import hookimpl as impl
+
+    class Broken:
+        @impl
+        def fanout_sink_type(self) -> None:  # a typo: the plugin is refused
+            ...
+
+    installed.append(Broken())
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["hello"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'hello'" in err
+    assert "fanout: note: Error importing plugin" in err and "fanout_sink_type" in err
+
+
 def test_a_plugin_command_must_be_a_cli_command() -> None:
     registry = load_registry([Commands("migrate")], entry_points_=[])
     with pytest.raises(PluginError, match="not a fanout.hooks.commands.CliCommand"):
@@ -113,7 +128,7 @@ def test_a_plugin_command_must_be_a_cli_command() -> None:
 def test_migrate_comes_with_the_postgres_plugin(capsys: pytest.CaptureFixture[str]) -> None:
     parser = cli.build_parser()
     assert "migrate" in parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
-    without = cli.build_parser(plugin_commands=[])
+    without = cli.build_parser(load_registry(entry_points_=[]))
     assert "migrate" not in without._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     assert cli.main(["migrate", "--url", "not a url"]) == 2
     assert "--url is not a SQLAlchemy URL" in capsys.readouterr().err
@@ -200,3 +215,24 @@ def test_the_installed_plugins_serve_their_sink_types() -> None:
         assert services["postgres"].env_var == "FANOUT_PG_URL"
     if importlib.util.find_spec("fanout_kafka"):
         assert services["kafka"].env_var == "FANOUT_KAFKA_BOOTSTRAP"
+
+
+def test_the_postgres_wheel_ships_its_alembic_environment() -> None:
+    """Every file of ``fanout_postgres/migrations`` is in the plugin's wheel: its folders
+    are packages (found by ``packages.find``) and its other files are package data."""
+    import fnmatch
+    import tomllib
+
+    plugin = Path(__file__).resolve().parents[2] / "plugins" / "fanout-postgres"
+    setuptools = tomllib.loads((plugin / "pyproject.toml").read_text())["tool"]["setuptools"]
+    data = setuptools["package-data"]
+    root = plugin / "fanout_postgres" / "migrations"
+    files = [p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert {p.name for p in files} >= {"env.py", "alembic.ini", "script.py.mako"}
+    for path in files:
+        package = ".".join(path.parent.relative_to(plugin).parts)
+        assert (path.parent / "__init__.py").is_file(), f"{package} is not a package"
+        if path.suffix != ".py":
+            patterns = data.get(package, [])
+            assert any(fnmatch.fnmatch(path.name, p) for p in patterns), f"{path} not shipped"
+    assert not (Path(__file__).resolve().parents[2] / "migrations").exists()
