@@ -147,8 +147,11 @@ class Registry:
     def _provided(self, hook_name: str) -> Iterator[tuple[PluginInfo, Any]]:
         """Each plugin's answer to a registration hook, with the plugin that gave it, in
         registration order. Registration hooks are asked plugin by plugin (not through one
-        pluggy call) so that a raising plugin and two plugins claiming one name are named."""
+        pluggy call) so that a raising plugin and two plugins claiming one name are named;
+        wrappers of these hooks are therefore not called."""
         for impl in getattr(self.manager.hook, hook_name).get_hookimpls():
+            if impl.wrapper or impl.hookwrapper:
+                continue  # wraps a pluggy call, which registration hooks do not make
             info = self.plugins.get(impl.plugin_name) or PluginInfo(
                 impl.plugin_name, getattr(impl.plugin, "__name__", impl.plugin_name)
             )
