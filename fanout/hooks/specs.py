@@ -3,7 +3,10 @@
 A plugin is a module (or object) registered under the ``fanout`` entry-point group, or
 passed to ``FanOut(plugins=[...])``, that implements some of these hooks with
 ``@fanout.hookimpl``. Sink-type plugins implement :func:`fanout_sink_types`; observers
-(metrics, alerting, fault injection in tests) implement the lifecycle hooks.
+(metrics, alerting, fault injection in tests) implement the lifecycle hooks. A plugin may
+also add ``fanout`` sub-commands (:func:`fanout_cli_commands`) and the embedded servers of
+its sinks (:func:`fanout_embedded_services`). A hook fanout does not define is refused when
+the plugin loads (pluggy's ``check_pending()``).
 
 The per-batch sequence, for each micro-batch Spark hands to ``FanOut``:
 
