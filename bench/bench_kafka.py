@@ -46,7 +46,7 @@ class PlainTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from confluent_kafka import Producer
-        from fanout_kafka.transaction import LIVELY_CONNECTIONS
+        from fanout_kafka.settings import LIVELY_CONNECTIONS
 
         records, bad = self.encoder.encode_arrow(batches)
         assert not bad

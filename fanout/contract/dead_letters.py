@@ -11,13 +11,12 @@ and value when the sink has no target.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
-    from fanout.contract.sink import Sink
 
 Source = Literal["route", "refused"]
 """Why a row is a dead letter: it failed the sink's route (``where``/``select``, found by
@@ -73,11 +72,6 @@ class DeadLetterTarget(Protocol):
         per ``(batch.idempotency_key, source, partition)``: see :func:`letter_kind`);
         return how many letters the batch has (also when they were there already)."""
         ...
-
-
-DeadLetterKind = Callable[[str, "Sink"], DeadLetterTarget]
-"""A kind's factory: ``(location, sink) -> target``; raises
-:class:`fanout.ConfigurationError` when it cannot serve that sink or location."""
 
 
 def letter_kind(source: Source, partition: int | None = None) -> str:

@@ -25,15 +25,19 @@ replay writes them once, and a route's letters never collide with the sink's own
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fanout.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from fanout.contract.dead_letters import DeadLetterKind, DeadLetterTarget
+    from fanout.contract.dead_letters import DeadLetterTarget
     from fanout.contract.sink import Sink
 
+
+DeadLetterKind = Callable[[str, "Sink"], "DeadLetterTarget"]
+"""A kind's factory: ``(location, sink) -> target``; raises
+:class:`fanout.ConfigurationError` when it cannot serve that sink or location."""
 
 DELTA = "delta"
 _KIND = re.compile(r"[a-z][a-z0-9_]+")

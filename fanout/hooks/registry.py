@@ -17,12 +17,11 @@ from typing import Any, Protocol, cast
 
 import pluggy
 
-from fanout.contract.dead_letters import DeadLetterKind
 from fanout.contract.names import check_name
 from fanout.contract.options import declaration_problems, option_names
 from fanout.contract.sink import GUARANTEES, Sink
 from fanout.deadletters.delta import delta_target
-from fanout.deadletters.target import DELTA
+from fanout.deadletters.target import DELTA, DeadLetterKind
 from fanout.errors import (
     ConfigurationError,
     DuplicateSinkTypeError,

@@ -42,8 +42,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from fanout.contract.batch import BatchInfo
-    from fanout.contract.dead_letters import DeadLetterKind
     from fanout.contract.sink import Sink, SinkResult
+    from fanout.deadletters.target import DeadLetterKind
     from fanout.hooks.commands import CliCommand
     from fanout.hooks.services import EmbeddedService
 

@@ -1,6 +1,7 @@
 """Helpers for testing sinks and pipelines, shipped for plugin authors.
 
 - :class:`ArrowFrame` and :func:`make_batch`: hand a sink a batch without starting Spark.
+- :func:`open_sink`: open a sink as ``FanOut`` does (its dead-letter target resolved).
 - :class:`RecordingSink`: an in-memory sink that records what it was given.
 - :class:`FlakySink`: wraps a sink and fails chosen batches a chosen number of times,
   counting across processes when given a state file (a restart "remembers" the outage).
@@ -12,7 +13,7 @@ import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.sink import (
@@ -23,6 +24,8 @@ from fanout.contract.sink import (
     SinkResult,
 )
 from fanout.errors import SinkWriteError, TransientSinkError
+
+S = TypeVar("S", bound=Sink)
 
 
 class ArrowFrame:
@@ -57,6 +60,20 @@ class ArrowFrame:
     def count(self) -> int:
         """The number of rows."""
         return int(self.table.num_rows)
+
+
+def open_sink(
+    sink: S, pipeline: str = "test", *, spark: Any = None, plugins: Iterable[object] = ()
+) -> S:
+    """Open ``sink`` as :class:`fanout.FanOut` does, without a pipeline: its ``dead_letter``
+    target resolved through the installed dead-letter kinds (plus ``plugins``) and handed
+    over in :attr:`fanout.SinkContext.dead_letters`. Returns the sink."""
+    from fanout.deadletters.target import resolve_target
+    from fanout.hooks.registry import load_registry
+
+    kinds = load_registry(plugins).dead_letter_kinds()
+    sink.open(SinkContext(pipeline, spark, resolve_target(sink, kinds)))
+    return sink
 
 
 def make_batch(

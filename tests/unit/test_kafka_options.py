@@ -7,12 +7,10 @@ import pickle
 import pytest
 from fanout_kafka import KafkaSink
 from fanout_kafka.options import (
-    DeadLetter,
     TopicSpec,
     check_producer_settings,
     connection_settings,
     parse_create_topic,
-    parse_dead_letter,
     secret_values,
 )
 from fanout_kafka.plugin import fanout_sink_types
@@ -20,6 +18,7 @@ from fanout_kafka.plugin import fanout_sink_types
 from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError
 from fanout.hooks.registry import load_registry
+from fanout.testing import RecordingSink, open_sink
 
 
 @pytest.mark.parametrize(
@@ -78,17 +77,20 @@ def test_connection_settings_keep_security_and_drop_producer_tuning() -> None:
     }
 
 
-def test_dead_letter_is_a_topic_or_a_delta_path() -> None:
-    assert parse_dead_letter("k", "orders-dlq") == DeadLetter("topic", "orders-dlq")
-    assert parse_dead_letter("k", "/data/dlq") == DeadLetter("delta", "/data/dlq")
-    assert parse_dead_letter("k", "s3://bucket/dlq") == DeadLetter("delta", "s3://bucket/dlq")
-    assert parse_dead_letter("k", {"topic": "x"}) == DeadLetter("topic", "x")
-    assert parse_dead_letter("k", {"delta": "rel"}) == DeadLetter("delta", "rel")
-    assert parse_dead_letter("k", None) is None
-    with pytest.raises(ConfigurationError, match="option 'dead_letter'"):
-        parse_dead_letter("k", 3)
+def test_dead_letter_kinds_a_topic_for_kafka_sinks_only() -> None:
+    from fanout_kafka.deadletter import KafkaDeadLetters
+    from fanout_kafka.plugin import fanout_dead_letter_kinds, kafka_target
+
+    assert fanout_dead_letter_kinds() == {"kafka": kafka_target}
+    sink = KafkaSink("k", bootstrap_servers="h:1", topic="t")
+    target = kafka_target("orders-dlq", sink)
+    assert isinstance(target, KafkaDeadLetters) and (target.kind, target.topic) == (
+        "kafka", "orders-dlq",
+    )  # fmt: skip
     with pytest.raises(ConfigurationError, match="Kafka topic name"):
-        parse_dead_letter("k", {"topic": "bad name"})
+        kafka_target("bad name", sink)
+    with pytest.raises(ConfigurationError, match="this sink has none"):
+        kafka_target("orders-dlq", RecordingSink("other"))
 
 
 def test_create_topic_spec() -> None:
@@ -113,7 +115,7 @@ def test_create_topic_spec() -> None:
         ({"bootstrap_servers": "h:1", "topic": "t", "partitions": 0}, "'partitions' must be"),
         ({"bootstrap_servers": "h:1", "topic": "t", "key": []}, "option 'key' must be"),
         ({"bootstrap_servers": "h:1", "topic": "t", "marker_topic": "t"}, "must differ"),
-        ({"bootstrap_servers": "h:1", "topic": "t", "dead_letter": "t"}, "must not be the topic"),
+        ({"bootstrap_servers": "h:1", "topic": "t", "dead_letter": "kafka:t"}, "not be the topic"),
         ({"bootstrap_servers": "h:1", "topic": "t", "transaction_timeout_ms": -1}, "positive"),
     ],
 )
@@ -122,7 +124,7 @@ def test_bad_options_fail_at_open_before_any_connection(
 ) -> None:
     sink = KafkaSink("k", **options)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match=message) as caught:
-        sink.open(SinkContext("p"))
+        open_sink(sink, "p")
     assert "Kafka sink 'k'" in str(caught.value)
 
 

@@ -13,8 +13,8 @@ from fanout_kafka.records import (
     Encoder,
     Record,
     batch_headers,
-    to_bytes,
 )
+from fanout_kafka.values import to_bytes
 
 
 def encoder(**overrides: object) -> Encoder:

@@ -3,6 +3,7 @@ outcomes into one error: no broker needed."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -13,17 +14,12 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from fanout_kafka import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError, KafkaSink
 from fanout_kafka.failures import Rejected, TransactionTooLong
-from fanout_kafka.options import DeadLetter
 from fanout_kafka.records import BadRecord, Encoder, Record
-from fanout_kafka.transaction import (
-    PartitionOutcome,
-    PartitionWriter,
-    WriterSettings,
-    classify,
-    is_retriable,
-    scope_of,
-)
+from fanout_kafka.settings import WriterSettings, scope_of
+from fanout_kafka.transaction import PartitionOutcome, PartitionWriter, classify, is_retriable
 
+from fanout.contract.batch import BatchInfo
+from fanout.deadletters.delta import DeltaDeadLetters
 from fanout.delta_tables.io import read_delta
 from fanout.errors import SinkWriteError, TransientSinkError
 
@@ -59,6 +55,9 @@ def test_only_plain_retriable_errors_are_retried_in_the_task() -> None:
         KafkaError(KafkaError._TIMED_OUT, retriable=True, txn_requires_abort=True)
     )
     assert not is_retriable(KafkaError(KafkaError._FENCED))
+
+
+APP_ID = "fanout/orders/events"
 
 
 def settings(**overrides: object) -> WriterSettings:
@@ -169,18 +168,24 @@ class RefusingWriter(PartitionWriter):
     the Delta dead-letter table held when each transaction ran (no broker needed)."""
 
     def __init__(self, path: str, refuse: Record) -> None:
-        super().__init__(settings(dead_letter=DeadLetter("delta", path)), 1, 7)
+        dead = DeltaDeadLetters(path)
+        info = BatchInfo("orders", 7)
+        super().__init__(settings(dead_letters=dead, info=info, txn_app_id=APP_ID), 1, 7)
         self.path, self.refuse = path, refuse
         self.seen: list[tuple[int, int]] = []  # (records in the transaction, letters in Delta)
 
     def _new_producer(self) -> None:
         pass
 
+    def _letters(self) -> int:
+        return len(read_delta(self.path)) if (Path(self.path) / "_delta_log").exists() else 0
+
     def _transaction(self, records: list[Record], bad: list[BadRecord]) -> int:
-        letters = len(read_delta(self.path)) if (Path(self.path) / "_delta_log").exists() else 0
-        self.seen.append((len(records), letters))
         if self.refuse in records:
+            self.seen.append((len(records), self._letters()))
             raise Rejected([BadRecord(self.refuse, "rejected by the broker: too large")])
+        self._park(bad)  # what the real transaction does just before it commits
+        self.seen.append((len(records), self._letters()))
         return len(records)
 
 
@@ -195,10 +200,13 @@ def test_refused_records_reach_a_delta_dead_letter_table_before_the_commit(
     again = RefusingWriter(str(tmp_path / "dlq"), refused)  # a replay of the partition
     again.commit([ok, refused], [])
     rows = read_delta(str(tmp_path / "dlq")).to_pylist()
-    assert [(r["batch_id"], r["partition"], r["key"], r["value"]) for r in rows] == [
-        (7, 1, b"2", b"{big}")
-    ]
-    assert rows[0]["error"] == "rejected by the broker: too large"
+    facts = [json.loads(r["details"]) for r in rows]
+    assert [
+        (r["batch_id"], r["partition"], f["key"], f["value"])
+        for r, f in zip(rows, facts, strict=True)
+    ] == [(7, 1, "2", "{big}")]
+    reason = "rejected by the broker: too large"
+    assert (rows[0]["reason"], rows[0]["source"]) == (reason, "refused")
 
 
 class IdleProducer:

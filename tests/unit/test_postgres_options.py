@@ -6,10 +6,11 @@ import pickle
 
 import pytest
 
+from fanout.testing import RecordingSink
+
 pytest.importorskip("fanout_postgres")
 
 from fanout_postgres import PostgresSink
-from fanout_postgres.deadletter import DeadLetter, parse_dead_letter
 from fanout_postgres.names import TableName, parse_table
 from fanout_postgres.task import classify
 from fanout_postgres.url import resolve_url, secrets_of
@@ -119,12 +120,20 @@ def test_table_names_are_taken_literally(text: str, expected: TableName) -> None
 
 
 def test_dead_letter_targets() -> None:
-    assert parse_dead_letter("rejects") == DeadLetter("postgres", table=TableName("rejects"))
-    assert parse_dead_letter("ops.rejects").table == TableName("rejects", "ops")  # type: ignore[union-attr]
-    assert parse_dead_letter("/data/rejects") == DeadLetter("delta", path="/data/rejects")
-    assert parse_dead_letter("s3://b/r").kind == "delta"  # type: ignore[union-attr]
-    assert parse_dead_letter({"delta": "rel"}) == DeadLetter("delta", path="rel")
-    assert parse_dead_letter(None) is None
+    from fanout_postgres.deadletter import PostgresDeadLetters
+    from fanout_postgres.plugin import postgres_target
+
+    sink = PostgresSink("pg", url="postgresql://u@h/d", table="t")
+    target = postgres_target("ops.rejects", sink)
+    assert isinstance(target, PostgresDeadLetters)
+    assert (target.kind, target.table, target.target) == (
+        "postgres",
+        TableName("rejects", "ops"),
+        "t",
+    )
+    assert postgres_target("rejects", sink).table == TableName("rejects")
+    with pytest.raises(ConfigurationError, match="this sink has none"):
+        postgres_target("rejects", RecordingSink("other"))
 
 
 class _PgError(Exception):

@@ -59,9 +59,9 @@ OPTIONS = (
         "dead_letter",
         "none",
         "where bad records (and rows failing the sink's `where`/`select`) go instead of "
-        "failing the batch: a topic name (written in the same transaction as the partition; "
-        "route rows in a transaction of their own), or a Delta table path (anything with `/` "
-        'or `:`; or `{"topic": ...}` / `{"delta": ...}`)',
+        'failing the batch: `"kafka:<topic>"` (written in the same transaction as the '
+        "partition; route rows in a transaction of their own), or a Delta table path "
+        "(fanout's one dead-letter layout; written just before the partition commits)",
     ),
     SinkOption(
         "create_topic",

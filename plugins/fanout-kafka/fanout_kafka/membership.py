@@ -37,7 +37,7 @@ from fanout.partitioned.membership import (
 from fanout_kafka.options import connection_settings
 
 if TYPE_CHECKING:
-    from fanout_kafka.transaction import WriterSettings
+    from fanout_kafka.settings import WriterSettings
 
 log = logging.getLogger("fanout_kafka")
 

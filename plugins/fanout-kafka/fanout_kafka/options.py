@@ -160,40 +160,6 @@ def parse_create_topic(sink: str, value: Any) -> TopicSpec | None:
     return TopicSpec(partitions, replication, config)
 
 
-@dataclass(frozen=True)
-class DeadLetter:
-    """Where records the topic cannot take go: a Kafka topic (written in the same
-    transaction as the partition) or a Delta table (written by the partition task just
-    before its transaction commits)."""
-
-    kind: str  # "topic" | "delta"
-    target: str
-
-
-def parse_dead_letter(sink: str, value: Any) -> DeadLetter | None:
-    """A topic name, a Delta path (anything with ``/`` or ``:``, which no topic name
-    holds), or ``{"topic": name}`` / ``{"delta": path}``."""
-    if value is None:
-        return None
-    if isinstance(value, Mapping) and len(value) == 1:
-        ((kind, target),) = value.items()
-        if kind in ("topic", "delta") and isinstance(target, str) and target:
-            return _checked_dead_letter(sink, DeadLetter(kind, target))
-    if isinstance(value, str) and value:
-        kind = "delta" if ("/" in value or ":" in value) else "topic"
-        return _checked_dead_letter(sink, DeadLetter(kind, value))
-    raise ConfigurationError(
-        f"Kafka sink {sink!r}: option 'dead_letter' must be a topic name, a Delta table "
-        f"path, or {{'topic': name}} / {{'delta': path}}, got {value!r}"
-    )
-
-
-def _checked_dead_letter(sink: str, dead_letter: DeadLetter) -> DeadLetter:
-    if dead_letter.kind == "topic":
-        check_topic_name(sink, "dead_letter", dead_letter.target)
-    return dead_letter
-
-
 def check_topic_name(sink: str, option: str, name: Any) -> str:
     """A legal Kafka topic name, or a configuration error naming the option."""
     if not isinstance(name, str) or not TOPIC_NAME.match(name) or name in (".", ".."):

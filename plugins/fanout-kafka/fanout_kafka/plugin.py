@@ -1,26 +1,47 @@
 """The pluggy plugin module registered under the ``fanout`` entry-point group.
 
-It provides the ``kafka`` sink type and the embedded Kafka-protocol broker of
-``fanout demo`` and ``fanout dev``. Heavy modules are imported only when a hook asks for
-what they hold, so ``fanout --help`` stays quick.
+It provides the ``kafka`` sink type and dead-letter kind, and the embedded Kafka-protocol
+broker of ``fanout demo`` and ``fanout dev``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 from fanout.contract.sink import Sink
+from fanout.deadletters.target import DeadLetterKind
+from fanout.errors import ConfigurationError
 from fanout.hooks.services import EmbeddedService
 from fanout.hooks.specs import hookimpl
+from fanout_kafka.deadletter import KAFKA, KafkaDeadLetters
+from fanout_kafka.options import check_topic_name
+from fanout_kafka.sink import KafkaSink
 
 
 @hookimpl
 def fanout_sink_types() -> dict[str, type[Sink]]:
     """Provide the ``kafka`` sink type (:class:`fanout_kafka.KafkaSink`)."""
-    from fanout_kafka.sink import KafkaSink
-
     return {"kafka": KafkaSink}
+
+
+@hookimpl
+def fanout_dead_letter_kinds() -> Mapping[str, DeadLetterKind]:
+    """Provide the ``kafka`` dead-letter kind: a topic of a Kafka sink's cluster."""
+    return {KAFKA: kafka_target}
+
+
+def kafka_target(location: str, sink: Sink) -> KafkaDeadLetters:
+    """The ``kafka`` kind's factory: a topic of ``sink``'s cluster; only a Kafka sink has
+    one."""
+    if not isinstance(sink, KafkaSink):
+        raise ConfigurationError(
+            f"sink {sink.name!r}: dead_letter 'kafka:{location}' is a topic of a Kafka sink's "
+            "cluster; this sink has none (a Delta table path works for every sink)"
+        )
+    check_topic_name(sink.name, "dead_letter", location)
+    return KafkaDeadLetters(location, sink.settings)
 
 
 @hookimpl

@@ -7,16 +7,17 @@ on the broker, and the transaction stays open only while its records are being s
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import decimal
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from fanout_kafka.values import json_bytes, json_default, to_bytes
+
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from fanout.contract.dead_letters import DeadLetter
 
 RECORD_OVERHEAD_BYTES = 128
 """Bytes added to key, value and headers to bound a record's size on the wire (the v2
@@ -178,38 +179,6 @@ class Encoder:
         return good, bad
 
 
-def to_bytes(value: Any) -> bytes:
-    """A key or header value as bytes: text as UTF-8, bytes as is, anything else as its
-    JSON text (numbers, booleans, dates...)."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode()
-    text = json.dumps(value, default=json_default, separators=(",", ":"), ensure_ascii=False)
-    return text.strip('"').encode()
-
-
-def json_bytes(value: Any) -> bytes:
-    """Compact JSON (UTF-8) of a row or a list of values."""
-    return json.dumps(
-        value, default=json_default, separators=(",", ":"), ensure_ascii=False
-    ).encode()
-
-
-def json_default(value: Any) -> Any:
-    """JSON for what ``json`` cannot write: dates and times as ISO 8601, decimals as
-    text, bytes as base64."""
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
 def batch_headers(pipeline: str, sink: str, batch_id: int) -> tuple[tuple[str, bytes], ...]:
     """The fixed headers of every record of one batch."""
     return (
@@ -227,6 +196,30 @@ def dead_letter_headers(record: Record, reason: str, topic: str) -> Headers:
         ("fanout.topic", topic.encode()),
         ("fanout.record_bytes", str(record.size).encode()),
     ]
+
+
+def bad_letter(bad: BadRecord, topic: str, partition: int | None) -> DeadLetter:
+    """A bad record as a core dead letter: the record's key, value (as text) and headers
+    in ``details``, with the topic it was bound for and its size."""
+    from fanout.contract.dead_letters import DeadLetter
+
+    record = bad.record
+    return DeadLetter(
+        row=None,
+        reason=bad.reason,
+        partition=partition,
+        details={
+            "topic": topic,
+            "key": _text(record.key),
+            "value": _text(record.value),
+            "headers": {k: v.decode(errors="replace") for k, v in record.headers},
+            "record_bytes": record.size,
+        },
+    )
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode(errors="replace")
 
 
 def _optional_bytes(value: Any) -> bytes | None:

@@ -23,29 +23,28 @@ from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch
+from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.sink import Guarantee, Sink, SinkContext, SinkResult
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, SinkWriteError
 from fanout.partitioned.determinism import check_batch
 from fanout.partitioned.membership import WHOLE_ROW, plan_of
-from fanout_kafka import deadletter
 from fanout_kafka.declaration import OPTIONS
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
 from fanout_kafka.membership import check_replay
 from fanout_kafka.options import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
-    DeadLetter,
     TopicSpec,
     check_producer_settings,
     check_topic_name,
     client_max_message_bytes,
     columns,
     parse_create_topic,
-    parse_dead_letter,
     secret_values,
 )
 from fanout_kafka.records import Encoder, batch_headers
+from fanout_kafka.settings import WriterSettings, producer_config, scope_of
 from fanout_kafka.task import RESULT_SCHEMA, PartitionTask, from_row
-from fanout_kafka.transaction import PartitionOutcome, WriterSettings, producer_config, scope_of
+from fanout_kafka.transaction import PartitionOutcome
 
 log = logging.getLogger("fanout_kafka")
 
@@ -88,7 +87,8 @@ class KafkaSink(Sink):
     :param transaction_timeout_ms: the transactions' timeout (at most the broker's
         ``transaction.max.timeout.ms``).
     :param dead_letter: records the topic cannot take go there instead of failing the
-        batch: a topic (written in the partition's transaction) or a Delta table path.
+        batch: ``"kafka:<topic>"`` (written in the partition's transaction) or a Delta
+        table path (written just before the partition commits).
     :param create_topic: create missing topics (target and dead-letter): ``True`` (broker
         defaults) or ``{partitions: N, replication_factor: R, config: {...}}``.
     :param order_by: column(s) ordering the records of a partition (per-key order within
@@ -119,7 +119,7 @@ class KafkaSink(Sink):
         marker_topic: str = "__fanout_markers",
         partitions: int = 4,
         transaction_timeout_ms: int = 60_000,
-        dead_letter: str | Mapping[str, str] | None = None,
+        dead_letter: str | None = None,
         create_topic: bool | Mapping[str, Any] = False,
         order_by: str | Sequence[str] | None = None,
         open_timeout_s: float = 10.0,
@@ -139,6 +139,7 @@ class KafkaSink(Sink):
         self.partitions = partitions
         self.transaction_timeout_ms = transaction_timeout_ms
         self.dead_letter = dead_letter
+        self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
         self.create_topic = create_topic
         self.order_by = order_by
         self.open_timeout_s = open_timeout_s
@@ -154,6 +155,7 @@ class KafkaSink(Sink):
         from fanout_kafka.admin import Cluster
 
         self.pipeline = context.pipeline
+        self._dead = context.dead_letters
         self._check_options()
         assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
         if self.transactional_id_prefix is None:
@@ -165,9 +167,8 @@ class KafkaSink(Sink):
         cluster.ensure_topic(self.topic, "topic", spec)
         markers = TopicSpec(1, spec.replication_factor if spec else -1)
         cluster.ensure_topic(self.marker_topic, "marker_topic", markers, partitions=1)
-        dead = self._dead_letter
-        if dead is not None and dead.kind == "topic":
-            cluster.ensure_topic(dead.target, "dead_letter", spec)
+        if self._dead_topic is not None:
+            cluster.ensure_topic(self._dead_topic, "dead_letter", spec)
         self._check_transaction_timeout(cluster)
         self._warn_marker_retention(cluster)
         if self.max_record_bytes is None:
@@ -217,14 +218,6 @@ class KafkaSink(Sink):
         if failed:
             raise self._failure(batch.batch_id, failed, outcomes)
         return self._result(outcomes)
-
-    def route_dead_letters(self) -> deadletter.RouteDeadLetters | None:
-        """Rows failing this sink's route (``where``/``select``) go to its ``dead_letter``
-        target, either kind: a topic (one transaction with a marker of its own, skipped on
-        replay) or a Delta table (this sink's record layout, a transaction id of its own).
-        ``None`` without a target: such a batch fails."""
-        dead = self._dead_letter
-        return None if dead is None else deadletter.RouteDeadLetters(self, dead)
 
     def partitioned_by(self) -> Sequence[str] | Literal["*"]:
         """The key columns, or the whole row when keyless: a replay skips committed
@@ -281,7 +274,10 @@ class KafkaSink(Sink):
             marker_topic=self.marker_topic,
             transaction_timeout_ms=self.transaction_timeout_ms,
             encoder=encoder,
-            dead_letter=self._dead_letter,
+            dead_topic=self._dead_topic,
+            dead_letters=None if self._dead_topic is not None else self._dead,
+            info=batch.info,
+            txn_app_id=batch.txn_app_id,
         )
 
     @property
@@ -289,8 +285,10 @@ class KafkaSink(Sink):
         return columns(self.name, "key", self.key)
 
     @property
-    def _dead_letter(self) -> DeadLetter | None:
-        return parse_dead_letter(self.name, self.dead_letter)
+    def _dead_topic(self) -> str | None:
+        """The dead-letter topic when the target is one (``kafka:<topic>``)."""
+        dead = self._dead
+        return getattr(dead, "topic", None) if getattr(dead, "kind", None) == "kafka" else None
 
     @property
     def _topic_spec(self) -> TopicSpec | None:
@@ -318,8 +316,9 @@ class KafkaSink(Sink):
             columns(self.name, "headers", self.headers)
         columns(self.name, "key", self.key)
         columns(self.name, "order_by", self.order_by)
-        dead = self._dead_letter
-        if dead is not None and dead.target in (self.topic, self.marker_topic):
+        if self.dead_letter is not None and not isinstance(self.dead_letter, str):
+            raise self._error("option 'dead_letter' must be a string: 'kafka:<topic>' or a path")
+        if self._dead_topic is not None and self._dead_topic in (self.topic, self.marker_topic):
             raise self._error("option 'dead_letter' must not be the topic or the marker topic")
         self._topic_spec  # noqa: B018  (validates create_topic)
         limit = self.max_record_bytes

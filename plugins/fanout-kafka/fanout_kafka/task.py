@@ -10,12 +10,8 @@ from typing import Any
 import pyarrow as pa
 
 from fanout.partitioned.membership import MemberDigest
-from fanout_kafka.transaction import (
-    PartitionHooks,
-    PartitionOutcome,
-    PartitionWriter,
-    WriterSettings,
-)
+from fanout_kafka.settings import WriterSettings
+from fanout_kafka.transaction import PartitionHooks, PartitionOutcome, PartitionWriter
 
 RESULT_SCHEMA = (
     "partition INT, status STRING, rows BIGINT, written BIGINT, dead_letter_count BIGINT, "

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -38,27 +38,17 @@ from fanout_kafka.failures import (
 from fanout_kafka.failures import Rejected as _Rejected
 from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
 from fanout_kafka.failures import text as _text
-from fanout_kafka.markers import marker_group
 from fanout_kafka.membership import pack, plan_group_metadata
-from fanout_kafka.options import DeadLetter, connection_settings
-from fanout_kafka.records import BadRecord, Encoder, Record, dead_letter_headers
+from fanout_kafka.records import BadRecord, Record, bad_letter, dead_letter_headers
+from fanout_kafka.settings import WriterSettings
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from fanout.partitioned.membership import MemberDigest, PartitionPlan
+    from fanout.partitioned.membership import MemberDigest
 
 log = logging.getLogger("fanout_kafka")
 T = TypeVar("T")
-
-LIVELY_CONNECTIONS: dict[str, Any] = {"enable.sparse.connections": False}
-"""Connect to the brokers the metadata names at once, not on demand. The sink's producer
-and marker consumer live for one partition of one batch; with librdkafka's sparse
-connections, ``init_transactions`` waited 50-500 ms for a connection to the transaction
-coordinator (its bootstrap connection is dropped after the first metadata, and the next
-connection waits for a timer), about 0.5 s of every partition's write of a small batch.
-The ``producer`` option can set ``enable.sparse.connections`` back to true (very large
-clusters)."""
 
 
 class PartitionHooks(Protocol):
@@ -67,91 +57,6 @@ class PartitionHooks(Protocol):
     def before_commit(self, batch_id: int, partition: int, records: int) -> None: ...
 
     def on_partition_committed(self, batch_id: int, partition: int, records: int) -> None: ...
-
-
-@dataclass(frozen=True)
-class WriterSettings:
-    """Everything a partition task needs; plain, picklable configuration."""
-
-    pipeline: str
-    sink: str
-    scope: str
-    bootstrap_servers: str
-    topic: str
-    producer: Mapping[str, Any]
-    transactional_id_prefix: str
-    marker_topic: str
-    transaction_timeout_ms: int
-    encoder: Encoder
-    dead_letter: DeadLetter | None = None
-    operation_timeout_s: float = 60.0
-    retries: int = 5
-    plan: PartitionPlan | None = None
-    """The batch's partitioning, committed with each partition (:mod:`fanout_kafka.membership`)."""
-
-    def transactional_id(self, partition: int) -> str:
-        """``<prefix>-<partition>``."""
-        return f"{self.transactional_id_prefix}-{partition}"
-
-    def marker_group(self, partition: int) -> str:
-        """``fanout/<scope>/<sink>/p<partition>`` (the scope is the pipeline, plus
-        ``@e<epoch>`` after an accepted checkpoint reset)."""
-        return marker_group(self.scope, self.sink, partition)
-
-    def producer_config(self, partition: int) -> dict[str, Any]:
-        """The transactional producer's librdkafka settings."""
-        return producer_config(
-            self.producer,
-            self.bootstrap_servers,
-            self.transactional_id(partition),
-            self.transaction_timeout_ms,
-        )
-
-    def consumer_config(self, partition: int) -> dict[str, Any]:
-        """The marker consumer's settings (it only reads and commits through the producer)."""
-        return {
-            **LIVELY_CONNECTIONS,
-            **connection_settings(self.producer),
-            "bootstrap.servers": self.bootstrap_servers,
-            "group.id": self.marker_group(partition),
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-        }
-
-
-def producer_config(
-    producer: Mapping[str, Any],
-    bootstrap_servers: str,
-    transactional_id: str,
-    transaction_timeout_ms: int,
-) -> dict[str, Any]:
-    """A transactional producer's settings: the passthrough, then what the sink owns."""
-    config: dict[str, Any] = {
-        "partitioner": "murmur2_random",  # the Java client's: keys land where Java puts them
-        "message.timeout.ms": transaction_timeout_ms,
-        "allow.auto.create.topics": False,
-        # the sink acts only on failed deliveries; skipping the Python callback of every
-        # delivered record saves about a tenth of the producer's CPU (the binding still
-        # frees each record's state: confluent-kafka-python filters these reports itself)
-        "delivery.report.only.error": True,
-        **LIVELY_CONNECTIONS,
-        **producer,
-        "bootstrap.servers": bootstrap_servers,
-        "transactional.id": transactional_id,
-        "transaction.timeout.ms": transaction_timeout_ms,
-        "enable.idempotence": True,
-        "acks": "all",
-    }
-    config.pop("request.required.acks", None)
-    return config
-
-
-def scope_of(txn_app_id: str, sink: str) -> str:
-    """The pipeline scope inside a batch's transaction id ``fanout/<scope>/<sink>``: the
-    pipeline name, or ``<pipeline>@e<epoch>`` after an accepted checkpoint reset, so the
-    markers of a new epoch start afresh like every other idempotency record."""
-    return txn_app_id.removeprefix("fanout/").removesuffix(f"/{sink}")
 
 
 @dataclass
@@ -217,7 +122,7 @@ class PartitionWriter:
         if outcome.rows == 0:
             return outcome
         try:
-            if bad and self.settings.dead_letter is None:
+            if bad and not self.settings.has_dead_letters:
                 raise _Rejected(bad)
             if not prepared and self.prepare():
                 outcome.status = "skipped"
@@ -253,9 +158,9 @@ class PartitionWriter:
     def _check_topics(self) -> None:
         """Fail fast when a topic vanished since ``open()`` (the producer would otherwise
         wait ``topic.metadata.propagation.max.ms`` and then time out)."""
-        dead = self.settings.dead_letter
+        dead = self.settings.dead_topic
         topics = [self.settings.topic, self.settings.marker_topic]
-        topics += [dead.target] if dead is not None and dead.kind == "topic" else []
+        topics += [dead] if dead is not None else []
         for topic in topics:
             metadata = self._retrying(
                 "read the topic metadata",
@@ -279,40 +184,36 @@ class PartitionWriter:
         one transaction. Records the broker refuses are dead-lettered in a second
         transaction when a dead-letter target exists. Returns (records written, bad).
 
-        For a Delta dead-letter table the letters are appended, once per partition and
-        batch, *before* the transaction that commits the partition's marker: a replay
-        skips a committed partition, so letters written after its commit (or only known
-        on the driver) would be lost when the driver or another partition failed first.
+        For another target (a Delta table) the letters are written, once per partition and
+        batch, inside the transaction just *before* it commits the partition's marker: a
+        replay skips a committed partition, so letters written after its commit (or only
+        known on the driver) would be lost when the driver or another partition failed first.
         """
-        self._park_in_delta(bad, "bad")
         try:
             return self._transaction(records, bad), bad
         except _Rejected as rejected:
-            if self.settings.dead_letter is None:
+            if not self.settings.has_dead_letters:
                 raise
             refused = {(r.record.key, r.record.value) for r in rejected.rejected}
             kept = [r for r in records if (r.key, r.value) not in refused]
-            self._park_in_delta(rejected.rejected, "refused")
             bad = bad + rejected.rejected
             self._new_producer()  # the refused attempt was aborted: start afresh
             return self._transaction(kept, bad), bad
 
-    def _park_in_delta(self, bad: list[BadRecord], what: str) -> None:
-        """Append ``bad`` to the Delta dead-letter table under the transaction
-        ``fanout/<scope>/<sink>/dead_letter/p<partition>/<what>`` at the batch id (a
-        replay of an uncommitted partition finds them there and appends nothing)."""
+    def _park(self, bad: list[BadRecord]) -> None:
+        """Write ``bad`` to a dead-letter target other than a topic (a Delta table), under
+        the transaction ``<txn app id>/dead_letters/refused/p<partition>`` at the batch id
+        (a replay of an uncommitted partition finds them there and writes nothing)."""
         settings = self.settings
-        target = settings.dead_letter
-        if target is None or target.kind != "delta" or not bad:
+        target = settings.dead_letters
+        if target is None or not bad:
             return
-        from fanout_kafka import delta_letters
+        from fanout.contract.batch import Batch
 
-        delta_letters.write(
-            target.target, [self._dead_letter_row(b) for b in bad],
-            txn_app_id=f"fanout/{settings.scope}/{settings.sink}", pipeline=settings.pipeline,
-            sink=settings.sink, batch_id=self.batch_id, topic=settings.topic,
-            kind=f"dead_letter/p{self.partition}/{what}",
-        )  # fmt: skip
+        assert settings.info is not None  # set with dead_letters
+        batch = Batch(None, settings.info, settings.sink, settings.txn_app_id)
+        letters = [bad_letter(b, settings.topic, self.partition) for b in bad]
+        target.write(batch, letters, source="refused", partition=self.partition)
 
     def _transaction(self, records: list[Record], bad: list[BadRecord]) -> int:
         producer, settings = self._producer, self.settings
@@ -326,9 +227,9 @@ class PartitionWriter:
         started = time.monotonic()
         try:
             refused = self._produce_all(producer, settings.topic, records, delivered)
-            if refused and settings.dead_letter is None:
+            if refused and not settings.has_dead_letters:
                 raise _Rejected(refused)
-            if settings.dead_letter is not None and settings.dead_letter.kind == "topic":
+            if settings.dead_topic is not None:
                 for b in [*bad, *refused]:
                     self._produce_dead_letter(producer, b, delivered)
             remaining = producer.flush(self._timeout)
@@ -343,6 +244,7 @@ class PartitionWriter:
             self._check_deliveries(failures)
             if refused:
                 raise _Rejected(refused)
+            self._park(bad)
             if self.hooks is not None:
                 self.hooks.before_commit(self.batch_id, self.partition, len(records))
             self._check_duration(started, len(records))  # the coordinator would abort it
@@ -412,11 +314,11 @@ class PartitionWriter:
     def _produce_dead_letter(
         self, producer: Any, bad: BadRecord, on_delivery: Callable[..., None]
     ) -> None:
-        assert self.settings.dead_letter is not None
+        assert self.settings.dead_topic is not None
         record = bad.record
         fits = record.size <= self.settings.encoder.max_record_bytes  # else: a reference only
         producer.produce(
-            self.settings.dead_letter.target,
+            self.settings.dead_topic,
             record.value if fits else None,
             record.key,
             headers=dead_letter_headers(record, bad.reason, self.settings.topic),
@@ -540,16 +442,5 @@ class PartitionWriter:
         )
         return f"{where}: {action}: {_text(exc)}"
 
-    def _dead_letter_row(self, bad: BadRecord) -> dict[str, Any]:
-        record = bad.record
-        return {
-            "partition": self.partition,
-            "key": record.key,
-            "value": record.value,
-            "headers": [(k, v) for k, v in record.headers],
-            "error": bad.reason,
-            "record_bytes": record.size,
-        }
 
-
-__all__ = ["PartitionOutcome", "PartitionWriter", "WriterSettings", "classify", "is_retriable"]
+__all__ = ["PartitionOutcome", "PartitionWriter", "classify", "is_retriable"]

@@ -4,7 +4,7 @@ Encoding row by row in Python (``to_pylist`` then ``json.dumps``) costs about 20
 which made the Kafka sink the slowest part of a fan-out. Here each column becomes one
 array of JSON fragments and Arrow joins them row-wise, for about a tenth of that.
 
-The bytes are exactly those of the row-by-row path (:func:`fanout_kafka.records.json_bytes`
+The bytes are exactly those of the row-by-row path (:func:`fanout_kafka.values.json_bytes`
 and :func:`fanout_kafka.records.to_bytes`): where Arrow formats a value differently
 (floats in exponent form or without a fraction, strings needing escapes, years outside
 1000-9999), that value is formatted by Python instead. Types without a column-wise form
@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fanout_kafka.records import json_default
+from fanout_kafka.values import json_default
 
 _UTC_ZONES = frozenset({"UTC", "Etc/UTC", "+00:00", "Z"})
 _NEEDS_ESCAPE = r'["\\\x00-\x1f]'

@@ -1,79 +1,34 @@
-"""Dead-letter targets: where rows the target table refuses are recorded, never dropped.
+"""The ``postgres`` dead-letter kind: a table in the PostgreSQL sink's own database.
 
-Two kinds, chosen by option ``dead_letter``:
-
-- a PostgreSQL table in the target database (``"errors"``, ``"ops.pg_rejects"`` or
-  ``{"table": ...}``): written by each partition in the same transaction as its rows, so
-  a record exists exactly when the rows around it committed (a replay replaces the
-  partition's records, never duplicates them). Created when missing.
-- a Delta table (a path: ``"/data/rejects"``, ``"s3://..."`` or ``{"delta": ...}``):
-  written by the driver after the partitions, once per batch, with the idempotent-write
-  transaction ``(<sink txn app id>/dead_letter, batch_id)``. In append mode each
-  partition's rejects are also kept in its progress mark, so a replay that skips the
-  partition still writes them.
+``dead_letter = "postgres:<table>"`` (``"errors"``, ``"ops.pg_rejects"``) on a PostgreSQL
+sink. The rows its target table refuses are written by each partition in the same
+transaction as its rows, so a record exists exactly when the rows around it committed (a
+replay replaces the partition's records, never duplicates them). The table is created when
+missing. Rows failing the sink's *route* are written by fanout through
+:meth:`PostgresDeadLetters.write`, in one transaction replacing the batch's route records
+(partition :data:`ROUTE_PARTITION`). Any other kind (a Delta table) gets the refused rows
+from the driver after the partitions, as :class:`fanout.contract.dead_letters.DeadLetter`s.
 
 Each record: pipeline, sink, batch_id, partition, target (table), reason (the server's
 message), column_name, value (as text), row (JSON of the batch row), rejected_at.
-
-Rows failing the sink's *route* (its ``where``/``select``, evaluated by fanout before any
-partition writes) go to the same target through :class:`RouteDeadLetters`, with partition
-:data:`ROUTE_PARTITION` (-1) and the row as it was before the route: in a PostgreSQL table
-one transaction replaces the batch's route records; in a Delta table one commit carries
-the transaction ``(<sink txn app id>/route_dead_letter, batch_id)``. Either way a replay
-writes them once, apart from the sink's own records of the batch.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from fanout_postgres.names import TableName, parse_table
+from fanout_postgres.names import TableName
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
-    from fanout.deadletters.model import DeadLetter as Letter
+    from fanout.contract.dead_letters import DeadLetter, Source
 
+POSTGRES = "postgres"
 ROUTE_PARTITION = -1
 """The ``partition`` of a record of a row that failed the sink's route (it never reached
 a partition)."""
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """A parsed ``dead_letter`` option."""
-
-    kind: str  # "postgres" or "delta"
-    table: TableName | None = None
-    path: str | None = None
-
-    def describe(self) -> str:
-        """For logs: the table or the path."""
-        return f"table {self.table}" if self.table is not None else f"Delta table {self.path}"
-
-
-def parse_dead_letter(value: Any) -> DeadLetter | None:
-    """``None``, a table name, a Delta path (holds ``/``), or ``{"table"|"delta": ...}``."""
-    if value is None:
-        return None
-    if isinstance(value, Mapping) and len(value) == 1:
-        ((kind, target),) = value.items()
-        if kind == "table":
-            return DeadLetter("postgres", table=parse_table(target))
-        if kind == "delta" and isinstance(target, str) and target:
-            return DeadLetter("delta", path=target)
-    elif isinstance(value, str) and value:
-        if "/" in value or "://" in value:
-            return DeadLetter("delta", path=value)
-        return DeadLetter("postgres", table=parse_table(value))
-    raise ValueError(
-        "option 'dead_letter' must be a PostgreSQL table name ('rejects', 'ops.rejects'), a "
-        "Delta path ('/data/rejects', 's3://...'), or {'table': ...} / {'delta': ...}; "
-        f"got {value!r}"
-    )
 
 
 def ensure_table(conn: Any, table: TableName) -> None:
@@ -96,115 +51,98 @@ def ensure_table(conn: Any, table: TableName) -> None:
         )
 
 
-def write_delta(
-    path: str, app_id: str, batch_id: int, records: Sequence[Mapping[str, Any]], base: Any
-) -> bool:
-    """Append ``records`` for one batch once; returns False when the batch was already
-    recorded (the transaction ``(app_id, batch_id)`` is in the table's log).
+class PostgresDeadLetters:
+    """A dead-letter table in a PostgreSQL sink's database (configuration only).
 
-    :param base: the pipeline, sink and target common to every record.
-    """
-    import pyarrow as pa
-
-    from fanout.delta_tables import io as deltaio
-
-    now = datetime.now(UTC)
-    schema = pa.schema(
-        [
-            ("pipeline", pa.string()),
-            ("sink", pa.string()),
-            ("batch_id", pa.int64()),
-            ("partition", pa.int32()),
-            ("target", pa.string()),
-            ("reason", pa.string()),
-            ("column_name", pa.string()),
-            ("value", pa.string()),
-            ("row", pa.string()),
-            ("rejected_at", pa.timestamp("us", tz="UTC")),
-        ]
-    )
-    rows = [
-        {
-            **base,
-            "batch_id": batch_id,
-            "partition": r["partition"],
-            "reason": r["reason"],
-            "column_name": r["column"],
-            "value": r["value"],
-            "row": r["row"],
-            "rejected_at": now,
-        }
-        for r in records
-    ]
-    return deltaio.append_once(path, pa.Table.from_pylist(rows, schema=schema), app_id, batch_id)
-
-
-class RouteDeadLetters:
-    """Writes the rows failing a PostgreSQL sink's route to its dead-letter target, once
-    per batch (see the module docstring); what ``PostgresSink.route_dead_letters`` returns.
-
-    :param url: the sink's resolved SQLAlchemy URL (for a PostgreSQL table target).
-    :param dead: the parsed ``dead_letter`` option.
-    :param target: the sink's table, recorded in every record.
+    :param url: the sink's ``url`` option as given (environment references expanded when
+        the target connects), so no resolved password is pickled or logged.
+    :param sink: the sink's name (for errors).
+    :param table: the dead-letter table.
+    :param target: the sink's own table, recorded in every record.
     """
 
-    def __init__(self, url: Any, dead: DeadLetter, target: str) -> None:
+    kind = POSTGRES
+
+    def __init__(self, url: Any, sink: str, table: TableName, target: str) -> None:
         self.url = url
-        self.dead = dead
+        self.sink = sink
+        self.table = table
         self.target = target
 
-    def write(self, batch: Batch, letters: Sequence[Letter]) -> int:
-        """Record ``letters`` for ``batch`` once; return how many the batch has."""
+    def describe(self) -> str:
+        """``PostgreSQL table <table>``."""
+        return f"PostgreSQL table {self.table}"
+
+    def write(
+        self,
+        batch: Batch,
+        letters: Sequence[DeadLetter],
+        *,
+        source: Source,
+        partition: int | None = None,
+    ) -> int:
+        """One transaction replacing the batch's records of this partition (a route's
+        letters: partition :data:`ROUTE_PARTITION`) with ``letters``."""
         records = [
             {
-                "partition": ROUTE_PARTITION,
                 "reason": letter.reason,
-                "column": letter.column,
+                "column_name": letter.column,
                 "value": None if letter.value is None else str(letter.value),
-                "row": json.dumps(dict(letter.row), default=str),
+                "row": None
+                if letter.row is None
+                else json.loads(json.dumps(dict(letter.row), default=str)),
             }
             for letter in letters
         ]
-        if self.dead.path is not None:
-            if records:
-                base = {"pipeline": batch.pipeline, "sink": batch.sink_name, "target": self.target}
-                key = batch.idempotency_key.derived("route_dead_letter")
-                write_delta(self.dead.path, key.app_id, key.version, records, base)
-        elif self.dead.table is not None:
-            self._replace(batch, self.dead.table, records)
+        where = ROUTE_PARTITION if source == "route" or partition is None else partition
+        self._replace(batch, where, records)
         return len(letters)
 
-    def _replace(self, batch: Batch, name: TableName, records: Sequence[Mapping[str, Any]]) -> None:
-        """One transaction: delete the batch's route records, insert these."""
+    def _replace(self, batch: Batch, partition: int, records: Sequence[Mapping[str, Any]]) -> None:
         import sqlalchemy as sa
 
         from fanout.contract.batch import pipeline_scope
+        from fanout_postgres import url as pgurl
         from fanout_postgres.statements import dead_letter_table
 
-        table = dead_letter_table(name)
+        table = dead_letter_table(self.table)
         key = {
             # the scope of the partitions' own records: a new epoch starts afresh
             "pipeline": pipeline_scope(batch.pipeline, batch.info.epoch),
             "sink": batch.sink_name,
             "batch_id": batch.batch_id,
-            "partition": ROUTE_PARTITION,
+            "partition": partition,
         }
-        engine = sa.create_engine(self.url, poolclass=sa.NullPool)
+        engine = sa.create_engine(
+            pgurl.resolve_url(self.url, sink=self.sink), poolclass=sa.NullPool
+        )
         try:
             with engine.begin() as conn:
                 conn.execute(sa.delete(table).where(*[table.c[k] == v for k, v in key.items()]))
                 if records:
-                    rows = [
-                        {
-                            **key,
-                            "target": self.target,
-                            "reason": r["reason"],
-                            "column_name": r["column"],
-                            "value": r["value"],
-                            "row": json.loads(r["row"]),
-                        }
-                        for r in records
-                    ]
+                    rows = [{**key, "target": self.target, **r} for r in records]
                     conn.execute(sa.insert(table), rows)
         finally:
             engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"<PostgresDeadLetters {self.table}>"
+
+
+def as_letter(reject: Mapping[str, Any], target: str) -> DeadLetter:
+    """A partition's refused row (as its outcome carries it) as a core dead letter."""
+    from fanout.contract.dead_letters import DeadLetter
+
+    row = reject.get("row")
+    return DeadLetter(
+        row=json.loads(row) if isinstance(row, str) else row,
+        reason=reject["reason"],
+        column=reject.get("column"),
+        value=reject.get("value"),
+        partition=reject.get("partition"),
+        details={"target": target},
+    )
+
+
+def _jsonable(row: Mapping[str, Any]) -> Any:
+    return json.loads(json.dumps(dict(row), default=str))

@@ -65,11 +65,12 @@ OPTIONS = (
     SinkOption(
         "dead_letter",
         "none",
-        "Where refused rows (and rows failing the sink's `where`/`select`, with `partition` "
-        "-1) go instead of failing the batch: a PostgreSQL table in the same database "
-        '(`"rejects"`, `"ops.rejects"`, `{"table": ...}`; created when missing) or a Delta '
-        'table (a path containing `/`, or `{"delta": ...}`). Each record: pipeline, sink, '
-        "batch_id, partition, target, reason, column_name, value, row (JSON), rejected_at.",
+        "Where refused rows (and rows failing the sink's `where`/`select`) go instead of "
+        'failing the batch: `"postgres:<table>"`, a table in the same database '
+        '(`"postgres:ops.rejects"`; written in the partition\'s transaction, created when '
+        "missing; records: pipeline, sink, batch_id, partition (-1 for route rows), target, "
+        "reason, column_name, value, row (JSON), rejected_at), or a Delta table path "
+        "(fanout's one dead-letter layout, `details.target` naming the table).",
     ),
     SinkOption(
         "migrate",

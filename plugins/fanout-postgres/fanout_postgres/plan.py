@@ -66,7 +66,7 @@ class WritePlan:
     partitions: int
     checks: tuple[Check, ...]
     statements: Statements
-    dead_letter: str | None  # "postgres", "delta" or None
+    dead_letter: str | None  # "postgres" (in the partition's transaction), "driver" or None
     state_schema: str
     settings: tuple[tuple[str, str], ...] = ()
     wire_kinds: tuple[str | None, ...] = ()

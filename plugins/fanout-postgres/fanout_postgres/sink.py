@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
 
 from fanout.contract.batch import Batch, pipeline_scope
+from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.sink import Guarantee, Sink, SinkContext, SinkResult
 from fanout.errors import (
     ConfigurationError,
@@ -35,13 +36,7 @@ from fanout.errors import (
 )
 from fanout.observe.secrets import redact
 from fanout_postgres import url as pgurl
-from fanout_postgres.deadletter import (
-    DeadLetter,
-    RouteDeadLetters,
-    ensure_table,
-    parse_dead_letter,
-    write_delta,
-)
+from fanout_postgres.deadletter import PostgresDeadLetters, as_letter, ensure_table
 from fanout_postgres.declaration import OPTIONS
 from fanout_postgres.encode import show
 from fanout_postgres.membership import check_replay, partition_columns
@@ -148,7 +143,7 @@ class PostgresSink(Sink):
         self.settings = dict(DEFAULT_SETTINGS if settings is None else settings)
         self._url: Any = None
         self._table: TableName | None = None
-        self._dead: DeadLetter | None = None
+        self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
         self._plans: dict[str, WritePlan] = {}
         self._keys: list[str] | None = None  # resolved at open() (append: the hash keys)
 
@@ -163,6 +158,7 @@ class PostgresSink(Sink):
     def open(self, context: SinkContext) -> None:
         """Check options, connect, migrate, and check the table, keys and dead letters."""
         self._check_options()
+        self._dead = context.dead_letters
         engine = self._engine()
         try:
             with engine.connect() as conn:
@@ -176,7 +172,7 @@ class PostgresSink(Sink):
             with engine.begin() as conn:
                 info = reflect(conn, self._table)  # type: ignore[arg-type]
                 self._check_target(info)
-                if self._dead is not None and self._dead.table is not None:
+                if isinstance(self._dead, PostgresDeadLetters):
                     ensure_table(conn, self._dead.table)
             if self.batch_schema is not None:
                 self._plan(_schema_of(self.batch_schema, context.spark), None)
@@ -229,10 +225,9 @@ class PostgresSink(Sink):
         self._raise_failures(outcomes, batch)
         rejects = [r for o in outcomes for r in o.rejects]
         dead = self._dead
-        if dead is not None and dead.path is not None and rejects:
-            base = {"pipeline": batch.pipeline, "sink": self.name, "target": plan.table}
-            key = batch.idempotency_key.derived("dead_letter")
-            write_delta(dead.path, key.app_id, key.version, rejects, base)
+        if dead is not None and not isinstance(dead, PostgresDeadLetters) and rejects:
+            letters = [as_letter(r, plan.table) for r in rejects]
+            dead.write(batch, letters, source="refused")
         rejected = sum(o.rejected for o in outcomes) or len(rejects)
         if rejected and dead is not None:
             logger.warning(
@@ -256,16 +251,6 @@ class PostgresSink(Sink):
             },
             already_written=bool(skipped) and len(skipped) == len(outcomes),
         )
-
-    def route_dead_letters(self) -> RouteDeadLetters | None:
-        """Rows failing this sink's route (``where``/``select``) go to its ``dead_letter``
-        target, either kind: the PostgreSQL table (partition -1, one transaction per batch
-        replacing its route records) or the Delta table (this sink's record layout, a
-        transaction id of its own). ``None`` without a target: such a batch fails."""
-        dead = self._dead or parse_dead_letter(self.dead_letter)
-        if dead is None:
-            return None
-        return RouteDeadLetters(self.connection_url(), dead, str(self._table or self.table))
 
     def partitioned_by(self) -> Sequence[str] | Literal["*"] | None:
         """Append mode: the keys (batch names), or the whole row; upsert: ``None`` (a key
@@ -345,7 +330,10 @@ class PostgresSink(Sink):
             if self.table is None:
                 raise ValueError("option 'table' is required: the target table")
             self._table = parse_table(self.table)
-            self._dead = parse_dead_letter(self.dead_letter)
+            if self.dead_letter is not None and not isinstance(self.dead_letter, str):
+                raise ValueError(
+                    "option 'dead_letter' must be a string: 'postgres:<table>' or a Delta path"
+                )
             check_identifier(self.state_schema, "option 'state_schema'")
             for option in ("keys", "order_by"):
                 for column in getattr(self, option) or []:
@@ -455,6 +443,8 @@ class PostgresSink(Sink):
         return plan
 
     def _plan_options(self) -> PlanOptions:
+        dead = self._dead
+        table = dead.table if isinstance(dead, PostgresDeadLetters) else None
         return PlanOptions(
             sink=self.name,
             table=self._table,  # type: ignore[arg-type]
@@ -464,8 +454,8 @@ class PostgresSink(Sink):
             columns=self.columns,
             partitions=self.partitions,
             state_schema=self.state_schema,
-            dead_letter_table=self._dead.table if self._dead else None,
-            dead_letter_kind=self._dead.kind if self._dead else None,
+            dead_letter_table=table,
+            dead_letter_kind=None if dead is None else "postgres" if table else "driver",
             settings=tuple((str(k), str(v)) for k, v in self.settings.items()),
         )
 

@@ -258,7 +258,7 @@ class _Work:
             rows=rows,
             changed=changed,
             rejected=len(self.rejects),
-            rejects=self._dead_letters() if self.plan.dead_letter == "delta" else [],
+            rejects=self._dead_letters() if self.plan.dead_letter == "driver" else [],
         )
         if self.plan.dead_letter == "postgres":
             self._write_dead_letters()
@@ -382,7 +382,7 @@ class _Work:
             rows=int(rows),
             skipped=True,
             rejected=len(kept),
-            rejects=kept if self.plan.dead_letter == "delta" else [],
+            rejects=kept if self.plan.dead_letter == "driver" else [],
         )
 
     # -- copy and write ----------------------------------------------------------------

@@ -18,6 +18,7 @@ from fanout import FanOut
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.sink import SinkContext, SinkResult
 from fanout.errors import ConfigurationError, SinkWriteError
+from fanout.testing import open_sink
 from tests.integration.kafka.kafkatools import Broker, create_topic, key_counts, read_topic
 from tests.integration.streams import delta_rows
 
@@ -36,8 +37,7 @@ def write(spark: Any, sink: KafkaSink, rows: list[tuple[Any, str]], batch_id: in
 def opened(kafka: Broker, topic: str, **options: Any) -> KafkaSink:
     sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id",
                      partitions=2, **options)  # fmt: skip
-    sink.open(SinkContext(f"bad{uuid.uuid4().hex[:6]}"))
-    return sink
+    return open_sink(sink, f"bad{uuid.uuid4().hex[:6]}")
 
 
 SMALL = [(1, "a"), (2, "b"), (3, "c")]
@@ -78,8 +78,8 @@ def _replay_with_dead_letter_is_exactly_once(
     dlq = f"{topic}-dlq"
     create_topic(kafka.bootstrap, dlq, 1)
     fixed = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id",
-                      partitions=2, dead_letter=dlq)  # fmt: skip
-    fixed.open(SinkContext(str(failed.pipeline)))
+                      partitions=2, dead_letter=f"kafka:{dlq}")  # fmt: skip
+    open_sink(fixed, str(failed.pipeline))
     result = write(spark, fixed, rows)
     assert len(result.details["skipped_partitions"]) == 1
     assert (result.details["dead_letters"], result.rows) == (1, 4)
@@ -93,7 +93,7 @@ def test_bad_records_go_to_a_dead_letter_topic_in_the_same_transactions(
 ) -> None:
     dlq = f"{topic}-dlq"
     create_topic(kafka.bootstrap, dlq, 1)
-    sink = opened(kafka, topic, dead_letter=dlq)
+    sink = opened(kafka, topic, dead_letter=f"kafka:{dlq}")
     result = write(spark, sink, [*SMALL, (4, "x" * BIG), (None, "no key")])
     assert result.rows == 5
     assert (result.details["written"], result.details["dead_letters"]) == (3, 2)
@@ -123,10 +123,15 @@ def test_bad_records_go_to_a_delta_dead_letter_table_once(
     assert again.already_written is True and again.details["written"] == 0
     rows = delta_rows(tmp_path / "dlq")
     assert len(rows) == 1
-    row = rows[0]
-    assert (row["sink"], row["batch_id"], row["topic"], row["key"]) == ("events", 5, topic, None)
-    assert row["value"] == b'{"id":null,"payload":"no key"}'
-    assert row["error"].startswith("null key: key column(s) 'id'")
+    row, facts = rows[0], json.loads(rows[0]["details"])
+    assert (row["sink"], row["batch_id"], facts["topic"], facts["key"]) == (
+        "events",
+        5,
+        topic,
+        None,
+    )
+    assert facts["value"] == '{"id":null,"payload":"no key"}'
+    assert row["reason"].startswith("null key: key column(s) 'id'")
     assert sorted(r["key"] for r in read_topic(kafka.bootstrap, topic, 3)) == ["1", "2", "3"]
 
 
@@ -209,17 +214,17 @@ def test_delta_dead_letters_of_a_committed_partition_survive_another_partition_f
         bootstrap_servers=kafka.bootstrap, topic=topic, key="id", partitions=2,
         dead_letter=str(tmp_path / "dlq"),
     )  # fmt: skip
-    sink.open(SinkContext(f"dl{uuid.uuid4().hex[:6]}"))
+    open_sink(sink, f"dl{uuid.uuid4().hex[:6]}")
     with pytest.raises(KafkaAbortedError, match="injected veto before commit"):
         write(spark, sink, rows)
     # the partition holding the bad record committed, and its letter is already parked
-    assert [r["key"] for r in delta_rows(tmp_path / "dlq")] == [None]
+    assert [json.loads(r["details"])["key"] for r in delta_rows(tmp_path / "dlq")] == [None]
     replay = write(spark, sink, rows)
     assert replay.details["skipped_partitions"] == [holder]
     letters = delta_rows(tmp_path / "dlq")
-    assert [(r["batch_id"], r["partition"], r["value"]) for r in letters] == [
-        (5, holder, b'{"id":null,"payload":"no key"}')
-    ]
+    assert [
+        (r["batch_id"], r["partition"], json.loads(r["details"])["value"]) for r in letters
+    ] == [(5, holder, '{"id":null,"payload":"no key"}')]
     counts = key_counts(read_topic(kafka.bootstrap, topic, 20))
     assert set(counts) == {str(i) for i in range(1, 21)}, "rows lost"
     vetoed = json.loads((tmp_path / "veto.json").read_text())["records"]

@@ -10,7 +10,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 from fanout_kafka.embedded import free_port
-from fanout_kafka.transaction import producer_config
+from fanout_kafka.settings import producer_config
 
 from tests.integration.kafka.kafkatools import Broker, key_counts, read_topic
 

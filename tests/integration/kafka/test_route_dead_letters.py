@@ -30,7 +30,7 @@ def test_rows_failing_the_route_go_to_the_dead_letter_topic_once(
     create_topic(kafka.bootstrap, dlq, 1)
     pipeline = f"kroute{uuid.uuid4().hex[:6]}"
     sink = {"type": "kafka", "name": "events", "bootstrap_servers": kafka.bootstrap,
-            "topic": topic, "key": "id", "partitions": 2, "dead_letter": dlq,
+            "topic": topic, "key": "id", "partitions": 2, "dead_letter": f"kafka:{dlq}",
             "marker_topic": markers, "create_topic": True, "where": WHERE}  # fmt: skip
     batch, info = spark.createDataFrame(ROWS, SCHEMA), BatchInfo(pipeline, 8, "q")
     ledger = str(tmp_path / "ledger")
@@ -62,7 +62,7 @@ def test_rows_failing_the_route_go_to_the_dead_letter_topic_once(
     assert [(r["rows"], r["dead_lettered"]) for r in marks] == [(len(GOOD), 2)]
 
 
-def test_route_letters_to_a_delta_table_use_the_sinks_layout(
+def test_route_letters_to_a_delta_table_use_the_one_layout(
     spark: Any, kafka: Broker, topic: str, tmp_path: Path
 ) -> None:
     sink = {"type": "kafka", "name": "events", "bootstrap_servers": kafka.bootstrap,
@@ -73,14 +73,14 @@ def test_route_letters_to_a_delta_table_use_the_sinks_layout(
     for run in range(2):  # a replay under a fresh ledger writes nothing twice
         fan = FanOut(pipeline, str(tmp_path / f"ledger{run}"), [sink])
         assert fan.process(batch, BatchInfo(pipeline, 0, "q"))["events"].dead_lettered == 2
-    rows = sorted(delta_rows(tmp_path / "dlq"), key=lambda r: json.loads(r["value"])["id"])
-    assert [(r["sink"], r["batch_id"], r["partition"], r["topic"], r["key"]) for r in rows] == [
-        ("events", 0, -1, topic, None)
-    ] * 2
-    assert [json.loads(r["value"]) for r in rows] == [
+    rows = sorted(delta_rows(tmp_path / "dlq"), key=lambda r: json.loads(r["row"])["id"])
+    assert [(r["sink"], r["batch_id"], r["partition"], r["source"]) for r in rows] == [
+        ("events", 0, None, "route")
+    ] * 2  # fanout's one layout: a route's rows have no partition
+    assert [json.loads(r["row"]) for r in rows] == [
         {"id": 2, "amount": "abc"},
         {"id": 11, "amount": "1.5.0"},
     ]
-    assert all(r["error"].startswith(f"route where {WHERE!r} failed: ") for r in rows)
+    assert all(r["reason"].startswith(f"route where {WHERE!r} failed: ") for r in rows)
     assert sorted(json.loads(r["value"])["id"] for r in read_topic(kafka.bootstrap, topic,
                   len(GOOD))) == GOOD  # fmt: skip

@@ -12,9 +12,10 @@ import pytest
 from fanout_postgres import PostgresSink
 
 from fanout.contract.batch import Batch, BatchInfo
-from fanout.contract.sink import SinkContext
+from fanout.deadletters.delta import DeltaDeadLetters
 from fanout.delta_tables.io import read_delta
 from fanout.errors import SinkWriteError
+from fanout.testing import open_sink
 from tests.integration.postgres.pgcheck import execute, query
 
 DDL = "CREATE TABLE items (id bigint PRIMARY KEY, name varchar(5), qty integer)"
@@ -33,9 +34,7 @@ def _batch(spark: Any, rows: list[tuple[Any, ...]], batch_id: int) -> Batch:
 
 
 def _sink(url: str, **options: Any) -> PostgresSink:
-    sink = PostgresSink("pg", url=url, table="items", partitions=2, **options)
-    sink.open(SinkContext("bad"))
-    return sink
+    return open_sink(PostgresSink("pg", url=url, table="items", partitions=2, **options), "bad")
 
 
 def _items(url: str) -> list[tuple[Any, ...]]:
@@ -64,7 +63,7 @@ def test_a_refused_row_fails_the_batch_naming_sink_batch_column_and_value(
 
 def test_refused_rows_go_to_a_postgres_dead_letter_table(spark: Any, pg_url: str) -> None:
     execute(pg_url, DDL)
-    sink = _sink(pg_url, dead_letter="rejects")
+    sink = _sink(pg_url, dead_letter="postgres:rejects")
     rows = GOOD + [bad for bad, *_ in BAD.values()]
     result = sink.write(_batch(spark, rows, 3))
     assert _items(pg_url) == GOOD_IN_TABLE
@@ -94,17 +93,15 @@ class _DeltaDown(PostgresSink):
     """Fails writing the Delta dead letters, as if the driver died right there."""
 
     def write(self, batch: Batch) -> Any:
-        import fanout_postgres.sink as module
-
-        real = module.write_delta
-        module.write_delta = _boom  # type: ignore[assignment]
+        real = DeltaDeadLetters.write
+        DeltaDeadLetters.write = _boom  # type: ignore[method-assign]
         try:
             return super().write(batch)
         finally:
-            module.write_delta = real
+            DeltaDeadLetters.write = real  # type: ignore[method-assign]
 
 
-def _boom(*args: Any) -> bool:
+def _boom(*args: Any, **kwargs: Any) -> int:
     raise RuntimeError("driver died before the dead letters were written")
 
 
@@ -116,7 +113,7 @@ def test_refused_rows_go_to_a_delta_dead_letter_table_once(
     path = str(tmp_path / "rejects")
     rows = GOOD + [bad for bad, *_ in BAD.values()]
     crashed = _DeltaDown("pg", url=pg_url, table="items", partitions=2, mode=mode, dead_letter=path)
-    crashed.open(SinkContext("bad"))
+    open_sink(crashed, "bad")
     with pytest.raises(RuntimeError):
         crashed.write(_batch(spark, rows, 5))
     assert _items(pg_url) == GOOD_IN_TABLE  # the partitions committed, the rejects are pending
@@ -127,12 +124,15 @@ def test_refused_rows_go_to_a_delta_dead_letter_table_once(
     assert result.dead_lettered == 3
     if mode == "append":
         assert result.details["skipped_partitions"] == [0, 1]
-    dead = read_delta(path).sort_by("column_name").to_pylist()
-    assert [(d["sink"], d["batch_id"], d["column_name"], d["value"]) for d in dead] == [
+    dead = read_delta(path).sort_by("column").to_pylist()
+    assert [(d["sink"], d["batch_id"], d["column"], d["value"]) for d in dead] == [
         ("pg", 5, "id", None),
-        ("pg", 5, "name", "toolong"),
-        ("pg", 5, "qty", "12x"),
+        ("pg", 5, "name", json.dumps("toolong")),
+        ("pg", 5, "qty", json.dumps("12x")),
     ]
+    assert {(d["source"], json.loads(d["details"])["target"]) for d in dead} == {
+        ("refused", "items")
+    }
     assert [json.loads(d["row"]) for d in dead] == [
         {"id": None, "name": "nokey", "qty": "5"},
         {"id": 5, "name": "toolong", "qty": "50"},
@@ -149,7 +149,7 @@ def test_a_foreign_key_violation_is_isolated_by_bisection(spark: Any, pg_url: st
         "CREATE TABLE items (id bigint PRIMARY KEY, name varchar(5), "
         "qty integer REFERENCES parents (id))",
     )
-    sink = _sink(pg_url, dead_letter="rejects")
+    sink = _sink(pg_url, dead_letter="postgres:rejects")
     rows = [(i, f"n{i}", str(i if i != 37 else 999)) for i in range(1, 61)]
     result = sink.write(_batch(spark, rows, 1))
     assert result.dead_lettered == 1

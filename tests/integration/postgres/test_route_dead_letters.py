@@ -37,7 +37,7 @@ def test_rows_failing_the_route_go_to_the_dead_letter_target_once(
     spark: Any, pg_url: str, tmp_path: Path, kind: str
 ) -> None:
     execute(pg_url, "CREATE TABLE amounts (id bigint, amount integer)")
-    dead = "ops.route_rejects" if kind == "postgres" else str(tmp_path / "rejects")
+    dead = "postgres:ops.route_rejects" if kind == "postgres" else str(tmp_path / "rejects")
     if kind == "postgres":
         execute(pg_url, "CREATE SCHEMA ops")
     batch, info = spark.createDataFrame(ROWS, SCHEMA), BatchInfo("pgroute", 6, "q")
@@ -58,14 +58,18 @@ def test_rows_failing_the_route_go_to_the_dead_letter_target_once(
         )
     else:
         letters = [
-            (d["pipeline"], d["sink"], d["batch_id"], d["partition"], d["target"],
-             d["column_name"], d["value"], json.loads(d["row"]), d["reason"])
+            (d["pipeline"], d["sink"], d["batch_id"], d["partition"], d["details"],
+             d["column"], json.loads(d["value"]), json.loads(d["row"]), d["reason"])
             for d in delta_rows(tmp_path / "rejects")
         ]  # fmt: skip
+        assert {d["source"] for d in delta_rows(tmp_path / "rejects")} == {"route"}
     letters.sort(key=lambda letter: letter[7]["id"])
+    # a PostgreSQL table records the partition (-1: the route) and the sink's table; fanout's
+    # Delta layout has no partition for a route's rows and no sink facts for them
+    partition, target = (-1, "amounts") if kind == "postgres" else (None, None)
     assert [letter[:8] for letter in letters] == [
-        ("pgroute", "pg", 6, -1, "amounts", "amount", "abc", {"id": 4, "amount": "abc"}),
-        ("pgroute", "pg", 6, -1, "amounts", "amount", "9z", {"id": 17, "amount": "9z"}),
+        ("pgroute", "pg", 6, partition, target, "amount", "abc", {"id": 4, "amount": "abc"}),
+        ("pgroute", "pg", 6, partition, target, "amount", "9z", {"id": 17, "amount": "9z"}),
     ]
     assert letters[0][8].startswith(REASON.format("abc"))
     assert letters[1][8].startswith(REASON.format("9z"))

@@ -1,0 +1,125 @@
+"""What a partition task of the Kafka sink is given: the batch's plain, picklable writer
+settings, and the producer and consumer configurations derived from them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fanout_kafka.markers import marker_group
+from fanout_kafka.options import connection_settings
+from fanout_kafka.records import Encoder
+
+if TYPE_CHECKING:
+    from fanout.contract.batch import BatchInfo
+    from fanout.contract.dead_letters import DeadLetterTarget
+    from fanout.partitioned.membership import PartitionPlan
+
+LIVELY_CONNECTIONS: dict[str, Any] = {"enable.sparse.connections": False}
+"""Connect to the brokers the metadata names at once, not on demand. The sink's producer
+and marker consumer live for one partition of one batch; with librdkafka's sparse
+connections, ``init_transactions`` waited 50-500 ms for a connection to the transaction
+coordinator (its bootstrap connection is dropped after the first metadata, and the next
+connection waits for a timer), about 0.5 s of every partition's write of a small batch.
+The ``producer`` option can set ``enable.sparse.connections`` back to true (very large
+clusters)."""
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    """Everything a partition task needs; plain, picklable configuration."""
+
+    pipeline: str
+    sink: str
+    scope: str
+    bootstrap_servers: str
+    topic: str
+    producer: Mapping[str, Any]
+    transactional_id_prefix: str
+    marker_topic: str
+    transaction_timeout_ms: int
+    encoder: Encoder
+    dead_topic: str | None = None
+    """The dead-letter topic (``dead_letter = "kafka:<topic>"``): bad records are produced
+    there in the partition's own transaction."""
+    dead_letters: DeadLetterTarget | None = None
+    """Any other dead-letter target (a Delta table): bad records are written there just
+    before the partition's transaction commits."""
+    info: BatchInfo | None = None
+    """The batch (for the dead letters' records)."""
+    txn_app_id: str = ""
+    """The sink's transaction id ``fanout/<scope>/<sink>`` (the dead letters' key)."""
+    operation_timeout_s: float = 60.0
+    retries: int = 5
+    plan: PartitionPlan | None = None
+    """The batch's partitioning, committed with each partition (:mod:`fanout_kafka.membership`)."""
+
+    @property
+    def has_dead_letters(self) -> bool:
+        """Whether bad records have somewhere to go (else they fail the partition)."""
+        return self.dead_topic is not None or self.dead_letters is not None
+
+    def transactional_id(self, partition: int) -> str:
+        """``<prefix>-<partition>``."""
+        return f"{self.transactional_id_prefix}-{partition}"
+
+    def marker_group(self, partition: int) -> str:
+        """``fanout/<scope>/<sink>/p<partition>`` (the scope is the pipeline, plus
+        ``@e<epoch>`` after an accepted checkpoint reset)."""
+        return marker_group(self.scope, self.sink, partition)
+
+    def producer_config(self, partition: int) -> dict[str, Any]:
+        """The transactional producer's librdkafka settings."""
+        return producer_config(
+            self.producer,
+            self.bootstrap_servers,
+            self.transactional_id(partition),
+            self.transaction_timeout_ms,
+        )
+
+    def consumer_config(self, partition: int) -> dict[str, Any]:
+        """The marker consumer's settings (it only reads and commits through the producer)."""
+        return {
+            **LIVELY_CONNECTIONS,
+            **connection_settings(self.producer),
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.marker_group(partition),
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+        }
+
+
+def producer_config(
+    producer: Mapping[str, Any],
+    bootstrap_servers: str,
+    transactional_id: str,
+    transaction_timeout_ms: int,
+) -> dict[str, Any]:
+    """A transactional producer's settings: the passthrough, then what the sink owns."""
+    config: dict[str, Any] = {
+        "partitioner": "murmur2_random",  # the Java client's: keys land where Java puts them
+        "message.timeout.ms": transaction_timeout_ms,
+        "allow.auto.create.topics": False,
+        # the sink acts only on failed deliveries; skipping the Python callback of every
+        # delivered record saves about a tenth of the producer's CPU (the binding still
+        # frees each record's state: confluent-kafka-python filters these reports itself)
+        "delivery.report.only.error": True,
+        **LIVELY_CONNECTIONS,
+        **producer,
+        "bootstrap.servers": bootstrap_servers,
+        "transactional.id": transactional_id,
+        "transaction.timeout.ms": transaction_timeout_ms,
+        "enable.idempotence": True,
+        "acks": "all",
+    }
+    config.pop("request.required.acks", None)
+    return config
+
+
+def scope_of(txn_app_id: str, sink: str) -> str:
+    """The pipeline scope inside a batch's transaction id ``fanout/<scope>/<sink>``: the
+    pipeline name, or ``<pipeline>@e<epoch>`` after an accepted checkpoint reset, so the
+    markers of a new epoch start afresh like every other idempotency record."""
+    return txn_app_id.removeprefix("fanout/").removesuffix(f"/{sink}")
