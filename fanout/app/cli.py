@@ -1,4 +1,6 @@
-"""The ``fanout`` command: plugins, status, ledger maintenance, migrations and the demo.
+"""The ``fanout`` command: plugins, status, ledger maintenance, the demo, and the commands
+plugins contribute (``fanout migrate`` comes with fanout-postgres) through
+:func:`fanout.hooks.specs.fanout_cli_commands`.
 
 Exit codes: 0 success, 1 failure, 2 configuration error (bad arguments or options).
 """
@@ -9,11 +11,14 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.errors import ConfigurationError, FanoutError
 from fanout.observe.logs import configure as configure_logging
 from fanout.version import __version__
+
+if TYPE_CHECKING:
+    from fanout.hooks.registry import Registry
 
 EXIT_BROKEN_PIPE = 128 + 13
 """What a shell reports for a tool that SIGPIPE ended (``fanout status --json | head``)."""
@@ -171,39 +176,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return validate(args.pipeline_file)
 
 
-def cmd_migrate(args: argparse.Namespace) -> int:
-    """Apply fanout's PostgreSQL migrations (the tables fanout owns) to one database."""
-    from fanout.app.pg_migrations import INSTALL_HINT, upgrade
-    from fanout.observe.secrets import expand_env, redact
-
-    try:
-        from sqlalchemy.engine import make_url
-    except ImportError as exc:
-        raise ConfigurationError(INSTALL_HINT) from exc
-    try:
-        url = make_url(args.url)
-    except Exception as exc:
-        raise ConfigurationError(f"--url is not a SQLAlchemy URL: {type(exc).__name__}") from None
-    password = expand_env(url.password or "", what="fanout migrate --url (password)")
-    url = url.set(password=password or None)
-    shown = url.render_as_string(hide_password=True)
-    try:
-        result = upgrade(url, schema=args.schema)
-    except FanoutError:
-        raise
-    except Exception as exc:
-        message = redact(f"{type(exc).__name__}: {exc}", [password])
-        raise FanoutError(f"migrating {shown} failed: {message}") from None
-    if result.changed:
-        print(
-            f"{shown}: schema {result.schema!r} upgraded {result.before or '(empty)'} -> "
-            f"{result.after}"
-        )
-    else:
-        print(f"{shown}: schema {result.schema!r} already at {result.after} (nothing to do)")
-    return 0
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the end-to-end demo on embedded defaults."""
     from fanout.app.demo.run import run_demo
@@ -231,8 +203,13 @@ def _positive(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``fanout`` command."""
+def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the ``fanout`` command: the core's commands, then those the
+    plugins of ``registry`` contribute (default: the installed plugins, :func:`installed_plugins`).
+
+    :raises PluginError: when a plugin's command takes a core command's or another plugin's
+        name.
+    """
     parser = argparse.ArgumentParser(
         prog="fanout", description="Exactly-once fan-out of a Spark stream to many sinks."
     )
@@ -311,19 +288,6 @@ def build_parser() -> argparse.ArgumentParser:
     maintain.add_argument("--no-checkpoint", action="store_true", help="skip the log checkpoint")
     maintain.set_defaults(func=cmd_maintain)
 
-    migrate = sub.add_parser(
-        "migrate", help="create or upgrade the tables fanout owns in a PostgreSQL database"
-    )
-    migrate.add_argument(
-        "--url",
-        required=True,
-        help="SQLAlchemy URL of the database; the password may be ${ENV_VAR}",
-    )
-    migrate.add_argument(
-        "--schema", default="fanout", help="schema for fanout's tables (default fanout)"
-    )
-    migrate.set_defaults(func=cmd_migrate)
-
     demo = sub.add_parser(
         "demo",
         help="end-to-end demo: a failure mid-stream, a restart, "
@@ -346,12 +310,38 @@ def build_parser() -> argparse.ArgumentParser:
         "--kafka-bootstrap", help="write the Kafka sink there instead of an embedded broker"
     )
     demo.set_defaults(func=cmd_demo)
+
+    registry = installed_plugins() if registry is None else registry
+    for command in registry.cli_commands(taken=set(sub.choices)):
+        added = sub.add_parser(command.name, help=command.help)
+        command.add_arguments(added)
+        added.set_defaults(func=command.run)
     return parser
+
+
+def installed_plugins() -> Registry:
+    """The registry of the installed plugins (a plugin that fails to load contributes no
+    command; ``fanout plugins`` says why)."""
+    from fanout.hooks.registry import load_registry
+
+    return load_registry()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fanout`` console script."""
-    args = build_parser().parse_args(argv)
+    plugins = installed_plugins()
+    try:
+        parser = build_parser(plugins)
+    except FanoutError as exc:  # two plugins claiming one command: nothing can run safely
+        print(f"fanout: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        if exc.code == 2:  # a bad command line; a command may be missing with its plugin
+            for error in plugins.load_errors:
+                print(f"fanout: note: {error}", file=sys.stderr)
+        raise
     configure_logging(args.log_level, args.log_format)
     try:
         code = int(args.func(args))

@@ -1,9 +1,11 @@
 """``fanout dev up|status|down``: the local development loop's services, in the background.
 
 ``up`` starts one detached process (``python -m fanout.app.dev serve STATE``) that runs the
-embedded PostgreSQL server and Kafka-protocol broker the demo uses, writes the environment
-a pipeline file needs to ``STATE/env`` (``FANOUT_PG_URL``, ``FANOUT_KAFKA_BOOTSTRAP``,
-``FANOUT_DATA``), and stays until ``down`` stops it. ``examples/pipeline.toml`` reads exactly
+embedded servers the installed plugins provide (:func:`fanout.hooks.specs.fanout_embedded_services`:
+PostgreSQL with fanout-postgres, a Kafka-protocol broker with fanout-kafka), the ones the demo
+uses, writes the environment a pipeline file needs to ``STATE/env`` (each service's
+``env_var``: ``FANOUT_PG_URL``, ``FANOUT_KAFKA_BOOTSTRAP``; and ``FANOUT_DATA``), and stays
+until ``down`` stops it. ``examples/pipeline.toml`` reads exactly
 those variables, so the loop is::
 
     fanout dev up && . .fanout-dev/env
@@ -98,8 +100,11 @@ def _alive(pid: int) -> bool:
 
 def serve(state: Path) -> None:
     """Run the services until SIGTERM/SIGINT (the detached process ``up`` starts)."""
-    from fanout.app.demo.services import embedded_kafka, embedded_postgres
+    from fanout.hooks.registry import load_registry
 
+    registry = load_registry()
+    registry.raise_load_errors()
+    services = registry.embedded_services()
     stopped = False
 
     def stop(_signum: int, _frame: object) -> None:
@@ -111,13 +116,11 @@ def serve(state: Path) -> None:
     data = state / "data"
     (data / "input").mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
-        url = stack.enter_context(embedded_postgres(state))
-        bootstrap = stack.enter_context(embedded_kafka(state))
         env = {
-            "FANOUT_PG_URL": url,
-            "FANOUT_KAFKA_BOOTSTRAP": bootstrap,
-            "FANOUT_DATA": str(data.resolve()),
+            service.env_var: str(stack.enter_context(service.start(state)))
+            for service in services.values()
         }
+        env["FANOUT_DATA"] = str(data.resolve())
         text = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
         (state / "env.tmp").write_text(text)
         (state / "env.tmp").replace(state / "env")

@@ -1,17 +1,16 @@
 """Plugin discovery and the sink-type registry.
 
 Plugins are modules registered under the entry-point group ``fanout``; the built-in sinks
-are found exactly that way. Code shipped to a cluster as a ``--py-files`` zip has no
-entry points, so :data:`BUILTIN_PLUGIN_MODULES` is imported as a fallback for each
-built-in whose distribution is not installed (a test keeps it in sync with ``plugins/``).
+are found exactly that way, and the core names none of them. (Code shipped to a cluster as a
+``--py-files`` zip keeps its entry points when the zip holds the distributions'
+``*.dist-info`` directories, as ``pip install --target DIR`` writes them.)
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Protocol, cast
@@ -31,16 +30,10 @@ from fanout.errors import (
     UnknownSinkTypeError,
 )
 from fanout.hooks import specs as hookspecs
+from fanout.hooks.commands import CliCommand
+from fanout.hooks.services import EmbeddedService
 
 log = logging.getLogger(__name__)
-
-BUILTIN_PLUGIN_MODULES: tuple[str, ...] = (
-    "fanout_delta.plugin",
-    "fanout_postgres.plugin",
-    "fanout_kafka.plugin",
-)
-"""Modules of the built-in sink plugins, imported only when their distributions are not
-installed (``--py-files`` deployments)."""
 
 
 class EntryPointLike(Protocol):
@@ -103,15 +96,8 @@ class Registry:
     def sink_types(self) -> dict[str, SinkType]:
         """Every sink type of every plugin; two plugins claiming one name is an error."""
         types: dict[str, SinkType] = {}
-        for impl in self.manager.hook.fanout_sink_types.get_hookimpls():
-            info = self.plugins.get(impl.plugin_name) or PluginInfo(
-                impl.plugin_name, getattr(impl.plugin, "__name__", impl.plugin_name)
-            )
-            try:
-                provided = cast("Mapping[str, Any]", impl.function() or {})
-            except Exception as exc:
-                raise PluginLoadError(info.name, info.distribution, exc) from exc
-            for type_name, sink_class in provided.items():
+        for info, provided in self._provided("fanout_sink_types"):
+            for type_name, sink_class in cast("Mapping[str, Any]", provided).items():
                 _check_sink_class(info, type_name, sink_class)
                 if type_name in types:
                     raise DuplicateSinkTypeError(
@@ -123,24 +109,78 @@ class Registry:
     def dead_letter_kinds(self) -> dict[str, DeadLetterKind]:
         """Every dead-letter kind of every plugin (the core's ``delta`` included); two
         plugins claiming one kind is an error naming both."""
-        kinds: dict[str, DeadLetterKind] = {}
-        owners: dict[str, PluginInfo] = {}
-        for impl in self.manager.hook.fanout_dead_letter_kinds.get_hookimpls():
+        provided = self._named("fanout_dead_letter_kinds", "dead-letter kind", mapping=True)
+        return {kind: factory for kind, (factory, _) in provided.items()}
+
+    def cli_commands(self, taken: Iterable[str] = ()) -> list[CliCommand]:
+        """Every plugin's ``fanout`` sub-commands, in the order plugins were registered.
+
+        :param taken: the core's own command names, which no plugin may reuse.
+        :raises PluginError: when two plugins, or a plugin and the core, claim one name.
+        """
+        reserved = set(taken)
+        commands = self._named("fanout_cli_commands", "fanout command")
+        for name, (command, info) in commands.items():
+            if name in reserved:
+                raise PluginError(
+                    f"plugin {info.describe()}: fanout command {name!r} is one of the core's"
+                )
+            if not isinstance(command, CliCommand):
+                raise PluginError(
+                    f"plugin {info.describe()}: fanout command {name!r} is {command!r}, "
+                    "not a fanout.hooks.commands.CliCommand"
+                )
+        return [command for command, _ in commands.values()]
+
+    def embedded_services(self) -> dict[str, EmbeddedService]:
+        """Every plugin's embedded servers, by name (the sink type each serves)."""
+        services = self._named("fanout_embedded_services", "embedded service")
+        for name, (service, info) in services.items():
+            if not isinstance(service, EmbeddedService):
+                raise PluginError(
+                    f"plugin {info.describe()}: embedded service {name!r} is {service!r}, "
+                    "not a fanout.hooks.services.EmbeddedService"
+                )
+        return {name: service for name, (service, _) in services.items()}
+
+    def _provided(self, hook_name: str) -> Iterator[tuple[PluginInfo, Any]]:
+        """Each plugin's answer to a registration hook, with the plugin that gave it, in
+        registration order. Registration hooks are asked plugin by plugin (not through one
+        pluggy call) so that a raising plugin and two plugins claiming one name are named;
+        wrappers of these hooks are therefore not called."""
+        for impl in getattr(self.manager.hook, hook_name).get_hookimpls():
+            if impl.wrapper or impl.hookwrapper:
+                continue  # wraps a pluggy call, which registration hooks do not make
             info = self.plugins.get(impl.plugin_name) or PluginInfo(
                 impl.plugin_name, getattr(impl.plugin, "__name__", impl.plugin_name)
             )
             try:
-                provided = cast("Mapping[str, DeadLetterKind]", impl.function() or {})
+                provided = impl.function()
             except Exception as exc:
                 raise PluginLoadError(info.name, info.distribution, exc) from exc
-            for kind, factory in provided.items():
-                if kind in kinds:
+            if provided:
+                yield info, provided
+
+    def _named(
+        self, hook_name: str, what: str, *, mapping: bool = False
+    ) -> dict[str, tuple[Any, PluginInfo]]:
+        """A registration hook's answers by name (a mapping's keys, or each object's
+        ``name``), each with its plugin; one name from two plugins is a :class:`PluginError`."""
+        found: dict[str, tuple[Any, PluginInfo]] = {}
+        for info, provided in self._provided(hook_name):
+            items: Iterable[tuple[str, Any]] = (
+                cast("Mapping[str, Any]", provided).items()
+                if mapping
+                else ((getattr(item, "name", repr(item)), item) for item in provided)
+            )
+            for name, item in items:
+                if name in found:
                     raise PluginError(
-                        f"dead-letter kind {kind!r} is provided by both "
-                        f"{owners[kind].describe()} and {info.describe()}"
+                        f"{what} {name!r} is provided by both "
+                        f"{found[name][1].describe()} and {info.describe()}"
                     )
-                kinds[kind], owners[kind] = factory, info
-        return kinds
+                found[name] = (item, info)
+        return found
 
     def build_sink(self, spec: Mapping[str, Any] | Sink, types: Mapping[str, SinkType]) -> Sink:
         """A sink from its configuration dict (``type``, ``name``, options) or as given."""
@@ -209,22 +249,20 @@ def load_registry(
     extra_plugins: Iterable[object] = (),
     *,
     entry_points_: Iterable[EntryPointLike] | None = None,
-    fallback_modules: Iterable[str] = BUILTIN_PLUGIN_MODULES,
 ) -> Registry:
     """Discover plugins and return a registry; never raises for a broken plugin.
 
     :param extra_plugins: plugin objects registered directly (``FanOut(plugins=...)``).
-    :param entry_points_: the entry points to load; default: the installed ``fanout`` group.
-    :param fallback_modules: built-in plugin modules imported when no entry point
-        provides them.
-    Import errors are collected in :attr:`Registry.load_errors`, each naming its plugin.
+    :param entry_points_: the entry points to load; default: the installed ``fanout`` group
+        (the built-in sinks' included).
+    Import errors, and implementations of hooks fanout does not define, are collected in
+    :attr:`Registry.load_errors`, each naming its plugin (such a plugin is not registered).
     """
     registry = Registry(new_plugin_manager())
     registry.manager.register(CoreDeadLetterKinds(), name="fanout.core")  # not a plugin
     eps = list(
         entry_points(group=hookspecs.PROJECT_NAME) if entry_points_ is None else entry_points_
     )
-    loaded_modules = set()
     for ep in eps:
         dist = getattr(ep, "dist", None)
         info = PluginInfo(
@@ -233,7 +271,6 @@ def load_registry(
             distribution=getattr(dist, "name", None) or (dist.metadata["Name"] if dist else None),
             version=getattr(dist, "version", None),
         )
-        loaded_modules.add(ep.value)
         if registry.manager.has_plugin(ep.name):
             log.debug("plugin %s already registered; skipping %s", ep.name, info.describe())
             continue
@@ -243,45 +280,33 @@ def load_registry(
             registry.load_errors.append(_load_error(ep.name, info.distribution, exc))
             continue
         _register(registry, plugin, info)
-    for module_name in fallback_modules:
-        if module_name in loaded_modules:
-            continue
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue  # that built-in is simply not shipped here
-            registry.load_errors.append(_load_error(module_name, None, exc))
-            continue
-        except Exception as exc:
-            registry.load_errors.append(_load_error(module_name, None, exc))
-            continue
-        _register(registry, module, PluginInfo(module_name, module_name))
     for plugin in extra_plugins:
         name = getattr(plugin, "__name__", None) or f"{type(plugin).__name__}@{id(plugin):x}"
         origin = name if inspect.ismodule(plugin) else type(plugin).__module__
         _register(registry, plugin, PluginInfo(name, origin))
-    _check_hook_names(registry)
+    _check_pending(registry)
     return registry
 
 
-def _check_hook_names(registry: Registry) -> None:
-    """Report implementations of hooks fanout does not define (a misspelt
-    ``fanout_sink_type`` would otherwise register silently and provide nothing)."""
-    for hook_name, hook in vars(registry.manager.hook).items():
-        if getattr(hook, "spec", None) is not None:
-            continue
-        for impl in hook.get_hookimpls():
-            if impl.optionalhook:
-                continue
-            info = registry.plugins.get(impl.plugin_name)
-            cause = pluggy.PluginValidationError(
-                impl.plugin,
-                f"unknown hook {hook_name!r}; fanout's hooks are "
-                + ", ".join(sorted(n for n in dir(hookspecs) if n.startswith("fanout_"))),
-            )
+def _check_pending(registry: Registry) -> None:
+    """Report, and unregister, each plugin implementing a hook fanout does not define (a
+    misspelt ``fanout_sink_type`` would otherwise register silently and provide nothing).
+
+    pluggy's ``check_pending()`` raises for the first such implementation; the loop finds
+    them all, one plugin at a time."""
+    known = ", ".join(sorted(n for n in dir(hookspecs) if n.startswith("fanout_")))
+    while True:
+        try:
+            registry.manager.check_pending()
+            return
+        except pluggy.PluginValidationError as exc:
+            name = registry.manager.get_name(exc.plugin) or repr(exc.plugin)
+            info = registry.plugins.pop(name, None)
+            registry.manager.unregister(exc.plugin)
+            cause = pluggy.PluginValidationError(exc.plugin, f"{exc}; fanout's hooks are {known}")
+            cause.__cause__ = exc
             registry.load_errors.append(
-                _load_error(impl.plugin_name, info.distribution if info else None, cause)
+                _load_error(name, info.distribution if info else None, cause)
             )
 
 

@@ -3,7 +3,10 @@
 A plugin is a module (or object) registered under the ``fanout`` entry-point group, or
 passed to ``FanOut(plugins=[...])``, that implements some of these hooks with
 ``@fanout.hookimpl``. Sink-type plugins implement :func:`fanout_sink_types`; observers
-(metrics, alerting, fault injection in tests) implement the lifecycle hooks.
+(metrics, alerting, fault injection in tests) implement the lifecycle hooks. A plugin may
+also add ``fanout`` sub-commands (:func:`fanout_cli_commands`) and the embedded servers of
+its sinks (:func:`fanout_embedded_services`). A hook fanout does not define is refused when
+the plugin loads (pluggy's ``check_pending()``).
 
 The per-batch sequence, for each micro-batch Spark hands to ``FanOut``:
 
@@ -42,6 +45,8 @@ if TYPE_CHECKING:
     from fanout.contract.partitions import PartitionCommit
     from fanout.contract.sink import Sink, SinkResult
     from fanout.deadletters.target import DeadLetterKind
+    from fanout.hooks.commands import CliCommand
+    from fanout.hooks.services import EmbeddedService
 
 PROJECT_NAME = "fanout"
 """The pluggy project name, which is also the entry-point group plugins register under."""
@@ -65,6 +70,40 @@ def fanout_sink_types() -> Mapping[str, type[Sink]]:
 
     :return: a mapping of type names to :class:`fanout.Sink` subclasses. Every plugin's
         mapping is used; two plugins returning the same type name is an error naming both.
+    """
+    raise NotImplementedError  # a specification: pluggy never calls this body
+
+
+# -------------------------------------------------------------------------------------
+# Commands and services (the ``fanout`` command-line tool)
+# -------------------------------------------------------------------------------------
+
+
+@hookspec
+def fanout_cli_commands() -> Sequence[CliCommand]:
+    """Return the ``fanout`` sub-commands this plugin provides.
+
+    Called each time the ``fanout`` command builds its argument parser (before it parses
+    the command line), so ``fanout --help`` lists a plugin's commands exactly when the plugin
+    is installed. The fanout-postgres plugin provides ``fanout migrate`` this way.
+
+    :return: :class:`fanout.hooks.commands.CliCommand` objects. Every plugin's commands are
+        used; a name already taken by a core command or by another plugin is an error naming
+        both (``fanout`` then exits with 1).
+    """
+    raise NotImplementedError  # a specification: pluggy never calls this body
+
+
+@hookspec
+def fanout_embedded_services() -> Sequence[EmbeddedService]:
+    """Return the local servers this plugin can start for its sink types.
+
+    Called by ``fanout demo`` (for each sink type the demo writes whose server was not given
+    on the command line) and by ``fanout dev up`` (all of them, exporting each address as the
+    service's ``env_var``). Nothing starts until the core enters ``service.start(root)``.
+
+    :return: :class:`fanout.hooks.services.EmbeddedService` objects, named for the sink type
+        they serve. Two plugins returning the same name is an error naming both.
     """
     raise NotImplementedError  # a specification: pluggy never calls this body
 

@@ -35,7 +35,7 @@ class Named(Sink):
 
 
 def test_the_core_resolves_every_sinks_target_through_the_registered_kinds() -> None:
-    kinds = load_registry(entry_points_=[], fallback_modules=()).dead_letter_kinds()
+    kinds = load_registry(entry_points_=[]).dead_letter_kinds()
     assert sorted(kinds) == ["delta"]
     target = resolve_target(Named("s", "delta:/data/dead"), kinds)
     assert target == DeltaDeadLetters("/data/dead")  # "delta:" is not part of the path
@@ -57,7 +57,7 @@ def test_a_plugin_adds_a_kind_through_the_hook() -> None:
         def fanout_dead_letter_kinds(self) -> dict[str, object]:
             return {"queue": lambda location, sink: ("queue", location, sink.name)}
 
-    kinds = load_registry([Topics()], entry_points_=[], fallback_modules=()).dead_letter_kinds()
+    kinds = load_registry([Topics()], entry_points_=[]).dead_letter_kinds()
     assert sorted(kinds) == ["delta", "queue"]
     assert resolve_target(Named("s", "queue:q1"), kinds) == ("queue", "q1", "s")  # type: ignore[comparison-overlap]
 
@@ -66,7 +66,7 @@ def test_a_plugin_adds_a_kind_through_the_hook() -> None:
         def fanout_dead_letter_kinds(self) -> dict[str, object]:
             return {"delta": delta_target}
 
-    registry = load_registry([Again()], entry_points_=[], fallback_modules=())
+    registry = load_registry([Again()], entry_points_=[])
     with pytest.raises(PluginError, match="dead-letter kind 'delta' is provided by both"):
         registry.dead_letter_kinds()
 

@@ -150,3 +150,19 @@ def _plugin_mentions(path: Path) -> Iterator[str]:
 
 def test_the_checker_finds_a_circle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_plugin_name_checker_finds_each_form(tmp_path: Path) -> None:
+    source = tmp_path / "mod.py"
+    source.write_text(
+        "import fanout_kafka.sink\n"
+        "from fanout_postgres import embedded\n"
+        "import importlib\n"
+        "def f():\n"
+        "    return importlib.import_module('fanout_delta.plugin')\n"
+    )
+    assert sorted(_plugin_mentions(source)) == [
+        "fanout_delta.plugin",
+        "fanout_kafka.sink",
+        "fanout_postgres",
+    ]

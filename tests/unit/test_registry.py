@@ -24,7 +24,6 @@ from fanout.errors import (
     UnknownSinkTypeError,
 )
 from fanout.hooks.registry import (
-    BUILTIN_PLUGIN_MODULES,
     PluginInfo,
     load_registry,
     option_names,
@@ -117,7 +116,7 @@ def restore_modules() -> Iterator[None]:
 
 def test_discovers_a_sink_type_with_its_distribution() -> None:
     ep = entry_point("jsonl", {"jsonl": JsonlSink}, dist=("fanout-jsonl", "2.3.1"))
-    registry = load_registry(entry_points_=[ep], fallback_modules=())
+    registry = load_registry(entry_points_=[ep])
 
     assert registry.load_errors == []
     assert registry.plugins == {
@@ -134,7 +133,7 @@ def test_discovers_a_sink_type_with_its_distribution() -> None:
 def test_one_plugin_several_types_and_extra_plugins() -> None:
     ep = entry_point("multi", {"jsonl": JsonlSink, "other": OtherSink})
     extra = plugin_module("my_extra_plugin", {"extra": OtherSink})
-    registry = load_registry([extra], entry_points_=[ep], fallback_modules=())
+    registry = load_registry([extra], entry_points_=[ep])
 
     types_ = registry.sink_types()
     assert sorted(types_) == ["extra", "jsonl", "other"]
@@ -143,7 +142,7 @@ def test_one_plugin_several_types_and_extra_plugins() -> None:
 
 
 def test_no_plugins_no_types() -> None:
-    registry = load_registry(entry_points_=[], fallback_modules=())
+    registry = load_registry(entry_points_=[])
     assert registry.sink_types() == {}
     assert registry.plugins == {}
 
@@ -151,7 +150,6 @@ def test_no_plugins_no_types() -> None:
 def test_unknown_sink_type_lists_known_types() -> None:
     registry = load_registry(
         entry_points_=[entry_point("a", {"jsonl": JsonlSink, "other": OtherSink})],
-        fallback_modules=(),
     )
     types_ = registry.sink_types()
     with pytest.raises(UnknownSinkTypeError) as info:
@@ -166,7 +164,7 @@ def test_unknown_sink_type_lists_known_types() -> None:
 
 
 def test_unknown_sink_type_with_no_plugin_says_so() -> None:
-    registry = load_registry(entry_points_=[], fallback_modules=())
+    registry = load_registry(entry_points_=[])
     with pytest.raises(
         UnknownSinkTypeError, match=r"known types: none \(is any fanout plugin installed\?\)"
     ):
@@ -179,7 +177,6 @@ def test_two_plugins_claiming_one_type_name_both_distributions() -> None:
             entry_point("first", {"jsonl": JsonlSink}, dist=("fanout-jsonl", "1.0.0")),
             entry_point("second", {"jsonl": OtherSink}, dist=("acme-fanout-jsonl", "0.4")),
         ],
-        fallback_modules=(),
     )
     assert registry.load_errors == []
     with pytest.raises(DuplicateSinkTypeError) as info:
@@ -202,7 +199,7 @@ def test_plugin_raising_on_import_is_a_named_chained_error() -> None:
         error=cause,
     )
     good = entry_point("jsonl", {"jsonl": JsonlSink})
-    registry = load_registry(entry_points_=[broken, good], fallback_modules=())
+    registry = load_registry(entry_points_=[broken, good])
 
     # the good plugin still loads; the error waits to be raised
     assert sorted(registry.sink_types()) == ["jsonl"]
@@ -232,7 +229,7 @@ def test_plugin_hook_raising_is_a_plugin_load_error() -> None:
     ep = FakeEntryPoint(
         "explodes", "fake_explodes.plugin", FakeDist("fanout-explodes", "3"), module
     )
-    registry = load_registry(entry_points_=[ep], fallback_modules=())
+    registry = load_registry(entry_points_=[ep])
     with pytest.raises(PluginLoadError) as info:
         registry.sink_types()
     assert str(info.value) == (
@@ -247,7 +244,6 @@ def test_class_not_subclassing_sink_is_a_plugin_error() -> None:
 
     registry = load_registry(
         entry_points_=[entry_point("bad", {"bad": NotASink}, dist=("fanout-bad", "0.1"))],
-        fallback_modules=(),
     )
     with pytest.raises(PluginError) as info:
         registry.sink_types()
@@ -261,7 +257,6 @@ def test_instance_instead_of_class_is_a_plugin_error() -> None:
         entry_points_=[
             entry_point("bad", {"bad": JsonlSink("x", directory="/")}, ("fanout-bad", "0.1"))
         ],
-        fallback_modules=(),
     )
     with pytest.raises(PluginError, match="not a subclass of fanout.Sink"):
         registry.sink_types()
@@ -273,7 +268,6 @@ def test_bad_guarantee_is_a_plugin_error() -> None:
 
     registry = load_registry(
         entry_points_=[entry_point("eo", {"eo": ExactlyOnceSink}, dist=("fanout-eo", "9.9"))],
-        fallback_modules=(),
     )
     with pytest.raises(PluginError) as info:
         registry.sink_types()
@@ -289,7 +283,6 @@ def test_guarantee_as_a_class_attribute_is_a_plugin_error() -> None:
 
     registry = load_registry(
         entry_points_=[entry_point("old", {"old": OldStyleSink}, dist=("fanout-old", "1.0"))],
-        fallback_modules=(),
     )
     with pytest.raises(PluginError, match=r"sets 'guarantee' as a class attribute; declare"):
         registry.sink_types()
@@ -305,7 +298,7 @@ def test_hook_with_wrong_arguments_is_a_load_error() -> None:
 
     module.fanout_sink_types = fanout_sink_types  # type: ignore[attr-defined]
     ep = FakeEntryPoint("wrongargs", "fake_wrongargs.plugin", FakeDist("fanout-wa", "1"), module)
-    registry = load_registry(entry_points_=[ep], fallback_modules=())
+    registry = load_registry(entry_points_=[ep])
     [error] = registry.load_errors
     assert str(error).startswith(
         'Error importing plugin "wrongargs" (distribution fanout-wa): PluginValidationError: '
@@ -321,9 +314,7 @@ def test_hook_with_wrong_arguments_is_a_load_error() -> None:
 
 @pytest.fixture
 def registry_and_types() -> tuple[Any, dict[str, Any]]:
-    registry = load_registry(
-        entry_points_=[entry_point("jsonl", {"jsonl": JsonlSink})], fallback_modules=()
-    )
+    registry = load_registry(entry_points_=[entry_point("jsonl", {"jsonl": JsonlSink})])
     return registry, registry.sink_types()
 
 
@@ -410,40 +401,29 @@ def test_good_sink_names(registry_and_types: tuple[Any, dict[str, Any]], name: s
     )
 
 
-# -- fallback modules -----------------------------------------------------------------
+# -- built-ins are entry points like any plugin ----------------------------------------
 
 
-def test_builtin_plugin_modules_match_plugins_dirs() -> None:
-    """Every built-in plugin's entry point is in the fallback list, and every listed module
-    whose plugin directory exists is declared by that directory's pyproject."""
+def test_every_builtin_plugin_registers_through_its_entry_point() -> None:
+    """Each plugins/* distribution declares a ``fanout`` entry point to its plugin module,
+    and the installed ones are found that way (the core names none of them)."""
     pyprojects = sorted((REPO / "plugins").glob("*/pyproject.toml"))
     assert pyprojects, "no plugins/*/pyproject.toml found"
-    assert len(set(BUILTIN_PLUGIN_MODULES)) == len(BUILTIN_PLUGIN_MODULES)
-
-    declared: dict[str, set[str]] = {}
+    declared: dict[str, str] = {}
     for pyproject in pyprojects:
         project = tomllib.loads(pyproject.read_text())["project"]
-        values = set(project.get("entry-points", {}).get("fanout", {}).values())
-        assert values, f"{pyproject} declares no 'fanout' entry point"
-        declared[pyproject.parent.name] = values
-        for value in values:
-            assert value in BUILTIN_PLUGIN_MODULES, (
-                f"{value} ({pyproject.relative_to(REPO)}) is missing from "
-                "fanout.hooks.registry.BUILTIN_PLUGIN_MODULES"
-            )
-
-    for module in BUILTIN_PLUGIN_MODULES:
-        plugin_dir = module.split(".")[0].replace("_", "-")
-        if (REPO / "plugins" / plugin_dir).is_dir():
-            assert module in declared.get(plugin_dir, set()), (
-                f"{module} is in BUILTIN_PLUGIN_MODULES but plugins/{plugin_dir}/pyproject.toml "
-                "does not declare it"
-            )
-    assert "fanout_delta.plugin" in BUILTIN_PLUGIN_MODULES
-
-
-def write_module(root: Path, name: str, body: str) -> None:
-    (root / f"{name}.py").write_text(body)
+        group = project.get("entry-points", {}).get("fanout", {})
+        assert group, f"{pyproject} declares no 'fanout' entry point"
+        for name, value in group.items():
+            module = REPO / pyproject.parent / (value.replace(".", "/") + ".py")
+            assert module.is_file(), f"{pyproject}: entry point {name} = {value}: no {module}"
+            declared[name] = project["name"]
+    registry = load_registry()
+    assert registry.load_errors == []
+    for type_name, sink_type in registry.sink_types().items():
+        if type_name in declared:
+            assert sink_type.plugin.distribution == declared[type_name]
+    assert "delta" in registry.sink_types()
 
 
 PROBE = """
@@ -459,60 +439,28 @@ def fanout_sink_types():
 """
 
 
-def test_fallback_module_imported_when_no_entry_point_provides_it(
+def test_a_plugin_shipped_in_a_py_files_zip_is_found_by_its_entry_point(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_modules: None
 ) -> None:
-    write_module(tmp_path, "fanout_probe_plugin", PROBE)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    """What ``pip install --target DIR`` + ``zip`` gives ``spark-submit --py-files``: the
+    module and its ``*.dist-info`` (so the entry point) in one zip on ``sys.path``."""
+    import zipfile
 
-    registry = load_registry(
-        entry_points_=[entry_point("jsonl", {"jsonl": JsonlSink})],
-        fallback_modules=("fanout_probe_plugin", "fanout_not_shipped_here.plugin"),
-    )
-    assert registry.load_errors == []  # an absent built-in is simply skipped
-    assert registry.plugins["fanout_probe_plugin"] == PluginInfo(
-        "fanout_probe_plugin", "fanout_probe_plugin"
-    )
-    types_ = registry.sink_types()
-    assert sorted(types_) == ["jsonl", "probe"]
-    assert types_["probe"].plugin.describe() == "module fanout_probe_plugin"
-    assert "fanout_probe_plugin" in sys.modules
+    deps = tmp_path / "deps.zip"
+    with zipfile.ZipFile(deps, "w") as zf:
+        zf.writestr("fanout_probe_plugin.py", PROBE)
+        info = "fanout_probe-1.0.dist-info"
+        zf.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: fanout-probe\nVersion: 1.0\n")
+        zf.writestr(f"{info}/entry_points.txt", "[fanout]\nprobe = fanout_probe_plugin\n")
+    monkeypatch.syspath_prepend(str(deps))
 
-
-def test_fallback_module_skipped_when_an_entry_point_provides_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_modules: None
-) -> None:
-    write_module(tmp_path, "fanout_probe_plugin", PROBE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    ep = FakeEntryPoint(
-        "probe",
-        "fanout_probe_plugin",
-        FakeDist("fanout-probe", "1.0"),
-        plugin_module("fanout_probe_plugin", {"probe": OtherSink}),
-    )
-    registry = load_registry(entry_points_=[ep], fallback_modules=("fanout_probe_plugin",))
+    registry = load_registry()
     assert registry.load_errors == []
-    assert list(registry.plugins) == ["probe"]
-    assert registry.sink_types()["probe"].plugin.describe() == "fanout-probe 1.0"
-    assert "fanout_probe_plugin" not in sys.modules  # never imported
-
-
-def test_fallback_module_failing_to_import_is_a_load_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_modules: None
-) -> None:
-    write_module(tmp_path, "fanout_broken_plugin", "import fanout_dependency_not_installed\n")
-    write_module(tmp_path, "fanout_raising_plugin", "raise RuntimeError('bad config')\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    registry = load_registry(
-        entry_points_=[], fallback_modules=("fanout_broken_plugin", "fanout_raising_plugin")
+    assert registry.plugins["probe"] == PluginInfo(
+        "probe", "fanout_probe_plugin", "fanout-probe", "1.0"
     )
-    assert [str(e) for e in registry.load_errors] == [
-        'Error importing plugin "fanout_broken_plugin": ModuleNotFoundError: '
-        "No module named 'fanout_dependency_not_installed'",
-        'Error importing plugin "fanout_raising_plugin": RuntimeError: bad config',
-    ]
-    assert all(isinstance(e.__cause__, Exception) for e in registry.load_errors)
-    assert registry.plugins == {}
+    assert registry.sink_types()["probe"].plugin.describe() == "fanout-probe 1.0"
+    assert sys.modules["fanout_probe_plugin"].__file__.startswith(str(deps))
 
 
 def test_misspelt_hook_is_reported_with_the_plugin_name() -> None:
@@ -528,9 +476,51 @@ def test_misspelt_hook_is_reported_with_the_plugin_name() -> None:
         return {}
 
     plugin.fanout_sink_type = fanout_sink_type  # type: ignore[attr-defined]
-    registry = load_registry([plugin], entry_points_=[], fallback_modules=())
+    registry = load_registry([plugin], entry_points_=[])
     assert len(registry.load_errors) == 1
     message = str(registry.load_errors[0])
     assert 'plugin "typo_plugin"' in message
     assert "unknown hook 'fanout_sink_type'" in message
     assert "fanout_sink_types" in message
+
+
+def test_every_misspelt_hook_is_reported_and_its_plugin_left_out() -> None:
+    """pluggy's ``check_pending()`` finds them, one plugin at a time."""
+    from fanout import hookimpl
+
+    def typo_plugin(name: str, hook: str) -> types.ModuleType:
+        plugin = types.ModuleType(name)
+
+        @hookimpl
+        def misspelt() -> None: ...
+
+        setattr(plugin, hook, misspelt)
+        return plugin
+
+    first = typo_plugin("typo_one", "fanout_batch_begin")
+    second = typo_plugin("typo_two", "fanout_sink_type")
+    good = plugin_module("good_plugin", {"jsonl": JsonlSink})
+    registry = load_registry([first, good, second], entry_points_=[])
+    messages = sorted(str(e) for e in registry.load_errors)
+    assert len(messages) == 2
+    assert 'plugin "typo_one"' in messages[0] and "'fanout_batch_begin'" in messages[0]
+    assert 'plugin "typo_two"' in messages[1] and "'fanout_sink_type'" in messages[1]
+    assert all(isinstance(e.cause, pluggy.PluginValidationError) for e in registry.load_errors)
+    assert not registry.manager.is_registered(first)
+    assert not registry.manager.is_registered(second)
+    assert set(registry.plugins) == {"good_plugin"}
+    assert list(registry.sink_types()) == ["jsonl"]
+
+
+def test_an_optional_hook_of_another_project_is_not_an_error() -> None:
+    from fanout import hookimpl
+
+    plugin = types.ModuleType("optional_plugin")
+
+    @hookimpl(optionalhook=True)
+    def fanout_future_hook() -> None: ...
+
+    plugin.fanout_future_hook = fanout_future_hook  # type: ignore[attr-defined]
+    registry = load_registry([plugin], entry_points_=[])
+    assert registry.load_errors == []
+    assert "optional_plugin" in registry.plugins

@@ -67,7 +67,7 @@ def test_a_declaration_that_disagrees_with_the_constructor_is_a_plugin_error() -
         return {"declared": Declared}
 
     module.fanout_sink_types = fanout_sink_types  # type: ignore[attr-defined]
-    registry = load_registry([module], entry_points_=[], fallback_modules=())
+    registry = load_registry([module], entry_points_=[])
     with pytest.raises(PluginError) as info:
         registry.sink_types()
     assert "sink type 'declared'" in str(info.value)

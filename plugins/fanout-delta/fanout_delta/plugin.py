@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from fanout.contract.sink import Sink
 from fanout.hooks.specs import hookimpl
-from fanout_delta.sink import DeltaSink
 
 
 @hookimpl
 def fanout_sink_types() -> dict[str, type[Sink]]:
     """Provide the ``delta`` sink type (:class:`fanout_delta.DeltaSink`)."""
+    from fanout_delta.sink import DeltaSink
+
     return {"delta": DeltaSink}

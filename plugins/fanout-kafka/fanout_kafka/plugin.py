@@ -1,12 +1,19 @@
-"""The pluggy plugin module registered under the ``fanout`` entry-point group."""
+"""The pluggy plugin module registered under the ``fanout`` entry-point group.
+
+It provides the ``kafka`` sink type and dead-letter kind, and the embedded Kafka-protocol
+broker of ``fanout demo`` and ``fanout dev``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
 
 from fanout.contract.sink import Sink
 from fanout.deadletters.target import DeadLetterKind
 from fanout.errors import ConfigurationError
+from fanout.hooks.services import EmbeddedService
 from fanout.hooks.specs import hookimpl
 from fanout_kafka.deadletter import KAFKA, KafkaDeadLetters
 from fanout_kafka.options import check_topic_name
@@ -35,3 +42,17 @@ def kafka_target(location: str, sink: Sink) -> KafkaDeadLetters:
         )
     check_topic_name(sink.name, "dead_letter", location)
     return KafkaDeadLetters(location, sink.settings)
+
+
+@hookimpl
+def fanout_embedded_services() -> list[EmbeddedService]:
+    """Provide the embedded broker (``pip install 'fanout-kafka[embedded]'``)."""
+    return [EmbeddedService("kafka", "Kafka", "FANOUT_KAFKA_BOOTSTRAP", start=embedded_broker)]
+
+
+def embedded_broker(root: Path) -> AbstractContextManager[str]:
+    """A Tansu broker in memory on a free loopback port (``root`` is not used); entering it
+    yields its bootstrap address."""
+    from fanout_kafka.embedded import EmbeddedKafka
+
+    return EmbeddedKafka()

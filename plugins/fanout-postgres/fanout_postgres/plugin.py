@@ -1,12 +1,20 @@
-"""The pluggy plugin module registered under the ``fanout`` entry-point group."""
+"""The pluggy plugin module registered under the ``fanout`` entry-point group.
+
+It provides the ``postgres`` sink type and dead-letter kind, the ``fanout migrate`` command
+and the embedded PostgreSQL server of ``fanout demo`` and ``fanout dev``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
 
 from fanout.contract.sink import Sink
 from fanout.deadletters.target import DeadLetterKind
 from fanout.errors import ConfigurationError
+from fanout.hooks.commands import CliCommand
+from fanout.hooks.services import EmbeddedService
 from fanout.hooks.specs import hookimpl
 from fanout_postgres.deadletter import POSTGRES, PostgresDeadLetters
 from fanout_postgres.names import parse_table
@@ -38,3 +46,25 @@ def postgres_target(location: str, sink: Sink) -> PostgresDeadLetters:
     except ValueError as exc:
         raise ConfigurationError(f"sink {sink.name!r}: option 'dead_letter': {exc}") from None
     return PostgresDeadLetters(sink.url, sink.name, table, str(sink.table))
+
+
+@hookimpl
+def fanout_cli_commands() -> list[CliCommand]:
+    """Provide ``fanout migrate`` (:mod:`fanout_postgres.cli`)."""
+    from fanout_postgres.cli import MIGRATE
+
+    return [MIGRATE]
+
+
+@hookimpl
+def fanout_embedded_services() -> list[EmbeddedService]:
+    """Provide the embedded PostgreSQL server (``pip install 'fanout-postgres[embedded]'``)."""
+    return [EmbeddedService("postgres", "PostgreSQL", "FANOUT_PG_URL", start=embedded_server)]
+
+
+def embedded_server(root: Path) -> AbstractContextManager[str]:
+    """A throw-away server with its data under ``root/postgres`` (removed when it stops);
+    entering it yields the URL of its ``demo`` database."""
+    from fanout_postgres.embedded import EmbeddedPostgres
+
+    return EmbeddedPostgres(root / "postgres", database="demo", delete=True)

@@ -154,7 +154,7 @@ class PostgresSink(PartitionedSink):
             with engine.connect() as conn:
                 conn.execute(_sa().text("SELECT 1"))
             if self.migrate:
-                from fanout.app.pg_migrations import upgrade
+                from fanout_postgres.migrate import upgrade
 
                 upgrade(engine, schema=self.state_schema)
             elif self.mode == "append":
@@ -337,7 +337,7 @@ class PostgresSink(PartitionedSink):
         return sa.create_engine(self._url, poolclass=sa.NullPool)
 
     def _require_migrated(self, engine: Any) -> None:
-        from fanout.app.pg_migrations import current_revision, head_revision
+        from fanout_postgres.migrate import current_revision, head_revision
 
         with engine.connect() as conn:
             current = current_revision(conn, self.state_schema)

@@ -261,28 +261,10 @@ def _comparable(column: Any, as_text: bool) -> Any:
 
 
 def progress_table(state_schema: str) -> Any:
-    """fanout's progress table (created by the migrations in ``migrations/``)."""
-    import sqlalchemy as sa
-    from sqlalchemy.dialects import postgresql as pg
+    """fanout's progress table, as its migrations define it (:func:`.migrate.head_table`)."""
+    from fanout_postgres.migrate import head_table
 
-    return sa.Table(
-        "progress",
-        sa.MetaData(),
-        sa.Column("pipeline", sa.Text, primary_key=True),
-        sa.Column("sink", sa.Text, primary_key=True),
-        sa.Column("batch_id", sa.BigInteger, primary_key=True),
-        sa.Column("partition", sa.Integer, primary_key=True),
-        sa.Column("partitions", sa.Integer, nullable=False),
-        sa.Column("query_id", sa.Text),
-        sa.Column("target", sa.Text, nullable=False),
-        sa.Column("rows", sa.BigInteger, nullable=False),
-        sa.Column("rejects", pg.JSONB),
-        sa.Column("committed_at", sa.DateTime(timezone=True)),
-        sa.Column("fingerprint", sa.Text),
-        sa.Column("input_rows", sa.BigInteger),
-        sa.Column("input_checksum", sa.BigInteger),
-        schema=state_schema,
-    )
+    return head_table("progress", state_schema)
 
 
 def _mark_statements(state_schema: str) -> dict[str, str]:

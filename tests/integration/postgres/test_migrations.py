@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from fanout_postgres import PostgresSink
+from fanout_postgres.migrate import head_revision, head_table, lock_key, upgrade
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from fanout.app.cli import main as cli_main
-from fanout.app.pg_migrations import head_revision, lock_key, upgrade
 from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError
 from tests.integration.postgres.pgcheck import dsn, query
@@ -91,7 +91,7 @@ def test_two_processes_upgrading_at_once_do_not_race(pg_url: str) -> None:
     holder.autocommit = True
     with holder.cursor() as cur:
         cur.execute("SELECT pg_advisory_lock(%s, %s)", lock_key("fanout"))
-    code = "import sys; from fanout.app.pg_migrations import upgrade; print(upgrade(sys.argv[1]))"
+    code = "import sys; from fanout_postgres.migrate import upgrade; print(upgrade(sys.argv[1]))"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code, pg_url],
@@ -141,3 +141,20 @@ def test_the_sink_migrates_at_open_unless_told_not_to(pg_url: str) -> None:
     PostgresSink("pg", url=pg_url, table="events", mode="append").open(SinkContext("m"))
     assert _state(pg_url)["versions"] == [(head_revision(),)]
     unmigrated.open(SinkContext("m"))  # now at head: fine
+
+
+def test_the_tables_the_sink_uses_are_the_migrations_at_head(pg_url: str) -> None:
+    """One definition of the progress table: the sink's statements use the table the
+    revisions build (replayed offline), which is what they create in a real database."""
+    from sqlalchemy.dialects import postgresql
+
+    upgrade(pg_url, schema="ops")
+    table = head_table("progress", "ops")
+    assert table.schema == "ops"
+    dialect = postgresql.dialect()
+    replayed = [
+        (c.name, c.type.compile(dialect=dialect).lower(), "YES" if c.nullable else "NO")
+        for c in table.columns
+    ]
+    assert replayed == _state(pg_url, "ops")["columns"] == PROGRESS_COLUMNS
+    assert [c.name for c in table.primary_key] == ["pipeline", "sink", "batch_id", "partition"]

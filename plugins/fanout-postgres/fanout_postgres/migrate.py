@@ -3,21 +3,23 @@
 fanout keeps its own bookkeeping in PostgreSQL (the append-mode progress table of the
 ``postgres`` sink) in a schema of its own, ``fanout`` by default, with its own Alembic version
 table (``<schema>.alembic_version``), so it never touches the user's tables or the user's own
-Alembic history. The Alembic environment ships inside the wheel as ``fanout.migrations``
-(``migrations/`` in the source tree).
+Alembic history. The Alembic environment ships inside this plugin's wheel as the package
+:mod:`fanout_postgres.migrations` (its ``versions/`` are the one definition of those tables).
 
-:func:`upgrade` is what ``fanout migrate --url URL`` and the sink's ``open()`` run. It is
+:func:`upgrade` is what ``fanout migrate --url URL`` (:mod:`fanout_postgres.cli`) and the
+sink's ``open()`` run. It is
 safe to call any number of times (at head it does nothing) and from several processes at
 once: the whole upgrade runs in one transaction holding a transaction-level advisory lock
 (:func:`lock_key`), so a second pipeline starting at the same moment waits, then finds the
 schema at head.
 
-SQLAlchemy and Alembic are imported lazily: the core has no hard dependency on them
-(``pip install fanout-postgres`` brings them).
+SQLAlchemy and Alembic are imported lazily, so importing this module (and the plugin) stays
+cheap; ``pip install fanout-postgres`` brings them.
 """
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from fanout.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from sqlalchemy import Table
     from sqlalchemy.engine import Connection
 
 DEFAULT_SCHEMA = "fanout"
@@ -61,21 +64,13 @@ def lock_key(schema: str) -> tuple[int, int]:
 
 
 def script_location() -> str:
-    """The directory of the Alembic environment (installed package or source tree)."""
-    try:
-        from importlib.resources import files
-
-        location = Path(str(files("fanout.migrations")))
-        if (location / "env.py").is_file():
-            return str(location)
-    except ModuleNotFoundError:
-        pass
-    source_tree = Path(__file__).resolve().parent.parent / "migrations"
-    if (source_tree / "env.py").is_file():
-        return str(source_tree)
+    """The directory of the Alembic environment (package :mod:`fanout_postgres.migrations`)."""
+    location = Path(__file__).resolve().parent / "migrations"
+    if (location / "env.py").is_file():
+        return str(location)
     raise ConfigurationError(
-        "fanout's migrations are missing from this installation (package fanout.migrations); "
-        "reinstall fanout"
+        "fanout's migrations are missing from this installation "
+        "(package fanout_postgres.migrations); reinstall fanout-postgres"
     )
 
 
@@ -100,6 +95,66 @@ def head_revision() -> str:
     head = ScriptDirectory.from_config(_alembic_config(DEFAULT_SCHEMA)).get_current_head()
     assert head is not None
     return head
+
+
+def head_table(name: str, schema: str = DEFAULT_SCHEMA) -> Table:
+    """fanout's table ``name`` in ``schema`` as the migrations leave it at head.
+
+    The revisions under ``migrations/versions`` are the one definition of fanout's tables:
+    this replays their ``upgrade()`` through Alembic, offline, into SQLAlchemy ``Table``
+    objects instead of DDL (no database is touched). The statements the sink runs are built
+    from these tables, so a column added by a new revision is known to them at once.
+    """
+    tables = _head_tables(schema)
+    if name not in tables:
+        raise ConfigurationError(f"fanout's migrations define no table {name!r}")
+    return tables[name]
+
+
+@functools.cache
+def _head_tables(schema: str) -> dict[str, Table]:
+    import io
+
+    from alembic.ddl.postgresql import PostgresqlImpl
+    from alembic.operations import Operations
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from sqlalchemy import Column
+
+    tables: dict[str, Table] = {}
+
+    class Replay(PostgresqlImpl):
+        """Alembic's DDL implementation turned recorder: tables instead of statements."""
+
+        def create_table(self, table: Table, **kw: Any) -> None:
+            tables[table.name] = table
+
+        def add_column(self, table_name: str, column: Any, **kw: Any) -> None:
+            default = column.server_default
+            tables[table_name].append_column(
+                Column(
+                    column.name,
+                    column.type,
+                    nullable=column.nullable,
+                    server_default=default.arg if default is not None else None,
+                    comment=column.comment,
+                )
+            )
+
+        def _exec(self, construct: Any, *args: Any, **kw: Any) -> Any:
+            raise NotImplementedError(
+                "fanout's migrations are replayed into tables from create_table and "
+                f"add_column only; teach head_table another operation: {construct}"
+            )
+
+    opts = {"as_sql": True, "output_buffer": io.StringIO(), "version_table_schema": schema}
+    context = MigrationContext.configure(dialect_name="postgresql", opts=opts)
+    context.impl = Replay(context.dialect, None, True, False, io.StringIO(), {})
+    script = ScriptDirectory.from_config(_alembic_config(schema))
+    with Operations.context(context):
+        for revision in reversed(list(script.walk_revisions("base", "heads"))):
+            revision.module.upgrade()
+    return tables
 
 
 def current_revision(connection: Connection, schema: str = DEFAULT_SCHEMA) -> str | None:

@@ -1,6 +1,6 @@
 """Alembic's entry point for fanout's PostgreSQL schema.
 
-Run through :func:`fanout.app.pg_migrations.upgrade`, which hands over a connection already
+Run through :func:`fanout_postgres.migrate.upgrade`, which hands over a connection already
 inside a transaction holding the migration advisory lock (``config.attributes``). Run by
 plain ``alembic -x url=... [-x schema=...]``, it takes the same lock itself.
 """
@@ -12,7 +12,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
-from fanout.app.pg_migrations import DEFAULT_SCHEMA, VERSION_TABLE, prepare_schema
+from fanout_postgres.migrate import DEFAULT_SCHEMA, VERSION_TABLE, prepare_schema
 
 config = context.config
 x_args = context.get_x_argument(as_dictionary=True)
