@@ -97,7 +97,7 @@ class CommitHooks:
             if self.entry_points:
                 registry = load_registry(self.plugins)
             else:
-                registry = load_registry(self.plugins, entry_points_=[], fallback_modules=())
+                registry = load_registry(self.plugins, entry_points_=[])
             self._manager.append(registry.manager)
         return self._manager[0].hook
 

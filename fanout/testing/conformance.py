@@ -189,7 +189,7 @@ class SinkConformance:
         try:
             result = fan.process(self._batch(spark, rows), self._info(0))[NAME]
         except BatchFailedError as failed:
-            assert "'id'" in str(failed.value.failures[NAME])
+            assert "'id'" in str(failed.failures[NAME])
             return
         assert sorted(under_test.ids()) == [1, 2] and result.dead_lettered == 1  # not dropped
 
