@@ -33,6 +33,7 @@ import logging
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,13 @@ class SinkConformance:
     """The checks; subclass it and provide the ``under_test`` fixture (module docstring)."""
 
     pipeline = "conformance"
+
+    @pytest.fixture(autouse=True)
+    def _own_pipeline(self) -> None:
+        """A pipeline name of this test's own: sinks that keep idempotency records outside
+        the ledger (Kafka's marker groups, PostgreSQL's progress rows) must not meet
+        another test's."""
+        self.pipeline = f"conformance{uuid.uuid4().hex[:8]}"
 
     def _fan(self, case: SinkUnderTest, ledger: Any, **extra: Any) -> FanOut:
         return FanOut(self.pipeline, ledger, [case.sink(**extra)], retries=0, backoff_s=0)
