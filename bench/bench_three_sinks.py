@@ -55,28 +55,23 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
-    BenchFailure,
     Ctx,
     Run,
-    _batch_ms,
-    _cleanup,
-    _start,
     foreign_jvms,
     generate_input,
     report_load,
     run_with_workdir,
 )
-from three_checks import find_postmaster, finish, timed, verify_all, verify_ledger
-from three_services import PARTITIONS, Services, SinkTimes, make_plan, make_sink
+from three_checks import find_postmaster
+from three_report import LATENCY_MAX, TARGETS, mean_ms, percentile, print_ceilings
+from three_services import PARTITIONS, Services
+from three_variants import RUNNERS, SINKS
 
-SINKS = ("delta", "pg", "kafka")
 ORDER = ("s_source", "s_delta", "s_pg", "s_kafka", "a", "b", "c")
 LABELS = {
     "a": "a  fanout, 3 sinks in parallel",
@@ -87,8 +82,6 @@ LABELS = {
     "s_kafka": "s_kafka  Kafka alone",
     "s_source": "s_source the source alone, no sink",
 }
-TARGETS = {"a_b": 1.7, "a_c": 1.5}
-LATENCY_MAX = 1.2
 WARMUP_ROWS = 20_000
 
 
@@ -116,136 +109,7 @@ CPU_LABELS = {
 # -- the variants ------------------------------------------------------------------------
 
 
-def run_fanout(ctx: Ctx, services: Services, variant: str, kinds: tuple[str, ...]) -> Run:
-    """(a) with all three sinks; s_<sink> with one."""
-    from fanout import FanOut
-    from fanout.ledger.delta import DeltaLedger
-
-    plan = make_plan(ctx, services, variant)
-    times = SinkTimes()
-    ledger = DeltaLedger(str(plan.run / "ledger"))
-    fan = FanOut(  # builds and opens the sinks and the ledger: before the clock starts
-        pipeline=plan.pipeline,
-        ledger=ledger,
-        sinks=[make_sink(k, plan, services) for k in kinds],
-        plugins=(times.observer(),),
-    )
-    try:
-        seconds, qs, cpu = timed(ctx, services, [lambda: _start(ctx, fan, plan.run / "ckpt")])
-    finally:
-        fan.close()
-    verify_all(ctx, services, plan, kinds, variant)
-    last = max(p["batchId"] for q in qs for p in q.recentProgress if p["numInputRows"] > 0)
-    verify_ledger(ledger, plan.pipeline, list(kinds), last, variant)
-    finish(ctx, services, plan, kinds)
-    return Run(variant, seconds, _batch_ms(qs), extra={"sink_s": dict(times.seconds), "cpu": cpu})
-
-
-def run_b(ctx: Ctx, services: Services) -> Run:
-    """Three queries, each a single-sink FanOut with its own ledger and checkpoint."""
-    from fanout import FanOut
-    from fanout.ledger.delta import DeltaLedger
-
-    plan = make_plan(ctx, services, "b")
-    times = SinkTimes()
-    ledgers = {k: DeltaLedger(str(plan.run / f"ledger-{k}")) for k in SINKS}
-    fans = {
-        k: FanOut(
-            pipeline=plan.pipeline,
-            ledger=ledgers[k],
-            sinks=[make_sink(k, plan, services)],
-            plugins=(times.observer(),),
-        )
-        for k in SINKS
-    }
-    starters = [(lambda k=k: _start(ctx, fans[k], plan.run / f"ckpt-{k}")) for k in SINKS]
-    try:
-        seconds, qs, cpu = timed(ctx, services, starters)
-    finally:
-        for fan in fans.values():
-            fan.close()
-    verify_all(ctx, services, plan, SINKS, "b")
-    for k, q in zip(SINKS, qs, strict=True):
-        last = max(p["batchId"] for p in q.recentProgress if p["numInputRows"] > 0)
-        verify_ledger(ledgers[k], plan.pipeline, [k], last, "b")
-    finish(ctx, services, plan, SINKS)
-    return Run("b", seconds, _batch_ms(qs), extra={"sink_s": dict(times.seconds), "cpu": cpu})
-
-
-def run_c(ctx: Ctx, services: Services) -> Run:
-    """The hand-written baseline: one foreachBatch, the three sinks' writes in turn."""
-    from fanout.contract.batch import Batch, BatchInfo, txn_app_id
-    from fanout.contract.sink import SinkContext
-    from fanout.steps.context import query_id_of
-
-    plan = make_plan(ctx, services, "c")
-    times = SinkTimes()
-    sinks = [make_sink(k, plan, services) for k in SINKS]
-    for sink in sinks:
-        sink.open(SinkContext(plan.pipeline, ctx.spark))
-
-    def write_all(df: Any, batch_id: int) -> None:
-        info = BatchInfo(plan.pipeline, int(batch_id), query_id_of(df))
-        for sink in sinks:  # no persist: each write reads and parses the input again
-            batch = Batch(df, info, sink.name, txn_app_id(plan.pipeline, sink.name))
-            t0 = time.perf_counter()
-            sink.write(batch)
-            times.add(sink.name, time.perf_counter() - t0)
-
-    try:
-        seconds, qs, cpu = timed(ctx, services, [lambda: _start(ctx, write_all, plan.run / "ckpt")])
-    finally:
-        for sink in sinks:
-            sink.close()
-    verify_all(ctx, services, plan, SINKS, "c")
-    finish(ctx, services, plan, SINKS)
-    return Run("c", seconds, _batch_ms(qs), extra={"sink_s": dict(times.seconds), "cpu": cpu})
-
-
-def run_source(ctx: Ctx, services: Services) -> Run:
-    """The source alone: each batch read and parsed in full (Spark's ``noop`` writer), and
-    counted by the query's progress. No sink, no cache. Its CPU is the work b repeats per
-    sink and a does once."""
-    run = ctx.run_dir("s_source")  # a checkpoint only: no table, topic or ledger
-
-    def read_only(df: Any, batch_id: int) -> None:
-        df.write.format("noop").mode("overwrite").save()
-
-    seconds, qs, cpu = timed(ctx, services, [lambda: _start(ctx, read_only, run / "ckpt")])
-    read = sum(p["numInputRows"] for q in qs for p in q.recentProgress)
-    if read != ctx.rows:
-        raise BenchFailure(f"s_source: the batches held {read} rows, not {ctx.rows}")
-    _cleanup(ctx, run)
-    return Run("s_source", seconds, _batch_ms(qs), extra={"sink_s": {}, "cpu": cpu})
-
-
-RUNNERS: dict[str, Callable[[Ctx, Services], Run]] = {
-    "a": lambda ctx, s: run_fanout(ctx, s, "a", SINKS),
-    "b": run_b,
-    "c": run_c,
-    "s_delta": lambda ctx, s: run_fanout(ctx, s, "s_delta", ("delta",)),
-    "s_pg": lambda ctx, s: run_fanout(ctx, s, "s_pg", ("pg",)),
-    "s_kafka": lambda ctx, s: run_fanout(ctx, s, "s_kafka", ("kafka",)),
-    "s_source": run_source,
-}
-
-
 # -- statistics --------------------------------------------------------------------------
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        return float("nan")
-    data = sorted(values)
-    pos = (len(data) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
-
-
-def mean_ms(values: list[float] | None) -> str:
-    return f"{1000 * statistics.fmean(values):7.0f}" if values else f"{'-':>7}"
 
 
 # -- main --------------------------------------------------------------------------------
@@ -458,42 +322,6 @@ def _measure(
         f"latency_vs_slowest={latency:.3f}"
     )
     return 0
-
-
-def print_ceilings(
-    best: dict[str, Run], ours: dict[str, float], singles: tuple[str, ...], cores: int, files: int
-) -> None:
-    """The best ratios any fan-out of these sinks could reach on this machine.
-
-    A fan-out reads the source once and still does every sink's work: at least
-    ``CPU(b) - 2 x CPU(s_source)`` (b reads and parses it three times, a once and caches
-    it, which only adds), and at least the same from the single-sink runs (each reads it
-    once). The smallest of these and a's own CPU is taken (a's own when fanout already
-    beat the estimate). No run on ``cores`` cores can end sooner than that CPU divided by
-    the cores, which bounds a/b and a/c from above.
-    For the batch time, the source's whole CPU (query start included) is left out too, so
-    that bound stays below anything a run could do within its batches.
-    """
-    source = ours["s_source"]
-    least = min(ours["a"], ours["b"] - 2 * source, sum(ours[v] for v in singles) - 2 * source)
-    fastest_a = least / cores
-    slowest = max(singles, key=lambda v: statistics.fmean(best[v].batch_ms))
-    slowest_mean = statistics.fmean(best[slowest].batch_ms) / 1000
-    print(
-        f"\nceilings on this machine ({cores} cores shared by Spark, PostgreSQL and Kafka): "
-        f"the source alone took {source:.1f} CPU s; a fan-out of the three sinks needs at "
-        f"least {least:.1f} CPU s, so it cannot end in under {fastest_a:.2f} s"
-    )
-    for key, target in TARGETS.items():
-        ceiling = best[key[2]].seconds / fastest_a
-        verdict = "reachable" if ceiling >= target else "OUT OF REACH"
-        print(f"  a/{key[2]} <= {ceiling:.3f}   (target >= {target}: {verdict})")
-    floor = (least - source) / cores / files / slowest_mean
-    verdict = "reachable" if floor <= LATENCY_MAX else "OUT OF REACH"
-    print(
-        f"  mean batch time of a / of the slowest single sink ({slowest}) >= {floor:.3f}   "
-        f"(target <= {LATENCY_MAX} at p50: {verdict})"
-    )
 
 
 if __name__ == "__main__":

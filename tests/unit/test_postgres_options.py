@@ -12,7 +12,7 @@ pytest.importorskip("fanout_postgres")
 
 from fanout_postgres import PostgresSink
 from fanout_postgres.names import TableName, parse_table
-from fanout_postgres.task import classify
+from fanout_postgres.sqlstate import classify
 from fanout_postgres.url import resolve_url, secrets_of
 
 from fanout.contract.sink import SinkContext

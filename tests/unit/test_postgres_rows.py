@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 from fanout_postgres.encode import Rows
 from fanout_postgres.statements import ROW
-from fanout_postgres.task import _unique
+from fanout_postgres.transaction import _unique
 
 
 def test_rows_are_numbered_across_chunks_in_arrival_order() -> None:

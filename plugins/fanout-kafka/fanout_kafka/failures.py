@@ -106,3 +106,39 @@ def text(exc: BaseException) -> str:
     if err is not None:
         return f"{err.name()}: {err.str()}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def describe(
+    exc: BaseException, kind: str | None, partition: int, transactional_id: str, topic: str
+) -> str:
+    """A partition's failure for people: where, what happened, and what to change."""
+    where = f"partition {partition} (transactional.id {transactional_id!r}, topic {topic!r})"
+    if kind == "fenced":
+        return (
+            f"{where}: fenced: another writer took over transactional id "
+            f"{transactional_id!r} (a newer attempt of this partition, or another "
+            f"pipeline using the same transactional_id_prefix); this attempt's "
+            f"transaction is aborted and none of it is visible ({text(exc)})"
+        )
+    if isinstance(exc, TransactionTooLong):
+        return (
+            f"{where}: its transaction of {exc.records} record(s) ran {exc.elapsed_s:.1f} s, "
+            f"longer than transaction_timeout_ms={exc.timeout_ms}: the broker aborts such "
+            "a transaction (its producer then looks fenced), and a replay would repeat "
+            "it. Raise the sink's `transaction_timeout_ms` (at most the broker's "
+            "transaction.max.timeout.ms) or its `partitions` (fewer records per "
+            "transaction); nothing of this attempt is visible"
+        )
+    if isinstance(exc, Rejected):
+        reasons = "; ".join(b.reason for b in exc.rejected[:3])
+        more = f" (and {len(exc.rejected) - 3} more)" if len(exc.rejected) > 3 else ""
+        return (
+            f"{where}: {len(exc.rejected)} record(s) the topic cannot take and no "
+            f"'dead_letter' target: {reasons}{more}"
+        )
+    action = (
+        "transaction aborted; the batch will be replayed"
+        if kind in ("abortable", "retriable", "aborted")
+        else "transaction aborted"
+    )
+    return f"{where}: {action}: {text(exc)}"

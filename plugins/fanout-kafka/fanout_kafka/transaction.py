@@ -33,11 +33,11 @@ from fanout_kafka.failures import (
     REJECTED_RECORD_CODES,
     TransactionTooLong,
     classify,
+    describe,
     is_retriable,
 )
 from fanout_kafka.failures import Rejected as _Rejected
 from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
-from fanout_kafka.failures import text as _text
 from fanout_kafka.membership import pack, plan_group_metadata
 from fanout_kafka.records import BadRecord, Record, bad_letter, dead_letter_headers
 from fanout_kafka.settings import WriterSettings
@@ -385,42 +385,8 @@ class PartitionWriter:
                 time.sleep(min(0.2 * 2 ** (attempt - 1), 5.0))
         raise AssertionError("unreachable")
 
-    # -- reporting ----------------------------------------------------------------------
-
     def _describe(self, exc: BaseException, kind: str | None) -> str:
-        where = (
-            f"partition {self.partition} (transactional.id {self.transactional_id!r}, "
-            f"topic {self.settings.topic!r})"
-        )
-        if kind == "fenced":
-            return (
-                f"{where}: fenced: another writer took over transactional id "
-                f"{self.transactional_id!r} (a newer attempt of this partition, or another "
-                f"pipeline using the same transactional_id_prefix); this attempt's "
-                f"transaction is aborted and none of it is visible ({_text(exc)})"
-            )
-        if isinstance(exc, TransactionTooLong):
-            return (
-                f"{where}: its transaction of {exc.records} record(s) ran {exc.elapsed_s:.1f} s, "
-                f"longer than transaction_timeout_ms={exc.timeout_ms}: the broker aborts such "
-                "a transaction (its producer then looks fenced), and a replay would repeat "
-                "it. Raise the sink's `transaction_timeout_ms` (at most the broker's "
-                "transaction.max.timeout.ms) or its `partitions` (fewer records per "
-                "transaction); nothing of this attempt is visible"
-            )
-        if isinstance(exc, _Rejected):
-            reasons = "; ".join(b.reason for b in exc.rejected[:3])
-            more = f" (and {len(exc.rejected) - 3} more)" if len(exc.rejected) > 3 else ""
-            return (
-                f"{where}: {len(exc.rejected)} record(s) the topic cannot take and no "
-                f"'dead_letter' target: {reasons}{more}"
-            )
-        action = (
-            "transaction aborted; the batch will be replayed"
-            if kind in ("abortable", "retriable", "aborted")
-            else "transaction aborted"
-        )
-        return f"{where}: {action}: {_text(exc)}"
+        return describe(exc, kind, self.partition, self.transactional_id, self.settings.topic)
 
 
 __all__ = ["PartitionWriter", "classify", "is_retriable"]

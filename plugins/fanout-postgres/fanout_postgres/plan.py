@@ -137,6 +137,38 @@ def resolve_keys(info: TargetInfo, keys: Sequence[str] | None, mode: str) -> tup
     return chosen
 
 
+def check_target(
+    info: TargetInfo | None,
+    keys: Sequence[str] | None,
+    order_by: Sequence[str],
+    columns: Sequence[str] | Mapping[str, str] | None,
+    mode: str,
+    *,
+    create_table: bool,
+) -> tuple[str, ...] | None:
+    """At ``open()``: the keys of an existing table (``None`` for a table to create), or
+    :class:`PlanError` saying which option does not fit the table."""
+    if info is None:
+        if not create_table:
+            raise PlanError(
+                "the table does not exist; create it, or set "
+                "create_table: true to create it from the batch schema"
+            )
+        if mode == "upsert" and not keys:
+            raise PlanError("create_table needs option 'keys' (the new table's primary key)")
+        return None
+    resolved = resolve_keys(info, keys, mode)
+    for column in order_by:
+        if column not in info.columns:
+            raise PlanError(f"option 'order_by' names {column!r}, not a column of the table")
+    if columns is not None:
+        targets = columns.values() if isinstance(columns, Mapping) else columns
+        missing = [c for c in targets if c not in info.columns]
+        if missing:
+            raise PlanError(f"option 'columns' names {missing}, not columns of the table")
+    return resolved
+
+
 def map_columns(
     batch_columns: Sequence[str], option: Sequence[str] | Mapping[str, str] | None
 ) -> list[tuple[str, str]]:

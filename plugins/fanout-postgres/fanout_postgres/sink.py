@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch, pipeline_scope
 from fanout.contract.dead_letters import DeadLetterTarget
@@ -40,26 +40,27 @@ from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout_postgres import url as pgurl
 from fanout_postgres.deadletter import PostgresDeadLetters, as_letter, ensure_table
 from fanout_postgres.declaration import OPTIONS
-from fanout_postgres.encode import show
+from fanout_postgres.failures import batch_error
 from fanout_postgres.membership import committed_partitions, partition_columns
-from fanout_postgres.names import TableName, check_identifier, parse_table
+from fanout_postgres.names import TableName
+from fanout_postgres.options import check_options
 from fanout_postgres.plan import (
     PlanError,
     PlanOptions,
     TargetInfo,
     WritePlan,
     build_plan,
+    check_target,
     create_table,
     map_columns,
     reflect,
-    resolve_keys,
 )
-from fanout_postgres.task import BatchMeta, PostgresPartitionWriter
+from fanout_postgres.task import PostgresPartitionWriter
+from fanout_postgres.transaction import BatchMeta
 
 logger = logging.getLogger(__name__)
 
 Mode = Literal["upsert", "append"]
-MODES: tuple[str, ...] = get_args(Mode)
 DEFAULT_SETTINGS: dict[str, str] = {"temp_buffers": "128MB", "work_mem": "64MB"}
 """Session settings of each write connection: the staging table stays in memory
 (``temp_buffers``) and the ``DISTINCT ON`` sort does not spill (``work_mem``)."""
@@ -262,10 +263,10 @@ class PostgresSink(PartitionedSink):
 
     def is_transient(self, error: BaseException) -> bool:
         """Retry lost connections, serialization failures, deadlocks, lock and statement
-        timeouts (SQLSTATEs in :data:`fanout_postgres.task.TRANSIENT_STATES`)."""
+        timeouts (SQLSTATEs in :data:`fanout_postgres.sqlstate.TRANSIENT_STATES`)."""
         if super().is_transient(error):
             return True
-        from fanout_postgres.task import classify
+        from fanout_postgres.sqlstate import classify
 
         cause = getattr(error, "orig", None) or error
         try:
@@ -297,40 +298,11 @@ class PostgresSink(PartitionedSink):
     def _check_options(self) -> None:
         try:
             self._url = pgurl.resolve_url(self.url, sink=self.name)
-            if self.table is None:
-                raise ValueError("option 'table' is required: the target table")
-            self._table = parse_table(self.table)
-            if self.dead_letter is not None and not isinstance(self.dead_letter, str):
-                raise ValueError(
-                    "option 'dead_letter' must be a string: 'postgres:<table>' or a Delta path"
-                )
-            check_identifier(self.state_schema, "option 'state_schema'")
-            for option in ("keys", "order_by"):
-                for column in getattr(self, option) or []:
-                    check_identifier(column, f"option {option!r} column")
-            if self.columns is not None:
-                targets = self.columns.values() if isinstance(self.columns, dict) else self.columns
-                for column in targets:
-                    check_identifier(column, "option 'columns' column")
+            self._table = check_options(self)
         except ConfigurationError:
             raise
         except ValueError as exc:
             raise self._error(str(exc)) from None
-        if self.mode not in MODES:
-            raise self._error(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
-        if self.mode == "append" and self.order_by:
-            raise self._error("option 'order_by' only applies to mode 'upsert'")
-        if (
-            isinstance(self.partitions, bool)
-            or not isinstance(self.partitions, int)
-            or not (1 <= self.partitions <= 10_000)
-        ):
-            raise self._error(
-                f"option 'partitions' must be an integer from 1 to 10000, got {self.partitions!r}"
-            )
-        for flag in ("create_table", "migrate"):
-            if not isinstance(getattr(self, flag), bool):
-                raise self._error(f"option {flag!r} must be true or false")
 
     def _engine(self) -> Any:
         sa = _sa()
@@ -349,31 +321,14 @@ class PostgresSink(PartitionedSink):
             )
 
     def _check_target(self, info: TargetInfo | None) -> None:
-        if info is None:
-            if not self.create_table:
-                raise self._error(
-                    "the table does not exist; create it, or set "
-                    "create_table: true to create it from the batch schema"
-                )
-            if self.mode == "upsert" and not self.keys:
-                raise self._error("create_table needs option 'keys' (the new table's primary key)")
-            return
         try:
-            keys = resolve_keys(info, self.keys, self.mode)
-            for column in self.order_by:
-                if column not in info.columns:
-                    raise PlanError(
-                        f"option 'order_by' names {column!r}, not a column of the table"
-                    )
-            if self.columns is not None:
-                targets = self.columns.values() if isinstance(self.columns, dict) else self.columns
-                missing = [c for c in targets if c not in info.columns]
-                if missing:
-                    raise PlanError(f"option 'columns' names {missing}, not columns of the table")
+            keys = check_target(info, self.keys, self.order_by, self.columns, self.mode,
+                                create_table=self.create_table)  # fmt: skip
         except PlanError as exc:
             raise self._error(str(exc)) from None
-        self._keys = list(keys)
-        logger.debug("sink %r: keys %s", self.name, keys)
+        if keys is not None:
+            self._keys = list(keys)
+            logger.debug("sink %r: keys %s", self.name, keys)
 
     def _plan(self, spark_schema: Any, batch_id: int | None) -> WritePlan:
         cache_key = spark_schema.json()
@@ -434,29 +389,7 @@ class PostgresSink(PartitionedSink):
     ) -> SinkError:
         """A refused row names table, column, value and row; any other failure its
         partition and the server's message. Transient when every failure is."""
-        first = failed[0].failure
-        assert first is not None
-        table = self._table
-        if first.kind == "data":
-            detail = first.details
-            where = f"table {table}"
-            if detail.get("column"):
-                where += f", column {detail['column']!r}, value {show(detail.get('value'))}"
-            message = f"{where}: {first.message}"
-            if detail.get("row"):
-                message += f"; row {detail['row'][:500]}"
-            message += (
-                "; nothing of this partition was written. Fix the data, or set option "
-                "'dead_letter' to divert refused rows"
-            )
-        else:
-            message = f"table {table}, partition {failed[0].partition}: {first.message}"
-        if len(failed) > 1:
-            message += f" (and {len(failed) - 1} more failed partition(s))"
-        message = redact(message, self.secret_values())
-        if all(o.failure is not None and o.failure.kind == "transient" for o in failed):
-            return TransientSinkError(message, sink=self.name, batch_id=batch.batch_id)
-        return SinkWriteError(message, sink=self.name, batch_id=batch.batch_id)
+        return batch_error(self._table, failed, self.secret_values(), self.name, batch.batch_id)
 
 
 def _scope(batch: Batch) -> str:

@@ -192,7 +192,7 @@ def _merge(
     It ends in the same rows as the ``INSERT ... ON CONFLICT`` statement, for about 15%
     less work: new rows are plain inserts, not speculative ones. Unlike ``ON CONFLICT``
     it raises when another session inserts one of its keys meanwhile; the task then runs
-    the ``ON CONFLICT`` statement instead (see ``task._Work._write``).
+    the ``ON CONFLICT`` statement instead (see ``transaction.PartitionTransaction._write``).
     """
 
     def q(name: str) -> str:  # run with a parameter dict: a literal % is doubled

@@ -1,0 +1,63 @@
+"""The PostgreSQL sink's options checked at ``open()``, before any connection: each problem
+a ``ValueError`` naming the option (the sink turns it into a configuration error)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from fanout_postgres.names import TableName, check_identifier, parse_table
+
+MODES: tuple[str, ...] = ("upsert", "append")
+
+
+class Configured(Protocol):
+    """The options of a configured PostgreSQL sink, as :func:`check_options` reads them."""
+
+    table: Any
+    dead_letter: Any
+    state_schema: str
+    keys: Sequence[str] | None
+    order_by: Sequence[str]
+    columns: Sequence[str] | Mapping[str, str] | None
+    mode: Any
+    partitions: Any
+    create_table: Any
+    migrate: Any
+
+
+def check_options(sink: Configured) -> TableName:
+    """Raise ``ValueError`` naming the first option that is wrong; return the table."""
+    if sink.table is None:
+        raise ValueError("option 'table' is required: the target table")
+    table = parse_table(sink.table)
+    if sink.dead_letter is not None and not isinstance(sink.dead_letter, str):
+        raise ValueError(
+            "option 'dead_letter' must be a string: 'postgres:<table>' or a Delta path"
+        )
+    check_identifier(sink.state_schema, "option 'state_schema'")
+    for option in ("keys", "order_by"):
+        for column in getattr(sink, option) or []:
+            check_identifier(column, f"option {option!r} column")
+    if sink.columns is not None:
+        columns = sink.columns
+        targets = columns.values() if isinstance(columns, Mapping) else columns
+        for column in targets:
+            check_identifier(column, "option 'columns' column")
+    if sink.mode not in MODES:
+        raise ValueError(f"unknown mode {sink.mode!r}; valid modes: {', '.join(MODES)}")
+    if sink.mode == "append" and sink.order_by:
+        raise ValueError("option 'order_by' only applies to mode 'upsert'")
+    partitions = sink.partitions
+    if (
+        isinstance(partitions, bool)
+        or not isinstance(partitions, int)
+        or not 1 <= partitions <= 10_000
+    ):
+        raise ValueError(
+            f"option 'partitions' must be an integer from 1 to 10000, got {partitions!r}"
+        )
+    for flag in ("create_table", "migrate"):
+        if not isinstance(getattr(sink, flag), bool):
+            raise ValueError(f"option {flag!r} must be true or false")
+    return table

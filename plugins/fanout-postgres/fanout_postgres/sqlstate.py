@@ -1,0 +1,77 @@
+"""What a PostgreSQL error means for the sink: worth a retry, a row's fault, or fatal; and
+what to say about the server's own cancellations."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+TRANSIENT_STATES = {
+    "40001",  # serialization_failure
+    "40P01",  # deadlock_detected
+    "55P03",  # lock_not_available (lock_timeout)
+    "57014",  # query_canceled: statement_timeout, or an operator's pg_cancel_backend
+    "57P01",  # admin_shutdown
+    "57P02",  # crash_shutdown
+    "57P03",  # cannot_connect_now
+    "53300",  # too_many_connections
+    "53400",  # configuration_limit_exceeded
+}
+"""SQLSTATEs a later attempt can succeed on; classes ``08`` (connection) are too."""
+
+
+HINTS = {
+    "57014": "cancelled by statement_timeout or an operator; the batch is retried. If it "
+    "repeats, raise statement_timeout for the sink's role or database (or in its "
+    "'settings'), or write smaller partitions (option 'partitions')",
+}
+
+
+def classify(error: BaseException) -> str:
+    """``transient`` (retry), ``data`` (a row's fault) or ``fatal``."""
+    import psycopg2
+
+    code = getattr(error, "pgcode", None)
+    if code in TRANSIENT_STATES or (code or "").startswith("08"):
+        return "transient"
+    if code and code[:2] in ("22", "23"):
+        return "data"
+    if isinstance(error, (psycopg2.OperationalError, psycopg2.InterfaceError)) and not code:
+        return "fatal" if "authentication failed" in str(error) else "transient"
+    return "fatal"
+
+
+_COPY_LINE = re.compile(r"line (\d+)(?:, column (.*?)(?:: |$))?", re.S)
+
+
+class RowRejected(Exception):
+    """A row was rejected and no dead-letter target is configured."""
+
+    def __init__(self, detail: dict[str, Any]) -> None:
+        super().__init__(detail["reason"])
+        self.detail = detail
+
+
+class MarkConflict(Exception):
+    """A progress mark from another query or partitioning."""
+
+
+def copy_position(exc: BaseException) -> tuple[int | None, str | None]:
+    context = getattr(getattr(exc, "diag", None), "context", None) or ""
+    match = _COPY_LINE.search(context)
+    if not match:
+        return None, None
+    return int(match.group(1)), match.group(2)
+
+
+def sqlstate_of(exc: BaseException) -> str | None:
+    return getattr(exc, "pgcode", None)
+
+
+def reason_of(exc: BaseException) -> str:
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) or str(exc).strip().splitlines()[0]
+    detail = getattr(diag, "message_detail", None)
+    if detail and not detail.startswith("Failing row contains"):
+        return f"{primary} ({detail})"
+    return str(primary)

@@ -1,0 +1,396 @@
+"""The statements of one partition transaction of the PostgreSQL sink: COPY into the target or
+a staging table, the upsert or insert, rows the server refuses set aside (by COPY line or by
+bisection with savepoints), dead letters, and in append mode the progress mark."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fanout.partitioned.membership import MemberDigest
+from fanout.partitioned.outcome import PartitionOutcome
+from fanout_postgres import binary
+from fanout_postgres.encode import (
+    CopyStream,
+    Reject,
+    Rows,
+    drop_rows,
+    precheck,
+    row_json,
+    to_csv,
+    value_text,
+)
+from fanout_postgres.plan import WritePlan
+from fanout_postgres.sqlstate import (
+    MarkConflict,
+    RowRejected,
+    classify,
+    copy_position,
+    reason_of,
+    sqlstate_of,
+)
+from fanout_postgres.statements import ROW
+
+if TYPE_CHECKING:
+    pass
+
+
+KEEP_MARKS = 100
+"""Progress marks older than this many batches are pruned (Spark replays only the last)."""
+
+
+@dataclass(frozen=True)
+class BatchMeta:
+    """The batch as a partition task sees it."""
+
+    pipeline: str
+    batch_id: int
+    query_id: str | None
+    fingerprint: str | None = None
+    """Append: the partitioning's fingerprint, recorded in each progress mark."""
+
+
+class PartitionTransaction:
+    """The statements of one partition transaction."""
+
+    def __init__(
+        self,
+        cur: Any,
+        plan: WritePlan,
+        meta: BatchMeta,
+        partition: int,
+        rows: Rows,
+        digest: MemberDigest,
+    ) -> None:
+        self.cur, self.plan, self.meta, self.partition = cur, plan, meta, partition
+        self.rows = rows
+        self.digest = digest
+        self.server_version = int(getattr(cur.connection, "server_version", 0) or 0)
+        self.table = pa.table({})  # every row (target names + ROW), once all are taken
+        self.sql = plan.statements
+        self.rejects: list[Reject] = []
+        self.key = {
+            "pipeline": meta.pipeline,
+            "sink": plan.sink,
+            "batch_id": meta.batch_id,
+            "partition": partition,
+        }
+
+    def run(self) -> PartitionOutcome:
+        if self.plan.mode == "append":
+            claimed = self._claim()
+            if claimed is not None:
+                self.rows.table()  # take the rest of the input; nothing to write
+                return claimed
+            if self._stream(self.sql.copy_target, self.sql.copy_target_binary, with_row=False):
+                changed = self.table.num_rows - len(self.rejects)
+            else:
+                self.cur.execute(self.sql.create_stage, {})
+                self._copy(self.sql.copy_stage, self._checked(), with_row=True)
+                changed = self._write()
+        else:
+            self.cur.execute(self.sql.create_stage, {})
+            if not self._stream(self.sql.copy_stage, self.sql.copy_stage_binary, with_row=True):
+                self._copy(self.sql.copy_stage, self._checked(), with_row=True)
+            changed = self._write()
+        rows = self.table.num_rows - len(self.rejects)
+        outcome = PartitionOutcome(
+            self.partition,
+            "committed",
+            rows=rows,
+            written=rows,
+            dead_lettered=len(self.rejects),
+            letters=tuple(self._dead_letters()) if self.plan.dead_letter == "driver" else (),
+            counters={"changed": changed},
+        )
+        if self.plan.dead_letter == "postgres":
+            self._write_dead_letters()
+        if self.plan.mode == "append":
+            kept = self._dead_letters()  # so a replay that skips still knows its rejects
+            self.cur.execute(
+                self.sql.mark_update,
+                {
+                    **self.key,
+                    "rows": rows,
+                    "rejects": json.dumps(kept or None),
+                    "fingerprint": self.meta.fingerprint,
+                    "input_rows": self.digest.rows,
+                    "input_checksum": self.digest.checksum,
+                },
+            )
+            self.cur.execute(
+                self.sql.mark_prune, {**self.key, "keep_from": self.meta.batch_id - KEEP_MARKS}
+            )
+        return outcome
+
+    def _stream(self, sql: str, binary_sql: str, *, with_row: bool) -> bool:
+        """COPY the rows while Spark delivers them, checking each chunk on the way; in
+        binary when every column allows it (``binary_sql``), else as CSV (``sql``).
+        False when the server refused a row: the caller then copies through the
+        isolating path (CSV, the savepoint undid the streamed rows)."""
+
+        def prepare(chunk: pa.Table) -> pa.Table:
+            found = precheck(chunk, self.plan.checks)
+            numbers = chunk.column(ROW)
+            for reject in found:
+                self._reject(
+                    Reject(
+                        int(numbers[reject.row].as_py()),
+                        reject.reason,
+                        reject.column,
+                        reject.sqlstate,
+                    )
+                )
+            good = drop_rows(chunk, [r.row for r in found])
+            return good if with_row else good.drop_columns([ROW])
+
+        encode = self._binary_encoder(with_row)
+        if encode is None:
+            stream = CopyStream(self.rows, prepare)
+        else:
+            sql = binary_sql
+            stream = CopyStream(self.rows, prepare, encode, binary.HEADER, binary.TRAILER)
+        self.cur.execute("SAVEPOINT fanout_stream", {})
+        try:
+            self.cur.copy_expert(sql, stream, size=1 << 20)
+            self.cur.execute("RELEASE SAVEPOINT fanout_stream", {})
+        except Exception as exc:
+            if isinstance(stream.error, RowRejected):
+                raise stream.error from None
+            self.cur.execute("ROLLBACK TO SAVEPOINT fanout_stream", {})
+            if stream.error is not None:
+                raise stream.error from None
+            if classify(exc) != "data":
+                raise
+            self.table = self.rows.table()
+            self.rejects.clear()
+            return False
+        self.table = self.rows.table()
+        self._sort_rejects()
+        return True
+
+    def _binary_encoder(self, with_row: bool) -> binary.Encoder | None:
+        schema = self.rows.schema  # write_partition took the first chunk already
+        if schema is None:
+            return None
+        kinds = [*self.plan.wire_kinds, "int4"]
+        if not with_row:
+            schema, kinds = schema.remove(schema.get_field_index(ROW)), kinds[:-1]
+        return binary.encoder_for(schema, kinds)
+
+    def _checked(self) -> pa.Table:
+        """Every row minus those failing the executor's own checks (recorded)."""
+        for reject in precheck(self.table, self.plan.checks):
+            self._reject(reject)
+        return drop_rows(self.table, [r.row for r in self.rejects])
+
+    def _sort_rejects(self) -> None:
+        self.rejects.sort(key=lambda r: r.row)
+
+    # -- append -----------------------------------------------------------------------
+
+    def _claim(self) -> PartitionOutcome | None:
+        """Insert this partition's mark; ``None`` when claimed, else the earlier commit's
+        outcome (the partition is skipped). A concurrent attempt holding the same mark
+        makes this wait for its commit or rollback."""
+        self.cur.execute(
+            self.sql.mark_insert,
+            {
+                **self.key,
+                "partitions": self.plan.partitions,
+                "query_id": self.meta.query_id,
+                "target": self.plan.table,
+                "rows": 0,
+            },
+        )
+        if self.cur.fetchone() is not None:
+            return None
+        self.cur.execute(self.sql.mark_select, self.key)
+        partitions, query_id, rows, rejects = self.cur.fetchone()
+        if partitions != self.plan.partitions or (
+            query_id and self.meta.query_id and query_id != self.meta.query_id
+        ):
+            raise MarkConflict(
+                f"fanout's progress table ({self.plan.state_schema}.progress) already marks "
+                f"batch {self.meta.batch_id} partition {self.partition} as committed by "
+                f"query {query_id} with {partitions} partitions; this is query "
+                f"{self.meta.query_id} with {self.plan.partitions}. The checkpoint was "
+                "replaced or option 'partitions' changed mid-batch; delete this sink's marks "
+                "(DELETE FROM <schema>.progress WHERE pipeline = ... AND sink = ...) only if "
+                "the target is meant to be written again"
+            )
+        kept = list(rejects or [])
+        return PartitionOutcome(
+            self.partition,
+            "skipped",
+            rows=int(rows),
+            dead_lettered=len(kept),
+            letters=tuple(kept) if self.plan.dead_letter == "driver" else (),
+        )
+
+    # -- copy and write ----------------------------------------------------------------
+
+    def _copy(self, sql: str, table: pa.Table, *, with_row: bool) -> None:
+        """COPY ``table``; a row refused with a line number is set aside and the rest
+        copied again."""
+        segments = [(0, table.num_rows)]
+        while segments:
+            start, end = segments.pop()
+            if start >= end:
+                continue
+            part = table.slice(start, end - start)
+            payload = part if with_row else part.drop_columns([ROW])
+            self.cur.execute("SAVEPOINT fanout_copy", {})
+            try:
+                self.cur.copy_expert(sql, io.BytesIO(to_csv(payload)))
+                self.cur.execute("RELEASE SAVEPOINT fanout_copy", {})
+            except Exception as exc:
+                self.cur.execute("ROLLBACK TO SAVEPOINT fanout_copy", {})
+                if classify(exc) != "data":
+                    raise
+                line, column = copy_position(exc)
+                if line is None or line > part.num_rows:
+                    raise
+                bad = start + line - 1
+                row = int(table.column(ROW)[bad].as_py())
+                self._reject(Reject(row, reason_of(exc), self._column(column), sqlstate_of(exc)))
+                segments.extend([(bad + 1, end), (start, bad)])
+
+    def _write(self) -> int:
+        """Insert/upsert the staged rows; bisect with savepoints when a row is refused."""
+        n = self.table.num_rows
+        statements = [self.sql.write_from_stage]
+        unique = _unique(self.table, self.plan.keys)
+        if self.sql.write_unique and unique:
+            # no key twice here by Arrow's equality: skip the sort of DISTINCT ON; should the
+            # server's equality differ (citext, numeric scale), it raises 21000 and the
+            # deduplicating statement runs instead
+            statements.insert(0, self.sql.write_unique)
+        merge = self.sql.write_merge if unique and self.server_version >= 150000 else ""
+        for statement in [merge, *statements] if merge else statements:
+            self.cur.execute("SAVEPOINT fanout_write", {})
+            try:
+                self.cur.execute(statement, {"lo": 0, "hi": n})
+                changed = max(int(self.cur.rowcount), 0)
+                self.cur.execute("RELEASE SAVEPOINT fanout_write", {})
+                return changed
+            except Exception as exc:
+                self.cur.execute("ROLLBACK TO SAVEPOINT fanout_write", {})
+                if statement is merge and classify(exc) != "transient":
+                    # a key inserted meanwhile by another session (MERGE does not wait and
+                    # update like ON CONFLICT), a table MERGE cannot write (rules), or a
+                    # row's fault: ON CONFLICT decides, as it would have without MERGE
+                    continue
+                if getattr(exc, "pgcode", None) == "21000":
+                    if statement != self.sql.write_from_stage:
+                        continue
+                    raise RowRejected(self._duplicate_detail()) from exc
+                if classify(exc) != "data":
+                    raise
+                break
+        self.cur.execute(self.sql.create_winners, {})
+        return self._bisect(0, n)
+
+    def _bisect(self, lo: int, hi: int) -> int:
+        self.cur.execute("SAVEPOINT fanout_part", {})
+        try:
+            self.cur.execute(self.sql.write_from_winners, {"lo": lo, "hi": hi})
+            changed = max(int(self.cur.rowcount), 0)
+            self.cur.execute("RELEASE SAVEPOINT fanout_part", {})
+            return changed
+        except Exception as exc:
+            self.cur.execute("ROLLBACK TO SAVEPOINT fanout_part", {})
+            if classify(exc) != "data":
+                raise
+            if lo == hi:
+                column = getattr(getattr(exc, "diag", None), "column_name", None)
+                self._reject(Reject(lo, reason_of(exc), self._column(column), sqlstate_of(exc)))
+                return 0
+        mid = (lo + hi) // 2
+        return self._bisect(lo, mid) + self._bisect(mid + 1, hi)
+
+    # -- rejects -----------------------------------------------------------------------
+
+    def _column(self, name: str | None) -> str | None:
+        if name is None:
+            return None
+        name = name.strip()
+        for _, target in self.plan.columns:
+            if target == name or f'"{target}"' == name:
+                return target
+        return name
+
+    def _reject(self, reject: Reject) -> None:
+        self.rejects.append(reject)
+        if self.plan.dead_letter is None:
+            raise RowRejected(self._detail(reject))
+
+    def _detail(self, reject: Reject) -> dict[str, Any]:
+        sources = self.plan.sources
+        if self.table.num_rows == 0:  # refused while streaming: gather the rows first
+            self.table = self.rows.table()
+        return {
+            "reason": reject.reason,
+            "sqlstate": reject.sqlstate,
+            "column": sources.get(reject.column or "", reject.column),
+            "target_column": reject.column,
+            "value": value_text(self.table, reject.row, reject.column),  # ROW = position
+            "row": row_json(self.table, reject.row, sources),
+            "partition": self.partition,
+        }
+
+    def _dead_letters(self) -> list[dict[str, Any]]:
+        return [self._detail(r) for r in self.rejects]
+
+    def _write_dead_letters(self) -> None:
+        self.cur.execute(self.sql.dead_delete, self.key)
+        if self.rejects:
+            self.cur.executemany(
+                self.sql.dead_insert,
+                [
+                    {
+                        **self.key,
+                        "target": self.plan.table,
+                        "reason": d["reason"],
+                        "column_name": d["column"],
+                        "value": d["value"],
+                        "row": d["row"],
+                    }
+                    for d in self._dead_letters()
+                ],
+            )
+
+    def _duplicate_detail(self) -> dict[str, Any]:
+        self.cur.execute(self.sql.duplicate_probe, {})
+        found = self.cur.fetchone()
+        keys = dict(zip(self.plan.keys, found[:-1], strict=True)) if found else {}
+        return {
+            "reason": f"key {json.dumps(keys, default=str)} occurs {found[-1] if found else 2} "
+            "times in this batch; set option 'order_by' to the column deciding which row "
+            "wins (ON CONFLICT DO UPDATE cannot affect a row twice in one statement)",
+            "sqlstate": "21000",
+            "column": None,
+            "value": None,
+            "row": None,
+            "partition": self.partition,
+        }
+
+
+def _unique(table: pa.Table, keys: tuple[str, ...]) -> bool:
+    """Whether no key occurs twice in ``table`` (by Arrow's equality)."""
+    if not keys or table.num_rows == 0:
+        return True
+    if len(keys) == 1:
+        column = table.column(keys[0])
+        if column.null_count == 0 and pa.types.is_integer(column.type):
+            # a sort is ~6x faster than count_distinct's hash table on integer keys
+            ordered = np.sort(column.to_numpy())
+            return not bool((ordered[1:] == ordered[:-1]).any())
+        return int(pc.count_distinct(column, mode="all").as_py()) == table.num_rows
+    return int(table.group_by(list(keys)).aggregate([]).num_rows) == table.num_rows
