@@ -10,7 +10,7 @@ from fanout import BatchInfo, FanOut
 from fanout.contract.batch import Batch
 from fanout.ledger.memory import MemoryLedger
 from fanout.steps.persist import CACHE_COMPRESSED
-from tests.unit.fakes import RecordingSink
+from tests.unit.fakes import ScriptedSink
 
 ROWS = 200_000
 
@@ -30,7 +30,7 @@ def cached_bytes_seen_by_sinks(spark: Any) -> int:
         with lock:
             sizes.append(size)
 
-    sinks = [RecordingSink(n, on_write=measure) for n in ("a", "b")]
+    sinks = [ScriptedSink(n, on_write=measure) for n in ("a", "b")]
     FanOut("persist", MemoryLedger(), sinks, backoff_s=0, spark=spark).process(
         df, BatchInfo("persist", 0, "q-1")
     )

@@ -25,8 +25,9 @@ class FakeFrame(ArrowFrame):
         super().__init__(table if table is not None else pa.table({"id": [1, 2, 3]}))
 
 
-class RecordingSink(Sink):
-    """A sink recording every call of ``write`` as ``(batch_id, attempt)``.
+class ScriptedSink(Sink):
+    """A sink that fails as scripted, recording every call of ``write`` as
+    ``(batch_id, attempt)`` (:class:`fanout.testing.RecordingSink` records rows instead).
 
     :param fail: errors to raise, one per attempt, before succeeding (an exception
         *class* or instance; a callable ``(batch) -> exception`` also works).

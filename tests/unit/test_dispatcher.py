@@ -26,7 +26,7 @@ from fanout.errors import (
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry, entries_from_arrow
 from fanout.ledger.memory import MemoryLedger
-from tests.unit.fakes import ConcurrencyProbe, FakeFrame, RecordingSink, committed
+from tests.unit.fakes import ConcurrencyProbe, FakeFrame, ScriptedSink, committed
 
 PIPELINE = "orders"
 
@@ -113,7 +113,7 @@ class Broken:
 
 
 def test_plan_skips_marked_sinks(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
-    a, b, c = RecordingSink("a"), RecordingSink("b"), RecordingSink("c")
+    a, b, c = ScriptedSink("a"), ScriptedSink("b"), ScriptedSink("c")
     memory_ledger.mark_committed(committed(PIPELINE, "a", 3))
     memory_ledger.mark_committed(committed(PIPELINE, "c", 2))  # older mark: still pending
     recorder = Recorder(memory_ledger)
@@ -141,7 +141,7 @@ def test_plan_skips_marked_sinks(memory_ledger: MemoryLedger, frame: FakeFrame) 
 
 
 def test_next_batch_writes_every_sink(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
-    a, b = RecordingSink("a"), RecordingSink("b")
+    a, b = ScriptedSink("a"), ScriptedSink("b")
     fan = make_fan(memory_ledger, [a, b])
     fan.process(frame, info(0))
     fan.process(frame, info(1))
@@ -162,11 +162,11 @@ def test_next_batch_writes_every_sink(memory_ledger: MemoryLedger, frame: FakeFr
 
 
 def test_every_failed_sink_is_named(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
-    ok = RecordingSink("ok")
+    ok = ScriptedSink("ok")
     bad_row = ValueError("bad row 7")
     disk = RuntimeError("disk full")
-    b = RecordingSink("b", always_fail=bad_row)
-    c = RecordingSink("c", always_fail=disk)
+    b = ScriptedSink("b", always_fail=bad_row)
+    c = ScriptedSink("c", always_fail=disk)
     fan = make_fan(memory_ledger, [ok, b, c])
 
     with pytest.raises(BatchFailedError) as raised:
@@ -202,7 +202,7 @@ def test_every_failed_sink_is_named(memory_ledger: MemoryLedger, frame: FakeFram
 def test_transient_errors_are_retried_then_fail(
     memory_ledger: MemoryLedger, frame: FakeFrame
 ) -> None:
-    flaky = RecordingSink(
+    flaky = ScriptedSink(
         "flaky", always_fail=TransientSinkError("timeout", sink="flaky", batch_id=2)
     )
     fan = make_fan(memory_ledger, [flaky], retries=2)
@@ -213,7 +213,7 @@ def test_transient_errors_are_retried_then_fail(
 
 
 def test_transient_error_then_success(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
-    flaky = RecordingSink(
+    flaky = ScriptedSink(
         "flaky",
         fail=[TransientSinkError("t1", sink="flaky"), TransientSinkError("t2", sink="flaky")],
     )
@@ -224,22 +224,22 @@ def test_transient_error_then_success(memory_ledger: MemoryLedger, frame: FakeFr
 
 
 def test_retries_zero_means_one_attempt(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
-    flaky = RecordingSink("flaky", always_fail=TransientSinkError("timeout", sink="flaky"))
+    flaky = ScriptedSink("flaky", always_fail=TransientSinkError("timeout", sink="flaky"))
     with pytest.raises(BatchFailedError):
         make_fan(memory_ledger, [flaky], retries=0).process(frame, info(1))
     assert flaky.calls == [(1, 1)]
 
 
 def test_non_transient_error_is_not_retried(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
-    sink = RecordingSink("pg", always_fail=ValueError("null in key column 'id'"))
+    sink = ScriptedSink("pg", always_fail=ValueError("null in key column 'id'"))
     with pytest.raises(BatchFailedError):
         make_fan(memory_ledger, [sink], retries=5).process(frame, info(1))
     assert sink.calls == [(1, 1)]
 
 
 def test_is_transient_override_is_honoured(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
-    classified = RecordingSink("classified", fail=[TimeoutError("slow")], transient=(TimeoutError,))
-    default = RecordingSink("default", fail=[TimeoutError("slow")])
+    classified = ScriptedSink("classified", fail=[TimeoutError("slow")], transient=(TimeoutError,))
+    default = ScriptedSink("default", fail=[TimeoutError("slow")])
     with pytest.raises(BatchFailedError) as raised:
         make_fan(memory_ledger, [classified, default], retries=3).process(frame, info(1))
     assert classified.calls == [(1, 1), (1, 2)]
@@ -254,7 +254,7 @@ def test_is_transient_override_is_honoured(memory_ledger: MemoryLedger, frame: F
 def test_is_transient_raising_counts_as_final(
     memory_ledger: MemoryLedger, frame: FakeFrame, caplog: pytest.LogCaptureFixture
 ) -> None:
-    class Confused(RecordingSink):
+    class Confused(ScriptedSink):
         def is_transient(self, error: BaseException) -> bool:
             raise KeyError("oops")
 
@@ -266,8 +266,8 @@ def test_is_transient_raising_counts_as_final(
 
 
 def test_bad_return_type_fails_the_sink(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
-    bad = RecordingSink("bad", returns="ok")
-    boolean = RecordingSink("boolean", returns=True)
+    bad = ScriptedSink("bad", returns="ok")
+    boolean = ScriptedSink("boolean", returns=True)
     with pytest.raises(BatchFailedError) as raised:
         make_fan(memory_ledger, [bad, boolean], retries=3).process(frame, info(1))
     assert str(raised.value.failures["bad"]) == (
@@ -287,7 +287,7 @@ def test_result_like_objects_are_accepted(memory_ledger: MemoryLedger, frame: Fa
         rows = 9
         details = {"files": 2}
 
-    sink = RecordingSink("s", returns=Written())
+    sink = ScriptedSink("s", returns=Written())
     assert make_fan(memory_ledger, [sink]).process(frame, info(1)) == {
         "s": SinkResult(rows=9, details={"files": 2})
     }
@@ -304,7 +304,7 @@ def test_failed_ledger_mark_fails_the_sink(
             return super().mark_committed(entry)
 
     ledger = FlakyLedger()
-    a, b = RecordingSink("a"), RecordingSink("b")
+    a, b = ScriptedSink("a"), ScriptedSink("b")
     with pytest.raises(BatchFailedError) as raised:
         make_fan(ledger, [a, b]).process(frame, info(4))
     assert sorted(raised.value.failures) == ["b"]
@@ -317,7 +317,7 @@ def test_failed_ledger_mark_fails_the_sink(
 def test_failed_attempts_are_recorded_with_attempt_numbers(
     memory_ledger: MemoryLedger, frame: FakeFrame
 ) -> None:
-    flaky = RecordingSink(
+    flaky = ScriptedSink(
         "flaky",
         fail=[TransientSinkError("timeout", sink="flaky"), ConnectionError("reset")],
         transient=(TransientSinkError, ConnectionError),
@@ -343,8 +343,8 @@ def test_failed_attempts_are_recorded_with_attempt_numbers(
 
 def test_failed_attempts_visible_in_delta_ledger(tmp_path: Path, frame: FakeFrame) -> None:
     ledger = DeltaLedger(str(tmp_path / "ledger"))
-    a = RecordingSink("a")
-    b = RecordingSink("b", always_fail=TransientSinkError("broker down", sink="b"))
+    a = ScriptedSink("a")
+    b = ScriptedSink("b", always_fail=TransientSinkError("broker down", sink="b"))
     with pytest.raises(BatchFailedError):
         make_fan(ledger, [a, b], retries=1).process(frame, info(0))
     rows = sorted(entries_from_arrow(ledger.read(PIPELINE)), key=lambda e: (e.sink, e.attempt))
@@ -361,7 +361,7 @@ def test_failed_attempts_visible_in_delta_ledger(tmp_path: Path, frame: FakeFram
 
 def test_hooks_in_documented_order(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
     recorder = Recorder(memory_ledger)
-    sink = RecordingSink("a", fail=[TransientSinkError("t", sink="a")])
+    sink = ScriptedSink("a", fail=[TransientSinkError("t", sink="a")])
     fan = make_fan(memory_ledger, [sink], plugins=[recorder], retries=1)
     fan.process(frame, info(4))
     assert recorder.events == [
@@ -376,7 +376,7 @@ def test_hooks_in_documented_order(memory_ledger: MemoryLedger, frame: FakeFrame
 
 def test_hooks_on_failure(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
     recorder = Recorder(memory_ledger)
-    sink = RecordingSink("a", always_fail=ValueError("bad"))
+    sink = ScriptedSink("a", always_fail=ValueError("bad"))
     fan = make_fan(memory_ledger, [sink], plugins=[recorder], retries=1)
     with pytest.raises(BatchFailedError):
         fan.process(frame, info(4))
@@ -390,7 +390,7 @@ def test_hooks_on_failure(memory_ledger: MemoryLedger, frame: FakeFrame) -> None
 
 def test_hooks_with_parallel_sinks(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
     recorder = Recorder(memory_ledger)
-    ok, bad = RecordingSink("a"), RecordingSink("b", always_fail=ValueError("bad"))
+    ok, bad = ScriptedSink("a"), ScriptedSink("b", always_fail=ValueError("bad"))
     fan = make_fan(memory_ledger, [ok, bad], plugins=[recorder], retries=0)
     with pytest.raises(BatchFailedError):
         fan.process(frame, info(1))
@@ -413,7 +413,7 @@ def test_raising_observer_does_not_fail_the_batch(
 ) -> None:
     broken = Broken()
     recorder = Recorder(memory_ledger)
-    sink = RecordingSink("a")
+    sink = ScriptedSink("a")
     fan = make_fan(memory_ledger, [sink], plugins=[broken, recorder])
     assert fan.process(frame, info(2)) == {"a": SinkResult(rows=3)}
     assert memory_ledger.last_committed(PIPELINE, ["a"]) == {"a": 2}
@@ -435,25 +435,25 @@ def test_raising_observer_does_not_fail_the_batch(
 def test_persist_once_for_several_dataframe_readers(
     memory_ledger: MemoryLedger, frame: FakeFrame
 ) -> None:
-    make_fan(memory_ledger, [RecordingSink("a"), RecordingSink("b"), RecordingSink("c")]).process(
+    make_fan(memory_ledger, [ScriptedSink("a"), ScriptedSink("b"), ScriptedSink("c")]).process(
         frame, info(0)
     )
     assert (frame.persist_calls, frame.unpersist_calls) == (1, 1)
 
 
 def test_no_persist_for_a_single_sink(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
-    make_fan(memory_ledger, [RecordingSink("a")]).process(frame, info(0))
+    make_fan(memory_ledger, [ScriptedSink("a")]).process(frame, info(0))
     assert (frame.persist_calls, frame.unpersist_calls) == (0, 0)
 
 
 def test_no_persist_when_one_sink_is_pending(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
     memory_ledger.mark_committed(committed(PIPELINE, "a", 0))
-    make_fan(memory_ledger, [RecordingSink("a"), RecordingSink("b")]).process(frame, info(0))
+    make_fan(memory_ledger, [ScriptedSink("a"), ScriptedSink("b")]).process(frame, info(0))
     assert (frame.persist_calls, frame.unpersist_calls) == (0, 0)
 
 
 def test_arrow_readers_share_one_conversion(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
-    sinks = [RecordingSink(n, reads="arrow") for n in ("x", "y", "z")]
+    sinks = [ScriptedSink(n, reads="arrow") for n in ("x", "y", "z")]
     results = make_fan(memory_ledger, sinks).process(frame, info(0))
     assert results == {n: SinkResult(rows=3) for n in ("x", "y", "z")}
     assert frame.to_arrow_calls == 1
@@ -464,9 +464,9 @@ def test_arrow_readers_share_one_conversion(memory_ledger: MemoryLedger, frame: 
 
 def test_arrow_and_dataframe_readers_persist(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
     sinks = [
-        RecordingSink("x", reads="arrow"),
-        RecordingSink("y", reads="arrow"),
-        RecordingSink("df"),
+        ScriptedSink("x", reads="arrow"),
+        ScriptedSink("y", reads="arrow"),
+        ScriptedSink("df"),
     ]
     make_fan(memory_ledger, sinks).process(frame, info(0))
     assert (frame.persist_calls, frame.unpersist_calls, frame.to_arrow_calls) == (1, 1, 1)
@@ -474,7 +474,7 @@ def test_arrow_and_dataframe_readers_persist(memory_ledger: MemoryLedger, frame:
 
 def test_each_batch_converts_anew(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
     fan = make_fan(
-        memory_ledger, [RecordingSink("x", reads="arrow"), RecordingSink("y", reads="arrow")]
+        memory_ledger, [ScriptedSink("x", reads="arrow"), ScriptedSink("y", reads="arrow")]
     )
     fan.process(frame, info(0))
     fan.process(frame, info(1))
@@ -486,7 +486,7 @@ def test_each_batch_converts_anew(memory_ledger: MemoryLedger, frame: FakeFrame)
 
 def test_parallelism_bound_is_respected(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
     probe = ConcurrencyProbe(hold_s=0.1)
-    sinks = [RecordingSink(f"s{i}", on_write=probe) for i in range(6)]
+    sinks = [ScriptedSink(f"s{i}", on_write=probe) for i in range(6)]
     make_fan(memory_ledger, sinks, parallelism=2).process(frame, info(0))
     assert probe.max_seen == 2
     assert all(s.calls == [(0, 1)] for s in sinks)
@@ -496,14 +496,14 @@ def test_unbounded_parallelism_writes_all_at_once(
     memory_ledger: MemoryLedger, frame: FakeFrame
 ) -> None:
     barrier = threading.Barrier(5, timeout=10)  # passes only when all five write at once
-    sinks = [RecordingSink(f"s{i}", on_write=lambda batch: barrier.wait()) for i in range(5)]
+    sinks = [ScriptedSink(f"s{i}", on_write=lambda batch: barrier.wait()) for i in range(5)]
     results = make_fan(memory_ledger, sinks).process(frame, info(0))
     assert sorted(results) == ["s0", "s1", "s2", "s3", "s4"]
 
 
 def test_parallelism_one_is_sequential(memory_ledger: MemoryLedger, frame: FakeFrame) -> None:
     probe = ConcurrencyProbe(hold_s=0.02)
-    sinks = [RecordingSink(f"s{i}", on_write=probe) for i in range(4)]
+    sinks = [ScriptedSink(f"s{i}", on_write=probe) for i in range(4)]
     make_fan(memory_ledger, sinks, parallelism=1).process(frame, info(0))
     assert probe.max_seen == 1
 
@@ -511,7 +511,7 @@ def test_parallelism_one_is_sequential(memory_ledger: MemoryLedger, frame: FakeF
 # -- construction -----------------------------------------------------------------------
 
 
-class AtLeastOnceSink(RecordingSink):
+class AtLeastOnceSink(ScriptedSink):
     guarantees: ClassVar = ("at_least_once",)
 
 
@@ -519,7 +519,7 @@ def test_at_least_once_sink_warns_at_construction(
     memory_ledger: MemoryLedger, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="fanout")
-    make_fan(memory_ledger, [RecordingSink("safe"), AtLeastOnceSink("webhook")])
+    make_fan(memory_ledger, [ScriptedSink("safe"), AtLeastOnceSink("webhook")])
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "fanout"]
     assert [r.getMessage() for r in warnings] == [
         "pipeline orders: sink 'webhook' is at-least-once: if the driver dies between its "
@@ -529,7 +529,7 @@ def test_at_least_once_sink_warns_at_construction(
 
 def test_duplicate_sink_names(memory_ledger: MemoryLedger) -> None:
     with pytest.raises(ConfigurationError) as raised:
-        make_fan(memory_ledger, [RecordingSink("a"), RecordingSink("b"), RecordingSink("a")])
+        make_fan(memory_ledger, [ScriptedSink("a"), ScriptedSink("b"), ScriptedSink("a")])
     assert str(raised.value) == (
         "pipeline 'orders': two sinks are named 'a'; sink names must be unique "
         "(they key the ledger)"
@@ -537,11 +537,11 @@ def test_duplicate_sink_names(memory_ledger: MemoryLedger) -> None:
 
 
 def test_open_raising_names_the_sink_before_any_batch(memory_ledger: MemoryLedger) -> None:
-    class Unreachable(RecordingSink):
+    class Unreachable(ScriptedSink):
         def open(self, context: Any) -> None:
             raise OSError("connection refused")
 
-    good, bad = RecordingSink("good"), Unreachable("pg")
+    good, bad = ScriptedSink("good"), Unreachable("pg")
     with pytest.raises(ConfigurationError) as raised:
         make_fan(memory_ledger, [good, bad])
     assert str(raised.value) == "sink 'pg': cannot open: OSError: connection refused"
@@ -553,7 +553,7 @@ def test_open_raising_names_the_sink_before_any_batch(memory_ledger: MemoryLedge
 def test_open_configuration_error_passes_unchanged(memory_ledger: MemoryLedger) -> None:
     original = ConfigurationError("sink 'pg': option 'url' is required")
 
-    class Misconfigured(RecordingSink):
+    class Misconfigured(ScriptedSink):
         def open(self, context: Any) -> None:
             raise original
 
@@ -565,7 +565,7 @@ def test_open_configuration_error_passes_unchanged(memory_ledger: MemoryLedger) 
 def test_open_receives_the_context_and_close_closes(memory_ledger: MemoryLedger) -> None:
     seen: list[Any] = []
 
-    class Opening(RecordingSink):
+    class Opening(ScriptedSink):
         def open(self, context: Any) -> None:
             seen.append(context)
 
@@ -579,7 +579,7 @@ def test_open_receives_the_context_and_close_closes(memory_ledger: MemoryLedger)
 @pytest.mark.parametrize("name", ["bad/name", "", " orders", "-x", None])
 def test_invalid_pipeline_name(memory_ledger: MemoryLedger, name: Any) -> None:
     with pytest.raises(ConfigurationError) as raised:
-        FanOut(name, memory_ledger, [RecordingSink("a")])
+        FanOut(name, memory_ledger, [ScriptedSink("a")])
     assert str(raised.value) == (
         f"pipeline: name {name!r} is not valid; use 1-128 letters, digits, '_', '.' or '-', "
         "starting with a letter or digit"
@@ -590,7 +590,7 @@ def test_no_sinks_and_bad_parallelism(memory_ledger: MemoryLedger) -> None:
     with pytest.raises(ConfigurationError, match=r"^pipeline 'orders': no sinks configured$"):
         make_fan(memory_ledger, [])
     with pytest.raises(ConfigurationError, match=r"^pipeline 'orders': parallelism must be >= 1$"):
-        make_fan(memory_ledger, [RecordingSink("a")], parallelism=0)
+        make_fan(memory_ledger, [ScriptedSink("a")], parallelism=0)
 
 
 def test_sink_dict_with_unknown_type(memory_ledger: MemoryLedger) -> None:
@@ -602,7 +602,7 @@ def test_sink_dict_with_unknown_type(memory_ledger: MemoryLedger) -> None:
 
 def test_ledger_path_builds_a_delta_ledger(tmp_path: Path, frame: FakeFrame) -> None:
     path = tmp_path / "ledger"
-    fan = make_fan(str(path), [RecordingSink("a")])
+    fan = make_fan(str(path), [ScriptedSink("a")])
     assert isinstance(fan.ledger, DeltaLedger)
     assert (path / "_delta_log").is_dir()  # created at construction, before any batch
     fan.process(frame, info(0))
@@ -620,7 +620,7 @@ def test_ledger_mark_is_retried_without_rewriting_the_sink(frame: FakeFrame) -> 
             return super().mark_committed(entry)
 
     ledger = OnceFlakyLedger()
-    sink = RecordingSink("s")
+    sink = ScriptedSink("s")
     assert make_fan(ledger, [sink]).process(frame, info(2)) == {"s": SinkResult(rows=3)}
     assert sink.calls == [(2, 1)]
     assert ledger.last_committed(PIPELINE, ["s"]) == {"s": 2}

@@ -13,7 +13,7 @@ from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import Ledger
 from fanout.ledger.memory import MemoryLedger
 from fanout.steps.guard import check_checkpoint
-from tests.unit.fakes import FakeFrame, RecordingSink, committed
+from tests.unit.fakes import FakeFrame, ScriptedSink, committed
 
 PIPELINE = "orders"
 OLD_QUERY = "11111111-aaaa-4bbb-8ccc-000000000001"
@@ -118,7 +118,7 @@ def test_other_query_at_or_below_high_water_is_a_reset(
 
 
 def test_reset_through_fanout_calls_no_sink(ledger: DeltaLedger | MemoryLedger) -> None:
-    pg, kafka, new = RecordingSink("pg"), RecordingSink("kafka"), RecordingSink("new")
+    pg, kafka, new = ScriptedSink("pg"), ScriptedSink("kafka"), ScriptedSink("new")
     fan = FanOut(PIPELINE, ledger, [pg, kafka, new], backoff_s=0)
     frame = FakeFrame()
     with pytest.raises(CheckpointResetError, match="checkpoint reset detected"):

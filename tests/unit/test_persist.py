@@ -10,7 +10,7 @@ from fanout.contract.batch import BatchInfo
 from fanout.ledger.memory import MemoryLedger
 from fanout.steps.persist import CACHE_COMPRESSED, persist_if_shared
 from fanout.steps.state import BatchState
-from tests.unit.fakes import FakeFrame, RecordingSink
+from tests.unit.fakes import FakeFrame, ScriptedSink
 
 
 class FakeConf:
@@ -45,7 +45,7 @@ class SessionFrame(FakeFrame):
 def persist(frame: FakeFrame) -> bool:
     """The persist step alone for two pending DataFrame sinks (the full ``process`` with a
     real session is tests/integration/test_persist_cache.py)."""
-    fan = FanOut("orders", MemoryLedger(), [RecordingSink("a"), RecordingSink("b")], backoff_s=0)
+    fan = FanOut("orders", MemoryLedger(), [ScriptedSink("a"), ScriptedSink("b")], backoff_s=0)
     state = BatchState(frame, BatchInfo("orders", 0), pending=["a", "b"])
     return persist_if_shared(state, fan.specs)
 

@@ -11,7 +11,7 @@ from fanout.testing import RecordingSink
 pytest.importorskip("fanout_postgres")
 
 from fanout_postgres import PostgresSink
-from fanout_postgres.names import TableName, parse_table
+from fanout_postgres.identifiers import TableName, parse_table
 from fanout_postgres.sqlstate import classify
 from fanout_postgres.url import resolve_url, secrets_of
 

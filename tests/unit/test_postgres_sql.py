@@ -9,7 +9,7 @@ pytest.importorskip("fanout_postgres")
 import pyarrow as pa
 import sqlalchemy as sa
 from fanout_postgres.encode import Check, precheck, to_csv
-from fanout_postgres.names import TableName, quote
+from fanout_postgres.identifiers import TableName, quote
 from fanout_postgres.statements import build_statements
 from fanout_postgres.types import COMPATIBLE, spark_kind, target_kind
 

@@ -24,7 +24,7 @@ from fanout.ledger.entry import Ledger, LedgerEntry, ledger_schema, pipeline_app
 from fanout.ledger.memory import MemoryLedger
 from fanout.steps.guard import CheckpointGuard, compare_plan
 from fanout.testing import ArrowFrame
-from tests.unit.fakes import RecordingSink, committed
+from tests.unit.fakes import ScriptedSink, committed
 
 PIPELINE = "orders"
 QUERY = "11111111-aaaa-4bbb-8ccc-000000000001"
@@ -190,7 +190,7 @@ def test_lagging_sink_is_not_written_when_the_batch_was_replanned(
     """A partially marked batch: pg holds batch 4, kafka does not. A re-planned batch 4
     is refused before kafka writes a row of it (its rows past the old end would be lost
     in pg)."""
-    pg, kafka = RecordingSink("pg"), RecordingSink("kafka")
+    pg, kafka = ScriptedSink("pg"), ScriptedSink("kafka")
     fan = FanOut(PIPELINE, ledger, [pg, kafka], backoff_s=0)
     frame = ArrowFrame(pa.table({"x": [1]}))
     with pytest.raises(CheckpointRollbackError, match="committed by sink pg"):
@@ -202,7 +202,7 @@ def test_lagging_sink_is_not_written_when_the_batch_was_replanned(
 
 
 def test_new_epoch_does_not_accept_a_rollback(ledger: DeltaLedger | MemoryLedger) -> None:
-    fan = FanOut(PIPELINE, ledger, [RecordingSink("pg")], on_checkpoint_reset="new_epoch")
+    fan = FanOut(PIPELINE, ledger, [ScriptedSink("pg")], on_checkpoint_reset="new_epoch")
     with pytest.raises(CheckpointRollbackError):
         fan.process(ArrowFrame(pa.table({"x": [1]})), planned(4, batch_timestamp_ms=1))
     assert ledger.current_epoch(PIPELINE) == 0
@@ -255,7 +255,7 @@ def test_lagging_sink_replays_in_a_later_epoch(ledger: DeltaLedger | MemoryLedge
     """Epoch 1 (a new query after a reset) numbers batches from 0 again; epoch 0's
     batches of the same ids were planned differently, and do not count."""
     new = f"{OTHER_QUERY[:-1]}9"
-    a, b = RecordingSink("pg"), RecordingSink("kafka", fail=[RuntimeError("down")])
+    a, b = ScriptedSink("pg"), ScriptedSink("kafka", fail=[RuntimeError("down")])
     fan = FanOut(PIPELINE, ledger, [a, b], retries=0, on_checkpoint_reset="new_epoch")
     frame = ArrowFrame(pa.table({"x": [1]}))
     first = planned(0, new, source_offsets=offsets(10), batch_timestamp_ms=PLANNED_AT + 10)

@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fanout_postgres.names import TableName
+from fanout_postgres.identifiers import TableName
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from fanout_postgres.names import TableName, check_identifier, parse_table
+from fanout_postgres.identifiers import TableName, check_identifier, parse_table
 
 MODES: tuple[str, ...] = ("upsert", "append")
 

@@ -10,7 +10,7 @@ from typing import Any
 from fanout_postgres import types as pgtypes
 from fanout_postgres.binary import wire_kind
 from fanout_postgres.encode import Check
-from fanout_postgres.names import TableName, quote
+from fanout_postgres.identifiers import TableName, quote
 from fanout_postgres.statements import ROW, Statements, build_statements
 
 

@@ -17,7 +17,7 @@ from fanout.hooks.commands import CliCommand
 from fanout.hooks.services import EmbeddedService
 from fanout.hooks.specs import hookimpl
 from fanout_postgres.deadletter import POSTGRES, PostgresDeadLetters
-from fanout_postgres.names import parse_table
+from fanout_postgres.identifiers import parse_table
 from fanout_postgres.sink import PostgresSink
 
 

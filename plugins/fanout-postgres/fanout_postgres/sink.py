@@ -42,7 +42,7 @@ from fanout_postgres.deadletter import PostgresDeadLetters, as_letter, ensure_ta
 from fanout_postgres.declaration import OPTIONS
 from fanout_postgres.failures import batch_error
 from fanout_postgres.membership import committed_partitions, partition_columns
-from fanout_postgres.names import TableName
+from fanout_postgres.identifiers import TableName
 from fanout_postgres.options import check_options
 from fanout_postgres.plan import (
     PlanError,

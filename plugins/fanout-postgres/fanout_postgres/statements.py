@@ -3,7 +3,7 @@
 Every identifier is quoted by SQLAlchemy's PostgreSQL dialect. Statements run with
 parameters are compiled for psycopg2 (``%(name)s`` placeholders, literal ``%`` doubled) and
 always executed with a parameter dict; the two COPY statements, which SQLAlchemy has no
-construct for, are assembled from :func:`fanout_postgres.names.quote` and run without
+construct for, are assembled from :func:`fanout_postgres.identifiers.quote` and run without
 parameters.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fanout_postgres.names import TableName, quote
+from fanout_postgres.identifiers import TableName, quote
 
 STAGE = "fanout_stage"
 """The temporary staging table (``ON COMMIT DROP``), one per partition transaction."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from fanout_postgres import PostgresSink
-from fanout_postgres.names import quote_always
+from fanout_postgres.identifiers import quote_always
 
 from fanout import FanOut
 from fanout.app.cli import main as cli_main
