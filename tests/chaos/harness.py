@@ -12,10 +12,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "fanout-kafka" / "tests"))
+from kafkatools import create_topic
+
 from tests.chaos.chaos_driver import PG_TABLE, PIPELINE, SINKS, TOPIC
 from tests.chaos.checker import SinkCheck, check_delta, check_kafka, check_postgres
 from tests.chaos.killer import POINTS, SINK_POINTS, KillPlan
-from tests.integration.kafka.kafkatools import create_topic
 from tests.integration.streams import write_input
 
 KILLED = -9  # what subprocess reports for a SIGKILLed child

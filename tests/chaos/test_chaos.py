@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kafkatools import hides_aborted
 
 from tests.chaos.harness import run_chaos
 from tests.chaos.services import embedded_services
-from tests.integration.kafka.kafkatools import hides_aborted
 
 SEED = 20261121
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fanout import RouteError
-from fanout.deadletters.model import DeadLetter
+from fanout.contract.dead_letters import DeadLetter
 from fanout.routes.evaluate import data_error, evaluate, explain_failure
 from fanout.routes.rejects import CheckedRoute, check_route, isolate
 from fanout.routes.route import Route

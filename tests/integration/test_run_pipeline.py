@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafkatools import read_topic
 
 from tests.chaos.checker import check_postgres
 from tests.chaos.services import embedded_services
-from tests.integration.kafka.kafkatools import read_topic
 from tests.integration.streams import committed_marks, delta_rows, id_counts, write_input
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.toml"

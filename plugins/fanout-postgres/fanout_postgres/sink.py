@@ -41,8 +41,8 @@ from fanout_postgres import url as pgurl
 from fanout_postgres.deadletter import PostgresDeadLetters, as_letter, ensure_table
 from fanout_postgres.declaration import OPTIONS
 from fanout_postgres.failures import batch_error
-from fanout_postgres.membership import committed_partitions, partition_columns
 from fanout_postgres.identifiers import TableName
+from fanout_postgres.membership import committed_partitions, partition_columns
 from fanout_postgres.options import check_options
 from fanout_postgres.plan import (
     PlanError,

@@ -1,0 +1,128 @@
+"""Independent reads of a Kafka cluster for the tests (no fanout code): a read_committed
+consumer in a separate process, markers as committed offsets, topic creation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from fanout_kafka.markers import marker_group
+
+CONSUME = Path(__file__).with_name("kafka_consume.py")
+
+
+@dataclass(frozen=True)
+class Broker:
+    """The broker the tests run against.
+
+    :param bootstrap: ``host:port``.
+    :param embedded: True for the embedded Tansu broker.
+    :param hides_aborted: whether read_committed readers are spared aborted records
+        (Kafka: yes; Tansu: no, see the plugin README), probed at session start.
+    """
+
+    bootstrap: str
+    embedded: bool
+    hides_aborted: bool
+
+
+def read_topic(
+    bootstrap: str, topic: str, expected: int, *, timeout: float = 30.0, idle: float = 1.0
+) -> list[dict[str, Any]]:
+    """Every record a read_committed consumer in another process reads (until
+    ``expected`` arrived and then ``idle`` seconds of silence, or ``timeout``).
+
+    When fewer arrive, the topic is read again uncommitted: if that finds at least
+    ``expected``, the records are in the log but not visible as committed (an open
+    transaction, or Tansu's stuck last stable offset: see the plugin README), and the
+    test fails saying so rather than as lost rows."""
+    result = _consume(bootstrap, topic, expected, timeout, idle)
+    records = list(result["records"])
+    if result["timed_out"] and len(records) < expected:
+        uncommitted = _consume(bootstrap, topic, expected, timeout, idle, "--uncommitted")
+        seen = len(uncommitted["records"])
+        assert seen < expected, (
+            f"records of {topic!r} are in the log but not visible as committed: "
+            f"read_committed got {len(records)} of {expected}, read_uncommitted {seen} (an "
+            "open transaction, or Tansu's stuck last stable offset: "
+            "plugins/fanout-kafka/README.md)"
+        )
+    return records
+
+
+def _consume(
+    bootstrap: str, topic: str, expected: int, timeout: float, idle: float, *flags: str
+) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, str(CONSUME), bootstrap, topic, str(expected),
+         "--timeout", str(timeout), "--idle", str(idle), *flags],
+        capture_output=True, text=True, timeout=timeout + 30,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def key_counts(records: list[dict[str, Any]]) -> Counter[str]:
+    """How often each key was read."""
+    return Counter(str(r["key"]) for r in records)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 3) -> None:
+    """Create a topic (explicitly: the embedded broker loses the first records of
+    auto-created topics)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def marker(bootstrap: str, pipeline: str, sink: str, partition: int, topic: str) -> int:
+    """The committed marker offset of one partition's group (-1001 when none)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": marker_group(pipeline, sink, partition),
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        (tp,) = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        return int(tp.offset)
+    finally:
+        consumer.close()
+
+
+def hides_aborted(bootstrap: str) -> bool:
+    """Probe: does a read_committed reader skip an aborted transaction's record?"""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = f"probe-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic})
+    producer.init_transactions(30)
+    for value, commit in ((b"aborted", False), (b"committed", True)):
+        producer.begin_transaction()
+        producer.produce(topic, value, partition=0)
+        producer.flush(30)
+        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": topic, "isolation.level": "read_committed"}
+    )
+    consumer.assign([TopicPartition(topic, 0, -2)])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 15
+    while b"committed" not in seen and time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is not None and not message.error():
+            seen.append(message.value() or b"")
+    consumer.close()
+    assert b"committed" in seen, f"the probe read nothing committed from {bootstrap}"
+    return b"aborted" not in seen

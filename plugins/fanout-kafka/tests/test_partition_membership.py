@@ -1,0 +1,215 @@
+"""Partition membership must be the same in every attempt of a batch (issue 13, holes 1
+and 3): a replay skips the partitions already committed, so a row that moved between
+partitions would be lost (moved into a committed one) or written twice (moved out of one).
+
+Non-deterministic partitioning columns are refused before anything is written; a changed
+partitioning between a kill and the restart is refused on the driver, before any
+partition writes, naming the sink, the batch and what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import kafka_faults as faults
+from fanout_kafka import KafkaSink
+from kafkatools import Broker, marker, read_topic
+
+from fanout import FanOut
+from fanout.errors import PartitioningError
+from fanout.routes.route import Route
+from fanout.sink_spec import SinkSpec
+from tests.integration.streams import SCHEMA, committed_marks, run_stream, write_input
+
+DRIVER = Path(__file__).with_name("kafka_driver.py")
+FILES, ROWS, PARTITIONS = 3, 40, 4
+KILL_BATCH, KILL_PARTITION = 1, 1
+
+
+def _drive(workdir: Path, kafka: Broker, topic: str, pipeline: str, *extra: str
+           ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    cmd = [sys.executable, str(DRIVER), str(workdir), kafka.bootstrap, topic, pipeline, *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def _order_ids(records: list[dict[str, Any]]) -> Counter[int]:
+    return Counter(int(json.loads(r["value"])["order_id"]) for r in records)
+
+
+def _damage(records: list[dict[str, Any]], expected: set[int]) -> str:
+    ids = _order_ids(records)
+    lost = sorted(expected - set(ids))
+    doubled = sorted(i for i, n in ids.items() if n > 1)
+    return (
+        f"{len(records)} records: {len(lost)} ids lost {lost[:8]}, "
+        f"{len(doubled)} doubled {doubled[:8]}"
+    )
+
+
+def test_keyless_sink_with_uuid_in_its_select_killed_mid_batch_is_refused_up_front(
+    kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    rows = write_input(tmp_path / "input", FILES, ROWS)
+    pipeline = f"uuid{uuid.uuid4().hex[:6]}"
+    route = ["--keyless", "--select", "*", "uuid() AS event_id"]
+    killed = _drive(tmp_path, kafka, topic, pipeline, *route,
+                    "--kill", f"{KILL_BATCH}:{KILL_PARTITION}")  # fmt: skip
+    was_killed = killed.returncode in (faults.KILL_EXIT_CODE, -9)
+    if was_killed:  # today's code: the replay re-plans uuid() and moves rows between partitions
+        _drive(tmp_path, kafka, topic, pipeline, *route)
+    records = read_topic(kafka.bootstrap, topic, FILES * ROWS if was_killed else 0, timeout=20)
+    assert not was_killed and records == [], (
+        "not refused; after the kill and the replay: "
+        + _damage(records, {r["order_id"] for r in rows})
+    )
+    assert "PartitioningError" in killed.stderr, killed.stderr[-3000:]
+    assert "sink 'events'" in killed.stderr
+    assert "uuid() AS event_id" in killed.stderr and "not deterministic" in killed.stderr
+
+
+def test_keyless_sink_with_current_timestamp_in_its_select_and_an_in_batch_retry(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    """No crash at all: partition 2 of batch 1 aborts once, fanout retries the batch in
+    the same process, and the retry evaluates current_timestamp() anew."""
+    faults.ship()
+    rows = write_input(tmp_path / "input", 2, ROWS)
+    pipeline = f"ts{uuid.uuid4().hex[:6]}"
+    veto = faults.VetoOnce(batch=1, partition=2, state=str(tmp_path / "veto.json"))
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic,
+                     partitions=PARTITIONS)  # fmt: skip
+    spec = SinkSpec(sink, Route(select=("*", "current_timestamp() AS seen_at")))
+    refused: PartitioningError | None = None
+    try:
+        fan = FanOut(pipeline, str(tmp_path / "ledger"), [spec], retries=2, backoff_s=0.1,
+                     plugins=[veto])  # fmt: skip
+    except PartitioningError as exc:
+        refused = exc
+    else:
+        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+    records = read_topic(kafka.bootstrap, topic, 0 if refused else 2 * ROWS, timeout=20)
+    assert refused is not None and records == [], (
+        "not refused; after the in-batch retry: " + _damage(records, {r["order_id"] for r in rows})
+    )
+    message = str(refused)
+    assert "sink 'events'" in message and "current_timestamp() AS seen_at" in message
+    assert "not deterministic" in message
+
+
+def test_keyless_sink_fed_a_nondeterministic_source_column_is_refused_at_the_first_batch(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    """The route is deterministic, the source is not: caught on the batch's plan."""
+    write_input(tmp_path / "input", 1, ROWS)
+    pipeline = f"src{uuid.uuid4().hex[:6]}"
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic,
+                     partitions=PARTITIONS)  # fmt: skip
+    fan = FanOut(pipeline, str(tmp_path / "ledger"), [sink], retries=0)
+    stream = (
+        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+        .json(str(tmp_path / "input")).selectExpr("*", "uuid() AS event_id")
+    )  # fmt: skip
+    query = (
+        stream.writeStream.foreachBatch(fan)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    try:
+        query.awaitTermination()
+        raised = None
+    except Exception as exc:  # Spark wraps the foreachBatch error
+        raised = exc
+    assert raised is not None, "the batch was written"
+    text = str(raised)
+    assert "sink 'events'" in text and "batch 0" in text, text[-2000:]
+    assert "event_id" in text and "uuid()" in text and "not deterministic" in text
+    assert "key" in text  # what to do: configure keys or make the column deterministic
+    assert read_topic(kafka.bootstrap, topic, 0, timeout=5) == []
+    assert committed_marks(tmp_path / "ledger", pipeline) == {}
+
+
+def test_keyed_sink_with_a_nondeterministic_value_column_still_writes_exactly_once(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    """Only the key decides the partition: uuid() in another column is fine."""
+    rows = write_input(tmp_path / "input", 2, ROWS)
+    pipeline = f"kv{uuid.uuid4().hex[:6]}"
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic,
+                     key="order_id", partitions=PARTITIONS)  # fmt: skip
+    spec = SinkSpec(sink, Route(select=("*", "uuid() AS event_id")))
+    fan = FanOut(pipeline, str(tmp_path / "ledger"), [spec])
+    run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+    records = read_topic(kafka.bootstrap, topic, 2 * ROWS)
+    assert _order_ids(records) == {r["order_id"]: 1 for r in rows}
+    assert all(len(json.loads(r["value"])["event_id"]) == 36 for r in records)
+
+
+def test_partitions_changed_between_a_kill_and_the_restart_is_refused_before_writing(
+    kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    rows = write_input(tmp_path / "input", FILES, ROWS)
+    pipeline = f"parts{uuid.uuid4().hex[:6]}"
+    killed = _drive(tmp_path, kafka, topic, pipeline, "--kill", f"{KILL_BATCH}:{KILL_PARTITION}")
+    assert killed.returncode in (faults.KILL_EXIT_CODE, -9), killed.stderr[-3000:]
+    markers = [marker(kafka.bootstrap, pipeline, "events", p, "__fanout_markers")
+               for p in range(PARTITIONS)]  # fmt: skip
+    assert markers[: KILL_PARTITION + 1] == [KILL_BATCH + 1] * (KILL_PARTITION + 1), markers
+    held = read_topic(kafka.bootstrap, topic, ROWS)  # batch 0 and partitions 0..1 of batch 1
+    assert ROWS < len(held) < 2 * ROWS
+
+    changed = _drive(tmp_path, kafka, topic, pipeline, "--partitions", "6")
+    after = read_topic(kafka.bootstrap, topic, len(held))
+    assert changed.returncode != 0 and len(after) == len(held), (
+        f"the restart with partitions=6 was not refused (exit {changed.returncode}): "
+        + _damage(after, {r["order_id"] for r in rows})
+    )
+    assert "PartitioningError" in changed.stderr, changed.stderr[-3000:]
+    assert f"sink 'events', batch {KILL_BATCH}" in changed.stderr
+    assert "partitions 4" in changed.stderr and "now 6" in changed.stderr
+    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", pipeline)
+
+    restored = _drive(tmp_path, kafka, topic, pipeline)  # partitions=4 again: exactly once
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    records = read_topic(kafka.bootstrap, topic, FILES * ROWS)
+    assert _order_ids(records) == {r["order_id"]: 1 for r in rows}
+    assert committed_marks(tmp_path / "ledger", pipeline) == {
+        ("events", b): 1 for b in range(FILES)
+    }
+
+
+def test_input_changed_between_a_kill_and_the_restart_is_detected_before_writing(
+    kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    """What no plan shows: the killed batch's input file is rewritten before the restart.
+    The partitions that committed recorded their rows; the re-planned ones differ."""
+    rows = write_input(tmp_path / "input", FILES, ROWS)
+    pipeline = f"moved{uuid.uuid4().hex[:6]}"
+    killed = _drive(tmp_path, kafka, topic, pipeline, "--kill", f"{KILL_BATCH}:{KILL_PARTITION}")
+    assert killed.returncode in (faults.KILL_EXIT_CODE, -9), killed.stderr[-3000:]
+    held = read_topic(kafka.bootstrap, topic, ROWS)
+    path = tmp_path / "input" / f"orders-{KILL_BATCH:04d}.json"
+    original = path.read_text()
+    changed = [dict(json.loads(line), order_id=10_000 + i)
+               for i, line in enumerate(original.splitlines())]  # fmt: skip
+    path.write_text("\n".join(json.dumps(r) for r in changed) + "\n")
+
+    replay = _drive(tmp_path, kafka, topic, pipeline)
+    after = read_topic(kafka.bootstrap, topic, len(held))
+    assert replay.returncode != 0 and len(after) == len(held), (
+        f"the changed batch was written (exit {replay.returncode}): {len(after)} records, "
+        f"{len(held)} before the restart"
+    )
+    assert f"sink 'events', batch {KILL_BATCH}: rows moved between partitions" in replay.stderr
+    assert "re-planned it now holds" in replay.stderr
+
+    path.write_text(original)  # the input back: the batch completes exactly once
+    restored = _drive(tmp_path, kafka, topic, pipeline)
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    records = read_topic(kafka.bootstrap, topic, FILES * ROWS)
+    assert _order_ids(records) == {r["order_id"]: 1 for r in rows}

@@ -1,0 +1,48 @@
+"""A streaming driver with a postgres append sink, run as a subprocess so it can be killed.
+
+usage: python pg_driver.py WORKDIR URL [--kill BATCH] [--partitions N]
+
+Run it in a session of its own (``start_new_session=True``): ``--kill`` ends the whole
+process group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo, for tests.*
+
+from pg_data import run_stream
+from pg_killing import KillAfterPartition
+
+from fanout import FanOut
+from fanout.spark import local_session
+
+PIPELINE = "pg-crash"
+PARTITIONS = 4
+
+
+def main() -> None:
+    """Append every input file to the table ``events`` until the input ends (or death)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("url")
+    parser.add_argument("--kill", type=int, default=-1, help="kill during this batch")
+    parser.add_argument("--partitions", type=int, default=PARTITIONS)
+    args = parser.parse_args()
+    killer = KillAfterPartition(
+        driver_pid=os.getpid(), batch=args.kill, note=str(args.workdir / "killed.txt")
+    )
+    sink = {"type": "postgres", "name": "events", "url": args.url, "table": "events",
+            "mode": "append", "create_table": True, "partitions": args.partitions}  # fmt: skip
+    spark = local_session("fanout-pg-crash-driver")
+    fan = FanOut(PIPELINE, str(args.workdir / "ledger"), [sink], plugins=[killer])
+    run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

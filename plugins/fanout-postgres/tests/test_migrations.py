@@ -1,0 +1,160 @@
+"""fanout's own PostgreSQL tables: Alembic migrations, idempotent and race-free."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from fanout_postgres import PostgresSink
+from fanout_postgres.migrate import head_revision, head_table, lock_key, upgrade
+from pgcheck import dsn, query
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+
+from fanout.app.cli import main as cli_main
+from fanout.contract.sink import SinkContext
+from fanout.errors import ConfigurationError
+
+PROGRESS_COLUMNS = [
+    ("pipeline", "text", "NO"),
+    ("sink", "text", "NO"),
+    ("batch_id", "bigint", "NO"),
+    ("partition", "integer", "NO"),
+    ("partitions", "integer", "NO"),
+    ("query_id", "text", "YES"),
+    ("target", "text", "NO"),
+    ("rows", "bigint", "NO"),
+    ("rejects", "jsonb", "YES"),
+    ("committed_at", "timestamp with time zone", "NO"),
+    ("fingerprint", "text", "YES"),
+    ("input_rows", "bigint", "YES"),
+    ("input_checksum", "bigint", "YES"),
+]
+
+
+def _state(url: str, schema: str = "fanout") -> dict[str, Any]:
+    return {
+        "tables": query(
+            url,
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
+            (schema,),
+        ),
+        "versions": query(url, f'SELECT version_num FROM "{schema}".alembic_version'),
+        "columns": query(
+            url,
+            "SELECT column_name, data_type, is_nullable FROM "
+            "information_schema.columns WHERE table_schema = %s AND "
+            "table_name = 'progress' ORDER BY ordinal_position",
+            (schema,),
+        ),
+        "public": query(
+            url, "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        ),
+    }
+
+
+def test_upgrade_of_a_fresh_database_then_again_is_a_no_op(pg_url: str) -> None:
+    assert query(pg_url, "SELECT nspname FROM pg_namespace WHERE nspname = 'fanout'") == []
+    first = upgrade(pg_url)
+    assert (first.before, first.after, first.changed) == (None, head_revision(), True)
+    state = _state(pg_url)
+    assert state == {
+        "tables": [("alembic_version",), ("progress",)],
+        "versions": [(head_revision(),)],
+        "columns": PROGRESS_COLUMNS,
+        "public": [],  # nothing of fanout's outside its schema
+    }
+    oid = query(pg_url, "SELECT 'fanout.progress'::regclass::oid")
+    second = upgrade(pg_url)
+    assert (second.before, second.after, second.changed) == (head_revision(),) * 2 + (False,)
+    assert _state(pg_url) == state
+    assert query(pg_url, "SELECT 'fanout.progress'::regclass::oid") == oid  # not recreated
+
+
+def test_the_cli_migrates_and_says_so(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["migrate", "--url", pg_url, "--schema", "ops"]) == 0
+    assert cli_main(["migrate", "--url", pg_url, "--schema", "ops"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith(f"schema 'ops' upgraded (empty) -> {head_revision()}")
+    assert out[1].endswith(f"schema 'ops' already at {head_revision()} (nothing to do)")
+    assert _state(pg_url, "ops")["versions"] == [(head_revision(),)]
+    assert cli_main(["migrate", "--url", "not a url"]) == 2
+
+
+def test_two_processes_upgrading_at_once_do_not_race(pg_url: str) -> None:
+    import psycopg2
+
+    holder = psycopg2.connect(dsn(pg_url))  # hold the migration lock: both must queue on it
+    holder.autocommit = True
+    with holder.cursor() as cur:
+        cur.execute("SELECT pg_advisory_lock(%s, %s)", lock_key("fanout"))
+    code = "import sys; from fanout_postgres.migrate import upgrade; print(upgrade(sys.argv[1]))"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, pg_url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    classid, objid = lock_key("fanout")
+    deadline = time.monotonic() + 60
+    waiting: list[Any] = []
+    while time.monotonic() < deadline:
+        waiting = query(
+            pg_url,
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
+            "NOT granted AND classid = %s AND objid = %s",
+            (classid, objid & 0xFFFFFFFF),
+        )
+        if len(waiting) == 2:
+            break
+        time.sleep(0.1)
+    assert len(waiting) == 2, "both upgrades should be waiting on the migration lock"
+    with holder.cursor() as cur:
+        cur.execute("SELECT pg_advisory_unlock(%s, %s)", lock_key("fanout"))
+    holder.close()
+    results = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    outputs = sorted(out.strip() for out, _ in results)
+    head = head_revision()
+    assert outputs == [
+        f"MigrationResult(schema='fanout', before='{head}', after='{head}')",
+        f"MigrationResult(schema='fanout', before=None, after='{head}')",
+    ]
+    assert _state(pg_url)["versions"] == [(head,)]
+
+
+def test_the_sink_migrates_at_open_unless_told_not_to(pg_url: str) -> None:
+    engine = create_engine(pg_url, poolclass=NullPool)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE events (id bigint)")
+    engine.dispose()
+    unmigrated = PostgresSink("pg", url=pg_url, table="events", mode="append", migrate=False)
+    with pytest.raises(ConfigurationError, match="run `fanout migrate --url"):
+        unmigrated.open(SinkContext("m"))
+    assert query(pg_url, "SELECT nspname FROM pg_namespace WHERE nspname = 'fanout'") == []
+    PostgresSink("pg", url=pg_url, table="events", mode="append").open(SinkContext("m"))
+    assert _state(pg_url)["versions"] == [(head_revision(),)]
+    unmigrated.open(SinkContext("m"))  # now at head: fine
+
+
+def test_the_tables_the_sink_uses_are_the_migrations_at_head(pg_url: str) -> None:
+    """One definition of the progress table: the sink's statements use the table the
+    revisions build (replayed offline), which is what they create in a real database."""
+    from sqlalchemy.dialects import postgresql
+
+    upgrade(pg_url, schema="ops")
+    table = head_table("progress", "ops")
+    assert table.schema == "ops"
+    dialect = postgresql.dialect()
+    replayed = [
+        (c.name, c.type.compile(dialect=dialect).lower(), "YES" if c.nullable else "NO")
+        for c in table.columns
+    ]
+    assert replayed == _state(pg_url, "ops")["columns"] == PROGRESS_COLUMNS
+    assert [c.name for c in table.primary_key] == ["pipeline", "sink", "batch_id", "partition"]

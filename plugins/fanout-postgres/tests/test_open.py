@@ -1,0 +1,136 @@
+"""Validation at open(): every problem found before the stream starts, naming the sink,
+the table and the column."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from fanout_postgres import PostgresSink
+from pgcheck import execute, query
+from pyspark.sql import types as T
+
+from fanout.contract.sink import SinkContext
+from fanout.errors import ConfigurationError
+
+DDL = (
+    "CREATE TABLE orders (id bigint PRIMARY KEY, code text NOT NULL, amount numeric(10,2), "
+    "flag boolean, created timestamptz DEFAULT now())"
+)
+BATCH = T.StructType(
+    [
+        T.StructField("id", T.LongType()),
+        T.StructField("code", T.StringType()),
+        T.StructField("amount", T.DoubleType()),
+    ]
+)
+
+
+def _open(url: str, **options: Any) -> PostgresSink:
+    sink = PostgresSink("pg", url=url, **options)
+    sink.open(SinkContext("open"))
+    return sink
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"table": "missing"},
+            "postgres sink 'pg' (table missing): the table does not exist; "
+            "create it, or set create_table: true",
+        ),
+        (
+            {"table": "orders", "keys": ["code"]},
+            "keys code of table orders are not "
+            "unique-constrained: INSERT ... ON CONFLICT "
+            "(code) needs a primary key",
+        ),
+        (
+            {"table": "orders", "keys": ["nope"]},
+            "option 'keys' names nope, not columns of table orders",
+        ),
+        ({"table": "orders", "order_by": "nope"}, "option 'order_by' names 'nope', not a column"),
+        ({"table": "orders", "columns": {"a": "b"}}, "option 'columns' names ['b'], not columns"),
+        ({"table": "nokey"}, "table nokey has no primary key; set option 'keys'"),
+        ({"table": "orders", "mode": "merge"}, "unknown mode 'merge'; valid modes: upsert, append"),
+        ({"table": "orders", "partitions": 0}, "option 'partitions' must be an integer"),
+        (
+            {
+                "table": "orders",
+                "batch_schema": T.StructType([*BATCH.fields, T.StructField("flag", T.LongType())]),
+            },
+            "batch column 'flag' (bigint) cannot be written to column flag of table orders "
+            "(BOOLEAN)",
+        ),
+        (
+            {"table": "orders", "batch_schema": T.StructType(BATCH.fields[:1])},
+            "table orders requires code (NOT NULL, no default) but the batch does not provide",
+        ),
+        (
+            {
+                "table": "orders",
+                "batch_schema": T.StructType(
+                    [*BATCH.fields, T.StructField("extra", T.StringType())]
+                ),
+            },
+            "batch column 'extra' has no column extra in table orders",
+        ),
+    ],
+)
+def test_problems_are_configuration_errors_naming_sink_table_and_column(
+    pg_url: str, options: dict[str, Any], message: str
+) -> None:
+    execute(pg_url, DDL, "CREATE TABLE nokey (id bigint)")
+    with pytest.raises(ConfigurationError) as caught:
+        _open(pg_url, **options)
+    assert message in str(caught.value)
+    assert str(caught.value).startswith("postgres sink 'pg'")
+
+
+def test_a_unique_index_is_a_valid_conflict_target(pg_url: str) -> None:
+    execute(
+        pg_url,
+        DDL,
+        "CREATE UNIQUE INDEX orders_code ON orders (code)",
+        "CREATE UNIQUE INDEX orders_partial ON orders (amount) WHERE flag",
+    )
+    _open(pg_url, table="orders", keys="code", batch_schema=BATCH)
+    with pytest.raises(ConfigurationError, match="not unique-constrained"):
+        _open(pg_url, table="orders", keys="amount")  # a partial index cannot arbitrate
+
+
+def test_create_table_from_the_batch_schema_at_open(pg_url: str) -> None:
+    _open(pg_url, table="made", keys=["id"], create_table=True, batch_schema=BATCH)
+    columns = query(
+        pg_url,
+        "SELECT column_name, data_type, is_nullable FROM "
+        "information_schema.columns WHERE table_name = 'made' "
+        "ORDER BY ordinal_position",
+    )
+    assert columns == [
+        ("id", "bigint", "NO"),
+        ("code", "text", "YES"),
+        ("amount", "double precision", "YES"),
+    ]
+    pk = query(
+        pg_url,
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON "
+        "a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+        "WHERE i.indrelid = 'made'::regclass AND i.indisprimary",
+    )
+    assert pk == [("id",)]
+    with pytest.raises(ConfigurationError, match="create_table needs option 'keys'"):
+        _open(pg_url, table="other", create_table=True)
+
+
+def test_creating_the_table_is_routine_news_logged_at_info(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="fanout_postgres")
+    _open(pg_url, table="made_quietly", keys=["id"], create_table=True, batch_schema=BATCH)
+    created = [
+        (r.levelname, r.getMessage()) for r in caplog.records if "created table" in r.getMessage()
+    ]
+    assert created == [("INFO", "sink 'pg': created table made_quietly")]

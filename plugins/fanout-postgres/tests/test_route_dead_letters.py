@@ -1,0 +1,91 @@
+"""Rows failing a PostgreSQL sink's route (a malformed CAST) go to its own dead-letter
+kinds, a PostgreSQL table or a Delta table, before any partition writes; a replay after
+the driver died before the ledger mark duplicates neither rows nor dead letters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pgcheck import execute, query
+
+from fanout import BatchFailedError, BatchInfo, FanOut
+from tests.integration.faults import MarkLost
+from tests.integration.streams import delta_rows
+
+SCHEMA = "id LONG, amount STRING"
+BAD = {4: "abc", 17: "9z"}
+ROWS = [{"id": i, "amount": BAD.get(i, str(i * 10))} for i in range(20)]
+GOOD = [(i, i * 10) for i in range(20) if i not in BAD]
+SELECT = ["id", "CAST(amount AS INT) AS amount"]
+REASON = (
+    "route select 'CAST(amount AS INT) AS amount' failed: [CAST_INVALID_INPUT] The value "
+    '\'{}\' of the type "STRING" cannot be cast to "INT"'
+)
+
+
+def _fan(url: str, ledger: Any, dead_letter: str) -> FanOut:
+    sink = {"type": "postgres", "name": "pg", "url": url, "table": "amounts", "mode": "append",
+            "partitions": 2, "dead_letter": dead_letter, "select": SELECT}  # fmt: skip
+    return FanOut("pgroute", ledger, [sink], retries=0)
+
+
+@pytest.mark.parametrize("kind", ["postgres", "delta"])
+def test_rows_failing_the_route_go_to_the_dead_letter_target_once(
+    spark: Any, pg_url: str, tmp_path: Path, kind: str
+) -> None:
+    execute(pg_url, "CREATE TABLE amounts (id bigint, amount integer)")
+    dead = "postgres:ops.route_rejects" if kind == "postgres" else str(tmp_path / "rejects")
+    if kind == "postgres":
+        execute(pg_url, "CREATE SCHEMA ops")
+    batch, info = spark.createDataFrame(ROWS, SCHEMA), BatchInfo("pgroute", 6, "q")
+    ledger = str(tmp_path / "ledger")
+
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg"), dead).process(batch, info)
+    result = _fan(pg_url, ledger, dead).process(batch, info)["pg"]  # the replay
+
+    assert result.details["skipped_partitions"] == [0, 1]  # append: nothing written twice
+    assert (result.rows, result.dead_lettered) == (len(GOOD), 2)
+    assert query(pg_url, "SELECT id, amount FROM amounts ORDER BY id") == GOOD
+    if kind == "postgres":
+        letters = query(
+            pg_url,
+            "SELECT pipeline, sink, batch_id, partition, target, column_name, value, row, "
+            "reason FROM ops.route_rejects",
+        )
+    else:
+        letters = [
+            (d["pipeline"], d["sink"], d["batch_id"], d["partition"], d["details"],
+             d["column"], json.loads(d["value"]), json.loads(d["row"]), d["reason"])
+            for d in delta_rows(tmp_path / "rejects")
+        ]  # fmt: skip
+        assert {d["source"] for d in delta_rows(tmp_path / "rejects")} == {"route"}
+    letters.sort(key=lambda letter: letter[7]["id"])
+    # a PostgreSQL table records the partition (-1: the route) and the sink's table; fanout's
+    # Delta layout has no partition for a route's rows and no sink facts for them
+    partition, target = (-1, "amounts") if kind == "postgres" else (None, None)
+    assert [letter[:8] for letter in letters] == [
+        ("pgroute", "pg", 6, partition, target, "amount", "abc", {"id": 4, "amount": "abc"}),
+        ("pgroute", "pg", 6, partition, target, "amount", "9z", {"id": 17, "amount": "9z"}),
+    ]
+    assert letters[0][8].startswith(REASON.format("abc"))
+    assert letters[1][8].startswith(REASON.format("9z"))
+    marks = [r for r in delta_rows(tmp_path / "ledger") if r["status"] == "committed"]
+    assert [(r["sink"], r["rows"], r["dead_lettered"]) for r in marks] == [("pg", len(GOOD), 2)]
+
+
+def test_without_a_dead_letter_target_the_batch_fails_naming_the_expression(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    execute(pg_url, "CREATE TABLE amounts (id bigint, amount integer)")
+    sink = {"type": "postgres", "name": "pg", "url": pg_url, "table": "amounts",
+            "mode": "append", "partitions": 2, "select": SELECT}  # fmt: skip
+    fan = FanOut("pgroute", str(tmp_path / "ledger"), [sink], retries=0)
+    with pytest.raises(BatchFailedError) as caught:
+        fan.process(spark.createDataFrame(ROWS, SCHEMA), BatchInfo("pgroute", 6, "q"))
+    text = str(caught.value.failures["pg"])
+    assert text.startswith("sink 'pg', batch 6: route select 'CAST(amount AS INT) AS amount' ")
+    assert "[CAST_INVALID_INPUT]" in text and "no dead-letter target" in text

@@ -1,1 +1,0 @@
-"""Integration tests of the postgres sink against a real (embedded) PostgreSQL server."""
