@@ -46,6 +46,7 @@ from fanout.errors import BatchFailedError, FanoutError, SchemaMismatchError
 from fanout.fan_out import FanOut
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
+from fanout.testing.faults import KILL_EXIT_CODE
 
 SCHEMA = "id BIGINT, v STRING"
 NAME = "under_test"
@@ -157,7 +158,7 @@ class SinkConformance:
             [sys.executable, "-m", "fanout.testing.kill_driver", json.dumps(spec)],
             capture_output=True, text=True, timeout=600, env=env,
         )  # fmt: skip
-        assert killed.returncode == -9, killed.stderr[-3000:]
+        assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
         assert under_test.ids() == list(range(8))  # written by the killed driver, unmarked
         fan = self._fan(under_test, str(tmp_path / "ledger"))
         batch = self._batch(spark, [(i, f"v{i}") for i in range(8)])

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for te
 
 from fanout import FanOut
 from fanout.spark import local_session
-from tests.integration.faults import KillAt
+from fanout.testing.faults import KillAt
 from tests.integration.streams import run_stream
 
 PIPELINE = "crash"
@@ -45,7 +45,7 @@ def main() -> None:
     plugins = []
     if args.kill:
         point, batch, *sink = args.kill.split(":")
-        plugins.append(KillAt(point, int(batch), sink[0] if sink else None))
+        plugins.append(KillAt(point, int(batch), sink=sink[0] if sink else None))
     spark = local_session("fanout-crash-driver")
     fan = FanOut(PIPELINE, str(args.workdir / "ledger"), sinks(args.workdir), plugins=plugins)
     run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint")

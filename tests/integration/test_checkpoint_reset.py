@@ -15,8 +15,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from fanout import FanOut
+from fanout.testing.faults import KILL_EXIT_CODE
 from tests.integration.driver import PIPELINE, sinks
-from tests.integration.faults import KILL_EXIT_CODE
 from tests.integration.streams import (
     committed_marks,
     delta_rows,

@@ -11,8 +11,8 @@ import pytest
 from deltalake import DeltaTable
 
 from fanout.contract.batch import txn_app_id
+from fanout.testing.faults import KILL_EXIT_CODE
 from tests.integration.driver import PIPELINE
-from tests.integration.faults import KILL_EXIT_CODE
 from tests.integration.streams import committed_marks, delta_rows, id_counts, write_input
 
 DRIVER = Path(__file__).with_name("driver.py")

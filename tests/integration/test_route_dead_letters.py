@@ -17,7 +17,7 @@ from fanout.app.cli import main as cli
 from fanout.routes.route import Route
 from fanout.sink_spec import SinkSpec
 from fanout.testing import RecordingSink
-from tests.integration.faults import MarkLost
+from fanout.testing.faults import MarkLost
 from tests.integration.streams import EPOCH, delta_rows, run_stream
 
 SCHEMA = "id LONG, amount STRING, qty STRING"

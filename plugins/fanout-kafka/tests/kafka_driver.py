@@ -18,7 +18,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo, for tests.*
 
-import kafka_faults as faults
 from fanout_kafka import KafkaSink
 
 from fanout import FanOut, hookimpl
@@ -27,6 +26,7 @@ from fanout.contract.sink import SinkResult
 from fanout.routes.route import Route
 from fanout.sink_spec import SinkSpec
 from fanout.spark import local_session
+from fanout.testing import faults
 from tests.integration.streams import run_stream
 
 PARTITIONS = 4
@@ -59,9 +59,8 @@ def main() -> None:
     plugins: list[object] = [PrintResults()]
     if args.kill:
         batch, partition = map(int, args.kill.split(":"))
-        faults.ship()
-        plugins.append(faults.KillDriver(batch=batch, partition=partition,
-                                         driver_pid=os.getpid()))  # fmt: skip
+        plugins.append(faults.KillAt("partition_committed", batch, partition=partition,
+                                     driver_pid=os.getpid()))  # fmt: skip
     sink = KafkaSink("events", **options)
     spark = local_session("fanout-kafka-driver", master="local[1]")
     workdir = Path(args.workdir)

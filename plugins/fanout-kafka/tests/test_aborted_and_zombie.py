@@ -7,7 +7,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import kafka_faults as faults
 import pyarrow as pa
 import pytest
 from fanout_kafka import KafkaSink
@@ -17,6 +16,7 @@ from kafkatools import Broker, key_counts, marker, read_topic
 from fanout import FanOut, hookimpl
 from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import SinkContext, SinkResult
+from fanout.testing import faults
 from tests.integration.streams import committed_marks, delta_rows, run_stream, write_input
 
 FILES, ROWS, PARTITIONS = 2, 40, 4
@@ -59,7 +59,6 @@ def test_aborted_attempt_is_invisible_to_read_committed(
             "responses, so read_committed readers see aborted records (Kafka does not)",
         )
     )
-    faults.ship()
     rows = write_input(tmp_path / "input", FILES, ROWS)
     pipeline, state = f"ab{uuid.uuid4().hex[:6]}", tmp_path / "veto.json"
     veto = faults.VetoOnce(batch=VETO_BATCH, partition=VETO_PARTITION, state=str(state))

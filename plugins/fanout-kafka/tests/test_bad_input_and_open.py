@@ -198,8 +198,9 @@ def test_embedded_broker_starts_on_a_free_port_and_stops() -> None:
 def test_delta_dead_letters_of_a_committed_partition_survive_another_partition_failing(
     spark: Any, kafka: Broker, topic: str, tmp_path: Path
 ) -> None:
-    import kafka_faults as faults
     from pyspark.sql.functions import spark_partition_id
+
+    from fanout.testing import faults
 
     rows = [*((i, f"p{i}") for i in range(1, 21)), (None, "no key")]
     df = spark.createDataFrame(rows, SCHEMA)
@@ -208,7 +209,6 @@ def test_delta_dead_letters_of_a_committed_partition_survive_another_partition_f
         for r in df.repartition(2, "id").withColumn("p", spark_partition_id()).collect()
         if r["id"] is None
     }
-    faults.ship()
     veto = faults.VetoOnce(batch=5, partition=1 - holder, state=str(tmp_path / "veto.json"))
     sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id",
                      partitions=2, dead_letter=str(tmp_path / "dlq"))  # fmt: skip

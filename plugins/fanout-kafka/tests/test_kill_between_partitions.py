@@ -10,9 +10,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kafka_faults import KILL_EXIT_CODE
 from kafkatools import Broker, key_counts, marker, read_topic
 
+from fanout.testing.faults import KILL_EXIT_CODE
 from tests.integration.streams import committed_marks, write_input
 
 DRIVER = Path(__file__).with_name("kafka_driver.py")
@@ -39,7 +39,7 @@ def test_kill_between_partitions_then_restart_is_exactly_once(
     pipeline = f"kill{uuid.uuid4().hex[:6]}"
     killed = _drive(tmp_path, kafka, topic, pipeline, kill=f"{KILL_BATCH}:{KILL_PARTITION}")
     assert killed.returncode in (KILL_EXIT_CODE, -9), killed.stderr[-3000:]
-    assert f"KILL after batch {KILL_BATCH} partition {KILL_PARTITION}" in killed.stderr
+    assert f"KILL driver after batch {KILL_BATCH} partition {KILL_PARTITION}" in killed.stderr
 
     # The window really happened: partitions 0..k hold batch 2, the rest and the ledger don't.
     markers = [marker(kafka.bootstrap, pipeline, "events", p, "__fanout_markers")

@@ -17,7 +17,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import kafka_faults as faults
 from fanout_kafka import KafkaSink
 from kafkatools import Broker, marker, read_topic
 
@@ -25,6 +24,7 @@ from fanout import FanOut
 from fanout.errors import PartitioningError
 from fanout.routes.route import Route
 from fanout.sink_spec import SinkSpec
+from fanout.testing import faults
 from tests.integration.streams import SCHEMA, committed_marks, run_stream, write_input
 
 DRIVER = Path(__file__).with_name("kafka_driver.py")
@@ -78,7 +78,6 @@ def test_keyless_sink_with_current_timestamp_in_its_select_and_an_in_batch_retry
 ) -> None:
     """No crash at all: partition 2 of batch 1 aborts once, fanout retries the batch in
     the same process, and the retry evaluates current_timestamp() anew."""
-    faults.ship()
     rows = write_input(tmp_path / "input", 2, ROWS)
     pipeline = f"ts{uuid.uuid4().hex[:6]}"
     veto = faults.VetoOnce(batch=1, partition=2, state=str(tmp_path / "veto.json"))

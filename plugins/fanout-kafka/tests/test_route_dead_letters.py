@@ -13,7 +13,7 @@ import pytest
 from kafkatools import Broker, create_topic, marker, read_topic
 
 from fanout import BatchFailedError, BatchInfo, FanOut
-from tests.integration.faults import MarkLost
+from fanout.testing.faults import MarkLost
 from tests.integration.streams import delta_rows
 
 SCHEMA = "id LONG, amount STRING"

@@ -16,10 +16,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo, for tests.*
 
 from pg_data import run_stream
-from pg_killing import KillAfterPartition
 
 from fanout import FanOut
 from fanout.spark import local_session
+from fanout.testing.faults import KillAt
 
 PIPELINE = "pg-crash"
 PARTITIONS = 4
@@ -33,8 +33,12 @@ def main() -> None:
     parser.add_argument("--kill", type=int, default=-1, help="kill during this batch")
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
     args = parser.parse_args()
-    killer = KillAfterPartition(
-        driver_pid=os.getpid(), batch=args.kill, note=str(args.workdir / "killed.txt")
+    killer = KillAt(
+        "partition_committed",
+        args.kill,
+        driver_pid=os.getpid(),
+        group=True,
+        note=str(args.workdir / "killed.txt"),
     )
     sink = {"type": "postgres", "name": "events", "url": args.url, "table": "events",
             "mode": "append", "create_table": True, "partitions": args.partitions}  # fmt: skip

@@ -19,7 +19,6 @@ from tests.integration.streams import committed_marks
 
 DRIVER = Path(__file__).with_name("pg_driver.py")
 REPO = Path(__file__).resolve().parents[3]
-HERE = Path(__file__).resolve().parent  # the executors import pg_killing from here
 FILES, ROWS = 4, 60
 KILL_BATCH = 2
 
@@ -27,7 +26,7 @@ KILL_BATCH = 2
 def _drive(workdir: Path, url: str, kill: str | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(
         os.environ,
-        PYTHONPATH=os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")]),
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     )
     cmd = [sys.executable, str(DRIVER), str(workdir), url] + (["--kill", kill] if kill else [])
     return subprocess.run(

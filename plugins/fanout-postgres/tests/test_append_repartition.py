@@ -26,7 +26,6 @@ from tests.integration.streams import committed_marks
 
 DRIVER = Path(__file__).with_name("pg_driver.py")
 REPO = Path(__file__).resolve().parents[3]
-HERE = Path(__file__).resolve().parent  # the executors import pg_killing from here
 FILES, ROWS = 3, 60
 KILL_BATCH = 1
 
@@ -34,7 +33,7 @@ KILL_BATCH = 1
 def _drive(workdir: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
     env = dict(
         os.environ,
-        PYTHONPATH=os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")]),
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     )
     return subprocess.run(
         [sys.executable, str(DRIVER), str(workdir), url, *extra],

@@ -12,7 +12,7 @@ import pytest
 from pgcheck import execute, query
 
 from fanout import BatchFailedError, BatchInfo, FanOut
-from tests.integration.faults import MarkLost
+from fanout.testing.faults import MarkLost
 from tests.integration.streams import delta_rows
 
 SCHEMA = "id LONG, amount STRING"

@@ -1,0 +1,145 @@
+"""Faults for tests, injected only through fanout's hooks and protocols (product code has
+no test-only branches): the one place the suite's killers live, shipped for plugin authors.
+
+- :class:`KillAt` hard-kills a process at a chosen point of a batch: on the driver before
+  any sink writes, after a sink wrote and before its ledger mark, after every mark; or on
+  the executor right after a chosen partition committed (killing the driver).
+- :class:`VetoOnce` aborts one partition's first commit with a transient error.
+- :class:`MarkLost` is a ledger that loses a sink's marks (the driver died after the
+  sink wrote).
+
+Executors import this module by name (fanout is installed there): nothing to ship.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+from fanout.contract.batch import BatchInfo
+from fanout.contract.partitions import PartitionCommit
+from fanout.contract.sink import SinkResult
+from fanout.errors import TransientSinkError
+from fanout.hooks.specs import hookimpl
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry
+
+KILL_EXIT_CODE = 137
+"""What a process killed by :class:`KillAt` reports: 128 + 9, like a SIGKILL."""
+
+Point = Literal["batch_start", "sink_done", "batch_end", "partition_committed"]
+
+
+class KillAt:
+    """Kills at ``point`` of batch ``batch_id`` (no cleanup, no ``finally``: a hard kill).
+
+    :param point: ``batch_start`` (before any sink writes), ``sink_done`` (after ``sink``
+        wrote, before its ledger mark), ``batch_end`` (after every mark, before Spark's
+        commit log): the driver exits with :data:`KILL_EXIT_CODE`; or
+        ``partition_committed`` (on the executor, right after ``partition`` of ``sink``, or
+        any partition when ``None``, committed): ``driver_pid`` (its process group with
+        ``group``) gets SIGKILL and the worker exits.
+    :param note: a file to write what was killed into (a dying worker's stderr is lost).
+    """
+
+    def __init__(
+        self,
+        point: Point,
+        batch_id: int,
+        *,
+        sink: str | None = None,
+        partition: int | None = None,
+        driver_pid: int | None = None,
+        group: bool = False,
+        note: str | None = None,
+    ) -> None:
+        self.point, self.batch_id, self.sink = point, batch_id, sink
+        self.partition, self.driver_pid, self.group, self.note = partition, driver_pid, group, note
+
+    def _say(self, text: str) -> None:
+        print(f"KILL {text}", file=sys.stderr, flush=True)
+        if self.note:
+            Path(self.note).write_text(f"KILL {text}\n")
+
+    def _die(self, info: BatchInfo, point: str, sink: str | None = None) -> None:
+        if point == self.point and info.batch_id == self.batch_id and sink == self.sink:
+            self._say(f"at {point} batch {info.batch_id} sink {sink}")
+            os._exit(KILL_EXIT_CODE)
+
+    @hookimpl
+    def fanout_batch_start(
+        self, info: BatchInfo, pending: Sequence[str], skipped: Sequence[str]
+    ) -> None:
+        """Kill before any sink writes."""
+        self._die(info, "batch_start")
+
+    @hookimpl
+    def fanout_sink_done(
+        self, info: BatchInfo, sink: str, result: SinkResult, duration_s: float
+    ) -> None:
+        """Kill after a sink's write, before its ledger mark."""
+        self._die(info, "sink_done", sink)
+
+    @hookimpl
+    def fanout_batch_end(self, info: BatchInfo, results: Mapping[str, SinkResult]) -> None:
+        """Kill after every mark, before Spark's commit log."""
+        self._die(info, "batch_end")
+
+    @hookimpl
+    def fanout_partition_committed(self, commit: PartitionCommit) -> None:
+        """On the executor: kill the driver right after the chosen partition committed."""
+        chosen = self.partition is None or commit.partition == self.partition
+        if self.point != "partition_committed" or commit.batch_id != self.batch_id:
+            return
+        if not chosen or (self.sink is not None and commit.sink != self.sink):
+            return
+        self._say(f"driver after batch {commit.batch_id} partition {commit.partition}")
+        assert self.driver_pid is not None, "partition_committed needs driver_pid"
+        if self.group:
+            os.killpg(os.getpgid(self.driver_pid), signal.SIGKILL)
+        else:
+            os.kill(self.driver_pid, signal.SIGKILL)
+        os._exit(KILL_EXIT_CODE)
+
+
+class VetoOnce:
+    """Vetoes partition ``partition`` of batch ``batch`` once, after its rows were written
+    and before its commit: an aborted attempt. Records what it vetoed in ``state`` (JSON),
+    which also makes it veto only once across processes."""
+
+    def __init__(self, *, batch: int, partition: int, state: str) -> None:
+        self.veto_batch, self.veto_partition, self.state = batch, partition, state
+
+    @hookimpl
+    def fanout_partition_commit(self, commit: PartitionCommit) -> None:
+        """Abort the chosen partition's first attempt with a transient error."""
+        state = Path(self.state)
+        chosen = (commit.batch_id, commit.partition) == (self.veto_batch, self.veto_partition)
+        if chosen and not state.exists():
+            vetoed = {"batch": commit.batch_id, "partition": commit.partition,
+                      "records": commit.written}  # fmt: skip
+            state.write_text(json.dumps(vetoed))
+            raise TransientSinkError(
+                "injected veto before commit", sink=commit.sink, batch_id=commit.batch_id
+            )
+
+
+class MarkLost(DeltaLedger):
+    """A ledger that loses ``sink``'s marks: as if the driver died after the sink wrote
+    (dead letters included), before its ledger mark. Run the batch again with a plain
+    ledger on the same path for the replay."""
+
+    def __init__(self, path: str, sink: str) -> None:
+        super().__init__(path)
+        self.sink = sink
+
+    def mark_committed(self, entry: LedgerEntry) -> bool:
+        """Fail for ``sink``; mark the others."""
+        if entry.sink == self.sink:
+            raise OSError("driver killed before the ledger mark")
+        return super().mark_committed(entry)
