@@ -79,6 +79,8 @@ def secret_url(pg_server: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> 
     yield pg_url.replace("postgres@", "fan_user:${FANOUT_TEST_PG_PASSWORD}@", 1)
     hba.write_text(original)
     execute(pg_url, "SELECT pg_reload_conf()")
+    # the role is the server's, not the test database's: drop it for the next test using it
+    execute(pg_url, "DROP OWNED BY fan_user", "DROP ROLE fan_user")
 
 
 def test_the_password_is_never_shown(
