@@ -214,3 +214,17 @@ def upgrade(
 
 def _quoted(connection: Connection, name: str) -> str:
     return str(connection.dialect.identifier_preparer.quote(name))
+
+
+def migration_problem(engine: Any, schema: str, shown_url: str) -> str | None:
+    """What is wrong when fanout's tables in ``schema`` are not at the head revision (the
+    sink's append mode needs them), saying how to migrate; ``None`` when they are."""
+    with engine.connect() as conn:
+        current = current_revision(conn, schema)
+    if current == head_revision():
+        return None
+    return (
+        f"fanout's tables in schema {schema!r} are at revision {current or '(none)'}, not "
+        f"{head_revision()}; run `fanout migrate --url {shown_url} --schema {schema}` or set "
+        "migrate: true"
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from fanout.errors import ConfigurationError
 from fanout_postgres.identifiers import TableName, check_identifier, parse_table
 
 MODES: tuple[str, ...] = ("upsert", "append")
@@ -61,3 +62,21 @@ def check_options(sink: Configured) -> TableName:
         if not isinstance(getattr(sink, flag), bool):
             raise ValueError(f"option {flag!r} must be true or false")
     return table
+
+
+def schema_of(value: Any, spark: Any) -> Any:
+    """Option ``batch_schema``: a ``StructType`` as given, or one parsed from a DDL string."""
+    if isinstance(value, str):
+        if spark is None:
+            raise ConfigurationError("option 'batch_schema' as a DDL string needs a SparkSession")
+        return spark.createDataFrame([], value).schema
+    return value
+
+
+def as_list(value: Any) -> Any:
+    """A column option as a list (one name, or a list or tuple of them)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return value

@@ -34,7 +34,7 @@ from fanout.errors import (
     TransientSinkError,
 )
 from fanout.observe.secrets import redact
-from fanout.partitioned.membership import CommittedPartition, PartitionPlan
+from fanout.partitioned.membership import CommittedPartition, PartitionPlan, quoted
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout_postgres import url as pgurl
@@ -43,7 +43,8 @@ from fanout_postgres.declaration import OPTIONS
 from fanout_postgres.failures import batch_error
 from fanout_postgres.identifiers import TableName
 from fanout_postgres.membership import committed_partitions, partition_columns
-from fanout_postgres.options import check_options
+from fanout_postgres.migrate import migration_problem
+from fanout_postgres.options import as_list, check_options, schema_of
 from fanout_postgres.plan import (
     PlanError,
     PlanOptions,
@@ -120,10 +121,10 @@ class PostgresSink(PartitionedSink):
         super().__init__(name)
         self.url = url
         self.table = table
-        self.keys = _as_list(keys)
+        self.keys = as_list(keys)
         self.mode = mode
-        self.order_by = _as_list(order_by) or []
-        self.columns = dict(columns) if isinstance(columns, Mapping) else _as_list(columns)
+        self.order_by = as_list(order_by) or []
+        self.columns = dict(columns) if isinstance(columns, Mapping) else as_list(columns)
         self.create_table = create_table
         self.partitions = partitions
         self.dead_letter = dead_letter
@@ -166,7 +167,7 @@ class PostgresSink(PartitionedSink):
                 if isinstance(self._dead, PostgresDeadLetters):
                     ensure_table(conn, self._dead.table)
             if self.batch_schema is not None:
-                self._plan(_schema_of(self.batch_schema, context.spark), None)
+                self._plan(schema_of(self.batch_schema, context.spark), None)
         except (ConfigurationError, SchemaMismatchError):
             raise
         except Exception as exc:
@@ -196,7 +197,7 @@ class PostgresSink(PartitionedSink):
         plan = self._plan(df.schema, batch.batch_id)
         from pyspark.sql import functions as F
 
-        projected = df.select(*[F.col(_spark(s)).alias(t) for s, t in plan.columns])
+        projected = df.select(*[F.col(quoted(s)).alias(t) for s, t in plan.columns])
         keyed = bool(plan.keys) and plan.hash_columns == plan.keys
         append = plan.mode == "append"
         return PartitionInput(projected, list(plan.hash_columns), membership=append, keyed=keyed)
@@ -309,16 +310,9 @@ class PostgresSink(PartitionedSink):
         return sa.create_engine(self._url, poolclass=sa.NullPool)
 
     def _require_migrated(self, engine: Any) -> None:
-        from fanout_postgres.migrate import current_revision, head_revision
-
-        with engine.connect() as conn:
-            current = current_revision(conn, self.state_schema)
-        if current != head_revision():
-            raise self._error(
-                f"fanout's tables in schema {self.state_schema!r} are at revision "
-                f"{current or '(none)'}, not {head_revision()}; run `fanout migrate --url "
-                f"{pgurl.display(self._url)} --schema {self.state_schema}` or set migrate: true"
-            )
+        problem = migration_problem(engine, self.state_schema, pgurl.display(self._url))
+        if problem is not None:
+            raise self._error(problem)
 
     def _check_target(self, info: TargetInfo | None) -> None:
         try:
@@ -404,19 +398,3 @@ def _sa() -> Any:
 
 def _spark(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
-
-
-def _schema_of(value: Any, spark: Any) -> Any:
-    if isinstance(value, str):
-        if spark is None:
-            raise ConfigurationError("option 'batch_schema' as a DDL string needs a SparkSession")
-        return spark.createDataFrame([], value).schema
-    return value
-
-
-def _as_list(value: Any) -> Any:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return list(value)
-    return value
