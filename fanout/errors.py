@@ -15,6 +15,8 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     │   ├── PartitioningError       partition membership not stable, or changed mid-batch
     │   └── TransientSinkError      raise it (or subclass it) to ask for a retry
     ├── LedgerError                 the ledger cannot be read or written
+    ├── SpoolError                  the spool cannot be read or written
+    ├── LagLimitError               a lagging sink's backlog passed its ``max_lag``
     ├── CheckpointError             the checkpoint does not match the ledger
     │   ├── CheckpointResetError    the checkpoint was lost or replaced (another query id)
     │   └── CheckpointRollbackError the checkpoint was rolled back (batches re-planned)
@@ -155,6 +157,32 @@ class TransientSinkError(SinkError):
 
 class LedgerError(FanoutError):
     """The ledger cannot be read or written."""
+
+
+class SpoolError(FanoutError):
+    """The spool (the batches lagging sinks still need) cannot be read or written; the
+    batch fails, so Spark replays it."""
+
+
+class LagLimitError(FanoutError):
+    """A sink with ``on_failure="lag"`` fell further behind than its ``max_lag`` allows
+    and could not catch up: the query stops rather than let the spool grow.
+
+    :param sink: the lagging sink.
+    :param batches: how many batches it still needs from the spool.
+    :param rows: how many rows those batches hold.
+    """
+
+    def __init__(
+        self, pipeline: str, sink: str, batches: int, rows: int, since: str, limit: str, cause: str
+    ) -> None:
+        self.pipeline, self.sink, self.batches, self.rows = pipeline, sink, batches, rows
+        super().__init__(
+            f"pipeline {pipeline!r}: sink {sink!r} is {batches} batch(es) / {rows} row(s) behind "
+            f"(lagging since {since}), past its max_lag ({limit}), and it is still failing: "
+            f"{cause}. The query stops so the spool does not grow without bound; nothing is "
+            f"lost: fix the sink and restart, and {sink!r} catches up from the spool first."
+        )
 
 
 class CheckpointError(FanoutError):

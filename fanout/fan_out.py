@@ -17,11 +17,13 @@ named piece in :mod:`fanout.steps` or :mod:`fanout.routes`, all sharing one
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from fanout.contract.batch import BatchInfo
 from fanout.contract.dead_letters import DeadLetterTarget
+from fanout.contract.lag import SinkLag, SpoolSize
 from fanout.contract.names import check_name
 from fanout.contract.sink import Sink, SinkContext, SinkResult
 from fanout.deadletters.target import resolve_target
@@ -36,7 +38,16 @@ from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes
 from fanout.sink_spec import SinkSpec, split_core_options
 from fanout.steps.admit import Admission
+from fanout.steps.catchup import CatchUp
 from fanout.steps.context import ContextReader
+from fanout.steps.lag import Lagging
+from fanout.steps.lag_steps import (
+    backfill_sources,
+    check_spool,
+    check_spooled_sinks,
+    hold_back,
+    spool_for_lagging,
+)
 from fanout.steps.persist import persist_if_shared
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
@@ -70,6 +81,11 @@ class FanOut:
     :param plugins: extra plugin objects (observers) besides the installed ones.
     :param checkpoint_location: the query's checkpoint, if fanout cannot find it itself.
     :param spark: the SparkSession, handed to sinks' ``open`` (default: the active one).
+    :param spool: where the batches a lagging sink still needs are kept (a directory for
+        two Delta tables fanout owns); required as soon as a sink has
+        ``on_failure="lag"`` or ``backfill_from`` (docs/architecture.md §14).
+    :param probe_interval_s: how long a lagging sink waits between catch-up attempts
+        while it keeps failing.
     :param on_checkpoint_reset: ``"refuse"`` (default): a lost or replaced checkpoint
         raises :class:`fanout.CheckpointResetError`. ``"new_epoch"``: continue under a new
         epoch, whose transaction ids are new, so every batch of the new query is written
@@ -95,6 +111,8 @@ class FanOut:
         checkpoint_location: str | None = None,
         spark: Any = None,
         on_checkpoint_reset: Literal["refuse", "new_epoch"] = "refuse",
+        spool: str | None = None,
+        probe_interval_s: float = 10.0,
     ) -> None:
         self.pipeline = check_name(pipeline, "pipeline")
         if on_checkpoint_reset not in ("refuse", "new_epoch"):
@@ -121,7 +139,24 @@ class FanOut:
         self._admission = Admission(self.ledger, on_checkpoint_reset)
         self._record = Recorder(self.ledger, self.retry)
         self._context = ContextReader(self.pipeline, checkpoint_location)
-        self._open(spark)
+        if probe_interval_s <= 0:
+            raise ConfigurationError(f"pipeline {pipeline!r}: probe_interval_s must be > 0")
+        self.spool = check_spool(self.pipeline, self.specs, spool)
+        self._spark = self._open(spark)
+        self.lagging = Lagging(
+            self.pipeline,
+            self.specs,
+            self.ledger,
+            self.spool,
+            backfill_sources(self.pipeline, self.specs),
+        )
+        self.catchup = CatchUp(
+            self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
+            self._spark, probe_interval_s,
+        )  # fmt: skip
+        if self.spool is not None:
+            self.spool.open()
+            check_spooled_sinks(self.pipeline, self.specs, self.spool)
 
     # -- setup ------------------------------------------------------------------------
 
@@ -134,10 +169,13 @@ class FanOut:
         specs: dict[str, SinkSpec] = {}
         for config in configs:
             if isinstance(config, SinkSpec):
-                spec = SinkSpec(registry.build_sink(config.sink, types), config.route, config.retry)
+                spec = SinkSpec(
+                    registry.build_sink(config.sink, types), config.route, config.retry, config.lag
+                )
             elif isinstance(config, Mapping):
-                own, route, retry = split_core_options(str(config.get("name")), config, self.retry)
-                spec = SinkSpec(registry.build_sink(own, types), route, retry)
+                name = str(config.get("name"))
+                own, route, retry, lag = split_core_options(name, config, self.retry)
+                spec = SinkSpec(registry.build_sink(own, types), route, retry, lag)
             else:
                 spec = SinkSpec(registry.build_sink(config, types))
             if spec.name in specs:
@@ -148,7 +186,7 @@ class FanOut:
             specs[spec.name] = spec
         return specs
 
-    def _open(self, spark: Any) -> None:
+    def _open(self, spark: Any) -> Any:
         if spark is None:
             spark = _active_spark()
         self.ledger.open()
@@ -174,9 +212,11 @@ class FanOut:
                     sink.name,
                     extra=batch_fields(self.pipeline, sink=sink.name),
                 )
+        return spark
 
     def close(self) -> None:
-        """Close every sink (call it when the query has stopped)."""
+        """Stop the catch-up and close every sink (call it when the query has stopped)."""
+        self.catchup.stop()
         for sink in self.sinks.values():
             try:
                 sink.close()
@@ -209,25 +249,41 @@ class FanOut:
         """
         state = self._admission.admit(df, info, self.sinks)  # 2. guard
         plan(state, self.ledger, self.sinks)  # 3. plan
+        hold_back(state, self.lagging, self.specs, self.catchup)  # 3b. sinks behind wait
         self._announce(state)
-        if state.pending:
+        if state.pending or state.lagging:
             try:
                 persist_if_shared(state, self.specs)  # 4. persist
-                state.routes = BatchRoutes.prepare(
-                    df, state.info, self.specs, state.pending, self._dead_letter_target
-                )  # 4b. routes
-                write_all(
-                    state,
-                    self.specs,
-                    state.routes,
-                    self._record,
-                    self.hooks,
-                    retry=self.retry,
-                    parallelism=self.parallelism,
-                )  # 5. write and 6. record, sink by sink
+                if state.pending:
+                    state.routes = BatchRoutes.prepare(
+                        df, state.info, self.specs, state.pending, self._dead_letter_target
+                    )  # 4b. routes
+                    write_all(
+                        state,
+                        self.specs,
+                        state.routes,
+                        self._record,
+                        self.hooks,
+                        retry=self.retry,
+                        parallelism=self.parallelism,
+                    )  # 5. write and 6. record, sink by sink
+                spool_for_lagging(state, self.lagging, self.specs)  # 6b. sinks that lag
             finally:
                 settle(state)  # 7. settle
+        if self.lagging.sinks:
+            self.catchup.start()
+            self.catchup.wake()
         return self._report(state)
+
+    def catch_up(self, timeout_s: float = 300.0) -> dict[str, SinkLag]:
+        """Write every lagging sink's missed batches now, in this thread (for tests,
+        scripts, and a clean stop); returns each lag-capable sink's state afterwards. A
+        sink that fails stops its own catch-up; ``timeout_s`` bounds the whole call."""
+        deadline = time.monotonic() + timeout_s
+        for sink in self.lagging.sinks:
+            self.catchup.drain(sink, until=lambda: time.monotonic() > deadline)
+        self.lagging.release_held()
+        return self.lagging.lags()
 
     def plan(
         self, info: BatchInfo, marks: Mapping[str, int | None] | None = None
@@ -258,6 +314,11 @@ class FanOut:
 
     def _report(self, state: BatchState) -> dict[str, SinkResult]:
         info = state.info
+        if self.lagging.sinks:
+            size = None
+            if self.spool is not None:
+                size = SpoolSize(*self.spool.size())
+            self.hooks.call("fanout_sink_lag", info=info, lags=self.lagging.lags(), spool=size)
         if state.failures:
             self.hooks.call(
                 "fanout_batch_failed", info=info, failures=state.failures, results=state.results

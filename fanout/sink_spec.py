@@ -1,9 +1,10 @@
 """A sink as a pipeline holds it: the sink, its route and its retry policy.
 
 A sink configured as a dict may carry, besides its own options, ``where`` and ``select``
-(its :class:`fanout.routes.route.Route`) and ``retries`` and ``backoff_s`` (its
-:class:`fanout.retry.RetryPolicy` for transient errors); :func:`split_core_options`
-separates them from the sink's own.
+(its :class:`fanout.routes.route.Route`), ``retries`` and ``backoff_s`` (its
+:class:`fanout.retry.RetryPolicy` for transient errors) and ``on_failure``, ``max_lag`` and
+``backfill_from`` (its :class:`LagPolicy`); :func:`split_core_options` separates them from
+the sink's own.
 """
 
 from __future__ import annotations
@@ -17,8 +18,59 @@ from fanout.errors import ConfigurationError
 from fanout.retry import RetryPolicy
 from fanout.routes.route import Route
 
-CORE_OPTIONS = ("where", "select", "retries", "backoff_s")
+CORE_OPTIONS = (
+    "where",
+    "select",
+    "retries",
+    "backoff_s",
+    "on_failure",
+    "max_lag",
+    "backfill_from",
+)
 """Keys of a sink's dict configuration that fanout consumes itself."""
+
+
+DEFAULT_MAX_LAG_BATCHES = 1000
+
+
+@dataclass(frozen=True)
+class LagPolicy:
+    """What a sink's failure does to the other sinks (docs/architecture.md §14).
+
+    :param on_failure: ``"stop"`` (default): the batch fails, the query stops, every sink
+        waits. ``"lag"``: the other sinks go on; this sink's missed batches wait in the
+        pipeline's spool and reach it in order, exactly once, when it works again.
+    :param max_lag_batches: a lagging sink further behind than this many batches stops the
+        query (``None``: no bound on batches).
+    :param max_lag_s: a lagging sink whose oldest missed batch is older than this stops
+        the query (``None``: no bound on age).
+    :param backfill_from: the name of an append-mode, unrouted sink of the same pipeline
+        whose batches this (new) sink receives first, in batch order, before going live.
+    """
+
+    on_failure: str = "stop"
+    max_lag_batches: int | None = DEFAULT_MAX_LAG_BATCHES
+    max_lag_s: float | None = None
+    backfill_from: str | None = None
+
+    @property
+    def lags(self) -> bool:
+        """Whether a failure of this sink lets the others go on."""
+        return self.on_failure == "lag"
+
+    @property
+    def uses_spool(self) -> bool:
+        """Whether this sink may need batches from the spool or a backfill source."""
+        return self.lags or self.backfill_from is not None
+
+    def describe_limit(self) -> str:
+        """The bound, for errors and status: ``1000 batches``, ``3600 s``, both, or none."""
+        parts = []
+        if self.max_lag_batches is not None:
+            parts.append(f"{self.max_lag_batches} batches")
+        if self.max_lag_s is not None:
+            parts.append(f"{self.max_lag_s:g} s")
+        return " or ".join(parts) or "no limit"
 
 
 @dataclass(frozen=True)
@@ -32,6 +84,7 @@ class SinkSpec:
     sink: Sink
     route: Route = field(default_factory=Route)
     retry: RetryPolicy | None = None
+    lag: LagPolicy = field(default_factory=LagPolicy)
 
     @property
     def name(self) -> str:
@@ -41,8 +94,9 @@ class SinkSpec:
 
 def split_core_options(
     name: str, options: Mapping[str, Any], default_retry: RetryPolicy
-) -> tuple[dict[str, Any], Route, RetryPolicy | None]:
-    """Separate ``where``/``select``/``retries``/``backoff_s`` from a sink's own options."""
+) -> tuple[dict[str, Any], Route, RetryPolicy | None, LagPolicy]:
+    """Separate the options fanout applies around a sink (:data:`CORE_OPTIONS`) from the
+    sink's own."""
     own = {k: v for k, v in options.items() if k not in CORE_OPTIONS}
     where = options.get("where")
     select = options.get("select")
@@ -71,4 +125,53 @@ def split_core_options(
             )
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"sink {name!r}: bad retries/backoff_s: {exc}") from None
-    return own, Route(where, select), retry
+    return own, Route(where, select), retry, lag_policy(name, options)
+
+
+def lag_policy(name: str, options: Mapping[str, Any]) -> LagPolicy:
+    """The :class:`LagPolicy` of a sink's ``on_failure``, ``max_lag`` and ``backfill_from``.
+
+    ``max_lag`` is a number of batches, or ``{"batches": N, "age_s": S}`` (either or both;
+    ``0``/absent ``batches`` with an ``age_s`` bounds age only).
+    """
+    on_failure = options.get("on_failure", "stop")
+    if on_failure not in ("stop", "lag"):
+        raise ConfigurationError(
+            f"sink {name!r}: on_failure must be 'stop' or 'lag', not {on_failure!r}"
+        )
+    batches: int | None = DEFAULT_MAX_LAG_BATCHES
+    age: float | None = None
+    raw = options.get("max_lag")
+    if raw is not None:
+        if isinstance(raw, Mapping):
+            unknown = set(raw) - {"batches", "age_s"}
+            if unknown:
+                raise ConfigurationError(
+                    f"sink {name!r}: max_lag takes 'batches' and 'age_s', not "
+                    f"{', '.join(sorted(map(str, unknown)))}"
+                )
+            batches = _positive(name, "max_lag.batches", raw.get("batches"), int)
+            age = _positive(name, "max_lag.age_s", raw.get("age_s"), float)
+            if batches is None and age is None:
+                raise ConfigurationError(f"sink {name!r}: max_lag needs 'batches' or 'age_s'")
+        else:
+            batches = _positive(name, "max_lag", raw, int)
+    backfill = options.get("backfill_from")
+    if backfill is not None and not (isinstance(backfill, str) and backfill.strip()):
+        raise ConfigurationError(f"sink {name!r}: backfill_from must name another sink")
+    policy = LagPolicy(on_failure, batches, age, backfill)
+    if raw is not None and not policy.uses_spool:
+        raise ConfigurationError(
+            f"sink {name!r}: max_lag only applies with on_failure='lag' or backfill_from"
+        )
+    return policy
+
+
+def _positive(name: str, key: str, value: Any, kind: type) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"sink {name!r}: {key} must be a number, not {value!r}")
+    if value <= 0 or (kind is int and value != int(value)):
+        raise ConfigurationError(f"sink {name!r}: {key} must be a positive {kind.__name__}")
+    return kind(value)

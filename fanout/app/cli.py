@@ -95,7 +95,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     ledger = DeltaLedger(args.ledger)
 
     def once() -> str:
-        return report(ledger, args.pipeline, as_json=args.json, wide=args.wide)
+        return report(ledger, args.pipeline, as_json=args.json, wide=args.wide, spool=args.spool)
 
     if args.watch or args.count is not None:
         from fanout.app.watch import watch
@@ -249,6 +249,9 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="per-sink progress recorded in a ledger")
     status.add_argument("--ledger", required=True, help="the ledger's Delta table path")
     status.add_argument("--pipeline", help="only this pipeline")
+    status.add_argument(
+        "--spool", help="the pipeline's spool: also show how far behind each sink is"
+    )
     status.add_argument("--json", action="store_true", help="print JSON (every detail)")
     status.add_argument(
         "--wide", action="store_true", help="every column, with the last error (wider than 100)"

@@ -30,6 +30,8 @@ SECTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
         "retries": int,
         "backoff_s": (int, float),
         "stop_timeout_s": (int, float),
+        "spool": str,
+        "probe_interval_s": (int, float),
     },
     "spark": {"master": str, "app_name": str, "conf": dict},
     "source": {"format": str, "options": dict, "schema": str, "transform": str, "path": str},
@@ -55,6 +57,8 @@ class PipelineConfig:
     retries: int = 2
     backoff_s: float = 1.0
     stop_timeout_s: float = 60.0
+    spool: str | None = None
+    probe_interval_s: float = 10.0
     path: Path | None = None
 
 
@@ -189,6 +193,8 @@ def parse(
         retries=pipeline.get("retries", 2),
         backoff_s=float(pipeline.get("backoff_s", 1.0)),
         stop_timeout_s=float(pipeline.get("stop_timeout_s", 60.0)),
+        spool=pipeline.get("spool"),
+        probe_interval_s=float(pipeline.get("probe_interval_s", 10.0)),
         path=path,
     )
 

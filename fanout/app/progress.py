@@ -19,7 +19,9 @@ A line reads ``batch 3: 30 rows in | bronze 30 rows 0.41s, paid 12 rows 0.38s |
 skipped latest | lag 1.2s``: the written sinks in the configured order; ``skipped`` only when
 the ledger said some sinks already held the batch (a replay); lag is the time from the
 start of the batch's trigger (Spark picked its input up) to the last sink's ledger mark.
-A failed batch reads ``batch 3 FAILED | bronze 30 rows 0.41s | orders_pg failed:
+A sink that is behind (``on_failure="lag"``) shows as ``pg lagging 3 batch(es) / 120
+row(s) since 10:02:11`` (or ``catching up``), and the batches it catches up as ``pg caught
+up 2 batch(es)``. A failed batch reads ``batch 3 FAILED | bronze 30 rows 0.41s | orders_pg failed:
 <error>``.
 """
 
@@ -32,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from fanout.contract.batch import BatchInfo
+from fanout.contract.lag import SinkLag, SpoolSize
 from fanout.contract.sink import SinkResult
 from fanout.hooks.specs import hookimpl
 from fanout.observe.logs import known_secrets
@@ -47,6 +50,8 @@ class BatchProgress:
     skipped: list[str] = field(default_factory=list)
     sinks: dict[str, tuple[int, float]] = field(default_factory=dict)  # name: (rows, seconds)
     failures: dict[str, str] = field(default_factory=dict)
+    lags: list[str] = field(default_factory=list)  # sinks behind, described
+    caught_up: dict[str, int] = field(default_factory=dict)  # sink: batches caught up
     ended_at: datetime | None = None
 
     @property
@@ -67,6 +72,8 @@ class ProgressObserver:
         self.seconds: dict[str, float] = {}
         self.skipped = 0
         self.failed = 0
+        self._live: int | None = None  # the batch in flight
+        self._caught_up: dict[str, int] = {}  # since the last line
 
     @hookimpl
     def fanout_batch_start(
@@ -74,6 +81,7 @@ class ProgressObserver:
     ) -> None:
         """A batch began: remember the sinks the ledger says already hold it."""
         with self._lock:
+            self._live = info.batch_id
             self._batches[info.batch_id] = BatchProgress(
                 info.batch_id, pending=list(pending), skipped=list(skipped)
             )
@@ -82,10 +90,23 @@ class ProgressObserver:
     def fanout_sink_done(
         self, info: BatchInfo, sink: str, result: SinkResult, duration_s: float
     ) -> None:
-        """A sink wrote the batch."""
+        """A sink wrote the batch (or, for an older batch, caught it up)."""
         with self._lock:
+            if self._live is not None and info.batch_id != self._live:
+                self._caught_up[sink] = self._caught_up.get(sink, 0) + 1
+                return
             batch = self._batches.setdefault(info.batch_id, BatchProgress(info.batch_id))
             batch.sinks[sink] = (result.rows, duration_s)
+
+    @hookimpl
+    def fanout_sink_lag(
+        self, info: BatchInfo, lags: Mapping[str, SinkLag], spool: SpoolSize | None
+    ) -> None:
+        """The sinks behind after this batch, and what the catch-up wrote meanwhile."""
+        with self._lock:
+            batch = self._batches.setdefault(info.batch_id, BatchProgress(info.batch_id))
+            batch.lags = [lag.describe() for lag in lags.values() if lag.state != "live"]
+            batch.caught_up, self._caught_up = self._caught_up, {}
 
     @hookimpl
     def fanout_batch_end(self, info: BatchInfo, results: Mapping[str, SinkResult]) -> None:
@@ -163,6 +184,8 @@ class ProgressObserver:
         parts = [head, written or "nothing to write"]
         if batch.skipped:
             parts.append("skipped " + ", ".join(batch.skipped))
+        parts += batch.lags
+        parts += [f"{name} caught up {n} batch(es)" for name, n in batch.caught_up.items()]
         lag = _lag(spark, batch.ended_at)
         if lag is not None:
             parts.append(f"lag {lag:.1f}s")

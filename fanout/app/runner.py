@@ -135,6 +135,8 @@ def build_fanout(
         plugins=observers,
         checkpoint_location=config.checkpoint,
         spark=spark,
+        spool=config.spool,
+        probe_interval_s=config.probe_interval_s,
     )
 
 

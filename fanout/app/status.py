@@ -1,9 +1,20 @@
-"""``fanout status``: the ledger summarised per pipeline and sink, for people."""
+"""``fanout status``: the ledger summarised per pipeline and sink, for people; with
+``--spool``, also each sink's distance from the live batch (docs/architecture.md §14.7).
+
+A sink's state:
+
+- ``live``: nothing missed; its last attempt, if any, committed;
+- ``lagging``: batches in the spool it has not committed, and its last attempt failed;
+- ``catching up``: batches in the spool it has not committed, and its last attempt
+  committed (the catch-up is writing them);
+- ``stopped``: its last attempt failed and nothing waits for it in the spool (a sink with
+  ``on_failure="stop"``: the query stopped with it).
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -28,19 +39,36 @@ class SinkStatus:
     last_commit_at: datetime | None
     failed_attempts: int
     last_error: str | None
+    state: str = "live"
+    lag_batches: int = 0
+    lag_rows: int = 0
+    lagging_since: datetime | None = None
 
     def as_json(self) -> dict[str, Any]:
         """A JSON-ready dict (times in ISO 8601)."""
         data = asdict(self)
-        if self.last_commit_at is not None:
-            data["last_commit_at"] = self.last_commit_at.isoformat()
+        for key in ("last_commit_at", "lagging_since"):
+            if data[key] is not None:
+                data[key] = data[key].isoformat()
         return data
+
+    def describe_state(self) -> str:
+        """``live``, ``stopped``, or ``lagging 3 batches`` / ``catching up 3 batches``."""
+        if self.lag_batches:
+            return f"{self.state} {self.lag_batches} batch{'' if self.lag_batches == 1 else 'es'}"
+        return self.state
 
 
 def report(
-    ledger: DeltaLedger, pipeline: str | None, *, as_json: bool = False, wide: bool = False
+    ledger: DeltaLedger,
+    pipeline: str | None,
+    *,
+    as_json: bool = False,
+    wide: bool = False,
+    spool: str | None = None,
 ) -> str:
-    """What ``fanout status`` prints, read from ``ledger`` now: the table or JSON.
+    """What ``fanout status`` prints, read from ``ledger`` (and ``spool``) now: the table
+    or JSON.
 
     Raises :class:`LedgerError` for a ``pipeline`` the ledger holds no row of while it
     holds rows of others (a typo, most likely; the error names them).
@@ -48,14 +76,84 @@ def report(
     rows = ledger.read(pipeline).to_pylist()
     if pipeline and not rows and (known := ledger.pipelines()):
         raise unknown_pipeline(ledger.path, pipeline, known)
-    statuses = summarize(rows)
+    backlogs = {} if spool is None else spool_backlogs(spool, rows)
+    statuses = summarize(rows, backlogs)
+    footer = "" if spool is None else spool_footer(spool, pipeline)
     if as_json:
         return json.dumps([s.as_json() for s in statuses], indent=2)
-    return render(statuses, wide=wide)
+    return render(statuses, wide=wide) + footer
 
 
-def summarize(rows: Sequence[dict[str, Any]]) -> list[SinkStatus]:
-    """Per (pipeline, sink) status from ledger rows (as dicts), sorted by pipeline, sink."""
+def spool_backlogs(
+    path: str, rows: Sequence[dict[str, Any]]
+) -> dict[tuple[str, str], tuple[int, int, datetime | None]]:
+    """Per (pipeline, sink): the spooled batches it has not committed, their rows, and
+    when the oldest was spooled."""
+    from fanout.delta_tables.io import open_table, read_arrow
+    from fanout.spool.table import Spool
+
+    index = open_table(Spool(path, "").index_path)
+    if index is None:
+        return {}
+    marks: dict[tuple[str, str, int], int] = {}
+    for row in rows:
+        if row["status"] == "committed":
+            key = (row["pipeline"], row["sink"], row.get("epoch") or 0)
+            marks[key] = max(marks.get(key, -1), row["batch_id"])
+    needed: dict[tuple[str, str], dict[tuple[int, int], tuple[int, datetime]]] = {}
+    for entry in read_arrow(index).to_pylist():
+        pipeline, sink, epoch, batch = (
+            entry["pipeline"],
+            entry["sink"],
+            entry["epoch"],
+            entry["batch_id"],
+        )
+        if batch > marks.get((pipeline, sink, epoch), -1):
+            needed.setdefault((pipeline, sink), {})[(epoch, batch)] = (
+                entry["rows"] or 0,
+                entry["spooled_at"],
+            )
+    return {
+        key: (
+            len(batches),
+            sum(r for r, _ in batches.values()),
+            min(t for _, t in batches.values()),
+        )
+        for key, batches in needed.items()
+    }
+
+
+def spool_footer(path: str, pipeline: str | None) -> str:
+    """One line per pipeline: what the spool holds."""
+    from fanout.delta_tables.io import open_table, read_arrow
+    from fanout.spool.table import Spool
+
+    index = open_table(Spool(path, "").index_path)
+    names = (
+        sorted({r["pipeline"] for r in read_arrow(index, columns=["pipeline"]).to_pylist()})
+        if index
+        else []
+    )
+    if pipeline is not None:
+        names = [pipeline]
+    lines = []
+    for name in names:
+        spool = Spool(path, name)
+        spool.open()
+        batches, spooled_rows, size = spool.size()
+        lines.append(
+            f"spool {path} ({name}): {batches} batch(es), {spooled_rows} row(s), {size} bytes"
+        )
+    return "\n\n" + "\n".join(lines) if lines else ""
+
+
+def summarize(
+    rows: Sequence[dict[str, Any]],
+    backlogs: Mapping[tuple[str, str], tuple[int, int, datetime | None]] | None = None,
+) -> list[SinkStatus]:
+    """Per (pipeline, sink) status from ledger rows (as dicts) and the spool's backlogs
+    (:func:`spool_backlogs`), sorted by pipeline, sink."""
+    backlogs = backlogs or {}
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         if row["status"] == "epoch":
@@ -69,6 +167,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[SinkStatus]:
             key=lambda r: (r["batch_id"], r["attempt"] or 0),
         )
         last = max(committed, key=_position) if committed else None
+        behind, behind_rows, since = backlogs.get((pipeline, sink), (0, 0, None))
         statuses.append(
             SinkStatus(
                 pipeline=pipeline,
@@ -81,9 +180,23 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[SinkStatus]:
                 last_commit_at=last["finished_at"] if last else None,
                 failed_attempts=len(failed),
                 last_error=failed[-1]["error"] if failed else None,
+                state=_state(group, behind),
+                lag_batches=behind,
+                lag_rows=behind_rows,
+                lagging_since=since,
             )
         )
     return statuses
+
+
+def _state(group: Sequence[dict[str, Any]], behind: int) -> str:
+    """See the module docstring."""
+    attempts = [r for r in group if r["status"] in ("committed", "failed") and r.get("finished_at")]
+    last = max(attempts, key=lambda r: r["finished_at"]) if attempts else None
+    failing = last is not None and last["status"] == "failed"
+    if behind:
+        return "lagging" if failing else "catching up"
+    return "stopped" if failing else "live"
 
 
 def _position(row: dict[str, Any]) -> tuple[int, int]:
@@ -116,9 +229,17 @@ def render(statuses: Sequence[SinkStatus], *, wide: bool = False) -> str:
     failing = sum(1 for s in statuses if s.failed_attempts)
     names = _fit_names(statuses)
     table = format_table(
-        ["pipeline", "sink", "last batch", "rows (total)", "failed", "last commit (UTC)"],
+        ["pipeline", "sink", "state", "last batch", "rows (total)", "failed", "last commit (UTC)"],
         [
-            [pipeline, sink, s.last_committed_batch, s.rows_total, s.failed_attempts, _time(s)]
+            [
+                pipeline,
+                sink,
+                s.describe_state(),
+                s.last_committed_batch,
+                s.rows_total,
+                s.failed_attempts,
+                _time(s),
+            ]
             for s, (pipeline, sink) in zip(statuses, names, strict=True)
         ],
     )
@@ -156,6 +277,9 @@ def _wide(statuses: Sequence[SinkStatus]) -> str:
         [
             "pipeline",
             "sink",
+            "state",
+            "lag rows",
+            "lagging since (UTC)",
             "last batch",
             "rows (last)",
             "batches",
@@ -169,6 +293,9 @@ def _wide(statuses: Sequence[SinkStatus]) -> str:
             [
                 s.pipeline,
                 s.sink,
+                s.describe_state(),
+                s.lag_rows or None,
+                s.lagging_since.strftime("%Y-%m-%d %H:%M:%S") if s.lagging_since else None,
                 s.last_committed_batch,
                 s.last_batch_rows,
                 s.committed_batches,

@@ -78,7 +78,7 @@ def _sink_checks(
     from fanout.sink_spec import split_core_options
 
     name = str(options.get("name"))
-    own, route, _ = split_core_options(name, options, RetryPolicy())
+    own, route, _, _ = split_core_options(name, options, RetryPolicy())
     sink: Sink | None = _check(checks, f"sink {name}: options",
                                lambda: registry.build_sink(own, types))  # fmt: skip
     if sink is None:

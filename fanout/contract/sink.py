@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from fanout.contract.batch import Batch
 from fanout.contract.options import SinkOption
@@ -35,6 +35,21 @@ GUARANTEES: tuple[Guarantee, ...] = ("transactional", "idempotent", "at_least_on
 Reads = Literal["dataframe", "arrow"]
 """How a sink consumes a batch: the Spark DataFrame, or one Arrow table shared by all
 sinks that read Arrow (converted once per batch on the driver)."""
+
+
+class BackfillSource(Protocol):
+    """The batches a sink's target holds, readable one by one: what a sink configured with
+    ``backfill_from=<this sink>`` receives before it goes live. A sink offers one from
+    :meth:`Sink.backfill_source` when its target keeps every batch's rows as they came
+    (an unrouted append)."""
+
+    def batches(self, epochs: Sequence[int]) -> list[tuple[int, int]]:
+        """``(epoch, batch_id)`` of every batch of ``epochs`` the target holds, in order."""
+        ...
+
+    def read(self, key: tuple[int, int]) -> pa.Table:
+        """The rows batch ``key`` wrote, as Arrow."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -154,6 +169,13 @@ class Sink:
         ``FanOut(...)``) or a batch whose partitioning columns, or whose filter, is not
         deterministic (:mod:`fanout.partitioned.membership`). Default ``None``: the sink commits a
         batch as a whole, or idempotently, and needs no stable membership."""
+        return None
+
+    def backfill_source(self, pipeline: str) -> BackfillSource | None:
+        """The batches this sink's target holds, for a new sink configured with
+        ``backfill_from`` naming this one; ``None`` (the default) when the target cannot
+        give back each batch's rows as they came. Called on the driver after
+        :meth:`open`."""
         return None
 
     def secret_values(self) -> Sequence[str]:

@@ -25,7 +25,11 @@ The per-batch sequence, for each micro-batch Spark hands to ``FanOut``:
    d. on success, :func:`fanout_sink_done` — *after* the write, *before* the ledger mark;
    e. the ledger mark of ``(sink, batch)``.
 
-4. :func:`fanout_batch_end` when every pending sink committed (all marks written, before
+4. For pipelines with sinks that may lag (``on_failure="lag"``, ``backfill_from``):
+   :func:`fanout_sink_lag` with every such sink's state, after the batch was spooled for
+   the sinks behind it. The catch-up writes missed batches in a background thread through
+   the same sink hooks (a, c, d), with the missed batch's ``info``.
+5. :func:`fanout_batch_end` when every pending sink committed (all marks written, before
    Spark writes its commit log), or :func:`fanout_batch_failed` when one or more sinks
    failed for good; then ``BatchFailedError`` is raised to Spark.
 
@@ -42,6 +46,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from fanout.contract.batch import BatchInfo
+    from fanout.contract.lag import SinkLag, SpoolSize
     from fanout.contract.partitions import PartitionCommit
     from fanout.contract.sink import Sink, SinkResult
     from fanout.deadletters.target import DeadLetterKind
@@ -238,4 +243,16 @@ def fanout_batch_failed(
     :param info: the batch: pipeline, batch id, query id and source offsets.
     :param failures: the final error of each failed sink.
     :param results: the sinks that did commit the batch in this call.
+    """
+
+
+@hookspec
+def fanout_sink_lag(info: BatchInfo, lags: Mapping[str, SinkLag], spool: SpoolSize | None) -> None:
+    """Called at the end of each batch of a pipeline with sinks that may lag
+    (``on_failure="lag"`` or ``backfill_from``), with each such sink's state: live,
+    lagging (its last attempt failed) or catching up, and how far behind it is.
+
+    :param info: the live batch.
+    :param lags: each lag-capable sink's :class:`fanout.contract.lag.SinkLag`.
+    :param spool: what the spool holds (``None`` without a spool).
     """

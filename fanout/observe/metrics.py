@@ -10,7 +10,11 @@ per-sink metrics also ``sink``:
 - ``fanout_sink_duration_seconds{sink}``: time of each successful write;
 - ``fanout_sink_retries_total{sink}`` and ``fanout_sink_failures_total{sink}`` (attempts
   that failed for good);
-- ``fanout_last_committed_batch{sink}``: the last batch each sink committed.
+- ``fanout_last_committed_batch{sink}``: the last batch each sink committed;
+- for sinks that may lag (``on_failure="lag"``, ``backfill_from``):
+  ``fanout_sink_lag_batches{sink}`` and ``fanout_sink_lag_rows{sink}`` (how far behind),
+  ``fanout_sink_state{sink,state}`` (1 for its state: live, lagging, catching_up), and
+  ``fanout_spool_batches``, ``fanout_spool_rows``, ``fanout_spool_bytes``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fanout.contract.batch import BatchInfo
+from fanout.contract.lag import SinkLag, SpoolSize
 from fanout.contract.sink import SinkResult
 from fanout.hooks.specs import hookimpl
 
@@ -61,6 +66,18 @@ class MetricsObserver:
         self.last_batch = Gauge(
             "fanout_last_committed_batch", "Last batch each sink committed", sink, **kw
         )
+        self.lag_batches = Gauge(
+            "fanout_sink_lag_batches", "Batches a lagging sink still needs", sink, **kw
+        )
+        self.lag_rows = Gauge(
+            "fanout_sink_lag_rows", "Spooled rows a lagging sink still needs", sink, **kw
+        )
+        self.sink_state = Gauge(
+            "fanout_sink_state", "1 for the sink's state", ["pipeline", "sink", "state"], **kw
+        )
+        self.spool_batches = Gauge("fanout_spool_batches", "Batches spooled", ["pipeline"], **kw)
+        self.spool_rows = Gauge("fanout_spool_rows", "Rows spooled", ["pipeline"], **kw)
+        self.spool_bytes = Gauge("fanout_spool_bytes", "Bytes of spool files", ["pipeline"], **kw)
 
     @classmethod
     def serve(cls, pipeline: str, *, port: int = 9108, host: str = "0.0.0.0") -> MetricsObserver:
@@ -128,6 +145,21 @@ class MetricsObserver:
         """Count the sinks that committed anyway, and the failed batch."""
         self._count_committed(info, results)
         self._finish(info, "failed")
+
+    @hookimpl
+    def fanout_sink_lag(
+        self, info: BatchInfo, lags: Mapping[str, SinkLag], spool: SpoolSize | None
+    ) -> None:
+        """How far behind each lag-capable sink is, and the spool's size."""
+        for sink, lag in lags.items():
+            self.lag_batches.labels(self.pipeline, sink).set(lag.batches)
+            self.lag_rows.labels(self.pipeline, sink).set(lag.rows)
+            for state in ("live", "lagging", "catching_up"):
+                self.sink_state.labels(self.pipeline, sink, state).set(int(lag.state == state))
+        if spool is not None:
+            self.spool_batches.labels(self.pipeline).set(spool.batches)
+            self.spool_rows.labels(self.pipeline).set(spool.rows)
+            self.spool_bytes.labels(self.pipeline).set(spool.bytes)
 
     def _count_committed(self, info: BatchInfo, results: Mapping[str, SinkResult]) -> None:
         for sink, result in results.items():

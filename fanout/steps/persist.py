@@ -16,9 +16,11 @@ def persist_if_shared(state: BatchState, specs: Mapping[str, SinkSpec]) -> bool:
     ``state.persisted`` (step 7 unpersists) and returns it.
 
     Sinks reading Arrow share one conversion per route, so together they read the
-    DataFrame once per distinct route; each sink reading the DataFrame reads it once.
+    DataFrame once per distinct route; each sink reading the DataFrame reads it once; the
+    spool reads it once when a sink is behind (step 6b).
     """
-    state.persisted = readers_of(state.pending, specs) > 1 and hasattr(state.df, "persist")
+    readers = readers_of(state.pending, specs) + (1 if state.lagging else 0)
+    state.persisted = readers > 1 and hasattr(state.df, "persist")
     if state.persisted:
         persist_uncompressed(state.df)
     return state.persisted

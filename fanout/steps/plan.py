@@ -16,6 +16,7 @@ def plan(state: BatchState, ledger: Ledger, sinks: Iterable[str]) -> tuple[list[
     marks: Mapping[str, int | None] | None = state.marks
     if marks is None:
         marks = ledger.last_committed(state.info.pipeline, names, state.info.epoch)
+        state.marks = marks
     batch_id = state.info.batch_id
     state.pending = [s for s in names if (done := marks.get(s)) is None or done < batch_id]
     state.skipped = [s for s in names if s not in state.pending]

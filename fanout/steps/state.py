@@ -15,6 +15,7 @@ from fanout.contract.sink import SinkResult
 
 if TYPE_CHECKING:
     from fanout.routes.batch_routes import BatchRoutes
+    from fanout.steps.lag import Backlog
 
 
 @dataclass
@@ -41,7 +42,13 @@ class BatchState:
     results: dict[str, SinkResult] = field(default_factory=dict)
     """Sinks written and marked in this call (steps 5 and 6)."""
     failures: dict[str, BaseException] = field(default_factory=dict)
-    """Sinks that failed after their retries (steps 5 and 6)."""
+    """Sinks that failed after their retries (steps 5 and 6) and fail the batch."""
+    lagging: dict[str, Backlog] = field(default_factory=dict)
+    """Sinks behind the batch (step 3b): not written live; the batch is spooled for them."""
+    lagged: dict[str, BaseException] = field(default_factory=dict)
+    """Sinks with ``on_failure="lag"`` that failed this batch (step 6b): they lag."""
+    spooled: tuple[int, int] | None = None
+    """``(epoch, batch_id)`` when step 6b spooled the batch."""
 
     @property
     def batch_id(self) -> int:

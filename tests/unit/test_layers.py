@@ -18,7 +18,7 @@ SOURCES = [ROOT / "fanout", *sorted((ROOT / "plugins").glob("fanout-*/fanout_*")
 LAYERS: list[set[str]] = [
     {"errors", "version"},
     {"contract", "retry", "delta_tables"},
-    {"observe", "hooks", "ledger", "deadletters"},
+    {"observe", "hooks", "ledger", "deadletters", "spool"},
     {"routes", "partitioned", "sink_spec"},
     {"steps"},
     {"fan_out"},

@@ -45,7 +45,7 @@ def _fan(sinks: list[Any], **kw: Any) -> FanOut:
 
 
 def test_core_options_are_split_from_the_sink_options() -> None:
-    own, route, retry = split_core_options(
+    own, route, retry, _ = split_core_options(
         "s",
         {"type": "x", "name": "s", "path": "/p", "where": "x > 1", "select": "x", "retries": 5},
         RetryPolicy(retries=2, backoff_s=0.5),

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from fanout.contract.batch import Batch
-from fanout.contract.sink import Guarantee, Reads, Sink, SinkContext, SinkResult
+from fanout.contract.sink import BackfillSource, Guarantee, Reads, Sink, SinkContext, SinkResult
 from fanout.delta_tables import io as deltaio
 from fanout.errors import ConfigurationError
 from fanout_delta.declaration import OPTIONS
@@ -145,6 +145,20 @@ class DeltaSink(Sink):
             self.name, self.mode, self.path, self.resolved_engine,
             "" if table is not None else " (table created by the first batch)",
         )  # fmt: skip
+
+    def backfill_source(self, pipeline: str) -> BackfillSource | None:
+        """In append mode, each batch's commit (found by its app transaction) and the rows
+        it added: what a sink with ``backfill_from`` naming this one receives first. A
+        merge table keeps only the latest row per key, so it cannot serve."""
+        if self.mode != "append" or self.path is None:
+            return None
+        from fanout.contract.batch import txn_app_id
+        from fanout.delta_tables.history import DeltaBatchHistory
+
+        name = self.name
+        return DeltaBatchHistory(
+            self.path, lambda epoch: txn_app_id(pipeline, name, epoch), self.storage_options
+        )
 
     def write(self, batch: Batch) -> SinkResult:
         """Append or merge one batch; a batch already in the table is skipped."""

@@ -1,0 +1,384 @@
+"""The spool's two Delta tables, written with delta-rs from the driver:
+
+- ``<spool>/batches``: the rows of every spooled batch, partitioned by pipeline, epoch and
+  batch id. Each batch is appended once, in a commit carrying the app transaction
+  ``fanout-spool/<pipeline>[@e<epoch>]`` at the batch id: a replayed batch is not
+  spooled twice. A batch's files are plain Parquet (the partition values live in the
+  Delta log, not in the files), so Spark reads them with ``spark.read.parquet`` and no
+  Delta classes: executors read a spooled batch like any Parquet input.
+- ``<spool>/index``: one row per (batch, sink that needs it), with what the batch's ledger
+  marks must carry (query id, source offsets, planning time) and the batch's Spark
+  schema. Rows of a replayed batch may repeat; readers take the union.
+
+A batch leaves both tables once every sink that needed it has committed it
+(:meth:`Spool.remove`); its files are vacuumed at once (nothing else reads the spool).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from fanout.contract.batch import BatchInfo, pipeline_scope
+from fanout.delta_tables.io import open_table, read_arrow
+from fanout.errors import SpoolError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger("fanout")
+
+PIPELINE_COLUMN = "_fanout_pipeline"
+EPOCH_COLUMN = "_fanout_epoch"
+BATCH_COLUMN = "_fanout_batch"
+PARTITION_COLUMNS = (PIPELINE_COLUMN, EPOCH_COLUMN, BATCH_COLUMN)
+
+BatchKey = tuple[int, int]
+"""``(epoch, batch_id)``: batches sort by it."""
+
+
+@dataclass(frozen=True)
+class SpooledBatch:
+    """One batch in the spool: what the ledger marks of its sinks carry, its Spark schema,
+    its size, and the sinks that need it."""
+
+    pipeline: str
+    epoch: int
+    batch_id: int
+    rows: int
+    schema_json: str
+    spooled_at: datetime
+    needed_by: frozenset[str] = frozenset()
+    query_id: str | None = None
+    source_offsets: str | None = None
+    batch_timestamp_ms: int | None = None
+    size_bytes: int = 0
+
+    @property
+    def key(self) -> BatchKey:
+        """``(epoch, batch_id)``."""
+        return (self.epoch, self.batch_id)
+
+    def info(self) -> BatchInfo:
+        """The batch's context, as its live attempt had it: marks written from the spool
+        carry the same query id, offsets and planning time, so the checkpoint guard
+        reads them like any mark."""
+        offsets = json.loads(self.source_offsets) if self.source_offsets else None
+        return BatchInfo(
+            self.pipeline,
+            self.batch_id,
+            self.query_id,
+            offsets,
+            epoch=self.epoch,
+            batch_timestamp_ms=self.batch_timestamp_ms,
+        )
+
+
+def index_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("pipeline", pa.string(), nullable=False),
+            pa.field("epoch", pa.int32(), nullable=False),
+            pa.field("batch_id", pa.int64(), nullable=False),
+            pa.field("sink", pa.string(), nullable=False),
+            pa.field("rows", pa.int64()),
+            pa.field("schema_json", pa.string()),
+            pa.field("query_id", pa.string()),
+            pa.field("source_offsets", pa.string()),
+            pa.field("batch_timestamp_ms", pa.int64()),
+            pa.field("spooled_at", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+
+
+@dataclass
+class Spool:
+    """One pipeline's spool at ``path`` (a directory: local path or object-store URI).
+
+    Thread-safe: the live path adds batches while the catch-up thread reads and removes.
+    """
+
+    path: str
+    pipeline: str
+    storage_options: Mapping[str, str] | None = None
+    _batches: dict[BatchKey, SpooledBatch] = field(default_factory=dict, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    @property
+    def data_path(self) -> str:
+        """The Delta table of the spooled rows."""
+        return f"{self.path.rstrip('/')}/batches"
+
+    @property
+    def index_path(self) -> str:
+        """The Delta table saying which sink needs which batch."""
+        return f"{self.path.rstrip('/')}/index"
+
+    def open(self) -> None:
+        """Read the index (creating it when missing): the batches spooled by earlier runs."""
+        from deltalake import DeltaTable
+
+        with self._lock:
+            try:
+                table = open_table(self.index_path, self.storage_options)
+                if table is None:
+                    table = DeltaTable.create(
+                        self.index_path,
+                        schema=index_schema(),
+                        mode="ignore",
+                        name="fanout_spool_index",
+                        storage_options=dict(self.storage_options or {}) or None,
+                    )
+                rows = read_arrow(table, filters=[("pipeline", "=", self.pipeline)]).to_pylist()
+            except Exception as exc:
+                raise SpoolError(f"spool at {self.path}: cannot open its index: {exc}") from exc
+            self._batches = {}
+            for row in rows:
+                self._merge(_from_index_row(row))
+            sizes = self._sizes()
+            for key, batch in self._batches.items():
+                self._batches[key] = replace(batch, size_bytes=sizes.get(key, 0))
+
+    # -- reading ---------------------------------------------------------------------
+
+    def batches(self) -> list[SpooledBatch]:
+        """Every spooled batch of the pipeline, in batch order."""
+        with self._lock:
+            return [self._batches[k] for k in sorted(self._batches)]
+
+    def get(self, key: BatchKey) -> SpooledBatch | None:
+        """The spooled batch ``key``, or ``None``."""
+        with self._lock:
+            return self._batches.get(key)
+
+    def needed_by(self, sink: str) -> list[SpooledBatch]:
+        """The spooled batches ``sink`` was recorded as needing, in batch order (the
+        caller drops those its marks already hold)."""
+        return [b for b in self.batches() if sink in b.needed_by]
+
+    def read(self, spark: Any, key: BatchKey) -> Any:
+        """Batch ``key`` as a Spark DataFrame with the schema it had: a Parquet read of the
+        batch's files (empty when the batch had no rows)."""
+        from pyspark.sql.types import StructType
+
+        batch = self.get(key)
+        if batch is None:
+            raise SpoolError(
+                f"spool at {self.path}: batch {key[1]} (epoch {key[0]}) is not spooled"
+            )
+        schema = StructType.fromJson(json.loads(batch.schema_json))
+        files = self._files(key)
+        if not files:
+            if batch.rows:
+                raise SpoolError(
+                    f"spool at {self.path}: batch {batch.batch_id} (epoch {batch.epoch}) "
+                    f"had {batch.rows} rows but its files are gone"
+                )
+            return spark.createDataFrame([], schema)
+        return spark.read.schema(schema).parquet(*files)
+
+    def size(self) -> tuple[int, int, int]:
+        """``(batches, rows, bytes)`` the spool holds for the pipeline."""
+        batches = self.batches()
+        return len(batches), sum(b.rows for b in batches), sum(b.size_bytes for b in batches)
+
+    # -- writing ---------------------------------------------------------------------
+
+    def add(
+        self, df: Any, info: BatchInfo, needed_by: Iterable[str], now: datetime
+    ) -> SpooledBatch:
+        """Spool batch ``info`` (its rows, once; the sinks needing it, every call) and
+        return it as the index now knows it. Raises :class:`fanout.SpoolError`."""
+        sinks = frozenset(needed_by)
+        key = (info.epoch, info.batch_id)
+        try:
+            existing = self.get(key)
+            if existing is None:
+                arrow = _with_partition_columns(df.toArrow(), self.pipeline, info)
+                self._append_rows(arrow, info)
+                rows, schema_json = arrow.num_rows, df.schema.json()
+            else:
+                rows, schema_json = existing.rows, existing.schema_json
+            batch = SpooledBatch(
+                self.pipeline,
+                info.epoch,
+                info.batch_id,
+                rows,
+                schema_json,
+                now,
+                sinks,
+                info.query_id,
+                None if info.source_offsets is None else json.dumps(info.source_offsets),
+                info.batch_timestamp_ms,
+            )
+            new_sinks = sinks - (existing.needed_by if existing else frozenset())
+            if new_sinks:
+                self._append_index(batch, new_sinks)
+        except SpoolError:
+            raise
+        except Exception as exc:
+            raise SpoolError(
+                f"pipeline {self.pipeline!r}, batch {info.batch_id}: cannot spool the batch for "
+                f"{', '.join(sorted(sinks))} at {self.path}: {type(exc).__name__}: {exc}"
+            ) from exc
+        with self._lock:
+            merged = self._merge(batch)
+            sizes = self._sizes([key])
+            merged = self._batches[key] = replace(merged, size_bytes=sizes.get(key, 0))
+        return merged
+
+    def remove(self, keys: Iterable[BatchKey]) -> int:
+        """Drop batches every sink holds from both tables and vacuum their files; returns
+        how many were removed."""
+        chosen = sorted(set(keys))
+        if not chosen:
+            return 0
+        with self._lock:
+            data = open_table(self.data_path, self.storage_options)
+            index = open_table(self.index_path, self.storage_options)
+            scope = _quote(self.pipeline)
+            for epoch, batch_id in chosen:
+                if data is not None:
+                    data.delete(
+                        f"{PIPELINE_COLUMN} = {scope} AND {EPOCH_COLUMN} = {epoch} "
+                        f"AND {BATCH_COLUMN} = {batch_id}"
+                    )
+                if index is not None:
+                    index.delete(
+                        f"pipeline = {scope} AND epoch = {epoch} AND batch_id = {batch_id}"
+                    )
+                self._batches.pop((epoch, batch_id), None)
+            if data is not None:
+                data.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)
+        return len(chosen)
+
+    # -- internals -------------------------------------------------------------------
+
+    def _merge(self, batch: SpooledBatch) -> SpooledBatch:
+        current = self._batches.get(batch.key)
+        if current is not None:
+            batch = replace(current, needed_by=current.needed_by | batch.needed_by)
+        self._batches[batch.key] = batch
+        return batch
+
+    def _append_rows(self, arrow: pa.Table, info: BatchInfo) -> None:
+        from deltalake import write_deltalake
+
+        from fanout.delta_tables.io import commit_properties
+
+        app_id = f"fanout-spool/{pipeline_scope(self.pipeline, info.epoch)}"
+        if arrow.num_rows == 0:
+            return  # nothing to read back: the index row alone carries the schema
+        table = open_table(self.data_path, self.storage_options)
+        done = None if table is None else table.transaction_version(app_id)
+        if done is not None and done >= info.batch_id:
+            return
+        write_deltalake(
+            self.data_path if table is None else table,
+            arrow,
+            mode="append",
+            partition_by=list(PARTITION_COLUMNS),
+            schema_mode="merge",  # a later batch may carry new columns
+            commit_properties=commit_properties({app_id: info.batch_id}),
+            storage_options=None if table is not None else dict(self.storage_options or {}) or None,
+        )
+
+    def _append_index(self, batch: SpooledBatch, sinks: Iterable[str]) -> None:
+        import pyarrow as pa
+        from deltalake import write_deltalake
+
+        rows = [
+            {
+                "pipeline": batch.pipeline,
+                "epoch": batch.epoch,
+                "batch_id": batch.batch_id,
+                "sink": sink,
+                "rows": batch.rows,
+                "schema_json": batch.schema_json,
+                "query_id": batch.query_id,
+                "source_offsets": batch.source_offsets,
+                "batch_timestamp_ms": batch.batch_timestamp_ms,
+                "spooled_at": batch.spooled_at,
+            }
+            for sink in sorted(sinks)
+        ]
+        write_deltalake(
+            self.index_path,
+            pa.Table.from_pylist(rows, schema=index_schema()),
+            mode="append",
+            storage_options=dict(self.storage_options or {}) or None,
+        )
+
+    def _files(self, key: BatchKey) -> list[str]:
+        table = open_table(self.data_path, self.storage_options)
+        if table is None:
+            return []
+        predicate = [
+            (PIPELINE_COLUMN, "=", self.pipeline),
+            (EPOCH_COLUMN, "=", str(key[0])),
+            (BATCH_COLUMN, "=", str(key[1])),
+        ]
+        return list(table.file_uris(file_pruning_predicate=predicate))
+
+    def _sizes(self, keys: Iterable[BatchKey] | None = None) -> dict[BatchKey, int]:
+        table = open_table(self.data_path, self.storage_options)
+        if table is None:
+            return {}
+        wanted = None if keys is None else set(keys)
+        import pyarrow as pa
+
+        actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+        sizes: dict[BatchKey, int] = {}
+        pipelines = actions.get(f"partition.{PIPELINE_COLUMN}", [])
+        epochs = actions.get(f"partition.{EPOCH_COLUMN}", [])
+        batches = actions.get(f"partition.{BATCH_COLUMN}", [])
+        for pipeline, epoch, batch_id, size in zip(
+            pipelines, epochs, batches, actions.get("size_bytes", []), strict=False
+        ):
+            key = (int(epoch), int(batch_id))
+            if pipeline == self.pipeline and (wanted is None or key in wanted):
+                sizes[key] = sizes.get(key, 0) + int(size)
+        return sizes
+
+
+def _from_index_row(row: Mapping[str, Any]) -> SpooledBatch:
+    return SpooledBatch(
+        pipeline=row["pipeline"],
+        epoch=int(row["epoch"]),
+        batch_id=int(row["batch_id"]),
+        rows=int(row["rows"] or 0),
+        schema_json=row["schema_json"],
+        spooled_at=row["spooled_at"],
+        needed_by=frozenset([row["sink"]]),
+        query_id=row["query_id"],
+        source_offsets=row["source_offsets"],
+        batch_timestamp_ms=row["batch_timestamp_ms"],
+    )
+
+
+def _with_partition_columns(arrow: pa.Table, pipeline: str, info: BatchInfo) -> pa.Table:
+    import pyarrow as pa
+
+    clash = [c for c in PARTITION_COLUMNS if c in arrow.column_names]
+    if clash:
+        raise SpoolError(
+            f"pipeline {pipeline!r}, batch {info.batch_id}: the batch has a column "
+            f"{clash[0]!r}, a name the spool reserves; rename it upstream"
+        )
+    n = arrow.num_rows
+    return (
+        arrow.append_column(PIPELINE_COLUMN, pa.array([pipeline] * n, pa.string()))
+        .append_column(EPOCH_COLUMN, pa.array([info.epoch] * n, pa.int32()))
+        .append_column(BATCH_COLUMN, pa.array([info.batch_id] * n, pa.int64()))
+    )
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"

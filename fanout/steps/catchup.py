@@ -1,0 +1,225 @@
+"""The catch-up: writes each lagging sink's missed batches, in batch order, beside the live
+batches (docs/architecture.md §14.4).
+
+One daemon thread per :class:`fanout.FanOut` takes the lagging sinks in turn. For a sink it
+reads the oldest batch the sink still needs (from the spool, or from its backfill source)
+and writes it through the same :class:`fanout.steps.write.SinkRunner` a live batch uses:
+the same transaction ids, the same route and dead letters, the same ledger mark. A sink
+whose write fails is probed again only after ``probe_interval_s`` (a circuit breaker), so a
+sink that is down costs one attempt per interval, never the live batches' time.
+
+Each sink has a lock: the live path's bounded drain (:meth:`CatchUp.drain`, when a sink's
+backlog reaches its ``max_lag``) and the thread never write one sink at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.hooks.caller import HookCaller
+from fanout.observe.logs import batch_fields
+from fanout.retry import RetryPolicy
+from fanout.routes.batch_routes import BatchRoutes, TargetOf
+from fanout.sink_spec import SinkSpec
+from fanout.spool.table import BatchKey
+from fanout.steps.lag import Lagging
+from fanout.steps.record import Recorder
+from fanout.steps.write import SinkRunner
+
+log = logging.getLogger("fanout")
+
+ONE_ATTEMPT = RetryPolicy(retries=0)
+"""A catch-up write is tried once per probe: the probe interval is its backoff."""
+
+
+class CatchUp:
+    """Writes lagging sinks' missed batches in order, in a background thread.
+
+    :param lagging: the lag state (backlogs, marks).
+    :param specs: every sink's spec.
+    :param record: the ledger writer.
+    :param hooks: observers (they see catch-up writes as sink attempts of the old batch).
+    :param target_of: a sink's dead-letter target.
+    :param spark: the session that reads the spool.
+    :param probe_interval_s: how long a sink that failed waits before the next attempt.
+    """
+
+    def __init__(
+        self,
+        lagging: Lagging,
+        specs: Mapping[str, SinkSpec],
+        record: Recorder,
+        hooks: HookCaller,
+        target_of: TargetOf,
+        spark: Any,
+        probe_interval_s: float,
+    ) -> None:
+        self.lagging = lagging
+        self.specs = specs
+        self.record = record
+        self.hooks = hooks
+        self.target_of = target_of
+        self.spark = spark
+        self.probe_interval_s = probe_interval_s
+        self._locks = {name: threading.Lock() for name in lagging.sinks}
+        self._next_probe: dict[str, float] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the thread ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread (once); it sleeps while no sink is behind."""
+        if self._thread is None and self.lagging.sinks:
+            self._thread = threading.Thread(
+                target=self._run, name=f"fanout-{self.lagging.pipeline}-catchup", daemon=True
+            )
+            self._thread.start()
+
+    def wake(self) -> None:
+        """A batch was spooled or a sink fell behind: look again now."""
+        self._wake.set()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the thread after the write it is doing (the batch's mark included)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            progressed = False
+            try:
+                for sink in self.lagging.sinks:
+                    if self._stop.is_set():
+                        break
+                    if time.monotonic() < self._next_probe.get(sink, 0.0):
+                        continue
+                    progressed |= self.step(sink)
+                if progressed:
+                    self.lagging.release_held()
+            except Exception:  # never let the thread die: the live path needs it
+                log.exception("pipeline %s: the catch-up failed; retrying", self.lagging.pipeline)
+                progressed = False
+            if not progressed:
+                self._wake.wait(self._sleep())
+                self._wake.clear()
+
+    def _sleep(self) -> float:
+        now = time.monotonic()
+        waits = [t - now for t in self._next_probe.values() if t > now]
+        return max(0.05, min([self.probe_interval_s, *waits]))
+
+    # -- one sink --------------------------------------------------------------------
+
+    def step(self, sink: str) -> bool:
+        """Write ``sink``'s oldest missed batch, if any; ``True`` when one was written."""
+        lock = self._locks[sink]
+        if not lock.acquire(blocking=False):
+            return False  # the live path is draining it
+        try:
+            return self._write_next(sink) is True
+        finally:
+            lock.release()
+
+    def drain(self, sink: str, until: Callable[[], bool]) -> BaseException | None:
+        """Write ``sink``'s missed batches now, in this thread, until ``until()`` holds or
+        it has none; return the error that stopped it (``None``: done). Used by the live
+        path when a sink reaches its ``max_lag``."""
+        with self._locks[sink]:
+            while not until():
+                outcome = self._write_next(sink)
+                if outcome is None:
+                    return None
+                if isinstance(outcome, BaseException):
+                    return outcome
+        return None
+
+    def _write_next(self, sink: str) -> bool | BaseException | None:
+        """Write the oldest batch ``sink`` needs: ``True`` (written), the error, or
+        ``None`` when it needs none."""
+        backlog = self.lagging.backlog(sink)
+        if not backlog:
+            self.lagging.finished_backfill(sink)
+            return None
+        key = backlog.keys[0]
+        error = self.write(sink, key)
+        if error is None:
+            self._next_probe.pop(sink, None)
+            return True
+        self._next_probe[sink] = time.monotonic() + self.probe_interval_s
+        return error
+
+    def write(self, sink: str, key: BatchKey) -> BaseException | None:
+        """Write batch ``key`` to ``sink`` and mark it; return the failure, if any."""
+        spec = self.specs[sink]
+        try:
+            df, info = self._read(sink, key)
+        except Exception as exc:
+            self.lagging.failed(sink, exc)
+            log.error(
+                "pipeline %s, batch %s, sink %s: cannot read the batch to catch up: %s",
+                self.lagging.pipeline, key[1], sink, exc,
+                extra=batch_fields(self.lagging.pipeline, key[1], sink),
+            )  # fmt: skip
+            return exc
+        routes = BatchRoutes.prepare(df, info, {sink: spec}, [sink], self.target_of)
+        try:
+            given = routes.input_for(sink)
+            batch = Batch(
+                given.df, info, sink, txn_app_id(info.pipeline, sink, info.epoch),
+                _arrow=given.arrow,
+            )  # fmt: skip
+            outcome = SinkRunner(
+                spec.sink, batch, given, self.record, ONE_ATTEMPT, self.hooks
+            ).run()
+        finally:
+            routes.release()
+        if outcome.error is not None:
+            self.lagging.failed(sink, outcome.error)
+            return outcome.error
+        self.lagging.committed(sink, key)
+        log.info(
+            "pipeline %s, batch %s, sink %s: caught up (%s rows)",
+            info.pipeline, info.batch_id, sink,
+            outcome.result.rows if outcome.result else 0,
+            extra=batch_fields(info.pipeline, info.batch_id, sink),
+        )  # fmt: skip
+        return None
+
+    def _read(self, sink: str, key: BatchKey) -> tuple[Any, BatchInfo]:
+        spool = self.lagging.spool
+        spooled = None if spool is None else spool.get(key)
+        if spooled is not None:
+            assert spool is not None
+            return spool.read(self.spark, key), spooled.info()
+        source = self.lagging.sources.get(sink)
+        if source is None:
+            raise LookupError(
+                f"batch {key[1]} (epoch {key[0]}) is neither spooled nor backfillable"
+            )
+        origin = self.specs[sink].lag.backfill_from
+        info = self._origin_info(origin, key) if origin else None
+        return self.spark.createDataFrame(source.read(key)), info or BatchInfo(
+            self.lagging.pipeline, key[1], epoch=key[0]
+        )
+
+    def _origin_info(self, origin: str, key: BatchKey) -> BatchInfo | None:
+        """The backfill batch's context as the source sink's ledger mark recorded it."""
+        entries = self.lagging.ledger.committed_entries(self.lagging.pipeline, key[1], epoch=key[0])
+        for entry in entries:
+            if entry.sink == origin and entry.batch_id == key[1]:
+                return replace(
+                    BatchInfo(self.lagging.pipeline, key[1], entry.query_id, entry.offsets(),
+                              epoch=key[0], batch_timestamp_ms=entry.batch_timestamp_ms),
+                )  # fmt: skip
+        return None

@@ -1,0 +1,229 @@
+"""Which sinks lag, and what each still needs (docs/architecture.md §14).
+
+A sink with ``on_failure="lag"`` that fails after its retries does not fail the batch: the
+batch completes for the other sinks and is spooled for it (:mod:`fanout.spool.table`). From
+then on the sink is *behind*: the batches it needs are the spooled batches recorded as
+needed by it, plus, for a sink with ``backfill_from``, the batches its source holds, each
+minus those its ledger marks already hold. A sink that is behind is not written by the live
+path; the catch-up (:mod:`fanout.steps.catchup`) writes its batches in order and, once it
+has none left, the sink is live again with the next batch.
+
+The ledger marks stay the truth: :class:`Lagging` only caches them (the live path and the
+catch-up update the cache after each mark they write) and the spool's index.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from fanout.contract.lag import SinkLag
+from fanout.contract.sink import BackfillSource
+from fanout.ledger.entry import Ledger, now_utc
+from fanout.sink_spec import SinkSpec
+from fanout.spool.table import BatchKey, Spool
+
+log = logging.getLogger("fanout")
+
+
+@dataclass
+class Backlog:
+    """The batches one sink still needs, in order, and what the spool knows of them."""
+
+    sink: str
+    keys: list[BatchKey]
+    spooled_rows: int = 0
+    spooled: int = 0
+    """How many of :attr:`keys` the spool holds (the others come from a backfill source)."""
+    since: datetime | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.keys)
+
+
+@dataclass
+class Lagging:
+    """The lag state of one pipeline's sinks.
+
+    :param pipeline: the pipeline name.
+    :param specs: every sink's spec (its :class:`fanout.sink_spec.LagPolicy`).
+    :param ledger: where the marks are.
+    :param spool: the pipeline's spool (``None`` when no sink lags or backfills).
+    :param sources: the backfill source of each sink configured with ``backfill_from``.
+    """
+
+    pipeline: str
+    specs: Mapping[str, SinkSpec]
+    ledger: Ledger
+    spool: Spool | None
+    sources: Mapping[str, BackfillSource] = field(default_factory=dict)
+    epoch: int = 0
+    _marks: dict[tuple[str, int], int | None] = field(default_factory=dict, repr=False)
+    _errors: dict[str, str] = field(default_factory=dict, repr=False)
+    _backfilled: set[str] = field(default_factory=set, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    @property
+    def sinks(self) -> list[str]:
+        """The sinks that may be behind: ``on_failure="lag"`` or ``backfill_from``."""
+        return [name for name, spec in self.specs.items() if spec.lag.uses_spool]
+
+    # -- marks -----------------------------------------------------------------------
+
+    def mark(self, sink: str, epoch: int) -> int | None:
+        """The sink's last committed batch of ``epoch`` (cached; read once per epoch)."""
+        with self._lock:
+            if (sink, epoch) not in self._marks:
+                found = self.ledger.last_committed(self.pipeline, [sink], epoch).get(sink)
+                self._marks[(sink, epoch)] = found
+            return self._marks[(sink, epoch)]
+
+    def saw_marks(self, epoch: int, marks: Mapping[str, int | None] | None) -> None:
+        """The marks a batch read with its ledger lookup (never moves a mark back)."""
+        with self._lock:
+            self.epoch = max(self.epoch, epoch)
+            for sink, batch in (marks or {}).items():
+                self._advance(sink, epoch, batch)
+
+    def committed(self, sink: str, key: BatchKey) -> None:
+        """``sink`` marked batch ``key`` (live or caught up)."""
+        with self._lock:
+            self._advance(sink, key[0], key[1])
+            self._errors.pop(sink, None)
+
+    def failed(self, sink: str, error: BaseException) -> None:
+        """``sink``'s last attempt failed (live or in the catch-up)."""
+        with self._lock:
+            self._errors[sink] = f"{type(error).__name__}: {error}"
+
+    def _advance(self, sink: str, epoch: int, batch: int | None) -> None:
+        if batch is None:
+            self._marks.setdefault((sink, epoch), None)
+            return
+        current = self._marks.get((sink, epoch))
+        if current is None or batch > current:
+            self._marks[(sink, epoch)] = batch
+
+    # -- what a sink needs -----------------------------------------------------------
+
+    def backlog(self, sink: str) -> Backlog:
+        """The batches ``sink`` still needs, in batch order."""
+        wanted: dict[BatchKey, None] = {}
+        spooled = {} if self.spool is None else {b.key: b for b in self.spool.needed_by(sink)}
+        for key in spooled:
+            wanted[key] = None
+        for key in self._backfill_keys(sink):
+            wanted[key] = None
+        keys = sorted(k for k in wanted if self._needs(sink, k))
+        held = [spooled[k] for k in keys if k in spooled]
+        if self.spool is not None:  # a backfill batch may be in the spool for another sink
+            held += [b for k in keys if k not in spooled and (b := self.spool.get(k))]
+        return Backlog(
+            sink,
+            keys,
+            spooled_rows=sum(b.rows for b in held),
+            spooled=len(held),
+            since=min((b.spooled_at for b in held), default=None),
+        )
+
+    def _needs(self, sink: str, key: BatchKey) -> bool:
+        done = self.mark(sink, key[0])
+        return done is None or done < key[1]
+
+    def _backfill_keys(self, sink: str) -> list[BatchKey]:
+        source = self.sources.get(sink)
+        if source is None or sink in self._backfilled:
+            return []
+        origin = self.specs[sink].lag.backfill_from
+        assert origin is not None
+        epochs = list(range(self.epoch + 1))
+        if all(self._caught_up_with(sink, origin, e) for e in epochs):
+            return []
+        return [k for k in source.batches(epochs) if self._needs(sink, k)]
+
+    def _caught_up_with(self, sink: str, origin: str, epoch: int) -> bool:
+        theirs = self.mark(origin, epoch)
+        mine = self.mark(sink, epoch)
+        return theirs is None or (mine is not None and mine >= theirs)
+
+    def finished_backfill(self, sink: str) -> None:
+        """``sink`` has no backfill batch left: stop asking its source (a later miss is
+        spooled like any lagging sink's)."""
+        with self._lock:
+            if sink in self.sources:
+                self._backfilled.add(sink)
+
+    # -- what observers and status see ----------------------------------------------
+
+    def lag_of(self, sink: str, backlog: Backlog | None = None) -> SinkLag:
+        """``sink``'s state: live, lagging (last attempt failed) or catching up."""
+        backlog = self.backlog(sink) if backlog is None else backlog
+        if not backlog:
+            return SinkLag(sink, "live")
+        with self._lock:
+            error = self._errors.get(sink)
+        return SinkLag(
+            sink,
+            "lagging" if error else "catching_up",
+            batches=len(backlog.keys),
+            rows=backlog.spooled_rows,
+            since=backlog.since,
+            error=error,
+        )
+
+    def lags(self) -> dict[str, SinkLag]:
+        """Every lag-capable sink's state."""
+        return {name: self.lag_of(name) for name in self.sinks}
+
+    # -- the spool's upkeep ----------------------------------------------------------
+
+    def held_by_all(self) -> list[BatchKey]:
+        """Spooled batches every sink that needed them has committed (or that no
+        configured sink needs any more)."""
+        if self.spool is None:
+            return []
+        done = []
+        for batch in self.spool.batches():
+            needing = [s for s in batch.needed_by if s in self.specs]
+            if all(not self._needs(s, batch.key) for s in needing):
+                done.append(batch.key)
+        return done
+
+    def release_held(self) -> int:
+        """Remove from the spool the batches no sink needs any more."""
+        if self.spool is None:
+            return 0
+        keys = self.held_by_all()
+        removed = self.spool.remove(keys)
+        if removed:
+            log.info(
+                "pipeline %s: removed %s batch(es) every sink holds from the spool",
+                self.pipeline,
+                removed,
+            )
+        return removed
+
+
+def over_limit(
+    spec: SinkSpec, backlog: Backlog, adding: int, now: datetime | None = None
+) -> str | None:
+    """Why ``backlog`` (plus ``adding`` batches about to be spooled) passes the sink's
+    ``max_lag``, or ``None``. Only spooled batches count: a backfill source's batches do
+    not grow the spool."""
+    policy = spec.lag
+    count = backlog.spooled + adding
+    if policy.max_lag_batches is not None and count > policy.max_lag_batches:
+        return f"{count} batches > {policy.max_lag_batches}"
+    if policy.max_lag_s is not None and backlog.since is not None:
+        age = ((now or now_utc()) - backlog.since).total_seconds()
+        if age > policy.max_lag_s:
+            return f"oldest missed batch {age:.0f} s old > {policy.max_lag_s:g} s"
+    return None
+
+
+def sinks_in(names: Iterable[str], specs: Mapping[str, SinkSpec]) -> list[str]:
+    """The lag-capable sinks among ``names``."""
+    return [n for n in names if specs[n].lag.uses_spool]

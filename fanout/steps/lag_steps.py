@@ -1,0 +1,153 @@
+"""The steps of a batch for sinks that lag (docs/architecture.md §14): before the write,
+hold back the sinks that are behind (3b); after it, let a lag-policy sink's failure lag
+instead of failing the batch, and spool the batch for every sink that still needs it (6b).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from fanout.contract.sink import BackfillSource
+from fanout.errors import ConfigurationError, LagLimitError
+from fanout.ledger.entry import now_utc
+from fanout.observe.logs import batch_fields
+from fanout.sink_spec import SinkSpec
+from fanout.spool.table import Spool
+from fanout.steps.catchup import CatchUp
+from fanout.steps.lag import Backlog, Lagging, over_limit, sinks_in
+from fanout.steps.state import BatchState
+
+log = logging.getLogger("fanout")
+
+
+def check_spool(pipeline: str, specs: Mapping[str, SinkSpec], path: str | None) -> Spool | None:
+    """The pipeline's spool; a :class:`fanout.ConfigurationError` when a sink lags or
+    backfills and no spool is given."""
+    users = [name for name, spec in specs.items() if spec.lag.uses_spool]
+    if users and path is None:
+        raise ConfigurationError(
+            f"pipeline {pipeline!r}: sink(s) {', '.join(map(repr, users))} have "
+            "on_failure='lag' or backfill_from, which keep missed batches in a spool: pass "
+            "FanOut(spool=<path>) (in a pipeline file: pipeline.spool)"
+        )
+    return None if path is None else Spool(str(path), pipeline)
+
+
+def check_spooled_sinks(pipeline: str, specs: Mapping[str, SinkSpec], spool: Spool) -> None:
+    """Refuse to start when the spool holds batches for a sink that no longer lags: it
+    would skip them."""
+    for batch in spool.batches():
+        for sink in sorted(batch.needed_by):
+            if sink in specs and not specs[sink].lag.uses_spool:
+                raise ConfigurationError(
+                    f"pipeline {pipeline!r}: sink {sink!r} still needs batches from the spool "
+                    f"at {spool.path} (the oldest: batch {batch.batch_id}) but no longer has "
+                    "on_failure='lag'; it would skip them. Keep on_failure='lag' until "
+                    "`fanout status` shows it live."
+                )
+
+
+def backfill_sources(pipeline: str, specs: Mapping[str, SinkSpec]) -> dict[str, BackfillSource]:
+    """Each ``backfill_from`` sink's source, checked: another sink of the pipeline, with
+    no route, whose target can give back its batches (an append-mode Delta sink)."""
+    sources: dict[str, BackfillSource] = {}
+    for name, spec in specs.items():
+        origin = spec.lag.backfill_from
+        if origin is None:
+            continue
+        where = f"pipeline {pipeline!r}, sink {name!r}: backfill_from={origin!r}"
+        if origin == name or origin not in specs:
+            raise ConfigurationError(
+                f"{where} must name another sink of the pipeline (sinks: "
+                f"{', '.join(n for n in specs if n != name)})"
+            )
+        if not specs[origin].route.is_identity:
+            raise ConfigurationError(f"{where}: that sink has a where/select route, so it "
+                                     "does not hold every batch's rows")  # fmt: skip
+        source = specs[origin].sink.backfill_source(pipeline)
+        if source is None:
+            raise ConfigurationError(
+                f"{where}: a {type(specs[origin].sink).__name__} cannot give back its batches "
+                "(backfill needs an append-mode Delta sink)"
+            )
+        sources[name] = source
+    return sources
+
+
+def hold_back(
+    state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec], catchup: CatchUp
+) -> None:
+    """Step 3b: take out of ``state.pending`` every sink still behind (its batches come
+    from the catch-up, in order); one past its ``max_lag`` is drained here first, and
+    stops the query with :class:`fanout.LagLimitError` if it cannot catch up."""
+    if not lagging.sinks:
+        return
+    lagging.saw_marks(state.info.epoch, state.marks)
+    key = (state.info.epoch, state.batch_id)
+    for name in sinks_in(list(state.pending), specs):
+        backlog = lagging.backlog(name)
+        if not backlog:
+            continue
+        adding = 0 if key in backlog.keys else 1
+        if over_limit(specs[name], backlog, adding):
+            backlog = _drain_to_limit(state, lagging, specs[name], catchup, adding)
+            if not backlog:
+                continue  # caught up in full: live again with this batch
+        state.pending.remove(name)
+        state.lagging[name] = backlog
+
+
+def _drain_to_limit(
+    state: BatchState, lagging: Lagging, spec: SinkSpec, catchup: CatchUp, adding: int
+) -> Backlog:
+    name = spec.name
+    log.warning(
+        "pipeline %s, batch %s: sink %r reached its max_lag (%s); catching up before this batch",
+        state.info.pipeline, state.batch_id, name, spec.lag.describe_limit(),
+        extra=batch_fields(state.info.pipeline, state.batch_id, name),
+    )  # fmt: skip
+    error = catchup.drain(name, until=lambda: not over_limit(spec, lagging.backlog(name), adding))
+    backlog = lagging.backlog(name)
+    reason = over_limit(spec, backlog, adding)
+    if reason is None:
+        return backlog
+    since = "unknown" if backlog.since is None else f"{backlog.since:%Y-%m-%d %H:%M:%S} UTC"
+    cause = "it has not recovered" if error is None else f"{type(error).__name__}: {error}"
+    raise LagLimitError(
+        state.info.pipeline, name, len(backlog.keys), backlog.spooled_rows, since,
+        f"{spec.lag.describe_limit()}; now {reason}", cause,
+    )  # fmt: skip
+
+
+def spool_for_lagging(state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec]) -> None:
+    """Step 6b: a lag-policy sink that failed lags instead of failing the batch; then the
+    batch is spooled, once, for every sink that did not write it and needs it, before
+    ``FanOut`` returns (so Spark commits it only once it is safe in the spool)."""
+    key = (state.info.epoch, state.batch_id)
+    for name in state.results:
+        if specs[name].lag.uses_spool:
+            lagging.committed(name, key)
+    for name in [n for n in state.failures if specs[n].lag.lags]:
+        error = state.failures.pop(name)
+        state.lagged[name] = error
+        lagging.failed(name, error)
+        log.warning(
+            "pipeline %s, batch %s: sink %r failed after its retries and lags "
+            "(on_failure='lag'); the other sinks go on, and its batches wait in the spool "
+            "until it catches up, in order: %s",
+            state.info.pipeline, state.batch_id, name, error,
+            extra=batch_fields(state.info.pipeline, state.batch_id, name),
+        )  # fmt: skip
+    needed = set(state.lagged) | set(state.lagging)
+    for name in list(needed):
+        origin = specs[name].lag.backfill_from
+        if (
+            name in state.lagging
+            and origin is not None
+            and name in lagging.sources
+            and (origin in state.results or origin in state.skipped)
+        ):
+            needed.discard(name)  # its backfill source holds the batch
+    if needed and lagging.spool is not None:
+        state.spooled = lagging.spool.add(state.df, state.info, needed, now_utc()).key
