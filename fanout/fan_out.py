@@ -27,7 +27,7 @@ from fanout.contract.lag import SinkLag, SpoolSize
 from fanout.contract.names import check_name
 from fanout.contract.sink import Sink, SinkContext, SinkResult
 from fanout.deadletters.target import resolve_target
-from fanout.errors import BatchFailedError, ConfigurationError, FanoutError
+from fanout.errors import BatchFailedError, ConfigurationError, FanoutError, TransientSinkError
 from fanout.hooks.caller import HookCaller
 from fanout.hooks.registry import load_registry
 from fanout.ledger.delta import DeltaLedger
@@ -197,6 +197,16 @@ class FanOut:
             register_secrets(sink.secret_values())  # masked in every redacting log handler
             try:
                 sink.open(context)
+            except TransientSinkError as exc:
+                if not spec.lag.lags:
+                    raise ConfigurationError(str(exc)) from exc
+                self._unopened[spec.name] = (context, exc)  # it starts behind; see Lagging
+                log.warning(
+                    "pipeline %s: sink %r cannot be reached (%s); with on_failure='lag' the "
+                    "pipeline starts without it and it catches up once it can be opened",
+                    self.pipeline, sink.name, exc,
+                    extra=batch_fields(self.pipeline, sink=sink.name),
+                )  # fmt: skip
             except FanoutError:
                 raise
             except Exception as exc:
@@ -249,7 +259,7 @@ class FanOut:
         """
         state = self._admission.admit(df, info, self.sinks)  # 2. guard
         plan(state, self.ledger, self.sinks)  # 3. plan
-        hold_back(state, self.lagging, self.specs, self.catchup)  # 3b. sinks behind wait
+        hold_back(state, self.lagging, self.specs, self.catchup, self._record)  # 3b. behind
         self._announce(state)
         if state.pending or state.lagging:
             try:

@@ -227,22 +227,18 @@ def render(statuses: Sequence[SinkStatus], *, wide: bool = False) -> str:
     if wide:
         return _wide(statuses)
     failing = sum(1 for s in statuses if s.failed_attempts)
-    names = _fit_names(statuses)
-    table = format_table(
-        ["pipeline", "sink", "state", "last batch", "rows (total)", "failed", "last commit (UTC)"],
-        [
-            [
-                pipeline,
-                sink,
-                s.describe_state(),
-                s.last_committed_batch,
-                s.rows_total,
-                s.failed_attempts,
-                _time(s),
-            ]
-            for s, (pipeline, sink) in zip(statuses, names, strict=True)
-        ],
-    )
+    show_state = any(s.state != "live" for s in statuses)
+    names = _fit_names(statuses, show_state)
+    headers = ["pipeline", "sink", "last batch", "rows (total)", "failed", "last commit (UTC)"]
+    rows = [
+        [pipeline, sink, s.last_committed_batch, s.rows_total, s.failed_attempts, _time(s)]
+        for s, (pipeline, sink) in zip(statuses, names, strict=True)
+    ]
+    if show_state:  # a sink behind, or stopped: say so (a table of live sinks stays as it was)
+        headers.insert(2, "state")
+        for row, s in zip(rows, statuses, strict=True):
+            row.insert(2, s.describe_state())
+    table = format_table(headers, rows)
     if failing:
         table += (
             f"\n\n{failing} sink{' has' if failing == 1 else 's have'} failed attempts; "
@@ -251,10 +247,12 @@ def render(statuses: Sequence[SinkStatus], *, wide: bool = False) -> str:
     return table
 
 
-def _fit_names(statuses: Sequence[SinkStatus]) -> list[tuple[str, str]]:
+def _fit_names(statuses: Sequence[SinkStatus], show_state: bool) -> list[tuple[str, str]]:
     """Pipeline and sink names, shortened (each to the same share) only when the narrow
     table would otherwise be wider than :data:`WIDTH`."""
     others = 10 + 12 + 6 + 19 + 2 * 5  # the fixed columns and the six columns' gaps
+    if show_state:
+        others += 2 + max(len("state"), *(len(s.describe_state()) for s in statuses))
     pipeline_width = max(len("pipeline"), *(len(s.pipeline) for s in statuses))
     sink_width = max(len("sink"), *(len(s.sink) for s in statuses))
     room = WIDTH - others

@@ -162,6 +162,9 @@ class CatchUp:
     def write(self, sink: str, key: BatchKey) -> BaseException | None:
         """Write batch ``key`` to ``sink`` and mark it; return the failure, if any."""
         spec = self.specs[sink]
+        unopened = self.lagging.reopen(sink)
+        if unopened is not None:
+            return unopened
         try:
             df, info = self._read(sink, key)
         except Exception as exc:

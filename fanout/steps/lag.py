@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from fanout.contract.lag import SinkLag
-from fanout.contract.sink import BackfillSource
+from fanout.contract.sink import BackfillSource, SinkContext
 from fanout.ledger.entry import Ledger, now_utc
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey, Spool
@@ -60,6 +60,9 @@ class Lagging:
     ledger: Ledger
     spool: Spool | None
     sources: Mapping[str, BackfillSource] = field(default_factory=dict)
+    unopened: dict[str, tuple[SinkContext, BaseException]] = field(default_factory=dict)
+    """Lag-policy sinks whose ``open`` failed with a transient error: behind until
+    :meth:`reopen` succeeds."""
     epoch: int = 0
     _marks: dict[tuple[str, int], int | None] = field(default_factory=dict, repr=False)
     _errors: dict[str, str] = field(default_factory=dict, repr=False)
@@ -106,6 +109,24 @@ class Lagging:
         current = self._marks.get((sink, epoch))
         if current is None or batch > current:
             self._marks[(sink, epoch)] = batch
+
+    def reopen(self, sink: str) -> BaseException | None:
+        """Open a sink that could not be opened when the pipeline started; ``None`` once
+        it is open (now or before), else the error."""
+        with self._lock:
+            entry = self.unopened.get(sink)
+            if entry is None:
+                return None
+            context, _ = entry
+            try:
+                self.specs[sink].sink.open(context)
+            except Exception as exc:
+                self.unopened[sink] = (context, exc)
+                self._errors[sink] = f"{type(exc).__name__}: {exc}"
+                return exc
+            del self.unopened[sink]
+            log.info("pipeline %s: sink %r is reachable again and open", self.pipeline, sink)
+            return None
 
     # -- what a sink needs -----------------------------------------------------------
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from fanout.contract.batch import Batch, txn_app_id
 from fanout.contract.sink import BackfillSource
 from fanout.errors import ConfigurationError, LagLimitError
 from fanout.ledger.entry import now_utc
@@ -16,6 +17,7 @@ from fanout.sink_spec import SinkSpec
 from fanout.spool.table import Spool
 from fanout.steps.catchup import CatchUp
 from fanout.steps.lag import Backlog, Lagging, over_limit, sinks_in
+from fanout.steps.record import Recorder
 from fanout.steps.state import BatchState
 
 log = logging.getLogger("fanout")
@@ -76,16 +78,27 @@ def backfill_sources(pipeline: str, specs: Mapping[str, SinkSpec]) -> dict[str, 
 
 
 def hold_back(
-    state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec], catchup: CatchUp
+    state: BatchState,
+    lagging: Lagging,
+    specs: Mapping[str, SinkSpec],
+    catchup: CatchUp,
+    record: Recorder,
 ) -> None:
     """Step 3b: take out of ``state.pending`` every sink still behind (its batches come
     from the catch-up, in order); one past its ``max_lag`` is drained here first, and
-    stops the query with :class:`fanout.LagLimitError` if it cannot catch up."""
+    stops the query with :class:`fanout.LagLimitError` if it cannot catch up. A lag-policy
+    sink that could not be opened yet is tried once; still closed, it misses the batch."""
     if not lagging.sinks:
         return
     lagging.saw_marks(state.info.epoch, state.marks)
     key = (state.info.epoch, state.batch_id)
     for name in sinks_in(list(state.pending), specs):
+        if name in lagging.unopened and (error := lagging.reopen(name)) is not None:
+            state.pending.remove(name)
+            state.lagged[name] = error
+            batch = Batch(state.df, state.info, name, txn_app_id(state.info.pipeline, name, key[0]))
+            record.failed(batch, 1, now_utc(), 0.0, error)
+            continue
         backlog = lagging.backlog(name)
         if not backlog:
             continue
@@ -129,8 +142,8 @@ def spool_for_lagging(state: BatchState, lagging: Lagging, specs: Mapping[str, S
         if specs[name].lag.uses_spool:
             lagging.committed(name, key)
     for name in [n for n in state.failures if specs[n].lag.lags]:
-        error = state.failures.pop(name)
-        state.lagged[name] = error
+        state.lagged[name] = state.failures.pop(name)
+    for name, error in state.lagged.items():
         lagging.failed(name, error)
         log.warning(
             "pipeline %s, batch %s: sink %r failed after its retries and lags "

@@ -1,6 +1,9 @@
 """The pipeline under chaos, run as a subprocess so it can be SIGKILLed.
 
-usage: python -m tests.chaos.chaos_driver WORKDIR PG_URL BOOTSTRAP [--kill JSON]
+usage: python -m tests.chaos.chaos_driver WORKDIR PG_URL BOOTSTRAP [--kill JSON] [--lag]
+
+With ``--lag`` the PostgreSQL sink has ``on_failure="lag"`` (its server flaps in the lag
+chaos runs) and the run ends by catching up whatever the sink still misses.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for te
 from fanout import FanOut
 from fanout.spark import local_session
 from tests.chaos.killer import ChaosKiller, KillPlan
-from tests.integration.streams import run_stream
+from tests.chaos.lag_input import LAG_SCHEMA
+from tests.integration.streams import SCHEMA, run_stream
 
 PIPELINE = "chaos"
 PG_TABLE = "chaos_orders"
@@ -23,12 +27,14 @@ TOPIC = "chaos-orders"
 SINKS = ("lake", "pg", "bus")
 
 
-def sinks(workdir: Path, pg_url: str, bootstrap: str) -> list[dict[str, object]]:
-    """Delta (append), PostgreSQL (upsert) and Kafka (transactional)."""
+def sinks(workdir: Path, pg_url: str, bootstrap: str, lag: bool = False) -> list[dict[str, object]]:
+    """Delta (append), PostgreSQL (upsert; lagging alone with ``lag``) and Kafka
+    (transactional)."""
+    policy = {"on_failure": "lag", "retries": 0} if lag else {}
     return [
         {"type": "delta", "name": "lake", "path": str(workdir / "lake")},
         {"type": "postgres", "name": "pg", "url": pg_url, "table": PG_TABLE,
-         "keys": ["order_id"], "create_table": True, "partitions": 4},
+         "keys": ["order_id"], "create_table": True, "partitions": 4, **policy},
         {"type": "kafka", "name": "bus", "bootstrap_servers": bootstrap, "topic": TOPIC,
          "key": "order_id", "partitions": 4},
     ]  # fmt: skip
@@ -41,17 +47,25 @@ def main() -> None:
     parser.add_argument("pg_url")
     parser.add_argument("bootstrap")
     parser.add_argument("--kill", help="a KillPlan as JSON")
+    parser.add_argument("--lag", action="store_true", help="the PostgreSQL sink lags alone")
     args = parser.parse_args()
     plugins = [ChaosKiller(KillPlan(**json.loads(args.kill)))] if args.kill else []
     spark = local_session("fanout-chaos", conf={"spark.sql.shuffle.partitions": "4"})
     fan = FanOut(
         PIPELINE,
         str(args.workdir / "ledger"),
-        sinks(args.workdir, args.pg_url, args.bootstrap),
+        sinks(args.workdir, args.pg_url, args.bootstrap, args.lag),
         plugins=plugins,
         backoff_s=0.2,
+        spool=str(args.workdir / "spool") if args.lag else None,
+        probe_interval_s=0.3,
     )
-    run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint")
+    schema = LAG_SCHEMA if args.lag else SCHEMA
+    run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint", schema)
+    if args.lag:
+        lags = fan.catch_up(timeout_s=120)
+        print("LAGS " + json.dumps({name: lag.batches for name, lag in lags.items()}), flush=True)
+    fan.close()
     spark.stop()
 
 

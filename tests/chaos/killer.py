@@ -8,7 +8,10 @@ Faults come only through fanout's lifecycle hooks, like any observer plugin. Poi
 - ``sink_done``: after a sink's write, before its ledger mark;
 - ``ledger_commit``: a timer started at ``fanout_sink_done`` fires ``delay_s`` later, in the
   few milliseconds of the ledger commit that follows;
-- ``batch_end``: after every mark, before Spark's commit log.
+- ``batch_end``: after every mark, before Spark's commit log;
+- ``catchup_writing`` / ``catchup_done`` (lag mode): while the catch-up writes one of
+  ``sink``'s missed batches (a timer), or after that write and before its mark; ``batch_id``
+  is then the first live batch from which the kill may fire.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import SinkResult
 
 POINTS = ("batch_start", "sink_writing", "sink_done", "ledger_commit", "batch_end")
-SINK_POINTS = ("sink_writing", "sink_done", "ledger_commit")
+SINK_POINTS = ("sink_writing", "sink_done", "ledger_commit", "catchup_writing", "catchup_done")
+CATCHUP_POINTS = ("catchup_writing", "catchup_done")
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ class KillPlan:
         where = f" of {self.sink}" if self.sink else ""
         delay = (
             f" +{self.delay_s * 1000:.0f}ms"
-            if self.point in ("sink_writing", "ledger_commit")
+            if self.point in ("sink_writing", "ledger_commit", "catchup_writing")
             else ""
         )
         return f"{self.point}{where} @ batch {self.batch_id}{delay}"
@@ -59,9 +63,18 @@ class ChaosKiller:
 
     def __init__(self, plan: KillPlan) -> None:
         self.plan = plan
+        self.live: int | None = None  # the live batch (catch-up writes are of older ones)
 
     def _hit(self, info: BatchInfo, point: str, sink: str | None = None) -> bool:
         plan = self.plan
+        if point in CATCHUP_POINTS:
+            return (
+                plan.point == point
+                and plan.sink == sink
+                and self.live is not None
+                and self.live >= plan.batch_id
+                and info.batch_id < self.live
+            )
         return plan.point == point and plan.batch_id == info.batch_id and plan.sink == sink
 
     def _later(self) -> None:
@@ -74,13 +87,14 @@ class ChaosKiller:
         self, info: BatchInfo, pending: Sequence[str], skipped: Sequence[str]
     ) -> None:
         """Before any sink writes."""
+        self.live = info.batch_id
         if self._hit(info, "batch_start"):
             die(self.plan.describe())
 
     @hookimpl
     def fanout_sink_start(self, info: BatchInfo, sink: str, attempt: int) -> None:
         """Arm the timer that fires while the sink writes."""
-        if self._hit(info, "sink_writing", sink):
+        if self._hit(info, "sink_writing", sink) or self._hit(info, "catchup_writing", sink):
             self._later()
 
     @hookimpl
@@ -88,7 +102,7 @@ class ChaosKiller:
         self, info: BatchInfo, sink: str, result: SinkResult, duration_s: float
     ) -> None:
         """After the write, before the mark (or arm the timer that fires during the mark)."""
-        if self._hit(info, "sink_done", sink):
+        if self._hit(info, "sink_done", sink) or self._hit(info, "catchup_done", sink):
             die(self.plan.describe())
         if self._hit(info, "ledger_commit", sink):
             self._later()

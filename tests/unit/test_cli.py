@@ -67,7 +67,7 @@ def test_status_per_sink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
     assert main(["status", "--ledger", str(tmp_path / "ledger"), "--wide"]) == 0
     table = capsys.readouterr().out
-    assert "orders    bronze  2" in table and "other     x       0" in table
+    assert "orders    bronze  live" in table and "other     x       live" in table
     assert "dead letters" in table
     assert (
         main(["status", "--ledger", str(tmp_path / "ledger"), "--pipeline", "other", "--json"]) == 0

@@ -171,6 +171,10 @@ class PostgresSink(PartitionedSink):
         except (ConfigurationError, SchemaMismatchError):
             raise
         except Exception as exc:
+            if self.is_transient(exc):  # unreachable, not misconfigured
+                raise TransientSinkError(
+                    f"sink {self.name!r}: cannot open: {self._clean(exc)}", sink=self.name
+                ) from None
             raise self._error(f"cannot open: {self._clean(exc)}") from None
         finally:
             engine.dispose()
