@@ -142,6 +142,7 @@ class FanOut:
         if probe_interval_s <= 0:
             raise ConfigurationError(f"pipeline {pipeline!r}: probe_interval_s must be > 0")
         self.spool = check_spool(self.pipeline, self.specs, spool)
+        self._unopened: dict[str, tuple[SinkContext, BaseException]] = {}
         self._spark = self._open(spark)
         self.lagging = Lagging(
             self.pipeline,
@@ -149,6 +150,7 @@ class FanOut:
             self.ledger,
             self.spool,
             backfill_sources(self.pipeline, self.specs),
+            unopened=self._unopened,
         )
         self.catchup = CatchUp(
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,

@@ -10,8 +10,8 @@ Faults come only through fanout's lifecycle hooks, like any observer plugin. Poi
   few milliseconds of the ledger commit that follows;
 - ``batch_end``: after every mark, before Spark's commit log;
 - ``catchup_writing`` / ``catchup_done`` (lag mode): while the catch-up writes one of
-  ``sink``'s missed batches (a timer), or after that write and before its mark; ``batch_id``
-  is then the first live batch from which the kill may fire.
+  ``sink``'s missed batches (a timer), or after that write and before its mark (a write
+  of a batch older than the live one, or of any batch before a live one started).
 """
 
 from __future__ import annotations
@@ -67,13 +67,11 @@ class ChaosKiller:
 
     def _hit(self, info: BatchInfo, point: str, sink: str | None = None) -> bool:
         plan = self.plan
-        if point in CATCHUP_POINTS:
+        if point in CATCHUP_POINTS:  # a write of an older batch than the live one
             return (
                 plan.point == point
                 and plan.sink == sink
-                and self.live is not None
-                and self.live >= plan.batch_id
-                and info.batch_id < self.live
+                and (self.live is None or info.batch_id < self.live)
             )
         return plan.point == point and plan.batch_id == info.batch_id and plan.sink == sink
 

@@ -99,12 +99,26 @@ def run_lag_chaos(
     ]
     repo = Path(__file__).resolve().parents[2]
     misses = 0
+    behind = False  # whether the PostgreSQL sink may have batches waiting in the spool
     while len(report.kills) < kills:
         point = (
             LAG_POINTS[len(report.kills) % len(LAG_POINTS)]
             if rng.random() < 0.7
             else rng.choice(LAG_POINTS)
         )
+        if point.startswith("catchup") and not behind:
+            # nothing to catch up: first a run, unkilled, of new input while the server
+            # is down, which leaves the sink behind by that many batches
+            more = files // 4 or 1
+            rows += write_lag_input(workdir / "input", more, start_file=files)
+            files += more
+            _flap(server, "down", rng)
+            prep = subprocess.run(driver, cwd=repo, capture_output=True, text=True, timeout=600)
+            report.runs += 1
+            if prep.returncode != 0:
+                raise RuntimeError(f"driver failed ({prep.returncode}):\n{prep.stderr[-4000:]}")
+            behind = True
+            say(f"run {report.runs}: {more} batch(es) while the server is down")
         mode = "up" if point.startswith("catchup") else rng.choice(SERVER_MODES)
         plan = draw_lag_plan(rng, point, high_water(workdir) + 1, files - 1)
         timer = _flap(server, mode, rng)
@@ -115,6 +129,10 @@ def run_lag_chaos(
         if timer is not None:
             timer.cancel()
         report.runs += 1
+        if mode != "up":
+            behind = True
+        elif done.returncode == 0:
+            behind = False  # the run ended with the server up and caught up
         if done.returncode == KILLED:
             report.kills.append(f"{plan.describe()} [pg {mode}]")
             say(f"kill {len(report.kills)}/{kills}: {plan.describe()} [pg {mode}] "
@@ -168,8 +186,9 @@ def check_lag_sinks(
         duplicated=0,  # a primary key: an upsert cannot duplicate; wrong values show order
         wrong=sum(1 for k, row in table.items() if k in final and row != final[k]),
     )
+    records, stuck = kafka_rows(bootstrap, TOPIC, sum(expected.values()))
     return [
         appended("lake (delta)", delta_rows(workdir / "lake")),
         pg,
-        appended("bus (kafka)", kafka_rows(bootstrap, TOPIC, sum(expected.values()))),
+        appended("bus (kafka)" + (" LSO stuck: uncommitted read" if stuck else ""), records),
     ]

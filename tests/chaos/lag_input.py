@@ -67,9 +67,15 @@ def postgres_rows(url: str, table: str) -> dict[int, dict[str, Any]]:
         return {int(r["order_id"]): dict(r) for r in cur.fetchall()}
 
 
-def kafka_rows(bootstrap: str, topic: str, expected: int) -> list[dict[str, Any]]:
-    """Every record value a read_committed consumer (another process) reads."""
-    from kafkatools import read_topic
+def kafka_rows(bootstrap: str, topic: str, expected: int) -> tuple[list[dict[str, Any]], bool]:
+    """Every record value a read_committed consumer (another process) reads, and whether
+    the broker's last stable offset stuck (Tansu, see plugins/fanout-kafka/README.md):
+    then the values are those a read_uncommitted consumer reads, which also shows records
+    of aborted transactions (Tansu shows those to read_committed readers too)."""
+    from kafkatools import _consume
 
-    records = read_topic(bootstrap, topic, expected, timeout=60)
-    return [json.loads(r["value"]) for r in records]
+    result = _consume(bootstrap, topic, expected, 60.0, 1.0)
+    stuck = bool(result["timed_out"]) and len(result["records"]) < expected
+    if stuck:
+        result = _consume(bootstrap, topic, expected, 60.0, 1.0, "--uncommitted")
+    return [json.loads(r["value"]) for r in result["records"]], stuck

@@ -173,7 +173,7 @@ class PostgresSink(PartitionedSink):
         except Exception as exc:
             if self.is_transient(exc):  # unreachable, not misconfigured
                 raise TransientSinkError(
-                    f"sink {self.name!r}: cannot open: {self._clean(exc)}", sink=self.name
+                    f"cannot open: {self._clean(exc)}", sink=self.name
                 ) from None
             raise self._error(f"cannot open: {self._clean(exc)}") from None
         finally:
