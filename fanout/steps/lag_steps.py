@@ -139,8 +139,7 @@ def spool_for_lagging(state: BatchState, lagging: Lagging, specs: Mapping[str, S
     ``FanOut`` returns (so Spark commits it only once it is safe in the spool)."""
     key = (state.info.epoch, state.batch_id)
     for name in state.results:
-        if specs[name].lag.uses_spool:
-            lagging.committed(name, key)
+        lagging.committed(name, key)  # a backfill source's marks count too
     for name in [n for n in state.failures if specs[n].lag.lags]:
         state.lagged[name] = state.failures.pop(name)
     for name, error in state.lagged.items():

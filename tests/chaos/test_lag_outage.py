@@ -141,3 +141,65 @@ def test_postgres_outage_lags_alone_and_catches_up_in_order(spark: Any, tmp_path
     finally:
         kafka.stop()
         server.stop()
+
+
+def test_past_max_lag_the_query_stops_naming_the_sink_and_restarts_without_loss(
+    spark: Any, tmp_path: Path
+) -> None:
+    import pytest
+    from fanout_postgres.embedded import EmbeddedPostgres
+    from pyspark.errors import StreamingQueryException
+
+    rows = write_lag_input(tmp_path / "input", 6)
+    server = EmbeddedPostgres(tmp_path / "pgdata", database="maxlag")
+    pg_url = server.start()
+
+    def fan(plugins: list[object]) -> FanOut:
+        return FanOut(
+            "maxlag",
+            str(tmp_path / "ledger"),
+            [
+                {"type": "delta", "name": "lake", "path": str(tmp_path / "lake")},
+                {
+                    "type": "postgres",
+                    "name": "pg",
+                    "url": pg_url,
+                    "table": "maxlag_orders",
+                    "keys": ["order_id"],
+                    "create_table": True,
+                    "partitions": 2,
+                    "on_failure": "lag",
+                    "max_lag": 2,
+                    "retries": 0,
+                },
+            ],
+            spool=str(tmp_path / "spool"),
+            probe_interval_s=60,  # no probe in between: only the limit's own attempt
+            plugins=plugins,
+        )
+
+    try:
+        down = Outage(server, 1, 99, str(tmp_path / "ledger"), str(tmp_path / "spool"))
+        with pytest.raises(StreamingQueryException) as stopped:
+            run_stream(spark, tmp_path / "input", fan([down]), tmp_path / "ckpt", LAG_SCHEMA)
+        message = str(stopped.value)
+        assert "LagLimitError" in message, message
+        assert "sink 'pg' is 2 batch(es) / 40 row(s) behind" in message, message
+        assert "past its max_lag (2 batches; now 3 batches > 2)" in message, message
+        # batches 1 and 2 committed in Spark (pg lagging), batch 3 stopped the query
+        commits = sorted(int(p.name) for p in (tmp_path / "ckpt" / "commits").iterdir()
+                         if p.name.isdigit())  # fmt: skip
+        assert commits == [0, 1, 2]
+
+        server.start()  # the sink is back: the restart catches up first, then goes on
+        again = fan([])
+        run_stream(spark, tmp_path / "input", again, tmp_path / "ckpt", LAG_SCHEMA)
+        again.catch_up(timeout_s=60)
+        again.close()
+        assert postgres_rows(pg_url, "maxlag_orders") == final_state(rows)
+        assert versions(delta_rows(tmp_path / "lake")) == versions(rows)
+        marks = [r for r in delta_rows(tmp_path / "ledger") if r["status"] == "committed"]
+        assert sorted(r["batch_id"] for r in marks if r["sink"] == "pg") == list(range(6))
+        assert sorted(r["batch_id"] for r in marks if r["sink"] == "lake") == list(range(6))
+    finally:
+        server.stop()

@@ -1,0 +1,78 @@
+"""A sink added to a running pipeline with ``backfill_from`` receives every batch the
+named Delta sink holds, in batch order, then the live ones, exactly once, also when the
+driver is SIGKILLed during the backfill (a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from tests.chaos.backfill_driver import PG_TABLE, PIPELINE
+from tests.chaos.harness import KILLED
+from tests.chaos.killer import KillPlan
+from tests.chaos.lag_input import final_state, postgres_rows, versions, write_lag_input
+from tests.integration.streams import delta_rows
+
+REPO = Path(__file__).resolve().parents[2]
+BEFORE, AFTER = 5, 3  # batches before the sink is added, and after
+KILLS = (
+    KillPlan("catchup_done", 0, "pg"),  # backfilled batch 0 written, not marked
+    KillPlan("catchup_writing", 0, "pg", 0.15),  # while writing a backfilled batch
+    KillPlan("catchup_done", 0, "pg"),  # the next one, after the restart
+)
+
+
+def _run(workdir: Path, pg_url: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "tests.chaos.backfill_driver", str(workdir), pg_url, *flags]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_a_new_sink_backfills_from_the_delta_sink_then_goes_live_through_kills(
+    tmp_path: Path,
+) -> None:
+    from fanout_postgres.embedded import EmbeddedPostgres
+
+    work = tmp_path / "work"
+    rows = write_lag_input(work / "input", BEFORE)
+    server = EmbeddedPostgres(tmp_path / "pgdata", database="grows")
+    pg_url = server.start()
+    try:
+        first = _run(work, pg_url, "--before")
+        assert first.returncode == 0, first.stderr[-3000:]
+        rows += write_lag_input(work / "input", AFTER, start_file=BEFORE)
+
+        for plan in KILLS:  # the sink is added; each run dies during its backfill
+            killed = _run(work, pg_url, "--after", "--kill", json.dumps(asdict(plan)))
+            assert killed.returncode == KILLED, (plan, killed.stderr[-3000:])
+        last = _run(work, pg_url, "--after")
+        assert last.returncode == 0, last.stderr[-3000:]
+
+        assert postgres_rows(pg_url, PG_TABLE) == final_state(rows)
+        assert versions(delta_rows(work / "lake")) == versions(rows)
+        ledger = [r for r in delta_rows(work / "ledger") if r["pipeline"] == PIPELINE]
+        marks = [r for r in ledger if r["status"] == "committed"]
+        # every batch once per sink; pg's marks in batch order, backfilled ones first
+        assert sorted(r["batch_id"] for r in marks if r["sink"] == "lake") == list(
+            range(BEFORE + AFTER)
+        )
+        pg = [
+            r["batch_id"]
+            for r in sorted(marks, key=lambda r: r["finished_at"])
+            if r["sink"] == "pg"
+        ]
+        assert pg == list(range(BEFORE + AFTER))
+        # the backfilled batches carry the query id and offsets the Delta sink's marks have
+        lake_plans = {
+            r["batch_id"]: (r["query_id"], r["source_offsets"])
+            for r in marks
+            if r["sink"] == "lake"
+        }
+        pg_plans = {
+            r["batch_id"]: (r["query_id"], r["source_offsets"]) for r in marks if r["sink"] == "pg"
+        }
+        assert pg_plans == lake_plans
+    finally:
+        server.stop()
