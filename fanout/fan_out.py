@@ -47,6 +47,7 @@ from fanout.steps.lag_steps import (
     check_spooled_sinks,
     hold_back,
     spool_for_lagging,
+    start_spooling,
 )
 from fanout.steps.persist import persist_if_shared
 from fanout.steps.plan import plan
@@ -152,6 +153,7 @@ class FanOut:
             backfill_sources(self.pipeline, self.specs),
             unopened=self._unopened,
         )
+        self._admission.guard.spooled = self.lagging.spooled_through
         self.catchup = CatchUp(
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
             self._spark, probe_interval_s,
@@ -266,10 +268,12 @@ class FanOut:
         if state.pending or state.lagging:
             try:
                 persist_if_shared(state, self.specs)  # 4. persist
+                spooling = None
                 if state.pending:
                     state.routes = BatchRoutes.prepare(
                         df, state.info, self.specs, state.pending, self._dead_letter_target
                     )  # 4b. routes
+                    spooling = start_spooling(state, self.lagging, self.specs)  # beside 5.
                     write_all(
                         state,
                         self.specs,
@@ -279,7 +283,7 @@ class FanOut:
                         retry=self.retry,
                         parallelism=self.parallelism,
                     )  # 5. write and 6. record, sink by sink
-                spool_for_lagging(state, self.lagging, self.specs)  # 6b. sinks that lag
+                spool_for_lagging(state, self.lagging, self.specs, spooling)  # 6b. lagging
             finally:
                 settle(state)  # 7. settle
         if self.lagging.sinks:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from fanout.app.config import PipelineConfig
-from fanout.contract.sink import Sink, SinkContext
+from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError
 
 
@@ -60,9 +60,26 @@ def run_checks(spark: Any, config: PipelineConfig, build_source: Callable[..., A
     registry = load_registry()
     types = registry.sink_types()
     context = SinkContext(config.name, spark)
+    specs = {}
     for options in config.sinks:
-        _sink_checks(checks, registry, types, context, options, source)
+        spec = _sink_checks(checks, registry, types, context, options, source)
+        if spec is not None:
+            specs[spec.name] = spec
+    if any(spec.lag.uses_spool for spec in specs.values()):
+        _lag_checks(checks, config, specs)
     return checks
+
+
+def _lag_checks(checks: list[Check], config: PipelineConfig, specs: dict[str, Any]) -> None:
+    """Sinks that lag or backfill: the spool is set, and each ``backfill_from`` names a
+    sink that can give back its batches."""
+    from fanout.steps.lag_steps import backfill_sources, check_spool
+
+    _check(checks, f"spool {config.spool}: set for the sinks that lag or backfill",
+           lambda: check_spool(config.name, specs, config.spool))  # fmt: skip
+    if any(spec.lag.backfill_from for spec in specs.values()):
+        _check(checks, "backfill_from: names a sink that holds its batches",
+               lambda: backfill_sources(config.name, specs))  # fmt: skip
 
 
 def _sink_checks(
@@ -72,17 +89,22 @@ def _sink_checks(
     context: SinkContext,
     options: dict[str, Any],
     source: Any,
-) -> None:
-    """The checks of one sink: options, target, route, schema."""
+) -> Any:
+    """The checks of one sink: options, target, route, schema; returns its
+    :class:`fanout.sink_spec.SinkSpec` (``None`` when its options are wrong)."""
     from fanout.retry import RetryPolicy
-    from fanout.sink_spec import split_core_options
+    from fanout.sink_spec import SinkSpec, split_core_options
 
     name = str(options.get("name"))
-    own, route, _, _ = split_core_options(name, options, RetryPolicy())
-    sink: Sink | None = _check(checks, f"sink {name}: options",
-                               lambda: registry.build_sink(own, types))  # fmt: skip
-    if sink is None:
-        return
+
+    def build() -> SinkSpec:
+        own, route, _, lag = split_core_options(name, options, RetryPolicy())
+        return SinkSpec(registry.build_sink(own, types), route, None, lag)
+
+    spec: SinkSpec | None = _check(checks, f"sink {name}: options", build)
+    if spec is None:
+        return None
+    sink, route = spec.sink, spec.route
     _check(checks, f"sink {name}: opens its target", lambda: sink.open(context))
     if source is not None:
         routed = source
@@ -93,6 +115,7 @@ def _sink_checks(
             _check(checks, f"sink {name}: target takes the routed schema",
                    lambda: sink.check_schema(_arrow_schema(routed.schema)))  # fmt: skip
     sink.close()
+    return spec
 
 
 def _arrow_schema(schema: Any) -> Any:

@@ -94,6 +94,11 @@ class BatchRoutes:
         """The input of one pending sink."""
         return self._inputs[sink]
 
+    def batch_arrow(self) -> SharedArrow:
+        """The whole batch as Arrow, shared with the sinks of an identity route that read
+        Arrow (converted once, by whichever asks first): what the spool writes."""
+        return self._shared(Route(), self.df)
+
     def release(self) -> None:
         """Drop the shared Arrow tables and the evaluated routes' caches."""
         for arrow in self._arrows.values():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -192,18 +192,26 @@ class Spool:
     # -- writing ---------------------------------------------------------------------
 
     def add(
-        self, df: Any, info: BatchInfo, needed_by: Iterable[str], now: datetime
+        self,
+        df: Any,
+        info: BatchInfo,
+        needed_by: Iterable[str],
+        now: datetime,
+        arrow: Callable[[], pa.Table] | None = None,
     ) -> SpooledBatch:
         """Spool batch ``info`` (its rows, once; the sinks needing it, every call) and
-        return it as the index now knows it. Raises :class:`fanout.SpoolError`."""
+        return it as the index now knows it. ``arrow`` gives the batch as Arrow when a
+        conversion is shared with the sinks (default: ``df.toArrow()``). Raises
+        :class:`fanout.SpoolError`."""
         sinks = frozenset(needed_by)
         key = (info.epoch, info.batch_id)
         try:
             existing = self.get(key)
             if existing is None:
-                arrow = _with_partition_columns(df.toArrow(), self.pipeline, info)
-                self._append_rows(arrow, info)
-                rows, schema_json = arrow.num_rows, df.schema.json()
+                table = arrow() if arrow is not None else df.toArrow()
+                table = _with_partition_columns(table, self.pipeline, info)
+                self._append_rows(table, info)
+                rows, schema_json = table.num_rows, df.schema.json()
             else:
                 rows, schema_json = existing.rows, existing.schema_json
             batch = SpooledBatch(

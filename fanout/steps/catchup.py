@@ -76,8 +76,9 @@ class CatchUp:
     # -- the thread ------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the thread (once); it sleeps while no sink is behind."""
-        if self._thread is None and self.lagging.sinks:
+        """Start the thread (once, and never after :meth:`stop`); it sleeps while no sink
+        is behind."""
+        if self._thread is None and self.lagging.sinks and not self._stop.is_set():
             self._thread = threading.Thread(
                 target=self._run, name=f"fanout-{self.lagging.pipeline}-catchup", daemon=True
             )

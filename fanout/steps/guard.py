@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from fanout.contract.batch import BatchInfo
 from fanout.errors import CheckpointResetError, CheckpointRollbackError
@@ -51,10 +51,15 @@ class CheckpointGuard:
     kind of check it cannot make (unknown query id, unknown offsets).
 
     :param ledger: the pipeline's ledger.
+    :param spooled: the last batch of an epoch the spool holds for each lagging sink
+        (their missed batches reach them from the spool: the refusals say so).
     """
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(
+        self, ledger: Ledger, spooled: Callable[[int], Mapping[str, int]] | None = None
+    ) -> None:
         self.ledger = ledger
+        self.spooled = spooled
         self._warned: set[str] = set()
 
     def check(self, info: BatchInfo, high: int | None) -> None:
@@ -78,17 +83,22 @@ class CheckpointGuard:
             # no evidence of another query (the comparison of plans below still applies)
             foreign = [e for e in newer if e.query_id not in (None, info.query_id)]
             if foreign:
-                raise CheckpointResetError(reset_message(info, self._latest(info)))
+                raise CheckpointResetError(
+                    reset_message(info, self._latest(info), self._spooled(info))
+                )
         same_batch = [e for e in newer if e.batch_id == info.batch_id]
         outcomes = [compare_plan(e, info) for e in same_batch]
         if high > info.batch_id or False in outcomes:
             raise CheckpointRollbackError(
-                rollback_message(info, high, same_batch, self._latest(info))
+                rollback_message(info, high, same_batch, self._latest(info), self._spooled(info))
             )
         if None in outcomes:
             self._warn_unknown_plan(
                 info, [e for e, o in zip(same_batch, outcomes, strict=True) if o is None]
             )
+
+    def _spooled(self, info: BatchInfo) -> Mapping[str, int]:
+        return {} if self.spooled is None else self.spooled(info.epoch)
 
     def _latest(self, info: BatchInfo) -> dict[str, LedgerEntry]:
         # every sink's last batch, also of those behind info.batch_id: the offsets of the

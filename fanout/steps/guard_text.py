@@ -46,9 +46,19 @@ def describe_entry(entry: LedgerEntry) -> str:
     return f"{entry.sink}: batch {entry.batch_id}, query id {entry.query_id}, {plan}"
 
 
-def _sink_lines(latest: Mapping[str, LedgerEntry]) -> list[str]:
+def _sink_lines(
+    latest: Mapping[str, LedgerEntry], spooled: Mapping[str, int] | None = None
+) -> list[str]:
     lines = ["Last committed batch per sink (from the ledger):"]
-    lines += [f"  - {describe_entry(latest[sink])}" for sink in sorted(latest)]
+    for sink in sorted(latest):
+        line = f"  - {describe_entry(latest[sink])}"
+        through = (spooled or {}).get(sink)
+        if through is not None and through > latest[sink].batch_id:
+            line += (
+                f"; it lags, and its batches up to {through} wait in the spool (they reach "
+                f"it from there: count it at batch {through})"
+            )
+        lines.append(line)
     return lines
 
 
@@ -59,15 +69,18 @@ def _recover_line(info: BatchInfo) -> str:
     )
 
 
-def reset_message(info: BatchInfo, latest: dict[str, LedgerEntry]) -> str:
-    """The refusal of a reset: what happened, what the ledger knows per sink, how to proceed."""
+def reset_message(
+    info: BatchInfo, latest: dict[str, LedgerEntry], spooled: Mapping[str, int] | None = None
+) -> str:
+    """The refusal of a reset: what happened, what the ledger knows per sink (``spooled``:
+    the last batch the spool holds for each lagging sink), how to proceed."""
     lines = [
         f"pipeline {info.pipeline!r}: checkpoint reset detected. Spark handed batch "
         f"{info.batch_id} of query {info.query_id}, but the ledger holds batches of this "
         "pipeline committed at or after it by another query id: the checkpoint was deleted "
         "or replaced. fanout refuses to write, because the sinks would silently skip these "
         "batches or write them twice.",
-        *_sink_lines(latest),
+        *_sink_lines(latest, spooled),
         "How to proceed:",
         "  1. Restore the original checkpoint directory and restart the query; nothing is "
         "lost or duplicated.",
@@ -83,6 +96,7 @@ def rollback_message(
     high: int,
     same_batch: Sequence[LedgerEntry],
     latest: Mapping[str, LedgerEntry],
+    spooled: Mapping[str, int] | None = None,
 ) -> str:
     """The refusal of a rolled-back checkpoint: the batch as Spark planned it now and as the
     ledger recorded it, the later batches the ledger holds, each sink's last batch, and how
@@ -118,7 +132,7 @@ def rollback_message(
             f"plans batch {info.batch_id + 1} only after committing batch {info.batch_id})"
         )
     lines += [
-        *_sink_lines(latest),
+        *_sink_lines(latest, spooled),
         "How to proceed:",
         f"  1. Restore the newest checkpoint (the one whose offsets/{high} holds the offsets "
         f"and planning time the ledger recorded for batch {high} above) and restart the "

@@ -199,6 +199,16 @@ class Lagging:
         """Every lag-capable sink's state."""
         return {name: self.lag_of(name) for name in self.sinks}
 
+    def spooled_through(self, epoch: int) -> dict[str, int]:
+        """Per sink, the last batch of ``epoch`` the spool holds for it (for the guard's
+        refusals: a lagging sink's missed batches reach it from the spool)."""
+        through: dict[str, int] = {}
+        for batch in [] if self.spool is None else self.spool.batches():
+            if batch.epoch == epoch:
+                for sink in batch.needed_by:
+                    through[sink] = max(through.get(sink, -1), batch.batch_id)
+        return through
+
     # -- the spool's upkeep ----------------------------------------------------------
 
     def held_by_all(self) -> list[BatchKey]:

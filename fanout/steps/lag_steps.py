@@ -6,9 +6,12 @@ instead of failing the batch, and spool the batch for every sink that still need
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import TYPE_CHECKING
 
-from fanout.contract.batch import Batch, txn_app_id
+from fanout.contract.batch import Batch, SharedArrow, txn_app_id
 from fanout.contract.sink import BackfillSource
 from fanout.errors import ConfigurationError, LagLimitError
 from fanout.ledger.entry import now_utc
@@ -19,6 +22,10 @@ from fanout.steps.catchup import CatchUp
 from fanout.steps.lag import Backlog, Lagging, over_limit, sinks_in
 from fanout.steps.record import Recorder
 from fanout.steps.state import BatchState
+from fanout.steps.write import in_spark_thread
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("fanout")
 
@@ -133,10 +140,35 @@ def _drain_to_limit(
     )  # fmt: skip
 
 
-def spool_for_lagging(state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec]) -> None:
+def start_spooling(
+    state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec]
+) -> Future[object] | None:
+    """Step 6b, begun before the writes when sinks are behind already (the usual case in
+    an outage): spool the batch in a thread beside the live sinks' writes, sharing their
+    Arrow conversion. ``None`` when nothing is to be spooled yet."""
+    needed = _needed(state, lagging, specs, before_write=True)
+    if not needed or lagging.spool is None:
+        return None
+    spool, arrow = lagging.spool, _arrow_of(state)
+    task = partial(spool.add, state.df, state.info, needed, now_utc(), arrow)
+    pool = ThreadPoolExecutor(1, thread_name_prefix=f"fanout-{state.info.pipeline}-spool")
+    try:
+        return pool.submit(in_spark_thread(task, state.df))
+    finally:
+        pool.shutdown(wait=False)
+
+
+def spool_for_lagging(
+    state: BatchState,
+    lagging: Lagging,
+    specs: Mapping[str, SinkSpec],
+    started: Future[object] | None = None,
+) -> None:
     """Step 6b: a lag-policy sink that failed lags instead of failing the batch; then the
     batch is spooled, once, for every sink that did not write it and needs it, before
-    ``FanOut`` returns (so Spark commits it only once it is safe in the spool)."""
+    ``FanOut`` returns (so Spark commits it only once it is safe in the spool). ``started``
+    is the spooling :func:`start_spooling` began; this waits for it (its error fails the
+    batch) and adds the sinks that fell behind during the writes."""
     key = (state.info.epoch, state.batch_id)
     for name in state.results:
         lagging.committed(name, key)  # a backfill source's marks count too
@@ -151,15 +183,33 @@ def spool_for_lagging(state: BatchState, lagging: Lagging, specs: Mapping[str, S
             state.info.pipeline, state.batch_id, name, error,
             extra=batch_fields(state.info.pipeline, state.batch_id, name),
         )  # fmt: skip
-    needed = set(state.lagged) | set(state.lagging)
+    if started is not None:
+        started.result()  # raises the spool's error: the batch fails, Spark replays it
+        state.spooled = key
+    needed = _needed(state, lagging, specs, before_write=False)
+    spooled = lagging.spool.get(key) if lagging.spool is not None else None
+    missing = needed - (spooled.needed_by if spooled is not None else frozenset())
+    if missing and lagging.spool is not None:
+        lagging.spool.add(state.df, state.info, missing, now_utc(), _arrow_of(state))
+        state.spooled = key
+
+
+def _needed(
+    state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec], *, before_write: bool
+) -> set[str]:
+    """The sinks that need this batch from the spool: those behind it, and (after the
+    writes) those that failed it and lag; not a backfilling sink whose source holds it
+    (or, before the writes, is about to write it)."""
+    needed = set(state.lagging) | (set() if before_write else set(state.lagged))
+    holding = set(state.skipped) | (set(state.pending) if before_write else set(state.results))
     for name in list(needed):
         origin = specs[name].lag.backfill_from
-        if (
-            name in state.lagging
-            and origin is not None
-            and name in lagging.sources
-            and (origin in state.results or origin in state.skipped)
-        ):
+        if name in state.lagging and name in lagging.sources and origin in holding:
             needed.discard(name)  # its backfill source holds the batch
-    if needed and lagging.spool is not None:
-        state.spooled = lagging.spool.add(state.df, state.info, needed, now_utc()).key
+    return needed
+
+
+def _arrow_of(state: BatchState) -> Callable[[], pa.Table]:
+    """The batch's Arrow conversion, shared with the identity route's Arrow readers."""
+    shared = state.routes.batch_arrow() if state.routes is not None else SharedArrow(state.df)
+    return shared.get

@@ -56,7 +56,7 @@ def write_all(
         workers = min(parallelism or len(runners), len(runners))
         prefix = f"fanout-{state.info.pipeline}"
         with ThreadPoolExecutor(workers, thread_name_prefix=prefix) as pool:
-            tasks = [_in_spark_thread(r.run, state.df) for r in runners]  # wrap in this thread
+            tasks = [in_spark_thread(r.run, state.df) for r in runners]  # wrap in this thread
             outcomes = list(pool.map(lambda task: task(), tasks))
     state.results.update({o.sink: o.result for o in outcomes if o.result is not None})
     state.failures.update({o.sink: o.error for o in outcomes if o.error is not None})
@@ -68,7 +68,7 @@ def _batch_for(state: BatchState, name: str, given: SinkInput) -> Batch:
     return Batch(given.df, info, name, app_id, _arrow=given.arrow)
 
 
-def _in_spark_thread(fn: Any, df: Any) -> Any:
+def in_spark_thread(fn: Any, df: Any) -> Any:
     """Wrap ``fn`` so Spark jobs it starts inherit this thread's local properties (job
     group, streaming query id), as jobs started by foreachBatch itself do."""
     session = getattr(df, "sparkSession", None)

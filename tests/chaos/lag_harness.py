@@ -24,6 +24,7 @@ from tests.chaos.checker import SinkCheck
 from tests.chaos.harness import KILLED, ChaosReport, high_water
 from tests.chaos.killer import KillPlan
 from tests.chaos.lag_input import (
+    STEP,
     final_state,
     kafka_rows,
     postgres_rows,
@@ -79,6 +80,7 @@ def run_lag_chaos(
     seed: int,
     kills: int,
     files: int,
+    step: int = STEP,
     say: Callable[[str], None] = print,
 ) -> ChaosReport:
     """Kill the driver ``kills`` times while the PostgreSQL server flaps; finish with the
@@ -86,7 +88,7 @@ def run_lag_chaos(
     started = time.monotonic()
     rng = random.Random(seed)
     report = ChaosReport(seed)
-    rows = write_lag_input(workdir / "input", files)
+    rows = write_lag_input(workdir / "input", files, step=step)
     create_topic(bootstrap, TOPIC, 4)
     driver = [
         sys.executable,
@@ -110,7 +112,7 @@ def run_lag_chaos(
             # nothing to catch up: first a run, unkilled, of new input while the server
             # is down, which leaves the sink behind by that many batches
             more = files // 4 or 1
-            rows += write_lag_input(workdir / "input", more, start_file=files)
+            rows += write_lag_input(workdir / "input", more, start_file=files, step=step)
             files += more
             _flap(server, "down", rng)
             prep = subprocess.run(driver, cwd=repo, capture_output=True, text=True, timeout=600)
@@ -146,7 +148,7 @@ def run_lag_chaos(
             raise RuntimeError(f"driver failed ({done.returncode}):\n{done.stderr[-4000:]}")
         if high_water(workdir) >= files - 1 and len(report.kills) < kills:
             more = files // 4 or 1
-            rows += write_lag_input(workdir / "input", more, start_file=files)
+            rows += write_lag_input(workdir / "input", more, start_file=files, step=step)
             files += more
     server.start()
     final = subprocess.run(driver, cwd=repo, capture_output=True, text=True, timeout=900)

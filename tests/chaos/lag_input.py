@@ -25,13 +25,15 @@ def lag_row(order_id: int, version: int) -> dict[str, Any]:
     }
 
 
-def write_lag_input(directory: Path, files: int, start_file: int = 0) -> list[dict[str, Any]]:
-    """Files ``orders-<n>.json`` (one per micro-batch), each updating half of the previous
-    file's orders; returns every row written, in order."""
+def write_lag_input(
+    directory: Path, files: int, start_file: int = 0, step: int = STEP
+) -> list[dict[str, Any]]:
+    """Files ``orders-<n>.json`` (one per micro-batch) of ``2 * step`` orders each, the
+    first half updating the previous file's second half; returns every row written."""
     directory.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     for f in range(start_file, start_file + files):
-        chunk = [lag_row(i, f) for i in range(f * STEP, f * STEP + 2 * STEP)]
+        chunk = [lag_row(i, f) for i in range(f * step, f * step + 2 * step)]
         path = directory / f"orders-{f:04d}.json"
         path.write_text("\n".join(json.dumps(r) for r in chunk) + "\n")
         os.utime(path, (EPOCH + f, EPOCH + f))

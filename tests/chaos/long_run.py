@@ -1,6 +1,11 @@
 """The long chaos run: at least 30 SIGKILLs, ~200k rows in ~40 batches, one table.
 
-python -m tests.chaos.long_run [--kills 30] [--seed N] [--rows 200000] [--files 40]
+python -m tests.chaos.long_run [--kills 30] [--seed N] [--rows 200000] [--files 40] [--lag]
+
+With ``--lag`` the PostgreSQL sink has ``on_failure="lag"`` and its server flaps (down for
+whole runs, or stopped part way through one) while the driver is killed, also during the
+catch-up; the input then updates earlier batches' keys so the upsert
+table shows whether the missed batches came in order (``--rows / --files`` rows a batch).
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.chaos.harness import run_chaos
-from tests.chaos.services import embedded_services
+from tests.chaos.harness import ChaosReport, run_chaos
+from tests.chaos.lag_harness import run_lag_chaos
+from tests.chaos.services import embedded_servers, embedded_services
 
 
 def main() -> int:
@@ -22,9 +28,24 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=random.SystemRandom().randrange(10**6))
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--files", type=int, default=40)
+    parser.add_argument("--lag", action="store_true", help="PostgreSQL lags alone and flaps")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fanout-chaos-") as tmp:
         root = Path(tmp)
+        if args.lag:
+            with embedded_servers(root / "services") as (server, pg_url, bootstrap):
+                report = run_lag_chaos(
+                    root / "work",
+                    server=server,
+                    pg_url=pg_url,
+                    bootstrap=bootstrap,
+                    seed=args.seed,
+                    kills=args.kills,
+                    files=args.files,
+                    step=max(1, args.rows // args.files // 2),
+                    say=lambda line: print(line, flush=True),
+                )
+            return _print(report)
         with embedded_services(root / "services") as (pg_url, bootstrap):
             report = run_chaos(
                 root / "work",
@@ -36,6 +57,10 @@ def main() -> int:
                 rows_per_file=args.rows // args.files,
                 say=lambda line: print(line, flush=True),
             )
+    return _print(report)
+
+
+def _print(report: ChaosReport) -> int:
     print()
     kills, runs = len(report.kills), report.runs
     print(f"seed {report.seed}: {kills} kills, {runs} driver runs, {report.seconds:.0f} s")

@@ -1,0 +1,256 @@
+"""Sinks that fail alone (``on_failure="lag"``), with the dispatcher's logic under a memory
+ledger and a real spool (delta-rs): which batches a lagging sink misses, what is spooled
+for whom, the catch-up's order, the bounds, and the options' validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from fanout import ConfigurationError, FanOut, LagLimitError, SinkWriteError
+from fanout.contract.batch import BatchInfo
+from fanout.ledger.memory import MemoryLedger
+from fanout.sink_spec import LagPolicy, lag_policy
+from tests.unit.fakes import FakeFrame, ScriptedSink
+
+
+class SchemaFrame(FakeFrame):
+    """A FakeFrame with a Spark-like ``schema.json()`` (what the spool keeps)."""
+
+    class _Schema:
+        def json(self) -> str:
+            return json.dumps({"type": "struct", "fields": [
+                {"name": "id", "type": "long", "nullable": True, "metadata": {}}]})  # fmt: skip
+
+    schema = _Schema()
+
+    def __init__(self, ids: list[int]) -> None:
+        super().__init__(pa.table({"id": pa.array(ids, pa.int64())}))
+
+
+def _fan(tmp: Path, sinks: list[Any], **kw: Any) -> FanOut:
+    return FanOut("lagged", MemoryLedger(), sinks, backoff_s=0, spool=str(tmp / "spool"), **kw)
+
+
+def _spec(sink: ScriptedSink, **options: Any) -> Any:
+    from fanout.sink_spec import SinkSpec
+
+    return SinkSpec(sink, lag=lag_policy(sink.name, {"on_failure": "lag", **options}))
+
+
+def _catch_up_from_memory(fan: FanOut, frames: dict[int, SchemaFrame]) -> None:
+    """The catch-up reads the spool with Spark; here it reads the frames the test kept."""
+
+    def read(sink: str, key: tuple[int, int]) -> tuple[Any, BatchInfo]:
+        spooled = fan.lagging.spool.get(key)  # type: ignore[union-attr]
+        assert spooled is not None, key
+        assert spooled.rows == frames[key[1]].table.num_rows
+        return frames[key[1]], spooled.info()
+
+    fan.catchup._read = read  # type: ignore[method-assign]
+
+
+def test_a_lag_sink_fails_alone_is_spooled_for_and_catches_up_in_order(tmp_path: Path) -> None:
+    good = ScriptedSink("good")
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = _fan(tmp_path, [good, _spec(down)], probe_interval_s=3600)
+    frames = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(4)}
+    try:
+        for batch in range(3):  # no raise: the batch completes for "good"
+            results = fan.process(frames[batch], BatchInfo("lagged", batch, "q"))
+            assert list(results) == ["good"]
+        assert good.calls == [(0, 1), (1, 1), (2, 1)]
+        assert down.calls == [(0, 1)]  # batches 1 and 2 were held back, not tried live
+        spool = fan.lagging.spool
+        assert spool is not None
+        assert [(b.batch_id, b.rows, sorted(b.needed_by)) for b in spool.batches()] == [
+            (0, 2, ["down"]), (1, 2, ["down"]), (2, 2, ["down"]),
+        ]  # fmt: skip
+        lag = fan.lagging.lags()["down"]
+        assert (lag.state, lag.batches, lag.rows) == ("lagging", 3, 6)
+
+        down.always_fail = None  # the sink is back: the catch-up writes 0, 1, 2 in order
+        _catch_up_from_memory(fan, frames)
+        fan.catchup.stop()
+        lags = fan.catch_up(timeout_s=10)
+        assert lags["down"].state == "live"
+        assert down.calls[1:] == [(0, 1), (1, 1), (2, 1)]
+        assert fan.ledger.last_committed("lagged", ["down", "good"]) == {"down": 2, "good": 2}
+        assert spool.size() == (0, 0, 0)  # every sink holds every batch: removed
+
+        fan.process(frames[3], BatchInfo("lagged", 3, "q"))  # live again
+        assert down.calls[-1] == (3, 1) and good.calls[-1] == (3, 1)
+        assert spool.batches() == []  # nothing spooled while every sink is current
+    finally:
+        fan.close()
+
+
+def test_a_stop_sink_still_fails_the_batch(tmp_path: Path) -> None:
+    from fanout import BatchFailedError
+
+    bad = ScriptedSink("bad", always_fail=SinkWriteError("no", sink="bad"))
+    fan = _fan(tmp_path, [ScriptedSink("good"), bad])
+    try:
+        with pytest.raises(BatchFailedError, match=r"1 sink\(s\) failed \(bad\)"):
+            fan.process(SchemaFrame([1]), BatchInfo("lagged", 0, "q"))
+        assert fan.spool is not None and fan.spool.batches() == []
+    finally:
+        fan.close()
+
+
+def test_past_max_lag_the_batch_drains_first_and_stops_when_the_sink_still_fails(
+    tmp_path: Path,
+) -> None:
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = _fan(tmp_path, [ScriptedSink("good"), _spec(down, max_lag=2)], probe_interval_s=3600)
+    frames = {b: SchemaFrame([b]) for b in range(4)}
+    _catch_up_from_memory(fan, frames)
+    try:
+        fan.process(frames[0], BatchInfo("lagged", 0, "q"))
+        fan.process(frames[1], BatchInfo("lagged", 1, "q"))
+        with pytest.raises(LagLimitError) as stopped:
+            fan.process(frames[2], BatchInfo("lagged", 2, "q"))
+        message = str(stopped.value)
+        assert "sink 'down' is 2 batch(es) / 2 row(s) behind" in message
+        assert "past its max_lag (2 batches; now 3 batches > 2)" in message
+        assert "SinkWriteError: sink 'down'" in message  # the drain's own attempt failed
+        assert fan.ledger.last_committed("lagged", ["good"]) == {"good": 1}  # 2 not written
+
+        down.always_fail = None  # back: the same batch drains to within the bound, goes on
+        tried = len(down.calls)
+        fan.catchup.stop()
+        fan.process(frames[2], BatchInfo("lagged", 2, "q"))
+        assert [batch for batch, _ in down.calls[tried:]] == [0]  # 2 behind again: within
+        assert fan.ledger.last_committed("lagged", ["down", "good"]) == {"down": 0, "good": 2}
+        fan.catch_up(timeout_s=10)
+        assert [batch for batch, _ in down.calls[tried:]] == [0, 1, 2]
+        assert fan.ledger.last_committed("lagged", ["down", "good"]) == {"down": 2, "good": 2}
+    finally:
+        fan.close()
+
+
+def test_lag_needs_a_spool_and_backfill_a_delta_sink(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="pass FanOut\\(spool=<path>\\)"):
+        FanOut("p", MemoryLedger(), [ScriptedSink("a"), _spec(ScriptedSink("b"))])
+    with pytest.raises(ConfigurationError, match="must name another sink of the pipeline"):
+        _fan(tmp_path, [ScriptedSink("a"), _spec(ScriptedSink("b"), backfill_from="c")])
+    with pytest.raises(ConfigurationError, match="a ScriptedSink cannot give back its batches"):
+        _fan(tmp_path, [ScriptedSink("a"), _spec(ScriptedSink("b"), backfill_from="a")])
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({}, LagPolicy()),
+        ({"on_failure": "lag"}, LagPolicy("lag", 1000, None)),
+        ({"on_failure": "lag", "max_lag": 5}, LagPolicy("lag", 5, None)),
+        ({"on_failure": "lag", "max_lag": {"age_s": 60}}, LagPolicy("lag", None, 60.0)),
+        ({"on_failure": "lag", "max_lag": {"batches": 3, "age_s": 9}}, LagPolicy("lag", 3, 9.0)),
+        ({"backfill_from": "lake"}, LagPolicy("stop", 1000, None, "lake")),
+    ],
+)
+def test_lag_options(options: dict[str, Any], expected: LagPolicy) -> None:
+    assert lag_policy("s", options) == expected
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"on_failure": "skip"}, "sink 's': on_failure must be 'stop' or 'lag', not 'skip'"),
+        ({"on_failure": "lag", "max_lag": 0}, "sink 's': max_lag must be a positive int"),
+        ({"on_failure": "lag", "max_lag": "lots"}, "sink 's': max_lag must be a number"),
+        ({"on_failure": "lag", "max_lag": {"rows": 3}}, "sink 's': max_lag takes 'batches'"),
+        ({"on_failure": "lag", "max_lag": {}}, "sink 's': max_lag needs 'batches' or 'age_s'"),
+        ({"max_lag": 3}, "sink 's': max_lag only applies with on_failure='lag'"),
+        ({"backfill_from": ""}, "sink 's': backfill_from must name another sink"),
+    ],
+)
+def test_bad_lag_options_are_configuration_errors(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError) as bad:
+        lag_policy("s", options)
+    assert str(bad.value).startswith(message)
+
+
+def test_status_shows_the_lagging_sink_and_the_spool(tmp_path: Path) -> None:
+    from fanout.app.status import report
+    from fanout.ledger.delta import DeltaLedger
+
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = FanOut(
+        "lagged", ledger, [ScriptedSink("good"), _spec(down)], backoff_s=0,
+        spool=str(tmp_path / "spool"), probe_interval_s=3600,
+    )  # fmt: skip
+    try:
+        for batch in range(2):
+            fan.process(SchemaFrame([batch, batch + 10]), BatchInfo("lagged", batch, "q"))
+    finally:
+        fan.close()
+    text = report(ledger, "lagged", spool=str(tmp_path / "spool"))
+    lines = {line.split()[1]: line for line in text.splitlines()[2:4]}
+    assert lines["down"].split()[2:5] == ["lagging", "2", "batches"]
+    assert lines["good"].split()[2] == "live"
+    assert text.splitlines()[-1] == (
+        f"spool {tmp_path / 'spool'} (lagged): 2 batch(es), 4 row(s), {fan.spool.size()[2]} bytes"  # type: ignore[union-attr]
+    )
+    status = {s["sink"]: s for s in json.loads(report(ledger, "lagged", as_json=True,
+                                                      spool=str(tmp_path / "spool")))}  # fmt: skip
+    assert (status["down"]["state"], status["down"]["lag_batches"]) == ("lagging", 2)
+    assert status["down"]["lag_rows"] == 4 and status["down"]["lagging_since"] is not None
+    assert (status["good"]["state"], status["good"]["lag_batches"]) == ("live", 0)
+
+
+def test_metrics_and_the_run_line_show_the_lag(tmp_path: Path) -> None:
+    import io
+
+    from fanout.app.progress import ProgressObserver
+    from fanout.observe.metrics import MetricsObserver
+
+    metrics, progress = MetricsObserver("lagged"), ProgressObserver()
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = _fan(tmp_path, [ScriptedSink("good"), _spec(down)], probe_interval_s=3600,
+               plugins=[metrics, progress])  # fmt: skip
+    try:
+        for batch in range(2):
+            fan.process(SchemaFrame([batch, batch + 10]), BatchInfo("lagged", batch, "q"))
+    finally:
+        fan.close()
+    assert metrics.value("fanout_sink_lag_batches", sink="down") == 2
+    assert metrics.value("fanout_sink_lag_rows", sink="down") == 4
+    assert metrics.value("fanout_sink_state", sink="down", state="lagging") == 1
+    assert metrics.value("fanout_sink_state", sink="down", state="live") == 0
+    assert metrics.value("fanout_spool_batches") == 2
+    assert metrics.value("fanout_spool_rows") == 4
+    assert metrics.value("fanout_sink_failures_total", sink="down") == 1  # one live attempt
+    out = io.StringIO()
+    progress.flush([], out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("batch 0: ? rows in | good 2 rows ")
+    assert " | down lagging 1 batch(es) / 2 row(s) since " in lines[0]
+    assert " | down lagging 2 batch(es) / 4 row(s) since " in lines[1]
+
+
+def test_the_guard_counts_a_lagging_sink_at_its_spooled_batches(tmp_path: Path) -> None:
+    from fanout import CheckpointResetError
+
+    down = ScriptedSink("down")
+    fan = _fan(tmp_path, [ScriptedSink("good"), _spec(down)], probe_interval_s=3600)
+    try:
+        fan.process(SchemaFrame([0]), BatchInfo("lagged", 0, "q"))  # both commit 0
+        down.always_fail = SinkWriteError("refused", sink="down")
+        for batch in (1, 2):
+            fan.process(SchemaFrame([batch]), BatchInfo("lagged", batch, "q"))
+        with pytest.raises(CheckpointResetError) as reset:
+            fan.process(SchemaFrame([0]), BatchInfo("lagged", 0, "another-query"))
+    finally:
+        fan.close()
+    lines = str(reset.value).splitlines()
+    assert "  - good: batch 2, query id q, source offsets not recorded" in lines
+    assert (
+        "  - down: batch 0, query id q, source offsets not recorded; it lags, and its batches "
+        "up to 2 wait in the spool (they reach it from there: count it at batch 2)"
+    ) in lines
