@@ -161,6 +161,7 @@ class FanOut:
         if self.spool is not None:
             self.spool.open()
             check_spooled_sinks(self.pipeline, self.specs, self.spool)
+            self.lagging.release_held()  # batches caught up by a run that died before
 
     # -- setup ------------------------------------------------------------------------
 

@@ -205,6 +205,18 @@ class Spool:
         :class:`fanout.SpoolError`."""
         sinks = frozenset(needed_by)
         key = (info.epoch, info.batch_id)
+        with self._lock:  # one writer at a time: a removal's vacuum must not see our files
+            return self._add(df, info, sinks, key, now, arrow)
+
+    def _add(
+        self,
+        df: Any,
+        info: BatchInfo,
+        sinks: frozenset[str],
+        key: BatchKey,
+        now: datetime,
+        arrow: Callable[[], pa.Table] | None,
+    ) -> SpooledBatch:
         try:
             existing = self.get(key)
             if existing is None:
@@ -236,10 +248,9 @@ class Spool:
                 f"pipeline {self.pipeline!r}, batch {info.batch_id}: cannot spool the batch for "
                 f"{', '.join(sorted(sinks))} at {self.path}: {type(exc).__name__}: {exc}"
             ) from exc
-        with self._lock:
-            merged = self._merge(batch)
-            sizes = self._sizes([key])
-            merged = self._batches[key] = replace(merged, size_bytes=sizes.get(key, 0))
+        merged = self._merge(batch)
+        sizes = self._sizes([key])
+        merged = self._batches[key] = replace(merged, size_bytes=sizes.get(key, 0))
         return merged
 
     def remove(self, keys: Iterable[BatchKey]) -> int:

@@ -68,7 +68,6 @@ class CatchUp:
         self.spark = spark
         self.probe_interval_s = probe_interval_s
         self._locks = {name: threading.Lock() for name in lagging.sinks}
-        self._next_probe: dict[str, float] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -103,8 +102,8 @@ class CatchUp:
                 for sink in self.lagging.sinks:
                     if self._stop.is_set():
                         break
-                    if time.monotonic() < self._next_probe.get(sink, 0.0):
-                        continue
+                    if time.monotonic() < self.lagging.retry_at(sink, self.probe_interval_s):
+                        continue  # the circuit is open: it failed less than an interval ago
                     progressed |= self.step(sink)
                 if progressed:
                     self.lagging.release_held()
@@ -117,8 +116,8 @@ class CatchUp:
 
     def _sleep(self) -> float:
         now = time.monotonic()
-        waits = [t - now for t in self._next_probe.values() if t > now]
-        return max(0.05, min([self.probe_interval_s, *waits]))
+        due = [self.lagging.retry_at(s, self.probe_interval_s) for s in self.lagging.sinks]
+        return max(0.05, min([self.probe_interval_s, *(t - now for t in due if t > now)]))
 
     # -- one sink --------------------------------------------------------------------
 
@@ -152,13 +151,8 @@ class CatchUp:
         if not backlog:
             self.lagging.finished_backfill(sink)
             return None
-        key = backlog.keys[0]
-        error = self.write(sink, key)
-        if error is None:
-            self._next_probe.pop(sink, None)
-            return True
-        self._next_probe[sink] = time.monotonic() + self.probe_interval_s
-        return error
+        error = self.write(sink, backlog.keys[0])
+        return True if error is None else error
 
     def write(self, sink: str, key: BatchKey) -> BaseException | None:
         """Write batch ``key`` to ``sink`` and mark it; return the failure, if any."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -66,6 +67,7 @@ class Lagging:
     epoch: int = 0
     _marks: dict[tuple[str, int], int | None] = field(default_factory=dict, repr=False)
     _errors: dict[str, str] = field(default_factory=dict, repr=False)
+    _failed_at: dict[str, float] = field(default_factory=dict, repr=False)
     _backfilled: set[str] = field(default_factory=set, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
@@ -96,11 +98,21 @@ class Lagging:
         with self._lock:
             self._advance(sink, key[0], key[1])
             self._errors.pop(sink, None)
+            self._failed_at.pop(sink, None)
 
     def failed(self, sink: str, error: BaseException) -> None:
         """``sink``'s last attempt failed (live or in the catch-up)."""
         with self._lock:
             self._errors[sink] = f"{type(error).__name__}: {error}"
+            self._failed_at[sink] = time.monotonic()
+
+    def retry_at(self, sink: str, interval_s: float) -> float:
+        """When (``time.monotonic()``) the catch-up may try ``sink`` again: ``interval_s``
+        after its last failure, live or caught up (a sink that just failed a live batch is
+        not probed at once)."""
+        with self._lock:
+            failed = self._failed_at.get(sink)
+        return 0.0 if failed is None else failed + interval_s
 
     def _advance(self, sink: str, epoch: int, batch: int | None) -> None:
         if batch is None:
@@ -122,7 +134,7 @@ class Lagging:
                 self.specs[sink].sink.open(context)
             except Exception as exc:
                 self.unopened[sink] = (context, exc)
-                self._errors[sink] = f"{type(exc).__name__}: {exc}"
+                self.failed(sink, exc)
                 return exc
             del self.unopened[sink]
             log.info("pipeline %s: sink %r is reachable again and open", self.pipeline, sink)
