@@ -60,6 +60,7 @@ from common import (
     report_load,
     run_with_workdir,
 )
+from lag_timeline import Timeline
 from three_checks import finish, verify_all, verify_ledger
 from three_services import PARTITIONS, Plan, Services, make_plan
 
@@ -68,6 +69,7 @@ CATCHUP_TIMEOUT_S = 1800.0
 WARMUP_ROWS, WARMUP_BATCHES = 20_000, 2
 NAMES = {"delta": "lake", "pg": "pg", "kafka": "bus"}  # bench kind -> sink name
 ALL3, HEALTHY = ("delta", "pg", "kafka"), ("delta", "kafka")
+LAST_TIMELINE: list[Timeline] = []  # the last outage run's, printed with the report
 TARGETS = {"ratio_outage": (">=", 0.9), "catchup_ratio": (">=", 0.8), "lag_overhead": ("<=", 0.02)}
 
 
@@ -86,6 +88,7 @@ def build_fan(
     kinds: tuple[str, ...],
     on_failure: str = "stop",
     retries: int | None = None,
+    plugins: tuple[object, ...] = (),
 ) -> Any:
     """A FanOut over ``kinds`` (it opens the sinks and the ledger: before the clock starts),
     pg with ``on_failure`` (and ``retries`` when given), a spool when pg lags."""
@@ -120,6 +123,7 @@ def build_fan(
         sinks=[{"name": NAMES[k], **configs[k]} for k in kinds],
         spool=str(plan.run / "spool") if lags else None,
         probe_interval_s=PROBE_INTERVAL_S,
+        plugins=plugins,
     )
 
 
@@ -163,7 +167,8 @@ def plain_run(
 def outage_run(ctx: Ctx, services: Services, server: Any) -> tuple[Timing, Timing]:
     """The outage run (server down from before the start) and the catch-up after it."""
     plan = make_plan(ctx, services, "outage")
-    fan = build_fan(plan, services, ALL3, "lag", retries=0)
+    timeline = Timeline()
+    fan = build_fan(plan, services, ALL3, "lag", retries=0, plugins=(timeline,))
     try:
         server.stop()
         try:
@@ -179,6 +184,7 @@ def outage_run(ctx: Ctx, services: Services, server: Any) -> tuple[Timing, Timin
                 f"{last + 1} ({ctx.rows}): the server was not down for every batch"
             )
         t0 = time.perf_counter()
+        timeline.catching_up()
         after = fan.catch_up(timeout_s=CATCHUP_TIMEOUT_S)["pg"]
         caught = time.perf_counter() - t0
         if after.state != "live" or fan.spool.size()[0] != 0:
@@ -186,6 +192,7 @@ def outage_run(ctx: Ctx, services: Services, server: Any) -> tuple[Timing, Timin
     finally:
         fan.close()
     check(ctx, services, plan, fan, ALL3, last)
+    LAST_TIMELINE[:] = [timeline]
     return (
         Timing("outage", seconds, f"pg down: {lag.batches} batches spooled, lake+bus written"),
         Timing("catchup", caught, f"{lag.batches} spooled batches written to pg"),
@@ -297,6 +304,8 @@ def bench(args: argparse.Namespace, workdir: Path) -> int:
         report_load(load, jvms)
         for stuck in services.lso_stuck:
             print(f"Kafka verified on read_uncommitted only (Tansu): {stuck}")
+    if LAST_TIMELINE:
+        LAST_TIMELINE[0].print(("lake", "bus", "pg"))
     ratios = report(runs, args.rows, args.batches, args.repeat)
     print(" ".join(f"{k}={v:.3f}" for k, v in ratios.items()))
     return 0
