@@ -266,7 +266,7 @@ class FanOut:
         plan(state, self.ledger, self.sinks)  # 3. plan
         hold_back(state, self.lagging, self.specs, self.catchup, self._record)  # 3b. behind
         self._announce(state)
-        if state.pending or state.lagging:
+        if state.pending or state.lagging or state.lagged:  # lagged: could not be opened
             try:
                 persist_if_shared(state, self.specs)  # 4. persist
                 spooling = None

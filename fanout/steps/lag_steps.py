@@ -197,10 +197,10 @@ def spool_for_lagging(
 def _needed(
     state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec], *, before_write: bool
 ) -> set[str]:
-    """The sinks that need this batch from the spool: those behind it, and (after the
-    writes) those that failed it and lag; not a backfilling sink whose source holds it
-    (or, before the writes, is about to write it)."""
-    needed = set(state.lagging) | (set() if before_write else set(state.lagged))
+    """The sinks that need this batch from the spool: those behind it, and those that
+    failed it and lag (before the writes: those that could not be opened); not a
+    backfilling sink whose source holds it (or, before the writes, is about to write it)."""
+    needed = set(state.lagging) | set(state.lagged)  # before the writes: the unopened
     holding = set(state.skipped) | (set(state.pending) if before_write else set(state.results))
     for name in list(needed):
         origin = specs[name].lag.backfill_from

@@ -19,7 +19,7 @@ def persist_if_shared(state: BatchState, specs: Mapping[str, SinkSpec]) -> bool:
     DataFrame once per distinct route; each sink reading the DataFrame reads it once; the
     spool reads it once when a sink is behind (step 6b).
     """
-    readers = readers_of(state.pending, specs) + (1 if state.lagging else 0)
+    readers = readers_of(state.pending, specs) + (1 if state.lagging or state.lagged else 0)
     state.persisted = readers > 1 and hasattr(state.df, "persist")
     if state.persisted:
         persist_uncompressed(state.df)

@@ -45,6 +45,23 @@ class ChaosReport:
         return "\n".join(lines)
 
 
+def assert_exact(report: ChaosReport, filters_aborted: bool) -> None:
+    """Every sink exact; on a broker that shows aborted transactions to read_committed
+    readers (Tansu), the Kafka sink may show the records of attempts killed mid-transaction
+    (and only those: no record missing or wrong, the extras all duplicates): then the test
+    is an expected failure, saying how many."""
+    import pytest
+
+    lake, pg, bus = report.checks
+    for check in (lake, pg):
+        assert check.exact, report.table()
+    assert (bus.missing, bus.wrong) == (0, 0), report.table()
+    assert bus.present == bus.expected + bus.duplicated, report.table()
+    if bus.duplicated and not filters_aborted:
+        pytest.xfail(f"{bus.duplicated} records of aborted Kafka transactions visible on Tansu")
+    assert bus.duplicated == 0, report.table()
+
+
 def high_water(workdir: Path) -> int:
     """The highest batch any sink committed (-1 before the first), from the ledger's log."""
     from deltalake import DeltaTable
