@@ -30,7 +30,9 @@ SINKS = ("lake", "pg", "bus")
 def sinks(workdir: Path, pg_url: str, bootstrap: str, lag: bool = False) -> list[dict[str, object]]:
     """Delta (append), PostgreSQL (upsert; lagging alone with ``lag``) and Kafka
     (transactional)."""
-    policy = {"on_failure": "lag", "retries": 0} if lag else {}
+    # the lag input updates keys batch after batch, and a micro-batch may hold two input
+    # files: the newer version (amount = the file's number) wins within a batch
+    policy = {"on_failure": "lag", "retries": 0, "order_by": "amount"} if lag else {}
     return [
         {"type": "delta", "name": "lake", "path": str(workdir / "lake")},
         {"type": "postgres", "name": "pg", "url": pg_url, "table": PG_TABLE,

@@ -40,6 +40,8 @@ LAG_POINTS = (
 """Kill points of the lag runs; the catch-up's are drawn more often."""
 
 SERVER_MODES = ("up", "down", "flap")
+WAVE = 10
+"""Input files (batches) added when the stream has consumed all its input."""
 
 
 def draw_lag_plan(rng: random.Random, point: str, next_batch: int, last_batch: int) -> KillPlan:
@@ -111,7 +113,7 @@ def run_lag_chaos(
         if point.startswith("catchup") and not behind:
             # nothing to catch up: first a run, unkilled, of new input while the server
             # is down, which leaves the sink behind by that many batches
-            more = files // 4 or 1
+            more = WAVE
             rows += write_lag_input(workdir / "input", more, start_file=files, step=step)
             files += more
             _flap(server, "down", rng)
@@ -147,7 +149,7 @@ def run_lag_chaos(
         else:
             raise RuntimeError(f"driver failed ({done.returncode}):\n{done.stderr[-4000:]}")
         if high_water(workdir) >= files - 1 and len(report.kills) < kills:
-            more = files // 4 or 1
+            more = WAVE
             rows += write_lag_input(workdir / "input", more, start_file=files, step=step)
             files += more
     server.start()
