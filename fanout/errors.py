@@ -14,6 +14,8 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     │   ├── RouteError              the sink's ``where``/``select`` failed on the batch's rows
     │   ├── PartitioningError       partition membership not stable, or changed mid-batch
     │   └── TransientSinkError      raise it (or subclass it) to ask for a retry
+    │       └── SinkUnreachableError  open() cannot reach the target (also a
+    │                                 ConfigurationError; a lag sink starts behind)
     ├── LedgerError                 the ledger cannot be read or written
     ├── SpoolError                  the spool cannot be read or written
     ├── LagLimitError               a lagging sink's backlog passed its ``max_lag``
@@ -153,6 +155,13 @@ class TransientSinkError(SinkError):
     Sinks raise it, or classify their own errors through :meth:`fanout.Sink.is_transient`;
     the dispatcher retries transient errors with backoff and fails at once on the others.
     """
+
+
+class SinkUnreachableError(TransientSinkError, ConfigurationError):
+    """``Sink.open`` cannot reach the target (a server down, a name that does not resolve),
+    as opposed to a wrong option. It stops ``FanOut(...)`` like any configuration error,
+    except for a sink with ``on_failure="lag"``, which starts behind and is opened again
+    until it can be (docs/architecture.md §14.2)."""
 
 
 class LedgerError(FanoutError):

@@ -27,7 +27,7 @@ from fanout.contract.lag import SinkLag, SpoolSize
 from fanout.contract.names import check_name
 from fanout.contract.sink import Sink, SinkContext, SinkResult
 from fanout.deadletters.target import resolve_target
-from fanout.errors import BatchFailedError, ConfigurationError, FanoutError, TransientSinkError
+from fanout.errors import BatchFailedError, ConfigurationError, FanoutError, SinkUnreachableError
 from fanout.hooks.caller import HookCaller
 from fanout.hooks.registry import load_registry
 from fanout.ledger.delta import DeltaLedger
@@ -202,9 +202,9 @@ class FanOut:
             register_secrets(sink.secret_values())  # masked in every redacting log handler
             try:
                 sink.open(context)
-            except TransientSinkError as exc:
+            except SinkUnreachableError as exc:
                 if not spec.lag.lags:
-                    raise ConfigurationError(str(exc)) from exc
+                    raise
                 self._unopened[spec.name] = (context, exc)  # it starts behind; see Lagging
                 log.warning(
                     "pipeline %s: sink %r cannot be reached (%s); with on_failure='lag' the "

@@ -39,7 +39,7 @@ LAG_POINTS = (
 )  # fmt: skip
 """Kill points of the lag runs; the catch-up's are drawn more often."""
 
-SERVER_MODES = ("up", "down", "flap")
+SERVER_MODES = ("down", "flap", "up")
 WAVE = 10
 """Input files (batches) added when the stream has consumed all its input."""
 
@@ -123,7 +123,8 @@ def run_lag_chaos(
                 raise RuntimeError(f"driver failed ({prep.returncode}):\n{prep.stderr[-4000:]}")
             behind = True
             say(f"run {report.runs}: {more} batch(es) while the server is down")
-        mode = "up" if point.startswith("catchup") else rng.choice(SERVER_MODES)
+        # the server's state in turn (down, flap, up), so a few kills cover each
+        mode = "up" if point.startswith("catchup") else SERVER_MODES[report.runs % 3]
         plan = draw_lag_plan(rng, point, high_water(workdir) + 1, files - 1)
         timer = _flap(server, mode, rng)
         done = subprocess.run(

@@ -262,10 +262,10 @@ class Unreachable(ScriptedSink):
     reachable = False
 
     def open(self, context: Any) -> None:
-        from fanout import TransientSinkError
+        from fanout import SinkUnreachableError
 
         if not self.reachable:
-            raise TransientSinkError("connection refused", sink=self.name)
+            raise SinkUnreachableError("connection refused", sink=self.name)
         super().open(context)
 
 

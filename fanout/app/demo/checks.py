@@ -65,10 +65,15 @@ def postgres_rows(url: str, table: str, columns: Iterable[str]) -> list[dict[str
 
 
 def kafka_rows(
-    bootstrap: str, topic: str, expected: int, timeout_s: float = 30
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    timeout_s: float = 30,
+    isolation: str = "read_committed",
 ) -> list[dict[str, Any]]:
-    """The topic's records (JSON values) as a ``read_committed`` consumer sees them: read
-    until ``expected`` arrived and the topic stays quiet for 2 s, or ``timeout_s``."""
+    """The topic's records (JSON values) as a ``read_committed`` consumer (or
+    ``isolation``) sees them: read until ``expected`` arrived and the topic stays quiet for
+    2 s, or ``timeout_s``."""
     from confluent_kafka import Consumer
 
     consumer = Consumer(
@@ -77,7 +82,7 @@ def kafka_rows(
             "group.id": f"fanout-demo-check-{uuid.uuid4()}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
         }
     )
     consumer.subscribe([topic])

@@ -24,6 +24,8 @@ class DemoServices:
 
     postgres_url: str | None = None
     kafka_bootstrap: str | None = None
+    kafka_embedded: bool = False
+    """Whether the broker is the embedded one (Tansu), whose quirks the checks know."""
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     notes: list[str] = field(default_factory=list)
 
@@ -82,6 +84,7 @@ def demo_services(
             services.kafka_bootstrap = kafka_bootstrap
         else:
             services.kafka_bootstrap = _start(stack, services, "kafka", embedded, root)
+            services.kafka_embedded = services.kafka_bootstrap is not None
         yield services
 
 

@@ -30,6 +30,7 @@ from fanout.errors import (
     ConfigurationError,
     SchemaMismatchError,
     SinkError,
+    SinkUnreachableError,
     SinkWriteError,
     TransientSinkError,
 )
@@ -172,7 +173,7 @@ class PostgresSink(PartitionedSink):
             raise
         except Exception as exc:
             if self.is_transient(exc):  # unreachable, not misconfigured
-                raise TransientSinkError(
+                raise SinkUnreachableError(
                     f"cannot open: {self._clean(exc)}", sink=self.name
                 ) from None
             raise self._error(f"cannot open: {self._clean(exc)}") from None
