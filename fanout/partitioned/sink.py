@@ -9,8 +9,9 @@ replay whose partitions would hold other rows than the committed ones
 the check that every partition reported, the roll-up into one
 :class:`fanout.SinkResult`, and one error naming every failed partition. The sink
 provides a picklable :class:`fanout.partitioned.task.PartitionWriter` that owns the
-connection on the executor, and, when it skips committed partitions on a replay, how to
-read their marks.
+connection on the executor, when it skips committed partitions on a replay, how to read
+their marks, and optionally a driver-side :meth:`PartitionedSink.preflight` (so a target
+that is down fails the batch without a Spark job).
 
 Per-partition commit hooks (``fanout_partition_commit`` just before a partition commits,
 ``fanout_partition_committed`` right after) run on the executors, for the plugins given to
@@ -102,6 +103,14 @@ class PartitionedSink(Sink):
         each partition commits with its rows, when membership is kept)."""
         raise NotImplementedError(f"{type(self).__name__}.partition_writer")
 
+    def preflight(self, batch: Batch) -> None:
+        """On the driver, before the batch's executor job: a cheap check that the target
+        answers (one connection, one round trip), raising
+        :class:`fanout.TransientSinkError` when it does not. A down target then costs a
+        round trip instead of a Spark job whose every task fails to connect (retried by
+        Spark on a cluster) -- and the other sinks' jobs keep the cores, which matters
+        most to a sink with ``on_failure="lag"``. Default: nothing."""
+
     def committed_partitions(
         self, batch: Batch, plan: PartitionPlan
     ) -> Sequence[CommittedPartition]:
@@ -136,7 +145,9 @@ class PartitionedSink(Sink):
     # -- the kit's write ------------------------------------------------------------------
 
     def write(self, batch: Batch) -> SinkResult:
-        """Partition, check, write every partition from the executors, roll up."""
+        """Check the target answers, partition, check, write every partition from the
+        executors, roll up."""
+        self.preflight(batch)
         given = self.partition_input(batch)
         from pyspark.sql import functions as F
 

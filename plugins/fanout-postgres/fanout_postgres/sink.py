@@ -207,6 +207,23 @@ class PostgresSink(PartitionedSink):
         append = plan.mode == "append"
         return PartitionInput(projected, list(plan.hash_columns), membership=append, keyed=keyed)
 
+    def preflight(self, batch: Batch) -> None:
+        """One connection and ``SELECT 1`` on the driver: a server that is down or
+        unreachable fails the batch here (transient, so retried), not in every task."""
+        engine = self._engine()
+        try:
+            with engine.connect() as conn:
+                conn.execute(_sa().text("SELECT 1"))
+        except Exception as exc:
+            if not self.is_transient(exc):
+                raise
+            raise TransientSinkError(
+                f"cannot reach the server: {self._clean(exc)}", sink=self.name,
+                batch_id=batch.batch_id,
+            ) from None  # fmt: skip
+        finally:
+            engine.dispose()
+
     def committed_partitions(
         self, batch: Batch, plan: PartitionPlan
     ) -> Sequence[CommittedPartition]:
