@@ -25,6 +25,7 @@ from fanout.contract.batch import BatchInfo
 from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.lag import SinkLag, SpoolSize
 from fanout.contract.names import check_name
+from fanout.contract.sessions import is_connect
 from fanout.contract.sink import Sink, SinkContext, SinkResult
 from fanout.deadletters.target import resolve_target
 from fanout.errors import BatchFailedError, ConfigurationError, FanoutError, SinkUnreachableError
@@ -34,6 +35,7 @@ from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import Ledger
 from fanout.observe.logs import batch_fields, register_secrets
 from fanout.partitioned.determinism import check_route as check_route_membership
+from fanout.recipe import Recipe
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes
 from fanout.sink_spec import SinkSpec, split_core_options
@@ -97,6 +99,11 @@ class FanOut:
 
     Building a ``FanOut`` loads the plugins, builds and opens every sink and creates the
     ledger, so configuration errors surface here, before the stream starts.
+
+    A ``FanOut`` pickles as its configuration (:class:`fanout.recipe.Recipe`): under Spark
+    Connect it is pickled on the client and built again, sinks opened again, on the first
+    batch it receives beside the server, with that batch's session. There fanout cannot ask
+    Spark for the query's checkpoint: pass ``checkpoint_location`` (docs/architecture.md §15).
     """
 
     def __init__(
@@ -115,6 +122,14 @@ class FanOut:
         spool: str | None = None,
         probe_interval_s: float = 10.0,
     ) -> None:
+        self._recipe = Recipe.of(
+            pipeline, ledger, sinks,
+            dict(parallelism=parallelism, retries=retries, backoff_s=backoff_s,
+                 plugins=tuple(plugins), checkpoint_location=checkpoint_location,
+                 on_checkpoint_reset=on_checkpoint_reset, spool=spool,
+                 probe_interval_s=probe_interval_s),
+        )  # fmt: skip
+        plugins = self._recipe.options["plugins"]
         self.pipeline = check_name(pipeline, "pipeline")
         if on_checkpoint_reset not in ("refuse", "new_epoch"):
             raise ConfigurationError(
@@ -194,6 +209,12 @@ class FanOut:
     def _open(self, spark: Any) -> Any:
         if spark is None:
             spark = _active_spark()
+        if spark is not None and is_connect(spark) and self._context.checkpoint_location is None:
+            raise ConfigurationError(
+                f"pipeline {self.pipeline!r}: under Spark Connect fanout cannot ask Spark for "
+                "the query's checkpoint: pass FanOut(checkpoint_location=...) the same path as "
+                "the query's checkpointLocation option"
+            )
         self.ledger.open()
         for spec in self.specs.values():
             context = SinkContext(self.pipeline, spark, self.dead_letters[spec.name], self._plugins)
@@ -249,10 +270,28 @@ class FanOut:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- pickled as configuration ------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Only the recipe travels (no lock, pool, thread, connection or session)."""
+        self._recipe.check_picklable()
+        return {"_recipe": self._recipe}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)  # built on the first batch, with its session
+
+    def _build(self, spark: Any) -> None:
+        recipe = self._recipe
+        self.__init__(  # type: ignore[misc]
+            recipe.pipeline, recipe.ledger, recipe.sinks, spark=spark, **recipe.options
+        )
+
     # -- the foreachBatch entry point -------------------------------------------------
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         """Handle one micro-batch; Spark calls this with the batch DataFrame and its id."""
+        if "_context" not in self.__dict__:  # unpickled: build the pipeline here
+            self._build(getattr(batch_df, "sparkSession", None))
         self.process(batch_df, self._context.read(batch_df, batch_id))  # 1. context
 
     def process(self, df: Any, info: BatchInfo) -> dict[str, SinkResult]:

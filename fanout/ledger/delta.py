@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fanout.contract.batch import txn_app_id
 from fanout.delta_tables.io import (
@@ -77,6 +77,19 @@ class DeltaLedger:
 
     def __repr__(self) -> str:
         return f"DeltaLedger({self.path!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Configuration only (pickled with a ``FanOut`` under Spark Connect): no lock,
+        no queued marks, no open table; ``open()`` runs again where it lands."""
+        live = ("_lock", "_queue_lock", "_queued", "_table")
+        return {k: v for k, v in self.__dict__.items() if k not in live}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._queued = []
+        self._table = None
 
     # -- setup ----------------------------------------------------------------------
 

@@ -27,9 +27,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from fanout.contract.sessions import is_connect
 from fanout.errors import PartitioningError
+from fanout.observe.spark_errors import quiet_spark_errors
 from fanout.partitioned.membership import WHOLE_ROW, quoted
-from fanout.routes.evaluate import quiet_spark_errors
+from fanout.partitioned.plan_text import analyzed_section, volatile_in_text
 
 log = logging.getLogger("fanout")
 
@@ -151,15 +153,22 @@ def check_batch(df: Any, by: By, *, sink: str, batch_id: int, query_id: str | No
     if query_id is not None and key in _passed:
         return
     columns = list(df.columns) if by == WHOLE_ROW else list(by)
+    connect = is_connect(df)
     try:
-        plan = df.select(*[quoted(c) for c in columns])._jdf.queryExecution().analyzed()
-        found, leaves = volatile_in_plan(plan)
-    except Exception as exc:  # not a classic Spark DataFrame: nothing to inspect
+        selected = df.select(*[quoted(c) for c in columns])
+        if connect:  # no Catalyst objects in Python: the server's explain text
+            found, leaves = volatile_in_text(analyzed_section(selected._explain_string(True)))
+        else:
+            found, leaves = volatile_in_plan(selected._jdf.queryExecution().analyzed())
+    except Exception as exc:  # not a Spark DataFrame: nothing to inspect
         log.debug("sink %r: cannot inspect the batch plan: %s", sink, exc)
         return
     if found:
         raise refusal(f"the batch's {_cols(columns)} ({'; '.join(found)})", by, sink, batch_id)
-    found = _volatile_in_source(df, leaves, query_id)
+    if connect:
+        found = _volatile_in_connect_source(df, leaves, query_id)
+    else:
+        found = _volatile_in_source(df, leaves, query_id)
     if found:
         raise refusal(
             f"the source query's {_cols(sorted(leaves))} ({'; '.join(found)})", by, sink, batch_id
@@ -184,6 +193,26 @@ def _volatile_in_source(df: Any, names: set[str], query_id: str | None) -> list[
             plan = plan.children().apply(0)
         wanted = {int(a.exprId().id()) for a in _seq(plan.output()) if a.name() in names}
         return volatile_in_plan(plan, wanted)[0]
+    except Exception as exc:
+        log.debug("cannot inspect the streaming query's plan: %s", exc)
+        return []
+
+
+def _volatile_in_connect_source(df: Any, names: set[str], query_id: str | None) -> list[str]:
+    """:func:`_volatile_in_source` under Spark Connect, on the text of the streaming
+    query's last execution (its extended explain)."""
+    if query_id is None or not names:
+        return []
+    try:
+        query = df.sparkSession.streams.get(query_id)
+        if query is None:
+            return []
+        from pyspark.sql.connect.proto import StreamingQueryCommand
+
+        command = StreamingQueryCommand()
+        command.explain.extended = True
+        text = query._execute_streaming_query_cmd(command).explain.result
+        return volatile_in_text(analyzed_section(text), names)[0]
     except Exception as exc:
         log.debug("cannot inspect the streaming query's plan: %s", exc)
         return []
@@ -237,7 +266,10 @@ def _probe(spark: Any, expression: str, kind: str) -> list[str]:
         probe = spark.range(0).select(*[F.lit(None).alias(n) for n in names] or [F.lit(0)])
         try:
             df = probe.where(expression) if kind == "where" else probe.selectExpr(expression)
-            found, _leaves = volatile_in_plan(df._jdf.queryExecution().analyzed())
+            if is_connect(df):
+                found = volatile_in_text(analyzed_section(df._explain_string(True)))[0]
+            else:
+                found = volatile_in_plan(df._jdf.queryExecution().analyzed())[0]
         except Exception as exc:
             missing = _unresolved_column(exc)
             if missing is None or missing in names:

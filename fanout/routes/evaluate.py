@@ -10,13 +10,12 @@ other errors (:func:`data_error`), find which expression of a route raises
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from fanout.errors import RouteError
+from fanout.observe.spark_errors import quiet_spark_errors
 from fanout.routes.route import Route
 
 log = logging.getLogger("fanout")
@@ -25,7 +24,6 @@ DATA_EXCEPTION = "22"
 """The SQLSTATE class of errors caused by a value (SQL's "data exception"): only these are
 a row's own fault and isolated."""
 
-_SPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 Kind = Literal["where", "select"]
 
@@ -147,30 +145,6 @@ def route_error(
     )
     error.__cause__ = failure.error
     return error
-
-
-@contextmanager
-def quiet_spark_errors() -> Iterator[None]:
-    """Keep PySpark from logging every error this thread provokes on purpose (each
-    bisection step would log a full query context and stack trace at ERROR)."""
-    thread = threading.get_ident()
-
-    def other_threads(record: logging.LogRecord) -> bool:
-        return record.thread != thread
-
-    try:  # PySpark's own logger class: its calls pass keywords a plain Logger refuses
-        from pyspark.logger import PySparkLogger
-
-        loggers: list[logging.Logger] = [PySparkLogger.getLogger(n) for n in _SPARK_LOGGERS]
-    except ImportError:
-        loggers = []
-    for logger in loggers:
-        logger.addFilter(other_threads)
-    try:
-        yield
-    finally:
-        for logger in loggers:
-            logger.removeFilter(other_threads)
 
 
 def _call(obj: Any, method: str) -> Any:

@@ -36,6 +36,7 @@ from typing import Any
 from fanout.contract.batch import SharedArrow
 from fanout.contract.dead_letters import DeadLetter
 from fanout.errors import RouteError
+from fanout.observe.spark_errors import quiet_spark_errors
 from fanout.routes.evaluate import (
     RouteFailure,
     data_error,
@@ -43,7 +44,6 @@ from fanout.routes.evaluate import (
     evaluate,
     failing_expression,
     first_line,
-    quiet_spark_errors,
     route_error,
 )
 from fanout.routes.route import Route

@@ -77,22 +77,43 @@ class Route:
                 self.select,
             )
             return
-        parser = spark._jsparkSession.sessionState().sqlParser()
+        parse = _parser(spark)
         for kind, expression in [("where", self.where)] + [
             ("select", s) for s in self.select or ()
         ]:
             if expression is None:
                 continue
             try:
-                if kind == "select":
-                    parser.parseExpression(_strip_alias(expression))
-                else:
-                    parser.parseExpression(expression)
+                parse(_strip_alias(expression) if kind == "select" else expression)
             except Exception as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise ConfigurationError(
                     f"sink {sink!r}: {kind} expression {expression!r} does not parse: {first}"
                 ) from None
+
+
+def _parser(spark: Any) -> Any:
+    """A function parsing one SQL expression, raising on a syntax error only: Spark's own
+    parser through the JVM, or under Spark Connect the server's (an analysis of the
+    expression over an empty relation, whose only tolerated failures are about names)."""
+    from fanout.contract.sessions import is_connect
+
+    if not is_connect(spark):
+        return spark._jsparkSession.sessionState().sqlParser().parseExpression
+
+    def parse(expression: str) -> None:
+        from fanout.observe.spark_errors import quiet_spark_errors
+
+        try:
+            with quiet_spark_errors():  # an unresolved name is expected: no columns yet
+                _ = spark.range(0).selectExpr(expression).schema
+        except Exception as exc:
+            getter = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+            condition = str(getter() if getter is not None else "")
+            if condition.startswith("PARSE") or "SYNTAX" in condition:
+                raise
+
+    return parse
 
 
 def _first_unresolved(df: Any, expressions: Sequence[str]) -> str | None:

@@ -3,19 +3,26 @@
 Reads the streaming query id from the batch's Spark local properties and the batch's
 source offsets and planning time from the checkpoint's ``offsets/<batch_id>`` (written by
 Spark before the batch runs: a version line, a batch-metadata line with
-``batchTimestampMs``, then one JSON line per source). A batch replayed after a crash is
-read from the same file; a batch Spark plans again (after a checkpoint rollback) gets a
-new planning time, and the guard compares both with what the ledger recorded.
+``batchTimestampMs``, then one JSON line per source). Under Spark Connect, where neither the
+local properties nor Hadoop's filesystems are reachable from Python, the query id is the
+one the checkpoint's ``metadata`` file records (checked against the session's running
+queries) and the checkpoint's files are read with pyarrow's filesystems. A batch replayed
+after a crash is read from the same file; a batch Spark plans again (after a checkpoint
+rollback) gets a new planning time, and the guard compares both with what the ledger
+recorded.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from fanout.contract.batch import BatchInfo
+from fanout.contract.sessions import is_connect
+from fanout.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +86,10 @@ def parse_offset_file(text: str) -> list[Any]:
 
 
 def read_checkpoint_file(spark: Any, root: str, relative: str) -> str | None:
-    """A small file of the checkpoint, read through Hadoop (any filesystem Spark reads)."""
+    """A small file of the checkpoint, read through Hadoop (any filesystem Spark reads);
+    under Spark Connect, through pyarrow's filesystems (:func:`read_file_directly`)."""
+    if spark is None or is_connect(spark):
+        return read_file_directly(root, relative)
     jvm = spark.sparkContext._jvm
     path = jvm.org.apache.hadoop.fs.Path(f"{root.rstrip('/')}/{relative}")
     fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
@@ -91,6 +101,35 @@ def read_checkpoint_file(spark: Any, root: str, relative: str) -> str | None:
         return str(scanner.next()) if scanner.hasNext() else ""
     finally:
         stream.close()
+
+
+def read_file_directly(root: str, relative: str) -> str | None:
+    """A small file under ``root`` read with pyarrow's filesystems: local paths
+    (``/x``, ``file:/x``, ``file:///x``) and the URIs pyarrow knows (``s3://``, ``gs://``,
+    ``hdfs://``, ``abfs://``...); ``None`` when it does not exist."""
+    from pyarrow import fs as pafs
+
+    location = f"{root.rstrip('/')}/{relative}"
+    local = location.startswith("file:") or "://" not in location
+    if local:
+        path = location.removeprefix("file://").removeprefix("file:")
+        filesystem, path = pafs.LocalFileSystem(), os.path.abspath(path)
+    else:
+        filesystem, path = pafs.FileSystem.from_uri(location)
+    if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
+        return None
+    with filesystem.open_input_stream(path) as stream:
+        return bytes(stream.read()).decode()
+
+
+def checkpoint_query_id(root: str) -> str | None:
+    """The query id a checkpoint belongs to (its ``metadata`` file: ``{"id": ...}``), or
+    ``None`` before the query first started."""
+    text = read_file_directly(root, "metadata")
+    if text is None:
+        return None
+    value = json.loads(text.splitlines()[0]).get("id")
+    return str(value) if value else None
 
 
 class ContextReader:
@@ -105,11 +144,14 @@ class ContextReader:
         self.pipeline = pipeline
         self.checkpoint_location = checkpoint_location
         self._found: dict[str, str | None] = {}  # query id -> its checkpoint, looked up once
+        self._connect_query: str | None = None  # under Spark Connect, checked once
         self._warned = False
 
     def read(self, batch_df: Any, batch_id: int) -> BatchInfo:
         """Pipeline, batch id, query id, source offsets and planning time of the batch."""
         query_id = query_id_of(batch_df)
+        if query_id is None and is_connect(batch_df):
+            query_id = self._connect_query_id(batch_df)
         planned = self._planned(batch_df, query_id, batch_id)
         if planned is None:
             return BatchInfo(self.pipeline, int(batch_id), query_id)
@@ -120,6 +162,35 @@ class ContextReader:
             planned.source_offsets,
             batch_timestamp_ms=planned.batch_timestamp_ms,
         )
+
+    def _connect_query_id(self, batch_df: Any) -> str:
+        """Under Spark Connect: the query id recorded in the checkpoint, once it is known
+        to be one of the session's running queries (a wrong ``checkpoint_location`` would
+        otherwise read another query's offsets)."""
+        location = self.checkpoint_location
+        if location is None:
+            raise ConfigurationError(
+                f"pipeline {self.pipeline!r}: under Spark Connect fanout cannot ask Spark for "
+                "the query's checkpoint; pass FanOut(checkpoint_location=...) the query's "
+                "checkpointLocation"
+            )
+        if self._connect_query is not None:
+            return self._connect_query
+        query_id = checkpoint_query_id(location)
+        running = sorted(str(q.id) for q in batch_df.sparkSession.streams.active)
+        if query_id is None or query_id not in running:
+            raise ConfigurationError(
+                f"pipeline {self.pipeline!r}: checkpoint_location {location} "
+                + (
+                    "holds no query metadata"
+                    if query_id is None
+                    else f"belongs to query {query_id}"
+                )
+                + f", and the queries running in this session are {running or 'none'}: pass "
+                "FanOut(checkpoint_location=...) the query's own checkpointLocation"
+            )
+        self._connect_query = query_id
+        return query_id
 
     def _planned(self, batch_df: Any, query_id: str | None, batch_id: int) -> PlannedBatch | None:
         try:

@@ -116,6 +116,15 @@ class RecordingSink(Sink):
         """As configured."""
         return self._reads
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles without its lock (a sink is pickled with a ``FanOut`` under Spark
+        Connect: keep configuration, create what is live where it runs)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def write(self, batch: Batch) -> SinkResult:
         """Record the batch's rows."""
         rows = batch.arrow().to_pylist() if self._reads == "arrow" else _collect(batch.df)

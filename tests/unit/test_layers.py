@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     {"errors", "version"},
     {"contract", "retry", "delta_tables"},
     {"observe", "hooks", "ledger", "deadletters", "spool"},
-    {"routes", "partitioned", "sink_spec"},
+    {"routes", "partitioned", "sink_spec", "recipe"},
     {"steps"},
     {"fan_out"},
     {"spark", "testing"},

@@ -17,7 +17,8 @@ from fanout.contract.dead_letters import DeadLetter
 from fanout.deadletters.delta import DeltaDeadLetters
 from fanout.delta_tables.io import read_delta
 from fanout.ledger.memory import MemoryLedger
-from fanout.routes.evaluate import RouteFailure, data_error, quiet_spark_errors, route_error
+from fanout.observe.spark_errors import quiet_spark_errors
+from fanout.routes.evaluate import RouteFailure, data_error, route_error
 from fanout.routes.rejects import CheckedRoute
 from fanout.routes.route import Route
 from fanout.sink_spec import SinkSpec

@@ -1,0 +1,145 @@
+"""The Delta + PostgreSQL + Kafka fan-out through a local Spark Connect server, run as a
+subprocess: a Connect server started from Python lives in its own JVM gateway, which the
+suite's classic SparkSession would collide with.
+
+usage: python -m tests.connect.connect_driver WORKDIR PG_URL BOOTSTRAP
+
+The foreachBatch function is the ``FanOut`` itself, pickled by the Connect client and run
+in a Python process beside the server. Prints lines the test reads:
+
+- ``CONFIG <message>``: a configuration error raised on the client, before any stream;
+- ``FAILED <message, lines joined>``: a run of the query that failed (the PostgreSQL sink's
+  partition 1 of batch 1 is vetoed once, after the other sinks wrote that batch);
+- ``DONE <runs>``: the input is consumed;
+- ``REFUSED <message, lines joined>``: a second query, whose Kafka key is computed with
+  ``rand()``, refused before writing (the determinism check on the server's plan text).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for tests.*
+
+from fanout import FanOut, hookimpl
+from fanout.contract.partitions import PartitionCommit
+from fanout.errors import ConfigurationError, SinkWriteError
+from tests.chaos.chaos_driver import sinks
+from tests.integration.streams import SCHEMA, run_stream
+
+PIPELINE = "connect"
+
+
+class VetoOnce:
+    """Fails one partition's first commit of one batch (a non-transient error: the
+    batch fails, the query stops, and the restart replays it). Its state is a file: it
+    runs on the executors, pickled."""
+
+    def __init__(self, state: str, sink: str, batch_id: int, partition: int) -> None:
+        self.state, self.sink, self.batch_id, self.partition = state, sink, batch_id, partition
+
+    @hookimpl
+    def fanout_partition_commit(self, commit: PartitionCommit) -> None:
+        """Veto the chosen partition, once."""
+        chosen = (commit.sink, commit.batch_id, commit.partition)
+        if chosen == (self.sink, self.batch_id, self.partition) and not Path(self.state).exists():
+            Path(self.state).write_text("vetoed")
+            raise SinkWriteError("vetoed once by the test", sink=commit.sink,
+                                 batch_id=commit.batch_id)  # fmt: skip
+
+
+def connect_session() -> Any:
+    """A local Spark Connect server and a client session on it."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the server's Python workers
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.remote("local[2]")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+
+
+def config_errors(workdir: Path, pg_url: str, bootstrap: str) -> None:
+    """Configuration errors surface on the client, before the stream starts."""
+    ledger = str(workdir / "ledger")
+    bad_route = [{**s, "where": "amount >"} if s["name"] == "pg" else s
+                 for s in sinks(workdir, pg_url, bootstrap)]  # fmt: skip
+    for label, build in [
+        ("no checkpoint", lambda: FanOut(PIPELINE, ledger, sinks(workdir, pg_url, bootstrap))),
+        ("bad route", lambda: FanOut(PIPELINE, ledger, bad_route,
+                                      checkpoint_location=str(workdir / "checkpoint"))),
+    ]:  # fmt: skip
+        try:
+            build()
+            print(f"NO ERROR {label}", flush=True)
+        except ConfigurationError as exc:
+            print(f"CONFIG {exc}".splitlines()[0], flush=True)
+
+
+def volatile_key(spark: Any, workdir: Path, bootstrap: str) -> None:
+    """A Kafka sink keyed by a column computed with ``rand()``: refused at its first batch."""
+    from pyspark.sql import functions as F
+
+    bus = [{"type": "kafka", "name": "bus", "bootstrap_servers": bootstrap,
+            "topic": "connect-volatile", "key": "order_id", "partitions": 2,
+            "create_topic": True}]  # fmt: skip
+    checkpoint = workdir / "volatile-checkpoint"
+    fan = FanOut("volatile", str(workdir / "volatile-ledger"), bus, retries=0,
+                 checkpoint_location=str(checkpoint))  # fmt: skip
+    stream = (
+        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+        .json(str(workdir / "input"))
+        .withColumn("order_id", F.expr("cast(rand() * 1000 as long)"))
+    )  # fmt: skip
+    query = (
+        stream.writeStream.foreachBatch(fan).option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    try:
+        query.awaitTermination()
+        print("NOT REFUSED", flush=True)
+    except Exception as exc:
+        print("REFUSED " + " | ".join(str(exc).strip().splitlines()), flush=True)
+
+
+def main() -> None:
+    """Check the client-side errors, then run the stream to the end of its input."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("pg_url")
+    parser.add_argument("bootstrap")
+    args = parser.parse_args()
+    spark = connect_session()
+    config_errors(args.workdir, args.pg_url, args.bootstrap)
+    veto = VetoOnce(str(args.workdir / "vetoed"), "pg", 1, 1)
+    checkpoint = args.workdir / "checkpoint"
+    fan = FanOut(
+        PIPELINE,
+        str(args.workdir / "ledger"),
+        sinks(args.workdir, args.pg_url, args.bootstrap),
+        plugins=[veto],
+        retries=0,
+        checkpoint_location=str(checkpoint),
+    )
+    runs = 0
+    while runs < 3:
+        runs += 1
+        try:
+            run_stream(spark, args.workdir / "input", fan, checkpoint)
+            break
+        except Exception as exc:
+            print("FAILED " + " | ".join(str(exc).strip().splitlines()), flush=True)
+    print(f"DONE {runs}", flush=True)
+    fan.close()
+    volatile_key(spark, args.workdir, args.bootstrap)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

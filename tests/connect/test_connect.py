@@ -1,0 +1,79 @@
+"""fanout under Spark Connect: the ``FanOut`` is pickled by the Connect client and run
+beside a local Connect server (the ``spark-connect`` jar of the pyspark wheel), writing
+Delta, PostgreSQL and Kafka, with a partial failure and its replay."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("grpc", reason="Spark Connect needs pip install 'pyspark[connect]'")
+
+from tests.chaos.chaos_driver import PG_TABLE, TOPIC
+from tests.chaos.checker import check_delta, check_kafka, check_postgres
+from tests.chaos.harness import create_topic  # the Kafka test tools, on its path
+from tests.chaos.services import embedded_services
+from tests.integration.streams import committed_marks, write_input
+
+REPO = Path(__file__).resolve().parents[2]
+FILES, ROWS = 4, 40
+
+
+def test_the_fan_out_runs_under_spark_connect_with_a_partial_failure_and_replay(
+    tmp_path: Path,
+) -> None:
+    with embedded_services(tmp_path) as (pg_url, bootstrap):
+        rows = write_input(tmp_path / "input", FILES, ROWS)
+        create_topic(bootstrap, TOPIC, 4)
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.connect.connect_driver", str(tmp_path), pg_url,
+             bootstrap],
+            cwd=REPO, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        lines = done.stdout.splitlines()
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+        expected = {r["order_id"]: r for r in rows}
+        checks = [
+            check_delta(tmp_path / "lake", expected),
+            check_postgres(pg_url, PG_TABLE, expected),
+            check_kafka(bootstrap, TOPIC, expected),
+        ]
+
+    # configuration errors surfaced on the client, before any stream started
+    config = [line for line in lines if line.startswith(("CONFIG", "NO ERROR"))]
+    assert len(config) == 2, lines
+    assert config[0] == (
+        "CONFIG pipeline 'connect': under Spark Connect fanout cannot ask Spark for the "
+        "query's checkpoint: pass FanOut(checkpoint_location=...) the same path as the "
+        "query's checkpointLocation option"
+    )
+    assert config[1].startswith("CONFIG sink 'pg': where expression 'amount >' does not parse: "), (
+        config[1]
+    )
+
+    # the veto failed batch 1 once; the restart replayed it and finished
+    failed = [line for line in lines if line.startswith("FAILED")]
+    assert len(failed) == 1, lines
+    assert "Found error inside foreachBatch Python process" in failed[0]
+    assert "BatchFailedError: pipeline 'connect', batch 1: 1 sink(s) failed" in failed[0]
+    assert "sink 'pg', batch 1: vetoed once by the test" in failed[0]
+    assert "DONE 2" in lines
+    # a Kafka key computed with rand(): refused on the server's plan text, nothing written
+    refused = [line for line in lines if line.startswith(("REFUSED", "NOT REFUSED"))]
+    assert len(refused) == 1 and refused[0].startswith("REFUSED"), lines
+    assert "PartitioningError: sink 'bus', batch 0: " in refused[0], refused[0]
+    assert "(rand()) is not deterministic" in refused[0], refused[0]
+    assert (tmp_path / "vetoed").read_text() == "vetoed"
+
+    # every sink holds every row once, with its values
+    for check in checks:
+        assert (check.present, check.missing, check.duplicated, check.wrong) == (
+            len(expected), 0, 0, 0,
+        ), check  # fmt: skip
+    assert len(expected) == FILES * ROWS
+    # one committed mark per sink and batch: the replay wrote pg only
+    marks = committed_marks(tmp_path / "ledger", "connect")
+    assert marks == {(s, b): 1 for s in ("lake", "pg", "bus") for b in range(FILES)}
