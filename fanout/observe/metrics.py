@@ -19,6 +19,7 @@ per-sink metrics also ``sink``:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -87,7 +88,15 @@ class MetricsObserver:
 
         observer = cls(pipeline)
         observer.server, _thread = start_http_server(port, addr=host, registry=observer.registry)
+        observer._serving = (port, host)
         return observer
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as configuration (with a ``FanOut`` under Spark Connect): a fresh
+        observer where it lands, serving there if this one serves (docs/architecture.md
+        §15: the metrics of a Connect pipeline are those of the process beside the
+        server)."""
+        return (_rebuilt, (self.pipeline, getattr(self, "_serving", None)))
 
     @property
     def port(self) -> int | None:
@@ -173,3 +182,20 @@ class MetricsObserver:
         if started is not None:
             self.batch_duration.labels(self.pipeline).observe(time.perf_counter() - started)
         self.batches.labels(self.pipeline, outcome).inc()
+
+
+def _rebuilt(pipeline: str, serving: tuple[int, str] | None) -> MetricsObserver:
+    """A :class:`MetricsObserver` unpickled: serving at the same port when it is free,
+    else at a free one (said in the log), so two processes on one host both serve."""
+    if serving is None:
+        return MetricsObserver(pipeline)
+    port, host = serving
+    try:
+        return MetricsObserver.serve(pipeline, port=port, host=host)
+    except OSError as exc:
+        observer = MetricsObserver.serve(pipeline, port=0, host=host)
+        logging.getLogger("fanout").warning(
+            "pipeline %s: metrics port %d is taken here (%s); serving at %d instead",
+            pipeline, port, exc, observer.port,
+        )  # fmt: skip
+        return observer

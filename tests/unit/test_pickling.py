@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark import cloudpickle
@@ -151,3 +152,43 @@ def test_plan_text_is_walked_like_a_catalyst_plan(
     plan: str, needed: set[str] | None, found: list[str], leaves: set[str]
 ) -> None:
     assert volatile_in_text(plan, needed) == (found, leaves)
+
+
+def test_the_metrics_observer_pickles_as_configuration_and_serves_where_it_lands() -> None:
+    from fanout.observe.metrics import MetricsObserver
+
+    observer = MetricsObserver.serve("m", port=0, host="127.0.0.1")
+    copy = cloudpickle.loads(cloudpickle.dumps(observer))
+    try:
+        assert copy is not observer and copy.pipeline == "m"
+        assert copy.port is not None and copy.port != observer.port  # its own server here
+        copy.fanout_batch_start(BatchInfo("m", 0), ["s"], [])
+        copy.fanout_batch_end(BatchInfo("m", 0), {})
+        assert copy.value("fanout_batches_total", outcome="committed") == 1.0
+        assert observer.value("fanout_batches_total", outcome="committed") is None
+    finally:
+        copy.stop()
+        observer.stop()
+    quiet = cloudpickle.loads(cloudpickle.dumps(MetricsObserver("q")))
+    assert (quiet.pipeline, quiet.port) == ("q", None)
+
+
+@pytest.mark.parametrize(
+    ("distribution", "build"),
+    [
+        ("fanout_delta", lambda m: m.DeltaSink("lake", path="/tmp/x", mode="merge", keys=["id"])),
+        (
+            "fanout_postgres",
+            lambda m: m.PostgresSink("pg", url="postgresql://u:secret@h/db", table="t"),
+        ),
+        ("fanout_kafka", lambda m: m.KafkaSink("bus", bootstrap_servers="h:9092", topic="t")),
+    ],
+)
+def test_built_in_sinks_pickle_as_configuration(distribution: str, build: Any) -> None:
+    module = pytest.importorskip(distribution)
+    sink = build(module)
+    copy = cloudpickle.loads(cloudpickle.dumps(sink))
+    assert type(copy) is type(sink) and copy.name == sink.name
+    assert {k: repr(v) for k, v in vars(copy).items()} == {
+        k: repr(v) for k, v in vars(sink).items()
+    }
