@@ -43,6 +43,7 @@ class MetricsObserver:
         self.pipeline = pipeline
         self.registry = CollectorRegistry()
         self.server: Any = None
+        self._serving: tuple[int, str] | None = None  # (port asked for, host) when serving
         self._started: dict[int, float] = {}
         self._lock = threading.Lock()
         sink = ["pipeline", "sink"]
@@ -96,7 +97,7 @@ class MetricsObserver:
         observer where it lands, serving there if this one serves (docs/architecture.md
         §15: the metrics of a Connect pipeline are those of the process beside the
         server)."""
-        return (_rebuilt, (self.pipeline, getattr(self, "_serving", None)))
+        return (_rebuilt, (self.pipeline, self._serving))
 
     @property
     def port(self) -> int | None:
