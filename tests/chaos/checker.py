@@ -62,7 +62,9 @@ def libpq_url(sqlalchemy_url: str) -> str:
     return f"{scheme.split('+')[0]}{sep}{rest}"
 
 
-def check_postgres(url: str, table: str, expected: dict[int, dict[str, Any]]) -> SinkCheck:
+def check_postgres(
+    url: str, table: str, expected: dict[int, dict[str, Any]], label: str = "pg (postgres)"
+) -> SinkCheck:
     """The PostgreSQL table, read with psycopg2."""
     import psycopg2
     import psycopg2.extras
@@ -73,7 +75,7 @@ def check_postgres(url: str, table: str, expected: dict[int, dict[str, Any]]) ->
     ):
         cur.execute(f'SELECT order_id, customer, amount, status FROM "{table}"')
         rows = [dict(r) for r in cur.fetchall()]
-    return _compare("pg (postgres)", expected, rows)
+    return _compare(label, expected, rows)
 
 
 def check_kafka(
