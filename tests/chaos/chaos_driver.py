@@ -47,14 +47,18 @@ def sinks(
     # the lag input updates keys batch after batch, and a micro-batch may hold two input
     # files: the newer version (amount = the file's number) wins within a batch
     policy = {"on_failure": "lag", "retries": 0, "order_by": "amount"} if lag else {}
-    return [
+    configs: list[dict[str, object]] = [
         {"type": "delta", "name": "lake", "path": str(workdir / "lake")},
         {"type": "postgres", "name": "pg", "url": pg_url, "table": PG_TABLE,
          "keys": ["order_id"], "create_table": True, "partitions": 4, **policy},
         {"type": "kafka", "name": "bus", "bootstrap_servers": bootstrap, "topic": TOPIC,
          "key": "order_id", "partitions": 4},
-    ] + ([{"type": "postgres", "name": APPEND_SINK, "url": pg_url, "table": APPEND_TABLE,
-           "mode": "append", "create_table": True, "partitions": 4}] if append else [])  # fmt: skip
+    ]  # fmt: skip
+    if append:
+        configs.append({"type": "postgres", "name": APPEND_SINK, "url": pg_url,
+                        "table": APPEND_TABLE, "mode": "append", "create_table": True,
+                        "partitions": 4})  # fmt: skip
+    return configs
 
 
 def main() -> None:

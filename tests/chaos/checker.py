@@ -26,6 +26,7 @@ class SinkCheck:
     missing: int
     duplicated: int
     wrong: int = 0
+    duplicated_ids: tuple[int, ...] = ()
 
     @property
     def exact(self) -> bool:
@@ -46,6 +47,7 @@ def _compare(
         missing=len(expected.keys() - counts.keys()),
         duplicated=sum(c - 1 for c in counts.values() if c > 1),
         wrong=wrong,
+        duplicated_ids=tuple(sorted(i for i, c in counts.items() if c > 1)),
     )
 
 

@@ -85,6 +85,8 @@ def run_driver(
             driver.kill()
             driver.wait()
     killer.join(5)
+    runs = len(list(workdir.glob("driver-*.err")))
+    (workdir / f"driver-{runs}.err").write_text(stderr)  # the whole story of a failed run
     return subprocess.CompletedProcess(command, driver.returncode, stdout, stderr)
 
 

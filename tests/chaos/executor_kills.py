@@ -213,6 +213,7 @@ class OutsideKiller(threading.Thread):
                 os.kill(victim, signal.SIGKILL)
             except ProcessLookupError:
                 continue
-            note = {**asdict(kill), "when": "outside", "point": kill.point, "label": kill.describe(),
+            label, point = kill.describe(), kill.point
+            note = {**asdict(kill), "when": "outside", "point": point, "label": label,
                     "executor_pid": victim, "time": time.time()}  # fmt: skip
             (self.state / f"outside-{n}.json").write_text(json.dumps(note))
