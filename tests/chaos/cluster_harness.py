@@ -26,7 +26,13 @@ from kafkatools import create_topic
 from fanout.spark import cluster_master
 from tests.chaos.chaos_driver import APPEND_SINK, APPEND_TABLE, PG_TABLE, SINKS, TOPIC
 from tests.chaos.checker import check_delta, check_kafka, check_postgres
-from tests.chaos.executor_kills import ExecutorKill, OutsideKill, OutsideKiller, kills_done
+from tests.chaos.executor_kills import (
+    ExecutorKill,
+    OutsideKill,
+    OutsideKiller,
+    aborted_records,
+    kills_done,
+)
 from tests.chaos.harness import KILLED, ChaosReport, draw_plan, high_water
 from tests.chaos.killer import POINTS
 from tests.integration.streams import write_input
@@ -42,6 +48,8 @@ class ClusterReport(ChaosReport):
     """A :class:`ChaosReport` with the kills counted per point."""
 
     points: Counter[str] = field(default_factory=Counter)
+    aborted_inside: int = 0
+    """Kafka records of attempts killed in the commit hook before their commit."""
 
     def point_table(self) -> str:
         """Kills per point."""
@@ -180,5 +188,6 @@ def run_cluster_chaos(
     if final.returncode != 0:
         raise RuntimeError(f"final run failed ({final.returncode}):\n{final.stderr[-4000:]}")
     report.checks = check_all(workdir, pg_url, bootstrap, expected)
+    report.aborted_inside = aborted_records(kills_done(state))
     report.seconds = time.monotonic() - started
     return report

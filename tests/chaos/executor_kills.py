@@ -124,7 +124,8 @@ class ExecutorKiller:
             except FileExistsError:
                 return
             note = {**asdict(kill), "point": kill.point, "label": kill.describe(),
-                    "executor_pid": jvm, "time": time.time()}  # fmt: skip
+                    "written": commit.written, "executor_pid": jvm,
+                    "time": time.time()}  # fmt: skip
             os.write(fd, json.dumps(note).encode())
             os.close(fd)
             os.kill(jvm, signal.SIGKILL)
@@ -139,6 +140,14 @@ class ExecutorKiller:
     def fanout_partition_committed(self, commit: PartitionCommit) -> None:
         """Right after the partition committed."""
         self._hit(commit, "after")
+
+
+def aborted_records(kills: list[dict[str, object]], sink: str = "bus") -> int:
+    """Records written by ``sink``'s attempts killed before their commit: what a
+    ``read_committed`` reader of a broker that shows aborted transactions (Tansu) sees
+    twice, and a real Kafka never."""
+    before = [k for k in kills if k["sink"] == sink and k["when"] == "before"]
+    return sum(int(k["written"]) for k in before)  # type: ignore[call-overload]
 
 
 def kills_done(state: Path) -> list[dict[str, object]]:
