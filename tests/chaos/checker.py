@@ -109,9 +109,10 @@ def check_kafka(
                     if time.monotonic() > quiet_until:
                         break
                 continue
-            if message.error():
+            raw = message.value()
+            if message.error() or raw is None:
                 continue
-            value = json.loads(message.value())
+            value = json.loads(raw)
             rows.append({k: value[k] for k in ("order_id", "customer", "amount", "status")})
             quiet_until = None
     finally:
