@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -55,17 +54,16 @@ def local_session(
 
     ``master`` may be a ``local-cluster[N,cores,memMB]`` (:func:`cluster_master`): the
     executors are then separate JVMs, children of the driver's JVM, which inherit this
-    process's environment (``PYSPARK_PYTHON``, ``PYTHONPATH``); :func:`cluster_conf` is
-    added, and the executors' work directories (their logs) go under a temporary
-    directory unless ``SPARK_WORKER_DIR`` is set. Only one session per process: start a
-    cluster session in a process of its own (the chaos drivers do).
+    process's environment (``PYSPARK_PYTHON``, ``PYTHONPATH``), and :func:`cluster_conf` is
+    added. The executors' logs are where Spark's in-driver workers put them,
+    ``<SPARK_HOME>/work/app-*/<executor>/stderr`` (the pyspark package's directory).
+    Only one session per process: start a cluster session in a process of its own (the
+    chaos drivers do).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local session needs no LAN
     extra = cluster_conf(master or "")
-    if extra:  # else the workers write executor logs into the pyspark package
-        os.environ.setdefault("SPARK_WORKER_DIR", tempfile.mkdtemp(prefix="fanout-spark-work-"))
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     from pyspark.sql import SparkSession
 

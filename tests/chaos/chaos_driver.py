@@ -78,7 +78,6 @@ def main() -> None:
         # executors inherit this environment: they import tests.chaos.executor_kills
         paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         os.environ["PYTHONPATH"] = os.pathsep.join(paths)
-        os.environ.setdefault("SPARK_WORKER_DIR", str(args.workdir / "spark-work"))
         state = args.workdir / "executor-kills"
         state.mkdir(parents=True, exist_ok=True)
         kills = [ExecutorKill(**k) for k in json.loads(args.executor_kills or "[]")]
