@@ -3,10 +3,41 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
+
+LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]")
+
+
+def cluster_master(executors: int = 2, cores: int = 1, memory_mb: int = 1024) -> str:
+    """A ``local-cluster[N,cores,memMB]`` master: ``executors`` executor JVMs (other
+    processes than the driver, each with its own Python workers), started by an in-driver
+    standalone master and workers."""
+    return f"local-cluster[{executors},{cores},{memory_mb}]"
+
+
+def cluster_conf(master: str) -> dict[str, str]:
+    """What a ``local-cluster`` master needs beyond a ``local[N]`` one (empty for others).
+
+    - ``spark.executor.memory`` = the workers' memory (Spark's default, 1g, would never be
+      granted by a smaller worker: the application would wait for executors forever);
+    - ``spark.task.maxFailures`` = 4, said explicitly (it is the default on a cluster,
+      1 on ``local[N]``): a task whose executor died is retried on another one (or on a
+      new one: the in-driver worker relaunches a dead executor);
+    - ``spark.deploy.maxExecutorRetries`` high, so the application survives many executor
+      deaths (chaos runs kill executors again and again).
+    """
+    found = LOCAL_CLUSTER.fullmatch(master.strip())
+    if found is None:
+        return {}
+    return {
+        "spark.executor.memory": f"{found.group(3)}m",
+        "spark.task.maxFailures": "4",
+        "spark.deploy.maxExecutorRetries": "100",
+    }
 
 
 def local_session(
@@ -20,10 +51,19 @@ def local_session(
     Executors start ``python3`` from PATH unless told otherwise, which misses the
     virtualenv's packages; this points them at the running interpreter. The FAIR scheduler
     lets the Spark jobs of sinks written in parallel share the cores.
+
+    ``master`` may be a ``local-cluster[N,cores,memMB]`` (:func:`cluster_master`): the
+    executors are then separate JVMs, children of the driver's JVM, which inherit this
+    process's environment (``PYSPARK_PYTHON``, ``PYTHONPATH``), and :func:`cluster_conf` is
+    added. The executors' logs are where Spark's in-driver workers put them,
+    ``<SPARK_HOME>/work/app-*/<executor>/stderr`` (the pyspark package's directory).
+    Only one session per process: start a cluster session in a process of its own (the
+    chaos drivers do).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local session needs no LAN
+    extra = cluster_conf(master or "")
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     from pyspark.sql import SparkSession
 
@@ -38,7 +78,7 @@ def local_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
     )
-    for key, value in (conf or {}).items():
+    for key, value in {**extra, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

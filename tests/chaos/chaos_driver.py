@@ -1,15 +1,24 @@
 """The pipeline under chaos, run as a subprocess so it can be SIGKILLed.
 
 usage: python -m tests.chaos.chaos_driver WORKDIR PG_URL BOOTSTRAP [--kill JSON] [--lag]
+       [--master MASTER] [--append] [--executor-kills JSON]
 
 With ``--lag`` the PostgreSQL sink has ``on_failure="lag"`` (its server flaps in the lag
 chaos runs) and the run ends by catching up whatever the sink still misses.
+
+On a ``local-cluster`` master (``--master``, :func:`fanout.spark.cluster_master`) the
+executors are other JVMs: ``--executor-kills`` (a list of
+:class:`tests.chaos.executor_kills.ExecutorKill` as JSON) kills them from the commit hooks
+of the partitions being written (markers under ``WORKDIR/executor-kills``), and every
+sink's start is noted in ``WORKDIR/writing.txt`` for a killer outside. ``--append`` adds a
+PostgreSQL sink in append mode (``pglog``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,29 +26,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for te
 
 from fanout import FanOut
 from fanout.spark import local_session
+from tests.chaos.executor_kills import ExecutorKill, ExecutorKiller, WritingNotes
 from tests.chaos.killer import ChaosKiller, KillPlan
 from tests.chaos.lag_input import LAG_SCHEMA
 from tests.integration.streams import SCHEMA, run_stream
 
+REPO = Path(__file__).resolve().parents[2]
 PIPELINE = "chaos"
 PG_TABLE = "chaos_orders"
 TOPIC = "chaos-orders"
 SINKS = ("lake", "pg", "bus")
+APPEND_SINK, APPEND_TABLE = "pglog", "chaos_orders_log"
 
 
-def sinks(workdir: Path, pg_url: str, bootstrap: str, lag: bool = False) -> list[dict[str, object]]:
+def sinks(
+    workdir: Path, pg_url: str, bootstrap: str, lag: bool = False, append: bool = False
+) -> list[dict[str, object]]:
     """Delta (append), PostgreSQL (upsert; lagging alone with ``lag``) and Kafka
-    (transactional)."""
+    (transactional); with ``append``, PostgreSQL in append mode too."""
     # the lag input updates keys batch after batch, and a micro-batch may hold two input
     # files: the newer version (amount = the file's number) wins within a batch
     policy = {"on_failure": "lag", "retries": 0, "order_by": "amount"} if lag else {}
-    return [
+    configs: list[dict[str, object]] = [
         {"type": "delta", "name": "lake", "path": str(workdir / "lake")},
         {"type": "postgres", "name": "pg", "url": pg_url, "table": PG_TABLE,
          "keys": ["order_id"], "create_table": True, "partitions": 4, **policy},
         {"type": "kafka", "name": "bus", "bootstrap_servers": bootstrap, "topic": TOPIC,
          "key": "order_id", "partitions": 4},
     ]  # fmt: skip
+    if append:
+        configs.append({"type": "postgres", "name": APPEND_SINK, "url": pg_url,
+                        "table": APPEND_TABLE, "mode": "append", "create_table": True,
+                        "partitions": 4})  # fmt: skip
+    return configs
 
 
 def main() -> None:
@@ -50,13 +69,29 @@ def main() -> None:
     parser.add_argument("bootstrap")
     parser.add_argument("--kill", help="a KillPlan as JSON")
     parser.add_argument("--lag", action="store_true", help="the PostgreSQL sink lags alone")
+    parser.add_argument("--master", default="local[2]", help="e.g. local-cluster[2,1,1024]")
+    parser.add_argument("--append", action="store_true", help="a PostgreSQL append sink too")
+    parser.add_argument("--executor-kills", help="a list of ExecutorKill as JSON")
     args = parser.parse_args()
-    plugins = [ChaosKiller(KillPlan(**json.loads(args.kill)))] if args.kill else []
-    spark = local_session("fanout-chaos", conf={"spark.sql.shuffle.partitions": "4"})
+    plugins: list[object] = [ChaosKiller(KillPlan(**json.loads(args.kill)))] if args.kill else []
+    if args.master.startswith("local-cluster"):
+        # executors inherit this environment: they import tests.chaos.executor_kills
+        paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+        state = args.workdir / "executor-kills"
+        state.mkdir(parents=True, exist_ok=True)
+        kills = [ExecutorKill(**k) for k in json.loads(args.executor_kills or "[]")]
+        plugins += [
+            ExecutorKiller(kills, str(state)),
+            WritingNotes(str(args.workdir / "writing.txt")),
+        ]
+    spark = local_session(
+        "fanout-chaos", master=args.master, conf={"spark.sql.shuffle.partitions": "4"}
+    )
     fan = FanOut(
         PIPELINE,
         str(args.workdir / "ledger"),
-        sinks(args.workdir, args.pg_url, args.bootstrap, args.lag),
+        sinks(args.workdir, args.pg_url, args.bootstrap, args.lag, args.append),
         plugins=plugins,
         backoff_s=0.2,
         spool=str(args.workdir / "spool") if args.lag else None,

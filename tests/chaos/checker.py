@@ -26,6 +26,7 @@ class SinkCheck:
     missing: int
     duplicated: int
     wrong: int = 0
+    duplicated_ids: tuple[int, ...] = ()
 
     @property
     def exact(self) -> bool:
@@ -46,6 +47,7 @@ def _compare(
         missing=len(expected.keys() - counts.keys()),
         duplicated=sum(c - 1 for c in counts.values() if c > 1),
         wrong=wrong,
+        duplicated_ids=tuple(sorted(i for i, c in counts.items() if c > 1)),
     )
 
 
@@ -62,7 +64,9 @@ def libpq_url(sqlalchemy_url: str) -> str:
     return f"{scheme.split('+')[0]}{sep}{rest}"
 
 
-def check_postgres(url: str, table: str, expected: dict[int, dict[str, Any]]) -> SinkCheck:
+def check_postgres(
+    url: str, table: str, expected: dict[int, dict[str, Any]], label: str = "pg (postgres)"
+) -> SinkCheck:
     """The PostgreSQL table, read with psycopg2."""
     import psycopg2
     import psycopg2.extras
@@ -73,7 +77,7 @@ def check_postgres(url: str, table: str, expected: dict[int, dict[str, Any]]) ->
     ):
         cur.execute(f'SELECT order_id, customer, amount, status FROM "{table}"')
         rows = [dict(r) for r in cur.fetchall()]
-    return _compare("pg (postgres)", expected, rows)
+    return _compare(label, expected, rows)
 
 
 def check_kafka(
@@ -105,9 +109,10 @@ def check_kafka(
                     if time.monotonic() > quiet_until:
                         break
                 continue
-            if message.error():
+            raw = message.value()
+            if message.error() or raw is None:
                 continue
-            value = json.loads(message.value())
+            value = json.loads(raw)
             rows.append({k: value[k] for k in ("order_id", "customer", "amount", "status")})
             quiet_until = None
     finally:

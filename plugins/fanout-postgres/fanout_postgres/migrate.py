@@ -20,6 +20,7 @@ cheap; ``pip install fanout-postgres`` brings them.
 from __future__ import annotations
 
 import functools
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,12 @@ DEFAULT_SCHEMA = "fanout"
 
 VERSION_TABLE = "alembic_version"
 """Alembic's version table, created inside fanout's schema (never ``public``)."""
+
+ALEMBIC_LOCK = threading.RLock()
+"""Held while Alembic runs migration scripts in this process: its ``op`` and ``context`` are
+module-level proxies that each run installs and removes, so two runs in two threads (two
+PostgreSQL sinks of one pipeline opening, or planning their first batch, in parallel) would
+pull them from under each other (``'NoneType' object has no attribute 'get_context'``)."""
 
 LOCK_CLASS = 0x66616E  # "fan": the first key of the two-key advisory lock
 """First key of the advisory lock serialising migrations (the second is per schema)."""
@@ -113,6 +120,11 @@ def head_table(name: str, schema: str = DEFAULT_SCHEMA) -> Table:
 
 @functools.cache
 def _head_tables(schema: str) -> dict[str, Table]:
+    with ALEMBIC_LOCK:
+        return _replay_head_tables(schema)
+
+
+def _replay_head_tables(schema: str) -> dict[str, Table]:
     import io
 
     from alembic.ddl.postgresql import PostgresqlImpl
@@ -204,7 +216,8 @@ def upgrade(
         with engine.connect() as conn, conn.begin():
             prepare_schema(conn, schema)  # serialises concurrent upgrades until COMMIT
             before = current_revision(conn, schema)
-            command.upgrade(_alembic_config(schema, conn), revision)
+            with ALEMBIC_LOCK:
+                command.upgrade(_alembic_config(schema, conn), revision)
             after = current_revision(conn, schema)
     finally:
         if engine is not target:

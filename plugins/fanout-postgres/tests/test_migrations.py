@@ -129,6 +129,40 @@ def test_two_processes_upgrading_at_once_do_not_race(pg_url: str) -> None:
     assert _state(pg_url)["versions"] == [(head,)]
 
 
+def test_two_threads_upgrading_and_replaying_at_once_do_not_race(pg_url: str) -> None:
+    """Two PostgreSQL sinks of one pipeline open (``upgrade``) and plan their first batch
+    (``head_table``) in parallel threads; Alembic's ``op`` is one proxy per process (found
+    by the executor-kill chaos test: ``'NoneType' object has no attribute 'get_context'``)."""
+    import threading
+
+    from fanout_postgres import migrate
+
+    errors: list[str] = []
+
+    def replay(n: int) -> None:
+        try:
+            for i in range(10):
+                tables = migrate._head_tables.__wrapped__(f"s{n}_{i}")  # type: ignore[attr-defined]
+                assert "progress" in tables
+        except Exception as exc:
+            errors.append(f"replay: {type(exc).__name__}: {exc}")
+
+    def migrate_to(schema: str) -> None:
+        try:
+            upgrade(pg_url, schema=schema)
+        except Exception as exc:
+            errors.append(f"upgrade: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=replay, args=(n,)) for n in range(3)]
+    threads += [threading.Thread(target=migrate_to, args=(s,)) for s in ("t1", "t2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert _state(pg_url, "t1")["versions"] == [(head_revision(),)]
+
+
 def test_the_sink_migrates_at_open_unless_told_not_to(pg_url: str) -> None:
     engine = create_engine(pg_url, poolclass=NullPool)
     with engine.begin() as conn:
