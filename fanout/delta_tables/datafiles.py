@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -235,7 +235,7 @@ def partition_value(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(UTC).replace(tzinfo=None)
         return value.strftime("%Y-%m-%d %H:%M:%S.%f")
     if isinstance(value, date):
         return value.isoformat()
@@ -365,7 +365,7 @@ def _stat(value: Any) -> Any:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             return None  # timestamp_ntz: left out
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     if isinstance(value, date):
         return value.isoformat()
     return None

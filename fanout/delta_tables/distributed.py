@@ -191,8 +191,9 @@ def blockers(table: DeltaTable | None, partition_by: Sequence[str] | None,
         if index < 0:
             continue
         kind = batch_schema.field(index).type
-        if not (pat.is_integer(kind) or pat.is_string(kind) or pat.is_large_string(kind)
-                or pat.is_boolean(kind) or pat.is_date(kind) or pat.is_timestamp(kind)):  # fmt: skip
+        serializable = (pat.is_integer, pat.is_string, pat.is_large_string, pat.is_boolean,
+                        pat.is_date, pat.is_timestamp)  # fmt: skip
+        if not any(test(kind) for test in serializable):
             reasons.append(f"partition column {name!r} of type {kind}")
     return sorted(set(reasons))
 

@@ -285,8 +285,7 @@ class DeltaSink(Sink):
         if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)
                                   or bound < 1):  # fmt: skip
             raise self._error(
-                f"option 'max_merge_rows' must be a positive integer (rows) or null, got "
-                f"{bound!r}"
+                f"option 'max_merge_rows' must be a positive integer (rows) or null, got {bound!r}"
             )
         if not isinstance(self.merge_schema, bool):
             raise self._error(f"option 'merge_schema' must be true or false, got "

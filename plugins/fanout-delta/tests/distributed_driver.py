@@ -64,8 +64,8 @@ def main() -> None:
 
     write_input(args.workdir / "input")
     spark = local_session("fanout-dist-kill")
-    fan = FanOut("dist", str(args.workdir / "ledger"),
-                 [{"type": "delta", "name": "lake", "path": str(args.workdir / "lake")}])  # fmt: skip
+    lake = {"type": "delta", "name": "lake", "path": str(args.workdir / "lake")}
+    fan = FanOut("dist", str(args.workdir / "ledger"), [lake])
     query = (
         spark.readStream.schema("id LONG, v STRING")
         .option("maxFilesPerTrigger", 1)

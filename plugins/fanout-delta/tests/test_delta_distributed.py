@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from fanout_delta import DeltaSink
@@ -285,9 +284,12 @@ def test_merge_past_max_merge_rows_is_refused_naming_the_option(spark, tmp_path)
     assert (info.value.sink, info.value.batch_id) == ("s", 1)
     assert "more than 10 rows" in message and "max_merge_rows" in message
     assert DeltaTable(str(path)).version() == 0
-    assert opened(path, mode="merge", keys=["id"], max_merge_rows=None).write(
-        batch_of(orders(spark, 0, 11), 1)
-    ).rows == 11
+    assert (
+        opened(path, mode="merge", keys=["id"], max_merge_rows=None)
+        .write(batch_of(orders(spark, 0, 11), 1))
+        .rows
+        == 11
+    )
 
 
 # -- a driver killed between the executors' files and the commit -------------------------
