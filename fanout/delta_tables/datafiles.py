@@ -36,6 +36,10 @@ FILE_ROW_DDL = "file string"
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 """The directory name of a null partition value (Hive's, as Delta writers use)."""
 
+ROW_GROUP_ROWS = 262_144
+"""Rows buffered per Parquet row group (a task's memory holds one row group at a time
+per partition value it meets)."""
+
 MAX_STATS_STRING = 32
 """Strings longer than this are left out of ``minValues``/``maxValues`` (as Delta
 truncates them; leaving them out is always correct)."""
@@ -153,7 +157,7 @@ class FileWriter:
                             self.stats_columns,
                         )  # fmt: skip
                         open_files[values] = current
-                    current.append(self._conform(part, data_schema))
+                    current.append(part)
             return [
                 f.finish(dict(zip(self.partition_by, values, strict=True)))
                 for values, f in open_files.items()
@@ -207,24 +211,24 @@ class FileWriter:
         ]
         return "/".join(parts)
 
-    @staticmethod
-    def _conform(part: Any, data_schema: pa.Schema) -> pa.Table:
-        """``part`` with exactly the file's columns and types (missing ones null)."""
-        import pyarrow as pa
 
-        arrays = []
-        for f in data_schema:
-            if f.name in part.column_names:
-                column = part.column(f.name)
-                if not f.nullable and column.null_count:
-                    raise ValueError(
-                        f"column {f.name!r} is NOT NULL in the Delta table but "
-                        f"{column.null_count} row(s) of the batch hold null"
-                    )
-                arrays.append(column.cast(f.type))
-            else:
-                arrays.append(pa.nulls(part.num_rows, type=f.type))
-        return pa.Table.from_arrays(arrays, schema=data_schema)
+def conform(part: pa.Table, data_schema: pa.Schema) -> pa.Table:
+    """``part`` with exactly the file's columns and types (missing ones null)."""
+    import pyarrow as pa
+
+    arrays = []
+    for f in data_schema:
+        if f.name in part.column_names:
+            column = part.column(f.name)
+            if not f.nullable and column.null_count:
+                raise ValueError(
+                    f"column {f.name!r} is NOT NULL in the Delta table but "
+                    f"{column.null_count} row(s) of the batch hold null"
+                )
+            arrays.append(column.cast(f.type))
+        else:
+            arrays.append(pa.nulls(part.num_rows, type=f.type))
+    return pa.Table.from_arrays(arrays, schema=data_schema)
 
 
 def partition_value(value: Any) -> str | None:
@@ -254,7 +258,10 @@ class _OpenFile:
     stream: Any
     writer: Any
     stats: _Stats
+    schema: pa.Schema
     done: bool = False
+    buffer: list[Any] = field(default_factory=list)  # tables and record batches
+    buffered: int = 0
 
     @classmethod
     def start(
@@ -270,13 +277,30 @@ class _OpenFile:
         stream = filesystem.open_output_stream(path)
         writer = pq.ParquetWriter(stream, schema, compression="snappy")
         names = [f.name for f in schema][:stats_columns]
-        return cls(path, relative, filesystem, stream, writer, _Stats(names))
+        return cls(path, relative, filesystem, stream, writer, _Stats(names), schema)
 
     def append(self, table: pa.Table) -> None:
-        self.writer.write_table(table)
+        """Buffer ``table``; write a row group once enough rows are buffered (Spark hands
+        a task its rows in Arrow batches of 10,000: one row group each would make
+        files slow to read)."""
+        self.buffer.append(table)
+        self.buffered += table.num_rows
+        if self.buffered >= ROW_GROUP_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if not self.buffer:
+            return
+        parts = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in self.buffer]
+        table = conform(pa.concat_tables(parts, promote_options="default"), self.schema)
+        self.buffer, self.buffered = [], 0
+        self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         self.stats.add(table)
 
     def finish(self, partition_values: dict[str, str | None]) -> DataFile:
+        self._flush()
         self.writer.close()
         size = self.stream.tell()
         self.stream.close()
