@@ -78,9 +78,12 @@ def child(args: argparse.Namespace) -> None:
     conf = {"spark.driver.memory": args.driver_memory}
     spark = local_session("bench-delta-distributed", master=args.master, conf=conf)
     partitions = max(2, spark.sparkContext.defaultParallelism)
-    warm = DeltaSink("warm", path=str(args.table) + "-warm", write_from=args.write_from)
+    options: dict[str, Any] = {"write_from": args.write_from}
+    if args.write_from == "merge":  # the merge's driver memory (--merge-rows)
+        options = {"mode": "merge", "keys": ["order_id"], "max_merge_rows": None}
+    warm = DeltaSink("warm", path=str(args.table) + "-warm", **options)
     warm.open(SinkContext(pipeline="bench"))
-    sink = DeltaSink("lake", path=str(args.table), write_from=args.write_from)
+    sink = DeltaSink("lake", path=str(args.table), **options)
     sink.open(SinkContext(pipeline="bench"))
 
     def batch(sink_name: str, batch_id: int, start: int, rows: int) -> Batch:
@@ -91,7 +94,9 @@ def child(args: argparse.Namespace) -> None:
     warm.write(batch("warm", 0, 0, 20_000))  # JIT, imports, Python workers
     t0 = time.perf_counter()
     for b in range(args.batches):
-        result = sink.write(batch("lake", b, b * args.rows, args.rows))
+        # a merge's second batch updates the second half of the first and inserts as many
+        start = b * args.rows if args.write_from != "merge" else b * args.rows // 2
+        result = sink.write(batch("lake", b, start, args.rows))
         if result.rows != args.rows:
             raise BenchFailure(f"batch {b}: wrote {result.rows} rows, expected {args.rows}")
     seconds = time.perf_counter() - t0
@@ -102,7 +107,12 @@ def child(args: argparse.Namespace) -> None:
         "seconds": seconds,
     }
     spark.stop()
-    verify([args.table], args.rows * args.batches, f"{args.write_from} {args.rows}")
+    total = (
+        args.rows * args.batches
+        if args.write_from != "merge"
+        else (args.rows * (args.batches + 1)) // 2
+    )
+    verify([args.table], total, f"{args.write_from} {args.rows}")
     print("RESULT " + json.dumps(report), flush=True)
 
 
@@ -156,6 +166,13 @@ def bench(args: argparse.Namespace, workdir: Path) -> int:
             result = measure(args, workdir, write_from, args.throughput_rows,
                              args.throughput_batches)  # fmt: skip
             speed[write_from].append(result["rows_per_s"])
+    if args.merge_rows:
+        small, large = args.merge_rows
+        print(f"merge (on the driver), {small:,} and {large:,}-row batches x 2:")
+        merged = [measure(args, workdir, "merge", rows, 2) for rows in (small, large)]
+        per_row = (peak(merged[1]) - peak(merged[0])) * 1024 / (large - small)
+        print(f"merge: driver peak RSS grows by {per_row:,.0f} bytes per batch row "
+              "(Python + JVM)")  # fmt: skip
     report_load(load_before, foreign_before)
     ratio = peak(rss["executors", args.large]) / peak(rss["executors", args.small])
     ratio_driver = peak(rss["driver", args.large]) / peak(rss["driver", args.small])
@@ -181,6 +198,12 @@ def main() -> int:
     parser.add_argument("--throughput-batches", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=2, help="throughput runs, best kept")
     parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument(
+        "--merge-rows",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=[200_000, 1_000_000],
+        help="two batch sizes for the merge's driver memory per row ('' to skip)",
+    )
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
