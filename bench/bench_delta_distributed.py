@@ -58,10 +58,11 @@ def vm_hwm_kib(pid: int) -> int:
 
 
 def driver_jvm_pid() -> int:
-    """The Spark driver JVM: this process's ``java`` child."""
+    """The Spark driver JVM: this process's ``java`` child (on ``local-cluster`` the
+    executor JVMs are the driver JVM's descendants, not ours)."""
     import psutil
 
-    javas = [p for p in psutil.Process().children(recursive=True) if p.name() == "java"]
+    javas = [p for p in psutil.Process().children(recursive=False) if p.name() == "java"]
     if len(javas) != 1:
         raise BenchFailure(f"expected one driver JVM child, found {[p.pid for p in javas]}")
     return int(javas[0].pid)
@@ -200,7 +201,7 @@ def main() -> int:
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument(
         "--merge-rows",
-        type=lambda v: [int(x) for x in v.split(",")],
+        type=lambda v: [int(x) for x in v.split(",") if x],
         default=[200_000, 1_000_000],
         help="two batch sizes for the merge's driver memory per row ('' to skip)",
     )
