@@ -194,6 +194,10 @@ class FileWriter:
             return
         table = pa.Table.from_batches([batch])
         columns = list(self.partition_by)
+        for name in columns:  # a partition column the batch lacks: null for every row
+            if name not in table.column_names:
+                kind = self.schema.field(name).type
+                table = table.append_column(pa.field(name, kind), pa.nulls(len(table), kind))
         groups = table.select(columns).group_by(columns, use_threads=False).aggregate([])
         for row in groups.to_pylist():
             masks = [

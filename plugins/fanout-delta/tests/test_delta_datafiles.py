@@ -58,6 +58,15 @@ def test_one_file_per_partition_value_with_exact_rows_and_stats(tmp_path):
     assert pq.read_table(tmp_path / files[1].path).column("id").to_pylist() == [1, 3, 5]
 
 
+def test_a_partition_column_missing_from_the_batch_is_the_null_partition(tmp_path):
+    schema = pa.schema([("id", pa.int64()), ("day", pa.string())])
+    writer = FileWriter(str(tmp_path), schema, ("day",))
+    (only,) = writer.write(iter(pa.table({"id": pa.array([1, 2], pa.int64())}).to_batches()))
+    assert only.partition_values == {"day": None}
+    assert only.path.startswith("day=__HIVE_DEFAULT_PARTITION__/")
+    assert pq.read_table(tmp_path / only.path).column("id").to_pylist() == [1, 2]
+
+
 def test_statistics_leave_out_what_they_cannot_state_exactly(tmp_path):
     long = "x" * 33
     table = pa.table(
