@@ -177,6 +177,14 @@ def bench(args: argparse.Namespace, workdir: Path) -> int:
     report_load(load_before, foreign_before)
     ratio = peak(rss["executors", args.large]) / peak(rss["executors", args.small])
     ratio_driver = peak(rss["driver", args.large]) / peak(rss["driver", args.small])
+    python_only = {
+        w: rss[w, args.large]["python_kib"] / rss[w, args.small]["python_kib"]
+        for w in ("executors", "driver")
+    }
+    print(
+        f"driver Python process alone, {args.large:,} / {args.small:,} rows: executors "
+        f"{python_only['executors']:.2f}, driver path {python_only['driver']:.2f}"
+    )
     versus = max(speed["executors"]) / max(speed["driver"])
     print(f"driver_rss_ratio (executors) {ratio:.2f} (target <= 1.3): "
           f"{'PASS' if ratio <= 1.3 else 'MISS'}; driver path: {ratio_driver:.2f}")  # fmt: skip

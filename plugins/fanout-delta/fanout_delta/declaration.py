@@ -31,7 +31,7 @@ OPTIONS = (
     ),
     SinkOption(
         "max_merge_rows",
-        "`5000000`",
+        "`2000000`",
         "engine `rs`, mode `merge`: a batch of more rows fails naming this option (a merge "
         "runs on the driver); `null` for no bound",
     ),

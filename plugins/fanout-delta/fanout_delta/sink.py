@@ -46,7 +46,7 @@ MODES: tuple[str, ...] = get_args(Mode)
 ENGINES: tuple[str, ...] = get_args(Engine)
 WRITE_FROM: tuple[str, ...] = get_args(WriteFrom)
 
-MAX_MERGE_ROWS = 5_000_000
+MAX_MERGE_ROWS = 2_000_000
 """The default of option ``max_merge_rows`` (docs/architecture.md, the Delta sink: what a
 merge costs the driver per row)."""
 
