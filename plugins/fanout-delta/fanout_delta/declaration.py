@@ -22,6 +22,19 @@ OPTIONS = (
         "`rs` (delta-rs, no JVM jars), `spark` (delta-spark, distributed; needs the Delta "
         "jars on the cluster), `auto`",
     ),
+    SinkOption(
+        "write_from",
+        "`executors`",
+        "engine `rs`, mode `append`: `executors` (the Spark tasks write the Parquet files, "
+        "the driver commits them once; no row passes through the driver) or `driver` (the "
+        "batch is converted to Arrow on the driver and written there)",
+    ),
+    SinkOption(
+        "max_merge_rows",
+        "`2000000`",
+        "engine `rs`, mode `merge`: a batch of more rows fails naming this option (a merge "
+        "runs on the driver); `null` for no bound",
+    ),
     SinkOption("partition_by", "none", "partition columns of a new table"),
     SinkOption(
         "merge_schema",

@@ -1,5 +1,7 @@
-"""The delta-rs engine of the Delta sink: writes from the driver with the ``deltalake``
-package, no JVM jars needed.
+"""The delta-rs engine of the Delta sink, driver side: converts the batch to Arrow on the
+driver and writes it with the ``deltalake`` package, no JVM jars needed. Every merge runs
+here (bounded by ``max_merge_rows``), and appends with ``write_from="driver"``; appends
+from the executors are :mod:`fanout_delta.rs_executors`.
 
 Idempotence: every commit carries the transaction ``batch.idempotency_key``
 and every write first checks the version already recorded for that app id; delta-rs
@@ -40,6 +42,8 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
     key = batch.idempotency_key
     path, batch_id, app_id = sink.path, key.version, key.app_id
     assert path is not None  # checked by open()
+    if sink.mode == "merge" and sink.max_merge_rows is not None:
+        refuse_big_merge(sink, batch)
     data = batch.arrow()
     dead = 0
     dead_letters = sink.dead_letters
@@ -67,6 +71,28 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
             raise translate_error(exc, sink, batch_id, data.schema, table) from exc
         return SinkResult(rows=rows, details=details, dead_lettered=dead)
     raise AssertionError("unreachable")
+
+
+def refuse_big_merge(sink: DeltaTarget, batch: Batch) -> None:
+    """Fail a merge batch of more than ``max_merge_rows`` rows before converting it on the
+    driver, whose memory it would exhaust (counted in Spark: one job, no rows moved)."""
+    bound = sink.max_merge_rows
+    assert bound is not None
+    df = batch.df
+    if hasattr(df, "limit") and hasattr(df, "count"):
+        rows = int(df.limit(bound + 1).count())
+    else:
+        rows = batch.arrow().num_rows
+    if rows > bound:
+        raise SinkWriteError(
+            f"the batch holds more than {bound} rows, the sink's max_merge_rows: a merge "
+            "runs on the driver (the batch converted to Arrow there) and would exhaust its "
+            "memory. Raise max_merge_rows if the driver has the memory (see "
+            "docs/architecture.md, the Delta sink), use mode 'append', or make the stream's "
+            "batches smaller (maxFilesPerTrigger, maxOffsetsPerTrigger).",
+            sink=sink.name,
+            batch_id=batch.batch_id,
+        )
 
 
 def _commit(

@@ -1,8 +1,13 @@
 """The Delta Lake sink: append or upsert each micro-batch into a Delta table, once.
 
-Two engines, one behaviour: ``rs`` (delta-rs, the default, writes from the driver, needs
-no JVM jars) and ``spark`` (delta-spark, distributed, needs the Delta jars); ``auto``
-picks ``spark`` when the Delta JVM classes load and ``rs`` otherwise.
+Two engines, one behaviour: ``rs`` (delta-rs, the default, needs no JVM jars) and
+``spark`` (delta-spark, needs the Delta jars); ``auto`` picks ``spark`` when the Delta JVM
+classes load and ``rs`` otherwise. With ``rs``, an append is written from the executors
+by default (``write_from="executors"``: the tasks write the Parquet files, the driver
+commits them once, :mod:`fanout_delta.rs_executors`); ``write_from="driver"`` and every
+merge convert the batch to Arrow on the driver and write with delta-rs there. A merge
+refuses a batch of more than ``max_merge_rows`` rows rather than running the driver out
+of memory.
 
 Design decisions:
 
@@ -36,8 +41,14 @@ logger = logging.getLogger(__name__)
 
 Mode = Literal["append", "merge"]
 Engine = Literal["rs", "spark", "auto"]
+WriteFrom = Literal["executors", "driver"]
 MODES: tuple[str, ...] = get_args(Mode)
 ENGINES: tuple[str, ...] = get_args(Engine)
+WRITE_FROM: tuple[str, ...] = get_args(WriteFrom)
+
+MAX_MERGE_ROWS = 2_000_000
+"""The default of option ``max_merge_rows`` (docs/architecture.md, the Delta sink: what a
+merge costs the driver per row)."""
 
 
 class DeltaSink(Sink):
@@ -63,6 +74,12 @@ class DeltaSink(Sink):
         the table may set (default a week): it bounds how long the pipeline may stay down
         after a crash without a replay writing the batch in flight twice. ``open()``
         refuses a shorter one and warns about any.
+    :param write_from: engine ``rs``, mode ``append``: ``"executors"`` (default: the Spark
+        tasks write the Parquet files, the driver commits them) or ``"driver"`` (the batch
+        is converted to Arrow on the driver and written there).
+    :param max_merge_rows: engine ``rs``, mode ``merge``: the most rows a batch may hold
+        (the merge runs on the driver); a bigger batch fails naming the option. ``None``:
+        no bound.
     """
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("transactional",)
@@ -84,6 +101,8 @@ class DeltaSink(Sink):
         configuration: Mapping[str, str | None] | None = None,
         dead_letter: str | None = None,
         min_txn_retention_hours: float = 168,
+        write_from: WriteFrom = "executors",
+        max_merge_rows: int | None = MAX_MERGE_ROWS,
     ) -> None:
         super().__init__(name)
         self.path = str(path) if path is not None else None
@@ -98,14 +117,20 @@ class DeltaSink(Sink):
         self.configuration = dict(configuration) if configuration else None
         self.dead_letter = dead_letter
         self.min_txn_retention_hours = min_txn_retention_hours
+        self.write_from = write_from
+        self.max_merge_rows = max_merge_rows
         # The engine actually used, resolved by open() ("auto" becomes "rs" or "spark").
         self.resolved_engine: Literal["rs", "spark"] | None = None
         self._dead_letters: DeadLetterTarget | None = None  # resolved by fanout, at open()
 
     @property
     def reads(self) -> Reads:
-        """``"arrow"`` for the delta-rs engine, ``"dataframe"`` for delta-spark."""
-        return "dataframe" if (self.resolved_engine or self.engine) != "rs" else "arrow"
+        """``"arrow"`` when the delta-rs engine writes from the driver (a merge, or
+        ``write_from="driver"``), ``"dataframe"`` otherwise (delta-spark, or the executors'
+        append, which reads the DataFrame in Spark tasks)."""
+        if (self.resolved_engine or self.engine) != "rs":
+            return "dataframe"
+        return "dataframe" if self._from_executors() else "arrow"
 
     def check_schema(self, schema: pa.Schema) -> None:
         """An existing table must take batches of ``schema`` (new columns only with
@@ -170,7 +195,12 @@ class DeltaSink(Sink):
         else:
             from fanout_delta.rs_engine import write_rs
 
-            result = write_rs(self.target(), batch)
+            done = None
+            if self._from_executors():
+                from fanout_delta.rs_executors import append_from_executors
+
+                done = append_from_executors(self.target(), batch)
+            result = done if done is not None else write_rs(self.target(), batch)
         if not result.already_written:
             self._maybe_compact(batch.batch_id, engine, batch)
         return result
@@ -190,6 +220,8 @@ class DeltaSink(Sink):
             storage_options=self.storage_options,
             configuration=self.configuration,
             dead_letters=self._dead_letters,
+            write_from=self.write_from,
+            max_merge_rows=self.max_merge_rows,
         )
 
     def is_transient(self, error: BaseException) -> bool:
@@ -200,6 +232,9 @@ class DeltaSink(Sink):
         return "ConcurrentAppendException" in str(error) or "ConcurrentModification" in str(error)
 
     # -- internals -------------------------------------------------------------------
+
+    def _from_executors(self) -> bool:
+        return self.mode == "append" and self.write_from == "executors"
 
     def _error(self, message: str) -> ConfigurationError:
         return ConfigurationError(f"Delta sink {self.name!r}: {message}")
@@ -240,6 +275,17 @@ class DeltaSink(Sink):
         if isinstance(floor, bool) or not isinstance(floor, (int, float)) or floor < 0:
             raise self._error(
                 f"option 'min_txn_retention_hours' must be a number of hours >= 0, got {floor!r}"
+            )
+        if self.write_from not in WRITE_FROM:
+            raise self._error(
+                f"option 'write_from' must be one of {', '.join(WRITE_FROM)}, got "
+                f"{self.write_from!r}"
+            )
+        bound = self.max_merge_rows
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)
+                                  or bound < 1):  # fmt: skip
+            raise self._error(
+                f"option 'max_merge_rows' must be a positive integer (rows) or null, got {bound!r}"
             )
         if not isinstance(self.merge_schema, bool):
             raise self._error(f"option 'merge_schema' must be true or false, got "

@@ -29,3 +29,5 @@ class DeltaTarget:
     storage_options: Mapping[str, str] | None = None
     configuration: Mapping[str, str | None] | None = None
     dead_letters: DeadLetterTarget | None = None
+    write_from: str = "executors"
+    max_merge_rows: int | None = None

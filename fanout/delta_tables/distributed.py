@@ -1,0 +1,301 @@
+"""A distributed, exactly-once append to a Delta table: the executors write the Parquet
+files, the driver commits them once.
+
+:func:`append_distributed` runs one Spark job over the DataFrame (``mapInArrow``): every
+task writes its rows into the table's location with :class:`FileWriter`
+(``<table>/<partition dirs>/part-<uuid>.parquet``) and returns one JSON row per file
+(path, size, partition values, modification time, Delta statistics). The driver collects
+those small rows and commits all files in ONE Delta commit carrying the app transaction
+``(app_id, version)``, after checking ``transaction_version(app_id)`` on the same snapshot
+it commits on. A writer that commits the same app id in between makes delta-rs refuse the
+commit (a conflict); the check then runs again on the fresh snapshot, where the batch is
+found done, and nothing of this attempt is committed. No row passes through the driver.
+
+Files of an attempt that does not commit (a failed task, a failed commit, a driver that
+died between the job and the commit, a replay that finds the batch already committed)
+stay in the table's directory but are never referenced by its log, so no reader sees
+them. They are removed by the table's normal cleanup: ``VACUUM`` deletes unreferenced
+files older than the retention (``delta.deletedFileRetentionDuration``, 7 days by
+default). Until then they only take storage.
+
+Without Spark (a ``pyarrow.Table`` instead of a DataFrame) the same writer runs in this
+process: the same files, statistics and commit.
+
+Table features this writer does not implement (column mapping, CHECK constraints, NOT
+NULL invariants in field metadata, generated and identity columns, row tracking) make
+:func:`blockers` non-empty; callers then write through delta-rs' own writer.
+
+Layer 1: imports only :mod:`fanout.delta_tables`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fanout.delta_tables import io
+from fanout.delta_tables.datafiles import FILE_ROW_DDL, DataFile, FileWriter
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+
+SchemaCheck = Callable[["pa.Schema", "pa.Schema"], None]
+"""``check(table_schema, batch_schema)``: raises when the batch cannot be appended."""
+
+_UNSUPPORTED_FEATURES = ("columnMapping", "checkConstraints", "generatedColumns",
+                         "identityColumns", "invariants", "rowTracking")  # fmt: skip
+_UNSUPPORTED_FIELD_METADATA = ("delta.generationExpression", "delta.invariants",
+                               "delta.identity.start", "delta.columnMapping.id")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AppendOutcome:
+    """What :func:`append_distributed` did.
+
+    :param rows: rows committed (0 when skipped or empty).
+    :param files: data files committed.
+    :param version: the table version after the commit (``None`` when nothing committed).
+    :param already_written: the table already records ``version`` (or a later one) for
+        the app id: nothing was written.
+    :param empty: the input had no rows: nothing was committed.
+    """
+
+    rows: int = 0
+    files: int = 0
+    version: int | None = None
+    already_written: bool = False
+    empty: bool = False
+
+
+def append_distributed(
+    source: Any,
+    path: str,
+    *,
+    app_id: str,
+    version: int,
+    partition_by: Sequence[str] | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    configuration: Mapping[str, str | None] | None = None,
+    merge_schema: bool = False,
+    check: SchemaCheck | None = None,
+) -> AppendOutcome:
+    """Append ``source`` (a Spark DataFrame, or a ``pyarrow.Table``) to the Delta table
+    at ``path`` (created when missing) exactly once per ``(app_id, version)``.
+
+    :param check: called with the table's and the batch's Arrow schemas on every snapshot
+        the commit is based on; raise to refuse the batch.
+    :param merge_schema: batch columns the table lacks are added to the table first (a
+        metadata-only commit), so the data commit's schema is the merged one.
+    :param configuration: table properties of a table this call creates.
+    """
+    batch_schema = delta_schema(arrow_schema_of(source))
+    files: list[DataFile] | None = None
+    partitions: list[str] = []
+    evolved = False
+    conflicts = 0
+    while True:
+        table = io.open_table(path, storage_options)
+        done = io.transaction_version(table, app_id)
+        if done is not None and done >= version:
+            return AppendOutcome(already_written=True)
+        table_schema = None if table is None else delta_schema(table.schema().to_arrow())
+        if table is not None and table_schema is not None:
+            if check is not None:
+                check(table_schema, batch_schema)
+            if merge_schema and not evolved and _add_new_columns(table, table_schema,
+                                                                 batch_schema):  # fmt: skip
+                evolved = True
+                continue  # check again on the snapshot with the new columns
+        schema = table_schema if table_schema is not None else batch_schema
+        if files is None:
+            partitions = _partition_columns(table, partition_by)
+            missing = [c for c in partitions if c not in schema.names]
+            if missing:
+                raise ValueError(f"partition column(s) {missing} missing from the batch")
+            writer = FileWriter(path, schema, tuple(partitions), storage_options)
+            files = write_files(source, writer)
+            if not files:
+                return AppendOutcome(empty=True)
+        if table is not None and list(table.metadata().partition_columns) != partitions:
+            raise ValueError(
+                f"the Delta table at {path!r} was created by another writer meanwhile, "
+                f"partitioned by {table.metadata().partition_columns}, not {partitions}"
+            )
+        try:
+            _commit(table, path, files, schema, app_id, version, partition_by,
+                    configuration, storage_options)  # fmt: skip
+        except Exception as exc:
+            conflicts += 1
+            if io.is_commit_conflict(exc) and conflicts < io.COMMIT_ATTEMPTS:
+                log.info("%s: lost a commit race for %s@%d, checking again: %s",
+                         path, app_id, version, exc)  # fmt: skip
+                continue
+            raise
+        after = io.open_table(path, storage_options)
+        return AppendOutcome(
+            rows=sum(f.rows for f in files),
+            files=len(files),
+            version=after.version() if after is not None else None,
+        )
+
+
+def write_files(source: Any, writer: FileWriter) -> list[DataFile]:
+    """Write ``source``'s rows with ``writer``: on the executors, one task per partition
+    of a Spark DataFrame (only the file descriptions reach the driver), or here for a
+    ``pyarrow.Table``."""
+    if hasattr(source, "mapInArrow"):
+        rows = source.mapInArrow(writer, FILE_ROW_DDL).collect()
+        return [DataFile.from_json(row[0]) for row in rows]
+    return writer.write(iter(source.to_batches()))
+
+
+def arrow_schema_of(source: Any) -> pa.Schema:
+    """The Arrow schema of a Spark DataFrame (without reading it) or of a pyarrow table."""
+    if hasattr(source, "mapInArrow"):
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        # Only the types matter here: Delta stores timestamps in UTC.
+        return to_arrow_schema(source.schema, timezone="UTC")
+    return source.schema  # type: ignore[no-any-return]
+
+
+def blockers(table: DeltaTable | None, partition_by: Sequence[str] | None,
+             batch_schema: pa.Schema) -> list[str]:  # fmt: skip
+    """Why the files of this append cannot be written by :class:`FileWriter` (empty when
+    they can): table features it does not implement, partition columns of a type whose
+    value it cannot serialize."""
+    import pyarrow.types as pat
+
+    reasons: list[str] = []
+    if table is not None:
+        protocol = table.protocol()
+        features = set(protocol.writer_features or ())
+        reasons += [f"table feature {f}" for f in _UNSUPPORTED_FEATURES if f in features]
+        configuration = table.metadata().configuration
+        if configuration.get("delta.columnMapping.mode", "none") not in ("none", None):
+            reasons.append("column mapping")
+        if any(k.startswith("delta.constraints.") for k in configuration):
+            reasons.append("CHECK constraints")
+        for f in table.schema().fields:
+            if any(k in (f.metadata or {}) for k in _UNSUPPORTED_FIELD_METADATA):
+                reasons.append(f"column {f.name!r} is generated, an identity or has an "
+                               "invariant")  # fmt: skip
+    partitions = _partition_columns(table, partition_by)
+    for name in partitions:
+        index = batch_schema.get_field_index(name)
+        if index < 0:
+            continue
+        kind = batch_schema.field(index).type
+        serializable = (pat.is_integer, pat.is_string, pat.is_large_string, pat.is_boolean,
+                        pat.is_date, pat.is_timestamp)  # fmt: skip
+        if not any(test(kind) for test in serializable):
+            reasons.append(f"partition column {name!r} of type {kind}")
+    return sorted(set(reasons))
+
+
+def delta_schema(schema: Any) -> pa.Schema:
+    """``schema`` (any Arrow schema) with the types Delta stores: microsecond timestamps
+    in UTC (or without zone), signed integers, plain (not large, not view) strings,
+    binaries and lists, dictionary columns by their values."""
+    import pyarrow as pa
+
+    return pa.schema([f.with_type(_delta_type(f.type)) for f in pa.schema(schema)])
+
+
+def _delta_type(kind: pa.DataType) -> pa.DataType:
+    import pyarrow as pa
+    import pyarrow.types as pat
+
+    if pat.is_dictionary(kind):
+        return _delta_type(kind.value_type)
+    if pat.is_timestamp(kind):
+        return pa.timestamp("us", tz=None if kind.tz is None else "UTC")
+    if pat.is_unsigned_integer(kind):
+        return {8: pa.int16(), 16: pa.int32()}.get(kind.bit_width, pa.int64())
+    if pat.is_large_string(kind) or pat.is_string_view(kind):
+        return pa.string()
+    if pat.is_large_binary(kind) or pat.is_binary_view(kind) or pat.is_fixed_size_binary(kind):
+        return pa.binary()
+    if (pat.is_list(kind) or pat.is_large_list(kind) or pat.is_fixed_size_list(kind)
+            or pat.is_list_view(kind) or pat.is_large_list_view(kind)):  # fmt: skip
+        item = kind.value_field
+        return pa.list_(pa.field("element", _delta_type(item.type), item.nullable))
+    if pat.is_map(kind):
+        return pa.map_(_delta_type(kind.key_type), kind.item_field.with_type(
+            _delta_type(kind.item_type)))  # fmt: skip
+    if pat.is_struct(kind):
+        return pa.struct([f.with_type(_delta_type(f.type)) for f in kind])
+    return kind
+
+
+def _partition_columns(table: DeltaTable | None, partition_by: Sequence[str] | None) -> list[str]:
+    if table is not None:
+        return list(table.metadata().partition_columns)
+    return list(partition_by or [])
+
+
+def _add_new_columns(table: DeltaTable, table_schema: pa.Schema, batch_schema: pa.Schema) -> bool:
+    """Add the batch's columns the table lacks, and new fields of its struct columns, in
+    a metadata-only commit (delta-rs commits a schema change with an append only in
+    overwrite mode). Returns whether it committed."""
+    import pyarrow as pa
+    import pyarrow.types as pat
+    from deltalake import Schema
+
+    new = [
+        f
+        for f in batch_schema
+        if table_schema.get_field_index(f.name) < 0
+        or (pat.is_struct(f.type) and not table_schema.field(f.name).type.equals(f.type))
+    ]
+    if not new:
+        return False
+    fields = Schema.from_arrow(pa.schema([f.with_nullable(True) for f in new])).fields
+    log.info("adding column(s) %s to the Delta table", [f.name for f in new])
+    table.alter.add_columns(fields)
+    return True
+
+
+def _commit(
+    table: DeltaTable | None,
+    path: str,
+    files: Sequence[DataFile],
+    schema: pa.Schema,
+    app_id: str,
+    version: int,
+    partition_by: Sequence[str] | None,
+    configuration: Mapping[str, str | None] | None,
+    storage_options: Mapping[str, str] | None,
+) -> None:
+    """One commit adding ``files`` with the transaction ``(app_id, version)``, based on
+    the snapshot ``table`` (``None``: create the table; another writer having created it
+    since is a conflict)."""
+    from deltalake import Schema
+    from deltalake.transaction import create_table_with_add_actions
+
+    actions = [f.add_action() for f in files]
+    commit = io.commit_properties({app_id: version})
+    if table is None:
+        create_table_with_add_actions(
+            path,
+            Schema.from_arrow(schema),
+            actions,
+            mode="error",
+            partition_by=list(partition_by) if partition_by else None,
+            configuration=dict(configuration) if configuration else None,
+            storage_options=dict(storage_options) if storage_options else None,
+            commit_properties=commit,
+        )
+        return
+    table.create_write_transaction(
+        actions,
+        mode="append",
+        schema=table.schema(),
+        partition_by=list(table.metadata().partition_columns) or None,
+        commit_properties=commit,
+    )
