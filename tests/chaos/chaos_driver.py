@@ -40,15 +40,21 @@ APPEND_SINK, APPEND_TABLE = "pglog", "chaos_orders_log"
 
 
 def sinks(
-    workdir: Path, pg_url: str, bootstrap: str, lag: bool = False, append: bool = False
+    workdir: Path,
+    pg_url: str,
+    bootstrap: str,
+    lag: bool = False,
+    append: bool = False,
+    lake_from: str = "driver",
 ) -> list[dict[str, object]]:
-    """Delta (append), PostgreSQL (upsert; lagging alone with ``lag``) and Kafka
-    (transactional); with ``append``, PostgreSQL in append mode too."""
+    """Delta (append, written from ``lake_from``), PostgreSQL (upsert; lagging alone with
+    ``lag``) and Kafka (transactional); with ``append``, PostgreSQL in append mode too."""
     # the lag input updates keys batch after batch, and a micro-batch may hold two input
     # files: the newer version (amount = the file's number) wins within a batch
     policy = {"on_failure": "lag", "retries": 0, "order_by": "amount"} if lag else {}
     configs: list[dict[str, object]] = [
-        {"type": "delta", "name": "lake", "path": str(workdir / "lake")},
+        {"type": "delta", "name": "lake", "path": str(workdir / "lake"),
+         "write_from": lake_from},
         {"type": "postgres", "name": "pg", "url": pg_url, "table": PG_TABLE,
          "keys": ["order_id"], "create_table": True, "partitions": 4, **policy},
         {"type": "kafka", "name": "bus", "bootstrap_servers": bootstrap, "topic": TOPIC,
@@ -91,7 +97,14 @@ def main() -> None:
     fan = FanOut(
         PIPELINE,
         str(args.workdir / "ledger"),
-        sinks(args.workdir, args.pg_url, args.bootstrap, args.lag, args.append),
+        sinks(
+            args.workdir,
+            args.pg_url,
+            args.bootstrap,
+            args.lag,
+            args.append,
+            "executors" if args.master.startswith("local-cluster") else "driver",
+        ),
         plugins=plugins,
         backoff_s=0.2,
         spool=str(args.workdir / "spool") if args.lag else None,

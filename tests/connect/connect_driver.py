@@ -122,7 +122,7 @@ def main() -> None:
     fan = FanOut(
         PIPELINE,
         str(args.workdir / "ledger"),
-        sinks(args.workdir, args.pg_url, args.bootstrap),
+        sinks(args.workdir, args.pg_url, args.bootstrap, lake_from="executors"),
         plugins=[veto],
         retries=0,
         checkpoint_location=str(checkpoint),

@@ -24,10 +24,11 @@ OPTIONS = (
     ),
     SinkOption(
         "write_from",
-        "`executors`",
+        "`driver`",
         "engine `rs`, mode `append`: `executors` (the Spark tasks write the Parquet files, "
         "the driver commits them once; no row passes through the driver) or `driver` (the "
-        "batch is converted to Arrow on the driver and written there)",
+        "batch is converted to Arrow on the driver and written there; one conversion serves "
+        "every Delta sink of the batch)",
     ),
     SinkOption(
         "max_merge_rows",

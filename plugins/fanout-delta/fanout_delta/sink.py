@@ -2,10 +2,11 @@
 
 Two engines, one behaviour: ``rs`` (delta-rs, the default, needs no JVM jars) and
 ``spark`` (delta-spark, needs the Delta jars); ``auto`` picks ``spark`` when the Delta JVM
-classes load and ``rs`` otherwise. With ``rs``, an append is written from the executors
-by default (``write_from="executors"``: the tasks write the Parquet files, the driver
-commits them once, :mod:`fanout_delta.rs_executors`); ``write_from="driver"`` and every
-merge convert the batch to Arrow on the driver and write with delta-rs there. A merge
+classes load and ``rs`` otherwise. With ``rs``, an append with ``write_from="executors"``
+is written from the executors (the tasks write the Parquet files, the driver commits them
+once, :mod:`fanout_delta.rs_executors`); ``write_from="driver"`` (the default, for now:
+one Arrow conversion shared by every Delta sink of a batch is faster on small machines)
+and every merge convert the batch to Arrow on the driver and write with delta-rs there. A merge
 refuses a batch of more than ``max_merge_rows`` rows rather than running the driver out
 of memory.
 
@@ -74,9 +75,10 @@ class DeltaSink(Sink):
         the table may set (default a week): it bounds how long the pipeline may stay down
         after a crash without a replay writing the batch in flight twice. ``open()``
         refuses a shorter one and warns about any.
-    :param write_from: engine ``rs``, mode ``append``: ``"executors"`` (default: the Spark
-        tasks write the Parquet files, the driver commits them) or ``"driver"`` (the batch
-        is converted to Arrow on the driver and written there).
+    :param write_from: engine ``rs``, mode ``append``: ``"executors"`` (the Spark tasks
+        write the Parquet files, the driver commits them: the driver's memory stays flat
+        in the batch size) or ``"driver"`` (default: the batch is converted to Arrow on the
+        driver and written there).
     :param max_merge_rows: engine ``rs``, mode ``merge``: the most rows a batch may hold
         (the merge runs on the driver); a bigger batch fails naming the option. ``None``:
         no bound.
@@ -101,7 +103,7 @@ class DeltaSink(Sink):
         configuration: Mapping[str, str | None] | None = None,
         dead_letter: str | None = None,
         min_txn_retention_hours: float = 168,
-        write_from: WriteFrom = "executors",
+        write_from: WriteFrom = "driver",
         max_merge_rows: int | None = MAX_MERGE_ROWS,
     ) -> None:
         super().__init__(name)

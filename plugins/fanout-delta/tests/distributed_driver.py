@@ -64,7 +64,8 @@ def main() -> None:
 
     write_input(args.workdir / "input")
     spark = local_session("fanout-dist-kill")
-    lake = {"type": "delta", "name": "lake", "path": str(args.workdir / "lake")}
+    lake = {"type": "delta", "name": "lake", "path": str(args.workdir / "lake"),
+            "write_from": "executors"}  # fmt: skip
     fan = FanOut("dist", str(args.workdir / "ledger"), [lake])
     query = (
         spark.readStream.schema("id LONG, v STRING")

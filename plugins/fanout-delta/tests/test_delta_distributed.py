@@ -35,7 +35,7 @@ def batch_of(df: Any, batch_id: int) -> Batch:
 
 
 def opened(path: Path, **options: Any) -> DeltaSink:
-    sink = DeltaSink(name="s", path=str(path), **options)
+    sink = DeltaSink(name="s", path=str(path), **{"write_from": "executors", **options})
     sink.open(SinkContext(pipeline="p"))
     return sink
 

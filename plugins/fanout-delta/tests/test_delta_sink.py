@@ -66,9 +66,9 @@ def ids(n: int, start: int = 0) -> pa.Array:
 def test_plugin_provides_the_delta_type_and_sink_is_transactional():
     assert fanout_sink_types() == {"delta": DeltaSink}
     assert DeltaSink.guarantees == ("transactional",)
-    # The default append reads the DataFrame in Spark tasks (write_from="executors").
-    assert DeltaSink("s", path="/x").reads == "dataframe"
-    assert DeltaSink("s", path="/x", write_from="driver").reads == "arrow"
+    assert DeltaSink("s", path="/x").reads == "arrow"
+    # The executors' append reads the DataFrame in Spark tasks.
+    assert DeltaSink("s", path="/x", write_from="executors").reads == "dataframe"
     assert DeltaSink("s", path="/x", mode="merge", keys=["id"]).reads == "arrow"
     assert DeltaSink("s", path="/x", engine="spark").reads == "dataframe"
 
@@ -140,7 +140,7 @@ def test_engine_spark_without_delta_jars_fails_at_open_and_auto_falls_back(tmp_p
         sink.open(SinkContext(pipeline="p", spark=NoDeltaJvm()))
     auto = DeltaSink(name="s", path=str(tmp_path / "t"), engine="auto")
     auto.open(SinkContext(pipeline="p", spark=NoDeltaJvm()))
-    assert (auto.resolved_engine, auto.reads) == ("rs", "dataframe")
+    assert (auto.resolved_engine, auto.reads) == ("rs", "arrow")
 
 
 def test_open_checks_columns_and_partitioning_of_an_existing_table(tmp_path):
@@ -237,8 +237,7 @@ def test_compact_every_two_batches_adds_optimize_commits(tmp_path):
     for batch_id in range(4):
         sink.write(make_batch({"id": ids(1, batch_id)}, batch_id=batch_id))
     operations = [h["operation"] for h in reversed(DeltaTable(str(path)).history())]
-    # The executors' append creates the table with its first files: CREATE TABLE.
-    assert operations == ["CREATE TABLE", "WRITE", "OPTIMIZE", "WRITE", "WRITE", "OPTIMIZE"]
+    assert operations == ["WRITE", "WRITE", "OPTIMIZE", "WRITE", "WRITE", "OPTIMIZE"]
     assert [r["id"] for r in rows(path)] == [0, 1, 2, 3]
     assert DeltaTable(str(path)).transaction_version(APP_ID) == 3
 
