@@ -20,3 +20,18 @@ def is_connect(obj: Any) -> bool:
 def session_of(df: Any) -> Any:
     """The SparkSession a DataFrame belongs to (``None`` for anything else)."""
     return getattr(df, "sparkSession", None)
+
+
+def single_machine(spark: Any) -> bool | None:
+    """Whether ``spark``'s tasks run inside the driver's JVM, on the driver's cores
+    (master ``local`` or ``local[...]``; ``local-cluster`` has executor processes):
+    ``None`` when it cannot tell (no session, or a Connect server that does not say)."""
+    if spark is None:
+        return None
+    try:
+        master = spark.conf.get("spark.master", None)
+    except Exception:  # a Connect server may refuse to show a static setting
+        return None
+    if not master:
+        return None
+    return master == "local" or master.startswith("local[")

@@ -24,11 +24,12 @@ OPTIONS = (
     ),
     SinkOption(
         "write_from",
-        "`driver`",
+        "`auto`",
         "engine `rs`, mode `append`: `executors` (the Spark tasks write the Parquet files, "
-        "the driver commits them once; no row passes through the driver) or `driver` (the "
+        "the driver commits them once; no row passes through the driver), `driver` (the "
         "batch is converted to Arrow on the driver and written there; one conversion serves "
-        "every Delta sink of the batch)",
+        "every Delta sink of the batch) or `auto`: `driver` on a `local[...]` master, "
+        "`executors` on a cluster",
     ),
     SinkOption(
         "max_merge_rows",

@@ -4,9 +4,12 @@ Two engines, one behaviour: ``rs`` (delta-rs, the default, needs no JVM jars) an
 ``spark`` (delta-spark, needs the Delta jars); ``auto`` picks ``spark`` when the Delta JVM
 classes load and ``rs`` otherwise. With ``rs``, an append with ``write_from="executors"``
 is written from the executors (the tasks write the Parquet files, the driver commits them
-once, :mod:`fanout_delta.rs_executors`); ``write_from="driver"`` (the default, for now:
-one Arrow conversion shared by every Delta sink of a batch is faster on small machines)
-and every merge convert the batch to Arrow on the driver and write with delta-rs there. A merge
+once, :mod:`fanout_delta.rs_executors`); ``write_from="driver"`` and every merge convert
+the batch to Arrow on the driver and write with delta-rs there. ``write_from="auto"`` (the
+default) writes from the executors on a cluster, and from the driver when the Spark master
+is ``local[...]``: there the tasks run in the driver's JVM on the driver's cores, so the
+executors' writer gains no parallelism and pays Spark's Python-task overhead, while one
+Arrow conversion serves every Delta sink of the batch (docs/architecture.md §8.1). A merge
 refuses a batch of more than ``max_merge_rows`` rows rather than running the driver out
 of memory.
 
@@ -42,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 Mode = Literal["append", "merge"]
 Engine = Literal["rs", "spark", "auto"]
-WriteFrom = Literal["executors", "driver"]
+WriteFrom = Literal["auto", "executors", "driver"]
 MODES: tuple[str, ...] = get_args(Mode)
 ENGINES: tuple[str, ...] = get_args(Engine)
 WRITE_FROM: tuple[str, ...] = get_args(WriteFrom)
@@ -77,8 +80,9 @@ class DeltaSink(Sink):
         refuses a shorter one and warns about any.
     :param write_from: engine ``rs``, mode ``append``: ``"executors"`` (the Spark tasks
         write the Parquet files, the driver commits them: the driver's memory stays flat
-        in the batch size) or ``"driver"`` (default: the batch is converted to Arrow on the
-        driver and written there).
+        in the batch size), ``"driver"`` (the batch is converted to Arrow on the driver
+        and written there) or ``"auto"`` (default: ``"driver"`` when the Spark master is
+        ``local[...]``, ``"executors"`` otherwise; resolved by :meth:`open`).
     :param max_merge_rows: engine ``rs``, mode ``merge``: the most rows a batch may hold
         (the merge runs on the driver); a bigger batch fails naming the option. ``None``:
         no bound.
@@ -103,7 +107,7 @@ class DeltaSink(Sink):
         configuration: Mapping[str, str | None] | None = None,
         dead_letter: str | None = None,
         min_txn_retention_hours: float = 168,
-        write_from: WriteFrom = "driver",
+        write_from: WriteFrom = "auto",
         max_merge_rows: int | None = MAX_MERGE_ROWS,
     ) -> None:
         super().__init__(name)
@@ -123,6 +127,8 @@ class DeltaSink(Sink):
         self.max_merge_rows = max_merge_rows
         # The engine actually used, resolved by open() ("auto" becomes "rs" or "spark").
         self.resolved_engine: Literal["rs", "spark"] | None = None
+        # Where an rs append is written from, resolved by open() ("auto" becomes one).
+        self.resolved_write_from: Literal["executors", "driver"] | None = None
         self._dead_letters: DeadLetterTarget | None = None  # resolved by fanout, at open()
 
     @property
@@ -156,6 +162,7 @@ class DeltaSink(Sink):
         self._check_options()
         self._dead_letters = context.dead_letters
         self.resolved_engine = self._resolve_engine(context.spark)
+        self.resolved_write_from = self._resolve_write_from(context.spark)
         try:
             table = deltaio.open_table(self.path, self.storage_options)  # type: ignore[arg-type]
         except Exception as exc:
@@ -168,8 +175,10 @@ class DeltaSink(Sink):
             table.metadata().configuration if table is not None else self.configuration
         )
         logger.info(
-            "sink %r: Delta %s to %s with engine %s%s",
+            "sink %r: Delta %s to %s with engine %s%s%s",
             self.name, self.mode, self.path, self.resolved_engine,
+            f", written from the {self.resolved_write_from}"
+            if self.resolved_engine == "rs" and self.mode == "append" else "",
             "" if table is not None else " (table created by the first batch)",
         )  # fmt: skip
 
@@ -222,7 +231,7 @@ class DeltaSink(Sink):
             storage_options=self.storage_options,
             configuration=self.configuration,
             dead_letters=self._dead_letters,
-            write_from=self.write_from,
+            write_from=self.resolved_write_from or self._resolve_write_from(None),
             max_merge_rows=self.max_merge_rows,
         )
 
@@ -236,7 +245,20 @@ class DeltaSink(Sink):
     # -- internals -------------------------------------------------------------------
 
     def _from_executors(self) -> bool:
-        return self.mode == "append" and self.write_from == "executors"
+        where = self.resolved_write_from or self._resolve_write_from(None)
+        return self.mode == "append" and where == "executors"
+
+    def _resolve_write_from(self, spark: Any) -> Literal["executors", "driver"]:
+        """``write_from`` with ``"auto"`` decided: the driver on a ``local[...]`` master
+        or without a session to ask, the executors on a cluster (or a Connect server
+        that does not say its master)."""
+        if self.write_from == "executors":
+            return "executors"
+        if self.write_from == "driver" or spark is None:
+            return "driver"
+        from fanout.contract.sessions import single_machine
+
+        return "driver" if single_machine(spark) else "executors"
 
     def _error(self, message: str) -> ConfigurationError:
         return ConfigurationError(f"Delta sink {self.name!r}: {message}")

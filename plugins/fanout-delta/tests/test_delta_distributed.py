@@ -246,6 +246,46 @@ def test_write_from_driver_keeps_the_old_path(spark, tmp_path):
     assert delta_rows(path) == expected(0, 5)
 
 
+class _Master:
+    """A session wrapper that reports another Spark master (everything else is ``spark``)."""
+
+    def __init__(self, spark: Any, master: str | None) -> None:
+        self._spark, self.master = spark, master
+        self.conf = self
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.master if key == "spark.master" else self._spark.conf.get(key, default)
+
+
+@pytest.mark.parametrize(
+    ("master", "where", "reads"),
+    [
+        ("local[2]", "driver", "arrow"),
+        ("local", "driver", "arrow"),
+        ("local-cluster[2,1,1024]", "executors", "dataframe"),
+        ("spark://host:7077", "executors", "dataframe"),
+        ("yarn", "executors", "dataframe"),
+        (None, "executors", "dataframe"),  # a master it cannot read: a cluster
+    ],
+)
+def test_auto_writes_from_the_driver_on_one_machine_and_from_the_executors_elsewhere(
+    spark, tmp_path, master, where, reads
+):
+    path = tmp_path / "t"
+    sink = DeltaSink(name="s", path=str(path))  # write_from="auto", the default
+    sink.open(SinkContext(pipeline="p", spark=_Master(spark, master)))
+    assert (sink.resolved_write_from, sink.reads) == (where, reads)
+    result = sink.write(batch_of(orders(spark, 0, 5), 0))
+    assert result.details.get("write_from", "driver") == where
+    assert delta_rows(path) == expected(0, 5)
+
+
+def test_auto_without_a_session_writes_from_the_driver(tmp_path):
+    sink = DeltaSink(name="s", path=str(tmp_path / "t"))
+    sink.open(SinkContext(pipeline="p"))
+    assert (sink.resolved_write_from, sink.reads) == ("driver", "arrow")
+
+
 def test_a_table_with_check_constraints_is_written_from_the_driver(spark, tmp_path):
     path = tmp_path / "t"
     opened(path).write(batch_of(orders(spark, 0, 2), 0))
@@ -264,7 +304,10 @@ def test_a_table_with_check_constraints_is_written_from_the_driver(spark, tmp_pa
 @pytest.mark.parametrize(
     ("options", "fragment"),
     [
-        ({"write_from": "nodes"}, "'write_from' must be one of executors, driver, got 'nodes'"),
+        (
+            {"write_from": "nodes"},
+            "'write_from' must be one of auto, executors, driver, got 'nodes'",
+        ),
         ({"max_merge_rows": 0}, "'max_merge_rows' must be a positive integer"),
         ({"max_merge_rows": "9"}, "'max_merge_rows' must be a positive integer"),
     ],
