@@ -129,13 +129,7 @@ class FileWriter:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The ``mapInArrow`` function: write this task's rows, yield one row per file."""
-        import pyarrow as pa
-
-        files = self.write(batches)
-        if files:
-            yield pa.RecordBatch.from_pydict(
-                {"file": [f.to_json() for f in files]}, schema=pa.schema([("file", pa.string())])
-            )
+        yield from file_rows(self.write(batches))
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> list[DataFile]:
         """Write ``batches`` (one file per partition value met) and describe the files.
@@ -214,6 +208,16 @@ class FileWriter:
             for c, v in zip(self.partition_by, values, strict=True)
         ]
         return "/".join(parts)
+
+
+def file_rows(files: Sequence[DataFile]) -> Iterator[pa.RecordBatch]:
+    """What a task yields for the files it wrote: one :data:`FILE_ROW_DDL` row each."""
+    import pyarrow as pa
+
+    if files:
+        yield pa.RecordBatch.from_pydict(
+            {"file": [f.to_json() for f in files]}, schema=pa.schema([("file", pa.string())])
+        )
 
 
 def conform(part: pa.Table, data_schema: pa.Schema) -> pa.Table:

@@ -31,7 +31,7 @@ Layer 1: imports only :mod:`fanout.delta_tables`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 
 SchemaCheck = Callable[["pa.Schema", "pa.Schema"], None]
 """``check(table_schema, batch_schema)``: raises when the batch cannot be appended."""
+
+TaskWrapper = Callable[[FileWriter], Callable[[Iterator["pa.RecordBatch"]],
+                                             Iterator["pa.RecordBatch"]]]  # fmt: skip
+"""``task(writer)``: the (picklable) function a Spark task runs instead of ``writer``."""
 
 _UNSUPPORTED_FEATURES = ("columnMapping", "checkConstraints", "generatedColumns",
                          "identityColumns", "invariants", "rowTracking")  # fmt: skip
@@ -83,6 +87,7 @@ def append_distributed(
     configuration: Mapping[str, str | None] | None = None,
     merge_schema: bool = False,
     check: SchemaCheck | None = None,
+    task: TaskWrapper | None = None,
 ) -> AppendOutcome:
     """Append ``source`` (a Spark DataFrame, or a ``pyarrow.Table``) to the Delta table
     at ``path`` (created when missing) exactly once per ``(app_id, version)``.
@@ -92,6 +97,9 @@ def append_distributed(
     :param merge_schema: batch columns the table lacks are added to the table first (a
         metadata-only commit), so the data commit's schema is the merged one.
     :param configuration: table properties of a table this call creates.
+    :param task: wraps the :class:`FileWriter` into the function each Spark task runs
+        (e.g. to call hooks around a task's files); it must return what the writer
+        returns, one row per file.
     """
     batch_schema = delta_schema(arrow_schema_of(source))
     files: list[DataFile] | None = None
@@ -118,7 +126,7 @@ def append_distributed(
             if missing:
                 raise ValueError(f"partition column(s) {missing} missing from the batch")
             writer = FileWriter(path, schema, tuple(partitions), storage_options)
-            files = write_files(source, writer)
+            files = write_files(source, writer, task)
             if not files:
                 return AppendOutcome(empty=True)
         if table is not None and list(table.metadata().partition_columns) != partitions:
@@ -144,12 +152,13 @@ def append_distributed(
         )
 
 
-def write_files(source: Any, writer: FileWriter) -> list[DataFile]:
+def write_files(source: Any, writer: FileWriter, task: TaskWrapper | None = None) -> list[DataFile]:
     """Write ``source``'s rows with ``writer``: on the executors, one task per partition
-    of a Spark DataFrame (only the file descriptions reach the driver), or here for a
-    ``pyarrow.Table``."""
+    of a Spark DataFrame (only the file descriptions reach the driver; ``task`` wraps the
+    writer there), or here for a ``pyarrow.Table``."""
     if hasattr(source, "mapInArrow"):
-        rows = source.mapInArrow(writer, FILE_ROW_DDL).collect()
+        function = writer if task is None else task(writer)
+        rows = source.mapInArrow(function, FILE_ROW_DDL).collect()
         return [DataFile.from_json(row[0]) for row in rows]
     return writer.write(iter(source.to_batches()))
 

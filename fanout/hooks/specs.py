@@ -144,7 +144,9 @@ def fanout_dead_letter_kinds() -> Mapping[str, DeadLetterKind]:
 def fanout_partition_commit(commit: PartitionCommit) -> None:
     """Called on the executor just before one partition of a sink built on the
     partitioned-sink kit (:mod:`fanout.partitioned.sink`: PostgreSQL, Kafka) commits its
-    transaction, after its rows were written (and, for Kafka, delivered).
+    transaction, after its rows were written (and, for Kafka, delivered). The Delta
+    sink's append from the executors calls it in each task once the task's files are
+    written, before the driver commits every task's files at once.
 
     Only plugins given to ``FanOut(plugins=...)`` (pickled with each partition task, so
     they must be picklable and hold their state in files or services, not in memory)

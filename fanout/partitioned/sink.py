@@ -38,7 +38,7 @@ from fanout.partitioned.membership import (
     with_member_column,
 )
 from fanout.partitioned.outcome import RESULT_DDL, PartitionOutcome
-from fanout.partitioned.task import CommitHooks, PartitionTask, implements_partition_hooks
+from fanout.partitioned.task import CommitHooks, HookPlugins, PartitionTask
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
@@ -78,14 +78,7 @@ class PartitionedSink(Sink):
     def open(self, context: SinkContext) -> None:
         """Keep the plugins implementing the per-partition commit hooks (shipped with
         every partition task)."""
-        from fanout.hooks.registry import load_registry
-
-        self._commit_plugins = tuple(p for p in context.plugins if implements_partition_hooks(p))
-        installed = load_registry().manager.hook
-        self._installed_commit_hooks = any(
-            getattr(installed, name).get_hookimpls() for name in ("fanout_partition_commit",
-                                                                   "fanout_partition_committed")
-        )  # fmt: skip
+        self._hook_plugins = HookPlugins.of(context.plugins)
 
     # -- what a sink provides -------------------------------------------------------------
 
@@ -181,11 +174,8 @@ class PartitionedSink(Sink):
 
     def _hooks(self, batch: Batch) -> CommitHooks:
         info = batch.info
-        return CommitHooks(
-            info.pipeline, self.name, info.batch_id, info.epoch,
-            getattr(self, "_commit_plugins", ()),
-            getattr(self, "_installed_commit_hooks", False),
-        )  # fmt: skip
+        found = getattr(self, "_hook_plugins", HookPlugins())
+        return found.hooks(info.pipeline, self.name, info.batch_id, info.epoch)
 
     def _check_coverage(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
         found = [o.partition for o in outcomes]

@@ -120,6 +120,35 @@ def implements_partition_hooks(plugin: object) -> bool:
 
 
 @dataclass(frozen=True)
+class HookPlugins:
+    """Who implements the per-partition commit hooks, found on the driver at ``open``:
+    what a sink ships with its partition tasks to build their :class:`CommitHooks`.
+
+    :param plugins: the picklable ``FanOut(plugins=...)`` objects implementing one.
+    :param entry_points: an installed entry-point plugin implements one (the executors
+        load them too).
+    """
+
+    plugins: tuple[object, ...] = ()
+    entry_points: bool = False
+
+    @classmethod
+    def of(cls, plugins: Sequence[object]) -> HookPlugins:
+        """The hook implementers among ``plugins`` and the installed plugins."""
+        from fanout.hooks.registry import load_registry
+
+        installed = load_registry().manager.hook
+        return cls(
+            tuple(p for p in plugins if implements_partition_hooks(p)),
+            any(getattr(installed, name).get_hookimpls() for name in HOOKS),
+        )
+
+    def hooks(self, pipeline: str, sink: str, batch_id: int, epoch: int = 0) -> CommitHooks:
+        """The commit hooks of one sink's batch."""
+        return CommitHooks(pipeline, sink, batch_id, epoch, self.plugins, self.entry_points)
+
+
+@dataclass(frozen=True)
 class PartitionTask:
     """What Spark runs for each partition (``mapInArrow``): hands the partition to the
     writer and yields its outcome as one result row."""

@@ -39,8 +39,13 @@ from tests.integration.streams import write_input
 
 CLUSTER = cluster_master(executors=2, cores=1, memory_mb=1024)
 REPO = Path(__file__).resolve().parents[2]
-INSIDE = [(sink, when) for sink in ("pg", APPEND_SINK, "bus") for when in ("before", "after")]
-"""The inside kill points: each executor-side sink, before or after a partition commits."""
+INSIDE = [
+    *((sink, when) for sink in ("pg", APPEND_SINK, "bus") for when in ("before", "after")),
+    ("lake", "before"),
+]
+"""The inside kill points: each executor-side sink, before or after a partition commits;
+the Delta append from the executors once a task's files are written, before the driver
+commits them (its partitions commit together, on the driver: no "after")."""
 
 
 @dataclass

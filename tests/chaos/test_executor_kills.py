@@ -1,8 +1,9 @@
 """Exactly once across Delta, PostgreSQL (upsert and append) and Kafka on a
 ``local-cluster`` master while executor JVMs are SIGKILLed mid-write: from the partitions'
-commit hooks (before and after a partition's transaction commits) and from outside while
-a sink writes. Spark retries each killed task on another executor; one driver run, no
-driver kill (those are test_chaos's; the long run mixes both:
+commit hooks (before and after a partition's transaction commits; for the Delta append
+from the executors, once a task's files are written, before the driver commits them) and
+from outside while a sink writes. Spark retries each killed task on another executor;
+one driver run, no driver kill (those are test_chaos's; the long run mixes both:
 python -m tests.chaos.long_run --executor-kills N)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tests.chaos.harness import assert_exact
 
 INSIDE = [
     ExecutorKill("pg", 0, 1, "before"),
+    ExecutorKill("lake", 1, 0, "before"),
     ExecutorKill("pg", 1, 2, "after"),
     ExecutorKill("bus", 2, 0, "before"),
     ExecutorKill("pglog", 3, 3, "before"),

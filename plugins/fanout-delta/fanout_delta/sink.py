@@ -33,6 +33,7 @@ from fanout.contract.batch import Batch
 from fanout.contract.sink import BackfillSource, Guarantee, Reads, Sink, SinkContext, SinkResult
 from fanout.delta_tables import io as deltaio
 from fanout.errors import ConfigurationError
+from fanout.partitioned.task import HookPlugins
 from fanout_delta.declaration import OPTIONS
 from fanout_delta.target import DeltaTarget
 
@@ -130,6 +131,7 @@ class DeltaSink(Sink):
         # Where an rs append is written from, resolved by open() ("auto" becomes one).
         self.resolved_write_from: Literal["executors", "driver"] | None = None
         self._dead_letters: DeadLetterTarget | None = None  # resolved by fanout, at open()
+        self._hook_plugins: HookPlugins | None = None  # found at open()
 
     @property
     def reads(self) -> Reads:
@@ -163,6 +165,7 @@ class DeltaSink(Sink):
         self._dead_letters = context.dead_letters
         self.resolved_engine = self._resolve_engine(context.spark)
         self.resolved_write_from = self._resolve_write_from(context.spark)
+        self._hook_plugins = HookPlugins.of(context.plugins)
         try:
             table = deltaio.open_table(self.path, self.storage_options)  # type: ignore[arg-type]
         except Exception as exc:
@@ -233,6 +236,7 @@ class DeltaSink(Sink):
             dead_letters=self._dead_letters,
             write_from=self.resolved_write_from or self._resolve_write_from(None),
             max_merge_rows=self.max_merge_rows,
+            hook_plugins=self._hook_plugins,
         )
 
     def is_transient(self, error: BaseException) -> bool:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fanout.contract.dead_letters import DeadLetterTarget
+    from fanout.partitioned.task import HookPlugins
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,8 @@ class DeltaTarget:
 
     :param dead_letters: where rows with a null merge key go (``None``: they fail the
         batch), as fanout resolved the sink's ``dead_letter`` option.
+    :param hook_plugins: the per-partition commit hook implementers, called by the
+        executors' append in each task once its files are written (``None``: none).
     """
 
     name: str
@@ -31,3 +34,4 @@ class DeltaTarget:
     dead_letters: DeadLetterTarget | None = None
     write_from: str = "executors"
     max_merge_rows: int | None = None
+    hook_plugins: HookPlugins | None = None

@@ -23,7 +23,12 @@ from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.sink import SinkContext, SinkResult
 from fanout.delta_tables import distributed
 from fanout.delta_tables.io import read_delta
-from fanout.errors import ConfigurationError, SchemaMismatchError, SinkWriteError
+from fanout.errors import (
+    ConfigurationError,
+    SchemaMismatchError,
+    SinkWriteError,
+    TransientSinkError,
+)
 
 APP_ID = txn_app_id("p", "s")
 DRIVER = Path(__file__).with_name("distributed_driver.py")
@@ -366,3 +371,24 @@ def test_driver_killed_before_the_commit_then_restarted_writes_every_row_once(sp
     assert ids == list(range(300))
     assert sorted(r["id"] for r in spark_rows(spark, lake)) == list(range(300))
     assert DeltaTable(str(lake)).transaction_version(txn_app_id("dist", "lake")) == 2
+
+
+# -- per-partition commit hooks ---------------------------------------------------------
+
+
+def test_each_task_calls_the_partition_commit_hook_once_its_files_are_written(spark, tmp_path):
+    from fanout.testing.faults import VetoOnce
+
+    path, state = tmp_path / "t", tmp_path / "veto.json"
+    sink = DeltaSink(name="s", path=str(path), write_from="executors")
+    sink.open(SinkContext(pipeline="p", plugins=[VetoOnce(batch=0, partition=1, state=str(state))]))
+    with pytest.raises(TransientSinkError, match="injected veto before commit") as caught:
+        sink.write(batch_of(orders(spark, 0, 6), 0))
+    assert (caught.value.sink, caught.value.batch_id) == ("s", 0)
+    # partition 1's two rows were written as a file, then vetoed: nothing was committed
+    assert json.loads(state.read_text()) == {"batch": 0, "partition": 1, "records": 2}
+    assert not (path / "_delta_log").exists()
+    assert list(path.glob("part-*.parquet"))  # the attempt's files, never referenced
+    result = sink.write(batch_of(orders(spark, 0, 6), 0))  # the replay commits once
+    assert (result.rows, result.details["write_from"]) == (6, "executors")
+    assert delta_rows(path) == expected(0, 6)
