@@ -17,9 +17,14 @@ mode ``append``) through ``DeltaSink.write`` (a batch is ``spark.range`` rows wi
 columns of bench/common.py's ``SCHEMA``), ``write_from="executors"`` or ``"driver"``, and
 verifies the table holds exactly the ids written, once each.
 
+The throughput runs also time a ``mapInArrow`` job over the same batches whose tasks only
+read their rows (write nothing, commit nothing): no executor-side writer can beat it, so
+its ratio to the driver path bounds ``distributed_vs_driver`` on this master.
+
 Last line: ``driver_rss_ratio=<executors 5M/0.5M> driver_rss_ratio_driver_path=<same,
 driver path> distributed_vs_driver=<rows/s executors / rows/s driver, 1M-row batches>
-master=<master>``. Targets: ``driver_rss_ratio <= 1.3``, ``distributed_vs_driver >= 1.0``.
+read_only_vs_driver=<rows/s of the read-only job / rows/s driver> master=<master>``.
+Targets: ``driver_rss_ratio <= 1.3``, ``distributed_vs_driver >= 1.0``.
 """
 
 from __future__ import annotations
@@ -79,7 +84,9 @@ def child(args: argparse.Namespace) -> None:
     conf = {"spark.driver.memory": args.driver_memory}
     spark = local_session("bench-delta-distributed", master=args.master, conf=conf)
     partitions = max(2, spark.sparkContext.defaultParallelism)
-    options: dict[str, Any] = {"write_from": args.write_from}
+    # "nothing": the executors' job without the writing (the warm-up writes from them)
+    where = "executors" if args.write_from == "nothing" else args.write_from
+    options: dict[str, Any] = {"write_from": where}
     if args.write_from == "merge":  # the merge's driver memory (--merge-rows)
         options = {"mode": "merge", "keys": ["order_id"], "max_merge_rows": None}
     warm = DeltaSink("warm", path=str(args.table) + "-warm", **options)
@@ -93,6 +100,19 @@ def child(args: argparse.Namespace) -> None:
         return Batch(df, info, sink_name, txn_app_id("bench", sink_name))
 
     warm.write(batch("warm", 0, 0, 20_000))  # JIT, imports, Python workers
+    if args.write_from == "nothing":  # the floor of any executor-side writer
+        noop_job(batch("warm", 0, 0, 20_000).df)
+        t0 = time.perf_counter()
+        for b in range(args.batches):
+            seen = noop_job(batch("lake", b, b * args.rows, args.rows).df)
+            if seen != args.rows:
+                raise BenchFailure(f"batch {b}: the tasks saw {seen} rows, expected {args.rows}")
+        seconds = time.perf_counter() - t0
+        report = {"python_kib": vm_hwm_kib(os.getpid()), "jvm_kib": vm_hwm_kib(driver_jvm_pid()),
+                  "seconds": seconds}  # fmt: skip
+        print("RESULT " + json.dumps(report), flush=True)
+        spark.stop()
+        return
     t0 = time.perf_counter()
     for b in range(args.batches):
         # a merge's second batch updates the second half of the first and inserts as many
@@ -115,6 +135,20 @@ def child(args: argparse.Namespace) -> None:
     )
     verify([args.table], total, f"{args.write_from} {args.rows}")
     print("RESULT " + json.dumps(report), flush=True)
+
+
+def _count_rows(batches: Any) -> Any:
+    """A ``mapInArrow`` function that reads its task's rows and writes nothing."""
+    import pyarrow as pa
+
+    rows = sum(b.num_rows for b in batches)
+    yield pa.RecordBatch.from_pydict({"file": [str(rows)]})
+
+
+def noop_job(df: Any) -> int:
+    """The Spark job of the executors' append without the writing: ``mapInArrow`` over
+    the batch, each task reading its rows and yielding one row; returns the rows seen."""
+    return sum(int(r[0]) for r in df.mapInArrow(_count_rows, "file string").collect())
 
 
 def measure(
@@ -160,9 +194,10 @@ def bench(args: argparse.Namespace, workdir: Path) -> int:
         for rows in (args.small, args.large):
             rss[write_from, rows] = measure(args, workdir, write_from, rows, args.batches)
     print(f"throughput, {args.throughput_rows:,}-row batches x {args.throughput_batches}:")
-    speed: dict[str, list[float]] = {"executors": [], "driver": []}
+    speed: dict[str, list[float]] = {"executors": [], "driver": [], "nothing": []}
     for round_ in range(args.repeat):
-        order = ("executors", "driver") if round_ % 2 == 0 else ("driver", "executors")
+        order = ("executors", "driver", "nothing") if round_ % 2 == 0 else (
+            "nothing", "driver", "executors")  # fmt: skip
         for write_from in order:
             result = measure(args, workdir, write_from, args.throughput_rows,
                              args.throughput_batches)  # fmt: skip
@@ -186,13 +221,20 @@ def bench(args: argparse.Namespace, workdir: Path) -> int:
         f"{python_only['executors']:.2f}, driver path {python_only['driver']:.2f}"
     )
     versus = max(speed["executors"]) / max(speed["driver"])
+    floor = max(speed["nothing"]) / max(speed["driver"])
+    print(
+        f"a mapInArrow job that only reads the batch in the tasks (writes nothing): "
+        f"{floor:.2f}x the driver path's whole write; an executor-side writer's ceiling "
+        "here"
+    )
     print(f"driver_rss_ratio (executors) {ratio:.2f} (target <= 1.3): "
           f"{'PASS' if ratio <= 1.3 else 'MISS'}; driver path: {ratio_driver:.2f}")  # fmt: skip
     print(f"distributed_vs_driver {versus:.2f} (target >= 1.0): "
           f"{'PASS' if versus >= 1.0 else 'MISS'}")  # fmt: skip
     print(
         f"driver_rss_ratio={ratio:.3f} driver_rss_ratio_driver_path={ratio_driver:.3f} "
-        f"distributed_vs_driver={versus:.3f} master={args.master}"
+        f"distributed_vs_driver={versus:.3f} read_only_vs_driver={floor:.3f} "
+        f"master={args.master}"
     )
     return 0
 
