@@ -8,13 +8,23 @@ from typing import Any
 
 import pytest
 
+MASTER_ENV = "FANOUT_TEST_MASTER"
+"""Names the master of the tests' session: ``local[2]`` when unset; ``cluster`` for
+``local-cluster[2,1,1024]`` (two executor JVMs), or any master string."""
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """A local SparkSession shared by every integration test of this process."""
-    from fanout.spark import local_session
+    """A local SparkSession shared by every integration test of this process, on the
+    master :data:`MASTER_ENV` names (``local[2]`` by default)."""
+    import os
 
-    session = local_session("fanout-tests")
+    from fanout.spark import cluster_master, local_session
+
+    master = os.environ.get(MASTER_ENV, "local[2]")
+    session = local_session(
+        "fanout-tests", master=cluster_master() if master == "cluster" else master
+    )
     yield session
     session.stop()
 

@@ -1,0 +1,39 @@
+"""The Delta sink's executor-side tests again, on ``local-cluster`` (two executor JVMs,
+other processes than the driver, each with its own Python workers): a path, a credential
+or a state only the driver holds would fail there. They run in a pytest of their own
+(one SparkSession per process), whose ``spark`` fixture starts the cluster because
+``FANOUT_TEST_MASTER=cluster`` (conftest.py); any test can be run that way by hand."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+MODULES = [
+    "plugins/fanout-delta/tests/test_delta_distributed.py",
+    "plugins/fanout-delta/tests/test_delta_object_store.py",
+]
+
+
+def _pytest(*args: str, master: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "FANOUT_TEST_MASTER"}
+    if master is not None:
+        env["FANOUT_TEST_MASTER"] = master
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, *MODULES],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=1500,
+    )  # fmt: skip
+
+
+def test_the_delta_executor_tests_pass_on_local_cluster() -> None:
+    collected = _pytest("--collect-only")
+    found = re.search(r"(\d+) tests? collected", collected.stdout)
+    assert found, collected.stdout[-2000:]
+    done = _pytest("--durations=0", master="cluster")
+    summary = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert re.fullmatch(rf"=* ?{found.group(1)} passed in .*", summary), summary
