@@ -81,9 +81,9 @@ def check_postgres(
 
 
 STALL_S = 20.0
-"""A Kafka read that is still short stops after this long without a record (the topic
-was written before the check starts: a reader from the earliest offset gets every record
-in seconds)."""
+"""A Kafka read that got records but is still short stops after this long without one
+(the topic was written before the check starts: once its consumer is assigned, a reader
+from the earliest offset gets every record in seconds)."""
 
 
 def check_kafka(
@@ -124,7 +124,7 @@ def _read_kafka(
     rows: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
     quiet_until = None
-    last_seen = time.monotonic()
+    last_seen = 0.0
     try:
         while time.monotonic() < deadline:
             message = consumer.poll(0.5)
@@ -133,7 +133,7 @@ def _read_kafka(
                     quiet_until = quiet_until or time.monotonic() + 3
                     if time.monotonic() > quiet_until:
                         break
-                elif time.monotonic() - last_seen > STALL_S:
+                elif rows and time.monotonic() - last_seen > STALL_S:
                     break  # short, and nothing more comes: the log holds no more to read
                 continue
             last_seen = time.monotonic()
