@@ -22,16 +22,23 @@ def session_of(df: Any) -> Any:
     return getattr(df, "sparkSession", None)
 
 
-def single_machine(spark: Any) -> bool | None:
-    """Whether ``spark``'s tasks run inside the driver's JVM, on the driver's cores
-    (master ``local`` or ``local[...]``; ``local-cluster`` has executor processes):
-    ``None`` when it cannot tell (no session, or a Connect server that does not say)."""
+def spark_master(spark: Any) -> str | None:
+    """``spark.master`` of a session, ``None`` when it cannot tell (no session, or a
+    Connect server that does not show it)."""
     if spark is None:
         return None
     try:
         master = spark.conf.get("spark.master", None)
     except Exception:  # a Connect server may refuse to show a static setting
         return None
-    if not master:
+    return str(master) if master else None
+
+
+def single_machine(spark: Any) -> bool | None:
+    """Whether ``spark``'s tasks run inside the driver's JVM, on the driver's cores
+    (master ``local`` or ``local[...]``; ``local-cluster`` has executor processes):
+    ``None`` when it cannot tell."""
+    master = spark_master(spark)
+    if master is None:
         return None
     return master == "local" or master.startswith("local[")

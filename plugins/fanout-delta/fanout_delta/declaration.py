@@ -28,8 +28,9 @@ OPTIONS = (
         "engine `rs`, mode `append`: `executors` (the Spark tasks write the Parquet files, "
         "the driver commits them once; no row passes through the driver), `driver` (the "
         "batch is converted to Arrow on the driver and written there; one conversion serves "
-        "every Delta sink of the batch) or `auto`: `driver` on a `local[...]` master, "
-        "`executors` on a cluster",
+        "every Delta sink of the batch) or `auto`: `driver` on a `local[...]` master; "
+        "`executors` on a cluster for a table on an object store (or on `local-cluster`), "
+        "`driver` for a local path there (its executors may run on other hosts)",
     ),
     SinkOption(
         "max_merge_rows",

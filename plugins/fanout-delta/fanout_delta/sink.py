@@ -6,10 +6,11 @@ classes load and ``rs`` otherwise. With ``rs``, an append with ``write_from="exe
 is written from the executors (the tasks write the Parquet files, the driver commits them
 once, :mod:`fanout_delta.rs_executors`); ``write_from="driver"`` and every merge convert
 the batch to Arrow on the driver and write with delta-rs there. ``write_from="auto"`` (the
-default) writes from the executors on a cluster, and from the driver when the Spark master
-is ``local[...]``: there the tasks run in the driver's JVM on the driver's cores, so the
-executors' writer gains no parallelism and pays Spark's Python-task overhead, while one
-Arrow conversion serves every Delta sink of the batch (docs/architecture.md §8.1). A merge
+default) writes from the executors on a cluster when they reach the table (an object
+store, or ``local-cluster``), and from the driver when the Spark master is ``local[...]``:
+there the tasks run in the driver's JVM on the driver's cores, so the executors' writer
+gains no parallelism and pays Spark's Python-task overhead, while one Arrow conversion
+serves every Delta sink of the batch (docs/architecture.md §8.1). A merge
 refuses a batch of more than ``max_merge_rows`` rows rather than running the driver out
 of memory.
 
@@ -82,8 +83,9 @@ class DeltaSink(Sink):
     :param write_from: engine ``rs``, mode ``append``: ``"executors"`` (the Spark tasks
         write the Parquet files, the driver commits them: the driver's memory stays flat
         in the batch size), ``"driver"`` (the batch is converted to Arrow on the driver
-        and written there) or ``"auto"`` (default: ``"driver"`` when the Spark master is
-        ``local[...]``, ``"executors"`` otherwise; resolved by :meth:`open`).
+        and written there) or ``"auto"`` (default, resolved by :meth:`open`: the driver on
+        a ``local[...]`` master, the executors on a cluster for a table on an object store
+        or on ``local-cluster``; the driver for a local path on other clusters).
     :param max_merge_rows: engine ``rs``, mode ``merge``: the most rows a batch may hold
         (the merge runs on the driver); a bigger batch fails naming the option. ``None``:
         no bound.
@@ -253,16 +255,26 @@ class DeltaSink(Sink):
         return self.mode == "append" and where == "executors"
 
     def _resolve_write_from(self, spark: Any) -> Literal["executors", "driver"]:
-        """``write_from`` with ``"auto"`` decided: the driver on a ``local[...]`` master
-        or without a session to ask, the executors on a cluster (or a Connect server
-        that does not say its master)."""
+        """``write_from`` with ``"auto"`` decided (docs/architecture.md §8.1): the driver
+        on a ``local[...]`` master or without a session to ask; the executors for a table
+        on an object store, or on ``local-cluster`` (one host); the driver for a local
+        path on any other cluster, whose executors may run where that path is not."""
         if self.write_from == "executors":
             return "executors"
         if self.write_from == "driver" or spark is None:
             return "driver"
-        from fanout.contract.sessions import single_machine
+        from fanout.contract.sessions import single_machine, spark_master
 
-        return "driver" if single_machine(spark) else "executors"
+        if single_machine(spark):
+            return "driver"
+        if _on_object_store(self.path) or (spark_master(spark) or "").startswith("local-cluster"):
+            return "executors"
+        logger.info(
+            "sink %r: writing from the driver: %s is a local path and the executors may run "
+            "on other hosts; set write_from='executors' if every executor mounts it",
+            self.name, self.path,
+        )  # fmt: skip
+        return "driver"
 
     def _error(self, message: str) -> ConfigurationError:
         return ConfigurationError(f"Delta sink {self.name!r}: {message}")
@@ -408,6 +420,12 @@ class DeltaSink(Sink):
                 "sink %r, batch %d: compaction of %s failed; the batch is committed, the "
                 "next compaction will retry", self.name, batch_id, self.path, exc_info=True,
             )  # fmt: skip
+
+
+def _on_object_store(path: str | None) -> bool:
+    """Whether ``path`` is an object-store URI (``s3://``, ``abfss://``...), which every
+    executor reaches, rather than a path on a filesystem (``/data``, ``file:///data``)."""
+    return path is not None and "://" in path and not path.startswith("file:")
 
 
 def pa_schema(table: Any) -> Any:

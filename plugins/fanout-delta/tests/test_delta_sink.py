@@ -140,9 +140,9 @@ def test_engine_spark_without_delta_jars_fails_at_open_and_auto_falls_back(tmp_p
         sink.open(SinkContext(pipeline="p", spark=NoDeltaJvm()))
     auto = DeltaSink(name="s", path=str(tmp_path / "t"), engine="auto")
     auto.open(SinkContext(pipeline="p", spark=NoDeltaJvm()))
-    # a session that cannot say its master is taken for a cluster: the executors write
+    # a session that cannot say its master, a local path: the driver writes
     assert (auto.resolved_engine, auto.resolved_write_from, auto.reads) == (
-        "rs", "executors", "dataframe")  # fmt: skip
+        "rs", "driver", "arrow")  # fmt: skip
 
 
 def test_open_checks_columns_and_partitioning_of_an_existing_table(tmp_path):
