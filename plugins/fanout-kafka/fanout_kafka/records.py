@@ -157,13 +157,16 @@ class Encoder:
         headers = list(self.headers)  # shared: nothing mutates a record's headers
         key_list = keys.to_pylist() if keys is not None else repeat(None)
         # tuple.__new__ builds each Record in C; Record(...) runs a Python __new__ per row
-        encoded: list[Record | BadRecord] = list(
+        records = list(
             map(tuple.__new__, repeat(Record), zip(key_list, values.to_pylist(), repeat(headers)))
         )
-        if pc.any(suspect).as_py():  # let the row-by-row path say why, in its words
-            positions = pc.indices_nonzero(suspect).to_pylist()
-            for position, row in zip(positions, table.take(positions).to_pylist(), strict=True):
-                encoded[position] = self.encode(row)
+        if not pc.any(suspect).as_py():
+            return records, []
+        encoded: list[Record | BadRecord] = list(records)
+        # let the row-by-row path say why, in its words
+        positions = pc.indices_nonzero(suspect).to_pylist()
+        for position, row in zip(positions, table.take(positions).to_pylist(), strict=True):
+            encoded[position] = self.encode(row)
         good = [r for r in encoded if isinstance(r, Record)]
         bad = [r for r in encoded if isinstance(r, BadRecord)]
         return good, bad
