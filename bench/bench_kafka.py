@@ -24,10 +24,12 @@ CPU seconds of Spark's Python workers (``/proc/<pid>/stat`` of the JVM's child p
 with librdkafka's threads inside them) and prints it per record. The floor beside it is
 librdkafka's own cost for the same records on the same broker: the records of the first
 batch, encoded on the driver beforehand, produced by one idempotent producer without
-callbacks and flushed, timed with ``time.process_time``. The last line is machine-readable:
-``python_us_per_record=<sink's Python-worker CPU µs per record, best run>
-floor_us_per_record=<librdkafka's> plain_us_per_record=<plain's> ratio_vs_plain=<sink
-rows/s / plain rows/s>``.
+callbacks and flushed, timed with ``time.process_time``. Spark's own floor is printed too:
+the Python workers' CPU for ``mapInArrow`` tasks that only read the same partitions. The last
+line is machine-readable: ``python_us_per_record=<sink's Python-worker CPU µs per record,
+best run> floor_us_per_record=<librdkafka's> spark_floor_us_per_record=<Spark's>
+above_floors_us=<the sink minus both floors> plain_us_per_record=<plain's>
+ratio_vs_plain=<sink rows/s / plain rows/s>``.
 """
 
 from __future__ import annotations
@@ -149,6 +151,12 @@ class PlainTask:
         )
 
 
+def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A ``mapInArrow`` task that only reads its partition: Spark's own Python cost."""
+    rows = sum(batch.num_rows for batch in batches)
+    yield pa.RecordBatch.from_pylist([{"n": rows}], schema=pa.schema([("n", pa.int64())]))
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -174,7 +182,7 @@ def verify(bootstrap: str, topic: str, expected: int, committed: bool) -> None:
             if message.error():
                 continue
             count += 1
-            keys.add(message.key())
+            keys.add(message.key() or b"")
             last = time.monotonic()
     consumer.close()
     if count != expected or len(keys) != expected:
@@ -307,6 +315,15 @@ def main() -> None:
     sample = frames[0].repartition(args.partitions, "order_id")
     records, _bad = encoder.encode_arrow(sample.toArrow().to_batches())
     floor = min(librdkafka_floor(fresh_bootstrap(), records, args.partitions) for _ in range(3))
+    # Spark's floor: the same partitions read by a task that does nothing with them
+    spark_runs = []
+    for _ in range(2):
+        cpu = python_worker_cpu()
+        for df in frames:
+            parted = df.repartition(args.partitions, "order_id")
+            assert sum(r.n for r in parted.mapInArrow(count_rows, "n LONG").collect()) == per
+        spark_runs.append(python_worker_cpu() - cpu)
+    spark_floor = 1e6 * min(spark_runs) / total
     best = {v: min(t) for v, t in times.items()}
     us = {v: 1e6 * min(worker_cpu[v]) / total for v in ("sink", "plain")}
     print(f"{'variant':8s} {'best s':>8s} {'rows/s':>10s} {'py-worker CPU us/rec (best)':>28s}")
@@ -314,6 +331,10 @@ def main() -> None:
         print(f"{variant:8s} {best[variant]:8.2f} {total / best[variant]:10.0f} "
               f"{us[variant]:28.2f}")  # fmt: skip
     print(f"librdkafka floor (produce + flush of ready records, no callbacks): {floor:.2f} us/rec")
+    print(f"Spark floor (mapInArrow tasks that only read the same partitions): "
+          f"{spark_floor:.2f} us/rec")  # fmt: skip
+    above = us["sink"] - floor - spark_floor
+    print(f"sink above both floors (encoding, transactions, markers): {above:.2f} us/rec")
     print(
         "py-worker CPU s per run: "
         + ", ".join(f"{v} {' '.join(f'{c:.2f}' for c in cs)}" for v, cs in worker_cpu.items())
@@ -328,6 +349,7 @@ def main() -> None:
     while brokers:
         brokers.pop().stop()
     print(f"python_us_per_record={us['sink']:.2f} floor_us_per_record={floor:.2f} "
+          f"spark_floor_us_per_record={spark_floor:.2f} above_floors_us={above:.2f} "
           f"plain_us_per_record={us['plain']:.2f} ratio_vs_plain={ratio:.3f}")  # fmt: skip
 
 
