@@ -17,23 +17,91 @@ the row, fanout's three headers), in ``--batches`` batches:
 Every run writes a fresh topic and is verified by consuming it (read_committed for the
 sink): exactly N records, N distinct keys, or the script exits 1. Runs are interleaved and
 the best of --repeat is kept. The broker is the embedded Tansu broker unless --bootstrap
-names one. The last line is machine-readable: ``ratio_vs_plain=<sink rows/s / plain rows/s>``.
+names one.
+
+CPU, not wall-clock, is the figure that survives a shared machine: each run also reads the
+CPU seconds of Spark's Python workers (``/proc/<pid>/stat`` of the JVM's child processes,
+with librdkafka's threads inside them) and prints it per record. The floor beside it is
+librdkafka's own cost for the same records on the same broker: the records of the first
+batch, encoded on the driver beforehand, produced by one idempotent producer without
+callbacks and flushed, timed with ``time.process_time``. Spark's own floor is printed too:
+the Python workers' CPU for ``mapInArrow`` tasks that only read the same partitions. The last
+line is machine-readable: ``python_us_per_record=<sink's Python-worker CPU µs per record,
+best run> floor_us_per_record=<librdkafka's> spark_floor_us_per_record=<Spark's>
+above_floors_us=<the sink minus both floors> plain_us_per_record=<plain's>
+ratio_vs_plain=<sink rows/s / plain rows/s>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import os
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 TARGET = 0.7
+PYTHON_TARGET_US = 5.0
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def python_worker_cpu() -> float:
+    """CPU seconds used so far by Spark's Python workers: every process under this
+    process's JVM children (their own time plus their reaped children's)."""
+    table: dict[int, tuple[int, str, float]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        f = stat.rsplit(")", 1)[1].split()  # f[1] ppid, f[11..14] utime stime cutime cstime
+        table[int(d.name)] = (int(f[1]), comm, sum(map(int, f[11:15])) / CLK)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _comm, _cpu) in table.items():
+        children.setdefault(ppid, []).append(pid)
+
+    def tree(pid: int) -> float:
+        return table[pid][2] + sum(tree(c) for c in children.get(pid, []))
+
+    jvms = [p for p in children.get(os.getpid(), []) if table[p][1] == "java"]
+    return sum(tree(c) for j in jvms for c in children.get(j, []))
+
+
+def librdkafka_floor(bootstrap: str, records: list[Any], partitions: int) -> float:
+    """Process CPU µs per record of producing ``records`` (ready bytes, with their headers)
+    with one idempotent producer, no delivery callbacks, and flushing them."""
+    from confluent_kafka import Producer
+
+    topic = f"bench-floor-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "partitioner": "murmur2_random"})  # fmt: skip
+    producer.list_topics(topic, timeout=10)  # connected before the clock starts
+    start = time.process_time()
+    for i, r in enumerate(records):
+        while True:
+            try:
+                producer.produce(topic, r.value, r.key, headers=r.headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 1000 == 999:
+            producer.poll(0)
+    remaining = producer.flush(120)
+    seconds = time.process_time() - start
+    if remaining:
+        raise RuntimeError(f"floor: {remaining} records undelivered")
+    return 1e6 * seconds / len(records)
 
 
 @dataclass(frozen=True)
@@ -83,6 +151,12 @@ class PlainTask:
         )
 
 
+def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A ``mapInArrow`` task that only reads its partition: Spark's own Python cost."""
+    rows = sum(batch.num_rows for batch in batches)
+    yield pa.RecordBatch.from_pylist([{"n": rows}], schema=pa.schema([("n", pa.int64())]))
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -108,7 +182,7 @@ def verify(bootstrap: str, topic: str, expected: int, committed: bool) -> None:
             if message.error():
                 continue
             count += 1
-            keys.add(message.key())
+            keys.add(message.key() or b"")
             last = time.monotonic()
     consumer.close()
     if count != expected or len(keys) != expected:
@@ -184,12 +258,13 @@ def main() -> None:
         sink = KafkaSink("kafka", bootstrap_servers=bootstrap, topic=topic, key="order_id",
                          partitions=args.partitions)  # fmt: skip
         sink.open(SinkContext(pipeline, spark))
-        start = time.perf_counter()
+        cpu, start = python_worker_cpu(), time.perf_counter()
         for b, df in enumerate(frames):
             result = sink.write(Batch(df, BatchInfo(pipeline, b), "kafka",
                                       txn_app_id(pipeline, "kafka")))  # fmt: skip
             assert result.details["written"] == per, result.details
         seconds = time.perf_counter() - start
+        worker_cpu[label].append(python_worker_cpu() - cpu)
         if label != "warm-up":
             verify(bootstrap, topic, total, committed=True)
         return seconds
@@ -201,7 +276,7 @@ def main() -> None:
         sink = KafkaSink("kafka", bootstrap_servers=bootstrap, topic=topic, key="order_id",
                          partitions=args.partitions, create_topic=True)  # fmt: skip
         sink.open(SinkContext("plain", spark))
-        start = time.perf_counter()
+        cpu, start = python_worker_cpu(), time.perf_counter()
         for b, df in enumerate(frames):
             settings = sink.settings(Batch(df, BatchInfo("plain", b), "kafka",
                                            txn_app_id("plain", "kafka")))  # fmt: skip
@@ -210,6 +285,7 @@ def main() -> None:
             written = sum(r.n for r in parted.mapInArrow(task, "n LONG").collect())
             assert written == per, written
         seconds = time.perf_counter() - start
+        worker_cpu[label].append(python_worker_cpu() - cpu)
         if label != "warm-up":
             verify(bootstrap, topic, total, committed=False)
         return seconds
@@ -217,6 +293,7 @@ def main() -> None:
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    worker_cpu: dict[str, list[float]] = {"warm-up": [], "sink": [], "plain": []}
     # warm-up on the first batch only (Python workers, JIT)
     saved = frames
     frames = frames[:1]
@@ -231,17 +308,49 @@ def main() -> None:
             times[variant].append(seconds)
             print(f"  run {r + 1} {variant:5s} {seconds:7.2f} s  {total / seconds:10.0f} rows/s",
                   flush=True)  # fmt: skip
+    # the floor: the first batch's records, encoded here, through a bare producer
+    from fanout_kafka.records import Encoder, batch_headers
+
+    encoder = Encoder(("order_id",), None, (), batch_headers("bench", "kafka", 0), 1 << 20)
+    sample = frames[0].repartition(args.partitions, "order_id")
+    records, _bad = encoder.encode_arrow(sample.toArrow().to_batches())
+    floor = min(librdkafka_floor(fresh_bootstrap(), records, args.partitions) for _ in range(3))
+    # Spark's floor: the same partitions read by a task that does nothing with them
+    spark_runs = []
+    for _ in range(2):
+        cpu = python_worker_cpu()
+        for df in frames:
+            parted = df.repartition(args.partitions, "order_id")
+            assert sum(r.n for r in parted.mapInArrow(count_rows, "n LONG").collect()) == per
+        spark_runs.append(python_worker_cpu() - cpu)
+    spark_floor = 1e6 * min(spark_runs) / total
     best = {v: min(t) for v, t in times.items()}
-    print(f"{'variant':8s} {'best s':>8s} {'rows/s':>10s}")
+    us = {v: 1e6 * min(worker_cpu[v]) / total for v in ("sink", "plain")}
+    print(f"{'variant':8s} {'best s':>8s} {'rows/s':>10s} {'py-worker CPU us/rec (best)':>28s}")
     for variant in ("sink", "plain"):
-        print(f"{variant:8s} {best[variant]:8.2f} {total / best[variant]:10.0f}")
+        print(f"{variant:8s} {best[variant]:8.2f} {total / best[variant]:10.0f} "
+              f"{us[variant]:28.2f}")  # fmt: skip
+    print(f"librdkafka floor (produce + flush of ready records, no callbacks): {floor:.2f} us/rec")
+    print(f"Spark floor (mapInArrow tasks that only read the same partitions): "
+          f"{spark_floor:.2f} us/rec")  # fmt: skip
+    above = us["sink"] - floor - spark_floor
+    print(f"sink above both floors (encoding, transactions, markers): {above:.2f} us/rec")
+    print(
+        "py-worker CPU s per run: "
+        + ", ".join(f"{v} {' '.join(f'{c:.2f}' for c in cs)}" for v, cs in worker_cpu.items())
+    )
     ratio = best["plain"] / best["sink"]
     verdict = "PASS" if ratio >= TARGET else "MISS"
     print(f"sink vs plain: {ratio:.3f} (target >= {TARGET}) {verdict}; all runs verified")
+    python_verdict = "PASS" if us["sink"] <= PYTHON_TARGET_US else "MISS"
+    print(f"sink Python CPU: {us['sink']:.2f} us/record (target <= {PYTHON_TARGET_US}) "
+          f"{python_verdict}, {us['sink'] / floor:.2f}x librdkafka's floor")  # fmt: skip
     spark.stop()
     while brokers:
         brokers.pop().stop()
-    print(f"ratio_vs_plain={ratio:.3f}")
+    print(f"python_us_per_record={us['sink']:.2f} floor_us_per_record={floor:.2f} "
+          f"spark_floor_us_per_record={spark_floor:.2f} above_floors_us={above:.2f} "
+          f"plain_us_per_record={us['plain']:.2f} ratio_vs_plain={ratio:.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":

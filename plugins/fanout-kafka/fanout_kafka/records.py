@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fanout_kafka.values import json_bytes, json_default, to_bytes
@@ -154,14 +155,18 @@ class Encoder:
         for column in self.key_columns or ():
             suspect = pc.or_(suspect, table.column(column).is_null())
         headers = list(self.headers)  # shared: nothing mutates a record's headers
-        key_list = keys.to_pylist() if keys is not None else [None] * table.num_rows
-        encoded: list[Record | BadRecord] = list(
-            map(Record, key_list, values.to_pylist(), [headers] * table.num_rows)
+        key_list = keys.to_pylist() if keys is not None else repeat(None)
+        # tuple.__new__ builds each Record in C; Record(...) runs a Python __new__ per row
+        records = list(
+            map(tuple.__new__, repeat(Record), zip(key_list, values.to_pylist(), repeat(headers)))
         )
-        if pc.any(suspect).as_py():  # let the row-by-row path say why, in its words
-            positions = pc.indices_nonzero(suspect).to_pylist()
-            for position, row in zip(positions, table.take(positions).to_pylist(), strict=True):
-                encoded[position] = self.encode(row)
+        if not pc.any(suspect).as_py():
+            return records, []
+        encoded: list[Record | BadRecord] = list(records)
+        # let the row-by-row path say why, in its words
+        positions = pc.indices_nonzero(suspect).to_pylist()
+        for position, row in zip(positions, table.take(positions).to_pylist(), strict=True):
+            encoded[position] = self.encode(row)
         good = [r for r in encoded if isinstance(r, Record)]
         bad = [r for r in encoded if isinstance(r, BadRecord)]
         return good, bad

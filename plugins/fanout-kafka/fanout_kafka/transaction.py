@@ -271,24 +271,23 @@ class PartitionWriter:
         self, producer: Any, topic: str, records: list[Record], on_delivery: Callable[..., None]
     ) -> list[BadRecord]:
         refused: list[BadRecord] = []
-        for i, record in enumerate(records):
-            while True:
-                try:
-                    producer.produce(
-                        topic, record.value, record.key, headers=record.headers,
-                        on_delivery=on_delivery,
-                    )  # fmt: skip
-                    break
-                except BufferError:
-                    producer.poll(0.05)  # the local queue is full: serve deliveries
-                except KafkaException as exc:
-                    err = exc.args[0]
-                    if err.code() not in REJECTED_RECORD_CODES:
-                        raise
-                    refused.append(BadRecord(record, f"refused by the producer: {err.str()}"))
-                    break
-            if i % 1000 == 999:
-                producer.poll(0)
+        produce, poll = producer.produce, producer.poll  # the loop runs once per record
+        for start in range(0, len(records), 1000):
+            for key, value, headers in records[start : start + 1000]:
+                while True:
+                    try:
+                        produce(topic, value, key, headers=headers, on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        poll(0.05)  # the local queue is full: serve deliveries
+                    except KafkaException as exc:
+                        err = exc.args[0]
+                        if err.code() not in REJECTED_RECORD_CODES:
+                            raise
+                        reason = f"refused by the producer: {err.str()}"
+                        refused.append(BadRecord(Record(key, value, headers), reason))
+                        break
+            poll(0)
         return refused
 
     def _produce_dead_letter(

@@ -10,7 +10,7 @@ import random
 import pyarrow as pa
 import pytest
 from fanout_kafka import vector
-from fanout_kafka.records import BadRecord, Encoder, batch_headers
+from fanout_kafka.records import BadRecord, Encoder, Record, batch_headers
 
 N = 3000
 
@@ -100,3 +100,18 @@ def test_a_value_column_and_types_without_a_column_wise_form() -> None:
     assert by_column.encode_arrow(table.to_batches()) == by_column.encode_all(table.to_pylist())
     whole_row = _encoder(None)  # falls back to row by row, same result
     assert whole_row.encode_arrow(table.to_batches()) == whole_row.encode_all(table.to_pylist())
+
+
+def test_column_wise_records_are_records_in_row_order() -> None:
+    table = pa.table({"id": pa.array([7, 8, 9], pa.int64()), "s": pa.array(["a", "b", "c"])})
+    enc = _encoder(("id",))
+    good, bad = enc.encode_arrow(table.to_batches(max_chunksize=2))
+    assert bad == []
+    assert [type(r) for r in good] == [Record, Record, Record]  # built by tuple.__new__
+    assert [(r.key, r.value) for r in good] == [
+        (b"7", b'{"id":7,"s":"a"}'),
+        (b"8", b'{"id":8,"s":"b"}'),
+        (b"9", b'{"id":9,"s":"c"}'),
+    ]
+    assert good[0].headers == list(batch_headers("p", "s", 3))
+    assert good[0].size == 1 + 16 + sum(len(k) + len(v) for k, v in good[0].headers) + 128
