@@ -22,6 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 FILES, ROWS = 4, 40
 
 
+# once more on failure: the embedded Kafka broker (Tansu) now and then stalls a read
+# (plugins/fanout-kafka/tests/conftest.py); a second failure fails the test
+@pytest.mark.flaky(reruns=1)
 def test_the_fan_out_runs_under_spark_connect_with_a_partial_failure_and_replay(
     tmp_path: Path,
 ) -> None:
