@@ -40,6 +40,10 @@ ROW_GROUP_ROWS = 262_144
 """Rows buffered per Parquet row group (a task's memory holds one row group at a time
 per partition value it meets)."""
 
+DICTIONARY_SAMPLE_ROWS = 20_000
+"""Rows of a file's first row group whose distinct values decide which columns are
+dictionary-encoded (see :func:`dictionary_columns`)."""
+
 MAX_STATS_STRING = 32
 """Strings longer than this are left out of ``minValues``/``maxValues`` (as Delta
 truncates them; leaving them out is always correct)."""
@@ -239,6 +243,32 @@ def conform(part: pa.Table, data_schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=data_schema)
 
 
+def dictionary_columns(table: pa.Table) -> list[str]:
+    """The columns of a file worth dictionary-encoding, judged on its first rows: those
+    whose first :data:`DICTIONARY_SAMPLE_ROWS` values are at most half distinct.
+
+    The Parquet writer would otherwise dictionary-encode every column and give up only
+    once a column's dictionary outgrows its page limit, having hashed every value until
+    then: on mostly-unique columns (ids, timestamps, amounts) that costs about 40% of
+    the encoding time and makes the file no smaller. parquet-mr makes the same call on
+    a column's first page."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    sample = table.slice(0, DICTIONARY_SAMPLE_ROWS)
+    rows = sample.num_rows
+    chosen = []
+    for name in sample.column_names:
+        column = sample.column(name)
+        try:
+            distinct = pc.count_distinct(column, mode="all").as_py()
+        except pa.ArrowNotImplementedError:  # a type without hashing (nested): plain
+            continue
+        if distinct * 2 <= rows:
+            chosen.append(name)
+    return chosen
+
+
 def partition_value(value: Any) -> str | None:
     """A partition value as Delta serializes it in ``partitionValues``."""
     if value is None:
@@ -275,17 +305,14 @@ class _OpenFile:
     def start(
         cls, filesystem: Any, base: str, directory: str, schema: pa.Schema, stats_columns: int
     ) -> _OpenFile:
-        import pyarrow.parquet as pq
-
         name = f"part-{uuid.uuid4()}.parquet"
         relative = f"{directory}/{name}" if directory else name
         path = f"{base}/{relative}" if base else relative
         if base:  # a local table (object stores have no directories)
             filesystem.create_dir(f"{base}/{directory}" if directory else base, recursive=True)
         stream = filesystem.open_output_stream(path)
-        writer = pq.ParquetWriter(stream, schema, compression="snappy")
         names = [f.name for f in schema][:stats_columns]
-        return cls(path, relative, filesystem, stream, writer, _Stats(names), schema)
+        return cls(path, relative, filesystem, stream, None, _Stats(names), schema)
 
     def append(self, table: pa.Table) -> None:
         """Buffer ``table``; write a row group once enough rows are buffered (Spark hands
@@ -304,11 +331,20 @@ class _OpenFile:
         parts = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in self.buffer]
         table = conform(pa.concat_tables(parts, promote_options="default"), self.schema)
         self.buffer, self.buffered = [], 0
+        if self.writer is None:  # opened on the first rows: they choose the encodings
+            import pyarrow.parquet as pq
+
+            self.writer = pq.ParquetWriter(
+                self.stream, self.schema, compression="snappy",
+                use_dictionary=dictionary_columns(table),
+            )  # fmt: skip
         self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         self.stats.add(table)
 
     def finish(self, partition_values: dict[str, str | None]) -> DataFile:
         self._flush()
+        if self.writer is None:  # never happens: a file is started for rows
+            raise RuntimeError(f"{self.path}: finished before any row was written")
         self.writer.close()
         size = self.stream.tell()
         self.stream.close()
@@ -328,6 +364,8 @@ class _OpenFile:
             return
         self.done = True
         for closable in (self.writer, self.stream):
+            if closable is None:
+                continue
             try:
                 closable.close()
             except Exception:  # already failing: the first error is the one reported

@@ -160,3 +160,25 @@ def test_partition_values_as_delta_serializes_them(value, text):
 def test_an_unsupported_partition_value_is_refused():
     with pytest.raises(TypeError, match="bytes"):
         partition_value(b"x")
+
+
+def test_only_columns_whose_first_rows_repeat_are_dictionary_encoded(tmp_path):
+    rows = 1000
+    table = pa.table(
+        {
+            "id": pa.array(range(rows), pa.int64()),  # all distinct: plain
+            "status": [["new", "paid", "shipped"][i % 3] for i in range(rows)],  # dictionary
+            "half": pa.array([i // 2 for i in range(rows)], pa.int32()),  # half distinct: dict
+            "point": [{"x": i} for i in range(rows)],  # nested: no hashing, plain
+        }
+    )
+    (written,) = write(tmp_path, table, chunk=100)
+
+    column_chunks = pq.ParquetFile(tmp_path / written.path).metadata.row_group(0)
+    encodings = {
+        column_chunks.column(i).path_in_schema: column_chunks.column(i).encodings
+        for i in range(column_chunks.num_columns)
+    }
+    dictionary = {name for name, used in encodings.items() if "RLE_DICTIONARY" in used}
+    assert dictionary == {"status", "half"}
+    assert pq.read_table(tmp_path / written.path).to_pydict() == table.to_pydict()
