@@ -1,16 +1,21 @@
 """The Delta sink's append from the executors against the driver-side path: the driver's
 peak memory as batches grow, and throughput.
 
-usage: python bench/bench_delta_distributed.py [--master local[2]] [--small 500000]
-           [--large 5000000] [--throughput-rows 1000000] [--batches 2] [--workdir DIR] [--keep]
+usage: python bench/bench_delta_distributed.py [--master local[2]]
+           [--rss-master local-cluster[2,1,1024]] [--small 500000] [--large 5000000]
+           [--throughput-rows 1000000] [--batches 2] [--workdir DIR] [--keep]
 
 Every measurement runs in its own subprocess (one SparkSession each), so a peak RSS is
 that run's alone: the driver's Python process and the driver's JVM (its child), each
 read from ``/proc/<pid>/status`` ``VmHWM`` (the kernel's high-water mark of resident
-memory) right before the session stops. On ``local[N]`` the driver JVM also runs the
-executors' tasks (JVM side); executor Python workers are other processes and not counted.
-On ``local-cluster`` the executors are separate JVMs and the driver JVM is the driver
-alone.
+memory) right before the session stops.
+
+The driver's memory is measured on ``--rss-master`` (``local-cluster``: the executors are
+separate JVMs and the driver JVM is the driver alone), and on ``--master`` beside it. On
+``local[N]`` the driver JVM also runs the executors' tasks (JVM side), so its peak there
+counts the tasks' garbage: G1 grows the heap it commits with their allocation rate, not
+with what is live. Each ``local[N]`` run therefore logs the JVM's collections and prints
+the largest heap left after a collection (what is live), beside its peak RSS.
 
 Each run writes ``--batches`` batches of one size with the Delta sink (engine ``rs``,
 mode ``append``) through ``DeltaSink.write`` (a batch is ``spark.range`` rows with the
@@ -21,9 +26,11 @@ The throughput runs also time a ``mapInArrow`` job over the same batches whose t
 read their rows (write nothing, commit nothing): no executor-side writer can beat it, so
 its ratio to the driver path bounds ``distributed_vs_driver`` on this master.
 
-Last line: ``driver_rss_ratio=<executors 5M/0.5M> driver_rss_ratio_driver_path=<same,
-driver path> distributed_vs_driver=<rows/s executors / rows/s driver, 1M-row batches>
-read_only_vs_driver=<rows/s of the read-only job / rows/s driver> master=<master>``.
+Last line: ``driver_rss_ratio=<executors 5M/0.5M, --rss-master>
+driver_rss_ratio_driver_path=<same, driver path> driver_rss_ratio_local=<executors 5M/0.5M,
+--master> distributed_vs_driver=<rows/s executors / rows/s driver, 1M-row batches,
+--master> read_only_vs_driver=<rows/s of the read-only job / rows/s driver>
+master=<master> rss_master=<rss master>``.
 Targets: ``driver_rss_ratio <= 1.3``, ``distributed_vs_driver >= 1.0``.
 """
 
@@ -32,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -82,6 +90,8 @@ def child(args: argparse.Namespace) -> None:
     from fanout.spark import local_session
 
     conf = {"spark.driver.memory": args.driver_memory}
+    if args.gc_log:
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.level=WARN -Xlog:gc:file={args.gc_log}"
     spark = local_session("bench-delta-distributed", master=args.master, conf=conf)
     partitions = max(2, spark.sparkContext.defaultParallelism)
     # "nothing": the executors' job without the writing (the warm-up writes from them)
@@ -151,16 +161,37 @@ def noop_job(df: Any) -> int:
     return sum(int(r[0]) for r in df.mapInArrow(_count_rows, "file string").collect())
 
 
+def live_heap_mib(gc_log: Path) -> float | None:
+    """The largest heap a young or full collection left (``Pause Young ... 569M->61M(850M)``:
+    61), MiB: an upper bound of what was live."""
+    after = [
+        int(m.group(1))
+        for m in re.finditer(r"Pause (?:Young|Full).*?->(\d+)M\(", gc_log.read_text())
+    ]
+    return float(max(after)) if after else None
+
+
 def measure(
-    args: argparse.Namespace, workdir: Path, write_from: str, rows: int, batches: int
+    args: argparse.Namespace,
+    workdir: Path,
+    write_from: str,
+    rows: int,
+    batches: int,
+    master: str | None = None,
 ) -> dict[str, Any]:
-    """Run :func:`child` in a subprocess; its peak RSS figures and write time."""
-    table = workdir / f"{write_from}-{rows}-{time.monotonic_ns()}"
+    """Run :func:`child` in a subprocess on ``master`` (``--master`` by default); its
+    peak RSS figures and write time (and on ``local[N]``, the live heap its GC log shows)."""
+    master = master or args.master
+    stamp = time.monotonic_ns()
+    table = workdir / f"{write_from}-{rows}-{stamp}"
     command = [
-        sys.executable, __file__, "--child", "--master", args.master,
+        sys.executable, __file__, "--child", "--master", master,
         "--write-from", write_from, "--rows", str(rows), "--batches", str(batches),
         "--table", str(table), "--driver-memory", args.driver_memory,
     ]  # fmt: skip
+    gc_log = workdir / f"gc-{stamp}.log"
+    if master.startswith("local["):
+        command += ["--gc-log", str(gc_log)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -171,11 +202,13 @@ def measure(
     result.update(write_from=write_from, rows=rows, batches=batches)
     result["rows_per_s"] = rows * batches / result["seconds"]
     mib = (result["python_kib"] + result["jvm_kib"]) / 1024
+    live = live_heap_mib(gc_log) if gc_log.exists() else None
+    heap = f"; JVM heap live after GC <= {live:,.0f} MiB" if live is not None else ""
     print(
         f"  {write_from:9s} {rows:>9,} rows x {batches}: {result['seconds']:7.2f} s "
         f"({result['rows_per_s']:>10,.0f} rows/s); driver peak RSS: Python "
         f"{result['python_kib'] / 1024:7.1f} MiB + JVM {result['jvm_kib'] / 1024:7.1f} MiB "
-        f"= {mib:7.1f} MiB",
+        f"= {mib:7.1f} MiB{heap}",
         flush=True,
     )
     return result
@@ -188,11 +221,17 @@ def peak(result: dict[str, Any]) -> int:
 def bench(args: argparse.Namespace, workdir: Path) -> int:
     load_before, foreign_before = os.getloadavg()[0], foreign_jvms()
     print(f"master {args.master}, driver memory {args.driver_memory}, work dir {workdir}")
-    print("driver peak RSS (each size in its own process):")
+    print(f"driver peak RSS on {args.rss_master} (each size in its own process):")
     rss: dict[tuple[str, int], dict[str, Any]] = {}
     for write_from in ("executors", "driver"):
         for rows in (args.small, args.large):
-            rss[write_from, rows] = measure(args, workdir, write_from, rows, args.batches)
+            rss[write_from, rows] = measure(args, workdir, write_from, rows, args.batches,
+                                            args.rss_master)  # fmt: skip
+    print(f"driver peak RSS on {args.master}, where the driver JVM runs the tasks too:")
+    local = {
+        rows: measure(args, workdir, "executors", rows, args.batches)
+        for rows in (args.small, args.large)
+    }
     print(f"throughput, {args.throughput_rows:,}-row batches x {args.throughput_batches}:")
     speed: dict[str, list[float]] = {"executors": [], "driver": [], "nothing": []}
     for round_ in range(args.repeat):
@@ -212,6 +251,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> int:
     report_load(load_before, foreign_before)
     ratio = peak(rss["executors", args.large]) / peak(rss["executors", args.small])
     ratio_driver = peak(rss["driver", args.large]) / peak(rss["driver", args.small])
+    ratio_local = peak(local[args.large]) / peak(local[args.small])
     python_only = {
         w: rss[w, args.large]["python_kib"] / rss[w, args.small]["python_kib"]
         for w in ("executors", "driver")
@@ -227,21 +267,27 @@ def bench(args: argparse.Namespace, workdir: Path) -> int:
         f"{floor:.2f}x the driver path's whole write; an executor-side writer's ceiling "
         "here"
     )
-    print(f"driver_rss_ratio (executors) {ratio:.2f} (target <= 1.3): "
-          f"{'PASS' if ratio <= 1.3 else 'MISS'}; driver path: {ratio_driver:.2f}")  # fmt: skip
+    print(f"driver_rss_ratio (executors, {args.rss_master}) {ratio:.2f} (target <= 1.3): "
+          f"{'PASS' if ratio <= 1.3 else 'MISS'}; driver path: {ratio_driver:.2f}; "
+          f"on {args.master}: {ratio_local:.2f}")  # fmt: skip
     print(f"distributed_vs_driver {versus:.2f} (target >= 1.0): "
           f"{'PASS' if versus >= 1.0 else 'MISS'}")  # fmt: skip
     print(
         f"driver_rss_ratio={ratio:.3f} driver_rss_ratio_driver_path={ratio_driver:.3f} "
-        f"distributed_vs_driver={versus:.3f} read_only_vs_driver={floor:.3f} "
-        f"master={args.master}"
+        f"driver_rss_ratio_local={ratio_local:.3f} distributed_vs_driver={versus:.3f} "
+        f"read_only_vs_driver={floor:.3f} master={args.master} rss_master={args.rss_master}"
     )
     return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--master", default="local[2]", help="the throughput runs' master")
+    parser.add_argument(
+        "--rss-master",
+        default="local-cluster[2,1,1024]",
+        help="the master of driver_rss_ratio's runs (a driver of its own)",
+    )
     parser.add_argument("--small", type=int, default=500_000)
     parser.add_argument("--large", type=int, default=5_000_000)
     parser.add_argument("--batches", type=int, default=2, help="batches per RSS run")
@@ -261,6 +307,7 @@ def main() -> int:
     parser.add_argument("--write-from", help=argparse.SUPPRESS)
     parser.add_argument("--rows", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--table", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--gc-log", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
