@@ -4,6 +4,7 @@ local SparkSession per test process, started on first use."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,14 +30,31 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+SERIAL_HEAVY = (
+    "tests/chaos/",
+    "tests/connect/",
+    "tests/integration/test_on_local_cluster.py",
+    "tests/integration/test_demo.py",
+)
+"""Tests that each drive Spark drivers or clusters in subprocesses of their own, for
+minutes: under ``pytest -n 2 --dist loadgroup`` they run one after another in one worker,
+never two at once, while the other worker takes the rest of the suite."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark as integration what needs Spark or a service: the core's tests/integration and
-    tests/chaos, and the tests of plugins that use the ``spark`` fixture."""
+    tests/chaos, and the tests of plugins that use the ``spark`` fixture. Group the tests
+    for pytest-xdist's ``loadgroup``: a test file's tests stay in one worker (its module
+    fixtures are set up once), and :data:`SERIAL_HEAVY` is one group."""
+    root = str(Path(__file__).parent) + "/"
     for item in items:
         path = str(item.fspath)
         uses_spark = "spark" in getattr(item, "fixturenames", ())
         if "tests/integration" in path or "tests/chaos" in path or uses_spark:
             item.add_marker(pytest.mark.integration)
+        relative = path.removeprefix(root)
+        heavy = any(relative.startswith(prefix) for prefix in SERIAL_HEAVY)
+        item.add_marker(pytest.mark.xdist_group("serial-heavy" if heavy else relative))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -27,7 +27,7 @@ def test_quick_start_is_two_commands_both_constrained() -> None:
     commands = quick_start_commands()
     assert len(commands) == 2
     assert commands[0].endswith("&& .venv/bin/fanout demo")
-    assert commands[1].endswith("&& .venv/bin/python -m pytest")
+    assert commands[1].endswith("&& .venv/bin/python -m pytest -n 2 --dist loadgroup")
     for command in commands:
         assert ".venv/bin/pip install -c constraints.txt " in command
 
@@ -49,6 +49,21 @@ def test_constraints_pin_the_core_dependencies_exactly() -> None:
         "sqlalchemy",
         "alembic",
         "pytest",
+        "pytest-xdist",
     ):
         assert re.fullmatch(r"\d+(\.\d+)*", versions[name]), name
     assert not any(name.startswith("fanout") for name in versions)
+
+
+def test_the_serial_heavy_tests_exist() -> None:
+    """The suite's workers keep the driver-killing tests in one group (conftest.py): a
+    renamed file would silently leave the group and run beside another chaos test."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for prefix in module.SERIAL_HEAVY:
+        assert (ROOT / prefix).exists(), prefix
+    assert "tests/chaos/" in module.SERIAL_HEAVY
