@@ -36,45 +36,33 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import os
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from proc_cpu import python_workers_cpu
 
 TARGET = 0.7
 PYTHON_TARGET_US = 5.0
-CLK = os.sysconf("SC_CLK_TCK")
 
 
-def python_worker_cpu() -> float:
-    """CPU seconds used so far by Spark's Python workers: every process under this
-    process's JVM children (their own time plus their reaped children's)."""
-    table: dict[int, tuple[int, str, float]] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        f = stat.rsplit(")", 1)[1].split()  # f[1] ppid, f[11..14] utime stime cutime cstime
-        table[int(d.name)] = (int(f[1]), comm, sum(map(int, f[11:15])) / CLK)
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _comm, _cpu) in table.items():
-        children.setdefault(ppid, []).append(pid)
-
-    def tree(pid: int) -> float:
-        return table[pid][2] + sum(tree(c) for c in children.get(pid, []))
-
-    jvms = [p for p in children.get(os.getpid(), []) if table[p][1] == "java"]
-    return sum(tree(c) for j in jvms for c in children.get(j, []))
+def produce_all(producer: Any, topic: str, records: list[Any], on_delivery: Any = None) -> None:
+    """Hand every record to ``producer`` (waiting out a full queue), serving its events
+    every 1000 records; the caller flushes."""
+    extra = {} if on_delivery is None else {"on_delivery": on_delivery}
+    for i, r in enumerate(records):
+        while True:
+            try:
+                producer.produce(topic, r.value, r.key, headers=r.headers, **extra)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 1000 == 999:
+            producer.poll(0)
 
 
 def librdkafka_floor(bootstrap: str, records: list[Any], partitions: int) -> float:
@@ -88,15 +76,7 @@ def librdkafka_floor(bootstrap: str, records: list[Any], partitions: int) -> flo
                          "acks": "all", "partitioner": "murmur2_random"})  # fmt: skip
     producer.list_topics(topic, timeout=10)  # connected before the clock starts
     start = time.process_time()
-    for i, r in enumerate(records):
-        while True:
-            try:
-                producer.produce(topic, r.value, r.key, headers=r.headers)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 1000 == 999:
-            producer.poll(0)
+    produce_all(producer, topic, records)
     remaining = producer.flush(120)
     seconds = time.process_time() - start
     if remaining:
@@ -133,16 +113,7 @@ class PlainTask:
             if err is not None:
                 failures.append(err)
 
-        for i, r in enumerate(records):
-            while True:
-                try:
-                    producer.produce(self.topic, r.value, r.key, headers=r.headers,
-                                     on_delivery=delivered)  # fmt: skip
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            if i % 1000 == 999:
-                producer.poll(0)
+        produce_all(producer, self.topic, records, delivered)
         remaining = producer.flush(120)
         if remaining or failures:
             raise RuntimeError(f"{remaining} undelivered, {len(failures)} failed: {failures[:3]}")
@@ -258,13 +229,13 @@ def main() -> None:
         sink = KafkaSink("kafka", bootstrap_servers=bootstrap, topic=topic, key="order_id",
                          partitions=args.partitions)  # fmt: skip
         sink.open(SinkContext(pipeline, spark))
-        cpu, start = python_worker_cpu(), time.perf_counter()
+        cpu, start = python_workers_cpu(), time.perf_counter()
         for b, df in enumerate(frames):
             result = sink.write(Batch(df, BatchInfo(pipeline, b), "kafka",
                                       txn_app_id(pipeline, "kafka")))  # fmt: skip
             assert result.details["written"] == per, result.details
         seconds = time.perf_counter() - start
-        worker_cpu[label].append(python_worker_cpu() - cpu)
+        worker_cpu[label].append(python_workers_cpu() - cpu)
         if label != "warm-up":
             verify(bootstrap, topic, total, committed=True)
         return seconds
@@ -276,7 +247,7 @@ def main() -> None:
         sink = KafkaSink("kafka", bootstrap_servers=bootstrap, topic=topic, key="order_id",
                          partitions=args.partitions, create_topic=True)  # fmt: skip
         sink.open(SinkContext("plain", spark))
-        cpu, start = python_worker_cpu(), time.perf_counter()
+        cpu, start = python_workers_cpu(), time.perf_counter()
         for b, df in enumerate(frames):
             settings = sink.settings(Batch(df, BatchInfo("plain", b), "kafka",
                                            txn_app_id("plain", "kafka")))  # fmt: skip
@@ -285,7 +256,7 @@ def main() -> None:
             written = sum(r.n for r in parted.mapInArrow(task, "n LONG").collect())
             assert written == per, written
         seconds = time.perf_counter() - start
-        worker_cpu[label].append(python_worker_cpu() - cpu)
+        worker_cpu[label].append(python_workers_cpu() - cpu)
         if label != "warm-up":
             verify(bootstrap, topic, total, committed=False)
         return seconds
@@ -318,11 +289,11 @@ def main() -> None:
     # Spark's floor: the same partitions read by a task that does nothing with them
     spark_runs = []
     for _ in range(2):
-        cpu = python_worker_cpu()
+        cpu = python_workers_cpu()
         for df in frames:
             parted = df.repartition(args.partitions, "order_id")
             assert sum(r.n for r in parted.mapInArrow(count_rows, "n LONG").collect()) == per
-        spark_runs.append(python_worker_cpu() - cpu)
+        spark_runs.append(python_workers_cpu() - cpu)
     spark_floor = 1e6 * min(spark_runs) / total
     best = {v: min(t) for v, t in times.items()}
     us = {v: 1e6 * min(worker_cpu[v]) / total for v in ("sink", "plain")}

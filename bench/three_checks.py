@@ -21,26 +21,8 @@ from common import (
     _timed,
 )
 from common import verify as verify_delta
+from proc_cpu import CLK, children_of, proc_table, python_workers_cpu, spark_jvms, tree_cpu
 from three_services import Plan, Services
-
-CLK = os.sysconf("SC_CLK_TCK")
-
-
-def _proc_table() -> dict[int, tuple[int, str, float, float]]:
-    """pid -> (ppid, comm, own CPU s, own + reaped children's CPU s)."""
-    out = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        f = stat.rsplit(")", 1)[1].split()  # f[1] ppid, f[11..14] utime stime cutime cstime
-        own = (int(f[11]) + int(f[12])) / CLK
-        out[int(d.name)] = (int(f[1]), comm, own, own + (int(f[13]) + int(f[14])) / CLK)
-    return out
 
 
 def _machine_cpu() -> float:
@@ -52,24 +34,16 @@ def _machine_cpu() -> float:
 
 def cpu_snapshot(services: Services) -> dict[str, float]:
     """CPU seconds used so far by each process group of this benchmark, and the machine."""
-    table = _proc_table()
-    children: dict[int, list[int]] = defaultdict(list)
-    for pid, (ppid, *_rest) in table.items():
-        children[ppid].append(pid)
-
-    def tree(root: int | None) -> float:
-        if root is None or root not in table:
-            return 0.0
-        return table[root][3] + sum(tree(c) for c in children[root])
-
+    table = proc_table()
+    children = children_of(table)
     me = os.getpid()
-    jvms = [p for p in children[me] if table[p][1] == "java"]
+    jvms = spark_jvms(table, children)
     return {
         "driver": table[me][2],
         "spark_jvm": sum(table[p][2] for p in jvms),
-        "py_workers": sum(tree(c) for p in jvms for c in children[p]),
-        "postgres": tree(services.pg_pid),
-        "tansu": tree(services.kafka_pid),
+        "py_workers": python_workers_cpu(table),
+        "postgres": tree_cpu(table, children, services.pg_pid),
+        "tansu": tree_cpu(table, children, services.kafka_pid),
         "machine": _machine_cpu(),
     }
 
@@ -77,7 +51,7 @@ def cpu_snapshot(services: Services) -> dict[str, float]:
 def find_postmaster(data_dir: Path) -> int | None:
     """The embedded server's postmaster: a ``postgres`` process started on ``data_dir``
     whose parent is not one."""
-    table = _proc_table()
+    table = proc_table()
     for pid, (ppid, comm, *_rest) in table.items():
         if comm != "postgres" or table.get(ppid, (0, ""))[1] == "postgres":
             continue

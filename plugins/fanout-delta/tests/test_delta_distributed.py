@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from delta_masters import SessionOnMaster
 from deltalake import DeltaTable
 from fanout_delta import DeltaSink
 
@@ -251,17 +252,6 @@ def test_write_from_driver_keeps_the_old_path(spark, tmp_path):
     assert delta_rows(path) == expected(0, 5)
 
 
-class _Master:
-    """A session wrapper that reports another Spark master (everything else is ``spark``)."""
-
-    def __init__(self, spark: Any, master: str | None) -> None:
-        self._spark, self.master = spark, master
-        self.conf = self
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.master if key == "spark.master" else self._spark.conf.get(key, default)
-
-
 @pytest.mark.parametrize(
     ("master", "where", "reads"),
     [
@@ -280,7 +270,7 @@ def test_auto_writes_a_local_path_from_the_driver_unless_on_one_host(
 ):
     path = tmp_path / "t"
     sink = DeltaSink(name="s", path=str(path))  # write_from="auto", the default
-    sink.open(SinkContext(pipeline="p", spark=_Master(spark, master)))
+    sink.open(SinkContext(pipeline="p", spark=SessionOnMaster(spark, master)))
     assert (sink.resolved_write_from, sink.reads) == (where, reads)
     result = sink.write(batch_of(orders(spark, 0, 5), 0))
     assert result.details.get("write_from", "driver") == where

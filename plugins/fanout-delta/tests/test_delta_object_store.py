@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from delta_masters import SessionOnMaster
 from deltalake import DeltaTable
 from fanout_delta import DeltaSink
 
@@ -122,17 +123,6 @@ def test_the_driver_append_and_merge_write_to_s3(spark, s3):
     ]
 
 
-class _Master:
-    """A session wrapper that reports another Spark master (everything else is ``spark``)."""
-
-    def __init__(self, spark: Any, master: str | None) -> None:
-        self._spark, self.master = spark, master
-        self.conf = self
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.master if key == "spark.master" else self._spark.conf.get(key, default)
-
-
 @pytest.mark.parametrize(
     ("master", "where"),
     [("spark://host:7077", "executors"), (None, "executors"), ("local[2]", "driver")],
@@ -142,7 +132,7 @@ def test_auto_writes_an_object_store_table_from_the_executors_on_a_cluster(
 ):
     uri = f"s3://{BUCKET}/auto-{where}-{master is None}"
     sink = DeltaSink(name="s", path=uri, storage_options=s3)  # write_from="auto"
-    sink.open(SinkContext(pipeline="p", spark=_Master(spark, master)))
+    sink.open(SinkContext(pipeline="p", spark=SessionOnMaster(spark, master)))
     assert sink.resolved_write_from == where
     result = sink.write(batch_of(orders(spark, 0, 4), 0))
     assert (result.rows, result.details.get("write_from", "driver")) == (4, where)

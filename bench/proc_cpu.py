@@ -1,0 +1,59 @@
+"""CPU seconds of this benchmark's processes, read from ``/proc`` (Linux): the Spark
+driver, its JVM, the JVM's Python workers, a service's process tree."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+
+CLK = os.sysconf("SC_CLK_TCK")
+
+ProcTable = dict[int, tuple[int, str, float, float]]
+"""pid -> (ppid, comm, own CPU s, own + reaped children's CPU s)."""
+
+
+def proc_table() -> ProcTable:
+    """Every process now running, as :data:`ProcTable`."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        f = stat.rsplit(")", 1)[1].split()  # f[1] ppid, f[11..14] utime stime cutime cstime
+        own = (int(f[11]) + int(f[12])) / CLK
+        out[int(d.name)] = (int(f[1]), comm, own, own + (int(f[13]) + int(f[14])) / CLK)
+    return out
+
+
+def children_of(table: ProcTable) -> dict[int, list[int]]:
+    """pid -> its children's pids."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, (ppid, *_rest) in table.items():
+        children[ppid].append(pid)
+    return children
+
+
+def tree_cpu(table: ProcTable, children: dict[int, list[int]], root: int | None) -> float:
+    """CPU seconds of ``root`` and every process under it (reaped ones included)."""
+    if root is None or root not in table:
+        return 0.0
+    return table[root][3] + sum(tree_cpu(table, children, c) for c in children.get(root, []))
+
+
+def spark_jvms(table: ProcTable, children: dict[int, list[int]]) -> list[int]:
+    """This process's ``java`` children: the Spark driver JVM of a local session."""
+    return [p for p in children.get(os.getpid(), []) if table[p][1] == "java"]
+
+
+def python_workers_cpu(table: ProcTable | None = None) -> float:
+    """CPU seconds used so far by Spark's Python workers: every process under this
+    process's JVM children."""
+    table = proc_table() if table is None else table
+    children = children_of(table)
+    jvms = spark_jvms(table, children)
+    return sum(tree_cpu(table, children, c) for j in jvms for c in children.get(j, []))
