@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for te
 
 from fanout import FanOut
 from fanout.spark import local_session
-from tests.chaos.executor_kills import ExecutorKill, ExecutorKiller, WritingNotes
+from tests.chaos.executor_kills import CommitNotes, ExecutorKill, ExecutorKiller, WritingNotes
 from tests.chaos.killer import ChaosKiller, KillPlan
 from tests.chaos.lag_input import LAG_SCHEMA
 from tests.integration.streams import SCHEMA, run_stream
@@ -80,6 +80,10 @@ def main() -> None:
     parser.add_argument("--executor-kills", help="a list of ExecutorKill as JSON")
     args = parser.parse_args()
     plugins: list[object] = [ChaosKiller(KillPlan(**json.loads(args.kill)))] if args.kill else []
+    if args.lag:  # what a Tansu reader will show of the Kafka attempts killed before commit
+        notes = args.workdir / "commit-notes"
+        notes.mkdir(parents=True, exist_ok=True)
+        plugins.append(CommitNotes("bus", str(notes)))
     if args.master.startswith("local-cluster"):
         # executors inherit this environment: they import tests.chaos.executor_kills
         paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]

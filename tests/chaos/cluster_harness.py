@@ -53,27 +53,6 @@ class ClusterReport(ChaosReport):
     """A :class:`ChaosReport` with the kills counted per point."""
 
     points: Counter[str] = field(default_factory=Counter)
-    aborted_inside: int = 0
-    """Kafka records of attempts killed in the commit hook before their commit."""
-    filters_aborted: bool = True
-    """Whether the broker hides aborted transactions from read_committed readers."""
-
-    def verdict(self) -> tuple[bool, str]:
-        """Exact in every sink; on a broker showing aborted transactions (Tansu), Kafka's
-        extra records must be exactly those of the attempts killed before their commit
-        (nothing missing or wrong)."""
-        if all(c.exact for c in self.checks):
-            return True, "EXACT: 0 missing, 0 duplicated in every sink"
-        bus = next(c for c in self.checks if c.sink.startswith("bus (kafka)"))
-        others = all(c.exact for c in self.checks if c is not bus)
-        explained = (bus.missing, bus.wrong, bus.duplicated) == (0, 0, self.aborted_inside)
-        if others and explained and not self.filters_aborted:
-            return True, (
-                "EXACT but for Kafka records of aborted transactions, which this broker "
-                f"(Tansu) shows to read_committed readers: the {bus.duplicated} extra records "
-                "are exactly those the attempts killed before their commit wrote"
-            )
-        return False, "NOT EXACT"
 
     def point_table(self) -> str:
         """Kills per point."""

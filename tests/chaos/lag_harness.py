@@ -17,10 +17,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kafkatools import create_topic
+from kafkatools import create_topic, hides_aborted
 
 from tests.chaos.chaos_driver import PG_TABLE, TOPIC
 from tests.chaos.checker import SinkCheck
+from tests.chaos.executor_kills import uncommitted_records
 from tests.chaos.harness import KILLED, ChaosReport, high_water
 from tests.chaos.killer import KillPlan
 from tests.chaos.lag_input import (
@@ -162,6 +163,9 @@ def run_lag_chaos(
     if final.returncode != 0:
         raise RuntimeError(f"final run failed ({final.returncode}):\n{final.stderr[-4000:]}")
     report.checks = check_lag_sinks(workdir, pg_url, bootstrap, rows)
+    notes = workdir / "commit-notes"
+    report.aborted_inside = uncommitted_records(notes) if notes.exists() else 0
+    report.filters_aborted = hides_aborted(bootstrap)
     report.seconds = time.monotonic() - started
     return report
 
