@@ -215,7 +215,7 @@ def test_open_twice_keeps_the_marks(tmp_path: Path) -> None:
 
 def test_lookups_read_the_log_not_the_data(tmp_path: Path) -> None:
     path = tmp_path / "ledger"
-    led = DeltaLedger(str(path), checkpoint_interval=10)
+    led = DeltaLedger(str(path), checkpoint_interval=10, compact_after_files=None)
     led.open()
     sinks = ["delta", "pg", "kafka"]
     for batch in range(60):
@@ -402,3 +402,76 @@ def test_ledger_of_an_older_version_gains_new_columns(tmp_path: Path) -> None:
         (1, 5, 2),
     ]
     assert isinstance(ledger.read("p").schema.field("dead_lettered").type, pa.DataType)
+
+
+def test_a_mark_committed_by_another_writer_since_the_lookup_is_not_written_twice(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "ledger")
+    ours = DeltaLedger(path)
+    ours.open()
+    ours.mark_committed(committed("orders", "pg", 4))
+    assert ours.lookup("orders", ["pg", "delta"]) == LedgerView(0, 4, {"pg": 4, "delta": None})
+    zombie = DeltaLedger(path)  # a driver still running the same query
+    zombie.open()
+    assert zombie.mark_committed(committed("orders", "pg", 5, rows=50)) is True
+
+    # ours commits on the snapshot of its lookup: delta-rs refuses it (same transaction
+    # ids), and the mark is checked again on the fresh snapshot
+    assert ours.mark_committed(committed("orders", "pg", 5, rows=51)) is False
+    assert ours.mark_committed(committed("orders", "delta", 5, rows=52)) is True
+    assert zombie.lookup("orders", ["pg", "delta"]) == LedgerView(0, 5, {"pg": 5, "delta": 5})
+    assert [(e.sink, e.batch_id, e.rows) for e in rows(ours)] == [
+        ("delta", 5, 52),
+        ("pg", 4, None),
+        ("pg", 5, 50),
+    ]
+
+
+def test_lookups_after_the_ledgers_own_commit_read_no_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fanout.ledger.delta as delta_ledger
+
+    path = str(tmp_path / "ledger")
+    led = DeltaLedger(path)
+    led.open()
+    assert led.lookup("orders", ["pg", "delta"]) == LedgerView(0, None, {"pg": None, "delta": None})
+    reads: list[str] = []
+    real = delta_ledger.transaction_version
+    monkeypatch.setattr(
+        delta_ledger, "transaction_version", lambda t, app: reads.append(app) or real(t, app)
+    )
+    led.mark_committed(committed("orders", "pg", 0))
+    led.mark_committed(committed("orders", "delta", 0))
+    assert led.lookup("orders", ["pg", "delta"]) == LedgerView(0, 0, {"pg": 0, "delta": 0})
+    assert reads == []  # every answer was read or written at the table's version
+
+    other = DeltaLedger(path)
+    other.open()
+    other.mark_committed(committed("orders", "pg", 1))
+    reads.clear()
+    assert led.lookup("orders", ["pg", "delta"]) == LedgerView(0, 1, {"pg": 1, "delta": 0})
+    assert sorted(reads) == sorted(
+        ["fanout/orders#epoch", "fanout/orders", "fanout/orders/pg", "fanout/orders/delta"]
+    )
+
+
+def test_the_ledger_compacts_its_small_files_as_it_goes(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    led = DeltaLedger(str(path), compact_after_files=4)
+    led.open()
+    for batch in range(9):
+        assert led.mark_committed(committed("orders", "pg", batch, rows=batch)) is True
+        # the 4th and 8th commits compact: 4 files become 1
+        expected = {3: 1, 7: 1}.get(batch, 1 + (batch + 1) % 4 if batch > 3 else batch + 1)
+        assert len(DeltaTable(str(path)).file_uris()) == expected, batch
+    assert led.mark_committed(committed("orders", "pg", 8)) is False
+    assert led.lookup("orders", ["pg"]) == LedgerView(0, 8, {"pg": 8})
+    assert [(e.batch_id, e.rows) for e in rows(led)] == [(b, b) for b in range(9)]
+
+    reopened = DeltaLedger(str(path), compact_after_files=3)
+    reopened.open()  # 2 files: the next commit reaches 3 and compacts
+    reopened.mark_committed(committed("orders", "delta", 8))
+    assert len(DeltaTable(str(path)).file_uris()) == 1
+    assert reopened.last_committed("orders", ["pg", "delta"]) == {"pg": 8, "delta": 8}
