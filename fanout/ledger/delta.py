@@ -31,6 +31,7 @@ from fanout.delta_tables.io import (
 from fanout.delta_tables.retention import check_ledger_retention
 from fanout.errors import LedgerError
 from fanout.ledger.entry import (
+    MARK_HOLD,
     LedgerEntry,
     LedgerView,
     MaintenanceReport,
@@ -64,6 +65,8 @@ class DeltaLedger:
         ledger maintain`` still does). delta-rs' commit costs grow with the table's active
         files, about 0.1 ms each: without compaction a mark costs 7 ms on a new ledger and
         60 ms after 600 marks.
+    :param mark_linger_s: how long a mark may wait for the marks of the batch's other
+        sinks still writing, to share their commit (see :meth:`mark_committed`).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class DeltaLedger:
         storage_options: Mapping[str, str] | None = None,
         checkpoint_interval: int = 20,
         compact_after_files: int | None = 32,
+        mark_linger_s: float = 0.1,
     ) -> None:
         if checkpoint_interval < 1:
             raise ValueError("checkpoint_interval must be >= 1")
@@ -82,6 +86,7 @@ class DeltaLedger:
         self.storage_options = dict(storage_options or {})
         self.checkpoint_interval = checkpoint_interval
         self.compact_after_files = compact_after_files
+        self.mark_linger_s = mark_linger_s
         self._files_added = 0  # data files committed since opening or compacting
         self._lock = threading.Lock()  # one ledger commit or refresh at a time
         self._queue_lock = threading.Lock()
@@ -222,14 +227,19 @@ class DeltaLedger:
 
         Marks wait for one another (one Delta commit at a time). Those that queued up while
         a commit was running are committed together, in one commit, by whichever caller
-        takes the lock next: sinks finishing together then wait for two commits, not one
-        per sink. Every mark is still durable before its call returns.
+        takes the lock next. Called by the dispatcher (with a :data:`MARK_HOLD`), a queued
+        mark first waits while another sink of its batch is still writing, at most
+        ``mark_linger_s``: the batch's sinks that finish within that time share one commit,
+        made by the last of them. Every mark is still durable before its call returns.
         """
         if entry.status != "committed":
             raise ValueError("mark_committed takes a committed entry")
         request = _MarkRequest(entry)
         with self._queue_lock:
             self._queued.append(request)
+        hold = MARK_HOLD.get()
+        if hold is not None:
+            hold.release_and_wait(self.mark_linger_s)
         with self._lock:
             if not request.settled:
                 self._commit_queued()

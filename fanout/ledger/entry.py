@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -140,6 +141,24 @@ class Ledger(Protocol):
     ) -> list[LedgerEntry]:
         """Committed rows of the pipeline at or after ``min_batch_id``, of one epoch or
         (``None``) all (a scan: rare paths)."""
+
+
+class MarkHold(Protocol):
+    """A written sink's place among the sinks of its batch still writing.
+
+    The dispatcher sets it in :data:`MARK_HOLD` around a sink's ``mark_committed`` call, so
+    a ledger whose marks share commits (:class:`~fanout.ledger.delta.DeltaLedger`) can let
+    the mark wait, briefly, for the marks of the sinks finishing next: one ledger commit
+    per batch instead of one per sink. Ledgers are free to ignore it.
+    """
+
+    def release_and_wait(self, timeout: float) -> None:
+        """Stop counting this sink as writing (its mark is queued); return once no other
+        sink of the batch is writing, or after ``timeout`` seconds."""
+
+
+MARK_HOLD: ContextVar[MarkHold | None] = ContextVar("fanout_mark_hold", default=None)
+"""The calling thread's :class:`MarkHold` while the dispatcher marks a sink it wrote."""
 
 
 @dataclass(frozen=True)

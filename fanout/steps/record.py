@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from fanout.contract.batch import Batch
 from fanout.contract.sink import SinkResult
-from fanout.ledger.entry import Ledger, LedgerEntry, Status, now_utc
+from fanout.ledger.entry import MARK_HOLD, Ledger, LedgerEntry, Status, now_utc
 from fanout.observe.logs import batch_fields
 from fanout.retry import RetryPolicy
 
@@ -34,9 +35,30 @@ class Recorder:
     retry: RetryPolicy
 
     def committed(
+        self,
+        batch: Batch,
+        attempt: int,
+        started: datetime,
+        duration_s: float,
+        result: SinkResult,
+        writing: SinkWriting | None = None,
+    ) -> None:
+        """Mark ``batch`` committed for its sink; raises what the last try raised.
+
+        ``writing``: the sink's place among its batch's sinks still writing; the mark may
+        wait for theirs to share one ledger commit (:class:`fanout.ledger.entry.MarkHold`).
+        """
+        token = MARK_HOLD.set(writing)
+        try:
+            self._committed(batch, attempt, started, duration_s, result)
+        finally:
+            MARK_HOLD.reset(token)
+            if writing is not None:
+                writing.release()
+
+    def _committed(
         self, batch: Batch, attempt: int, started: datetime, duration_s: float, result: SinkResult
     ) -> None:
-        """Mark ``batch`` committed for its sink; raises what the last try raised."""
         entry = replace(
             self.entry(batch, "committed", attempt, started, duration_s),
             rows=result.rows,
@@ -99,3 +121,54 @@ class Recorder:
             epoch=info.epoch,
             batch_timestamp_ms=info.batch_timestamp_ms,
         )
+
+
+class WritingSinks:
+    """The sinks of one batch writing right now, counted so that a written sink's ledger
+    mark can wait for the marks of those finishing next (one ledger commit per batch)."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._changed = threading.Condition()
+
+    def member(self) -> SinkWriting:
+        """A new sink's place in the count (not writing yet)."""
+        return SinkWriting(self)
+
+    def _add(self, delta: int) -> None:
+        with self._changed:
+            self._count += delta
+            if self._count == 0:
+                self._changed.notify_all()
+
+    def _wait_idle(self, timeout: float) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._count == 0, timeout)
+
+
+class SinkWriting:
+    """One sink's place among its batch's :class:`WritingSinks`: a
+    :class:`fanout.ledger.entry.MarkHold`."""
+
+    def __init__(self, group: WritingSinks) -> None:
+        self._group = group
+        self._writing = False
+
+    def start(self) -> None:
+        """The sink starts an attempt."""
+        if not self._writing:
+            self._writing = True
+            self._group._add(1)
+
+    def release(self) -> None:
+        """The sink is not writing (done, failed, or waiting to retry)."""
+        if self._writing:
+            self._writing = False
+            self._group._add(-1)
+
+    def release_and_wait(self, timeout: float) -> None:
+        """Release; return once no other sink of the batch is writing, or after
+        ``timeout`` seconds."""
+        self.release()
+        if timeout > 0:
+            self._group._wait_idle(timeout)

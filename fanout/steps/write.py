@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from fanout.observe.secrets import redact
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, SinkInput
 from fanout.sink_spec import SinkSpec
-from fanout.steps.record import Recorder
+from fanout.steps.record import Recorder, SinkWriting, WritingSinks
 from fanout.steps.state import BatchState
 
 log = logging.getLogger("fanout")
@@ -39,6 +39,7 @@ def write_all(
 ) -> None:
     """Write (and mark) every pending sink, in parallel threads (at most ``parallelism``);
     fills ``state.results`` and ``state.failures``. A sink's failure never stops another."""
+    writing = WritingSinks()  # a written sink's mark waits for those still writing
     runners = [
         SinkRunner(
             specs[name].sink,
@@ -47,6 +48,7 @@ def write_all(
             record,
             specs[name].retry or retry,
             hooks,
+            writing.member(),
         )
         for name in state.pending
     ]
@@ -54,6 +56,8 @@ def write_all(
         outcomes = [runners[0].run()]
     else:
         workers = min(parallelism or len(runners), len(runners))
+        for runner in runners[:workers]:  # writing from now: a sink done before another's
+            runner.writing.start()  # thread has started still waits for its mark
         prefix = f"fanout-{state.info.pipeline}"
         with ThreadPoolExecutor(workers, thread_name_prefix=prefix) as pool:
             tasks = [in_spark_thread(r.run, state.df) for r in runners]  # wrap in this thread
@@ -118,6 +122,8 @@ class SinkRunner:
         and their target (written at the start of each attempt, counted in the result),
         an error that fails it unwritten, a way to explain a final error.
     :param record: the ledger writer of step 6.
+    :param writing: the sink's place among its batch's sinks writing at the same time,
+        whose ledger marks share a commit when they finish close together.
     """
 
     sink: Sink
@@ -126,9 +132,16 @@ class SinkRunner:
     record: Recorder
     retry: RetryPolicy
     hooks: HookCaller
+    writing: SinkWriting = field(default_factory=lambda: WritingSinks().member())
 
     def run(self) -> SinkOutcome:
         """Never raises for a sink's own failure: returns it in the outcome."""
+        try:
+            return self._run()
+        finally:
+            self.writing.release()
+
+    def _run(self) -> SinkOutcome:
         info, name = self.batch.info, self.sink.name
         if self.given.blocked is not None:
             return self._refuse(self.given.blocked)
@@ -138,6 +151,7 @@ class SinkRunner:
             batch = replace(self.batch, attempt=attempt)
             started, clock = now_utc(), time.perf_counter()
             self.hooks.call("fanout_sink_start", info=info, sink=name, attempt=attempt)
+            self.writing.start()
             try:
                 routed = self._route_dead_letters(batch)
                 result = as_result(self.sink.write(batch), self.sink)
@@ -148,6 +162,7 @@ class SinkRunner:
                         details={**result.details, "route_dead_lettered": routed},
                     )
             except Exception as exc:
+                self.writing.release()
                 error = _named(exc, name, info.batch_id, self.sink.secret_values())
                 will_retry = self._transient(exc) and attempt <= self.retry.retries
                 if not will_retry and self.given.explain is not None:
@@ -162,7 +177,7 @@ class SinkRunner:
                 "fanout_sink_done", info=info, sink=name, result=result, duration_s=duration
             )
             try:
-                self.record.committed(self.batch, attempt, started, duration, result)
+                self.record.committed(self.batch, attempt, started, duration, result, self.writing)
             except Exception as exc:
                 error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
                 log.error(

@@ -624,3 +624,89 @@ def test_ledger_mark_is_retried_without_rewriting_the_sink(frame: FakeFrame) -> 
     assert make_fan(ledger, [sink]).process(frame, info(2)) == {"s": SinkResult(rows=3)}
     assert sink.calls == [(2, 1)]
     assert ledger.last_committed(PIPELINE, ["s"]) == {"s": 2}
+
+
+# -- marks of sinks finishing together share one ledger commit ---------------------------
+
+
+def _sleeping(name: str, seconds: float) -> ScriptedSink:
+    import time
+
+    return ScriptedSink(name, on_write=lambda batch: time.sleep(seconds))
+
+
+def _commits(ledger: DeltaLedger) -> list[list[str]]:
+    """The marks (``sink@batch``) each commit of the ledger added, oldest first; commits
+    adding none (failed attempts) are left out."""
+    from deltalake import DeltaTable
+
+    commits = []
+    for version in range(1, DeltaTable(ledger.path).version() + 1):
+        now, then = _marks_at(ledger.path, version), _marks_at(ledger.path, version - 1)
+        if now - then:
+            commits.append(sorted(now - then))
+    return commits
+
+
+def _marks_at(path: str, version: int) -> set[str]:
+    from deltalake import DeltaTable
+
+    from fanout.delta_tables.io import read_arrow
+
+    rows = entries_from_arrow(read_arrow(DeltaTable(path, version=version)))
+    return {f"{e.sink}@{e.batch_id}" for e in rows if e.status == "committed"}
+
+
+def test_sinks_finishing_within_the_linger_share_one_ledger_commit(
+    tmp_path: Path, frame: FakeFrame
+) -> None:
+    ledger = DeltaLedger(str(tmp_path / "ledger"), mark_linger_s=5.0)
+    sinks = [_sleeping("a", 0.0), _sleeping("b", 0.2), _sleeping("c", 0.4)]
+    fan = make_fan(ledger, sinks)
+    fan.process(frame, info(0))
+    fan.process(frame, info(1))
+    assert _commits(ledger) == [["a@0", "b@0", "c@0"], ["a@1", "b@1", "c@1"]]
+    assert ledger.last_committed(PIPELINE, ["a", "b", "c"]) == {"a": 1, "b": 1, "c": 1}
+
+
+def test_a_mark_waits_no_longer_than_the_linger_for_a_slow_sink(
+    tmp_path: Path, frame: FakeFrame
+) -> None:
+    ledger = DeltaLedger(str(tmp_path / "ledger"), mark_linger_s=0.3)
+    marked_while_c_wrote: list[dict[str, int | None]] = []
+
+    def slow(batch: Any) -> None:
+        import time
+
+        time.sleep(2.0)
+        marked_while_c_wrote.append(DeltaLedger(ledger.path).last_committed(PIPELINE, ["a", "b"]))
+
+    sinks = [_sleeping("a", 0.0), _sleeping("b", 0.0), ScriptedSink("c", on_write=slow)]
+    make_fan(ledger, sinks).process(frame, info(0))
+    assert marked_while_c_wrote == [{"a": 0, "b": 0}]  # durable before c finished
+    assert _commits(ledger) == [["a@0", "b@0"], ["c@0"]]
+
+
+def test_a_failing_sink_does_not_hold_the_others_marks(tmp_path: Path, frame: FakeFrame) -> None:
+    import time
+
+    ledger = DeltaLedger(str(tmp_path / "ledger"), mark_linger_s=5.0)
+    failing = ScriptedSink("b", always_fail=SinkWriteError("bad row", sink="b"))
+    started = time.monotonic()
+    with pytest.raises(BatchFailedError):
+        make_fan(ledger, [_sleeping("a", 0.0), failing, _sleeping("c", 0.2)]).process(
+            frame, info(0)
+        )
+    assert time.monotonic() - started < 4  # the marks did not wait out the linger for b
+    assert _commits(ledger) == [["a@0", "c@0"]]  # one commit, made once c was written
+
+
+def test_sinks_written_one_after_another_mark_at_once(tmp_path: Path, frame: FakeFrame) -> None:
+    import time
+
+    ledger = DeltaLedger(str(tmp_path / "ledger"), mark_linger_s=5.0)
+    sinks = [_sleeping("a", 0.0), _sleeping("b", 0.0)]
+    started = time.monotonic()
+    make_fan(ledger, sinks, parallelism=1).process(frame, info(0))
+    assert time.monotonic() - started < 4  # no mark waited for a sink not yet started
+    assert _commits(ledger) == [["a@0"], ["b@0"]]
