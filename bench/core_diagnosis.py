@@ -194,16 +194,16 @@ def print_diagnosis(run: Run, diag: Diag, best: dict[str, Run]) -> None:
         ("      slowest sink write incl. waiting for toArrow", sink_max),
         ("      => slowest sink's own delta-rs work (txn check, write, reopen)", sink_max - arrow),
         ("      sum of 3 sinks' own delta-rs work", sink_sum - TARGETS * arrow),
-        ("      ledger marks, sum of 3 (serialised by the ledger lock)", mark),
+        ("      ledger mark calls, sum of 3 (wait for sinks still writing, share 1 commit)", mark),
         ("    after writes (settle, hooks)", after),
     ]
     for label, ms in rows:
         print(f"  {label:<72} {ms:8.1f} ms")
     ledger_ms = lookup + mark
     print(
-        f"  ledger calls per batch in total: {ledger_ms:.1f} ms "
-        f"({ledger_ms / trig:.1%} of the batch; marks run in the sink threads, partly "
-        "overlapping other sinks' writes)"
+        f"  ledger calls per batch in total: {ledger_ms:.1f} ms of wall time in the calls "
+        f"({ledger_ms / trig:.1%} of the batch; marks run in the sink threads, an early "
+        "sink's mark waiting while the others write)"
     )
     for variant in ("d", "c", "b"):
         r = best.get(variant)
