@@ -80,10 +80,10 @@ def main() -> None:
     parser.add_argument("--executor-kills", help="a list of ExecutorKill as JSON")
     args = parser.parse_args()
     plugins: list[object] = [ChaosKiller(KillPlan(**json.loads(args.kill)))] if args.kill else []
-    if args.lag:  # what a Tansu reader will show of the Kafka attempts killed before commit
-        notes = args.workdir / "commit-notes"
-        notes.mkdir(parents=True, exist_ok=True)
-        plugins.append(CommitNotes("bus", str(notes)))
+    # what a Tansu reader will show of the Kafka attempts killed before their commit
+    notes = args.workdir / "commit-notes"
+    notes.mkdir(parents=True, exist_ok=True)
+    plugins.append(CommitNotes("bus", str(notes)))
     if args.master.startswith("local-cluster"):
         # executors inherit this environment: they import tests.chaos.executor_kills
         paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]

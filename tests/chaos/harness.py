@@ -13,10 +13,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "fanout-kafka" / "tests"))
-from kafkatools import create_topic
+from kafkatools import create_topic, hides_aborted
 
 from tests.chaos.chaos_driver import PG_TABLE, PIPELINE, SINKS, TOPIC
 from tests.chaos.checker import SinkCheck, check_delta, check_kafka, check_postgres
+from tests.chaos.executor_kills import uncommitted_records
 from tests.chaos.killer import POINTS, SINK_POINTS, KillPlan
 from tests.integration.streams import write_input
 
@@ -159,5 +160,7 @@ def run_chaos(
         check_postgres(pg_url, PG_TABLE, expected),
         check_kafka(bootstrap, TOPIC, expected),
     ]
+    report.aborted_inside = uncommitted_records(workdir / "commit-notes")
+    report.filters_aborted = hides_aborted(bootstrap)
     report.seconds = time.monotonic() - started
     return report
