@@ -146,8 +146,10 @@ def run_chaos(
                 break
         else:
             raise RuntimeError(f"driver failed ({done.returncode}):\n{done.stderr[-4000:]}")
-        if high_water(workdir) >= files - 1 and len(report.kills) < kills:
-            # everything committed already: start a new input wave so kills keep landing
+        # a run that ended by itself read all the input (a micro-batch may hold two
+        # files, so the batch ids can stop short of the files): the next plans need more
+        exhausted = done.returncode == 0 or high_water(workdir) >= files - 1
+        if exhausted and len(report.kills) < kills:
             more = write_input(workdir / "input", files // 4 or 1, rows_per_file, start_file=files)
             expected.update({r["order_id"]: r for r in more})
             files += files // 4 or 1
