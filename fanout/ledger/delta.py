@@ -347,8 +347,7 @@ class DeltaLedger:
             metrics = table.optimize.compact()
         except Exception as exc:
             log.warning("ledger %s: compacting its small files failed: %s", self.path, exc)
-            table.update_incremental()
-            self._txns.committed(table, -1, {})
+            table.update_incremental()  # the known transactions follow its version
         else:
             log.debug(
                 "ledger %s: compacted %s small files", self.path, metrics.get("numFilesRemoved")

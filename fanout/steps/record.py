@@ -53,8 +53,6 @@ class Recorder:
             self._committed(batch, attempt, started, duration_s, result)
         finally:
             MARK_HOLD.reset(token)
-            if writing is not None:
-                writing.release()
 
     def _committed(
         self, batch: Batch, attempt: int, started: datetime, duration_s: float, result: SinkResult
