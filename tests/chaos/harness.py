@@ -55,6 +55,13 @@ class ChaosReport:
             )
         return False, "NOT EXACT"
 
+    def note_kafka_aborts(self, workdir: Path, bootstrap: str) -> None:
+        """Record what the verdict needs to judge Kafka extras: the records of the attempts
+        :class:`~tests.chaos.executor_kills.CommitNotes` saw never commit, and whether the
+        broker hides aborted transactions."""
+        self.aborted_inside = uncommitted_records(workdir / "commit-notes")
+        self.filters_aborted = hides_aborted(bootstrap)
+
     def table(self) -> str:
         """The per-sink table, as printed by the long run."""
         lines = [
@@ -95,6 +102,13 @@ def high_water(workdir: Path) -> int:
         return -1
     version = DeltaTable(str(workdir / "ledger")).transaction_version(f"fanout/{PIPELINE}")
     return -1 if version is None else int(version)
+
+
+def input_exhausted(returncode: int, workdir: Path, files: int) -> bool:
+    """Whether a driver run read all the input, so the next kill plans need more: it ended
+    by itself, or every file's batch is committed (a micro-batch may hold two files, so
+    the batch ids can stop short of the files)."""
+    return returncode == 0 or high_water(workdir) >= files - 1
 
 
 def draw_plan(rng: random.Random, point: str, next_batch: int, last_batch: int) -> KillPlan:
@@ -146,10 +160,7 @@ def run_chaos(
                 break
         else:
             raise RuntimeError(f"driver failed ({done.returncode}):\n{done.stderr[-4000:]}")
-        # a run that ended by itself read all the input (a micro-batch may hold two
-        # files, so the batch ids can stop short of the files): the next plans need more
-        exhausted = done.returncode == 0 or high_water(workdir) >= files - 1
-        if exhausted and len(report.kills) < kills:
+        if input_exhausted(done.returncode, workdir, files) and len(report.kills) < kills:
             more = write_input(workdir / "input", files // 4 or 1, rows_per_file, start_file=files)
             expected.update({r["order_id"]: r for r in more})
             files += files // 4 or 1
@@ -162,7 +173,6 @@ def run_chaos(
         check_postgres(pg_url, PG_TABLE, expected),
         check_kafka(bootstrap, TOPIC, expected),
     ]
-    report.aborted_inside = uncommitted_records(workdir / "commit-notes")
-    report.filters_aborted = hides_aborted(bootstrap)
+    report.note_kafka_aborts(workdir, bootstrap)
     report.seconds = time.monotonic() - started
     return report

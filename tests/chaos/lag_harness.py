@@ -17,12 +17,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kafkatools import create_topic, hides_aborted
+from kafkatools import create_topic
 
 from tests.chaos.chaos_driver import PG_TABLE, TOPIC
 from tests.chaos.checker import SinkCheck
-from tests.chaos.executor_kills import uncommitted_records
-from tests.chaos.harness import KILLED, ChaosReport, high_water
+from tests.chaos.harness import KILLED, ChaosReport, high_water, input_exhausted
 from tests.chaos.killer import KillPlan
 from tests.chaos.lag_input import (
     STEP,
@@ -150,10 +149,7 @@ def run_lag_chaos(
                 break
         else:
             raise RuntimeError(f"driver failed ({done.returncode}):\n{done.stderr[-4000:]}")
-        # a run that ended by itself read all the input (a micro-batch may hold two
-        # files, so the batch ids can stop short of the files): the next plans need more
-        exhausted = done.returncode == 0 or high_water(workdir) >= files - 1
-        if exhausted and len(report.kills) < kills:
+        if input_exhausted(done.returncode, workdir, files) and len(report.kills) < kills:
             more = WAVE
             rows += write_lag_input(workdir / "input", more, start_file=files, step=step)
             files += more
@@ -163,9 +159,7 @@ def run_lag_chaos(
     if final.returncode != 0:
         raise RuntimeError(f"final run failed ({final.returncode}):\n{final.stderr[-4000:]}")
     report.checks = check_lag_sinks(workdir, pg_url, bootstrap, rows)
-    notes = workdir / "commit-notes"
-    report.aborted_inside = uncommitted_records(notes) if notes.exists() else 0
-    report.filters_aborted = hides_aborted(bootstrap)
+    report.note_kafka_aborts(workdir, bootstrap)
     report.seconds = time.monotonic() - started
     return report
 
