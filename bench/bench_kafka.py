@@ -25,7 +25,8 @@ with librdkafka's threads inside them) and prints it per record. The floor besid
 librdkafka's own cost for the same records on the same broker: the records of the first
 batch, encoded on the driver beforehand, produced by one idempotent producer without
 callbacks and flushed, timed with ``time.process_time``. Spark's own floor is printed too:
-the Python workers' CPU for ``mapInArrow`` tasks that only read the same partitions. The last
+the Python workers' CPU for ``mapInArrow`` tasks that only read the same partitions (and, as
+every task here, freeze the worker's long-lived objects: ``fanout.partitioned.worker_gc``). The last
 line is machine-readable: ``python_us_per_record=<sink's Python-worker CPU µs per record,
 best run> floor_us_per_record=<librdkafka's> spark_floor_us_per_record=<Spark's>
 above_floors_us=<the sink minus both floors> plain_us_per_record=<plain's>
@@ -45,6 +46,8 @@ from typing import Any
 
 import pyarrow as pa
 from proc_cpu import python_workers_cpu
+
+from fanout.partitioned.worker_gc import freeze_long_lived_objects
 
 TARGET = 0.7
 PYTHON_TARGET_US = 5.0
@@ -98,6 +101,7 @@ class PlainTask:
 
         records, bad = self.encoder.encode_arrow(batches)
         assert not bad
+        freeze_long_lived_objects()  # as the sink's tasks do
         producer = Producer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -125,6 +129,8 @@ class PlainTask:
 def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A ``mapInArrow`` task that only reads its partition: Spark's own Python cost."""
     rows = sum(batch.num_rows for batch in batches)
+    freeze_long_lived_objects()  # as the sink's tasks do: else the worker's gc.collect()
+    # after each task (~25 ms) is most of this floor
     yield pa.RecordBatch.from_pylist([{"n": rows}], schema=pa.schema([("n", pa.int64())]))
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fanout.contract.partitions import PartitionCommit
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
+from fanout.partitioned.worker_gc import freeze_long_lived_objects
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -170,6 +171,7 @@ class PartitionTask:
             )
         except Exception as exc:  # a writer's own error, or a commit hook's veto
             outcome = failed_outcome(partition, exc)
+        freeze_long_lived_objects()  # once per worker: see fanout.partitioned.worker_gc
         yield pa.RecordBatch.from_pydict(
             {"partition": [partition], "outcome": [outcome.to_json()]},
             schema=pa.schema([("partition", pa.int32()), ("outcome", pa.string())]),
