@@ -87,11 +87,12 @@ def child(args: argparse.Namespace) -> None:
 
     from fanout.contract.batch import Batch, BatchInfo, txn_app_id
     from fanout.contract.sink import SinkContext
-    from fanout.spark import local_session
+    from fanout.spark import JVM_GC, local_session
 
     conf = {"spark.driver.memory": args.driver_memory}
     if args.gc_log:
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.level=WARN -Xlog:gc:file={args.gc_log}"
+        gc_log = f"-Xlog:gc:file={args.gc_log}"
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.level=WARN {JVM_GC} {gc_log}"
     spark = local_session("bench-delta-distributed", master=args.master, conf=conf)
     partitions = max(2, spark.sparkContext.defaultParallelism)
     # "nothing": the executors' job without the writing (the warm-up writes from them)

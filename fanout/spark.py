@@ -40,6 +40,16 @@ def cluster_conf(master: str) -> dict[str, str]:
     }
 
 
+ARROW_MAX_BYTES_PER_BATCH = "spark.sql.execution.arrow.maxBytesPerBatch"
+# Spark 4 measures the Arrow batch it sends a Python task after every row it adds, unless
+# the limit is INT_MAX: the row count (maxRecordsPerBatch, 10,000) still bounds a batch.
+ARROW_UNCHECKED_BATCH_BYTES = 2**31 - 1
+# The throughput collector: G1's concurrent marking took 1-1.4 of the JVM's ~9 CPU s in
+# bench/bench_three_sinks.py's fan-out, the parallel collector ~0.15, with short pauses
+# on a local session's small heap.
+JVM_GC = "-XX:+UseParallelGC"
+
+
 def local_session(
     app_name: str = "fanout",
     *,
@@ -50,7 +60,10 @@ def local_session(
 
     Executors start ``python3`` from PATH unless told otherwise, which misses the
     virtualenv's packages; this points them at the running interpreter. The FAIR scheduler
-    lets the Spark jobs of sinks written in parallel share the cores.
+    lets the Spark jobs of sinks written in parallel share the cores. Two settings save
+    CPU on a small machine: the JVMs use the parallel garbage collector, and Arrow batches
+    sent to Python tasks are bounded by their row count only (Spark 4 otherwise measures
+    the batch after every row it adds, ~10% of the JVM's CPU in a fan-out).
 
     ``master`` may be a ``local-cluster[N,cores,memMB]`` (:func:`cluster_master`): the
     executors are then separate JVMs, children of the driver's JVM, which inherit this
@@ -76,7 +89,9 @@ def local_session(
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
+        .config(ARROW_MAX_BYTES_PER_BATCH, str(ARROW_UNCHECKED_BATCH_BYTES))
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.level=WARN {JVM_GC}")
+        .config("spark.executor.extraJavaOptions", JVM_GC)
     )
     for key, value in {**extra, **(conf or {})}.items():
         builder = builder.config(key, value)
