@@ -25,12 +25,13 @@ with librdkafka's threads inside them) and prints it per record. The floor besid
 librdkafka's own cost for the same records on the same broker: the records of the first
 batch, encoded on the driver beforehand, produced by one idempotent producer without
 callbacks and flushed, timed with ``time.process_time``. Spark's own floor is printed too:
-the Python workers' CPU for ``mapInArrow`` tasks that only read the same partitions (and, as
-every task here, freeze the worker's long-lived objects: ``fanout.partitioned.worker_gc``). The last
-line is machine-readable: ``python_us_per_record=<sink's Python-worker CPU µs per record,
-best run> floor_us_per_record=<librdkafka's> spark_floor_us_per_record=<Spark's>
+the Python workers' CPU for ``mapInArrow`` tasks that only read the same partitions (and,
+as every task here, freeze the worker's long-lived objects: ``fanout.partitioned.worker_gc``).
+The last line is machine-readable: ``python_us_per_record=<sink's Python-worker CPU µs per
+record, best run> floor_us_per_record=<librdkafka's> spark_floor_us_per_record=<Spark's>
 above_floors_us=<the sink minus both floors> plain_us_per_record=<plain's>
-ratio_vs_plain=<sink rows/s / plain rows/s>``.
+ratio_vs_plain=<sink rows/s / plain rows/s>``. A Kafka topic is checked by
+``kafka_count.py``, as bench_three_sinks does.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from kafka_count import count_once, read_topic
 from proc_cpu import python_workers_cpu
 
 from fanout.partitioned.worker_gc import freeze_long_lived_objects
@@ -142,50 +144,25 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def verify(bootstrap: str, topic: str, expected: int, committed: bool) -> None:
-    """Exactly ``expected`` records with ``expected`` distinct keys, read_committed for the
-    sink; or the script exits 1.
-
-    Tansu sometimes leaves the last stable offset stuck: read_committed readers then miss
-    every later record although each transaction committed (bench/three_checks.py's
-    ``verify_kafka``). A short read_committed read with no duplicate is then checked
-    read_uncommitted (no attempt aborted in these runs), and passes with a warning when it
-    holds exactly ``expected`` records, once each."""
-    count, keys = _read(bootstrap, topic, expected, committed)
-    if count == expected == len(keys):
-        return
-    if committed and count < expected and count == len(keys):
-        uncommitted, all_keys = _read(bootstrap, topic, expected, committed=False)
-        if uncommitted == expected == len(all_keys):
-            print(f"  WARNING {topic}: Tansu served {count} of {expected} committed records to "
-                  f"read_committed; read_uncommitted holds exactly {expected}, once each "
-                  "(stuck last stable offset)", flush=True)  # fmt: skip
+    """Exactly ``expected`` records with ``expected`` distinct keys (read_committed for the
+    sink: :func:`kafka_count.count_once`, which accepts Tansu's stuck last stable offset
+    with a warning), or the script exits 1."""
+    if committed:
+        found = count_once(bootstrap, topic, expected, timeout_s=120, quiet_s=2)
+        read = found.committed
+        if found.lso_stuck:
+            print(f"  WARNING {topic}: Tansu served {read.count} of {expected} committed "
+                  f"records to read_committed; read_uncommitted holds exactly {expected}, "
+                  "once each (stuck last stable offset)", flush=True)  # fmt: skip
+        if found.exact or found.lso_stuck:
             return
-    print(f"VERIFY FAILED {topic}: {count} records, {len(keys)} keys, expected {expected}")
+    else:
+        read = read_topic(bootstrap, topic, expected, "read_uncommitted", 120, quiet_s=2)
+        if read.count == expected == len(read.keys):
+            return
+    print(f"VERIFY FAILED {topic}: {read.count} records, {len(read.keys)} keys, "
+          f"expected {expected}")  # fmt: skip
     sys.exit(1)
-
-
-def _read(bootstrap: str, topic: str, expected: int, committed: bool) -> tuple[int, set[bytes]]:
-    """Consume the topic until ``expected`` records and 2 s of silence (or 120 s)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"verify-{uuid.uuid4()}",
-                         "isolation.level": "read_committed" if committed else "read_uncommitted",
-                         "enable.auto.commit": False})  # fmt: skip
-    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, -2) for p in parts])
-    keys: set[bytes] = set()
-    count, start, last = 0, time.monotonic(), time.monotonic()
-    while time.monotonic() - start < 120:
-        if time.monotonic() - last > (2 if count >= expected else 15):
-            break
-        for message in consumer.consume(10000, timeout=0.5):
-            if message.error():
-                continue
-            count += 1
-            keys.add(message.key() or b"")
-            last = time.monotonic()
-    consumer.close()
-    return count, keys
 
 
 def main() -> None:

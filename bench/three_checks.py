@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-import uuid
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ from common import (
     _timed,
 )
 from common import verify as verify_delta
+from kafka_count import count_once
 from proc_cpu import CLK, children_of, proc_table, python_workers_cpu, spark_jvms, tree_cpu
 from three_services import Plan, Services
 
@@ -91,81 +89,28 @@ def verify_pg(services: Services, table: str, n: int, variant: str) -> None:
 
 
 def verify_kafka(services: Services, topic: str, n: int, variant: str) -> None:
-    """A read_committed consumer reads until ``n`` records arrived (then 1 s more, to see
-    any extra); never the watermarks, which Tansu reports wrong.
-
-    Tansu sometimes stops serving committed records to read_committed readers: from one
-    offset on, every later record of every partition stays hidden, although each later
-    transaction committed (its commit marker is in the log) and nothing ever aborted (the
-    last stable offset is stuck; seen in about 1 run in 7, with either connection setting).
-    When that happens and a read_uncommitted reader finds exactly ``n`` records with ``n``
-    distinct keys, the run counts as verified on the uncommitted read and is listed in
-    ``services.lso_stuck`` (printed with the results); any other shortfall or any extra
-    record fails the run."""
-    keys, per_partition, errors = _read_topic(services, topic, n, "read_committed", 300)
-    count = sum(per_partition.values())
-    if count == n and len(keys) == n:
+    """The topic holds exactly ``n`` records once each (:func:`kafka_count.count_once`,
+    which explains Tansu's stuck last stable offset): a run verified on the uncommitted
+    read is listed in ``services.lso_stuck`` (printed with the results); any other
+    shortfall or any extra record fails the run."""
+    found = count_once(services.bootstrap, topic, n)
+    if found.exact:
         return
-    all_keys, uncommitted, _ = _read_topic(services, topic, n, "read_uncommitted", 60)
-    detail = (
-        f"read_committed per partition {dict(sorted(per_partition.items()))}, "
-        f"read_uncommitted {dict(sorted(uncommitted.items()))}, consumer errors {errors[:3]}"
-    )
-    if count < n and len(keys) == count and sum(uncommitted.values()) == n == len(all_keys):
-        services.lso_stuck.append(f"{variant}: read_committed saw {count:,} of {n:,} ({detail})")
+    count = found.committed.count
+    if found.lso_stuck:
+        seen = f"read_committed saw {count:,} of {n:,}"
+        services.lso_stuck.append(f"{variant}: {seen} ({found.detail})")
         print(
             f"  WARNING {variant}: Tansu served {count:,} of {n:,} committed records to "
             f"read_committed; read_uncommitted holds exactly {n:,}, once each (stuck last "
-            "stable offset, see verify_kafka)",
+            "stable offset, see kafka_count)",
             flush=True,
         )
         return
     raise BenchFailure(
         f"variant {variant}: Kafka topic {topic} holds {count} committed records with "
-        f"{len(keys)} distinct keys; expected exactly {n} ({detail})"
+        f"{len(found.committed.keys)} distinct keys; expected exactly {n} ({found.detail})"
     )
-
-
-def _read_topic(
-    services: Services, topic: str, n: int, isolation: str, timeout_s: float
-) -> tuple[set[bytes], dict[int, int], list[str]]:
-    """Keys, records per partition and errors seen reading ``topic`` from the beginning
-    (until ``n`` records and 1 s more, ``timeout_s``, or 30 s without a record)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": services.bootstrap,
-            "group.id": f"verify-{uuid.uuid4().hex}",
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-            "log_level": 0,
-        }
-    )
-    keys: set[bytes] = set()
-    per_partition: dict[int, int] = defaultdict(int)
-    errors: list[str] = []
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, -2) for p in parts])  # -2: beginning
-        count, deadline, quiet_until = 0, time.monotonic() + timeout_s, None
-        last_record = time.monotonic()
-        while time.monotonic() < deadline and time.monotonic() - last_record < 30:
-            if count >= n:
-                quiet_until = quiet_until or time.monotonic() + 1.0
-                if time.monotonic() > quiet_until:
-                    break
-            for message in consumer.consume(10_000, timeout=0.2):
-                if message.error():
-                    errors.append(str(message.error()))
-                    continue
-                last_record = time.monotonic()
-                count += 1
-                per_partition[message.partition()] += 1
-                keys.add(message.key())
-    finally:
-        consumer.close()
-    return keys, dict(per_partition), errors
 
 
 def verify_ledger(ledger: Any, pipeline: str, sinks: list[str], last: int, variant: str) -> None:
