@@ -48,6 +48,15 @@ ARROW_UNCHECKED_BATCH_BYTES = 2**31 - 1
 # bench/bench_three_sinks.py's fan-out, the parallel collector ~0.15, with short pauses
 # on a local session's small heap.
 JVM_GC = "-XX:+UseParallelGC"
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+# Spark's default manager for a local checkpoint (FileContext over Hadoop's LocalFs) renames
+# every log file through getFileLinkStatus, which, without Hadoop's native library (none
+# ships with pyspark), forks `readlink` eight times per rename: ~24 processes and ~55 ms of
+# every micro-batch. The FileSystem-based manager renames with one rename(2), as atomic on
+# a local disk. It still forks `chmod` twice per log file written (~6 per batch).
+FILE_SYSTEM_CHECKPOINTS = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
 
 
 def local_session(
@@ -60,10 +69,12 @@ def local_session(
 
     Executors start ``python3`` from PATH unless told otherwise, which misses the
     virtualenv's packages; this points them at the running interpreter. The FAIR scheduler
-    lets the Spark jobs of sinks written in parallel share the cores. Two settings save
-    CPU on a small machine: the JVMs use the parallel garbage collector, and Arrow batches
-    sent to Python tasks are bounded by their row count only (Spark 4 otherwise measures
-    the batch after every row it adds, ~10% of the JVM's CPU in a fan-out).
+    lets the Spark jobs of sinks written in parallel share the cores. Three settings save
+    CPU and time on a small machine: the JVMs use the parallel garbage collector, Arrow
+    batches sent to Python tasks are bounded by their row count only (Spark 4 otherwise
+    measures the batch after every row it adds, ~10% of the JVM's CPU in a fan-out), and
+    checkpoint files are renamed through Hadoop's FileSystem API (its FileContext API forks
+    ``readlink`` ~24 times a micro-batch on a local disk: ~55 ms a batch).
 
     ``master`` may be a ``local-cluster[N,cores,memMB]`` (:func:`cluster_master`): the
     executors are then separate JVMs, children of the driver's JVM, which inherit this
@@ -90,6 +101,7 @@ def local_session(
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.sql.session.timeZone", "UTC")
         .config(ARROW_MAX_BYTES_PER_BATCH, str(ARROW_UNCHECKED_BATCH_BYTES))
+        .config(CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS)
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.level=WARN {JVM_GC}")
         .config("spark.executor.extraJavaOptions", JVM_GC)
     )
