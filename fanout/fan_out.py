@@ -7,7 +7,8 @@ named piece in :mod:`fanout.steps` or :mod:`fanout.routes`, all sharing one
 1. context (:mod:`fanout.steps.context`): query id, offsets, planning time;
 2. guard (:mod:`fanout.steps.admit`): refuse a reset or rolled-back checkpoint;
 3. plan (:mod:`fanout.steps.plan`): the sinks whose ledger mark is behind the batch;
-4. persist (:mod:`fanout.steps.persist`), then routes (:mod:`fanout.routes.batch_routes`):
+4. partition (:mod:`fanout.steps.partition`) once for the sinks hashing the batch alike,
+   persist (:mod:`fanout.steps.persist`), then routes (:mod:`fanout.routes.batch_routes`):
    what each pending sink receives, rows failing a route set aside before any write;
 5. write (:mod:`fanout.steps.write`): every pending sink, in parallel, with retries;
 6. record (:mod:`fanout.steps.record`): each sink's ledger mark, right after its write;
@@ -51,6 +52,7 @@ from fanout.steps.lag_steps import (
     spool_for_lagging,
     start_spooling,
 )
+from fanout.steps.partition import partition_if_shared
 from fanout.steps.persist import persist_if_shared
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
@@ -307,11 +309,12 @@ class FanOut:
         self._announce(state)
         if state.pending or state.lagging or state.lagged:  # lagged: could not be opened
             try:
-                persist_if_shared(state, self.specs)  # 4. persist
+                partition_if_shared(state, self.specs)  # 4. partition once,
+                persist_if_shared(state, self.specs)  # and persist
                 spooling = None
                 if state.pending:
                     state.routes = BatchRoutes.prepare(
-                        df, state.info, self.specs, state.pending, self._dead_letter_target
+                        state.df, state.info, self.specs, state.pending, self._dead_letter_target
                     )  # 4b. routes
                     spooling = start_spooling(state, self.lagging, self.specs)  # beside 5.
                     write_all(

@@ -1,9 +1,27 @@
-"""What the per-partition commit hooks receive (``fanout_partition_commit`` and
+"""Partitions in the sink contract: how a sink's write hash-partitions a batch
+(:class:`BatchPartitioning`, so fanout can partition it once for every sink that would do
+the same), and what the per-partition commit hooks receive (``fanout_partition_commit`` and
 ``fanout_partition_committed``), on the executor writing the partition."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BatchPartitioning:
+    """A hash partitioning of a batch: Spark's ``df.repartition(partitions, *columns)``.
+
+    :param partitions: the number of partitions.
+    :param columns: the batch's columns hashed, in order (the order changes the hash).
+    """
+
+    partitions: int
+    columns: tuple[str, ...]
+
+    def describe(self) -> str:
+        """``"4 partitions by order_id"``."""
+        return f"{self.partitions} partitions by {', '.join(self.columns)}"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from fanout.contract.batch import Batch
 from fanout.contract.options import SinkOption
+from fanout.contract.partitions import BatchPartitioning
 from fanout.errors import TransientSinkError
 
 if TYPE_CHECKING:
@@ -169,6 +170,17 @@ class Sink:
         ``FanOut(...)``) or a batch whose partitioning columns, or whose filter, is not
         deterministic (:mod:`fanout.partitioned.membership`). Default ``None``: the sink commits a
         batch as a whole, or idempotently, and needs no stable membership."""
+        return None
+
+    def batch_partitioning(self, schema: Any) -> BatchPartitioning | None:
+        """How :meth:`write` will hash-partition a batch of ``schema`` (a Spark
+        ``StructType``), in the batch's column names, when the sink can tell without any
+        I/O; ``None`` (the default) when it does not partition or cannot tell yet.
+
+        When two or more pending sinks give the same answer, fanout persists the batch
+        partitioned that way, so each of their writes finds it partitioned already and
+        Spark shuffles it once instead of once per sink. A wrong answer costs only that
+        saving: a sink's own ``repartition`` still decides where its rows go."""
         return None
 
     def backfill_source(self, pipeline: str) -> BackfillSource | None:

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fanout.contract.partitions import BatchPartitioning
 from fanout.contract.sink import Sink, SinkContext, SinkResult
 from fanout.errors import SinkError, SinkWriteError, TransientSinkError
 from fanout.partitioned.determinism import check_batch
@@ -90,6 +91,17 @@ class PartitionedSink(Sink):
         if by is None or by == WHOLE_ROW:
             return PartitionInput(batch.df, columns, keyed=False)
         return PartitionInput(batch.df, list(by))
+
+    def batch_partitioning(self, schema: Any) -> BatchPartitioning | None:
+        """:meth:`partitioned_by`'s columns (every column of ``schema`` for ``"*"``) into
+        :attr:`partitions`: what the default :meth:`partition_input` hashes. A sink whose
+        :meth:`partition_input` hashes other columns overrides this too, or returns
+        ``None``."""
+        by = self.partitioned_by()
+        if by is None:
+            return None
+        columns = tuple(schema.fieldNames()) if by == WHOLE_ROW else tuple(by)
+        return BatchPartitioning(self.partitions, columns)
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> PartitionWriter:
         """The picklable writer of this batch's partitions (``plan``: the partitioning

@@ -9,6 +9,7 @@ from fanout.sink_spec import SinkSpec
 from fanout.steps.state import BatchState
 
 CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
+ADAPTIVE = "spark.sql.adaptive.enabled"
 
 
 def persist_if_shared(state: BatchState, specs: Mapping[str, SinkSpec]) -> bool:
@@ -22,7 +23,7 @@ def persist_if_shared(state: BatchState, specs: Mapping[str, SinkSpec]) -> bool:
     readers = readers_of(state.pending, specs) + (1 if state.lagging or state.lagged else 0)
     state.persisted = readers > 1 and hasattr(state.df, "persist")
     if state.persisted:
-        persist_uncompressed(state.df)
+        persist_uncompressed(state.df, keep_partitioning=state.partitioning is not None)
     return state.persisted
 
 
@@ -33,25 +34,43 @@ def readers_of(pending: Sequence[str], specs: Mapping[str, SinkSpec]) -> int:
     return readers
 
 
-def persist_uncompressed(df: Any) -> None:
+def persist_uncompressed(df: Any, *, keep_partitioning: bool = False) -> None:
     """``df.persist()``, caching the batch's columns uncompressed unless the session sets
-    ``spark.sql.inMemoryColumnarStorage.compressed`` itself.
+    ``spark.sql.inMemoryColumnarStorage.compressed`` itself; with ``keep_partitioning``,
+    the cache is planned without adaptive execution, so that its hash partitioning (step
+    4 repartitioned the batch for sinks hashing alike) is known to the plans that read it.
 
     The cache lives for one batch and is read once per reader, so compressing it costs
     CPU and buys nothing but memory: in bench/bench_three_sinks.py (1M rows, 10 batches,
     3 sinks) building the compressed cache took ~1.4 of the ~8 task CPU seconds, and the
     Spark JVM used ~2.5 CPU s (~15%) more. The price is memory: an uncompressed cache is
     larger (MEMORY_AND_DISK spills what does not fit); a session that sets the option
-    explicitly keeps its choice. Spark reads the option when ``persist()`` plans the
-    cache, so it is set for that call only and unset right after (another query of the
-    same session persisting in that instant would cache uncompressed too: harmless).
+    explicitly keeps its choice.
+
+    An adaptive plan does not tell its output partitioning until it ran, so a sink's
+    ``repartition`` over a cache planned adaptively shuffles the batch again, each sink
+    once more; planned plainly, Spark sees the cache partitioned already and plans no
+    shuffle. Adaptive execution has nothing to adapt in the cache's plan (a scan and a
+    repartition to a fixed count, which it never coalesces), and the sinks' own plans keep
+    it. Spark reads both options when ``persist()`` plans the cache, so they are set for
+    that call only and restored right after (another query of the same session planned
+    in that instant would see them too: harmless).
     """
     conf = getattr(getattr(df, "sparkSession", None), "conf", None)
-    if conf is None or conf.get(CACHE_COMPRESSED, None) is not None:
+    if conf is None:
         df.persist()
         return
-    conf.set(CACHE_COMPRESSED, "false")
+    settings = {} if conf.get(CACHE_COMPRESSED, None) is not None else {CACHE_COMPRESSED: "false"}
+    if keep_partitioning:
+        settings[ADAPTIVE] = "false"
+    before = {key: conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        conf.set(key, value)
     try:
         df.persist()
     finally:
-        conf.unset(CACHE_COMPRESSED)
+        for key, value in before.items():
+            if value is None:
+                conf.unset(key)
+            else:
+                conf.set(key, value)

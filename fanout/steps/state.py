@@ -14,6 +14,7 @@ from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import SinkResult
 
 if TYPE_CHECKING:
+    from fanout.contract.partitions import BatchPartitioning
     from fanout.routes.batch_routes import BatchRoutes
     from fanout.steps.lag import Backlog
 
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
 class BatchState:
     """One micro-batch inside :meth:`fanout.fan_out.FanOut.process`.
 
-    :param df: the batch DataFrame Spark handed to foreachBatch.
+    :param df: the batch DataFrame Spark handed to foreachBatch (repartitioned by step 4
+        when sinks share a partitioning: every later step reads it from here).
     :param info: pipeline, batch id, query id, offsets and the epoch the guard admitted.
     :param marks: each sink's last committed batch in ``info.epoch`` (``None``: never), as
         read with the guard's ledger view; ``None`` when the epoch is new (no marks yet).
@@ -35,6 +37,9 @@ class BatchState:
     """Sinks still to write (step 3), in configuration order."""
     skipped: list[str] = field(default_factory=list)
     """Sinks whose ledger mark already holds the batch (step 3)."""
+    partitioning: BatchPartitioning | None = None
+    """The hash partitioning step 4 gave ``df`` (then ``df`` is the repartitioned batch),
+    shared by the sinks that would each have partitioned it so."""
     persisted: bool = False
     """Whether step 4 persisted ``df`` (so step 7 unpersists it)."""
     routes: BatchRoutes | None = None

@@ -8,7 +8,8 @@ from typing import Any
 from fanout import FanOut
 from fanout.contract.batch import BatchInfo
 from fanout.ledger.memory import MemoryLedger
-from fanout.steps.persist import CACHE_COMPRESSED, persist_if_shared
+from fanout.contract.partitions import BatchPartitioning
+from fanout.steps.persist import ADAPTIVE, CACHE_COMPRESSED, persist_if_shared
 from fanout.steps.state import BatchState
 from tests.unit.fakes import FakeFrame, ScriptedSink
 
@@ -36,17 +37,21 @@ class SessionFrame(FakeFrame):
         super().__init__()
         self.sparkSession = type("Session", (), {"conf": conf})()
         self.compressed_at_persist: list[Any] = []
+        self.adaptive_at_persist: list[Any] = []
 
     def persist(self) -> SessionFrame:
         self.compressed_at_persist.append(self.sparkSession.conf.get(CACHE_COMPRESSED))
+        self.adaptive_at_persist.append(self.sparkSession.conf.get(ADAPTIVE))
         return super().persist()  # type: ignore[return-value]
 
 
-def persist(frame: FakeFrame) -> bool:
+def persist(frame: FakeFrame, partitioning: BatchPartitioning | None = None) -> bool:
     """The persist step alone for two pending DataFrame sinks (the full ``process`` with a
-    real session is tests/integration/test_persist_cache.py)."""
+    real session is tests/integration/test_persist_cache.py); ``partitioning``: what step
+    4 repartitioned the batch by."""
     fan = FanOut("orders", MemoryLedger(), [ScriptedSink("a"), ScriptedSink("b")], backoff_s=0)
     state = BatchState(frame, BatchInfo("orders", 0), pending=["a", "b"])
+    state.partitioning = partitioning
     return persist_if_shared(state, fan.specs)
 
 
@@ -70,3 +75,23 @@ def test_a_frame_without_a_session_is_persisted_plainly() -> None:
     frame = FakeFrame()
     assert persist(frame)
     assert frame.persist_calls == 1
+
+
+def test_a_repartitioned_batch_is_cached_without_adaptive_planning_then_restored() -> None:
+    conf = FakeConf()
+    frame = SessionFrame(conf)
+    assert persist(frame, BatchPartitioning(4, ("id",)))
+    assert frame.adaptive_at_persist == ["false"]
+    assert frame.compressed_at_persist == ["false"]
+    assert conf.settings == {}
+
+
+def test_an_explicit_adaptive_setting_is_restored_and_an_unpartitioned_batch_keeps_it() -> None:
+    conf = FakeConf(**{ADAPTIVE: "true"})
+    frame = SessionFrame(conf)
+    assert persist(frame, BatchPartitioning(4, ("id",)))
+    assert frame.adaptive_at_persist == ["false"]
+    assert conf.settings == {ADAPTIVE: "true"}
+    assert persist(frame)  # no shared partitioning: adaptive planning stays as it is
+    assert frame.adaptive_at_persist == ["false", "true"]
+    assert conf.settings == {ADAPTIVE: "true"}

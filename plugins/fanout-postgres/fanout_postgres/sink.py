@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch, pipeline_scope
 from fanout.contract.dead_letters import DeadLetterTarget
+from fanout.contract.partitions import BatchPartitioning
 from fanout.contract.sink import Guarantee, SinkContext
 from fanout.errors import (
     ConfigurationError,
@@ -206,6 +207,15 @@ class PostgresSink(PartitionedSink):
         keyed = bool(plan.keys) and plan.hash_columns == plan.keys
         append = plan.mode == "append"
         return PartitionInput(projected, list(plan.hash_columns), membership=append, keyed=keyed)
+
+    def batch_partitioning(self, schema: Any) -> BatchPartitioning | None:
+        """The plan's hash columns under their batch names, once a batch of ``schema`` was
+        planned (planning reads the table: it happens in the sink's own write, not here)."""
+        plan = self._plans.get(schema.json())
+        if plan is None:
+            return None
+        sources = plan.sources
+        return BatchPartitioning(self.partitions, tuple(sources[c] for c in plan.hash_columns))
 
     def preflight(self, batch: Batch) -> None:
         """One connection and ``SELECT 1`` on the driver: a server that is down or

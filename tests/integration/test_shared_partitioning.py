@@ -1,0 +1,90 @@
+"""With real Spark: two sinks of the partitioned-sink kit hashing the batch by the same
+column into the same number of partitions share one shuffle. fanout persists the batch
+partitioned that way, each sink's own ``repartition`` then plans no Exchange above the
+cache, and every row lands in the partition it would have landed in alone."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from fanout import Batch, BatchInfo, FanOut
+from fanout.ledger.memory import MemoryLedger
+from fanout.partitioned.membership import quoted
+from fanout.partitioned.sink import PartitionInput
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+
+from partitioned_sink import PartitionedFilesSink  # noqa: E402
+
+ROWS = 60
+
+
+class PlanWatchingSink(PartitionedFilesSink):
+    """Notes how many shuffles Spark plans for the kit's ``repartition`` of its input,
+    above the cache (the cache's own plan is printed below ``InMemoryTableScan``)."""
+
+    shuffles: list[int]
+
+    def partition_input(self, batch: Batch) -> PartitionInput:
+        given = super().partition_input(batch)
+        parted = given.df.repartition(self.partitions, *[quoted(c) for c in given.by])
+        plan = parted._jdf.queryExecution().executedPlan().toString()
+        above_cache = plan.split("InMemoryTableScan")[0]
+        self.shuffles = [*getattr(self, "shuffles", []), above_cache.count("Exchange")]
+        return given
+
+
+def partitions_of(directory: Path) -> dict[int, list[int]]:
+    """Partition -> the ids its file holds."""
+    found = {}
+    for path in directory.glob("*.jsonl"):
+        lines = path.read_text().splitlines()[1:]
+        found[int(path.stem.rsplit("-p", 1)[1])] = sorted(json.loads(x)["id"] for x in lines)
+    return found
+
+
+def fan_out(spark: Any, tmp_path: Path, sinks: list[Any]) -> dict[str, Any]:
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules["partitioned_sink"])
+    df = spark.createDataFrame([(i, f"v{i}") for i in range(ROWS)], "id INT, v STRING")
+    fan = FanOut("shared", MemoryLedger(), sinks, retries=0)
+    results = fan.process(df, BatchInfo("shared", 0, "q"))
+    assert sorted(results) == sorted(s.name for s in sinks)
+    return results
+
+
+def expected_partitions(spark: Any, partitions: int) -> dict[int, list[int]]:
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([(i, f"v{i}") for i in range(ROWS)], "id INT, v STRING")
+    rows = df.repartition(partitions, "id").select("id", F.spark_partition_id().alias("p"))
+    found: dict[int, list[int]] = {}
+    for row in rows.collect():
+        found.setdefault(row["p"], []).append(row["id"])
+    return {p: sorted(ids) for p, ids in found.items()}
+
+
+def test_two_sinks_hashing_alike_share_one_shuffle(spark: Any, tmp_path: Path) -> None:
+    a = PlanWatchingSink("a", directory=str(tmp_path / "a"), partitions=3)
+    b = PlanWatchingSink("b", directory=str(tmp_path / "b"), partitions=3)
+    results = fan_out(spark, tmp_path, [a, b])
+    assert a.shuffles == [0] and b.shuffles == [0]
+    expected = expected_partitions(spark, 3)
+    assert sum(len(ids) for ids in expected.values()) == ROWS
+    assert partitions_of(tmp_path / "a") == expected
+    assert partitions_of(tmp_path / "b") == expected
+    assert results["a"].rows == results["b"].rows == ROWS
+
+
+def test_sinks_hashing_differently_each_shuffle(spark: Any, tmp_path: Path) -> None:
+    a = PlanWatchingSink("a", directory=str(tmp_path / "a"), partitions=3)
+    b = PlanWatchingSink("b", directory=str(tmp_path / "b"), partitions=2)
+    fan_out(spark, tmp_path, [a, b])
+    assert a.shuffles == [1] and b.shuffles == [1]
+    assert partitions_of(tmp_path / "a") == expected_partitions(spark, 3)
+    assert partitions_of(tmp_path / "b") == expected_partitions(spark, 2)
