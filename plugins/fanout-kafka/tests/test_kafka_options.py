@@ -178,3 +178,20 @@ def test_open_says_how_long_markers_last(
     (record,) = [r for r in caplog.records if "sink 'events'" in r.getMessage()]
     assert record.levelname == level
     assert text in record.getMessage()
+
+
+class _Schema:
+    def fieldNames(self) -> list[str]:  # noqa: N802 - Spark's name
+        return ["order_id", "region", "amount"]
+
+
+def test_the_partitioning_fanout_may_share_is_the_key_columns_or_the_whole_row() -> None:
+    from fanout.contract.partitions import BatchPartitioning
+
+    keyed = KafkaSink("k", bootstrap_servers="h:1", topic="t", key=["region", "order_id"],
+                      partitions=6)  # fmt: skip
+    assert keyed.batch_partitioning(_Schema()) == BatchPartitioning(6, ("region", "order_id"))
+    keyless = KafkaSink("k", bootstrap_servers="h:1", topic="t", partitions=3)
+    assert keyless.batch_partitioning(_Schema()) == BatchPartitioning(
+        3, ("order_id", "region", "amount")
+    )
