@@ -71,4 +71,3 @@ def _partitioning_of(spec: SinkSpec, schema: Any) -> BatchPartitioning | None:
             spec.name, exc,
         )  # fmt: skip
         return None
-

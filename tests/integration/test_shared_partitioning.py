@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fanout import Batch, BatchInfo, FanOut
 from fanout.ledger.memory import MemoryLedger
 from fanout.partitioned.membership import quoted
@@ -88,3 +90,25 @@ def test_sinks_hashing_differently_each_shuffle(spark: Any, tmp_path: Path) -> N
     assert a.shuffles == [1] and b.shuffles == [1]
     assert partitions_of(tmp_path / "a") == expected_partitions(spark, 3)
     assert partitions_of(tmp_path / "b") == expected_partitions(spark, 2)
+
+
+def test_a_volatile_shared_key_is_still_refused_by_every_sink(spark: Any, tmp_path: Path) -> None:
+    # fanout's repartition comes before the sinks' determinism checks, which still follow
+    # the key through it (and through the cache) to uuid(): nothing is written
+    from pyspark import cloudpickle
+
+    from fanout import BatchFailedError, PartitioningError
+
+    cloudpickle.register_pickle_by_value(sys.modules["partitioned_sink"])
+    df = spark.range(20).selectExpr("CAST(id AS INT) AS n", "uuid() AS id")
+    a = PartitionedFilesSink("a", directory=str(tmp_path / "a"), partitions=3)
+    b = PartitionedFilesSink("b", directory=str(tmp_path / "b"), partitions=3)
+    fan = FanOut("volatile", MemoryLedger(), [a, b], retries=0)
+    with pytest.raises(BatchFailedError) as failed:
+        fan.process(df, BatchInfo("volatile", 0, "q-volatile"))  # checks pass once per query
+    assert sorted(failed.value.failures) == ["a", "b"]
+    for name, error in failed.value.failures.items():
+        assert isinstance(error, PartitioningError)
+        assert str(error).startswith(f"sink {name!r}, batch 0: ")
+        assert "uuid() AS id" in str(error)
+    assert list((tmp_path / "a").glob("*.jsonl")) == [] == list((tmp_path / "b").glob("*.jsonl"))

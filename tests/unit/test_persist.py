@@ -7,8 +7,8 @@ from typing import Any
 
 from fanout import FanOut
 from fanout.contract.batch import BatchInfo
-from fanout.ledger.memory import MemoryLedger
 from fanout.contract.partitions import BatchPartitioning
+from fanout.ledger.memory import MemoryLedger
 from fanout.steps.persist import ADAPTIVE, CACHE_COMPRESSED, persist_if_shared
 from fanout.steps.state import BatchState
 from tests.unit.fakes import FakeFrame, ScriptedSink

@@ -20,7 +20,7 @@ BY_ID = BatchPartitioning(4, ("id",))
 class Schema:
     """``StructType.fieldNames()``, all the steps ask of a schema."""
 
-    def fieldNames(self) -> list[str]:  # noqa: N802 - Spark's name
+    def fieldNames(self) -> list[str]:
         return ["id", "v"]
 
 
@@ -140,5 +140,8 @@ def test_a_sink_failing_to_tell_is_left_out_and_the_rest_still_share(caplog: Any
 def test_most_shared_needs_two() -> None:
     assert most_shared({"a": BY_ID, "b": None}) is None
     assert most_shared({"a": BY_ID, "b": BatchPartitioning(4, ("id",))}) == BY_ID
-    assert most_shared({"a": BatchPartitioning(0, ("id",)), "b": BatchPartitioning(0, ("id",))}) is None
+    assert (
+        most_shared({"a": BatchPartitioning(0, ("id",)), "b": BatchPartitioning(0, ("id",))})
+        is None
+    )
     assert most_shared({"a": BatchPartitioning(4, ()), "b": BatchPartitioning(4, ())}) is None

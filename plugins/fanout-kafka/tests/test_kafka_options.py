@@ -181,7 +181,7 @@ def test_open_says_how_long_markers_last(
 
 
 class _Schema:
-    def fieldNames(self) -> list[str]:  # noqa: N802 - Spark's name
+    def fieldNames(self) -> list[str]:
         return ["order_id", "region", "amount"]
 
 
