@@ -10,10 +10,11 @@ happens and a read_uncommitted reader finds exactly ``n`` records with ``n`` dis
 the topic counts as verified on the uncommitted read (:attr:`TopicCount.lso_stuck`); any
 other shortfall or any extra record is wrong.
 
-Tansu also, more rarely (2 runs in 24 of 20k records), drops the first records of a
-partition: the partition's log start offset is no longer 0 (no one deleted records), and
-no reader can see them. :attr:`TopicCount.truncated` names those partitions, so the run's
-failure says that the broker dropped them, not fanout.
+Tansu also, more rarely (seen twice in session 14: in 1 of 12 runs of 20k records, and
+in one benchmark warm-up), drops the first records of a partition: the partition's log
+start offset is no longer 0 (no one deleted records), and no reader can see them.
+:attr:`TopicCount.truncated` names those partitions, so the run's failure says that the
+broker dropped them, not fanout.
 """
 
 from __future__ import annotations
