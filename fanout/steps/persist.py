@@ -60,12 +60,12 @@ def persist_uncompressed(df: Any, *, keep_partitioning: bool = False) -> None:
     if conf is None:
         df.persist()
         return
-    settings = {} if conf.get(CACHE_COMPRESSED, None) is not None else {CACHE_COMPRESSED: "false"}
+    # the options set to "false" for the call, with what to restore (None: unset)
+    before = {} if conf.get(CACHE_COMPRESSED, None) is not None else {CACHE_COMPRESSED: None}
     if keep_partitioning:
-        settings[ADAPTIVE] = "false"
-    before = {key: conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        conf.set(key, value)
+        before[ADAPTIVE] = conf.get(ADAPTIVE, None)
+    for key in before:
+        conf.set(key, "false")
     try:
         df.persist()
     finally:
