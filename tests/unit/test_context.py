@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from fanout.steps.context import (
     parse_offset_file,
     parse_offset_log,
     query_id_of,
+    read_checkpoint_file,
 )
 
 # As Spark writes offsets/<N>: a version line, the batch metadata, one line per source
@@ -85,3 +87,23 @@ def test_context_reader_outside_spark(caplog: pytest.LogCaptureFixture) -> None:
     warnings = [r for r in caplog.records if "cannot read source offsets" in r.getMessage()]
     assert len(warnings) == 1  # warned once, not per batch
     assert "checkpoint location unknown" in warnings[0].getMessage()
+
+
+class _NoHadoop:
+    """A classic session whose JVM must not be asked (a ``file:`` root is read in Python)."""
+
+    @property
+    def sparkContext(self) -> object:
+        raise AssertionError("read through Hadoop")
+
+
+def test_a_file_root_is_read_without_hadoop(tmp_path: Path) -> None:
+    root = tmp_path / "ck"
+    (root / "offsets").mkdir(parents=True)
+    (root / "offsets" / "5").write_text(OFFSETS)
+    for location in (f"file:{root}", f"file://{root}"):
+        assert read_checkpoint_file(_NoHadoop(), location, "offsets/5") == OFFSETS
+        assert read_checkpoint_file(_NoHadoop(), location, "offsets/6") is None
+    # without a scheme, Hadoop's default filesystem decides what the path means
+    with pytest.raises(AssertionError, match="read through Hadoop"):
+        read_checkpoint_file(_NoHadoop(), str(root), "offsets/5")
