@@ -112,3 +112,30 @@ def test_a_volatile_shared_key_is_still_refused_by_every_sink(spark: Any, tmp_pa
         assert str(error).startswith(f"sink {name!r}, batch 0: ")
         assert "uuid() AS id" in str(error)
     assert list((tmp_path / "a").glob("*.jsonl")) == [] == list((tmp_path / "b").glob("*.jsonl"))
+
+
+def test_a_refused_partitioning_leaves_the_other_sinks_written_and_marked(
+    spark: Any, tmp_path: Path
+) -> None:
+    # invariant 6: the refusal comes before any partition of the refused sink writes; a
+    # sink that does not partition writes and marks the batch, so a replay skips it
+    from pyspark import cloudpickle
+
+    from fanout import BatchFailedError, PartitioningError
+    from fanout.testing import RecordingSink
+
+    cloudpickle.register_pickle_by_value(sys.modules["partitioned_sink"])
+    df = spark.range(5).selectExpr("CAST(id AS INT) AS n", "uuid() AS id")
+    keyed = PartitionedFilesSink("keyed", directory=str(tmp_path / "keyed"), partitions=2)
+    plain = RecordingSink("plain")
+    ledger = MemoryLedger()
+    fan = FanOut("refused", ledger, [keyed, plain], retries=0)
+    for _replay in range(2):
+        with pytest.raises(BatchFailedError) as failed:
+            fan.process(df, BatchInfo("refused", 0, "q-refused"))  # a refusal is not remembered
+        assert list(failed.value.failures) == ["keyed"]
+        assert isinstance(failed.value.failures["keyed"], PartitioningError)
+        assert list((tmp_path / "keyed").glob("*.jsonl")) == []
+        assert ledger.last_committed("refused", ["keyed", "plain"]) == {"keyed": None, "plain": 0}
+        assert plain.calls == [(0, 1)]  # written once, skipped on the replay
+    assert sorted(r["n"] for r in plain.rows()) == [0, 1, 2, 3, 4]
