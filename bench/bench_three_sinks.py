@@ -49,6 +49,11 @@ every core, is the soonest variant a could end (its floor). Targets: a/c >= 1.5;
 = a's floor / a's time >= 0.85. The last line printed is machine-readable:
 
     ratio_a_b=<x> ratio_a_b_ceiling=<c> ratio_a_c=<y> latency_vs_slowest=<z> efficiency=<e>
+
+``--timeline`` also writes Spark's event log and prints, per variant, where the best run's
+batches spent their time: Spark's own part, the time before the first task, and the time
+with no task, one, or two and more running (``batch_timeline``). The event log slows every
+variant; use it to find idle time, not to judge the targets.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from batch_timeline import EventLog, event_log_conf, flush_listeners, print_timeline
 from common import (
     BrokerDroppedRecords,
     Ctx,
@@ -146,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         "the latency target are printed only when their variants ran)",
     )
     parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="write Spark's event log and print where each variant's batch time went (the "
+        "event log slows every variant: for finding idle time, not for the targets)",
+    )
+    parser.add_argument(
         "--master",
         default="local[2]",
         help="Spark master of the one session every variant shares (default local[2]); "
@@ -220,7 +232,10 @@ def _measure(
     from fanout.spark import local_session
 
     t0 = time.perf_counter()
-    spark = local_session("fanout-bench-three-sinks", master=args.master)
+    events = workdir / "eventlog"
+    shutil.rmtree(events, ignore_errors=True)
+    conf = event_log_conf(events) if args.timeline else None
+    spark = local_session("fanout-bench-three-sinks", master=args.master, conf=conf)
     import pyspark
 
     print(
@@ -311,6 +326,9 @@ def _measure(
         )
     )
 
+    if args.timeline:
+        flush_listeners(spark)
+        print_timeline(EventLog.read(events), {v: best[v].extra["query_ids"] for v in selected})
     print(f"total benchmark time {time.perf_counter() - t_all:.0f} s")
     if services.lso_stuck:
         print(

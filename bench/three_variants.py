@@ -25,6 +25,11 @@ from three_services import Services, SinkTimes, make_plan, make_sink
 SINKS = ("delta", "pg", "kafka")
 
 
+def query_ids(queries: list[Any]) -> list[str]:
+    """The ids of a run's streaming queries (its batches in Spark's event log)."""
+    return [str(q.id) for q in queries]
+
+
 def run_fanout(ctx: Ctx, services: Services, variant: str, kinds: tuple[str, ...]) -> Run:
     """(a) with all three sinks; s_<sink> with one."""
     from fanout import FanOut
@@ -47,7 +52,8 @@ def run_fanout(ctx: Ctx, services: Services, variant: str, kinds: tuple[str, ...
     last = max(p["batchId"] for q in qs for p in q.recentProgress if p["numInputRows"] > 0)
     verify_ledger(ledger, plan.pipeline, list(kinds), last, variant)
     finish(ctx, services, plan, kinds)
-    return Run(variant, seconds, _batch_ms(qs), extra={"sink_s": dict(times.seconds), "cpu": cpu})
+    extra = {"sink_s": dict(times.seconds), "cpu": cpu, "query_ids": query_ids(qs)}
+    return Run(variant, seconds, _batch_ms(qs), extra=extra)
 
 
 def run_b(ctx: Ctx, services: Services) -> Run:
@@ -78,7 +84,8 @@ def run_b(ctx: Ctx, services: Services) -> Run:
         last = max(p["batchId"] for p in q.recentProgress if p["numInputRows"] > 0)
         verify_ledger(ledgers[k], plan.pipeline, [k], last, "b")
     finish(ctx, services, plan, SINKS)
-    return Run("b", seconds, _batch_ms(qs), extra={"sink_s": dict(times.seconds), "cpu": cpu})
+    extra = {"sink_s": dict(times.seconds), "cpu": cpu, "query_ids": query_ids(qs)}
+    return Run("b", seconds, _batch_ms(qs), extra=extra)
 
 
 def run_c(ctx: Ctx, services: Services) -> Run:
@@ -108,7 +115,8 @@ def run_c(ctx: Ctx, services: Services) -> Run:
             sink.close()
     verify_all(ctx, services, plan, SINKS, "c")
     finish(ctx, services, plan, SINKS)
-    return Run("c", seconds, _batch_ms(qs), extra={"sink_s": dict(times.seconds), "cpu": cpu})
+    extra = {"sink_s": dict(times.seconds), "cpu": cpu, "query_ids": query_ids(qs)}
+    return Run("c", seconds, _batch_ms(qs), extra=extra)
 
 
 def run_source(ctx: Ctx, services: Services) -> Run:
@@ -125,7 +133,8 @@ def run_source(ctx: Ctx, services: Services) -> Run:
     if read != ctx.rows:
         raise BenchFailure(f"s_source: the batches held {read} rows, not {ctx.rows}")
     _cleanup(ctx, run)
-    return Run("s_source", seconds, _batch_ms(qs), extra={"sink_s": {}, "cpu": cpu})
+    extra = {"sink_s": {}, "cpu": cpu, "query_ids": query_ids(qs)}
+    return Run("s_source", seconds, _batch_ms(qs), extra=extra)
 
 
 RUNNERS: dict[str, Callable[[Ctx, Services], Run]] = {

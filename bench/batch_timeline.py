@@ -1,0 +1,183 @@
+"""Where a micro-batch's time goes, from Spark's event log: how long the cores ran no task,
+one task, or two and more, and when the batch's first task started.
+
+``bench_three_sinks.py --timeline`` turns the event log on (uncompressed, under the
+benchmark's work directory) and prints, per variant, the medians over the best run's
+batches. A batch is the span Spark reports as ``triggerExecution`` in its progress event;
+"Spark's own" is that span less ``addBatch`` (listing the source, writing ``offsets/N``
+and ``commits/N``, planning), and "before the first task" is what Spark and the
+foreachBatch function (fanout, the sinks' driver-side work) did before any task ran.
+While no task runs, only the driver, PostgreSQL and the broker can use the cores.
+
+The event log costs time of its own: the numbers of a ``--timeline`` run are for finding
+idle time, not for comparing with runs without it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+
+def event_log_conf(directory: Path) -> dict[str, str]:
+    """Session settings writing an uncompressed event log under ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": directory.resolve().as_uri(),
+        "spark.eventLog.compress": "false",
+    }
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task's run, in epoch milliseconds."""
+
+    launched: int
+    finished: int
+
+
+@dataclass(frozen=True)
+class BatchSpan:
+    """One micro-batch of a query, from its progress event."""
+
+    query_id: str
+    batch_id: int
+    start_ms: int
+    duration_ms: int
+    add_batch_ms: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """How a batch's span was spent, in milliseconds."""
+
+    first_task: int
+    """From the batch's start to its first task (the whole span when none ran)."""
+    no_task: int
+    one_task: int
+    more_tasks: int
+
+
+@dataclass
+class EventLog:
+    """The tasks and the batches an event log recorded."""
+
+    tasks: list[Task]
+    batches: list[BatchSpan]
+
+    @classmethod
+    def read(cls, directory: Path) -> EventLog:
+        """Every event log file under ``directory`` (plain JSON lines)."""
+        return cls.parse(
+            line for path in sorted(directory.rglob("*")) if path.is_file()
+            for line in path.read_text().splitlines()
+            if line.startswith("{")
+        )  # fmt: skip
+
+    @classmethod
+    def parse(cls, lines: Iterable[str]) -> EventLog:
+        """The tasks and batches of an event log's lines."""
+        tasks, batches = [], []
+        for line in lines:
+            event = json.loads(line)
+            kind = event.get("Event", "")
+            if kind == "SparkListenerTaskEnd":
+                info = event["Task Info"]
+                tasks.append(Task(int(info["Launch Time"]), int(info["Finish Time"])))
+            elif kind.endswith("QueryProgressEvent"):
+                progress = event["progress"]
+                durations = progress["durationMs"]
+                batches.append(
+                    BatchSpan(
+                        query_id=str(progress["id"]),
+                        batch_id=int(progress["batchId"]),
+                        start_ms=_epoch_ms(progress["timestamp"]),
+                        duration_ms=int(durations.get("triggerExecution", 0)),
+                        add_batch_ms=int(durations.get("addBatch", 0)),
+                        rows=int(progress.get("numInputRows", 0)),
+                    )
+                )
+        return cls(tasks, batches)
+
+    def batches_of(self, query_ids: Iterable[str]) -> list[BatchSpan]:
+        """The batches of these queries that read rows."""
+        wanted = set(query_ids)
+        return [b for b in self.batches if b.query_id in wanted and b.rows > 0]
+
+
+def occupancy(tasks: Sequence[Task], start: int, duration: int) -> Occupancy:
+    """How many tasks ran during ``[start, start + duration)``, as time spent with none,
+    one and two or more running (every task of the session counts: concurrent queries
+    share the cores)."""
+    end = start + duration
+    edges: list[tuple[int, int]] = []
+    for task in tasks:
+        if task.finished > start and task.launched < end:
+            edges += [(max(task.launched, start), 1), (min(task.finished, end), -1)]
+    edges.sort()
+    spent = [0, 0, 0]
+    running, at = 0, start
+    for when, step in edges:
+        spent[min(running, 2)] += when - at
+        running, at = running + step, when
+    spent[min(running, 2)] += end - at
+    first = min((when for when, step in edges if step > 0), default=end) - start
+    return Occupancy(first, *spent)
+
+
+def timeline_lines(name: str, log: EventLog, query_ids: Iterable[str]) -> list[str]:
+    """One line of medians over the batches of ``query_ids``."""
+    batches = log.batches_of(query_ids)
+    if not batches:
+        return [f"  {name:<9} no batch with rows in the event log"]
+    spans = [occupancy(log.tasks, b.start_ms, b.duration_ms) for b in batches]
+
+    def median(values: Iterable[float]) -> float:
+        return statistics.median(list(values))
+
+    return [
+        f"  {name:<9} {len(batches):>3} {median(b.duration_ms for b in batches):7.0f} "
+        f"{median(b.duration_ms - b.add_batch_ms for b in batches):7.0f} "
+        f"{median(s.first_task for s in spans):7.0f} {median(s.no_task for s in spans):7.0f} "
+        f"{median(s.one_task for s in spans):7.0f} {median(s.more_tasks for s in spans):7.0f}"
+    ]
+
+
+def print_timeline(log: EventLog, runs: dict[str, Sequence[str]]) -> None:
+    """The medians of each run's batches (``runs``: variant -> its query ids)."""
+    print(
+        "\nwhere each batch's time went (Spark's event log, medians over the best run's "
+        "batches, ms; the event log slows every variant):"
+    )
+    print(
+        f"  {'variant':<9} {'n':>3} {'batch':>7} {'spark':>7} {'to 1st':>7} {'0 tasks':>7} "
+        f"{'1 task':>7} {'2+':>7}"
+    )
+    for name, query_ids in runs.items():
+        for line in timeline_lines(name, log, query_ids):
+            print(line)
+    print(
+        "  (spark: triggerExecution - addBatch; to 1st: from the batch's start to its first "
+        "task; 0 tasks / 1 task / 2+: time with that many tasks running)"
+    )
+
+
+def _epoch_ms(timestamp: str) -> int:
+    return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def flush_listeners(spark: Any) -> None:
+    """Wait until Spark's listeners (the event log's writer) have every event so far."""
+    try:
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
+    except Exception:  # an internal API: a second is plenty when it is gone
+        import time
+
+        time.sleep(1)

@@ -1,0 +1,82 @@
+"""bench/batch_timeline.py: a batch's time with no task, one, or two and more running,
+from the lines of a Spark event log (no Spark here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+# by path: putting bench/ on sys.path would let its modules (common...) shadow others
+_PATH = Path(__file__).resolve().parents[2] / "bench" / "batch_timeline.py"
+_SPEC = importlib.util.spec_from_file_location("batch_timeline", _PATH)
+assert _SPEC is not None and _SPEC.loader is not None
+timeline = sys.modules["batch_timeline"] = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(timeline)
+EventLog, Occupancy, Task = timeline.EventLog, timeline.Occupancy, timeline.Task
+occupancy, timeline_lines = timeline.occupancy, timeline.timeline_lines
+
+START = 1_795_000_000_000  # 2026-11-18T11:06:40Z in epoch ms
+
+
+def test_occupancy_counts_the_tasks_running_at_each_instant() -> None:
+    # 0..100 none; 100..150 one; 150..300 two (a third overlaps: still "2+"); 300..350 one;
+    # 350..400 none
+    tasks = [Task(START + 100, START + 300), Task(START + 150, START + 350),
+             Task(START + 200, START + 250)]  # fmt: skip
+    assert occupancy(tasks, START, 400) == Occupancy(100, 150, 100, 150)
+
+
+def test_occupancy_clips_tasks_to_the_batch_and_ignores_others() -> None:
+    tasks = [
+        Task(START - 50, START + 30),  # began in the batch before
+        Task(START + 380, START + 500),  # runs on past the batch's end
+        Task(START + 600, START + 700),  # the next batch's
+        Task(START - 90, START - 10),  # the previous batch's
+    ]
+    assert occupancy(tasks, START, 400) == Occupancy(0, 350, 50, 0)
+
+
+def test_a_batch_without_tasks_is_all_idle() -> None:
+    assert occupancy([], START, 80) == Occupancy(80, 80, 0, 0)
+
+
+def _progress(query: str, batch: int, start_iso: str, trigger: int, add: int, rows: int) -> str:
+    event = {
+        "Event": "org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent",
+        "progress": {
+            "id": query, "batchId": batch, "timestamp": start_iso, "numInputRows": rows,
+            "durationMs": {"triggerExecution": trigger, "addBatch": add},
+        },
+    }  # fmt: skip
+    return json.dumps(event)
+
+
+def _task(launch: int, finish: int) -> str:
+    info = {"Launch Time": launch, "Finish Time": finish}
+    return json.dumps({"Event": "SparkListenerTaskEnd", "Task Info": info})
+
+
+def test_the_event_log_gives_each_querys_batches_and_the_tasks(tmp_path: Path) -> None:
+    lines = [
+        json.dumps({"Event": "SparkListenerJobStart", "Job ID": 1}),
+        _task(START + 40, START + 140),
+        _task(START + 60, START + 160),
+        _progress("q-a", 0, "2026-11-18T11:06:40.000Z", 200, 150, 10),
+        _progress("q-a", 1, "2026-11-18T11:06:41.000Z", 30, 1, 0),  # no rows: left out
+        _progress("q-b", 0, "2026-11-18T11:06:40.000Z", 200, 150, 10),
+    ]
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "events_1_local-1").write_text("\n".join(lines) + "\n")
+    log = EventLog.read(tmp_path)
+    assert log.tasks == [Task(START + 40, START + 140), Task(START + 60, START + 160)]
+    batches = log.batches_of(["q-a"])
+    assert [(b.query_id, b.batch_id, b.start_ms, b.duration_ms) for b in batches] == [
+        ("q-a", 0, START, 200)
+    ]
+    # batch 200 ms, Spark's own 50, first task at 40, none 40+40, one 20+20, two 80
+    assert timeline_lines("a", log, ["q-a"]) == [
+        "  a           1     200      50      40      80      40      80"
+    ]
+    assert timeline_lines("c", log, ["q-c"]) == ["  c         no batch with rows in the event log"]
