@@ -74,10 +74,15 @@ class EventLog:
 
     @classmethod
     def read(cls, directory: Path) -> EventLog:
-        """Every event log file under ``directory`` (plain JSON lines)."""
+        """Every event log file under ``directory`` (plain JSON lines; Spark writes them
+        out when the session stops)."""
+        files = [
+            path for path in sorted(directory.rglob("*"))
+            if path.is_file() and not path.name.startswith((".", "appstatus"))
+        ]  # fmt: skip
         return cls.parse(
-            line for path in sorted(directory.rglob("*")) if path.is_file()
-            for line in path.read_text().splitlines()
+            line for path in files
+            for line in path.read_text(errors="replace").splitlines()
             if line.startswith("{")
         )  # fmt: skip
 
@@ -101,7 +106,7 @@ class EventLog:
                         start_ms=_epoch_ms(progress["timestamp"]),
                         duration_ms=int(durations.get("triggerExecution", 0)),
                         add_batch_ms=int(durations.get("addBatch", 0)),
-                        rows=int(progress.get("numInputRows", 0)),
+                        rows=_input_rows(progress),
                     )
                 )
         return cls(tasks, batches)
@@ -169,15 +174,11 @@ def print_timeline(log: EventLog, runs: dict[str, Sequence[str]]) -> None:
     )
 
 
+def _input_rows(progress: dict[str, Any]) -> int:
+    # the event log holds the progress's fields, without the sum its JSON form adds
+    sources = progress.get("sources") or []
+    return sum(int(source.get("numInputRows", 0)) for source in sources)
+
+
 def _epoch_ms(timestamp: str) -> int:
     return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
-
-
-def flush_listeners(spark: Any) -> None:
-    """Wait until Spark's listeners (the event log's writer) have every event so far."""
-    try:
-        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
-    except Exception:  # an internal API: a second is plenty when it is gone
-        import time
-
-        time.sleep(1)

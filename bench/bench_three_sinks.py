@@ -70,7 +70,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from batch_timeline import EventLog, event_log_conf, flush_listeners, print_timeline
+from batch_timeline import EventLog, event_log_conf, print_timeline
 from common import (
     BrokerDroppedRecords,
     Ctx,
@@ -326,8 +326,8 @@ def _measure(
         )
     )
 
-    if args.timeline:
-        flush_listeners(spark)
+    if args.timeline:  # the runs are over: stopping the session writes out the event log
+        spark.stop()
         print_timeline(EventLog.read(events), {v: best[v].extra["query_ids"] for v in selected})
     print(f"total benchmark time {time.perf_counter() - t_all:.0f} s")
     if services.lso_stuck:

@@ -46,8 +46,9 @@ def _progress(query: str, batch: int, start_iso: str, trigger: int, add: int, ro
     event = {
         "Event": "org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent",
         "progress": {
-            "id": query, "batchId": batch, "timestamp": start_iso, "numInputRows": rows,
+            "id": query, "batchId": batch, "timestamp": start_iso,
             "durationMs": {"triggerExecution": trigger, "addBatch": add},
+            "sources": [{"numInputRows": rows - rows // 2}, {"numInputRows": rows // 2}],
         },
     }  # fmt: skip
     return json.dumps(event)
