@@ -178,8 +178,6 @@ class PostgresSink(PartitionedSink):
                     f"cannot open: {self._clean(exc)}", sink=self.name
                 ) from None
             raise self._error(f"cannot open: {self._clean(exc)}") from None
-        finally:
-            engine.dispose()
         logger.info(
             "sink %r: PostgreSQL %s into %s at %s (%d partitions%s)",
             self.name,
@@ -231,21 +229,15 @@ class PostgresSink(PartitionedSink):
                 f"cannot reach the server: {self._clean(exc)}", sink=self.name,
                 batch_id=batch.batch_id,
             ) from None  # fmt: skip
-        finally:
-            engine.dispose()
 
     def committed_partitions(
         self, batch: Batch, plan: PartitionPlan
     ) -> Sequence[CommittedPartition]:
         """The batch's progress marks (append mode), read in one query."""
-        engine = self._engine()
-        try:
-            with engine.connect() as conn:
-                return committed_partitions(
-                    conn, self.state_schema, _scope(batch), self.name, batch.batch_id
-                )
-        finally:
-            engine.dispose()
+        with self._engine().connect() as conn:
+            return committed_partitions(
+                conn, self.state_schema, _scope(batch), self.name, batch.batch_id
+            )
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> PostgresPartitionWriter:
         """The batch's partition writer: the resolved URL, the write plan, and the batch
@@ -338,8 +330,26 @@ class PostgresSink(PartitionedSink):
             raise self._error(str(exc)) from None
 
     def _engine(self) -> Any:
-        sa = _sa()
-        return sa.create_engine(self._url, poolclass=sa.NullPool)
+        # One engine per sink on the driver, without a pool: every use opens a connection
+        # of its own and closes it (a down server is seen at once), while the dialect's
+        # first-connect queries run once, not in every batch's preflight.
+        url, engine = self.__dict__.get("_driver_engine", (None, None))
+        if engine is None or url != self._url:  # open() may resolve the URL anew
+            self.close()
+            sa = _sa()
+            engine = sa.create_engine(self._url, poolclass=sa.NullPool)
+            self._driver_engine = (self._url, engine)
+        return engine
+
+    def close(self) -> None:
+        """Dispose of the driver's engine (it holds no connection between uses)."""
+        _, engine = self.__dict__.pop("_driver_engine", (None, None))
+        if engine is not None:
+            engine.dispose()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles without the driver's engine (made again where it is used)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_driver_engine"}
 
     def _require_migrated(self, engine: Any) -> None:
         problem = migration_problem(engine, self.state_schema, pgurl.display(self._url))
@@ -388,8 +398,6 @@ class PostgresSink(PartitionedSink):
                 raise self._error(message) from None
             error_type = TransientSinkError if self.is_transient(exc) else SinkWriteError
             raise error_type(message, sink=self.name, batch_id=batch_id) from None
-        finally:
-            engine.dispose()
         self._plans[cache_key] = plan
         return plan
 

@@ -68,3 +68,37 @@ def test_an_unreachable_server_fails_the_batch_before_any_spark_job(
     assert query(pg_url, "SELECT id, code FROM orders ORDER BY id") == [
         (i, f"c{i}") for i in range(10)
     ]
+
+
+def test_each_preflight_connects_anew_on_one_engine(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    # the driver keeps one engine (its dialect set up once) but no connection: a server
+    # going out of reach after good batches still fails the next batch before any job
+    import pickle
+
+    url, link, real = _door(pg_url, tmp_path / "door")
+    sink = PostgresSink("pg", url=url, table="kept", keys=["id"], create_table=True,
+                        batch_schema=SCHEMA, partitions=2)  # fmt: skip
+    sink.open(SinkContext("kept"))
+    engine = sink._engine()
+    df = spark.createDataFrame([(i, f"c{i}") for i in range(6)], SCHEMA)
+    group = "preflight-kept"
+    spark.sparkContext.setJobGroup(group, "the preflight test's writes")
+    try:
+        for batch_id in (0, 1):
+            sink.write(Batch(df, BatchInfo("kept", batch_id, "q"), "pg", "fanout/kept/pg"))
+        assert sink._engine() is engine
+        jobs = len(_jobs(spark, group))
+        link.unlink()
+        with pytest.raises(TransientSinkError, match="cannot reach the server"):
+            sink.write(Batch(df, BatchInfo("kept", 2, "q"), "pg", "fanout/kept/pg"))
+        assert len(_jobs(spark, group)) == jobs  # refused on the driver
+        link.symlink_to(real)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    copy = pickle.loads(pickle.dumps(sink))  # configuration only: the engine stays here
+    assert "_driver_engine" not in copy.__dict__
+    sink.close()
+    assert "_driver_engine" not in sink.__dict__
+    assert query(pg_url, "SELECT count(*) FROM kept") == [(6,)]
