@@ -53,6 +53,23 @@ def test_odd_table_and_column_names_are_written_to_safely(spark: Any, pg_url: st
     assert query(pg_url, "SELECT keep FROM x") == [(1,)]  # not dropped
 
 
+def test_odd_batch_column_names_are_read_as_names(spark: Any, pg_url: str) -> None:
+    # the projection to the table's names is SQL text: each batch name is one identifier
+    execute(pg_url, "CREATE TABLE plain_names (id bigint PRIMARY KEY, label text, n float8)")
+    sink = PostgresSink(
+        "names", url=pg_url, table="plain_names", partitions=2,
+        columns={"order.id": "id", "la`bel; x": "label", "select": "n"},
+    )  # fmt: skip
+    sink.open(SinkContext("names"))
+    df = spark.createDataFrame(
+        [(1, "a", 1.5), (2, "b`c", 2.5)], "`order.id` LONG, `la``bel; x` STRING, `select` DOUBLE"
+    )
+    result = sink.write(Batch(df, BatchInfo("names", 0, "q"), "names", "fanout/names/names"))
+    assert result.rows == 2
+    rows = query(pg_url, "SELECT id, label, n FROM plain_names ORDER BY id")
+    assert rows == [(1, "a", 1.5), (2, "b`c", 2.5)]
+
+
 def test_a_table_name_too_long_for_postgres_is_rejected(pg_url: str) -> None:
     sink = PostgresSink("long", url=pg_url, table="t" * 64)
     with pytest.raises(ConfigurationError, match="longer than 63 bytes"):
