@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.partitions import BatchPartitioning
+from fanout.contract.sessions import plan_without_adaptive
 from fanout.contract.sink import Sink, SinkContext, SinkResult
 from fanout.errors import SinkError, SinkWriteError, TransientSinkError
 from fanout.partitioned.determinism import check_batch
@@ -170,7 +171,9 @@ class PartitionedSink(Sink):
         if given.sort:
             parted = parted.sortWithinPartitions(*given.sort)
         task = PartitionTask(self.partition_writer(batch, plan), self._hooks(batch))
-        rows = parted.mapInArrow(task, RESULT_DDL).collect()
+        job = parted.mapInArrow(task, RESULT_DDL)
+        plan_without_adaptive(job)  # one task per partition: nothing to adapt
+        rows = job.collect()
         outcomes = sorted(
             (PartitionOutcome.from_json(r["outcome"]) for r in rows), key=lambda o: o.partition
         )

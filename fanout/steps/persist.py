@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fanout.contract.sessions import ADAPTIVE, session_settings
 from fanout.sink_spec import SinkSpec
 from fanout.steps.state import BatchState
 
 CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
-ADAPTIVE = "spark.sql.adaptive.enabled"
 
 
 def persist_if_shared(state: BatchState, specs: Mapping[str, SinkSpec]) -> bool:
@@ -53,24 +53,16 @@ def persist_uncompressed(df: Any, *, keep_partitioning: bool = False) -> None:
     shuffle. Adaptive execution has nothing to adapt in the cache's plan (a scan and a
     repartition to a fixed count, which it never coalesces), and the sinks' own plans keep
     it. Spark reads both options when ``persist()`` plans the cache, so they are set for
-    that call only and restored right after (another query of the same session planned
-    in that instant would see them too: harmless).
+    that call only and restored right after (:func:`fanout.contract.sessions.
+    session_settings`; another query of the same session planned in that instant would
+    see them too: harmless).
     """
     conf = getattr(getattr(df, "sparkSession", None), "conf", None)
     if conf is None:
         df.persist()
         return
-    # the options set to "false" for the call, with what to restore (None: unset)
-    before = {} if conf.get(CACHE_COMPRESSED, None) is not None else {CACHE_COMPRESSED: None}
+    settings = {} if conf.get(CACHE_COMPRESSED, None) is not None else {CACHE_COMPRESSED: "false"}
     if keep_partitioning:
-        before[ADAPTIVE] = conf.get(ADAPTIVE, None)
-    for key in before:
-        conf.set(key, "false")
-    try:
+        settings[ADAPTIVE] = "false"
+    with session_settings(conf, settings):
         df.persist()
-    finally:
-        for key, value in before.items():
-            if value is None:
-                conf.unset(key)
-            else:
-                conf.set(key, value)

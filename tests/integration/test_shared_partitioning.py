@@ -139,3 +139,26 @@ def test_a_refused_partitioning_leaves_the_other_sinks_written_and_marked(
         assert ledger.last_committed("refused", ["keyed", "plain"]) == {"keyed": None, "plain": 0}
         assert plain.calls == [(0, 1)]  # written once, skipped on the replay
     assert sorted(r["n"] for r in plain.rows()) == [0, 1, 2, 3, 4]
+
+
+def test_the_partition_job_runs_without_adaptive_execution(spark: Any, tmp_path: Path) -> None:
+    # one task per partition: adaptive execution has nothing to adapt, and its query
+    # stages cost ~30 ms a job; the session's own setting is left as it was
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules["partitioned_sink"])
+    store = spark._jsparkSession.sharedState().statusStore()
+    before = store.executionsList().size()
+    adaptive = spark.conf.get("spark.sql.adaptive.enabled")
+    sink = PartitionedFilesSink("plain", directory=str(tmp_path / "plain"), partitions=3)
+    fan_out(spark, tmp_path, [sink])
+    executions = store.executionsList()
+    plans = [
+        executions.apply(i).physicalPlanDescription() for i in range(before, executions.size())
+    ]
+    jobs = [plan for plan in plans if "MapInArrow" in plan]
+    assert len(jobs) == 1
+    assert "AdaptiveSparkPlan" not in jobs[0]
+    assert "hashpartitioning(id#" in jobs[0]  # the sink's own repartition, planned plainly
+    assert spark.conf.get("spark.sql.adaptive.enabled") == adaptive
+    assert partitions_of(tmp_path / "plain") == expected_partitions(spark, 3)
