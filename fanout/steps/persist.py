@@ -51,11 +51,11 @@ def persist_uncompressed(df: Any, *, keep_partitioning: bool = False) -> None:
     ``repartition`` over a cache planned adaptively shuffles the batch again, each sink
     once more; planned plainly, Spark sees the cache partitioned already and plans no
     shuffle. Adaptive execution has nothing to adapt in the cache's plan (a scan and a
-    repartition to a fixed count, which it never coalesces), and the sinks' own plans keep
-    it. Spark reads both options when ``persist()`` plans the cache, so they are set for
-    that call only and restored right after (:func:`fanout.contract.sessions.
-    session_settings`; another query of the same session planned in that instant would
-    see them too: harmless).
+    repartition to a fixed count, which it never coalesces); the kit's partition jobs are
+    planned without it too, other sinks' plans keep it. Spark reads both options when
+    ``persist()`` plans the cache, so they are set for that call only and restored right
+    after, by :func:`~fanout.contract.sessions.session_settings` (another query of the
+    same session planned in that instant would see them too: harmless).
     """
     conf = getattr(getattr(df, "sparkSession", None), "conf", None)
     if conf is None:
