@@ -25,9 +25,14 @@ from three_services import Services, SinkTimes, make_plan, make_sink
 SINKS = ("delta", "pg", "kafka")
 
 
-def query_ids(queries: list[Any]) -> list[str]:
-    """The ids of a run's streaming queries (its batches in Spark's event log)."""
-    return [str(q.id) for q in queries]
+def measured(
+    variant: str, seconds: float, queries: list[Any], cpu: dict[str, float], sink_s: dict
+) -> Run:
+    """A verified run's result: its time, its queries' batch times and ids (the ids find
+    its batches in Spark's event log), the CPU each process used and the sinks' times."""
+    ids = [str(q.id) for q in queries]
+    extra = {"sink_s": sink_s, "cpu": cpu, "query_ids": ids}
+    return Run(variant, seconds, _batch_ms(queries), extra=extra)
 
 
 def run_fanout(ctx: Ctx, services: Services, variant: str, kinds: tuple[str, ...]) -> Run:
@@ -52,8 +57,7 @@ def run_fanout(ctx: Ctx, services: Services, variant: str, kinds: tuple[str, ...
     last = max(p["batchId"] for q in qs for p in q.recentProgress if p["numInputRows"] > 0)
     verify_ledger(ledger, plan.pipeline, list(kinds), last, variant)
     finish(ctx, services, plan, kinds)
-    extra = {"sink_s": dict(times.seconds), "cpu": cpu, "query_ids": query_ids(qs)}
-    return Run(variant, seconds, _batch_ms(qs), extra=extra)
+    return measured(variant, seconds, qs, cpu, dict(times.seconds))
 
 
 def run_b(ctx: Ctx, services: Services) -> Run:
@@ -84,8 +88,7 @@ def run_b(ctx: Ctx, services: Services) -> Run:
         last = max(p["batchId"] for p in q.recentProgress if p["numInputRows"] > 0)
         verify_ledger(ledgers[k], plan.pipeline, [k], last, "b")
     finish(ctx, services, plan, SINKS)
-    extra = {"sink_s": dict(times.seconds), "cpu": cpu, "query_ids": query_ids(qs)}
-    return Run("b", seconds, _batch_ms(qs), extra=extra)
+    return measured("b", seconds, qs, cpu, dict(times.seconds))
 
 
 def run_c(ctx: Ctx, services: Services) -> Run:
@@ -115,8 +118,7 @@ def run_c(ctx: Ctx, services: Services) -> Run:
             sink.close()
     verify_all(ctx, services, plan, SINKS, "c")
     finish(ctx, services, plan, SINKS)
-    extra = {"sink_s": dict(times.seconds), "cpu": cpu, "query_ids": query_ids(qs)}
-    return Run("c", seconds, _batch_ms(qs), extra=extra)
+    return measured("c", seconds, qs, cpu, dict(times.seconds))
 
 
 def run_source(ctx: Ctx, services: Services) -> Run:
@@ -133,8 +135,7 @@ def run_source(ctx: Ctx, services: Services) -> Run:
     if read != ctx.rows:
         raise BenchFailure(f"s_source: the batches held {read} rows, not {ctx.rows}")
     _cleanup(ctx, run)
-    extra = {"sink_s": {}, "cpu": cpu, "query_ids": query_ids(qs)}
-    return Run("s_source", seconds, _batch_ms(qs), extra=extra)
+    return measured("s_source", seconds, qs, cpu, {})
 
 
 RUNNERS: dict[str, Callable[[Ctx, Services], Run]] = {
