@@ -42,6 +42,7 @@ from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout_postgres import url as pgurl
 from fanout_postgres.deadletter import PostgresDeadLetters, as_letter, ensure_table
 from fanout_postgres.declaration import OPTIONS
+from fanout_postgres.direct import HELD, DirectCopyPolicy
 from fanout_postgres.failures import batch_error
 from fanout_postgres.identifiers import TableName
 from fanout_postgres.membership import committed_partitions, partition_columns
@@ -139,6 +140,7 @@ class PostgresSink(PartitionedSink):
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
         self._plans: dict[str, WritePlan] = {}
         self._keys: list[str] | None = None  # resolved at open() (append: the hash keys)
+        self._direct = DirectCopyPolicy()
 
     @property
     def guarantee(self) -> Guarantee:
@@ -244,11 +246,13 @@ class PostgresSink(PartitionedSink):
         fingerprint = None if plan is None else plan.fingerprint
         meta = BatchMeta(_scope(batch), batch.batch_id, batch.query_id, fingerprint)
         write_plan = self._plan(batch.df.schema, batch.batch_id)
-        return PostgresPartitionWriter(self.connection_url(), write_plan, meta)
+        direct = write_plan.mode == "upsert" and self._direct.wanted()
+        return PostgresPartitionWriter(self.connection_url(), write_plan, meta, direct)
 
     def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
         """Refused rows bound for a target other than a PostgreSQL table (written in the
         partitions' own transactions) go there now, once per batch."""
+        self._direct.record(outcomes)
         dead = self._dead
         letters = [letter for o in outcomes for letter in o.letters]
         if dead is not None and not isinstance(dead, PostgresDeadLetters) and letters:
@@ -261,12 +265,14 @@ class PostgresSink(PartitionedSink):
             )  # fmt: skip
 
     def result_details(self, outcomes: Sequence[PartitionOutcome]) -> Mapping[str, Any]:
-        """The table, the partitions, the rows changed and the rows refused."""
+        """The table, the partitions, the rows changed and refused, and the partitions
+        copied straight into the table (:mod:`fanout_postgres.direct`)."""
         return {
             "table": str(self._table),
             "partitions": len(outcomes),
             "changed": sum(o.counters.get("changed", 0) for o in outcomes),
             "rejected": sum(o.dead_lettered for o in outcomes),
+            "direct_copies": sum(o.counters.get(HELD, 0) for o in outcomes),
         }
 
     def partitioned_by(self) -> Sequence[str] | Literal["*"] | None:
@@ -422,6 +428,7 @@ class PostgresSink(PartitionedSink):
     ) -> SinkError:
         """A refused row names table, column, value and row; any other failure its
         partition and the server's message. Transient when every failure is."""
+        self._direct.record(outcomes)
         return batch_error(self._table, failed, self.secret_values(), self.name, batch.batch_id)
 
 

@@ -1,8 +1,10 @@
 """On the executors: one Spark partition, one PostgreSQL transaction.
 
-Upsert: ``COPY`` into a temporary staging table (binary when the columns allow it), then
-one ``INSERT ... SELECT DISTINCT ON (keys) ... ON CONFLICT (keys) DO UPDATE ... WHERE
-(target) IS DISTINCT FROM (excluded)``; when the staged keys are unique and the server is
+Upsert: first ``COPY`` straight into the target inside a savepoint, which holds when every
+key is new (:mod:`fanout_postgres.direct`; the driver may skip this). Otherwise ``COPY``
+into a temporary staging table (binary when the columns allow it), then one ``INSERT ...
+SELECT DISTINCT ON (keys) ... ON CONFLICT (keys) DO UPDATE ... WHERE (target) IS DISTINCT
+FROM (excluded)``; when the staged keys are unique and the server is
 15+, the same upsert is first tried as a ``MERGE`` (cheaper), which falls back to it.
 Append: first claim the partition's mark in fanout's progress table (a replay finds it and
 skips), then ``COPY`` straight into the target; the mark and the rows commit together.
@@ -52,11 +54,14 @@ class PostgresPartitionWriter:
     connection is made inside :meth:`write_partition`, on the executor).
 
     :param url: the resolved SQLAlchemy URL.
+    :param direct: upsert: try a ``COPY`` straight into the target first
+        (:mod:`fanout_postgres.direct`).
     """
 
     url: Any
     plan: WritePlan
     meta: BatchMeta
+    direct: bool = False
 
     def write_partition(
         self,
@@ -84,7 +89,9 @@ class PostgresPartitionWriter:
                         "SELECT set_config(%(name)s, %(value)s, false)",
                         {"name": name, "value": value},
                     )
-                outcome = PartitionTransaction(cur, plan, meta, partition, rows, digest).run()
+                outcome = PartitionTransaction(
+                    cur, plan, meta, partition, rows, digest, direct=self.direct
+                ).run()
             if outcome.status == "committed":
                 hooks.before(partition, outcome.rows, outcome.written)
             conn.commit()

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout_postgres import binary
+from fanout_postgres.direct import HELD, REFUSED
 from fanout_postgres.encode import (
     CopyStream,
     Reject,
@@ -67,8 +68,12 @@ class PartitionTransaction:
         partition: int,
         rows: Rows,
         digest: MemberDigest,
+        *,
+        direct: bool = False,
     ) -> None:
         self.cur, self.plan, self.meta, self.partition = cur, plan, meta, partition
+        self.direct = direct  # upsert: try a COPY straight into the target first (direct.py)
+        self.counters: dict[str, int] = {}
         self.rows = rows
         self.digest = digest
         self.server_version = int(getattr(cur.connection, "server_version", 0) or 0)
@@ -94,6 +99,8 @@ class PartitionTransaction:
                 self.cur.execute(self.sql.create_stage, {})
                 self._copy(self.sql.copy_stage, self._checked(), with_row=True)
                 changed = self._write()
+        elif self.direct and self._copy_directly():
+            changed = self.table.num_rows - len(self.rejects)
         else:
             self.cur.execute(self.sql.create_stage, {})
             if not self._stream(self.sql.copy_stage, self.sql.copy_stage_binary, with_row=True):
@@ -107,7 +114,7 @@ class PartitionTransaction:
             written=rows,
             dead_lettered=len(self.rejects),
             letters=tuple(self._dead_letters()) if self.plan.dead_letter == "driver" else (),
-            counters={"changed": changed},
+            counters={"changed": changed, **self.counters},
         )
         if self.plan.dead_letter == "postgres":
             self._write_dead_letters()
@@ -174,6 +181,15 @@ class PartitionTransaction:
         self.table = self.rows.table()
         self._sort_rejects()
         return True
+
+    def _copy_directly(self) -> bool:
+        """Upsert: COPY the rows straight into the target, for partitions whose keys are
+        all new (:mod:`fanout_postgres.direct`). False when the server refused a row (a
+        key already there or twice here, or any other row fault): the savepoint undid the
+        copy and the staged upsert runs on the same rows."""
+        held = self._stream(self.sql.copy_target, self.sql.copy_target_binary, with_row=False)
+        self.counters[HELD if held else REFUSED] = 1
+        return held
 
     def _binary_encoder(self, with_row: bool) -> binary.Encoder | None:
         schema = self.rows.schema  # write_partition took the first chunk already
