@@ -166,9 +166,10 @@ def build_statements(
             names,
             keys,
             text_compared,
-            compile_sql(
-                sa.select(*[stage.c[n] for n in names]).where(stage.c[ROW].between(lo, hi))
-            ),
+            # the whole stage, unfiltered: a range filter makes the planner guess a few rows
+            # and, when the target's statistics say it is empty, join by a nested loop that
+            # scans the target once per staged row while the MERGE fills it (quadratic)
+            compile_sql(sa.select(*[stage.c[n] for n in names])),
         )
         if upsert
         else "",

@@ -93,7 +93,7 @@ class PartitionTransaction:
             if claimed is not None:
                 self.rows.table()  # take the rest of the input; nothing to write
                 return claimed
-            if self._stream(self.sql.copy_target, self.sql.copy_target_binary, with_row=False):
+            if self._copy_into_target():
                 changed = self.table.num_rows - len(self.rejects)
             else:
                 self.cur.execute(self.sql.create_stage, {})
@@ -184,12 +184,26 @@ class PartitionTransaction:
 
     def _copy_directly(self) -> bool:
         """Upsert: COPY the rows straight into the target, for partitions whose keys are
-        all new (:mod:`fanout_postgres.direct`). False when the server refused a row (a
-        key already there or twice here, or any other row fault): the savepoint undid the
-        copy and the staged upsert runs on the same rows."""
-        held = self._stream(self.sql.copy_target, self.sql.copy_target_binary, with_row=False)
+        all new (:mod:`fanout_postgres.direct`); counted for the driver's policy."""
+        held = self._copy_into_target()
         self.counters[HELD if held else REFUSED] = 1
         return held
+
+    def _copy_into_target(self) -> bool:
+        """COPY the rows straight into the target. False when the server refused a row
+        (upsert: a key already there or twice here; any other row fault) or the COPY
+        itself (a table with row-level security takes no ``COPY FROM``): the savepoint
+        undid the copy and the caller stages the same rows and inserts them."""
+        try:
+            return self._stream(self.sql.copy_target, self.sql.copy_target_binary, with_row=False)
+        except RowRejected:  # a row failing fanout's own checks, no dead-letter target
+            raise
+        except Exception as exc:  # _stream rolled back to its savepoint before raising
+            if classify(exc) == "transient":
+                raise
+            self.table = self.rows.table()  # as _stream leaves it after a refused row
+            self.rejects.clear()
+            return False
 
     def _binary_encoder(self, with_row: bool) -> binary.Encoder | None:
         schema = self.rows.schema  # write_partition took the first chunk already
