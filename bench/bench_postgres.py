@@ -13,10 +13,12 @@ changes), the rest are new.
   sink   PostgresSink(mode="upsert", order_by="ts", partitions=P).write(batch): the batch is
          a cached Spark DataFrame (local[2]); P defaults to Spark's task slots (2 here: the
          partitions run in one wave, as the sink's README advises). Timed from write() to
-         its return: hash repartition, Arrow to binary COPY rows, COPY into staging, then
-         the upsert (MERGE on PostgreSQL 15+ for unique staged keys, else INSERT ... SELECT
-         DISTINCT ON ... ON CONFLICT DO UPDATE ... WHERE IS DISTINCT FROM), one transaction
-         per partition.
+         its return: hash repartition, Arrow to binary COPY rows, then per partition (one
+         transaction each) a COPY straight into the table, which holds when every key is
+         new (``--update-fraction 0``) and is refused at the first existing key otherwise;
+         then COPY into staging and the upsert (MERGE on PostgreSQL 15+ for unique staged
+         keys, else INSERT ... SELECT DISTINCT ON ... ON CONFLICT DO UPDATE ... WHERE IS
+         DISTINCT FROM).
   copy   the physical limit: the same rows, pre-rendered as CSV in memory, COPYed into the
          same (emptied) table through one psycopg2 connection; only the COPY is timed.
   naive  ``cursor.executemany("INSERT ... ON CONFLICT (id) DO UPDATE SET ...", rows)`` (one
