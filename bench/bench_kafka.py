@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from common import exit_on_sigterm
 from kafka_count import count_once, read_topic
 from proc_cpu import python_workers_cpu
 
@@ -187,6 +188,7 @@ def main() -> None:
 
     brokers: list[Any] = []
     atexit.register(lambda: [b.stop() for b in brokers])  # also when verify() exits early
+    exit_on_sigterm()  # ... and when killed
 
     def fresh_bootstrap() -> str:
         """A new, empty embedded broker per run (Tansu keeps every record in memory and,

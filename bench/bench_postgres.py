@@ -44,6 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pcsv
+from common import exit_on_sigterm
 
 TABLE = "bench_orders"
 COLUMNS = ("id", "customer", "amount", "qty", "status", "ts")
@@ -80,12 +81,28 @@ def main() -> int:
 
     from fanout.spark import local_session
 
+    exit_on_sigterm()
     server = None
     url = args.url
     if url is None:
         server_dir = Path(tempfile.mkdtemp(prefix="fanout-bench-pg-"))
         server = EmbeddedPostgres(server_dir / "pg", delete=True)
         url = server.start()
+    try:
+        code, result = measure(args, url, PostgresSink, local_session)
+    finally:  # a failed check, an error or SIGTERM too: a server left behind keeps working
+        if server is not None:
+            server.stop()
+            server_dir.rmdir()  # the server deleted its data directory inside
+    if result:
+        print(result)
+    return code
+
+
+def measure(
+    args: argparse.Namespace, url: str, PostgresSink: Any, local_session: Any
+) -> tuple[int, str]:
+    """The benchmark on the server at ``url``: its exit code and its last line."""
     existing = int(args.rows * args.update_fraction)
     spark = local_session("fanout-bench-postgres")
     if args.partitions is None:
@@ -153,7 +170,8 @@ def main() -> int:
                 ok = db.checksum() == expected
             if not ok:
                 print(f"VERIFY FAILED for {name}: table content differs from the batch")
-                return 1
+                spark.stop()
+                return 1, ""
             best[name] = min(best.get(name, seconds), seconds)
             print(f"  round {round_number + 1} {name:5s} {seconds:8.2f} s", flush=True)
     rates = {name: variants[name][1] / best[name] for name in variants}
@@ -179,11 +197,7 @@ def main() -> int:
         f"{'PASS' if ratio_naive >= 10 else 'MISS'}"
     )
     spark.stop()
-    if server is not None:
-        server.stop()
-        server_dir.rmdir()  # the server deleted its data directory inside
-    print(f"ratio_vs_copy={ratio_copy:.3f} ratio_vs_naive={ratio_naive:.2f}")
-    return 0
+    return 0, f"ratio_vs_copy={ratio_copy:.3f} ratio_vs_naive={ratio_naive:.2f}"
 
 
 class Database:
