@@ -69,17 +69,19 @@ def read_topic(
     return records
 
 
-def last_stable_offset_stuck(bootstrap: str, topic: str, expected: int) -> bool:
+def last_stable_offset_stuck(
+    bootstrap: str, topic: str, expected: int, *, timeout: float = 10.0
+) -> bool:
     """Whether ``topic``'s records are in the log but not all visible as committed on a
     broker that does not hide aborted records (Tansu's stuck last stable offset, see
     :func:`read_topic`). Tansu then also withholds the consumer-group offsets committed
     in those transactions, fanout's partition markers among them."""
     if broker_hides_aborted(bootstrap):
         return False
-    committed = _consume(bootstrap, topic, expected, 10.0, 1.0)
+    committed = _consume(bootstrap, topic, expected, timeout, 1.0)
     if len(committed["records"]) >= expected:
         return False
-    uncommitted = _consume(bootstrap, topic, expected, 10.0, 1.0, "--uncommitted")
+    uncommitted = _consume(bootstrap, topic, expected, timeout, 1.0, "--uncommitted")
     return len(uncommitted["records"]) >= expected
 
 
