@@ -136,11 +136,12 @@ class PartitionTransaction:
             )
         return outcome
 
-    def _stream(self, sql: str, binary_sql: str, *, with_row: bool) -> bool:
+    def _stream(self, sql: str, binary_sql: str, *, with_row: bool, whole: bool = False) -> bool:
         """COPY the rows while Spark delivers them, checking each chunk on the way; in
         binary when every column allows it (``binary_sql``), else as CSV (``sql``).
-        False when the server refused a row: the caller then copies through the
-        isolating path (CSV, the savepoint undid the streamed rows)."""
+        False when the server refused a row (with ``whole``, also the COPY as a whole,
+        for any error but a transient one): the savepoint undid the streamed rows, and
+        the caller copies them through the isolating path."""
 
         def prepare(chunk: pa.Table) -> pa.Table:
             found = precheck(chunk, self.plan.checks)
@@ -173,7 +174,8 @@ class PartitionTransaction:
             self.cur.execute("ROLLBACK TO SAVEPOINT fanout_stream", {})
             if stream.error is not None:
                 raise stream.error from None
-            if classify(exc) != "data":
+            kind = classify(exc)
+            if kind == "transient" or (kind == "fatal" and not whole):
                 raise
             self.table = self.rows.table()
             self.rejects.clear()
@@ -194,16 +196,8 @@ class PartitionTransaction:
         (upsert: a key already there or twice here; any other row fault) or the COPY
         itself (a table with row-level security takes no ``COPY FROM``): the savepoint
         undid the copy and the caller stages the same rows and inserts them."""
-        try:
-            return self._stream(self.sql.copy_target, self.sql.copy_target_binary, with_row=False)
-        except RowRejected:  # a row failing fanout's own checks, no dead-letter target
-            raise
-        except Exception as exc:  # _stream rolled back to its savepoint before raising
-            if classify(exc) == "transient":
-                raise
-            self.table = self.rows.table()  # as _stream leaves it after a refused row
-            self.rejects.clear()
-            return False
+        copy_target, binary_sql = self.sql.copy_target, self.sql.copy_target_binary
+        return self._stream(copy_target, binary_sql, with_row=False, whole=True)
 
     def _binary_encoder(self, with_row: bool) -> binary.Encoder | None:
         schema = self.rows.schema  # write_partition took the first chunk already
