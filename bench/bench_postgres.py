@@ -77,9 +77,7 @@ def batch_sql(rows: int, version: int) -> str:
 def main() -> int:
     """Run the three variants, print the table and the ratios."""
     args = parse_args()
-    from fanout_postgres import EmbeddedPostgres, PostgresSink
-
-    from fanout.spark import local_session
+    from fanout_postgres import EmbeddedPostgres
 
     exit_on_sigterm()
     server = None
@@ -89,7 +87,7 @@ def main() -> int:
         server = EmbeddedPostgres(server_dir / "pg", delete=True)
         url = server.start()
     try:
-        code, result = measure(args, url, PostgresSink, local_session)
+        code, result = measure(args, url)
     finally:  # a failed check, an error or SIGTERM too: a server left behind keeps working
         if server is not None:
             server.stop()
@@ -99,10 +97,12 @@ def main() -> int:
     return code
 
 
-def measure(
-    args: argparse.Namespace, url: str, PostgresSink: Any, local_session: Any
-) -> tuple[int, str]:
+def measure(args: argparse.Namespace, url: str) -> tuple[int, str]:
     """The benchmark on the server at ``url``: its exit code and its last line."""
+    from fanout_postgres import PostgresSink
+
+    from fanout.spark import local_session
+
     existing = int(args.rows * args.update_fraction)
     spark = local_session("fanout-bench-postgres")
     if args.partitions is None:
