@@ -14,14 +14,16 @@ committed offsets are kept by every broker; another record on the marker topic w
 commit atomically too, but finding the newest one for a group means reading the topic.
 
 On the driver, before a batch is written, :func:`committed_partitions` reads the markers
-(one admin request per group, in parallel; no Spark job) and returns the partitions that
-already hold the batch, with what they committed.
+(one admin request per group, in parallel; no Spark job; stable offsets, as the tasks'
+read_committed consumers see them) and returns the partitions that already hold the batch,
+with what they committed.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -227,24 +229,52 @@ def _admin(config: Mapping[str, Any]) -> Any:
 
 
 def _offsets(admin: Any, topic: str, groups: list[str], timeout_s: float) -> list[int]:
-    """The committed offset of each group on partition 0 of ``topic``."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-
-    futures = [
-        admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(g, [TopicPartition(topic, 0)])],
-            request_timeout=timeout_s,
-        )[g]
-        for g in groups
-    ]
+    """The committed offset of each group on partition 0 of ``topic``: stable offsets
+    only, so the driver sees what the executors' read_committed consumers will see."""
+    futures = {g: _request_offset(admin, topic, g, timeout_s) for g in groups}
     result = []
-    for group, future in zip(groups, futures, strict=True):
-        (tp,) = future.result(timeout_s).topic_partitions
-        if tp.error is not None:
-            raise KafkaException(tp.error)
-        result.append(int(tp.offset) if tp.offset >= 0 else NO_OFFSET)
-        log.debug("marker group %s: offset %s", group, tp.offset)
+    for group in groups:
+        offset = _stable_offset(admin, topic, group, futures[group], timeout_s)
+        result.append(offset if offset >= 0 else NO_OFFSET)
+        log.debug("marker group %s: offset %s", group, offset)
     return result
+
+
+def _request_offset(admin: Any, topic: str, group: str, timeout_s: float) -> Any:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])]
+    # A transaction that committed a marker is complete for readers only once its offsets
+    # are written to the group; until then Kafka answers an unstable request with the
+    # previous offset, while the executors' read_committed consumers (which ask for stable
+    # offsets) wait. The driver must not see less than they will: a partition it thought
+    # unwritten would skip the membership check and then be skipped by its task.
+    return admin.list_consumer_group_offsets(
+        request, require_stable=True, request_timeout=timeout_s
+    )[group]
+
+
+def _stable_offset(admin: Any, topic: str, group: str, future: Any, timeout_s: float) -> int:
+    """The group's offset, asking again while the broker says a transaction's offset
+    commit is still being completed (UNSTABLE_OFFSET_COMMIT), for up to ``timeout_s``."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    deadline, pause = time.monotonic() + timeout_s, 0.02
+    while True:
+        try:
+            (tp,) = future.result(timeout_s).topic_partitions
+            error = tp.error
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if error is None or not hasattr(error, "code"):
+                raise
+        if error is None:
+            return int(tp.offset)
+        if error.code() != KafkaError.UNSTABLE_OFFSET_COMMIT or time.monotonic() >= deadline:
+            raise KafkaException(error)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+        future = _request_offset(admin, topic, group, timeout_s)
 
 
 def read_committed(settings: WriterSettings, batch_id: int) -> list[CommittedPartition]:

@@ -1,0 +1,96 @@
+"""The driver's marker reads ask for stable offsets and wait out a transaction whose offset
+commit the broker is still completing (unit tests of the logic: a fake admin client that
+answers as Kafka does; Tansu ignores ``require_stable`` and cannot show the difference)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from fanout_kafka import membership
+from fanout_kafka.errors import KafkaMarkerError
+
+from fanout.partitioned.membership import PartitionPlan
+
+PLAN = PartitionPlan(2, (("order_id", "bigint"),))
+
+
+def group(p: int) -> str:
+    return f"fanout/pipe/events/p{p}"
+
+
+class FakeAdmin:
+    """Answers each group with the next of its scripted answers: an offset, or an error
+    code (for the partition, as Kafka's OffsetFetch answers an unstable offset)."""
+
+    def __init__(self, answers: dict[str, list[int | KafkaError]]) -> None:
+        self.answers = answers
+        self.requests: list[tuple[str, bool]] = []
+
+    def list_consumer_group_offsets(self, request: list[Any], **options: Any) -> dict[str, Any]:
+        (wanted,) = request
+        name = wanted.group_id
+        stable = bool(options.get("require_stable", False))
+        self.requests.append((name, stable))
+        script = self.answers.get(name, [-1001])
+        answer = script.pop(0) if len(script) > 1 else script[0]
+        if not stable and isinstance(answer, KafkaError):
+            answer = 1  # an unstable read gets the offset before the pending commit
+        future: Future[Any] = Future()
+        if isinstance(answer, KafkaError):
+            tp = SimpleNamespace(offset=-1001, error=answer)
+        else:
+            tp = SimpleNamespace(offset=answer, error=None)
+        future.set_result(SimpleNamespace(topic_partitions=[tp]))
+        return {name: future}
+
+
+def unstable() -> KafkaError:
+    return KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT)
+
+
+@pytest.fixture
+def admin_of(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Install a fake admin for the driver's reads."""
+
+    def install(answers: dict[str, list[int | KafkaError]]) -> FakeAdmin:
+        admin = FakeAdmin(answers)
+        monkeypatch.setattr(membership, "_admin", lambda config: admin)
+        return admin
+
+    return install
+
+
+def read(batch_id: int, timeout_s: float = 5.0) -> list[int]:
+    """The partitions the driver finds holding ``batch_id``."""
+    done = membership.committed_partitions(
+        {}, "__fanout_markers", group, batch_id, PLAN, timeout_s, sink="events"
+    )
+    return [c.partition for c in done]
+
+
+def test_a_marker_whose_commit_is_being_completed_is_read_once_stable(admin_of: Any) -> None:
+    """p1 committed batch 1 (marker 2) in a transaction Kafka is still completing: the
+    driver waits for it and finds p1 holding the batch, as p1's task will."""
+    admin = admin_of({group(0): [1], group(1): [unstable(), unstable(), 2]})
+    assert read(batch_id=1) == [1]
+    assert all(stable for _, stable in admin.requests)
+    assert [g for g, _ in admin.requests].count(group(1)) == 3
+
+
+def test_a_marker_past_the_batch_behind_an_unstable_answer_is_still_refused(
+    admin_of: Any,
+) -> None:
+    admin_of({group(0): [unstable(), 3], group(1): [1]})
+    with pytest.raises(KafkaMarkerError, match="are past this batch"):
+        read(batch_id=0)
+
+
+def test_an_offset_that_stays_unstable_fails_the_read_after_the_timeout(admin_of: Any) -> None:
+    admin_of({group(0): [unstable()], group(1): [1]})
+    with pytest.raises(KafkaException) as raised:
+        read(batch_id=1, timeout_s=0.2)
+    assert raised.value.args[0].code() == KafkaError.UNSTABLE_OFFSET_COMMIT
