@@ -43,6 +43,7 @@ class Cluster:
         }
         self.admin = AdminClient(config)
         self.topics: dict[str, Any] = {}
+        self.cluster_id: str | None = None
 
     def connect(self) -> None:
         """List the cluster's topics, or fail with the bootstrap list and the cause."""
@@ -58,6 +59,7 @@ class Cluster:
                 "(security.protocol, sasl.*, ssl.*)"
             ) from exc
         self.topics = dict(metadata.topics)
+        self.cluster_id = metadata.cluster_id
 
     def partitions(self, topic: str) -> int | None:
         """The partition count of ``topic``, or ``None`` when it does not exist."""

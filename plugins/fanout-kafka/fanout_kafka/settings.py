@@ -54,6 +54,9 @@ class WriterSettings:
     retries: int = 5
     plan: PartitionPlan | None = None
     """The batch's partitioning, committed with each partition (:mod:`fanout_kafka.membership`)."""
+    end_turns: str | None = None
+    """The lock file every task holds while it commits or aborts, on a broker whose
+    transaction ends race (Tansu: :mod:`fanout_kafka.turns`); ``None`` elsewhere."""
 
     @property
     def has_dead_letters(self) -> bool:

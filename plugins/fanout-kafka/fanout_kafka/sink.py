@@ -45,6 +45,7 @@ from fanout_kafka.options import (
 from fanout_kafka.records import Encoder, batch_headers
 from fanout_kafka.settings import WriterSettings, producer_config, scope_of
 from fanout_kafka.task import KafkaPartitionWriter
+from fanout_kafka.turns import needs_turns, turn_file
 
 log = logging.getLogger("fanout_kafka")
 
@@ -141,6 +142,7 @@ class KafkaSink(PartitionedSink):
         self.transaction_timeout_ms = transaction_timeout_ms
         self.dead_letter = dead_letter
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
+        self._end_turns: str | None = None  # Tansu's transaction ends take turns (open())
         self.create_topic = create_topic
         self.order_by = order_by
         self.open_timeout_s = open_timeout_s
@@ -165,6 +167,14 @@ class KafkaSink(PartitionedSink):
         self._check_producer_config()
         cluster = Cluster(self.name, self.bootstrap_servers, self.producer, self.open_timeout_s)
         cluster.connect()
+        turns = needs_turns(cluster.cluster_id)
+        self._end_turns = turn_file(self.bootstrap_servers) if turns else None
+        if self._end_turns is not None:
+            log.info(
+                "sink %r: the broker is Tansu (cluster id %r): this sink's tasks commit and "
+                "abort their transactions one at a time (a race in Tansu, fanout_kafka.turns)",
+                self.name, cluster.cluster_id,
+            )  # fmt: skip
         spec = self._topic_spec
         cluster.ensure_topic(self.topic, "topic", spec)
         markers = TopicSpec(1, spec.replication_factor if spec else -1)
@@ -257,6 +267,7 @@ class KafkaSink(PartitionedSink):
             dead_letters=None if self._dead_topic is not None else self._dead,
             info=batch.info,
             txn_app_id=batch.txn_app_id,
+            end_turns=self._end_turns,
         )
 
     @property

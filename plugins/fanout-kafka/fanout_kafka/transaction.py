@@ -41,6 +41,7 @@ from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
 from fanout_kafka.membership import pack, plan_group_metadata
 from fanout_kafka.records import BadRecord, Record, bad_letter, dead_letter_headers
 from fanout_kafka.settings import WriterSettings
+from fanout_kafka.turns import turn
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -242,7 +243,7 @@ class PartitionWriter:
                     "send the partition plan",
                     lambda: producer.send_offsets_to_transaction([plan], group, self._timeout),
                 )
-            self._retrying("commit", lambda: producer.commit_transaction(self._timeout))
+            self._retrying("commit", lambda: self._end(producer.commit_transaction))
         except BaseException as exc:
             fatal = self._abort()
             if classify(exc)[0] == "fenced":  # an epoch bumped by the coordinator's timeout?
@@ -346,11 +347,16 @@ class PartitionWriter:
             self._consumer = Consumer(self.settings.consumer_config(self.partition))
         return self._consumer
 
+    def _end(self, end: Callable[[float], None]) -> None:
+        """Commit or abort, in turn with the other tasks where the broker needs it."""
+        with turn(self.settings.end_turns):
+            end(self._timeout)
+
     def _abort(self) -> KafkaError | None:
         """Abort the open transaction; returns the producer's fatal error, if it has one
         (a fenced or fatal producer cannot abort: the broker aborts for it)."""
         try:
-            self._producer.abort_transaction(self._timeout)
+            self._end(self._producer.abort_transaction)
         except KafkaException as exc:
             err = exc.args[0]
             log.debug("abort of %s failed: %s", self.transactional_id, err)
