@@ -25,8 +25,9 @@ from fanout.contract.sink import SinkContext
 WRITERS, BATCHES, ROUNDS, ROWS = 4, 3, 30, 12
 
 
-def hold(path: str | None, inside: str, log: str, holds: int) -> None:
+def hold(path: str | None, inside: str, log: str, holds: int, start: Any) -> None:
     """In another process: enter the turn ``holds`` times, noting any overlap."""
+    start.wait(60)  # every process imported this module: start together
     for _ in range(holds):
         with turn(path):
             marker_file = Path(inside)
@@ -44,7 +45,8 @@ def test_a_turn_is_held_by_one_process_at_a_time(tmp_path: Path, locked: bool) -
     path = str(tmp_path / "ends.lock") if locked else None
     inside, log = str(tmp_path / "inside"), str(tmp_path / "log")
     context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=hold, args=(path, inside, log, 10)) for _ in range(3)]
+    start = context.Barrier(3)
+    workers = [context.Process(target=hold, args=(path, inside, log, 10, start)) for _ in range(3)]
     for w in workers:
         w.start()
     for w in workers:
