@@ -264,10 +264,8 @@ def _stable_offset(admin: Any, topic: str, group: str, future: Any, timeout_s: f
         try:
             (tp,) = future.result(timeout_s).topic_partitions
             error = tp.error
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if error is None or not hasattr(error, "code"):
-                raise
+        except KafkaException as exc:  # the request failed as a whole
+            error = exc.args[0]
         if error is None:
             return int(tp.offset)
         if error.code() != KafkaError.UNSTABLE_OFFSET_COMMIT or time.monotonic() >= deadline:

@@ -23,10 +23,11 @@ def group(p: int) -> str:
 
 
 class FakeAdmin:
-    """Answers each group with the next of its scripted answers: an offset, or an error
-    code (for the partition, as Kafka's OffsetFetch answers an unstable offset)."""
+    """Answers each group with the next of its scripted answers: an offset, an error code
+    for the partition (as Kafka's OffsetFetch answers an unstable offset), or an exception
+    (the request failed as a whole)."""
 
-    def __init__(self, answers: dict[str, list[int | KafkaError]]) -> None:
+    def __init__(self, answers: dict[str, list[int | KafkaError | KafkaException]]) -> None:
         self.answers = answers
         self.requests: list[tuple[str, bool]] = []
 
@@ -40,6 +41,9 @@ class FakeAdmin:
         if not stable and isinstance(answer, KafkaError):
             answer = 1  # an unstable read gets the offset before the pending commit
         future: Future[Any] = Future()
+        if isinstance(answer, KafkaException):
+            future.set_exception(answer)
+            return {name: future}
         if isinstance(answer, KafkaError):
             tp = SimpleNamespace(offset=-1001, error=answer)
         else:
@@ -56,7 +60,7 @@ def unstable() -> KafkaError:
 def admin_of(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Install a fake admin for the driver's reads."""
 
-    def install(answers: dict[str, list[int | KafkaError]]) -> FakeAdmin:
+    def install(answers: dict[str, list[int | KafkaError | KafkaException]]) -> FakeAdmin:
         admin = FakeAdmin(answers)
         monkeypatch.setattr(membership, "_admin", lambda config: admin)
         return admin
@@ -79,6 +83,12 @@ def test_a_marker_whose_commit_is_being_completed_is_read_once_stable(admin_of: 
     assert read(batch_id=1) == [1]
     assert all(stable for _, stable in admin.requests)
     assert [g for g, _ in admin.requests].count(group(1)) == 3
+
+
+def test_a_request_refused_as_unstable_is_asked_again(admin_of: Any) -> None:
+    admin = admin_of({group(0): [KafkaException(unstable()), 2], group(1): [1]})
+    assert read(batch_id=1) == [0]
+    assert [g for g, _ in admin.requests].count(group(0)) == 2
 
 
 def test_a_marker_past_the_batch_behind_an_unstable_answer_is_still_refused(
