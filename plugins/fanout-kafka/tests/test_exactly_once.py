@@ -30,7 +30,8 @@ from tests.integration.streams import SCHEMA, committed_marks, run_stream, write
 FILES, ROWS, PARTITIONS = 3, 25, 4
 ATTEMPTS = 3
 """Streams tried on Tansu before the module fails: a stuck last stable offset withholds
-the later batches' markers (plugins/fanout-kafka/README.md), about 1 stream in 8 here."""
+the later batches' markers (plugins/fanout-kafka/README.md; about 1 stream in 8 here
+before the sink's transaction ends took turns on Tansu)."""
 
 
 @dataclass
