@@ -64,6 +64,26 @@ class PartitionInput:
     membership: bool = True
     keyed: bool = True
     sort: Sequence[str] = ()
+    renamed: Sequence[tuple[str, str]] | None = None
+    """When ``df`` is the batch's own columns under (possibly) other names, the pairs
+    ``(batch column, input column)`` in ``df``'s order; ``None`` for any other input. Only
+    an input that says so can share a task with other sinks."""
+
+
+@dataclass(frozen=True)
+class PreparedPartitions:
+    """A batch checked and ready for its partition tasks (:meth:`PartitionedSink.
+    prepare_partitions`).
+
+    :param given: the sink's partition input.
+    :param parted: ``given.df`` partitioned (with the member column when membership is
+        kept, sorted when asked): what the sink's own job reads.
+    :param task: the picklable partition task.
+    """
+
+    given: PartitionInput
+    parted: Any
+    task: PartitionTask
 
 
 class PartitionedSink(Sink):
@@ -89,9 +109,10 @@ class PartitionedSink(Sink):
         :meth:`partitioned_by` (the whole row for ``"*"`` or ``None``)."""
         by = self.partitioned_by()
         columns = list(batch.df.columns)
+        same = [(c, c) for c in columns]
         if by is None or by == WHOLE_ROW:
-            return PartitionInput(batch.df, columns, keyed=False)
-        return PartitionInput(batch.df, list(by))
+            return PartitionInput(batch.df, columns, keyed=False, renamed=same)
+        return PartitionInput(batch.df, list(by), renamed=same)
 
     def batch_partitioning(self, schema: Any) -> BatchPartitioning | None:
         """:meth:`partitioned_by`'s columns (every column of ``schema`` for ``"*"``) into
@@ -153,6 +174,21 @@ class PartitionedSink(Sink):
     def write(self, batch: Batch) -> SinkResult:
         """Check the target answers, partition, check, write every partition from the
         executors, roll up."""
+        prepared = self.prepare_partitions(batch)
+        return self.finish_partitions(batch, prepared, self.run_partitions(prepared))
+
+    def run_partitions(self, prepared: PreparedPartitions) -> list[PartitionOutcome]:
+        """The sink's own Spark job: one task per partition, each reporting its outcome."""
+        job = prepared.parted.mapInArrow(prepared.task, RESULT_DDL)
+        plan_without_adaptive(job)  # one task per partition: nothing to adapt
+        return [PartitionOutcome.from_json(r["outcome"]) for r in job.collect()]
+
+    def prepare_partitions(self, batch: Batch) -> PreparedPartitions:
+        """Everything :meth:`write` does on the driver before the executors write: the
+        preflight, the determinism and membership checks (which refuse the batch before
+        any partition is written), the partitioned input and the picklable task. A shared
+        task (:mod:`fanout.partitioned.shared`) runs :attr:`PreparedPartitions.task` with
+        other sinks' in one Spark job."""
         self.preflight(batch)
         given = self.partition_input(batch)
         from pyspark.sql import functions as F
@@ -171,13 +207,16 @@ class PartitionedSink(Sink):
         if given.sort:
             parted = parted.sortWithinPartitions(*given.sort)
         task = PartitionTask(self.partition_writer(batch, plan), self._hooks(batch))
-        job = parted.mapInArrow(task, RESULT_DDL)
-        plan_without_adaptive(job)  # one task per partition: nothing to adapt
-        rows = job.collect()
-        outcomes = sorted(
-            (PartitionOutcome.from_json(r["outcome"]) for r in rows), key=lambda o: o.partition
-        )
-        if not outcomes and given.df.isEmpty():
+        return PreparedPartitions(given, parted, task)
+
+    def finish_partitions(
+        self, batch: Batch, prepared: PreparedPartitions, outcomes: Sequence[PartitionOutcome]
+    ) -> SinkResult:
+        """On the driver, once the partition tasks reported: check every partition did,
+        raise the error naming the failed ones, else :meth:`after_partitions` and the roll
+        up into one result."""
+        outcomes = sorted(outcomes, key=lambda o: o.partition)
+        if not outcomes and prepared.given.df.isEmpty():
             # Spark plans an empty batch without the repartition (no task at all)
             outcomes = [PartitionOutcome(p, "empty") for p in range(self.partitions)]
         self._check_coverage(batch, outcomes)

@@ -160,19 +160,28 @@ class PartitionTask:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Write this task's partition (its index is the Spark partition id)."""
         import pyarrow as pa
-        from pyspark import TaskContext
 
-        context = TaskContext.get()
-        partition = context.partitionId() if context is not None else 0
-        digest = MemberDigest()
-        try:
-            outcome = self.writer.write_partition(
-                partition, digest.strip(batches), self.hooks, digest
-            )
-        except Exception as exc:  # a writer's own error, or a commit hook's veto
-            outcome = failed_outcome(partition, exc)
+        partition = task_partition()
+        outcome = self.outcome(partition, batches)
         freeze_long_lived_objects()  # once per worker: see fanout.partitioned.worker_gc
         yield pa.RecordBatch.from_pydict(
             {"partition": [partition], "outcome": [outcome.to_json()]},
             schema=pa.schema([("partition", pa.int32()), ("outcome", pa.string())]),
         )
+
+    def outcome(self, partition: int, batches: Iterator[pa.RecordBatch]) -> PartitionOutcome:
+        """Hand ``batches`` to the writer as ``partition``; what it raises (a commit
+        hook's veto included) becomes a failed outcome."""
+        digest = MemberDigest()
+        try:
+            return self.writer.write_partition(partition, digest.strip(batches), self.hooks, digest)
+        except Exception as exc:  # a writer's own error, or a commit hook's veto
+            return failed_outcome(partition, exc)
+
+
+def task_partition() -> int:
+    """The Spark partition id of the running task (0 outside a Spark task)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else 0

@@ -205,7 +205,10 @@ class KafkaSink(PartitionedSink):
         self._check_columns(list(df.columns), dict(df.dtypes), batch.batch_id)
         keys = self._key_columns
         order = columns(self.name, "order_by", self.order_by) or ()
-        return PartitionInput(df, list(keys or df.columns), keyed=bool(keys), sort=order)
+        same = [(c, c) for c in df.columns]
+        return PartitionInput(
+            df, list(keys or df.columns), keyed=bool(keys), sort=order, renamed=same
+        )
 
     def committed_partitions(
         self, batch: Batch, plan: PartitionPlan

@@ -205,7 +205,10 @@ class PostgresSink(PartitionedSink):
         projected = df.selectExpr(*[f"{quoted(s)} AS {quoted(t)}" for s, t in plan.columns])
         keyed = bool(plan.keys) and plan.hash_columns == plan.keys
         append = plan.mode == "append"
-        return PartitionInput(projected, list(plan.hash_columns), membership=append, keyed=keyed)
+        return PartitionInput(
+            projected, list(plan.hash_columns), membership=append, keyed=keyed,
+            renamed=list(plan.columns),
+        )  # fmt: skip
 
     def batch_partitioning(self, schema: Any) -> BatchPartitioning | None:
         """The plan's hash columns under their batch names, once a batch of ``schema`` was
