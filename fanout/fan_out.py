@@ -56,6 +56,7 @@ from fanout.steps.partition import partition_if_shared
 from fanout.steps.persist import persist_if_shared
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
+from fanout.steps.share import group_shared_tasks
 from fanout.steps.state import BatchState
 from fanout.steps.write import write_all
 
@@ -91,6 +92,10 @@ class FanOut:
         ``on_failure="lag"`` or ``backfill_from`` (docs/architecture.md §14).
     :param probe_interval_s: how long a lagging sink waits between catch-up attempts
         while it keeps failing.
+    :param share_tasks: sinks of the partitioned-sink kit that hash the batch alike write
+        their first attempt in one Spark job, each partition's task handing the rows to
+        every such sink's writer (one read of the batch for all of them;
+        docs/architecture.md §3.4). ``False``: each sink runs its own job.
     :param on_checkpoint_reset: ``"refuse"`` (default): a lost or replaced checkpoint
         raises :class:`fanout.CheckpointResetError`. ``"new_epoch"``: continue under a new
         epoch, whose transaction ids are new, so every batch of the new query is written
@@ -123,13 +128,14 @@ class FanOut:
         on_checkpoint_reset: Literal["refuse", "new_epoch"] = "refuse",
         spool: str | None = None,
         probe_interval_s: float = 10.0,
+        share_tasks: bool = True,
     ) -> None:
         self._recipe = Recipe.of(
             pipeline, ledger, sinks,
             dict(parallelism=parallelism, retries=retries, backoff_s=backoff_s,
                  plugins=tuple(plugins), checkpoint_location=checkpoint_location,
                  on_checkpoint_reset=on_checkpoint_reset, spool=spool,
-                 probe_interval_s=probe_interval_s),
+                 probe_interval_s=probe_interval_s, share_tasks=share_tasks),
         )  # fmt: skip
         plugins = self._recipe.options["plugins"]
         self.pipeline = check_name(pipeline, "pipeline")
@@ -142,6 +148,7 @@ class FanOut:
         if parallelism is not None and parallelism < 1:
             raise ConfigurationError(f"pipeline {pipeline!r}: parallelism must be >= 1")
         self.parallelism = parallelism
+        self.share_tasks = bool(share_tasks)
         self.retry = RetryPolicy(retries=retries, backoff_s=backoff_s)
         self._plugins = tuple(plugins)
         registry = load_registry(self._plugins)
@@ -310,6 +317,8 @@ class FanOut:
         if state.pending or state.lagging or state.lagged:  # lagged: could not be opened
             try:
                 partition_if_shared(state, self.specs)  # 4. partition once,
+                if self.share_tasks:
+                    group_shared_tasks(state, self.specs)  # share tasks
                 persist_if_shared(state, self.specs)  # and persist
                 spooling = None
                 if state.pending:

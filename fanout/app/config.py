@@ -32,6 +32,7 @@ SECTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
         "stop_timeout_s": (int, float),
         "spool": str,
         "probe_interval_s": (int, float),
+        "share_tasks": bool,
     },
     "spark": {"master": str, "app_name": str, "conf": dict},
     "source": {"format": str, "options": dict, "schema": str, "transform": str, "path": str},
@@ -59,6 +60,7 @@ class PipelineConfig:
     stop_timeout_s: float = 60.0
     spool: str | None = None
     probe_interval_s: float = 10.0
+    share_tasks: bool = True
     path: Path | None = None
 
 
@@ -195,6 +197,7 @@ def parse(
         stop_timeout_s=float(pipeline.get("stop_timeout_s", 60.0)),
         spool=pipeline.get("spool"),
         probe_interval_s=float(pipeline.get("probe_interval_s", 10.0)),
+        share_tasks=pipeline.get("share_tasks", True),
         path=path,
     )
 

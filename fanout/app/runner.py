@@ -137,6 +137,7 @@ def build_fanout(
         spark=spark,
         spool=config.spool,
         probe_interval_s=config.probe_interval_s,
+        share_tasks=config.share_tasks,
     )
 
 

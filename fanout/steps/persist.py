@@ -17,10 +17,12 @@ def persist_if_shared(state: BatchState, specs: Mapping[str, SinkSpec]) -> bool:
     ``state.persisted`` (step 7 unpersists) and returns it.
 
     Sinks reading Arrow share one conversion per route, so together they read the
-    DataFrame once per distinct route; each sink reading the DataFrame reads it once; the
-    spool reads it once when a sink is behind (step 6b).
+    DataFrame once per distinct route; each sink reading the DataFrame reads it once, and
+    sinks sharing their tasks (:mod:`fanout.steps.share`) once together; the spool reads
+    it once when a sink is behind (step 6b).
     """
     readers = readers_of(state.pending, specs) + (1 if state.lagging or state.lagged else 0)
+    readers -= sum(len(group) - 1 for group in state.share_groups)  # one shared job each
     state.persisted = readers > 1 and hasattr(state.df, "persist")
     if state.persisted:
         persist_uncompressed(state.df, keep_partitioning=state.partitioning is not None)

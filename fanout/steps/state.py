@@ -40,6 +40,9 @@ class BatchState:
     partitioning: BatchPartitioning | None = None
     """The hash partitioning step 4 gave ``df`` (then ``df`` is the repartitioned batch),
     shared by the sinks that would each have partitioned it so."""
+    share_groups: list[tuple[str, ...]] = field(default_factory=list)
+    """Pending sinks whose first attempt writes in one shared job, per group (step 4,
+    :mod:`fanout.steps.share`): each group reads the batch once."""
     persisted: bool = False
     """Whether step 4 persisted ``df`` (so step 7 unpersists it)."""
     routes: BatchRoutes | None = None

@@ -22,6 +22,7 @@ from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, SinkInput
 from fanout.sink_spec import SinkSpec
 from fanout.steps.record import Recorder, SinkWriting, WritingSinks
+from fanout.steps.share import SharedPass, shared_passes
 from fanout.steps.state import BatchState
 
 log = logging.getLogger("fanout")
@@ -40,15 +41,19 @@ def write_all(
     """Write (and mark) every pending sink, in parallel threads (at most ``parallelism``);
     fills ``state.results`` and ``state.failures``. A sink's failure never stops another."""
     writing = WritingSinks()  # a written sink's mark waits for those still writing
+    batches = {name: _batch_for(state, name, routes.input_for(name)) for name in state.pending}
+    groups = [g for g in state.share_groups if all(_whole(routes.input_for(n)) for n in g)]
+    passes = shared_passes(groups, routes.df, batches, specs)
     runners = [
         SinkRunner(
             specs[name].sink,
-            _batch_for(state, name, routes.input_for(name)),
+            batches[name],
             routes.input_for(name),
             record,
             specs[name].retry or retry,
             hooks,
             writing.member(),
+            passes.get(name),
         )
         for name in state.pending
     ]
@@ -70,6 +75,11 @@ def _batch_for(state: BatchState, name: str, given: SinkInput) -> Batch:
     info = state.info
     app_id = txn_app_id(info.pipeline, name, info.epoch)
     return Batch(given.df, info, name, app_id, _arrow=given.arrow)
+
+
+def _whole(given: SinkInput) -> bool:
+    # the batch itself: no rows set aside by a route, nothing blocking the sink
+    return given.blocked is None and not given.letters and given.explain is None
 
 
 def in_spark_thread(fn: Any, df: Any) -> Any:
@@ -124,6 +134,8 @@ class SinkRunner:
     :param record: the ledger writer of step 6.
     :param writing: the sink's place among its batch's sinks writing at the same time,
         whose ledger marks share a commit when they finish close together.
+    :param shared: the shared job writing the sink's first attempt with other sinks'
+        (:mod:`fanout.steps.share`); later attempts write alone.
     """
 
     sink: Sink
@@ -133,6 +145,7 @@ class SinkRunner:
     retry: RetryPolicy
     hooks: HookCaller
     writing: SinkWriting = field(default_factory=lambda: WritingSinks().member())
+    shared: SharedPass | None = None
 
     def run(self) -> SinkOutcome:
         """Never raises for a sink's own failure: returns it in the outcome."""
@@ -154,7 +167,7 @@ class SinkRunner:
             self.writing.start()
             try:
                 routed = self._route_dead_letters(batch)
-                result = as_result(self.sink.write(batch), self.sink)
+                result = as_result(self._write(batch), self.sink)
                 if routed:
                     result = replace(
                         result,
@@ -200,6 +213,11 @@ class SinkRunner:
                 extra=batch_fields(info.pipeline, info.batch_id, name),
             )
             return SinkOutcome(name, result=result)
+
+    def _write(self, batch: Batch) -> object:
+        if self.shared is not None and batch.attempt == 1:
+            return self.shared.write(self.sink.name)
+        return self.sink.write(batch)
 
     def _refuse(self, error: Exception) -> SinkOutcome:
         """Fail the sink without writing it (an error found before any write)."""

@@ -110,19 +110,22 @@ class KillAt:
 class VetoOnce:
     """Vetoes partition ``partition`` of batch ``batch`` once, after its rows were written
     and before its commit: an aborted attempt. Records what it vetoed in ``state`` (JSON),
-    which also makes it veto only once across processes."""
+    which also makes it veto only once across processes. With ``sink``, only that sink's
+    partition is vetoed."""
 
-    def __init__(self, *, batch: int, partition: int, state: str) -> None:
+    def __init__(self, *, batch: int, partition: int, state: str, sink: str | None = None) -> None:
         self.veto_batch, self.veto_partition, self.state = batch, partition, state
+        self.veto_sink = sink
 
     @hookimpl
     def fanout_partition_commit(self, commit: PartitionCommit) -> None:
         """Abort the chosen partition's first attempt with a transient error."""
         state = Path(self.state)
         chosen = (commit.batch_id, commit.partition) == (self.veto_batch, self.veto_partition)
+        chosen = chosen and self.veto_sink in (None, commit.sink)
         if chosen and not state.exists():
             vetoed = {"batch": commit.batch_id, "partition": commit.partition,
-                      "records": commit.written}  # fmt: skip
+                      "records": commit.written, "sink": commit.sink}  # fmt: skip
             state.write_text(json.dumps(vetoed))
             raise TransientSinkError(
                 "injected veto before commit", sink=commit.sink, batch_id=commit.batch_id

@@ -49,12 +49,14 @@ def partitions_of(directory: Path) -> dict[int, list[int]]:
     return found
 
 
-def fan_out(spark: Any, tmp_path: Path, sinks: list[Any]) -> dict[str, Any]:
+def fan_out(
+    spark: Any, tmp_path: Path, sinks: list[Any], *, share_tasks: bool = True
+) -> dict[str, Any]:
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules["partitioned_sink"])
     df = spark.createDataFrame([(i, f"v{i}") for i in range(ROWS)], "id INT, v STRING")
-    fan = FanOut("shared", MemoryLedger(), sinks, retries=0)
+    fan = FanOut("shared", MemoryLedger(), sinks, retries=0, share_tasks=share_tasks)
     results = fan.process(df, BatchInfo("shared", 0, "q"))
     assert sorted(results) == sorted(s.name for s in sinks)
     return results
@@ -72,9 +74,11 @@ def expected_partitions(spark: Any, partitions: int) -> dict[int, list[int]]:
 
 
 def test_two_sinks_hashing_alike_share_one_shuffle(spark: Any, tmp_path: Path) -> None:
+    # their own jobs (share_tasks=False) read one cache, partitioned once; sharing their
+    # tasks (the default) reads the batch once: tests/integration/test_shared_tasks.py
     a = PlanWatchingSink("a", directory=str(tmp_path / "a"), partitions=3)
     b = PlanWatchingSink("b", directory=str(tmp_path / "b"), partitions=3)
-    results = fan_out(spark, tmp_path, [a, b])
+    results = fan_out(spark, tmp_path, [a, b], share_tasks=False)
     assert a.shuffles == [0] and b.shuffles == [0]
     expected = expected_partitions(spark, 3)
     assert sum(len(ids) for ids in expected.values()) == ROWS

@@ -1,0 +1,156 @@
+"""With real Spark, PostgreSQL and a Kafka-protocol broker: a PostgreSQL table and a Kafka
+topic keyed alike (``order_id``, 4 partitions) write each batch in one shared Spark job
+(one task per partition hands the rows to both writers), each exactly once; a sink that
+fails in the shared task retries alone while the other keeps its write."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafkatools import create_topic, read_topic
+from pgcheck import query
+
+from fanout import BatchInfo, FanOut, SinkResult, hookimpl
+from fanout.ledger.memory import MemoryLedger
+from fanout.testing.faults import VetoOnce
+from tests.chaos.services import embedded_services
+
+PARTITIONS, BATCHES, ROWS = 4, 3, 20
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """``(postgres_url, kafka_bootstrap)``."""
+    with embedded_services(tmp_path_factory.mktemp("services")) as found:
+        yield found
+
+
+class Results:
+    """An observer keeping each sink's results and errors, per batch."""
+
+    def __init__(self) -> None:
+        self.done: dict[tuple[str, int], dict[str, Any]] = {}
+        self.errors: list[tuple[str, int, int]] = []
+
+    @hookimpl
+    def fanout_sink_done(
+        self, info: BatchInfo, sink: str, result: SinkResult, duration_s: float
+    ) -> None:
+        self.done[(sink, info.batch_id)] = dict(result.details)
+
+    @hookimpl
+    def fanout_sink_error(
+        self, info: BatchInfo, sink: str, error: BaseException, attempt: int, will_retry: bool
+    ) -> None:
+        self.errors.append((sink, info.batch_id, attempt))
+
+
+def _sinks(url: str, bootstrap: str, suffix: str) -> list[dict[str, Any]]:
+    topic = f"shared-{suffix}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    return [
+        {"type": "postgres", "name": "pg", "url": url, "table": f"orders_{suffix}",
+         "keys": ["order_id"], "partitions": PARTITIONS, "create_table": True},
+        {"type": "kafka", "name": "kafka", "bootstrap_servers": bootstrap, "topic": topic,
+         "key": "order_id", "partitions": PARTITIONS, "marker_topic": f"markers-{suffix}"},
+    ]  # fmt: skip
+
+
+def _batch(spark: Any, batch_id: int) -> Any:
+    ids = range(batch_id * ROWS, (batch_id + 1) * ROWS)
+    rows = [(i, f"c{i % 3}", i * 1.5) for i in ids]
+    return spark.createDataFrame(rows, "order_id INT, customer STRING, amount DOUBLE")
+
+
+def _stream(spark: Any, fan: FanOut) -> list[int]:
+    """Fan out every batch; how many ``mapInArrow`` jobs Spark ran for each."""
+    return [_arrow_jobs(spark, fan, batch_id) for batch_id in range(BATCHES)]
+
+
+def _arrow_jobs(spark: Any, fan: FanOut, batch_id: int) -> int:
+    store = spark._jsparkSession.sharedState().statusStore()
+    df = _batch(spark, batch_id)
+    before = store.executionsList().size()
+    fan.process(df, BatchInfo(fan.pipeline, batch_id, "q"))
+    executions = store.executionsList()
+    plans = [
+        executions.apply(i).physicalPlanDescription() for i in range(before, executions.size())
+    ]
+    return sum("MapInArrow" in plan for plan in plans)
+
+
+def _check_targets(url: str, bootstrap: str, suffix: str) -> None:
+    expected = {i: (f"c{i % 3}", i * 1.5) for i in range(BATCHES * ROWS)}
+    rows = query(url, f"SELECT order_id, customer, amount FROM orders_{suffix}")
+    assert Counter(r[0] for r in rows) == Counter(list(expected))  # each id once
+    assert {r[0]: (r[1], r[2]) for r in rows} == expected
+    records = read_topic(bootstrap, f"shared-{suffix}", len(expected))
+    assert Counter(int(r["key"]) for r in records) == Counter(list(expected))
+    values = {int(r["key"]): json.loads(r["value"]) for r in records}
+    assert values == {
+        i: {"order_id": i, "customer": c, "amount": a} for i, (c, a) in expected.items()
+    }
+
+
+def test_sinks_keyed_alike_write_each_batch_in_one_job(
+    spark: Any, services: tuple[str, str]
+) -> None:
+    url, bootstrap = services
+    suffix = uuid.uuid4().hex[:8]
+    results = Results()
+    fan = FanOut(f"sh{suffix}", MemoryLedger(), _sinks(url, bootstrap, suffix), retries=0,
+                 plugins=[results])  # fmt: skip
+    jobs = _stream(spark, fan)
+    # batch 0: PostgreSQL cannot tell its partitioning before its first write (it reads
+    # the table), so each sink runs its own job; from batch 1 on, one job for both
+    assert jobs == [2, 1, 1]
+    assert "shared_with" not in results.done[("pg", 0)]
+    for batch_id in (1, 2):
+        assert results.done[("pg", batch_id)]["shared_with"] == ["kafka"]
+        assert results.done[("kafka", batch_id)]["shared_with"] == ["pg"]
+        for sink in ("pg", "kafka"):
+            assert results.done[(sink, batch_id)]["committed_partitions"] == [0, 1, 2, 3]
+    assert results.errors == []
+    _check_targets(url, bootstrap, suffix)
+
+
+def test_without_sharing_each_sink_runs_its_own_job(spark: Any, services: tuple[str, str]) -> None:
+    url, bootstrap = services
+    suffix = uuid.uuid4().hex[:8]
+    results = Results()
+    fan = FanOut(f"sh{suffix}", MemoryLedger(), _sinks(url, bootstrap, suffix), retries=0,
+                 plugins=[results], share_tasks=False)  # fmt: skip
+    jobs = _stream(spark, fan)
+    assert jobs == [2, 2, 2]
+    assert not any("shared_with" in details for details in results.done.values())
+    _check_targets(url, bootstrap, suffix)
+
+
+def test_a_sink_failing_in_the_shared_task_retries_alone_and_the_other_keeps_its_write(
+    spark: Any, services: tuple[str, str], tmp_path: Path
+) -> None:
+    url, bootstrap = services
+    suffix = uuid.uuid4().hex[:8]
+    results = Results()
+    state = tmp_path / "veto.json"
+    veto = VetoOnce(batch=1, partition=2, state=str(state), sink="pg")
+    fan = FanOut(f"sh{suffix}", MemoryLedger(), _sinks(url, bootstrap, suffix), retries=1,
+                 backoff_s=0.01, plugins=[results, veto])  # fmt: skip
+    _stream(spark, fan)
+    vetoed = json.loads(state.read_text())
+    assert (vetoed["sink"], vetoed["batch"], vetoed["partition"]) == ("pg", 1, 2)
+    # PostgreSQL's shared attempt failed (partition 2 vetoed, rolled back) and its retry
+    # ran alone; Kafka's shared attempt committed every partition, once
+    assert results.errors == [("pg", 1, 1)]
+    assert "shared_with" not in results.done[("pg", 1)]
+    assert results.done[("kafka", 1)]["shared_with"] == ["pg"]
+    assert results.done[("kafka", 1)]["committed_partitions"] == [0, 1, 2, 3]
+    assert results.done[("pg", 2)]["shared_with"] == ["kafka"]
+    assert fan.ledger.last_committed(fan.pipeline, ["pg", "kafka"]) == {"pg": 2, "kafka": 2}
+    _check_targets(url, bootstrap, suffix)

@@ -1,0 +1,176 @@
+"""The shared partition task (one Spark task, several sinks' writers, each in a thread) and
+who shares, without Spark: fake writers read Arrow batches as the kit's writers do."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from fanout.contract.partitions import BatchPartitioning
+from fanout.partitioned.membership import MEMBER_COLUMN, MemberDigest
+from fanout.partitioned.outcome import PartitionOutcome
+from fanout.partitioned.shared import FEED_DEPTH, SharedMember, SharedPartitionTask
+from fanout.partitioned.sink import PartitionedSink
+from fanout.partitioned.task import CommitHooks, PartitionTask
+from fanout.routes.route import Route
+from fanout.sink_spec import SinkSpec
+from fanout.steps.share import share_groups, shares_tasks
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int32(), nullable=False),
+        pa.field("v", pa.string()),
+        pa.field(MEMBER_COLUMN, pa.int64()),
+    ]
+)
+
+
+def _batches(count: int, rows: int = 3) -> list[pa.RecordBatch]:
+    out = []
+    for b in range(count):
+        ids = list(range(b * rows, (b + 1) * rows))
+        out.append(
+            pa.RecordBatch.from_pydict(
+                {"id": ids, "v": [f"v{i}" for i in ids], MEMBER_COLUMN: [i * 10 for i in ids]},
+                schema=SCHEMA,
+            )
+        )
+    return out
+
+
+class Writer:
+    """Reads its partition; fails after ``fail_after`` batches, or returns at once
+    (``skip``), or commits what it read (the outcome's ``rows``)."""
+
+    def __init__(self, *, fail_after: int | None = None, skip: bool = False) -> None:
+        self.fail_after, self.skip = fail_after, skip
+        self.seen: list[pa.RecordBatch] = []
+        self.committed = False
+        self.digest: tuple[int, int] | None = None
+
+    def write_partition(
+        self, partition: int, batches: Iterator[pa.RecordBatch], hooks: CommitHooks,
+        digest: MemberDigest,
+    ) -> PartitionOutcome:  # fmt: skip
+        if self.skip:
+            return PartitionOutcome(partition, "skipped")
+        for batch in batches:
+            if self.fail_after is not None and len(self.seen) == self.fail_after:
+                raise ValueError(f"bad row after {len(self.seen)} batches")
+            self.seen.append(batch)
+        self.committed = True
+        self.digest = (digest.rows, digest.checksum)
+        rows = sum(b.num_rows for b in self.seen)
+        return PartitionOutcome(partition, "committed", rows=rows, written=rows)
+
+
+def _member(writer: Writer, columns: Sequence[tuple[str, str]], membership: bool) -> SharedMember:
+    return SharedMember(PartitionTask(writer, CommitHooks("p", "s", 0)), tuple(columns), membership)
+
+
+def test_each_writer_reads_its_own_columns_under_its_own_names() -> None:
+    a, b = Writer(), Writer()
+    task = SharedPartitionTask(
+        (_member(a, [("id", "id"), ("v", "v")], True), _member(b, [("id", "key")], False))
+    )
+    outcomes = task.outcomes(2, iter(_batches(3)))
+    assert [(o.partition, o.status, o.rows) for o in outcomes] == [
+        (2, "committed", 9),
+        (2, "committed", 9),
+    ]
+    assert [s.names for s in (a.seen[0].schema, b.seen[0].schema)] == [["id", "v"], ["key"]]
+    assert b.seen[0].schema.field("key").nullable is False  # the batch's Arrow field, renamed
+    assert [x for s in a.seen for x in s.column("v").to_pylist()] == [f"v{i}" for i in range(9)]
+    assert [x for s in b.seen for x in s.column("key").to_pylist()] == list(range(9))
+    assert a.digest == (9, sum(i * 10 for i in range(9)))  # its member column, summed
+    assert b.digest == (0, 0)  # no membership: no member column
+
+
+def test_a_writer_failing_midway_fails_alone() -> None:
+    bad, good = Writer(fail_after=1), Writer()
+    task = SharedPartitionTask(
+        (_member(bad, [("id", "id")], True), _member(good, [("id", "id")], True))
+    )
+    failed, committed = task.outcomes(0, iter(_batches(2 * FEED_DEPTH + 3)))
+    assert failed.status == "failed" and failed.failure is not None
+    assert failed.failure.message == "ValueError: bad row after 1 batches"
+    assert not bad.committed
+    assert (committed.status, committed.rows) == ("committed", 3 * (2 * FEED_DEPTH + 3))
+
+
+def test_a_writer_that_stops_reading_is_no_longer_fed() -> None:
+    skipper, good = Writer(skip=True), Writer()
+    task = SharedPartitionTask(
+        (_member(skipper, [("id", "id")], True), _member(good, [("v", "v")], False))
+    )
+    found: list[list[PartitionOutcome]] = []
+    thread = threading.Thread(target=lambda: found.append(task.outcomes(1, iter(_batches(20)))))
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive(), "the task waited for a writer that stopped reading"
+    [(skipped, committed)] = found
+    assert (skipped.status, committed.status, committed.rows) == ("skipped", "committed", 60)
+
+
+def test_an_input_failing_midway_reaches_every_writer_and_fails_the_task() -> None:
+    def failing() -> Iterator[pa.RecordBatch]:
+        yield from _batches(2)
+        raise OSError("shuffle block lost")
+
+    a, b = Writer(), Writer()
+    task = SharedPartitionTask((_member(a, [("id", "id")], True), _member(b, [("v", "v")], True)))
+    with pytest.raises(OSError, match="shuffle block lost"):
+        task.outcomes(0, failing())
+    assert not a.committed and not b.committed  # neither commits a part of its partition
+    assert len(a.seen) == len(b.seen) == 2
+
+
+def test_the_task_yields_one_row_per_member() -> None:
+    a, b = Writer(), Writer(skip=True)
+    task = SharedPartitionTask((_member(a, [("id", "id")], True), _member(b, [("id", "id")], True)))
+    [result] = list(task(iter(_batches(1))))
+    assert result.column("member").to_pylist() == [0, 1]
+    assert result.column("partition").to_pylist() == [0, 0]  # outside Spark: partition 0
+    statuses = [PartitionOutcome.from_json(o).status for o in result.column("outcome").to_pylist()]
+    assert statuses == ["committed", "skipped"]
+
+
+# -- who shares ------------------------------------------------------------------------------
+
+
+class KitSink(PartitionedSink):
+    """A kit sink hashing by ``by`` into ``partitions`` (never written here)."""
+
+    def __init__(self, name: str, by: Sequence[str] | None, partitions: int = 4) -> None:
+        self.name, self.by, self.partitions = name, by, partitions
+
+    def partitioned_by(self) -> Sequence[str] | None:
+        return self.by
+
+
+class OwnWrite(KitSink):
+    """A kit sink with a ``write`` of its own: never bypassed by a shared task."""
+
+    def write(self, batch: Any) -> Any:
+        return super().write(batch)
+
+
+def test_sinks_reporting_the_same_partitioning_are_grouped() -> None:
+    specs = {
+        "pg": SinkSpec(KitSink("pg", ["order_id"])),
+        "kafka": SinkSpec(KitSink("kafka", ["order_id"])),
+        "eight": SinkSpec(KitSink("eight", ["order_id"], partitions=8)),
+        "other": SinkSpec(KitSink("other", ["customer"])),
+        "other2": SinkSpec(KitSink("other2", ["customer"])),
+        "unkeyed": SinkSpec(KitSink("unkeyed", None)),
+        "own": SinkSpec(OwnWrite("own", ["order_id"])),
+        "routed": SinkSpec(KitSink("routed", ["order_id"]), route=Route(where="amount > 0")),
+    }
+    assert KitSink("x", ["a"]).batch_partitioning(None) == BatchPartitioning(4, ("a",))
+    assert [shares_tasks(s) for s in specs.values()] == [True] * 6 + [False, False]
+    assert share_groups(list(specs), specs, schema=None) == [("pg", "kafka"), ("other", "other2")]
+    assert share_groups(["pg", "eight", "own", "routed"], specs, schema=None) == []
