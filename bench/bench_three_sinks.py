@@ -24,6 +24,9 @@ Variants:
 
   a        fanout: FanOut(pipeline, ledger=<Delta path>, sinks=[delta, pg, kafka]): the batch
            is persisted, the three sinks are written in parallel threads
+  a_own    a with ``share_tasks=False``: PostgreSQL and Kafka each read the batch in a job
+           of their own, instead of one task per partition writing both (informational:
+           what sharing the tasks saves; no target uses it)
   b        three independent streaming queries started together, each a FanOut with ONE
            sink and its own ledger and checkpoint; timed from the first start to the last
            termination
@@ -94,9 +97,10 @@ from three_report import (
 from three_services import PARTITIONS, Services
 from three_variants import RUNNERS, SINKS
 
-ORDER = ("s_source", "s_delta", "s_pg", "s_kafka", "a", "b", "c")
+ORDER = ("s_source", "s_delta", "s_pg", "s_kafka", "a", "a_own", "b", "c")
 LABELS = {
     "a": "a  fanout, 3 sinks in parallel",
+    "a_own": "a_own  a, each sink its own tasks",
     "b": "b  3 independent queries, 1 sink each",
     "c": "c  1 foreachBatch, 3 writes in turn",
     "s_delta": "s_delta  Delta alone (1-sink FanOut)",
@@ -337,6 +341,12 @@ def _measure(
         )
         for line in services.lso_stuck:
             print(f"  {line}")
+    if {"a", "a_own"} <= set(selected):
+        print(
+            "sharing tasks (a: PostgreSQL and Kafka written by one task per partition; a_own: "
+            f"each by its own job): a_own/a time {best['a_own'].seconds / best['a'].seconds:.3f}, "
+            f"p50 {p50['a_own'] / p50['a']:.3f}"
+        )
     singles = ("s_delta", "s_pg", "s_kafka")
     if not {"a", "b", "c", "s_source", *singles} <= set(selected):
         print("(the ratios, ceilings and targets need every variant: not all of them ran)")

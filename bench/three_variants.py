@@ -35,8 +35,11 @@ def measured(
     return Run(variant, seconds, _batch_ms(queries), extra=extra)
 
 
-def run_fanout(ctx: Ctx, services: Services, variant: str, kinds: tuple[str, ...]) -> Run:
-    """(a) with all three sinks; s_<sink> with one."""
+def run_fanout(
+    ctx: Ctx, services: Services, variant: str, kinds: tuple[str, ...], *, share_tasks: bool = True
+) -> Run:
+    """(a) with all three sinks; a_own the same with each sink's tasks its own
+    (``share_tasks=False``); s_<sink> with one."""
     from fanout import FanOut
     from fanout.ledger.delta import DeltaLedger
 
@@ -48,6 +51,7 @@ def run_fanout(ctx: Ctx, services: Services, variant: str, kinds: tuple[str, ...
         ledger=ledger,
         sinks=[make_sink(k, plan, services) for k in kinds],
         plugins=(times.observer(),),
+        share_tasks=share_tasks,
     )
     try:
         seconds, qs, cpu = timed(ctx, services, [lambda: _start(ctx, fan, plan.run / "ckpt")])
@@ -140,6 +144,7 @@ def run_source(ctx: Ctx, services: Services) -> Run:
 
 RUNNERS: dict[str, Callable[[Ctx, Services], Run]] = {
     "a": lambda ctx, s: run_fanout(ctx, s, "a", SINKS),
+    "a_own": lambda ctx, s: run_fanout(ctx, s, "a_own", SINKS, share_tasks=False),
     "b": run_b,
     "c": run_c,
     "s_delta": lambda ctx, s: run_fanout(ctx, s, "s_delta", ("delta",)),
