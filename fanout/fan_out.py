@@ -318,7 +318,7 @@ class FanOut:
             try:
                 partition_if_shared(state, self.specs)  # 4. partition once,
                 if self.share_tasks:
-                    group_shared_tasks(state, self.specs)  # share tasks
+                    group_shared_tasks(state, self.specs, self.parallelism)  # share tasks
                 persist_if_shared(state, self.specs)  # and persist
                 spooling = None
                 if state.pending:

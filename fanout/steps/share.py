@@ -56,12 +56,16 @@ def shares_tasks(spec: SinkSpec) -> bool:
     )
 
 
-def group_shared_tasks(state: BatchState, specs: Mapping[str, SinkSpec]) -> None:
+def group_shared_tasks(
+    state: BatchState, specs: Mapping[str, SinkSpec], parallelism: int | None = None
+) -> None:
     """Fill ``state.share_groups`` (:func:`share_groups`); call it before persisting, which
-    counts each group as one reader."""
+    counts each group as one reader. A group larger than ``parallelism`` (how many sinks
+    may write at once) is not formed: its shared job would write them all at once."""
     candidates = [name for name in state.pending if shares_tasks(specs[name])]
     if len(candidates) >= 2 and hasattr(state.df, "mapInArrow"):
-        state.share_groups = share_groups(candidates, specs, state.df.schema)
+        groups = share_groups(candidates, specs, state.df.schema)
+        state.share_groups = [g for g in groups if parallelism is None or len(g) <= parallelism]
 
 
 def share_groups(

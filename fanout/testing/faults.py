@@ -125,7 +125,7 @@ class VetoOnce:
         chosen = chosen and self.veto_sink in (None, commit.sink)
         if chosen and not state.exists():
             vetoed = {"batch": commit.batch_id, "partition": commit.partition,
-                      "records": commit.written, "sink": commit.sink}  # fmt: skip
+                      "records": commit.written}  # fmt: skip
             state.write_text(json.dumps(vetoed))
             raise TransientSinkError(
                 "injected veto before commit", sink=commit.sink, batch_id=commit.batch_id

@@ -174,3 +174,25 @@ def test_sinks_reporting_the_same_partitioning_are_grouped() -> None:
     assert [shares_tasks(s) for s in specs.values()] == [True] * 6 + [False, False]
     assert share_groups(list(specs), specs, schema=None) == [("pg", "kafka"), ("other", "other2")]
     assert share_groups(["pg", "eight", "own", "routed"], specs, schema=None) == []
+
+
+class FrameStub:
+    """What grouping asks of a DataFrame: that it is one, and its schema."""
+
+    schema = None
+
+    def mapInArrow(self, *args: Any) -> Any:
+        raise AssertionError("grouping runs no job")
+
+
+def test_a_group_larger_than_the_parallelism_is_not_formed() -> None:
+    from fanout.contract.batch import BatchInfo
+    from fanout.steps.share import group_shared_tasks
+    from fanout.steps.state import BatchState
+
+    specs = {n: SinkSpec(KitSink(n, ["order_id"])) for n in ("pg", "kafka", "pg2")}
+    for parallelism, expected in ((None, [("pg", "kafka", "pg2")]), (3, [("pg", "kafka", "pg2")]),
+                                  (2, []), (1, [])):  # fmt: skip
+        state = BatchState(FrameStub(), BatchInfo("p", 0, "q"), pending=list(specs))
+        group_shared_tasks(state, specs, parallelism)
+        assert state.share_groups == expected, parallelism
