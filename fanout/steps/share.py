@@ -125,7 +125,10 @@ class SharedPass:
         (the others wait for it); raises the member's own error."""
         with self._lock:
             if self._results is None:
-                self._results = self._run()
+                try:
+                    self._results = self._run()
+                except Exception as exc:  # planning the job failed: every member's attempt
+                    self._results = dict.fromkeys(self.members, exc)
         result = self._results[name]
         if isinstance(result, BaseException):
             raise result
@@ -159,13 +162,11 @@ class SharedPass:
     def _shared_job(
         self, shape: _Shape, prepared: Mapping[str, PreparedPartitions]
     ) -> dict[str, SinkResult | BaseException]:
-        from pyspark.sql import functions as F
-
         names = list(prepared)
         members = tuple(_member(prepared[n]) for n in names)
         needed = list(dict.fromkeys(c for m in members for c, _ in m.columns))
-        parted = self.df.select(*[F.col(quoted(c)) for c in needed]).repartition(
-            shape.partitions, *[F.col(quoted(c)) for c in shape.by]
+        parted = self.df.select(*[quoted(c) for c in needed]).repartition(
+            shape.partitions, *[quoted(c) for c in shape.by]
         )
         if any(m.membership for m in members):
             parted = with_member_column(parted, shape.by)

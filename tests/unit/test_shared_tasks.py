@@ -196,3 +196,36 @@ def test_a_group_larger_than_the_parallelism_is_not_formed() -> None:
         state = BatchState(FrameStub(), BatchInfo("p", 0, "q"), pending=list(specs))
         group_shared_tasks(state, specs, parallelism)
         assert state.share_groups == expected, parallelism
+
+
+class PreparedKit(KitSink):
+    """A kit sink whose preparation is counted and needs no Spark."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, ["order_id"])
+        self.prepared = 0
+
+    def prepare_partitions(self, batch: Any) -> Any:
+        from fanout.partitioned.sink import PartitionInput, PreparedPartitions
+
+        self.prepared += 1
+        given = PartitionInput(None, ["order_id"], renamed=[("order_id", "order_id")])
+        return PreparedPartitions(given, None, PartitionTask(Writer(), CommitHooks("p", "s", 0)))
+
+
+class Unplannable:
+    """A batch DataFrame whose shared job cannot be planned."""
+
+    def select(self, *columns: Any) -> Any:
+        raise RuntimeError("cannot plan the shared job")
+
+
+def test_a_shared_job_that_cannot_be_planned_fails_every_member_once() -> None:
+    from fanout.steps.share import SharedPass
+
+    a, b = PreparedKit("a"), PreparedKit("b")
+    shared = SharedPass(Unplannable(), {"a": (a, object()), "b": (b, object())})
+    for name in ("a", "b", "a"):
+        with pytest.raises(RuntimeError, match="cannot plan the shared job"):
+            shared.write(name)
+    assert (a.prepared, b.prepared) == (1, 1)  # prepared once, by the first to ask
