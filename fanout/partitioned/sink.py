@@ -125,6 +125,14 @@ class PartitionedSink(Sink):
         columns = tuple(schema.fieldNames()) if by == WHOLE_ROW else tuple(by)
         return BatchPartitioning(self.partitions, columns)
 
+    def shares_tasks(self) -> bool:
+        """Whether this sink's first attempt at a batch may be written in tasks shared with
+        other sinks hashing the batch alike (docs/architecture.md §3.4). It needs
+        :meth:`partition_input` to be the batch's own columns, renamed or not, and to say
+        so (:attr:`PartitionInput.renamed`). Default: when :meth:`partition_input` is the
+        kit's own; a sink overriding it returns ``True`` once its input says ``renamed``."""
+        return type(self).partition_input is PartitionedSink.partition_input
+
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> PartitionWriter:
         """The picklable writer of this batch's partitions (``plan``: the partitioning
         each partition commits with its rows, when membership is kept)."""

@@ -11,8 +11,9 @@ is written), then runs one job whose tasks hand every partition to each sink's w
 
 Only the first attempt is shared: a sink that failed retries alone, as it would without
 sharing. A sink joins only when it is written by the kit's own ``write`` (a subclass that
-overrides it is not bypassed), reads the batch through a route that keeps it whole, and
-its input is the batch's own columns (renamed or not). Where a row lands is the same hash
+overrides it is not bypassed), says it may (:meth:`~fanout.partitioned.sink.
+PartitionedSink.shares_tasks`: its input is the batch's own columns, renamed or not), and
+reads the batch through a route that keeps it whole. Where a row lands is the same hash
 of the same values either way, so a partition committed in a shared task and one replayed
 alone hold the same rows.
 """
@@ -51,6 +52,7 @@ def shares_tasks(spec: SinkSpec) -> bool:
     return (
         isinstance(sink, PartitionedSink)
         and type(sink).write is PartitionedSink.write
+        and sink.shares_tasks()
         and sink.reads == "dataframe"
         and spec.route.is_identity
     )

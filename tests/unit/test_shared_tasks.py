@@ -159,6 +159,27 @@ class OwnWrite(KitSink):
         return super().write(batch)
 
 
+class OwnInput(KitSink):
+    """A kit sink with an input of its own: it shares only when it says so."""
+
+    def __init__(self, name: str, says: bool) -> None:
+        super().__init__(name, ["order_id"])
+        self.says = says
+
+    def partition_input(self, batch: Any) -> Any:
+        return super().partition_input(batch)
+
+    def shares_tasks(self) -> bool:
+        return self.says if self.says else super().shares_tasks()
+
+
+def test_a_sink_with_an_input_of_its_own_shares_only_when_it_says_so() -> None:
+    silent, says = SinkSpec(OwnInput("silent", False)), SinkSpec(OwnInput("says", True))
+    assert (shares_tasks(silent), shares_tasks(says)) == (False, True)
+    specs = {"silent": silent, "says": says, "kit": SinkSpec(KitSink("kit", ["order_id"]))}
+    assert share_groups(list(specs), specs, schema=None) == [("says", "kit")]
+
+
 def test_sinks_reporting_the_same_partitioning_are_grouped() -> None:
     specs = {
         "pg": SinkSpec(KitSink("pg", ["order_id"])),

@@ -210,6 +210,10 @@ class KafkaSink(PartitionedSink):
             df, list(keys or df.columns), keyed=bool(keys), sort=order, renamed=same
         )
 
+    def shares_tasks(self) -> bool:
+        """Yes: :meth:`partition_input` is the batch's own columns (it says ``renamed``)."""
+        return True
+
     def committed_partitions(
         self, batch: Batch, plan: PartitionPlan
     ) -> Sequence[CommittedPartition]:

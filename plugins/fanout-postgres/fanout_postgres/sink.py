@@ -210,6 +210,10 @@ class PostgresSink(PartitionedSink):
             renamed=list(plan.columns),
         )  # fmt: skip
 
+    def shares_tasks(self) -> bool:
+        """Yes: :meth:`partition_input` is the batch's own columns (it says ``renamed``)."""
+        return True
+
     def batch_partitioning(self, schema: Any) -> BatchPartitioning | None:
         """The plan's hash columns under their batch names, once a batch of ``schema`` was
         planned (planning reads the table: it happens in the sink's own write, not here)."""
