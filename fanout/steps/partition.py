@@ -13,8 +13,9 @@ partitioning wrongly is only shuffled again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from fanout.contract.partitions import BatchPartitioning
 from fanout.partitioned.membership import quoted
@@ -22,6 +23,8 @@ from fanout.sink_spec import SinkSpec
 from fanout.steps.state import BatchState
 
 log = logging.getLogger("fanout")
+
+T = TypeVar("T")
 
 
 def partition_if_shared(state: BatchState, specs: Mapping[str, SinkSpec]) -> None:
@@ -32,7 +35,7 @@ def partition_if_shared(state: BatchState, specs: Mapping[str, SinkSpec]) -> Non
     if len(candidates) < 2 or not hasattr(state.df, "repartition"):
         return
     schema = state.df.schema
-    found = {name: _partitioning_of(specs[name], schema) for name in candidates}
+    found = {name: reported_partitioning(specs[name], schema) for name in candidates}
     shared = most_shared(found)
     if shared is None:
         return
@@ -48,12 +51,18 @@ def partition_if_shared(state: BatchState, specs: Mapping[str, SinkSpec]) -> Non
 def most_shared(found: Mapping[str, BatchPartitioning | None]) -> BatchPartitioning | None:
     """The partitioning reported by the most sinks, if at least two report it (the first
     reported wins a tie)."""
-    counts: dict[BatchPartitioning, int] = {}
-    for partitioning in found.values():
-        if partitioning is not None and partitioning.partitions > 0 and partitioning.columns:
-            counts[partitioning] = counts.get(partitioning, 0) + 1
-    best = max(counts.items(), key=lambda item: item[1], default=None)
-    return best[0] if best is not None and best[1] >= 2 else None
+    return most_common([p for p in found.values() if p is not None and usable(p)])
+
+
+def most_common(values: Sequence[T]) -> T | None:
+    """The value found most often, if at least twice (the first found wins a tie)."""
+    best = Counter(values).most_common(1)
+    return best[0][0] if best and best[0][1] >= 2 else None
+
+
+def usable(partitioning: BatchPartitioning) -> bool:
+    """Whether a reported partitioning can be shared: some partitions, some columns."""
+    return partitioning.partitions > 0 and bool(partitioning.columns)
 
 
 def _keeps_columns(spec: SinkSpec) -> bool:
@@ -62,12 +71,15 @@ def _keeps_columns(spec: SinkSpec) -> bool:
     return spec.sink.reads == "dataframe" and spec.route.select is None
 
 
-def _partitioning_of(spec: SinkSpec, schema: Any) -> BatchPartitioning | None:
+def reported_partitioning(spec: SinkSpec, schema: Any) -> BatchPartitioning | None:
+    """What ``spec``'s sink reports it will partition a batch of ``schema`` by
+    (:meth:`fanout.Sink.batch_partitioning`); ``None`` when it cannot tell, or raises
+    (logged: sharing is an optimisation only, the sink partitions its own input)."""
     try:
         return spec.sink.batch_partitioning(schema)
-    except Exception as exc:  # an optimisation only: the sink partitions its own input
+    except Exception as exc:
         log.warning(
-            "sink %r: batch_partitioning failed (%s); its batch is partitioned by its write",
+            "sink %r: batch_partitioning failed (%s); its write partitions the batch itself",
             spec.name, exc,
         )  # fmt: skip
         return None

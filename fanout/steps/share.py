@@ -38,6 +38,7 @@ from fanout.partitioned.shared import (
 )
 from fanout.partitioned.sink import PartitionedSink, PreparedPartitions
 from fanout.sink_spec import SinkSpec
+from fanout.steps.partition import most_common, reported_partitioning, usable
 from fanout.steps.state import BatchState
 
 if TYPE_CHECKING:
@@ -81,12 +82,8 @@ def share_groups(
     for name in pending:
         if not shares_tasks(specs[name]):
             continue
-        try:
-            partitioning = specs[name].sink.batch_partitioning(schema)
-        except Exception as exc:  # an optimisation only: the sink writes alone
-            log.warning("sink %r: batch_partitioning failed (%s); it writes alone", name, exc)
-            continue
-        if partitioning is not None and partitioning.partitions > 0 and partitioning.columns:
+        partitioning = reported_partitioning(specs[name], schema)
+        if partitioning is not None and usable(partitioning):
             found.setdefault(partitioning, []).append(name)
     return [tuple(names) for names in found.values() if len(names) >= 2]
 
@@ -150,14 +147,12 @@ class SharedPass:
             except Exception as exc:  # refused or unreachable: this member's own failure
                 results[name] = exc
         shapes = {name: _shape_of(self.members[name][0], p) for name, p in prepared.items()}
-        shape = _most_common([s for s in shapes.values() if s is not None])
+        shape = most_common([s for s in shapes.values() if s is not None])
         shared = [name for name in prepared if shape is not None and shapes[name] == shape]
-        if len(shared) < 2 or shape is None:
-            shared = []
         for name in prepared:
             if name not in shared:
                 results[name] = _Alone(prepared[name])
-        if shared and shape is not None:
+        if shape is not None:  # two members at least
             results.update(self._shared_job(shape, {n: prepared[n] for n in shared}))
         return results
 
@@ -217,14 +212,6 @@ def _shape_of(sink: PartitionedSink, prepared: PreparedPartitions) -> _Shape | N
     return _Shape(
         sink.partitions, tuple(source[c] for c in given.by), tuple(source[c] for c in given.sort)
     )
-
-
-def _most_common(shapes: Sequence[_Shape]) -> _Shape | None:
-    counts: dict[_Shape, int] = {}
-    for shape in shapes:
-        counts[shape] = counts.get(shape, 0) + 1
-    best = max(counts.items(), key=lambda item: item[1], default=None)
-    return best[0] if best is not None and best[1] >= 2 else None
 
 
 def _member(prepared: PreparedPartitions) -> SharedMember:

@@ -42,8 +42,7 @@ def write_all(
     fills ``state.results`` and ``state.failures``. A sink's failure never stops another."""
     writing = WritingSinks()  # a written sink's mark waits for those still writing
     batches = {name: _batch_for(state, name, routes.input_for(name)) for name in state.pending}
-    groups = [g for g in state.share_groups if all(_whole(routes.input_for(n)) for n in g)]
-    passes = shared_passes(groups, routes.df, batches, specs)
+    passes = shared_passes(state.share_groups, routes.df, batches, specs)
     runners = [
         SinkRunner(
             specs[name].sink,
@@ -75,11 +74,6 @@ def _batch_for(state: BatchState, name: str, given: SinkInput) -> Batch:
     info = state.info
     app_id = txn_app_id(info.pipeline, name, info.epoch)
     return Batch(given.df, info, name, app_id, _arrow=given.arrow)
-
-
-def _whole(given: SinkInput) -> bool:
-    # the batch itself: no rows set aside by a route, nothing blocking the sink
-    return given.blocked is None and not given.letters and given.explain is None
 
 
 def in_spark_thread(fn: Any, df: Any) -> Any:
