@@ -86,3 +86,14 @@ def plan_without_adaptive(df: Any) -> None:
         return
     with session_settings(df.sparkSession.conf, {ADAPTIVE: "false"}):
         df._jdf.queryExecution().executedPlan()
+
+
+def in_spark_thread(fn: Any, df: Any) -> Any:
+    """Wrap ``fn`` so Spark jobs it starts inherit this thread's local properties (job
+    group, streaming query id), as jobs started by foreachBatch itself do."""
+    session = getattr(df, "sparkSession", None)
+    if session is None:
+        return fn
+    from pyspark.util import inheritable_thread_target
+
+    return inheritable_thread_target(session)(fn)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from fanout.contract.dead_letters import DeadLetterTarget
+    from fanout.contract.sharing import SharedWrite
 
 Guarantee = Literal["transactional", "idempotent", "at_least_once"]
 """What a sink promises when a batch is written again after a crash.
@@ -182,6 +183,21 @@ class Sink:
         Spark shuffles it once instead of once per sink. A wrong answer costs only that
         saving: a sink's own ``repartition`` still decides where its rows go."""
         return None
+
+    def shares_tasks(self) -> bool:
+        """Whether this sink's first attempt at a batch may be written in Spark tasks
+        shared with other sinks (:mod:`fanout.contract.sharing`): it then implements
+        :meth:`shared_write`, and :meth:`batch_partitioning` says which sinks it fits with
+        (their partitioning, or :data:`~fanout.contract.sharing.ANY_PARTITIONING`).
+        Default: no."""
+        return False
+
+    def shared_write(self, batch: Batch) -> SharedWrite:
+        """On the driver, everything :meth:`write` does before its Spark job (checks that
+        refuse the batch raise here, before anything is written), as a
+        :class:`~fanout.contract.sharing.SharedWrite` a shared job runs with other sinks'.
+        Called for the first attempt only, when :meth:`shares_tasks` says so."""
+        raise NotImplementedError(f"{type(self).__name__}.shared_write")
 
     def backfill_source(self, pipeline: str) -> BackfillSource | None:
         """The batches this sink's target holds, for a new sink configured with

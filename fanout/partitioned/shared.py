@@ -1,18 +1,18 @@
-"""One Spark task writing the same partition for several sinks of the partitioned-sink kit.
+"""One Spark task writing the same partition for several sinks.
 
-Sinks that hash the batch by the same columns into the same number of partitions would each
-read the batch in their own job: each read converts every row to Arrow in the JVM and ships
-it to a Python worker, once per sink. A shared task reads the partition once and hands each
-batch of rows to every sink's writer, each in its own thread with its own transaction, so
-the conversion and the shipping happen once for all of them
+Sinks writing from the executors would each read the batch in their own job: each read
+converts every row to Arrow in the JVM and ships it to a Python worker, once per sink. A
+shared task reads the partition once and hands each batch of rows to every sink's task
+(:class:`fanout.contract.sharing.SharedTask`), each in its own thread with its own
+transaction, so the conversion and the shipping happen once for all of them
 (:mod:`fanout.steps.share` decides who shares).
 
 Every writer sees exactly the rows it would see alone, under its own column names, in the
-same partition (the same hash of the same values), and commits on its own: what one writer
-raises becomes its own failed outcome, and the others go on. A writer that stops reading
-early (a partition it skips as committed) is no longer fed. A failure to read the input
-reaches every writer still reading, as it would reach each alone, so none commits a part
-of its partition.
+same partition (the same hash of the same values, for sinks that hash), and commits on its
+own: what one writer raises becomes its own failed outcome, and the others go on. A writer
+that stops reading early (a partition it skips as committed) is no longer fed. A failure to
+read the input reaches every writer still reading, as it would reach each alone, so none
+commits a part of its partition.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fanout.partitioned.membership import MEMBER_COLUMN
-from fanout.partitioned.outcome import PartitionOutcome
-from fanout.partitioned.task import PartitionTask, failed_outcome, task_partition
+from fanout.partitioned.task import task_partition
 from fanout.partitioned.worker_gc import freeze_long_lived_objects
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from fanout.contract.sharing import SharedTask
 
 SHARED_RESULT_DDL = "member INT, partition INT, outcome STRING"
 """The shared job's result schema (Spark DDL): one row per sink and partition."""
@@ -43,13 +44,13 @@ to a few Arrow batches per sink)."""
 class SharedMember:
     """One sink's part of a shared task.
 
-    :param task: the sink's own partition task (writer and commit hooks).
+    :param task: what the task runs for this sink (a kit sink's partition task).
     :param columns: ``(shared column, sink's column)`` pairs, in the order of the sink's
         own input.
     :param membership: whether the sink's writer receives the member column.
     """
 
-    task: PartitionTask
+    task: SharedTask
     columns: tuple[tuple[str, str], ...]
     membership: bool
 
@@ -107,7 +108,7 @@ class Feed:
 @dataclass(frozen=True)
 class SharedPartitionTask:
     """What Spark runs for each partition of a shared job (``mapInArrow``): every member's
-    writer on this partition, each in a thread; yields one result row per member."""
+    task on this partition, each in a thread; yields one result row per member."""
 
     members: tuple[SharedMember, ...]
 
@@ -122,24 +123,24 @@ class SharedPartitionTask:
             {
                 "member": list(range(len(outcomes))),
                 "partition": [partition] * len(outcomes),
-                "outcome": [o.to_json() for o in outcomes],
+                "outcome": outcomes,
             },
             schema=pa.schema(
                 [("member", pa.int32()), ("partition", pa.int32()), ("outcome", pa.string())]
             ),
         )
 
-    def outcomes(self, partition: int, batches: Iterator[pa.RecordBatch]) -> list[PartitionOutcome]:
-        """Each member's outcome for ``partition``, in member order."""
+    def outcomes(self, partition: int, batches: Iterator[pa.RecordBatch]) -> list[str]:
+        """Each member's outcome text for ``partition``, in member order."""
         feeds = [Feed() for _ in self.members]
-        found: list[PartitionOutcome | None] = [None] * len(self.members)
+        found: list[str | None] = [None] * len(self.members)
 
         def write(index: int) -> None:
             member, feed = self.members[index], feeds[index]
             try:
-                found[index] = member.task.outcome(partition, (member.view(b) for b in feed))
+                found[index] = member.task.run(partition, (member.view(b) for b in feed))
             except BaseException as exc:  # the thread's end is the member's outcome
-                found[index] = failed_outcome(partition, exc)
+                found[index] = member.task.failed(partition, exc)
             finally:
                 feed.done.set()
 
@@ -162,16 +163,17 @@ class SharedPartitionTask:
             thread.join()
         if error is not None:
             raise error
-        return [o if o is not None else _lost(partition) for o in found]
+        lost = RuntimeError("the writer's thread ended without an outcome")
+        return [
+            text if text is not None else member.task.failed(partition, lost)
+            for member, text in zip(self.members, found, strict=True)
+        ]
 
 
-def _lost(partition: int) -> PartitionOutcome:
-    return failed_outcome(partition, RuntimeError("the writer's thread ended without an outcome"))
-
-
-def member_outcomes(rows: Sequence[Any], members: int) -> list[list[PartitionOutcome]]:
-    """The shared job's result rows, split by member (each in partition order)."""
-    split: list[list[PartitionOutcome]] = [[] for _ in range(members)]
+def member_outcomes(rows: Sequence[Any], members: int) -> list[list[str]]:
+    """The shared job's result rows, split by member: each member's outcome texts in
+    partition order."""
+    split: list[list[tuple[int, str]]] = [[] for _ in range(members)]
     for row in rows:
-        split[int(row["member"])].append(PartitionOutcome.from_json(row["outcome"]))
-    return [sorted(outcomes, key=lambda o: o.partition) for outcomes in split]
+        split[int(row["member"])].append((int(row["partition"]), row["outcome"]))
+    return [[text for _, text in sorted(outcomes)] for outcomes in split]

@@ -44,6 +44,7 @@ from fanout.partitioned.task import CommitHooks, HookPlugins, PartitionTask
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
+    from fanout.contract.sharing import SharedWrite
     from fanout.partitioned.task import PartitionWriter
 
 
@@ -127,11 +128,39 @@ class PartitionedSink(Sink):
 
     def shares_tasks(self) -> bool:
         """Whether this sink's first attempt at a batch may be written in tasks shared with
-        other sinks hashing the batch alike (docs/architecture.md §3.4). It needs
-        :meth:`partition_input` to be the batch's own columns, renamed or not, and to say
-        so (:attr:`PartitionInput.renamed`). Default: when :meth:`partition_input` is the
-        kit's own; a sink overriding it returns ``True`` once its input says ``renamed``."""
+        other sinks hashing the batch alike (docs/architecture.md §3.4). It needs the
+        kit's own :meth:`write` (one of a subclass's own is never bypassed) and
+        :meth:`partition_input` to be the batch's own columns, renamed or not, saying so
+        (:attr:`PartitionInput.renamed`). Default: when both are the kit's own; a sink
+        overriding :meth:`partition_input` returns ``True`` once its input says
+        ``renamed``."""
         return type(self).partition_input is PartitionedSink.partition_input
+
+    def shared_write(self, batch: Batch) -> SharedWrite:
+        """:meth:`prepare_partitions` as a shared job's member: the tasks run
+        :attr:`PreparedPartitions.task`, the driver finishes with
+        :meth:`finish_partitions`. An input that is not the batch's own columns (or hashes
+        or sorts others) is written alone, from what was prepared."""
+        from fanout.contract.sharing import SharedShape, SharedWrite
+
+        prepared = self.prepare_partitions(batch)
+        given = prepared.given
+        source = {name: column for column, name in (given.renamed or ())}
+        fits = given.renamed is not None and all(c in source for c in (*given.by, *given.sort))
+        shape = SharedShape(
+            self.partitions, tuple(source[c] for c in given.by),
+            tuple(source[c] for c in given.sort),
+        ) if fits else None  # fmt: skip
+
+        def finish(texts: Sequence[str]) -> SinkResult:
+            outcomes = [PartitionOutcome.from_json(text) for text in texts]
+            return self.finish_partitions(batch, prepared, outcomes)
+
+        def alone() -> SinkResult:
+            return self.finish_partitions(batch, prepared, self.run_partitions(prepared))
+
+        return SharedWrite(prepared.task, tuple(given.renamed or ()), shape, finish, alone,
+                           membership=given.membership)  # fmt: skip
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> PartitionWriter:
         """The picklable writer of this batch's partitions (``plan``: the partitioning

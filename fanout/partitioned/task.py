@@ -178,6 +178,15 @@ class PartitionTask:
         except Exception as exc:  # a writer's own error, or a commit hook's veto
             return failed_outcome(partition, exc)
 
+    def run(self, partition: int, batches: Iterator[pa.RecordBatch]) -> str:
+        """:meth:`outcome` as text: this task's part of a shared task
+        (:class:`fanout.contract.sharing.SharedTask`)."""
+        return self.outcome(partition, batches).to_json()
+
+    def failed(self, partition: int, error: BaseException) -> str:
+        """The failed outcome of ``partition``, as text."""
+        return failed_outcome(partition, error).to_json()
+
 
 def task_partition() -> int:
     """The Spark partition id of the running task (0 outside a Spark task)."""

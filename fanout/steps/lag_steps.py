@@ -12,6 +12,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from fanout.contract.batch import Batch, SharedArrow, txn_app_id
+from fanout.contract.sessions import in_spark_thread
 from fanout.contract.sink import BackfillSource
 from fanout.errors import ConfigurationError, LagLimitError
 from fanout.ledger.entry import now_utc
@@ -22,7 +23,6 @@ from fanout.steps.catchup import CatchUp
 from fanout.steps.lag import Backlog, Lagging, over_limit, sinks_in
 from fanout.steps.record import Recorder
 from fanout.steps.state import BatchState
-from fanout.steps.write import in_spark_thread
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -21,8 +21,10 @@ def persist_if_shared(state: BatchState, specs: Mapping[str, SinkSpec]) -> bool:
     sinks sharing their tasks (:mod:`fanout.steps.share`) once together; the spool reads
     it once when a sink is behind (step 6b).
     """
-    readers = readers_of(state.pending, specs) + (1 if state.lagging or state.lagged else 0)
-    readers -= sum(len(group) - 1 for group in state.share_groups)  # one shared job each
+    grouped = {name for group in state.share_groups for name in group}
+    alone = [name for name in state.pending if name not in grouped]
+    readers = readers_of(alone, specs) + len(state.share_groups)  # one shared job each
+    readers += 1 if state.lagging or state.lagged else 0
     state.persisted = readers > 1 and hasattr(state.df, "persist")
     if state.persisted:
         persist_uncompressed(state.df, keep_partitioning=state.partitioning is not None)

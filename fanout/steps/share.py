@@ -1,34 +1,40 @@
 """Step 4, with the partitioning: which pending sinks write their partitions in one shared
-Spark task (docs/architecture.md §3.4), and step 5's first attempt of those sinks.
+Spark job (docs/architecture.md §3.4), and step 5's first attempt of those sinks.
 
-Sinks of the partitioned-sink kit that hash the batch alike (the same columns, the same
-count: a PostgreSQL table and a Kafka topic keyed by ``order_id``, 4 partitions each) would
-each read the batch in a job of their own, converting every row to Arrow once per sink. A
-:class:`SharedPass` prepares each of them on the driver as its own write would (preflight,
-determinism and membership checks, which still refuse a sink before any of its partitions
-is written), then runs one job whose tasks hand every partition to each sink's writer
-(:mod:`fanout.partitioned.shared`), and gives each sink its own result or error.
+Sinks writing from the executors (a PostgreSQL table and a Kafka topic keyed by
+``order_id``, 4 partitions each, and a Delta append) would each read the batch in a job of
+their own, converting every row to Arrow once per sink, and the batch would be persisted
+for them. A :class:`SharedPass` prepares each of them on the driver as its own write would
+(:meth:`fanout.Sink.shared_write`: preflight, determinism and membership checks, which
+still refuse a sink before any of its partitions is written), then runs one job whose
+tasks hand every partition to each sink's task (:mod:`fanout.partitioned.shared`), and
+gives each sink its own result or error.
 
 Only the first attempt is shared: a sink that failed retries alone, as it would without
-sharing. A sink joins only when it is written by the kit's own ``write`` (a subclass that
-overrides it is not bypassed), says it may (:meth:`~fanout.partitioned.sink.
-PartitionedSink.shares_tasks`: its input is the batch's own columns, renamed or not), and
-reads the batch through a route that keeps it whole. Where a row lands is the same hash
-of the same values either way, so a partition committed in a shared task and one replayed
-alone hold the same rows.
+sharing. A sink joins only when it says it may (:meth:`fanout.Sink.shares_tasks`; a kit
+sink also needs the kit's own ``write``, never bypassed when a subclass overrides it) and
+reads the batch through a route that keeps it whole. Sinks hashing the batch alike
+(:meth:`fanout.Sink.batch_partitioning`) form a group; a sink taking any partitioning
+(:data:`~fanout.contract.sharing.ANY_PARTITIONING`) joins the largest. Where a row lands
+is the same hash of the same values either way, so a partition committed in a shared task
+and one replayed alone hold the same rows.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.partitions import BatchPartitioning
-from fanout.contract.sessions import plan_without_adaptive
-from fanout.contract.sink import SinkResult
+from fanout.contract.sessions import in_spark_thread, plan_without_adaptive
+from fanout.contract.sharing import ANY_PARTITIONING, SharedShape, SharedWrite
+from fanout.contract.sink import Sink, SinkResult
 from fanout.partitioned.membership import quoted, with_member_column
 from fanout.partitioned.shared import (
     SHARED_RESULT_DDL,
@@ -36,9 +42,9 @@ from fanout.partitioned.shared import (
     SharedPartitionTask,
     member_outcomes,
 )
-from fanout.partitioned.sink import PartitionedSink, PreparedPartitions
+from fanout.partitioned.sink import PartitionedSink
 from fanout.sink_spec import SinkSpec
-from fanout.steps.partition import most_common, reported_partitioning, usable
+from fanout.steps.partition import reported_partitioning, usable
 from fanout.steps.state import BatchState
 
 if TYPE_CHECKING:
@@ -48,44 +54,58 @@ log = logging.getLogger("fanout")
 
 
 def shares_tasks(spec: SinkSpec) -> bool:
-    """Whether a sink may write its partitions in a task shared with other sinks."""
+    """Whether a sink may write its first attempt in tasks shared with other sinks."""
     sink = spec.sink
-    return (
-        isinstance(sink, PartitionedSink)
-        and type(sink).write is PartitionedSink.write
-        and sink.shares_tasks()
-        and sink.reads == "dataframe"
-        and spec.route.is_identity
-    )
+    if isinstance(sink, PartitionedSink) and type(sink).write is not PartitionedSink.write:
+        return False
+    return spec.route.is_identity and sink.shares_tasks()
 
 
 def group_shared_tasks(
     state: BatchState, specs: Mapping[str, SinkSpec], parallelism: int | None = None
 ) -> None:
     """Fill ``state.share_groups`` (:func:`share_groups`); call it before persisting, which
-    counts each group as one reader. A group larger than ``parallelism`` (how many sinks
-    may write at once) is not formed: its shared job would write them all at once."""
+    counts each group as one reader."""
     candidates = [name for name in state.pending if shares_tasks(specs[name])]
     if len(candidates) >= 2 and hasattr(state.df, "mapInArrow"):
-        groups = share_groups(candidates, specs, state.df.schema)
-        state.share_groups = [g for g in groups if parallelism is None or len(g) <= parallelism]
+        state.share_groups = share_groups(candidates, specs, state.df.schema, parallelism)
 
 
 def share_groups(
-    pending: Sequence[str], specs: Mapping[str, SinkSpec], schema: Any
-) -> list[tuple[str, ...]]:
+    pending: Sequence[str], specs: Mapping[str, SinkSpec], schema: Any,
+    parallelism: int | None = None,
+) -> list[tuple[str, ...]]:  # fmt: skip
     """The pending sinks that may share tasks, grouped by the partitioning they report
-    (:meth:`fanout.Sink.batch_partitioning`); groups of two or more, in configuration
-    order. No I/O: a sink that cannot tell yet (PostgreSQL before its first batch) writes
-    alone."""
-    found: dict[BatchPartitioning, list[str]] = {}
+    (:meth:`fanout.Sink.batch_partitioning`); the sinks taking any partitioning join the
+    largest group (the first of the largest), or, when no sink hashes, those reading the
+    DataFrame form one of their own. Groups of two or more, in configuration order; none larger than
+    ``parallelism`` (how many sinks may write at once: a shared job writes them all at
+    once), so sinks taking any partitioning join only where there is room. No I/O: a sink
+    that cannot tell yet (PostgreSQL before its first batch) writes alone."""
+    hashed: dict[BatchPartitioning, list[str]] = {}
+    flexible: list[str] = []
     for name in pending:
         if not shares_tasks(specs[name]):
             continue
         partitioning = reported_partitioning(specs[name], schema)
-        if partitioning is not None and usable(partitioning):
-            found.setdefault(partitioning, []).append(name)
-    return [tuple(names) for names in found.values() if len(names) >= 2]
+        if partitioning == ANY_PARTITIONING:
+            flexible.append(name)
+        elif partitioning is not None and usable(partitioning):
+            hashed.setdefault(partitioning, []).append(name)
+    limit = parallelism if parallelism is not None else len(pending)
+    groups = [names for names in hashed.values() if len(names) <= limit]
+    if not groups:
+        # Sinks reading Arrow share one conversion already (§3.2): a job for them alone
+        # would only add one; those reading the DataFrame each run a job of their own.
+        flexible = [name for name in flexible if specs[name].sink.reads == "dataframe"]
+    if flexible:
+        if not groups:
+            groups.append([])
+        largest = max(groups, key=len)
+        largest.extend(flexible[: max(limit - len(largest), 0)])
+    order = {name: index for index, name in enumerate(pending)}
+    found = [tuple(sorted(names, key=order.__getitem__)) for names in groups if len(names) >= 2]
+    return sorted(found, key=lambda names: order[names[0]])
 
 
 @dataclass(frozen=True)
@@ -93,17 +113,25 @@ class _Alone:
     """A member prepared but not shared (its partitioning differs from the group's): it
     runs its own job in its own thread."""
 
-    prepared: PreparedPartitions
+    write: SharedWrite
 
 
 @dataclass(frozen=True)
-class _Shape:
-    """What sharing requires to be equal: the partition count, the hashed columns and the
-    sort, in the batch's column names."""
+class _Ran:
+    """A member the shared job wrote: its thread finishes it (its own commit, errors and
+    roll-up), while the other members' threads finish theirs."""
 
-    partitions: int
-    by: tuple[str, ...]
-    sort: tuple[str, ...]
+    write: SharedWrite
+    texts: Sequence[str]
+    others: Sequence[str]
+
+    def finish(self) -> SinkResult:
+        """The member's result, saying who it shared the job with."""
+        result = self.write.finish(self.texts)
+        return replace(result, details={**result.details, "shared_with": list(self.others)})
+
+
+_Result = SinkResult | BaseException | _Alone | _Ran
 
 
 class SharedPass:
@@ -113,11 +141,11 @@ class SharedPass:
     :param members: each member's sink and batch (attempt 1), in configuration order.
     """
 
-    def __init__(self, df: Any, members: Mapping[str, tuple[PartitionedSink, Batch]]) -> None:
+    def __init__(self, df: Any, members: Mapping[str, tuple[Sink, Batch]]) -> None:
         self.df = df
         self.members = dict(members)
         self._lock = threading.Lock()
-        self._results: dict[str, SinkResult | BaseException | _Alone] | None = None
+        self._results: dict[str, _Result] | None = None
 
     def write(self, name: str) -> SinkResult:
         """Member ``name``'s result: the first member to ask runs the shared job for all
@@ -132,43 +160,50 @@ class SharedPass:
         if isinstance(result, BaseException):
             raise result
         if isinstance(result, _Alone):
-            sink, batch = self.members[name]
-            return sink.finish_partitions(
-                batch, result.prepared, sink.run_partitions(result.prepared)
-            )
+            return result.write.alone()
+        if isinstance(result, _Ran):
+            return result.finish()
         return result
 
-    def _run(self) -> dict[str, SinkResult | BaseException | _Alone]:
-        results: dict[str, SinkResult | BaseException | _Alone] = {}
-        prepared: dict[str, PreparedPartitions] = {}
-        for name, (sink, batch) in self.members.items():
+    def _run(self) -> dict[str, _Result]:
+        results: dict[str, _Result] = {}
+        writes: dict[str, SharedWrite] = {}
+        # Each member prepares in a thread of its own, as its own write would have: the
+        # round trips (a preflight, a table's snapshot, the markers) overlap.
+        with ThreadPoolExecutor(len(self.members), thread_name_prefix="fanout-share") as pool:
+            prepared = {
+                name: pool.submit(in_spark_thread(partial(sink.shared_write, batch), self.df))
+                for name, (sink, batch) in self.members.items()
+            }
+        for name, future in prepared.items():
             try:
-                prepared[name] = sink.prepare_partitions(batch)
+                writes[name] = future.result()
             except Exception as exc:  # refused or unreachable: this member's own failure
                 results[name] = exc
-        shapes = {name: _shape_of(self.members[name][0], p) for name, p in prepared.items()}
-        shape = most_common([s for s in shapes.values() if s is not None])
-        shared = [name for name in prepared if shape is not None and shapes[name] == shape]
-        for name in prepared:
+        shape, shared = shared_members(writes)
+        for name in writes:
             if name not in shared:
-                results[name] = _Alone(prepared[name])
-        if shape is not None:  # two members at least
-            results.update(self._shared_job(shape, {n: prepared[n] for n in shared}))
+                results[name] = _Alone(writes[name])
+        if shared:
+            results.update(self._shared_job(shape, {n: writes[n] for n in shared}))
         return results
 
     def _shared_job(
-        self, shape: _Shape, prepared: Mapping[str, PreparedPartitions]
-    ) -> dict[str, SinkResult | BaseException]:
-        names = list(prepared)
-        members = tuple(_member(prepared[n]) for n in names)
-        needed = list(dict.fromkeys(c for m in members for c, _ in m.columns))
-        parted = self.df.select(*[quoted(c) for c in needed]).repartition(
-            shape.partitions, *[quoted(c) for c in shape.by]
+        self, shape: SharedShape | None, writes: Mapping[str, SharedWrite]
+    ) -> dict[str, _Ran | BaseException]:
+        names = list(writes)
+        members = tuple(
+            SharedMember(w.task, w.columns, w.membership)  # type: ignore[arg-type]
+            for w in writes.values()
         )
-        if any(m.membership for m in members):
-            parted = with_member_column(parted, shape.by)
-        if shape.sort:
-            parted = parted.sortWithinPartitions(*shape.sort)
+        needed = list(dict.fromkeys(c for m in members for c, _ in m.columns))
+        parted = self.df.select(*[quoted(c) for c in needed])
+        if shape is not None:
+            parted = parted.repartition(shape.partitions, *[quoted(c) for c in shape.by])
+            if any(m.membership for m in members):
+                parted = with_member_column(parted, shape.by)
+            if shape.sort:
+                parted = parted.sortWithinPartitions(*shape.sort)
         job = parted.mapInArrow(SharedPartitionTask(members), SHARED_RESULT_DDL)
         plan_without_adaptive(job)  # one task per partition: nothing to adapt
         log.debug("one shared task per partition for %s", ", ".join(names))
@@ -176,17 +211,23 @@ class SharedPass:
             split = member_outcomes(job.collect(), len(members))
         except Exception as exc:  # the job failed: each member's attempt failed with it
             return {name: exc for name in names}
-        results: dict[str, SinkResult | BaseException] = {}
-        for name, outcomes in zip(names, split, strict=True):
-            sink, batch = self.members[name]
-            try:
-                result = sink.finish_partitions(batch, prepared[name], outcomes)
-            except Exception as exc:
-                results[name] = exc
-                continue
-            others = [n for n in names if n != name]
-            results[name] = replace(result, details={**result.details, "shared_with": others})
-        return results
+        return {
+            name: _Ran(writes[name], texts, [n for n in names if n != name])
+            for name, texts in zip(names, split, strict=True)
+        }
+
+
+def shared_members(writes: Mapping[str, SharedWrite]) -> tuple[SharedShape | None, list[str]]:
+    """Who runs in the shared job: the partitioning most members need (the first found
+    wins a tie; ``None`` when none needs one), and the members needing it or taking any;
+    nobody when that is fewer than two."""
+    best = Counter(w.shape for w in writes.values() if isinstance(w.shape, SharedShape))
+    shape = best.most_common(1)[0][0] if best else None
+    shared = [
+        name for name, w in writes.items()
+        if w.task is not None and (w.shape == "any" or (shape is not None and w.shape == shape))
+    ]  # fmt: skip
+    return shape, shared if len(shared) >= 2 else []
 
 
 def shared_passes(
@@ -196,25 +237,6 @@ def shared_passes(
     """Each grouped sink's :class:`SharedPass` (one per group)."""
     passes: dict[str, SharedPass] = {}
     for group in groups:
-        members = {name: (specs[name].sink, batches[name]) for name in group}
-        shared = SharedPass(df, members)  # type: ignore[arg-type]
+        shared = SharedPass(df, {name: (specs[name].sink, batches[name]) for name in group})
         passes.update({name: shared for name in group})
     return passes
-
-
-def _shape_of(sink: PartitionedSink, prepared: PreparedPartitions) -> _Shape | None:
-    given = prepared.given
-    if given.renamed is None:
-        return None
-    source = {name: batch_column for batch_column, name in given.renamed}
-    if any(c not in source for c in (*given.by, *given.sort)):
-        return None
-    return _Shape(
-        sink.partitions, tuple(source[c] for c in given.by), tuple(source[c] for c in given.sort)
-    )
-
-
-def _member(prepared: PreparedPartitions) -> SharedMember:
-    given = prepared.given
-    assert given.renamed is not None  # checked by _shape_of
-    return SharedMember(prepared.task, tuple(given.renamed), given.membership)

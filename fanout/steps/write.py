@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
 from fanout.contract.batch import Batch, txn_app_id
+from fanout.contract.sessions import in_spark_thread
 from fanout.contract.sink import Sink, SinkResult
 from fanout.errors import LedgerError, SinkError, SinkWriteError
 from fanout.hooks.caller import HookCaller
@@ -74,17 +74,6 @@ def _batch_for(state: BatchState, name: str, given: SinkInput) -> Batch:
     info = state.info
     app_id = txn_app_id(info.pipeline, name, info.epoch)
     return Batch(given.df, info, name, app_id, _arrow=given.arrow)
-
-
-def in_spark_thread(fn: Any, df: Any) -> Any:
-    """Wrap ``fn`` so Spark jobs it starts inherit this thread's local properties (job
-    group, streaming query id), as jobs started by foreachBatch itself do."""
-    session = getattr(df, "sparkSession", None)
-    if session is None:
-        return fn
-    from pyspark.util import inheritable_thread_target
-
-    return inheritable_thread_target(session)(fn)
 
 
 @dataclass(frozen=True)

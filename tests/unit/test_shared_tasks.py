@@ -11,6 +11,8 @@ import pyarrow as pa
 import pytest
 
 from fanout.contract.partitions import BatchPartitioning
+from fanout.contract.sharing import ANY_PARTITIONING, SharedShape, SharedWrite
+from fanout.contract.sink import Sink
 from fanout.partitioned.membership import MEMBER_COLUMN, MemberDigest
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.shared import FEED_DEPTH, SharedMember, SharedPartitionTask
@@ -18,7 +20,7 @@ from fanout.partitioned.sink import PartitionedSink
 from fanout.partitioned.task import CommitHooks, PartitionTask
 from fanout.routes.route import Route
 from fanout.sink_spec import SinkSpec
-from fanout.steps.share import share_groups, shares_tasks
+from fanout.steps.share import share_groups, shared_members, shares_tasks
 
 SCHEMA = pa.schema(
     [
@@ -72,12 +74,16 @@ def _member(writer: Writer, columns: Sequence[tuple[str, str]], membership: bool
     return SharedMember(PartitionTask(writer, CommitHooks("p", "s", 0)), tuple(columns), membership)
 
 
+def _outcomes(task: SharedPartitionTask, partition: int, batches: Any) -> list[PartitionOutcome]:
+    return [PartitionOutcome.from_json(text) for text in task.outcomes(partition, batches)]
+
+
 def test_each_writer_reads_its_own_columns_under_its_own_names() -> None:
     a, b = Writer(), Writer()
     task = SharedPartitionTask(
         (_member(a, [("id", "id"), ("v", "v")], True), _member(b, [("id", "key")], False))
     )
-    outcomes = task.outcomes(2, iter(_batches(3)))
+    outcomes = _outcomes(task, 2, iter(_batches(3)))
     assert [(o.partition, o.status, o.rows) for o in outcomes] == [
         (2, "committed", 9),
         (2, "committed", 9),
@@ -95,7 +101,7 @@ def test_a_writer_failing_midway_fails_alone() -> None:
     task = SharedPartitionTask(
         (_member(bad, [("id", "id")], True), _member(good, [("id", "id")], True))
     )
-    failed, committed = task.outcomes(0, iter(_batches(2 * FEED_DEPTH + 3)))
+    failed, committed = _outcomes(task, 0, iter(_batches(2 * FEED_DEPTH + 3)))
     assert failed.status == "failed" and failed.failure is not None
     assert failed.failure.message == "ValueError: bad row after 1 batches"
     assert not bad.committed
@@ -108,7 +114,7 @@ def test_a_writer_that_stops_reading_is_no_longer_fed() -> None:
         (_member(skipper, [("id", "id")], True), _member(good, [("v", "v")], False))
     )
     found: list[list[PartitionOutcome]] = []
-    thread = threading.Thread(target=lambda: found.append(task.outcomes(1, iter(_batches(20)))))
+    thread = threading.Thread(target=lambda: found.append(_outcomes(task, 1, iter(_batches(20)))))
     thread.start()
     thread.join(20)
     assert not thread.is_alive(), "the task waited for a writer that stopped reading"
@@ -250,3 +256,67 @@ def test_a_shared_job_that_cannot_be_planned_fails_every_member_once() -> None:
         with pytest.raises(RuntimeError, match="cannot plan the shared job"):
             shared.write(name)
     assert (a.prepared, b.prepared) == (1, 1)  # prepared once, by the first to ask
+
+
+class AnySink(Sink):
+    """A sink sharing tasks whatever their partitioning (as a Delta append does); alone, it
+    reads the DataFrame (from the executors) or Arrow (from the driver)."""
+
+    def __init__(self, name: str, reads: str = "dataframe") -> None:
+        super().__init__(name)
+        self._reads = reads
+
+    @property
+    def reads(self) -> Any:
+        return self._reads
+
+    def shares_tasks(self) -> bool:
+        return True
+
+    def batch_partitioning(self, schema: Any) -> BatchPartitioning | None:
+        return ANY_PARTITIONING
+
+
+def test_a_sink_taking_any_partitioning_joins_the_largest_group_where_there_is_room() -> None:
+    specs = {
+        "other": SinkSpec(KitSink("other", ["customer"])),
+        "pg": SinkSpec(KitSink("pg", ["order_id"])),
+        "lake": SinkSpec(AnySink("lake")),
+        "kafka": SinkSpec(KitSink("kafka", ["order_id"])),
+        "other2": SinkSpec(KitSink("other2", ["customer"])),
+        "plain": SinkSpec(Sink("plain")),
+    }
+    assert shares_tasks(specs["lake"]) and not shares_tasks(specs["plain"])
+    everyone = list(specs)
+    # the first of the largest: "other" and "pg" groups are both of two; "other" came first
+    assert share_groups(everyone, specs, None) == [("other", "lake", "other2"), ("pg", "kafka")]
+    assert share_groups(["pg", "kafka", "lake"], specs, None) == [("pg", "kafka", "lake")]
+    assert share_groups(["pg", "kafka", "lake"], specs, None, parallelism=2) == [("pg", "kafka")]
+    assert share_groups(["lake", "pg"], specs, None) == [("lake", "pg")]  # configuration order
+    lakes = {"a": SinkSpec(AnySink("a")), "b": SinkSpec(AnySink("b"))}
+    assert share_groups(["a", "b"], lakes, None) == [("a", "b")]  # one job, no repartition
+    assert share_groups(["a"], lakes, None) == []
+    # reading Arrow alone, they share one conversion already: no job of their own
+    arrow = {n: SinkSpec(AnySink(n, reads="arrow")) for n in ("a", "b")}
+    assert share_groups(["a", "b"], arrow, None) == []
+    assert share_groups(["a", "b", "pg"], {**arrow, **specs}, None) == [("a", "b", "pg")]
+
+
+def _write(shape: Any, task: Any = "task") -> SharedWrite:
+    def never(*args: Any) -> Any:
+        raise AssertionError("not called")
+
+    return SharedWrite(task, (("id", "id"),), shape, never, never)
+
+
+def test_the_shared_job_takes_the_most_needed_partitioning_and_every_sink_taking_any() -> None:
+    by_id, by_v = SharedShape(4, ("id",)), SharedShape(4, ("v",))
+    writes = {"pg": _write(by_id), "lake": _write("any"), "kafka": _write(by_id)}
+    assert shared_members(writes) == (by_id, ["pg", "lake", "kafka"])
+    writes = {"pg": _write(by_id), "other": _write(by_v), "lake": _write("any")}
+    assert shared_members(writes) == (by_id, ["pg", "lake"])  # the first wins a tie
+    # a member that cannot share this batch (shape None) never matches "no partitioning"
+    assert shared_members({"own": _write(None), "lake": _write("any")}) == (None, [])
+    assert shared_members({"a": _write("any"), "b": _write("any")}) == (None, ["a", "b"])
+    writes = {"lake": _write(None, task=None), "pg": _write(by_id), "kafka": _write(by_id)}
+    assert shared_members(writes) == (by_id, ["pg", "kafka"])
