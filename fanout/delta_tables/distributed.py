@@ -101,55 +101,123 @@ def append_distributed(
         (e.g. to call hooks around a task's files); it must return what the writer
         returns, one row per file.
     """
-    batch_schema = delta_schema(arrow_schema_of(source))
-    files: list[DataFile] | None = None
-    partitions: list[str] = []
-    evolved = False
-    conflicts = 0
-    while True:
-        table = io.open_table(path, storage_options)
-        done = io.transaction_version(table, app_id)
-        if done is not None and done >= version:
-            return AppendOutcome(already_written=True)
-        table_schema = None if table is None else delta_schema(table.schema().to_arrow())
-        if table is not None and table_schema is not None:
-            if check is not None:
-                check(table_schema, batch_schema)
-            if merge_schema and not evolved and _add_new_columns(table, table_schema,
-                                                                 batch_schema):  # fmt: skip
-                evolved = True
-                continue  # check again on the snapshot with the new columns
-        schema = table_schema if table_schema is not None else batch_schema
-        if files is None:
-            partitions = _partition_columns(table, partition_by)
-            missing = [c for c in partitions if c not in schema.names]
-            if missing:
-                raise ValueError(f"partition column(s) {missing} missing from the batch")
-            writer = FileWriter(path, schema, tuple(partitions), storage_options)
-            files = write_files(source, writer, task)
-            if not files:
-                return AppendOutcome(empty=True)
-        if table is not None and list(table.metadata().partition_columns) != partitions:
-            raise ValueError(
-                f"the Delta table at {path!r} was created by another writer meanwhile, "
-                f"partitioned by {table.metadata().partition_columns}, not {partitions}"
+    pending = PendingAppend(
+        delta_schema(arrow_schema_of(source)), path, app_id=app_id, version=version,
+        partition_by=partition_by, storage_options=storage_options,
+        configuration=configuration, merge_schema=merge_schema, check=check,
+    )  # fmt: skip
+    writer = pending.writer()
+    if writer is None:
+        return AppendOutcome(already_written=True)
+    return pending.commit(write_files(source, writer, task))
+
+
+class PendingAppend:
+    """An exactly-once append in two steps, for callers that run the tasks writing its
+    files themselves (a job shared with other sinks): :meth:`writer` on the driver before
+    the job, then :meth:`commit` with the files the tasks wrote. The parameters are
+    :func:`append_distributed`'s; ``batch_schema`` is the batch's Arrow schema, with the
+    types Delta stores (:func:`delta_schema`)."""
+
+    def __init__(
+        self,
+        batch_schema: pa.Schema,
+        path: str,
+        *,
+        app_id: str,
+        version: int,
+        partition_by: Sequence[str] | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        configuration: Mapping[str, str | None] | None = None,
+        merge_schema: bool = False,
+        check: SchemaCheck | None = None,
+    ) -> None:
+        self.batch_schema = batch_schema
+        self.path = path
+        self.app_id = app_id
+        self.version = version
+        self.partition_by = partition_by
+        self.storage_options = storage_options
+        self.configuration = configuration
+        self.merge_schema = merge_schema
+        self.check = check
+        self._evolved = False
+        self._snapshot: tuple[DeltaTable | None, pa.Schema] | None = None
+        self._partitions: list[str] = []
+
+    def writer(self) -> FileWriter | None:
+        """The writer of this append's files (checked against the table's schema, which
+        ``merge_schema`` first extends); ``None`` when the table already records the
+        batch."""
+        snapshot = self._checked_snapshot()
+        if snapshot is None:
+            return None
+        table, schema = snapshot
+        partitions = _partition_columns(table, self.partition_by)
+        missing = [c for c in partitions if c not in schema.names]
+        if missing:
+            raise ValueError(f"partition column(s) {missing} missing from the batch")
+        self._snapshot, self._partitions = snapshot, partitions
+        return FileWriter(self.path, schema, tuple(partitions), self.storage_options)
+
+    def commit(self, files: Sequence[DataFile]) -> AppendOutcome:
+        """Commit ``files`` (written by :meth:`writer`'s writer) in one commit carrying
+        the app transaction; a lost commit race is checked again on the fresh snapshot,
+        where the batch may be found done (then nothing of this attempt is committed)."""
+        if not files:
+            return AppendOutcome(empty=True)
+        snapshot, conflicts = self._snapshot, 0
+        while True:
+            if snapshot is None:
+                snapshot = self._checked_snapshot()
+                if snapshot is None:
+                    return AppendOutcome(already_written=True)
+            table, schema = snapshot
+            if table is not None and list(table.metadata().partition_columns) != self._partitions:
+                raise ValueError(
+                    f"the Delta table at {self.path!r} was created by another writer "
+                    f"meanwhile, partitioned by {table.metadata().partition_columns}, not "
+                    f"{self._partitions}"
+                )
+            try:
+                _commit(table, self.path, files, schema, self.app_id, self.version,
+                        self.partition_by, self.configuration, self.storage_options)  # fmt: skip
+            except Exception as exc:
+                conflicts += 1
+                if io.is_commit_conflict(exc) and conflicts < io.COMMIT_ATTEMPTS:
+                    log.info("%s: lost a commit race for %s@%d, checking again: %s",
+                             self.path, self.app_id, self.version, exc)  # fmt: skip
+                    snapshot = None
+                    continue
+                raise
+            after = io.open_table(self.path, self.storage_options)
+            return AppendOutcome(
+                rows=sum(f.rows for f in files),
+                files=len(files),
+                version=after.version() if after is not None else None,
             )
-        try:
-            _commit(table, path, files, schema, app_id, version, partition_by,
-                    configuration, storage_options)  # fmt: skip
-        except Exception as exc:
-            conflicts += 1
-            if io.is_commit_conflict(exc) and conflicts < io.COMMIT_ATTEMPTS:
-                log.info("%s: lost a commit race for %s@%d, checking again: %s",
-                         path, app_id, version, exc)  # fmt: skip
-                continue
-            raise
-        after = io.open_table(path, storage_options)
-        return AppendOutcome(
-            rows=sum(f.rows for f in files),
-            files=len(files),
-            version=after.version() if after is not None else None,
-        )
+
+    def _checked_snapshot(self) -> tuple[DeltaTable | None, pa.Schema] | None:
+        """The table (``None``: not created yet) and the schema to write, checked; ``None``
+        when the table already records the batch."""
+        while True:
+            table = io.open_table(self.path, self.storage_options)
+            done = io.transaction_version(table, self.app_id)
+            if done is not None and done >= self.version:
+                return None
+            if table is None:
+                return None, self.batch_schema
+            table_schema = delta_schema(table.schema().to_arrow())
+            if self.check is not None:
+                self.check(table_schema, self.batch_schema)
+            if (
+                self.merge_schema
+                and not self._evolved
+                and _add_new_columns(table, table_schema, self.batch_schema)
+            ):
+                self._evolved = True
+                continue  # check again on the snapshot with the new columns
+            return table, table_schema
 
 
 def write_files(source: Any, writer: FileWriter, task: TaskWrapper | None = None) -> list[DataFile]:

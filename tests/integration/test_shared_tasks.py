@@ -1,7 +1,8 @@
-"""With real Spark, PostgreSQL and a Kafka-protocol broker: a PostgreSQL table and a Kafka
-topic keyed alike (``order_id``, 4 partitions) write each batch in one shared Spark job
-(one task per partition hands the rows to both writers), each exactly once; a sink that
-fails in the shared task retries alone while the other keeps its write."""
+"""With real Spark, PostgreSQL, a Kafka-protocol broker and Delta: a PostgreSQL table and a
+Kafka topic keyed alike (``order_id``, 4 partitions), and a Delta append, write each batch
+in one shared Spark job (one task per partition hands the rows to every writer), each
+exactly once; a sink that fails in the shared task retries alone while the others keep
+their writes."""
 
 from __future__ import annotations
 
@@ -154,3 +155,83 @@ def test_a_sink_failing_in_the_shared_task_retries_alone_and_the_other_keeps_its
     assert results.done[("pg", 2)]["shared_with"] == ["kafka"]
     assert fan.ledger.last_committed(fan.pipeline, ["pg", "kafka"]) == {"pg": 2, "kafka": 2}
     _check_targets(url, bootstrap, suffix)
+
+
+def _with_delta(sinks: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    return [*sinks, {"type": "delta", "name": "lake", "path": str(path)}]
+
+
+def _check_delta(path: Path) -> None:
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    assert Counter(r["order_id"] for r in table) == Counter(range(BATCHES * ROWS))
+    assert {r["order_id"]: (r["customer"], r["amount"]) for r in table} == {
+        i: (f"c{i % 3}", i * 1.5) for i in range(BATCHES * ROWS)
+    }
+
+
+def _version(path: Path) -> int:
+    from deltalake import DeltaTable
+
+    return int(DeltaTable(str(path)).version())
+
+
+def test_a_delta_append_joins_the_shared_job_and_the_batch_is_not_cached(
+    spark: Any, services: tuple[str, str], tmp_path: Path
+) -> None:
+    url, bootstrap = services
+    suffix = uuid.uuid4().hex[:8]
+    results = Results()
+    sinks = _with_delta(_sinks(url, bootstrap, suffix), tmp_path / "lake")
+    fan = FanOut(f"sh{suffix}", MemoryLedger(), sinks, retries=0, plugins=[results])
+    cached = []
+    jobs = []
+    for batch_id in range(BATCHES):
+        store = spark._jsparkSession.sharedState().statusStore()
+        before = store.executionsList().size()
+        jobs.append(_arrow_jobs(spark, fan, batch_id))
+        executions = store.executionsList()
+        plans = [executions.apply(i).physicalPlanDescription()
+                 for i in range(before, executions.size())]  # fmt: skip
+        cached.append(sum("InMemoryRelation" in plan for plan in plans))
+    # batch 0: PostgreSQL cannot tell its partitioning yet and writes alone; Delta, taking
+    # any partitioning, shares Kafka's job. From batch 1 on, one job writes all three.
+    assert jobs == [2, 1, 1]
+    assert cached[0] > 0 and cached[1:] == [0, 0]  # batch 0 has two readers, then one
+    assert results.done[("lake", 0)]["shared_with"] == ["kafka"]
+    for batch_id in (1, 2):
+        assert results.done[("lake", batch_id)]["shared_with"] == ["pg", "kafka"]
+        assert results.done[("pg", batch_id)]["shared_with"] == ["kafka", "lake"]
+        assert results.done[("lake", batch_id)]["write_from"] == "executors"
+    assert results.errors == []
+    assert _version(tmp_path / "lake") == BATCHES - 1  # one commit per batch
+    _check_targets(url, bootstrap, suffix)
+    _check_delta(tmp_path / "lake")
+
+
+def test_a_delta_append_failing_in_the_shared_task_commits_nothing_and_retries_alone(
+    spark: Any, services: tuple[str, str], tmp_path: Path
+) -> None:
+    url, bootstrap = services
+    suffix = uuid.uuid4().hex[:8]
+    results = Results()
+    state = tmp_path / "veto.json"
+    veto = VetoOnce(batch=1, partition=2, state=str(state), sink="lake")
+    sinks = _with_delta(_sinks(url, bootstrap, suffix), tmp_path / "lake")
+    fan = FanOut(f"sh{suffix}", MemoryLedger(), sinks, retries=1, backoff_s=0.01,
+                 plugins=[results, veto])  # fmt: skip
+    _stream(spark, fan)
+    assert json.loads(state.read_text())["partition"] == 2
+    # Delta's files of the shared attempt were written but never committed: its retry
+    # ran alone and committed batch 1 once; PostgreSQL and Kafka kept their shared write
+    assert results.errors == [("lake", 1, 1)]
+    assert "shared_with" not in results.done[("lake", 1)]
+    assert results.done[("pg", 1)]["shared_with"] == ["kafka", "lake"]
+    assert results.done[("kafka", 1)]["committed_partitions"] == [0, 1, 2, 3]
+    assert fan.ledger.last_committed(fan.pipeline, ["pg", "kafka", "lake"]) == {
+        "pg": 2, "kafka": 2, "lake": 2,
+    }  # fmt: skip
+    assert _version(tmp_path / "lake") == BATCHES - 1  # the failed attempt committed nothing
+    _check_targets(url, bootstrap, suffix)
+    _check_delta(tmp_path / "lake")

@@ -17,9 +17,10 @@ driver instead, with a log line saying why.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +28,8 @@ from fanout.contract.batch import Batch
 from fanout.contract.sink import SinkResult
 from fanout.delta_tables import distributed
 from fanout.delta_tables import io as deltaio
-from fanout.delta_tables.datafiles import FileWriter, file_rows
-from fanout.errors import TransientSinkError
+from fanout.delta_tables.datafiles import DataFile, FileWriter, file_rows
+from fanout.errors import SinkError, SinkWriteError, TransientSinkError
 from fanout.partitioned.task import CommitHooks
 from fanout_delta.rs_engine import translate_error
 from fanout_delta.schema import check_batch_schema
@@ -36,6 +37,7 @@ from fanout_delta.schema import check_batch_schema
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from fanout.contract.sharing import SharedWrite
     from fanout_delta.target import DeltaTarget
 
 logger = logging.getLogger(__name__)
@@ -44,59 +46,146 @@ logger = logging.getLogger(__name__)
 def append_from_executors(sink: DeltaTarget, batch: Batch) -> SinkResult | None:
     """Append ``batch`` with files written by the executors, exactly once per batch id;
     ``None`` when this table needs the driver-side writer (the caller then uses it)."""
-    key = batch.idempotency_key
-    batch_id = key.version
     # A Spark DataFrame is written by its tasks; a batch without Spark (a test double,
     # an Arrow batch) by the same writer in this process.
     source: Any = batch.df if hasattr(batch.df, "mapInArrow") else batch.arrow()
-    batch_schema = distributed.arrow_schema_of(source)
-    table = deltaio.open_table(sink.path, sink.storage_options)
-    reasons = distributed.blockers(table, sink.partition_by, batch_schema)
-    if reasons:
-        logger.info(
-            "sink %r, batch %d: writing from the driver, the executor writer does not "
-            "support %s", sink.name, batch_id, ", ".join(reasons),
-        )  # fmt: skip
+    append = _ExecutorAppend.of(sink, batch, distributed.arrow_schema_of(source))
+    if append is None:
         return None
-
-    def check(table_schema: pa.Schema, schema: pa.Schema) -> None:
-        check_batch_schema(
-            table_schema, schema, merge_schema=sink.merge_schema, sink=sink.name,
-            batch_id=batch_id,
-        )  # fmt: skip
-
-    hooks = None
-    if sink.hook_plugins is not None:
-        info = batch.info
-        hooks = sink.hook_plugins.hooks(info.pipeline, sink.name, batch_id, info.epoch)
+    hooks = append.hooks
     try:
         outcome = distributed.append_distributed(
             source,
             sink.path,
-            app_id=key.app_id,
-            version=batch_id,
+            app_id=batch.idempotency_key.app_id,
+            version=batch.batch_id,
             partition_by=sink.partition_by,
             storage_options=sink.storage_options,
             configuration=sink.configuration,
             merge_schema=sink.merge_schema,
-            check=check,
-            task=functools.partial(HookedWriter, hooks=hooks) if hooks and hooks.wanted else None,
+            check=append.check,
+            task=functools.partial(HookedWriter, hooks=hooks) if hooks else None,
         )
     except Exception as exc:
-        transient = transient_in_task(exc, sink.name, batch_id)
-        if transient is not None:
-            raise transient from exc
+        raise append.error(exc) from exc
+    return append.result(outcome, lambda: _count(source))
+
+
+def shared_append(sink: DeltaTarget, batch: Batch) -> SharedWrite | None:
+    """The executors' append of ``batch`` as a member of a job shared with other sinks
+    (:mod:`fanout.contract.sharing`): the table is checked and the writer made here, each
+    task writes the rows of its partition, whatever the partitioning, into files of its
+    own, and :attr:`SharedWrite.finish` commits them all once with the batch's app
+    transaction. ``None`` when the table needs the driver-side writer, or already records
+    the batch (the sink's own write then says so)."""
+    from fanout.contract.sharing import SharedWrite
+
+    append = _ExecutorAppend.of(sink, batch, distributed.arrow_schema_of(batch.df))
+    if append is None:
+        return None
+    pending = distributed.PendingAppend(
+        distributed.delta_schema(append.schema), sink.path, app_id=batch.idempotency_key.app_id,
+        version=batch.batch_id, partition_by=sink.partition_by,
+        storage_options=sink.storage_options, configuration=sink.configuration,
+        merge_schema=sink.merge_schema, check=append.check,
+    )  # fmt: skip
+    try:
+        writer = pending.writer()
+    except Exception as exc:
+        raise append.error(exc) from exc
+    if writer is None:
+        return None
+
+    def commit(files: Sequence[DataFile]) -> SinkResult:
+        try:
+            outcome = pending.commit(files)
+        except Exception as exc:
+            raise append.error(exc) from exc
+        return append.result(outcome, lambda: sum(f.rows for f in files))
+
+    def finish(texts: Sequence[str]) -> SinkResult:
+        written = [TaskFiles.from_json(text) for text in texts]
+        failed = [w for w in written if w.error is not None]
+        if failed:
+            raise append.task_failure(failed)
+        return commit([f for w in written for f in w.files])
+
+    def alone() -> SinkResult:  # the group did not form: the same files, in a job of its own
+        hooks = append.hooks
+        task = functools.partial(HookedWriter, hooks=hooks) if hooks else None
+        try:
+            files = distributed.write_files(batch.df, writer, task)
+        except Exception as exc:
+            raise append.error(exc) from exc
+        return commit(files)
+
+    columns = tuple((name, name) for name in append.schema.names)
+    return SharedWrite(SharedFiles(writer, append.hooks), columns, "any", finish, alone)
+
+
+@dataclass(frozen=True)
+class _ExecutorAppend:
+    """What both executor appends need on the driver: the checks and hooks before, the
+    error and the result after."""
+
+    sink: DeltaTarget
+    batch_id: int
+    schema: pa.Schema
+    hooks: CommitHooks | None
+
+    @classmethod
+    def of(cls, sink: DeltaTarget, batch: Batch, schema: pa.Schema) -> _ExecutorAppend | None:
+        """``None`` when the table uses a feature the executor writer lacks (logged)."""
         table = deltaio.open_table(sink.path, sink.storage_options)
-        raise translate_error(exc, sink, batch_id, batch_schema, table) from exc
-    if outcome.already_written:
-        logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, sink.path)
-        return SinkResult(_count(source), already_written=True)
-    if outcome.empty:
-        # Nothing to commit: the ledger records the batch, and a replay is empty again.
-        return SinkResult(0, {"empty": True, "mode": sink.mode})
-    details = {"mode": sink.mode, "version": outcome.version, "files": outcome.files,
-               "write_from": "executors"}  # fmt: skip
-    return SinkResult(rows=outcome.rows, details=details)
+        reasons = distributed.blockers(table, sink.partition_by, schema)
+        if reasons:
+            logger.info(
+                "sink %r, batch %d: writing from the driver, the executor writer does not "
+                "support %s", sink.name, batch.batch_id, ", ".join(reasons),
+            )  # fmt: skip
+            return None
+        hooks = None
+        if sink.hook_plugins is not None:
+            info = batch.info
+            hooks = sink.hook_plugins.hooks(info.pipeline, sink.name, batch.batch_id, info.epoch)
+        return cls(sink, batch.batch_id, schema, hooks if hooks and hooks.wanted else None)
+
+    def check(self, table_schema: pa.Schema, schema: pa.Schema) -> None:
+        """The batch's schema against the table's (raises naming the columns)."""
+        check_batch_schema(
+            table_schema, schema, merge_schema=self.sink.merge_schema, sink=self.sink.name,
+            batch_id=self.batch_id,
+        )  # fmt: skip
+
+    def error(self, exc: Exception) -> Exception:
+        """The sink's error for what the append raised."""
+        transient = transient_in_task(exc, self.sink.name, self.batch_id)
+        if transient is not None:
+            return transient
+        table = deltaio.open_table(self.sink.path, self.sink.storage_options)
+        return translate_error(exc, self.sink, self.batch_id, self.schema, table)
+
+    def task_failure(self, failed: Sequence[TaskFiles]) -> SinkError:
+        """The error of a shared job whose tasks failed to write this sink's files (none
+        is committed): transient when every failure is."""
+        lines = [f"{len(failed)} task(s) of the shared job failed to write the files; "
+                 "nothing was committed"]  # fmt: skip
+        lines += [f"  - p{w.partition}: {w.error}" for w in failed]
+        error = TransientSinkError if all(w.transient for w in failed) else SinkWriteError
+        return error("\n".join(lines), sink=self.sink.name, batch_id=self.batch_id)
+
+    def result(self, outcome: distributed.AppendOutcome, rows: Callable[[], int]) -> SinkResult:
+        """The sink's result of ``outcome`` (``rows``: the batch's, when found written)."""
+        sink, batch_id = self.sink, self.batch_id
+        if outcome.already_written:
+            logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, sink.path)
+            return SinkResult(rows(), already_written=True)
+        if outcome.empty:
+            # Nothing to commit: the ledger records the batch, and a replay is empty again.
+            return SinkResult(0, {"empty": True, "mode": sink.mode})
+        details = {"mode": sink.mode, "version": outcome.version, "files": outcome.files,
+                   "write_from": "executors"}  # fmt: skip
+        return SinkResult(rows=outcome.rows, details=details)
 
 
 _RAISED_IN_TASK = "fanout.errors.TransientSinkError: "
@@ -138,3 +227,58 @@ class HookedWriter:
         rows = sum(f.rows for f in files)
         self.hooks.before(partition, rows, rows)
         yield from file_rows(files)
+
+
+@dataclass(frozen=True)
+class TaskFiles:
+    """What one task of a shared job wrote for the Delta sink: its files, or its error.
+
+    :param partition: the task's partition.
+    :param files: the data files written and closed (none committed yet).
+    :param error: what went wrong (``None`` when the files are complete).
+    :param transient: whether a replay of the batch may succeed.
+    """
+
+    partition: int
+    files: tuple[DataFile, ...] = ()
+    error: str | None = None
+    transient: bool = False
+
+    def to_json(self) -> str:
+        """The task's outcome text."""
+        return json.dumps({"partition": self.partition, "files": [f.to_json() for f in self.files],
+                           "error": self.error, "transient": self.transient})  # fmt: skip
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskFiles:
+        """Parse what :meth:`to_json` wrote."""
+        data = json.loads(text)
+        files = tuple(DataFile.from_json(f) for f in data["files"])
+        return cls(data["partition"], files, data["error"], data["transient"])
+
+
+@dataclass(frozen=True)
+class SharedFiles:
+    """The Delta sink's task in a shared job (:class:`fanout.contract.sharing.SharedTask`):
+    writes the partition's rows into files and calls ``fanout_partition_commit`` once they
+    are closed, as :class:`HookedWriter` does."""
+
+    writer: FileWriter
+    hooks: CommitHooks | None = None
+
+    def run(self, partition: int, batches: Iterator[pa.RecordBatch]) -> str:
+        """Write ``partition``'s rows; the files, or the error, as text."""
+        try:
+            files = self.writer.write(batches)
+            if self.hooks is not None:
+                rows = sum(f.rows for f in files)
+                self.hooks.before(partition, rows, rows)
+        except Exception as exc:  # its files stay unreferenced, as a failed task's
+            return self.failed(partition, exc)
+        return TaskFiles(partition, tuple(files)).to_json()
+
+    def failed(self, partition: int, error: BaseException) -> str:
+        """``partition``'s outcome when writing it raised ``error``."""
+        transient = isinstance(error, TransientSinkError)
+        return TaskFiles(partition, error=f"{type(error).__name__}: {error}",
+                         transient=transient).to_json()  # fmt: skip

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from fanout.contract.dead_letters import DeadLetterTarget
+    from fanout.contract.partitions import BatchPartitioning
+    from fanout.contract.sharing import SharedWrite
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +136,8 @@ class DeltaSink(Sink):
         self.resolved_write_from: Literal["executors", "driver"] | None = None
         self._dead_letters: DeadLetterTarget | None = None  # resolved by fanout, at open()
         self._hook_plugins: HookPlugins | None = None  # found at open()
+        # Whether Spark's executors can write the table's path (found at open()).
+        self._executors_reach_the_table = False
 
     @property
     def reads(self) -> Reads:
@@ -167,6 +171,9 @@ class DeltaSink(Sink):
         self._dead_letters = context.dead_letters
         self.resolved_engine = self._resolve_engine(context.spark)
         self.resolved_write_from = self._resolve_write_from(context.spark)
+        self._executors_reach_the_table = self.resolved_write_from == "executors" or (
+            context.spark is not None and _single_machine(context.spark)
+        )
         self._hook_plugins = HookPlugins.of(context.plugins)
         try:
             table = deltaio.open_table(self.path, self.storage_options)  # type: ignore[arg-type]
@@ -219,6 +226,48 @@ class DeltaSink(Sink):
             result = done if done is not None else write_rs(self.target(), batch)
         if not result.already_written:
             self._maybe_compact(batch.batch_id, engine, batch)
+        return result
+
+    def shares_tasks(self) -> bool:
+        """An append with delta-rs writes its first attempt in a Spark job shared with
+        other sinks writing from the executors (docs/architecture.md §3.4), whatever their
+        partitioning: each task writes its rows into files of its own, and the driver
+        commits them once. Whenever the executors may write the table: with
+        ``write_from="executors"``, or ``"auto"`` on one machine (where ``auto`` writes
+        alone from the driver, since a job of its own would only add a Spark job), on
+        ``local-cluster`` or for a table on an object store."""
+        if (self.resolved_engine or self.engine) != "rs" or self.mode != "append":
+            return False
+        return self.write_from == "executors" or (
+            self.write_from == "auto" and self._executors_reach_the_table
+        )
+
+    def batch_partitioning(self, schema: Any) -> BatchPartitioning | None:
+        """Any (:data:`~fanout.contract.sharing.ANY_PARTITIONING`) when it shares tasks:
+        an append keeps rows in whatever partitions the batch has."""
+        from fanout.contract.sharing import ANY_PARTITIONING
+
+        return ANY_PARTITIONING if self.shares_tasks() else None
+
+    def shared_write(self, batch: Batch) -> SharedWrite:
+        """The executors' append as a shared job's member
+        (:func:`fanout_delta.rs_executors.shared_append`); a table the executor writer
+        cannot write, or a batch already in it, is written alone by :meth:`write`."""
+        from fanout.contract.sharing import SharedWrite
+        from fanout_delta.rs_executors import shared_append
+
+        shared = shared_append(self.target(), batch)
+        if shared is None:
+            return SharedWrite(None, (), None, finish=_never, alone=lambda: self.write(batch))
+        return SharedWrite(
+            shared.task, shared.columns, shared.shape,
+            finish=lambda texts: self._compacted(shared.finish(texts), batch),
+            alone=lambda: self._compacted(shared.alone(), batch),
+        )  # fmt: skip
+
+    def _compacted(self, result: SinkResult, batch: Batch) -> SinkResult:
+        if not result.already_written:
+            self._maybe_compact(batch.batch_id, "rs", batch)
         return result
 
     def target(self) -> DeltaTarget:
@@ -420,6 +469,16 @@ class DeltaSink(Sink):
                 "sink %r, batch %d: compaction of %s failed; the batch is committed, the "
                 "next compaction will retry", self.name, batch_id, self.path, exc_info=True,
             )  # fmt: skip
+
+
+def _single_machine(spark: Any) -> bool:
+    from fanout.contract.sessions import single_machine
+
+    return bool(single_machine(spark))
+
+
+def _never(texts: Sequence[str]) -> SinkResult:
+    raise AssertionError("a sink writing alone has no shared outcomes to finish")
 
 
 def _on_object_store(path: str | None) -> bool:
