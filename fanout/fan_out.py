@@ -52,11 +52,9 @@ from fanout.steps.lag_steps import (
     spool_for_lagging,
     start_spooling,
 )
-from fanout.steps.partition import partition_if_shared
-from fanout.steps.persist import persist_if_shared
+from fanout.steps.persist import prepare_reads
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
-from fanout.steps.share import group_shared_tasks
 from fanout.steps.state import BatchState
 from fanout.steps.write import write_all
 
@@ -316,10 +314,9 @@ class FanOut:
         self._announce(state)
         if state.pending or state.lagging or state.lagged:  # lagged: could not be opened
             try:
-                partition_if_shared(state, self.specs)  # 4. partition once,
-                if self.share_tasks:
-                    group_shared_tasks(state, self.specs, self.parallelism)  # share tasks
-                persist_if_shared(state, self.specs)  # and persist
+                prepare_reads(
+                    state, self.specs, share_tasks=self.share_tasks, parallelism=self.parallelism
+                )  # 4. share, partition, persist
                 spooling = None
                 if state.pending:
                     state.routes = BatchRoutes.prepare(

@@ -7,9 +7,26 @@ from typing import Any
 
 from fanout.contract.sessions import ADAPTIVE, session_settings
 from fanout.sink_spec import SinkSpec
+from fanout.steps.partition import partition_if_shared
+from fanout.steps.share import group_shared_tasks
 from fanout.steps.state import BatchState
 
 CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
+
+
+def prepare_reads(
+    state: BatchState, specs: Mapping[str, SinkSpec], *, share_tasks: bool = True,
+    parallelism: int | None = None,
+) -> None:  # fmt: skip
+    """Step 4: group the sinks that share their tasks (:mod:`fanout.steps.share`), then,
+    when the batch will be read more than once, partition it once for the sinks hashing
+    it alike (:mod:`fanout.steps.partition`) and persist it. A batch read once (one shared
+    job for every pending sink) is left as it is: each reader partitions its own."""
+    if share_tasks:
+        group_shared_tasks(state, specs, parallelism)
+    if batch_readers(state, specs) > 1:
+        partition_if_shared(state, specs)
+    persist_if_shared(state, specs)
 
 
 def persist_if_shared(state: BatchState, specs: Mapping[str, SinkSpec]) -> bool:
@@ -21,14 +38,19 @@ def persist_if_shared(state: BatchState, specs: Mapping[str, SinkSpec]) -> bool:
     sinks sharing their tasks (:mod:`fanout.steps.share`) once together; the spool reads
     it once when a sink is behind (step 6b).
     """
-    grouped = {name for group in state.share_groups for name in group}
-    alone = [name for name in state.pending if name not in grouped]
-    readers = readers_of(alone, specs) + len(state.share_groups)  # one shared job each
-    readers += 1 if state.lagging or state.lagged else 0
-    state.persisted = readers > 1 and hasattr(state.df, "persist")
+    state.persisted = batch_readers(state, specs) > 1 and hasattr(state.df, "persist")
     if state.persisted:
         persist_uncompressed(state.df, keep_partitioning=state.partitioning is not None)
     return state.persisted
+
+
+def batch_readers(state: BatchState, specs: Mapping[str, SinkSpec]) -> int:
+    """How many times this batch's DataFrame will be read: by the pending sinks (each
+    group sharing its tasks once), and by the spool when a sink is behind."""
+    grouped = {name for group in state.share_groups for name in group}
+    alone = [name for name in state.pending if name not in grouped]
+    readers = readers_of(alone, specs) + len(state.share_groups)  # one shared job each
+    return readers + (1 if state.lagging or state.lagged else 0)
 
 
 def readers_of(pending: Sequence[str], specs: Mapping[str, SinkSpec]) -> int:

@@ -145,3 +145,53 @@ def test_most_shared_needs_two() -> None:
         is None
     )
     assert most_shared({"a": BatchPartitioning(4, ()), "b": BatchPartitioning(4, ())}) is None
+
+
+class Sharing(Partitioned):
+    """Reports ``BY_ID`` and may share its tasks."""
+
+    def shares_tasks(self) -> bool:
+        return True
+
+
+class Persistable(Frame):
+    """A batch frame grouping may ask about (``mapInArrow``), counting the ``persist``
+    calls on it or on what it was repartitioned into."""
+
+    def __init__(self, parent: Persistable | None = None, by: tuple[Any, ...] = ()) -> None:
+        super().__init__(parent, by)
+        self.persists: list[int] = parent.persists if parent is not None else []
+
+    @property
+    def persisted(self) -> int:
+        return len(self.persists)
+
+    def repartition(self, n: int, *cols: str) -> Persistable:
+        return Persistable(self, (n, *cols))
+
+    def mapInArrow(self, *args: Any) -> Any:
+        raise AssertionError("step 4 runs no job")
+
+    def persist(self) -> Persistable:
+        self.persists.append(1)
+        return self
+
+
+def test_a_batch_read_once_by_one_shared_job_is_neither_partitioned_nor_persisted() -> None:
+    from fanout.steps.persist import prepare_reads
+
+    specs = {n: SinkSpec(Sharing(n)) for n in ("kafka", "pg")}
+    for share, groups, partitioned, persisted in ((True, [("kafka", "pg")], None, 0),
+                                                  (False, [], BY_ID, 1)):  # fmt: skip
+        frame = Persistable()
+        state = BatchState(frame, BatchInfo("p", 7), pending=list(specs))
+        prepare_reads(state, specs, share_tasks=share)
+        assert (state.share_groups, state.partitioning) == (groups, partitioned), share
+        assert (state.persisted, frame.persisted) == (bool(persisted), persisted), share
+    # a third reader (a sink of its own) makes the cache worth partitioning once
+    specs["lake"] = SinkSpec(Partitioned("lake", None))
+    frame = Persistable()
+    state = BatchState(frame, BatchInfo("p", 7), pending=list(specs))
+    prepare_reads(state, specs)
+    assert (state.share_groups, state.partitioning) == ([("kafka", "pg")], BY_ID)
+    assert frame.persisted == 1
