@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from fanout.contract.partitions import BatchPartitioning
+from fanout.contract.sink import SinkResult
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from fanout.contract.sink import SinkResult
 
 ANY_PARTITIONING = BatchPartitioning(0, ())
 """What :meth:`fanout.Sink.batch_partitioning` of a sink sharing tasks returns when it

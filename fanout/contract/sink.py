@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from fanout.contract.dead_letters import DeadLetterTarget
-    from fanout.contract.sharing import SharedWrite
 
 Guarantee = Literal["transactional", "idempotent", "at_least_once"]
 """What a sink promises when a batch is written again after a crash.
@@ -192,10 +191,11 @@ class Sink:
         Default: no."""
         return False
 
-    def shared_write(self, batch: Batch) -> SharedWrite:
+    def shared_write(self, batch: Batch) -> Any:
         """On the driver, everything :meth:`write` does before its Spark job (checks that
         refuse the batch raise here, before anything is written), as a
-        :class:`~fanout.contract.sharing.SharedWrite` a shared job runs with other sinks'.
+        :class:`~fanout.contract.sharing.SharedWrite` a shared job runs with other sinks'
+        (typed ``Any`` here: that module builds on this one).
         Called for the first attempt only, when :meth:`shares_tasks` says so."""
         raise NotImplementedError(f"{type(self).__name__}.shared_write")
 
