@@ -78,10 +78,10 @@ def share_groups(
     """The pending sinks that may share tasks, grouped by the partitioning they report
     (:meth:`fanout.Sink.batch_partitioning`); the sinks taking any partitioning join the
     largest group (the first of the largest), or, when no sink hashes, those reading the
-    DataFrame form one of their own. Groups of two or more, in configuration order; none larger than
-    ``parallelism`` (how many sinks may write at once: a shared job writes them all at
-    once), so sinks taking any partitioning join only where there is room. No I/O: a sink
-    that cannot tell yet (PostgreSQL before its first batch) writes alone."""
+    DataFrame form one of their own. Groups of two or more, in configuration order; none
+    larger than ``parallelism`` (how many sinks may write at once: a shared job writes
+    them all at once), so sinks taking any partitioning join only where there is room. No
+    I/O: a sink that cannot tell yet (PostgreSQL before its first batch) writes alone."""
     hashed: dict[BatchPartitioning, list[str]] = {}
     flexible: list[str] = []
     for name in pending:
