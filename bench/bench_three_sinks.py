@@ -22,11 +22,13 @@ identical):
 
 Variants:
 
-  a        fanout: FanOut(pipeline, ledger=<Delta path>, sinks=[delta, pg, kafka]): the batch
-           is persisted, the three sinks are written in parallel threads
-  a_own    a with ``share_tasks=False``: PostgreSQL and Kafka each read the batch in a job
-           of their own, instead of one task per partition writing both (informational:
-           what sharing the tasks saves; no target uses it)
+  a        fanout: FanOut(pipeline, ledger=<Delta path>, sinks=[delta, pg, kafka]): the sinks
+           in parallel threads; from the second batch on, one shared job writes all three
+           (each task writes its partition to PostgreSQL and Kafka and into Delta files of
+           its own; the driver commits Delta's files once) and the batch is not cached
+  a_own    a with ``share_tasks=False``: each sink its own job (Delta from the driver,
+           toArrow), the batch persisted for them (informational: what sharing the tasks
+           saves; no target uses it)
   b        three independent streaming queries started together, each a FanOut with ONE
            sink and its own ledger and checkpoint; timed from the first start to the last
            termination
@@ -343,8 +345,9 @@ def _measure(
             print(f"  {line}")
     if {"a", "a_own"} <= set(selected):
         print(
-            "sharing tasks (a: PostgreSQL and Kafka written by one task per partition; a_own: "
-            f"each by its own job): a_own/a time {best['a_own'].seconds / best['a'].seconds:.3f}, "
+            "sharing tasks (a: Delta, PostgreSQL and Kafka written by one task per partition; "
+            "a_own: each by its own job): "
+            f"a_own/a time {best['a_own'].seconds / best['a'].seconds:.3f}, "
             f"p50 {p50['a_own'] / p50['a']:.3f}"
         )
     singles = ("s_delta", "s_pg", "s_kafka")
