@@ -106,10 +106,7 @@ def append_distributed(
         partition_by=partition_by, storage_options=storage_options,
         configuration=configuration, merge_schema=merge_schema, check=check,
     )  # fmt: skip
-    writer = pending.writer()
-    if writer is None:
-        return AppendOutcome(already_written=True)
-    return pending.commit(write_files(source, writer, task))
+    return pending.run(source, task)
 
 
 class PendingAppend:
@@ -159,6 +156,14 @@ class PendingAppend:
             raise ValueError(f"partition column(s) {missing} missing from the batch")
         self._snapshot, self._partitions = snapshot, partitions
         return FileWriter(self.path, schema, tuple(partitions), self.storage_options)
+
+    def run(self, source: Any, task: TaskWrapper | None = None) -> AppendOutcome:
+        """Both steps around a job of this append's own over ``source`` (a Spark
+        DataFrame, or a ``pyarrow.Table`` written here): :func:`append_distributed`."""
+        writer = self.writer()
+        if writer is None:
+            return AppendOutcome(already_written=True)
+        return self.commit(write_files(source, writer, task))
 
     def commit(self, files: Sequence[DataFile]) -> AppendOutcome:
         """Commit ``files`` (written by :meth:`writer`'s writer) in one commit carrying

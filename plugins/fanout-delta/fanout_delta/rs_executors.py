@@ -30,7 +30,7 @@ from fanout.delta_tables import distributed
 from fanout.delta_tables import io as deltaio
 from fanout.delta_tables.datafiles import DataFile, FileWriter, file_rows
 from fanout.errors import SinkError, SinkWriteError, TransientSinkError
-from fanout.partitioned.task import CommitHooks
+from fanout.partitioned.task import CommitHooks, task_partition
 from fanout_delta.rs_engine import translate_error
 from fanout_delta.schema import check_batch_schema
 
@@ -52,20 +52,8 @@ def append_from_executors(sink: DeltaTarget, batch: Batch) -> SinkResult | None:
     append = _ExecutorAppend.of(sink, batch, distributed.arrow_schema_of(source))
     if append is None:
         return None
-    hooks = append.hooks
     try:
-        outcome = distributed.append_distributed(
-            source,
-            sink.path,
-            app_id=batch.idempotency_key.app_id,
-            version=batch.batch_id,
-            partition_by=sink.partition_by,
-            storage_options=sink.storage_options,
-            configuration=sink.configuration,
-            merge_schema=sink.merge_schema,
-            check=append.check,
-            task=functools.partial(HookedWriter, hooks=hooks) if hooks else None,
-        )
+        outcome = append.pending().run(source, append.task)
     except Exception as exc:
         raise append.error(exc) from exc
     return append.result(outcome, lambda: _count(source))
@@ -83,12 +71,7 @@ def shared_append(sink: DeltaTarget, batch: Batch) -> SharedWrite | None:
     append = _ExecutorAppend.of(sink, batch, distributed.arrow_schema_of(batch.df))
     if append is None:
         return None
-    pending = distributed.PendingAppend(
-        distributed.delta_schema(append.schema), sink.path, app_id=batch.idempotency_key.app_id,
-        version=batch.batch_id, partition_by=sink.partition_by,
-        storage_options=sink.storage_options, configuration=sink.configuration,
-        merge_schema=sink.merge_schema, check=append.check,
-    )  # fmt: skip
+    pending = append.pending()
     try:
         writer = pending.writer()
     except Exception as exc:
@@ -111,10 +94,8 @@ def shared_append(sink: DeltaTarget, batch: Batch) -> SharedWrite | None:
         return commit([f for w in written for f in w.files])
 
     def alone() -> SinkResult:  # the group did not form: the same files, in a job of its own
-        hooks = append.hooks
-        task = functools.partial(HookedWriter, hooks=hooks) if hooks else None
         try:
-            files = distributed.write_files(batch.df, writer, task)
+            files = distributed.write_files(batch.df, writer, append.task)
         except Exception as exc:
             raise append.error(exc) from exc
         return commit(files)
@@ -130,6 +111,7 @@ class _ExecutorAppend:
 
     sink: DeltaTarget
     batch_id: int
+    app_id: str
     schema: pa.Schema
     hooks: CommitHooks | None
 
@@ -148,7 +130,23 @@ class _ExecutorAppend:
         if sink.hook_plugins is not None:
             info = batch.info
             hooks = sink.hook_plugins.hooks(info.pipeline, sink.name, batch.batch_id, info.epoch)
-        return cls(sink, batch.batch_id, schema, hooks if hooks and hooks.wanted else None)
+        hooks = hooks if hooks and hooks.wanted else None
+        return cls(sink, batch.batch_id, batch.idempotency_key.app_id, schema, hooks)
+
+    def pending(self) -> distributed.PendingAppend:
+        """The exactly-once append of this batch, checked by :meth:`check`."""
+        sink = self.sink
+        return distributed.PendingAppend(
+            distributed.delta_schema(self.schema), sink.path, app_id=self.app_id,
+            version=self.batch_id, partition_by=sink.partition_by,
+            storage_options=sink.storage_options, configuration=sink.configuration,
+            merge_schema=sink.merge_schema, check=self.check,
+        )  # fmt: skip
+
+    @property
+    def task(self) -> distributed.TaskWrapper | None:
+        """What each task of the sink's own job runs: the writer, with the hooks."""
+        return functools.partial(HookedWriter, hooks=self.hooks) if self.hooks else None
 
     def check(self, table_schema: pa.Schema, schema: pa.Schema) -> None:
         """The batch's schema against the table's (raises naming the columns)."""
@@ -219,14 +217,20 @@ class HookedWriter:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Write this task's rows, call the hook, yield one row per file."""
-        from pyspark import TaskContext
+        yield from file_rows(_written(self.writer, self.hooks, task_partition(), batches))
 
-        context = TaskContext.get()
-        partition = context.partitionId() if context is not None else 0
-        files = self.writer.write(batches)
+
+def _written(
+    writer: FileWriter, hooks: CommitHooks | None, partition: int,
+    batches: Iterator[pa.RecordBatch],
+) -> list[DataFile]:  # fmt: skip
+    """``partition``'s files, written and closed, then ``fanout_partition_commit``: what
+    the hook raises leaves them unreferenced."""
+    files = writer.write(batches)
+    if hooks is not None:
         rows = sum(f.rows for f in files)
-        self.hooks.before(partition, rows, rows)
-        yield from file_rows(files)
+        hooks.before(partition, rows, rows)
+    return files
 
 
 @dataclass(frozen=True)
@@ -269,10 +273,7 @@ class SharedFiles:
     def run(self, partition: int, batches: Iterator[pa.RecordBatch]) -> str:
         """Write ``partition``'s rows; the files, or the error, as text."""
         try:
-            files = self.writer.write(batches)
-            if self.hooks is not None:
-                rows = sum(f.rows for f in files)
-                self.hooks.before(partition, rows, rows)
+            files = _written(self.writer, self.hooks, partition, batches)
         except Exception as exc:  # its files stay unreferenced, as a failed task's
             return self.failed(partition, exc)
         return TaskFiles(partition, tuple(files)).to_json()
