@@ -90,10 +90,11 @@ class FanOut:
         ``on_failure="lag"`` or ``backfill_from`` (docs/architecture.md §14).
     :param probe_interval_s: how long a lagging sink waits between catch-up attempts
         while it keeps failing.
-    :param share_tasks: sinks of the partitioned-sink kit that hash the batch alike write
-        their first attempt in one Spark job, each partition's task handing the rows to
-        every such sink's writer (one read of the batch for all of them;
-        docs/architecture.md §3.4). ``False``: each sink runs its own job.
+    :param share_tasks: sinks writing from the executors that fit together (sinks of the
+        partitioned-sink kit hashing the batch alike, and a Delta append, which takes any
+        partitioning) write their first attempt in one Spark job, each partition's task
+        handing the rows to every such sink's writer (one read of the batch for all of
+        them; docs/architecture.md §3.4). ``False``: each sink runs its own job.
     :param on_checkpoint_reset: ``"refuse"`` (default): a lost or replaced checkpoint
         raises :class:`fanout.CheckpointResetError`. ``"new_epoch"``: continue under a new
         epoch, whose transaction ids are new, so every batch of the new query is written

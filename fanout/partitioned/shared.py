@@ -44,7 +44,8 @@ to a few Arrow batches per sink)."""
 class SharedMember:
     """One sink's part of a shared task.
 
-    :param task: what the task runs for this sink (a kit sink's partition task).
+    :param task: what the task runs for this sink (a kit sink's partition task, the
+        Delta append's file writer).
     :param columns: ``(shared column, sink's column)`` pairs, in the order of the sink's
         own input.
     :param membership: whether the sink's writer receives the member column.

@@ -224,9 +224,7 @@ class DeltaSink(Sink):
 
                 done = append_from_executors(self.target(), batch)
             result = done if done is not None else write_rs(self.target(), batch)
-        if not result.already_written:
-            self._maybe_compact(batch.batch_id, engine, batch)
-        return result
+        return self._compacted(result, batch, engine)
 
     def shares_tasks(self) -> bool:
         """An append with delta-rs writes its first attempt in a Spark job shared with
@@ -265,9 +263,9 @@ class DeltaSink(Sink):
             alone=lambda: self._compacted(shared.alone(), batch),
         )  # fmt: skip
 
-    def _compacted(self, result: SinkResult, batch: Batch) -> SinkResult:
+    def _compacted(self, result: SinkResult, batch: Batch, engine: str = "rs") -> SinkResult:
         if not result.already_written:
-            self._maybe_compact(batch.batch_id, "rs", batch)
+            self._maybe_compact(batch.batch_id, engine, batch)
         return result
 
     def target(self) -> DeltaTarget:
