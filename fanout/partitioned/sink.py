@@ -20,8 +20,9 @@ Per-partition commit hooks (``fanout_partition_commit`` just before a partition 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.partitions import BatchPartitioning
@@ -77,14 +78,21 @@ class PreparedPartitions:
     prepare_partitions`).
 
     :param given: the sink's partition input.
-    :param parted: ``given.df`` partitioned (with the member column when membership is
-        kept, sorted when asked): what the sink's own job reads.
     :param task: the picklable partition task.
+    :param partitioning: builds :attr:`parted`.
     """
 
     given: PartitionInput
-    parted: Any
     task: PartitionTask
+    partitioning: Callable[[], Any] = field(repr=False)
+
+    @cached_property
+    def parted(self) -> Any:
+        """``given.df`` partitioned (with the member column when membership is kept,
+        sorted when asked): what the sink's own job reads. Built on first use: a shared
+        job partitions the batch itself, and each DataFrame step here is a py4j round
+        trip and an analysis of the batch's plan (~4 ms) before any task can start."""
+        return self.partitioning()
 
 
 class PartitionedSink(Sink):
@@ -228,23 +236,29 @@ class PartitionedSink(Sink):
         other sinks' in one Spark job."""
         self.preflight(batch)
         given = self.partition_input(batch)
-        from pyspark.sql import functions as F
-
-        by = [F.col(quoted(c)) for c in given.by]
-        parted, plan = given.df.repartition(self.partitions, *by), None
+        plan = None
         if given.membership:
             check_batch(given.df, given.by if given.keyed else WHOLE_ROW, sink=self.name,
                         batch_id=batch.batch_id, query_id=batch.query_id)  # fmt: skip
             plan = plan_of(given.df, given.by, self.partitions)
             check_committed(
                 self.committed_partitions(batch, plan), plan,
-                lambda: summarize(parted, given.by), sink=self.name, batch_id=batch.batch_id,
+                lambda: summarize(self._repartitioned(given), given.by), sink=self.name,
+                batch_id=batch.batch_id,
             )  # fmt: skip
+        task = PartitionTask(self.partition_writer(batch, plan), self._hooks(batch))
+        return PreparedPartitions(given, task, partial(self._parted, given))
+
+    def _repartitioned(self, given: PartitionInput) -> Any:
+        return given.df.repartition(self.partitions, *[quoted(c) for c in given.by])
+
+    def _parted(self, given: PartitionInput) -> Any:
+        parted = self._repartitioned(given)
+        if given.membership:
             parted = with_member_column(parted, given.by)
         if given.sort:
             parted = parted.sortWithinPartitions(*given.sort)
-        task = PartitionTask(self.partition_writer(batch, plan), self._hooks(batch))
-        return PreparedPartitions(given, parted, task)
+        return parted
 
     def finish_partitions(
         self, batch: Batch, prepared: PreparedPartitions, outcomes: Sequence[PartitionOutcome]

@@ -35,7 +35,7 @@ from fanout.contract.partitions import BatchPartitioning
 from fanout.contract.sessions import in_spark_thread, plan_without_adaptive
 from fanout.contract.sharing import ANY_PARTITIONING, SharedShape, SharedWrite
 from fanout.contract.sink import Sink, SinkResult
-from fanout.partitioned.membership import quoted, with_member_column
+from fanout.partitioned.membership import member_column, quoted
 from fanout.partitioned.shared import (
     SHARED_RESULT_DDL,
     SharedMember,
@@ -197,11 +197,12 @@ class SharedPass:
             for w in writes.values()
         )
         needed = list(dict.fromkeys(c for m in members for c, _ in m.columns))
-        parted = self.df.select(*[quoted(c) for c in needed])
+        columns: list[Any] = [quoted(c) for c in needed]
+        if shape is not None and any(m.membership for m in members):
+            columns.append(member_column(shape.by))  # in the same projection: one step
+        parted = self.df.select(*columns)
         if shape is not None:
             parted = parted.repartition(shape.partitions, *[quoted(c) for c in shape.by])
-            if any(m.membership for m in members):
-                parted = with_member_column(parted, shape.by)
             if shape.sort:
                 parted = parted.sortWithinPartitions(*shape.sort)
         job = parted.mapInArrow(SharedPartitionTask(members), SHARED_RESULT_DDL)

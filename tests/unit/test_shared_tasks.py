@@ -236,8 +236,58 @@ class PreparedKit(KitSink):
         from fanout.partitioned.sink import PartitionInput, PreparedPartitions
 
         self.prepared += 1
-        given = PartitionInput(None, ["order_id"], renamed=[("order_id", "order_id")])
-        return PreparedPartitions(given, None, PartitionTask(Writer(), CommitHooks("p", "s", 0)))
+        given = PartitionInput(
+            None, ["order_id"], membership=False, renamed=[("order_id", "order_id")]
+        )
+        task = PartitionTask(Writer(), CommitHooks("p", "s", 0))
+        return PreparedPartitions(given, task, lambda: None)
+
+
+class CountingFrame:
+    """A partition input's DataFrame that records the plan steps built on it."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[Any, ...]] = []
+
+    def repartition(self, *args: Any) -> CountingFrame:
+        self.steps.append(("repartition", *args))
+        return self
+
+    def sortWithinPartitions(self, *columns: Any) -> CountingFrame:
+        self.steps.append(("sort", *columns))
+        return self
+
+
+class SortedKit(KitSink):
+    """A kit sink without membership, sorting each partition (so it needs no Spark)."""
+
+    def __init__(self, frame: CountingFrame) -> None:
+        super().__init__("sorted", ["order id"])
+        self.frame = frame
+
+    def partition_input(self, batch: Any) -> Any:
+        from fanout.partitioned.sink import PartitionInput
+
+        renamed = [("order id", "order id"), ("ts", "ts")]
+        return PartitionInput(self.frame, ["order id"], membership=False, sort=["ts"],
+                              renamed=renamed)  # fmt: skip
+
+    def partition_writer(self, batch: Any, plan: Any) -> Any:
+        return Writer()
+
+
+def test_a_shared_write_builds_no_partitioned_frame_of_its_own() -> None:
+    from fanout.contract.batch import Batch, BatchInfo
+
+    frame = CountingFrame()
+    sink = SortedKit(frame)
+    batch = Batch(frame, BatchInfo("p", 3), "sorted", "fanout/p/sorted")
+    write = sink.shared_write(batch)
+    assert write.shape == SharedShape(4, ("order id",), ("ts",))
+    assert frame.steps == []  # the shared job partitions the batch itself
+    prepared = sink.prepare_partitions(batch)
+    assert prepared.parted is prepared.parted is frame
+    assert frame.steps == [("repartition", 4, "`order id`"), ("sort", "ts")]  # built once
 
 
 class Unplannable:
