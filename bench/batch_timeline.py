@@ -36,10 +36,12 @@ def event_log_conf(directory: Path) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Task:
-    """One task's run, in epoch milliseconds."""
+    """One task's run, in epoch milliseconds; ``final``: of its job's last stage (not of a
+    stage writing a shuffle, such as the source's scan before a ``repartition``)."""
 
     launched: int
     finished: int
+    final: bool = True
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ class Occupancy:
     no_task: int
     one_task: int
     more_tasks: int
+    one_map_task: int = 0
+    """Of ``one_task``: the time the one task ran a stage writing a shuffle (a core idles
+    while the last task of the source's scan ends)."""
 
 
 @dataclass
@@ -89,13 +94,17 @@ class EventLog:
     @classmethod
     def parse(cls, lines: Iterable[str]) -> EventLog:
         """The tasks and batches of an event log's lines."""
-        tasks, batches = [], []
+        ended, batches = [], []
+        final_stages: set[int] = set()
         for line in lines:
             event = json.loads(line)
             kind = event.get("Event", "")
-            if kind == "SparkListenerTaskEnd":
+            if kind == "SparkListenerJobStart" and event.get("Stage IDs"):
+                final_stages.add(max(event["Stage IDs"]))  # the result stage: the last
+            elif kind == "SparkListenerTaskEnd":
                 info = event["Task Info"]
-                tasks.append(Task(int(info["Launch Time"]), int(info["Finish Time"])))
+                ended.append((int(info["Launch Time"]), int(info["Finish Time"]),
+                              event.get("Stage ID")))  # fmt: skip
             elif kind.endswith("QueryProgressEvent"):
                 progress = event["progress"]
                 durations = progress["durationMs"]
@@ -109,6 +118,10 @@ class EventLog:
                         rows=_input_rows(progress),
                     )
                 )
+        tasks = [
+            Task(launched, finished, stage is None or stage in final_stages)
+            for launched, finished, stage in ended
+        ]
         return cls(tasks, batches)
 
     def batches_of(self, query_ids: Iterable[str]) -> list[BatchSpan]:
@@ -122,19 +135,24 @@ def occupancy(tasks: Sequence[Task], start: int, duration: int) -> Occupancy:
     one and two or more running (every task of the session counts: concurrent queries
     share the cores)."""
     end = start + duration
-    edges: list[tuple[int, int]] = []
+    edges: list[tuple[int, int, int]] = []  # (when, +1 or -1, +1 or -1 for a map task)
     for task in tasks:
         if task.finished > start and task.launched < end:
-            edges += [(max(task.launched, start), 1), (min(task.finished, end), -1)]
+            mapping = 0 if task.final else 1
+            edges += [(max(task.launched, start), 1, mapping),
+                      (min(task.finished, end), -1, -mapping)]  # fmt: skip
     edges.sort()
     spent = [0, 0, 0]
-    running, at = 0, start
-    for when, step in edges:
+    alone_mapping = 0
+    running, maps, at = 0, 0, start
+    for when, step, map_step in edges:
         spent[min(running, 2)] += when - at
-        running, at = running + step, when
+        if running == 1 and maps == 1:
+            alone_mapping += when - at
+        running, maps, at = running + step, maps + map_step, when
     spent[min(running, 2)] += end - at
-    first = min((when for when, step in edges if step > 0), default=end) - start
-    return Occupancy(first, *spent)
+    first = min((when for when, step, _ in edges if step > 0), default=end) - start
+    return Occupancy(first, *spent, one_map_task=alone_mapping)
 
 
 def timeline_lines(name: str, log: EventLog, query_ids: Iterable[str]) -> list[str]:
@@ -151,7 +169,8 @@ def timeline_lines(name: str, log: EventLog, query_ids: Iterable[str]) -> list[s
         f"  {name:<9} {len(batches):>3} {median(b.duration_ms for b in batches):7.0f} "
         f"{median(b.duration_ms - b.add_batch_ms for b in batches):7.0f} "
         f"{median(s.first_task for s in spans):7.0f} {median(s.no_task for s in spans):7.0f} "
-        f"{median(s.one_task for s in spans):7.0f} {median(s.more_tasks for s in spans):7.0f}"
+        f"{median(s.one_task for s in spans):7.0f} {median(s.one_map_task for s in spans):7.0f} "
+        f"{median(s.more_tasks for s in spans):7.0f}"
     ]
 
 
@@ -163,14 +182,16 @@ def print_timeline(log: EventLog, runs: dict[str, Sequence[str]]) -> None:
     )
     print(
         f"  {'variant':<9} {'n':>3} {'batch':>7} {'spark':>7} {'to 1st':>7} {'0 tasks':>7} "
-        f"{'1 task':>7} {'2+':>7}"
+        f"{'1 task':>7} {'of it':>7} {'2+':>7}"
     )
     for name, query_ids in runs.items():
         for line in timeline_lines(name, log, query_ids):
             print(line)
     print(
         "  (spark: triggerExecution - addBatch; to 1st: from the batch's start to its first "
-        "task; 0 tasks / 1 task / 2+: time with that many tasks running)"
+        "task; 0 tasks / 1 task / 2+: time with that many tasks running; of it: the one task "
+        "was of a stage writing a shuffle, such as the source's scan before the sinks' "
+        "repartition)"
     )
 
 

@@ -38,6 +38,13 @@ def test_occupancy_clips_tasks_to_the_batch_and_ignores_others() -> None:
     assert occupancy(tasks, START, 400) == Occupancy(0, 350, 50, 0)
 
 
+def test_one_task_of_a_stage_writing_a_shuffle_is_told_apart() -> None:
+    # the source's scan (two map tasks, one ending at 150), then the sinks' two tasks
+    tasks = [Task(START + 10, START + 150, final=False), Task(START + 10, START + 90, final=False),
+             Task(START + 160, START + 300), Task(START + 160, START + 260)]  # fmt: skip
+    assert occupancy(tasks, START, 320) == Occupancy(10, 40, 100, 180, one_map_task=60)
+
+
 def test_a_batch_without_tasks_is_all_idle() -> None:
     assert occupancy([], START, 80) == Occupancy(80, 80, 0, 0)
 
@@ -54,14 +61,15 @@ def _progress(query: str, batch: int, start_iso: str, trigger: int, add: int, ro
     return json.dumps(event)
 
 
-def _task(launch: int, finish: int) -> str:
+def _task(launch: int, finish: int, stage: int = 2) -> str:
     info = {"Launch Time": launch, "Finish Time": finish}
-    return json.dumps({"Event": "SparkListenerTaskEnd", "Task Info": info})
+    return json.dumps({"Event": "SparkListenerTaskEnd", "Stage ID": stage, "Task Info": info})
 
 
 def test_the_event_log_gives_each_querys_batches_and_the_tasks(tmp_path: Path) -> None:
     lines = [
-        json.dumps({"Event": "SparkListenerJobStart", "Job ID": 1}),
+        json.dumps({"Event": "SparkListenerJobStart", "Job ID": 1, "Stage IDs": [1, 2]}),
+        _task(START + 20, START + 40, stage=1),  # the scan, alone for 20 ms
         _task(START + 40, START + 140),
         _task(START + 60, START + 160),
         _progress("q-a", 0, "2026-11-18T11:06:40.000Z", 200, 150, 10),
@@ -71,13 +79,18 @@ def test_the_event_log_gives_each_querys_batches_and_the_tasks(tmp_path: Path) -
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "events_1_local-1").write_text("\n".join(lines) + "\n")
     log = EventLog.read(tmp_path)
-    assert log.tasks == [Task(START + 40, START + 140), Task(START + 60, START + 160)]
+    assert log.tasks == [
+        Task(START + 20, START + 40, final=False),
+        Task(START + 40, START + 140),
+        Task(START + 60, START + 160),
+    ]
     batches = log.batches_of(["q-a"])
     assert [(b.query_id, b.batch_id, b.start_ms, b.duration_ms) for b in batches] == [
         ("q-a", 0, START, 200)
     ]
-    # batch 200 ms, Spark's own 50, first task at 40, none 40+40, one 20+20, two 80
+    # batch 200 ms, Spark's own 50, first task at 20, none 20+40, one 20+20+20 (the first
+    # 20 the scan's), two 80
     assert timeline_lines("a", log, ["q-a"]) == [
-        "  a           1     200      50      40      80      40      80"
+        "  a           1     200      50      20      60      60      20      80"
     ]
     assert timeline_lines("c", log, ["q-c"]) == ["  c         no batch with rows in the event log"]
