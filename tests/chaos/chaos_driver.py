@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for te
 
 from fanout import FanOut
 from fanout.spark import local_session
-from tests.chaos.executor_kills import CommitNotes, ExecutorKill, ExecutorKiller, WritingNotes
+from tests.chaos.executor_kills import ExecutorKill, ExecutorKiller, WritingNotes
 from tests.chaos.killer import ChaosKiller, KillPlan
 from tests.chaos.lag_input import LAG_SCHEMA
 from tests.integration.streams import SCHEMA, run_stream
@@ -80,10 +80,6 @@ def main() -> None:
     parser.add_argument("--executor-kills", help="a list of ExecutorKill as JSON")
     args = parser.parse_args()
     plugins: list[object] = [ChaosKiller(KillPlan(**json.loads(args.kill)))] if args.kill else []
-    # what a Tansu reader will show of the Kafka attempts killed before their commit
-    notes = args.workdir / "commit-notes"
-    notes.mkdir(parents=True, exist_ok=True)
-    plugins.append(CommitNotes("bus", str(notes)))
     if args.master.startswith("local-cluster"):
         # executors inherit this environment: they import tests.chaos.executor_kills
         paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
@@ -113,11 +109,8 @@ def main() -> None:
         backoff_s=0.2,
         spool=str(args.workdir / "spool") if args.lag else None,
         probe_interval_s=0.3,
-        # An executor killed for one sink's partition also kills the Kafka writer sharing
-        # its task; Tansu then shows that aborted transaction to read_committed readers,
-        # and the checker can attribute aborted records only to Kafka's own kills. So on
-        # local-cluster each sink has its own tasks; on local[2] they share (driver kills).
-        share_tasks=not args.master.startswith("local-cluster"),
+        # the sinks share their tasks (the default): an executor killed for one sink's
+        # partition also kills the other sinks' writers in that task
     )
     schema = LAG_SCHEMA if args.lag else SCHEMA
     run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint", schema)

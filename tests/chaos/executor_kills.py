@@ -24,7 +24,6 @@ import random
 import signal
 import threading
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -141,55 +140,6 @@ class ExecutorKiller:
     def fanout_partition_committed(self, commit: PartitionCommit) -> None:
         """Right after the partition committed."""
         self._hit(commit, "after")
-
-
-class CommitNotes:
-    """On the executors: notes each attempt of ``sink``'s partitions in ``state``, its
-    records written just before it commits (``<id>.before``) and once it committed
-    (``<id>.after``): a driver killed in between leaves an aborted transaction whose
-    records a broker like Tansu shows to read_committed readers."""
-
-    def __init__(self, sink: str, state: str) -> None:
-        self.sink, self.state = sink, state
-        self._open: dict[tuple[int, int], str] = {}
-
-    @hookimpl
-    def fanout_partition_commit(self, commit: PartitionCommit) -> None:
-        """Just before the partition commits: its records are written."""
-        if commit.sink != self.sink:
-            return
-        note = uuid.uuid4().hex
-        self._open[commit.batch_id, commit.partition] = note
-        Path(self.state, f"{note}.before").write_text(str(commit.written))
-
-    @hookimpl
-    def fanout_partition_committed(self, commit: PartitionCommit) -> None:
-        """Right after the partition committed."""
-        note = self._open.pop((commit.batch_id, commit.partition), None)
-        if note is not None:
-            Path(self.state, f"{note}.after").touch()
-
-
-def uncommitted_records(state: Path) -> int:
-    """Records of the attempts :class:`CommitNotes` saw reach their commit but never
-    commit (a note cut short by the kill counts 0: the check then stays strict)."""
-    total = 0
-    for before in state.glob("*.before"):
-        if before.with_suffix(".after").exists():
-            continue
-        try:
-            total += int(before.read_text())
-        except ValueError:
-            continue
-    return total
-
-
-def aborted_records(kills: list[dict[str, object]], sink: str = "bus") -> int:
-    """Records written by ``sink``'s attempts killed before their commit: what a
-    ``read_committed`` reader of a broker that shows aborted transactions (Tansu) sees
-    twice, and a real Kafka never."""
-    before = [k for k in kills if k["sink"] == sink and k["when"] == "before"]
-    return sum(int(k["written"]) for k in before)  # type: ignore[call-overload]
 
 
 def kills_done(state: Path) -> list[dict[str, object]]:

@@ -13,11 +13,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "fanout-kafka" / "tests"))
-from kafkatools import create_topic, hides_aborted
+from kafkatools import create_topic
 
 from tests.chaos.chaos_driver import PG_TABLE, PIPELINE, SINKS, TOPIC
 from tests.chaos.checker import SinkCheck, check_delta, check_kafka, check_postgres
-from tests.chaos.executor_kills import uncommitted_records
 from tests.chaos.killer import POINTS, SINK_POINTS, KillPlan
 from tests.integration.streams import write_input
 
@@ -33,34 +32,13 @@ class ChaosReport:
     checks: list[SinkCheck] = field(default_factory=list)
     runs: int = 0
     seconds: float = 0.0
-    aborted_inside: int = 0
-    """Kafka records of attempts that reached their commit hook but never committed."""
-    filters_aborted: bool = True
-    """Whether the broker hides aborted transactions from read_committed readers."""
 
     def verdict(self) -> tuple[bool, str]:
-        """Exact in every sink; on a broker showing aborted transactions (Tansu), Kafka's
-        extra records must be exactly those of the attempts that never committed
-        (nothing missing or wrong)."""
+        """Exact in every sink (Kafka's committed records, on Tansu read from the log's
+        transaction markers: tests.chaos.checker.check_kafka)."""
         if all(c.exact for c in self.checks):
             return True, "EXACT: 0 missing, 0 duplicated in every sink"
-        bus = next(c for c in self.checks if c.sink.startswith("bus (kafka)"))
-        others = all(c.exact for c in self.checks if c is not bus)
-        explained = (bus.missing, bus.wrong, bus.duplicated) == (0, 0, self.aborted_inside)
-        if others and explained and not self.filters_aborted:
-            return True, (
-                "EXACT but for Kafka records of aborted transactions, which this broker "
-                f"(Tansu) shows to read_committed readers: the {bus.duplicated} extra records "
-                "are exactly those the attempts killed before their commit wrote"
-            )
         return False, "NOT EXACT"
-
-    def note_kafka_aborts(self, workdir: Path, bootstrap: str) -> None:
-        """Record what the verdict needs to judge Kafka extras: the records of the attempts
-        :class:`~tests.chaos.executor_kills.CommitNotes` saw never commit, and whether the
-        broker hides aborted transactions."""
-        self.aborted_inside = uncommitted_records(workdir / "commit-notes")
-        self.filters_aborted = hides_aborted(bootstrap)
 
     def table(self) -> str:
         """The per-sink table, as printed by the long run."""
@@ -74,23 +52,10 @@ class ChaosReport:
         return "\n".join(lines)
 
 
-def assert_exact(report: ChaosReport, filters_aborted: bool) -> None:
-    """Every sink exact; on a broker that shows aborted transactions to read_committed
-    readers (Tansu), the Kafka sink may show the records of attempts killed mid-transaction
-    (and only those: no record missing or wrong, the extras all duplicates): then the test
-    is an expected failure, saying how many."""
-    import pytest
-
-    # the Kafka check's name may say how it read (e.g. Tansu's stuck LSO: uncommitted read)
-    (bus,) = [c for c in report.checks if c.sink.startswith("bus (kafka)")]
+def assert_exact(report: ChaosReport) -> None:
+    """Every sink exact: no record missing, duplicated or wrong."""
     for check in report.checks:
-        if check is not bus:
-            assert check.exact, report.table()
-    assert (bus.missing, bus.wrong) == (0, 0), report.table()
-    assert bus.present == bus.expected + bus.duplicated, report.table()
-    if bus.duplicated and not filters_aborted:
-        pytest.xfail(f"{bus.duplicated} records of aborted Kafka transactions visible on Tansu")
-    assert bus.duplicated == 0, report.table()
+        assert check.exact, report.table()
 
 
 def high_water(workdir: Path) -> int:
@@ -173,6 +138,5 @@ def run_chaos(
         check_postgres(pg_url, PG_TABLE, expected),
         check_kafka(bootstrap, TOPIC, expected),
     ]
-    report.note_kafka_aborts(workdir, bootstrap)
     report.seconds = time.monotonic() - started
     return report

@@ -159,7 +159,6 @@ def run_lag_chaos(
     if final.returncode != 0:
         raise RuntimeError(f"final run failed ({final.returncode}):\n{final.stderr[-4000:]}")
     report.checks = check_lag_sinks(workdir, pg_url, bootstrap, rows)
-    report.note_kafka_aborts(workdir, bootstrap)
     report.seconds = time.monotonic() - started
     return report
 

@@ -70,12 +70,16 @@ def postgres_rows(url: str, table: str) -> dict[int, dict[str, Any]]:
 
 
 def kafka_rows(bootstrap: str, topic: str, expected: int) -> tuple[list[dict[str, Any]], bool]:
-    """Every record value a read_committed consumer (another process) reads, and whether
-    the broker's last stable offset stuck (Tansu, see plugins/fanout-kafka/README.md):
-    then the values are those a read_uncommitted consumer reads, which also shows records
-    of aborted transactions (Tansu shows those to read_committed readers too)."""
-    from kafkatools import _consume
+    """Every committed record value, and whether the broker's last stable offset stuck.
+    On a broker showing aborted transactions (Tansu) the values are read from the log's
+    transaction markers (``kafka_log``), where no offset can stick; else a read_committed
+    consumer (another process) reads them, and read_uncommitted once its last stable
+    offset stuck."""
+    from kafka_log import committed_values
+    from kafkatools import _consume, broker_hides_aborted
 
+    if not broker_hides_aborted(bootstrap):  # Tansu: the committed records, by the log's markers
+        return [json.loads(value) for value in committed_values(bootstrap, topic)], False
     result = _consume(bootstrap, topic, expected, 60.0, 1.0)
     stuck = bool(result["timed_out"]) and len(result["records"]) < expected
     if stuck:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kafkatools import hides_aborted
-
 from tests.chaos.cluster_harness import ClusterReport, check_all, prepare, run_driver
-from tests.chaos.executor_kills import ExecutorKill, OutsideKill, aborted_records, kills_done
+from tests.chaos.executor_kills import ExecutorKill, OutsideKill, kills_done
 from tests.chaos.harness import assert_exact
 
 INSIDE = [
@@ -33,7 +31,6 @@ def test_executor_kills_leave_every_sink_exact(tmp_path: Path) -> None:
 
     work = tmp_path / "work"
     with embedded_services(tmp_path / "services") as (pg_url, bootstrap):
-        filters_aborted = hides_aborted(bootstrap)
         expected = prepare(work, bootstrap, files=6, rows_per_file=300)
         done = run_driver(work, pg_url, bootstrap, inside=INSIDE, outside=OUTSIDE, seed=17)
         assert done.returncode == 0, done.stderr[-4000:]
@@ -47,10 +44,6 @@ def test_executor_kills_leave_every_sink_exact(tmp_path: Path) -> None:
     assert made == planned | {("lake", 5, None, "outside")}, report.kills
     assert len({k["executor_pid"] for k in kills}) == len(kills)  # a new executor each time
     assert [c.expected for c in report.checks] == [1800] * 4
-    # records a read_committed reader may see twice (Tansu shows aborted transactions) can
-    # only be those of the Kafka partition killed before its commit: batch 2's rows, all of
-    # that attempt's or none
-    bus = report.checks[2]
-    assert set(bus.duplicated_ids) <= set(range(600, 900)), bus.duplicated_ids
-    assert bus.duplicated in (0, aborted_records(kills)), (bus, aborted_records(kills))
-    assert_exact(report, filters_aborted)
+    # the Kafka partition killed before its commit left an aborted transaction; on Tansu
+    # the check reads the log's markers, so it counts there as on Kafka: not at all
+    assert_exact(report)
