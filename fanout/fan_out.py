@@ -55,6 +55,7 @@ from fanout.steps.lag_steps import (
 from fanout.steps.persist import prepare_reads
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
+from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.state import BatchState
 from fanout.steps.write import write_all
 
@@ -148,6 +149,7 @@ class FanOut:
             raise ConfigurationError(f"pipeline {pipeline!r}: parallelism must be >= 1")
         self.parallelism = parallelism
         self.share_tasks = bool(share_tasks)
+        self._layouts = RecentLayouts()  # each shared job's input, guessed for the next batch
         self.retry = RetryPolicy(retries=retries, backoff_s=backoff_s)
         self._plugins = tuple(plugins)
         registry = load_registry(self._plugins)
@@ -332,6 +334,7 @@ class FanOut:
                         self.hooks,
                         retry=self.retry,
                         parallelism=self.parallelism,
+                        layouts=self._layouts,
                     )  # 5. write and 6. record, sink by sink
                 spool_for_lagging(state, self.lagging, self.specs, spooling)  # 6b. lagging
             finally:

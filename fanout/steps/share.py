@@ -32,10 +32,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.partitions import BatchPartitioning
-from fanout.contract.sessions import in_spark_thread, plan_without_adaptive
+from fanout.contract.sessions import in_spark_thread, plan_without_adaptive, result_schema
 from fanout.contract.sharing import ANY_PARTITIONING, SharedShape, SharedWrite
 from fanout.contract.sink import Sink, SinkResult
-from fanout.partitioned.membership import member_column, quoted
 from fanout.partitioned.shared import (
     SHARED_RESULT_DDL,
     SharedMember,
@@ -45,6 +44,7 @@ from fanout.partitioned.shared import (
 from fanout.partitioned.sink import PartitionedSink
 from fanout.sink_spec import SinkSpec
 from fanout.steps.partition import reported_partitioning, usable
+from fanout.steps.shared_frame import JobLayout, RecentLayouts
 from fanout.steps.state import BatchState
 
 if TYPE_CHECKING:
@@ -139,11 +139,17 @@ class SharedPass:
 
     :param df: the batch DataFrame every member reads (an identity route).
     :param members: each member's sink and batch (attempt 1), in configuration order.
+    :param layouts: the group's last job layout, to build this batch's job input while the
+        members prepare (:mod:`fanout.steps.shared_frame`); ``None``: built after.
     """
 
-    def __init__(self, df: Any, members: Mapping[str, tuple[Sink, Batch]]) -> None:
+    def __init__(
+        self, df: Any, members: Mapping[str, tuple[Sink, Batch]],
+        layouts: RecentLayouts | None = None,
+    ) -> None:  # fmt: skip
         self.df = df
         self.members = dict(members)
+        self.layouts = layouts
         self._lock = threading.Lock()
         self._results: dict[str, _Result] | None = None
 
@@ -175,6 +181,7 @@ class SharedPass:
                 name: pool.submit(in_spark_thread(partial(sink.shared_write, batch), self.df))
                 for name, (sink, batch) in self.members.items()
             }
+            early = self._early_input()  # meanwhile, in this thread
         for name, future in prepared.items():
             try:
                 writes[name] = future.result()
@@ -185,27 +192,36 @@ class SharedPass:
             if name not in shared:
                 results[name] = _Alone(writes[name])
         if shared:
-            results.update(self._shared_job(shape, {n: writes[n] for n in shared}))
+            results.update(self._shared_job(shape, {n: writes[n] for n in shared}, early))
         return results
 
+    def _early_input(self) -> tuple[JobLayout, Any] | None:
+        """The job input built from the group's last layout, or ``None`` (no layout yet,
+        or it cannot be built: the members' checks will say why)."""
+        layout = self.layouts.last(tuple(self.members)) if self.layouts is not None else None
+        if layout is None:
+            return None
+        try:
+            return layout, layout.frame(self.df)
+        except Exception as exc:  # built again after the members prepared, raising there
+            log.debug("the shared job's input could not be built early: %s", exc)
+            return None
+
     def _shared_job(
-        self, shape: SharedShape | None, writes: Mapping[str, SharedWrite]
-    ) -> dict[str, _Ran | BaseException]:
+        self, shape: SharedShape | None, writes: Mapping[str, SharedWrite],
+        early: tuple[JobLayout, Any] | None = None,
+    ) -> dict[str, _Ran | BaseException]:  # fmt: skip
         names = list(writes)
         members = tuple(
             SharedMember(w.task, w.columns, w.membership)  # type: ignore[arg-type]
             for w in writes.values()
         )
-        needed = list(dict.fromkeys(c for m in members for c, _ in m.columns))
-        columns: list[Any] = [quoted(c) for c in needed]
-        if shape is not None and any(m.membership for m in members):
-            columns.append(member_column(shape.by))  # in the same projection: one step
-        parted = self.df.select(*columns)
-        if shape is not None:
-            parted = parted.repartition(shape.partitions, *[quoted(c) for c in shape.by])
-            if shape.sort:
-                parted = parted.sortWithinPartitions(*shape.sort)
-        job = parted.mapInArrow(SharedPartitionTask(members), SHARED_RESULT_DDL)
+        layout = JobLayout.of(shape, [(m.columns, m.membership) for m in members])
+        if self.layouts is not None:
+            self.layouts.remember(tuple(self.members), layout)
+        # the early input only when built for this very layout: then it is the same frame
+        parted = early[1] if early is not None and early[0] == layout else layout.frame(self.df)
+        job = parted.mapInArrow(SharedPartitionTask(members), result_schema(SHARED_RESULT_DDL))
         plan_without_adaptive(job)  # one task per partition: nothing to adapt
         log.debug("one shared task per partition for %s", ", ".join(names))
         try:
@@ -233,11 +249,13 @@ def shared_members(writes: Mapping[str, SharedWrite]) -> tuple[SharedShape | Non
 
 def shared_passes(
     groups: Sequence[Sequence[str]], df: Any, batches: Mapping[str, Batch],
-    specs: Mapping[str, SinkSpec],
+    specs: Mapping[str, SinkSpec], layouts: RecentLayouts | None = None,
 ) -> dict[str, SharedPass]:  # fmt: skip
-    """Each grouped sink's :class:`SharedPass` (one per group)."""
+    """Each grouped sink's :class:`SharedPass` (one per group), guessing each job's input
+    from ``layouts``."""
     passes: dict[str, SharedPass] = {}
     for group in groups:
-        shared = SharedPass(df, {name: (specs[name].sink, batches[name]) for name in group})
+        members = {name: (specs[name].sink, batches[name]) for name in group}
+        shared = SharedPass(df, members, layouts)
         passes.update({name: shared for name in group})
     return passes

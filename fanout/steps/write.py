@@ -23,6 +23,7 @@ from fanout.routes.batch_routes import BatchRoutes, SinkInput
 from fanout.sink_spec import SinkSpec
 from fanout.steps.record import Recorder, SinkWriting, WritingSinks
 from fanout.steps.share import SharedPass, shared_passes
+from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.state import BatchState
 
 log = logging.getLogger("fanout")
@@ -37,12 +38,14 @@ def write_all(
     *,
     retry: RetryPolicy,
     parallelism: int | None = None,
+    layouts: RecentLayouts | None = None,
 ) -> None:
     """Write (and mark) every pending sink, in parallel threads (at most ``parallelism``);
-    fills ``state.results`` and ``state.failures``. A sink's failure never stops another."""
+    fills ``state.results`` and ``state.failures``. A sink's failure never stops another.
+    ``layouts``: the shared jobs' last input layouts (:mod:`fanout.steps.shared_frame`)."""
     writing = WritingSinks()  # a written sink's mark waits for those still writing
     batches = {name: _batch_for(state, name, routes.input_for(name)) for name in state.pending}
-    passes = shared_passes(state.share_groups, routes.df, batches, specs)
+    passes = shared_passes(state.share_groups, routes.df, batches, specs, layouts)
     runners = [
         SinkRunner(
             specs[name].sink,
