@@ -8,6 +8,7 @@ what it would read from the JVM from files (the checkpoint) or from plan text in
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -97,3 +98,20 @@ def in_spark_thread(fn: Any, df: Any) -> Any:
     from pyspark.util import inheritable_thread_target
 
     return inheritable_thread_target(session)(fn)
+
+
+_RESULT_TYPES = {"INT": "IntegerType", "STRING": "StringType"}
+
+
+@functools.cache
+def result_schema(ddl: str) -> Any:
+    """A ``mapInArrow`` result schema in DDL (``name TYPE, ...`` of ``INT`` and ``STRING``)
+    as a ``StructType`` built in Python: given the text, pyspark parses it in the JVM, a
+    few py4j round trips (~3 ms) before every job."""
+    from pyspark.sql import types
+
+    fields = []
+    for field in ddl.split(","):
+        name, kind = field.split()
+        fields.append(types.StructField(name, getattr(types, _RESULT_TYPES[kind.upper()])()))
+    return types.StructType(fields)

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fanout.contract.sessions import result_schema
 from fanout.delta_tables import io
 from fanout.delta_tables.datafiles import FILE_ROW_DDL, DataFile, FileWriter
 
@@ -234,7 +235,7 @@ def write_files(source: Any, writer: FileWriter, task: TaskWrapper | None = None
     writer there), or here for a ``pyarrow.Table``."""
     if hasattr(source, "mapInArrow"):
         function = writer if task is None else task(writer)
-        rows = source.mapInArrow(function, FILE_ROW_DDL).collect()
+        rows = source.mapInArrow(function, result_schema(FILE_ROW_DDL)).collect()
         return [DataFile.from_json(row[0]) for row in rows]
     return writer.write(iter(source.to_batches()))
 

@@ -26,7 +26,7 @@ from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.partitions import BatchPartitioning
-from fanout.contract.sessions import plan_without_adaptive
+from fanout.contract.sessions import plan_without_adaptive, result_schema
 from fanout.contract.sink import Sink, SinkContext, SinkResult
 from fanout.errors import SinkError, SinkWriteError, TransientSinkError
 from fanout.partitioned.determinism import check_batch
@@ -224,7 +224,7 @@ class PartitionedSink(Sink):
 
     def run_partitions(self, prepared: PreparedPartitions) -> list[PartitionOutcome]:
         """The sink's own Spark job: one task per partition, each reporting its outcome."""
-        job = prepared.parted.mapInArrow(prepared.task, RESULT_DDL)
+        job = prepared.parted.mapInArrow(prepared.task, result_schema(RESULT_DDL))
         plan_without_adaptive(job)  # one task per partition: nothing to adapt
         return [PartitionOutcome.from_json(r["outcome"]) for r in job.collect()]
 
