@@ -115,7 +115,8 @@ class PendingAppend:
     files themselves (a job shared with other sinks): :meth:`writer` on the driver before
     the job, then :meth:`commit` with the files the tasks wrote. The parameters are
     :func:`append_distributed`'s; ``batch_schema`` is the batch's Arrow schema, with the
-    types Delta stores (:func:`delta_schema`)."""
+    types Delta stores (:func:`delta_schema`); ``opened``: the table, opened by the caller
+    just now, for the first check (one open fewer, ~5 ms on the driver before the job)."""
 
     def __init__(
         self,
@@ -129,6 +130,7 @@ class PendingAppend:
         configuration: Mapping[str, str | None] | None = None,
         merge_schema: bool = False,
         check: SchemaCheck | None = None,
+        opened: DeltaTable | None = None,
     ) -> None:
         self.batch_schema = batch_schema
         self.path = path
@@ -142,6 +144,7 @@ class PendingAppend:
         self._evolved = False
         self._snapshot: tuple[DeltaTable | None, pa.Schema] | None = None
         self._partitions: list[str] = []
+        self._opened = opened
 
     def writer(self) -> FileWriter | None:
         """The writer of this append's files (checked against the table's schema, which
@@ -210,7 +213,9 @@ class PendingAppend:
         """The table (``None``: not created yet) and the schema to write, checked; ``None``
         when the table already records the batch."""
         while True:
-            table = io.open_table(self.path, self.storage_options)
+            table, self._opened = self._opened, None
+            if table is None:
+                table = io.open_table(self.path, self.storage_options)
             done = io.transaction_version(table, self.app_id)
             if done is not None and done >= self.version:
                 return None

@@ -21,7 +21,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.batch import Batch
@@ -36,6 +36,7 @@ from fanout_delta.schema import check_batch_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from deltalake import DeltaTable
 
     from fanout.contract.sharing import SharedWrite
     from fanout_delta.target import DeltaTarget
@@ -114,6 +115,8 @@ class _ExecutorAppend:
     app_id: str
     schema: pa.Schema
     hooks: CommitHooks | None
+    opened: DeltaTable | None = field(default=None, repr=False, compare=False)
+    """The table as :meth:`of` found it: the append's first snapshot (opened once)."""
 
     @classmethod
     def of(cls, sink: DeltaTarget, batch: Batch, schema: pa.Schema) -> _ExecutorAppend | None:
@@ -131,7 +134,7 @@ class _ExecutorAppend:
             info = batch.info
             hooks = sink.hook_plugins.hooks(info.pipeline, sink.name, batch.batch_id, info.epoch)
         hooks = hooks if hooks and hooks.wanted else None
-        return cls(sink, batch.batch_id, batch.idempotency_key.app_id, schema, hooks)
+        return cls(sink, batch.batch_id, batch.idempotency_key.app_id, schema, hooks, table)
 
     def pending(self) -> distributed.PendingAppend:
         """The exactly-once append of this batch, checked by :meth:`check`."""
@@ -140,7 +143,7 @@ class _ExecutorAppend:
             distributed.delta_schema(self.schema), sink.path, app_id=self.app_id,
             version=self.batch_id, partition_by=sink.partition_by,
             storage_options=sink.storage_options, configuration=sink.configuration,
-            merge_schema=sink.merge_schema, check=self.check,
+            merge_schema=sink.merge_schema, check=self.check, opened=self.opened,
         )  # fmt: skip
 
     @property

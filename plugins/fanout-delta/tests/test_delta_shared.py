@@ -100,3 +100,26 @@ def test_a_delta_append_shares_tasks_only_where_the_executors_may_write(tmp_path
         other = DeltaSink(name="o", path=str(tmp_path / "o"), **options)  # type: ignore[arg-type]
         other.open(SinkContext(pipeline="p"))
         assert not other.shares_tasks(), options
+
+
+def test_the_shared_prepare_opens_the_table_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fanout.delta_tables import io
+
+    sink, lake = _sink(tmp_path / "lake"), tmp_path / "lake"
+    shared, texts = _tasks(sink, _batch(0, 0, 4))
+    shared.finish(texts)  # type: ignore[attr-defined]
+    opened: list[str] = []
+    real = io.open_table
+
+    def counting(path: str, *args: object, **kwargs: object) -> object:
+        opened.append(path)
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(io, "open_table", counting)
+    shared, texts = _tasks(sink, _batch(1, 4, 4))
+    assert opened == [str(lake)]  # checked, then written from that one snapshot
+    result = shared.finish(texts)  # type: ignore[attr-defined]
+    assert (result.rows, result.details["version"]) == (4, 1)
+    assert read_delta(str(lake)).sort_by("id").column("id").to_pylist() == list(range(8))
