@@ -105,8 +105,9 @@ def test_the_next_batch_builds_its_job_input_while_the_members_prepare() -> None
     first: list[tuple[Any, ...]] = []
     frame = Frame(first)
     members = [Member("pg", ["id", "v"], frame), Member("kafka", ["id"], frame)]
-    # no layout yet: the input is built after the members prepared (who waited in vain)
-    frame.selected.set()  # (let the first batch's members go without waiting 5 s)
+    # no layout yet: the input is built after the members prepared (the event is set so
+    # that they do not wait 5 s for a select that comes only after them)
+    frame.selected.set()
     assert _run(frame, members, layouts, 0) == [PARTITIONS, PARTITIONS]
     built = [("select", "`id`", "`v`"), ("repartition", PARTITIONS, "`id`")]
     assert first == [*built, ("job", tuple(built))]
