@@ -27,6 +27,8 @@ from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from fanout.delta_tables.dictionary import dictionary_columns
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -39,10 +41,6 @@ NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 ROW_GROUP_ROWS = 262_144
 """Rows buffered per Parquet row group (a task's memory holds one row group at a time
 per partition value it meets)."""
-
-DICTIONARY_SAMPLE_ROWS = 20_000
-"""Rows of a file's first row group whose distinct values decide which columns are
-dictionary-encoded (see :func:`dictionary_columns`)."""
 
 MAX_STATS_STRING = 32
 """Strings longer than this are left out of ``minValues``/``maxValues`` (as Delta
@@ -241,32 +239,6 @@ def conform(part: pa.Table, data_schema: pa.Schema) -> pa.Table:
         else:
             arrays.append(pa.nulls(part.num_rows, type=f.type))
     return pa.Table.from_arrays(arrays, schema=data_schema)
-
-
-def dictionary_columns(table: pa.Table) -> list[str]:
-    """The columns of a file worth dictionary-encoding, judged on its first rows: those
-    whose first :data:`DICTIONARY_SAMPLE_ROWS` values are at most half distinct.
-
-    The Parquet writer would otherwise dictionary-encode every column and give up only
-    once a column's dictionary outgrows its page limit, having hashed every value until
-    then: on mostly-unique columns (ids, timestamps, amounts) that costs about 40% of
-    the encoding time and makes the file no smaller. parquet-mr makes the same call on
-    a column's first page."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    sample = table.slice(0, DICTIONARY_SAMPLE_ROWS)
-    rows = sample.num_rows
-    chosen = []
-    for name in sample.column_names:
-        column = sample.column(name)
-        try:
-            distinct = pc.count_distinct(column, mode="all").as_py()
-        except pa.ArrowNotImplementedError:  # a type without hashing (nested): plain
-            continue
-        if distinct * 2 <= rows:
-            chosen.append(name)
-    return chosen
 
 
 def partition_value(value: Any) -> str | None:
