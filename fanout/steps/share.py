@@ -149,6 +149,7 @@ class SharedPass:
     ) -> None:  # fmt: skip
         self.df = df
         self.members = dict(members)
+        self.group = tuple(self.members)  # the key of its layouts in ``layouts``
         self.layouts = layouts
         self._lock = threading.Lock()
         self._results: dict[str, _Result] | None = None
@@ -198,7 +199,7 @@ class SharedPass:
     def _early_input(self) -> tuple[JobLayout, Any] | None:
         """The job input built from the group's last layout, or ``None`` (no layout yet,
         or it cannot be built: the members' checks will say why)."""
-        layout = self.layouts.last(tuple(self.members)) if self.layouts is not None else None
+        layout = self.layouts.last(self.group) if self.layouts is not None else None
         if layout is None:
             return None
         try:
@@ -218,7 +219,7 @@ class SharedPass:
         )
         layout = JobLayout.of(shape, [(m.columns, m.membership) for m in members])
         if self.layouts is not None:
-            self.layouts.remember(tuple(self.members), layout)
+            self.layouts.remember(self.group, layout)
         # the early input only when built for this very layout: then it is the same frame
         parted = early[1] if early is not None and early[0] == layout else layout.frame(self.df)
         job = parted.mapInArrow(SharedPartitionTask(members), result_schema(SHARED_RESULT_DDL))
