@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
+import psycopg2
 import pytest
 from fanout_postgres import PostgresSink
 from fanout_postgres.identifiers import quote_always
@@ -92,12 +94,27 @@ def secret_url(pg_server: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> 
     original = hba.read_text()
     hba.write_text(f"local {database} fan_user scram-sha-256\n" + original)
     execute(pg_url, "SELECT pg_reload_conf()")
+    _wait_until_refused(pg_url.replace("postgres@", "fan_user:wrong@", 1))
     monkeypatch.setenv("FANOUT_TEST_PG_PASSWORD", PASSWORD)
     yield pg_url.replace("postgres@", "fan_user:${FANOUT_TEST_PG_PASSWORD}@", 1)
     hba.write_text(original)
     execute(pg_url, "SELECT pg_reload_conf()")
     # the role is the server's, not the test database's: drop it for the next test using it
     execute(pg_url, "DROP OWNED BY fan_user", "DROP ROLE fan_user")
+
+
+def _wait_until_refused(url: str) -> None:
+    """Until the server refuses ``url``'s wrong password: ``pg_reload_conf`` only signals
+    the postmaster, and the test's wrong-password case needs the new rule in force."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            query(url, "SELECT 1")
+        except psycopg2.OperationalError as exc:
+            assert "password authentication failed" in str(exc), exc
+            return
+        assert time.monotonic() < deadline, "the server still lets fan_user in without its password"
+        time.sleep(0.1)
 
 
 def test_the_password_is_never_shown(
