@@ -91,10 +91,11 @@ from three_report import (
     EFFICIENCY_MIN,
     LATENCY_MAX,
     RATIO_A_C_MIN,
-    ceilings,
     mean_ms,
+    median_ratios,
     percentile,
     print_ceilings,
+    ratios,
 )
 from three_services import PARTITIONS, Services
 from three_variants import RUNNERS, SINKS
@@ -315,7 +316,7 @@ def _measure(
     for group in CPU_GROUPS:
         cells = "".join(f"{best[v].extra['cpu'][group]:9.1f}" for v in selected)
         print(f"  {CPU_LABELS[group]:<42}{cells}")
-    ours = {v: sum(best[v].extra["cpu"][g] for g in CPU_GROUPS) for v in selected}
+    ours = {v: cpu_of(best[v]) for v in selected}
     print(f"  {'= this benchmark':<42}" + "".join(f"{ours[v]:9.1f}" for v in selected))
     print(
         f"  {'other processes on the machine':<42}"
@@ -354,15 +355,12 @@ def _measure(
     if not {"a", "b", "c", "s_source", *singles} <= set(selected):
         print("(the ratios, ceilings and targets need every variant: not all of them ran)")
         return 0
-    top = ceilings(best, ours, singles, cores, args.files)
+    found, top = ratios(best, ours, singles, cores, args.files)
     print_ceilings(top, cores)
-    tput = {v: n / r.seconds for v, r in best.items()}
-    a_b, a_c = tput["a"] / tput["b"], tput["a"] / tput["c"]
-    slowest = max(singles, key=lambda v: p50[v])
+    a_b, a_c, latency, efficiency = found.a_b, found.a_c, found.latency, found.efficiency
+    slowest = found.slowest
     slowest95 = max(singles, key=lambda v: p95[v])
-    latency = p50["a"] / p50[slowest]
     latency95 = p95["a"] / p95[slowest95]
-    efficiency = top.fastest_a / best["a"].seconds
     a_b_min = A_B_SHARE_OF_CEILING * top.a_b
 
     def verdict(ok: bool) -> str:
@@ -390,11 +388,31 @@ def _measure(
         f"  (informational: the batch latency at p95, slowest {slowest95}: {latency95:.3f}; "
         f"the single sinks' p50 summed: {sum(p50[v] for v in singles) / p50['a']:.2f}x a's p50)"
     )
-    print(
-        f"ratio_a_b={a_b:.3f} ratio_a_b_ceiling={top.a_b:.3f} ratio_a_c={a_c:.3f} "
-        f"latency_vs_slowest={latency:.3f} efficiency={efficiency:.3f}"
-    )
+    if args.repeat > 1:
+        print_rounds(runs, singles, cores, args.files)
+    print(found.line())
     return 0
+
+
+def print_rounds(
+    runs: dict[str, list[Run]], singles: tuple[str, ...], cores: int, files: int
+) -> None:
+    """Each round's ratios (every variant's run of that round) and their medians: on a
+    machine whose speed drifts between runs, one best run per variant can pair a fast
+    run of one variant with a slow run of another."""
+    print("\neach round's ratios (the targets above use each variant's best run):")
+    found = []
+    for rep in range(min(len(rs) for rs in runs.values())):
+        round_runs = {v: rs[rep] for v, rs in runs.items()}
+        ours = {v: cpu_of(r) for v, r in round_runs.items()}
+        found.append(ratios(round_runs, ours, singles, cores, files)[0])
+        print(f"  round {rep + 1}: {found[-1].line()}")
+    print(f"  median:  {median_ratios(found).line()}")
+
+
+def cpu_of(run: Run) -> float:
+    """The CPU seconds the benchmark's own processes used during ``run``."""
+    return sum(run.extra["cpu"][g] for g in CPU_GROUPS)
 
 
 if __name__ == "__main__":

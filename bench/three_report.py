@@ -41,6 +41,58 @@ class Ceilings:
     slowest: str
 
 
+@dataclass(frozen=True)
+class Ratios:
+    """The target ratios of one set of runs (each variant's best, or one round's)."""
+
+    a_b: float
+    a_b_ceiling: float
+    a_c: float
+    latency: float
+    efficiency: float
+    slowest: str
+    """The single sink whose p50 the latency is measured against."""
+
+    def line(self) -> str:
+        """The machine-readable form, as the benchmark's last line."""
+        return (
+            f"ratio_a_b={self.a_b:.3f} ratio_a_b_ceiling={self.a_b_ceiling:.3f} "
+            f"ratio_a_c={self.a_c:.3f} latency_vs_slowest={self.latency:.3f} "
+            f"efficiency={self.efficiency:.3f}"
+        )
+
+
+def ratios(
+    runs: dict[str, Run], ours: dict[str, float], singles: tuple[str, ...], cores: int, files: int
+) -> tuple[Ratios, Ceilings]:
+    """The target ratios of ``runs`` (one run per variant, ``ours`` their CPU seconds) and
+    the ceilings they are held against."""
+    top = ceilings(runs, ours, singles, cores, files)
+    p50 = {v: percentile(runs[v].batch_ms, 0.5) for v in ("a", *singles)}
+    slowest = max(singles, key=lambda v: p50[v])
+    found = Ratios(
+        a_b=runs["b"].seconds / runs["a"].seconds,
+        a_b_ceiling=top.a_b,
+        a_c=runs["c"].seconds / runs["a"].seconds,
+        latency=p50["a"] / p50[slowest],
+        efficiency=top.fastest_a / runs["a"].seconds,
+        slowest=slowest,
+    )
+    return found, top
+
+
+def median_ratios(found: list[Ratios]) -> Ratios:
+    """Each ratio's median over ``found`` (the ceiling's too; ``slowest``: the most common)."""
+    return Ratios(
+        a_b=statistics.median(r.a_b for r in found),
+        a_b_ceiling=statistics.median(r.a_b_ceiling for r in found),
+        a_c=statistics.median(r.a_c for r in found),
+        latency=statistics.median(r.latency for r in found),
+        efficiency=statistics.median(r.efficiency for r in found),
+        slowest=statistics.mode(r.slowest for r in found),
+    )
+
+
 def percentile(values: list[float], q: float) -> float:
     """Linear interpolation between closest ranks (numpy's default)."""
     if not values:
