@@ -35,10 +35,10 @@ from fanout.partitioned.membership import (
     CommittedPartition,
     PartitionPlan,
     check_committed,
+    partitioned_frame,
     plan_of,
     quoted,
     summarize,
-    with_member_column,
 )
 from fanout.partitioned.outcome import RESULT_DDL, PartitionOutcome
 from fanout.partitioned.task import CommitHooks, HookPlugins, PartitionTask
@@ -253,12 +253,9 @@ class PartitionedSink(Sink):
         return given.df.repartition(self.partitions, *[quoted(c) for c in given.by])
 
     def _parted(self, given: PartitionInput) -> Any:
-        parted = self._repartitioned(given)
-        if given.membership:
-            parted = with_member_column(parted, given.by)
-        if given.sort:
-            parted = parted.sortWithinPartitions(*given.sort)
-        return parted
+        return partitioned_frame(
+            given.df, self.partitions, given.by, member=given.membership, sort=given.sort
+        )
 
     def finish_partitions(
         self, batch: Batch, prepared: PreparedPartitions, outcomes: Sequence[PartitionOutcome]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fanout.contract.sharing import SharedShape
-from fanout.partitioned.membership import member_column, quoted
+from fanout.partitioned.membership import partitioned_frame, quoted
 
 
 @dataclass(frozen=True)
@@ -48,15 +48,13 @@ class JobLayout:
 
     def frame(self, df: Any) -> Any:
         """``df`` selected, partitioned and sorted as this layout says."""
-        columns: list[Any] = [quoted(c) for c in self.columns]
-        if self.member_column and self.shape is not None:
-            columns.append(member_column(self.shape.by))  # in the same projection: one step
-        parted = df.select(*columns)
-        if self.shape is not None:
-            parted = parted.repartition(self.shape.partitions, *[quoted(c) for c in self.shape.by])
-            if self.shape.sort:
-                parted = parted.sortWithinPartitions(*self.shape.sort)
-        return parted
+        if self.shape is None:
+            return df.select(*[quoted(c) for c in self.columns])
+        shape = self.shape
+        return partitioned_frame(
+            df, shape.partitions, shape.by, columns=self.columns,
+            member=self.member_column, sort=shape.sort,
+        )  # fmt: skip
 
 
 class RecentLayouts:
