@@ -201,8 +201,11 @@ class PostgresSink(PartitionedSink):
                 "the postgres sink needs a Spark DataFrame", sink=self.name, batch_id=batch.batch_id
             )
         plan = self._plan(df.schema, batch.batch_id)
-        # SQL text: one py4j call, ~3 ms instead of ~8 for two per column
-        projected = df.selectExpr(*[f"{quoted(s)} AS {quoted(t)}" for s, t in plan.columns])
+        projected = df
+        if [(s, s) for s in df.columns] != list(plan.columns):
+            # SQL text: one py4j call, ~3 ms instead of ~8 for two per column (and none for
+            # the table's own columns in the batch's order: a step less before the job)
+            projected = df.selectExpr(*[f"{quoted(s)} AS {quoted(t)}" for s, t in plan.columns])
         keyed = bool(plan.keys) and plan.hash_columns == plan.keys
         append = plan.mode == "append"
         return PartitionInput(

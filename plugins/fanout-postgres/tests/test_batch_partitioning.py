@@ -45,3 +45,29 @@ def test_keyless_append_hashes_every_written_column(spark: Any, pg_url: str) -> 
     _written(spark, sink, df)
     assert query(pg_url, "SELECT at, what FROM events ORDER BY at") == [(1, "x"), (2, "y")]
     assert sink.batch_partitioning(df.schema) == BatchPartitioning(2, ("ts", "kind"))
+
+
+def test_the_input_is_the_batch_itself_when_it_holds_the_table_s_columns(
+    spark: Any, pg_url: str
+) -> None:
+    # no projection to build (a py4j call and an analysis of the batch's plan before the
+    # job) when every batch column goes, in order, to the table column of its own name
+    execute(pg_url, "CREATE TABLE same (order_id bigint PRIMARY KEY, name text)")
+    df = spark.createDataFrame([(1, "a")], "order_id LONG, name STRING")
+    sink = PostgresSink("same", url=pg_url, table="same", partitions=2)
+    sink.open(SinkContext("parts", spark))
+    given = sink.partition_input(Batch(df, BatchInfo("parts", 0, "q"), "same", "fanout/p/same"))
+    assert given.df is df and list(given.renamed or ()) == [
+        ("order_id", "order_id"),
+        ("name", "name"),
+    ]
+
+    execute(pg_url, "CREATE TABLE other (id bigint PRIMARY KEY, label text)")
+    sink = PostgresSink(
+        "other", url=pg_url, table="other", columns={"order_id": "id", "name": "label"},
+        partitions=2,
+    )  # fmt: skip
+    sink.open(SinkContext("parts", spark))
+    given = sink.partition_input(Batch(df, BatchInfo("parts", 0, "q"), "other", "fanout/p/other"))
+    assert given.df is not df and given.df.columns == ["id", "label"]
+    assert given.df.collect() == [(1, "a")]
