@@ -132,14 +132,16 @@ def partitioned_frame(
     sort: Sequence[str] = (),
 ) -> Any:
     """What a partitioned job reads, alone or shared: ``df``'s ``columns`` (all when
-    ``None``) plus, with ``member``, :data:`MEMBER_COLUMN` hashed from ``by``, in one
-    projection; hashed by ``by`` into ``partitions``; sorted within each by ``sort``."""
-    if member:
-        picked = ["*"] if columns is None else [quoted(c) for c in columns]
-        df = df.select(*picked, member_column(by))
-    elif columns is not None:
-        df = df.select(*[quoted(c) for c in columns])
+    ``None``) plus, with ``member``, :data:`MEMBER_COLUMN` hashed from ``by``; hashed by
+    ``by`` into ``partitions``; sorted within each by ``sort``. The member column joins a
+    projection of ``columns`` (one step), else follows the repartition: either way a row's
+    value and partition are the same."""
+    if columns is not None:
+        picked = [quoted(c) for c in columns] + ([member_column(by)] if member else [])
+        df = df.select(*picked)
     parted = df.repartition(partitions, *[quoted(c) for c in by])
+    if member and columns is None:
+        parted = with_member_column(parted, by)
     return parted.sortWithinPartitions(*sort) if sort else parted
 
 
