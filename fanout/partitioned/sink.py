@@ -37,7 +37,6 @@ from fanout.partitioned.membership import (
     check_committed,
     partitioned_frame,
     plan_of,
-    quoted,
     summarize,
 )
 from fanout.partitioned.outcome import RESULT_DDL, PartitionOutcome
@@ -243,14 +242,11 @@ class PartitionedSink(Sink):
             plan = plan_of(given.df, given.by, self.partitions)
             check_committed(
                 self.committed_partitions(batch, plan), plan,
-                lambda: summarize(self._repartitioned(given), given.by), sink=self.name,
-                batch_id=batch.batch_id,
+                lambda: summarize(partitioned_frame(given.df, self.partitions, given.by), given.by),
+                sink=self.name, batch_id=batch.batch_id,
             )  # fmt: skip
         task = PartitionTask(self.partition_writer(batch, plan), self._hooks(batch))
         return PreparedPartitions(given, task, partial(self._parted, given))
-
-    def _repartitioned(self, given: PartitionInput) -> Any:
-        return given.df.repartition(self.partitions, *[quoted(c) for c in given.by])
 
     def _parted(self, given: PartitionInput) -> Any:
         return partitioned_frame(
