@@ -12,14 +12,17 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 from kafkatools import read_topic
 
+from fanout.contract.batch import txn_app_id
 from tests.chaos.checker import check_postgres
 from tests.chaos.services import embedded_services
 from tests.integration.streams import committed_marks, delta_rows, id_counts, write_input
@@ -53,37 +56,57 @@ def _start(data: Path, port: int, log: Path, services: dict[str, str]) -> subpro
         )
 
 
-def _wait_for_marks(data: Path, enough: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+def _marks(data: Path) -> Counter[tuple[str, int]]:
+    """The ledger's committed marks so far (none before its first commit)."""
+    ledger = data / "_fanout" / "ledger"
+    if not (ledger / "_delta_log").exists():
+        return Counter()
+    return committed_marks(ledger, "orders")
+
+
+def _poll(
+    proc: subprocess.Popen[bytes], log: Path, what: str, ready: Callable[[], int | None]
+) -> int:
+    """Call ``ready`` every 0.5 s, for up to 180 s while the run is alive, until it returns
+    a number (returned)."""
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()[-3000:]
-        if (data / "_fanout" / "ledger" / "_delta_log").exists():
-            marks = committed_marks(data / "_fanout" / "ledger", "orders")
-            if sum(1 for sink, _ in marks if sink == "bronze") >= enough:
-                return
+        found = ready()
+        if found is not None:
+            return found
         time.sleep(0.5)
-    raise AssertionError(
-        f"fewer than {enough} batches committed in time:\n{log.read_text()[-3000:]}"
-    )
+    raise AssertionError(f"{what} in time:\n{log.read_text()[-3000:]}")
+
+
+def _wait_for_marks(data: Path, enough: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    def ready() -> int | None:
+        bronze = sum(1 for sink, _ in _marks(data) if sink == "bronze")
+        return bronze if bronze >= enough else None
+
+    _poll(proc, log, f"fewer than {enough} batches committed", ready)
 
 
 def _wait_for_every_row(data: Path, ids: set[int], proc: subprocess.Popen[bytes], log: Path) -> int:
-    """Wait until bronze holds every id and every sink has marked bronze's last batch;
-    the number of batches. Not a count of files: a restart after Spark's file source
-    logged its next file, but before the batch's offsets, may join two files in one batch."""
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()[-3000:]
-        if (data / "_fanout" / "ledger" / "_delta_log").exists():
-            marks = committed_marks(data / "_fanout" / "ledger", "orders")
-            last = max((b for s, b in marks if s == "bronze"), default=-1)
-            if (
-                all((sink, last) in marks for sink in SINKS)
-                and {r["order_id"] for r in delta_rows(data / "bronze")} == ids
-            ):
-                return last + 1
-        time.sleep(0.5)
-    raise AssertionError(f"not every row written in time:\n{log.read_text()[-3000:]}")
+    """Wait until bronze holds every id and every sink has marked the batch that wrote
+    bronze's last rows; the number of batches. Not a count of files: a restart after
+    Spark's file source logged its next file, but before the batch's offsets, may join two
+    files in one batch."""
+
+    def ready() -> int | None:
+        # bronze's rows and the batch that last wrote them, from one snapshot, read before
+        # the marks (a mark follows the write it marks)
+        if not (data / "bronze" / "_delta_log").exists():
+            return None
+        bronze = DeltaTable(str(data / "bronze"))
+        last = bronze.transaction_version(txn_app_id("orders", "bronze"))
+        rows = set(bronze.to_pyarrow_table(columns=["order_id"]).column(0).to_pylist())
+        if last is None or rows != ids:
+            return None
+        marks = _marks(data)
+        return last + 1 if all((sink, last) in marks for sink in SINKS) else None
+
+    return _poll(proc, log, "not every row written", ready)
 
 
 def _terminate(proc: subprocess.Popen[bytes], log: Path) -> str:
