@@ -13,7 +13,8 @@ _BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def _load(name: str) -> object:
-    # by path, and bench/ off sys.path again: its modules (common...) would shadow others
+    # by path, and bench/ off sys.path again (and off sys.modules below): its modules
+    # (common...) would shadow others
     spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = sys.modules[name] = importlib.util.module_from_spec(spec)
@@ -27,6 +28,8 @@ def _load(name: str) -> object:
 
 common = _load("common")
 report = _load("three_report")
+for _name in ("common", "three_report"):  # loaded; a later `import common` must not find it
+    del sys.modules[_name]
 Run, Ratios = common.Run, report.Ratios  # type: ignore[attr-defined]
 SINGLES = ("s_delta", "s_pg", "s_kafka")
 
