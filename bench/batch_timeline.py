@@ -152,7 +152,7 @@ def occupancy(tasks: Sequence[Task], start: int, duration: int) -> Occupancy:
         running, maps, at = running + step, maps + map_step, when
     spent[min(running, 2)] += end - at
     first = min((when for when, step, _ in edges if step > 0), default=end) - start
-    return Occupancy(first, *spent, one_map_task=alone_mapping)
+    return Occupancy(first, spent[0], spent[1], spent[2], one_map_task=alone_mapping)
 
 
 def timeline_lines(name: str, log: EventLog, query_ids: Iterable[str]) -> list[str]:

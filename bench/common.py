@@ -13,7 +13,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -92,7 +92,7 @@ def _stream(ctx: Ctx) -> Any:
     return ctx.spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(ctx.source))
 
 
-def _start(ctx: Ctx, fn: Callable[[Any, int], None], checkpoint: Path) -> Any:
+def _start(ctx: Ctx, fn: Callable[[Any, int], object], checkpoint: Path) -> Any:
     return (
         _stream(ctx)
         .writeStream.foreachBatch(fn)
@@ -102,7 +102,7 @@ def _start(ctx: Ctx, fn: Callable[[Any, int], None], checkpoint: Path) -> Any:
     )
 
 
-def _timed(ctx: Ctx, starters: list[Callable[[], Any]]) -> tuple[float, list[Any]]:
+def _timed(ctx: Ctx, starters: Sequence[Callable[..., Any]]) -> tuple[float, list[Any]]:
     t0 = time.perf_counter()
     queries = [start() for start in starters]
     for q in queries:

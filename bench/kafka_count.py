@@ -29,7 +29,7 @@ from dataclasses import dataclass
 class TopicRead:
     """What one consumer read from the beginning of a topic."""
 
-    keys: set[bytes]
+    keys: set[bytes | None]
     per_partition: dict[int, int]
     errors: list[str]
 
@@ -82,7 +82,7 @@ def read_topic(
             "log_level": 0,
         }
     )
-    keys: set[bytes] = set()
+    keys: set[bytes | None] = set()
     per_partition: dict[int, int] = defaultdict(int)
     errors: list[str] = []
     try:
@@ -101,7 +101,9 @@ def read_topic(
                     continue
                 last_record = time.monotonic()
                 count += 1
-                per_partition[message.partition()] += 1
+                partition = message.partition()
+                assert partition is not None  # a consumed record always has one
+                per_partition[partition] += 1
                 keys.add(message.key())
     finally:
         consumer.close()

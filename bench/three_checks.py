@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ def find_postmaster(data_dir: Path) -> int | None:
     return None
 
 
-def timed(ctx: Ctx, services: Services, starters: list[Callable[[], Any]]) -> tuple:
+def timed(ctx: Ctx, services: Services, starters: Sequence[Callable[..., Any]]) -> tuple:
     """bench_core's ``_timed`` (first start to last termination), plus the CPU seconds
     each process group used meanwhile."""
     before = cpu_snapshot(services)
