@@ -3,17 +3,12 @@ from the lines of a Spark event log (no Spark here)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-# by path: putting bench/ on sys.path would let its modules (common...) shadow others
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "batch_timeline.py"
-_SPEC = importlib.util.spec_from_file_location("batch_timeline", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-timeline = sys.modules["batch_timeline"] = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(timeline)
+from tests.unit.bench_modules import load_bench
+
+(timeline,) = load_bench("batch_timeline")
 EventLog, Occupancy, Task = timeline.EventLog, timeline.Occupancy, timeline.Task
 occupancy, timeline_lines = timeline.occupancy, timeline.timeline_lines
 

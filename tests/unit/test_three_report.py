@@ -3,34 +3,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-_BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.unit.bench_modules import load_bench
 
-
-def _load(name: str) -> object:
-    # by path, and bench/ off sys.path again (and off sys.modules below): its modules
-    # (common...) would shadow others
-    spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = sys.modules[name] = importlib.util.module_from_spec(spec)
-    path = list(sys.path)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = path
-    return module
-
-
-common = _load("common")
-report = _load("three_report")
-for _name in ("common", "three_report"):  # loaded; a later `import common` must not find it
-    del sys.modules[_name]
-Run, Ratios = common.Run, report.Ratios  # type: ignore[attr-defined]
+common, report = load_bench("common", "three_report")
+Run, Ratios = common.Run, report.Ratios
 SINGLES = ("s_delta", "s_pg", "s_kafka")
 
 
