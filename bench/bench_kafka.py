@@ -33,7 +33,7 @@ measures the same cost where the sink pays it: in Spark's Python workers, two ta
 time beside the JVM and the broker, interleaved with the sink's runs, so ``sink / ready``
 is what the sink's own code adds to librdkafka's work under the same load (on a shared
 2-core machine the floor alone moved between 3.0 and 5.2 µs a record within an hour while
-that multiple stayed at 1.23-1.24). Spark's own floor is printed too:
+that multiple stayed between 1.0 and 1.25). Spark's own floor is printed too:
 the Python workers' CPU for ``mapInArrow`` tasks that only read the same partitions (and,
 as every task here, freeze the worker's long-lived objects: ``fanout.partitioned.worker_gc``).
 The last line is machine-readable: ``python_us_per_record=<sink's Python-worker CPU µs per
@@ -51,7 +51,7 @@ import atexit
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -296,60 +296,61 @@ def main() -> None:
         flush=True,
     )
 
-    def run_sink(label: str) -> float:
+    def measured(label: str, variant: str, *, committed: bool) -> float:
+        """One run of ``variant`` on a fresh broker and topic: its writes timed, with the
+        Python workers' CPU, then the topic verified (not after a warm-up)."""
         bootstrap = fresh_bootstrap()
-        topic = f"bench-sink-{uuid.uuid4().hex[:8]}"
+        topic = f"bench-{variant}-{uuid.uuid4().hex[:8]}"
         create_topic(bootstrap, topic, args.partitions)
+        write = writers[variant](bootstrap, topic)  # set up before the clock starts
+        cpu, start = python_workers_cpu(), time.perf_counter()
+        write()
+        seconds = time.perf_counter() - start
+        worker_cpu[label].append(python_workers_cpu() - cpu)
+        if label != "warm-up":
+            verify(bootstrap, topic, total, committed=committed)
+        return seconds
+
+    def sink_writes(bootstrap: str, topic: str) -> Callable[[], None]:
         pipeline = f"bench{uuid.uuid4().hex[:6]}"
         sink = KafkaSink("kafka", bootstrap_servers=bootstrap, topic=topic, key="order_id",
                          partitions=args.partitions)  # fmt: skip
         sink.open(SinkContext(pipeline, spark))
-        cpu, start = python_workers_cpu(), time.perf_counter()
-        for b, df in enumerate(frames):
-            result = sink.write(Batch(df, BatchInfo(pipeline, b), "kafka",
-                                      txn_app_id(pipeline, "kafka")))  # fmt: skip
-            assert result.details["written"] == per, result.details
-        seconds = time.perf_counter() - start
-        worker_cpu[label].append(python_workers_cpu() - cpu)
-        if label != "warm-up":
-            verify(bootstrap, topic, total, committed=True)
-        return seconds
 
-    def run_plain(label: str) -> float:
-        bootstrap = fresh_bootstrap()
-        topic = f"bench-plain-{uuid.uuid4().hex[:8]}"
-        create_topic(bootstrap, topic, args.partitions)
+        def write() -> None:
+            for b, df in enumerate(frames):
+                result = sink.write(Batch(df, BatchInfo(pipeline, b), "kafka",
+                                          txn_app_id(pipeline, "kafka")))  # fmt: skip
+                assert result.details["written"] == per, result.details
+
+        return write
+
+    def plain_writes(bootstrap: str, topic: str) -> Callable[[], None]:
         sink = KafkaSink("kafka", bootstrap_servers=bootstrap, topic=topic, key="order_id",
                          partitions=args.partitions, create_topic=True)  # fmt: skip
         sink.open(SinkContext("plain", spark))
-        cpu, start = python_workers_cpu(), time.perf_counter()
-        for b, df in enumerate(frames):
-            settings = sink.settings(Batch(df, BatchInfo("plain", b), "kafka",
-                                           txn_app_id("plain", "kafka")))  # fmt: skip
-            task = PlainTask(bootstrap, topic, settings.encoder)
-            parted = df.repartition(args.partitions, "order_id")
-            written = sum(r.n for r in parted.mapInArrow(task, "n LONG").collect())
-            assert written == per, written
-        seconds = time.perf_counter() - start
-        worker_cpu[label].append(python_workers_cpu() - cpu)
-        if label != "warm-up":
-            verify(bootstrap, topic, total, committed=False)
-        return seconds
 
-    def run_ready(label: str) -> float:
-        bootstrap = fresh_bootstrap()
-        topic = f"bench-ready-{uuid.uuid4().hex[:8]}"
-        create_topic(bootstrap, topic, args.partitions)
-        cpu, start = python_workers_cpu(), time.perf_counter()
-        for b, df in enumerate(ready):
-            task = ReadyTask(bootstrap, topic, batch_headers("bench", "kafka", b))
-            written = sum(r.n for r in df.mapInArrow(task, "n LONG").collect())
-            assert written == per, written
-        seconds = time.perf_counter() - start
-        worker_cpu[label].append(python_workers_cpu() - cpu)
-        if label != "warm-up":
-            verify(bootstrap, topic, total, committed=False)
-        return seconds
+        def write() -> None:
+            for b, df in enumerate(frames):
+                settings = sink.settings(Batch(df, BatchInfo("plain", b), "kafka",
+                                               txn_app_id("plain", "kafka")))  # fmt: skip
+                task = PlainTask(bootstrap, topic, settings.encoder)
+                parted = df.repartition(args.partitions, "order_id")
+                written = sum(r.n for r in parted.mapInArrow(task, "n LONG").collect())
+                assert written == per, written
+
+        return write
+
+    def ready_writes(bootstrap: str, topic: str) -> Callable[[], None]:
+        def write() -> None:
+            for b, df in enumerate(ready):
+                task = ReadyTask(bootstrap, topic, batch_headers("bench", "kafka", b))
+                written = sum(r.n for r in df.mapInArrow(task, "n LONG").collect())
+                assert written == per, written
+
+        return write
+
+    writers = {"sink": sink_writes, "plain": plain_writes, "ready": ready_writes}
 
     # the ready bytes of librdkafka's floor in the tasks: each batch's partitions encoded
     # by the sink's encoder, kept in Spark's cache (untimed)
@@ -369,18 +370,18 @@ def main() -> None:
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     worker_cpu: dict[str, list[float]] = {"warm-up": [], "sink": [], "plain": [], "ready": []}
-    runners = {"sink": run_sink, "plain": run_plain, "ready": run_ready}
+    committed = {"sink": True, "plain": False, "ready": False}  # how each topic is read
     # warm-up on the first batch only (Python workers, JIT)
     saved, saved_ready = frames, ready
     frames, ready = frames[:1], ready[:1]
-    for run in runners.values():
-        run("warm-up")
+    for variant in writers:
+        measured("warm-up", variant, committed=committed[variant])
     frames, ready = saved, saved_ready
     times: dict[str, list[float]] = {"sink": [], "plain": [], "ready": []}
     for r in range(args.repeat):
         order = ("sink", "ready", "plain") if r % 2 == 0 else ("plain", "ready", "sink")
         for variant in order:
-            seconds = runners[variant](variant)
+            seconds = measured(variant, variant, committed=committed[variant])
             times[variant].append(seconds)
             print(f"  run {r + 1} {variant:5s} {seconds:7.2f} s  {total / seconds:10.0f} rows/s",
                   flush=True)  # fmt: skip
