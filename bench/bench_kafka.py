@@ -33,7 +33,7 @@ measures the same cost where the sink pays it: in Spark's Python workers, two ta
 time beside the JVM and the broker, interleaved with the sink's runs, so ``sink / ready``
 is what the sink's own code adds to librdkafka's work under the same load (on a shared
 2-core machine the floor alone moved between 3.0 and 5.2 µs a record within an hour while
-that multiple stayed between 1.0 and 1.25). Spark's own floor is printed too:
+that multiple stayed between 1.0 and 1.3). Spark's own floor is printed too:
 the Python workers' CPU for ``mapInArrow`` tasks that only read the same partitions (and,
 as every task here, freeze the worker's long-lived objects: ``fanout.partitioned.worker_gc``).
 The last line is machine-readable: ``python_us_per_record=<sink's Python-worker CPU µs per
