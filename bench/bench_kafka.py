@@ -51,10 +51,10 @@ import atexit
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from common import exit_on_sigterm
@@ -62,6 +62,9 @@ from kafka_count import count_once, read_topic
 from proc_cpu import python_workers_cpu
 
 from fanout.partitioned.worker_gc import freeze_long_lived_objects
+
+if TYPE_CHECKING:
+    from fanout_kafka.records import Record
 
 TARGET = 0.7
 PYTHON_TARGET_US = 5.0
@@ -140,6 +143,21 @@ class PlainTask:
         )
 
 
+def ready_records(
+    batches: Iterable[pa.RecordBatch], headers: Iterable[tuple[str, bytes]]
+) -> list[Record]:
+    """The records of ready ``key``/``value`` batches (:class:`EncodeTask`'s), built as
+    the sink builds its own: in C, one shared header list."""
+    from fanout_kafka.records import Record
+
+    shared = list(headers)
+    records: list[Record] = []
+    for batch in batches:
+        pairs = zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), repeat(shared))
+        records += map(tuple.__new__, repeat(Record), pairs)
+    return records
+
+
 @dataclass(frozen=True)
 class EncodeTask:
     """Encodes one partition with the sink's encoder into ready ``key``/``value`` bytes
@@ -171,15 +189,10 @@ class ReadyTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from confluent_kafka import Producer
-        from fanout_kafka.records import Record
         from fanout_kafka.settings import producer_config
 
         freeze_long_lived_objects()  # as the sink's tasks do
-        headers = list(self.headers)
-        records: list[Record] = []
-        for batch in batches:  # as the sink builds its records: in C, one shared header list
-            pairs = zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), repeat(headers))
-            records += map(tuple.__new__, repeat(Record), pairs)
+        records = ready_records(batches, self.headers)
         transactional_id = f"bench-ready-{uuid.uuid4().hex}"
         producer = Producer(producer_config({}, self.bootstrap, transactional_id, 60_000))
         producer.init_transactions(30)
@@ -296,13 +309,14 @@ def main() -> None:
         flush=True,
     )
 
-    def measured(label: str, variant: str, *, committed: bool) -> float:
+    def measured(label: str, variant: str) -> float:
         """One run of ``variant`` on a fresh broker and topic: its writes timed, with the
         Python workers' CPU, then the topic verified (not after a warm-up)."""
         bootstrap = fresh_bootstrap()
         topic = f"bench-{variant}-{uuid.uuid4().hex[:8]}"
         create_topic(bootstrap, topic, args.partitions)
-        write = writers[variant](bootstrap, topic)  # set up before the clock starts
+        set_up, committed = writers[variant]
+        write = set_up(bootstrap, topic)  # before the clock starts
         cpu, start = python_workers_cpu(), time.perf_counter()
         write()
         seconds = time.perf_counter() - start
@@ -350,7 +364,9 @@ def main() -> None:
 
         return write
 
-    writers = {"sink": sink_writes, "plain": plain_writes, "ready": ready_writes}
+    # each variant's set-up, and whether its topic is read committed
+    writers = {"sink": (sink_writes, True), "plain": (plain_writes, False),
+               "ready": (ready_writes, False)}  # fmt: skip
 
     # the ready bytes of librdkafka's floor in the tasks: each batch's partitions encoded
     # by the sink's encoder, kept in Spark's cache (untimed)
@@ -369,25 +385,23 @@ def main() -> None:
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    worker_cpu: dict[str, list[float]] = {"warm-up": [], "sink": [], "plain": [], "ready": []}
-    committed = {"sink": True, "plain": False, "ready": False}  # how each topic is read
+    worker_cpu: dict[str, list[float]] = {"warm-up": [], **{v: [] for v in writers}}
     # warm-up on the first batch only (Python workers, JIT)
     saved, saved_ready = frames, ready
     frames, ready = frames[:1], ready[:1]
     for variant in writers:
-        measured("warm-up", variant, committed=committed[variant])
+        measured("warm-up", variant)
     frames, ready = saved, saved_ready
-    times: dict[str, list[float]] = {"sink": [], "plain": [], "ready": []}
+    times: dict[str, list[float]] = {v: [] for v in writers}
     for r in range(args.repeat):
         order = ("sink", "ready", "plain") if r % 2 == 0 else ("plain", "ready", "sink")
         for variant in order:
-            seconds = measured(variant, variant, committed=committed[variant])
+            seconds = measured(variant, variant)
             times[variant].append(seconds)
             print(f"  run {r + 1} {variant:5s} {seconds:7.2f} s  {total / seconds:10.0f} rows/s",
                   flush=True)  # fmt: skip
-    # the floor: the first batch's records, encoded here, through a bare producer
-    sample = frames[0].repartition(args.partitions, "order_id")
-    records, _bad = encoder.encode_arrow(sample.toArrow().to_batches())
+    # the floor: the first batch's ready records, through a bare producer
+    records = ready_records(ready[0].toArrow().to_batches(), batch_headers("bench", "kafka", 0))
     floor = min(librdkafka_floor(fresh_bootstrap(), records, args.partitions) for _ in range(3))
     # Spark's floor: the same partitions read by a task that does nothing with them
     spark_runs = []
@@ -399,9 +413,9 @@ def main() -> None:
         spark_runs.append(python_workers_cpu() - cpu)
     spark_floor = 1e6 * min(spark_runs) / total
     best = {v: min(t) for v, t in times.items()}
-    us = {v: 1e6 * min(worker_cpu[v]) / total for v in ("sink", "plain", "ready")}
+    us = {v: 1e6 * min(worker_cpu[v]) / total for v in writers}
     print(f"{'variant':8s} {'best s':>8s} {'rows/s':>10s} {'py-worker CPU us/rec (best)':>28s}")
-    for variant in ("sink", "plain", "ready"):
+    for variant in writers:
         print(f"{variant:8s} {best[variant]:8.2f} {total / best[variant]:10.0f} "
               f"{us[variant]:28.2f}")  # fmt: skip
     print(f"librdkafka floor (produce + flush of ready records, no callbacks): {floor:.2f} us/rec")
