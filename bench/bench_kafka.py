@@ -26,16 +26,17 @@ names one.
 CPU, not wall-clock, is the figure that survives a shared machine: each run also reads the
 CPU seconds of Spark's Python workers (``/proc/<pid>/stat`` of the JVM's child processes,
 with librdkafka's threads inside them) and prints it per record. The floor beside it is
-librdkafka's own cost for the same records on the same broker: the records of the first
-batch, encoded on the driver beforehand, produced by one idempotent producer without
-callbacks and flushed, timed with ``time.process_time``, alone on the machine. ``ready``
-measures the same cost where the sink pays it: in Spark's Python workers, two tasks at a
-time beside the JVM and the broker, interleaved with the sink's runs, so ``sink / ready``
-is what the sink's own code adds to librdkafka's work under the same load (on a shared
-2-core machine the floor alone moved between 3.0 and 5.2 µs a record within an hour while
-that multiple stayed between 1.0 and 1.3). Spark's own floor is printed too:
-the Python workers' CPU for ``mapInArrow`` tasks that only read the same partitions (and,
-as every task here, freeze the worker's long-lived objects: ``fanout.partitioned.worker_gc``).
+librdkafka's own cost for the same records on the same broker: the first batch's records as
+``ready`` produces them (encoded by the sink's encoder, read back to the driver), produced
+by one idempotent producer without callbacks and flushed, timed with ``time.process_time``,
+alone on the machine. ``ready`` measures the same cost where the sink pays it: in Spark's
+Python workers, two tasks at a time beside the JVM and the broker, interleaved with the
+sink's runs, so ``sink / ready`` is what the sink's own code adds to librdkafka's work
+under the same load (on a shared 2-core machine the floor alone moved between 3.0 and 5.2
+µs a record within an hour while that multiple stayed between 1.0 and 1.3). Spark's own
+floor is printed too: the Python workers' CPU for ``mapInArrow`` tasks that only read the
+same partitions (and, as every task here, freeze the worker's long-lived objects:
+``fanout.partitioned.worker_gc``).
 The last line is machine-readable: ``python_us_per_record=<sink's Python-worker CPU µs per
 record, best run> floor_us_per_record=<librdkafka's> spark_floor_us_per_record=<Spark's>
 above_floors_us=<the sink minus both floors> plain_us_per_record=<plain's>
