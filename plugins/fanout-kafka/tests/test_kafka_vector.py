@@ -15,6 +15,26 @@ from fanout_kafka.records import BadRecord, Encoder, Record, batch_headers
 N = 3000
 
 
+EDGE_MICROS = [
+    -30_610_224_000_000_001,  # 0999-12-31T23:59:59.999999
+    -30_610_224_000_000_000,  # 1000-01-01T00:00:00
+    -30_610_223_999_999_999,
+    253_402_300_799_999_999,  # 9999-12-31T23:59:59.999999
+    253_402_300_799_000_000,
+    -1_000_000,
+    -999_999,
+    -1,
+    0,
+    1,
+    1_000_000,
+]
+EDGE_DAYS = [-354_286, -354_285, 2_932_896, 2_932_895, -1, 0, 1]
+
+
+def _cycle(values: list[int]) -> list[int]:
+    return [values[i % len(values)] for i in range(N)]
+
+
 def _table() -> pa.Table:
     rng = random.Random(11)
     return pa.table(
@@ -44,6 +64,11 @@ def _table() -> pa.Table:
                 pa.timestamp("us"),
             ),
             "day": pa.array([dt.date(1, 1, 1) + dt.timedelta(days=i * 997) for i in range(N)]),
+            # the first and last values written column-wise (years 1000 and 9999), whole
+            # seconds, and fractions before 1970
+            "edge": pa.array(_cycle(EDGE_MICROS), pa.timestamp("us", tz="UTC")),
+            "edge_wall": pa.array(_cycle(EDGE_MICROS), pa.timestamp("us")),
+            "edge_day": pa.array(_cycle(EDGE_DAYS), pa.date32()),
             "nothing": pa.nulls(N),
         }
     )
