@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from fanout.partitioned.worker_gc import collection_paused
 from fanout_kafka.values import json_bytes, json_default, to_bytes
 
 if TYPE_CHECKING:
@@ -156,10 +157,12 @@ class Encoder:
             suspect = pc.or_(suspect, table.column(column).is_null())
         headers = list(self.headers)  # shared: nothing mutates a record's headers
         key_list = keys.to_pylist() if keys is not None else repeat(None)
-        # tuple.__new__ builds each Record in C; Record(...) runs a Python __new__ per row
-        records = list(
-            map(tuple.__new__, repeat(Record), zip(key_list, values.to_pylist(), repeat(headers)))
-        )
+        # tuple.__new__ builds each Record in C; Record(...) runs a Python __new__ per row.
+        # The tuples hold a list (headers), so the collector tracks them: paused, it does
+        # not walk them ~every 700 records (~0.1 us a record).
+        pairs = zip(key_list, values.to_pylist(), repeat(headers))
+        with collection_paused():
+            records = list(map(tuple.__new__, repeat(Record), pairs))
         if not pc.any(suspect).as_py():
             return records, []
         encoded: list[Record | BadRecord] = list(records)
