@@ -2,7 +2,9 @@
 
 Encoding row by row in Python (``to_pylist`` then ``json.dumps``) costs about 20 µs a row,
 which made the Kafka sink the slowest part of a fan-out. Here each column becomes one
-array of JSON fragments and Arrow joins them row-wise, for about a tenth of that.
+array of JSON fragments (its values without their quotes when it has no nulls: the quotes
+join the row's constant texts) and Arrow joins them row-wise in one pass, for less than a
+tenth of that (``bench/bench_kafka_encode.py``).
 
 The bytes are exactly those of the row-by-row path (:func:`fanout_kafka.values.json_bytes`
 and :func:`fanout_kafka.records.to_bytes`): where Arrow formats a value differently
@@ -34,29 +36,26 @@ _NEEDS_ESCAPE = r'["\\\x00-\x1f]'
 
 def json_rows(table: pa.Table) -> pa.Array | None:
     """The JSON object of every row (``{"col":value,...}``, compact, UTF-8), or ``None``."""
-    parts: list[Any] = []
+    parts: list[str | pa.Array] = []
     for i, name in enumerate(table.column_names):
-        fragment = json_fragments(table.column(i))
-        if fragment is None:
+        pieces = _pieces(table.column(i))
+        if pieces is None:
             return None
-        head = ("{" if i == 0 else ",") + json.dumps(name, ensure_ascii=False) + ":"
-        parts += [pa.scalar(head), fragment]
+        parts += [("{" if i == 0 else ",") + json.dumps(name, ensure_ascii=False) + ":", *pieces]
     if not parts:
         return pa.array([b"{}"] * table.num_rows, pa.binary())
-    parts.append(pa.scalar("}"))
-    return pc.binary_join_element_wise(*parts, pa.scalar("")).cast(pa.binary())
+    return _joined([*parts, "}"])
 
 
 def json_arrays(table: pa.Table, columns: Sequence[str]) -> pa.Array | None:
     """``[v1,v2,...]`` of the given columns for every row (a multi-column key), or ``None``."""
-    parts: list[Any] = []
+    parts: list[str | pa.Array] = []
     for i, name in enumerate(columns):
-        fragment = json_fragments(table.column(name))
-        if fragment is None:
+        pieces = _pieces(table.column(name))
+        if pieces is None:
             return None
-        parts += [pa.scalar("[" if i == 0 else ","), fragment]
-    parts.append(pa.scalar("]"))
-    return pc.binary_join_element_wise(*parts, pa.scalar("")).cast(pa.binary())
+        parts += ["[" if i == 0 else ",", *pieces]
+    return _joined([*parts, "]"])
 
 
 def key_bytes(column: pa.ChunkedArray | pa.Array) -> pa.Array | None:
@@ -92,6 +91,38 @@ def json_fragments(column: pa.ChunkedArray | pa.Array) -> pa.Array | None:
     else:
         return None
     return text.fill_null("null")
+
+
+def _pieces(column: pa.ChunkedArray | pa.Array) -> list[str | pa.Array] | None:
+    """A column's JSON text for the row's join, or ``None`` for unsupported types. The
+    quotes of a column with no nulls are constants beside its values, joined once with the
+    row's other constants (a join per column costs ~0.07 us a value); a column with nulls
+    is its :func:`json_fragments` (a null value is ``null``, unquoted)."""
+    column = _whole(column)
+    kind = column.type
+    if column.null_count == 0:
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            return ['"', _string_bodies(column.cast(pa.string())), '"']
+        if pa.types.is_timestamp(kind) and kind.unit == "us" and _utc_or_naive(kind.tz):
+            zoned = kind.tz is not None
+            return ['"', _timestamp_bodies(column, zoned=zoned), _offset(zoned) + '"']
+        if pa.types.is_date32(kind):
+            return ['"', _date_bodies(column), '"']
+    fragment = json_fragments(column)
+    return None if fragment is None else [fragment]
+
+
+def _joined(parts: Sequence[str | pa.Array]) -> pa.Array:
+    """The row-wise concatenation of arrays and constant texts, as binary; neighbouring
+    constants are merged first (each argument is one more pass over every row)."""
+    merged: list[str | pa.Array] = []
+    for part in parts:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        else:
+            merged.append(part)
+    args = [pa.scalar(p) if isinstance(p, str) else p for p in merged]
+    return pc.binary_join_element_wise(*args, pa.scalar("")).cast(pa.binary())
 
 
 def _whole(column: pa.ChunkedArray | pa.Array) -> pa.Array:
@@ -133,12 +164,22 @@ def _floats(column: pa.Array) -> pa.Array:
 
 
 def _strings(column: pa.Array) -> pa.Array:
-    text = pc.binary_join_element_wise('"', column, '"', "")
+    return pc.binary_join_element_wise('"', _string_bodies(column), '"', "")
+
+
+def _string_bodies(column: pa.Array) -> pa.Array:
+    """Each string's JSON text without its quotes: the value itself unless it needs escapes."""
     good = pc.invert(pc.match_substring_regex(column, _NEEDS_ESCAPE))
-    return _python(column, good, text, _dumps)
+    return _python(column, good, column, _unquoted)
 
 
 def _timestamps(column: pa.Array, *, zoned: bool) -> pa.Array:
+    bodies = _timestamp_bodies(column, zoned=zoned)
+    return pc.binary_join_element_wise('"', bodies, _offset(zoned) + '"', "")
+
+
+def _timestamp_bodies(column: pa.Array, *, zoned: bool) -> pa.Array:
+    """Each timestamp's ISO 8601 text without its quotes and UTC offset."""
     # Arrow prints a microsecond timestamp, its zone dropped (the UTC wall clock), as
     # "YYYY-MM-DD HH:MM:SS.ffffff"; Python's isoformat has "T" for the space and no zero
     # fraction. Editing that one text costs about half of formatting the seconds and the
@@ -149,16 +190,27 @@ def _timestamps(column: pa.Array, *, zoned: bool) -> pa.Array:
     stamp = pc.binary_replace_slice(text, 10, 11, "T")
     whole = pc.ends_with(text, ".000000")
     stamp = pc.if_else(whole, pc.binary_replace_slice(stamp, 19, 26, ""), stamp)
-    suffix = "+00:00" if zoned else ""
-    text = pc.binary_join_element_wise('"', stamp, suffix + '"', "")
     good = _between(column.cast(pa.int64()), _FIRST_MICROS, _LAST_MICROS)
-    return _python(column, good, text, _dumps)
+    offset = _offset(zoned)
+    return _python(column, good, stamp, lambda value: _unquoted(value).removesuffix(offset))
+
+
+def _offset(zoned: bool) -> str:
+    # a UTC timestamp (the only zone written column-wise) in isoformat
+    return "+00:00" if zoned else ""
 
 
 def _dates(column: pa.Array) -> pa.Array:
-    text = pc.binary_join_element_wise('"', column.cast(pa.string()), '"', "")
+    return pc.binary_join_element_wise('"', _date_bodies(column), '"', "")
+
+
+def _date_bodies(column: pa.Array) -> pa.Array:
     good = _between(column.cast(pa.int32()), _FIRST_DAY, _LAST_DAY)
-    return _python(column, good, text, _dumps)
+    return _python(column, good, column.cast(pa.string()), _unquoted)
+
+
+def _unquoted(value: Any) -> str:
+    return _dumps(value)[1:-1]
 
 
 def _between(values: pa.Array, low: int, high: int) -> pa.Array:

@@ -69,6 +69,15 @@ def _table() -> pa.Table:
             "edge": pa.array(_cycle(EDGE_MICROS), pa.timestamp("us", tz="UTC")),
             "edge_wall": pa.array(_cycle(EDGE_MICROS), pa.timestamp("us")),
             "edge_day": pa.array(_cycle(EDGE_DAYS), pa.date32()),
+            # with nulls: quoted values joined per column, not beside the row's constants
+            "maybe_name": pa.array([None if i % 4 == 0 else f'n"{i}\\' for i in range(N)]),
+            "maybe_at": pa.array(
+                [None if i % 5 == 0 else v for i, v in enumerate(_cycle(EDGE_MICROS))],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "maybe_day": pa.array(
+                [None if i % 3 == 0 else v for i, v in enumerate(_cycle(EDGE_DAYS))], pa.date32()
+            ),
             "nothing": pa.nulls(N),
         }
     )
