@@ -82,12 +82,8 @@ def json_fragments(column: pa.ChunkedArray | pa.Array) -> pa.Array | None:
         text = column.cast(pa.string())
     elif pa.types.is_floating(kind) and not pa.types.is_float16(kind):
         text = _floats(column.cast(pa.float64()))
-    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        text = _strings(column.cast(pa.string()))
-    elif pa.types.is_timestamp(kind) and kind.unit == "us" and _utc_or_naive(kind.tz):
-        text = _timestamps(column, zoned=kind.tz is not None)
-    elif pa.types.is_date32(kind):
-        text = _dates(column)
+    elif (quoted := _quoted(column)) is not None:
+        text = pc.binary_join_element_wise(*quoted, "")
     else:
         return None
     return text.fill_null("null")
@@ -99,17 +95,24 @@ def _pieces(column: pa.ChunkedArray | pa.Array) -> list[str | pa.Array] | None:
     row's other constants (a join per column costs ~0.07 us a value); a column with nulls
     is its :func:`json_fragments` (a null value is ``null``, unquoted)."""
     column = _whole(column)
-    kind = column.type
-    if column.null_count == 0:
-        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-            return ['"', _string_bodies(column.cast(pa.string())), '"']
-        if pa.types.is_timestamp(kind) and kind.unit == "us" and _utc_or_naive(kind.tz):
-            zoned = kind.tz is not None
-            return ['"', _timestamp_bodies(column, zoned=zoned), _offset(zoned) + '"']
-        if pa.types.is_date32(kind):
-            return ['"', _date_bodies(column), '"']
+    if column.null_count == 0 and (quoted := _quoted(column)) is not None:
+        return list(quoted)
     fragment = json_fragments(column)
     return None if fragment is None else [fragment]
+
+
+def _quoted(column: pa.Array) -> tuple[str, pa.Array, str] | None:
+    """For the types JSON quotes (text, UTC or naive timestamps, dates): the text before
+    each value, the values' text, and the text after; ``None`` for other types."""
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return '"', _string_bodies(column.cast(pa.string())), '"'
+    if pa.types.is_timestamp(kind) and kind.unit == "us" and _utc_or_naive(kind.tz):
+        zoned = kind.tz is not None
+        return '"', _timestamp_bodies(column, zoned=zoned), _offset(zoned) + '"'
+    if pa.types.is_date32(kind):
+        return '"', _date_bodies(column), '"'
+    return None
 
 
 def _joined(parts: Sequence[str | pa.Array]) -> pa.Array:
@@ -163,19 +166,10 @@ def _floats(column: pa.Array) -> pa.Array:
     return _python(column, good, text, _dumps)
 
 
-def _strings(column: pa.Array) -> pa.Array:
-    return pc.binary_join_element_wise('"', _string_bodies(column), '"', "")
-
-
 def _string_bodies(column: pa.Array) -> pa.Array:
     """Each string's JSON text without its quotes: the value itself unless it needs escapes."""
     good = pc.invert(pc.match_substring_regex(column, _NEEDS_ESCAPE))
     return _python(column, good, column, _unquoted)
-
-
-def _timestamps(column: pa.Array, *, zoned: bool) -> pa.Array:
-    bodies = _timestamp_bodies(column, zoned=zoned)
-    return pc.binary_join_element_wise('"', bodies, _offset(zoned) + '"', "")
 
 
 def _timestamp_bodies(column: pa.Array, *, zoned: bool) -> pa.Array:
@@ -198,10 +192,6 @@ def _timestamp_bodies(column: pa.Array, *, zoned: bool) -> pa.Array:
 def _offset(zoned: bool) -> str:
     # a UTC timestamp (the only zone written column-wise) in isoformat
     return "+00:00" if zoned else ""
-
-
-def _dates(column: pa.Array) -> pa.Array:
-    return pc.binary_join_element_wise('"', _date_bodies(column), '"', "")
 
 
 def _date_bodies(column: pa.Array) -> pa.Array:
