@@ -54,7 +54,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -147,15 +146,13 @@ class PlainTask:
 def ready_records(
     batches: Iterable[pa.RecordBatch], headers: Iterable[tuple[str, bytes]]
 ) -> list[Record]:
-    """The records of ready ``key``/``value`` batches (:class:`EncodeTask`'s), built as
-    the sink builds its own: in C, one shared header list."""
-    from fanout_kafka.records import Record
+    """The records of ready ``key``/``value`` batches (:class:`EncodeTask`'s), built by the
+    sink's own function."""
+    from fanout_kafka.records import records_of
 
-    shared = list(headers)
     records: list[Record] = []
     for batch in batches:
-        pairs = zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), repeat(shared))
-        records += map(tuple.__new__, repeat(Record), pairs)
+        records += records_of(batch.column(0).to_pylist(), batch.column(1).to_pylist(), headers)
     return records
 
 

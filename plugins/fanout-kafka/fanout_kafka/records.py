@@ -155,14 +155,8 @@ class Encoder:
         suspect = pc.greater(size, self.max_record_bytes)
         for column in self.key_columns or ():
             suspect = pc.or_(suspect, table.column(column).is_null())
-        headers = list(self.headers)  # shared: nothing mutates a record's headers
         key_list = keys.to_pylist() if keys is not None else repeat(None)
-        # tuple.__new__ builds each Record in C; Record(...) runs a Python __new__ per row.
-        # The tuples hold a list (headers), so the collector tracks them: paused, it does
-        # not walk them ~every 700 records (~0.1 us a record).
-        pairs = zip(key_list, values.to_pylist(), repeat(headers))
-        with collection_paused():
-            records = list(map(tuple.__new__, repeat(Record), pairs))
+        records = records_of(key_list, values.to_pylist(), self.headers)
         if not pc.any(suspect).as_py():
             return records, []
         encoded: list[Record | BadRecord] = list(records)
@@ -185,6 +179,21 @@ class Encoder:
             else:
                 good.append(encoded)
         return good, bad
+
+
+def records_of(
+    keys: Iterable[bytes | None], values: Iterable[bytes | None],
+    headers: Iterable[tuple[str, bytes]],
+) -> list[Record]:  # fmt: skip
+    """A record for each key and value, all sharing one list of ``headers`` (nothing
+    mutates a record's headers)."""
+    shared = list(headers)
+    pairs = zip(keys, values, repeat(shared))
+    # tuple.__new__ builds each Record in C; Record(...) runs a Python __new__ per row.
+    # The tuples hold a list (headers), so the collector tracks them: paused, it does not
+    # walk them ~every 700 records (~0.1 us a record).
+    with collection_paused():
+        return list(map(tuple.__new__, repeat(Record), pairs))
 
 
 def batch_headers(pipeline: str, sink: str, batch_id: int) -> tuple[tuple[str, bytes], ...]:
