@@ -42,8 +42,9 @@ def freeze_long_lived_objects() -> bool:
 def collection_paused() -> Iterator[None]:
     """Hold off the cyclic collector while the block runs, when it was enabled; the next
     allocation after the block collects as usual. For blocks that create many lasting
-    objects and no reference cycles. Threads sharing the process may end the pause early
-    (the last to leave enables it again): that costs only the saving."""
+    objects and no reference cycles. The collector is one per process: the first thread to
+    leave its block enables it for all, which ends another thread's pause early and costs
+    only the saving."""
     if not gc.isenabled():
         yield
         return
