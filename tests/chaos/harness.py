@@ -32,6 +32,8 @@ class ChaosReport:
     checks: list[SinkCheck] = field(default_factory=list)
     runs: int = 0
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    """What the checker found out about inexact sinks (where the duplicates sit)."""
 
     def verdict(self) -> tuple[bool, str]:
         """Exact in every sink (Kafka's committed records, on Tansu read from the log's
@@ -49,7 +51,7 @@ class ChaosReport:
             lines.append(
                 f"{c.sink:<16}{c.expected:>10}{c.present:>10}{c.missing:>10}{c.duplicated:>12}{c.wrong:>8}"
             )
-        return "\n".join(lines)
+        return "\n".join(lines + self.notes)
 
 
 def assert_exact(report: ChaosReport) -> None:

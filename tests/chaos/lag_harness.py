@@ -119,6 +119,7 @@ def run_lag_chaos(
             _flap(server, "down", rng)
             prep = subprocess.run(driver, cwd=repo, capture_output=True, text=True, timeout=600)
             report.runs += 1
+            keep_log(workdir, report.runs, "catch-up preparation", prep)
             if prep.returncode != 0:
                 raise RuntimeError(f"driver failed ({prep.returncode}):\n{prep.stderr[-4000:]}")
             behind = True
@@ -134,6 +135,7 @@ def run_lag_chaos(
         if timer is not None:
             timer.cancel()
         report.runs += 1
+        keep_log(workdir, report.runs, plan.describe(), done)
         if mode != "up":
             behind = True
         elif done.returncode == 0:
@@ -158,9 +160,25 @@ def run_lag_chaos(
     report.runs += 1
     if final.returncode != 0:
         raise RuntimeError(f"final run failed ({final.returncode}):\n{final.stderr[-4000:]}")
+    keep_log(workdir, report.runs, "final", final)
     report.checks = check_lag_sinks(workdir, pg_url, bootstrap, rows)
+    kafka = report.checks[-1]
+    if kafka.duplicated:
+        from kafka_log import describe_duplicates
+        from kafkatools import broker_hides_aborted
+
+        if not broker_hides_aborted(bootstrap):
+            report.notes.append("kafka copies:\n" + describe_duplicates(bootstrap, TOPIC))
     report.seconds = time.monotonic() - started
     return report
+
+
+def keep_log(workdir: Path, run: int, label: str, done: subprocess.CompletedProcess[str]) -> None:
+    """Keep a driver run's output under ``workdir/runs`` (read when a check fails)."""
+    runs = workdir / "runs"
+    runs.mkdir(exist_ok=True)
+    text = f"{label}: exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    (runs / f"{run:03d}.log").write_text(text)
 
 
 def check_lag_sinks(

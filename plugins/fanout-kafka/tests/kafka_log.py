@@ -31,6 +31,9 @@ class LogRecord:
     offset: int
     key: bytes | None
     value: bytes | None
+    producer: tuple[int, int] = (-1, -1)
+    """The batch's producer id and epoch."""
+    headers: tuple[tuple[bytes | None, bytes | None], ...] = ()
 
 
 def committed_records(bootstrap: str, topic: str, partitions: int) -> list[LogRecord]:
@@ -52,6 +55,32 @@ def committed_values(bootstrap: str, topic: str) -> list[bytes]:
     partitions = len(metadata.topics[topic].partitions)
     records = committed_records(bootstrap, topic, partitions)
     return [r.value for r in records if r.value is not None]
+
+
+def describe_duplicates(bootstrap: str, topic: str, limit: int = 20) -> str:
+    """Where the committed records whose value occurs more than once sit in the log: each
+    copy's partition, offset, producer (id, epoch) and headers, for a failure message."""
+    from collections import defaultdict
+
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    partitions = len(metadata.topics[topic].partitions)
+    copies: dict[bytes | None, list[LogRecord]] = defaultdict(list)
+    for record in committed_records(bootstrap, topic, partitions):
+        copies[record.value].append(record)
+    lines = []
+    for value, found in copies.items():
+        if len(found) < 2:
+            continue
+        where = "; ".join(
+            f"p{r.partition}@{r.offset} producer {r.producer} "
+            + ",".join(f"{(k or b'').decode()}={(v or b'').decode()}" for k, v in r.headers)
+            for r in found
+        )
+        lines.append(f"{(value or b'').decode()[:80]}: {where}")
+    shown = lines[:limit] + ([f"... {len(lines) - limit} more"] if len(lines) > limit else [])
+    return "\n".join(shown)
 
 
 def _partition_records(sock: socket.socket, topic: str, partition: int) -> list[LogRecord]:
@@ -133,7 +162,8 @@ def _batches(raw: bytes, partition: int) -> list[_Batch]:
         reader.take(">q"), reader.take(">q")  # timestamps
         producer_id, epoch = reader.take(">q"), reader.take(">h")
         reader.take(">i")  # base sequence
-        records = [_record(reader, base, partition) for _ in range(reader.take(">i"))]
+        producer = (producer_id, epoch)
+        records = [_record(reader, base, partition, producer) for _ in range(reader.take(">i"))]
         control = bool(attributes & _CONTROL)
         control_type = None
         if control and records and records[0].key is not None:
@@ -146,15 +176,14 @@ def _batches(raw: bytes, partition: int) -> list[_Batch]:
     return batches
 
 
-def _record(reader: _Reader, base: int, partition: int) -> LogRecord:
+def _record(reader: _Reader, base: int, partition: int, producer: tuple[int, int]) -> LogRecord:
     reader.varint()  # length
     reader.take(">b")  # attributes
     reader.varint()  # timestamp delta
     offset = base + reader.varint()
     key, value = reader.varbytes(), reader.varbytes()
-    for _ in range(reader.varint()):  # headers
-        reader.varbytes(), reader.varbytes()
-    return LogRecord(partition, offset, key, value)
+    headers = tuple((reader.varbytes(), reader.varbytes()) for _ in range(reader.varint()))
+    return LogRecord(partition, offset, key, value, producer, headers)
 
 
 class _Reader:
