@@ -29,6 +29,7 @@ from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, Si
 from fanout.partitioned.membership import WHOLE_ROW, CommittedPartition, PartitionPlan
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
+from fanout_kafka.abandoned import end_abandoned_transactions
 from fanout_kafka.declaration import OPTIONS
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
 from fanout_kafka.membership import read_committed
@@ -143,6 +144,7 @@ class KafkaSink(PartitionedSink):
         self.dead_letter = dead_letter
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
         self._end_turns: str | None = None  # Tansu's transaction ends take turns (open())
+        self._unsettled = True  # an earlier attempt may have left transactions open
         self.create_topic = create_topic
         self.order_by = order_by
         self.open_timeout_s = open_timeout_s
@@ -169,6 +171,7 @@ class KafkaSink(PartitionedSink):
         cluster.connect()
         turns = needs_turns(cluster.cluster_id)
         self._end_turns = turn_file(self.bootstrap_servers) if turns else None
+        self._unsettled = True  # a driver killed before this one left them so, perhaps
         if self._end_turns is not None:
             log.info(
                 "sink %r: the broker is Tansu (cluster id %r): this sink's tasks commit and "
@@ -217,8 +220,20 @@ class KafkaSink(PartitionedSink):
     def committed_partitions(
         self, batch: Batch, plan: PartitionPlan
     ) -> Sequence[CommittedPartition]:
-        """The partitions whose markers hold the batch (:mod:`fanout_kafka.membership`)."""
-        return read_committed(replace(self.settings(batch), plan=plan), batch.batch_id)
+        """The partitions whose markers hold the batch (:mod:`fanout_kafka.membership`).
+        On Tansu, first the transactions an unfinished attempt left open are ended, so the
+        markers they held back are applied (:mod:`fanout_kafka.abandoned`)."""
+        settings = replace(self.settings(batch), plan=plan)
+        if self._unsettled and self._end_turns is not None:
+            end_abandoned_transactions(settings, plan.partitions, batch.batch_id)
+        self._unsettled = True  # until every partition of this attempt reports
+        return read_committed(settings, batch.batch_id)
+
+    def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
+        """Every partition committed or was skipped: no transaction of this attempt is
+        left open."""
+        super().after_partitions(batch, outcomes)
+        self._unsettled = False
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> KafkaPartitionWriter:
         """One transaction per partition, committing the batch's plan with its marker."""

@@ -1,0 +1,103 @@
+"""A partition committed beside a transaction that a killed task left open is skipped by
+the replay, on a restarted driver and on a retry alike: its marker is not held back
+(on Tansu, until the open transaction is ended: fanout_kafka.abandoned)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Producer
+from fanout_kafka import KafkaSink
+from fanout_kafka.transaction import PartitionWriter
+from kafka_log import committed_records
+from kafkatools import Broker, create_topic, marker, read_topic
+
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.sink import SinkContext
+from fanout.partitioned.membership import PartitionPlan
+
+PLAN = PartitionPlan(2, (("id", "string"),))
+KEPT, LEFT_OPEN = 0, 1  # the partition that commits, the one whose task is killed
+
+
+def _sink(kafka: Broker, topic: str, pipeline: str) -> KafkaSink:
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id",
+                     value="v", partitions=PLAN.partitions)  # fmt: skip
+    sink.open(SinkContext(pipeline))
+    return sink
+
+
+def _batch(pipeline: str) -> Batch:
+    return Batch(None, BatchInfo(pipeline, 0), "events", txn_app_id(pipeline, "events"))
+
+
+@contextmanager
+def _left_open(sink: KafkaSink, pipeline: str, topic: str) -> Iterator[Any]:
+    """Partition LEFT_OPEN's transaction as a killed task leaves it: records produced, no
+    end (the producer is dropped without a word to the broker)."""
+    settings = sink.settings(_batch(pipeline))
+    producer = Producer(settings.producer_config(LEFT_OPEN))
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"killed", b"open")
+    assert producer.flush(30) == 0
+    yield producer
+
+
+def _commit_kept(sink: KafkaSink, pipeline: str) -> None:
+    settings = replace(sink.settings(_batch(pipeline)), plan=PLAN)
+    rows = [{"id": f"k{i}", "v": "kept"} for i in range(5)]
+    done = PartitionWriter(settings, KEPT, 0).run([pa.RecordBatch.from_pylist(rows)])
+    assert (done.status, done.written) == ("committed", 5)
+
+
+def _committed_records(kafka: Broker, topic: str) -> list[tuple[str, str]]:
+    """What a read_committed reader of Kafka gets (on Tansu, from the log's markers)."""
+    if kafka.hides_aborted:
+        return sorted((r["key"], r["value"]) for r in read_topic(kafka.bootstrap, topic, 5))
+    found = committed_records(kafka.bootstrap, topic, 1)
+    return sorted(((r.key or b"").decode(), (r.value or b"").decode()) for r in found)
+
+
+def _replay_kept(sink: KafkaSink, pipeline: str) -> str:
+    """The replay's driver step, then partition KEPT's task; its status."""
+    batch = _batch(pipeline)
+    committed = sink.committed_partitions(batch, PLAN)
+    assert [c.partition for c in committed] == [KEPT]
+    settings = replace(sink.settings(batch), plan=PLAN)
+    rows = [{"id": f"k{i}", "v": "replayed"} for i in range(5)]
+    return PartitionWriter(settings, KEPT, 0).run([pa.RecordBatch.from_pylist(rows)]).status
+
+
+def test_a_restarted_driver_skips_a_partition_committed_beside_a_killed_one(
+    kafka: Broker,
+) -> None:
+    topic, pipeline = f"ab-{uuid.uuid4().hex[:8]}", f"ab{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)  # both partitions' records share its partition
+    killed = _sink(kafka, topic, pipeline)
+    assert killed.committed_partitions(_batch(pipeline), PLAN) == []
+    with _left_open(killed, pipeline, topic):
+        _commit_kept(killed, pipeline)
+        restarted = _sink(kafka, topic, pipeline)  # the driver killed, a new one opens
+        assert _replay_kept(restarted, pipeline) == "skipped"
+
+    assert marker(kafka.bootstrap, pipeline, "events", KEPT, "__fanout_markers") == 1
+    assert _committed_records(kafka, topic) == [(f"k{i}", "kept") for i in range(5)]
+
+
+def test_a_retry_skips_a_partition_committed_beside_a_killed_one(kafka: Broker) -> None:
+    topic, pipeline = f"ab-{uuid.uuid4().hex[:8]}", f"ab{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    sink = _sink(kafka, topic, pipeline)
+    assert sink.committed_partitions(_batch(pipeline), PLAN) == []  # the first attempt
+    with _left_open(sink, pipeline, topic):
+        _commit_kept(sink, pipeline)
+        assert _replay_kept(sink, pipeline) == "skipped"  # the attempt failed: a retry
+
+    assert marker(kafka.bootstrap, pipeline, "events", KEPT, "__fanout_markers") == 1
+    assert _committed_records(kafka, topic) == [(f"k{i}", "kept") for i in range(5)]
