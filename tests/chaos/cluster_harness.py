@@ -32,7 +32,7 @@ from tests.chaos.executor_kills import (
     OutsideKiller,
     kills_done,
 )
-from tests.chaos.harness import KILLED, ChaosReport, draw_plan, high_water
+from tests.chaos.harness import KILLED, ChaosReport, draw_plan, explain_kafka_duplicates, high_water
 from tests.chaos.killer import POINTS
 from tests.integration.streams import write_input
 
@@ -190,5 +190,6 @@ def run_cluster_chaos(
     if final.returncode != 0:
         raise RuntimeError(f"final run failed ({final.returncode}):\n{final.stderr[-4000:]}")
     report.checks = check_all(workdir, pg_url, bootstrap, expected)
+    explain_kafka_duplicates(report, bootstrap, TOPIC)
     report.seconds = time.monotonic() - started
     return report

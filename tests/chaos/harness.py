@@ -54,6 +54,25 @@ class ChaosReport:
         return "\n".join(lines + self.notes)
 
 
+def keep_log(workdir: Path, run: int, label: str, done: subprocess.CompletedProcess[str]) -> None:
+    """Keep a driver run's output under ``workdir/runs`` (read when a check fails)."""
+    runs = workdir / "runs"
+    runs.mkdir(exist_ok=True)
+    text = f"{label}: exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    (runs / f"{run:03d}.log").write_text(text)
+
+
+def explain_kafka_duplicates(report: ChaosReport, bootstrap: str, topic: str) -> None:
+    """When the Kafka check found duplicates on a broker whose log the checker reads raw
+    (Tansu), note where each copy sits: partition, offset, producer id and epoch, headers."""
+    from kafka_log import describe_duplicates
+    from kafkatools import broker_hides_aborted
+
+    duplicated = any(c.duplicated for c in report.checks if "kafka" in c.sink)
+    if duplicated and not broker_hides_aborted(bootstrap):
+        report.notes.append("kafka copies:\n" + describe_duplicates(bootstrap, topic))
+
+
 def assert_exact(report: ChaosReport) -> None:
     """Every sink exact: no record missing, duplicated or wrong."""
     for check in report.checks:
@@ -116,6 +135,7 @@ def run_chaos(
             cwd=repo, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         report.runs += 1
+        keep_log(workdir, report.runs, plan.describe(), done)
         if done.returncode == KILLED:
             report.kills.append(plan.describe())
             through = high_water(workdir)
@@ -133,6 +153,7 @@ def run_chaos(
             files += files // 4 or 1
     final = subprocess.run(driver, cwd=repo, capture_output=True, text=True, timeout=900)
     report.runs += 1
+    keep_log(workdir, report.runs, "final", final)
     if final.returncode != 0:
         raise RuntimeError(f"final run failed ({final.returncode}):\n{final.stderr[-4000:]}")
     report.checks = [
@@ -140,5 +161,6 @@ def run_chaos(
         check_postgres(pg_url, PG_TABLE, expected),
         check_kafka(bootstrap, TOPIC, expected),
     ]
+    explain_kafka_duplicates(report, bootstrap, TOPIC)
     report.seconds = time.monotonic() - started
     return report

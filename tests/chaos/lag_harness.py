@@ -21,7 +21,14 @@ from kafkatools import create_topic
 
 from tests.chaos.chaos_driver import PG_TABLE, TOPIC
 from tests.chaos.checker import SinkCheck
-from tests.chaos.harness import KILLED, ChaosReport, high_water, input_exhausted
+from tests.chaos.harness import (
+    KILLED,
+    ChaosReport,
+    explain_kafka_duplicates,
+    high_water,
+    input_exhausted,
+    keep_log,
+)
 from tests.chaos.killer import KillPlan
 from tests.chaos.lag_input import (
     STEP,
@@ -158,27 +165,13 @@ def run_lag_chaos(
     server.start()
     final = subprocess.run(driver, cwd=repo, capture_output=True, text=True, timeout=900)
     report.runs += 1
+    keep_log(workdir, report.runs, "final", final)
     if final.returncode != 0:
         raise RuntimeError(f"final run failed ({final.returncode}):\n{final.stderr[-4000:]}")
-    keep_log(workdir, report.runs, "final", final)
     report.checks = check_lag_sinks(workdir, pg_url, bootstrap, rows)
-    kafka = report.checks[-1]
-    if kafka.duplicated:
-        from kafka_log import describe_duplicates
-        from kafkatools import broker_hides_aborted
-
-        if not broker_hides_aborted(bootstrap):
-            report.notes.append("kafka copies:\n" + describe_duplicates(bootstrap, TOPIC))
+    explain_kafka_duplicates(report, bootstrap, TOPIC)
     report.seconds = time.monotonic() - started
     return report
-
-
-def keep_log(workdir: Path, run: int, label: str, done: subprocess.CompletedProcess[str]) -> None:
-    """Keep a driver run's output under ``workdir/runs`` (read when a check fails)."""
-    runs = workdir / "runs"
-    runs.mkdir(exist_ok=True)
-    text = f"{label}: exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
-    (runs / f"{run:03d}.log").write_text(text)
 
 
 def check_lag_sinks(

@@ -4,7 +4,7 @@ markers, whatever the broker lists as aborted (Tansu lists nothing)."""
 from __future__ import annotations
 
 from confluent_kafka import Producer
-from kafka_log import committed_records
+from kafka_log import committed_records, describe_duplicates
 from kafkatools import Broker
 
 
@@ -63,3 +63,25 @@ def test_only_committed_transactions_and_plain_records_are_read(kafka: Broker, t
     offsets = [r.offset for r in found if r.partition == 0]
     assert offsets == sorted(offsets) and offsets[0] > 2  # after the aborted three
     other.abort_transaction(30)
+
+
+def test_duplicates_are_described_by_where_each_copy_sits(kafka: Broker, topic: str) -> None:
+    bootstrap = kafka.bootstrap
+    for attempt in range(2):  # the same record committed twice, by two producers
+        producer = _producer(bootstrap, f"{topic}-{attempt}")
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, b"twice", b"k", partition=1, headers=[("batch", b"7")])
+        producer.produce(topic, f"once-{attempt}".encode(), b"k", partition=1)
+        producer.flush(30)
+        producer.commit_transaction(30)
+
+    lines = describe_duplicates(bootstrap, topic).splitlines()
+
+    assert len(lines) == 1, lines
+    value, copies = lines[0].split(": ", 1)
+    assert value == "twice"
+    first, second = copies.split("; ")
+    assert first.startswith("p1@0 producer (") and first.endswith(") batch=7")
+    assert second.startswith("p1@") and second.endswith(") batch=7")
+    assert first.split(" producer ")[1] != second.split(" producer ")[1]  # two producers
