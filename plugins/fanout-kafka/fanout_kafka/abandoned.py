@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from fanout.errors import TransientSinkError
+from fanout_kafka.membership import has_marker
 from fanout_kafka.turns import turn
 
 if TYPE_CHECKING:
@@ -32,9 +33,10 @@ if TYPE_CHECKING:
 
 
 def end_abandoned_transactions(settings: WriterSettings, partitions: int, batch_id: int) -> None:
-    """Initialise the transactional ids of partitions ``0..partitions-1`` (each in turn
-    with the tasks' ends, :mod:`fanout_kafka.turns`): any transaction left open under them
-    is aborted, and the markers it held back are applied.
+    """Initialise the transactional ids of partitions ``0..partitions-1`` and of the
+    partitions beyond them that hold a marker (written while the sink had more
+    partitions), each in turn with the tasks' ends (:mod:`fanout_kafka.turns`): any
+    transaction left open under them is aborted, and the markers it held back are applied.
 
     :raises fanout.TransientSinkError: when an id cannot be initialised.
     """
@@ -48,6 +50,10 @@ def end_abandoned_transactions(settings: WriterSettings, partitions: int, batch_
     try:
         with ThreadPoolExecutor(max_workers=min(partitions, 8)) as pool:
             list(pool.map(end, range(partitions)))
+        beyond = partitions
+        while has_marker(settings, beyond):  # as the markers' reader looks beyond the count
+            end(beyond)
+            beyond += 1
     except KafkaException as exc:
         raise TransientSinkError(
             "cannot end the transactions an earlier attempt left open (to read its "

@@ -209,6 +209,20 @@ def refuse_legacy_half_commit(
     )
 
 
+def has_marker(settings: WriterSettings, partition: int) -> bool:
+    """Whether partition ``partition``'s marker group holds any marker (the partition
+    committed some batch), read on the driver."""
+    config = {
+        **connection_settings(settings.producer),
+        "bootstrap.servers": settings.bootstrap_servers,
+    }
+    group = settings.marker_group(partition)
+    (offset,) = _offsets(
+        _admin(config), settings.marker_topic, [group], settings.operation_timeout_s
+    )
+    return offset != NO_OFFSET
+
+
 _admins: dict[tuple[tuple[str, str], ...], Any] = {}
 _admins_lock = threading.Lock()
 

@@ -25,23 +25,25 @@ PLAN = PartitionPlan(2, (("id", "string"),))
 KEPT, LEFT_OPEN = 0, 1  # the partition that commits, the one whose task is killed
 
 
-def _sink(kafka: Broker, topic: str, pipeline: str) -> KafkaSink:
+def _sink(kafka: Broker, topic: str, pipeline: str, partitions: int = 2) -> KafkaSink:
     sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id",
-                     value="v", partitions=PLAN.partitions)  # fmt: skip
+                     value="v", partitions=partitions)  # fmt: skip
     sink.open(SinkContext(pipeline))
     return sink
 
 
-def _batch(pipeline: str) -> Batch:
-    return Batch(None, BatchInfo(pipeline, 0), "events", txn_app_id(pipeline, "events"))
+def _batch(pipeline: str, batch_id: int = 0) -> Batch:
+    return Batch(None, BatchInfo(pipeline, batch_id), "events", txn_app_id(pipeline, "events"))
 
 
 @contextmanager
-def _left_open(sink: KafkaSink, pipeline: str, topic: str) -> Iterator[Any]:
-    """Partition LEFT_OPEN's transaction as a killed task leaves it: records produced, no
-    end (the producer is dropped without a word to the broker)."""
+def _left_open(
+    sink: KafkaSink, pipeline: str, topic: str, partition: int = LEFT_OPEN
+) -> Iterator[Any]:
+    """``partition``'s transaction as a killed task leaves it: records produced, no end
+    (the producer is dropped without a word to the broker)."""
     settings = sink.settings(_batch(pipeline))
-    producer = Producer(settings.producer_config(LEFT_OPEN))
+    producer = Producer(settings.producer_config(partition))
     producer.init_transactions(30)
     producer.begin_transaction()
     producer.produce(topic, b"killed", b"open")
@@ -49,17 +51,20 @@ def _left_open(sink: KafkaSink, pipeline: str, topic: str) -> Iterator[Any]:
     yield producer
 
 
-def _commit_kept(sink: KafkaSink, pipeline: str) -> None:
-    settings = replace(sink.settings(_batch(pipeline)), plan=PLAN)
-    rows = [{"id": f"k{i}", "v": "kept"} for i in range(5)]
-    done = PartitionWriter(settings, KEPT, 0).run([pa.RecordBatch.from_pylist(rows)])
+def _commit(
+    sink: KafkaSink, pipeline: str, partition: int = KEPT, batch_id: int = 0, value: str = "kept"
+) -> None:
+    settings = replace(sink.settings(_batch(pipeline, batch_id)), plan=PLAN)
+    rows = [{"id": f"k{i}", "v": value} for i in range(5)]
+    done = PartitionWriter(settings, partition, batch_id).run([pa.RecordBatch.from_pylist(rows)])
     assert (done.status, done.written) == ("committed", 5)
 
 
-def _committed_records(kafka: Broker, topic: str) -> list[tuple[str, str]]:
+def _committed_records(kafka: Broker, topic: str, expected: int = 5) -> list[tuple[str, str]]:
     """What a read_committed reader of Kafka gets (on Tansu, from the log's markers)."""
     if kafka.hides_aborted:
-        return sorted((r["key"], r["value"]) for r in read_topic(kafka.bootstrap, topic, 5))
+        records = read_topic(kafka.bootstrap, topic, expected)
+        return sorted((r["key"], r["value"]) for r in records)
     found = committed_records(kafka.bootstrap, topic, 1)
     return sorted(((r.key or b"").decode(), (r.value or b"").decode()) for r in found)
 
@@ -82,7 +87,7 @@ def test_a_restarted_driver_skips_a_partition_committed_beside_a_killed_one(
     killed = _sink(kafka, topic, pipeline)
     assert killed.committed_partitions(_batch(pipeline), PLAN) == []
     with _left_open(killed, pipeline, topic):
-        _commit_kept(killed, pipeline)
+        _commit(killed, pipeline)
         restarted = _sink(kafka, topic, pipeline)  # the driver killed, a new one opens
         assert _replay_kept(restarted, pipeline) == "skipped"
 
@@ -96,8 +101,29 @@ def test_a_retry_skips_a_partition_committed_beside_a_killed_one(kafka: Broker) 
     sink = _sink(kafka, topic, pipeline)
     assert sink.committed_partitions(_batch(pipeline), PLAN) == []  # the first attempt
     with _left_open(sink, pipeline, topic):
-        _commit_kept(sink, pipeline)
+        _commit(sink, pipeline)
         assert _replay_kept(sink, pipeline) == "skipped"  # the attempt failed: a retry
 
     assert marker(kafka.bootstrap, pipeline, "events", KEPT, "__fanout_markers") == 1
     assert _committed_records(kafka, topic) == [(f"k{i}", "kept") for i in range(5)]
+
+
+def test_a_restart_with_fewer_partitions_ends_a_dropped_partitions_open_transaction(
+    kafka: Broker,
+) -> None:
+    """The markers' reader looks beyond the partition count (a count lowered since a
+    partial commit): so does the ending of open transactions."""
+    topic, pipeline = f"ab-{uuid.uuid4().hex[:8]}", f"ab{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    wide = _sink(kafka, topic, pipeline, partitions=3)
+    for partition in range(3):  # batch 0 whole: partition 2 holds a marker
+        _commit(wide, pipeline, partition, batch_id=0, value=f"b0p{partition}")
+    with _left_open(wide, pipeline, topic, partition=2):  # batch 1: partition 2 killed
+        _commit(wide, pipeline, KEPT, batch_id=1)
+        narrow = _sink(kafka, topic, pipeline, partitions=2)  # restarted with 2
+        committed = narrow.committed_partitions(_batch(pipeline, 1), PLAN)
+
+    assert [c.partition for c in committed] == [KEPT]
+    markers = [marker(kafka.bootstrap, pipeline, "events", p, "__fanout_markers")
+               for p in range(3)]  # fmt: skip
+    assert markers == [2, 1, 1]
