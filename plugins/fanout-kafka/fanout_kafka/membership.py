@@ -212,15 +212,22 @@ def refuse_legacy_half_commit(
 def has_marker(settings: WriterSettings, partition: int) -> bool:
     """Whether partition ``partition``'s marker group holds any marker (the partition
     committed some batch), read on the driver."""
-    config = {
+    group = settings.marker_group(partition)
+    (offset,) = _offsets(
+        _admin(_admin_config(settings)),
+        settings.marker_topic,
+        [group],
+        settings.operation_timeout_s,
+    )
+    return offset != NO_OFFSET
+
+
+def _admin_config(settings: WriterSettings) -> dict[str, Any]:
+    """The driver's admin client settings: the producer's connection settings, the brokers."""
+    return {
         **connection_settings(settings.producer),
         "bootstrap.servers": settings.bootstrap_servers,
     }
-    group = settings.marker_group(partition)
-    (offset,) = _offsets(
-        _admin(config), settings.marker_topic, [group], settings.operation_timeout_s
-    )
-    return offset != NO_OFFSET
 
 
 _admins: dict[tuple[tuple[str, str], ...], Any] = {}
@@ -300,10 +307,7 @@ def read_committed(settings: WriterSettings, batch_id: int) -> list[CommittedPar
 
     plan = settings.plan
     assert plan is not None
-    config = {
-        **connection_settings(settings.producer),
-        "bootstrap.servers": settings.bootstrap_servers,
-    }
+    config = _admin_config(settings)
     try:
         refuse_legacy_half_commit(config, settings, batch_id, plan.partitions)
         return committed_partitions(
