@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from fanout.errors import TransientSinkError
-from fanout_kafka.membership import has_marker
+from fanout_kafka.membership import marked_beyond
 from fanout_kafka.turns import turn
 
 if TYPE_CHECKING:
@@ -48,12 +48,10 @@ def end_abandoned_transactions(settings: WriterSettings, partitions: int, batch_
             producer.init_transactions(settings.operation_timeout_s)
 
     try:
-        with ThreadPoolExecutor(max_workers=min(partitions, 8)) as pool:
-            list(pool.map(end, range(partitions)))
-        beyond = partitions
-        while has_marker(settings, beyond):  # as the markers' reader looks beyond the count
-            end(beyond)
-            beyond += 1
+        # as the markers' reader looks beyond the count, so does this
+        count = partitions + marked_beyond(settings, partitions)
+        with ThreadPoolExecutor(max_workers=min(count, 8)) as pool:
+            list(pool.map(end, range(count)))
     except KafkaException as exc:
         raise TransientSinkError(
             "cannot end the transactions an earlier attempt left open (to read its "

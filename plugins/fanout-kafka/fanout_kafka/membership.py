@@ -117,13 +117,7 @@ def committed_partitions(
     done: list[CommittedPartition] = []
     markers = _offsets(admin, marker_topic, [marker_group(p) for p in range(plan.partitions)],
                        timeout_s)  # fmt: skip
-    extra = plan.partitions
-    while True:
-        (beyond,) = _offsets(admin, marker_topic, [marker_group(extra)], timeout_s)
-        if beyond == NO_OFFSET:
-            break
-        markers.append(beyond)
-        extra += 1
+    markers += _markers_beyond(admin, marker_topic, marker_group, plan.partitions, timeout_s)
     refuse_markers_ahead(markers, batch_id, marker_group, sink=sink, marker_topic=marker_topic)
     holding = [p for p, offset in enumerate(markers) if offset == batch_id + 1]
     if not holding:
@@ -209,17 +203,27 @@ def refuse_legacy_half_commit(
     )
 
 
-def has_marker(settings: WriterSettings, partition: int) -> bool:
-    """Whether partition ``partition``'s marker group holds any marker (the partition
-    committed some batch), read on the driver."""
-    group = settings.marker_group(partition)
-    (offset,) = _offsets(
-        _admin(_admin_config(settings)),
-        settings.marker_topic,
-        [group],
-        settings.operation_timeout_s,
-    )
-    return offset != NO_OFFSET
+def marked_beyond(settings: WriterSettings, partitions: int) -> int:
+    """How many partitions from ``partitions`` on, in a row, hold a marker (they committed
+    some batch while the sink had more partitions), read on the driver as
+    :func:`committed_partitions` reads them."""
+    admin = _admin(_admin_config(settings))
+    found = _markers_beyond(admin, settings.marker_topic, settings.marker_group, partitions,
+                            settings.operation_timeout_s)  # fmt: skip
+    return len(found)
+
+
+def _markers_beyond(
+    admin: Any, marker_topic: str, marker_group: Callable[[int], str], start: int,
+    timeout_s: float,
+) -> list[int]:  # fmt: skip
+    """The markers of partitions ``start, start+1, ...`` for as long as each holds one."""
+    found: list[int] = []
+    while True:
+        (offset,) = _offsets(admin, marker_topic, [marker_group(start + len(found))], timeout_s)
+        if offset == NO_OFFSET:
+            return found
+        found.append(offset)
 
 
 def _admin_config(settings: WriterSettings) -> dict[str, Any]:
