@@ -247,10 +247,6 @@ def verify(bootstrap: str, topic: str, expected: int, committed: bool) -> None:
                   "once each (stuck last stable offset)", flush=True)  # fmt: skip
         if found.exact or found.lso_stuck:
             return
-        if found.truncated:
-            print(f"  Tansu dropped the first records of partition(s) {found.truncated} "
-                  "(partition: log start offset): a broker fault, not the sink's",
-                  flush=True)  # fmt: skip
     else:
         read = read_topic(bootstrap, topic, expected, "read_uncommitted", 120, quiet_s=2)
         if read.count == expected == len(read.keys):

@@ -77,7 +77,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from batch_timeline import EventLog, event_log_conf, print_timeline
 from common import (
-    BrokerDroppedRecords,
     Ctx,
     Run,
     foreign_jvms,
@@ -217,13 +216,7 @@ def _bench(args: argparse.Namespace, workdir: Path) -> int:
 
 
 def run_on_fresh_broker(variant: str, ctx: Ctx, services: Services) -> Run:
-    """One verified run of ``variant`` on a new Kafka broker; run once more on another
-    when the broker dropped records (:class:`common.BrokerDroppedRecords`, said so)."""
-    services.fresh_broker()
-    try:
-        return RUNNERS[variant](ctx, services)
-    except BrokerDroppedRecords as dropped:
-        print(f"  WARNING {dropped}; running {variant} again on a fresh broker", flush=True)
+    """One verified run of ``variant`` on a new Kafka broker."""
     services.fresh_broker()
     return RUNNERS[variant](ctx, services)
 

@@ -33,11 +33,6 @@ class BenchFailure(Exception):
     """A run lost, duplicated or failed to write rows: the numbers would mean nothing."""
 
 
-class BrokerDroppedRecords(BenchFailure):
-    """The embedded broker (Tansu) dropped the first records of a partition: the run says
-    nothing about fanout, and may be run again on a fresh broker."""
-
-
 def generate_input(directory: Path, rows: int, files: int, seed: int = 7) -> None:
     """``rows`` JSON lines in ``files`` files, order_id 0..rows-1 (unique)."""
     directory.mkdir(parents=True, exist_ok=True)

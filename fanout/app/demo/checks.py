@@ -64,6 +64,19 @@ def postgres_rows(url: str, table: str, columns: Iterable[str]) -> list[dict[str
         engine.dispose()
 
 
+def from_offset_zero(consumer: Any, topic: str) -> list[Any]:
+    """Every partition of ``topic``, to be read from offset 0 rather than from the offset
+    the broker calls its beginning: the embedded broker (Tansu) answers "earliest" with the
+    batch it stored first by its wall clock, so a clock stepped back while it stored a
+    partition hides that partition's first records from a reader that starts there. A
+    broker whose log no longer holds offset 0 answers "out of range", and the consumer's
+    ``auto.offset.reset = earliest`` starts it at its real beginning."""
+    from confluent_kafka import TopicPartition
+
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    return [TopicPartition(topic, p, 0) for p in sorted(partitions)]
+
+
 def kafka_rows(
     bootstrap: str,
     topic: str,
@@ -72,8 +85,8 @@ def kafka_rows(
     isolation: str = "read_committed",
 ) -> list[dict[str, Any]]:
     """The topic's records (JSON values) as a ``read_committed`` consumer (or
-    ``isolation``) sees them: read until ``expected`` arrived and the topic stays quiet for
-    2 s, or ``timeout_s``."""
+    ``isolation``) sees them, every partition read from offset 0 (:func:`from_offset_zero`):
+    read until ``expected`` arrived and the topic stays quiet for 2 s, or ``timeout_s``."""
     from confluent_kafka import Consumer
 
     consumer = Consumer(
@@ -85,7 +98,7 @@ def kafka_rows(
             "isolation.level": isolation,
         }
     )
-    consumer.subscribe([topic])
+    consumer.assign(from_offset_zero(consumer, topic))
     rows: list[dict[str, Any]] = []
     deadline, quiet_since = time.monotonic() + timeout_s, None
     try:

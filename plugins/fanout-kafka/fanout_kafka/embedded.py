@@ -7,9 +7,11 @@ free loopback port.
 
 Tansu is not Apache Kafka. Deviations that matter to fanout (see the plugin README):
 its fetch responses never list aborted transactions, so ``read_committed`` readers see the
-records of aborted transactions; its reported high watermark is wrong (count by consuming);
-it creates a topic on a metadata request for it; it does not enforce a record size limit;
-it keeps no offset-commit metadata. Run against a real cluster for those properties.
+records of aborted transactions; its reported high watermark is wrong (count by
+consuming); its "earliest" offset is the batch it stored first by its wall clock, which
+need not be offset 0 (read from offset 0); it creates a topic on a metadata request for
+it; it does not enforce a record size limit; it keeps no offset-commit metadata. Run
+against a real cluster for those properties.
 """
 
 from __future__ import annotations

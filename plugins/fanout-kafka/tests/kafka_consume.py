@@ -2,7 +2,7 @@
 
 usage: python kafka_consume.py BOOTSTRAP TOPIC EXPECTED [--timeout S] [--idle S] [--uncommitted]
 
-Reads every partition of TOPIC from the beginning until EXPECTED records arrived and then
+Reads every partition of TOPIC from offset 0 until EXPECTED records arrived and then
 nothing more for --idle seconds (extra records would be duplicates), or until --timeout.
 Never uses watermarks (the embedded broker reports them wrongly). Prints one JSON object:
 {"records": [{"partition", "offset", "key", "value", "headers"}...], "timed_out": bool}.
@@ -34,11 +34,14 @@ def main() -> None:
             "isolation.level": "read_uncommitted" if args.uncommitted else "read_committed",
             "enable.auto.commit": False,
             "allow.auto.create.topics": False,
+            "auto.offset.reset": "earliest",  # where offset 0 is gone (not on Tansu)
         }
     )
     metadata = consumer.list_topics(args.topic, timeout=10)
     partitions = sorted(metadata.topics[args.topic].partitions)
-    consumer.assign([TopicPartition(args.topic, p, -2) for p in partitions])  # -2: beginning
+    # From offset 0, not from the broker's "earliest": Tansu answers that with the batch it
+    # stored first by its wall clock, which a clock stepped back puts after offset 0.
+    consumer.assign([TopicPartition(args.topic, p, 0) for p in partitions])
     records: list[dict[str, object]] = []
     start = last = time.monotonic()
     while True:

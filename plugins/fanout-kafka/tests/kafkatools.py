@@ -103,23 +103,6 @@ def _consume(
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def log_start_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    """Partition -> its log start offset, for the partitions of ``topic`` whose first
-    records are gone (nothing in the tests deletes records: on Tansu, the broker dropped
-    them, seen in the benchmarks as well)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lso-{uuid.uuid4()}"})
-    try:
-        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-        found = {}
-        for partition in metadata.partitions:
-            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            if low > 0:
-                found[partition] = int(low)
-        return found
-    finally:
-        consumer.close()
-
-
 def key_counts(records: list[dict[str, Any]]) -> Counter[str]:
     """How often each key was read."""
     return Counter(str(r["key"]) for r in records)

@@ -18,7 +18,6 @@ from kafkatools import (
     create_topic,
     key_counts,
     last_stable_offset_stuck,
-    log_start_offsets,
     marker,
     read_topic,
 )
@@ -82,23 +81,11 @@ def streamed(spark: Any, kafka: Broker, tmp_path_factory: pytest.TempPathFactory
 
     On Tansu, a stream whose markers lag while the topic shows the stuck last stable offset
     is streamed again into fresh topics (its commits returned, but the broker withholds
-    them and the markers committed with them, so a replay rightly finds them missing). So
-    is one whose topic lost the first records of a partition (Tansu dropped them: its log
-    start offset moved, which nothing here does). On Kafka a lagging marker or a moved log
-    start fails at once, as any other stuck attempt does."""
+    them and the markers committed with them, so a replay rightly finds them missing). On
+    Kafka a lagging marker fails at once, as any other stuck attempt does."""
     for attempt in range(1, ATTEMPTS + 1):
         run = stream_once(spark, kafka, tmp_path_factory.mktemp(f"kafka-stream-{attempt}"))
         markers = run.markers()
-        dropped = log_start_offsets(kafka.bootstrap, run.topic)
-        if dropped and not kafka.hides_aborted:
-            warnings.warn(
-                f"stream {attempt}: Tansu dropped the first records of partition(s) {dropped} "
-                "(partition: its log start offset, which nothing moved); streaming again into "
-                "fresh topics",
-                stacklevel=1,
-            )
-            continue
-        assert not dropped, f"the first records of partition(s) {dropped} are gone"
         if markers == [FILES] * PARTITIONS:
             return run
         assert not kafka.hides_aborted, f"markers {markers}: a commit was not applied"
@@ -111,7 +98,7 @@ def streamed(spark: Any, kafka: Broker, tmp_path_factory: pytest.TempPathFactory
             "offset; streaming again into fresh topics",
             stacklevel=1,
         )
-    pytest.fail(f"Tansu withheld or dropped records in {ATTEMPTS} streams in a row")
+    pytest.fail(f"Tansu withheld records in {ATTEMPTS} streams in a row")
 
 
 def test_read_committed_consumer_reads_every_row_once(streamed: Streamed) -> None:
