@@ -21,7 +21,6 @@ import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-
 from fanout_kafka.embedded import EmbeddedKafka
 
 STEP_S = 30
