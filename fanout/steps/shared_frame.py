@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fanout.contract.sharing import SharedShape
-from fanout.partitioned.membership import partitioned_frame, quoted
+from fanout.partitioned.membership import partitioned_frame, quoted, select_columns
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class JobLayout:
     def frame(self, df: Any) -> Any:
         """``df`` selected, partitioned and sorted as this layout says."""
         if self.shape is None:
-            return df.select(*[quoted(c) for c in self.columns])
+            return select_columns(df, [quoted(c) for c in self.columns])
         shape = self.shape
         return partitioned_frame(
             df, shape.partitions, shape.by, columns=self.columns,

@@ -30,7 +30,7 @@ class Frame:
         self.log.append(step)
         return Frame(self.log, (*self.path, step))
 
-    def select(self, *columns: Any) -> Frame:
+    def selectExpr(self, *columns: Any) -> Frame:
         child = self._step("select", *columns)
         self.selected.set()
         return child
@@ -141,12 +141,12 @@ def test_a_changed_layout_builds_the_input_again_and_the_job_reads_the_new_one()
 class Unbuildable(Frame):
     """A batch whose first ``select`` fails (the early build), and later ones succeed."""
 
-    def select(self, *columns: Any) -> Frame:
+    def selectExpr(self, *columns: Any) -> Frame:
         if not any(step[0] == "failed" for step in self.log):
             self.log.append(("failed", *columns))
             self.selected.set()
             raise RuntimeError("not now")
-        return super().select(*columns)
+        return super().selectExpr(*columns)
 
 
 def test_an_early_input_that_cannot_be_built_is_built_again_after_the_members() -> None:

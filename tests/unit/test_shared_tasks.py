@@ -293,7 +293,7 @@ def test_a_shared_write_builds_no_partitioned_frame_of_its_own() -> None:
 class Unplannable:
     """A batch DataFrame whose shared job cannot be planned."""
 
-    def select(self, *columns: Any) -> Any:
+    def selectExpr(self, *columns: Any) -> Any:
         raise RuntimeError("cannot plan the shared job")
 
 
