@@ -1,7 +1,7 @@
 """The DataFrame a shared job reads (docs/architecture.md §3.4), and how it is built before
 the members are ready.
 
-Building it takes four DataFrame steps on the driver (``select``, ``repartition``, a sort,
+Building it takes four DataFrame steps on the driver (``selectExpr``, ``repartition``, a sort,
 ``mapInArrow``), each a py4j round trip and an analysis of the batch's plan: ~15 ms of a
 batch before any task can start. All but ``mapInArrow`` depend only on the batch and the
 job's :class:`JobLayout`, which is the same batch after batch (the same sinks, the same
