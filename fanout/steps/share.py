@@ -32,7 +32,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.partitions import BatchPartitioning
-from fanout.contract.sessions import in_spark_thread, plan_without_adaptive, result_schema
+from fanout.contract.sessions import plan_without_adaptive, result_schema, spark_threads
 from fanout.contract.sharing import ANY_PARTITIONING, SharedShape, SharedWrite
 from fanout.contract.sink import Sink, SinkResult
 from fanout.partitioned.shared import (
@@ -141,16 +141,20 @@ class SharedPass:
     :param members: each member's sink and batch (attempt 1), in configuration order.
     :param layouts: the group's last job layout, to build this batch's job input while the
         members prepare (:mod:`fanout.steps.shared_frame`); ``None``: built after.
+    :param threads: wraps each member's preparation for a thread of its own
+        (:func:`fanout.contract.sessions.spark_threads`, captured by the batch's thread);
+        ``None``: captured when the job runs.
     """
 
     def __init__(
         self, df: Any, members: Mapping[str, tuple[Sink, Batch]],
-        layouts: RecentLayouts | None = None,
+        layouts: RecentLayouts | None = None, threads: Any = None,
     ) -> None:  # fmt: skip
         self.df = df
         self.members = dict(members)
         self.group = tuple(self.members)  # the key of its layouts in ``layouts``
         self.layouts = layouts
+        self.threads = threads
         self._lock = threading.Lock()
         self._results: dict[str, _Result] | None = None
 
@@ -177,9 +181,10 @@ class SharedPass:
         writes: dict[str, SharedWrite] = {}
         # Each member prepares in a thread of its own, as its own write would have: the
         # round trips (a preflight, a table's snapshot, the markers) overlap.
+        threads = self.threads or spark_threads(self.df)
         with ThreadPoolExecutor(len(self.members), thread_name_prefix="fanout-share") as pool:
             prepared = {
-                name: pool.submit(in_spark_thread(partial(sink.shared_write, batch), self.df))
+                name: pool.submit(threads(partial(sink.shared_write, batch)))
                 for name, (sink, batch) in self.members.items()
             }
             early = self._early_input()  # meanwhile, in this thread
@@ -250,13 +255,13 @@ def shared_members(writes: Mapping[str, SharedWrite]) -> tuple[SharedShape | Non
 
 def shared_passes(
     groups: Sequence[Sequence[str]], df: Any, batches: Mapping[str, Batch],
-    specs: Mapping[str, SinkSpec], layouts: RecentLayouts | None = None,
+    specs: Mapping[str, SinkSpec], layouts: RecentLayouts | None = None, threads: Any = None,
 ) -> dict[str, SharedPass]:  # fmt: skip
     """Each grouped sink's :class:`SharedPass` (one per group), guessing each job's input
-    from ``layouts``."""
+    from ``layouts``; ``threads``: see :class:`SharedPass`."""
     passes: dict[str, SharedPass] = {}
     for group in groups:
         members = {name: (specs[name].sink, batches[name]) for name in group}
-        shared = SharedPass(df, members, layouts)
+        shared = SharedPass(df, members, layouts, threads)
         passes.update({name: shared for name in group})
     return passes

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from fanout.contract.batch import Batch, txn_app_id
-from fanout.contract.sessions import in_spark_thread
+from fanout.contract.sessions import spark_threads
 from fanout.contract.sink import Sink, SinkResult
 from fanout.errors import LedgerError, SinkError, SinkWriteError
 from fanout.hooks.caller import HookCaller
@@ -45,7 +45,9 @@ def write_all(
     ``layouts``: the shared jobs' last input layouts (:mod:`fanout.steps.shared_frame`)."""
     writing = WritingSinks()  # a written sink's mark waits for those still writing
     batches = {name: _batch_for(state, name, routes.input_for(name)) for name in state.pending}
-    passes = shared_passes(state.share_groups, routes.df, batches, specs, layouts)
+    # this thread's Spark properties, captured once for every thread that starts jobs
+    threads = spark_threads(state.df) if len(state.pending) > 1 else None
+    passes = shared_passes(state.share_groups, routes.df, batches, specs, layouts, threads)
     runners = [
         SinkRunner(
             specs[name].sink,
@@ -67,7 +69,8 @@ def write_all(
             runner.writing.start()  # thread has started still waits for its mark
         prefix = f"fanout-{state.info.pipeline}"
         with ThreadPoolExecutor(workers, thread_name_prefix=prefix) as pool:
-            tasks = [in_spark_thread(r.run, state.df) for r in runners]  # wrap in this thread
+            assert threads is not None
+            tasks = [threads(r.run) for r in runners]
             outcomes = list(pool.map(lambda task: task(), tasks))
     state.results.update({o.sink: o.result for o in outcomes if o.result is not None})
     state.failures.update({o.sink: o.error for o in outcomes if o.error is not None})

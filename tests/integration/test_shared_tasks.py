@@ -121,6 +121,28 @@ def test_sinks_keyed_alike_write_each_batch_in_one_job(
     _check_targets(url, bootstrap, suffix)
 
 
+def test_every_job_of_a_shared_batch_carries_the_callers_job_group(
+    spark: Any, services: tuple[str, str]
+) -> None:
+    """The sinks' threads start Spark jobs with the local properties of the thread that
+    called fanout (a job group, the streaming query's id), captured once per batch."""
+    url, bootstrap = services
+    suffix = uuid.uuid4().hex[:8]
+    fan = FanOut(f"sh{suffix}", MemoryLedger(), _sinks(url, bootstrap, suffix), retries=0)
+    assert _arrow_jobs(spark, fan, 0) == 2  # batch 0: each sink its own job
+    tracker, group = spark.sparkContext.statusTracker(), f"fanout-{suffix}"
+    ungrouped = set(tracker.getJobIdsForGroup(None))
+    spark.sparkContext.setJobGroup(group, "the shared batch's jobs")
+    try:
+        assert _arrow_jobs(spark, fan, 1) == 1  # one shared job, in a sink's thread
+        assert _arrow_jobs(spark, fan, 2) == 1
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert len(tracker.getJobIdsForGroup(group)) >= 2
+    assert set(tracker.getJobIdsForGroup(None)) == ungrouped  # none started without it
+    _check_targets(url, bootstrap, suffix)
+
+
 def test_without_sharing_each_sink_runs_its_own_job(spark: Any, services: tuple[str, str]) -> None:
     url, bootstrap = services
     suffix = uuid.uuid4().hex[:8]
