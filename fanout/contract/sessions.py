@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -95,7 +95,11 @@ def in_spark_thread(fn: Any, df: Any) -> Any:
     return spark_threads(df)(fn)
 
 
-def spark_threads(df: Any) -> Any:
+ThreadWrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
+"""Wraps a function to run in another thread (:func:`spark_threads`)."""
+
+
+def spark_threads(df: Any) -> ThreadWrapper:
     """A wrapper for any number of functions, each to run in a thread of its own, so that
     the Spark jobs they start inherit this thread's local properties (job group,
     streaming query id) and the session's tags, as jobs started by foreachBatch itself do.
@@ -106,10 +110,11 @@ def spark_threads(df: Any) -> Any:
         return _unwrapped
     from pyspark.util import inheritable_thread_target
 
-    return inheritable_thread_target(session)
+    wrapper: ThreadWrapper = inheritable_thread_target(session)
+    return wrapper
 
 
-def _unwrapped(fn: Any) -> Any:
+def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 

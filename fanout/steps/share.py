@@ -32,7 +32,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.partitions import BatchPartitioning
-from fanout.contract.sessions import plan_without_adaptive, result_schema, spark_threads
+from fanout.contract.sessions import (
+    ThreadWrapper,
+    plan_without_adaptive,
+    result_schema,
+    spark_threads,
+)
 from fanout.contract.sharing import ANY_PARTITIONING, SharedShape, SharedWrite
 from fanout.contract.sink import Sink, SinkResult
 from fanout.partitioned.shared import (
@@ -148,7 +153,7 @@ class SharedPass:
 
     def __init__(
         self, df: Any, members: Mapping[str, tuple[Sink, Batch]],
-        layouts: RecentLayouts | None = None, threads: Any = None,
+        layouts: RecentLayouts | None = None, threads: ThreadWrapper | None = None,
     ) -> None:  # fmt: skip
         self.df = df
         self.members = dict(members)
@@ -255,7 +260,8 @@ def shared_members(writes: Mapping[str, SharedWrite]) -> tuple[SharedShape | Non
 
 def shared_passes(
     groups: Sequence[Sequence[str]], df: Any, batches: Mapping[str, Batch],
-    specs: Mapping[str, SinkSpec], layouts: RecentLayouts | None = None, threads: Any = None,
+    specs: Mapping[str, SinkSpec], layouts: RecentLayouts | None = None,
+    threads: ThreadWrapper | None = None,
 ) -> dict[str, SharedPass]:  # fmt: skip
     """Each grouped sink's :class:`SharedPass` (one per group), guessing each job's input
     from ``layouts``; ``threads``: see :class:`SharedPass`."""
