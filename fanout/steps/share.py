@@ -50,6 +50,7 @@ from fanout.partitioned.sink import PartitionedSink
 from fanout.sink_spec import SinkSpec
 from fanout.steps.partition import reported_partitioning, usable
 from fanout.steps.shared_frame import JobLayout, RecentLayouts
+from fanout.steps.shuffle_ahead import StartedShuffle, start_shuffle
 from fanout.steps.state import BatchState
 
 if TYPE_CHECKING:
@@ -139,6 +140,25 @@ class _Ran:
 _Result = SinkResult | BaseException | _Alone | _Ran
 
 
+@dataclass(frozen=True)
+class _EarlyInput:
+    """The job input built from the group's last layout, its shuffle started when it has
+    one (:mod:`fanout.steps.shuffle_ahead`)."""
+
+    layout: JobLayout
+    frame: Any
+    shuffle: StartedShuffle | None
+
+    def reader(self) -> Any:
+        """The frame the job reads: the started shuffle's output, or the frame itself."""
+        return self.shuffle.frame if self.shuffle is not None else self.frame
+
+    def discard(self) -> None:
+        """No job reads it: stop its shuffle."""
+        if self.shuffle is not None:
+            self.shuffle.cancel()
+
+
 class SharedPass:
     """The first attempt of a group of sinks, written by one shared job.
 
@@ -204,23 +224,26 @@ class SharedPass:
                 results[name] = _Alone(writes[name])
         if shared:
             results.update(self._shared_job(shape, {n: writes[n] for n in shared}, early))
+        elif early is not None:
+            early.discard()
         return results
 
-    def _early_input(self) -> tuple[JobLayout, Any] | None:
-        """The job input built from the group's last layout, or ``None`` (no layout yet,
-        or it cannot be built: the members' checks will say why)."""
+    def _early_input(self) -> _EarlyInput | None:
+        """The job input built from the group's last layout, its shuffle started, or
+        ``None`` (no layout yet, or it cannot be built: the members' checks will say why)."""
         layout = self.layouts.last(self.group) if self.layouts is not None else None
         if layout is None:
             return None
         try:
-            return layout, layout.frame(self.df)
+            frame = layout.frame(self.df)
         except Exception as exc:  # built again after the members prepared, raising there
             log.debug("the shared job's input could not be built early: %s", exc)
             return None
+        return _EarlyInput(layout, frame, start_shuffle(frame))
 
     def _shared_job(
         self, shape: SharedShape | None, writes: Mapping[str, SharedWrite],
-        early: tuple[JobLayout, Any] | None = None,
+        early: _EarlyInput | None = None,
     ) -> dict[str, _Ran | BaseException]:  # fmt: skip
         names = list(writes)
         members = tuple(
@@ -231,13 +254,20 @@ class SharedPass:
         if self.layouts is not None:
             self.layouts.remember(self.group, layout)
         # the early input only when built for this very layout: then it is the same frame
-        parted = early[1] if early is not None and early[0] == layout else layout.frame(self.df)
-        job = parted.mapInArrow(SharedPartitionTask(members), result_schema(SHARED_RESULT_DDL))
-        plan_without_adaptive(job)  # one task per partition: nothing to adapt
-        log.debug("one shared task per partition for %s", ", ".join(names))
+        if early is not None and early.layout == layout:
+            parted = early.reader()
+        else:
+            if early is not None:
+                early.discard()
+            parted = layout.frame(self.df)
         try:
+            job = parted.mapInArrow(SharedPartitionTask(members), result_schema(SHARED_RESULT_DDL))
+            plan_without_adaptive(job)  # one task per partition: nothing to adapt
+            log.debug("one shared task per partition for %s", ", ".join(names))
             split = member_outcomes(job.collect(), len(members))
         except Exception as exc:  # the job failed: each member's attempt failed with it
+            if early is not None:
+                early.discard()
             return {name: exc for name in names}
         return {
             name: _Ran(writes[name], texts, [n for n in names if n != name])

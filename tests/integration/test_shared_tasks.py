@@ -143,6 +143,37 @@ def test_every_job_of_a_shared_batch_carries_the_callers_job_group(
     _check_targets(url, bootstrap, suffix)
 
 
+def test_a_shared_batch_starts_its_shuffle_before_its_job_and_scans_the_batch_once(
+    spark: Any, services: tuple[str, str]
+) -> None:
+    """Once the group has shared a job, the shuffle its next job reads is started while the
+    members prepare (from the group's last layout), as a stage of its own that the job then
+    reads: the batch is scanned once, by that stage (fanout.steps.shuffle_ahead)."""
+    url, bootstrap = services
+    suffix = uuid.uuid4().hex[:8]
+    fan = FanOut(f"sh{suffix}", MemoryLedger(), _sinks(url, bootstrap, suffix), retries=0)
+    tracker = spark.sparkContext.statusTracker()
+    for batch_id in range(BATCHES):
+        group = f"fanout-{suffix}-{batch_id}"
+        spark.sparkContext.setJobGroup(group, "one batch's jobs")
+        try:
+            assert _arrow_jobs(spark, fan, batch_id) == (2 if batch_id == 0 else 1)
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        jobs = sorted(tracker.getJobIdsForGroup(group))
+        if batch_id < 2:  # batch 0: each sink its own job; 1: the first shared, no layout yet
+            assert len(jobs) == (2 if batch_id == 0 else 1)
+            continue
+        assert len(jobs) == 2  # the shuffle's stage, then the shared job
+        (scan,) = tracker.getJobInfo(jobs[0]).stageIds
+        scanned = tracker.getStageInfo(scan).numCompletedTasks
+        stages = {s for j in jobs for s in tracker.getJobInfo(j).stageIds}
+        infos = [tracker.getStageInfo(s) for s in stages]
+        ran = sorted(i.numCompletedTasks for i in infos if i and i.numCompletedTasks)
+        assert ran == sorted([scanned, PARTITIONS])  # the scan once, one task a partition
+    _check_targets(url, bootstrap, suffix)
+
+
 def test_without_sharing_each_sink_runs_its_own_job(spark: Any, services: tuple[str, str]) -> None:
     url, bootstrap = services
     suffix = uuid.uuid4().hex[:8]

@@ -7,6 +7,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.sharing import SharedShape
 from fanout.partitioned.outcome import PartitionOutcome
@@ -14,6 +16,7 @@ from fanout.partitioned.sink import PartitionedSink, PartitionInput, PreparedPar
 from fanout.partitioned.task import CommitHooks, PartitionTask
 from fanout.steps.share import SharedPass
 from fanout.steps.shared_frame import JobLayout, RecentLayouts
+from fanout.steps.shuffle_ahead import StartedShuffle
 
 PARTITIONS = 2
 
@@ -85,7 +88,9 @@ class Member(PartitionedSink):
         return PreparedPartitions(given, task, lambda: None)
 
 
-def _run(frame: Frame, members: list[Member], layouts: RecentLayouts, batch_id: int) -> list[int]:
+def _run(
+    frame: Frame, members: Sequence[Member], layouts: RecentLayouts, batch_id: int
+) -> list[int]:
     batches = {m.name: Batch(frame, BatchInfo("p", batch_id), m.name, f"fanout/p/{m.name}")
                for m in members}  # fmt: skip
     shared = SharedPass(frame, {m.name: (m, batches[m.name]) for m in members}, layouts)
@@ -159,3 +164,115 @@ def test_an_early_input_that_cannot_be_built_is_built_again_after_the_members() 
     assert _run(frame, members, layouts, 1) == [PARTITIONS, PARTITIONS]
     built = [("select", "`id`"), ("repartition", PARTITIONS, "`id`")]
     assert log == [("failed", "`id`"), *built, ("job", tuple(built))]
+
+
+class Stage:
+    """A started shuffle's map stage: records its cancellation."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ShuffleStarter:
+    """Stands in for :func:`fanout.steps.shuffle_ahead.start_shuffle`: the frame it gives
+    names its path as ``("shuffle", <the frame's path>)`` (with ``failing``, a job on it
+    fails); ``started`` is set once it ran."""
+
+    def __init__(self, failing: bool = False) -> None:
+        self.started = threading.Event()
+        self.stages: list[Stage] = []
+        self.kind = FailingJob if failing else Frame
+
+    def __call__(self, frame: Frame) -> StartedShuffle:
+        self.stages.append(Stage())
+        self.started.set()
+        return StartedShuffle(self.kind(frame.log, (("shuffle", frame.path),)), self.stages[-1])
+
+
+class WaitsForShuffle(Member):
+    """A member whose preparation waits (up to 5 s) for the job's shuffle to start."""
+
+    def __init__(self, name: str, columns: Sequence[str], frame: Frame, starter: ShuffleStarter):
+        super().__init__(name, columns, frame)
+        self.starter = starter
+
+    def prepare_partitions(self, batch: Any) -> PreparedPartitions:
+        self.saw_early_input = self.starter.started.wait(5)
+        return super().prepare_partitions(batch)
+
+
+def _starting(monkeypatch: pytest.MonkeyPatch, failing: bool = False) -> ShuffleStarter:
+    starter = ShuffleStarter(failing)
+    monkeypatch.setattr("fanout.steps.share.start_shuffle", starter)
+    return starter
+
+
+def test_the_job_reads_the_shuffle_started_while_the_members_prepared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starter = _starting(monkeypatch)
+    shape = SharedShape(PARTITIONS, ("id",))
+    layouts = RecentLayouts()
+    layouts.remember(("pg", "kafka"), JobLayout(("id", "v"), shape, False))
+    log: list[tuple[Any, ...]] = []
+    frame = Frame(log)
+    frame.selected.set()
+    members = [WaitsForShuffle(n, ["id", "v"], frame, starter) for n in ("pg", "kafka")]
+    assert _run(frame, members, layouts, 1) == [PARTITIONS, PARTITIONS]
+    assert [m.saw_early_input for m in members] == [True, True]
+    built = (("select", "`id`", "`v`"), ("repartition", PARTITIONS, "`id`"))
+    assert log == [*built, ("job", (("shuffle", built),))]  # built once, read from the shuffle
+    assert [stage.cancelled for stage in starter.stages] == [False]
+
+
+def test_a_shuffle_started_for_a_changed_layout_is_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starter = _starting(monkeypatch)
+    layouts = RecentLayouts()
+    layouts.remember(("pg", "kafka"), JobLayout(("id",), SharedShape(PARTITIONS, ("id",)), False))
+    log: list[tuple[Any, ...]] = []
+    frame = Frame(log)
+    frame.selected.set()
+    members = [WaitsForShuffle(n, ["id", "v"], frame, starter) for n in ("pg", "kafka")]
+    assert _run(frame, members, layouts, 1) == [PARTITIONS, PARTITIONS]
+    guessed = [("select", "`id`"), ("repartition", PARTITIONS, "`id`")]
+    needed = (("select", "`id`", "`v`"), ("repartition", PARTITIONS, "`id`"))
+    assert log == [*guessed, *needed, ("job", needed)]  # the members' own frame, not started
+    assert [stage.cancelled for stage in starter.stages] == [True]
+
+
+class Refusing(WaitsForShuffle):
+    """A member whose preparation refuses the batch (after the shuffle started)."""
+
+    def prepare_partitions(self, batch: Any) -> PreparedPartitions:
+        super().prepare_partitions(batch)
+        raise RuntimeError(f"{self.name} refuses")
+
+
+class FailingJob(Frame):
+    """A frame whose job fails."""
+
+    def mapInArrow(self, task: Any, schema: Any) -> Job:
+        raise RuntimeError("the job failed")
+
+
+@pytest.mark.parametrize("failure", ["members", "job"])
+def test_a_shuffle_no_job_reads_is_cancelled(monkeypatch: pytest.MonkeyPatch, failure: str) -> None:
+    starter = _starting(monkeypatch, failing=failure == "job")
+    layouts = RecentLayouts()
+    layouts.remember(("pg", "kafka"), JobLayout(("id",), SharedShape(PARTITIONS, ("id",)), False))
+    frame = Frame([])
+    frame.selected.set()
+    kind = Refusing if failure == "members" else WaitsForShuffle
+    members = [kind(n, ["id"], frame, starter) for n in ("pg", "kafka")]
+    batches = {m.name: Batch(frame, BatchInfo("p", 1), m.name, f"fanout/p/{m.name}")
+               for m in members}  # fmt: skip
+    shared = SharedPass(frame, {m.name: (m, batches[m.name]) for m in members}, layouts)
+    for member in members:
+        with pytest.raises(RuntimeError, match="refuses" if failure == "members" else "job"):
+            shared.write(member.name)
+    assert [stage.cancelled for stage in starter.stages] == [True]

@@ -1,0 +1,100 @@
+"""A shared job's shuffle, started before the job (docs/architecture.md §3.4).
+
+A shared job reads the batch hashed into its members' partitions: a stage of tasks
+scanning the batch and writing a shuffle, then one task per partition. Spark starts that
+first stage only when the job is submitted, after the members prepared and the job was
+planned: ~40-70 ms of a batch with the cores idle. The shuffle's input (the batch selected,
+hashed and sorted as the group's last layout says) is known sooner, so
+:func:`start_shuffle` submits its map stage at once, while the members prepare, and gives
+a DataFrame reading that stage's output: the job built on it runs only the second stage
+(or waits for the first, which Spark shares between the two jobs). Writing a shuffle has
+no effect outside Spark, so a stage started for nothing is cancelled and nothing else.
+
+Spark's own ``foreachBatch`` hands the batch to its function the same way, as a DataFrame
+over the streaming query's physical plan (``LogicalRDD.fromDataset``). This uses three
+methods that are public in the JVM but not in Spark's API (``QueryExecution.toRdd``,
+``SparkContext.submitMapStage``, ``SparkSession.internalCreateDataFrame``), so any failure
+falls back to the job planning the shuffle itself. Classic sessions only: under Spark
+Connect there is no JVM here, and nothing happens.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from fanout.contract.sessions import ADAPTIVE, is_connect, session_settings
+
+log = logging.getLogger("fanout")
+
+_SHUFFLE_DEPENDENCY = "org.apache.spark.ShuffleDependency"
+_MAX_DEPTH = 16  # RDDs between a plan's result and its last shuffle: a handful
+
+
+@dataclass(frozen=True)
+class StartedShuffle:
+    """A shuffle whose map stage is running (or done).
+
+    :param frame: a DataFrame with the planned frame's rows, read from that shuffle.
+    """
+
+    frame: Any
+    _stage: Any
+
+    def cancel(self) -> None:
+        """Stop the map stage when no job will read it (a job that reads it keeps it)."""
+        try:
+            self._stage.cancel()
+        except Exception as exc:  # the session is stopping: nothing left to cancel
+            log.debug("the started shuffle could not be cancelled: %s", exc)
+
+
+def start_shuffle(df: Any) -> StartedShuffle | None:
+    """Plan ``df`` (without adaptive execution, as its job would be), start its last
+    shuffle's map stage, and return a frame reading it; ``None`` when ``df`` is not a
+    classic DataFrame, has no shuffle, or Spark refuses (an empty batch: no partitions)."""
+    if is_connect(df) or not hasattr(df, "_jdf"):
+        return None
+    try:
+        spark = df.sparkSession
+        with session_settings(spark.conf, {ADAPTIVE: "false"}):
+            rdd = df._jdf.queryExecution().toRdd()
+        dependency = _last_shuffle(rdd)
+        if dependency is None:
+            return None
+        # in this thread: the stage's job carries its job group, like the job's own
+        stage = spark.sparkContext._jsc.sc().submitMapStage(dependency)
+        try:
+            frame = _frame_over(spark, rdd, df._jdf.schema())
+        except Exception:
+            StartedShuffle(None, stage).cancel()
+            raise
+        return StartedShuffle(frame, stage)
+    except Exception as exc:
+        log.debug("the shared job's shuffle could not be started early: %s", exc)
+        return None
+
+
+def _last_shuffle(rdd: Any) -> Any:
+    """The shuffle dependency nearest to ``rdd`` in its lineage (``None`` if none)."""
+    level = [rdd]
+    for _ in range(_MAX_DEPTH):
+        parents = []
+        for node in level:
+            dependencies = node.dependencies()
+            for index in range(dependencies.size()):
+                dependency = dependencies.apply(index)
+                if dependency.getClass().getName() == _SHUFFLE_DEPENDENCY:
+                    return dependency
+                parents.append(dependency.rdd())
+        if not parents:
+            return None
+        level = parents
+    return None
+
+
+def _frame_over(spark: Any, rdd: Any, schema: Any) -> Any:
+    from pyspark.sql import DataFrame
+
+    return DataFrame(spark._jsparkSession.internalCreateDataFrame(rdd, schema, False), spark)

@@ -1,0 +1,84 @@
+"""A shuffle started before its job (:mod:`fanout.steps.shuffle_ahead`), with real Spark: the
+frame over it holds the same rows in the same partitions as the job planning the shuffle
+itself, the shuffle is written once, and a stage started for nothing can be stopped."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from fanout.steps.shuffle_ahead import start_shuffle
+
+PARTITIONS = 4
+
+
+def _hashed(spark: Any, rows: int = 200) -> Any:
+    df = spark.range(0, rows, numPartitions=3).selectExpr("id", "concat('c', id % 7) AS customer")
+    return df.repartition(PARTITIONS, "customer").sortWithinPartitions("id")
+
+
+def _by_partition(df: Any) -> list[list[tuple[int, str]]]:
+    rows = df.selectExpr("spark_partition_id() AS p", "id", "customer").collect()
+    parts: list[list[tuple[int, str]]] = [[] for _ in range(PARTITIONS)]
+    for row in rows:
+        parts[row.p].append((row.id, row.customer))
+    return parts
+
+
+def _in_group(spark: Any, group: str, action: Any) -> Any:
+    spark.sparkContext.setJobGroup(group, "shuffle ahead")
+    try:
+        return action()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+
+
+def test_the_frame_over_a_started_shuffle_holds_the_same_rows_in_the_same_partitions(
+    spark: Any,
+) -> None:
+    expected = _by_partition(_hashed(spark))
+    assert sum(len(p) for p in expected) == 200
+    started = start_shuffle(_hashed(spark))
+    assert started is not None
+    assert _by_partition(started.frame) == expected  # sorted within each partition too
+
+
+def test_the_shuffle_is_written_once_by_its_own_stage_and_read_by_the_job(spark: Any) -> None:
+    group = f"ahead-{uuid.uuid4().hex[:8]}"
+    started = _in_group(spark, group, lambda: start_shuffle(_hashed(spark)))
+    assert started is not None
+    rows = _in_group(spark, group, lambda: started.frame.selectExpr("id").collect())
+    assert sorted(r.id for r in rows) == list(range(200))
+    tracker = spark.sparkContext.statusTracker()
+    jobs = sorted(tracker.getJobIdsForGroup(group))
+    assert len(jobs) == 2  # the map stage's, then the job reading it
+    assert len(list(tracker.getJobInfo(jobs[0]).stageIds)) == 1
+    # the job reading it shares that stage while it runs, or skips it once it is done
+    stages = {s for j in jobs for s in tracker.getJobInfo(j).stageIds}
+    infos = [tracker.getStageInfo(s) for s in stages]
+    tasks = sorted(info.numCompletedTasks for info in infos if info and info.numCompletedTasks)
+    assert tasks == [3, PARTITIONS]  # 3 scan tasks, once; then one task per partition
+
+
+def test_a_frame_without_a_shuffle_starts_nothing(spark: Any) -> None:
+    assert start_shuffle(spark.range(0, 10).selectExpr("id * 2 AS v")) is None
+
+
+def test_a_started_stage_no_job_reads_is_cancelled(spark: Any) -> None:
+    slow = (
+        spark.range(0, 4, numPartitions=2)
+        .selectExpr("id", "reflect('java.lang.Thread', 'sleep', CAST(20000 AS BIGINT)) AS s")
+        .repartition(PARTITIONS, "id")
+    )
+    group = f"ahead-{uuid.uuid4().hex[:8]}"
+    started = _in_group(spark, group, lambda: start_shuffle(slow))
+    assert started is not None
+    tracker = spark.sparkContext.statusTracker()
+    (job,) = tracker.getJobIdsForGroup(group)
+    assert tracker.getJobInfo(job).status == "RUNNING"
+    started.cancel()
+    deadline = time.monotonic() + 10
+    while tracker.getJobInfo(job).status == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tracker.getJobInfo(job).status == "FAILED"  # cancelled, long before its 20 s
