@@ -3,7 +3,7 @@
 A shared job reads the batch hashed into its members' partitions: a stage of tasks
 scanning the batch and writing a shuffle, then one task per partition. Spark starts that
 first stage only when the job is submitted, after the members prepared and the job was
-planned: ~40-70 ms of a batch with the cores idle. The shuffle's input (the batch selected,
+planned: ~40-70 ms of a batch with no task running. The shuffle's input (the batch selected,
 hashed and sorted as the group's last layout says) is known sooner, so
 :func:`start_shuffle` submits its map stage at once, while the members prepare, and gives
 a DataFrame reading that stage's output: the job built on it runs only the second stage
