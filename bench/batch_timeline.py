@@ -104,7 +104,7 @@ class EventLog:
             elif kind == "SparkListenerTaskEnd":
                 info = event["Task Info"]
                 ended.append((int(info["Launch Time"]), int(info["Finish Time"]),
-                              event.get("Stage ID")))  # fmt: skip
+                              event.get("Stage ID"), event.get("Task Type")))  # fmt: skip
             elif kind.endswith("QueryProgressEvent"):
                 progress = event["progress"]
                 durations = progress["durationMs"]
@@ -119,8 +119,8 @@ class EventLog:
                     )
                 )
         tasks = [
-            Task(launched, finished, stage is None or stage in final_stages)
-            for launched, finished, stage in ended
+            Task(launched, finished, _final(kind, stage, final_stages))
+            for launched, finished, stage, kind in ended
         ]
         return cls(tasks, batches)
 
@@ -128,6 +128,14 @@ class EventLog:
         """The batches of these queries that read rows."""
         wanted = set(query_ids)
         return [b for b in self.batches if b.query_id in wanted and b.rows > 0]
+
+
+def _final(task_type: str | None, stage: int | None, final_stages: set[int]) -> bool:
+    # Spark names a task's type; a map stage run as a job of its own (a shared job's
+    # shuffle started early) is its job's last stage and still writes a shuffle
+    if task_type is not None:
+        return task_type != "ShuffleMapTask"
+    return stage is None or stage in final_stages
 
 
 def occupancy(tasks: Sequence[Task], start: int, duration: int) -> Occupancy:

@@ -56,9 +56,10 @@ def _progress(query: str, batch: int, start_iso: str, trigger: int, add: int, ro
     return json.dumps(event)
 
 
-def _task(launch: int, finish: int, stage: int = 2) -> str:
+def _task(launch: int, finish: int, stage: int = 2, kind: str | None = None) -> str:
     info = {"Launch Time": launch, "Finish Time": finish}
-    return json.dumps({"Event": "SparkListenerTaskEnd", "Stage ID": stage, "Task Info": info})
+    event = {"Event": "SparkListenerTaskEnd", "Stage ID": stage, "Task Info": info}
+    return json.dumps(event if kind is None else {**event, "Task Type": kind})
 
 
 def test_the_event_log_gives_each_querys_batches_and_the_tasks(tmp_path: Path) -> None:
@@ -89,3 +90,19 @@ def test_the_event_log_gives_each_querys_batches_and_the_tasks(tmp_path: Path) -
         "  a           1     200      50      20      60      60      20      80"
     ]
     assert timeline_lines("c", log, ["q-c"]) == ["  c         no batch with rows in the event log"]
+
+
+def test_a_map_stage_run_as_a_job_of_its_own_is_told_apart_by_its_task_type(
+    tmp_path: Path,
+) -> None:
+    lines = [  # a shared job's shuffle started early: its map stage is a job's last stage
+        json.dumps({"Event": "SparkListenerJobStart", "Job ID": 1, "Stage IDs": [1]}),
+        json.dumps({"Event": "SparkListenerJobStart", "Job ID": 2, "Stage IDs": [1, 2]}),
+        _task(START + 20, START + 40, stage=1, kind="ShuffleMapTask"),
+        _task(START + 40, START + 140, stage=2, kind="ResultTask"),
+    ]
+    (tmp_path / "events").write_text("\n".join(lines) + "\n")
+    assert EventLog.read(tmp_path).tasks == [
+        Task(START + 20, START + 40, final=False),
+        Task(START + 40, START + 140),
+    ]
