@@ -239,7 +239,9 @@ class SharedPass:
         except Exception as exc:  # built again after the members prepared, raising there
             log.debug("the shared job's input could not be built early: %s", exc)
             return None
-        return _EarlyInput(layout, frame, start_shuffle(frame))
+        # without a shape the frame has no repartition of its own: no shuffle to start
+        shuffle = start_shuffle(frame) if layout.shape is not None else None
+        return _EarlyInput(layout, frame, shuffle)
 
     def _shared_job(
         self, shape: SharedShape | None, writes: Mapping[str, SharedWrite],

@@ -28,8 +28,8 @@ from fanout.contract.sessions import ADAPTIVE, is_connect, session_settings
 
 log = logging.getLogger("fanout")
 
-_SHUFFLE_DEPENDENCY = "org.apache.spark.ShuffleDependency"
-_MAX_DEPTH = 16  # RDDs between a plan's result and its last shuffle: a handful
+_SHUFFLE_EXCHANGE = "org.apache.spark.sql.execution.exchange.ShuffleExchangeExec"
+_MAX_STEPS = 8  # plan nodes between a frame's result and its own shuffle: a handful
 
 
 @dataclass(frozen=True)
@@ -51,20 +51,28 @@ class StartedShuffle:
 
 
 def start_shuffle(df: Any) -> StartedShuffle | None:
-    """Plan ``df`` (without adaptive execution, as its job would be), start its last
-    shuffle's map stage, and return a frame reading it; ``None`` when ``df`` is not a
-    classic DataFrame, has no shuffle, or Spark refuses (an empty batch: no partitions)."""
+    """Plan ``df`` (without adaptive execution, as its job would be), start the map stage of
+    the shuffle it ends with, and return a frame reading it; ``None`` when ``df`` is not a
+    classic DataFrame, does not end in a shuffle of its own, or Spark refuses (an empty
+    batch: no partitions).
+
+    Only ``df``'s own ``repartition``, followed by at most a sort within partitions and
+    projections, is started: that shuffle is new with this plan, so no other job can have
+    made its stage. A shuffle in the batch's own lineage (below the batch's scan) may belong
+    to a job running now, and Spark's scheduler fails, stopping the SparkContext, when a map
+    stage is submitted for a stage another job made."""
     if is_connect(df) or not hasattr(df, "_jdf"):
         return None
     try:
         spark = df.sparkSession
+        execution = df._jdf.queryExecution()
         with session_settings(spark.conf, {ADAPTIVE: "false"}):
-            rdd = df._jdf.queryExecution().toRdd()
-        dependency = _last_shuffle(rdd)
-        if dependency is None:
-            return None
+            exchange = _own_exchange(execution.executedPlan())
+            if exchange is None:
+                return None
+            rdd = execution.toRdd()  # reads the exchange's shuffle: the same dependency
         # in this thread: the stage's job carries its job group, like the job's own
-        stage = spark.sparkContext._jsc.sc().submitMapStage(dependency)
+        stage = spark.sparkContext._jsc.sc().submitMapStage(exchange.shuffleDependency())
         try:
             frame = _frame_over(spark, rdd, df._jdf.schema())
         except Exception:
@@ -76,21 +84,18 @@ def start_shuffle(df: Any) -> StartedShuffle | None:
         return None
 
 
-def _last_shuffle(rdd: Any) -> Any:
-    """The shuffle dependency nearest to ``rdd`` in its lineage (``None`` if none)."""
-    level = [rdd]
-    for _ in range(_MAX_DEPTH):
-        parents = []
-        for node in level:
-            dependencies = node.dependencies()
-            for index in range(dependencies.size()):
-                dependency = dependencies.apply(index)
-                if dependency.getClass().getName() == _SHUFFLE_DEPENDENCY:
-                    return dependency
-                parents.append(dependency.rdd())
-        if not parents:
+def _own_exchange(plan: Any) -> Any:
+    """The shuffle exchange reached from ``plan``'s root through nodes of one child each (a
+    sort, a projection, Spark's code-generation wrappers), ``None`` when the plan forks or
+    ends (the batch's scan) first."""
+    node = plan
+    for _ in range(_MAX_STEPS):
+        if node.getClass().getName() == _SHUFFLE_EXCHANGE:
+            return node
+        children = node.children()
+        if children.size() != 1:
             return None
-        level = parents
+        node = children.apply(0)
     return None
 
 

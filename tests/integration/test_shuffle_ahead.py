@@ -8,6 +8,9 @@ import time
 import uuid
 from typing import Any
 
+from pyspark.sql import DataFrame
+
+from fanout.contract.sessions import ADAPTIVE, session_settings
 from fanout.steps.shuffle_ahead import start_shuffle
 
 PARTITIONS = 4
@@ -63,6 +66,20 @@ def test_the_shuffle_is_written_once_by_its_own_stage_and_read_by_the_job(spark:
 
 def test_a_frame_without_a_shuffle_starts_nothing(spark: Any) -> None:
     assert start_shuffle(spark.range(0, 10).selectExpr("id * 2 AS v")) is None
+
+
+def test_a_shuffle_in_the_batchs_own_lineage_is_not_started(spark: Any) -> None:
+    # the batch as foreachBatch hands it over: a DataFrame over a planned query's RDD, here
+    # one with a shuffle of its own, which another sink's job may be running
+    source = _hashed(spark)
+    with session_settings(spark.conf, {ADAPTIVE: "false"}):
+        rdd = source._jdf.queryExecution().toRdd()
+    jdf = spark._jsparkSession.internalCreateDataFrame(rdd, source._jdf.schema(), False)
+    batch = DataFrame(jdf, spark)
+    assert start_shuffle(batch.selectExpr("id")) is None  # not the frame's own
+    started = start_shuffle(batch.repartition(2, "id"))  # its own, above the batch
+    assert started is not None
+    assert sorted(r.id for r in started.frame.collect()) == list(range(200))
 
 
 def test_a_started_stage_no_job_reads_is_cancelled(spark: Any) -> None:
