@@ -82,6 +82,19 @@ def test_a_shuffle_in_the_batchs_own_lineage_is_not_started(spark: Any) -> None:
     assert sorted(r.id for r in started.frame.collect()) == list(range(200))
 
 
+def test_over_a_cached_batch_only_the_frames_own_shuffle_is_started(spark: Any) -> None:
+    # the batch cached for several readers (the persist rule), its cache built by another
+    # sink's job from a shuffle of its own: that shuffle is never the one started
+    batch = spark.range(0, 200, numPartitions=3).repartition(3, "id").persist()
+    try:
+        assert start_shuffle(batch.selectExpr("id")) is None
+        started = start_shuffle(batch.selectExpr("id").repartition(PARTITIONS, "id"))
+        assert started is not None
+        assert sorted(r.id for r in started.frame.collect()) == list(range(200))
+    finally:
+        batch.unpersist()
+
+
 def test_a_started_stage_no_job_reads_is_cancelled(spark: Any) -> None:
     slow = (
         spark.range(0, 4, numPartitions=2)
