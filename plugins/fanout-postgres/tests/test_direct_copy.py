@@ -191,12 +191,19 @@ def test_a_table_with_row_level_security_is_written_through_the_staged_path(
 
 def _seq_scans(url: str, table: str, *, since: int | None = None) -> int:
     """``seq_scan`` of ``table``; with ``since``, waits for the writer's sessions to report
-    (a backend flushes its counts as it exits, just after the sink's write returned)."""
+    (a backend flushes its counts as it exits, just after the sink's write returned);
+    without, waits for the count to hold still for half a second (the sessions before it,
+    the earlier writes' included, still reporting)."""
     import time
 
     sql = "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = %s"
     deadline = time.monotonic() + 10
     count = int(query(url, sql, (table,))[0][0])
+    while since is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        count, last = int(query(url, sql, (table,))[0][0]), count
+        if count == last:
+            return count
     while since is not None and count == since and time.monotonic() < deadline:
         time.sleep(0.1)
         count = int(query(url, sql, (table,))[0][0])
