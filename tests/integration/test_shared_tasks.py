@@ -7,6 +7,7 @@ their writes."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -160,6 +161,14 @@ def test_a_shared_batch_starts_its_shuffle_before_its_job_and_scans_the_batch_on
             assert _arrow_jobs(spark, fan, batch_id) == (2 if batch_id == 0 else 1)
         finally:
             spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        expected = 1 if batch_id == 1 else 2
+        deadline = time.monotonic() + 10  # the tracker hears of jobs through the listener bus
+        while time.monotonic() < deadline and not (
+            len(tracker.getJobIdsForGroup(group)) >= expected
+            and all(tracker.getJobInfo(j).status == "SUCCEEDED"
+                    for j in tracker.getJobIdsForGroup(group))
+        ):  # fmt: skip
+            time.sleep(0.05)
         jobs = sorted(tracker.getJobIdsForGroup(group))
         if batch_id < 2:  # batch 0: each sink its own job; 1: the first shared, no layout yet
             assert len(jobs) == (2 if batch_id == 0 else 1)

@@ -29,6 +29,20 @@ def _by_partition(df: Any) -> list[list[tuple[int, str]]]:
     return parts
 
 
+def _wait_for(condition: Any, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _finished(tracker: Any, group: str, jobs: int) -> bool:
+    """Whether the tracker has heard of ``jobs`` jobs in ``group``, each ended."""
+    found = tracker.getJobIdsForGroup(group)
+    return len(found) == jobs and all(
+        tracker.getJobInfo(j).status in ("SUCCEEDED", "FAILED") for j in found
+    )
+
+
 def _in_group(spark: Any, group: str, action: Any) -> Any:
     spark.sparkContext.setJobGroup(group, "shuffle ahead")
     try:
@@ -54,6 +68,7 @@ def test_the_shuffle_is_written_once_by_its_own_stage_and_read_by_the_job(spark:
     rows = _in_group(spark, group, lambda: started.frame.selectExpr("id").collect())
     assert sorted(r.id for r in rows) == list(range(200))
     tracker = spark.sparkContext.statusTracker()
+    _wait_for(lambda: _finished(tracker, group, 2))
     jobs = sorted(tracker.getJobIdsForGroup(group))
     assert len(jobs) == 2  # the map stage's, then the job reading it
     assert len(list(tracker.getJobInfo(jobs[0]).stageIds)) == 1
@@ -105,6 +120,8 @@ def test_a_started_stage_no_job_reads_is_cancelled(spark: Any) -> None:
     started = _in_group(spark, group, lambda: start_shuffle(slow))
     assert started is not None
     tracker = spark.sparkContext.statusTracker()
+    # the tracker hears of jobs through Spark's listener bus, a moment after they start
+    _wait_for(lambda: len(tracker.getJobIdsForGroup(group)) == 1)
     (job,) = tracker.getJobIdsForGroup(group)
     assert tracker.getJobInfo(job).status == "RUNNING"
     started.cancel()
