@@ -7,7 +7,6 @@ their writes."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from fanout import BatchInfo, FanOut, SinkResult, hookimpl
 from fanout.ledger.memory import MemoryLedger
 from fanout.testing.faults import VetoOnce
 from tests.chaos.services import embedded_services
+from tests.integration.spark_jobs import completed_tasks, ended_jobs
 
 PARTITIONS, BATCHES, ROWS = 4, 3, 20
 
@@ -161,24 +161,14 @@ def test_a_shared_batch_starts_its_shuffle_before_its_job_and_scans_the_batch_on
             assert _arrow_jobs(spark, fan, batch_id) == (2 if batch_id == 0 else 1)
         finally:
             spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-        expected = 1 if batch_id == 1 else 2
-        deadline = time.monotonic() + 10  # the tracker hears of jobs through the listener bus
-        while time.monotonic() < deadline and not (
-            len(tracker.getJobIdsForGroup(group)) >= expected
-            and all(tracker.getJobInfo(j).status == "SUCCEEDED"
-                    for j in tracker.getJobIdsForGroup(group))
-        ):  # fmt: skip
-            time.sleep(0.05)
-        jobs = sorted(tracker.getJobIdsForGroup(group))
+        jobs = ended_jobs(tracker, group, 1 if batch_id == 1 else 2)
         if batch_id < 2:  # batch 0: each sink its own job; 1: the first shared, no layout yet
             assert len(jobs) == (2 if batch_id == 0 else 1)
             continue
         assert len(jobs) == 2  # the shuffle's stage, then the shared job
         (scan,) = tracker.getJobInfo(jobs[0]).stageIds
         scanned = tracker.getStageInfo(scan).numCompletedTasks
-        stages = {s for j in jobs for s in tracker.getJobInfo(j).stageIds}
-        infos = [tracker.getStageInfo(s) for s in stages]
-        ran = sorted(i.numCompletedTasks for i in infos if i and i.numCompletedTasks)
+        ran = completed_tasks(tracker, jobs)
         assert ran == sorted([scanned, PARTITIONS])  # the scan once, one task a partition
     _check_targets(url, bootstrap, suffix)
 

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame
 
 from fanout.contract.sessions import ADAPTIVE, session_settings
 from fanout.steps.shuffle_ahead import start_shuffle
+from tests.integration.spark_jobs import completed_tasks, ended_jobs, wait_for
 
 PARTITIONS = 4
 
@@ -27,20 +28,6 @@ def _by_partition(df: Any) -> list[list[tuple[int, str]]]:
     for row in rows:
         parts[row.p].append((row.id, row.customer))
     return parts
-
-
-def _wait_for(condition: Any, seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def _finished(tracker: Any, group: str, jobs: int) -> bool:
-    """Whether the tracker has heard of ``jobs`` jobs in ``group``, each ended."""
-    found = tracker.getJobIdsForGroup(group)
-    return len(found) == jobs and all(
-        tracker.getJobInfo(j).status in ("SUCCEEDED", "FAILED") for j in found
-    )
 
 
 def _in_group(spark: Any, group: str, action: Any) -> Any:
@@ -68,15 +55,14 @@ def test_the_shuffle_is_written_once_by_its_own_stage_and_read_by_the_job(spark:
     rows = _in_group(spark, group, lambda: started.frame.selectExpr("id").collect())
     assert sorted(r.id for r in rows) == list(range(200))
     tracker = spark.sparkContext.statusTracker()
-    _wait_for(lambda: _finished(tracker, group, 2))
-    jobs = sorted(tracker.getJobIdsForGroup(group))
+    jobs = ended_jobs(tracker, group, 2)
     assert len(jobs) == 2  # the map stage's, then the job reading it
     assert len(list(tracker.getJobInfo(jobs[0]).stageIds)) == 1
     # the job reading it shares that stage while it runs, or skips it once it is done
-    stages = {s for j in jobs for s in tracker.getJobInfo(j).stageIds}
-    infos = [tracker.getStageInfo(s) for s in stages]
-    tasks = sorted(info.numCompletedTasks for info in infos if info and info.numCompletedTasks)
-    assert tasks == [3, PARTITIONS]  # 3 scan tasks, once; then one task per partition
+    assert completed_tasks(tracker, jobs) == [
+        3,
+        PARTITIONS,
+    ]  # 3 scan tasks, once; then one task per partition
 
 
 def test_a_frame_without_a_shuffle_starts_nothing(spark: Any) -> None:
@@ -121,7 +107,7 @@ def test_a_started_stage_no_job_reads_is_cancelled(spark: Any) -> None:
     assert started is not None
     tracker = spark.sparkContext.statusTracker()
     # the tracker hears of jobs through Spark's listener bus, a moment after they start
-    _wait_for(lambda: len(tracker.getJobIdsForGroup(group)) == 1)
+    wait_for(lambda: len(tracker.getJobIdsForGroup(group)) == 1)
     (job,) = tracker.getJobIdsForGroup(group)
     assert tracker.getJobInfo(job).status == "RUNNING"
     started.cancel()

@@ -1,0 +1,37 @@
+"""What Spark's status tracker says of a job group's jobs, for tests counting them. The
+tracker hears of jobs through Spark's listener bus, a moment after they start or end."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 10) -> None:
+    """Poll ``condition`` until it holds or ``seconds`` pass (the caller then asserts)."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def ended_jobs(tracker: Any, group: str, jobs: int) -> list[int]:
+    """The ids of ``group``'s jobs, once the tracker has heard of ``jobs`` of them, each
+    ended (or after 10 s, whatever it has then), in the order they started."""
+
+    def ended() -> bool:
+        found = tracker.getJobIdsForGroup(group)
+        return len(found) == jobs and all(
+            tracker.getJobInfo(j).status in ("SUCCEEDED", "FAILED") for j in found
+        )
+
+    wait_for(ended)
+    return sorted(tracker.getJobIdsForGroup(group))
+
+
+def completed_tasks(tracker: Any, jobs: list[int]) -> list[int]:
+    """Each stage's completed tasks over ``jobs`` (a stage two jobs share counted once; a
+    stage skipped, its shuffle already written, left out), sorted."""
+    stages = {s for j in jobs for s in tracker.getJobInfo(j).stageIds}
+    infos = [tracker.getStageInfo(s) for s in stages]
+    return sorted(info.numCompletedTasks for info in infos if info and info.numCompletedTasks)
