@@ -311,7 +311,16 @@ class FanOut:
         :class:`fanout.CheckpointRollbackError` when it was rolled back and
         :class:`fanout.BatchFailedError` when any sink failed after its retries.
         """
-        state = self._admission.admit(df, info, self.sinks)  # 2. guard
+        if self.share_tasks:  # the shared job's scan starts now, beside the steps below
+            self._layouts.start_ahead(df)
+        state: BatchState | None = None
+        try:
+            state = self._admission.admit(df, info, self.sinks)  # 2. guard
+            return self._process(state)
+        finally:
+            self._layouts.end_batch(follow=_read_as_given(state, df))
+
+    def _process(self, state: BatchState) -> dict[str, SinkResult]:
         plan(state, self.ledger, self.sinks)  # 3. plan
         hold_back(state, self.lagging, self.specs, self.catchup, self._record)  # 3b. behind
         self._announce(state)
@@ -397,6 +406,14 @@ class FanOut:
             )
         self.hooks.call("fanout_batch_end", info=info, results=state.results)
         return state.results
+
+
+def _read_as_given(state: BatchState | None, df: Any) -> tuple[str, ...] | None:
+    """The group of sinks whose shared job read the batch as Spark handed it over (not a
+    persisted or repartitioned copy): the next batch starts its input ahead."""
+    if state is None or state.df is not df or len(state.share_groups) != 1:
+        return None
+    return state.share_groups[0]
 
 
 def settle(state: BatchState) -> None:

@@ -49,8 +49,7 @@ from fanout.partitioned.shared import (
 from fanout.partitioned.sink import PartitionedSink
 from fanout.sink_spec import SinkSpec
 from fanout.steps.partition import reported_partitioning, usable
-from fanout.steps.shared_frame import JobLayout, RecentLayouts
-from fanout.steps.shuffle_ahead import StartedShuffle, start_shuffle
+from fanout.steps.shared_frame import EarlyInput, JobLayout, RecentLayouts
 from fanout.steps.state import BatchState
 
 if TYPE_CHECKING:
@@ -140,25 +139,6 @@ class _Ran:
 _Result = SinkResult | BaseException | _Alone | _Ran
 
 
-@dataclass(frozen=True)
-class _EarlyInput:
-    """The job input built from the group's last layout, its shuffle started when it has
-    one (:mod:`fanout.steps.shuffle_ahead`)."""
-
-    layout: JobLayout
-    frame: Any
-    shuffle: StartedShuffle | None
-
-    def reader(self) -> Any:
-        """The frame the job reads: the started shuffle's output, or the frame itself."""
-        return self.shuffle.frame if self.shuffle is not None else self.frame
-
-    def discard(self) -> None:
-        """No job reads it: stop its shuffle."""
-        if self.shuffle is not None:
-            self.shuffle.cancel()
-
-
 class SharedPass:
     """The first attempt of a group of sinks, written by one shared job.
 
@@ -228,24 +208,21 @@ class SharedPass:
             early.discard()
         return results
 
-    def _early_input(self) -> _EarlyInput | None:
-        """The job input built from the group's last layout, its shuffle started, or
-        ``None`` (no layout yet, or it cannot be built: the members' checks will say why)."""
-        layout = self.layouts.last(self.group) if self.layouts is not None else None
-        if layout is None:
+    def _early_input(self) -> EarlyInput | None:
+        """The job input started as the batch arrived, else built now from the group's last
+        layout, its shuffle started; ``None``: no layout yet, or it cannot be built (the
+        members' checks will say why)."""
+        if self.layouts is None:
             return None
-        try:
-            frame = layout.frame(self.df)
-        except Exception as exc:  # built again after the members prepared, raising there
-            log.debug("the shared job's input could not be built early: %s", exc)
-            return None
-        # without a shape the frame has no repartition of its own: no shuffle to start
-        shuffle = start_shuffle(frame) if layout.shape is not None else None
-        return _EarlyInput(layout, frame, shuffle)
+        ahead = self.layouts.take_ahead(self.group, self.df)
+        if ahead is not None:
+            return ahead
+        layout = self.layouts.last(self.group)
+        return EarlyInput.build(layout, self.df) if layout is not None else None
 
     def _shared_job(
         self, shape: SharedShape | None, writes: Mapping[str, SharedWrite],
-        early: _EarlyInput | None = None,
+        early: EarlyInput | None = None,
     ) -> dict[str, _Ran | BaseException]:  # fmt: skip
         names = list(writes)
         members = tuple(

@@ -5,9 +5,10 @@ scanning the batch and writing a shuffle, then one task per partition. Spark sta
 first stage only when the job is submitted, after the members prepared and the job was
 planned: ~40-70 ms of a batch with no task running. The shuffle's input (the batch selected,
 hashed and sorted as the group's last layout says) is known sooner, so
-:func:`start_shuffle` submits its map stage at once, while the members prepare, and gives
-a DataFrame reading that stage's output: the job built on it runs only the second stage
-(or waits for the first, which Spark shares between the two jobs). Writing a shuffle has
+:func:`start_shuffle` submits its map stage at once (as the batch arrives, or while the
+members prepare: :mod:`fanout.steps.shared_frame`), and gives a DataFrame reading that
+stage's output: the job built on it runs only the second stage (or waits for the first,
+which Spark shares between the two jobs). Writing a shuffle has
 no effect outside Spark, so a stage started for nothing is cancelled and nothing else.
 
 Spark's own ``foreachBatch`` hands the batch to its function the same way, as a DataFrame

@@ -7,6 +7,7 @@ their writes."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from fanout import BatchInfo, FanOut, SinkResult, hookimpl
 from fanout.ledger.memory import MemoryLedger
 from fanout.testing.faults import VetoOnce
 from tests.chaos.services import embedded_services
-from tests.integration.spark_jobs import completed_tasks, ended_jobs
+from tests.integration.spark_jobs import completed_tasks, ended_jobs, wait_for
 
 PARTITIONS, BATCHES, ROWS = 4, 3, 20
 
@@ -170,6 +171,35 @@ def test_a_shared_batch_starts_its_shuffle_before_its_job_and_scans_the_batch_on
         scanned = tracker.getStageInfo(scan).numCompletedTasks
         ran = completed_tasks(tracker, jobs)
         assert ran == sorted([scanned, PARTITIONS])  # the scan once, one task a partition
+    _check_targets(url, bootstrap, suffix)
+
+
+def test_a_replayed_batchs_shuffle_started_as_it_arrived_is_cancelled(
+    spark: Any, services: tuple[str, str]
+) -> None:
+    """The shuffle of the group that read the last batch starts as the next batch arrives,
+    before the ledger says which sinks are still to write; when none is (a replay), its
+    stage is cancelled and nothing is written again."""
+    url, bootstrap = services
+    suffix = uuid.uuid4().hex[:8]
+    fan = FanOut(f"sh{suffix}", MemoryLedger(), _sinks(url, bootstrap, suffix), retries=0)
+    assert _stream(spark, fan) == [2, 1, 1]
+    # batch 2 again, one row of it 8 s slow to read: only a cancel ends its scan sooner
+    slow = "if(order_id = 40, reflect('java.lang.Thread', 'sleep', CAST(8000 AS BIGINT)), '')"
+    replay = _batch(spark, 2).selectExpr("order_id", f"concat(customer, {slow}) AS customer",
+                                         "amount")  # fmt: skip
+    tracker, group = spark.sparkContext.statusTracker(), f"fanout-{suffix}-replay"
+    spark.sparkContext.setJobGroup(group, "the replayed batch's jobs")
+    try:
+        started = time.monotonic()
+        assert fan.process(replay, BatchInfo(fan.pipeline, 2, "q")) == {}  # nothing to write
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    wait_for(lambda: len(tracker.getJobIdsForGroup(group)) == 1, 5)
+    (job,) = tracker.getJobIdsForGroup(group)  # the scan started ahead, and no job after it
+    wait_for(lambda: tracker.getJobInfo(job).status == "FAILED", 5)
+    assert tracker.getJobInfo(job).status == "FAILED"  # cancelled
+    assert time.monotonic() - started < 6  # long before the slow row's 8 s
     _check_targets(url, bootstrap, suffix)
 
 

@@ -11,12 +11,14 @@ import pytest
 
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.sharing import SharedShape
+from fanout.fan_out import _read_as_given
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput, PreparedPartitions
 from fanout.partitioned.task import CommitHooks, PartitionTask
 from fanout.steps.share import SharedPass
 from fanout.steps.shared_frame import JobLayout, RecentLayouts
 from fanout.steps.shuffle_ahead import StartedShuffle
+from fanout.steps.state import BatchState
 
 PARTITIONS = 2
 
@@ -206,7 +208,7 @@ class WaitsForShuffle(Member):
 
 def _starting(monkeypatch: pytest.MonkeyPatch, failing: bool = False) -> ShuffleStarter:
     starter = ShuffleStarter(failing)
-    monkeypatch.setattr("fanout.steps.share.start_shuffle", starter)
+    monkeypatch.setattr("fanout.steps.shared_frame.start_shuffle", starter)
     return starter
 
 
@@ -276,3 +278,74 @@ def test_a_shuffle_no_job_reads_is_cancelled(monkeypatch: pytest.MonkeyPatch, fa
         with pytest.raises(RuntimeError, match="refuses" if failure == "members" else "job"):
             shared.write(member.name)
     assert [stage.cancelled for stage in starter.stages] == [True]
+
+
+def _ahead(layouts: RecentLayouts, group: tuple[str, ...], columns: tuple[str, ...]) -> None:
+    """``group`` shared a job with ``columns`` and read its batch as handed over."""
+    layouts.remember(group, JobLayout(columns, SharedShape(PARTITIONS, ("id",)), False))
+    layouts.end_batch(follow=group)
+
+
+def test_the_group_that_read_the_last_batch_starts_the_next_ones_input_as_it_arrives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starter = _starting(monkeypatch)
+    layouts = RecentLayouts()
+    _ahead(layouts, ("pg", "kafka"), ("id", "v"))
+    log: list[tuple[Any, ...]] = []
+    frame = Frame(log)
+    layouts.start_ahead(frame)  # before the guard, the plan and the members
+    built = (("select", "`id`", "`v`"), ("repartition", PARTITIONS, "`id`"))
+    assert log == list(built) and len(starter.stages) == 1
+    members = [Member(n, ["id", "v"], frame) for n in ("pg", "kafka")]
+    assert _run(frame, members, layouts, 1) == [PARTITIONS, PARTITIONS]
+    assert log == [*built, ("job", (("shuffle", built),))]  # built once, read from the shuffle
+    layouts.end_batch(follow=("pg", "kafka"))
+    assert [stage.cancelled for stage in starter.stages] == [False]
+
+
+@pytest.mark.parametrize("other", ["group", "dataframe"])
+def test_an_input_started_ahead_for_another_group_or_dataframe_is_cancelled_at_once(
+    monkeypatch: pytest.MonkeyPatch, other: str
+) -> None:
+    starter = _starting(monkeypatch)
+    layouts = RecentLayouts()
+    _ahead(layouts, ("pg", "kafka"), ("id",))
+    layouts.remember(("kafka", "pg"), JobLayout(("id",), SharedShape(PARTITIONS, ("id",)), False))
+    log: list[tuple[Any, ...]] = []
+    given = Frame(log)
+    layouts.start_ahead(given)
+    # the pass reads a persisted copy of the batch, or is another group's
+    frame = Frame(log) if other == "dataframe" else given
+    names = ("kafka", "pg") if other == "group" else ("pg", "kafka")
+    members = [WaitsForShuffle(n, ["id"], frame, starter) for n in names]
+    assert _run(frame, members, layouts, 1) == [PARTITIONS, PARTITIONS]
+    assert [stage.cancelled for stage in starter.stages] == [True, False]  # then its own
+    built = (("select", "`id`"), ("repartition", PARTITIONS, "`id`"))
+    assert log == [*built, *built, ("job", (("shuffle", built),))]
+
+
+def test_an_input_started_ahead_that_no_group_took_is_cancelled_when_the_batch_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starter = _starting(monkeypatch)  # e.g. the batch was refused, or replayed: nothing to write
+    layouts = RecentLayouts()
+    _ahead(layouts, ("pg", "kafka"), ("id",))
+    layouts.start_ahead(Frame([]))
+    assert [stage.cancelled for stage in starter.stages] == [False]
+    layouts.end_batch(follow=None)
+    assert [stage.cancelled for stage in starter.stages] == [True]
+    layouts.start_ahead(Frame([]))  # no group read the last batch as handed over: nothing
+    assert len(starter.stages) == 1
+
+
+def test_only_a_single_group_reading_the_batch_as_handed_over_is_followed() -> None:
+    given = Frame([])
+    state = BatchState(given, BatchInfo("p", 1), share_groups=[("pg", "kafka")])
+    assert _read_as_given(state, given) == ("pg", "kafka")
+    assert _read_as_given(None, given) is None  # refused before a state existed
+    copy = BatchState(Frame([]), BatchInfo("p", 1), share_groups=[("pg", "kafka")])
+    assert _read_as_given(copy, given) is None  # persisted or repartitioned for more readers
+    two = BatchState(given, BatchInfo("p", 1), share_groups=[("pg", "kafka"), ("a", "b")])
+    assert _read_as_given(two, given) is None
+    assert _read_as_given(BatchState(given, BatchInfo("p", 1)), given) is None  # none shared
