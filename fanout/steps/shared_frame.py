@@ -143,8 +143,10 @@ class RecentLayouts:
             return
         early = EarlyInput.build(layout, df)
         if early is not None:
-            with self._lock:
-                self._ahead = _HeadStart(group, df, early)
+            with self._lock:  # one FanOut per query: a head start left over is cancelled
+                earlier, self._ahead = self._ahead, _HeadStart(group, df, early)
+            if earlier is not None:
+                earlier.early.discard()
 
     def take_ahead(self, group: Group, df: Any) -> EarlyInput | None:
         """The input started ahead, when it was started for ``group`` reading this very

@@ -339,6 +339,17 @@ def test_an_input_started_ahead_that_no_group_took_is_cancelled_when_the_batch_e
     assert len(starter.stages) == 1
 
 
+def test_an_input_started_ahead_and_left_over_is_cancelled_by_the_next_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starter = _starting(monkeypatch)  # e.g. one FanOut given to two queries
+    layouts = RecentLayouts()
+    _ahead(layouts, ("pg", "kafka"), ("id",))
+    layouts.start_ahead(Frame([]))
+    layouts.start_ahead(Frame([]))
+    assert [stage.cancelled for stage in starter.stages] == [True, False]
+
+
 def test_only_a_single_group_reading_the_batch_as_handed_over_is_followed() -> None:
     given = Frame([])
     state = BatchState(given, BatchInfo("p", 1), share_groups=[("pg", "kafka")])
