@@ -4,7 +4,9 @@
 named piece in :mod:`fanout.steps` or :mod:`fanout.routes`, all sharing one
 :class:`fanout.steps.state.BatchState`:
 
-1. context (:mod:`fanout.steps.context`): query id, offsets, planning time;
+1. context (:mod:`fanout.steps.context`): query id, offsets, planning time; then, beside
+   the steps below, the shuffle of the group that shared a job over the last batch is
+   started (:mod:`fanout.steps.shared_frame`);
 2. guard (:mod:`fanout.steps.admit`): refuse a reset or rolled-back checkpoint;
 3. plan (:mod:`fanout.steps.plan`): the sinks whose ledger mark is behind the batch;
 4. partition (:mod:`fanout.steps.partition`) once for the sinks hashing the batch alike,
