@@ -145,7 +145,8 @@ class SharedPass:
     :param df: the batch DataFrame every member reads (an identity route).
     :param members: each member's sink and batch (attempt 1), in configuration order.
     :param layouts: the group's last job layout, to build this batch's job input while the
-        members prepare (:mod:`fanout.steps.shared_frame`); ``None``: built after.
+        members prepare, or the input started as the batch arrived
+        (:mod:`fanout.steps.shared_frame`); ``None``: built after.
     :param threads: wraps each member's preparation for a thread of its own
         (:func:`fanout.contract.sessions.spark_threads`, captured by the batch's thread);
         ``None``: captured when the job runs.
