@@ -18,7 +18,7 @@ import pytest
 from kafkatools import create_topic, read_topic
 from pgcheck import query
 
-from fanout import BatchInfo, FanOut, SinkResult, hookimpl
+from fanout import BatchInfo, CheckpointRollbackError, FanOut, SinkResult, hookimpl
 from fanout.ledger.memory import MemoryLedger
 from fanout.testing.faults import VetoOnce
 from tests.chaos.services import embedded_services
@@ -174,27 +174,43 @@ def test_a_shared_batch_starts_its_shuffle_before_its_job_and_scans_the_batch_on
     _check_targets(url, bootstrap, suffix)
 
 
-def test_a_replayed_batchs_shuffle_started_as_it_arrived_is_cancelled(
-    spark: Any, services: tuple[str, str]
+def _planned(fan: FanOut, batch_id: int, planned_at: int) -> BatchInfo:
+    """Batch ``batch_id`` as Spark planned it at ``planned_at`` (what the guard compares)."""
+    return BatchInfo(fan.pipeline, batch_id, "q", source_offsets=[{"logOffset": batch_id}],
+                     batch_timestamp_ms=planned_at)  # fmt: skip
+
+
+@pytest.mark.parametrize("again", ["replayed", "planned again"])
+def test_a_batch_with_nothing_to_write_cancels_the_shuffle_started_as_it_arrived(
+    spark: Any, services: tuple[str, str], again: str
 ) -> None:
     """The shuffle of the group that read the last batch starts as the next batch arrives,
-    before the ledger says which sinks are still to write; when none is (a replay), its
-    stage is cancelled and nothing is written again."""
+    before the guard and the plan; when nothing is to be written (a replay: every sink
+    holds the batch; or a rolled-back checkpoint, which the guard refuses), its stage is
+    cancelled and nothing is written again."""
     url, bootstrap = services
     suffix = uuid.uuid4().hex[:8]
     fan = FanOut(f"sh{suffix}", MemoryLedger(), _sinks(url, bootstrap, suffix), retries=0)
-    assert _stream(spark, fan) == [2, 1, 1]
+    for batch_id in range(BATCHES):
+        fan.process(_batch(spark, batch_id), _planned(fan, batch_id, 1000 + batch_id))
     # batch 2 again, one row of it 8 s slow to read: only a cancel ends its scan sooner
     slow = "if(order_id = 40, reflect('java.lang.Thread', 'sleep', CAST(8000 AS BIGINT)), '')"
-    replay = _batch(spark, 2).selectExpr("order_id", f"concat(customer, {slow}) AS customer",
-                                         "amount")  # fmt: skip
-    tracker, group = spark.sparkContext.statusTracker(), f"fanout-{suffix}-replay"
-    spark.sparkContext.setJobGroup(group, "the replayed batch's jobs")
+    batch = _batch(spark, 2).selectExpr("order_id", f"concat(customer, {slow}) AS customer",
+                                        "amount")  # fmt: skip
+    planned_at = 1002 if again == "replayed" else 99_000  # planned again: another time
+    tracker, group = spark.sparkContext.statusTracker(), f"fanout-{suffix}-again"
+    # interrupted when cancelled, so the slow task does not hold a slot for later tests
+    spark.sparkContext.setJobGroup(group, "the batch's jobs", interruptOnCancel=True)
     try:
         started = time.monotonic()
-        assert fan.process(replay, BatchInfo(fan.pipeline, 2, "q")) == {}  # nothing to write
+        if again == "replayed":
+            assert fan.process(batch, _planned(fan, 2, planned_at)) == {}  # nothing to write
+        else:
+            with pytest.raises(CheckpointRollbackError):
+                fan.process(batch, _planned(fan, 2, planned_at))
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        spark.sparkContext.setLocalProperty("spark.job.interruptOnCancel", None)
     wait_for(lambda: len(tracker.getJobIdsForGroup(group)) == 1, 5)
     (job,) = tracker.getJobIdsForGroup(group)  # the scan started ahead, and no job after it
     wait_for(lambda: tracker.getJobInfo(job).status == "FAILED", 5)
