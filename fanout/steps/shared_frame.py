@@ -142,23 +142,18 @@ class RecentLayouts:
         if group is None or layout is None or is_connect(df):
             return
         early = EarlyInput.build(layout, df)
-        if early is not None:
-            with self._lock:  # one FanOut per query: a head start left over is cancelled
-                earlier, self._ahead = self._ahead, _HeadStart(group, df, early)
-            if earlier is not None:
-                earlier.early.discard()
+        if early is not None:  # one FanOut per query: a head start left over is cancelled
+            _discard(self._replace_ahead(_HeadStart(group, df, early)))
 
     def take_ahead(self, group: Group, df: Any) -> EarlyInput | None:
         """The input started ahead, when it was started for ``group`` reading this very
         ``df``; the caller then owns it (reads it or discards it). Started for another
         group or DataFrame, it is cancelled: a batch with a second group, or read by a
         sink of its own, is persisted, so no pass of this batch reads the batch as given."""
-        with self._lock:
-            ahead, self._ahead = self._ahead, None
+        ahead = self._replace_ahead(None)
         if ahead is not None and ahead.group == group and ahead.df is df:
             return ahead.early
-        if ahead is not None:
-            ahead.early.discard()
+        _discard(ahead)
         return None
 
     def end_batch(self, follow: Group | None) -> None:
@@ -166,7 +161,15 @@ class RecentLayouts:
         batch starts ``follow``'s input ahead (``None``: none, e.g. the batch was read as
         a persisted copy, which the next batch's early start could not be used for)."""
         with self._lock:
-            ahead, self._ahead = self._ahead, None
             self._ahead_group = follow
-        if ahead is not None:
-            ahead.early.discard()
+        _discard(self._replace_ahead(None))
+
+    def _replace_ahead(self, ahead: _HeadStart | None) -> _HeadStart | None:
+        with self._lock:
+            earlier, self._ahead = self._ahead, ahead
+        return earlier
+
+
+def _discard(ahead: _HeadStart | None) -> None:
+    if ahead is not None:
+        ahead.early.discard()
