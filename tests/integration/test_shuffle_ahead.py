@@ -59,10 +59,8 @@ def test_the_shuffle_is_written_once_by_its_own_stage_and_read_by_the_job(spark:
     assert len(jobs) == 2  # the map stage's, then the job reading it
     assert len(list(tracker.getJobInfo(jobs[0]).stageIds)) == 1
     # the job reading it shares that stage while it runs, or skips it once it is done
-    assert completed_tasks(tracker, jobs) == [
-        3,
-        PARTITIONS,
-    ]  # 3 scan tasks, once; then one task per partition
+    # 3 scan tasks, once; then one task per partition
+    assert completed_tasks(tracker, jobs) == [3, PARTITIONS]
 
 
 def test_a_frame_without_a_shuffle_starts_nothing(spark: Any) -> None:
