@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from fanout.errors import PartitioningError
+from fanout.partitioned.frame_steps import frame_steps
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -122,10 +123,8 @@ def member_column_sql(by: Sequence[str]) -> str:
 
 def select_columns(df: Any, expressions: Sequence[str]) -> Any:
     """``df`` projected to ``expressions`` (quoted column names, SQL expressions), as one
-    ``selectExpr``: its strings cross to the JVM in one list, where ``select`` of names
-    costs a py4j call per name to make its column first (~2 against ~5 ms before a
-    shared job, every batch)."""
-    return df.selectExpr(*expressions)
+    ``selectExpr`` whose list of strings is kept in the JVM (:mod:`frame_steps`)."""
+    return frame_steps(df, select=expressions)
 
 
 def partitioned_frame(
@@ -142,13 +141,15 @@ def partitioned_frame(
     ``by`` into ``partitions``; sorted within each by ``sort``. The member column joins a
     projection of ``columns`` (one step), else follows the repartition: either way a row's
     value and partition are the same."""
+    keyed = [quoted(c) for c in by]
+    ordered = [quoted(c) for c in sort]  # names, as ``by``: a dot is part of the name
+    if columns is None and member:
+        parted = with_member_column(df.repartition(partitions, *keyed), by)
+        return parted.sortWithinPartitions(*ordered) if ordered else parted
+    picked = None
     if columns is not None:
         picked = [quoted(c) for c in columns] + ([member_column_sql(by)] if member else [])
-        df = select_columns(df, picked)
-    parted = df.repartition(partitions, *[quoted(c) for c in by])
-    if member and columns is None:
-        parted = with_member_column(parted, by)
-    return parted.sortWithinPartitions(*sort) if sort else parted
+    return frame_steps(df, select=picked, partitions=partitions, by=keyed, sort=ordered)
 
 
 def _member_hash(by: Sequence[str]) -> str:
