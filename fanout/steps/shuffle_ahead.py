@@ -64,6 +64,7 @@ def start_shuffle(df: Any) -> StartedShuffle | None:
     stage is submitted for a stage another job made."""
     if is_connect(df) or not hasattr(df, "_jdf"):
         return None
+    stage = None
     try:
         spark = df.sparkSession
         execution = df._jdf.queryExecution()
@@ -71,16 +72,14 @@ def start_shuffle(df: Any) -> StartedShuffle | None:
             exchange = _own_exchange(execution.executedPlan())
             if exchange is None:
                 return None
+            # in this thread: the stage's job carries its job group, like the job's own;
+            # submitted first, the map stage runs while the rest of the plan is made
+            stage = spark.sparkContext._jsc.sc().submitMapStage(exchange.shuffleDependency())
             rdd = execution.toRdd()  # reads the exchange's shuffle: the same dependency
-        # in this thread: the stage's job carries its job group, like the job's own
-        stage = spark.sparkContext._jsc.sc().submitMapStage(exchange.shuffleDependency())
-        try:
-            frame = _frame_over(spark, rdd, df._jdf.schema())
-        except Exception:
-            StartedShuffle(None, stage).cancel()
-            raise
-        return StartedShuffle(frame, stage)
+        return StartedShuffle(_frame_over(spark, rdd, df._jdf.schema()), stage)
     except Exception as exc:
+        if stage is not None:  # no frame reads it
+            StartedShuffle(None, stage).cancel()
         log.debug("the shared job's shuffle could not be started early: %s", exc)
         return None
 

@@ -113,3 +113,28 @@ def test_a_started_stage_no_job_reads_is_cancelled(spark: Any) -> None:
     while tracker.getJobInfo(job).status == "RUNNING" and time.monotonic() < deadline:
         time.sleep(0.05)
     assert tracker.getJobInfo(job).status == "FAILED"  # cancelled, long before its 20 s
+
+
+def test_a_stage_submitted_before_its_frame_failed_is_cancelled(
+    spark: Any, monkeypatch: Any
+) -> None:
+    # the map stage is submitted before the rest of the plan is made: when that fails, no
+    # frame will read the stage, so it is stopped, not left running for nothing
+    from fanout.steps import shuffle_ahead
+
+    def refused(*_: Any) -> Any:
+        raise RuntimeError("no frame")
+
+    monkeypatch.setattr(shuffle_ahead, "_frame_over", refused)
+    slow = (
+        spark.range(0, 4, numPartitions=2)
+        .selectExpr("id", "reflect('java.lang.Thread', 'sleep', CAST(20000 AS BIGINT)) AS s")
+        .repartition(PARTITIONS, "id")
+    )
+    group = f"ahead-{uuid.uuid4().hex[:8]}"
+    assert _in_group(spark, group, lambda: start_shuffle(slow)) is None
+    tracker = spark.sparkContext.statusTracker()
+    wait_for(lambda: len(tracker.getJobIdsForGroup(group)) == 1)
+    (job,) = tracker.getJobIdsForGroup(group)
+    wait_for(lambda: tracker.getJobInfo(job).status != "RUNNING")
+    assert tracker.getJobInfo(job).status == "FAILED"  # cancelled, long before its 20 s
