@@ -2,10 +2,11 @@
 
 pyspark's ``selectExpr``, ``repartition`` and ``sortWithinPartitions`` send their columns to
 the JVM as a list filled one element per round trip, and make each column by name with one
-more: ~40 round trips (~20 ms of the driver, before any task of a shared job can start) for a
-frame of a few columns, every batch. Those lists are the same batch after batch (the same
-sinks, the same columns), so :func:`frame_steps` makes them once per JVM and passes them by
-reference: the same JVM methods pyspark calls, with the same arguments, three round trips.
+more: ~40 round trips for a frame of a few columns, every batch, before any task of a shared
+job can start. Those lists are the same batch after batch (the same sinks, the same
+columns), so :func:`frame_steps` makes them once per JVM and passes them by reference: the
+same JVM methods pyspark calls, with the same arguments, in three round trips (a frame of
+seven columns: ~23 -> ~17 ms of the driver; the three analyses of the plan remain).
 Spark Connect builds its plans client-side, without round trips: it takes pyspark's own steps.
 """
 
