@@ -4,8 +4,23 @@ tracker hears of jobs through Spark's listener bus, a moment after they start or
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
+
+
+@contextmanager
+def job_group(spark: Any, group: str, *, interrupt: bool = False) -> Iterator[None]:
+    """This thread's jobs in ``group`` for the block. ``interrupt``: cancelling them
+    interrupts their tasks, so a task cancelled while it sleeps frees its slot at once for
+    the tests after it, instead of when the sleep ends."""
+    context = spark.sparkContext
+    context.setJobGroup(group, "a test's jobs", interruptOnCancel=interrupt)
+    try:
+        yield
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+        context.setLocalProperty("spark.job.interruptOnCancel", None)
 
 
 def wait_for(condition: Callable[[], bool], seconds: float = 10) -> None:

@@ -22,7 +22,7 @@ from fanout import BatchInfo, CheckpointRollbackError, FanOut, SinkResult, hooki
 from fanout.ledger.memory import MemoryLedger
 from fanout.testing.faults import VetoOnce
 from tests.chaos.services import embedded_services
-from tests.integration.spark_jobs import completed_tasks, ended_jobs, wait_for
+from tests.integration.spark_jobs import completed_tasks, ended_jobs, job_group, wait_for
 
 PARTITIONS, BATCHES, ROWS = 4, 3, 20
 
@@ -134,12 +134,9 @@ def test_every_job_of_a_shared_batch_carries_the_callers_job_group(
     assert _arrow_jobs(spark, fan, 0) == 2  # batch 0: each sink its own job
     tracker, group = spark.sparkContext.statusTracker(), f"fanout-{suffix}"
     ungrouped = set(tracker.getJobIdsForGroup(None))
-    spark.sparkContext.setJobGroup(group, "the shared batch's jobs")
-    try:
+    with job_group(spark, group):
         assert _arrow_jobs(spark, fan, 1) == 1  # one shared job, in a sink's thread
         assert _arrow_jobs(spark, fan, 2) == 1
-    finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     assert len(tracker.getJobIdsForGroup(group)) >= 2
     assert set(tracker.getJobIdsForGroup(None)) == ungrouped  # none started without it
     _check_targets(url, bootstrap, suffix)
@@ -157,11 +154,8 @@ def test_a_shared_batch_starts_its_shuffle_before_its_job_and_scans_the_batch_on
     tracker = spark.sparkContext.statusTracker()
     for batch_id in range(BATCHES):
         group = f"fanout-{suffix}-{batch_id}"
-        spark.sparkContext.setJobGroup(group, "one batch's jobs")
-        try:
+        with job_group(spark, group):
             assert _arrow_jobs(spark, fan, batch_id) == (2 if batch_id == 0 else 1)
-        finally:
-            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         jobs = ended_jobs(tracker, group, 1 if batch_id == 1 else 2)
         if batch_id < 2:  # batch 0: each sink its own job; 1: the first shared, no layout yet
             assert len(jobs) == (2 if batch_id == 0 else 1)
@@ -199,18 +193,13 @@ def test_a_batch_with_nothing_to_write_cancels_the_shuffle_started_as_it_arrived
                                         "amount")  # fmt: skip
     planned_at = 1002 if again == "replayed" else 99_000  # planned again: another time
     tracker, group = spark.sparkContext.statusTracker(), f"fanout-{suffix}-again"
-    # interrupted when cancelled, so the slow task does not hold a slot for later tests
-    spark.sparkContext.setJobGroup(group, "the batch's jobs", interruptOnCancel=True)
-    try:
+    with job_group(spark, group, interrupt=True):
         started = time.monotonic()
         if again == "replayed":
             assert fan.process(batch, _planned(fan, 2, planned_at)) == {}  # nothing to write
         else:
             with pytest.raises(CheckpointRollbackError):
                 fan.process(batch, _planned(fan, 2, planned_at))
-    finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-        spark.sparkContext.setLocalProperty("spark.job.interruptOnCancel", None)
     wait_for(lambda: len(tracker.getJobIdsForGroup(group)) == 1, 5)
     (job,) = tracker.getJobIdsForGroup(group)  # the scan started ahead, and no job after it
     wait_for(lambda: tracker.getJobInfo(job).status == "FAILED", 5)

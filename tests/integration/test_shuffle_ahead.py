@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 
 from fanout.contract.sessions import ADAPTIVE, session_settings
 from fanout.steps.shuffle_ahead import start_shuffle
-from tests.integration.spark_jobs import completed_tasks, ended_jobs, wait_for
+from tests.integration.spark_jobs import completed_tasks, ended_jobs, job_group, wait_for
 
 PARTITIONS = 4
 
@@ -30,14 +30,6 @@ def _by_partition(df: Any) -> list[list[tuple[int, str]]]:
     return parts
 
 
-def _in_group(spark: Any, group: str, action: Any) -> Any:
-    spark.sparkContext.setJobGroup(group, "shuffle ahead")
-    try:
-        return action()
-    finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-
-
 def test_the_frame_over_a_started_shuffle_holds_the_same_rows_in_the_same_partitions(
     spark: Any,
 ) -> None:
@@ -50,9 +42,10 @@ def test_the_frame_over_a_started_shuffle_holds_the_same_rows_in_the_same_partit
 
 def test_the_shuffle_is_written_once_by_its_own_stage_and_read_by_the_job(spark: Any) -> None:
     group = f"ahead-{uuid.uuid4().hex[:8]}"
-    started = _in_group(spark, group, lambda: start_shuffle(_hashed(spark)))
-    assert started is not None
-    rows = _in_group(spark, group, lambda: started.frame.selectExpr("id").collect())
+    with job_group(spark, group):
+        started = start_shuffle(_hashed(spark))
+        assert started is not None
+        rows = started.frame.selectExpr("id").collect()
     assert sorted(r.id for r in rows) == list(range(200))
     tracker = spark.sparkContext.statusTracker()
     jobs = ended_jobs(tracker, group, 2)
@@ -101,7 +94,8 @@ def test_a_started_stage_no_job_reads_is_cancelled(spark: Any) -> None:
         .repartition(PARTITIONS, "id")
     )
     group = f"ahead-{uuid.uuid4().hex[:8]}"
-    started = _in_group(spark, group, lambda: start_shuffle(slow))
+    with job_group(spark, group, interrupt=True):  # the cancelled sleep frees its slot
+        started = start_shuffle(slow)
     assert started is not None
     tracker = spark.sparkContext.statusTracker()
     # the tracker hears of jobs through Spark's listener bus, a moment after they start
@@ -132,7 +126,8 @@ def test_a_stage_submitted_before_its_frame_failed_is_cancelled(
         .repartition(PARTITIONS, "id")
     )
     group = f"ahead-{uuid.uuid4().hex[:8]}"
-    assert _in_group(spark, group, lambda: start_shuffle(slow)) is None
+    with job_group(spark, group, interrupt=True):
+        assert start_shuffle(slow) is None
     tracker = spark.sparkContext.statusTracker()
     wait_for(lambda: len(tracker.getJobIdsForGroup(group)) == 1)
     (job,) = tracker.getJobIdsForGroup(group)
