@@ -47,7 +47,7 @@ def frame_steps(
     ``.sortWithinPartitions(*sort)`` (when ``sort`` is not empty)."""
     if is_connect(df) or not hasattr(df, "_jdf"):
         return _pyspark_steps(df, select, partitions, by, sort)
-    from pyspark.sql.classic.dataframe import DataFrame
+    from pyspark.sql import DataFrame
 
     session = df.sparkSession
     lists = _lists(session.sparkContext, select, by if partitions is not None else (), sort)
@@ -92,13 +92,20 @@ def _lists(
 def _make(
     sc: Any, select: tuple[str, ...] | None, by: tuple[str, ...], sort: tuple[str, ...]
 ) -> _JvmLists:
-    # pyspark's own conversions, as its selectExpr, repartition and sortWithinPartitions
-    # make them from names: a Seq of the strings, a Seq of ``functions.col(name)``
-    from pyspark.sql.classic.column import _to_java_column, _to_seq
+    # what pyspark's selectExpr, repartition and sortWithinPartitions make of names: a Seq
+    # of the strings, a Seq of ``functions.col(name)`` (through the JVM, not pyspark's
+    # private helpers, whose module moved between releases)
+    jvm = sc._jvm
+
+    def names(values: tuple[str, ...]) -> Any:
+        return jvm.PythonUtils.toSeq(list(values))
+
+    def columns(values: tuple[str, ...]) -> Any:
+        return jvm.PythonUtils.toSeq([jvm.functions.col(name) for name in values])
 
     return _JvmLists(
         gateway=sc._gateway,
-        select=_to_seq(sc, list(select)) if select is not None else None,
-        by=_to_seq(sc, list(by), _to_java_column) if by else None,
-        sort=_to_seq(sc, list(sort), _to_java_column) if sort else None,
+        select=names(select) if select is not None else None,
+        by=columns(by) if by else None,
+        sort=columns(sort) if sort else None,
     )
