@@ -143,9 +143,9 @@ def partitioned_frame(
     value and partition are the same."""
     keyed = [quoted(c) for c in by]
     ordered = [quoted(c) for c in sort]  # names, as ``by``: a dot is part of the name
-    if columns is None and member:
-        parted = with_member_column(df.repartition(partitions, *keyed), by)
-        return parted.sortWithinPartitions(*ordered) if ordered else parted
+    if columns is None and member:  # a sink's own job: the member column after the shuffle
+        parted = with_member_column(frame_steps(df, partitions=partitions, by=keyed), by)
+        return frame_steps(parted, sort=ordered)
     picked = None
     if columns is not None:
         picked = [quoted(c) for c in columns] + ([member_column_sql(by)] if member else [])

@@ -11,7 +11,12 @@ from typing import Any
 import py4j.clientserver
 
 from fanout.partitioned.frame_steps import frame_steps
-from fanout.partitioned.membership import MEMBER_COLUMN, partitioned_frame, quoted
+from fanout.partitioned.membership import (
+    MEMBER_COLUMN,
+    partitioned_frame,
+    quoted,
+    with_member_column,
+)
 
 ROWS = [(i, f"c{i % 5}" if i % 7 else None, i * 0.5) for i in range(40)]
 SCHEMA = "`k` BIGINT, `a``b c` STRING, `d.e` DOUBLE"
@@ -40,7 +45,7 @@ def _round_trips() -> Iterator[list[int]]:
 
 
 def test_a_partitioned_frame_is_pyspark_own_frame_row_for_row(spark: Any) -> None:
-    df = spark.createDataFrame(ROWS, SCHEMA)
+    df = spark.createDataFrame(ROWS[::-1], SCHEMA)  # not in `d.e`'s order: the sort shows
     got = partitioned_frame(df, 3, BY, columns=COLUMNS, member=True, sort=["d.e"])
     picked = [quoted(c) for c in COLUMNS] + [
         f"xxhash64({quoted(BY[0])}, {quoted(BY[1])}) & 4294967295 AS {quoted(MEMBER_COLUMN)}"
@@ -77,3 +82,16 @@ def test_the_next_batch_frame_costs_three_round_trips(spark: Any) -> None:
     with _round_trips() as counted:
         batch.selectExpr(*map(quoted, COLUMNS)).repartition(3, *map(quoted, BY))
     assert counted[0] > 3 + len(COLUMNS)  # pyspark's own: a round trip per list element
+
+
+def test_a_sinks_own_frame_with_the_member_column_is_pyspark_own_frame(spark: Any) -> None:
+    df = spark.createDataFrame(ROWS[::-1], SCHEMA)  # not in `d.e`'s order: the sort shows
+    got = partitioned_frame(df, 3, BY, member=True, sort=["d.e"])
+    parted = df.repartition(3, *map(quoted, BY))
+    expected = with_member_column(parted, BY).sortWithinPartitions("`d.e`")
+    assert got.columns == ["k", "a`b c", "d.e", MEMBER_COLUMN]
+    parts = _by_partition(got)
+    assert parts == _by_partition(expected)
+    assert len(parts) == 3 and sum(len(p) for p in parts) == 40
+    for part in parts:  # sorted within each partition by `d.e`
+        assert [row[2] for row in part] == sorted(row[2] for row in part)
