@@ -8,7 +8,7 @@ on the broker, and the transaction stays open only while its records are being s
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -116,12 +116,19 @@ class Encoder:
         by column where the types allow it (:mod:`fanout_kafka.vector`)."""
         good: list[Record] = []
         bad: list[BadRecord] = []
+        for more_good, more_bad in self.encoded_batches(batches):
+            good += more_good
+            bad += more_bad
+        return good, bad
+
+    def encoded_batches(
+        self, batches: Iterable[pa.RecordBatch]
+    ) -> Iterator[tuple[list[Record], list[BadRecord]]]:
+        """:meth:`encode_arrow` one batch at a time: each non-empty batch's good and bad
+        records, as the batch is encoded."""
         for batch in batches:
             if batch.num_rows:
-                more_good, more_bad = self._encode_batch(batch)
-                good += more_good
-                bad += more_bad
-        return good, bad
+                yield self._encode_batch(batch)
 
     def _encode_batch(self, batch: pa.RecordBatch) -> tuple[list[Record], list[BadRecord]]:
         import pyarrow as pa

@@ -3,7 +3,7 @@
 The sequence for partition ``p`` of batch ``b`` (ARCHITECTURE §5):
 
 1. encode and check every record (:mod:`fanout_kafka.records`); a bad record without a
-   dead-letter target fails the partition before any producer exists;
+   dead-letter target fails the partition, and no transaction is begun;
 2. ``init_transactions`` with ``transactional.id = <prefix>-<p>``: this fences any zombie
    of an earlier attempt and completes or aborts its open transaction, so the marker read
    next is final;
@@ -13,6 +13,11 @@ The sequence for partition ``p`` of batch ``b`` (ARCHITECTURE §5):
 4. begin, produce every record (delivery callback on each), flush, check every delivery,
    ``send_offsets_to_transaction`` of offset ``b + 1`` for the marker group, commit.
 
+Steps 2 and 3 are round trips to the broker (20-40 ms a partition on a busy machine), made
+in a thread of their own while step 1 encodes the rest of the partition, from the moment
+its first Arrow batch has encoded with no bad record that would fail the partition (such a
+first batch fails it before any producer exists).
+
 Errors: retriable ones are retried here; abortable ones abort the transaction and report a
 transient failure (fanout replays the batch; committed partitions skip); a fenced producer
 reports that another writer took over the transactional id.
@@ -21,6 +26,7 @@ reports that another writer took over the transactional id.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -79,12 +85,24 @@ class PartitionWriter:
         self.transactional_id = settings.transactional_id(partition)
         self._producer: Any = None
         self._consumer: Any = None
+        self._ahead: _Ahead | None = None  # prepare() running beside the encoding
 
     # -- the whole task -----------------------------------------------------------------
 
     def run(self, batches: Iterable[pa.RecordBatch]) -> PartitionOutcome:
-        """Encode the partition's Arrow batches, then skip or write it (:meth:`write`)."""
-        records, bad = self.settings.encoder.encode_arrow(batches)
+        """Encode the partition's Arrow batches, then skip or write it (:meth:`write`);
+        :meth:`prepare` runs beside the encoding (see the module docstring)."""
+        records: list[Record] = []
+        bad: list[BadRecord] = []
+        try:
+            for good, wrong in self.settings.encoder.encoded_batches(batches):
+                records += good
+                bad += wrong
+                if self._ahead is None and not (bad and not self.settings.has_dead_letters):
+                    self._ahead = _Ahead(self.prepare, f"fanout-kafka-prepare-{self.partition}")
+        except BaseException:
+            self.close()  # the input failed: release what the early prepare made
+            raise
         return self.write(records, bad)
 
     def write(
@@ -97,7 +115,9 @@ class PartitionWriter:
         """Skip or write encoded records; never raises for a Kafka failure (the outcome
         carries it), so the driver sees every partition's fate.
 
-        :param prepared: :meth:`prepare` was already called and said "not written yet".
+        :param prepared: :meth:`prepare` was already called and said "not written yet";
+            otherwise its answer is the one :meth:`run` started beside the encoding, or it
+            is called now.
         """
         rows = len(records) + len(bad)
         if rows == 0:
@@ -105,7 +125,7 @@ class PartitionWriter:
         try:
             if bad and not self.settings.has_dead_letters:
                 raise _Rejected(bad)
-            if not prepared and self.prepare():
+            if not prepared and self._prepared():
                 return PartitionOutcome(self.partition, "skipped", rows, dead_lettered=len(bad))
             written, bad = self.commit(records, bad)
             return PartitionOutcome(
@@ -121,6 +141,12 @@ class PartitionWriter:
             self.close()
 
     # -- the steps ------------------------------------------------------------------------
+
+    def _prepared(self) -> bool:
+        """:meth:`prepare`'s answer: the one started beside the encoding, or a new one."""
+        if self._ahead is None:
+            return self.prepare()
+        return self._ahead.result()
 
     def prepare(self) -> bool:
         """Initialise the transactional producer (fencing any zombie of this id), then
@@ -367,7 +393,11 @@ class PartitionWriter:
         return None
 
     def close(self) -> None:
-        """Release the producer and the marker consumer."""
+        """Release the producer and the marker consumer (once an early :meth:`prepare`
+        that made them has ended)."""
+        if self._ahead is not None:
+            self._ahead.wait()
+            self._ahead = None
         if self._consumer is not None:
             try:
                 self._consumer.close()
@@ -392,6 +422,33 @@ class PartitionWriter:
 
     def _describe(self, exc: BaseException, kind: str | None) -> str:
         return describe(exc, kind, self.partition, self.transactional_id, self.settings.topic)
+
+
+class _Ahead:
+    """A writer's :meth:`PartitionWriter.prepare` running in a thread of its own."""
+
+    def __init__(self, prepare: Callable[[], bool], name: str) -> None:
+        self._answer = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(prepare,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, prepare: Callable[[], bool]) -> None:
+        try:
+            self._answer = prepare()
+        except BaseException as exc:  # raised to the writer by result()
+            self._error = exc
+
+    def wait(self) -> None:
+        """Wait for the thread's end."""
+        self._thread.join()
+
+    def result(self) -> bool:
+        """What ``prepare`` returned; raises what it raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._answer
 
 
 __all__ = ["PartitionWriter", "classify", "is_retriable"]

@@ -4,7 +4,9 @@ outcomes into one error: no broker needed."""
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -128,6 +130,111 @@ def test_empty_partition_needs_no_transaction() -> None:
     writer = PartitionWriter(settings(), partition=0, batch_id=5)
     assert writer.run([]) == PartitionOutcome(0, "empty")
     assert writer._producer is None
+
+
+class PrepareWatch:
+    """Stands in for the broker's side of a writer: ``prepare`` and ``commit`` record what
+    they were given, and ``close`` when it ran; ``prepare`` answers once released."""
+
+    def __init__(
+        self, writer: PartitionWriter, answer: bool = False, error: Exception | None = None
+    ):
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.committed: list[Any] = []
+        self.events: list[str] = []
+        self.answer, self.error = answer, error
+        self.writer, self._close = writer, writer.close
+        writer.prepare = self.prepare  # type: ignore[method-assign]
+        writer.commit = self.commit  # type: ignore[method-assign]
+        writer.close = self.close  # type: ignore[method-assign]
+
+    def prepare(self) -> bool:
+        self.started.set()
+        self.release.wait(10)
+        time.sleep(0.05)  # the broker's round trips
+        self.writer._producer = "a producer"  # what close() must release
+        self.events.append("prepared")
+        if self.error is not None:
+            raise self.error
+        return self.answer
+
+    def commit(self, records: list[Record], bad: list[BadRecord]) -> tuple[int, list[BadRecord]]:
+        self.committed.append(([r.key for r in records], [b.record.key for b in bad]))
+        return len(records), bad
+
+    def close(self) -> None:
+        self.release.set()  # the broker answers late: close() must wait for it
+        self._close()
+        self.events.append("closed")
+
+
+def batches(*ids: int | None) -> list[pa.RecordBatch]:
+    return [pa.RecordBatch.from_pylist([{"id": i}]) for i in ids]
+
+
+def test_the_producer_is_prepared_while_the_rest_of_the_partition_encodes() -> None:
+    writer = PartitionWriter(settings(), partition=1, batch_id=5)
+    watch = PrepareWatch(writer)
+    seen: list[bool] = []
+
+    def input_() -> Iterator[pa.RecordBatch]:
+        first, second = batches(1, 2)
+        yield first
+        # the next batch comes only once the broker's round trips are under way
+        seen.append(watch.started.wait(10))
+        watch.release.set()
+        yield second
+
+    result = writer.run(input_())
+    assert seen == [True]
+    assert result == PartitionOutcome(1, "committed", 2, 2)
+    assert watch.committed == [([b"1", b"2"], [])]
+    assert watch.events == ["prepared", "closed"] and writer._producer is None
+
+
+def test_a_partition_already_written_is_skipped_on_the_early_answer() -> None:
+    writer = PartitionWriter(settings(), partition=0, batch_id=5)
+    watch = PrepareWatch(writer, answer=True)
+    watch.release.set()
+    assert writer.run(batches(1, 2, 3)) == PartitionOutcome(0, "skipped", 3)
+    assert watch.events == ["prepared", "closed"] and watch.committed == []
+
+
+def test_the_early_prepares_error_is_the_partitions_failure() -> None:
+    writer = PartitionWriter(settings(), partition=3, batch_id=5)
+    fenced = kafka_error(KafkaError.PRODUCER_FENCED)
+    watch = PrepareWatch(writer, error=fenced)
+    watch.release.set()
+    result = writer.run(batches(1, 2))
+    assert result.status == "failed" and result.rows == 2
+    assert result.failure is not None and result.failure.kind == "fenced"
+    assert not result.failure.transient and watch.committed == []
+
+
+def test_a_bad_record_after_the_first_batch_fails_the_partition_once_prepare_ended() -> None:
+    writer = PartitionWriter(settings(), partition=2, batch_id=5)
+    watch = PrepareWatch(writer)
+    result = writer.run(batches(1, None))
+    assert result.status == "failed" and result.rows == 2
+    assert result.failure is not None and result.failure.kind == "bad_record"
+    assert watch.events == ["prepared", "closed"] and writer._producer is None
+    assert watch.committed == []
+
+
+def test_input_failing_while_the_producer_is_prepared_releases_it() -> None:
+    writer = PartitionWriter(settings(), partition=0, batch_id=5)
+    watch = PrepareWatch(writer)
+
+    def input_() -> Iterator[pa.RecordBatch]:
+        yield from batches(1)
+        assert watch.started.wait(10)
+        raise OSError("the shuffle read failed")
+
+    with pytest.raises(OSError, match="the shuffle read failed"):
+        writer.run(input_())
+    assert watch.events == ["prepared", "closed"] and writer._producer is None
+    assert watch.committed == []
 
 
 def outcome(partition: int, status: str, kind: str | None = None) -> PartitionOutcome:
