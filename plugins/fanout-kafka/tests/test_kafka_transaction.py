@@ -138,7 +138,7 @@ class PrepareWatch:
 
     def __init__(
         self, writer: PartitionWriter, answer: bool = False, error: Exception | None = None
-    ):
+    ) -> None:
         self.started = threading.Event()
         self.release = threading.Event()
         self.committed: list[Any] = []
