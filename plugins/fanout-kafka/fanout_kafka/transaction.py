@@ -26,9 +26,9 @@ reports that another writer took over the transactional id.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -85,7 +85,7 @@ class PartitionWriter:
         self.transactional_id = settings.transactional_id(partition)
         self._producer: Any = None
         self._consumer: Any = None
-        self._ahead: _Ahead | None = None  # prepare() running beside the encoding
+        self._ahead: Future[bool] | None = None  # prepare() running beside the encoding
 
     # -- the whole task -----------------------------------------------------------------
 
@@ -99,7 +99,7 @@ class PartitionWriter:
                 records += good
                 bad += wrong
                 if self._ahead is None and not (bad and not self.settings.has_dead_letters):
-                    self._ahead = _Ahead(self.prepare, f"fanout-kafka-prepare-{self.partition}")
+                    self._ahead = self._prepare_in_thread()
         except BaseException:
             self.close()  # the input failed: release what the early prepare made
             raise
@@ -141,6 +141,14 @@ class PartitionWriter:
             self.close()
 
     # -- the steps ------------------------------------------------------------------------
+
+    def _prepare_in_thread(self) -> Future[bool]:
+        """:meth:`prepare` started in a thread of its own."""
+        pool = ThreadPoolExecutor(1, thread_name_prefix=f"fanout-kafka-prepare-{self.partition}")
+        try:
+            return pool.submit(self.prepare)
+        finally:
+            pool.shutdown(wait=False)
 
     def _prepared(self) -> bool:
         """:meth:`prepare`'s answer: the one started beside the encoding, or a new one."""
@@ -396,7 +404,7 @@ class PartitionWriter:
         """Release the producer and the marker consumer (once an early :meth:`prepare`
         that made them has ended)."""
         if self._ahead is not None:
-            self._ahead.wait()
+            wait([self._ahead])
             self._ahead = None
         if self._consumer is not None:
             try:
@@ -422,33 +430,6 @@ class PartitionWriter:
 
     def _describe(self, exc: BaseException, kind: str | None) -> str:
         return describe(exc, kind, self.partition, self.transactional_id, self.settings.topic)
-
-
-class _Ahead:
-    """A writer's :meth:`PartitionWriter.prepare` running in a thread of its own."""
-
-    def __init__(self, prepare: Callable[[], bool], name: str) -> None:
-        self._answer = False
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(prepare,), name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self, prepare: Callable[[], bool]) -> None:
-        try:
-            self._answer = prepare()
-        except BaseException as exc:  # raised to the writer by result()
-            self._error = exc
-
-    def wait(self) -> None:
-        """Wait for the thread's end."""
-        self._thread.join()
-
-    def result(self) -> bool:
-        """What ``prepare`` returned; raises what it raised."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._answer
 
 
 __all__ = ["PartitionWriter", "classify", "is_retriable"]
