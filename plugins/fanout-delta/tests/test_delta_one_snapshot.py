@@ -13,6 +13,7 @@ after the check returns (the moment of the race), another writer commits.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,37 @@ def test_append_zombie_commit_between_check_and_write_leaves_one_copy(tmp_path, 
     assert DeltaTable(str(path)).version() == 1
     assert result.already_written is True
     assert len(calls) == 2  # checked, conflict, checked again on the fresh snapshot
+
+
+def test_append_whose_snapshot_lost_its_log_to_a_zombie_is_checked_again(tmp_path, monkeypatch):
+    """A table keeping a short log (``delta.logRetentionDuration``): the zombie's commits
+    removed the log files after this write's snapshot, so delta-rs cannot check them for
+    conflicts and refuses the commit. fanout re-checks the fresh snapshot: the zombie
+    wrote the batch, so this write commits nothing."""
+    path = tmp_path / "t"
+    short_log = {"delta.checkpointInterval": "2", "delta.logRetentionDuration": "interval 1 minute"}
+    sink = opened(path, configuration=short_log)
+    sink.write(make_batch({"id": pa.array([1, 2], pa.int64())}, 0))
+
+    def zombie() -> None:
+        zombie_append(path, [3, 4], APP_ID, 1)()
+        for n in range(3):  # another writer's commits: a checkpoint at version 4
+            zombie_append(path, [100 + n], "other", n)()
+        log = path / "_delta_log"
+        for file in log.iterdir():  # ten minutes pass
+            os.utime(file, (file.stat().st_mtime - 600,) * 2)
+        zombie_append(path, [103], "other", 3)()  # removes the log before version 3
+
+    calls = zombie_after_first_check(monkeypatch, deltaio, zombie)
+
+    result = sink.write(make_batch({"id": pa.array([3, 4], pa.int64())}, 1))
+
+    assert not (path / "_delta_log" / f"{1:020d}.json").exists()
+    assert [r["id"] for r in table_rows(path)] == [1, 2, 3, 4, 100, 101, 102, 103]
+    assert DeltaTable(str(path)).transaction_version(APP_ID) == 1
+    assert DeltaTable(str(path)).version() == 5  # nothing committed by this write
+    assert result.already_written is True
+    assert len(calls) == 2  # checked, refused, checked again on the fresh snapshot
 
 
 def test_append_zombie_creating_the_table_between_check_and_write(tmp_path, monkeypatch):
