@@ -20,6 +20,10 @@ from fanout.errors import ConfigurationError
 PROPERTY = "delta.setTransactionRetentionDuration"
 """The Delta table property that expires transaction ids."""
 
+LOG_RETENTION_PROPERTY = "delta.logRetentionDuration"
+"""The Delta table property saying how long log files are kept (checkpoints keep the
+table's state, transaction ids included, so it bounds time travel, not the marks)."""
+
 LEDGER_FLOOR = timedelta(days=3650)
 """The shortest retention the ledger table accepts: its epoch id is written once per
 epoch and its high-water mark only by commits, so any retention a pipeline can outlive

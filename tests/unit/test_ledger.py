@@ -7,6 +7,7 @@ compaction, vacuum) runs against ``DeltaLedger`` alone.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -475,3 +476,101 @@ def test_the_ledger_compacts_its_small_files_as_it_goes(tmp_path: Path) -> None:
     reopened.mark_committed(committed("orders", "delta", 8))
     assert len(DeltaTable(str(path)).file_uris()) == 1
     assert reopened.last_committed("orders", ["pg", "delta"]) == {"pg": 8, "delta": 8}
+
+
+# -- the ledger's log ---------------------------------------------------------------------
+
+
+def log_files(path: Path) -> list[str]:
+    """The names of the files in the table's log directory."""
+    return sorted(p.name for p in (path / "_delta_log").iterdir() if p.is_file())
+
+
+def age_log(path: Path, seconds: float) -> None:
+    """Make every file of the table's log ``seconds`` older (what time does to them)."""
+    for name in log_files(path):
+        file = path / "_delta_log" / name
+        then = file.stat().st_mtime - seconds
+        os.utime(file, (then, then))
+
+
+def test_a_new_ledger_keeps_minutes_of_log_and_its_marks(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    led = DeltaLedger(str(path), checkpoint_interval=5)
+    led.open()
+    config = DeltaTable(str(path)).metadata().configuration
+    assert config["delta.logRetentionDuration"] == "interval 15 minutes"
+    for batch in range(12):
+        led.mark_committed(committed("orders", "pg", batch))
+    assert len([n for n in log_files(path) if n.endswith(".json")]) == 13  # versions 0-12
+    age_log(path, 20 * 60)  # 20 minutes pass
+
+    assert led.mark_committed(committed("orders", "pg", 12)) is True  # version 13
+
+    # the commit removed the log older than 15 minutes, up to the last checkpoint (10)
+    assert [n for n in log_files(path) if n.endswith(".json")] == [
+        f"{v:020d}.json" for v in (9, 10, 11, 12, 13)
+    ]
+    assert led.lookup("orders", ["pg"]) == LedgerView(0, 12, {"pg": 12})
+    reopened = DeltaLedger(str(path))
+    assert reopened.lookup("orders", ["pg"]) == LedgerView(0, 12, {"pg": 12})
+    assert reopened.mark_committed(committed("orders", "pg", 7)) is False
+    assert [e.batch_id for e in rows(reopened)] == list(range(13))
+
+
+def test_a_ledger_without_a_log_retention_gets_one_when_opened(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    old = DeltaLedger(str(path), log_retention=None)  # as fanout made them before
+    old.open()
+    old.mark_committed(committed("orders", "pg", 0))
+    assert "delta.logRetentionDuration" not in DeltaTable(str(path)).metadata().configuration
+
+    led = DeltaLedger(str(path))
+    led.open()
+
+    table = DeltaTable(str(path))
+    assert table.metadata().configuration["delta.logRetentionDuration"] == "interval 15 minutes"
+    assert table.version() == 2  # one metadata commit
+    assert led.lookup("orders", ["pg"]) == LedgerView(0, 0, {"pg": 0})
+    assert led.mark_committed(committed("orders", "pg", 1)) is True
+
+    DeltaTable(str(path)).alter.set_table_properties(
+        {"delta.logRetentionDuration": "interval 2 days"}  # the user's own choice
+    )
+    DeltaLedger(str(path)).open()
+    assert DeltaTable(str(path)).metadata().configuration["delta.logRetentionDuration"] == (
+        "interval 2 days"
+    )
+
+
+def test_a_log_retention_that_is_no_interval_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a Delta interval"):
+        DeltaLedger(str(tmp_path / "ledger"), log_retention="15 minutes please")
+
+
+def test_a_mark_on_a_snapshot_whose_log_was_removed_is_checked_again(tmp_path: Path) -> None:
+    """Another writer's commits removed the log files after this ledger's snapshot:
+    delta-rs cannot check them for conflicts and refuses the commit; the marks are
+    checked again on the fresh snapshot, as after a commit race."""
+    path = tmp_path / "ledger"
+    ours = DeltaLedger(str(path), checkpoint_interval=5)
+    ours.open()
+    ours.mark_committed(committed("orders", "pg", 4))
+    assert ours.lookup("orders", ["pg"]) == LedgerView(0, 4, {"pg": 4})
+    zombie = DeltaLedger(str(path))  # a driver still running the same query
+    zombie.open()
+    zombie.mark_committed(committed("orders", "pg", 5, rows=50))
+    for batch in range(8):
+        zombie.mark_committed(committed("other", "x", batch))
+    age_log(path, 20 * 60)
+    zombie.mark_committed(committed("other", "x", 8))
+    assert "00000000000000000002.json" not in log_files(path)  # ours is at version 1
+
+    assert ours.mark_committed(committed("orders", "pg", 5, rows=51)) is False
+    assert ours.mark_committed(committed("orders", "delta", 5, rows=52)) is True
+    assert ours.lookup("orders", ["pg", "delta"]) == LedgerView(0, 5, {"pg": 5, "delta": 5})
+    assert [(e.sink, e.batch_id, e.rows) for e in rows(ours) if e.pipeline == "orders"] == [
+        ("delta", 5, 52),
+        ("pg", 4, None),
+        ("pg", 5, 50),
+    ]
