@@ -24,6 +24,10 @@ LOG_RETENTION_PROPERTY = "delta.logRetentionDuration"
 """The Delta table property saying how long log files are kept (checkpoints keep the
 table's state, transaction ids included, so it bounds time travel, not the marks)."""
 
+OWN_LOG_RETENTION = "interval 15 minutes"
+"""How much Delta log fanout's own tables keep (the ledger, the spool): delta-rs lists every
+file of the log directory at each commit, and fanout reads no old version of them."""
+
 LEDGER_FLOOR = timedelta(days=3650)
 """The shortest retention the ledger table accepts: its epoch id is written once per
 epoch and its high-water mark only by commits, so any retention a pipeline can outlive

@@ -30,6 +30,7 @@ from fanout.delta_tables.io import (
 )
 from fanout.delta_tables.retention import (
     LOG_RETENTION_PROPERTY,
+    OWN_LOG_RETENTION,
     check_ledger_retention,
     parse_interval,
 )
@@ -51,9 +52,6 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
-
-LEDGER_LOG_RETENTION = "interval 15 minutes"
-"""How much of its Delta log a ledger keeps (``DeltaLedger(log_retention=...)``)."""
 
 
 class DeltaLedger:
@@ -92,7 +90,7 @@ class DeltaLedger:
         checkpoint_interval: int = 20,
         compact_after_files: int | None = 32,
         mark_linger_s: float = 0.1,
-        log_retention: str | None = LEDGER_LOG_RETENTION,
+        log_retention: str | None = OWN_LOG_RETENTION,
     ) -> None:
         if checkpoint_interval < 1:
             raise ValueError("checkpoint_interval must be >= 1")

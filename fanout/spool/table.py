@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from fanout.contract.batch import BatchInfo, pipeline_scope
 from fanout.delta_tables.io import open_table, read_arrow
+from fanout.delta_tables.retention import LOG_RETENTION_PROPERTY, OWN_LOG_RETENTION
 from fanout.errors import SpoolError
 
 if TYPE_CHECKING:
@@ -37,6 +38,9 @@ PIPELINE_COLUMN = "_fanout_pipeline"
 EPOCH_COLUMN = "_fanout_epoch"
 BATCH_COLUMN = "_fanout_batch"
 PARTITION_COLUMNS = (PIPELINE_COLUMN, EPOCH_COLUMN, BATCH_COLUMN)
+SHORT_LOG = {LOG_RETENTION_PROPERTY: OWN_LOG_RETENTION}
+"""The spool's tables keep minutes of Delta log: a sink behind for hours spools a batch
+a commit, and delta-rs lists the whole log at each."""
 
 BatchKey = tuple[int, int]
 """``(epoch, batch_id)``: batches sort by it."""
@@ -134,6 +138,7 @@ class Spool:
                         schema=index_schema(),
                         mode="ignore",
                         name="fanout_spool_index",
+                        configuration=SHORT_LOG,
                         storage_options=dict(self.storage_options or {}) or None,
                     )
                 rows = read_arrow(table, filters=[("pipeline", "=", self.pipeline)]).to_pylist()
@@ -306,6 +311,7 @@ class Spool:
             partition_by=list(PARTITION_COLUMNS),
             schema_mode="merge",  # a later batch may carry new columns
             commit_properties=commit_properties({app_id: info.batch_id}),
+            configuration=None if table is not None else SHORT_LOG,
             storage_options=None if table is not None else dict(self.storage_options or {}) or None,
         )
 

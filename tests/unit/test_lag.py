@@ -89,6 +89,22 @@ def test_a_lag_sink_fails_alone_is_spooled_for_and_catches_up_in_order(tmp_path:
         fan.close()
 
 
+def test_the_spools_tables_keep_minutes_of_delta_log(tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = _fan(tmp_path, [ScriptedSink("good"), _spec(down)], probe_interval_s=3600)
+    try:
+        fan.process(SchemaFrame([1, 2]), BatchInfo("lagged", 0, "q"))
+        spool = fan.lagging.spool
+        assert spool is not None and [b.batch_id for b in spool.batches()] == [0]
+        for table in (spool.index_path, spool.data_path):
+            configuration = DeltaTable(table).metadata().configuration
+            assert configuration["delta.logRetentionDuration"] == "interval 15 minutes", table
+    finally:
+        fan.close()
+
+
 def test_a_stop_sink_still_fails_the_batch(tmp_path: Path) -> None:
     from fanout import BatchFailedError
 
