@@ -11,6 +11,7 @@ when they open; :func:`retention_of` reads it.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from datetime import timedelta
@@ -32,6 +33,45 @@ LEDGER_FLOOR = timedelta(days=3650)
 """The shortest retention the ledger table accepts: its epoch id is written once per
 epoch and its high-water mark only by commits, so any retention a pipeline can outlive
 would make it forget which batches are done."""
+
+LONG_LOG_FILES = 10_000
+"""A log directory this long costs every batch's commit ~0.1 s: delta-rs lists its files
+and checks each one's age at each commit (~11 us a file a batch on a local disk,
+``bench/bench_aged.py``)."""
+
+_US_PER_LOG_FILE = 11
+
+
+def log_files_on_disk(path: str) -> int | None:
+    """How many files the Delta table at ``path`` keeps in its ``_delta_log`` directory,
+    when the path is on a local or mounted disk; ``None`` for an object store (counting
+    would list it) or when there is no log."""
+    if "://" in path and not path.startswith("file://"):
+        return None
+    log = os.path.join(path.removeprefix("file://"), "_delta_log")
+    try:
+        with os.scandir(log) as entries:
+            return sum(1 for _ in entries)
+    except OSError:
+        return None
+
+
+def long_log_advice(where: str, files: int, configuration: Mapping[str, str | None]) -> str:
+    """The warning for a table whose log directory holds ``files`` files: what it costs a
+    batch, and how to keep less."""
+    retention = configuration.get(LOG_RETENTION_PROPERTY)
+    kept = f"{retention!r}" if retention else "unset: Delta keeps 30 days"
+    return (
+        f"{where} keeps {files:,} files in its _delta_log ({LOG_RETENTION_PROPERTY} "
+        f"{kept}); delta-rs lists them and checks each one's age at every commit, about "
+        f"{files * _US_PER_LOG_FILE / 1e6:.2f} s a batch on a local disk. If nothing needs "
+        f"its older versions (time travel, a sink's backfill_from), keep less log: ALTER "
+        f"TABLE ... SET TBLPROPERTIES ('{LOG_RETENTION_PROPERTY}' = 'interval 1 day') "
+        f"(delta-rs: DeltaTable(path).alter.set_table_properties({{"
+        f"'{LOG_RETENTION_PROPERTY}': 'interval 1 day'}})); the next commits remove the "
+        f"older log, up to the last checkpoint"
+    )
+
 
 _UNITS = {
     "microsecond": timedelta(microseconds=1),

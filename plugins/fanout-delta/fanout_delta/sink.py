@@ -183,6 +183,7 @@ class DeltaSink(Sink):
             raise self._error(f"cannot open the Delta table at {self.path!r}: {exc}") from exc
         if table is not None:
             self._check_table(table)
+            self._check_log_length(table)
         self._check_txn_retention(
             table.metadata().configuration if table is not None else self.configuration
         )
@@ -411,6 +412,17 @@ class DeltaSink(Sink):
                 f"{self.path!r} is partitioned by {existing!r}; use the table's partitioning "
                 "(or omit the option)"
             )
+
+    def _check_log_length(self, table: Any) -> None:
+        """Warn when the table's log directory is long enough to slow every commit (a
+        table on a local or mounted disk; an object store is not listed for it)."""
+        from fanout.delta_tables import retention
+
+        files = retention.log_files_on_disk(self.path)  # type: ignore[arg-type]
+        if files is not None and files >= retention.LONG_LOG_FILES:
+            where = f"Delta sink {self.name!r}: the table {self.path!r}"
+            configuration = table.metadata().configuration
+            logger.warning(retention.long_log_advice(where, files, configuration))
 
     def _check_txn_retention(self, configuration: Mapping[str, str | None] | None) -> None:
         """Refuse a ``delta.setTransactionRetentionDuration`` shorter than the option

@@ -474,3 +474,36 @@ def test_bad_delta_options_fail_when_the_fanout_is_built(tmp_path: Path) -> None
             [{"type": "delta", "name": "latest", "path": str(tmp_path), "mode": "merge"}],
         )
     assert "sink 'latest'" in str(keyless.value) and "keys" in str(keyless.value)
+
+
+def test_a_table_with_a_long_log_is_a_warning_naming_the_fix(tmp_path, monkeypatch, caplog):
+    from fanout.delta_tables import retention
+
+    path = tmp_path / "t"
+    sink = opened(path)
+    for batch in range(4):  # versions 0-3: four files in _delta_log
+        sink.write(make_batch({"id": [batch]}, batch_id=batch))
+    monkeypatch.setattr(retention, "LONG_LOG_FILES", 5)
+    with caplog.at_level(logging.WARNING, logger="fanout_delta.sink"):
+        opened(path)  # 4 files: below
+    assert "_delta_log" not in caplog.text
+
+    sink.write(make_batch({"id": [4]}, batch_id=4))
+    with caplog.at_level(logging.WARNING, logger="fanout_delta.sink"):
+        opened(path)
+    (warning,) = [r.getMessage() for r in caplog.records if "_delta_log" in r.getMessage()]
+    assert warning.startswith(f"Delta sink 's': the table {str(path)!r} keeps 5 files in its ")
+    assert "delta.logRetentionDuration unset: Delta keeps 30 days" in warning
+    assert "ALTER TABLE ... SET TBLPROPERTIES ('delta.logRetentionDuration' = " in warning
+
+
+def test_only_a_log_on_disk_is_counted(tmp_path):
+    from fanout.delta_tables.retention import log_files_on_disk
+
+    (tmp_path / "_delta_log").mkdir()
+    for version in range(3):
+        (tmp_path / "_delta_log" / f"{version:020d}.json").write_text("{}")
+    assert log_files_on_disk(str(tmp_path)) == 3
+    assert log_files_on_disk(f"file://{tmp_path}") == 3
+    assert log_files_on_disk(str(tmp_path / "missing")) is None
+    assert log_files_on_disk("s3://bucket/table") is None  # an object store is not listed
