@@ -1,12 +1,18 @@
-"""Delta's ``delta.setTransactionRetentionDuration`` against fanout's transaction ids.
+"""Delta's retention properties against fanout.
 
-fanout skips a batch a Delta table already holds by the table's transaction
-``(app id, batch id)``. A table with ``delta.setTransactionRetentionDuration`` forgets a
-transaction once its ``lastUpdated`` is older than that: delta-rs when it reads the log,
-delta-spark at its checkpoints. A batch written to the table but not yet marked in the
-ledger when the pipeline stopped (a crash between the two) is then written a second time
-by a restart that comes later than the retention. Sinks and the ledger check the property
-when they open; :func:`retention_of` reads it.
+``delta.setTransactionRetentionDuration`` against fanout's transaction ids: fanout skips a
+batch a Delta table already holds by the table's transaction ``(app id, batch id)``. A
+table with ``delta.setTransactionRetentionDuration`` forgets a transaction once its
+``lastUpdated`` is older than that: delta-rs when it reads the log, delta-spark at its
+checkpoints. A batch written to the table but not yet marked in the ledger when the
+pipeline stopped (a crash between the two) is then written a second time by a restart that
+comes later than the retention. Sinks and the ledger check the property when they open;
+:func:`retention_of` reads it.
+
+``delta.logRetentionDuration`` against a long-running stream: every batch adds a file to
+a table's log, and delta-rs lists the whole log directory at each commit. fanout's own
+tables keep :data:`OWN_LOG_RETENTION`; a sink table on disk whose log is long is a warning
+(:func:`long_log_advice`).
 """
 
 from __future__ import annotations

@@ -190,7 +190,6 @@ class DeltaLedger:
                 "and every mark lists all of it): %s",
                 self.path, LOG_RETENTION_PROPERTY, self.log_retention, exc,
             )  # fmt: skip
-            table.update_incremental()
             return
         log.info(
             "ledger %s: keeps %s of log from now on (%s)",

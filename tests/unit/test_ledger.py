@@ -574,3 +574,28 @@ def test_a_mark_on_a_snapshot_whose_log_was_removed_is_checked_again(tmp_path: P
         ("pg", 4, None),
         ("pg", 5, 50),
     ]
+
+
+def test_a_ledger_that_cannot_take_the_log_retention_still_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from deltalake.table import TableAlterer
+
+    path = tmp_path / "ledger"
+    old = DeltaLedger(str(path), log_retention=None)
+    old.open()
+    old.mark_committed(committed("orders", "pg", 0))
+
+    def refused(self: object, properties: object, *args: object, **kwargs: object) -> None:
+        raise OSError("another writer's commit")
+
+    monkeypatch.setattr(TableAlterer, "set_table_properties", refused)
+    led = DeltaLedger(str(path))
+    with caplog.at_level("WARNING", logger="fanout.ledger.delta"):
+        led.open()
+
+    assert "could not set delta.logRetentionDuration = 'interval 15 minutes'" in caplog.text
+    assert "another writer's commit" in caplog.text
+    assert "delta.logRetentionDuration" not in DeltaTable(str(path)).metadata().configuration
+    assert led.mark_committed(committed("orders", "pg", 1)) is True
+    assert led.lookup("orders", ["pg"]) == LedgerView(0, 1, {"pg": 1})
