@@ -154,16 +154,25 @@ def commit_properties(
 
 def is_commit_conflict(error: BaseException) -> bool:
     """Whether ``error`` is delta-rs refusing a commit because another writer committed
-    first (on the same transaction app id, on data a merge read, or by creating the table
-    a create-if-missing write expected absent), or because the log files after the
-    snapshot's version are gone (other writers committed, and their commits removed the
-    log files older than the table's ``delta.logRetentionDuration``: delta-rs cannot
-    check them for conflicts). The snapshot is stale: re-check, retry."""
+    first (on the same transaction app id, on data a merge read, a change of the table's
+    metadata or protocol, or by creating the table a create-if-missing write expected
+    absent), or because the log files after the snapshot's version are gone (other
+    writers committed, and their commits removed the log files older than the table's
+    ``delta.logRetentionDuration``: delta-rs cannot check them for conflicts). The
+    snapshot is stale: re-check, retry."""
     from deltalake.exceptions import CommitFailedError, DeltaError
 
     text = str(error).lower()
     if isinstance(error, CommitFailedError):
-        return "concurrent" in text or "version already exists" in text
+        return any(
+            sign in text
+            for sign in (
+                "concurrent",
+                "version already exists",
+                "metadata changed",
+                "protocol changed",
+            )
+        )
     return isinstance(error, DeltaError) and (
         "already exists" in text or "invalid table version" in text
     )

@@ -141,6 +141,28 @@ def test_append_whose_snapshot_lost_its_log_to_a_zombie_is_checked_again(tmp_pat
     assert len(calls) == 2  # checked, refused, checked again on the fresh snapshot
 
 
+def test_append_after_another_writer_changed_the_tables_metadata_is_written(tmp_path, monkeypatch):
+    """Another writer changes a table property between the check and the write: delta-rs
+    refuses the commit ("Metadata changed since last commit"); fanout re-checks the fresh
+    snapshot and writes the batch once."""
+    path = tmp_path / "t"
+    sink = opened(path)
+    sink.write(make_batch({"id": pa.array([1, 2], pa.int64())}, 0))
+
+    def alter() -> None:
+        DeltaTable(str(path)).alter.set_table_properties({"delta.checkpointInterval": "50"})
+
+    calls = zombie_after_first_check(monkeypatch, deltaio, alter)
+
+    result = sink.write(make_batch({"id": pa.array([3, 4], pa.int64())}, 1))
+
+    assert [r["id"] for r in table_rows(path)] == [1, 2, 3, 4]
+    assert txn_commits(path, APP_ID) == [(0, 0), (2, 1)]
+    assert DeltaTable(str(path)).metadata().configuration["delta.checkpointInterval"] == "50"
+    assert result.rows == 2 and not result.already_written
+    assert len(calls) == 2  # checked, refused, checked again on the fresh snapshot
+
+
 def test_append_zombie_creating_the_table_between_check_and_write(tmp_path, monkeypatch):
     path = tmp_path / "t"
     sink = opened(path)
