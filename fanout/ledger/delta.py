@@ -185,6 +185,8 @@ class DeltaLedger:
         try:
             table.alter.set_table_properties(self._log_configuration())
         except Exception as exc:
+            if self._log_retention_set_meanwhile():
+                return  # another FanOut opening the same ledger set it first
             log.warning(
                 "ledger %s: could not set %s = %r (its log keeps Delta's default 30 days, "
                 "and every mark lists all of it): %s",
@@ -195,6 +197,15 @@ class DeltaLedger:
             "ledger %s: keeps %s of log from now on (%s)",
             self.path, self.log_retention, LOG_RETENTION_PROPERTY,
         )  # fmt: skip
+
+    def _log_retention_set_meanwhile(self) -> bool:
+        try:
+            table = open_table(self.path, self.storage_options)
+        except Exception:
+            return False
+        return table is not None and bool(
+            table.metadata().configuration.get(LOG_RETENTION_PROPERTY)
+        )
 
     def _fresh(self) -> DeltaTable:
         """The ledger table at its latest version (caller holds the lock)."""

@@ -599,3 +599,27 @@ def test_a_ledger_that_cannot_take_the_log_retention_still_opens(
     assert "delta.logRetentionDuration" not in DeltaTable(str(path)).metadata().configuration
     assert led.mark_committed(committed("orders", "pg", 1)) is True
     assert led.lookup("orders", ["pg"]) == LedgerView(0, 1, {"pg": 1})
+
+
+def test_a_ledger_whose_log_retention_another_opener_set_first_opens_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from deltalake.table import TableAlterer
+
+    path = tmp_path / "ledger"
+    DeltaLedger(str(path), log_retention=None).open()
+    real = TableAlterer.set_table_properties
+
+    def raced(self: TableAlterer, properties: dict[str, str], *args: object) -> None:
+        real(DeltaTable(str(path)).alter, {"delta.logRetentionDuration": "interval 1 hours"})
+        raise OSError("Failed to commit transaction: Concurrent transaction failed.")
+
+    monkeypatch.setattr(TableAlterer, "set_table_properties", raced)
+    led = DeltaLedger(str(path))
+    with caplog.at_level("WARNING", logger="fanout.ledger.delta"):
+        led.open()
+
+    assert caplog.text == ""
+    configuration = DeltaTable(str(path)).metadata().configuration
+    assert configuration["delta.logRetentionDuration"] == "interval 1 hours"
+    assert led.mark_committed(committed("orders", "pg", 0)) is True
