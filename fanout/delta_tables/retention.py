@@ -42,10 +42,10 @@ would make it forget which batches are done."""
 
 LONG_LOG_FILES = 10_000
 """A log directory this long costs every batch's commit ~0.1 s: delta-rs lists its files
-and checks each one's age at each commit (~11 us a file a batch on a local disk,
+and checks each one's age at each commit (~10 us a file a batch on a local disk,
 ``bench/bench_aged.py``)."""
 
-_US_PER_LOG_FILE = 11
+_US_PER_LOG_FILE = 10
 
 
 def log_files_on_disk(path: str) -> int | None:

@@ -77,7 +77,7 @@ class DeltaLedger:
         leave the table's own). delta-rs lists every file of the log directory at every
         commit, and removes the log files older than this (before the last checkpoint)
         as it commits; Delta's default keeps 30 days of them. On a local disk, 3,000
-        batches 10 s apart made a batch's lookup and mark 36 ms slower with Delta's
+        batches 10 s apart made a batch's lookup and mark 32-36 ms slower with Delta's
         default, 4 ms with 15 minutes (``bench/bench_aged.py``). fanout reads no old
         version of its ledger (the marks are transactions, kept in every checkpoint).
     """
