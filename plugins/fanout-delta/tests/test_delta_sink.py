@@ -497,13 +497,16 @@ def test_a_table_with_a_long_log_is_a_warning_naming_the_fix(tmp_path, monkeypat
     assert "ALTER TABLE ... SET TBLPROPERTIES ('delta.logRetentionDuration' = " in warning
 
 
-def test_only_a_log_on_disk_is_counted(tmp_path):
+def test_only_a_log_on_disk_is_counted(tmp_path, monkeypatch):
     from fanout.delta_tables.retention import log_files_on_disk
 
-    (tmp_path / "_delta_log").mkdir()
-    for version in range(3):
-        (tmp_path / "_delta_log" / f"{version:020d}.json").write_text("{}")
+    for table in (tmp_path, tmp_path / "s3:" / "bucket" / "table"):
+        (table / "_delta_log").mkdir(parents=True)
+        for version in range(3):
+            (table / "_delta_log" / f"{version:020d}.json").write_text("{}")
     assert log_files_on_disk(str(tmp_path)) == 3
     assert log_files_on_disk(f"file://{tmp_path}") == 3
     assert log_files_on_disk(str(tmp_path / "missing")) is None
-    assert log_files_on_disk("s3://bucket/table") is None  # an object store is not listed
+    # an object store is not listed, even where the URI reads as a local relative path
+    monkeypatch.chdir(tmp_path)
+    assert log_files_on_disk("s3://bucket/table") is None
