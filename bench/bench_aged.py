@@ -49,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BenchFailure, generate_input, run_with_workdir
+from common import SCHEMA, BenchFailure, generate_input, run_with_workdir
 
 PIPELINE = "aged"
 SINK = "bronze"
@@ -212,7 +212,7 @@ def _run(
         [{"type": "delta", "name": SINK, "path": str(table), "engine": "rs", "mode": "append"}],
     )
     query = (
-        spark.readStream.schema(_spark_schema())
+        spark.readStream.schema(SCHEMA)
         .option("maxFilesPerTrigger", 1)
         .json(str(source))
         .writeStream.foreachBatch(fan)
@@ -228,12 +228,6 @@ def _run(
     _verify(variant, table, ledger, args, len(progress))
     ms = statistics.median(float(p["durationMs"]["addBatch"]) for p in progress[SKIP:])
     return ms, (_log_files(ledger), _log_files(table))
-
-
-def _spark_schema() -> str:
-    from common import SCHEMA
-
-    return SCHEMA
 
 
 def _verify(variant: str, table: Path, ledger: Path, args: argparse.Namespace, seen: int) -> None:
