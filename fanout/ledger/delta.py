@@ -179,8 +179,7 @@ class DeltaLedger:
         removed) this ledger's, in one metadata commit. A failure (another writer's
         commit meanwhile) is logged: the marks do not depend on it, the next start tries
         again."""
-        configuration = table.metadata().configuration
-        if self.log_retention is None or configuration.get(LOG_RETENTION_PROPERTY) is not None:
+        if self.log_retention is None or _keeps_a_log_retention(table):
             return
         try:
             table.alter.set_table_properties(self._log_configuration())
@@ -203,9 +202,7 @@ class DeltaLedger:
             table = open_table(self.path, self.storage_options)
         except Exception:
             return False
-        return table is not None and bool(
-            table.metadata().configuration.get(LOG_RETENTION_PROPERTY)
-        )
+        return table is not None and _keeps_a_log_retention(table)
 
     def _fresh(self) -> DeltaTable:
         """The ledger table at its latest version (caller holds the lock)."""
@@ -506,6 +503,11 @@ def _check_is_ledger(table: DeltaTable, path: str) -> None:
             f"the Delta table at {path} is not a fanout ledger: it has no columns "
             f"{', '.join(map(repr, missing))} (its columns: {', '.join(map(repr, columns))})"
         )
+
+
+def _keeps_a_log_retention(table: DeltaTable) -> bool:
+    """Whether the table sets its own ``delta.logRetentionDuration``."""
+    return table.metadata().configuration.get(LOG_RETENTION_PROPERTY) is not None
 
 
 class _KnownTransactions:
