@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [ROOT / "fanout", *sorted((ROOT / "plugins").glob("fanout-*/fanout_*"))]
 
 LAYERS: list[set[str]] = [
-    {"errors", "version"},
+    {"errors", "version", "jvm"},
     {"contract", "retry", "delta_tables"},
     {"observe", "hooks", "ledger", "deadletters", "spool"},
     {"routes", "partitioned", "sink_spec", "recipe"},
