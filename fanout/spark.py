@@ -57,6 +57,46 @@ CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 FILE_SYSTEM_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
+LOCAL_FILE_SYSTEM = "spark.hadoop.fs.file.impl"
+# Hadoop's local file system, without its native library, also forks a `chmod` process for
+# every file it creates, and one more for the file's checksum file: six a micro-batch for
+# the three log files of a file source's checkpoint (sources, offsets, commits), ~4-5 ms each
+# on the query's one thread, ~30 ms of every micro-batch. fanout's subclass sets the same bits
+# through java.nio (fanout/jvm/NioRawLocalFileSystem.java).
+NIO_LOCAL_FILE_SYSTEM = "fanout.hadoop.NioLocalFileSystem"
+CLASS_PATHS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
+
+
+def local_file_system_conf() -> dict[str, str]:
+    """The settings that serve ``file:`` paths with fanout's :data:`NIO_LOCAL_FILE_SYSTEM`
+    (Hadoop's local file system, setting permissions without forking ``chmod``) and put its
+    classes on the driver's and executors' class path; empty when the classes cannot be
+    compiled here (:func:`fanout.jvm.classes.compiled_classes`) or a SparkContext already
+    runs in this process (its JVM's class path is fixed: the setting would name a class it
+    cannot load). For a session of your own, add them to its builder before it starts."""
+    from fanout.jvm.classes import compiled_classes
+
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return {}
+    if SparkContext._active_spark_context is not None:
+        return {}
+    classes = compiled_classes()
+    if classes is None:
+        return {}
+    return {LOCAL_FILE_SYSTEM: NIO_LOCAL_FILE_SYSTEM, **dict.fromkeys(CLASS_PATHS, str(classes))}
+
+
+def _merged(settings: Mapping[str, str], conf: Mapping[str, str]) -> dict[str, str]:
+    """``settings`` overridden by the caller's ``conf``, except class paths, which join."""
+    merged = dict(settings)
+    for key, value in conf.items():
+        if key in CLASS_PATHS and key in merged:
+            merged[key] = f"{value}{os.pathsep}{merged[key]}"
+        else:
+            merged[key] = value
+    return merged
 
 
 def local_session(
@@ -74,7 +114,10 @@ def local_session(
     batches sent to Python tasks are bounded by their row count only (Spark 4 otherwise
     measures the batch after every row it adds, ~10% of the JVM's CPU in a fan-out), and
     checkpoint files are renamed through Hadoop's FileSystem API (its FileContext API forks
-    ``readlink`` ~24 times a micro-batch on a local disk: ~55 ms a batch).
+    ``readlink`` ~24 times a micro-batch on a local disk: ~55 ms a batch). Local files are
+    served by fanout's :data:`NIO_LOCAL_FILE_SYSTEM` (:func:`local_file_system_conf`), which
+    sets their permissions without forking ``chmod``: ~30 ms of every micro-batch whose
+    checkpoint is on a local disk.
 
     ``master`` may be a ``local-cluster[N,cores,memMB]`` (:func:`cluster_master`): the
     executors are then separate JVMs, children of the driver's JVM, which inherit this
@@ -87,7 +130,7 @@ def local_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local session needs no LAN
-    extra = cluster_conf(master or "")
+    extra = {**cluster_conf(master or ""), **local_file_system_conf()}
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     from pyspark.sql import SparkSession
 
@@ -105,7 +148,7 @@ def local_session(
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.level=WARN {JVM_GC}")
         .config("spark.executor.extraJavaOptions", JVM_GC)
     )
-    for key, value in {**extra, **(conf or {})}.items():
+    for key, value in _merged(extra, conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

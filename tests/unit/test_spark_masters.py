@@ -1,8 +1,11 @@
-"""What ``fanout.spark`` adds for a ``local-cluster`` master (no session started)."""
+"""What ``fanout.spark`` adds for a ``local-cluster`` master, and how the caller's settings
+join its own (no session started)."""
 
 from __future__ import annotations
 
-from fanout.spark import cluster_conf, cluster_master
+import os
+
+from fanout.spark import _merged, cluster_conf, cluster_master
 
 
 def test_cluster_master_spells_local_cluster() -> None:
@@ -21,3 +24,25 @@ def test_a_local_cluster_gets_its_workers_memory_and_task_retries() -> None:
 def test_other_masters_get_nothing() -> None:
     for master in ("local[2]", "local[*]", "spark://host:7077", "yarn", ""):
         assert cluster_conf(master) == {}
+
+
+def test_the_callers_settings_win_and_class_paths_join() -> None:
+    ours = {
+        "spark.hadoop.fs.file.impl": "fanout.hadoop.NioLocalFileSystem",
+        "spark.driver.extraClassPath": "/cache/classes",
+        "spark.executor.extraClassPath": "/cache/classes",
+        "spark.task.maxFailures": "4",
+    }
+    theirs = {
+        "spark.driver.extraClassPath": "/opt/their.jar",
+        "spark.task.maxFailures": "1",
+        "spark.sql.shuffle.partitions": "8",
+    }
+    assert _merged(ours, theirs) == {
+        "spark.hadoop.fs.file.impl": "fanout.hadoop.NioLocalFileSystem",
+        "spark.driver.extraClassPath": f"/opt/their.jar{os.pathsep}/cache/classes",
+        "spark.executor.extraClassPath": "/cache/classes",
+        "spark.task.maxFailures": "1",
+        "spark.sql.shuffle.partitions": "8",
+    }
+    assert _merged({}, theirs) == theirs
