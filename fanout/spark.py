@@ -88,6 +88,16 @@ def local_file_system_conf() -> dict[str, str]:
     return {LOCAL_FILE_SYSTEM: NIO_LOCAL_FILE_SYSTEM, **dict.fromkeys(CLASS_PATHS, str(classes))}
 
 
+def master_settings(master: str | None) -> dict[str, str]:
+    """What :func:`local_session` adds for ``master``: :func:`cluster_conf`, and for a master
+    whose executors run on this machine (``local``, ``local[N]``, ``local-cluster[...]``)
+    :func:`local_file_system_conf`. Other masters' executors would not find its classes."""
+    settings = cluster_conf(master or "")
+    if master is not None and master.strip().startswith("local"):
+        settings.update(local_file_system_conf())
+    return settings
+
+
 def _merged(settings: Mapping[str, str], conf: Mapping[str, str]) -> dict[str, str]:
     """``settings`` overridden by the caller's ``conf``, except class paths, which join."""
     merged = dict(settings)
@@ -117,7 +127,7 @@ def local_session(
     ``readlink`` ~24 times a micro-batch on a local disk: ~55 ms a batch). Local files are
     served by fanout's :data:`NIO_LOCAL_FILE_SYSTEM` (:func:`local_file_system_conf`), which
     sets their permissions without forking ``chmod``: ~30 ms of every micro-batch whose
-    checkpoint is on a local disk.
+    checkpoint is on a local disk (local masters only: :func:`master_settings`).
 
     ``master`` may be a ``local-cluster[N,cores,memMB]`` (:func:`cluster_master`): the
     executors are then separate JVMs, children of the driver's JVM, which inherit this
@@ -130,7 +140,7 @@ def local_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local session needs no LAN
-    extra = {**cluster_conf(master or ""), **local_file_system_conf()}
+    extra = master_settings(master)
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     from pyspark.sql import SparkSession
 

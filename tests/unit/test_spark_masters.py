@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 
-from fanout.spark import _merged, cluster_conf, cluster_master
+import pytest
+
+import fanout.spark
+from fanout.spark import _merged, cluster_conf, cluster_master, master_settings
 
 
 def test_cluster_master_spells_local_cluster() -> None:
@@ -46,3 +49,19 @@ def test_the_callers_settings_win_and_class_paths_join() -> None:
         "spark.sql.shuffle.partitions": "8",
     }
     assert _merged({}, theirs) == theirs
+
+
+def test_only_masters_on_this_machine_get_fanouts_local_file_system(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ours = {"spark.hadoop.fs.file.impl": "fanout.hadoop.NioLocalFileSystem"}
+    monkeypatch.setattr(fanout.spark, "local_file_system_conf", lambda: dict(ours))
+    for master in ("local", "local[2]", "local[*]", " local[4,2]"):
+        assert master_settings(master) == ours
+    assert master_settings("local-cluster[2,1,512]") == {
+        **cluster_conf("local-cluster[2,1,512]"),
+        **ours,
+    }
+    # executors elsewhere would not find the classes; None is whatever spark-submit says
+    for other in ("spark://host:7077", "yarn", "k8s://https://host:443", None):
+        assert master_settings(other) == {}
