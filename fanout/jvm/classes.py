@@ -68,7 +68,9 @@ def compiled_classes(cache: Path | None = None) -> Path | None:
     jars = spark_jars()
     java = _java()
     if not sources or jars is None or java is None:
-        log.info("fanout's JVM classes not compiled: no %s", "java" if java is None else "jars")
+        found = {"java": java, "Spark's jars": jars, "Java sources": sources}
+        lacking = [name for name, value in found.items() if not value]
+        log.info("fanout's JVM classes not compiled: no %s", " and no ".join(lacking))
         return None
     tools = [_jar(jars, p) for p in TOOL_JARS]
     apis = [_jar(jars, p) for p in API_JARS]
