@@ -149,6 +149,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--files", type=int, default=10, help="input files = micro-batches")
     parser.add_argument("--repeat", type=int, default=2, help="timed runs per variant (best kept)")
+    parser.add_argument(
+        "--warmup-rounds",
+        type=int,
+        default=1,
+        help="untimed rounds of every variant on the full input before the timed ones "
+        "(default 1: the JVM's JIT compiler still used ~0.5-2 CPU s a run in the timed "
+        "rounds after the short warm-up alone)",
+    )
     parser.add_argument("--workdir", help="input and outputs go here (default: a new /tmp dir)")
     parser.add_argument("--keep", action="store_true", help="keep outputs, tables and topics")
     parser.add_argument(
@@ -255,6 +263,15 @@ def _measure(
     )
 
     ctx = Ctx(spark, source, args.rows, workdir / "runs" / "timed", keep=args.keep)
+    for rep in range(args.warmup_rounds):  # full size: what the timed rounds run, compiled
+        last_first = (args.warmup_rounds - rep) % 2 == 1  # timed round 1 starts reversed
+        for variant in tuple(reversed(selected)) if last_first else selected:
+            r = run_on_fresh_broker(variant, ctx, services)
+            print(
+                f"  warm-up round {rep + 1}: {variant:<7} {r.seconds:7.2f} s  (not counted; "
+                f"JIT compiler threads {r.extra['cpu']['jit']:.2f} CPU s)",
+                flush=True,
+            )
     load_before, foreign_before = os.getloadavg()[0], foreign_jvms()
     runs: dict[str, list[Run]] = defaultdict(list)
     for rep in range(args.repeat):
@@ -264,8 +281,8 @@ def _measure(
             runs[variant].append(r)
             print(
                 f"  round {rep + 1}: {variant:<7} {r.seconds:7.2f} s  batch p50 "
-                f"{percentile(r.batch_ms, 0.5):6.0f} ms  (verified: {args.rows} rows once "
-                "each in every sink, ledger marks)",
+                f"{percentile(r.batch_ms, 0.5):6.0f} ms  JIT {r.extra['cpu']['jit']:.2f} CPU s  "
+                f"(verified: {args.rows} rows once each in every sink, ledger marks)",
                 flush=True,
             )
     best = {v: min(rs, key=lambda r: r.seconds) for v, rs in runs.items()}
@@ -309,6 +326,9 @@ def _measure(
     for group in CPU_GROUPS:
         cells = "".join(f"{best[v].extra['cpu'][group]:9.1f}" for v in selected)
         print(f"  {CPU_LABELS[group]:<42}{cells}")
+        if group == "spark_jvm":
+            cells = "".join(f"{best[v].extra['cpu']['jit']:9.1f}" for v in selected)
+            print(f"  {'  of it, the JIT compiler threads':<42}{cells}")
     ours = {v: cpu_of(best[v]) for v in selected}
     print(f"  {'= this benchmark':<42}" + "".join(f"{ours[v]:9.1f}" for v in selected))
     print(

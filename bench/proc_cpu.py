@@ -50,6 +50,21 @@ def spark_jvms(table: ProcTable, children: dict[int, list[int]]) -> list[int]:
     return [p for p in children.get(os.getpid(), []) if table[p][1] == "java"]
 
 
+def jit_cpu(pid: int) -> float:
+    """CPU seconds used so far by the JIT compiler threads (HotSpot's ``C1 CompilerThre``
+    and ``C2 CompilerThre``) of JVM ``pid``: what a JVM not yet warm spends compiling."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if not (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
+                continue
+            f = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended
+            continue
+        total += (int(f[11]) + int(f[12])) / CLK
+    return total
+
+
 def python_workers_cpu(table: ProcTable | None = None) -> float:
     """CPU seconds used so far by Spark's Python workers: every process under this
     process's JVM children."""

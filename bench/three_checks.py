@@ -19,7 +19,15 @@ from common import (
 )
 from common import verify as verify_delta
 from kafka_count import count_once
-from proc_cpu import CLK, children_of, proc_table, python_workers_cpu, spark_jvms, tree_cpu
+from proc_cpu import (
+    CLK,
+    children_of,
+    jit_cpu,
+    proc_table,
+    python_workers_cpu,
+    spark_jvms,
+    tree_cpu,
+)
 from three_services import Plan, Services
 
 
@@ -39,6 +47,7 @@ def cpu_snapshot(services: Services) -> dict[str, float]:
     return {
         "driver": table[me][2],
         "spark_jvm": sum(table[p][2] for p in jvms),
+        "jit": sum(jit_cpu(p) for p in jvms),
         "py_workers": python_workers_cpu(table),
         "postgres": tree_cpu(table, children, services.pg_pid),
         "tansu": tree_cpu(table, children, services.kafka_pid),

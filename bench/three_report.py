@@ -119,23 +119,30 @@ def ceilings(
     once). The smallest of these and a's own CPU is taken (a's own when fanout already
     beat the estimate). No run on ``cores`` cores can end sooner than that CPU divided by
     the cores, which bounds a/b and a/c from above.
-    For the batch time, the source's whole CPU (query start included) is left out too, so
-    that bound stays below anything a run could do within its batches.
+    For the batch time: a's batches do all of that CPU but what a spent outside them (its
+    query's start and end), which is at most ``cores x`` a's time outside its batches; so
+    a's mean batch takes at least the rest, spread over every core, divided by the batches.
     """
     source = ours["s_source"]
     least = min(ours["a"], ours["b"] - 2 * source, sum(ours[v] for v in singles) - 2 * source)
     fastest_a = least / cores
     slowest = max(singles, key=lambda v: statistics.fmean(best[v].batch_ms))
     slowest_mean = statistics.fmean(best[slowest].batch_ms) / 1000
+    in_batches = max(0.0, least - cores * _outside_batches(best["a"]))  # a's batches' least CPU
     return Ceilings(
         source_cpu=source,
         least_cpu=least,
         fastest_a=fastest_a,
         a_b=best["b"].seconds / fastest_a,
         a_c=best["c"].seconds / fastest_a,
-        latency=(least - source) / cores / files / slowest_mean,
+        latency=in_batches / cores / files / slowest_mean,
         slowest=slowest,
     )
+
+
+def _outside_batches(run: Run) -> float:
+    """Seconds of ``run`` outside its batches that read rows: its query's start and end."""
+    return max(0.0, run.seconds - sum(run.batch_ms) / 1000)
 
 
 def print_ceilings(top: Ceilings, cores: int) -> None:

@@ -58,3 +58,12 @@ def test_median_ratios_takes_each_ratio_s_median() -> None:
         Ratios(1.0, 1.7, 1.6, 1.35, 0.80, "s_pg"),
     ]
     assert report.median_ratios(rounds) == Ratios(1.3, 1.6, 1.5, 1.30, 0.85, "s_kafka")  # type: ignore[attr-defined]
+
+
+def test_the_latency_ceiling_leaves_out_only_what_a_spent_outside_its_batches() -> None:
+    runs = _runs(7.5, 700, 560)
+    runs["a"] = Run("a", 7.2, [700.0] * 10)
+    _, top = report.ratios(runs, OURS, SINGLES, 2, 10)  # type: ignore[attr-defined]
+    # 12 CPU s, at most 2 cores x (7.2 - 7.0 s) of it outside a's batches: 11.6 CPU s in 10
+    # batches on 2 cores is 0.58 s a batch at least, against s_kafka's mean of 0.56 s
+    assert top.latency == pytest.approx(0.58 / 0.56)
