@@ -204,7 +204,7 @@ class Database:
     """Direct psycopg2 access for resets, baselines and verification."""
 
     def __init__(self, url: str) -> None:
-        from fanout_postgres.task import connect
+        from fanout_postgres.connections import connect
         from sqlalchemy.engine import make_url
 
         self.conn = connect(make_url(url), "fanout bench")

@@ -87,7 +87,7 @@ def test_plugins_options_lists_names_defaults_and_meanings() -> None:
     assert lines[0] == "options of sink type 'postgres':"
     assert "partitions  (default: 4)" in lines
     assert "mode  (default: upsert)" in lines
-    assert any("Write partitions per batch = transactions = connections." in x for x in lines)
+    assert any("Write partitions per batch = transactions, each on" in x for x in lines)
 
 
 def test_plugins_options_json_is_the_declaration() -> None:

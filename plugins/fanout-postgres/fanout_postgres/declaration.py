@@ -57,7 +57,8 @@ OPTIONS = (
     SinkOption(
         "partitions",
         "`4`",
-        "Write partitions per batch = transactions = connections. Keep it fixed per sink "
+        "Write partitions per batch = transactions, each on a connection of its own "
+        "(kept for the worker's next partition: `connection_idle_s`). Keep it fixed per sink "
         "(append marks are per partition; a change while a batch is half committed is "
         "refused on the driver before anything is written: see "
         "[Stable partitions](#stable-partitions)).",
@@ -92,5 +93,13 @@ OPTIONS = (
         '`{"temp_buffers": "128MB", "work_mem": "64MB"}`',
         "Session settings of every write connection (`set_config`); add e.g. "
         "`statement_timeout`, `lock_timeout`.",
+    ),
+    SinkOption(
+        "connection_idle_s",
+        "`60`",
+        "How long a Spark Python worker keeps a write connection open after a partition "
+        "committed, for its next partition of this sink (at most two per worker; checked "
+        "with one statement before reuse). `0`: one connection per partition, closed at "
+        "its end.",
     ),
 )

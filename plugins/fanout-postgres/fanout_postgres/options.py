@@ -25,6 +25,7 @@ class Configured(Protocol):
     partitions: Any
     create_table: Any
     migrate: Any
+    connection_idle_s: Any
 
 
 def check_options(sink: Configured) -> TableName:
@@ -61,6 +62,12 @@ def check_options(sink: Configured) -> TableName:
     for flag in ("create_table", "migrate"):
         if not isinstance(getattr(sink, flag), bool):
             raise ValueError(f"option {flag!r} must be true or false")
+    idle = sink.connection_idle_s
+    if isinstance(idle, bool) or not isinstance(idle, (int, float)) or not 0 <= idle <= 86_400:
+        raise ValueError(
+            "option 'connection_idle_s' must be a number of seconds from 0 (a connection "
+            f"per partition) to 86400, got {idle!r}"
+        )
     return table
 
 

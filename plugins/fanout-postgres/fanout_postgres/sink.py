@@ -98,6 +98,9 @@ class PostgresSink(PartitionedSink):
         (and create) the table at ``open()`` rather than at the first batch.
     :param settings: PostgreSQL session settings of the write connections (default
         :data:`DEFAULT_SETTINGS`: memory for the staging table and the dedupe sort).
+    :param connection_idle_s: how long a Spark Python worker keeps a write connection at
+        rest for its next partition of this sink (:mod:`fanout_postgres.connections`);
+        ``0``: one connection per partition, closed at its end.
     """
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("idempotent", "transactional")
@@ -120,6 +123,7 @@ class PostgresSink(PartitionedSink):
         state_schema: str = "fanout",
         batch_schema: Any = None,
         settings: Mapping[str, str] | None = None,
+        connection_idle_s: float = 60.0,
     ) -> None:
         super().__init__(name)
         self.url = url
@@ -135,6 +139,7 @@ class PostgresSink(PartitionedSink):
         self.state_schema = state_schema
         self.batch_schema = batch_schema
         self.settings = dict(DEFAULT_SETTINGS if settings is None else settings)
+        self.connection_idle_s = connection_idle_s
         self._url: Any = None
         self._table: TableName | None = None
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
@@ -257,7 +262,9 @@ class PostgresSink(PartitionedSink):
         meta = BatchMeta(_scope(batch), batch.batch_id, batch.query_id, fingerprint)
         write_plan = self._plan(batch.df.schema, batch.batch_id)
         direct = write_plan.mode == "upsert" and self._direct.wanted()
-        return PostgresPartitionWriter(self.connection_url(), write_plan, meta, direct)
+        return PostgresPartitionWriter(
+            self.connection_url(), write_plan, meta, direct, float(self.connection_idle_s)
+        )
 
     def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
         """Refused rows bound for a target other than a PostgreSQL table (written in the

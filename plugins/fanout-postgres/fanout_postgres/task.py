@@ -27,6 +27,7 @@ import pyarrow as pa
 from fanout.errors import TransientSinkError
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
+from fanout_postgres.connections import CONNECTIONS
 from fanout_postgres.encode import (
     Rows,
 )
@@ -38,16 +39,6 @@ if TYPE_CHECKING:
     from fanout.partitioned.task import CommitHooks
 
 
-def connect(url: Any, application_name: str) -> Any:
-    """A psycopg2 connection from a SQLAlchemy URL (no engine, no pool)."""
-    import psycopg2
-    from sqlalchemy.dialects.postgresql.psycopg2 import PGDialect_psycopg2
-
-    cargs, cparams = PGDialect_psycopg2().create_connect_args(url)
-    cparams.setdefault("application_name", application_name[:63])
-    return psycopg2.connect(*cargs, **cparams)
-
-
 @dataclass(frozen=True)
 class PostgresPartitionWriter:
     """Writes one partition of one batch in one transaction (configuration only: the
@@ -56,12 +47,15 @@ class PostgresPartitionWriter:
     :param url: the resolved SQLAlchemy URL.
     :param direct: upsert: try a ``COPY`` straight into the target first
         (:mod:`fanout_postgres.direct`).
+    :param idle_s: how long the worker keeps the connection at rest for its next
+        partition (:mod:`fanout_postgres.connections`); 0: closed after the partition.
     """
 
     url: Any
     plan: WritePlan
     meta: BatchMeta
     direct: bool = False
+    idle_s: float = 0.0
 
     def write_partition(
         self,
@@ -78,25 +72,24 @@ class PostgresPartitionWriter:
             first = rows.next_chunk()
         if first is None:
             return PartitionOutcome(partition, "empty")
+        name = f"fanout {meta.pipeline}/{plan.sink}/p{partition}"
         try:
-            conn = connect(self.url, f"fanout {meta.pipeline}/{plan.sink}/p{partition}")
+            conn = CONNECTIONS.take(self.url, plan.settings, name, self.idle_s)
         except Exception as exc:
             return _failed(partition, exc)
+        at_rest = False  # only a connection whose transaction ended cleanly is kept
         try:
             with conn.cursor() as cur:
-                for name, value in plan.settings:
-                    cur.execute(
-                        "SELECT set_config(%(name)s, %(value)s, false)",
-                        {"name": name, "value": value},
-                    )
                 outcome = PartitionTransaction(
                     cur, plan, meta, partition, rows, digest, direct=self.direct
                 ).run()
             if outcome.status == "committed":
                 hooks.before(partition, outcome.rows, outcome.written)
             conn.commit()
+            at_rest = True
         except RowRejected as rejected:
             conn.rollback()
+            at_rest = True
             detail = rejected.detail
             failure = PartitionFailure("data", detail["reason"], details=detail)
             return PartitionOutcome(partition, "failed", failure=failure)
@@ -104,7 +97,10 @@ class PostgresPartitionWriter:
             _quietly(conn.rollback)
             return _failed(partition, exc)
         finally:
-            _quietly(conn.close)
+            if at_rest:
+                CONNECTIONS.give_back(conn, self.url, plan.settings, self.idle_s)
+            else:
+                _quietly(conn.close)
         if outcome.status == "committed":
             hooks.after(partition, outcome.rows, outcome.written)
         return outcome

@@ -95,6 +95,9 @@ def test_repr_and_pickle_never_show_the_password(monkeypatch: pytest.MonkeyPatch
         ({"table": "t", "create_table": "yes"}, "'create_table' must be true or false"),
         ({"table": "t", "dead_letter": 5}, "option 'dead_letter' must be"),
         ({"table": "t", "keys": ["a\x00"]}, "contains a NUL character"),
+        ({"table": "t", "connection_idle_s": -1}, "'connection_idle_s' must be a number"),
+        ({"table": "t", "connection_idle_s": "60"}, "'connection_idle_s' must be a number"),
+        ({"table": "t", "connection_idle_s": True}, "'connection_idle_s' must be a number"),
     ],
 )
 def test_option_errors_name_the_sink_and_the_option(options: dict, message: str) -> None:
