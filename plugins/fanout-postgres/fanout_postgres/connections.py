@@ -46,6 +46,10 @@ class _AtRest:
     connection: Any
     key: str
     since: float
+    idle_s: float  # its sink's connection_idle_s
+
+    def expired(self, now: float) -> bool:
+        return now - self.since > self.idle_s
 
 
 class WorkerConnections:
@@ -55,7 +59,6 @@ class WorkerConnections:
         self.max_idle = max_idle
         self._lock = threading.Lock()
         self._at_rest: list[_AtRest] = []
-        self._idle_s: dict[str, float] = {}
         self._closer: threading.Thread | None = None
 
     def take(
@@ -99,8 +102,7 @@ class WorkerConnections:
         key = _key(url, settings)
         closing = []
         with self._lock:
-            self._at_rest.append(_AtRest(connection, key, time.monotonic()))
-            self._idle_s[key] = idle_s
+            self._at_rest.append(_AtRest(connection, key, time.monotonic(), idle_s))
             while len(self._at_rest) > self.max_idle:
                 closing.append(self._at_rest.pop(0).connection)
             if self._closer is None:
@@ -136,14 +138,12 @@ class WorkerConnections:
         while True:
             with self._lock:
                 now = time.monotonic()
-                expired = [k for k in self._at_rest if now - k.since > self._idle_s[k.key]]
-                self._at_rest = [k for k in self._at_rest if k not in expired]
+                expired = [k for k in self._at_rest if k.expired(now)]
+                self._at_rest = [k for k in self._at_rest if not k.expired(now)]
                 if not self._at_rest and not expired:
                     self._closer = None
                     return
-                wait = min(
-                    (self._idle_s[k.key] - (now - k.since) for k in self._at_rest), default=0.0
-                )
+                wait = min((k.idle_s - (now - k.since) for k in self._at_rest), default=0.0)
             for kept in expired:
                 _close(kept.connection)
             time.sleep(min(max(wait, 0.05), 5.0))
