@@ -24,8 +24,8 @@ def proc_table() -> ProcTable:
         except OSError:
             continue
         comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        f = stat.rsplit(")", 1)[1].split()  # f[1] ppid, f[11..14] utime stime cutime cstime
-        own = (int(f[11]) + int(f[12])) / CLK
+        f = _fields(stat)
+        own = _own_cpu(f)
         out[int(d.name)] = (int(f[1]), comm, own, own + (int(f[13]) + int(f[14])) / CLK)
     return out
 
@@ -58,11 +58,22 @@ def jit_cpu(pid: int) -> float:
         try:
             if not (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
                 continue
-            f = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            f = _fields((task / "stat").read_text())
         except OSError:  # the thread ended
             continue
-        total += (int(f[11]) + int(f[12])) / CLK
+        total += _own_cpu(f)
     return total
+
+
+def _fields(stat: str) -> list[str]:
+    """The fields of a ``/proc/.../stat`` line after the command name: [1] is the parent's
+    pid, [11..14] utime, stime, cutime, cstime in clock ticks."""
+    return stat.rsplit(")", 1)[1].split()
+
+
+def _own_cpu(fields: list[str]) -> float:
+    """A process's or thread's own CPU seconds (utime + stime) from :func:`_fields`."""
+    return (int(fields[11]) + int(fields[12])) / CLK
 
 
 def python_workers_cpu(table: ProcTable | None = None) -> float:
