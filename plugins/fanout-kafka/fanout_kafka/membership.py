@@ -33,7 +33,7 @@ from fanout.partitioned.membership import (
     PartitionDigest,
     PartitionPlan,
 )
-from fanout_kafka.options import connection_settings
+from fanout_kafka.driver_admins import ADMINS, admin_config
 
 if TYPE_CHECKING:
     from fanout_kafka.settings import WriterSettings
@@ -227,30 +227,13 @@ def _markers_beyond(
 
 
 def _admin_config(settings: WriterSettings) -> dict[str, Any]:
-    """The driver's admin client settings: the producer's connection settings, the brokers."""
-    return {
-        **connection_settings(settings.producer),
-        "bootstrap.servers": settings.bootstrap_servers,
-    }
-
-
-_admins: dict[tuple[tuple[str, str], ...], Any] = {}
-_admins_lock = threading.Lock()
+    """The driver's admin client settings for ``settings``' brokers."""
+    return admin_config(settings.producer, settings.bootstrap_servers)
 
 
 def _admin(config: Mapping[str, Any]) -> Any:
-    """One admin client per configuration, kept for the driver's life: a new client per
-    batch spent ~50 ms connecting (thread-safe; never pickled, unlike the sink)."""
-    from confluent_kafka.admin import AdminClient
-
-    key = tuple(sorted((str(k), str(v)) for k, v in config.items()))
-    with _admins_lock:
-        if key not in _admins:
-            # librdkafka's own log lines (a broker gone away) go to Python logging
-            logger = logging.getLogger("fanout_kafka.librdkafka")
-            settings: dict[str, Any] = {**config, "logger": logger}
-            _admins[key] = AdminClient(settings)
-        return _admins[key]
+    """The driver's admin client of ``config`` (:mod:`fanout_kafka.driver_admins`)."""
+    return ADMINS.client(config)
 
 
 def _offsets(admin: Any, topic: str, groups: list[str], timeout_s: float) -> list[int]:

@@ -31,6 +31,7 @@ from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout_kafka.abandoned import end_abandoned_transactions
 from fanout_kafka.declaration import OPTIONS
+from fanout_kafka.driver_admins import ADMINS, admin_config
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
 from fanout_kafka.membership import read_committed
 from fanout_kafka.options import (
@@ -150,6 +151,7 @@ class KafkaSink(PartitionedSink):
         self.open_timeout_s = open_timeout_s
         self.max_record_bytes = max_record_bytes
         self.pipeline: str | None = None  # set by open()
+        self._held_admin: dict[str, Any] | None = None  # open() to close()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -198,6 +200,15 @@ class KafkaSink(PartitionedSink):
             self.name, self.topic, self.bootstrap_servers, self.partitions,
             self.transactional_id_prefix, self.marker_topic, self.max_record_bytes,
         )  # fmt: skip
+        if self._held_admin is None:  # the driver's marker reads use it from now on
+            self._held_admin = admin_config(self.producer, self.bootstrap_servers)
+            ADMINS.hold(self._held_admin)
+
+    def close(self) -> None:
+        """Release the driver's admin client (:mod:`fanout_kafka.driver_admins`)."""
+        held, self._held_admin = self._held_admin, None
+        if held is not None:
+            ADMINS.release(held)
 
     # -- the partitioned-sink kit ---------------------------------------------------------
 
