@@ -39,18 +39,28 @@ def _librdkafka_threads() -> int:
     return sum(name.startswith("rdk:") for name in names)
 
 
-def _sink(kafka: Broker, topic: str, name: str = "events") -> KafkaSink:
-    return KafkaSink(name, bootstrap_servers=kafka.bootstrap, topic=topic, key="order_id")
+def _own_settings() -> dict[str, Any]:
+    """Connection settings no other test uses: sinks other tests opened and never closed
+    hold the plain configuration's client for the whole test process."""
+    return {"socket.timeout.ms": 20_000 + uuid.uuid4().int % 10_000}
+
+
+def _sink(kafka: Broker, topic: str, producer: dict[str, Any], name: str = "events") -> KafkaSink:
+    return KafkaSink(
+        name, bootstrap_servers=kafka.bootstrap, topic=topic, key="order_id", producer=producer
+    )
 
 
 def test_the_admin_client_of_a_closed_fan_out_is_destroyed(
     spark: Any, kafka: Broker, topic: str, tmp_path: Path
 ) -> None:
-    config = admin_config({}, kafka.bootstrap)
+    producer = _own_settings()
+    config = admin_config(producer, kafka.bootstrap)
     assert not ADMINS.holds(config)
     threads_before = _librdkafka_threads()
     write_input(tmp_path / "input", FILES, ROWS)
-    fan = FanOut(f"adm{uuid.uuid4().hex[:6]}", str(tmp_path / "ledger"), [_sink(kafka, topic)])
+    sink = _sink(kafka, topic, producer)
+    fan = FanOut(f"adm{uuid.uuid4().hex[:6]}", str(tmp_path / "ledger"), [sink])
     try:
         run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
         assert ADMINS.holds(config)  # the marker reads of both batches used it
@@ -68,10 +78,11 @@ def test_sinks_of_one_configuration_share_the_client_until_the_last_closes(
     kafka: Broker, topic: str
 ) -> None:
     pipeline = f"adm{uuid.uuid4().hex[:6]}"
-    first, second = _sink(kafka, topic, "first"), _sink(kafka, topic, "second")
+    producer = _own_settings()
+    first, second = _sink(kafka, topic, producer, "first"), _sink(kafka, topic, producer, "second")
     first.open(SinkContext(pipeline))
     second.open(SinkContext(pipeline))
-    config = admin_config({}, kafka.bootstrap)
+    config = admin_config(producer, kafka.bootstrap)
     plan = PartitionPlan(first.partitions, (("order_id", "bigint"),))
     for sink in (first, second):  # the driver's marker reads of batch 0: nothing committed
         batch = Batch(None, BatchInfo(pipeline, 0), sink.name, txn_app_id(pipeline, sink.name))
@@ -92,8 +103,9 @@ def test_sinks_of_one_configuration_share_the_client_until_the_last_closes(
 
 
 def test_a_sink_never_opened_closes_without_touching_the_clients(kafka: Broker) -> None:
-    config = admin_config({}, kafka.bootstrap)
-    never_opened = _sink(kafka, "unused")
+    producer = _own_settings()
+    config = admin_config(producer, kafka.bootstrap)
+    never_opened = _sink(kafka, "unused", producer)
     ADMINS.hold(config)  # as an open sink of the same brokers would
     try:
         ADMINS.client(config)
