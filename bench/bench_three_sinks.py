@@ -172,6 +172,14 @@ def main(argv: list[str] | None = None) -> int:
         "event log slows every variant: for finding idle time, not for the targets)",
     )
     parser.add_argument(
+        "--source-open-cost",
+        type=int,
+        help="the source's spark.sql.files.openCostInBytes (Spark's default 4 MB splits each "
+        "12 MB input file 8 + 4 MB on 2 cores: one core idles while the longer scan task "
+        "ends; 0 splits it evenly). The source's setting, not fanout's: for finding how much "
+        "of a batch that split costs, not for the targets",
+    )
+    parser.add_argument(
         "--master",
         default="local[2]",
         help="Spark master of the one session every variant shares (default local[2]); "
@@ -242,13 +250,21 @@ def _measure(
     t0 = time.perf_counter()
     events = workdir / "eventlog"
     shutil.rmtree(events, ignore_errors=True)
-    conf = event_log_conf(events) if args.timeline else None
+    conf = event_log_conf(events) if args.timeline else {}
+    if args.source_open_cost is not None:
+        conf["spark.sql.files.openCostInBytes"] = str(args.source_open_cost)
     spark = local_session("fanout-bench-three-sinks", master=args.master, conf=conf)
     import pyspark
 
     print(
         f"spark {pyspark.__version__} {spark.sparkContext.master}, session in "
         f"{time.perf_counter() - t0:.1f} s"
+        + (
+            f"; the source's spark.sql.files.openCostInBytes={args.source_open_cost} "
+            "(not Spark's default)"
+            if args.source_open_cost is not None
+            else ""
+        )
     )
 
     warm_ctx = Ctx(spark, warm, WARMUP_ROWS, workdir / "runs" / "warmup", keep=False)
