@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from fanout.errors import TransientSinkError
 from fanout_kafka.membership import marked_beyond
+from fanout_kafka.producer_init import init_transactions
 from fanout_kafka.turns import turn
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def end_abandoned_transactions(settings: WriterSettings, partitions: int, batch_
     def end(partition: int) -> None:
         producer = Producer(settings.producer_config(partition))
         with turn(settings.end_turns):
-            producer.init_transactions(settings.operation_timeout_s)
+            init_transactions(producer, settings.operation_timeout_s)
 
     try:
         # as the markers' reader looks beyond the count, so does this

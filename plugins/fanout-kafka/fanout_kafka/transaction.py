@@ -45,6 +45,7 @@ from fanout_kafka.failures import (
 from fanout_kafka.failures import Rejected as _Rejected
 from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
 from fanout_kafka.membership import pack, plan_group_metadata
+from fanout_kafka.producer_init import init_transactions
 from fanout_kafka.records import BadRecord, Record, bad_letter, dead_letter_headers
 from fanout_kafka.settings import WriterSettings
 from fanout_kafka.turns import turn
@@ -373,7 +374,7 @@ class PartitionWriter:
         self._producer = Producer(self.settings.producer_config(self.partition))
         self._retrying(
             "initialise the transactional producer",
-            lambda: self._producer.init_transactions(self._timeout),
+            lambda: init_transactions(self._producer, self._timeout),
         )
 
     def _marker_consumer(self) -> Any:
