@@ -79,7 +79,7 @@ class WorkerConnections:
                 kept.connection, application_name
             ):
                 return kept.connection
-            _close(kept.connection)
+            close_quietly(kept.connection)
         connection = connect(url, application_name)
         try:
             with connection.cursor() as cur:
@@ -87,7 +87,7 @@ class WorkerConnections:
                     cur.execute(SETTINGS_SQL, {"name": name, "value": value})
             connection.commit()  # a partition that rolls back keeps the settings
         except BaseException:
-            _close(connection)
+            close_quietly(connection)
             raise
         return connection
 
@@ -97,7 +97,7 @@ class WorkerConnections:
         """Keep ``connection`` for the next partition when it is at rest and ``idle_s`` is
         positive; close it otherwise."""
         if idle_s <= 0 or not _at_rest(connection):
-            _close(connection)
+            close_quietly(connection)
             return
         key = _key(url, settings)
         closing = []
@@ -111,14 +111,14 @@ class WorkerConnections:
                 )
                 self._closer.start()
         for old in closing:
-            _close(old)
+            close_quietly(old)
 
     def close_all(self) -> None:
         """Close every connection at rest."""
         with self._lock:
             closing, self._at_rest = self._at_rest, []
         for kept in closing:
-            _close(kept.connection)
+            close_quietly(kept.connection)
 
     def at_rest(self) -> int:
         """How many connections wait at rest now."""
@@ -138,14 +138,17 @@ class WorkerConnections:
         while True:
             with self._lock:
                 now = time.monotonic()
-                expired = [k for k in self._at_rest if k.expired(now)]
-                self._at_rest = [k for k in self._at_rest if not k.expired(now)]
+                expired: list[_AtRest] = []
+                waiting: list[_AtRest] = []
+                for kept in self._at_rest:
+                    (expired if kept.expired(now) else waiting).append(kept)
+                self._at_rest = waiting
                 if not self._at_rest and not expired:
                     self._closer = None
                     return
                 wait = min((k.idle_s - (now - k.since) for k in self._at_rest), default=0.0)
             for kept in expired:
-                _close(kept.connection)
+                close_quietly(kept.connection)
             time.sleep(min(max(wait, 0.05), 5.0))
 
 
@@ -187,7 +190,8 @@ def _at_rest(connection: Any) -> bool:
         return False
 
 
-def _close(connection: Any) -> None:
+def close_quietly(connection: Any) -> None:
+    """Close ``connection``, ignoring that it is already closed or broken."""
     try:
         connection.close()
     except Exception:  # already closed or broken: nothing to release

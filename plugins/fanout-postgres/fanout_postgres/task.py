@@ -27,7 +27,7 @@ import pyarrow as pa
 from fanout.errors import TransientSinkError
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
-from fanout_postgres.connections import CONNECTIONS
+from fanout_postgres.connections import CONNECTIONS, close_quietly
 from fanout_postgres.encode import (
     Rows,
 )
@@ -100,7 +100,7 @@ class PostgresPartitionWriter:
             if at_rest:
                 CONNECTIONS.give_back(conn, self.url, plan.settings, self.idle_s)
             else:
-                _quietly(conn.close)
+                close_quietly(conn)
         if outcome.status == "committed":
             hooks.after(partition, outcome.rows, outcome.written)
         return outcome
