@@ -166,17 +166,7 @@ class FileWriter:
 
     def _filesystem(self) -> tuple[Any, str]:
         """The filesystem to write to and the table root in it."""
-        import pyarrow.fs as pafs
-
-        root = self.root
-        if root.startswith("file://"):
-            root = root.removeprefix("file://")
-        if "://" not in root:
-            return pafs.LocalFileSystem(), root.rstrip("/")
-        from deltalake.fs import DeltaStorageHandler
-
-        handler = DeltaStorageHandler(root, dict(self.storage_options or {}) or None)
-        return pafs.PyFileSystem(handler), ""
+        return table_filesystem(self.root, self.storage_options)
 
     def _split(self, batch: pa.RecordBatch) -> Iterator[tuple[tuple[str | None, ...], Any]]:
         """The batch's rows by partition value (the whole batch when unpartitioned)."""
@@ -210,6 +200,25 @@ class FileWriter:
             for c, v in zip(self.partition_by, values, strict=True)
         ]
         return "/".join(parts)
+
+
+def table_filesystem(root: str, storage_options: Mapping[str, str] | None) -> tuple[Any, str]:
+    """A pyarrow filesystem holding the Delta table at ``root``, and the table's path in it
+    (``""`` on an object store, where the filesystem is rooted at the table). A local
+    table may be named by a path or a ``file:`` URI (``file:///x``, or ``file:/x`` as
+    Hadoop and Spark write it)."""
+    import pyarrow.fs as pafs
+
+    if root.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        root = unquote(urlparse(root).path)
+    if "://" not in root:
+        return pafs.LocalFileSystem(), root.rstrip("/")
+    from deltalake.fs import DeltaStorageHandler
+
+    handler = DeltaStorageHandler(root, dict(storage_options or {}) or None)
+    return pafs.PyFileSystem(handler), ""
 
 
 def file_rows(files: Sequence[DataFile]) -> Iterator[pa.RecordBatch]:

@@ -182,3 +182,15 @@ def test_only_columns_whose_first_rows_repeat_are_dictionary_encoded(tmp_path):
     dictionary = {name for name, used in encodings.items() if "RLE_DICTIONARY" in used}
     assert dictionary == {"status", "half"}
     assert pq.read_table(tmp_path / written.path).to_pydict() == table.to_pydict()
+
+
+@pytest.mark.parametrize("form", ["file:{}", "file://{}", "file://{}/"])
+def test_a_local_table_named_by_a_file_uri_is_written_under_its_path(tmp_path, form):
+    # Hadoop and Spark write local paths as file:/x; pyarrow's local filesystem takes paths
+    lake = tmp_path / "my lake"
+    root = form.format(lake.as_posix().replace(" ", "%20"))
+    table = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    (only,) = FileWriter(root, delta_schema(table.schema)).write(iter(table.to_batches()))
+    assert (only.rows, only.path.startswith("part-")) == (3, True)
+    assert pq.read_table(lake / only.path).column("id").to_pylist() == [1, 2, 3]
+    assert sorted(p.name for p in lake.iterdir()) == [only.path]
