@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
 
+    from fanout.delta_tables.kept import KeptTable
+
 log = logging.getLogger(__name__)
 
 SchemaCheck = Callable[["pa.Schema", "pa.Schema"], None]
@@ -116,7 +118,9 @@ class PendingAppend:
     the job, then :meth:`commit` with the files the tasks wrote. The parameters are
     :func:`append_distributed`'s; ``batch_schema`` is the batch's Arrow schema, with the
     types Delta stores (:func:`delta_schema`); ``opened``: the table, opened by the caller
-    just now, for the first check (one open fewer, ~5 ms on the driver before the job)."""
+    just now, for the first check (one open fewer, ~5 ms on the driver before the job);
+    ``kept``: where the snapshot the append ends on is left for the next batch
+    (:mod:`fanout.delta_tables.kept`)."""
 
     def __init__(
         self,
@@ -131,6 +135,7 @@ class PendingAppend:
         merge_schema: bool = False,
         check: SchemaCheck | None = None,
         opened: DeltaTable | None = None,
+        kept: KeptTable | None = None,
     ) -> None:
         self.batch_schema = batch_schema
         self.path = path
@@ -145,6 +150,7 @@ class PendingAppend:
         self._snapshot: tuple[DeltaTable | None, pa.Schema] | None = None
         self._partitions: list[str] = []
         self._opened = opened
+        self._kept = kept
 
     def writer(self) -> FileWriter | None:
         """The writer of this append's files (checked against the table's schema, which
@@ -203,6 +209,7 @@ class PendingAppend:
                 table.update_incremental()  # (~2 ms, where opening the table took ~4)
             else:
                 table = io.open_table(self.path, self.storage_options)
+            self._keep(table)
             return AppendOutcome(
                 rows=sum(f.rows for f in files),
                 files=len(files),
@@ -218,6 +225,7 @@ class PendingAppend:
                 table = io.open_table(self.path, self.storage_options)
             done = io.transaction_version(table, self.app_id)
             if done is not None and done >= self.version:
+                self._keep(table)
                 return None
             if table is None:
                 return None, self.batch_schema
@@ -232,6 +240,10 @@ class PendingAppend:
                 self._evolved = True
                 continue  # check again on the snapshot with the new columns
             return table, table_schema
+
+    def _keep(self, table: DeltaTable | None) -> None:
+        if self._kept is not None:
+            self._kept.keep(table)
 
 
 def write_files(source: Any, writer: FileWriter, task: TaskWrapper | None = None) -> list[DataFile]:

@@ -53,13 +53,20 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
         data, letters = split_null_keys(data, sink.keys or [])
         dead = dead_letters.write(batch, letters, source="refused")
     for attempt in range(1, deltaio.COMMIT_ATTEMPTS + 1):
-        table = deltaio.open_table(path, sink.storage_options)
+        # the first attempt starts from the snapshot kept since the last batch, brought up
+        # to date; after a lost race the table is opened afresh
+        if attempt == 1:
+            table = sink.latest_table()
+        else:
+            table = deltaio.open_table(path, sink.storage_options)
         written = deltaio.transaction_version(table, app_id)
         if written is not None and written >= batch_id:
             logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, path)
+            sink.keep_table(table)
             return SinkResult(data.num_rows, dead_lettered=dead, already_written=True)
         if data.num_rows == 0:
             # Nothing to commit: the ledger records the batch, and a replay is empty again.
+            sink.keep_table(table)
             return SinkResult(0, {"empty": True, "mode": sink.mode}, dead_lettered=dead)
         try:
             rows, details = _commit(sink, app_id, batch_id, table, data)
@@ -100,7 +107,8 @@ def _commit(
 ) -> tuple[int, dict[str, Any]]:
     """Append or merge ``data`` in one commit based on ``table``, the snapshot whose
     transaction version was checked (``None``: no table yet, the commit creates it).
-    Returns the rows written and the result details."""
+    Returns the rows written and the result details; the table at the version committed is
+    kept for the next batch."""
     table_schema = None
     if table is not None:
         table_schema = pa.schema(table.schema().to_arrow())
@@ -136,7 +144,10 @@ def _commit(
         details["inserted"] = metrics.get("num_target_rows_inserted")
         details["updated"] = metrics.get("num_target_rows_updated")
     # write_deltalake and merge advance `table` to the version they committed
-    details["version"] = table.version() if table is not None else _version(sink)
+    if table is None:
+        table = deltaio.open_table(sink.path, sink.storage_options)  # type: ignore[arg-type]
+    details["version"] = table.version() if table is not None else None
+    sink.keep_table(table)
     return data.num_rows, details
 
 
@@ -157,11 +168,6 @@ def _append(sink: DeltaTarget, table: Any, data: pa.Table, commit: Any) -> None:
         storage_options=dict(sink.storage_options) if create and sink.storage_options else None,
         commit_properties=commit,
     )
-
-
-def _version(sink: DeltaTarget) -> int | None:
-    table = deltaio.open_table(sink.path, sink.storage_options)  # type: ignore[arg-type]
-    return table.version() if table is not None else None
 
 
 def compact_rs(path: str, storage_options: Mapping[str, str] | None) -> dict[str, Any]:

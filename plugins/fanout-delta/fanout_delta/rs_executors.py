@@ -121,13 +121,14 @@ class _ExecutorAppend:
     @classmethod
     def of(cls, sink: DeltaTarget, batch: Batch, schema: pa.Schema) -> _ExecutorAppend | None:
         """``None`` when the table uses a feature the executor writer lacks (logged)."""
-        table = deltaio.open_table(sink.path, sink.storage_options)
+        table = sink.latest_table()
         reasons = distributed.blockers(table, sink.partition_by, schema)
         if reasons:
             logger.info(
                 "sink %r, batch %d: writing from the driver, the executor writer does not "
                 "support %s", sink.name, batch.batch_id, ", ".join(reasons),
             )  # fmt: skip
+            sink.keep_table(table)  # the driver's writer starts from it
             return None
         hooks = None
         if sink.hook_plugins is not None:
@@ -144,6 +145,7 @@ class _ExecutorAppend:
             version=self.batch_id, partition_by=sink.partition_by,
             storage_options=sink.storage_options, configuration=sink.configuration,
             merge_schema=sink.merge_schema, check=self.check, opened=self.opened,
+            kept=sink.kept,
         )  # fmt: skip
 
     @property

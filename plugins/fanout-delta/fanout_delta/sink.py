@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 from fanout.contract.batch import Batch
 from fanout.contract.sink import BackfillSource, Guarantee, Reads, Sink, SinkContext, SinkResult
 from fanout.delta_tables import io as deltaio
+from fanout.delta_tables.kept import KeptTable
 from fanout.errors import ConfigurationError
 from fanout.partitioned.task import HookPlugins
 from fanout_delta.declaration import OPTIONS
@@ -138,6 +139,8 @@ class DeltaSink(Sink):
         self._hook_plugins: HookPlugins | None = None  # found at open()
         # Whether Spark's executors can write the table's path (found at open()).
         self._executors_reach_the_table = False
+        # The table's snapshot, kept from batch to batch (made at open()).
+        self._kept: KeptTable | None = None
 
     @property
     def reads(self) -> Reads:
@@ -184,6 +187,9 @@ class DeltaSink(Sink):
         if table is not None:
             self._check_table(table)
             self._check_log_length(table)
+        if self.resolved_engine == "rs":
+            self._kept = KeptTable(self.path, self.storage_options)  # type: ignore[arg-type]
+            self._kept.keep(table)
         self._check_txn_retention(
             table.metadata().configuration if table is not None else self.configuration
         )
@@ -194,6 +200,11 @@ class DeltaSink(Sink):
             if self.resolved_engine == "rs" and self.mode == "append" else "",
             "" if table is not None else " (table created by the first batch)",
         )  # fmt: skip
+
+    def close(self) -> None:
+        """Drop the table's snapshot kept between batches."""
+        if self._kept is not None:
+            self._kept.forget()
 
     def backfill_source(self, pipeline: str) -> BackfillSource | None:
         """In append mode, each batch's commit (found by its app transaction) and the rows
@@ -287,6 +298,7 @@ class DeltaSink(Sink):
             write_from=self.resolved_write_from or self._resolve_write_from(None),
             max_merge_rows=self.max_merge_rows,
             hook_plugins=self._hook_plugins,
+            kept=self._kept,
         )
 
     def is_transient(self, error: BaseException) -> bool:

@@ -4,11 +4,12 @@ settings, without the sink (so the engines do not import it)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fanout.contract.dead_letters import DeadLetterTarget
+    from fanout.delta_tables.kept import KeptTable
     from fanout.partitioned.task import HookPlugins
 
 
@@ -20,6 +21,8 @@ class DeltaTarget:
         batch), as fanout resolved the sink's ``dead_letter`` option.
     :param hook_plugins: the per-partition commit hook implementers, called by the
         executors' append in each task once its files are written (``None``: none).
+    :param kept: the table's snapshot the sink keeps between batches (delta-rs engine;
+        ``None``: opened every batch).
     """
 
     name: str
@@ -35,3 +38,19 @@ class DeltaTarget:
     write_from: str = "executors"
     max_merge_rows: int | None = None
     hook_plugins: HookPlugins | None = None
+    kept: KeptTable | None = field(default=None, compare=False, repr=False)
+
+    def latest_table(self) -> Any:
+        """The table at its latest version (``None``: none yet), now the caller's: the
+        kept snapshot brought up to date, or opened."""
+        if self.kept is not None:
+            return self.kept.latest()
+        from fanout.delta_tables import io
+
+        return io.open_table(self.path, self.storage_options)
+
+    def keep_table(self, table: Any) -> None:
+        """Leave ``table`` (this table at the version the caller ended on) for the next
+        batch."""
+        if self.kept is not None:
+            self.kept.keep(table)
