@@ -69,15 +69,17 @@ class WorkerConnections:
         idle_s: float,
     ) -> Any:
         """A connection to ``url`` with ``settings`` applied: one kept at rest and still
-        open, else a new one. Raises what connecting or applying a setting raised."""
+        open, else a new one. Raises what connecting or applying a setting raised.
+
+        ``idle_s`` is the taker's ``connection_idle_s``: 0 takes no kept connection. How
+        long a kept one may have waited is the setting of the sink that left it (as the
+        closing thread reads it), so the two never disagree on a connection."""
         key = _key(url, settings)
         while idle_s > 0:
             kept = self._pop(key)
             if kept is None:
                 break
-            if time.monotonic() - kept.since <= idle_s and _answers(
-                kept.connection, application_name
-            ):
+            if not kept.expired(time.monotonic()) and _answers(kept.connection, application_name):
                 return kept.connection
             close_quietly(kept.connection)
         connection = connect(url, application_name)

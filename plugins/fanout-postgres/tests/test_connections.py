@@ -202,3 +202,45 @@ def test_at_most_max_idle_connections_wait_the_oldest_closed_first() -> None:
     assert kept.at_rest() == 2 and (first.closed, second.closed, third.closed) == (1, 0, 0)
     kept.close_all()
     assert (second.closed, third.closed) == (1, 1) and kept.at_rest() == 0
+
+
+@pytest.mark.parametrize(
+    ("left_with", "taken_with", "reused"), [(0.05, 60.0, False), (60.0, 0.05, True)]
+)
+def test_how_long_a_kept_connection_may_wait_is_its_keepers_setting(
+    monkeypatch: pytest.MonkeyPatch, left_with: float, taken_with: float, reused: bool
+) -> None:
+    from fanout_postgres import connections
+
+    made: list[FakeConnection] = []
+
+    def new_connection(url: Any, application_name: str) -> FakeConnection:
+        made.append(FakeConnection())
+        return made[-1]
+
+    monkeypatch.setattr(connections, "connect", new_connection)
+    monkeypatch.setattr(connections, "_answers", lambda connection, name: True)
+    monkeypatch.setattr(FakeConnection, "cursor", lambda self: _NoCursor(), raising=False)
+    monkeypatch.setattr(FakeConnection, "commit", lambda self: None, raising=False)
+    kept = WorkerConnections()
+    left = FakeConnection()
+    kept.give_back(left, "postgresql://h/d", (), left_with)
+    time.sleep(0.15)  # past 0.05 s, well within 60 s
+    taken = kept.take("postgresql://h/d", (), "conn", taken_with)
+    assert (taken is left, len(made), left.closed) == (
+        reused,
+        0 if reused else 1,
+        0 if reused else 1,
+    )
+    kept.close_all()
+
+
+class _NoCursor:
+    def __enter__(self) -> _NoCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def execute(self, *args: object) -> None:
+        return None
