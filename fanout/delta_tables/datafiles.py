@@ -27,6 +27,7 @@ from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from fanout.contract.locations import local_path
 from fanout.delta_tables.dictionary import dictionary_columns
 
 if TYPE_CHECKING:
@@ -209,12 +210,9 @@ def table_filesystem(root: str, storage_options: Mapping[str, str] | None) -> tu
     Hadoop and Spark write it)."""
     import pyarrow.fs as pafs
 
-    if root.startswith("file:"):
-        from urllib.parse import unquote, urlparse
-
-        root = unquote(urlparse(root).path)
-    if "://" not in root:
-        return pafs.LocalFileSystem(), root.rstrip("/")
+    local = local_path(root)
+    if local is not None:
+        return pafs.LocalFileSystem(), local.rstrip("/")
     from deltalake.fs import DeltaStorageHandler
 
     handler = DeltaStorageHandler(root, dict(storage_options or {}) or None)

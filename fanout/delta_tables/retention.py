@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 
+from fanout.contract.locations import local_path
 from fanout.errors import ConfigurationError
 
 PROPERTY = "delta.setTransactionRetentionDuration"
@@ -52,9 +53,10 @@ def log_files_on_disk(path: str) -> int | None:
     """How many files the Delta table at ``path`` keeps in its ``_delta_log`` directory,
     when the path is on a local or mounted disk; ``None`` for an object store (counting
     would list it) or when there is no log."""
-    if "://" in path and not path.startswith("file://"):
+    local = local_path(path)
+    if local is None:
         return None
-    log = os.path.join(path.removeprefix("file://"), "_delta_log")
+    log = os.path.join(local, "_delta_log")
     try:
         with os.scandir(log) as entries:
             return sum(1 for _ in entries)

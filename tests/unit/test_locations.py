@@ -1,0 +1,35 @@
+"""The local path a location names (fanout.contract.locations)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fanout.contract.locations import local_path
+
+
+@pytest.mark.parametrize(
+    ("location", "path"),
+    [
+        ("/data/lake", "/data/lake"),
+        ("relative/lake", "relative/lake"),
+        ("file:/data/lake", "/data/lake"),
+        ("file:///data/lake", "/data/lake"),
+        ("file://localhost/data/lake", "/data/lake"),
+        ("file:/data/my%20lake/ck", "/data/my lake/ck"),
+        ("file:/data/a%23b", "/data/a#b"),
+        ("file:/data/a#b", "/data/a"),  # where delta-rs puts such a table
+        ("file:/data/a?b", "/data/a"),
+        ("/data/my%20lake", "/data/my%20lake"),  # a plain path is taken as it is
+        ("file:///", "/"),
+    ],
+)
+def test_local_locations_name_their_path(location: str, path: str) -> None:
+    assert local_path(location) == path
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["s3://bucket/lake", "abfss://c@a.dfs.core.windows.net/x", "hdfs://nn:8020/lake", "gs://b/k"],
+)
+def test_other_schemes_are_not_local(location: str) -> None:
+    assert local_path(location) is None
