@@ -109,3 +109,21 @@ def test_routed_sinks_get_exactly_their_subsets(spark: Any, tmp_path: Path) -> N
     ledger = [r for r in delta_rows(tmp_path / "ledger") if r["status"] == "committed"]
     rows_by_sink = {s: sum(r["rows"] for r in ledger if r["sink"] == s) for s in ("shipped", "big")}
     assert rows_by_sink == {"shipped": len(shipped), "big": len(big)}
+
+
+def test_a_checkpoint_path_with_a_space_keeps_the_source_offsets(
+    spark: Any, tmp_path: Path
+) -> None:
+    # Spark resolves the checkpoint to file:/.../my checkpoint 100%20, unescaped (Hadoop's
+    # Path): fanout reads its offsets there as named (without them the ledger records none
+    # and the checkpoint guard cannot tell a crash replay from a rolled-back checkpoint)
+    rows = write_input(tmp_path / "input", 2, 10)
+    lake = tmp_path / "my lake"
+    fan = FanOut("spaced", str(tmp_path / "ledger"),
+                 [{"type": "delta", "name": "bronze", "path": str(lake / "bronze")}])  # fmt: skip
+    run_stream(spark, tmp_path / "input", fan, tmp_path / "my checkpoint 100%20")
+    assert sorted(delta_rows(lake / "bronze"), key=lambda r: r["order_id"]) == rows
+    committed = [r for r in delta_rows(tmp_path / "ledger") if r["status"] == "committed"]
+    assert sorted(r["source_offsets"] for r in committed) == [
+        f'[{{"logOffset": {b}}}]' for b in range(2)
+    ]

@@ -107,3 +107,13 @@ def test_a_file_root_is_read_without_hadoop(tmp_path: Path) -> None:
     # without a scheme, Hadoop's default filesystem decides what the path means
     with pytest.raises(AssertionError, match="read through Hadoop"):
         read_checkpoint_file(_NoHadoop(), str(root), "offsets/5")
+
+
+def test_a_file_root_is_taken_literally_as_hadoop_writes_it(tmp_path: Path) -> None:
+    # Spark resolves "/tmp/my dir" to file:/tmp/my dir (Hadoop's Path, not a URL): no
+    # escapes, so a "%20" in a directory name is part of the name
+    root = tmp_path / "my dir #1 100%20" / "ck"
+    (root / "offsets").mkdir(parents=True)
+    (root / "offsets" / "5").write_text(OFFSETS)
+    for location in (f"file:{root.as_posix()}", f"file://{root.as_posix()}"):
+        assert read_checkpoint_file(_NoHadoop(), location, "offsets/5") == OFFSETS
