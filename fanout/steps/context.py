@@ -111,8 +111,9 @@ def read_checkpoint_file(spark: Any, root: str, relative: str) -> str | None:
 
 def read_file_directly(root: str, relative: str) -> str | None:
     """A small file under ``root`` read with pyarrow's filesystems: local paths
-    (``/x``, ``file:/x``, ``file:///x``) and the URIs pyarrow knows (``s3://``, ``gs://``,
-    ``hdfs://``, ``abfs://``...); ``None`` when it does not exist."""
+    (``/x``, ``file:/x``, ``file:///x``, unescaped as Hadoop writes them) and the URIs
+    pyarrow knows (``s3://``, ``gs://``, ``hdfs://``, ``abfs://``...; Hadoop's ``s3a://``
+    and ``s3n://`` are read as ``s3://``); ``None`` when it does not exist."""
     from pyarrow import fs as pafs
 
     location = f"{root.rstrip('/')}/{relative}"
@@ -121,11 +122,19 @@ def read_file_directly(root: str, relative: str) -> str | None:
         path = location.removeprefix("file://").removeprefix("file:")
         filesystem, path = pafs.LocalFileSystem(), os.path.abspath(path)
     else:
-        filesystem, path = pafs.FileSystem.from_uri(location)
+        filesystem, path = pafs.FileSystem.from_uri(pyarrow_uri(location))
     if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
         return None
     with filesystem.open_input_stream(path) as stream:
         return bytes(stream.read()).decode()
+
+
+def pyarrow_uri(location: str) -> str:
+    """``location`` as pyarrow names its filesystem: Hadoop's S3 connectors' schemes
+    (``s3a://``, what Spark on S3 is usually given, and the older ``s3n://``) become
+    ``s3://``; any other location is returned as it is."""
+    scheme, separator, rest = location.partition("://")
+    return f"s3://{rest}" if separator and scheme.lower() in ("s3a", "s3n") else location
 
 
 def checkpoint_query_id(root: str) -> str | None:

@@ -13,6 +13,7 @@ from fanout.steps.context import (
     PlannedBatch,
     parse_offset_file,
     parse_offset_log,
+    pyarrow_uri,
     query_id_of,
     read_checkpoint_file,
 )
@@ -117,3 +118,17 @@ def test_a_file_root_is_taken_literally_as_hadoop_writes_it(tmp_path: Path) -> N
     (root / "offsets" / "5").write_text(OFFSETS)
     for location in (f"file:{root.as_posix()}", f"file://{root.as_posix()}"):
         assert read_checkpoint_file(_NoHadoop(), location, "offsets/5") == OFFSETS
+
+
+@pytest.mark.parametrize(
+    ("location", "named"),
+    [
+        ("s3a://bucket/ck/offsets/5", "s3://bucket/ck/offsets/5"),
+        ("S3N://bucket/ck", "s3://bucket/ck"),
+        ("s3://bucket/ck", "s3://bucket/ck"),
+        ("gs://bucket/ck", "gs://bucket/ck"),
+        ("abfss://c@a.dfs.core.windows.net/ck", "abfss://c@a.dfs.core.windows.net/ck"),
+    ],
+)
+def test_hadoops_s3_schemes_are_read_as_pyarrows(location: str, named: str) -> None:
+    assert pyarrow_uri(location) == named
