@@ -41,6 +41,14 @@ def opened_sink(path: Path, write_from: str) -> DeltaSink:
     return sink
 
 
+def sink_after(path: Path, write_from: str, batches: int) -> DeltaSink:
+    """An opened sink that wrote batches ``0..batches-1`` (3 rows each, ids from 0)."""
+    sink = opened_sink(path, write_from)
+    for b in range(batches):
+        sink.write(batch(b, 3 * b))
+    return sink
+
+
 def ids(path: Path) -> list[int]:
     return deltaio.read_delta(str(path)).sort_by("id").column("id").to_pylist()
 
@@ -102,8 +110,7 @@ def test_another_writers_commit_between_batches_is_seen(
     tmp_path: Path, write_from: str, opens: list[str]
 ) -> None:
     lake = tmp_path / "lake"
-    sink = opened_sink(lake, write_from)
-    sink.write(batch(0, 0))
+    sink = sink_after(lake, write_from, 1)
     write_deltalake(
         str(lake), pa.table({"id": pa.array([100, 101], pa.int64()), "v": ["x", "x"]}),
         mode="append",
@@ -119,9 +126,7 @@ def test_a_table_deleted_between_batches_is_made_again(
     tmp_path: Path, write_from: str, opens: list[str]
 ) -> None:
     lake = tmp_path / "lake"
-    sink = opened_sink(lake, write_from)
-    sink.write(batch(0, 0))
-    sink.write(batch(1, 3))
+    sink = sink_after(lake, write_from, 2)
     shutil.rmtree(lake)
     result = sink.write(batch(2, 6))
     # a new table holding only the batch, from version 0: not a log starting at version 2
@@ -136,9 +141,7 @@ def test_a_table_made_again_with_fewer_commits_is_opened_afresh(
     tmp_path: Path, write_from: str, opens: list[str]
 ) -> None:
     lake = tmp_path / "lake"
-    sink = opened_sink(lake, write_from)
-    for b in range(3):
-        sink.write(batch(b, 3 * b))
+    sink = sink_after(lake, write_from, 3)
     shutil.rmtree(lake)
     write_deltalake(str(lake), pa.table({"id": pa.array([500], pa.int64()), "v": ["new"]}))
     sink.write(batch(3, 9))
