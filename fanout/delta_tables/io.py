@@ -18,10 +18,15 @@ which hands back finished Arrow data and leaves no such thread work behind.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from fanout.contract.locations import local_path
+
 log = logging.getLogger(__name__)
+
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 
 COMMIT_ATTEMPTS = 3
 """How often a check-then-write runs again after losing a commit race before giving up
@@ -30,6 +35,26 @@ COMMIT_ATTEMPTS = 3
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import CommitProperties, DeltaTable
+
+
+def unusable_location(path: str) -> str | None:
+    """Why delta-rs cannot keep a table at the local ``path``, or ``None``.
+
+    A local path holding a percent escape (``/data/a%41b``; in a ``file:`` URL, an escaped
+    ``%``: ``file:/data/a%2541b``): delta-rs (1.x) creates the directory as named, then
+    reads the table at the decoded name (``/data/aAb``) and fails its first commit with
+    "File not found". A ``%`` that starts no escape (``/data/100%``) works, as do spaces.
+    """
+    local = local_path(path)
+    found = _PERCENT_ESCAPE.search(local) if local is not None else None
+    if found is None:
+        return None
+    return (
+        f"the local path {local!r} holds {found.group()!r}, which delta-rs reads as a "
+        f"percent escape: it would create the directory as named and look for the table "
+        f"at the decoded name. Rename the directory so that no '%' is followed by two hex "
+        f"digits"
+    )
 
 
 def open_table(path: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable | None:

@@ -342,6 +342,9 @@ class DeltaSink(Sink):
     def _check_options(self) -> None:
         if not self.path:
             raise self._error("option 'path' is required: set it to the table location")
+        unusable = deltaio.unusable_location(self.path)
+        if unusable is not None:
+            raise self._error(f"option 'path': {unusable}")
         if self.mode not in MODES:
             raise self._error(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
         if self.engine not in ENGINES:

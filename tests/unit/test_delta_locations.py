@@ -1,0 +1,63 @@
+"""Table locations delta-rs cannot use are refused before the stream starts, naming the
+path and the escape (fanout.delta_tables.io.unusable_location): delta-rs would create the
+directory as named and fail its first commit looking for the decoded name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from fanout import FanOut
+from fanout.delta_tables.io import unusable_location
+from fanout.errors import ConfigurationError
+from fanout.ledger.delta import DeltaLedger
+
+
+@pytest.mark.parametrize(
+    ("location", "escape"),
+    [
+        ("/data/a%41b", "%41"),
+        ("/data/my%20lake/t", "%20"),
+        ("file:///data/c%2541d", "%41"),  # an escaped '%': still an escape once decoded
+        ("/data/100%", None),
+        ("/data/100%done", None),
+        ("/data/my lake #1", None),
+        ("file:///data/my%20lake", None),  # decoded: /data/my lake
+        ("s3://bucket/a%41b", None),  # object stores are not local paths
+    ],
+)
+def test_local_paths_with_a_percent_escape_are_unusable(location: str, escape: str | None) -> None:
+    found = unusable_location(location)
+    if escape is None:
+        assert found is None
+    else:
+        assert found is not None and f"holds {escape!r}" in found
+
+
+def test_delta_rs_indeed_fails_on_such_a_path(tmp_path: Path) -> None:
+    # the behaviour the check guards against (deltalake 1.x); when delta-rs fixes it, this
+    # test fails and the check can go
+    with pytest.raises(Exception, match="File not found"):
+        write_deltalake(str(tmp_path / "a%41b"), pa.table({"id": [1]}))
+
+
+def test_a_sink_on_such_a_path_is_refused_when_the_fanout_is_built(tmp_path: Path) -> None:
+    path = tmp_path / "lake%41"
+    with pytest.raises(ConfigurationError) as refused:
+        FanOut(
+            "p", str(tmp_path / "ledger"), [{"type": "delta", "name": "bronze", "path": str(path)}]
+        )
+    message = str(refused.value)
+    assert message.startswith("Delta sink 'bronze': option 'path': the local path ")
+    assert f"{str(path)!r} holds '%41'" in message
+    assert not path.exists()
+
+
+def test_a_ledger_on_such_a_path_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ledger%2F"
+    with pytest.raises(ConfigurationError, match=r"ledger at .*ledger%2F: .* holds '%2F'"):
+        DeltaLedger(str(path)).open()
+    assert not path.exists()
