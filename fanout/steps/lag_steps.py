@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from fanout.contract.batch import Batch, SharedArrow, txn_app_id
 from fanout.contract.sessions import in_spark_thread
 from fanout.contract.sink import BackfillSource
+from fanout.delta_tables.io import unusable_location
 from fanout.errors import ConfigurationError, LagLimitError
 from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
@@ -40,7 +41,12 @@ def check_spool(pipeline: str, specs: Mapping[str, SinkSpec], path: str | None) 
             "on_failure='lag' or backfill_from, which keep missed batches in a spool: pass "
             "FanOut(spool=<path>) (in a pipeline file: pipeline.spool)"
         )
-    return None if path is None else Spool(str(path), pipeline)
+    if path is None:
+        return None
+    unusable = unusable_location(str(path))
+    if unusable is not None:
+        raise ConfigurationError(f"pipeline {pipeline!r}: spool {str(path)!r}: {unusable}")
+    return Spool(str(path), pipeline)
 
 
 def check_spooled_sinks(pipeline: str, specs: Mapping[str, SinkSpec], spool: Spool) -> None:

@@ -61,3 +61,23 @@ def test_a_ledger_on_such_a_path_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=r"ledger at .*ledger%2F: .* holds '%2F'"):
         DeltaLedger(str(path)).open()
     assert not path.exists()
+
+
+def test_a_dead_letter_table_on_such_a_path_is_refused(tmp_path: Path) -> None:
+    dead = tmp_path / "dead%41"
+    sink = {"type": "delta", "name": "bronze", "path": str(tmp_path / "bronze"),
+            "dead_letter": f"delta:{dead}"}  # fmt: skip
+    with pytest.raises(ConfigurationError) as refused:
+        FanOut("p", str(tmp_path / "ledger"), [sink])
+    assert str(refused.value).startswith(f"sink 'bronze': dead_letter {str(dead)!r}: the local")
+    assert "holds '%41'" in str(refused.value)
+
+
+def test_a_spool_on_such_a_path_is_refused(tmp_path: Path) -> None:
+    spool = tmp_path / "spool%41"
+    sink = {"type": "delta", "name": "bronze", "path": str(tmp_path / "bronze"),
+            "on_failure": "lag"}  # fmt: skip
+    with pytest.raises(ConfigurationError) as refused:
+        FanOut("p", str(tmp_path / "ledger"), [sink], spool=str(spool))
+    assert str(refused.value).startswith(f"pipeline 'p': spool {str(spool)!r}: the local")
+    assert not spool.exists()
