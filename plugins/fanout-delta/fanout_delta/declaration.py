@@ -6,7 +6,14 @@ from __future__ import annotations
 from fanout.contract.options import SinkOption
 
 OPTIONS = (
-    SinkOption("path", "required", "table location (local path or object-store URI)"),
+    SinkOption(
+        "path",
+        "required",
+        "table location: a local path, a `file:` URL (escapes decoded, as delta-rs does), or "
+        "an object-store URI. A local path whose name holds a `%` followed by two hex digits "
+        "is refused at `FanOut(...)`: delta-rs (1.x) creates that directory as named and then "
+        "looks for the table at the decoded name",
+    ),
     SinkOption("mode", "`append`", "`append` or `merge` (upsert on `keys`)"),
     SinkOption("keys", "none", "merge keys; required for `merge`"),
     SinkOption(
