@@ -14,8 +14,6 @@ from fanout.contract.dead_letters import DeadLetter, Source, letter_kind
 from fanout.deadletters.layout import letter_schema, to_records
 from fanout.deadletters.target import DELTA
 from fanout.delta_tables import io as deltaio
-from fanout.delta_tables.io import unusable_location
-from fanout.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
@@ -73,8 +71,6 @@ class DeltaDeadLetters:
 def delta_target(location: str, sink: Sink) -> DeltaDeadLetters:
     """The ``delta`` kind's factory: the table at ``location``, with the sink's
     ``storage_options`` attribute (if any) for object stores."""
-    unusable = unusable_location(location)
-    if unusable is not None:
-        raise ConfigurationError(f"sink {sink.name!r}: dead_letter {location!r}: {unusable}")
+    deltaio.refuse_unusable_location(location, f"sink {sink.name!r}: dead_letter {location!r}")
     options: Any = getattr(sink, "storage_options", None)
     return DeltaDeadLetters(location, options if isinstance(options, Mapping) else None)

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.locations import local_path
+from fanout.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,14 @@ def unusable_location(path: str) -> str | None:
         f"at the decoded name. Rename the directory so that no '%' is followed by two hex "
         f"digits"
     )
+
+
+def refuse_unusable_location(path: str, where: str) -> None:
+    """Raise :class:`fanout.ConfigurationError` ``"<where>: <why>"`` when delta-rs cannot
+    keep a table at ``path`` (:func:`unusable_location`)."""
+    unusable = unusable_location(path)
+    if unusable is not None:
+        raise ConfigurationError(f"{where}: {unusable}")
 
 
 def open_table(path: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable | None:

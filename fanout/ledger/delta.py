@@ -26,8 +26,8 @@ from fanout.delta_tables.io import (
     is_commit_conflict,
     open_table,
     read_arrow,
+    refuse_unusable_location,
     transaction_version,
-    unusable_location,
 )
 from fanout.delta_tables.retention import (
     LOG_RETENTION_PROPERTY,
@@ -35,7 +35,7 @@ from fanout.delta_tables.retention import (
     check_ledger_retention,
     parse_interval,
 )
-from fanout.errors import ConfigurationError, LedgerError
+from fanout.errors import LedgerError
 from fanout.ledger.entry import (
     MARK_HOLD,
     LedgerEntry,
@@ -138,11 +138,9 @@ class DeltaLedger:
         Raises :class:`fanout.ConfigurationError` when the table sets a
         ``delta.setTransactionRetentionDuration`` (see :mod:`fanout.delta_tables.retention`),
         or when delta-rs cannot keep a table at its path
-        (:func:`fanout.delta_tables.io.unusable_location`).
+        (:func:`fanout.delta_tables.io.refuse_unusable_location`).
         """
-        unusable = unusable_location(self.path)
-        if unusable is not None:
-            raise ConfigurationError(f"ledger at {self.path}: {unusable}")
+        refuse_unusable_location(self.path, f"ledger at {self.path}")
         with self._lock:
             self._table = self._load_or_create()
             self._keep_log_short(self._table)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from fanout.contract.batch import Batch, SharedArrow, txn_app_id
 from fanout.contract.sessions import in_spark_thread
 from fanout.contract.sink import BackfillSource
-from fanout.delta_tables.io import unusable_location
+from fanout.delta_tables.io import refuse_unusable_location
 from fanout.errors import ConfigurationError, LagLimitError
 from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
@@ -43,9 +43,7 @@ def check_spool(pipeline: str, specs: Mapping[str, SinkSpec], path: str | None) 
         )
     if path is None:
         return None
-    unusable = unusable_location(str(path))
-    if unusable is not None:
-        raise ConfigurationError(f"pipeline {pipeline!r}: spool {str(path)!r}: {unusable}")
+    refuse_unusable_location(str(path), f"pipeline {pipeline!r}: spool {str(path)!r}")
     return Spool(str(path), pipeline)
 
 
