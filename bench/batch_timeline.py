@@ -9,12 +9,18 @@ and ``commits/N``, planning), and "before the first task" is what Spark and the
 foreachBatch function (fanout, the sinks' driver-side work) did before any task ran.
 While no task runs, only the driver, PostgreSQL and the broker can use the cores.
 
+With the machine's CPU samples (``cpu_sampler.py``), it also prints how busy the cores were
+in each of those states: work the driver, PostgreSQL or the broker did while no task ran is
+not idle, and two tasks running may still leave a core idle while they wait.
+
 The event log costs time of its own: the numbers of a ``--timeline`` run are for finding
 idle time, not for comparing with runs without it.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import statistics
 from collections.abc import Iterable, Sequence
@@ -161,6 +167,114 @@ def occupancy(tasks: Sequence[Task], start: int, duration: int) -> Occupancy:
     spent[min(running, 2)] += end - at
     first = min((when for when, step, _ in edges if step > 0), default=end) - start
     return Occupancy(first, spent[0], spent[1], spent[2], one_map_task=alone_mapping)
+
+
+STATES = ("no task", "scan alone", "one task", "2+ tasks")
+"""What ran in the cores, as :func:`idle_by_state` tells the states apart."""
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """The machine's busy and total CPU ticks (every core summed) at ``at_ms``."""
+
+    at_ms: float
+    busy: int
+    total: int
+
+
+def read_cpu_samples(path: Path) -> list[CpuSample]:
+    """The samples ``cpu_sampler.py`` wrote to ``path`` (an unfinished last line is left
+    out)."""
+    samples = []
+    for line in path.read_text().splitlines():
+        fields = line.split()
+        if len(fields) == 3:
+            samples.append(CpuSample(float(fields[0]), int(fields[1]), int(fields[2])))
+    return samples
+
+
+@dataclass
+class StateCpu:
+    """Wall time spent in one state and the machine's busy share then."""
+
+    wall_ms: float = 0.0
+    busy_ticks: int = 0
+    total_ticks: int = 0
+
+    def busy_share(self) -> float:
+        return self.busy_ticks / self.total_ticks if self.total_ticks else 0.0
+
+    def idle_core_ms(self, cores: int) -> float:
+        """Core-milliseconds no process used while in this state."""
+        return self.wall_ms * cores * (1 - self.busy_share()) if self.total_ticks else 0.0
+
+
+def idle_by_state(
+    tasks: Sequence[Task], samples: Sequence[CpuSample], start: int, duration: int
+) -> dict[str, StateCpu]:
+    """Each of :data:`STATES` during ``[start, start + duration)``: its wall time and the
+    ticks of the sample intervals whose midpoint it held (a tick is 10 ms of one core:
+    only sums over many intervals are meaningful)."""
+    end = start + duration
+    running = [t for t in tasks if t.finished > start and t.launched < end]
+    found = {state: StateCpu() for state in STATES}
+    first = bisect.bisect_left(samples, start, key=lambda sample: sample.at_ms)
+    for before, after in itertools.pairwise(samples[first:]):
+        if after.at_ms > end:
+            break
+        mid = (before.at_ms + after.at_ms) / 2
+        now = [t for t in running if t.launched <= mid < t.finished]
+        if not now:
+            state = "no task"
+        elif len(now) == 1:
+            state = "one task" if now[0].final else "scan alone"
+        else:
+            state = "2+ tasks"
+        spent = found[state]
+        spent.wall_ms += after.at_ms - before.at_ms
+        spent.busy_ticks += after.busy - before.busy
+        spent.total_ticks += after.total - before.total
+    return found
+
+
+def idle_lines(
+    name: str, log: EventLog, query_ids: Iterable[str], samples: Sequence[CpuSample], cores: int
+) -> list[str]:
+    """One line: per state, the wall ms and idle core-ms a batch (means over the batches
+    of ``query_ids``) and the cores' busy share."""
+    batches = log.batches_of(query_ids)
+    if not batches:
+        return [f"  {name:<9} no batch with rows in the event log"]
+    total = {state: StateCpu() for state in STATES}
+    for batch in batches:
+        for state, spent in idle_by_state(
+            log.tasks, samples, batch.start_ms, batch.duration_ms
+        ).items():
+            summed = total[state]
+            summed.wall_ms += spent.wall_ms
+            summed.busy_ticks += spent.busy_ticks
+            summed.total_ticks += spent.total_ticks
+    n = len(batches)
+    cells = [
+        f"{spent.wall_ms / n:5.0f} {spent.busy_share():4.0%} {spent.idle_core_ms(cores) / n:5.0f}"
+        for spent in total.values()
+    ]
+    idle = sum(total[s].idle_core_ms(cores) for s in STATES) / n
+    return [f"  {name:<9} " + "  ".join(cells) + f"  {idle:6.0f}"]
+
+
+def print_idle(
+    log: EventLog, runs: dict[str, Sequence[str]], samples: Sequence[CpuSample], cores: int
+) -> None:
+    """Where the cores idled in each run's batches (``runs``: variant -> its query ids)."""
+    print(
+        "\nwhere the cores idled (the machine's CPU from /proc/stat every 5 ms, by what ran; "
+        "means a batch over the best run's batches: wall ms, busy share, idle core-ms):"
+    )
+    print(f"  {'variant':<9} " + "  ".join(f"{s:>16}" for s in STATES) + f"  {'idle':>6}")
+    for name, query_ids in runs.items():
+        for line in idle_lines(name, log, query_ids, samples, cores):
+            print(line)
 
 
 def timeline_lines(name: str, log: EventLog, query_ids: Iterable[str]) -> list[str]:

@@ -57,17 +57,21 @@ every core, is the soonest variant a could end (its floor). Targets: a/c >= 1.5;
 
 ``--timeline`` also writes Spark's event log and prints, per variant, where the best run's
 batches spent their time: Spark's own part, the time before the first task, and the time
-with no task, one, or two and more running (``batch_timeline``). The event log slows every
-variant; use it to find idle time, not to judge the targets.
+with no task, one, or two and more running (``batch_timeline``), and, from the machine's
+CPU sampled every 5 ms (``cpu_sampler.py``), how busy the cores were in each of those states
+and how many core-ms a batch they idled. The event log slows every variant; use it to find
+idle time, not to judge the targets.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -75,7 +79,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from batch_timeline import EventLog, event_log_conf, print_timeline
+from batch_timeline import (
+    EventLog,
+    event_log_conf,
+    print_idle,
+    print_timeline,
+    read_cpu_samples,
+)
 from common import (
     Ctx,
     Run,
@@ -168,8 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeline",
         action="store_true",
-        help="write Spark's event log and print where each variant's batch time went (the "
-        "event log slows every variant: for finding idle time, not for the targets)",
+        help="write Spark's event log, sample the machine's CPU, and print where each "
+        "variant's batch time went and where the cores idled (the event log slows every "
+        "variant: for finding idle time, not for the targets)",
     )
     parser.add_argument(
         "--source-open-cost",
@@ -251,6 +262,13 @@ def _measure(
     events = workdir / "eventlog"
     shutil.rmtree(events, ignore_errors=True)
     conf = event_log_conf(events) if args.timeline else {}
+    cpu_samples = workdir / "cpu-samples.txt"
+    if args.timeline:  # the machine's CPU, beside the event log (a process of its own)
+        cpu_samples.unlink(missing_ok=True)
+        sampler = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("cpu_sampler.py")), str(cpu_samples)]
+        )
+        atexit.register(sampler.terminate)
     if args.source_open_cost is not None:
         conf["spark.sql.files.openCostInBytes"] = str(args.source_open_cost)
     spark = local_session("fanout-bench-three-sinks", master=args.master, conf=conf)
@@ -364,7 +382,11 @@ def _measure(
 
     if args.timeline:  # the runs are over: stopping the session writes out the event log
         spark.stop()
-        print_timeline(EventLog.read(events), {v: best[v].extra["query_ids"] for v in selected})
+        sampler.terminate()
+        sampler.wait()
+        log, query_ids = EventLog.read(events), {v: best[v].extra["query_ids"] for v in selected}
+        print_timeline(log, query_ids)
+        print_idle(log, query_ids, read_cpu_samples(cpu_samples), cores)
     print(f"total benchmark time {time.perf_counter() - t_all:.0f} s")
     if services.lso_stuck:
         print(

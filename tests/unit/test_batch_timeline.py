@@ -106,3 +106,80 @@ def test_a_map_stage_run_as_a_job_of_its_own_is_told_apart_by_its_task_type(
         Task(START + 20, START + 40, final=False),
         Task(START + 40, START + 140),
     ]
+
+
+CpuSample, idle_by_state, idle_lines = (
+    timeline.CpuSample,
+    timeline.idle_by_state,
+    timeline.idle_lines,
+)
+
+
+def _samples(*steps: tuple[int, int, int]) -> list[object]:
+    """Samples every ``dt`` ms from START, each adding ``busy`` of ``total`` ticks."""
+    at, busy, total = START, 0, 0
+    found = [CpuSample(at, busy, total)]
+    for dt, add_busy, add_total in steps:
+        at, busy, total = at + dt, busy + add_busy, total + add_total
+        found.append(CpuSample(at, busy, total))
+    return found
+
+
+def test_idle_is_told_by_what_ran_at_each_samples_midpoint() -> None:
+    # 0-100: nothing runs; 100-150: the scan's last task alone; 150-250: two sink tasks;
+    # 250-300: one sink task
+    tasks = [Task(START + 100, START + 150, final=False), Task(START + 150, START + 250),
+             Task(START + 150, START + 300)]  # fmt: skip
+    samples = _samples(
+        (50, 1, 4),
+        (50, 3, 4),  # no task: 4 of 8 ticks busy
+        (50, 2, 4),  # the scan alone: half busy
+        (50, 4, 4),
+        (50, 3, 4),  # two tasks: 7 of 8
+        (50, 4, 4),  # one task: all busy
+        (50, 0, 4),  # after the batch: not counted
+    )
+    found = idle_by_state(tasks, samples, START, 300)
+    assert {s: (v.wall_ms, v.busy_ticks, v.total_ticks) for s, v in found.items()} == {
+        "no task": (100, 4, 8),
+        "scan alone": (50, 2, 4),
+        "2+ tasks": (100, 7, 8),
+        "one task": (50, 4, 4),
+    }
+    assert found["no task"].idle_core_ms(2) == 100.0  # 100 ms x 2 cores x half idle
+    assert found["2+ tasks"].idle_core_ms(2) == 25.0
+    assert found["one task"].idle_core_ms(2) == 0.0
+
+
+def test_samples_outside_the_batch_and_states_never_met_count_nothing() -> None:
+    samples = _samples((40, 0, 4), (40, 4, 4), (40, 4, 4))  # START..START+120
+    found = idle_by_state([], samples, START + 40, 40)  # only the second interval
+    assert (found["no task"].wall_ms, found["no task"].busy_ticks) == (40, 4)
+    assert found["2+ tasks"].wall_ms == 0 and found["2+ tasks"].idle_core_ms(2) == 0.0
+
+
+def test_the_idle_line_sums_every_batch_then_divides_by_the_batches() -> None:
+    log = EventLog(
+        tasks=[Task(START + 100, START + 200), Task(START + 1100, START + 1200)],
+        batches=[
+            timeline.BatchSpan("q", 0, START, 200, 150, 10),
+            timeline.BatchSpan("q", 1, START + 1000, 200, 150, 10),
+            timeline.BatchSpan("q", 2, START + 2000, 200, 150, 0),  # no rows: left out
+        ],
+    )
+    steps = [(100, 1, 2), (100, 2, 2), (800, 0, 16), (100, 0, 2), (100, 2, 2)]
+    # batch 0: no task 100 ms half busy, then one task 100 ms all busy; batch 1: no task
+    # all idle, then one task all busy. No task: 200 ms, 1 of 4 ticks busy: 300 idle
+    # core-ms, 150 a batch
+    assert idle_lines("a", log, ["q"], _samples(*steps), 2) == [
+        "  a           100  25%   150      0   0%     0    100 100%     0      0   0%     0     150"
+    ]
+
+
+def test_cpu_samples_are_read_back_and_a_cut_last_line_is_left_out(tmp_path: Path) -> None:
+    path = tmp_path / "cpu.txt"
+    path.write_text(f"{START}.0 10 40\n{START + 5}.5 12 42\n{START + 10}.0 1")
+    assert timeline.read_cpu_samples(path) == [
+        CpuSample(START, 10, 40),
+        CpuSample(START + 5.5, 12, 42),
+    ]
