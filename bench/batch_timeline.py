@@ -218,7 +218,7 @@ def idle_by_state(
     end = start + duration
     running = [t for t in tasks if t.finished > start and t.launched < end]
     found = {state: StateCpu() for state in STATES}
-    first = bisect.bisect_left(samples, start, key=lambda sample: sample.at_ms)
+    first = bisect.bisect_left(samples, float(start), key=lambda sample: sample.at_ms)
     for before, after in itertools.pairwise(samples[first:]):
         if after.at_ms > end:
             break
