@@ -9,6 +9,9 @@ and ``commits/N``, planning), and "before the first task" is what Spark and the
 foreachBatch function (fanout, the sinks' driver-side work) did before any task ran.
 While no task runs, only the driver, PostgreSQL and the broker can use the cores.
 
+It also cuts each batch into its stages: until the scan, the scan, the wait for the sinks'
+job (the driver preparing and submitting it), the sinks' tasks, and after them.
+
 With the machine's CPU samples (``cpu_sampler.py``), it also prints how busy the cores were
 in each of those states: work the driver, PostgreSQL or the broker did while no task ran is
 not idle, and two tasks running may still leave a core idle while they wait.
@@ -296,6 +299,62 @@ def timeline_lines(name: str, log: EventLog, query_ids: Iterable[str]) -> list[s
     ]
 
 
+@dataclass(frozen=True)
+class Stages:
+    """A batch's tasks in order, in milliseconds: until the first task of a stage writing a
+    shuffle (the source's scan), that stage, from its end to the first final task (the
+    driver preparing and submitting the sinks' job), the final tasks, and after the last."""
+
+    to_scan: int
+    scan: int
+    scan_to_sinks: int
+    sinks: int
+    after: int
+
+
+def stages(tasks: Sequence[Task], start: int, duration: int) -> Stages | None:
+    """The :class:`Stages` of the batch ``[start, start + duration)``; ``None`` when its
+    tasks did not run a shuffle's stage and then final tasks, each within the batch."""
+    end = start + duration
+    within = [t for t in tasks if t.launched >= start and t.finished <= end]
+    maps = [t for t in within if not t.final]
+    finals = [t for t in within if t.final]
+    if not maps or not finals:
+        return None
+    scan_start, scan_end = min(t.launched for t in maps), max(t.finished for t in maps)
+    sinks_start, sinks_end = min(t.launched for t in finals), max(t.finished for t in finals)
+    if sinks_start < scan_end:
+        return None
+    return Stages(
+        scan_start - start,
+        scan_end - scan_start,
+        sinks_start - scan_end,
+        sinks_end - sinks_start,
+        end - sinks_end,
+    )
+
+
+def stage_lines(name: str, log: EventLog, query_ids: Iterable[str]) -> list[str]:
+    """One line of medians over the batches of ``query_ids`` that ran a scan's stage and
+    then the sinks' tasks."""
+    found = [
+        found
+        for b in log.batches_of(query_ids)
+        if (found := stages(log.tasks, b.start_ms, b.duration_ms)) is not None
+    ]
+    if not found:
+        return [f"  {name:<9} no batch with a shuffle's stage and then final tasks"]
+
+    def median(values: Iterable[int]) -> float:
+        return statistics.median(list(values))
+
+    return [
+        f"  {name:<9} {len(found):>3} {median(s.to_scan for s in found):7.0f} "
+        f"{median(s.scan for s in found):7.0f} {median(s.scan_to_sinks for s in found):7.0f} "
+        f"{median(s.sinks for s in found):7.0f} {median(s.after for s in found):7.0f}"
+    ]
+
+
 def print_timeline(log: EventLog, runs: dict[str, Sequence[str]]) -> None:
     """The medians of each run's batches (``runs``: variant -> its query ids)."""
     print(
@@ -314,6 +373,19 @@ def print_timeline(log: EventLog, runs: dict[str, Sequence[str]]) -> None:
         "task; 0 tasks / 1 task / 2+: time with that many tasks running; of it: the one task "
         "was of a stage writing a shuffle, such as the source's scan before the sinks' "
         "repartition)"
+    )
+    print(
+        f"\n  {'variant':<9} {'n':>3} {'to scan':>7} {'scan':>7} {'->sinks':>7} {'sinks':>7} "
+        f"{'after':>7}"
+    )
+    for name, query_ids in runs.items():
+        for line in stage_lines(name, log, query_ids):
+            print(line)
+    print(
+        "  (batches whose scan wrote a shuffle read by the sinks' tasks: from the batch's "
+        "start to the scan's first task; the scan's stage; from its end to the sinks' first "
+        "task, the driver preparing and submitting their job; the sinks' tasks; after the "
+        "last, their commits and Spark's steps)"
     )
 
 

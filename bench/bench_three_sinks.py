@@ -57,9 +57,10 @@ every core, is the soonest variant a could end (its floor). Targets: a/c >= 1.5;
 
 ``--timeline`` also writes Spark's event log and prints, per variant, where the best run's
 batches spent their time: Spark's own part, the time before the first task, and the time
-with no task, one, or two and more running (``batch_timeline``), and, from the machine's
-CPU sampled every 5 ms (``cpu_sampler.py``), how busy the cores were in each of those states
-and how many core-ms a batch they idled. The event log slows every variant; use it to find
+with no task, one, or two and more running, the batch's stages (the scan, the wait for the
+sinks' job, the sinks' tasks: ``batch_timeline``), and, from the machine's CPU sampled
+every 5 ms (``cpu_sampler.py``), how busy the cores were in each of those states and how
+many core-ms a batch they idled. The event log slows every variant; use it to find
 idle time, not to judge the targets.
 """
 

@@ -183,3 +183,41 @@ def test_cpu_samples_are_read_back_and_a_cut_last_line_is_left_out(tmp_path: Pat
         CpuSample(START, 10, 40),
         CpuSample(START + 5.5, 12, 42),
     ]
+
+
+def test_a_batch_is_cut_into_its_scan_the_wait_for_the_sinks_and_their_tasks() -> None:
+    # the scan's two tasks 30-150, the sinks' first task at 170, the last ending at 380
+    tasks = [Task(START + 30, START + 100, final=False), Task(START + 30, START + 150, final=False),
+             Task(START + 170, START + 300), Task(START + 175, START + 380),
+             Task(START + 600, START + 700)]  # fmt: skip
+    assert timeline.stages(tasks, START, 400) == timeline.Stages(30, 120, 20, 210, 20)
+
+
+def test_a_batch_without_a_scan_stage_then_sink_tasks_has_no_stages() -> None:
+    sinks_only = [Task(START + 10, START + 90)]
+    scan_only = [Task(START + 10, START + 90, final=False)]
+    overlapping = [Task(START + 10, START + 90, final=False), Task(START + 50, START + 95)]
+    for tasks in (sinks_only, scan_only, overlapping):
+        assert timeline.stages(tasks, START, 100) is None
+
+
+def test_the_stage_line_gives_each_parts_median() -> None:
+    log = EventLog(
+        tasks=[
+            Task(START + 30, START + 150, final=False), Task(START + 170, START + 380),
+            Task(START + 1010, START + 1100, final=False), Task(START + 1104, START + 1300),
+            Task(START + 2000, START + 2050),  # batch 2: no scan stage, left out
+        ],
+        batches=[
+            timeline.BatchSpan("q", 0, START, 400, 300, 10),
+            timeline.BatchSpan("q", 1, START + 1000, 320, 300, 10),
+            timeline.BatchSpan("q", 2, START + 2000, 60, 50, 10),
+        ],
+    )  # fmt: skip
+    # to scan 30 and 10, scan 120 and 90, wait 20 and 4, sinks 210 and 196, after 20 and 20
+    assert timeline.stage_lines("a", log, ["q"]) == [
+        "  a           2      20     105      12     203      20"
+    ]
+    assert timeline.stage_lines("c", log, ["other"]) == [
+        "  c         no batch with a shuffle's stage and then final tasks"
+    ]
