@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from fanout.contract.partitions import BatchPartitioning
 from fanout.contract.sessions import (
     ThreadWrapper,
+    is_connect,
     plan_without_adaptive,
     result_schema,
     spark_threads,
@@ -46,6 +47,7 @@ from fanout.partitioned.shared import (
     SharedPartitionTask,
     member_outcomes,
 )
+from fanout.partitioned.shared_udf import SHARED_UDFS, carrying
 from fanout.partitioned.sink import PartitionedSink
 from fanout.sink_spec import SinkSpec
 from fanout.steps.partition import reported_partitioning, usable
@@ -241,10 +243,19 @@ class SharedPass:
                 early.discard()
             parted = layout.frame(self.df)
         try:
-            job = parted.mapInArrow(SharedPartitionTask(members), result_schema(SHARED_RESULT_DDL))
-            plan_without_adaptive(job)  # one task per partition: nothing to adapt
+            task = SharedPartitionTask(members)
+            schema = result_schema(SHARED_RESULT_DDL)
+            if is_connect(parted) or not hasattr(parted, "_jdf"):
+                job = parted.mapInArrow(task, schema)
+                plan_without_adaptive(job)  # one task per partition: nothing to adapt
+                rows = job.collect()
+            else:  # the UDF made once per layout, the task beside it (shared_udf)
+                job = SHARED_UDFS.map(parted, layout.frame_columns(), schema)
+                plan_without_adaptive(job)
+                with carrying(parted.sparkSession.sparkContext, task):
+                    rows = job.collect()
             log.debug("one shared task per partition for %s", ", ".join(names))
-            split = member_outcomes(job.collect(), len(members))
+            split = member_outcomes(rows, len(members))
         except Exception as exc:  # the job failed: each member's attempt failed with it
             if early is not None:
                 early.discard()

@@ -28,7 +28,12 @@ from typing import Any
 
 from fanout.contract.sessions import is_connect
 from fanout.contract.sharing import SharedShape
-from fanout.partitioned.membership import partitioned_frame, quoted, select_columns
+from fanout.partitioned.membership import (
+    MEMBER_COLUMN,
+    partitioned_frame,
+    quoted,
+    select_columns,
+)
 from fanout.steps.shuffle_ahead import StartedShuffle, start_shuffle
 
 log = logging.getLogger("fanout")
@@ -60,6 +65,10 @@ class JobLayout:
         needed = tuple(dict.fromkeys(c for columns, _ in members for c, _ in columns))
         wants_member = shape is not None and any(membership for _, membership in members)
         return cls(needed, shape, wants_member)
+
+    def frame_columns(self) -> tuple[str, ...]:
+        """The columns of :meth:`frame`, in order."""
+        return self.columns + ((MEMBER_COLUMN,) if self.member_column else ())
 
     def frame(self, df: Any) -> Any:
         """``df`` selected, partitioned and sorted as this layout says."""

@@ -1,0 +1,118 @@
+"""A shared job's ``mapInArrow`` built once per layout, its batch's task sent beside it.
+
+pyspark's ``DataFrame.mapInArrow`` pickles the function into a new Python UDF for every
+call: 38 py4j round trips for a shared job of eight columns (~5 ms on a quiet driver).
+They run while the batch's scan runs (its shuffle is started ahead), and on two busy cores
+each round trip waits for a core and takes it from the scan's tasks: the scan's longer task
+ran 140-180 ms against 110-120 without them (bench/README.md, session 38).
+
+So the UDF is made once for a layout's columns, over unresolved columns, with a function
+that holds no batch: :class:`TaskFromProperty`. The batch's :class:`SharedPartitionTask`
+(pickled, ~10 KB) travels as a Spark local property of the thread that starts the job,
+which Spark hands to every task of that job, and pyspark to its Python worker. Each batch
+then costs one round trip to set the property and one to apply the UDF to its frame.
+
+Classic sessions only (Spark Connect has no local properties; it builds the job as
+before).
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+PROPERTY = "fanout.shared.task"
+"""The local property holding the running shared job's task, pickled and base64-encoded."""
+
+
+@dataclass(frozen=True)
+class TaskFromProperty:
+    """The function of a cached shared UDF: runs the task the job's local property holds."""
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Load this job's task from :data:`PROPERTY` and run it on the partition."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        text = context.getLocalProperty(PROPERTY) if context is not None else None
+        if not text:
+            raise RuntimeError(
+                f"fanout's shared task found no {PROPERTY!r} local property: the job was "
+                "started from a thread that did not set it"
+            )
+        yield from decode(text)(batches)
+
+
+def encode(task: Any) -> str:
+    """``task`` as the text of :data:`PROPERTY`."""
+    from pyspark import cloudpickle
+
+    return base64.b64encode(cloudpickle.dumps(task)).decode("ascii")
+
+
+def decode(text: str) -> Any:
+    """The task :func:`encode` wrote."""
+    import pickle
+
+    return pickle.loads(base64.b64decode(text))
+
+
+class SharedUdfs:
+    """The shared UDF column of each layout (its frame's columns), kept for the session's
+    life; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # per SparkContext (the UDF holds its accumulator), kept with it so its id stays its
+        self._columns: dict[tuple[int, tuple[str, ...]], tuple[Any, Any]] = {}
+
+    def map(self, frame: Any, columns: Sequence[str], schema: Any) -> Any:
+        """``frame`` mapped by the shared UDF, ``frame`` holding ``columns`` in that order
+        and the result ``schema``: a DataFrame whose job must be started inside
+        :func:`carrying` the batch's task."""
+        from pyspark.sql import DataFrame
+
+        session = frame.sparkSession
+        jsc = session.sparkContext._jsc
+        key = (id(jsc), tuple(columns))
+        with self._lock:
+            kept = self._columns.get(key)
+        if kept is None:
+            kept = (jsc, _udf_column(columns, schema))
+            with self._lock:
+                self._columns[key] = kept
+        return DataFrame(frame._jdf.mapInArrow(kept[1], False, None), session)
+
+
+SHARED_UDFS = SharedUdfs()
+"""This process's shared UDFs."""
+
+
+def _udf_column(columns: Sequence[str], schema: Any) -> Any:
+    from pyspark.sql import functions
+    from pyspark.sql.pandas.functions import pandas_udf
+    from pyspark.util import PythonEvalType
+
+    from fanout.partitioned.membership import quoted
+
+    udf = pandas_udf(  # type: ignore[call-overload]
+        TaskFromProperty(), returnType=schema, functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF
+    )
+    return udf(*[functions.col(quoted(c)) for c in columns])._jc
+
+
+@contextmanager
+def carrying(spark_context: Any, task: Any) -> Iterator[None]:
+    """Jobs this thread starts in the block carry ``task`` in :data:`PROPERTY`."""
+    spark_context.setLocalProperty(PROPERTY, encode(task))
+    try:
+        yield
+    finally:
+        spark_context.setLocalProperty(PROPERTY, None)

@@ -1,0 +1,99 @@
+"""With real Spark: a shared job's UDF is made once per layout, applied to each batch's frame
+in one py4j round trip, and each job runs the task it carries in its local property
+(:mod:`fanout.partitioned.shared_udf`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import py4j.clientserver
+import pytest
+
+from fanout.contract.sessions import result_schema
+from fanout.partitioned.shared_udf import PROPERTY, SharedUdfs, carrying
+
+SCHEMA = "`k` BIGINT, `a b` STRING"
+COLUMNS = ["k", "a b"]
+RESULT = "member INT, partition INT, outcome STRING"
+
+
+@dataclass(frozen=True)
+class Labels:
+    """A batch's task: one result row per partition, its rows' keys summed, under a label."""
+
+    label: str
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark import TaskContext
+
+        total = sum(int(pc.sum(b.column("k")).as_py() or 0) for b in batches)
+        partition = TaskContext.get().partitionId()  # type: ignore[union-attr]
+        yield pa.RecordBatch.from_pydict(
+            {"member": [0], "partition": [partition], "outcome": [f"{self.label}:{total}"]},
+            schema=pa.schema(
+                [("member", pa.int32()), ("partition", pa.int32()), ("outcome", pa.string())]
+            ),
+        )
+
+
+@contextmanager
+def _round_trips() -> Iterator[list[int]]:
+    """The py4j commands this thread sends in the block (see test_frame_steps)."""
+    counted = [0]
+    send = py4j.clientserver.ClientServerConnection.send_command
+    me = threading.get_ident()
+
+    def counting(self: Any, command: str) -> Any:
+        if threading.get_ident() == me:
+            counted[0] += 1
+        return send(self, command)
+
+    py4j.clientserver.ClientServerConnection.send_command = counting  # type: ignore[method-assign]
+    try:
+        yield counted
+    finally:
+        py4j.clientserver.ClientServerConnection.send_command = send  # type: ignore[method-assign]
+
+
+def _frame(spark: Any, start: int) -> Any:
+    rows = [(start + i, f"r{i}") for i in range(20)]
+    return spark.createDataFrame(rows, SCHEMA).repartition(2, "k")
+
+
+def _run(udfs: SharedUdfs, frame: Any, label: str) -> list[str]:
+    job = udfs.map(frame, COLUMNS, result_schema(RESULT))
+    with carrying(frame.sparkSession.sparkContext, Labels(label)):
+        rows = job.collect()
+    return sorted(row["outcome"] for row in rows)
+
+
+def _expected(frame: Any, label: str) -> list[str]:
+    sums = frame.rdd.glom().map(lambda rows: sum(r["k"] for r in rows)).collect()
+    return sorted(f"{label}:{total}" for total in sums)
+
+
+def test_each_job_runs_the_task_it_carries_through_one_udf(spark: Any) -> None:
+    udfs = SharedUdfs()
+    first, second = _frame(spark, 0), _frame(spark, 100)
+    assert _run(udfs, first, "batch-0") == _expected(first, "batch-0")
+    assert sum(int(o.split(":")[1]) for o in _run(udfs, first, "x")) == sum(range(20))
+    with _round_trips() as counted:
+        job = udfs.map(second, COLUMNS, result_schema(RESULT))
+    assert counted[0] == 1  # the next batch's frame: mapInArrow with the UDF made before
+    with carrying(spark.sparkContext, Labels("batch-1")):
+        rows = job.collect()
+    assert sorted(r["outcome"] for r in rows) == _expected(second, "batch-1")
+    assert sum(int(r["outcome"].split(":")[1]) for r in rows) == sum(range(100, 120))
+    assert spark.sparkContext.getLocalProperty(PROPERTY) is None  # cleared after the job
+
+
+def test_a_job_started_without_its_task_fails_saying_so(spark: Any) -> None:
+    job = SharedUdfs().map(_frame(spark, 0), COLUMNS, result_schema(RESULT))
+    with pytest.raises(Exception, match="found no 'fanout.shared.task' local property"):
+        job.collect()
