@@ -66,12 +66,14 @@ def decode(text: str) -> Any:
 
 class SharedUdfs:
     """The shared UDF column of each layout (its frame's columns), kept for the session's
-    life; thread-safe."""
+    life; thread-safe. Made again when the Python files or the environment the UDF ships
+    with changed (``SparkContext.addPyFile``, as pyspark's own UDF would see them)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # per SparkContext (the UDF holds its accumulator), kept with it so its id stays its
-        self._columns: dict[tuple[int, tuple[str, ...]], tuple[Any, Any]] = {}
+        # per SparkContext (the UDF holds its accumulator), kept with it so its id stays its,
+        # and per the Python files and environment the UDF ships (captured when it is made)
+        self._columns: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
     def map(self, frame: Any, columns: Sequence[str], schema: Any) -> Any:
         """``frame`` mapped by the shared UDF, ``frame`` holding ``columns`` in that order
@@ -80,8 +82,14 @@ class SharedUdfs:
         from pyspark.sql import DataFrame
 
         session = frame.sparkSession
-        jsc = session.sparkContext._jsc
-        key = (id(jsc), tuple(columns))
+        context = session.sparkContext
+        jsc = context._jsc
+        key = (
+            id(jsc),
+            tuple(columns),
+            tuple(getattr(context, "_python_includes", None) or ()),
+            tuple(sorted((getattr(context, "environment", None) or {}).items())),
+        )
         with self._lock:
             kept = self._columns.get(key)
         if kept is None:

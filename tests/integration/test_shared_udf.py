@@ -5,9 +5,12 @@ in one py4j round trip, and each job runs the task it carries in its local prope
 from __future__ import annotations
 
 import threading
+import uuid
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import py4j.clientserver
@@ -97,3 +100,33 @@ def test_a_job_started_without_its_task_fails_saying_so(spark: Any) -> None:
     job = SharedUdfs().map(_frame(spark, 0), COLUMNS, result_schema(RESULT))
     with pytest.raises(Exception, match="found no 'fanout.shared.task' local property"):
         job.collect()
+
+
+@dataclass(frozen=True)
+class LabelFromZip:
+    """A task whose label comes from a module only a zip added with ``addPyFile`` holds."""
+
+    module: str
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import importlib
+
+        label = importlib.import_module(self.module).LABEL
+        yield from Labels(label)(batches)
+
+
+def test_a_zip_added_after_the_udf_was_made_reaches_the_next_job(
+    spark: Any, tmp_path: Path
+) -> None:
+    udfs = SharedUdfs()
+    frame = _frame(spark, 0)
+    assert _run(udfs, frame, "before") == _expected(frame, "before")
+    module = f"fanout_probe_{uuid.uuid4().hex[:8]}"
+    archive = tmp_path / f"{module}.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.writestr(f"{module}.py", "LABEL = 'from-the-zip'\n")
+    spark.sparkContext.addPyFile(str(archive))
+    job = udfs.map(frame, COLUMNS, result_schema(RESULT))  # made again: the zip ships with it
+    with carrying(spark.sparkContext, LabelFromZip(module)):
+        rows = job.collect()
+    assert sorted(r["outcome"] for r in rows) == _expected(frame, "from-the-zip")
