@@ -280,15 +280,17 @@ def print_idle(
             print(line)
 
 
+def median(values: Iterable[float]) -> float:
+    """The median of ``values`` (any iterable)."""
+    return float(statistics.median(list(values)))
+
+
 def timeline_lines(name: str, log: EventLog, query_ids: Iterable[str]) -> list[str]:
     """One line of medians over the batches of ``query_ids``."""
     batches = log.batches_of(query_ids)
     if not batches:
         return [f"  {name:<9} no batch with rows in the event log"]
     spans = [occupancy(log.tasks, b.start_ms, b.duration_ms) for b in batches]
-
-    def median(values: Iterable[float]) -> float:
-        return statistics.median(list(values))
 
     return [
         f"  {name:<9} {len(batches):>3} {median(b.duration_ms for b in batches):7.0f} "
@@ -345,9 +347,6 @@ def stage_lines(name: str, log: EventLog, query_ids: Iterable[str]) -> list[str]
     if not found:
         return [f"  {name:<9} no batch with a shuffle's stage and then final tasks"]
 
-    def median(values: Iterable[int]) -> float:
-        return statistics.median(list(values))
-
     return [
         f"  {name:<9} {len(found):>3} {median(s.to_scan for s in found):7.0f} "
         f"{median(s.scan for s in found):7.0f} {median(s.scan_to_sinks for s in found):7.0f} "
@@ -361,32 +360,31 @@ def print_timeline(log: EventLog, runs: dict[str, Sequence[str]]) -> None:
         "\nwhere each batch's time went (Spark's event log, medians over the best run's "
         "batches, ms; the event log slows every variant):"
     )
-    print(
+    _print_table(
         f"  {'variant':<9} {'n':>3} {'batch':>7} {'spark':>7} {'to 1st':>7} {'0 tasks':>7} "
-        f"{'1 task':>7} {'of it':>7} {'2+':>7}"
-    )
-    for name, query_ids in runs.items():
-        for line in timeline_lines(name, log, query_ids):
-            print(line)
-    print(
+        f"{'1 task':>7} {'of it':>7} {'2+':>7}",
+        [line for name, ids in runs.items() for line in timeline_lines(name, log, ids)],
         "  (spark: triggerExecution - addBatch; to 1st: from the batch's start to its first "
         "task; 0 tasks / 1 task / 2+: time with that many tasks running; of it: the one task "
         "was of a stage writing a shuffle, such as the source's scan before the sinks' "
-        "repartition)"
+        "repartition)",
     )
-    print(
+    _print_table(
         f"\n  {'variant':<9} {'n':>3} {'to scan':>7} {'scan':>7} {'->sinks':>7} {'sinks':>7} "
-        f"{'after':>7}"
-    )
-    for name, query_ids in runs.items():
-        for line in stage_lines(name, log, query_ids):
-            print(line)
-    print(
+        f"{'after':>7}",
+        [line for name, ids in runs.items() for line in stage_lines(name, log, ids)],
         "  (batches whose scan wrote a shuffle read by the sinks' tasks: from the batch's "
         "start to the scan's first task; the scan's stage; from its end to the sinks' first "
         "task, the driver preparing and submitting their job; the sinks' tasks; after the "
-        "last, their commits and Spark's steps)"
+        "last, their commits and Spark's steps)",
     )
+
+
+def _print_table(header: str, lines: Sequence[str], note: str) -> None:
+    print(header)
+    for line in lines:
+        print(line)
+    print(note)
 
 
 def _input_rows(progress: dict[str, Any]) -> int:

@@ -4,12 +4,7 @@ batch costs three py4j round trips."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
-
-import py4j.clientserver
 
 from fanout.partitioned.frame_steps import frame_steps
 from fanout.partitioned.membership import (
@@ -18,6 +13,7 @@ from fanout.partitioned.membership import (
     quoted,
     with_member_column,
 )
+from tests.integration.py4j_calls import round_trips
 
 ROWS = [(i, f"c{i % 5}" if i % 7 else None, i * 0.5) for i in range(40)]
 SCHEMA = "`k` BIGINT, `a``b c` STRING, `d.e` DOUBLE"
@@ -27,27 +23,6 @@ COLUMNS = ["d.e", "k", "a`b c"]
 
 def _by_partition(df: Any) -> list[list[tuple[Any, ...]]]:
     return df.rdd.glom().map(lambda rows: [tuple(r) for r in rows]).collect()
-
-
-@contextmanager
-def _round_trips() -> Iterator[list[int]]:
-    """Count the py4j commands this thread sends in the block. py4j's finalizer thread sends
-    a release command for every JVM object proxy Python has freed, whenever it gets to them
-    (76 in one CI run, freed by earlier tests): no round trip of the code under test."""
-    counted = [0]
-    send = py4j.clientserver.ClientServerConnection.send_command
-    me = threading.get_ident()
-
-    def counting(self: Any, command: str) -> Any:
-        if threading.get_ident() == me:
-            counted[0] += 1
-        return send(self, command)
-
-    py4j.clientserver.ClientServerConnection.send_command = counting  # type: ignore[method-assign]
-    try:
-        yield counted
-    finally:
-        py4j.clientserver.ClientServerConnection.send_command = send  # type: ignore[method-assign]
 
 
 def test_a_partitioned_frame_is_pyspark_own_frame_row_for_row(spark: Any) -> None:
@@ -81,11 +56,11 @@ def test_the_next_batch_frame_costs_three_round_trips(spark: Any) -> None:
     first = spark.createDataFrame(ROWS, SCHEMA)
     partitioned_frame(first, 3, BY, columns=COLUMNS, member=True, sort=["d.e"])
     batch = spark.createDataFrame(ROWS[:10], SCHEMA)
-    with _round_trips() as counted:
+    with round_trips() as counted:
         framed = partitioned_frame(batch, 3, BY, columns=COLUMNS, member=True, sort=["d.e"])
     assert counted[0] == 3  # selectExpr, repartition, sortWithinPartitions
     assert sorted(r.k for r in framed.collect()) == list(range(10))
-    with _round_trips() as counted:
+    with round_trips() as counted:
         batch.selectExpr(*map(quoted, COLUMNS)).repartition(3, *map(quoted, BY))
     assert counted[0] > 3 + len(COLUMNS)  # pyspark's own: a round trip per list element
 

@@ -4,20 +4,18 @@ in one py4j round trip, and each job runs the task it carries in its local prope
 
 from __future__ import annotations
 
-import threading
 import uuid
 import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import py4j.clientserver
 import pytest
 
 from fanout.contract.sessions import result_schema
 from fanout.partitioned.shared_udf import PROPERTY, SharedUdfs, carrying
+from tests.integration.py4j_calls import round_trips
 
 SCHEMA = "`k` BIGINT, `a b` STRING"
 COLUMNS = ["k", "a b"]
@@ -45,25 +43,6 @@ class Labels:
         )
 
 
-@contextmanager
-def _round_trips() -> Iterator[list[int]]:
-    """The py4j commands this thread sends in the block (see test_frame_steps)."""
-    counted = [0]
-    send = py4j.clientserver.ClientServerConnection.send_command
-    me = threading.get_ident()
-
-    def counting(self: Any, command: str) -> Any:
-        if threading.get_ident() == me:
-            counted[0] += 1
-        return send(self, command)
-
-    py4j.clientserver.ClientServerConnection.send_command = counting  # type: ignore[method-assign]
-    try:
-        yield counted
-    finally:
-        py4j.clientserver.ClientServerConnection.send_command = send  # type: ignore[method-assign]
-
-
 def _frame(spark: Any, start: int) -> Any:
     rows = [(start + i, f"r{i}") for i in range(20)]
     return spark.createDataFrame(rows, SCHEMA).repartition(2, "k")
@@ -86,7 +65,7 @@ def test_each_job_runs_the_task_it_carries_through_one_udf(spark: Any) -> None:
     first, second = _frame(spark, 0), _frame(spark, 100)
     assert _run(udfs, first, "batch-0") == _expected(first, "batch-0")
     assert sum(int(o.split(":")[1]) for o in _run(udfs, first, "x")) == sum(range(20))
-    with _round_trips() as counted:
+    with round_trips() as counted:
         job = udfs.map(second, COLUMNS, result_schema(RESULT))
     assert counted[0] == 1  # the next batch's frame: mapInArrow with the UDF made before
     with carrying(spark.sparkContext, Labels("batch-1")):
