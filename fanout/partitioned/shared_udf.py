@@ -3,14 +3,16 @@
 pyspark's ``DataFrame.mapInArrow`` pickles the function into a new Python UDF for every
 call: 38 py4j round trips for a shared job of eight columns (~5 ms on a quiet driver).
 They run while the batch's scan runs (its shuffle is started ahead), and on two busy cores
-each round trip waits for a core and takes it from the scan's tasks: the scan's longer task
-ran 140-180 ms against 110-120 without them (bench/README.md, session 38).
+each round trip waits for a core and takes it from the scan's tasks. Building the whole job
+after the scan instead made the scan's longer task 110-120 ms against 140-180; building
+the UDF once, as here, 148-157 (bench/README.md, session 38).
 
 So the UDF is made once for a layout's columns, over unresolved columns, with a function
 that holds no batch: :class:`TaskFromProperty`. The batch's :class:`SharedPartitionTask`
 (pickled, ~10 KB) travels as a Spark local property of the thread that starts the job,
 which Spark hands to every task of that job, and pyspark to its Python worker. Each batch
-then costs one round trip to set the property and one to apply the UDF to its frame.
+then costs one round trip to apply the UDF to its frame and two to set and clear the
+property.
 
 Classic sessions only (Spark Connect has no local properties; it builds the job as
 before).
