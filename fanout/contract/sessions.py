@@ -21,6 +21,12 @@ def is_connect(obj: Any) -> bool:
     return module.startswith("pyspark.sql.connect.")
 
 
+def is_classic(df: Any) -> bool:
+    """Whether ``df`` is a classic DataFrame, with its JVM object here (not Spark Connect,
+    nor anything else DataFrame-like)."""
+    return not is_connect(df) and hasattr(df, "_jdf")
+
+
 def session_of(df: Any) -> Any:
     """The SparkSession a DataFrame belongs to (``None`` for anything else)."""
     return getattr(df, "sparkSession", None)
@@ -83,7 +89,7 @@ def plan_without_adaptive(df: Any) -> None:
     Kafka write took ~155 ms of Spark time with it, ~125 without). Under Spark Connect,
     and for anything but a classic DataFrame, nothing happens.
     """
-    if is_connect(df) or not hasattr(df, "_jdf"):
+    if not is_classic(df):
         return
     with session_settings(df.sparkSession.conf, {ADAPTIVE: "false"}):
         df._jdf.queryExecution().executedPlan()

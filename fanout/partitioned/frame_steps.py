@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fanout.contract.sessions import is_connect
+from fanout.contract.sessions import is_classic
 
 _KEEP_AT_MOST = 64  # column lists kept: a few per shared group or partitioned sink
 
@@ -45,7 +45,7 @@ def frame_steps(
     """``df.selectExpr(*select)`` (when ``select`` is given), then
     ``.repartition(partitions, *by)`` (when ``partitions`` is), then
     ``.sortWithinPartitions(*sort)`` (when ``sort`` is not empty)."""
-    if is_connect(df) or not hasattr(df, "_jdf"):
+    if not is_classic(df):
         return _pyspark_steps(df, select, partitions, by, sort)
     from pyspark.sql import DataFrame
 

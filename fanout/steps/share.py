@@ -22,6 +22,7 @@ and one replayed alone hold the same rows.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import Counter
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from fanout.contract.partitions import BatchPartitioning
 from fanout.contract.sessions import (
     ThreadWrapper,
-    is_connect,
+    is_classic,
     plan_without_adaptive,
     result_schema,
     spark_threads,
@@ -245,15 +246,16 @@ class SharedPass:
         try:
             task = SharedPartitionTask(members)
             schema = result_schema(SHARED_RESULT_DDL)
-            if is_connect(parted) or not hasattr(parted, "_jdf"):
-                job = parted.mapInArrow(task, schema)
-                plan_without_adaptive(job)  # one task per partition: nothing to adapt
-                rows = job.collect()
-            else:  # the UDF made once per layout, the task beside it (shared_udf)
+            delivered: contextlib.AbstractContextManager[None]
+            if is_classic(parted):  # the UDF made once per layout, the task beside it
                 job = SHARED_UDFS.map(parted, layout.frame_columns(), schema)
-                plan_without_adaptive(job)
-                with carrying(parted.sparkSession.sparkContext, task):
-                    rows = job.collect()
+                delivered = carrying(parted.sparkSession.sparkContext, task)
+            else:  # Spark Connect: no local properties, the task inside the UDF
+                job = parted.mapInArrow(task, schema)
+                delivered = contextlib.nullcontext()
+            plan_without_adaptive(job)  # one task per partition: nothing to adapt
+            with delivered:
+                rows = job.collect()
             log.debug("one shared task per partition for %s", ", ".join(names))
             split = member_outcomes(rows, len(members))
         except Exception as exc:  # the job failed: each member's attempt failed with it

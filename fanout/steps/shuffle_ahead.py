@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from fanout.contract.sessions import ADAPTIVE, is_connect, session_settings
+from fanout.contract.sessions import ADAPTIVE, is_classic, session_settings
 
 log = logging.getLogger("fanout")
 
@@ -62,7 +62,7 @@ def start_shuffle(df: Any) -> StartedShuffle | None:
     made its stage. A shuffle in the batch's own lineage (below the batch's scan) may belong
     to a job running now, and Spark's scheduler fails, stopping the SparkContext, when a map
     stage is submitted for a stage another job made."""
-    if is_connect(df) or not hasattr(df, "_jdf"):
+    if not is_classic(df):
         return None
     stage = None
     try:
