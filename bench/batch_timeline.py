@@ -204,6 +204,12 @@ class StateCpu:
     busy_ticks: int = 0
     total_ticks: int = 0
 
+    def add(self, wall_ms: float, busy_ticks: int, total_ticks: int) -> None:
+        """Count more time in this state."""
+        self.wall_ms += wall_ms
+        self.busy_ticks += busy_ticks
+        self.total_ticks += total_ticks
+
     def busy_share(self) -> float:
         return self.busy_ticks / self.total_ticks if self.total_ticks else 0.0
 
@@ -233,10 +239,8 @@ def idle_by_state(
             state = "one task" if now[0].final else "scan alone"
         else:
             state = "2+ tasks"
-        spent = found[state]
-        spent.wall_ms += after.at_ms - before.at_ms
-        spent.busy_ticks += after.busy - before.busy
-        spent.total_ticks += after.total - before.total
+        found[state].add(after.at_ms - before.at_ms, after.busy - before.busy,
+                         after.total - before.total)  # fmt: skip
     return found
 
 
@@ -253,10 +257,7 @@ def idle_lines(
         for state, spent in idle_by_state(
             log.tasks, samples, batch.start_ms, batch.duration_ms
         ).items():
-            summed = total[state]
-            summed.wall_ms += spent.wall_ms
-            summed.busy_ticks += spent.busy_ticks
-            summed.total_ticks += spent.total_ticks
+            total[state].add(spent.wall_ms, spent.busy_ticks, spent.total_ticks)
     n = len(batches)
     cells = [
         f"{spent.wall_ms / n:5.0f} {spent.busy_share():4.0%} {spent.idle_core_ms(cores) / n:5.0f}"
