@@ -50,19 +50,39 @@ def spark_jvms(table: ProcTable, children: dict[int, list[int]]) -> list[int]:
     return [p for p in children.get(os.getpid(), []) if table[p][1] == "java"]
 
 
+def thread_kind(comm: str) -> str:
+    """What a JVM thread named ``comm`` (``/proc``'s name: its first 15 characters) is:
+    ``query thread`` (a streaming query's ``stream execution thread``), ``JIT compiler``,
+    ``garbage collector``, ``executor tasks``, else the name without its number."""
+    if comm.startswith("stream executio"):
+        return "query thread"
+    if comm.startswith(("C1 Compiler", "C2 Compiler")):
+        return "JIT compiler"
+    if comm.startswith("GC Thread"):
+        return "garbage collector"
+    if comm.startswith("Executor task"):
+        return "executor tasks"
+    return comm.rstrip("0123456789").rstrip("#-")
+
+
+def thread_cpu_by_kind(pid: int) -> dict[str, float]:
+    """CPU seconds used so far by the live threads of process ``pid``, summed by
+    :func:`thread_kind`."""
+    totals: dict[str, float] = defaultdict(float)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        totals[thread_kind(comm)] += _own_cpu(_fields(stat))
+    return dict(totals)
+
+
 def jit_cpu(pid: int) -> float:
     """CPU seconds used so far by the JIT compiler threads (HotSpot's ``C1 CompilerThre``
     and ``C2 CompilerThre``) of JVM ``pid``: what a JVM not yet warm spends compiling."""
-    total = 0.0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            if not (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
-                continue
-            f = _fields((task / "stat").read_text())
-        except OSError:  # the thread ended
-            continue
-        total += _own_cpu(f)
-    return total
+    return thread_cpu_by_kind(pid).get("JIT compiler", 0.0)
 
 
 def _fields(stat: str) -> list[str]:
