@@ -49,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import SCHEMA, BenchFailure, generate_input, run_with_workdir
+from common import BenchFailure, generate_input, run_with_workdir, start_query
 
 PIPELINE = "aged"
 SINK = "bronze"
@@ -211,15 +211,7 @@ def _run(
         DeltaLedger(str(ledger), log_retention=None) if variant == "ledger_before" else str(ledger),
         [{"type": "delta", "name": SINK, "path": str(table), "engine": "rs", "mode": "append"}],
     )
-    query = (
-        spark.readStream.schema(SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(str(source))
-        .writeStream.foreachBatch(fan)
-        .option("checkpointLocation", str(run / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = start_query(spark, source, fan, run / "checkpoint")
     query.awaitTermination()
     fan.close()
     if query.exception() is not None:

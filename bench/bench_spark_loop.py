@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import SCHEMA, generate_input, run_with_workdir
+from common import generate_input, run_with_workdir, start_query
 from proc_cpu import children_of, proc_table, spark_jvms, thread_cpu_by_kind
 
 from fanout.spark import local_session
@@ -71,15 +71,7 @@ def _bench(args: argparse.Namespace, workdir: Path) -> int:
         if batch_id in (first, args.batches - 1):
             cpu[batch_id] = thread_cpu_by_kind(jvm)
 
-    query = (
-        spark.readStream.schema(SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(str(source))
-        .writeStream.foreachBatch(nothing)
-        .option("checkpointLocation", str(workdir / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = start_query(spark, source, nothing, workdir / "checkpoint")
     query.awaitTermination()
     if len(calls) != args.batches or len(cpu) != 2:
         print(f"expected {args.batches} batches, the function ran {len(calls)} times")

@@ -83,18 +83,24 @@ class Ctx:
         return path
 
 
-def _stream(ctx: Ctx) -> Any:
-    return ctx.spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(ctx.source))
-
-
-def _start(ctx: Ctx, fn: Callable[[Any, int], object], checkpoint: Path) -> Any:
+def start_query(
+    spark: Any, source: Path, fn: Callable[[Any, int], object], checkpoint: Path
+) -> Any:
+    """A streaming query of the JSON files in ``source`` (:data:`SCHEMA`), one file a
+    micro-batch, into ``foreachBatch(fn)``, ending once the files there now are read."""
     return (
-        _stream(ctx)
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
         .writeStream.foreachBatch(fn)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
     )
+
+
+def _start(ctx: Ctx, fn: Callable[[Any, int], object], checkpoint: Path) -> Any:
+    return start_query(ctx.spark, ctx.source, fn, checkpoint)
 
 
 def _timed(ctx: Ctx, starters: Sequence[Callable[..., Any]]) -> tuple[float, list[Any]]:
