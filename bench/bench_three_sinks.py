@@ -51,7 +51,10 @@ The ceilings are what any fan-out of these sinks could reach on this machine, fr
 every process used (``three_report.ceilings``): the least CPU a fan-out needs, spread over
 every core, is the soonest variant a could end (its floor). Targets: a/c >= 1.5; a/b >=
 0.9 x its ceiling; a's p50 batch time <= 1.2 x the slowest single sink's; ``efficiency``
-= a's floor / a's time >= 0.85. The last line printed is machine-readable:
+= a's floor / a's time >= 0.85. An informational line adds to the floor the idle the
+source alone left (s_source's time x cores - its CPU: Spark's loop between batches, its
+scan's last task alone), an estimate of the idle no fan-out avoids, and prints a/b's
+ceiling and a's efficiency against that. The last line printed is machine-readable:
 
     ratio_a_b=<x> ratio_a_b_ceiling=<c> ratio_a_c=<y> latency_vs_slowest=<z> efficiency=<e>
 
@@ -106,6 +109,7 @@ from three_report import (
     percentile,
     print_ceilings,
     ratios,
+    with_source_idle,
 )
 from three_services import PARTITIONS, Services
 from three_variants import RUNNERS, SINKS
@@ -439,6 +443,15 @@ def _measure(
     print(
         f"  (informational: the batch latency at p95, slowest {slowest95}: {latency95:.3f}; "
         f"the single sinks' p50 summed: {sum(p50[v] for v in singles) / p50['a']:.2f}x a's p50)"
+    )
+    idle = with_source_idle(best, ours, top, cores)
+    print(
+        f"  (informational: the source alone, with no sink, left the cores idle "
+        f"{idle.idle:.2f} core-s: Spark's loop between batches, its scan's last task alone. "
+        f"Idling that much and no more, a fan-out could end no sooner than "
+        f"{idle.fastest_a:.2f} s: a/b <= {idle.a_b:.3f} "
+        f"({A_B_SHARE_OF_CEILING} x = {A_B_SHARE_OF_CEILING * idle.a_b:.3f}), "
+        f"that / a's time = {idle.efficiency:.3f})"
     )
     if args.repeat > 1:
         print_rounds(runs, singles, cores, args.files)

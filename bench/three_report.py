@@ -140,6 +140,42 @@ def ceilings(
     )
 
 
+@dataclass(frozen=True)
+class SourceIdle:
+    """The ceilings again, counting the idle the source alone left (informational).
+
+    :param idle: core-seconds the source alone, with no sink, left the cores idle: Spark's
+        loop between batches (one thread) and its scan's last task running alone.
+    :param fastest_a: the soonest a fan-out could end, idling as much and no more (s).
+    :param a_b: ``b``'s time / that.
+    :param efficiency: that / a's time.
+    """
+
+    idle: float
+    fastest_a: float
+    a_b: float
+    efficiency: float
+
+
+def with_source_idle(
+    best: dict[str, Run], ours: dict[str, float], top: Ceilings, cores: int
+) -> SourceIdle:
+    """:func:`ceilings`' floor plus the idle of the source alone, spread over the cores.
+
+    A fan-out's batch waits for Spark's loop and its scan as the source's does, and its
+    sinks' tasks cannot start before the scan's last task ends: the source alone's idle is
+    an estimate of what no fan-out avoids (its driver's work beside the scan may fill some
+    of it, so an estimate, not a bound)."""
+    idle = max(0.0, cores * best["s_source"].seconds - ours["s_source"])
+    fastest = top.fastest_a + idle / cores
+    return SourceIdle(
+        idle=idle,
+        fastest_a=fastest,
+        a_b=best["b"].seconds / fastest,
+        efficiency=fastest / best["a"].seconds,
+    )
+
+
 def _outside_batches(run: Run) -> float:
     """Seconds of ``run`` outside its batches that read rows: its query's start and end."""
     return max(0.0, run.seconds - sum(run.batch_ms) / 1000)

@@ -67,3 +67,14 @@ def test_the_latency_ceiling_leaves_out_only_what_a_spent_outside_its_batches() 
     # 12 CPU s, at most 2 cores x (7.2 - 7.0 s) of it outside a's batches: 11.6 CPU s in 10
     # batches on 2 cores is 0.58 s a batch at least, against s_kafka's mean of 0.56 s
     assert top.latency == pytest.approx(0.58 / 0.56)
+
+
+def test_the_source_alone_s_idle_is_added_to_the_floor() -> None:
+    # s_source ran 2.0 s on 2 cores for 3.0 CPU s: it left 1.0 core-s idle, so a fan-out
+    # idling as much ends no sooner than 6.0 + 1.0 / 2 = 6.5 s
+    best = _runs(7.5, 700, 560)
+    _, top = report.ratios(best, OURS, SINGLES, 2, 10)  # type: ignore[attr-defined]
+    idle = report.with_source_idle(best, OURS, top, 2)  # type: ignore[attr-defined]
+    assert idle == report.SourceIdle(  # type: ignore[attr-defined]
+        idle=1.0, fastest_a=6.5, a_b=10.0 / 6.5, efficiency=6.5 / 7.5
+    )
