@@ -275,10 +275,10 @@ def print_idle(
         "\nwhere the cores idled (the machine's CPU from /proc/stat every 5 ms, by what ran; "
         "means a batch over the best run's batches: wall ms, busy share, idle core-ms):"
     )
-    print(f"  {'variant':<9} " + "  ".join(f"{s:>16}" for s in STATES) + f"  {'idle':>6}")
-    for name, query_ids in runs.items():
-        for line in idle_lines(name, log, query_ids, samples, cores):
-            print(line)
+    _print_table(
+        f"  {'variant':<9} " + "  ".join(f"{s:>16}" for s in STATES) + f"  {'idle':>6}",
+        [line for name, ids in runs.items() for line in idle_lines(name, log, ids, samples, cores)],
+    )
 
 
 def median(values: Iterable[float]) -> float:
@@ -381,11 +381,12 @@ def print_timeline(log: EventLog, runs: dict[str, Sequence[str]]) -> None:
     )
 
 
-def _print_table(header: str, lines: Sequence[str], note: str) -> None:
+def _print_table(header: str, lines: Sequence[str], note: str | None = None) -> None:
     print(header)
     for line in lines:
         print(line)
-    print(note)
+    if note is not None:
+        print(note)
 
 
 def _input_rows(progress: dict[str, Any]) -> int:
