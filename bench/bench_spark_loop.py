@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import generate_input, run_with_workdir, start_query
 from proc_cpu import children_of, proc_table, spark_jvms, thread_cpu_by_kind
+from three_report import percentile
 
 from fanout.spark import local_session
 
@@ -92,7 +93,7 @@ def _bench(args: argparse.Namespace, workdir: Path) -> int:
     )
     print(
         f"time between two calls of the function: median {statistics.median(gaps):.1f} ms, "
-        f"p90 {_p90(gaps):.1f} ms"
+        f"p90 {percentile(gaps, 0.9):.1f} ms"
     )
     print("Spark's durationMs parts of a batch (medians, ms):")
     for name, value in sorted(parts.items(), key=lambda kv: -kv[1]):
@@ -117,11 +118,6 @@ def _duration_medians(progress: list[Any], first: int) -> dict[str, float]:
         for name, ms in report["durationMs"].items():
             values.setdefault(name, []).append(float(ms))
     return {name: statistics.median(ms) for name, ms in values.items()}
-
-
-def _p90(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
 
 
 if __name__ == "__main__":
