@@ -110,14 +110,42 @@ def spark_threads(df: Any) -> ThreadWrapper:
     the Spark jobs they start inherit this thread's local properties (job group,
     streaming query id) and the session's tags, as jobs started by foreachBatch itself do.
     They are captured once, now (a handful of py4j calls, ~1-2 ms before a batch's first
-    job each time on two busy cores), for every function wrapped with it."""
+    job each time on two busy cores), for every function wrapped with it; each thread then
+    runs with its own copy of them.
+
+    pyspark's wrapper hands every function it wraps the very JVM ``Properties`` it
+    captured, so threads wrapped by one capture would share one: a property one thread set
+    (the task a shared job carries, :mod:`fanout.partitioned.shared_udf`) would reach the
+    jobs another thread starts. Each call therefore replaces it with a clone first (one
+    py4j call)."""
     session = getattr(df, "sparkSession", None)
     if session is None:
         return _unwrapped
     from pyspark.util import inheritable_thread_target
 
-    wrapper: ThreadWrapper = inheritable_thread_target(session)
-    return wrapper
+    inherit = inheritable_thread_target(session)
+    if not is_classic(df):  # Spark Connect: no JVM properties here
+        return inherit  # type: ignore[no-any-return]
+    context = session.sparkContext
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def with_own_properties(*args: Any, **kwargs: Any) -> Any:
+            own_local_properties(context)
+            return fn(*args, **kwargs)
+
+        return inherit(with_own_properties)  # type: ignore[no-any-return]
+
+    return wrap
+
+
+def own_local_properties(context: Any) -> None:
+    """Give this thread its own copy of the Spark local properties it has now, so that what
+    it sets reaches only the jobs it starts (a no-op where there are none to copy)."""
+    jvm_context = context._jsc.sc()
+    properties = jvm_context.getLocalProperties()
+    if properties is not None:
+        jvm_context.setLocalProperties(properties.clone())
 
 
 def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fanout.contract.sessions import own_local_properties
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -120,7 +122,10 @@ def _udf_column(columns: Sequence[str], schema: Any) -> Any:
 
 @contextmanager
 def carrying(spark_context: Any, task: Any) -> Iterator[None]:
-    """Jobs this thread starts in the block carry ``task`` in :data:`PROPERTY`."""
+    """Jobs this thread starts in the block carry ``task`` in :data:`PROPERTY`, and no
+    other thread's jobs do: the thread's local properties are first made its own, in case
+    it shares them with another (:func:`fanout.contract.sessions.spark_threads`)."""
+    own_local_properties(spark_context)
     spark_context.setLocalProperty(PROPERTY, encode(task))
     try:
         yield

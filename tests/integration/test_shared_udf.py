@@ -4,6 +4,8 @@ in one py4j round trip, and each job runs the task it carries in its local prope
 
 from __future__ import annotations
 
+import functools
+import threading
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -13,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from fanout.contract.sessions import result_schema
+from fanout.contract.sessions import result_schema, spark_threads
 from fanout.partitioned.shared_udf import PROPERTY, SharedUdfs, carrying
 from tests.integration.py4j_calls import round_trips
 
@@ -109,3 +111,61 @@ def test_a_zip_added_after_the_udf_was_made_reaches_the_next_job(
     with carrying(spark.sparkContext, LabelFromZip(module)):
         rows = job.collect()
     assert sorted(r["outcome"] for r in rows) == _expected(frame, "from-the-zip")
+
+
+def _in_threads(spark: Any, *targets: Any) -> list[Any]:
+    """Run each target in a thread of its own, all wrapped by one capture of this thread's
+    Spark properties (as a batch's sink threads are); their results in order."""
+    wrap = spark_threads(spark.range(1))
+    results: list[Any] = [None] * len(targets)
+
+    def run(index: int, target: Any) -> None:
+        results[index] = target()
+
+    threads = [
+        threading.Thread(target=wrap(functools.partial(run, i, target)))
+        for i, target in enumerate(targets)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return results
+
+
+def test_threads_wrapped_by_one_capture_keep_their_own_local_properties(spark: Any) -> None:
+    both_set = threading.Barrier(2, timeout=60)
+    context = spark.sparkContext
+
+    def label(value: str) -> Any:
+        def set_then_read() -> str | None:
+            context.setLocalProperty("fanout.test.label", value)
+            both_set.wait()  # the other thread has set its own value too
+            return context.getLocalProperty("fanout.test.label")
+
+        return set_then_read
+
+    assert _in_threads(spark, label("first"), label("second")) == ["first", "second"]
+    assert context.getLocalProperty("fanout.test.label") is None  # nor the caller's
+
+
+def test_jobs_of_threads_wrapped_by_one_capture_run_their_own_tasks(spark: Any) -> None:
+    udfs = SharedUdfs()
+    frames = {"group-a": _frame(spark, 0), "group-b": _frame(spark, 1000)}
+    both_carry = threading.Barrier(2, timeout=60)
+
+    def shared_job(label: str) -> Any:
+        def run() -> list[str]:
+            job = udfs.map(frames[label], COLUMNS, result_schema(RESULT))
+            with carrying(spark.sparkContext, Labels(label)):
+                both_carry.wait()  # both tasks set before either job starts
+                rows = job.collect()
+            return sorted(r["outcome"] for r in rows)
+
+        return run
+
+    found = _in_threads(spark, shared_job("group-a"), shared_job("group-b"))
+    assert found == [
+        _expected(frames["group-a"], "group-a"),
+        _expected(frames["group-b"], "group-b"),
+    ]
