@@ -14,17 +14,22 @@ which Spark hands to every task of that job, and pyspark to its Python worker. E
 then costs one round trip to apply the UDF to its frame and two to set and clear the
 property.
 
+Spark also writes a job's local properties into its listener events (the event log, the
+history server, any listener a user adds), unredacted, and the task holds the writers'
+settings, passwords included. So the property holds the task sealed (Fernet: AES and an
+HMAC, from the ``cryptography`` package) with a key drawn once per driver process, which
+travels only inside the UDF's function, in the task binary Spark ships to its executors.
+
 Classic sessions only (Spark Connect has no local properties; it builds the job as
 before).
 """
 
 from __future__ import annotations
 
-import base64
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.sessions import own_local_properties
@@ -33,12 +38,25 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 PROPERTY = "fanout.shared.task"
-"""The local property holding the running shared job's task, pickled and base64-encoded."""
+"""The local property holding the running shared job's task, pickled and sealed."""
+
+
+def _new_key() -> bytes:
+    from cryptography.fernet import Fernet
+
+    return Fernet.generate_key()
+
+
+SEALING_KEY = _new_key()
+"""This driver process's key for the tasks it sends in :data:`PROPERTY`."""
 
 
 @dataclass(frozen=True)
 class TaskFromProperty:
-    """The function of a cached shared UDF: runs the task the job's local property holds."""
+    """The function of a cached shared UDF: runs the task the job's local property holds,
+    opened with ``key`` (the driver's :data:`SEALING_KEY`, shipped with the function)."""
+
+    key: bytes = field(repr=False)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Load this job's task from :data:`PROPERTY` and run it on the partition."""
@@ -51,21 +69,24 @@ class TaskFromProperty:
                 f"fanout's shared task found no {PROPERTY!r} local property: the job was "
                 "started from a thread that did not set it"
             )
-        yield from decode(text)(batches)
+        yield from decode(text, self.key)(batches)
 
 
-def encode(task: Any) -> str:
-    """``task`` as the text of :data:`PROPERTY`."""
+def encode(task: Any, key: bytes = SEALING_KEY) -> str:
+    """``task`` as the text of :data:`PROPERTY`: pickled, then sealed with ``key``."""
+    from cryptography.fernet import Fernet
     from pyspark import cloudpickle
 
-    return base64.b64encode(cloudpickle.dumps(task)).decode("ascii")
+    return Fernet(key).encrypt(cloudpickle.dumps(task)).decode("ascii")
 
 
-def decode(text: str) -> Any:
-    """The task :func:`encode` wrote."""
+def decode(text: str, key: bytes) -> Any:
+    """The task :func:`encode` sealed with ``key``."""
     import pickle
 
-    return pickle.loads(base64.b64decode(text))
+    from cryptography.fernet import Fernet
+
+    return pickle.loads(Fernet(key).decrypt(text.encode("ascii")))
 
 
 class SharedUdfs:
@@ -115,7 +136,9 @@ def _udf_column(columns: Sequence[str], schema: Any) -> Any:
     from fanout.partitioned.membership import quoted
 
     udf = pandas_udf(  # type: ignore[call-overload]
-        TaskFromProperty(), returnType=schema, functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF
+        TaskFromProperty(SEALING_KEY),
+        returnType=schema,
+        functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF,
     )
     return udf(*[functions.col(quoted(c)) for c in columns])._jc
 

@@ -4,6 +4,7 @@ in one py4j round trip, and each job runs the task it carries in its local prope
 
 from __future__ import annotations
 
+import base64
 import functools
 import threading
 import uuid
@@ -14,9 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.fernet import Fernet, InvalidToken
 
 from fanout.contract.sessions import result_schema, spark_threads
-from fanout.partitioned.shared_udf import PROPERTY, SharedUdfs, carrying
+from fanout.partitioned.shared_udf import (
+    PROPERTY,
+    SEALING_KEY,
+    SharedUdfs,
+    TaskFromProperty,
+    carrying,
+    decode,
+)
 from tests.integration.py4j_calls import round_trips
 
 SCHEMA = "`k` BIGINT, `a b` STRING"
@@ -169,3 +178,27 @@ def test_jobs_of_threads_wrapped_by_one_capture_run_their_own_tasks(spark: Any) 
         _expected(frames["group-a"], "group-a"),
         _expected(frames["group-b"], "group-b"),
     ]
+
+
+@dataclass(frozen=True)
+class WithPassword(Labels):
+    """A task holding a secret, as a PostgreSQL writer holds its URL."""
+
+    url: str = "postgresql://app:S3cret-Pw@db/orders"
+
+
+def test_the_property_holds_the_task_sealed_and_jobs_still_open_it(spark: Any) -> None:
+    frame = _frame(spark, 0)
+    job = SharedUdfs().map(frame, COLUMNS, result_schema(RESULT))
+    context = spark.sparkContext
+    with carrying(context, WithPassword("sealed")):
+        text = context.getLocalProperty(PROPERTY)  # what Spark's listener events record
+        rows = job.collect()
+    assert sorted(r["outcome"] for r in rows) == _expected(frame, "sealed")
+    assert "S3cret-Pw" not in text
+    assert b"S3cret-Pw" not in base64.urlsafe_b64decode(text)  # nor once unwrapped
+    assert SEALING_KEY.decode() not in text
+    assert decode(text, SEALING_KEY) == WithPassword("sealed")
+    with pytest.raises(InvalidToken):
+        decode(text, Fernet.generate_key())
+    assert "key" not in repr(TaskFromProperty(SEALING_KEY))
