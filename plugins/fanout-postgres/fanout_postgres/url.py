@@ -62,16 +62,35 @@ def resolve_url(raw: Any, *, sink: str, environ: Mapping[str, str] | None = None
     )
 
 
+SECRET_QUERY_KEYS = frozenset({"password", "sslpassword"})
+"""Query parameters libpq reads secrets from (``?password=`` works as well as ``user:pw@``)."""
+
+
+def _secret_query_values(url: Any) -> list[str]:
+    found: list[str] = []
+    for key, value in (getattr(url, "query", None) or {}).items():
+        if key.lower() in SECRET_QUERY_KEYS:
+            found.extend(value if isinstance(value, tuple) else (value,))
+    return [v for v in found if v]
+
+
 def secrets_of(url: Any) -> tuple[str, ...]:
-    """The password as given and in its URL-encoded spellings (all must be scrubbed)."""
-    password = getattr(url, "password", None)
-    if not password:
-        return ()
-    return tuple(dict.fromkeys([password, quote(password, safe=""), quote_plus(password)]))
+    """The password and the secret query parameters, as given and in their URL-encoded
+    spellings (all must be scrubbed)."""
+    values = [getattr(url, "password", None) or "", *_secret_query_values(url)]
+    spellings = [s for v in values if v for s in (v, quote(v, safe=""), quote_plus(v))]
+    return tuple(dict.fromkeys(spellings))
 
 
 def display(url: Any) -> str:
-    """The URL for logs and messages, password masked."""
+    """The URL for logs and messages, password and secret query parameters masked."""
     if url is None:
         return "<no url>"
-    return str(url.render_as_string(hide_password=True))
+    query = url.query
+    if any(key.lower() in SECRET_QUERY_KEYS for key in query):
+        url = url.set(
+            query={
+                key: "***" if key.lower() in SECRET_QUERY_KEYS else v for key, v in query.items()
+            }
+        )
+    return str(url.render_as_string(hide_password=True)).replace("=%2A%2A%2A", "=***")

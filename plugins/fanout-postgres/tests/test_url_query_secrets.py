@@ -1,0 +1,25 @@
+"""A password given in the URL's query string (libpq reads ``?password=`` and
+``?sslpassword=``) is masked and scrubbed like one given as ``user:password@``."""
+
+from __future__ import annotations
+
+from fanout_postgres.url import display, resolve_url, secrets_of
+
+
+def test_query_string_secrets_are_masked_and_known() -> None:
+    url = resolve_url(
+        "postgresql://app@db.example:5433/orders?password=S3cretQ&sslmode=require"
+        "&sslpassword=k%2Fey",
+        sink="pg",
+    )
+    assert display(url) == (
+        "postgresql+psycopg2://app@db.example:5433/orders"
+        "?password=***&sslmode=require&sslpassword=***"
+    )
+    assert secrets_of(url) == ("S3cretQ", "k/ey", "k%2Fey")
+
+
+def test_a_url_without_secrets_in_its_query_is_shown_as_it_is() -> None:
+    url = resolve_url("postgresql://app:p%40w@db/orders?sslmode=require", sink="pg")
+    assert display(url) == "postgresql+psycopg2://app:***@db/orders?sslmode=require"
+    assert secrets_of(url) == ("p@w", "p%40w")
