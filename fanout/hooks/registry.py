@@ -195,7 +195,7 @@ class Registry:
         options = dict(spec)
         name = options.pop("name", None)
         type_name = options.pop("type", None)
-        check_name(name, f"sink {spec!r}")
+        check_name(name, f"a sink of type {type_name!r}")
         if not type_name:
             raise ConfigurationError(f"sink {name!r}: missing 'type' (one of {sorted(types)})")
         if type_name not in types:

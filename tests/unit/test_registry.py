@@ -393,6 +393,17 @@ def test_bad_sink_names(registry_and_types: tuple[Any, dict[str, Any]], name: An
         registry.build_sink(OtherSink(name), types_)
 
 
+def test_a_bad_sink_name_error_names_the_type_not_the_options(
+    registry_and_types: tuple[Any, dict[str, Any]],
+) -> None:
+    registry, types_ = registry_and_types
+    spec = {"type": "jsonl", "name": "", "directory": "/d", "password": "S3cret-Opt"}
+    with pytest.raises(ConfigurationError) as info:
+        registry.build_sink(spec, types_)
+    assert str(info.value).startswith("a sink of type 'jsonl': name '' is not valid;")
+    assert "S3cret-Opt" not in str(info.value) and "/d" not in str(info.value)
+
+
 @pytest.mark.parametrize("name", ["a", "orders_pg", "v1.2-x", "9lives", "x" * 128])
 def test_good_sink_names(registry_and_types: tuple[Any, dict[str, Any]], name: str) -> None:
     registry, types_ = registry_and_types
