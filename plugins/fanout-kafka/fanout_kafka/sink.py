@@ -406,7 +406,9 @@ class KafkaSink(PartitionedSink):
         wanted = {
             "key": self._key_columns or (),
             "order_by": columns(self.name, "order_by", self.order_by) or (),
-            "headers": () if isinstance(self.headers, bool) else tuple(self.headers),
+            "headers": ()
+            if isinstance(self.headers, bool)
+            else columns(self.name, "headers", self.headers) or (),
             "value": () if self.value == "json" else (self.value,),
         }
         missing = sorted({c for cols in wanted.values() for c in cols if c not in names})

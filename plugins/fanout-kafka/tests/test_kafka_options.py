@@ -16,7 +16,7 @@ from fanout_kafka.options import (
 from fanout_kafka.plugin import fanout_sink_types
 
 from fanout.contract.sink import SinkContext
-from fanout.errors import ConfigurationError
+from fanout.errors import ConfigurationError, SchemaMismatchError
 from fanout.hooks.registry import load_registry
 from fanout.testing import RecordingSink, open_sink
 
@@ -195,3 +195,11 @@ def test_the_partitioning_fanout_may_share_is_the_key_columns_or_the_whole_row()
     assert keyless.batch_partitioning(_Schema()) == BatchPartitioning(
         3, ("order_id", "region", "amount")
     )
+
+
+def test_one_header_column_given_as_a_string_is_checked_as_one_column() -> None:
+    sink = KafkaSink("k", bootstrap_servers="h:1", topic="t", key="id", headers="trace_id")
+    sink._check_columns(["id", "trace_id"], {"id": "bigint", "trace_id": "string"}, 7)
+    with pytest.raises(SchemaMismatchError) as missing:
+        sink._check_columns(["id"], {"id": "bigint"}, 7)
+    assert "column(s) 'trace_id' named by the options are not in" in str(missing.value)
