@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from fanout.errors import ConfigurationError
 
@@ -64,6 +65,23 @@ def _expand(
     if nested:
         raise ConfigurationError(f"{what}: a ${{NAME:-default}} reference is not closed")
     return "".join(out), pos
+
+
+SECRET_OPTION_WORDS = ("secret", "password", "token", "key", "sas", "credential")
+"""Words that make an option's value a secret (``AWS_SECRET_ACCESS_KEY``,
+``azure_storage_account_key``, ``azure_storage_sas_token``, ``google_service_account_key``)."""
+
+
+def secret_option_values(options: Mapping[str, Any] | None) -> list[str]:
+    """The values of ``options`` (e.g. a Delta table's object-store ``storage_options``)
+    whose names contain one of :data:`SECRET_OPTION_WORDS`, to be scrubbed like passwords;
+    an identifier masked with them costs nothing."""
+    return [
+        str(value)
+        for key, value in (options or {}).items()
+        if value is not None and str(value)
+        and any(word in str(key).lower() for word in SECRET_OPTION_WORDS)
+    ]  # fmt: skip
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

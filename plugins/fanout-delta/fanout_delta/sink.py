@@ -35,6 +35,7 @@ from fanout.contract.sink import BackfillSource, Guarantee, Reads, Sink, SinkCon
 from fanout.delta_tables import io as deltaio
 from fanout.delta_tables.kept import KeptTable
 from fanout.errors import ConfigurationError
+from fanout.observe.secrets import secret_option_values
 from fanout.partitioned.task import HookPlugins
 from fanout_delta.declaration import OPTIONS
 from fanout_delta.target import DeltaTarget
@@ -167,6 +168,11 @@ class DeltaSink(Sink):
                 sink=self.name,
                 batch_id=None,
             )
+
+    def secret_values(self) -> Sequence[str]:
+        """The object-store credentials among ``storage_options`` (keys, secrets, tokens),
+        scrubbed from every error fanout logs, records or raises."""
+        return secret_option_values(self.storage_options)
 
     def open(self, context: SinkContext) -> None:
         """Validate the options and, when the table exists, the columns they name."""

@@ -32,7 +32,7 @@ class DeltaTarget:
     order_by: Sequence[str] | None = None
     partition_by: Sequence[str] | None = None
     merge_schema: bool = False
-    storage_options: Mapping[str, str] | None = None
+    storage_options: Mapping[str, str] | None = field(default=None, repr=False)  # credentials
     configuration: Mapping[str, str | None] | None = None
     dead_letters: DeadLetterTarget | None = None
     write_from: str = "executors"
