@@ -69,6 +69,9 @@ DEFAULT_SETTINGS: dict[str, str] = {"temp_buffers": "128MB", "work_mem": "64MB"}
 """Session settings of each write connection: the staging table stays in memory
 (``temp_buffers``) and the ``DISTINCT ON`` sort does not spill (``work_mem``)."""
 
+_NOT_DURABLE = frozenset({"off", "false", "no", "0"})
+"""``synchronous_commit`` values under which a server crash may lose a commit."""
+
 
 class PostgresSink(PartitionedSink):
     """Upserts (or appends) every micro-batch into a PostgreSQL table.
@@ -97,7 +100,8 @@ class PostgresSink(PartitionedSink):
     :param batch_schema: the batches' Spark schema (``StructType`` or DDL string), to check
         (and create) the table at ``open()`` rather than at the first batch.
     :param settings: PostgreSQL session settings of the write connections (default
-        :data:`DEFAULT_SETTINGS`: memory for the staging table and the dedupe sort).
+        :data:`DEFAULT_SETTINGS`: memory for the staging table and the dedupe sort); each is
+        tried at :meth:`open`, and `synchronous_commit` off is refused (not durable).
     :param connection_idle_s: how long a Spark Python worker keeps a write connection at
         rest for its next partition of this sink (:mod:`fanout_postgres.connections`);
         ``0``: one connection per partition, closed at its end.
@@ -164,6 +168,7 @@ class PostgresSink(PartitionedSink):
         try:
             with engine.connect() as conn:
                 conn.execute(_sa().text("SELECT 1"))
+                self._check_settings(conn)
             if self.migrate:
                 from fanout_postgres.migrate import upgrade
 
@@ -194,6 +199,31 @@ class PostgresSink(PartitionedSink):
             self.partitions,
             f", dead letters to {self._dead.describe()}" if self._dead else "",
         )
+
+    def _check_settings(self, conn: Any) -> None:
+        """Apply each of ``settings`` for one transaction, rolled back: a name or value the
+        server refuses fails :meth:`open`, not every partition of every batch."""
+        for name, value in self.settings.items():
+            if str(name).lower() == "synchronous_commit" and str(value).lower() in _NOT_DURABLE:
+                raise self._error(
+                    f"option 'settings': synchronous_commit={value!r} lets a commit return "
+                    "before it is durable, so a server crash could lose rows the ledger "
+                    "records as written; leave it at the server's default (on)"
+                )
+            try:
+                with conn.begin_nested():
+                    conn.execute(
+                        _sa().text("SELECT set_config(:name, :value, true)"),
+                        {"name": str(name), "value": str(value)},
+                    )
+            except Exception as exc:
+                if self.is_transient(exc):
+                    raise
+                raise self._error(
+                    f"option 'settings': the server refuses {name}={value!r}: "
+                    f"{self._clean(getattr(exc, 'orig', None) or exc)}"
+                ) from None
+        conn.rollback()
 
     # -- the partitioned-sink kit ---------------------------------------------------------
 

@@ -134,3 +134,32 @@ def test_creating_the_table_is_routine_news_logged_at_info(
         (r.levelname, r.getMessage()) for r in caplog.records if "created table" in r.getMessage()
     ]
     assert created == [("INFO", "sink 'pg': created table made_quietly")]
+
+
+def test_a_setting_the_server_refuses_fails_open_naming_it(pg_url: str) -> None:
+    execute(pg_url, "CREATE TABLE IF NOT EXISTS settings_probe (id bigint PRIMARY KEY)")
+    with pytest.raises(ConfigurationError) as refused:
+        _open(pg_url, table="settings_probe", settings={"work_mem": "8MB", "work_memm": "64MB"})
+    assert str(refused.value).startswith(
+        "postgres sink 'pg' (table settings_probe): option 'settings': the server "
+        "refuses work_memm='64MB': "
+    )
+    assert str(refused.value).endswith(
+        'UndefinedObject: unrecognized configuration parameter "work_memm"'
+    )
+    sink = _open(pg_url, table="settings_probe", settings={"work_mem": "8MB"})
+    assert sink.settings == {"work_mem": "8MB"}
+
+
+def test_synchronous_commit_off_is_refused_at_open(pg_url: str) -> None:
+    execute(pg_url, "CREATE TABLE IF NOT EXISTS settings_probe (id bigint PRIMARY KEY)")
+    with pytest.raises(ConfigurationError) as refused:
+        _open(pg_url, table="settings_probe", settings={"synchronous_commit": "OFF"})
+    assert str(refused.value) == (
+        "postgres sink 'pg' (table settings_probe): option 'settings': "
+        "synchronous_commit='OFF' lets a commit return before it is durable, so a server "
+        "crash could lose rows the ledger records as written; leave it at the server's "
+        "default (on)"
+    )
+    kept = _open(pg_url, table="settings_probe", settings={"synchronous_commit": "local"})
+    assert kept.settings == {"synchronous_commit": "local"}
