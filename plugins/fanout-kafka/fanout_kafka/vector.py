@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fanout_kafka.values import json_default
+from fanout_kafka.values import json_text
 
 _UTC_ZONES = frozenset({"UTC", "Etc/UTC", "+00:00", "Z"})
 # the years written column-wise (1000-9999), as microseconds and days since 1970
@@ -148,7 +148,7 @@ def _python(
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, default=json_default, ensure_ascii=False)
+    return json_text(value)
 
 
 def _floats(column: pa.Array) -> pa.Array:

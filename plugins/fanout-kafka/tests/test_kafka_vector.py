@@ -149,3 +149,31 @@ def test_column_wise_records_are_records_in_row_order() -> None:
     ]
     assert good[0].headers == list(batch_headers("p", "s", 3))
     assert good[0].size == 1 + 16 + sum(len(k) + len(v) for k, v in good[0].headers) + 128
+
+
+def test_nan_and_infinities_are_written_as_spark_writes_them_valid_json() -> None:
+    import json
+
+    nan, inf = float("nan"), float("inf")
+    table = pa.table(
+        {
+            "id": pa.array([1, 2, 3, 4], pa.int64()),
+            "amount": pa.array([nan, inf, -inf, 2.5]),
+            "small": pa.array([nan, 1.5, -inf, None], pa.float32()),
+        }
+    )
+    enc = _encoder(("id",))
+    good, bad = enc.encode_arrow(table.to_batches())
+    assert (good, bad) == enc.encode_all(table.to_pylist())
+    assert bad == []
+    assert [r.value for r in good] == [
+        b'{"id":1,"amount":"NaN","small":"NaN"}',
+        b'{"id":2,"amount":"Infinity","small":1.5}',
+        b'{"id":3,"amount":"-Infinity","small":"-Infinity"}',
+        b'{"id":4,"amount":2.5,"small":null}',
+    ]
+
+    def strict(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    assert [json.loads(r.value, parse_constant=strict)["amount"] for r in good][-1] == 2.5
