@@ -80,6 +80,24 @@ def _expand(value: Any, where: str) -> Any:
     return value
 
 
+def _expand_sinks(sinks: Any, self_expanded: Mapping[str, list[str]]) -> Any:
+    """``[[sinks]]`` with ``${VAR}`` resolved, except in the options their sink type
+    expands itself (a PostgreSQL URL is parsed first, so a password needs no escaping)."""
+    if not isinstance(sinks, list):
+        return _expand(sinks, "sinks")
+    expanded = []
+    for index, sink in enumerate(sinks):
+        where = f"sinks[{index}]"
+        if not isinstance(sink, dict):
+            expanded.append(_expand(sink, where))
+            continue
+        kept = set(self_expanded.get(str(_expand(sink.get("type"), f"{where}.type")), ()))
+        expanded.append(
+            {k: v if k in kept else _expand(v, f"{where}.{k}") for k, v in sink.items()}
+        )
+    return expanded
+
+
 def _check_section(name: str, data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigurationError(f"{name}: must be a table ([{name}])")
@@ -166,13 +184,21 @@ def _did_you_mean(word: str, known: list[str]) -> str:
 
 
 def parse(
-    data: Mapping[str, Any], sink_options: Mapping[str, list[str]], path: Path | None = None
-) -> PipelineConfig:
-    """Validate a loaded TOML document into a :class:`PipelineConfig`."""
+    data: Mapping[str, Any], sink_options: Mapping[str, list[str]], path: Path | None = None,
+    self_expanded: Mapping[str, list[str]] | None = None,
+) -> PipelineConfig:  # fmt: skip
+    """Validate a loaded TOML document into a :class:`PipelineConfig`.
+
+    :param self_expanded: each sink type's options it expands ``${VAR}`` in itself
+        (:attr:`fanout.contract.options.SinkOption.expands_env`): left as written."""
     for key in data:
         if key not in (*SECTIONS, "sinks"):
             raise _unknown("", key, [*SECTIONS, "sinks"], "section")
-    data = _expand(dict(data), "")
+    sinks = data.get("sinks")
+    expanded: dict[str, Any] = _expand({k: v for k, v in data.items() if k != "sinks"}, "")
+    if sinks is not None:
+        expanded["sinks"] = _expand_sinks(sinks, self_expanded or {})
+    data = expanded
     for required in ("pipeline", "source", "sinks"):
         if required not in data:
             raise ConfigurationError(f"{required}: missing required section")
@@ -202,8 +228,11 @@ def parse(
     )
 
 
-def load(path: str | Path, sink_options: Mapping[str, list[str]]) -> PipelineConfig:
-    """Read and validate the pipeline file at ``path``."""
+def load(
+    path: str | Path, sink_options: Mapping[str, list[str]],
+    self_expanded: Mapping[str, list[str]] | None = None,
+) -> PipelineConfig:  # fmt: skip
+    """Read and validate the pipeline file at ``path`` (``self_expanded``: see :func:`parse`)."""
     file = Path(path)
     try:
         data = tomllib.loads(file.read_text())
@@ -211,4 +240,4 @@ def load(path: str | Path, sink_options: Mapping[str, list[str]]) -> PipelineCon
         raise ConfigurationError(f"{file}: no such pipeline file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"{file}: not valid TOML: {exc}") from None
-    return parse(data, sink_options, file)
+    return parse(data, sink_options, file, self_expanded)

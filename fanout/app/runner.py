@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from fanout.app.config import PipelineConfig, load
 from fanout.app.progress import ProgressObserver
 from fanout.contract.batch import BatchInfo
+from fanout.contract.options import self_expanded_options
 from fanout.contract.sink import SinkResult
 from fanout.errors import BatchFailedError, ConfigurationError
 from fanout.hooks.registry import load_registry, option_names
@@ -75,6 +76,12 @@ def sink_option_names() -> dict[str, list[str]]:
     registry = load_registry()
     registry.raise_load_errors()
     return {name: option_names(t.sink_class) for name, t in registry.sink_types().items()}
+
+
+def sink_self_expanded_options() -> dict[str, list[str]]:
+    """Each installed sink type's options it expands ``${VAR}`` in itself."""
+    registry = load_registry()
+    return {name: self_expanded_options(t.sink_class) for name, t in registry.sink_types().items()}
 
 
 def build_session(config: PipelineConfig) -> Any:
@@ -158,7 +165,7 @@ def validate(path: str, out: TextIO | None = None) -> int:
     from fanout.app.validate import report, run_checks
 
     out = out or sys.stdout  # looked up now: tests and callers may have replaced it
-    config = load(path, sink_option_names())
+    config = load(path, sink_option_names(), sink_self_expanded_options())
     spark = build_session(config)
     out.write(f"{path}: checking pipeline {config.name!r}\n")
     report(run_checks(spark, config, build_source), out)
@@ -178,7 +185,7 @@ def validate(path: str, out: TextIO | None = None) -> int:
 def run(path: str, out: TextIO | None = None) -> int:
     """Run the pipeline until its trigger ends it, it fails, or SIGINT/SIGTERM stops it."""
     out = out or sys.stdout
-    config = load(path, sink_option_names())
+    config = load(path, sink_option_names(), sink_self_expanded_options())
     spark = build_session(config)
     _quiet_query_errors(spark)
     df = build_source(spark, config)

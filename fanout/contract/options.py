@@ -26,11 +26,14 @@ class SinkOption:
     :param name: the keyword its constructor takes (and the key in a pipeline file).
     :param default: the default as users read it: ``"required"``, ``"none"``, ``"`4`"``...
     :param meaning: what it does, in a sentence or a few (Markdown).
+    :param expands_env: the sink expands ``${VAR}`` in this option itself (e.g. in each part
+        of a URL, after parsing it), so a pipeline file hands it over unexpanded.
     """
 
     name: str
     default: str
     meaning: str
+    expands_env: bool = False
 
 
 def constructor_options(sink_class: SinkClass) -> list[str]:
@@ -56,6 +59,12 @@ def declared_options(sink_class: SinkClass) -> tuple[SinkOption, ...]:
         shown = "required" if default is inspect.Parameter.empty else f"`{default!r}`"
         found.append(SinkOption(name, shown, "(not documented by the sink)"))
     return tuple(found)
+
+
+def self_expanded_options(sink_class: SinkClass) -> list[str]:
+    """The options whose ``${VAR}`` the sink class expands itself
+    (:attr:`SinkOption.expands_env`)."""
+    return [option.name for option in declared_options(sink_class) if option.expands_env]
 
 
 def option_names(sink_class: SinkClass) -> list[str]:

@@ -125,3 +125,30 @@ def test_cli_exit_code_2_for_unknown_option_and_missing_file(
     assert "sinks[0].pth: unknown option, did you mean path?" in capsys.readouterr().err
     assert main(["validate", str(tmp_path / "missing.toml")]) == 2
     assert "no such pipeline file" in capsys.readouterr().err
+
+
+def test_a_sink_expanding_its_own_option_gets_it_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fanout_postgres.url import resolve_url
+
+    from fanout.app.runner import sink_self_expanded_options
+
+    monkeypatch.setenv("FANOUT_TEST_PW", "p@ss/w%rd")
+    monkeypatch.setenv("FANOUT_TEST_TABLE", "orders")
+    file = tmp_path / "p.toml"
+    file.write_text(
+        '[pipeline]\nname = "p"\nledger = "/l"\ncheckpoint = "/c"\n[source]\nformat = "rate"\n'
+        '[[sinks]]\ntype = "postgres"\nname = "pg"\n'
+        'url = "postgresql://app:${FANOUT_TEST_PW}@db.example:5432/shop"\n'
+        'table = "${FANOUT_TEST_TABLE}"\n'
+    )
+    self_expanded = sink_self_expanded_options()
+    assert self_expanded["postgres"] == ["url"] and self_expanded["delta"] == []
+    sink = load(file, sink_option_names(), self_expanded).sinks[0]
+    assert sink["url"] == "postgresql://app:${FANOUT_TEST_PW}@db.example:5432/shop"
+    assert sink["table"] == "orders"
+    url = resolve_url(sink["url"], sink="pg")
+    assert (url.password, url.host, url.port, url.database) == (
+        "p@ss/w%rd", "db.example", 5432, "shop",
+    )  # fmt: skip

@@ -95,7 +95,10 @@ def test_plugins_options_json_is_the_declaration() -> None:
     assert done.returncode == 0, done.stderr
     listed = json.loads(done.stdout)
     assert [o["name"] for o in listed] == option_names(built_in_types()["kafka"])
-    assert listed[1] == {"name": "topic", "default": "required", "meaning": "the target topic"}
+    assert listed[1] == {
+        "name": "topic", "default": "required", "meaning": "the target topic",
+        "expands_env": False,
+    }  # fmt: skip
 
 
 def test_plugins_options_of_an_unknown_type_names_the_installed_ones() -> None:

@@ -12,6 +12,7 @@ OPTIONS = (
         "SQLAlchemy URL (`postgresql://` or `postgresql+psycopg2://`). Any part may be "
         "`${ENV_VAR}` (or `${VAR:-default}`), expanded on the driver *after* parsing, so a "
         "password needs no URL escaping.",
+        expands_env=True,
     ),
     SinkOption(
         "table",
