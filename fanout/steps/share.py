@@ -174,8 +174,10 @@ class SharedPass:
             if self._results is None:
                 try:
                     self._results = self._run()
-                except Exception as exc:  # planning the job failed: every member's attempt
-                    self._results = dict.fromkeys(self.members, exc)
+                except BaseException as exc:  # planning the job failed: every member's attempt
+                    self._results = dict.fromkeys(self.members, exc)  # and only once
+                    if not isinstance(exc, Exception):  # an interrupt goes on up at once
+                        raise
         result = self._results[name]
         if isinstance(result, BaseException):
             raise result

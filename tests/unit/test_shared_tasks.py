@@ -309,6 +309,24 @@ def test_a_shared_job_that_cannot_be_planned_fails_every_member_once() -> None:
     assert (a.prepared, b.prepared) == (1, 1)  # prepared once, by the first to ask
 
 
+class Interrupted:
+    """A batch DataFrame whose shared job is interrupted while it is planned."""
+
+    def selectExpr(self, *columns: Any) -> Any:
+        raise KeyboardInterrupt
+
+
+def test_a_shared_job_interrupted_while_planned_is_not_run_again_by_another_member() -> None:
+    from fanout.steps.share import SharedPass
+
+    a, b = PreparedKit("a"), PreparedKit("b")
+    shared = SharedPass(Interrupted(), {"a": (a, object()), "b": (b, object())})
+    for name in ("a", "b"):
+        with pytest.raises(KeyboardInterrupt):
+            shared.write(name)
+    assert (a.prepared, b.prepared) == (1, 1)  # the first to ask prepared both, once
+
+
 class AnySink(Sink):
     """A sink sharing tasks whatever their partitioning (as a Delta append does); alone, it
     reads the DataFrame (from the executors) or Arrow (from the driver)."""
