@@ -331,6 +331,8 @@ class FanOut:
                 prepare_reads(
                     state, self.specs, share_tasks=self.share_tasks, parallelism=self.parallelism
                 )  # 4. share, partition, persist
+                if state.persisted:  # the same DataFrame, now cached: no pass reads it as given
+                    self._layouts.cancel_ahead()
                 spooling = None
                 if state.pending:
                     state.routes = BatchRoutes.prepare(
@@ -413,7 +415,8 @@ class FanOut:
 def _read_as_given(state: BatchState | None, df: Any) -> tuple[str, ...] | None:
     """The group of sinks whose shared job read the batch as Spark handed it over (not a
     persisted or repartitioned copy): the next batch starts its input ahead."""
-    if state is None or state.df is not df or len(state.share_groups) != 1:
+    # persist() returns the very DataFrame it caches: ``is`` alone cannot tell
+    if state is None or state.df is not df or state.persisted or len(state.share_groups) != 1:
         return None
     return state.share_groups[0]
 

@@ -165,6 +165,11 @@ class RecentLayouts:
         _discard(ahead)
         return None
 
+    def cancel_ahead(self) -> None:
+        """No pass of this batch reads it as Spark handed it over (it was persisted): stop
+        the input started ahead, which would scan the batch beside its cache."""
+        _discard(self._replace_ahead(None))
+
     def end_batch(self, follow: Group | None) -> None:
         """The batch ended: cancel an input started ahead that no group took; the next
         batch starts ``follow``'s input ahead (``None``: none, e.g. the batch was read as

@@ -360,3 +360,18 @@ def test_only_a_single_group_reading_the_batch_as_handed_over_is_followed() -> N
     two = BatchState(given, BatchInfo("p", 1), share_groups=[("pg", "kafka"), ("a", "b")])
     assert _read_as_given(two, given) is None
     assert _read_as_given(BatchState(given, BatchInfo("p", 1)), given) is None  # none shared
+    cached = BatchState(given, BatchInfo("p", 1), share_groups=[("pg", "kafka")], persisted=True)
+    assert _read_as_given(cached, given) is None  # persist() caches the very same DataFrame
+
+
+def test_an_input_started_ahead_is_cancelled_once_the_batch_is_persisted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starter = _starting(monkeypatch)
+    layouts = RecentLayouts()
+    _ahead(layouts, ("pg", "kafka"), ("id",))
+    batch = Frame([])
+    layouts.start_ahead(batch)
+    layouts.cancel_ahead()
+    assert [stage.cancelled for stage in starter.stages] == [True]
+    assert layouts.take_ahead(("pg", "kafka"), batch) is None  # the pass builds its own
