@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from fanout.errors import ConfigurationError, FanoutError
 from fanout.observe.logs import configure as configure_logging
+from fanout.observe.logs import known_secrets
+from fanout.observe.secrets import redact
 from fanout.version import __version__
 
 if TYPE_CHECKING:
@@ -354,11 +356,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         _discard_stdout()
         return EXIT_BROKEN_PIPE
     except ConfigurationError as exc:
-        print(f"fanout: configuration error: {exc}", file=sys.stderr)
+        print(f"fanout: configuration error: {_masked(exc)}", file=sys.stderr)
         return 2
     except FanoutError as exc:
-        print(f"fanout: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"fanout: {type(exc).__name__}: {_masked(exc)}", file=sys.stderr)
         return 1
+
+
+def _masked(error: BaseException) -> str:
+    """``error``'s text with every secret the sinks registered masked (stderr has no log
+    handler to do it)."""
+    return redact(str(error), known_secrets())
 
 
 def _discard_stdout() -> None:

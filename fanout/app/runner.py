@@ -279,7 +279,7 @@ def _quiet_query_errors(spark: Any) -> None:
 def _summary(error: Any) -> str:
     """The first line of a query error fanout did not raise (the source failed, Spark
     itself...): its own description, never a line of trace."""
-    text = str(getattr(error, "desc", None) or error).strip()
+    text = redact(str(getattr(error, "desc", None) or error), known_secrets()).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
 

@@ -103,3 +103,17 @@ def test_configuration_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["demo", "--batches", "2"]) == 2
     err = capsys.readouterr().err
     assert "configuration error: --batches must be at least 5" in err
+
+
+def test_errors_printed_to_stderr_have_the_registered_secrets_masked() -> None:
+    from fanout.app.cli import _masked
+    from fanout.app.runner import _summary
+    from fanout.errors import ConfigurationError
+    from fanout.observe.logs import register_secrets
+
+    register_secrets(["Cl1-S3cret"])
+    error = ConfigurationError("sink 'pg': cannot open: password Cl1-S3cret refused")
+    assert _masked(error) == "sink 'pg': cannot open: password *** refused"
+    assert _summary(RuntimeError("source failed at Cl1-S3cret@host\ntrace")) == (
+        "source failed at ***@host"
+    )
