@@ -240,4 +240,8 @@ def load(
         raise ConfigurationError(f"{file}: no such pipeline file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"{file}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"{file}: not UTF-8 text (TOML is): {exc.reason}") from None
+    except OSError as exc:  # a directory, no permission...
+        raise ConfigurationError(f"{file}: cannot be read: {exc.strerror or exc}") from None
     return parse(data, sink_options, file, self_expanded)

@@ -152,3 +152,16 @@ def test_a_sink_expanding_its_own_option_gets_it_as_written(
     assert (url.password, url.host, url.port, url.database) == (
         "p@ss/w%rd", "db.example", 5432, "shop",
     )  # fmt: skip
+
+
+def test_a_pipeline_file_that_cannot_be_read_is_a_configuration_error(tmp_path: Path) -> None:
+    from fanout.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as directory:
+        load(tmp_path, OPTIONS)
+    assert str(directory.value) == f"{tmp_path}: cannot be read: Is a directory"
+    binary = tmp_path / "p.toml"
+    binary.write_bytes(b"name = \xff\xfe\n")
+    with pytest.raises(ConfigurationError) as undecodable:
+        load(binary, OPTIONS)
+    assert str(undecodable.value) == f"{binary}: not UTF-8 text (TOML is): invalid start byte"
