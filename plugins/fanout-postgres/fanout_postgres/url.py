@@ -20,9 +20,14 @@ DRIVERS = ("postgresql", "postgresql+psycopg2")
 
 def resolve_url(raw: Any, *, sink: str, environ: Mapping[str, str] | None = None) -> Any:
     """Parse ``raw`` and expand ``${VAR}`` in every part; returns a SQLAlchemy ``URL``
-    using the psycopg2 driver. Raises ``ValueError`` with a message free of the password."""
+    using the psycopg2 driver. A ``raw`` that starts with ``${`` (no URL does: it starts
+    with its scheme) names the whole URL: expanded first, then parsed, its parts as they
+    came. Raises ``ValueError`` with a message free of the password."""
     from sqlalchemy.engine import URL, make_url
 
+    whole = isinstance(raw, str) and raw.startswith("${")
+    if whole:
+        raw = expand_env(raw, what=f"sink {sink!r} option 'url'", environ=environ)
     if isinstance(raw, URL):
         url = raw
     elif isinstance(raw, str) and raw:
@@ -41,8 +46,8 @@ def resolve_url(raw: Any, *, sink: str, environ: Mapping[str, str] | None = None
         )
 
     def expand(value: str | None, part: str) -> str | None:
-        if value is None:
-            return None
+        if value is None or whole:
+            return value
         return expand_env(value, what=f"sink {sink!r} option 'url' ({part})", environ=environ)
 
     query = {

@@ -23,3 +23,12 @@ def test_a_url_without_secrets_in_its_query_is_shown_as_it_is() -> None:
     url = resolve_url("postgresql://app:p%40w@db/orders?sslmode=require", sink="pg")
     assert display(url) == "postgresql+psycopg2://app:***@db/orders?sslmode=require"
     assert secrets_of(url) == ("p@w", "p%40w")
+
+
+def test_a_variable_naming_the_whole_url_is_expanded_before_parsing() -> None:
+    environ = {"PG_URL": "postgresql://app:p%40w@db:5433/orders?host=%2Ftmp", "PW": "x"}
+    url = resolve_url("${PG_URL}", sink="pg", environ=environ)
+    assert (url.password, url.host, url.port, url.database) == ("p@w", "db", 5433, "orders")
+    assert url.query == {"host": "/tmp"}
+    parts = resolve_url("postgresql://app:${PW}@db/orders", sink="pg", environ=environ)
+    assert parts.password == "x"
