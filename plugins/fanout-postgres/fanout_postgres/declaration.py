@@ -11,7 +11,8 @@ OPTIONS = (
         "required",
         "SQLAlchemy URL (`postgresql://` or `postgresql+psycopg2://`). Any part may be "
         "`${ENV_VAR}` (or `${VAR:-default}`), expanded on the driver *after* parsing, so a "
-        "password needs no URL escaping.",
+        "password needs no URL escaping. A `url` starting with `${` names the whole URL: "
+        "expanded first, then parsed.",
         expands_env=True,
     ),
     SinkOption(
