@@ -72,16 +72,18 @@ SECRET_OPTION_WORDS = ("secret", "password", "token", "key", "sas", "credential"
 ``azure_storage_account_key``, ``azure_storage_sas_token``, ``google_service_account_key``)."""
 
 
-def secret_option_values(options: Mapping[str, Any] | None) -> list[str]:
+def secret_option_values(
+    options: Mapping[str, Any] | None, words: Iterable[str] = SECRET_OPTION_WORDS
+) -> list[str]:
     """The values of ``options`` (e.g. a Delta table's object-store ``storage_options``)
-    whose names contain one of :data:`SECRET_OPTION_WORDS`, to be scrubbed like passwords;
-    an identifier masked with them costs nothing."""
+    whose names contain one of ``words``, to be scrubbed like passwords; an identifier
+    masked with them costs nothing."""
+    found = tuple(words)
     return [
         str(value)
         for key, value in (options or {}).items()
-        if value is not None and str(value)
-        and any(word in str(key).lower() for word in SECRET_OPTION_WORDS)
-    ]  # fmt: skip
+        if value is not None and str(value) and any(word in str(key).lower() for word in found)
+    ]
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

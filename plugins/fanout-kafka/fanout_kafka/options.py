@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fanout.errors import ConfigurationError
+from fanout.observe.secrets import secret_option_values
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 """Kafka's legal topic names."""
@@ -57,11 +58,7 @@ CONNECTION_PREFIXES = (
 
 def secret_values(producer: Mapping[str, Any]) -> list[str]:
     """The values of the producer settings that hold secrets (passwords, keys, tokens)."""
-    return [
-        str(value)
-        for key, value in producer.items()
-        if value is not None and str(value) and any(w in key.lower() for w in SECRET_WORDS)
-    ]
+    return secret_option_values(producer, SECRET_WORDS)
 
 
 def connection_settings(producer: Mapping[str, Any]) -> dict[str, Any]:
