@@ -25,7 +25,7 @@ from fanout.contract.batch import BatchInfo
 from fanout.contract.options import self_expanded_options
 from fanout.contract.sink import SinkResult
 from fanout.errors import BatchFailedError, ConfigurationError
-from fanout.hooks.registry import load_registry, option_names
+from fanout.hooks.registry import Registry, load_registry, option_names
 from fanout.hooks.specs import hookimpl
 from fanout.observe.logs import known_secrets
 from fanout.observe.secrets import redact
@@ -73,14 +73,32 @@ class BatchTracker:
 
 def sink_option_names() -> dict[str, list[str]]:
     """Every installed sink type and its option names, for checking config files."""
-    registry = load_registry()
-    registry.raise_load_errors()
-    return {name: option_names(t.sink_class) for name, t in registry.sink_types().items()}
+    return _option_names(_installed_sinks())
 
 
 def sink_self_expanded_options() -> dict[str, list[str]]:
     """Each installed sink type's options it expands ``${VAR}`` in itself."""
+    return _self_expanded(load_registry())
+
+
+def load_pipeline(path: str) -> PipelineConfig:
+    """The pipeline file at ``path``, checked against the installed sink types (their
+    plugins discovered once)."""
+    registry = _installed_sinks()
+    return load(path, _option_names(registry), _self_expanded(registry))
+
+
+def _installed_sinks() -> Registry:
     registry = load_registry()
+    registry.raise_load_errors()
+    return registry
+
+
+def _option_names(registry: Registry) -> dict[str, list[str]]:
+    return {name: option_names(t.sink_class) for name, t in registry.sink_types().items()}
+
+
+def _self_expanded(registry: Registry) -> dict[str, list[str]]:
     return {name: self_expanded_options(t.sink_class) for name, t in registry.sink_types().items()}
 
 
@@ -165,7 +183,7 @@ def validate(path: str, out: TextIO | None = None) -> int:
     from fanout.app.validate import report, run_checks
 
     out = out or sys.stdout  # looked up now: tests and callers may have replaced it
-    config = load(path, sink_option_names(), sink_self_expanded_options())
+    config = load_pipeline(path)
     spark = build_session(config)
     out.write(f"{path}: checking pipeline {config.name!r}\n")
     report(run_checks(spark, config, build_source), out)
@@ -185,7 +203,7 @@ def validate(path: str, out: TextIO | None = None) -> int:
 def run(path: str, out: TextIO | None = None) -> int:
     """Run the pipeline until its trigger ends it, it fails, or SIGINT/SIGTERM stops it."""
     out = out or sys.stdout
-    config = load(path, sink_option_names(), sink_self_expanded_options())
+    config = load_pipeline(path)
     spark = build_session(config)
     _quiet_query_errors(spark)
     df = build_source(spark, config)
