@@ -1,17 +1,21 @@
 """The spool's two Delta tables, written with delta-rs from the driver:
 
 - ``<spool>/batches``: the rows of every spooled batch, partitioned by pipeline, epoch and
-  batch id. Each batch is appended once, in a commit carrying the app transaction
-  ``fanout-spool/<pipeline>[@e<epoch>]`` at the batch id: a replayed batch is not
-  spooled twice. A batch's files are plain Parquet (the partition values live in the
-  Delta log, not in the files), so Spark reads them with ``spark.read.parquet`` and no
-  Delta classes: executors read a spooled batch like any Parquet input.
+  batch id. A batch's rows are appended in one commit (carrying the app transaction
+  ``fanout-spool/<pipeline>[@e<epoch>]`` at the batch id) whenever the table's current
+  version holds none of its files: a replayed batch is not spooled twice, and a batch
+  removed once its sinks held it gets its rows back when spooled again (the live batch
+  the catch-up released while in flight, or a replay of it). A batch's files are plain
+  Parquet (the partition values live in the Delta log, not in the files), so Spark reads
+  them with ``spark.read.parquet`` and no Delta classes: executors read a spooled batch
+  like any Parquet input.
 - ``<spool>/index``: one row per (batch, sink that needs it), with what the batch's ledger
   marks must carry (query id, source offsets, planning time) and the batch's Spark
   schema. Rows of a replayed batch may repeat; readers take the union.
 
 A batch leaves both tables once every sink that needed it has committed it
-(:meth:`Spool.remove`); its files are vacuumed at once (nothing else reads the spool).
+(:meth:`Spool.release`, which chooses and removes under the spool's lock); its files are
+vacuumed at once (nothing else reads the spool).
 """
 
 from __future__ import annotations
@@ -224,13 +228,15 @@ class Spool:
     ) -> SpooledBatch:
         try:
             existing = self.get(key)
-            if existing is None:
+            present = self._has_rows(key)
+            if existing is not None and (present or existing.rows == 0):
+                rows, schema_json = existing.rows, existing.schema_json
+            else:  # new, or removed (every sink then holding it) and now needed again
                 table = arrow() if arrow is not None else df.toArrow()
                 table = _with_partition_columns(table, self.pipeline, info)
-                self._append_rows(table, info)
+                if not present:
+                    self._append_rows(table, info)
                 rows, schema_json = table.num_rows, df.schema.json()
-            else:
-                rows, schema_json = existing.rows, existing.schema_json
             batch = SpooledBatch(
                 self.pipeline,
                 info.epoch,
@@ -257,6 +263,13 @@ class Spool:
         sizes = self._sizes([key])
         merged = self._batches[key] = replace(merged, size_bytes=sizes.get(key, 0))
         return merged
+
+    def release(self, choose: Callable[[], Iterable[BatchKey]]) -> int:
+        """Remove the batches ``choose()`` names (those every sink holds), choosing and
+        removing under the spool's lock, so no :meth:`add` can record a new sink for a
+        batch between the choice and its removal; returns how many were removed."""
+        with self._lock:
+            return self.remove(choose())
 
     def remove(self, keys: Iterable[BatchKey]) -> int:
         """Drop batches every sink holds from both tables and vacuum their files; returns
@@ -301,9 +314,6 @@ class Spool:
         if arrow.num_rows == 0:
             return  # nothing to read back: the index row alone carries the schema
         table = open_table(self.data_path, self.storage_options)
-        done = None if table is None else table.transaction_version(app_id)
-        if done is not None and done >= info.batch_id:
-            return
         write_deltalake(
             self.data_path if table is None else table,
             arrow,
@@ -340,6 +350,11 @@ class Spool:
             mode="append",
             storage_options=dict(self.storage_options or {}) or None,
         )
+
+    def _has_rows(self, key: BatchKey) -> bool:
+        """Whether the data table's current version holds files of batch ``key``: its rows
+        were appended (one commit, so all of them) and not removed since."""
+        return bool(self._files(key))
 
     def _files(self, key: BatchKey) -> list[str]:
         table = open_table(self.data_path, self.storage_options)

@@ -236,11 +236,14 @@ class Lagging:
         return done
 
     def release_held(self) -> int:
-        """Remove from the spool the batches no sink needs any more."""
+        """Remove from the spool the batches no sink needs any more, chosen and removed
+        under the spool's lock: the live path may be spooling its batch, beside the
+        catch-up, for a sink that just fell behind, and that sink must find it with its
+        rows (a batch removed first is spooled again in full, see
+        :meth:`fanout.spool.table.Spool.add`)."""
         if self.spool is None:
             return 0
-        keys = self.held_by_all()
-        removed = self.spool.remove(keys)
+        removed = self.spool.release(self.held_by_all)
         if removed:
             log.info(
                 "pipeline %s: removed %s batch(es) every sink holds from the spool",
