@@ -44,6 +44,7 @@ from fanout.ledger.entry import (
     entries_from_arrow,
     entries_to_arrow,
     epoch_app_id,
+    epoch_owners,
     ledger_schema,
     pipeline_app_id,
 )
@@ -444,6 +445,19 @@ class DeltaLedger:
         )
         entries = entries_from_arrow(rows)
         return entries if epoch is None else [e for e in entries if e.epoch == epoch]
+
+    def epoch_owners(self, pipeline: str) -> dict[int, str]:
+        """Per epoch of ``pipeline``, the query id it belongs to (one projected scan)."""
+        with self._lock:
+            table = self._fresh()
+        present = {f.name for f in table.schema().fields}  # older ledgers lack columns
+        wanted = ["pipeline", "sink", "batch_id", "status", "query_id", "epoch"]
+        rows = read_arrow(
+            table,
+            columns=[c for c in wanted if c in present],
+            filters=[("pipeline", "=", pipeline), ("status", "!=", "failed")],
+        )
+        return epoch_owners(entries_from_arrow(rows))
 
     # -- maintenance ----------------------------------------------------------------
 

@@ -110,6 +110,27 @@ def entries_from_arrow(table: pa.Table) -> list[LedgerEntry]:
     ]
 
 
+def epoch_owners(entries: Iterable[LedgerEntry]) -> dict[int, str]:
+    """Per epoch, the query id it belongs to: the query that started it (its ``epoch``
+    row), else the query id of its last committed row that has one (epoch 0 has no epoch
+    row). Failed attempts and rows without a query id are no evidence; epochs without a
+    known query id are left out."""
+    started: dict[int, str] = {}
+    last: dict[int, tuple[int, str]] = {}
+    for entry in entries:
+        if entry.query_id is None:
+            continue
+        if entry.status == "epoch":
+            started[entry.epoch] = entry.query_id
+        elif entry.status == "committed":
+            current = last.get(entry.epoch)
+            if current is None or entry.batch_id >= current[0]:
+                last[entry.epoch] = (entry.batch_id, entry.query_id)
+    owners = {epoch: query for epoch, (_, query) in last.items()}
+    owners.update(started)
+    return owners
+
+
 class Ledger(Protocol):
     """What the dispatcher needs from a ledger. :class:`DeltaLedger` is the real one;
     :class:`MemoryLedger` serves unit tests and benchmarks."""
@@ -141,6 +162,11 @@ class Ledger(Protocol):
     ) -> list[LedgerEntry]:
         """Committed rows of the pipeline at or after ``min_batch_id``, of one epoch or
         (``None``) all (a scan: rare paths)."""
+
+    def epoch_owners(self, pipeline: str) -> dict[int, str]:
+        """Per epoch of the pipeline, the streaming query id it belongs to (see
+        :func:`epoch_owners`); epochs without a known query id are left out. A scan: the
+        checkpoint guard reads it once per start and when the epoch changes."""
 
 
 class MarkHold(Protocol):

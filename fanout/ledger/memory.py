@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterable
 
 from fanout.contract.batch import pipeline_scope
-from fanout.ledger.entry import LedgerEntry, LedgerView
+from fanout.ledger.entry import LedgerEntry, LedgerView, epoch_owners
 
 
 class MemoryLedger:
@@ -91,3 +91,8 @@ class MemoryLedger:
                 and e.batch_id >= min_batch_id
                 and (epoch is None or e.epoch == epoch)
             ]
+
+    def epoch_owners(self, pipeline: str) -> dict[int, str]:
+        """Per epoch of ``pipeline``, the query id it belongs to."""
+        with self._lock:
+            return epoch_owners(e for e in self.entries if e.pipeline == pipeline)

@@ -1,6 +1,8 @@
 """Step 2 of a batch, as the dispatcher takes it: read the ledger once, run the checkpoint
 guard (:mod:`fanout.steps.guard`), and either refuse the batch or admit it, in the current
-epoch or, for a reset accepted with ``on_checkpoint_reset="new_epoch"``, in a new one."""
+epoch or, for a reset accepted with ``on_checkpoint_reset="new_epoch"``, in a new one. A
+query that owned an earlier epoch (an old checkpoint restored after such a reset) gets no
+new epoch: the later epoch's query already wrote the input it would plan next."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from fanout.contract.batch import BatchInfo
 from fanout.errors import CheckpointResetError
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.observe.logs import batch_fields
-from fanout.steps.guard import CheckpointGuard
+from fanout.steps.guard import CheckpointGuard, latest_per_sink, superseded_message
 from fanout.steps.state import BatchState
 
 log = logging.getLogger("fanout")
@@ -27,9 +29,11 @@ class Admission:
 
     :param ledger: the pipeline's ledger.
     :param on_reset: what a checkpoint reset does: ``"refuse"`` raises
-        :class:`fanout.CheckpointResetError`; ``"new_epoch"`` starts a new epoch. A
-        rolled-back checkpoint is always refused (:class:`fanout.CheckpointRollbackError`
-        is not a :class:`fanout.CheckpointResetError`).
+        :class:`fanout.CheckpointResetError`; ``"new_epoch"`` starts a new epoch, owned by
+        the batch's query id. A rolled-back checkpoint is always refused
+        (:class:`fanout.CheckpointRollbackError` is not a
+        :class:`fanout.CheckpointResetError`), and so is the batch of a query that owned an
+        earlier epoch (a :class:`fanout.CheckpointResetError` naming the newest query).
     """
 
     def __init__(self, ledger: Ledger, on_reset: OnReset) -> None:
@@ -47,7 +51,22 @@ class Admission:
         except CheckpointResetError as reset:
             if self.on_reset != "new_epoch":
                 raise
-            return BatchState(df, self._start_epoch(info, reset))
+            owned = self.guard.superseded(info)
+            if owned is not None:
+                # an old checkpoint restored after a reset was accepted: no new epoch
+                raise CheckpointResetError(
+                    superseded_message(
+                        info,
+                        owned,
+                        self.guard.owner(info.pipeline, info.epoch),
+                        latest_per_sink(
+                            self.ledger.committed_entries(info.pipeline, epoch=info.epoch)
+                        ),
+                    )
+                ) from reset
+            started = self._start_epoch(info, reset)
+            self.guard.started_epoch(started)
+            return BatchState(df, started)
         return BatchState(df, info, marks=view.marks)
 
     def _start_epoch(self, info: BatchInfo, reset: CheckpointResetError) -> BatchInfo:

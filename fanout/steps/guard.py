@@ -17,9 +17,20 @@ Two ways a checkpoint stops matching, both of which would make the sinks skip ro
   file, so both match; a re-planned batch gets a new ``batchTimestampMs`` even when a
   source's offsets repeat (a file source's ``{"logOffset": N}``).
 
-The common path pays one log lookup: only when the pipeline's high-water mark is at or
-past the incoming batch (a replay, or a checkpoint behind the ledger) does the guard scan
-the ledger's rows from that batch on.
+Each epoch belongs to one streaming query id (Spark's query ``id``, which a restart on the
+same checkpoint keeps; not its ``runId``): the query that started it (its ``epoch`` row),
+or, in epoch 0, the query of its committed rows. A batch of another known query id is a
+replaced checkpoint wherever its batch id falls (:class:`CheckpointResetError`): above the
+high-water mark, or in an epoch without marks yet, the sinks that received a batch id of the
+owner would skip the new query's batch of that id or hold both queries' copies of the same
+input. A query that owned an *earlier* epoch is an old checkpoint restored after a reset was
+accepted (:func:`superseded_message`); the new epoch's query already wrote its input, so no
+new epoch may take it. Unknown query ids, on either side, are no evidence.
+
+The common path pays one log lookup: the epochs' owners are read once per guard (one
+projected scan, when a FanOut starts) and again only when the epoch changes; only when the
+pipeline's high-water mark is at or past the incoming batch (a replay, or a checkpoint
+behind the ledger) does the guard scan the ledger's rows from that batch on.
 """
 
 from __future__ import annotations
@@ -31,7 +42,13 @@ from collections.abc import Callable, Iterable, Mapping
 from fanout.contract.batch import BatchInfo
 from fanout.errors import CheckpointResetError, CheckpointRollbackError
 from fanout.ledger.entry import Ledger, LedgerEntry
-from fanout.steps.guard_text import describe_plan, reset_message, rollback_message
+from fanout.steps.guard_text import (
+    describe_plan,
+    owner_message,
+    reset_message,
+    rollback_message,
+    superseded_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +58,10 @@ __all__ = [
     "compare_plan",
     "describe_plan",
     "latest_per_sink",
+    "owner_message",
     "reset_message",
     "rollback_message",
+    "superseded_message",
 ]
 
 
@@ -61,13 +80,59 @@ class CheckpointGuard:
         self.ledger = ledger
         self.spooled = spooled
         self._warned: set[str] = set()
+        # per pipeline: the epoch at which the owners were read, and the owners
+        self._owners: dict[str, tuple[int, dict[int, str]]] = {}
 
     def check(self, info: BatchInfo, high: int | None) -> None:
-        """Raise :class:`CheckpointResetError` when another query id committed batches of
-        this pipeline at or after ``info.batch_id``, :class:`CheckpointRollbackError` when
-        the checkpoint was rolled back; return quietly otherwise (including replays of
+        """Raise :class:`CheckpointResetError` when ``info.epoch`` belongs to another query
+        id or another query id committed batches of this pipeline at or after
+        ``info.batch_id``, :class:`CheckpointRollbackError` when the checkpoint was rolled
+        back; return quietly otherwise (including restarts of the same query and replays of
         the last batch after a crash). ``high`` is the pipeline's high-water mark in
-        ``info.epoch``, as the ledger's lookup read it."""
+        ``info.epoch``, as the ledger's lookup read it. A known query id admitted into an
+        epoch without a known owner becomes its owner (for this guard)."""
+        owner = self.owner(info.pipeline, info.epoch)
+        if info.query_id is not None and owner is not None and owner != info.query_id:
+            latest, spooled = self._latest(info), self._spooled(info)
+            if high is not None and high >= info.batch_id:
+                # rows of another query at or after the batch: the usual text
+                raise CheckpointResetError(reset_message(info, latest, spooled))
+            raise CheckpointResetError(owner_message(info, owner, high, latest, spooled))
+        self._check_marks(info, high)
+        if owner is None and info.query_id is not None:
+            self._owners[info.pipeline][1][info.epoch] = info.query_id
+
+    def owner(self, pipeline: str, epoch: int) -> str | None:
+        """The query id ``epoch`` of ``pipeline`` belongs to (``None``: not known). Read
+        from the ledger on first use and when the epoch changes, else from memory."""
+        loaded = self._owners.get(pipeline)
+        if loaded is None or loaded[0] != epoch:
+            loaded = (epoch, dict(self.ledger.epoch_owners(pipeline)))
+            self._owners[pipeline] = loaded
+        return loaded[1].get(epoch)
+
+    def superseded(self, info: BatchInfo) -> int | None:
+        """The latest epoch before ``info.epoch`` that ``info.query_id`` owned (``None``:
+        none, or the query id is unknown): the batch comes from an old checkpoint that a
+        later epoch's query replaced."""
+        if info.query_id is None:
+            return None
+        self.owner(info.pipeline, info.epoch)
+        owned = [
+            epoch
+            for epoch, query in self._owners[info.pipeline][1].items()
+            if query == info.query_id and epoch < info.epoch
+        ]
+        return max(owned, default=None)
+
+    def started_epoch(self, info: BatchInfo) -> None:
+        """Note that ``info.query_id`` started ``info.epoch`` (the ledger just recorded it)."""
+        owners = dict(self._owners.get(info.pipeline, (0, {}))[1])
+        if info.query_id is not None:
+            owners[info.epoch] = info.query_id
+        self._owners[info.pipeline] = (info.epoch, owners)
+
+    def _check_marks(self, info: BatchInfo, high: int | None) -> None:
         if high is None or high < info.batch_id:
             return
         newer = self.ledger.committed_entries(info.pipeline, info.batch_id, epoch=info.epoch)

@@ -146,3 +146,63 @@ def rollback_message(
         _recover_line(info),
     ]
     return "\n".join(lines)
+
+
+def owner_message(
+    info: BatchInfo,
+    owner: str,
+    high: int | None,
+    latest: Mapping[str, LedgerEntry],
+    spooled: Mapping[str, int] | None = None,
+) -> str:
+    """The refusal of a batch of another query id than the one its epoch belongs to: what
+    happened, what the ledger knows per sink, how to proceed."""
+    held = (
+        "no batch of it is marked committed yet (sinks may hold batches written before a crash)"
+        if high is None
+        else f"the ledger holds its batches up to batch {high}"
+    )
+    lines = [
+        f"pipeline {info.pipeline!r}: checkpoint reset detected. Spark handed batch "
+        f"{info.batch_id} of query {info.query_id}, but epoch {info.epoch} of this pipeline "
+        f"belongs to query {owner} ({held}): the checkpoint was deleted or replaced. fanout "
+        "refuses to write, because the sinks would skip the batch ids the other query wrote "
+        "or write the same input twice.",
+        *(_sink_lines(latest, spooled) if latest else []),
+        "How to proceed:",
+        f"  1. Restore the checkpoint of query {owner} (the one epoch {info.epoch} belongs "
+        "to) and restart the query; nothing is lost or duplicated.",
+        NEW_PIPELINE,
+        NEW_EPOCH,
+        _recover_line(info),
+    ]
+    return "\n".join(lines)
+
+
+def superseded_message(
+    info: BatchInfo,
+    owned: int,
+    owner: str | None,
+    latest: Mapping[str, LedgerEntry],
+    spooled: Mapping[str, int] | None = None,
+) -> str:
+    """The refusal of a batch of a query that owned an earlier epoch (``owned``) than the
+    pipeline's current one, whose query is ``owner``: an old checkpoint was restored after a
+    reset was accepted under a new epoch. No new epoch may take it."""
+    lines = [
+        f"pipeline {info.pipeline!r}: old checkpoint restored. Spark handed batch "
+        f"{info.batch_id} of query {info.query_id}, whose batches are epoch {owned} of this "
+        f"pipeline, but the pipeline continues under epoch {info.epoch}"
+        + ("" if owner is None else f" (query {owner})")
+        + ", started when a checkpoint reset was accepted. fanout refuses to write, also "
+        'under on_checkpoint_reset="new_epoch": the later query already wrote the input '
+        "this checkpoint would plan next, so a new epoch would write it twice.",
+        *(_sink_lines(latest, spooled) if latest else []),
+        "How to proceed:",
+        "  1. Restore the newest checkpoint"
+        + ("" if owner is None else f" (of query {owner})")
+        + " and restart the query; nothing is lost or duplicated.",
+        NEW_PIPELINE.replace("Or start from a new", "Or delete this checkpoint and start a new"),
+        _recover_line(info),
+    ]
+    return "\n".join(lines)

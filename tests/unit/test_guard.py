@@ -64,7 +64,9 @@ def test_same_query_behind_its_last_batch_is_a_rollback(
 
 @pytest.mark.parametrize("batch_id", [5, 6, 100])
 def test_batch_past_high_water_passes(ledger: DeltaLedger | MemoryLedger, batch_id: int) -> None:
-    guard(ledger, BatchInfo(PIPELINE, batch_id, NEW_QUERY))
+    # the query the epoch belongs to; another query id is refused wherever its batch id
+    # falls (tests/unit/test_epoch_owner.py)
+    guard(ledger, BatchInfo(PIPELINE, batch_id, OLD_QUERY))
 
 
 def test_other_pipeline_is_not_affected(ledger: DeltaLedger | MemoryLedger) -> None:

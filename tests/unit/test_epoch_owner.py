@@ -1,0 +1,207 @@
+"""Each epoch belongs to one streaming query id: a batch of another query id is refused
+wherever its batch id falls, and an old checkpoint restored after a new epoch is refused
+even under ``on_checkpoint_reset="new_epoch"`` (ARCHITECTURE §5)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fanout import BatchInfo
+from fanout.errors import CheckpointResetError
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry
+from fanout.ledger.memory import MemoryLedger
+from fanout.steps.admit import Admission, OnReset
+from fanout.steps.plan import plan
+from fanout.steps.state import BatchState
+
+Q1, Q2, Q3, Q9 = "query-1", "query-2", "query-3", "query-9"
+SINKS = ["s"]
+
+
+@pytest.fixture(params=["memory", "delta"])
+def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> MemoryLedger | DeltaLedger:
+    """A ledger where query Q1 committed batches 0..5 of pipeline ``p`` in epoch 0."""
+    led: MemoryLedger | DeltaLedger = (
+        MemoryLedger() if request.param == "memory" else DeltaLedger(str(tmp_path / "l"))
+    )
+    led.open()
+    for batch in range(6):
+        mark(led, Q1, batch, 0, batch)
+    return led
+
+
+def mark(led: MemoryLedger | DeltaLedger, query: str, batch: int, epoch: int, off: int) -> None:
+    """Sink ``s`` committed ``batch`` of ``query`` in ``epoch``, with offsets ``off``."""
+    led.mark_committed(
+        LedgerEntry(
+            "p",
+            "s",
+            batch,
+            "committed",
+            query_id=query,
+            epoch=epoch,
+            source_offsets=json.dumps([off]),
+            batch_timestamp_ms=1000 + off,
+        )
+    )
+
+
+def info(batch: int, query: str | None, off: int) -> BatchInfo:
+    """Batch ``batch`` of ``query`` as Spark hands it."""
+    return BatchInfo("p", batch, query, [off], batch_timestamp_ms=1000 + off)
+
+
+def admit(adm: Admission, batch: int, query: str | None, off: int) -> BatchState:
+    """The admission of one batch."""
+    return adm.admit(None, info(batch, query, off), SINKS)
+
+
+def pending(led: MemoryLedger | DeltaLedger, state: BatchState) -> list[str]:
+    """The sinks the admitted batch would write."""
+    return plan(state, led, SINKS)[0]
+
+
+@pytest.mark.parametrize("on_reset", ["refuse", "new_epoch"])
+def test_old_checkpoint_restored_after_a_new_epoch_is_refused(
+    ledger: MemoryLedger | DeltaLedger, on_reset: OnReset
+) -> None:
+    """(a) Q2 continued under epoch 1; Q1's old checkpoint restored hands batch 6, which
+    would repeat input Q2 already wrote. Refused, also by a FanOut started with
+    ``new_epoch`` (the new epoch's query already wrote that input)."""
+    state = admit(Admission(ledger, "new_epoch"), 0, Q2, 100)
+    assert state.info.epoch == 1
+    mark(ledger, Q2, 0, 1, 100)
+
+    restarted = Admission(ledger, on_reset)  # a FanOut started on the old checkpoint
+    with pytest.raises(CheckpointResetError) as refused:
+        admit(restarted, 6, Q1, 6)
+    message = str(refused.value)
+    if on_reset == "refuse":
+        assert message.startswith(
+            "pipeline 'p': checkpoint reset detected. Spark handed batch 6 of query "
+            f"query-1, but epoch 1 of this pipeline belongs to query {Q2}"
+        )
+        assert f"1. Restore the checkpoint of query {Q2}" in message
+    else:
+        assert message.startswith(
+            "pipeline 'p': old checkpoint restored. Spark handed batch 6 of query query-1, "
+            "whose batches are epoch 0 of this pipeline, but the pipeline continues under "
+            f"epoch 1 (query {Q2})"
+        )
+        assert 'new_epoch").' not in message  # a new epoch is not offered
+    # also a replay of Q1's last batch, and in the same running admission
+    with pytest.raises(CheckpointResetError):
+        admit(restarted, 5, Q1, 5)
+    assert ledger.current_epoch("p") == 1
+    assert ledger.last_committed("p", SINKS, epoch=1) == {"s": 0}
+
+
+@pytest.mark.parametrize("batch", [6, 50])
+def test_other_query_above_the_high_water_mark_is_refused(
+    ledger: MemoryLedger | DeltaLedger, batch: int
+) -> None:
+    """(b) A replaced checkpoint whose batch ids are past the ledger's high-water mark."""
+    with pytest.raises(CheckpointResetError) as refused:
+        admit(Admission(ledger, "refuse"), batch, Q9, 999)
+    assert str(refused.value).startswith(
+        f"pipeline 'p': checkpoint reset detected. Spark handed batch {batch} of query "
+        f"{Q9}, but epoch 0 of this pipeline belongs to query {Q1} (the ledger holds its "
+        "batches up to batch 5)"
+    )
+    # accepted explicitly, it continues under a new epoch (nothing is skipped)
+    state = admit(Admission(ledger, "new_epoch"), batch, Q9, 999)
+    assert state.info.epoch == 1
+    assert pending(ledger, state) == ["s"]
+
+
+def test_checkpoint_replaced_again_before_the_new_epoch_marked_anything(
+    ledger: MemoryLedger | DeltaLedger,
+) -> None:
+    """(c) Epoch 1 (query Q2) has no mark yet, though sinks may hold Q2's batch 0; the
+    checkpoint is deleted again, and Q3's batch 0 would be skipped by those sinks' ids."""
+    assert admit(Admission(ledger, "new_epoch"), 0, Q2, 100).info.epoch == 1
+    assert ledger.high_water("p", 1) is None
+
+    with pytest.raises(CheckpointResetError) as refused:
+        admit(Admission(ledger, "refuse"), 0, Q3, 0)  # after a restart
+    assert str(refused.value).startswith(
+        "pipeline 'p': checkpoint reset detected. Spark handed batch 0 of query "
+        f"{Q3}, but epoch 1 of this pipeline belongs to query {Q2} (no batch of it is "
+        "marked committed yet"
+    )
+    assert ledger.current_epoch("p") == 1
+
+    # accepted explicitly, Q3 gets an epoch of its own, with new transaction ids
+    state = admit(Admission(ledger, "new_epoch"), 0, Q3, 0)
+    assert (state.info.epoch, pending(ledger, state)) == (2, ["s"])
+    assert ledger.current_epoch("p") == 2
+
+
+def test_checkpoint_replaced_again_within_one_running_admission(
+    ledger: MemoryLedger | DeltaLedger,
+) -> None:
+    """(c) in one process: the admission that started epoch 1 for Q2 refuses Q3 too."""
+    adm = Admission(ledger, "refuse")
+    adm.on_reset = "new_epoch"
+    assert admit(adm, 0, Q2, 100).info.epoch == 1
+    adm.on_reset = "refuse"
+    with pytest.raises(CheckpointResetError, match=f"belongs to query {Q2}"):
+        admit(adm, 0, Q3, 0)
+
+
+def test_restart_of_the_same_query_is_admitted(ledger: MemoryLedger | DeltaLedger) -> None:
+    """The same query id (a new runId) replays its uncommitted batch, then goes on; so
+    does the query of a new epoch after its own restart."""
+    adm = Admission(ledger, "refuse")
+    replay = admit(adm, 5, Q1, 5)  # batch 5 is marked: a replay, nothing pending
+    assert (replay.info.epoch, pending(ledger, replay)) == (0, [])
+    nxt = admit(adm, 6, Q1, 6)
+    assert (nxt.info.epoch, pending(ledger, nxt)) == (0, ["s"])
+
+    assert admit(Admission(ledger, "new_epoch"), 0, Q2, 100).info.epoch == 1
+    again = admit(Admission(ledger, "refuse"), 0, Q2, 100)  # Q2 restarted, nothing marked
+    assert (again.info.epoch, pending(ledger, again)) == (1, ["s"])
+
+
+def test_new_pipeline_and_unknown_query_ids_are_admitted() -> None:
+    """A brand-new pipeline claims its epoch for its query; null query ids are no
+    evidence of a reset, on either side."""
+    led = MemoryLedger()
+    led.open()
+    adm = Admission(led, "refuse")
+    assert pending(led, admit(adm, 0, Q1, 0)) == ["s"]
+    mark(led, Q1, 0, 0, 0)
+    assert pending(led, admit(adm, 1, None, 1)) == ["s"]
+
+    nulls = MemoryLedger()
+    nulls.open()
+    nulls.mark_committed(LedgerEntry("p", "s", 0, "committed", query_id=None))
+    assert pending(nulls, admit(Admission(nulls, "refuse"), 1, Q9, 1)) == ["s"]
+
+
+class CountingLedger(MemoryLedger):
+    """Counts the reads of the epochs' owners."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.owner_reads = 0
+
+    def epoch_owners(self, pipeline: str) -> dict[int, str]:
+        self.owner_reads += 1
+        return super().epoch_owners(pipeline)
+
+
+def test_owners_are_read_once_per_start() -> None:
+    """The owners are one read per admission (a FanOut start), not one per batch."""
+    led = CountingLedger()
+    for batch in range(3):
+        mark(led, Q1, batch, 0, batch)
+    adm = Admission(led, "refuse")
+    for batch in range(3, 20):
+        admit(adm, batch, Q1, batch)
+        mark(led, Q1, batch, 0, batch)
+    assert led.owner_reads == 1
