@@ -46,7 +46,7 @@ from fanout.sink_spec import SinkSpec, split_core_options
 from fanout.steps.admit import Admission
 from fanout.steps.catchup import CatchUp
 from fanout.steps.context import ContextReader
-from fanout.steps.lag import Lagging
+from fanout.steps.lag import Lagging, unreachable_masked
 from fanout.steps.lag_steps import (
     backfill_sources,
     check_spool,
@@ -237,13 +237,16 @@ class FanOut:
             try:
                 sink.open(context)
             except SinkUnreachableError as exc:
+                error = unreachable_masked(spec.name, exc, sink.secret_values())
                 if not spec.lag.lags:
-                    raise
-                self._unopened[spec.name] = (context, exc)  # it starts behind; see Lagging
+                    if error is exc:
+                        raise
+                    raise error from None
+                self._unopened[spec.name] = (context, error)  # it starts behind; see Lagging
                 log.warning(
                     "pipeline %s: sink %r cannot be reached (%s); with on_failure='lag' the "
                     "pipeline starts without it and it catches up once it can be opened",
-                    self.pipeline, sink.name, exc,
+                    self.pipeline, sink.name, error,
                     extra=batch_fields(self.pipeline, sink=sink.name),
                 )  # fmt: skip
             except FanoutError:

@@ -91,3 +91,20 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
+
+
+def holds_secret(error: BaseException, secrets: Iterable[str]) -> bool:
+    """Whether any message in ``error``'s chain (causes and contexts) holds one of
+    ``secrets``."""
+    chain_text = " ".join(str(e) for e in error_chain(error))
+    return any(secret and secret in chain_text for secret in secrets)
+
+
+def error_chain(error: BaseException) -> list[BaseException]:
+    """``error``, then its causes and contexts, each once."""
+    seen: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen

@@ -17,13 +17,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from fanout.contract.lag import SinkLag
 from fanout.contract.sink import BackfillSource, SinkContext
+from fanout.errors import SinkError, SinkUnreachableError
 from fanout.ledger.entry import Ledger, now_utc
+from fanout.observe.secrets import holds_secret, redact
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey, Spool
 
@@ -130,12 +132,14 @@ class Lagging:
             if entry is None:
                 return None
             context, _ = entry
+            target = self.specs[sink].sink
             try:
-                self.specs[sink].sink.open(context)
+                target.open(context)
             except Exception as exc:
-                self.unopened[sink] = (context, exc)
-                self.failed(sink, exc)
-                return exc
+                error = unreachable_masked(sink, exc, target.secret_values())
+                self.unopened[sink] = (context, error)
+                self.failed(sink, error)
+                return error
             del self.unopened[sink]
             log.info("pipeline %s: sink %r is reachable again and open", self.pipeline, sink)
             return None
@@ -273,3 +277,19 @@ def over_limit(
 def sinks_in(names: Iterable[str], specs: Mapping[str, SinkSpec]) -> list[str]:
     """The lag-capable sinks among ``names``."""
     return [n for n in names if specs[n].lag.uses_spool]
+
+
+def unreachable_masked(sink: str, error: BaseException, secrets: Sequence[str]) -> BaseException:
+    """``error`` of a sink's ``open``, as the ledger, the lag state and the log may show it:
+    itself, or when a message in its chain holds one of the sink's secrets, a
+    :class:`fanout.SinkUnreachableError` with them masked and no chain (no traceback may
+    show them)."""
+    if not holds_secret(error, secrets):
+        return error
+    said = f"{type(error).__name__}: {error}"
+    own_prefix = f"sink {sink!r}: "
+    if isinstance(error, SinkError) and str(error).startswith(own_prefix):
+        said = str(error).removeprefix(own_prefix)  # it names the sink already
+    masked = SinkUnreachableError(redact(said, secrets), sink=sink)
+    masked.__suppress_context__ = True
+    return masked

@@ -17,7 +17,7 @@ from fanout.errors import LedgerError, SinkError, SinkWriteError
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
-from fanout.observe.secrets import redact
+from fanout.observe.secrets import holds_secret, redact
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, SinkInput
 from fanout.sink_spec import SinkSpec
@@ -277,8 +277,7 @@ def _named(exc: Exception, sink: str, batch_id: int, secrets: Sequence[str]) -> 
     When any message in the error's chain holds one of the sink's secrets, the result is
     a new error with the secrets masked and the chain cut, so no traceback shows them.
     """
-    chain_text = " ".join(str(e) for e in _chain(exc))
-    if any(secret and secret in chain_text for secret in secrets):
+    if holds_secret(exc, secrets):
         masked = SinkWriteError(
             redact(f"{type(exc).__name__}: {exc}", secrets), sink=sink, batch_id=batch_id
         )
@@ -289,12 +288,3 @@ def _named(exc: Exception, sink: str, batch_id: int, secrets: Sequence[str]) -> 
     wrapped = SinkWriteError(f"{type(exc).__name__}: {exc}", sink=sink, batch_id=batch_id)
     wrapped.__cause__ = exc
     return wrapped
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in seen:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    return seen

@@ -317,3 +317,55 @@ def test_an_unreachable_lag_sink_gets_a_replayed_batch_the_others_hold(tmp_path:
         assert [batch for batch, _ in down.calls] == [0, 1]
     finally:
         again.close()
+
+
+def test_an_unreachable_lag_sinks_open_errors_reach_ledger_and_status_masked(
+    tmp_path: Path,
+) -> None:
+    from fanout import SinkUnreachableError
+
+    class Down(Unreachable):
+        """Unreachable; its driver's error quotes its password, in the cause too."""
+
+        def secret_values(self) -> list[str]:
+            return ["Hunter-2-pw"]
+
+        def open(self, context: Any) -> None:
+            if self.reachable:
+                return super().open(context)
+            cause = OSError("password Hunter-2-pw rejected")
+            raise SinkUnreachableError(
+                "login app:Hunter-2-pw@db:5432 refused", sink=self.name
+            ) from cause
+
+    down = Down("down")
+    ledger = MemoryLedger()
+    fan = FanOut("masked", ledger, [ScriptedSink("good"), _spec(down)], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    try:
+        started = fan.lagging.unopened["down"][1]
+        assert str(started) == "sink 'down': login app:***@db:5432 refused"
+        assert started.__cause__ is None and started.__suppress_context__
+        fan.process(SchemaFrame([1]), BatchInfo("masked", 0, "q"))  # hold_back re-opens
+        failed = [e.error for e in ledger.entries if e.status == "failed"]
+        assert failed == ["SinkUnreachableError: sink 'down': login app:***@db:5432 refused"]
+        assert fan.lagging.lag_of("down").error == failed[0]
+        assert ledger.last_committed("masked", ["good", "down"]) == {"good": 0, "down": None}
+    finally:
+        fan.close()
+
+
+def test_an_unreachable_sink_without_lag_stops_the_start_with_its_secret_masked() -> None:
+    from fanout import SinkUnreachableError
+
+    class Down(ScriptedSink):
+        def secret_values(self) -> list[str]:
+            return ["Hunter-2-pw"]
+
+        def open(self, context: Any) -> None:
+            raise SinkUnreachableError("login app:Hunter-2-pw refused", sink=self.name)
+
+    with pytest.raises(SinkUnreachableError) as raised:
+        FanOut("masked", MemoryLedger(), [Down("down")], backoff_s=0)
+    assert str(raised.value) == "sink 'down': login app:*** refused"
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
