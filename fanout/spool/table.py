@@ -293,7 +293,11 @@ class Spool:
                     )
                 self._batches.pop((epoch, batch_id), None)
             if data is not None:
-                data.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)
+                # lite (full=False): only the files the log removed, never files not yet in
+                # it, which may be another pipeline's rows written before their commit
+                data.vacuum(
+                    retention_hours=0, dry_run=False, enforce_retention_duration=False, full=False
+                )
         return len(chosen)
 
     # -- internals -------------------------------------------------------------------

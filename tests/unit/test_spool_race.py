@@ -203,3 +203,25 @@ def test_the_live_batch_released_by_the_catch_up_reaches_a_sink_that_fails_it_af
         assert _spooled_ids(fan.spool, (0, 1)) == [10]  # was []: lost for L2 for good
     finally:
         fan.close()
+
+
+def test_a_removal_leaves_the_files_another_pipeline_is_writing_into_a_shared_spool(
+    tmp_path: Path,
+) -> None:
+    # two pipelines share one spool directory (the tables are partitioned by pipeline):
+    # pipeline b's rows are written as files before its commit; a's removal must not
+    # vacuum them away in between
+    path = str(tmp_path / "spool")
+    a, b = Spool(path, "a"), Spool(path, "b")
+    a.open()
+    b.open()
+    a.add(SchemaFrame([1]), BatchInfo("a", 0, "qa"), {"L"}, _now())
+    b.add(SchemaFrame([5]), BatchInfo("b", 0, "qb"), {"L"}, _now())  # creates b's partition
+    b_files = tmp_path / "spool" / "batches" / f"{PIPELINE_COLUMN}=b"
+    written = next(b_files.rglob("*.parquet"))
+    in_flight = written.parent / "in-flight-part-0.parquet"  # not in the log yet
+    in_flight.write_bytes(written.read_bytes())
+    assert a.remove([(0, 0)]) == 1
+    assert in_flight.exists()
+    assert _spooled_ids(b, (0, 0)) == [5]
+    assert _index(a) == [] and _index(b) == [(0, 1, ["L"])]
