@@ -71,6 +71,9 @@ class DeltaDeadLetters:
 def delta_target(location: str, sink: Sink) -> DeltaDeadLetters:
     """The ``delta`` kind's factory: the table at ``location``, with the sink's
     ``storage_options`` attribute (if any) for object stores."""
-    deltaio.refuse_unusable_location(location, f"sink {sink.name!r}: dead_letter {location!r}")
     options: Any = getattr(sink, "storage_options", None)
-    return DeltaDeadLetters(location, options if isinstance(options, Mapping) else None)
+    storage = options if isinstance(options, Mapping) else None
+    deltaio.refuse_unusable_location(
+        location, f"sink {sink.name!r}: dead_letter {location!r}", storage
+    )
+    return DeltaDeadLetters(location, storage)

@@ -18,6 +18,7 @@ which hands back finished Arrow data and leaves no such thread work behind.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,8 @@ from fanout.errors import ConfigurationError
 log = logging.getLogger(__name__)
 
 _PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+UNSAFE_RENAME = "AWS_S3_ALLOW_UNSAFE_RENAME"
+_TRUTHY = {"1", "true", "on", "yes", "y"}
 
 COMMIT_ATTEMPTS = 3
 """How often a check-then-write runs again after losing a commit race before giving up
@@ -38,15 +41,25 @@ if TYPE_CHECKING:
     from deltalake import CommitProperties, DeltaTable
 
 
-def unusable_location(path: str) -> str | None:
-    """Why delta-rs cannot keep a table at the local ``path``, or ``None``.
+def unusable_location(
+    path: str,
+    storage_options: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> str | None:
+    """Why delta-rs cannot keep a table at ``path`` for fanout, or ``None``.
 
     A local path holding a percent escape (``/data/a%41b``; in a ``file:`` URL, an escaped
     ``%``: ``file:/data/a%2541b``): delta-rs (1.x) creates the directory as named, then
     reads the table at the decoded name (``/data/aAb``) and fails its first commit with
     "File not found". A ``%`` that starts no escape (``/data/100%``) works, as do spaces.
+
+    An object store with ``AWS_S3_ALLOW_UNSAFE_RENAME`` on (in ``storage_options`` or the
+    environment, where delta-rs reads it too): its commits may overwrite each other, and
+    fanout's fencing of a zombie driver and its marks rest on a lost commit race failing.
     """
     local = local_path(path)
+    if local is None:
+        return unsafe_commits(storage_options, environ)
     found = _PERCENT_ESCAPE.search(local) if local is not None else None
     if found is None:
         return None
@@ -58,10 +71,33 @@ def unusable_location(path: str) -> str | None:
     )
 
 
-def refuse_unusable_location(path: str, where: str) -> None:
+def unsafe_commits(
+    storage_options: Mapping[str, str] | None, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """Why an object store's Delta commits would not be exclusive, or ``None``: delta-rs
+    told to allow unsafe renames (``AWS_S3_ALLOW_UNSAFE_RENAME``, any case)."""
+    env = os.environ if environ is None else environ
+    given = [(k, v, "storage option") for k, v in (storage_options or {}).items()]
+    given += [(k, v, "environment variable") for k, v in env.items() if k == UNSAFE_RENAME]
+    for key, value, kind in given:
+        if key.upper() == UNSAFE_RENAME and str(value).strip().lower() in _TRUTHY:
+            return (
+                f"the {kind} {key}={value} lets delta-rs commit without an exclusive write, "
+                "so two commits of one version may overwrite each other; fanout's exactly-once "
+                "rests on a lost commit race failing (a zombie driver's marks, the sinks' app "
+                f"transactions). Remove {key}: delta-rs commits to AWS S3 with conditional "
+                "writes; an S3-compatible store that supports them takes "
+                "conditional_put='etag'"
+            )
+    return None
+
+
+def refuse_unusable_location(
+    path: str, where: str, storage_options: Mapping[str, str] | None = None
+) -> None:
     """Raise :class:`fanout.ConfigurationError` ``"<where>: <why>"`` when delta-rs cannot
     keep a table at ``path`` (:func:`unusable_location`)."""
-    unusable = unusable_location(path)
+    unusable = unusable_location(path, storage_options)
     if unusable is not None:
         raise ConfigurationError(f"{where}: {unusable}")
 

@@ -141,7 +141,7 @@ class DeltaLedger:
         or when delta-rs cannot keep a table at its path
         (:func:`fanout.delta_tables.io.refuse_unusable_location`).
         """
-        refuse_unusable_location(self.path, f"ledger at {self.path}")
+        refuse_unusable_location(self.path, f"ledger at {self.path}", self.storage_options)
         with self._lock:
             self._table = self._load_or_create()
             self._keep_log_short(self._table)

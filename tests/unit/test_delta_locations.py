@@ -81,3 +81,71 @@ def test_a_spool_on_such_a_path_is_refused(tmp_path: Path) -> None:
         FanOut("p", str(tmp_path / "ledger"), [sink], spool=str(spool))
     assert str(refused.value).startswith(f"pipeline 'p': spool {str(spool)!r}: the local")
     assert not spool.exists()
+
+
+UNSAFE = {"AWS_S3_ALLOW_UNSAFE_RENAME": "true", "AWS_SECRET_ACCESS_KEY": "s3-Secret-9"}
+
+
+@pytest.mark.parametrize(
+    ("location", "options", "environ", "named"),
+    [
+        ("s3://b/t", {"AWS_S3_ALLOW_UNSAFE_RENAME": "true"}, {}, "storage option AWS_S3_"),
+        ("s3://b/t", {"aws_s3_allow_unsafe_rename": "YES"}, {}, "storage option aws_s3_"),
+        ("s3://b/t", {"AWS_S3_ALLOW_UNSAFE_RENAME": "false"}, {}, None),
+        ("s3://b/t", {}, {"AWS_S3_ALLOW_UNSAFE_RENAME": "1"}, "environment variable AWS_S3_"),
+        ("s3://b/t", {"conditional_put": "etag"}, {}, None),
+        ("/data/t", {"AWS_S3_ALLOW_UNSAFE_RENAME": "true"}, {}, None),  # local: no S3 log store
+    ],
+)
+def test_an_object_store_allowed_unsafe_renames_is_unusable(
+    location: str, options: dict[str, str], environ: dict[str, str], named: str | None
+) -> None:
+    import fanout.delta_tables.io as deltaio
+
+    found = (
+        deltaio.unsafe_commits(options, environ)
+        if deltaio.local_path(location) is None
+        else unusable_location(location, options, environ)
+    )
+    if named is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(f"the {named}")
+        assert "lets delta-rs commit without an exclusive write" in found
+
+
+def test_a_ledger_on_an_unsafe_object_store_is_refused_before_it_is_touched() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        DeltaLedger("s3://bucket/ledger", storage_options=UNSAFE).open()
+    message = str(refused.value)
+    assert message.startswith(
+        "ledger at s3://bucket/ledger: the storage option AWS_S3_ALLOW_UNSAFE_RENAME=true lets "
+        "delta-rs commit without an exclusive write"
+    )
+    assert "s3-Secret-9" not in message
+
+
+def test_a_delta_sink_on_an_unsafe_object_store_is_refused(
+    tmp_path: Path,
+) -> None:
+    sink = {"type": "delta", "name": "bronze", "path": "s3://bucket/bronze",
+            "storage_options": UNSAFE}  # fmt: skip
+    with pytest.raises(ConfigurationError) as refused:
+        FanOut("p", str(tmp_path / "ledger"), [sink])
+    assert str(refused.value).startswith(
+        "Delta sink 'bronze': option 'path': the storage option AWS_S3_ALLOW_UNSAFE_RENAME=true"
+    )
+
+
+def test_a_spool_on_an_unsafe_object_store_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")
+    sink = {"type": "delta", "name": "bronze", "path": str(tmp_path / "bronze"),
+            "on_failure": "lag"}  # fmt: skip
+    with pytest.raises(ConfigurationError) as refused:
+        FanOut("p", str(tmp_path / "ledger"), [sink], spool="s3://bucket/spool")
+    assert str(refused.value).startswith(
+        "pipeline 'p': spool 's3://bucket/spool': the environment variable "
+        "AWS_S3_ALLOW_UNSAFE_RENAME=true lets delta-rs"
+    )

@@ -348,7 +348,7 @@ class DeltaSink(Sink):
     def _check_options(self) -> None:
         if not self.path:
             raise self._error("option 'path' is required: set it to the table location")
-        unusable = deltaio.unusable_location(self.path)
+        unusable = deltaio.unusable_location(self.path, self.storage_options)
         if unusable is not None:
             raise self._error(f"option 'path': {unusable}")
         if self.mode not in MODES:
