@@ -132,6 +132,20 @@ def test_migrate_comes_with_the_postgres_plugin(capsys: pytest.CaptureFixture[st
     assert "migrate" not in without._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     assert cli.main(["migrate", "--url", "not a url"]) == 2
     assert "--url is not a SQLAlchemy URL" in capsys.readouterr().err
+    # read as the sink reads its url: the whole URL, or any part, may be ${VAR}
+    assert cli.main(["migrate", "--url", "${FANOUT_TEST_UNSET_URL}"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .endswith(
+            "--url: environment variable 'FANOUT_TEST_UNSET_URL' is referenced but not set; "
+            "export FANOUT_TEST_UNSET_URL=... before starting the pipeline"
+        )
+    )
+    assert cli.main(["migrate", "--url", "postgresql://app@${FANOUT_TEST_UNSET_HOST}/db"]) == 2
+    assert "--url (host): environment variable 'FANOUT_TEST_UNSET_HOST'" in capsys.readouterr().err
+    assert cli.main(["migrate", "--url", "mysql://app@db/orders"]) == 2
+    assert "--url uses driver 'mysql'" in capsys.readouterr().err
 
 
 # -- embedded services ------------------------------------------------------------------

@@ -7,7 +7,9 @@ import argparse
 
 from fanout.errors import ConfigurationError, FanoutError
 from fanout.hooks.commands import CliCommand
-from fanout.observe.secrets import expand_env, redact
+from fanout.observe.logs import register_secrets
+from fanout.observe.secrets import redact
+from fanout_postgres import url as pgurl
 from fanout_postgres.migrate import DEFAULT_SCHEMA, INSTALL_HINT, upgrade
 
 
@@ -16,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
         required=True,
-        help="SQLAlchemy URL of the database; the password may be ${ENV_VAR}",
+        help="SQLAlchemy URL of the database; any part may be ${ENV_VAR}, or the whole URL",
     )
     parser.add_argument(
         "--schema",
@@ -28,22 +30,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Apply fanout's PostgreSQL migrations (the tables fanout owns) to one database."""
     try:
-        from sqlalchemy.engine import make_url
+        import sqlalchemy  # noqa: F401
     except ImportError as exc:
         raise ConfigurationError(INSTALL_HINT) from exc
-    try:
-        url = make_url(args.url)
-    except Exception as exc:
-        raise ConfigurationError(f"--url is not a SQLAlchemy URL: {type(exc).__name__}") from None
-    password = expand_env(url.password or "", what="fanout migrate --url (password)")
-    url = url.set(password=password or None)
-    shown = url.render_as_string(hide_password=True)
+    try:  # as the sink reads its url: ${VAR} in any part, or the whole URL
+        url = pgurl.resolve_url(args.url, sink=None, named="--url")
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    secrets = pgurl.secrets_of(url)
+    register_secrets(secrets)  # the CLI's stderr masks them too
+    shown = pgurl.display(url)
     try:
         result = upgrade(url, schema=args.schema)
     except FanoutError:
         raise
     except Exception as exc:
-        message = redact(f"{type(exc).__name__}: {exc}", [password])
+        message = redact(f"{type(exc).__name__}: {exc}", secrets)
         raise FanoutError(f"migrating {shown} failed: {message}") from None
     if result.changed:
         print(

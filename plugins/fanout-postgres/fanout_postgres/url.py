@@ -18,16 +18,25 @@ DRIVERS = ("postgresql", "postgresql+psycopg2")
 """Accepted URL schemes: the sink writes with psycopg2's COPY support."""
 
 
-def resolve_url(raw: Any, *, sink: str, environ: Mapping[str, str] | None = None) -> Any:
+def resolve_url(
+    raw: Any,
+    *,
+    sink: str | None,
+    environ: Mapping[str, str] | None = None,
+    named: str = "option 'url'",
+) -> Any:
     """Parse ``raw`` and expand ``${VAR}`` in every part; returns a SQLAlchemy ``URL``
     using the psycopg2 driver. A ``raw`` that starts with ``${`` (no URL does: it starts
     with its scheme) names the whole URL: expanded first, then parsed, its parts as they
-    came. Raises ``ValueError`` with a message free of the password."""
+    came. ``named`` is how messages name the URL (``fanout migrate``: ``"--url"``), after
+    the sink when there is one. Raises ``ValueError`` with a message free of the
+    password."""
     from sqlalchemy.engine import URL, make_url
 
+    where = named if sink is None else f"sink {sink!r} {named}"
     whole = isinstance(raw, str) and raw.startswith("${")
     if whole:
-        raw = expand_env(raw, what=f"sink {sink!r} option 'url'", environ=environ)
+        raw = expand_env(raw, what=where, environ=environ)
     if isinstance(raw, URL):
         url = raw
     elif isinstance(raw, str) and raw:
@@ -35,20 +44,20 @@ def resolve_url(raw: Any, *, sink: str, environ: Mapping[str, str] | None = None
             url = make_url(raw)
         except Exception:
             raise ValueError(
-                "option 'url' is not a SQLAlchemy URL (postgresql+psycopg2://user:pw@host/db)"
+                f"{named} is not a SQLAlchemy URL (postgresql+psycopg2://user:pw@host/db)"
             ) from None
     else:
-        raise ValueError("option 'url' is required: a SQLAlchemy URL of the target database")
+        raise ValueError(f"{named} is required: a SQLAlchemy URL of the target database")
     if url.drivername not in DRIVERS:
         raise ValueError(
-            f"option 'url' uses driver {url.drivername!r}; the postgres sink writes with COPY "
+            f"{named} uses driver {url.drivername!r}; the postgres sink writes with COPY "
             "through psycopg2: use postgresql:// or postgresql+psycopg2://"
         )
 
     def expand(value: str | None, part: str) -> str | None:
         if value is None or whole:
             return value
-        return expand_env(value, what=f"sink {sink!r} option 'url' ({part})", environ=environ)
+        return expand_env(value, what=f"{where} ({part})", environ=environ)
 
     query = {
         key: tuple(expand(v, f"query {key}") or "" for v in value)
