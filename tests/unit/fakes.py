@@ -6,6 +6,7 @@ cannot pick up another directory's ``conftest`` module.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,20 @@ class FakeFrame(ArrowFrame):
 
     def __init__(self, table: pa.Table | None = None) -> None:
         super().__init__(table if table is not None else pa.table({"id": [1, 2, 3]}))
+
+
+class SchemaFrame(FakeFrame):
+    """A FakeFrame with a Spark-like ``schema.json()`` (what the spool keeps)."""
+
+    class _Schema:
+        def json(self) -> str:
+            return json.dumps({"type": "struct", "fields": [
+                {"name": "id", "type": "long", "nullable": True, "metadata": {}}]})  # fmt: skip
+
+    schema = _Schema()
+
+    def __init__(self, ids: list[int]) -> None:
+        super().__init__(pa.table({"id": pa.array(ids, pa.int64())}))
 
 
 class ScriptedSink(Sink):

@@ -8,28 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from fanout import ConfigurationError, FanOut, LagLimitError, SinkWriteError
 from fanout.contract.batch import BatchInfo
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import LagPolicy, lag_policy
-from tests.unit.fakes import FakeFrame, ScriptedSink
-
-
-class SchemaFrame(FakeFrame):
-    """A FakeFrame with a Spark-like ``schema.json()`` (what the spool keeps)."""
-
-    class _Schema:
-        def json(self) -> str:
-            return json.dumps({"type": "struct", "fields": [
-                {"name": "id", "type": "long", "nullable": True, "metadata": {}}]})  # fmt: skip
-
-    schema = _Schema()
-
-    def __init__(self, ids: list[int]) -> None:
-        super().__init__(pa.table({"id": pa.array(ids, pa.int64())}))
+from tests.unit.fakes import SchemaFrame, ScriptedSink
 
 
 def _fan(tmp: Path, sinks: list[Any], **kw: Any) -> FanOut:

@@ -5,13 +5,11 @@ failed it after, or a replay of a released batch. Real spool (delta-rs) in a tmp
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from deltalake import DeltaTable
 
 from fanout import FanOut, SinkWriteError
@@ -29,21 +27,7 @@ from fanout.spool.table import (
     _with_partition_columns,
 )
 from fanout.steps.lag import Lagging
-from tests.unit.fakes import FakeFrame, ScriptedSink
-
-
-class SchemaFrame(FakeFrame):
-    """A FakeFrame with a Spark-like ``schema.json()`` (what the spool keeps)."""
-
-    class _Schema:
-        def json(self) -> str:
-            return json.dumps({"type": "struct", "fields": [
-                {"name": "id", "type": "long", "nullable": True, "metadata": {}}]})  # fmt: skip
-
-    schema = _Schema()
-
-    def __init__(self, ids: list[int]) -> None:
-        super().__init__(pa.table({"id": pa.array(ids, pa.int64())}))
+from tests.unit.fakes import SchemaFrame, ScriptedSink
 
 
 def _now() -> Any:
