@@ -87,20 +87,23 @@ def test_the_cli_migrates_and_says_so(pg_url: str, capsys: pytest.CaptureFixture
 def test_the_cli_reads_its_url_as_the_sink_does(
     pg_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from fanout_postgres.url import display
     from sqlalchemy.engine import make_url
 
     url = make_url(pg_url)
-    monkeypatch.setenv("MIG_HOST", str(url.host))
+    monkeypatch.setenv("MIG_USER", str(url.username))
     monkeypatch.setenv("MIG_DB", str(url.database))
-    parts = f"postgresql://{url.username}@${{MIG_HOST}}:{url.port}/${{MIG_DB}}"
+    parts = pg_url.replace(f"//{url.username}@", "//${MIG_USER}@", 1).replace(
+        f"/{url.database}", "/${MIG_DB}", 1
+    )
+    assert "${MIG_USER}@" in parts and "/${MIG_DB}" in parts
     assert cli_main(["migrate", "--url", parts, "--schema", "by_parts"]) == 0
     monkeypatch.setenv("MIG_URL", pg_url)
     assert cli_main(["migrate", "--url", "${MIG_URL}", "--schema", "by_whole"]) == 0
     out = capsys.readouterr().out.splitlines()
-    where = f"postgresql+psycopg2://{url.username}@{url.host}:{url.port}/{url.database}"
     assert out == [
-        f"{where}: schema 'by_parts' upgraded (empty) -> {head_revision()}",
-        f"{where}: schema 'by_whole' upgraded (empty) -> {head_revision()}",
+        f"{display(url)}: schema 'by_parts' upgraded (empty) -> {head_revision()}",
+        f"{display(url)}: schema 'by_whole' upgraded (empty) -> {head_revision()}",
     ]
     assert _state(pg_url, "by_parts")["versions"] == [(head_revision(),)]
     assert _state(pg_url, "by_whole")["versions"] == [(head_revision(),)]
