@@ -34,6 +34,12 @@ class Rejected(Exception):
         self.rejected = rejected
 
 
+class LettersNotParked(TransientSinkError):
+    """A partition committed, but its dead letters could not be written to the target yet:
+    transient (the replay skips the partition and parks them from its journal,
+    :mod:`fanout_kafka.journal`)."""
+
+
 class TransactionTooLong(Exception):
     """A partition's transaction ran longer than ``transaction.timeout.ms``: the broker's
     coordinator aborts such a transaction and bumps the producer epoch, so the commit
@@ -136,6 +142,8 @@ def describe(
             f"{where}: {len(exc.rejected)} record(s) the topic cannot take and no "
             f"'dead_letter' target: {reasons}{more}"
         )
+    if isinstance(exc, LettersNotParked):
+        return f"{where}: {text(exc)}"
     action = (
         "transaction aborted; the batch will be replayed"
         if kind in ("abortable", "retriable", "aborted")

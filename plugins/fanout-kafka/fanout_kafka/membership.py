@@ -65,10 +65,16 @@ def pack(plan: PartitionPlan, digest: PartitionDigest) -> int:
 def plan_group_metadata(settings: WriterSettings, partition: int) -> Any:
     """The group metadata ``send_offsets_to_transaction`` needs for the plan group, from
     a consumer that never connects (only its group id is used)."""
+    return group_metadata(settings, partition, plan_group(settings.marker_group(partition)))
+
+
+def group_metadata(settings: WriterSettings, partition: int, group: str) -> Any:
+    """The group metadata of ``group`` for ``send_offsets_to_transaction``, from a
+    consumer that never connects (only its group id is used)."""
     from confluent_kafka import Consumer
 
     config = settings.consumer_config(partition)
-    config["group.id"] = plan_group(settings.marker_group(partition))
+    config["group.id"] = group
     config["enable.sparse.connections"] = True
     consumer = Consumer(config)
     try:

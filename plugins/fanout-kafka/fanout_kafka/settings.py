@@ -44,8 +44,9 @@ class WriterSettings:
     """The dead-letter topic (``dead_letter = "kafka:<topic>"``): bad records are produced
     there in the partition's own transaction."""
     dead_letters: DeadLetterTarget | None = None
-    """Any other dead-letter target (a Delta table): bad records are written there just
-    before the partition's transaction commits."""
+    """Any other dead-letter target (a Delta table): bad records are written there right
+    after the partition's transaction commits, which names them in a journal
+    (:mod:`fanout_kafka.journal`)."""
     info: BatchInfo | None = None
     """The batch (for the dead letters' records)."""
     txn_app_id: str = ""
@@ -72,14 +73,25 @@ class WriterSettings:
         ``@e<epoch>`` after an accepted checkpoint reset)."""
         return marker_group(self.scope, self.sink, partition)
 
-    def producer_config(self, partition: int) -> dict[str, Any]:
-        """The transactional producer's librdkafka settings."""
-        return producer_config(
+    def producer_config(self, partition: int, *, reports: bool = False) -> dict[str, Any]:
+        """The transactional producer's librdkafka settings (``reports``: delivery
+        reports for every record, not only failures: a partition writing a letters
+        journal needs its offset, :mod:`fanout_kafka.journal`)."""
+        config = producer_config(
             self.producer,
             self.bootstrap_servers,
             self.transactional_id(partition),
             self.transaction_timeout_ms,
         )
+        if reports:
+            config["delivery.report.only.error"] = False
+        return config
+
+    def letters_group(self, partition: int) -> str:
+        """``<marker group>.letters``: its offset is the partition's letters journal."""
+        from fanout_kafka.journal import letters_group
+
+        return letters_group(self.marker_group(partition))
 
     def consumer_config(self, partition: int) -> dict[str, Any]:
         """The marker consumer's settings (it only reads and commits through the producer)."""

@@ -11,7 +11,12 @@ The sequence for partition ``p`` of batch ``b`` (ARCHITECTURE §5):
    marker topic (``read_committed``); ``>= b + 1`` means the partition already holds the
    batch: skip;
 4. begin, produce every record (delivery callback on each), flush, check every delivery,
-   ``send_offsets_to_transaction`` of offset ``b + 1`` for the marker group, commit.
+   ``send_offsets_to_transaction`` of offset ``b + 1`` for the marker group, commit;
+5. with a dead-letter target outside the cluster (a Delta table): the transaction of step 4
+   also holds a journal naming the partition's dead letters, and they are parked in the
+   target only once it committed; a replay that skips the partition parks them from the
+   journal (:mod:`fanout_kafka.journal`), so each record ends either in the topic or in
+   the target, whatever fails when.
 
 Steps 2 and 3 are round trips to the broker (20-40 ms a partition on a busy machine), made
 in a thread of their own while step 1 encodes the rest of the partition, from the moment
@@ -34,9 +39,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
+from fanout_kafka import journal
 from fanout_kafka.failures import (
     FENCED_CODES,
     REJECTED_RECORD_CODES,
+    LettersNotParked,
     TransactionTooLong,
     classify,
     describe,
@@ -44,7 +51,7 @@ from fanout_kafka.failures import (
 )
 from fanout_kafka.failures import Rejected as _Rejected
 from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
-from fanout_kafka.membership import pack, plan_group_metadata
+from fanout_kafka.membership import group_metadata, pack, plan_group_metadata
 from fanout_kafka.producer_init import init_transactions
 from fanout_kafka.records import BadRecord, Record, bad_letter, dead_letter_headers
 from fanout_kafka.settings import WriterSettings
@@ -85,6 +92,7 @@ class PartitionWriter:
         self.hooks = hooks
         self.transactional_id = settings.transactional_id(partition)
         self._producer: Any = None
+        self._reports = False  # the producer reports every delivery (a journal's offset)
         self._consumer: Any = None
         self._ahead: Future[bool] | None = None  # prepare() running beside the encoding
 
@@ -127,7 +135,8 @@ class PartitionWriter:
             if bad and not self.settings.has_dead_letters:
                 raise _Rejected(bad)
             if not prepared and self._prepared():
-                return PartitionOutcome(self.partition, "skipped", rows, dead_lettered=len(bad))
+                letters = self._park_committed(records, bad)
+                return PartitionOutcome(self.partition, "skipped", rows, dead_lettered=letters)
             written, bad = self.commit(records, bad)
             return PartitionOutcome(
                 self.partition, "committed", rows, written, dead_lettered=len(bad)
@@ -200,26 +209,117 @@ class PartitionWriter:
         one transaction. Records the broker refuses are dead-lettered in a second
         transaction when a dead-letter target exists. Returns (records written, bad).
 
-        For another target (a Delta table) the letters are written, once per partition and
-        batch, inside the transaction just *before* it commits the partition's marker: a
-        replay skips a committed partition, so letters written after its commit (or only
-        known on the driver) would be lost when the driver or another partition failed first.
+        For another target (a Delta table) the committing transaction names the letters
+        in a journal (:mod:`fanout_kafka.journal`) and they are parked only once it
+        committed: letters parked before a commit that then failed would stay, while the
+        replay's records (which the broker may refuse differently) are produced again. A
+        failure to park after the commit fails the partition (transient): the replay finds
+        it committed and parks the letters from the journal.
         """
         try:
-            return self._transaction(records, bad), bad
+            written = self._transaction(records, bad)
         except _Rejected as rejected:
             if not self.settings.has_dead_letters:
                 raise
             refused = {(r.record.key, r.record.value) for r in rejected.rejected}
             kept = [r for r in records if (r.key, r.value) not in refused]
             bad = bad + rejected.rejected
-            self._new_producer()  # the refused attempt was aborted: start afresh
-            return self._transaction(kept, bad), bad
+            # the refused attempt was aborted: start afresh
+            self._new_producer(reports=self._journals(bad))
+            written = self._transaction(kept, bad)
+        self._park_after_commit(bad)
+        return written, bad
+
+    def _journals(self, bad: list[BadRecord]) -> bool:
+        """Whether a transaction with these letters writes a journal (a target other than
+        a topic, and letters to name)."""
+        return self.settings.dead_letters is not None and bool(bad)
+
+    def _park_after_commit(self, bad: list[BadRecord]) -> None:
+        """Park the committed transaction's letters; a failure is transient (the replay
+        skips the committed partition and parks them from its journal)."""
+        try:
+            self._park(bad)
+        except Exception as exc:
+            target = self.settings.dead_letters
+            where = target.describe() if target is not None else "?"
+            raise LettersNotParked(
+                f"the partition committed, but its {len(bad)} dead letter(s) could not be "
+                f"written to {where} yet (a replay writes them from the partition's journal): "
+                f"{type(exc).__name__}: {exc}",
+                sink=self.settings.sink, batch_id=self.batch_id,
+            ) from exc  # fmt: skip
+
+    def _park_committed(self, records: list[Record], bad: list[BadRecord]) -> int:
+        """A committed partition met again (a replay): park the letters its journal names
+        (once: the target's transaction id skips them when the committed attempt parked
+        them already). Returns how many letters the partition has."""
+        if self.settings.dead_letters is None:
+            return len(bad)  # a dead-letter topic: they committed with the records
+        entries = self._read_journal()
+        if entries is None:
+            # no journal of this batch: the committed attempt had no letters, or was made
+            # before journals existed and parked its letters before committing
+            return len(bad)
+        letters = journal.rebuild(entries, records, bad)
+        self._park(letters)
+        return len(letters)
+
+    def _read_journal(self) -> list[tuple[str, str]] | None:
+        """The ``(digest, reason)`` entries of this batch's journal for this partition, or
+        ``None`` when the letters group points at none of this batch."""
+        settings = self.settings
+        config = {
+            **settings.consumer_config(self.partition),
+            "group.id": settings.letters_group(self.partition),
+            # the offset was committed with the journal's transaction: it is committed,
+            # and read_uncommitted does not wait for other open transactions (the last
+            # stable offset) to reach it
+            "isolation.level": "read_uncommitted",
+            "auto.offset.reset": "error",
+        }
+        consumer = Consumer(config)
+        try:
+            tp = TopicPartition(settings.marker_topic, 0)
+            (committed,) = self._retrying(
+                "read the letters journal's offset",
+                lambda: consumer.committed([tp], timeout=self._timeout),
+            )
+            if committed.error:
+                raise KafkaException(committed.error)
+            if committed.offset < 0:
+                return None
+            offset = int(committed.offset)
+            consumer.assign([TopicPartition(settings.marker_topic, 0, offset)])
+            deadline = time.monotonic() + self._timeout
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.2)
+                if message is None:
+                    continue
+                if message.error():
+                    raise KafkaException(message.error())
+                if message.offset() == offset:
+                    if message.key() != settings.letters_group(self.partition).encode():
+                        raise RuntimeError(
+                            f"the letters journal at offset {offset} of "
+                            f"{settings.marker_topic!r} is not this partition's"
+                        )
+                    return journal.decode(message.value() or b"{}", self.batch_id)
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._TIMED_OUT,
+                    f"the letters journal at offset {offset} of {settings.marker_topic!r} was "
+                    f"not read within {self._timeout:.0f} s",
+                )
+            )
+        finally:
+            consumer.close()
 
     def _park(self, bad: list[BadRecord]) -> None:
         """Write ``bad`` to a dead-letter target other than a topic (a Delta table), under
-        the transaction ``<txn app id>/dead_letters/refused/p<partition>`` at the batch id
-        (a replay of an uncommitted partition finds them there and writes nothing)."""
+        the transaction ``<txn app id>/dead_letters/refused/p<partition>`` at the batch id:
+        called only for a committed partition, whose letters are final (a second call, by
+        a replay parking from the journal, writes nothing)."""
         settings = self.settings
         target = settings.dead_letters
         if target is None or not bad:
@@ -239,6 +339,18 @@ class PartitionWriter:
             if err is not None:
                 failures.append((err, msg))
 
+        journal_value = journal.encode(self.batch_id, bad) if self._journals(bad) else None
+        if journal_value is not None and not self._reports:
+            self._new_producer(reports=True)  # to learn the journal's offset
+            producer = self._producer
+        journal_offset: list[int] = []
+
+        def journaled(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                failures.append((err, msg))
+            else:
+                journal_offset.append(msg.offset())
+
         self._retrying("begin the transaction", producer.begin_transaction)
         started = time.monotonic()
         try:
@@ -248,6 +360,12 @@ class PartitionWriter:
             if settings.dead_topic is not None:
                 for b in [*bad, *refused]:
                     self._produce_dead_letter(producer, b, delivered)
+            if journal_value is not None and not refused:
+                producer.produce(
+                    settings.marker_topic, journal_value,
+                    settings.letters_group(self.partition).encode(),
+                    partition=0, on_delivery=journaled,
+                )  # fmt: skip
             remaining = producer.flush(self._timeout)
             if remaining:
                 raise KafkaException(
@@ -260,7 +378,6 @@ class PartitionWriter:
             self._check_deliveries(failures)
             if refused:
                 raise _Rejected(refused)
-            self._park(bad)
             if self.hooks is not None:
                 self.hooks.before(self.partition, len(records) + len(bad), len(records))
             self._check_duration(started, len(records))  # the coordinator would abort it
@@ -278,6 +395,8 @@ class PartitionWriter:
                     "send the partition plan",
                     lambda: producer.send_offsets_to_transaction([plan], group, self._timeout),
                 )
+            if journal_value is not None:
+                self._send_journal_offset(producer, journal_offset)
             self._retrying("commit", lambda: self._end(producer.commit_transaction))
         except BaseException as exc:
             fatal = self._abort()
@@ -291,6 +410,24 @@ class PartitionWriter:
         if self.hooks is not None:
             self.hooks.after(self.partition, len(records) + len(bad), len(records))
         return len(records)
+
+    def _send_journal_offset(self, producer: Any, offsets: list[int]) -> None:
+        """Commit the journal record's offset for the letters group, in the transaction."""
+        if len(offsets) != 1 or offsets[0] < 0:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._MSG_TIMED_OUT,
+                    "the letters journal's delivery was not reported",
+                    txn_requires_abort=True,
+                )
+            )
+        settings = self.settings
+        group = group_metadata(settings, self.partition, settings.letters_group(self.partition))
+        where = TopicPartition(settings.marker_topic, 0, offsets[0])
+        self._retrying(
+            "send the letters journal's offset",
+            lambda: producer.send_offsets_to_transaction([where], group, self._timeout),
+        )
 
     def _check_duration(
         self, started: float, records: int, cause: BaseException | None = None
@@ -343,17 +480,22 @@ class PartitionWriter:
     def _check_deliveries(self, failures: list[tuple[KafkaError, Any]]) -> None:
         if not failures:
             return
+        topic = self.settings.topic
+
+        def own(err: KafkaError, msg: Any) -> bool:  # a record of the topic, refused
+            return err.code() in REJECTED_RECORD_CODES and msg.topic() == topic
+
         rejected = [
             BadRecord(
                 Record(msg.key(), msg.value(), list(msg.headers() or [])),
                 f"rejected by the broker: {err.str()}",
             )
             for err, msg in failures
-            if err.code() in REJECTED_RECORD_CODES and msg.topic() == self.settings.topic
+            if own(err, msg)
         ]
         if len(rejected) == len(failures):
             raise _Rejected(rejected)
-        err, msg = next((e, m) for e, m in failures if e.code() not in REJECTED_RECORD_CODES)
+        err, msg = next((e, m) for e, m in failures if not own(e, m))
         raise KafkaException(
             KafkaError(
                 err.code(),
@@ -370,8 +512,9 @@ class PartitionWriter:
     def _timeout(self) -> float:
         return self.settings.operation_timeout_s
 
-    def _new_producer(self) -> None:
-        self._producer = Producer(self.settings.producer_config(self.partition))
+    def _new_producer(self, *, reports: bool = False) -> None:
+        self._producer = Producer(self.settings.producer_config(self.partition, reports=reports))
+        self._reports = reports
         self._retrying(
             "initialise the transactional producer",
             lambda: init_transactions(self._producer, self._timeout),

@@ -82,7 +82,7 @@ def settings(**overrides: object) -> WriterSettings:
 
 def test_ids_groups_and_producer_settings() -> None:
     s = settings()
-    assert s.transactional_id(3) == "fanout-orders-events-3"
+    assert s.transactional_id(3) == "fanout-orders-events-3"  # an explicit prefix
     assert s.marker_group(3) == "fanout/orders/events/p3"
     assert settings(scope="orders@e2").marker_group(0) == "fanout/orders@e2/events/p0"
     config = s.producer_config(3)
@@ -283,29 +283,28 @@ class RefusingWriter(PartitionWriter):
         self.path, self.refuse = path, refuse
         self.seen: list[tuple[int, int]] = []  # (records in the transaction, letters in Delta)
 
-    def _new_producer(self) -> None:
-        pass
+    def _new_producer(self, *, reports: bool = False) -> None:
+        self.seen.append((-1, int(reports)))  # a producer for the retry (reporting: journal)
 
     def _letters(self) -> int:
         return len(read_delta(self.path)) if (Path(self.path) / "_delta_log").exists() else 0
 
     def _transaction(self, records: list[Record], bad: list[BadRecord]) -> int:
-        if self.refuse in records:
-            self.seen.append((len(records), self._letters()))
-            raise Rejected([BadRecord(self.refuse, "rejected by the broker: too large")])
-        self._park(bad)  # what the real transaction does just before it commits
         self.seen.append((len(records), self._letters()))
-        return len(records)
+        if self.refuse in records:
+            raise Rejected([BadRecord(self.refuse, "rejected by the broker: too large")])
+        return len(records)  # committed (with the journal naming ``bad``)
 
 
-def test_refused_records_reach_a_delta_dead_letter_table_before_the_commit(
+def test_refused_records_reach_a_delta_dead_letter_table_after_the_commit(
     tmp_path: Path,
 ) -> None:
     ok, refused = Record(b"1", b"{}", []), Record(b"2", b"{big}", [])
     writer = RefusingWriter(str(tmp_path / "dlq"), refused)
     assert writer.commit([ok, refused], []) == (1, [BadRecord(refused, ANY)])
-    # the aborted first attempt saw no letter; the one that commits sees it already parked
-    assert writer.seen == [(2, 0), (1, 1)]
+    # neither transaction saw a letter parked: the letters follow the commit; the retry's
+    # producer reports deliveries (the journal's offset)
+    assert writer.seen == [(2, 0), (-1, 1), (1, 0)]
     again = RefusingWriter(str(tmp_path / "dlq"), refused)  # a replay of the partition
     again.commit([ok, refused], [])
     rows = read_delta(str(tmp_path / "dlq")).to_pylist()
