@@ -21,7 +21,9 @@ held back are applied, and only then are the markers read.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from fanout.errors import TransientSinkError
@@ -33,32 +35,62 @@ if TYPE_CHECKING:
     from fanout_kafka.settings import WriterSettings
 
 
-def end_abandoned_transactions(settings: WriterSettings, partitions: int, batch_id: int) -> None:
+def end_abandoned_transactions(
+    settings: WriterSettings,
+    partitions: int,
+    batch_id: int,
+    *,
+    extra_ids: Sequence[str] = (),
+    why: str = "an earlier attempt left open (to read its partition markers)",
+) -> None:
     """Initialise the transactional ids of partitions ``0..partitions-1`` and of the
     partitions beyond them that hold a marker (written while the sink had more
-    partitions), each in turn with the tasks' ends (:mod:`fanout_kafka.turns`): any
-    transaction left open under them is aborted, and the markers it held back are applied.
+    partitions), and ``extra_ids``, each in turn with the tasks' ends
+    (:mod:`fanout_kafka.turns`): any transaction left open under them is aborted, and the
+    markers it held back are applied.
 
     :raises fanout.TransientSinkError: when an id cannot be initialised.
     """
     from confluent_kafka import KafkaException, Producer
 
-    def end(partition: int) -> None:
-        producer = Producer(settings.producer_config(partition))
+    def end(transactional_id: str) -> None:
+        config = settings.producer_config(0)
+        config["transactional.id"] = transactional_id
+        producer = Producer(config)
         with turn(settings.end_turns):
             init_transactions(producer, settings.operation_timeout_s)
 
     try:
         # as the markers' reader looks beyond the count, so does this
         count = partitions + marked_beyond(settings, partitions)
-        with ThreadPoolExecutor(max_workers=min(count, 8)) as pool:
-            list(pool.map(end, range(count)))
+        ids = [settings.transactional_id(p) for p in range(count)] + list(extra_ids)
+        with ThreadPoolExecutor(max_workers=min(len(ids), 8)) as pool:
+            list(pool.map(end, ids))
     except KafkaException as exc:
         raise TransientSinkError(
-            "cannot end the transactions an earlier attempt left open (to read its "
-            f"partition markers): {exc}",
+            f"cannot end the transactions {why}: {exc}",
             sink=settings.sink, batch_id=batch_id,
         ) from exc  # fmt: skip
 
 
-__all__ = ["end_abandoned_transactions"]
+def fence_legacy_transactions(
+    settings: WriterSettings, legacy_prefix: str, partitions: int, batch_id: int
+) -> None:
+    """Initialise the transactional ids of the sink's former default prefix
+    (``fanout-<pipeline>-<sink>``, :func:`fanout_kafka.markers.legacy_transactional_id_prefix`):
+    every partition's (as :func:`end_abandoned_transactions` counts them) and the route
+    dead letters' (``<prefix>#route-0``). A producer of the old version still running is
+    fenced, and a transaction it left open is aborted, before the markers are read and
+    before anything is written under the new ids, which do not fence the old ones.
+
+    :raises fanout.TransientSinkError: when an id cannot be initialised.
+    """
+    legacy = replace(settings, transactional_id_prefix=legacy_prefix)
+    end_abandoned_transactions(
+        legacy, partitions, batch_id,
+        extra_ids=[f"{legacy_prefix}#route-0"],
+        why=f"left open under the former transactional ids {legacy_prefix}-<p>",
+    )  # fmt: skip
+
+
+__all__ = ["end_abandoned_transactions", "fence_legacy_transactions"]

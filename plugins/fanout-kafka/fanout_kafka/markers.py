@@ -19,3 +19,24 @@ def legacy_marker_group(scope: str, sink: str, partition: int) -> str:
     """The group fanout 0.1 used for the same marker (ambiguous: see :func:`marker_group`);
     read once per sink to refuse a batch that fanout 0.1 left half committed."""
     return f"fanout.{scope}.{sink}.p{partition}"
+
+
+def default_transactional_id_prefix(pipeline: str, sink: str) -> str:
+    """The sink's default ``transactional_id_prefix``: ``fanout/<pipeline>/<sink>``
+    (partition ``p`` uses ``<prefix>-<p>``, a dead-letter writer ``<prefix>#<source>-<p>``).
+
+    Joined by ``/`` like the marker groups, so no two pipelines or sinks share an id: the
+    ``-`` of fanout up to 0.x (:func:`legacy_transactional_id_prefix`) is also a name
+    character, and pipeline ``a-b`` with sink ``c`` and pipeline ``a`` with sink ``b-c``
+    both had ``fanout-a-b-c``: each fenced the other's producers. A ``-<p>`` suffix cannot
+    make two ids equal either: the partition is digits after the last ``-``.
+    """
+    return f"fanout/{pipeline}/{sink}"
+
+
+def legacy_transactional_id_prefix(pipeline: str, sink: str) -> str:
+    """The default prefix before :func:`default_transactional_id_prefix` (ambiguous). A sink
+    on the default initialises these ids once per ``open()`` before it reads its markers,
+    which fences a producer of the old version and aborts a transaction it left open
+    (:func:`fanout_kafka.abandoned.fence_legacy_transactions`)."""
+    return f"fanout-{pipeline}-{sink}"

@@ -29,10 +29,11 @@ from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, Si
 from fanout.partitioned.membership import WHOLE_ROW, CommittedPartition, PartitionPlan
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
-from fanout_kafka.abandoned import end_abandoned_transactions
+from fanout_kafka.abandoned import end_abandoned_transactions, fence_legacy_transactions
 from fanout_kafka.declaration import OPTIONS
 from fanout_kafka.driver_admins import ADMINS, admin_config
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
+from fanout_kafka.markers import default_transactional_id_prefix, legacy_transactional_id_prefix
 from fanout_kafka.membership import read_committed
 from fanout_kafka.options import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
@@ -82,8 +83,10 @@ class KafkaSink(PartitionedSink):
         headers plus one per column.
     :param producer: librdkafka settings passed through (SASL, SSL, compression, linger,
         batch size...). Settings that break transactions are rejected.
-    :param transactional_id_prefix: default ``fanout-<pipeline>-<sink>``; partition ``p``
-        uses ``<prefix>-<p>``. Unique per sink across every pipeline of a cluster.
+    :param transactional_id_prefix: default ``fanout/<pipeline>/<sink>``; partition ``p``
+        uses ``<prefix>-<p>``. Unique per sink across every pipeline of a cluster. (The
+        default was ``fanout-<pipeline>-<sink>``, ambiguous: a sink on the default fences
+        those former ids once per ``open()``, :mod:`fanout_kafka.abandoned`.)
     :param marker_topic: the one-partition topic holding the markers (created if missing).
     :param partitions: the fixed number of write partitions (= producers per batch). Keep
         it fixed for a sink: markers are per partition index.
@@ -91,7 +94,8 @@ class KafkaSink(PartitionedSink):
         ``transaction.max.timeout.ms``).
     :param dead_letter: records the topic cannot take go there instead of failing the
         batch: ``"kafka:<topic>"`` (written in the partition's transaction) or a Delta
-        table path (written just before the partition commits).
+        table path (written once the partition committed, which names them in a journal:
+        :mod:`fanout_kafka.journal`).
     :param create_topic: create missing topics (target and dead-letter): ``True`` (broker
         defaults) or ``{partitions: N, replication_factor: R, config: {...}}``.
     :param order_by: column(s) ordering the records of a partition (per-key order within
@@ -151,6 +155,8 @@ class KafkaSink(PartitionedSink):
         self.open_timeout_s = open_timeout_s
         self.max_record_bytes = max_record_bytes
         self.pipeline: str | None = None  # set by open()
+        self._derived_prefix = False  # transactional_id_prefix is the default (open())
+        self._legacy_prefix: str | None = None  # the former default, to fence (open())
         self._held_admin: dict[str, Any] | None = None  # open() to close()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -166,8 +172,13 @@ class KafkaSink(PartitionedSink):
         self._dead = context.dead_letters
         self._check_options()
         assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
-        if self.transactional_id_prefix is None:
-            self.transactional_id_prefix = f"fanout-{context.pipeline}-{self.name}"
+        if self.transactional_id_prefix is None or self._derived_prefix:
+            self._derived_prefix = True
+            self.transactional_id_prefix = default_transactional_id_prefix(
+                context.pipeline, self.name
+            )
+            # the former default's ids: fenced before the first batch's markers are read
+            self._legacy_prefix = legacy_transactional_id_prefix(context.pipeline, self.name)
         self._check_producer_config()
         cluster = Cluster(self.name, self.bootstrap_servers, self.producer, self.open_timeout_s)
         cluster.connect()
@@ -233,8 +244,14 @@ class KafkaSink(PartitionedSink):
     ) -> Sequence[CommittedPartition]:
         """The partitions whose markers hold the batch (:mod:`fanout_kafka.membership`).
         On Tansu, first the transactions an unfinished attempt left open are ended, so the
-        markers they held back are applied (:mod:`fanout_kafka.abandoned`)."""
+        markers they held back are applied (:mod:`fanout_kafka.abandoned`). Once per
+        ``open()`` of a sink on the default ``transactional_id_prefix``, the former
+        default's ids are initialised first (fencing an older version's producers)."""
         settings = replace(self.settings(batch), plan=plan)
+        if self._legacy_prefix is not None:
+            fence_legacy_transactions(settings, self._legacy_prefix, plan.partitions,
+                                      batch.batch_id)  # fmt: skip
+            self._legacy_prefix = None  # once per open()
         if self._unsettled and self._end_turns is not None:
             end_abandoned_transactions(settings, plan.partitions, batch.batch_id)
         self._unsettled = True  # until every partition of this attempt reports

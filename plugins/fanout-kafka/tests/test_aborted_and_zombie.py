@@ -127,7 +127,7 @@ def test_zombie_is_fenced_and_nothing_of_it_is_visible(kafka: Broker, topic: str
     assert (late.status, failure.kind, failure.transient) == ("failed", "fenced", False)
     assert (
         "fenced: another writer took over transactional id "
-        f"'fanout-{pipeline}-events-0'" in failure.message
+        f"'fanout/{pipeline}/events-0'" in failure.message
     )
     batch = Batch(None, BatchInfo(pipeline, 0), "events", f"fanout/{pipeline}/events")
     error = sink.partition_failure(batch, [late], [late])
