@@ -10,6 +10,9 @@ batching."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +32,7 @@ from fanout.delta_tables.io import read_delta
 from fanout.errors import TransientSinkError
 from fanout.partitioned.membership import PartitionPlan
 
+KILL = Path(__file__).with_name("kill_partition.py")
 PLAN = PartitionPlan(1, (("id", "string"),))
 SMALL = [f"s{i}" for i in range(4)]
 MID, BIG = "mid", "big"  # ~1500 and ~3000 bytes
@@ -111,7 +115,7 @@ def test_a_failed_commit_leaves_no_letters_and_the_replay_parks_its_own(
     first = _sink(kafka, topic, pipeline, dead, 2000)  # refuses BIG only
     _, failed = _attempt(first, pipeline, FailingCommit())
     assert failed.status == "failed" and failed.failure.transient
-    assert _letters(path) == []  # nothing parked for a partition that did not commit
+    parked_by_the_failed_attempt = _letters(path)
 
     retry = _sink(kafka, topic, pipeline, dead, retry_max_bytes)  # a restart, new settings
     committed, done = _attempt(retry, pipeline)
@@ -121,6 +125,7 @@ def test_a_failed_commit_leaves_no_letters_and_the_replay_parks_its_own(
     )  # fmt: skip
     assert _topic_keys(kafka, topic) == sorted(in_topic)
     assert _letters(path) == sorted((0, 0, "refused", k) for k in parked)
+    assert parked_by_the_failed_attempt == []  # none for a partition that did not commit
 
 
 class FlakyDelta(DeltaDeadLetters):
@@ -166,3 +171,36 @@ def test_letters_not_parked_after_the_commit_are_parked_once_by_the_replay(
     assert (skipped.status, skipped.dead_lettered) == ("skipped", 1)
     assert _letters(path) == [(0, 0, "refused", BIG)]
     assert _topic_keys(kafka, topic) == sorted([*SMALL, MID])
+
+
+@pytest.mark.parametrize(
+    ("point", "retry_max_bytes", "status", "in_topic", "parked"),
+    [
+        # killed with its transaction open: the replay aborts it and decides afresh
+        ("before_commit", 1000, "committed", SMALL, [MID, BIG]),
+        # killed between the commit and the park: the replay skips the partition and
+        # parks what the committed transaction's journal names, not what it would refuse
+        ("after_commit", 1000, "skipped", [*SMALL, MID], [BIG]),
+        ("after_commit", 100_000, "skipped", [*SMALL, MID], [BIG]),
+    ],
+)
+def test_a_task_killed_around_the_commit_leaves_each_record_in_one_place(
+    kafka: Broker, tmp_path: Path, point: str, retry_max_bytes: int, status: str,
+    in_topic: list[str], parked: list[str],
+) -> None:  # fmt: skip
+    topic, pipeline = f"dl-{uuid.uuid4().hex[:8]}", f"dl{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    path = str(tmp_path / "dead")
+    killed = subprocess.run(
+        [sys.executable, str(KILL), kafka.bootstrap, topic, pipeline, path, "2000", point],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    parked_before_the_replay = _letters(path)
+
+    replay = _sink(kafka, topic, pipeline, DeltaDeadLetters(path), retry_max_bytes)
+    _, done = _attempt(replay, pipeline)
+    assert (done.status, done.dead_lettered) == (status, len(parked))
+    assert _topic_keys(kafka, topic) == sorted(in_topic)
+    assert _letters(path) == sorted((0, 0, "refused", k) for k in parked)
+    assert parked_before_the_replay == []  # the killed task parked nothing

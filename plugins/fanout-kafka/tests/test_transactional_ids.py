@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from fanout_kafka import KafkaSink
 from fanout_kafka.markers import default_transactional_id_prefix, legacy_transactional_id_prefix
 from fanout_kafka.transaction import PartitionWriter
@@ -85,8 +85,14 @@ def test_a_sink_on_the_default_fences_a_producer_left_under_the_former_id(
     done = PartitionWriter(settings, 0, 0).run(_rows("new"))
     assert (done.status, done.written) == ("committed", 3)
 
-    with pytest.raises(KafkaException):  # fenced: its transaction was aborted
-        old.commit_transaction(30)
+    # the old producer is fenced: what it sends now is refused, and it cannot commit
+    errors: list[KafkaError] = []
+    old.produce(topic, b"late", b"k1", on_delivery=lambda err, msg: errors.append(err))
+    old.flush(10)
+    assert [e.code() for e in errors] == [KafkaError.PRODUCER_FENCED]
+    with pytest.raises(KafkaException) as fenced:
+        old.commit_transaction(10)
+    assert fenced.value.args[0].code() == KafkaError.PRODUCER_FENCED
     assert sorted(committed_values(kafka.bootstrap, topic)) == [b"new"] * 3
 
 
