@@ -39,8 +39,10 @@ OPTIONS = (
     ),
     SinkOption(
         "transactional_id_prefix",
-        "`fanout-<pipeline>-<sink>`",
-        "partition `p` uses `<prefix>-<p>`; must be unique per sink on the cluster",
+        "`fanout/<pipeline>/<sink>`",
+        "partition `p` uses `<prefix>-<p>`; must be unique per sink on the cluster. The "
+        "default was `fanout-<pipeline>-<sink>` up to this version (ambiguous): see "
+        '"Transactional ids" in plugins/fanout-kafka/README.md for the upgrade',
     ),
     SinkOption("marker_topic", "`__fanout_markers`", "one partition, created if missing"),
     SinkOption(
@@ -61,7 +63,9 @@ OPTIONS = (
         "where bad records (and rows failing the sink's `where`/`select`) go instead of "
         'failing the batch: `"kafka:<topic>"` (written in the same transaction as the '
         "partition; route rows in a transaction of their own), or a Delta table path "
-        "(fanout's one dead-letter layout; written just before the partition commits)",
+        "(fanout's one dead-letter layout; written once the partition committed, which "
+        "names them in a journal, so a record is in the topic or the table, never both or "
+        "neither)",
     ),
     SinkOption(
         "create_topic",
