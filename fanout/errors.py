@@ -16,6 +16,7 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     │   └── TransientSinkError      raise it (or subclass it) to ask for a retry
     │       └── SinkUnreachableError  open() cannot reach the target (also a
     │                                 ConfigurationError; a lag sink starts behind)
+    ├── PartitionInputError         a partition task's input may be cut short (executor)
     ├── LedgerError                 the ledger cannot be read or written
     ├── SpoolError                  the spool cannot be read or written
     ├── LagLimitError               a lagging sink's backlog passed its ``max_lag``
@@ -162,6 +163,14 @@ class SinkUnreachableError(TransientSinkError, ConfigurationError):
     as opposed to a wrong option. It stops ``FanOut(...)`` like any configuration error,
     except for a sink with ``on_failure="lag"``, which starts behind and is opened again
     until it can be (docs/architecture.md §14.2)."""
+
+
+class PartitionInputError(FanoutError):
+    """On an executor: a partition task's input ended without proof that Spark ended it
+    (the JVM abandoned the task while feeding it, so the rows received are only part of the
+    partition). Raised by the input's iterator in place of its end, so the writer's
+    transaction rolls back instead of committing part of the partition
+    (:mod:`fanout.partitioned.input_end`)."""
 
 
 class LedgerError(FanoutError):

@@ -12,7 +12,8 @@ same partition (the same hash of the same values, for sinks that hash), and comm
 own: what one writer raises becomes its own failed outcome, and the others go on. A writer
 that stops reading early (a partition it skips as committed) is no longer fed. A failure to
 read the input reaches every writer still reading, as it would reach each alone, so none
-commits a part of its partition.
+commits a part of its partition; so does an input the JVM cut short, which would otherwise
+end like a whole one (:mod:`fanout.partitioned.input_end`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fanout.partitioned.input_end import whole_input
 from fanout.partitioned.membership import MEMBER_COLUMN
 from fanout.partitioned.task import task_partition
 from fanout.partitioned.worker_gc import freeze_long_lived_objects
@@ -114,11 +116,12 @@ class SharedPartitionTask:
     members: tuple[SharedMember, ...]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Write this task's partition for every member."""
+        """Write this task's partition for every member; an input the JVM cut short
+        fails it for all (:func:`fanout.partitioned.input_end.whole_input`)."""
         import pyarrow as pa
 
         partition = task_partition()
-        outcomes = self.outcomes(partition, batches)
+        outcomes = self.outcomes(partition, whole_input(batches))
         freeze_long_lived_objects()  # once per worker: see fanout.partitioned.worker_gc
         yield pa.RecordBatch.from_pydict(
             {

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fanout.contract.partitions import PartitionCommit
+from fanout.partitioned.input_end import whole_input
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
 from fanout.partitioned.worker_gc import freeze_long_lived_objects
@@ -158,11 +159,12 @@ class PartitionTask:
     hooks: CommitHooks
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Write this task's partition (its index is the Spark partition id)."""
+        """Write this task's partition (its index is the Spark partition id); an input
+        the JVM cut short fails it (:func:`fanout.partitioned.input_end.whole_input`)."""
         import pyarrow as pa
 
         partition = task_partition()
-        outcome = self.outcome(partition, batches)
+        outcome = self.outcome(partition, whole_input(batches))
         freeze_long_lived_objects()  # once per worker: see fanout.partitioned.worker_gc
         yield pa.RecordBatch.from_pydict(
             {"partition": [partition], "outcome": [outcome.to_json()]},
