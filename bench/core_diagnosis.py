@@ -68,6 +68,9 @@ class TimedLedger:
             "ledger_scan", self.inner.committed_entries, pipeline, min_batch_id, epoch
         )
 
+    def epoch_owners(self, pipeline: str) -> Any:
+        return self._timed("ledger_owners", self.inner.epoch_owners, pipeline)
+
 
 class TimedDF:
     """Wraps a batch DataFrame so its toArrow (scan + JSON parse + conversion) is timed."""

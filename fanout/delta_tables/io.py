@@ -174,6 +174,8 @@ def _identifier(name: str) -> str:
 def _condition(column: str, operator: str, value: Any) -> str:
     if operator not in _OPERATORS:
         raise ValueError(f"unsupported filter operator {operator!r} (use one of {_OPERATORS})")
+    if value is None and operator in ("=", "!="):  # SQL's = NULL is never true
+        return f"{_identifier(column)} IS {'NOT ' if operator == '!=' else ''}NULL"
     return f"{_identifier(column)} {operator} {_literal(value)}"
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from fanout.contract.batch import txn_app_id
 from fanout.delta_tables.io import (
     COMMIT_ATTEMPTS,
+    Filter,
     commit_properties,
     is_commit_conflict,
     open_table,
@@ -35,7 +36,7 @@ from fanout.delta_tables.retention import (
     check_ledger_retention,
     parse_interval,
 )
-from fanout.errors import LedgerError
+from fanout.errors import CheckpointResetError, LedgerError
 from fanout.ledger.entry import (
     MARK_HOLD,
     LedgerEntry,
@@ -45,6 +46,7 @@ from fanout.ledger.entry import (
     entries_to_arrow,
     epoch_app_id,
     epoch_owners,
+    epoch_taken_message,
     ledger_schema,
     pipeline_app_id,
 )
@@ -277,7 +279,12 @@ class DeltaLedger:
         if entry.status != "epoch":
             raise ValueError("start_epoch takes an epoch entry")
         with self._lock:
-            self._append(self._fresh(), [entry], {epoch_app_id(entry.pipeline): entry.epoch})
+            table = self._fresh()
+            current = self._epoch(table, entry.pipeline)
+            if current != entry.epoch - 1:  # another query started it since our lookup
+                raise CheckpointResetError(epoch_taken_message(entry, current))
+            # a concurrent start commits the same txn app id: delta-rs refuses the second
+            self._append(table, [entry], {epoch_app_id(entry.pipeline): entry.epoch})
 
     # -- writes ---------------------------------------------------------------------
 
@@ -447,17 +454,29 @@ class DeltaLedger:
         return entries if epoch is None else [e for e in entries if e.epoch == epoch]
 
     def epoch_owners(self, pipeline: str) -> dict[int, str]:
-        """Per epoch of ``pipeline``, the query id it belongs to (one projected scan)."""
+        """Per epoch of ``pipeline``, the query id it belongs to (see
+        :func:`fanout.ledger.entry.epoch_owners`), from the few rows that tell: the epoch
+        rows, and epoch 0's rows from its high-water mark on (its latest mark, and failed
+        attempts after it). Never a scan of the pipeline's whole history."""
         with self._lock:
             table = self._fresh()
+            high = self._version(table, pipeline_app_id(pipeline, 0))
         present = {f.name for f in table.schema().fields}  # older ledgers lack columns
         wanted = ["pipeline", "sink", "batch_id", "status", "query_id", "epoch"]
-        rows = read_arrow(
-            table,
-            columns=[c for c in wanted if c in present],
-            filters=[("pipeline", "=", pipeline), ("status", "!=", "failed")],
-        )
-        return epoch_owners(entries_from_arrow(rows))
+        columns = [c for c in wanted if c in present]
+        scope: list[Filter] = [("pipeline", "=", pipeline)]
+        recent: list[Filter] = [*scope, ("batch_id", ">=", high if high is not None else 0)]
+        reads = [[*scope, ("status", "=", "epoch")]] if "epoch" in present else []
+        if "epoch" in present:  # epoch 0: the column's 0, or null in rows from before it
+            reads += [[*recent, ("epoch", "=", 0)], [*recent, ("epoch", "=", None)]]
+        else:
+            reads.append(recent)
+        entries = [
+            entry
+            for filters in reads
+            for entry in entries_from_arrow(read_arrow(table, columns=columns, filters=filters))
+        ]
+        return epoch_owners(e for e in entries if e.status == "epoch" or e.epoch == 0)
 
     # -- maintenance ----------------------------------------------------------------
 

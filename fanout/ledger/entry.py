@@ -112,9 +112,9 @@ def entries_from_arrow(table: pa.Table) -> list[LedgerEntry]:
 
 def epoch_owners(entries: Iterable[LedgerEntry]) -> dict[int, str]:
     """Per epoch, the query id it belongs to: the query that started it (its ``epoch``
-    row), else the query id of its last committed row that has one (epoch 0 has no epoch
-    row). Failed attempts and rows without a query id are no evidence; epochs without a
-    known query id are left out."""
+    row), else the query id of its latest row that has one, a mark or a failed attempt
+    (both name the query that planned their batch; epoch 0 has no epoch row). Rows
+    without a query id are no evidence; epochs without a known query id are left out."""
     started: dict[int, str] = {}
     last: dict[int, tuple[int, str]] = {}
     for entry in entries:
@@ -122,7 +122,7 @@ def epoch_owners(entries: Iterable[LedgerEntry]) -> dict[int, str]:
             continue
         if entry.status == "epoch":
             started[entry.epoch] = entry.query_id
-        elif entry.status == "committed":
+        elif entry.status in ("committed", "failed"):
             current = last.get(entry.epoch)
             if current is None or entry.batch_id >= current[0]:
                 last[entry.epoch] = (entry.batch_id, entry.query_id)
@@ -148,7 +148,9 @@ class Ledger(Protocol):
         scan: what the dispatcher needs before every batch."""
 
     def start_epoch(self, entry: LedgerEntry) -> None:
-        """Record that ``entry.query_id`` starts epoch ``entry.epoch`` at ``entry.batch_id``."""
+        """Record that ``entry.query_id`` starts epoch ``entry.epoch`` at ``entry.batch_id``.
+        Raises :class:`fanout.CheckpointResetError` when the pipeline is no longer in the
+        epoch before it (another query started that epoch meanwhile)."""
 
     def mark_committed(self, entry: LedgerEntry) -> bool:
         """Record that ``entry.sink`` committed ``entry.batch_id``; idempotent.
@@ -201,3 +203,14 @@ class MaintenanceReport:
 def now_utc() -> datetime:
     """The current time, timezone-aware, as the ledger stores it."""
     return datetime.now(UTC)
+
+
+def epoch_taken_message(entry: LedgerEntry, current: int) -> str:
+    """The refusal of a new epoch another query started first: ``entry`` would start
+    epoch ``entry.epoch`` from ``entry.epoch - 1``, and the pipeline is at ``current``."""
+    return (
+        f"pipeline {entry.pipeline!r}: query {entry.query_id} cannot start epoch "
+        f"{entry.epoch}: the pipeline is at epoch {current} already (another query accepted "
+        "a checkpoint reset meanwhile). Two checkpoints of one pipeline are running: stop "
+        "one; the other continues."
+    )

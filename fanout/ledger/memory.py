@@ -6,7 +6,8 @@ import threading
 from collections.abc import Iterable
 
 from fanout.contract.batch import pipeline_scope
-from fanout.ledger.entry import LedgerEntry, LedgerView, epoch_owners
+from fanout.errors import CheckpointResetError
+from fanout.ledger.entry import LedgerEntry, LedgerView, epoch_owners, epoch_taken_message
 
 
 class MemoryLedger:
@@ -54,6 +55,9 @@ class MemoryLedger:
     def start_epoch(self, entry: LedgerEntry) -> None:
         """Start the entry's epoch."""
         with self._lock:
+            current = self._epochs.get(entry.pipeline, 0)
+            if current != entry.epoch - 1:
+                raise CheckpointResetError(epoch_taken_message(entry, current))
             self._epochs[entry.pipeline] = entry.epoch
             self.entries.append(entry)
 

@@ -94,6 +94,9 @@ class CheckpointGuard:
         owner = self.owner(info.pipeline, info.epoch)
         if info.query_id is not None and owner is not None and owner != info.query_id:
             latest, spooled = self._latest(info), self._spooled(info)
+            owned = self.superseded(info)
+            if owned is not None:  # an old checkpoint: no way on offers a new epoch
+                raise CheckpointResetError(superseded_message(info, owned, owner, latest, spooled))
             if high is not None and high >= info.batch_id:
                 # rows of another query at or after the batch: the usual text
                 raise CheckpointResetError(reset_message(info, latest, spooled))

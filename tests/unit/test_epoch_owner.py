@@ -80,19 +80,15 @@ def test_old_checkpoint_restored_after_a_new_epoch_is_refused(
     with pytest.raises(CheckpointResetError) as refused:
         admit(restarted, 6, Q1, 6)
     message = str(refused.value)
-    if on_reset == "refuse":
-        assert message.startswith(
-            "pipeline 'p': checkpoint reset detected. Spark handed batch 6 of query "
-            f"query-1, but epoch 1 of this pipeline belongs to query {Q2}"
-        )
-        assert f"1. Restore the checkpoint of query {Q2}" in message
-    else:
-        assert message.startswith(
-            "pipeline 'p': old checkpoint restored. Spark handed batch 6 of query query-1, "
-            "whose batches are epoch 0 of this pipeline, but the pipeline continues under "
-            f"epoch 1 (query {Q2})"
-        )
-        assert 'new_epoch").' not in message  # a new epoch is not offered
+    # either way the same text: the way on it offers is never a new epoch, which would
+    # be refused as well
+    assert message.startswith(
+        "pipeline 'p': old checkpoint restored. Spark handed batch 6 of query query-1, "
+        "whose batches are epoch 0 of this pipeline, but the pipeline continues under "
+        f"epoch 1 (query {Q2})"
+    )
+    assert f"1. Restore the newest checkpoint (of query {Q2})" in message
+    assert "new_epoch" not in message.split("How to proceed:")[1]
     # also a replay of Q1's last batch, and in the same running admission
     with pytest.raises(CheckpointResetError):
         admit(restarted, 5, Q1, 5)
@@ -205,3 +201,81 @@ def test_owners_are_read_once_per_start() -> None:
         admit(adm, batch, Q1, batch)
         mark(led, Q1, batch, 0, batch)
     assert led.owner_reads == 1
+
+
+def test_failed_attempts_name_the_owner_of_an_epoch_without_marks(tmp_path: Path) -> None:
+    """Q1's sinks failed every batch so far (lag sinks down since the start): no mark, but
+    its failed attempts name it; Q2, a replaced checkpoint, is refused before it writes."""
+    for led in (MemoryLedger(), DeltaLedger(str(tmp_path / "l"))):
+        led.open()
+        for batch in (0, 1):
+            led.record_failure(LedgerEntry("p", "s", batch, "failed", query_id=Q1, error="down"))
+        assert led.epoch_owners("p") == {0: Q1}
+        with pytest.raises(CheckpointResetError) as refused:
+            admit(Admission(led, "refuse"), 0, Q2, 0)
+        assert str(refused.value).startswith(
+            f"pipeline 'p': checkpoint reset detected. Spark handed batch 0 of query {Q2}, "
+            f"but epoch 0 of this pipeline belongs to query {Q1} (no batch of it is marked "
+            "committed yet"
+        )
+
+
+def test_the_owners_are_read_from_the_few_rows_that_tell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not the pipeline's whole history: the epoch rows, and epoch 0's rows from its
+    high-water mark on (here 3 of 2 x 40 + 1 + 2 x 20 rows)."""
+    import fanout.ledger.delta as delta_ledger
+
+    led = DeltaLedger(str(tmp_path / "l"))
+    led.open()
+    for batch in range(40):
+        for sink in ("s", "t"):
+            led.mark_committed(LedgerEntry("p", sink, batch, "committed", query_id=Q1))
+    led.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id=Q2, epoch=1))
+    for batch in range(60, 80):  # later epochs' batch ids may pass epoch 0's
+        led.mark_committed(LedgerEntry("p", "s", batch, "committed", query_id=Q2, epoch=1))
+    read_rows: list[int] = []
+    real = delta_ledger.read_arrow
+
+    def counted(*args: object, **kwargs: object) -> object:
+        rows = real(*args, **kwargs)  # type: ignore[arg-type]
+        read_rows.append(rows.num_rows)
+        return rows
+
+    monkeypatch.setattr(delta_ledger, "read_arrow", counted)
+    assert led.epoch_owners("p") == {0: Q1, 1: Q2}
+    assert sum(read_rows) == 3  # the epoch row, and s and t at batch 39
+
+
+def test_rows_from_before_the_epoch_column_count_for_epoch_0(tmp_path: Path) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from fanout.ledger.entry import entries_to_arrow
+
+    led = DeltaLedger(str(tmp_path / "l"))
+    led.open()
+    old = entries_to_arrow([LedgerEntry("p", "s", 3, "failed", query_id=Q1, error="x")])
+    epoch_at = old.schema.get_field_index("epoch")
+    old = old.set_column(
+        epoch_at, old.schema.field(epoch_at), pa.nulls(1, old.schema.field(epoch_at).type)
+    )
+    write_deltalake(str(tmp_path / "l"), old, mode="append")
+    assert led.epoch_owners("p") == {0: Q1}
+
+
+def test_an_epoch_another_query_started_meanwhile_is_not_started_again(
+    ledger: MemoryLedger | DeltaLedger,
+) -> None:
+    """Two replaced checkpoints of one pipeline, both past their lookup of epoch 0: the
+    second start of epoch 1 is refused, not a second owner of epoch 1."""
+    ledger.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id=Q2, epoch=1))
+    with pytest.raises(CheckpointResetError) as refused:
+        ledger.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id=Q3, epoch=1))
+    assert str(refused.value) == (
+        f"pipeline 'p': query {Q3} cannot start epoch 1: the pipeline is at epoch 1 already "
+        "(another query accepted a checkpoint reset meanwhile). Two checkpoints of one "
+        "pipeline are running: stop one; the other continues."
+    )
+    assert ledger.epoch_owners("p") == {0: Q1, 1: Q2}
