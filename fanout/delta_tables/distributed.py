@@ -91,6 +91,7 @@ def append_distributed(
     merge_schema: bool = False,
     check: SchemaCheck | None = None,
     task: TaskWrapper | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> AppendOutcome:
     """Append ``source`` (a Spark DataFrame, or a ``pyarrow.Table``) to the Delta table
     at ``path`` (created when missing) exactly once per ``(app_id, version)``.
@@ -103,11 +104,13 @@ def append_distributed(
     :param task: wraps the :class:`FileWriter` into the function each Spark task runs
         (e.g. to call hooks around a task's files); it must return what the writer
         returns, one row per file.
+    :param metadata: custom commit metadata of the data commit (its commit info).
     """
     pending = PendingAppend(
         delta_schema(arrow_schema_of(source)), path, app_id=app_id, version=version,
         partition_by=partition_by, storage_options=storage_options,
         configuration=configuration, merge_schema=merge_schema, check=check,
+        metadata=metadata,
     )  # fmt: skip
     return pending.run(source, task)
 
@@ -120,7 +123,8 @@ class PendingAppend:
     types Delta stores (:func:`delta_schema`); ``opened``: the table, opened by the caller
     just now, for the first check (one open fewer, ~5 ms on the driver before the job);
     ``kept``: where the snapshot the append ends on is left for the next batch
-    (:mod:`fanout.delta_tables.kept`)."""
+    (:mod:`fanout.delta_tables.kept`); ``metadata``: custom commit metadata of the data
+    commit."""
 
     def __init__(
         self,
@@ -136,6 +140,7 @@ class PendingAppend:
         check: SchemaCheck | None = None,
         opened: DeltaTable | None = None,
         kept: KeptTable | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         self.batch_schema = batch_schema
         self.path = path
@@ -151,6 +156,7 @@ class PendingAppend:
         self._partitions: list[str] = []
         self._opened = opened
         self._kept = kept
+        self.metadata = metadata
 
     def writer(self) -> FileWriter | None:
         """The writer of this append's files (checked against the table's schema, which
@@ -196,7 +202,8 @@ class PendingAppend:
                 )
             try:
                 _commit(table, self.path, files, schema, self.app_id, self.version,
-                        self.partition_by, self.configuration, self.storage_options)  # fmt: skip
+                        self.partition_by, self.configuration, self.storage_options,
+                        self.metadata)  # fmt: skip
             except Exception as exc:
                 conflicts += 1
                 if io.is_commit_conflict(exc) and conflicts < io.COMMIT_ATTEMPTS:
@@ -374,15 +381,16 @@ def _commit(
     partition_by: Sequence[str] | None,
     configuration: Mapping[str, str | None] | None,
     storage_options: Mapping[str, str] | None,
+    metadata: Mapping[str, str] | None = None,
 ) -> None:
-    """One commit adding ``files`` with the transaction ``(app_id, version)``, based on
-    the snapshot ``table`` (``None``: create the table; another writer having created it
-    since is a conflict)."""
+    """One commit adding ``files`` with the transaction ``(app_id, version)`` and the custom
+    commit ``metadata``, based on the snapshot ``table`` (``None``: create the table;
+    another writer having created it since is a conflict)."""
     from deltalake import Schema
     from deltalake.transaction import create_table_with_add_actions
 
     actions = [f.add_action() for f in files]
-    commit = io.commit_properties({app_id: version})
+    commit = io.commit_properties({app_id: version}, metadata)
     if table is None:
         create_table_with_add_actions(
             path,

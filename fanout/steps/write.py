@@ -13,7 +13,7 @@ from datetime import datetime
 from fanout.contract.batch import Batch, txn_app_id
 from fanout.contract.sessions import spark_threads
 from fanout.contract.sink import Sink, SinkResult
-from fanout.errors import LedgerError, SinkError, SinkWriteError
+from fanout.errors import CheckpointError, LedgerError, SinkError, SinkWriteError
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
@@ -272,7 +272,8 @@ class SinkRunner:
 
 
 def _named(exc: Exception, sink: str, batch_id: int, secrets: Sequence[str]) -> Exception:
-    """The sink's error, wrapped to name sink and batch unless it already does.
+    """The sink's error, wrapped to name sink and batch unless it already does (a
+    :class:`fanout.CheckpointError` a sink raised names them, and keeps its class).
 
     When any message in the error's chain holds one of the sink's secrets, the result is
     a new error with the secrets masked and the chain cut, so no traceback shows them.
@@ -283,7 +284,7 @@ def _named(exc: Exception, sink: str, batch_id: int, secrets: Sequence[str]) -> 
         )
         masked.__suppress_context__ = True
         return masked
-    if isinstance(exc, SinkError):
+    if isinstance(exc, SinkError | CheckpointError):
         return exc
     wrapped = SinkWriteError(f"{type(exc).__name__}: {exc}", sink=sink, batch_id=batch_id)
     wrapped.__cause__ = exc

@@ -21,6 +21,7 @@ from fanout.contract.sink import SinkResult
 from fanout.delta_tables import io as deltaio
 from fanout.errors import SchemaMismatchError, SinkWriteError, TransientSinkError
 from fanout_delta.merge import merge_predicate, prepare_merge_source, split_null_keys
+from fanout_delta.plans import commit_metadata, refuse_replanned
 from fanout_delta.schema import check_batch_schema, diff_schemas, pad_missing_columns
 
 if TYPE_CHECKING:
@@ -61,15 +62,16 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
             table = deltaio.open_table(path, sink.storage_options)
         written = deltaio.transaction_version(table, app_id)
         if written is not None and written >= batch_id:
-            logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, path)
             sink.keep_table(table)
+            refuse_replanned(batch, sink.name, path, table)
+            logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, path)
             return SinkResult(data.num_rows, dead_lettered=dead, already_written=True)
         if data.num_rows == 0:
             # Nothing to commit: the ledger records the batch, and a replay is empty again.
             sink.keep_table(table)
             return SinkResult(0, {"empty": True, "mode": sink.mode}, dead_lettered=dead)
         try:
-            rows, details = _commit(sink, app_id, batch_id, table, data)
+            rows, details = _commit(sink, batch, table, data)
         except Exception as exc:
             if deltaio.is_commit_conflict(exc) and attempt < deltaio.COMMIT_ATTEMPTS:
                 logger.info("sink %r, batch %d: lost a commit race on %s, checking again: %s",
@@ -103,12 +105,14 @@ def refuse_big_merge(sink: DeltaTarget, batch: Batch) -> None:
 
 
 def _commit(
-    sink: DeltaTarget, app_id: str, batch_id: int, table: Any, data: pa.Table
+    sink: DeltaTarget, batch: Batch, table: Any, data: pa.Table
 ) -> tuple[int, dict[str, Any]]:
     """Append or merge ``data`` in one commit based on ``table``, the snapshot whose
-    transaction version was checked (``None``: no table yet, the commit creates it).
-    Returns the rows written and the result details; the table at the version committed is
-    kept for the next batch."""
+    transaction version was checked (``None``: no table yet, the commit creates it), with
+    the batch's transaction and plan. Returns the rows written and the result details; the
+    table at the version committed is kept for the next batch."""
+    key = batch.idempotency_key
+    app_id, batch_id = key.app_id, key.version
     table_schema = None
     if table is not None:
         table_schema = pa.schema(table.schema().to_arrow())
@@ -119,7 +123,7 @@ def _commit(
             sink=sink.name,
             batch_id=batch_id,
         )
-    commit = deltaio.commit_properties({app_id: batch_id})
+    commit = deltaio.commit_properties({app_id: batch_id}, commit_metadata(batch))
     details: dict[str, Any] = {"mode": sink.mode}
     if sink.mode == "merge":
         data = prepare_merge_source(data, sink.keys or [], sink.order_by, sink.name, batch_id)

@@ -31,6 +31,7 @@ from fanout.delta_tables import io as deltaio
 from fanout.delta_tables.datafiles import DataFile, FileWriter, file_rows
 from fanout.errors import SinkError, SinkWriteError, TransientSinkError
 from fanout.partitioned.task import CommitHooks, task_partition
+from fanout_delta.plans import commit_metadata, refuse_replanned
 from fanout_delta.rs_engine import translate_error
 from fanout_delta.schema import check_batch_schema
 
@@ -115,6 +116,7 @@ class _ExecutorAppend:
     app_id: str
     schema: pa.Schema
     hooks: CommitHooks | None
+    batch: Batch = field(repr=False, compare=False)
     opened: DeltaTable | None = field(default=None, repr=False, compare=False)
     """The table as :meth:`of` found it: the append's first snapshot (opened once)."""
 
@@ -135,7 +137,7 @@ class _ExecutorAppend:
             info = batch.info
             hooks = sink.hook_plugins.hooks(info.pipeline, sink.name, batch.batch_id, info.epoch)
         hooks = hooks if hooks and hooks.wanted else None
-        return cls(sink, batch.batch_id, batch.idempotency_key.app_id, schema, hooks, table)
+        return cls(sink, batch.batch_id, batch.idempotency_key.app_id, schema, hooks, batch, table)
 
     def pending(self) -> distributed.PendingAppend:
         """The exactly-once append of this batch, checked by :meth:`check`."""
@@ -145,7 +147,7 @@ class _ExecutorAppend:
             version=self.batch_id, partition_by=sink.partition_by,
             storage_options=sink.storage_options, configuration=sink.configuration,
             merge_schema=sink.merge_schema, check=self.check, opened=self.opened,
-            kept=sink.kept,
+            kept=sink.kept, metadata=commit_metadata(self.batch),
         )  # fmt: skip
 
     @property
@@ -178,9 +180,14 @@ class _ExecutorAppend:
         return error("\n".join(lines), sink=self.sink.name, batch_id=self.batch_id)
 
     def result(self, outcome: distributed.AppendOutcome, rows: Callable[[], int]) -> SinkResult:
-        """The sink's result of ``outcome`` (``rows``: the batch's, when found written)."""
+        """The sink's result of ``outcome`` (``rows``: the batch's, when found written);
+        raises :class:`fanout.CheckpointRollbackError` rather than skip a batch the table
+        holds under another plan."""
         sink, batch_id = self.sink, self.batch_id
         if outcome.already_written:
+            if self.batch.info.batch_timestamp_ms is not None:  # else no plan to compare
+                table = deltaio.open_table(sink.path, sink.storage_options)  # a replay: rare
+                refuse_replanned(self.batch, sink.name, sink.path, table)
             logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, sink.path)
             return SinkResult(rows(), already_written=True)
         if outcome.empty:

@@ -6,6 +6,12 @@ Idempotence is Delta's own: an append carries the writer options ``txnAppId`` /
 ``txnVersion``, and Delta skips a commit whose version is not above the recorded one. The
 confs are set on a new session per write, so sinks writing in parallel threads do not
 overwrite each other's confs. ``delta`` (the Python package) is imported lazily.
+
+Each commit records the batch's plan as its ``userMetadata`` (the writer option, or for a
+MERGE the session conf ``spark.databricks.delta.commitInfo.userMetadata``, which it
+overrides for these commits): a batch found already written by the delta-rs lookup is
+skipped only when that commit recorded the same plan (:mod:`fanout_delta.plans`). Where
+delta-rs cannot read the table, Delta's own check skips silently, unchecked.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from fanout.contract.sink import SinkResult
 from fanout.delta_tables import io as deltaio
 from fanout.errors import SinkWriteError
 from fanout_delta.merge import merge_predicate, quote
+from fanout_delta.plans import SPARK_METADATA_CONF, refuse_replanned, user_metadata
 from fanout_delta.schema import check_batch_schema
 
 if TYPE_CHECKING:
@@ -68,6 +75,7 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
     table = _open_with_rs(sink)
     written = deltaio.transaction_version(table, app_id) if table is not None else None
     if written is not None and written >= batch_id:
+        refuse_replanned(batch, sink.name, path, table)
         return SinkResult(df.count(), dead_lettered=dead, already_written=True)
     if table is not None:
         import pyarrow as pa
@@ -82,26 +90,29 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
             batch_id=batch_id,
         )
     details: dict[str, Any] = {"mode": sink.mode, "engine": "spark"}
+    plan = user_metadata(batch)
     if sink.mode == "append":
-        _append(sink, df, app_id, batch_id)
+        _append(sink, df, app_id, batch_id, plan)
         rows = df.count()
     else:
         source = dedupe_spark(df, sink.keys or [], sink.order_by, sink.name, batch_id)
-        rows = _merge(sink, source, app_id, batch_id)
+        rows = _merge(sink, source, app_id, batch_id, plan)
     return SinkResult(rows=rows, details=details, dead_lettered=dead)
 
 
-def _merge(sink: DeltaTarget, source: Any, app_id: str, batch_id: int) -> int:
+def _merge(sink: DeltaTarget, source: Any, app_id: str, batch_id: int, plan: str | None) -> int:
     from delta.tables import DeltaTable
 
     session = source.sparkSession.newSession()
     session.conf.set(_TXN_APP_ID, app_id)
     session.conf.set(_TXN_VERSION, str(batch_id))
+    if plan is not None:
+        session.conf.set(SPARK_METADATA_CONF, plan)
     if sink.merge_schema:
         session.conf.set("spark.databricks.delta.schema.autoMerge.enabled", "true")
     if not DeltaTable.isDeltaTable(session, sink.path):
         # First batch: create the table with an idempotent append of the source.
-        _append(sink, source, app_id, batch_id)
+        _append(sink, source, app_id, batch_id, plan)
         return int(source.count())
     (
         DeltaTable.forPath(session, sink.path)
@@ -114,14 +125,17 @@ def _merge(sink: DeltaTarget, source: Any, app_id: str, batch_id: int) -> int:
     return int(source.count())
 
 
-def _append(sink: DeltaTarget, df: Any, app_id: str, batch_id: int) -> None:
-    """An idempotent Delta append of ``df`` (also creates the table on the first batch)."""
+def _append(sink: DeltaTarget, df: Any, app_id: str, batch_id: int, plan: str | None) -> None:
+    """An idempotent Delta append of ``df`` (also creates the table on the first batch),
+    its commit recording ``plan`` (:func:`fanout_delta.plans.user_metadata`)."""
     writer = (
         df.write.format("delta")
         .mode("append")
         .option("txnAppId", app_id)
         .option("txnVersion", str(batch_id))
     )
+    if plan is not None:
+        writer = writer.option("userMetadata", plan)
     if sink.merge_schema:
         writer = writer.option("mergeSchema", "true")
     if sink.partition_by:

@@ -1,0 +1,210 @@
+"""The plan of the batch a Delta commit wrote, kept in the commit itself, and the refusal to
+skip a batch that Spark planned again (docs/architecture.md §5, §8.1).
+
+Every commit of a batch carries, in its commit info's ``userMetadata`` (delta-spark's own
+field: ``DESCRIBE HISTORY`` shows it; delta-rs writes it as custom commit metadata), the
+app id, the batch id and the plan Spark made of it: ``batchTimestampMs`` and the source
+offsets. The sink skips a batch whose app transaction version is already at or past it;
+on that path only (a replay, rare) :func:`refuse_replanned` finds the commit of the batch
+in the table's history and compares plans. A checkpoint rolled back after the sink
+committed batch N and before the ledger marked it makes Spark plan N again with more input
+(a new ``batchTimestampMs``): the checkpoint guard cannot see it (the ledger holds nothing
+at N), and skipping would lose the rows past the first plan, so the sink raises
+:class:`fanout.CheckpointRollbackError` instead. No evidence, no refusal: a batch without a
+planning time (``FanOut`` used without Spark's offsets), a commit without the metadata (an
+older fanout wrote it, or its log file is gone) or not among the newest
+:data:`SEARCH_COMMITS` commits, or one carrying the same planning time (a true replay).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fanout.errors import CheckpointRollbackError
+
+if TYPE_CHECKING:
+    from fanout.contract.batch import Batch, BatchInfo
+
+logger = logging.getLogger(__name__)
+
+METADATA_KEY = "userMetadata"
+"""The commit info field holding the plan (delta-spark's ``userMetadata``)."""
+
+SPARK_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+"""delta-spark's session conf for a commit's ``userMetadata`` (a MERGE takes no option)."""
+
+SEARCH_COMMITS = 100
+"""How many of the table's newest commits the skip path searches for the batch's commit."""
+
+MAX_OFFSETS_CHARS = 4096
+"""Source offsets longer than this (as JSON) are not recorded: every commit of the table
+would carry them, and the planning time alone tells a re-plan from a replay."""
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    """The plan a commit recorded for one batch of one app id.
+
+    :param app_id: the sink's transaction app id.
+    :param batch_id: the batch (the transaction version the commit wrote).
+    :param batch_timestamp_ms: Spark's ``batchTimestampMs`` of the batch.
+    :param source_offsets: its end offsets; ``None`` when too long to record.
+    :param version: the table version of the commit (``None`` until found in the log).
+    :param timestamp_ms: when the commit was made (``None`` until found in the log).
+    """
+
+    app_id: str
+    batch_id: int
+    batch_timestamp_ms: int
+    source_offsets: Any = None
+    version: int | None = None
+    timestamp_ms: int | None = None
+
+    def text(self) -> str:
+        """The ``userMetadata`` value: one JSON object under the key ``"fanout"``."""
+        return json.dumps(
+            {
+                "fanout": {
+                    "app_id": self.app_id,
+                    "batch_id": self.batch_id,
+                    "batch_timestamp_ms": self.batch_timestamp_ms,
+                    "source_offsets": self.source_offsets,
+                }
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def parse(cls, commit_info: dict[str, Any]) -> CommitPlan | None:
+        """The plan a commit info (an entry of ``DeltaTable.history()``) records, or
+        ``None`` when it records none (another writer's commit, an older fanout's)."""
+        text = commit_info.get(METADATA_KEY)
+        if not isinstance(text, str) or '"fanout"' not in text:
+            return None
+        try:
+            plan = json.loads(text)["fanout"]
+            return cls(
+                app_id=str(plan["app_id"]),
+                batch_id=int(plan["batch_id"]),
+                batch_timestamp_ms=int(plan["batch_timestamp_ms"]),
+                source_offsets=plan.get("source_offsets"),
+                version=_int_or_none(commit_info.get("version")),
+                timestamp_ms=_int_or_none(commit_info.get("timestamp")),
+            )
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+def batch_plan(batch: Batch) -> CommitPlan | None:
+    """The plan to record with ``batch``'s commit; ``None`` when Spark's planning time is
+    unknown (no evidence to record)."""
+    info = batch.info
+    if info.batch_timestamp_ms is None:
+        return None
+    offsets = info.source_offsets
+    if offsets is not None and len(json.dumps(offsets)) > MAX_OFFSETS_CHARS:
+        offsets = None
+    key = batch.idempotency_key
+    return CommitPlan(key.app_id, key.version, info.batch_timestamp_ms, offsets)
+
+
+def user_metadata(batch: Batch) -> str | None:
+    """``batch``'s plan as delta-spark's ``userMetadata`` (``None``: nothing to record)."""
+    plan = batch_plan(batch)
+    return None if plan is None else plan.text()
+
+
+def commit_metadata(batch: Batch) -> dict[str, str] | None:
+    """``batch``'s plan as delta-rs custom commit metadata (``None``: nothing to record)."""
+    text = user_metadata(batch)
+    return None if text is None else {METADATA_KEY: text}
+
+
+def find_plan(
+    table: Any, app_id: str, batch_id: int, limit: int | None = None
+) -> CommitPlan | None:
+    """The plan recorded by the commit of ``app_id``'s batch ``batch_id`` among the newest
+    ``limit`` (:data:`SEARCH_COMMITS`) commits of ``table`` (a delta-rs ``DeltaTable``),
+    newest first; ``None`` when not found. Stops at a commit of the app id for an earlier
+    batch: the commits of one app id come in batch order."""
+    for commit_info in table.history(SEARCH_COMMITS if limit is None else limit):
+        plan = CommitPlan.parse(commit_info)
+        if plan is None or plan.app_id != app_id:
+            continue
+        if plan.batch_id == batch_id:
+            return plan
+        if plan.batch_id < batch_id:
+            return None
+    return None
+
+
+def refuse_replanned(batch: Batch, sink: str, path: str, table: Any) -> None:
+    """Called where the sink would skip ``batch`` because ``table`` (delta-rs, at the
+    snapshot whose transaction version is at or past the batch) records it: raise
+    :class:`fanout.CheckpointRollbackError` when the commit that wrote the batch recorded
+    another plan; return (skip) when the plans match or nothing tells."""
+    info = batch.info
+    if info.batch_timestamp_ms is None or table is None:
+        return
+    key = batch.idempotency_key
+    try:
+        recorded = find_plan(table, key.app_id, key.version)
+    except Exception as exc:  # the history is evidence only: unreadable, skip as before
+        logger.warning(
+            "sink %r, batch %d: cannot read the history of %s to check the plan of the "
+            "commit that wrote the batch; skipping it as a replay: %s",
+            sink, info.batch_id, path, exc,
+        )  # fmt: skip
+        return
+    if recorded is None:
+        logger.info(
+            "sink %r, batch %d: no commit among the newest %d of %s records the batch's "
+            "plan; skipping it as a replay",
+            sink, info.batch_id, SEARCH_COMMITS, path,
+        )  # fmt: skip
+        return
+    if recorded.batch_timestamp_ms == info.batch_timestamp_ms:
+        return
+    raise CheckpointRollbackError(replanned_message(info, sink, path, recorded))
+
+
+def replanned_message(info: BatchInfo, sink: str, path: str, recorded: CommitPlan) -> str:
+    """The refusal of a batch a Delta sink already committed under another plan: what
+    happened, both plans, how to proceed (as the checkpoint guard's rollback message)."""
+    from fanout.steps.guard_text import describe_plan, planned_at
+
+    query = "" if info.query_id is None else f" of query {info.query_id}"
+    committed = "" if recorded.timestamp_ms is None else f", at {planned_at(recorded.timestamp_ms)}"
+    where = "" if recorded.version is None else f" in version {recorded.version}"
+    batch = info.batch_id
+    lines = [
+        f"pipeline {info.pipeline!r}: checkpoint rolled back. Spark handed batch {batch}"
+        f"{query}, but the Delta table of sink {sink!r} ({path}) already holds batch {batch}, "
+        "committed under another plan before the ledger marked it: the checkpoint was "
+        "restored from a backup or lost its newest offsets/ and commits/ files, so Spark "
+        "planned the batch again from the end of the batch before it. The sink would skip "
+        "it and lose the rows it holds now; fanout refuses to write.",
+        f"  Spark re-planned batch {batch}: "
+        + describe_plan(info.source_offsets, info.batch_timestamp_ms, recorded=False),
+        f"  the Delta table recorded batch {batch}{where}{committed}: "
+        + describe_plan(recorded.source_offsets, recorded.batch_timestamp_ms, recorded=True),
+        "How to proceed:",
+        f"  1. Restore the newest checkpoint (the one whose offsets/{batch} holds the planning "
+        f"time the Delta table recorded for batch {batch} above) and restart the query; "
+        "nothing is lost or duplicated.",
+        "  2. Or delete this checkpoint and start a new one whose source begins right after "
+        "the offsets of the sink furthest behind (this sink holds batch "
+        f"{batch} as recorded above; the ledger has the others), under a new pipeline name "
+        "so the sinks' transaction ids start afresh; sinks further ahead then receive their "
+        "last batches again.",
+        f"  `fanout recover --ledger <path> --pipeline {info.pipeline}` prints what the "
+        "ledger knows per sink, with Kafka startingOffsets.",
+    ]
+    return "\n".join(lines)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
