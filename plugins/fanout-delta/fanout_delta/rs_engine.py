@@ -5,7 +5,8 @@ from the executors are :mod:`fanout_delta.rs_executors`.
 
 Idempotence: every commit carries the transaction ``batch.idempotency_key``
 and every write first checks the version already recorded for that app id; delta-rs
-records transactions but does not skip by itself.
+records transactions but does not skip by itself. The commit also records the batch's plan,
+which a skip checks first (:mod:`fanout_delta.plans`).
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ Design decisions:
   committed. A failed compaction is logged as a warning and does not fail the batch: the
   data and its transaction are already committed, and a raised error would only replay a
   write that is then skipped.
+- Each commit records the batch's plan (:mod:`fanout_delta.plans`): a batch found already
+  written is skipped only when its commit was planned alike, and refused with
+  :class:`fanout.CheckpointRollbackError` when Spark planned it again (a rolled-back
+  checkpoint), whose new rows a skip would lose.
 """
 
 from __future__ import annotations
