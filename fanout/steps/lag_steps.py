@@ -15,7 +15,7 @@ from fanout.contract.batch import Batch, SharedArrow, txn_app_id
 from fanout.contract.sessions import in_spark_thread
 from fanout.contract.sink import BackfillSource
 from fanout.delta_tables.io import refuse_unusable_location
-from fanout.errors import ConfigurationError, LagLimitError
+from fanout.errors import CheckpointError, ConfigurationError, LagLimitError
 from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
 from fanout.sink_spec import SinkSpec
@@ -177,6 +177,8 @@ def spool_for_lagging(
     for name in state.results:
         lagging.committed(name, key)  # a backfill source's marks count too
     for name in [n for n in state.failures if specs[n].lag.lags]:
+        if isinstance(state.failures[name], CheckpointError):
+            continue  # the checkpoint does not match what the sink holds: stop the query
         state.lagged[name] = state.failures.pop(name)
     for name, error in state.lagged.items():
         lagging.failed(name, error)

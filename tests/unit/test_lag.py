@@ -354,3 +354,26 @@ def test_an_unreachable_sink_without_lag_stops_the_start_with_its_secret_masked(
         FanOut("masked", MemoryLedger(), [Down("down")], backoff_s=0)
     assert str(raised.value) == "sink 'down': login app:*** refused"
     assert raised.value.__cause__ is None and raised.value.__suppress_context__
+
+
+def test_a_lag_sink_finding_its_checkpoint_rolled_back_stops_the_query(tmp_path: Path) -> None:
+    # a sink's own plan check (the Delta sink's recorded plan) refuses a re-planned batch:
+    # lagging would spool it and refuse it again at every catch-up; the query must stop
+    from fanout import BatchFailedError, CheckpointRollbackError
+
+    refused = CheckpointRollbackError("batch 3 was planned differently")
+    delta = ScriptedSink("delta", always_fail=refused)
+    good = ScriptedSink("good")
+    ledger = MemoryLedger()
+    fan = FanOut("rolled", ledger, [good, _spec(delta)], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    try:
+        with pytest.raises(BatchFailedError) as failed:
+            fan.process(SchemaFrame([1]), BatchInfo("rolled", 3, "q"))
+        assert list(failed.value.failures) == ["delta"]
+        assert failed.value.failures["delta"] is refused
+        assert fan.spool is not None and fan.spool.batches() == []
+        assert ledger.last_committed("rolled", ["good", "delta"]) == {"good": 3, "delta": None}
+        assert fan.lagging.lag_of("delta").state == "live"
+    finally:
+        fan.close()
