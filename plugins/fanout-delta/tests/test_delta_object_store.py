@@ -58,7 +58,7 @@ def s3() -> Iterator[dict[str, str]]:
             "AWS_SECRET_ACCESS_KEY": "test",
             "AWS_REGION": "us-east-1",
             "AWS_ALLOW_HTTP": "true",
-            "AWS_S3_ALLOW_UNSAFE_RENAME": "true",  # one writer per table here: no lock
+            "conditional_put": "etag",  # moto takes If-None-Match: commits are exclusive
         }
     finally:
         server.terminate()

@@ -11,7 +11,7 @@ OPTIONS = {
     "AWS_SECRET_ACCESS_KEY": "TopSecretAwsKey123",
     "azure_storage_sas_token": "sv=2024&sig=abc",
     "AWS_REGION": "us-east-1",
-    "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+    "conditional_put": "etag",
 }
 
 

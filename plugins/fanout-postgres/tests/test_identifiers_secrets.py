@@ -92,21 +92,23 @@ def secret_url(pg_server: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> 
     execute(pg_url, f"GRANT CREATE ON DATABASE {database} TO fan_user")
     hba = Path(pg_server.data_dir) / "pg_hba.conf"
     original = hba.read_text()
-    hba.write_text(f"local {database} fan_user scram-sha-256\n" + original)
-    execute(pg_url, "SELECT pg_reload_conf()")
-    _wait_until_refused(pg_url.replace("postgres@", "fan_user:wrong@", 1))
-    monkeypatch.setenv("FANOUT_TEST_PG_PASSWORD", PASSWORD)
-    yield pg_url.replace("postgres@", "fan_user:${FANOUT_TEST_PG_PASSWORD}@", 1)
-    hba.write_text(original)
-    execute(pg_url, "SELECT pg_reload_conf()")
-    # the role is the server's, not the test database's: drop it for the next test using it
-    execute(pg_url, "DROP OWNED BY fan_user", "DROP ROLE fan_user")
+    try:
+        hba.write_text(f"local {database} fan_user scram-sha-256\n" + original)
+        execute(pg_url, "SELECT pg_reload_conf()")
+        _wait_until_refused(pg_url.replace("postgres@", "fan_user:wrong@", 1))
+        monkeypatch.setenv("FANOUT_TEST_PG_PASSWORD", PASSWORD)
+        yield pg_url.replace("postgres@", "fan_user:${FANOUT_TEST_PG_PASSWORD}@", 1)
+    finally:  # also when the setup failed: the next test creating the role needs it gone
+        hba.write_text(original)
+        execute(pg_url, "SELECT pg_reload_conf()")
+        # the role is the server's, not the test database's
+        execute(pg_url, "DROP OWNED BY fan_user", "DROP ROLE fan_user")
 
 
 def _wait_until_refused(url: str) -> None:
     """Until the server refuses ``url``'s wrong password: ``pg_reload_conf`` only signals
     the postmaster, and the test's wrong-password case needs the new rule in force."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a bound, not a timing: a loaded machine reloads late
     while True:
         try:
             query(url, "SELECT 1")
