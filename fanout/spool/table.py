@@ -2,20 +2,22 @@
 
 - ``<spool>/batches``: the rows of every spooled batch, partitioned by pipeline, epoch and
   batch id. A batch's rows are appended in one commit (carrying the app transaction
-  ``fanout-spool/<pipeline>[@e<epoch>]`` at the batch id) whenever the table's current
-  version holds none of its files: a replayed batch is not spooled twice, and a batch
-  removed once its sinks held it gets its rows back when spooled again (the live batch
-  the catch-up released while in flight, or a replay of it). A batch's files are plain
-  Parquet (the partition values live in the Delta log, not in the files), so Spark reads
-  them with ``spark.read.parquet`` and no Delta classes: executors read a spooled batch
-  like any Parquet input.
+  ``fanout-spool/<pipeline>[@e<epoch>]`` at the batch id), after its index rows, whenever
+  a fresh snapshot of the table holds none of its files: a replayed batch is not spooled
+  twice, and a batch removed once its sinks held it gets its rows back when spooled again
+  (the live batch the catch-up released while in flight, or a replay of it). A batch's
+  files are plain Parquet (the partition values live in the Delta log, not in the files),
+  so Spark reads them with ``spark.read.parquet`` and no Delta classes: executors read a
+  spooled batch like any Parquet input.
 - ``<spool>/index``: one row per (batch, sink that needs it), with what the batch's ledger
   marks must carry (query id, source offsets, planning time) and the batch's Spark
   schema. Rows of a replayed batch may repeat; readers take the union.
 
-A batch leaves both tables once every sink that needed it has committed it
-(:meth:`Spool.release`, which chooses and removes under the spool's lock); its files are
-vacuumed at once (nothing else reads the spool).
+A batch's index rows go once the sinks they name have committed it (:meth:`Spool.release`,
+which chooses and removes under the spool's lock), only those rows; its rows go once no
+index row of it remains, and their files are vacuumed at once (nothing else reads the
+spool). Another instance on the spool (in another process) may interleave: see
+docs/architecture.md §14.3.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -35,6 +37,7 @@ from fanout.errors import SpoolError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from deltalake import DeltaTable
 
 log = logging.getLogger("fanout")
 
@@ -48,6 +51,10 @@ a commit, and delta-rs lists the whole log at each."""
 
 BatchKey = tuple[int, int]
 """``(epoch, batch_id)``: batches sort by it."""
+
+Chosen = Mapping[BatchKey, Iterable[str]] | Iterable[BatchKey]
+"""Batches to remove, each with the sinks whose index rows go (a bare key: every sink the
+instance knows needs it)."""
 
 
 @dataclass(frozen=True)
@@ -208,7 +215,7 @@ class Spool:
         now: datetime,
         arrow: Callable[[], pa.Table] | None = None,
     ) -> SpooledBatch:
-        """Spool batch ``info`` (its rows, once; the sinks needing it, every call) and
+        """Spool batch ``info`` (the sinks needing it, every call; its rows, once) and
         return it as the index now knows it. ``arrow`` gives the batch as Arrow when a
         conversion is shared with the sinks (default: ``df.toArrow()``). Raises
         :class:`fanout.SpoolError`."""
@@ -226,16 +233,18 @@ class Spool:
         now: datetime,
         arrow: Callable[[], pa.Table] | None,
     ) -> SpooledBatch:
+        # The index row first, then the rows if a fresh snapshot lacks them: a removal in
+        # another instance deletes a batch's rows only when no index row of it remains, so
+        # it cannot strand the row appended here (§14.3). A crash between the two leaves
+        # an index row without rows for a batch Spark has not committed: the replay
+        # spools it again and appends them.
         try:
             existing = self.get(key)
-            present = self._has_rows(key)
-            if existing is not None and (present or existing.rows == 0):
+            table: pa.Table | None = None
+            if existing is not None:
                 rows, schema_json = existing.rows, existing.schema_json
-            else:  # new, or removed (every sink then holding it) and now needed again
-                table = arrow() if arrow is not None else df.toArrow()
-                table = _with_partition_columns(table, self.pipeline, info)
-                if not present:
-                    self._append_rows(table, info)
+            else:
+                table = self._arrow(df, info, arrow)
                 rows, schema_json = table.num_rows, df.schema.json()
             batch = SpooledBatch(
                 self.pipeline,
@@ -252,6 +261,12 @@ class Spool:
             new_sinks = sinks - (existing.needed_by if existing else frozenset())
             if new_sinks:
                 self._append_index(batch, new_sinks)
+            data = open_table(self.data_path, self.storage_options)  # one snapshot serves all
+            if rows and not _files_in(data, self.pipeline, key):
+                if table is None:  # removed (every sink then holding it), now needed again
+                    table = self._arrow(df, info, arrow)
+                data = self._append_rows(table, info, data)
+            size = _sizes_in(data, self.pipeline, [key]).get(key, 0)
         except SpoolError:
             raise
         except Exception as exc:
@@ -260,45 +275,90 @@ class Spool:
                 f"{', '.join(sorted(sinks))} at {self.path}: {type(exc).__name__}: {exc}"
             ) from exc
         merged = self._merge(batch)
-        sizes = self._sizes([key])
-        merged = self._batches[key] = replace(merged, size_bytes=sizes.get(key, 0))
+        merged = self._batches[key] = replace(merged, size_bytes=size)
         return merged
 
-    def release(self, choose: Callable[[], Iterable[BatchKey]]) -> int:
-        """Remove the batches ``choose()`` names (those every sink holds), choosing and
-        removing under the spool's lock, so no :meth:`add` can record a new sink for a
-        batch between the choice and its removal; returns how many were removed."""
+    def _arrow(self, df: Any, info: BatchInfo, arrow: Callable[[], pa.Table] | None) -> pa.Table:
+        table = arrow() if arrow is not None else df.toArrow()
+        return _with_partition_columns(table, self.pipeline, info)
+
+    def release(self, choose: Callable[[], Chosen]) -> int:
+        """Remove the batches ``choose()`` names (those every sink needing them holds),
+        choosing and removing under the spool's lock, so no :meth:`add` of this instance
+        can record a new sink for a batch between the choice and its removal; returns how
+        many were removed from this instance's view (see :meth:`remove`)."""
         with self._lock:
             return self.remove(choose())
 
-    def remove(self, keys: Iterable[BatchKey]) -> int:
-        """Drop batches every sink holds from both tables and vacuum their files; returns
-        how many were removed."""
-        chosen = sorted(set(keys))
-        if not chosen:
-            return 0
+    def remove(self, chosen: Chosen) -> int:
+        """Remove batches from the sinks that hold them: ``chosen`` maps each batch to the
+        sinks whose index rows go (a bare key: the sinks this instance knows need it).
+        Only those rows are deleted; a batch's rows go (and their files are vacuumed) only
+        when no index row of it remains on a fresh snapshot of the index, so a sink that
+        another instance or process spooled the batch for keeps it. Returns how many
+        batches left this instance's view."""
         with self._lock:
-            data = open_table(self.data_path, self.storage_options)
+            pairs = self._pairs(chosen)
+            if not pairs:
+                return 0
             index = open_table(self.index_path, self.storage_options)
             scope = _quote(self.pipeline)
-            for epoch, batch_id in chosen:
-                if data is not None:
-                    data.delete(
-                        f"{PIPELINE_COLUMN} = {scope} AND {EPOCH_COLUMN} = {epoch} "
-                        f"AND {BATCH_COLUMN} = {batch_id}"
-                    )
-                if index is not None:
+            if index is not None:
+                for (epoch, batch_id), sinks in sorted(pairs.items()):
+                    names = ", ".join(_quote(s) for s in sorted(sinks))
                     index.delete(
-                        f"pipeline = {scope} AND epoch = {epoch} AND batch_id = {batch_id}"
+                        f"pipeline = {scope} AND epoch = {epoch} AND batch_id = {batch_id} "
+                        f"AND sink IN ({names})"
                     )
-                self._batches.pop((epoch, batch_id), None)
-            if data is not None:
-                # lite (full=False): only the files the log removed, never files not yet in
-                # it, which may be another pipeline's rows written before their commit
-                data.vacuum(
-                    retention_hours=0, dry_run=False, enforce_retention_duration=False, full=False
-                )
-        return len(chosen)
+            left = self._index_rows(set(pairs))
+            for key in sorted(pairs):
+                if key in left:  # spooled for other sinks (by another instance): kept
+                    needed = frozenset[str]().union(*(r.needed_by for r in left[key]))
+                    known = self._batches.get(key) or left[key][0]
+                    self._batches[key] = replace(known, needed_by=needed)
+                else:
+                    self._batches.pop(key, None)
+            self._delete_rows(sorted(set(pairs) - set(left)))
+            return sum(1 for key in pairs if key not in left)
+
+    def _pairs(self, chosen: Chosen) -> dict[BatchKey, frozenset[str]]:
+        if isinstance(chosen, Mapping):
+            pairs = {key: frozenset(sinks) for key, sinks in chosen.items()}
+        else:
+            pairs = {}
+            for key in chosen:
+                known = self._batches.get(key)
+                pairs[key] = known.needed_by if known is not None else frozenset()
+        return {key: sinks for key, sinks in pairs.items() if sinks}
+
+    def _index_rows(self, keys: set[BatchKey]) -> dict[BatchKey, list[SpooledBatch]]:
+        """The index rows of ``keys``, on a fresh snapshot of the index."""
+        index = open_table(self.index_path, self.storage_options)
+        if index is None or not keys:
+            return {}
+        rows = read_arrow(index, filters=[("pipeline", "=", self.pipeline)]).to_pylist()
+        found: dict[BatchKey, list[SpooledBatch]] = {}
+        for row in rows:
+            batch = _from_index_row(row)
+            if batch.key in keys:
+                found.setdefault(batch.key, []).append(batch)
+        return found
+
+    def _delete_rows(self, keys: Sequence[BatchKey]) -> None:
+        if not keys:
+            return
+        data = open_table(self.data_path, self.storage_options)
+        if data is None:
+            return
+        scope = _quote(self.pipeline)
+        for epoch, batch_id in keys:
+            data.delete(
+                f"{PIPELINE_COLUMN} = {scope} AND {EPOCH_COLUMN} = {epoch} "
+                f"AND {BATCH_COLUMN} = {batch_id}"
+            )
+        # lite (full=False): only the files the log removed, never files not yet in it,
+        # which may be another pipeline's rows written before their commit
+        data.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=False)
 
     # -- internals -------------------------------------------------------------------
 
@@ -309,15 +369,20 @@ class Spool:
         self._batches[batch.key] = batch
         return batch
 
-    def _append_rows(self, arrow: pa.Table, info: BatchInfo) -> None:
+    def _append_rows(
+        self, arrow: pa.Table, info: BatchInfo, table: DeltaTable | None = None
+    ) -> DeltaTable | None:
+        """Append the batch's rows (one commit) to ``table``, the snapshot just read
+        (``None``: open it, or create the table); returns the table at the new version."""
         from deltalake import write_deltalake
 
         from fanout.delta_tables.io import commit_properties
 
         app_id = f"fanout-spool/{pipeline_scope(self.pipeline, info.epoch)}"
         if arrow.num_rows == 0:
-            return  # nothing to read back: the index row alone carries the schema
-        table = open_table(self.data_path, self.storage_options)
+            return table  # nothing to read back: the index row alone carries the schema
+        if table is None:
+            table = open_table(self.data_path, self.storage_options)
         write_deltalake(
             self.data_path if table is None else table,
             arrow,
@@ -328,6 +393,8 @@ class Spool:
             configuration=None if table is not None else SHORT_LOG,
             storage_options=None if table is not None else dict(self.storage_options or {}) or None,
         )
+        # write_deltalake moves a DeltaTable it is given to the version it committed
+        return table if table is not None else open_table(self.data_path, self.storage_options)
 
     def _append_index(self, batch: SpooledBatch, sinks: Iterable[str]) -> None:
         import pyarrow as pa
@@ -355,41 +422,47 @@ class Spool:
             storage_options=dict(self.storage_options or {}) or None,
         )
 
-    def _has_rows(self, key: BatchKey) -> bool:
-        """Whether the data table's current version holds files of batch ``key``: its rows
-        were appended (one commit, so all of them) and not removed since."""
-        return bool(self._files(key))
-
     def _files(self, key: BatchKey) -> list[str]:
-        table = open_table(self.data_path, self.storage_options)
-        if table is None:
-            return []
-        predicate = [
-            (PIPELINE_COLUMN, "=", self.pipeline),
-            (EPOCH_COLUMN, "=", str(key[0])),
-            (BATCH_COLUMN, "=", str(key[1])),
-        ]
-        return list(table.file_uris(file_pruning_predicate=predicate))
+        return _files_in(open_table(self.data_path, self.storage_options), self.pipeline, key)
 
     def _sizes(self, keys: Iterable[BatchKey] | None = None) -> dict[BatchKey, int]:
-        table = open_table(self.data_path, self.storage_options)
-        if table is None:
-            return {}
-        wanted = None if keys is None else set(keys)
-        import pyarrow as pa
+        return _sizes_in(open_table(self.data_path, self.storage_options), self.pipeline, keys)
 
-        actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
-        sizes: dict[BatchKey, int] = {}
-        pipelines = actions.get(f"partition.{PIPELINE_COLUMN}", [])
-        epochs = actions.get(f"partition.{EPOCH_COLUMN}", [])
-        batches = actions.get(f"partition.{BATCH_COLUMN}", [])
-        for pipeline, epoch, batch_id, size in zip(
-            pipelines, epochs, batches, actions.get("size_bytes", []), strict=False
-        ):
-            key = (int(epoch), int(batch_id))
-            if pipeline == self.pipeline and (wanted is None or key in wanted):
-                sizes[key] = sizes.get(key, 0) + int(size)
-        return sizes
+
+def _files_in(table: DeltaTable | None, pipeline: str, key: BatchKey) -> list[str]:
+    """The files of batch ``key`` in ``table``'s loaded version: its rows were appended
+    (one commit, so all of them) and not removed since."""
+    if table is None:
+        return []
+    predicate = [
+        (PIPELINE_COLUMN, "=", pipeline),
+        (EPOCH_COLUMN, "=", str(key[0])),
+        (BATCH_COLUMN, "=", str(key[1])),
+    ]
+    return list(table.file_uris(file_pruning_predicate=predicate))
+
+
+def _sizes_in(
+    table: DeltaTable | None, pipeline: str, keys: Iterable[BatchKey] | None = None
+) -> dict[BatchKey, int]:
+    """Bytes per batch of ``pipeline`` with files in ``table``'s loaded version."""
+    if table is None:
+        return {}
+    wanted = None if keys is None else set(keys)
+    import pyarrow as pa
+
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    sizes: dict[BatchKey, int] = {}
+    pipelines = actions.get(f"partition.{PIPELINE_COLUMN}", [])
+    epochs = actions.get(f"partition.{EPOCH_COLUMN}", [])
+    batches = actions.get(f"partition.{BATCH_COLUMN}", [])
+    for owner, epoch, batch_id, size in zip(
+        pipelines, epochs, batches, actions.get("size_bytes", []), strict=False
+    ):
+        key = (int(epoch), int(batch_id))
+        if owner == pipeline and (wanted is None or key in wanted):
+            sizes[key] = sizes.get(key, 0) + int(size)
+    return sizes
 
 
 def _from_index_row(row: Mapping[str, Any]) -> SpooledBatch:

@@ -227,16 +227,18 @@ class Lagging:
 
     # -- the spool's upkeep ----------------------------------------------------------
 
-    def held_by_all(self) -> list[BatchKey]:
+    def held_by_all(self) -> dict[BatchKey, frozenset[str]]:
         """Spooled batches every sink that needed them has committed (or that no
-        configured sink needs any more)."""
+        configured sink needs any more), each with the sinks this instance knows needed
+        it: only their index rows are removed (another instance may have spooled the
+        batch for another sink since)."""
         if self.spool is None:
-            return []
-        done = []
+            return {}
+        done = {}
         for batch in self.spool.batches():
             needing = [s for s in batch.needed_by if s in self.specs]
             if all(not self._needs(s, batch.key) for s in needing):
-                done.append(batch.key)
+                done[batch.key] = batch.needed_by
         return done
 
     def release_held(self) -> int:

@@ -195,8 +195,10 @@ def spool_for_lagging(
     needed = _needed(state, lagging, specs, before_write=False)
     spooled = lagging.spool.get(key) if lagging.spool is not None else None
     missing = needed - (spooled.needed_by if spooled is not None else frozenset())
-    if missing and lagging.spool is not None:
-        lagging.spool.add(state.df, state.info, missing, now_utc(), _arrow_of(state))
+    # not spooled in this call yet: a replay of a batch whose index rows a killed driver
+    # wrote without its rows (add appends the rows a fresh snapshot lacks)
+    if (missing or (needed and started is None)) and lagging.spool is not None:
+        lagging.spool.add(state.df, state.info, missing or needed, now_utc(), _arrow_of(state))
         state.spooled = key
 
 

@@ -1,0 +1,190 @@
+"""Several spool instances on one spool directory (an old ``FanOut`` not closed beside the
+restarted query's, a zombie driver): a removal deletes only the index rows of the sinks it
+knows held the batch, and a batch's rows only when no index row of it remains; a spooling
+appends its index row before it looks for the rows. Also: the spool refuses a batch whose
+id it holds from another query or plan, removes rows no index row names, and loads the
+data table's log once per spooling (docs/architecture.md §14.3). Real spool (delta-rs) in
+a tmp dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from fanout import FanOut, SinkWriteError
+from fanout.contract.batch import BatchInfo
+from fanout.delta_tables.io import read_arrow
+from fanout.ledger.entry import now_utc
+from fanout.ledger.memory import MemoryLedger
+from fanout.sink_spec import SinkSpec, lag_policy
+from fanout.spool import table as spool_table
+from fanout.spool.table import (
+    BATCH_COLUMN,
+    EPOCH_COLUMN,
+    PIPELINE_COLUMN,
+    BatchKey,
+    Spool,
+)
+from fanout.steps.lag import Lagging
+from tests.unit.fakes import SchemaFrame, ScriptedSink, committed
+
+
+def _spooled_ids(spool: Spool, key: BatchKey) -> list[int]:
+    """The ids the spool's data table holds for batch ``key`` (what the catch-up reads)."""
+    if not Path(spool.data_path).exists():
+        return []
+    rows = read_arrow(
+        DeltaTable(spool.data_path),
+        columns=["id"],
+        filters=[
+            (PIPELINE_COLUMN, "=", spool.pipeline),
+            (EPOCH_COLUMN, "=", key[0]),
+            (BATCH_COLUMN, "=", key[1]),
+        ],
+    )
+    return sorted(rows.column("id").to_pylist())
+
+
+def _index_rows(spool: Spool) -> list[tuple[int, str, str | None, int | None]]:
+    """The index table's rows of the pipeline: ``(batch id, sink, query id, planned at)``."""
+    rows = read_arrow(DeltaTable(spool.index_path), filters=[("pipeline", "=", spool.pipeline)])
+    return sorted(
+        (r["batch_id"], r["sink"], r["query_id"], r["batch_timestamp_ms"]) for r in rows.to_pylist()
+    )
+
+
+def _reopened(spool: Spool) -> Spool:
+    again = Spool(spool.path, spool.pipeline)
+    again.open()
+    return again
+
+
+def _specs(*names: str) -> dict[str, SinkSpec]:
+    return {n: SinkSpec(ScriptedSink(n), lag=lag_policy(n, {"on_failure": "lag"})) for n in names}
+
+
+# -- A: a removal in one instance, a spooling in another --------------------------------
+
+
+def test_an_old_instance_releases_only_the_sinks_it_knew_and_keeps_the_rows(
+    tmp_path: Path,
+) -> None:
+    # the old FanOut (not closed) spooled batch 7 for T; the restarted query's FanOut
+    # replays 7 and spools it for S; the old catch-up writes 7 to T and releases it
+    path, ledger = str(tmp_path / "spool"), MemoryLedger()
+    frame, info = SchemaFrame([1, 2, 3]), BatchInfo("pipe", 7, "q1")
+    old = Spool(path, "pipe")
+    old.open()
+    old.add(frame, info, {"T"}, now_utc())
+    new = _reopened(old)
+    new.add(frame, info, {"S"}, now_utc())
+    ledger.mark_committed(committed("pipe", "T", 7, "q1"))
+
+    assert Lagging("pipe", _specs("T", "S"), ledger, old).release_held() == 0
+    assert _index_rows(new) == [(7, "S", "q1", None)]  # was []: T's removal took S's row
+    assert _spooled_ids(new, (0, 7)) == [1, 2, 3]  # was []: "its files are gone"
+    assert [(b.batch_id, sorted(b.needed_by)) for b in old.batches()] == [(7, ["S"])]
+
+    restarted = _reopened(new)
+    assert Lagging("pipe", _specs("T", "S"), ledger, restarted).backlog("S").keys == [(0, 7)]
+
+    ledger.mark_committed(committed("pipe", "S", 7, "q1"))  # S caught up: now it goes
+    assert Lagging("pipe", _specs("T", "S"), ledger, restarted).release_held() == 1
+    assert _index_rows(restarted) == [] and _spooled_ids(restarted, (0, 7)) == []
+
+
+def test_a_removal_between_a_spoolings_steps_leaves_its_index_row_with_rows(
+    tmp_path: Path,
+) -> None:
+    # the old instance removes batch 7 (T holds it; it knows no other sink) just before
+    # the new instance's spooling for S writes its index row. Rows first (the former
+    # order), the new instance saw them present, then lost them to the removal.
+    path, ledger = str(tmp_path / "spool"), MemoryLedger()
+    frame, info = SchemaFrame([1, 2, 3]), BatchInfo("pipe", 7, "q1")
+    old = Spool(path, "pipe")
+    old.open()
+    old.add(frame, info, {"T"}, now_utc())
+    new = _reopened(old)
+    ledger.mark_committed(committed("pipe", "T", 7, "q1"))
+    removed: list[int] = []
+    append_index = new._append_index
+
+    def removal_first(*args: Any) -> None:
+        removed.append(Lagging("pipe", _specs("T", "S"), ledger, old).release_held())
+        append_index(*args)
+
+    new._append_index = removal_first  # type: ignore[method-assign]
+    batch = new.add(frame, info, {"S"}, now_utc())
+    assert removed == [1]  # the old instance removed T's row and the rows (none was left)
+    assert (batch.rows, sorted(batch.needed_by)) == (3, ["S", "T"])
+    assert _index_rows(new) == [(7, "S", "q1", None)]
+    assert _spooled_ids(new, (0, 7)) == [1, 2, 3]  # was []: an index row without rows
+
+
+# -- D: one load of the data table's log per spooling ------------------------------------
+
+
+def test_a_spooling_loads_the_data_tables_log_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spool = Spool(str(tmp_path / "spool"), "pipe")
+    spool.open()
+    spool.add(SchemaFrame([1]), BatchInfo("pipe", 0, "q1"), {"L"}, now_utc())  # creates it
+    loads: list[str] = []
+    open_table = spool_table.open_table
+
+    def counted(path: str, storage_options: Any = None) -> Any:
+        loads.append(path)
+        return open_table(path, storage_options)
+
+    monkeypatch.setattr(spool_table, "open_table", counted)
+    batch = spool.add(SchemaFrame([2, 3]), BatchInfo("pipe", 1, "q1"), {"L"}, now_utc())
+    assert loads == [spool.data_path]  # was three: the rows' presence, the append, the size
+    assert batch.size_bytes > 0 and batch.size_bytes == spool._sizes([(0, 1)])[(0, 1)]
+    loads.clear()
+    again = spool.add(SchemaFrame([2, 3]), BatchInfo("pipe", 1, "q1"), {"L", "M"}, now_utc())
+    assert loads == [spool.data_path] and again.size_bytes == batch.size_bytes
+    assert _spooled_ids(spool, (0, 1)) == [2, 3]
+    assert _index_rows(spool) == [(0, "L", "q1", None), (1, "L", "q1", None), (1, "M", "q1", None)]
+
+
+def test_a_replay_appends_the_rows_of_a_batch_whose_index_row_a_killed_driver_wrote(
+    tmp_path: Path,
+) -> None:
+    # the driver was killed between the index row of batch 7 (for L, which failed it) and
+    # its rows: Spark replays 7, L is behind and held back, nothing else writes
+    path, ledger = str(tmp_path / "spool"), MemoryLedger()
+    spool = Spool(path, "pipe")
+    spool.open()
+    frame, info = SchemaFrame([7, 8]), BatchInfo("pipe", 7, "q1")
+    killed = spool._append_rows
+    spool._append_rows = lambda *args: (_ for _ in ()).throw(SystemExit)  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        spool.add(frame, info, {"L"}, now_utc())
+    spool._append_rows = killed  # type: ignore[method-assign]
+    ledger.mark_committed(committed("pipe", "good", 7, "q1"))
+    sink = ScriptedSink("L", always_fail=SinkWriteError("down", sink="L"))
+    fan = FanOut(
+        "pipe",
+        ledger,
+        [ScriptedSink("good"), SinkSpec(sink, lag=lag_policy("L", {"on_failure": "lag"}))],
+        spool=path,
+        probe_interval_s=3600,
+    )
+    fan.catchup.stop()
+    try:
+        assert fan.spool is not None
+        assert _index_rows(fan.spool) == [(7, "L", "q1", None)]
+        assert _spooled_ids(fan.spool, (0, 7)) == []
+        assert list(fan.process(frame, info)) == []  # good holds 7, L is behind
+        assert sink.calls == []
+        assert _index_rows(fan.spool) == [(7, "L", "q1", None)]
+        assert _spooled_ids(fan.spool, (0, 7)) == [7, 8]  # was []: "its files are gone"
+        assert [(b.batch_id, b.rows, sorted(b.needed_by)) for b in fan.spool.batches()] == [
+            (7, 2, ["L"])
+        ]
+    finally:
+        fan.close()
