@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 from fanout.contract.batch import BatchInfo, pipeline_scope
 from fanout.delta_tables.io import open_table, read_arrow
 from fanout.delta_tables.retention import LOG_RETENTION_PROPERTY, OWN_LOG_RETENTION
-from fanout.errors import SpoolError
+from fanout.errors import CheckpointResetError, CheckpointRollbackError, SpoolError
+from fanout.spool.refusals import spool_reset_message, spool_rollback_message
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -218,11 +219,36 @@ class Spool:
         """Spool batch ``info`` (the sinks needing it, every call; its rows, once) and
         return it as the index now knows it. ``arrow`` gives the batch as Arrow when a
         conversion is shared with the sinks (default: ``df.toArrow()``). Raises
-        :class:`fanout.SpoolError`."""
+        :class:`fanout.SpoolError`, and :class:`fanout.CheckpointResetError` or
+        :class:`fanout.CheckpointRollbackError` when the spool holds a batch of the same
+        id from another query or another plan (:meth:`check`)."""
         sinks = frozenset(needed_by)
         key = (info.epoch, info.batch_id)
         with self._lock:  # one writer at a time: a removal's vacuum must not see our files
+            self.check(info)
             return self._add(df, info, sinks, key, now, arrow)
+
+    def check(self, info: BatchInfo) -> None:
+        """Refuse batch ``info`` when the spool holds a batch of the same ``(epoch, batch
+        id)`` of another query (:class:`fanout.CheckpointResetError`) or of the same query
+        planned at another time (:class:`fanout.CheckpointRollbackError`): the checkpoint
+        was replaced or rolled back while sinks lagged, and the spooled rows are not this
+        batch's. Values unknown on either side are not compared."""
+        spooled = self.get((info.epoch, info.batch_id))
+        if spooled is None or spooled.query_id is None or info.query_id is None:
+            return
+        if spooled.query_id != info.query_id:
+            raise CheckpointResetError(
+                spool_reset_message(info, spooled.info(), spooled.needed_by, self.path)
+            )
+        if (
+            spooled.batch_timestamp_ms is not None
+            and info.batch_timestamp_ms is not None
+            and spooled.batch_timestamp_ms != info.batch_timestamp_ms
+        ):
+            raise CheckpointRollbackError(
+                spool_rollback_message(info, spooled.info(), spooled.needed_by, self.path)
+            )
 
     def _add(
         self,

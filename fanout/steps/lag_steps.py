@@ -98,9 +98,13 @@ def hold_back(
     """Step 3b: take out of ``state.pending`` every sink still behind (its batches come
     from the catch-up, in order); one past its ``max_lag`` is drained here first, and
     stops the query with :class:`fanout.LagLimitError` if it cannot catch up. A lag-policy
-    sink that could not be opened yet is tried once; still closed, it misses the batch."""
+    sink that could not be opened yet is tried once; still closed, it misses the batch.
+    First, a batch whose id the spool holds from another query or plan is refused
+    (:meth:`fanout.spool.table.Spool.check`), before any sink writes it."""
     if not lagging.sinks:
         return
+    if lagging.spool is not None:  # before any write: a batch of this id spooled is this one
+        lagging.spool.check(state.info)
     lagging.saw_marks(state.info.epoch, state.marks)
     key = (state.info.epoch, state.batch_id)
     for name in sinks_in(list(state.pending), specs):

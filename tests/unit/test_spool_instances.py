@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from fanout import FanOut, SinkWriteError
+from fanout import CheckpointResetError, CheckpointRollbackError, FanOut, SinkWriteError
 from fanout.contract.batch import BatchInfo
 from fanout.delta_tables.io import read_arrow
 from fanout.ledger.entry import now_utc
@@ -122,6 +122,103 @@ def test_a_removal_between_a_spoolings_steps_leaves_its_index_row_with_rows(
     assert (batch.rows, sorted(batch.needed_by)) == (3, ["S", "T"])
     assert _index_rows(new) == [(7, "S", "q1", None)]
     assert _spooled_ids(new, (0, 7)) == [1, 2, 3]  # was []: an index row without rows
+
+
+# -- B: a batch of the same id from another query or plan -------------------------------
+
+
+def _down_fanout(tmp_path: Path, ledger: MemoryLedger, sink: ScriptedSink) -> FanOut:
+    fan = FanOut(
+        "pipe",
+        ledger,
+        [SinkSpec(sink, lag=lag_policy(sink.name, {"on_failure": "lag"}))],
+        backoff_s=0,
+        spool=str(tmp_path / "spool"),
+        probe_interval_s=3600,
+    )
+    fan.catchup.stop()
+    return fan
+
+
+def _q1_spooled(tmp_path: Path, ledger: MemoryLedger) -> None:
+    """Query q1: its only sink is down, batches 0 and 1 spooled for it, nothing marked."""
+    down = ScriptedSink("L", always_fail=SinkWriteError("down", sink="L"))
+    with _down_fanout(tmp_path, ledger, down) as first:
+        for b in (0, 1):
+            first.process(
+                SchemaFrame([100 + b]),
+                BatchInfo("pipe", b, "q1", [{"o": b}], batch_timestamp_ms=1000 + b),
+            )
+
+
+def test_a_replaced_checkpoints_batch_is_refused_when_the_spool_holds_the_id(
+    tmp_path: Path,
+) -> None:
+    ledger = MemoryLedger()
+    _q1_spooled(tmp_path, ledger)
+    sink = ScriptedSink("L", always_fail=SinkWriteError("down", sink="L"))
+    with _down_fanout(tmp_path, ledger, sink) as second:
+        with pytest.raises(CheckpointResetError) as refused:
+            second.process(
+                SchemaFrame([200]), BatchInfo("pipe", 0, "q2", [{"o": 50}], batch_timestamp_ms=9000)
+            )
+        message = str(refused.value)
+        assert message.startswith(
+            "pipeline 'pipe': checkpoint reset detected. Spark handed batch 0 of query q2, but "
+            f"the spool at {tmp_path / 'spool'} holds batch 0 of query q1 for sink(s) L"
+        )
+        assert '  spooled (query q1): source offsets [{"o": 0}], planned at 1000 (' in message
+        assert '  handed now (query q2): source offsets [{"o": 50}], planned at 9000 (' in message
+        assert "How to proceed:\n  1. Restore the original checkpoint directory" in message
+        assert sink.calls == []  # refused before any write
+        assert second.spool is not None
+        assert _index_rows(second.spool) == [(0, "L", "q1", 1000), (1, "L", "q1", 1001)]
+        assert _spooled_ids(second.spool, (0, 0)) == [100]  # q1's rows, not replaced
+
+        with pytest.raises(CheckpointResetError):  # the spool itself refuses, too
+            second.spool.add(SchemaFrame([200]), BatchInfo("pipe", 1, "q2"), {"M"}, now_utc())
+        assert _index_rows(second.spool) == [(0, "L", "q1", 1000), (1, "L", "q1", 1001)]
+
+
+def test_a_rolled_back_checkpoints_batch_is_refused_when_the_spool_holds_the_id(
+    tmp_path: Path,
+) -> None:
+    ledger = MemoryLedger()
+    _q1_spooled(tmp_path, ledger)
+    sink = ScriptedSink("L", always_fail=SinkWriteError("down", sink="L"))
+    with _down_fanout(tmp_path, ledger, sink) as again:
+        with pytest.raises(CheckpointRollbackError) as refused:
+            again.process(
+                SchemaFrame([300]), BatchInfo("pipe", 1, "q1", [{"o": 7}], batch_timestamp_ms=5000)
+            )
+        message = str(refused.value)
+        assert message.startswith(
+            "pipeline 'pipe': checkpoint rolled back. Spark handed batch 1 of query q1 planned "
+            "at 5000 (1970-01-01T00:00:05.000Z), but the spool at "
+            f"{tmp_path / 'spool'} holds batch 1 of the same query planned at 1001 "
+            "(1970-01-01T00:00:01.001Z) for sink(s) L"
+        )
+        assert "  1. Restore the newest checkpoint (the one whose offsets/1 holds planning " in (
+            message
+        )
+        assert sink.calls == []
+        assert again.spool is not None
+        assert _index_rows(again.spool) == [(0, "L", "q1", 1000), (1, "L", "q1", 1001)]
+        assert _spooled_ids(again.spool, (0, 1)) == [101]
+
+        # the same plan, or values unknown on one side: a replay, spooled for a new sink
+        again.spool.add(SchemaFrame([101]), BatchInfo("pipe", 1, "q1"), {"M"}, now_utc())
+        again.spool.add(
+            SchemaFrame([101]),
+            BatchInfo("pipe", 1, "q1", batch_timestamp_ms=1001),
+            {"N"},
+            now_utc(),
+        )
+        assert _index_rows(again.spool) == [
+            (0, "L", "q1", 1000), (1, "L", "q1", 1001), (1, "M", "q1", None),
+            (1, "N", "q1", 1001),
+        ]  # fmt: skip
+        assert _spooled_ids(again.spool, (0, 1)) == [101]
 
 
 # -- D: one load of the data table's log per spooling ------------------------------------
