@@ -190,6 +190,7 @@ class FanOut:
             self.spool.open()
             check_spooled_sinks(self.pipeline, self.specs, self.spool)
             self.lagging.release_held()  # batches caught up by a run that died before
+            self.lagging.release_orphans()
 
     # -- setup ------------------------------------------------------------------------
 

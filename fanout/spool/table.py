@@ -347,6 +347,20 @@ class Spool:
             self._delete_rows(sorted(set(pairs) - set(left)))
             return sum(1 for key in pairs if key not in left)
 
+    def remove_orphans(self, garbage: Callable[[BatchKey], bool]) -> list[BatchKey]:
+        """Delete the rows of batches of the pipeline that have rows and no index row (a
+        removal or a spooling cut short, or an older version's spooling: rows first) and
+        that ``garbage(key)`` says no sink can need; returns them."""
+        with self._lock:
+            data = open_table(self.data_path, self.storage_options)
+            with_rows = set(_sizes_in(data, self.pipeline))
+            if not with_rows:
+                return []
+            indexed = set(self._index_rows(with_rows))
+            orphans = sorted(k for k in with_rows - indexed if garbage(k))
+            self._delete_rows(orphans)
+            return orphans
+
     def _pairs(self, chosen: Chosen) -> dict[BatchKey, frozenset[str]]:
         if isinstance(chosen, Mapping):
             pairs = {key: frozenset(sinks) for key, sinks in chosen.items()}

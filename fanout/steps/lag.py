@@ -258,6 +258,25 @@ class Lagging:
             )
         return removed
 
+    def release_orphans(self) -> int:
+        """Remove the spooled rows of batches that have no index row (a removal or a
+        spooling cut short) and that every lag-capable sink holds (its mark of the
+        batch's epoch is at or past it), so that no sink can need them."""
+        if self.spool is None:
+            return 0
+        removed = self.spool.remove_orphans(
+            lambda key: all(not self._needs(s, key) for s in self.sinks)
+        )
+        if removed:
+            log.info(
+                "pipeline %s: removed the rows of %s batch(es) no index row names and every "
+                "lagging sink holds from the spool: %s",
+                self.pipeline,
+                len(removed),
+                ", ".join(f"{b} (epoch {e})" for e, b in removed),
+            )
+        return len(removed)
+
 
 def over_limit(
     spec: SinkSpec, backlog: Backlog, adding: int, now: datetime | None = None

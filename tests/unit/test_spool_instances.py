@@ -27,6 +27,7 @@ from fanout.spool.table import (
     PIPELINE_COLUMN,
     BatchKey,
     Spool,
+    _with_partition_columns,
 )
 from fanout.steps.lag import Lagging
 from tests.unit.fakes import SchemaFrame, ScriptedSink, committed
@@ -219,6 +220,41 @@ def test_a_rolled_back_checkpoints_batch_is_refused_when_the_spool_holds_the_id(
             (1, "N", "q1", 1001),
         ]  # fmt: skip
         assert _spooled_ids(again.spool, (0, 1)) == [101]
+
+
+# -- C: rows no index row names ---------------------------------------------------------
+
+
+def test_rows_without_an_index_row_that_every_lag_sink_holds_are_removed_at_start(
+    tmp_path: Path,
+) -> None:
+    # a removal cut short between the index rows' delete and the rows' (batch 3), an older
+    # version's spooling cut short between the rows and the index (batch 4), and batch 6
+    # whose rows have no index row yet but which L does not hold: only 3 and 4 go
+    path, ledger = str(tmp_path / "spool"), MemoryLedger()
+    spool = Spool(path, "pipe")
+    spool.open()
+    for b in (3, 4, 6):
+        info = BatchInfo("pipe", b, "q1")
+        spool._append_rows(
+            _with_partition_columns(SchemaFrame([b, b + 10]).table, "pipe", info), info
+        )
+    spool.add(SchemaFrame([5]), BatchInfo("pipe", 5, "q1"), {"L"}, now_utc())
+    ledger.mark_committed(committed("pipe", "L", 4, "q1"))
+    ledger.mark_committed(committed("pipe", "good", 6, "q1"))
+    sink = ScriptedSink("L")
+    fan = FanOut(
+        "pipe",
+        ledger,
+        [ScriptedSink("good"), SinkSpec(sink, lag=lag_policy("L", {"on_failure": "lag"}))],
+        spool=path,
+        probe_interval_s=3600,
+    )
+    try:
+        assert [_spooled_ids(spool, (0, b)) for b in (3, 4, 5, 6)] == [[], [], [5], [6, 16]]
+        assert _index_rows(spool) == [(5, "L", "q1", None)]  # was [3, 13] and [4, 14] left
+    finally:
+        fan.close()
 
 
 # -- D: one load of the data table's log per spooling ------------------------------------
