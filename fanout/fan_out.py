@@ -186,6 +186,8 @@ class FanOut:
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
             self._spark, probe_interval_s,
         )  # fmt: skip
+        if self.lagging.sinks:
+            self.catchup.take_over(_ledger_location(self.ledger))
         if self.spool is not None:
             self.spool.open()
             check_spooled_sinks(self.pipeline, self.specs, self.spool)
@@ -436,6 +438,13 @@ def settle(state: BatchState) -> None:
         state.routes.release()
     if state.persisted:
         state.df.unpersist()
+
+
+def _ledger_location(ledger: Ledger) -> str:
+    """Where ``ledger`` keeps its marks: its path, or (a ledger without one, in memory)
+    the object itself."""
+    path = getattr(ledger, "path", None)
+    return str(path) if path is not None else f"{type(ledger).__name__}@{id(ledger):x}"
 
 
 def _active_spark() -> Any:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -36,6 +37,9 @@ log = logging.getLogger("fanout")
 
 ONE_ATTEMPT = RetryPolicy(retries=0)
 """A catch-up write is tried once per probe: the probe interval is its backoff."""
+
+_current: weakref.WeakValueDictionary[tuple[str, str], CatchUp] = weakref.WeakValueDictionary()
+_current_lock = threading.Lock()
 
 
 class CatchUp:
@@ -82,6 +86,25 @@ class CatchUp:
                 target=self._run, name=f"fanout-{self.lagging.pipeline}-catchup", daemon=True
             )
             self._thread.start()
+
+    def take_over(self, where: str) -> None:
+        """Become the pipeline's catch-up in this process for the ledger at ``where``,
+        stopping the one before it: a ``FanOut`` of the same pipeline that was not closed
+        (a notebook's re-run cell, a restarted query) would otherwise go on writing and
+        releasing the spool beside this one."""
+        key = (self.lagging.pipeline, where)
+        with _current_lock:
+            previous = _current.get(key)
+            _current[key] = self
+        if previous is None or previous is self or previous._stop.is_set():
+            return
+        log.warning(
+            "pipeline %s: a FanOut of this pipeline (ledger %s) was not closed; stopping its "
+            "catch-up: the new FanOut's catch-up takes over",
+            self.lagging.pipeline,
+            where,
+        )
+        previous.stop()
 
     def wake(self) -> None:
         """A batch was spooled or a sink fell behind: look again now."""

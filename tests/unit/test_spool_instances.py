@@ -8,6 +8,8 @@ a tmp dir."""
 
 from __future__ import annotations
 
+import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -282,6 +284,50 @@ def test_a_spooling_loads_the_data_tables_log_once(
     assert loads == [spool.data_path] and again.size_bytes == batch.size_bytes
     assert _spooled_ids(spool, (0, 1)) == [2, 3]
     assert _index_rows(spool) == [(0, "L", "q1", None), (1, "L", "q1", None), (1, "M", "q1", None)]
+
+
+# -- A(3): a new FanOut of the pipeline stops the catch-up of one not closed -----------
+
+
+def test_a_new_fanout_stops_the_catch_up_of_one_not_closed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ledger = MemoryLedger()
+
+    def fanout(pipeline: str) -> FanOut:
+        sink = ScriptedSink("L")
+        return FanOut(
+            pipeline,
+            ledger,
+            [SinkSpec(sink, lag=lag_policy("L", {"on_failure": "lag"}))],
+            spool=str(tmp_path / pipeline),
+            probe_interval_s=3600,
+        )
+
+    old, other = fanout("pipe"), fanout("other")
+    old.catchup.start()
+    other.catchup.start()
+    thread = old.catchup._thread
+    assert thread is not None and thread.is_alive()
+    with caplog.at_level(logging.WARNING, logger="fanout"):
+        new = fanout("pipe")
+    try:
+        assert not thread.is_alive()  # was alive: two catch-ups on one spool
+        assert old.catchup._thread is None
+        assert other.catchup._thread is not None and other.catchup._thread.is_alive()
+        said = [r.getMessage() for r in caplog.records if "was not closed" in r.getMessage()]
+        assert said == [
+            f"pipeline pipe: a FanOut of this pipeline (ledger MemoryLedger@{id(ledger):x}) was "
+            "not closed; stopping its catch-up: the new FanOut's catch-up takes over"
+        ]
+        old.catchup.start()  # a stopped catch-up never starts again
+        assert old.catchup._thread is None
+        new.catchup.start()
+        assert new.catchup._thread is not None and new.catchup._thread.is_alive()
+        assert threading.active_count() >= 2
+    finally:
+        for fan in (new, old, other):
+            fan.close()
 
 
 def test_a_replay_appends_the_rows_of_a_batch_whose_index_row_a_killed_driver_wrote(
