@@ -4,27 +4,10 @@ another time) while sinks lagged (docs/architecture.md §14.3)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from datetime import UTC, datetime
 
 from fanout.contract.batch import BatchInfo
-
-
-# the guard's wording (fanout.steps.guard_text), which this layer may not import
-def planned_at(timestamp_ms: int) -> str:
-    """A planning time as the messages show it: milliseconds (as in ``offsets/N``) and UTC."""
-    moment = datetime.fromtimestamp(timestamp_ms / 1000, UTC)
-    return f"{timestamp_ms} ({moment:%Y-%m-%dT%H:%M:%S}.{timestamp_ms % 1000:03d}Z)"
-
-
-def describe_plan(source_offsets: object, timestamp_ms: int | None, *, recorded: bool) -> str:
-    """``source offsets <json>[, planned at <time>]``."""
-    if source_offsets is None:
-        text = "source offsets " + ("not recorded" if recorded else "unknown")
-    else:
-        text = f"source offsets {json.dumps(source_offsets)}"
-    return text if timestamp_ms is None else f"{text}, planned at {planned_at(timestamp_ms)}"
+from fanout.contract.plans import describe_plan, planned_at
 
 
 def _spooled_plan(spooled: BatchInfo) -> str:

@@ -4,11 +4,10 @@ proceed."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 
 from fanout.contract.batch import BatchInfo
+from fanout.contract.plans import describe_plan
 from fanout.ledger.entry import LedgerEntry
 
 NEW_PIPELINE = (
@@ -22,22 +21,6 @@ NEW_EPOCH = (
     "they repeat old input, continue under a new epoch: FanOut(..., "
     'on_checkpoint_reset="new_epoch").'
 )
-
-
-def planned_at(timestamp_ms: int) -> str:
-    """A planning time as the messages show it: milliseconds (as in ``offsets/N``) and UTC."""
-    moment = datetime.fromtimestamp(timestamp_ms / 1000, UTC)
-    return f"{timestamp_ms} ({moment:%Y-%m-%dT%H:%M:%S}.{timestamp_ms % 1000:03d}Z)"
-
-
-def describe_plan(source_offsets: object, timestamp_ms: int | None, *, recorded: bool) -> str:
-    """``source offsets <json>[, planned at <time>]``; ``recorded`` tells whether missing
-    offsets were "not recorded" (a ledger row) or are "unknown" (the batch at hand)."""
-    if source_offsets is None:
-        text = "source offsets " + ("not recorded" if recorded else "unknown")
-    else:
-        text = f"source offsets {json.dumps(source_offsets)}"
-    return text if timestamp_ms is None else f"{text}, planned at {planned_at(timestamp_ms)}"
 
 
 def describe_entry(entry: LedgerEntry) -> str:

@@ -15,9 +15,9 @@ from fanout_delta.spark_engine import delta_jvm_missing
 from pyspark.errors import StreamingQueryException
 
 from fanout import FanOut
+from fanout.contract.plans import planned_at
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
-from fanout.steps.guard_text import planned_at
 from tests.integration.streams import committed_marks, delta_rows, run_stream, write_input
 
 

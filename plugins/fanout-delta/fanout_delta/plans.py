@@ -174,7 +174,7 @@ def refuse_replanned(batch: Batch, sink: str, path: str, table: Any) -> None:
 def replanned_message(info: BatchInfo, sink: str, path: str, recorded: CommitPlan) -> str:
     """The refusal of a batch a Delta sink already committed under another plan: what
     happened, both plans, how to proceed (as the checkpoint guard's rollback message)."""
-    from fanout.steps.guard_text import describe_plan, planned_at
+    from fanout.contract.plans import describe_plan, planned_at
 
     query = "" if info.query_id is None else f" of query {info.query_id}"
     committed = "" if recorded.timestamp_ms is None else f", at {planned_at(recorded.timestamp_ms)}"

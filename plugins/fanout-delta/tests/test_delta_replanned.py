@@ -21,11 +21,11 @@ from fanout_delta import DeltaSink, plans
 from fanout_delta.spark_engine import write_spark
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.plans import planned_at
 from fanout.contract.sink import SinkContext
 from fanout.delta_tables import io as deltaio
 from fanout.delta_tables.io import read_delta
 from fanout.errors import CheckpointRollbackError
-from fanout.steps.guard_text import planned_at
 
 APP_ID = txn_app_id("p", "s")
 FIRST = 1_800_000_000_000  # batch 3 as first planned
