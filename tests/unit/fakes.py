@@ -10,12 +10,16 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from deltalake import DeltaTable
 
 from fanout import Batch, Sink, SinkResult
+from fanout.delta_tables.io import read_arrow
 from fanout.ledger.entry import LedgerEntry
+from fanout.spool.table import BATCH_COLUMN, EPOCH_COLUMN, PIPELINE_COLUMN, BatchKey, Spool
 from fanout.testing import ArrowFrame
 
 
@@ -136,3 +140,19 @@ def committed(
     return LedgerEntry(
         pipeline=pipeline, sink=sink, batch_id=batch_id, status="committed", query_id=query_id, **kw
     )
+
+
+def spooled_ids(spool: Spool, key: BatchKey) -> list[int]:
+    """The ids the spool's data table holds for batch ``key`` (what the catch-up reads)."""
+    if not Path(spool.data_path).exists():
+        return []
+    rows = read_arrow(
+        DeltaTable(spool.data_path),
+        columns=["id"],
+        filters=[
+            (PIPELINE_COLUMN, "=", spool.pipeline),
+            (EPOCH_COLUMN, "=", key[0]),
+            (BATCH_COLUMN, "=", key[1]),
+        ],
+    )
+    return sorted(rows.column("id").to_pylist())

@@ -24,31 +24,11 @@ from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.spool import table as spool_table
 from fanout.spool.table import (
-    BATCH_COLUMN,
-    EPOCH_COLUMN,
-    PIPELINE_COLUMN,
-    BatchKey,
     Spool,
     _with_partition_columns,
 )
 from fanout.steps.lag import Lagging
-from tests.unit.fakes import SchemaFrame, ScriptedSink, committed
-
-
-def _spooled_ids(spool: Spool, key: BatchKey) -> list[int]:
-    """The ids the spool's data table holds for batch ``key`` (what the catch-up reads)."""
-    if not Path(spool.data_path).exists():
-        return []
-    rows = read_arrow(
-        DeltaTable(spool.data_path),
-        columns=["id"],
-        filters=[
-            (PIPELINE_COLUMN, "=", spool.pipeline),
-            (EPOCH_COLUMN, "=", key[0]),
-            (BATCH_COLUMN, "=", key[1]),
-        ],
-    )
-    return sorted(rows.column("id").to_pylist())
+from tests.unit.fakes import SchemaFrame, ScriptedSink, committed, spooled_ids
 
 
 def _index_rows(spool: Spool) -> list[tuple[int, str, str | None, int | None]]:
@@ -88,7 +68,7 @@ def test_an_old_instance_releases_only_the_sinks_it_knew_and_keeps_the_rows(
 
     assert Lagging("pipe", _specs("T", "S"), ledger, old).release_held() == 0
     assert _index_rows(new) == [(7, "S", "q1", None)]  # was []: T's removal took S's row
-    assert _spooled_ids(new, (0, 7)) == [1, 2, 3]  # was []: "its files are gone"
+    assert spooled_ids(new, (0, 7)) == [1, 2, 3]  # was []: "its files are gone"
     assert [(b.batch_id, sorted(b.needed_by)) for b in old.batches()] == [(7, ["S"])]
 
     restarted = _reopened(new)
@@ -96,7 +76,7 @@ def test_an_old_instance_releases_only_the_sinks_it_knew_and_keeps_the_rows(
 
     ledger.mark_committed(committed("pipe", "S", 7, "q1"))  # S caught up: now it goes
     assert Lagging("pipe", _specs("T", "S"), ledger, restarted).release_held() == 1
-    assert _index_rows(restarted) == [] and _spooled_ids(restarted, (0, 7)) == []
+    assert _index_rows(restarted) == [] and spooled_ids(restarted, (0, 7)) == []
 
 
 def test_a_removal_between_a_spoolings_steps_leaves_its_index_row_with_rows(
@@ -119,12 +99,12 @@ def test_a_removal_between_a_spoolings_steps_leaves_its_index_row_with_rows(
         removed.append(Lagging("pipe", _specs("T", "S"), ledger, old).release_held())
         append_index(*args)
 
-    new._append_index = removal_first  # type: ignore[method-assign]
+    new._append_index = removal_first  # type: ignore[method-assign,assignment]
     batch = new.add(frame, info, {"S"}, now_utc())
     assert removed == [1]  # the old instance removed T's row and the rows (none was left)
     assert (batch.rows, sorted(batch.needed_by)) == (3, ["S", "T"])
     assert _index_rows(new) == [(7, "S", "q1", None)]
-    assert _spooled_ids(new, (0, 7)) == [1, 2, 3]  # was []: an index row without rows
+    assert spooled_ids(new, (0, 7)) == [1, 2, 3]  # was []: an index row without rows
 
 
 # -- B: a batch of the same id from another query or plan -------------------------------
@@ -178,7 +158,7 @@ def test_a_replaced_checkpoints_batch_is_refused_when_the_spool_holds_the_id(
         assert sink.calls == []  # refused before any write
         assert second.spool is not None
         assert _index_rows(second.spool) == [(0, "L", "q1", 1000), (1, "L", "q1", 1001)]
-        assert _spooled_ids(second.spool, (0, 0)) == [100]  # q1's rows, not replaced
+        assert spooled_ids(second.spool, (0, 0)) == [100]  # q1's rows, not replaced
 
         with pytest.raises(CheckpointResetError):  # the spool itself refuses, too
             second.spool.add(SchemaFrame([200]), BatchInfo("pipe", 1, "q2"), {"M"}, now_utc())
@@ -209,7 +189,7 @@ def test_a_rolled_back_checkpoints_batch_is_refused_when_the_spool_holds_the_id(
         assert sink.calls == []
         assert again.spool is not None
         assert _index_rows(again.spool) == [(0, "L", "q1", 1000), (1, "L", "q1", 1001)]
-        assert _spooled_ids(again.spool, (0, 1)) == [101]
+        assert spooled_ids(again.spool, (0, 1)) == [101]
 
         # the same plan, or values unknown on one side: a replay, spooled for a new sink
         again.spool.add(SchemaFrame([101]), BatchInfo("pipe", 1, "q1"), {"M"}, now_utc())
@@ -223,7 +203,7 @@ def test_a_rolled_back_checkpoints_batch_is_refused_when_the_spool_holds_the_id(
             (0, "L", "q1", 1000), (1, "L", "q1", 1001), (1, "M", "q1", None),
             (1, "N", "q1", 1001),
         ]  # fmt: skip
-        assert _spooled_ids(again.spool, (0, 1)) == [101]
+        assert spooled_ids(again.spool, (0, 1)) == [101]
 
 
 # -- C: rows no index row names ---------------------------------------------------------
@@ -255,7 +235,7 @@ def test_rows_without_an_index_row_that_every_lag_sink_holds_are_removed_at_star
         probe_interval_s=3600,
     )
     try:
-        assert [_spooled_ids(spool, (0, b)) for b in (3, 4, 5, 6)] == [[], [], [5], [6, 16]]
+        assert [spooled_ids(spool, (0, b)) for b in (3, 4, 5, 6)] == [[], [], [5], [6, 16]]
         assert _index_rows(spool) == [(5, "L", "q1", None)]  # was [3, 13] and [4, 14] left
     finally:
         fan.close()
@@ -284,7 +264,7 @@ def test_a_spooling_loads_the_data_tables_log_once(
     loads.clear()
     again = spool.add(SchemaFrame([2, 3]), BatchInfo("pipe", 1, "q1"), {"L", "M"}, now_utc())
     assert loads == [spool.data_path] and again.size_bytes == batch.size_bytes
-    assert _spooled_ids(spool, (0, 1)) == [2, 3]
+    assert spooled_ids(spool, (0, 1)) == [2, 3]
     assert _index_rows(spool) == [(0, "L", "q1", None), (1, "L", "q1", None), (1, "M", "q1", None)]
 
 
@@ -359,11 +339,11 @@ def test_a_replay_appends_the_rows_of_a_batch_whose_index_row_a_killed_driver_wr
     try:
         assert fan.spool is not None
         assert _index_rows(fan.spool) == [(7, "L", "q1", None)]
-        assert _spooled_ids(fan.spool, (0, 7)) == []
+        assert spooled_ids(fan.spool, (0, 7)) == []
         assert list(fan.process(frame, info)) == []  # good holds 7, L is behind
         assert sink.calls == []
         assert _index_rows(fan.spool) == [(7, "L", "q1", None)]
-        assert _spooled_ids(fan.spool, (0, 7)) == [7, 8]  # was []: "its files are gone"
+        assert spooled_ids(fan.spool, (0, 7)) == [7, 8]  # was []: "its files are gone"
         assert [(b.batch_id, b.rows, sorted(b.needed_by)) for b in fan.spool.batches()] == [
             (7, 2, ["L"])
         ]

@@ -10,44 +10,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from deltalake import DeltaTable
-
 from fanout import FanOut, SinkWriteError
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.sink import Sink
-from fanout.delta_tables.io import read_arrow
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.spool.table import (
-    BATCH_COLUMN,
-    EPOCH_COLUMN,
     PIPELINE_COLUMN,
     BatchKey,
     Spool,
     _with_partition_columns,
 )
 from fanout.steps.lag import Lagging
-from tests.unit.fakes import SchemaFrame, ScriptedSink
+from tests.unit.fakes import SchemaFrame, ScriptedSink, spooled_ids
 
 
 def _now() -> Any:
     from fanout.ledger.entry import now_utc
 
     return now_utc()
-
-
-def _spooled_ids(spool: Spool, key: BatchKey) -> list[int]:
-    """The ids the spool's data table holds for batch ``key`` (what the catch-up reads)."""
-    rows = read_arrow(
-        DeltaTable(spool.data_path),
-        columns=["id"],
-        filters=[
-            (PIPELINE_COLUMN, "=", spool.pipeline),
-            (EPOCH_COLUMN, "=", key[0]),
-            (BATCH_COLUMN, "=", key[1]),
-        ],
-    )
-    return sorted(rows.column("id").to_pylist())
 
 
 def _index(spool: Spool) -> list[tuple[int, int, list[str]]]:
@@ -63,13 +44,13 @@ def test_a_released_batch_spooled_again_for_a_sink_that_failed_it_keeps_its_rows
     spool = Spool(str(tmp_path / "spool"), "pipe")
     spool.open()
     spool.add(frame, info, {"L1"}, _now())  # start_spooling
-    assert _spooled_ids(spool, (0, 7)) == [1, 2, 3]
+    assert spooled_ids(spool, (0, 7)) == [1, 2, 3]
     assert spool.remove([(0, 7)]) == 1  # the catch-up's release_held
-    assert spool.batches() == [] and _spooled_ids(spool, (0, 7)) == []
+    assert spool.batches() == [] and spooled_ids(spool, (0, 7)) == []
 
     batch = spool.add(frame, info, {"L1", "L2"}, _now())  # spool_for_lagging
     assert (batch.rows, sorted(batch.needed_by)) == (3, ["L1", "L2"])
-    assert _spooled_ids(spool, (0, 7)) == [1, 2, 3]  # was []: "its files are gone"
+    assert spooled_ids(spool, (0, 7)) == [1, 2, 3]  # was []: "its files are gone"
 
     again = Spool(str(tmp_path / "spool"), "pipe")  # what the next run reads
     again.open()
@@ -89,7 +70,7 @@ def test_a_replay_after_a_restart_spools_a_released_batch_with_its_rows(tmp_path
     assert replay.batches() == []
     replay.add(frame, info, {"L2"}, _now())  # the replay: L2 fails batch 3 and lags
     assert _index(replay) == [(3, 2, ["L2"])]
-    assert _spooled_ids(replay, (0, 3)) == [4, 5]
+    assert spooled_ids(replay, (0, 3)) == [4, 5]
 
 
 def test_a_replayed_batch_whose_rows_are_spooled_is_not_spooled_twice(tmp_path: Path) -> None:
@@ -104,7 +85,7 @@ def test_a_replayed_batch_whose_rows_are_spooled_is_not_spooled_twice(tmp_path: 
     replay.add(frame, info, {"L1"}, _now())
     replay.add(frame, info, {"L1", "L2"}, _now())  # and a later sink: a union, same rows
     assert _index(replay) == [(5, 3, ["L1", "L2"])]
-    assert _spooled_ids(replay, (0, 5)) == [1, 2, 3]  # once, not [1, 1, 2, 2, 3, 3]
+    assert spooled_ids(replay, (0, 5)) == [1, 2, 3]  # once, not [1, 1, 2, 2, 3, 3]
 
 
 def test_the_catchups_release_and_a_live_spooling_do_not_interleave(tmp_path: Path) -> None:
@@ -116,8 +97,8 @@ def test_the_catchups_release_and_a_live_spooling_do_not_interleave(tmp_path: Pa
     spool.add(frame, info, {"L1"}, _now())
     live = threading.Thread(target=lambda: spool.add(frame, info, {"L2"}, _now()))
 
-    def held_by_all() -> list[BatchKey]:
-        chosen = [(0, 7)]  # L1 holds it
+    def held_by_all() -> dict[BatchKey, frozenset[str]]:
+        chosen = {(0, 7): frozenset({"L1"})}  # L1 holds it
         live.start()
         live.join(1.0)  # with the spool's lock held, the live add waits for the removal
         return chosen
@@ -128,7 +109,7 @@ def test_the_catchups_release_and_a_live_spooling_do_not_interleave(tmp_path: Pa
     live.join(30)
     assert not live.is_alive()
     assert _index(spool) == [(7, 3, ["L2"])]
-    assert _spooled_ids(spool, (0, 7)) == [1, 2, 3]
+    assert spooled_ids(spool, (0, 7)) == [1, 2, 3]
 
 
 def test_the_live_batch_released_by_the_catch_up_reaches_a_sink_that_fails_it_after(
@@ -184,7 +165,7 @@ def test_the_live_batch_released_by_the_catch_up_reaches_a_sink_that_fails_it_af
             "L2": 0,
         }
         assert _index(fan.spool) == [(1, 1, ["L1", "L2"])]
-        assert _spooled_ids(fan.spool, (0, 1)) == [10]  # was []: lost for L2 for good
+        assert spooled_ids(fan.spool, (0, 1)) == [10]  # was []: lost for L2 for good
     finally:
         fan.close()
 
@@ -207,5 +188,5 @@ def test_a_removal_leaves_the_files_another_pipeline_is_writing_into_a_shared_sp
     in_flight.write_bytes(written.read_bytes())
     assert a.remove([(0, 0)]) == 1
     assert in_flight.exists()
-    assert _spooled_ids(b, (0, 0)) == [5]
+    assert spooled_ids(b, (0, 0)) == [5]
     assert _index(a) == [] and _index(b) == [(0, 1, ["L"])]
