@@ -37,7 +37,7 @@ from fanout.hooks.registry import load_registry
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import Ledger
 from fanout.observe.logs import batch_fields, register_secrets
-from fanout.observe.secrets import redact
+from fanout.observe.secrets import masked_error
 from fanout.partitioned.determinism import check_route as check_route_membership
 from fanout.recipe import Recipe
 from fanout.retry import RetryPolicy
@@ -255,12 +255,11 @@ class FanOut:
             except FanoutError:
                 raise
             except Exception as exc:
-                said = f"{type(exc).__name__}: {exc}"
-                shown = redact(said, sink.secret_values())
-                error = ConfigurationError(f"sink {sink.name!r}: cannot open: {shown}")
-                if shown != said:  # no traceback may show the secret: the chain is cut
-                    raise error from None
-                raise error from exc
+                said = f"sink {sink.name!r}: cannot open: {type(exc).__name__}: {exc}"
+                masked = masked_error(exc, sink.secret_values(), ConfigurationError, said)
+                if masked is not None:  # no traceback may show the secret: the chain is cut
+                    raise masked from None
+                raise ConfigurationError(said) from exc
             check_route_membership(sink.name, spec.route, sink.partitioned_by(), spark)
             if sink.guarantee == "at_least_once":
                 log.warning(

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from fanout.errors import ConfigurationError
 
 MASK = "***"
+E = TypeVar("E", bound=BaseException)
 _NAME = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -91,6 +92,24 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
+
+
+def masked_error(
+    error: BaseException,
+    secrets: Iterable[str],
+    rebuild: Callable[[str], E],
+    said: str | None = None,
+) -> E | None:
+    """``None`` when no message in ``error``'s chain holds one of ``secrets``; else the
+    error ``rebuild`` makes of its text (``said``, by default ``"<type>: <message>"``) with
+    the secrets masked, its chain cut so that no traceback shows them."""
+    found = list(secrets)
+    if not holds_secret(error, found):
+        return None
+    masked = rebuild(redact(f"{type(error).__name__}: {error}" if said is None else said, found))
+    masked.__cause__ = None
+    masked.__suppress_context__ = True
+    return masked
 
 
 def holds_secret(error: BaseException, secrets: Iterable[str]) -> bool:

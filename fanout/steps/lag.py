@@ -25,7 +25,7 @@ from fanout.contract.lag import SinkLag
 from fanout.contract.sink import BackfillSource, SinkContext
 from fanout.errors import SinkError, SinkUnreachableError
 from fanout.ledger.entry import Ledger, now_utc
-from fanout.observe.secrets import holds_secret, redact
+from fanout.observe.secrets import masked_error
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey, Spool
 
@@ -305,12 +305,9 @@ def unreachable_masked(sink: str, error: BaseException, secrets: Sequence[str]) 
     itself, or when a message in its chain holds one of the sink's secrets, a
     :class:`fanout.SinkUnreachableError` with them masked and no chain (no traceback may
     show them)."""
-    if not holds_secret(error, secrets):
-        return error
     said = f"{type(error).__name__}: {error}"
     own_prefix = f"sink {sink!r}: "
     if isinstance(error, SinkError) and str(error).startswith(own_prefix):
         said = str(error).removeprefix(own_prefix)  # it names the sink already
-    masked = SinkUnreachableError(redact(said, secrets), sink=sink)
-    masked.__suppress_context__ = True
-    return masked
+    masked = masked_error(error, secrets, lambda text: SinkUnreachableError(text, sink=sink), said)
+    return error if masked is None else masked

@@ -17,7 +17,7 @@ from fanout.errors import CheckpointError, LedgerError, SinkError, SinkWriteErro
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
-from fanout.observe.secrets import holds_secret, redact
+from fanout.observe.secrets import masked_error
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, SinkInput
 from fanout.sink_spec import SinkSpec
@@ -278,11 +278,10 @@ def _named(exc: Exception, sink: str, batch_id: int, secrets: Sequence[str]) -> 
     When any message in the error's chain holds one of the sink's secrets, the result is
     a new error with the secrets masked and the chain cut, so no traceback shows them.
     """
-    if holds_secret(exc, secrets):
-        masked = SinkWriteError(
-            redact(f"{type(exc).__name__}: {exc}", secrets), sink=sink, batch_id=batch_id
-        )
-        masked.__suppress_context__ = True
+    masked = masked_error(
+        exc, secrets, lambda text: SinkWriteError(text, sink=sink, batch_id=batch_id)
+    )
+    if masked is not None:
         return masked
     if isinstance(exc, SinkError | CheckpointError):
         return exc

@@ -543,6 +543,22 @@ def test_open_raising_with_the_sinks_secret_masks_it_and_cuts_the_chain(
     assert raised.value.__cause__ is None and raised.value.__suppress_context__
 
 
+def test_open_raising_with_the_secret_only_in_its_cause_cuts_the_chain(
+    memory_ledger: MemoryLedger,
+) -> None:
+    class Refused(ScriptedSink):
+        def secret_values(self) -> list[str]:
+            return ["Op3n-S3cret"]
+
+        def open(self, context: Any) -> None:
+            raise RuntimeError("login refused") from OSError("password Op3n-S3cret rejected")
+
+    with pytest.raises(ConfigurationError) as raised:
+        make_fan(memory_ledger, [Refused("pg")])
+    assert str(raised.value) == "sink 'pg': cannot open: RuntimeError: login refused"
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
+
+
 def test_duplicate_sink_names(memory_ledger: MemoryLedger) -> None:
     with pytest.raises(ConfigurationError) as raised:
         make_fan(memory_ledger, [ScriptedSink("a"), ScriptedSink("b"), ScriptedSink("a")])
