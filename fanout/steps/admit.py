@@ -16,7 +16,7 @@ from fanout.contract.batch import BatchInfo
 from fanout.errors import CheckpointResetError
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.observe.logs import batch_fields
-from fanout.steps.guard import CheckpointGuard, latest_per_sink, superseded_message
+from fanout.steps.guard import CheckpointGuard
 from fanout.steps.state import BatchState
 
 log = logging.getLogger("fanout")
@@ -51,19 +51,10 @@ class Admission:
         except CheckpointResetError as reset:
             if self.on_reset != "new_epoch":
                 raise
-            owned = self.guard.superseded(info)
-            if owned is not None:
-                # an old checkpoint restored after a reset was accepted: no new epoch
-                raise CheckpointResetError(
-                    superseded_message(
-                        info,
-                        owned,
-                        self.guard.owner(info.pipeline, info.epoch),
-                        latest_per_sink(
-                            self.ledger.committed_entries(info.pipeline, epoch=info.epoch)
-                        ),
-                    )
-                ) from reset
+            try:
+                self.guard.refuse_superseded(info)
+            except CheckpointResetError as superseded:
+                raise superseded from reset
             started = self._start_epoch(info, reset)
             self.guard.started_epoch(started)
             return BatchState(df, started)

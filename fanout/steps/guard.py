@@ -93,10 +93,8 @@ class CheckpointGuard:
         epoch without a known owner becomes its owner (for this guard)."""
         owner = self.owner(info.pipeline, info.epoch)
         if info.query_id is not None and owner is not None and owner != info.query_id:
+            self.refuse_superseded(info)  # an old checkpoint: no way on offers a new epoch
             latest, spooled = self._latest(info), self._spooled(info)
-            owned = self.superseded(info)
-            if owned is not None:  # an old checkpoint: no way on offers a new epoch
-                raise CheckpointResetError(superseded_message(info, owned, owner, latest, spooled))
             if high is not None and high >= info.batch_id:
                 # rows of another query at or after the batch: the usual text
                 raise CheckpointResetError(reset_message(info, latest, spooled))
@@ -127,6 +125,17 @@ class CheckpointGuard:
             if query == info.query_id and epoch < info.epoch
         ]
         return max(owned, default=None)
+
+    def refuse_superseded(self, info: BatchInfo) -> None:
+        """Raise :class:`CheckpointResetError` when ``info.query_id`` owned an epoch before
+        ``info.epoch`` (:meth:`superseded`): an old checkpoint, which no new epoch may
+        take either."""
+        owned = self.superseded(info)
+        if owned is not None:
+            owner = self.owner(info.pipeline, info.epoch)
+            raise CheckpointResetError(
+                superseded_message(info, owned, owner, self._latest(info), self._spooled(info))
+            )
 
     def started_epoch(self, info: BatchInfo) -> None:
         """Note that ``info.query_id`` started ``info.epoch`` (the ledger just recorded it)."""
