@@ -60,7 +60,7 @@ def unusable_location(
     local = local_path(path)
     if local is None:
         return unsafe_commits(storage_options, environ)
-    found = _PERCENT_ESCAPE.search(local) if local is not None else None
+    found = _PERCENT_ESCAPE.search(local)
     if found is None:
         return None
     return (
@@ -78,7 +78,8 @@ def unsafe_commits(
     told to allow unsafe renames (``AWS_S3_ALLOW_UNSAFE_RENAME``, any case)."""
     env = os.environ if environ is None else environ
     given = [(k, v, "storage option") for k, v in (storage_options or {}).items()]
-    given += [(k, v, "environment variable") for k, v in env.items() if k == UNSAFE_RENAME]
+    if UNSAFE_RENAME in env:
+        given.append((UNSAFE_RENAME, env[UNSAFE_RENAME], "environment variable"))
     for key, value, kind in given:
         if key.upper() == UNSAFE_RENAME and str(value).strip().lower() in _TRUTHY:
             return (
