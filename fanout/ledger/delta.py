@@ -45,6 +45,7 @@ from fanout.ledger.entry import (
     entries_from_arrow,
     entries_to_arrow,
     epoch_app_id,
+    epoch_follows,
     epoch_owners,
     epoch_taken_message,
     ledger_schema,
@@ -259,11 +260,13 @@ class DeltaLedger:
         lists the log directory, so a batch pays for one instead of three)."""
         with self._lock:
             table = self._fresh()
-            epoch = self._epoch(table, pipeline)
+            started = self._version(table, epoch_app_id(pipeline))
+            epoch = started or 0
             return LedgerView(
                 epoch,
                 self._version(table, pipeline_app_id(pipeline, epoch)),
                 self._marks(table, pipeline, sinks, epoch),
+                owner_recorded=started is not None,
             )
 
     def _marks(
@@ -275,16 +278,24 @@ class DeltaLedger:
         return self._version(table, epoch_app_id(pipeline)) or 0
 
     def start_epoch(self, entry: LedgerEntry) -> None:
-        """Append the epoch row, with the epoch as the version of its txn action."""
+        """Append the epoch row, with the epoch as the version of its txn action (epoch 0's
+        claim: the first version of that txn)."""
         if entry.status != "epoch":
             raise ValueError("start_epoch takes an epoch entry")
+        app_id = epoch_app_id(entry.pipeline)
         with self._lock:
             table = self._fresh()
-            current = self._epoch(table, entry.pipeline)
-            if current != entry.epoch - 1:  # another query started it since our lookup
-                raise CheckpointResetError(epoch_taken_message(entry, current))
-            # a concurrent start commits the same txn app id: delta-rs refuses the second
-            self._append(table, [entry], {epoch_app_id(entry.pipeline): entry.epoch})
+            current = self._version(table, app_id)
+            if not epoch_follows(entry.epoch, current):  # another query came first
+                raise CheckpointResetError(epoch_taken_message(entry, current or 0))
+            try:
+                self._append(table, [entry], {app_id: entry.epoch})
+            except LedgerError as failed:
+                # a concurrent start commits the same txn app id: delta-rs refuses the second
+                current = self._version(self._fresh(), app_id)
+                if epoch_follows(entry.epoch, current):
+                    raise
+                raise CheckpointResetError(epoch_taken_message(entry, current or 0)) from failed
 
     # -- writes ---------------------------------------------------------------------
 

@@ -60,12 +60,14 @@ class LedgerEntry:
 @dataclass(frozen=True)
 class LedgerView:
     """What a batch reads from the ledger before it writes, taken at one moment: the
-    pipeline's current epoch, that epoch's high-water mark and each sink's last committed
-    batch in it (``None``: never)."""
+    pipeline's current epoch, that epoch's high-water mark, each sink's last committed
+    batch in it (``None``: never), and whether an ``epoch`` row records the epoch's owner
+    (every epoch a reset started has one; epoch 0 once its first query claimed it)."""
 
     epoch: int
     high_water: int | None
     marks: dict[str, int | None]
+    owner_recorded: bool = True
 
 
 def ledger_schema() -> pa.Schema:
@@ -148,9 +150,10 @@ class Ledger(Protocol):
         scan: what the dispatcher needs before every batch."""
 
     def start_epoch(self, entry: LedgerEntry) -> None:
-        """Record that ``entry.query_id`` starts epoch ``entry.epoch`` at ``entry.batch_id``.
-        Raises :class:`fanout.CheckpointResetError` when the pipeline is no longer in the
-        epoch before it (another query started that epoch meanwhile)."""
+        """Record that ``entry.query_id`` starts epoch ``entry.epoch`` at ``entry.batch_id``
+        (for epoch 0: claims the pipeline's first epoch, which no query started). Raises
+        :class:`fanout.CheckpointResetError` when the pipeline is no longer in the epoch
+        before it, or epoch 0 was claimed already (another query came first)."""
 
     def mark_committed(self, entry: LedgerEntry) -> bool:
         """Record that ``entry.sink`` committed ``entry.batch_id``; idempotent.
@@ -205,9 +208,26 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
+def epoch_follows(epoch: int, recorded: int | None) -> bool:
+    """Whether ``epoch`` may be started when the pipeline's epoch transaction is at
+    ``recorded`` (``None``: no ``epoch`` row yet): epoch 0 is claimed only while none is
+    recorded; a later epoch follows the one before it, claimed or not."""
+    if epoch == 0:
+        return recorded is None
+    return (recorded or 0) == epoch - 1
+
+
 def epoch_taken_message(entry: LedgerEntry, current: int) -> str:
     """The refusal of a new epoch another query started first: ``entry`` would start
-    epoch ``entry.epoch`` from ``entry.epoch - 1``, and the pipeline is at ``current``."""
+    epoch ``entry.epoch`` from ``entry.epoch - 1`` (or claim epoch 0), and the pipeline is
+    at ``current``."""
+    if entry.epoch == 0:
+        return (
+            f"pipeline {entry.pipeline!r}: query {entry.query_id} cannot claim epoch 0: "
+            "another query claimed it meanwhile (its first batch ran at the same time as "
+            "this one). Two checkpoints of one pipeline are running: stop one; the other "
+            "continues."
+        )
     return (
         f"pipeline {entry.pipeline!r}: query {entry.query_id} cannot start epoch "
         f"{entry.epoch}: the pipeline is at epoch {current} already (another query accepted "

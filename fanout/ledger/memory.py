@@ -7,7 +7,13 @@ from collections.abc import Iterable
 
 from fanout.contract.batch import pipeline_scope
 from fanout.errors import CheckpointResetError
-from fanout.ledger.entry import LedgerEntry, LedgerView, epoch_owners, epoch_taken_message
+from fanout.ledger.entry import (
+    LedgerEntry,
+    LedgerView,
+    epoch_follows,
+    epoch_owners,
+    epoch_taken_message,
+)
 
 
 class MemoryLedger:
@@ -48,16 +54,21 @@ class MemoryLedger:
     def lookup(self, pipeline: str, sinks: Iterable[str]) -> LedgerView:
         """Epoch, high-water mark and marks of the current epoch."""
         epoch = self.current_epoch(pipeline)
+        with self._lock:
+            recorded = pipeline in self._epochs
         return LedgerView(
-            epoch, self.high_water(pipeline, epoch), self.last_committed(pipeline, sinks, epoch)
+            epoch,
+            self.high_water(pipeline, epoch),
+            self.last_committed(pipeline, sinks, epoch),
+            owner_recorded=recorded,
         )
 
     def start_epoch(self, entry: LedgerEntry) -> None:
         """Start the entry's epoch."""
         with self._lock:
-            current = self._epochs.get(entry.pipeline, 0)
-            if current != entry.epoch - 1:
-                raise CheckpointResetError(epoch_taken_message(entry, current))
+            current = self._epochs.get(entry.pipeline)
+            if not epoch_follows(entry.epoch, current):
+                raise CheckpointResetError(epoch_taken_message(entry, current or 0))
             self._epochs[entry.pipeline] = entry.epoch
             self.entries.append(entry)
 

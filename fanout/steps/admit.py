@@ -2,7 +2,9 @@
 guard (:mod:`fanout.steps.guard`), and either refuse the batch or admit it, in the current
 epoch or, for a reset accepted with ``on_checkpoint_reset="new_epoch"``, in a new one. A
 query that owned an earlier epoch (an old checkpoint restored after such a reset) gets no
-new epoch: the later epoch's query already wrote the input it would plan next."""
+new epoch: the later epoch's query already wrote the input it would plan next. The first
+query admitted into epoch 0 claims it in the ledger before any sink writes, so its owner is
+known even when the query died before marking anything."""
 
 from __future__ import annotations
 
@@ -43,7 +45,12 @@ class Admission:
 
     def admit(self, df: Any, info: BatchInfo, sinks: Iterable[str]) -> BatchState:
         """The batch's state, admitted in the pipeline's current epoch (with the sinks'
-        marks read in the same ledger lookup), or in a new epoch (no marks yet)."""
+        marks read in the same ledger lookup), or in a new epoch (no marks yet).
+
+        The first query admitted into epoch 0 claims it (an ``epoch`` row, before any sink
+        writes), so a replaced checkpoint is refused even when its predecessor left no
+        mark; of two first queries racing, the second is judged again as a replacement."""
+        sinks = list(sinks)
         view = self.ledger.lookup(info.pipeline, sinks)
         info = replace(info, epoch=view.epoch)
         try:
@@ -58,6 +65,21 @@ class Admission:
             started = self._start_epoch(info, reset)
             self.guard.started_epoch(started)
             return BatchState(df, started)
+        if not view.owner_recorded and info.query_id is not None:
+            try:
+                self.ledger.start_epoch(self._epoch_row(info, info.epoch))
+            except CheckpointResetError:
+                self.guard.forget(info.pipeline)
+                return self.admit(df, info, sinks)  # the ledger now records the owner
+            log.info(
+                "pipeline %s: epoch %s claimed by query %s at batch %s",
+                info.pipeline,
+                info.epoch,
+                info.query_id,
+                info.batch_id,
+                extra=batch_fields(info.pipeline, info.batch_id),
+            )
+            self.guard.started_epoch(info)
         return BatchState(df, info, marks=view.marks)
 
     def _start_epoch(self, info: BatchInfo, reset: CheckpointResetError) -> BatchInfo:
@@ -73,18 +95,21 @@ class Admission:
             reset,
             extra=batch_fields(info.pipeline, info.batch_id),
         )
-        offsets = None if info.source_offsets is None else json.dumps(info.source_offsets)
-        self.ledger.start_epoch(
-            LedgerEntry(
-                pipeline=info.pipeline,
-                sink="*",
-                batch_id=info.batch_id,
-                status="epoch",
-                query_id=info.query_id,
-                started_at=now_utc(),
-                source_offsets=offsets,
-                epoch=epoch,
-                batch_timestamp_ms=info.batch_timestamp_ms,
-            )
-        )
+        self.ledger.start_epoch(self._epoch_row(info, epoch))
         return replace(info, epoch=epoch)
+
+    @staticmethod
+    def _epoch_row(info: BatchInfo, epoch: int) -> LedgerEntry:
+        """The ``epoch`` row by which ``info``'s query starts (or claims) ``epoch``."""
+        offsets = None if info.source_offsets is None else json.dumps(info.source_offsets)
+        return LedgerEntry(
+            pipeline=info.pipeline,
+            sink="*",
+            batch_id=info.batch_id,
+            status="epoch",
+            query_id=info.query_id,
+            started_at=now_utc(),
+            source_offsets=offsets,
+            epoch=epoch,
+            batch_timestamp_ms=info.batch_timestamp_ms,
+        )

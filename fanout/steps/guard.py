@@ -18,14 +18,16 @@ Two ways a checkpoint stops matching, both of which would make the sinks skip ro
   source's offsets repeat (a file source's ``{"logOffset": N}``).
 
 Each epoch belongs to one streaming query id (Spark's query ``id``, which a restart on the
-same checkpoint keeps; not its ``runId``): the query that started it (its ``epoch`` row),
-or, in epoch 0, the query of its committed rows. A batch of another known query id is a
-replaced checkpoint wherever its batch id falls (:class:`CheckpointResetError`): above the
-high-water mark, or in an epoch without marks yet, the sinks that received a batch id of the
-owner would skip the new query's batch of that id or hold both queries' copies of the same
-input. A query that owned an *earlier* epoch is an old checkpoint restored after a reset was
-accepted (:func:`superseded_message`); the new epoch's query already wrote its input, so no
-new epoch may take it. Unknown query ids, on either side, are no evidence.
+same checkpoint keeps; not its ``runId``): the query that started it (its ``epoch`` row;
+epoch 0's is the claim of its first query, :mod:`fanout.steps.admit`), or, in epoch 0 of a
+ledger from before claims, the query of its latest mark or failed attempt. A batch of
+another known query id is a replaced checkpoint wherever its batch id falls
+(:class:`CheckpointResetError`): above the high-water mark, or in an epoch without marks
+yet, the sinks that received a batch id of the owner would skip the new query's batch of
+that id or hold both queries' copies of the same input. A query that owned an *earlier*
+epoch is an old checkpoint restored after a reset was accepted (:func:`superseded_message`);
+the new epoch's query already wrote its input, so no new epoch may take it. Unknown query
+ids, on either side, are no evidence.
 
 The common path pays one log lookup: the epochs' owners are read once per guard (one
 projected scan, when a FanOut starts) and again only when the epoch changes; only when the
@@ -136,6 +138,10 @@ class CheckpointGuard:
             raise CheckpointResetError(
                 superseded_message(info, owned, owner, self._latest(info), self._spooled(info))
             )
+
+    def forget(self, pipeline: str) -> None:
+        """Drop what was read of ``pipeline``'s owners: the next check reads them again."""
+        self._owners.pop(pipeline, None)
 
     def started_epoch(self, info: BatchInfo) -> None:
         """Note that ``info.query_id`` started ``info.epoch`` (the ledger just recorded it)."""

@@ -239,3 +239,29 @@ def test_deleted_newest_commit_alone_is_a_plain_replay(
     assert committed_marks(tmp_path / "ledger", "reset") == {
         (s, b): 1 for s in ("bronze", "silver") for b in range(5)
     }
+
+
+def test_checkpoint_replaced_after_a_kill_before_any_mark_is_refused(tmp_path: Path) -> None:
+    """The first query's driver (a subprocess) is killed in its first batch, once admitted:
+    the ledger holds no mark and no failed row, only the query's claim of epoch 0. Had
+    the kill come after a sink committed (which the ledger cannot tell apart), that sink
+    would skip a new checkpoint's batch 0 by its transaction id: so the new query is
+    refused, before any sink writes."""
+    write_input(tmp_path / "input", 3, 10)
+    driver = [sys.executable, str(Path(__file__).with_name("driver.py")), str(tmp_path)]
+    killed = subprocess.run(
+        [*driver, "--kill", "batch_start:0"], capture_output=True, text=True, timeout=300
+    )
+    assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
+    first_query = json.loads((tmp_path / "checkpoint" / "metadata").read_text())["id"]
+    ledger = [(r["sink"], r["status"], r["query_id"]) for r in delta_rows(tmp_path / "ledger")]
+    assert ledger == [("*", "epoch", first_query)]
+
+    shutil.rmtree(tmp_path / "checkpoint")
+    replaced = subprocess.run(driver, capture_output=True, text=True, timeout=300)
+    assert replaced.returncode != 0
+    assert "CheckpointResetError" in replaced.stderr, replaced.stderr[-3000:]
+    assert f"but epoch 0 of this pipeline belongs to query {first_query}" in replaced.stderr
+    for sink in SINKS:
+        assert not (tmp_path / sink).exists(), sink
+    assert [r["status"] for r in delta_rows(tmp_path / "ledger")] == ["epoch"]

@@ -151,6 +151,7 @@ def test_next_batch_writes_every_sink(memory_ledger: MemoryLedger, frame: FakeFr
         (e.sink, e.batch_id, e.status)
         for e in sorted(memory_ledger.entries, key=lambda e: (e.batch_id, e.sink))
     ] == [
+        ("*", 0, "epoch"),  # the first batch's query claims epoch 0
         ("a", 0, "committed"),
         ("b", 0, "committed"),
         ("a", 1, "committed"),
@@ -291,7 +292,10 @@ def test_result_like_objects_are_accepted(memory_ledger: MemoryLedger, frame: Fa
     assert make_fan(memory_ledger, [sink]).process(frame, info(1)) == {
         "s": SinkResult(rows=9, details={"files": 2})
     }
-    assert [e.rows for e in memory_ledger.entries] == [9]
+    assert [(e.status, e.rows) for e in memory_ledger.entries] == [
+        ("epoch", None),
+        ("committed", 9),
+    ]
 
 
 def test_failed_ledger_mark_fails_the_sink(
@@ -325,12 +329,14 @@ def test_failed_attempts_are_recorded_with_attempt_numbers(
     offsets = [{"topic": {"0": 42}}, None]
     make_fan(memory_ledger, [flaky], retries=2).process(frame, info(6, "q-9", offsets))
 
-    assert [(e.status, e.attempt, e.error, e.rows) for e in memory_ledger.entries] == [
+    claim, *attempts = memory_ledger.entries
+    assert (claim.status, claim.sink, claim.batch_id, claim.query_id) == ("epoch", "*", 6, "q-9")
+    assert [(e.status, e.attempt, e.error, e.rows) for e in attempts] == [
         ("failed", 1, "TransientSinkError: sink 'flaky': timeout", None),
         ("failed", 2, "SinkWriteError: sink 'flaky', batch 6: ConnectionError: reset", None),
         ("committed", 3, None, 3),
     ]
-    for entry in memory_ledger.entries:
+    for entry in attempts:
         assert (entry.pipeline, entry.sink, entry.batch_id, entry.query_id) == (
             PIPELINE,
             "flaky",
@@ -349,6 +355,7 @@ def test_failed_attempts_visible_in_delta_ledger(tmp_path: Path, frame: FakeFram
         make_fan(ledger, [a, b], retries=1).process(frame, info(0))
     rows = sorted(entries_from_arrow(ledger.read(PIPELINE)), key=lambda e: (e.sink, e.attempt))
     assert [(e.sink, e.batch_id, e.status, e.attempt, e.error) for e in rows] == [
+        ("*", 0, "epoch", 1, None),
         ("a", 0, "committed", 1, None),
         ("b", 0, "failed", 1, "TransientSinkError: sink 'b': broker down"),
         ("b", 0, "failed", 2, "TransientSinkError: sink 'b': broker down"),

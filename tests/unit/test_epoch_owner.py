@@ -279,3 +279,138 @@ def test_an_epoch_another_query_started_meanwhile_is_not_started_again(
         "pipeline are running: stop one; the other continues."
     )
     assert ledger.epoch_owners("p") == {0: Q1, 1: Q2}
+
+
+# -- epoch 0's claim ------------------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "delta"])
+def empty(request: pytest.FixtureRequest, tmp_path: Path) -> MemoryLedger | DeltaLedger:
+    """A ledger that holds nothing of pipeline ``p``."""
+    led: MemoryLedger | DeltaLedger = (
+        MemoryLedger() if request.param == "memory" else DeltaLedger(str(tmp_path / "l"))
+    )
+    led.open()
+    return led
+
+
+def test_a_first_query_that_marked_nothing_still_owns_epoch_0(
+    empty: MemoryLedger | DeltaLedger,
+) -> None:
+    """Q1's first batch was admitted, its sinks may have written it, then the driver died
+    before any mark or failed row. Q2 (a replaced checkpoint) would have its batch 0
+    skipped by those sinks' ids: refused, because Q1 claimed epoch 0 at admission."""
+    admit(Admission(empty, "refuse"), 0, Q1, 0)
+    assert empty.epoch_owners("p") == {0: Q1}
+    assert [(e.sink, e.batch_id, e.status, e.query_id, e.epoch) for e in _rows(empty)] == [
+        ("*", 0, "epoch", Q1, 0)
+    ]
+
+    with pytest.raises(CheckpointResetError) as refused:
+        admit(Admission(empty, "refuse"), 0, Q2, 50)
+    assert str(refused.value).startswith(
+        f"pipeline 'p': checkpoint reset detected. Spark handed batch 0 of query {Q2}, "
+        f"but epoch 0 of this pipeline belongs to query {Q1} (no batch of it is marked "
+        "committed yet"
+    )
+    # accepted explicitly: an epoch of its own, whose transaction ids no sink holds
+    state = admit(Admission(empty, "new_epoch"), 0, Q2, 50)
+    assert (state.info.epoch, pending(empty, state)) == (1, ["s"])
+    assert empty.epoch_owners("p") == {0: Q1, 1: Q2}
+    # and Q1's own restart is the old checkpoint now
+    with pytest.raises(CheckpointResetError, match="old checkpoint restored"):
+        admit(Admission(empty, "new_epoch"), 0, Q1, 0)
+
+
+def test_epoch_0_is_claimed_once(empty: MemoryLedger | DeltaLedger) -> None:
+    """Later batches and restarts of the owner write no second claim."""
+    adm = Admission(empty, "refuse")
+    for batch in range(3):
+        admit(adm, batch, Q1, batch)
+        mark(empty, Q1, batch, 0, batch)
+    admit(Admission(empty, "refuse"), 3, Q1, 3)  # a restart on the same checkpoint
+    assert [(e.status, e.batch_id) for e in _rows(empty) if e.status == "epoch"] == [("epoch", 0)]
+
+
+def test_an_unknown_query_id_claims_nothing(empty: MemoryLedger | DeltaLedger) -> None:
+    """No query id, no evidence: the epoch stays open to the first known one."""
+    admit(Admission(empty, "refuse"), 0, None, 0)
+    assert empty.epoch_owners("p") == {}
+    assert _rows(empty) == []
+    admit(Admission(empty, "refuse"), 0, Q2, 0)
+    assert empty.epoch_owners("p") == {0: Q2}
+
+
+def test_a_ledger_from_before_the_claim_is_claimed_by_its_inferred_owner(
+    ledger: MemoryLedger | DeltaLedger,
+) -> None:
+    """Q1's marks (no claim row: an older fanout wrote them) name it the owner; its next
+    start records that, and another query is not let in to claim it."""
+    with pytest.raises(CheckpointResetError):
+        admit(Admission(ledger, "refuse"), 6, Q2, 6)
+    assert [e for e in _rows(ledger) if e.status == "epoch"] == []
+    admit(Admission(ledger, "refuse"), 6, Q1, 6)
+    assert [(e.status, e.query_id, e.epoch) for e in _rows(ledger) if e.status == "epoch"] == [
+        ("epoch", Q1, 0)
+    ]
+
+
+def test_of_two_first_queries_racing_the_second_is_refused(
+    empty: MemoryLedger | DeltaLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Q2's admission read no owner, then Q1 claimed epoch 0 before Q2 did: Q2's claim
+    is refused by the ledger, and Q2 is judged again, as a replaced checkpoint."""
+    real = empty.epoch_owners
+
+    def read_then_lose_the_race(pipeline: str) -> dict[int, str]:
+        owners = real(pipeline)
+        monkeypatch.setattr(empty, "epoch_owners", real)
+        admit(Admission(empty, "refuse"), 0, Q1, 0)  # Q1 claims meanwhile
+        return owners
+
+    monkeypatch.setattr(empty, "epoch_owners", read_then_lose_the_race)
+    with pytest.raises(CheckpointResetError) as refused:
+        admit(Admission(empty, "refuse"), 0, Q2, 50)
+    assert f"epoch 0 of this pipeline belongs to query {Q1}" in str(refused.value)
+    assert empty.epoch_owners("p") == {0: Q1}
+
+
+def test_two_claims_from_one_snapshot_cannot_both_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two drivers both checked that no claim exists on the same ledger version: Delta's
+    conflict check on the epoch's app transaction refuses the second commit, which is
+    reported as the claim another query took."""
+    path = str(tmp_path / "l")
+    ours, theirs = DeltaLedger(path), DeltaLedger(path)
+    ours.open()
+    theirs.open()
+    ours.lookup("p", SINKS)  # our snapshot: no claim
+    theirs.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id=Q1, epoch=0))
+    stale = ours._loaded(refresh=False)
+    real_fresh = ours._fresh
+    calls = []
+
+    def first_stale() -> object:
+        calls.append(1)
+        return stale if len(calls) == 1 else real_fresh()
+
+    monkeypatch.setattr(ours, "_fresh", first_stale)
+    with pytest.raises(CheckpointResetError) as refused:
+        ours.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id=Q2, epoch=0))
+    assert str(refused.value) == (
+        f"pipeline 'p': query {Q2} cannot claim epoch 0: another query claimed it meanwhile "
+        "(its first batch ran at the same time as this one). Two checkpoints of one "
+        "pipeline are running: stop one; the other continues."
+    )
+    assert len(calls) == 2  # the commit was tried on the stale snapshot, and refused
+    assert DeltaLedger(path).epoch_owners("p") == {0: Q1}
+
+
+def _rows(led: MemoryLedger | DeltaLedger) -> list[LedgerEntry]:
+    """Every row the ledger holds of pipeline ``p``."""
+    if isinstance(led, MemoryLedger):
+        return list(led.entries)
+    from fanout.ledger.entry import entries_from_arrow
+
+    return entries_from_arrow(led.read("p"))

@@ -152,10 +152,15 @@ def test_two_pipelines_do_not_interfere(ledger: DeltaLedger | MemoryLedger) -> N
 
 def test_lookup_reads_the_current_epoch_and_its_marks(ledger: DeltaLedger | MemoryLedger) -> None:
     assert ledger.lookup("orders", ["pg", "kafka"]) == LedgerView(
-        0, None, {"pg": None, "kafka": None}
+        0, None, {"pg": None, "kafka": None}, owner_recorded=False
     )
     ledger.mark_committed(committed("orders", "pg", 4))
     ledger.mark_committed(committed("orders", "kafka", 3))
+    assert ledger.lookup("orders", ["pg", "kafka"]) == LedgerView(
+        0, 4, {"pg": 4, "kafka": 3}, owner_recorded=False
+    )
+    ledger.start_epoch(LedgerEntry("orders", "*", 0, "epoch", query_id="q1", epoch=0))
+    # the claim of epoch 0 changes no mark
     assert ledger.lookup("orders", ["pg", "kafka"]) == LedgerView(0, 4, {"pg": 4, "kafka": 3})
 
     ledger.start_epoch(
@@ -164,7 +169,9 @@ def test_lookup_reads_the_current_epoch_and_its_marks(ledger: DeltaLedger | Memo
     ledger.mark_committed(committed("orders", "pg", 0, epoch=1))
     # epoch 1's marks only: epoch 0's batch 4 must not make batch 0 of epoch 1 a replay
     assert ledger.lookup("orders", ["pg", "kafka"]) == LedgerView(1, 0, {"pg": 0, "kafka": None})
-    assert ledger.lookup("payments", ["pg"]) == LedgerView(0, None, {"pg": None})
+    assert ledger.lookup("payments", ["pg"]) == LedgerView(
+        0, None, {"pg": None}, owner_recorded=False
+    )
 
 
 def test_mark_committed_rejects_failed_entry_delta(tmp_path: Path) -> None:
@@ -257,7 +264,9 @@ def test_lookup_refreshes_the_log_once(tmp_path: Path, monkeypatch: pytest.Monke
     refreshes: list[int] = []
     fresh = led._fresh
     monkeypatch.setattr(led, "_fresh", lambda: refreshes.append(1) or fresh())
-    assert led.lookup("orders", ["pg", "delta"]) == LedgerView(0, 2, {"pg": 2, "delta": None})
+    assert led.lookup("orders", ["pg", "delta"]) == LedgerView(
+        0, 2, {"pg": 2, "delta": None}, owner_recorded=False
+    )
     assert len(refreshes) == 1
 
 
@@ -412,7 +421,9 @@ def test_a_mark_committed_by_another_writer_since_the_lookup_is_not_written_twic
     ours = DeltaLedger(path)
     ours.open()
     ours.mark_committed(committed("orders", "pg", 4))
-    assert ours.lookup("orders", ["pg", "delta"]) == LedgerView(0, 4, {"pg": 4, "delta": None})
+    assert ours.lookup("orders", ["pg", "delta"]) == LedgerView(
+        0, 4, {"pg": 4, "delta": None}, owner_recorded=False
+    )
     zombie = DeltaLedger(path)  # a driver still running the same query
     zombie.open()
     assert zombie.mark_committed(committed("orders", "pg", 5, rows=50)) is True
@@ -421,7 +432,9 @@ def test_a_mark_committed_by_another_writer_since_the_lookup_is_not_written_twic
     # ids), and the mark is checked again on the fresh snapshot
     assert ours.mark_committed(committed("orders", "pg", 5, rows=51)) is False
     assert ours.mark_committed(committed("orders", "delta", 5, rows=52)) is True
-    assert zombie.lookup("orders", ["pg", "delta"]) == LedgerView(0, 5, {"pg": 5, "delta": 5})
+    assert zombie.lookup("orders", ["pg", "delta"]) == LedgerView(
+        0, 5, {"pg": 5, "delta": 5}, owner_recorded=False
+    )
     assert [(e.sink, e.batch_id, e.rows) for e in rows(ours)] == [
         ("delta", 5, 52),
         ("pg", 4, None),
@@ -437,7 +450,9 @@ def test_lookups_after_the_ledgers_own_commit_read_no_transaction(
     path = str(tmp_path / "ledger")
     led = DeltaLedger(path)
     led.open()
-    assert led.lookup("orders", ["pg", "delta"]) == LedgerView(0, None, {"pg": None, "delta": None})
+    assert led.lookup("orders", ["pg", "delta"]) == LedgerView(
+        0, None, {"pg": None, "delta": None}, owner_recorded=False
+    )
     reads: list[str] = []
     real = delta_ledger.transaction_version
     monkeypatch.setattr(
@@ -445,14 +460,18 @@ def test_lookups_after_the_ledgers_own_commit_read_no_transaction(
     )
     led.mark_committed(committed("orders", "pg", 0))
     led.mark_committed(committed("orders", "delta", 0))
-    assert led.lookup("orders", ["pg", "delta"]) == LedgerView(0, 0, {"pg": 0, "delta": 0})
+    assert led.lookup("orders", ["pg", "delta"]) == LedgerView(
+        0, 0, {"pg": 0, "delta": 0}, owner_recorded=False
+    )
     assert reads == []  # every answer was read or written at the table's version
 
     other = DeltaLedger(path)
     other.open()
     other.mark_committed(committed("orders", "pg", 1))
     reads.clear()
-    assert led.lookup("orders", ["pg", "delta"]) == LedgerView(0, 1, {"pg": 1, "delta": 0})
+    assert led.lookup("orders", ["pg", "delta"]) == LedgerView(
+        0, 1, {"pg": 1, "delta": 0}, owner_recorded=False
+    )
     assert sorted(reads) == sorted(
         ["fanout/orders#epoch", "fanout/orders", "fanout/orders/pg", "fanout/orders/delta"]
     )
@@ -468,7 +487,7 @@ def test_the_ledger_compacts_its_small_files_as_it_goes(tmp_path: Path) -> None:
         expected = {3: 1, 7: 1}.get(batch, 1 + (batch + 1) % 4 if batch > 3 else batch + 1)
         assert len(DeltaTable(str(path)).file_uris()) == expected, batch
     assert led.mark_committed(committed("orders", "pg", 8)) is False
-    assert led.lookup("orders", ["pg"]) == LedgerView(0, 8, {"pg": 8})
+    assert led.lookup("orders", ["pg"]) == LedgerView(0, 8, {"pg": 8}, owner_recorded=False)
     assert [(e.batch_id, e.rows) for e in rows(led)] == [(b, b) for b in range(9)]
 
     reopened = DeltaLedger(str(path), compact_after_files=3)
@@ -511,9 +530,9 @@ def test_a_new_ledger_keeps_minutes_of_log_and_its_marks(tmp_path: Path) -> None
     assert [n for n in log_files(path) if n.endswith(".json")] == [
         f"{v:020d}.json" for v in (9, 10, 11, 12, 13)
     ]
-    assert led.lookup("orders", ["pg"]) == LedgerView(0, 12, {"pg": 12})
+    assert led.lookup("orders", ["pg"]) == LedgerView(0, 12, {"pg": 12}, owner_recorded=False)
     reopened = DeltaLedger(str(path))
-    assert reopened.lookup("orders", ["pg"]) == LedgerView(0, 12, {"pg": 12})
+    assert reopened.lookup("orders", ["pg"]) == LedgerView(0, 12, {"pg": 12}, owner_recorded=False)
     assert reopened.mark_committed(committed("orders", "pg", 7)) is False
     assert [e.batch_id for e in rows(reopened)] == list(range(13))
 
@@ -531,7 +550,7 @@ def test_a_ledger_without_a_log_retention_gets_one_when_opened(tmp_path: Path) -
     table = DeltaTable(str(path))
     assert table.metadata().configuration["delta.logRetentionDuration"] == "interval 15 minutes"
     assert table.version() == 2  # one metadata commit
-    assert led.lookup("orders", ["pg"]) == LedgerView(0, 0, {"pg": 0})
+    assert led.lookup("orders", ["pg"]) == LedgerView(0, 0, {"pg": 0}, owner_recorded=False)
     assert led.mark_committed(committed("orders", "pg", 1)) is True
 
     DeltaTable(str(path)).alter.set_table_properties(
@@ -556,7 +575,7 @@ def test_a_mark_on_a_snapshot_whose_log_was_removed_is_checked_again(tmp_path: P
     ours = DeltaLedger(str(path), checkpoint_interval=5)
     ours.open()
     ours.mark_committed(committed("orders", "pg", 4))
-    assert ours.lookup("orders", ["pg"]) == LedgerView(0, 4, {"pg": 4})
+    assert ours.lookup("orders", ["pg"]) == LedgerView(0, 4, {"pg": 4}, owner_recorded=False)
     zombie = DeltaLedger(str(path))  # a driver still running the same query
     zombie.open()
     zombie.mark_committed(committed("orders", "pg", 5, rows=50))
@@ -568,7 +587,9 @@ def test_a_mark_on_a_snapshot_whose_log_was_removed_is_checked_again(tmp_path: P
 
     assert ours.mark_committed(committed("orders", "pg", 5, rows=51)) is False
     assert ours.mark_committed(committed("orders", "delta", 5, rows=52)) is True
-    assert ours.lookup("orders", ["pg", "delta"]) == LedgerView(0, 5, {"pg": 5, "delta": 5})
+    assert ours.lookup("orders", ["pg", "delta"]) == LedgerView(
+        0, 5, {"pg": 5, "delta": 5}, owner_recorded=False
+    )
     assert [(e.sink, e.batch_id, e.rows) for e in rows(ours) if e.pipeline == "orders"] == [
         ("delta", 5, 52),
         ("pg", 4, None),
@@ -598,7 +619,7 @@ def test_a_ledger_that_cannot_take_the_log_retention_still_opens(
     assert "another writer's commit" in caplog.text
     assert "delta.logRetentionDuration" not in DeltaTable(str(path)).metadata().configuration
     assert led.mark_committed(committed("orders", "pg", 1)) is True
-    assert led.lookup("orders", ["pg"]) == LedgerView(0, 1, {"pg": 1})
+    assert led.lookup("orders", ["pg"]) == LedgerView(0, 1, {"pg": 1}, owner_recorded=False)
 
 
 def test_a_ledger_whose_log_retention_another_opener_set_first_opens_quietly(

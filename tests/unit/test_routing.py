@@ -124,4 +124,7 @@ def test_dead_lettered_rows_are_recorded_in_the_mark() -> None:
     FanOut("routes", ledger, [Rejecting("pg")]).process(
         ArrowFrame(pa.table({"x": [1, 2, 3]})), BatchInfo("routes", 0, "q")
     )
-    assert [(e.rows, e.dead_lettered) for e in ledger.entries] == [(2, 1)]
+    assert [(e.status, e.rows, e.dead_lettered) for e in ledger.entries] == [
+        ("epoch", None, None),
+        ("committed", 2, 1),
+    ]

@@ -65,7 +65,7 @@ def test_secret_never_reaches_errors_logs_or_ledger(caplog: pytest.LogCaptureFix
     texts += [e.error or "" for e in ledger.entries]
     assert all(PASSWORD not in text for text in texts)
     assert "connect to postgresql://u:***@db failed" in str(error)
-    assert [e.status for e in ledger.entries] == ["failed"]
+    assert [e.status for e in ledger.entries] == ["epoch", "failed"]
 
 
 def test_expand_env_nested_defaults_and_no_reexpansion() -> None:
