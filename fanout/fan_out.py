@@ -186,11 +186,15 @@ class FanOut:
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
             self._spark, probe_interval_s,
         )  # fmt: skip
-        if self.lagging.sinks:
-            self.catchup.take_over(_ledger_location(self.ledger))
         if self.spool is not None:
             self.spool.open()
             check_spooled_sinks(self.pipeline, self.specs, self.spool)
+        # last of what can refuse the setup: a FanOut that fails to start leaves the one
+        # before it running; first of what releases the spool, which the one before must
+        # no longer do beside this one
+        if self.lagging.sinks:
+            self.catchup.take_over(_ledger_location(self.ledger))
+        if self.spool is not None:
             self.lagging.release_held()  # batches caught up by a run that died before
             self.lagging.release_orphans()
 

@@ -16,7 +16,13 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from fanout import CheckpointResetError, CheckpointRollbackError, FanOut, SinkWriteError
+from fanout import (
+    CheckpointResetError,
+    CheckpointRollbackError,
+    ConfigurationError,
+    FanOut,
+    SinkWriteError,
+)
 from fanout.contract.batch import BatchInfo
 from fanout.delta_tables.io import read_arrow
 from fanout.ledger.entry import now_utc
@@ -310,6 +316,40 @@ def test_a_new_fanout_stops_the_catch_up_of_one_not_closed(
     finally:
         for fan in (new, old, other):
             fan.close()
+
+
+def test_a_new_fanout_refused_at_setup_leaves_the_catch_up_before_it_running(
+    tmp_path: Path,
+) -> None:
+    """The new FanOut's setup refuses (the spool holds a batch for M, which no longer
+    lags): it never runs, so the catch-up of the FanOut before it goes on."""
+    ledger, path = MemoryLedger(), str(tmp_path / "spool")
+    old = FanOut(
+        "pipe",
+        ledger,
+        [SinkSpec(ScriptedSink("L"), lag=lag_policy("L", {"on_failure": "lag"}))],
+        spool=path,
+        probe_interval_s=3600,
+    )
+    old.spool.add(SchemaFrame([1]), BatchInfo("pipe", 1, "q1"), {"M"}, now_utc())  # type: ignore[union-attr]
+    old.catchup.start()
+    thread = old.catchup._thread
+    try:
+        with pytest.raises(ConfigurationError, match="sink 'M' still needs batches"):
+            FanOut(
+                "pipe",
+                ledger,
+                [
+                    SinkSpec(ScriptedSink("L"), lag=lag_policy("L", {"on_failure": "lag"})),
+                    ScriptedSink("M"),
+                ],
+                spool=path,
+                probe_interval_s=3600,
+            )
+        assert thread is not None and thread.is_alive()
+        assert old.catchup._thread is thread
+    finally:
+        old.close()
 
 
 def test_a_replay_appends_the_rows_of_a_batch_whose_index_row_a_killed_driver_wrote(
