@@ -31,7 +31,7 @@ is the error of a failed fan-out (named after the :class:`fanout.FanOut` that ra
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 
 class FanoutError(Exception):
@@ -235,18 +235,34 @@ class CheckpointRollbackError(CheckpointError):
 class BatchFailedError(FanoutError):
     """A micro-batch failed in one or more sinks, after their retries.
 
-    ``failures`` maps each failed sink name to its error. Sinks not named here committed
-    the batch; on restart Spark replays the batch and only the failed sinks are written.
+    ``failures`` maps each failed sink name to its error; ``committed`` names the sinks
+    that hold the batch (``None``: not known). On restart Spark replays the batch and only
+    the sinks that do not hold it are written.
     """
 
-    def __init__(self, pipeline: str, batch_id: int, failures: Mapping[str, BaseException]):
+    def __init__(
+        self,
+        pipeline: str,
+        batch_id: int,
+        failures: Mapping[str, BaseException],
+        committed: Iterable[str] | None = None,
+    ):
         self.pipeline = pipeline
         self.batch_id = batch_id
         self.failures = dict(failures)
+        self.committed = None if committed is None else sorted(committed)
+        replay = "when the query restarts and Spark replays it"
+        if self.committed is None:
+            outcome = f"any other sink that committed the batch is skipped {replay}"
+        elif self.committed:
+            outcome = (
+                f"{', '.join(self.committed)} committed the batch and will be skipped {replay}"
+            )
+        else:
+            outcome = f"no sink committed the batch: each one writes it {replay}"
         lines = [
             f"pipeline {pipeline!r}, batch {batch_id}: {len(self.failures)} sink(s) failed "
-            f"({', '.join(sorted(self.failures))}); the other sinks committed the batch and "
-            "will be skipped when the query restarts and Spark replays it:"
+            f"({', '.join(sorted(self.failures))}); {outcome}:"
         ]
         for name in sorted(self.failures):
             error = self.failures[name]

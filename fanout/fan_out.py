@@ -415,12 +415,16 @@ class FanOut:
                 size = SpoolSize(*self.spool.size())
             self.hooks.call("fanout_sink_lag", info=info, lags=self.lagging.lags(), spool=size)
         if state.failures:
+            committed = [*state.skipped, *state.results]
+            error = BatchFailedError(self.pipeline, info.batch_id, state.failures, committed)
             self.hooks.call(
-                "fanout_batch_failed", info=info, failures=state.failures, results=state.results
+                "fanout_batch_failed",
+                info=info,
+                failures=state.failures,
+                results=state.results,
+                error=error,
             )
-            raise BatchFailedError(self.pipeline, info.batch_id, state.failures) from next(
-                iter(state.failures.values())
-            )
+            raise error from next(iter(state.failures.values()))
         self.hooks.call("fanout_batch_end", info=info, results=state.results)
         return state.results
 

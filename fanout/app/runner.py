@@ -61,12 +61,11 @@ class BatchTracker:
     def fanout_batch_failed(
         self,
         info: BatchInfo,
-        failures: Mapping[str, BaseException],
-        results: Mapping[str, SinkResult],
+        error: BatchFailedError,
     ) -> None:
         """A batch failed (the query is about to fail): keep fanout's own message, whole,
         for the run's summary (Spark hands the query's error back as a JVM trace)."""
-        self.failure = str(BatchFailedError(info.pipeline, info.batch_id, failures))
+        self.failure = str(error)
         self.in_flight = None
         self.idle.set()
 

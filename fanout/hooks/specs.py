@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from fanout.contract.partitions import PartitionCommit
     from fanout.contract.sink import Sink, SinkResult
     from fanout.deadletters.target import DeadLetterKind
+    from fanout.errors import BatchFailedError
     from fanout.hooks.commands import CliCommand
     from fanout.hooks.services import EmbeddedService
 
@@ -237,14 +238,20 @@ def fanout_batch_end(info: BatchInfo, results: Mapping[str, SinkResult]) -> None
 
 @hookspec
 def fanout_batch_failed(
-    info: BatchInfo, failures: Mapping[str, BaseException], results: Mapping[str, SinkResult]
+    info: BatchInfo,
+    failures: Mapping[str, BaseException],
+    results: Mapping[str, SinkResult],
+    error: BatchFailedError,
 ) -> None:
     """Called when one or more sinks failed the batch after their retries, just before
-    ``BatchFailedError`` is raised to Spark.
+    ``error`` is raised to Spark.
 
     :param info: the batch: pipeline, batch id, query id and source offsets.
     :param failures: the final error of each failed sink.
     :param results: the sinks that did commit the batch in this call.
+    :param error: the :class:`fanout.BatchFailedError` about to be raised (Spark hands it
+        back wrapped in a JVM trace): its message names the failed sinks and those that
+        hold the batch.
     """
 
 

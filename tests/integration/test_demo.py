@@ -30,7 +30,10 @@ def test_demo_proves_no_loss_and_no_duplicate(tmp_path: Path) -> None:
     out = done.stdout
     assert "latest: FAILED (sink 'latest', batch 3: simulated outage" in out
     planned = out.split("run 1: the query stopped, as planned:\n", 1)[1].splitlines()
-    assert planned[0].startswith("pipeline 'demo', batch 3: 1 sink(s) failed (latest); the ")
+    assert planned[0] == (
+        "pipeline 'demo', batch 3: 1 sink(s) failed (latest); bronze, events, pg committed the "
+        "batch and will be skipped when the query restarts and Spark replays it:"
+    )
     assert planned[1].startswith("  - latest: ") and "simulated outage" in planned[1]
     assert "reading every sink back with its own client" in out
     assert "(the demo's tables, ledger and checkpoint are in " in out

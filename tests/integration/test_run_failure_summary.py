@@ -53,9 +53,8 @@ def test_a_failed_run_ends_with_fanouts_own_message(tmp_path: Path) -> None:
     failed = next(i for i, line in enumerate(lines) if line.startswith("pipeline 'dupes' failed:"))
     summary = lines[failed:]
     assert summary[0] == (
-        "pipeline 'dupes' failed: pipeline 'dupes', batch 0: 1 sink(s) failed (latest); the "
-        "other sinks committed the batch and will be skipped when the query restarts and "
-        "Spark replays it:"
+        "pipeline 'dupes' failed: pipeline 'dupes', batch 0: 1 sink(s) failed (latest); bronze "
+        "committed the batch and will be skipped when the query restarts and Spark replays it:"
     )
     assert summary[1].startswith("  - latest: ")
     assert "order_id" in summary[1] and "7" in summary[1]

@@ -181,8 +181,8 @@ def test_every_failed_sink_is_named(memory_ledger: MemoryLedger, frame: FakeFram
     assert error.failures["c"].__cause__ is disk
     assert (error.failures["b"].sink, error.failures["b"].batch_id) == ("b", 5)
     assert str(error) == (
-        "pipeline 'orders', batch 5: 2 sink(s) failed (b, c); the other sinks committed the "
-        "batch and will be skipped when the query restarts and Spark replays it:\n"
+        "pipeline 'orders', batch 5: 2 sink(s) failed (b, c); ok committed the batch and will "
+        "be skipped when the query restarts and Spark replays it:\n"
         "  - b: SinkWriteError: sink 'b', batch 5: ValueError: bad row 7\n"
         "  - c: SinkWriteError: sink 'c', batch 5: RuntimeError: disk full"
     )
@@ -198,6 +198,36 @@ def test_every_failed_sink_is_named(memory_ledger: MemoryLedger, frame: FakeFram
     assert sorted(fan.process(frame, info(5))) == ["b", "c"]
     assert ok.calls == [(5, 1)]
     assert b.calls == [(5, 1), (5, 1)]
+
+
+def test_the_failure_names_the_sinks_that_hold_the_batch(
+    memory_ledger: MemoryLedger, frame: FakeFrame
+) -> None:
+    """Skipped sinks hold the batch as much as those written; when none does, the text
+    says every one writes it on the replay (a single-sink pipeline has no "other sinks")."""
+    ok, bad = ScriptedSink("ok"), ScriptedSink("bad", always_fail=RuntimeError("down"))
+    with pytest.raises(BatchFailedError):
+        make_fan(memory_ledger, [ok, bad]).process(frame, info(5))
+    with pytest.raises(BatchFailedError) as replayed:  # ok is skipped, bad fails again
+        make_fan(memory_ledger, [ok, bad]).process(frame, info(5))
+    assert replayed.value.committed == ["ok"]
+    assert str(replayed.value).startswith(
+        "pipeline 'orders', batch 5: 1 sink(s) failed (bad); ok committed the batch and will "
+        "be skipped when the query restarts and Spark replays it:\n"
+    )
+    with pytest.raises(BatchFailedError) as alone:
+        make_fan(memory_ledger, [bad]).process(frame, info(6))
+    assert alone.value.committed == []
+    assert str(alone.value) == (
+        "pipeline 'orders', batch 6: 1 sink(s) failed (bad); no sink committed the batch: "
+        "each one writes it when the query restarts and Spark replays it:\n"
+        "  - bad: SinkWriteError: sink 'bad', batch 6: RuntimeError: down"
+    )
+    unknown = BatchFailedError("orders", 7, {"bad": RuntimeError("down")})
+    assert str(unknown).startswith(
+        "pipeline 'orders', batch 7: 1 sink(s) failed (bad); any other sink that committed "
+        "the batch is skipped when the query restarts and Spark replays it:\n"
+    )
 
 
 def test_transient_errors_are_retried_then_fail(

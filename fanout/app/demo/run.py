@@ -72,11 +72,10 @@ class Progress:
     def fanout_batch_failed(
         self,
         info: BatchInfo,
-        failures: Mapping[str, BaseException],
-        results: Mapping[str, SinkResult],
+        error: BatchFailedError,
     ) -> None:
         """Keep the failure: the demo tells the planned one from any other."""
-        self.failure = BatchFailedError(info.pipeline, info.batch_id, failures)
+        self.failure = error
 
 
 def _is_planned(failure: BatchFailedError | None) -> bool:
