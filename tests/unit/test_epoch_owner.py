@@ -25,13 +25,27 @@ SINKS = ["s"]
 @pytest.fixture(params=["memory", "delta"])
 def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> MemoryLedger | DeltaLedger:
     """A ledger where query Q1 committed batches 0..5 of pipeline ``p`` in epoch 0."""
-    led: MemoryLedger | DeltaLedger = (
-        MemoryLedger() if request.param == "memory" else DeltaLedger(str(tmp_path / "l"))
-    )
-    led.open()
+    led = new_ledger(request.param, tmp_path)
     for batch in range(6):
         mark(led, Q1, batch, 0, batch)
     return led
+
+
+def new_ledger(kind: str, tmp_path: Path) -> MemoryLedger | DeltaLedger:
+    """An opened, empty ledger of ``kind`` (``memory`` or ``delta``)."""
+    led = MemoryLedger() if kind == "memory" else DeltaLedger(str(tmp_path / "l"))
+    led.open()
+    return led
+
+
+def unmarked_owner_refusal(query: str, owner: str) -> str:
+    """How the refusal of ``query``'s batch 0 begins when epoch 0 belongs to ``owner``,
+    which marked nothing yet."""
+    return (
+        f"pipeline 'p': checkpoint reset detected. Spark handed batch 0 of query {query}, "
+        f"but epoch 0 of this pipeline belongs to query {owner} (no batch of it is marked "
+        "committed yet"
+    )
 
 
 def mark(led: MemoryLedger | DeltaLedger, query: str, batch: int, epoch: int, off: int) -> None:
@@ -213,11 +227,7 @@ def test_failed_attempts_name_the_owner_of_an_epoch_without_marks(tmp_path: Path
         assert led.epoch_owners("p") == {0: Q1}
         with pytest.raises(CheckpointResetError) as refused:
             admit(Admission(led, "refuse"), 0, Q2, 0)
-        assert str(refused.value).startswith(
-            f"pipeline 'p': checkpoint reset detected. Spark handed batch 0 of query {Q2}, "
-            f"but epoch 0 of this pipeline belongs to query {Q1} (no batch of it is marked "
-            "committed yet"
-        )
+        assert str(refused.value).startswith(unmarked_owner_refusal(Q2, Q1))
 
 
 def test_the_owners_are_read_from_the_few_rows_that_tell(
@@ -287,11 +297,7 @@ def test_an_epoch_another_query_started_meanwhile_is_not_started_again(
 @pytest.fixture(params=["memory", "delta"])
 def empty(request: pytest.FixtureRequest, tmp_path: Path) -> MemoryLedger | DeltaLedger:
     """A ledger that holds nothing of pipeline ``p``."""
-    led: MemoryLedger | DeltaLedger = (
-        MemoryLedger() if request.param == "memory" else DeltaLedger(str(tmp_path / "l"))
-    )
-    led.open()
-    return led
+    return new_ledger(request.param, tmp_path)
 
 
 def test_a_first_query_that_marked_nothing_still_owns_epoch_0(
@@ -308,11 +314,7 @@ def test_a_first_query_that_marked_nothing_still_owns_epoch_0(
 
     with pytest.raises(CheckpointResetError) as refused:
         admit(Admission(empty, "refuse"), 0, Q2, 50)
-    assert str(refused.value).startswith(
-        f"pipeline 'p': checkpoint reset detected. Spark handed batch 0 of query {Q2}, "
-        f"but epoch 0 of this pipeline belongs to query {Q1} (no batch of it is marked "
-        "committed yet"
-    )
+    assert str(refused.value).startswith(unmarked_owner_refusal(Q2, Q1))
     # accepted explicitly: an epoch of its own, whose transaction ids no sink holds
     state = admit(Admission(empty, "new_epoch"), 0, Q2, 50)
     assert (state.info.epoch, pending(empty, state)) == (1, ["s"])
