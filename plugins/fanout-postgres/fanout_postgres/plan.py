@@ -190,8 +190,9 @@ def map_columns(
 def check_batch(
     info: TargetInfo, pairs: Sequence[tuple[str, str]], spark_types: Mapping[str, Any]
 ) -> None:
-    """Every batch column has a target column of a compatible type; the table's required
-    columns are all written."""
+    """Every batch column has a target column of a compatible type, into which PostgreSQL
+    would not round its values silently (:func:`fanout_postgres.types.loss`); the table's
+    required columns are all written."""
     table = info.table
     for source, target in pairs:
         column = info.columns.get(target)
@@ -215,6 +216,15 @@ def check_batch(
                 f"batch column {source!r} ({spark_types[source].simpleString()}) cannot be "
                 f"written to column {quote(target)} of table {table} ({column.pg_type}); "
                 "cast it in the query, or write it as a string for PostgreSQL to parse",
+                [source],
+            )
+        lost = pgtypes.loss(spark_types[source], column.sa_type)
+        if lost is not None:
+            raise PlanError(
+                f"batch column {source!r} ({spark_types[source].simpleString()}) cannot be "
+                f"written to column {quote(target)} of table {table} ({column.pg_type}) "
+                f"without loss: {lost.what}; {lost.remedy(source)}, or change the column's "
+                "type",
                 [source],
             )
     written = {t for _, t in pairs}

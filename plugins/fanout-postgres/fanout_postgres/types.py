@@ -2,12 +2,23 @@
 
 Rows travel as COPY text, so PostgreSQL parses every value: a Spark ``string`` may go to a
 column of any type (``uuid``, ``inet``, an enum, ``integer``...), and a value it cannot parse
-is a rejected row, reported with its column and value. Other Spark types go to the columns
-that can hold them without reinterpretation (see :data:`COMPATIBLE`).
+is a rejected row, reported with its column and value. A string is explicitly PostgreSQL's
+to parse, its rounding included: ``'1.2345'`` into ``numeric(10,2)`` is stored as ``1.23``,
+as it would be by an ``INSERT``. Other Spark types go to the columns that can hold them
+without reinterpretation (see :data:`COMPATIBLE`), and only when PostgreSQL would not round
+them silently on the way in (see :func:`loss`): a ``double`` into ``numeric(10,2)`` or
+``real``, a ``decimal(10,4)`` into ``numeric(10,2)``, a ``bigint`` into ``double precision``
+or a timestamp into ``timestamp(3)`` is refused before any row is written, and the query
+casts it so that the rounding is its own choice. A value too large for its column
+(``numeric field overflow``, ``integer out of range``) is no silent loss: the server refuses
+the row, which is reported like any refused row.
 """
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
 # Kinds of PostgreSQL target columns, from the reflected SQLAlchemy type.
@@ -76,6 +87,125 @@ def target_kind(sa_type: Any) -> str:
     if isinstance(sa_type, sa.JSON):
         return "json"
     return "other"
+
+
+@dataclass(frozen=True)
+class Loss:
+    """What PostgreSQL would silently round in the values of a batch column written to a
+    target column, and how the query makes that rounding its own choice."""
+
+    what: str
+    """What would be lost, as a clause: ``PostgreSQL would round its values to 2 decimal
+    places``."""
+    cast: str
+    """The Spark type to cast the column to (``decimal(10,2)``, ``float``...; ``string``
+    for a timestamp formatted by :attr:`pattern`)."""
+    pattern: str | None = None
+    """For a timestamp: the ``date_format`` pattern writing it as text for PostgreSQL to
+    parse, instead of a cast."""
+
+    def remedy(self, column: str) -> str:
+        """What to do about batch column ``column``, as a PySpark expression and as a
+        ``select`` expression of the sink's route."""
+        col = f"F.col({_py(column)})"
+        name = _sql_name(column)
+        if self.pattern is not None:
+            return (
+                f"format it as text in the query so the rounding is yours: "
+                f"F.date_format({col}, {_py(self.pattern)}) (in a sink's select: "
+                f"date_format({name}, '{self.pattern}') AS {name})"
+            )
+        how = "cast it in the query so the rounding is yours"
+        if self.cast == "string":  # no Spark type holds the column's scale
+            how = "cast it to a string in the query, for PostgreSQL to parse and round"
+        return (
+            f"{how}: {col}.cast({_py(self.cast)}) "
+            f"(in a sink's select: CAST({name} AS {self.cast}) AS {name})"
+        )
+
+
+# Significant decimal digits of a Spark type's values, for float targets (a type whose
+# values have no more digits than the target keeps goes there as it is): an integer's
+# widest value; FLT_DIG and DBL_DIG for the floats (a float's shortest text round-trips
+# through real, a double's through double precision).
+_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 19, "float": 6, "double": 15}
+_TARGET_DIGITS = {"real": 6, "double precision": 15}
+_MICROSECONDS = 6
+"""The fraction of a Spark timestamp, and of PostgreSQL's ``timestamp`` without precision."""
+
+
+def loss(data_type: Any, sa_type: Any) -> Loss | None:
+    """What PostgreSQL would silently round in values of the Spark ``data_type`` written to
+    a column of the reflected ``sa_type``, or ``None`` when every value arrives as it is.
+
+    For the pairs :data:`COMPATIBLE` allows; a Spark ``string`` (PostgreSQL's to parse)
+    and an all-null column lose nothing here."""
+    from pyspark.sql import types as T
+    from sqlalchemy import types as sa
+
+    kind = spark_kind(data_type)
+    if kind in ("string", "null"):
+        return None
+    target = target_kind(sa_type)
+    if target == "numeric" and kind in ("int", "float", "decimal") and sa_type.scale is not None:
+        # the decimal places of the source's values: an integer's none, a float's any
+        places = 0 if kind == "int" else data_type.scale if kind == "decimal" else None
+        if places is not None and places <= sa_type.scale:
+            return None
+        return Loss(
+            f"PostgreSQL would round its values {_rounded_to(sa_type.scale)}",
+            _decimal(sa_type.precision, sa_type.scale),
+        )
+    if target == "float" and kind in ("int", "float", "decimal"):
+        name = "real" if isinstance(sa_type, sa.REAL) else "double precision"
+        digits = data_type.precision if kind == "decimal" else _DIGITS[data_type.simpleString()]
+        if digits <= _TARGET_DIGITS[name]:
+            return None
+        return Loss(
+            f"PostgreSQL would round its values to the {_TARGET_DIGITS[name]} significant "
+            f"digits a {name} holds",
+            "float" if name == "real" else "double",
+        )
+    if target == "timestamp" and kind == "timestamp":
+        precision = getattr(sa_type, "precision", None)
+        if precision is None or precision >= _MICROSECONDS:
+            return None
+        pattern = "yyyy-MM-dd HH:mm:ss" + ("." + "S" * precision if precision else "")
+        if isinstance(data_type, T.TimestampType):  # an instant: keep its offset
+            pattern += "XXX"
+        seconds = f"{precision} decimal place{'s' if precision > 1 else ''} of a second"
+        return Loss(
+            f"PostgreSQL would round its values to {seconds if precision else 'whole seconds'}",
+            "string",
+            pattern,
+        )
+    return None
+
+
+def _rounded_to(scale: int) -> str:
+    if scale > 0:
+        return f"to {scale} decimal place{'s' if scale > 1 else ''}"
+    return "to whole numbers" if scale == 0 else f"to multiples of {10**-scale}"
+
+
+def _decimal(precision: int | None, scale: int) -> str:
+    """The Spark type holding what a ``numeric(precision, scale)`` holds, as far as Spark
+    can (38 digits); ``string`` when no Spark decimal has that scale."""
+    if not 0 <= scale <= 38:
+        return "string"
+    return f"decimal({min(max(precision or 38, scale), 38)},{scale})"
+
+
+def _py(text: str) -> str:
+    """A Python string literal."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _sql_name(name: str) -> str:
+    """A column name in Spark SQL."""
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        return name
+    return "`" + name.replace("`", "``") + "`"
 
 
 def max_length(sa_type: Any) -> int | None:

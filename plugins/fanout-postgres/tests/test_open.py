@@ -15,7 +15,7 @@ from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError
 
 DDL = (
-    "CREATE TABLE orders (id bigint PRIMARY KEY, code text NOT NULL, amount numeric(10,2), "
+    "CREATE TABLE orders (id bigint PRIMARY KEY, code text NOT NULL, amount double precision, "
     "flag boolean, created timestamptz DEFAULT now())"
 )
 BATCH = T.StructType(
