@@ -279,23 +279,40 @@ class DeltaLedger:
 
     def start_epoch(self, entry: LedgerEntry) -> None:
         """Append the epoch row, with the epoch as the version of its txn action (epoch 0's
-        claim: the first version of that txn)."""
+        claim: the first version of that txn). Two starts committed from one snapshot
+        carry the same txn app id, and delta-rs refuses the second: it checks again on the
+        fresh snapshot, and commits again while the epoch is still free."""
         if entry.status != "epoch":
             raise ValueError("start_epoch takes an epoch entry")
         app_id = epoch_app_id(entry.pipeline)
         with self._lock:
-            table = self._fresh()
-            current = self._version(table, app_id)
-            if not epoch_follows(entry.epoch, current):  # another query came first
-                raise CheckpointResetError(epoch_taken_message(entry, current or 0))
-            try:
-                self._append(table, [entry], {app_id: entry.epoch})
-            except LedgerError as failed:
-                # a concurrent start commits the same txn app id: delta-rs refuses the second
-                current = self._version(self._fresh(), app_id)
-                if epoch_follows(entry.epoch, current):
-                    raise
-                raise CheckpointResetError(epoch_taken_message(entry, current or 0)) from failed
+            for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                table = self._fresh()
+                current = self._version(table, app_id)
+                if attempt > 1 and current == entry.epoch and self._started_by(table, entry):
+                    return  # the commit reported as failed had landed
+                if not epoch_follows(entry.epoch, current):  # another query came first
+                    raise CheckpointResetError(epoch_taken_message(entry, current))
+                try:
+                    self._append(table, [entry], {app_id: entry.epoch})
+                    return
+                except LedgerError as exc:
+                    cause = exc.__cause__
+                    if attempt == COMMIT_ATTEMPTS or cause is None or not is_commit_conflict(cause):
+                        raise
+
+    def _started_by(self, table: DeltaTable, entry: LedgerEntry) -> bool:
+        """Whether ``table`` holds ``entry``'s epoch row: its query started the epoch."""
+        rows = read_arrow(
+            table,
+            columns=["query_id"],
+            filters=[
+                ("pipeline", "=", entry.pipeline),
+                ("status", "=", "epoch"),
+                ("epoch", "=", entry.epoch),
+            ],
+        )
+        return entry.query_id in rows.column("query_id").to_pylist()
 
     # -- writes ---------------------------------------------------------------------
 

@@ -114,9 +114,10 @@ def entries_from_arrow(table: pa.Table) -> list[LedgerEntry]:
 
 def epoch_owners(entries: Iterable[LedgerEntry]) -> dict[int, str]:
     """Per epoch, the query id it belongs to: the query that started it (its ``epoch``
-    row), else the query id of its latest row that has one, a mark or a failed attempt
-    (both name the query that planned their batch; epoch 0 has no epoch row). Rows
-    without a query id are no evidence; epochs without a known query id are left out."""
+    row; epoch 0's claim), else the query id of its latest row that has one, a mark or a
+    failed attempt (both name the query that planned their batch: epoch 0 of a ledger from
+    before claims). Rows without a query id are no evidence; epochs without a known query
+    id are left out."""
     started: dict[int, str] = {}
     last: dict[int, tuple[int, str]] = {}
     for entry in entries:
@@ -147,7 +148,9 @@ class Ledger(Protocol):
 
     def lookup(self, pipeline: str, sinks: Iterable[str]) -> LedgerView:
         """Epoch, high-water mark and marks of the current epoch in one read, without a
-        scan: what the dispatcher needs before every batch."""
+        scan: what the dispatcher needs before every batch; and whether an ``epoch`` row
+        records the epoch's owner (``owner_recorded``: when not, the batch's query claims
+        it with :meth:`start_epoch`; a ledger that leaves it at its default never claims)."""
 
     def start_epoch(self, entry: LedgerEntry) -> None:
         """Record that ``entry.query_id`` starts epoch ``entry.epoch`` at ``entry.batch_id``
@@ -217,20 +220,22 @@ def epoch_follows(epoch: int, recorded: int | None) -> bool:
     return (recorded or 0) == epoch - 1
 
 
-def epoch_taken_message(entry: LedgerEntry, current: int) -> str:
-    """The refusal of a new epoch another query started first: ``entry`` would start
-    epoch ``entry.epoch`` from ``entry.epoch - 1`` (or claim epoch 0), and the pipeline is
-    at ``current``."""
-    if entry.epoch == 0:
-        return (
-            f"pipeline {entry.pipeline!r}: query {entry.query_id} cannot claim epoch 0: "
-            "another query claimed it meanwhile (its first batch ran at the same time as "
-            "this one). Two checkpoints of one pipeline are running: stop one; the other "
-            "continues."
+def epoch_taken_message(entry: LedgerEntry, current: int | None) -> str:
+    """The refusal of an epoch another query took first: ``entry`` would start epoch
+    ``entry.epoch`` from ``entry.epoch - 1`` (or claim epoch 0 while no query did), and the
+    pipeline's epoch transaction is at ``current`` (``None``: never written)."""
+    if entry.epoch == 0 and current == 0:
+        taken = (
+            f"query {entry.query_id} cannot claim epoch 0: another query claimed it meanwhile "
+            "(its first batch ran at the same time as this one)"
+        )
+    else:
+        action = "claim epoch 0" if entry.epoch == 0 else f"start epoch {entry.epoch}"
+        taken = (
+            f"query {entry.query_id} cannot {action}: the pipeline is at epoch {current or 0} "
+            "already (another query accepted a checkpoint reset meanwhile)"
         )
     return (
-        f"pipeline {entry.pipeline!r}: query {entry.query_id} cannot start epoch "
-        f"{entry.epoch}: the pipeline is at epoch {current} already (another query accepted "
-        "a checkpoint reset meanwhile). Two checkpoints of one pipeline are running: stop "
-        "one; the other continues."
+        f"pipeline {entry.pipeline!r}: {taken}. Two checkpoints of one pipeline are running: "
+        "stop one; the other continues."
     )

@@ -68,7 +68,7 @@ class MemoryLedger:
         with self._lock:
             current = self._epochs.get(entry.pipeline)
             if not epoch_follows(entry.epoch, current):
-                raise CheckpointResetError(epoch_taken_message(entry, current or 0))
+                raise CheckpointResetError(epoch_taken_message(entry, current))
             self._epochs[entry.pipeline] = entry.epoch
             self.entries.append(entry)
 

@@ -49,8 +49,8 @@ class Admission:
 
         The first query admitted into epoch 0 claims it (an ``epoch`` row, before any sink
         writes), so a replaced checkpoint is refused even when its predecessor left no
-        mark; of two first queries racing, the second is judged again as a replacement."""
-        sinks = list(sinks)
+        mark. Of two first queries racing, the second is refused, under ``new_epoch`` too:
+        two checkpoints running at once are no reset to continue from."""
         view = self.ledger.lookup(info.pipeline, sinks)
         info = replace(info, epoch=view.epoch)
         try:
@@ -69,8 +69,8 @@ class Admission:
             try:
                 self.ledger.start_epoch(self._epoch_row(info, info.epoch))
             except CheckpointResetError:
-                self.guard.forget(info.pipeline)
-                return self.admit(df, info, sinks)  # the ledger now records the owner
+                self.guard.forget(info.pipeline)  # it took this query for the owner
+                raise
             log.info(
                 "pipeline %s: epoch %s claimed by query %s at batch %s",
                 info.pipeline,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -357,11 +358,13 @@ def test_a_ledger_from_before_the_claim_is_claimed_by_its_inferred_owner(
     ]
 
 
+@pytest.mark.parametrize("on_reset", ["refuse", "new_epoch"])
 def test_of_two_first_queries_racing_the_second_is_refused(
-    empty: MemoryLedger | DeltaLedger, monkeypatch: pytest.MonkeyPatch
+    empty: MemoryLedger | DeltaLedger, monkeypatch: pytest.MonkeyPatch, on_reset: OnReset
 ) -> None:
-    """Q2's admission read no owner, then Q1 claimed epoch 0 before Q2 did: Q2's claim
-    is refused by the ledger, and Q2 is judged again, as a replaced checkpoint."""
+    """Q2's admission read no owner, then Q1 claimed epoch 0 before Q2 did: Q2's claim is
+    refused by the ledger. Two checkpoints running at once are no reset to continue from:
+    no new epoch either, and Q1 goes on."""
     real = empty.epoch_owners
 
     def read_then_lose_the_race(pipeline: str) -> dict[int, str]:
@@ -371,10 +374,37 @@ def test_of_two_first_queries_racing_the_second_is_refused(
         return owners
 
     monkeypatch.setattr(empty, "epoch_owners", read_then_lose_the_race)
+    loser = Admission(empty, on_reset)
     with pytest.raises(CheckpointResetError) as refused:
-        admit(Admission(empty, "refuse"), 0, Q2, 50)
-    assert f"epoch 0 of this pipeline belongs to query {Q1}" in str(refused.value)
-    assert empty.epoch_owners("p") == {0: Q1}
+        admit(loser, 0, Q2, 50)
+    assert str(refused.value) == CLAIMED_MEANWHILE
+    assert (empty.current_epoch("p"), empty.epoch_owners("p")) == (0, {0: Q1})
+    assert admit(Admission(empty, "refuse"), 1, Q1, 1).info.epoch == 0  # Q1 goes on
+    loser.on_reset = "refuse"  # the loser restarted in the same FanOut: it did not keep
+    with pytest.raises(CheckpointResetError, match=f"belongs to query {Q1}"):  # Q2 as owner
+        admit(loser, 0, Q2, 50)
+
+
+CLAIMED_MEANWHILE = (
+    f"pipeline 'p': query {Q2} cannot claim epoch 0: another query claimed it meanwhile "
+    "(its first batch ran at the same time as this one). Two checkpoints of one pipeline are "
+    "running: stop one; the other continues."
+)
+
+
+def _stale_once(ledger: DeltaLedger, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make ``ledger``'s next refresh return the snapshot it holds now (a lookup made
+    before another driver's commit); the calls to refresh are counted in the list."""
+    stale = ledger._loaded(refresh=False)
+    real_fresh = ledger._fresh
+    calls: list[int] = []
+
+    def first_stale() -> object:
+        calls.append(1)
+        return stale if len(calls) == 1 else real_fresh()
+
+    monkeypatch.setattr(ledger, "_fresh", first_stale)
+    return calls
 
 
 def test_two_claims_from_one_snapshot_cannot_both_commit(
@@ -389,24 +419,58 @@ def test_two_claims_from_one_snapshot_cannot_both_commit(
     theirs.open()
     ours.lookup("p", SINKS)  # our snapshot: no claim
     theirs.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id=Q1, epoch=0))
-    stale = ours._loaded(refresh=False)
-    real_fresh = ours._fresh
-    calls = []
-
-    def first_stale() -> object:
-        calls.append(1)
-        return stale if len(calls) == 1 else real_fresh()
-
-    monkeypatch.setattr(ours, "_fresh", first_stale)
+    calls = _stale_once(ours, monkeypatch)
     with pytest.raises(CheckpointResetError) as refused:
         ours.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id=Q2, epoch=0))
-    assert str(refused.value) == (
-        f"pipeline 'p': query {Q2} cannot claim epoch 0: another query claimed it meanwhile "
-        "(its first batch ran at the same time as this one). Two checkpoints of one "
-        "pipeline are running: stop one; the other continues."
-    )
+    assert str(refused.value) == CLAIMED_MEANWHILE
     assert len(calls) == 2  # the commit was tried on the stale snapshot, and refused
     assert DeltaLedger(path).epoch_owners("p") == {0: Q1}
+
+
+def test_a_new_epoch_whose_start_lost_to_the_claim_of_epoch_0_commits_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger from before claims: Q2 (a replaced checkpoint, ``new_epoch``) starts epoch 1
+    while Q1, the owner, claims epoch 0 at its restart. Both commit the epoch transaction:
+    Q2's loses the race, and epoch 1 is still free to start from the claimed epoch 0."""
+    path = str(tmp_path / "l")
+    ours, theirs = DeltaLedger(path), DeltaLedger(path)
+    ours.open()
+    mark(ours, Q1, 0, 0, 0)
+    theirs.open()
+    ours.lookup("p", SINKS)
+    theirs.start_epoch(LedgerEntry("p", "*", 1, "epoch", query_id=Q1, epoch=0))
+    calls = _stale_once(ours, monkeypatch)
+    ours.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id=Q2, epoch=1))
+    assert len(calls) == 2
+    fresh = DeltaLedger(path)
+    assert (fresh.current_epoch("p"), fresh.epoch_owners("p")) == (1, {0: Q1, 1: Q2})
+
+
+def test_a_start_reported_failed_that_landed_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim's commit landed, but the write reported a commit conflict: the claim is
+    the query's own, not another query's; one epoch row."""
+    from deltalake.exceptions import CommitFailedError
+
+    from fanout.errors import LedgerError
+
+    led = DeltaLedger(str(tmp_path / "l"))
+    led.open()
+    real_append = led._append
+
+    def landed_then_failed(*args: Any) -> None:
+        real_append(*args)
+        try:
+            raise CommitFailedError("Concurrent transaction failed")
+        except CommitFailedError as conflict:
+            raise LedgerError("cannot write to the ledger") from conflict
+
+    monkeypatch.setattr(led, "_append", landed_then_failed)
+    led.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id=Q1, epoch=0))
+    assert [(e.status, e.query_id) for e in _rows(led)] == [("epoch", Q1)]
+    assert led.epoch_owners("p") == {0: Q1}
 
 
 def _rows(led: MemoryLedger | DeltaLedger) -> list[LedgerEntry]:
