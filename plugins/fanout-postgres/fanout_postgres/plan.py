@@ -263,10 +263,7 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
     spark_types = {f.name: f.dataType for f in spark_schema.fields}
     pairs = map_columns(list(spark_types), options.columns)
     targets = [t for _, t in pairs]
-    if ROW in targets:
-        raise PlanError(f"column name {ROW!r} is reserved by the postgres sink", [ROW])
-    if len(set(targets)) != len(targets):
-        raise PlanError(f"two batch columns map to one target column ({_names(targets)})")
+    check_targets(targets)
     check_batch(info, pairs, spark_types)
     keys = resolve_keys(info, options.keys, options.mode)
     for option, names in (("keys", keys), ("order_by", options.order_by)):
@@ -314,21 +311,65 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
     )
 
 
-def create_table(conn: Any, table: TableName, spark_schema: Any, pairs: Any, keys: Any) -> None:
-    """``CREATE TABLE IF NOT EXISTS`` from the batch schema, ``keys`` as primary key."""
-    import sqlalchemy as sa
-    from sqlalchemy.schema import CreateTable
+def check_targets(targets: Sequence[str]) -> None:
+    """The target columns the batch columns map to: none reserved, none twice."""
+    if ROW in targets:
+        raise PlanError(f"column name {ROW!r} is reserved by the postgres sink", [ROW])
+    if len(set(targets)) != len(targets):
+        raise PlanError(f"two batch columns map to one target column ({_names(targets)})")
 
+
+def table_to_create(
+    table: TableName, spark_schema: Any, pairs: Sequence[tuple[str, str]], keys: Sequence[str]
+) -> Any:
+    """The ``sqlalchemy.Table`` option ``create_table`` creates for batches of
+    ``spark_schema``: a column of :func:`fanout_postgres.types.type_for_create` per
+    ``(batch column, target column)`` pair, ``keys`` as primary key. Nothing is executed;
+    :class:`PlanError` names what no table can be created with (a reserved or repeated
+    column, a key the batch does not write)."""
+    import sqlalchemy as sa
+
+    targets = [t for _, t in pairs]
+    check_targets(targets)
+    unwritten = [k for k in keys if k not in targets]
+    if unwritten:
+        raise PlanError(
+            f"option 'keys' names {_names(unwritten)}, which the batch does not write "
+            f"to table {table} (written: {_names(targets)}); create_table needs the keys "
+            "as columns of the new table (its primary key)",
+            unwritten,
+        )
     types = {f.name: f.dataType for f in spark_schema.fields}
-    md = sa.MetaData()
     columns = [
         sa.Column(target, pgtypes.type_for_create(types[source]), nullable=target not in keys)
         for source, target in pairs
     ]
-    created = sa.Table(table.name, md, *columns, schema=table.schema)
+    created = sa.Table(table.name, sa.MetaData(), *columns, schema=table.schema)
     if keys:
         created.append_constraint(sa.PrimaryKeyConstraint(*keys))
-    conn.execute(CreateTable(created, if_not_exists=True))
+    return created
+
+
+def create_table(
+    conn: Any, table: TableName, spark_schema: Any, pairs: Sequence[tuple[str, str]],
+    keys: Sequence[str],
+) -> None:  # fmt: skip
+    """``CREATE TABLE IF NOT EXISTS`` of :func:`table_to_create`."""
+    from sqlalchemy.schema import CreateTable
+
+    conn.execute(CreateTable(table_to_create(table, spark_schema, pairs, keys), if_not_exists=True))
+
+
+def created_target(table: TableName, created: Any) -> TargetInfo:
+    """What :func:`reflect` would tell of the table :func:`table_to_create` made, without
+    creating it: ``fanout validate`` checks a batch schema against a table that
+    ``create_table`` would create at the first batch."""
+    columns = {
+        c.name: TargetColumn(c.name, c.type, bool(c.nullable), has_default=False, generated=False)
+        for c in created.columns
+    }
+    pk = tuple(c.name for c in created.primary_key.columns)
+    return TargetInfo(table, columns, pk, (frozenset(pk),) if pk else ())
 
 
 def _names(names: Any) -> str:

@@ -14,14 +14,15 @@ Design decisions:
   :class:`fanout.TransientSinkError`; a row's own fault never is.
 - The batch schema is checked against the table before any row is written: at ``open()``
   when option ``batch_schema`` is given, else on the driver when a batch of a new schema
-  arrives.
+  arrives; :meth:`PostgresSink.check_schema` runs the same checks for ``fanout validate``
+  without writing anything (a table ``create_table`` would make is not created).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch, pipeline_scope
 from fanout.contract.dead_letters import DeadLetterTarget
@@ -56,11 +57,16 @@ from fanout_postgres.plan import (
     build_plan,
     check_target,
     create_table,
+    created_target,
     map_columns,
     reflect,
+    table_to_create,
 )
 from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -419,6 +425,10 @@ class PostgresSink(PartitionedSink):
             logger.debug("sink %r: keys %s", self.name, keys)
 
     def _plan(self, spark_schema: Any, batch_id: int | None) -> WritePlan:
+        """The write plan of batches of ``spark_schema`` (cached per schema), the table
+        created first when it is missing and ``create_table`` is on. ``batch_id`` is
+        ``None`` at :meth:`open` (option ``batch_schema``): a mismatch is then a
+        :class:`ConfigurationError`, else a :class:`SchemaMismatchError` of the batch."""
         cache_key = spark_schema.json()
         plan = self._plans.get(cache_key)
         if plan is not None:
@@ -426,32 +436,75 @@ class PostgresSink(PartitionedSink):
         engine = self._engine()
         try:
             with engine.begin() as conn:
-                info = reflect(conn, self._table)  # type: ignore[arg-type]
-                if info is None and self.create_table:
-                    pairs = map_columns(spark_schema.fieldNames(), self.columns)
-                    create_table(conn, self._table, spark_schema, pairs, self.keys or [])  # type: ignore[arg-type]
-                    logger.info("sink %r: created table %s", self.name, self._table)
-                    info = reflect(conn, self._table)  # type: ignore[arg-type]
-                if info is None:
-                    raise PlanError(f"table {self._table} does not exist")
+                info = self._target(conn, spark_schema, create=True)
                 plan = build_plan(info, self._plan_options(), spark_schema)
         except PlanError as exc:
             if batch_id is None:
                 raise self._error(str(exc)) from None
-            raise SchemaMismatchError(
-                redact(str(exc), self.secret_values()),
-                sink=self.name,
-                batch_id=batch_id,
-                columns=exc.columns,
-            ) from None
+            raise self._mismatch(exc, batch_id) from None
         except Exception as exc:
-            message = f"cannot check table {self._table}: {self._clean(exc)}"
-            if batch_id is None:
-                raise self._error(message) from None
-            error_type = TransientSinkError if self.is_transient(exc) else SinkWriteError
-            raise error_type(message, sink=self.name, batch_id=batch_id) from None
+            raise self._unchecked(exc, batch_id) from None
         self._plans[cache_key] = plan
         return plan
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Batches of the Arrow ``schema`` must fit the table: the checks of a batch's
+        first arrival (:meth:`_plan`: every column in the table, of a type it takes without
+        PostgreSQL rounding it, the NOT NULL columns and the keys written), raising the
+        same :class:`SchemaMismatchError` without a batch id. Nothing is written: a missing
+        table that ``create_table`` would create is checked as it would be created, and
+        stays missing. Called by ``fanout validate`` after :meth:`open`."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        spark_schema = from_arrow_schema(schema)
+        if spark_schema.json() in self._plans:
+            return  # planned already, against the table as it is
+        if self._url is None or self._table is None:  # open() failed, or was not called
+            self._check_options()
+        try:
+            with self._engine().connect() as conn:
+                info = self._target(conn, spark_schema, create=False)
+                build_plan(info, self._plan_options(), spark_schema)  # the plan is not kept
+        except PlanError as exc:
+            raise self._mismatch(exc, None) from None
+        except Exception as exc:
+            raise self._unchecked(exc, None) from None
+
+    def _target(self, conn: Any, spark_schema: Any, *, create: bool) -> TargetInfo:
+        """The table, reflected. When it is missing and ``create_table`` is on: created
+        from ``spark_schema`` (``create``), or only described as it would be created."""
+        table: TableName = self._table  # type: ignore[assignment]
+        info = reflect(conn, table)
+        if info is None and self.create_table:
+            pairs = map_columns(spark_schema.fieldNames(), self.columns)
+            keys = self.keys or []
+            if create:
+                create_table(conn, table, spark_schema, pairs, keys)
+                logger.info("sink %r: created table %s", self.name, table)
+                info = reflect(conn, table)
+            else:
+                info = created_target(table, table_to_create(table, spark_schema, pairs, keys))
+        if info is None:
+            raise PlanError(f"table {table} does not exist")
+        return info
+
+    def _mismatch(self, exc: PlanError, batch_id: int | None) -> SchemaMismatchError:
+        return SchemaMismatchError(
+            redact(str(exc), self.secret_values()),
+            sink=self.name,
+            batch_id=batch_id,
+            columns=exc.columns,
+        )
+
+    def _unchecked(self, exc: Exception, batch_id: int | None) -> ConfigurationError | SinkError:
+        """The table could not be read (or created): at :meth:`open` or in
+        :meth:`check_schema` (``batch_id`` ``None``) a configuration error, at a batch a
+        write error, transient when the cause is."""
+        message = f"cannot check table {self._table}: {self._clean(exc)}"
+        if batch_id is None:
+            return self._error(message)
+        error_type = TransientSinkError if self.is_transient(exc) else SinkWriteError
+        return error_type(message, sink=self.name, batch_id=batch_id)
 
     def _plan_options(self) -> PlanOptions:
         dead = self._dead
