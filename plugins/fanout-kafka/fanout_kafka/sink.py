@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch
 from fanout.contract.dead_letters import DeadLetterTarget
@@ -49,6 +49,9 @@ from fanout_kafka.records import Encoder, batch_headers
 from fanout_kafka.settings import WriterSettings, producer_config, scope_of
 from fanout_kafka.task import KafkaPartitionWriter
 from fanout_kafka.turns import needs_turns, turn_file
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("fanout_kafka")
 
@@ -227,7 +230,7 @@ class KafkaSink(PartitionedSink):
         """The batch, hashed by the key columns (the whole row when keyless), ordered by
         ``order_by`` within each partition; committed partitions are skipped on a replay."""
         df = batch.df
-        self._check_columns(list(df.columns), dict(df.dtypes), batch.batch_id)
+        self._check_columns(df.schema, batch.batch_id)
         keys = self._key_columns
         order = columns(self.name, "order_by", self.order_by) or ()
         same = [(c, c) for c in df.columns]
@@ -419,7 +422,22 @@ class KafkaSink(PartitionedSink):
             minutes / 1440,
         )
 
-    def _check_columns(self, names: list[str], types: dict[str, str], batch_id: int) -> None:
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Batches of the Arrow ``schema`` hold the columns the options name (``key``,
+        ``headers``, ``order_by``, ``value``) and a ``value`` column is a string or binary:
+        the checks of each batch (:meth:`_check_columns`), raising the same
+        :class:`SchemaMismatchError` without a batch id. Needs no broker; called by
+        ``fanout validate`` after :meth:`open`."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        self._check_columns(from_arrow_schema(schema), None)
+
+    def _check_columns(self, schema: Any, batch_id: int | None) -> None:
+        """Batches of ``schema`` (a Spark ``StructType``) can be encoded as the options
+        say: every column they name is there, and a ``value`` column is a string or binary.
+        ``batch_id`` is ``None`` before the stream starts (:meth:`check_schema`)."""
+        names = list(schema.fieldNames())
+        types = {f.name: f.dataType.simpleString() for f in schema.fields}
         wanted = {
             "key": self._key_columns or (),
             "order_by": columns(self.name, "order_by", self.order_by) or (),
@@ -430,9 +448,13 @@ class KafkaSink(PartitionedSink):
         }
         missing = sorted({c for cols in wanted.values() for c in cols if c not in names})
         if missing:
+            options = [o for o, cols in wanted.items() if any(c in missing for c in cols)]
+            option = "option" if len(options) == 1 else "options"
             raise SchemaMismatchError(
-                f"column(s) {', '.join(map(repr, missing))} named by the options are not in "
-                f"the batch (columns: {', '.join(names)})",
+                f"column(s) {', '.join(map(repr, missing))} named by {option} "
+                f"{', '.join(map(repr, options))} are not in the batch (columns: "
+                f"{', '.join(names)}); add them in the query or the sink's select, or change "
+                f"the {option}",
                 sink=self.name, batch_id=batch_id, columns=missing,
             )  # fmt: skip
         if self.value != "json" and types.get(self.value) not in ("string", "binary"):

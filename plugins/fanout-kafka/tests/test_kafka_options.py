@@ -198,8 +198,11 @@ def test_the_partitioning_fanout_may_share_is_the_key_columns_or_the_whole_row()
 
 
 def test_one_header_column_given_as_a_string_is_checked_as_one_column() -> None:
+    from pyspark.sql import types as T
+
     sink = KafkaSink("k", bootstrap_servers="h:1", topic="t", key="id", headers="trace_id")
-    sink._check_columns(["id", "trace_id"], {"id": "bigint", "trace_id": "string"}, 7)
+    id_ = T.StructField("id", T.LongType())
+    sink._check_columns(T.StructType([id_, T.StructField("trace_id", T.StringType())]), 7)
     with pytest.raises(SchemaMismatchError) as missing:
-        sink._check_columns(["id"], {"id": "bigint"}, 7)
-    assert "column(s) 'trace_id' named by the options are not in" in str(missing.value)
+        sink._check_columns(T.StructType([id_]), 7)
+    assert "column(s) 'trace_id' named by option 'headers' are not in" in str(missing.value)

@@ -1,0 +1,56 @@
+"""``fanout validate`` on a pipeline file whose source declares its schema: a Kafka sink
+whose key column the source does not have fails the check, naming the sink and the column,
+with exit code 2, before any stream."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kafkatools import Broker
+
+PIPELINE = """
+[pipeline]
+name = "checks"
+ledger = "{data}/ledger"
+checkpoint = "{data}/checkpoint"
+
+[spark]
+master = "local[2]"
+
+[source]
+format = "json"
+path = "{data}/input"
+schema = "id LONG, price DOUBLE"
+
+[[sinks]]
+type = "kafka"
+name = "events"
+bootstrap_servers = "{bootstrap}"
+topic = "{topic}"
+key = "order_id"
+"""
+
+
+def test_validate_fails_a_key_column_the_source_does_not_have(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path, capsys: Any
+) -> None:
+    from fanout.app.cli import main
+
+    (tmp_path / "input").mkdir()
+    config = tmp_path / "pipeline.toml"
+    config.write_text(PIPELINE.format(data=tmp_path, bootstrap=kafka.bootstrap, topic=topic))
+    assert main(["validate", str(config)]) == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.out.splitlines() if line.startswith("  ")]
+    assert lines == [
+        "  OK    source: builds with its schema and transform",
+        f"  OK    ledger {tmp_path}/ledger: opens",
+        "  OK    sink events: options",
+        "  OK    sink events: opens its target",
+        "  FAIL  sink events: target takes the routed schema: sink 'events': column(s) "
+        "'order_id' named by option 'key' are not in the batch (columns: id, price); add them "
+        "in the query or the sink's select, or change the option",
+    ]
+    assert "configuration error: 1 of 5 checks failed:" in captured.err
+    assert not (tmp_path / "checkpoint").exists()
