@@ -44,6 +44,12 @@ select = ["order_id", "amout * 100 AS cents"]
 type = "delta"
 name = "old"
 path = "{data}/old"
+
+[[sinks]]
+type = "delta"
+name = "unopened"
+path = "{data}/unopened"
+engine = "spark"
 """
 
 
@@ -75,6 +81,8 @@ def test_validate_reports_every_problem_as_a_checklist(
         "  OK    sink old",
         "  OK    sink old",
         "  FAIL  sink old",
+        "  OK    sink unopened",
+        "  FAIL  sink unopened",  # and no schema check of a target that did not open
     ]
     failed = [line for line in lines if line.startswith("  FAIL")]
     assert failed[0].startswith(
@@ -88,5 +96,6 @@ def test_validate_reports_every_problem_as_a_checklist(
     )
     assert failed[2].startswith("  FAIL  sink old: target takes the routed schema: sink 'old': ")
     assert "order_id" in failed[2]
-    assert "configuration error: 3 of 14 checks failed:" in captured.err
+    assert failed[3].startswith("  FAIL  sink unopened: opens its target: Delta sink 'unopened'")
+    assert "configuration error: 4 of 16 checks failed:" in captured.err
     assert not (tmp_path / "checkpoint").exists()
