@@ -311,6 +311,11 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
     )
 
 
+MAX_NAME_BYTES = 63
+"""PostgreSQL's identifier length (``NAMEDATALEN - 1``): longer names are cut, with a
+notice only."""
+
+
 def check_targets(targets: Sequence[str]) -> None:
     """The target columns the batch columns map to: none reserved, none twice."""
     if ROW in targets:
@@ -326,11 +331,20 @@ def table_to_create(
     ``spark_schema``: a column of :func:`fanout_postgres.types.type_for_create` per
     ``(batch column, target column)`` pair, ``keys`` as primary key. Nothing is executed;
     :class:`PlanError` names what no table can be created with (a reserved or repeated
-    column, a key the batch does not write)."""
+    column, a name PostgreSQL would cut, a key the batch does not write)."""
     import sqlalchemy as sa
 
     targets = [t for _, t in pairs]
     check_targets(targets)
+    too_long = [t for t in targets if len(t.encode()) > MAX_NAME_BYTES]
+    if too_long:
+        raise PlanError(
+            f"column name(s) {_names(too_long)} are longer than the {MAX_NAME_BYTES} bytes "
+            f"PostgreSQL keeps of a name: create_table would make table {table} with the "
+            "names cut, and the batch's columns would not be found in it; rename them in "
+            "the query, the sink's select or option 'columns'",
+            too_long,
+        )
     unwritten = [k for k in keys if k not in targets]
     if unwritten:
         raise PlanError(

@@ -97,6 +97,15 @@ CASES = [
         "parse",
         id="create-table-type-it-cannot-hold",
     ),
+    pytest.param(
+        None, {"table": "fresh", "create_table": True, "keys": "id"},
+        _with(FITS, "x" * 64, pa.int64()), ["x" * 64],
+        f"column name(s) {'x' * 64} are longer than the 63 bytes PostgreSQL keeps of a "
+        "name: create_table would make table fresh with the names cut, and the batch's "
+        "columns would not be found in it; rename them in the query, the sink's select or "
+        "option 'columns'",
+        id="create-table-name-postgresql-would-cut",
+    ),
 ]  # fmt: skip
 
 
