@@ -105,7 +105,11 @@ def _sink_checks(
     if spec is None:
         return None
     sink, route = spec.sink, spec.route
-    opened = _check(checks, f"sink {name}: opens its target", lambda: sink.open(context) or True)
+    def open_target() -> bool:
+        sink.open(context)
+        return True
+
+    opened = _check(checks, f"sink {name}: opens its target", open_target)
     if source is not None and opened:  # a target that did not open has no schema to check
         routed = source
         if not route.is_identity:
