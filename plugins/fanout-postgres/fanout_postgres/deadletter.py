@@ -15,6 +15,7 @@ message), column_name, value (as text), row (JSON of the batch row), rejected_at
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,35 @@ POSTGRES = "postgres"
 ROUTE_PARTITION = -1
 """The ``partition`` of a record of a row that failed the sink's route (it never reached
 a partition)."""
+
+
+def letters_lock(pipeline: str, sink: str, batch_id: int, partition: int) -> int:
+    """The key of the ``pg_advisory_xact_lock`` a partition takes before it replaces its
+    records of a batch: two attempts of one partition (a speculative or zombie task) may
+    run at once and take no row lock in common (every row refused, or every row unchanged:
+    MERGE locks none), and would then both commit their records. A hash stable across
+    processes (not Python's ``hash()``), as one signed 64-bit key."""
+    text = json.dumps(["dead-letters", pipeline, sink, batch_id, partition])
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def drop_stale(conn: Any, table: TableName, pipeline: str, sink: str, batch_id: int,
+               kept: Sequence[int]) -> None:  # fmt: skip
+    """Delete the batch's records of refused rows (not the route's) of every partition but
+    ``kept``: those an earlier attempt wrote from a partition that is now empty, or beyond
+    a partition count since lowered (upsert mode does not refuse a new count)."""
+    import sqlalchemy as sa
+
+    from fanout_postgres.statements import dead_letter_table
+
+    d = dead_letter_table(table)
+    conn.execute(
+        sa.delete(d).where(
+            d.c.pipeline == pipeline, d.c.sink == sink, d.c.batch_id == batch_id,
+            d.c.partition >= 0, d.c.partition.not_in(list(kept)),
+        )
+    )  # fmt: skip
 
 
 def ensure_table(conn: Any, table: TableName) -> None:

@@ -41,7 +41,7 @@ from fanout.partitioned.membership import CommittedPartition, PartitionPlan, quo
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout_postgres import url as pgurl
-from fanout_postgres.deadletter import PostgresDeadLetters, as_letter, ensure_table
+from fanout_postgres.deadletter import PostgresDeadLetters, as_letter, drop_stale, ensure_table
 from fanout_postgres.declaration import OPTIONS
 from fanout_postgres.direct import HELD, DirectCopyPolicy
 from fanout_postgres.failures import batch_error
@@ -304,9 +304,15 @@ class PostgresSink(PartitionedSink):
 
     def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
         """Refused rows bound for a target other than a PostgreSQL table (written in the
-        partitions' own transactions) go there now, once per batch."""
+        partitions' own transactions) go there now, once per batch. With a PostgreSQL
+        table in upsert mode, the batch's records of an earlier attempt's partitions that
+        did not commit now (empty now, or beyond a lowered partition count) are deleted."""
         self._direct.record(outcomes)
         dead = self._dead
+        if isinstance(dead, PostgresDeadLetters) and self.mode == "upsert":
+            kept = [o.partition for o in outcomes if o.status in ("committed", "skipped")]
+            with self._engine().begin() as conn:
+                drop_stale(conn, dead.table, _scope(batch), self.name, batch.batch_id, kept)
         letters = [letter for o in outcomes for letter in o.letters]
         if dead is not None and not isinstance(dead, PostgresDeadLetters) and letters:
             dead.write(batch, [as_letter(r, str(self._table)) for r in letters], source="refused")

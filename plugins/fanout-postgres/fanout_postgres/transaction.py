@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout_postgres import binary
+from fanout_postgres.deadletter import letters_lock
 from fanout_postgres.direct import HELD, REFUSED
 from fanout_postgres.encode import (
     CopyStream,
@@ -373,6 +374,9 @@ class PartitionTransaction:
         return [self._detail(r) for r in self.rejects]
 
     def _write_dead_letters(self) -> None:
+        # another attempt at this partition may be writing the same records: one at a time
+        lock = letters_lock(self.meta.pipeline, self.plan.sink, self.meta.batch_id, self.partition)
+        self.cur.execute("SELECT pg_advisory_xact_lock(%(lock)s)", {"lock": lock})
         self.cur.execute(self.sql.dead_delete, self.key)
         if self.rejects:
             self.cur.executemany(
