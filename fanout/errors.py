@@ -142,7 +142,8 @@ class PartitioningError(SinkError, ConfigurationError):
     """A sink with per-partition commits (Kafka, PostgreSQL append) cannot rely on a
     replay rebuilding the same partitions: a column it partitions by is not deterministic
     (``uuid()``, ``rand()``, ``current_timestamp()``...), or the partitioning or the
-    rows of a partition that already committed the batch changed since.
+    rows of a partition that already committed the batch changed since. Also raised for an
+    upsert sink whose keys are not deterministic (a replay would write every row again).
 
     Raised before anything of the batch is written; also a :class:`ConfigurationError`,
     since only a change of the route, the source or the options fixes it. ``batch_id`` is

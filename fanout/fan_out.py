@@ -264,7 +264,7 @@ class FanOut:
                 if masked is not None:  # no traceback may show the secret: the chain is cut
                     raise masked from None
                 raise ConfigurationError(said) from exc
-            check_route_membership(sink.name, spec.route, sink.partitioned_by(), spark)
+            check_route_membership(sink.name, spec.route, sink.deterministic_columns(), spark)
             if sink.guarantee == "at_least_once":
                 log.warning(
                     "pipeline %s: sink %r is at-least-once: if the driver dies between its "

@@ -5,7 +5,15 @@ the same), and what the per-partition commit hooks receive (``fanout_partition_c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
+
+REPARTITIONED = (
+    "a replay or retry would put rows in other partitions than the attempt that committed "
+    "some of them (rows lost and duplicated)"
+)
+"""Why a sink skipping committed partitions on a replay needs deterministic partitioning."""
 
 
 @dataclass(frozen=True)
@@ -22,6 +30,24 @@ class BatchPartitioning:
     def describe(self) -> str:
         """``"4 partitions by order_id"``."""
         return f"{self.partitions} partitions by {', '.join(self.columns)}"
+
+
+@dataclass(frozen=True)
+class StableColumns:
+    """Batch columns a replay of the batch must compute again with the same values
+    (:meth:`fanout.Sink.deterministic_columns`): fanout refuses a route (at
+    ``FanOut(...)``) or a batch in which they, or a filter deciding which rows exist, are
+    not deterministic (``uuid()``, ``rand()``, ``current_timestamp()``...).
+
+    :param columns: the batch column names, or ``"*"`` for the whole row.
+    :param role: what the sink does with them, for the refusal: ``"partitions by"``,
+        ``"upserts by"``.
+    :param why: what a replay computing other values would do, for the refusal.
+    """
+
+    columns: Sequence[str] | Literal["*"]
+    role: str = "partitions by"
+    why: str = REPARTITIONED
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from fanout.contract.batch import Batch
 from fanout.contract.options import SinkOption
-from fanout.contract.partitions import BatchPartitioning
+from fanout.contract.partitions import BatchPartitioning, StableColumns
 from fanout.errors import TransientSinkError
 
 if TYPE_CHECKING:
@@ -171,6 +171,16 @@ class Sink:
         deterministic (:mod:`fanout.partitioned.membership`). Default ``None``: the sink commits a
         batch as a whole, or idempotently, and needs no stable membership."""
         return None
+
+    def deterministic_columns(self) -> StableColumns | None:
+        """The batch columns a replay must compute again with the same values, and why:
+        fanout refuses a route (at ``FanOut(...)``) or a batch in which they, or a filter
+        deciding which rows exist, are not deterministic
+        (:mod:`fanout.partitioned.determinism`). Called on the driver after :meth:`open`.
+        Default: :meth:`partitioned_by`'s columns; a sink upserting by keys returns its
+        keys (a replay computing other keys would write every row again)."""
+        by = self.partitioned_by()
+        return None if by is None else StableColumns(by)
 
     def batch_partitioning(self, schema: Any) -> BatchPartitioning | None:
         """How :meth:`write` will hash-partition a batch of ``schema`` (a Spark

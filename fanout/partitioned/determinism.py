@@ -2,7 +2,9 @@
 
 A sink that commits per partition (:meth:`fanout.Sink.partitioned_by` is not ``None``)
 needs every attempt of a batch to build the same partitions, so the columns it partitions
-by, and every filter deciding which rows exist, must be deterministic. "Volatile" here is
+by, and every filter deciding which rows exist, must be deterministic; a sink upserting by
+keys needs the same of its keys (a replay computing other keys writes every row again).
+Which columns, and why, is :meth:`fanout.Sink.deterministic_columns`. "Volatile" here is
 what Spark calls non-deterministic (``uuid()``, ``rand()``, ``shuffle()``, a
 non-deterministic UDF) plus the clock functions Spark folds into a constant once per
 query execution (``current_timestamp()``, ``now()``, ``current_date()``...): a retry of
@@ -27,6 +29,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from fanout.contract.partitions import StableColumns
 from fanout.contract.sessions import is_connect
 from fanout.errors import PartitioningError
 from fanout.observe.spark_errors import quiet_spark_errors
@@ -47,8 +50,8 @@ below them counts."""
 By = Sequence[str] | Literal["*"]
 
 
-def advice_for(by: By) -> str:
-    """What to do about a volatile partitioning column."""
+def advice_for(by: By, role: str = "partitions by") -> str:
+    """What to do about a volatile partitioning (or key) column."""
     if by == WHOLE_ROW:
         return (
             "This sink has no key, so it partitions by the whole row: give it key columns "
@@ -57,17 +60,23 @@ def advice_for(by: By) -> str:
             "uuid(), an input timestamp instead of current_timestamp())"
         )
     return (
-        f"This sink partitions by {', '.join(by)}: derive those columns deterministically "
+        f"This sink {role} {', '.join(by)}: derive those columns deterministically "
         "from the input (its other columns may be non-deterministic)"
     )
 
 
-def refusal(what: str, by: By, sink: str, batch_id: int | None) -> PartitioningError:
+def stable_columns(by: By | StableColumns) -> StableColumns:
+    """``by`` as :class:`StableColumns` (partitioning columns when only columns)."""
+    return by if isinstance(by, StableColumns) else StableColumns(by)
+
+
+def refusal(
+    what: str, by: By | StableColumns, sink: str, batch_id: int | None
+) -> PartitioningError:
     """The error naming the sink, the batch (if any) and the volatile expression."""
+    stable = stable_columns(by)
     return PartitioningError(
-        f"{what} is not deterministic: a replay or retry would put rows in other partitions "
-        f"than the attempt that committed some of them (rows lost and duplicated). "
-        f"{advice_for(by)}",
+        f"{what} is not deterministic: {stable.why}. {advice_for(stable.columns, stable.role)}",
         sink=sink, batch_id=batch_id,
     )  # fmt: skip
 
@@ -142,9 +151,11 @@ _passed: set[tuple[str, str]] = set()
 _passed_lock = threading.Lock()
 
 
-def check_batch(df: Any, by: By, *, sink: str, batch_id: int, query_id: str | None) -> None:
-    """Refuse a batch whose partitioning columns or filters are volatile, in the routed
-    DataFrame or in the streaming query that produced it. A pass is remembered per
+def check_batch(
+    df: Any, by: By | StableColumns, *, sink: str, batch_id: int, query_id: str | None
+) -> None:
+    """Refuse a batch whose partitioning (or key) columns or filters are volatile, in the
+    routed DataFrame or in the streaming query that produced it. A pass is remembered per
     (sink, query id): the plans do not change while a query runs.
 
     :raises PartitioningError: naming the sink, the batch, the columns and the expression.
@@ -152,7 +163,8 @@ def check_batch(df: Any, by: By, *, sink: str, batch_id: int, query_id: str | No
     key = (sink, query_id or "")
     if query_id is not None and key in _passed:
         return
-    columns = list(df.columns) if by == WHOLE_ROW else list(by)
+    stable = stable_columns(by)
+    columns = list(df.columns) if stable.columns == WHOLE_ROW else list(stable.columns)
     connect = is_connect(df)
     try:
         selected = df.select(*[quoted(c) for c in columns])
@@ -164,14 +176,17 @@ def check_batch(df: Any, by: By, *, sink: str, batch_id: int, query_id: str | No
         log.debug("sink %r: cannot inspect the batch plan: %s", sink, exc)
         return
     if found:
-        raise refusal(f"the batch's {_cols(columns)} ({'; '.join(found)})", by, sink, batch_id)
+        raise refusal(f"the batch's {_cols(columns)} ({'; '.join(found)})", stable, sink, batch_id)
     if connect:
         found = _volatile_in_connect_source(df, leaves, query_id)
     else:
         found = _volatile_in_source(df, leaves, query_id)
     if found:
         raise refusal(
-            f"the source query's {_cols(sorted(leaves))} ({'; '.join(found)})", by, sink, batch_id
+            f"the source query's {_cols(sorted(leaves))} ({'; '.join(found)})",
+            stable,
+            sink,
+            batch_id,
         )
     if query_id is not None:
         with _passed_lock:
@@ -233,21 +248,22 @@ def _running_query(df: Any, query_id: str) -> Any:
     return None
 
 
-def check_route(sink: str, route: Any, by: By | None, spark: Any) -> None:
+def check_route(sink: str, route: Any, by: By | StableColumns | None, spark: Any) -> None:
     """At ``FanOut(...)``: refuse a route whose ``where``, or whose ``select`` expression
-    producing a partitioning column, is volatile. Best effort: an expression Spark cannot
-    analyze without the source's schema is left to :func:`check_batch`.
+    producing a partitioning (or key) column, is volatile. Best effort: an expression
+    Spark cannot analyze without the source's schema is left to :func:`check_batch`.
 
     :raises PartitioningError: naming the sink and the expression (no batch yet).
     """
     if by is None or spark is None or route.is_identity:
         return
+    stable = stable_columns(by)
     if route.where is not None and _volatile_expression(spark, route.where, "where"):
-        raise refusal(f"route where {route.where!r}", by, sink, None)
+        raise refusal(f"route where {route.where!r}", stable, sink, None)
     for expression in route.select or ():
         produced = _volatile_expression(spark, expression, "select")
-        if produced and (by == WHOLE_ROW or set(produced) & set(by)):
-            raise refusal(f"route select expression {expression!r}", by, sink, None)
+        if produced and (stable.columns == WHOLE_ROW or set(produced) & set(stable.columns)):
+            raise refusal(f"route select expression {expression!r}", stable, sink, None)
 
 
 def _volatile_expression(spark: Any, expression: str, kind: str) -> list[str]:

@@ -229,10 +229,11 @@ class PartitionedSink(Sink):
 
     def prepare_partitions(self, batch: Batch) -> PreparedPartitions:
         """Everything :meth:`write` does on the driver before the executors write: the
-        preflight, the determinism and membership checks (which refuse the batch before
-        any partition is written), the partitioned input and the picklable task. A shared
-        task (:mod:`fanout.partitioned.shared`) runs :attr:`PreparedPartitions.task` with
-        other sinks' in one Spark job."""
+        preflight, the determinism checks (of the partitioning when membership is kept,
+        else of :meth:`deterministic_columns`) and the membership check (which refuse the
+        batch before any partition is written), the partitioned input and the picklable
+        task. A shared task (:mod:`fanout.partitioned.shared`) runs
+        :attr:`PreparedPartitions.task` with other sinks' in one Spark job."""
         self.preflight(batch)
         given = self.partition_input(batch)
         plan = None
@@ -245,6 +246,11 @@ class PartitionedSink(Sink):
                 lambda: summarize(partitioned_frame(given.df, self.partitions, given.by), given.by),
                 sink=self.name, batch_id=batch.batch_id,
             )  # fmt: skip
+        else:  # no partition skipped on a replay: only what the sink says must be stable
+            stable = self.deterministic_columns()
+            if stable is not None:
+                check_batch(batch.df, stable, sink=self.name, batch_id=batch.batch_id,
+                            query_id=batch.query_id)  # fmt: skip
         task = PartitionTask(self.partition_writer(batch, plan), self._hooks(batch))
         return PreparedPartitions(given, task, partial(self._parted, given))
 

@@ -145,3 +145,25 @@ def test_kafka_plan_offset_round_trip() -> None:
 def test_advice_names_keys_for_a_keyless_sink_and_the_columns_for_a_keyed_one() -> None:
     assert "no key" in advice_for(WHOLE_ROW) and "'key'" in advice_for(WHOLE_ROW)
     assert advice_for(["order_id"]).startswith("This sink partitions by order_id")
+
+
+def test_the_columns_a_sink_needs_deterministic_default_to_its_partitioning() -> None:
+    from fanout.contract.partitions import StableColumns
+    from fanout.contract.sink import Sink
+    from fanout.partitioned.determinism import refusal
+
+    class Keyed(Sink):
+        def partitioned_by(self) -> list[str]:
+            return ["order_id"]
+
+    assert Sink.deterministic_columns(Sink.__new__(Sink)) is None  # commits batches whole
+    stable = Keyed.__new__(Keyed).deterministic_columns()
+    assert stable == StableColumns(["order_id"])
+    text = str(refusal("column 'order_id'", ["order_id"], "s", 1))
+    assert text == str(refusal("column 'order_id'", stable, "s", 1))
+    assert "would put rows in other partitions" in text
+    upsert = StableColumns(["id"], "upserts by", "a replay would compute other keys")
+    assert str(refusal("column 'id'", upsert, "s", 1)).startswith(
+        "sink 's', batch 1: column 'id' is not deterministic: a replay would compute other "
+        "keys. This sink upserts by id: derive"
+    )

@@ -46,9 +46,22 @@ def partition_columns(
     is idempotent whichever partition writes it)."""
     if mode != "append":
         return None
-    renamed = {t: s for s, t in columns.items()} if isinstance(columns, Mapping) else {}
     if not keys:
         if columns is None:
             return WHOLE_ROW
         keys = list(columns.values()) if isinstance(columns, Mapping) else list(columns)
-    return [renamed.get(k, k) for k in keys]
+    return batch_names(keys, columns)
+
+
+VOLATILE_KEYS = (
+    "a replay or retry would compute other keys (or keep other rows), and the upsert would "
+    "insert them beside the rows an earlier attempt wrote (every row written twice)"
+)
+"""Why an upsert sink needs deterministic keys (:meth:`PostgresSink.deterministic_columns`)."""
+
+
+def batch_names(names: Sequence[str], columns: Sequence[str] | Mapping[str, str] | None
+                ) -> list[str]:  # fmt: skip
+    """Table columns ``names`` under their batch names (option ``columns`` may rename)."""
+    renamed = {t: s for s, t in columns.items()} if isinstance(columns, Mapping) else {}
+    return [renamed.get(k, k) for k in names]

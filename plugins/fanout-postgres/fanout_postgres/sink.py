@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch, pipeline_scope
 from fanout.contract.dead_letters import DeadLetterTarget
-from fanout.contract.partitions import BatchPartitioning
+from fanout.contract.partitions import BatchPartitioning, StableColumns
 from fanout.contract.sink import Guarantee, SinkContext
 from fanout.errors import (
     ConfigurationError,
@@ -46,7 +46,12 @@ from fanout_postgres.declaration import OPTIONS
 from fanout_postgres.direct import HELD, DirectCopyPolicy
 from fanout_postgres.failures import batch_error
 from fanout_postgres.identifiers import TableName
-from fanout_postgres.membership import committed_partitions, partition_columns
+from fanout_postgres.membership import (
+    VOLATILE_KEYS,
+    batch_names,
+    committed_partitions,
+    partition_columns,
+)
 from fanout_postgres.migrate import migration_problem
 from fanout_postgres.options import as_list, check_options, schema_of
 from fanout_postgres.plan import (
@@ -339,6 +344,16 @@ class PostgresSink(PartitionedSink):
         written twice is idempotent, whichever partition writes it)."""
         keys = self._keys if self._keys is not None else (self.keys or [])
         return partition_columns(self.mode, keys, self.columns)
+
+    def deterministic_columns(self) -> StableColumns | None:
+        """Append: :meth:`partitioned_by`'s columns; upsert: the keys (batch names), since a
+        replay computing other keys would insert every row again."""
+        if self.mode != "upsert":
+            return super().deterministic_columns()
+        keys = self._keys if self._keys is not None else (self.keys or [])
+        if not keys:
+            return None
+        return StableColumns(batch_names(keys, self.columns), "upserts by", VOLATILE_KEYS)
 
     def secret_values(self) -> Sequence[str]:
         """The password of the URL (as given and URL-encoded)."""
