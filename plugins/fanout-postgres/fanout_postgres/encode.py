@@ -98,6 +98,27 @@ def to_csv(table: pa.Table) -> bytes:
     return buffer.getvalue()
 
 
+def row_at_line(table: pa.Table, line: int) -> int | None:
+    """The row of ``to_csv(table)`` that a COPY error calls ``line`` (``None``: none).
+
+    COPY counts physical lines, and a row's error names the last line of the row: a
+    quoted line break inside a value counts, as PostgreSQL counts it. Until the end of
+    the first row COPY does not know its line ending yet and counts ``\\r`` there;
+    after it, ``\\n``. Only text columns carry raw line breaks (binary and nested
+    values travel as hex and JSON)."""
+    breaks = np.zeros(table.num_rows, np.int64)
+    for column in table.columns:
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            counted = pc.count_substring(column, "\n").fill_null(0).to_numpy()
+            breaks += np.asarray(counted, np.int64)
+            if table.num_rows:
+                first = column[0].as_py() or ""
+                breaks[0] += first.count("\r") - first.count("\n")
+    ends = np.cumsum(breaks + 1)
+    found = np.flatnonzero(ends == line)
+    return int(found[0]) if len(found) else None
+
+
 def _csv_ready(column: Any) -> Any:
     kind = column.type
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):

@@ -41,7 +41,11 @@ def classify(error: BaseException) -> str:
     return "fatal"
 
 
-_COPY_LINE = re.compile(r"line (\d+)(?:, column (.*?)(?:: |$))?", re.S)
+_COPY_LINE = re.compile(r"^COPY .*?, line (\d+)(?:, column (.*?)(?:: |$))?", re.M)
+"""COPY's own context line (``COPY t, line 3, column doc: "{bad"``). Contexts of the
+input function or of a trigger come before it and may hold a ``line N`` of their own
+(``JSON data, line 1: ...``, ``PL/pgSQL function f() line 3 at RAISE``); the value quoted
+after it may span lines: the first line starting with ``COPY`` is COPY's."""
 
 
 class RowRejected(Exception):
@@ -57,6 +61,8 @@ class MarkConflict(Exception):
 
 
 def copy_position(exc: BaseException) -> tuple[int | None, str | None]:
+    """The line (as COPY counts it, see :func:`fanout_postgres.encode.row_at_line`) and
+    the column of the row a COPY refused, from the error's context."""
     context = getattr(getattr(exc, "diag", None), "context", None) or ""
     match = _COPY_LINE.search(context)
     if not match:

@@ -24,6 +24,7 @@ from fanout_postgres.encode import (
     Rows,
     drop_rows,
     precheck,
+    row_at_line,
     row_json,
     to_csv,
     value_text,
@@ -280,9 +281,10 @@ class PartitionTransaction:
                 if classify(exc) != "data":
                     raise
                 line, column = copy_position(exc)
-                if line is None or line > part.num_rows:
+                at = None if line is None else row_at_line(payload, line)
+                if at is None:
                     raise
-                bad = start + line - 1
+                bad = start + at
                 row = int(table.column(ROW)[bad].as_py())
                 self._reject(Reject(row, reason_of(exc), self._column(column), sqlstate_of(exc)))
                 segments.extend([(bad + 1, end), (start, bad)])

@@ -1,0 +1,95 @@
+"""Values as the COPY paths carry them, driven through the partition writer itself (a real
+write plan from a real server, Arrow rows built here, no Spark): which row a COPY error
+names.
+
+A refused row is found by the line COPY's error names; the contexts of a json input
+function or a trigger name lines of their own, and a quoted line break in a value makes
+COPY's line count run ahead of the rows."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import psycopg2
+import pyarrow as pa
+from fanout_postgres import PostgresSink
+from fanout_postgres.sqlstate import copy_position
+from fanout_postgres.task import PostgresPartitionWriter
+from fanout_postgres.transaction import BatchMeta
+from pgcheck import dsn, execute, query
+from pyspark.sql import types as T
+
+from fanout.partitioned.membership import MemberDigest
+from fanout.partitioned.task import CommitHooks
+from fanout.testing import open_sink
+
+
+def _writer(url: str, table: str, schema: T.StructType, **options: Any) -> Any:
+    """The partition writer of ``table`` for batches of ``schema``, as an executor runs it."""
+    sink = open_sink(PostgresSink("pg", url=url, table=table, **options), "values")
+    plan = sink._plan(schema, 0)
+    return PostgresPartitionWriter(
+        sink.connection_url(), plan, BatchMeta("values", 0, "q"), False, 0.0
+    )
+
+
+def _write(writer: Any, rows: pa.Table, partition: int = 0) -> Any:
+    hooks = CommitHooks("values", "pg", 0)
+    return writer.write_partition(partition, iter(rows.to_batches()), hooks, MemberDigest())
+
+
+def test_a_bad_json_value_rejects_its_own_row_only(pg_url: str) -> None:
+    execute(pg_url, "CREATE TABLE docs (id bigint PRIMARY KEY, doc jsonb, j json, note text)")
+    schema = T.StructType(
+        [T.StructField("id", T.LongType()), T.StructField("doc", T.StringType()),
+         T.StructField("j", T.StringType()), T.StructField("note", T.StringType())]
+    )  # fmt: skip
+    rows = pa.table(
+        {
+            "id": pa.array(range(1, 9), pa.int64()),
+            "doc": [
+                '{"a": 1}',
+                "{}",
+                '{\n  "a": [1,\n 2]\n}',
+                "{bad",
+                "[]",
+                None,
+                "{}",
+                "{\n\n x}",
+            ],
+            "j": ["{}", None, "[]", "{}", "1", "{\n bad", "{}", None],
+            "note": ["first\rrow", "two\nlines", None, "x", "\r\n", "y", "a\nb\nc", None],
+        }
+    )
+    writer = _writer(pg_url, "docs", schema, dead_letter="postgres:rejects")
+    outcome = _write(writer, rows)
+    assert (outcome.status, outcome.rows, outcome.dead_lettered) == ("committed", 5, 3)
+    assert query(pg_url, "SELECT id FROM docs ORDER BY id") == [(1,), (2,), (3,), (5,), (7,)]
+    letters = query(pg_url, "SELECT (row->>'id')::int, column_name, value FROM rejects ORDER BY 1")
+    assert letters == [(4, "doc", "{bad"), (6, "j", "{\n bad"), (8, "doc", "{\n\n x}")]
+    reasons = query(pg_url, "SELECT reason FROM rejects")
+    assert all("invalid input syntax for type json" in r for (r,) in reasons)
+
+
+def test_the_line_of_a_copy_error_is_copy_s_own_not_a_trigger_s(pg_url: str) -> None:
+    execute(
+        pg_url,
+        "CREATE TABLE g (id bigint, v bigint)",
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN\n"
+        "IF NEW.v < 0 THEN\nRAISE EXCEPTION 'negative' USING ERRCODE = '23514';\n"
+        "END IF; RETURN NEW; END $$",
+        "CREATE TRIGGER refuse BEFORE INSERT ON g FOR EACH ROW EXECUTE FUNCTION refuse()",
+    )
+    conn = psycopg2.connect(dsn(pg_url))
+    try:
+        data = b"1,1\n2,1\n3,1\n4,1\n5,-1\n"
+        try:
+            conn.cursor().copy_expert("COPY g FROM STDIN WITH (FORMAT csv)", io.BytesIO(data))
+        except psycopg2.Error as exc:
+            assert "line 3 at RAISE" in exc.diag.context  # the trigger's own line comes first
+            assert copy_position(exc) == (5, None)
+        else:
+            raise AssertionError("the trigger did not refuse the row")
+    finally:
+        conn.close()
