@@ -3,7 +3,7 @@
 Runs on the executors. Values are rendered by Arrow's CSV writer (unquoted empty field =
 NULL, ``""`` = empty string), after turning the types CSV cannot carry into text:
 ``binary`` becomes PostgreSQL's hex ``bytea`` input (``\\x...``) and nested values
-(arrays, maps, structs) become JSON.
+(arrays, maps, structs) become JSON; an instant (a timestamp with a zone) is printed in UTC.
 """
 
 from __future__ import annotations
@@ -121,6 +121,11 @@ def row_at_line(table: pa.Table, line: int) -> int | None:
 
 def _csv_ready(column: Any) -> Any:
     kind = column.type
+    if pa.types.is_timestamp(kind) and kind.tz is not None:
+        # an instant as UTC text (``...Z``), as binary COPY sends it: Arrow would print it
+        # in the column's zone (Spark's session zone), whose offset a ``timestamp`` column
+        # drops and whose historical seconds (-04:56:02) it cuts to minutes
+        return column.cast(pa.timestamp(kind.unit, tz="UTC"))
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return pa.array(
             [None if v is None else "\\x" + v.hex() for v in column.to_pylist()], pa.string()

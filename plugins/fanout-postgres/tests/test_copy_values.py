@@ -1,6 +1,6 @@
 """Values as the COPY paths carry them, driven through the partition writer itself (a real
 write plan from a real server, Arrow rows built here, no Spark): which row a COPY error
-names.
+names, and instants that mean the same on the binary and the CSV path.
 
 A refused row is found by the line COPY's error names; the contexts of a json input
 function or a trigger name lines of their own, and a quoted line break in a value makes
@@ -8,11 +8,13 @@ COPY's line count run ahead of the rows."""
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 from typing import Any
 
 import psycopg2
 import pyarrow as pa
+import pytest
 from fanout_postgres import PostgresSink
 from fanout_postgres.sqlstate import copy_position
 from fanout_postgres.task import PostgresPartitionWriter
@@ -93,3 +95,67 @@ def test_the_line_of_a_copy_error_is_copy_s_own_not_a_trigger_s(pg_url: str) -> 
             raise AssertionError("the trigger did not refuse the row")
     finally:
         conn.close()
+
+
+NEW_YORK = "America/New_York"  # Spark's session zone here: Arrow columns carry it
+INSTANTS = [
+    dt.datetime(2024, 1, 1, 12, 0, tzinfo=dt.UTC),
+    dt.datetime(1880, 1, 1, 0, 0, tzinfo=dt.UTC),  # New York at -04:56:02 then
+    dt.datetime(2024, 7, 1, 3, 4, 5, 678901, tzinfo=dt.UTC),
+]
+STORED = [  # `timestamp`: the UTC wall clock; `timestamptz`: the instant (read in UTC)
+    ("2024-01-01 12:00:00", "2024-01-01 12:00:00+00"),
+    ("1880-01-01 00:00:00", "1880-01-01 00:00:00+00"),
+    ("2024-07-01 03:04:05.678901", "2024-07-01 03:04:05.678901+00"),
+]
+
+
+@pytest.mark.parametrize("path", ["binary", "csv", "csv after a refused row"])
+def test_an_instant_is_stored_alike_on_every_copy_path(pg_url: str, path: str) -> None:
+    # a numeric column has no binary form here: its table takes the CSV path; a refused
+    # row (not json) moves the rest of a binary partition to CSV
+    extra = ", n numeric" if path == "csv" else ""
+    execute(
+        pg_url,
+        f"CREATE TABLE times (id bigint PRIMARY KEY, at timestamp, atz timestamptz, "
+        f"note jsonb{extra})",
+    )
+    fields = [
+        T.StructField("id", T.LongType()),
+        T.StructField("at", T.TimestampType()),
+        T.StructField("atz", T.TimestampType()),
+        T.StructField("note", T.StringType()),
+    ]
+    instants = pa.array(INSTANTS, pa.timestamp("us", tz="UTC")).cast(
+        pa.timestamp("us", tz=NEW_YORK)
+    )
+    rows = pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int64()),
+            "at": instants,
+            "atz": instants,
+            "note": ["1", "2", "3"],
+        }
+    )
+    if path == "csv":
+        fields.append(T.StructField("n", T.DecimalType(10, 2)))
+        rows = rows.append_column("n", pa.array([None] * 3, pa.decimal128(10, 2)))
+    if path == "csv after a refused row":
+        rows = pa.concat_tables(
+            [
+                rows,
+                pa.table(
+                    {
+                        "id": pa.array([4], pa.int64()),
+                        "at": instants[:1],
+                        "atz": instants[:1],
+                        "note": ["{bad"],
+                    }
+                ),
+            ]
+        )
+    writer = _writer(pg_url, "times", T.StructType(fields), dead_letter="postgres:rejects")
+    outcome = _write(writer, rows)
+    assert (outcome.status, outcome.rows) == ("committed", 3), outcome.failure
+    stored = query(pg_url, "SET TIME ZONE 'UTC'; SELECT at::text, atz::text FROM times ORDER BY id")
+    assert stored == STORED
