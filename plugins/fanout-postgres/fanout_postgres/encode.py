@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -152,17 +153,40 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+NUL_TEXT = "\\u0000"
+"""What a NUL character of a dead letter's ``row`` or ``value`` becomes (the six characters
+``\\u0000``): neither ``jsonb`` nor ``text`` holds one."""
+
+
+def letter_safe(value: Any) -> Any:
+    """A JSON-ready value as a dead letter records it: NaN, Infinity and -Infinity as the
+    strings PostgreSQL prints for them (``"NaN"``, ``"Infinity"``, ``"-Infinity"``; JSON
+    has no such numbers) and each NUL in a string as :data:`NUL_TEXT`."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, str):
+        return value.replace("\x00", NUL_TEXT)
+    if isinstance(value, dict):
+        return {letter_safe(k): letter_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [letter_safe(v) for v in value]
+    return value
+
+
 def row_json(table: pa.Table, row: int, sources: dict[str, str]) -> str:
-    """Row ``row`` as JSON, keyed by the batch's own column names."""
+    """Row ``row`` as JSON, keyed by the batch's own column names, as ``jsonb`` takes it
+    (see :func:`letter_safe`)."""
     values = table.slice(row, 1).to_pylist()[0]
     return json.dumps(
-        {sources.get(k, k): _jsonable(v) for k, v in values.items() if k != ROW},
-        default=str,
+        {sources.get(k, k): letter_safe(_jsonable(v)) for k, v in values.items() if k != ROW},
+        default=lambda v: letter_safe(str(v)),
+        allow_nan=False,
     )
 
 
 def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
-    """The value of one cell as text (``None`` for SQL NULL or no column)."""
+    """The value of one cell as text (``None`` for SQL NULL or no column), as ``text``
+    takes it (a NUL as :data:`NUL_TEXT`; a float as its JSON text: ``NaN``, ``Infinity``)."""
     if column is None or column not in table.column_names:
         return None
     value = table.column(column)[row].as_py()
@@ -170,7 +194,8 @@ def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
         return None
     if isinstance(value, bytes):
         return "\\x" + value.hex()
-    return value if isinstance(value, str) else json.dumps(_jsonable(value), default=str)
+    text = value if isinstance(value, str) else json.dumps(_jsonable(value), default=str)
+    return text.replace("\x00", NUL_TEXT)
 
 
 def show(value: str | None) -> str:

@@ -1,6 +1,7 @@
 """Values as the COPY paths carry them, driven through the partition writer itself (a real
 write plan from a real server, Arrow rows built here, no Spark): which row a COPY error
-names, and instants that mean the same on the binary and the CSV path.
+names, instants that mean the same on the binary and the CSV path, and dead letters of
+rows holding what ``jsonb`` and ``text`` cannot (NUL, NaN, Infinity).
 
 A refused row is found by the line COPY's error names; the contexts of a json input
 function or a trigger name lines of their own, and a quoted line break in a value makes
@@ -22,6 +23,7 @@ from fanout_postgres.transaction import BatchMeta
 from pgcheck import dsn, execute, query
 from pyspark.sql import types as T
 
+from fanout.contract.sink import SinkContext
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.task import CommitHooks
 from fanout.testing import open_sink
@@ -159,3 +161,63 @@ def test_an_instant_is_stored_alike_on_every_copy_path(pg_url: str, path: str) -
     assert (outcome.status, outcome.rows) == ("committed", 3), outcome.failure
     stored = query(pg_url, "SET TIME ZONE 'UTC'; SELECT at::text, atz::text FROM times ORDER BY id")
     assert stored == STORED
+
+
+LETTER_ROWS = pa.table(
+    {
+        "id": pa.array([1, 2, 3, 4, 5, 6], pa.int64()),
+        # too long for varchar(3), refused by the executor; a NUL: refused by the server
+        "name": ["ok", "a\x00bcd", None, None, None, "b\x00"],
+        "x": [1.0, 2.0, float("nan"), float("inf"), float("-inf"), 6.0],
+    }
+)
+LETTER_SCHEMA = T.StructType(
+    [T.StructField("id", T.LongType()), T.StructField("name", T.StringType()),
+     T.StructField("x", T.DoubleType())]
+)  # fmt: skip
+LETTERS = [  # id, column, value, row->>'name', row->>'x'
+    (2, "name", "a\\u0000bcd", "a\\u0000bcd", "2.0"),
+    (3, "name", None, None, "NaN"),
+    (4, "name", None, None, "Infinity"),
+    (5, "name", None, None, "-Infinity"),
+    (6, None, None, "b\\u0000", "6.0"),  # COPY names no column for an invalid byte
+]
+
+
+def test_dead_letters_of_rows_with_nul_nan_and_infinity_are_recorded(pg_url: str) -> None:
+    execute(pg_url, "CREATE TABLE t (id bigint PRIMARY KEY, name varchar(3) NOT NULL, x float8)")
+    writer = _writer(pg_url, "t", LETTER_SCHEMA, dead_letter="postgres:rejects")
+    outcome = _write(writer, LETTER_ROWS)
+    assert (outcome.status, outcome.rows, outcome.dead_lettered) == ("committed", 1, 5)
+    assert query(pg_url, "SELECT id FROM t") == [(1,)]
+    letters = query(
+        pg_url,
+        "SELECT (row->>'id')::int, column_name, value, row->>'name', row->>'x' FROM rejects "
+        "ORDER BY 1",
+    )
+    assert letters == LETTERS
+
+
+class _ElsewhereLetters:
+    """A dead-letter target other than a PostgreSQL table (the driver writes its letters;
+    append mode keeps them in the partition's progress mark meanwhile)."""
+
+    def describe(self) -> str:
+        return "elsewhere"
+
+
+def test_append_keeps_such_letters_in_its_progress_mark(pg_url: str) -> None:
+    execute(pg_url, "CREATE TABLE ap (id bigint, name varchar(3) NOT NULL, x float8)")
+    sink = PostgresSink("pg", url=pg_url, table="ap", mode="append")
+    sink.open(SinkContext("values", dead_letters=_ElsewhereLetters()))
+    plan = sink._plan(LETTER_SCHEMA, 0)
+    meta = BatchMeta("values", 0, "q")
+    writer = PostgresPartitionWriter(sink.connection_url(), plan, meta, False, 0.0)
+    outcome = _write(writer, LETTER_ROWS)
+    assert (outcome.status, outcome.rows, outcome.dead_lettered) == ("committed", 1, 5)
+    kept = query(
+        pg_url,
+        "SELECT (r->>'row')::jsonb->>'id', r->>'value', (r->>'row')::jsonb->>'x' "
+        "FROM fanout.progress, jsonb_array_elements(rejects) r ORDER BY 1",
+    )
+    assert kept == [(str(i), value, x) for i, _, value, _, x in LETTERS]
