@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -132,11 +133,54 @@ def _csv_ready(column: Any) -> Any:
             [None if v is None else "\\x" + v.hex() for v in column.to_pylist()], pa.string()
         )
     if pa.types.is_nested(kind) or pa.types.is_map(kind):
+        dump = _json_text if _holds_decimal(kind) else json.dumps
         return pa.array(
-            [None if v is None else json.dumps(_jsonable(v)) for v in column.to_pylist()],
+            [None if v is None else dump(_typed(v, kind)) for v in column.to_pylist()],
             pa.string(),
         )
     return column
+
+
+def _typed(value: Any, kind: pa.DataType) -> Any:
+    """A nested value (from ``to_pylist``) ready for JSON by its Arrow type: a map is an
+    object (an empty one too), a decimal stays a :class:`~decimal.Decimal` (see
+    :func:`_json_text`)."""
+    if value is None:
+        return None
+    if pa.types.is_map(kind):
+        return {str(k): _typed(v, kind.item_type) for k, v in value}
+    if pa.types.is_struct(kind):
+        return {f.name: _typed(value[f.name], f.type) for f in kind}
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return [_typed(v, kind.value_type) for v in value]
+    if pa.types.is_decimal(kind):
+        return value
+    return _jsonable(value)
+
+
+def _holds_decimal(kind: pa.DataType) -> bool:
+    if pa.types.is_decimal(kind):
+        return True
+    if pa.types.is_map(kind):
+        return _holds_decimal(kind.key_type) or _holds_decimal(kind.item_type)
+    if pa.types.is_struct(kind):
+        return any(_holds_decimal(f.type) for f in kind)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _holds_decimal(kind.value_type)
+    return False
+
+
+def _json_text(value: Any) -> str:
+    """``json.dumps(value)``, but a :class:`~decimal.Decimal` is a JSON number of its own
+    digits (``1.50``, as the CSV writer prints a top-level decimal), not a string."""
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, dict):
+        items = (f"{json.dumps(k)}: {_json_text(v)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_json_text(v) for v in value) + "]"
+    return json.dumps(value)
 
 
 def _jsonable(value: Any) -> Any:
@@ -178,7 +222,11 @@ def row_json(table: pa.Table, row: int, sources: dict[str, str]) -> str:
     (see :func:`letter_safe`)."""
     values = table.slice(row, 1).to_pylist()[0]
     return json.dumps(
-        {sources.get(k, k): letter_safe(_jsonable(v)) for k, v in values.items() if k != ROW},
+        {
+            sources.get(k, k): letter_safe(_typed(v, table.schema.field(k).type))
+            for k, v in values.items()
+            if k != ROW
+        },
         default=lambda v: letter_safe(str(v)),
         allow_nan=False,
     )
@@ -194,7 +242,11 @@ def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
         return None
     if isinstance(value, bytes):
         return "\\x" + value.hex()
-    text = value if isinstance(value, str) else json.dumps(_jsonable(value), default=str)
+    kind = table.column(column).type
+    if pa.types.is_nested(kind) or pa.types.is_map(kind):  # as COPY got it
+        text = (_json_text if _holds_decimal(kind) else json.dumps)(_typed(value, kind))
+    else:
+        text = value if isinstance(value, str) else json.dumps(_jsonable(value), default=str)
     return text.replace("\x00", NUL_TEXT)
 
 

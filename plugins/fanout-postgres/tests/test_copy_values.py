@@ -1,7 +1,8 @@
 """Values as the COPY paths carry them, driven through the partition writer itself (a real
 write plan from a real server, Arrow rows built here, no Spark): which row a COPY error
 names, instants that mean the same on the binary and the CSV path, and dead letters of
-rows holding what ``jsonb`` and ``text`` cannot (NUL, NaN, Infinity).
+rows holding what ``jsonb`` and ``text`` cannot (NUL, NaN, Infinity), and arrays, maps and
+structs as JSON (a map an object, empty too; a decimal a number).
 
 A refused row is found by the line COPY's error names; the contexts of a json input
 function or a trigger name lines of their own, and a quoted line break in a value makes
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+from decimal import Decimal
 from typing import Any
 
 import psycopg2
@@ -221,3 +223,48 @@ def test_append_keeps_such_letters_in_its_progress_mark(pg_url: str) -> None:
         "FROM fanout.progress, jsonb_array_elements(rejects) r ORDER BY 1",
     )
     assert kept == [(str(i), value, x) for i, _, value, _, x in LETTERS]
+
+
+def test_nested_values_are_json_by_their_arrow_type(pg_url: str) -> None:
+    execute(
+        pg_url, "CREATE TABLE nested (id bigint PRIMARY KEY, m jsonb, mj json, s jsonb, a json)"
+    )
+    money = T.DecimalType(10, 2)
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("m", T.MapType(T.StringType(), money)),
+            T.StructField("mj", T.MapType(T.StringType(), T.LongType())),
+            T.StructField(
+                "s",
+                T.StructType(
+                    [
+                        T.StructField("d", money),
+                        T.StructField("i", T.MapType(T.StringType(), T.IntegerType())),
+                    ]
+                ),
+            ),
+            T.StructField("a", T.ArrayType(T.DecimalType(20, 10))),
+        ]
+    )
+    struct = pa.struct([("d", pa.decimal128(10, 2)), ("i", pa.map_(pa.string(), pa.int32()))])
+    rows = pa.table(
+        {
+            "id": pa.array([1, 2], pa.int64()),
+            "m": pa.array(
+                [[], [("x", Decimal("1.50"))]], pa.map_(pa.string(), pa.decimal128(10, 2))
+            ),
+            "mj": pa.array([[], [("k", 1)]], pa.map_(pa.string(), pa.int64())),
+            "s": pa.array([{"d": Decimal("-0.10"), "i": []}, {"d": None, "i": [("a", 1)]}], struct),
+            "a": pa.array(
+                [[Decimal("1.5000000000"), Decimal("0")], []], pa.list_(pa.decimal128(20, 10))
+            ),
+        }
+    )
+    outcome = _write(_writer(pg_url, "nested", schema), rows)
+    assert outcome.status == "committed", outcome.failure
+    stored = query(pg_url, "SELECT m::text, mj::text, s::text, a::text FROM nested ORDER BY id")
+    assert stored == [
+        ("{}", "{}", '{"d": -0.10, "i": {}}', "[1.5000000000, 0.0000000000]"),
+        ('{"x": 1.50}', '{"k": 1}', '{"d": null, "i": {"a": 1}}', "[]"),
+    ]
