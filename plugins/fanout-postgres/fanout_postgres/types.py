@@ -219,10 +219,20 @@ def max_length(sa_type: Any) -> int | None:
 
 
 def compares_as_text(sa_type: Any) -> bool:
-    """Types without an equality operator (``json``, ``xml``): compared as text when
-    deciding whether an update changes anything."""
+    """Types compared as text when deciding whether an update changes anything: ``json``
+    (no equality operator), a type SQLAlchemy did not recognise (``xml``, ``point`` and the
+    other geometric types have none, ``box`` or ``circle`` compare areas; equal text is
+    equal values for any of them), and arrays and domains of those."""
+    import sqlalchemy as sa
     from sqlalchemy.dialects import postgresql as pg
 
+    if isinstance(sa_type, sa.types.NullType):
+        return True
+    if isinstance(sa_type, sa.ARRAY):
+        return compares_as_text(sa_type.item_type)
+    domain = getattr(pg, "DOMAIN", None)  # SQLAlchemy >= 2.0 reflects domains as DOMAIN
+    if domain is not None and isinstance(sa_type, domain):
+        return compares_as_text(sa_type.data_type)
     return isinstance(sa_type, pg.JSON) and not isinstance(sa_type, pg.JSONB)
 
 
