@@ -105,6 +105,7 @@ def _sink_checks(
     if spec is None:
         return None
     sink, route = spec.sink, spec.route
+
     def open_target() -> bool:
         sink.open(context)
         return True
