@@ -112,15 +112,18 @@ class PostgresDeadLetters:
         partition: int | None = None,
     ) -> int:
         """One transaction replacing the batch's records of this partition (a route's
-        letters: partition :data:`ROUTE_PARTITION`) with ``letters``."""
+        letters: partition :data:`ROUTE_PARTITION`) with ``letters``, made fit for
+        ``jsonb`` and ``text`` as the partitions' own letters are
+        (:func:`fanout_postgres.encode.letter_safe`: NaN and the infinities as strings,
+        NUL as text)."""
+        from fanout_postgres.encode import letter_safe
+
         records = [
             {
-                "reason": letter.reason,
+                "reason": letter_safe(letter.reason),
                 "column_name": letter.column,
-                "value": None if letter.value is None else str(letter.value),
-                "row": None
-                if letter.row is None
-                else json.loads(json.dumps(dict(letter.row), default=str)),
+                "value": None if letter.value is None else str(letter_safe(letter.value)),
+                "row": None if letter.row is None else letter_safe(_jsonable(letter.row)),
             }
             for letter in letters
         ]

@@ -89,3 +89,35 @@ def test_without_a_dead_letter_target_the_batch_fails_naming_the_expression(
     text = str(caught.value.failures["pg"])
     assert text.startswith("sink 'pg', batch 6: route select 'CAST(amount AS INT) AS amount' ")
     assert "[CAST_INVALID_INPUT]" in text and "no dead-letter target" in text
+
+
+def test_route_letters_holding_nan_and_nul_are_recorded(pg_url: str) -> None:
+    """A route's letters reach the PostgreSQL table as the partitions' own do: NaN and the
+    infinities as strings in ``row``, NUL as the text ``\\u0000`` (jsonb and text refuse
+    both, which failed the batch although a dead-letter target was set)."""
+    from types import SimpleNamespace
+
+    import sqlalchemy as sa
+    from fanout_postgres.deadletter import PostgresDeadLetters, ensure_table
+    from fanout_postgres.identifiers import TableName
+
+    from fanout.contract.dead_letters import DeadLetter
+
+    table = TableName(schema="public", name="route_nan")
+    engine = sa.create_engine(pg_url)
+    with engine.begin() as conn:
+        ensure_table(conn, table)
+    engine.dispose()
+    batch = SimpleNamespace(pipeline="p", info=SimpleNamespace(epoch=0), sink_name="pg", batch_id=3)
+    letters = [
+        DeadLetter(row={"id": 1, "x": float("nan")}, reason="bad", column="x", value=float("nan")),
+        DeadLetter(row={"id": 2, "x": float("-inf")}, reason="bad", column="x", value="-inf"),
+        DeadLetter(row={"id": 3, "s": "a\x00b"}, reason="bad", column="s", value="a\x00b"),
+    ]
+    target = PostgresDeadLetters(pg_url, "pg", table, "amounts")
+    assert target.write(batch, letters, source="route") == 3  # type: ignore[arg-type]
+    assert query(pg_url, "SELECT partition, value, row FROM route_nan ORDER BY row->>'id'") == [
+        (-1, "NaN", {"id": 1, "x": "NaN"}),
+        (-1, "-inf", {"id": 2, "x": "-Infinity"}),
+        (-1, "a\\u0000b", {"id": 3, "s": "a\\u0000b"}),
+    ]
