@@ -159,6 +159,8 @@ class PostgresSink(PartitionedSink):
         self._table: TableName | None = None
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
         self._plans: dict[str, WritePlan] = {}
+        self._shapes: dict[str, Any] = {}  # schema -> the table's columns it was planned on
+        self._checked: dict[str, int] = {}  # schema -> the last batch its plan was checked at
         self._keys: list[str] | None = None  # resolved at open() (append: the hash keys)
         self._direct = DirectCopyPolicy()
 
@@ -279,6 +281,7 @@ class PostgresSink(PartitionedSink):
         try:
             with engine.connect() as conn:
                 conn.execute(_sa().text("SELECT 1"))
+                self._recheck(conn, batch.df.schema.json(), batch.batch_id)
         except Exception as exc:
             if not self.is_transient(exc):
                 raise
@@ -452,13 +455,20 @@ class PostgresSink(PartitionedSink):
         :class:`ConfigurationError`, else a :class:`SchemaMismatchError` of the batch."""
         cache_key = spark_schema.json()
         plan = self._plans.get(cache_key)
-        if plan is not None:
+        if plan is not None and (batch_id is None or self._checked.get(cache_key) == batch_id):
             return plan
         engine = self._engine()
         try:
+            if plan is not None:
+                with engine.connect() as conn:
+                    self._recheck(conn, cache_key, batch_id)  # type: ignore[arg-type]
+                plan = self._plans.get(cache_key)
+                if plan is not None:
+                    return plan
             with engine.begin() as conn:
                 info = self._target(conn, spark_schema, create=True)
                 plan = build_plan(info, self._plan_options(), spark_schema)
+                shape = _shape(conn, self._table)  # type: ignore[arg-type]
         except PlanError as exc:
             if batch_id is None:
                 raise self._error(str(exc)) from None
@@ -466,7 +476,26 @@ class PostgresSink(PartitionedSink):
         except Exception as exc:
             raise self._unchecked(exc, batch_id) from None
         self._plans[cache_key] = plan
+        self._shapes[cache_key] = shape
+        if batch_id is not None:
+            self._checked[cache_key] = batch_id
         return plan
+
+    def _recheck(self, conn: Any, cache_key: str, batch_id: int) -> None:
+        """At each batch: the table's columns (one catalog query) against those its cached
+        plan was made on. A column altered (``ALTER TABLE ... TYPE``), added or dropped
+        since drops the plan, and the batch is planned anew against the table as it is:
+        binary COPY encodes each field for the planned type."""
+        if cache_key not in self._plans:
+            return
+        if _shape(conn, self._table) != self._shapes.get(cache_key):  # type: ignore[arg-type]
+            logger.info(
+                "sink %r, batch %d: table %s changed since its write plan was made; "
+                "planning anew", self.name, batch_id, self._table,
+            )  # fmt: skip
+            del self._plans[cache_key]
+            return
+        self._checked[cache_key] = batch_id
 
     def check_schema(self, schema: pa.Schema) -> None:
         """Batches of the Arrow ``schema`` must fit the table: the checks of a batch's
@@ -551,6 +580,19 @@ class PostgresSink(PartitionedSink):
         partition and the server's message. Transient when every failure is."""
         self._direct.record(outcomes)
         return batch_error(self._table, failed, self.secret_values(), self.name, batch.batch_id)
+
+
+def _shape(conn: Any, table: TableName) -> list[tuple[Any, ...]]:
+    """The table's columns as the catalog has them now: name, type, NOT NULL."""
+    rows = conn.execute(
+        _sa().text(
+            "SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute "
+            "WHERE attrelid = to_regclass(:table) AND attnum > 0 AND NOT attisdropped "
+            "ORDER BY attnum"
+        ),
+        {"table": table.quoted()},
+    )
+    return [tuple(row) for row in rows]
 
 
 def _scope(batch: Batch) -> str:

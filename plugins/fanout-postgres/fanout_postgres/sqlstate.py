@@ -17,13 +17,21 @@ TRANSIENT_STATES = {
     "53300",  # too_many_connections
     "53400",  # configuration_limit_exceeded
 }
-"""SQLSTATEs a later attempt can succeed on; classes ``08`` (connection) are too."""
+"""SQLSTATEs a later attempt can succeed on; classes ``08`` (connection) are too, but for
+:data:`NOT_TRANSIENT`."""
+NOT_TRANSIENT = {
+    "08P01",  # protocol_violation: e.g. a binary COPY field not of its column's type
+}
 
 
 HINTS = {
     "57014": "cancelled by statement_timeout or an operator; the batch is retried. If it "
     "repeats, raise statement_timeout for the sink's role or database (or in its "
     "'settings'), or write smaller partitions (option 'partitions')",
+    "42804": "a column of the table changed type while the batch was written (the sink "
+    "checks the table's types at each batch), to one the planned type has no assignment "
+    "cast to; the batch fails rather than write a wrong value: run it again to plan it "
+    "against the table as it is now",
 }
 
 
@@ -32,6 +40,8 @@ def classify(error: BaseException) -> str:
     import psycopg2
 
     code = getattr(error, "pgcode", None)
+    if code in NOT_TRANSIENT:
+        return "fatal"
     if code in TRANSIENT_STATES or (code or "").startswith("08"):
         return "transient"
     if code and code[:2] in ("22", "23"):

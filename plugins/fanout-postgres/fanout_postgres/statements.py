@@ -128,7 +128,8 @@ def build_statements(
         f"CREATE TEMPORARY TABLE {quote(STAGE)} ON COMMIT DROP AS "
         + compile_sql(
             sa.select(
-                *[table.c[n] for n in names], sa.cast(sa.null(), sa.Integer).label(ROW)
+                *[_stage_column(table.c[n], t) for n, t in columns],
+                sa.cast(sa.null(), sa.Integer).label(ROW),
             ).select_from(table)
         )
         + " WITH NO DATA"
@@ -221,6 +222,32 @@ def _merge(
         f"VALUES ({', '.join(f's.{q(n)}' for n in names)})"
     )
     return " ".join(parts)
+
+
+def _stage_column(column: Any, sa_type: Any) -> Any:
+    """A staging column: of the planned type when rows may reach it in binary COPY, which
+    encodes each field for that type (the table's column may have changed type since the
+    plan was made; the INSERT from the stage then casts, or fails); else of the table's
+    current type, which PostgreSQL parses the CSV text into."""
+    import copy
+
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql
+
+    from fanout_postgres.binary import wire_kind
+
+    if wire_kind(sa_type) is None:
+        return column
+    dialect = postgresql.dialect()
+    planned = copy.copy(sa_type)
+    collation = getattr(planned, "collation", None)
+    if collation is not None:  # a type spelled with COLLATE is not valid in a CAST
+        planned.collation = None
+    sql = f"CAST(NULL AS {planned.compile(dialect=dialect)})"
+    if collation is not None:
+        schema = getattr(planned, "collation_schema", None)
+        sql += f" COLLATE {dialect.identifier_preparer.format_collation(collation, schema)}"
+    return sa.literal_column(sql).label(column.name)
 
 
 def _temp_table(name: str, columns: Sequence[tuple[str, Any]]) -> Any:

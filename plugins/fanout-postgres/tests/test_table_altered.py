@@ -1,0 +1,134 @@
+"""A table altered while the stream runs (``ALTER TABLE ... TYPE``): each batch checks the
+table's columns against its cached write plan and plans anew when they changed; a plan gone
+stale within a batch never writes a wrong value (the staging table has the planned types,
+which binary COPY encodes, and the INSERT casts them, or fails)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from fanout_postgres import PostgresSink
+from fanout_postgres.sqlstate import classify
+from fanout_postgres.task import PostgresPartitionWriter
+from fanout_postgres.transaction import BatchMeta
+from pgcheck import execute, query
+from pyspark.sql import types as T
+
+from fanout.contract.sink import SinkContext
+from fanout.errors import SchemaMismatchError
+from fanout.partitioned.membership import MemberDigest
+
+SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.LongType()),
+        T.StructField("amount", T.LongType()),
+        T.StructField("qty", T.IntegerType()),
+        T.StructField("at", T.TimestampType()),
+    ]
+)
+
+
+class _Hooks:
+    def before(self, partition: int, rows: int, written: int) -> None:
+        pass
+
+    def after(self, partition: int, rows: int, written: int) -> None:
+        pass
+
+
+def _sink(url: str) -> PostgresSink:
+    sink = PostgresSink("pg", url=url, table="t")
+    sink.open(SinkContext("altered"))
+    return sink
+
+
+def _writer(sink: PostgresSink, batch_id: int) -> PostgresPartitionWriter:
+    plan = sink._plan(SCHEMA, batch_id)
+    return PostgresPartitionWriter(sink.connection_url(), plan, BatchMeta("altered", batch_id, "q"))
+
+
+def _write(writer: PostgresPartitionWriter, ids: list[int]) -> Any:
+    rows = pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "amount": pa.array([100 + i for i in ids], pa.int64()),
+            "qty": pa.array([5] * len(ids), pa.int32()),
+            "at": pa.array([0] * len(ids), pa.timestamp("us", tz="UTC")),
+        }
+    )
+    return writer.write_partition(0, iter(rows.to_batches()), _Hooks(), MemberDigest())
+
+
+def _stored(url: str) -> list[tuple[Any, ...]]:
+    return query(url, "SELECT id, amount::text, qty::text FROM t ORDER BY id")
+
+
+@pytest.fixture
+def table(pg_url: str) -> str:
+    execute(
+        pg_url,
+        "CREATE TABLE t (id bigint PRIMARY KEY, amount bigint, qty integer, at timestamp)",
+    )
+    return pg_url
+
+
+def test_a_plan_gone_stale_within_a_batch_writes_the_values_or_fails(table: str) -> None:
+    url = table
+    writer = _writer(_sink(url), 0)  # planned on bigint, integer, timestamp
+    assert _write(writer, [1]).status == "committed"
+    execute(
+        url,
+        "ALTER TABLE t ALTER COLUMN amount TYPE double precision, ALTER COLUMN qty TYPE bigint",
+    )
+    out = _write(writer, [2])  # the same plan: encoded for bigint and integer
+    assert out.status == "committed", out.failure
+    assert _stored(url) == [(1, "101", "5"), (2, "102", "5")]
+    execute(url, "ALTER TABLE t ALTER COLUMN at TYPE bigint USING 0")
+    out = _write(writer, [3])
+    assert out.status == "failed"
+    assert out.failure.kind == "fatal"
+    assert 'column "at" is of type bigint but expression is of type timestamp' in (
+        out.failure.message
+    )
+    assert "changed type while the batch was written" in out.failure.message
+    assert _stored(url) == [(1, "101", "5"), (2, "102", "5")]
+
+
+def test_each_batch_plans_anew_when_the_table_changed(table: str) -> None:
+    url = table
+    sink = _sink(url)
+    assert _write(_writer(sink, 0), [1]).status == "committed"
+    planned = sink._plan(SCHEMA, 0)
+    assert sink._plan(SCHEMA, 1) is planned  # unchanged: the cached plan
+    execute(url, "ALTER TABLE t ALTER COLUMN qty TYPE bigint")
+    writer = _writer(sink, 2)
+    assert writer.plan is not planned
+    assert writer.plan.wire_kinds == ("int8", "int8", "int8", "timestamp")
+    assert _write(writer, [2]).status == "committed"
+    assert _stored(url) == [(1, "101", "5"), (2, "102", "5")]
+    # a change the batch no longer fits is refused as at its first arrival
+    execute(url, "ALTER TABLE t ALTER COLUMN amount TYPE double precision")
+    with pytest.raises(SchemaMismatchError) as refused:
+        sink._plan(SCHEMA, 3)
+    assert str(refused.value).startswith(
+        "sink 'pg', batch 3: batch column 'amount' (bigint) cannot be written to column "
+        "amount of table t (DOUBLE PRECISION) without loss"
+    )
+    execute(
+        url,
+        "ALTER TABLE t ALTER COLUMN amount TYPE bigint, ALTER COLUMN at TYPE bigint USING 0",
+    )
+    with pytest.raises(SchemaMismatchError) as refused:
+        sink._plan(SCHEMA, 4)
+    assert "batch column 'at' (timestamp) cannot be written to column at of table t" in str(
+        refused.value
+    )
+
+
+def test_a_protocol_violation_is_not_retried() -> None:
+    class _Error(Exception):
+        pgcode = "08P01"
+
+    assert classify(_Error("insufficient data left in message")) == "fatal"
