@@ -29,6 +29,10 @@ MAX_IDLE = 2
 """Connections one worker keeps at rest at most (a shared task may write two PostgreSQL
 sinks at once); the oldest is closed first."""
 SETTINGS_SQL = "SELECT set_config(%(name)s, %(value)s, false)"
+CLIENT_ENCODING = "UTF8"
+"""Every connection's ``client_encoding``: the sink sends UTF-8 (Arrow's strings), and the
+server converts it to the database's encoding, refusing a character it cannot hold
+(SQLSTATE 22P05) rather than storing the bytes as if they were that encoding's."""
 
 
 def connect(url: Any, application_name: str) -> Any:
@@ -38,6 +42,7 @@ def connect(url: Any, application_name: str) -> Any:
 
     cargs, cparams = PGDialect_psycopg2().create_connect_args(url)
     cparams.setdefault("application_name", application_name[:63])
+    cparams["client_encoding"] = CLIENT_ENCODING  # the rows are UTF-8, whatever the URL says
     return psycopg2.connect(*cargs, **cparams)
 
 

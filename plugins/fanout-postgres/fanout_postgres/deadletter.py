@@ -146,8 +146,12 @@ class PostgresDeadLetters:
             "batch_id": batch.batch_id,
             "partition": partition,
         }
+        from fanout_postgres.connections import CLIENT_ENCODING
+
         engine = sa.create_engine(
-            pgurl.resolve_url(self.url, sink=self.sink), poolclass=sa.NullPool
+            pgurl.resolve_url(self.url, sink=self.sink),
+            poolclass=sa.NullPool,
+            client_encoding=CLIENT_ENCODING,
         )
         try:
             with engine.begin() as conn:

@@ -41,6 +41,7 @@ from fanout.partitioned.membership import CommittedPartition, PartitionPlan, quo
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout_postgres import url as pgurl
+from fanout_postgres.connections import CLIENT_ENCODING
 from fanout_postgres.deadletter import PostgresDeadLetters, as_letter, drop_stale, ensure_table
 from fanout_postgres.declaration import OPTIONS
 from fanout_postgres.direct import HELD, DirectCopyPolicy
@@ -419,7 +420,9 @@ class PostgresSink(PartitionedSink):
         if engine is None or url != self._url:  # open() may resolve the URL anew
             self.close()
             sa = _sa()
-            engine = sa.create_engine(self._url, poolclass=sa.NullPool)
+            engine = sa.create_engine(
+                self._url, poolclass=sa.NullPool, client_encoding=CLIENT_ENCODING
+            )
             self._driver_engine = (self._url, engine)
         return engine
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -286,6 +287,8 @@ class PartitionTransaction:
                     raise
                 bad = start + at
                 row = int(table.column(ROW)[bad].as_py())
+                if column is None and sqlstate_of(exc) == "22P05":
+                    column = _untranslatable(table, bad, reason_of(exc))
                 self._reject(Reject(row, reason_of(exc), self._column(column), sqlstate_of(exc)))
                 segments.extend([(bad + 1, end), (start, bad)])
 
@@ -410,6 +413,20 @@ class PartitionTransaction:
             "row": None,
             "partition": self.partition,
         }
+
+
+def _untranslatable(table: pa.Table, position: int, reason: str) -> str | None:
+    """The column of a row a COPY refused with 22P05 (a character the database's encoding
+    has not): the server names the bytes, not the column (it converts whole lines)."""
+    found = re.search(r"byte sequence ((?:0x[0-9a-f]{2} ?)+)", reason)
+    if found is None:
+        return None
+    sequence = bytes(int(b, 16) for b in found.group(1).split())
+    for name in table.column_names:
+        value = table.column(name)[position].as_py() if name != ROW else None
+        if isinstance(value, str) and sequence in value.encode():
+            return name
+    return None
 
 
 def _unique(table: pa.Table, keys: tuple[str, ...]) -> bool:
