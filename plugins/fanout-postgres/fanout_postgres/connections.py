@@ -33,6 +33,24 @@ CLIENT_ENCODING = "UTF8"
 """Every connection's ``client_encoding``: the sink sends UTF-8 (Arrow's strings), and the
 server converts it to the database's encoding, refusing a character it cannot hold
 (SQLSTATE 22P05) rather than storing the bytes as if they were that encoding's."""
+NOT_DURABLE = frozenset({"off", "false", "no", "0"})
+"""``synchronous_commit`` values under which a server crash may lose a commit."""
+
+
+class NotDurable(Exception):
+    """A write connection's ``synchronous_commit`` is off (set for its server, database or
+    role since the sink opened)."""
+
+
+def not_durable(value: str) -> str:
+    """Why a connection whose ``synchronous_commit`` is ``value`` (off) is refused."""
+    return (
+        f"synchronous_commit is {value!r} for the sink's connections (set for the server, "
+        "the database or the role), which lets a commit return before it is durable, so a "
+        "server crash could lose rows the ledger records as written; set it to on for the "
+        "sink's database or role (ALTER DATABASE/ROLE ... SET synchronous_commit = on), or "
+        "in option 'settings'"
+    )
 
 
 def connect(url: Any, application_name: str) -> Any:
@@ -92,6 +110,10 @@ class WorkerConnections:
             with connection.cursor() as cur:
                 for name, value in settings:
                     cur.execute(SETTINGS_SQL, {"name": name, "value": value})
+                cur.execute("SHOW synchronous_commit")
+                (durable,) = cur.fetchone()
+            if str(durable).lower() in NOT_DURABLE:
+                raise NotDurable(not_durable(durable))
             connection.commit()  # a partition that rolls back keeps the settings
         except BaseException:
             close_quietly(connection)

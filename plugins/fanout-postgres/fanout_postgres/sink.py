@@ -41,7 +41,7 @@ from fanout.partitioned.membership import CommittedPartition, PartitionPlan, quo
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout_postgres import url as pgurl
-from fanout_postgres.connections import CLIENT_ENCODING
+from fanout_postgres.connections import CLIENT_ENCODING, NOT_DURABLE, not_durable
 from fanout_postgres.deadletter import PostgresDeadLetters, as_letter, drop_stale, ensure_table
 from fanout_postgres.declaration import OPTIONS
 from fanout_postgres.direct import HELD, DirectCopyPolicy
@@ -81,9 +81,6 @@ DEFAULT_SETTINGS: dict[str, str] = {"temp_buffers": "128MB", "work_mem": "64MB"}
 """Session settings of each write connection: the staging table stays in memory
 (``temp_buffers``) and the ``DISTINCT ON`` sort does not spill (``work_mem``)."""
 
-_NOT_DURABLE = frozenset({"off", "false", "no", "0"})
-"""``synchronous_commit`` values under which a server crash may lose a commit."""
-
 
 class PostgresSink(PartitionedSink):
     """Upserts (or appends) every micro-batch into a PostgreSQL table.
@@ -113,7 +110,9 @@ class PostgresSink(PartitionedSink):
         (and create) the table at ``open()`` rather than at the first batch.
     :param settings: PostgreSQL session settings of the write connections (default
         :data:`DEFAULT_SETTINGS`: memory for the staging table and the dedupe sort); each is
-        tried at :meth:`open`, and `synchronous_commit` off is refused (not durable).
+        tried at :meth:`open`, and `synchronous_commit` off is refused (not durable), in
+        this option or as the connections' effective value (set for the server, database
+        or role).
     :param connection_idle_s: how long a Spark Python worker keeps a write connection at
         rest for its next partition of this sink (:mod:`fanout_postgres.connections`);
         ``0``: one connection per partition, closed at its end.
@@ -218,7 +217,7 @@ class PostgresSink(PartitionedSink):
         """Apply each of ``settings`` for one transaction, rolled back: a name or value the
         server refuses fails :meth:`open`, not every partition of every batch."""
         for name, value in self.settings.items():
-            if str(name).lower() == "synchronous_commit" and str(value).lower() in _NOT_DURABLE:
+            if str(name).lower() == "synchronous_commit" and str(value).lower() in NOT_DURABLE:
                 raise self._error(
                     f"option 'settings': synchronous_commit={value!r} lets a commit return "
                     "before it is durable, so a server crash could lose rows the ledger "
@@ -237,6 +236,9 @@ class PostgresSink(PartitionedSink):
                     f"option 'settings': the server refuses {name}={value!r}: "
                     f"{self._clean(getattr(exc, 'orig', None) or exc)}"
                 ) from None
+        effective = conn.execute(_sa().text("SHOW synchronous_commit")).scalar()
+        if str(effective).lower() in NOT_DURABLE:  # set for the server, database or role
+            raise self._error(not_durable(effective))
         conn.rollback()
 
     # -- the partitioned-sink kit ---------------------------------------------------------

@@ -250,3 +250,6 @@ class _NoCursor:
 
     def execute(self, *args: object) -> None:
         return None
+
+    def fetchone(self) -> tuple[str]:
+        return ("on",)  # SHOW synchronous_commit

@@ -163,3 +163,36 @@ def test_synchronous_commit_off_is_refused_at_open(pg_url: str) -> None:
     )
     kept = _open(pg_url, table="settings_probe", settings={"synchronous_commit": "local"})
     assert kept.settings == {"synchronous_commit": "local"}
+
+
+def test_synchronous_commit_off_for_the_database_is_refused_at_open(pg_url: str) -> None:
+    database = pg_url.rsplit("/", 1)[1].split("?")[0]
+    execute(
+        pg_url,
+        "CREATE TABLE IF NOT EXISTS settings_probe (id bigint PRIMARY KEY)",
+        f'ALTER DATABASE "{database}" SET synchronous_commit = off',
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        _open(pg_url, table="settings_probe")
+    assert str(refused.value) == (
+        "postgres sink 'pg' (table settings_probe): synchronous_commit is 'off' for the "
+        "sink's connections (set for the server, the database or the role), which lets a "
+        "commit return before it is durable, so a server crash could lose rows the ledger "
+        "records as written; set it to on for the sink's database or role (ALTER "
+        "DATABASE/ROLE ... SET synchronous_commit = on), or in option 'settings'"
+    )
+    kept = _open(pg_url, table="settings_probe", settings={"synchronous_commit": "on"})
+    assert kept.settings == {"synchronous_commit": "on"}
+
+
+def test_a_write_connection_with_synchronous_commit_off_is_refused(pg_url: str) -> None:
+    from fanout_postgres.connections import WorkerConnections
+
+    execute(pg_url, "CREATE TABLE IF NOT EXISTS settings_probe (id bigint PRIMARY KEY)")
+    sink = _open(pg_url, table="settings_probe")  # durable when it opened
+    database = pg_url.rsplit("/", 1)[1].split("?")[0]
+    execute(pg_url, f'ALTER DATABASE "{database}" SET synchronous_commit = off')
+    with pytest.raises(Exception, match="^synchronous_commit is 'off' for the sink's"):
+        WorkerConnections().take(sink.connection_url(), (), "probe", 0)
+    settings = (("synchronous_commit", "on"),)
+    WorkerConnections().take(sink.connection_url(), settings, "probe", 0).close()
