@@ -46,7 +46,7 @@ from fanout_postgres.deadletter import PostgresDeadLetters, as_letter, drop_stal
 from fanout_postgres.declaration import OPTIONS
 from fanout_postgres.direct import HELD, DirectCopyPolicy
 from fanout_postgres.failures import batch_error
-from fanout_postgres.identifiers import TableName
+from fanout_postgres.identifiers import TableName, quote
 from fanout_postgres.membership import (
     VOLATILE_KEYS,
     batch_names,
@@ -191,6 +191,7 @@ class PostgresSink(PartitionedSink):
             with engine.begin() as conn:
                 info = reflect(conn, self._table)  # type: ignore[arg-type]
                 self._check_target(info)
+                self._check_rules(conn)
                 if isinstance(self._dead, PostgresDeadLetters):
                     ensure_table(conn, self._dead.table)
             if self.batch_schema is not None:
@@ -452,6 +453,26 @@ class PostgresSink(PartitionedSink):
         if keys is not None:
             self._keys = list(keys)
             logger.debug("sink %r: keys %s", self.name, keys)
+
+    def _check_rules(self, conn: Any) -> None:
+        """A table with ``ON INSERT`` or ``ON UPDATE`` rules is refused: ``COPY`` fires no
+        rule while the ``INSERT`` a partition falls back to does, so whether a rule ran
+        would depend on which path its rows took."""
+        rules = conn.execute(
+            _sa().text(
+                "SELECT rulename, CASE ev_type WHEN '2' THEN 'UPDATE' ELSE 'INSERT' END "
+                "FROM pg_rewrite WHERE ev_class = to_regclass(:table) AND ev_type IN ('2', '3') "
+                "ORDER BY rulename"
+            ),
+            {"table": self._table.quoted()},  # type: ignore[union-attr]
+        ).all()
+        if rules:
+            named = ", ".join(f"{quote(name)} (ON {event})" for name, event in rules)
+            raise self._error(
+                f"the table has rule(s) {named}: the sink writes with COPY, which fires no "
+                "rule, and falls back to INSERT, which does, so whether a rule ran would "
+                "depend on the rows; replace the rule(s) with a trigger, which COPY fires too"
+            )
 
     def _plan(self, spark_schema: Any, batch_id: int | None) -> WritePlan:
         """The write plan of batches of ``spark_schema`` (cached per schema), the table

@@ -196,3 +196,25 @@ def test_a_write_connection_with_synchronous_commit_off_is_refused(pg_url: str) 
         WorkerConnections().take(sink.connection_url(), (), "probe", 0)
     settings = (("synchronous_commit", "on"),)
     WorkerConnections().take(sink.connection_url(), settings, "probe", 0).close()
+
+
+def test_a_table_with_insert_or_update_rules_is_refused_at_open(pg_url: str) -> None:
+    execute(
+        pg_url,
+        "CREATE TABLE audit (id bigint)",
+        "CREATE TABLE ev (id bigint PRIMARY KEY, qty bigint)",
+        "CREATE RULE ev_audit AS ON INSERT TO ev DO ALSO INSERT INTO audit VALUES (NEW.id)",
+        'CREATE RULE "Ev keep" AS ON UPDATE TO ev DO ALSO NOTHING',
+        "CREATE RULE ev_gone AS ON DELETE TO ev DO ALSO NOTHING",
+    )
+    for mode in ("upsert", "append"):
+        with pytest.raises(ConfigurationError) as refused:
+            _open(pg_url, table="ev", mode=mode)
+        assert str(refused.value) == (
+            "postgres sink 'pg' (table ev): the table has rule(s) \"Ev keep\" (ON UPDATE), "
+            "ev_audit (ON INSERT): the sink writes with COPY, which fires no rule, and falls "
+            "back to INSERT, which does, so whether a rule ran would depend on the rows; "
+            "replace the rule(s) with a trigger, which COPY fires too"
+        )
+    execute(pg_url, "DROP RULE ev_audit ON ev", 'DROP RULE "Ev keep" ON ev')
+    _open(pg_url, table="ev")  # an ON DELETE rule: the sink deletes nothing
