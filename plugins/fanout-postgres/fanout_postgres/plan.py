@@ -256,6 +256,8 @@ class PlanOptions:
     dead_letter_table: TableName | None
     dead_letter_kind: str | None
     settings: tuple[tuple[str, str], ...] = ()
+    schema: str | None = None
+    """The schema ``table`` resolved to, when it names none: the statements qualify it."""
 
 
 def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> WritePlan:
@@ -283,8 +285,11 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
         )
         for t in targets
     )
+    target = options.table
+    if target.schema is None and options.schema is not None:
+        target = TableName(target.name, options.schema)
     statements = build_statements(
-        target=options.table,
+        target=target,
         columns=[(t, info.columns[t].sa_type) for t in targets],
         keys=keys,
         order_by=options.order_by,

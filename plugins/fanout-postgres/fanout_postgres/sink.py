@@ -493,7 +493,7 @@ class PostgresSink(PartitionedSink):
                     return plan
             with engine.begin() as conn:
                 info = self._target(conn, spark_schema, create=True)
-                plan = build_plan(info, self._plan_options(), spark_schema)
+                plan = build_plan(info, self._plan_options(conn), spark_schema)
                 shape = _shape(conn, self._table)  # type: ignore[arg-type]
         except PlanError as exc:
             if batch_id is None:
@@ -540,7 +540,7 @@ class PostgresSink(PartitionedSink):
         try:
             with self._engine().connect() as conn:
                 info = self._target(conn, spark_schema, create=False)
-                build_plan(info, self._plan_options(), spark_schema)  # the plan is not kept
+                build_plan(info, self._plan_options(conn), spark_schema)  # not kept
         except PlanError as exc:
             raise self._mismatch(exc, None) from None
         except Exception as exc:
@@ -582,8 +582,20 @@ class PostgresSink(PartitionedSink):
         error_type = TransientSinkError if self.is_transient(exc) else SinkWriteError
         return error_type(message, sink=self.name, batch_id=batch_id)
 
-    def _plan_options(self) -> PlanOptions:
+    def _plan_options(self, conn: Any) -> PlanOptions:
         dead = self._dead
+        schema = None
+        if self._table is not None and self._table.schema is None:
+            # the schema the name resolves to: the statements name it, so a temporary table
+            # of the same name (first on the search path, like the staging table) cannot
+            # take the rows
+            schema = conn.execute(
+                _sa().text(
+                    "SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
+                    "ON n.oid = c.relnamespace WHERE c.oid = to_regclass(:table)"
+                ),
+                {"table": self._table.quoted()},
+            ).scalar()
         table = dead.table if isinstance(dead, PostgresDeadLetters) else None
         return PlanOptions(
             sink=self.name,
@@ -597,6 +609,7 @@ class PostgresSink(PartitionedSink):
             dead_letter_table=table,
             dead_letter_kind=None if dead is None else "postgres" if table else "driver",
             settings=tuple((str(k), str(v)) for k, v in self.settings.items()),
+            schema=schema,
         )
 
     def partition_failure(
