@@ -71,6 +71,11 @@ class WritePlan:
     settings: tuple[tuple[str, str], ...] = ()
     wire_kinds: tuple[str | None, ...] = ()
     """Binary COPY format of each written column (``None``: text only)."""
+    target: str = ""
+    """The table as the statements name it (schema-qualified when it was resolved)."""
+    column_types: tuple[str, ...] = ()
+    """Each written column's type when the plan was made (``format_type``): a partition
+    whose table has other types now rolls back (``transaction.PartitionTransaction``)."""
 
     @property
     def sources(self) -> dict[str, str]:
@@ -313,6 +318,7 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
         state_schema=options.state_schema,
         settings=options.settings,
         wire_kinds=tuple(wire_kind(info.columns[t].sa_type) for t in targets),
+        target=target.quoted(),
     )
 
 

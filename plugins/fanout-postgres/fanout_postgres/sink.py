@@ -20,6 +20,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -495,6 +496,10 @@ class PostgresSink(PartitionedSink):
                 info = self._target(conn, spark_schema, create=True)
                 plan = build_plan(info, self._plan_options(conn), spark_schema)
                 shape = _shape(conn, self._table)  # type: ignore[arg-type]
+                types = {name: type_ for name, type_, _ in shape}
+                plan = dataclasses.replace(
+                    plan, column_types=tuple(types.get(t, "") for _, t in plan.columns)
+                )
         except PlanError as exc:
             if batch_id is None:
                 raise self._error(str(exc)) from None

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fanout.errors import TransientSinkError
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout_postgres import binary
@@ -30,6 +31,7 @@ from fanout_postgres.encode import (
     to_csv,
     value_text,
 )
+from fanout_postgres.identifiers import quote
 from fanout_postgres.plan import WritePlan
 from fanout_postgres.sqlstate import (
     MarkConflict,
@@ -45,6 +47,14 @@ if TYPE_CHECKING:
     pass
 
 
+COLUMN_TYPES_SQL = (
+    "SELECT n.name, format_type(a.atttypid, a.atttypmod) "
+    "FROM unnest(CAST(%(names)s AS text[])) WITH ORDINALITY AS n(name, i) "
+    "LEFT JOIN pg_attribute a ON a.attrelid = to_regclass(%(table)s) AND a.attname = n.name "
+    "AND NOT a.attisdropped ORDER BY n.i"
+)
+"""The types of the written columns now (checked after the rows are written, while the
+transaction's lock on the table keeps an ``ALTER TABLE`` waiting)."""
 KEEP_MARKS = 100
 """Progress marks older than this many batches are pruned (Spark replays only the last)."""
 
@@ -109,6 +119,7 @@ class PartitionTransaction:
             if not self._stream(self.sql.copy_stage, self.sql.copy_stage_binary, with_row=True):
                 self._copy(self.sql.copy_stage, self._checked(), with_row=True)
             changed = self._write()
+        self._check_types()
         rows = self.table.num_rows - len(self.rejects)
         outcome = PartitionOutcome(
             self.partition,
@@ -138,6 +149,31 @@ class PartitionTransaction:
                 self.sql.mark_prune, {**self.key, "keep_from": self.meta.batch_id - KEEP_MARKS}
             )
         return outcome
+
+    def _check_types(self) -> None:
+        """The written columns still have the types the plan was made for: an ``ALTER
+        TABLE ... TYPE`` committed since may have made the rows land as other values (a
+        binary field read as another type, a value cast and rounded). Then the partition
+        rolls back, and the batch is retried (transient) under a plan made anew."""
+        planned = self.plan.column_types
+        if not planned:
+            return
+        names = [target for _, target in self.plan.columns]
+        self.cur.execute(COLUMN_TYPES_SQL, {"names": names, "table": self.plan.target})
+        now = [(name, found or "missing") for name, found in self.cur.fetchall()]
+        changed = [
+            f"{quote(name)} {was} is now {found}"
+            for (name, found), was in zip(now, planned, strict=True)
+            if found != was
+        ]
+        if changed:
+            raise TransientSinkError(
+                f"table {self.plan.table} changed while the batch was written: "
+                f"{', '.join(changed)}; nothing of this partition was written, and the "
+                "batch is retried under a plan made for the table as it is now",
+                sink=self.plan.sink,
+                batch_id=self.meta.batch_id,
+            )
 
     def _stream(self, sql: str, binary_sql: str, *, with_row: bool, whole: bool = False) -> bool:
         """COPY the rows while Spark delivers them, checking each chunk on the way; in
