@@ -6,6 +6,7 @@ which binary COPY encodes, and the INSERT casts them, or fails)."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -111,6 +112,9 @@ def test_each_batch_plans_anew_when_the_table_changed(table: str) -> None:
     planned = sink._plan(SCHEMA, 0)
     assert sink._plan(SCHEMA, 1) is planned  # unchanged: the cached plan
     execute(url, "ALTER TABLE t ALTER COLUMN qty TYPE bigint")
+    # a batch's preflight (its first step on the driver) finds the change: the plan goes
+    sink.preflight(SimpleNamespace(df=SimpleNamespace(schema=SCHEMA), batch_id=2))  # type: ignore[arg-type]
+    assert SCHEMA.json() not in sink._plans
     writer = _writer(sink, 2)
     assert writer.plan is not planned
     assert writer.plan.wire_kinds == ("int8", "int8", "int8", "timestamp")
