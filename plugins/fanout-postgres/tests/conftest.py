@@ -34,3 +34,13 @@ def pg_url(pg_server: EmbeddedPostgres, request: pytest.FixtureRequest) -> str:
     """The SQLAlchemy URL of a new, empty database for this test."""
     slug = re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:40]
     return pg_server.create_database(f"t_{slug}_{uuid.uuid4().hex[:6]}")
+
+
+@pytest.fixture
+def no_kept_connections() -> Iterator[None]:
+    """The test starts and ends with no write connection kept in this process."""
+    from fanout_postgres.connections import CONNECTIONS
+
+    CONNECTIONS.close_all()
+    yield
+    CONNECTIONS.close_all()

@@ -32,3 +32,13 @@ def execute(url: str, *statements: str) -> None:
                 cur.execute(sql)
     finally:
         conn.close()
+
+
+def waiting_on_a_lock(url: str) -> bool:
+    """Whether a session of the sink (application name ``fanout ...``) waits on a lock."""
+    found = query(
+        url,
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND application_name LIKE 'fanout %%'",
+    )
+    return bool(found and found[0][0])

@@ -12,7 +12,6 @@ wrote what."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -47,12 +46,7 @@ ARROW = pa.schema(
 )  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def no_kept_connections() -> Iterator[None]:
-    """Each test starts and ends with no connection kept in this process."""
-    CONNECTIONS.close_all()
-    yield
-    CONNECTIONS.close_all()
+pytestmark = pytest.mark.usefixtures("no_kept_connections")
 
 
 def _sink(url: str, **options: Any) -> PostgresSink:

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from fanout_postgres import PostgresSink
-from fanout_postgres.connections import CONNECTIONS
-from pgcheck import execute, query
+from pgcheck import execute, query, waiting_on_a_lock
 
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.partitioned.membership import MemberDigest
@@ -25,11 +23,7 @@ SCHEMA = "id LONG, name STRING"
 ARROW = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 
-@pytest.fixture(autouse=True)
-def no_kept_connections() -> Iterator[None]:
-    CONNECTIONS.close_all()
-    yield
-    CONNECTIONS.close_all()
+pytestmark = pytest.mark.usefixtures("no_kept_connections")
 
 
 def _sink(url: str, **options: Any) -> PostgresSink:
@@ -68,15 +62,6 @@ class _NoHooks:
         pass
 
 
-def _waiting_on_a_lock(url: str) -> bool:
-    found = query(
-        url,
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND application_name LIKE 'fanout %%'",
-    )
-    return bool(found and found[0][0])
-
-
 @pytest.mark.parametrize(
     "existing, rows",
     [
@@ -105,7 +90,7 @@ def test_two_attempts_of_one_partition_at_once_leave_its_letters_once(
     second = threading.Thread(target=attempt, args=("second", _NoHooks()))
     second.start()
     deadline = time.monotonic() + 30
-    while second.is_alive() and not _waiting_on_a_lock(pg_url) and time.monotonic() < deadline:
+    while second.is_alive() and not waiting_on_a_lock(pg_url) and time.monotonic() < deadline:
         time.sleep(0.05)
     gate.opened.set()
     first.join(60)

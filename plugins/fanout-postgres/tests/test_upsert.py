@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fanout_postgres import PostgresSink
 from pg_data import SCHEMA, latest, run_stream, write_files
-from pgcheck import execute, query
+from pgcheck import execute, query, waiting_on_a_lock
 
 from fanout import FanOut
 from fanout.contract.batch import Batch, BatchInfo
@@ -147,9 +147,9 @@ def test_a_key_another_session_inserts_meanwhile_is_updated_not_refused(
     writer = threading.Thread(target=write)
     writer.start()
     deadline = time.monotonic() + 60
-    while not _waiting_on_a_lock(pg_url) and time.monotonic() < deadline:
+    while not waiting_on_a_lock(pg_url) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _waiting_on_a_lock(pg_url), "the sink never waited for the other session's key"
+    assert waiting_on_a_lock(pg_url), "the sink never waited for the other session's key"
     other.commit()
     other.close()
     writer.join(120)
@@ -157,12 +157,3 @@ def test_a_key_another_session_inserts_meanwhile_is_updated_not_refused(
     assert "error" not in outcome, outcome.get("error")
     assert outcome["result"].rows == 3
     assert _rows(pg_url) == [(1, "mine", 10.0, 1), (2, "mine", 20.0, 1), (3, "mine", 30.0, 1)]
-
-
-def _waiting_on_a_lock(url: str) -> bool:
-    found = query(
-        url,
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND application_name LIKE 'fanout %%'",
-    )
-    return bool(found and found[0][0])
