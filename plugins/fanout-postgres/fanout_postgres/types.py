@@ -103,17 +103,24 @@ class Loss:
     pattern: str | None = None
     """For a timestamp: the ``date_format`` pattern writing it as text for PostgreSQL to
     parse, instead of a cast."""
+    in_utc: bool = False
+    """For an instant into a column without time zone: format its UTC wall clock, which
+    is what the sink stores there (``date_format`` alone writes the session's)."""
 
     def remedy(self, column: str) -> str:
         """What to do about batch column ``column``, as a PySpark expression and as a
         ``select`` expression of the sink's route."""
         col = f"F.col({_py(column)})"
         name = _sql_name(column)
+        if self.in_utc:
+            col = f"F.to_utc_timestamp({col}, F.current_timezone())"
+            name = f"to_utc_timestamp({name}, current_timezone())"
         if self.pattern is not None:
+            alias = _sql_name(column)
             return (
                 f"format it as text in the query so the rounding is yours: "
                 f"F.date_format({col}, {_py(self.pattern)}) (in a sink's select: "
-                f"date_format({name}, '{self.pattern}') AS {name})"
+                f"date_format({name}, '{self.pattern}') AS {alias})"
             )
         how = "cast it in the query so the rounding is yours"
         if self.cast == "string":  # no Spark type holds the column's scale
@@ -171,13 +178,16 @@ def loss(data_type: Any, sa_type: Any) -> Loss | None:
         if precision is None or precision >= _MICROSECONDS:
             return None
         pattern = "yyyy-MM-dd HH:mm:ss" + ("." + "S" * precision if precision else "")
-        if isinstance(data_type, T.TimestampType):  # an instant: keep its offset
+        instant = isinstance(data_type, T.TimestampType)
+        zoned = bool(getattr(sa_type, "timezone", False))
+        if instant and zoned:  # its offset keeps the instant
             pattern += "XXX"
         seconds = f"{precision} decimal place{'s' if precision > 1 else ''} of a second"
         return Loss(
             f"PostgreSQL would round its values to {seconds if precision else 'whole seconds'}",
             "string",
             pattern,
+            in_utc=instant and not zoned,
         )
     return None
 

@@ -57,7 +57,8 @@ LOSSY: list[tuple[Any, Any, str, str]] = [
     (LONG_T, REAL, "to the 6 significant digits a real holds", '.cast("float")'),
     (LONG_T, DOUBLE, "to the 15 significant digits a double precision holds", '.cast("double")'),
     (TS_T, TIMESTAMP_3, "to 3 decimal places of a second",
-     'F.date_format(F.col("c"), "yyyy-MM-dd HH:mm:ss.SSSXXX")'),
+     'F.date_format(F.to_utc_timestamp(F.col("c"), F.current_timezone()), '
+     '"yyyy-MM-dd HH:mm:ss.SSS")'),
     (NTZ_T, TIMESTAMP_3, "to 3 decimal places of a second",
      'F.date_format(F.col("c"), "yyyy-MM-dd HH:mm:ss.SSS")'),
     (TS_T, TIMESTAMPTZ_0, "to whole seconds",
@@ -132,10 +133,18 @@ def test_the_remedy_in_pyspark_and_in_a_sinks_select() -> None:
     )
     stamp = loss(TS_T, TIMESTAMP_3)
     assert stamp is not None
-    assert stamp.remedy("at") == (
+    assert stamp.remedy("at") == (  # its UTC wall clock, as the sink stores an instant there
         "format it as text in the query so the rounding is yours: "
-        'F.date_format(F.col("at"), "yyyy-MM-dd HH:mm:ss.SSSXXX") '
-        "(in a sink's select: date_format(at, 'yyyy-MM-dd HH:mm:ss.SSSXXX') AS at)"
+        'F.date_format(F.to_utc_timestamp(F.col("at"), F.current_timezone()), '
+        '"yyyy-MM-dd HH:mm:ss.SSS") (in a sink\'s select: date_format(to_utc_timestamp(at, '
+        "current_timezone()), 'yyyy-MM-dd HH:mm:ss.SSS') AS at)"
+    )
+    zoned = loss(TS_T, TIMESTAMPTZ_0)
+    assert zoned is not None
+    assert zoned.remedy("at") == (
+        "format it as text in the query so the rounding is yours: "
+        'F.date_format(F.col("at"), "yyyy-MM-dd HH:mm:ssXXX") '
+        "(in a sink's select: date_format(at, 'yyyy-MM-dd HH:mm:ssXXX') AS at)"
     )
     odd = loss(LONG_T, NUMERIC_5_MINUS_2)  # no Spark decimal has a negative scale
     assert odd is not None

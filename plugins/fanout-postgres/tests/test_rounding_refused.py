@@ -83,37 +83,57 @@ def test_with_the_cast_in_the_query_the_batch_writes_the_exact_values(
     assert _prices(pg_url) == STORED
 
 
+TO_UTC_TEXT = (
+    'F.date_format(F.to_utc_timestamp(F.col("at"), F.current_timezone()), '
+    '"yyyy-MM-dd HH:mm:ss.SSS") (in a sink\'s select: date_format(to_utc_timestamp(at, '
+    "current_timezone()), 'yyyy-MM-dd HH:mm:ss.SSS') AS at)"
+)
+WITH_OFFSET = (
+    'F.date_format(F.col("at"), "yyyy-MM-dd HH:mm:ss.SSSXXX") (in a sink\'s select: '
+    "date_format(at, 'yyyy-MM-dd HH:mm:ss.SSSXXX') AS at)"
+)
+
+
 @pytest.mark.parametrize("column", ["timestamp(3)", "timestamptz(3)"])
 def test_a_timestamp_into_timestamp_3_is_refused_and_written_once_formatted(
     spark: Any, pg_url: str, column: str
 ) -> None:
+    """Refused before anything is written; the expression the error names then stores
+    what the sink stores for an instant: its UTC wall clock in a ``timestamp`` column, the
+    instant in a ``timestamptz`` one, whatever the Spark session's zone and the server's."""
     execute(pg_url, f"CREATE TABLE events (id bigint PRIMARY KEY, at {column})")
     database = sa.engine.make_url(pg_url).database
     # the server's zone is not the session's: the text's offset keeps a timestamptz's instant
     execute(pg_url, f"ALTER DATABASE \"{database}\" SET timezone TO 'America/New_York'")
     at = dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC)
-    df = spark.createDataFrame([(1, at), (2, None)], "id LONG, at TIMESTAMP")
-    sink = PostgresSink("pg", url=pg_url, table="events", partitions=2)
-    sink.open(SinkContext("rounding", spark))
-    with pytest.raises(SchemaMismatchError) as caught:
-        sink.write(Batch(df, BatchInfo("rounding", 1, "q"), "pg", "fanout/rounding/pg"))
-    pg_type = {"timestamp(3)": "TIMESTAMP(3) WITHOUT TIME ZONE",
-               "timestamptz(3)": "TIMESTAMP(3) WITH TIME ZONE"}[column]  # fmt: skip
-    assert str(caught.value) == (
-        f"sink 'pg', batch 1: batch column 'at' (timestamp) cannot be written to column at "
-        f"of table events ({pg_type}) without loss: PostgreSQL would round its values to 3 "
-        "decimal places of a second; format it as text in the query so the rounding is "
-        'yours: F.date_format(F.col("at"), "yyyy-MM-dd HH:mm:ss.SSSXXX") (in a sink\'s '
-        "select: date_format(at, 'yyyy-MM-dd HH:mm:ss.SSSXXX') AS at), or change the "
-        "column's type"
-    )
-    assert query(pg_url, "SELECT count(*) FROM events") == [(0,)]
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")  # neither UTC nor the server's
+    try:
+        df = spark.createDataFrame([(1, at), (2, None)], "id LONG, at TIMESTAMP")
+        sink = PostgresSink("pg", url=pg_url, table="events", partitions=2)
+        sink.open(SinkContext("rounding", spark))
+        with pytest.raises(SchemaMismatchError) as caught:
+            sink.write(Batch(df, BatchInfo("rounding", 1, "q"), "pg", "fanout/rounding/pg"))
+        pg_type, remedy = {
+            "timestamp(3)": ("TIMESTAMP(3) WITHOUT TIME ZONE", TO_UTC_TEXT),
+            "timestamptz(3)": ("TIMESTAMP(3) WITH TIME ZONE", WITH_OFFSET),
+        }[column]
+        assert str(caught.value) == (
+            f"sink 'pg', batch 1: batch column 'at' (timestamp) cannot be written to column at "
+            f"of table events ({pg_type}) without loss: PostgreSQL would round its values to 3 "
+            f"decimal places of a second; format it as text in the query so the rounding is "
+            f"yours: {remedy}, or change the column's type"
+        )
+        assert query(pg_url, "SELECT count(*) FROM events") == [(0,)]
 
-    text = df.select("id", F.date_format(F.col("at"), "yyyy-MM-dd HH:mm:ss.SSSXXX").alias("at"))
-    sink.write(Batch(text, BatchInfo("rounding", 1, "q"), "pg", "fanout/rounding/pg"))
+        expression = remedy.split(" (in a sink's select: ")[1].rsplit(" AS at)", 1)[0]
+        text = df.selectExpr("id", f"{expression} AS at")
+        sink.write(Batch(text, BatchInfo("rounding", 1, "q"), "pg", "fanout/rounding/pg"))
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
     stored = at.replace(microsecond=123000)  # the query's choice: truncated to milliseconds
     if column == "timestamp(3)":
-        stored = stored.replace(tzinfo=None)  # the session's (UTC) wall clock
+        stored = stored.replace(tzinfo=None)  # the instant's UTC wall clock
     assert query(pg_url, "SELECT id, at FROM events ORDER BY id") == [(1, stored), (2, None)]
 
 
