@@ -303,16 +303,8 @@ class DeltaLedger:
 
     def _started_by(self, table: DeltaTable, entry: LedgerEntry) -> bool:
         """Whether ``table`` holds ``entry``'s epoch row: its query started the epoch."""
-        rows = read_arrow(
-            table,
-            columns=["query_id"],
-            filters=[
-                ("pipeline", "=", entry.pipeline),
-                ("status", "=", "epoch"),
-                ("epoch", "=", entry.epoch),
-            ],
-        )
-        return entry.query_id in rows.column("query_id").to_pylist()
+        high = self._version(table, pipeline_app_id(entry.pipeline, 0))
+        return self._owners(table, entry.pipeline, high).get(entry.epoch) == entry.query_id
 
     # -- writes ---------------------------------------------------------------------
 
@@ -489,6 +481,11 @@ class DeltaLedger:
         with self._lock:
             table = self._fresh()
             high = self._version(table, pipeline_app_id(pipeline, 0))
+        return self._owners(table, pipeline, high)
+
+    def _owners(self, table: DeltaTable, pipeline: str, high: int | None) -> dict[int, str]:
+        """:meth:`epoch_owners` as ``table`` holds them, epoch 0's high-water mark at
+        ``high``."""
         present = {f.name for f in table.schema().fields}  # older ledgers lack columns
         wanted = ["pipeline", "sink", "batch_id", "status", "query_id", "epoch"]
         columns = [c for c in wanted if c in present]
