@@ -647,7 +647,3 @@ def _sa() -> Any:
     import sqlalchemy
 
     return sqlalchemy
-
-
-def _spark(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
