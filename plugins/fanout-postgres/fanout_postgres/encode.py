@@ -133,12 +133,17 @@ def _csv_ready(column: Any) -> Any:
             [None if v is None else "\\x" + v.hex() for v in column.to_pylist()], pa.string()
         )
     if pa.types.is_nested(kind) or pa.types.is_map(kind):
-        dump = _json_text if _holds_decimal(kind) else json.dumps
-        return pa.array(
-            [None if v is None else dump(_typed(v, kind)) for v in column.to_pylist()],
-            pa.string(),
-        )
+        dump = _nested_json(kind)
+        return pa.array([None if v is None else dump(v) for v in column.to_pylist()], pa.string())
     return column
+
+
+def _nested_json(kind: pa.DataType) -> Callable[[Any], str]:
+    """How a nested value of Arrow type ``kind`` (from ``to_pylist``) is written as JSON:
+    by its type (:func:`_typed`), decimals as numbers when it holds any
+    (:func:`_json_text`, else the faster ``json.dumps``)."""
+    dump = _json_text if _holds_decimal(kind) else json.dumps
+    return lambda value: dump(_typed(value, kind))
 
 
 def _typed(value: Any, kind: pa.DataType) -> Any:
@@ -244,7 +249,7 @@ def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
         return "\\x" + value.hex()
     kind = table.column(column).type
     if pa.types.is_nested(kind) or pa.types.is_map(kind):  # as COPY got it
-        text = (_json_text if _holds_decimal(kind) else json.dumps)(_typed(value, kind))
+        text = _nested_json(kind)(value)
     else:
         text = value if isinstance(value, str) else json.dumps(_jsonable(value), default=str)
     return text.replace("\x00", NUL_TEXT)
