@@ -11,6 +11,7 @@ from fanout_postgres import types as pgtypes
 from fanout_postgres.binary import wire_kind
 from fanout_postgres.encode import Check
 from fanout_postgres.identifiers import TableName, quote
+from fanout_postgres.keyhash import HASHED, KeyHash, KeyRefused, key_fold
 from fanout_postgres.statements import ROW, Statements, build_statements
 
 
@@ -76,6 +77,8 @@ class WritePlan:
     column_types: tuple[str, ...] = ()
     """Each written column's type when the plan was made (``format_type``): a partition
     whose table has other types now rolls back (``transaction.PartitionTransaction``)."""
+    key_hashes: tuple[KeyHash, ...] = ()
+    """Upsert keys hashed on a fold of their values (:mod:`fanout_postgres.keyhash`)."""
 
     @property
     def sources(self) -> dict[str, str]:
@@ -304,6 +307,9 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
         dead_letter=options.dead_letter_table,
     )
     hash_columns = tuple(keys if (keys and all(k in targets for k in keys)) else targets)
+    key_hashes: tuple[KeyHash, ...] = ()
+    if options.mode == "upsert" and options.partitions > 1:
+        key_hashes = fold_keys(info, pairs, keys, spark_types)
     return WritePlan(
         sink=options.sink,
         table=options.table.quoted(),
@@ -319,6 +325,47 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
         settings=options.settings,
         wire_kinds=tuple(wire_kind(info.columns[t].sa_type) for t in targets),
         target=target.quoted(),
+        key_hashes=key_hashes,
+    )
+
+
+def fold_keys(
+    info: TargetInfo, pairs: Sequence[tuple[str, str]], keys: Sequence[str],
+    spark_types: Mapping[str, Any],
+) -> tuple[KeyHash, ...]:  # fmt: skip
+    """The upsert keys to hash on a fold of their values, so that keys PostgreSQL calls
+    equal share a partition (:mod:`fanout_postgres.keyhash`); :class:`PlanError` for a key
+    no fold covers."""
+    sources = {target: source for source, target in pairs}
+    folded = []
+    for key in keys:
+        source, column = sources[key], info.columns[key]
+        try:
+            fold = key_fold(spark_types[source], column.sa_type)
+        except KeyRefused as refused:
+            raise PlanError(_unfoldable(info.table, source, key, column, spark_types[source],
+                                        refused), [source]) from None  # fmt: skip
+        if fold is not None:
+            folded.append(KeyHash(key, fold))
+    return tuple(folded)
+
+
+def _unfoldable(
+    table: TableName, source: str, key: str, column: TargetColumn, spark_type: Any,
+    refused: KeyRefused,
+) -> str:  # fmt: skip
+    said = (
+        f"key column {source!r} ({spark_type.simpleString()}) is written to column "
+        f"{quote(key)} of table {table} ({column.pg_type}), which reads {refused.examples} "
+        "as one key; Spark would hash them to different partitions, whose transactions "
+        "commit in any order, so the last would win whatever order_by says"
+    )
+    if refused.cast is None:
+        return f"{said}; write it as one partition (option partitions: 1)"
+    return (
+        f"{said}; cast it in the query so that Spark sees the key PostgreSQL sees: "
+        f"{pgtypes.cast_in_query(source, refused.cast)}, or write it as one partition "
+        "(option partitions: 1)"
     )
 
 
@@ -331,6 +378,10 @@ def check_targets(targets: Sequence[str]) -> None:
     """The target columns the batch columns map to: none reserved, none twice."""
     if ROW in targets:
         raise PlanError(f"column name {ROW!r} is reserved by the postgres sink", [ROW])
+    hashes = [t for t in targets if t.startswith(HASHED)]
+    if hashes:
+        raise PlanError(f"column names starting {HASHED!r} are reserved by the postgres "
+                        f"sink ({_names(hashes)})", hashes)  # fmt: skip
     if len(set(targets)) != len(targets):
         raise PlanError(f"two batch columns map to one target column ({_names(targets)})")
 

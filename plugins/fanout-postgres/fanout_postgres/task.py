@@ -31,6 +31,7 @@ from fanout_postgres.connections import CONNECTIONS, close_quietly
 from fanout_postgres.encode import (
     Rows,
 )
+from fanout_postgres.keyhash import HASHED
 from fanout_postgres.plan import WritePlan
 from fanout_postgres.sqlstate import HINTS, classify
 from fanout_postgres.transaction import BatchMeta, PartitionTransaction, RowRejected
@@ -66,7 +67,7 @@ class PostgresPartitionWriter:
     ) -> PartitionOutcome:
         """Write one partition in one transaction; never raises for database errors."""
         plan, meta = self.plan, self.meta
-        rows = Rows(batches)
+        rows = Rows(_without_hashes(batches) if plan.key_hashes else batches)
         first = rows.next_chunk()
         while first is not None and first.num_rows == 0:
             first = rows.next_chunk()
@@ -104,6 +105,13 @@ class PostgresPartitionWriter:
         if outcome.status == "committed":
             hooks.after(partition, outcome.rows, outcome.written)
         return outcome
+
+
+def _without_hashes(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` without the columns folded keys were hashed on (``keyhash.hashed``)."""
+    for batch in batches:
+        names = batch.schema.names
+        yield batch.select([i for i, name in enumerate(names) if not name.startswith(HASHED)])
 
 
 def _failed(partition: int, exc: BaseException) -> PartitionOutcome:

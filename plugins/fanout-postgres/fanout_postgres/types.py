@@ -125,10 +125,17 @@ class Loss:
         how = "cast it in the query so the rounding is yours"
         if self.cast == "string":  # no Spark type holds the column's scale
             how = "cast it to a string in the query, for PostgreSQL to parse and round"
-        return (
-            f"{how}: {col}.cast({_py(self.cast)}) "
-            f"(in a sink's select: CAST({name} AS {self.cast}) AS {name})"
-        )
+        return f"{how}: {cast_in_query(column, self.cast)}"
+
+
+def cast_in_query(column: str, cast: str) -> str:
+    """Batch column ``column`` cast to Spark type ``cast``, as a PySpark expression and as
+    a ``select`` expression of the sink's route."""
+    name = _sql_name(column)
+    return (
+        f"F.col({_py(column)}).cast({_py(cast)}) "
+        f"(in a sink's select: CAST({name} AS {cast}) AS {name})"
+    )
 
 
 # Significant decimal digits of a Spark type's values, for float targets (a type whose

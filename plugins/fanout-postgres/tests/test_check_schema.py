@@ -133,7 +133,9 @@ def test_a_schema_the_table_takes_passes(pg_url: str) -> None:
     execute(pg_url, PRICES, SKUS)
     _opened(pg_url, table="prices").check_schema(FITS)
     strings = pa.schema([(f.name, pa.string()) for f in FITS])  # PostgreSQL's to parse
-    _opened(pg_url, table="prices").check_schema(strings)
+    # in one partition: a string key into bigint has spellings Spark would hash apart
+    # (test_equal_keys.py)
+    _opened(pg_url, table="prices", partitions=1).check_schema(strings)
     skus = pa.schema([("sku", pa.string()), ("price", pa.float64())])  # numeric: no scale
     _opened(pg_url, table="skus", keys="sku").check_schema(skus)
 
