@@ -470,24 +470,11 @@ class PostgresSink(PartitionedSink):
             logger.debug("sink %r: keys %s", self.name, keys)
 
     def _check_rules(self, conn: Any) -> None:
-        """A table with ``ON INSERT`` or ``ON UPDATE`` rules is refused: ``COPY`` fires no
-        rule while the ``INSERT`` a partition falls back to does, so whether a rule ran
-        would depend on which path its rows took."""
-        rules = conn.execute(
-            _sa().text(
-                "SELECT rulename, CASE ev_type WHEN '2' THEN 'UPDATE' ELSE 'INSERT' END "
-                "FROM pg_rewrite WHERE ev_class = to_regclass(:table) AND ev_type IN ('2', '3') "
-                "ORDER BY rulename"
-            ),
-            {"table": self._table.quoted()},  # type: ignore[union-attr]
-        ).all()
-        if rules:
-            named = ", ".join(f"{quote(name)} (ON {event})" for name, event in rules)
-            raise self._error(
-                f"the table has rule(s) {named}: the sink writes with COPY, which fires no "
-                "rule, and falls back to INSERT, which does, so whether a rule ran would "
-                "depend on the rows; replace the rule(s) with a trigger, which COPY fires too"
-            )
+        """At :meth:`open`: a table with ``ON INSERT`` or ``ON UPDATE`` rules is refused
+        (:func:`_rules_problem`)."""
+        problem = _rules_problem(conn, self._table)  # type: ignore[arg-type]
+        if problem is not None:
+            raise self._error(problem)
 
     def _plan(self, spark_schema: Any, batch_id: int | None) -> WritePlan:
         """The write plan of batches of ``spark_schema`` (cached per schema), the table
@@ -509,8 +496,11 @@ class PostgresSink(PartitionedSink):
             with engine.begin() as conn:
                 info = self._target(conn, spark_schema, create=True)
                 plan = build_plan(info, self._plan_options(conn), spark_schema)
+                ruled = _rules_problem(conn, self._table)  # type: ignore[arg-type]
+                if ruled is not None:  # a rule made since open(): the shape changed
+                    raise PlanError(ruled)
                 shape = _shape(conn, self._table)  # type: ignore[arg-type]
-                types = {name: type_ for name, type_, _ in shape}
+                types = {row[0]: row[1] for row in shape}
                 plan = dataclasses.replace(
                     plan, column_types=tuple(types.get(t, "") for _, t in plan.columns)
                 )
@@ -641,16 +631,43 @@ class PostgresSink(PartitionedSink):
 
 
 def _shape(conn: Any, table: TableName) -> list[tuple[Any, ...]]:
-    """The table's columns as the catalog has them now: name, type, NOT NULL."""
+    """The table's columns as the catalog has them now: name, type, NOT NULL, and on each
+    row the count of its ``ON INSERT``/``ON UPDATE`` rules (:func:`_rules_problem`)."""
     rows = conn.execute(
         _sa().text(
-            "SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute "
-            "WHERE attrelid = to_regclass(:table) AND attnum > 0 AND NOT attisdropped "
-            "ORDER BY attnum"
+            "SELECT attname, format_type(atttypid, atttypmod), attnotnull, "
+            f"(SELECT count(*) FROM pg_rewrite WHERE {_WRITE_RULES}) "
+            "FROM pg_attribute WHERE attrelid = to_regclass(:table) AND attnum > 0 "
+            "AND NOT attisdropped ORDER BY attnum"
         ),
         {"table": table.quoted()},
     )
     return [tuple(row) for row in rows]
+
+
+_WRITE_RULES = "ev_class = to_regclass(:table) AND ev_type IN ('2', '3')"
+"""``pg_rewrite`` rows of the table's ``ON UPDATE`` (2) and ``ON INSERT`` (3) rules."""
+
+
+def _rules_problem(conn: Any, table: TableName) -> str | None:
+    """Why a table with ``ON INSERT`` or ``ON UPDATE`` rules cannot be written: ``COPY``
+    fires no rule while the ``INSERT`` a partition falls back to does, so whether a rule
+    ran would depend on which path its rows took. ``None`` without such rules."""
+    rules = conn.execute(
+        _sa().text(
+            "SELECT rulename, CASE ev_type WHEN '2' THEN 'UPDATE' ELSE 'INSERT' END "
+            f"FROM pg_rewrite WHERE {_WRITE_RULES} ORDER BY rulename"
+        ),
+        {"table": table.quoted()},
+    ).all()
+    if not rules:
+        return None
+    named = ", ".join(f"{quote(name)} (ON {event})" for name, event in rules)
+    return (
+        f"the table has rule(s) {named}: the sink writes with COPY, which fires no rule, "
+        "and falls back to INSERT, which does, so whether a rule ran would depend on the "
+        "rows; replace the rule(s) with a trigger, which COPY fires too"
+    )
 
 
 def _scope(batch: Batch) -> str:

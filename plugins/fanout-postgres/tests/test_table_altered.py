@@ -144,3 +144,26 @@ def test_a_protocol_violation_is_not_retried() -> None:
         pgcode = "08P01"
 
     assert classify(_Error("insufficient data left in message")) == "fatal"
+
+
+def test_a_rule_made_while_the_stream_runs_refuses_the_next_batch(table: str) -> None:
+    url = table
+    sink = _sink(url)
+    assert _write(_writer(sink, 0), [1]).status == "committed"
+    execute(
+        url,
+        "CREATE TABLE audit (id bigint)",
+        "CREATE RULE t_audit AS ON INSERT TO t DO ALSO INSERT INTO audit VALUES (NEW.id)",
+    )
+    with pytest.raises(SchemaMismatchError) as refused:
+        sink._plan(SCHEMA, 1)
+    assert str(refused.value) == (
+        "sink 'pg', batch 1: the table has rule(s) t_audit (ON INSERT): the sink writes with "
+        "COPY, which fires no rule, and falls back to INSERT, which does, so whether a rule "
+        "ran would depend on the rows; replace the rule(s) with a trigger, which COPY fires "
+        "too"
+    )
+    execute(url, "DROP RULE t_audit ON t")
+    assert _write(_writer(sink, 2), [2]).status == "committed"
+    assert _stored(url) == [(1, "101", "5"), (2, "102", "5")]
+    assert query(url, "SELECT count(*) FROM audit") == [(0,)]
