@@ -67,6 +67,13 @@ COLUMN_TYPES_SQL = (
 )
 """The types of the written columns now (checked after the rows are written, while the
 transaction's lock on the table keeps an ``ALTER TABLE`` waiting)."""
+CONSTRAINT_COLUMNS_SQL = (
+    "SELECT a.attname FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid "
+    "AND a.attnum = ANY (c.conkey) WHERE c.conrelid = to_regclass(%(table)s) "
+    "AND c.conname = %(name)s"
+)
+"""The columns of a constraint of the target (a foreign key's own columns, those a CHECK
+reads): the column of a row an ``INSERT`` refused, when the server names none."""
 KEEP_MARKS = 100
 """Progress marks older than this many batches are pruned (Spark replays only the last)."""
 
@@ -452,12 +459,23 @@ class PartitionTransaction:
                 raise
             if lo == hi:
                 column = getattr(getattr(exc, "diag", None), "column_name", None)
+                column = column or self._constraint_column(exc)
                 self._reject(Reject(lo, reason_of(exc), self._column(column), sqlstate_of(exc)))
                 return 0
         mid = (lo + hi) // 2
         return self._bisect(lo, mid) + self._bisect(mid + 1, hi)
 
     # -- rejects -----------------------------------------------------------------------
+
+    def _constraint_column(self, exc: BaseException) -> str | None:
+        """The one column of the constraint that refused a row (a foreign key, a CHECK),
+        which the server names no column for; ``None`` when it has several or none."""
+        name = getattr(getattr(exc, "diag", None), "constraint_name", None)
+        if not name:
+            return None
+        self.cur.execute(CONSTRAINT_COLUMNS_SQL, {"table": self.plan.target, "name": name})
+        found = [row[0] for row in self.cur.fetchall()]
+        return found[0] if len(found) == 1 else None
 
     def _column(self, name: str | None) -> str | None:
         if name is None:

@@ -30,13 +30,13 @@ SCHEMA = "id LONG, name STRING, qty STRING, parent INT, version LONG"  # qty par
 BEFORE = (1, "old", 1, 1, 0)
 """Key 1's row in the table before the batch."""
 # kind -> (the refused row of key 1 at a given version, refused column and value as
-# recorded, the reason); the server names no column for a CHECK or a foreign key
-REFUSED: dict[str, tuple[Any, str | None, str | None, str]] = {
+# recorded, the reason)
+REFUSED: dict[str, tuple[Any, str, str | None, str]] = {
     "not null": (lambda v: (1, None, "3", 3, v), "name", None, "violates not-null constraint"),
     "too long": (lambda v: (1, "toolong", "3", 3, v), "name", "toolong", "value too long"),
     "not an integer": (lambda v: (1, "nan", "x", 3, v), "qty", "x", "invalid input syntax"),
-    "check": (lambda v: (1, "neg", "-1", 3, v), None, None, 'check constraint "items_qty_check"'),
-    "foreign key": (lambda v: (1, "fk", "3", 999, v), None, None, "items_parent_fkey"),
+    "check": (lambda v: (1, "neg", "-1", 3, v), "qty", "-1", 'check constraint "items_qty_check"'),
+    "foreign key": (lambda v: (1, "fk", "3", 999, v), "parent", "999", "items_parent_fkey"),
 }
 OTHERS = [(2, "two", "5", 5, 1), (3, "three", "6", 6, 1), (3, "tri", "7", 7, 2)]
 """Rows of other keys, written whatever happens to key 1."""
@@ -105,8 +105,7 @@ def test_without_dead_letters_the_batch_fails_naming_the_refused_winner(
         _write(spark, _sink(pg_url), [(1, "new", "2", 2, 1), make(2), *OTHERS], 4)
     text = str(caught.value)
     shown = "null" if value is None else repr(value)
-    where = "" if column is None else f", column {column!r}, value {shown}"
-    assert text.startswith(f"sink 'pg', batch 4: table items{where}: ")
+    assert text.startswith(f"sink 'pg', batch 4: table items, column {column!r}, value {shown}")
     assert reason in text
     assert '"version": 2' in text  # the row named is the newer one
     assert _items(pg_url) == [BEFORE]
