@@ -78,6 +78,31 @@ def precheck(table: pa.Table, checks: Sequence[Check]) -> list[Reject]:
     return [first[i] for i in sorted(first)]
 
 
+def blank_too_long(table: pa.Table, checks: Sequence[Check]) -> pa.Table:
+    """``table`` with every value :func:`precheck` finds too long for its ``varchar(n)``
+    set to NULL: a refused row as the staging table can hold it (upsert with ``order_by``:
+    it still takes part in choosing its key's winner; see ``transaction``)."""
+    for check in checks:
+        if check.max_length is None:
+            continue
+        column = table.column(check.column)
+        if not pa.types.is_string(column.type):
+            continue
+        too_long = pc.greater(pc.utf8_length(pc.utf8_rtrim(column, " ")), check.max_length)
+        if pc.any(pc.fill_null(too_long, False)).as_py():
+            blank = pc.if_else(pc.fill_null(too_long, False), pa.scalar(None, column.type), column)
+            table = table.set_column(table.column_names.index(check.column), check.column, blank)
+    return table
+
+
+def blank_cell(table: pa.Table, position: int, column: str) -> pa.Table:
+    """``table`` with the value of ``column`` at row ``position`` set to NULL."""
+    i = table.column_names.index(column)
+    values = table.column(i).combine_chunks()
+    mask = pa.array(np.arange(table.num_rows) == position)
+    return table.set_column(i, column, pc.if_else(mask, pa.scalar(None, values.type), values))
+
+
 def _true_positions(mask: Any) -> list[int]:
     indices = pc.indices_nonzero(pc.fill_null(mask, False))
     return [int(i) for i in indices.to_pylist()]

@@ -37,6 +37,8 @@ class Statements:
     write_merge: str
     create_winners: str
     write_from_winners: str
+    drop_refused: str
+    """Upsert with ``order_by`` (else empty): see :func:`_drop_refused`."""
     duplicate_probe: str
     mark_insert: str
     mark_select: str
@@ -176,9 +178,36 @@ def build_statements(
         else "",
         create_winners=create_winners,
         write_from_winners=write(winners, dedupe=False),
+        drop_refused=_drop_refused(stage, keys, source(stage, dedupe=True))
+        if upsert and order_by
+        else "",
         duplicate_probe=duplicate_probe,
         **marks,
         **dead,
+    )
+
+
+def _drop_refused(stage: Any, keys: Sequence[str], winners: Any) -> str:
+    """Remove from the stage the refused rows (positions ``%(refused)s``, staged to take
+    part in choosing their key's winner) and every row of a key whose winner is refused:
+    that key keeps its value in the target. Returns each removed row's position and whether
+    it is a refused winner (dead-lettered; a refused row that lost to another row of its key
+    was superseded: it would not have been written, so it is not dead-lettered)."""
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql as pg
+
+    refused = sa.bindparam("refused", type_=pg.ARRAY(sa.Integer))
+    lost = (
+        sa.select(*[winners.c[k] for k in keys], winners.c[ROW])
+        .where(winners.c[ROW] == sa.any_(refused))
+        .cte("lost")
+    )
+    # keys are compared as DISTINCT ON groups them (a NULL key is never staged)
+    same_key = sa.and_(*[lost.c[k].is_not_distinct_from(stage.c[k]) for k in keys])
+    return compile_sql(
+        sa.delete(stage)
+        .where(sa.or_(stage.c[ROW] == sa.any_(refused), sa.exists().where(same_key)))
+        .returning(stage.c[ROW], sa.exists().where(lost.c[ROW] == stage.c[ROW]))
     )
 
 

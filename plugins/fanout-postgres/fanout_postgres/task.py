@@ -14,6 +14,9 @@ names its line, so the row is set aside and the rest copied again; an error of t
 ``INSERT`` (a foreign key, a check, another unique index) is bisected over the staged rows
 with savepoints. Set-aside rows go to the dead-letter target when one is configured, else
 the partition rolls back and reports the first one (sink, batch, column, value, row).
+Upsert with ``order_by``: only a refused row that wins its key (among all the batch's rows
+of the key, refused or not) is set aside, and then no row of that key is written; a refused
+row that loses to another row of its key is superseded (see :mod:`.transaction`).
 """
 
 from __future__ import annotations

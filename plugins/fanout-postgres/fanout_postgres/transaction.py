@@ -1,6 +1,15 @@
 """The statements of one partition transaction of the PostgreSQL sink: COPY into the target or
 a staging table, the upsert or insert, rows the server refuses set aside (by COPY line or by
-bisection with savepoints), dead letters, and in append mode the progress mark."""
+bisection with savepoints), dead letters, and in append mode the progress mark.
+
+Upsert with ``order_by``: a key's winner is chosen among all the batch's rows of the key,
+refused or not. A row refused before the ``INSERT`` (by the executor's checks or by the
+staging COPY) is staged all the same, its unstorable values as NULL, and held; once every
+row is staged, one statement removes the held rows and every row of a key a held row wins
+(:meth:`PartitionTransaction._settle`): a refused winner is dead-lettered (or fails the
+partition) and its key keeps its value in the target, a refused row that lost is
+superseded. A row refused by the ``INSERT`` (a CHECK, a foreign key) was its key's winner
+already. No statement is added when no row is refused."""
 
 from __future__ import annotations
 
@@ -21,9 +30,12 @@ from fanout_postgres import binary
 from fanout_postgres.deadletter import letters_lock
 from fanout_postgres.direct import HELD, REFUSED
 from fanout_postgres.encode import (
+    Check,
     CopyStream,
     Reject,
     Rows,
+    blank_cell,
+    blank_too_long,
     drop_rows,
     precheck,
     row_at_line,
@@ -55,6 +67,13 @@ COLUMN_TYPES_SQL = (
 )
 """The types of the written columns now (checked after the rows are written, while the
 transaction's lock on the table keeps an ``ALTER TABLE`` waiting)."""
+CONSTRAINT_COLUMNS_SQL = (
+    "SELECT a.attname FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid "
+    "AND a.attnum = ANY (c.conkey) WHERE c.conrelid = to_regclass(%(table)s) "
+    "AND c.conname = %(name)s"
+)
+"""The columns of a constraint of the target (a foreign key's own columns, those a CHECK
+reads): the column of a row an ``INSERT`` refused, when the server names none."""
 KEEP_MARKS = 100
 """Progress marks older than this many batches are pruned (Spark replays only the last)."""
 
@@ -93,6 +112,12 @@ class PartitionTransaction:
         self.table = pa.table({})  # every row (target names + ROW), once all are taken
         self.sql = plan.statements
         self.rejects: list[Reject] = []
+        # upsert with order_by: a refused row takes part in choosing its key's winner (see
+        # _hold); held here until the stage's dedupe says whether it won its key
+        self.dedupes = bool(self.sql.drop_refused)
+        self.key_checks: tuple[Check, ...] = tuple(c for c in plan.checks if c.column in plan.keys)
+        self.held: dict[int, Reject] = {}
+        self.dropped: list[int] = []  # rows _settle removed from the stage
         self.key = {
             "pipeline": meta.pipeline,
             "sink": plan.sink,
@@ -118,6 +143,7 @@ class PartitionTransaction:
             self.cur.execute(self.sql.create_stage, {})
             if not self._stream(self.sql.copy_stage, self.sql.copy_stage_binary, with_row=True):
                 self._copy(self.sql.copy_stage, self._checked(), with_row=True)
+            self._settle()
             changed = self._write()
         self._check_types()
         rows = self.table.num_rows - len(self.rejects)
@@ -183,18 +209,7 @@ class PartitionTransaction:
         the caller copies them through the isolating path."""
 
         def prepare(chunk: pa.Table) -> pa.Table:
-            found = precheck(chunk, self.plan.checks)
-            numbers = chunk.column(ROW)
-            for reject in found:
-                self._reject(
-                    Reject(
-                        int(numbers[reject.row].as_py()),
-                        reject.reason,
-                        reject.column,
-                        reject.sqlstate,
-                    )
-                )
-            good = drop_rows(chunk, [r.row for r in found])
+            good = self._set_aside(chunk, staged=with_row)
             return good if with_row else good.drop_columns([ROW])
 
         encode = self._binary_encoder(with_row)
@@ -211,13 +226,14 @@ class PartitionTransaction:
             if isinstance(stream.error, RowRejected):
                 raise stream.error from None
             self.cur.execute("ROLLBACK TO SAVEPOINT fanout_stream", {})
-            if stream.error is not None:
+            if stream.error is not None and not isinstance(stream.error, _Restage):
                 raise stream.error from None
             kind = classify(exc)
-            if kind == "transient" or (kind == "fatal" and not whole):
+            if stream.error is None and (kind == "transient" or (kind == "fatal" and not whole)):
                 raise
             self.table = self.rows.table()
             self.rejects.clear()
+            self.held.clear()
             return False
         self.table = self.rows.table()
         self._sort_rejects()
@@ -248,10 +264,53 @@ class PartitionTransaction:
         return binary.encoder_for(schema, kinds)
 
     def _checked(self) -> pa.Table:
-        """Every row minus those failing the executor's own checks (recorded)."""
-        for reject in precheck(self.table, self.plan.checks):
-            self._reject(reject)
-        return drop_rows(self.table, [r.row for r in self.rejects])
+        """Every row to stage after the executor's own checks (see :meth:`_set_aside`)."""
+        return self._set_aside(self.table)
+
+    def _set_aside(self, table: pa.Table, *, staged: bool = True) -> pa.Table:
+        """``table`` (rows with :data:`ROW`) after the executor's own checks: a row failing
+        one is recorded and left out, or, upsert with ``order_by``, held (:meth:`_hold`)
+        and staged with its too long values as NULL. Not ``staged`` (a direct COPY into
+        the target), such a row raises :class:`_Restage`: it may win its key over a row
+        of the COPY."""
+        found = precheck(table, self.plan.checks)
+        if not found:
+            return table
+        if self.dedupes and not staged:
+            raise _Restage()
+        numbers = table.column(ROW)
+        keyless = {r.row for r in precheck(table, self.key_checks)} if self.dedupes else None
+        out = []
+        for at in found:
+            reject = Reject(int(numbers[at.row].as_py()), at.reason, at.column, at.sqlstate)
+            if keyless is None or at.row in keyless:
+                self._reject(reject)
+                out.append(at.row)
+            else:
+                self._hold(reject)
+        kept = drop_rows(table, out)
+        return blank_too_long(kept, self.plan.checks) if self.dedupes else kept
+
+    def _hold(self, reject: Reject) -> None:
+        """Upsert with ``order_by``: keep a refused row in the stage, to choose its key's
+        winner among all the batch's rows of the key, refused or not; :meth:`_settle`
+        decides. Rows refused in a key column have no key to compete for: they are
+        rejected at once (:meth:`_reject`)."""
+        self.held.setdefault(reject.row, reject)
+
+    def _settle(self) -> None:
+        """Upsert with ``order_by``, once every row is staged: remove the held rows from the
+        stage, and every row of a key whose winner is a held row (the key keeps its value
+        in the target). A held row that won its key is rejected; one that lost to another
+        row of its key was superseded and is not (it would never have been written)."""
+        if self.held:
+            self.cur.execute(self.sql.drop_refused, {"refused": sorted(self.held)})
+            removed = self.cur.fetchall()
+            self.dropped = sorted(int(row) for row, _ in removed)
+            held, self.held = self.held, {}
+            for row in sorted(int(row) for row, won in removed if won):
+                self._reject(held[row])
+        self._sort_rejects()
 
     def _sort_rejects(self) -> None:
         self.rejects.sort(key=lambda r: r.row)
@@ -301,8 +360,10 @@ class PartitionTransaction:
 
     def _copy(self, sql: str, table: pa.Table, *, with_row: bool) -> None:
         """COPY ``table``; a row refused with a line number is set aside and the rest
-        copied again."""
+        copied again (upsert with ``order_by``: held, and copied again with the refused
+        value as NULL, see :meth:`_hold`)."""
         segments = [(0, table.num_rows)]
+        blanked: set[tuple[int, str]] = set()
         while segments:
             start, end = segments.pop()
             if start >= end:
@@ -325,14 +386,36 @@ class PartitionTransaction:
                 row = int(table.column(ROW)[bad].as_py())
                 if column is None and sqlstate_of(exc) == "22P05":
                     column = _untranslatable(table, bad, reason_of(exc))
-                self._reject(Reject(row, reason_of(exc), self._column(column), sqlstate_of(exc)))
+                reject = Reject(row, reason_of(exc), self._column(column), sqlstate_of(exc))
+                if self.dedupes and with_row and self._holds(table, reject, blanked):
+                    # staged again with the value as NULL, to compete for its key
+                    assert reject.column is not None
+                    blanked.add((row, reject.column))
+                    self._hold(reject)
+                    table = blank_cell(table, bad, reject.column)
+                    segments.extend([(bad, end), (start, bad)])
+                    continue
+                self._reject(self.held.pop(row, reject))  # a held row keeps its first reason
                 segments.extend([(bad + 1, end), (start, bad)])
+
+    def _holds(self, table: pa.Table, reject: Reject, blanked: set[tuple[int, str]]) -> bool:
+        """Whether a row the stage's COPY refused can be staged with the refused value as
+        NULL: not when the value is a key (or no column is named, or blanking it did not
+        help)."""
+        column = reject.column
+        return (
+            column is not None
+            and column in table.column_names
+            and column not in self.plan.keys
+            and (reject.row, column) not in blanked
+        )
 
     def _write(self) -> int:
         """Insert/upsert the staged rows; bisect with savepoints when a row is refused."""
         n = self.table.num_rows
         statements = [self.sql.write_from_stage]
-        unique = _unique(self.table, self.plan.keys)
+        staged = drop_rows(self.table, self.dropped) if self.dropped else self.table
+        unique = _unique(staged, self.plan.keys)
         if self.sql.write_unique and unique:
             # no key twice here by Arrow's equality: skip the sort of DISTINCT ON; should the
             # server's equality differ (citext, numeric scale), it raises 21000 and the
@@ -376,12 +459,23 @@ class PartitionTransaction:
                 raise
             if lo == hi:
                 column = getattr(getattr(exc, "diag", None), "column_name", None)
+                column = column or self._constraint_column(exc)
                 self._reject(Reject(lo, reason_of(exc), self._column(column), sqlstate_of(exc)))
                 return 0
         mid = (lo + hi) // 2
         return self._bisect(lo, mid) + self._bisect(mid + 1, hi)
 
     # -- rejects -----------------------------------------------------------------------
+
+    def _constraint_column(self, exc: BaseException) -> str | None:
+        """The one column of the constraint that refused a row (a foreign key, a CHECK),
+        which the server names no column for; ``None`` when it has several or none."""
+        name = getattr(getattr(exc, "diag", None), "constraint_name", None)
+        if not name:
+            return None
+        self.cur.execute(CONSTRAINT_COLUMNS_SQL, {"table": self.plan.target, "name": name})
+        found = [row[0] for row in self.cur.fetchall()]
+        return found[0] if len(found) == 1 else None
 
     def _column(self, name: str | None) -> str | None:
         if name is None:
@@ -449,6 +543,10 @@ class PartitionTransaction:
             "row": None,
             "partition": self.partition,
         }
+
+
+class _Restage(Exception):
+    """A direct COPY met a refused row (upsert with ``order_by``): the rows are staged."""
 
 
 def _untranslatable(table: pa.Table, position: int, reason: str) -> str | None:
