@@ -18,7 +18,9 @@ OPTIONS = (
         "value",
         '`"json"`',
         "`json`: the whole row as compact JSON (dates ISO 8601, decimals as text, bytes "
-        "base64); or the name of a string/binary column sent as is (null = tombstone)",
+        "base64, maps with string keys as objects; maps with other keys, intervals and "
+        "variants are refused before the first record); or the name of a string/binary "
+        "column sent as is (null = tombstone)",
     ),
     SinkOption(
         "headers",
