@@ -115,6 +115,7 @@ class KafkaSink(PartitionedSink):
     """
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("transactional",)
+    read_only_check: ClassVar[bool] = True  # open(checking): no topic created
     options = OPTIONS
 
     def __init__(
@@ -167,8 +168,10 @@ class KafkaSink(PartitionedSink):
 
     def open(self, context: SinkContext) -> None:
         """Check the options, reach the brokers (within ``open_timeout_s``), check or
-        create the topic, the marker topic and a dead-letter topic, and resolve the
-        record size limit."""
+        create the topic, the marker topic and a dead-letter topic (with
+        ``context.checking``, ``fanout validate``: only check, telling ``context.would``
+        which it would create), and resolve the record size limit. No producer is made:
+        transactions are initialised (and fenced) at the first batch."""
         from fanout_kafka.admin import Cluster
 
         super().open(context)
@@ -196,11 +199,20 @@ class KafkaSink(PartitionedSink):
                 self.name, cluster.cluster_id,
             )  # fmt: skip
         spec = self._topic_spec
-        cluster.ensure_topic(self.topic, "topic", spec)
         markers = TopicSpec(1, spec.replication_factor if spec else -1)
-        cluster.ensure_topic(self.marker_topic, "marker_topic", markers, partitions=1)
+        topics = [
+            (self.topic, "topic", spec, None),
+            (self.marker_topic, "marker_topic", markers, 1),
+        ]
         if self._dead_topic is not None:
-            cluster.ensure_topic(self._dead_topic, "dead_letter", spec)
+            topics.append((self._dead_topic, "dead_letter", spec, None))
+        for topic, option, topic_spec, partitions in topics:
+            if context.checking:  # fanout validate: create nothing, say what would be
+                change = cluster.check_topic(topic, option, topic_spec, partitions=partitions)
+                if change is not None:
+                    context.would(change)
+            else:
+                cluster.ensure_topic(topic, option, topic_spec, partitions=partitions)
         self._check_transaction_timeout(cluster)
         self._warn_marker_retention(cluster)
         if self.max_record_bytes is None:
