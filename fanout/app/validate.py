@@ -104,7 +104,27 @@ def run_checks(spark: Any, config: PipelineConfig, build_source: Callable[..., A
             specs[spec.name] = spec
     if any(spec.lag.uses_spool for spec in specs.values()):
         _lag_checks(checks, config, specs)
+    if config.spool is not None:
+        _spooled_check(checks, config, specs)
     return Checklist(checks, specs)
+
+
+def _spooled_check(checks: list[Check], config: PipelineConfig, specs: dict[str, Any]) -> None:
+    """A spool that exists holds no batch for a sink that no longer lags (it would skip
+    them): read only; a spool not made yet has nothing to check."""
+    from fanout.delta_tables.io import open_table
+    from fanout.spool.table import Spool
+    from fanout.steps.lag_steps import check_spooled_sinks
+
+    spool = Spool(str(config.spool), config.name)
+    if open_table(spool.index_path, spool.storage_options) is None:
+        return
+
+    def held() -> None:
+        spool.open()  # reads the index: it exists, so nothing is created
+        check_spooled_sinks(config.name, specs, spool)
+
+    _check(checks, f"spool {config.spool}: holds no batch for a sink that no longer lags", held)
 
 
 def _lag_checks(checks: list[Check], config: PipelineConfig, specs: dict[str, Any]) -> None:

@@ -126,3 +126,36 @@ def test_a_sink_context_opens_for_a_run_by_default() -> None:
     assert context.checking is False
     assert context.changes == []
     assert Sink.read_only_check is False
+
+
+def test_validate_refuses_a_spool_holding_batches_of_a_sink_that_no_longer_lags(
+    tmp_path: Path,
+) -> None:
+    import datetime as dt
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    from fanout.contract.batch import BatchInfo
+    from fanout.spool.table import Spool
+
+    spool = Spool(str(tmp_path / "spool"), "p")
+    spool.open()
+    df = SimpleNamespace(schema=T.StructType([T.StructField("x", T.LongType())]))
+    now = dt.datetime.now(dt.UTC)
+    spool.add(df, BatchInfo("p", 3), ["bronze"], now, arrow=lambda: pa.table({"x": [1]}))
+    file = tmp_path / "p.toml"
+    file.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\ncheckpoint = "{tmp_path}/c"\n'
+        f'spool = "{tmp_path}/spool"\n[source]\nformat = "rate"\n'
+        f'[[sinks]]\ntype = "delta"\nname = "bronze"\npath = "{tmp_path}/bronze"\n'
+    )
+    checklist = run_checks(None, load_pipeline(str(file)), lambda spark, config: None)
+    assert checklist.checks[-1].line() == (
+        f"  FAIL  spool {tmp_path}/spool: holds no batch for a sink that no longer lags: "
+        f"pipeline 'p': sink 'bronze' still needs batches from the spool at {tmp_path}/spool "
+        "(the oldest: batch 3) but no longer has on_failure='lag'; it would skip them. Keep "
+        "on_failure='lag' until `fanout status` shows it live."
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.toml", "spool"]
