@@ -178,24 +178,24 @@ def _start(df: Any, fan: Any, config: PipelineConfig) -> Any:
 
 
 def validate(path: str, out: TextIO | None = None) -> int:
-    """Check the file, the source and every sink's target, without starting the stream."""
+    """Check the file, the source and every sink's target, without starting the stream
+    and without writing anything (:mod:`fanout.app.validate`)."""
     from fanout.app.validate import report, run_checks
 
     out = out or sys.stdout  # looked up now: tests and callers may have replaced it
     config = load_pipeline(path)
     spark = build_session(config)
     out.write(f"{path}: checking pipeline {config.name!r}\n")
-    report(run_checks(spark, config, build_source), out)
-    fan = build_fanout(spark, config, serve=False)
+    checklist = run_checks(spark, config, build_source)
+    report(checklist.checks, out)
     out.write(f"{path}: pipeline {config.name!r} is valid\n")
-    for name, spec in fan.specs.items():
+    for name, spec in checklist.specs.items():
         route = (
             ""
             if spec.route.is_identity
             else f" route: where={spec.route.where!r} select={spec.route.select!r}"
         )
         out.write(f"  sink {name}: {type(spec.sink).__name__}, {spec.sink.guarantee}{route}\n")
-    fan.close()
     return 0
 
 

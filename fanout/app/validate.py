@@ -6,13 +6,18 @@ for each sink: it builds from its options, it opens its target, its route (``whe
 ``select``) resolves against the source's schema, and its target can take the routed
 batch's schema (:meth:`fanout.Sink.check_schema`). A route or schema problem found here
 would otherwise fail at the first batch.
+
+Nothing is written: the ledger is checked, not created; each sink is opened with
+``SinkContext(checking=True)`` and says what a run would create or migrate, printed as
+``INFO`` lines; a sink type that does not declare :attr:`fanout.Sink.read_only_check` is
+not opened (``SKIP``), since its ``open()`` might create things.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from fanout.app.config import PipelineConfig
 from fanout.contract.sink import SinkContext
@@ -21,18 +26,41 @@ from fanout.errors import ConfigurationError
 
 @dataclass(frozen=True)
 class Check:
-    """One line of the checklist: what was checked, and the problem (``None``: OK)."""
+    """One line of the checklist: what was checked, and the problem (``None``: OK).
+
+    ``kind`` ``"skipped"``: not checked, ``problem`` saying why (not a failure);
+    ``"info"``: what a run would create or change (``what``), not a check.
+    """
 
     what: str
     problem: str | None = None
+    kind: Literal["check", "skipped", "info"] = "check"
+
+    @property
+    def failed(self) -> bool:
+        """Whether this check failed."""
+        return self.kind == "check" and self.problem is not None
 
     def line(self) -> str:
-        """``  OK    what`` or ``  FAIL  what: problem``."""
+        """``  OK    what``, ``  FAIL  what: problem``, ``  SKIP  what: why`` or
+        ``  INFO  what``."""
+        if self.kind == "info":
+            return f"  INFO  {self.what}"
+        if self.kind == "skipped":
+            return f"  SKIP  {self.what}: {self.problem}"
         return (
             f"  OK    {self.what}"
             if self.problem is None
             else f"  FAIL  {self.what}: {self.problem}"
         )
+
+
+@dataclass(frozen=True)
+class Checklist:
+    """The checks of a pipeline file, and the sinks built from it (by name)."""
+
+    checks: list[Check]
+    specs: dict[str, Any]
 
 
 def _check(checks: list[Check], what: str, step: Callable[[], Any]) -> Any:
@@ -48,35 +76,67 @@ def _check(checks: list[Check], what: str, step: Callable[[], Any]) -> Any:
     return result
 
 
-def run_checks(spark: Any, config: PipelineConfig, build_source: Callable[..., Any]) -> list[Check]:
-    """Every check of the pipeline ``config``, in order."""
+def _would(checks: list[Check], who: str, changes: Sequence[str]) -> None:
+    checks.extend(Check(f"{who}: would {change}", kind="info") for change in changes)
+
+
+def run_checks(spark: Any, config: PipelineConfig, build_source: Callable[..., Any]) -> Checklist:
+    """Every check of the pipeline ``config``, in order; writes nothing."""
     from fanout.hooks.registry import load_registry
     from fanout.ledger.delta import DeltaLedger
 
     checks: list[Check] = []
     source = _check(checks, "source: builds with its schema and transform",
                     lambda: build_source(spark, config))  # fmt: skip
-    _check(checks, f"ledger {config.ledger}: opens", lambda: DeltaLedger(config.ledger).open())
+    ledger = f"ledger {config.ledger}"
+    changes = _check(checks, f"{ledger}: opens", DeltaLedger(config.ledger).check)
+    _would(checks, ledger, changes or ())
     registry = load_registry()
+    if registry.load_errors:
+        _check(checks, "plugins: load", registry.raise_load_errors)
     types = registry.sink_types()
-    context = SinkContext(config.name, spark)
-    specs = {}
+    kinds = registry.dead_letter_kinds()
+    specs: dict[str, Any] = {}
     for options in config.sinks:
-        spec = _sink_checks(checks, registry, types, context, options, source)
+        spec = _sink_checks(checks, registry, types, kinds, config.name, spark, options,
+                            source, specs)  # fmt: skip
         if spec is not None:
             specs[spec.name] = spec
     if any(spec.lag.uses_spool for spec in specs.values()):
         _lag_checks(checks, config, specs)
-    return checks
+    if config.spool is not None:
+        _spooled_check(checks, config, specs)
+    return Checklist(checks, specs)
+
+
+def _spooled_check(checks: list[Check], config: PipelineConfig, specs: dict[str, Any]) -> None:
+    """A spool that exists holds no batch for a sink that no longer lags (it would skip
+    them): read only; a spool not made yet has nothing to check."""
+    from fanout.delta_tables.io import open_table
+    from fanout.spool.table import Spool
+    from fanout.steps.lag_steps import check_spooled_sinks
+
+    spool = Spool(str(config.spool), config.name)
+    if open_table(spool.index_path, spool.storage_options) is None:
+        return
+
+    def held() -> None:
+        spool.open()  # reads the index: it exists, so nothing is created
+        check_spooled_sinks(config.name, specs, spool)
+
+    _check(checks, f"spool {config.spool}: holds no batch for a sink that no longer lags", held)
 
 
 def _lag_checks(checks: list[Check], config: PipelineConfig, specs: dict[str, Any]) -> None:
     """Sinks that lag or backfill: the spool is set, and each ``backfill_from`` names a
     sink that can give back its batches."""
+    from fanout.delta_tables.io import open_table
     from fanout.steps.lag_steps import backfill_sources, check_spool
 
-    _check(checks, f"spool {config.spool}: set for the sinks that lag or backfill",
-           lambda: check_spool(config.name, specs, config.spool))  # fmt: skip
+    spool = _check(checks, f"spool {config.spool}: set for the sinks that lag or backfill",
+                   lambda: check_spool(config.name, specs, config.spool))  # fmt: skip
+    if spool is not None and open_table(spool.index_path, spool.storage_options) is None:
+        _would(checks, f"spool {config.spool}", [f"create the spool index at {spool.index_path}"])
     if any(spec.lag.backfill_from for spec in specs.values()):
         _check(checks, "backfill_from: names a sink that holds its batches",
                lambda: backfill_sources(config.name, specs))  # fmt: skip
@@ -86,18 +146,27 @@ def _sink_checks(
     checks: list[Check],
     registry: Any,
     types: Any,
-    context: SinkContext,
+    kinds: Any,
+    pipeline: str,
+    spark: Any,
     options: dict[str, Any],
     source: Any,
+    built: dict[str, Any],
 ) -> Any:
     """The checks of one sink: options, target, route, schema; returns its
     :class:`fanout.sink_spec.SinkSpec` (``None`` when its options are wrong)."""
+    from fanout.deadletters.target import resolve_target
+    from fanout.partitioned.determinism import check_route
     from fanout.retry import RetryPolicy
     from fanout.sink_spec import SinkSpec, split_core_options
 
     name = str(options.get("name"))
 
     def build() -> SinkSpec:
+        if name in built:
+            raise ConfigurationError(
+                f"two sinks are named {name!r}; sink names must be unique (they key the ledger)"
+            )
         own, route, _, lag = split_core_options(name, options, RetryPolicy())
         return SinkSpec(registry.build_sink(own, types), route, None, lag)
 
@@ -105,17 +174,32 @@ def _sink_checks(
     if spec is None:
         return None
     sink, route = spec.sink, spec.route
+    if not type(sink).read_only_check:
+        checks.append(Check(f"sink {name}: opens its target", kind="skipped", problem=(
+            f"{type(sink).__name__} does not declare read_only_check, so its open() might "
+            "create or change things; `fanout run` opens it"
+        )))  # fmt: skip
+        return spec
+    changes: list[str] = []
 
     def open_target() -> bool:
-        sink.open(context)
+        dead_letters = resolve_target(sink, kinds)
+        sink.open(SinkContext(pipeline, spark, dead_letters, checking=True, changes=changes))
         return True
 
     opened = _check(checks, f"sink {name}: opens its target", open_target)
+    _would(checks, f"sink {name}", changes)
     if source is not None and opened:  # a target that did not open has no schema to check
         routed = source
         if not route.is_identity:
+
+            def resolve() -> Any:
+                resolved = route.resolve(source, sink=name, batch_id=None)
+                check_route(name, route, sink.deterministic_columns(), spark)
+                return resolved
+
             routed = _check(checks, f"sink {name}: route resolves against the source schema",
-                            lambda: route.resolve(source, sink=name, batch_id=None))  # fmt: skip
+                            resolve)  # fmt: skip
         if routed is not None:
             _check(checks, f"sink {name}: target takes the routed schema",
                    lambda: sink.check_schema(_arrow_schema(routed.schema)))  # fmt: skip
@@ -133,9 +217,10 @@ def report(checks: list[Check], out: TextIO) -> None:
     """Print the checklist; raise :class:`ConfigurationError` listing every failure."""
     for check in checks:
         out.write(check.line() + "\n")
-    failed = [c for c in checks if c.problem is not None]
+    counted = [c for c in checks if c.kind != "info"]
+    failed = [c for c in counted if c.failed]
     if failed:
         raise ConfigurationError(
-            f"{len(failed)} of {len(checks)} checks failed:\n"
+            f"{len(failed)} of {len(counted)} checks failed:\n"
             + "\n".join(f"  - {c.what}: {c.problem}" for c in failed)
         )

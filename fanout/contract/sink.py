@@ -85,12 +85,28 @@ class SinkContext:
     :param plugins: the plugin objects given to ``FanOut(plugins=...)``; a sink writing
         from the executors ships those implementing the per-partition commit hooks with
         its tasks (:mod:`fanout.partitioned.sink`).
+    :param checking: ``True`` when ``fanout validate`` opens the sink (only a sink type
+        whose :attr:`Sink.read_only_check` is set): check the options and the target as
+        for a run, but change nothing (create no table or topic, run no migration), and
+        tell what the run's :meth:`Sink.open` or first batch would create or change with
+        :meth:`would`. A missing object the run would create is not a failure; one it
+        could not create is, as at a run.
+    :param changes: what :meth:`would` was told, in order (``fanout validate`` prints
+        them).
     """
 
     pipeline: str
     spark: Any = None
     dead_letters: DeadLetterTarget | None = None
     plugins: Sequence[object] = ()
+    checking: bool = False
+    changes: list[str] = field(default_factory=list)
+
+    def would(self, change: str) -> None:
+        """Record what the run would create or change that is not there yet, in words
+        that complete "would ...", e.g. ``"create table public.orders"``; called by a
+        sink's :meth:`Sink.open` when :attr:`checking`."""
+        self.changes.append(change)
 
 
 class Sink:
@@ -120,6 +136,13 @@ class Sink:
     """The delivery guarantees this sink type can give, by configuration (the first is
     the default's); ``fanout plugins`` lists them. See :data:`Guarantee`."""
 
+    read_only_check: ClassVar[bool] = False
+    """Whether :meth:`open` honours :attr:`SinkContext.checking`: opened so, it changes
+    nothing and reports what a run would create with :meth:`SinkContext.would`.
+    ``fanout validate`` opens, and checks the schema of, only sinks whose type sets it;
+    for the others it prints ``SKIP`` for the target, since their :meth:`open` may create
+    things (the default, safe for a sink type written before the flag existed)."""
+
     options: ClassVar[tuple[SinkOption, ...]] = ()
     """The keyword options the constructor takes, with default and meaning
     (:class:`fanout.contract.options.SinkOption`): shown by ``fanout plugins --options TYPE`` and
@@ -142,7 +165,9 @@ class Sink:
         return "dataframe"
 
     def open(self, context: SinkContext) -> None:
-        """Validate options and the target; called once before the stream starts.
+        """Validate options and the target; called once before the stream starts, and by
+        ``fanout validate`` with ``context.checking`` set when :attr:`read_only_check`
+        says the sink honours it (then nothing may be created or changed).
 
         Raise :class:`fanout.ConfigurationError` naming the option and what to do.
         """
@@ -155,9 +180,9 @@ class Sink:
     def check_schema(self, schema: pa.Schema) -> None:
         """Raise :class:`fanout.SchemaMismatchError` (naming the columns) when batches of
         this Arrow ``schema`` (the routed source schema) cannot be written to the target.
-        Called by ``fanout validate`` after :meth:`open`, so a pipeline file whose source
-        declares its schema learns of the mismatch before the stream starts. Default:
-        nothing to check."""
+        Called by ``fanout validate`` after :meth:`open` with ``checking`` set, so a
+        pipeline file whose source declares its schema learns of the mismatch before the
+        stream starts; must write nothing either. Default: nothing to check."""
 
     def close(self) -> None:
         """Release what :meth:`open` acquired; called once when the FanOut closes."""

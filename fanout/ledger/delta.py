@@ -152,6 +152,20 @@ class DeltaLedger:
         # the ledger's transaction ids are its marks: refuse a table that expires them
         check_ledger_retention(self._table.metadata().configuration, f"ledger at {self.path}")
 
+    def check(self) -> list[str]:
+        """:meth:`open`'s checks, changing nothing (``fanout validate``): what :meth:`open`
+        would create or change, as "would ..." texts (empty: nothing); raises as
+        :meth:`open` does for a location or a table it would refuse."""
+        refuse_unusable_location(self.path, f"ledger at {self.path}", self.storage_options)
+        table = open_table(self.path, self.storage_options)
+        if table is None:
+            return ["create the ledger table"]
+        _check_is_ledger(table, self.path)
+        check_ledger_retention(table.metadata().configuration, f"ledger at {self.path}")
+        if self.log_retention is None or _keeps_a_log_retention(table):
+            return []
+        return [f"set {LOG_RETENTION_PROPERTY} = {self.log_retention!r} on the ledger table"]
+
     def _load_or_create(self) -> DeltaTable:
         from deltalake import DeltaTable
 

@@ -191,6 +191,7 @@ def test_validate_opens_every_sink_without_starting(
     assert "pipeline 'orders' is valid" in out
     assert "sink paid: DeltaSink, transactional route: where=\"status = 'paid'\"" in out
     assert not (tmp_path / "_checkpoints").exists()  # the stream never started
+    assert [p.name for p in tmp_path.iterdir()] == ["input"]  # no ledger, no table: read only
 
     broken = tmp_path / "broken.toml"
     broken.write_text(

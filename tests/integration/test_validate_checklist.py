@@ -69,14 +69,18 @@ def test_validate_reports_every_problem_as_a_checklist(
     assert verdicts == [
         "  OK    source",
         f"  OK    ledger {tmp_path}/ledger",
+        f"  INFO  ledger {tmp_path}/ledger",
         "  OK    sink bronze",
         "  OK    sink bronze",
+        "  INFO  sink bronze",
         "  OK    sink bronze",
         "  OK    sink paid",
         "  OK    sink paid",
+        "  INFO  sink paid",
         "  FAIL  sink paid",
         "  OK    sink cents",
         "  OK    sink cents",
+        "  INFO  sink cents",
         "  FAIL  sink cents",
         "  OK    sink old",
         "  OK    sink old",
@@ -97,5 +101,11 @@ def test_validate_reports_every_problem_as_a_checklist(
     assert failed[2].startswith("  FAIL  sink old: target takes the routed schema: sink 'old': ")
     assert "order_id" in failed[2]
     assert failed[3].startswith("  FAIL  sink unopened: opens its target: Delta sink 'unopened'")
+    assert [line for line in lines if line.startswith("  INFO")] == [
+        f"  INFO  ledger {tmp_path}/ledger: would create the ledger table",
+        *(f"  INFO  sink {name}: would create the Delta table at {tmp_path}/{name} (its first "
+          "batch does)" for name in ("bronze", "paid", "cents")),
+    ]  # fmt: skip
     assert "configuration error: 4 of 16 checks failed:" in captured.err
     assert not (tmp_path / "checkpoint").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["input", "old", "pipeline.toml"]

@@ -100,6 +100,7 @@ class DeltaSink(Sink):
     """
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("transactional",)
+    read_only_check: ClassVar[bool] = True  # open() reads the table only; creates nothing
     options = OPTIONS
 
     def __init__(
@@ -197,6 +198,8 @@ class DeltaSink(Sink):
         if table is not None:
             self._check_table(table)
             self._check_log_length(table)
+        elif context.checking:
+            context.would(f"create the Delta table at {self.path} (its first batch does)")
         if self.resolved_engine == "rs":
             self._kept = KeptTable(self.path, self.storage_options)  # type: ignore[arg-type]
             self._kept.keep(table)

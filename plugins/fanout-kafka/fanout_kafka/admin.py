@@ -77,11 +77,7 @@ class Cluster:
         if count is not None:
             return count
         if spec is None:
-            raise ConfigurationError(
-                f"Kafka sink {self.sink!r}: topic {topic!r} (option {option!r}) does not exist "
-                f"on {self.bootstrap_servers!r}; create it (kafka-topics.sh --create ...) or "
-                "set the option create_topic: true, or {partitions: N, replication_factor: R}"
-            )
+            raise self._missing(topic, option)
         count = partitions or spec.partitions or 1
         new = NewTopic(
             topic, num_partitions=count, replication_factor=spec.replication_factor,
@@ -99,6 +95,26 @@ class Cluster:
                 ) from exc
         self.connect()
         return self.partitions(topic) or count
+
+    def check_topic(
+        self, topic: str, option: str, spec: TopicSpec | None, *, partitions: int | None = None
+    ) -> str | None:
+        """:meth:`ensure_topic` creating nothing (``fanout validate``): ``None`` when
+        ``topic`` exists, else what it would create ("create topic ..."); raises as it does
+        when the topic is missing and may not be created."""
+        if self.partitions(topic) is not None:
+            return None
+        if spec is None:
+            raise self._missing(topic, option)
+        count = partitions or spec.partitions or 1
+        return f"create topic {topic!r} (option {option!r}) with {count} partition(s)"
+
+    def _missing(self, topic: str, option: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"Kafka sink {self.sink!r}: topic {topic!r} (option {option!r}) does not exist "
+            f"on {self.bootstrap_servers!r}; create it (kafka-topics.sh --create ...) or "
+            "set the option create_topic: true, or {partitions: N, replication_factor: R}"
+        )
 
     def topic_config(self, topic: str, name: str) -> str | None:
         """One configuration value of a topic, or ``None`` when the broker does not say."""

@@ -18,7 +18,9 @@ OPTIONS = (
         "value",
         '`"json"`',
         "`json`: the whole row as compact JSON (dates ISO 8601, decimals as text, bytes "
-        "base64); or the name of a string/binary column sent as is (null = tombstone)",
+        "base64, maps with string keys as objects; maps with other keys, intervals and "
+        "variants are refused before the first record); or the name of a string/binary "
+        "column sent as is (null = tombstone)",
     ),
     SinkOption(
         "headers",
@@ -33,9 +35,9 @@ OPTIONS = (
         "Rejected with the reason: `enable.idempotence=false`, `acks` other than `all`/`-1`, "
         "`max.in.flight.requests.per.connection > 5`, `retries=0`, and the settings the sink "
         "owns (`bootstrap.servers`, `transactional.id`, `transaction.timeout.ms`). Unknown "
-        "names and bad values are reported by librdkafka at `open()`. Passwords, keys and "
-        "tokens are returned by `secret_values()`, so fanout masks them in every error, log "
-        "line and ledger row.",
+        "names and bad values are reported by librdkafka at `open()`. Passwords, keys, "
+        "tokens, `sasl.username` and `sasl.oauthbearer.client.id` are returned by "
+        "`secret_values()`, so fanout masks them in every error, log line and ledger row.",
     ),
     SinkOption(
         "transactional_id_prefix",

@@ -32,8 +32,18 @@ OWNED_SETTINGS: Mapping[str, str] = {
 }
 """Producer settings the sink owns, with what to use instead."""
 
-SECRET_WORDS = ("password", "secret", "key.pem", "sasl.oauthbearer.config", "ssl.key")
-"""Producer settings whose values are secrets (scrubbed from every error fanout shows)."""
+SECRET_WORDS = (
+    "password",  # sasl.password, ssl.key.password, ssl.keystore.password
+    "secret",  # sasl.oauthbearer.client.secret
+    "key.pem",
+    "sasl.oauthbearer.config",
+    "ssl.key",
+    "sasl.username",  # half of a credential: masked like the password
+    "sasl.oauthbearer.client.id",
+)
+"""Words of the producer settings whose values are secrets (scrubbed from every error, log
+line, status and ledger row fanout shows): passwords, keys, tokens, and the user and client
+names they go with."""
 
 CONNECTION_PREFIXES = (
     "security.",

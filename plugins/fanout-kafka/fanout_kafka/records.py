@@ -154,7 +154,7 @@ class Encoder:
             or (self.key_columns is not None and keys is None)
             or (self.header_columns)
         ):
-            return self.encode_all(table.to_pylist())
+            return self.encode_all(table.to_pylist(maps_as_pydicts="strict"))
         fixed = sum(len(k) + len(v) for k, v in self.headers) + RECORD_OVERHEAD_BYTES
         size = pc.add(pc.binary_length(values).fill_null(0), fixed)
         if keys is not None:
@@ -169,7 +169,9 @@ class Encoder:
         encoded: list[Record | BadRecord] = list(records)
         # let the row-by-row path say why, in its words
         positions = pc.indices_nonzero(suspect).to_pylist()
-        for position, row in zip(positions, table.take(positions).to_pylist(), strict=True):
+        for position, row in zip(
+            positions, table.take(positions).to_pylist(maps_as_pydicts="strict"), strict=True
+        ):
             encoded[position] = self.encode(row)
         good = [r for r in encoded if isinstance(r, Record)]
         bad = [r for r in encoded if isinstance(r, BadRecord)]

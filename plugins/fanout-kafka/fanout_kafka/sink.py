@@ -33,6 +33,7 @@ from fanout_kafka.abandoned import end_abandoned_transactions, fence_legacy_tran
 from fanout_kafka.declaration import OPTIONS
 from fanout_kafka.driver_admins import ADMINS, admin_config
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
+from fanout_kafka.json_types import unwritable
 from fanout_kafka.markers import default_transactional_id_prefix, legacy_transactional_id_prefix
 from fanout_kafka.membership import read_committed
 from fanout_kafka.options import (
@@ -114,6 +115,7 @@ class KafkaSink(PartitionedSink):
     """
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("transactional",)
+    read_only_check: ClassVar[bool] = True  # open(checking): no topic created
     options = OPTIONS
 
     def __init__(
@@ -166,8 +168,10 @@ class KafkaSink(PartitionedSink):
 
     def open(self, context: SinkContext) -> None:
         """Check the options, reach the brokers (within ``open_timeout_s``), check or
-        create the topic, the marker topic and a dead-letter topic, and resolve the
-        record size limit."""
+        create the topic, the marker topic and a dead-letter topic (with
+        ``context.checking``, ``fanout validate``: only check, telling ``context.would``
+        which it would create), and resolve the record size limit. No producer is made:
+        transactions are initialised (and fenced) at the first batch."""
         from fanout_kafka.admin import Cluster
 
         super().open(context)
@@ -195,11 +199,20 @@ class KafkaSink(PartitionedSink):
                 self.name, cluster.cluster_id,
             )  # fmt: skip
         spec = self._topic_spec
-        cluster.ensure_topic(self.topic, "topic", spec)
         markers = TopicSpec(1, spec.replication_factor if spec else -1)
-        cluster.ensure_topic(self.marker_topic, "marker_topic", markers, partitions=1)
+        topics = [
+            (self.topic, "topic", spec, None),
+            (self.marker_topic, "marker_topic", markers, 1),
+        ]
         if self._dead_topic is not None:
-            cluster.ensure_topic(self._dead_topic, "dead_letter", spec)
+            topics.append((self._dead_topic, "dead_letter", spec, None))
+        for topic, option, topic_spec, partitions in topics:
+            if context.checking:  # fanout validate: create nothing, say what would be
+                change = cluster.check_topic(topic, option, topic_spec, partitions=partitions)
+                if change is not None:
+                    context.would(change)
+            else:
+                cluster.ensure_topic(topic, option, topic_spec, partitions=partitions)
         self._check_transaction_timeout(cluster)
         self._warn_marker_retention(cluster)
         if self.max_record_bytes is None:
@@ -424,7 +437,8 @@ class KafkaSink(PartitionedSink):
 
     def check_schema(self, schema: pa.Schema) -> None:
         """Batches of the Arrow ``schema`` hold the columns the options name (``key``,
-        ``headers``, ``order_by``, ``value``) and a ``value`` column is a string or binary:
+        ``headers``, ``order_by``, ``value``), a ``value`` column is a string or binary, and
+        the columns written as JSON are of types it holds:
         the checks of each batch (:meth:`_check_columns`), raising the same
         :class:`SchemaMismatchError` without a batch id. Needs no broker; called by
         ``fanout validate`` after :meth:`open`."""
@@ -434,7 +448,9 @@ class KafkaSink(PartitionedSink):
 
     def _check_columns(self, schema: Any, batch_id: int | None) -> None:
         """Batches of ``schema`` (a Spark ``StructType``) can be encoded as the options
-        say: every column they name is there, and a ``value`` column is a string or binary.
+        say: every column they name is there, a ``value`` column is a string or binary, and
+        every column written as JSON is of a type JSON holds faithfully
+        (:mod:`fanout_kafka.json_types`).
         ``batch_id`` is ``None`` before the stream starts (:meth:`check_schema`)."""
         names = list(schema.fieldNames())
         types = {f.name: f.dataType.simpleString() for f in schema.fields}
@@ -462,6 +478,17 @@ class KafkaSink(PartitionedSink):
                 f"option 'value' names column {self.value!r} of type {types.get(self.value)}; "
                 "it must be a string or binary column (or use value='json')",
                 sink=self.name, batch_id=batch_id, columns=[self.value],
+            )  # fmt: skip
+        # the JSON of the row (value='json'), of a multi-column key, and the text of a key
+        # or header that is not a string: a value it cannot hold fails here, not per record
+        encoded = None if self.value == "json" else [*wanted["key"], *wanted["headers"]]
+        problems = unwritable(schema, encoded)
+        if problems:
+            bad = list(dict.fromkeys(p.column for p in problems))
+            raise SchemaMismatchError(
+                "batch column(s) cannot be written as JSON faithfully: "
+                + "; ".join(p.describe() for p in problems),
+                sink=self.name, batch_id=batch_id, columns=bad,
             )  # fmt: skip
 
     def partition_failure(

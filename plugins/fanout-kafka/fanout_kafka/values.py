@@ -1,7 +1,8 @@
 """A row's values as Kafka bytes: keys and headers as text or JSON, rows as compact JSON
 (dates ISO 8601, decimals as text, bytes base64, NaN and infinities as the strings Spark's
-``to_json`` writes, since JSON has no such numbers). Shared by the row and the vectorised
-encoders."""
+``to_json`` writes, since JSON has no such numbers, maps with string keys as objects).
+Shared by the row and the vectorised encoders. The column types these cannot write
+faithfully are refused on the batch's schema first (:mod:`fanout_kafka.json_types`)."""
 
 from __future__ import annotations
 

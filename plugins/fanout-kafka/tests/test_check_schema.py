@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from fanout_kafka import KafkaSink
-from kafkatools import Broker
+from kafkatools import Broker, _consume
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.errors import SchemaMismatchError
@@ -92,3 +92,27 @@ def test_the_first_batch_is_refused_in_the_same_words(
         "sink 'events':", "sink 'events', batch 3:", 1
     )
     assert first_batch.value.columns == checked.value.columns == ["id"]
+
+
+def test_a_column_json_cannot_hold_is_refused_before_any_record_is_produced(
+    spark: Any, kafka: Broker, topic: str
+) -> None:
+    sink = _opened(kafka, topic, key="order_id")
+    df = spark.sql(
+        "SELECT CAST(id AS BIGINT) AS order_id, map(1, 'a') AS tags, "
+        "INTERVAL '1 02:03:04.000005' DAY TO SECOND AS took FROM range(3)"
+    )
+    info = BatchInfo(sink.pipeline or "p", 0)
+    with pytest.raises(SchemaMismatchError) as first_batch:
+        sink.write(Batch(df, info, sink.name, txn_app_id(info.pipeline, sink.name)))
+    assert str(first_batch.value) == (
+        "sink 'events', batch 0: batch column(s) cannot be written as JSON faithfully: "
+        "column 'tags' (map<int,string>): a map's keys become the keys of a JSON object, "
+        "which are text; cast them in the query, e.g. transform_keys(tags, (k, v) -> CAST(k "
+        "AS STRING)), or write map_entries(tags) (an array of key/value objects); column "
+        "'took' (interval day to second): an interval has no faithful JSON form here "
+        "(written as a float of seconds, or not at all); cast it in the query, e.g. "
+        "CAST(took AS STRING), or a number of a stated unit"
+    )
+    assert first_batch.value.columns == ["tags", "took"]
+    assert _consume(kafka.bootstrap, topic, 0, 10.0, 3.0)["records"] == []

@@ -53,18 +53,39 @@ def test_passthrough_settings_are_kept() -> None:
     assert check_producer_settings("k", settings) == settings
 
 
-def test_secret_values_are_the_passwords_and_keys_only() -> None:
+def test_secret_values_are_the_credentials_and_keys_only() -> None:
     producer = {
         "sasl.username": "alice",
         "sasl.password": "s3cret",
         "ssl.key.password": "kp",
+        "ssl.keystore.password": "ksp",
         "ssl.key.pem": "-----BEGIN KEY-----",
+        "sasl.oauthbearer.client.id": "fanout-client",
         "sasl.oauthbearer.client.secret": "tok",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
         "linger.ms": 5,
     }
-    assert sorted(secret_values(producer)) == sorted(["s3cret", "kp", "-----BEGIN KEY-----", "tok"])
+    assert secret_values(producer) == [
+        "alice", "s3cret", "kp", "ksp", "-----BEGIN KEY-----", "fanout-client", "tok"
+    ]  # fmt: skip
     sink = KafkaSink("k", bootstrap_servers="h:1", topic="t", producer=producer)
-    assert sorted(sink.secret_values()) == sorted(secret_values(producer))
+    assert list(sink.secret_values()) == secret_values(producer)
+
+
+def test_a_sasl_username_is_masked_in_logs_and_errors() -> None:
+    from fanout.observe.secrets import masked_error, redact
+
+    producer = {"sasl.username": "orders-svc", "sasl.password": "pw-1"}
+    sink = KafkaSink("k", bootstrap_servers="h:1", topic="t", producer=producer)
+    said = "SASL authentication failed for user orders-svc (password pw-1)"
+    assert redact(said, sink.secret_values()) == (
+        "SASL authentication failed for user *** (password ***)"
+    )
+    refused = RuntimeError("SASL authentication failed for user orders-svc")
+    masked = masked_error(refused, sink.secret_values(), ConfigurationError)
+    assert masked is not None  # None: nothing to mask, the error would be shown as it is
+    assert str(masked) == "RuntimeError: SASL authentication failed for user ***"
 
 
 def test_connection_settings_keep_security_and_drop_producer_tuning() -> None:

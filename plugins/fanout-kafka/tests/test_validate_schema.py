@@ -1,12 +1,13 @@
 """``fanout validate`` on a pipeline file whose source declares its schema: a Kafka sink
 whose key column the source does not have fails the check, naming the sink and the column,
-with exit code 2, before any stream."""
+with exit code 2, before any stream; the topics a run would create are named, not created."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
 from kafkatools import Broker
 
 PIPELINE = """
@@ -29,6 +30,15 @@ name = "events"
 bootstrap_servers = "{bootstrap}"
 topic = "{topic}"
 key = "order_id"
+marker_topic = "{topic}-markers"
+
+[[sinks]]
+type = "kafka"
+name = "audit"
+bootstrap_servers = "{bootstrap}"
+topic = "{topic}-audit"
+create_topic = {{ partitions = 2, replication_factor = 1 }}
+marker_topic = "{topic}-markers"
 """
 
 
@@ -46,11 +56,24 @@ def test_validate_fails_a_key_column_the_source_does_not_have(
     assert lines == [
         "  OK    source: builds with its schema and transform",
         f"  OK    ledger {tmp_path}/ledger: opens",
+        f"  INFO  ledger {tmp_path}/ledger: would create the ledger table",
         "  OK    sink events: options",
         "  OK    sink events: opens its target",
+        f"  INFO  sink events: would create topic '{topic}-markers' (option 'marker_topic') "
+        "with 1 partition(s)",
         "  FAIL  sink events: target takes the routed schema: sink 'events': column(s) "
         "'order_id' named by option 'key' are not in the batch (columns: id, price); add them "
         "in the query or the sink's select, or change the option",
+        "  OK    sink audit: options",
+        "  OK    sink audit: opens its target",
+        f"  INFO  sink audit: would create topic '{topic}-audit' (option 'topic') with 2 "
+        "partition(s)",
+        f"  INFO  sink audit: would create topic '{topic}-markers' (option 'marker_topic') "
+        "with 1 partition(s)",
+        "  OK    sink audit: target takes the routed schema",
     ]
-    assert "configuration error: 1 of 5 checks failed:" in captured.err
+    assert "configuration error: 1 of 8 checks failed:" in captured.err
     assert not (tmp_path / "checkpoint").exists()
+    assert not (tmp_path / "ledger").exists()
+    topics = AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=10).topics
+    assert sorted(t for t in topics if t.startswith(topic)) == [topic]

@@ -61,8 +61,9 @@ def drop_stale(conn: Any, table: TableName, pipeline: str, sink: str, batch_id: 
     )  # fmt: skip
 
 
-def ensure_table(conn: Any, table: TableName) -> None:
-    """Create the dead-letter table when missing, else check it has the expected columns."""
+def ensure_table(conn: Any, table: TableName, *, create: bool = True) -> bool:
+    """Create the dead-letter table when missing (not when ``create`` is off: ``fanout
+    validate``), else check it has the expected columns. Returns whether it was missing."""
     import sqlalchemy as sa
     from sqlalchemy.schema import CreateTable
 
@@ -70,8 +71,9 @@ def ensure_table(conn: Any, table: TableName) -> None:
 
     inspector = sa.inspect(conn)
     if not inspector.has_table(table.name, schema=table.schema):
-        conn.execute(CreateTable(dead_letter_table(table), if_not_exists=True))
-        return
+        if create:
+            conn.execute(CreateTable(dead_letter_table(table), if_not_exists=True))
+        return True
     present = {c["name"] for c in inspector.get_columns(table.name, schema=table.schema)}
     missing = [c for c in DEAD_LETTER_COLUMNS if c not in present]
     if missing:
@@ -79,6 +81,7 @@ def ensure_table(conn: Any, table: TableName) -> None:
             f"dead-letter table {table} exists without column(s) {', '.join(missing)}; "
             "drop it or name another table (the sink creates it with the right layout)"
         )
+    return False
 
 
 class PostgresDeadLetters:

@@ -121,6 +121,7 @@ class PostgresSink(PartitionedSink):
     """
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("idempotent", "transactional")
+    read_only_check: ClassVar[bool] = True  # open(checking): no migration, no table made
     options = OPTIONS
 
     def __init__(
@@ -175,28 +176,43 @@ class PostgresSink(PartitionedSink):
     # -- lifecycle ----------------------------------------------------------------------
 
     def open(self, context: SinkContext) -> None:
-        """Check options, connect, migrate, and check the table, keys and dead letters."""
+        """Check options, connect, migrate, and check the table, keys and dead letters.
+        With ``context.checking`` (``fanout validate``) nothing is migrated or created:
+        what would be is told to ``context.would``."""
         super().open(context)
         self._check_options()
         self._dead = context.dead_letters
+        checking = context.checking
         engine = self._engine()
         try:
             with engine.connect() as conn:
                 conn.execute(_sa().text("SELECT 1"))
                 self._check_settings(conn)
-            if self.migrate:
+            if self.migrate and checking:
+                self._would_migrate(engine, context)
+            elif self.migrate:
                 from fanout_postgres.migrate import upgrade
 
                 upgrade(engine, schema=self.state_schema)
             elif self.mode == "append":
                 self._require_migrated(engine)
-            with engine.begin() as conn:
+            with engine.connect() if checking else engine.begin() as conn:
                 info = reflect(conn, self._table)  # type: ignore[arg-type]
                 self._check_target(info)
                 self._check_rules(conn)
                 if isinstance(self._dead, PostgresDeadLetters):
-                    ensure_table(conn, self._dead.table)
-            if self.batch_schema is not None:
+                    missing = ensure_table(conn, self._dead.table, create=not checking)
+                    if missing and checking:
+                        context.would(f"create the dead-letter table {self._dead.table}")
+            if checking and info is None:  # _check_target refused it unless create_table
+                context.would(
+                    f"create table {self._table} ("
+                    + ("from option batch_schema" if self.batch_schema is not None
+                       else "at the first batch, from its columns") + ")"
+                )  # fmt: skip
+            if self.batch_schema is not None and checking:
+                self._check_plan(schema_of(self.batch_schema, context.spark))
+            elif self.batch_schema is not None:
                 self._plan(schema_of(self.batch_schema, context.spark), None)
         except (ConfigurationError, SchemaMismatchError):
             raise
@@ -453,6 +469,30 @@ class PostgresSink(PartitionedSink):
     def __getstate__(self) -> dict[str, Any]:
         """Pickles without the driver's engine (made again where it is used)."""
         return {k: v for k, v in self.__dict__.items() if k != "_driver_engine"}
+
+    def _would_migrate(self, engine: Any, context: SinkContext) -> None:
+        """Tell ``context`` the migration :meth:`open` would run (``migrate: true``)."""
+        from fanout_postgres.migrate import current_revision, head_revision
+
+        with engine.connect() as conn:
+            current = current_revision(conn, self.state_schema)
+        if current != head_revision():
+            context.would(
+                f"migrate fanout's state tables in schema {self.state_schema!r} from revision "
+                f"{current or '(none)'} to {head_revision()}"
+            )
+
+    def _check_plan(self, spark_schema: Any) -> None:
+        """:meth:`_plan`'s checks at :meth:`open` (a :class:`ConfigurationError`), a missing
+        table described as it would be created, and nothing kept or created."""
+        try:
+            with self._engine().connect() as conn:
+                info = self._target(conn, spark_schema, create=False)
+                build_plan(info, self._plan_options(conn), spark_schema)
+        except PlanError as exc:
+            raise self._error(str(exc)) from None
+        except Exception as exc:
+            raise self._unchecked(exc, None) from None
 
     def _require_migrated(self, engine: Any) -> None:
         problem = migration_problem(engine, self.state_schema, pgurl.display(self._url))

@@ -1,0 +1,161 @@
+"""``fanout validate`` writes nothing: the ledger is checked, not created; a sink type that
+declares ``read_only_check`` is opened with ``SinkContext(checking=True)`` and its "would"
+changes are printed as ``INFO``; a sink type that does not (written before the flag, its
+``open()`` may create things) is not opened at all but reported ``SKIP``. No JVM."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+import fanout.hooks.registry as registry_module
+from fanout import Batch, Sink, SinkContext, hookimpl
+from fanout.app import runner
+from fanout.app.runner import load_pipeline
+from fanout.app.validate import report, run_checks
+from fanout.errors import ConfigurationError
+
+
+class MakesItsDirectory(Sink):
+    """A sink type written before ``read_only_check``: its ``open()`` creates things."""
+
+    def __init__(self, name: str, *, directory: str) -> None:
+        super().__init__(name)
+        self.directory = directory
+
+    def open(self, context: SinkContext) -> None:
+        Path(self.directory).mkdir(parents=True, exist_ok=True)
+
+    def write(self, batch: Batch) -> int:
+        return 0
+
+
+class ChecksItsDirectory(MakesItsDirectory):
+    """The same sink honouring ``context.checking``."""
+
+    read_only_check: ClassVar[bool] = True
+    opened_with: ClassVar[list[bool]] = []
+
+    def open(self, context: SinkContext) -> None:
+        ChecksItsDirectory.opened_with.append(context.checking)
+        if not Path(self.directory).exists():
+            if context.checking:
+                context.would(f"create the directory {self.directory}")
+                return
+        super().open(context)
+
+
+class _Plugin:
+    @staticmethod
+    @hookimpl
+    def fanout_sink_types() -> dict[str, type[Sink]]:
+        return {"makes-dir": MakesItsDirectory, "checks-dir": ChecksItsDirectory}
+
+
+PIPELINE = """
+[pipeline]
+name = "p"
+ledger = "{root}/ledger"
+checkpoint = "{root}/checkpoint"
+
+[source]
+format = "rate"
+
+[[sinks]]
+type = "makes-dir"
+name = "legacy"
+directory = "{root}/legacy"
+
+[[sinks]]
+type = "checks-dir"
+name = "careful"
+directory = "{root}/careful"
+
+[[sinks]]
+type = "checks-dir"
+name = "careful"
+directory = "{root}/again"
+"""
+
+
+def test_validate_opens_only_sinks_that_check_read_only_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    load = registry_module.load_registry
+
+    def with_test_sinks(extra: Any = (), **kwargs: Any) -> Any:
+        return load([_Plugin(), *extra], **kwargs)
+
+    monkeypatch.setattr(registry_module, "load_registry", with_test_sinks)
+    monkeypatch.setattr(runner, "load_registry", with_test_sinks)
+    file = tmp_path / "p.toml"
+    file.write_text(PIPELINE.format(root=tmp_path))
+    ChecksItsDirectory.opened_with.clear()
+    checklist = run_checks(None, load_pipeline(str(file)), lambda spark, config: None)
+    assert [check.line() for check in checklist.checks] == [
+        "  OK    source: builds with its schema and transform",
+        f"  OK    ledger {tmp_path}/ledger: opens",
+        f"  INFO  ledger {tmp_path}/ledger: would create the ledger table",
+        "  OK    sink legacy: options",
+        "  SKIP  sink legacy: opens its target: MakesItsDirectory does not declare "
+        "read_only_check, so its open() might create or change things; `fanout run` opens it",
+        "  OK    sink careful: options",
+        "  OK    sink careful: opens its target",
+        f"  INFO  sink careful: would create the directory {tmp_path}/careful",
+        "  FAIL  sink careful: options: two sinks are named 'careful'; sink names must be "
+        "unique (they key the ledger)",
+    ]
+    assert ChecksItsDirectory.opened_with == [True]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.toml"]
+    assert list(checklist.specs) == ["legacy", "careful"]
+    out = io.StringIO()
+    with pytest.raises(ConfigurationError) as failed:
+        report(checklist.checks, out)
+    assert out.getvalue().splitlines() == [c.line() for c in checklist.checks]
+    assert str(failed.value) == (  # INFO lines are not checks; a SKIP is not a failure
+        "1 of 7 checks failed:\n  - sink careful: options: two sinks are named 'careful'; "
+        "sink names must be unique (they key the ledger)"
+    )
+
+
+def test_a_sink_context_opens_for_a_run_by_default() -> None:
+    context = SinkContext("p")
+    assert context.checking is False
+    assert context.changes == []
+    assert Sink.read_only_check is False
+
+
+def test_validate_refuses_a_spool_holding_batches_of_a_sink_that_no_longer_lags(
+    tmp_path: Path,
+) -> None:
+    import datetime as dt
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    from fanout.contract.batch import BatchInfo
+    from fanout.spool.table import Spool
+
+    spool = Spool(str(tmp_path / "spool"), "p")
+    spool.open()
+    df = SimpleNamespace(schema=T.StructType([T.StructField("x", T.LongType())]))
+    now = dt.datetime.now(dt.UTC)
+    spool.add(df, BatchInfo("p", 3), ["bronze"], now, arrow=lambda: pa.table({"x": [1]}))
+    file = tmp_path / "p.toml"
+    file.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\ncheckpoint = "{tmp_path}/c"\n'
+        f'spool = "{tmp_path}/spool"\n[source]\nformat = "rate"\n'
+        f'[[sinks]]\ntype = "delta"\nname = "bronze"\npath = "{tmp_path}/bronze"\n'
+    )
+    checklist = run_checks(None, load_pipeline(str(file)), lambda spark, config: None)
+    assert checklist.checks[-1].line() == (
+        f"  FAIL  spool {tmp_path}/spool: holds no batch for a sink that no longer lags: "
+        f"pipeline 'p': sink 'bronze' still needs batches from the spool at {tmp_path}/spool "
+        "(the oldest: batch 3) but no longer has on_failure='lag'; it would skip them. Keep "
+        "on_failure='lag' until `fanout status` shows it live."
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.toml", "spool"]
