@@ -20,6 +20,9 @@ class JsonLinesSink(Sink):
 
     guarantees = ("idempotent",)  # a replay leaves the same state: `fanout plugins` shows it
     options = (SinkOption("directory", "required", "where the batch files go"),)
+    # `fanout validate` opens a sink only when its type says open() honours
+    # context.checking: then open() checks, creates nothing, and says what a run would.
+    read_only_check = True
 
     def __init__(self, name: str, *, directory: str | None = None) -> None:
         super().__init__(name)
@@ -38,7 +41,12 @@ class JsonLinesSink(Sink):
         # context.pipeline is the pipeline name; context.spark the SparkSession (or None).
         if not self.directory:
             raise ConfigurationError(f"sink {self.name!r}: option 'directory' is required")
-        Path(self.directory).mkdir(parents=True, exist_ok=True)
+        directory = Path(self.directory)
+        if context.checking:  # fanout validate: change nothing
+            if not directory.is_dir():
+                context.would(f"create directory {directory}")
+            return
+        directory.mkdir(parents=True, exist_ok=True)
 
     def write(self, batch: Batch) -> SinkResult:
         # batch.batch_id, batch.pipeline, batch.query_id, batch.sink_name, batch.attempt,

@@ -46,3 +46,27 @@ def test_example_writes_each_batch_once_and_a_new_epoch_beside_the_old(tmp_path:
         '{"order_id": 11',
         '{"order_id": 12',
     ]
+
+
+def test_example_opened_by_validate_creates_nothing_and_says_what_it_would(
+    tmp_path: Path,
+) -> None:
+    import importlib.util
+
+    from fanout import SinkContext
+
+    spec = importlib.util.spec_from_file_location("jsonl_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    target = tmp_path / "out"
+    sink = example.JsonLinesSink("raw", directory=str(target))
+    checking = SinkContext("orders", checking=True)
+
+    sink.open(checking)
+
+    assert type(sink).read_only_check is True
+    assert checking.changes == [f"create directory {target}"]
+    assert not target.exists()
+    sink.open(SinkContext("orders"))  # a run creates it
+    assert target.is_dir()
