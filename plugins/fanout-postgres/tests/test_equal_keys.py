@@ -38,9 +38,7 @@ def _spellings(rows: list[tuple[str, str, str]]) -> list[tuple[str, int]]:
     return out
 
 
-def test_citext_keys_of_any_case_meet_and_order_by_picks_the_row(
-    spark: Any, pg_url: str
-) -> None:
+def test_citext_keys_of_any_case_meet_and_order_by_picks_the_row(spark: Any, pg_url: str) -> None:
     execute(
         pg_url,
         "CREATE EXTENSION IF NOT EXISTS citext",
@@ -97,9 +95,7 @@ TRICKY = ["I", "i", "İ", "ı", "i̇", "K", "k", "\u212a", "S", "s", "ſ", "ß",
           "ǅ", "ǆ", "Ǆ", "É", "é", "a", "A", "?", "??", "x", "X"]  # fmt: skip
 
 
-def test_the_citext_fold_is_equal_wherever_postgresql_says_equal(
-    spark: Any, pg_url: str
-) -> None:
+def test_the_citext_fold_is_equal_wherever_postgresql_says_equal(spark: Any, pg_url: str) -> None:
     from fanout_postgres.keyhash import KeyHash, key_fold
     from pyspark.sql import types as T
     from sqlalchemy.dialects import postgresql as pg
