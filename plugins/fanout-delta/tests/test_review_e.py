@@ -157,23 +157,24 @@ def test_a_long_the_double_column_cannot_hold_is_refused_naming_the_column(tmp_p
     assert DeltaTable(str(path)).to_pyarrow_table().column("v").to_pylist() == [1.5]
 
 
-# -- 4. the executors refuse a timestamp the driver writes ---------------------------------
+# -- 4. a merge's one-row-per-key check and its match disagree on float keys ----------------
 
 
-@pytest.mark.integration
 @pytest.mark.xfail(strict=True, reason="review finding 4")
-def test_executors_write_a_timestamp_past_year_9999_in_utc(spark, tmp_path):
-    """``timestamp '9999-12-31 23:59:59.999999'`` in a session west of UTC is year 10000
-    in UTC. The driver's append writes it; each Spark task of the executors' append fails
-    computing its statistics (``as_py()``: "OverflowError: date value out of range"), so
-    the batch fails on every replay with an error naming no column or value."""
-    micros = 253_402_300_800_000_000  # 10000-01-01T00:00:00Z
-    df = spark.sql(f"select 1L as id, timestamp_micros({micros}L) as ts")
+def test_a_merge_batch_holding_0_and_minus_0_keeps_one_row_per_key(tmp_path):
+    """The MERGE matches ``t.k = s.k`` (SQL equality: ``-0.0 = 0.0``; a later batch's
+    ``-0.0`` updates the row of ``0.0``), but the batch's duplicate check groups keys by
+    Arrow hashing, which tells ``0.0`` from ``-0.0``: a batch holding both passes without
+    ``order_by`` and inserts two rows for one key, which every later merge of that key
+    then updates together."""
     path = tmp_path / "t"
-    opened(path, spark, write_from="executors").write(batch_of(df))
+    sink = opened(path, mode="merge", keys=["k"])
+    batch = pa.table({"k": pa.array([0.0, -0.0], pa.float64()), "v": pa.array([1, 2], pa.int64())})
 
-    ts = DeltaTable(str(path)).to_pyarrow_table().column("ts").cast(pa.int64())
-    assert ts.to_pylist() == [micros]
+    with pytest.raises(Exception, match="more than once"):
+        sink.write(batch_of(batch))
+
+    assert not (path / "_delta_log").exists()
 
 
 # -- 5. a merge's dead letters lose binary values ------------------------------------------
@@ -200,3 +201,49 @@ def test_merge_dead_letters_keep_distinct_binary_values_apart(tmp_path):
     assert result.dead_lettered == 2
     letters = read_delta(str(tmp_path / "dead")).column("row").to_pylist()
     assert len({json.dumps(json.loads(text), sort_keys=True) for text in letters}) == 2
+
+
+# -- 6. the executors refuse a timestamp the driver writes ---------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.xfail(strict=True, reason="review finding 6")
+def test_executors_write_a_timestamp_past_year_9999_in_utc(spark, tmp_path):
+    """``timestamp '9999-12-31 23:59:59.999999'`` in a session west of UTC is year 10000
+    in UTC. The driver's append writes it; each Spark task of the executors' append fails
+    computing its statistics (``as_py()``: "OverflowError: date value out of range"), so
+    the batch fails on every replay with an error naming no column or value."""
+    micros = 253_402_300_800_000_000  # 10000-01-01T00:00:00Z
+    df = spark.sql(f"select 1L as id, timestamp_micros({micros}L) as ts")
+    path = tmp_path / "t"
+    opened(path, spark, write_from="executors").write(batch_of(df))
+
+    ts = DeltaTable(str(path)).to_pyarrow_table().column("ts").cast(pa.int64())
+    assert ts.to_pylist() == [micros]
+
+
+# -- 7. validation passes options naming columns the batch lacks ---------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 7")
+@pytest.mark.parametrize(
+    ("options", "column"),
+    [
+        ({"mode": "merge", "keys": ["idd"]}, "idd"),
+        ({"mode": "merge", "keys": ["id"], "order_by": ["ts"]}, "ts"),
+        ({"partition_by": ["vv"]}, "vv"),
+    ],
+)
+def test_check_schema_refuses_options_naming_columns_the_batch_lacks(tmp_path, options, column):
+    """``check_schema`` (what ``fanout validate`` calls before the stream starts) compares
+    only an existing table's columns with the batch's; for a table the first batch
+    creates, a ``keys``/``order_by``/``partition_by`` typo passes validation and fails the
+    stream's first batch ("merge column(s) 'idd' (keys/order_by) missing from the batch",
+    "Partition column 'vv' not found in schema")."""
+    sink = opened(tmp_path / "new", **options)
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+
+    with pytest.raises(SchemaMismatchError) as raised:
+        sink.check_schema(schema)
+
+    assert column in raised.value.columns
