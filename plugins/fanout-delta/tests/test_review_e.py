@@ -247,3 +247,30 @@ def test_check_schema_refuses_options_naming_columns_the_batch_lacks(tmp_path, o
         sink.check_schema(schema)
 
     assert column in raised.value.columns
+
+
+# -- 8. a VARIANT column becomes a struct of two binaries ----------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.xfail(strict=True, reason="review finding 8")
+@pytest.mark.parametrize("write_from", ["driver", "executors"])
+def test_a_variant_column_is_kept_a_variant_or_refused(spark, tmp_path, write_from):
+    """Spark 4's ``VARIANT`` reaches Arrow as ``struct<value: binary, metadata: binary>``
+    and both writers create the column with that struct type: no error, and every reader
+    of the table then sees two binary fields (``v:a`` no longer parses) instead of the
+    batch's variant."""
+    from deltalake.schema import PrimitiveType
+
+    df = spark.sql("""select 1L as id, parse_json('{"a": 1}') as v""")
+    path = tmp_path / "t"
+    sink = opened(path, spark, write_from=write_from)
+
+    try:
+        sink.write(batch_of(df))
+    except SchemaMismatchError as refused:
+        assert refused.columns == ["v"]
+        return
+    kind = {f.name: f.type for f in DeltaTable(str(path)).schema().fields}["v"]
+    assert isinstance(kind, PrimitiveType)  # a struct<value, metadata> now
+    assert kind.type == "variant"
