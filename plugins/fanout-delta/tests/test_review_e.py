@@ -1,0 +1,276 @@
+"""Adversarial review of the Delta sink (review e): each test reproduces one finding.
+
+Every test asserts what fanout promises (no row lost or altered without an error, errors
+naming sink, batch, column and value) and fails on the current code, so each is marked
+``xfail(strict=True)``: the file passes while a finding stands, and fails as soon as one
+is fixed (then drop the mark). Tables are real Delta tables on the local disk, read back
+through delta-rs' own readers; the tests of the executors' append marked ``spark`` write
+through real Spark tasks (``mapInArrow``) of the session-scoped ``spark`` fixture.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from fanout_delta import DeltaSink
+
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.sink import SinkContext
+from fanout.deadletters.delta import DeltaDeadLetters
+from fanout.delta_tables.io import read_delta
+from fanout.errors import SchemaMismatchError
+
+APP_ID = txn_app_id("p", "s")
+
+
+class FakeFrame:
+    """A batch DataFrame without Spark: ``toArrow()`` only (the sink then runs the
+    executors' ``FileWriter`` in this process, the same code a Spark task runs)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def toArrow(self) -> pa.Table:
+        return self.table
+
+
+def batch_of(df: Any, batch_id: int = 0) -> Batch:
+    return Batch(
+        df=df if not isinstance(df, pa.Table) else FakeFrame(df),
+        info=BatchInfo(pipeline="p", batch_id=batch_id),
+        sink_name="s",
+        txn_app_id=APP_ID,
+    )
+
+
+def opened(path: Path, spark: Any = None, **options: Any) -> DeltaSink:
+    sink = DeltaSink(name="s", path=str(path), **options)
+    sink.open(SinkContext(pipeline="p", spark=spark))
+    return sink
+
+
+def old_and_new_timestamps() -> pa.Table:
+    """Row 1 in the year 999, row 2 in 2024 (both legal Spark and Delta timestamps)."""
+    return pa.table(
+        {
+            "id": pa.array([1, 2], pa.int64()),
+            "ts": pa.array(
+                [datetime(999, 5, 1, tzinfo=UTC), datetime(2024, 1, 1, tzinfo=UTC)],
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+    )
+
+
+# -- 1. the executors' statistics hide rows from filtered reads ----------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.xfail(strict=True, reason="review finding 1")
+def test_executors_stats_of_a_timestamp_before_year_1000_keep_its_row_visible(spark, tmp_path):
+    """The executors' writer states ``minValues.ts`` as ``"999-05-01T00:00:00.000000Z"``
+    (``strftime('%Y')`` does not pad the year), which a reader cannot compare: delta-rs'
+    pyarrow reader then skips the file for ``ts < 2000-01-01`` and returns no row, where
+    the same batch written from the driver returns row 1."""
+    rows = [(r["id"], r["ts"]) for r in old_and_new_timestamps().to_pylist()]
+    df = spark.createDataFrame(rows, "id long, ts timestamp").coalesce(1)
+    path = tmp_path / "t"
+    opened(path, spark, write_from="executors").write(batch_of(df))
+
+    before_2000 = DeltaTable(str(path)).to_pyarrow_table(
+        filters=[("ts", "<", datetime(2000, 1, 1, tzinfo=UTC))]
+    )
+
+    assert before_2000.column("id").to_pylist() == [1]
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 1")
+def test_executors_partition_value_of_a_timestamp_before_year_1000_can_be_filtered(tmp_path):
+    """The partition value is serialized as ``'999-05-01 00:00:00.000000'``: a query of
+    delta-rs' SQL engine filtering on the column fails ("Failed to parse value
+    '999-05-01 00:00:00.000000' as 'timestamp'"), where the driver's append (which
+    writes ``'0999-05-01 00:00:00.000000'``) answers row 1."""
+    from deltalake import QueryBuilder
+
+    path = tmp_path / "t"
+    opened(path, write_from="executors", partition_by=["ts"]).write(
+        batch_of(old_and_new_timestamps())
+    )
+
+    query = QueryBuilder().register("t", DeltaTable(str(path)))
+    before_2000 = pa.table(
+        query.execute(
+            "SELECT id FROM t WHERE ts < "
+            "arrow_cast('2000-01-01T00:00:00Z', 'Timestamp(Microsecond, Some(\"UTC\"))')"
+        )
+    )
+
+    assert before_2000.column("id").to_pylist() == [1]
+
+
+# -- 2. an empty string partition value becomes null ---------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 2")
+@pytest.mark.parametrize("write_from", ["driver", "executors"])
+def test_an_empty_string_partition_value_is_not_read_back_as_null(tmp_path, write_from):
+    """Both writers record ``partitionValues: {"k": ""}``; the Delta protocol reads an
+    empty partition value as null ("An empty string for any type translates to a null
+    partition value"), and so does delta-rs' reader: row 1's ``""`` comes back ``None``,
+    indistinguishable from row 2's real null, without an error."""
+    path = tmp_path / "t"
+    batch = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "k": pa.array(["", None, "x"])})
+    opened(path, write_from=write_from, partition_by=["k"]).write(batch_of(batch))
+
+    rows = DeltaTable(str(path)).to_pyarrow_table().sort_by("id").to_pylist()
+
+    assert rows == [{"id": 1, "k": ""}, {"id": 2, "k": None}, {"id": 3, "k": "x"}]
+
+
+# -- 3. a long into a double column is rounded (driver) or refused unnamed (executors) ------
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 3")
+@pytest.mark.parametrize("write_from", ["driver", "executors"])
+def test_a_long_the_double_column_cannot_hold_is_refused_naming_the_column(tmp_path, write_from):
+    """``fits`` accepts any integer into a 64-bit float. 2**53 + 1 has no double: the
+    driver's append stores 9007199254740992.0 without an error; the executors' append
+    fails with pyarrow's "Integer value ... not in range" naming neither the column nor
+    the row."""
+    path = tmp_path / "t"
+    write_deltalake(
+        str(path), pa.table({"id": pa.array([0], pa.int64()), "v": pa.array([1.5], pa.float64())})
+    )
+    sink = opened(path, write_from=write_from)
+    batch = pa.table({"id": pa.array([1], pa.int64()), "v": pa.array([2**53 + 1], pa.int64())})
+
+    with pytest.raises(SchemaMismatchError) as raised:
+        sink.write(batch_of(batch))
+
+    assert raised.value.columns == ["v"]
+    assert DeltaTable(str(path)).to_pyarrow_table().column("v").to_pylist() == [1.5]
+
+
+# -- 4. a merge's one-row-per-key check and its match disagree on float keys ----------------
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 4")
+def test_a_merge_batch_holding_0_and_minus_0_keeps_one_row_per_key(tmp_path):
+    """The MERGE matches ``t.k = s.k`` (SQL equality: ``-0.0 = 0.0``; a later batch's
+    ``-0.0`` updates the row of ``0.0``), but the batch's duplicate check groups keys by
+    Arrow hashing, which tells ``0.0`` from ``-0.0``: a batch holding both passes without
+    ``order_by`` and inserts two rows for one key, which every later merge of that key
+    then updates together."""
+    path = tmp_path / "t"
+    sink = opened(path, mode="merge", keys=["k"])
+    batch = pa.table({"k": pa.array([0.0, -0.0], pa.float64()), "v": pa.array([1, 2], pa.int64())})
+
+    with pytest.raises(Exception, match="more than once"):
+        sink.write(batch_of(batch))
+
+    assert not (path / "_delta_log").exists()
+
+
+# -- 5. a merge's dead letters lose binary values ------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 5")
+def test_merge_dead_letters_keep_distinct_binary_values_apart(tmp_path):
+    """A merge sends rows with a null key to the dead-letter table, the row as JSON. A
+    binary value is decoded as UTF-8 with ``errors="replace"``: ``b"\\xff"`` and
+    ``b"\\xfe"`` are both stored as ``"\\ufffd"``, so the letter no longer holds the
+    batch's value and two different rows read back the same."""
+    dead = DeltaDeadLetters(str(tmp_path / "dead"))
+    sink = DeltaSink(name="s", path=str(tmp_path / "t"), mode="merge", keys=["id"])
+    sink.open(SinkContext(pipeline="p", dead_letters=dead))
+    batch = pa.table(
+        {
+            "id": pa.array([None, None, 3], pa.int64()),
+            "b": pa.array([b"\xff", b"\xfe", b"ok"], pa.binary()),
+        }
+    )
+
+    result = sink.write(batch_of(batch))
+
+    assert result.dead_lettered == 2
+    letters = read_delta(str(tmp_path / "dead")).column("row").to_pylist()
+    assert len({json.dumps(json.loads(text), sort_keys=True) for text in letters}) == 2
+
+
+# -- 6. the executors refuse a timestamp the driver writes ---------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.xfail(strict=True, reason="review finding 6")
+def test_executors_write_a_timestamp_past_year_9999_in_utc(spark, tmp_path):
+    """``timestamp '9999-12-31 23:59:59.999999'`` in a session west of UTC is year 10000
+    in UTC. The driver's append writes it; each Spark task of the executors' append fails
+    computing its statistics (``as_py()``: "OverflowError: date value out of range"), so
+    the batch fails on every replay with an error naming no column or value."""
+    micros = 253_402_300_800_000_000  # 10000-01-01T00:00:00Z
+    df = spark.sql(f"select 1L as id, timestamp_micros({micros}L) as ts")
+    path = tmp_path / "t"
+    opened(path, spark, write_from="executors").write(batch_of(df))
+
+    ts = DeltaTable(str(path)).to_pyarrow_table().column("ts").cast(pa.int64())
+    assert ts.to_pylist() == [micros]
+
+
+# -- 7. validation passes options naming columns the batch lacks ---------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 7")
+@pytest.mark.parametrize(
+    ("options", "column"),
+    [
+        ({"mode": "merge", "keys": ["idd"]}, "idd"),
+        ({"mode": "merge", "keys": ["id"], "order_by": ["ts"]}, "ts"),
+        ({"partition_by": ["vv"]}, "vv"),
+    ],
+)
+def test_check_schema_refuses_options_naming_columns_the_batch_lacks(tmp_path, options, column):
+    """``check_schema`` (what ``fanout validate`` calls before the stream starts) compares
+    only an existing table's columns with the batch's; for a table the first batch
+    creates, a ``keys``/``order_by``/``partition_by`` typo passes validation and fails the
+    stream's first batch ("merge column(s) 'idd' (keys/order_by) missing from the batch",
+    "Partition column 'vv' not found in schema")."""
+    sink = opened(tmp_path / "new", **options)
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+
+    with pytest.raises(SchemaMismatchError) as raised:
+        sink.check_schema(schema)
+
+    assert column in raised.value.columns
+
+
+# -- 8. a VARIANT column becomes a struct of two binaries ----------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.xfail(strict=True, reason="review finding 8")
+@pytest.mark.parametrize("write_from", ["driver", "executors"])
+def test_a_variant_column_is_kept_a_variant_or_refused(spark, tmp_path, write_from):
+    """Spark 4's ``VARIANT`` reaches Arrow as ``struct<value: binary, metadata: binary>``
+    and both writers create the column with that struct type: no error, and every reader
+    of the table then sees two binary fields (``v:a`` no longer parses) instead of the
+    batch's variant."""
+    from deltalake.schema import PrimitiveType
+
+    df = spark.sql("""select 1L as id, parse_json('{"a": 1}') as v""")
+    path = tmp_path / "t"
+    sink = opened(path, spark, write_from=write_from)
+
+    try:
+        sink.write(batch_of(df))
+    except SchemaMismatchError as refused:
+        assert refused.columns == ["v"]
+        return
+    kind = {f.name: f.type for f in DeltaTable(str(path)).schema().fields}["v"]
+    assert isinstance(kind, PrimitiveType)  # a struct<value, metadata> now
+    assert kind.type == "variant"
