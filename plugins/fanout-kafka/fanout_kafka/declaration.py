@@ -17,8 +17,9 @@ OPTIONS = (
     SinkOption(
         "value",
         '`"json"`',
-        "`json`: the whole row as compact JSON (dates ISO 8601, decimals as text, bytes "
-        "base64); or the name of a string/binary column sent as is (null = tombstone)",
+        "`json`: the whole row as compact JSON (dates ISO 8601, instants in UTC, decimals as "
+        "text, bytes base64); or the name of a string/binary column sent as is (null = "
+        "tombstone)",
     ),
     SinkOption(
         "headers",
