@@ -133,3 +133,46 @@ def test_an_oauth_assertion_key_passphrase_is_a_secret() -> None:
     sink = KafkaSink("events", bootstrap_servers="127.0.0.1:9", topic="t", producer={
         "sasl.oauthbearer.assertion.private.key.passphrase": "hunter2-passphrase"})  # fmt: skip
     assert "hunter2-passphrase" in sink.secret_values()
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 6")
+def test_validate_refuses_a_keyless_sink_over_a_map_column(spark: Any, kafka: Broker) -> None:
+    """A keyless sink partitions by every column, and Spark refuses to hash a map
+    (``DATATYPE_MISMATCH.HASH_MAP_TYPE``): every batch of such a query fails. ``fanout
+    validate`` (``check_schema``) passes it, so the stream starts and stalls at its first
+    batch with Spark's error instead of failing before it starts."""
+    from fanout.errors import SchemaMismatchError
+
+    sink = open_sink(KafkaSink("events", bootstrap_servers=kafka.bootstrap,
+                               topic=_any_topic(kafka), partitions=2), "rdmap")  # fmt: skip
+    schema = spark.sql("SELECT 1L AS id, map('a', 1) AS m").toArrow().schema
+    with pytest.raises(SchemaMismatchError):
+        sink.check_schema(schema)
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 7")
+def test_a_record_the_producer_refuses_is_named_by_its_key(
+    spark: Any, kafka: Broker, topic: str
+) -> None:
+    """Without a dead-letter target, a record the local producer refuses (its headers'
+    framing puts it over ``message.max.bytes`` though the sink's bound let it through)
+    fails the batch with librdkafka's words only: no key, no size, no limit, so the
+    user cannot find the row (a record over the sink's own bound is named by its key)."""
+    heads = [f"h{i:02d}" for i in range(60)]
+    pipeline = f"rd{uuid.uuid4().hex[:6]}"
+    sink = opened(kafka, topic, pipeline, value="payload", headers=heads,
+                  producer={"message.max.bytes": 2000})  # fmt: skip
+    base = Record(b"1", b"", [*batch_headers(pipeline, "events", 0), *[(h, b"x") for h in heads]])
+    columns = ", ".join(f"{c} STRING" for c in heads)
+    df = spark.createDataFrame([(1, "v" * (2000 - base.size), *(["x"] * 60))],
+                               f"id LONG, payload STRING, {columns}")  # fmt: skip
+    with pytest.raises(KafkaBadRecordError) as caught:
+        write(sink, df)
+    assert "refused by the producer" in str(caught.value)
+    assert "key '1'" in str(caught.value)
+
+
+def _any_topic(kafka: Broker) -> str:
+    name = f"orders-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, name, 1)
+    return name
