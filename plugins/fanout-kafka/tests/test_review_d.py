@@ -172,6 +172,27 @@ def test_a_record_the_producer_refuses_is_named_by_its_key(
     assert "key '1'" in str(caught.value)
 
 
+@pytest.mark.xfail(strict=True, reason="review finding 8")
+def test_a_date_python_cannot_hold_is_a_bad_record_not_a_stalled_batch(
+    spark: Any, kafka: Broker, topic: str
+) -> None:
+    """Spark holds dates and timestamps outside Python's years 1-9999 (here 0000-12-31;
+    ``to_json`` writes it). The encoder turns them into Python objects, which raises
+    ``OverflowError: date value out of range``: the partition fails with that text alone
+    (no column, value or row), and the configured dead-letter target is not used, so no
+    replay can ever complete the batch."""
+    dlq = f"{topic}-dlq"
+    create_topic(kafka.bootstrap, dlq, 1)
+    sink = opened(kafka, topic, dead_letter=f"kafka:{dlq}")
+    df = spark.sql(
+        "SELECT * FROM VALUES (1L, DATE'2024-05-01'), (2L, date_add(DATE'0001-01-01', -1)) "
+        "AS t(id, d)"
+    )
+    result = write(sink, df)  # today: SinkWriteError "... - OverflowError: date value out of range"
+    assert (result.rows, result.details["written"], result.details["dead_letters"]) == (2, 1, 1)
+    assert [r["key"] for r in read_topic(kafka.bootstrap, topic, 1)] == ["1"]
+
+
 def _any_topic(kafka: Broker) -> str:
     name = f"orders-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap, name, 1)
