@@ -193,6 +193,28 @@ def test_a_date_python_cannot_hold_is_a_bad_record_not_a_stalled_batch(
     assert [r["key"] for r in read_topic(kafka.bootstrap, topic, 1)] == ["1"]
 
 
+@pytest.mark.xfail(strict=True, reason="review finding 9")
+def test_two_sinks_of_one_fan_out_sharing_a_transactional_id_prefix_are_refused_at_build(
+    kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    """Two Kafka sinks of one ``FanOut`` with the same explicit ``transactional_id_prefix``
+    fence each other's producers in every batch (seen: each partition of sink ``b``
+    ``KafkaFencedError`` on ``shared-0``/``shared-1``, not retried). Both prefixes are
+    known when the ``FanOut`` is built, where the clash could be refused."""
+    from fanout import FanOut
+    from fanout.errors import ConfigurationError
+
+    other = f"{topic}-b"
+    create_topic(kafka.bootstrap, other, 1)
+    sinks = [
+        {"type": "kafka", "name": name, "bootstrap_servers": kafka.bootstrap, "topic": target,
+         "key": "id", "partitions": 2, "transactional_id_prefix": "shared"}
+        for name, target in (("a", topic), ("b", other))
+    ]  # fmt: skip
+    with pytest.raises(ConfigurationError, match="transactional_id_prefix"):
+        FanOut("rdshared", str(tmp_path / "ledger"), sinks).close()
+
+
 def _any_topic(kafka: Broker) -> str:
     name = f"orders-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap, name, 1)
