@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fanout.contract.dead_letters import DeadLetter
+from fanout.contract.dead_letters import DeadLetter, letter_rows
 from fanout.errors import SchemaMismatchError, SinkWriteError
 
 _ROW = "__fanout_row__"
@@ -35,7 +35,7 @@ def split_null_keys(data: pa.Table, keys: Sequence[str]) -> tuple[pa.Table, list
     rejected = data.filter(null_any)
     letters = [
         DeadLetter(row, f"null in key column {column!r}: a null key cannot be merged", column)
-        for row in rejected.to_pylist()
+        for row in letter_rows(rejected)
         for column in [next(k for k in present if row[k] is None)]
     ]
     return data.filter(pc.invert(null_any)), letters
