@@ -436,6 +436,51 @@ def test_benign_type_differences_are_accepted(tmp_path):
     assert got[1]["ts"].timestamp() == 1.0
 
 
+@pytest.mark.parametrize(
+    ("table_type", "batch_type", "accepted"),
+    [
+        (pa.float64(), pa.int8(), True),
+        (pa.float64(), pa.int16(), True),
+        (pa.float64(), pa.int32(), True),
+        (pa.float64(), pa.uint32(), True),
+        (pa.float64(), pa.int64(), False),
+        (pa.float64(), pa.uint64(), False),
+        (pa.float64(), pa.dictionary(pa.int8(), pa.int64()), False),
+        (pa.float32(), pa.int16(), True),
+        (pa.float32(), pa.uint16(), True),
+        (pa.float32(), pa.int32(), False),
+        (pa.float32(), pa.int64(), False),
+    ],
+)
+def test_integers_fit_a_float_column_only_when_it_holds_every_value(
+    table_type, batch_type, accepted
+):
+    from fanout_delta.schema import fits
+
+    assert fits(table_type, batch_type) is accepted
+
+
+def test_check_schema_refuses_an_int_the_float_column_would_round(tmp_path):
+    """``fanout validate``'s check of an existing table: an ``int`` into a ``float``
+    column (24 significand bits) is refused with the cast that accepts the rounding."""
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": ids(1), "x y": pa.array([0.5], pa.float32())}))
+    sink = opened(path)
+
+    with pytest.raises(SchemaMismatchError) as info:
+        sink.check_schema(pa.schema([("id", pa.int64()), ("x y", pa.int32())]))
+
+    assert info.value.columns == ["x y"]
+    assert str(info.value) == (
+        "sink 's': the batch does not fit the Delta table: column 'x y' (table float, batch "
+        "int32) cannot be written without loss: a float holds integers exactly only up to "
+        "2**24, delta-rs would round larger ones; cast it in the query so the rounding is "
+        'yours: F.col("x y").cast("float") (in a sink\'s select: CAST(`x y` AS float) AS '
+        "`x y`), or write it to an integer column"
+    )
+    sink.check_schema(pa.schema([("id", pa.int64()), ("x y", pa.int16())]))
+
+
 def test_timestamp_without_time_zone_conflicts_with_timestamp(tmp_path):
     path = tmp_path / "t"
     sink = opened(path)

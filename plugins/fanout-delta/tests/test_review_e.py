@@ -136,13 +136,13 @@ def test_an_empty_string_partition_value_is_not_read_back_as_null(tmp_path, writ
 # -- 3. a long into a double column is rounded (driver) or refused unnamed (executors) ------
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 3")
 @pytest.mark.parametrize("write_from", ["driver", "executors"])
 def test_a_long_the_double_column_cannot_hold_is_refused_naming_the_column(tmp_path, write_from):
-    """``fits`` accepts any integer into a 64-bit float. 2**53 + 1 has no double: the
-    driver's append stores 9007199254740992.0 without an error; the executors' append
-    fails with pyarrow's "Integer value ... not in range" naming neither the column nor
-    the row."""
+    """``fits`` accepted any integer into a 64-bit float. 2**53 + 1 has no double: the
+    driver's append stored 9007199254740992.0 without an error; the executors' append
+    failed with pyarrow's "Integer value ... not in range" naming neither the column nor
+    the row. Both now refuse the ``long`` before writing, naming the cast that makes the
+    rounding the query's own."""
     path = tmp_path / "t"
     write_deltalake(
         str(path), pa.table({"id": pa.array([0], pa.int64()), "v": pa.array([1.5], pa.float64())})
@@ -154,7 +154,15 @@ def test_a_long_the_double_column_cannot_hold_is_refused_naming_the_column(tmp_p
         sink.write(batch_of(batch))
 
     assert raised.value.columns == ["v"]
+    assert str(raised.value) == (
+        "sink 's', batch 0: the batch does not fit the Delta table: column 'v' (table "
+        "double, batch int64) cannot be written without loss: a double holds integers "
+        "exactly only up to 2**53, delta-rs would round larger ones; cast it in the query "
+        'so the rounding is yours: F.col("v").cast("double") (in a sink\'s select: '
+        "CAST(v AS double) AS v), or write it to an integer column"
+    )
     assert DeltaTable(str(path)).to_pyarrow_table().column("v").to_pylist() == [1.5]
+    assert DeltaTable(str(path)).version() == 0
 
 
 # -- 4. a merge's one-row-per-key check and its match disagree on float keys ----------------
