@@ -24,12 +24,18 @@ for ``bigint`` into ``double precision``.
 
 Columns of the table missing from the batch are not a conflict: an append writes them as
 null (see :func:`pad_missing_columns`), a merge keeps the target's values.
+
+Whether or not the table exists, every batch must carry the columns the options ``keys``,
+``order_by`` and ``partition_by`` name (:func:`check_option_columns`), and delta-rs is not
+given a Spark ``VARIANT`` (:func:`refuse_variants`): it would store the struct of two
+binaries Spark's ``toArrow`` makes of it, without an error.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -255,3 +261,110 @@ def check_batch_schema(
             batch_id=batch_id,
             columns=columns,
         )
+
+
+def check_option_columns(
+    batch: Sequence[str],
+    options: Mapping[str, Sequence[str] | None],
+    *,
+    sink: str,
+    batch_id: int | None,
+) -> None:
+    """Raise :class:`fanout.errors.SchemaMismatchError` when an option naming columns
+    (``keys``, ``order_by``, ``partition_by``) names one the batch, of columns ``batch``,
+    lacks: every batch must carry them, whether or not the table exists yet."""
+    from fanout.errors import SchemaMismatchError
+
+    present = set(batch)
+    lowered = {c.lower(): c for c in batch}
+    columns: list[str] = []
+    parts: list[str] = []
+    for option, names in options.items():
+        missing = [c for c in names or [] if c not in present]
+        if not missing:
+            continue
+        columns += [c for c in missing if c not in columns]
+        hints = [
+            f"{c!r} (the batch has {lowered[c.lower()]!r}; names are case-sensitive)"
+            for c in missing
+            if c.lower() in lowered
+        ]
+        parts.append(
+            f"option {option!r} names column(s) {', '.join(map(repr, missing))} not in the batch"
+            + (f" [{'; '.join(hints)}]" if hints else "")
+        )
+    if columns:
+        raise SchemaMismatchError(
+            f"{'; '.join(parts)} (the batch's columns: {', '.join(batch)}); fix the option or "
+            "add the column(s) to the stream",
+            sink=sink,
+            batch_id=batch_id,
+            columns=columns,
+        )
+
+
+def variant_columns(schema: pa.Schema) -> list[tuple[str, str]]:
+    """The columns of ``schema`` holding a Spark ``VARIANT``, each with the path of the
+    variant inside it (``("s", "s.x")`` for a struct field): Spark's ``toArrow`` makes a
+    variant ``struct<value: binary, metadata: binary>``, its ``metadata`` field marked
+    ``variant: true``."""
+    found: list[tuple[str, str]] = []
+    for f in schema:
+        for path in _variant_paths(f.type, f.name):
+            found.append((f.name, path))
+    return found
+
+
+def refuse_variants(schema: pa.Schema, *, sink: str, batch_id: int | None) -> None:
+    """Raise :class:`fanout.errors.SchemaMismatchError` naming the batch's ``VARIANT``
+    columns: delta-rs cannot write Delta's variant type, and would store each as a struct
+    of two binaries without an error (readers then see no variant)."""
+    from fanout.errors import SchemaMismatchError
+
+    found = variant_columns(schema)
+    if not found:
+        return
+    columns = list(dict.fromkeys(name for name, _ in found))
+    where = ", ".join(
+        repr(name) if path == name else f"{name!r} (at {path})" for name, path in found
+    )
+    fixes = "; ".join(
+        f"F.to_json(F.col({json.dumps(c, ensure_ascii=False)})) (in a sink's select: "
+        f"to_json({_sql_name(c)}) AS {_sql_name(c)})"
+        for c in columns
+    )
+    raise SchemaMismatchError(
+        f"column(s) {where} hold a Spark VARIANT, which delta-rs cannot write as Delta's "
+        "variant type (it would store struct<value: binary, metadata: binary>, which no "
+        f"reader takes for a variant); write it as JSON text: {fixes}, or use engine "
+        "'spark' (delta-spark writes variants)",
+        sink=sink,
+        batch_id=batch_id,
+        columns=columns,
+    )
+
+
+def _variant_paths(kind: pa.DataType, path: str) -> list[str]:
+    if pat.is_struct(kind):
+        if _is_variant(kind):
+            return [path]
+        return [p for child in kind for p in _variant_paths(child.type, f"{path}.{child.name}")]
+    if _is_list(kind):
+        return _variant_paths(kind.value_type, f"{path}[]")
+    if pat.is_map(kind):
+        return _variant_paths(kind.key_type, f"{path}.key") + _variant_paths(
+            kind.item_type, f"{path}.value"
+        )
+    if pat.is_dictionary(kind):
+        return _variant_paths(kind.value_type, path)
+    return []
+
+
+def _is_variant(kind: pa.StructType) -> bool:
+    """Whether a struct is how Spark's Arrow conversion carries a ``VARIANT`` (the test of
+    ``pyspark.sql.pandas.types.is_variant``)."""
+    names = [f.name for f in kind]
+    marked = any(
+        f.name == "metadata" and (f.metadata or {}).get(b"variant") == b"true" for f in kind
+    )
+    return marked and "value" in names

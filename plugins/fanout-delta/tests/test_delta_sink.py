@@ -498,6 +498,90 @@ def test_merge_keys_missing_from_the_batch_are_a_schema_mismatch(tmp_path):
     assert "'seq'" in str(info.value) and "batch 0" in str(info.value)
 
 
+@pytest.mark.parametrize("write_from", ["driver", "executors"])
+def test_a_batch_lacking_a_partition_column_is_refused_naming_the_option(tmp_path, write_from):
+    """The first batch, which creates the table, and a later one: a ``partition_by``
+    column the batch lacks fails naming the option and the column, not delta-rs' error
+    (and, for an existing table, not a batch written to the null partition)."""
+    path = tmp_path / "t"
+    sink = opened(path, partition_by=["day"], write_from=write_from)
+    message = (
+        "option 'partition_by' names column(s) 'day' not in the batch ['day' (the batch has "
+        "'Day'; names are case-sensitive)] (the batch's columns: id, Day); fix the option or "
+        "add the column(s) to the stream"
+    )
+
+    with pytest.raises(SchemaMismatchError) as first:
+        sink.write(make_batch({"id": ids(1), "Day": ["a"]}, batch_id=0))
+    assert first.value.columns == ["day"]
+    assert str(first.value) == f"sink 's', batch 0: {message}"
+    assert not path.exists()
+
+    sink.write(make_batch({"id": ids(1), "day": ["a"]}, batch_id=0))
+    with pytest.raises(SchemaMismatchError) as later:
+        sink.write(make_batch({"id": ids(1, 1), "Day": ["b"]}, batch_id=1))
+    assert str(later.value) == f"sink 's', batch 1: {message}"
+    assert rows(path) == [{"id": 0, "day": "a"}]
+
+
+def test_variant_columns_are_refused_wherever_they_nest(tmp_path):
+    """A ``VARIANT`` at the top, in a struct, in an array or a map's value (Spark's own
+    Arrow schema of them, no JVM), for ``fanout validate`` and for a batch; engine
+    ``spark`` (delta-spark writes variants) is not refused."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import (
+        ArrayType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        VariantType,
+    )
+
+    schema = to_arrow_schema(
+        StructType([
+            StructField("id", LongType()),
+            StructField("v", VariantType()),
+            StructField("s", StructType([StructField("x", VariantType())])),
+            StructField("a b", ArrayType(VariantType())),
+            StructField("m", MapType(StringType(), VariantType())),
+        ]),
+        timezone="UTC",
+    )  # fmt: skip
+    sink = opened(tmp_path / "t")
+
+    with pytest.raises(SchemaMismatchError) as info:
+        sink.check_schema(schema)
+
+    assert info.value.columns == ["v", "s", "a b", "m"]
+    assert str(info.value) == (
+        "sink 's': column(s) 'v', 's' (at s.x), 'a b' (at a b[]), 'm' (at m.value) hold a "
+        "Spark VARIANT, which delta-rs cannot write as Delta's variant type (it would store "
+        "struct<value: binary, metadata: binary>, which no reader takes for a variant); "
+        'write it as JSON text: F.to_json(F.col("v")) (in a sink\'s select: to_json(v) AS '
+        'v); F.to_json(F.col("s")) (in a sink\'s select: to_json(s) AS s); '
+        'F.to_json(F.col("a b")) (in a sink\'s select: to_json(`a b`) AS `a b`); '
+        'F.to_json(F.col("m")) (in a sink\'s select: to_json(m) AS m), or use engine '
+        "'spark' (delta-spark writes variants)"
+    )
+    data = pa.table({"id": ids(1)}).append_column(
+        schema.field("v"),
+        pa.array([{"value": b"\x0c\x01", "metadata": b"\x01\x00\x00"}], schema.field("v").type),
+    )
+    with pytest.raises(SchemaMismatchError) as written:
+        sink.write(make_batch(data, batch_id=0))
+    assert written.value.columns == ["v"]
+    assert not (tmp_path / "t").exists()
+    # a struct of two binaries Spark did not mark as a variant is an ordinary struct
+    plain = pa.table({"id": ids(1), "v": pa.array([{"value": b"a", "metadata": b"b"}])})
+    sink.write(make_batch(plain, batch_id=0))
+    assert rows(tmp_path / "t") == [{"id": 0, "v": {"value": b"a", "metadata": b"b"}}]
+    spark_sink = DeltaSink(name="s", path=str(tmp_path / "u"), engine="spark")
+    spark_sink.resolved_engine = "spark"
+    spark_sink.check_schema(schema)
+
+
 def test_bad_delta_options_fail_when_the_fanout_is_built(tmp_path: Path) -> None:
     from fanout import ConfigurationError, FanOut
     from fanout.ledger.memory import MemoryLedger
