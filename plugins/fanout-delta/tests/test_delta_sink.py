@@ -330,6 +330,29 @@ def test_merge_dedupes_by_order_by_greatest_wins(tmp_path):
     assert rows(path)[0] == {"id": 1, "seq": 11, "v": "1@11"}
 
 
+def test_merge_float_keys_keep_one_row_per_key_as_the_merge_matches_them(tmp_path):
+    """NaN keys and zero keys of either sign: one row per key in the table, the winner by
+    ``order_by`` (NaN greatest) with the batch's values, and a later batch's ``-0.0`` and
+    NaN update those rows (delta-rs' MERGE matches them)."""
+    path = tmp_path / "t"
+    sink = opened(path, mode="merge", keys=["k"], order_by=["seq"])
+    nan = float("nan")
+    first = {"k": [nan, nan, 0.0, -0.0], "seq": [1.0, nan, 2.0, 1.0], "v": ["a", "b", "c", "d"]}
+    sink.write(make_batch(first, batch_id=0))
+    assert sorted(map(str, read_delta(str(path)).to_pylist())) == [
+        "{'k': 0.0, 'seq': 2.0, 'v': 'c'}",
+        "{'k': nan, 'seq': nan, 'v': 'b'}",
+    ]
+
+    result = sink.write(make_batch({"k": [-0.0, nan], "seq": [0.0, 0.0], "v": ["e", "f"]}, 1))
+
+    assert (result.details["inserted"], result.details["updated"]) == (0, 2)
+    assert sorted(map(str, read_delta(str(path)).to_pylist())) == [
+        "{'k': -0.0, 'seq': 0.0, 'v': 'e'}",
+        "{'k': nan, 'seq': 0.0, 'v': 'f'}",
+    ]
+
+
 def test_merge_duplicate_keys_without_order_by_fail_naming_the_key(tmp_path):
     path = tmp_path / "t"
     sink = opened(path, mode="merge", keys=["id"])

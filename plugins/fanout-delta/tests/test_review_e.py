@@ -168,20 +168,26 @@ def test_a_long_the_double_column_cannot_hold_is_refused_naming_the_column(tmp_p
 # -- 4. a merge's one-row-per-key check and its match disagree on float keys ----------------
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 4")
 def test_a_merge_batch_holding_0_and_minus_0_keeps_one_row_per_key(tmp_path):
     """The MERGE matches ``t.k = s.k`` (SQL equality: ``-0.0 = 0.0``; a later batch's
-    ``-0.0`` updates the row of ``0.0``), but the batch's duplicate check groups keys by
-    Arrow hashing, which tells ``0.0`` from ``-0.0``: a batch holding both passes without
-    ``order_by`` and inserts two rows for one key, which every later merge of that key
-    then updates together."""
+    ``-0.0`` updates the row of ``0.0``), but the batch's duplicate check grouped keys by
+    Arrow hashing, which tells ``0.0`` from ``-0.0``: a batch holding both passed without
+    ``order_by`` and inserted two rows for one key, which every later merge of that key
+    then updated together. The check now normalises float keys as Spark does."""
+    from fanout.errors import SinkWriteError
+
     path = tmp_path / "t"
     sink = opened(path, mode="merge", keys=["k"])
     batch = pa.table({"k": pa.array([0.0, -0.0], pa.float64()), "v": pa.array([1, 2], pa.int64())})
 
-    with pytest.raises(Exception, match="more than once"):
+    with pytest.raises(SinkWriteError) as raised:
         sink.write(batch_of(batch))
 
+    assert str(raised.value) == (
+        "sink 's', batch 0: 1 key(s) occur more than once in the batch, e.g. {'k': 0.0} (2 "
+        "rows); a MERGE takes one row per key. Set order_by to the column(s) whose greatest "
+        "value wins (e.g. an event time or sequence number), or deduplicate the stream."
+    )
     assert not (path / "_delta_log").exists()
 
 
