@@ -19,9 +19,11 @@ OPTIONS = (
     SinkOption(
         "order_by",
         "none",
-        "merge: when a batch holds a key several times, the greatest value wins (nulls lose; "
-        "on a tie, the greatest value of the other columns in column order, so a replay "
-        "picks the same row); without it, such a batch fails naming the key",
+        "merge: when a batch holds a key several times, the greatest value wins (nulls lose, "
+        "NaN beats every number as in Spark; on a tie, the greatest value of the other "
+        "columns in column order, so a replay picks the same row); without it, such a batch "
+        "fails naming the key. Float keys are one key as the MERGE matches them: `0.0` and "
+        "`-0.0`, and all NaNs (the row written keeps its own value)",
     ),
     SinkOption(
         "engine",
@@ -45,7 +47,12 @@ OPTIONS = (
         "engine `rs`, mode `merge`: a batch of more rows fails naming this option (a merge "
         "runs on the driver); `null` for no bound",
     ),
-    SinkOption("partition_by", "none", "partition columns of a new table"),
+    SinkOption(
+        "partition_by",
+        "none",
+        "partition columns of a new table (an existing table's must match); every batch "
+        "must carry them",
+    ),
     SinkOption(
         "merge_schema",
         "`false`",
