@@ -21,9 +21,21 @@ if TYPE_CHECKING:
 
     from fanout.contract.dead_letters import DeadLetter
 
-RECORD_OVERHEAD_BYTES = 128
-"""Bytes added to key, value and headers to bound a record's size on the wire (the v2
-record batch header is 61 bytes, a record's own framing at most a few dozen)."""
+RECORD_OVERHEAD_BYTES = 36
+"""A record's own framing at most, as librdkafka counts it against the producer's
+``message.max.bytes`` (``RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD``: the varints of length,
+timestamp and offset deltas, key and value lengths and header count at their widest, and
+the attributes byte)."""
+
+RECORD_BATCH_HEADER_BYTES = 61
+"""The v2 record batch header, which the broker counts with the records against the
+topic's ``max.message.bytes`` (a record alone in its batch: its size plus this)."""
+
+LIMIT_SOURCES = (
+    "max_record_bytes: by default the topic's max.message.bytes less the record batch "
+    "header, at most the producer's message.max.bytes; sizes as librdkafka counts them"
+)
+"""Where the sink's record size limit comes from, for its messages."""
 
 Headers = list[tuple[str, bytes]]
 
@@ -37,13 +49,30 @@ class Record(NamedTuple):
 
     @property
     def size(self) -> int:
-        """A bound of the record's size on the wire."""
+        """The record's size as librdkafka counts it against ``message.max.bytes``: key,
+        value, each header with its two length varints, and :data:`RECORD_OVERHEAD_BYTES`
+        (a bound of its size on the wire)."""
         return (
             len(self.key or b"")
             + len(self.value or b"")
-            + sum(len(k) + len(v) for k, v in self.headers)
+            + headers_size(self.headers)
             + RECORD_OVERHEAD_BYTES
         )
+
+
+def headers_size(headers: Iterable[tuple[str, bytes]]) -> int:
+    """The bytes of ``headers`` in a record as librdkafka counts them: each name (UTF-8)
+    and value, each preceded by its length as a zigzag varint."""
+    total = 0
+    for name, value in headers:
+        size = len(name.encode())
+        total += size + _varint_size(size) + len(value) + _varint_size(len(value))
+    return total
+
+
+def _varint_size(length: int) -> int:
+    """The bytes of ``length`` as a zigzag varint (7 bits a byte of ``2 * length``)."""
+    return max(1, ((2 * length).bit_length() + 6) // 7)
 
 
 @dataclass(frozen=True)
@@ -103,9 +132,8 @@ class Encoder:
         if record.size > self.max_record_bytes:
             return BadRecord(
                 record,
-                f"record of {record.size} bytes (key {_preview_bytes(key)}) is over the "
-                f"topic's limit of {self.max_record_bytes} bytes (max.message.bytes / "
-                "message.max.bytes)",
+                f"{named(record)} is over the sink's limit of {self.max_record_bytes} bytes "
+                f"({LIMIT_SOURCES})",
             )
         return record
 
@@ -155,7 +183,7 @@ class Encoder:
             or (self.header_columns)
         ):
             return self.encode_all(table.to_pylist(maps_as_pydicts="strict"))
-        fixed = sum(len(k) + len(v) for k, v in self.headers) + RECORD_OVERHEAD_BYTES
+        fixed = headers_size(self.headers) + RECORD_OVERHEAD_BYTES
         size = pc.add(pc.binary_length(values).fill_null(0), fixed)
         if keys is not None:
             size = pc.add(size, pc.binary_length(keys).fill_null(0))
@@ -255,6 +283,11 @@ def _optional_bytes(value: Any) -> bytes | None:
 def _preview(row: Mapping[str, Any], limit: int = 200) -> str:
     text = json.dumps(dict(row), default=json_default, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def named(record: Record) -> str:
+    """``record of <size> bytes (key '<key>')``: how messages name a record."""
+    return f"record of {record.size} bytes (key {_preview_bytes(record.key)})"
 
 
 def _preview_bytes(value: bytes | None, limit: int = 80) -> str:
