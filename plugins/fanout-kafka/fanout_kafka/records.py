@@ -162,7 +162,7 @@ class Encoder:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from fanout_kafka import vector
+        from fanout_kafka import temporal, vector
 
         table = pa.Table.from_batches([batch])
         values = (
@@ -182,7 +182,8 @@ class Encoder:
             or (self.key_columns is not None and keys is None)
             or (self.header_columns)
         ):
-            return self.encode_all(table.to_pylist(maps_as_pydicts="strict"))
+            rows = temporal.python_safe(table).to_pylist(maps_as_pydicts="strict")
+            return self.encode_all(rows)
         fixed = headers_size(self.headers) + RECORD_OVERHEAD_BYTES
         size = pc.add(pc.binary_length(values).fill_null(0), fixed)
         if keys is not None:
@@ -197,8 +198,9 @@ class Encoder:
         encoded: list[Record | BadRecord] = list(records)
         # let the row-by-row path say why, in its words
         positions = pc.indices_nonzero(suspect).to_pylist()
+        suspects = temporal.python_safe(table.take(positions))
         for position, row in zip(
-            positions, table.take(positions).to_pylist(maps_as_pydicts="strict"), strict=True
+            positions, suspects.to_pylist(maps_as_pydicts="strict"), strict=True
         ):
             encoded[position] = self.encode(row)
         good = [r for r in encoded if isinstance(r, Record)]

@@ -219,25 +219,41 @@ def test_a_record_the_producer_refuses_is_named_by_its_key(
     assert read_topic(kafka.bootstrap, topic, 0, timeout=5) == []
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 8")
-def test_a_date_python_cannot_hold_is_a_bad_record_not_a_stalled_batch(
+def test_a_date_python_cannot_hold_is_written_as_spark_writes_it(
     spark: Any, kafka: Broker, topic: str
 ) -> None:
-    """Spark holds dates and timestamps outside Python's years 1-9999 (here 0000-12-31;
-    ``to_json`` writes it). The encoder turns them into Python objects, which raises
-    ``OverflowError: date value out of range``: the partition fails with that text alone
-    (no column, value or row), and the configured dead-letter target is not used, so no
-    replay can ever complete the batch."""
+    """Spark holds dates and timestamps outside Python's years 1-9999 (0000-12-31,
+    +10000-01-01). The encoder turned them into Python objects, which raised
+    ``OverflowError: date value out of range``: the partition failed with that text alone
+    and the dead-letter target was not used, so no replay could complete the batch. Now
+    they are written from their stored integers, a date as Spark's ``to_json`` writes
+    it, in the value, a header column and a nested struct; nothing is dead-lettered."""
     dlq = f"{topic}-dlq"
     create_topic(kafka.bootstrap, dlq, 1)
-    sink = opened(kafka, topic, dead_letter=f"kafka:{dlq}")
+    sink = opened(kafka, topic, dead_letter=f"kafka:{dlq}", headers=["d"])
     df = spark.sql(
-        "SELECT * FROM VALUES (1L, DATE'2024-05-01'), (2L, date_add(DATE'0001-01-01', -1)) "
-        "AS t(id, d)"
+        "SELECT id, d, t, named_struct('d', d) AS s FROM VALUES "
+        "(1L, DATE'2024-05-01', timestamp_micros(0)), "
+        "(2L, date_add(DATE'0001-01-01', -1), timestamp_micros(-62135596800000001)), "
+        "(3L, date_add(DATE'9999-12-31', 1), timestamp_micros(253402300800000123)) "
+        "AS v(id, d, t)"
     )
-    result = write(sink, df)  # today: SinkWriteError "... - OverflowError: date value out of range"
-    assert (result.rows, result.details["written"], result.details["dead_letters"]) == (2, 1, 1)
-    assert [r["key"] for r in read_topic(kafka.bootstrap, topic, 1)] == ["1"]
+    result = write(sink, df)
+    assert (result.rows, result.details["written"], result.details["dead_letters"]) == (3, 3, 0)
+    records = sorted(read_topic(kafka.bootstrap, topic, 3), key=lambda r: r["key"])
+    assert [(r["key"], r["headers"]["d"], r["value"]) for r in records] == [
+        ("1", "2024-05-01",
+         '{"id":1,"d":"2024-05-01","t":"1970-01-01T00:00:00+00:00","s":{"d":"2024-05-01"}}'),
+        ("2", "0000-12-31",
+         '{"id":2,"d":"0000-12-31","t":"0000-12-31T23:59:59.999999+00:00",'
+         '"s":{"d":"0000-12-31"}}'),
+        ("3", "+10000-01-01",
+         '{"id":3,"d":"+10000-01-01","t":"+10000-01-01T00:00:00.000123+00:00",'
+         '"s":{"d":"+10000-01-01"}}'),
+    ]  # fmt: skip
+    written_by_spark = df.orderBy("id").selectExpr("to_json(s)").collect()
+    spark_json = [json.loads(r[0])["d"] for r in written_by_spark]
+    assert spark_json == ["2024-05-01", "0000-12-31", "+10000-01-01"]
 
 
 @pytest.mark.xfail(strict=True, reason="review finding 9")
