@@ -7,6 +7,7 @@ on the broker, and the transaction stays open only while its records are being s
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -255,8 +256,9 @@ def dead_letter_headers(record: Record, reason: str, topic: str) -> Headers:
 
 
 def bad_letter(bad: BadRecord, topic: str, partition: int | None) -> DeadLetter:
-    """A bad record as a core dead letter: the record's key, value (as text) and headers
-    in ``details``, with the topic it was bound for and its size."""
+    """A bad record as a core dead letter: the record's key, value and headers (a list of
+    ``[name, value]`` pairs, in order, repeats kept) in ``details``, each byte kept
+    (:func:`letter_bytes`), with the topic it was bound for and its size."""
     from fanout.contract.dead_letters import DeadLetter
 
     record = bad.record
@@ -266,16 +268,24 @@ def bad_letter(bad: BadRecord, topic: str, partition: int | None) -> DeadLetter:
         partition=partition,
         details={
             "topic": topic,
-            "key": _text(record.key),
-            "value": _text(record.value),
-            "headers": {k: v.decode(errors="replace") for k, v in record.headers},
+            "key": letter_bytes(record.key),
+            "value": letter_bytes(record.value),
+            "headers": [[k, letter_bytes(v)] for k, v in record.headers],
             "record_bytes": record.size,
         },
     )
 
 
-def _text(value: bytes | None) -> str | None:
-    return None if value is None else value.decode(errors="replace")
+def letter_bytes(value: bytes | None) -> str | dict[str, str] | None:
+    """Record bytes in a dead letter, losing none: their text when they are UTF-8, else
+    ``{"base64": "<their base64>"}`` (base64 as the core writes binary values; the object
+    tells it from text)."""
+    if value is None:
+        return None
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(value).decode("ascii")}
 
 
 def _optional_bytes(value: Any) -> bytes | None:

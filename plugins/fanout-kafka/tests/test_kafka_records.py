@@ -149,3 +149,27 @@ def test_an_instant_is_utc_text_whatever_the_session_zone_nested_and_in_keys() -
         )
     ]
 
+
+def test_a_dead_letter_keeps_every_byte_of_the_record() -> None:
+    """Key, value and header values that are not UTF-8 (binary columns) were decoded with
+    ``errors="replace"``: a dead letter held U+FFFD instead of the bytes. Text stays text,
+    other bytes are ``{"base64": ...}``; headers keep their order and repeated names."""
+    from fanout_kafka.records import bad_letter
+
+    from fanout.deadletters.layout import letter_json
+
+    record = Record(
+        b"\xff\x00k",
+        b'{"a":"\xc3\xa9"}',
+        [("h", b"text"), ("bin", b"\x80\x81"), ("h", b""), ("é", b"\xc3\xa9")],
+    )
+    letter = bad_letter(BadRecord(record, "why"), "orders", 3)
+    assert (letter.reason, letter.partition, letter.row) == ("why", 3, None)
+    assert json.loads(letter_json(dict(letter.details))) == {
+        "topic": "orders",
+        "key": {"base64": "/wBr"},
+        "value": '{"a":"é"}',
+        "headers": [["h", "text"], ["bin", {"base64": "gIE="}], ["h", ""], ["é", "é"]],
+        "record_bytes": record.size,
+    }
+    assert bad_letter(BadRecord(Record(None, None, []), "x"), "t", None).details["key"] is None
