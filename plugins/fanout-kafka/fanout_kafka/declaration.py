@@ -84,7 +84,9 @@ OPTIONS = (
     SinkOption(
         "max_record_bytes",
         "resolved",
-        "default: topic `max.message.bytes`, else broker `message.max.bytes`, else Kafka's "
-        "1048588; capped by the producer's own `message.max.bytes` (librdkafka: 1000000)",
+        "a record's size as librdkafka counts it (key, value, headers with their length "
+        "varints, 36 bytes of framing); default: topic `max.message.bytes`, else broker "
+        "`message.max.bytes`, else Kafka's 1048588, less the 61-byte record batch header; "
+        "capped by the producer's own `message.max.bytes` (librdkafka: 1000000)",
     ),
 )

@@ -7,6 +7,7 @@ on the broker, and the transaction stays open only while its records are being s
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,9 +22,21 @@ if TYPE_CHECKING:
 
     from fanout.contract.dead_letters import DeadLetter
 
-RECORD_OVERHEAD_BYTES = 128
-"""Bytes added to key, value and headers to bound a record's size on the wire (the v2
-record batch header is 61 bytes, a record's own framing at most a few dozen)."""
+RECORD_OVERHEAD_BYTES = 36
+"""A record's own framing at most, as librdkafka counts it against the producer's
+``message.max.bytes`` (``RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD``: the varints of length,
+timestamp and offset deltas, key and value lengths and header count at their widest, and
+the attributes byte)."""
+
+RECORD_BATCH_HEADER_BYTES = 61
+"""The v2 record batch header, which the broker counts with the records against the
+topic's ``max.message.bytes`` (a record alone in its batch: its size plus this)."""
+
+LIMIT_SOURCES = (
+    "max_record_bytes: by default the topic's max.message.bytes less the record batch "
+    "header, at most the producer's message.max.bytes; sizes as librdkafka counts them"
+)
+"""Where the sink's record size limit comes from, for its messages."""
 
 Headers = list[tuple[str, bytes]]
 
@@ -37,13 +50,30 @@ class Record(NamedTuple):
 
     @property
     def size(self) -> int:
-        """A bound of the record's size on the wire."""
+        """The record's size as librdkafka counts it against ``message.max.bytes``: key,
+        value, each header with its two length varints, and :data:`RECORD_OVERHEAD_BYTES`
+        (a bound of its size on the wire)."""
         return (
             len(self.key or b"")
             + len(self.value or b"")
-            + sum(len(k) + len(v) for k, v in self.headers)
+            + headers_size(self.headers)
             + RECORD_OVERHEAD_BYTES
         )
+
+
+def headers_size(headers: Iterable[tuple[str, bytes]]) -> int:
+    """The bytes of ``headers`` in a record as librdkafka counts them: each name (UTF-8)
+    and value, each preceded by its length as a zigzag varint."""
+    total = 0
+    for name, value in headers:
+        size = len(name.encode())
+        total += size + _varint_size(size) + len(value) + _varint_size(len(value))
+    return total
+
+
+def _varint_size(length: int) -> int:
+    """The bytes of ``length`` as a zigzag varint (7 bits a byte of ``2 * length``)."""
+    return max(1, ((2 * length).bit_length() + 6) // 7)
 
 
 @dataclass(frozen=True)
@@ -103,9 +133,8 @@ class Encoder:
         if record.size > self.max_record_bytes:
             return BadRecord(
                 record,
-                f"record of {record.size} bytes (key {_preview_bytes(key)}) is over the "
-                f"topic's limit of {self.max_record_bytes} bytes (max.message.bytes / "
-                "message.max.bytes)",
+                f"{named(record)} is over the sink's limit of {self.max_record_bytes} bytes "
+                f"({LIMIT_SOURCES})",
             )
         return record
 
@@ -134,7 +163,7 @@ class Encoder:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from fanout_kafka import vector
+        from fanout_kafka import temporal, vector
 
         table = pa.Table.from_batches([batch])
         values = (
@@ -154,8 +183,9 @@ class Encoder:
             or (self.key_columns is not None and keys is None)
             or (self.header_columns)
         ):
-            return self.encode_all(table.to_pylist(maps_as_pydicts="strict"))
-        fixed = sum(len(k) + len(v) for k, v in self.headers) + RECORD_OVERHEAD_BYTES
+            rows = temporal.python_safe(table).to_pylist(maps_as_pydicts="strict")
+            return self.encode_all(rows)
+        fixed = headers_size(self.headers) + RECORD_OVERHEAD_BYTES
         size = pc.add(pc.binary_length(values).fill_null(0), fixed)
         if keys is not None:
             size = pc.add(size, pc.binary_length(keys).fill_null(0))
@@ -169,8 +199,9 @@ class Encoder:
         encoded: list[Record | BadRecord] = list(records)
         # let the row-by-row path say why, in its words
         positions = pc.indices_nonzero(suspect).to_pylist()
+        suspects = temporal.python_safe(table.take(positions))
         for position, row in zip(
-            positions, table.take(positions).to_pylist(maps_as_pydicts="strict"), strict=True
+            positions, suspects.to_pylist(maps_as_pydicts="strict"), strict=True
         ):
             encoded[position] = self.encode(row)
         good = [r for r in encoded if isinstance(r, Record)]
@@ -225,8 +256,9 @@ def dead_letter_headers(record: Record, reason: str, topic: str) -> Headers:
 
 
 def bad_letter(bad: BadRecord, topic: str, partition: int | None) -> DeadLetter:
-    """A bad record as a core dead letter: the record's key, value (as text) and headers
-    in ``details``, with the topic it was bound for and its size."""
+    """A bad record as a core dead letter: the record's key, value and headers (a list of
+    ``[name, value]`` pairs, in order, repeats kept) in ``details``, each byte kept
+    (:func:`letter_bytes`), with the topic it was bound for and its size."""
     from fanout.contract.dead_letters import DeadLetter
 
     record = bad.record
@@ -236,16 +268,24 @@ def bad_letter(bad: BadRecord, topic: str, partition: int | None) -> DeadLetter:
         partition=partition,
         details={
             "topic": topic,
-            "key": _text(record.key),
-            "value": _text(record.value),
-            "headers": {k: v.decode(errors="replace") for k, v in record.headers},
+            "key": letter_bytes(record.key),
+            "value": letter_bytes(record.value),
+            "headers": [[k, letter_bytes(v)] for k, v in record.headers],
             "record_bytes": record.size,
         },
     )
 
 
-def _text(value: bytes | None) -> str | None:
-    return None if value is None else value.decode(errors="replace")
+def letter_bytes(value: bytes | None) -> str | dict[str, str] | None:
+    """Record bytes in a dead letter, losing none: their text when they are UTF-8, else
+    ``{"base64": "<their base64>"}`` (base64 as the core writes binary values; the object
+    tells it from text)."""
+    if value is None:
+        return None
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(value).decode("ascii")}
 
 
 def _optional_bytes(value: Any) -> bytes | None:
@@ -255,6 +295,11 @@ def _optional_bytes(value: Any) -> bytes | None:
 def _preview(row: Mapping[str, Any], limit: int = 200) -> str:
     text = json.dumps(dict(row), default=json_default, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def named(record: Record) -> str:
+    """``record of <size> bytes (key '<key>')``: how messages name a record."""
+    return f"record of {record.size} bytes (key {_preview_bytes(record.key)})"
 
 
 def _preview_bytes(value: bytes | None, limit: int = 80) -> str:

@@ -46,7 +46,7 @@ from fanout_kafka.options import (
     parse_create_topic,
     secret_values,
 )
-from fanout_kafka.records import Encoder, batch_headers
+from fanout_kafka.records import RECORD_BATCH_HEADER_BYTES, Encoder, batch_headers
 from fanout_kafka.settings import WriterSettings, producer_config, scope_of
 from fanout_kafka.task import KafkaPartitionWriter
 from fanout_kafka.turns import needs_turns, turn_file
@@ -105,9 +105,11 @@ class KafkaSink(PartitionedSink):
     :param order_by: column(s) ordering the records of a partition (per-key order within
         a batch); without it Spark's shuffle order is kept.
     :param open_timeout_s: how long ``open()`` waits for the brokers.
-    :param max_record_bytes: the record size limit; default: the topic's
-        ``max.message.bytes`` (or the broker's ``message.max.bytes``, or Kafka's default),
-        capped by the producer's own ``message.max.bytes``.
+    :param max_record_bytes: the record size limit, for a record's size as librdkafka
+        counts it (key, value, headers with their length varints, 36 bytes of framing);
+        default: the topic's ``max.message.bytes`` (or the broker's ``message.max.bytes``,
+        or Kafka's default) less the 61-byte record batch header, capped by the producer's
+        own ``message.max.bytes``.
 
     Executor-side extension points: the per-partition commit hooks
     ``fanout_partition_commit`` and ``fanout_partition_committed`` (plugins), through the
@@ -220,7 +222,10 @@ class KafkaSink(PartitionedSink):
                 "message.max.bytes"
             )
             broker_limit = int(limit) if limit else KAFKA_DEFAULT_MAX_MESSAGE_BYTES
-            self.max_record_bytes = min(broker_limit, client_max_message_bytes(self.producer))
+            # the broker counts a record with its batch's header; librdkafka without it
+            self.max_record_bytes = min(
+                broker_limit - RECORD_BATCH_HEADER_BYTES, client_max_message_bytes(self.producer)
+            )
         log.info(
             "sink %r: Kafka topic %r on %s, %d transactional partition(s) %s-<p>, markers in "
             "%r, records up to %d bytes",

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -52,8 +53,9 @@ from fanout_kafka.failures import (
 from fanout_kafka.failures import Rejected as _Rejected
 from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
 from fanout_kafka.membership import group_metadata, pack, plan_group_metadata
+from fanout_kafka.options import client_max_message_bytes
 from fanout_kafka.producer_init import init_transactions
-from fanout_kafka.records import BadRecord, Record, bad_letter, dead_letter_headers
+from fanout_kafka.records import BadRecord, Record, bad_letter, dead_letter_headers, named
 from fanout_kafka.settings import WriterSettings
 from fanout_kafka.turns import turn
 
@@ -221,8 +223,7 @@ class PartitionWriter:
         except _Rejected as rejected:
             if not self.settings.has_dead_letters:
                 raise
-            refused = {(r.record.key, r.record.value) for r in rejected.rejected}
-            kept = [r for r in records if (r.key, r.value) not in refused]
+            kept = _without(records, [r.record for r in rejected.rejected])
             bad = bad + rejected.rejected
             # the refused attempt was aborted: start afresh
             self._new_producer(reports=self._journals(bad))
@@ -446,7 +447,8 @@ class PartitionWriter:
         refused: list[BadRecord] = []
         produce, poll = producer.produce, producer.poll  # the loop runs once per record
         for start in range(0, len(records), 1000):
-            for key, value, headers in records[start : start + 1000]:
+            for record in records[start : start + 1000]:
+                key, value, headers = record
                 while True:
                     try:
                         produce(topic, value, key, headers=headers, on_delivery=on_delivery)
@@ -457,11 +459,22 @@ class PartitionWriter:
                         err = exc.args[0]
                         if err.code() not in REJECTED_RECORD_CODES:
                             raise
-                        reason = f"refused by the producer: {err.str()}"
-                        refused.append(BadRecord(Record(key, value, headers), reason))
+                        refused.append(BadRecord(record, self._refusal(record, err)))
                         break
             poll(0)
         return refused
+
+    def _refusal(self, record: Record, err: KafkaError) -> str:
+        """Why the local producer refused ``record``, naming it (librdkafka's own text says
+        "Broker:" though nothing was sent)."""
+        if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            limit = client_max_message_bytes(self.settings.producer)
+            return (
+                f"{named(record)} refused by the producer: over its message.max.bytes of "
+                f"{limit} bytes (max_record_bytes, {self.settings.encoder.max_record_bytes}, "
+                "let it through)"
+            )
+        return f"{named(record)} refused by the producer: {err.name()}"
 
     def _produce_dead_letter(
         self, producer: Any, bad: BadRecord, on_delivery: Callable[..., None]
@@ -485,14 +498,12 @@ class PartitionWriter:
         def own(err: KafkaError, msg: Any) -> bool:  # a record of the topic, refused
             return err.code() in REJECTED_RECORD_CODES and msg.topic() == topic
 
-        rejected = [
-            BadRecord(
-                Record(msg.key(), msg.value(), list(msg.headers() or [])),
-                f"rejected by the broker: {err.str()}",
-            )
-            for err, msg in failures
-            if own(err, msg)
-        ]
+        rejected = []
+        for err, msg in failures:
+            if own(err, msg):
+                record = Record(msg.key(), msg.value(), list(msg.headers() or []))
+                reason = f"{named(record)} rejected by the broker: {err.str()}"
+                rejected.append(BadRecord(record, reason))
         if len(rejected) == len(failures):
             raise _Rejected(rejected)
         err, msg = next((e, m) for e, m in failures if not own(e, m))
@@ -574,6 +585,21 @@ class PartitionWriter:
 
     def _describe(self, exc: BaseException, kind: str | None) -> str:
         return describe(exc, kind, self.partition, self.transactional_id, self.settings.topic)
+
+
+def _without(records: list[Record], refused: list[Record]) -> list[Record]:
+    """``records`` less one record equal to each of ``refused`` (key, value and headers:
+    records differing only in their headers are different records; equal ones are
+    interchangeable), in order."""
+    count = Counter((r.key, r.value, tuple(r.headers)) for r in refused)
+    kept = []
+    for record in records:
+        identity = (record.key, record.value, tuple(record.headers))
+        if count[identity] > 0:
+            count[identity] -= 1
+        else:
+            kept.append(record)
+    return kept
 
 
 __all__ = ["PartitionWriter", "classify", "is_retriable"]

@@ -9,9 +9,10 @@ tenth of that (``bench/bench_kafka_encode.py``).
 The bytes are exactly those of the row-by-row path (:func:`fanout_kafka.values.json_bytes`
 and :func:`fanout_kafka.records.to_bytes`): where Arrow formats a value differently
 (floats in exponent form or without a fraction, strings needing escapes, years outside
-1000-9999), that value is formatted by Python instead. Types without a column-wise form
-(decimals, binary, nested, times, zoned timestamps other than UTC) return ``None``, and
-the caller encodes the batch row by row.
+1000-9999), that value is formatted by Python instead (dates and timestamps from their
+stored integers, :mod:`fanout_kafka.temporal`: Spark holds years Python cannot). Types
+without a column-wise form (decimals, binary, nested, times, zoned timestamps other than
+UTC) return ``None``, and the caller encodes the batch row by row.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fanout_kafka.temporal import date_text, timestamp_text
 from fanout_kafka.values import json_text
 
 _UTC_ZONES = frozenset({"UTC", "Etc/UTC", "+00:00", "Z"})
@@ -109,7 +111,7 @@ def _quoted(column: pa.Array) -> tuple[str, pa.Array, str] | None:
         return '"', _string_bodies(column.cast(pa.string())), '"'
     if pa.types.is_timestamp(kind) and kind.unit == "us" and _utc_or_naive(kind.tz):
         zoned = kind.tz is not None
-        return '"', _timestamp_bodies(column, zoned=zoned), _offset(zoned) + '"'
+        return '"', _timestamp_bodies(column), _offset(zoned) + '"'
     if pa.types.is_date32(kind):
         return '"', _date_bodies(column), '"'
     return None
@@ -172,21 +174,21 @@ def _string_bodies(column: pa.Array) -> pa.Array:
     return _python(column, good, column, _unquoted)
 
 
-def _timestamp_bodies(column: pa.Array, *, zoned: bool) -> pa.Array:
+def _timestamp_bodies(column: pa.Array) -> pa.Array:
     """Each timestamp's ISO 8601 text without its quotes and UTC offset."""
     # Arrow prints a microsecond timestamp, its zone dropped (the UTC wall clock), as
     # "YYYY-MM-DD HH:MM:SS.ffffff"; Python's isoformat has "T" for the space and no zero
     # fraction. Editing that one text costs about half of formatting the seconds and the
     # fraction apart (and pc.year() of a zoned column converts every value). Years outside
-    # 1000-9999 keep the row-by-row path, as before: Arrow 26 pads them as Python does,
-    # but no other version was checked.
+    # 1000-9999 are formatted from their integers (Arrow 26 pads them as Python does, but
+    # no other version was checked).
     text = column.cast(pa.timestamp("us")).cast(pa.string())
     stamp = pc.binary_replace_slice(text, 10, 11, "T")
     whole = pc.ends_with(text, ".000000")
     stamp = pc.if_else(whole, pc.binary_replace_slice(stamp, 19, 26, ""), stamp)
-    good = _between(column.cast(pa.int64()), _FIRST_MICROS, _LAST_MICROS)
-    offset = _offset(zoned)
-    return _python(column, good, stamp, lambda value: _unquoted(value).removesuffix(offset))
+    micros = column.cast(pa.int64())
+    good = _between(micros, _FIRST_MICROS, _LAST_MICROS)
+    return _python(micros, good, stamp, lambda value: timestamp_text(value, zoned=False))
 
 
 def _offset(zoned: bool) -> str:
@@ -195,8 +197,9 @@ def _offset(zoned: bool) -> str:
 
 
 def _date_bodies(column: pa.Array) -> pa.Array:
-    good = _between(column.cast(pa.int32()), _FIRST_DAY, _LAST_DAY)
-    return _python(column, good, column.cast(pa.string()), _unquoted)
+    days = column.cast(pa.int32())
+    good = _between(days, _FIRST_DAY, _LAST_DAY)
+    return _python(days, good, column.cast(pa.string()), date_text)
 
 
 def _unquoted(value: Any) -> str:

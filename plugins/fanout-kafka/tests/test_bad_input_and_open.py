@@ -53,7 +53,7 @@ def test_record_over_the_size_limit_fails_naming_sink_batch_and_cause(
     text = str(caught.value)
     assert text.startswith("sink 'events', batch 5: 1 of 2 partition(s) failed")
     assert "record(s) the topic cannot take and no 'dead_letter' target: record of " in text
-    assert "bytes (key '4') is over the topic's limit of 1000000 bytes" in text
+    assert "bytes (key '4') is over the sink's limit of 1000000 bytes" in text
     _replay_with_dead_letter_is_exactly_once(spark, kafka, sink, [*SMALL, (4, "x" * BIG)])
 
 

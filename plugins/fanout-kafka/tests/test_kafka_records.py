@@ -71,13 +71,28 @@ def test_null_key_is_a_bad_record_naming_the_column() -> None:
 
 def test_record_over_the_limit_is_a_bad_record_with_size_and_limit() -> None:
     enc = encoder(headers=(), max_record_bytes=500)
-    fits = enc.encode({"id": 1, "v": "x" * (500 - RECORD_OVERHEAD_BYTES - 20)})
-    assert isinstance(fits, Record) and fits.size <= 500
-    bad = enc.encode({"id": 1, "v": "x" * 500})
-    assert isinstance(bad, BadRecord)
-    assert f"record of {bad.record.size} bytes (key '1') is over the topic's limit of 500" in (
-        bad.reason
+    # key 1 byte, value {"id":1,"v":"..."} 15 bytes and the x's: exactly the limit
+    fits = enc.encode({"id": 1, "v": "x" * (500 - RECORD_OVERHEAD_BYTES - 1 - 15)})
+    assert isinstance(fits, Record) and fits.size == 500
+    bad = enc.encode({"id": 1, "v": "x" * (500 - RECORD_OVERHEAD_BYTES - 15)})
+    assert isinstance(bad, BadRecord) and bad.record.size == 501
+    assert bad.reason == (
+        "record of 501 bytes (key '1') is over the sink's limit of 500 bytes (max_record_bytes: "
+        "by default the topic's max.message.bytes less the record batch header, at most the "
+        "producer's message.max.bytes; sizes as librdkafka counts them)"
     )
+
+
+def test_a_record_size_counts_headers_as_librdkafka_does() -> None:
+    """librdkafka (``rd_kafka_msg_new0``) refuses a record whose key, value and headers
+    (each name and value with its length as a zigzag varint) plus 36 bytes of framing are
+    over ``message.max.bytes``; header names are counted in UTF-8 bytes."""
+    headers = [("h", b"x"), ("é" * 32, b"v" * 64), ("n" * 64, b"w" * 8192)]
+    record = Record(b"k", b"value", headers)
+    # name 1 + 1, value 1 + 1; name 64 bytes + 2 (2*64 = 128 takes two varint bytes),
+    # value 64 + 2; name 64 + 2, value 8192 + 3 (2*8192 = 16384 takes three)
+    assert record.size == 1 + 5 + (2 + 2) + (66 + 66) + (66 + 8195) + RECORD_OVERHEAD_BYTES
+    assert RECORD_OVERHEAD_BYTES == 36
 
 
 def test_encode_all_splits_good_and_bad_in_order() -> None:
@@ -133,3 +148,28 @@ def test_an_instant_is_utc_text_whatever_the_session_zone_nested_and_in_keys() -
             b'"a":["2024-01-02T03:04:05+00:00"]}',
         )
     ]
+
+
+def test_a_dead_letter_keeps_every_byte_of_the_record() -> None:
+    """Key, value and header values that are not UTF-8 (binary columns) were decoded with
+    ``errors="replace"``: a dead letter held U+FFFD instead of the bytes. Text stays text,
+    other bytes are ``{"base64": ...}``; headers keep their order and repeated names."""
+    from fanout_kafka.records import bad_letter
+
+    from fanout.deadletters.layout import letter_json
+
+    record = Record(
+        b"\xff\x00k",
+        b'{"a":"\xc3\xa9"}',
+        [("h", b"text"), ("bin", b"\x80\x81"), ("h", b""), ("é", b"\xc3\xa9")],
+    )
+    letter = bad_letter(BadRecord(record, "why"), "orders", 3)
+    assert (letter.reason, letter.partition, letter.row) == ("why", 3, None)
+    assert json.loads(letter_json(dict(letter.details))) == {
+        "topic": "orders",
+        "key": {"base64": "/wBr"},
+        "value": '{"a":"é"}',
+        "headers": [["h", "text"], ["bin", {"base64": "gIE="}], ["h", ""], ["é", "é"]],
+        "record_bytes": record.size,
+    }
+    assert bad_letter(BadRecord(Record(None, None, []), "x"), "t", None).details["key"] is None

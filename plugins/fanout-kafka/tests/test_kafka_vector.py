@@ -117,7 +117,8 @@ def test_bad_records_are_found_and_explained_as_row_by_row() -> None:
     assert (good, bad) == enc.encode_all(table.to_pylist())
     assert [r.key for r in good] == [b"1", b"4"]
     assert [type(b) for b in bad] == [BadRecord, BadRecord]
-    assert "null key" in bad[0].reason and "over the topic's limit" in bad[1].reason
+    assert "null key" in bad[0].reason
+    assert bad[1].reason.startswith("record of 502 bytes (key '3') is over the sink's limit of 300")
 
 
 def test_a_value_column_and_types_without_a_column_wise_form() -> None:
@@ -148,7 +149,9 @@ def test_column_wise_records_are_records_in_row_order() -> None:
         (b"9", b'{"id":9,"s":"c"}'),
     ]
     assert good[0].headers == list(batch_headers("p", "s", 3))
-    assert good[0].size == 1 + 16 + sum(len(k) + len(v) for k, v in good[0].headers) + 128
+    # librdkafka's count: key, value, each header's name and value with a 1-byte length
+    # varint apiece (lengths under 64), 36 bytes of framing
+    assert good[0].size == 1 + 16 + sum(len(k) + len(v) + 2 for k, v in good[0].headers) + 36
 
 
 def test_nan_and_infinities_are_written_as_spark_writes_them_valid_json() -> None:
@@ -177,3 +180,63 @@ def test_nan_and_infinities_are_written_as_spark_writes_them_valid_json() -> Non
         raise ValueError(f"not JSON: {constant}")
 
     assert [json.loads(r.value, parse_constant=strict)["amount"] for r in good][-1] == 2.5
+
+
+def test_dates_and_timestamps_python_cannot_hold_are_written_as_spark_writes_them() -> None:
+    """Spark holds years outside Python's 1-9999 (here 0000-12-31, -0001-11-28 and
+    +10000-01-01, as Spark's ``to_json`` writes them); ``to_pylist`` raised
+    ``OverflowError`` for them. Column-wise and row by row (a zoned timestamp other than
+    UTC, a nested one) give the same text, from the stored integers."""
+    first = -719_162  # 0001-01-01 in days since 1970
+    day_micros = 86_400_000_000
+    days = [first - 1, first - 400, 2_932_897, 0, None]
+    micros = [first * day_micros - 1, (first - 400) * day_micros, 2_932_897 * day_micros + 123,
+              0, None]  # fmt: skip
+    table = pa.table(
+        {
+            "id": pa.array(range(5), pa.int64()),
+            "d": pa.array(days, pa.date32()),
+            "t": pa.array(micros, pa.timestamp("us", tz="UTC")),
+            "n": pa.array(micros, pa.timestamp("us")),
+        }
+    )
+    enc = _encoder(("id",))
+    good, bad = enc.encode_arrow(table.to_batches())
+    assert bad == []
+    assert [r.value for r in good] == [
+        b'{"id":0,"d":"0000-12-31","t":"0000-12-31T23:59:59.999999+00:00",'
+        b'"n":"0000-12-31T23:59:59.999999"}',
+        b'{"id":1,"d":"-0001-11-28","t":"-0001-11-28T00:00:00+00:00","n":"-0001-11-28T00:00:00"}',
+        b'{"id":2,"d":"+10000-01-01","t":"+10000-01-01T00:00:00.000123+00:00",'
+        b'"n":"+10000-01-01T00:00:00.000123"}',
+        b'{"id":3,"d":"1970-01-01","t":"1970-01-01T00:00:00+00:00","n":"1970-01-01T00:00:00"}',
+        b'{"id":4,"d":null,"t":null,"n":null}',
+    ]
+    # the row-by-row path: a zone other than UTC, the values nested, dates as the key
+    zone = pa.timestamp("us", tz="Asia/Kolkata")
+    nested = pa.table(
+        {
+            "id": table.column("d"),
+            "s": pa.StructArray.from_arrays(
+                [table.column("t").combine_chunks().cast(zone), table.column("d").combine_chunks()],
+                names=["at", "day"],
+            ),
+            "a": pa.array([[v] for v in days], pa.list_(pa.date32())),
+            "m": pa.array([[("k", v)] for v in days], pa.map_(pa.string(), pa.date32())),
+        }
+    )
+    by_row = _encoder(("id",))
+    good, bad = by_row.encode_arrow(nested.to_batches())
+    assert [b.reason.split(" in row")[0] for b in bad] == ["null key: key column(s) 'id' are null"]
+    assert [(r.key, r.value) for r in good][:3] == [
+        (b"0000-12-31", b'{"id":"0000-12-31","s":{"at":"0000-12-31T23:59:59.999999+00:00",'
+                        b'"day":"0000-12-31"},"a":["0000-12-31"],"m":{"k":"0000-12-31"}}'),
+        (b"-0001-11-28", b'{"id":"-0001-11-28","s":{"at":"-0001-11-28T00:00:00+00:00",'
+                         b'"day":"-0001-11-28"},"a":["-0001-11-28"],"m":{"k":"-0001-11-28"}}'),
+        (b"+10000-01-01", b'{"id":"+10000-01-01","s":{"at":"+10000-01-01T00:00:00.000123+00:00",'
+                          b'"day":"+10000-01-01"},"a":["+10000-01-01"],"m":{"k":"+10000-01-01"}}'),
+    ]  # fmt: skip
+    assert [r.value for r in good][3:] == [
+        b'{"id":"1970-01-01","s":{"at":"1970-01-01T00:00:00+00:00","day":"1970-01-01"},'
+        b'"a":["1970-01-01"],"m":{"k":"1970-01-01"}}'
+    ]
