@@ -196,9 +196,12 @@ def _typed(value: Any, kind: pa.DataType) -> Any:
 
 
 def _key(key: Any, kind: pa.DataType) -> str:
-    """A map key as a JSON object's name: a timestamp or a date as :func:`iso_text`."""
+    """A map key as a JSON object's name: a timestamp or a date as :func:`iso_text`, a
+    binary key as its ``\\x`` hex (as a binary value in the same JSON)."""
     if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
         return iso_text(key)
+    if isinstance(key, bytes):
+        return "\\x" + key.hex()
     return str(key)
 
 

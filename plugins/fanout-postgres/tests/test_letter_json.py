@@ -72,6 +72,8 @@ def test_a_postgres_table_holds_the_core_s_row_json(spark: Any, pg_url: str, tmp
         (0, "qty", "-1", json.loads(REFUSED)),
         (-1, "qty", "abc", json.loads(ROUTED)),
     ]
+    # the table's own jsonb: a binary map key as hex, as a binary value in it
+    assert query(pg_url, "SELECT mb, ms FROM items") == [({"\\xff": 1}, {"k": "\\xfe"})]
 
 
 def test_a_delta_table_holds_the_core_s_row_json(spark: Any, pg_url: str, tmp_path: Path):
