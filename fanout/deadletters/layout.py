@@ -17,7 +17,9 @@ interval as an ISO 8601 duration of days and seconds (``P1DT3600.5S``, ``-P0DT1S
 does not say which fields a Spark interval has, so not Spark's ``INTERVAL '...'`` text). A
 map is an object; a key that is not a string is its JSON text (``1``, ``true``, a binary
 key's base64, a struct key's object: ``to_json`` writes an integer key so too). A row a sink
-hands over already as JSON (a PostgreSQL partition's refused row) keeps that sink's forms.
+hands over already as JSON (a PostgreSQL partition's refused row) must be this JSON already
+(the PostgreSQL sink builds it with :func:`letter_json` on the executors): it is written
+again as it reads.
 """
 
 from __future__ import annotations

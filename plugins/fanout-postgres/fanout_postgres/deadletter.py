@@ -10,12 +10,13 @@ missing. Rows failing the sink's *route* are written by fanout through
 from the driver after the partitions, as :class:`fanout.contract.dead_letters.DeadLetter`s.
 
 Each record: pipeline, sink, batch_id, partition, target (table), reason (the server's
-message), column_name, value (as text), row (JSON of the batch row), rejected_at.
+message), column_name, value (as text: :func:`fanout_postgres.encode.value_text`), row (the
+batch row as every dead-letter target holds it,
+:func:`fanout.deadletters.layout.letter_json`, a NUL as the text ``\\u0000``), rejected_at.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -116,18 +117,22 @@ class PostgresDeadLetters:
         partition: int | None = None,
     ) -> int:
         """One transaction replacing the batch's records of this partition (a route's
-        letters: partition :data:`ROUTE_PARTITION`) with ``letters``, made fit for
-        ``jsonb`` and ``text`` as the partitions' own letters are
-        (:func:`fanout_postgres.encode.letter_safe`: NaN and the infinities as strings,
-        NUL as text)."""
-        from fanout_postgres.encode import letter_safe
+        letters: partition :data:`ROUTE_PARTITION`) with ``letters``: ``row`` as the
+        partitions' own letters (:func:`fanout.deadletters.layout.letter_json`, then
+        :func:`fanout_postgres.encode.jsonb_safe`), ``value`` and ``reason`` fit for
+        ``text`` (:func:`fanout_postgres.encode.letter_safe`: NaN and the infinities as
+        strings, NUL as text)."""
+        from fanout.deadletters.layout import letter_json
+        from fanout_postgres.encode import jsonb_safe, letter_safe
 
         records = [
             {
                 "reason": letter_safe(letter.reason),
                 "column_name": letter.column,
                 "value": None if letter.value is None else str(letter_safe(letter.value)),
-                "row": None if letter.row is None else letter_safe(_jsonable(letter.row)),
+                "row": None
+                if letter.row is None
+                else json.loads(jsonb_safe(letter_json(dict(letter.row)))),
             }
             for letter in letters
         ]
@@ -171,27 +176,21 @@ class PostgresDeadLetters:
 
 
 def as_letter(reject: Mapping[str, Any], target: str) -> DeadLetter:
-    """A partition's refused row (as its outcome carries it) as a core dead letter."""
+    """A partition's refused row (as its outcome carries it) as a core dead letter: its
+    ``row`` and ``value`` the JSON values of :func:`fanout_postgres.encode.row_json` and
+    :func:`~fanout_postgres.encode.cell_json`, so the core writes the same JSON again."""
     from fanout.contract.dead_letters import DeadLetter
 
     row = reject.get("row")
+    # a progress mark written before value_json existed holds only the value's text
+    value = reject.get("value")
+    if "value_json" in reject:
+        value = None if reject["value_json"] is None else json.loads(reject["value_json"])
     return DeadLetter(
         row=json.loads(row) if isinstance(row, str) else row,
         reason=reject["reason"],
         column=reject.get("column"),
-        value=reject.get("value"),
+        value=value,
         partition=reject.get("partition"),
         details={"target": target},
     )
-
-
-def _jsonable(row: Mapping[str, Any]) -> Any:
-    """A route's refused row (Arrow's Python values) as JSON values: a timestamp or a date
-    as ISO 8601, an instant in UTC (as a partition's own letters write them), anything
-    else JSON cannot write as its ``str``."""
-    from fanout_postgres.encode import iso_text
-
-    def text(value: Any) -> str:
-        return iso_text(value) if isinstance(value, dt.date) else str(value)
-
-    return json.loads(json.dumps(dict(row), default=text))

@@ -4,7 +4,8 @@ Runs on the executors. Values are rendered by Arrow's CSV writer (unquoted empty
 NULL, ``""`` = empty string), after turning the types CSV cannot carry into text:
 ``binary`` becomes PostgreSQL's hex ``bytea`` input (``\\x...``) and nested values
 (arrays, maps, structs) become JSON; an instant (a timestamp with a zone) is printed in UTC,
-at the top level and inside nested values and dead letters alike.
+at the top level and inside nested values alike. A refused row's dead letter is the core's
+JSON (:func:`row_json`, :func:`cell_json`), built on this path only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from fanout.contract.dead_letters import letter_rows
+from fanout.deadletters.layout import letter_json
 from fanout_postgres.statements import ROW
 
 VALUE_SHOWN = 200
@@ -193,9 +196,12 @@ def _typed(value: Any, kind: pa.DataType) -> Any:
 
 
 def _key(key: Any, kind: pa.DataType) -> str:
-    """A map key as a JSON object's name: a timestamp or a date as :func:`iso_text`."""
+    """A map key as a JSON object's name: a timestamp or a date as :func:`iso_text`, a
+    binary key as its ``\\x`` hex (as a binary value in the same JSON)."""
     if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
         return iso_text(key)
+    if isinstance(key, bytes):
+        return "\\x" + key.hex()
     return str(key)
 
 
@@ -250,14 +256,15 @@ def _jsonable(value: Any) -> Any:
 
 
 NUL_TEXT = "\\u0000"
-"""What a NUL character of a dead letter's ``row`` or ``value`` becomes (the six characters
-``\\u0000``): neither ``jsonb`` nor ``text`` holds one."""
+"""What a NUL character of a dead letter's ``row`` or ``value`` in a PostgreSQL table becomes
+(the six characters ``\\u0000``): neither ``jsonb`` nor ``text`` holds one."""
 
 
 def letter_safe(value: Any) -> Any:
-    """A JSON-ready value as a dead letter records it: NaN, Infinity and -Infinity as the
-    strings PostgreSQL prints for them (``"NaN"``, ``"Infinity"``, ``"-Infinity"``; JSON
-    has no such numbers) and each NUL in a string as :data:`NUL_TEXT`."""
+    """A JSON-ready value as a PostgreSQL dead-letter table records it: NaN, Infinity and
+    -Infinity as the strings PostgreSQL prints for them (``"NaN"``, ``"Infinity"``,
+    ``"-Infinity"``; JSON has no such numbers) and each NUL in a string as
+    :data:`NUL_TEXT`."""
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     if isinstance(value, str):
@@ -269,25 +276,37 @@ def letter_safe(value: Any) -> Any:
     return value
 
 
+def jsonb_safe(text: str) -> str:
+    """A dead letter's JSON (:func:`fanout.deadletters.layout.letter_json`) as ``jsonb``
+    takes it: each NUL in a string (a key too) as :data:`NUL_TEXT`; else unchanged."""
+    if "\\u0000" not in text:  # json.dumps writes every NUL so
+        return text
+    return json.dumps(letter_safe(json.loads(text)), ensure_ascii=False)
+
+
 def row_json(table: pa.Table, row: int, sources: dict[str, str]) -> str:
-    """Row ``row`` as JSON, keyed by the batch's own column names, as ``jsonb`` takes it
-    (see :func:`letter_safe`)."""
-    values = table.slice(row, 1).to_pylist()[0]
-    return json.dumps(
-        {
-            sources.get(k, k): letter_safe(_typed(v, table.schema.field(k).type))
-            for k, v in values.items()
-            if k != ROW
-        },
-        default=lambda v: letter_safe(str(v)),
-        allow_nan=False,
-    )
+    """Row ``row`` as a dead letter's ``row``, keyed by the batch's own column names: the
+    JSON every dead-letter target holds (:func:`fanout.deadletters.layout.letter_json`:
+    binary as base64, maps as objects, instants in UTC...). A NUL stays one (a PostgreSQL
+    table takes it through :func:`jsonb_safe`)."""
+    values = letter_rows(table.slice(row, 1))[0]
+    return letter_json({sources.get(k, k): v for k, v in values.items() if k != ROW})
+
+
+def cell_json(table: pa.Table, row: int, column: str | None) -> str | None:
+    """The value of one cell as a Delta dead letter's ``value``: the JSON of
+    :func:`fanout.deadletters.layout.letter_json` (``None`` for SQL NULL or no column)."""
+    if column is None or column not in table.column_names:
+        return None
+    value = letter_rows(table.slice(row, 1).select([column]))[0][column]
+    return None if value is None else letter_json(value)
 
 
 def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
-    """The value of one cell as text (``None`` for SQL NULL or no column), as ``text``
-    takes it (a NUL as :data:`NUL_TEXT`; a float as its JSON text: ``NaN``, ``Infinity``;
-    a timestamp or a date as ISO 8601, an instant in UTC: :func:`iso_text`)."""
+    """The value of one cell as text (``None`` for SQL NULL or no column), as an error
+    message shows it and a PostgreSQL dead-letter table's ``value`` (``text``) takes it (a
+    NUL as :data:`NUL_TEXT`; a float as its JSON text: ``NaN``, ``Infinity``; binary as
+    ``\\x`` hex; a timestamp or a date as ISO 8601, an instant in UTC: :func:`iso_text`)."""
     if column is None or column not in table.column_names:
         return None
     value = table.column(column)[row].as_py()

@@ -36,7 +36,9 @@ from fanout_postgres.encode import (
     Rows,
     blank_cell,
     blank_too_long,
+    cell_json,
     drop_rows,
+    jsonb_safe,
     precheck,
     row_at_line,
     row_json,
@@ -501,6 +503,7 @@ class PartitionTransaction:
             "column": sources.get(reject.column or "", reject.column),
             "target_column": reject.column,
             "value": value_text(self.table, reject.row, reject.column),  # ROW = position
+            "value_json": cell_json(self.table, reject.row, reject.column),  # another target's
             "row": row_json(self.table, reject.row, sources),
             "partition": self.partition,
         }
@@ -523,7 +526,7 @@ class PartitionTransaction:
                         "reason": d["reason"],
                         "column_name": d["column"],
                         "value": d["value"],
-                        "row": d["row"],
+                        "row": jsonb_safe(d["row"]),
                     }
                     for d in self._dead_letters()
                 ],
@@ -540,6 +543,7 @@ class PartitionTransaction:
             "sqlstate": "21000",
             "column": None,
             "value": None,
+            "value_json": None,
             "row": None,
             "partition": self.partition,
         }

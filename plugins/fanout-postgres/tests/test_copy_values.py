@@ -218,12 +218,17 @@ def test_append_keeps_such_letters_in_its_progress_mark(pg_url: str) -> None:
     writer = PostgresPartitionWriter(sink.connection_url(), plan, meta, False, 0.0)
     outcome = _write(writer, LETTER_ROWS)
     assert (outcome.status, outcome.rows, outcome.dead_lettered) == ("committed", 1, 5)
-    kept = query(
-        pg_url,
-        "SELECT (r->>'row')::jsonb->>'id', r->>'value', (r->>'row')::jsonb->>'x' "
-        "FROM fanout.progress, jsonb_array_elements(rejects) r ORDER BY 1",
-    )
-    assert kept == [(str(i), value, x) for i, _, value, _, x in LETTERS]
+    kept = query(pg_url, "SELECT r FROM fanout.progress, jsonb_array_elements(rejects) r")
+    # the letters as the other target gets them: row and value_json are the core's JSON,
+    # which keeps a NUL (no jsonb holds them there: they are strings in the mark)
+    letters = sorted([(r["value"], r["value_json"], r["row"]) for (r,) in kept], key=lambda t: t[2])
+    assert letters == [
+        ("a\\u0000bcd", '"a\\u0000bcd"', '{"id": 2, "name": "a\\u0000bcd", "x": 2.0}'),
+        (None, None, '{"id": 3, "name": null, "x": "NaN"}'),
+        (None, None, '{"id": 4, "name": null, "x": "Infinity"}'),
+        (None, None, '{"id": 5, "name": null, "x": "-Infinity"}'),
+        (None, None, '{"id": 6, "name": "b\\u0000", "x": 6.0}'),
+    ]
 
 
 def test_nested_values_are_json_by_their_arrow_type(pg_url: str) -> None:

@@ -138,19 +138,3 @@ def test_a_dead_letter_s_timestamp_or_date_value_is_iso_8601_an_instant_in_utc()
         '{"at": "2024-01-02T03:04:05.123456+00:00", "ntz": "2024-01-02T03:04:05", '
         '"day": "2024-01-02"}'
     )
-
-
-def test_a_route_letter_s_row_writes_timestamps_as_iso_8601_an_instant_in_utc() -> None:
-    import datetime as dt
-    from zoneinfo import ZoneInfo
-
-    from fanout_postgres.deadletter import _jsonable
-
-    # a route's refused row as Arrow's to_pylist gives it: instants in the session's zone
-    at = dt.datetime(2024, 1, 2, 8, 34, 5, 123456, tzinfo=ZoneInfo("Asia/Kolkata"))
-    row = {"at": at, "s": {"at": at, "day": dt.date(2024, 1, 2)}, "a": [at.replace(tzinfo=None)]}
-    assert _jsonable(row) == {
-        "at": "2024-01-02T03:04:05.123456+00:00",
-        "s": {"at": "2024-01-02T03:04:05.123456+00:00", "day": "2024-01-02"},
-        "a": ["2024-01-02T08:34:05.123456"],
-    }

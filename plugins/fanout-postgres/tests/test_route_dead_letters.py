@@ -121,3 +121,50 @@ def test_route_letters_holding_nan_and_nul_are_recorded(pg_url: str) -> None:
         (-1, "-inf", {"id": 2, "x": "-Infinity"}),
         (-1, "a\\u0000b", {"id": 3, "s": "a\\u0000b"}),
     ]
+
+
+def test_a_route_letter_s_row_is_the_core_s_letter_json_fit_for_jsonb(pg_url: str) -> None:
+    """A route's row reaches a PostgreSQL dead-letter table as the core's ``letter_json``
+    (instants in UTC, binary as base64, maps as objects), a NUL as the text ``\\u0000``."""
+    import datetime as dt
+    from types import SimpleNamespace
+    from zoneinfo import ZoneInfo
+
+    import sqlalchemy as sa
+    from fanout_postgres.deadletter import PostgresDeadLetters, ensure_table
+    from fanout_postgres.identifiers import TableName
+
+    from fanout.contract.dead_letters import DeadLetter, MapPairs
+
+    table = TableName(schema="public", name="route_rows")
+    engine = sa.create_engine(pg_url)
+    with engine.begin() as conn:
+        ensure_table(conn, table)
+    engine.dispose()
+    # a route's refused row as letter_rows gives it: instants in the session's zone
+    at = dt.datetime(2024, 1, 2, 8, 34, 5, 123456, tzinfo=ZoneInfo("Asia/Kolkata"))
+    row = {
+        "at": at,
+        "s": {"at": at, "day": dt.date(999, 1, 2)},
+        "a": [at.replace(tzinfo=None)],
+        "b": b"\xff\x00",
+        "m": MapPairs([(b"\xfe", 1)]),
+        "e": MapPairs(),
+        "t": "a\x00b",
+    }
+    batch = SimpleNamespace(pipeline="p", info=SimpleNamespace(epoch=0), sink_name="pg", batch_id=3)
+    target = PostgresDeadLetters(pg_url, "pg", table, "amounts")
+    target.write(batch, [DeadLetter(row=row, reason="bad")], source="route")  # type: ignore[arg-type]
+    assert query(pg_url, "SELECT row FROM route_rows") == [
+        (
+            {
+                "at": "2024-01-02T03:04:05.123456+00:00",
+                "s": {"at": "2024-01-02T03:04:05.123456+00:00", "day": "0999-01-02"},
+                "a": ["2024-01-02T08:34:05.123456"],
+                "b": "/wA=",
+                "m": {"/g==": 1},
+                "e": {},
+                "t": "a\\u0000b",
+            },
+        )
+    ]
