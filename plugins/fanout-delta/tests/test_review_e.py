@@ -72,7 +72,6 @@ def old_and_new_timestamps() -> pa.Table:
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=True, reason="review finding 1")
 def test_executors_stats_of_a_timestamp_before_year_1000_keep_its_row_visible(spark, tmp_path):
     """The executors' writer states ``minValues.ts`` as ``"999-05-01T00:00:00.000000Z"``
     (``strftime('%Y')`` does not pad the year), which a reader cannot compare: delta-rs'
@@ -90,7 +89,6 @@ def test_executors_stats_of_a_timestamp_before_year_1000_keep_its_row_visible(sp
     assert before_2000.column("id").to_pylist() == [1]
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 1")
 def test_executors_partition_value_of_a_timestamp_before_year_1000_can_be_filtered(tmp_path):
     """The partition value is serialized as ``'999-05-01 00:00:00.000000'``: a query of
     delta-rs' SQL engine filtering on the column fails ("Failed to parse value
@@ -207,7 +205,6 @@ def test_merge_dead_letters_keep_distinct_binary_values_apart(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=True, reason="review finding 6")
 def test_executors_write_a_timestamp_past_year_9999_in_utc(spark, tmp_path):
     """``timestamp '9999-12-31 23:59:59.999999'`` in a session west of UTC is year 10000
     in UTC. The driver's append writes it; each Spark task of the executors' append fails
