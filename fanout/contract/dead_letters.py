@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from fanout.contract.batch import Batch
 
 Source = Literal["route", "refused"]
@@ -28,7 +30,8 @@ class DeadLetter:
     """One refused row.
 
     :param row: the row as the sink (or, for a route, as the batch) had it; ``None`` when
-        only the sink's encoding of it exists.
+        only the sink's encoding of it exists. From an Arrow table, take it from
+        :func:`letter_rows`.
     :param reason: why it was refused (the database's or broker's message, Spark's error).
     :param column: the column at fault, when known.
     :param value: that column's value, when known.
@@ -43,6 +46,50 @@ class DeadLetter:
     value: Any = None
     partition: int | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
+
+
+class MapPairs(list[tuple[Any, Any]]):
+    """A map's ``(key, value)`` pairs, as Arrow's ``to_pylist`` hands a map over, marked as
+    a map: a dead letter writes it as a JSON object, an empty one too (a plain ``[]`` could
+    be an empty array). Its keys may be of any type (binary, a struct)."""
+
+
+def letter_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """The rows of ``table`` as :attr:`DeadLetter.row` takes them: ``to_pylist()``, with
+    every map (at any depth) a :class:`MapPairs`."""
+    rows: list[dict[str, Any]] = table.to_pylist()
+    for column in table.schema:
+        if _holds_map(column.type):
+            for row in rows:
+                row[column.name] = _mark_maps(row[column.name], column.type)
+    return rows
+
+
+def _holds_map(kind: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_map(kind):
+        return True
+    if pa.types.is_struct(kind):
+        return any(_holds_map(f.type) for f in kind)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _holds_map(kind.value_type)
+    return False
+
+
+def _mark_maps(value: Any, kind: pa.DataType) -> Any:
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if pa.types.is_map(kind):
+        key, item = kind.key_type, kind.item_type
+        return MapPairs((_mark_maps(k, key), _mark_maps(v, item)) for k, v in value)
+    if pa.types.is_struct(kind):
+        return {f.name: _mark_maps(value[f.name], f.type) for f in kind}
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return [_mark_maps(v, kind.value_type) for v in value]
+    return value
 
 
 @runtime_checkable

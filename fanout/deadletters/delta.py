@@ -2,7 +2,7 @@
 
 Each batch's letters of one source (and partition) land in one commit carrying the
 transaction ``batch.idempotency_key.derived(letter_kind(source, partition))``, so a replay
-writes them once. The table has :func:`fanout.deadletters.letter.letter_schema`'s layout.
+writes them once. The table has :func:`fanout.deadletters.layout.letter_schema`'s layout.
 """
 
 from __future__ import annotations

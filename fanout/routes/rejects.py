@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fanout.contract.batch import SharedArrow
-from fanout.contract.dead_letters import DeadLetter
+from fanout.contract.dead_letters import DeadLetter, letter_rows
 from fanout.errors import RouteError
 from fanout.observe.spark_errors import quiet_spark_errors
 from fanout.routes.evaluate import (
@@ -162,7 +162,7 @@ def isolate(
             rejected.append(index)
             letters.append(
                 DeadLetter(
-                    row=row.to_pylist()[0],
+                    row=letter_rows(row)[0],
                     reason=failure.reason,
                     column=failure.column,
                     value=failure.value,

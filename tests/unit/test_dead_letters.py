@@ -4,15 +4,17 @@ sink's null merge keys."""
 from __future__ import annotations
 
 import json
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from fanout_delta import DeltaSink
 
 from fanout import ConfigurationError, FanOut, PluginError, Sink, SinkContext, hookimpl
-from fanout.contract.dead_letters import DeadLetter
+from fanout.contract.dead_letters import DeadLetter, letter_rows
 from fanout.deadletters.delta import DeltaDeadLetters, delta_target
-from fanout.deadletters.layout import letter_schema
+from fanout.deadletters.layout import letter_json, letter_schema
 from fanout.deadletters.target import resolve_target, split_target
 from fanout.delta_tables.io import read_delta
 from fanout.hooks.registry import load_registry
@@ -125,3 +127,70 @@ def test_fanout_refuses_a_dead_letter_kind_nobody_provides(tmp_path: Path) -> No
     with pytest.raises(ConfigurationError) as bad:
         FanOut("p", MemoryLedger(), [sink])
     assert "dead_letter 'queue:dead' is a queue target, but no installed plugin" in str(bad.value)
+
+
+def test_delta_dead_letters_keep_every_value_of_the_row(tmp_path: Path) -> None:
+    """A letter's ``row`` and ``value`` are JSON that loses nothing: binary as base64 (at
+    any depth, map keys too), NaN and infinities as strings, -0.0, decimals as their
+    digits, an instant in UTC (one before 1883 too, whose zone's offset has seconds), a
+    timestamp without a zone as is, a day-time interval as an ISO 8601 duration, maps as
+    objects (an empty one too; other keys as their JSON text)."""
+    import pyarrow as pa
+
+    york = "America/New_York"
+    table = pa.table(
+        {
+            "id": pa.array([None], pa.int64()),
+            "b": pa.array([b"\xff\x00"], pa.binary()),
+            "s": pa.array(
+                [{"x": b"\xfe", "n": float("nan")}],
+                pa.struct([("x", pa.binary()), ("n", pa.float64())]),
+            ),
+            "l": pa.array([[b"\xfd", None]], pa.list_(pa.binary())),
+            "f": pa.array([[float("inf"), float("-inf"), -0.0]], pa.list_(pa.float64())),
+            "d": pa.array([Decimal("1.50")], pa.decimal128(5, 2)),
+            "ts": pa.array([1_714_550_400_000_001], pa.timestamp("us", tz=york)),
+            "old": pa.array([-2_840_140_800_000_000], pa.timestamp("us", tz=york)),
+            "ntz": pa.array([datetime(2024, 5, 1, 8, 0, 0, 1)], pa.timestamp("us")),
+            "day": pa.array([date(999, 1, 2)], pa.date32()),
+            "dur": pa.array([timedelta(days=-1, microseconds=5)], pa.duration("us")),
+            "mi": pa.array([[(1, "a"), (2, "b")]], pa.map_(pa.int32(), pa.string())),
+            "mb": pa.array([[(b"\xff", 1.5)]], pa.map_(pa.binary(), pa.float64())),
+            "ms": pa.array(
+                [[({"k": 1}, b"\x01")]], pa.map_(pa.struct([("k", pa.int64())]), pa.binary())
+            ),
+            "me": pa.array([[]], pa.map_(pa.string(), pa.string())),
+            "lm": pa.array([[[]]], pa.list_(pa.map_(pa.string(), pa.int8()))),
+        }
+    )
+    target = DeltaDeadLetters(str(tmp_path / "dead"))
+    batch = make_batch([{"id": 1}], batch_id=0, pipeline="p", sink_name="s")
+    letter = DeadLetter(letter_rows(table)[0], "null in key column 'id'", "b", b"\xff\x00")
+    target.write(batch, [letter], source="refused")
+
+    [row] = read_delta(str(tmp_path / "dead")).to_pylist()
+    assert row["value"] == '"/wA="'
+    assert row["row"] == (
+        '{"id": null, "b": "/wA=", "s": {"x": "/g==", "n": "NaN"}, "l": ["/Q==", null], '
+        '"f": ["Infinity", "-Infinity", -0.0], "d": "1.50", '
+        '"ts": "2024-05-01T08:00:00.000001+00:00", "old": "1880-01-01T00:00:00+00:00", '
+        '"ntz": "2024-05-01T08:00:00.000001", "day": "0999-01-02", '
+        '"dur": "-P0DT86399.999995S", "mi": {"1": "a", "2": "b"}, "mb": {"/w==": 1.5}, '
+        '"ms": {"{\\"k\\": 1}": "AQ=="}, "me": {}, "lm": [{}]}'
+    )
+
+
+def test_letter_json_of_values_a_sink_hands_over() -> None:
+    """What a sink may put in a letter besides Arrow's rows: a map as a dict with keys
+    JSON objects do not take (``collect()``), bare pairs, a bytearray, durations, a value
+    of another type (its ``str()``)."""
+    assert letter_json({1: b"a", b"\xff": None, 2.5: True}) == (
+        '{"1": "YQ==", "/w==": null, "2.5": true}'
+    )
+    assert letter_json([(True, 1)]) == '{"true": 1}'
+    assert letter_json(bytearray(b"\xfe")) == '"/g=="'
+    assert letter_json(timedelta(days=1, seconds=3600, microseconds=500_000)) == '"P1DT3600.5S"'
+    assert letter_json(timedelta(microseconds=-1)) == '"-P0DT0.000001S"'
+    assert letter_json(timedelta(0)) == '"P0DT0S"'
+    assert letter_json(time(23, 59, 59, 1)) == '"23:59:59.000001"'
+    assert letter_json(complex(1, 2)) == '"(1+2j)"'

@@ -19,9 +19,11 @@ OPTIONS = (
     SinkOption(
         "order_by",
         "none",
-        "merge: when a batch holds a key several times, the greatest value wins (nulls lose; "
-        "on a tie, the greatest value of the other columns in column order, so a replay "
-        "picks the same row); without it, such a batch fails naming the key",
+        "merge: when a batch holds a key several times, the greatest value wins (nulls lose, "
+        "NaN beats every number as in Spark; on a tie, the greatest value of the other "
+        "columns in column order, so a replay picks the same row); without it, such a batch "
+        "fails naming the key. Float keys are one key as the MERGE matches them: `0.0` and "
+        "`-0.0`, and all NaNs (the row written keeps its own value)",
     ),
     SinkOption(
         "engine",
@@ -48,10 +50,11 @@ OPTIONS = (
     SinkOption(
         "partition_by",
         "none",
-        "partition columns of a new table. A partition value no Delta table can keep is "
-        "refused by every writer alike: an empty string (Delta reads it back as null), a date "
-        "or timestamp past the year 9999 in UTC (delta-rs cannot read it back). Such a row "
-        "goes to `dead_letter`, or fails the batch naming sink, batch, column and value",
+        "partition columns of a new table (an existing table's must match); every batch "
+        "must carry them. A partition value no Delta table can keep is refused by every "
+        "writer alike: an empty string (Delta reads it back as null), a date or timestamp "
+        "past the year 9999 in UTC (delta-rs cannot read it back). Such a row goes to "
+        "`dead_letter`, or fails the batch naming sink, batch, column and value",
     ),
     SinkOption(
         "merge_schema",

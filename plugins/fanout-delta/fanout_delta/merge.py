@@ -1,6 +1,13 @@
 """MERGE helpers shared by both engines: quoting, the merge condition, the rows whose key is
 null (dead letters), and one row per key as a MERGE source needs (ties decided by value,
-never by arrival order)."""
+never by arrival order).
+
+Float keys are compared as Spark (and the MERGE's ``t.k = s.k``) compares them: ``-0.0``
+is the key ``0.0``, and every NaN is one key; the rows written keep the batch's values
+(the winning row as it arrived), so only which rows share a key is normalised. In
+``order_by`` (and the other columns breaking a tie) NaN is greater than any number, as
+Spark orders it, and nulls lose.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fanout.contract.dead_letters import DeadLetter
+from fanout.contract.dead_letters import DeadLetter, letter_rows
 from fanout.errors import SchemaMismatchError, SinkWriteError
 
 _ROW = "__fanout_row__"
@@ -35,7 +42,7 @@ def split_null_keys(data: pa.Table, keys: Sequence[str]) -> tuple[pa.Table, list
     rejected = data.filter(null_any)
     letters = [
         DeadLetter(row, f"null in key column {column!r}: a null key cannot be merged", column)
-        for row in rejected.to_pylist()
+        for row in letter_rows(rejected)
         for column in [next(k for k in present if row[k] is None)]
     ]
     return data.filter(pc.invert(null_any)), letters
@@ -71,7 +78,8 @@ def prepare_merge_source(
             )
     if order_by:
         return _keep_last(data, keys, order_by)
-    counts = data.group_by(list(keys)).aggregate([([], "count_all")])
+    normalised = pa.table({k: _normalised(data.column(k)) for k in keys})
+    counts = normalised.group_by(list(keys)).aggregate([([], "count_all")])
     duplicated = counts.filter(pc.greater(counts.column("count_all"), 1))
     if duplicated.num_rows:
         first = duplicated.slice(0, 1).to_pylist()[0]
@@ -88,25 +96,45 @@ def prepare_merge_source(
 
 
 def _keep_last(data: pa.Table, keys: Sequence[str], order_by: Sequence[str]) -> pa.Table:
-    """One row per key: the greatest ``order_by`` values win (nulls lose), ties go to the
-    greatest values of the other columns in batch column order, never to the arrival order
-    (a replay may deliver the rows in another order). Rows tied on every column are equal,
-    so which of them is kept does not matter.
+    """One row per key: the greatest ``order_by`` values win (nulls lose, NaN beats any
+    number), ties go to the greatest values of the other columns in batch column order,
+    never to the arrival order (a replay may deliver the rows in another order). Rows
+    tied on every column are equal, so which of them is kept does not matter; values
+    equal as numbers but not as bits (``0.0`` and ``-0.0``, NaNs) are last ordered by
+    their bits.
 
     The other columns are sort keys only when some key has a tie on ``order_by``: a batch
     without ties (the common case) pays for no more than sorting on keys and ``order_by``
     (turning nested columns into sortable text is a Python loop over every row)."""
     others = [c for c in data.column_names if c not in keys and c not in order_by]
     numbered = data.append_column(_ROW, pa.array(range(data.num_rows), pa.int64()))
+    key_columns = []
+    for index, key in enumerate(keys):
+        column = data.column(key)
+        if not _is_float(column.type):
+            key_columns.append(key)
+            continue
+        # one key for 0.0 and -0.0, one for every NaN: compared as bits, NaN equals NaN
+        stand_in = f"__fanout_key_{index}__"
+        numbered = numbered.append_column(stand_in, _bits(_normalised(column)))
+        key_columns.append(stand_in)
+    numbered, order_keys = _sort_keys(numbered, list(order_by), "order")
     tie_keys: list[str] = []
-    if others and _has_ties(data, [*keys, *order_by]):
-        numbered, tie_keys = _with_tie_keys(numbered, others)
-    sort_keys = [(c, "ascending", "at_start") for c in [*keys, *order_by, *tie_keys, _ROW]]
+    exact: list[str] = []
+    if _has_ties(data, [*keys, *order_by]):
+        if others:
+            numbered, tie_keys = _with_tie_keys(numbered, others)
+        floats = [c for c in [*order_by, *others] if _is_float(data.column(c).type)]
+        for index, name in enumerate(floats):
+            exact.append(f"__fanout_bits_{index}__")
+            numbered = numbered.append_column(exact[-1], _bits(numbered.column(name)))
+    sort_keys = [(c, "ascending", "at_start")
+                 for c in [*key_columns, *order_keys, *tie_keys, *exact, _ROW]]  # fmt: skip
     ordered = numbered.take(pc.sort_indices(numbered, sort_keys=sort_keys))
     n = ordered.num_rows
     # After the sort, the winner of each key is the last row of its run of equal keys.
     last = pa.array([False] * (n - 1) + [True]) if n else pa.array([], pa.bool_())
-    for key in keys:
+    for key in key_columns:
         column = ordered.column(key)
         changed = pc.not_equal(column.slice(0, n - 1), column.slice(1))
         tail = pa.chunked_array([changed.combine_chunks(), pa.array([True])])
@@ -115,28 +143,68 @@ def _keep_last(data: pa.Table, keys: Sequence[str], order_by: Sequence[str]) -> 
 
 
 def _has_ties(data: pa.Table, columns: list[str]) -> bool:
-    """Whether two rows share the values of every one of ``columns`` (nulls, and NaNs,
-    count as equal to each other)."""
-    groups = data.select(columns).group_by(columns).aggregate([([], "count_all")])
+    """Whether two rows share the values of every one of ``columns`` (nulls count as
+    equal to each other, and so do ``0.0`` and ``-0.0``, and all NaNs)."""
+    normalised = pa.table({c: _normalised(data.column(c)) for c in columns})
+    groups = normalised.group_by(columns).aggregate([([], "count_all")])
     return groups.num_rows < data.num_rows
+
+
+def _sort_keys(numbered: pa.Table, columns: list[str], prefix: str) -> tuple[pa.Table, list[str]]:
+    """``numbered`` with a stand-in for each float of ``columns`` making NaN sort greatest
+    (Arrow sorts it first among non-nulls), and the sort keys in column order: for a float,
+    whether it is NaN (null for a null, which sorts first and loses), then the value."""
+    keys: list[str] = []
+    for index, name in enumerate(columns):
+        column = numbered.column(name)
+        if _is_float(column.type):
+            stand_in = f"__fanout_{prefix}_nan_{index}__"
+            numbered = numbered.append_column(stand_in, pc.is_nan(column))
+            keys.append(stand_in)
+        keys.append(name)
+    return numbered, keys
+
+
+def _is_float(kind: pa.DataType) -> bool:
+    """A float type whose NaNs and zeros are normalised (Delta has no 16-bit float)."""
+    return pa.types.is_float32(kind) or pa.types.is_float64(kind)
+
+
+def _normalised(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A float column with ``-0.0`` as ``0.0`` and every NaN as the one NaN, as Spark
+    compares keys (other types as they are)."""
+    if not _is_float(column.type):
+        return column
+    nan = pa.scalar(float("nan"), column.type)
+    # x + 0.0 is x for every x but -0.0, which becomes 0.0
+    return pc.if_else(pc.is_nan(column), nan, pc.add(column, pa.scalar(0.0, column.type)))
+
+
+def _bits(column: pa.ChunkedArray) -> pa.Array:
+    """A float column's bits as integers: equal exactly when the floats are the same."""
+    width = pa.int32() if pa.types.is_float32(column.type) else pa.int64()
+    return column.combine_chunks().view(width)
 
 
 def _with_tie_keys(numbered: pa.Table, others: list[str]) -> tuple[pa.Table, list[str]]:
     """``numbered`` with a sortable stand-in for each of ``others`` Arrow cannot sort as
-    it is, and the names of the tie-break sort keys, in column order."""
-    tie_keys = []
+    it is (and for a float, whether it is NaN: NaN sorts greatest, as in ``order_by``),
+    and the names of the tie-break sort keys, in column order."""
+    tie_keys: list[str] = []
     for index, name in enumerate(others):
         column = numbered.column(name)
         kind = column.type
-        if not (pa.types.is_dictionary(kind) or pa.types.is_nested(kind)):
-            tie_keys.append(name)
-            continue
         if pa.types.is_dictionary(kind):  # Arrow cannot sort these: by their values
             column = column.cast(kind.value_type)
         if pa.types.is_nested(column.type):  # nor lists, maps and structs: compare JSON
             column = _as_json_text(column)
-        key = f"__fanout_tie_{index}__"
-        numbered = numbered.append_column(key, column)
+        key = name
+        if column is not numbered.column(name):
+            key = f"__fanout_tie_{index}__"
+            numbered = numbered.append_column(key, column)
+        if _is_float(column.type):
+            tie_keys.append(f"__fanout_tie_nan_{index}__")
+            numbered = numbered.append_column(tie_keys[-1], pc.is_nan(column))
         tie_keys.append(key)
     return numbered, tie_keys
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from fanout.contract.dead_letters import DeadLetter
+from fanout.contract.dead_letters import DeadLetter, letter_rows
 from fanout.delta_tables.values import (
     EMPTY_PROBLEM,
     date_text,
@@ -108,16 +108,28 @@ def _or_false(condition: Any) -> Any:
 
 
 def _rows(table: pa.Table) -> list[dict[str, Any]]:
-    """``table``'s rows as Python values; a date or timestamp Python cannot hold (past
-    the year 9999) as its text."""
-    return [
-        {name: _value(column[index]) for name, column in zip(table.column_names, table.columns,
-                                                              strict=True)}
-        for index in range(table.num_rows)
-    ]  # fmt: skip
+    """``table``'s rows as :attr:`DeadLetter.row` takes them
+    (:func:`~fanout.contract.dead_letters.letter_rows`); a date or timestamp Python cannot
+    hold (past the year 9999) as its text."""
+    import pyarrow.types as pat
+
+    beyond = []
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if pat.is_timestamp(column.type) or pat.is_date32(column.type):
+            try:
+                column.to_pylist()
+            except (OverflowError, ValueError):
+                beyond.append(name)
+    rows = letter_rows(table.drop_columns(beyond))
+    for name in beyond:
+        for row, scalar in zip(rows, table.column(name), strict=True):
+            row[name] = _value(scalar)
+    return [{name: row[name] for name in table.column_names} for row in rows]
 
 
 def _value(scalar: pa.Scalar) -> Any:
+    """One value as Python holds it, or as the text a dead letter would write when
+    Python cannot hold it."""
     import pyarrow as pa
     import pyarrow.types as pat
 
@@ -125,8 +137,10 @@ def _value(scalar: pa.Scalar) -> Any:
         return scalar.as_py()
     except (OverflowError, ValueError):
         kind = scalar.type
-        if pat.is_timestamp(kind):
-            return timestamp_text(micros_of(scalar.cast(pa.int64()).as_py(), kind))
+        if pat.is_timestamp(kind):  # as a dead letter writes a datetime: ISO, UTC
+            text = timestamp_text(micros_of(scalar.cast(pa.int64()).as_py(), kind), sep="T")
+            text = text.removesuffix(".000000")
+            return text + "+00:00" if kind.tz else text
         if pat.is_date32(kind):
             return date_text(scalar.cast(pa.int32()).as_py())
         raise

@@ -11,16 +11,31 @@ columns. Differences that lose nothing are *benign* and accepted:
   variants (Spark's ``toArrow`` and delta-rs do not agree on which they use);
 - timestamps of any unit and any time zone into a ``timestamp`` column (Delta stores UTC
   microseconds); a timestamp *without* time zone only fits ``timestamp_ntz`` and vice versa;
-- integers into a wider or equal integer, integers into ``double`` (and 8/16-bit integers
-  into ``float``), floats into a wider float, decimals into a decimal that holds them,
-  ``date32``/``date64``, dictionary-encoded values by their value type, all-null columns.
+- integers into a wider or equal integer, integers a float holds exactly (8/16/32-bit
+  integers into ``double``, 8/16-bit integers into ``float``), floats into a wider float,
+  decimals into a decimal that holds them, ``date32``/``date64``, dictionary-encoded values
+  by their value type, all-null columns.
+
+A ``long`` into a ``double`` column (or an ``int`` into a ``float`` one) is refused: a
+double holds integers exactly only up to 2**53 (a float up to 2**24), and delta-rs would
+round larger ones (the driver's append) or fail naming no column (the executors'). The
+error names the cast that makes the rounding the query's own, as the PostgreSQL sink does
+for ``bigint`` into ``double precision``.
 
 Columns of the table missing from the batch are not a conflict: an append writes them as
 null (see :func:`pad_missing_columns`), a merge keeps the target's values.
+
+Whether or not the table exists, every batch must carry the columns the options ``keys``,
+``order_by`` and ``partition_by`` name (:func:`check_option_columns`), and delta-rs is not
+given a Spark ``VARIANT`` (:func:`refuse_variants`): it would store the struct of two
+binaries Spark's ``toArrow`` makes of it, without an error.
 """
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -32,6 +47,11 @@ _INT_BITS = {
 }  # fmt: skip
 # Decimal digits needed to hold every value of an integer type.
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 20}
+# The widest integer type whose every value a float of this width holds exactly (its
+# significand: 11, 24 and 53 bits).
+_FLOAT_EXACT_INT_BITS = {16: 8, 32: 16, 64: 32}
+# A float column's Spark type, and the bits of the integers it holds exactly.
+_FLOAT_SPARK = {16: ("float", 11), 32: ("float", 24), 64: ("double", 53)}
 
 
 @dataclass
@@ -42,11 +62,14 @@ class SchemaDiff:
     :param conflicts: ``(column, table type, batch type)`` for columns whose batch type
         cannot be written to the table's type without loss.
     :param missing: table columns the batch does not have (``(name, nullable)``).
+    :param rounded: ``(column, table type, batch type)`` for integer columns whose values
+        the table's float column would round (a ``long`` into a ``double``).
     """
 
     new_columns: list[str] = field(default_factory=list)
     conflicts: list[tuple[str, pa.DataType, pa.DataType]] = field(default_factory=list)
     missing: list[tuple[str, bool]] = field(default_factory=list)
+    rounded: list[tuple[str, pa.DataType, pa.DataType]] = field(default_factory=list)
 
     def problems(self, *, merge_schema: bool, table_columns: list[str]) -> tuple[list[str], str]:
         """The offending column names and a message explaining them ('' when none)."""
@@ -72,6 +95,16 @@ class SchemaDiff:
                 f"type conflict in column(s) {details}; cast them in the stream to the "
                 "table's types (delta-rs would cast lossily or fail)"
             )
+        for name, table_type, batch_type in self.rounded:
+            columns.append(name)
+            spark_type, bits = _FLOAT_SPARK[table_type.bit_width]
+            parts.append(
+                f"column {name!r} (table {table_type}, batch {batch_type}) cannot be written "
+                f"without loss: a {spark_type} holds integers exactly only up to 2**{bits}, "
+                f"delta-rs would round larger ones; cast it in the query so the rounding is "
+                f"yours: {_cast_in_query(name, spark_type)}, or write it to an integer "
+                "column"
+            )
         required = [name for name, nullable in self.missing if not nullable]
         if required:
             columns += required
@@ -90,7 +123,12 @@ def diff_schemas(table: pa.Schema, batch: pa.Schema, *, merge_schema: bool) -> S
         if index < 0:
             diff.new_columns.append(f.name)
         elif not fits(table.field(index).type, f.type, merge_schema=merge_schema):
-            diff.conflicts.append((f.name, table.field(index).type, f.type))
+            target = table.field(index).type
+            kind = f.type.value_type if pat.is_dictionary(f.type) else f.type
+            if pat.is_floating(target) and pat.is_integer(kind):
+                diff.rounded.append((f.name, target, f.type))
+            else:
+                diff.conflicts.append((f.name, target, f.type))
     diff.missing = [(f.name, f.nullable) for f in table if f.name not in batch_names]
     return diff
 
@@ -110,8 +148,8 @@ def fits(target: pa.DataType, source: pa.DataType, *, merge_schema: bool = False
     if pat.is_floating(target):
         if pat.is_floating(source):
             return target.bit_width >= source.bit_width
-        if pat.is_integer(source):
-            return target.bit_width == 64 or _INT_BITS[source] <= 16
+        if pat.is_integer(source):  # only integers the float's significand holds
+            return _INT_BITS[source] <= _FLOAT_EXACT_INT_BITS[target.bit_width]
         return False
     if pat.is_decimal(target):
         return _decimal_fits(target, source)
@@ -167,6 +205,23 @@ def _decimal_fits(target: pa.DataType, source: pa.DataType) -> bool:
     return False
 
 
+def _cast_in_query(column: str, spark_type: str) -> str:
+    """Batch column ``column`` cast to ``spark_type``, as a PySpark expression and as a
+    ``select`` expression of the sink's route."""
+    name = _sql_name(column)
+    return (
+        f"F.col({json.dumps(column, ensure_ascii=False)}).cast({json.dumps(spark_type)}) "
+        f"(in a sink's select: CAST({name} AS {spark_type}) AS {name})"
+    )
+
+
+def _sql_name(name: str) -> str:
+    """A column name in Spark SQL."""
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        return name
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _is_string(t: pa.DataType) -> bool:
     return pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t)
 
@@ -206,3 +261,110 @@ def check_batch_schema(
             batch_id=batch_id,
             columns=columns,
         )
+
+
+def check_option_columns(
+    batch: Sequence[str],
+    options: Mapping[str, Sequence[str] | None],
+    *,
+    sink: str,
+    batch_id: int | None,
+) -> None:
+    """Raise :class:`fanout.errors.SchemaMismatchError` when an option naming columns
+    (``keys``, ``order_by``, ``partition_by``) names one the batch, of columns ``batch``,
+    lacks: every batch must carry them, whether or not the table exists yet."""
+    from fanout.errors import SchemaMismatchError
+
+    present = set(batch)
+    lowered = {c.lower(): c for c in batch}
+    columns: list[str] = []
+    parts: list[str] = []
+    for option, names in options.items():
+        missing = [c for c in names or [] if c not in present]
+        if not missing:
+            continue
+        columns += [c for c in missing if c not in columns]
+        hints = [
+            f"{c!r} (the batch has {lowered[c.lower()]!r}; names are case-sensitive)"
+            for c in missing
+            if c.lower() in lowered
+        ]
+        parts.append(
+            f"option {option!r} names column(s) {', '.join(map(repr, missing))} not in the batch"
+            + (f" [{'; '.join(hints)}]" if hints else "")
+        )
+    if columns:
+        raise SchemaMismatchError(
+            f"{'; '.join(parts)} (the batch's columns: {', '.join(batch)}); fix the option or "
+            "add the column(s) to the stream",
+            sink=sink,
+            batch_id=batch_id,
+            columns=columns,
+        )
+
+
+def variant_columns(schema: pa.Schema) -> list[tuple[str, str]]:
+    """The columns of ``schema`` holding a Spark ``VARIANT``, each with the path of the
+    variant inside it (``("s", "s.x")`` for a struct field): Spark's ``toArrow`` makes a
+    variant ``struct<value: binary, metadata: binary>``, its ``metadata`` field marked
+    ``variant: true``."""
+    found: list[tuple[str, str]] = []
+    for f in schema:
+        for path in _variant_paths(f.type, f.name):
+            found.append((f.name, path))
+    return found
+
+
+def refuse_variants(schema: pa.Schema, *, sink: str, batch_id: int | None) -> None:
+    """Raise :class:`fanout.errors.SchemaMismatchError` naming the batch's ``VARIANT``
+    columns: delta-rs cannot write Delta's variant type, and would store each as a struct
+    of two binaries without an error (readers then see no variant)."""
+    from fanout.errors import SchemaMismatchError
+
+    found = variant_columns(schema)
+    if not found:
+        return
+    columns = list(dict.fromkeys(name for name, _ in found))
+    where = ", ".join(
+        repr(name) if path == name else f"{name!r} (at {path})" for name, path in found
+    )
+    fixes = "; ".join(
+        f"F.to_json(F.col({json.dumps(c, ensure_ascii=False)})) (in a sink's select: "
+        f"to_json({_sql_name(c)}) AS {_sql_name(c)})"
+        for c in columns
+    )
+    raise SchemaMismatchError(
+        f"column(s) {where} hold a Spark VARIANT, which delta-rs cannot write as Delta's "
+        "variant type (it would store struct<value: binary, metadata: binary>, which no "
+        f"reader takes for a variant); write it as JSON text: {fixes}, or use engine "
+        "'spark' (delta-spark writes variants)",
+        sink=sink,
+        batch_id=batch_id,
+        columns=columns,
+    )
+
+
+def _variant_paths(kind: pa.DataType, path: str) -> list[str]:
+    if pat.is_struct(kind):
+        if _is_variant(kind):
+            return [path]
+        return [p for child in kind for p in _variant_paths(child.type, f"{path}.{child.name}")]
+    if _is_list(kind):
+        return _variant_paths(kind.value_type, f"{path}[]")
+    if pat.is_map(kind):
+        return _variant_paths(kind.key_type, f"{path}.key") + _variant_paths(
+            kind.item_type, f"{path}.value"
+        )
+    if pat.is_dictionary(kind):
+        return _variant_paths(kind.value_type, path)
+    return []
+
+
+def _is_variant(kind: pa.StructType) -> bool:
+    """Whether a struct is how Spark's Arrow conversion carries a ``VARIANT`` (the test of
+    ``pyspark.sql.pandas.types.is_variant``)."""
+    names = [f.name for f in kind]
+    marked = any(
+        f.name == "metadata" and (f.metadata or {}).get(b"variant") == b"true" for f in kind
+    )
+    return marked and "value" in names

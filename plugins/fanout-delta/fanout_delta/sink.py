@@ -159,12 +159,15 @@ class DeltaSink(Sink):
         return "dataframe" if self._from_executors() else "arrow"
 
     def check_schema(self, schema: pa.Schema) -> None:
-        """An existing table must take batches of ``schema`` (new columns only with
-        ``merge_schema``); a missing table is created from the first batch."""
+        """Batches of ``schema`` must carry the columns ``keys``, ``order_by`` and
+        ``partition_by`` name, and no ``VARIANT`` for delta-rs to write, whether or not the
+        table exists; an existing table must take them (new columns only with
+        ``merge_schema``), a missing one is created from the first batch."""
         import pyarrow as pa
 
         from fanout_delta.schema import check_batch_schema
 
+        self._check_batch_schema(schema, schema.names, None)
         table = None if self.path is None else deltaio.open_table(self.path, self.storage_options)
         if table is not None:
             check_batch_schema(
@@ -236,6 +239,7 @@ class DeltaSink(Sink):
 
     def write(self, batch: Batch) -> SinkResult:
         """Append or merge one batch; a batch already in the table is skipped."""
+        self._check_batch(batch)
         engine = self.resolved_engine or self.engine
         if engine == "spark":
             from fanout_delta.spark_engine import write_spark
@@ -280,6 +284,7 @@ class DeltaSink(Sink):
         from fanout.contract.sharing import SharedWrite
         from fanout_delta.rs_executors import shared_append
 
+        self._check_batch(batch)
         shared = shared_append(self.target(), batch)
         if shared is None:
             return SharedWrite(None, (), None, finish=_never, alone=lambda: self.write(batch))
@@ -323,6 +328,30 @@ class DeltaSink(Sink):
         return "ConcurrentAppendException" in str(error) or "ConcurrentModification" in str(error)
 
     # -- internals -------------------------------------------------------------------
+
+    def _check_batch(self, batch: Batch) -> None:
+        """The checks of :meth:`check_schema` that need no table, on the batch's schema
+        (Spark's, read without a job; delta-spark's only needs the names)."""
+        if (self.resolved_engine or self.engine) == "spark" and hasattr(batch.df, "mapInArrow"):
+            self._check_batch_schema(None, list(batch.df.columns), batch.batch_id)
+            return
+        from fanout.delta_tables.distributed import arrow_schema_of
+
+        df = batch.df
+        schema = arrow_schema_of(df) if hasattr(df, "mapInArrow") else batch.arrow().schema
+        self._check_batch_schema(schema, schema.names, batch.batch_id)
+
+    def _check_batch_schema(
+        self, schema: pa.Schema | None, names: Sequence[str], batch_id: int | None
+    ) -> None:
+        """Refuse a batch lacking a column an option names, or, for delta-rs, holding a
+        ``VARIANT`` (``schema``: the batch's Arrow schema, when known)."""
+        from fanout_delta.schema import check_option_columns, refuse_variants
+
+        options = {"keys": self.keys, "order_by": self.order_by, "partition_by": self.partition_by}
+        check_option_columns(names, options, sink=self.name, batch_id=batch_id)
+        if schema is not None and (self.resolved_engine or self.engine) == "rs":
+            refuse_variants(schema, sink=self.name, batch_id=batch_id)
 
     def _from_executors(self) -> bool:
         where = self.resolved_write_from or self._resolve_write_from(None)

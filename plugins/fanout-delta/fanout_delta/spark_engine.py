@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.batch import Batch
-from fanout.contract.dead_letters import DeadLetter
+from fanout.contract.dead_letters import DeadLetter, letter_rows
 from fanout.contract.sink import SinkResult
 from fanout.delta_tables import io as deltaio
 from fanout.errors import SinkWriteError
@@ -159,7 +159,13 @@ def _append(sink: DeltaTarget, df: Any, app_id: str, batch_id: int, plan: str | 
 
 def split_null_keys_spark(df: Any, keys: Sequence[str]) -> tuple[Any, list[DeadLetter]]:
     """The rows with every key set, and a dead letter for each row with a null key (those
-    rows are collected to the driver: they are expected to be few)."""
+    rows are collected to the driver: they are expected to be few).
+
+    They are collected as Arrow and taken by
+    :func:`~fanout.contract.dead_letters.letter_rows`, as the rs engine takes them
+    (:func:`fanout_delta.merge.split_null_keys`), so both engines write the same letters:
+    ``collect()`` hands a timestamp over as a naive local time of the driver's zone (the
+    instant lost) and a map as a dict, whose keys JSON may not take."""
     from pyspark.sql import functions as F
 
     if not keys:
@@ -167,7 +173,7 @@ def split_null_keys_spark(df: Any, keys: Sequence[str]) -> tuple[Any, list[DeadL
     null_any = functools.reduce(lambda a, b: a | b, [F.col(quote(k)).isNull() for k in keys])
     letters = [
         DeadLetter(row, f"null in key column {column!r}: a null key cannot be merged", column)
-        for row in (r.asDict(recursive=True) for r in df.filter(null_any).collect())
+        for row in letter_rows(df.filter(null_any).toArrow())
         for column in [next(k for k in keys if row[k] is None)]
     ]
     return df.filter(~null_any), letters

@@ -6,8 +6,11 @@ must not pick another row."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from fanout_delta.merge import prepare_merge_source
+
+from fanout.errors import SinkWriteError
 
 SCHEMA = pa.schema(
     [
@@ -78,3 +81,73 @@ def test_ties_with_a_dictionary_encoded_column(order: str) -> None:
         {"id": 1, "seq": 5, "name": "b"},
         {"id": 2, "seq": 1, "name": "c"},
     ]
+
+
+NAN = float("nan")
+FLOAT_SCHEMA = pa.schema([("id", pa.float64()), ("seq", pa.float64()), ("amount", pa.float64())])
+FLOAT_ROWS = [
+    {"id": 0.0, "seq": 1.0, "amount": 1.0},
+    {"id": -0.0, "seq": 2.0, "amount": 2.0},  # wins key 0.0 (one key with 0.0), as it is
+    {"id": NAN, "seq": 1.0, "amount": 3.0},
+    {"id": NAN, "seq": NAN, "amount": 4.0},  # wins key NaN: NaN is the greatest seq
+    {"id": 1.0, "seq": 5.0, "amount": 5.0},  # wins key 1.0: a null seq loses
+    {"id": 1.0, "seq": None, "amount": 6.0},
+    {"id": 2.0, "seq": 7.0, "amount": 100.0},
+    {"id": 2.0, "seq": 7.0, "amount": NAN},  # wins the tie on seq: NaN is the greatest
+]
+FLOAT_WINNERS = sorted(map(str, [FLOAT_ROWS[1], FLOAT_ROWS[3], FLOAT_ROWS[4], FLOAT_ROWS[7]]))
+"""The winners as text: ``nan != nan``, and ``-0.0 == 0.0`` would hide the sign kept."""
+
+
+@pytest.mark.parametrize("order", ["forward", "backward", "shuffled"])
+def test_float_keys_and_nan_order_as_in_spark(order: str) -> None:
+    """``0.0`` and ``-0.0`` are one key, and so are all NaNs (as the MERGE's ``t.k = s.k``
+    and Spark match them); NaN is the greatest ``order_by`` value and the greatest value
+    of a column breaking a tie, as Spark orders it (Arrow sorts it first). The winning
+    rows keep the batch's values."""
+    arrived = {"forward": FLOAT_ROWS, "backward": FLOAT_ROWS[::-1],
+               "shuffled": FLOAT_ROWS[3:] + FLOAT_ROWS[:3]}[order]  # fmt: skip
+    data = pa.Table.from_pylist(arrived, schema=FLOAT_SCHEMA)
+
+    kept = prepare_merge_source(data, ["id"], ["seq"], "s", 0)
+
+    assert sorted(map(str, kept.to_pylist())) == FLOAT_WINNERS
+
+
+@pytest.mark.parametrize("order", ["forward", "backward"])
+def test_nan_payloads_are_one_key_and_a_zero_s_sign_decides_last(order: str) -> None:
+    """NaNs of other bits (a computed NaN, a float32 one) are the key NaN too; rows
+    equal but for the sign of a zero (equal to Spark too) have one winner in any arrival
+    order, by the bits (``0.0`` over ``-0.0``), not the first or last to arrive."""
+    import struct
+
+    other_nan = struct.unpack("<d", struct.pack("<Q", 0xFFF8000000000000))[0]
+    rows = [
+        {"id": NAN, "seq": 1.0, "amount": 1.0},
+        {"id": other_nan, "seq": 2.0, "amount": 2.0},
+        {"id": 3.0, "seq": 0.0, "amount": -0.0},
+        {"id": 3.0, "seq": -0.0, "amount": 0.0},
+    ]
+    if order == "backward":
+        rows = rows[::-1]
+    schema = pa.schema([("id", pa.float32()), ("seq", pa.float64()), ("amount", pa.float64())])
+    data = pa.Table.from_pylist(rows, schema=schema)
+
+    kept = prepare_merge_source(data, ["id"], ["seq"], "s", 0)
+
+    assert sorted(map(str, kept.to_pylist())) == [
+        "{'id': 3.0, 'seq': 0.0, 'amount': -0.0}",
+        "{'id': nan, 'seq': 2.0, 'amount': 2.0}",
+    ]
+    nans = data.filter(pc.is_nan(data.column("id"))).select(["id", "amount"])
+    assert sorted(nans.column("id").combine_chunks().view(pa.int32()).to_pylist()) == [
+        -4194304,  # 0xFFC00000
+        2143289344,  # 0x7FC00000
+    ]
+    with pytest.raises(SinkWriteError) as duplicated:
+        prepare_merge_source(nans, ["id"], None, "s", 0)
+    assert str(duplicated.value) == (
+        "sink 's', batch 0: 1 key(s) occur more than once in the batch, e.g. {'id': nan} (2 "
+        "rows); a MERGE takes one row per key. Set order_by to the column(s) whose greatest "
+        "value wins (e.g. an event time or sequence number), or deduplicate the stream."
+    )

@@ -330,6 +330,29 @@ def test_merge_dedupes_by_order_by_greatest_wins(tmp_path):
     assert rows(path)[0] == {"id": 1, "seq": 11, "v": "1@11"}
 
 
+def test_merge_float_keys_keep_one_row_per_key_as_the_merge_matches_them(tmp_path):
+    """NaN keys and zero keys of either sign: one row per key in the table, the winner by
+    ``order_by`` (NaN greatest) with the batch's values, and a later batch's ``-0.0`` and
+    NaN update those rows (delta-rs' MERGE matches them)."""
+    path = tmp_path / "t"
+    sink = opened(path, mode="merge", keys=["k"], order_by=["seq"])
+    nan = float("nan")
+    first = {"k": [nan, nan, 0.0, -0.0], "seq": [1.0, nan, 2.0, 1.0], "v": ["a", "b", "c", "d"]}
+    sink.write(make_batch(first, batch_id=0))
+    assert sorted(map(str, read_delta(str(path)).to_pylist())) == [
+        "{'k': 0.0, 'seq': 2.0, 'v': 'c'}",
+        "{'k': nan, 'seq': nan, 'v': 'b'}",
+    ]
+
+    result = sink.write(make_batch({"k": [-0.0, nan], "seq": [0.0, 0.0], "v": ["e", "f"]}, 1))
+
+    assert (result.details["inserted"], result.details["updated"]) == (0, 2)
+    assert sorted(map(str, read_delta(str(path)).to_pylist())) == [
+        "{'k': -0.0, 'seq': 0.0, 'v': 'e'}",
+        "{'k': nan, 'seq': 0.0, 'v': 'f'}",
+    ]
+
+
 def test_merge_duplicate_keys_without_order_by_fail_naming_the_key(tmp_path):
     path = tmp_path / "t"
     sink = opened(path, mode="merge", keys=["id"])
@@ -436,6 +459,51 @@ def test_benign_type_differences_are_accepted(tmp_path):
     assert got[1]["ts"].timestamp() == 1.0
 
 
+@pytest.mark.parametrize(
+    ("table_type", "batch_type", "accepted"),
+    [
+        (pa.float64(), pa.int8(), True),
+        (pa.float64(), pa.int16(), True),
+        (pa.float64(), pa.int32(), True),
+        (pa.float64(), pa.uint32(), True),
+        (pa.float64(), pa.int64(), False),
+        (pa.float64(), pa.uint64(), False),
+        (pa.float64(), pa.dictionary(pa.int8(), pa.int64()), False),
+        (pa.float32(), pa.int16(), True),
+        (pa.float32(), pa.uint16(), True),
+        (pa.float32(), pa.int32(), False),
+        (pa.float32(), pa.int64(), False),
+    ],
+)
+def test_integers_fit_a_float_column_only_when_it_holds_every_value(
+    table_type, batch_type, accepted
+):
+    from fanout_delta.schema import fits
+
+    assert fits(table_type, batch_type) is accepted
+
+
+def test_check_schema_refuses_an_int_the_float_column_would_round(tmp_path):
+    """``fanout validate``'s check of an existing table: an ``int`` into a ``float``
+    column (24 significand bits) is refused with the cast that accepts the rounding."""
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": ids(1), "x y": pa.array([0.5], pa.float32())}))
+    sink = opened(path)
+
+    with pytest.raises(SchemaMismatchError) as info:
+        sink.check_schema(pa.schema([("id", pa.int64()), ("x y", pa.int32())]))
+
+    assert info.value.columns == ["x y"]
+    assert str(info.value) == (
+        "sink 's': the batch does not fit the Delta table: column 'x y' (table float, batch "
+        "int32) cannot be written without loss: a float holds integers exactly only up to "
+        "2**24, delta-rs would round larger ones; cast it in the query so the rounding is "
+        'yours: F.col("x y").cast("float") (in a sink\'s select: CAST(`x y` AS float) AS '
+        "`x y`), or write it to an integer column"
+    )
+    sink.check_schema(pa.schema([("id", pa.int64()), ("x y", pa.int16())]))
+
+
 def test_timestamp_without_time_zone_conflicts_with_timestamp(tmp_path):
     path = tmp_path / "t"
     sink = opened(path)
@@ -451,6 +519,90 @@ def test_merge_keys_missing_from_the_batch_are_a_schema_mismatch(tmp_path):
         sink.write(make_batch({"id": ids(1), "v": ["a"]}, batch_id=0))
     assert info.value.columns == ["seq"]
     assert "'seq'" in str(info.value) and "batch 0" in str(info.value)
+
+
+@pytest.mark.parametrize("write_from", ["driver", "executors"])
+def test_a_batch_lacking_a_partition_column_is_refused_naming_the_option(tmp_path, write_from):
+    """The first batch, which creates the table, and a later one: a ``partition_by``
+    column the batch lacks fails naming the option and the column, not delta-rs' error
+    (and, for an existing table, not a batch written to the null partition)."""
+    path = tmp_path / "t"
+    sink = opened(path, partition_by=["day"], write_from=write_from)
+    message = (
+        "option 'partition_by' names column(s) 'day' not in the batch ['day' (the batch has "
+        "'Day'; names are case-sensitive)] (the batch's columns: id, Day); fix the option or "
+        "add the column(s) to the stream"
+    )
+
+    with pytest.raises(SchemaMismatchError) as first:
+        sink.write(make_batch({"id": ids(1), "Day": ["a"]}, batch_id=0))
+    assert first.value.columns == ["day"]
+    assert str(first.value) == f"sink 's', batch 0: {message}"
+    assert not path.exists()
+
+    sink.write(make_batch({"id": ids(1), "day": ["a"]}, batch_id=0))
+    with pytest.raises(SchemaMismatchError) as later:
+        sink.write(make_batch({"id": ids(1, 1), "Day": ["b"]}, batch_id=1))
+    assert str(later.value) == f"sink 's', batch 1: {message}"
+    assert rows(path) == [{"id": 0, "day": "a"}]
+
+
+def test_variant_columns_are_refused_wherever_they_nest(tmp_path):
+    """A ``VARIANT`` at the top, in a struct, in an array or a map's value (Spark's own
+    Arrow schema of them, no JVM), for ``fanout validate`` and for a batch; engine
+    ``spark`` (delta-spark writes variants) is not refused."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import (
+        ArrayType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        VariantType,
+    )
+
+    schema = to_arrow_schema(
+        StructType([
+            StructField("id", LongType()),
+            StructField("v", VariantType()),
+            StructField("s", StructType([StructField("x", VariantType())])),
+            StructField("a b", ArrayType(VariantType())),
+            StructField("m", MapType(StringType(), VariantType())),
+        ]),
+        timezone="UTC",
+    )  # fmt: skip
+    sink = opened(tmp_path / "t")
+
+    with pytest.raises(SchemaMismatchError) as info:
+        sink.check_schema(schema)
+
+    assert info.value.columns == ["v", "s", "a b", "m"]
+    assert str(info.value) == (
+        "sink 's': column(s) 'v', 's' (at s.x), 'a b' (at a b[]), 'm' (at m.value) hold a "
+        "Spark VARIANT, which delta-rs cannot write as Delta's variant type (it would store "
+        "struct<value: binary, metadata: binary>, which no reader takes for a variant); "
+        'write it as JSON text: F.to_json(F.col("v")) (in a sink\'s select: to_json(v) AS '
+        'v); F.to_json(F.col("s")) (in a sink\'s select: to_json(s) AS s); '
+        'F.to_json(F.col("a b")) (in a sink\'s select: to_json(`a b`) AS `a b`); '
+        'F.to_json(F.col("m")) (in a sink\'s select: to_json(m) AS m), or use engine '
+        "'spark' (delta-spark writes variants)"
+    )
+    data = pa.table({"id": ids(1)}).append_column(
+        schema.field("v"),
+        pa.array([{"value": b"\x0c\x01", "metadata": b"\x01\x00\x00"}], schema.field("v").type),
+    )
+    with pytest.raises(SchemaMismatchError) as written:
+        sink.write(make_batch(data, batch_id=0))
+    assert written.value.columns == ["v"]
+    assert not (tmp_path / "t").exists()
+    # a struct of two binaries Spark did not mark as a variant is an ordinary struct
+    plain = pa.table({"id": ids(1), "v": pa.array([{"value": b"a", "metadata": b"b"}])})
+    sink.write(make_batch(plain, batch_id=0))
+    assert rows(tmp_path / "t") == [{"id": 0, "v": {"value": b"a", "metadata": b"b"}}]
+    spark_sink = DeltaSink(name="s", path=str(tmp_path / "u"), engine="spark")
+    spark_sink.resolved_engine = "spark"
+    spark_sink.check_schema(schema)
 
 
 def test_bad_delta_options_fail_when_the_fanout_is_built(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ both engines write the same transactions.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from deltalake import DeltaTable
 from fanout_delta import DeltaSink, spark_engine
@@ -102,3 +104,45 @@ def test_merge_duplicates_without_order_by_fail_naming_the_key(delta_spark, tmp_
     df = delta_spark.createDataFrame([(7, "a"), (7, "b")], "id long, v string")
     with pytest.raises(SinkWriteError, match=r"\{'id': 7\}.*order_by"):
         sink.write(make_batch(df, 0))
+
+
+ROUND_TRIP_COLUMNS = (
+    "id long, b binary, s struct<x: binary, n: double>, l array<binary>, f array<double>, "
+    "d decimal(5,2), ts timestamp, ntz timestamp_ntz, day date, m map<string, binary>, "
+    "e map<string, string>"
+)
+
+
+def test_null_key_letters_read_back_with_from_json_as_the_batch_had_them(spark):
+    """Both engines' null-key letters (collected as Arrow) keep every value: Spark's
+    ``from_json`` with the batch's schema reads each letter's ``row`` back to the batch's
+    row: bytes (base64), NaN and infinities, -0.0, decimals, an instant (in UTC) and a
+    local timestamp, a date before year 1000, maps. ``collect()`` handed the engine a
+    timestamp as a naive local time of the driver's zone."""
+    from fanout_delta.spark_engine import split_null_keys_spark
+    from pyspark.sql import functions as F
+
+    from fanout.deadletters.layout import letter_json
+
+    df = spark.sql(
+        """select cast(null as long) as id, X'FF00' as b,
+            named_struct('x', X'FE', 'n', double('NaN')) as s, array(X'FD', null) as l,
+            array(double('Infinity'), double('-Infinity'), -0.0D) as f, 1.50BD as d,
+            timestamp'2024-11-03 01:30:00.000001 America/New_York' as ts,
+            timestamp_ntz'2024-05-01 08:00:00' as ntz, date'0999-01-02' as day,
+            map('k', X'01') as m, cast(map() as map<string, string>) as e
+        union all
+        select 2, X'', null, null, null, null, null, null, null, null, null"""
+    ).to(spark.createDataFrame([], ROUND_TRIP_COLUMNS).schema)
+    kept, letters = split_null_keys_spark(df, ["id"])
+
+    assert kept.count() == 1
+    assert [letter.column for letter in letters] == ["id"]
+    text = letter_json(dict(letters[0].row))
+    assert json.loads(text)["b"] == "/wA="
+    assert json.loads(text)["ts"] == "2024-11-03T05:30:00.000001+00:00"
+    back = spark.createDataFrame([(text,)], "row string").select(
+        F.from_json("row", ROUND_TRIP_COLUMNS).alias("r")
+    )
+    original = df.filter("id is null").toArrow().to_pylist()
+    assert repr(back.select("r.*").toArrow().to_pylist()) == repr(original)

@@ -143,13 +143,13 @@ def test_an_empty_string_partition_value_is_refused_naming_the_column(tmp_path, 
 # -- 3. a long into a double column is rounded (driver) or refused unnamed (executors) ------
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 3")
 @pytest.mark.parametrize("write_from", ["driver", "executors"])
 def test_a_long_the_double_column_cannot_hold_is_refused_naming_the_column(tmp_path, write_from):
-    """``fits`` accepts any integer into a 64-bit float. 2**53 + 1 has no double: the
-    driver's append stores 9007199254740992.0 without an error; the executors' append
-    fails with pyarrow's "Integer value ... not in range" naming neither the column nor
-    the row."""
+    """``fits`` accepted any integer into a 64-bit float. 2**53 + 1 has no double: the
+    driver's append stored 9007199254740992.0 without an error; the executors' append
+    failed with pyarrow's "Integer value ... not in range" naming neither the column nor
+    the row. Both now refuse the ``long`` before writing, naming the cast that makes the
+    rounding the query's own."""
     path = tmp_path / "t"
     write_deltalake(
         str(path), pa.table({"id": pa.array([0], pa.int64()), "v": pa.array([1.5], pa.float64())})
@@ -161,38 +161,51 @@ def test_a_long_the_double_column_cannot_hold_is_refused_naming_the_column(tmp_p
         sink.write(batch_of(batch))
 
     assert raised.value.columns == ["v"]
+    assert str(raised.value) == (
+        "sink 's', batch 0: the batch does not fit the Delta table: column 'v' (table "
+        "double, batch int64) cannot be written without loss: a double holds integers "
+        "exactly only up to 2**53, delta-rs would round larger ones; cast it in the query "
+        'so the rounding is yours: F.col("v").cast("double") (in a sink\'s select: '
+        "CAST(v AS double) AS v), or write it to an integer column"
+    )
     assert DeltaTable(str(path)).to_pyarrow_table().column("v").to_pylist() == [1.5]
+    assert DeltaTable(str(path)).version() == 0
 
 
 # -- 4. a merge's one-row-per-key check and its match disagree on float keys ----------------
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 4")
 def test_a_merge_batch_holding_0_and_minus_0_keeps_one_row_per_key(tmp_path):
     """The MERGE matches ``t.k = s.k`` (SQL equality: ``-0.0 = 0.0``; a later batch's
-    ``-0.0`` updates the row of ``0.0``), but the batch's duplicate check groups keys by
-    Arrow hashing, which tells ``0.0`` from ``-0.0``: a batch holding both passes without
-    ``order_by`` and inserts two rows for one key, which every later merge of that key
-    then updates together."""
+    ``-0.0`` updates the row of ``0.0``), but the batch's duplicate check grouped keys by
+    Arrow hashing, which tells ``0.0`` from ``-0.0``: a batch holding both passed without
+    ``order_by`` and inserted two rows for one key, which every later merge of that key
+    then updated together. The check now normalises float keys as Spark does."""
+    from fanout.errors import SinkWriteError
+
     path = tmp_path / "t"
     sink = opened(path, mode="merge", keys=["k"])
     batch = pa.table({"k": pa.array([0.0, -0.0], pa.float64()), "v": pa.array([1, 2], pa.int64())})
 
-    with pytest.raises(Exception, match="more than once"):
+    with pytest.raises(SinkWriteError) as raised:
         sink.write(batch_of(batch))
 
+    assert str(raised.value) == (
+        "sink 's', batch 0: 1 key(s) occur more than once in the batch, e.g. {'k': 0.0} (2 "
+        "rows); a MERGE takes one row per key. Set order_by to the column(s) whose greatest "
+        "value wins (e.g. an event time or sequence number), or deduplicate the stream."
+    )
     assert not (path / "_delta_log").exists()
 
 
 # -- 5. a merge's dead letters lose binary values ------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 5")
 def test_merge_dead_letters_keep_distinct_binary_values_apart(tmp_path):
     """A merge sends rows with a null key to the dead-letter table, the row as JSON. A
-    binary value is decoded as UTF-8 with ``errors="replace"``: ``b"\\xff"`` and
-    ``b"\\xfe"`` are both stored as ``"\\ufffd"``, so the letter no longer holds the
-    batch's value and two different rows read back the same."""
+    binary value was decoded as UTF-8 with ``errors="replace"``: ``b"\\xff"`` and
+    ``b"\\xfe"`` were both stored as ``"\\ufffd"``. It is base64, as Spark's
+    ``to_json`` writes it, so each letter holds its row's bytes."""
     dead = DeltaDeadLetters(str(tmp_path / "dead"))
     sink = DeltaSink(name="s", path=str(tmp_path / "t"), mode="merge", keys=["id"])
     sink.open(SinkContext(pipeline="p", dead_letters=dead))
@@ -207,7 +220,8 @@ def test_merge_dead_letters_keep_distinct_binary_values_apart(tmp_path):
 
     assert result.dead_lettered == 2
     letters = read_delta(str(tmp_path / "dead")).column("row").to_pylist()
-    assert len({json.dumps(json.loads(text), sort_keys=True) for text in letters}) == 2
+    rows = sorted((json.loads(text) for text in letters), key=lambda row: row["b"])
+    assert rows == [{"id": None, "b": "/g=="}, {"id": None, "b": "/w=="}]  # base64: FE, FF
 
 
 # -- 6. the executors refuse a timestamp the driver writes ---------------------------------
@@ -231,52 +245,74 @@ def test_executors_write_a_timestamp_past_year_9999_in_utc(spark, tmp_path):
 # -- 7. validation passes options naming columns the batch lacks ---------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 7")
 @pytest.mark.parametrize(
-    ("options", "column"),
+    ("options", "option", "column"),
     [
-        ({"mode": "merge", "keys": ["idd"]}, "idd"),
-        ({"mode": "merge", "keys": ["id"], "order_by": ["ts"]}, "ts"),
-        ({"partition_by": ["vv"]}, "vv"),
+        ({"mode": "merge", "keys": ["idd"]}, "keys", "idd"),
+        ({"mode": "merge", "keys": ["id"], "order_by": ["ts"]}, "order_by", "ts"),
+        ({"partition_by": ["vv"]}, "partition_by", "vv"),
     ],
 )
-def test_check_schema_refuses_options_naming_columns_the_batch_lacks(tmp_path, options, column):
-    """``check_schema`` (what ``fanout validate`` calls before the stream starts) compares
+def test_check_schema_refuses_options_naming_columns_the_batch_lacks(
+    tmp_path, options, option, column
+):
+    """``check_schema`` (what ``fanout validate`` calls before the stream starts) compared
     only an existing table's columns with the batch's; for a table the first batch
-    creates, a ``keys``/``order_by``/``partition_by`` typo passes validation and fails the
+    creates, a ``keys``/``order_by``/``partition_by`` typo passed validation and failed the
     stream's first batch ("merge column(s) 'idd' (keys/order_by) missing from the batch",
-    "Partition column 'vv' not found in schema")."""
+    a raw "delta-rs append ... failed" for the partition). Both now refuse it naming the
+    option and the column, and the first batch creates no table."""
     sink = opened(tmp_path / "new", **options)
     schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    message = (
+        f"option {option!r} names column(s) {column!r} not in the batch (the batch's columns: "
+        "id, v); fix the option or add the column(s) to the stream"
+    )
 
     with pytest.raises(SchemaMismatchError) as raised:
         sink.check_schema(schema)
 
-    assert column in raised.value.columns
+    assert raised.value.columns == [column]
+    assert str(raised.value) == f"sink 's': {message}"
+
+    batch = pa.table({"id": pa.array([1], pa.int64()), "v": pa.array(["a"], pa.string())})
+    with pytest.raises(SchemaMismatchError) as at_first_batch:
+        sink.write(batch_of(batch))
+
+    assert at_first_batch.value.columns == [column]
+    assert str(at_first_batch.value) == f"sink 's', batch 0: {message}"
+    assert not (tmp_path / "new").exists()
 
 
 # -- 8. a VARIANT column becomes a struct of two binaries ----------------------------------
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=True, reason="review finding 8")
 @pytest.mark.parametrize("write_from", ["driver", "executors"])
 def test_a_variant_column_is_kept_a_variant_or_refused(spark, tmp_path, write_from):
     """Spark 4's ``VARIANT`` reaches Arrow as ``struct<value: binary, metadata: binary>``
-    and both writers create the column with that struct type: no error, and every reader
-    of the table then sees two binary fields (``v:a`` no longer parses) instead of the
-    batch's variant."""
-    from deltalake.schema import PrimitiveType
+    and both writers created the column with that struct type: no error, and every reader
+    of the table then saw two binary fields (``v:a`` no longer parses) instead of the
+    batch's variant. delta-rs cannot write Delta's variant type, so the sink refuses the
+    column (``fanout validate`` too), naming it and the ``to_json`` that writes it."""
+    from fanout.delta_tables.distributed import arrow_schema_of
 
     df = spark.sql("""select 1L as id, parse_json('{"a": 1}') as v""")
     path = tmp_path / "t"
     sink = opened(path, spark, write_from=write_from)
+    message = (
+        "column(s) 'v' hold a Spark VARIANT, which delta-rs cannot write as Delta's variant "
+        "type (it would store struct<value: binary, metadata: binary>, which no reader takes "
+        'for a variant); write it as JSON text: F.to_json(F.col("v")) (in a sink\'s select: '
+        "to_json(v) AS v), or use engine 'spark' (delta-spark writes variants)"
+    )
 
-    try:
+    with pytest.raises(SchemaMismatchError) as refused:
         sink.write(batch_of(df))
-    except SchemaMismatchError as refused:
-        assert refused.columns == ["v"]
-        return
-    kind = {f.name: f.type for f in DeltaTable(str(path)).schema().fields}["v"]
-    assert isinstance(kind, PrimitiveType)  # a struct<value, metadata> now
-    assert kind.type == "variant"
+
+    assert refused.value.columns == ["v"]
+    assert str(refused.value) == f"sink 's', batch 0: {message}"
+    assert not path.exists()
+    with pytest.raises(SchemaMismatchError) as checked:
+        sink.check_schema(arrow_schema_of(df))
+    assert str(checked.value) == f"sink 's': {message}"

@@ -17,10 +17,10 @@ OPTIONS = (
     SinkOption(
         "value",
         '`"json"`',
-        "`json`: the whole row as compact JSON (dates ISO 8601, decimals as text, bytes "
-        "base64, maps with string keys as objects; maps with other keys, intervals and "
-        "variants are refused before the first record); or the name of a string/binary "
-        "column sent as is (null = tombstone)",
+        "`json`: the whole row as compact JSON (dates ISO 8601, instants in UTC, decimals as "
+        "text, bytes base64, maps with string keys as objects; maps with other keys, "
+        "intervals and variants are refused before the first record); or the name of a "
+        "string/binary column sent as is (null = tombstone)",
     ),
     SinkOption(
         "headers",

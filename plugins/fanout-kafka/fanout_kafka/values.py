@@ -1,8 +1,9 @@
 """A row's values as Kafka bytes: keys and headers as text or JSON, rows as compact JSON
-(dates ISO 8601, decimals as text, bytes base64, NaN and infinities as the strings Spark's
-``to_json`` writes, since JSON has no such numbers, maps with string keys as objects).
-Shared by the row and the vectorised encoders. The column types these cannot write
-faithfully are refused on the batch's schema first (:mod:`fanout_kafka.json_types`)."""
+(dates ISO 8601, instants in UTC, decimals as text, bytes base64, NaN and infinities as
+the strings Spark's ``to_json`` writes, since JSON has no such numbers, maps with string
+keys as objects). Shared by the row and the vectorised encoders. The column types these
+cannot write faithfully are refused on the batch's schema first
+(:mod:`fanout_kafka.json_types`)."""
 
 from __future__ import annotations
 
@@ -56,8 +57,12 @@ def _finite(value: Any) -> Any:
 
 
 def json_default(value: Any) -> Any:
-    """JSON for what ``json`` cannot write: dates and times as ISO 8601, decimals as
-    text, bytes as base64."""
+    """JSON for what ``json`` cannot write: dates and times as ISO 8601 (an instant in UTC,
+    ``+00:00``, whatever zone Spark's session gave it: the same instant is the same text,
+    at the top level and nested, as the column-wise path writes it), decimals as text,
+    bytes as base64."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).isoformat()
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):

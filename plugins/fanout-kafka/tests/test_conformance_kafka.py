@@ -44,7 +44,7 @@ class TestKafkaConformance(SinkConformance):
                 "producer": {
                     "security.protocol": "SASL_PLAINTEXT",
                     "sasl.mechanism": "PLAIN",
-                    "sasl.username": "u",
+                    "sasl.username": "conformance-user",
                     "sasl.password": SASL_PASSWORD,
                 },
             },

@@ -104,3 +104,32 @@ def test_json_of_dates_decimals_and_bytes() -> None:
     }
     assert to_bytes(dt.date(2024, 1, 2)) == b"2024-01-02"
     assert to_bytes(3.5) == b"3.5"
+
+
+def test_an_instant_is_utc_text_whatever_the_session_zone_nested_and_in_keys() -> None:
+    import pyarrow as pa
+
+    # Arrow carries Spark's instants in the session's zone (here Asia/Kolkata, +05:30);
+    # a zone other than UTC takes the row-by-row path
+    zone = pa.timestamp("us", tz="Asia/Kolkata")
+    at = dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC)
+    table = pa.table(
+        {
+            "id": pa.array([at], pa.timestamp("us", tz="UTC")).cast(zone),
+            "s": pa.array(
+                [{"at": at, "day": dt.date(2024, 1, 2)}],
+                pa.struct([("at", zone), ("day", pa.date32())]),
+            ),
+            "a": pa.array([[at.replace(microsecond=0)]], pa.list_(zone)),
+        }
+    )
+    good, bad = encoder(headers=()).encode_arrow(table.to_batches())
+    assert bad == []
+    assert [(r.key, r.value) for r in good] == [
+        (
+            b"2024-01-02T03:04:05.123456+00:00",
+            b'{"id":"2024-01-02T03:04:05.123456+00:00",'
+            b'"s":{"at":"2024-01-02T03:04:05.123456+00:00","day":"2024-01-02"},'
+            b'"a":["2024-01-02T03:04:05+00:00"]}',
+        )
+    ]

@@ -15,6 +15,7 @@ message), column_name, value (as text), row (JSON of the batch row), rejected_at
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -185,4 +186,12 @@ def as_letter(reject: Mapping[str, Any], target: str) -> DeadLetter:
 
 
 def _jsonable(row: Mapping[str, Any]) -> Any:
-    return json.loads(json.dumps(dict(row), default=str))
+    """A route's refused row (Arrow's Python values) as JSON values: a timestamp or a date
+    as ISO 8601, an instant in UTC (as a partition's own letters write them), anything
+    else JSON cannot write as its ``str``."""
+    from fanout_postgres.encode import iso_text
+
+    def text(value: Any) -> str:
+        return iso_text(value) if isinstance(value, dt.date) else str(value)
+
+    return json.loads(json.dumps(dict(row), default=text))

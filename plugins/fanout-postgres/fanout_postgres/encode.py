@@ -3,11 +3,13 @@
 Runs on the executors. Values are rendered by Arrow's CSV writer (unquoted empty field =
 NULL, ``""`` = empty string), after turning the types CSV cannot carry into text:
 ``binary`` becomes PostgreSQL's hex ``bytea`` input (``\\x...``) and nested values
-(arrays, maps, structs) become JSON; an instant (a timestamp with a zone) is printed in UTC.
+(arrays, maps, structs) become JSON; an instant (a timestamp with a zone) is printed in UTC,
+at the top level and inside nested values and dead letters alike.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import math
@@ -174,18 +176,38 @@ def _nested_json(kind: pa.DataType) -> Callable[[Any], str]:
 def _typed(value: Any, kind: pa.DataType) -> Any:
     """A nested value (from ``to_pylist``) ready for JSON by its Arrow type: a map is an
     object (an empty one too), a decimal stays a :class:`~decimal.Decimal` (see
-    :func:`_json_text`)."""
+    :func:`_json_text`), a timestamp or a date is ISO 8601 text (:func:`iso_text`)."""
     if value is None:
         return None
     if pa.types.is_map(kind):
-        return {str(k): _typed(v, kind.item_type) for k, v in value}
+        return {_key(k, kind.key_type): _typed(v, kind.item_type) for k, v in value}
     if pa.types.is_struct(kind):
         return {f.name: _typed(value[f.name], f.type) for f in kind}
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
         return [_typed(v, kind.value_type) for v in value]
     if pa.types.is_decimal(kind):
         return value
+    if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
+        return iso_text(value)
     return _jsonable(value)
+
+
+def _key(key: Any, kind: pa.DataType) -> str:
+    """A map key as a JSON object's name: a timestamp or a date as :func:`iso_text`."""
+    if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
+        return iso_text(key)
+    return str(key)
+
+
+def iso_text(value: dt.date) -> str:
+    """A timestamp or a date as ISO 8601, whatever Spark's session zone: an instant (an
+    aware ``datetime``, in the session's zone) in UTC with its offset
+    (``2024-01-02T03:04:05.123456+00:00``, the fraction only when not zero), as a top-level
+    instant is stored; a ``timestamp_ntz`` (naive) as its own wall clock, without offset;
+    a date as ``YYYY-MM-DD``."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).isoformat()
+    return value.isoformat()
 
 
 def _holds_decimal(kind: pa.DataType) -> bool:
@@ -264,7 +286,8 @@ def row_json(table: pa.Table, row: int, sources: dict[str, str]) -> str:
 
 def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
     """The value of one cell as text (``None`` for SQL NULL or no column), as ``text``
-    takes it (a NUL as :data:`NUL_TEXT`; a float as its JSON text: ``NaN``, ``Infinity``)."""
+    takes it (a NUL as :data:`NUL_TEXT`; a float as its JSON text: ``NaN``, ``Infinity``;
+    a timestamp or a date as ISO 8601, an instant in UTC: :func:`iso_text`)."""
     if column is None or column not in table.column_names:
         return None
     value = table.column(column)[row].as_py()
@@ -275,6 +298,8 @@ def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
     kind = table.column(column).type
     if pa.types.is_nested(kind) or pa.types.is_map(kind):  # as COPY got it
         text = _nested_json(kind)(value)
+    elif isinstance(value, dt.date):  # a datetime too: ISO 8601, an instant in UTC
+        text = iso_text(value)
     else:
         text = value if isinstance(value, str) else json.dumps(_jsonable(value), default=str)
     return text.replace("\x00", NUL_TEXT)

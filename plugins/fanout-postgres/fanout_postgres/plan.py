@@ -302,7 +302,9 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
         keys=keys,
         order_by=options.order_by,
         upsert=options.mode == "upsert",
-        text_compared=[t for t in targets if pgtypes.compares_as_text(info.columns[t].sa_type)],
+        text_compared=[
+            t for t in targets if pgtypes.changes_compare_as_text(info.columns[t].sa_type)
+        ],
         state_schema=options.state_schema,
         dead_letter=options.dead_letter_table,
     )

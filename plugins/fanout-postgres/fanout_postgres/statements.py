@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fanout_postgres.identifiers import TableName, quote
 
@@ -21,6 +21,10 @@ WINNERS = "fanout_winners"
 """Temporary table of the rows left after deduplication, built only to isolate bad rows."""
 ROW = "__fanout_row"
 """Staging column holding each row's position in its partition (tie-break and bisection)."""
+
+_AsText = Literal["only", "also"] | None
+"""How the no-op check compares a column: as text only, as itself and as text, or as
+itself (``None``)."""
 
 
 @dataclass(frozen=True)
@@ -72,8 +76,11 @@ def build_statements(
     :param columns: ``(target column, SQLAlchemy type)`` of every column written.
     :param keys: the conflict target (upsert) — a unique-constrained column set.
     :param order_by: upsert: which row of a key wins (greatest first, ties to the greatest
-        values of the other columns in table order); empty: no dedupe.
-    :param text_compared: columns compared as text in the no-op check (``json``).
+        values of the other columns in table order, then to the greatest text of each
+        column whose type's ``=`` is coarser than its text, keys included — see
+        :func:`fanout_postgres.types.equality_is_coarse`); empty: no dedupe.
+    :param text_compared: columns compared as text in the no-op check
+        (:func:`fanout_postgres.types.changes_compare_as_text`).
     """
     import sqlalchemy as sa
     from sqlalchemy.dialects import postgresql as pg
@@ -92,18 +99,37 @@ def build_statements(
 
     types = dict(columns)
     tie_breakers = [n for n in names if n not in keys and n not in order_by]
+    # columns whose = leaves rows tied that differ in text (1.0 and 1.00, 'A' and 'a' in
+    # citext): after every other term their text decides, keys included (which spelling of
+    # a citext key is written); a tie-breaker ordered as text already is not repeated
+    # the no-op check: a column whose = is coarser than its text (citext, numeric, -0.0)
+    # compares as itself and as text ('bob' -> 'Bob' and 1.0 -> 1.000 are changes to
+    # write; its = still decides where the text is not exact, a double under
+    # extra_float_digits < 1); one without a usable = only as text
+    as_text: dict[str, _AsText] = {
+        n: (None if n not in text_compared else "only" if _orders_as_text(t) else "also")
+        for n, t in columns
+    }
+    spelled = [
+        n
+        for n in names
+        if _equality_is_coarse(types[n]) or (_unknown(types[n]) and n not in tie_breakers)
+    ]
 
     def source(src: sa.Table, dedupe: bool) -> Any:
         cols = [src.c[n] for n in names] + [src.c[ROW]]
         query = sa.select(*cols)
         if dedupe and upsert and order_by:
             # Ties on order_by go to the greatest value of each other column, in table order,
-            # never to the arrival order (a replay may deliver the rows in another order).
-            # Rows still tied are equal in every written column: either one gives the result.
+            # then to the greatest text (byte order) of each column whose = is coarser than
+            # its text, never to the arrival order (a replay may deliver the rows in another
+            # order). Rows still tied have the same text in every written column: either
+            # one gives the result.
             query = _distinct_on(query, [src.c[k] for k in keys]).order_by(
                 *[src.c[k] for k in keys],
                 *[src.c[o].desc().nulls_last() for o in order_by],
                 *[_orderable(src.c[n], types[n]).desc().nulls_last() for n in tie_breakers],
+                *[_as_text(src.c[n]).collate("C").desc().nulls_last() for n in spelled],
                 src.c[ROW].desc(),
             )
         return query.subquery("w")
@@ -115,8 +141,8 @@ def build_statements(
         if upsert:
             update = [n for n in names if n not in keys]
             if update:
-                mine = [_comparable(table.c[n], n in text_compared) for n in update]
-                theirs = [_comparable(stmt.excluded[n], n in text_compared) for n in update]
+                mine = [t for n in update for t in _compared(table.c[n], as_text[n])]
+                theirs = [t for n in update for t in _compared(stmt.excluded[n], as_text[n])]
                 stmt = stmt.on_conflict_do_update(
                     index_elements=list(keys),
                     set_={n: stmt.excluded[n] for n in update},
@@ -168,7 +194,7 @@ def build_statements(
             target,
             names,
             keys,
-            text_compared,
+            as_text,
             # the whole stage, unfiltered: a range filter makes the planner guess a few rows
             # and, when the target's statistics say it is empty, join by a nested loop that
             # scans the target once per staged row while the MERGE fills it (quadratic)
@@ -215,7 +241,7 @@ def _merge(
     target: TableName,
     names: Sequence[str],
     keys: Sequence[str],
-    text_compared: Sequence[str],
+    as_text: dict[str, _AsText],
     source: str,
 ) -> str:
     """The upsert as ``MERGE`` (PostgreSQL 15+), for a staging table holding each key once.
@@ -230,8 +256,10 @@ def _merge(
         return quote(name).replace("%", "%%")
 
     def col(alias: str, name: str) -> str:
-        text = f"{alias}.{q(name)}"
-        return f"CAST({text} AS TEXT)" if name in text_compared else text
+        value = f"{alias}.{q(name)}"
+        text = f"CAST({value} AS TEXT)"
+        how = as_text[name]
+        return value if how is None else text if how == "only" else f"{value}, {text}"
 
     update = [n for n in names if n not in keys]
     on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in keys)
@@ -303,18 +331,39 @@ def _distinct_on(query: Any, columns: Sequence[Any]) -> Any:
 def _orderable(column: Any, sa_type: Any) -> Any:
     """``column`` as a sort key: as itself, or as text for types PostgreSQL cannot order
     (``json``) or SQLAlchemy did not recognise (``xml``, geometric types, ...)."""
+    return _as_text(column) if _orders_as_text(sa_type) else column
+
+
+def _orders_as_text(sa_type: Any) -> bool:
+    from fanout_postgres.types import orders_as_text
+
+    return orders_as_text(sa_type)
+
+
+def _equality_is_coarse(sa_type: Any) -> bool:
+    from fanout_postgres.types import equality_is_coarse
+
+    return equality_is_coarse(sa_type)
+
+
+def _unknown(sa_type: Any) -> bool:
+    """A type SQLAlchemy did not recognise (its ``=``, if any, is not known to be exact)."""
     import sqlalchemy as sa
 
-    from fanout_postgres.types import compares_as_text
-
-    unknown = isinstance(sa_type, sa.types.NullType)
-    return sa.cast(column, sa.Text) if unknown or compares_as_text(sa_type) else column
+    return isinstance(sa_type, sa.types.NullType)
 
 
-def _comparable(column: Any, as_text: bool) -> Any:
+def _as_text(column: Any) -> Any:
     import sqlalchemy as sa
 
-    return sa.cast(column, sa.Text) if as_text else column
+    return sa.cast(column, sa.Text)
+
+
+def _compared(column: Any, as_text: _AsText) -> list[Any]:
+    """What the no-op check compares of ``column``: itself, its text, or both."""
+    if as_text is None:
+        return [column]
+    return [_as_text(column)] if as_text == "only" else [column, _as_text(column)]
 
 
 def progress_table(state_schema: str) -> Any:

@@ -235,22 +235,64 @@ def max_length(sa_type: Any) -> int | None:
     return None
 
 
-def compares_as_text(sa_type: Any) -> bool:
-    """Types compared as text when deciding whether an update changes anything: ``json``
-    (no equality operator), a type SQLAlchemy did not recognise (``xml``, ``point`` and the
-    other geometric types have none, ``box`` or ``circle`` compare areas; equal text is
-    equal values for any of them), and arrays and domains of those."""
+def changes_compare_as_text(sa_type: Any) -> bool:
+    """Whether the upsert's no-op check (does an update change the stored row?) must
+    compare this type's values as text: its ``=`` is missing or untrustworthy
+    (:func:`orders_as_text`), or coarser than what the column stores
+    (:func:`equality_is_coarse`: ``1.0 = 1.000`` in ``numeric``, yet the table keeps the
+    text it was given). Equal text is an unchanged value for every type; the other types
+    (``integer``, ``text``, ``timestamp``, ...) are compared natively, which is cheaper."""
+    return orders_as_text(sa_type) or equality_is_coarse(sa_type)
+
+
+def orders_as_text(sa_type: Any) -> bool:
+    """Types ordered and compared only as text: ``json`` (no equality or ordering), a type
+    SQLAlchemy did not recognise (``xml``, ``point`` and the other geometric types have no
+    usable ``=``, ``box`` or ``circle`` compare areas; equal text is equal values for any
+    of them), and arrays and domains of those."""
     import sqlalchemy as sa
     from sqlalchemy.dialects import postgresql as pg
 
     if isinstance(sa_type, sa.types.NullType):
         return True
+    inner = _element_type(sa_type)
+    if inner is not None:
+        return orders_as_text(inner)
+    return isinstance(sa_type, pg.JSON) and not isinstance(sa_type, pg.JSONB)
+
+
+def equality_is_coarse(sa_type: Any) -> bool:
+    """Types whose ``=`` calls values equal that the column stores (and prints)
+    differently: an unconstrained ``numeric`` keeps the scale it is given (``1.0`` and
+    ``1.000``), ``real`` / ``double precision`` have ``-0`` and ``0``, ``citext`` ignores
+    case, ``interval`` equates ``1 day`` and ``24 hours``, ``jsonb`` compares its numbers
+    as ``numeric`` (``{"a": 1.0}`` and ``{"a": 1.00}``), ``numrange`` its bounds; and
+    arrays and domains of those. A ``numeric(p, s)`` stores every value at scale ``s``:
+    its ``=`` is exact."""
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql as pg
+
+    inner = _element_type(sa_type)
+    if inner is not None:
+        return equality_is_coarse(inner)
+    if isinstance(sa_type, sa.Float):  # before Numeric: Float is a Numeric
+        return True
+    if isinstance(sa_type, sa.Numeric):
+        return sa_type.scale is None
+    return isinstance(sa_type, (pg.CITEXT, pg.INTERVAL, pg.JSONB, pg.NUMRANGE))
+
+
+def _element_type(sa_type: Any) -> Any:
+    """The type inside an array or a domain, else ``None``."""
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql as pg
+
     if isinstance(sa_type, sa.ARRAY):
-        return compares_as_text(sa_type.item_type)
+        return sa_type.item_type
     domain = getattr(pg, "DOMAIN", None)  # SQLAlchemy >= 2.0 reflects domains as DOMAIN
     if domain is not None and isinstance(sa_type, domain):
-        return compares_as_text(sa_type.data_type)
-    return isinstance(sa_type, pg.JSON) and not isinstance(sa_type, pg.JSONB)
+        return sa_type.data_type
+    return None
 
 
 def type_for_create(data_type: Any) -> Any:

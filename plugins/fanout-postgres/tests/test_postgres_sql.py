@@ -41,6 +41,8 @@ def test_ties_on_order_by_sort_json_and_unknown_types_as_text() -> None:
         "CAST(pg_temp.fanout_stage.doc AS TEXT) DESC NULLS LAST, "
         "CAST(pg_temp.fanout_stage.shape AS TEXT) DESC NULLS LAST, "
         "pg_temp.fanout_stage.tags DESC NULLS LAST, "
+        # then the text of jsonb, whose = compares numbers as numeric ({"a": 1.0} = {"a": 1.00})
+        'CAST(pg_temp.fanout_stage.tags AS TEXT) COLLATE "C" DESC NULLS LAST, '
         "pg_temp.fanout_stage.__fanout_row DESC" in sql
     )
 
@@ -109,3 +111,46 @@ def test_type_compatibility() -> None:
     assert target_kind(pg.JSONB()) == "json" and target_kind(sa.String(5)) == "text"
     assert "string" in COMPATIBLE["other"] and "int" not in COMPATIBLE["bool"]
     assert "float" not in COMPATIBLE["int"] and "nested" in COMPATIBLE["json"]
+
+
+def test_a_dead_letter_s_timestamp_or_date_value_is_iso_8601_an_instant_in_utc() -> None:
+    import datetime as dt
+
+    from fanout_postgres.encode import row_json, value_text
+
+    at = dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC)
+    table = pa.table(
+        {
+            # an instant in the Spark session's zone, as Arrow carries it
+            "at": pa.array([at], pa.timestamp("us", tz="UTC")).cast(
+                pa.timestamp("us", tz="Asia/Kolkata")
+            ),
+            "ntz": pa.array([dt.datetime(2024, 1, 2, 3, 4, 5)], pa.timestamp("us")),
+            "day": pa.array([dt.date(2024, 1, 2)], pa.date32()),
+        }
+    )
+    assert [value_text(table, 0, c) for c in ("at", "ntz", "day")] == [
+        "2024-01-02T03:04:05.123456+00:00",
+        "2024-01-02T03:04:05",
+        "2024-01-02",
+    ]
+    assert row_json(table, 0, {}) == (
+        '{"at": "2024-01-02T03:04:05.123456+00:00", "ntz": "2024-01-02T03:04:05", '
+        '"day": "2024-01-02"}'
+    )
+
+
+def test_a_route_letter_s_row_writes_timestamps_as_iso_8601_an_instant_in_utc() -> None:
+    import datetime as dt
+    from zoneinfo import ZoneInfo
+
+    from fanout_postgres.deadletter import _jsonable
+
+    # a route's refused row as Arrow's to_pylist gives it: instants in the session's zone
+    at = dt.datetime(2024, 1, 2, 8, 34, 5, 123456, tzinfo=ZoneInfo("Asia/Kolkata"))
+    row = {"at": at, "s": {"at": at, "day": dt.date(2024, 1, 2)}, "a": [at.replace(tzinfo=None)]}
+    assert _jsonable(row) == {
+        "at": "2024-01-02T03:04:05.123456+00:00",
+        "s": {"at": "2024-01-02T03:04:05.123456+00:00", "day": "2024-01-02"},
+        "a": ["2024-01-02T08:34:05.123456"],
+    }

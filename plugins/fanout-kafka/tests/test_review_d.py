@@ -1,0 +1,225 @@
+"""Review d (adversarial review of the Kafka sink): reproductions of places where the
+sink's promise breaks. Each test asserts the promised behaviour (nothing lost, doubled or
+silently altered; secrets masked) and is an expected, strict failure on the current code:
+when one starts to pass, its finding is fixed and the mark must go."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fanout_kafka import KafkaBadRecordError, KafkaSink
+from fanout_kafka.records import Record, batch_headers
+from kafkatools import Broker, create_topic, key_counts, read_topic
+
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.sink import SinkResult
+from fanout.testing import open_sink
+from tests.integration.streams import delta_rows
+
+
+def opened(kafka: Broker, topic: str, pipeline: str | None = None, **options: Any) -> KafkaSink:
+    """A sink ``events`` on ``topic`` keyed by ``id`` (one partition unless told),
+    opened for ``pipeline`` (a fresh one by default)."""
+    options.setdefault("key", "id")
+    options.setdefault("partitions", 1)
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, **options)
+    return open_sink(sink, pipeline or f"rd{uuid.uuid4().hex[:6]}")
+
+
+def write(sink: KafkaSink, df: Any, batch_id: int = 0) -> SinkResult:
+    """Batch ``batch_id`` of ``df`` through ``sink``."""
+    pipeline = sink.pipeline or "p"
+    info = BatchInfo(pipeline, batch_id)
+    return sink.write(Batch(df, info, sink.name, txn_app_id(pipeline, sink.name)))
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 1")
+def test_a_row_sharing_key_and_value_with_a_refused_record_is_not_lost(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    """Two rows with the same key and value but different header columns: the producer
+    refuses the one with many headers (librdkafka frames each header, which the sink's
+    size bound does not count), so it is dead-lettered. The other row must still be
+    written: it was accepted. Today both are dropped from the retried transaction, which
+    drops records by (key, value) (transaction.py, commit), and the second row is in
+    neither the topic nor the dead-letter table, with no error."""
+    heads = [f"h{i:02d}" for i in range(60)]
+    pipeline = f"rd{uuid.uuid4().hex[:6]}"
+    sink = opened(kafka, topic, pipeline, value="payload", headers=heads,
+                  producer={"message.max.bytes": 2000},
+                  dead_letter=str(tmp_path / "dlq"))  # fmt: skip
+    fixed = batch_headers(pipeline, "events", 0)
+    # the refused row's size by the sink's own bound: exactly the limit, so it passes the
+    # check before sending; librdkafka's count (2 bytes of framing a header) is over it
+    base = Record(b"1", b"", [*fixed, *[(h, b"x") for h in heads]]).size
+    payload = "v" * (2000 - base)
+    columns = ", ".join(f"{c} STRING" for c in heads)
+    rows = [(1, payload, *(["x"] * 60)), (1, payload, *([None] * 60))]
+    df = spark.createDataFrame(rows, f"id LONG, payload STRING, {columns}")
+    result = write(sink, df)
+    letters = delta_rows(tmp_path / "dlq")
+    assert len(letters) == 1 and "refused by the producer" in letters[0]["reason"]
+    assert (result.rows, result.details["dead_letters"]) == (2, 1)
+    assert result.details["written"] == 1  # today: 0
+    records = read_topic(kafka.bootstrap, topic, 1, timeout=10)
+    assert [(r["key"], len(r["value"]), r["headers"].get("h00")) for r in records] == [
+        ("1", len(payload), None)
+    ]
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 2")
+def test_a_replay_after_the_marker_topic_changed_does_not_write_committed_partitions_again(
+    spark: Any, kafka: Broker, topic: str
+) -> None:
+    """Batch 0 fails in one partition (a null key, no dead-letter target) after the other
+    committed. The restart adds the dead-letter target and, in the same edit, moves the
+    markers to another topic. The replay cannot see that partition 1 holds the batch and
+    writes it again: its rows twice, no error. Expected: each row once, or the replay
+    refused (the ledger knows the batch is half written; the new marker topic shows no
+    partition of it)."""
+    sink = opened(kafka, topic, partitions=2)
+    rows = [(i, f"v{i}") for i in range(1, 9)] + [(None, "no key")]
+    df = spark.createDataFrame(rows, "id LONG, payload STRING")
+    with pytest.raises(KafkaBadRecordError, match=r"partitions holding the batch \(skipped"):
+        write(sink, df)
+    dlq = f"{topic}-dlq"
+    create_topic(kafka.bootstrap, dlq, 1)
+    moved = opened(kafka, topic, str(sink.pipeline), partitions=2, dead_letter=f"kafka:{dlq}",
+                   marker_topic=f"markers-{uuid.uuid4().hex[:8]}")  # fmt: skip
+    try:
+        write(moved, df)
+    except Exception:  # a refusal is an accepted outcome
+        return
+    counts = key_counts(read_topic(kafka.bootstrap, topic, 8))
+    assert counts == {str(i): 1 for i in range(1, 9)}
+
+
+def test_a_map_column_is_written_as_a_json_object(spark: Any, kafka: Broker, topic: str) -> None:
+    """The README promises the row as JSON the way Spark's ``to_json`` writes it. A map
+    was written as an array of [key, value] pairs (pyarrow's ``to_pylist`` form), an empty
+    map as ``[]``: a reader saw another type than the batch held."""
+    sink = opened(kafka, topic)
+    df = spark.sql(
+        "SELECT 1L AS id, map('a', 1, 'b', 2) AS m, map('k', 'v') AS s, "
+        "map_filter(map('x', 1), (k, v) -> false) AS e"
+    )
+    write(sink, df)
+    (record,) = read_topic(kafka.bootstrap, topic, 1)
+    assert json.loads(record["value"]) == {
+        "id": 1, "m": {"a": 1, "b": 2}, "s": {"k": "v"}, "e": {}
+    }  # fmt: skip
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 4")
+def test_a_day_time_interval_keeps_its_microseconds(spark: Any, kafka: Broker, topic: str) -> None:
+    """A day-time interval is written as float seconds (``timedelta.total_seconds()``):
+    100000 days and 1 microsecond (8640000000.000001 s) arrives as 8640000000.000002, a
+    value other than the batch's, without an error (Spark's ``to_json`` writes the
+    interval's exact text)."""
+    sink = opened(kafka, topic)
+    df = spark.sql("SELECT 1L AS id, INTERVAL '100000 00:00:00.000001' DAY TO SECOND AS d")
+    write(sink, df)
+    (record,) = read_topic(kafka.bootstrap, topic, 1)
+    value = record["value"]
+    assert "8640000000.000002" not in value  # today: '{"id":1,"d":8640000000.000002}'
+    assert "8640000000.000001" in value or "INTERVAL '100000 00:00:00.000001'" in value
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 5")
+def test_an_oauth_assertion_key_passphrase_is_a_secret() -> None:
+    """``secret_values()`` decides what fanout masks in errors, logs and the ledger; the
+    librdkafka setting ``sasl.oauthbearer.assertion.private.key.passphrase`` holds a
+    password but matches none of the secret words (password, secret, key.pem, ...)."""
+    sink = KafkaSink("events", bootstrap_servers="127.0.0.1:9", topic="t", producer={
+        "sasl.oauthbearer.assertion.private.key.passphrase": "hunter2-passphrase"})  # fmt: skip
+    assert "hunter2-passphrase" in sink.secret_values()
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 6")
+def test_validate_refuses_a_keyless_sink_over_a_map_column(spark: Any, kafka: Broker) -> None:
+    """A keyless sink partitions by every column, and Spark refuses to hash a map
+    (``DATATYPE_MISMATCH.HASH_MAP_TYPE``): every batch of such a query fails. ``fanout
+    validate`` (``check_schema``) passes it, so the stream starts and stalls at its first
+    batch with Spark's error instead of failing before it starts."""
+    from fanout.errors import SchemaMismatchError
+
+    sink = open_sink(KafkaSink("events", bootstrap_servers=kafka.bootstrap,
+                               topic=_any_topic(kafka), partitions=2), "rdmap")  # fmt: skip
+    schema = spark.sql("SELECT 1L AS id, map('a', 1) AS m").toArrow().schema
+    with pytest.raises(SchemaMismatchError):
+        sink.check_schema(schema)
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 7")
+def test_a_record_the_producer_refuses_is_named_by_its_key(
+    spark: Any, kafka: Broker, topic: str
+) -> None:
+    """Without a dead-letter target, a record the local producer refuses (its headers'
+    framing puts it over ``message.max.bytes`` though the sink's bound let it through)
+    fails the batch with librdkafka's words only: no key, no size, no limit, so the
+    user cannot find the row (a record over the sink's own bound is named by its key)."""
+    heads = [f"h{i:02d}" for i in range(60)]
+    pipeline = f"rd{uuid.uuid4().hex[:6]}"
+    sink = opened(kafka, topic, pipeline, value="payload", headers=heads,
+                  producer={"message.max.bytes": 2000})  # fmt: skip
+    base = Record(b"1", b"", [*batch_headers(pipeline, "events", 0), *[(h, b"x") for h in heads]])
+    columns = ", ".join(f"{c} STRING" for c in heads)
+    df = spark.createDataFrame([(1, "v" * (2000 - base.size), *(["x"] * 60))],
+                               f"id LONG, payload STRING, {columns}")  # fmt: skip
+    with pytest.raises(KafkaBadRecordError) as caught:
+        write(sink, df)
+    assert "refused by the producer" in str(caught.value)
+    assert "key '1'" in str(caught.value)
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 8")
+def test_a_date_python_cannot_hold_is_a_bad_record_not_a_stalled_batch(
+    spark: Any, kafka: Broker, topic: str
+) -> None:
+    """Spark holds dates and timestamps outside Python's years 1-9999 (here 0000-12-31;
+    ``to_json`` writes it). The encoder turns them into Python objects, which raises
+    ``OverflowError: date value out of range``: the partition fails with that text alone
+    (no column, value or row), and the configured dead-letter target is not used, so no
+    replay can ever complete the batch."""
+    dlq = f"{topic}-dlq"
+    create_topic(kafka.bootstrap, dlq, 1)
+    sink = opened(kafka, topic, dead_letter=f"kafka:{dlq}")
+    df = spark.sql(
+        "SELECT * FROM VALUES (1L, DATE'2024-05-01'), (2L, date_add(DATE'0001-01-01', -1)) "
+        "AS t(id, d)"
+    )
+    result = write(sink, df)  # today: SinkWriteError "... - OverflowError: date value out of range"
+    assert (result.rows, result.details["written"], result.details["dead_letters"]) == (2, 1, 1)
+    assert [r["key"] for r in read_topic(kafka.bootstrap, topic, 1)] == ["1"]
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 9")
+def test_two_sinks_of_one_fan_out_sharing_a_transactional_id_prefix_are_refused_at_build(
+    kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    """Two Kafka sinks of one ``FanOut`` with the same explicit ``transactional_id_prefix``
+    fence each other's producers in every batch (seen: each partition of sink ``b``
+    ``KafkaFencedError`` on ``shared-0``/``shared-1``, not retried). Both prefixes are
+    known when the ``FanOut`` is built, where the clash could be refused."""
+    from fanout import FanOut
+    from fanout.errors import ConfigurationError
+
+    other = f"{topic}-b"
+    create_topic(kafka.bootstrap, other, 1)
+    sinks = [
+        {"type": "kafka", "name": name, "bootstrap_servers": kafka.bootstrap, "topic": target,
+         "key": "id", "partitions": 2, "transactional_id_prefix": "shared"}
+        for name, target in (("a", topic), ("b", other))
+    ]  # fmt: skip
+    with pytest.raises(ConfigurationError, match="transactional_id_prefix"):
+        FanOut("rdshared", str(tmp_path / "ledger"), sinks).close()
+
+
+def _any_topic(kafka: Broker) -> str:
+    name = f"orders-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, name, 1)
+    return name
