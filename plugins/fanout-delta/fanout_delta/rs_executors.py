@@ -205,7 +205,12 @@ class _ExecutorAppend:
 
     def task_failure(self, failed: Sequence[TaskFiles]) -> SinkError:
         """The error of a shared job whose tasks failed to write this sink's files (none
-        is committed): transient when every failure is."""
+        is committed): transient when every failure is; the refusal of a partition value
+        no Delta table can keep, as the sink's own job says it, when a task refused one."""
+        for w in failed:
+            refused = unstorable_in_task(Exception(w.error), self.sink.name, self.batch_id)
+            if refused is not None:
+                return refused
         lines = [f"{len(failed)} task(s) of the shared job failed to write the files; "
                  "nothing was committed"]  # fmt: skip
         lines += [f"  - p{w.partition}: {w.error}" for w in failed]

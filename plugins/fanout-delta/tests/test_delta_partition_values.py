@@ -282,3 +282,43 @@ def test_the_spark_engine_refuses_an_empty_string_partition_value(spark, tmp_pat
     assert [(letter.column, letter.value, letter.row) for letter in letters] == [
         ("k", "", {"id": 1, "k": ""})
     ]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("dead_letter", [True, False])
+def test_two_delta_appends_sharing_a_job_refuse_an_empty_string_alike(spark, tmp_path, dead_letter):
+    """Two appends from the executors share one Spark job. With a dead-letter target the
+    partitioned one writes alone (its rows are filtered first) and the other keeps the
+    shared job; without, its shared task refuses the row, and its retry alone fails with
+    the same text as the driver's writer (the other sink's write stands)."""
+    from fanout import BatchFailedError, FanOut
+    from fanout.ledger.memory import MemoryLedger
+
+    a = {"type": "delta", "name": "a", "path": str(tmp_path / "a"), "partition_by": ["k"],
+         "write_from": "executors"}  # fmt: skip
+    if dead_letter:
+        a["dead_letter"] = str(tmp_path / "dead")
+    b = {"type": "delta", "name": "b", "path": str(tmp_path / "b"), "write_from": "executors"}
+    fan = FanOut("p", MemoryLedger(), [a, b], retries=1, backoff_s=0.01)
+    df = spark.createDataFrame([(1, ""), (2, "x"), (3, None)], "id long, k string")
+
+    if dead_letter:
+        results = fan.process(df, BatchInfo("p", 0, "q"))
+        assert (results["a"].rows, results["a"].dead_lettered) == (2, 1)
+        assert "shared_with" not in results["a"].details
+        assert sorted(DeltaTable(str(tmp_path / "a")).to_pyarrow_table()["id"].to_pylist()) == [
+            2, 3,
+        ]  # fmt: skip
+        assert [(c, v) for c, v, _, _ in letters_of(tmp_path / "dead")] == [("k", "")]
+    else:
+        with pytest.raises(BatchFailedError) as raised:
+            fan.process(df, BatchInfo("p", 0, "q"))
+        assert str(raised.value) == (
+            "pipeline 'p', batch 0: 1 sink(s) failed (a); b committed the batch and will be "
+            "skipped when the query restarts and Spark replays it:\n"
+            f"  - a: SinkWriteError: sink 'a', batch 0: {EMPTY}"
+        )
+        assert not (tmp_path / "a" / "_delta_log").exists()
+    assert sorted(DeltaTable(str(tmp_path / "b")).to_pyarrow_table()["id"].to_pylist()) == [
+        1, 2, 3,
+    ]  # fmt: skip
