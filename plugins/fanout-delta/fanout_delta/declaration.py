@@ -52,9 +52,10 @@ OPTIONS = (
         "none",
         "partition columns of a new table (an existing table's must match); every batch "
         "must carry them. A partition value no Delta table can keep is refused by every "
-        "writer alike: an empty string (Delta reads it back as null), a date or timestamp "
-        "past the year 9999 in UTC (delta-rs cannot read it back). Such a row goes to "
-        "`dead_letter`, or fails the batch naming sink, batch, column and value",
+        "writer alike: an empty string (Delta reads it back as null; delta-spark writes it "
+        "as null), and with engine `rs` a date or timestamp past the year 9999 in UTC "
+        "(delta-rs cannot read it back). Such a row goes to `dead_letter`, or fails the "
+        "batch naming sink, batch, column and value",
     ),
     SinkOption(
         "merge_schema",
