@@ -11,8 +11,11 @@ referenced by the table (see :mod:`fanout.delta_tables.distributed`).
 
 Statistics follow Delta's ``stats`` JSON (``numRecords``, ``minValues``, ``maxValues``,
 ``nullCount``) and are conservative: a reader skips files by them, so a value this module
-cannot state exactly (NaN, long strings, decimals, nested values, booleans, binary) is
-left out, which only means the file is never skipped on that column.
+cannot state exactly (NaN, long strings, decimals, nested values, booleans, binary, dates
+and timestamps outside the years 1 to 9999) is left out, which only means the file is never
+skipped on that column. Dates and timestamps are formatted from their integers
+(:mod:`fanout.delta_tables.values`), and a partition value no Delta table can keep (an
+empty string, a year past 9999) fails the task naming the column and value.
 """
 
 from __future__ import annotations
@@ -23,12 +26,21 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from fanout.contract.locations import local_path
 from fanout.delta_tables.dictionary import dictionary_columns
+from fanout.delta_tables.values import (
+    MICROS_PER_DAY,
+    UnstorablePartitionValue,
+    date_text,
+    in_four_digit_years,
+    micros_of,
+    partition_text,
+    refusal,
+    timestamp_text,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -186,14 +198,16 @@ class FileWriter:
                 kind = self.schema.field(name).type
                 table = table.append_column(pa.field(name, kind), pa.nulls(len(table), kind))
         groups = table.select(columns).group_by(columns, use_threads=False).aggregate([])
-        for row in groups.to_pylist():
+        # Arrow scalars, not Python values: a timestamp past the year 9999 has no datetime
+        for index in range(groups.num_rows):
+            row = {c: groups.column(c)[index] for c in columns}
             masks = [
-                pc.is_null(table.column(c)) if row[c] is None
+                pc.is_null(table.column(c)) if not row[c].is_valid
                 else pc.fill_null(pc.equal(table.column(c), row[c]), False)
                 for c in columns
             ]  # fmt: skip
             part = table.filter(functools.reduce(pc.and_, masks))
-            yield tuple(partition_value(row[c]) for c in columns), part
+            yield tuple(_partition_text(c, row[c]) for c in columns), part
 
     def _directory(self, values: tuple[str | None, ...]) -> str:
         parts = [
@@ -248,21 +262,14 @@ def conform(part: pa.Table, data_schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=data_schema)
 
 
-def partition_value(value: Any) -> str | None:
-    """A partition value as Delta serializes it in ``partitionValues``."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC).replace(tzinfo=None)
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, int | str):
-        return str(value)
-    raise TypeError(f"cannot write a partition value of type {type(value).__name__}")
+def _partition_text(column: str, value: pa.Scalar) -> str | None:
+    """``column``'s partition value ``value`` as Delta serializes it; raises
+    :class:`~fanout.delta_tables.values.UnstorablePartitionValue` naming the column and
+    the value when no Delta table can keep it."""
+    try:
+        return partition_text(value)
+    except UnstorablePartitionValue as exc:
+        raise UnstorablePartitionValue(refusal(column, str(exc))) from None
 
 
 @dataclass
@@ -361,9 +368,12 @@ class _Stats:
     maximum: dict[str, Any] = field(default_factory=dict)
     nulls: dict[str, int] = field(default_factory=dict)
     unstated: set[str] = field(default_factory=set)  # min/max left out
+    kinds: dict[str, pa.DataType] = field(default_factory=dict)
 
     def add(self, table: pa.Table) -> None:
+        import pyarrow as pa
         import pyarrow.compute as pc
+        import pyarrow.types as pat
 
         self.rows += table.num_rows
         for name in self.columns:
@@ -378,6 +388,9 @@ class _Stats:
                 continue
             if column.null_count == len(column):
                 continue
+            self.kinds[name] = kind
+            if pat.is_timestamp(kind) or pat.is_date32(kind):  # integers: any year
+                column = column.cast(pa.int64() if pat.is_timestamp(kind) else pa.int32())
             low, high = (v.as_py() for v in pc.min_max(column).values())
             if self.minimum.get(name) is None or low < self.minimum[name]:
                 self.minimum[name] = low
@@ -388,8 +401,8 @@ class _Stats:
         stated = [
             n for n in self.columns if n not in self.unstated and self.minimum.get(n) is not None
         ]
-        minimum = {n: _stat(self.minimum[n]) for n in stated}
-        maximum = {n: _stat(self.maximum[n]) for n in stated}
+        minimum = {n: _stat(self.minimum[n], self.kinds[n]) for n in stated}
+        maximum = {n: _stat(self.maximum[n], self.kinds[n], up=True) for n in stated}
         keep = [n for n in stated if minimum[n] is not None and maximum[n] is not None]
         return json.dumps(
             {
@@ -401,8 +414,20 @@ class _Stats:
         )
 
 
-def _stat(value: Any) -> Any:
-    """A min/max value as Delta's stats JSON holds it, or ``None`` to leave it out."""
+def _stat(value: Any, kind: pa.DataType, *, up: bool = False) -> Any:
+    """A min/max value as Delta's stats JSON holds it, or ``None`` to leave it out. A
+    timestamp or date comes as its integer (``up``: a maximum, rounded up to the
+    microsecond); one outside the years 1 to 9999 is left out (the stats' format has no
+    other year)."""
+    import pyarrow.types as pat
+
+    if pat.is_timestamp(kind):
+        micros = micros_of(value, kind, up=up)
+        if not in_four_digit_years(micros // MICROS_PER_DAY, first_year=1):
+            return None
+        return timestamp_text(micros, sep="T") + "Z"
+    if pat.is_date32(kind):
+        return date_text(value) if in_four_digit_years(value, first_year=1) else None
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -411,12 +436,6 @@ def _stat(value: Any) -> Any:
         return value if math.isfinite(value) else None
     if isinstance(value, str):
         return value if len(value) <= MAX_STATS_STRING else None
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            return None  # timestamp_ntz: left out
-        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    if isinstance(value, date):
-        return value.isoformat()
     return None
 
 

@@ -51,7 +51,11 @@ OPTIONS = (
         "partition_by",
         "none",
         "partition columns of a new table (an existing table's must match); every batch "
-        "must carry them",
+        "must carry them. A partition value no Delta table can keep is refused by every "
+        "writer alike: an empty string (Delta reads it back as null; delta-spark writes it "
+        "as null), and with engine `rs` a date or timestamp past the year 9999 in UTC "
+        "(delta-rs cannot read it back). Such a row goes to `dead_letter`, or fails the "
+        "batch naming sink, batch, column and value",
     ),
     SinkOption(
         "merge_schema",
@@ -65,9 +69,12 @@ OPTIONS = (
     SinkOption(
         "dead_letter",
         "none",
-        "where merge rows with a null key, and rows failing the sink's `where`/`select`, go "
-        'instead of failing the batch: a Delta table path, or `"<kind>:<location>"` (see '
-        "**Dead letters**)",
+        "where merge rows with a null key, rows whose partition value no Delta table can "
+        "keep (see `partition_by`), and rows failing the sink's `where`/`select`, go instead "
+        'of failing the batch: a Delta table path, or `"<kind>:<location>"` (see **Dead '
+        "letters**). With a partition column of strings (or timestamps, from the executors), "
+        "one more Spark job per batch finds such rows (delta-spark, or the executors' append, "
+        "which then writes alone rather than in a shared job)",
     ),
     SinkOption(
         "min_txn_retention_hours",

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from fanout.contract.batch import Batch
+from fanout.contract.dead_letters import DeadLetter
 from fanout.contract.sink import SinkResult
 from fanout.delta_tables import io as deltaio
 from fanout.errors import SchemaMismatchError, SinkWriteError, TransientSinkError
 from fanout_delta.merge import merge_predicate, prepare_merge_source, split_null_keys
+from fanout_delta.partition_values import partition_columns, refuse_unstorable, split_unstorable
 from fanout_delta.plans import commit_metadata, refuse_replanned
 from fanout_delta.schema import check_batch_schema, diff_schemas, pad_missing_columns
 
@@ -49,17 +51,20 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
     data = batch.arrow()
     dead = 0
     dead_letters = sink.dead_letters
-    if sink.mode == "merge" and dead_letters is not None:
+    # the first attempt starts from the snapshot kept since the last batch, brought up to
+    # date; after a lost race the table is opened afresh
+    table = sink.latest_table()
+    if dead_letters is not None:
         # Written before the data, idempotently: a replay that skips the data below must
         # find the batch's dead letters already in place.
-        data, letters = split_null_keys(data, sink.keys or [])
-        dead = dead_letters.write(batch, letters, source="refused")
+        letters: list[DeadLetter] = []
+        if sink.mode == "merge":
+            data, letters = split_null_keys(data, sink.keys or [])
+        data, refused = split_unstorable(data, partition_columns(sink, table))
+        if sink.mode == "merge" or refused:
+            dead = dead_letters.write(batch, [*letters, *refused], source="refused")
     for attempt in range(1, deltaio.COMMIT_ATTEMPTS + 1):
-        # the first attempt starts from the snapshot kept since the last batch, brought up
-        # to date; after a lost race the table is opened afresh
-        if attempt == 1:
-            table = sink.latest_table()
-        else:
+        if attempt > 1:
             table = deltaio.open_table(path, sink.storage_options)
         written = deltaio.transaction_version(table, app_id)
         if written is not None and written >= batch_id:
@@ -124,6 +129,8 @@ def _commit(
             sink=sink.name,
             batch_id=batch_id,
         )
+    # without a dead-letter target (else they are split off already)
+    refuse_unstorable(data, partition_columns(sink, table), sink.name, batch_id)
     commit = deltaio.commit_properties({app_id: batch_id}, commit_metadata(batch))
     details: dict[str, Any] = {"mode": sink.mode}
     if sink.mode == "merge":

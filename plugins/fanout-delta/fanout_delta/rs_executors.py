@@ -29,8 +29,14 @@ from fanout.contract.sink import SinkResult
 from fanout.delta_tables import distributed
 from fanout.delta_tables import io as deltaio
 from fanout.delta_tables.datafiles import DataFile, FileWriter, file_rows
+from fanout.delta_tables.values import UnstorablePartitionValue, spark_unstorable
 from fanout.errors import SinkError, SinkWriteError, TransientSinkError
 from fanout.partitioned.task import CommitHooks, task_partition
+from fanout_delta.partition_values import (
+    partition_columns,
+    split_unstorable,
+    split_unstorable_spark,
+)
 from fanout_delta.plans import commit_metadata, refuse_replanned
 from fanout_delta.rs_engine import translate_error
 from fanout_delta.schema import check_batch_schema
@@ -54,11 +60,12 @@ def append_from_executors(sink: DeltaTarget, batch: Batch) -> SinkResult | None:
     append = _ExecutorAppend.of(sink, batch, distributed.arrow_schema_of(source))
     if append is None:
         return None
+    source, dead = append.set_aside(source)
     try:
         outcome = append.pending().run(source, append.task)
     except Exception as exc:
         raise append.error(exc) from exc
-    return append.result(outcome, lambda: _count(source))
+    return append.result(outcome, lambda: _count(source), dead)
 
 
 def shared_append(sink: DeltaTarget, batch: Batch) -> SharedWrite | None:
@@ -67,12 +74,18 @@ def shared_append(sink: DeltaTarget, batch: Batch) -> SharedWrite | None:
     task writes the rows of its partition, whatever the partitioning, into files of its
     own, and :attr:`SharedWrite.finish` commits them all once with the batch's app
     transaction. ``None`` when the table needs the driver-side writer, or already records
-    the batch (the sink's own write then says so)."""
+    the batch (the sink's own write then says so), or when rows may go to the dead-letter
+    target (a partition value no Delta table can keep: the sink's own write filters them
+    out first)."""
     from fanout.contract.sharing import SharedWrite
 
     append = _ExecutorAppend.of(sink, batch, distributed.arrow_schema_of(batch.df))
     if append is None:
         return None
+    if sink.dead_letters is not None and spark_unstorable(
+        batch.df.schema, partition_columns(sink, append.opened), years=True
+    ):
+        return None  # rows may go to the dead letters: a job of its own filters them out
     pending = append.pending()
     try:
         writer = pending.writer()
@@ -162,8 +175,28 @@ class _ExecutorAppend:
             batch_id=self.batch_id,
         )  # fmt: skip
 
+    def set_aside(self, source: Any) -> tuple[Any, int]:
+        """``source`` without the rows whose partition value no Delta table can keep, and
+        how many went to the sink's dead-letter target (written first, idempotently, as
+        the driver's writer does); without a target, ``source`` as it is (the tasks then
+        refuse such a row, failing the batch)."""
+        dead_letters = self.sink.dead_letters
+        if dead_letters is None:
+            return source, 0
+        columns = partition_columns(self.sink, self.opened)
+        if hasattr(source, "mapInArrow"):
+            source, letters = split_unstorable_spark(source, columns, years=True)
+        else:
+            source, letters = split_unstorable(source, columns)
+        if not letters:
+            return source, 0
+        return source, dead_letters.write(self.batch, letters, source="refused")
+
     def error(self, exc: Exception) -> Exception:
         """The sink's error for what the append raised."""
+        refused = unstorable_in_task(exc, self.sink.name, self.batch_id)
+        if refused is not None:
+            return refused
         transient = transient_in_task(exc, self.sink.name, self.batch_id)
         if transient is not None:
             return transient
@@ -172,30 +205,38 @@ class _ExecutorAppend:
 
     def task_failure(self, failed: Sequence[TaskFiles]) -> SinkError:
         """The error of a shared job whose tasks failed to write this sink's files (none
-        is committed): transient when every failure is."""
+        is committed): transient when every failure is; the refusal of a partition value
+        no Delta table can keep, as the sink's own job says it, when a task refused one."""
+        for w in failed:
+            refused = unstorable_in_task(Exception(w.error), self.sink.name, self.batch_id)
+            if refused is not None:
+                return refused
         lines = [f"{len(failed)} task(s) of the shared job failed to write the files; "
                  "nothing was committed"]  # fmt: skip
         lines += [f"  - p{w.partition}: {w.error}" for w in failed]
         error = TransientSinkError if all(w.transient for w in failed) else SinkWriteError
         return error("\n".join(lines), sink=self.sink.name, batch_id=self.batch_id)
 
-    def result(self, outcome: distributed.AppendOutcome, rows: Callable[[], int]) -> SinkResult:
-        """The sink's result of ``outcome`` (``rows``: the batch's, when found written);
-        raises :class:`fanout.CheckpointRollbackError` rather than skip a batch the table
-        holds under another plan."""
+    def result(
+        self, outcome: distributed.AppendOutcome, rows: Callable[[], int], dead: int = 0
+    ) -> SinkResult:
+        """The sink's result of ``outcome`` (``rows``: the batch's, when found written;
+        ``dead``: its rows set aside as dead letters); raises
+        :class:`fanout.CheckpointRollbackError` rather than skip a batch the table holds
+        under another plan."""
         sink, batch_id = self.sink, self.batch_id
         if outcome.already_written:
             if self.batch.info.batch_timestamp_ms is not None:  # else no plan to compare
                 table = deltaio.open_table(sink.path, sink.storage_options)  # a replay: rare
                 refuse_replanned(self.batch, sink.name, sink.path, table)
             logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, sink.path)
-            return SinkResult(rows(), already_written=True)
+            return SinkResult(rows(), dead_lettered=dead, already_written=True)
         if outcome.empty:
             # Nothing to commit: the ledger records the batch, and a replay is empty again.
-            return SinkResult(0, {"empty": True, "mode": sink.mode})
+            return SinkResult(0, {"empty": True, "mode": sink.mode}, dead_lettered=dead)
         details = {"mode": sink.mode, "version": outcome.version, "files": outcome.files,
                    "write_from": "executors"}  # fmt: skip
-        return SinkResult(rows=outcome.rows, details=details)
+        return SinkResult(rows=outcome.rows, details=details, dead_lettered=dead)
 
 
 _RAISED_IN_TASK = "fanout.errors.TransientSinkError: "
@@ -212,6 +253,22 @@ def transient_in_task(exc: Exception, sink: str, batch_id: int) -> TransientSink
     message = re.sub(r"^sink '.*?', batch \d+: ", "", message)
     return TransientSinkError(f"a Spark task failed transiently: {message}", sink=sink,
                               batch_id=batch_id)  # fmt: skip
+
+
+_REFUSED_IN_TASK = "UnstorablePartitionValue: "
+
+
+def unstorable_in_task(exc: Exception, sink: str, batch_id: int) -> SinkWriteError | None:
+    """The sink's error for a partition value no Delta table can keep, which a task of
+    the executors' append refused (raised as it is when the writer ran in this process;
+    inside the text of the job's error from Spark); ``None`` for any other error."""
+    if isinstance(exc, UnstorablePartitionValue):
+        message = str(exc)
+    elif _REFUSED_IN_TASK in str(exc):
+        message = str(exc).rsplit(_REFUSED_IN_TASK, 1)[1].splitlines()[0]
+    else:
+        return None
+    return SinkWriteError(message, sink=sink, batch_id=batch_id)
 
 
 def _count(source: Any) -> int:

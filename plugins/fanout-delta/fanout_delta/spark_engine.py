@@ -27,6 +27,11 @@ from fanout.contract.sink import SinkResult
 from fanout.delta_tables import io as deltaio
 from fanout.errors import SinkWriteError
 from fanout_delta.merge import merge_predicate, quote
+from fanout_delta.partition_values import (
+    partition_columns,
+    refuse_unstorable_spark,
+    split_unstorable_spark,
+)
 from fanout_delta.plans import SPARK_METADATA_CONF, refuse_replanned, user_metadata
 from fanout_delta.schema import check_batch_schema
 
@@ -69,10 +74,15 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
     df = batch.df
     dead = 0
     dead_letters = sink.dead_letters
-    if sink.mode == "merge" and dead_letters is not None:
-        df, letters = split_null_keys_spark(df, sink.keys or [])
-        dead = dead_letters.write(batch, letters, source="refused")  # first: see rs_engine
     table = _open_with_rs(sink)
+    partitions = partition_columns(sink, table)
+    if dead_letters is not None:  # written first: see rs_engine
+        letters: list[DeadLetter] = []
+        if sink.mode == "merge":
+            df, letters = split_null_keys_spark(df, sink.keys or [])
+        df, refused = split_unstorable_spark(df, partitions, years=False)
+        if sink.mode == "merge" or refused:
+            dead = dead_letters.write(batch, [*letters, *refused], source="refused")
     written = deltaio.transaction_version(table, app_id) if table is not None else None
     if written is not None and written >= batch_id:
         refuse_replanned(batch, sink.name, path, table)
@@ -89,6 +99,8 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
             sink=sink.name,
             batch_id=batch_id,
         )
+    if dead_letters is None:  # delta-spark would write an empty string as null
+        refuse_unstorable_spark(df, partitions, sink.name, batch_id)
     details: dict[str, Any] = {"mode": sink.mode, "engine": "spark"}
     plan = user_metadata(batch)
     if sink.mode == "append":

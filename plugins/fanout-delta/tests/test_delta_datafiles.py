@@ -16,8 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fanout.delta_tables.datafiles import DataFile, FileWriter, partition_value
+from fanout.delta_tables.datafiles import DataFile, FileWriter
 from fanout.delta_tables.distributed import delta_schema
+from fanout.delta_tables.values import partition_value
 
 
 def write(path: Path, table: pa.Table, partition_by: tuple[str, ...] = (), chunk: int = 2):

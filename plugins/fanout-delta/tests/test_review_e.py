@@ -24,7 +24,7 @@ from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.sink import SinkContext
 from fanout.deadletters.delta import DeltaDeadLetters
 from fanout.delta_tables.io import read_delta
-from fanout.errors import SchemaMismatchError
+from fanout.errors import SchemaMismatchError, SinkWriteError
 
 APP_ID = txn_app_id("p", "s")
 
@@ -72,7 +72,6 @@ def old_and_new_timestamps() -> pa.Table:
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=True, reason="review finding 1")
 def test_executors_stats_of_a_timestamp_before_year_1000_keep_its_row_visible(spark, tmp_path):
     """The executors' writer states ``minValues.ts`` as ``"999-05-01T00:00:00.000000Z"``
     (``strftime('%Y')`` does not pad the year), which a reader cannot compare: delta-rs'
@@ -90,7 +89,6 @@ def test_executors_stats_of_a_timestamp_before_year_1000_keep_its_row_visible(sp
     assert before_2000.column("id").to_pylist() == [1]
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 1")
 def test_executors_partition_value_of_a_timestamp_before_year_1000_can_be_filtered(tmp_path):
     """The partition value is serialized as ``'999-05-01 00:00:00.000000'``: a query of
     delta-rs' SQL engine filtering on the column fails ("Failed to parse value
@@ -117,20 +115,29 @@ def test_executors_partition_value_of_a_timestamp_before_year_1000_can_be_filter
 # -- 2. an empty string partition value becomes null ---------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 2")
 @pytest.mark.parametrize("write_from", ["driver", "executors"])
-def test_an_empty_string_partition_value_is_not_read_back_as_null(tmp_path, write_from):
-    """Both writers record ``partitionValues: {"k": ""}``; the Delta protocol reads an
+def test_an_empty_string_partition_value_is_refused_naming_the_column(tmp_path, write_from):
+    """Both writers recorded ``partitionValues: {"k": ""}``; the Delta protocol reads an
     empty partition value as null ("An empty string for any type translates to a null
-    partition value"), and so does delta-rs' reader: row 1's ``""`` comes back ``None``,
-    indistinguishable from row 2's real null, without an error."""
+    partition value"), and so does delta-rs' reader: row 1's ``""`` came back ``None``,
+    indistinguishable from row 2's real null, without an error. A Delta table cannot keep
+    it, so the batch fails naming sink, batch, column and value, and nothing is written
+    (with a ``dead_letter`` target the row goes there: test_delta_partition_values)."""
     path = tmp_path / "t"
     batch = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "k": pa.array(["", None, "x"])})
-    opened(path, write_from=write_from, partition_by=["k"]).write(batch_of(batch))
+    sink = opened(path, write_from=write_from, partition_by=["k"])
 
-    rows = DeltaTable(str(path)).to_pyarrow_table().sort_by("id").to_pylist()
+    with pytest.raises(SinkWriteError) as raised:
+        sink.write(batch_of(batch))
 
-    assert rows == [{"id": 1, "k": ""}, {"id": 2, "k": None}, {"id": 3, "k": "x"}]
+    counted = "1 row(s): " if write_from == "driver" else ""  # a task sees its own rows
+    assert str(raised.value) == (
+        f"sink 's', batch 0: {counted}partition column 'k' holds the empty string '', which "
+        "a Delta table cannot keep in a partition column (Delta reads an empty partition "
+        "value as null). Replace the value in the stream (e.g. with null), or set the "
+        "sink's option 'dead_letter' to set such rows aside"
+    )
+    assert not (path / "_delta_log").exists()
 
 
 # -- 3. a long into a double column is rounded (driver) or refused unnamed (executors) ------
@@ -221,7 +228,6 @@ def test_merge_dead_letters_keep_distinct_binary_values_apart(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=True, reason="review finding 6")
 def test_executors_write_a_timestamp_past_year_9999_in_utc(spark, tmp_path):
     """``timestamp '9999-12-31 23:59:59.999999'`` in a session west of UTC is year 10000
     in UTC. The driver's append writes it; each Spark task of the executors' append fails

@@ -1,0 +1,230 @@
+"""Dates and timestamps as Delta writes them in a table's log, computed from Arrow's integers
+(Python's ``datetime`` holds the years 1 to 9999 only, and ``strftime('%Y')`` does not pad
+a year below 1000), and the partition values a Delta table cannot keep.
+
+A Delta reader reads an empty partition value as null, and delta-rs writes a timestamp or
+date partition value past the year 9999 (``+10000-01-01 ...``) that it cannot read back:
+:func:`unstorable_rows` finds such rows in an Arrow batch, :func:`spark_unstorable` builds
+the Spark condition finding them, and :class:`UnstorablePartitionValue` is what a writer
+raises on meeting one. Every Delta writer of fanout refuses them alike (the batch fails
+naming the column and value, or the rows go to the sink's dead-letter target).
+
+Imports pyarrow lazily: only :mod:`fanout.delta_tables` uses it, and only when writing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, date, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+MICROS_PER_DAY = 86_400_000_000
+_UNIT_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}
+_DAY_OF_YEAR_0 = -719_528  # 0000-01-01, in days since 1970-01-01 (proleptic Gregorian)
+_DAY_OF_YEAR_10000 = 2_932_897  # 10000-01-01
+
+
+class UnstorablePartitionValue(ValueError):
+    """A partition value a Delta table cannot keep (raised by the executors' writer in a
+    Spark task; the driver turns it into the sink's error)."""
+
+
+def civil(days: int) -> tuple[int, int, int]:
+    """The proleptic Gregorian ``(year, month, day)`` of ``days`` since 1970-01-01, for
+    any year (Howard Hinnant's ``civil_from_days``)."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day
+
+
+def date_text(days: int) -> str:
+    """``days`` since 1970-01-01 as ``YYYY-MM-DD`` (the year padded to 4 digits; a year
+    past 9999 has more, a year before 0 a sign)."""
+    year, month, day = civil(days)
+    return f"{year:04d}-{month:02d}-{day:02d}"
+
+
+def timestamp_text(micros: int, sep: str = " ") -> str:
+    """``micros`` since the epoch as ``YYYY-MM-DD<sep>HH:MM:SS.ffffff``, the year padded
+    as in :func:`date_text`."""
+    days, rest = divmod(micros, MICROS_PER_DAY)
+    seconds, fraction = divmod(rest, 1_000_000)
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    return f"{date_text(days)}{sep}{hours:02d}:{minutes:02d}:{seconds:02d}.{fraction:06d}"
+
+
+def in_four_digit_years(days: int, *, first_year: int = 0) -> bool:
+    """Whether ``days`` since 1970-01-01 falls in the years ``first_year`` (0 or 1) to 9999."""
+    low = _DAY_OF_YEAR_0 if first_year == 0 else _DAY_OF_YEAR_0 + 366
+    return low <= days < _DAY_OF_YEAR_10000
+
+
+def micros_of(value: int, kind: pa.DataType, *, up: bool = False) -> int:
+    """A timestamp's integer ``value`` (in ``kind``'s unit) in microseconds: rounded down,
+    or up with ``up`` (a maximum must not shrink)."""
+    if kind.unit == "ns":
+        return -(-value // 1000) if up else value // 1000
+    return int(value) * _UNIT_MICROS[kind.unit]
+
+
+def partition_value(value: Any) -> str | None:
+    """A partition value as Delta serializes it in ``partitionValues``."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value.isoformat(sep=" ", timespec="microseconds")  # the year padded: 0999
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, int | str):
+        return str(value)
+    raise TypeError(f"cannot write a partition value of type {type(value).__name__}")
+
+
+def partition_text(value: pa.Scalar) -> str | None:
+    """An Arrow partition value as Delta serializes it in ``partitionValues`` (``None``
+    for null); a date or timestamp is computed from its integer, any year. Raises
+    :class:`UnstorablePartitionValue` for a value no Delta table can keep, naming the
+    value; the caller adds the column."""
+    import pyarrow as pa
+    import pyarrow.types as pat
+
+    if not value.is_valid:
+        return None
+    kind = value.type
+    if pat.is_timestamp(kind):
+        micros = micros_of(value.cast(pa.int64()).as_py(), kind)
+        text = timestamp_text(micros)
+        if not in_four_digit_years(micros // MICROS_PER_DAY):
+            raise UnstorablePartitionValue(year_problem(text + (" UTC" if kind.tz else "")))
+        return text
+    if pat.is_date32(kind):
+        days = value.cast(pa.int32()).as_py()
+        if not in_four_digit_years(days):
+            raise UnstorablePartitionValue(year_problem(date_text(days)))
+        return date_text(days)
+    serialized = partition_value(value.as_py())
+    if serialized == "":
+        raise UnstorablePartitionValue(EMPTY_PROBLEM)
+    return serialized
+
+
+EMPTY_PROBLEM = (
+    "holds the empty string '', which a Delta table cannot keep in a partition column "
+    "(Delta reads an empty partition value as null)"
+)
+
+
+def year_problem(shown: str) -> str:
+    """Why a date or timestamp partition value ``shown`` cannot be kept."""
+    return (
+        f"holds {shown}, which a Delta table cannot keep in a partition column (a "
+        "partition value holds the years 0 to 9999 only, in UTC for a timestamp; delta-rs "
+        "cannot read a table holding another)"
+    )
+
+
+def refusal(column: str, problem: str) -> str:
+    """The error text of a batch refused for ``column``'s value (``problem``: what
+    :class:`UnstorablePartitionValue` said)."""
+    return (
+        f"partition column {column!r} {problem}. Replace the value in the stream (e.g. with "
+        "null), or set the sink's option 'dead_letter' to set such rows aside"
+    )
+
+
+def unstorable_rows(
+    table: pa.Table, columns: Sequence[str]
+) -> tuple[pa.ChunkedArray | pa.Array | None, list[tuple[str, str]]]:
+    """The rows of ``table`` holding, in one of the partition ``columns``, a value no
+    Delta table can keep: a mask (``None``: no such row) and, for each such row in order,
+    its first column at fault and the problem (as :func:`refusal` takes them)."""
+    import functools
+
+    import pyarrow.compute as pc
+
+    masks: list[tuple[str, Any]] = []
+    for name in columns:
+        if name in table.column_names:
+            mask = _unstorable(table.column(name))
+            if mask is not None and pc.any(mask).as_py():
+                masks.append((name, mask))
+    if not masks:
+        return None, []
+    every = functools.reduce(pc.or_, [m for _, m in masks])
+    faults = []
+    for index in pc.indices_nonzero(every).to_pylist():
+        name, _ = next((n, m) for n, m in masks if m[index].as_py())
+        try:
+            partition_text(table.column(name)[index])
+            problem = EMPTY_PROBLEM  # unreachable: the mask found a problem
+        except UnstorablePartitionValue as exc:
+            problem = str(exc)
+        faults.append((name, problem))
+    return every, faults
+
+
+def _unstorable(column: pa.ChunkedArray) -> Any:
+    """The mask of ``column``'s values no Delta partition can keep (nulls: false);
+    ``None`` for a type that has none."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.types as pat
+
+    kind = column.type
+    if pat.is_dictionary(kind):
+        column, kind = column.cast(kind.value_type), kind.value_type
+    if pat.is_string(kind) or pat.is_large_string(kind):
+        mask = pc.equal(column, "")
+    elif pat.is_timestamp(kind):
+        per_day = (
+            MICROS_PER_DAY // _UNIT_MICROS[kind.unit]
+            if kind.unit != "ns"
+            else (MICROS_PER_DAY * 1000)
+        )
+        ints = column.cast(pa.int64())
+        mask = pc.or_(
+            pc.less(ints, _DAY_OF_YEAR_0 * per_day),
+            pc.greater_equal(ints, _DAY_OF_YEAR_10000 * per_day),
+        )
+    elif pat.is_date32(kind):
+        ints = column.cast(pa.int32())
+        mask = pc.or_(pc.less(ints, _DAY_OF_YEAR_0), pc.greater_equal(ints, _DAY_OF_YEAR_10000))
+    else:
+        return None
+    return pc.fill_null(mask, False)
+
+
+def spark_unstorable(schema: Any, columns: Sequence[str], *, years: bool) -> list[tuple[str, Any]]:
+    """For each of the partition ``columns`` of a Spark ``schema`` that may hold a value no
+    Delta table can keep, the column and the Spark condition finding such rows: the empty
+    string, which delta-spark too writes as null (delta-io/delta#2100), and with ``years``
+    a timestamp outside the years 0 to 9999 in UTC (delta-rs' limit; a Spark date, or a
+    timestamp without zone, never leaves them)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, TimestampType
+
+    conditions = []
+    for name in columns:
+        kind = next((f.dataType for f in schema.fields if f.name == name), None)
+        column = F.col("`" + name.replace("`", "``") + "`")
+        if isinstance(kind, StringType):
+            conditions.append((name, column == F.lit("")))
+        elif years and isinstance(kind, TimestampType):
+            micros = F.unix_micros(column)
+            low, high = _DAY_OF_YEAR_0 * MICROS_PER_DAY, _DAY_OF_YEAR_10000 * MICROS_PER_DAY
+            conditions.append((name, (micros < F.lit(low)) | (micros >= F.lit(high))))
+    return conditions
