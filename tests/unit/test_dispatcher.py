@@ -645,7 +645,7 @@ def test_open_receives_the_context_and_close_closes(memory_ledger: MemoryLedger)
     assert sink.closed == 1
 
 
-@pytest.mark.parametrize("name", ["bad/name", "", " orders", "-x", None])
+@pytest.mark.parametrize("name", ["bad/name", "", " orders", "-x", None, "orders\n"])
 def test_invalid_pipeline_name(memory_ledger: MemoryLedger, name: Any) -> None:
     with pytest.raises(ConfigurationError) as raised:
         FanOut(name, memory_ledger, [ScriptedSink("a")])

@@ -14,8 +14,8 @@ from typing import Any
 from fanout.errors import ConfigurationError
 from fanout.observe.secrets import secret_option_values
 
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-"""Kafka's legal topic names."""
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+"""Kafka's legal topic names (match with ``fullmatch``: ``$`` lets a trailing newline in)."""
 
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 """Kafka's default ``message.max.bytes`` (broker) / ``max.message.bytes`` (topic)."""
@@ -169,7 +169,7 @@ def parse_create_topic(sink: str, value: Any) -> TopicSpec | None:
 
 def check_topic_name(sink: str, option: str, name: Any) -> str:
     """A legal Kafka topic name, or a configuration error naming the option."""
-    if not isinstance(name, str) or not TOPIC_NAME.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigurationError(
             f"Kafka sink {sink!r}: option {option!r} must be a Kafka topic name "
             f"(1-249 of A-Z a-z 0-9 . _ -), got {name!r}"

@@ -133,6 +133,7 @@ def test_create_topic_spec() -> None:
         ({"topic": "t"}, "option 'bootstrap_servers' is required"),
         ({"bootstrap_servers": "h:1"}, "option 'topic' is required"),
         ({"bootstrap_servers": "h:1", "topic": "a b"}, "option 'topic' must be a Kafka topic"),
+        ({"bootstrap_servers": "h:1", "topic": "t\n"}, "option 'topic' must be a Kafka topic"),
         ({"bootstrap_servers": "h:1", "topic": "t", "partitions": 0}, "'partitions' must be"),
         ({"bootstrap_servers": "h:1", "topic": "t", "key": []}, "option 'key' must be"),
         ({"bootstrap_servers": "h:1", "topic": "t", "marker_topic": "t"}, "must differ"),
