@@ -35,8 +35,9 @@ OPTIONS = (
         "Rejected with the reason: `enable.idempotence=false`, `acks` other than `all`/`-1`, "
         "`max.in.flight.requests.per.connection > 5`, `retries=0`, and the settings the sink "
         "owns (`bootstrap.servers`, `transactional.id`, `transaction.timeout.ms`). Unknown "
-        "names and bad values are reported by librdkafka at `open()`. Passwords, keys, "
-        "tokens, `sasl.username` and `sasl.oauthbearer.client.id` are returned by "
+        "names and bad values are reported by librdkafka at `open()`. Passwords, passphrases, "
+        "keys, tokens, `sasl.username`, the OAuth client ids, `sasl.oauthbearer.config`, "
+        "`sasl.oauthbearer.extensions` and `sasl.jaas.config` are returned by "
         "`secret_values()`, so fanout masks them in every error, log line and ledger row.",
     ),
     SinkOption(

@@ -34,16 +34,23 @@ OWNED_SETTINGS: Mapping[str, str] = {
 
 SECRET_WORDS = (
     "password",  # sasl.password, ssl.key.password, ssl.keystore.password
-    "secret",  # sasl.oauthbearer.client.secret
-    "key.pem",
+    "passphrase",  # sasl.oauthbearer.assertion.private.key.passphrase
+    "secret",  # sasl.oauthbearer.client.secret, ...client.credentials.client.secret
+    "token",  # none in librdkafka 2.x holds one (token.endpoint.url is masked too)
+    "key.pem",  # ssl.key.pem, sasl.oauthbearer.assertion.private.key.pem
     "sasl.oauthbearer.config",
+    "sasl.oauthbearer.extensions",  # key=value pairs sent to the broker with the token
+    "sasl.jaas.config",  # Java-style config: holds password="..."
     "ssl.key",
     "sasl.username",  # half of a credential: masked like the password
     "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.client.credentials.client.id",
 )
 """Words of the producer settings whose values are secrets (scrubbed from every error, log
-line, status and ledger row fanout shows): passwords, keys, tokens, and the user and client
-names they go with."""
+line, status and ledger row fanout shows): passwords, passphrases, keys, tokens, and the user
+and client names they go with. Checked against librdkafka's CONFIGURATION.md (2.x); file
+paths (``sasl.kerberos.keytab``, ``...assertion.private.key.file``) are no secrets and stay
+readable."""
 
 CONNECTION_PREFIXES = (
     "security.",
