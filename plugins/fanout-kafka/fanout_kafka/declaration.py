@@ -43,8 +43,10 @@ OPTIONS = (
     SinkOption(
         "transactional_id_prefix",
         "`fanout/<pipeline>/<sink>`",
-        "partition `p` uses `<prefix>-<p>`; must be unique per sink on the cluster. The "
-        "default was `fanout-<pipeline>-<sink>` up to this version (ambiguous): see "
+        "partition `p` uses `<prefix>-<p>`; must be unique per sink on the cluster (two "
+        "sinks of one pipeline on the same prefix are refused when the `FanOut` is built and "
+        "by `fanout validate`). The default was `fanout-<pipeline>-<sink>` up to this "
+        "version (ambiguous): see "
         '"Transactional ids" in plugins/fanout-kafka/README.md for the upgrade',
     ),
     SinkOption("marker_topic", "`__fanout_markers`", "one partition, created if missing"),

@@ -292,6 +292,15 @@ class KafkaSink(PartitionedSink):
         partitions, so these must be deterministic (:mod:`fanout.partitioned.membership`)."""
         return self._key_columns or WHOLE_ROW
 
+    def exclusive_resources(self, pipeline: str) -> Sequence[str]:
+        """The transactional ids ``<prefix>-<p>``: two sinks on one prefix fence each
+        other's producers in every batch. Claimed whatever the brokers: two bootstrap
+        lists cannot be told to reach different clusters."""
+        prefix = self.transactional_id_prefix
+        if prefix is None or self._derived_prefix:
+            prefix = default_transactional_id_prefix(pipeline, self.name)
+        return (f"the Kafka transactional ids {prefix}-<p> (transactional_id_prefix {prefix!r})",)
+
     def secret_values(self) -> Sequence[str]:
         """Passwords, keys and tokens among the producer settings."""
         return secret_values(self.producer)

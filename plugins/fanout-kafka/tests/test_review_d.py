@@ -196,7 +196,6 @@ def test_a_date_python_cannot_hold_is_a_bad_record_not_a_stalled_batch(
     assert [r["key"] for r in read_topic(kafka.bootstrap, topic, 1)] == ["1"]
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 9")
 def test_two_sinks_of_one_fan_out_sharing_a_transactional_id_prefix_are_refused_at_build(
     kafka: Broker, topic: str, tmp_path: Path
 ) -> None:
@@ -214,8 +213,13 @@ def test_two_sinks_of_one_fan_out_sharing_a_transactional_id_prefix_are_refused_
          "key": "id", "partitions": 2, "transactional_id_prefix": "shared"}
         for name, target in (("a", topic), ("b", other))
     ]  # fmt: skip
-    with pytest.raises(ConfigurationError, match="transactional_id_prefix"):
+    with pytest.raises(ConfigurationError) as refused:
         FanOut("rdshared", str(tmp_path / "ledger"), sinks).close()
+    assert str(refused.value) == (
+        "pipeline 'rdshared': sinks 'a' and 'b' both use the Kafka transactional ids "
+        "shared-<p> (transactional_id_prefix 'shared'), which a sink must have to itself "
+        "(they would fence or overwrite each other in every batch): give each its own"
+    )
 
 
 def _any_topic(kafka: Broker) -> str:
