@@ -12,7 +12,8 @@ OPTIONS = (
         "key",
         "none (keyless)",
         "a column, or a list of columns (key = JSON array of their values). A null key "
-        "column is a bad record.",
+        "column is a bad record. Keyless, every column is hashed into partitions, so a map "
+        "or variant column (Spark cannot hash one) is refused before the first batch.",
     ),
     SinkOption(
         "value",

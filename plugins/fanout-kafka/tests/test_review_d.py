@@ -138,7 +138,6 @@ def test_an_oauth_assertion_key_passphrase_is_a_secret() -> None:
     assert list(sink.secret_values()) == ["hunter2-passphrase"]
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 6")
 def test_validate_refuses_a_keyless_sink_over_a_map_column(spark: Any, kafka: Broker) -> None:
     """A keyless sink partitions by every column, and Spark refuses to hash a map
     (``DATATYPE_MISMATCH.HASH_MAP_TYPE``): every batch of such a query fails. ``fanout
@@ -148,9 +147,20 @@ def test_validate_refuses_a_keyless_sink_over_a_map_column(spark: Any, kafka: Br
 
     sink = open_sink(KafkaSink("events", bootstrap_servers=kafka.bootstrap,
                                topic=_any_topic(kafka), partitions=2), "rdmap")  # fmt: skip
-    schema = spark.sql("SELECT 1L AS id, map('a', 1) AS m").toArrow().schema
-    with pytest.raises(SchemaMismatchError):
-        sink.check_schema(schema)
+    df = spark.sql("SELECT 1L AS id, map('a', 1) AS m")
+    with pytest.raises(SchemaMismatchError) as refused:
+        sink.check_schema(df.toArrow().schema)
+    advice = (
+        "column(s) 'm' (map<string,int>) cannot assign rows to partitions: Spark cannot hash "
+        "a map or a variant (DATATYPE_MISMATCH.HASH_MAP_TYPE or HASH_VARIANT_TYPE). This "
+        "sink has no key, so it partitions by every column it writes: give it key columns "
+        "(Kafka 'key', PostgreSQL 'keys'), or drop the column or convert it in the query or "
+        "the sink's select (e.g. to_json(m))"
+    )
+    assert (str(refused.value), refused.value.columns) == (f"sink 'events': {advice}", ["m"])
+    with pytest.raises(SchemaMismatchError) as at_batch:  # the stream's first batch too
+        write(sink, df, batch_id=3)
+    assert str(at_batch.value) == f"sink 'events', batch 3: {advice}"
 
 
 @pytest.mark.xfail(strict=True, reason="review finding 7")
