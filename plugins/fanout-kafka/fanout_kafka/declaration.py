@@ -50,7 +50,13 @@ OPTIONS = (
         "version (ambiguous): see "
         '"Transactional ids" in plugins/fanout-kafka/README.md for the upgrade',
     ),
-    SinkOption("marker_topic", "`__fanout_markers`", "one partition, created if missing"),
+    SinkOption(
+        "marker_topic",
+        "`__fanout_markers`",
+        "one partition, created if missing. Change it between batches only: a batch half "
+        "written with its markers in another topic is refused (`KafkaMarkerError`) until it "
+        "is set back and the batch completes",
+    ),
     SinkOption(
         "partitions",
         "`4`",
