@@ -42,7 +42,7 @@ from fanout.partitioned.determinism import check_route as check_route_membership
 from fanout.recipe import Recipe
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes
-from fanout.sink_spec import SinkSpec, split_core_options
+from fanout.sink_spec import SinkSpec, check_exclusive_resources, split_core_options
 from fanout.steps.admit import Admission
 from fanout.steps.catchup import CatchUp
 from fanout.steps.context import ContextReader
@@ -159,6 +159,7 @@ class FanOut:
         registry.raise_load_errors()
         self.hooks = HookCaller(registry.manager)
         self.specs = self._build_sinks(registry, sinks)
+        check_exclusive_resources(self.pipeline, (spec.sink for spec in self.specs.values()))
         self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in self.specs.items()}
         kinds = registry.dead_letter_kinds()
         self.dead_letters: dict[str, DeadLetterTarget | None] = {

@@ -9,7 +9,7 @@ the sink's own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,3 +175,19 @@ def _positive(name: str, key: str, value: Any, kind: type) -> Any:
     if value <= 0 or (kind is int and value != int(value)):
         raise ConfigurationError(f"sink {name!r}: {key} must be a positive {kind.__name__}")
     return kind(value)
+
+
+def check_exclusive_resources(pipeline: str, sinks: Iterable[Sink]) -> None:
+    """Raise :class:`ConfigurationError` when two of ``sinks`` claim the same resource a
+    sink must have to itself (:meth:`fanout.Sink.exclusive_resources`): they would fence
+    or overwrite each other in every batch."""
+    holders: dict[str, str] = {}
+    for sink in sinks:
+        for resource in sink.exclusive_resources(pipeline):
+            other = holders.setdefault(resource, sink.name)
+            if other != sink.name:
+                raise ConfigurationError(
+                    f"pipeline {pipeline!r}: sinks {other!r} and {sink.name!r} both use "
+                    f"{resource}, which a sink must have to itself (they would fence or "
+                    "overwrite each other in every batch): give each its own"
+                )

@@ -84,6 +84,7 @@ def run_checks(spark: Any, config: PipelineConfig, build_source: Callable[..., A
     """Every check of the pipeline ``config``, in order; writes nothing."""
     from fanout.hooks.registry import load_registry
     from fanout.ledger.delta import DeltaLedger
+    from fanout.sink_spec import check_exclusive_resources
 
     checks: list[Check] = []
     source = _check(checks, "source: builds with its schema and transform",
@@ -102,6 +103,10 @@ def run_checks(spark: Any, config: PipelineConfig, build_source: Callable[..., A
                             source, specs)  # fmt: skip
         if spec is not None:
             specs[spec.name] = spec
+    try:  # listed only when it fails: two sinks claiming what one must have to itself
+        check_exclusive_resources(config.name, (spec.sink for spec in specs.values()))
+    except ConfigurationError as exc:
+        checks.append(Check("sinks: exclusive resources", str(exc)))
     if any(spec.lag.uses_spool for spec in specs.values()):
         _lag_checks(checks, config, specs)
     if config.spool is not None:

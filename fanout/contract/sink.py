@@ -241,6 +241,14 @@ class Sink:
         :meth:`open`."""
         return None
 
+    def exclusive_resources(self, pipeline: str) -> Sequence[str]:
+        """What this sink must have to itself among the sinks of ``pipeline`` (Kafka: its
+        transactional ids, which two producers would fence each other over), each as a text
+        naming it and the option that sets it; fanout refuses a ``FanOut`` (and ``fanout
+        validate`` reports) two sinks giving the same text. Called on the driver before
+        :meth:`open`, from the options alone. Default: none."""
+        return ()
+
     def secret_values(self) -> Sequence[str]:
         """The secret values this sink holds (passwords, tokens), so fanout can scrub
         them from every error it logs, records in the ledger or raises. Default: none."""

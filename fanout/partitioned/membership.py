@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from fanout.errors import PartitioningError
+from fanout.errors import PartitioningError, SchemaMismatchError
 from fanout.partitioned.frame_steps import frame_steps
 
 if TYPE_CHECKING:
@@ -104,6 +104,67 @@ def plan_of(df: Any, by: Sequence[str], partitions: int) -> PartitionPlan:
     """The plan of ``df.repartition(partitions, *by)``."""
     types = dict(df.dtypes)
     return PartitionPlan(partitions, tuple((c, types[c]) for c in by))
+
+
+def unhashable(schema: Any, by: Sequence[str]) -> list[tuple[str, str]]:
+    """``(column, type)`` of the columns of ``by`` in ``schema`` (a Spark ``StructType``)
+    holding a map or a variant at any depth: Spark refuses to hash them
+    (``DATATYPE_MISMATCH.HASH_MAP_TYPE``, ``HASH_VARIANT_TYPE``), so
+    :data:`MEMBER_COLUMN` cannot be computed and every batch would fail."""
+    fields = {f.name: f.dataType for f in schema.fields}
+    return [(c, fields[c].simpleString()) for c in by if c in fields and _holds_map(fields[c])]
+
+
+def hash_refusal(schema: Any, by: Sequence[str], *, keyed: bool) -> tuple[str, list[str]] | None:
+    """``None`` when Spark can hash the partitioning columns ``by`` of ``schema``; else the
+    refusal's text (each column Spark cannot hash, :func:`unhashable`, and what to do: a
+    keyless sink partitions by every column it writes, so one map among them stalls it at
+    every batch) and those columns."""
+    found = unhashable(schema, by)
+    if not found:
+        return None
+    named = ", ".join(f"{c!r} ({t})" for c, t in found)
+    first = found[0][0]
+    if keyed:
+        advice = (
+            f"This sink partitions by its key column(s) {', '.join(by)}: choose keys without "
+            f"maps or variants, or convert the column in the query or the sink's select "
+            f"(e.g. to_json({first}))"
+        )
+    else:
+        advice = (
+            "This sink has no key, so it partitions by every column it writes: give it key "
+            "columns (Kafka 'key', PostgreSQL 'keys'), or drop the column or convert it in "
+            f"the query or the sink's select (e.g. to_json({first}))"
+        )
+    message = (
+        f"column(s) {named} cannot assign rows to partitions: Spark cannot hash a map or a "
+        f"variant (DATATYPE_MISMATCH.HASH_MAP_TYPE or HASH_VARIANT_TYPE). {advice}"
+    )
+    return message, [c for c, _ in found]
+
+
+def check_hashable(
+    schema: Any, by: Sequence[str], *, keyed: bool, sink: str, batch_id: int | None
+) -> None:
+    """Raise :class:`SchemaMismatchError` naming the sink, the batch (``None`` before the
+    stream starts: ``fanout validate``) and the :func:`hash_refusal` of ``by``."""
+    refused = hash_refusal(schema, by, keyed=keyed)
+    if refused is not None:
+        message, columns = refused
+        raise SchemaMismatchError(message, sink=sink, batch_id=batch_id, columns=columns)
+
+
+def _holds_map(data_type: Any) -> bool:
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.MapType | T.VariantType):
+        return True
+    if isinstance(data_type, T.ArrayType):
+        return _holds_map(data_type.elementType)
+    if isinstance(data_type, T.StructType):
+        return any(_holds_map(f.dataType) for f in data_type.fields)
+    return False
 
 
 def with_member_column(parted: Any, by: Sequence[str]) -> Any:

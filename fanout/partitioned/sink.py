@@ -35,6 +35,7 @@ from fanout.partitioned.membership import (
     CommittedPartition,
     PartitionPlan,
     check_committed,
+    check_hashable,
     partitioned_frame,
     plan_of,
     summarize,
@@ -238,6 +239,8 @@ class PartitionedSink(Sink):
         given = self.partition_input(batch)
         plan = None
         if given.membership:
+            check_hashable(given.df.schema, given.by, keyed=given.keyed, sink=self.name,
+                           batch_id=batch.batch_id)  # fmt: skip
             check_batch(given.df, given.by if given.keyed else WHOLE_ROW, sink=self.name,
                         batch_id=batch.batch_id, query_id=batch.query_id)  # fmt: skip
             plan = plan_of(given.df, given.by, self.partitions)

@@ -605,6 +605,34 @@ def test_duplicate_sink_names(memory_ledger: MemoryLedger) -> None:
     )
 
 
+def test_two_sinks_claiming_one_exclusive_resource_are_refused_before_open(
+    memory_ledger: MemoryLedger,
+) -> None:
+    class Claiming(ScriptedSink):
+        def __init__(self, name: str, resource: str) -> None:
+            super().__init__(name)
+            self.resource = resource
+
+        def exclusive_resources(self, pipeline: str) -> tuple[str, ...]:
+            return (f"the ids {pipeline}/{self.resource}",)
+
+        def open(self, context: Any) -> None:
+            opened.append(self.name)
+
+    opened: list[str] = []
+    sinks = [Claiming("a", "x"), Claiming("b", "y"), Claiming("c", "x")]
+    with pytest.raises(ConfigurationError) as raised:
+        make_fan(memory_ledger, sinks)
+    assert str(raised.value) == (
+        "pipeline 'orders': sinks 'a' and 'c' both use the ids orders/x, which a sink must "
+        "have to itself (they would fence or overwrite each other in every batch): give "
+        "each its own"
+    )
+    assert opened == []
+    make_fan(memory_ledger, sinks[:2]).close()
+    assert opened == ["a", "b"]
+
+
 def test_open_raising_names_the_sink_before_any_batch(memory_ledger: MemoryLedger) -> None:
     class Unreachable(ScriptedSink):
         def open(self, context: Any) -> None:
@@ -645,7 +673,7 @@ def test_open_receives_the_context_and_close_closes(memory_ledger: MemoryLedger)
     assert sink.closed == 1
 
 
-@pytest.mark.parametrize("name", ["bad/name", "", " orders", "-x", None])
+@pytest.mark.parametrize("name", ["bad/name", "", " orders", "-x", None, "orders\n"])
 def test_invalid_pipeline_name(memory_ledger: MemoryLedger, name: Any) -> None:
     with pytest.raises(ConfigurationError) as raised:
         FanOut(name, memory_ledger, [ScriptedSink("a")])

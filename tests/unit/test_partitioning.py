@@ -17,6 +17,8 @@ from fanout.partitioned.membership import (
     PartitionDigest,
     PartitionPlan,
     check_committed,
+    check_hashable,
+    unhashable,
 )
 
 PLAN = PartitionPlan(4, (("order_id", "bigint"),))
@@ -166,4 +168,32 @@ def test_the_columns_a_sink_needs_deterministic_default_to_its_partitioning() ->
     assert str(refusal("column 'id'", upsert, "s", 1)).startswith(
         "sink 's', batch 1: column 'id' is not deterministic: a replay would compute other "
         "keys. This sink upserts by id: derive"
+    )
+
+
+def test_a_map_or_variant_at_any_depth_cannot_be_hashed_into_partitions() -> None:
+    """Spark refuses ``xxhash64`` over them (HASH_MAP_TYPE, HASH_VARIANT_TYPE)."""
+    from pyspark.sql import types as T
+
+    m = T.MapType(T.StringType(), T.LongType())
+    schema = T.StructType([
+        T.StructField("id", T.LongType()), T.StructField("m", m),
+        T.StructField("s", T.StructType([T.StructField("x", T.ArrayType(m))])),
+        T.StructField("v", T.VariantType()), T.StructField("a", T.ArrayType(T.LongType())),
+        T.StructField("d", T.DayTimeIntervalType()),
+    ])  # fmt: skip
+    assert unhashable(schema, schema.fieldNames()) == [
+        ("m", "map<string,bigint>"), ("s", "struct<x:array<map<string,bigint>>>"),
+        ("v", "variant"),
+    ]  # fmt: skip
+    assert unhashable(schema, ["id", "a", "d"]) == []
+    check_hashable(schema, ["id", "a"], keyed=True, sink="k", batch_id=1)
+    with pytest.raises(SinkError) as refused:
+        check_hashable(schema, ["id", "v"], keyed=True, sink="k", batch_id=1)
+    assert str(refused.value) == (
+        "sink 'k', batch 1: column(s) 'v' (variant) cannot assign rows to partitions: Spark "
+        "cannot hash a map or a variant (DATATYPE_MISMATCH.HASH_MAP_TYPE or "
+        "HASH_VARIANT_TYPE). This sink partitions by its key column(s) id, v: choose keys "
+        "without maps or variants, or convert the column in the query or the sink's select "
+        "(e.g. to_json(v))"
     )

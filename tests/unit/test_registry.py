@@ -377,7 +377,7 @@ def test_spec_of_wrong_kind(registry_and_types: tuple[Any, dict[str, Any]]) -> N
 
 @pytest.mark.parametrize(
     "name",
-    [None, "", "a/b", "-lead", ".hidden", "has space", "x" * 129, 7, "ü"],
+    [None, "", "a/b", "-lead", ".hidden", "has space", "x" * 129, 7, "ü", "sink\n"],
 )
 def test_bad_sink_names(registry_and_types: tuple[Any, dict[str, Any]], name: Any) -> None:
     registry, types_ = registry_and_types

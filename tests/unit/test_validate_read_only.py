@@ -48,11 +48,22 @@ class ChecksItsDirectory(MakesItsDirectory):
         super().open(context)
 
 
+class ClaimsItsDirectory(ChecksItsDirectory):
+    """A sink that must have its directory to itself."""
+
+    def exclusive_resources(self, pipeline: str) -> tuple[str, ...]:
+        return (f"the directory {self.directory}",)
+
+
 class _Plugin:
     @staticmethod
     @hookimpl
     def fanout_sink_types() -> dict[str, type[Sink]]:
-        return {"makes-dir": MakesItsDirectory, "checks-dir": ChecksItsDirectory}
+        return {
+            "makes-dir": MakesItsDirectory,
+            "checks-dir": ChecksItsDirectory,
+            "claims-dir": ClaimsItsDirectory,
+        }
 
 
 PIPELINE = """
@@ -119,6 +130,34 @@ def test_validate_opens_only_sinks_that_check_read_only_and_writes_nothing(
         "1 of 7 checks failed:\n  - sink careful: options: two sinks are named 'careful'; "
         "sink names must be unique (they key the ledger)"
     )
+
+
+def test_validate_fails_two_sinks_claiming_one_exclusive_resource(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    load = registry_module.load_registry
+
+    def with_test_sinks(extra: Any = (), **kwargs: Any) -> Any:
+        return load([_Plugin(), *extra], **kwargs)
+
+    monkeypatch.setattr(registry_module, "load_registry", with_test_sinks)
+    monkeypatch.setattr(runner, "load_registry", with_test_sinks)
+    file = tmp_path / "p.toml"
+    file.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\ncheckpoint = "{tmp_path}/c"\n'
+        '[source]\nformat = "rate"\n'
+        + "".join(
+            f'[[sinks]]\ntype = "claims-dir"\nname = "{name}"\ndirectory = "{tmp_path}/{d}"\n'
+            for name, d in (("a", "shared"), ("b", "own"), ("c", "shared"))
+        )
+    )
+    checklist = run_checks(None, load_pipeline(str(file)), lambda spark, config: None)
+    assert [c.line() for c in checklist.checks if c.failed] == [
+        "  FAIL  sinks: exclusive resources: pipeline 'p': sinks 'a' and 'c' both use the "
+        f"directory {tmp_path}/shared, which a sink must have to itself (they would fence or "
+        "overwrite each other in every batch): give each its own"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.toml"]
 
 
 def test_a_sink_context_opens_for_a_run_by_default() -> None:

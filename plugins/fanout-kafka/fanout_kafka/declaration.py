@@ -12,7 +12,8 @@ OPTIONS = (
         "key",
         "none (keyless)",
         "a column, or a list of columns (key = JSON array of their values). A null key "
-        "column is a bad record.",
+        "column is a bad record. Keyless, every column is hashed into partitions, so a map "
+        "or variant column (Spark cannot hash one) is refused before the first batch.",
     ),
     SinkOption(
         "value",
@@ -35,18 +36,27 @@ OPTIONS = (
         "Rejected with the reason: `enable.idempotence=false`, `acks` other than `all`/`-1`, "
         "`max.in.flight.requests.per.connection > 5`, `retries=0`, and the settings the sink "
         "owns (`bootstrap.servers`, `transactional.id`, `transaction.timeout.ms`). Unknown "
-        "names and bad values are reported by librdkafka at `open()`. Passwords, keys, "
-        "tokens, `sasl.username` and `sasl.oauthbearer.client.id` are returned by "
+        "names and bad values are reported by librdkafka at `open()`. Passwords, passphrases, "
+        "keys, tokens, `sasl.username`, the OAuth client ids, `sasl.oauthbearer.config`, "
+        "`sasl.oauthbearer.extensions` and `sasl.jaas.config` are returned by "
         "`secret_values()`, so fanout masks them in every error, log line and ledger row.",
     ),
     SinkOption(
         "transactional_id_prefix",
         "`fanout/<pipeline>/<sink>`",
-        "partition `p` uses `<prefix>-<p>`; must be unique per sink on the cluster. The "
-        "default was `fanout-<pipeline>-<sink>` up to this version (ambiguous): see "
+        "partition `p` uses `<prefix>-<p>`; must be unique per sink on the cluster (two "
+        "sinks of one pipeline on the same prefix are refused when the `FanOut` is built and "
+        "by `fanout validate`). The default was `fanout-<pipeline>-<sink>` up to this "
+        "version (ambiguous): see "
         '"Transactional ids" in plugins/fanout-kafka/README.md for the upgrade',
     ),
-    SinkOption("marker_topic", "`__fanout_markers`", "one partition, created if missing"),
+    SinkOption(
+        "marker_topic",
+        "`__fanout_markers`",
+        "one partition, created if missing. Change it between batches only: a batch half "
+        "written with its markers in another topic is refused (`KafkaMarkerError`) until it "
+        "is set back and the batch completes",
+    ),
     SinkOption(
         "partitions",
         "`4`",

@@ -29,7 +29,8 @@ class KafkaBadRecordError(SinkWriteError):
 class KafkaMarkerError(SinkWriteError):
     """A partition's marker says something no run of this sink can have written: a batch
     past the one being written (another pipeline or sink shares the marker identity, or
-    the ledger lost marks), or a batch half committed under fanout 0.1's marker names.
+    the ledger lost marks), a batch half committed under fanout 0.1's marker names, or one
+    half committed with its markers in another topic than ``marker_topic`` names now.
     Raised on the driver before any partition writes: skipping on such a marker would lose
     rows, writing over it could duplicate them."""
 

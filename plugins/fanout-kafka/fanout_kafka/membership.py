@@ -158,12 +158,109 @@ def refuse_markers_ahead(
         f"markers in topic {marker_topic!r} are past this batch ({listed}). This sink "
         "commits its batches in order and records each in the ledger before the next, so "
         "another pipeline or sink writes the same marker groups (pipeline and sink names "
-        "must be unique per Kafka cluster and marker topic), or the ledger lost this sink's "
-        "marks. Nothing was written: skipping these partitions would lose their rows. Give "
-        "the other writer its own pipeline/sink name or `marker_topic`, or restore the ledger.",
+        "must be unique per Kafka cluster), or the ledger lost this sink's marks. Nothing "
+        "was written: skipping these partitions would lose their rows. Rename the other "
+        "writer's pipeline or sink, or restore the ledger. Do not move this sink to another "
+        "`marker_topic` to get past it: a replay reads only the markers in the topic "
+        "configured now, so the partitions these markers hold would be written again.",
         sink=sink,
         batch_id=batch_id,
     )
+
+
+_elsewhere_checked: set[tuple[str, str, str, str]] = set()
+
+
+def refuse_markers_elsewhere(
+    admin_config: Mapping[str, Any],
+    settings: WriterSettings,
+    batch_id: int,
+    partitions: int,
+) -> None:
+    """Once per sink and process, when no marker in ``settings.marker_topic`` holds
+    ``batch_id``: refuse the batch when this sink's marker groups say, in another
+    one-partition topic of the cluster, that partitions hold it. That is a batch half
+    written before ``marker_topic`` was changed: the replay, reading only the new topic,
+    would write those partitions again. A change between batches finds no marker at
+    ``batch_id + 1`` there (finished history) and passes. Read with one group-offsets
+    request per partition over every other one-partition topic (a marker topic has one
+    partition); a topic the brokers do not let the sink describe is not seen."""
+    from fanout_kafka.errors import KafkaMarkerError
+
+    servers = str(admin_config.get("bootstrap.servers"))
+    key = (servers, settings.marker_topic, settings.scope, settings.sink)
+    with _legacy_lock:
+        if key in _elsewhere_checked:
+            return
+    admin = _admin(admin_config)
+    timeout_s = settings.operation_timeout_s
+    topics = sorted(
+        name
+        for name, meta in admin.list_topics(timeout=timeout_s).topics.items()
+        if len(meta.partitions) == 1 and name != settings.marker_topic
+    )
+    holding: dict[str, list[int]] = {}
+    if topics:
+        groups = [settings.marker_group(p) for p in range(partitions)]
+        for partition, found in enumerate(_offsets_in(admin, topics, groups, timeout_s)):
+            for topic, offset in found.items():
+                if offset == batch_id + 1:
+                    holding.setdefault(topic, []).append(partition)
+    if not holding:
+        with _legacy_lock:
+            _elsewhere_checked.add(key)  # a refused batch is checked again when retried
+        return
+    where = "; ".join(f"partition(s) {ps} in topic {t!r}" for t, ps in sorted(holding.items()))
+    (first, _), *_ = sorted(holding.items())
+    raise KafkaMarkerError(
+        f"batch {batch_id} is half written: its markers say {where} hold it, but this "
+        f"sink's marker_topic is now {settings.marker_topic!r}, where no partition holds "
+        "it. A replay reads only the markers in the topic configured now, so it would "
+        "write those partitions again. Nothing was written. Set marker_topic back to "
+        f"{first!r} until this batch is complete (a change between batches is safe); if "
+        "those markers are another pipeline's with the same pipeline and sink names, "
+        "rename one of them.",
+        sink=settings.sink,
+        batch_id=batch_id,
+    )
+
+
+def _offsets_in(
+    admin: Any, topics: list[str], groups: list[str], timeout_s: float
+) -> list[dict[str, int]]:
+    """Per group, its committed offset on partition 0 of each of ``topics`` that has one
+    (stable offsets; a topic answering with another error is left out)."""
+    from confluent_kafka import (
+        ConsumerGroupTopicPartitions,
+        KafkaError,
+        KafkaException,
+        TopicPartition,
+    )
+
+    wanted = [TopicPartition(t, 0) for t in topics]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        futures = {  # one group a request (the client's limit), all sent at once
+            g: admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g, wanted)],
+                require_stable=True, request_timeout=timeout_s,
+            )[g]
+            for g in groups
+        }  # fmt: skip
+        result, unstable = [], False
+        for group in groups:
+            found: dict[str, int] = {}
+            for tp in futures[group].result(timeout_s).topic_partitions:
+                if tp.error is not None:
+                    unstable |= tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT
+                elif tp.offset >= 0:
+                    found[tp.topic] = int(tp.offset)
+            result.append(found)
+        if not unstable:
+            return result
+        if time.monotonic() >= deadline:
+            raise KafkaException(KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT))
+        time.sleep(0.1)
 
 
 _legacy_checked: set[tuple[str, str, str, str]] = set()
@@ -303,10 +400,13 @@ def read_committed(settings: WriterSettings, batch_id: int) -> list[CommittedPar
     config = _admin_config(settings)
     try:
         refuse_legacy_half_commit(config, settings, batch_id, plan.partitions)
-        return committed_partitions(
+        done = committed_partitions(
             config, settings.marker_topic, settings.marker_group, batch_id, plan,
             settings.operation_timeout_s, sink=settings.sink,
         )  # fmt: skip
+        if not done:
+            refuse_markers_elsewhere(config, settings, batch_id, plan.partitions)
+        return done
     except KafkaException as exc:
         raise TransientSinkError(
             f"cannot read the partition markers in {settings.marker_topic!r}: {exc}",

@@ -14,8 +14,8 @@ from typing import Any
 from fanout.errors import ConfigurationError
 from fanout.observe.secrets import secret_option_values
 
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-"""Kafka's legal topic names."""
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+"""Kafka's legal topic names (match with ``fullmatch``: ``$`` lets a trailing newline in)."""
 
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 """Kafka's default ``message.max.bytes`` (broker) / ``max.message.bytes`` (topic)."""
@@ -34,16 +34,23 @@ OWNED_SETTINGS: Mapping[str, str] = {
 
 SECRET_WORDS = (
     "password",  # sasl.password, ssl.key.password, ssl.keystore.password
-    "secret",  # sasl.oauthbearer.client.secret
-    "key.pem",
+    "passphrase",  # sasl.oauthbearer.assertion.private.key.passphrase
+    "secret",  # sasl.oauthbearer.client.secret, ...client.credentials.client.secret
+    "token",  # none in librdkafka 2.x holds one (token.endpoint.url is masked too)
+    "key.pem",  # ssl.key.pem, sasl.oauthbearer.assertion.private.key.pem
     "sasl.oauthbearer.config",
+    "sasl.oauthbearer.extensions",  # key=value pairs sent to the broker with the token
+    "sasl.jaas.config",  # Java-style config: holds password="..."
     "ssl.key",
     "sasl.username",  # half of a credential: masked like the password
     "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.client.credentials.client.id",
 )
 """Words of the producer settings whose values are secrets (scrubbed from every error, log
-line, status and ledger row fanout shows): passwords, keys, tokens, and the user and client
-names they go with."""
+line, status and ledger row fanout shows): passwords, passphrases, keys, tokens, and the user
+and client names they go with. Checked against librdkafka's CONFIGURATION.md (2.x); file
+paths (``sasl.kerberos.keytab``, ``...assertion.private.key.file``) are no secrets and stay
+readable."""
 
 CONNECTION_PREFIXES = (
     "security.",
@@ -169,7 +176,7 @@ def parse_create_topic(sink: str, value: Any) -> TopicSpec | None:
 
 def check_topic_name(sink: str, option: str, name: Any) -> str:
     """A legal Kafka topic name, or a configuration error naming the option."""
-    if not isinstance(name, str) or not TOPIC_NAME.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigurationError(
             f"Kafka sink {sink!r}: option {option!r} must be a Kafka topic name "
             f"(1-249 of A-Z a-z 0-9 . _ -), got {name!r}"

@@ -26,7 +26,12 @@ from fanout.contract.batch import Batch
 from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.sink import Guarantee, SinkContext
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, SinkWriteError
-from fanout.partitioned.membership import WHOLE_ROW, CommittedPartition, PartitionPlan
+from fanout.partitioned.membership import (
+    WHOLE_ROW,
+    CommittedPartition,
+    PartitionPlan,
+    check_hashable,
+)
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout_kafka.abandoned import end_abandoned_transactions, fence_legacy_transactions
@@ -297,6 +302,15 @@ class KafkaSink(PartitionedSink):
         partitions, so these must be deterministic (:mod:`fanout.partitioned.membership`)."""
         return self._key_columns or WHOLE_ROW
 
+    def exclusive_resources(self, pipeline: str) -> Sequence[str]:
+        """The transactional ids ``<prefix>-<p>``: two sinks on one prefix fence each
+        other's producers in every batch. Claimed whatever the brokers: two bootstrap
+        lists cannot be told to reach different clusters."""
+        prefix = self.transactional_id_prefix
+        if prefix is None or self._derived_prefix:
+            prefix = default_transactional_id_prefix(pipeline, self.name)
+        return (f"the Kafka transactional ids {prefix}-<p> (transactional_id_prefix {prefix!r})",)
+
     def secret_values(self) -> Sequence[str]:
         """Passwords, keys and tokens among the producer settings."""
         return secret_values(self.producer)
@@ -453,7 +467,9 @@ class KafkaSink(PartitionedSink):
 
     def _check_columns(self, schema: Any, batch_id: int | None) -> None:
         """Batches of ``schema`` (a Spark ``StructType``) can be encoded as the options
-        say: every column they name is there, a ``value`` column is a string or binary, and
+        say: every column they name is there, the partitioning columns (the key, or every
+        column when keyless) hold no map or variant Spark cannot hash, a ``value`` column is
+        a string or binary, and
         every column written as JSON is of a type JSON holds faithfully
         (:mod:`fanout_kafka.json_types`).
         ``batch_id`` is ``None`` before the stream starts (:meth:`check_schema`)."""
@@ -495,6 +511,10 @@ class KafkaSink(PartitionedSink):
                 + "; ".join(p.describe() for p in problems),
                 sink=self.name, batch_id=batch_id, columns=bad,
             )  # fmt: skip
+        # keyless: every column is hashed into the partition membership digest
+        keys = wanted["key"]
+        check_hashable(schema, keys or names, keyed=bool(keys), sink=self.name,
+                       batch_id=batch_id)  # fmt: skip
 
     def partition_failure(
         self, batch: Batch, failed: Sequence[PartitionOutcome], outcomes: Sequence[PartitionOutcome]

@@ -133,7 +133,8 @@ def test_the_types_json_holds_pass() -> None:
         ("s", T.StructType([F("a", T.LongType()), F("b", T.StringType())])),
         ("nothing", T.NullType()),
     )  # fmt: skip
-    _sink().check_schema(to_arrow_schema(schema, timezone="UTC"))
+    # keyed: a keyless sink hashes every column, and Spark cannot hash the map
+    _sink(key="name").check_schema(to_arrow_schema(schema, timezone="UTC"))
 
 
 def test_a_map_with_string_keys_is_written_as_a_json_object() -> None:

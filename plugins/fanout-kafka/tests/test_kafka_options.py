@@ -73,6 +73,27 @@ def test_secret_values_are_the_credentials_and_keys_only() -> None:
     assert list(sink.secret_values()) == secret_values(producer)
 
 
+def test_every_credential_setting_of_librdkafka_is_a_secret() -> None:
+    """The credential-bearing settings of librdkafka's CONFIGURATION.md beyond the
+    password ones; paths to key files are no secrets."""
+    producer = {
+        "sasl.oauthbearer.assertion.private.key.passphrase": "pp",
+        "sasl.oauthbearer.assertion.private.key.pem": "-----BEGIN PRIVATE KEY-----",
+        "sasl.oauthbearer.client.credentials.client.id": "cc-id",
+        "sasl.oauthbearer.client.credentials.client.secret": "cc-secret",
+        "sasl.oauthbearer.extensions": "logicalCluster=lkc-1,identityPoolId=pool-2",
+        "sasl.oauthbearer.config": "principal=admin",
+        "sasl.jaas.config": 'PlainLoginModule required username="u" password="p";',
+        "sasl.oauthbearer.assertion.private.key.file": "/etc/kafka/assertion.key",
+        "sasl.kerberos.keytab": "/etc/krb5.keytab",
+    }
+    assert secret_values(producer) == [
+        "pp", "-----BEGIN PRIVATE KEY-----", "cc-id", "cc-secret",
+        "logicalCluster=lkc-1,identityPoolId=pool-2", "principal=admin",
+        'PlainLoginModule required username="u" password="p";',
+    ]  # fmt: skip
+
+
 def test_a_sasl_username_is_masked_in_logs_and_errors() -> None:
     from fanout.observe.secrets import masked_error, redact
 
@@ -133,6 +154,7 @@ def test_create_topic_spec() -> None:
         ({"topic": "t"}, "option 'bootstrap_servers' is required"),
         ({"bootstrap_servers": "h:1"}, "option 'topic' is required"),
         ({"bootstrap_servers": "h:1", "topic": "a b"}, "option 'topic' must be a Kafka topic"),
+        ({"bootstrap_servers": "h:1", "topic": "t\n"}, "option 'topic' must be a Kafka topic"),
         ({"bootstrap_servers": "h:1", "topic": "t", "partitions": 0}, "'partitions' must be"),
         ({"bootstrap_servers": "h:1", "topic": "t", "key": []}, "option 'key' must be"),
         ({"bootstrap_servers": "h:1", "topic": "t", "marker_topic": "t"}, "must differ"),

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fanout.partitioned.membership import hash_refusal
 from fanout_postgres import types as pgtypes
 from fanout_postgres.binary import wire_kind
 from fanout_postgres.encode import Check
@@ -309,6 +310,13 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
         dead_letter=options.dead_letter_table,
     )
     hash_columns = tuple(keys if (keys and all(k in targets for k in keys)) else targets)
+    if options.mode == "append":  # its partition membership digest hashes them
+        sources = {t: s for s, t in pairs}
+        refused = hash_refusal(
+            spark_schema, [sources[c] for c in hash_columns], keyed=hash_columns == tuple(keys)
+        )
+        if refused is not None:
+            raise PlanError(*refused)
     key_hashes: tuple[KeyHash, ...] = ()
     if options.mode == "upsert" and options.partitions > 1:
         key_hashes = fold_keys(info, pairs, keys, spark_types)

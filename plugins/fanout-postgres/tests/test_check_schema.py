@@ -106,6 +106,16 @@ CASES = [
         "option 'columns'",
         id="create-table-name-postgresql-would-cut",
     ),
+    pytest.param(
+        None, {"table": "fresh", "create_table": True, "mode": "append"},
+        _with(FITS, "attrs", pa.map_(pa.string(), pa.int64())), ["attrs"],
+        "column(s) 'attrs' (map<string,bigint>) cannot assign rows to partitions: Spark "
+        "cannot hash a map or a variant (DATATYPE_MISMATCH.HASH_MAP_TYPE or "
+        "HASH_VARIANT_TYPE). This sink has no key, so it partitions by every column it "
+        "writes: give it key columns (Kafka 'key', PostgreSQL 'keys'), or drop the column or "
+        "convert it in the query or the sink's select (e.g. to_json(attrs))",
+        id="keyless-append-over-a-map",
+    ),
 ]  # fmt: skip
 
 
