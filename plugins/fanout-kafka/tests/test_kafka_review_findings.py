@@ -1,7 +1,7 @@
-"""Review d (adversarial review of the Kafka sink): reproductions of places where the
-sink's promise breaks. Each test asserts the promised behaviour (nothing lost, doubled or
-silently altered; secrets masked) and is an expected, strict failure on the current code:
-when one starts to pass, its finding is fixed and the mark must go."""
+"""Findings of an adversarial review of the Kafka sink, each reproduced here and fixed:
+each test asserts the promised behaviour (nothing lost, doubled or silently altered;
+refusals naming sink, batch, column and key; secrets masked) and failed on the code the
+review read."""
 
 from __future__ import annotations
 
