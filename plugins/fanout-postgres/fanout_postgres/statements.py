@@ -42,7 +42,8 @@ class Statements:
     create_winners: str
     write_from_winners: str
     drop_refused: str
-    """Upsert with ``order_by`` (else empty): see :func:`_drop_refused`."""
+    """Upsert (else empty): :func:`_drop_refused` with ``order_by``, else
+    :func:`_drop_held`."""
     duplicate_probe: str
     mark_insert: str
     mark_select: str
@@ -204,8 +205,12 @@ def build_statements(
         else "",
         create_winners=create_winners,
         write_from_winners=write(winners, dedupe=False),
-        drop_refused=_drop_refused(stage, keys, source(stage, dedupe=True))
-        if upsert and order_by
+        drop_refused=(
+            _drop_refused(stage, keys, source(stage, dedupe=True))
+            if order_by
+            else _drop_held(stage)
+        )
+        if upsert
         else "",
         duplicate_probe=duplicate_probe,
         **marks,
@@ -234,6 +239,19 @@ def _drop_refused(stage: Any, keys: Sequence[str], winners: Any) -> str:
         sa.delete(stage)
         .where(sa.or_(stage.c[ROW] == sa.any_(refused), sa.exists().where(same_key)))
         .returning(stage.c[ROW], sa.exists().where(lost.c[ROW] == stage.c[ROW]))
+    )
+
+
+def _drop_held(stage: Any) -> str:
+    """Upsert without ``order_by``: remove the refused rows (positions ``%(refused)s``) from
+    the stage, each returned as its key's winner (no row of a key outranks another; a key
+    held twice fails the batch before this runs)."""
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql as pg
+
+    refused = sa.bindparam("refused", type_=pg.ARRAY(sa.Integer))
+    return compile_sql(
+        sa.delete(stage).where(stage.c[ROW] == sa.any_(refused)).returning(stage.c[ROW], sa.true())
     )
 
 

@@ -2,14 +2,16 @@
 a staging table, the upsert or insert, rows the server refuses set aside (by COPY line or by
 bisection with savepoints), dead letters, and in append mode the progress mark.
 
-Upsert with ``order_by``: a key's winner is chosen among all the batch's rows of the key,
+Upsert: a key's winner is chosen among all the batch's rows of the key,
 refused or not. A row refused before the ``INSERT`` (by the executor's checks or by the
 staging COPY) is staged all the same, its unstorable values as NULL, and held; once every
 row is staged, one statement removes the held rows and every row of a key a held row wins
 (:meth:`PartitionTransaction._settle`): a refused winner is dead-lettered (or fails the
 partition) and its key keeps its value in the target, a refused row that lost is
 superseded. A row refused by the ``INSERT`` (a CHECK, a foreign key) was its key's winner
-already. No statement is added when no row is refused."""
+already. Without ``order_by`` no row of a key outranks another, and a key held twice fails
+the partition, refused rows counted, as at the ``INSERT``. No statement is added when no
+row is refused."""
 
 from __future__ import annotations
 
@@ -114,7 +116,7 @@ class PartitionTransaction:
         self.table = pa.table({})  # every row (target names + ROW), once all are taken
         self.sql = plan.statements
         self.rejects: list[Reject] = []
-        # upsert with order_by: a refused row takes part in choosing its key's winner (see
+        # upsert: a refused row takes part in choosing its key's winner (see
         # _hold); held here until the stage's dedupe says whether it won its key
         self.dedupes = bool(self.sql.drop_refused)
         self.key_checks: tuple[Check, ...] = tuple(c for c in plan.checks if c.column in plan.keys)
@@ -271,7 +273,7 @@ class PartitionTransaction:
 
     def _set_aside(self, table: pa.Table, *, staged: bool = True) -> pa.Table:
         """``table`` (rows with :data:`ROW`) after the executor's own checks: a row failing
-        one is recorded and left out, or, upsert with ``order_by``, held (:meth:`_hold`)
+        one is recorded and left out, or, upsert, held (:meth:`_hold`)
         and staged with its too long values as NULL. Not ``staged`` (a direct COPY into
         the target), such a row raises :class:`_Restage`: it may win its key over a row
         of the COPY."""
@@ -294,18 +296,24 @@ class PartitionTransaction:
         return blank_too_long(kept, self.plan.checks) if self.dedupes else kept
 
     def _hold(self, reject: Reject) -> None:
-        """Upsert with ``order_by``: keep a refused row in the stage, to choose its key's
+        """Upsert: keep a refused row in the stage, to choose its key's
         winner among all the batch's rows of the key, refused or not; :meth:`_settle`
         decides. Rows refused in a key column have no key to compete for: they are
         rejected at once (:meth:`_reject`)."""
         self.held.setdefault(reject.row, reject)
 
     def _settle(self) -> None:
-        """Upsert with ``order_by``, once every row is staged: remove the held rows from the
-        stage, and every row of a key whose winner is a held row (the key keeps its value
+        """Upsert, once every row is staged: remove the held rows from the stage, and (with
+        ``order_by``) every row of a key whose winner is a held row (the key keeps its value
         in the target). A held row that won its key is rejected; one that lost to another
-        row of its key was superseded and is not (it would never have been written)."""
+        row of its key was superseded and is not (it would never have been written).
+        Without ``order_by``, a key occurring twice among the staged rows, held ones
+        included, fails the partition naming the key, as the ``INSERT`` would."""
         if self.held:
+            if not self.sql.write_unique:  # no order_by: the held rows' keys must be unique
+                self.cur.execute(self.sql.duplicate_probe, {})
+                if self.cur.fetchone() is not None:
+                    raise RowRejected(self._duplicate_detail())
             self.cur.execute(self.sql.drop_refused, {"refused": sorted(self.held)})
             removed = self.cur.fetchall()
             self.dropped = sorted(int(row) for row, _ in removed)
@@ -362,7 +370,7 @@ class PartitionTransaction:
 
     def _copy(self, sql: str, table: pa.Table, *, with_row: bool) -> None:
         """COPY ``table``; a row refused with a line number is set aside and the rest
-        copied again (upsert with ``order_by``: held, and copied again with the refused
+        copied again (upsert: held, and copied again with the refused
         value as NULL, see :meth:`_hold`)."""
         segments = [(0, table.num_rows)]
         blanked: set[tuple[int, str]] = set()
@@ -550,7 +558,7 @@ class PartitionTransaction:
 
 
 class _Restage(Exception):
-    """A direct COPY met a refused row (upsert with ``order_by``): the rows are staged."""
+    """A direct COPY met a refused row (upsert): the rows are staged."""
 
 
 def _untranslatable(table: pa.Table, position: int, reason: str) -> str | None:

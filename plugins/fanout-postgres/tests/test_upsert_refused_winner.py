@@ -141,3 +141,30 @@ def test_refused_rows_of_one_key_only_the_winner_is_dead_lettered(spark: Any, pg
         ("pg", 6, "qty", "x", _as_letter(rows[3]))
     ]
     assert (result.rows, result.dead_lettered) == (6, 1)
+
+
+@pytest.mark.parametrize("kind", ["not null", "too long", "not an integer"])
+def test_without_order_by_a_refused_row_still_makes_its_key_occur_twice(
+    spark: Any, pg_url: str, kind: str
+) -> None:
+    """Without ``order_by`` no row of a key outranks another: a batch holding a key twice
+    fails naming the key, also when one of the two rows is refused before the INSERT (it
+    used to be set aside, and the other row written as if it were the key's only one)."""
+    execute(pg_url, *DDL, "INSERT INTO items VALUES (1, 'old', 1, 1, 0)")
+    options = {"partitions": 1, "dead_letter": "postgres:rejects"}
+    sink = open_sink(PostgresSink("pg", url=pg_url, table="items", **options), "refused")
+    refused = REFUSED[kind][0](2)
+    with pytest.raises(SinkWriteError) as failed:
+        _write(spark, sink, [(1, "new", "2", 2, 1), refused, (2, "two", "5", 5, 1)], 0)
+
+    assert "key {\"id\": 1} occurs 2 times in this batch; set option 'order_by'" in str(
+        failed.value
+    )
+    assert _items(pg_url) == [BEFORE]
+    assert _letters(pg_url) == []
+    # the same refused row on a key of its own: dead-lettered, the rest written
+    alone = (4, *refused[1:])
+    result = _write(spark, sink, [(1, "new", "2", 2, 1), alone, (2, "two", "5", 5, 1)], 1)
+    assert (result.rows, result.dead_lettered) == (2, 1)  # rows: those written
+    assert _items(pg_url) == [(1, "new", 2, 2, 1), (2, "two", 5, 5, 1)]
+    assert [(r[1], r[2], r[4]["id"]) for r in _letters(pg_url)] == [(1, REFUSED[kind][1], 4)]
