@@ -18,10 +18,11 @@ from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
+from fanout.contract.calendar import MICROS_PER_DAY, civil, clock
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
-MICROS_PER_DAY = 86_400_000_000
 _UNIT_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}
 _DAY_OF_YEAR_0 = -719_528  # 0000-01-01, in days since 1970-01-01 (proleptic Gregorian)
 _DAY_OF_YEAR_10000 = 2_932_897  # 10000-01-01
@@ -30,20 +31,6 @@ _DAY_OF_YEAR_10000 = 2_932_897  # 10000-01-01
 class UnstorablePartitionValue(ValueError):
     """A partition value a Delta table cannot keep (raised by the executors' writer in a
     Spark task; the driver turns it into the sink's error)."""
-
-
-def civil(days: int) -> tuple[int, int, int]:
-    """The proleptic Gregorian ``(year, month, day)`` of ``days`` since 1970-01-01, for
-    any year (Howard Hinnant's ``civil_from_days``)."""
-    z = days + 719_468
-    era = z // 146_097
-    doe = z - era * 146_097
-    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    day = doy - (153 * mp + 2) // 5 + 1
-    month = mp + 3 if mp < 10 else mp - 9
-    return yoe + era * 400 + (month <= 2), month, day
 
 
 def date_text(days: int) -> str:
@@ -56,10 +43,7 @@ def date_text(days: int) -> str:
 def timestamp_text(micros: int, sep: str = " ") -> str:
     """``micros`` since the epoch as ``YYYY-MM-DD<sep>HH:MM:SS.ffffff``, the year padded
     as in :func:`date_text`."""
-    days, rest = divmod(micros, MICROS_PER_DAY)
-    seconds, fraction = divmod(rest, 1_000_000)
-    hours, seconds = divmod(seconds, 3600)
-    minutes, seconds = divmod(seconds, 60)
+    days, hours, minutes, seconds, fraction = clock(micros)
     return f"{date_text(days)}{sep}{hours:02d}:{minutes:02d}:{seconds:02d}.{fraction:06d}"
 
 

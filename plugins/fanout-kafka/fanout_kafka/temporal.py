@@ -22,38 +22,32 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fanout.contract.calendar import MICROS_PER_DAY, civil, clock
+
 _ORDINAL_1970 = dt.date(1970, 1, 1).toordinal()
-_CYCLE_DAYS = 146_097  # the Gregorian calendar repeats every 400 years
-_DAY_MICROS = 86_400_000_000
 # Python's years 1-9999, as days and microseconds since 1970
 _FIRST_DAY = dt.date(1, 1, 1).toordinal() - _ORDINAL_1970
 _LAST_DAY = dt.date(9999, 12, 31).toordinal() - _ORDINAL_1970
-_FIRST_MICROS = _FIRST_DAY * _DAY_MICROS
-_LAST_MICROS = (_LAST_DAY + 1) * _DAY_MICROS - 1
+_FIRST_MICROS = _FIRST_DAY * MICROS_PER_DAY
+_LAST_MICROS = (_LAST_DAY + 1) * MICROS_PER_DAY - 1
 
 
 def date_text(days: int) -> str:
     """The date ``days`` after 1970-01-01 (any number of days), e.g. ``0000-12-31``."""
-    ordinal = days + _ORDINAL_1970
-    cycles = (ordinal - 1) // _CYCLE_DAYS  # brings it into years 1-400
-    date = dt.date.fromordinal(ordinal - cycles * _CYCLE_DAYS)
-    year = date.year + 400 * cycles
+    year, month, day = civil(days)
     if year > 9999:
         shown = f"+{year}"
     elif year < 0:
         shown = f"-{-year:04d}"
     else:
         shown = f"{year:04d}"
-    return f"{shown}-{date.month:02d}-{date.day:02d}"
+    return f"{shown}-{month:02d}-{day:02d}"
 
 
 def timestamp_text(micros: int, *, zoned: bool) -> str:
     """The timestamp ``micros`` after 1970-01-01T00:00 (UTC for an instant, ``zoned``,
     which gets ``+00:00``), as ``isoformat`` writes it: no fraction when it is zero."""
-    days, rest = divmod(micros, _DAY_MICROS)
-    seconds, fraction = divmod(rest, 1_000_000)
-    hours, seconds = divmod(seconds, 3600)
-    minutes, seconds = divmod(seconds, 60)
+    days, hours, minutes, seconds, fraction = clock(micros)
     text = f"{date_text(days)}T{hours:02d}:{minutes:02d}:{seconds:02d}"
     if fraction:
         text += f".{fraction:06d}"
