@@ -32,6 +32,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from fanout.contract.calendar import iso_text
 from fanout.contract.dead_letters import MapPairs
 
 if TYPE_CHECKING:
@@ -114,12 +115,8 @@ def _plain(value: Any) -> Any:
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, Decimal):
         return str(value)
-    if isinstance(value, datetime):
-        if value.utcoffset() is not None:  # an instant: in UTC, whatever zone it came in
-            return value.astimezone(UTC).isoformat()
-        return value.isoformat()
-    if isinstance(value, date | time):
-        return value.isoformat()
+    if isinstance(value, date | time):  # datetime too; an instant in UTC
+        return iso_text(value)
     if isinstance(value, timedelta):
         return _duration(value)
     if isinstance(value, Mapping):

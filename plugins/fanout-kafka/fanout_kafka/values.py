@@ -14,6 +14,8 @@ import json
 import math
 from typing import Any
 
+from fanout.contract.calendar import iso_text
+
 
 def to_bytes(value: Any) -> bytes:
     """A key or header value as bytes: text as UTF-8, bytes as is, anything else as its
@@ -61,10 +63,8 @@ def json_default(value: Any) -> Any:
     ``+00:00``, whatever zone Spark's session gave it: the same instant is the same text,
     at the top level and nested, as the column-wise path writes it), decimals as text,
     bytes as base64."""
-    if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.UTC).isoformat()
     if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
+        return iso_text(value)
     if isinstance(value, decimal.Decimal):
         return str(value)
     if isinstance(value, bytes | bytearray | memoryview):

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from fanout.contract.calendar import iso_text
 from fanout.contract.dead_letters import letter_rows
 from fanout.deadletters.layout import letter_json
 from fanout_postgres.statements import ROW
@@ -203,17 +204,6 @@ def _key(key: Any, kind: pa.DataType) -> str:
     if isinstance(key, bytes):
         return "\\x" + key.hex()
     return str(key)
-
-
-def iso_text(value: dt.date) -> str:
-    """A timestamp or a date as ISO 8601, whatever Spark's session zone: an instant (an
-    aware ``datetime``, in the session's zone) in UTC with its offset
-    (``2024-01-02T03:04:05.123456+00:00``, the fraction only when not zero), as a top-level
-    instant is stored; a ``timestamp_ntz`` (naive) as its own wall clock, without offset;
-    a date as ``YYYY-MM-DD``."""
-    if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.UTC).isoformat()
-    return value.isoformat()
 
 
 def _holds_decimal(kind: pa.DataType) -> bool:
