@@ -17,12 +17,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from arrow_batches import batch_of
 from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink
 from fanout_delta.partition_values import split_unstorable_spark
 from fanout_delta.spark_engine import write_spark
 
-from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import SinkContext
 from fanout.deadletters.delta import DeltaDeadLetters
 from fanout.delta_tables.datafiles import FileWriter
@@ -30,7 +31,6 @@ from fanout.delta_tables.distributed import delta_schema
 from fanout.delta_tables.io import read_delta
 from fanout.errors import SinkWriteError
 
-APP_ID = txn_app_id("p", "s")
 YEAR_10000 = 253_402_300_800_000_000  # 10000-01-01T00:00:00Z, epoch microseconds
 EMPTY = (
     "partition column 'k' holds the empty string '', which a Delta table cannot keep in a "
@@ -45,25 +45,6 @@ PAST_9999 = (
     "value in the stream (e.g. with null), or set the sink's option 'dead_letter' to set "
     "such rows aside"
 )
-
-
-class FakeFrame:
-    """A batch DataFrame without Spark: ``toArrow()`` only."""
-
-    def __init__(self, table: pa.Table) -> None:
-        self.table = table
-
-    def toArrow(self) -> pa.Table:
-        return self.table
-
-
-def batch_of(df: Any, batch_id: int = 0) -> Batch:
-    return Batch(
-        df=df if not isinstance(df, pa.Table) else FakeFrame(df),
-        info=BatchInfo(pipeline="p", batch_id=batch_id),
-        sink_name="s",
-        txn_app_id=APP_ID,
-    )
 
 
 def opened(path: Path, spark: Any = None, dead: Path | None = None, **options: Any) -> DeltaSink:

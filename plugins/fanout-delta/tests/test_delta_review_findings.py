@@ -16,36 +16,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from arrow_batches import batch_of
 from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink
 
-from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.sink import SinkContext
 from fanout.deadletters.delta import DeltaDeadLetters
 from fanout.delta_tables.io import read_delta
 from fanout.errors import SchemaMismatchError, SinkWriteError
-
-APP_ID = txn_app_id("p", "s")
-
-
-class FakeFrame:
-    """A batch DataFrame without Spark: ``toArrow()`` only (the sink then runs the
-    executors' ``FileWriter`` in this process, the same code a Spark task runs)."""
-
-    def __init__(self, table: pa.Table) -> None:
-        self.table = table
-
-    def toArrow(self) -> pa.Table:
-        return self.table
-
-
-def batch_of(df: Any, batch_id: int = 0) -> Batch:
-    return Batch(
-        df=df if not isinstance(df, pa.Table) else FakeFrame(df),
-        info=BatchInfo(pipeline="p", batch_id=batch_id),
-        sink_name="s",
-        txn_app_id=APP_ID,
-    )
 
 
 def opened(path: Path, spark: Any = None, **options: Any) -> DeltaSink:

@@ -12,28 +12,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from arrow_batches import APP_ID, FakeFrame
 from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink
 from fanout_delta.plugin import fanout_sink_types
 
-from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.sink import SinkContext, SinkResult
 from fanout.delta_tables.io import read_delta
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkWriteError
-
-APP_ID = txn_app_id("p", "s")
-
-
-class FakeFrame:
-    """Stands in for a Spark batch DataFrame: only ``toArrow()`` is used by engine rs."""
-
-    def __init__(self, table: pa.Table) -> None:
-        self.table = table
-        self.conversions = 0
-
-    def toArrow(self) -> pa.Table:
-        self.conversions += 1
-        return self.table
 
 
 def make_batch(data: dict | pa.Table, batch_id: int) -> Batch:
