@@ -101,7 +101,7 @@ def key_fold(spark_type: Any, sa_type: Any) -> str | None:
 
     from fanout_postgres import types as pgtypes
 
-    sa_type = _base(sa_type)
+    sa_type = pgtypes.without_domain(sa_type)
     if isinstance(spark_type, T.ArrayType) and isinstance(sa_type, sa.ARRAY):
         try:
             inner = key_fold(spark_type.elementType, sa_type.item_type)
@@ -127,15 +127,6 @@ def key_fold(spark_type: Any, sa_type: Any) -> str | None:
     kind = pgtypes.target_kind(sa_type)
     examples = _READ_AS_ONE.get(kind, "several spellings of one value")
     raise KeyRefused(examples, _spark_cast(sa_type, kind))
-
-
-def _base(sa_type: Any) -> Any:
-    from sqlalchemy.dialects import postgresql as pg
-
-    domain = getattr(pg, "DOMAIN", None)
-    while domain is not None and isinstance(sa_type, domain):
-        sa_type = sa_type.data_type
-    return sa_type
 
 
 def _spark_cast(sa_type: Any, kind: str) -> str | None:

@@ -285,14 +285,22 @@ def equality_is_coarse(sa_type: Any) -> bool:
 def _element_type(sa_type: Any) -> Any:
     """The type inside an array or a domain, else ``None``."""
     import sqlalchemy as sa
-    from sqlalchemy.dialects import postgresql as pg
 
     if isinstance(sa_type, sa.ARRAY):
         return sa_type.item_type
+    base = without_domain(sa_type)
+    return base if base is not sa_type else None
+
+
+def without_domain(sa_type: Any) -> Any:
+    """The type under ``sa_type``'s domains (a domain over a domain too), else
+    ``sa_type`` itself."""
+    from sqlalchemy.dialects import postgresql as pg
+
     domain = getattr(pg, "DOMAIN", None)  # SQLAlchemy >= 2.0 reflects domains as DOMAIN
-    if domain is not None and isinstance(sa_type, domain):
-        return sa_type.data_type
-    return None
+    while domain is not None and isinstance(sa_type, domain):
+        sa_type = sa_type.data_type
+    return sa_type
 
 
 def type_for_create(data_type: Any) -> Any:
