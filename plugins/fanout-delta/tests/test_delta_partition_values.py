@@ -303,3 +303,65 @@ def test_two_delta_appends_sharing_a_job_refuse_an_empty_string_alike(spark, tmp
     assert sorted(DeltaTable(str(tmp_path / "b")).to_pyarrow_table()["id"].to_pylist()) == [
         1, 2, 3,
     ]  # fmt: skip
+
+
+# -- docs/architecture.md §7: a deduplicated key's winner is chosen before refusals count --
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "architecture §7 (a key's winner is chosen among all its rows, refused or not): the "
+        "merge sets rows with a partition value no Delta table can keep aside before it "
+        "deduplicates, so a refused winner's key gets an older row and a refused loser "
+        "becomes a dead letter"
+    ),
+)
+def test_a_merge_chooses_each_keys_winner_before_partition_values_are_refused(tmp_path):
+    path, dead = tmp_path / "t", tmp_path / "dead"
+    sink = opened(path, dead=dead, mode="merge", keys=["id"], order_by=["v"], partition_by=["k"])
+    first = pa.table(
+        {"id": pa.array([1, 2], pa.int64()), "v": pa.array([0, 0], pa.int64()), "k": ["a", "a"]}
+    )
+    sink.write(batch_of(first, 0))
+    # key 1: the winner (v=2) is refused, the row it supersedes (v=1) is valid;
+    # key 2: the winner (v=3) is valid, the row it supersedes (v=1) is refused
+    second = pa.table(
+        {
+            "id": pa.array([1, 1, 2, 2], pa.int64()),
+            "v": pa.array([2, 1, 3, 1], pa.int64()),
+            "k": ["", "b", "c", ""],
+        }
+    )
+
+    result = sink.write(batch_of(second, 1))
+
+    rows = read_delta(str(path)).sort_by("id").to_pylist()
+    assert rows == [{"id": 1, "v": 0, "k": "a"}, {"id": 2, "v": 3, "k": "c"}]
+    assert letters_of(dead) == [("k", "", {"id": 1, "v": 2, "k": ""}, EMPTY)]
+    assert (result.rows, result.dead_lettered) == (1, 1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "architecture §7 (without order_by a refused row still counts for its key): the "
+        "merge sets a row with a partition value no Delta table can keep aside before it "
+        "looks for keys held twice, so the key's other row is written as its only one"
+    ),
+)
+def test_a_merge_without_order_by_counts_a_refused_row_for_its_key(tmp_path):
+    path, dead = tmp_path / "t", tmp_path / "dead"
+    sink = opened(path, dead=dead, mode="merge", keys=["id"], partition_by=["k"])
+    table = pa.table({"id": pa.array([1, 1], pa.int64()), "k": ["", "b"]})
+
+    with pytest.raises(SinkWriteError) as raised:
+        sink.write(batch_of(table))
+
+    assert str(raised.value) == (
+        "sink 's', batch 0: 1 key(s) occur more than once in the batch, e.g. {'id': 1} "
+        "(2 rows); a MERGE takes one row per key. Set order_by to the column(s) whose "
+        "greatest value wins (e.g. an event time or sequence number), or deduplicate the "
+        "stream."
+    )
+    assert not (path / "_delta_log").exists()
