@@ -9,10 +9,12 @@ or raises (:func:`redact`).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 from fanout.errors import ConfigurationError
 
@@ -68,30 +70,210 @@ def _expand(
     return "".join(out), pos
 
 
-SECRET_OPTION_WORDS = ("secret", "password", "token", "key", "sas", "credential")
+SECRET_OPTION_WORDS = ("secret", "password", "passphrase", "token", "key", "sas", "credential")
 """Words that make an option's value a secret (``AWS_SECRET_ACCESS_KEY``,
-``azure_storage_account_key``, ``azure_storage_sas_token``, ``google_service_account_key``)."""
+``azure_storage_account_key``, ``azure_storage_sas_token``, ``google_service_account_key``).
+A word matches whole parts of the option's name (split at ``.``, ``_``, ``-`` and camelCase,
+a plural ``s`` allowed), so ``sas`` does not match ``sasl`` nor ``key`` ``keytab``; a dotted
+word (``ssl.key``) matches consecutive parts."""
+
+NOT_SECRET_SUFFIXES = (
+    "url", "uri", "endpoint", "location", "file", "path", "enabled", "type", "cb"
+)  # fmt: skip
+"""Last name parts of options that say where or how a credential is found, not the credential
+(``aws_web_identity_token_file``, ``azure_fabric_token_service_url``,
+``aws_container_credentials_full_uri``, ``aws_sse_bucket_key_enabled``,
+``azure_credential_type``, librdkafka's ``sasl.oauthbearer.token.endpoint.url``,
+``ssl.key.location``): readable in diagnostics. A password inside such a URL is still a
+secret (:func:`url_password`)."""
+
+NOT_SECRET_NAMES = ("kms.key.id", "force.credential.load", "application.credentials")
+"""Name parts of object_store and delta-rs options that hold no secret though they contain a
+secret word: a KMS key's id (``aws_sse_kms_key_id``, not key material), a flag
+(delta-rs ``AWS_FORCE_CREDENTIAL_LOAD``), a path to a credentials file
+(``google_application_credentials``)."""
+
+SHORT_SECRET = 8
+"""Secrets shorter than this many characters are masked only where they stand alone (see
+:func:`redact`): a string that short occurs by chance inside ordinary words (a user ``u`` in
+"minutes", ``ab`` in "about"), while credentials meant to be secret are longer (NIST SP
+800-63B's minimum password length is 8; generated keys and tokens are 20 and more), so a
+longer secret found inside a word is the secret glued to something, and is masked there too."""
 
 
 def secret_option_values(
     options: Mapping[str, Any] | None, words: Iterable[str] = SECRET_OPTION_WORDS
 ) -> list[str]:
-    """The values of ``options`` (e.g. a Delta table's object-store ``storage_options``)
-    whose names contain one of ``words``, to be scrubbed like passwords; an identifier
-    masked with them costs nothing."""
-    found = tuple(words)
-    return [
-        str(value)
-        for key, value in (options or {}).items()
-        if value is not None and str(value) and any(word in str(key).lower() for word in found)
-    ]
+    """The secrets among ``options`` (e.g. a Delta table's object-store ``storage_options``),
+    to be scrubbed like passwords, each once, in the options' order: the values of options
+    whose names contain one of ``words`` (:data:`SECRET_OPTION_WORDS`), unless the name says
+    the value is where a credential is found (:data:`NOT_SECRET_SUFFIXES`,
+    :data:`NOT_SECRET_NAMES`); and the password of any value that is a URL with
+    ``user:password@``. An identifier masked with them costs nothing."""
+    phrases = [_name_parts(word) for word in words]
+    keep = [_name_parts(name) for name in NOT_SECRET_NAMES]
+    found: list[str] = []
+    for name, value in (options or {}).items():
+        if value is None or not str(value):
+            continue
+        parts = _name_parts(str(name))
+        secret = any(_holds(parts, p) for p in phrases) and not _names_a_place(parts, keep)
+        found.extend([str(value)] if secret else url_password(str(value)))
+    return list(dict.fromkeys(found))
+
+
+def url_password(value: str) -> list[str]:
+    """The password of a URL ``scheme://user:password@host...`` as written and decoded;
+    ``[]`` for any other text."""
+    if "://" not in value or "@" not in value:
+        return []
+    try:
+        written = urlsplit(value.strip()).password
+    except ValueError:
+        return []
+    return list(dict.fromkeys([written, unquote(written)])) if written else []
+
+
+def _name_parts(name: str) -> list[str]:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1.\2", name)
+    return [part for part in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if part]
+
+
+def _names_a_place(parts: list[str], keep: list[list[str]]) -> bool:
+    """Whether an option named ``parts`` says where or how a credential is found."""
+    if parts and parts[-1] in NOT_SECRET_SUFFIXES:
+        return True
+    return any(_holds(parts, k) for k in keep)
+
+
+def _holds(parts: list[str], phrase: list[str]) -> bool:
+    """Whether ``phrase`` is a run of consecutive ``parts`` (each maybe plural)."""
+    n = len(phrase)
+    return n > 0 and any(
+        all(part in (word, word + "s") for part, word in zip(parts[i : i + n], phrase, strict=True))
+        for i in range(len(parts) - n + 1)
+    )
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every occurrence of each non-empty secret replaced by ``***``."""
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    return text
+    """``text`` with each occurrence of a secret replaced by ``***`` (occurrences of
+    several secrets that overlap or touch by one ``***``).
+
+    A secret is found in its own spelling and in the spellings text gives it: URL-encoded
+    (``p%40ss`` for ``p@ss``, ``a+b`` or ``a%20b`` for ``a b``, any hex case) and escaped in
+    JSON or Python ``repr`` (``\\"``, ``\\\\``, ``\\n``, ``\\u00e9``, also escaped again).
+    A secret of :data:`SHORT_SECRET` characters or more is masked wherever it occurs; a
+    shorter one only where it stands alone: not inside a word (letters, digits, ``_``), so
+    a user ``u`` is masked in ``user=u``, ``u:pw@h`` and ``"u"`` but "minutes" stays as it
+    is; an escape before it (``\\n``, ``%22``, ``\\x41``) counts as a word's end. Empty and
+    blank secrets are ignored.
+    """
+    spans = _spans(text, secrets)
+    if not spans:
+        return text
+    out: list[str] = []
+    last = 0
+    for start, end in spans:
+        out.append(text[last:start])
+        out.append(MASK)
+        last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _spans(text: str, secrets: Iterable[str]) -> list[tuple[int, int]]:
+    """Where ``secrets`` occur in ``text``: sorted, overlapping or touching spans merged."""
+    masked: list[tuple[int, int]] = []
+    inside: list[tuple[int, int, bool, bool]] = []  # short ones within a word, so far
+    for secret in {s for s in secrets if s and not s.isspace()}:
+        anywhere = len(secret) >= SHORT_SECRET
+        free_start = anywhere or not _WORD.match(secret[0])
+        free_end = anywhere or not _WORD.match(secret[-1])
+        for match in _pattern(secret).finditer(text):
+            start, end = match.span(1)
+            alone_start = free_start or bool(_WORD_START.match(text, start))
+            alone_end = free_end or not _WORD.match(text, end)
+            if alone_start and alone_end:
+                masked.append((start, end))
+            else:
+                inside.append((start, end, alone_start, alone_end))
+    # a short secret next to (or overlapping) a masked one stands alone once that is masked
+    grown = True
+    while grown:
+        grown = False
+        for found in list(inside):
+            start, end, alone_start, alone_end = found
+            if (alone_start or _covered(masked, start - 1, start)) and (
+                alone_end or _covered(masked, end - 1, end)
+            ):
+                masked.append((start, end))
+                inside.remove(found)
+                grown = True
+    return _merged(masked)
+
+
+def _covered(spans: list[tuple[int, int]], *positions: int) -> bool:
+    """Whether one of ``positions`` is inside one of ``spans``."""
+    return any(start <= pos < end for start, end in spans for pos in positions)
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` sorted, those that overlap or touch joined."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+_WORD = re.compile(r"\w")
+_WORD_START = re.compile(
+    r"(?:(?<!\w)|(?<=%[0-9A-Fa-f]{2})|(?<=\\[abfnrtv0])|(?<=\\x[0-9A-Fa-f]{2})"
+    r"|(?<=\\u[0-9A-Fa-f]{4})|(?<=\\U[0-9A-Fa-f]{8}))"
+)
+"""Matches where a word starts: after a non-word character or an escape (``%22``, ``\\n``)."""
+_NAMED_ESCAPES = {"\n": "n", "\r": "r", "\t": "t", "\b": "b", "\f": "f", "\v": "v", "\a": "a"}
+
+
+@functools.lru_cache(maxsize=1024)
+def _pattern(secret: str) -> re.Pattern[str]:
+    """Finds ``secret`` in any of its spellings; group 1 is the occurrence. A lookahead, so
+    occurrences that overlap are all found."""
+    return re.compile("(?=(" + "".join(_spellings(char) for char in secret) + "))")
+
+
+def _spellings(char: str) -> str:
+    """A pattern for ``char`` as written, URL-encoded or escaped (JSON, ``repr``)."""
+    if char.isascii() and char.isalnum():
+        return char
+    encoded = "".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
+    forms = [f"(?i:{encoded})"]
+    if char == "\\":
+        forms.append(r"\\+")
+    elif char.isascii() and char.isprintable():
+        forms.append(r"\\*" + re.escape(char))
+        if char == " ":
+            forms.append(r"\+")
+    else:
+        forms.append(re.escape(char))
+        forms.append(r"\\+(?i:" + "|".join(_escapes(char)) + ")")
+    return "(?:" + "|".join(forms) + ")"
+
+
+def _escapes(char: str) -> list[str]:
+    """The backslash escapes of a control or non-ASCII ``char``, without the backslash."""
+    code = ord(char)
+    found = [_NAMED_ESCAPES[char]] if char in _NAMED_ESCAPES else []
+    if code < 0x100:
+        found.append(f"x{code:02x}")
+    if code <= 0xFFFF:
+        found.append(f"u{code:04x}")
+    else:
+        high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
+        found += [f"U{code:08x}", f"u{high:04x}\\\\+u{low:04x}"]
+    return found
 
 
 def masked_error(
@@ -114,9 +296,9 @@ def masked_error(
 
 def holds_secret(error: BaseException, secrets: Iterable[str]) -> bool:
     """Whether any message in ``error``'s chain (causes and contexts) holds one of
-    ``secrets``."""
-    chain_text = " ".join(str(e) for e in error_chain(error))
-    return any(secret and secret in chain_text for secret in secrets)
+    ``secrets``, where and as :func:`redact` would mask it."""
+    chain_text = "\n".join(str(e) for e in error_chain(error))
+    return bool(_spans(chain_text, secrets))
 
 
 def error_chain(error: BaseException) -> list[BaseException]:

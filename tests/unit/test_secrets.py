@@ -76,3 +76,61 @@ def test_expand_env_nested_defaults_and_no_reexpansion() -> None:
     with pytest.raises(ConfigurationError) as unclosed:
         expand_env("${PG_URL:-abc", what="sink 'pg' option 'url'", environ={})
     assert "is not closed" in str(unclosed.value)
+
+
+def test_a_short_secret_is_masked_where_it_stands_alone_not_inside_words() -> None:
+    """A Kafka ``sasl.username`` of ``u`` turned "minutes" into "min***tes"."""
+    said = '5 minutes; user=u, u:pw@host, "u", min_u, upload'
+    assert redact(said, ["u", "pw"]) == '5 minutes; user=***, ***:***@host, "***", min_u, upload'
+    assert redact("about ab, tab (ab)", ["ab"]) == "about ***, tab (***)"
+    # from 8 characters on (SHORT_SECRET), a secret is masked inside words too
+    assert redact("xhunt3ry hunt3r", ["hunt3r"]) == "xhunt3ry ***"
+    assert redact("id=xhunter22y hunter22", ["hunter22"]) == "id=x***y ***"
+
+
+def test_an_escape_before_a_short_secret_ends_the_word_before_it() -> None:
+    """``\\n``, ``%22`` and ``\\x41`` end in a letter or digit, yet the secret stands alone."""
+    said = r"%22ab%22 line\nab x\x41ab \u00e9ab about"
+    assert redact(said, ["ab"]) == r"%22***%22 line\n*** x\x41*** \u00e9*** about"
+
+
+def test_url_encoded_spellings_of_a_secret_are_masked() -> None:
+    said = "postgresql://app:p%40ss%2Fw@db/x, p%40ss/w, p@ss%2fw, p%40SS/w"
+    assert redact(said, ["p@ss/w"]) == "postgresql://app:***@db/x, ***, ***, p%40SS/w"
+    assert redact("q=a+b%2Bc&r=a%20b+c&s=a b+c", ["a b+c"]) == "q=***&r=***&s=***"
+    assert redact("caf%C3%A9 caf%c3%a9 café", ["café"]) == "*** *** ***"
+
+
+def test_json_and_repr_spellings_of_a_secret_are_masked() -> None:
+    import json
+
+    secret = 'pa"ss\\w0rd'
+    assert repr(secret) == "'pa\"ss\\\\w0rd'" and json.dumps(secret) == '"pa\\"ss\\\\w0rd"'
+    assert redact(f"got {secret!r}", [secret]) == "got '***'"
+    assert redact(json.dumps({"pw": secret}), [secret]) == '{"pw": "***"}'
+    assert redact(str({"pw": secret}), [secret]) == "{'pw': '***'}"
+    assert redact(json.dumps({"m": repr(secret)}), [secret]) == '{"m": "\'***\'"}'
+    assert redact(json.dumps(repr(secret)), [secret]) == "\"'***'\""
+    control = "clé\nx=1"
+    assert redact(json.dumps(control) + " " + repr(control), [control]) == "\"***\" '***'"
+
+
+def test_overlapping_secrets_are_masked_as_one() -> None:
+    assert redact("abcdefghXYZ!", ["abcdefgh", "ghXYZ"]) == "***!"
+    assert redact("0123456789ab", ["01234567", "456789ab"]) == "***"
+    assert redact("hunter2-passphrase, hunter2", ["hunter2", "hunter2-passphrase"]) == "***, ***"
+
+
+def test_blank_secrets_mask_nothing() -> None:
+    assert redact("a b\tc", [" ", "", "\t"]) == "a b\tc"
+
+
+def test_an_error_holds_a_secret_only_where_redact_would_mask_it() -> None:
+    from fanout.observe.secrets import masked_error
+
+    late = RuntimeError("lag check gave up after 5 minutes")
+    assert masked_error(late, ["u"], ConfigurationError) is None
+    encoded = RuntimeError("cannot connect to postgresql://app:p%40ss@db")
+    masked = masked_error(encoded, ["p@ss"], ConfigurationError)
+    assert masked is not None
+    assert str(masked) == "RuntimeError: cannot connect to postgresql://app:***@db"

@@ -64,7 +64,14 @@ OPTIONS = (
         "not fit fails naming sink, batch and columns",
     ),
     SinkOption("compact_every", "none", "compact the table's small files every N batches"),
-    SinkOption("storage_options", "none", "passed to delta-rs (object-store credentials...)"),
+    SinkOption(
+        "storage_options",
+        "none",
+        "passed to delta-rs (object-store credentials...). Keys, secrets, tokens and access "
+        "key ids (`aws_secret_access_key`, `azure_storage_sas_token`...) and a password in a "
+        "URL are masked in every error, log line and ledger row; paths, URLs and flags "
+        "(`aws_web_identity_token_file`, `aws_sse_kms_key_id`...) stay readable",
+    ),
     SinkOption("configuration", "none", "table properties set when the table is created"),
     SinkOption(
         "dead_letter",

@@ -39,7 +39,9 @@ OPTIONS = (
         "names and bad values are reported by librdkafka at `open()`. Passwords, passphrases, "
         "keys, tokens, `sasl.username`, the OAuth client ids, `sasl.oauthbearer.config`, "
         "`sasl.oauthbearer.extensions` and `sasl.jaas.config` are returned by "
-        "`secret_values()`, so fanout masks them in every error, log line and ledger row.",
+        "`secret_values()`, so fanout masks them in every error, log line and ledger row; "
+        "paths (`ssl.key.location`), the token endpoint URL (a password in it is masked) "
+        "and public certificates stay readable.",
     ),
     SinkOption(
         "transactional_id_prefix",

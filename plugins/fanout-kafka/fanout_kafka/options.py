@@ -36,21 +36,24 @@ SECRET_WORDS = (
     "password",  # sasl.password, ssl.key.password, ssl.keystore.password
     "passphrase",  # sasl.oauthbearer.assertion.private.key.passphrase
     "secret",  # sasl.oauthbearer.client.secret, ...client.credentials.client.secret
-    "token",  # none in librdkafka 2.x holds one (token.endpoint.url is masked too)
+    "token",  # none in librdkafka 2.16 holds one; a future one will be masked
     "key.pem",  # ssl.key.pem, sasl.oauthbearer.assertion.private.key.pem
     "sasl.oauthbearer.config",
     "sasl.oauthbearer.extensions",  # key=value pairs sent to the broker with the token
     "sasl.jaas.config",  # Java-style config: holds password="..."
-    "ssl.key",
+    "ssl.key",  # ssl.key.password, ssl.key.pem, ssl_key (not ssl.keystore.location)
     "sasl.username",  # half of a credential: masked like the password
     "sasl.oauthbearer.client.id",
     "sasl.oauthbearer.client.credentials.client.id",
 )
 """Words of the producer settings whose values are secrets (scrubbed from every error, log
 line, status and ledger row fanout shows): passwords, passphrases, keys, tokens, and the user
-and client names they go with. Checked against librdkafka's CONFIGURATION.md (2.x); file
-paths (``sasl.kerberos.keytab``, ``...assertion.private.key.file``) are no secrets and stay
-readable."""
+and client names they go with. Matched against whole parts of a setting's name
+(:func:`fanout.observe.secrets.secret_option_values`); checked against the properties of
+librdkafka 2.16. Where a credential is found stays readable: paths (``ssl.key.location``,
+``ssl.keystore.location``, ``sasl.kerberos.keytab``, ``...assertion.private.key.file``), the
+token endpoint (``sasl.oauthbearer.token.endpoint.url``, a password in it masked), public
+certificates (``ssl.ca.pem``, ``ssl.certificate.pem``)."""
 
 CONNECTION_PREFIXES = (
     "security.",

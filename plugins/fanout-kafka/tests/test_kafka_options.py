@@ -249,3 +249,91 @@ def test_one_header_column_given_as_a_string_is_checked_as_one_column() -> None:
     with pytest.raises(SchemaMismatchError) as missing:
         sink._check_columns(T.StructType([id_]), 7)
     assert "column(s) 'trace_id' named by option 'headers' are not in" in str(missing.value)
+
+
+LIBRDKAFKA_CREDENTIAL_PROPERTIES = """
+client.dns.lookup client.id client.rack enable.sasl.oauthbearer.unsecure.jwt
+enable.ssl.certificate.verification https.ca.location https.ca.pem oauthbearer_token_refresh_cb
+sasl.kerberos.keytab sasl.kerberos.kinit.cmd sasl.kerberos.min.time.before.relogin
+sasl.kerberos.principal sasl.kerberos.service.name sasl.mechanism sasl.mechanisms
+sasl.oauthbearer.assertion.algorithm sasl.oauthbearer.assertion.claim.aud
+sasl.oauthbearer.assertion.claim.exp.seconds sasl.oauthbearer.assertion.claim.iss
+sasl.oauthbearer.assertion.claim.jti.include sasl.oauthbearer.assertion.claim.nbf.seconds
+sasl.oauthbearer.assertion.claim.sub sasl.oauthbearer.assertion.file
+sasl.oauthbearer.assertion.jwt.template.file sasl.oauthbearer.assertion.private.key.file
+sasl.oauthbearer.assertion.private.key.passphrase sasl.oauthbearer.assertion.private.key.pem
+sasl.oauthbearer.client.credentials.client.id sasl.oauthbearer.client.credentials.client.secret
+sasl.oauthbearer.client.id sasl.oauthbearer.client.secret sasl.oauthbearer.config
+sasl.oauthbearer.extensions sasl.oauthbearer.grant.type
+sasl.oauthbearer.metadata.authentication.type sasl.oauthbearer.method sasl.oauthbearer.scope
+sasl.oauthbearer.sub.claim.name sasl.oauthbearer.token.endpoint.url sasl.password sasl.username
+ssl.ca.certificate.stores ssl.ca.location ssl.ca.pem ssl.certificate.location
+ssl.certificate.pem ssl.certificate.verify_cb ssl.cipher.suites ssl.crl.location ssl.curves.list
+ssl.endpoint.identification.algorithm ssl.engine.id ssl.engine.location ssl.key.location
+ssl.key.password ssl.key.pem ssl.keystore.location ssl.keystore.password ssl.providers
+ssl.sigalgs.list ssl_ca ssl_certificate ssl_engine_callback_data ssl_key
+"""
+"""Every property of librdkafka 2.16 (``rd_kafka_conf_properties_show``) whose name has sasl,
+ssl, https, oauth, token, key, secret, password, client, cert or pem in it."""
+
+
+def test_of_librdkafka_s_properties_the_credentials_are_secret_and_places_are_not() -> None:
+    """Paths, the token endpoint URL, public certificates and callbacks stay readable
+    (``token`` masked ``sasl.oauthbearer.token.endpoint.url``, ``ssl.key``
+    ``ssl.key.location`` and ``ssl.keystore.location``)."""
+    names = LIBRDKAFKA_CREDENTIAL_PROPERTIES.split()
+    assert secret_values({name: name for name in names}) == [
+        "sasl.oauthbearer.assertion.private.key.passphrase",
+        "sasl.oauthbearer.assertion.private.key.pem",
+        "sasl.oauthbearer.client.credentials.client.id",
+        "sasl.oauthbearer.client.credentials.client.secret",
+        "sasl.oauthbearer.client.id",
+        "sasl.oauthbearer.client.secret",
+        "sasl.oauthbearer.config",
+        "sasl.oauthbearer.extensions",
+        "sasl.password",
+        "sasl.username",
+        "ssl.key.password",
+        "ssl.key.pem",
+        "ssl.keystore.password",
+        "ssl_key",
+    ]
+
+
+def test_the_token_endpoint_is_readable_and_a_password_in_it_is_not() -> None:
+    producer = {
+        "sasl.oauthbearer.token.endpoint.url": "https://idp.example/oauth2/token",
+        "ssl.key.location": "/etc/kafka/client.key",
+        "key.serializer": "org.apache.kafka.common.serialization.StringSerializer",
+    }
+    assert secret_values(producer) == []
+    producer["sasl.oauthbearer.token.endpoint.url"] = "https://fanout:t0k%2Fen@idp.example/token"
+    assert secret_values(producer) == ["t0k%2Fen", "t0k/en"]
+
+
+def test_a_one_letter_sasl_username_leaves_the_sink_s_log_lines_readable(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``sasl.username`` ``u`` turned "minutes" into "min***tes" in every line."""
+    import logging
+
+    from fanout.observe import logs
+    from fanout.observe.secrets import redact
+
+    sink = KafkaSink("events", bootstrap_servers="127.0.0.1:1", topic="t",
+                     producer={"sasl.username": "u", "sasl.password": "pw"})  # fmt: skip
+    monkeypatch.setattr(logs, "_secrets", set())
+    logs.register_secrets(sink.secret_values())
+    with caplog.at_level("INFO", logger="fanout_kafka"):
+        caplog.handler.addFilter(logs.RedactFilter())
+        sink._warn_marker_retention(RetentionCluster("60"))
+    (record,) = [r for r in caplog.records if "sink 'events'" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage().startswith(
+        "sink 'events': the broker forgets partition markers 60 minute(s) (0.0 days) after "
+        "their last commit (offsets.retention.minutes): restart"
+    )
+    refused = "SASL authentication failed for user u after 2 minutes (user=u, password=pw)"
+    assert redact(refused, sink.secret_values()) == (
+        "SASL authentication failed for user *** after 2 minutes (user=***, password=***)"
+    )

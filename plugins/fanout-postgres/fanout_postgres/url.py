@@ -76,8 +76,13 @@ def resolve_url(
     )
 
 
-SECRET_QUERY_KEYS = frozenset({"password", "sslpassword"})
-"""Query parameters libpq reads secrets from (``?password=`` works as well as ``user:pw@``)."""
+SECRET_QUERY_KEYS = frozenset(
+    {"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"}
+)
+"""Query parameters libpq reads secrets from (``?password=`` works as well as ``user:pw@``):
+the three libpq 18 shows as passwords (``PQconndefaults`` display ``*``) and the SCRAM keys
+that stand in for a password (``require_auth``, ``sslkey`` and ``passfile`` are settings or
+paths, shown as they are)."""
 
 
 def _secret_query_values(url: Any) -> list[str]:

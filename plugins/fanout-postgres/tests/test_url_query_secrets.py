@@ -32,3 +32,21 @@ def test_a_variable_naming_the_whole_url_is_expanded_before_parsing() -> None:
     assert url.query == {"host": "/tmp"}
     parts = resolve_url("postgresql://app:${PW}@db/orders", sink="pg", environ=environ)
     assert parts.password == "x"
+
+
+def test_every_secret_keyword_of_libpq_18_is_masked_and_paths_are_not() -> None:
+    """libpq 18's ``PQconndefaults`` shows ``password``, ``sslpassword`` and
+    ``oauth_client_secret`` as passwords; the SCRAM keys stand in for a password;
+    ``sslkey`` and ``passfile`` are paths."""
+    url = resolve_url(
+        "postgresql://app@db/orders?oauth_client_id=fanout&oauth_client_secret=0c-S3cret"
+        "&scram_client_key=Q2xp&scram_server_key=U2Vy&sslkey=%2Fetc%2Fpg.key"
+        "&passfile=%2Froot%2F.pgpass",
+        sink="pg",
+    )
+    assert display(url) == (
+        "postgresql+psycopg2://app@db/orders?oauth_client_id=fanout&oauth_client_secret=***"
+        "&passfile=%2Froot%2F.pgpass&scram_client_key=***&scram_server_key=***"
+        "&sslkey=%2Fetc%2Fpg.key"
+    )
+    assert secrets_of(url) == ("0c-S3cret", "Q2xp", "U2Vy")
