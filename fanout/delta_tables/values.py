@@ -4,7 +4,8 @@ a year below 1000), and the partition values a Delta table cannot keep.
 
 A Delta reader reads an empty partition value as null, and delta-rs writes a timestamp or
 date partition value past the year 9999 (``+10000-01-01 ...``) that it cannot read back:
-:func:`unstorable_rows` finds such rows in an Arrow batch, :func:`spark_unstorable` builds
+:func:`unstorable_rows` finds such rows in an Arrow batch (:func:`holds_unstorable` tells
+whether there is one), :func:`spark_unstorable` builds
 the Spark condition finding them, and :class:`UnstorablePartitionValue` is what a writer
 raises on meeting one. Every Delta writer of fanout refuses them alike (the batch fails
 naming the column and value, or the rows go to the sink's dead-letter target).
@@ -159,6 +160,19 @@ def unstorable_rows(
             problem = str(exc)
         faults.append((name, problem))
     return every, faults
+
+
+def holds_unstorable(table: pa.Table, columns: Sequence[str]) -> bool:
+    """Whether a row of ``table`` holds, in one of the partition ``columns``, a value no
+    Delta table can keep (:func:`unstorable_rows`' masks only: no row is looked at)."""
+    import pyarrow.compute as pc
+
+    for name in columns:
+        if name in table.column_names:
+            mask = _unstorable(table.column(name))
+            if mask is not None and pc.any(mask).as_py():
+                return True
+    return False
 
 
 def _unstorable(column: pa.ChunkedArray) -> Any:

@@ -55,7 +55,9 @@ OPTIONS = (
         "writer alike: an empty string (Delta reads it back as null; delta-spark writes it "
         "as null), and with engine `rs` a date or timestamp past the year 9999 in UTC "
         "(delta-rs cannot read it back). Such a row goes to `dead_letter`, or fails the "
-        "batch naming sink, batch, column and value",
+        "batch naming sink, batch, column and value; a merge refuses it only where it wins "
+        "its key (a refused row that loses to another row of its key is superseded, see "
+        "**Dead letters**)",
     ),
     SinkOption(
         "merge_schema",

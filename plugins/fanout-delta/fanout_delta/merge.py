@@ -1,6 +1,7 @@
 """MERGE helpers shared by both engines: quoting, the merge condition, the rows whose key is
-null (dead letters), and one row per key as a MERGE source needs (ties decided by value,
-never by arrival order).
+null (dead letters), one row per key as a MERGE source needs (ties decided by value, never
+by arrival order), and the order in which a merge chooses each key's winner and refuses
+rows (:func:`winners_then_refusals`, docs/architecture.md §7).
 
 Float keys are compared as Spark (and the MERGE's ``t.k = s.k``) compares them: ``-0.0``
 is the key ``0.0``, and every NaN is one key; the rows written keep the batch's values
@@ -12,7 +13,8 @@ Spark orders it, and nulls lose.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +23,9 @@ from fanout.contract.dead_letters import DeadLetter, letter_rows
 from fanout.errors import SchemaMismatchError, SinkWriteError
 
 _ROW = "__fanout_row__"
+
+Rows = TypeVar("Rows")
+"""A batch's rows as an engine holds them: an Arrow table (rs) or a Spark DataFrame."""
 
 
 def quote(name: str) -> str:
@@ -46,6 +51,32 @@ def split_null_keys(data: pa.Table, keys: Sequence[str]) -> tuple[pa.Table, list
         for column in [next(k for k in present if row[k] is None)]
     ]
     return data.filter(pc.invert(null_any)), letters
+
+
+def winners_then_refusals(
+    rows: Rows,
+    *,
+    choose: Callable[[Rows], Rows],
+    any_refused: Callable[[Rows], bool],
+    split_refused: Callable[[Rows], tuple[Rows, list[DeadLetter]]],
+) -> tuple[Rows, list[DeadLetter]]:
+    """A merge's source and its refused rows' dead letters, in the order architecture §7
+    sets for a sink keeping one row per key: each key's winner is chosen among all the
+    batch's rows of the key, refused or not, and only then are rows refused.
+
+    ``choose`` keeps one row per key (with ``order_by`` the greatest; without, it fails on
+    a key held twice, a refused row counting for its key); ``split_refused`` sets the
+    refused winners aside as dead letters, or fails the batch when there is no
+    dead-letter target. A refused row that lost its key is gone with the other losers:
+    superseded, never a dead letter. A refused winner is its key's one dead letter and
+    the key keeps its value in the table (its other rows were superseded by it).
+
+    ``any_refused`` (over the whole batch, without building letters) keeps the common
+    path as it was: with no refused row, only ``choose`` runs. Rows with no key (a null
+    key) take no part: the caller sets them aside before, as they have no key to win."""
+    if not any_refused(rows):
+        return choose(rows), []
+    return split_refused(choose(rows))
 
 
 def prepare_merge_source(

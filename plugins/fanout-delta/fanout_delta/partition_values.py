@@ -84,6 +84,19 @@ def split_unstorable_spark(
     return df.filter(~_or_false(bad)), letters
 
 
+def holds_unstorable_spark(df: Any, columns: Sequence[str], *, years: bool) -> bool:
+    """:func:`~fanout.delta_tables.values.holds_unstorable` of a Spark DataFrame (``years``
+    as in :func:`split_unstorable_spark`): one Spark job stopping at the first such row,
+    none when no partition column may hold one."""
+    import functools
+
+    conditions = spark_unstorable(df.schema, columns, years=years)
+    if not conditions:
+        return False
+    bad = functools.reduce(lambda a, b: a | b, [c for _, c in conditions])
+    return bool(df.filter(bad).limit(1).count())
+
+
 def refuse_unstorable_spark(df: Any, columns: Sequence[str], sink: str, batch_id: int) -> None:
     """:func:`refuse_unstorable` of a Spark DataFrame for delta-spark: the empty string
     (one Spark job, only when a partition column holds strings)."""

@@ -21,8 +21,14 @@ from fanout.contract.batch import Batch
 from fanout.contract.dead_letters import DeadLetter
 from fanout.contract.sink import SinkResult
 from fanout.delta_tables import io as deltaio
+from fanout.delta_tables.values import holds_unstorable
 from fanout.errors import SchemaMismatchError, SinkWriteError, TransientSinkError
-from fanout_delta.merge import merge_predicate, prepare_merge_source, split_null_keys
+from fanout_delta.merge import (
+    merge_predicate,
+    prepare_merge_source,
+    split_null_keys,
+    winners_then_refusals,
+)
 from fanout_delta.partition_values import partition_columns, refuse_unstorable, split_unstorable
 from fanout_delta.plans import commit_metadata, refuse_replanned
 from fanout_delta.schema import check_batch_schema, diff_schemas, pad_missing_columns
@@ -54,15 +60,15 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
     # the first attempt starts from the snapshot kept since the last batch, brought up to
     # date; after a lost race the table is opened afresh
     table = sink.latest_table()
-    if dead_letters is not None:
+    letters: list[DeadLetter] = []
+    if sink.mode == "merge":
+        data, letters = merge_source(sink, data, partition_columns(sink, table), batch_id)
+    elif dead_letters is not None:
+        data, letters = split_unstorable(data, partition_columns(sink, table))
+    if dead_letters is not None and (sink.mode == "merge" or letters):
         # Written before the data, idempotently: a replay that skips the data below must
         # find the batch's dead letters already in place.
-        letters: list[DeadLetter] = []
-        if sink.mode == "merge":
-            data, letters = split_null_keys(data, sink.keys or [])
-        data, refused = split_unstorable(data, partition_columns(sink, table))
-        if sink.mode == "merge" or refused:
-            dead = dead_letters.write(batch, [*letters, *refused], source="refused")
+        dead = dead_letters.write(batch, letters, source="refused")
     for attempt in range(1, deltaio.COMMIT_ATTEMPTS + 1):
         if attempt > 1:
             table = deltaio.open_table(path, sink.storage_options)
@@ -86,6 +92,37 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
             raise translate_error(exc, sink, batch_id, data.schema, table) from exc
         return SinkResult(rows=rows, details=details, dead_lettered=dead)
     raise AssertionError("unreachable")
+
+
+def merge_source(
+    sink: DeltaTarget, data: pa.Table, partitions: list[str], batch_id: int
+) -> tuple[pa.Table, list[DeadLetter]]:
+    """The batch's one row per key to merge, and the dead letters of the rows set aside:
+    each key's winner is chosen among all its rows before a refused one counts
+    (:func:`~fanout_delta.merge.winners_then_refusals`). With a dead-letter target, rows
+    with a null key (no key to win) and refused winners become dead letters; without one,
+    either fails the batch."""
+    keys, order_by, name = sink.keys or [], sink.order_by, sink.name
+    letters: list[DeadLetter] = []
+    if sink.dead_letters is not None:
+        data, letters = split_null_keys(data, keys)
+
+    def choose(rows: pa.Table) -> pa.Table:
+        return prepare_merge_source(rows, keys, order_by, name, batch_id)
+
+    def split(rows: pa.Table) -> tuple[pa.Table, list[DeadLetter]]:
+        if sink.dead_letters is not None:
+            return split_unstorable(rows, partitions)
+        refuse_unstorable(rows, partitions, name, batch_id)  # fails on a refused winner
+        return rows, []  # every refused row lost its key
+
+    data, refused = winners_then_refusals(
+        data,
+        choose=choose,
+        any_refused=lambda rows: holds_unstorable(rows, partitions),
+        split_refused=split,
+    )
+    return data, [*letters, *refused]
 
 
 def refuse_big_merge(sink: DeltaTarget, batch: Batch) -> None:
@@ -113,10 +150,11 @@ def refuse_big_merge(sink: DeltaTarget, batch: Batch) -> None:
 def _commit(
     sink: DeltaTarget, batch: Batch, table: Any, data: pa.Table
 ) -> tuple[int, dict[str, Any]]:
-    """Append or merge ``data`` in one commit based on ``table``, the snapshot whose
-    transaction version was checked (``None``: no table yet, the commit creates it), with
-    the batch's transaction and plan. Returns the rows written and the result details; the
-    table at the version committed is kept for the next batch."""
+    """Append or merge ``data`` (for a merge, one row per key: :func:`merge_source`) in one
+    commit based on ``table``, the snapshot whose transaction version was checked
+    (``None``: no table yet, the commit creates it), with the batch's transaction and plan.
+    Returns the rows written and the result details; the table at the version committed is
+    kept for the next batch."""
     key = batch.idempotency_key
     app_id, batch_id = key.app_id, key.version
     table_schema = None
@@ -129,12 +167,10 @@ def _commit(
             sink=sink.name,
             batch_id=batch_id,
         )
-    # without a dead-letter target (else they are split off already)
-    refuse_unstorable(data, partition_columns(sink, table), sink.name, batch_id)
+    if sink.mode == "append":  # without a dead-letter target (else split off already)
+        refuse_unstorable(data, partition_columns(sink, table), sink.name, batch_id)
     commit = deltaio.commit_properties({app_id: batch_id}, commit_metadata(batch))
     details: dict[str, Any] = {"mode": sink.mode}
-    if sink.mode == "merge":
-        data = prepare_merge_source(data, sink.keys or [], sink.order_by, sink.name, batch_id)
     if table is None or sink.mode == "append":
         if table_schema is not None:
             data = pad_missing_columns(data, table_schema)

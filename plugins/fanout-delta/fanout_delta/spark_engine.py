@@ -26,8 +26,9 @@ from fanout.contract.dead_letters import DeadLetter, letter_rows
 from fanout.contract.sink import SinkResult
 from fanout.delta_tables import io as deltaio
 from fanout.errors import SinkWriteError
-from fanout_delta.merge import merge_predicate, quote
+from fanout_delta.merge import merge_predicate, quote, winners_then_refusals
 from fanout_delta.partition_values import (
+    holds_unstorable_spark,
     partition_columns,
     refuse_unstorable_spark,
     split_unstorable_spark,
@@ -76,13 +77,13 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
     dead_letters = sink.dead_letters
     table = _open_with_rs(sink)
     partitions = partition_columns(sink, table)
-    if dead_letters is not None:  # written first: see rs_engine
-        letters: list[DeadLetter] = []
-        if sink.mode == "merge":
-            df, letters = split_null_keys_spark(df, sink.keys or [])
-        df, refused = split_unstorable_spark(df, partitions, years=False)
-        if sink.mode == "merge" or refused:
-            dead = dead_letters.write(batch, [*letters, *refused], source="refused")
+    letters: list[DeadLetter] = []
+    if sink.mode == "merge":  # one row per key, as the rs engine's merge_source
+        df, letters = merge_source_spark(sink, df, partitions, batch_id)
+    elif dead_letters is not None:
+        df, letters = split_unstorable_spark(df, partitions, years=False)
+    if dead_letters is not None and (sink.mode == "merge" or letters):
+        dead = dead_letters.write(batch, letters, source="refused")  # first: see rs_engine
     written = deltaio.transaction_version(table, app_id) if table is not None else None
     if written is not None and written >= batch_id:
         refuse_replanned(batch, sink.name, path, table)
@@ -99,7 +100,7 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
             sink=sink.name,
             batch_id=batch_id,
         )
-    if dead_letters is None:  # delta-spark would write an empty string as null
+    if dead_letters is None and sink.mode == "append":  # delta-spark: "" is written as null
         refuse_unstorable_spark(df, partitions, sink.name, batch_id)
     details: dict[str, Any] = {"mode": sink.mode, "engine": "spark"}
     plan = user_metadata(batch)
@@ -107,8 +108,7 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
         _append(sink, df, app_id, batch_id, plan)
         rows = df.count()
     else:
-        source = dedupe_spark(df, sink.keys or [], sink.order_by, sink.name, batch_id)
-        rows = _merge(sink, source, app_id, batch_id, plan)
+        rows = _merge(sink, df, app_id, batch_id, plan)
     return SinkResult(rows=rows, details=details, dead_lettered=dead)
 
 
@@ -155,6 +155,36 @@ def _append(sink: DeltaTarget, df: Any, app_id: str, batch_id: int, plan: str | 
     for key, value in (sink.configuration or {}).items():
         writer = writer.option(key, value)
     writer.save(sink.path)
+
+
+def merge_source_spark(
+    sink: DeltaTarget, df: Any, partitions: list[str], batch_id: int
+) -> tuple[Any, list[DeadLetter]]:
+    """:func:`fanout_delta.rs_engine.merge_source` in Spark: each key's winner is chosen
+    among all its rows before a refused one counts
+    (:func:`~fanout_delta.merge.winners_then_refusals`); the refused winners' rows are
+    collected, or counted to fail the batch, only when a row is refused."""
+    keys, order_by, name = sink.keys or [], sink.order_by, sink.name
+    letters: list[DeadLetter] = []
+    if sink.dead_letters is not None:
+        df, letters = split_null_keys_spark(df, keys)
+
+    def choose(rows: Any) -> Any:
+        return dedupe_spark(rows, keys, order_by, name, batch_id)
+
+    def split(rows: Any) -> tuple[Any, list[DeadLetter]]:
+        if sink.dead_letters is not None:
+            return split_unstorable_spark(rows, partitions, years=False)
+        refuse_unstorable_spark(rows, partitions, name, batch_id)  # fails on a refused winner
+        return rows, []  # every refused row lost its key
+
+    df, refused = winners_then_refusals(
+        df,
+        choose=choose,
+        any_refused=lambda rows: holds_unstorable_spark(rows, partitions, years=False),
+        split_refused=split,
+    )
+    return df, [*letters, *refused]
 
 
 def split_null_keys_spark(df: Any, keys: Sequence[str]) -> tuple[Any, list[DeadLetter]]:

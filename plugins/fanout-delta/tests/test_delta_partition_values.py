@@ -24,6 +24,7 @@ from fanout_delta.partition_values import split_unstorable_spark
 from fanout_delta.spark_engine import write_spark
 
 from fanout.contract.batch import BatchInfo
+from fanout.contract.dead_letters import DeadLetter
 from fanout.contract.sink import SinkContext
 from fanout.deadletters.delta import DeltaDeadLetters
 from fanout.delta_tables.datafiles import FileWriter
@@ -61,7 +62,8 @@ def timestamps(*micros: int | None) -> pa.Array:
 def letters_of(dead: Path) -> list[tuple[str, str, dict[str, Any], str]]:
     rows = read_delta(str(dead)).to_pylist()
     return sorted(
-        (r["column"], json.loads(r["value"]), json.loads(r["row"]), r["reason"]) for r in rows
+        ((r["column"], json.loads(r["value"]), json.loads(r["row"]), r["reason"]) for r in rows),
+        key=lambda letter: (letter[0], str(letter[1]), json.dumps(letter[2], sort_keys=True)),
     )
 
 
@@ -308,15 +310,6 @@ def test_two_delta_appends_sharing_a_job_refuse_an_empty_string_alike(spark, tmp
 # -- docs/architecture.md §7: a deduplicated key's winner is chosen before refusals count --
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "architecture §7 (a key's winner is chosen among all its rows, refused or not): the "
-        "merge sets rows with a partition value no Delta table can keep aside before it "
-        "deduplicates, so a refused winner's key gets an older row and a refused loser "
-        "becomes a dead letter"
-    ),
-)
 def test_a_merge_chooses_each_keys_winner_before_partition_values_are_refused(tmp_path):
     path, dead = tmp_path / "t", tmp_path / "dead"
     sink = opened(path, dead=dead, mode="merge", keys=["id"], order_by=["v"], partition_by=["k"])
@@ -342,14 +335,6 @@ def test_a_merge_chooses_each_keys_winner_before_partition_values_are_refused(tm
     assert (result.rows, result.dead_lettered) == (1, 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "architecture §7 (without order_by a refused row still counts for its key): the "
-        "merge sets a row with a partition value no Delta table can keep aside before it "
-        "looks for keys held twice, so the key's other row is written as its only one"
-    ),
-)
 def test_a_merge_without_order_by_counts_a_refused_row_for_its_key(tmp_path):
     path, dead = tmp_path / "t", tmp_path / "dead"
     sink = opened(path, dead=dead, mode="merge", keys=["id"], partition_by=["k"])
@@ -365,3 +350,266 @@ def test_a_merge_without_order_by_counts_a_refused_row_for_its_key(tmp_path):
         "stream."
     )
     assert not (path / "_delta_log").exists()
+
+
+def keyed(ids: list[int], vs: list[int], ks: list[str]) -> pa.Table:
+    """A merge batch: key ``id``, ``order_by`` column ``v``, partition column ``k``."""
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array(vs, pa.int64()), "k": ks})
+
+
+def merged(path: Path, dead: Path | None = None, **options: Any) -> DeltaSink:
+    """A merge sink on ``id``, partitioned by ``k``, holding ids 1 and 2 (``v=0, k='a'``)."""
+    sink = opened(path, dead=dead, mode="merge", keys=["id"], partition_by=["k"], **options)
+    sink.write(batch_of(keyed([1, 2], [0, 0], ["a", "a"]), 0))
+    return sink
+
+
+# key 1 (in the table): its winner (v=2) refused, the row it supersedes valid;
+# key 2 (in the table): its winner (v=3) valid, the row it supersedes refused;
+# keys 3 and 4: the same, on keys new to the table; key 5: a refused row alone
+WINNERS_AND_LOSERS = keyed(
+    [1, 1, 2, 2, 3, 3, 4, 4, 5],
+    [2, 1, 3, 1, 2, 1, 3, 1, 1],
+    ["", "b", "c", "", "", "b", "d", "", ""],
+)
+
+
+def test_a_merge_dead_letters_refused_winners_only_on_keys_old_and_new(tmp_path):
+    """With a dead-letter target, a refused winner is its key's one dead letter and the
+    key keeps its table value (key 1) or stays absent (keys 3, 5); a refused row that
+    loses is superseded, not a dead letter (keys 2, 4). A replay writes nothing twice."""
+    path, dead = tmp_path / "t", tmp_path / "dead"
+    sink = merged(path, dead, order_by=["v"])
+
+    result = sink.write(batch_of(WINNERS_AND_LOSERS, 1))
+    again = sink.write(batch_of(WINNERS_AND_LOSERS, 1))
+
+    assert (result.rows, result.dead_lettered, result.already_written) == (2, 3, False)
+    assert (again.rows, again.dead_lettered, again.already_written) == (2, 3, True)
+    assert read_delta(str(path)).sort_by("id").to_pylist() == [
+        {"id": 1, "v": 0, "k": "a"},
+        {"id": 2, "v": 3, "k": "c"},
+        {"id": 4, "v": 3, "k": "d"},
+    ]
+    assert letters_of(dead) == [
+        ("k", "", {"id": 1, "v": 2, "k": ""}, EMPTY),
+        ("k", "", {"id": 3, "v": 2, "k": ""}, EMPTY),
+        ("k", "", {"id": 5, "v": 1, "k": ""}, EMPTY),
+    ]
+
+
+def test_a_merge_without_a_dead_letter_target_fails_on_refused_winners_only(tmp_path):
+    """Without a dead-letter target the batch fails counting its refused winners (keys 1,
+    3 and 5, not the losers of keys 2 and 4), and the table is left as it was."""
+    path = tmp_path / "t"
+    sink = merged(path, order_by=["v"])
+
+    with pytest.raises(SinkWriteError) as raised:
+        sink.write(batch_of(WINNERS_AND_LOSERS, 1))
+
+    assert str(raised.value) == f"sink 's', batch 1: 3 row(s): {EMPTY}"
+    assert DeltaTable(str(path)).version() == 0
+
+
+def test_a_merge_without_a_dead_letter_target_writes_a_batch_whose_refused_rows_all_lose(
+    tmp_path,
+):
+    """A refused row superseded by a valid row of its key would never have been written:
+    the batch does not fail for it, on a key in the table (2) or not (4)."""
+    path = tmp_path / "t"
+    sink = merged(path, order_by=["v"])
+    batch = keyed([2, 2, 4, 4], [3, 1, 3, 1], ["c", "", "d", ""])
+
+    result = sink.write(batch_of(batch, 1))
+
+    assert (result.rows, result.dead_lettered) == (2, 0)
+    assert read_delta(str(path)).sort_by("id").to_pylist() == [
+        {"id": 1, "v": 0, "k": "a"},
+        {"id": 2, "v": 3, "k": "c"},
+        {"id": 4, "v": 3, "k": "d"},
+    ]
+
+
+@pytest.mark.parametrize("dead_letter", [True, False])
+def test_a_timestamp_past_year_9999_is_refused_only_where_it_wins_its_key(tmp_path, dead_letter):
+    """The rule holds for every partition value a Delta table cannot keep: a timestamp
+    past the year 9999 refused as a winner (key 1), superseded as a loser (key 2)."""
+    path, dead = tmp_path / "t", tmp_path / "dead"
+    sink = opened(path, dead=dead if dead_letter else None, mode="merge", keys=["id"],
+                  order_by=["v"], partition_by=["ts"])  # fmt: skip
+    batch = pa.table(
+        {
+            "id": pa.array([1, 1, 2, 2], pa.int64()),
+            "v": pa.array([2, 1, 2, 1], pa.int64()),
+            "ts": timestamps(YEAR_10000, 0, 0, YEAR_10000),
+        }
+    )
+
+    if not dead_letter:
+        with pytest.raises(SinkWriteError) as raised:
+            sink.write(batch_of(batch))
+        assert str(raised.value) == f"sink 's', batch 0: 1 row(s): {PAST_9999}"
+        assert not (path / "_delta_log").exists()
+        return
+    result = sink.write(batch_of(batch))
+
+    assert (result.rows, result.dead_lettered) == (1, 1)
+    rows = read_delta(str(path)).to_pylist()
+    assert rows == [{"id": 2, "v": 2, "ts": datetime(1970, 1, 1, tzinfo=UTC)}]
+    assert letters_of(dead) == [
+        (
+            "ts",
+            "10000-01-01T00:00:00+00:00",
+            {"id": 1, "v": 2, "ts": "10000-01-01T00:00:00+00:00"},
+            PAST_9999,
+        )
+    ]
+
+
+def test_a_merge_without_order_by_fails_naming_a_key_a_refused_row_shares_without_a_target(
+    tmp_path,
+):
+    path = tmp_path / "t"
+    sink = merged(path)
+
+    with pytest.raises(SinkWriteError) as raised:
+        sink.write(batch_of(keyed([3, 3], [1, 1], ["", "b"]), 1))
+
+    assert str(raised.value).startswith(
+        "sink 's', batch 1: 1 key(s) occur more than once in the batch, e.g. {'id': 3} (2 rows)"
+    )
+    assert DeltaTable(str(path)).version() == 0
+
+
+def test_a_merge_without_order_by_dead_letters_a_refused_row_alone_on_its_key_only(tmp_path):
+    """Batch 1: a refused row alone on its key is a dead letter, the others are merged.
+    Batch 2: a refused row sharing its key fails the batch naming the key, and writes no
+    dead letter (the key's other row is not written as its only one)."""
+    path, dead = tmp_path / "t", tmp_path / "dead"
+    sink = merged(path, dead)
+
+    result = sink.write(batch_of(keyed([1, 3], [5, 5], ["", "b"]), 1))
+    with pytest.raises(SinkWriteError, match=r"e\.g\. \{'id': 4\} \(2 rows\)"):
+        sink.write(batch_of(keyed([4, 4], [6, 6], ["", "b"]), 2))
+
+    assert (result.rows, result.dead_lettered) == (1, 1)
+    assert read_delta(str(path)).sort_by("id").to_pylist() == [
+        {"id": 1, "v": 0, "k": "a"},
+        {"id": 2, "v": 0, "k": "a"},
+        {"id": 3, "v": 5, "k": "b"},
+    ]
+    assert letters_of(dead) == [("k", "", {"id": 1, "v": 5, "k": ""}, EMPTY)]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("dead_letter", [True, False])
+def test_the_spark_engines_merge_source_chooses_winners_before_refusing(
+    spark, tmp_path, dead_letter
+):
+    """The delta-spark engine's merge source follows the same rule (plain Spark: the
+    source is built before Delta runs, so this needs no Delta jars)."""
+    from fanout_delta.spark_engine import merge_source_spark
+    from fanout_delta.target import DeltaTarget
+
+    letters_target = DeltaDeadLetters(str(tmp_path / "dead")) if dead_letter else None
+    target = DeltaTarget(name="s", path=str(tmp_path / "t"), mode="merge", keys=["id"],
+                         order_by=["v"], dead_letters=letters_target)  # fmt: skip
+    df = spark.createDataFrame(
+        [tuple(r.values()) for r in WINNERS_AND_LOSERS.to_pylist()], "id long, v long, k string"
+    )
+
+    if not dead_letter:
+        with pytest.raises(SinkWriteError) as raised:
+            merge_source_spark(target, df, ["k"], 1)
+        assert str(raised.value) == f"sink 's', batch 1: 3 row(s): {EMPTY}"
+        kept, letters = merge_source_spark(target, df.filter("id in (2, 4)"), ["k"], 1)
+        assert sorted(tuple(r) for r in kept.collect()) == [(2, 3, "c"), (4, 3, "d")]
+        assert letters == []
+        return
+    kept, letters = merge_source_spark(target, df, ["k"], 1)
+
+    assert sorted(tuple(r) for r in kept.collect()) == [(2, 3, "c"), (4, 3, "d")]
+    assert sorted((x.column, x.value, x.reason, tuple(x.row.items())) for x in letters) == [
+        ("k", "", EMPTY, (("id", i), ("v", v), ("k", ""))) for i, v in [(1, 2), (3, 2), (5, 1)]
+    ]
+
+
+@pytest.mark.integration
+def test_the_spark_engines_merge_without_order_by_counts_a_refused_row_for_its_key(spark, tmp_path):
+    """Plain Spark, as above: the key a refused row shares fails the batch, with a
+    dead-letter target (before anything is written) or without."""
+    sink = DeltaSink(name="s", path=str(tmp_path / "t"), engine="spark", mode="merge",
+                     keys=["id"], partition_by=["k"])  # fmt: skip
+    df = spark.createDataFrame([(1, ""), (1, "b"), (2, "c")], "id long, k string")
+
+    with pytest.raises(SinkWriteError) as raised:
+        write_spark(sink.target(), batch_of(df))
+
+    assert str(raised.value).startswith("sink 's', batch 0: key {'id': 1} occurs 2 times")
+    assert not (tmp_path / "t").exists()
+
+
+# -- the one helper both engines' merges use (unit: rows as plain lists) --------------------
+
+
+def test_winners_are_chosen_among_all_rows_before_the_winners_alone_are_refused():
+    """``split_refused`` sees only what ``choose`` kept: a refused loser never reaches it."""
+    from fanout_delta.merge import winners_then_refusals
+
+    calls: list[tuple[str, list[str]]] = []
+
+    def choose(rows: list[str]) -> list[str]:
+        calls.append(("choose", rows))
+        return [r for r in rows if r.rstrip("!").endswith("2")]  # each key's greatest
+
+    def split(rows: list[str]) -> tuple[list[str], list[DeadLetter]]:
+        calls.append(("split", rows))
+        refused = [DeadLetter({"r": r}, "refused") for r in rows if "!" in r]
+        return [r for r in rows if "!" not in r], refused
+
+    kept, letters = winners_then_refusals(
+        ["a1", "a2!", "b1!", "b2"],
+        choose=choose,
+        any_refused=lambda rows: any("!" in r for r in rows),
+        split_refused=split,
+    )
+
+    assert kept == ["b2"]
+    assert letters == [DeadLetter({"r": "a2!"}, "refused")]
+    assert calls == [("choose", ["a1", "a2!", "b1!", "b2"]), ("split", ["a2!", "b2"])]
+
+
+def test_without_a_refused_row_only_the_winners_are_chosen():
+    """The common path: nothing refused, no split (no pass looking for letters)."""
+    from fanout_delta.merge import winners_then_refusals
+
+    def split(rows: list[str]) -> tuple[list[str], list[DeadLetter]]:
+        raise AssertionError("split called without a refused row")
+
+    kept, letters = winners_then_refusals(
+        ["a1", "a2"], choose=lambda rows: rows[-1:], any_refused=lambda rows: False,
+        split_refused=split,
+    )  # fmt: skip
+
+    assert (kept, letters) == (["a2"], [])
+
+
+def test_holds_unstorable_finds_an_empty_string_or_a_year_past_9999_in_partition_columns():
+    from fanout.delta_tables.values import holds_unstorable
+
+    table = pa.table(
+        {
+            "k": pa.array(["a", None]),
+            "e": pa.array(["a", ""]),
+            "d": pa.array(["a", ""]).dictionary_encode(),
+            "ts": timestamps(0, YEAR_10000),
+            "day": pa.array([0, 2_932_897], pa.int32()).cast(pa.date32()),
+            "n": pa.array([1, 2], pa.int64()),
+        }
+    )
+
+    found = {c: holds_unstorable(table, [c]) for c in table.column_names}
+
+    assert found == {"k": False, "e": True, "d": True, "ts": True, "day": True, "n": False}
+    assert holds_unstorable(table, ["k", "n", "absent"]) is False
+    assert holds_unstorable(table, ["k", "ts"]) is True
