@@ -4,7 +4,9 @@ tables, each by a test that fails on the code as reviewed. Each is marked
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -113,4 +115,41 @@ def test_a_compaction_racing_another_writers_compaction_duplicates_no_ledger_row
     assert sorted(rows) == [0, 1, 2, 3], (
         f"the ledger holds the committed rows of batches {sorted(rows)}: the other writer's "
         "compaction and this ledger's own both committed, each adding the rows they rewrote"
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core review finding 3 (in a sink): a Delta sink's compact_every compaction and "
+    "another writer's compaction of the table (a maintenance job, a second pipeline "
+    "writing the table, a zombie driver) both commit: the sink's rows are duplicated",
+)
+def test_a_delta_sinks_compaction_beside_another_compaction_duplicates_no_row(
+    spark: Any, tmp_path: Path
+) -> None:
+    from deltalake import DeltaTable
+
+    table = str(tmp_path / "orders")
+    sink = {"type": "delta", "name": "orders", "path": table, "compact_every": 1}
+    fan = FanOut("cmp", str(tmp_path / "ledger"), [sink])
+    fan.process(spark.createDataFrame([{"id": -1}], "id LONG"), BatchInfo("cmp", 0, "q"))
+    stop = threading.Event()
+
+    def maintenance() -> None:  # e.g. a scheduled OPTIMIZE of the table, with delta-rs
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                DeltaTable(table).optimize.compact()
+
+    job = threading.Thread(target=maintenance)
+    job.start()
+    try:
+        for batch_id in range(1, 11):
+            frame = spark.createDataFrame([{"id": batch_id}], "id LONG")
+            fan.process(frame, BatchInfo("cmp", batch_id, "q"))
+    finally:
+        stop.set()
+        job.join()
+    ids = sorted(r["id"] for r in delta_rows(Path(table)))
+    assert ids == [-1, *range(1, 11)], (
+        f"the table holds {len(ids)} rows for the 11 written ({len(set(ids))} distinct)"
     )
