@@ -46,7 +46,7 @@ class FailsOnce(RecordingSink):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="core review finding 2: route dead letters are written before the sink's "
+    reason="core review finding 3: route dead letters are written before the sink's "
     "write under (sink, batch): a replay routing other rows keeps the first attempt's "
     "letters and skips its own, so a row ends in neither place and another in both",
 )
@@ -96,7 +96,7 @@ def _mark(pipeline: str, batch_id: int) -> LedgerEntry:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="core review finding 3: two compactions of the ledger from two writers both "
+    reason="core review finding 1: two compactions of the ledger from two writers both "
     "commit (delta-rs does not refuse an OPTIMIZE whose files another OPTIMIZE removed), "
     "so every row they both rewrote is in the table twice",
 )
@@ -120,7 +120,7 @@ def test_a_compaction_racing_another_writers_compaction_duplicates_no_ledger_row
 
 @pytest.mark.xfail(
     strict=True,
-    reason="core review finding 3 (in a sink): a Delta sink's compact_every compaction and "
+    reason="core review finding 1 (in a sink): a Delta sink's compact_every compaction and "
     "another writer's compaction of the table (a maintenance job, a second pipeline "
     "writing the table, a zombie driver) both commit: the sink's rows are duplicated",
 )

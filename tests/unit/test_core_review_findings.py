@@ -36,7 +36,7 @@ def _lag(sink: ScriptedSink) -> SinkSpec:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="core review finding 1: a lag sink whose spool is lost is written live past "
+    reason="core review finding 2: a lag sink whose spool is lost is written live past "
     "the batches it missed (its ledger mark shows the gap), silently",
 )
 def test_a_lag_sink_whose_spool_was_lost_is_not_written_past_its_missed_batches(
@@ -83,7 +83,7 @@ def test_a_lag_sink_whose_spool_was_lost_is_not_written_past_its_missed_batches(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="core review finding 1: a lagging sink left out of the configuration for one "
+    reason="core review finding 2: a lagging sink left out of the configuration for one "
     "start has its spooled batches released; put back, it is written live past them, "
     "silently",
 )
@@ -169,7 +169,7 @@ def _checkpoint(path: Path, query_id: str, planned_ms: int) -> str:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="core review finding 5: under Spark Connect a checkpoint_location of another "
+    reason="core review finding 4: under Spark Connect a checkpoint_location of another "
     "query running in the same session is taken as this query's (docs §15 say it is "
     "refused), so the guard reads that query's id and offsets",
 )
