@@ -191,3 +191,36 @@ def test_under_connect_the_checkpoint_of_another_running_query_is_refused(
         f"the orders query's batch was read as query {info.query_id} planned at "
         f"{info.batch_timestamp_ms} (the payments query's checkpoint) without an error"
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core review finding 5: `fanout recover` (and the guard's refusal) resume "
+    "after the furthest-behind sink of the pipeline's whole history, a sink removed long "
+    "ago included: following it writes every later batch again to the sinks that hold it",
+)
+def test_recover_resumes_after_the_sinks_the_pipeline_still_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fanout.app.cli import main as cli
+
+    ledger = str(tmp_path / "ledger")
+
+    def run(sinks: list[str], batches: range) -> None:
+        fan = FanOut("rec", ledger, [ScriptedSink(s) for s in sinks], backoff_s=0)
+        try:
+            for b in batches:
+                offsets = [{"logOffset": b}]
+                fan.process(SchemaFrame([b]), BatchInfo("rec", b, "q", offsets))
+        finally:
+            fan.close()
+
+    run(["orders", "audit"], range(2))  # batches 0-1 to both sinks
+    run(["orders"], range(2, 6))  # "audit" was taken out of the pipeline; 2-5 to orders
+    capsys.readouterr()
+    assert cli(["recover", "--ledger", ledger, "--pipeline", "rec"]) == 0
+    said = capsys.readouterr().out
+    assert "Resume after batch 5" in said, (
+        "after batch 5 the checkpoint is lost; the pipeline writes only 'orders', which "
+        f"holds batches 0-5, but `fanout recover` says:\n{said}"
+    )
