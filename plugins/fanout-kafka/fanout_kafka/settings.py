@@ -93,6 +93,13 @@ class WriterSettings:
 
         return letters_group(self.marker_group(partition))
 
+    def target_group(self, partition: int) -> str:
+        """``<marker group>.topic``: its offset says which topic the partition committed
+        its batch to (:mod:`fanout_kafka.target`)."""
+        from fanout_kafka.target import target_group
+
+        return target_group(self.marker_group(partition))
+
     def consumer_config(self, partition: int) -> dict[str, Any]:
         """The marker consumer's settings (it only reads and commits through the producer)."""
         return {
