@@ -96,7 +96,10 @@ def test_plugins_options_json_is_the_declaration() -> None:
     listed = json.loads(done.stdout)
     assert [o["name"] for o in listed] == option_names(built_in_types()["kafka"])
     assert listed[1] == {
-        "name": "topic", "default": "required", "meaning": "the target topic",
+        "name": "topic", "default": "required",
+        "meaning": "the target topic. Change it between batches only: a batch half written "
+        "to another topic is refused (`KafkaMarkerError`, naming both) until it is set back "
+        "and the batch completes",
         "expands_env": False,
     }  # fmt: skip
 

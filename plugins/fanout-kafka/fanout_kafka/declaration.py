@@ -7,7 +7,13 @@ from fanout.contract.options import SinkOption
 
 OPTIONS = (
     SinkOption("bootstrap_servers", "required", "`host:port[,host:port]` (or a list)"),
-    SinkOption("topic", "required", "the target topic"),
+    SinkOption(
+        "topic",
+        "required",
+        "the target topic. Change it between batches only: a batch half written to another "
+        "topic is refused (`KafkaMarkerError`, naming both) until it is set back and the "
+        "batch completes",
+    ),
     SinkOption(
         "key",
         "none (keyless)",

@@ -306,6 +306,34 @@ def refuse_legacy_half_commit(
     )
 
 
+def refuse_topic_change(
+    admin_config: Mapping[str, Any],
+    settings: WriterSettings,
+    batch_id: int,
+    holding: list[int],
+) -> None:
+    """Refuse a replay whose ``topic`` is not the one the partitions ``holding`` the batch
+    committed it to (their target offsets, :mod:`fanout_kafka.target`): one admin request
+    per partition, on replays only. Partitions without a recorded topic are not compared."""
+    from fanout_kafka.target import compare, refuse_moved, target_group
+
+    admin = _admin(admin_config)
+    timeout_s = settings.operation_timeout_s
+    groups = [target_group(settings.marker_group(p)) for p in holding]
+    check = compare(holding, _offsets(admin, settings.marker_topic, groups, timeout_s),
+                    settings.topic, batch_id)  # fmt: skip
+    if check.unknown:
+        log.info(
+            "sink %r, batch %d: partition(s) %s committed the batch without recording their "
+            "topic (an older fanout): a change of 'topic' since cannot be detected for them",
+            settings.sink, batch_id, check.unknown,
+        )  # fmt: skip
+    refuse_moved(
+        check, settings.topic, batch_id, lambda: admin.list_topics(timeout=timeout_s).topics,
+        sink=settings.sink,
+    )  # fmt: skip
+
+
 def marked_beyond(settings: WriterSettings, partitions: int) -> int:
     """How many partitions from ``partitions`` on, in a row, hold a marker (they committed
     some batch while the sink had more partitions), read on the driver as
@@ -406,6 +434,8 @@ def read_committed(settings: WriterSettings, batch_id: int) -> list[CommittedPar
         )  # fmt: skip
         if not done:
             refuse_markers_elsewhere(config, settings, batch_id, plan.partitions)
+        else:
+            refuse_topic_change(config, settings, batch_id, [c.partition for c in done])
         return done
     except KafkaException as exc:
         raise TransientSinkError(

@@ -205,6 +205,15 @@ def columns(sink: str, option: str, value: Any) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+LIBRDKAFKA_DEFAULT_BATCH_SIZE = 1_000_000
+"""librdkafka's default ``batch.size``: the bytes of records it packs into one record batch."""
+
+
+def client_batch_size(producer: Mapping[str, Any]) -> int:
+    """The producer's own ``batch.size`` (librdkafka's default when unset)."""
+    return _as_int(producer.get("batch.size"), LIBRDKAFKA_DEFAULT_BATCH_SIZE)
+
+
 def client_max_message_bytes(producer: Mapping[str, Any]) -> int:
     """The producer's own record size limit (librdkafka's ``message.max.bytes``)."""
     return _as_int(producer.get("message.max.bytes"), LIBRDKAFKA_DEFAULT_MESSAGE_MAX_BYTES)

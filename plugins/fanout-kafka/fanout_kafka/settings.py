@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fanout_kafka.markers import marker_group
-from fanout_kafka.options import connection_settings
+from fanout_kafka.options import client_batch_size, connection_settings
 from fanout_kafka.records import Encoder
 
 if TYPE_CHECKING:
@@ -58,6 +58,10 @@ class WriterSettings:
     end_turns: str | None = None
     """The lock file every task holds while it commits or aborts, on a broker whose
     transaction ends race (Tansu: :mod:`fanout_kafka.turns`); ``None`` elsewhere."""
+    max_batch_bytes: int | None = None
+    """The smallest ``max.message.bytes`` of the topics the producer writes record batches
+    to (target and dead-letter topic): its ``batch.size`` is capped to it
+    (:func:`producer_config`)."""
 
     @property
     def has_dead_letters(self) -> bool:
@@ -82,6 +86,7 @@ class WriterSettings:
             self.bootstrap_servers,
             self.transactional_id(partition),
             self.transaction_timeout_ms,
+            max_batch_bytes=self.max_batch_bytes,
         )
         if reports:
             config["delivery.report.only.error"] = False
@@ -92,6 +97,13 @@ class WriterSettings:
         from fanout_kafka.journal import letters_group
 
         return letters_group(self.marker_group(partition))
+
+    def target_group(self, partition: int) -> str:
+        """``<marker group>.topic``: its offset says which topic the partition committed
+        its batch to (:mod:`fanout_kafka.target`)."""
+        from fanout_kafka.target import target_group
+
+        return target_group(self.marker_group(partition))
 
     def consumer_config(self, partition: int) -> dict[str, Any]:
         """The marker consumer's settings (it only reads and commits through the producer)."""
@@ -111,8 +123,19 @@ def producer_config(
     bootstrap_servers: str,
     transactional_id: str,
     transaction_timeout_ms: int,
+    *,
+    max_batch_bytes: int | None = None,
 ) -> dict[str, Any]:
-    """A transactional producer's settings: the passthrough, then what the sink owns."""
+    """A transactional producer's settings: the passthrough, then what the sink owns.
+
+    :param max_batch_bytes: the topics' record batch limit (``max.message.bytes``).
+        librdkafka packs records into one record batch up to ``batch.size`` (1000000 by
+        default), and a broker refuses a record batch over the topic's limit *whole*
+        (``MESSAGE_TOO_LARGE``): every record in it would be refused (dead-lettered), though
+        each fits alone. So ``batch.size`` is capped to the limit. A record larger than
+        ``batch.size`` still goes, alone in its batch (librdkafka's rule), and the sink's
+        per-record check keeps records over the limit out.
+    """
     config: dict[str, Any] = {
         "partitioner": "murmur2_random",  # the Java client's: keys land where Java puts them
         "message.timeout.ms": transaction_timeout_ms,
@@ -130,6 +153,8 @@ def producer_config(
         "acks": "all",
     }
     config.pop("request.required.acks", None)
+    if max_batch_bytes is not None and client_batch_size(producer) > max_batch_bytes:
+        config["batch.size"] = max_batch_bytes
     return config
 
 

@@ -46,6 +46,7 @@ from fanout_kafka.options import (
     TopicSpec,
     check_producer_settings,
     check_topic_name,
+    client_batch_size,
     client_max_message_bytes,
     columns,
     parse_create_topic,
@@ -74,6 +75,15 @@ _FAILURE_ORDER = (
     "retriable",
     "aborted",
 )
+
+
+def _topic_limit(cluster: Any, topic: str) -> int:
+    """A topic's record batch limit: its ``max.message.bytes``, else the broker's
+    ``message.max.bytes``, else Kafka's default."""
+    limit = cluster.topic_config(topic, "max.message.bytes") or cluster.broker_config(
+        "message.max.bytes"
+    )
+    return int(limit) if limit else KAFKA_DEFAULT_MAX_MESSAGE_BYTES
 
 
 class KafkaSink(PartitionedSink):
@@ -166,6 +176,7 @@ class KafkaSink(PartitionedSink):
         self.order_by = order_by
         self.open_timeout_s = open_timeout_s
         self.max_record_bytes = max_record_bytes
+        self._max_batch_bytes: int | None = None  # the topics' record batch limit (open())
         self.pipeline: str | None = None  # set by open()
         self._derived_prefix = False  # transactional_id_prefix is the default (open())
         self._legacy_prefix: str | None = None  # the former default, to fence (open())
@@ -222,15 +233,13 @@ class KafkaSink(PartitionedSink):
                 cluster.ensure_topic(topic, option, topic_spec, partitions=partitions)
         self._check_transaction_timeout(cluster)
         self._warn_marker_retention(cluster)
+        broker_limit = _topic_limit(cluster, self.topic)
         if self.max_record_bytes is None:
-            limit = cluster.topic_config(self.topic, "max.message.bytes") or cluster.broker_config(
-                "message.max.bytes"
-            )
-            broker_limit = int(limit) if limit else KAFKA_DEFAULT_MAX_MESSAGE_BYTES
             # the broker counts a record with its batch's header; librdkafka without it
             self.max_record_bytes = min(
                 broker_limit - RECORD_BATCH_HEADER_BYTES, client_max_message_bytes(self.producer)
             )
+        self._cap_batch_size(cluster, broker_limit)
         log.info(
             "sink %r: Kafka topic %r on %s, %d transactional partition(s) %s-<p>, markers in "
             "%r, records up to %d bytes",
@@ -240,6 +249,23 @@ class KafkaSink(PartitionedSink):
         if self._held_admin is None:  # the driver's marker reads use it from now on
             self._held_admin = admin_config(self.producer, self.bootstrap_servers)
             ADMINS.hold(self._held_admin)
+
+    def _cap_batch_size(self, cluster: Any, topic_limit: int) -> None:
+        """Resolve the record batch limit of the topics the producers write batches to
+        (the target's, and a dead-letter topic's); their ``batch.size`` is capped to it
+        (:func:`fanout_kafka.settings.producer_config`), saying so when it is."""
+        limits = {self.topic: topic_limit}
+        if self._dead_topic is not None:
+            limits[self._dead_topic] = _topic_limit(cluster, self._dead_topic)
+        topic, limit = min(limits.items(), key=lambda item: item[1])
+        self._max_batch_bytes = limit
+        wanted = client_batch_size(self.producer)
+        if wanted > limit:
+            log.info(
+                "sink %r: producer batch.size %d capped to %d, the max.message.bytes of topic "
+                "%r: the broker refuses a larger record batch whole, records that fit with it",
+                self.name, wanted, limit, topic,
+            )  # fmt: skip
 
     def close(self) -> None:
         """Release the driver's admin client (:mod:`fanout_kafka.driver_admins`)."""
@@ -353,6 +379,7 @@ class KafkaSink(PartitionedSink):
             info=batch.info,
             txn_app_id=batch.txn_app_id,
             end_turns=self._end_turns,
+            max_batch_bytes=self._max_batch_bytes,
         )
 
     @property

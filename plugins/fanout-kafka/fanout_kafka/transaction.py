@@ -11,7 +11,9 @@ The sequence for partition ``p`` of batch ``b`` (ARCHITECTURE §5):
    marker topic (``read_committed``); ``>= b + 1`` means the partition already holds the
    batch: skip;
 4. begin, produce every record (delivery callback on each), flush, check every delivery,
-   ``send_offsets_to_transaction`` of offset ``b + 1`` for the marker group, commit;
+   ``send_offsets_to_transaction`` of offset ``b + 1`` for the marker group (and of the
+   plan offset, :mod:`fanout_kafka.membership`, and the target offset naming the topic,
+   :mod:`fanout_kafka.target`, each for a group of its own), commit;
 5. with a dead-letter target outside the cluster (a Delta table): the transaction of step 4
    also holds a journal naming the partition's dead letters, and they are parked in the
    target only once it committed; a replay that skips the partition parks them from the
@@ -57,6 +59,7 @@ from fanout_kafka.options import client_max_message_bytes
 from fanout_kafka.producer_init import init_transactions
 from fanout_kafka.records import BadRecord, Record, bad_letter, dead_letter_headers, named
 from fanout_kafka.settings import WriterSettings
+from fanout_kafka.target import pack_target
 from fanout_kafka.turns import turn
 
 if TYPE_CHECKING:
@@ -396,6 +399,7 @@ class PartitionWriter:
                     "send the partition plan",
                     lambda: producer.send_offsets_to_transaction([plan], group, self._timeout),
                 )
+            self._send_target(producer)
             if journal_value is not None:
                 self._send_journal_offset(producer, journal_offset)
             self._retrying("commit", lambda: self._end(producer.commit_transaction))
@@ -411,6 +415,17 @@ class PartitionWriter:
         if self.hooks is not None:
             self.hooks.after(self.partition, len(records) + len(bad), len(records))
         return len(records)
+
+    def _send_target(self, producer: Any) -> None:
+        """Commit the target offset (the topic written, :mod:`fanout_kafka.target`) for
+        the target group, in the transaction: a replay compares it with its ``topic``."""
+        settings = self.settings
+        group = group_metadata(settings, self.partition, settings.target_group(self.partition))
+        where = TopicPartition(settings.marker_topic, 0, pack_target(settings.topic, self.batch_id))
+        self._retrying(
+            "send the target topic",
+            lambda: producer.send_offsets_to_transaction([where], group, self._timeout),
+        )
 
     def _send_journal_offset(self, producer: Any, offsets: list[int]) -> None:
         """Commit the journal record's offset for the letters group, in the transaction."""
