@@ -84,6 +84,14 @@ def _kafka(batch: int) -> list[object]:
     return [{"orders": {"0": 100 * (batch + 1)}}]
 
 
+def _epoch1(sink: str, batch: int, offsets: list[object]) -> LedgerEntry:
+    """A mark of the query that started epoch 1 after an accepted reset."""
+    return LedgerEntry(
+        "orders", sink, batch, "committed", query_id="q-new", epoch=1,
+        source_offsets=json.dumps(offsets),
+    )  # fmt: skip
+
+
 def test_a_sink_behind_by_one_batch_decides_and_a_removed_one_does_not(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -120,14 +128,7 @@ def test_only_the_newest_epoch_decides() -> None:
     epoch 1 is where to resume, whatever epoch 0's batch ids were."""
     old = [_mark(s, b, _kafka(b)) for b in range(8) for s in ("delta", "pg")]
     old += [_mark("audit", b, _kafka(b)) for b in range(2)]
-    new = [
-        LedgerEntry(
-            "orders", s, b, "committed", query_id="q-new", epoch=1,
-            source_offsets=json.dumps(_kafka(10 + b)),
-        )  # fmt: skip
-        for b in range(4)
-        for s in ("delta", "pg")
-    ]
+    new = [_epoch1(s, b, _kafka(10 + b)) for b in range(4) for s in ("delta", "pg")]
     recovery = recovery_of("orders", old + new)
     assert recovery.furthest_behind == new[-2]  # batch 3 of delta (ties: by name)
     assert render(recovery).splitlines() == [
@@ -146,11 +147,7 @@ def test_only_the_newest_epoch_decides() -> None:
 def test_a_sink_last_written_in_an_earlier_epoch_at_a_higher_batch_is_set_apart() -> None:
     """Batch ids of two epochs are not comparable: 'audit' at batch 9 of epoch 0 is not
     ahead of the sinks at batch 2 of epoch 1, nor does it count as written."""
-    entries = [_mark("audit", 9, _kafka(9))] + [
-        LedgerEntry("orders", "delta", b, "committed", query_id="q-new", epoch=1,
-                    source_offsets=json.dumps(_kafka(b)))  # fmt: skip
-        for b in range(3)
-    ]
+    entries = [_mark("audit", 9, _kafka(9))] + [_epoch1("delta", b, _kafka(b)) for b in range(3)]
     marks = recovery_of("orders", entries).marks
     assert sorted(marks.written) == ["delta"]
     assert sorted(marks.not_written) == ["audit"]
