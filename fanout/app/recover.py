@@ -3,9 +3,13 @@
 Per sink: the last committed batch, its query id and the source offsets and planning time
 (Spark's ``batchTimestampMs``) recorded with it: the newest checkpoint is the one whose
 ``offsets/<N>`` holds them.
-The sink furthest behind decides where a new checkpoint must start: its batch's end
-offsets. For a Kafka source those offsets are exactly the ``startingOffsets`` JSON of a
-new query; for other sources the report says what they mean.
+The sink furthest behind among those the pipeline still writes (a mark in the newest epoch
+at or after its high-water mark minus one: :func:`fanout.steps.guard_text.sink_marks`)
+decides where a new checkpoint must start: its batch's end offsets. Sinks whose last mark is
+older (taken out of the pipeline, or of an earlier epoch) are listed apart: resuming after
+them would write every later batch again to the sinks that hold it. For a Kafka source those
+offsets are exactly the ``startingOffsets`` JSON of a new query; for other sources the report
+says what they mean.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 from fanout.ledger.entry import LedgerEntry
 from fanout.steps.guard import latest_per_sink
-from fanout.steps.guard_text import describe_entry
+from fanout.steps.guard_text import SinkMarks, describe_entry, not_written_line, sink_marks
 
 
 @dataclass(frozen=True)
@@ -28,11 +32,21 @@ class Recovery:
     latest: dict[str, LedgerEntry]
 
     @property
+    def marks(self) -> SinkMarks:
+        """The sinks' last marks, split into the sinks the pipeline still writes and the
+        others."""
+        return sink_marks(self.latest)
+
+    @property
+    def epoch(self) -> int:
+        """The newest epoch the ledger holds marks of."""
+        return max((e.epoch for e in self.latest.values()), default=0)
+
+    @property
     def furthest_behind(self) -> LedgerEntry | None:
-        """The sink mark with the lowest batch id: where a new checkpoint must resume."""
-        if not self.latest:
-            return None
-        return min(self.latest.values(), key=lambda e: (e.batch_id, e.sink))
+        """The mark with the lowest batch id among the sinks the pipeline still writes, in
+        its newest epoch: where a new checkpoint must resume."""
+        return self.marks.furthest_behind
 
     def starting_offsets(self) -> list[Any] | None:
         """Per source, Kafka ``startingOffsets`` JSON after the furthest-behind batch
@@ -63,20 +77,37 @@ def recovery_of(pipeline: str, committed: Sequence[LedgerEntry]) -> Recovery:
     return Recovery(pipeline, latest_per_sink([e for e in committed if e.pipeline == pipeline]))
 
 
+def _resume_line(behind: LedgerEntry, marks: SinkMarks) -> str:
+    ahead = sorted(s for s, e in marks.written.items() if e.batch_id > behind.batch_id)
+    if not ahead:
+        return (
+            f"Resume after batch {behind.batch_id}: every sink the pipeline still writes "
+            "holds it, so nothing is written twice."
+        )
+    high = max(e.batch_id for e in marks.written.values())
+    return (
+        f"Resume after batch {behind.batch_id} (sink {behind.sink!r} is furthest behind); "
+        f"{'sink' if len(ahead) == 1 else 'sinks'} {', '.join(ahead)} already "
+        f"{'holds' if len(ahead) == 1 else 'hold'} batch {high} and will write its rows "
+        "again (a new epoch or a new pipeline name means new transaction ids, so nothing "
+        "skips them): duplicates there, unless the sink upserts by key."
+    )
+
+
 def render(recovery: Recovery) -> str:
     """The text ``fanout recover`` prints."""
     if not recovery.latest:
         return f"pipeline {recovery.pipeline!r}: the ledger holds no committed batch"
-    lines = [f"pipeline {recovery.pipeline!r}: last committed batch per sink"]
-    for sink in sorted(recovery.latest):
-        lines.append(f"  {describe_entry(recovery.latest[sink])}")
-    behind = recovery.furthest_behind
+    marks = recovery.marks
+    epoch = "" if recovery.epoch == 0 else f" (epoch {recovery.epoch})"
+    lines = [f"pipeline {recovery.pipeline!r}{epoch}: last committed batch per sink"]
+    for sink in sorted(marks.written):
+        lines.append(f"  {describe_entry(marks.written[sink])}")
+    for sink in sorted(marks.not_written):
+        lines.append(f"  {not_written_line(marks.not_written[sink], recovery.epoch)}")
+    behind = marks.furthest_behind
     assert behind is not None
-    lines.append(
-        f"Resume after batch {behind.batch_id} (sink {behind.sink!r} is furthest behind); "
-        "sinks further ahead receive their last batches again, which they skip only under "
-        "the same pipeline name."
-    )
+    lines.append(_resume_line(behind, marks))
     starting = recovery.starting_offsets()
     if starting is None:
         lines.append("No source offsets were recorded for that batch.")

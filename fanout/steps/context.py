@@ -6,7 +6,8 @@ Spark before the batch runs: a version line, a batch-metadata line with
 ``batchTimestampMs``, then one JSON line per source). Under Spark Connect, where neither the
 local properties nor Hadoop's filesystems are reachable from Python, the query id is the
 one the checkpoint's ``metadata`` file records (checked against the session's running
-queries) and the checkpoint's files are read with pyarrow's filesystems. A batch replayed
+queries: with several, it must be the only one that can be running the batch) and the
+checkpoint's files are read with pyarrow's filesystems. A batch replayed
 after a crash is read from the same file; a batch Spark plans again (after a checkpoint
 rollback) gets a new planning time, and the guard compares both with what the ledger
 recorded.
@@ -166,7 +167,7 @@ class ContextReader:
         """Pipeline, batch id, query id, source offsets and planning time of the batch."""
         query_id = query_id_of(batch_df)
         if query_id is None and is_connect(batch_df):
-            query_id = self._connect_query_id(batch_df)
+            query_id = self._connect_query_id(batch_df, int(batch_id))
         planned = self._planned(batch_df, query_id, batch_id)
         if planned is None:
             return BatchInfo(self.pipeline, int(batch_id), query_id)
@@ -178,10 +179,12 @@ class ContextReader:
             batch_timestamp_ms=planned.batch_timestamp_ms,
         )
 
-    def _connect_query_id(self, batch_df: Any) -> str:
+    def _connect_query_id(self, batch_df: Any, batch_id: int) -> str:
         """Under Spark Connect: the query id recorded in the checkpoint, once it is known
-        to be one of the session's running queries (a wrong ``checkpoint_location`` would
-        otherwise read another query's offsets)."""
+        to be the query running this batch (a wrong ``checkpoint_location`` would otherwise
+        read another query's id, offsets and planning time): one of the session's running
+        queries and, when several run, the only one that can be running ``batch_id``
+        (:func:`confirm_connect_query`). Checked on the first batch only."""
         location = self.checkpoint_location
         if location is None:
             raise ConfigurationError(
@@ -192,7 +195,8 @@ class ContextReader:
         if self._connect_query is not None:
             return self._connect_query
         query_id = checkpoint_query_id(location)
-        running = sorted(str(q.id) for q in batch_df.sparkSession.streams.active)
+        queries = list(batch_df.sparkSession.streams.active)
+        running = sorted(str(q.id) for q in queries)
         if query_id is None or query_id not in running:
             raise ConfigurationError(
                 f"pipeline {self.pipeline!r}: checkpoint_location {location} "
@@ -204,6 +208,8 @@ class ContextReader:
                 + f", and the queries running in this session are {running or 'none'}: pass "
                 "FanOut(checkpoint_location=...) the query's own checkpointLocation"
             )
+        if len(queries) > 1:
+            confirm_connect_query(self.pipeline, location, query_id, queries, batch_id)
         self._connect_query = query_id
         return query_id
 
@@ -232,3 +238,61 @@ class ContextReader:
                 )
                 self._warned = True
             return None
+
+
+_ONE_SESSION_A_QUERY = (
+    "run each fanout query from a Spark Connect session of its own (on the client: "
+    "SparkSession.builder.remote(url).create() per query), where it is the only running "
+    "query, or pass FanOut(checkpoint_location=...) the query's own checkpointLocation"
+)
+
+
+def confirm_connect_query(
+    pipeline: str, location: str, query_id: str, queries: list[Any], batch_id: int
+) -> None:
+    """Under Spark Connect, with several queries running in the session: refuse unless the
+    checkpoint's query ``query_id`` is the only one that can be running ``batch_id``.
+
+    The foreachBatch process is handed the DataFrame and the batch id only, not the query.
+    The query running batch N has ``offsets/N`` in its checkpoint and no ``commits/N`` yet
+    (Spark writes it after the batch), its ``status`` shows a trigger active, and its last
+    progress, when it has one in this run, is of batch N-1 (or of N, an idle trigger's
+    report): all stay so while this call blocks the batch. A running query for which one of
+    these is false is not this batch's; one that cannot be told apart is, possibly.
+    """
+    try:
+        offsets = read_file_directly(location, f"offsets/{batch_id}")
+        committed = read_file_directly(location, f"commits/{batch_id}")
+    except Exception:  # a filesystem pyarrow cannot read: the queries' states decide
+        offsets, committed = "", None
+    others = sorted(str(q.id) for q in queries if str(q.id) != query_id)
+    if offsets is None or committed is not None:
+        state = f"has no offsets/{batch_id}" if offsets is None else f"committed batch {batch_id}"
+        raise ConfigurationError(
+            f"pipeline {pipeline!r}: checkpoint_location {location} belongs to query "
+            f"{query_id}, whose checkpoint {state}, so batch {batch_id} is not that query's "
+            f"but one of the other queries running in this session ({', '.join(others)}): "
+            + _ONE_SESSION_A_QUERY
+        )
+    possible = sorted(str(q.id) for q in queries if str(q.id) != query_id and _may_run(q, batch_id))
+    if possible:
+        raise ConfigurationError(
+            f"pipeline {pipeline!r}: under Spark Connect fanout cannot tell which query runs "
+            f"batch {batch_id}: the query {query_id} of checkpoint_location {location} or "
+            f"{'query' if len(possible) == 1 else 'queries'} {', '.join(possible)}, running in "
+            f"the same session and possibly at batch {batch_id} too (the foreachBatch "
+            "function is handed no query id); taking the wrong one would hide a reset of "
+            "this query's checkpoint: " + _ONE_SESSION_A_QUERY
+        )
+
+
+def _may_run(query: Any, batch_id: int) -> bool:
+    """Whether the running ``query`` can be running ``batch_id`` now (``True`` when its
+    status or progress cannot be read)."""
+    try:
+        if not query.status["isTriggerActive"]:
+            return False
+        progress = query.lastProgress
+        return progress is None or int(progress["batchId"]) in (batch_id - 1, batch_id)
+    except Exception:
+        return True

@@ -184,8 +184,9 @@ class CheckpointGuard:
         return {} if self.spooled is None else self.spooled(info.epoch)
 
     def _latest(self, info: BatchInfo) -> dict[str, LedgerEntry]:
-        # every sink's last batch, also of those behind info.batch_id: the offsets of the
-        # sink furthest behind are where a recovery must start from
+        # every sink's last batch in the epoch, also of those behind info.batch_id: the
+        # offsets of the sink furthest behind are where a recovery must start from; the
+        # texts set apart the sinks no longer written (guard_text.sink_marks)
         return latest_per_sink(self.ledger.committed_entries(info.pipeline, epoch=info.epoch))
 
     def _warn_unknown_plan(self, info: BatchInfo, entries: list[LedgerEntry]) -> None:

@@ -5,6 +5,7 @@ proceed."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from fanout.contract.batch import BatchInfo
 from fanout.contract.plans import describe_plan
@@ -29,11 +30,69 @@ def describe_entry(entry: LedgerEntry) -> str:
     return f"{entry.sink}: batch {entry.batch_id}, query id {entry.query_id}, {plan}"
 
 
+@dataclass(frozen=True)
+class SinkMarks:
+    """Each sink's last mark, split by whether the pipeline still writes the sink.
+
+    ``written``: the sinks with a mark (or, lagging, a spooled batch) at or after the
+    high-water mark of the newest epoch minus one. Spark plans batch N+1 only after
+    committing N, and fanout lets batch N commit only once every configured sink marked it
+    or lags with it in the spool, so every sink the pipeline writes holds one of the last two
+    batches (the last may be marked by some sinks only: a crash between two marks). The
+    sink furthest behind among them decides where a new checkpoint resumes.
+    ``not_written``: the others: sinks taken out of the pipeline (their old marks would make
+    a recovery write every later batch again to the sinks that hold it), or marks of an
+    earlier epoch.
+    """
+
+    written: dict[str, LedgerEntry]
+    not_written: dict[str, LedgerEntry]
+
+    @property
+    def furthest_behind(self) -> LedgerEntry | None:
+        """The written sink with the lowest batch id: a new checkpoint resumes after it."""
+        if not self.written:
+            return None
+        return min(self.written.values(), key=lambda e: (e.batch_id, e.sink))
+
+
+def sink_marks(
+    latest: Mapping[str, LedgerEntry], spooled: Mapping[str, int] | None = None
+) -> SinkMarks:
+    """:class:`SinkMarks` of each sink's last mark (``latest``); ``spooled``: the last batch
+    the spool holds for each lagging sink, which counts as written."""
+    if not latest:
+        return SinkMarks({}, {})
+    epoch = max(entry.epoch for entry in latest.values())
+
+    def reached(entry: LedgerEntry) -> int:
+        return max(entry.batch_id, (spooled or {}).get(entry.sink, entry.batch_id))
+
+    high = max(reached(e) for e in latest.values() if e.epoch == epoch)
+    written = {
+        sink: entry
+        for sink, entry in latest.items()
+        if entry.epoch == epoch and reached(entry) >= high - 1
+    }
+    others = {sink: entry for sink, entry in latest.items() if sink not in written}
+    return SinkMarks(written, others)
+
+
+def not_written_line(entry: LedgerEntry, epoch: int) -> str:
+    """A sink the pipeline no longer writes: ``<sink>: not written since batch N ...``."""
+    where = f" of epoch {entry.epoch}" if entry.epoch != epoch else ""
+    return (
+        f"{entry.sink}: not written since batch {entry.batch_id}{where} (query id "
+        f"{entry.query_id}): removed from the pipeline? It does not decide where to resume"
+    )
+
+
 def _sink_lines(
     latest: Mapping[str, LedgerEntry], spooled: Mapping[str, int] | None = None
 ) -> list[str]:
+    marks = sink_marks(latest, spooled)
     lines = ["Last committed batch per sink (from the ledger):"]
-    for sink in sorted(latest):
+    for sink in sorted(marks.written):
         line = f"  - {describe_entry(latest[sink])}"
         through = (spooled or {}).get(sink)
         if through is not None and through > latest[sink].batch_id:
@@ -42,6 +101,9 @@ def _sink_lines(
                 f"it from there: count it at batch {through})"
             )
         lines.append(line)
+    epoch = max((e.epoch for e in marks.written.values()), default=0)
+    for sink in sorted(marks.not_written):
+        lines.append(f"  - {not_written_line(marks.not_written[sink], epoch)}")
     return lines
 
 

@@ -167,12 +167,6 @@ def _checkpoint(path: Path, query_id: str, planned_ms: int) -> str:
     return str(path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core review finding 4: under Spark Connect a checkpoint_location of another "
-    "query running in the same session is taken as this query's (docs §15 say it is "
-    "refused), so the guard reads that query's id and offsets",
-)
 def test_under_connect_the_checkpoint_of_another_running_query_is_refused(
     tmp_path: Path,
 ) -> None:
@@ -193,12 +187,6 @@ def test_under_connect_the_checkpoint_of_another_running_query_is_refused(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core review finding 5: `fanout recover` (and the guard's refusal) resume "
-    "after the furthest-behind sink of the pipeline's whole history, a sink removed long "
-    "ago included: following it writes every later batch again to the sinks that hold it",
-)
 def test_recover_resumes_after_the_sinks_the_pipeline_still_writes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

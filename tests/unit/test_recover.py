@@ -78,3 +78,76 @@ def test_planning_time_is_printed_with_the_offsets() -> None:
         '  delta: batch 5, query id q-old, source offsets [{"logOffset": 5}], '
         "planned at 1763856000250 (2025-11-23T00:00:00.250Z)"
     )
+
+
+def _kafka(batch: int) -> list[object]:
+    return [{"orders": {"0": 100 * (batch + 1)}}]
+
+
+def _epoch1(sink: str, batch: int, offsets: list[object]) -> LedgerEntry:
+    """A mark of the query that started epoch 1 after an accepted reset."""
+    return LedgerEntry(
+        "orders", sink, batch, "committed", query_id="q-new", epoch=1,
+        source_offsets=json.dumps(offsets),
+    )  # fmt: skip
+
+
+def test_a_sink_behind_by_one_batch_decides_and_a_removed_one_does_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'audit' was taken out of the pipeline after batch 1; the driver died between the
+    marks of batch 5: 'pg' holds batch 4 only, and a new checkpoint must resume after it."""
+    ledger = DeltaLedger(str(tmp_path))
+    ledger.open()
+    for batch in range(6):
+        ledger.mark_committed(_mark("delta", batch, _kafka(batch)))
+        if batch < 5:
+            ledger.mark_committed(_mark("pg", batch, _kafka(batch)))
+        if batch < 2:
+            ledger.mark_committed(_mark("audit", batch, _kafka(batch)))
+
+    assert main(["recover", "--ledger", str(tmp_path), "--pipeline", "orders"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "pipeline 'orders': last committed batch per sink",
+        '  delta: batch 5, query id q-old, source offsets [{"orders": {"0": 600}}]',
+        '  pg: batch 4, query id q-old, source offsets [{"orders": {"0": 500}}]',
+        "  audit: not written since batch 1 (query id q-old): removed from the pipeline? It "
+        "does not decide where to resume",
+        "Resume after batch 4 (sink 'pg' is furthest behind); sink delta already holds "
+        "batch 5 and will write its rows again (a new epoch or a new pipeline name means new "
+        "transaction ids, so nothing skips them): duplicates there, unless the sink upserts "
+        "by key.",
+        "Source 0 (Kafka): start a new checkpoint with",
+        """  .option("startingOffsets", '{"orders": {"0": 500}}')""",
+    ]
+
+
+def test_only_the_newest_epoch_decides() -> None:
+    """Epoch 0 ended at batch 7 ('audit' last written at batch 1 there); after a reset
+    accepted under a new epoch, the new query's batch ids start at 0 again: batch 3 of
+    epoch 1 is where to resume, whatever epoch 0's batch ids were."""
+    old = [_mark(s, b, _kafka(b)) for b in range(8) for s in ("delta", "pg")]
+    old += [_mark("audit", b, _kafka(b)) for b in range(2)]
+    new = [_epoch1(s, b, _kafka(10 + b)) for b in range(4) for s in ("delta", "pg")]
+    recovery = recovery_of("orders", old + new)
+    assert recovery.furthest_behind == new[-2]  # batch 3 of delta (ties: by name)
+    assert render(recovery).splitlines() == [
+        "pipeline 'orders' (epoch 1): last committed batch per sink",
+        '  delta: batch 3, query id q-new, source offsets [{"orders": {"0": 1400}}]',
+        '  pg: batch 3, query id q-new, source offsets [{"orders": {"0": 1400}}]',
+        "  audit: not written since batch 1 of epoch 0 (query id q-old): removed from the "
+        "pipeline? It does not decide where to resume",
+        "Resume after batch 3: every sink the pipeline still writes holds it, so nothing is "
+        "written twice.",
+        "Source 0 (Kafka): start a new checkpoint with",
+        """  .option("startingOffsets", '{"orders": {"0": 1400}}')""",
+    ]
+
+
+def test_a_sink_last_written_in_an_earlier_epoch_at_a_higher_batch_is_set_apart() -> None:
+    """Batch ids of two epochs are not comparable: 'audit' at batch 9 of epoch 0 is not
+    ahead of the sinks at batch 2 of epoch 1, nor does it count as written."""
+    entries = [_mark("audit", 9, _kafka(9))] + [_epoch1("delta", b, _kafka(b)) for b in range(3)]
+    marks = recovery_of("orders", entries).marks
+    assert sorted(marks.written) == ["delta"]
+    assert sorted(marks.not_written) == ["audit"]
