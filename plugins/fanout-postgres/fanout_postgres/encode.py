@@ -51,6 +51,9 @@ class Reject:
     reason: str
     column: str | None = None
     sqlstate: str | None = None
+    columns: tuple[str, ...] = ()
+    """The columns of a constraint over several (a CHECK reading two, a composite foreign
+    key), which refused the row as a whole; ``column`` is then ``None``."""
 
 
 def with_row_numbers(table: pa.Table) -> pa.Table:
@@ -290,6 +293,16 @@ def cell_json(table: pa.Table, row: int, column: str | None) -> str | None:
         return None
     value = letter_rows(table.slice(row, 1).select([column]))[0][column]
     return None if value is None else letter_json(value)
+
+
+def cells_json(table: pa.Table, row: int, columns: Sequence[str], sources: dict[str, str]) -> str:
+    """The values of several cells of row ``row`` (a constraint's columns) as one JSON
+    object keyed by the batch's column names, in ``columns``' order: the JSON of
+    :func:`fanout.deadletters.layout.letter_json`, as the row's own fields read. A column
+    the batch does not write (its value is the table's default) is left out."""
+    written = [c for c in columns if c in table.column_names]
+    values = letter_rows(table.slice(row, 1).select(written))[0]
+    return letter_json({sources.get(c, c): values[c] for c in written})
 
 
 def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
