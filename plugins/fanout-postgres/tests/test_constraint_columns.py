@@ -62,8 +62,9 @@ def test_a_check_over_two_columns_fails_the_batch_naming_both_and_their_values(
         _sink(pg_url, mode).write(_batch(spark, [GOOD, BACKWARDS], 4))
     assert str(caught.value) == (
         "sink 'pg', batch 4: table spans, column 'begin, finish', value "
-        f'\'{{"begin": 9, "finish": 3}}\': {CHECK_REASON}; row {json.dumps(ROW)}; nothing of this partition was written. Fix the '
-        "data, or set option 'dead_letter' to divert refused rows"
+        f"""'{{"begin": 9, "finish": 3}}': {CHECK_REASON}; row {json.dumps(ROW)}; """
+        "nothing of this partition was written. Fix the data, or set option 'dead_letter' "
+        "to divert refused rows"
     )
     assert query(pg_url, "SELECT count(*) FROM spans") == [(0,)]
 
