@@ -26,6 +26,7 @@ import pyarrow.csv as pcsv
 
 from fanout.contract.calendar import iso_text
 from fanout.contract.dead_letters import letter_rows
+from fanout.contract.far_dates import python_safe_array
 from fanout.deadletters.layout import letter_json
 from fanout_postgres.statements import ROW
 
@@ -168,7 +169,8 @@ def _csv_ready(column: Any) -> Any:
         )
     if pa.types.is_nested(kind) or pa.types.is_map(kind):
         dump = _nested_json(kind)
-        return pa.array([None if v is None else dump(v) for v in column.to_pylist()], pa.string())
+        values = python_safe_array(column).to_pylist()  # a year Python has not: as text
+        return pa.array([None if v is None else dump(v) for v in values], pa.string())
     return column
 
 
@@ -195,15 +197,21 @@ def _typed(value: Any, kind: pa.DataType) -> Any:
     if pa.types.is_decimal(kind):
         return value
     if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
-        return iso_text(value)
+        return _date_text(value)
     return _jsonable(value)
+
+
+def _date_text(value: Any) -> str:
+    """A nested date or timestamp as :func:`iso_text`; one outside Python's years 1-9999
+    arrives as Spark's text already (:func:`~fanout.contract.far_dates.python_safe_array`)."""
+    return value if isinstance(value, str) else iso_text(value)
 
 
 def _key(key: Any, kind: pa.DataType) -> str:
     """A map key as a JSON object's name: a timestamp or a date as :func:`iso_text`, a
     binary key as its ``\\x`` hex (as a binary value in the same JSON)."""
     if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
-        return iso_text(key)
+        return _date_text(key)
     if isinstance(key, bytes):
         return "\\x" + key.hex()
     return str(key)
@@ -312,16 +320,16 @@ def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
     ``\\x`` hex; a timestamp or a date as ISO 8601, an instant in UTC: :func:`iso_text`)."""
     if column is None or column not in table.column_names:
         return None
-    value = table.column(column)[row].as_py()
+    kind = table.column(column).type
+    value = python_safe_array(table.column(column).slice(row, 1))[0].as_py()
     if value is None:
         return None
     if isinstance(value, bytes):
         return "\\x" + value.hex()
-    kind = table.column(column).type
     if pa.types.is_nested(kind) or pa.types.is_map(kind):  # as COPY got it
         text = _nested_json(kind)(value)
-    elif isinstance(value, dt.date):  # a datetime too: ISO 8601, an instant in UTC
-        text = iso_text(value)
+    elif isinstance(value, dt.date | str) and pa.types.is_temporal(kind):
+        text = _date_text(value)  # a datetime too: ISO 8601, an instant in UTC
     else:
         text = value if isinstance(value, str) else json.dumps(_jsonable(value), default=str)
     return text.replace("\x00", NUL_TEXT)
