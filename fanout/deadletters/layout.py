@@ -12,7 +12,9 @@ mark (``SinkResult.dead_lettered``), ``fanout status`` and the metrics.
 base64 (as ``to_json`` writes it), NaN and the infinities as the strings ``"NaN"``,
 ``"Infinity"``, ``"-Infinity"`` (JSON has no such numbers), decimals as text of their own
 digits, dates and times as ISO 8601, an instant (a timestamp with a zone) in UTC
-(``2024-05-01T08:00:00+00:00``), a timestamp without a zone without an offset, a day-time
+(``2024-05-01T08:00:00+00:00``), a timestamp without a zone without an offset, a year
+outside 1-9999 as Spark spells it (``+10000-01-01``, ``-0001-11-28``: the rows arrive so
+from :func:`~fanout.contract.dead_letters.letter_rows`), a day-time
 interval as an ISO 8601 duration of days and seconds (``P1DT3600.5S``, ``-P0DT1S``: Arrow
 does not say which fields a Spark interval has, so not Spark's ``INTERVAL '...'`` text). A
 map is an object; a key that is not a string is its JSON text (``1``, ``true``, a binary

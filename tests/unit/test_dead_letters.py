@@ -194,3 +194,39 @@ def test_letter_json_of_values_a_sink_hands_over() -> None:
     assert letter_json(timedelta(0)) == '"P0DT0S"'
     assert letter_json(time(23, 59, 59, 1)) == '"23:59:59.000001"'
     assert letter_json(complex(1, 2)) == '"(1+2j)"'
+
+
+def test_letter_rows_write_dates_outside_python_s_years_as_spark_does_at_any_depth() -> None:
+    """Arrow's ``to_pylist`` raises ``OverflowError`` for a date or timestamp outside the
+    years 1-9999; :func:`letter_rows` hands such values over as Spark's ``to_json`` text,
+    every value of that column alike (also on a slice, and in seconds or milliseconds)."""
+    import pyarrow as pa
+
+    year_10000 = 253_402_300_800_000_123  # microseconds: 10000-01-01T00:00:00.000123Z
+    before_1 = -62_135_596_800_000_000 - 3_600_000_000  # 0000-12-31T23:00:00Z
+    stamps = pa.array([0, year_10000, None, before_1], pa.timestamp("us", tz="UTC"))
+    days = pa.array([0, 2_932_897, 5, -719_529], pa.int32()).cast(pa.date32())
+    table = pa.table({
+        "id": [1, 2, 3, 4],
+        "s": pa.StructArray.from_arrays([stamps, days], names=["t", "d"]),
+        "a": pa.array([[0], [year_10000, 0], None, []], pa.list_(pa.timestamp("us"))),
+        "m": pa.array([[("k", 0)], [("k", 253_402_300_800_000)], None, [("z", 0)]],
+                      pa.map_(pa.string(), pa.timestamp("ms", tz="UTC"))),
+        "sec": pa.array([0, 0, 0, -62_135_596_801], pa.timestamp("s")),
+    })  # fmt: skip
+
+    rows = [json.loads(letter_json(row)) for row in letter_rows(table)]
+
+    assert rows == [
+        {"id": 1, "s": {"t": "1970-01-01T00:00:00+00:00", "d": "1970-01-01"},
+         "a": ["1970-01-01T00:00:00"], "m": {"k": "1970-01-01T00:00:00+00:00"},
+         "sec": "1970-01-01T00:00:00"},
+        {"id": 2, "s": {"t": "+10000-01-01T00:00:00.000123+00:00", "d": "+10000-01-01"},
+         "a": ["+10000-01-01T00:00:00.000123", "1970-01-01T00:00:00"],
+         "m": {"k": "+10000-01-01T00:00:00+00:00"}, "sec": "1970-01-01T00:00:00"},
+        {"id": 3, "s": {"t": None, "d": "1970-01-06"}, "a": None, "m": None,
+         "sec": "1970-01-01T00:00:00"},
+        {"id": 4, "s": {"t": "0000-12-31T23:00:00+00:00", "d": "-0001-12-31"}, "a": [],
+         "m": {"z": "1970-01-01T00:00:00+00:00"}, "sec": "0000-12-31T23:59:59"},
+    ]  # fmt: skip
+    assert [json.loads(letter_json(r)) for r in letter_rows(table.slice(1, 1))] == rows[1:2]

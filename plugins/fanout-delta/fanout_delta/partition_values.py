@@ -14,11 +14,8 @@ from typing import TYPE_CHECKING, Any
 from fanout.contract.dead_letters import DeadLetter, letter_rows
 from fanout.delta_tables.values import (
     EMPTY_PROBLEM,
-    date_text,
-    micros_of,
     refusal,
     spark_unstorable,
-    timestamp_text,
     unstorable_rows,
 )
 from fanout.errors import SinkWriteError
@@ -48,7 +45,7 @@ def split_unstorable(data: pa.Table, columns: Sequence[str]) -> tuple[pa.Table, 
     rejected = data.filter(mask)
     letters = [
         DeadLetter(row, refusal(column, problem), column, row[column])
-        for row, (column, problem) in zip(_rows(rejected), faults, strict=True)
+        for row, (column, problem) in zip(letter_rows(rejected), faults, strict=True)
     ]
     return data.filter(pc.invert(mask)), letters
 
@@ -118,42 +115,3 @@ def _or_false(condition: Any) -> Any:
     from pyspark.sql import functions as F
 
     return F.coalesce(condition, F.lit(False))
-
-
-def _rows(table: pa.Table) -> list[dict[str, Any]]:
-    """``table``'s rows as :attr:`DeadLetter.row` takes them
-    (:func:`~fanout.contract.dead_letters.letter_rows`); a date or timestamp Python cannot
-    hold (past the year 9999) as its text."""
-    import pyarrow.types as pat
-
-    beyond = []
-    for name, column in zip(table.column_names, table.columns, strict=True):
-        if pat.is_timestamp(column.type) or pat.is_date32(column.type):
-            try:
-                column.to_pylist()
-            except (OverflowError, ValueError):
-                beyond.append(name)
-    rows = letter_rows(table.drop_columns(beyond))
-    for name in beyond:
-        for row, scalar in zip(rows, table.column(name), strict=True):
-            row[name] = _value(scalar)
-    return [{name: row[name] for name in table.column_names} for row in rows]
-
-
-def _value(scalar: pa.Scalar) -> Any:
-    """One value as Python holds it, or as the text a dead letter would write when
-    Python cannot hold it."""
-    import pyarrow as pa
-    import pyarrow.types as pat
-
-    try:
-        return scalar.as_py()
-    except (OverflowError, ValueError):
-        kind = scalar.type
-        if pat.is_timestamp(kind):  # as a dead letter writes a datetime: ISO, UTC
-            text = timestamp_text(micros_of(scalar.cast(pa.int64()).as_py(), kind), sep="T")
-            text = text.removesuffix(".000000")
-            return text + "+00:00" if kind.tz else text
-        if pat.is_date32(kind):
-            return date_text(scalar.cast(pa.int32()).as_py())
-        raise

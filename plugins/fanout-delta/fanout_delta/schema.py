@@ -27,15 +27,16 @@ null (see :func:`pad_missing_columns`), a merge keeps the target's values.
 
 Whether or not the table exists, every batch must carry the columns the options ``keys``,
 ``order_by`` and ``partition_by`` name (:func:`check_option_columns`), and delta-rs is not
-given a Spark ``VARIANT`` (:func:`refuse_variants`): it would store the struct of two
-binaries Spark's ``toArrow`` makes of it, without an error.
+given a Spark ``VARIANT`` (:func:`refuse_variants`), ``GEOMETRY`` or ``GEOGRAPHY``
+(:func:`refuse_geospatial`): it would store the struct Spark's ``toArrow`` makes of it,
+without an error.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -308,9 +309,23 @@ def variant_columns(schema: pa.Schema) -> list[tuple[str, str]]:
     variant inside it (``("s", "s.x")`` for a struct field): Spark's ``toArrow`` makes a
     variant ``struct<value: binary, metadata: binary>``, its ``metadata`` field marked
     ``variant: true``."""
+    return _marked_columns(schema, _is_variant)
+
+
+def geospatial_columns(schema: pa.Schema) -> list[tuple[str, str]]:
+    """The columns of ``schema`` holding a Spark ``GEOMETRY`` or ``GEOGRAPHY`` (Spark 4.1+),
+    each with the path of the value inside it: Spark's ``toArrow`` makes one a
+    ``struct<srid: int32, wkb: binary>``, its ``wkb`` field marked ``geometry: true`` or
+    ``geography: true``."""
+    return _marked_columns(schema, _is_geospatial)
+
+
+def _marked_columns(
+    schema: pa.Schema, marked: Callable[[pa.StructType], bool]
+) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for f in schema:
-        for path in _variant_paths(f.type, f.name):
+        for path in _marked_paths(f.type, f.name, marked):
             found.append((f.name, path))
     return found
 
@@ -344,19 +359,53 @@ def refuse_variants(schema: pa.Schema, *, sink: str, batch_id: int | None) -> No
     )
 
 
-def _variant_paths(kind: pa.DataType, path: str) -> list[str]:
+def refuse_geospatial(schema: pa.Schema, *, sink: str, batch_id: int | None) -> None:
+    """Raise :class:`fanout.errors.SchemaMismatchError` naming the batch's ``GEOMETRY`` and
+    ``GEOGRAPHY`` columns: delta-rs would store each as the ``struct<srid, wkb>`` Spark's
+    Arrow conversion makes of it, without an error (readers then see no geometry)."""
+    from fanout.errors import SchemaMismatchError
+
+    found = geospatial_columns(schema)
+    if not found:
+        return
+    columns = list(dict.fromkeys(name for name, _ in found))
+    where = ", ".join(
+        repr(name) if path == name else f"{name!r} (at {path})" for name, path in found
+    )
+    fixes = "; ".join(
+        f"F.st_asbinary(F.col({json.dumps(name, ensure_ascii=False)})) (in a sink's select: "
+        f"ST_AsBinary({_sql_name(name)}) AS {_sql_name(name)})"
+        if path == name
+        else f"ST_AsBinary of the value at {path}"
+        for name, path in found
+    )
+    raise SchemaMismatchError(
+        f"column(s) {where} hold a Spark GEOMETRY or GEOGRAPHY, which delta-rs cannot write "
+        "as one (it would store struct<srid: int, wkb: binary>, which no reader takes for a "
+        f"geometry); write its WKB as binary in the query: {fixes} (and its SRID, "
+        "ST_SRID, in a column of its own when it matters)",
+        sink=sink,
+        batch_id=batch_id,
+        columns=columns,
+    )
+
+
+def _marked_paths(
+    kind: pa.DataType, path: str, marked: Callable[[pa.StructType], bool]
+) -> list[str]:
+    """The paths inside a column of type ``kind`` of the structs ``marked`` finds."""
     if pat.is_struct(kind):
-        if _is_variant(kind):
+        if marked(kind):
             return [path]
-        return [p for child in kind for p in _variant_paths(child.type, f"{path}.{child.name}")]
+        return [p for c in kind for p in _marked_paths(c.type, f"{path}.{c.name}", marked)]
     if _is_list(kind):
-        return _variant_paths(kind.value_type, f"{path}[]")
+        return _marked_paths(kind.value_type, f"{path}[]", marked)
     if pat.is_map(kind):
-        return _variant_paths(kind.key_type, f"{path}.key") + _variant_paths(
-            kind.item_type, f"{path}.value"
+        return _marked_paths(kind.key_type, f"{path}.key", marked) + _marked_paths(
+            kind.item_type, f"{path}.value", marked
         )
     if pat.is_dictionary(kind):
-        return _variant_paths(kind.value_type, path)
+        return _marked_paths(kind.value_type, path, marked)
     return []
 
 
@@ -368,3 +417,15 @@ def _is_variant(kind: pa.StructType) -> bool:
         f.name == "metadata" and (f.metadata or {}).get(b"variant") == b"true" for f in kind
     )
     return marked and "value" in names
+
+
+def _is_geospatial(kind: pa.StructType) -> bool:
+    """Whether a struct is how Spark's Arrow conversion carries a ``GEOMETRY`` or a
+    ``GEOGRAPHY`` (the tests of ``pyspark.sql.pandas.types.is_geometry``/``is_geography``)."""
+    names = [f.name for f in kind]
+    marked = any(
+        f.name == "wkb"
+        and any((f.metadata or {}).get(k) == b"true" for k in (b"geometry", b"geography"))
+        for f in kind
+    )
+    return marked and "srid" in names

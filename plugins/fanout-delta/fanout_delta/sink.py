@@ -160,9 +160,9 @@ class DeltaSink(Sink):
 
     def check_schema(self, schema: pa.Schema) -> None:
         """Batches of ``schema`` must carry the columns ``keys``, ``order_by`` and
-        ``partition_by`` name, and no ``VARIANT`` for delta-rs to write, whether or not the
-        table exists; an existing table must take them (new columns only with
-        ``merge_schema``), a missing one is created from the first batch."""
+        ``partition_by`` name, and no ``VARIANT``, ``GEOMETRY`` or ``GEOGRAPHY`` for delta-rs
+        to write, whether or not the table exists; an existing table must take them (new
+        columns only with ``merge_schema``), a missing one is created from the first batch."""
         import pyarrow as pa
 
         from fanout_delta.schema import check_batch_schema
@@ -345,13 +345,15 @@ class DeltaSink(Sink):
         self, schema: pa.Schema | None, names: Sequence[str], batch_id: int | None
     ) -> None:
         """Refuse a batch lacking a column an option names, or, for delta-rs, holding a
-        ``VARIANT`` (``schema``: the batch's Arrow schema, when known)."""
-        from fanout_delta.schema import check_option_columns, refuse_variants
+        ``VARIANT``, a ``GEOMETRY`` or a ``GEOGRAPHY`` (``schema``: the batch's Arrow
+        schema, when known)."""
+        from fanout_delta.schema import check_option_columns, refuse_geospatial, refuse_variants
 
         options = {"keys": self.keys, "order_by": self.order_by, "partition_by": self.partition_by}
         check_option_columns(names, options, sink=self.name, batch_id=batch_id)
         if schema is not None and (self.resolved_engine or self.engine) == "rs":
             refuse_variants(schema, sink=self.name, batch_id=batch_id)
+            refuse_geospatial(schema, sink=self.name, batch_id=batch_id)
 
     def _from_executors(self) -> bool:
         where = self.resolved_write_from or self._resolve_write_from(None)

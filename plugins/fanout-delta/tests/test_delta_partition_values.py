@@ -208,8 +208,8 @@ def test_refused_partition_values_go_to_the_dead_letter_target_once(tmp_path, wr
         ("k", "", {"id": 1, "k": "", "ts": "1970-01-01T00:00:00+00:00"}, EMPTY),
         (
             "ts",
-            "10000-01-01T00:00:00+00:00",
-            {"id": 4, "k": "y", "ts": "10000-01-01T00:00:00+00:00"},
+            "+10000-01-01T00:00:00+00:00",
+            {"id": 4, "k": "y", "ts": "+10000-01-01T00:00:00+00:00"},
             PAST_9999,
         ),
     ]
@@ -245,7 +245,7 @@ def test_the_executors_set_refused_rows_aside_in_spark(spark, tmp_path):
     assert DeltaTable(str(path)).to_pyarrow_table().column("id").to_pylist() == [2]
     assert [(c, v) for c, v, _, _ in letters_of(dead)] == [
         ("k", ""),
-        ("ts", "10000-01-01T00:00:00+00:00"),
+        ("ts", "+10000-01-01T00:00:00+00:00"),
     ]
 
 

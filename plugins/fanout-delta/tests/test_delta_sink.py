@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from arrow_batches import APP_ID, FakeFrame
+from arrow_batches import batch_of as make_batch_of
 from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink
 from fanout_delta.plugin import fanout_sink_types
@@ -590,6 +591,92 @@ def test_variant_columns_are_refused_wherever_they_nest(tmp_path):
     spark_sink = DeltaSink(name="s", path=str(tmp_path / "u"), engine="spark")
     spark_sink.resolved_engine = "spark"
     spark_sink.check_schema(schema)
+
+
+GEO_REFUSED = (
+    "column(s) 'g', 'h', 's' (at s.x), 'a' (at a[]), 'm' (at m.value) hold a Spark GEOMETRY "
+    "or GEOGRAPHY, which delta-rs cannot write as one (it would store struct<srid: int, wkb: "
+    "binary>, which no reader takes for a geometry); write its WKB as binary in the query: "
+    'F.st_asbinary(F.col("g")) (in a sink\'s select: ST_AsBinary(g) AS g); '
+    'F.st_asbinary(F.col("h")) (in a sink\'s select: ST_AsBinary(h) AS h); ST_AsBinary of '
+    "the value at s.x; ST_AsBinary of the value at a[]; ST_AsBinary of the value at m.value "
+    "(and its SRID, ST_SRID, in a column of its own when it matters)"
+)
+
+
+def test_geometry_and_geography_columns_are_refused_wherever_they_nest(tmp_path):
+    """A ``GEOMETRY`` or ``GEOGRAPHY`` (Spark 4.1+) at the top, in a struct, an array or a
+    map's value (Spark's own Arrow schema of them, no JVM), for ``fanout validate`` and for
+    a batch: delta-rs wrote the ``struct<srid, wkb>`` Spark's Arrow conversion makes of
+    it. Engine ``spark`` is not checked."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import (
+        ArrayType,
+        GeographyType,
+        GeometryType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    schema = to_arrow_schema(
+        StructType([
+            StructField("id", LongType()),
+            StructField("g", GeometryType(0)),
+            StructField("h", GeographyType(4326)),
+            StructField("s", StructType([StructField("x", GeometryType(3857))])),
+            StructField("a", ArrayType(GeographyType(4326))),
+            StructField("m", MapType(StringType(), GeometryType(0))),
+        ]),
+        timezone="UTC",
+    )  # fmt: skip
+    sink = opened(tmp_path / "t")
+
+    with pytest.raises(SchemaMismatchError) as info:
+        sink.check_schema(schema)
+
+    assert info.value.columns == ["g", "h", "s", "a", "m"]
+    assert str(info.value) == f"sink 's': {GEO_REFUSED}"
+    point = b"\x01\x01\x00\x00\x00" + bytes(8) + bytes(8)
+    data = pa.table({"id": ids(1)}).append_column(
+        schema.field("g"), pa.array([{"srid": 0, "wkb": point}], schema.field("g").type)
+    )
+    with pytest.raises(SchemaMismatchError) as written:
+        sink.write(make_batch(data, batch_id=0))
+    assert str(written.value) == (
+        "sink 's', batch 0: column(s) 'g' hold a Spark GEOMETRY or GEOGRAPHY, which delta-rs "
+        "cannot write as one (it would store struct<srid: int, wkb: binary>, which no reader "
+        "takes for a geometry); write its WKB as binary in the query: "
+        'F.st_asbinary(F.col("g")) (in a sink\'s select: ST_AsBinary(g) AS g) (and its SRID, '
+        "ST_SRID, in a column of its own when it matters)"
+    )
+    assert not (tmp_path / "t").exists()
+    # a struct<srid, wkb> Spark did not mark is an ordinary struct
+    plain = pa.table({"id": ids(1), "g": pa.array([{"srid": 0, "wkb": point}])})
+    sink.write(make_batch(plain, batch_id=0))
+    assert rows(tmp_path / "t") == [{"id": 0, "g": {"srid": 0, "wkb": point}}]
+    spark_sink = DeltaSink(name="s", path=str(tmp_path / "u"), engine="spark")
+    spark_sink.resolved_engine = "spark"
+    spark_sink.check_schema(schema)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("write_from", ["driver", "executors"])
+def test_a_spark_geometry_batch_is_refused_before_any_write(spark, tmp_path, write_from):
+    """The same refusal for a real Spark batch (its own ``toArrow`` schema), on both of
+    engine ``rs``'s write paths."""
+    wkb = "X'0101000000000000000000F03F0000000000000040'"  # POINT (1 2)
+    df = spark.sql(f"SELECT 1L AS id, ST_GeomFromWKB({wkb}) AS g")
+    sink = opened(tmp_path / "t", write_from=write_from)
+
+    with pytest.raises(SchemaMismatchError) as info:
+        sink.write(make_batch_of(df))
+
+    assert info.value.columns == ["g"]
+    assert "'g' hold a Spark GEOMETRY or GEOGRAPHY" in str(info.value)
+    assert not (tmp_path / "t").exists()
 
 
 def test_bad_delta_options_fail_when_the_fanout_is_built(tmp_path: Path) -> None:

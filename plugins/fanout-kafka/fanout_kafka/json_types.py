@@ -100,6 +100,13 @@ def _walk(column: str, path: str, kind: Any) -> list[Unwritable]:
             "a variant would be written as its binary encoding; write its JSON text in the "
             f"query, to_json({column}), or extract its fields with variant_get"
         )
+    if isinstance(kind, _geospatial()):
+        wkb = f"ST_AsBinary({column})" if path == column else f"ST_AsBinary of the value at {path}"
+        return refused(
+            "a geometry or geography would be written in its stored form (an object of its "
+            f"SRID and WKB bytes), not as a JSON value; write its WKB in the query, {wkb} "
+            "(base64 in the JSON), and its SRID with ST_SRID when it matters"
+        )
     if isinstance(kind, _written()):
         return []
     return refused(
@@ -107,6 +114,14 @@ def _walk(column: str, path: str, kind: Any) -> list[Unwritable]:
         f"convert it in the query to a type JSON holds (e.g. CAST({column} AS STRING), or "
         f"base64({column}) of its bytes)"
     )
+
+
+@functools.cache
+def _geospatial() -> tuple[type, ...]:
+    """Spark's ``GEOMETRY`` and ``GEOGRAPHY`` types (Spark 4.1+; none before)."""
+    from pyspark.sql import types as T
+
+    return tuple(getattr(T, n) for n in ("GeometryType", "GeographyType") if hasattr(T, n))
 
 
 @functools.cache

@@ -1,114 +1,16 @@
-"""Dates and timestamps as the text the sink writes, from their stored integers.
+"""Dates and timestamps as the text the sink writes, from their stored integers: the core's
+:mod:`fanout.contract.far_dates` (dead letters write them alike).
 
-Spark holds dates and timestamps outside Python's years 1-9999 (``date_add(DATE'0001-01-01',
--1)`` is 0000-12-31); turned into Python objects they raise ``OverflowError``. The sink
-writes every date and timestamp from the integers Arrow stores instead: the ISO 8601 text
-Python's ``isoformat`` gives for years 1-9999 (so the bytes are the same as before), and
-for other years the year as Spark writes it (``to_json``, ``CAST(... AS STRING)``): four
-digits, a ``-`` before years before year 0 (``-0001-11-28``, astronomical numbering) and a
-``+`` before years after 9999 (``+10000-01-01``), proleptic Gregorian.
-
-:func:`python_safe` rewrites a table's date and timestamp columns (also inside structs,
-arrays and maps) that hold such years into string columns of that text, before the
-row-by-row encoder turns the table into Python values: a string and a date are the same
-JSON (quoted text) and the same key or header bytes.
+Spark holds dates and timestamps outside Python's years 1-9999; turned into Python objects
+they raise ``OverflowError``. The sink writes every date and timestamp from the integers
+Arrow stores instead (:mod:`fanout_kafka.vector` column-wise), and :func:`python_safe`
+rewrites the columns holding such years into text before the row-by-row encoder turns the
+table into Python values: a string and a date are the same JSON (quoted text) and the same
+key or header bytes.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Callable
+from fanout.contract.far_dates import date_text, python_safe, timestamp_text
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from fanout.contract.calendar import MICROS_PER_DAY, civil, clock
-
-_ORDINAL_1970 = dt.date(1970, 1, 1).toordinal()
-# Python's years 1-9999, as days and microseconds since 1970
-_FIRST_DAY = dt.date(1, 1, 1).toordinal() - _ORDINAL_1970
-_LAST_DAY = dt.date(9999, 12, 31).toordinal() - _ORDINAL_1970
-_FIRST_MICROS = _FIRST_DAY * MICROS_PER_DAY
-_LAST_MICROS = (_LAST_DAY + 1) * MICROS_PER_DAY - 1
-
-
-def date_text(days: int) -> str:
-    """The date ``days`` after 1970-01-01 (any number of days), e.g. ``0000-12-31``."""
-    year, month, day = civil(days)
-    if year > 9999:
-        shown = f"+{year}"
-    elif year < 0:
-        shown = f"-{-year:04d}"
-    else:
-        shown = f"{year:04d}"
-    return f"{shown}-{month:02d}-{day:02d}"
-
-
-def timestamp_text(micros: int, *, zoned: bool) -> str:
-    """The timestamp ``micros`` after 1970-01-01T00:00 (UTC for an instant, ``zoned``,
-    which gets ``+00:00``), as ``isoformat`` writes it: no fraction when it is zero."""
-    days, hours, minutes, seconds, fraction = clock(micros)
-    text = f"{date_text(days)}T{hours:02d}:{minutes:02d}:{seconds:02d}"
-    if fraction:
-        text += f".{fraction:06d}"
-    return text + ("+00:00" if zoned else "")
-
-
-def python_safe(table: pa.Table) -> pa.Table:
-    """``table`` with each date or microsecond timestamp column holding a year outside
-    1-9999 (at any depth) as strings of :func:`date_text` / :func:`timestamp_text`; the
-    table itself when it holds none."""
-    arrays = []
-    changed = False
-    for column in table.columns:
-        whole = column.combine_chunks()
-        safe = _safe(whole)
-        changed = changed or safe is not None
-        arrays.append(whole if safe is None else safe)
-    if not changed:
-        return table
-    return pa.Table.from_arrays(arrays, names=table.column_names)
-
-
-def _safe(array: pa.Array) -> pa.Array | None:
-    """``array`` with such values as text, or ``None`` when it has none."""
-    kind = array.type
-    if pa.types.is_date32(kind):
-        return _texts(array.cast(pa.int32()), _FIRST_DAY, _LAST_DAY, date_text)
-    if pa.types.is_timestamp(kind) and kind.unit == "us":
-        zoned = kind.tz is not None
-        return _texts(
-            array.cast(pa.int64()), _FIRST_MICROS, _LAST_MICROS,
-            lambda micros: timestamp_text(micros, zoned=zoned),
-        )  # fmt: skip
-    if pa.types.is_struct(kind):
-        children = array.flatten()
-        safe = [_safe(child) for child in children]
-        if all(s is None for s in safe):
-            return None
-        fields = [child if s is None else s for child, s in zip(children, safe, strict=True)]
-        names = [kind.field(i).name for i in range(kind.num_fields)]
-        return pa.StructArray.from_arrays(fields, names=names, mask=array.is_null())
-    if pa.types.is_map(kind):
-        keys, items = _safe(array.keys), _safe(array.items)
-        if keys is None and items is None:
-            return None
-        return pa.MapArray.from_arrays(
-            array.offsets, array.keys if keys is None else keys,
-            array.items if items is None else items, mask=array.is_null(),
-        )  # fmt: skip
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        values = _safe(array.values)
-        if values is None:
-            return None
-        build = pa.ListArray if pa.types.is_list(kind) else pa.LargeListArray
-        return build.from_arrays(array.offsets, values, mask=array.is_null())
-    return None
-
-
-def _texts(values: pa.Array, first: int, last: int, text: Callable[[int], str]) -> pa.Array | None:
-    """``values`` (integers) as strings of ``text`` when one is outside ``first``-``last``."""
-    inside = pc.and_(pc.greater_equal(values, first), pc.less_equal(values, last))
-    if pc.all(inside).as_py() is not False:  # all inside (or all null)
-        return None
-    return pa.array([None if v is None else text(v) for v in values.to_pylist()], pa.string())
+__all__ = ["date_text", "python_safe", "timestamp_text"]

@@ -31,6 +31,11 @@ VARIANT = (
     "a variant would be written as its binary encoding; write its JSON text in the query, "
     "to_json({c}), or extract its fields with variant_get"
 )
+GEOSPATIAL = (
+    "a geometry or geography would be written in its stored form (an object of its SRID "
+    "and WKB bytes), not as a JSON value; write its WKB in the query, {wkb} (base64 in the "
+    "JSON), and its SRID with ST_SRID when it matters"
+)
 
 
 def _sink(**options: Any) -> KafkaSink:
@@ -60,6 +65,17 @@ REFUSED = [
             T.StringType(), T.DayTimeIntervalType(0, 3))))]))), ["s"],
         "column 's' at s.a[]{} (interval day to second): " + INTERVAL.format(c="s"),
         id="nested-interval",
+    ),
+    pytest.param(
+        _schema(("g", T.GeometryType(4326))), ["g"],
+        "column 'g' (geometry(4326)): " + GEOSPATIAL.format(wkb="ST_AsBinary(g)"),
+        id="geometry",
+    ),
+    pytest.param(
+        _schema(("s", T.StructType([F("at", T.ArrayType(T.GeographyType(4326)))]))), ["s"],
+        "column 's' at s.at[] (geography(4326)): "
+        + GEOSPATIAL.format(wkb="ST_AsBinary of the value at s.at[]"),
+        id="nested-geography",
     ),
     pytest.param(
         _schema(("s", T.StructType([F("a", T.LongType()), F("a", T.StringType())]))), ["s"],

@@ -26,6 +26,7 @@ import pyarrow.csv as pcsv
 
 from fanout.contract.calendar import iso_text
 from fanout.contract.dead_letters import letter_rows
+from fanout.contract.far_dates import python_safe_array
 from fanout.deadletters.layout import letter_json
 from fanout_postgres.statements import ROW
 
@@ -51,6 +52,9 @@ class Reject:
     reason: str
     column: str | None = None
     sqlstate: str | None = None
+    columns: tuple[str, ...] = ()
+    """The columns of a constraint over several (a CHECK reading two, a composite foreign
+    key), which refused the row as a whole; ``column`` is then ``None``."""
 
 
 def with_row_numbers(table: pa.Table) -> pa.Table:
@@ -165,7 +169,8 @@ def _csv_ready(column: Any) -> Any:
         )
     if pa.types.is_nested(kind) or pa.types.is_map(kind):
         dump = _nested_json(kind)
-        return pa.array([None if v is None else dump(v) for v in column.to_pylist()], pa.string())
+        values = python_safe_array(column).to_pylist()  # a year Python has not: as text
+        return pa.array([None if v is None else dump(v) for v in values], pa.string())
     return column
 
 
@@ -192,15 +197,21 @@ def _typed(value: Any, kind: pa.DataType) -> Any:
     if pa.types.is_decimal(kind):
         return value
     if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
-        return iso_text(value)
+        return _date_text(value)
     return _jsonable(value)
+
+
+def _date_text(value: Any) -> str:
+    """A nested date or timestamp as :func:`iso_text`; one outside Python's years 1-9999
+    arrives as Spark's text already (:func:`~fanout.contract.far_dates.python_safe_array`)."""
+    return value if isinstance(value, str) else iso_text(value)
 
 
 def _key(key: Any, kind: pa.DataType) -> str:
     """A map key as a JSON object's name: a timestamp or a date as :func:`iso_text`, a
     binary key as its ``\\x`` hex (as a binary value in the same JSON)."""
     if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
-        return iso_text(key)
+        return _date_text(key)
     if isinstance(key, bytes):
         return "\\x" + key.hex()
     return str(key)
@@ -292,6 +303,16 @@ def cell_json(table: pa.Table, row: int, column: str | None) -> str | None:
     return None if value is None else letter_json(value)
 
 
+def cells_json(table: pa.Table, row: int, columns: Sequence[str], sources: dict[str, str]) -> str:
+    """The values of several cells of row ``row`` (a constraint's columns) as one JSON
+    object keyed by the batch's column names, in ``columns``' order: the JSON of
+    :func:`fanout.deadletters.layout.letter_json`, as the row's own fields read. A column
+    the batch does not write (its value is the table's default) is left out."""
+    written = [c for c in columns if c in table.column_names]
+    values = letter_rows(table.slice(row, 1).select(written))[0]
+    return letter_json({sources.get(c, c): values[c] for c in written})
+
+
 def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
     """The value of one cell as text (``None`` for SQL NULL or no column), as an error
     message shows it and a PostgreSQL dead-letter table's ``value`` (``text``) takes it (a
@@ -299,16 +320,16 @@ def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
     ``\\x`` hex; a timestamp or a date as ISO 8601, an instant in UTC: :func:`iso_text`)."""
     if column is None or column not in table.column_names:
         return None
-    value = table.column(column)[row].as_py()
+    kind = table.column(column).type
+    value = python_safe_array(table.column(column).slice(row, 1))[0].as_py()
     if value is None:
         return None
     if isinstance(value, bytes):
         return "\\x" + value.hex()
-    kind = table.column(column).type
     if pa.types.is_nested(kind) or pa.types.is_map(kind):  # as COPY got it
         text = _nested_json(kind)(value)
-    elif isinstance(value, dt.date):  # a datetime too: ISO 8601, an instant in UTC
-        text = iso_text(value)
+    elif isinstance(value, dt.date | str) and pa.types.is_temporal(kind):
+        text = _date_text(value)  # a datetime too: ISO 8601, an instant in UTC
     else:
         text = value if isinstance(value, str) else json.dumps(_jsonable(value), default=str)
     return text.replace("\x00", NUL_TEXT)

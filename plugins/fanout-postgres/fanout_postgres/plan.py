@@ -218,6 +218,7 @@ def check_batch(
                 f"table {table}, which cannot be written",
                 [source],
             )
+        check_stored_form(source, spark_types[source])
         spark_kind = pgtypes.spark_kind(spark_types[source])
         kind = pgtypes.target_kind(column.sa_type)
         if spark_kind != "null" and spark_kind not in pgtypes.COMPATIBLE[kind]:
@@ -396,6 +397,17 @@ def check_targets(targets: Sequence[str]) -> None:
         raise PlanError(f"two batch columns map to one target column ({_names(targets)})")
 
 
+def check_stored_form(source: str, spark_type: Any) -> None:
+    """:class:`PlanError` when batch column ``source`` holds a value PostgreSQL would get
+    in its stored form (:func:`fanout_postgres.types.stored_form`)."""
+    why = pgtypes.stored_form(spark_type, source)
+    if why is not None:
+        raise PlanError(
+            f"batch column {source!r} ({spark_type.simpleString()}) cannot be written: {why}",
+            [source],
+        )
+
+
 def table_to_create(
     table: TableName, spark_schema: Any, pairs: Sequence[tuple[str, str]], keys: Sequence[str]
 ) -> Any:
@@ -426,6 +438,8 @@ def table_to_create(
             unwritten,
         )
     types = {f.name: f.dataType for f in spark_schema.fields}
+    for source, _ in pairs:
+        check_stored_form(source, types[source])
     columns = [
         sa.Column(target, pgtypes.type_for_create(types[source]), nullable=target not in keys)
         for source, target in pairs

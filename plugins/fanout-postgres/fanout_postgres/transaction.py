@@ -39,6 +39,7 @@ from fanout_postgres.encode import (
     blank_cell,
     blank_too_long,
     cell_json,
+    cells_json,
     drop_rows,
     jsonb_safe,
     precheck,
@@ -74,10 +75,11 @@ transaction's lock on the table keeps an ``ALTER TABLE`` waiting)."""
 CONSTRAINT_COLUMNS_SQL = (
     "SELECT a.attname FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid "
     "AND a.attnum = ANY (c.conkey) WHERE c.conrelid = to_regclass(%(table)s) "
-    "AND c.conname = %(name)s"
+    "AND c.conname = %(name)s ORDER BY array_position(c.conkey, a.attnum)"
 )
-"""The columns of a constraint of the target (a foreign key's own columns, those a CHECK
-reads): the column of a row an ``INSERT`` refused, when the server names none."""
+"""The columns of a constraint of the target (a foreign key's own columns in its order,
+those a CHECK reads in table order): the columns of a row an ``INSERT`` refused, when the
+server names none."""
 KEEP_MARKS = 100
 """Progress marks older than this many batches are pruned (Spark replays only the last)."""
 
@@ -468,24 +470,31 @@ class PartitionTransaction:
             if classify(exc) != "data":
                 raise
             if lo == hi:
-                column = getattr(getattr(exc, "diag", None), "column_name", None)
-                column = column or self._constraint_column(exc)
-                self._reject(Reject(lo, reason_of(exc), self._column(column), sqlstate_of(exc)))
+                self._reject(self._refused_at_insert(lo, exc))
                 return 0
         mid = (lo + hi) // 2
         return self._bisect(lo, mid) + self._bisect(mid + 1, hi)
 
     # -- rejects -----------------------------------------------------------------------
 
-    def _constraint_column(self, exc: BaseException) -> str | None:
-        """The one column of the constraint that refused a row (a foreign key, a CHECK),
-        which the server names no column for; ``None`` when it has several or none."""
+    def _refused_at_insert(self, row: int, exc: BaseException) -> Reject:
+        """Row ``row`` refused by the ``INSERT`` (a CHECK, a foreign key, another unique
+        index): at the column the server names, else at the constraint's columns."""
+        named = getattr(getattr(exc, "diag", None), "column_name", None)
+        columns = [self._column(c) for c in ([named] if named else self._constraint_columns(exc))]
+        found = [c for c in columns if c is not None]
+        if len(found) > 1:
+            return Reject(row, reason_of(exc), None, sqlstate_of(exc), columns=tuple(found))
+        return Reject(row, reason_of(exc), found[0] if found else None, sqlstate_of(exc))
+
+    def _constraint_columns(self, exc: BaseException) -> list[str]:
+        """The columns of the constraint that refused a row (a foreign key, a CHECK), which
+        the server names no column for; none when it names no constraint."""
         name = getattr(getattr(exc, "diag", None), "constraint_name", None)
         if not name:
-            return None
+            return []
         self.cur.execute(CONSTRAINT_COLUMNS_SQL, {"table": self.plan.target, "name": name})
-        found = [row[0] for row in self.cur.fetchall()]
-        return found[0] if len(found) == 1 else None
+        return [row[0] for row in self.cur.fetchall()]
 
     def _column(self, name: str | None) -> str | None:
         if name is None:
@@ -505,6 +514,8 @@ class PartitionTransaction:
         sources = self.plan.sources
         if self.table.num_rows == 0:  # refused while streaming: gather the rows first
             self.table = self.rows.table()
+        if reject.columns:
+            return self._detail_of_columns(reject)
         return {
             "reason": reject.reason,
             "sqlstate": reject.sqlstate,
@@ -512,6 +523,23 @@ class PartitionTransaction:
             "target_column": reject.column,
             "value": value_text(self.table, reject.row, reject.column),  # ROW = position
             "value_json": cell_json(self.table, reject.row, reject.column),  # another target's
+            "row": row_json(self.table, reject.row, sources),
+            "partition": self.partition,
+        }
+
+    def _detail_of_columns(self, reject: Reject) -> dict[str, Any]:
+        """:meth:`_detail` of a row a constraint over several columns refused: ``column``
+        names them all (``"starts_at, ends_at"``, the batch's names), ``value`` is the JSON
+        object of their values in the row (``{"starts_at": ..., "ends_at": ...}``)."""
+        sources = self.plan.sources
+        values = cells_json(self.table, reject.row, reject.columns, sources)
+        return {
+            "reason": reject.reason,
+            "sqlstate": reject.sqlstate,
+            "column": ", ".join(sources.get(c, c) for c in reject.columns),
+            "target_column": ", ".join(reject.columns),
+            "value": jsonb_safe(values),
+            "value_json": values,
             "row": row_json(self.table, reject.row, sources),
             "partition": self.partition,
         }

@@ -62,6 +62,56 @@ def spark_kind(data_type: Any) -> str:
     return "unsupported"
 
 
+def stored_form(data_type: Any, column: str) -> str | None:
+    """Why a batch column of Spark type ``data_type`` cannot be written: it holds, at any
+    depth, a value Spark's Arrow conversion hands over in its stored form, a struct
+    PostgreSQL would keep instead of the value (a ``GEOMETRY`` or ``GEOGRAPHY`` as
+    ``{"srid": 0, "wkb": "\\x..."}``, a ``VARIANT`` as its binary encoding), and what to
+    do; ``None`` when it holds none."""
+    found = _stored_form_at(data_type, column)
+    if found is None:
+        return None
+    path, kind = found
+    at = "" if path == column else f" at {path}"
+    name = _sql_name(column)
+    if kind == "VARIANT":
+        fix = f"write it as JSON text in the query: to_json({name}) AS {name}"
+    elif path == column:
+        fix = (
+            f"write its WKB in the query: ST_AsBinary({name}) AS {name} (into a bytea "
+            "column; its SRID with ST_SRID)"
+        )
+    else:
+        fix = f"write its WKB in the query: ST_AsBinary of the value at {path}"
+    return (
+        f"it holds a Spark {kind}{at}, which would reach PostgreSQL as the struct of its "
+        f"stored form, not as its value; {fix}"
+    )
+
+
+def _stored_form_at(data_type: Any, path: str) -> tuple[str, str] | None:
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.VariantType):
+        return path, "VARIANT"
+    geospatial = {"GeometryType": "GEOMETRY", "GeographyType": "GEOGRAPHY"}  # Spark 4.1+
+    for name, kind in geospatial.items():
+        if isinstance(data_type, getattr(T, name, ())):
+            return path, kind
+    if isinstance(data_type, T.ArrayType):
+        return _stored_form_at(data_type.elementType, f"{path}[]")
+    if isinstance(data_type, T.MapType):
+        return _stored_form_at(data_type.keyType, f"{path}.key") or _stored_form_at(
+            data_type.valueType, f"{path}.value"
+        )
+    if isinstance(data_type, T.StructType):
+        for field in data_type.fields:
+            found = _stored_form_at(field.dataType, f"{path}.{field.name}")
+            if found is not None:
+                return found
+    return None
+
+
 def target_kind(sa_type: Any) -> str:
     """The kind of a reflected SQLAlchemy column type (see :data:`COMPATIBLE`)."""
     from sqlalchemy import types as sa
