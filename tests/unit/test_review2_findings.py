@@ -217,3 +217,77 @@ def test_finding3_validate_passes_what_run_refuses(tmp_path: Path, key: str, val
     checks = run_checks(None, config, lambda spark, config: None).checks
     failed = [c.line() for c in checks if c.failed]
     assert failed, f"pipeline.{key} = {value!r}: parse() and `fanout validate` accept it"
+
+
+# -- finding 4: two distributions whose entry points share a name: one is dropped silently --
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review2 finding 4: a second distribution whose entry point has the same name as "
+    "an installed one is skipped at DEBUG level (load_registry: has_plugin); its sink types "
+    "are never compared, so a fork claiming 'jsonl' silently loses or wins by install order",
+)
+def test_finding4_two_distributions_with_one_entry_point_name_are_not_reported() -> None:
+    from fanout.errors import PluginError
+    from fanout.hooks.registry import load_registry
+    from tests.unit.test_registry import JsonlSink, OtherSink, entry_point
+
+    registry = load_registry(
+        entry_points_=[
+            entry_point("jsonl", {"jsonl": JsonlSink}, dist=("fanout-jsonl", "1.0.0")),
+            entry_point("jsonl", {"jsonl": OtherSink}, dist=("acme-fanout-jsonl", "0.4")),
+        ],
+    )
+    try:
+        registry.raise_load_errors()
+        chosen = registry.sink_types()["jsonl"].plugin.describe()
+    except PluginError as exc:  # reported, naming both: what two type names get
+        assert "acme-fanout-jsonl" in str(exc), str(exc)
+        return
+    raise AssertionError(
+        f"two distributions provide entry point 'jsonl' (and sink type 'jsonl'); "
+        f"fanout chose {chosen} without a word"
+    )
+
+
+# -- finding 5: a backfill gives the new sink only the rows its source sink kept ------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review2 finding 5: backfill_from reads the source Delta table's commit of each "
+    "batch, which lacks the rows the source sink sent to its dead-letter target; the new "
+    "sink never receives them and nothing records it (undocumented in §14.5)",
+)
+def test_finding5_a_backfill_loses_the_rows_its_source_dead_lettered(tmp_path: Path) -> None:
+    from fanout_delta import DeltaSink
+
+    from fanout.contract.batch import txn_app_id
+    from fanout.contract.sink import SinkContext
+    from fanout.deadletters.delta import DeltaDeadLetters
+
+    lake = DeltaSink(name="lake", path=str(tmp_path / "lake"), partition_by=["k"])
+    lake.open(SinkContext("p", dead_letters=DeltaDeadLetters(str(tmp_path / "dead"))))
+
+    class _Frame:  # engine rs reads a batch through toArrow()
+        def __init__(self, table: pa.Table) -> None:
+            self.table = table
+
+        def toArrow(self) -> pa.Table:  # noqa: N802 - pyspark's name
+            return self.table
+
+    # an empty partition value: no Delta table can keep it, so the row is set aside
+    rows = pa.table({"id": pa.array([1, 2], pa.int64()), "k": ["a", ""]})
+    batch = Batch(_Frame(rows), BatchInfo("p", 0, "q"), "lake", txn_app_id("p", "lake"))
+    result = lake.write(batch)
+    assert (result.rows, result.dead_lettered) == (1, 1)
+
+    source = lake.backfill_source("p")
+    assert source is not None
+    keys = source.batches([0])
+    given = sorted(source.read(keys[0]).column("id").to_pylist()) if keys else []
+    assert given == [1, 2], (
+        f"batch 0 had ids [1, 2]; a sink with backfill_from='lake' receives {given} and no "
+        "record of the row the lake set aside"
+    )
