@@ -67,7 +67,8 @@ def test_finding1_a_backfill_finishing_during_a_live_batch_loses_that_batch(
                  probe_interval_s=3600)  # fmt: skip
     fan.catchup.stop()  # this test plays the catch-up thread's part itself, at one moment
     fan.catchup._read = lambda sink, key: (  # type: ignore[method-assign]
-        SchemaFrame(lake.table[key].column("id").to_pylist()), BatchInfo("grow", key[1], "q")
+        SchemaFrame(lake.table[key].column("id").to_pylist()),
+        BatchInfo("grow", key[1], "q"),
     )
 
     def catch_up_meanwhile(batch: Batch) -> None:
@@ -108,7 +109,7 @@ class _FailingQuery:
         self.stopped = False
 
     @property
-    def isActive(self) -> bool:  # noqa: N802 - pyspark's name
+    def isActive(self) -> bool:
         if self.tracker.in_flight is None and self.error is None:
             import os
             import signal
@@ -202,8 +203,12 @@ def test_finding3_validate_passes_what_run_refuses(tmp_path: Path, key: str, val
     from fanout.app.validate import run_checks
 
     data = {
-        "pipeline": {"name": "p", "ledger": str(tmp_path / "ledger"),
-                     "checkpoint": str(tmp_path / "cp"), key: value},  # fmt: skip
+        "pipeline": {
+            "name": "p",
+            "ledger": str(tmp_path / "ledger"),
+            "checkpoint": str(tmp_path / "cp"),
+            key: value,
+        },
         "source": {"format": "rate"},
     }
     try:
@@ -274,7 +279,7 @@ def test_finding5_a_backfill_loses_the_rows_its_source_dead_lettered(tmp_path: P
         def __init__(self, table: pa.Table) -> None:
             self.table = table
 
-        def toArrow(self) -> pa.Table:  # noqa: N802 - pyspark's name
+        def toArrow(self) -> pa.Table:
             return self.table
 
     # an empty partition value: no Delta table can keep it, so the row is set aside
@@ -291,3 +296,54 @@ def test_finding5_a_backfill_loses_the_rows_its_source_dead_lettered(tmp_path: P
         f"batch 0 had ids [1, 2]; a sink with backfill_from='lake' receives {given} and no "
         "record of the row the lake set aside"
     )
+
+
+# -- finding 6: a sink raising a BaseException leaves no trace of its failed attempt -------
+
+
+class _Abort(BaseException):
+    """What a plugin's write may raise that is not an Exception (a KeyboardInterrupt,
+    SystemExit, gevent's GreenletExit, a C extension's own)."""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review2 finding 6: SinkRunner catches only Exception: a sink's write raising a "
+    "BaseException skips the failed attempt's ledger row, log line and fanout_sink_error/"
+    "fanout_batch_failed hooks (invariant 4, 'Nothing hidden')",
+)
+def test_finding6_a_sink_raising_a_base_exception_is_not_recorded() -> None:
+    ledger = MemoryLedger()
+    fine = ScriptedSink("fine")
+    odd = ScriptedSink("odd", always_fail=_Abort("the plugin gave up"))
+    fan = FanOut("p", ledger, [fine, odd], backoff_s=0)
+    try:
+        with pytest.raises(BaseException):  # noqa: B017 - whatever reaches Spark
+            fan.process(SchemaFrame([1, 2]), BatchInfo("p", 0, "q"))
+    finally:
+        fan.close()
+    failed = [
+        (e.sink, e.batch_id, "the plugin gave up" in (e.error or ""))
+        for e in ledger.entries
+        if e.status == "failed"
+    ]
+    assert failed == [("odd", 0, True)], (
+        f"the ledger's failed attempts after sink 'odd' raised a BaseException: {failed}"
+    )
+
+
+# -- finding 8: `${NAME:-default}` keeps an empty NAME instead of the default ---------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review2 finding 8: expand_env gives '' for ${NAME:-default} when NAME is set but "
+    "empty, where the shell syntax it borrows (and every .env/compose tool) gives the "
+    "default; a pipeline then runs with an empty path or URL",
+)
+def test_finding8_an_empty_variable_takes_the_default() -> None:
+    from fanout.observe.secrets import expand_env
+
+    found = expand_env("${FANOUT_SPOOL:-/data/spool}", what="pipeline.spool",
+                       environ={"FANOUT_SPOOL": ""})  # fmt: skip
+    assert found == "/data/spool", f"pipeline.spool became {found!r}"
