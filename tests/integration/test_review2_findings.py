@@ -1,0 +1,60 @@
+"""Review 2 (adversarial), the holes that need real Spark: each a strict expected failure
+until it is fixed."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout.app import runner
+from fanout.app.config import PipelineConfig
+
+BATCH_S = 30.0  # how long the batch in flight takes
+STOP_TIMEOUT_S = 2.0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review2 finding 7: after stop_timeout_s, `fanout run` calls query.stop(), which "
+    "waits for the foreachBatch call in flight to return (Spark cannot interrupt it), so the "
+    "batch is never abandoned: the stop waits as long as the batch (for ever if a sink "
+    "hangs), then says 'abandoned' of a batch that finished",
+)
+def test_finding7_a_stop_after_its_timeout_still_waits_for_the_batch(
+    spark: Any, tmp_path: Path
+) -> None:
+    started, done = threading.Event(), threading.Event()
+
+    def slow(df: Any, batch_id: int) -> None:
+        started.set()
+        time.sleep(BATCH_S)
+        done.set()
+
+    query = (
+        spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+        .writeStream.foreachBatch(slow)
+        .option("checkpointLocation", str(tmp_path / "cp")).start()
+    )  # fmt: skip
+    try:
+        assert started.wait(120)
+        tracker = runner.BatchTracker()
+        tracker.in_flight = 0  # as fanout_batch_start leaves it
+        tracker.idle.clear()
+        config = PipelineConfig("p", str(tmp_path / "ledger"), str(tmp_path / "cp"), {}, [],
+                                stop_timeout_s=STOP_TIMEOUT_S)  # fmt: skip
+        out = io.StringIO()
+        clock = time.monotonic()
+        runner._stop(query, tracker, config, "SIGTERM", out)
+        took = time.monotonic() - clock
+        said = out.getvalue()
+        assert took < STOP_TIMEOUT_S + 10 and not ("abandoned" in said and done.is_set()), (
+            f"with stop_timeout_s={STOP_TIMEOUT_S:g} the stop took {took:.0f} s (the batch "
+            f"takes {BATCH_S:g} s; finished: {done.is_set()}) and said:\n{said}"
+        )
+    finally:
+        query.stop()

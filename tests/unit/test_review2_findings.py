@@ -1,0 +1,349 @@
+"""Review 2 (adversarial): holes found in the shared job, the app layer, the backfill path
+and the hooks/plugin contract, each as a strict expected failure until it is fixed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from fanout import Batch, FanOut
+from fanout.contract.batch import BatchInfo
+from fanout.ledger.memory import MemoryLedger
+from fanout.sink_spec import SinkSpec, lag_policy
+from tests.unit.fakes import SchemaFrame, ScriptedSink
+
+# -- finding 1: a backfill that finishes while the live batch is being written -------------
+
+
+class _Lake(ScriptedSink):
+    """An append sink that gives back each batch it holds (as a Delta sink in append mode
+    does through its table's history)."""
+
+    def __init__(self, name: str, **kw: Any) -> None:
+        super().__init__(name, **kw)
+        self.table: dict[tuple[int, int], pa.Table] = {}
+
+    def write(self, batch: Batch) -> Any:
+        rows = super().write(batch)
+        self.table[(batch.info.epoch, batch.batch_id)] = batch.df.table  # type: ignore[attr-defined]
+        return rows
+
+    def backfill_source(self, pipeline: str) -> Any:
+        lake = self
+
+        class _Source:
+            def batches(self, epochs: Any) -> list[tuple[int, int]]:
+                return sorted(k for k in lake.table if k[0] in epochs)
+
+            def read(self, key: tuple[int, int]) -> pa.Table:
+                return lake.table[key]
+
+        return _Source()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review2 finding 1: a backfill that empties its backlog while the source writes "
+    "the live batch it was held back from marks itself finished; that batch is then neither "
+    "backfilled nor spooled, and the sink's next live mark covers it (rows lost)",
+)
+def test_finding1_a_backfill_finishing_during_a_live_batch_loses_that_batch(
+    tmp_path: Path,
+) -> None:
+    ledger = MemoryLedger()
+    lake = _Lake("lake")
+    frames = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(5)}
+    first = FanOut("grow", ledger, [lake], backoff_s=0)
+    for batch in range(3):  # the pipeline runs with the Delta sink alone
+        first.process(frames[batch], BatchInfo("grow", batch, "q"))
+    first.close()
+
+    pg = ScriptedSink("pg")
+    spec = SinkSpec(pg, lag=lag_policy("pg", {"backfill_from": "lake"}))
+    fan = FanOut("grow", ledger, [lake, spec], backoff_s=0, spool=str(tmp_path / "spool"),
+                 probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()  # this test plays the catch-up thread's part itself, at one moment
+    fan.catchup._read = lambda sink, key: (  # type: ignore[method-assign]
+        SchemaFrame(lake.table[key].column("id").to_pylist()),
+        BatchInfo("grow", key[1], "q"),
+    )
+
+    def catch_up_meanwhile(batch: Batch) -> None:
+        # The catch-up thread runs beside the live write of batch 3 (held back for pg:
+        # it still needs 0..2 from the lake) and finishes the backfill before the lake's
+        # write of batch 3 is done and marked.
+        if batch.batch_id == 3:
+            fan.catch_up(timeout_s=10)
+
+    lake.on_write = catch_up_meanwhile
+    try:
+        fan.process(frames[3], BatchInfo("grow", 3, "q"))
+        fan.catch_up(timeout_s=10)  # whatever is left for pg
+        fan.process(frames[4], BatchInfo("grow", 4, "q"))
+        fan.catch_up(timeout_s=10)
+        received = sorted(b for b, _ in pg.calls)
+        assert received == [0, 1, 2, 3, 4], (
+            f"pg (backfill_from='lake') received batches {received}: batch 3, which the "
+            "lake wrote while pg's backfill finished, was neither backfilled nor spooled"
+        )
+    finally:
+        fan.close()
+
+
+# -- finding 2: SIGTERM while a batch fails: `fanout run` exits 0 ---------------------------
+
+
+class _FailingQuery:
+    """A streaming query whose batch 7 is in flight when SIGTERM arrives, then fails."""
+
+    id = "query-1"
+    recentProgress: list[Any] = []
+
+    def __init__(self, tracker: Any) -> None:
+        self.tracker = tracker
+        self.active = True
+        self.error: Exception | None = None
+        self.stopped = False
+
+    @property
+    def isActive(self) -> bool:
+        if self.tracker.in_flight is None and self.error is None:
+            import os
+            import signal
+            import threading
+
+            self.tracker.fanout_batch_start(BatchInfo("p", 7, "q"), ["a"], [])
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler `run` installed sets its flag
+
+            def fail() -> None:  # the batch fails while `run` waits for it
+                from fanout.errors import BatchFailedError
+
+                self.error = RuntimeError("batch 7 failed")
+                self.active = False
+                self.tracker.fanout_batch_failed(
+                    BatchInfo("p", 7, "q"),
+                    BatchFailedError("p", 7, {"a": RuntimeError("sink 'a' is down")}),
+                )
+
+            threading.Timer(0.2, fail).start()
+        return self.active
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def exception(self) -> Exception | None:
+        return self.error
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review2 finding 2: after SIGINT/SIGTERM, `fanout run` returns 0 and says the "
+    "batch was 'abandoned' even when the query failed meanwhile; the failure is never shown",
+)
+def test_finding2_sigterm_during_a_batch_that_fails_exits_0(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import io
+
+    from fanout.app import runner
+    from fanout.app.config import PipelineConfig
+
+    config = PipelineConfig("p", str(tmp_path / "ledger"), str(tmp_path / "cp"), {}, [],
+                            stop_timeout_s=5)  # fmt: skip
+    made: dict[str, Any] = {}
+
+    class _Fan:
+        def close(self) -> None:
+            pass
+
+    def build_fanout(spark: Any, config: Any, plugins: Any = (), **kw: Any) -> Any:
+        made["tracker"] = plugins[0]
+        return _Fan()
+
+    monkeypatch.setattr(runner, "load_pipeline", lambda path: config)
+    monkeypatch.setattr(runner, "build_session", lambda config: None)
+    monkeypatch.setattr(runner, "_quiet_query_errors", lambda spark: None)
+    monkeypatch.setattr(runner, "build_source", lambda spark, config: None)
+    monkeypatch.setattr(runner, "build_fanout", build_fanout)
+    monkeypatch.setattr(runner, "_start", lambda df, fan, config: _FailingQuery(made["tracker"]))
+    out = io.StringIO()
+
+    code = runner.run("p.toml", out)
+
+    said = out.getvalue()
+    assert (code, "abandoned" in said) == (1, False), (
+        f"`fanout run` exited {code} after SIGTERM during a batch that failed, saying:\n{said}"
+    )
+
+
+# -- finding 3: pipeline values `fanout validate` passes and `fanout run` refuses ----------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review2 finding 3: parse() and `fanout validate` accept pipeline values that "
+    "`fanout run` refuses after the Spark session started (a ValueError or a JVM "
+    "IllegalArgumentException traceback, exit 1, or a ConfigurationError validate never saw)",
+)
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("retries", -1),  # run: ValueError from RetryPolicy, a traceback, exit 1
+        ("backoff_s", -1.0),  # the same
+        ("parallelism", 0),  # run: ConfigurationError once Spark has started
+        ("probe_interval_s", 0),  # the same
+        ("trigger", {"processing_time": "ten seconds"}),  # run: Spark refuses it at start
+    ],
+)
+def test_finding3_validate_passes_what_run_refuses(tmp_path: Path, key: str, value: Any) -> None:
+    from fanout.app.config import parse
+    from fanout.app.validate import run_checks
+
+    data = {
+        "pipeline": {
+            "name": "p",
+            "ledger": str(tmp_path / "ledger"),
+            "checkpoint": str(tmp_path / "cp"),
+            key: value,
+        },
+        "source": {"format": "rate"},
+    }
+    try:
+        config = parse({**data, "sinks": [{"type": "memory", "name": "m"}]}, {"memory": []})
+    except Exception as exc:  # refused with the key's path: what the README promises
+        assert f"pipeline.{key}" in str(exc), str(exc)
+        return
+    import dataclasses
+
+    config = dataclasses.replace(config, sinks=[])  # only the pipeline's own values here
+    checks = run_checks(None, config, lambda spark, config: None).checks
+    failed = [c.line() for c in checks if c.failed]
+    assert failed, f"pipeline.{key} = {value!r}: parse() and `fanout validate` accept it"
+
+
+# -- finding 4: two distributions whose entry points share a name: one is dropped silently --
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review2 finding 4: a second distribution whose entry point has the same name as "
+    "an installed one is skipped at DEBUG level (load_registry: has_plugin); its sink types "
+    "are never compared, so a fork claiming 'jsonl' silently loses or wins by install order",
+)
+def test_finding4_two_distributions_with_one_entry_point_name_are_not_reported() -> None:
+    from fanout.errors import PluginError
+    from fanout.hooks.registry import load_registry
+    from tests.unit.test_registry import JsonlSink, OtherSink, entry_point
+
+    registry = load_registry(
+        entry_points_=[
+            entry_point("jsonl", {"jsonl": JsonlSink}, dist=("fanout-jsonl", "1.0.0")),
+            entry_point("jsonl", {"jsonl": OtherSink}, dist=("acme-fanout-jsonl", "0.4")),
+        ],
+    )
+    try:
+        registry.raise_load_errors()
+        chosen = registry.sink_types()["jsonl"].plugin.describe()
+    except PluginError as exc:  # reported, naming both: what two type names get
+        assert "acme-fanout-jsonl" in str(exc), str(exc)
+        return
+    raise AssertionError(
+        f"two distributions provide entry point 'jsonl' (and sink type 'jsonl'); "
+        f"fanout chose {chosen} without a word"
+    )
+
+
+# -- finding 5: a backfill gives the new sink only the rows its source sink kept ------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review2 finding 5: backfill_from reads the source Delta table's commit of each "
+    "batch, which lacks the rows the source sink sent to its dead-letter target; the new "
+    "sink never receives them and nothing records it (undocumented in §14.5)",
+)
+def test_finding5_a_backfill_loses_the_rows_its_source_dead_lettered(tmp_path: Path) -> None:
+    from fanout_delta import DeltaSink
+
+    from fanout.contract.batch import txn_app_id
+    from fanout.contract.sink import SinkContext
+    from fanout.deadletters.delta import DeltaDeadLetters
+
+    lake = DeltaSink(name="lake", path=str(tmp_path / "lake"), partition_by=["k"])
+    lake.open(SinkContext("p", dead_letters=DeltaDeadLetters(str(tmp_path / "dead"))))
+
+    class _Frame:  # engine rs reads a batch through toArrow()
+        def __init__(self, table: pa.Table) -> None:
+            self.table = table
+
+        def toArrow(self) -> pa.Table:
+            return self.table
+
+    # an empty partition value: no Delta table can keep it, so the row is set aside
+    rows = pa.table({"id": pa.array([1, 2], pa.int64()), "k": ["a", ""]})
+    batch = Batch(_Frame(rows), BatchInfo("p", 0, "q"), "lake", txn_app_id("p", "lake"))
+    result = lake.write(batch)
+    assert (result.rows, result.dead_lettered) == (1, 1)
+
+    source = lake.backfill_source("p")
+    assert source is not None
+    keys = source.batches([0])
+    given = sorted(source.read(keys[0]).column("id").to_pylist()) if keys else []
+    assert given == [1, 2], (
+        f"batch 0 had ids [1, 2]; a sink with backfill_from='lake' receives {given} and no "
+        "record of the row the lake set aside"
+    )
+
+
+# -- finding 6: a sink raising a BaseException leaves no trace of its failed attempt -------
+
+
+class _Abort(BaseException):
+    """What a plugin's write may raise that is not an Exception (a KeyboardInterrupt,
+    SystemExit, gevent's GreenletExit, a C extension's own)."""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review2 finding 6: SinkRunner catches only Exception: a sink's write raising a "
+    "BaseException skips the failed attempt's ledger row, log line and fanout_sink_error/"
+    "fanout_batch_failed hooks (invariant 4, 'Nothing hidden')",
+)
+def test_finding6_a_sink_raising_a_base_exception_is_not_recorded() -> None:
+    ledger = MemoryLedger()
+    fine = ScriptedSink("fine")
+    odd = ScriptedSink("odd", always_fail=_Abort("the plugin gave up"))
+    fan = FanOut("p", ledger, [fine, odd], backoff_s=0)
+    try:
+        with pytest.raises(BaseException):  # noqa: B017 - whatever reaches Spark
+            fan.process(SchemaFrame([1, 2]), BatchInfo("p", 0, "q"))
+    finally:
+        fan.close()
+    failed = [
+        (e.sink, e.batch_id, "the plugin gave up" in (e.error or ""))
+        for e in ledger.entries
+        if e.status == "failed"
+    ]
+    assert failed == [("odd", 0, True)], (
+        f"the ledger's failed attempts after sink 'odd' raised a BaseException: {failed}"
+    )
+
+
+# -- finding 8: `${NAME:-default}` keeps an empty NAME instead of the default ---------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review2 finding 8: expand_env gives '' for ${NAME:-default} when NAME is set but "
+    "empty, where the shell syntax it borrows (and every .env/compose tool) gives the "
+    "default; a pipeline then runs with an empty path or URL",
+)
+def test_finding8_an_empty_variable_takes_the_default() -> None:
+    from fanout.observe.secrets import expand_env
+
+    found = expand_env("${FANOUT_SPOOL:-/data/spool}", what="pipeline.spool",
+                       environ={"FANOUT_SPOOL": ""})  # fmt: skip
+    assert found == "/data/spool", f"pipeline.spool became {found!r}"
