@@ -34,6 +34,10 @@ def _run(fan: FanOut, batches: range, query: str = "q") -> None:
         fan.close()
 
 
+def _location(ledger: MemoryLedger) -> str:
+    return f"MemoryLedger@{id(ledger):x}"
+
+
 def _catch_up_from_memory(fan: FanOut) -> None:
     def read(sink: str, key: tuple[int, int]) -> tuple[Any, BatchInfo]:
         spooled = fan.lagging.spool.get(key)  # type: ignore[union-attr]
@@ -194,7 +198,9 @@ def test_a_lag_sink_holding_some_batches_with_its_spool_covering_the_rest_is_not
     assert [b for b, _ in back.calls] == [1, 2, 3]
 
 
-def test_a_left_out_sinks_spool_is_kept_until_skip_releases_it(tmp_path: Path) -> None:
+def test_a_left_out_sinks_spool_is_kept_until_skip_releases_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     ledger, spool = MemoryLedger(), str(tmp_path / "spool")
     down = ScriptedSink("down")
     fan = FanOut(
@@ -205,7 +211,14 @@ def test_a_left_out_sinks_spool_is_kept_until_skip_releases_it(tmp_path: Path) -
     down.always_fail = SinkWriteError("refused", sink="down")
     _run(FanOut("gap", ledger, [ScriptedSink("good"), _lag(down)], spool=spool), range(1, 3))
 
+    caplog.clear()
     without = FanOut("gap", ledger, [ScriptedSink("good")], spool=spool)  # removed for good
+    assert [r.getMessage() for r in caplog.records if "not configured" in r.getMessage()] == [
+        f"pipeline gap: the spool at {spool} keeps 2 batch(es) (from batch 1) for sink 'down', "
+        "which is not configured: put back with on_failure='lag', it catches up from them; "
+        "removed for good, release them with `fanout ledger skip --ledger "
+        f"{_location(ledger)} --pipeline gap --sink down --through 2` (per epoch)"
+    ]
     try:
         assert [b.batch_id for b in without.lagging.spool.batches()] == [1, 2]  # type: ignore[union-attr]
         without.process(FRAMES[3], BatchInfo("gap", 3, "q"))
