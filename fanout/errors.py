@@ -20,6 +20,7 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     ├── LedgerError                 the ledger cannot be read or written
     ├── SpoolError                  the spool cannot be read or written
     ├── LagLimitError               a lagging sink's backlog passed its ``max_lag``
+    ├── MissedBatchesError          a sink would be written past batches it never received
     ├── CheckpointError             the checkpoint does not match the ledger
     │   ├── CheckpointResetError    the checkpoint was lost or replaced (another query id)
     │   └── CheckpointRollbackError the checkpoint was rolled back (batches re-planned)
@@ -202,6 +203,72 @@ class LagLimitError(FanoutError):
             f"{cause}. The query stops so the spool does not grow without bound; nothing is "
             f"lost: fix the sink and restart, and {sink!r} catches up from the spool first."
         )
+
+
+class MissedBatchesError(FanoutError):
+    """A sink would be written past batches it never received.
+
+    Its ledger mark in the batch's epoch is older than the batch before, and neither the
+    spool nor a backfill source holds the batches in between for it: its spool was lost or
+    replaced, or it was left out of the configuration while they ran. fanout refuses
+    before any sink writes the batch. The message names the sink, its mark, the batch and
+    the missing batches, and the ways on: ``backfill_from``, or an explicit
+    ``fanout ledger skip`` (:func:`fanout.ledger.gaps.skip_batches`).
+
+    :param sink: the sink.
+    :param mark: its last committed batch of ``epoch``.
+    :param batch_id: the batch refused.
+    :param missing: the batch ids it never received, in order.
+    :param spooled: the batch ids between its mark and the batch that the spool holds
+        for it (a skip through the batch before gives them up too).
+    """
+
+    def __init__(
+        self,
+        pipeline: str,
+        sink: str,
+        epoch: int,
+        mark: int,
+        batch_id: int,
+        missing: Sequence[int],
+        ledger: str,
+        spooled: Sequence[int] = (),
+    ) -> None:
+        self.pipeline, self.sink, self.epoch = pipeline, sink, epoch
+        self.mark, self.batch_id, self.missing = mark, batch_id, list(missing)
+        self.spooled = list(spooled)
+        which = _batch_ranges(self.missing)
+        in_epoch = f" of epoch {epoch}" if epoch else ""
+        held = (
+            f" (batch(es) {_batch_ranges(self.spooled)} before the gap are still kept for it, "
+            "in the spool or its backfill source: a skip gives those up too)"
+            if self.spooled
+            else ""
+        )
+        super().__init__(
+            f"pipeline {pipeline!r}, batch {batch_id}: sink {sink!r} last committed batch "
+            f"{mark}{in_epoch} and never received batch(es) {which}, which neither the spool "
+            "nor a backfill source holds for it (the spool was lost or replaced, or the sink "
+            "was left out of the configuration while they ran); writing it now would lose "
+            "them for it silently, so no sink writes this batch. Either give them back: "
+            f"configure backfill_from='<an append-mode Delta sink of the pipeline>' on "
+            f"{sink!r} (it catches up from that sink's table) or restore the spool; or "
+            f"accept that {sink!r} never gets them: `fanout ledger skip --ledger {ledger} "
+            f"--pipeline {pipeline} --sink {sink} --through {batch_id - 1}"
+            f"{f' --epoch {epoch}' if epoch else ''}` (in Python: "
+            f"fanout.ledger.gaps.skip_batches){held}, then restart."
+        )
+
+
+def _batch_ranges(ids: Sequence[int]) -> str:
+    """``[1, 2, 3, 5]`` as ``"1-3, 5"``."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 class CheckpointError(FanoutError):

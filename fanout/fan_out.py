@@ -46,6 +46,7 @@ from fanout.sink_spec import SinkSpec, check_exclusive_resources, split_core_opt
 from fanout.steps.admit import Admission
 from fanout.steps.catchup import CatchUp
 from fanout.steps.context import ContextReader
+from fanout.steps.gaps import refuse_gaps
 from fanout.steps.lag import Lagging, unreachable_masked
 from fanout.steps.lag_steps import (
     backfill_sources,
@@ -54,6 +55,7 @@ from fanout.steps.lag_steps import (
     hold_back,
     spool_for_lagging,
     start_spooling,
+    warn_left_out,
 )
 from fanout.steps.persist import prepare_reads
 from fanout.steps.plan import plan
@@ -198,6 +200,7 @@ class FanOut:
         if self.spool is not None:
             self.lagging.release_held()  # batches caught up by a run that died before
             self.lagging.release_orphans()
+            warn_left_out(self.pipeline, self.specs, self.spool, _ledger_location(self.ledger))
 
     # -- setup ------------------------------------------------------------------------
 
@@ -338,6 +341,7 @@ class FanOut:
 
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         plan(state, self.ledger, self.sinks)  # 3. plan
+        refuse_gaps(state, self.lagging, self.specs, _ledger_location(self.ledger))  # 3a.
         hold_back(state, self.lagging, self.specs, self.catchup, self._record)  # 3b. behind
         self._announce(state)
         if state.pending or state.lagging or state.lagged:  # lagged: could not be opened

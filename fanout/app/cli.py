@@ -139,6 +139,29 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_skip(args: argparse.Namespace) -> int:
+    """Record that a sink never gets the batches after its mark through ``--through``."""
+    from fanout.ledger.delta import DeltaLedger
+    from fanout.ledger.gaps import skip_batches
+
+    ledger = DeltaLedger(args.ledger)
+    ledger.open()
+    done = skip_batches(ledger, args.pipeline, args.sink, args.through, args.epoch)
+    where = f"pipeline {args.pipeline!r}, sink {args.sink!r}, epoch {done.epoch}"
+    if not done.recorded:
+        print(
+            f"{where}: already holds batch {args.through} (its mark: {done.before}); nothing done"
+        )
+    else:
+        first = 0 if done.before is None else done.before + 1
+        print(
+            f"{where}: batches {first}-{done.through} recorded as skipped (never written to it); "
+            f"the next batch writes it, and a spool releases what it kept for it through "
+            f"batch {done.through} at the pipeline's next start"
+        )
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a pipeline described in a TOML file."""
     from fanout.app.runner import run
@@ -292,6 +315,17 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     maintain.add_argument("--no-compact", action="store_true", help="skip compaction")
     maintain.add_argument("--no-checkpoint", action="store_true", help="skip the log checkpoint")
     maintain.set_defaults(func=cmd_maintain)
+
+    skip = ledger_sub.add_parser(
+        "skip",
+        help="accept that a sink never gets the batches it missed (after MissedBatchesError)",
+    )
+    skip.add_argument("--ledger", required=True, help="the ledger's Delta table path")
+    skip.add_argument("--pipeline", required=True, help="the pipeline name")
+    skip.add_argument("--sink", required=True, help="the sink that missed them")
+    skip.add_argument("--through", type=int, required=True, help="the last batch it never gets")
+    skip.add_argument("--epoch", type=int, help="the epoch (default: the pipeline's current)")
+    skip.set_defaults(func=cmd_skip)
 
     demo = sub.add_parser(
         "demo",

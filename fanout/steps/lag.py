@@ -228,16 +228,16 @@ class Lagging:
     # -- the spool's upkeep ----------------------------------------------------------
 
     def held_by_all(self) -> dict[BatchKey, frozenset[str]]:
-        """Spooled batches every sink that needed them has committed (or that no
-        configured sink needs any more), each with the sinks this instance knows needed
-        it: only their index rows are removed (another instance may have spooled the
-        batch for another sink since)."""
+        """Spooled batches every sink that needed them has committed, each with the sinks
+        this instance knows needed it: only their index rows are removed (another instance
+        may have spooled the batch for another sink since). A sink left out of the
+        configuration still needs its batches, by its ledger marks: it may be put back
+        (a sink removed for good releases them with ``fanout ledger skip``)."""
         if self.spool is None:
             return {}
         done = {}
         for batch in self.spool.batches():
-            needing = [s for s in batch.needed_by if s in self.specs]
-            if all(not self._needs(s, batch.key) for s in needing):
+            if all(not self._needs(s, batch.key) for s in batch.needed_by):
                 done[batch.key] = batch.needed_by
         return done
 

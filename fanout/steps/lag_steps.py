@@ -61,6 +61,24 @@ def check_spooled_sinks(pipeline: str, specs: Mapping[str, SinkSpec], spool: Spo
                 )
 
 
+def warn_left_out(pipeline: str, specs: Mapping[str, SinkSpec], spool: Spool, ledger: str) -> None:
+    """Log the sinks the spool still holds batches for that are not configured: the
+    batches are kept for them (put back, they catch up); a sink removed for good releases
+    them with ``fanout ledger skip``."""
+    left_out: dict[str, list[int]] = {}
+    for batch in spool.batches():
+        for sink in batch.needed_by - specs.keys():
+            left_out.setdefault(sink, []).append(batch.batch_id)
+    for sink, ids in sorted(left_out.items()):
+        log.warning(
+            "pipeline %s: the spool at %s keeps %s batch(es) (from batch %s) for sink %r, "
+            "which is not configured: put back with on_failure='lag', it catches up from "
+            "them; removed for good, release them with `fanout ledger skip --ledger %s "
+            "--pipeline %s --sink %s --through %s` (per epoch)",
+            pipeline, spool.path, len(ids), min(ids), sink, ledger, pipeline, sink, max(ids),
+        )  # fmt: skip
+
+
 def backfill_sources(pipeline: str, specs: Mapping[str, SinkSpec]) -> dict[str, BackfillSource]:
     """Each ``backfill_from`` sink's source, checked: another sink of the pipeline, with
     no route, whose target can give back its batches (an append-mode Delta sink)."""

@@ -34,11 +34,6 @@ def _lag(sink: ScriptedSink) -> SinkSpec:
     return SinkSpec(sink, lag=lag_policy(sink.name, {"on_failure": "lag"}))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core review finding 2: a lag sink whose spool is lost is written live past "
-    "the batches it missed (its ledger mark shows the gap), silently",
-)
 def test_a_lag_sink_whose_spool_was_lost_is_not_written_past_its_missed_batches(
     tmp_path: Path,
 ) -> None:
@@ -81,12 +76,6 @@ def test_a_lag_sink_whose_spool_was_lost_is_not_written_past_its_missed_batches(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core review finding 2: a lagging sink left out of the configuration for one "
-    "start has its spooled batches released; put back, it is written live past them, "
-    "silently",
-)
 def test_a_lagging_sink_left_out_for_one_start_gets_its_missed_batches_when_put_back(
     tmp_path: Path,
 ) -> None:

@@ -1,0 +1,58 @@
+"""Step 3a of a batch: refuse to write a sink past batches it never received
+(docs/architecture.md §14.1).
+
+A sink's ledger mark says which batch of the epoch it committed last. Spark hands batches
+in order, and a sink that missed some while lagging gets them from the spool or its
+backfill source before the live path writes it again. When its mark is older than the
+batch before this one and neither holds the batches in between, they are gone for it: its
+spool was lost or replaced, or it was left out of the configuration while they ran. Writing
+it now would skip them silently, so the batch is refused before any sink writes it.
+
+Not refused: a sink with no mark in the epoch (new, or the epoch just started: it starts
+with the current batch), a sink at the batch before or at the batch (a replay), a sink
+whose spool or backfill source holds every batch in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fanout.errors import MissedBatchesError
+from fanout.sink_spec import SinkSpec
+from fanout.steps.lag import Lagging
+from fanout.steps.state import BatchState
+
+
+def refuse_gaps(
+    state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec], ledger: str
+) -> None:
+    """Raise :class:`fanout.MissedBatchesError` for the first pending sink whose mark in the
+    batch's epoch is below ``batch_id - 1`` with batches in between that nothing will give
+    it. ``ledger`` is the ledger's location, for the message. Reads nothing on the common
+    path (every mark at ``batch_id - 1`` or later)."""
+    if not state.marks:
+        return
+    epoch, batch_id = state.info.epoch, state.batch_id
+    for name in state.pending:
+        mark = state.marks.get(name)
+        if mark is None or mark >= batch_id - 1:
+            continue
+        lagging.saw_marks(epoch, state.marks)  # the backlog reads the epoch and marks
+        mark, held = _held(lagging, specs[name], epoch, mark)
+        missing = [b for b in range(mark + 1, batch_id) if b not in held]
+        if missing:
+            spooled = sorted(b for b in held if b < missing[-1])
+            raise MissedBatchesError(
+                state.info.pipeline, name, epoch, mark, batch_id, missing, ledger, spooled
+            )
+
+
+def _held(lagging: Lagging, spec: SinkSpec, epoch: int, mark: int) -> tuple[int, set[int]]:
+    """``spec``'s sink's mark in ``epoch`` and the batches of ``epoch`` after it that the
+    spool or its backfill source will give it."""
+    if not spec.lag.uses_spool:
+        return mark, set()
+    held = {key[1] for key in lagging.backlog(spec.name).keys if key[0] == epoch}
+    # read after the backlog: a batch the catch-up marked meanwhile left the backlog, and
+    # its mark is at least as new
+    return max(mark, lagging.mark(spec.name, epoch) or mark), held

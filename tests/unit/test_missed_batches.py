@@ -1,0 +1,258 @@
+"""A sink is never written past batches it did not receive (docs/architecture.md §14.1):
+the gap check before the writes, what it does not refuse, the spool kept for a sink left
+out of the configuration, and the explicit acknowledgement, ``fanout ledger skip``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import FanOut, MissedBatchesError, SinkWriteError
+from fanout.app.cli import main
+from fanout.contract.batch import BatchInfo
+from fanout.errors import ConfigurationError
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.gaps import skip_batches
+from fanout.ledger.memory import MemoryLedger
+from fanout.sink_spec import SinkSpec, lag_policy
+from tests.unit.fakes import SchemaFrame, ScriptedSink
+
+FRAMES = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(8)}
+
+
+def _lag(sink: ScriptedSink) -> SinkSpec:
+    return SinkSpec(sink, lag=lag_policy(sink.name, {"on_failure": "lag"}))
+
+
+def _run(fan: FanOut, batches: range, query: str = "q") -> None:
+    try:
+        for batch in batches:
+            fan.process(FRAMES[batch], BatchInfo("gap", batch, query))
+    finally:
+        fan.close()
+
+
+def _location(ledger: MemoryLedger) -> str:
+    return f"MemoryLedger@{id(ledger):x}"
+
+
+def _catch_up_from_memory(fan: FanOut) -> None:
+    def read(sink: str, key: tuple[int, int]) -> tuple[Any, BatchInfo]:
+        spooled = fan.lagging.spool.get(key)  # type: ignore[union-attr]
+        assert spooled is not None, key
+        return FRAMES[key[1]], spooled.info()
+
+    fan.catchup._read = read  # type: ignore[method-assign]
+
+
+def test_a_sink_removed_and_put_back_is_refused_then_goes_on_after_an_explicit_skip() -> None:
+    ledger = MemoryLedger()
+    _run(FanOut("gap", ledger, [ScriptedSink("good"), ScriptedSink("pg")]), range(2))
+    _run(FanOut("gap", ledger, [ScriptedSink("good")]), range(2, 5))  # pg left out: 2-4
+
+    good, pg = ScriptedSink("good"), ScriptedSink("pg")
+    fan = FanOut("gap", ledger, [good, pg])
+    with pytest.raises(MissedBatchesError) as refused:
+        _run(fan, range(5, 6))
+    assert (good.calls, pg.calls) == ([], [])  # refused before any sink writes
+    error = refused.value
+    assert (error.sink, error.mark, error.batch_id, error.missing) == ("pg", 1, 5, [2, 3, 4])
+    message = str(error)
+    assert message.startswith(
+        "pipeline 'gap', batch 5: sink 'pg' last committed batch 1 and never received "
+        "batch(es) 2-4, which neither the spool nor a backfill source holds for it"
+    )
+    assert "backfill_from=" in message
+    assert "fanout ledger skip --ledger MemoryLedger@" in message
+    assert message.endswith(
+        "--pipeline gap --sink pg --through 4` (in Python: "
+        "fanout.ledger.gaps.skip_batches), then restart."
+    )
+    assert ledger.last_committed("gap", ["good", "pg"]) == {"good": 4, "pg": 1}
+
+    done = skip_batches(ledger, "gap", "pg", 4)
+    assert (done.before, done.through, done.recorded) == (1, 4, True)
+    skipped = [e for e in ledger.committed_entries("gap", 4) if e.sink == "pg"]
+    assert [(e.batch_id, e.rows, e.query_id, e.error) for e in skipped] == [
+        (4, 0, "q", "skipped: batches 2-4 were never written to this sink (fanout ledger skip)")
+    ]
+    assert skip_batches(ledger, "gap", "pg", 3).recorded is False  # already held
+
+    good, pg = ScriptedSink("good"), ScriptedSink("pg")
+    _run(FanOut("gap", ledger, [good, pg]), range(5, 7))
+    assert (good.calls, pg.calls) == ([(5, 1), (6, 1)], [(5, 1), (6, 1)])
+
+
+def test_a_lagging_sink_left_out_for_a_batch_is_refused_naming_what_the_spool_keeps(
+    tmp_path: Path,
+) -> None:
+    ledger, spool = MemoryLedger(), str(tmp_path / "spool")
+    down = ScriptedSink("down")
+    fan = FanOut(
+        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+    _run(fan, range(1))
+    down.always_fail = SinkWriteError("refused", sink="down")
+    _run(FanOut("gap", ledger, [ScriptedSink("good"), _lag(down)], spool=spool), range(1, 3))
+    _run(FanOut("gap", ledger, [ScriptedSink("good")], spool=spool), range(3, 4))  # left out
+
+    back = ScriptedSink("down")
+    fan = FanOut("gap", ledger, [ScriptedSink("good"), _lag(back)], spool=spool)
+    with pytest.raises(MissedBatchesError) as refused:
+        _run(fan, range(4, 5))
+    assert back.calls == []
+    assert (refused.value.mark, refused.value.missing, refused.value.spooled) == (0, [3], [1, 2])
+    assert (
+        "sink 'down' last committed batch 0 and never received batch(es) 3, which neither"
+        in str(refused.value)
+    )
+    assert str(refused.value).endswith(
+        "skip_batches) (batch(es) 1-2 before the gap are still kept for it, in the spool or "
+        "its backfill source: a skip gives those up too), then restart."
+    )
+
+
+def test_skip_refuses_batches_no_sink_has_run() -> None:
+    ledger = MemoryLedger()
+    _run(FanOut("gap", ledger, [ScriptedSink("good"), ScriptedSink("pg")]), range(2))
+    with pytest.raises(ConfigurationError, match="no other sink of the pipeline committed batch 2"):
+        skip_batches(ledger, "gap", "pg", 2)
+    assert ledger.last_committed("gap", ["pg"]) == {"pg": 1}
+
+
+def test_what_is_not_refused_new_sink_next_batch_replay_and_a_new_epoch() -> None:
+    ledger = MemoryLedger()
+    _run(FanOut("gap", ledger, [ScriptedSink("good")]), range(3))
+
+    good, new = ScriptedSink("good"), ScriptedSink("new")
+    fan = FanOut("gap", ledger, [good, new])  # "new" has no mark: starts with this batch
+    _run(fan, range(3, 5))
+    assert (good.calls, new.calls) == ([(3, 1), (4, 1)], [(3, 1), (4, 1)])
+
+    good, new = ScriptedSink("good"), ScriptedSink("new")
+    _run(FanOut("gap", ledger, [good, new]), range(4, 6))  # a replay of 4, then 5
+    assert (good.calls, new.calls) == ([(5, 1)], [(5, 1)])
+
+    # a reset accepted as a new epoch: marks are per epoch, batch 0 starts afresh
+    good, new = ScriptedSink("good"), ScriptedSink("new")
+    fan = FanOut("gap", ledger, [good, new], on_checkpoint_reset="new_epoch")
+    _run(fan, range(2), query="q2")
+    assert (good.calls, new.calls) == ([(0, 1), (1, 1)], [(0, 1), (1, 1)])
+    assert ledger.last_committed("gap", ["good", "new"], epoch=1) == {"good": 1, "new": 1}
+
+
+def test_a_lag_sink_whose_spool_covers_the_gap_catches_up_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    ledger, spool = MemoryLedger(), str(tmp_path / "spool")
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = FanOut(
+        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+    _run(fan, range(3))  # "down" lags from batch 0: 0-2 spooled
+    _run(FanOut("gap", ledger, [ScriptedSink("good"), _lag(down)], spool=spool), range(3, 4))
+    assert ledger.last_committed("gap", ["good", "down"]) == {"good": 3, "down": None}
+
+    back = ScriptedSink("down")
+    fan = FanOut(
+        "gap", ledger, [ScriptedSink("good"), _lag(back)], backoff_s=0, spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+    try:
+        _catch_up_from_memory(fan)
+        fan.process(FRAMES[4], BatchInfo("gap", 4, "q"))  # behind: held back, spooled
+        fan.catch_up(timeout_s=30)
+    finally:
+        fan.close()
+    assert [b for b, _ in back.calls] == [0, 1, 2, 3, 4]
+
+
+def test_a_lag_sink_holding_some_batches_with_its_spool_covering_the_rest_is_not_refused(
+    tmp_path: Path,
+) -> None:
+    ledger, spool = MemoryLedger(), str(tmp_path / "spool")
+    down = ScriptedSink("down")
+    fan = FanOut(
+        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+    _run(fan, range(1))
+    down.always_fail = SinkWriteError("refused", sink="down")
+    _run(FanOut("gap", ledger, [ScriptedSink("good"), _lag(down)], spool=spool), range(1, 3))
+
+    back = ScriptedSink("down")
+    fan = FanOut(
+        "gap", ledger, [ScriptedSink("good"), _lag(back)], backoff_s=0, spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+    try:
+        _catch_up_from_memory(fan)
+        fan.process(FRAMES[3], BatchInfo("gap", 3, "q"))
+        fan.catch_up(timeout_s=30)
+    finally:
+        fan.close()
+    assert [b for b, _ in back.calls] == [1, 2, 3]
+
+
+def test_a_left_out_sinks_spool_is_kept_until_skip_releases_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ledger, spool = MemoryLedger(), str(tmp_path / "spool")
+    down = ScriptedSink("down")
+    fan = FanOut(
+        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+    _run(fan, range(1))
+    down.always_fail = SinkWriteError("refused", sink="down")
+    _run(FanOut("gap", ledger, [ScriptedSink("good"), _lag(down)], spool=spool), range(1, 3))
+
+    caplog.clear()
+    without = FanOut("gap", ledger, [ScriptedSink("good")], spool=spool)  # removed for good
+    assert [r.getMessage() for r in caplog.records if "not configured" in r.getMessage()] == [
+        f"pipeline gap: the spool at {spool} keeps 2 batch(es) (from batch 1) for sink 'down', "
+        "which is not configured: put back with on_failure='lag', it catches up from them; "
+        "removed for good, release them with `fanout ledger skip --ledger "
+        f"{_location(ledger)} --pipeline gap --sink down --through 2` (per epoch)"
+    ]
+    try:
+        assert [b.batch_id for b in without.lagging.spool.batches()] == [1, 2]  # type: ignore[union-attr]
+        without.process(FRAMES[3], BatchInfo("gap", 3, "q"))
+        assert [b.batch_id for b in without.lagging.spool.batches()] == [1, 2]  # type: ignore[union-attr]
+    finally:
+        without.close()
+
+    assert skip_batches(ledger, "gap", "down", 3).recorded
+    restarted = FanOut("gap", ledger, [ScriptedSink("good")], spool=spool)
+    try:
+        assert restarted.lagging.spool.batches() == []  # type: ignore[union-attr]
+    finally:
+        restarted.close()
+
+
+def test_fanout_ledger_skip_on_a_delta_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(tmp_path / "ledger")
+    ledger = DeltaLedger(path)
+    _run(FanOut("gap", ledger, [ScriptedSink("good"), ScriptedSink("pg")]), range(1))
+    _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good")]), range(1, 3))
+
+    args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "pg"]
+    assert main([*args, "--through", "3"]) == 2
+    assert "no other sink of the pipeline committed batch 3 of epoch 0" in capsys.readouterr().err
+    assert main([*args, "--through", "2"]) == 0
+    assert capsys.readouterr().out == (
+        "pipeline 'gap', sink 'pg', epoch 0: batches 1-2 recorded as skipped (never written "
+        "to it); the next batch writes it, and a spool releases what it kept for it through "
+        "batch 2 at the pipeline's next start\n"
+    )
+    assert DeltaLedger(path).last_committed("gap", ["good", "pg"]) == {"good": 2, "pg": 2}
+
+    pg = ScriptedSink("pg")
+    _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good"), pg]), range(3, 4))
+    assert pg.calls == [(3, 1)]
