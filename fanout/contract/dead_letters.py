@@ -48,6 +48,20 @@ class DeadLetter:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RouteStamp:
+    """The route that chose a batch's route letters, as a target records it with them
+    (:meth:`fanout.routes.route.Route.stamp`).
+
+    :param fingerprint: a hash of the route's expressions (15 hex digits), stable across
+        processes: two routes refusing rows alike have the same one.
+    :param text: the route for people (``where 'a > 0', select ['id']``).
+    """
+
+    fingerprint: str
+    text: str
+
+
 class MapPairs(list[tuple[Any, Any]]):
     """A map's ``(key, value)`` pairs, as Arrow's ``to_pylist`` hands a map over, marked as
     a map: a dead letter writes it as a JSON object, an empty one too (a plain ``[]`` could
@@ -119,10 +133,20 @@ class DeadLetterTarget(Protocol):
         *,
         source: Source,
         partition: int | None = None,
+        route: RouteStamp | None = None,
     ) -> int:
         """Keep ``letters`` of ``batch`` unless this target already holds them (idempotent
         per ``(batch.idempotency_key, source, partition)``: see :func:`letter_kind`);
-        return how many letters the batch has (also when they were there already)."""
+        return how many letters the batch has (also when they were there already).
+
+        ``route`` (``source="route"`` only) is the route that chose the letters: record
+        its fingerprint (and text) with them, atomically, and when the batch's
+        route letters are already kept under another fingerprint, write nothing and raise
+        :func:`fanout.deadletters.route_letters.changed_route` (a replay under a changed
+        route). fanout calls with ``route`` also when the route refused no row
+        (``letters`` empty) so that old letters are checked; it passes ``route`` only to
+        a ``write`` that takes it (a target written before it existed gets none).
+        """
         ...
 
 

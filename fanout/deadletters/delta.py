@@ -3,6 +3,11 @@
 Each batch's letters of one source (and partition) land in one commit carrying the
 transaction ``batch.idempotency_key.derived(letter_kind(source, partition))``, so a replay
 writes them once. The table has :func:`fanout.deadletters.layout.letter_schema`'s layout.
+
+A commit of route letters also carries, in its custom metadata, the transaction it holds
+(``fanout.route.txn``: ``<app id>@<version>``), the route's fingerprint
+(``fanout.route.fingerprint``) and text (``fanout.route``): a replay finding the batch's
+letters there under another fingerprint is refused (:mod:`fanout.deadletters.route_letters`).
 """
 
 from __future__ import annotations
@@ -10,14 +15,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fanout.contract.dead_letters import DeadLetter, Source, letter_kind
+from fanout.contract.dead_letters import DeadLetter, RouteStamp, Source, letter_kind
 from fanout.deadletters.layout import letter_schema, to_records
+from fanout.deadletters.route_letters import check_unchanged
 from fanout.deadletters.target import DELTA
 from fanout.delta_tables import io as deltaio
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
     from fanout.contract.sink import Sink
+
+TXN_KEY = "fanout.route.txn"
+FINGERPRINT_KEY = "fanout.route.fingerprint"
+ROUTE_KEY = "fanout.route"
 
 
 class DeltaDeadLetters:
@@ -45,15 +55,48 @@ class DeltaDeadLetters:
         *,
         source: Source,
         partition: int | None = None,
+        route: RouteStamp | None = None,
     ) -> int:
-        """Append the batch's letters once; return how many the batch has."""
+        """Append the batch's letters once; return how many the batch has. With ``route``,
+        first refuse a batch whose route letters are here under another route."""
         import pyarrow as pa
 
+        key = batch.idempotency_key.derived(letter_kind(source, partition))
+        txn = f"{key.app_id}@{key.version}"
+        if route is not None:
+            self._check_route(batch, route, key.app_id, key.version, txn)
         if letters:
             data = pa.Table.from_pylist(to_records(batch, letters, source), schema=letter_schema())
-            key = batch.idempotency_key.derived(letter_kind(source, partition))
-            deltaio.append_once(self.path, data, key.app_id, key.version, self.storage_options)
+            metadata = None
+            if route is not None:
+                metadata = {TXN_KEY: txn, FINGERPRINT_KEY: route.fingerprint}
+                metadata[ROUTE_KEY] = route.text
+            deltaio.append_once(
+                self.path, data, key.app_id, key.version, self.storage_options, metadata
+            )
         return len(letters)
+
+    def _check_route(
+        self, batch: Batch, route: RouteStamp, app_id: str, version: int, txn: str
+    ) -> None:
+        """Refuse when this batch's letters are here under another route (see the module
+        docstring); nothing to check when the batch has none here."""
+        table = deltaio.open_table(self.path, self.storage_options)
+        done = deltaio.transaction_version(table, app_id)
+        if table is None or done is None or done < version:
+            return
+        commit = deltaio.commit_metadata(table, TXN_KEY, txn)
+        if commit is None and done > version:
+            return  # a later batch's letters: this one had none, or they are long gone
+        fingerprint = None if commit is None else commit.get(FINGERPRINT_KEY)
+        recorded = None if commit is None else commit.get(ROUTE_KEY)
+        check_unchanged(
+            batch,
+            route,
+            fingerprint=None if fingerprint is None else str(fingerprint),
+            recorded=None if recorded is None else str(recorded),
+            target=self.describe(),
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DeltaDeadLetters) and (self.path, self.storage_options) == (

@@ -257,9 +257,11 @@ def append_once(
     app_id: str,
     version: int,
     storage_options: Mapping[str, str] | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> bool:
     """Append ``data`` to the Delta table at ``path`` (created when missing) in a commit
-    carrying the transaction ``(app_id, version)``, unless the table's log already records
+    carrying the transaction ``(app_id, version)`` and ``metadata`` (the commit's custom
+    metadata: :func:`commit_metadata` reads it back), unless the table's log already records
     that version or a later one for ``app_id``. Returns whether it appended.
 
     The check and the commit use one snapshot: a writer committing the same app id in
@@ -269,7 +271,7 @@ def append_once(
     """
     from deltalake import write_deltalake
 
-    commit = commit_properties({app_id: version})
+    commit = commit_properties({app_id: version}, metadata)
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         table = open_table(path, storage_options)
         done = transaction_version(table, app_id)
@@ -291,3 +293,22 @@ def append_once(
             log.info("%s: lost a commit race for %s@%d, checking again: %s",
                      path, app_id, version, exc)  # fmt: skip
     raise AssertionError("unreachable")
+
+
+HISTORY_FIRST_LOOK = 100
+"""How many of the newest commits :func:`commit_metadata` reads before the whole history."""
+
+
+def commit_metadata(table: DeltaTable, key: str, value: str) -> dict[str, Any] | None:
+    """The commit information of the newest commit whose custom metadata has ``key`` equal
+    to ``value`` (``None`` when no commit still in the log has it: never written, or its
+    commit file removed by log cleanup). Reads the newest :data:`HISTORY_FIRST_LOOK`
+    commits first, then the whole history."""
+    for limit in (HISTORY_FIRST_LOOK, None):
+        history = table.history(limit)
+        for info in history:
+            if info.get(key) == value:
+                return dict(info)
+        if limit is not None and len(history) < limit:
+            return None  # that was the whole history
+    return None

@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from fanout.contract.batch import BatchInfo, SharedArrow
-from fanout.contract.dead_letters import DeadLetter, DeadLetterTarget
+from fanout.contract.dead_letters import DeadLetter, DeadLetterTarget, RouteStamp
 from fanout.errors import RouteError
 from fanout.routes.evaluate import explain_failure
 from fanout.routes.rejects import CheckedRoute, check_route
@@ -41,6 +41,9 @@ class SinkInput:
     :param arrow: its Arrow conversion, shared with the other sinks of the same route.
     :param letters: rows that failed the route, for :attr:`dead_letters`.
     :param dead_letters: where :attr:`letters` go (written just before the sink's write).
+    :param route: the route that chose :attr:`letters`, recorded with them (set whenever
+        :attr:`dead_letters` is, even without letters: a replay under another route is
+        refused, :mod:`fanout.deadletters.route_letters`).
     :param blocked: an error found before any write: the sink is not written, this is
         its failure.
     :param explain: turns the write's final error into one naming the route expression
@@ -51,6 +54,7 @@ class SinkInput:
     arrow: SharedArrow | None = None
     letters: tuple[DeadLetter, ...] = ()
     dead_letters: DeadLetterTarget | None = None
+    route: RouteStamp | None = None
     blocked: Exception | None = None
     explain: Callable[[BaseException], Exception | None] | None = None
 
@@ -150,7 +154,11 @@ class BatchRoutes:
                 return SinkInput(self.df, blocked=blocked)
             if checked.df is not None:  # evaluated already
                 return SinkInput(
-                    checked.df, arrow=checked.arrow, letters=checked.letters, dead_letters=target
+                    checked.df,
+                    arrow=checked.arrow,
+                    letters=checked.letters,
+                    dead_letters=target,
+                    route=route.stamp() if target is not None else None,
                 )
         if route.is_identity:
             return SinkInput(self.df, arrow=self._shared(route, self.df))

@@ -16,11 +16,14 @@ the batch for that sink with a :class:`fanout.RouteError` otherwise; see
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fanout.contract.dead_letters import RouteStamp
 from fanout.errors import ConfigurationError, RouteError
 
 log = logging.getLogger("fanout")
@@ -37,6 +40,27 @@ class Route:
     def is_identity(self) -> bool:
         """True when the sink receives the batch as it is."""
         return self.where is None and self.select is None
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of the expressions, stable across processes (15 hex digits: 60
+        bits, which a Kafka offset holds): what a dead-letter target records with a
+        batch's route letters, so that a replay under another route is refused
+        (:meth:`stamp`, :mod:`fanout.deadletters.route_letters`)."""
+        text = json.dumps({"where": self.where, "select": list(self.select or ())})
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:15]
+
+    def describe(self) -> str:
+        """The route for people: ``where 'amount > 0', select ['id', 'amount * 100 AS
+        cents']``, or ``no route``."""
+        parts = [] if self.where is None else [f"where {self.where!r}"]
+        if self.select is not None:
+            parts.append(f"select {list(self.select)!r}")
+        return ", ".join(parts) or "no route"
+
+    def stamp(self) -> RouteStamp:
+        """What a dead-letter target records with this route's letters."""
+        return RouteStamp(self.fingerprint, self.describe())
 
     def apply(self, df: Any) -> Any:
         """The routed DataFrame (lazy in Spark: nothing runs until a sink reads it)."""

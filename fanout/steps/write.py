@@ -13,6 +13,7 @@ from datetime import datetime
 from fanout.contract.batch import Batch, txn_app_id
 from fanout.contract.sessions import spark_threads
 from fanout.contract.sink import Sink, SinkResult
+from fanout.deadletters.route_letters import write_route_letters
 from fanout.errors import CheckpointError, LedgerError, SinkError, SinkWriteError
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import now_utc
@@ -218,11 +219,19 @@ class SinkRunner:
 
     def _route_dead_letters(self, batch: Batch) -> int:
         """Write the rows that failed the route to the sink's dead-letter target (once per
-        batch: the writer is idempotent); return how many the batch has."""
-        letters, target = self.given.letters, self.given.dead_letters
-        if not letters or target is None:
+        batch: the writer is idempotent), with the route that chose them; return how many
+        the batch has. Raises :class:`fanout.RouteError` before any write when the target
+        holds the batch's letters of another route (:mod:`fanout.deadletters.route_letters`).
+        """
+        letters, target, route = self.given.letters, self.given.dead_letters, self.given.route
+        if target is None or (route is None and not letters):
             return 0
-        count = target.write(batch, letters, source="route")
+        if route is None:
+            count = target.write(batch, letters, source="route")
+        else:
+            count = write_route_letters(target, batch, letters, route)
+        if not count:
+            return 0
         log.warning(
             "pipeline %s, batch %s, sink %s: %s row(s) failing its route went to its "
             "dead-letter target; first: %s",

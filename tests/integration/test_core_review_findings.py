@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
-from fanout import BatchFailedError, BatchInfo, FanOut
-from fanout.contract.batch import Batch
+from fanout import BatchFailedError, BatchInfo, FanOut, RouteError
+from fanout.contract.batch import Batch, txn_app_id
 from fanout.contract.sink import SinkResult
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry, now_utc
@@ -44,32 +45,101 @@ class FailsOnce(RecordingSink):
         return super().write(batch)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core review finding 3: route dead letters are written before the sink's "
-    "write under (sink, batch): a replay routing other rows keeps the first attempt's "
-    "letters and skips its own, so a row ends in neither place and another in both",
-)
-def test_a_replay_under_a_changed_route_leaves_every_row_in_exactly_one_place(
-    spark: Any, tmp_path: Path
-) -> None:
+OLD_ROUTE = Route(select=("id", "CAST(a AS INT) AS v"))  # row 3 fails it
+NEW_ROUTE = Route(select=("id", "CAST(b AS INT) AS v"))  # row 7 fails it
+
+
+def _first_attempt_fails(spark: Any, tmp_path: Path) -> tuple[Any, BatchInfo, FailsOnce, str]:
+    """Batch 0 of pipeline ``rc`` under :data:`OLD_ROUTE`: its route letters are kept, then
+    the sink's write fails."""
     batch = spark.createDataFrame(ROWS, SCHEMA)
     info = BatchInfo("rc", 0, "q")
     sink = FailsOnce("routed", str(tmp_path / "dead"))
     ledger = str(tmp_path / "ledger")
-    old = Route(select=("id", "CAST(a AS INT) AS v"))  # row 3 fails it
     with pytest.raises(BatchFailedError):
-        FanOut("rc", ledger, [SinkSpec(sink, old)], retries=0).process(batch, info)
-    assert [json.loads(d["row"])["id"] for d in delta_rows(tmp_path / "dead")] == [3]
+        FanOut("rc", ledger, [SinkSpec(sink, OLD_ROUTE)], retries=0).process(batch, info)
+    assert _lettered(tmp_path) == [3]
+    assert sink.rows() == []
+    return batch, info, sink, ledger
 
-    # the restart runs the fixed pipeline: the route casts b now (row 7 fails it)
-    new = Route(select=("id", "CAST(b AS INT) AS v"))
-    FanOut("rc", ledger, [SinkSpec(sink, new)], retries=0).process(batch, info)
-    written = sorted(r["id"] for r in sink.rows())
-    lettered = sorted(json.loads(d["row"])["id"] for d in delta_rows(tmp_path / "dead"))
-    assert sorted(written + lettered) == list(range(10)), (
-        f"after the replay the sink holds ids {written} and the dead letters ids {lettered}: "
-        "row 7 (failing the route the sink was written with) is in neither, row 3 in both"
+
+def _lettered(tmp_path: Path) -> list[int]:
+    return sorted(json.loads(d["row"])["id"] for d in delta_rows(tmp_path / "dead"))
+
+
+@pytest.mark.parametrize(
+    "new",
+    [NEW_ROUTE, Route(select=("id", "CAST(id AS INT) AS v"))],  # refuses row 7 / no row
+    ids=["refusing-another-row", "refusing-no-row"],
+)
+def test_a_replay_under_a_changed_route_leaves_every_row_in_exactly_one_place(
+    spark: Any, tmp_path: Path, new: Route
+) -> None:
+    batch, info, sink, ledger = _first_attempt_fails(spark, tmp_path)
+
+    # the restart runs a changed route: refused before anything of the batch is written
+    with pytest.raises(BatchFailedError) as failed:
+        FanOut("rc", ledger, [SinkSpec(sink, new)], retries=0).process(batch, info)
+    error = failed.value.failures["routed"]
+    assert isinstance(error, RouteError)
+    assert (error.sink, error.batch_id) == ("routed", 0)
+    assert f"select ['id', 'CAST(a AS INT) AS v'] (fingerprint {OLD_ROUTE.fingerprint})" in str(
+        error
+    )
+    assert f"{new.describe()} (fingerprint {new.fingerprint})" in str(error)
+    assert "Restore the old route until this batch completes" in str(error)
+    assert sink.rows() == []
+    assert _lettered(tmp_path) == [3]
+
+    # the old route restored, the batch completes: every row in exactly one place
+    FanOut("rc", ledger, [SinkSpec(sink, OLD_ROUTE)], retries=0).process(batch, info)
+    assert sorted(r["id"] for r in sink.rows()) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    assert _lettered(tmp_path) == [3]
+
+
+def test_a_replay_under_the_same_route_keeps_the_first_attempts_letters_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    batch, info, sink, ledger = _first_attempt_fails(spark, tmp_path)
+    same = Route(select=("id", "CAST(a AS INT) AS v"))  # an equal route, built anew
+    FanOut("rc", ledger, [SinkSpec(sink, same)], retries=0).process(batch, info)
+    assert sorted(r["id"] for r in sink.rows()) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    assert _lettered(tmp_path) == [3]
+    commits = DeltaTable(str(tmp_path / "dead")).history()
+    assert [c.get("fanout.route.fingerprint") for c in commits] == [OLD_ROUTE.fingerprint]
+    assert commits[0]["fanout.route"] == "select ['id', 'CAST(a AS INT) AS v']"
+
+
+def test_letters_kept_without_a_route_are_of_an_unknown_route_and_not_refused(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Letters an older fanout kept (no fingerprint in their commit): a replay under any
+    route goes on, as before, and says it cannot tell."""
+    import pyarrow as pa
+
+    from fanout.contract.batch import Batch
+    from fanout.contract.dead_letters import DeadLetter
+    from fanout.deadletters.layout import letter_schema, to_records
+    from fanout.delta_tables.io import append_once
+
+    batch = spark.createDataFrame(ROWS, SCHEMA)
+    info = BatchInfo("rc", 0, "q")
+    sink = FailsOnce("routed", str(tmp_path / "dead"))
+    sink.failed = True  # the first attempt's failure happened under the older fanout
+    old = Batch(None, info, "routed", txn_app_id("rc", "routed", info.epoch))
+    letter = DeadLetter(row=ROWS[3], reason="CAST_INVALID_INPUT", column="a", value="x")
+    data = pa.Table.from_pylist(to_records(old, [letter], "route"), schema=letter_schema())
+    key = old.idempotency_key.derived("dead_letters/route")
+    assert append_once(str(tmp_path / "dead"), data, key.app_id, key.version)
+
+    ledger = str(tmp_path / "ledger")
+    with caplog.at_level("WARNING", logger="fanout"):
+        FanOut("rc", ledger, [SinkSpec(sink, NEW_ROUTE)], retries=0).process(batch, info)
+    assert sorted(r["id"] for r in sink.rows()) == [0, 1, 2, 3, 4, 5, 6, 8, 9]
+    assert _lettered(tmp_path) == [3]  # the new route's letter (row 7) skipped, as before
+    assert any(
+        "without the route that chose them" in r.getMessage() and r.levelname == "WARNING"
+        for r in caplog.records
     )
 
 

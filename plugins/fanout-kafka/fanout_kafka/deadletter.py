@@ -7,6 +7,11 @@ one transaction with a marker of its own (``<marker group>#route``), skipped on 
 that finds it. Each becomes a record with no key, the row before the route as JSON, the
 batch headers plus ``fanout.error`` (the reason), ``fanout.topic``, ``fanout.record_bytes``
 and, when known, ``fanout.column`` and ``fanout.value``.
+
+The same transaction commits the route's fingerprint as the offset of group
+``<that marker group>.route``: a replay finding the batch's letters there under another
+route is refused before anything is written (:mod:`fanout.deadletters.route_letters`). The
+offset holds the fingerprint only, so the refusal names the old route by fingerprint.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from fanout.deadletters.route_letters import check_unchanged
 from fanout.errors import SinkWriteError, TransientSinkError
 from fanout_kafka.records import Record, dead_letter_headers
 from fanout_kafka.settings import WriterSettings
@@ -23,7 +29,7 @@ from fanout_kafka.values import json_bytes
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
-    from fanout.contract.dead_letters import DeadLetter, Source
+    from fanout.contract.dead_letters import DeadLetter, RouteStamp, Source
 
 KAFKA = "kafka"
 
@@ -67,11 +73,12 @@ class KafkaDeadLetters:
         *,
         source: Source,
         partition: int | None = None,
+        route: RouteStamp | None = None,
     ) -> int:
         """One transaction to the topic with a marker of its own (``#<source>``); skipped
-        when the marker says this batch's letters are there already."""
-        if not letters:
-            return 0
+        when the marker says this batch's letters are there already. With ``route``, the
+        transaction also commits its fingerprint, and letters of this batch already there
+        under another route refuse the write."""
         settings = self.settings_of(batch)
         settings = replace(
             settings,
@@ -80,7 +87,12 @@ class KafkaDeadLetters:
             transactional_id_prefix=f"{settings.transactional_id_prefix}#{source}",
             dead_topic=None,
             dead_letters=None,
+            route_stamp=None if route is None else int(route.fingerprint, 16),
         )
+        if route is not None:
+            self._check_route(batch, route, settings, partition or 0)
+        if not letters:
+            return 0
         outcome = PartitionWriter(settings, partition or 0, batch.batch_id).write(
             self.records(batch, letters), []
         )
@@ -94,5 +106,43 @@ class KafkaDeadLetters:
             )
         return len(letters)
 
+    def _check_route(
+        self, batch: Batch, route: RouteStamp, settings: WriterSettings, partition: int
+    ) -> None:
+        """Refuse when this batch's letters are in the topic under another route: the
+        letters' marker says this batch is the last one written (a later batch's letters
+        leave this one's route unknown: no refusal) and the route group's offset holds
+        another fingerprint (none: written before fanout recorded one)."""
+        if _committed(settings, settings.marker_group(partition), batch) != batch.batch_id + 1:
+            return
+        stamp = _committed(settings, settings.route_group(partition), batch)
+        recorded = None if stamp < 0 else f"{stamp:015x}"
+        check_unchanged(batch, route, fingerprint=recorded, recorded=None, target=self.describe())
+
     def __repr__(self) -> str:
         return f"<KafkaDeadLetters {self.topic!r}>"
+
+
+def _committed(settings: WriterSettings, group: str, batch: Batch) -> int:
+    """The offset ``group`` committed on the marker topic (negative: none)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    config = settings.consumer_config(0)
+    config["group.id"] = group
+    consumer = Consumer(config)
+    try:
+        (found,) = consumer.committed(
+            [TopicPartition(settings.marker_topic, 0)], timeout=settings.operation_timeout_s
+        )
+        if found.error:
+            raise KafkaException(found.error)
+        return int(found.offset)
+    except KafkaException as exc:
+        raise TransientSinkError(
+            f"the route letters' marker {group!r} could not be read from topic "
+            f"{settings.marker_topic!r}: {exc}",
+            sink=batch.sink_name,
+            batch_id=batch.batch_id,
+        ) from exc
+    finally:
+        consumer.close()

@@ -55,6 +55,10 @@ class WriterSettings:
     retries: int = 5
     plan: PartitionPlan | None = None
     """The batch's partitioning, committed with each partition (:mod:`fanout_kafka.membership`)."""
+    route_stamp: int | None = None
+    """A route-letters writer's route fingerprint as a number, committed in the letters'
+    transaction as the offset of group ``<marker group>.route``
+    (:mod:`fanout_kafka.deadletter`); ``None`` for every other writer."""
     end_turns: str | None = None
     """The lock file every task holds while it commits or aborts, on a broker whose
     transaction ends race (Tansu: :mod:`fanout_kafka.turns`); ``None`` elsewhere."""
@@ -104,6 +108,10 @@ class WriterSettings:
         from fanout_kafka.target import target_group
 
         return target_group(self.marker_group(partition))
+
+    def route_group(self, partition: int) -> str:
+        """``<marker group>.route``: its offset is the route fingerprint of the letters."""
+        return self.marker_group(partition) + ".route"
 
     def consumer_config(self, partition: int) -> dict[str, Any]:
         """The marker consumer's settings (it only reads and commits through the producer)."""

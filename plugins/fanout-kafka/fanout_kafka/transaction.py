@@ -391,6 +391,15 @@ class PartitionWriter:
                 "send the marker",
                 lambda: producer.send_offsets_to_transaction([marker], metadata, self._timeout),
             )
+            if settings.route_stamp is not None:  # the route that chose these letters
+                stamp = TopicPartition(settings.marker_topic, 0, settings.route_stamp)
+                group = group_metadata(
+                    settings, self.partition, settings.route_group(self.partition)
+                )
+                self._retrying(
+                    "send the route fingerprint",
+                    lambda: producer.send_offsets_to_transaction([stamp], group, self._timeout),
+                )
             if settings.plan is not None and self.digest is not None:  # what a replay checks
                 packed = pack(settings.plan, self.digest.digest)
                 plan = TopicPartition(settings.marker_topic, 0, packed)

@@ -115,12 +115,15 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 3) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
-def marker(bootstrap: str, pipeline: str, sink: str, partition: int, topic: str) -> int:
-    """The committed marker offset of one partition's group (-1001 when none)."""
+def marker(
+    bootstrap: str, pipeline: str, sink: str, partition: int, topic: str, *, suffix: str = ""
+) -> int:
+    """The committed marker offset of one partition's group (-1001 when none); with
+    ``suffix``, of the group ``<marker group><suffix>`` (``.route``, ``.plan``...)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": marker_group(pipeline, sink, partition),
+            "group.id": marker_group(pipeline, sink, partition) + suffix,
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
         }

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from kafkatools import Broker, create_topic, marker, read_topic
 
-from fanout import BatchFailedError, BatchInfo, FanOut
+from fanout import BatchFailedError, BatchInfo, FanOut, RouteError
+from fanout.routes.route import Route
 from fanout.testing.faults import MarkLost
 from tests.integration.streams import delta_rows
 
@@ -58,6 +59,9 @@ def test_rows_failing_the_route_go_to_the_dead_letter_topic_once(
         assert headers["fanout.topic"] == topic
     # the route letters' own marker says batch 8 is there: the replay skipped them
     assert marker(kafka.bootstrap, pipeline, "events#route", 0, markers) == 9
+    # and their route's fingerprint, committed with them, matched the replay's
+    stamp = marker(kafka.bootstrap, pipeline, "events#route", 0, markers, suffix=".route")
+    assert stamp == int(Route(where=WHERE).fingerprint, 16)
     marks = [r for r in delta_rows(tmp_path / "ledger") if r["status"] == "committed"]
     assert [(r["rows"], r["dead_lettered"]) for r in marks] == [(len(GOOD), 2)]
 
@@ -84,3 +88,39 @@ def test_route_letters_to_a_delta_table_use_the_one_layout(
     assert all(r["reason"].startswith(f"route where {WHERE!r} failed: ") for r in rows)
     assert sorted(json.loads(r["value"])["id"] for r in read_topic(kafka.bootstrap, topic,
                   len(GOOD))) == GOOD  # fmt: skip
+
+
+def test_a_replay_under_a_changed_route_is_refused_before_anything_is_written(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    """The driver died after the sink and its route letters committed, before the ledger
+    mark; the restart runs another route, which refuses no row: writing its letters
+    (none) and skipping the committed partitions would leave rows 2 and 11 as letters
+    while the new route sends row 11 to the topic. Refused; the old route completes."""
+    dlq, markers = f"{topic}-dlq", f"{topic}-markers"
+    create_topic(kafka.bootstrap, dlq, 1)
+    pipeline = f"kroute{uuid.uuid4().hex[:6]}"
+    sink = {"type": "kafka", "name": "events", "bootstrap_servers": kafka.bootstrap,
+            "topic": topic, "key": "id", "partitions": 2, "dead_letter": f"kafka:{dlq}",
+            "marker_topic": markers, "create_topic": True, "where": WHERE}  # fmt: skip
+    changed = {**sink, "where": "id > 3"}
+    batch, info = spark.createDataFrame(ROWS, SCHEMA), BatchInfo(pipeline, 8, "q")
+    ledger = str(tmp_path / "ledger")
+    with pytest.raises(BatchFailedError):
+        FanOut(pipeline, MarkLost(ledger, "events"), [sink], retries=0).process(batch, info)
+
+    with pytest.raises(BatchFailedError) as failed:
+        FanOut(pipeline, ledger, [changed], retries=0).process(batch, info)
+    error = failed.value.failures["events"]
+    assert isinstance(error, RouteError) and (error.sink, error.batch_id) == ("events", 8)
+    old, new = Route(where=WHERE).fingerprint, Route(where="id > 3").fingerprint
+    assert f"Kafka topic {dlq} holds this batch's route dead letters" in str(error)
+    assert f"chosen by another route (fingerprint {old})" in str(error)
+    assert f"now where 'id > 3' (fingerprint {new})" in str(error)
+
+    result = FanOut(pipeline, ledger, [sink], retries=0).process(batch, info)["events"]
+    assert (result.already_written, result.dead_lettered) == (True, 2)
+    records = read_topic(kafka.bootstrap, topic, len(GOOD))
+    assert sorted(int(r["key"]) for r in records) == GOOD
+    dead = read_topic(kafka.bootstrap, dlq, 2)
+    assert sorted(json.loads(r["value"])["id"] for r in dead) == [2, 11]

@@ -6,7 +6,10 @@ transaction as its rows, so a record exists exactly when the rows around it comm
 replay replaces the partition's records, never duplicates them). The table is created when
 missing. Rows failing the sink's *route* are written by fanout through
 :meth:`PostgresDeadLetters.write`, in one transaction replacing the batch's route records
-(partition :data:`ROUTE_PARTITION`). Any other kind (a Delta table) gets the refused rows
+(partition :data:`ROUTE_PARTITION`), each with its route (column ``route``:
+``<fingerprint> <route>``); a replay finding the batch's route records there under another
+route is refused in that transaction, before anything is replaced
+(:mod:`fanout.deadletters.route_letters`). Any other kind (a Delta table) gets the refused rows
 from the driver after the partitions, as :class:`fanout.contract.dead_letters.DeadLetter`s.
 
 Each record: pipeline, sink, batch_id, partition, target (table), reason (the server's
@@ -23,10 +26,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fanout_postgres.identifiers import TableName
+from fanout_postgres.statements import ROUTE_COLUMN
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
-    from fanout.contract.dead_letters import DeadLetter, Source
+    from fanout.contract.dead_letters import DeadLetter, RouteStamp, Source
 
 POSTGRES = "postgres"
 ROUTE_PARTITION = -1
@@ -69,7 +73,7 @@ def ensure_table(conn: Any, table: TableName, *, create: bool = True) -> bool:
     import sqlalchemy as sa
     from sqlalchemy.schema import CreateTable
 
-    from fanout_postgres.statements import DEAD_LETTER_COLUMNS, dead_letter_table
+    from fanout_postgres.statements import DEAD_LETTER_COLUMNS, ROUTE_COLUMN, dead_letter_table
 
     inspector = sa.inspect(conn)
     if not inspector.has_table(table.name, schema=table.schema):
@@ -82,6 +86,10 @@ def ensure_table(conn: Any, table: TableName, *, create: bool = True) -> bool:
         raise ValueError(
             f"dead-letter table {table} exists without column(s) {', '.join(missing)}; "
             "drop it or name another table (the sink creates it with the right layout)"
+        )
+    if ROUTE_COLUMN not in present and create:  # a table of an older fanout
+        conn.execute(
+            sa.text(f"ALTER TABLE {table.quoted()} ADD COLUMN IF NOT EXISTS {ROUTE_COLUMN} text")
         )
     return False
 
@@ -115,9 +123,11 @@ class PostgresDeadLetters:
         *,
         source: Source,
         partition: int | None = None,
+        route: RouteStamp | None = None,
     ) -> int:
         """One transaction replacing the batch's records of this partition (a route's
-        letters: partition :data:`ROUTE_PARTITION`) with ``letters``: ``row`` as the
+        letters: partition :data:`ROUTE_PARTITION`, each with ``route``; refused when the
+        records there are of another route) with ``letters``: ``row`` as the
         partitions' own letters (:func:`fanout.deadletters.layout.letter_json`, then
         :func:`fanout_postgres.encode.jsonb_safe`), ``value`` and ``reason`` fit for
         ``text`` (:func:`fanout_postgres.encode.letter_safe`: NaN and the infinities as
@@ -137,10 +147,16 @@ class PostgresDeadLetters:
             for letter in letters
         ]
         where = ROUTE_PARTITION if source == "route" or partition is None else partition
-        self._replace(batch, where, records)
+        self._replace(batch, where, records, route)
         return len(letters)
 
-    def _replace(self, batch: Batch, partition: int, records: Sequence[Mapping[str, Any]]) -> None:
+    def _replace(
+        self,
+        batch: Batch,
+        partition: int,
+        records: Sequence[Mapping[str, Any]],
+        route: RouteStamp | None,
+    ) -> None:
         import sqlalchemy as sa
 
         from fanout.contract.batch import pipeline_scope
@@ -164,12 +180,41 @@ class PostgresDeadLetters:
         )
         try:
             with engine.begin() as conn:
-                conn.execute(sa.delete(table).where(*[table.c[k] == v for k, v in key.items()]))
+                same = [table.c[k] == v for k, v in key.items()]
+                if route is not None:
+                    self._check_route(conn, table, same, batch, route)
+                conn.execute(sa.delete(table).where(*same))
                 if records:
-                    rows = [{**key, "target": self.target, **r} for r in records]
+                    stamp = None if route is None else f"{route.fingerprint} {route.text}"
+                    rows = [
+                        {**key, "target": self.target, **r, ROUTE_COLUMN: stamp} for r in records
+                    ]
                     conn.execute(sa.insert(table), rows)
         finally:
             engine.dispose()
+
+    def _check_route(
+        self, conn: Any, table: Any, same: list[Any], batch: Batch, route: RouteStamp
+    ) -> None:
+        """Refuse when the batch's route records (locked, in the replacing transaction)
+        were kept under another route; a record without one is of an unknown route."""
+        import sqlalchemy as sa
+
+        from fanout.deadletters.route_letters import check_unchanged
+
+        found = conn.execute(
+            sa.select(table.c[ROUTE_COLUMN]).where(*same).limit(1).with_for_update()
+        ).first()
+        if found is None:
+            return  # no records of this batch's route: nothing to compare
+        fingerprint, _, text = (found[0] or "").partition(" ")
+        check_unchanged(
+            batch,
+            route,
+            fingerprint=fingerprint or None,
+            recorded=text or None,
+            target=self.describe(),
+        )
 
     def __repr__(self) -> str:
         return f"<PostgresDeadLetters {self.table}>"

@@ -72,7 +72,9 @@ OPTIONS = (
         'failing the batch: `"postgres:<table>"`, a table in the same database '
         '(`"postgres:ops.rejects"`; written in the partition\'s transaction, created when '
         "missing; records: pipeline, sink, batch_id, partition (-1 for route rows), target, "
-        "reason, column_name, value, row (JSON), rejected_at), or a Delta table path "
+        "reason, column_name, value, row (JSON), rejected_at, route (route rows: the "
+        "route's fingerprint and text, added to an older table when the sink opens)), or a "
+        "Delta table path "
         "(fanout's one dead-letter layout, `details.target` naming the table).",
     ),
     SinkOption(

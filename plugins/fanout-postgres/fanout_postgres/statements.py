@@ -461,8 +461,15 @@ def dead_letter_table(name: TableName) -> Any:
         sa.Column("value", sa.Text),
         sa.Column("row", pg.JSONB, nullable=False),
         sa.Column("rejected_at", sa.DateTime(timezone=True), server_default=sa.func.now()),
+        sa.Column(ROUTE_COLUMN, sa.Text),
         schema=name.schema,
     )
+
+
+ROUTE_COLUMN = "route"
+"""The column of a route letter's route: ``<fingerprint> <route>`` (null for the rows the
+target refused, and in records written before it existed); added to an older table by
+:func:`fanout_postgres.deadletter.ensure_table`."""
 
 
 DEAD_LETTER_COLUMNS = (
@@ -477,7 +484,7 @@ DEAD_LETTER_COLUMNS = (
     "row",
     "rejected_at",
 )
-"""The columns of a dead-letter record (PostgreSQL table or Delta table)."""
+"""The columns a dead-letter table must have (:data:`ROUTE_COLUMN` is added when missing)."""
 
 
 def _dead_letter_statements(name: TableName | None) -> dict[str, str]:

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from pgcheck import execute, query
 
-from fanout import BatchFailedError, BatchInfo, FanOut
+from fanout import BatchFailedError, BatchInfo, FanOut, RouteError
+from fanout.routes.route import Route
 from fanout.testing.faults import MarkLost
 from tests.integration.streams import delta_rows
 
@@ -167,4 +168,88 @@ def test_a_route_letter_s_row_is_the_core_s_letter_json_fit_for_jsonb(pg_url: st
                 "t": "a\\u0000b",
             },
         )
+    ]
+
+
+def test_a_replay_under_a_changed_route_is_refused_before_the_letters_are_replaced(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The driver died after the partitions and the route letters committed, before the
+    ledger mark; the restart runs a fixed route (``try_cast``: no row refused). Replacing
+    the letters by none would leave rows 4 and 17 nowhere once the partitions skip:
+    refused, letters untouched; the old route restored completes the batch."""
+    execute(pg_url, "CREATE TABLE amounts (id bigint, amount integer)")
+    batch, info = spark.createDataFrame(ROWS, SCHEMA), BatchInfo("pgroute", 6, "q")
+    ledger, dead = str(tmp_path / "ledger"), "postgres:route_rejects"
+    with pytest.raises(BatchFailedError):
+        _fan(pg_url, MarkLost(ledger, "pg"), dead).process(batch, info)
+    fixed = ["id", "TRY_CAST(amount AS INT) AS amount"]
+    sink = {"type": "postgres", "name": "pg", "url": pg_url, "table": "amounts", "mode": "append",
+            "partitions": 2, "dead_letter": dead, "select": fixed}  # fmt: skip
+
+    with pytest.raises(BatchFailedError) as failed:
+        FanOut("pgroute", ledger, [sink], retries=0).process(batch, info)
+    error = failed.value.failures["pg"]
+    assert isinstance(error, RouteError) and (error.sink, error.batch_id) == ("pg", 6)
+    old, new = Route(select=tuple(SELECT)), Route(select=tuple(fixed))
+    assert (
+        f"the PostgreSQL table route_rejects holds this batch's route dead letters "
+        f"chosen by {old.describe()} (fingerprint {old.fingerprint}), but the sink's route is "
+        f"now {new.describe()} (fingerprint {new.fingerprint})"
+    ) in str(error)
+    stamped = f"{old.fingerprint} {old.describe()}"
+    letters = "SELECT row->>'id', route FROM route_rejects ORDER BY (row->>'id')::int"
+    assert query(pg_url, letters) == [("4", stamped), ("17", stamped)]
+
+    result = _fan(pg_url, ledger, dead).process(batch, info)["pg"]
+    assert (result.rows, result.dead_lettered) == (len(GOOD), 2)
+    assert query(pg_url, "SELECT id, amount FROM amounts ORDER BY id") == GOOD
+    assert query(pg_url, letters) == [("4", stamped), ("17", stamped)]
+
+
+def test_route_records_of_an_older_table_are_of_an_unknown_route_and_replaced(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dead-letter table of an older fanout gets the ``route`` column when the sink
+    opens; its records without one are of an unknown route: not refused, replaced."""
+    from types import SimpleNamespace
+
+    import sqlalchemy as sa
+    from fanout_postgres.deadletter import PostgresDeadLetters, ensure_table
+    from fanout_postgres.identifiers import TableName
+
+    from fanout.contract.dead_letters import DeadLetter
+
+    execute(
+        pg_url,
+        "CREATE TABLE old_rejects (pipeline text NOT NULL, sink text NOT NULL, batch_id bigint "
+        "NOT NULL, partition integer NOT NULL, target text NOT NULL, reason text NOT NULL, "
+        "column_name text, value text, row jsonb NOT NULL, rejected_at timestamptz DEFAULT now())",
+    )
+    execute(
+        pg_url,
+        "INSERT INTO old_rejects (pipeline, sink, batch_id, partition, target, reason, row) "
+        """VALUES ('p', 'pg', 3, -1, 'amounts', 'old', '{"id": 1}')""",
+    )
+    table = TableName(schema="public", name="old_rejects")
+    engine = sa.create_engine(pg_url)
+    with engine.begin() as conn:
+        assert ensure_table(conn, table) is False
+    engine.dispose()
+    batch = SimpleNamespace(pipeline="p", info=SimpleNamespace(epoch=0), sink_name="pg", batch_id=3)
+    target = PostgresDeadLetters(pg_url, "pg", table, "amounts")
+    route = Route(where="id > 1").stamp()
+    with caplog.at_level("WARNING", logger="fanout"):
+        target.write(batch, [DeadLetter(row={"id": 2}, reason="new")], source="route", route=route)  # type: ignore[arg-type]
+    assert any("without the route that chose them" in r.getMessage() for r in caplog.records)
+    stamped = f"{route.fingerprint} where 'id > 1'"
+    assert query(pg_url, "SELECT reason, row, route FROM old_rejects") == [
+        ("new", {"id": 2}, stamped)
+    ]
+    # and now that the records know their route, another one is refused, nothing replaced
+    other = Route(where="id > 2").stamp()
+    with pytest.raises(RouteError, match="the route changed mid-batch"):
+        target.write(batch, [], source="route", route=other)  # type: ignore[arg-type]
+    assert query(pg_url, "SELECT reason, row, route FROM old_rejects") == [
+        ("new", {"id": 2}, stamped)
     ]
