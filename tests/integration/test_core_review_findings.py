@@ -94,12 +94,6 @@ def _mark(pipeline: str, batch_id: int) -> LedgerEntry:
     )  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core review finding 1: two compactions of the ledger from two writers both "
-    "commit (delta-rs does not refuse an OPTIMIZE whose files another OPTIMIZE removed), "
-    "so every row they both rewrote is in the table twice",
-)
 def test_a_compaction_racing_another_writers_compaction_duplicates_no_ledger_row(
     tmp_path: Path,
 ) -> None:
@@ -118,12 +112,6 @@ def test_a_compaction_racing_another_writers_compaction_duplicates_no_ledger_row
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core review finding 1 (in a sink): a Delta sink's compact_every compaction and "
-    "another writer's compaction of the table (a maintenance job, a second pipeline "
-    "writing the table, a zombie driver) both commit: the sink's rows are duplicated",
-)
 def test_a_delta_sinks_compaction_beside_another_compaction_duplicates_no_row(
     spark: Any, tmp_path: Path
 ) -> None:

@@ -526,7 +526,11 @@ class DeltaSink(Sink):
             else:
                 from fanout_delta.rs_engine import compact_rs
 
-                metrics = compact_rs(self.path, self.storage_options)  # type: ignore[arg-type]
+                metrics = compact_rs(
+                    self.path,  # type: ignore[arg-type]
+                    self.storage_options,
+                    f"sink {self.name!r} table {self.path}",
+                )
                 logger.info(
                     "sink %r, batch %d: compacted %s (%s files removed, %s added)",
                     self.name, batch_id, self.path,
