@@ -414,9 +414,18 @@ class DeltaLedger:
             request.settle(True)
 
     def record_failure(self, entry: LedgerEntry) -> None:
-        """Append a failed-attempt row (no txn action)."""
+        """Append a failed-attempt row (no txn action), again on the fresh snapshot when
+        delta-rs refuses it (another writer's compaction of the ledger, planned after
+        this snapshot, removed the files it was based on)."""
         with self._lock:
-            self._append(self._fresh(), [entry], {})
+            for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                try:
+                    self._append(self._fresh(), [entry], {})
+                    return
+                except LedgerError as exc:
+                    cause = exc.__cause__
+                    if attempt == COMMIT_ATTEMPTS or cause is None or not is_commit_conflict(cause):
+                        raise
 
     def _append(
         self, table: DeltaTable, entries: Sequence[LedgerEntry], txns: Mapping[str, int]

@@ -21,7 +21,8 @@ Design decisions:
 - Compaction (``compact_every=N``) runs after batches ``N-1, 2N-1, ...`` once their write
   committed. A failed compaction is logged as a warning and does not fail the batch: the
   data and its transaction are already committed, and a raised error would only replay a
-  write that is then skipped.
+  write that is then skipped. A compaction that another compaction of the same files
+  committed before is taken back at once (:mod:`fanout.delta_tables.compaction`).
 - Each commit records the batch's plan (:mod:`fanout_delta.plans`): a batch found already
   written is skipped only when its commit was planned alike, and refused with
   :class:`fanout.CheckpointRollbackError` when Spark planned it again (a rolled-back
