@@ -38,7 +38,7 @@ from fanout.delta_tables.retention import (
     check_ledger_retention,
     parse_interval,
 )
-from fanout.errors import CheckpointResetError, LedgerError
+from fanout.errors import CheckpointResetError, CompactionError, LedgerError
 from fanout.ledger.entry import (
     MARK_HOLD,
     LedgerEntry,
@@ -456,6 +456,9 @@ class DeltaLedger:
         base = table.version()
         try:
             done = self._compaction(table)
+        except CompactionError as exc:  # rows stay duplicated: say so loudly
+            log.error("ledger %s: %s", self.path, exc)
+            table.update_incremental()
         except Exception as exc:
             log.warning("ledger %s: compacting its small files failed: %s", self.path, exc)
             table.update_incremental()  # the known transactions follow its version

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +217,9 @@ def test_a_mark_committed_during_the_ledgers_compaction_stays_once(tmp_path: Pat
     assert _marked(DeltaLedger(path)) == {**MARKS, "users": {"a": 3}, "high": (2, 3)}
 
 
-def test_a_mark_planned_before_the_ledgers_compaction_commits_after_it(tmp_path: Path) -> None:
+def test_a_mark_planned_before_the_ledgers_compaction_commits_after_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A second pipeline's FanOut checked its marks on the snapshot before the compaction:
     delta-rs refuses its append (the overwrite removed files with dataChange=true), and
     the mark is checked and committed again on the fresh snapshot."""
@@ -227,7 +230,9 @@ def test_a_mark_planned_before_the_ledgers_compaction_commits_after_it(tmp_path:
     other.lookup("users", ["a"])  # its batch's lookup: the snapshot its mark commits on
 
     ledger.maintain(vacuum_retention_hours=None, checkpoint=False, cleanup_logs=False)
-    other.mark_committed(_mark("users", "a", 3))
+    with caplog.at_level(logging.INFO, logger="fanout.ledger.delta"):
+        assert other.mark_committed(_mark("users", "a", 3))
+    assert "lost a commit race" in caplog.text  # refused once, committed on the fresh one
     other.record_failure(_failure("users", "a", 4))
 
     assert _rows(path) == sorted([*ROWS, ("users", "a", 3), ("users", "a", 4)])

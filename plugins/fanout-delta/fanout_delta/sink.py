@@ -39,7 +39,7 @@ from fanout.contract.batch import Batch
 from fanout.contract.sink import BackfillSource, Guarantee, Reads, Sink, SinkContext, SinkResult
 from fanout.delta_tables import io as deltaio
 from fanout.delta_tables.kept import KeptTable
-from fanout.errors import ConfigurationError
+from fanout.errors import CompactionError, ConfigurationError
 from fanout.observe.secrets import secret_option_values
 from fanout.partitioned.task import HookPlugins
 from fanout_delta.declaration import OPTIONS
@@ -537,6 +537,8 @@ class DeltaSink(Sink):
                     self.name, batch_id, self.path,
                     metrics.get("numFilesRemoved"), metrics.get("numFilesAdded"),
                 )  # fmt: skip
+        except CompactionError as exc:  # rows stay duplicated: say so loudly
+            logger.error("sink %r, batch %d: %s", self.name, batch_id, exc)
         except Exception:
             logger.warning(
                 "sink %r, batch %d: compaction of %s failed; the batch is committed, the "
