@@ -574,7 +574,16 @@ class DeltaLedger:
             before = table.version()
             compacted = 0
             if compact:
-                compacted = self._compaction(table).files_removed
+                try:
+                    compacted = self._compaction(table).files_removed
+                except Exception as exc:
+                    if not is_commit_conflict(exc):
+                        raise
+                    raise LedgerError(
+                        f"ledger at {self.path}: another writer compacted the ledger while "
+                        f"this maintenance did, and delta-rs refused this compaction ({exc}); "
+                        "nothing was lost: run `fanout ledger maintain` again"
+                    ) from exc
                 table.update_incremental()
                 self._files_added = 0
             vacuumed: list[str] = []

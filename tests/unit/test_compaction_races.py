@@ -18,6 +18,7 @@ from deltalake.exceptions import CommitFailedError
 
 from fanout.delta_tables.compaction import compact
 from fanout.delta_tables.io import read_arrow
+from fanout.errors import LedgerError
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry, now_utc
 
@@ -270,4 +271,24 @@ def test_the_ledgers_compaction_after_another_programs_optimize_is_taken_back(
 
     assert _rows(path) == ROWS
     assert "raced another compaction" in caplog.text and "taken back" in caplog.text
+    assert _marked(DeltaLedger(path)) == MARKS
+
+
+class _MaintainedMeanwhile(DeltaLedger):
+    """``fanout ledger maintain`` run twice at once: the other one compacts first."""
+
+    def _compaction(self, table: Any) -> Any:
+        DeltaLedger(self.path).maintain(vacuum_retention_hours=None, checkpoint=False)
+        return super()._compaction(table)
+
+
+def test_a_maintenance_whose_compaction_lost_the_race_says_to_run_it_again(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "ledger")
+    _filled(path)
+    again = r"(?s)another writer compacted the ledger .*run `fanout ledger maintain` again"
+    with pytest.raises(LedgerError, match=again):
+        _MaintainedMeanwhile(path).maintain(vacuum_retention_hours=None)
+    assert _rows(path) == ROWS
     assert _marked(DeltaLedger(path)) == MARKS
