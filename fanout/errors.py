@@ -179,6 +179,12 @@ class LedgerError(FanoutError):
     """The ledger cannot be read or written."""
 
 
+class CompactionError(FanoutError):
+    """A compaction of a Delta table (the ledger's or a sink's) raced another compaction of
+    the same files, so rows were in the table twice, and taking it back failed: the
+    message names the files to remove (:mod:`fanout.delta_tables.compaction`)."""
+
+
 class SpoolError(FanoutError):
     """The spool (the batches lagging sinks still need) cannot be read or written; the
     batch fails, so Spark replays it."""

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.batch import txn_app_id
+from fanout.delta_tables.compaction import Compaction
+from fanout.delta_tables.compaction import compact as compact_table
 from fanout.delta_tables.io import (
     COMMIT_ATTEMPTS,
     Filter,
@@ -36,7 +38,7 @@ from fanout.delta_tables.retention import (
     check_ledger_retention,
     parse_interval,
 )
-from fanout.errors import CheckpointResetError, LedgerError
+from fanout.errors import CheckpointResetError, CompactionError, LedgerError
 from fanout.ledger.entry import (
     MARK_HOLD,
     LedgerEntry,
@@ -412,9 +414,18 @@ class DeltaLedger:
             request.settle(True)
 
     def record_failure(self, entry: LedgerEntry) -> None:
-        """Append a failed-attempt row (no txn action)."""
+        """Append a failed-attempt row (no txn action), again on the fresh snapshot when
+        delta-rs refuses it (another writer's compaction of the ledger, planned after
+        this snapshot, removed the files it was based on)."""
         with self._lock:
-            self._append(self._fresh(), [entry], {})
+            for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                try:
+                    self._append(self._fresh(), [entry], {})
+                    return
+                except LedgerError as exc:
+                    cause = exc.__cause__
+                    if attempt == COMMIT_ATTEMPTS or cause is None or not is_commit_conflict(cause):
+                        raise
 
     def _append(
         self, table: DeltaTable, entries: Sequence[LedgerEntry], txns: Mapping[str, int]
@@ -439,21 +450,43 @@ class DeltaLedger:
             self._compact(table)
 
     def _compact(self, table: DeltaTable) -> None:
-        """Rewrite the table's small files into one (caller holds the lock). A failure
-        (another writer compacting at the same time) is logged: the marks are committed,
+        """Rewrite the table's small files (caller holds the lock): :meth:`_compaction`.
+        A failure (another writer compacted first) is logged: the marks are committed,
         and the next compaction tries again."""
         base = table.version()
         try:
-            metrics = table.optimize.compact()
+            done = self._compaction(table)
+        except CompactionError as exc:  # rows stay duplicated: say so loudly
+            log.error("ledger %s: %s", self.path, exc)
+            table.update_incremental()
         except Exception as exc:
             log.warning("ledger %s: compacting its small files failed: %s", self.path, exc)
             table.update_incremental()  # the known transactions follow its version
         else:
-            log.debug(
-                "ledger %s: compacted %s small files", self.path, metrics.get("numFilesRemoved")
-            )
+            log.debug("ledger %s: compacted %s small files", self.path, done.files_removed)
             self._txns.committed(table, base, {})  # carries no transaction
         self._files_added = 0
+
+    def _compaction(self, table: DeltaTable) -> Compaction:
+        """Compact the ledger by overwriting it with its own rows, one file per pipeline,
+        rather than by delta-rs' ``OPTIMIZE`` (ARCHITECTURE §4). delta-rs commits an
+        ``OPTIMIZE`` whose files another compaction removed first (it only refuses what
+        removed files with ``dataChange=true``), duplicating every row both rewrote; an
+        overwrite removes them with ``dataChange=true``, so delta-rs refuses any
+        compaction of the ledger planned before it and committed after it (an overwrite
+        or an ``OPTIMIZE``). Marks committed meanwhile stay (delta-rs keeps the files the
+        overwrite did not read), and so do all the transactions (the marks): they live in
+        the log, not in the files. The one race left, an ``OPTIMIZE`` by another program
+        committed between this compaction's snapshot and its commit, is taken back
+        (:func:`fanout.delta_tables.compaction.compact`). Nobody streams the ledger, so
+        its compaction may be a data change."""
+        return compact_table(
+            table,
+            f"ledger at {self.path}",
+            self.storage_options,
+            rewrite=_overwrite_with_own_rows,
+            data_change=True,
+        )
 
     # -- scans (people, the guard's slow path, recovery) ----------------------------
 
@@ -541,8 +574,16 @@ class DeltaLedger:
             before = table.version()
             compacted = 0
             if compact:
-                metrics = table.optimize.compact()
-                compacted = int(metrics.get("numFilesRemoved", 0))
+                try:
+                    compacted = self._compaction(table).files_removed
+                except Exception as exc:
+                    if not is_commit_conflict(exc):
+                        raise
+                    raise LedgerError(
+                        f"ledger at {self.path}: another writer compacted the ledger while "
+                        f"this maintenance did, and delta-rs refused this compaction ({exc}); "
+                        "nothing was lost: run `fanout ledger maintain` again"
+                    ) from exc
                 table.update_incremental()
                 self._files_added = 0
             vacuumed: list[str] = []
@@ -579,6 +620,25 @@ def _check_is_ledger(table: DeltaTable, path: str) -> None:
             f"the Delta table at {path} is not a fanout ledger: it has no columns "
             f"{', '.join(map(repr, missing))} (its columns: {', '.join(map(repr, columns))})"
         )
+
+
+def _overwrite_with_own_rows(table: DeltaTable, commit: Any) -> dict[str, int]:
+    """Overwrite ``table`` with its rows as its loaded snapshot holds them (one file per
+    partition); nothing when it has fewer than two files."""
+    from deltalake import write_deltalake
+
+    files = len(table.file_uris())
+    if files < 2:
+        return {"numFilesRemoved": 0, "numFilesAdded": 0}
+    rows = read_arrow(table)
+    write_deltalake(
+        table,
+        rows,
+        mode="overwrite",
+        partition_by=list(table.metadata().partition_columns) or None,
+        commit_properties=commit,
+    )
+    return {"numFilesRemoved": files, "numFilesAdded": len(table.file_uris())}
 
 
 def _keeps_a_log_retention(table: DeltaTable) -> bool:

@@ -164,12 +164,6 @@ def _mark(pipeline: str, batch_id: int) -> LedgerEntry:
     )  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core review finding 1: two compactions of the ledger from two writers both "
-    "commit (delta-rs does not refuse an OPTIMIZE whose files another OPTIMIZE removed), "
-    "so every row they both rewrote is in the table twice",
-)
 def test_a_compaction_racing_another_writers_compaction_duplicates_no_ledger_row(
     tmp_path: Path,
 ) -> None:
@@ -190,9 +184,14 @@ def test_a_compaction_racing_another_writers_compaction_duplicates_no_ledger_row
 
 @pytest.mark.xfail(
     strict=True,
-    reason="core review finding 1 (in a sink): a Delta sink's compact_every compaction and "
-    "another writer's compaction of the table (a maintenance job, a second pipeline "
-    "writing the table, a zombie driver) both commit: the sink's rows are duplicated",
+    reason="core review finding 1, the part fanout cannot fix: another program's OPTIMIZE "
+    "(here delta-rs', in a loop) that planned before the sink's compaction committed and "
+    "commits after it is committed by delta-rs 1.6 all the same (it refuses only commits "
+    "racing removals with dataChange=true), duplicating the rows; only that program could "
+    "check its own commit. The sink takes back its own compaction when it comes second "
+    "(test_compact_every_takes_back_a_compaction_another_program_made_first), but in this "
+    "loop the other program also compacts the duplicates before they can be taken back. "
+    "See architecture §4: compact a table from one place.",
 )
 def test_a_delta_sinks_compaction_beside_another_compaction_duplicates_no_row(
     spark: Any, tmp_path: Path

@@ -65,7 +65,14 @@ OPTIONS = (
         "`true` lets new batch columns extend the table; otherwise a batch whose schema does "
         "not fit fails naming sink, batch and columns",
     ),
-    SinkOption("compact_every", "none", "compact the table's small files every N batches"),
+    SinkOption(
+        "compact_every",
+        "none",
+        "compact the table's small files every N batches (a delta-rs `OPTIMIZE`, taken back "
+        "at once when another compaction of the same files committed first). Compact a "
+        "table from one place only: delta-rs lets another program's `OPTIMIZE` racing this "
+        "one duplicate rows (see docs/architecture.md §8.1, Compaction)",
+    ),
     SinkOption(
         "storage_options",
         "none",

@@ -21,6 +21,7 @@ from fanout.contract.batch import Batch
 from fanout.contract.dead_letters import DeadLetter
 from fanout.contract.sink import SinkResult
 from fanout.delta_tables import io as deltaio
+from fanout.delta_tables.compaction import compact
 from fanout.delta_tables.values import holds_unstorable
 from fanout.errors import SchemaMismatchError, SinkWriteError, TransientSinkError
 from fanout_delta.merge import (
@@ -218,11 +219,19 @@ def _append(sink: DeltaTarget, table: Any, data: pa.Table, commit: Any) -> None:
     )
 
 
-def compact_rs(path: str, storage_options: Mapping[str, str] | None) -> dict[str, Any]:
-    """Bin-pack the table's small files (``OPTIMIZE``); return delta-rs' metrics
-    (empty when no table exists yet, e.g. after empty batches only)."""
+def compact_rs(path: str, storage_options: Mapping[str, str] | None, what: str) -> dict[str, Any]:
+    """Bin-pack the table's small files (``OPTIMIZE``), taken back at once when another
+    compaction of the same files came first (:func:`fanout.delta_tables.compaction.compact`);
+    return what it did (empty when no table exists yet, e.g. after empty batches only)."""
     table = deltaio.open_table(path, storage_options)
-    return dict(table.optimize.compact()) if table is not None else {}
+    if table is None:
+        return {}
+    done = compact(table, what, storage_options)
+    return {
+        "numFilesRemoved": done.files_removed,
+        "numFilesAdded": done.files_added,
+        "takenBack": done.taken_back,
+    }
 
 
 def translate_error(

@@ -21,7 +21,8 @@ Design decisions:
 - Compaction (``compact_every=N``) runs after batches ``N-1, 2N-1, ...`` once their write
   committed. A failed compaction is logged as a warning and does not fail the batch: the
   data and its transaction are already committed, and a raised error would only replay a
-  write that is then skipped.
+  write that is then skipped. A compaction that another compaction of the same files
+  committed before is taken back at once (:mod:`fanout.delta_tables.compaction`).
 - Each commit records the batch's plan (:mod:`fanout_delta.plans`): a batch found already
   written is skipped only when its commit was planned alike, and refused with
   :class:`fanout.CheckpointRollbackError` when Spark planned it again (a rolled-back
@@ -38,7 +39,7 @@ from fanout.contract.batch import Batch
 from fanout.contract.sink import BackfillSource, Guarantee, Reads, Sink, SinkContext, SinkResult
 from fanout.delta_tables import io as deltaio
 from fanout.delta_tables.kept import KeptTable
-from fanout.errors import ConfigurationError
+from fanout.errors import CompactionError, ConfigurationError
 from fanout.observe.secrets import secret_option_values
 from fanout.partitioned.task import HookPlugins
 from fanout_delta.declaration import OPTIONS
@@ -528,12 +529,18 @@ class DeltaSink(Sink):
             else:
                 from fanout_delta.rs_engine import compact_rs
 
-                metrics = compact_rs(self.path, self.storage_options)  # type: ignore[arg-type]
+                metrics = compact_rs(
+                    self.path,  # type: ignore[arg-type]
+                    self.storage_options,
+                    f"sink {self.name!r} table {self.path}",
+                )
                 logger.info(
                     "sink %r, batch %d: compacted %s (%s files removed, %s added)",
                     self.name, batch_id, self.path,
                     metrics.get("numFilesRemoved"), metrics.get("numFilesAdded"),
                 )  # fmt: skip
+        except CompactionError as exc:  # rows stay duplicated: say so loudly
+            logger.error("sink %r, batch %d: %s", self.name, batch_id, exc)
         except Exception:
             logger.warning(
                 "sink %r, batch %d: compaction of %s failed; the batch is committed, the "

@@ -736,3 +736,35 @@ def test_only_a_log_on_disk_is_counted(tmp_path, monkeypatch):
     # an object store is not listed, even where the URI reads as a local relative path
     monkeypatch.chdir(tmp_path)
     assert log_files_on_disk("s3://bucket/table") is None
+
+
+def test_compact_every_takes_back_a_compaction_another_program_made_first(
+    tmp_path, monkeypatch, caplog
+):
+    """Another program's OPTIMIZE of the same files commits between the sink's snapshot and
+    its own OPTIMIZE: delta-rs commits both (each row twice); the sink takes its own back
+    at once (architecture §4)."""
+    from deltalake.table import TableOptimizer
+
+    path = str(tmp_path / "t")
+    real = TableOptimizer.compact
+    racing = {"now": False}
+
+    def compact(self, *args, **kwargs):
+        if racing["now"]:
+            racing["now"] = False
+            real(DeltaTable(path).optimize)  # the other program's, first
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TableOptimizer, "compact", compact)
+    sink = opened(path, compact_every=3)
+    sink.write(make_batch({"id": ids(1, 0)}, batch_id=0))
+    sink.write(make_batch({"id": ids(1, 1)}, batch_id=1))
+    racing["now"] = True
+    with caplog.at_level(logging.WARNING):
+        result = sink.write(make_batch({"id": ids(1, 2)}, batch_id=2))
+    assert result.rows == 1
+    assert [r["id"] for r in rows(path)] == [0, 1, 2]
+    assert len(DeltaTable(path).file_uris()) == 1  # the other program's compacted file
+    assert "raced another compaction" in caplog.text and "taken back" in caplog.text
+    assert DeltaTable(path).transaction_version(APP_ID) == 2

@@ -1,0 +1,248 @@
+"""Compaction (``OPTIMIZE``) of a Delta table with delta-rs, taken back when it raced
+another compaction of the same files (ARCHITECTURE §4).
+
+delta-rs (1.6) commits a compaction even when a compaction committed since its snapshot
+already removed the same files: its conflict check counts only removals with
+``dataChange=true``, and a compaction's are ``false``. Both rewrites then stay in the
+table and every row they both rewrote is there twice. No delta-rs call refuses that
+commit (an ``OPTIMIZE`` drops the app transactions it is given; an overwrite after a
+compaction commits the same way, see ``tests/integration/test_delta_rs_compaction_races.py``),
+so :func:`compact` checks its own commit right after it: when the files it added hold
+more rows than the files it actually removed, another compaction came first, and it
+commits the files it removed back and its own added files away, ``dataChange=false``
+(readers streaming the table see neither commit). A reader of the table between the two
+commits sees the duplicated rows (a few milliseconds).
+
+What it cannot see: a compaction by another program (a scheduled ``OPTIMIZE``) that
+planned before this one committed and commits after it duplicates the rows the same
+way; only that program's own commit could be checked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fanout.delta_tables.values import partition_text
+from fanout.errors import CompactionError
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+
+_COMMIT_TAG = "fanoutCommit"
+"""The commit info key marking fanout's compaction and its taking back, to find their
+versions in the table's history."""
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What :func:`compact` did.
+
+    :ivar files_removed: small files the compaction removed (0 when taken back).
+    :ivar files_added: files it added (0 when taken back).
+    :ivar taken_back: another compaction had removed some of the same files first:
+        this one committed, then was taken back at ``version``.
+    :ivar version: the table's version after the compaction (and its taking back).
+    """
+
+    files_removed: int
+    files_added: int
+    taken_back: bool
+    version: int
+
+
+@dataclass(frozen=True)
+class _File:
+    path: str
+    size: int
+    modification_time: int
+    rows: int | None
+    partition_values: dict[str, str | None]
+
+
+def compact(
+    table: DeltaTable,
+    what: str,
+    storage_options: Mapping[str, str] | None,
+    *,
+    rewrite: Callable[[DeltaTable, Any], Mapping[str, Any]] | None = None,
+    data_change: bool = False,
+) -> Compaction:
+    """Compact ``table``'s small files from its loaded snapshot; take the compaction back
+    at once when another compaction had removed some of the same files since that
+    snapshot. ``table`` ends at the table's latest version.
+
+    :param what: the table as messages name it (``"ledger at /x"``, ``"sink 'orders'
+        table /y"``).
+    :param rewrite: commits the compaction: called with ``table`` and the
+        ``CommitProperties`` to commit with, returns delta-rs' metrics (``None``: delta-rs
+        ``OPTIMIZE``, which bin-packs the small files, ``dataChange=false``).
+    :param data_change: the ``dataChange`` of the taking back's actions: ``False`` where
+        readers may stream the table (they skip such commits), ``True`` where none does
+        (a compaction planned before it then fails to commit).
+    :raises CompactionError: the compaction duplicated rows and taking it back failed
+        (the message names the files to remove).
+    """
+    from deltalake import CommitProperties
+
+    base, token = table.version(), uuid.uuid4().hex
+    tagged = CommitProperties(custom_metadata={_COMMIT_TAG: f"compaction {token}"})
+    metrics: Mapping[str, Any]
+    if rewrite is None:
+        metrics = table.optimize.compact(commit_properties=tagged)
+    else:
+        metrics = rewrite(table, tagged)
+    removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
+    if not added:
+        return Compaction(removed, added, False, table.version())
+    version = _committed_version(table, base, f"compaction {token}")
+    before = _files(_at_version(table, version - 1, storage_options))
+    after = _files(_at_version(table, version, storage_options))
+    gone = [f for path, f in before.items() if path not in after]
+    new = [f for path, f in after.items() if path not in before]
+    if not _duplicates(gone, new, what, version):
+        return Compaction(removed, added, False, table.version())
+    back = _take_back(table, what, version, gone, new, token, data_change)
+    _check_taken_back(table, what, version, back, new, storage_options)
+    return Compaction(0, 0, True, table.version())
+
+
+def _committed_version(table: DeltaTable, since: int, tag: str) -> int:
+    """The version of this process's commit tagged ``tag``, made after version ``since``
+    (``table`` is brought to its latest version: a commit does not always advance it)."""
+    table.update_incremental()
+    for commit in table.history(table.version() - since):
+        if commit.get(_COMMIT_TAG) == tag:
+            return int(commit["version"])
+    raise CompactionError(f"cannot find this process's commit {tag!r} in the table's history")
+
+
+def _at_version(table: DeltaTable, version: int, storage_options: Mapping[str, str] | None) -> Any:
+    from deltalake import DeltaTable
+
+    return DeltaTable(
+        table.table_uri, version=version, storage_options=dict(storage_options or {}) or None
+    )
+
+
+def _files(table: Any) -> dict[str, _File]:
+    """The table's active files, by path, with what a re-add needs."""
+    import pyarrow as pa
+
+    actions = pa.table(table.get_add_actions(flatten=False))
+    partitions = actions.column("partition") if "partition" in actions.column_names else None
+    files: dict[str, _File] = {}
+    for i, action in enumerate(
+        actions.drop_columns(["partition"] if partitions else []).to_pylist()
+    ):
+        values: dict[str, str | None] = {}
+        if partitions is not None:
+            scalar = partitions[i]
+            for field in scalar.type:
+                values[field.name] = partition_text(scalar[field.name]) if scalar.is_valid else None
+        rows = action.get("num_records")
+        files[action["path"]] = _File(
+            path=action["path"],
+            size=int(action["size_bytes"]),
+            modification_time=int(action["modification_time"]),
+            rows=None if rows is None else int(rows),
+            partition_values=values,
+        )
+    return files
+
+
+def _duplicates(gone: list[_File], new: list[_File], what: str, version: int) -> bool:
+    """Whether the compaction committed at ``version`` added more rows than it removed:
+    some of its files had been removed (rewritten) by another compaction first."""
+    if any(f.rows is None for f in [*gone, *new]):
+        log.warning(
+            "%s: the compaction committed at version %d cannot be checked against a racing "
+            "compaction (files without row counts)", what, version,
+        )  # fmt: skip
+        return False
+    return sum(f.rows or 0 for f in new) > sum(f.rows or 0 for f in gone)
+
+
+def _take_back(
+    table: DeltaTable,
+    what: str,
+    version: int,
+    gone: list[_File],
+    new: list[_File],
+    token: str,
+    data_change: bool,
+) -> int:
+    """Commit ``new`` (the compaction's added files) away and ``gone`` (the files it
+    actually removed) back, ``dataChange=false``; return the version committed."""
+    from deltalake import CommitProperties
+    from deltalake.transaction import AddAction, RemoveAction
+
+    now = int(time.time() * 1000)
+    actions: list[Any] = [
+        RemoveAction(f.path, data_change, now, f.size, f.partition_values) for f in new
+    ]
+    actions += [
+        AddAction(
+            f.path,
+            f.size,
+            f.partition_values,
+            f.modification_time,
+            data_change,
+            json.dumps({"numRecords": f.rows}),
+        )
+        for f in gone
+    ]
+    partition_by = list(table.metadata().partition_columns)
+    try:
+        table.create_write_transaction(
+            actions,
+            "append",
+            table.schema(),
+            partition_by,
+            commit_properties=CommitProperties(custom_metadata={_COMMIT_TAG: f"take back {token}"}),
+        )
+    except Exception as exc:
+        raise CompactionError(
+            f"{what}: the compaction committed at version {version} rewrote files another "
+            f"compaction had rewritten first, so rows are in the table twice, and taking it "
+            f"back failed: {exc}. Remove its files {sorted(f.path for f in new)} from the "
+            f"table (dataChange=false) and add back {sorted(f.path for f in gone)}, or "
+            f"RESTORE the table to version {version - 1} if nothing was written since"
+        ) from exc
+    back = _committed_version(table, version, f"take back {token}")
+    log.warning(
+        "%s: the compaction committed at version %d raced another compaction of the same "
+        "files (their rows were in the table twice): taken back at version %d",
+        what, version, back,
+    )  # fmt: skip
+    return back
+
+
+def _check_taken_back(
+    table: DeltaTable,
+    what: str,
+    version: int,
+    back: int,
+    new: list[_File],
+    storage_options: Mapping[str, str] | None,
+) -> None:
+    """Refuse a taking back that came too late: a third compaction committed between the
+    compaction and its taking back rewrote (some of) its added files, so their rows are
+    in that compaction's file too, twice, and no file can be removed to fix it."""
+    before = _files(_at_version(table, back - 1, storage_options))
+    late = sorted(f.path for f in new if f.path not in before)
+    if late:
+        raise CompactionError(
+            f"{what}: the compaction committed at version {version} rewrote files another "
+            f"compaction had rewritten first, and before it was taken back (version "
+            f"{back}) a third compaction rewrote its files {late}: rows are in the "
+            "table twice. Stop the other programs compacting this table, then deduplicate "
+            f"it, or RESTORE it to version {version - 1} if nothing was written since"
+        )

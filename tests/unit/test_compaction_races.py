@@ -1,0 +1,294 @@
+"""Compactions racing other compactions of the same Delta table (ARCHITECTURE §4), on real
+delta-rs tables: what delta-rs does with two racing commits (the facts the design rests
+on), fanout's taking back of a compaction that came second, and the ledger's compaction
+by an overwrite of its own rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError
+
+from fanout.delta_tables.compaction import compact
+from fanout.delta_tables.io import read_arrow
+from fanout.errors import LedgerError
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry, now_utc
+
+
+def _table(path: Path, ids: range, **kwargs: Any) -> str:
+    for i in ids:
+        write_deltalake(str(path), pa.table({"id": [i]}), mode="append", **kwargs)
+    return str(path)
+
+
+def _ids(path: str, version: int | None = None) -> list[int]:
+    return sorted(read_arrow(DeltaTable(path, version=version)).column("id").to_pylist())
+
+
+def _log(path: str, version: int) -> list[dict[str, Any]]:
+    text = (Path(path) / "_delta_log" / f"{version:020d}.json").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _optimize(table: DeltaTable) -> None:
+    table.optimize.compact()
+
+
+def _overwrite(table: DeltaTable) -> None:
+    write_deltalake(table, read_arrow(table), mode="overwrite")
+
+
+# -- what delta-rs does ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("second", [_optimize, _overwrite], ids=["optimize", "overwrite"])
+def test_delta_rs_commits_a_compaction_whose_files_an_optimize_removed_first(
+    tmp_path: Path, second: Any
+) -> None:
+    """The finding, in delta-rs alone: its conflict check counts only removals with
+    ``dataChange=true``, an ``OPTIMIZE``'s are ``false``. When a delta-rs release refuses
+    these commits, this test fails: fanout's taking back is then never needed."""
+    path = _table(tmp_path / "t", range(4))
+    first, late = DeltaTable(path), DeltaTable(path)
+    first.optimize.compact()
+    second(late)
+    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+@pytest.mark.parametrize("second", [_optimize, _overwrite], ids=["optimize", "overwrite"])
+def test_delta_rs_refuses_a_compaction_planned_before_an_overwrite(
+    tmp_path: Path, second: Any
+) -> None:
+    path = _table(tmp_path / "t", range(4))
+    first, late = DeltaTable(path), DeltaTable(path)
+    _overwrite(first)
+    with pytest.raises(CommitFailedError, match="concurrent transaction deleted data"):
+        second(late)
+    assert _ids(path) == [0, 1, 2, 3]
+    assert len(DeltaTable(path).file_uris()) == 1
+
+
+def test_an_append_committed_during_an_overwrite_survives_it(tmp_path: Path) -> None:
+    path = _table(tmp_path / "t", range(4))
+    stale = DeltaTable(path)
+    write_deltalake(path, pa.table({"id": [9]}), mode="append")
+    _overwrite(stale)  # rewrites the four rows it read, keeps the file it did not
+    assert _ids(path) == [0, 1, 2, 3, 9]
+
+
+def test_an_append_planned_before_an_overwrite_is_refused_and_commits_again(
+    tmp_path: Path,
+) -> None:
+    path = _table(tmp_path / "t", range(4))
+    stale = DeltaTable(path)
+    _overwrite(DeltaTable(path))
+    with pytest.raises(CommitFailedError, match="concurrent transaction deleted data"):
+        write_deltalake(stale, pa.table({"id": [9]}), mode="append")
+    write_deltalake(path, pa.table({"id": [9]}), mode="append")  # the retry, fresh
+    assert _ids(path) == [0, 1, 2, 3, 9]
+
+
+# -- fanout's compaction --------------------------------------------------------------
+
+
+def test_a_compaction_after_another_programs_optimize_of_the_same_files_is_taken_back(
+    tmp_path: Path,
+) -> None:
+    path = _table(tmp_path / "t", range(4))
+    mine = DeltaTable(path)
+    DeltaTable(path).optimize.compact()  # another program, first (version 4)
+
+    done = compact(mine, "test table", None)
+
+    assert done.taken_back and (done.files_added, done.files_removed) == (0, 0)
+    assert done.version == mine.version() == 6
+    assert _ids(path) == [0, 1, 2, 3]
+    assert len(DeltaTable(path).file_uris()) == 1  # the other program's file
+    assert _ids(path, version=5) == [0, 0, 1, 1, 2, 2, 3, 3]  # the window: one version
+    back = [a for a in _log(path, 6) if "add" in a or "remove" in a]
+    assert [("remove" in a, (a.get("add") or a.get("remove"))["dataChange"]) for a in back] == [
+        (True, False)
+    ]  # a reader streaming the table skips it, as it skipped the compaction
+
+
+def test_a_compaction_overlapping_part_of_another_keeps_every_row_once(tmp_path: Path) -> None:
+    """The other compaction planned before a file was appended: this one rewrote that
+    file too. Taking it back restores that file, in its partition."""
+    path = str(tmp_path / "t")
+    day = dt.date(2026, 11, 29)
+    for i in range(4):
+        rows = pa.table({"id": [i], "day": pa.array([day], pa.date32())})
+        write_deltalake(path, rows, mode="append", partition_by=["day"])
+    other = DeltaTable(path)  # plans on ids 0-3
+    write_deltalake(path, pa.table({"id": [4], "day": pa.array([day], pa.date32())}), mode="append")
+    mine = DeltaTable(path)  # plans on ids 0-4
+    other.optimize.compact()
+
+    done = compact(mine, "test table", None)
+
+    assert done.taken_back
+    assert _ids(path) == [0, 1, 2, 3, 4]
+    table = DeltaTable(path)
+    assert len(table.file_uris()) == 2  # the other's compacted file, and id 4's again
+    assert read_arrow(table).column("day").to_pylist() == [day] * 5
+
+
+def test_a_compaction_nobody_raced_stays(tmp_path: Path) -> None:
+    path = _table(tmp_path / "t", range(4))
+    done = compact(DeltaTable(path), "test table", None)
+    assert (done.taken_back, done.files_removed, done.files_added) == (False, 4, 1)
+    assert _ids(path) == [0, 1, 2, 3]
+    assert DeltaTable(path).version() == 4
+
+
+# -- the ledger -----------------------------------------------------------------------
+
+
+def _mark(pipeline: str, sink: str, batch_id: int) -> LedgerEntry:
+    return LedgerEntry(
+        pipeline=pipeline, sink=sink, batch_id=batch_id, status="committed", query_id="q",
+        started_at=now_utc(),
+    )  # fmt: skip
+
+
+def _marked(ledger: DeltaLedger) -> dict[str, Any]:
+    return {
+        "orders": ledger.last_committed("orders", ["a", "b"]),
+        "users": ledger.last_committed("users", ["a"]),
+        "high": (ledger.high_water("orders"), ledger.high_water("users")),
+    }
+
+
+def _rows(path: str) -> list[tuple[str, str, int]]:
+    rows = DeltaLedger(path).read().to_pylist()
+    return sorted((r["pipeline"], r["sink"], r["batch_id"]) for r in rows)
+
+
+def _filled(path: str) -> DeltaLedger:
+    ledger = DeltaLedger(path, compact_after_files=None)
+    ledger.open()
+    for batch_id in range(3):
+        ledger.mark_committed(_mark("orders", "a", batch_id))
+        ledger.mark_committed(_mark("users", "a", batch_id))
+    ledger.mark_committed(_mark("orders", "b", 0))
+    return ledger
+
+
+ROWS = sorted(
+    [("orders", "a", b) for b in range(3)]
+    + [("users", "a", b) for b in range(3)]
+    + [("orders", "b", 0)]
+)
+MARKS = {"orders": {"a": 2, "b": 0}, "users": {"a": 2}, "high": (2, 2)}
+
+
+def test_the_ledgers_compaction_keeps_every_row_and_mark_and_old_reads(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger")
+    ledger = _filled(path)
+    before = DeltaTable(path).version()
+
+    report = ledger.maintain(vacuum_retention_hours=None, checkpoint=False, cleanup_logs=False)
+
+    assert report.files_compacted == 7
+    assert _rows(path) == ROWS
+    assert _marked(DeltaLedger(path)) == MARKS  # the marks are the log's transactions
+    assert len(DeltaTable(path).file_uris()) == 2  # one file per pipeline
+    old = read_arrow(DeltaTable(path, version=before)).to_pylist()  # a reader of before
+    assert sorted((r["pipeline"], r["sink"], r["batch_id"]) for r in old) == ROWS
+
+
+def test_a_mark_committed_during_the_ledgers_compaction_stays_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger")
+    ledger = _filled(path)
+    stale = DeltaTable(path)
+    other = DeltaLedger(path)  # a second pipeline's FanOut on the same ledger
+    other.mark_committed(_mark("users", "a", 3))
+
+    ledger._compact(stale)  # as after its own mark, on the snapshot of that commit
+
+    assert _rows(path) == sorted([*ROWS, ("users", "a", 3)])
+    assert _marked(DeltaLedger(path)) == {**MARKS, "users": {"a": 3}, "high": (2, 3)}
+
+
+def test_a_mark_planned_before_the_ledgers_compaction_commits_after_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second pipeline's FanOut checked its marks on the snapshot before the compaction:
+    delta-rs refuses its append (the overwrite removed files with dataChange=true), and
+    the mark is checked and committed again on the fresh snapshot."""
+    path = str(tmp_path / "ledger")
+    ledger = _filled(path)
+    other = DeltaLedger(path, compact_after_files=None)
+    other.open()
+    other.lookup("users", ["a"])  # its batch's lookup: the snapshot its mark commits on
+
+    ledger.maintain(vacuum_retention_hours=None, checkpoint=False, cleanup_logs=False)
+    with caplog.at_level(logging.INFO, logger="fanout.ledger.delta"):
+        assert other.mark_committed(_mark("users", "a", 3))
+    assert "lost a commit race" in caplog.text  # refused once, committed on the fresh one
+    other.record_failure(_failure("users", "a", 4))
+
+    assert _rows(path) == sorted([*ROWS, ("users", "a", 3), ("users", "a", 4)])
+    assert _marked(DeltaLedger(path)) == {**MARKS, "users": {"a": 3}, "high": (2, 3)}
+
+
+def _failure(pipeline: str, sink: str, batch_id: int) -> LedgerEntry:
+    return LedgerEntry(
+        pipeline=pipeline, sink=sink, batch_id=batch_id, status="failed", query_id="q",
+        started_at=now_utc(), error="target down",
+    )  # fmt: skip
+
+
+def test_an_optimize_planned_before_the_ledgers_compaction_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger")
+    ledger = _filled(path)
+    other = DeltaTable(path)  # another program's OPTIMIZE of the ledger, planned
+
+    ledger.maintain(vacuum_retention_hours=None, checkpoint=False, cleanup_logs=False)
+
+    with pytest.raises(CommitFailedError):
+        other.optimize.compact()
+    assert _rows(path) == ROWS
+
+
+def test_the_ledgers_compaction_after_another_programs_optimize_is_taken_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = str(tmp_path / "ledger")
+    ledger = _filled(path)
+    stale = DeltaTable(path)
+    DeltaTable(path).optimize.compact()  # another program, first
+
+    ledger._compact(stale)
+
+    assert _rows(path) == ROWS
+    assert "raced another compaction" in caplog.text and "taken back" in caplog.text
+    assert _marked(DeltaLedger(path)) == MARKS
+
+
+class _MaintainedMeanwhile(DeltaLedger):
+    """``fanout ledger maintain`` run twice at once: the other one compacts first."""
+
+    def _compaction(self, table: Any) -> Any:
+        DeltaLedger(self.path).maintain(vacuum_retention_hours=None, checkpoint=False)
+        return super()._compaction(table)
+
+
+def test_a_maintenance_whose_compaction_lost_the_race_says_to_run_it_again(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "ledger")
+    _filled(path)
+    again = r"(?s)another writer compacted the ledger .*run `fanout ledger maintain` again"
+    with pytest.raises(LedgerError, match=again):
+        _MaintainedMeanwhile(path).maintain(vacuum_retention_hours=None)
+    assert _rows(path) == ROWS
+    assert _marked(DeltaLedger(path)) == MARKS
