@@ -335,12 +335,6 @@ def test_finding6_a_sink_raising_a_base_exception_is_not_recorded() -> None:
 # -- finding 8: `${NAME:-default}` keeps an empty NAME instead of the default ---------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review2 finding 8: expand_env gives '' for ${NAME:-default} when NAME is set but "
-    "empty, where the shell syntax it borrows (and every .env/compose tool) gives the "
-    "default; a pipeline then runs with an empty path or URL",
-)
 def test_finding8_an_empty_variable_takes_the_default() -> None:
     from fanout.observe.secrets import expand_env
 
