@@ -227,12 +227,6 @@ def test_finding3_validate_passes_what_run_refuses(tmp_path: Path, key: str, val
 # -- finding 4: two distributions whose entry points share a name: one is dropped silently --
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review2 finding 4: a second distribution whose entry point has the same name as "
-    "an installed one is skipped at DEBUG level (load_registry: has_plugin); its sink types "
-    "are never compared, so a fork claiming 'jsonl' silently loses or wins by install order",
-)
 def test_finding4_two_distributions_with_one_entry_point_name_are_not_reported() -> None:
     from fanout.errors import PluginError
     from fanout.hooks.registry import load_registry
