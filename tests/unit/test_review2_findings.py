@@ -300,12 +300,6 @@ class _Abort(BaseException):
     SystemExit, gevent's GreenletExit, a C extension's own)."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review2 finding 6: SinkRunner catches only Exception: a sink's write raising a "
-    "BaseException skips the failed attempt's ledger row, log line and fanout_sink_error/"
-    "fanout_batch_failed hooks (invariant 4, 'Nothing hidden')",
-)
 def test_finding6_a_sink_raising_a_base_exception_is_not_recorded() -> None:
     ledger = MemoryLedger()
     fine = ScriptedSink("fine")
