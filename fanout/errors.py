@@ -7,6 +7,7 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     │   └── UnknownSinkTypeError    a sink ``type`` no installed plugin provides
     ├── PluginError                 a plugin cannot be used
     │   ├── PluginLoadError         a plugin raised while being imported
+    │   │   └── DuplicatePluginError  two distributions register one entry-point name
     │   └── DuplicateSinkTypeError  two plugins claim one sink type name
     ├── SinkError                   one sink, one batch
     │   ├── SinkWriteError          a write failed (chained ``from`` the cause)
@@ -66,15 +67,43 @@ class PluginError(FanoutError):
 
 
 class PluginLoadError(PluginError):
-    """A plugin raised while being imported or while answering a hook."""
+    """A plugin raised while being imported or while answering a hook, or (subclass
+    :class:`DuplicatePluginError`) cannot be loaded without guessing."""
 
     def __init__(self, plugin_name: str, distribution: str | None, cause: BaseException) -> None:
         self.plugin_name = plugin_name
         self.distribution = distribution
-        self.cause = cause
+        self.cause: BaseException | None = cause  # None: nothing raised (a duplicate)
         origin = f" (distribution {distribution})" if distribution else ""
         super().__init__(
             f'Error importing plugin "{plugin_name}"{origin}: {type(cause).__name__}: {cause}'
+        )
+
+
+class DuplicatePluginError(PluginLoadError):
+    """Two distributions register one entry-point name in the ``fanout`` group; the second
+    is not loaded (which one comes first depends on the install order)."""
+
+    def __init__(
+        self, plugin_name: str, first: str, second: str, distributions: Sequence[str | None]
+    ) -> None:
+        """
+        :param plugin_name: the entry point's name.
+        :param first: the registration loaded, described (distribution, version, module).
+        :param second: the registration not loaded, described the same way.
+        :param distributions: the two distributions' names, when known.
+        """
+        self.plugin_name = plugin_name
+        self.distribution = distributions[1]
+        self.providers = (first, second)
+        self.cause = None
+        named = [f"`pip uninstall {d}`" for d in distributions if d]
+        how = f" ({' or '.join(named)})" if named else ""
+        PluginError.__init__(
+            self,
+            f"plugin {plugin_name!r} (an entry point of the 'fanout' group) is registered by "
+            f"two distributions: {first} and {second}; fanout will not pick one by install "
+            f"order: uninstall one of them{how}, or rename the entry point in one",
         )
 
 

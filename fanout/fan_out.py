@@ -429,7 +429,11 @@ class FanOut:
                 results=state.results,
                 error=error,
             )
+            if state.aborted is not None:  # an interrupt or exit goes on up as raised
+                raise state.aborted
             raise error from next(iter(state.failures.values()))
+        if state.aborted is not None:  # raised by a sink that lags (on_failure='lag')
+            raise state.aborted
         self.hooks.call("fanout_batch_end", info=info, results=state.results)
         return state.results
 

@@ -1,9 +1,10 @@
 """Pipelines described in a TOML file, for ``fanout run`` and ``fanout validate``.
 
-Every string value may reference environment variables as ``${NAME}`` or
-``${NAME:-default}``. Unknown keys are errors naming the key's path and the closest known
-key (``sinks[2].tabel: unknown option, did you mean table?``). See
-``examples/pipeline.toml`` for a commented example.
+Every string value may reference environment variables as ``${NAME}``,
+``${NAME:-default}`` (unset or empty) or ``${NAME-default}`` (unset only), as the shell
+reads them (:func:`fanout.observe.secrets.expand_env`). Unknown keys are errors naming the
+key's path and the closest known key (``sinks[2].tabel: unknown option, did you mean
+table?``). See ``examples/pipeline.toml`` for a commented example.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -24,6 +25,7 @@ from fanout.deadletters.delta import delta_target
 from fanout.deadletters.target import DELTA, DeadLetterKind
 from fanout.errors import (
     ConfigurationError,
+    DuplicatePluginError,
     DuplicateSinkTypeError,
     PluginError,
     PluginLoadError,
@@ -263,17 +265,13 @@ def load_registry(
     eps = list(
         entry_points(group=hookspecs.PROJECT_NAME) if entry_points_ is None else entry_points_
     )
+    seen: dict[str, PluginInfo] = {}
     for ep in eps:
-        dist = getattr(ep, "dist", None)
-        info = PluginInfo(
-            name=ep.name,
-            module=ep.value,
-            distribution=getattr(dist, "name", None) or (dist.metadata["Name"] if dist else None),
-            version=getattr(dist, "version", None),
-        )
-        if registry.manager.has_plugin(ep.name):
-            log.debug("plugin %s already registered; skipping %s", ep.name, info.describe())
+        info = _entry_point_info(ep)
+        if (first := seen.get(ep.name)) is not None:
+            _duplicate(registry, first, info)
             continue
+        seen[ep.name] = info
         try:
             plugin = ep.load()
         except Exception as exc:
@@ -286,6 +284,46 @@ def load_registry(
         _register(registry, plugin, PluginInfo(name, origin))
     _check_pending(registry)
     return registry
+
+
+def _entry_point_info(ep: EntryPointLike) -> PluginInfo:
+    dist = getattr(ep, "dist", None)
+    return PluginInfo(
+        name=ep.name,
+        module=ep.value,
+        distribution=getattr(dist, "name", None) or (dist.metadata["Name"] if dist else None),
+        version=getattr(dist, "version", None),
+    )
+
+
+def _duplicate(registry: Registry, first: PluginInfo, second: PluginInfo) -> None:
+    """A second entry point with an already seen name. The same distribution's entry point
+    listed twice (its metadata found on two ``sys.path`` entries; ``importlib.metadata``
+    lists each distribution once, a caller's list may not) is skipped; another
+    distribution's is a :class:`DuplicatePluginError`, whichever was installed first."""
+    if (_normalized(first.distribution), first.module) == (
+        _normalized(second.distribution),
+        second.module,
+    ):
+        log.debug("plugin %s listed twice by %s; loaded once", first.name, first.describe())
+        return
+    registry.load_errors.append(
+        DuplicatePluginError(
+            first.name,
+            _provider(first),
+            _provider(second),
+            (first.distribution, second.distribution),
+        )
+    )
+
+
+def _provider(info: PluginInfo) -> str:
+    return f"{info.describe()} ({info.module})" if info.distribution else info.describe()
+
+
+def _normalized(distribution: str | None) -> str | None:
+    """A distribution's name as PyPI compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", distribution).lower() if distribution else None
 
 
 def _check_pending(registry: Registry) -> None:

@@ -24,8 +24,10 @@ _NAME = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def expand_env(value: str, *, what: str, environ: Mapping[str, str] | None = None) -> str:
-    """Replace ``${NAME}`` (or ``${NAME:-default}``, defaults may nest references) with
-    environment variables. Substituted values are not expanded again.
+    """Replace ``${NAME}`` with the environment variable ``NAME``. As in the shell,
+    ``${NAME:-default}`` gives ``default`` when ``NAME`` is unset or empty, and
+    ``${NAME-default}`` only when it is unset (an empty ``NAME`` stays empty); defaults may
+    nest references. Substituted values are not expanded again.
 
     :param what: names the option in the error, e.g. ``"sink 'pg' option 'url'"``.
     :raises ConfigurationError: when a referenced variable is not set and has no default,
@@ -50,14 +52,18 @@ def _expand(
             pos += 1
             continue
         name, pos = match.group(1), match.end()
-        default = None
-        if value.startswith(":-", pos):
-            default, pos = _expand(value, pos + 2, env, what, nested=True)
+        default, or_empty = None, False
+        for marker in (":-", "-"):
+            if value.startswith(marker, pos):
+                or_empty = marker == ":-"
+                default, pos = _expand(value, pos + len(marker), env, what, nested=True)
+                break
         if not value.startswith("}", pos):
             raise ConfigurationError(f"{what}: unclosed reference ${{{name}...")
         pos += 1
-        if name in env:
-            out.append(env[name])
+        found = env.get(name)
+        if found is not None and not (or_empty and found == ""):
+            out.append(found)
         elif default is not None:
             out.append(default)
         else:
@@ -66,7 +72,10 @@ def _expand(
                 f"export {name}=... before starting the pipeline"
             )
     if nested:
-        raise ConfigurationError(f"{what}: a ${{NAME:-default}} reference is not closed")
+        raise ConfigurationError(
+            f"{what}: the default of a ${{NAME:-default}} or ${{NAME-default}} reference "
+            "is not closed; add the '}'"
+        )
     return "".join(out), pos
 
 

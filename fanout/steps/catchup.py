@@ -130,7 +130,7 @@ class CatchUp:
                     progressed |= self.step(sink)
                 if progressed:
                     self.lagging.release_held()
-            except Exception:  # never let the thread die: the live path needs it
+            except BaseException:  # never let the thread die (a SystemExit would, silently)
                 log.exception("pipeline %s: the catch-up failed; retrying", self.lagging.pipeline)
                 progressed = False
             if not progressed:
@@ -145,7 +145,9 @@ class CatchUp:
     # -- one sink --------------------------------------------------------------------
 
     def step(self, sink: str) -> bool:
-        """Write ``sink``'s oldest missed batch, if any; ``True`` when one was written."""
+        """Write ``sink``'s oldest missed batch, if any; ``True`` when one was written. A
+        write raising an interrupt or an exit is a failure like any other here: recorded,
+        the sink tried again after its probe interval (the thread must live on)."""
         lock = self._locks[sink]
         if not lock.acquire(blocking=False):
             return False  # the live path is draining it
@@ -157,14 +159,18 @@ class CatchUp:
     def drain(self, sink: str, until: Callable[[], bool]) -> BaseException | None:
         """Write ``sink``'s missed batches now, in this thread, until ``until()`` holds or
         it has none; return the error that stopped it (``None``: done). Used by the live
-        path when a sink reaches its ``max_lag``."""
+        path when a sink reaches its ``max_lag``. A write raising a BaseException that is not
+        an Exception (an interrupt, an exit) is recorded, then raised on in this thread."""
         with self._locks[sink]:
             while not until():
                 outcome = self._write_next(sink)
                 if outcome is None:
                     return None
-                if isinstance(outcome, BaseException):
-                    return outcome
+                if not isinstance(outcome, BaseException):
+                    continue
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                return outcome
         return None
 
     def _write_next(self, sink: str) -> bool | BaseException | None:
@@ -178,7 +184,8 @@ class CatchUp:
         return True if error is None else error
 
     def write(self, sink: str, key: BatchKey) -> BaseException | None:
-        """Write batch ``key`` to ``sink`` and mark it; return the failure, if any."""
+        """Write batch ``key`` to ``sink`` and mark it; return the failure, if any (what the
+        write raised, unchanged, when it is not an Exception; else the named error)."""
         spec = self.specs[sink]
         unopened = self.lagging.reopen(sink)
         if unopened is not None:
@@ -207,7 +214,7 @@ class CatchUp:
             routes.release()
         if outcome.error is not None:
             self.lagging.failed(sink, outcome.error)
-            return outcome.error
+            return outcome.error if outcome.abort is None else outcome.abort
         self.lagging.committed(sink, key)
         log.info(
             "pipeline %s, batch %s, sink %s: caught up (%s rows)",

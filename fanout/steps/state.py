@@ -51,6 +51,9 @@ class BatchState:
     """Sinks written and marked in this call (steps 5 and 6)."""
     failures: dict[str, BaseException] = field(default_factory=dict)
     """Sinks that failed after their retries (steps 5 and 6) and fail the batch."""
+    aborted: BaseException | None = None
+    """What a sink's write raised that is not an Exception (``KeyboardInterrupt``,
+    ``SystemExit``...), recorded as its failure and raised on, unchanged, at the end."""
     lagging: dict[str, Backlog] = field(default_factory=dict)
     """Sinks behind the batch (step 3b): not written live; the batch is spooled for them."""
     lagged: dict[str, BaseException] = field(default_factory=dict)

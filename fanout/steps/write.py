@@ -75,6 +75,7 @@ def write_all(
             outcomes = list(pool.map(lambda task: task(), tasks))
     state.results.update({o.sink: o.result for o in outcomes if o.result is not None})
     state.failures.update({o.sink: o.error for o in outcomes if o.error is not None})
+    state.aborted = next((o.abort for o in outcomes if o.abort is not None), state.aborted)
 
 
 def _batch_for(state: BatchState, name: str, given: SinkInput) -> Batch:
@@ -85,11 +86,14 @@ def _batch_for(state: BatchState, name: str, given: SinkInput) -> Batch:
 
 @dataclass(frozen=True)
 class SinkOutcome:
-    """How one sink fared with one batch: a result, or the error it failed with."""
+    """How one sink fared with one batch: a result, or the error it failed with (and,
+    when the write raised a BaseException that is not an Exception, that exception as
+    raised: ``abort``, for the caller to raise on once the batch is settled)."""
 
     sink: str
     result: SinkResult | None = None
     error: BaseException | None = None
+    abort: BaseException | None = None
 
 
 def as_result(value: object, sink: Sink) -> SinkResult:
@@ -138,7 +142,10 @@ class SinkRunner:
     shared: SharedPass | None = None
 
     def run(self) -> SinkOutcome:
-        """Never raises for a sink's own failure: returns it in the outcome."""
+        """Never raises for a sink's own failure: returns it in the outcome. A write raising
+        a BaseException that is not an Exception (``KeyboardInterrupt``, ``SystemExit``,
+        gevent's ``GreenletExit``) is recorded as a failed attempt, never retried, and
+        returned as the outcome's ``abort``."""
         try:
             return self._run()
         finally:
@@ -164,15 +171,13 @@ class SinkRunner:
                         dead_lettered=result.dead_lettered + routed,
                         details={**result.details, "route_dead_lettered": routed},
                     )
-            except Exception as exc:
+            except BaseException as exc:  # an interrupt too: its attempt is recorded
                 self.writing.release()
-                error = _named(exc, name, info.batch_id, self.sink.secret_values())
-                will_retry = self._transient(exc) and attempt <= self.retry.retries
-                if not will_retry and self.given.explain is not None:
-                    error = self.given.explain(exc) or error
+                error, will_retry = self._failure(exc, attempt)
                 self._failed(attempt, started, clock, error, will_retry)
                 if not will_retry:
-                    return SinkOutcome(name, error=error)
+                    abort = None if isinstance(exc, Exception) else exc
+                    return SinkOutcome(name, error=error, abort=abort)
                 time.sleep(self.retry.delay(attempt))
                 continue
             duration = time.perf_counter() - clock
@@ -203,6 +208,17 @@ class SinkRunner:
                 extra=batch_fields(info.pipeline, info.batch_id, name),
             )
             return SinkOutcome(name, result=result)
+
+    def _failure(self, exc: BaseException, attempt: int) -> tuple[Exception, bool]:
+        """The error to record for ``exc`` (naming sink and batch, secrets masked) and
+        whether to retry: never for a BaseException that is not an Exception."""
+        error = _named(exc, self.sink.name, self.batch.batch_id, self.sink.secret_values())
+        if not isinstance(exc, Exception):
+            return error, False
+        will_retry = self._transient(exc) and attempt <= self.retry.retries
+        if not will_retry and self.given.explain is not None:
+            error = self.given.explain(exc) or error
+        return error, will_retry
 
     def _write(self, batch: Batch) -> object:
         if self.shared is not None and batch.attempt == 1:
@@ -280,7 +296,7 @@ class SinkRunner:
         self.record.failed(self.batch, attempt, started, time.perf_counter() - clock, error)
 
 
-def _named(exc: Exception, sink: str, batch_id: int, secrets: Sequence[str]) -> Exception:
+def _named(exc: BaseException, sink: str, batch_id: int, secrets: Sequence[str]) -> Exception:
     """The sink's error, wrapped to name sink and batch unless it already does (a
     :class:`fanout.CheckpointError` a sink raised names them, and keeps its class).
 

@@ -445,6 +445,71 @@ def test_hooks_with_parallel_sinks(memory_ledger: MemoryLedger, frame: FakeFrame
     assert len(events) == 6
 
 
+class _GreenletExit(BaseException):
+    """What gevent raises in a killed greenlet: a BaseException, not an Exception."""
+
+
+@pytest.mark.parametrize(
+    "stop", [KeyboardInterrupt("stop"), SystemExit(3), _GreenletExit("killed")], ids=repr
+)
+def test_a_sink_raising_an_interrupt_is_recorded_once_then_raised_unchanged(
+    memory_ledger: MemoryLedger,
+    frame: FakeFrame,
+    stop: BaseException,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Recorded as the attempt's failure (ledger row, log line, hooks), never retried even
+    when ``is_transient`` says so, and raised on as raised: Spark, or the user pressing
+    Ctrl-C, gets the interrupt, not a BatchFailedError."""
+    recorder = Recorder(memory_ledger)
+    sink = ScriptedSink("a", always_fail=stop, transient=(BaseException,))
+    fan = make_fan(memory_ledger, [sink], plugins=[recorder], retries=3)
+    with caplog.at_level(logging.WARNING, "fanout"), pytest.raises(type(stop)) as raised:
+        fan.process(frame, info(4))
+
+    assert raised.value is stop
+    said = f"sink 'a', batch 4: {type(stop).__name__}: {stop}"
+    assert sink.calls == [(4, 1)]
+    assert [(e.status, e.sink, e.attempt, e.error) for e in memory_ledger.entries] == [
+        ("epoch", "*", 1, None),
+        ("failed", "a", 1, f"SinkWriteError: {said}"),
+    ]
+    assert recorder.events == [
+        ("batch_start", 4, ["a"], []),
+        ("sink_start", "a", 1, None),
+        ("sink_error", "a", 1, False, said),
+        ("batch_failed", 4, ["a"], {}),
+    ]
+    assert [r.getMessage() for r in caplog.records if r.name == "fanout"] == [
+        f"pipeline orders, batch 4, sink a: attempt 1 failed: {said}"
+    ]
+
+
+def test_an_interrupted_sink_leaves_the_others_written_and_marked(
+    memory_ledger: MemoryLedger, frame: FakeFrame
+) -> None:
+    recorder = Recorder(memory_ledger)
+    stop = KeyboardInterrupt()
+    ok, bad = ScriptedSink("a"), ScriptedSink("b", always_fail=stop)
+    fan = make_fan(memory_ledger, [ok, bad], plugins=[recorder], retries=2)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        fan.process(frame, info(1))
+
+    assert raised.value is stop
+    assert (ok.calls, bad.calls) == ([(1, 1)], [(1, 1)])
+    assert memory_ledger.last_committed(PIPELINE, ["a", "b"]) == {"a": 1, "b": None}
+    assert [
+        (e.sink, e.attempt, e.error) for e in memory_ledger.entries if e.status == "failed"
+    ] == [("b", 1, "SinkWriteError: sink 'b', batch 1: KeyboardInterrupt: ")]
+    assert recorder.events[-1] == ("batch_failed", 1, ["b"], {"a": SinkResult(rows=3)})
+    assert ("sink_error", "b", 1, False, "sink 'b', batch 1: KeyboardInterrupt: ") in (
+        recorder.events
+    )
+    bad.always_fail = None
+    fan.process(frame, info(1))  # the replay writes only the sink that was interrupted
+    assert (ok.calls, bad.calls) == ([(1, 1)], [(1, 1), (1, 1)])
+
+
 def test_raising_observer_does_not_fail_the_batch(
     memory_ledger: MemoryLedger, frame: FakeFrame, caplog: pytest.LogCaptureFixture
 ) -> None:

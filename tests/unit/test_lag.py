@@ -5,6 +5,7 @@ for whom, the catch-up's order, the bounds, and the options' validation."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -375,5 +376,92 @@ def test_a_lag_sink_finding_its_checkpoint_rolled_back_stops_the_query(tmp_path:
         assert fan.spool is not None and fan.spool.batches() == []
         assert ledger.last_committed("rolled", ["good", "delta"]) == {"good": 3, "delta": None}
         assert fan.lagging.lag_of("delta").state == "live"
+    finally:
+        fan.close()
+
+
+def test_a_lag_sink_raising_an_interrupt_lags_and_the_interrupt_goes_on(tmp_path: Path) -> None:
+    """The interrupted sink's attempt is recorded and it lags like any failed lag sink (the
+    batch is spooled for it, the other sink's mark stands), then the interrupt is raised."""
+    stop = KeyboardInterrupt("stop")
+    good, down = ScriptedSink("good"), ScriptedSink("down", always_fail=stop)
+    fan = _fan(tmp_path, [good, _spec(down)], probe_interval_s=3600)
+    try:
+        with pytest.raises(KeyboardInterrupt) as raised:
+            fan.process(SchemaFrame([1, 2]), BatchInfo("lagged", 0, "q"))
+        assert raised.value is stop
+        assert fan.ledger.last_committed("lagged", ["down", "good"]) == {"down": None, "good": 0}
+        failed = [(e.sink, e.attempt, e.error) for e in fan.ledger.entries if e.status == "failed"]
+        assert failed == [
+            ("down", 1, "SinkWriteError: sink 'down', batch 0: KeyboardInterrupt: stop")
+        ]
+        spool = fan.lagging.spool
+        assert spool is not None
+        assert [(b.batch_id, b.rows, sorted(b.needed_by)) for b in spool.batches()] == [
+            (0, 2, ["down"])
+        ]
+        lag = fan.lagging.lags()["down"]
+        assert (lag.state, lag.batches) == ("lagging", 1)
+    finally:
+        fan.close()
+
+
+def test_the_catch_up_records_an_interrupt_and_raises_it_only_in_the_callers_thread(
+    tmp_path: Path,
+) -> None:
+    """In its own thread (``step``) the catch-up must live on: the interrupted write is a
+    failure like any other. ``catch_up()`` (the caller's thread) raises it on."""
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = _fan(tmp_path, [ScriptedSink("good"), _spec(down)], probe_interval_s=3600)
+    frames = {0: SchemaFrame([7])}
+    _catch_up_from_memory(fan, frames)
+    try:
+        fan.process(frames[0], BatchInfo("lagged", 0, "q"))
+        fan.catchup.stop()
+        stop = SystemExit(3)
+        down.always_fail = stop
+
+        assert fan.catchup.step("down") is False  # no raise: recorded, tried again later
+        with pytest.raises(SystemExit) as raised:
+            fan.catch_up(timeout_s=10)
+        assert raised.value is stop
+        failed = [(e.sink, e.attempt, e.error) for e in fan.ledger.entries if e.status == "failed"]
+        assert failed == [
+            ("down", 1, "SinkWriteError: sink 'down': refused"),
+            ("down", 1, "SinkWriteError: sink 'down', batch 0: SystemExit: 3"),
+            ("down", 1, "SinkWriteError: sink 'down', batch 0: SystemExit: 3"),
+        ]
+        assert down.calls == [(0, 1), (0, 1), (0, 1)]
+        assert fan.ledger.last_committed("lagged", ["down"]) == {"down": None}
+    finally:
+        fan.close()
+
+
+def test_the_catch_up_thread_survives_an_exit_raised_inside_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import threading
+
+    fan = _fan(tmp_path, [ScriptedSink("good"), _spec(ScriptedSink("down"))])
+    steps: list[str] = []
+    twice = threading.Event()
+
+    def step(sink: str) -> bool:
+        steps.append(sink)
+        if len(steps) == 1:
+            raise SystemExit(1)  # a thread it ends does not even print a traceback
+        twice.set()
+        return False
+
+    fan.catchup.step = step  # type: ignore[method-assign]
+    try:
+        with caplog.at_level(logging.ERROR, "fanout"):
+            fan.catchup.start()
+            fan.catchup.wake()
+            assert twice.wait(10), f"the catch-up stopped after {steps}"
+        assert fan.catchup._thread is not None and fan.catchup._thread.is_alive()
+        assert [r.getMessage() for r in caplog.records if r.name == "fanout"][:1] == [
+            "pipeline lagged: the catch-up failed; retrying"
+        ]
     finally:
         fan.close()

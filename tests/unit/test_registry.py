@@ -18,6 +18,7 @@ import fanout
 from fanout import Sink
 from fanout.errors import (
     ConfigurationError,
+    DuplicatePluginError,
     DuplicateSinkTypeError,
     PluginError,
     PluginLoadError,
@@ -535,3 +536,136 @@ def test_an_optional_hook_of_another_project_is_not_an_error() -> None:
     registry = load_registry([plugin], entry_points_=[])
     assert registry.load_errors == []
     assert "optional_plugin" in registry.plugins
+
+
+# -- one entry-point name, two registrations ---------------------------------------------
+
+
+def test_two_distributions_registering_one_entry_point_name_is_a_load_error() -> None:
+    first = entry_point("jsonl", {"jsonl": JsonlSink}, dist=("fanout-jsonl", "1.0.0"))
+    fork = entry_point("jsonl", {"jsonl": OtherSink}, dist=("acme-fanout-jsonl", "0.4"))
+    registry = load_registry(entry_points_=[first, fork])
+
+    [error] = registry.load_errors
+    assert isinstance(error, DuplicatePluginError) and isinstance(error, PluginLoadError)
+    assert error.providers == (
+        "fanout-jsonl 1.0.0 (fake_jsonl.plugin)",
+        "acme-fanout-jsonl 0.4 (fake_jsonl.plugin)",
+    )
+    assert str(error) == (
+        "plugin 'jsonl' (an entry point of the 'fanout' group) is registered by two "
+        "distributions: fanout-jsonl 1.0.0 (fake_jsonl.plugin) and acme-fanout-jsonl 0.4 "
+        "(fake_jsonl.plugin); fanout will not pick one by install order: uninstall one of "
+        "them (`pip uninstall fanout-jsonl` or `pip uninstall acme-fanout-jsonl`), or rename "
+        "the entry point in one"
+    )
+    assert (first.loads, fork.loads) == (1, 0)  # the second is never imported
+    assert registry.plugins == {
+        "jsonl": PluginInfo("jsonl", "fake_jsonl.plugin", "fanout-jsonl", "1.0.0")
+    }
+    with pytest.raises(DuplicatePluginError):
+        registry.raise_load_errors()
+
+
+def test_one_distribution_registering_one_name_for_two_modules_is_a_load_error() -> None:
+    first = entry_point("jsonl", {"jsonl": JsonlSink}, dist=("fanout-jsonl", "1.0.0"))
+    other = FakeEntryPoint(
+        "jsonl", "fanout_jsonl.other", FakeDist("fanout-jsonl", "1.0.0"), first.plugin
+    )
+    registry = load_registry(entry_points_=[first, other])
+
+    [error] = registry.load_errors
+    assert isinstance(error, DuplicatePluginError)
+    assert error.providers == (
+        "fanout-jsonl 1.0.0 (fake_jsonl.plugin)",
+        "fanout-jsonl 1.0.0 (fanout_jsonl.other)",
+    )
+
+
+def test_an_entry_point_without_distribution_sharing_a_name_is_a_load_error() -> None:
+    first = entry_point("jsonl", {"jsonl": JsonlSink}, dist=("fanout-jsonl", "1.0.0"))
+    loose = entry_point("jsonl", {"jsonl": OtherSink}, dist=None)
+    loose.value = "my_jsonl"
+    registry = load_registry(entry_points_=[first, loose])
+
+    [error] = registry.load_errors
+    assert str(error) == (
+        "plugin 'jsonl' (an entry point of the 'fanout' group) is registered by two "
+        "distributions: fanout-jsonl 1.0.0 (fake_jsonl.plugin) and module my_jsonl; fanout "
+        "will not pick one by install order: uninstall one of them (`pip uninstall "
+        "fanout-jsonl`), or rename the entry point in one"
+    )
+
+
+@pytest.mark.parametrize(
+    "twin", [("fanout-jsonl", "1.0.0"), ("Fanout_JSONL", "1.0.0"), ("fanout.jsonl", "1.1")]
+)
+def test_one_distributions_entry_point_listed_twice_is_loaded_once(
+    twin: tuple[str, str],
+) -> None:
+    """A caller's list may hold a distribution twice (its metadata in two ``sys.path``
+    entries): the same distribution (as PEP 503 compares names) and module is one plugin."""
+    first = entry_point("jsonl", {"jsonl": JsonlSink}, dist=("fanout-jsonl", "1.0.0"))
+    again = entry_point("jsonl", {"jsonl": JsonlSink}, dist=twin)
+    registry = load_registry(entry_points_=[first, again])
+
+    assert registry.load_errors == []
+    assert (first.loads, again.loads) == (1, 0)
+    assert list(registry.sink_types()) == ["jsonl"]
+    assert registry.sink_types()["jsonl"].plugin.describe() == "fanout-jsonl 1.0.0"
+
+
+def _distribution(root: Path, name: str, version: str, module: str, type_name: str) -> None:
+    """An installed distribution as pip leaves it: its module and its ``*.dist-info``."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / f"{module}.py").write_text(PROBE.replace('"probe"', repr(type_name)))
+    info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[fanout]\njsonl = {module}\n")
+
+
+def test_a_distribution_installed_on_two_paths_is_one_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_modules: None
+) -> None:
+    """The same distribution found twice (an editable install and a regular one, a
+    ``--target`` directory next to site-packages): Python's ``entry_points()`` lists it once,
+    from the first path, so fanout neither reports it nor loads it twice."""
+    for where in ("editable", "site"):
+        _distribution(tmp_path / where, "fanout-jsonl", "1.0", "fanout_jsonl_probe", "jsonl")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.syspath_prepend(str(tmp_path / "editable"))
+
+    registry = load_registry()
+    assert registry.load_errors == []
+    assert registry.plugins["jsonl"] == PluginInfo(
+        "jsonl", "fanout_jsonl_probe", "fanout-jsonl", "1.0"
+    )
+    module = sys.modules["fanout_jsonl_probe"].__file__ or ""
+    assert module == str(tmp_path / "editable" / "fanout_jsonl_probe.py")
+
+
+def test_two_installed_distributions_with_one_entry_point_name_fail_fanout_plugins(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    restore_modules: None,
+) -> None:
+    from fanout.app.cli import main
+    from fanout.ledger.memory import MemoryLedger
+
+    _distribution(tmp_path / "a", "fanout-jsonl", "1.0", "fanout_jsonl_a", "jsonl")
+    _distribution(tmp_path / "b", "acme-fanout-jsonl", "0.4", "acme_jsonl_b", "jsonl")
+    monkeypatch.syspath_prepend(str(tmp_path / "b"))
+    monkeypatch.syspath_prepend(str(tmp_path / "a"))
+
+    assert main(["plugins"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "error: plugin 'jsonl' (an entry point of the 'fanout' group) is registered by two "
+        "distributions: fanout-jsonl 1.0 (fanout_jsonl_a) and acme-fanout-jsonl 0.4 "
+        "(acme_jsonl_b); fanout will not pick one by install order"
+    ) in err
+    assert "acme_jsonl_b" not in sys.modules
+    with pytest.raises(DuplicatePluginError, match="acme-fanout-jsonl 0.4"):
+        fanout.FanOut("p", MemoryLedger(), [{"type": "jsonl", "name": "raw"}])

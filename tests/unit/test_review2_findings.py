@@ -227,12 +227,6 @@ def test_finding3_validate_passes_what_run_refuses(tmp_path: Path, key: str, val
 # -- finding 4: two distributions whose entry points share a name: one is dropped silently --
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review2 finding 4: a second distribution whose entry point has the same name as "
-    "an installed one is skipped at DEBUG level (load_registry: has_plugin); its sink types "
-    "are never compared, so a fork claiming 'jsonl' silently loses or wins by install order",
-)
 def test_finding4_two_distributions_with_one_entry_point_name_are_not_reported() -> None:
     from fanout.errors import PluginError
     from fanout.hooks.registry import load_registry
@@ -306,12 +300,6 @@ class _Abort(BaseException):
     SystemExit, gevent's GreenletExit, a C extension's own)."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review2 finding 6: SinkRunner catches only Exception: a sink's write raising a "
-    "BaseException skips the failed attempt's ledger row, log line and fanout_sink_error/"
-    "fanout_batch_failed hooks (invariant 4, 'Nothing hidden')",
-)
 def test_finding6_a_sink_raising_a_base_exception_is_not_recorded() -> None:
     ledger = MemoryLedger()
     fine = ScriptedSink("fine")
@@ -335,12 +323,6 @@ def test_finding6_a_sink_raising_a_base_exception_is_not_recorded() -> None:
 # -- finding 8: `${NAME:-default}` keeps an empty NAME instead of the default ---------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review2 finding 8: expand_env gives '' for ${NAME:-default} when NAME is set but "
-    "empty, where the shell syntax it borrows (and every .env/compose tool) gives the "
-    "default; a pipeline then runs with an empty path or URL",
-)
 def test_finding8_an_empty_variable_takes_the_default() -> None:
     from fanout.observe.secrets import expand_env
 

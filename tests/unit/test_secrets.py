@@ -78,6 +78,40 @@ def test_expand_env_nested_defaults_and_no_reexpansion() -> None:
     assert "is not closed" in str(unclosed.value)
 
 
+@pytest.mark.parametrize(
+    ("reference", "environ", "expected"),
+    [
+        ("${SPOOL:-/data/spool}", {}, "/data/spool"),  # unset: the default
+        ("${SPOOL:-/data/spool}", {"SPOOL": ""}, "/data/spool"),  # empty: the default
+        ("${SPOOL:-/data/spool}", {"SPOOL": "/x"}, "/x"),
+        ("${SPOOL-/data/spool}", {}, "/data/spool"),  # unset: the default
+        ("${SPOOL-/data/spool}", {"SPOOL": ""}, ""),  # empty stays empty
+        ("${SPOOL-/data/spool}", {"SPOOL": "/x"}, "/x"),
+        ("${SPOOL}", {"SPOOL": ""}, ""),  # set, though empty: no error
+        ("${SPOOL:-}", {"SPOOL": ""}, ""),
+        ("${SPOOL-}", {}, ""),
+        ("a${SPOOL:-${ROOT-/r}/spool}b", {"SPOOL": ""}, "a/r/spoolb"),
+        ("${SPOOL-${ROOT:-/r}}", {"ROOT": ""}, "/r"),
+        ("${SPOOL:-x-y}", {}, "x-y"),  # a '-' inside the default is the default's
+    ],
+)
+def test_expand_env_defaults_as_the_shell_does(
+    reference: str, environ: dict[str, str], expected: str
+) -> None:
+    """``${NAME:-default}`` when unset or empty, ``${NAME-default}`` when unset only:
+    what sh, bash, docker compose and python-dotenv do."""
+    assert expand_env(reference, what="pipeline.spool", environ=environ) == expected
+
+
+def test_expand_env_an_unclosed_default_without_colon_is_refused() -> None:
+    with pytest.raises(ConfigurationError) as unclosed:
+        expand_env("${SPOOL-/data", what="pipeline.spool", environ={})
+    assert str(unclosed.value) == (
+        "pipeline.spool: the default of a ${NAME:-default} or ${NAME-default} reference is "
+        "not closed; add the '}'"
+    )
+
+
 def test_a_short_secret_is_masked_where_it_stands_alone_not_inside_words() -> None:
     """A Kafka ``sasl.username`` of ``u`` turned "minutes" into "min***tes"."""
     said = '5 minutes; user=u, u:pw@host, "u", min_u, upload'

@@ -389,3 +389,44 @@ def test_the_shared_job_takes_the_most_needed_partitioning_and_every_sink_taking
     assert shared_members({"a": _write("any"), "b": _write("any")}) == (None, ["a", "b"])
     writes = {"lake": _write(None, task=None), "pg": _write(by_id), "kafka": _write(by_id)}
     assert shared_members(writes) == (by_id, ["pg", "kafka"])
+
+
+def test_every_member_of_an_interrupted_shared_job_records_its_failed_attempt() -> None:
+    """The first member to ask plans the job and is interrupted; each member's runner
+    records its own failed attempt and hands back that very interrupt to raise on."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fanout.contract.batch import Batch, BatchInfo
+    from fanout.hooks.caller import HookCaller
+    from fanout.hooks.registry import new_plugin_manager
+    from fanout.ledger.memory import MemoryLedger
+    from fanout.retry import RetryPolicy
+    from fanout.routes.batch_routes import SinkInput
+    from fanout.steps.record import Recorder
+    from fanout.steps.share import SharedPass
+    from fanout.steps.write import SinkRunner
+
+    ledger, retry = MemoryLedger(), RetryPolicy(retries=2, backoff_s=0)
+    frame = Interrupted()
+    sinks = {name: PreparedKit(name) for name in ("a", "b")}
+    batches = {n: Batch(frame, BatchInfo("p", 5), n, f"fanout/p/{n}") for n in sinks}
+    shared = SharedPass(frame, {n: (sinks[n], batches[n]) for n in sinks})
+    runners = [
+        SinkRunner(sinks[n], batches[n], SinkInput(frame), Recorder(ledger, retry), retry,
+                   HookCaller(new_plugin_manager()), shared=shared)
+        for n in sinks
+    ]  # fmt: skip
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(lambda runner: runner.run(), runners))
+
+    [stop] = {id(o.abort): o.abort for o in outcomes}.values()
+    assert isinstance(stop, KeyboardInterrupt)
+    assert [(o.sink, o.result, str(o.error)) for o in outcomes] == [
+        ("a", None, "sink 'a', batch 5: KeyboardInterrupt: "),
+        ("b", None, "sink 'b', batch 5: KeyboardInterrupt: "),
+    ]
+    assert sorted((e.sink, e.status, e.attempt) for e in ledger.entries) == [
+        ("a", "failed", 1),
+        ("b", "failed", 1),
+    ]  # not retried alone
+    assert (sinks["a"].prepared, sinks["b"].prepared) == (1, 1)
