@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.sessions import result_schema
-from fanout.delta_tables import io
+from fanout.delta_tables import io, ntz
 from fanout.delta_tables.datafiles import FILE_ROW_DDL, DataFile, FileWriter
 
 if TYPE_CHECKING:
@@ -230,6 +230,7 @@ class PendingAppend:
             table, self._opened = self._opened, None
             if table is None:
                 table = io.open_table(self.path, self.storage_options)
+            ntz.finish_create(table)
             done = io.transaction_version(table, self.app_id)
             if done is not None and done >= self.version:
                 self._keep(table)
@@ -366,6 +367,7 @@ def _add_new_columns(table: DeltaTable, table_schema: pa.Schema, batch_schema: p
     if not new:
         return False
     fields = Schema.from_arrow(pa.schema([f.with_nullable(True) for f in new])).fields
+    ntz.enable_feature(table, pa.schema(new))  # delta-rs misses it inside a map
     log.info("adding column(s) %s to the Delta table", [f.name for f in new])
     table.alter.add_columns(fields)
     return True
@@ -391,6 +393,12 @@ def _commit(
 
     actions = [f.add_action() for f in files]
     commit = io.commit_properties({app_id: version}, metadata)
+    if table is None and ntz.hidden_ntz(schema):
+        # delta-rs would not give the table the timestampNtz feature: create it empty
+        # with the feature first, then append to that snapshot.
+        table = ntz.create_table(path, schema, partition_by=partition_by,
+                                 configuration=configuration,
+                                 storage_options=storage_options)  # fmt: skip
     if table is None:
         create_table_with_add_actions(
             path,

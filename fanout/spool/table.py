@@ -423,6 +423,7 @@ class Spool:
             return table  # nothing to read back: the index row alone carries the schema
         if table is None:
             table = open_table(self.data_path, self.storage_options)
+        table = self._ready_for(arrow.schema, table)
         write_deltalake(
             self.data_path if table is None else table,
             arrow,
@@ -435,6 +436,32 @@ class Spool:
         )
         # write_deltalake moves a DeltaTable it is given to the version it committed
         return table if table is not None else open_table(self.data_path, self.storage_options)
+
+    def _ready_for(self, schema: pa.Schema, table: DeltaTable | None) -> DeltaTable | None:
+        """The data table (``None``: none yet), able to take rows of ``schema``: with the
+        ``timestampNtz`` feature when they hold a ``timestamp_ntz`` (delta-rs misses one
+        inside a map, and adds none for a merged schema's map: :mod:`fanout.delta_tables.ntz`),
+        created here when delta-rs would create it without."""
+        from fanout.delta_tables import ntz
+        from fanout.delta_tables.distributed import delta_schema
+
+        stored = delta_schema(schema)
+        if table is not None:
+            ntz.finish_create(table)
+            ntz.enable_feature(table, stored)
+            return table
+        if not ntz.hidden_ntz(stored):
+            return None
+        try:
+            return ntz.create_table(
+                self.data_path, stored, partition_by=PARTITION_COLUMNS, configuration=SHORT_LOG,
+                storage_options=self.storage_options,
+            )  # fmt: skip
+        except Exception:
+            table = open_table(self.data_path, self.storage_options)
+            if table is None:
+                raise
+            return self._ready_for(schema, table)  # another instance created it meanwhile
 
     def _append_index(self, batch: SpooledBatch, sinks: Iterable[str]) -> None:
         import pyarrow as pa

@@ -21,7 +21,9 @@ from fanout.contract.batch import Batch
 from fanout.contract.dead_letters import DeadLetter
 from fanout.contract.sink import SinkResult
 from fanout.delta_tables import io as deltaio
+from fanout.delta_tables import ntz
 from fanout.delta_tables.compaction import compact
+from fanout.delta_tables.distributed import delta_schema
 from fanout.delta_tables.values import holds_unstorable
 from fanout.errors import SchemaMismatchError, SinkWriteError, TransientSinkError
 from fanout_delta.merge import (
@@ -73,6 +75,7 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
     for attempt in range(1, deltaio.COMMIT_ATTEMPTS + 1):
         if attempt > 1:
             table = deltaio.open_table(path, sink.storage_options)
+        prepare_table(sink, table, data.schema, batch_id)
         written = deltaio.transaction_version(table, app_id)
         if written is not None and written >= batch_id:
             sink.keep_table(table)
@@ -93,6 +96,25 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
             raise translate_error(exc, sink, batch_id, data.schema, table) from exc
         return SinkResult(rows=rows, details=details, dead_lettered=dead)
     raise AssertionError("unreachable")
+
+
+def prepare_table(sink: DeltaTarget, table: Any, schema: pa.Schema, batch_id: int) -> None:
+    """Bring ``table`` (``None``: none yet) to where the batch of ``schema`` can be
+    checked and written: finish a creation :func:`fanout.delta_tables.ntz.create_table`
+    left half done, and, when the sink merges schemas, give the table the
+    ``timestampNtz`` feature a new column needs (once the batch's schema is checked, so a
+    refused batch changes nothing). Called before the transaction check, which then runs on
+    the table's newest snapshot."""
+    ntz.finish_create(table)
+    if table is None or not sink.merge_schema:
+        return
+    stored = delta_schema(schema)
+    if not any(ntz.holds_ntz(f.type) for f in stored) or ntz.has_feature(table):
+        return
+    table_schema = pa.schema(table.schema().to_arrow())
+    check_batch_schema(table_schema, schema, merge_schema=True, sink=sink.name,
+                       batch_id=batch_id)  # fmt: skip
+    ntz.enable_feature(table, stored)
 
 
 def merge_source(
@@ -175,7 +197,7 @@ def _commit(
     if table is None or sink.mode == "append":
         if table_schema is not None:
             data = pad_missing_columns(data, table_schema)
-        _append(sink, table, data, commit)
+        table = _append(sink, table, data, commit)
     else:
         metrics = (
             table.merge(
@@ -200,12 +222,23 @@ def _commit(
     return data.num_rows, details
 
 
-def _append(sink: DeltaTarget, table: Any, data: pa.Table, commit: Any) -> None:
+def _append(sink: DeltaTarget, table: Any, data: pa.Table, commit: Any) -> Any:
     """Append to the checked snapshot ``table``; with no table yet, create it, failing
-    (a commit conflict) if another writer created it since the check."""
+    (a commit conflict) if another writer created it since the check. Returns the table
+    appended to (``None`` when this call created it with the data)."""
     from deltalake import write_deltalake
 
     assert sink.path is not None  # checked by open()
+    if table is None and ntz.hidden_ntz(data.schema):
+        # delta-rs would not give the table the timestampNtz feature: create it empty
+        # with the feature first, then append to that snapshot.
+        table = ntz.create_table(
+            sink.path,
+            delta_schema(data.schema),
+            partition_by=sink.partition_by,
+            configuration=sink.configuration,
+            storage_options=sink.storage_options,
+        )
     create = table is None
     write_deltalake(
         sink.path if create else table,
@@ -217,6 +250,7 @@ def _append(sink: DeltaTarget, table: Any, data: pa.Table, commit: Any) -> None:
         storage_options=dict(sink.storage_options) if create and sink.storage_options else None,
         commit_properties=commit,
     )
+    return table
 
 
 def compact_rs(path: str, storage_options: Mapping[str, str] | None, what: str) -> dict[str, Any]:

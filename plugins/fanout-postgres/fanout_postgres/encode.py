@@ -24,11 +24,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from fanout.contract.calendar import iso_text
+from fanout.contract.calendar import MICROS_PER_DAY, civil, clock, iso_text
 from fanout.contract.dead_letters import letter_rows
 from fanout.contract.far_dates import python_safe_array
 from fanout.deadletters.layout import letter_json
 from fanout_postgres.statements import ROW
+
+_FIRST_DAY = dt.date(1, 1, 1).toordinal() - dt.date(1970, 1, 1).toordinal()
+_LAST_DAY = dt.date(9999, 12, 31).toordinal() - dt.date(1970, 1, 1).toordinal()
+"""The years 1-9999 in days since 1970-01-01: the dates Arrow prints as PostgreSQL reads
+them."""
 
 VALUE_SHOWN = 200
 """Longest value (characters) quoted in an error message."""
@@ -162,7 +167,9 @@ def _csv_ready(column: Any) -> Any:
         # an instant as UTC text (``...Z``), as binary COPY sends it: Arrow would print it
         # in the column's zone (Spark's session zone), whose offset a ``timestamp`` column
         # drops and whose historical seconds (-04:56:02) it cuts to minutes
-        return column.cast(pa.timestamp(kind.unit, tz="UTC"))
+        return _far_text(column.cast(pa.timestamp(kind.unit, tz="UTC")))
+    if pa.types.is_timestamp(kind) or pa.types.is_date32(kind):
+        return _far_text(column)
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return pa.array(
             [None if v is None else "\\x" + v.hex() for v in column.to_pylist()], pa.string()
@@ -172,6 +179,48 @@ def _csv_ready(column: Any) -> Any:
         values = python_safe_array(column).to_pylist()  # a year Python has not: as text
         return pa.array([None if v is None else dump(v) for v in values], pa.string())
     return column
+
+
+_PER_MICRO = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def _far_text(column: Any) -> Any:
+    """A top-level date or timestamp column as PostgreSQL reads it: itself, unless it
+    holds a year outside 1-9999; then the column as text, those values written by
+    :func:`_pg_text`. Arrow prints a year before 1 astronomically (``0000-12-31``,
+    ``-0001-...``), which PostgreSQL refuses (it reads ``0001-12-31 BC``), and a year past
+    about 32767 as ``<value out of range: ...>``."""
+    kind = column.type
+    date = pa.types.is_date32(kind)
+    if not date and kind.unit not in _PER_MICRO:
+        return column  # nanoseconds: the years 1677-2262 only
+    scale = 1 if date else _PER_MICRO[kind.unit]
+    first, last = _FIRST_DAY, _LAST_DAY
+    if not date:
+        first = -(-first * MICROS_PER_DAY // scale)
+        last = ((last + 1) * MICROS_PER_DAY - 1) // scale
+    values = column.cast(pa.int32() if date else pa.int64())
+    outside = pc.fill_null(pc.or_(pc.less(values, first), pc.greater(values, last)), False)
+    if not pc.any(outside).as_py():
+        return column
+    zoned = not date and kind.tz is not None
+    text = column.cast(pa.string()).to_pylist()  # Arrow's text for the years 1-9999
+    for i in _true_positions(outside):
+        text[i] = _pg_text(int(values[i].as_py()) * scale, date=date, zoned=zoned)
+    return pa.array(text, pa.string())
+
+
+def _pg_text(value: int, *, date: bool, zoned: bool) -> str:
+    """A date (``value`` in days since 1970-01-01) or timestamp (in microseconds) of any
+    year as PostgreSQL's input: ``10000-01-01``, ``0001-12-31 BC`` for Spark's year 0
+    (1 BC), the clock as Arrow prints it, ``Z`` after an instant's (UTC)."""
+    days = value if date else value // MICROS_PER_DAY
+    year, month, day = civil(days)
+    text = f"{max(year, 1 - year):04d}-{month:02d}-{day:02d}"
+    if not date:
+        _, hours, minutes, seconds, fraction = clock(value)
+        text += f" {hours:02d}:{minutes:02d}:{seconds:02d}.{fraction:06d}" + ("Z" if zoned else "")
+    return text + (" BC" if year < 1 else "")
 
 
 def _nested_json(kind: pa.DataType) -> Callable[[Any], str]:
