@@ -574,16 +574,7 @@ class DeltaLedger:
             before = table.version()
             compacted = 0
             if compact:
-                try:
-                    compacted = self._compaction(table).files_removed
-                except Exception as exc:
-                    if not is_commit_conflict(exc):
-                        raise
-                    raise LedgerError(
-                        f"ledger at {self.path}: another writer compacted the ledger while "
-                        f"this maintenance did, and delta-rs refused this compaction ({exc}); "
-                        "nothing was lost: run `fanout ledger maintain` again"
-                    ) from exc
+                table, compacted = self._compact_retrying(table)
                 table.update_incremental()
                 self._files_added = 0
             vacuumed: list[str] = []
@@ -606,6 +597,28 @@ class DeltaLedger:
                 files_vacuumed=list(vacuumed),
             )
 
+    def _compact_retrying(self, table: DeltaTable) -> tuple[DeltaTable, int]:
+        """Compact, on a fresh snapshot again when another writer's commit (a mark, another
+        maintenance) made delta-rs refuse this one: a compaction rewrites what it read, so
+        trying again on what is there now is safe (caller holds the lock)."""
+        for attempt in range(1, MAINTAIN_COMPACTION_ATTEMPTS + 1):
+            try:
+                return table, self._compaction(table).files_removed
+            except Exception as exc:
+                if not is_commit_conflict(exc):
+                    raise
+                if attempt == MAINTAIN_COMPACTION_ATTEMPTS:
+                    raise LedgerError(
+                        f"ledger at {self.path}: other writers committed while each of "
+                        f"{attempt} compactions ran, and delta-rs refused every one ({exc}); "
+                        "nothing was lost: run `fanout ledger maintain` again"
+                    ) from exc
+                table = self._fresh()
+        raise AssertionError("unreachable")
+
+
+MAINTAIN_COMPACTION_ATTEMPTS = 5
+"""How many times ``maintain`` compacts on a fresh snapshot before giving up."""
 
 LEDGER_COLUMNS = ("batch_id", "pipeline", "sink", "status")
 """The columns without which a Delta table cannot be a ledger (of any fanout version)."""

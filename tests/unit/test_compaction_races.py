@@ -282,12 +282,41 @@ class _MaintainedMeanwhile(DeltaLedger):
         return super()._compaction(table)
 
 
-def test_a_maintenance_whose_compaction_lost_the_race_says_to_run_it_again(
+class _MaintainedMeanwhileOnce(DeltaLedger):
+    """``fanout ledger maintain`` run twice at once: the other one compacts first, once."""
+
+    raced = 0
+
+    def _compaction(self, table: Any) -> Any:
+        if not self.raced:
+            self.raced += 1
+            _filled_more(self.path)
+            DeltaLedger(self.path).maintain(vacuum_retention_hours=None, checkpoint=False)
+        return super()._compaction(table)
+
+
+def _filled_more(path: str) -> None:
+    """Another mark, so the other maintenance has small files to compact."""
+    DeltaLedger(path).mark_committed(_mark("extra", "s", 0))
+
+
+def test_a_maintenance_whose_compaction_lost_the_race_compacts_again_on_a_fresh_snapshot(
     tmp_path: Path,
 ) -> None:
     path = str(tmp_path / "ledger")
     _filled(path)
-    again = r"(?s)another writer compacted the ledger .*run `fanout ledger maintain` again"
+    report = _MaintainedMeanwhileOnce(path).maintain(vacuum_retention_hours=None)
+    assert report.version_after > report.version_before
+    assert _rows(path) == sorted([*ROWS, ("extra", "s", 0)])  # each row once
+    assert _marked(DeltaLedger(path)) == MARKS
+
+
+def test_a_maintenance_whose_compactions_all_lost_the_race_says_to_run_it_again(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "ledger")
+    _filled(path)
+    again = r"(?s)refused every one .*run `fanout ledger maintain` again"
     with pytest.raises(LedgerError, match=again):
         _MaintainedMeanwhile(path).maintain(vacuum_retention_hours=None)
     assert _rows(path) == ROWS
