@@ -125,8 +125,11 @@ class Sink:
        :class:`fanout.ConfigurationError`.
     3. :meth:`write` once per micro-batch the ledger says the sink has not committed,
        possibly from a worker thread, in parallel with other sinks. Must be idempotent
-       (or transactional) per ``(batch.txn_app_id, batch.batch_id)``: a crash between the
-       write and the ledger mark makes fanout call it again with the same batch. An
+       (or transactional) per :attr:`Batch.idempotency_key` (``app_id``, ``version``;
+       ``token`` for names), not the batch id alone: a crash between the write and the
+       ledger mark makes fanout call it again with the same key, and a new epoch gets a
+       new one. Rows the target refuses go to :attr:`SinkContext.dead_letters` after the
+       commit that decides them (:mod:`fanout.contract.dead_letters`). An
        exception fails the batch for this sink only: it is retried when
        :meth:`is_transient` says so, else reported in :class:`fanout.BatchFailedError`.
     4. :meth:`close` when the ``FanOut`` is closed.
