@@ -226,8 +226,7 @@ def _checked(sink: Sink, what: str) -> Sink:
     skip the warning an at-least-once sink gets."""
     if not hasattr(sink, "name"):
         raise ConfigurationError(
-            f"{what}: the sink has no name; its class's __init__ must call "
-            "super().__init__(name)"
+            f"{what}: the sink has no name; its class's __init__ must call super().__init__(name)"
         )
     check_name(sink.name, what)
     if sink.guarantee not in GUARANTEES:
