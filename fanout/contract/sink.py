@@ -205,8 +205,12 @@ class Sink:
         fanout refuses a route (at ``FanOut(...)``) or a batch in which they, or a filter
         deciding which rows exist, are not deterministic
         (:mod:`fanout.partitioned.determinism`). Called on the driver after :meth:`open`.
-        Default: :meth:`partitioned_by`'s columns; a sink upserting by keys returns its
-        keys (a replay computing other keys would write every row again)."""
+        Default: :meth:`partitioned_by`'s columns. A sink upserting by keys whose replay
+        writes the batch again (an idempotent upsert, no record of the batch) returns
+        ``StableColumns(keys, "upserts by")`` (:mod:`fanout.contract.partitions`): a
+        replay computing other keys would write every row again. A sink committing each
+        batch whole with a record of it (a transaction that a replay finds and skips)
+        needs none."""
         by = self.partitioned_by()
         return None if by is None else StableColumns(by)
 
