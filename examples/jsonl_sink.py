@@ -13,6 +13,7 @@ from pathlib import Path
 
 from fanout import Batch, ConfigurationError, FanOut, Sink, SinkContext, SinkResult, hookimpl
 from fanout.contract.options import SinkOption
+from fanout.contract.sink import Reads
 
 
 class JsonLinesSink(Sink):
@@ -28,10 +29,10 @@ class JsonLinesSink(Sink):
         super().__init__(name)
         # Configuration only: a sink is pickled to the executors when it writes from there,
         # so open files, connections and clients belong in write(), never in __init__.
-        self.directory = directory
+        self.directory = directory or ""  # open() refuses it empty
 
     @property
-    def reads(self) -> str:
+    def reads(self) -> Reads:
         # "arrow": batch.arrow() is one Arrow table shared by every Arrow-reading sink.
         # "dataframe" (the default): use batch.df, the (persisted) Spark DataFrame.
         return "arrow"

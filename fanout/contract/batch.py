@@ -133,7 +133,9 @@ class Batch:
 
     @property
     def batch_id(self) -> int:
-        """Spark's micro-batch id; use it as the sink's transaction version."""
+        """Spark's micro-batch id. To recognise a replay, key writes by
+        :attr:`idempotency_key` (whose ``version`` it is), not by the batch id alone: a new
+        epoch starts the ids again."""
         return self.info.batch_id
 
     @property

@@ -7,6 +7,13 @@ target (:mod:`fanout.deadletters.target`) and writes the rows failing the sink's
 itself. A row the sink's own target refuses goes to ``context.dead_letters.write(batch,
 letters, source="refused", partition=...)``, or fails the batch naming sink, batch, column
 and value when the sink has no target.
+
+Hand refused letters over *after* the commit that decides them, from what it recorded
+(docs/architecture.md §7): record them in the transaction committing the other rows, write
+them to the target once that committed, and again when a replay finds the batch committed
+(the target keeps a batch's letters once). Letters written before a commit that then fails
+stay, and the replay's, which may differ, are skipped as already written
+(``examples/sqlite_sink.py`` shows the pattern).
 """
 
 from __future__ import annotations

@@ -125,8 +125,11 @@ class Sink:
        :class:`fanout.ConfigurationError`.
     3. :meth:`write` once per micro-batch the ledger says the sink has not committed,
        possibly from a worker thread, in parallel with other sinks. Must be idempotent
-       (or transactional) per ``(batch.txn_app_id, batch.batch_id)``: a crash between the
-       write and the ledger mark makes fanout call it again with the same batch. An
+       (or transactional) per :attr:`Batch.idempotency_key` (``app_id``, ``version``;
+       ``token`` for names), not the batch id alone: a crash between the write and the
+       ledger mark makes fanout call it again with the same key, and a new epoch gets a
+       new one. Rows the target refuses go to :attr:`SinkContext.dead_letters` after the
+       commit that decides them (:mod:`fanout.contract.dead_letters`). An
        exception fails the batch for this sink only: it is retried when
        :meth:`is_transient` says so, else reported in :class:`fanout.BatchFailedError`.
     4. :meth:`close` when the ``FanOut`` is closed.
@@ -202,8 +205,12 @@ class Sink:
         fanout refuses a route (at ``FanOut(...)``) or a batch in which they, or a filter
         deciding which rows exist, are not deterministic
         (:mod:`fanout.partitioned.determinism`). Called on the driver after :meth:`open`.
-        Default: :meth:`partitioned_by`'s columns; a sink upserting by keys returns its
-        keys (a replay computing other keys would write every row again)."""
+        Default: :meth:`partitioned_by`'s columns. A sink upserting by keys whose replay
+        writes the batch again (an idempotent upsert, no record of the batch) returns
+        ``StableColumns(keys, "upserts by")`` (:mod:`fanout.contract.partitions`): a
+        replay computing other keys would write every row again. A sink committing each
+        batch whole with a record of it (a transaction that a replay finds and skips)
+        needs none."""
         by = self.partitioned_by()
         return None if by is None else StableColumns(by)
 

@@ -8,6 +8,7 @@ are found exactly that way, and the core names none of them. (Code shipped to a 
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import logging
 import re
@@ -187,8 +188,7 @@ class Registry:
     def build_sink(self, spec: Mapping[str, Any] | Sink, types: Mapping[str, SinkType]) -> Sink:
         """A sink from its configuration dict (``type``, ``name``, options) or as given."""
         if isinstance(spec, Sink):
-            check_name(getattr(spec, "name", None), f"sink {type(spec).__name__}")
-            return spec
+            return _checked(spec, f"sink {type(spec).__name__}")
         if not isinstance(spec, Mapping):
             raise ConfigurationError(
                 f"a sink must be a dict with 'type' and 'name' or a fanout.Sink instance, "
@@ -204,12 +204,38 @@ class Registry:
             raise UnknownSinkTypeError(name, type_name, list(types))
         sink_class = types[type_name].sink_class
         try:
-            return sink_class(name=name, **options)
+            sink = sink_class(name=name, **options)
         except TypeError as exc:
+            valid = option_names(sink_class)
             raise ConfigurationError(
-                f"sink {name!r} (type {type_name!r}): {exc}; "
-                f"valid options: {', '.join(option_names(sink_class))}"
+                f"sink {name!r} (type {type_name!r}): {exc}{_did_you_mean(str(exc), valid)}; "
+                f"valid options: {', '.join(valid)}"
             ) from exc
+        return _checked(sink, f"sink {name!r} (type {type_name!r})")
+
+
+def _did_you_mean(type_error: str, valid: list[str]) -> str:
+    """``, did you mean 'database'?`` for a constructor's unexpected keyword argument."""
+    found = re.search(r"unexpected keyword argument '([^']+)'", type_error)
+    close = difflib.get_close_matches(found.group(1), valid, n=1) if found else []
+    return f", did you mean {close[0]!r}?" if close else ""
+
+
+def _checked(sink: Sink, what: str) -> Sink:
+    """``sink`` once its name and guarantee are valid: a subclass whose ``__init__`` does
+    not call ``super().__init__(name)`` has none, and a guarantee fanout does not know would
+    skip the warning an at-least-once sink gets."""
+    if not hasattr(sink, "name"):
+        raise ConfigurationError(
+            f"{what}: the sink has no name; its class's __init__ must call super().__init__(name)"
+        )
+    check_name(sink.name, what)
+    if sink.guarantee not in GUARANTEES:
+        raise ConfigurationError(
+            f"{what}: guarantee {sink.guarantee!r} is not one of {', '.join(GUARANTEES)}; "
+            "declare the class's 'guarantees = (...)' with those (docs: README, Semantics)"
+        )
+    return sink
 
 
 def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None:

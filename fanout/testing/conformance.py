@@ -23,7 +23,15 @@ subprocess) between the sink's write and its ledger mark, then the replay; the r
 a marked batch (skipped) and of an unmarked one (no duplicate); an empty batch; schema
 drift (a new column: refused naming it, or written, as the sink declares); null keys
 (refused naming the column, or dead-lettered: never dropped); rows failing a route go to
-the dead-letter target; a secret of the configuration never appears in an error or a log.
+the dead-letter target; a row the target itself refuses (when ``refused_value`` says which)
+ends in the dead letters once, not in the target, also when the batch is replayed; a
+secret of the configuration never appears in an error or a log.
+
+The sink type is found as ``FanOut`` finds it: through the ``fanout`` entry point of an
+installed distribution (``pip install -e .`` of your plugin in the test environment), or,
+without installing it, through ``plugins``: the modules registering it (``fanout_sink_types``),
+imported by name by the suite and by the kill check's driver (a subprocess: give it the
+import path in ``env={"PYTHONPATH": ...}`` unless the module is importable already).
 """
 
 from __future__ import annotations
@@ -69,6 +77,13 @@ class SinkUnderTest:
     :param secret: a secret value held by ``failing_config`` (``None``: check skipped).
     :param failing_config: a configuration with ``secret`` that fails (at open or write).
     :param env: environment variables the kill check's subprocess needs (``PYTHONPATH``).
+    :param plugins: names of modules registering the sink type (``fanout_sink_types``),
+        for a plugin that is not installed: imported and given to ``FanOut(plugins=...)``,
+        also by the kill check's driver.
+    :param refused_value: a value of ``v`` the target refuses (the fixture sets the target up
+        so, e.g. a ``CHECK`` constraint); ``None``: the check is skipped. With
+        ``dead_letter``, such a row must go there once (not into the target), also when the
+        mark is lost and the batch replayed; without, the batch must fail naming the value.
     """
 
     config: Mapping[str, Any]
@@ -80,6 +95,8 @@ class SinkUnderTest:
     secret: str | None = None
     failing_config: Mapping[str, Any] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    plugins: Sequence[str] = ()
+    refused_value: str | None = None
 
     def sink(self, **extra: Any) -> dict[str, Any]:
         """The configuration as ``FanOut(sinks=[...])`` takes it."""
@@ -119,7 +136,8 @@ class SinkConformance:
         self.pipeline = f"conformance{uuid.uuid4().hex[:8]}"
 
     def _fan(self, case: SinkUnderTest, ledger: Any, **extra: Any) -> FanOut:
-        return FanOut(self.pipeline, ledger, [case.sink(**extra)], retries=0, backoff_s=0)
+        return FanOut(self.pipeline, ledger, [case.sink(**extra)], retries=0, backoff_s=0,
+                      plugins=_modules(case.plugins))  # fmt: skip
 
     def _batch(self, spark: Any, rows: Sequence[tuple[Any, ...]], schema: str = SCHEMA) -> Any:
         return spark.createDataFrame(list(rows), schema)
@@ -152,7 +170,8 @@ class SinkConformance:
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
     ) -> None:
         spec = {"pipeline": self.pipeline, "ledger": str(tmp_path / "ledger"),
-                "sink": under_test.sink(), "rows": [[i, f"v{i}"] for i in range(8)]}  # fmt: skip
+                "sink": under_test.sink(), "rows": [[i, f"v{i}"] for i in range(8)],
+                "plugins": list(under_test.plugins)}  # fmt: skip
         env = {**os.environ, **under_test.env}
         killed = subprocess.run(
             [sys.executable, "-m", "fanout.testing.kill_driver", json.dumps(spec)],
@@ -217,13 +236,42 @@ class SinkConformance:
         assert [json.loads(d["row"])["id"] for d in letters] == [2]
         assert "CAST_INVALID_INPUT" in letters[0]["reason"]
 
+    def test_a_row_the_target_refuses_is_dead_lettered_once(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        refused = under_test.refused_value
+        if refused is None:
+            pytest.skip("no refused_value given")
+        batch = self._batch(spark, [(1, "a"), (2, refused), (3, "c")])
+        path = str(tmp_path / "ledger")
+        if under_test.dead_letter is None:
+            with pytest.raises(BatchFailedError) as failed:
+                self._fan(under_test, path).process(batch, self._info(0))
+            error = str(failed.value.failures[NAME])
+            assert f"sink {NAME!r}, batch 0" in error and refused in error
+            return
+        target = {"dead_letter": under_test.dead_letter}
+        with pytest.raises(BatchFailedError):  # written, mark lost: the replay must not
+            self._fan(under_test, _MarkLost(DeltaLedger(path)), **target).process(  # add
+                batch, self._info(0)
+            )
+        assert under_test.ids() == [1, 3]
+        result = self._fan(under_test, path, **target).process(batch, self._info(0))[NAME]
+        assert result.rows == 2
+        assert under_test.ids() == [1, 3]
+        letters = self._dead_letters(under_test)
+        assert [(json.loads(d["row"])["id"], d["source"]) for d in letters] == [(2, "refused")]
+
     def _dead_letters(self, case: SinkUnderTest) -> Sequence[Mapping[str, Any]]:
         if case.read_dead_letters is not None:
             return case.read_dead_letters()
         from fanout.delta_tables.io import read_delta
 
         assert case.dead_letter is not None
-        return read_delta(case.dead_letter.removeprefix("delta:")).to_pylist()
+        location = case.dead_letter.removeprefix("delta:")
+        if "://" not in location and not Path(location).exists():
+            return []  # never written: no letters
+        return read_delta(location).to_pylist()
 
     def test_a_secret_never_appears_in_errors_or_logs(
         self,
@@ -246,3 +294,10 @@ class SinkConformance:
             pytest.fail("the failing configuration did not fail")
         texts.append(caplog.text)
         assert all(under_test.secret not in text for text in texts)
+
+
+def _modules(names: Sequence[str]) -> list[Any]:
+    """The plugin modules named, imported."""
+    import importlib
+
+    return [importlib.import_module(name) for name in names]

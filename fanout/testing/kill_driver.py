@@ -1,10 +1,12 @@
 """``python -m fanout.testing.kill_driver SPEC``: write one batch through ``FanOut`` and die
 (:class:`fanout.testing.faults.KillAt`) right after the sink's write, before its ledger
 mark: the conformance suite's kill check. ``SPEC`` is JSON: pipeline, ledger path, the
-sink's configuration, the rows."""
+sink's configuration, the rows, and optionally ``plugins``: names of modules registering the
+sink type when it is not installed."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from typing import Any
@@ -20,7 +22,8 @@ def main(argv: list[str]) -> None:
     spec: dict[str, Any] = json.loads(argv[0])
     spark = local_session("fanout-conformance-kill")
     killer = KillAt("sink_done", 0, sink=spec["sink"]["name"])
-    fan = FanOut(spec["pipeline"], spec["ledger"], [spec["sink"]], plugins=[killer])
+    modules = [importlib.import_module(name) for name in spec.get("plugins", ())]
+    fan = FanOut(spec["pipeline"], spec["ledger"], [spec["sink"]], plugins=[killer, *modules])
     batch = spark.createDataFrame([tuple(r) for r in spec["rows"]], "id BIGINT, v STRING")
     fan.process(batch, BatchInfo(spec["pipeline"], 0, "conformance-query"))
     raise SystemExit("the driver was not killed")

@@ -352,6 +352,60 @@ def test_unknown_option_names_sink_and_valid_options(
     assert option_names(JsonlSink) == ["directory", "indent"]
 
 
+def test_a_misspelt_option_gets_the_nearest_valid_one(
+    registry_and_types: tuple[Any, dict[str, Any]],
+) -> None:
+    registry, types_ = registry_and_types
+    with pytest.raises(ConfigurationError) as info:
+        registry.build_sink({"type": "jsonl", "name": "out", "directroy": "/d"}, types_)
+    assert str(info.value) == (
+        "sink 'out' (type 'jsonl'): JsonlSink.__init__() got an unexpected keyword argument "
+        "'directroy', did you mean 'directory'?; valid options: directory, indent"
+    )
+
+
+class _NoSuperSink(Sink):
+    """Forgets ``super().__init__(name)``."""
+
+    def __init__(self, name: str, *, directory: str = "") -> None:
+        self.directory = directory
+
+    def write(self, batch: Any) -> int:
+        return 0
+
+
+def test_a_sink_class_not_calling_super_init_is_told_so() -> None:
+    registry = load_registry(entry_points_=[entry_point("nosuper", {"nosuper": _NoSuperSink})])
+    types_ = registry.sink_types()
+    expected = "the sink has no name; its class's __init__ must call super().__init__(name)"
+    with pytest.raises(ConfigurationError) as info:
+        registry.build_sink({"type": "nosuper", "name": "out"}, types_)
+    assert str(info.value) == f"sink 'out' (type 'nosuper'): {expected}"
+    with pytest.raises(ConfigurationError) as info:
+        registry.build_sink(_NoSuperSink("out"), types_)
+    assert str(info.value) == f"sink _NoSuperSink: {expected}"
+
+
+class _ExactlyOnceSink(Sink):
+    guarantees = ("exactly_once",)  # type: ignore[assignment]
+
+    def write(self, batch: Any) -> int:
+        return 0
+
+
+def test_a_sink_instance_with_an_unknown_guarantee_is_refused(
+    registry_and_types: tuple[Any, dict[str, Any]],
+) -> None:
+    registry, types_ = registry_and_types
+    with pytest.raises(ConfigurationError) as info:
+        registry.build_sink(_ExactlyOnceSink("out"), types_)
+    assert str(info.value) == (
+        "sink _ExactlyOnceSink: guarantee 'exactly_once' is not one of transactional, "
+        "idempotent, at_least_once; declare the class's 'guarantees = (...)' with those "
+        "(docs: README, Semantics)"
+    )
+
+
 def test_missing_required_option(registry_and_types: tuple[Any, dict[str, Any]]) -> None:
     registry, types_ = registry_and_types
     with pytest.raises(ConfigurationError) as info:

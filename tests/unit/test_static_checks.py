@@ -1,6 +1,6 @@
 """The code's own standards, held by CI: ruff's lint rules over the repository, and mypy's
-types over the core, the built-in plugins and the benchmark scripts (``pyproject.toml``
-configures both)."""
+types over the core, the built-in plugins, the benchmark scripts and the examples, which
+plugin authors copy (``pyproject.toml`` configures both)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ TYPED = (
     "plugins/fanout-postgres/fanout_postgres",
     "plugins/fanout-kafka/fanout_kafka",
     "bench",
+    "examples",
 )
 
 

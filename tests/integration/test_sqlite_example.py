@@ -1,0 +1,80 @@
+"""The SQLite sink example (examples/sqlite_sink.py) holds to the contract: the conformance
+suite, run on it without installing it, and its refused rows across a lost mark."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout.testing.conformance import SinkConformance, SinkUnderTest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture(autouse=True)
+def _examples_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sqlite_sink`` importable here and in the kill check's driver."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    path = os.pathsep.join(filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")]))
+    monkeypatch.setenv("PYTHONPATH", path)
+
+
+def _rows(database: Path, table: str) -> list[dict[str, Any]]:
+    if not database.exists():
+        return []
+    db = sqlite3.connect(database)
+    db.row_factory = sqlite3.Row
+    try:
+        return [dict(row) for row in db.execute(f'SELECT * FROM "{table}"')]
+    except sqlite3.OperationalError:  # the first batch creates the table
+        return []
+    finally:
+        db.close()
+
+
+class TestSqliteAppendCreatingItsTable(SinkConformance):
+    @pytest.fixture
+    def under_test(self, tmp_path: Path) -> SinkUnderTest:
+        database = tmp_path / "target.db"
+        return SinkUnderTest(
+            config={"type": "sqlite", "database": str(database), "table": "rows"},
+            read=lambda: _rows(database, "rows"),
+            dead_letter=str(tmp_path / "dead"),
+            plugins=["sqlite_sink"],
+        )
+
+
+class TestSqliteUpsertWithConstraints(SinkConformance):
+    @pytest.fixture
+    def under_test(self, tmp_path: Path) -> SinkUnderTest:
+        database = tmp_path / "target.db"
+        with sqlite3.connect(database) as db:
+            db.execute(
+                "CREATE TABLE rows (id INTEGER NOT NULL PRIMARY KEY, v TEXT CHECK (v <> 'refused'))"
+            )
+        return SinkUnderTest(
+            config={"type": "sqlite", "database": str(database), "table": "rows", "keys": ["id"]},
+            read=lambda: _rows(database, "rows"),
+            dead_letter=str(tmp_path / "dead"),
+            keyed=True,
+            plugins=["sqlite_sink"],
+            refused_value="refused",
+        )
+
+
+class TestSqliteRefusalsWithoutTarget(SinkConformance):
+    @pytest.fixture
+    def under_test(self, tmp_path: Path) -> SinkUnderTest:
+        database = tmp_path / "target.db"
+        with sqlite3.connect(database) as db:
+            db.execute("CREATE TABLE rows (id INTEGER, v TEXT CHECK (v <> 'refused'))")
+        return SinkUnderTest(
+            config={"type": "sqlite", "database": str(database), "table": "rows"},
+            read=lambda: _rows(database, "rows"),
+            plugins=["sqlite_sink"],
+            refused_value="refused",
+        )
