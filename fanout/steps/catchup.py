@@ -172,8 +172,7 @@ class CatchUp:
         ``None`` when it needs none."""
         backlog = self.lagging.backlog(sink)
         if not backlog:
-            self.lagging.finished_backfill(sink)
-            return None
+            return None  # a backfill is finished only at a batch's start (hold_back)
         error = self.write(sink, backlog.keys[0])
         return True if error is None else error
 

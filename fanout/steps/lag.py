@@ -187,11 +187,21 @@ class Lagging:
         return theirs is None or (mine is not None and mine >= theirs)
 
     def finished_backfill(self, sink: str) -> None:
-        """``sink`` has no backfill batch left: stop asking its source (a later miss is
-        spooled like any lagging sink's)."""
+        """``sink`` has no backfill batch left at the start of a batch: stop asking its
+        source (a later miss is spooled like any lagging sink's). Only a batch's hold-back
+        may say so, under that batch's ledger lookup: the source holds no batch newer than
+        the one before. The catch-up may empty the backlog while the source is still
+        writing the live batch the sink was held back from; that batch is not spooled for
+        the sink (its source holds it), so the sink must go on reading its source."""
         with self._lock:
             if sink in self.sources:
                 self._backfilled.add(sink)
+
+    def backfilling(self, sink: str) -> bool:
+        """Whether ``sink`` still reads its missed batches from its backfill source (so a
+        batch the source writes need not be spooled for it)."""
+        with self._lock:
+            return sink in self.sources and sink not in self._backfilled
 
     # -- what observers and status see ----------------------------------------------
 

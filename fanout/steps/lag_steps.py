@@ -134,11 +134,13 @@ def hold_back(
             continue
         backlog = lagging.backlog(name)
         if not backlog:
+            lagging.finished_backfill(name)  # live with this batch: the source holds no newer
             continue
         adding = 0 if key in backlog.keys else 1
         if over_limit(specs[name], backlog, adding):
             backlog = _drain_to_limit(state, lagging, specs[name], catchup, adding)
             if not backlog:
+                lagging.finished_backfill(name)
                 continue  # caught up in full: live again with this batch
         state.pending.remove(name)
         state.lagging[name] = backlog
@@ -228,14 +230,15 @@ def _needed(
     state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec], *, before_write: bool
 ) -> set[str]:
     """The sinks that need this batch from the spool: those behind it, and those that
-    failed it and lag (before the writes: those that could not be opened); not a
-    backfilling sink whose source holds it (or, before the writes, is about to write it)."""
+    failed it and lag (before the writes: those that could not be opened); not a sink
+    still backfilling whose source holds it (or, before the writes, is about to write it):
+    once its backfill is finished, a sink's misses are spooled like any lagging sink's."""
     needed = set(state.lagging) | set(state.lagged)  # before the writes: the unopened
     holding = set(state.skipped) | (set(state.pending) if before_write else set(state.results))
     for name in list(needed):
         origin = specs[name].lag.backfill_from
-        if name in state.lagging and name in lagging.sources and origin in holding:
-            needed.discard(name)  # its backfill source holds the batch
+        if name in state.lagging and lagging.backfilling(name) and origin in holding:
+            needed.discard(name)  # its backfill source holds the batch and is read for it
     return needed
 
 

@@ -44,12 +44,6 @@ class _Lake(ScriptedSink):
         return _Source()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review2 finding 1: a backfill that empties its backlog while the source writes "
-    "the live batch it was held back from marks itself finished; that batch is then neither "
-    "backfilled nor spooled, and the sink's next live mark covers it (rows lost)",
-)
 def test_finding1_a_backfill_finishing_during_a_live_batch_loses_that_batch(
     tmp_path: Path,
 ) -> None:
@@ -89,6 +83,48 @@ def test_finding1_a_backfill_finishing_during_a_live_batch_loses_that_batch(
             f"pg (backfill_from='lake') received batches {received}: batch 3, which the "
             "lake wrote while pg's backfill finished, was neither backfilled nor spooled"
         )
+    finally:
+        fan.close()
+
+
+def test_finding1_a_backfilled_sink_that_lags_later_gets_its_misses_from_the_spool(
+    tmp_path: Path,
+) -> None:
+    ledger = MemoryLedger()
+    lake = _Lake("lake")
+    frames = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(6)}
+    first = FanOut("grow", ledger, [lake], backoff_s=0)
+    for batch in range(2):
+        first.process(frames[batch], BatchInfo("grow", batch, "q"))
+    first.close()
+
+    pg = ScriptedSink("pg")
+    spec = SinkSpec(pg, lag=lag_policy("pg", {"on_failure": "lag", "backfill_from": "lake"}))
+    fan = FanOut("grow", ledger, [lake, spec], backoff_s=0, spool=str(tmp_path / "spool"),
+                 probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    fan.catchup._read = lambda sink, key: (  # type: ignore[method-assign]
+        SchemaFrame(lake.table[key].column("id").to_pylist()),
+        BatchInfo("grow", key[1], "q"),
+    )
+    try:
+        fan.catch_up(timeout_s=10)  # the backfill: batches 0 and 1
+        fan.process(frames[2], BatchInfo("grow", 2, "q"))  # live: the backfill is done
+        pg.always_fail = RuntimeError("pg is down")
+        fan.process(frames[3], BatchInfo("grow", 3, "q"))  # pg fails it and lags
+        fan.process(frames[4], BatchInfo("grow", 4, "q"))  # pg is behind: held back
+        assert fan.spool is not None
+        spooled = {b.batch_id: sorted(b.needed_by) for b in fan.spool.batches()}
+        assert spooled == {3: ["pg"], 4: ["pg"]}, (
+            f"the spool holds {spooled}: batch 4, which pg missed after its backfill was "
+            "done, must be spooled for it (its source is no longer read for it)"
+        )
+        pg.always_fail = None
+        fan.catch_up(timeout_s=10)
+        fan.process(frames[5], BatchInfo("grow", 5, "q"))
+        received = [b.batch_id for b in pg.batches if b.attempt == 1]
+        assert sorted(set(received)) == [0, 1, 2, 3, 4, 5]
+        assert [b for b, _ in pg.calls if b != 3] == [0, 1, 2, 4, 5]
     finally:
         fan.close()
 
