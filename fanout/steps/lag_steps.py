@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from fanout.contract.batch import Batch, SharedArrow, txn_app_id
 from fanout.contract.sessions import in_spark_thread
 from fanout.contract.sink import BackfillSource
+from fanout.deadletters.target import DELTA, split_target
 from fanout.delta_tables.io import refuse_unusable_location
 from fanout.errors import CheckpointError, ConfigurationError, LagLimitError
 from fanout.ledger.entry import now_utc
@@ -81,7 +82,8 @@ def warn_left_out(pipeline: str, specs: Mapping[str, SinkSpec], spool: Spool, le
 
 def backfill_sources(pipeline: str, specs: Mapping[str, SinkSpec]) -> dict[str, BackfillSource]:
     """Each ``backfill_from`` sink's source, checked: another sink of the pipeline, with
-    no route, whose target can give back its batches (an append-mode Delta sink)."""
+    no route, whose target can give back its batches (an append-mode Delta sink), and
+    whose dead letters, if any, are in a Delta table (the backfill reads them back)."""
     sources: dict[str, BackfillSource] = {}
     for name, spec in specs.items():
         origin = spec.lag.backfill_from
@@ -96,6 +98,14 @@ def backfill_sources(pipeline: str, specs: Mapping[str, SinkSpec]) -> dict[str, 
         if not specs[origin].route.is_identity:
             raise ConfigurationError(f"{where}: that sink has a where/select route, so it "
                                      "does not hold every batch's rows")  # fmt: skip
+        letters = getattr(specs[origin].sink, "dead_letter", None)
+        if isinstance(letters, str) and split_target(letters.strip())[0] != DELTA:
+            raise ConfigurationError(
+                f"{where}: that sink sets rows aside in dead_letter={letters!r}, which a "
+                "backfill cannot read back (only a Delta table's letters are given back "
+                "to the new sink with the batch's other rows): make it a Delta table, or "
+                "backfill from another sink"
+            )
         source = specs[origin].sink.backfill_source(pipeline)
         if source is None:
             raise ConfigurationError(
