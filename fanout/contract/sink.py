@@ -45,11 +45,14 @@ class BackfillSource(Protocol):
     (an unrouted append)."""
 
     def batches(self, epochs: Sequence[int]) -> list[tuple[int, int]]:
-        """``(epoch, batch_id)`` of every batch of ``epochs`` the target holds, in order."""
+        """``(epoch, batch_id)`` of every batch of ``epochs`` that wrote rows to the
+        target, in order (the backfill itself goes by the sink's ledger marks)."""
         ...
 
     def read(self, key: tuple[int, int]) -> pa.Table:
-        """The rows batch ``key`` wrote, as Arrow."""
+        """The rows batch ``key`` wrote, as Arrow. ``key`` is a batch the sink committed
+        (by its ledger mark); one that wrote no row to the target is an empty table (with
+        the target's columns when it has any)."""
         ...
 
 

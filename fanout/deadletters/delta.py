@@ -22,6 +22,8 @@ from fanout.deadletters.target import DELTA
 from fanout.delta_tables import io as deltaio
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from fanout.contract.batch import Batch
     from fanout.contract.sink import Sink
 
@@ -96,6 +98,25 @@ class DeltaDeadLetters:
             fingerprint=None if fingerprint is None else str(fingerprint),
             recorded=None if recorded is None else str(recorded),
             target=self.describe(),
+        )
+
+    def read_rows(self, pipeline: str, sink: str, key: tuple[int, int]) -> pa.Table:
+        """The ``row`` column (JSON) of the letters ``sink`` of ``pipeline`` set aside
+        itself (source ``refused``, not a route's) in batch ``key`` (``(epoch, batch id)``);
+        empty when the table does not exist."""
+        import pyarrow as pa
+
+        if deltaio.open_table(self.path, self.storage_options) is None:
+            return pa.table({"row": pa.array([], pa.string())})
+        filters: list[deltaio.Filter] = [
+            ("pipeline", "=", pipeline),
+            ("sink", "=", sink),
+            ("epoch", "=", key[0]),
+            ("batch_id", "=", key[1]),
+            ("source", "=", "refused"),
+        ]
+        return deltaio.read_delta(
+            self.path, columns=["row"], filters=filters, storage_options=self.storage_options
         )
 
     def __eq__(self, other: object) -> bool:

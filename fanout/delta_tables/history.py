@@ -55,16 +55,18 @@ class DeltaBatchHistory:
 
     def read(self, key: BatchKey) -> pa.Table:
         """The rows the commit of batch ``key`` added, with the table's columns at that
-        version (partition columns included)."""
+        version (partition columns included). ``key`` is a batch the sink committed (its
+        ledger mark says so, and is written after the commit): when the table holds no
+        commit of it, the batch wrote no row here (it was empty, or every row went to the
+        sink's dead letters), and it is empty, with the table's latest columns."""
         import pyarrow as pa
         from deltalake import DeltaTable
 
         with self._lock:
+            self._walk(sorted(set(self._last) | {key[0]}))
             version = self._versions.get(key)
         if version is None:
-            raise LookupError(
-                f"the Delta table at {self.path} holds no batch {key[1]} (epoch {key[0]})"
-            )
+            return self._empty()
         try:
             after = DeltaTable(self.path, version=version, storage_options=self.storage_options)
             before = (
@@ -96,6 +98,13 @@ class DeltaBatchHistory:
         if not tables:
             return dataset.schema.empty_table()
         return pa.concat_tables(tables)
+
+    def _empty(self) -> pa.Table:
+        import pyarrow as pa
+
+        latest = open_table(self.path, self.storage_options)
+        schema = pa.schema([]) if latest is None else pa.schema(latest.schema().to_arrow())
+        return schema.empty_table()
 
     def _walk(self, epochs: Sequence[int]) -> None:
         from deltalake import DeltaTable

@@ -17,6 +17,14 @@ from dataclasses import dataclass
 from fanout.errors import ConfigurationError
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 
+SKIPPED = "skipped"
+"""How the ``error`` column of a skip's mark begins."""
+
+
+def is_skip(entry: LedgerEntry) -> bool:
+    """Whether ``entry`` is the mark of :func:`skip_batches`, not of a write."""
+    return entry.status == "committed" and (entry.error or "").startswith(f"{SKIPPED}:")
+
 
 @dataclass(frozen=True)
 class Skipped:
@@ -66,7 +74,7 @@ def skip_batches(
             rows=0,
             finished_at=now_utc(),
             source_offsets=plan.source_offsets if plan else None,
-            error=f"skipped: batches {first}-{through} were never written to this sink "
+            error=f"{SKIPPED}: batches {first}-{through} were never written to this sink "
             "(fanout ledger skip)",
             epoch=epoch,
             batch_timestamp_ms=plan.batch_timestamp_ms if plan else None,

@@ -19,11 +19,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.hooks.caller import HookCaller
+from fanout.ledger.entry import LedgerEntry
 from fanout.observe.logs import batch_fields
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, TargetOf
@@ -178,8 +178,7 @@ class CatchUp:
         ``None`` when it needs none."""
         backlog = self.lagging.backlog(sink)
         if not backlog:
-            self.lagging.finished_backfill(sink)
-            return None
+            return None  # a backfill is finished only at a batch's start (hold_back)
         error = self.write(sink, backlog.keys[0])
         return True if error is None else error
 
@@ -231,23 +230,60 @@ class CatchUp:
             assert spool is not None
             return spool.read(self.spark, key), spooled.info()
         source = self.lagging.sources.get(sink)
-        if source is None:
+        origin = self.specs[sink].lag.backfill_from
+        if source is None or origin is None:
             raise LookupError(
                 f"batch {key[1]} (epoch {key[0]}) is neither spooled nor backfillable"
             )
-        origin = self.specs[sink].lag.backfill_from
-        info = self._origin_info(origin, key) if origin else None
-        return self.spark.createDataFrame(source.read(key)), info or BatchInfo(
-            self.lagging.pipeline, key[1], epoch=key[0]
-        )
+        mark = self.lagging.source_mark(sink, key)
+        table = source.read(key)
+        where = f"sink {origin!r} committed batch {key[1]} (epoch {key[0]})"
+        if mark is not None and mark.rows and table.num_rows == 0:
+            raise LookupError(
+                f"{where} with {mark.rows} row(s), by its ledger mark, but its table holds "
+                "no commit of it: the table was replaced or its log cleaned up"
+            )
+        df = self.spark.createDataFrame(table)
+        if mark is not None and mark.dead_lettered:
+            if not table.column_names:
+                raise LookupError(
+                    f"{where} with {mark.dead_lettered} row(s) set aside as dead letters, and "
+                    "its table has no columns yet to read them back with; it will once the "
+                    "sink commits a batch"
+                )
+            df = df.unionByName(self._letters(origin, key, mark.dead_lettered, df.schema))
+        info = BatchInfo(self.lagging.pipeline, key[1], epoch=key[0])
+        return df, info if mark is None else _info_of(mark)
 
-    def _origin_info(self, origin: str, key: BatchKey) -> BatchInfo | None:
-        """The backfill batch's context as the source sink's ledger mark recorded it."""
-        entries = self.lagging.ledger.committed_entries(self.lagging.pipeline, key[1], epoch=key[0])
-        for entry in entries:
-            if entry.sink == origin and entry.batch_id == key[1]:
-                return replace(
-                    BatchInfo(self.lagging.pipeline, key[1], entry.query_id, entry.offsets(),
-                              epoch=key[0], batch_timestamp_ms=entry.batch_timestamp_ms),
-                )  # fmt: skip
-        return None
+    def _letters(self, origin: str, key: BatchKey, count: int, schema: Any) -> Any:
+        """The rows of batch ``key`` that ``origin`` set aside as dead letters, read back
+        from its dead-letter Delta table with the batch's schema: a sink backfilled from
+        it receives the whole batch. The letters are written before the batch's commit
+        and mark, so all ``count`` the mark records are there."""
+        from pyspark.sql import functions as F
+
+        from fanout.deadletters.delta import DeltaDeadLetters
+
+        target = self.target_of(origin)
+        where = f"batch {key[1]} (epoch {key[0]})"
+        if not isinstance(target, DeltaDeadLetters):
+            raise LookupError(
+                f"sink {origin!r} set {count} row(s) of {where} aside as dead letters, which "
+                f"a backfill cannot read back from {target!r} (only from a Delta table)"
+            )
+        rows = target.read_rows(self.lagging.pipeline, origin, key)
+        if rows.num_rows != count:
+            raise LookupError(
+                f"sink {origin!r} set {count} row(s) of {where} aside as dead letters, by "
+                f"its ledger mark, but {target.describe()} holds {rows.num_rows} of them"
+            )
+        parsed = self.spark.createDataFrame(rows).select(F.from_json("row", schema).alias("r"))
+        return parsed.select("r.*")
+
+
+def _info_of(mark: LedgerEntry) -> BatchInfo:
+    """A backfill batch's context as its source sink's ledger mark recorded it."""
+    return BatchInfo(
+        mark.pipeline, mark.batch_id, mark.query_id, mark.offsets(), epoch=mark.epoch,
+        batch_timestamp_ms=mark.batch_timestamp_ms,
+    )  # fmt: skip

@@ -24,7 +24,8 @@ from datetime import datetime
 from fanout.contract.lag import SinkLag
 from fanout.contract.sink import BackfillSource, SinkContext
 from fanout.errors import SinkError, SinkUnreachableError
-from fanout.ledger.entry import Ledger, now_utc
+from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
+from fanout.ledger.gaps import is_skip
 from fanout.observe.secrets import masked_error
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey, Spool
@@ -71,6 +72,10 @@ class Lagging:
     _errors: dict[str, str] = field(default_factory=dict, repr=False)
     _failed_at: dict[str, float] = field(default_factory=dict, repr=False)
     _backfilled: set[str] = field(default_factory=set, repr=False)
+    _origin_marks: dict[tuple[str, int], dict[int, LedgerEntry]] = field(
+        default_factory=dict, repr=False
+    )
+    """Per (backfill source sink, epoch), its ledger marks read so far, by batch id."""
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     @property
@@ -171,15 +176,52 @@ class Lagging:
         return done is None or done < key[1]
 
     def _backfill_keys(self, sink: str) -> list[BatchKey]:
-        source = self.sources.get(sink)
-        if source is None or sink in self._backfilled:
+        """The batches ``sink``'s backfill source committed, by the source's ledger marks,
+        that ``sink`` has not: every one, also those that wrote no row to the source's
+        table (an empty batch, or one whose rows all went to its dead letters), which its
+        table has no commit of. The marks, not the table, say which batches ran: a mark is
+        written after the batch's commit, so the table then shows whether it has one."""
+        if sink not in self.sources or sink in self._backfilled:
             return []
         origin = self.specs[sink].lag.backfill_from
         assert origin is not None
-        epochs = list(range(self.epoch + 1))
-        if all(self._caught_up_with(sink, origin, e) for e in epochs):
-            return []
-        return [k for k in source.batches(epochs) if self._needs(sink, k)]
+        keys: list[BatchKey] = []
+        for epoch in range(self.epoch + 1):
+            if self._caught_up_with(sink, origin, epoch):
+                continue
+            for batch_id, entry in sorted(self._marks_of(origin, epoch).items()):
+                if not is_skip(entry) and self._needs(sink, (epoch, batch_id)):
+                    keys.append((epoch, batch_id))
+        return keys
+
+    def _marks_of(self, origin: str, epoch: int) -> dict[int, LedgerEntry]:
+        """``origin``'s ledger marks of ``epoch`` through its cached mark (the ledger is
+        read only for the marks newer than those read before)."""
+        with self._lock:
+            known = self._origin_marks.setdefault((origin, epoch), {})
+            last = max(known, default=-1)
+        through = self.mark(origin, epoch)
+        if through is not None and through > last:
+            found = self.ledger.committed_entries(self.pipeline, last + 1, epoch=epoch)
+            with self._lock:
+                for entry in found:
+                    if entry.sink == origin and entry.epoch == epoch:
+                        known.setdefault(entry.batch_id, entry)
+        with self._lock:
+            return dict(known)
+
+    def source_mark(self, sink: str, key: BatchKey) -> LedgerEntry | None:
+        """The ledger mark of batch ``key`` by ``sink``'s backfill source (``None``: the
+        source has none)."""
+        origin = self.specs[sink].lag.backfill_from
+        if origin is None:
+            return None
+        with self._lock:
+            found = self._origin_marks.get((origin, key[0]), {}).get(key[1])
+        if found is not None:
+            return found
+        entries = self.ledger.committed_entries(self.pipeline, key[1], epoch=key[0])
+        return next((e for e in entries if e.sink == origin and e.batch_id == key[1]), None)
 
     def _caught_up_with(self, sink: str, origin: str, epoch: int) -> bool:
         theirs = self.mark(origin, epoch)
@@ -187,11 +229,21 @@ class Lagging:
         return theirs is None or (mine is not None and mine >= theirs)
 
     def finished_backfill(self, sink: str) -> None:
-        """``sink`` has no backfill batch left: stop asking its source (a later miss is
-        spooled like any lagging sink's)."""
+        """``sink`` has no backfill batch left at the start of a batch: stop asking its
+        source (a later miss is spooled like any lagging sink's). Only a batch's hold-back
+        may say so, under that batch's ledger lookup: the source holds no batch newer than
+        the one before. The catch-up may empty the backlog while the source is still
+        writing the live batch the sink was held back from; that batch is not spooled for
+        the sink (its source holds it), so the sink must go on reading its source."""
         with self._lock:
             if sink in self.sources:
                 self._backfilled.add(sink)
+
+    def backfilling(self, sink: str) -> bool:
+        """Whether ``sink`` still reads its missed batches from its backfill source (so a
+        batch the source writes need not be spooled for it)."""
+        with self._lock:
+            return sink in self.sources and sink not in self._backfilled
 
     # -- what observers and status see ----------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from fanout.contract.batch import Batch, SharedArrow, txn_app_id
 from fanout.contract.sessions import in_spark_thread
 from fanout.contract.sink import BackfillSource
+from fanout.deadletters.target import DELTA, split_target
 from fanout.delta_tables.io import refuse_unusable_location
 from fanout.errors import CheckpointError, ConfigurationError, LagLimitError
 from fanout.ledger.entry import now_utc
@@ -81,7 +82,8 @@ def warn_left_out(pipeline: str, specs: Mapping[str, SinkSpec], spool: Spool, le
 
 def backfill_sources(pipeline: str, specs: Mapping[str, SinkSpec]) -> dict[str, BackfillSource]:
     """Each ``backfill_from`` sink's source, checked: another sink of the pipeline, with
-    no route, whose target can give back its batches (an append-mode Delta sink)."""
+    no route, whose target can give back its batches (an append-mode Delta sink), and
+    whose dead letters, if any, are in a Delta table (the backfill reads them back)."""
     sources: dict[str, BackfillSource] = {}
     for name, spec in specs.items():
         origin = spec.lag.backfill_from
@@ -96,6 +98,14 @@ def backfill_sources(pipeline: str, specs: Mapping[str, SinkSpec]) -> dict[str, 
         if not specs[origin].route.is_identity:
             raise ConfigurationError(f"{where}: that sink has a where/select route, so it "
                                      "does not hold every batch's rows")  # fmt: skip
+        letters = getattr(specs[origin].sink, "dead_letter", None)
+        if isinstance(letters, str) and split_target(letters.strip())[0] != DELTA:
+            raise ConfigurationError(
+                f"{where}: that sink sets rows aside in dead_letter={letters!r}, which a "
+                "backfill cannot read back (only a Delta table's letters are given back "
+                "to the new sink with the batch's other rows): make it a Delta table, or "
+                "backfill from another sink"
+            )
         source = specs[origin].sink.backfill_source(pipeline)
         if source is None:
             raise ConfigurationError(
@@ -134,11 +144,13 @@ def hold_back(
             continue
         backlog = lagging.backlog(name)
         if not backlog:
+            lagging.finished_backfill(name)  # live with this batch: the source holds no newer
             continue
         adding = 0 if key in backlog.keys else 1
         if over_limit(specs[name], backlog, adding):
             backlog = _drain_to_limit(state, lagging, specs[name], catchup, adding)
             if not backlog:
+                lagging.finished_backfill(name)
                 continue  # caught up in full: live again with this batch
         state.pending.remove(name)
         state.lagging[name] = backlog
@@ -228,14 +240,15 @@ def _needed(
     state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec], *, before_write: bool
 ) -> set[str]:
     """The sinks that need this batch from the spool: those behind it, and those that
-    failed it and lag (before the writes: those that could not be opened); not a
-    backfilling sink whose source holds it (or, before the writes, is about to write it)."""
+    failed it and lag (before the writes: those that could not be opened); not a sink
+    still backfilling whose source holds it (or, before the writes, is about to write it):
+    once its backfill is finished, a sink's misses are spooled like any lagging sink's."""
     needed = set(state.lagging) | set(state.lagged)  # before the writes: the unopened
     holding = set(state.skipped) | (set(state.pending) if before_write else set(state.results))
     for name in list(needed):
         origin = specs[name].lag.backfill_from
-        if name in state.lagging and name in lagging.sources and origin in holding:
-            needed.discard(name)  # its backfill source holds the batch
+        if name in state.lagging and lagging.backfilling(name) and origin in holding:
+            needed.discard(name)  # its backfill source holds the batch and is read for it
     return needed
 
 

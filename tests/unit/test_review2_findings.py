@@ -44,12 +44,6 @@ class _Lake(ScriptedSink):
         return _Source()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review2 finding 1: a backfill that empties its backlog while the source writes "
-    "the live batch it was held back from marks itself finished; that batch is then neither "
-    "backfilled nor spooled, and the sink's next live mark covers it (rows lost)",
-)
 def test_finding1_a_backfill_finishing_during_a_live_batch_loses_that_batch(
     tmp_path: Path,
 ) -> None:
@@ -89,6 +83,113 @@ def test_finding1_a_backfill_finishing_during_a_live_batch_loses_that_batch(
             f"pg (backfill_from='lake') received batches {received}: batch 3, which the "
             "lake wrote while pg's backfill finished, was neither backfilled nor spooled"
         )
+    finally:
+        fan.close()
+
+
+def test_finding1_a_backfilled_sink_that_lags_later_gets_its_misses_from_the_spool(
+    tmp_path: Path,
+) -> None:
+    ledger = MemoryLedger()
+    lake = _Lake("lake")
+    frames = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(6)}
+    first = FanOut("grow", ledger, [lake], backoff_s=0)
+    for batch in range(2):
+        first.process(frames[batch], BatchInfo("grow", batch, "q"))
+    first.close()
+
+    pg = ScriptedSink("pg")
+    spec = SinkSpec(pg, lag=lag_policy("pg", {"on_failure": "lag", "backfill_from": "lake"}))
+    fan = FanOut("grow", ledger, [lake, spec], backoff_s=0, spool=str(tmp_path / "spool"),
+                 probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    fan.catchup._read = lambda sink, key: (  # type: ignore[method-assign]
+        SchemaFrame(lake.table[key].column("id").to_pylist()),
+        BatchInfo("grow", key[1], "q"),
+    )
+    try:
+        fan.catch_up(timeout_s=10)  # the backfill: batches 0 and 1
+        fan.process(frames[2], BatchInfo("grow", 2, "q"))  # live: the backfill is done
+        pg.always_fail = RuntimeError("pg is down")
+        fan.process(frames[3], BatchInfo("grow", 3, "q"))  # pg fails it and lags
+        fan.process(frames[4], BatchInfo("grow", 4, "q"))  # pg is behind: held back
+        assert fan.spool is not None
+        spooled = {b.batch_id: sorted(b.needed_by) for b in fan.spool.batches()}
+        assert spooled == {3: ["pg"], 4: ["pg"]}, (
+            f"the spool holds {spooled}: batch 4, which pg missed after its backfill was "
+            "done, must be spooled for it (its source is no longer read for it)"
+        )
+        pg.always_fail = None
+        fan.catch_up(timeout_s=10)
+        fan.process(frames[5], BatchInfo("grow", 5, "q"))
+        received = [b.batch_id for b in pg.batches if b.attempt == 1]
+        assert sorted(set(received)) == [0, 1, 2, 3, 4, 5]
+        assert [b for b, _ in pg.calls if b != 3] == [0, 1, 2, 4, 5]
+    finally:
+        fan.close()
+
+
+class _CommitLake(_Lake):
+    """A :class:`_Lake` that, like a Delta table, has no commit of a batch without rows."""
+
+    def write(self, batch: Batch) -> Any:
+        rows = super().write(batch)
+        key = (batch.info.epoch, batch.batch_id)
+        if self.table[key].num_rows == 0:
+            del self.table[key]
+        return rows
+
+    def backfill_source(self, pipeline: str) -> Any:
+        source = super().backfill_source(pipeline)
+        lake = self
+
+        class _Source:
+            def batches(self, epochs: Any) -> list[tuple[int, int]]:
+                return source.batches(epochs)  # type: ignore[no-any-return]
+
+            def read(self, key: tuple[int, int]) -> pa.Table:
+                return lake.table.get(key, pa.table({"id": pa.array([], pa.int64())}))
+
+        return _Source()
+
+
+def test_finding1_a_source_batch_without_rows_is_backfilled_empty_and_refuses_nothing(
+    tmp_path: Path,
+) -> None:
+    ledger = MemoryLedger()
+    lake = _CommitLake("lake")
+    frames = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(5)}
+    frames[1] = SchemaFrame([])  # an empty batch: the lake's table has no commit of it
+    first = FanOut("grow", ledger, [lake], backoff_s=0)
+    for batch in range(3):
+        first.process(frames[batch], BatchInfo("grow", batch, "q"))
+    first.close()
+    assert sorted(lake.table) == [(0, 0), (0, 2)]
+
+    pg = ScriptedSink("pg")
+    spec = SinkSpec(pg, lag=lag_policy("pg", {"backfill_from": "lake"}))
+    fan = FanOut("grow", ledger, [lake, spec], backoff_s=0, spool=str(tmp_path / "spool"),
+                 probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    read: list[tuple[int, int]] = []
+
+    def _read(sink: str, key: tuple[int, int]) -> Any:
+        read.append(key)
+        table = fan.lagging.sources[sink].read(key)
+        return SchemaFrame(table.column("id").to_pylist()), BatchInfo("grow", key[1], "q")
+
+    fan.catchup._read = _read  # type: ignore[method-assign]
+    try:
+        fan.process(frames[3], BatchInfo("grow", 3, "q"))  # pg is held back: it needs 0..2
+        fan.catchup.drain("pg", until=lambda: bool(pg.calls))  # the catch-up writes batch 0
+        # pg's mark is 0 and batch 1 is in no table: still not a gap, it comes next
+        fan.process(frames[4], BatchInfo("grow", 4, "q"))
+        fan.catch_up(timeout_s=10)
+        assert [(b.batch_id, b.df.count()) for b in pg.batches] == [
+            (0, 2), (1, 0), (2, 2), (3, 2), (4, 2)
+        ]  # fmt: skip
+        assert read == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4)]
+        assert ledger.last_committed("grow", ["pg"]) == {"pg": 4}
     finally:
         fan.close()
 
@@ -250,24 +351,20 @@ def test_finding4_two_distributions_with_one_entry_point_name_are_not_reported()
     )
 
 
-# -- finding 5: a backfill gives the new sink only the rows its source sink kept ------------
+# -- finding 5: the backfill's side of a source sink's dead letters -----------------------
+# (the rows themselves: tests/integration/test_review2_findings.py, with real Spark)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review2 finding 5: backfill_from reads the source Delta table's commit of each "
-    "batch, which lacks the rows the source sink sent to its dead-letter target; the new "
-    "sink never receives them and nothing records it (undocumented in §14.5)",
-)
-def test_finding5_a_backfill_loses_the_rows_its_source_dead_lettered(tmp_path: Path) -> None:
+def test_finding5_a_delta_history_gives_a_batch_without_a_commit_empty(tmp_path: Path) -> None:
     from fanout_delta import DeltaSink
 
     from fanout.contract.batch import txn_app_id
     from fanout.contract.sink import SinkContext
     from fanout.deadletters.delta import DeltaDeadLetters
 
+    dead = DeltaDeadLetters(str(tmp_path / "dead"))
     lake = DeltaSink(name="lake", path=str(tmp_path / "lake"), partition_by=["k"])
-    lake.open(SinkContext("p", dead_letters=DeltaDeadLetters(str(tmp_path / "dead"))))
+    lake.open(SinkContext("p", dead_letters=dead))
 
     class _Frame:  # engine rs reads a batch through toArrow()
         def __init__(self, table: pa.Table) -> None:
@@ -276,20 +373,44 @@ def test_finding5_a_backfill_loses_the_rows_its_source_dead_lettered(tmp_path: P
         def toArrow(self) -> pa.Table:
             return self.table
 
-    # an empty partition value: no Delta table can keep it, so the row is set aside
-    rows = pa.table({"id": pa.array([1, 2], pa.int64()), "k": ["a", ""]})
-    batch = Batch(_Frame(rows), BatchInfo("p", 0, "q"), "lake", txn_app_id("p", "lake"))
-    result = lake.write(batch)
-    assert (result.rows, result.dead_lettered) == (1, 1)
+    schema = pa.schema([("id", pa.int64()), ("k", pa.string())])
+    for batch_id, rows in enumerate([[(1, "a"), (2, "")], [(3, "")], [(4, "b")]]):
+        table = pa.Table.from_pylist([{"id": i, "k": k} for i, k in rows], schema=schema)
+        batch = Batch(_Frame(table), BatchInfo("p", batch_id, "q"), "lake", txn_app_id("p", "lake"))
+        lake.write(batch)
 
     source = lake.backfill_source("p")
     assert source is not None
-    keys = source.batches([0])
-    given = sorted(source.read(keys[0]).column("id").to_pylist()) if keys else []
-    assert given == [1, 2], (
-        f"batch 0 had ids [1, 2]; a sink with backfill_from='lake' receives {given} and no "
-        "record of the row the lake set aside"
+    assert source.batches([0]) == [(0, 0), (0, 2)]  # batch 1's only row was set aside
+    assert source.read((0, 0)).select(["id", "k"]).to_pylist() == [{"id": 1, "k": "a"}]
+    empty = source.read((0, 1))
+    assert (empty.num_rows, sorted(empty.column_names)) == (0, ["id", "k"])
+    assert source.read((0, 2)).select(["id", "k"]).to_pylist() == [{"id": 4, "k": "b"}]
+    assert [dead.read_rows("p", "lake", (0, b)).column("row").to_pylist() for b in range(3)] == [
+        ['{"id": 2, "k": ""}'], ['{"id": 3, "k": ""}'], []
+    ]  # fmt: skip
+
+
+def test_finding5_backfill_from_a_sink_whose_letters_cannot_be_read_back_is_refused() -> None:
+    from fanout.errors import ConfigurationError
+    from fanout.steps.lag_steps import backfill_sources
+
+    lake = _Lake("lake")
+    lake.dead_letter = "kafka:lake-dlq"  # type: ignore[attr-defined]
+    specs = {
+        "lake": SinkSpec(lake),
+        "pg": SinkSpec(ScriptedSink("pg"), lag=lag_policy("pg", {"backfill_from": "lake"})),
+    }
+    with pytest.raises(ConfigurationError) as refused:
+        backfill_sources("p", specs)
+    assert str(refused.value) == (
+        "pipeline 'p', sink 'pg': backfill_from='lake': that sink sets rows aside in "
+        "dead_letter='kafka:lake-dlq', which a backfill cannot read back (only a Delta "
+        "table's letters are given back to the new sink with the batch's other rows): make "
+        "it a Delta table, or backfill from another sink"
     )
+    lake.dead_letter = "/data/dead"  # type: ignore[attr-defined]
+    assert sorted(backfill_sources("p", specs)) == ["pg"]
 
 
 # -- finding 6: a sink raising a BaseException leaves no trace of its failed attempt -------
