@@ -256,6 +256,8 @@ class MissedBatchesError(FanoutError):
     :param missing: the batch ids it never received, in order.
     :param spooled: the batch ids between its mark and the batch that the spool holds
         for it (a skip through the batch before gives them up too).
+    :param backfill_from: the sink's backfill source, when it has one (which then holds
+        none of the missing batches).
     """
 
     def __init__(
@@ -268,6 +270,7 @@ class MissedBatchesError(FanoutError):
         missing: Sequence[int],
         ledger: str,
         spooled: Sequence[int] = (),
+        backfill_from: str | None = None,
     ) -> None:
         self.pipeline, self.sink, self.epoch = pipeline, sink, epoch
         self.mark, self.batch_id, self.missing = mark, batch_id, list(missing)
@@ -280,14 +283,20 @@ class MissedBatchesError(FanoutError):
             if self.spooled
             else ""
         )
+        give_back = (
+            f"restore the spool (the backfill source {backfill_from!r} of {sink!r} holds "
+            "none of them: it has no committed mark for them)"
+            if backfill_from
+            else f"configure backfill_from='<an append-mode Delta sink of the pipeline>' on "
+            f"{sink!r} (it catches up from that sink's table) or restore the spool"
+        )
         super().__init__(
             f"pipeline {pipeline!r}, batch {batch_id}: sink {sink!r} last committed batch "
             f"{mark}{in_epoch} and never received batch(es) {which}, which neither the spool "
             "nor a backfill source holds for it (the spool was lost or replaced, or the sink "
             "was left out of the configuration while they ran); writing it now would lose "
             "them for it silently, so no sink writes this batch. Either give them back: "
-            f"configure backfill_from='<an append-mode Delta sink of the pipeline>' on "
-            f"{sink!r} (it catches up from that sink's table) or restore the spool; or "
+            f"{give_back}; or "
             f"accept that {sink!r} never gets them: `fanout ledger skip --ledger {ledger} "
             f"--pipeline {pipeline} --sink {sink} --through {batch_id - 1}"
             f"{f' --epoch {epoch}' if epoch else ''}` (in Python: "

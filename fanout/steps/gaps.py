@@ -43,7 +43,15 @@ def refuse_gaps(
         if missing:
             spooled = sorted(b for b in held if b < missing[-1])
             raise MissedBatchesError(
-                state.info.pipeline, name, epoch, mark, batch_id, missing, ledger, spooled
+                state.info.pipeline,
+                name,
+                epoch,
+                mark,
+                batch_id,
+                missing,
+                ledger,
+                spooled,
+                backfill_from=specs[name].lag.backfill_from,
             )
 
 

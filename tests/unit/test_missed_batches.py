@@ -256,3 +256,16 @@ def test_fanout_ledger_skip_on_a_delta_ledger(
     pg = ScriptedSink("pg")
     _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good"), pg]), range(3, 4))
     assert pg.calls == [(3, 1)]
+
+
+def test_a_sink_with_a_backfill_source_is_told_to_restore_the_spool_not_to_configure_one() -> None:
+    error = MissedBatchesError(
+        "gap", "pg", 0, 1, 5, [2, 3, 4], "/ledger", spooled=[], backfill_from="lake"
+    )
+    message = str(error)
+    assert "backfill_from=" not in message
+    assert (
+        "Either give them back: restore the spool (the backfill source 'lake' of 'pg' holds "
+        "none of them: it has no committed mark for them); or accept that 'pg' never gets "
+        "them: `fanout ledger skip --ledger /ledger --pipeline gap --sink pg --through 4`"
+    ) in message
