@@ -9,8 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from fanout.app import runner
 from fanout.app.config import PipelineConfig
 
@@ -18,13 +16,6 @@ BATCH_S = 30.0  # how long the batch in flight takes
 STOP_TIMEOUT_S = 2.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review2 finding 7: after stop_timeout_s, `fanout run` calls query.stop(), which "
-    "waits for the foreachBatch call in flight to return (Spark cannot interrupt it), so the "
-    "batch is never abandoned: the stop waits as long as the batch (for ever if a sink "
-    "hangs), then says 'abandoned' of a batch that finished",
-)
 def test_finding7_a_stop_after_its_timeout_still_waits_for_the_batch(
     spark: Any, tmp_path: Path
 ) -> None:
