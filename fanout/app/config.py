@@ -10,12 +10,14 @@ table?``). See ``examples/pipeline.toml`` for a commented example.
 from __future__ import annotations
 
 import difflib
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fanout.app.interval import interval_ms
 from fanout.contract.names import check_name
 from fanout.errors import ConfigurationError
 from fanout.observe.secrets import expand_env
@@ -41,6 +43,19 @@ SECTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
 }
 TRIGGER_KEYS = {"processing_time": str, "available_now": bool, "once": bool}
 REQUIRED = {"pipeline": ("name", "ledger", "checkpoint"), "source": ("format",)}
+# The least value each number may take, and whether that value itself is allowed: what
+# FanOut, RetryPolicy and the stop take, checked here so that `fanout validate` refuses it
+# too, before a Spark session starts.
+MINIMUMS: dict[str, tuple[float, bool]] = {
+    "pipeline.parallelism": (1, True),
+    "pipeline.retries": (0, True),
+    "pipeline.backoff_s": (0, True),
+    "pipeline.stop_timeout_s": (0, True),
+    "pipeline.probe_interval_s": (0, False),
+    "metrics.port": (1, True),
+}
+MAXIMUMS: dict[str, float] = {"metrics.port": 65535}
+NON_EMPTY = ("pipeline.ledger", "pipeline.checkpoint", "pipeline.spool")
 
 
 @dataclass(frozen=True)
@@ -118,7 +133,25 @@ def _check_section(name: str, data: Any) -> dict[str, Any]:
     for key in REQUIRED.get(name, ()):
         if key not in data:
             raise ConfigurationError(f"{name}.{key}: missing required option")
+    for key, value in data.items():
+        _check_value(f"{name}.{key}", value)
     return data
+
+
+def _check_value(path: str, value: Any) -> None:
+    """Refuse a number out of its range, an infinite or NaN float, an empty path."""
+    if path in NON_EMPTY and not value.strip():
+        raise ConfigurationError(f"{path}: must not be empty")
+    if path not in MINIMUMS:
+        return
+    least, allowed = MINIMUMS[path]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigurationError(f"{path}: must be a finite number, got {value!r}")
+    if value < least or (value == least and not allowed):
+        bound = f">= {least:g}" if allowed else f"> {least:g}"
+        raise ConfigurationError(f"{path}: must be {bound}, got {value!r}")
+    if path in MAXIMUMS and value > MAXIMUMS[path]:
+        raise ConfigurationError(f"{path}: must be <= {MAXIMUMS[path]:g}, got {value!r}")
 
 
 def _coerce(value: Any, expected: type | tuple[type, ...] | None) -> Any:
@@ -142,6 +175,13 @@ def _check_trigger(trigger: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(value, TRIGGER_KEYS[key]):
             raise ConfigurationError(
                 f"pipeline.trigger.{key}: expected {TRIGGER_KEYS[key].__name__}"
+            )
+        if key == "processing_time" and interval_ms(str(value)) is None:
+            raise ConfigurationError(
+                f"pipeline.trigger.processing_time: Spark cannot read {value!r} as an "
+                "interval; write it as '10 seconds', '1 minute 30 seconds' or "
+                "'500 milliseconds' (units week, day, hour, minute, second, millisecond, "
+                "microsecond; no abbreviations; not negative)"
             )
     if len(trigger) > 1:
         raise ConfigurationError(

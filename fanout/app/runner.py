@@ -2,9 +2,10 @@
 
 ``run`` builds the SparkSession, the source, the sinks and the ledger, starts the query and
 prints one line per batch and a summary at the end (:mod:`fanout.app.progress`), and
-stops it cleanly on SIGINT or SIGTERM: between batches at once; during a batch it waits up
-to ``pipeline.stop_timeout_s`` for the batch to finish, then abandons it (Spark replays it
-on restart and fanout skips the sinks that committed it), and says which happened.
+stops it on SIGINT or SIGTERM: between batches at once; during a batch it waits up to
+``pipeline.stop_timeout_s`` for the batch to finish, then abandons it by exiting at once
+(Spark replays it on restart and fanout skips the sinks that committed it), and says which
+happened. A second signal ends the process at once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from fanout.app.config import PipelineConfig, load
 from fanout.app.progress import ProgressObserver
@@ -31,6 +32,11 @@ from fanout.observe.logs import known_secrets
 from fanout.observe.secrets import redact
 
 log = logging.getLogger("fanout")
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_GRACE_S = 5.0  # the least time Spark gets to stop a query no batch of fanout's runs in
+EXIT_FAILED = 1
+StopOutcome = Literal["between", "finished", "failed", "abandoned"]
 
 
 class BatchTracker:
@@ -200,7 +206,12 @@ def validate(path: str, out: TextIO | None = None) -> int:
 
 
 def run(path: str, out: TextIO | None = None) -> int:
-    """Run the pipeline until its trigger ends it, it fails, or SIGINT/SIGTERM stops it."""
+    """Run the pipeline until its trigger ends it, it fails, or SIGINT/SIGTERM stops it.
+
+    :return: the exit code: 0 finished or stopped cleanly, 1 failed (also when a batch fails
+        while a stop waits for it). A stop that abandons its batch does not return: the
+        process exits at once with 128 + the signal's number (:func:`_leave`).
+    """
     out = out or sys.stdout
     config = load_pipeline(path)
     spark = build_session(config)
@@ -210,31 +221,33 @@ def run(path: str, out: TextIO | None = None) -> int:
     progress = ProgressObserver()
     fan = build_fanout(spark, config, plugins=[tracker, progress])
     stop = threading.Event()
-    received: list[str] = []
+    received: list[signal.Signals] = []
 
     def request_stop(signum: int, _frame: Any) -> None:
-        received.append(signal.Signals(signum).name)
+        received.append(signal.Signals(signum))
+        for sig in STOP_SIGNALS:  # a second signal ends the process at once
+            signal.signal(sig, signal.SIG_DFL)
         stop.set()
 
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    query = _start(df, fan, config)
-    out.write(f"pipeline {config.name!r} started (query {query.id}); Ctrl-C stops it cleanly\n")
-    out.flush()
+    previous = {s: signal.signal(s, request_stop) for s in STOP_SIGNALS}
     try:
+        query = _start(df, fan, config)
+        out.write(f"pipeline {config.name!r} started (query {query.id}); Ctrl-C stops it cleanly\n")
+        out.flush()
         while query.isActive and not stop.is_set():
             progress.report(query.recentProgress, out)
             stop.wait(0.5)
         if stop.is_set():
-            _stop(query, tracker, config, received[0], out)
+            outcome = _stop(query, tracker, config, received[0].name, out)
             _end_progress(progress, query, config, out)
+            if outcome == "failed":
+                return _failed(query, tracker, config, out)
+            if outcome == "abandoned":
+                _leave(128 + received[0].value)
             return 0
-        error = query.exception()
         _end_progress(progress, query, config, out)
-        if error is not None:
-            trace = _save_trace(config.name, error)
-            out.write(f"pipeline {config.name!r} failed: {tracker.failure or _summary(error)}\n")
-            out.write(f"(the full trace, Spark's included: {trace})\n")
-            return 1
+        if query.exception() is not None:
+            return _failed(query, tracker, config, out)
         out.write(
             f"pipeline {config.name!r} finished (last committed batch {tracker.last_committed})\n"
         )
@@ -243,6 +256,32 @@ def run(path: str, out: TextIO | None = None) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         fan.close()
+
+
+def _failed(query: Any, tracker: BatchTracker, config: PipelineConfig, out: TextIO) -> int:
+    """Report the query's failure: fanout's own message, whole, and the file holding the
+    traces; the failure's exit code."""
+    error = query.exception()
+    message = tracker.failure or (_summary(error) if error is not None else "the query failed")
+    out.write(f"pipeline {config.name!r} failed: {message}\n")
+    if error is not None:
+        out.write(f"(the full trace, Spark's included: {_save_trace(config.name, error)})\n")
+    out.flush()
+    return EXIT_FAILED
+
+
+def _leave(code: int) -> None:
+    """End the process now, without waiting for the batch Spark is running: flush what was
+    written and logged, then ``os._exit`` (no ``finally``, no ``atexit``, no thread joined;
+    the Spark JVM exits when its Python driver does). As safe as a crash: the batch was not
+    marked, so Spark replays it and fanout skips the sinks that committed it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()
+    os._exit(code)
 
 
 def _end_progress(
@@ -256,26 +295,66 @@ def _end_progress(
 
 def _stop(
     query: Any, tracker: BatchTracker, config: PipelineConfig, signame: str, out: TextIO
-) -> None:
+) -> StopOutcome:
+    """Stop the query on a signal; say, and return, how it ended.
+
+    A batch in flight gets ``stop_timeout_s`` to finish; Spark's ``query.stop()`` is only
+    called once no batch of fanout's is running, since it waits for the foreachBatch call in
+    flight whatever its own timeout (and cancels that batch's Spark jobs). A batch still
+    running at the deadline is abandoned: the caller leaves without waiting for it."""
     batch = tracker.in_flight
+    started = time.monotonic()
+    if batch is not None:
+        out.write(
+            f"{signame}: batch {batch} in flight; waiting up to {config.stop_timeout_s:g} s "
+            "for it to finish (a second Ctrl-C or SIGTERM ends the run at once)\n"
+        )
+        out.flush()
+        if not tracker.idle.wait(config.stop_timeout_s):
+            return _abandoned(signame, batch, started, out)
+        if tracker.failure is not None:
+            _stop_query(query, STOP_GRACE_S)
+            out.write(f"{signame}: batch {batch} failed while the stop waited for it\n")
+            return "failed"
+    remaining = config.stop_timeout_s - (time.monotonic() - started)
+    if not _stop_query(query, max(remaining, STOP_GRACE_S)):  # Spark began another batch
+        return _abandoned(signame, tracker.in_flight, started, out)
+    if tracker.failure is not None or query.exception() is not None:
+        out.write(f"{signame}: the query failed while it stopped\n")
+        return "failed"
     if batch is None:
-        query.stop()
         out.write(
             f"{signame}: stopped between batches; last committed batch {tracker.last_committed}\n"
         )
-        return
-    out.write(f"{signame}: batch {batch} in flight; waiting up to {config.stop_timeout_s:.0f} s\n")
+        return "between"
+    out.write(f"{signame}: batch {batch} finished; stopped cleanly\n")
+    return "finished"
+
+
+def _abandoned(signame: str, batch: int | None, started: float, out: TextIO) -> StopOutcome:
+    what = "the query" if batch is None else f"batch {batch}"
+    out.write(
+        f"{signame}: {what} still running after {time.monotonic() - started:.0f} s "
+        "(stop_timeout_s); abandoned: fanout exits without waiting for it, Spark replays "
+        "it on restart and fanout skips the sinks that committed it\n"
+    )
     out.flush()
-    started = time.monotonic()
-    finished = tracker.idle.wait(config.stop_timeout_s)
-    query.stop()
-    if finished and tracker.last_committed == batch:
-        out.write(f"{signame}: batch {batch} finished; stopped cleanly\n")
-    else:
-        out.write(
-            f"{signame}: batch {batch} abandoned after {time.monotonic() - started:.0f} s; "
-            "Spark replays it on restart and fanout skips the sinks that committed it\n"
-        )
+    return "abandoned"
+
+
+def _stop_query(query: Any, timeout_s: float) -> bool:
+    """``query.stop()`` waiting at most ``timeout_s``; whether the query stopped."""
+
+    def stop() -> None:
+        try:
+            query.stop()
+        except Exception as exc:  # a query that failed may raise its error again here
+            log.debug("stopping the query: %s", exc)
+
+    stopper = threading.Thread(target=stop, name="fanout-stop", daemon=True)
+    stopper.start()
+    stopper.join(timeout_s)
+    return not stopper.is_alive()
 
 
 def _quiet_query_errors(spark: Any) -> None:

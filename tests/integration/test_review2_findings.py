@@ -10,30 +10,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from fanout.app import runner
 from fanout.app.config import PipelineConfig
+from fanout.contract.batch import BatchInfo
 
 BATCH_S = 30.0  # how long the batch in flight takes
 STOP_TIMEOUT_S = 2.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review2 finding 7: after stop_timeout_s, `fanout run` calls query.stop(), which "
-    "waits for the foreachBatch call in flight to return (Spark cannot interrupt it), so the "
-    "batch is never abandoned: the stop waits as long as the batch (for ever if a sink "
-    "hangs), then says 'abandoned' of a batch that finished",
-)
 def test_finding7_a_stop_after_its_timeout_still_waits_for_the_batch(
     spark: Any, tmp_path: Path
 ) -> None:
-    started, done = threading.Event(), threading.Event()
+    started, done, release = threading.Event(), threading.Event(), threading.Event()
 
     def slow(df: Any, batch_id: int) -> None:
         started.set()
-        time.sleep(BATCH_S)
+        release.wait(BATCH_S)  # released once checked, so the test need not wait it out
         done.set()
 
     query = (
@@ -58,6 +50,7 @@ def test_finding7_a_stop_after_its_timeout_still_waits_for_the_batch(
             f"takes {BATCH_S:g} s; finished: {done.is_set()}) and said:\n{said}"
         )
     finally:
+        release.set()
         query.stop()
 
 
@@ -121,3 +114,40 @@ def test_finding5_a_backfill_gives_the_new_sink_the_rows_its_source_dead_lettere
         if e.sink == "copy"
     )
     assert marks == [(0, 2), (1, 0), (2, 1), (3, 1), (4, 1)]
+
+
+def test_a_stop_waits_for_a_batch_that_finishes_within_its_timeout(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The other side of finding 7: a batch that ends before stop_timeout_s is waited for,
+    the query stops (Spark's next batch, if it began, is short) and the run says so."""
+    tracker = runner.BatchTracker()
+    started, done = threading.Event(), threading.Event()
+
+    def batch(df: Any, batch_id: int) -> None:
+        info = BatchInfo("p", batch_id, "q")
+        tracker.fanout_batch_start(info, ["a"], [])
+        if batch_id == 0:
+            started.set()
+            time.sleep(3)
+            done.set()
+        tracker.fanout_batch_end(info, {})
+
+    query = (
+        spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+        .writeStream.foreachBatch(batch)
+        .option("checkpointLocation", str(tmp_path / "cp")).start()
+    )  # fmt: skip
+    try:
+        assert started.wait(120)
+        config = PipelineConfig("p", str(tmp_path / "ledger"), str(tmp_path / "cp"), {}, [],
+                                stop_timeout_s=60)  # fmt: skip
+        out = io.StringIO()
+        clock = time.monotonic()
+        outcome = runner._stop(query, tracker, config, "SIGTERM", out)
+        took = time.monotonic() - clock
+        assert (outcome, done.is_set(), query.isActive) == ("finished", True, False)
+        assert took < 20, took
+        assert out.getvalue().splitlines()[1] == "SIGTERM: batch 0 finished; stopped cleanly"
+    finally:
+        query.stop()

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fanout.app.cli import main
 from fanout.app.config import load, parse
+from fanout.app.interval import interval_ms
 from fanout.app.runner import sink_option_names
+from fanout.errors import ConfigurationError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.toml"
 OPTIONS = {"postgres": ["url", "table", "keys", "mode"], "delta": ["path", "mode", "keys"]}
@@ -165,3 +168,95 @@ def test_a_pipeline_file_that_cannot_be_read_is_a_configuration_error(tmp_path: 
     with pytest.raises(ConfigurationError) as undecodable:
         load(binary, OPTIONS)
     assert str(undecodable.value) == f"{binary}: not UTF-8 text (TOML is): invalid start byte"
+
+
+# -- values out of range: refused by parse (so by `fanout validate`), exit code 2 ----------
+
+_PIPELINE = {"name": "p", "ledger": "/l", "checkpoint": "/c"}
+_INTERVAL_HINT = (
+    "write it as '10 seconds', '1 minute 30 seconds' or '500 milliseconds' (units week, day, "
+    "hour, minute, second, millisecond, microsecond; no abbreviations; not negative)"
+)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "message"),
+    [
+        ("pipeline", "retries", -1, "pipeline.retries: must be >= 0, got -1"),
+        ("pipeline", "retries", "-2", "pipeline.retries: must be >= 0, got -2"),  # ${VAR}
+        ("pipeline", "backoff_s", -0.5, "pipeline.backoff_s: must be >= 0, got -0.5"),
+        ("pipeline", "backoff_s", float("nan"),
+         "pipeline.backoff_s: must be a finite number, got nan"),
+        ("pipeline", "parallelism", 0, "pipeline.parallelism: must be >= 1, got 0"),
+        ("pipeline", "stop_timeout_s", -1, "pipeline.stop_timeout_s: must be >= 0, got -1"),
+        ("pipeline", "stop_timeout_s", float("inf"),
+         "pipeline.stop_timeout_s: must be a finite number, got inf"),
+        ("pipeline", "probe_interval_s", 0, "pipeline.probe_interval_s: must be > 0, got 0"),
+        ("pipeline", "ledger", " ", "pipeline.ledger: must not be empty"),
+        ("pipeline", "checkpoint", "", "pipeline.checkpoint: must not be empty"),
+        ("pipeline", "spool", "", "pipeline.spool: must not be empty"),
+        ("metrics", "port", 0, "metrics.port: must be >= 1, got 0"),
+        ("metrics", "port", 70000, "metrics.port: must be <= 65535, got 70000"),
+        ("pipeline", "trigger", {"processing_time": "ten seconds"},
+         f"pipeline.trigger.processing_time: Spark cannot read 'ten seconds' as an interval; "
+         f"{_INTERVAL_HINT}"),
+        ("pipeline", "trigger", {"processing_time": "10s"},
+         f"pipeline.trigger.processing_time: Spark cannot read '10s' as an interval; "
+         f"{_INTERVAL_HINT}"),
+    ],
+)  # fmt: skip
+def test_a_value_out_of_range_is_refused_naming_its_key(
+    section: str, key: str, value: object, message: str
+) -> None:
+    base = dict(_PIPELINE) if section == "pipeline" else {}
+    with pytest.raises(ConfigurationError) as bad:
+        parse(_doc(**{section: {**base, key: value}}), OPTIONS)
+    assert str(bad.value) == message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("retries", 0), ("backoff_s", 0), ("parallelism", 1), ("stop_timeout_s", 0),
+     ("probe_interval_s", 0.5)],
+)  # fmt: skip
+def test_the_least_allowed_values_are_taken(key: str, value: float) -> None:
+    config = parse(_doc(pipeline={**_PIPELINE, key: value}), OPTIONS)
+    assert getattr(config, key) == value
+
+
+def test_the_cli_exits_2_for_a_value_out_of_range(tmp_path: Path, capsys: Any) -> None:
+    file = tmp_path / "p.toml"
+    file.write_text(
+        '[pipeline]\nname = "p"\nledger = "/l"\ncheckpoint = "/c"\nretries = -1\n'
+        '[source]\nformat = "rate"\n[[sinks]]\ntype = "delta"\nname = "d"\npath = "/d"\n'
+    )
+    assert main(["validate", str(file)]) == 2
+    assert capsys.readouterr().err == (
+        "fanout: configuration error: pipeline.retries: must be >= 0, got -1\n"
+    )
+
+
+# What Spark 4.2's processing-time trigger took and refused (Trigger.ProcessingTime against a
+# real session), and the interval in milliseconds it read.
+SPARK_INTERVALS: dict[str, int | None] = {
+    "10 seconds": 10_000, "10 second": 10_000, "10 SECONDS": 10_000,
+    "interval 10 seconds": 10_000, "INTERVAL\t10 seconds": 10_000, "  10 seconds\n": 10_000,
+    "1 minute": 60_000, "1 minutes": 60_000, "500 milliseconds": 500, "1 millisecond": 1,
+    "1 microsecond": 0, "0 seconds": 0, "1 hour": 3_600_000, "1 day": 86_400_000,
+    "1 week 2 days": 777_600_000, "1 minute 30 seconds": 90_000, "1 minute -30 seconds": 30_000,
+    "1.5 seconds": 1_500, ".5 seconds": 500, "1. seconds": 1_000, "+10 seconds": 10_000,
+    "1.0000001 seconds": 1_000, "0 years 10 seconds": 10_000,
+    "1 year -12 months 10 seconds": 10_000, "-1 millisecond 1 second": 999,
+    "500 ms": None, "10s": None, "10 s": None, "10 sec": None, "1 min": None, "1 hr": None,
+    "1 month": None, "1 year": None, "-10 seconds": None, "- 10 seconds": None, "10": None,
+    "ten seconds": None, "10seconds": None, "0.5 minute": None, "1.5 milliseconds": None,
+    "1.1234567891 seconds": None, "1e3 milliseconds": None, "interval '10' second": None,
+    "10 seconds ago": None, "interval": None, "": None, " ": None, "1 weekss": None,
+    "1,000 seconds": None, "1 minute, 30 seconds": None, "00:00:10": None, "+-1 seconds": None,
+    "9223372036854775807 seconds": None, "2147483648 days": None, "\uff11 seconds": None,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "ms"), SPARK_INTERVALS.items())
+def test_processing_time_is_read_as_spark_reads_it(text: str, ms: int | None) -> None:
+    assert interval_ms(text) == ms

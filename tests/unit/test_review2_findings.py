@@ -239,11 +239,6 @@ class _FailingQuery:
         return self.error
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review2 finding 2: after SIGINT/SIGTERM, `fanout run` returns 0 and says the "
-    "batch was 'abandoned' even when the query failed meanwhile; the failure is never shown",
-)
 def test_finding2_sigterm_during_a_batch_that_fails_exits_0(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -283,12 +278,6 @@ def test_finding2_sigterm_during_a_batch_that_fails_exits_0(
 # -- finding 3: pipeline values `fanout validate` passes and `fanout run` refuses ----------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review2 finding 3: parse() and `fanout validate` accept pipeline values that "
-    "`fanout run` refuses after the Spark session started (a ValueError or a JVM "
-    "IllegalArgumentException traceback, exit 1, or a ConfigurationError validate never saw)",
-)
 @pytest.mark.parametrize(
     ("key", "value"),
     [

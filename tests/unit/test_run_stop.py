@@ -1,0 +1,334 @@
+"""``fanout run`` on SIGINT/SIGTERM: how the stop ends (between batches, the batch finished,
+the batch failed, the batch abandoned), the exit code of each, and a second signal."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout.app import runner
+from fanout.app.config import PipelineConfig
+from fanout.contract.batch import BatchInfo
+from fanout.errors import BatchFailedError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Query:
+    """A streaming query: ``stop()`` takes ``stop_s`` (for ever: ``None``) and is recorded."""
+
+    id = "query-1"
+    recentProgress: list[Any] = []
+
+    def __init__(self, stop_s: float | None = 0.0, error: Exception | None = None) -> None:
+        self.stop_s, self.error = stop_s, error
+        self.stops: list[float] = []
+        self.isActive = True
+
+    def stop(self) -> None:
+        self.stops.append(time.monotonic())
+        if self.stop_s is None:
+            threading.Event().wait()
+        time.sleep(self.stop_s)
+        self.isActive = False
+
+    def exception(self) -> Exception | None:
+        return self.error
+
+
+def _config(tmp_path: Path, stop_timeout_s: float = 5) -> PipelineConfig:
+    return PipelineConfig("p", str(tmp_path / "ledger"), str(tmp_path / "cp"), {}, [],
+                          stop_timeout_s=stop_timeout_s)  # fmt: skip
+
+
+def _in_flight(batch: int) -> runner.BatchTracker:
+    tracker = runner.BatchTracker()
+    tracker.fanout_batch_start(BatchInfo("p", batch, "q"), ["a"], [])
+    return tracker
+
+
+def _later(seconds: float, action: Any) -> None:
+    timer = threading.Timer(seconds, action)
+    timer.daemon = True
+    timer.start()
+
+
+def test_a_stop_between_batches_stops_the_query(tmp_path: Path) -> None:
+    tracker, query, out = runner.BatchTracker(), _Query(), io.StringIO()
+    tracker.last_committed = 4
+
+    outcome = runner._stop(query, tracker, _config(tmp_path), "SIGINT", out)
+
+    assert (outcome, len(query.stops)) == ("between", 1)
+    assert out.getvalue() == "SIGINT: stopped between batches; last committed batch 4\n"
+
+
+def test_a_batch_finishing_within_the_timeout_is_waited_for(tmp_path: Path) -> None:
+    tracker, query, out = _in_flight(7), _Query(), io.StringIO()
+    ended = []
+    _later(0.3, lambda: (ended.append(time.monotonic()),
+                         tracker.fanout_batch_end(BatchInfo("p", 7, "q"), {})))  # fmt: skip
+
+    outcome = runner._stop(query, tracker, _config(tmp_path), "SIGTERM", out)
+
+    assert outcome == "finished"
+    assert len(query.stops) == 1 and query.stops[0] >= ended[0], "stop() before the batch ended"
+    assert out.getvalue() == (
+        "SIGTERM: batch 7 in flight; waiting up to 5 s for it to finish (a second Ctrl-C or "
+        "SIGTERM ends the run at once)\n"
+        "SIGTERM: batch 7 finished; stopped cleanly\n"
+    )
+
+
+def test_a_batch_still_running_at_the_timeout_is_abandoned_without_stopping_spark(
+    tmp_path: Path,
+) -> None:
+    tracker, query, out = _in_flight(7), _Query(stop_s=None), io.StringIO()
+    clock = time.monotonic()
+
+    outcome = runner._stop(query, tracker, _config(tmp_path, 0.5), "SIGTERM", out)
+
+    took = time.monotonic() - clock
+    assert (outcome, query.stops) == ("abandoned", [])  # stop() would wait for the batch
+    assert 0.5 <= took < 2, took
+    assert out.getvalue().splitlines()[1] == (
+        "SIGTERM: batch 7 still running after 1 s (stop_timeout_s); abandoned: fanout exits "
+        "without waiting for it, Spark replays it on restart and fanout skips the sinks that "
+        "committed it"
+    )
+
+
+def test_a_stop_spark_does_not_finish_in_time_is_abandoned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch finished, but Spark began the next one before stop(): stop() waits for it."""
+    monkeypatch.setattr(runner, "STOP_GRACE_S", 0.3)
+    tracker, query, out = _in_flight(7), _Query(stop_s=None), io.StringIO()
+    tracker.fanout_batch_end(BatchInfo("p", 7, "q"), {})
+    tracker.fanout_batch_start(BatchInfo("p", 8, "q"), ["a"], [])
+    tracker.in_flight = 8  # the next batch began before the signal was handled
+    tracker.idle.set()
+
+    outcome = runner._stop(query, tracker, _config(tmp_path, 0.2), "SIGINT", out)
+
+    assert (outcome, len(query.stops)) == ("abandoned", 1)
+    assert "SIGINT: batch 8 still running after" in out.getvalue()
+
+
+def test_a_batch_failing_during_the_wait_is_a_failure(tmp_path: Path) -> None:
+    tracker, query, out = _in_flight(7), _Query(), io.StringIO()
+    error = BatchFailedError("p", 7, {"a": RuntimeError("sink 'a' is down")})
+    _later(0.2, lambda: tracker.fanout_batch_failed(BatchInfo("p", 7, "q"), error))
+
+    outcome = runner._stop(query, tracker, _config(tmp_path), "SIGTERM", out)
+
+    assert (outcome, len(query.stops)) == ("failed", 1)
+    assert out.getvalue().splitlines()[1] == (
+        "SIGTERM: batch 7 failed while the stop waited for it"
+    )
+
+
+def test_a_query_failing_while_it_stops_between_batches_is_a_failure(tmp_path: Path) -> None:
+    query, out = _Query(error=RuntimeError("the source went away")), io.StringIO()
+
+    outcome = runner._stop(query, runner.BatchTracker(), _config(tmp_path), "SIGTERM", out)
+
+    assert outcome == "failed"
+    assert out.getvalue() == "SIGTERM: the query failed while it stopped\n"
+
+
+# -- run(): exit codes, the second signal, a query that cannot start ------------------------
+
+
+def _fake_run(
+    monkeypatch: pytest.MonkeyPatch, config: PipelineConfig, start: Any
+) -> dict[str, Any]:
+    """Replace everything ``run`` builds; ``start(tracker)`` gives the query."""
+    made: dict[str, Any] = {"closed": 0}
+
+    class _Fan:
+        def close(self) -> None:
+            made["closed"] += 1
+
+    def build_fanout(spark: Any, config: Any, plugins: Any = (), **kw: Any) -> Any:
+        made["tracker"] = plugins[0]
+        return _Fan()
+
+    monkeypatch.setattr(runner, "load_pipeline", lambda path: config)
+    monkeypatch.setattr(runner, "build_session", lambda config: None)
+    monkeypatch.setattr(runner, "_quiet_query_errors", lambda spark: None)
+    monkeypatch.setattr(runner, "build_source", lambda spark, config: None)
+    monkeypatch.setattr(runner, "build_fanout", build_fanout)
+    monkeypatch.setattr(runner, "_start", lambda df, fan, config: start(made["tracker"]))
+    return made
+
+
+class _Left(Exception):
+    """What the test's ``_leave`` raises instead of ending the process."""
+
+
+def test_run_reports_a_batch_failing_during_the_stop_and_exits_1(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    error = BatchFailedError("p", 7, {"a": RuntimeError("sink 'a' is down")})
+    query = _Query(error=RuntimeError("batch 7 failed"))
+
+    def start(tracker: runner.BatchTracker) -> _Query:
+        tracker.fanout_batch_start(BatchInfo("p", 7, "q"), ["a"], [])
+        _later(0.1, lambda: os.kill(os.getpid(), signal.SIGTERM))
+        _later(0.8, lambda: tracker.fanout_batch_failed(BatchInfo("p", 7, "q"), error))
+        return query
+
+    made = _fake_run(monkeypatch, _config(tmp_path), start)
+    out = io.StringIO()
+
+    code = runner.run("p.toml", out)
+
+    lines = out.getvalue().splitlines()
+    assert code == 1 and made["closed"] == 1
+    assert lines[2:4] == ["SIGTERM: batch 7 failed while the stop waited for it",
+                          "pipeline 'p': 0 batches, 0 rows in"]  # fmt: skip
+    assert out.getvalue().endswith(f"pipeline 'p' failed: {error}\n{lines[-1]}\n")
+    trace = lines[-1].removeprefix("(the full trace, Spark's included: ").removesuffix(")")
+    assert "batch 7 failed" in Path(trace).read_text()
+    Path(trace).unlink()
+
+
+def test_run_leaves_at_once_with_128_plus_the_signal_when_it_abandons_a_batch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    handlers: list[Any] = []
+
+    def start(tracker: runner.BatchTracker) -> _Query:
+        tracker.fanout_batch_start(BatchInfo("p", 7, "q"), ["a"], [])
+        _later(0.1, lambda: os.kill(os.getpid(), signal.SIGINT))
+        # during the wait, a second signal would end the process: default handling
+        _later(0.5, lambda: handlers.extend(signal.getsignal(s) for s in runner.STOP_SIGNALS))
+        return _Query(stop_s=None)
+
+    def leave(code: int) -> None:
+        raise _Left(code)
+
+    made = _fake_run(monkeypatch, _config(tmp_path, 1), start)
+    monkeypatch.setattr(runner, "_leave", leave)
+    before = [signal.getsignal(s) for s in runner.STOP_SIGNALS]
+
+    with pytest.raises(_Left) as left:
+        runner.run("p.toml", io.StringIO())
+
+    assert left.value.args == (128 + signal.SIGINT,)
+    assert handlers == [signal.SIG_DFL, signal.SIG_DFL]
+    assert [signal.getsignal(s) for s in runner.STOP_SIGNALS] == before
+    assert made["closed"] == 1  # here only: os._exit runs no finally
+
+
+def test_a_query_that_cannot_start_closes_the_fanout_and_restores_the_handlers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def start(tracker: runner.BatchTracker) -> _Query:
+        raise RuntimeError("the checkpoint location cannot be written")
+
+    made = _fake_run(monkeypatch, _config(tmp_path), start)
+    before = [signal.getsignal(s) for s in runner.STOP_SIGNALS]
+
+    with pytest.raises(RuntimeError, match="checkpoint location"):
+        runner.run("p.toml", io.StringIO())
+
+    assert made["closed"] == 1
+    assert [signal.getsignal(s) for s in runner.STOP_SIGNALS] == before
+
+
+# -- a real process: the abandoned stop's exit, and a second signal ------------------------
+
+_PROCESS = textwrap.dedent(
+    """
+    import sys, threading, time
+    from fanout.app import runner
+    from fanout.app.config import PipelineConfig
+    from fanout.contract.batch import BatchInfo
+
+    class Query:  # batch 3 runs for ever, and so does stop(), as with a sink that hangs
+        id, recentProgress, isActive = "q", [], True
+        def stop(self): threading.Event().wait()
+        def exception(self): return None
+
+    class Fan:
+        def close(self): raise AssertionError("closed while its batch runs")
+
+    def build_fanout(spark, config, plugins=(), **kw):
+        plugins[0].fanout_batch_start(BatchInfo("p", 3, "q"), ["a"], [])
+        return Fan()
+
+    config = PipelineConfig("p", "l", "c", {}, [], stop_timeout_s=float(sys.argv[1]))
+    runner.load_pipeline = lambda path: config
+    runner.build_session = runner.build_source = lambda *a: None
+    runner._quiet_query_errors = lambda spark: None
+    runner.build_fanout = build_fanout
+    runner._start = lambda df, fan, config: Query()
+    runner.run("p.toml")
+    """
+)
+
+
+def _process(stop_timeout_s: float) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PROCESS, str(stop_timeout_s)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert child.stdout is not None
+    assert "started" in child.stdout.readline()
+    return child
+
+
+def _ended(child: subprocess.Popen[str]) -> str:
+    """The rest of the child's output once it ended (killed if it does not in 30 s)."""
+    try:
+        return child.communicate(timeout=30)[0]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_an_abandoned_batch_ends_the_process_with_128_plus_the_signal() -> None:
+    child = _process(1)
+    child.send_signal(signal.SIGTERM)
+    rest = _ended(child)
+    assert child.returncode == 128 + signal.SIGTERM, rest
+    assert rest.splitlines() == [
+        "SIGTERM: batch 3 in flight; waiting up to 1 s for it to finish (a second Ctrl-C or "
+        "SIGTERM ends the run at once)",
+        "SIGTERM: batch 3 still running after 1 s (stop_timeout_s); abandoned: fanout exits "
+        "without waiting for it, Spark replays it on restart and fanout skips the sinks that "
+        "committed it",
+        "pipeline 'p': 0 batches, 0 rows in",
+    ]
+
+
+def test_a_second_signal_ends_the_process_at_once() -> None:
+    child = _process(600)
+    child.send_signal(signal.SIGINT)
+    assert child.stdout is not None
+    try:
+        assert "waiting up to 600 s" in child.stdout.readline()
+    except BaseException:
+        child.kill()
+        raise
+    child.send_signal(signal.SIGINT)
+    clock = time.monotonic()
+    _ended(child)
+    assert (child.returncode, time.monotonic() - clock < 10) == (-signal.SIGINT, True)
