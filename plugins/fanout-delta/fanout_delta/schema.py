@@ -339,10 +339,7 @@ def refuse_variants(schema: pa.Schema, *, sink: str, batch_id: int | None) -> No
     found = variant_columns(schema)
     if not found:
         return
-    columns = list(dict.fromkeys(name for name, _ in found))
-    where = ", ".join(
-        repr(name) if path == name else f"{name!r} (at {path})" for name, path in found
-    )
+    columns, where = _places(found)
     fixes = "; ".join(
         f"F.to_json(F.col({json.dumps(c, ensure_ascii=False)})) (in a sink's select: "
         f"to_json({_sql_name(c)}) AS {_sql_name(c)})"
@@ -368,10 +365,7 @@ def refuse_geospatial(schema: pa.Schema, *, sink: str, batch_id: int | None) -> 
     found = geospatial_columns(schema)
     if not found:
         return
-    columns = list(dict.fromkeys(name for name, _ in found))
-    where = ", ".join(
-        repr(name) if path == name else f"{name!r} (at {path})" for name, path in found
-    )
+    columns, where = _places(found)
     fixes = "; ".join(
         f"F.st_asbinary(F.col({json.dumps(name, ensure_ascii=False)})) (in a sink's select: "
         f"ST_AsBinary({_sql_name(name)}) AS {_sql_name(name)})"
@@ -388,6 +382,16 @@ def refuse_geospatial(schema: pa.Schema, *, sink: str, batch_id: int | None) -> 
         batch_id=batch_id,
         columns=columns,
     )
+
+
+def _places(found: list[tuple[str, str]]) -> tuple[list[str], str]:
+    """The columns of ``found`` ((column, path) pairs), each once, and the text naming each
+    place: ``'v'``, or ``'s' (at s.inner)`` for a value inside a column."""
+    columns = list(dict.fromkeys(name for name, _ in found))
+    where = ", ".join(
+        repr(name) if path == name else f"{name!r} (at {path})" for name, path in found
+    )
+    return columns, where
 
 
 def _marked_paths(
