@@ -52,7 +52,7 @@ MINIMUMS: dict[str, tuple[float, bool]] = {
     "pipeline.backoff_s": (0, True),
     "pipeline.stop_timeout_s": (0, True),
     "pipeline.probe_interval_s": (0, False),
-    "metrics.port": (1, True),
+    "metrics.port": (0, True),  # 0: any free port (the dev loop, tests)
 }
 MAXIMUMS: dict[str, float] = {"metrics.port": 65535}
 NON_EMPTY = ("pipeline.ledger", "pipeline.checkpoint", "pipeline.spool")

@@ -195,7 +195,7 @@ _INTERVAL_HINT = (
         ("pipeline", "ledger", " ", "pipeline.ledger: must not be empty"),
         ("pipeline", "checkpoint", "", "pipeline.checkpoint: must not be empty"),
         ("pipeline", "spool", "", "pipeline.spool: must not be empty"),
-        ("metrics", "port", 0, "metrics.port: must be >= 1, got 0"),
+        ("metrics", "port", -1, "metrics.port: must be >= 0, got -1"),
         ("metrics", "port", 70000, "metrics.port: must be <= 65535, got 70000"),
         ("pipeline", "trigger", {"processing_time": "ten seconds"},
          f"pipeline.trigger.processing_time: Spark cannot read 'ten seconds' as an interval; "
