@@ -43,6 +43,7 @@ SECRET_WORDS = (
     "sasl.jaas.config",  # Java-style config: holds password="..."
     "ssl.key",  # ssl.key.password, ssl.key.pem, ssl_key (not ssl.keystore.location)
     "sasl.username",  # half of a credential: masked like the password
+    "sasl.kerberos.principal",  # Kerberos's user name: masked like sasl.username
     "sasl.oauthbearer.client.id",
     "sasl.oauthbearer.client.credentials.client.id",
 )

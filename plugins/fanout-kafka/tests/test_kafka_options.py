@@ -283,6 +283,7 @@ def test_of_librdkafka_s_properties_the_credentials_are_secret_and_places_are_no
     ``ssl.key.location`` and ``ssl.keystore.location``)."""
     names = LIBRDKAFKA_CREDENTIAL_PROPERTIES.split()
     assert secret_values({name: name for name in names}) == [
+        "sasl.kerberos.principal",
         "sasl.oauthbearer.assertion.private.key.passphrase",
         "sasl.oauthbearer.assertion.private.key.pem",
         "sasl.oauthbearer.client.credentials.client.id",
