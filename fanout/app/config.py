@@ -182,7 +182,7 @@ def _check_trigger(trigger: dict[str, Any]) -> dict[str, Any]:
                 "trigger, continuously, which the file does not say); to drain what the "
                 f"source holds and stop, write trigger = {{ {key} = true }}; to run "
                 "continuously, leave trigger out (the next batch as soon as the last one is "
-                "done) or write trigger = { processing_time = \"10 seconds\" }"
+                'done) or write trigger = { processing_time = "10 seconds" }'
             )
         if key == "processing_time" and interval_ms(str(value)) is None:
             raise ConfigurationError(
