@@ -21,6 +21,7 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     ├── LedgerError                 the ledger cannot be read or written
     ├── SpoolError                  the spool cannot be read or written
     ├── LagLimitError               a lagging sink's backlog passed its ``max_lag``
+    ├── SinksBehindError            a run ended with sinks still missing batches
     ├── MissedBatchesError          a sink would be written past batches it never received
     ├── CheckpointError             the checkpoint does not match the ledger
     │   ├── CheckpointResetError    the checkpoint was lost or replaced (another query id)
@@ -34,6 +35,7 @@ is the error of a failed fan-out (named after the :class:`fanout.FanOut` that ra
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
 
 
 class FanoutError(Exception):
@@ -237,6 +239,44 @@ class LagLimitError(FanoutError):
             f"(lagging since {since}), past its max_lag ({limit}), and it is still failing: "
             f"{cause}. The query stops so the spool does not grow without bound; nothing is "
             f"lost: fix the sink and restart, and {sink!r} catches up from the spool first."
+        )
+
+
+class _Behind(Protocol):
+    @property
+    def sink(self) -> str: ...
+
+    def describe(self) -> str: ...
+
+
+class SinksBehindError(FanoutError):
+    """A run ended (``availableNow`` or ``once`` drained the source) with sinks still
+    missing batches after their final catch-up (:meth:`fanout.FanOut.final_catch_up`).
+    Nothing is lost: the spool (or a backfill source) keeps the batches, and the next run
+    writes them to each sink first, in batch order, exactly once.
+
+    :param behind: each sink still behind (:class:`fanout.contract.lag.SinkBehind`): its
+        name, the batches it misses from first to last, and its last error.
+    :param spool: the spool's location.
+    :param ledger: the ledger's location (for the status command the message gives).
+    """
+
+    def __init__(
+        self, pipeline: str, behind: Sequence[_Behind], spool: str | None, ledger: str
+    ) -> None:
+        self.pipeline, self.behind = pipeline, list(behind)
+        lines = "".join(f"\n  - {b.describe()}" for b in self.behind)
+        where = "" if spool is None else f" at {spool}"
+        status = f"fanout status --ledger {ledger} --pipeline {pipeline}" + (
+            "" if spool is None else f" --spool {spool}"
+        )
+        super().__init__(
+            f"pipeline {pipeline!r}: the run ended with {len(self.behind)} sink(s) behind "
+            f"after a final catch-up:{lines}\nNothing is lost: the spool{where} keeps those "
+            "batches (a backfill source the ones it holds), and the next run of this "
+            "pipeline writes them to each sink first, in batch order and exactly once, "
+            f"before its live batches. Fix the sink(s), then run again; `{status}` shows "
+            "how far behind they are."
         )
 
 

@@ -21,17 +21,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from fanout.contract.batch import BatchInfo
 from fanout.contract.dead_letters import DeadLetterTarget
-from fanout.contract.lag import SinkLag, SpoolSize
+from fanout.contract.lag import SinkBehind, SinkLag, SpoolSize
 from fanout.contract.names import check_name
 from fanout.contract.sessions import is_connect
 from fanout.contract.sink import Sink, SinkContext, SinkResult
 from fanout.deadletters.target import resolve_target
-from fanout.errors import BatchFailedError, ConfigurationError, FanoutError, SinkUnreachableError
+from fanout.errors import (
+    BatchFailedError,
+    ConfigurationError,
+    FanoutError,
+    SinksBehindError,
+    SinkUnreachableError,
+)
 from fanout.hooks.caller import HookCaller
 from fanout.hooks.registry import load_registry
 from fanout.ledger.delta import DeltaLedger
@@ -383,6 +389,47 @@ class FanOut:
         for sink in self.lagging.sinks:
             self.catchup.drain(sink, until=lambda: time.monotonic() > deadline)
         self.lagging.release_held()
+        return self.lagging.lags()
+
+    def behind(self) -> list[SinkBehind]:
+        """Every lag-capable sink still missing batches, with the first and last of them
+        and its last error (empty: every sink holds every batch that ran)."""
+        found = []
+        for sink in self.lagging.sinks:
+            backlog = self.lagging.backlog(sink)
+            if backlog:
+                found.append(
+                    SinkBehind(
+                        sink, backlog.keys[0], backlog.keys[-1], len(backlog.keys),
+                        spooled=backlog.spooled, rows=backlog.spooled_rows,
+                        backfill_from=self.specs[sink].lag.backfill_from,
+                        error=self.lagging.lag_of(sink, backlog).error,
+                    )
+                )  # fmt: skip
+        return found
+
+    def final_catch_up(self, stop: Callable[[], bool] | None = None) -> dict[str, SinkLag]:
+        """Give every lagging sink a final catch-up once the query has ended (an
+        ``availableNow`` or ``once`` trigger drained the source, ``awaitTermination()``
+        returned): its missed batches are written now, in this thread, in batch order and
+        under the same ledger rules as the catch-up thread, whatever its probe interval.
+        A sink's write that fails is tried again with that sink's ``retries`` and
+        ``backoff_s`` (the policy of its live writes); ``stop()`` (e.g. a signal's
+        ``Event.is_set``) ends it after the write in progress. Returns each lag-capable
+        sink's state (all live).
+
+        Raises :class:`fanout.SinksBehindError` naming every sink still behind, the batches
+        it misses and its last error: they stay in the spool for the next run, which writes
+        them first. Call it before :meth:`close`, and not while the query runs."""
+        done = stop or (lambda: False)
+        for sink in self.lagging.sinks:
+            if self.lagging.backlog(sink):
+                self.catchup.finish(sink, self.specs[sink].retry or self.retry, done)
+        self.lagging.release_held()
+        behind = self.behind()
+        if behind:
+            spool = None if self.spool is None else str(self.spool.path)
+            raise SinksBehindError(self.pipeline, behind, spool, _ledger_location(self.ledger))
         return self.lagging.lags()
 
     def plan(

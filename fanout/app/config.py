@@ -176,6 +176,14 @@ def _check_trigger(trigger: dict[str, Any]) -> dict[str, Any]:
             raise ConfigurationError(
                 f"pipeline.trigger.{key}: expected {TRIGGER_KEYS[key].__name__}"
             )
+        if key in ("available_now", "once") and value is False:
+            raise ConfigurationError(
+                f"pipeline.trigger.{key}: false is not a trigger (Spark would run its default "
+                "trigger, continuously, which the file does not say); to drain what the "
+                f"source holds and stop, write trigger = {{ {key} = true }}; to run "
+                "continuously, leave trigger out (the next batch as soon as the last one is "
+                'done) or write trigger = { processing_time = "10 seconds" }'
+            )
         if key == "processing_time" and interval_ms(str(value)) is None:
             raise ConfigurationError(
                 f"pipeline.trigger.processing_time: Spark cannot read {value!r} as an "

@@ -5,7 +5,9 @@ prints one line per batch and a summary at the end (:mod:`fanout.app.progress`),
 stops it on SIGINT or SIGTERM: between batches at once; during a batch it waits up to
 ``pipeline.stop_timeout_s`` for the batch to finish, then abandons it by exiting at once
 (Spark replays it on restart and fanout skips the sinks that committed it), and says which
-happened. A second signal ends the process at once.
+happened. A second signal ends the process at once. A run its trigger ends
+(``available_now``, ``once``) gives lagging sinks a final catch-up and exits 3 when one is
+still behind (:func:`_final_catch_up`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from fanout.app.progress import ProgressObserver
 from fanout.contract.batch import BatchInfo
 from fanout.contract.options import self_expanded_options
 from fanout.contract.sink import SinkResult
-from fanout.errors import BatchFailedError, ConfigurationError
+from fanout.errors import BatchFailedError, ConfigurationError, SinksBehindError
 from fanout.hooks.registry import Registry, load_registry, option_names
 from fanout.hooks.specs import hookimpl
 from fanout.observe.logs import known_secrets
@@ -36,6 +38,9 @@ log = logging.getLogger("fanout")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 STOP_GRACE_S = 5.0  # the least time Spark gets to stop a query no batch of fanout's runs in
 EXIT_FAILED = 1
+EXIT_BEHIND = 3
+"""The query ended (its trigger drained the source) but a lagging sink still misses batches
+after the final catch-up: they wait in the spool for the next run."""
 StopOutcome = Literal["between", "finished", "failed", "abandoned"]
 
 
@@ -209,8 +214,10 @@ def run(path: str, out: TextIO | None = None) -> int:
     """Run the pipeline until its trigger ends it, it fails, or SIGINT/SIGTERM stops it.
 
     :return: the exit code: 0 finished or stopped cleanly, 1 failed (also when a batch fails
-        while a stop waits for it). A stop that abandons its batch does not return: the
-        process exits at once with 128 + the signal's number (:func:`_leave`).
+        while a stop waits for it), :data:`EXIT_BEHIND` (3) when the trigger drained the
+        source but a lagging sink still misses batches after its final catch-up. A stop
+        that abandons its batch does not return: the process exits at once with 128 + the
+        signal's number (:func:`_leave`).
     """
     out = out or sys.stdout
     config = load_pipeline(path)
@@ -248,6 +255,8 @@ def run(path: str, out: TextIO | None = None) -> int:
         _end_progress(progress, query, config, out)
         if query.exception() is not None:
             return _failed(query, tracker, config, out)
+        if _final_catch_up(fan, stop, out) != 0:
+            return EXIT_BEHIND
         out.write(
             f"pipeline {config.name!r} finished (last committed batch {tracker.last_committed})\n"
         )
@@ -256,6 +265,30 @@ def run(path: str, out: TextIO | None = None) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         fan.close()
+
+
+def _final_catch_up(fan: Any, stop: threading.Event, out: TextIO) -> int:
+    """The query ended by itself (``available_now`` or ``once`` drained the source): give
+    each lagging sink its final catch-up (:meth:`fanout.FanOut.final_catch_up`) and say how
+    it went; :data:`EXIT_BEHIND` when a sink is still behind (the message names it, its
+    batches and what the next run does), else 0. A signal ends it after the write in
+    progress."""
+    behind = fan.behind()
+    for sink in behind:
+        out.write(
+            f"final catch-up: {sink.sink} misses {sink.batch_range()} ({sink.batches} "
+            "batch(es)); writing them before the run ends\n"
+        )
+    out.flush()
+    try:
+        fan.final_catch_up(stop=stop.is_set)
+    except SinksBehindError as exc:
+        out.write(redact(str(exc), known_secrets()) + "\n")
+        out.flush()
+        return EXIT_BEHIND
+    for sink in behind:
+        out.write(f"final catch-up: {sink.sink} caught up ({sink.batch_range()})\n")
+    return 0
 
 
 def _failed(query: Any, tracker: BatchTracker, config: PipelineConfig, out: TextIO) -> int:

@@ -50,3 +50,46 @@ class SpoolSize:
     batches: int
     rows: int
     bytes: int
+
+
+@dataclass(frozen=True)
+class SinkBehind:
+    """A sink still missing batches when a run ends (:meth:`fanout.FanOut.final_catch_up`).
+
+    :param sink: the sink's name.
+    :param first: the oldest batch it misses, as ``(epoch, batch id)``.
+    :param last: the newest batch it misses, as ``(epoch, batch id)``.
+    :param batches: how many batches it misses.
+    :param spooled: how many of them the spool holds (the others: its backfill source).
+    :param rows: the rows of those the spool holds.
+    :param backfill_from: the backfill source holding the others, when some are not spooled.
+    :param error: its last failure (secrets masked as in the log), if any.
+    """
+
+    sink: str
+    first: tuple[int, int]
+    last: tuple[int, int]
+    batches: int
+    spooled: int = 0
+    rows: int = 0
+    backfill_from: str | None = None
+    error: str | None = None
+
+    def batch_range(self) -> str:
+        """``batches 3 to 7``, ``batch 3``, with the epoch when it is not 0."""
+        (e1, b1), (e2, b2) = self.first, self.last
+        if e1 != e2:
+            return f"batch {b1} of epoch {e1} to batch {b2} of epoch {e2}"
+        epoch = f" of epoch {e1}" if e1 else ""
+        return f"batch {b1}{epoch}" if b1 == b2 else f"batches {b1} to {b2}{epoch}"
+
+    def describe(self) -> str:
+        """``pg: batches 3 to 7 (5 batch(es), 120 row(s) in the spool); its last error: ...``"""
+        held = [f"{self.batches} batch(es)"]
+        if self.spooled:
+            held.append(f"{self.rows} row(s) in the spool")
+        if self.backfill_from is not None and self.spooled < self.batches:
+            others = self.batches - self.spooled
+            held.append(f"{others} from its backfill source {self.backfill_from!r}")
+        error = "" if self.error is None else f"; its last error: {' '.join(self.error.split())}"
+        return f"{self.sink}: {self.batch_range()} ({', '.join(held)}){error}"

@@ -173,6 +173,23 @@ class CatchUp:
                 return outcome
         return None
 
+    def finish(
+        self, sink: str, policy: RetryPolicy, stop: Callable[[], bool]
+    ) -> BaseException | None:
+        """The final catch-up of ``sink`` once the query has ended: its missed batches now,
+        in this thread, in order (as :meth:`drain`), whatever its probe interval. A write
+        that fails is tried again after ``policy``'s backoff, up to ``policy.retries`` more
+        times in all; ``stop()`` ends it after the write in progress. Returns the error
+        that stopped it (``None``: it has no batch left, or ``stop()`` held first)."""
+        error: BaseException | None = None
+        for attempt in range(policy.retries + 1):
+            if attempt and not _wait(policy.delay(attempt), stop):
+                break
+            error = self.drain(sink, until=stop)
+            if error is None:
+                return None
+        return error
+
     def _write_next(self, sink: str) -> bool | BaseException | None:
         """Write the oldest batch ``sink`` needs: ``True`` (written), the error, or
         ``None`` when it needs none."""
@@ -279,6 +296,17 @@ class CatchUp:
             )
         parsed = self.spark.createDataFrame(rows).select(F.from_json("row", schema).alias("r"))
         return parsed.select("r.*")
+
+
+def _wait(seconds: float, stop: Callable[[], bool]) -> bool:
+    """Sleep ``seconds`` unless ``stop()`` holds meanwhile; whether to go on."""
+    deadline = time.monotonic() + seconds
+    while not stop():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        time.sleep(min(left, 0.2))
+    return False
 
 
 def _info_of(mark: LedgerEntry) -> BatchInfo:

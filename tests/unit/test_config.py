@@ -236,6 +236,37 @@ def test_the_cli_exits_2_for_a_value_out_of_range(tmp_path: Path, capsys: Any) -
     )
 
 
+@pytest.mark.parametrize("key", ["available_now", "once"])
+def test_a_trigger_set_to_false_is_refused_saying_what_to_write(key: str) -> None:
+    with pytest.raises(ConfigurationError) as bad:
+        parse(_doc(pipeline={**_PIPELINE, "trigger": {key: False}}), OPTIONS)
+    assert str(bad.value) == (
+        f"pipeline.trigger.{key}: false is not a trigger (Spark would run its default "
+        "trigger, continuously, which the file does not say); to drain what the source holds "
+        f"and stop, write trigger = {{ {key} = true }}; to run continuously, leave trigger "
+        "out (the next batch as soon as the last one is done) or write trigger = "
+        '{ processing_time = "10 seconds" }'
+    )
+    assert parse(_doc(pipeline={**_PIPELINE, "trigger": {key: True}}), OPTIONS).trigger == {
+        key: True
+    }
+
+
+def test_validate_exits_2_for_available_now_false(tmp_path: Path, capsys: Any) -> None:
+    file = tmp_path / "p.toml"
+    file.write_text(
+        '[pipeline]\nname = "p"\nledger = "/l"\ncheckpoint = "/c"\n'
+        "trigger = { available_now = false }\n"
+        '[source]\nformat = "rate"\n[[sinks]]\ntype = "delta"\nname = "d"\npath = "/d"\n'
+    )
+    assert main(["validate", str(file)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "fanout: configuration error: pipeline.trigger.available_now: false is not a trigger"
+    )
+    assert "write trigger = { available_now = true }" in err
+
+
 # What Spark 4.2's processing-time trigger took and refused (Trigger.ProcessingTime against a
 # real session), and the interval in milliseconds it read.
 SPARK_INTERVALS: dict[str, int | None] = {

@@ -466,3 +466,101 @@ def test_the_catch_up_thread_survives_an_exit_raised_inside_it(
         assert logged[:1] == ["pipeline lagged: the catch-up failed; retrying"]
     finally:
         fan.close()
+
+
+def _retrying(sink: ScriptedSink, retries: int) -> Any:
+    from fanout.retry import RetryPolicy
+    from fanout.sink_spec import SinkSpec
+
+    return SinkSpec(
+        sink,
+        retry=RetryPolicy(retries=retries, backoff_s=0),
+        lag=lag_policy(sink.name, {"on_failure": "lag"}),
+    )
+
+
+def _three_missed(tmp: Path, down: ScriptedSink) -> tuple[FanOut, dict[int, SchemaFrame]]:
+    fan = _fan(tmp, [ScriptedSink("good"), _retrying(down, 2)], probe_interval_s=3600)
+    frames = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(3)}
+    for batch in range(3):
+        fan.process(frames[batch], BatchInfo("lagged", batch, "q"))
+    fan.catchup.stop()  # the query ended: only the final catch-up writes now
+    _catch_up_from_memory(fan, frames)
+    return fan, frames
+
+
+def test_the_final_catch_up_retries_with_the_sinks_policy_and_writes_in_order(
+    tmp_path: Path,
+) -> None:
+    failing = SinkWriteError("refused", sink="down")
+    down = ScriptedSink("down", always_fail=failing)
+    fan, _ = _three_missed(tmp_path, down)
+    try:
+        assert down.calls == [(0, 1)]  # live: batch 0 (not transient), then held back
+        down.always_fail = None
+        down.fail = [failing, failing]  # two more failures, within its 2 retries
+        assert {n: lag.state for n, lag in fan.final_catch_up().items()} == {"down": "live"}
+        assert down.calls[1:] == [(0, 1), (0, 1), (0, 1), (1, 1), (2, 1)]
+        assert fan.ledger.last_committed("lagged", ["down", "good"]) == {"down": 2, "good": 2}
+        assert fan.behind() == []
+        assert fan.spool is not None and fan.spool.size() == (0, 0, 0)
+    finally:
+        fan.close()
+
+
+def test_the_final_catch_up_names_a_sink_still_behind_and_keeps_its_batches(
+    tmp_path: Path,
+) -> None:
+    from fanout import SinksBehindError
+    from fanout.contract.lag import SinkBehind
+
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan, _ = _three_missed(tmp_path, down)
+    try:
+        with pytest.raises(SinksBehindError) as behind:
+            fan.final_catch_up()
+        assert down.calls[1:] == [(0, 1), (0, 1), (0, 1)]  # 1 + its 2 retries, then it stops
+        error = fan.lagging.lags()["down"].error
+        assert error is not None and "refused" in error
+        assert behind.value.behind == [
+            SinkBehind("down", (0, 0), (0, 2), 3, spooled=3, rows=6, error=error)
+        ]
+        spool = tmp_path / "spool"
+        assert str(behind.value) == (
+            "pipeline 'lagged': the run ended with 1 sink(s) behind after a final catch-up:\n"
+            f"  - down: batches 0 to 2 (3 batch(es), 6 row(s) in the spool); its last error: "
+            f"{error}\n"
+            f"Nothing is lost: the spool at {spool} keeps those batches (a backfill source "
+            "the ones it holds), and the next run of this pipeline writes them to each sink "
+            "first, in batch order and exactly once, before its live batches. Fix the "
+            f"sink(s), then run again; `fanout status --ledger {fan.ledger.__class__.__name__}@"
+            f"{id(fan.ledger):x} --pipeline lagged --spool {spool}` shows how far behind they are."
+        )
+        assert fan.ledger.last_committed("lagged", ["down"]) == {"down": None}
+        assert fan.spool is not None and fan.spool.size()[:2] == (3, 6)
+
+        down.always_fail = None  # a stop asked for before the final catch-up: no write
+        with pytest.raises(SinksBehindError):
+            fan.final_catch_up(stop=lambda: True)
+        assert len(down.calls) == 4
+    finally:
+        fan.close()
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "said"),
+    [((0, 4), (0, 4), "batch 4"), ((0, 3), (0, 7), "batches 3 to 7"),
+     ((2, 3), (2, 7), "batches 3 to 7 of epoch 2"),
+     ((0, 8), (1, 2), "batch 8 of epoch 0 to batch 2 of epoch 1")],
+)  # fmt: skip
+def test_a_sink_behind_says_its_batches(
+    first: tuple[int, int], last: tuple[int, int], said: str
+) -> None:
+    from fanout.contract.lag import SinkBehind
+
+    assert SinkBehind("pg", first, last, 5).batch_range() == said
+    assert SinkBehind("new", first, last, 5, spooled=2, rows=9, backfill_from="lake",
+                      error="E: a\n\tb").describe() == (
+        f"new: {said} (5 batch(es), 9 row(s) in the spool, 3 from its backfill source "
+        "'lake'); its last error: E: a b"
+    )  # fmt: skip

@@ -1,0 +1,216 @@
+"""``fanout run`` with ``trigger = { available_now = true }`` and a PostgreSQL sink with
+``on_failure = "lag"``: the run ends only once every sink holds every batch, or says which
+sink does not and exits 3 (docs/architecture.md §14.4, "The end of a run").
+
+The probe interval is long (600 s), so the catch-up thread never probes the sink during
+the run: what reaches PostgreSQL after it failed is the run's final catch-up's work. The
+source hands one file per batch (``maxFilesPerTrigger = 1``), so the batches are known.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout.spool.table import Spool
+from tests.chaos.lag_input import LAG_SCHEMA, final_state, postgres_rows, versions, write_lag_input
+from tests.integration.streams import committed_marks, delta_rows
+
+PIPELINE = """
+[pipeline]
+name = "avnow"
+ledger = "{data}/ledger"
+checkpoint = "{data}/checkpoint"
+spool = "{data}/spool"
+trigger = {{ available_now = true }}
+probe_interval_s = 600
+
+[spark]
+master = "local[2]"
+
+[source]
+format = "json"
+path = "{data}/input"
+schema = "{schema}"
+options = {{ maxFilesPerTrigger = 1 }}
+
+[[sinks]]
+type = "delta"
+name = "lake"
+path = "{data}/lake"
+
+[[sinks]]
+type = "postgres"
+name = "pg"
+url = "{url}"
+table = "avnow_orders"
+keys = ["order_id"]
+create_table = true
+partitions = 2
+on_failure = "lag"
+retries = {retries}
+backoff_s = {backoff_s}
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[Any, str]]:
+    """An embedded PostgreSQL server, stopped (each test starts it when it wants it up),
+    and its URL (the same once started again)."""
+    from fanout_postgres.embedded import EmbeddedPostgres
+
+    pg = EmbeddedPostgres(tmp_path / "pgdata", database="avnow")
+    url = pg.start()
+    pg.stop()
+    yield pg, url
+    pg.stop()
+
+
+def _config(data: Path, url: str, retries: int, backoff_s: float) -> Path:
+    config = data / "pipeline.toml"
+    config.write_text(
+        PIPELINE.format(data=data, schema=LAG_SCHEMA, url=url, retries=retries, backoff_s=backoff_s)
+    )
+    return config
+
+
+def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "fanout.app.cli", "run", str(config)],
+            env=dict(os.environ),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _finish(proc: subprocess.Popen[bytes], log: Path) -> tuple[int, str]:
+    try:
+        code = proc.wait(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return code, log.read_text()
+
+
+def _wait_for_lake(data: Path, batches: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait until the lake sink has marked ``batches`` batches (the run still going)."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        if (data / "ledger" / "_delta_log").exists():
+            marks = committed_marks(data / "ledger", "avnow")
+            if sum(1 for sink, _ in marks if sink == "lake") >= batches:
+                return
+        time.sleep(0.3)
+    raise AssertionError(f"the lake sink did not mark {batches} batches:\n{log.read_text()}")
+
+
+def _pg_marks_in_order(data: Path) -> list[int]:
+    ledger = [r for r in delta_rows(data / "ledger") if r["status"] == "committed"]
+    return [r["batch_id"] for r in sorted(ledger, key=lambda r: r["finished_at"])
+            if r["sink"] == "pg"]  # fmt: skip
+
+
+def _spool_size(data: Path) -> tuple[int, int, int]:
+    spool = Spool(str(data / "spool"), "avnow")
+    spool.open()
+    return spool.size()
+
+
+def _line(out: str, start: str) -> str:
+    found = [line for line in out.splitlines() if line.startswith(start)]
+    assert len(found) == 1, out
+    return found[0]
+
+
+def test_postgres_back_before_the_run_ends_gets_every_batch_and_exit_0(
+    tmp_path: Path, server: tuple[Any, str]
+) -> None:
+    pg, url = server
+    files = 10
+    rows = write_lag_input(tmp_path / "input", files)
+    config = _config(tmp_path, url, 3, 2.0)
+    run = _start(config, tmp_path / "run.log")
+    try:
+        _wait_for_lake(tmp_path, 2, run, tmp_path / "run.log")  # pg missed batches 0 and 1
+        pg.start()
+        assert run.poll() is None, "the run ended before PostgreSQL was back"
+    finally:
+        code, out = _finish(run, tmp_path / "run.log")
+
+    assert code == 0, out[-4000:]
+    assert postgres_rows(url, "avnow_orders") == final_state(rows)
+    assert versions(delta_rows(tmp_path / "lake")) == versions(rows)
+    assert committed_marks(tmp_path / "ledger", "avnow") == Counter(
+        {(sink, b): 1 for sink in ("lake", "pg") for b in range(files)}
+    )
+    assert _pg_marks_in_order(tmp_path) == list(range(files))
+    assert _spool_size(tmp_path) == (0, 0, 0)
+    assert _line(out, "final catch-up: pg misses") == (
+        "final catch-up: pg misses batches 0 to 9 (10 batch(es)); writing them before the run ends"
+    )
+    assert _line(out, "final catch-up: pg caught up") == (
+        "final catch-up: pg caught up (batches 0 to 9)"
+    )
+    assert _line(out, "pipeline 'avnow' finished") == (
+        "pipeline 'avnow' finished (last committed batch 9)"
+    )
+
+
+def test_postgres_down_to_the_end_exits_3_naming_the_batches_and_the_next_run_delivers(
+    tmp_path: Path, server: tuple[Any, str]
+) -> None:
+    pg, url = server
+    rows = write_lag_input(tmp_path / "input", 4)
+    config = _config(tmp_path, url, 1, 0.2)
+    code, out = _finish(_start(config, tmp_path / "run1.log"), tmp_path / "run1.log")
+
+    assert code == 3, out[-4000:]
+    assert _line(out, "final catch-up: pg misses") == (
+        "final catch-up: pg misses batches 0 to 3 (4 batch(es)); writing them before the run ends"
+    )
+    lines = out.splitlines()
+    first = lines.index(
+        "pipeline 'avnow': the run ended with 1 sink(s) behind after a final catch-up:"
+    )
+    assert lines[first + 1].startswith(
+        "  - pg: batches 0 to 3 (4 batch(es), 80 row(s) in the spool); its last error: "
+    ), lines[first + 1]
+    assert "SinkUnreachableError: sink 'pg': cannot open: OperationalError" in lines[first + 1]
+    assert lines[first + 2] == (
+        f"Nothing is lost: the spool at {tmp_path}/spool keeps those batches (a backfill "
+        "source the ones it holds), and the next run of this pipeline writes them to "
+        "each sink first, in batch order and exactly once, before its live batches. Fix the "
+        f"sink(s), then run again; `fanout status --ledger {tmp_path}/ledger --pipeline avnow "
+        f"--spool {tmp_path}/spool` shows how far behind they are."
+    )
+    assert "pipeline 'avnow' finished" not in out
+    assert versions(delta_rows(tmp_path / "lake")) == versions(rows)
+    marks = committed_marks(tmp_path / "ledger", "avnow")
+    assert marks == Counter({("lake", b): 1 for b in range(4)})  # pg: nothing yet
+    assert _spool_size(tmp_path)[:2] == (4, 80)
+
+    pg.start()  # back: the next run writes the spooled batches first, then batch 4
+    rows += write_lag_input(tmp_path / "input", 1, start_file=4)
+    code, out = _finish(_start(config, tmp_path / "run2.log"), tmp_path / "run2.log")
+
+    assert code == 0, out[-4000:]
+    assert _line(out, "pipeline 'avnow' finished") == (
+        "pipeline 'avnow' finished (last committed batch 4)"
+    )
+    assert postgres_rows(url, "avnow_orders") == final_state(rows)
+    assert versions(delta_rows(tmp_path / "lake")) == versions(rows)
+    assert committed_marks(tmp_path / "ledger", "avnow") == Counter(
+        {(sink, b): 1 for sink in ("lake", "pg") for b in range(5)}
+    )
+    assert _pg_marks_in_order(tmp_path) == list(range(5))
+    assert _spool_size(tmp_path) == (0, 0, 0)
