@@ -219,6 +219,21 @@ class SpoolError(FanoutError):
     batch fails, so Spark replays it."""
 
 
+class BackfillError(FanoutError):
+    """A sink's ``backfill_from`` source cannot give back a batch it committed as it was
+    (its table or dead letters no longer hold what its ledger mark records): nothing of the
+    batch is written to the backfilled sink, which waits at it, tried again each probe
+    interval. The message names both sinks, the batch, what is missing and the ways on.
+
+    :param sink: the sink being backfilled.
+    :param batch_id: the batch it cannot be given.
+    """
+
+    def __init__(self, message: str, *, sink: str, batch_id: int) -> None:
+        self.sink, self.batch_id = sink, batch_id
+        super().__init__(f"sink {sink!r}, batch {batch_id}: {message}")
+
+
 class LagLimitError(FanoutError):
     """A sink with ``on_failure="lag"`` fell further behind than its ``max_lag`` allows
     and could not catch up: the query stops rather than let the spool grow.
