@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from fanout.contract.batch import Batch, BatchInfo, IdempotencyKey
 from fanout.contract.sink import Guarantee, Sink, SinkContext, SinkResult
 from fanout.errors import (
+    BackfillError,
     BatchFailedError,
     CheckpointError,
     CheckpointResetError,
@@ -53,6 +54,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "BackfillError",
     "Batch",
     "BatchFailedError",
     "BatchInfo",

@@ -221,6 +221,21 @@ class SpoolError(FanoutError):
     batch fails, so Spark replays it."""
 
 
+class BackfillError(FanoutError):
+    """A sink's ``backfill_from`` source cannot give back a batch it committed as it was
+    (its table or dead letters no longer hold what its ledger mark records): nothing of the
+    batch is written to the backfilled sink, which waits at it, tried again each probe
+    interval. The message names both sinks, the batch, what is missing and the ways on.
+
+    :param sink: the sink being backfilled.
+    :param batch_id: the batch it cannot be given.
+    """
+
+    def __init__(self, message: str, *, sink: str, batch_id: int) -> None:
+        self.sink, self.batch_id = sink, batch_id
+        super().__init__(f"sink {sink!r}, batch {batch_id}: {message}")
+
+
 class LagLimitError(FanoutError):
     """A sink with ``on_failure="lag"`` fell further behind than its ``max_lag`` allows
     and could not catch up: the query stops rather than let the spool grow.
@@ -294,8 +309,10 @@ class MissedBatchesError(FanoutError):
     :param mark: its last committed batch of ``epoch``.
     :param batch_id: the batch refused.
     :param missing: the batch ids it never received, in order.
-    :param spooled: the batch ids between its mark and the batch that the spool holds
-        for it (a skip through the batch before gives them up too).
+    :param spooled: the batch ids between its mark and the batch that the spool (or the
+        backfill source) still holds for it: those before the gap could not be written to
+        it now; a skip stops before them (``fanout ledger skip`` refuses to pass them).
+    :param spool: the spool's location, for the ``fanout ledger skip`` command named.
     :param backfill_from: the sink's backfill source, when it has one (which then holds
         none of the missing batches).
     """
@@ -311,18 +328,13 @@ class MissedBatchesError(FanoutError):
         ledger: str,
         spooled: Sequence[int] = (),
         backfill_from: str | None = None,
+        spool: str | None = None,
     ) -> None:
         self.pipeline, self.sink, self.epoch = pipeline, sink, epoch
         self.mark, self.batch_id, self.missing = mark, batch_id, list(missing)
         self.spooled = list(spooled)
-        which = _batch_ranges(self.missing)
+        which = batch_ranges(self.missing)
         in_epoch = f" of epoch {epoch}" if epoch else ""
-        held = (
-            f" (batch(es) {_batch_ranges(self.spooled)} before the gap are still kept for it, "
-            "in the spool or its backfill source: a skip gives those up too)"
-            if self.spooled
-            else ""
-        )
         give_back = (
             f"restore the spool (the backfill source {backfill_from!r} of {sink!r} holds "
             "none of them: it has no committed mark for them)"
@@ -330,21 +342,43 @@ class MissedBatchesError(FanoutError):
             else f"configure backfill_from='<an append-mode Delta sink of the pipeline>' on "
             f"{sink!r} (it catches up from that sink's table) or restore the spool"
         )
+        through = batch_id - 1
+        if self.spooled and self.spooled[0] - 1 > mark:
+            through = self.spooled[0] - 1  # a skip gives up no held batch
+        command = (
+            f"`fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
+            f"--through {through}{f' --epoch {epoch}' if epoch else ''}"
+            f"{f' --spool {spool}' if spool else ''}` (in Python: "
+            "fanout.ledger.gaps.skip_batches)"
+        )
+        if not self.spooled:
+            accept = f"accept that {sink!r} never gets them: {command}, then restart."
+        elif through < batch_id - 1:
+            accept = (
+                f"accept that {sink!r} never gets the batches before batch(es) "
+                f"{batch_ranges(self.spooled)}, which the spool or its backfill source still "
+                f"holds for it: {command}, then restart: it is given those next, in order, "
+                "and refused again at the next batch it never received"
+            )
+        else:
+            accept = (
+                f"once {sink!r} holds batch(es) {batch_ranges(self.spooled)}, which the spool "
+                "or its backfill source still holds for it and which could not be written to "
+                "it now (they are written first, in order, at each start: fix the sink and "
+                f"restart), accept that it never gets the rest: {command}, then restart. A "
+                "skip past batches still held is refused: --release-spooled gives them up too."
+            )
         super().__init__(
             f"pipeline {pipeline!r}, batch {batch_id}: sink {sink!r} last committed batch "
             f"{mark}{in_epoch} and never received batch(es) {which}, which neither the spool "
             "nor a backfill source holds for it (the spool was lost or replaced, or the sink "
             "was left out of the configuration while they ran); writing it now would lose "
             "them for it silently, so no sink writes this batch. Either give them back: "
-            f"{give_back}; or "
-            f"accept that {sink!r} never gets them: `fanout ledger skip --ledger {ledger} "
-            f"--pipeline {pipeline} --sink {sink} --through {batch_id - 1}"
-            f"{f' --epoch {epoch}' if epoch else ''}` (in Python: "
-            f"fanout.ledger.gaps.skip_batches){held}, then restart."
+            f"{give_back}; or {accept}"
         )
 
 
-def _batch_ranges(ids: Sequence[int]) -> str:
+def batch_ranges(ids: Sequence[int]) -> str:
     """``[1, 2, 3, 5]`` as ``"1-3, 5"``."""
     runs: list[list[int]] = []
     for i in ids:

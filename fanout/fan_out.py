@@ -347,7 +347,9 @@ class FanOut:
 
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         plan(state, self.ledger, self.sinks)  # 3. plan
-        refuse_gaps(state, self.lagging, self.specs, _ledger_location(self.ledger))  # 3a.
+        refuse_gaps(
+            state, self.lagging, self.specs, _ledger_location(self.ledger), self.catchup
+        )  # 3a.
         hold_back(state, self.lagging, self.specs, self.catchup, self._record)  # 3b. behind
         self._announce(state)
         if state.pending or state.lagging or state.lagged:  # lagged: could not be opened

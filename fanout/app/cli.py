@@ -21,6 +21,7 @@ from fanout.version import __version__
 
 if TYPE_CHECKING:
     from fanout.hooks.registry import Registry
+    from fanout.spool.table import Spool
 
 EXIT_BROKEN_PIPE = 128 + 13
 """What a shell reports for a tool that SIGPIPE ended (``fanout status --json | head``)."""
@@ -146,7 +147,11 @@ def cmd_skip(args: argparse.Namespace) -> int:
 
     ledger = DeltaLedger(args.ledger)
     ledger.open()
-    done = skip_batches(ledger, args.pipeline, args.sink, args.through, args.epoch)
+    spool = None if args.spool is None else _existing_spool(args.spool, args.pipeline)
+    done = skip_batches(
+        ledger, args.pipeline, args.sink, args.through, args.epoch,
+        spool=spool, release_spooled=args.release_spooled,
+    )  # fmt: skip
     where = f"pipeline {args.pipeline!r}, sink {args.sink!r}, epoch {done.epoch}"
     if not done.recorded:
         print(
@@ -160,6 +165,19 @@ def cmd_skip(args: argparse.Namespace) -> int:
             f"batch {done.through} at the pipeline's next start"
         )
     return 0
+
+
+def _existing_spool(path: str, pipeline: str) -> Spool:
+    """The spool at ``path``, opened; a :class:`fanout.ConfigurationError` when there is
+    none (a mistyped path must not pass for an empty spool)."""
+    from fanout.delta_tables.io import open_table
+    from fanout.spool.table import Spool
+
+    spool = Spool(path, pipeline)
+    if open_table(spool.index_path) is None:
+        raise ConfigurationError(f"--spool {path}: no spool there (no {spool.index_path} table)")
+    spool.open()
+    return spool
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -325,6 +343,17 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     skip.add_argument("--sink", required=True, help="the sink that missed them")
     skip.add_argument("--through", type=int, required=True, help="the last batch it never gets")
     skip.add_argument("--epoch", type=int, help="the epoch (default: the pipeline's current)")
+    skip.add_argument(
+        "--spool",
+        help="the pipeline's spool: a --through past a batch it still holds for the sink "
+        "is refused",
+    )
+    skip.add_argument(
+        "--release-spooled",
+        action="store_true",
+        help="with --spool: give up the batches it holds for the sink through --through "
+        "too (a sink removed for good)",
+    )
     skip.set_defaults(func=cmd_skip)
 
     demo = sub.add_parser(

@@ -12,8 +12,13 @@ So every target records the route's fingerprint and text
 (:class:`fanout.contract.dead_letters.RouteStamp`) with the letters, atomically with them,
 and a write of a batch whose letters are there under another fingerprint raises
 :func:`changed_route` before anything is written.
-Letters recorded without a fingerprint (written before fanout recorded one) are of an
-unknown route: they are kept and the replay goes on, as before, with a warning.
+The fingerprint covers the expressions and the Spark settings that change which rows
+they refuse (:mod:`fanout.routes.settings`): a replay under another session time zone or
+ANSI mode is refused like one under other expressions. Letters recorded without a
+fingerprint (written before fanout recorded one), or under the fingerprint of the
+expressions alone (:attr:`RouteStamp.earlier`: written before it covered the settings),
+are of an unknown route or unknown settings: they are kept and the replay goes on, as
+before, with a warning.
 """
 
 from __future__ import annotations
@@ -69,7 +74,8 @@ def check_unchanged(
 ) -> None:
     """Refuse (raise :func:`changed_route`) when the batch's route letters in ``target``
     were recorded under another route; warn when their route is unknown (``fingerprint``
-    ``None``: written before fanout recorded one).
+    ``None``: written before fanout recorded one) or only their expressions are known
+    (a fingerprint of :attr:`RouteStamp.earlier`: written before it covered the settings).
 
     :param fingerprint: the fingerprint recorded with the letters.
     :param recorded: the recorded route's text (:attr:`RouteStamp.text`), when kept.
@@ -87,8 +93,21 @@ def check_unchanged(
             extra=batch_fields(batch.pipeline, batch.batch_id, batch.sink_name),
         )
         return
-    if fingerprint != route.fingerprint:
-        raise changed_route(batch, route, fingerprint, recorded, target)
+    if fingerprint == route.fingerprint:
+        return
+    if fingerprint in route.earlier:
+        log.warning(
+            "pipeline %s, batch %s, sink %s: the %s holds this batch's route dead letters "
+            "chosen by the same expressions under Spark settings an older fanout did not "
+            "record: a replay under changed settings cannot be told; they are kept as they are",
+            batch.pipeline,
+            batch.batch_id,
+            batch.sink_name,
+            target,
+            extra=batch_fields(batch.pipeline, batch.batch_id, batch.sink_name),
+        )
+        return
+    raise changed_route(batch, route, fingerprint, recorded, target)
 
 
 def changed_route(
@@ -101,8 +120,8 @@ def changed_route(
         f"chosen by {then} (fingerprint {fingerprint}), but the sink's route is now "
         f"{route.text} (fingerprint {route.fingerprint}). Writing the batch with the "
         "new route would leave a row only it refuses in neither place and a row only the "
-        "old one refuses in both. Restore the old route until this batch completes, then "
-        "change it",
+        "old one refuses in both. Restore the old route (its expressions and the Spark "
+        "settings it names) until this batch completes, then change it",
         sink=batch.sink_name,
         batch_id=batch.batch_id,
     )

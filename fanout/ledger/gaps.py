@@ -5,17 +5,26 @@ fanout refuses to write a sink past batches it never received
 (:class:`fanout.MissedBatchesError`). When they cannot be given back to it (no spool holds
 them, no ``backfill_from`` source), the operator may accept the loss: :func:`skip_batches`
 records a mark for the sink at the last batch it will never get, so the next batch writes
-it again, and a spool's batches it still needed up to there are released. The mark says so
-in its ``error`` column; it carries the plan (query id, offsets, planning time) of another
-sink's mark of that batch when one exists, so the checkpoint guard reads it like any mark.
+it again. The mark says so in its ``error`` column; it carries the plan (query id, offsets,
+planning time) of another sink's mark of that batch when one exists, so the checkpoint
+guard reads it like any mark.
+
+A skip acknowledges batches that are gone, never rows still there: given the pipeline's
+spool, it refuses a ``through`` past a batch the spool still holds for the sink (those
+rows would be released at the pipeline's next start), unless told to give them up too
+(``release_spooled``: a sink removed for good).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from fanout.errors import ConfigurationError
+from fanout.errors import ConfigurationError, batch_ranges
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
+
+if TYPE_CHECKING:
+    from fanout.spool.table import Spool
 
 SKIPPED = "skipped"
 """How the ``error`` column of a skip's mark begins."""
@@ -39,7 +48,14 @@ class Skipped:
 
 
 def skip_batches(
-    ledger: Ledger, pipeline: str, sink: str, through: int, epoch: int | None = None
+    ledger: Ledger,
+    pipeline: str,
+    sink: str,
+    through: int,
+    epoch: int | None = None,
+    *,
+    spool: Spool | None = None,
+    release_spooled: bool = False,
 ) -> Skipped:
     """Record that ``sink`` of ``pipeline`` will never receive the batches of ``epoch``
     (default: the pipeline's current epoch) after its mark, through ``through``.
@@ -47,7 +63,12 @@ def skip_batches(
     Refuses (:class:`fanout.ConfigurationError`) a batch no sink of the pipeline has
     committed in that epoch: the acknowledgement is of batches that ran, never of future
     ones (a mark past the pipeline's high-water mark would make the checkpoint guard
-    refuse the next batch as a rolled-back checkpoint)."""
+    refuse the next batch as a rolled-back checkpoint).
+
+    :param spool: the pipeline's spool (opened), when it has one: a ``through`` at or past
+        a batch it still holds for ``sink`` after its mark is refused, naming them.
+    :param release_spooled: give those batches up too (a sink removed for good): the
+        spool releases them at the pipeline's next start."""
     if through < 0:
         raise ConfigurationError(f"pipeline {pipeline!r}, sink {sink!r}: --through must be >= 0")
     view = ledger.lookup(pipeline, [sink])
@@ -55,6 +76,8 @@ def skip_batches(
     before = ledger.last_committed(pipeline, [sink], epoch).get(sink)
     if before is not None and before >= through:
         return Skipped(sink, epoch, before, before, recorded=False)
+    if spool is not None and not release_spooled:
+        _refuse_held(spool, pipeline, sink, epoch, before, through)
     same = [e for e in ledger.committed_entries(pipeline, through, epoch) if e.sink != sink]
     if not same:
         raise ConfigurationError(
@@ -81,3 +104,33 @@ def skip_batches(
         )
     )
     return Skipped(sink, epoch, before, through, recorded=True)
+
+
+def _refuse_held(
+    spool: Spool, pipeline: str, sink: str, epoch: int, before: int | None, through: int
+) -> None:
+    """Refuse a skip through ``through`` when ``spool`` holds batches of ``epoch`` for
+    ``sink`` after its mark ``before``, at or before ``through``: their rows are there."""
+    held = sorted(
+        b.batch_id
+        for b in spool.needed_by(sink)
+        if b.epoch == epoch and (before is None or b.batch_id > before) and b.batch_id <= through
+    )
+    if not held:
+        return
+    mark = "no mark" if before is None else f"its mark {before}"
+    in_epoch = f" of epoch {epoch}" if epoch else ""
+    earlier = (
+        f"skip only the batches before them (--through {held[0] - 1}); "
+        if held[0] - 1 > (-1 if before is None else before)
+        else ""
+    )
+    raise ConfigurationError(
+        f"pipeline {pipeline!r}, sink {sink!r}: the spool at {spool.path} still holds "
+        f"batch(es) {batch_ranges(held)}{in_epoch} for it (after {mark}): a skip through "
+        f"{through} would give their rows up. Either {earlier}let it catch up from them first "
+        "(start the pipeline with the sink configured: it is given the held batches before "
+        "a gap, in order, then refused at the gap), then skip only what it never got; or, "
+        "to give them up too (the sink removed for good), add --release-spooled (in Python: "
+        "release_spooled=True)"
+    )

@@ -27,6 +27,7 @@ from fanout.errors import RouteError
 from fanout.routes.evaluate import explain_failure
 from fanout.routes.rejects import CheckedRoute, check_route
 from fanout.routes.route import Route
+from fanout.routes.settings import Settings, session_settings
 from fanout.sink_spec import SinkSpec
 
 TargetOf = Callable[[str], "DeadLetterTarget | None"]
@@ -71,6 +72,7 @@ class BatchRoutes:
         self._inputs: dict[str, SinkInput] = {}
         self._arrows: dict[Route, SharedArrow] = {}
         self._checked: dict[Route, CheckedRoute] = {}
+        self._session: Settings | None = None
 
     @classmethod
     def prepare(
@@ -158,7 +160,7 @@ class BatchRoutes:
                     arrow=checked.arrow,
                     letters=checked.letters,
                     dead_letters=target,
-                    route=route.stamp() if target is not None else None,
+                    route=route.stamp(self._settings()) if target is not None else None,
                 )
         if route.is_identity:
             return SinkInput(self.df, arrow=self._shared(route, self.df))
@@ -170,6 +172,12 @@ class BatchRoutes:
         return SinkInput(
             routed, arrow=self._shared(route, routed), dead_letters=target, explain=explain
         )
+
+    def _settings(self) -> Settings:
+        """The batch session's settings a route's fingerprint covers (read once)."""
+        if self._session is None:
+            self._session = session_settings(self.df)
+        return self._session
 
     def _shared(self, route: Route, routed: Any) -> SharedArrow:
         return self._arrows.setdefault(route, SharedArrow(routed))

@@ -25,6 +25,7 @@ from typing import Any
 
 from fanout.contract.dead_letters import RouteStamp
 from fanout.errors import ConfigurationError, RouteError
+from fanout.routes.settings import Settings
 
 log = logging.getLogger("fanout")
 
@@ -42,11 +43,10 @@ class Route:
         return self.where is None and self.select is None
 
     @property
-    def fingerprint(self) -> str:
-        """A short hash of the expressions, stable across processes (15 hex digits: 60
-        bits, which a Kafka offset holds): what a dead-letter target records with a
-        batch's route letters, so that a replay under another route is refused
-        (:meth:`stamp`, :mod:`fanout.deadletters.route_letters`)."""
+    def expression_fingerprint(self) -> str:
+        """A short hash of the expressions alone, stable across processes (15 hex digits):
+        what fanout recorded with a batch's route letters before it also covered the Spark
+        settings (:meth:`stamp`); a replay still accepts letters recorded under it."""
         text = json.dumps({"where": self.where, "select": list(self.select or ())})
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:15]
 
@@ -58,9 +58,22 @@ class Route:
             parts.append(f"select {list(self.select)!r}")
         return ", ".join(parts) or "no route"
 
-    def stamp(self) -> RouteStamp:
-        """What a dead-letter target records with this route's letters."""
-        return RouteStamp(self.fingerprint, self.describe())
+    def stamp(self, settings: Settings = ()) -> RouteStamp:
+        """What a dead-letter target records with this route's letters: a hash of the
+        expressions and of the Spark ``settings`` they are evaluated under (15 hex digits:
+        60 bits, which a Kafka offset holds), so that a replay under another route, or
+        under settings refusing other rows (:mod:`fanout.routes.settings`), is refused
+        (:mod:`fanout.deadletters.route_letters`); the text names both."""
+        text = json.dumps(
+            {"where": self.where, "select": list(self.select or ()), "settings": dict(settings)}
+        )
+        fingerprint = hashlib.sha256(text.encode("utf-8")).hexdigest()[:15]
+        shown = ", ".join(f"{key}={value}" for key, value in settings)
+        return RouteStamp(
+            fingerprint,
+            f"{self.describe()} under {shown}" if shown else self.describe(),
+            earlier=(self.expression_fingerprint,),
+        )
 
     def apply(self, df: Any) -> Any:
         """The routed DataFrame (lazy in Spark: nothing runs until a sink reads it)."""

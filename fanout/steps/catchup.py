@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.errors import BackfillError
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import LedgerEntry
 from fanout.observe.logs import batch_fields
@@ -268,19 +269,22 @@ class CatchUp:
                     "its table has no columns yet to read them back with; it will once the "
                     "sink commits a batch"
                 )
-            df = df.unionByName(self._letters(origin, key, mark.dead_lettered, df.schema))
+            df = df.unionByName(self._letters(sink, key, mark.dead_lettered, df.schema))
         info = BatchInfo(self.lagging.pipeline, key[1], epoch=key[0])
         return df, info if mark is None else _info_of(mark)
 
-    def _letters(self, origin: str, key: BatchKey, count: int, schema: Any) -> Any:
-        """The rows of batch ``key`` that ``origin`` set aside as dead letters, read back
-        from its dead-letter Delta table with the batch's schema: a sink backfilled from
-        it receives the whole batch. The letters are written before the batch's commit
-        and mark, so all ``count`` the mark records are there."""
+    def _letters(self, sink: str, key: BatchKey, count: int, schema: Any) -> Any:
+        """The rows of batch ``key`` that ``sink``'s backfill source set aside as dead
+        letters, read back from its dead-letter Delta table with the batch's schema: a sink
+        backfilled from it receives the whole batch. The letters are written before the
+        batch's commit and mark, so all ``count`` the mark records are there unless they
+        were removed since: then :class:`fanout.errors.BackfillError`, nothing read."""
         from pyspark.sql import functions as F
 
         from fanout.deadletters.delta import DeltaDeadLetters
 
+        origin = self.specs[sink].lag.backfill_from
+        assert origin is not None
         target = self.target_of(origin)
         where = f"batch {key[1]} (epoch {key[0]})"
         if not isinstance(target, DeltaDeadLetters):
@@ -290,9 +294,8 @@ class CatchUp:
             )
         rows = target.read_rows(self.lagging.pipeline, origin, key)
         if rows.num_rows != count:
-            raise LookupError(
-                f"sink {origin!r} set {count} row(s) of {where} aside as dead letters, by "
-                f"its ledger mark, but {target.describe()} holds {rows.num_rows} of them"
+            raise _letters_lost(
+                self.lagging.pipeline, sink, origin, key, count, rows.num_rows, target.path
             )
         parsed = self.spark.createDataFrame(rows).select(F.from_json("row", schema).alias("r"))
         return parsed.select("r.*")
@@ -307,6 +310,24 @@ def _wait(seconds: float, stop: Callable[[], bool]) -> bool:
             return True
         time.sleep(min(left, 0.2))
     return False
+
+
+def _letters_lost(
+    pipeline: str, sink: str, origin: str, key: BatchKey, count: int, found: int, table: str
+) -> BackfillError:
+    """The error of a backfill batch whose source's dead letters are not all there."""
+    return BackfillError(
+        f"cannot be backfilled from sink {origin!r}: its ledger mark says it set {count} "
+        f"row(s) of batch {key[1]} (epoch {key[0]}) aside as dead letters, but Delta table "
+        f"{table} holds {found} of them (deleted, or the table replaced), so the batch read "
+        f"back would lack them; nothing of it is written to {sink!r}, which waits at this "
+        f"batch. Put the letters back (restore {table} to a version that holds them), or "
+        f"accept that {sink!r} never gets batch {key[1]}: `fanout ledger skip --pipeline "
+        f"{pipeline} --sink {sink} --through {key[1]}"
+        f"{f' --epoch {key[0]}' if key[0] else ''}` (with the pipeline's --ledger), then restart",
+        sink=sink,
+        batch_id=key[1],
+    )
 
 
 def _info_of(mark: LedgerEntry) -> BatchInfo:

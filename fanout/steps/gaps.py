@@ -11,25 +11,41 @@ it now would skip them silently, so the batch is refused before any sink writes 
 Not refused: a sink with no mark in the epoch (new, or the epoch just started: it starts
 with the current batch), a sink at the batch before or at the batch (a replay), a sink
 whose spool or backfill source holds every batch in between.
+
+A sink refused at a gap after batches its spool (or backfill source) still holds is first
+given those, in order, up to the gap: a ``fanout ledger skip`` of the gap then passes no
+batch whose rows are still there (a skip past one is refused).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from fanout.errors import MissedBatchesError
 from fanout.sink_spec import SinkSpec
 from fanout.steps.lag import Lagging
 from fanout.steps.state import BatchState
 
+if TYPE_CHECKING:
+    from fanout.steps.catchup import CatchUp
+
+log = logging.getLogger("fanout")
+
 
 def refuse_gaps(
-    state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec], ledger: str
+    state: BatchState,
+    lagging: Lagging,
+    specs: Mapping[str, SinkSpec],
+    ledger: str,
+    catchup: CatchUp | None = None,
 ) -> None:
     """Raise :class:`fanout.MissedBatchesError` for the first pending sink whose mark in the
     batch's epoch is below ``batch_id - 1`` with batches in between that nothing will give
-    it. ``ledger`` is the ledger's location, for the message. Reads nothing on the common
-    path (every mark at ``batch_id - 1`` or later)."""
+    it, after ``catchup`` wrote it the held batches before the first missing one. ``ledger``
+    is the ledger's location, for the message. Reads nothing on the common path (every
+    mark at ``batch_id - 1`` or later)."""
     if not state.marks:
         return
     epoch, batch_id = state.info.epoch, state.batch_id
@@ -40,6 +56,9 @@ def refuse_gaps(
         lagging.saw_marks(epoch, state.marks)  # the backlog reads the epoch and marks
         mark, held = _held(lagging, specs[name], epoch, mark)
         missing = [b for b in range(mark + 1, batch_id) if b not in held]
+        if missing and catchup is not None and any(b < missing[0] for b in held):
+            mark, held = _catch_up_to(catchup, lagging, specs[name], epoch, mark, missing[0])
+            missing = [b for b in range(mark + 1, batch_id) if b not in held]
         if missing:
             spooled = sorted(b for b in held if b < missing[-1])
             raise MissedBatchesError(
@@ -52,7 +71,31 @@ def refuse_gaps(
                 ledger,
                 spooled,
                 backfill_from=specs[name].lag.backfill_from,
+                spool=None if lagging.spool is None else lagging.spool.path,
             )
+
+
+def _catch_up_to(
+    catchup: CatchUp, lagging: Lagging, spec: SinkSpec, epoch: int, mark: int, gap: int
+) -> tuple[int, set[int]]:
+    """Write ``spec``'s sink the held batches before batch ``gap``, in order (stopping at
+    a failure: they stay held); its mark and held batches afterwards."""
+
+    def reached() -> bool:
+        done = lagging.mark(spec.name, epoch)
+        return done is not None and done >= gap - 1
+
+    failed = catchup.drain(spec.name, until=reached)
+    if failed is not None:
+        log.warning(
+            "pipeline %s, sink %s: the batches held for it before batch %s (missed) could "
+            "not be written to it: %s",
+            lagging.pipeline,
+            spec.name,
+            gap,
+            failed,
+        )
+    return _held(lagging, spec, epoch, mark)
 
 
 def _held(lagging: Lagging, spec: SinkSpec, epoch: int, mark: int) -> tuple[int, set[int]]:

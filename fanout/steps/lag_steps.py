@@ -75,8 +75,9 @@ def warn_left_out(pipeline: str, specs: Mapping[str, SinkSpec], spool: Spool, le
             "pipeline %s: the spool at %s keeps %s batch(es) (from batch %s) for sink %r, "
             "which is not configured: put back with on_failure='lag', it catches up from "
             "them; removed for good, release them with `fanout ledger skip --ledger %s "
-            "--pipeline %s --sink %s --through %s` (per epoch)",
+            "--pipeline %s --sink %s --through %s --spool %s --release-spooled` (per epoch)",
             pipeline, spool.path, len(ids), min(ids), sink, ledger, pipeline, sink, max(ids),
+            spool.path,
         )  # fmt: skip
 
 

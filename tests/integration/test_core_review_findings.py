@@ -19,6 +19,7 @@ from fanout.contract.sink import SinkResult
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry, now_utc
 from fanout.routes.route import Route
+from fanout.routes.settings import session_settings
 from fanout.sink_spec import SinkSpec
 from fanout.testing import RecordingSink
 from tests.integration.streams import delta_rows
@@ -83,11 +84,11 @@ def test_a_replay_under_a_changed_route_leaves_every_row_in_exactly_one_place(
     error = failed.value.failures["routed"]
     assert isinstance(error, RouteError)
     assert (error.sink, error.batch_id) == ("routed", 0)
-    assert f"select ['id', 'CAST(a AS INT) AS v'] (fingerprint {OLD_ROUTE.fingerprint})" in str(
-        error
-    )
-    assert f"{new.describe()} (fingerprint {new.fingerprint})" in str(error)
-    assert "Restore the old route until this batch completes" in str(error)
+    old_stamp, new_stamp = (r.stamp(session_settings(batch)) for r in (OLD_ROUTE, new))
+    assert old_stamp.text.startswith("select ['id', 'CAST(a AS INT) AS v'] under ")
+    assert f"chosen by {old_stamp.text} (fingerprint {old_stamp.fingerprint})" in str(error)
+    assert f"now {new_stamp.text} (fingerprint {new_stamp.fingerprint})" in str(error)
+    assert "Restore the old route (its expressions and the Spark settings it names)" in str(error)
     assert sink.rows() == []
     assert _lettered(tmp_path) == [3]
 
@@ -106,8 +107,9 @@ def test_a_replay_under_the_same_route_keeps_the_first_attempts_letters_once(
     assert sorted(r["id"] for r in sink.rows()) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
     assert _lettered(tmp_path) == [3]
     commits = DeltaTable(str(tmp_path / "dead")).history()
-    assert [c.get("fanout.route.fingerprint") for c in commits] == [OLD_ROUTE.fingerprint]
-    assert commits[0]["fanout.route"] == "select ['id', 'CAST(a AS INT) AS v']"
+    stamp = OLD_ROUTE.stamp(session_settings(batch))
+    assert [c.get("fanout.route.fingerprint") for c in commits] == [stamp.fingerprint]
+    assert commits[0]["fanout.route"] == stamp.text
 
 
 def test_letters_kept_without_a_route_are_of_an_unknown_route_and_not_refused(
@@ -141,6 +143,63 @@ def test_letters_kept_without_a_route_are_of_an_unknown_route_and_not_refused(
         "without the route that chose them" in r.getMessage() and r.levelname == "WARNING"
         for r in caplog.records
     )
+
+
+ZONED = Route(select=("id", "10 DIV (hour(CAST(t AS TIMESTAMP)) - 8) AS v"))
+"""Refuses the row whose instant is 08:00 in the session's time zone (a division by zero)."""
+INSTANTS = [(0, "2024-05-01T10:00:00Z"), (1, "2024-05-01T08:00:00Z"), (2, "2024-05-01T12:00:00Z")]
+
+
+def test_a_replay_after_the_session_time_zone_changed_is_refused(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Row 1 is 08:00 in UTC, row 2 in New York: the same route refuses another row once
+    the zone changed between attempts, so the replay is refused like one under another
+    route, and completes once the zone is back."""
+    zone = "spark.sql.session.timeZone"
+    before = spark.conf.get(zone)
+    batch = spark.createDataFrame(INSTANTS, "id LONG, t STRING")
+    info = BatchInfo("tz", 0, "q")
+    sink = FailsOnce("routed", str(tmp_path / "dead"))
+    ledger = str(tmp_path / "ledger")
+
+    def attempt() -> None:
+        FanOut("tz", ledger, [SinkSpec(sink, ZONED)], retries=0).process(batch, info)
+
+    try:
+        spark.conf.set(zone, "UTC")
+        utc = ZONED.stamp(session_settings(batch))
+        with pytest.raises(BatchFailedError):
+            attempt()  # letters kept, then the write fails
+        assert _lettered(tmp_path) == [1]
+
+        spark.conf.set(zone, "America/New_York")
+        new_york = ZONED.stamp(session_settings(batch))
+        with pytest.raises(BatchFailedError) as failed:
+            attempt()
+        error = failed.value.failures["routed"]
+        assert isinstance(error, RouteError)
+        assert (error.sink, error.batch_id) == ("routed", 0)
+        route = "select ['id', '10 DIV (hour(CAST(t AS TIMESTAMP)) - 8) AS v']"
+        message = str(error)
+        assert message.startswith(
+            f"sink 'routed', batch 0: the route changed mid-batch: the Delta table "
+            f"{tmp_path / 'dead'} holds this batch's route dead letters chosen by {route} "
+            "under spark.sql.ansi.enabled=true, spark.sql.session.timeZone=UTC, "
+        )
+        assert f"(fingerprint {utc.fingerprint}), but the sink's route is now {route} " in message
+        assert "spark.sql.session.timeZone=America/New_York, " in message
+        assert f"(fingerprint {new_york.fingerprint}). Writing the batch" in message
+        assert utc.fingerprint != new_york.fingerprint
+        assert sink.rows() == []
+        assert _lettered(tmp_path) == [1]
+
+        spark.conf.set(zone, "UTC")  # the zone restored: the batch completes
+        attempt()
+        assert sorted(r["id"] for r in sink.rows()) == [0, 2]
+        assert _lettered(tmp_path) == [1]
+    finally:
+        spark.conf.set(zone, before)
 
 
 class CompactedMeanwhile(DeltaLedger):

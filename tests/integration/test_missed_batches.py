@@ -55,3 +55,51 @@ def test_a_delta_sink_put_back_is_refused_then_backfilled_from_the_other(
     every = [0, 1, 10, 11, 20, 21, 30, 31, 40, 41]
     assert (_ids(tmp_path / "lake"), _ids(tmp_path / "copy")) == (every, every)
     assert DeltaLedger(ledger).last_committed("mb", ["lake", "copy"]) == {"lake": 4, "copy": 4}
+
+
+def test_a_backfill_whose_source_lost_dead_letters_writes_nothing_and_says_so(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The source's ledger mark of batch 0 counts one row it set aside as a dead letter;
+    the letter is gone from its dead-letter table (deleted by hand): the batch read back
+    would lack that row, so the backfill writes nothing of it and says why and what to do."""
+    from deltalake import DeltaTable
+
+    ledger, dead = str(tmp_path / "ledger"), str(tmp_path / "dead")
+    lake = {"type": "delta", "name": "lake", "path": str(tmp_path / "lake"),
+            "partition_by": ["k"], "dead_letter": dead}  # fmt: skip
+    copy = {"type": "delta", "name": "copy", "path": str(tmp_path / "copy"),
+            "backfill_from": "lake"}  # fmt: skip
+
+    def frame(rows: list[tuple[int, str]]) -> Any:
+        return spark.createDataFrame(rows, "id LONG, k STRING")
+
+    first = FanOut("lost", ledger, [lake], backoff_s=0)
+    try:
+        first.process(frame([(1, "a"), (2, "")]), BatchInfo("lost", 0, "q"))  # 2: set aside
+    finally:
+        first.close()
+    DeltaTable(dead).delete("batch_id = 0")
+
+    fan = FanOut("lost", ledger, [lake, copy], backoff_s=0, spool=str(tmp_path / "spool"))
+    try:
+        fan.process(frame([(3, "b")]), BatchInfo("lost", 1, "q"))
+        lag = fan.catch_up(timeout_s=120)["copy"]
+    finally:
+        fan.close()
+    assert (lag.state, lag.batches) == ("lagging", 2)
+    assert lag.error == (
+        "BackfillError: sink 'copy', batch 0: cannot be backfilled from sink 'lake': its "
+        "ledger mark says it set 1 row(s) of batch 0 (epoch 0) aside as dead letters, but "
+        f"Delta table {dead} holds 0 of them (deleted, or the table replaced), so the batch "
+        "read back would lack them; nothing of it is written to 'copy', which waits at this "
+        f"batch. Put the letters back (restore {dead} to a version that holds them), or "
+        "accept that 'copy' never gets batch 0: `fanout ledger skip --pipeline lost --sink "
+        "copy --through 0` (with the pipeline's --ledger), then restart"
+    )
+    assert not (tmp_path / "copy").exists()  # nothing written to the backfilled sink
+    assert _ids(tmp_path / "lake") == [1, 3]
+    assert DeltaLedger(ledger).last_committed("lost", ["lake", "copy"]) == {
+        "lake": 1,
+        "copy": None,
+    }

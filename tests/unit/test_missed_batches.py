@@ -17,6 +17,7 @@ from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.gaps import skip_batches
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import SinkSpec, lag_policy
+from fanout.spool.table import Spool
 from tests.unit.fakes import SchemaFrame, ScriptedSink
 
 FRAMES = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(8)}
@@ -110,8 +111,12 @@ def test_a_lagging_sink_left_out_for_a_batch_is_refused_naming_what_the_spool_ke
         in str(refused.value)
     )
     assert str(refused.value).endswith(
-        "skip_batches) (batch(es) 1-2 before the gap are still kept for it, in the spool or "
-        "its backfill source: a skip gives those up too), then restart."
+        "; or once 'down' holds batch(es) 1-2, which the spool or its backfill source still "
+        "holds for it and which could not be written to it now (they are written first, in "
+        "order, at each start: fix the sink and restart), accept that it never gets the rest: "
+        f"`fanout ledger skip --ledger {_location(ledger)} --pipeline gap --sink down --through "
+        f"3 --spool {spool}` (in Python: fanout.ledger.gaps.skip_batches), then restart. A skip "
+        "past batches still held is refused: --release-spooled gives them up too."
     )
 
 
@@ -217,7 +222,8 @@ def test_a_left_out_sinks_spool_is_kept_until_skip_releases_it(
         f"pipeline gap: the spool at {spool} keeps 2 batch(es) (from batch 1) for sink 'down', "
         "which is not configured: put back with on_failure='lag', it catches up from them; "
         "removed for good, release them with `fanout ledger skip --ledger "
-        f"{_location(ledger)} --pipeline gap --sink down --through 2` (per epoch)"
+        f"{_location(ledger)} --pipeline gap --sink down --through 2 --spool {spool} "
+        "--release-spooled` (per epoch)"
     ]
     try:
         assert [b.batch_id for b in without.lagging.spool.batches()] == [1, 2]  # type: ignore[union-attr]
@@ -269,3 +275,108 @@ def test_a_sink_with_a_backfill_source_is_told_to_restore_the_spool_not_to_confi
         "none of them: it has no committed mark for them); or accept that 'pg' never gets "
         "them: `fanout ledger skip --ledger /ledger --pipeline gap --sink pg --through 4`"
     ) in message
+
+
+def _held_then_missed(ledger: Any, spool: str) -> None:
+    """Sink "down" commits batch 0, lags through 1-2 (spooled for it), is left out of the
+    configuration for batch 3 (missed: nothing holds it)."""
+    down = ScriptedSink("down")
+    fan = FanOut(
+        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+    _run(fan, range(1))
+    down.always_fail = SinkWriteError("refused", sink="down")
+    _run(FanOut("gap", ledger, [ScriptedSink("good"), _lag(down)], spool=spool), range(1, 3))
+    _run(FanOut("gap", ledger, [ScriptedSink("good")], spool=spool), range(3, 4))
+
+
+def _opened(spool: str) -> Spool:
+    opened = Spool(spool, "gap")
+    opened.open()
+    return opened
+
+
+def test_a_sink_refused_at_a_gap_is_first_given_the_batches_held_before_it(
+    tmp_path: Path,
+) -> None:
+    ledger, spool = MemoryLedger(), str(tmp_path / "spool")
+    _held_then_missed(ledger, spool)
+
+    back = ScriptedSink("down")
+    fan = FanOut(
+        "gap", ledger, [ScriptedSink("good"), _lag(back)], spool=spool, probe_interval_s=3600
+    )
+    _catch_up_from_memory(fan)
+    with pytest.raises(MissedBatchesError) as refused:
+        _run(fan, range(4, 5))
+    assert back.calls == [(1, 1), (2, 1)]  # the held batches, in order; batch 4 not written
+    error = refused.value
+    assert (error.mark, error.missing, error.spooled) == (2, [3], [])
+    assert str(error).endswith(
+        f"--pipeline gap --sink down --through 3 --spool {spool}` (in Python: "
+        "fanout.ledger.gaps.skip_batches), then restart."
+    )
+    assert [b.batch_id for b in _opened(spool).needed_by("down")] == [1, 2]  # released later
+
+    done = skip_batches(ledger, "gap", "down", 3, spool=_opened(spool))  # passes nothing held
+    assert (done.before, done.through, done.recorded) == (2, 3, True)
+    back = ScriptedSink("down")
+    _run(FanOut("gap", ledger, [ScriptedSink("good"), _lag(back)], spool=spool), range(4, 6))
+    assert back.calls == [(4, 1), (5, 1)]
+
+
+def test_skip_refuses_to_give_up_batches_the_spool_still_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sink is still down when put back: the held batches 1-2 cannot be given to it
+    before the gap at 3. A skip through 3 would give their rows up: refused, naming them,
+    unless --release-spooled says to."""
+    path, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
+    _held_then_missed(DeltaLedger(path), spool)
+
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = FanOut(
+        "gap", DeltaLedger(path), [ScriptedSink("good"), _lag(down)], spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+    _catch_up_from_memory(fan)
+    with pytest.raises(MissedBatchesError) as refused:
+        _run(fan, range(4, 5))
+    assert (refused.value.mark, refused.value.missing, refused.value.spooled) == (0, [3], [1, 2])
+    assert str(refused.value).endswith(
+        "; or once 'down' holds batch(es) 1-2, which the spool or its backfill source still "
+        "holds for it and which could not be written to it now (they are written first, in "
+        "order, at each start: fix the sink and restart), accept that it never gets the rest: "
+        f"`fanout ledger skip --ledger {path} --pipeline gap --sink down --through 3 --spool "
+        f"{spool}` (in Python: fanout.ledger.gaps.skip_batches), then restart. A skip past "
+        "batches still held is refused: --release-spooled gives them up too."
+    )
+
+    args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "down"]
+    capsys.readouterr()  # what the runs above logged
+    assert main([*args, "--through", "3", "--spool", spool]) == 2
+    assert capsys.readouterr().err == (
+        f"fanout: configuration error: pipeline 'gap', sink 'down': the spool at {spool} "
+        "still holds batch(es) 1-2 for it (after its mark 0): a skip through 3 would give "
+        "their rows up. Either let it catch up from them first (start the pipeline with the "
+        "sink configured: it is given the held batches before a gap, in order, then refused "
+        "at the gap), then skip only what it never got; or, to give them up too (the sink "
+        "removed for good), add --release-spooled (in Python: release_spooled=True)\n"
+    )
+    assert DeltaLedger(path).last_committed("gap", ["down"]) == {"down": 0}
+    assert [b.batch_id for b in _opened(spool).needed_by("down")] == [1, 2]
+    with pytest.raises(ConfigurationError, match=r"skip only the batches before them \(--th"):
+        skip_batches(MemoryLedger(), "gap", "down", 4, spool=_opened(spool))  # no mark: 0 too
+    assert main([*args, "--through", "3", "--spool", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"fanout: configuration error: --spool {tmp_path / 'nowhere'}: no spool there"
+    )
+
+    assert main([*args, "--through", "3", "--spool", spool, "--release-spooled"]) == 0
+    assert "batches 1-3 recorded as skipped" in capsys.readouterr().out
+    restarted = FanOut("gap", DeltaLedger(path), [ScriptedSink("good")], spool=spool)
+    try:
+        assert restarted.lagging.spool.batches() == []  # type: ignore[union-attr]
+    finally:
+        restarted.close()

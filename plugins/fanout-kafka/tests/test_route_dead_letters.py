@@ -14,6 +14,7 @@ from kafkatools import Broker, create_topic, marker, read_topic
 
 from fanout import BatchFailedError, BatchInfo, FanOut, RouteError
 from fanout.routes.route import Route
+from fanout.routes.settings import session_settings
 from fanout.testing.faults import MarkLost
 from tests.integration.streams import delta_rows
 
@@ -61,7 +62,8 @@ def test_rows_failing_the_route_go_to_the_dead_letter_topic_once(
     assert marker(kafka.bootstrap, pipeline, "events#route", 0, markers) == 9
     # and their route's fingerprint, committed with them, matched the replay's
     stamp = marker(kafka.bootstrap, pipeline, "events#route", 0, markers, suffix=".route")
-    assert stamp == int(Route(where=WHERE).fingerprint, 16)
+    batch_settings = session_settings(spark.range(0))
+    assert stamp == int(Route(where=WHERE).stamp(batch_settings).fingerprint, 16)
     marks = [r for r in delta_rows(tmp_path / "ledger") if r["status"] == "committed"]
     assert [(r["rows"], r["dead_lettered"]) for r in marks] == [(len(GOOD), 2)]
 
@@ -113,10 +115,11 @@ def test_a_replay_under_a_changed_route_is_refused_before_anything_is_written(
         FanOut(pipeline, ledger, [changed], retries=0).process(batch, info)
     error = failed.value.failures["events"]
     assert isinstance(error, RouteError) and (error.sink, error.batch_id) == ("events", 8)
-    old, new = Route(where=WHERE).fingerprint, Route(where="id > 3").fingerprint
+    old, new = (Route(where=w).stamp(session_settings(batch)) for w in (WHERE, "id > 3"))
     assert f"Kafka topic {dlq} holds this batch's route dead letters" in str(error)
-    assert f"chosen by another route (fingerprint {old})" in str(error)
-    assert f"now where 'id > 3' (fingerprint {new})" in str(error)
+    assert f"chosen by another route (fingerprint {old.fingerprint})" in str(error)
+    assert f"now {new.text} (fingerprint {new.fingerprint})" in str(error)
+    assert new.text.startswith("where 'id > 3' under spark.sql.ansi.enabled=true, ")
 
     result = FanOut(pipeline, ledger, [sink], retries=0).process(batch, info)["events"]
     assert (result.already_written, result.dead_lettered) == (True, 2)

@@ -13,6 +13,7 @@ from pgcheck import execute, query
 
 from fanout import BatchFailedError, BatchInfo, FanOut, RouteError
 from fanout.routes.route import Route
+from fanout.routes.settings import session_settings
 from fanout.testing.faults import MarkLost
 from tests.integration.streams import delta_rows
 
@@ -191,13 +192,15 @@ def test_a_replay_under_a_changed_route_is_refused_before_the_letters_are_replac
         FanOut("pgroute", ledger, [sink], retries=0).process(batch, info)
     error = failed.value.failures["pg"]
     assert isinstance(error, RouteError) and (error.sink, error.batch_id) == ("pg", 6)
-    old, new = Route(select=tuple(SELECT)), Route(select=tuple(fixed))
+    settings = session_settings(batch)
+    old, new = (Route(select=tuple(s)).stamp(settings) for s in (SELECT, fixed))
+    assert old.text.startswith(f"select {SELECT!r} under spark.sql.ansi.enabled=true, ")
     assert (
         f"the PostgreSQL table route_rejects holds this batch's route dead letters "
-        f"chosen by {old.describe()} (fingerprint {old.fingerprint}), but the sink's route is "
-        f"now {new.describe()} (fingerprint {new.fingerprint})"
+        f"chosen by {old.text} (fingerprint {old.fingerprint}), but the sink's route is "
+        f"now {new.text} (fingerprint {new.fingerprint})"
     ) in str(error)
-    stamped = f"{old.fingerprint} {old.describe()}"
+    stamped = f"{old.fingerprint} {old.text}"
     letters = "SELECT row->>'id', route FROM route_rejects ORDER BY (row->>'id')::int"
     assert query(pg_url, letters) == [("4", stamped), ("17", stamped)]
 
