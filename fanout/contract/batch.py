@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from fanout.contract.route_stamp import RouteStamp
+
 
 def pipeline_scope(pipeline: str, epoch: int = 0) -> str:
     """``<pipeline>`` in epoch 0, ``<pipeline>@e<epoch>`` after an accepted checkpoint
@@ -122,6 +124,13 @@ class Batch:
     :param txn_app_id: the sink's stable idempotency id (see :func:`txn_app_id`); with
         :attr:`batch_id` it forms :attr:`idempotency_key`, which sinks should use.
     :param attempt: 1 for the first attempt in this process, 2 for the first retry, ...
+    :param route: the sink's route this batch went through (fingerprint and text; ``no
+        route`` for the identity), set by fanout on every batch it hands a sink; ``None``
+        when built elsewhere (a test). A sink that commits a batch in pieces and skips
+        committed pieces on a replay records its fingerprint with each piece, so a replay
+        under another route (one that refuses rows the first attempt wrote) can be
+        refused: the route's dead letters record their route only when there are some.
+        See :meth:`fanout.Sink.check_replay`.
     """
 
     df: Any
@@ -129,6 +138,7 @@ class Batch:
     sink_name: str
     txn_app_id: str
     attempt: int = 1
+    route: RouteStamp | None = None
     _arrow: SharedArrow | None = field(default=None, repr=False)
 
     @property

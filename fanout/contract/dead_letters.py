@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from fanout.contract.route_stamp import RouteStamp
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -53,26 +55,6 @@ class DeadLetter:
     value: Any = None
     partition: int | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RouteStamp:
-    """The route that chose a batch's route letters, as a target records it with them
-    (:meth:`fanout.routes.route.Route.stamp`).
-
-    :param fingerprint: a hash of the route's expressions and of the Spark settings that
-        change which rows they refuse (15 hex digits), stable across processes: two routes
-        refusing rows alike have the same one.
-    :param text: the route for people (``where 'a > 0', select ['id'] under
-        spark.sql.ansi.enabled=true, ...``).
-    :param earlier: the fingerprints older fanout versions recorded for the same
-        expressions (of the expressions alone): letters kept under one of them are of this
-        route under settings that were not recorded, kept with a warning, not refused.
-    """
-
-    fingerprint: str
-    text: str
-    earlier: tuple[str, ...] = ()
 
 
 class MapPairs(list[tuple[Any, Any]]):

@@ -183,6 +183,18 @@ class Sink:
         :class:`SinkResult`. Called only for batches the ledger has no mark of."""
         raise NotImplementedError(f"{type(self).__name__}.write")
 
+    def check_replay(self, batch: Batch) -> None:
+        """Refuse an attempt before fanout writes anything of it. fanout writes the rows
+        failing the sink's route to its dead-letter target at the start of each attempt,
+        before :meth:`write`; when there are such letters it first calls this, so a sink
+        that would refuse the batch anyway (a replay whose :attr:`Batch.route`, or an
+        option deciding where rows go, differs from what the pieces it already committed
+        recorded) refuses while nothing of the attempt is written: the letters would
+        otherwise be written and the batch stuck (the target then refuses the old route
+        back). Raise a :class:`fanout.SinkError` naming what changed and what to do.
+        Not called when there are no route letters (then :meth:`write` checks first).
+        Default: nothing to check."""
+
     def check_schema(self, schema: pa.Schema) -> None:
         """Raise :class:`fanout.SchemaMismatchError` (naming the columns) when batches of
         this Arrow ``schema`` (the routed source schema) cannot be written to the target.

@@ -45,7 +45,9 @@ def write_all(
     fills ``state.results`` and ``state.failures``. A sink's failure never stops another.
     ``layouts``: the shared jobs' last input layouts (:mod:`fanout.steps.shared_frame`)."""
     writing = WritingSinks()  # a written sink's mark waits for those still writing
-    batches = {name: _batch_for(state, name, routes.input_for(name)) for name in state.pending}
+    batches = {
+        name: _batch_for(state, name, routes.input_for(name), specs[name]) for name in state.pending
+    }
     # this thread's Spark properties, captured once for every thread that starts jobs
     threads = spark_threads(state.df) if len(state.pending) > 1 else None
     passes = shared_passes(state.share_groups, routes.df, batches, specs, layouts, threads)
@@ -78,10 +80,11 @@ def write_all(
     state.aborted = next((o.abort for o in outcomes if o.abort is not None), state.aborted)
 
 
-def _batch_for(state: BatchState, name: str, given: SinkInput) -> Batch:
+def _batch_for(state: BatchState, name: str, given: SinkInput, spec: SinkSpec) -> Batch:
     info = state.info
     app_id = txn_app_id(info.pipeline, name, info.epoch)
-    return Batch(given.df, info, name, app_id, _arrow=given.arrow)
+    route = given.route or spec.route.stamp()  # with the session settings when evaluated
+    return Batch(given.df, info, name, app_id, route=route, _arrow=given.arrow)
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,8 @@ class SinkRunner:
             self.hooks.call("fanout_sink_start", info=info, sink=name, attempt=attempt)
             self.writing.start()
             try:
+                if self.given.letters and self.given.dead_letters is not None:
+                    self.sink.check_replay(batch)  # before the letters: nothing written yet
                 routed = self._route_dead_letters(batch)
                 result = as_result(self._write(batch), self.sink)
                 if routed:

@@ -240,6 +240,48 @@ def test_letters_are_written_with_every_attempt_before_the_sink(
     assert (result.rows, result.dead_lettered, result.details["route_dead_lettered"]) == (1, 1, 1)
 
 
+def test_a_sink_refusing_the_replay_refuses_before_the_route_letters_are_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import fanout.routes.batch_routes as dispatcher
+    from fanout.errors import SinkWriteError
+
+    monkeypatch.setattr(
+        dispatcher, "check_route", lambda df, r, **kw: _checked(pa.table({"x": [2]}))
+    )
+    seen: list[tuple[str, str | None]] = []
+
+    class Refusing(WithLetters):
+        def check_replay(self, batch: Any) -> None:
+            seen.append(("check", batch.route.fingerprint))
+            raise SinkWriteError("route changed mid-batch", sink=self.name, batch_id=1)
+
+    letters = Letters()
+    sink = Refusing("s", letters)
+    fan = FanOut("rt", MemoryLedger(), [SinkSpec(sink, ROUTE)], backoff_s=0, retries=0,
+                 plugins=KINDS)  # fmt: skip
+    with pytest.raises(Exception) as caught:
+        fan.process(Frame(pa.table({"x": [1, 2]})), BatchInfo("rt", 1, "q"))
+    assert seen == [("check", ROUTE.stamp().fingerprint)]
+    assert (letters.calls, letters.written, sink.calls) == (0, {}, [])
+    error = caught.value.failures["s"]  # type: ignore[attr-defined]
+    assert str(error) == "sink 's', batch 1: route changed mid-batch"
+
+
+def test_every_sink_is_handed_its_route() -> None:
+    class Routes(RecordingSink):
+        def write(self, batch: Any) -> SinkResult:
+            self.routes = [*getattr(self, "routes", []), batch.route]
+            return super().write(batch)
+
+    routed, plain = Routes("routed"), Routes("plain")
+    fan = FanOut("rt", MemoryLedger(), [SinkSpec(routed, ROUTE), plain], backoff_s=0)
+    fan.process(Frame(pa.table({"x": [1, 2]})), BatchInfo("rt", 0, "q"))
+    assert routed.routes == [ROUTE.stamp()]
+    assert plain.routes == [Route().stamp()]
+    assert Route().stamp().text == "no route"
+
+
 def test_a_route_that_cannot_be_settled_fails_its_dead_letter_sinks_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

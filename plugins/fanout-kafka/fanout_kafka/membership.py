@@ -312,16 +312,20 @@ def refuse_topic_change(
     batch_id: int,
     holding: list[int],
 ) -> None:
-    """Refuse a replay whose ``topic`` is not the one the partitions ``holding`` the batch
-    committed it to (their target offsets, :mod:`fanout_kafka.target`): one admin request
-    per partition, on replays only. Partitions without a recorded topic are not compared."""
-    from fanout_kafka.target import compare, refuse_moved, target_group
+    """Refuse a replay whose topic, encoding, dead-letter target or route is not the one
+    the partitions ``holding`` the batch committed it under (their target offsets, and last
+    session's topic-only ones: :mod:`fanout_kafka.target`): one admin request per group
+    and partition, sent together, on replays only. Partitions that recorded nothing are
+    not compared."""
+    from fanout_kafka.target import compare, legacy_target_group, refuse_moved, target_group
 
     admin = _admin(admin_config)
     timeout_s = settings.operation_timeout_s
     groups = [target_group(settings.marker_group(p)) for p in holding]
-    check = compare(holding, _offsets(admin, settings.marker_topic, groups, timeout_s),
-                    settings.topic, batch_id)  # fmt: skip
+    groups += [legacy_target_group(settings.marker_group(p)) for p in holding]
+    offsets = _offsets(admin, settings.marker_topic, groups, timeout_s)
+    check = compare(holding, offsets[: len(holding)], offsets[len(holding) :],
+                    settings.target_stamp(), batch_id)  # fmt: skip
     if check.unknown:
         log.info(
             "sink %r, batch %d: partition(s) %s committed the batch without recording their "

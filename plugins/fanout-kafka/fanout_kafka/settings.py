@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from fanout.contract.batch import BatchInfo
     from fanout.contract.dead_letters import DeadLetterTarget
     from fanout.partitioned.membership import PartitionPlan
+    from fanout_kafka.target import TargetStamp
 
 LIVELY_CONNECTIONS: dict[str, Any] = {"enable.sparse.connections": False}
 """Connect to the brokers the metadata names at once, not on demand. The sink's producer
@@ -62,6 +63,9 @@ class WriterSettings:
     end_turns: str | None = None
     """The lock file every task holds while it commits or aborts, on a broker whose
     transaction ends race (Tansu: :mod:`fanout_kafka.turns`); ``None`` elsewhere."""
+    route: str = ""
+    """The fingerprint of the route the batch went through (:attr:`fanout.Batch.route`),
+    part of the target offset (:mod:`fanout_kafka.target`)."""
     max_batch_bytes: int | None = None
     """The smallest ``max.message.bytes`` of the topics the producer writes record batches
     to (target and dead-letter topic): its ``batch.size`` is capped to it
@@ -103,11 +107,30 @@ class WriterSettings:
         return letters_group(self.marker_group(partition))
 
     def target_group(self, partition: int) -> str:
-        """``<marker group>.topic``: its offset says which topic the partition committed
-        its batch to (:mod:`fanout_kafka.target`)."""
+        """``<marker group>.target``: its offset says where and how the partition
+        committed its batch: topic, encoding, dead-letter target, route
+        (:mod:`fanout_kafka.target`)."""
         from fanout_kafka.target import target_group
 
         return target_group(self.marker_group(partition))
+
+    def target_stamp(self) -> TargetStamp:
+        """What the target offset records of this batch (:mod:`fanout_kafka.target`)."""
+        from fanout_kafka.target import TargetStamp, encoding_text
+
+        encoder = self.encoder
+        headers: object = encoder.header_columns or bool(encoder.headers)
+        dead = (
+            f"kafka:{self.dead_topic}" if self.dead_topic is not None
+            else self.dead_letters.describe() if self.dead_letters is not None
+            else ""
+        )  # fmt: skip
+        return TargetStamp(
+            topic=self.topic,
+            encoding=encoding_text(encoder.key_columns, encoder.value_column, headers),
+            dead_letter=dead,
+            route=self.route,
+        )
 
     def route_group(self, partition: int) -> str:
         """``<marker group>.route``: its offset is the route fingerprint of the letters."""

@@ -31,6 +31,7 @@ from fanout.partitioned.membership import (
     CommittedPartition,
     PartitionPlan,
     check_hashable,
+    plan_of,
 )
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
@@ -309,6 +310,15 @@ class KafkaSink(PartitionedSink):
         self._unsettled = True  # until every partition of this attempt reports
         return read_committed(settings, batch.batch_id)
 
+    def check_replay(self, batch: Batch) -> None:
+        """Before fanout writes the batch's route letters: read the markers as
+        :meth:`committed_partitions` does, refusing a replay whose topic, encoding,
+        dead-letter target or route differs from what the committed partitions recorded
+        (:mod:`fanout_kafka.target`), while nothing of this attempt is written. Only
+        batches with route letters pay these reads twice (:meth:`write` reads again)."""
+        given = self.partition_input(batch)
+        self.committed_partitions(batch, plan_of(given.df, given.by, self.partitions))
+
     def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
         """Every partition committed or was skipped: no transaction of this attempt is
         left open."""
@@ -379,6 +389,7 @@ class KafkaSink(PartitionedSink):
             info=batch.info,
             txn_app_id=batch.txn_app_id,
             end_turns=self._end_turns,
+            route="" if batch.route is None else batch.route.fingerprint,
             max_batch_bytes=self._max_batch_bytes,
         )
 

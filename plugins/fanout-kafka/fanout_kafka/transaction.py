@@ -426,13 +426,15 @@ class PartitionWriter:
         return len(records)
 
     def _send_target(self, producer: Any) -> None:
-        """Commit the target offset (the topic written, :mod:`fanout_kafka.target`) for
-        the target group, in the transaction: a replay compares it with its ``topic``."""
+        """Commit the target offset (topic, encoding, dead-letter target and route,
+        :mod:`fanout_kafka.target`) for the target group, in the transaction: a replay
+        compares it with its own."""
         settings = self.settings
         group = group_metadata(settings, self.partition, settings.target_group(self.partition))
-        where = TopicPartition(settings.marker_topic, 0, pack_target(settings.topic, self.batch_id))
+        packed = pack_target(settings.target_stamp(), self.batch_id)
+        where = TopicPartition(settings.marker_topic, 0, packed)
         self._retrying(
-            "send the target topic",
+            "send the target offset",
             lambda: producer.send_offsets_to_transaction([where], group, self._timeout),
         )
 

@@ -1,7 +1,7 @@
 """A streaming driver into Kafka, run as a subprocess so an executor can SIGKILL it.
 
 usage: python driver.py WORKDIR BOOTSTRAP TOPIC PIPELINE [--kill BATCH:PARTITION]
-       [--partitions N] [--keyless] [--select EXPR ...]
+       [--partitions N] [--keyless] [--select EXPR ...] [--dead-letter TARGET]
 
 Runs on local[1]: partitions are written one after another, so "killed after partition
 k committed" means partitions 0..k hold the batch and the others do not. Prints one JSON
@@ -52,10 +52,11 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
     parser.add_argument("--keyless", action="store_true", help="no key: hash the whole row")
     parser.add_argument("--select", nargs="+", help="the sink's route: select expressions")
+    parser.add_argument("--dead-letter", help="the sink's dead_letter option")
     args = parser.parse_args()
     options = {"bootstrap_servers": args.bootstrap, "topic": args.topic,
                "key": None if args.keyless else "order_id",
-               "partitions": args.partitions}  # fmt: skip
+               "partitions": args.partitions, "dead_letter": args.dead_letter}  # fmt: skip
     plugins: list[object] = [PrintResults()]
     if args.kill:
         batch, partition = map(int, args.kill.split(":"))
