@@ -80,6 +80,11 @@ CONSTRAINT_COLUMNS_SQL = (
 """The columns of a constraint of the target (a foreign key's own columns in its order,
 those a CHECK reads in table order): the columns of a row an ``INSERT`` refused, when the
 server names none."""
+IMMEDIATE = "SET CONSTRAINTS ALL IMMEDIATE"
+"""Run first in every partition transaction: a ``DEFERRABLE INITIALLY DEFERRED`` constraint
+(a foreign key, a unique index) is then checked at the end of each statement, where a
+refused row is isolated and dead-lettered like any other, not at the commit, which would
+fail the whole partition at every attempt (and let a direct COPY repeat a key)."""
 KEEP_MARKS = 100
 """Progress marks older than this many batches are pruned (Spark replays only the last)."""
 
@@ -132,6 +137,9 @@ class PartitionTransaction:
         }
 
     def run(self) -> PartitionOutcome:
+        """Write the partition in the connection's open transaction (the caller commits);
+        the outcome to report once it committed."""
+        self.cur.execute(IMMEDIATE, {})
         if self.plan.mode == "append":
             claimed = self._claim()
             if claimed is not None:
