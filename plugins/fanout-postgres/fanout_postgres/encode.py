@@ -170,6 +170,8 @@ def _csv_ready(column: Any) -> Any:
         return _far_text(column.cast(pa.timestamp(kind.unit, tz="UTC")))
     if pa.types.is_timestamp(kind) or pa.types.is_date32(kind):
         return _far_text(column)
+    if pa.types.is_decimal(kind):
+        return _plain_decimals(column)
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return pa.array(
             [None if v is None else "\\x" + v.hex() for v in column.to_pylist()], pa.string()
@@ -179,6 +181,21 @@ def _csv_ready(column: Any) -> Any:
         values = python_safe_array(column).to_pylist()  # a year Python has not: as text
         return pa.array([None if v is None else dump(v) for v in values], pa.string())
     return column
+
+
+def _plain_decimals(column: Any) -> Any:
+    """A decimal column as text in plain notation with its scale, as Spark's ``CAST(d AS
+    STRING)`` and PostgreSQL's ``numeric`` print it (``0.000000100000000000``): Arrow
+    prints a value below 10^-6, or a zero of a scale above 6, in scientific notation
+    (``1.00000000000E-7``, ``0E-18``), which a text column would keep as such."""
+    text = column.cast(pa.string())
+    scientific = pc.fill_null(pc.match_substring(text, "E"), False)
+    if not pc.any(scientific).as_py():
+        return column
+    values = text.to_pylist()
+    for i in _true_positions(scientific):
+        values[i] = format(Decimal(values[i]), "f")
+    return pa.array(values, pa.string())
 
 
 _PER_MICRO = {"s": 1_000_000, "ms": 1_000, "us": 1}
