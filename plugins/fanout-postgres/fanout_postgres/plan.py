@@ -289,7 +289,9 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
     checks = tuple(
         Check(
             column=t,
-            not_null=not info.columns[t].nullable or t in keys,
+            # an upsert key must not be NULL (ON CONFLICT matches no NULL: a replay would
+            # insert the row again); append keys only choose the partitions
+            not_null=not info.columns[t].nullable or (t in keys and options.mode == "upsert"),
             max_length=pgtypes.max_length(info.columns[t].sa_type),
             pg_type=info.columns[t].pg_type,
         )
