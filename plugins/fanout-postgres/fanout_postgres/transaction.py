@@ -404,7 +404,7 @@ class PartitionTransaction:
                     raise
                 bad = start + at
                 row = int(table.column(ROW)[bad].as_py())
-                if column is None and sqlstate_of(exc) == "22P05":
+                if column is None and sqlstate_of(exc) in ("22P05", "22021"):
                     column = _untranslatable(table, bad, reason_of(exc))
                 reject = Reject(row, reason_of(exc), self._column(column), sqlstate_of(exc))
                 if self.dedupes and with_row and self._holds(table, reject, blanked):
@@ -599,14 +599,18 @@ class _Restage(Exception):
 
 def _untranslatable(table: pa.Table, position: int, reason: str) -> str | None:
     """The column of a row a COPY refused with 22P05 (a character the database's encoding
-    has not): the server names the bytes, not the column (it converts whole lines)."""
-    found = re.search(r"byte sequence ((?:0x[0-9a-f]{2} ?)+)", reason)
+    has not) or 22021 (bytes that are not UTF-8, which a Spark string may hold): the server
+    names the bytes, not the column (it converts whole lines)."""
+    found = re.search(r"byte sequence (?:for encoding \S+ )?((?:0x[0-9a-f]{2} ?)+)", reason)
     if found is None:
         return None
     sequence = bytes(int(b, 16) for b in found.group(1).split())
     for name in table.column_names:
-        value = table.column(name)[position].as_py() if name != ROW else None
-        if isinstance(value, str) and sequence in value.encode():
+        column = table.column(name)
+        if name == ROW or not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            continue
+        value = column.slice(position, 1).cast(pa.large_binary())[0].as_py()
+        if value is not None and sequence in value:
             return name
     return None
 
