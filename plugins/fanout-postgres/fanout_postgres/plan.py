@@ -53,6 +53,9 @@ class TargetInfo:
     columns: dict[str, TargetColumn]
     primary_key: tuple[str, ...]
     unique_sets: tuple[frozenset[str], ...] = field(default_factory=tuple)
+    deferrable_sets: tuple[frozenset[str], ...] = field(default_factory=tuple)
+    """Column sets of ``DEFERRABLE`` unique constraints (``ON CONFLICT`` refuses them as
+    arbiters): not in :attr:`unique_sets`."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,27 @@ def reflect(conn: Any, table: TableName) -> TargetInfo | None:
         partial = (index.get("dialect_options") or {}).get("postgresql_where")
         if index.get("unique") and names and None not in names and not partial:
             unique.append(frozenset(names))
-    return TargetInfo(table, columns, pk, tuple(unique))
+    deferrable = _deferrable_sets(conn, table)
+    usable = [u for u in unique if u not in deferrable]
+    return TargetInfo(table, columns, pk, tuple(usable), tuple(deferrable))
+
+
+def _deferrable_sets(conn: Any, table: TableName) -> set[frozenset[str]]:
+    """The column sets of the table's ``DEFERRABLE`` unique constraints (``indimmediate``
+    false): ``ON CONFLICT`` infers every unique index on its columns as arbiter and refuses
+    a deferrable one, even beside an immediate index on the same columns."""
+    import sqlalchemy as sa
+
+    rows = conn.execute(
+        sa.text(
+            "SELECT i.indimmediate, array_agg(a.attname) FROM pg_index i "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) "
+            "WHERE i.indrelid = to_regclass(:table) AND i.indisunique "
+            "GROUP BY i.indexrelid, i.indimmediate"
+        ),
+        {"table": table.quoted()},
+    ).all()
+    return {frozenset(names) for now, names in rows if not now}
 
 
 def resolve_keys(info: TargetInfo, keys: Sequence[str] | None, mode: str) -> tuple[str, ...]:
@@ -134,6 +157,13 @@ def resolve_keys(info: TargetInfo, keys: Sequence[str] | None, mode: str) -> tup
         raise PlanError(
             f"table {table} has no primary key; set option 'keys' to columns with a "
             "unique constraint (upsert needs one for ON CONFLICT)"
+        )
+    if frozenset(chosen) in info.deferrable_sets:
+        raise PlanError(
+            f"keys {_names(chosen)} of table {table} have a DEFERRABLE unique constraint, "
+            "which INSERT ... ON CONFLICT cannot use as its arbiter; drop it and add it "
+            "again NOT DEFERRABLE",
+            chosen,
         )
     if frozenset(chosen) not in info.unique_sets:
         raise PlanError(

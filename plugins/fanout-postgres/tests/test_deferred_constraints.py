@@ -2,7 +2,8 @@
 any other: a deferred foreign key or unique index is checked at the end of each statement
 (``SET CONSTRAINTS ALL IMMEDIATE`` in every partition transaction), so a refused row goes to
 the dead-letter target with its column and value instead of failing the commit, and with
-it the whole partition, at every attempt.
+it the whole partition, at every attempt. Upsert keys that only a deferrable constraint
+makes unique are refused when the sink opens (``ON CONFLICT`` cannot use it as arbiter).
 
 Driven through the partition writer (a real plan from a real server, Arrow rows, no Spark).
 """
@@ -19,6 +20,7 @@ from fanout_postgres.transaction import BatchMeta
 from pgcheck import execute, query
 from pyspark.sql import types as T
 
+from fanout.errors import ConfigurationError
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.task import CommitHooks
@@ -58,9 +60,30 @@ def test_a_row_a_deferred_foreign_key_refuses_is_dead_lettered(pg_url: str, mode
     ]
 
 
-def test_an_upsert_key_under_a_deferred_primary_key_is_updated(pg_url: str) -> None:
-    execute(pg_url, f"CREATE TABLE kids (id bigint PRIMARY KEY {DEFERRED}, parent bigint)")
+def test_upsert_keys_with_a_deferrable_unique_constraint_are_refused(pg_url: str) -> None:
+    execute(
+        pg_url,
+        f"CREATE TABLE kids (id bigint PRIMARY KEY {DEFERRED}, parent bigint)",
+        "CREATE UNIQUE INDEX ON kids (id)",  # ON CONFLICT (id) still refuses the deferrable one
+    )
+    with pytest.raises(ConfigurationError) as caught:
+        open_sink(PostgresSink("pg", url=pg_url, table="kids"), "deferred")
+    assert str(caught.value) == (
+        "postgres sink 'pg' (table kids): keys id of table kids have a DEFERRABLE unique "
+        "constraint, which INSERT ... ON CONFLICT cannot use as its arbiter; drop it and add "
+        "it again NOT DEFERRABLE"
+    )
+
+
+def test_a_row_a_deferred_unique_constraint_refuses_is_dead_lettered(pg_url: str) -> None:
+    execute(
+        pg_url, f"CREATE TABLE kids (id bigint PRIMARY KEY, parent bigint UNIQUE {DEFERRED})"
+    )
     assert _write(pg_url, "upsert", [(1, 1), (2, 2)], 0).status == "committed"
-    outcome = _write(pg_url, "upsert", [(1, 10), (3, 3)], 1)  # key 1 is in the table
-    assert (outcome.status, outcome.rows, outcome.dead_lettered) == ("committed", 2, 0)
-    assert query(pg_url, "SELECT id, parent FROM kids ORDER BY id") == [(1, 10), (2, 2), (3, 3)]
+    # key 1 is in the table (updated); key 3 takes parent 2, which key 2 holds
+    outcome = _write(pg_url, "upsert", [(1, 10), (3, 2)], 1)
+    assert (outcome.status, outcome.rows, outcome.dead_lettered) == ("committed", 1, 1), outcome
+    assert query(pg_url, "SELECT id, parent FROM kids ORDER BY id") == [(1, 10), (2, 2)]
+    assert query(pg_url, "SELECT column_name, value, row::text FROM rejects") == [
+        ("parent", "2", '{"id": 3, "parent": 2}')
+    ]
