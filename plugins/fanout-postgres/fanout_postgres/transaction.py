@@ -65,13 +65,19 @@ if TYPE_CHECKING:
 
 
 COLUMN_TYPES_SQL = (
-    "SELECT n.name, format_type(a.atttypid, a.atttypmod) "
+    "SELECT n.name, format_type(a.atttypid, a.atttypmod), "
+    "cardinality(CAST(%(keys)s AS text[])) = 0 OR EXISTS (SELECT FROM pg_index x "
+    "WHERE x.indrelid = to_regclass(%(table)s) AND x.indisunique AND x.indpred IS NULL "
+    'AND x.indexprs IS NULL AND ARRAY(SELECT k.attname::text COLLATE "C" FROM pg_attribute k '
+    "WHERE k.attrelid = x.indrelid AND k.attnum = ANY (x.indkey) ORDER BY 1) "
+    '= ARRAY(SELECT u COLLATE "C" FROM unnest(CAST(%(keys)s AS text[])) u ORDER BY 1)) '
     "FROM unnest(CAST(%(names)s AS text[])) WITH ORDINALITY AS n(name, i) "
     "LEFT JOIN pg_attribute a ON a.attrelid = to_regclass(%(table)s) AND a.attname = n.name "
     "AND NOT a.attisdropped ORDER BY n.i"
 )
-"""The types of the written columns now (checked after the rows are written, while the
-transaction's lock on the table keeps an ``ALTER TABLE`` waiting)."""
+"""The types of the written columns now, and (upsert, ``keys``) whether a unique index on
+exactly the keys is still there: checked after the rows are written, while the
+transaction's lock on the table keeps an ``ALTER TABLE`` waiting."""
 CONSTRAINT_COLUMNS_SQL = (
     "SELECT a.attname FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid "
     "AND a.attnum = ANY (c.conkey) WHERE c.conrelid = to_regclass(%(table)s) "
@@ -193,14 +199,29 @@ class PartitionTransaction:
     def _check_types(self) -> None:
         """The written columns still have the types the plan was made for: an ``ALTER
         TABLE ... TYPE`` committed since may have made the rows land as other values (a
-        binary field read as another type, a value cast and rounded). Then the partition
-        rolls back, and the batch is retried (transient) under a plan made anew."""
+        binary field read as another type, a value cast and rounded); and, upsert, a unique
+        index on the keys is still there (without one the direct ``COPY`` appends keys the
+        table holds). Else the partition rolls back, and the batch is retried (transient)
+        under a plan made anew."""
         planned = self.plan.column_types
         if not planned:
             return
         names = [target for _, target in self.plan.columns]
-        self.cur.execute(COLUMN_TYPES_SQL, {"names": names, "table": self.plan.target})
-        now = [(name, found or "missing") for name, found in self.cur.fetchall()]
+        keys = list(self.plan.keys) if self.plan.mode == "upsert" else []
+        params = {"names": names, "table": self.plan.target, "keys": keys}
+        self.cur.execute(COLUMN_TYPES_SQL, params)
+        found_rows = self.cur.fetchall()
+        if not all(keyed for *_, keyed in found_rows):
+            # without it a COPY into the table appends a key that is there already
+            raise TransientSinkError(
+                f"table {self.plan.table} no longer has a unique index on the keys "
+                f"({', '.join(quote(k) for k in keys)}) it was planned with; nothing of this "
+                "partition was written, and the batch is retried under a plan made for the "
+                "table as it is now (which refuses keys without one)",
+                sink=self.plan.sink,
+                batch_id=self.meta.batch_id,
+            )
+        now = [(name, found or "missing") for name, found, _ in found_rows]
         changed = [
             f"{quote(name)} {was} is now {found}"
             for (name, found), was in zip(now, planned, strict=True)
@@ -607,7 +628,9 @@ def _untranslatable(table: pa.Table, position: int, reason: str) -> str | None:
     sequence = bytes(int(b, 16) for b in found.group(1).split())
     for name in table.column_names:
         column = table.column(name)
-        if name == ROW or not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        if name == ROW or not (
+            pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        ):
             continue
         value = column.slice(position, 1).cast(pa.large_binary())[0].as_py()
         if value is not None and sequence in value:

@@ -10,8 +10,6 @@ Driven through the partition writer (a real plan from a real server, Arrow rows,
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyarrow as pa
 import pytest
 from fanout_postgres import PostgresSink
@@ -76,9 +74,7 @@ def test_upsert_keys_with_a_deferrable_unique_constraint_are_refused(pg_url: str
 
 
 def test_a_row_a_deferred_unique_constraint_refuses_is_dead_lettered(pg_url: str) -> None:
-    execute(
-        pg_url, f"CREATE TABLE kids (id bigint PRIMARY KEY, parent bigint UNIQUE {DEFERRED})"
-    )
+    execute(pg_url, f"CREATE TABLE kids (id bigint PRIMARY KEY, parent bigint UNIQUE {DEFERRED})")
     assert _write(pg_url, "upsert", [(1, 1), (2, 2)], 0).status == "committed"
     # key 1 is in the table (updated); key 3 takes parent 2, which key 2 holds
     outcome = _write(pg_url, "upsert", [(1, 10), (3, 2)], 1)
