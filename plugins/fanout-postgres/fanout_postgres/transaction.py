@@ -419,7 +419,7 @@ class PartitionTransaction:
                 self.cur.execute("ROLLBACK TO SAVEPOINT fanout_copy", {})
                 if classify(exc) != "data":
                     raise
-                line, column = copy_position(exc)
+                line, column = copy_position(exc, [t for _, t in self.plan.columns])
                 at = None if line is None else row_at_line(payload, line)
                 if at is None:
                     raise
