@@ -170,6 +170,8 @@ def _csv_ready(column: Any) -> Any:
         return _far_text(column.cast(pa.timestamp(kind.unit, tz="UTC")))
     if pa.types.is_timestamp(kind) or pa.types.is_date32(kind):
         return _far_text(column)
+    if pa.types.is_decimal(kind):
+        return _plain_decimals(column)
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return pa.array(
             [None if v is None else "\\x" + v.hex() for v in column.to_pylist()], pa.string()
@@ -179,6 +181,21 @@ def _csv_ready(column: Any) -> Any:
         values = python_safe_array(column).to_pylist()  # a year Python has not: as text
         return pa.array([None if v is None else dump(v) for v in values], pa.string())
     return column
+
+
+def _plain_decimals(column: Any) -> Any:
+    """A decimal column as text in plain notation with its scale, as Spark's ``CAST(d AS
+    STRING)`` and PostgreSQL's ``numeric`` print it (``0.000000100000000000``): Arrow
+    prints a value below 10^-6, or a zero of a scale above 6, in scientific notation
+    (``1.00000000000E-7``, ``0E-18``), which a text column would keep as such."""
+    text = column.cast(pa.string())
+    scientific = pc.fill_null(pc.match_substring(text, "E"), False)
+    if not pc.any(scientific).as_py():
+        return column
+    values = text.to_pylist()
+    for i in _true_positions(scientific):
+        values[i] = format(Decimal(values[i]), "f")
+    return pa.array(values, pa.string())
 
 
 _PER_MICRO = {"s": 1_000_000, "ms": 1_000, "us": 1}
@@ -339,7 +356,7 @@ def row_json(table: pa.Table, row: int, sources: dict[str, str]) -> str:
     JSON every dead-letter target holds (:func:`fanout.deadletters.layout.letter_json`:
     binary as base64, maps as objects, instants in UTC...). A NUL stays one (a PostgreSQL
     table takes it through :func:`jsonb_safe`)."""
-    values = letter_rows(table.slice(row, 1))[0]
+    values = letter_rows(decodable(table.slice(row, 1)))[0]
     return letter_json({sources.get(k, k): v for k, v in values.items() if k != ROW})
 
 
@@ -348,7 +365,7 @@ def cell_json(table: pa.Table, row: int, column: str | None) -> str | None:
     :func:`fanout.deadletters.layout.letter_json` (``None`` for SQL NULL or no column)."""
     if column is None or column not in table.column_names:
         return None
-    value = letter_rows(table.slice(row, 1).select([column]))[0][column]
+    value = letter_rows(decodable(table.slice(row, 1).select([column])))[0][column]
     return None if value is None else letter_json(value)
 
 
@@ -358,7 +375,7 @@ def cells_json(table: pa.Table, row: int, columns: Sequence[str], sources: dict[
     :func:`fanout.deadletters.layout.letter_json`, as the row's own fields read. A column
     the batch does not write (its value is the table's default) is left out."""
     written = [c for c in columns if c in table.column_names]
-    values = letter_rows(table.slice(row, 1).select(written))[0]
+    values = letter_rows(decodable(table.slice(row, 1).select(written)))[0]
     return letter_json({sources.get(c, c): values[c] for c in written})
 
 
@@ -370,7 +387,8 @@ def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
     if column is None or column not in table.column_names:
         return None
     kind = table.column(column).type
-    value = python_safe_array(table.column(column).slice(row, 1))[0].as_py()
+    cell = decodable(table.slice(row, 1).select([column])).column(0)
+    value = python_safe_array(cell)[0].as_py()
     if value is None:
         return None
     if isinstance(value, bytes):
@@ -382,6 +400,33 @@ def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
     else:
         text = value if isinstance(value, str) else json.dumps(_jsonable(value), default=str)
     return text.replace("\x00", NUL_TEXT)
+
+
+def decodable(table: pa.Table) -> pa.Table:
+    """``table`` (a refused row, for its letter or its error) with each top-level string
+    that is not valid UTF-8 decoded with ``\\x..`` escapes for its invalid bytes (``a\\xffb``):
+    a Spark string may hold any bytes (``CAST(binary AS STRING)``, the text source), which
+    PostgreSQL refuses and Python cannot decode. Unchanged when every string is valid."""
+    for i, field in enumerate(table.schema):
+        if not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
+            continue
+        if not invalid_utf8(table.column(i)):
+            continue
+        raw = table.column(i).cast(pa.large_binary()).to_pylist()
+        text = [None if v is None else v.decode("utf-8", "backslashreplace") for v in raw]
+        table = table.set_column(i, field, pa.array(text, field.type))
+    return table
+
+
+def invalid_utf8(column: Any) -> bool:
+    """Whether a string column holds a value that is not valid UTF-8."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    try:
+        for chunk in chunks:
+            chunk.validate(full=True)
+    except pa.ArrowInvalid:
+        return True
+    return False
 
 
 def show(value: str | None) -> str:

@@ -672,11 +672,12 @@ class PostgresSink(PartitionedSink):
 
 def _shape(conn: Any, table: TableName) -> list[tuple[Any, ...]]:
     """The table's columns as the catalog has them now: name, type, NOT NULL, and on each
-    row the count of its ``ON INSERT``/``ON UPDATE`` rules (:func:`_rules_problem`)."""
+    row the count of its ``ON INSERT``/``ON UPDATE`` rules (:func:`_rules_problem`) and its
+    unique indexes (:data:`_UNIQUE_INDEXES`: upsert keys must keep one)."""
     rows = conn.execute(
         _sa().text(
             "SELECT attname, format_type(atttypid, atttypmod), attnotnull, "
-            f"(SELECT count(*) FROM pg_rewrite WHERE {_WRITE_RULES}) "
+            f"(SELECT count(*) FROM pg_rewrite WHERE {_WRITE_RULES}), {_UNIQUE_INDEXES} "
             "FROM pg_attribute WHERE attrelid = to_regclass(:table) AND attnum > 0 "
             "AND NOT attisdropped ORDER BY attnum"
         ),
@@ -685,6 +686,14 @@ def _shape(conn: Any, table: TableName) -> list[tuple[Any, ...]]:
     return [tuple(row) for row in rows]
 
 
+_UNIQUE_INDEXES = (
+    "(SELECT string_agg(x.indkey::text || CASE WHEN x.indimmediate THEN '' ELSE ' deferrable' "
+    "END || CASE WHEN x.indpred IS NULL AND x.indexprs IS NULL THEN '' ELSE ' partial' END, "
+    "'; ' ORDER BY x.indkey::text) FROM pg_index x "
+    "WHERE x.indrelid = to_regclass(:table) AND x.indisunique)"
+)
+"""The table's unique indexes (their column numbers): one dropped or added since a plan was
+made makes the batch planned anew, so that upsert keys that lost theirs are refused."""
 _WRITE_RULES = "ev_class = to_regclass(:table) AND ev_type IN ('2', '3')"
 """``pg_rewrite`` rows of the table's ``ON UPDATE`` (2) and ``ON INSERT`` (3) rules."""
 

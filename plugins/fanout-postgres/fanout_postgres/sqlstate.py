@@ -4,6 +4,7 @@ what to say about the server's own cancellations."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 TRANSIENT_STATES = {
@@ -51,7 +52,7 @@ def classify(error: BaseException) -> str:
     return "fatal"
 
 
-_COPY_LINE = re.compile(r"^COPY .*?, line (\d+)(?:, column (.*?)(?:: |$))?", re.M)
+_COPY_LINE = re.compile(r"^COPY .*?, line (\d+)(?:, column (.*))?", re.M)
 """COPY's own context line (``COPY t, line 3, column doc: "{bad"``). Contexts of the
 input function or of a trigger come before it and may hold a ``line N`` of their own
 (``JSON data, line 1: ...``, ``PL/pgSQL function f() line 3 at RAISE``); the value quoted
@@ -70,14 +71,20 @@ class MarkConflict(Exception):
     """A progress mark from another query or partitioning."""
 
 
-def copy_position(exc: BaseException) -> tuple[int | None, str | None]:
+def copy_position(exc: BaseException, columns: Sequence[str] = ()) -> tuple[int | None, str | None]:
     """The line (as COPY counts it, see :func:`fanout_postgres.encode.row_at_line`) and
-    the column of the row a COPY refused, from the error's context."""
+    the column of the row a COPY refused, from the error's context. The context names the
+    column unquoted, then ``": "`` and the value: the longest of ``columns`` it starts with
+    is the column (a name may hold ``": "`` itself), else the text up to the first ``": "``."""
     context = getattr(getattr(exc, "diag", None), "context", None) or ""
     match = _COPY_LINE.search(context)
     if not match:
         return None, None
-    return int(match.group(1)), match.group(2)
+    rest = match.group(2)
+    if rest is None:
+        return int(match.group(1)), None
+    named = [c for c in columns if rest == c or rest.startswith(c + ": ")]
+    return int(match.group(1)), max(named, key=len) if named else rest.split(": ", 1)[0]
 
 
 def sqlstate_of(exc: BaseException) -> str | None:

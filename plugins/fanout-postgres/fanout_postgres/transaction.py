@@ -65,13 +65,19 @@ if TYPE_CHECKING:
 
 
 COLUMN_TYPES_SQL = (
-    "SELECT n.name, format_type(a.atttypid, a.atttypmod) "
+    "SELECT n.name, format_type(a.atttypid, a.atttypmod), "
+    "cardinality(CAST(%(keys)s AS text[])) = 0 OR EXISTS (SELECT FROM pg_index x "
+    "WHERE x.indrelid = to_regclass(%(table)s) AND x.indisunique AND x.indpred IS NULL "
+    'AND x.indexprs IS NULL AND ARRAY(SELECT k.attname::text COLLATE "C" FROM pg_attribute k '
+    "WHERE k.attrelid = x.indrelid AND k.attnum = ANY (x.indkey) ORDER BY 1) "
+    '= ARRAY(SELECT u COLLATE "C" FROM unnest(CAST(%(keys)s AS text[])) u ORDER BY 1)) '
     "FROM unnest(CAST(%(names)s AS text[])) WITH ORDINALITY AS n(name, i) "
     "LEFT JOIN pg_attribute a ON a.attrelid = to_regclass(%(table)s) AND a.attname = n.name "
     "AND NOT a.attisdropped ORDER BY n.i"
 )
-"""The types of the written columns now (checked after the rows are written, while the
-transaction's lock on the table keeps an ``ALTER TABLE`` waiting)."""
+"""The types of the written columns now, and (upsert, ``keys``) whether a unique index on
+exactly the keys is still there: checked after the rows are written, while the
+transaction's lock on the table keeps an ``ALTER TABLE`` waiting."""
 CONSTRAINT_COLUMNS_SQL = (
     "SELECT a.attname FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid "
     "AND a.attnum = ANY (c.conkey) WHERE c.conrelid = to_regclass(%(table)s) "
@@ -80,6 +86,11 @@ CONSTRAINT_COLUMNS_SQL = (
 """The columns of a constraint of the target (a foreign key's own columns in its order,
 those a CHECK reads in table order): the columns of a row an ``INSERT`` refused, when the
 server names none."""
+IMMEDIATE = "SET CONSTRAINTS ALL IMMEDIATE"
+"""Run first in every partition transaction: a ``DEFERRABLE INITIALLY DEFERRED`` constraint
+(a foreign key, a unique index) is then checked at the end of each statement, where a
+refused row is isolated and dead-lettered like any other, not at the commit, which would
+fail the whole partition at every attempt (and let a direct COPY repeat a key)."""
 KEEP_MARKS = 100
 """Progress marks older than this many batches are pruned (Spark replays only the last)."""
 
@@ -132,6 +143,9 @@ class PartitionTransaction:
         }
 
     def run(self) -> PartitionOutcome:
+        """Write the partition in the connection's open transaction (the caller commits);
+        the outcome to report once it committed."""
+        self.cur.execute(IMMEDIATE, {})
         if self.plan.mode == "append":
             claimed = self._claim()
             if claimed is not None:
@@ -185,14 +199,29 @@ class PartitionTransaction:
     def _check_types(self) -> None:
         """The written columns still have the types the plan was made for: an ``ALTER
         TABLE ... TYPE`` committed since may have made the rows land as other values (a
-        binary field read as another type, a value cast and rounded). Then the partition
-        rolls back, and the batch is retried (transient) under a plan made anew."""
+        binary field read as another type, a value cast and rounded); and, upsert, a unique
+        index on the keys is still there (without one the direct ``COPY`` appends keys the
+        table holds). Else the partition rolls back, and the batch is retried (transient)
+        under a plan made anew."""
         planned = self.plan.column_types
         if not planned:
             return
         names = [target for _, target in self.plan.columns]
-        self.cur.execute(COLUMN_TYPES_SQL, {"names": names, "table": self.plan.target})
-        now = [(name, found or "missing") for name, found in self.cur.fetchall()]
+        keys = list(self.plan.keys) if self.plan.mode == "upsert" else []
+        params = {"names": names, "table": self.plan.target, "keys": keys}
+        self.cur.execute(COLUMN_TYPES_SQL, params)
+        found_rows = self.cur.fetchall()
+        if not all(keyed for *_, keyed in found_rows):
+            # without it a COPY into the table appends a key that is there already
+            raise TransientSinkError(
+                f"table {self.plan.table} no longer has a unique index on the keys "
+                f"({', '.join(quote(k) for k in keys)}) it was planned with; nothing of this "
+                "partition was written, and the batch is retried under a plan made for the "
+                "table as it is now (which refuses keys without one)",
+                sink=self.plan.sink,
+                batch_id=self.meta.batch_id,
+            )
+        now = [(name, found or "missing") for name, found, _ in found_rows]
         changed = [
             f"{quote(name)} {was} is now {found}"
             for (name, found), was in zip(now, planned, strict=True)
@@ -390,13 +419,13 @@ class PartitionTransaction:
                 self.cur.execute("ROLLBACK TO SAVEPOINT fanout_copy", {})
                 if classify(exc) != "data":
                     raise
-                line, column = copy_position(exc)
+                line, column = copy_position(exc, [t for _, t in self.plan.columns])
                 at = None if line is None else row_at_line(payload, line)
                 if at is None:
                     raise
                 bad = start + at
                 row = int(table.column(ROW)[bad].as_py())
-                if column is None and sqlstate_of(exc) == "22P05":
+                if column is None and sqlstate_of(exc) in ("22P05", "22021"):
                     column = _untranslatable(table, bad, reason_of(exc))
                 reject = Reject(row, reason_of(exc), self._column(column), sqlstate_of(exc))
                 if self.dedupes and with_row and self._holds(table, reject, blanked):
@@ -591,14 +620,20 @@ class _Restage(Exception):
 
 def _untranslatable(table: pa.Table, position: int, reason: str) -> str | None:
     """The column of a row a COPY refused with 22P05 (a character the database's encoding
-    has not): the server names the bytes, not the column (it converts whole lines)."""
-    found = re.search(r"byte sequence ((?:0x[0-9a-f]{2} ?)+)", reason)
+    has not) or 22021 (bytes that are not UTF-8, which a Spark string may hold): the server
+    names the bytes, not the column (it converts whole lines)."""
+    found = re.search(r"byte sequence (?:for encoding \S+ )?((?:0x[0-9a-f]{2} ?)+)", reason)
     if found is None:
         return None
     sequence = bytes(int(b, 16) for b in found.group(1).split())
     for name in table.column_names:
-        value = table.column(name)[position].as_py() if name != ROW else None
-        if isinstance(value, str) and sequence in value.encode():
+        column = table.column(name)
+        if name == ROW or not (
+            pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        ):
+            continue
+        value = column.slice(position, 1).cast(pa.large_binary())[0].as_py()
+        if value is not None and sequence in value:
             return name
     return None
 

@@ -183,7 +183,8 @@ LETTERS = [  # id, column, value, row->>'name', row->>'x'
     (3, "name", None, None, "NaN"),
     (4, "name", None, None, "Infinity"),
     (5, "name", None, None, "-Infinity"),
-    (6, None, None, "b\\u0000", "6.0"),  # COPY names no column for an invalid byte
+    # COPY names no column for an invalid byte: the column holding it is named
+    (6, "name", "b\\u0000", "b\\u0000", "6.0"),
 ]
 
 
@@ -227,7 +228,7 @@ def test_append_keeps_such_letters_in_its_progress_mark(pg_url: str) -> None:
         (None, None, '{"id": 3, "name": null, "x": "NaN"}'),
         (None, None, '{"id": 4, "name": null, "x": "Infinity"}'),
         (None, None, '{"id": 5, "name": null, "x": "-Infinity"}'),
-        (None, None, '{"id": 6, "name": "b\\u0000", "x": 6.0}'),
+        ("b\\u0000", '"b\\u0000"', '{"id": 6, "name": "b\\u0000", "x": 6.0}'),
     ]
 
 
