@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fanout_kafka import KafkaSink
-from kafkatools import Broker, marker, read_topic
+from kafkatools import Broker, create_topic, key_counts, marker, read_topic
 
 from fanout import FanOut
 from fanout.errors import PartitioningError
@@ -149,66 +149,73 @@ def test_keyed_sink_with_a_nondeterministic_value_column_still_writes_exactly_on
     assert all(len(json.loads(r["value"])["event_id"]) == 36 for r in records)
 
 
-def test_partitions_changed_between_a_kill_and_the_restart_is_refused_before_writing(
+def test_a_batch_killed_mid_way_is_refused_while_partitions_topic_or_input_differ(
     kafka: Broker, topic: str, tmp_path: Path
 ) -> None:
+    """One kill after partition 1 of batch 1 committed, then one restart per change, each
+    refused on the driver before any partition writes (nothing new in either topic, no
+    mark): ``partitions`` 4 -> 6 (PartitioningError), ``topic`` changed (KafkaMarkerError,
+    :mod:`fanout_kafka.target`), and the killed batch's input file rewritten, which no plan
+    shows (the partitions that committed recorded their rows; the re-planned ones differ).
+    With everything as it was, the batch completes exactly once. One kill and restart
+    cycle for the three refusals: each restart starts a Spark driver (~20 s)."""
     rows = write_input(tmp_path / "input", FILES, ROWS)
-    pipeline = f"parts{uuid.uuid4().hex[:6]}"
+    pipeline = f"moved{uuid.uuid4().hex[:6]}"
     killed = _drive(tmp_path, kafka, topic, pipeline, "--kill", f"{KILL_BATCH}:{KILL_PARTITION}")
     assert killed.returncode in (faults.KILL_EXIT_CODE, -9), killed.stderr[-3000:]
     markers = [marker(kafka.bootstrap, pipeline, "events", p, "__fanout_markers")
                for p in range(PARTITIONS)]  # fmt: skip
     assert markers[: KILL_PARTITION + 1] == [KILL_BATCH + 1] * (KILL_PARTITION + 1), markers
-    held = read_topic(kafka.bootstrap, topic, ROWS)  # batch 0 and partitions 0..1 of batch 1
-    assert ROWS < len(held) < 2 * ROWS
+    assert all(m <= KILL_BATCH for m in markers[KILL_PARTITION + 1 :]), markers
+    held = key_counts(read_topic(kafka.bootstrap, topic, ROWS))  # batch 0 + partitions 0..1
+    assert ROWS < sum(held.values()) < 2 * ROWS and set(held.values()) == {1}
+
+    def unchanged(what: str, done: subprocess.CompletedProcess[str]) -> None:
+        after = read_topic(kafka.bootstrap, topic, sum(held.values()))
+        assert done.returncode != 0 and key_counts(after) == held, (
+            f"the restart with {what} was not refused (exit {done.returncode}): "
+            + _damage(after, {r["order_id"] for r in rows})
+        )
+        assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", pipeline)
 
     changed = _drive(tmp_path, kafka, topic, pipeline, "--partitions", "6")
-    after = read_topic(kafka.bootstrap, topic, len(held))
-    assert changed.returncode != 0 and len(after) == len(held), (
-        f"the restart with partitions=6 was not refused (exit {changed.returncode}): "
-        + _damage(after, {r["order_id"] for r in rows})
-    )
+    unchanged("partitions=6", changed)
     assert "PartitioningError" in changed.stderr, changed.stderr[-3000:]
     assert f"sink 'events', batch {KILL_BATCH}" in changed.stderr
     assert "partitions 4" in changed.stderr and "now 6" in changed.stderr
-    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", pipeline)
 
-    restored = _drive(tmp_path, kafka, topic, pipeline)  # partitions=4 again: exactly once
-    assert restored.returncode == 0, restored.stderr[-3000:]
-    records = read_topic(kafka.bootstrap, topic, FILES * ROWS)
-    assert _order_ids(records) == {r["order_id"]: 1 for r in rows}
-    assert committed_marks(tmp_path / "ledger", pipeline) == {
-        ("events", b): 1 for b in range(FILES)
-    }
+    other = f"orders-new-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, other, 3)
+    moved = _drive(tmp_path, kafka, other, pipeline)
+    unchanged(f"topic {other!r}", moved)
+    assert read_topic(kafka.bootstrap, other, 0, timeout=5) == []
+    err = moved.stderr
+    assert "KafkaMarkerError" in err, err[-3000:]
+    assert f"sink 'events', batch {KILL_BATCH}" in err, err[-3000:]
+    assert (
+        f"option 'topic' changed in the middle of batch {KILL_BATCH}: partition(s) "
+        f"{list(range(KILL_PARTITION + 1))} to {topic!r} committed it, and 'topic' is now "
+        f"{other!r}" in err
+    ), err[-3000:]
+    assert f"Set 'topic' back to {topic!r} until this batch completes" in err
 
-
-def test_input_changed_between_a_kill_and_the_restart_is_detected_before_writing(
-    kafka: Broker, topic: str, tmp_path: Path
-) -> None:
-    """What no plan shows: the killed batch's input file is rewritten before the restart.
-    The partitions that committed recorded their rows; the re-planned ones differ."""
-    rows = write_input(tmp_path / "input", FILES, ROWS)
-    pipeline = f"moved{uuid.uuid4().hex[:6]}"
-    killed = _drive(tmp_path, kafka, topic, pipeline, "--kill", f"{KILL_BATCH}:{KILL_PARTITION}")
-    assert killed.returncode in (faults.KILL_EXIT_CODE, -9), killed.stderr[-3000:]
-    held = read_topic(kafka.bootstrap, topic, ROWS)
     path = tmp_path / "input" / f"orders-{KILL_BATCH:04d}.json"
     original = path.read_text()
-    changed = [dict(json.loads(line), order_id=10_000 + i)
-               for i, line in enumerate(original.splitlines())]  # fmt: skip
-    path.write_text("\n".join(json.dumps(r) for r in changed) + "\n")
-
+    rewritten = [dict(json.loads(line), order_id=10_000 + i)
+                 for i, line in enumerate(original.splitlines())]  # fmt: skip
+    path.write_text("\n".join(json.dumps(r) for r in rewritten) + "\n")
     replay = _drive(tmp_path, kafka, topic, pipeline)
-    after = read_topic(kafka.bootstrap, topic, len(held))
-    assert replay.returncode != 0 and len(after) == len(held), (
-        f"the changed batch was written (exit {replay.returncode}): {len(after)} records, "
-        f"{len(held)} before the restart"
-    )
+    unchanged("the batch's input rewritten", replay)
     assert f"sink 'events', batch {KILL_BATCH}: rows moved between partitions" in replay.stderr
     assert "re-planned it now holds" in replay.stderr
 
-    path.write_text(original)  # the input back: the batch completes exactly once
+    path.write_text(original)  # everything as it was: the batch completes exactly once
     restored = _drive(tmp_path, kafka, topic, pipeline)
     assert restored.returncode == 0, restored.stderr[-3000:]
     records = read_topic(kafka.bootstrap, topic, FILES * ROWS)
     assert _order_ids(records) == {r["order_id"]: 1 for r in rows}
+    assert key_counts(records) == {str(r["order_id"]): 1 for r in rows}
+    assert read_topic(kafka.bootstrap, other, 0, timeout=5) == []
+    assert committed_marks(tmp_path / "ledger", pipeline) == {
+        ("events", b): 1 for b in range(FILES)
+    }
