@@ -4,7 +4,8 @@ partitions would be lost (moved into a committed one) or written twice (moved ou
 
 Non-deterministic partitioning columns are refused before anything is written; a changed
 partitioning between a kill and the restart is refused on the driver, before any
-partition writes, naming the sink, the batch and what changed.
+partition writes, naming the sink, the batch and what changed. The driver SIGKILLed
+after some partitions of a batch committed restarts writing only the other partitions.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ def _drive(workdir: Path, kafka: Broker, topic: str, pipeline: str, *extra: str
 
 def _order_ids(records: list[dict[str, Any]]) -> Counter[int]:
     return Counter(int(json.loads(r["value"])["order_id"]) for r in records)
+
+
+def _results(out: str) -> dict[int, dict[str, Any]]:
+    """The sink results the driver printed, by batch."""
+    lines = [json.loads(x[len("RESULT ") :]) for x in out.splitlines() if x.startswith("RESULT ")]
+    return {r["batch"]: r for r in lines}
 
 
 def _damage(records: list[dict[str, Any]], expected: set[int]) -> str:
@@ -152,21 +159,26 @@ def test_keyed_sink_with_a_nondeterministic_value_column_still_writes_exactly_on
 def test_a_batch_killed_mid_way_is_refused_while_partitions_topic_or_input_differ(
     kafka: Broker, topic: str, tmp_path: Path
 ) -> None:
-    """One kill after partition 1 of batch 1 committed, then one restart per change, each
-    refused on the driver before any partition writes (nothing new in either topic, no
-    mark): ``partitions`` 4 -> 6 (PartitioningError), ``topic`` changed (KafkaMarkerError,
-    :mod:`fanout_kafka.target`), and the killed batch's input file rewritten, which no plan
-    shows (the partitions that committed recorded their rows; the re-planned ones differ).
-    With everything as it was, the batch completes exactly once. One kill and restart
-    cycle for the three refusals: each restart starts a Spark driver (~20 s)."""
+    """One kill after partition 1 of batch 1 committed (partitions 0..1 hold it, the rest
+    and the ledger do not), then one restart per change, each refused on the driver before
+    any partition writes (nothing new in either topic, no mark): ``partitions`` 4 -> 6
+    (PartitioningError), ``topic`` changed (KafkaMarkerError, :mod:`fanout_kafka.target`),
+    and the killed batch's input file rewritten, which no plan shows (the partitions that
+    committed recorded their rows; the re-planned ones differ). With everything as it was,
+    the restart writes only the partitions not yet committed: exactly once overall. One
+    kill for all (each driver run starts Spark in a subprocess, ~20 s): it is also the
+    plain kill-between-partitions-and-restart test."""
     rows = write_input(tmp_path / "input", FILES, ROWS)
     pipeline = f"moved{uuid.uuid4().hex[:6]}"
     killed = _drive(tmp_path, kafka, topic, pipeline, "--kill", f"{KILL_BATCH}:{KILL_PARTITION}")
     assert killed.returncode in (faults.KILL_EXIT_CODE, -9), killed.stderr[-3000:]
+    assert f"KILL driver after batch {KILL_BATCH} partition {KILL_PARTITION}" in killed.stderr
+    assert sorted(_results(killed.stdout)) == list(range(KILL_BATCH))
     markers = [marker(kafka.bootstrap, pipeline, "events", p, "__fanout_markers")
                for p in range(PARTITIONS)]  # fmt: skip
     assert markers[: KILL_PARTITION + 1] == [KILL_BATCH + 1] * (KILL_PARTITION + 1), markers
     assert all(m <= KILL_BATCH for m in markers[KILL_PARTITION + 1 :]), markers
+    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", pipeline)
     held = key_counts(read_topic(kafka.bootstrap, topic, ROWS))  # batch 0 + partitions 0..1
     assert ROWS < sum(held.values()) < 2 * ROWS and set(held.values()) == {1}
 
@@ -212,6 +224,10 @@ def test_a_batch_killed_mid_way_is_refused_while_partitions_topic_or_input_diffe
     path.write_text(original)  # everything as it was: the batch completes exactly once
     restored = _drive(tmp_path, kafka, topic, pipeline)
     assert restored.returncode == 0, restored.stderr[-3000:]
+    replay = _results(restored.stdout)
+    assert sorted(replay) == list(range(KILL_BATCH, FILES))
+    assert replay[KILL_BATCH]["skipped_partitions"] == list(range(KILL_PARTITION + 1))
+    assert all(p > KILL_PARTITION for p in replay[KILL_BATCH]["committed_partitions"])
     records = read_topic(kafka.bootstrap, topic, FILES * ROWS)
     assert _order_ids(records) == {r["order_id"]: 1 for r in rows}
     assert key_counts(records) == {str(r["order_id"]): 1 for r in rows}
