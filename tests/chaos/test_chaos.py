@@ -11,8 +11,9 @@ from tests.chaos.harness import assert_exact, run_chaos
 from tests.chaos.services import embedded_services
 
 SEED = 20261165
-"""Its first three kills, one per sink, at the points tests/integration/test_hard_kill.py
-does not kill at: sink_done of bus, sink_writing of lake, ledger_commit of pg."""
+"""Its first three kills, one per sink: sink_done of bus, sink_writing of lake,
+ledger_commit of pg (tests/integration/test_hard_kill.py kills at batch_start, sink_done
+and batch_end, never while a sink writes or during a ledger commit)."""
 
 
 def test_three_kills_one_per_sink_leave_every_sink_exact(tmp_path: Path) -> None:
