@@ -1,5 +1,6 @@
 """A deleted or rolled-back checkpoint makes fanout refuse to write, saying what the
-ledger knows; a plain crash replay of the same batch still skips what was written."""
+ledger knows; a plain crash replay of the same batch still skips what was written (the
+killed driver's replay: test_hard_kill, its kill after the marks of batch 3)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pyspark.errors import StreamingQueryException
 
 from fanout import FanOut
 from fanout.testing.faults import KILL_EXIT_CODE
-from tests.integration.driver import PIPELINE, sinks
+from tests.integration.driver import sinks
 from tests.integration.streams import (
     committed_marks,
     delta_rows,
@@ -193,35 +194,6 @@ def test_deleted_newest_offsets_and_commits_are_refused(spark: Any, tmp_path: Pa
     assert _order_ids(tmp_path / "bronze") == _order_ids(tmp_path / "silver") == expected
     assert committed_marks(tmp_path / "ledger", "reset") == {
         (s, b): 1 for s in ("bronze", "silver") for b in range(4)
-    }
-
-
-def test_crash_replay_with_the_same_offsets_still_skips(tmp_path: Path) -> None:
-    """The driver (a subprocess) is killed after every sink marked batch 1, before Spark's
-    commits/1: the restart replays batch 1 from the same offsets/1 (same offsets, same
-    planning time), which matches the ledger, so every sink skips it and nothing doubles."""
-    rows = write_input(tmp_path / "input", 3, 10)
-    driver = [sys.executable, str(Path(__file__).with_name("driver.py")), str(tmp_path)]
-    killed = subprocess.run(
-        [*driver, "--kill", "batch_end:1"], capture_output=True, text=True, timeout=300
-    )
-    assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
-    assert not (tmp_path / "checkpoint" / "commits" / "1").exists()
-    planned = json.loads((tmp_path / "checkpoint" / "offsets" / "1").read_text().splitlines()[1])
-    recorded = [r for r in delta_rows(tmp_path / "ledger") if r["batch_id"] == 1]
-    assert {(r["sink"], r["source_offsets"]) for r in recorded} == {
-        (s, '[{"logOffset": 1}]') for s in SINKS
-    }
-    assert {r["batch_timestamp_ms"] for r in recorded} == {planned["batchTimestampMs"]}
-
-    restarted = subprocess.run(driver, capture_output=True, text=True, timeout=300)
-    assert restarted.returncode == 0, restarted.stderr[-3000:]
-    assert "CheckpointRollbackError" not in restarted.stderr
-    expected = sorted(r["order_id"] for r in rows)
-    for sink in ("bronze", "audit"):
-        assert _order_ids(tmp_path / sink) == expected, sink
-    assert committed_marks(tmp_path / "ledger", PIPELINE) == {
-        (s, b): 1 for s in SINKS for b in range(3)
     }
 
 

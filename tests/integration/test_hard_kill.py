@@ -1,13 +1,15 @@
 """The driver is a subprocess killed (os._exit from a test plugin's hook) at dangerous
-points; the restart on the same checkpoint leaves every sink exact."""
+points; the restart on the same checkpoint leaves every sink exact. A restart after a
+kill between the marks and Spark's commit log is a plain crash replay, never taken for a
+checkpoint rolled back (test_checkpoint_reset's refusals)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from deltalake import DeltaTable
 
 from fanout.contract.batch import txn_app_id
@@ -43,8 +45,19 @@ def _assert_exact(workdir: Path, rows: list[dict[str, object]]) -> None:
     }
 
 
-def test_kill_after_write_before_ledger_mark(tmp_path: Path) -> None:
+def test_kills_before_writes_after_a_write_before_its_mark_and_after_marks(
+    tmp_path: Path,
+) -> None:
+    """Three kills in a row on one checkpoint, each run restarting from the one before:
+    at the start of batch 1 (before any write), after bronze wrote batch 2 and before its
+    mark, after every mark of batch 3 (before Spark's commit log); the last run finishes.
+    One sequence rather than a test per kill: each run starts Spark in a subprocess."""
     rows = write_input(tmp_path / "input", FILES, ROWS)
+    killed = _drive(tmp_path, kill="batch_start:1")
+    assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
+    assert "KILL at batch_start batch 1" in killed.stderr, killed.stderr[-3000:]
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == {(s, 0): 1 for s in SINKS}
+
     killed = _drive(tmp_path, kill="sink_done:2:bronze")
     assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
     assert "KILL at sink_done batch 2 sink bronze" in killed.stderr
@@ -54,16 +67,24 @@ def test_kill_after_write_before_ledger_mark(tmp_path: Path) -> None:
     assert len(delta_rows(tmp_path / "bronze")) == 3 * ROWS
     assert ("bronze", 2) not in committed_marks(tmp_path / "ledger", PIPELINE)
 
-    restarted = _drive(tmp_path)
-    assert restarted.returncode == 0, restarted.stderr[-3000:]
-    _assert_exact(tmp_path, rows)
-
-
-@pytest.mark.parametrize("kill", ["batch_start:1", "batch_end:3"])
-def test_kill_before_writes_and_after_marks(tmp_path: Path, kill: str) -> None:
-    rows = write_input(tmp_path / "input", FILES, ROWS)
-    killed = _drive(tmp_path, kill=kill)
+    killed = _drive(tmp_path, kill="batch_end:3")
     assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
+    assert "KILL at batch_end batch 3" in killed.stderr, killed.stderr[-3000:]
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == {
+        (s, b): 1 for s in SINKS for b in range(4)
+    }
+    # every sink marked batch 3, Spark did not commit it: the restart replays it from the
+    # same offsets/3 (same offsets, same planning time), which match the ledger's, so it
+    # is a plain crash replay (every sink skips), not a checkpoint rolled back
+    assert not (tmp_path / "checkpoint" / "commits" / "3").exists()
+    planned = json.loads((tmp_path / "checkpoint" / "offsets" / "3").read_text().splitlines()[1])
+    recorded = [r for r in delta_rows(tmp_path / "ledger") if r["batch_id"] == 3]
+    assert {(r["sink"], r["source_offsets"]) for r in recorded} == {
+        (s, '[{"logOffset": 3}]') for s in SINKS
+    }
+    assert {r["batch_timestamp_ms"] for r in recorded} == {planned["batchTimestampMs"]}
+
     restarted = _drive(tmp_path)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
+    assert "CheckpointRollbackError" not in restarted.stderr
     _assert_exact(tmp_path, rows)

@@ -4,7 +4,8 @@ partitions would be lost (moved into a committed one) or written twice (moved ou
 
 Non-deterministic partitioning columns are refused before anything is written; a changed
 partitioning between a kill and the restart is refused on the driver, before any
-partition writes, naming the sink, the batch and what changed.
+partition writes, naming the sink, the batch and what changed. The driver SIGKILLed
+after some partitions of a batch committed restarts writing only the other partitions.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fanout_kafka import KafkaSink
-from kafkatools import Broker, marker, read_topic
+from kafkatools import Broker, create_topic, key_counts, marker, read_topic
 
 from fanout import FanOut
 from fanout.errors import PartitioningError
@@ -30,6 +31,9 @@ from tests.integration.streams import SCHEMA, committed_marks, run_stream, write
 DRIVER = Path(__file__).with_name("kafka_driver.py")
 FILES, ROWS, PARTITIONS = 3, 40, 4
 KILL_BATCH, KILL_PARTITION = 1, 1
+SAFE = ["order_id", "status"]
+STRICT = [*SAFE, "CAST(IF(status = 'paid', status, '1') AS INT) AS flag"]
+"""A route refusing the paid orders (a CAST the ANSI mode refuses): route dead letters."""
 
 
 def _drive(workdir: Path, kafka: Broker, topic: str, pipeline: str, *extra: str
@@ -40,6 +44,12 @@ def _drive(workdir: Path, kafka: Broker, topic: str, pipeline: str, *extra: str
 
 def _order_ids(records: list[dict[str, Any]]) -> Counter[int]:
     return Counter(int(json.loads(r["value"])["order_id"]) for r in records)
+
+
+def _results(out: str) -> dict[int, dict[str, Any]]:
+    """The sink results the driver printed, by batch."""
+    lines = [json.loads(x[len("RESULT ") :]) for x in out.splitlines() if x.startswith("RESULT ")]
+    return {r["batch"]: r for r in lines}
 
 
 def _damage(records: list[dict[str, Any]], expected: set[int]) -> str:
@@ -149,66 +159,106 @@ def test_keyed_sink_with_a_nondeterministic_value_column_still_writes_exactly_on
     assert all(len(json.loads(r["value"])["event_id"]) == 36 for r in records)
 
 
-def test_partitions_changed_between_a_kill_and_the_restart_is_refused_before_writing(
+def test_a_batch_killed_mid_way_is_refused_while_partitions_topic_or_input_differ(
     kafka: Broker, topic: str, tmp_path: Path
 ) -> None:
+    """One kill after partition 1 of batch 1 committed (partitions 0..1 hold it, the rest
+    and the ledger do not), then one restart per change, each refused on the driver before
+    any partition writes (nothing new in either topic, no mark): ``partitions`` 4 -> 6
+    (PartitioningError), ``topic`` changed (KafkaMarkerError, :mod:`fanout_kafka.target`),
+    the route changed to one refusing rows the committed partitions wrote (the first
+    attempt's route refused none, so no dead-letter target recorded it: refused before any
+    letter is written, ``Sink.check_replay``), and the killed batch's input file rewritten,
+    which no plan shows (the partitions that committed recorded their rows; the re-planned
+    ones differ). With everything as it was,
+    the restart writes only the partitions not yet committed: exactly once overall. One
+    kill for all (each driver run starts Spark in a subprocess, ~20 s): it is also the
+    plain kill-between-partitions-and-restart test."""
     rows = write_input(tmp_path / "input", FILES, ROWS)
-    pipeline = f"parts{uuid.uuid4().hex[:6]}"
-    killed = _drive(tmp_path, kafka, topic, pipeline, "--kill", f"{KILL_BATCH}:{KILL_PARTITION}")
+    pipeline = f"moved{uuid.uuid4().hex[:6]}"
+    dlq = f"{topic}-dlq"
+    create_topic(kafka.bootstrap, dlq, 1)
+    routed = ("--dead-letter", f"kafka:{dlq}", "--select", *SAFE)
+    killed = _drive(tmp_path, kafka, topic, pipeline, *routed,
+                    "--kill", f"{KILL_BATCH}:{KILL_PARTITION}")  # fmt: skip
     assert killed.returncode in (faults.KILL_EXIT_CODE, -9), killed.stderr[-3000:]
+    assert f"KILL driver after batch {KILL_BATCH} partition {KILL_PARTITION}" in killed.stderr
+    assert sorted(_results(killed.stdout)) == list(range(KILL_BATCH))
     markers = [marker(kafka.bootstrap, pipeline, "events", p, "__fanout_markers")
                for p in range(PARTITIONS)]  # fmt: skip
     assert markers[: KILL_PARTITION + 1] == [KILL_BATCH + 1] * (KILL_PARTITION + 1), markers
-    held = read_topic(kafka.bootstrap, topic, ROWS)  # batch 0 and partitions 0..1 of batch 1
-    assert ROWS < len(held) < 2 * ROWS
+    assert all(m <= KILL_BATCH for m in markers[KILL_PARTITION + 1 :]), markers
+    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", pipeline)
+    held = key_counts(read_topic(kafka.bootstrap, topic, ROWS))  # batch 0 + partitions 0..1
+    assert ROWS < sum(held.values()) < 2 * ROWS and set(held.values()) == {1}
 
-    changed = _drive(tmp_path, kafka, topic, pipeline, "--partitions", "6")
-    after = read_topic(kafka.bootstrap, topic, len(held))
-    assert changed.returncode != 0 and len(after) == len(held), (
-        f"the restart with partitions=6 was not refused (exit {changed.returncode}): "
-        + _damage(after, {r["order_id"] for r in rows})
-    )
+    def unchanged(what: str, done: subprocess.CompletedProcess[str]) -> None:
+        after = read_topic(kafka.bootstrap, topic, sum(held.values()))
+        assert done.returncode != 0 and key_counts(after) == held, (
+            f"the restart with {what} was not refused (exit {done.returncode}): "
+            + _damage(after, {r["order_id"] for r in rows})
+        )
+        assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", pipeline)
+
+    changed = _drive(tmp_path, kafka, topic, pipeline, *routed, "--partitions", "6")
+    unchanged("partitions=6", changed)
     assert "PartitioningError" in changed.stderr, changed.stderr[-3000:]
     assert f"sink 'events', batch {KILL_BATCH}" in changed.stderr
     assert "partitions 4" in changed.stderr and "now 6" in changed.stderr
-    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", pipeline)
 
-    restored = _drive(tmp_path, kafka, topic, pipeline)  # partitions=4 again: exactly once
-    assert restored.returncode == 0, restored.stderr[-3000:]
-    records = read_topic(kafka.bootstrap, topic, FILES * ROWS)
-    assert _order_ids(records) == {r["order_id"]: 1 for r in rows}
-    assert committed_marks(tmp_path / "ledger", pipeline) == {
-        ("events", b): 1 for b in range(FILES)
-    }
+    other = f"orders-new-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, other, 3)
+    moved = _drive(tmp_path, kafka, other, pipeline, *routed)
+    unchanged(f"topic {other!r}", moved)
+    assert read_topic(kafka.bootstrap, other, 0, timeout=5) == []
+    err = moved.stderr
+    assert "KafkaMarkerError" in err, err[-3000:]
+    assert f"sink 'events', batch {KILL_BATCH}" in err, err[-3000:]
+    assert (
+        f"option 'topic' changed in the middle of batch {KILL_BATCH}: partition(s) "
+        f"{list(range(KILL_PARTITION + 1))} to {topic!r} committed it, and 'topic' is now "
+        f"{other!r}" in err
+    ), err[-3000:]
+    assert f"Set 'topic' back to {topic!r} until this batch completes" in err
 
+    paid = {str(r["order_id"]) for r in rows if r["status"] == "paid"}
+    assert paid & (set(held) - {str(i) for i in range(ROWS)})  # the new route refuses some
+    strict = ("--dead-letter", f"kafka:{dlq}", "--select", *STRICT)
+    rerouted = _drive(tmp_path, kafka, topic, pipeline, *strict)
+    unchanged("the route refusing paid orders", rerouted)
+    err = rerouted.stderr
+    assert "KafkaMarkerError" in err, err[-3000:]
+    assert (
+        f"sink 'events', batch {KILL_BATCH}: route changed in the middle of batch "
+        f"{KILL_BATCH}: partition(s) {list(range(KILL_PARTITION + 1))} committed it under "
+        "another route than now, and a replay skips them, so a row the new route refuses "
+        "would be both in the topic" in err
+    ), err[-3000:]
+    assert "Nothing was written. Set the route ('where', 'select') back until this" in err
+    assert read_topic(kafka.bootstrap, dlq, 0, timeout=5) == []  # no letter written
 
-def test_input_changed_between_a_kill_and_the_restart_is_detected_before_writing(
-    kafka: Broker, topic: str, tmp_path: Path
-) -> None:
-    """What no plan shows: the killed batch's input file is rewritten before the restart.
-    The partitions that committed recorded their rows; the re-planned ones differ."""
-    rows = write_input(tmp_path / "input", FILES, ROWS)
-    pipeline = f"moved{uuid.uuid4().hex[:6]}"
-    killed = _drive(tmp_path, kafka, topic, pipeline, "--kill", f"{KILL_BATCH}:{KILL_PARTITION}")
-    assert killed.returncode in (faults.KILL_EXIT_CODE, -9), killed.stderr[-3000:]
-    held = read_topic(kafka.bootstrap, topic, ROWS)
     path = tmp_path / "input" / f"orders-{KILL_BATCH:04d}.json"
     original = path.read_text()
-    changed = [dict(json.loads(line), order_id=10_000 + i)
-               for i, line in enumerate(original.splitlines())]  # fmt: skip
-    path.write_text("\n".join(json.dumps(r) for r in changed) + "\n")
-
-    replay = _drive(tmp_path, kafka, topic, pipeline)
-    after = read_topic(kafka.bootstrap, topic, len(held))
-    assert replay.returncode != 0 and len(after) == len(held), (
-        f"the changed batch was written (exit {replay.returncode}): {len(after)} records, "
-        f"{len(held)} before the restart"
-    )
+    rewritten = [dict(json.loads(line), order_id=10_000 + i)
+                 for i, line in enumerate(original.splitlines())]  # fmt: skip
+    path.write_text("\n".join(json.dumps(r) for r in rewritten) + "\n")
+    replay = _drive(tmp_path, kafka, topic, pipeline, *routed)
+    unchanged("the batch's input rewritten", replay)
     assert f"sink 'events', batch {KILL_BATCH}: rows moved between partitions" in replay.stderr
     assert "re-planned it now holds" in replay.stderr
 
-    path.write_text(original)  # the input back: the batch completes exactly once
-    restored = _drive(tmp_path, kafka, topic, pipeline)
+    path.write_text(original)  # everything as it was: the batch completes exactly once
+    restored = _drive(tmp_path, kafka, topic, pipeline, *routed)
     assert restored.returncode == 0, restored.stderr[-3000:]
+    replay = _results(restored.stdout)
+    assert sorted(replay) == list(range(KILL_BATCH, FILES))
+    assert replay[KILL_BATCH]["skipped_partitions"] == list(range(KILL_PARTITION + 1))
+    assert all(p > KILL_PARTITION for p in replay[KILL_BATCH]["committed_partitions"])
     records = read_topic(kafka.bootstrap, topic, FILES * ROWS)
     assert _order_ids(records) == {r["order_id"]: 1 for r in rows}
+    assert key_counts(records) == {str(r["order_id"]): 1 for r in rows}
+    assert read_topic(kafka.bootstrap, other, 0, timeout=5) == []
+    assert read_topic(kafka.bootstrap, dlq, 0, timeout=5) == []
+    assert committed_marks(tmp_path / "ledger", pipeline) == {
+        ("events", b): 1 for b in range(FILES)
+    }

@@ -1,15 +1,15 @@
 """The sink's ``topic`` changed between a batch half written and its replay: the replay
 would skip the partitions committed to the old topic, and the new one would miss their
 rows. It is refused on the driver before anything is written; with the old topic back the
-replay completes exactly once (:mod:`fanout_kafka.target`)."""
+replay completes exactly once (:mod:`fanout_kafka.target`). The kill-and-restart run of it
+is one step of test_partition_membership's
+``test_a_batch_killed_mid_way_is_refused_while_partitions_topic_or_input_differ`` (one
+kill, a refused restart per change, the route's change among them); here, the target
+offsets as data."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import uuid
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from fanout_kafka.errors import KafkaMarkerError
@@ -30,114 +30,6 @@ from fanout_kafka.target import (
     target_group,
     topic_digest,
 )
-from kafkatools import Broker, create_topic, key_counts, marker, read_topic
-
-from fanout.testing.faults import KILL_EXIT_CODE
-from tests.integration.streams import committed_marks, write_input
-
-DRIVER = Path(__file__).with_name("kafka_driver.py")
-FILES, ROWS, PARTITIONS = 3, 40, 4
-KILL_BATCH, KILL_PARTITION = 1, 1
-
-
-def _drive(workdir: Path, kafka: Broker, topic: str, pipeline: str, *extra: str
-           ) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    cmd = [sys.executable, str(DRIVER), str(workdir), kafka.bootstrap, topic, pipeline, *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-
-
-def test_topic_changed_between_a_kill_and_the_restart_is_refused_before_writing(
-    kafka: Broker, topic: str, tmp_path: Path
-) -> None:
-    rows = write_input(tmp_path / "input", FILES, ROWS)
-    pipeline = f"moved{uuid.uuid4().hex[:6]}"
-    killed = _drive(tmp_path, kafka, topic, pipeline, "--kill", f"{KILL_BATCH}:{KILL_PARTITION}")
-    assert killed.returncode in (KILL_EXIT_CODE, -9), killed.stderr[-3000:]
-    markers = [marker(kafka.bootstrap, pipeline, "events", p, "__fanout_markers")
-               for p in range(PARTITIONS)]  # fmt: skip
-    assert markers[: KILL_PARTITION + 1] == [KILL_BATCH + 1] * (KILL_PARTITION + 1), markers
-    assert all(m <= KILL_BATCH for m in markers[KILL_PARTITION + 1 :]), markers
-    held = key_counts(read_topic(kafka.bootstrap, topic, ROWS))  # batch 0 + partitions 0..1
-    assert ROWS < sum(held.values()) < 2 * ROWS and set(held.values()) == {1}
-
-    other = f"orders-new-{uuid.uuid4().hex[:8]}"
-    create_topic(kafka.bootstrap, other, 3)
-    changed = _drive(tmp_path, kafka, other, pipeline)
-    assert changed.returncode != 0, (
-        "the restart with another topic was not refused: "
-        f"{len(read_topic(kafka.bootstrap, other, 1, timeout=5))}+ record(s) in the new topic"
-    )
-    err = changed.stderr
-    assert "KafkaMarkerError" in err, err[-3000:]
-    assert f"sink 'events', batch {KILL_BATCH}" in err, err[-3000:]
-    assert (
-        f"option 'topic' changed in the middle of batch {KILL_BATCH}: partition(s) "
-        f"{list(range(KILL_PARTITION + 1))} to {topic!r} committed it, and 'topic' is now "
-        f"{other!r}" in err
-    ), err[-3000:]
-    assert f"Set 'topic' back to {topic!r} until this batch completes" in err
-    assert read_topic(kafka.bootstrap, other, 0, timeout=5) == []
-    assert key_counts(read_topic(kafka.bootstrap, topic, sum(held.values()))) == held
-    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", pipeline)
-
-    restored = _drive(tmp_path, kafka, topic, pipeline)  # the old topic again: exactly once
-    assert restored.returncode == 0, restored.stderr[-3000:]
-    records = read_topic(kafka.bootstrap, topic, FILES * ROWS)
-    assert key_counts(records) == {str(r["order_id"]): 1 for r in rows}
-    assert read_topic(kafka.bootstrap, other, 0, timeout=5) == []
-    assert committed_marks(tmp_path / "ledger", pipeline) == {
-        ("events", b): 1 for b in range(FILES)
-    }
-
-
-SAFE = ["order_id", "status"]
-STRICT = [*SAFE, "CAST(IF(status = 'paid', status, '1') AS INT) AS flag"]
-"""A route refusing the paid orders (a CAST the ANSI mode refuses): route dead letters."""
-
-
-def test_route_changed_between_a_kill_and_the_restart_is_refused_before_any_letter(
-    kafka: Broker, topic: str, tmp_path: Path
-) -> None:
-    """The first attempt's route refused no row, so no dead-letter target recorded it; the
-    restart's route refuses rows the committed partitions already wrote. The target
-    offsets refuse it before the letters are written (``Sink.check_replay``)."""
-    rows = write_input(tmp_path / "input", FILES, ROWS)
-    pipeline = f"rerouted{uuid.uuid4().hex[:6]}"
-    dlq = f"{topic}-dlq"
-    create_topic(kafka.bootstrap, dlq, 1)
-    dead = ("--dead-letter", f"kafka:{dlq}")
-    killed = _drive(tmp_path, kafka, topic, pipeline, *dead, "--select", *SAFE,
-                    "--kill", f"{KILL_BATCH}:{KILL_PARTITION}")  # fmt: skip
-    assert killed.returncode in (KILL_EXIT_CODE, -9), killed.stderr[-3000:]
-    held = key_counts(read_topic(kafka.bootstrap, topic, ROWS))  # batch 0 + partitions 0..1
-    assert ROWS < sum(held.values()) < 2 * ROWS and set(held.values()) == {1}
-    paid = {str(r["order_id"]) for r in rows if r["status"] == "paid"}
-    assert paid & (set(held) - {str(i) for i in range(ROWS)})  # the new route refuses some
-
-    changed = _drive(tmp_path, kafka, topic, pipeline, *dead, "--select", *STRICT)
-    assert changed.returncode != 0, changed.stderr[-3000:]
-    err = changed.stderr
-    assert "KafkaMarkerError" in err, err[-3000:]
-    assert (
-        f"sink 'events', batch {KILL_BATCH}: route changed in the middle of batch "
-        f"{KILL_BATCH}: partition(s) {list(range(KILL_PARTITION + 1))} committed it under "
-        "another route than now, and a replay skips them, so a row the new route refuses "
-        "would be both in the topic" in err
-    ), err[-3000:]
-    assert "Nothing was written. Set the route ('where', 'select') back until this" in err
-    assert read_topic(kafka.bootstrap, dlq, 0, timeout=5) == []  # no letter written
-    assert key_counts(read_topic(kafka.bootstrap, topic, sum(held.values()))) == held
-    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", pipeline)
-
-    restored = _drive(tmp_path, kafka, topic, pipeline, *dead, "--select", *SAFE)
-    assert restored.returncode == 0, restored.stderr[-3000:]
-    records = read_topic(kafka.bootstrap, topic, FILES * ROWS)
-    assert key_counts(records) == {str(r["order_id"]): 1 for r in rows}
-    assert read_topic(kafka.bootstrap, dlq, 0, timeout=5) == []
-    assert committed_marks(tmp_path / "ledger", pipeline) == {
-        ("events", b): 1 for b in range(FILES)
-    }
-
 
 # -- the target offsets, as data --------------------------------------------------------
 

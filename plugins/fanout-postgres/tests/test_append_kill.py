@@ -1,5 +1,10 @@
 """Append mode is exactly-once: the driver dies after some partitions of a batch committed
-and before the ledger mark; the restart writes only the partitions not yet committed."""
+and before the ledger mark; the restart writes only the partitions not yet committed.
+
+A restart with option ``partitions`` changed in between is refused on the driver before
+any partition writes, naming the sink, the batch and the change (issue 13, hole 3); with
+the old value back, the batch completes exactly once. One kill for both: each driver run
+starts Spark in a subprocess (~20 s)."""
 
 from __future__ import annotations
 
@@ -23,22 +28,26 @@ FILES, ROWS = 4, 60
 KILL_BATCH = 2
 
 
-def _drive(workdir: Path, url: str, kill: str | None = None) -> subprocess.CompletedProcess[str]:
+def _drive(workdir: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     )
-    cmd = [sys.executable, str(DRIVER), str(workdir), url] + (["--kill", kill] if kill else [])
+    cmd = [sys.executable, str(DRIVER), str(workdir), url, *extra]
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=300, env=env, start_new_session=True
     )
 
 
-def test_append_exactly_once_after_a_kill_between_partition_commits_and_the_mark(
+def _ids(url: str) -> Counter[int]:
+    return Counter(i for (i,) in query(url, "SELECT id FROM events"))
+
+
+def test_append_killed_between_partition_commits_refuses_new_partitions_then_completes_once(
     pg_url: str, tmp_path: Path
 ) -> None:
     files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
-    killed = _drive(tmp_path, pg_url, kill=str(KILL_BATCH))
+    killed = _drive(tmp_path, pg_url, "--kill", str(KILL_BATCH))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     note = (tmp_path / "killed.txt").read_text()
     found = re.fullmatch(rf"KILL driver after batch {KILL_BATCH} partition (\d+)\n", note)
@@ -58,10 +67,24 @@ def test_append_exactly_once_after_a_kill_between_partition_commits_and_the_mark
     assert held == 2 * ROWS + sum(rows for _, rows in marks)
     assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
 
-    restarted = _drive(tmp_path, pg_url)
+    held_ids = _ids(pg_url)
+    changed = _drive(tmp_path, pg_url, "--partitions", str(PARTITIONS + 2))
+    after = _ids(pg_url)
+    doubled = sorted(i for i, n in after.items() if n > 1)
+    assert changed.returncode != 0 and after == held_ids, (
+        f"the restart with partitions={PARTITIONS + 2} was not refused before writing (exit "
+        f"{changed.returncode}): {sum(after.values()) - held} more rows, "
+        f"{len(doubled)} ids doubled {doubled[:8]}\n{changed.stderr[-1500:]}"
+    )
+    assert "PartitioningError" in changed.stderr, changed.stderr[-3000:]
+    assert f"sink 'events', batch {KILL_BATCH}" in changed.stderr
+    assert f"partitions {PARTITIONS}, now {PARTITIONS + 2}" in changed.stderr
+    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
+
+    restarted = _drive(tmp_path, pg_url)  # the old partitions: the batch completes once
     assert restarted.returncode == 0, restarted.stderr[-3000:]
 
-    ids = Counter(i for (i,) in query(pg_url, "SELECT id FROM events"))
+    ids = _ids(pg_url)
     expected = {r["id"] for chunk in files for r in chunk}
     assert set(ids) == expected, "rows lost"
     assert [i for i, n in ids.items() if n > 1] == [], "rows duplicated"
