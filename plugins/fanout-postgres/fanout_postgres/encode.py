@@ -90,14 +90,98 @@ def precheck(table: pa.Table, checks: Sequence[Check]) -> list[Reject]:
                 first.setdefault(
                     i, Reject(i, f"value too long for type {check.pg_type}", check.column, "22001")
                 )
+        for i, sequence in invalid_nested(column).items():
+            reason = 'invalid byte sequence for encoding "UTF8": ' + " ".join(
+                f"0x{b:02x}" for b in sequence
+            )
+            first.setdefault(i, Reject(i, reason, check.column, "22021"))
     return [first[i] for i in sorted(first)]
 
 
+def invalid_nested(column: Any) -> dict[int, bytes]:
+    """The rows of a nested column (struct, array, map) holding a string that is not valid
+    UTF-8, each with its first invalid byte sequence; empty for any other column. A Spark
+    string may hold any bytes (``CAST(binary AS STRING)``): PostgreSQL refuses them at the
+    top level (SQLSTATE 22021, a refused row), but inside a nested value they stopped the
+    JSON encoding with a bare ``UnicodeDecodeError`` (the partition failed at every attempt)."""
+    if not _holds_string(column.type) or not invalid_utf8(column):
+        return {}
+    values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    found: dict[int, bytes] = {}
+    for i in range(len(values)):
+        sequences: list[bytes] = []
+        _repaired(values.slice(i, 1), sequences)
+        if sequences:
+            found[i] = sequences[0]
+    return found
+
+
+def _holds_string(kind: pa.DataType) -> bool:
+    """Whether a nested type holds strings (a map's keys too)."""
+    if pa.types.is_map(kind):
+        return any(_holds_string(k) or _is_string(k) for k in (kind.key_type, kind.item_type))
+    if pa.types.is_struct(kind):
+        return any(_holds_string(f.type) or _is_string(f.type) for f in kind)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _holds_string(kind.value_type) or _is_string(kind.value_type)
+    return False
+
+
+def _is_string(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
+
+
+def _repaired(values: pa.Array, found: list[bytes]) -> pa.Array:
+    """``values`` with each string that is not valid UTF-8, at any depth, decoded with
+    ``\\x..`` escapes for its invalid bytes (``a\\xffb``), each first invalid sequence
+    appended to ``found``; rebuilt from its children, so no other value goes through
+    Python (a nested date of a year Python has not stays as it is)."""
+    kind = values.type
+    if _is_string(kind):
+        if not invalid_utf8(values):
+            return values
+        text = [None if v is None else _decoded(v, found)
+                for v in values.cast(pa.large_binary()).to_pylist()]  # fmt: skip
+        return pa.array(text, kind)
+    if not _holds_string(kind):
+        return values
+    values = pa.concat_arrays([values])  # offset 0: children line up with the rows
+    mask = values.is_null() if values.null_count else None
+    if pa.types.is_struct(kind):
+        children = [_repaired(values.field(i), found) for i in range(kind.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(kind), mask=mask)
+    if pa.types.is_map(kind):
+        keys, items = _repaired(values.keys, found), _repaired(values.items, found)
+        return pa.MapArray.from_arrays(values.offsets, keys, items, type=kind, mask=mask)
+    inner = _repaired(values.values, found)
+    if pa.types.is_fixed_size_list(kind):
+        return pa.FixedSizeListArray.from_arrays(inner, type=kind, mask=mask)
+    built = pa.LargeListArray if pa.types.is_large_list(kind) else pa.ListArray
+    return built.from_arrays(values.offsets, inner, type=kind, mask=mask)
+
+
+def _decoded(raw: bytes, found: list[bytes]) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        found.append(raw[exc.start : exc.end])
+        return raw.decode("utf-8", "backslashreplace")
+
+
 def blank_too_long(table: pa.Table, checks: Sequence[Check]) -> pa.Table:
-    """``table`` with every value :func:`precheck` finds too long for its ``varchar(n)``
-    set to NULL: a refused row as the staging table can hold it (upsert with ``order_by``:
-    it still takes part in choosing its key's winner; see ``transaction``)."""
+    """``table`` with every value :func:`precheck` finds too long for its ``varchar(n)``,
+    or nested and holding a string that is not UTF-8, set to NULL: a refused row as the
+    staging table can hold it (upsert with ``order_by``: it still takes part in choosing
+    its key's winner; see ``transaction``)."""
     for check in checks:
+        bad = invalid_nested(table.column(check.column))
+        if bad:
+            i = table.column_names.index(check.column)
+            values = table.column(i).combine_chunks()
+            mask = pa.array(np.isin(np.arange(table.num_rows), list(bad)))
+            table = table.set_column(
+                i, check.column, pc.if_else(mask, pa.scalar(None, values.type), values)
+            )
         if check.max_length is None:
             continue
         column = table.column(check.column)
@@ -172,6 +256,8 @@ def _csv_ready(column: Any) -> Any:
         return _far_text(column)
     if pa.types.is_decimal(kind):
         return _plain_decimals(column)
+    if pa.types.is_float32(kind) or pa.types.is_float64(kind):
+        return spark_float_text(column)
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return pa.array(
             [None if v is None else "\\x" + v.hex() for v in column.to_pylist()], pa.string()
@@ -196,6 +282,53 @@ def _plain_decimals(column: Any) -> Any:
     for i in _true_positions(scientific):
         values[i] = format(Decimal(values[i]), "f")
     return pa.array(values, pa.string())
+
+
+_JAVA_SPECIAL = {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}
+
+
+def spark_float_text(column: Any) -> Any:
+    """A float or double column as text the way Spark's ``CAST(x AS STRING)`` (Java's
+    ``Float.toString``/``Double.toString``) spells it, which a text column keeps as it is:
+    ``1.0`` (not ``1``), ``1.0E20`` and ``1.0E-5`` outside [10^-3, 10^7) (not ``1e+20``,
+    ``0.00001``), ``Infinity``, ``-Infinity``, ``NaN`` (not ``inf``, ``nan``). The digits
+    are the shortest that read back as the same value (Arrow's, of a float's own width);
+    PostgreSQL's numeric and float types read every one of these spellings."""
+    text = column.cast(pa.string())
+    magnitude = pc.abs(column)
+    far = pc.or_(
+        pc.or_(pc.greater_equal(magnitude, 1e7), pc.invert(pc.is_finite(column))),
+        pc.and_(pc.less(magnitude, 1e-3), pc.not_equal(magnitude, 0)),
+    )
+    pointed = pc.fill_null(pc.match_substring(text, "."), True)
+    text = pc.if_else(pointed, text, pc.binary_join_element_wise(text, ".0", ""))
+    positions = _true_positions(far)
+    if not positions:
+        return text
+    values = text.to_pylist()
+    for i in positions:
+        values[i] = _java_scientific(values[i], column[i].as_py())
+    return pa.array(values, pa.string())
+
+
+def _java_scientific(text: str, value: float) -> str:
+    """Arrow's text of a float ``value`` outside [10^-3, 10^7), ``.0`` appended when it had
+    no point (``1e+20.0``, ``0.00001``, ``inf.0``), as Java prints it: ``1.0E20``,
+    ``1.0E-5``, ``Infinity``. Java takes at least two digits, the two closest to the exact
+    value when one would do: ``4.9E-324`` for the smallest double (Arrow: ``5e-324``),
+    ``1.4E-45`` for the smallest float."""
+    text = text.removesuffix(".0")
+    if text in _JAVA_SPECIAL:
+        return _JAVA_SPECIAL[text]
+    shortest = Decimal(text).normalize()
+    if len(shortest.as_tuple().digits) == 1:  # the closest of two digits (exact: no loss)
+        exact = Decimal(value)
+        shortest = exact.quantize(Decimal(1).scaleb(exact.adjusted() - 1)).normalize()
+    sign, digits, exponent = shortest.as_tuple()
+    assert isinstance(exponent, int)
+    shown = "".join(map(str, digits))
+    mantissa = shown[0] + "." + (shown[1:] or "0")
+    return ("-" if sign else "") + f"{mantissa}E{exponent + len(digits) - 1}"
 
 
 _PER_MICRO = {"s": 1_000_000, "ms": 1_000, "us": 1}
@@ -403,18 +536,17 @@ def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
 
 
 def decodable(table: pa.Table) -> pa.Table:
-    """``table`` (a refused row, for its letter or its error) with each top-level string
-    that is not valid UTF-8 decoded with ``\\x..`` escapes for its invalid bytes (``a\\xffb``):
-    a Spark string may hold any bytes (``CAST(binary AS STRING)``, the text source), which
-    PostgreSQL refuses and Python cannot decode. Unchanged when every string is valid."""
+    """``table`` (a refused row, for its letter or its error) with each string, top-level
+    or nested, that is not valid UTF-8 decoded with ``\\x..`` escapes for its invalid
+    bytes (``a\\xffb``): a Spark string may hold any bytes (``CAST(binary AS STRING)``,
+    the text source), which PostgreSQL refuses and Python cannot decode. Unchanged when
+    every string is valid."""
     for i, field in enumerate(table.schema):
-        if not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
+        if not (_is_string(field.type) or _holds_string(field.type)):
             continue
         if not invalid_utf8(table.column(i)):
             continue
-        raw = table.column(i).cast(pa.large_binary()).to_pylist()
-        text = [None if v is None else v.decode("utf-8", "backslashreplace") for v in raw]
-        table = table.set_column(i, field, pa.array(text, field.type))
+        table = table.set_column(i, field, _repaired(table.column(i).combine_chunks(), []))
     return table
 
 

@@ -4,15 +4,16 @@ that already committed the batch (the check is the kit's: :mod:`fanout.partition
 Each partition's progress mark records, in the transaction that writes its rows, the
 partition count (``partitions``), the partitioning fingerprint (``fingerprint``) and the
 digest of its input rows (``input_rows``, ``input_checksum``; migration
-``0002_progress_plan``). Before any partition writes, :func:`check_replay` reads the marks
-of the batch in one query; only when some exist does it re-plan the batch in one Spark job
-and compare.
+``0002_progress_plan``), and the route its rows went through (``route``, migration
+``0003_progress_route``). Before any partition writes, the kit's check reads the marks of
+the batch in one query; only when some exist does it re-plan the batch in one Spark job
+and compare. A mark of another route refuses the replay (:func:`refuse_other_route`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fanout.partitioned.membership import (
     WHOLE_ROW,
@@ -21,21 +22,69 @@ from fanout.partitioned.membership import (
 )
 from fanout_postgres.statements import progress_table
 
+if TYPE_CHECKING:
+    from fanout.contract.batch import Batch
+
 
 def committed_partitions(conn: Any, state_schema: str, scope: str, sink: str, batch_id: int
-                         ) -> list[CommittedPartition]:  # fmt: skip
-    """The progress marks of one batch of one sink."""
+                         ) -> tuple[list[CommittedPartition], dict[int, str | None]]:  # fmt: skip
+    """The progress marks of one batch of one sink, and the route each recorded
+    (``<fingerprint> <route>``; ``None`` in a mark of an older fanout)."""
     import sqlalchemy as sa
 
     p = progress_table(state_schema)
     query = sa.select(
-        p.c.partition, p.c.partitions, p.c.fingerprint, p.c.input_rows, p.c.input_checksum
-    ).where(p.c.pipeline == scope, p.c.sink == sink, p.c.batch_id == batch_id)
-    marks = []
-    for partition, partitions, fingerprint, rows, checksum in conn.execute(query):
+        p.c.partition, p.c.partitions, p.c.fingerprint, p.c.input_rows, p.c.input_checksum,
+        p.c.route,
+    ).where(p.c.pipeline == scope, p.c.sink == sink, p.c.batch_id == batch_id)  # fmt: skip
+    marks, routes = [], {}
+    for partition, partitions, fingerprint, rows, checksum, route in conn.execute(query):
         digest = None if rows is None else PartitionDigest(int(rows), int(checksum or 0))
         marks.append(CommittedPartition(int(partition), int(partitions), fingerprint, digest))
-    return marks
+        routes[int(partition)] = route
+    return marks, routes
+
+
+def route_mark(batch: Batch) -> str | None:
+    """What a progress mark records of the batch's route: ``<fingerprint> <route>``."""
+    route = batch.route
+    return None if route is None else f"{route.fingerprint} {route.text}"
+
+
+def refuse_other_route(batch: Batch, routes: Mapping[int, str | None]) -> None:
+    """Raise :class:`fanout.RouteError` when partitions committed the batch under another
+    route than the batch's (``routes``: partition -> recorded mark): a replay skips them,
+    so a row only the new route refuses would be both in the table and in the route's
+    dead letters, and one only the old route refuses in neither. Marks without a route
+    (an older fanout) and batches handed no route are not compared; a fingerprint of
+    :attr:`~fanout.contract.route_stamp.RouteStamp.earlier` is the same route."""
+    from fanout.errors import RouteError
+
+    route = batch.route
+    if route is None:
+        return
+    same = {route.fingerprint, *route.earlier}
+    other: dict[str, list[int]] = {}
+    for partition, mark in sorted(routes.items()):
+        if mark and mark.partition(" ")[0] not in same:
+            other.setdefault(mark, []).append(partition)
+    if not other:
+        return
+    then = "; ".join(
+        f"partition(s) {parts} under {mark.partition(' ')[2] or 'another route'} "
+        f"(fingerprint {mark.partition(' ')[0]})"
+        for mark, parts in other.items()
+    )
+    raise RouteError(
+        f"the route changed mid-batch: {then} committed this batch, but the sink's route is "
+        f"now {route.text} (fingerprint {route.fingerprint}). A replay skips committed "
+        "partitions, so a row only the new route refuses would be both in the table and in "
+        "the dead letters, and one only the old route refuses in neither. Nothing was "
+        "written. Restore the old route (its expressions and the Spark settings it names) "
+        "until this batch completes, then change it (a change between batches is safe)",
+        sink=batch.sink_name,
+        batch_id=batch.batch_id,
+    )
 
 
 def partition_columns(

@@ -54,6 +54,8 @@ from fanout_postgres.membership import (
     batch_names,
     committed_partitions,
     partition_columns,
+    refuse_other_route,
+    route_mark,
 )
 from fanout_postgres.migrate import migration_problem
 from fanout_postgres.options import as_list, check_options, schema_of
@@ -328,17 +330,33 @@ class PostgresSink(PartitionedSink):
     def committed_partitions(
         self, batch: Batch, plan: PartitionPlan
     ) -> Sequence[CommittedPartition]:
-        """The batch's progress marks (append mode), read in one query."""
+        """The batch's progress marks (append mode), read in one query; a replay whose
+        committed partitions recorded another route is refused here, before any partition
+        writes (:func:`fanout_postgres.membership.refuse_other_route`)."""
+        return self._marks(batch)
+
+    def check_replay(self, batch: Batch) -> None:
+        """Append mode, before fanout writes the batch's route letters: refuse a replay
+        whose committed partitions recorded another route (:meth:`committed_partitions`
+        checks it again). Upsert mode records no route: see the README."""
+        if self.mode == "append":
+            self._marks(batch)
+
+    def _marks(self, batch: Batch) -> list[CommittedPartition]:
         with self._engine().connect() as conn:
-            return committed_partitions(
+            marks, routes = committed_partitions(
                 conn, self.state_schema, _scope(batch), self.name, batch.batch_id
             )
+        refuse_other_route(batch, routes)
+        return marks
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> PostgresPartitionWriter:
         """The batch's partition writer: the resolved URL, the write plan, and the batch
         (progress marks are keyed by the epoch's scope, like every idempotency record)."""
         fingerprint = None if plan is None else plan.fingerprint
-        meta = BatchMeta(_scope(batch), batch.batch_id, batch.query_id, fingerprint)
+        meta = BatchMeta(
+            _scope(batch), batch.batch_id, batch.query_id, fingerprint, route_mark(batch)
+        )
         write_plan = self._plan(batch.df.schema, batch.batch_id)
         direct = write_plan.mode == "upsert" and self._direct.wanted()
         return PostgresPartitionWriter(

@@ -33,6 +33,11 @@ HINTS = {
     "checks the table's types at each batch), to one the planned type has no assignment "
     "cast to; the batch fails rather than write a wrong value: run it again to plan it "
     "against the table as it is now",
+    "P0001": "RAISE EXCEPTION without an ERRCODE, in a trigger or a function the statement "
+    "called, is no row's fault to the sink: the partition fails at every attempt, "
+    "dead_letter or not. To have the row refused (dead-lettered, or the batch failing "
+    "naming it), raise it with a data error's code: RAISE EXCEPTION '...' USING ERRCODE = "
+    "'check_violation' (any code of class 23 or 22)",
 }
 
 

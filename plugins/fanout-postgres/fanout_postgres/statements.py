@@ -427,6 +427,7 @@ def _mark_statements(state_schema: str) -> dict[str, str]:
             fingerprint=sa.bindparam("fingerprint"),
             input_rows=sa.bindparam("input_rows"),
             input_checksum=sa.bindparam("input_checksum"),
+            route=sa.bindparam("route"),
         )
     )
     prune = sa.delete(p).where(

@@ -104,6 +104,9 @@ class BatchMeta:
     query_id: str | None
     fingerprint: str | None = None
     """Append: the partitioning's fingerprint, recorded in each progress mark."""
+    route: str | None = None
+    """Append: the batch's route (``<fingerprint> <route>``), recorded in each progress
+    mark (:func:`fanout_postgres.membership.refuse_other_route`)."""
 
 
 class PartitionTransaction:
@@ -189,6 +192,7 @@ class PartitionTransaction:
                     "fingerprint": self.meta.fingerprint,
                     "input_rows": self.digest.rows,
                     "input_checksum": self.digest.checksum,
+                    "route": self.meta.route,
                 },
             )
             self.cur.execute(

@@ -65,3 +65,67 @@ def test_a_string_that_is_not_utf8_fails_the_batch_naming_column_and_value(pg_ur
     detail = outcome.failure.details
     assert (detail["column"], detail["value"], detail["row"]) == ("s", "a\\xffb", ROW)
     assert query(pg_url, "SELECT count(*) FROM t") == [(0,)]
+
+
+def _nested(kind: str) -> tuple[T.DataType, pa.Array]:
+    """Rows 1 (valid) and 2 (``a\\xffb`` inside) of a nested column of ``kind``."""
+    strings = _strings([b"ok", b"a\xffb"])
+    if kind == "struct":
+        spark = T.StructType([T.StructField("s", T.StringType())])
+        return spark, pa.StructArray.from_arrays([strings], names=["s"])
+    if kind == "array":
+        return T.ArrayType(T.StringType()), pa.ListArray.from_arrays(pa.array([0, 1, 2]), strings)
+    keys = pa.array(["k", "l"])
+    spark = T.MapType(T.StringType(), T.StringType())
+    return spark, pa.MapArray.from_arrays(pa.array([0, 1, 2], pa.int32()), keys, strings)
+
+
+def _write_nested(url: str, mode: str, kind: str, **options: Any) -> PartitionOutcome:
+    spark, values = _nested(kind)
+    schema = T.StructType([T.StructField("id", T.LongType()), T.StructField("n", spark)])
+    sink = open_sink(PostgresSink("pg", url=url, table="t", mode=mode, **options), "u8")
+    writer = PostgresPartitionWriter(sink.connection_url(), sink._plan(schema, 0),
+                                     BatchMeta("u8", 0, "q"), mode == "upsert", 0.0)  # fmt: skip
+    rows = pa.table({"id": pa.array([1, 2], pa.int64()), "n": values})
+    hooks = CommitHooks("u8", "pg", 0)
+    return writer.write_partition(0, iter(rows.to_batches()), hooks, MemberDigest())
+
+
+NESTED = {
+    "struct": ({"s": "ok"}, '{"s": "a\\\\xffb"}', {"s": "a\\xffb"}),
+    "array": (["ok"], '["a\\\\xffb"]', ["a\\xffb"]),
+    "map": ({"k": "ok"}, '{"l": "a\\\\xffb"}', {"l": "a\\xffb"}),
+}
+
+
+@pytest.mark.parametrize("kind", list(NESTED))
+@pytest.mark.parametrize("mode", ["append", "upsert", "upsert by order"])
+def test_a_nested_string_that_is_not_utf8_is_dead_lettered(
+    pg_url: str, mode: str, kind: str
+) -> None:
+    """Inside a struct, an array or a map the string stopped the JSON encoding with a bare
+    ``UnicodeDecodeError``: now the row is refused as a top-level one is, its letter's
+    value and row holding the string with ``\\xff`` (upsert with ``order_by``: staged
+    with the value as NULL to compete for its key, as a too long one is)."""
+    execute(pg_url, "CREATE TABLE t (id bigint PRIMARY KEY, n jsonb)")
+    ordered = {"order_by": ["id"]} if mode == "upsert by order" else {}
+    outcome = _write_nested(pg_url, mode.split()[0], kind, dead_letter="postgres:rejects",
+                            **ordered)  # fmt: skip
+    assert (outcome.status, outcome.rows, outcome.dead_lettered) == ("committed", 1, 1), outcome
+    good, value, bad = NESTED[kind]
+    assert query(pg_url, "SELECT id, n FROM t") == [(1, good)]
+    letters = query(pg_url, "SELECT column_name, value, row, reason FROM rejects")
+    assert letters == [("n", value, {"id": 2, "n": bad}, REASON)]
+
+
+def test_a_nested_string_that_is_not_utf8_fails_the_batch_naming_column_and_value(
+    pg_url: str,
+) -> None:
+    execute(pg_url, "CREATE TABLE t (id bigint PRIMARY KEY, n jsonb)")
+    outcome = _write_nested(pg_url, "append", "struct")
+    assert outcome.status == "failed" and outcome.failure is not None
+    assert (outcome.failure.kind, outcome.failure.message) == ("data", REASON)
+    detail = outcome.failure.details
+    assert (detail["column"], detail["value"]) == ("n", '{"s": "a\\\\xffb"}')
+    assert detail["row"] == '{"id": 2, "n": {"s": "a\\\\xffb"}}'
+    assert query(pg_url, "SELECT count(*) FROM t") == [(0,)]

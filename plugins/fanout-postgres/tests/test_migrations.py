@@ -32,6 +32,7 @@ PROGRESS_COLUMNS = [
     ("fingerprint", "text", "YES"),
     ("input_rows", "bigint", "YES"),
     ("input_checksum", "bigint", "YES"),
+    ("route", "text", "YES"),
 ]
 
 
@@ -217,3 +218,30 @@ def test_the_tables_the_sink_uses_are_the_migrations_at_head(pg_url: str) -> Non
     ]
     assert replayed == _state(pg_url, "ops")["columns"] == PROGRESS_COLUMNS
     assert [c.name for c in table.primary_key] == ["pipeline", "sink", "batch_id", "partition"]
+
+
+def test_marks_of_an_older_progress_table_are_kept_without_a_route(pg_url: str) -> None:
+    """Upgrading a progress table of revision 0002 in place adds ``route``; the marks it
+    held are kept, of an unknown route, which a replay under any route does not refuse."""
+    from types import SimpleNamespace
+
+    from fanout_postgres.membership import committed_partitions, refuse_other_route
+
+    from fanout.routes.route import Route
+
+    upgrade(pg_url, schema="old", revision="0002_progress_plan")
+    engine = create_engine(pg_url, poolclass=NullPool)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO old.progress (pipeline, sink, batch_id, partition, partitions, target, "
+            "rows) VALUES ('p', 'pg', 7, 1, 2, 'events', 5)"
+        )
+    upgrade(pg_url, schema="old")
+    with engine.connect() as conn:
+        marks, routes = committed_partitions(conn, "old", "p", "pg", 7)
+    engine.dispose()
+    assert _state(pg_url, "old")["columns"] == PROGRESS_COLUMNS
+    assert [(m.partition, m.partitions) for m in marks] == [(1, 2)]
+    assert routes == {1: None}
+    batch = SimpleNamespace(route=Route(where="id > 1").stamp(), sink_name="pg", batch_id=7)
+    refuse_other_route(batch, routes)  # type: ignore[arg-type]

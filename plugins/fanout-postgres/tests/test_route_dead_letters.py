@@ -256,3 +256,49 @@ def test_route_records_of_an_older_table_are_of_an_unknown_route_and_replaced(
     assert query(pg_url, "SELECT reason, row, route FROM old_rejects") == [
         ("new", {"id": 2}, stamped)
     ]
+
+
+def test_a_replay_whose_route_refuses_rows_committed_partitions_hold_is_refused(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The first attempt's route refuses no row (no letters, so no route recorded with
+    them) and both partitions commit; the driver dies before the ledger mark. The restart
+    runs a route refusing rows 4 and 17, which the skipped partitions already wrote: its
+    letters would put them in two places. The progress marks recorded the route: refused,
+    naming both, before any letter is written; the old route completes the batch."""
+    execute(pg_url, "CREATE TABLE amounts (id bigint, amount integer)")
+    batch, info = spark.createDataFrame(ROWS, SCHEMA), BatchInfo("pgroute", 6, "q")
+    ledger, dead = str(tmp_path / "ledger"), "postgres:route_rejects"
+    lenient = ["id", "TRY_CAST(amount AS INT) AS amount"]
+
+    def sink(select: list[str]) -> dict[str, Any]:
+        return {"type": "postgres", "name": "pg", "url": pg_url, "table": "amounts",
+                "mode": "append", "partitions": 2, "dead_letter": dead,
+                "select": select}  # fmt: skip
+
+    with pytest.raises(BatchFailedError):
+        FanOut("pgroute", MarkLost(ledger, "pg"), [sink(lenient)], retries=0).process(batch, info)
+    written = [(i, None if i in BAD else i * 10) for i in range(20)]
+    rows = "SELECT id, amount FROM amounts ORDER BY id"
+    assert query(pg_url, rows) == written
+
+    with pytest.raises(BatchFailedError) as failed:
+        FanOut("pgroute", ledger, [sink(SELECT)], retries=0).process(batch, info)
+    error = failed.value.failures["pg"]
+    assert isinstance(error, RouteError) and (error.sink, error.batch_id) == ("pg", 6)
+    settings = session_settings(batch)
+    old, new = (Route(select=tuple(s)).stamp(settings) for s in (lenient, SELECT))
+    assert str(error).startswith(
+        f"sink 'pg', batch 6: the route changed mid-batch: partition(s) [0, 1] under "
+        f"{old.text} (fingerprint {old.fingerprint}) committed this batch, but the sink's "
+        f"route is now {new.text} (fingerprint {new.fingerprint}). "
+    )
+    assert "Nothing was written. Restore the old route" in str(error)
+    assert query(pg_url, "SELECT count(*) FROM route_rejects") == [(0,)]
+    assert query(pg_url, rows) == written
+
+    result = FanOut("pgroute", ledger, [sink(lenient)], retries=0).process(batch, info)["pg"]
+    assert result.details["skipped_partitions"] == [0, 1]
+    assert (result.rows, result.dead_lettered) == (20, 0)
+    assert query(pg_url, rows) == written
+    assert query(pg_url, "SELECT count(*) FROM route_rejects") == [(0,)]
