@@ -293,3 +293,76 @@ def test_a_variant_column_is_kept_a_variant_or_refused(spark, tmp_path, write_fr
     with pytest.raises(SchemaMismatchError) as checked:
         sink.check_schema(arrow_schema_of(df))
     assert str(checked.value) == f"sink 's': {message}"
+
+
+# -- 9. a table created with column mapping holds its first batch as nulls -----------------
+
+COLUMN_MAPPING = {
+    "delta.columnMapping.mode": "name",
+    "delta.minReaderVersion": "2",
+    "delta.minWriterVersion": "5",
+}
+
+
+def sql_rows(path: Path, order: str = "id") -> list[dict[str, Any]]:
+    """The table's rows as delta-rs' SQL engine reads them (by the columns' physical names
+    where the table maps them; its pyarrow reader does not), sorted by ``order``."""
+    from deltalake import QueryBuilder
+
+    query = QueryBuilder().register("t", DeltaTable(str(path)))
+    return pa.table(query.execute(f"SELECT * FROM t ORDER BY {order}")).to_pylist()
+
+
+def test_the_first_batch_of_a_table_created_with_column_mapping_reads_back(tmp_path):
+    """The executors' writer steps back to the driver for a table with column mapping,
+    but only looked at a table that exists: the first batch's files, written with the
+    columns' logical names, were committed by the commit creating the table with
+    ``delta.columnMapping.mode = name`` from the sink's ``configuration``. Readers look
+    for the physical names (``col-<uuid>``) and found none: the batch read back as
+    ``[{'id': None, 'v': None}, {'id': None, 'v': None}]``, without an error."""
+    path = tmp_path / "t"
+    sink = opened(path, write_from="executors", configuration=COLUMN_MAPPING)
+
+    sink.write(batch_of(pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"]}), 0))
+    sink.write(batch_of(pa.table({"id": pa.array([3], pa.int64()), "v": ["c"]}), 1))
+
+    assert DeltaTable(str(path)).metadata().configuration["delta.columnMapping.mode"] == "name"
+    assert sql_rows(path) == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}, {"id": 3, "v": "c"}]
+
+
+def test_files_written_before_another_writer_created_the_table_mapped_are_not_committed(
+    tmp_path, monkeypatch
+):
+    """The executors wrote the files for a table that did not exist; another writer then
+    created it with column mapping. The commit lost the race to create it, checked the
+    transaction again on the new table and committed the files there: their row read
+    back as ``{'id': None, 'v': None}``. It now commits nothing and fails transiently;
+    the sink's retry writes with delta-rs' own writer."""
+    from fanout.delta_tables import distributed
+    from fanout.errors import TransientSinkError
+
+    path = tmp_path / "t"
+    write_files = distributed.write_files
+
+    def then_another_writer_creates_the_table(*args: Any, **kwargs: Any) -> Any:
+        files = write_files(*args, **kwargs)
+        other = pa.table({"id": pa.array([1], pa.int64()), "v": ["a"]})
+        write_deltalake(str(path), other, configuration=COLUMN_MAPPING)
+        return files
+
+    monkeypatch.setattr(distributed, "write_files", then_another_writer_creates_the_table)
+    sink = opened(path, write_from="executors")
+    batch = pa.table({"id": pa.array([2], pa.int64()), "v": ["b"]})
+
+    with pytest.raises(TransientSinkError) as raised:
+        sink.write(batch_of(batch, 0))
+
+    assert sql_rows(path) == [{"id": 1, "v": "a"}]
+    assert str(raised.value) == (
+        f"sink 's', batch 0: the Delta table at {str(path)!r} changed while the executors "
+        "wrote the batch's files, and now has column mapping, which those files do not "
+        "follow: nothing was committed; the retry writes the batch with delta-rs' own writer"
+    )
+    monkeypatch.undo()
+    assert sink.write(batch_of(batch, 0)).rows == 1
+    assert sql_rows(path) == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
