@@ -27,6 +27,7 @@ from fanout.delta_tables.distributed import delta_schema
 from fanout.delta_tables.values import holds_unstorable
 from fanout.errors import SchemaMismatchError, SinkWriteError, TransientSinkError
 from fanout_delta.merge import (
+    canonical_nan_keys,
     merge_predicate,
     prepare_merge_source,
     split_null_keys,
@@ -145,7 +146,7 @@ def merge_source(
         any_refused=lambda rows: holds_unstorable(rows, partitions),
         split_refused=split,
     )
-    return data, [*letters, *refused]
+    return canonical_nan_keys(data, keys), [*letters, *refused]
 
 
 def refuse_big_merge(sink: DeltaTarget, batch: Batch) -> None:

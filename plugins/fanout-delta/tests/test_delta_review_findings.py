@@ -366,3 +366,29 @@ def test_files_written_before_another_writer_created_the_table_mapped_are_not_co
     monkeypatch.undo()
     assert sink.write(batch_of(batch, 0)).rows == 1
     assert sql_rows(path) == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
+
+
+# -- 10. a NaN key of other bits is a second row of the key --------------------------------
+
+
+def nan_of_bits(bits: int) -> pa.Array:
+    """A one-row float64 array holding the NaN of ``bits``."""
+    return pa.array([bits], pa.uint64()).view(pa.float64())
+
+
+def test_a_merge_matches_a_nan_key_whatever_its_bits(tmp_path):
+    """Spark writes a NaN computed in a task (``0 * Infinity``) as ``0xfff8000000000000``
+    and the literal ``'NaN'`` as ``0x7ff8000000000000``, and compares them equal; the
+    sink's own deduplication does too (one key for every NaN). delta-rs' MERGE matched
+    ``t.k = s.k`` by bits: batch 1's NaN did not find batch 0's and was inserted, the table
+    then held two rows of the key NaN (``v`` 1 and 2)."""
+    path = tmp_path / "t"
+    sink = opened(path, mode="merge", keys=["k"])
+
+    sink.write(batch_of(pa.table({"k": nan_of_bits(0x7FF8000000000000), "v": [1]}), 0))
+    sink.write(batch_of(pa.table({"k": nan_of_bits(0xFFF8000000000000), "v": [2]}), 1))
+    sink.write(batch_of(pa.table({"k": nan_of_bits(0x7FF8000000000001), "v": [3]}), 2))
+
+    rows = sql_rows(path, order="v")
+    assert [r["v"] for r in rows] == [3]
+    assert rows[0]["k"] != rows[0]["k"]  # NaN
