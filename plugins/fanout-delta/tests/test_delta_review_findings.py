@@ -392,3 +392,37 @@ def test_a_merge_matches_a_nan_key_whatever_its_bits(tmp_path):
     rows = sql_rows(path, order="v")
     assert [r["v"] for r in rows] == [3]
     assert rows[0]["k"] != rows[0]["k"]  # NaN
+
+
+# -- 11. a merge key Spark compares by its collation ---------------------------------------
+
+
+@pytest.mark.integration
+def test_a_merge_key_of_a_case_insensitive_collation_is_refused(spark, tmp_path):
+    """Under ``UTF8_LCASE`` Spark calls ``'A'`` and ``'a'`` one key (a ``groupBy`` counts
+    one group), but the Arrow values carry no collation: the batch's deduplication and
+    delta-rs' MERGE compared bytes and the table kept both rows,
+    ``[{'k': 'A', 'v': 1}, {'k': 'a', 'v': 2}]``. Refused before any write, naming the
+    column, its collation and the fix."""
+    df = spark.sql(
+        "SELECT 'A' COLLATE UTF8_LCASE AS k, 1 AS v UNION ALL SELECT 'a' COLLATE UTF8_LCASE, 2"
+    )
+    assert df.groupBy("k").count().count() == 1
+    path = tmp_path / "t"
+    sink = opened(path, spark, mode="merge", keys=["k"], order_by=["v"])
+
+    with pytest.raises(SchemaMismatchError) as refused:
+        sink.write(batch_of(df, 0))
+
+    assert refused.value.columns == ["k"]
+    assert str(refused.value) == (
+        "sink 's', batch 0: merge key column(s) 'k' (collation UTF8_LCASE) compare by their "
+        "collation in Spark, but delta-rs merges by the exact string: rows Spark calls one "
+        "key would stay several rows in the table. Make the key one spelling in the stream "
+        "(e.g. F.lower(F.col('k')).alias('k')), or cast it to a plain string (collation "
+        "UTF8_BINARY) if its spellings are distinct keys"
+    )
+    assert not path.exists()
+    binary = df.selectExpr("CAST(k AS STRING COLLATE UTF8_BINARY) AS k", "v")
+    sink.write(batch_of(binary, 0))
+    assert sql_rows(path, order="v") == [{"k": "A", "v": 1}, {"k": "a", "v": 2}]
