@@ -177,6 +177,17 @@ def fits(target: pa.DataType, source: pa.DataType, *, merge_schema: bool = False
     return False
 
 
+def evolves(table: pa.Schema, batch: pa.Schema) -> bool:
+    """Whether writing ``batch`` changes the table's schema: a column, or a field nested
+    in one, that the table lacks. A batch that adds nothing is written without delta-rs'
+    schema evolution, which a table with column mapping refuses even then."""
+    for f in batch:
+        index = table.get_field_index(f.name)
+        if index < 0 or not fits(table.field(index).type, f.type, merge_schema=False):
+            return True
+    return False
+
+
 def pad_missing_columns(batch: pa.Table, table: pa.Schema) -> pa.Table:
     """Add the nullable table columns the batch lacks, as all-null columns.
 

@@ -426,3 +426,24 @@ def test_a_merge_key_of_a_case_insensitive_collation_is_refused(spark, tmp_path)
     binary = df.selectExpr("CAST(k AS STRING COLLATE UTF8_BINARY) AS k", "v")
     sink.write(batch_of(binary, 0))
     assert sql_rows(path, order="v") == [{"k": "A", "v": 1}, {"k": "a", "v": 2}]
+
+
+# -- 12. merge_schema stops every batch of a table with column mapping ---------------------
+
+
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_merge_schema_writes_batches_adding_no_column_to_a_table_with_column_mapping(
+    tmp_path, mode
+):
+    """With ``merge_schema`` every write asked delta-rs for schema evolution, which it
+    refuses on a table with column mapping even when the batch adds nothing: batch 1
+    failed with "Schema evolution on column-mapped tables is not yet supported", and so
+    did every replay (the stream stopped). Only a batch adding a column asks now."""
+    path = tmp_path / "t"
+    keys = {"keys": ["id"]} if mode == "merge" else {"write_from": "driver"}
+    sink = opened(path, mode=mode, merge_schema=True, configuration=COLUMN_MAPPING, **keys)
+
+    sink.write(batch_of(pa.table({"id": pa.array([1], pa.int64()), "v": ["a"]}), 0))
+    sink.write(batch_of(pa.table({"id": pa.array([2], pa.int64()), "v": ["b"]}), 1))
+
+    assert sql_rows(path) == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
