@@ -447,3 +447,34 @@ def test_merge_schema_writes_batches_adding_no_column_to_a_table_with_column_map
     sink.write(batch_of(pa.table({"id": pa.array([2], pa.int64()), "v": ["b"]}), 1))
 
     assert sql_rows(path) == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
+
+
+# -- 13. the executors' statistics of a float zero hide its row ----------------------------
+
+
+def test_executors_stats_of_a_float_zero_keep_both_zeros_visible(tmp_path):
+    """The executors' writer stated a file of ``-0.0`` as ``minValues = maxValues = -0.0``
+    (and one of ``0.0`` as ``0.0``). delta-rs prunes files by the IEEE total order, where
+    ``-0.0 < 0.0``: ``x >= 0.0`` and ``x = 0.0`` skipped the ``-0.0`` file and
+    ``x <= -0.0`` the ``0.0`` one, where the same batches written from the driver (whose
+    statistics state a zero as ``-0.0`` to ``0.0``, as Parquet does) return both rows."""
+    from deltalake import QueryBuilder
+
+    path = tmp_path / "t"
+    sink = opened(path, write_from="executors")
+    for batch_id, zero in enumerate([-0.0, 0.0]):
+        batch = pa.table({"id": pa.array([batch_id], pa.int64()), "x": [zero]})
+        sink.write(batch_of(batch, batch_id))
+
+    def ids(condition: str) -> list[int]:
+        query = QueryBuilder().register("t", DeltaTable(str(path)))
+        found = pa.table(query.execute(f"SELECT id FROM t WHERE {condition} ORDER BY id"))
+        return list(found.column("id").to_pylist())
+
+    assert {c: ids(c) for c in ("x = 0.0", "x >= 0.0", "x <= -0.0", "x = -0.0", "x < 0.0")} == {
+        "x = 0.0": [0, 1],
+        "x >= 0.0": [0, 1],
+        "x <= -0.0": [0, 1],
+        "x = -0.0": [0, 1],
+        "x < 0.0": [],
+    }
