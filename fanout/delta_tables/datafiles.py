@@ -418,7 +418,9 @@ def _stat(value: Any, kind: pa.DataType, *, up: bool = False) -> Any:
     """A min/max value as Delta's stats JSON holds it, or ``None`` to leave it out. A
     timestamp or date comes as its integer (``up``: a maximum, rounded up to the
     microsecond); one outside the years 1 to 9999 is left out (the stats' format has no
-    other year)."""
+    other year). A float zero is a minimum of ``-0.0`` and a maximum of ``0.0``: the
+    minimum and maximum found hold one of the zeros, and readers pruning by the IEEE
+    total order (delta-rs) skipped a file of ``-0.0`` for ``x >= 0.0``."""
     import pyarrow.types as pat
 
     if pat.is_timestamp(kind):
@@ -433,6 +435,8 @@ def _stat(value: Any, kind: pa.DataType, *, up: bool = False) -> Any:
     if isinstance(value, int):
         return value
     if isinstance(value, float):
+        if value == 0.0:  # either zero may be in the file: as Parquet states them
+            return 0.0 if up else -0.0
         return value if math.isfinite(value) else None
     if isinstance(value, str):
         return value if len(value) <= MAX_STATS_STRING else None

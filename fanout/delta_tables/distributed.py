@@ -57,7 +57,13 @@ TaskWrapper = Callable[[FileWriter], Callable[[Iterator["pa.RecordBatch"]],
 _UNSUPPORTED_FEATURES = ("columnMapping", "checkConstraints", "generatedColumns",
                          "identityColumns", "invariants", "rowTracking")  # fmt: skip
 _UNSUPPORTED_FIELD_METADATA = ("delta.generationExpression", "delta.invariants",
-                               "delta.identity.start", "delta.columnMapping.id")  # fmt: skip
+                               "delta.identity.start")  # fmt: skip
+
+
+class UnfitTableError(Exception):
+    """The table changed between the check and the commit of an append (another writer
+    created it, or gave it a feature) so that the files written for it do not fit it:
+    nothing is committed, and a retry, which checks the table again, can write."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +200,8 @@ class PendingAppend:
                 if snapshot is None:
                     return AppendOutcome(already_written=True)
             table, schema = snapshot
+            if snapshot is not self._snapshot and table is not None:
+                self._refuse_unfit(table)
             if table is not None and list(table.metadata().partition_columns) != self._partitions:
                 raise ValueError(
                     f"the Delta table at {self.path!r} was created by another writer "
@@ -221,6 +229,19 @@ class PendingAppend:
                 rows=sum(f.rows for f in files),
                 files=len(files),
                 version=table.version() if table is not None else None,
+            )
+
+    def _refuse_unfit(self, table: DeltaTable) -> None:
+        """Raise :class:`UnfitTableError` when ``table``, found after the files were
+        written (a table another writer created or changed meanwhile), has a feature the
+        files do not follow: committed, their rows would read as nulls or break it."""
+        reasons = blockers(table, self._partitions, self.batch_schema)
+        if reasons:
+            raise UnfitTableError(
+                f"the Delta table at {self.path!r} changed while the executors wrote the "
+                f"batch's files, and now has {', '.join(reasons)}, which those files do "
+                "not follow: nothing was committed; the retry writes the batch with "
+                "delta-rs' own writer"
             )
 
     def _checked_snapshot(self) -> tuple[DeltaTable | None, pa.Schema] | None:
@@ -275,27 +296,33 @@ def arrow_schema_of(source: Any) -> pa.Schema:
     return source.schema  # type: ignore[no-any-return]
 
 
-def blockers(table: DeltaTable | None, partition_by: Sequence[str] | None,
-             batch_schema: pa.Schema) -> list[str]:  # fmt: skip
+def blockers(
+    table: DeltaTable | None,
+    partition_by: Sequence[str] | None,
+    batch_schema: pa.Schema,
+    configuration: Mapping[str, str | None] | None = None,
+) -> list[str]:
     """Why the files of this append cannot be written by :class:`FileWriter` (empty when
     they can): table features it does not implement, partition columns of a type whose
-    value it cannot serialize."""
+    value it cannot serialize. ``configuration``: the table properties a table this
+    append creates gets (``table`` is ``None``): a table created with column mapping
+    reads its columns by physical names the writer's files do not have."""
     import pyarrow.types as pat
 
     reasons: list[str] = []
-    if table is not None:
+    if table is None:
+        reasons += _property_blockers(configuration or {})
+    else:
         protocol = table.protocol()
         features = set(protocol.writer_features or ())
         reasons += [f"table feature {f}" for f in _UNSUPPORTED_FEATURES if f in features]
-        configuration = table.metadata().configuration
-        if configuration.get("delta.columnMapping.mode", "none") not in ("none", None):
-            reasons.append("column mapping")
-        if any(k.startswith("delta.constraints.") for k in configuration):
-            reasons.append("CHECK constraints")
+        reasons += _property_blockers(table.metadata().configuration)
         for f in table.schema().fields:
             if any(k in (f.metadata or {}) for k in _UNSUPPORTED_FIELD_METADATA):
                 reasons.append(f"column {f.name!r} is generated, an identity or has an "
                                "invariant")  # fmt: skip
+            if "delta.columnMapping.id" in (f.metadata or {}):
+                reasons.append("column mapping")
     partitions = _partition_columns(table, partition_by)
     for name in partitions:
         index = batch_schema.get_field_index(name)
@@ -307,6 +334,17 @@ def blockers(table: DeltaTable | None, partition_by: Sequence[str] | None,
         if not any(test(kind) for test in serializable):
             reasons.append(f"partition column {name!r} of type {kind}")
     return sorted(set(reasons))
+
+
+def _property_blockers(configuration: Mapping[str, str | None]) -> list[str]:
+    """The table properties (set, or to be set at creation) :class:`FileWriter` does not
+    implement."""
+    reasons: list[str] = []
+    if configuration.get("delta.columnMapping.mode", "none") not in ("none", None):
+        reasons.append("column mapping")
+    if any(k.startswith("delta.constraints.") for k in configuration):
+        reasons.append("CHECK constraints")
+    return reasons
 
 
 def delta_schema(schema: Any) -> pa.Schema:

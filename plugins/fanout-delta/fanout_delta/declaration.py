@@ -15,15 +15,21 @@ OPTIONS = (
         "looks for the table at the decoded name",
     ),
     SinkOption("mode", "`append`", "`append` or `merge` (upsert on `keys`)"),
-    SinkOption("keys", "none", "merge keys; required for `merge`"),
+    SinkOption(
+        "keys",
+        "none",
+        "merge keys; required for `merge`. Engine `rs` refuses a key of a Spark collation "
+        "other than `UTF8_BINARY` (delta-rs merges by the exact string)",
+    ),
     SinkOption(
         "order_by",
         "none",
         "merge: when a batch holds a key several times, the greatest value wins (nulls lose, "
         "NaN beats every number as in Spark; on a tie, the greatest value of the other "
         "columns in column order, so a replay picks the same row); without it, such a batch "
-        "fails naming the key. Float keys are one key as the MERGE matches them: `0.0` and "
-        "`-0.0`, and all NaNs (the row written keeps its own value)",
+        "fails naming the key. Float keys are one key as Spark compares them: `0.0` and "
+        "`-0.0`, and all NaNs (the row written keeps its own value, but a NaN key is "
+        "written as the one NaN, which delta-rs' MERGE needs to match it)",
     ),
     SinkOption(
         "engine",

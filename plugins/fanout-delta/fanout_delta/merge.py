@@ -3,9 +3,13 @@ null (dead letters), one row per key as a MERGE source needs (ties decided by va
 by arrival order), and the order in which a merge chooses each key's winner and refuses
 rows (:func:`winners_then_refusals`, docs/architecture.md §7).
 
-Float keys are compared as Spark (and the MERGE's ``t.k = s.k``) compares them: ``-0.0``
-is the key ``0.0``, and every NaN is one key; the rows written keep the batch's values
-(the winning row as it arrived), so only which rows share a key is normalised. In
+Float keys are compared as Spark compares them: ``-0.0`` is the key ``0.0``, and every NaN
+is one key; the rows written keep the batch's values (the winning row as it arrived), so
+only which rows share a key is normalised, but for a NaN in a key column, which is written
+as the one NaN (:func:`canonical_nan_keys`): delta-rs' MERGE (``t.k = s.k``) matches
+``-0.0`` with ``0.0``, but a NaN only with a NaN of the same bits, and Spark makes NaNs of
+other bits (``0 * Infinity`` computed in a task is ``0xfff8...``, the literal ``'NaN'`` is
+``0x7ff8...``). In
 ``order_by`` (and the other columns breaking a tie) NaN is greater than any number, as
 Spark orders it, and nulls lose.
 """
@@ -51,6 +55,21 @@ def split_null_keys(data: pa.Table, keys: Sequence[str]) -> tuple[pa.Table, list
         for column in [next(k for k in present if row[k] is None)]
     ]
     return data.filter(pc.invert(null_any)), letters
+
+
+def canonical_nan_keys(data: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """``data`` with every NaN of its float ``keys`` columns made the one NaN (``0x7ff8...``),
+    so that the MERGE, which matches NaNs by their bits, finds the key whatever NaN the
+    batch that wrote it or this one holds (Spark makes NaNs of other bits). Nothing is
+    copied when no key column is a float."""
+    for key in keys:
+        index = data.schema.get_field_index(key)
+        if index < 0 or not _is_float(data.schema.field(index).type):
+            continue
+        column = data.column(index)
+        nan = pa.scalar(float("nan"), column.type)
+        data = data.set_column(index, data.field(index), pc.if_else(pc.is_nan(column), nan, column))
+    return data
 
 
 def winners_then_refusals(

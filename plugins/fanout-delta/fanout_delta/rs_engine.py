@@ -27,6 +27,7 @@ from fanout.delta_tables.distributed import delta_schema
 from fanout.delta_tables.values import holds_unstorable
 from fanout.errors import SchemaMismatchError, SinkWriteError, TransientSinkError
 from fanout_delta.merge import (
+    canonical_nan_keys,
     merge_predicate,
     prepare_merge_source,
     split_null_keys,
@@ -34,7 +35,7 @@ from fanout_delta.merge import (
 )
 from fanout_delta.partition_values import partition_columns, refuse_unstorable, split_unstorable
 from fanout_delta.plans import commit_metadata, refuse_replanned
-from fanout_delta.schema import check_batch_schema, diff_schemas, pad_missing_columns
+from fanout_delta.schema import check_batch_schema, diff_schemas, evolves, pad_missing_columns
 
 if TYPE_CHECKING:
     from fanout_delta.target import DeltaTarget
@@ -145,7 +146,7 @@ def merge_source(
         any_refused=lambda rows: holds_unstorable(rows, partitions),
         split_refused=split,
     )
-    return data, [*letters, *refused]
+    return canonical_nan_keys(data, keys), [*letters, *refused]
 
 
 def refuse_big_merge(sink: DeltaTarget, batch: Batch) -> None:
@@ -194,10 +195,14 @@ def _commit(
         refuse_unstorable(data, partition_columns(sink, table), sink.name, batch_id)
     commit = deltaio.commit_properties({app_id: batch_id}, commit_metadata(batch))
     details: dict[str, Any] = {"mode": sink.mode}
+    # only a batch adding columns asks for schema evolution (refused with column mapping)
+    merge_schema = sink.merge_schema and (
+        table_schema is None or evolves(table_schema, data.schema)
+    )
     if table is None or sink.mode == "append":
         if table_schema is not None:
             data = pad_missing_columns(data, table_schema)
-        table = _append(sink, table, data, commit)
+        table = _append(sink, table, data, commit, merge_schema=merge_schema)
     else:
         metrics = (
             table.merge(
@@ -205,7 +210,7 @@ def _commit(
                 predicate=merge_predicate(sink.keys or []),
                 source_alias="s",
                 target_alias="t",
-                merge_schema=sink.merge_schema,
+                merge_schema=merge_schema,
                 commit_properties=commit,
             )
             .when_matched_update_all()
@@ -222,10 +227,13 @@ def _commit(
     return data.num_rows, details
 
 
-def _append(sink: DeltaTarget, table: Any, data: pa.Table, commit: Any) -> Any:
+def _append(
+    sink: DeltaTarget, table: Any, data: pa.Table, commit: Any, *, merge_schema: bool
+) -> Any:
     """Append to the checked snapshot ``table``; with no table yet, create it, failing
     (a commit conflict) if another writer created it since the check. Returns the table
-    appended to (``None`` when this call created it with the data)."""
+    appended to (``None`` when this call created it with the data). ``merge_schema``:
+    the batch adds columns the table gains."""
     from deltalake import write_deltalake
 
     assert sink.path is not None  # checked by open()
@@ -245,7 +253,7 @@ def _append(sink: DeltaTarget, table: Any, data: pa.Table, commit: Any) -> Any:
         data,
         mode="error" if create else "append",
         partition_by=list(sink.partition_by) if sink.partition_by else None,
-        schema_mode="merge" if sink.merge_schema else None,  # type: ignore[arg-type]
+        schema_mode="merge" if merge_schema else None,  # type: ignore[arg-type]
         configuration=dict(sink.configuration) if create and sink.configuration else None,
         storage_options=dict(sink.storage_options) if create and sink.storage_options else None,
         commit_properties=commit,

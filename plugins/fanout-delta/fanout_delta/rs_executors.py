@@ -137,7 +137,7 @@ class _ExecutorAppend:
     def of(cls, sink: DeltaTarget, batch: Batch, schema: pa.Schema) -> _ExecutorAppend | None:
         """``None`` when the table uses a feature the executor writer lacks (logged)."""
         table = sink.latest_table()
-        reasons = distributed.blockers(table, sink.partition_by, schema)
+        reasons = distributed.blockers(table, sink.partition_by, schema, sink.configuration)
         if reasons:
             logger.info(
                 "sink %r, batch %d: writing from the driver, the executor writer does not "
@@ -197,6 +197,8 @@ class _ExecutorAppend:
         refused = unstorable_in_task(exc, self.sink.name, self.batch_id)
         if refused is not None:
             return refused
+        if isinstance(exc, distributed.UnfitTableError):
+            return TransientSinkError(str(exc), sink=self.sink.name, batch_id=self.batch_id)
         transient = transient_in_task(exc, self.sink.name, self.batch_id)
         if transient is not None:
             return transient

@@ -38,6 +38,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.types as pat
@@ -173,6 +174,17 @@ def fits(target: pa.DataType, source: pa.DataType, *, merge_schema: bool = False
             elif not fits(target.field(index).type, child.type, merge_schema=merge_schema):
                 return False
         return True
+    return False
+
+
+def evolves(table: pa.Schema, batch: pa.Schema) -> bool:
+    """Whether writing ``batch`` changes the table's schema: a column, or a field nested
+    in one, that the table lacks. A batch that adds nothing is written without delta-rs'
+    schema evolution, which a table with column mapping refuses even then."""
+    for f in batch:
+        index = table.get_field_index(f.name)
+        if index < 0 or not fits(table.field(index).type, f.type, merge_schema=False):
+            return True
     return False
 
 
@@ -433,3 +445,33 @@ def _is_geospatial(kind: pa.StructType) -> bool:
         for f in kind
     )
     return marked and "srid" in names
+
+
+def refuse_collated_keys(spark_schema: Any, keys: Sequence[str], *, sink: str,
+                         batch_id: int | None) -> None:  # fmt: skip
+    """Refuse merge ``keys`` that are Spark strings of a collation other than
+    ``UTF8_BINARY`` (``spark_schema``: the batch DataFrame's schema). Spark compares them
+    by the collation (``'A'`` and ``'a'`` are one key under ``UTF8_LCASE``), but their
+    Arrow values carry none: delta-rs' MERGE and the batch's deduplication compare bytes,
+    and would keep a row for each spelling of what the query calls one key."""
+    from fanout.errors import SchemaMismatchError
+
+    fields = {f.name: f.dataType for f in getattr(spark_schema, "fields", [])}
+    collated = [
+        (k, str(getattr(fields.get(k), "collation", None)))
+        for k in keys
+        if getattr(fields.get(k), "collation", "UTF8_BINARY") not in ("UTF8_BINARY", None)
+    ]
+    if not collated:
+        return
+    listed = ", ".join(f"{k!r} (collation {c})" for k, c in collated)
+    fixes = ", ".join(f"F.lower(F.col({k!r})).alias({k!r})" for k, _ in collated)
+    raise SchemaMismatchError(
+        f"merge key column(s) {listed} compare by their collation in Spark, but delta-rs "
+        "merges by the exact string: rows Spark calls one key would stay several rows in "
+        f"the table. Make the key one spelling in the stream (e.g. {fixes}), or cast it "
+        "to a plain string (collation UTF8_BINARY) if its spellings are distinct keys",
+        sink=sink,
+        batch_id=batch_id,
+        columns=[k for k, _ in collated],
+    )

@@ -337,10 +337,14 @@ class DeltaSink(Sink):
             self._check_batch_schema(None, list(batch.df.columns), batch.batch_id)
             return
         from fanout.delta_tables.distributed import arrow_schema_of
+        from fanout_delta.schema import refuse_collated_keys
 
         df = batch.df
         schema = arrow_schema_of(df) if hasattr(df, "mapInArrow") else batch.arrow().schema
         self._check_batch_schema(schema, schema.names, batch.batch_id)
+        if self.mode == "merge" and hasattr(df, "mapInArrow"):
+            refuse_collated_keys(df.schema, self.keys or [], sink=self.name,
+                                 batch_id=batch.batch_id)  # fmt: skip
 
     def _check_batch_schema(
         self, schema: pa.Schema | None, names: Sequence[str], batch_id: int | None

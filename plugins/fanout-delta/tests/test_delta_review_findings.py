@@ -293,3 +293,188 @@ def test_a_variant_column_is_kept_a_variant_or_refused(spark, tmp_path, write_fr
     with pytest.raises(SchemaMismatchError) as checked:
         sink.check_schema(arrow_schema_of(df))
     assert str(checked.value) == f"sink 's': {message}"
+
+
+# -- 9. a table created with column mapping holds its first batch as nulls -----------------
+
+COLUMN_MAPPING = {
+    "delta.columnMapping.mode": "name",
+    "delta.minReaderVersion": "2",
+    "delta.minWriterVersion": "5",
+}
+
+
+def sql_rows(path: Path, order: str = "id") -> list[dict[str, Any]]:
+    """The table's rows as delta-rs' SQL engine reads them (by the columns' physical names
+    where the table maps them; its pyarrow reader does not), sorted by ``order``."""
+    from deltalake import QueryBuilder
+
+    query = QueryBuilder().register("t", DeltaTable(str(path)))
+    return pa.table(query.execute(f"SELECT * FROM t ORDER BY {order}")).to_pylist()
+
+
+def test_the_first_batch_of_a_table_created_with_column_mapping_reads_back(tmp_path):
+    """The executors' writer steps back to the driver for a table with column mapping,
+    but only looked at a table that exists: the first batch's files, written with the
+    columns' logical names, were committed by the commit creating the table with
+    ``delta.columnMapping.mode = name`` from the sink's ``configuration``. Readers look
+    for the physical names (``col-<uuid>``) and found none: the batch read back as
+    ``[{'id': None, 'v': None}, {'id': None, 'v': None}]``, without an error."""
+    path = tmp_path / "t"
+    sink = opened(path, write_from="executors", configuration=COLUMN_MAPPING)
+
+    sink.write(batch_of(pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"]}), 0))
+    sink.write(batch_of(pa.table({"id": pa.array([3], pa.int64()), "v": ["c"]}), 1))
+
+    assert DeltaTable(str(path)).metadata().configuration["delta.columnMapping.mode"] == "name"
+    assert sql_rows(path) == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}, {"id": 3, "v": "c"}]
+
+
+def test_files_written_before_another_writer_created_the_table_mapped_are_not_committed(
+    tmp_path, monkeypatch
+):
+    """The executors wrote the files for a table that did not exist; another writer then
+    created it with column mapping. The commit lost the race to create it, checked the
+    transaction again on the new table and committed the files there: their row read
+    back as ``{'id': None, 'v': None}``. It now commits nothing and fails transiently;
+    the sink's retry writes with delta-rs' own writer."""
+    from fanout.delta_tables import distributed
+    from fanout.errors import TransientSinkError
+
+    path = tmp_path / "t"
+    write_files = distributed.write_files
+
+    def then_another_writer_creates_the_table(*args: Any, **kwargs: Any) -> Any:
+        files = write_files(*args, **kwargs)
+        other = pa.table({"id": pa.array([1], pa.int64()), "v": ["a"]})
+        write_deltalake(str(path), other, configuration=COLUMN_MAPPING)
+        return files
+
+    monkeypatch.setattr(distributed, "write_files", then_another_writer_creates_the_table)
+    sink = opened(path, write_from="executors")
+    batch = pa.table({"id": pa.array([2], pa.int64()), "v": ["b"]})
+
+    with pytest.raises(TransientSinkError) as raised:
+        sink.write(batch_of(batch, 0))
+
+    assert sql_rows(path) == [{"id": 1, "v": "a"}]
+    assert str(raised.value) == (
+        f"sink 's', batch 0: the Delta table at {str(path)!r} changed while the executors "
+        "wrote the batch's files, and now has column mapping, which those files do not "
+        "follow: nothing was committed; the retry writes the batch with delta-rs' own writer"
+    )
+    monkeypatch.undo()
+    assert sink.write(batch_of(batch, 0)).rows == 1
+    assert sql_rows(path) == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
+
+
+# -- 10. a NaN key of other bits is a second row of the key --------------------------------
+
+
+def nan_of_bits(bits: int) -> pa.Array:
+    """A one-row float64 array holding the NaN of ``bits``."""
+    return pa.array([bits], pa.uint64()).view(pa.float64())
+
+
+def test_a_merge_matches_a_nan_key_whatever_its_bits(tmp_path):
+    """Spark writes a NaN computed in a task (``0 * Infinity``) as ``0xfff8000000000000``
+    and the literal ``'NaN'`` as ``0x7ff8000000000000``, and compares them equal; the
+    sink's own deduplication does too (one key for every NaN). delta-rs' MERGE matched
+    ``t.k = s.k`` by bits: batch 1's NaN did not find batch 0's and was inserted, the table
+    then held two rows of the key NaN (``v`` 1 and 2)."""
+    path = tmp_path / "t"
+    sink = opened(path, mode="merge", keys=["k"])
+
+    sink.write(batch_of(pa.table({"k": nan_of_bits(0x7FF8000000000000), "v": [1]}), 0))
+    sink.write(batch_of(pa.table({"k": nan_of_bits(0xFFF8000000000000), "v": [2]}), 1))
+    sink.write(batch_of(pa.table({"k": nan_of_bits(0x7FF8000000000001), "v": [3]}), 2))
+
+    rows = sql_rows(path, order="v")
+    assert [r["v"] for r in rows] == [3]
+    assert rows[0]["k"] != rows[0]["k"]  # NaN
+
+
+# -- 11. a merge key Spark compares by its collation ---------------------------------------
+
+
+@pytest.mark.integration
+def test_a_merge_key_of_a_case_insensitive_collation_is_refused(spark, tmp_path):
+    """Under ``UTF8_LCASE`` Spark calls ``'A'`` and ``'a'`` one key (a ``groupBy`` counts
+    one group), but the Arrow values carry no collation: the batch's deduplication and
+    delta-rs' MERGE compared bytes and the table kept both rows,
+    ``[{'k': 'A', 'v': 1}, {'k': 'a', 'v': 2}]``. Refused before any write, naming the
+    column, its collation and the fix."""
+    df = spark.sql(
+        "SELECT 'A' COLLATE UTF8_LCASE AS k, 1 AS v UNION ALL SELECT 'a' COLLATE UTF8_LCASE, 2"
+    )
+    assert df.groupBy("k").count().count() == 1
+    path = tmp_path / "t"
+    sink = opened(path, spark, mode="merge", keys=["k"], order_by=["v"])
+
+    with pytest.raises(SchemaMismatchError) as refused:
+        sink.write(batch_of(df, 0))
+
+    assert refused.value.columns == ["k"]
+    assert str(refused.value) == (
+        "sink 's', batch 0: merge key column(s) 'k' (collation UTF8_LCASE) compare by their "
+        "collation in Spark, but delta-rs merges by the exact string: rows Spark calls one "
+        "key would stay several rows in the table. Make the key one spelling in the stream "
+        "(e.g. F.lower(F.col('k')).alias('k')), or cast it to a plain string (collation "
+        "UTF8_BINARY) if its spellings are distinct keys"
+    )
+    assert not path.exists()
+    binary = df.selectExpr("CAST(k AS STRING COLLATE UTF8_BINARY) AS k", "v")
+    sink.write(batch_of(binary, 0))
+    assert sql_rows(path, order="v") == [{"k": "A", "v": 1}, {"k": "a", "v": 2}]
+
+
+# -- 12. merge_schema stops every batch of a table with column mapping ---------------------
+
+
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_merge_schema_writes_batches_adding_no_column_to_a_table_with_column_mapping(
+    tmp_path, mode
+):
+    """With ``merge_schema`` every write asked delta-rs for schema evolution, which it
+    refuses on a table with column mapping even when the batch adds nothing: batch 1
+    failed with "Schema evolution on column-mapped tables is not yet supported", and so
+    did every replay (the stream stopped). Only a batch adding a column asks now."""
+    path = tmp_path / "t"
+    keys = {"keys": ["id"]} if mode == "merge" else {"write_from": "driver"}
+    sink = opened(path, mode=mode, merge_schema=True, configuration=COLUMN_MAPPING, **keys)
+
+    sink.write(batch_of(pa.table({"id": pa.array([1], pa.int64()), "v": ["a"]}), 0))
+    sink.write(batch_of(pa.table({"id": pa.array([2], pa.int64()), "v": ["b"]}), 1))
+
+    assert sql_rows(path) == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
+
+
+# -- 13. the executors' statistics of a float zero hide its row ----------------------------
+
+
+def test_executors_stats_of_a_float_zero_keep_both_zeros_visible(tmp_path):
+    """The executors' writer stated a file of ``-0.0`` as ``minValues = maxValues = -0.0``
+    (and one of ``0.0`` as ``0.0``). delta-rs prunes files by the IEEE total order, where
+    ``-0.0 < 0.0``: ``x >= 0.0`` and ``x = 0.0`` skipped the ``-0.0`` file and
+    ``x <= -0.0`` the ``0.0`` one, where the same batches written from the driver (whose
+    statistics state a zero as ``-0.0`` to ``0.0``, as Parquet does) return both rows."""
+    from deltalake import QueryBuilder
+
+    path = tmp_path / "t"
+    sink = opened(path, write_from="executors")
+    for batch_id, zero in enumerate([-0.0, 0.0]):
+        batch = pa.table({"id": pa.array([batch_id], pa.int64()), "x": [zero]})
+        sink.write(batch_of(batch, batch_id))
+
+    def ids(condition: str) -> list[int]:
+        query = QueryBuilder().register("t", DeltaTable(str(path)))
+        found = pa.table(query.execute(f"SELECT id FROM t WHERE {condition} ORDER BY id"))
+        return list(found.column("id").to_pylist())
+
+    assert {c: ids(c) for c in ("x = 0.0", "x >= 0.0", "x <= -0.0", "x = -0.0", "x < 0.0")} == {
+        "x = 0.0": [0, 1],
+        "x >= 0.0": [0, 1],
+        "x <= -0.0": [0, 1],
+        "x = -0.0": [0, 1],
+        "x < 0.0": [],
+    }
