@@ -31,30 +31,75 @@ def spark() -> Iterator[Any]:
 
 
 SERIAL_HEAVY = (
+    "tests/integration/test_on_local_cluster.py",
     "tests/chaos/",
     "tests/connect/",
-    "tests/integration/test_on_local_cluster.py",
     "tests/integration/test_demo.py",
 )
 """Tests that each drive Spark drivers or clusters in subprocesses of their own, for
 minutes: under ``pytest -n 2 --dist loadgroup`` they run one after another in one worker,
-never two at once, while the other worker takes the rest of the suite."""
+never two at once, while the other worker takes the rest of the suite. They run in this
+order, the short demo tests last (a worker takes its next file while its last two tests run)."""
+
+LONG = (
+    "plugins/fanout-kafka/tests/test_partition_membership.py",
+    "plugins/fanout-kafka/tests/test_topic_change_mid_batch.py",
+    "plugins/fanout-postgres/tests/test_append_kill.py",
+    "tests/integration/test_hard_kill.py",
+    "tests/integration/test_checkpoint_reset.py",
+    "tests/integration/test_run_pipeline.py",
+    "plugins/fanout-delta/tests/test_delta_distributed.py",
+    "tests/integration/test_plugin_example.py",
+)
+"""Files that each take a minute or more (kill-and-restart driver subprocesses): queued
+right after :data:`SERIAL_HEAVY`, so the suite never ends on one of them running alone."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep the order :func:`pytest_collection_modifyitems` gives the groups under
+    ``--dist loadgroup``: pytest-xdist would otherwise queue them by their number of tests,
+    which put the one-test kill-and-restart files last and the serial-heavy group (11
+    tests, a third of the suite's time) in the middle."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def _rank(relative: str, integration: bool) -> tuple[int, int]:
+    """Where a test file's group goes in the queue: longest first (the longest-processing-
+    time rule), the unit tests last (small groups that fill both workers to the end)."""
+    for n, prefix in enumerate(SERIAL_HEAVY):
+        if relative.startswith(prefix):
+            return (0, n)
+    if relative in LONG:
+        return (1, LONG.index(relative))
+    return (2, 0) if integration else (3, 0)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark as integration what needs Spark or a service: the core's tests/integration and
     tests/chaos, and the tests of plugins that use the ``spark`` fixture. Group the tests
     for pytest-xdist's ``loadgroup``: a test file's tests stay in one worker (its module
-    fixtures are set up once), and :data:`SERIAL_HEAVY` is one group."""
+    fixtures are set up once), and :data:`SERIAL_HEAVY` is one group. Order the files by
+    :func:`_rank` (a file's tests stay together and in their order)."""
     root = str(Path(__file__).parent) + "/"
+    ranks: dict[str, tuple[int, int]] = {}
     for item in items:
         path = str(item.fspath)
         uses_spark = "spark" in getattr(item, "fixturenames", ())
-        if "tests/integration" in path or "tests/chaos" in path or uses_spark:
+        integration = "tests/integration" in path or "tests/chaos" in path or uses_spark
+        if integration:
             item.add_marker(pytest.mark.integration)
         relative = path.removeprefix(root)
         heavy = any(relative.startswith(prefix) for prefix in SERIAL_HEAVY)
         item.add_marker(pytest.mark.xdist_group("serial-heavy" if heavy else relative))
+        rank = _rank(relative, integration)
+        ranks[relative] = min(ranks.get(relative, rank), rank)
+    order = {path: n for n, path in enumerate(ranks)}  # first-collected order within a rank
+    items.sort(key=lambda item: (*ranks[_relative(item, root)], order[_relative(item, root)]))
+
+
+def _relative(item: pytest.Item, root: str) -> str:
+    return str(item.fspath).removeprefix(root)
 
 
 @pytest.fixture(autouse=True, scope="session")

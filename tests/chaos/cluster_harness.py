@@ -79,9 +79,12 @@ def run_driver(
     if driver_kill is not None:
         command += ["--kill", json.dumps(driver_kill)]
     (workdir / "writing.txt").unlink(missing_ok=True)
+    # the caller's PYTHONPATH stays behind the checkout: a worktree's plugins, not the
+    # installed ones, are what the driver and its executors import
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     driver = subprocess.Popen(
         command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": path},
     )  # fmt: skip
     killer = OutsideKiller(
         list(outside), workdir / "writing.txt", workdir / "executor-kills", driver.pid, seed

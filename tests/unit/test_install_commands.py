@@ -55,15 +55,16 @@ def test_constraints_pin_the_core_dependencies_exactly() -> None:
     assert not any(name.startswith("fanout") for name in versions)
 
 
-def test_the_serial_heavy_tests_exist() -> None:
+def test_the_serial_heavy_and_long_tests_exist() -> None:
     """The suite's workers keep the driver-killing tests in one group (conftest.py): a
-    renamed file would silently leave the group and run beside another chaos test."""
+    renamed file would silently leave the group and run beside another chaos test (or,
+    renamed out of ``LONG``, be queued late and end the suite alone)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    for prefix in module.SERIAL_HEAVY:
+    for prefix in (*module.SERIAL_HEAVY, *module.LONG):
         assert (ROOT / prefix).exists(), prefix
     assert "tests/chaos/" in module.SERIAL_HEAVY
