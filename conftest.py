@@ -43,7 +43,6 @@ order, the short demo tests last (a worker takes its next file while its last tw
 
 LONG = (
     "plugins/fanout-kafka/tests/test_partition_membership.py",
-    "plugins/fanout-kafka/tests/test_topic_change_mid_batch.py",
     "plugins/fanout-postgres/tests/test_append_kill.py",
     "tests/integration/test_hard_kill.py",
     "tests/integration/test_checkpoint_reset.py",
