@@ -49,6 +49,7 @@ LONG = (
     "tests/integration/test_run_pipeline.py",
     "plugins/fanout-delta/tests/test_delta_distributed.py",
     "tests/integration/test_plugin_example.py",
+    "tests/integration/test_available_now_catch_up.py",
 )
 """Files that each take a minute or more (kill-and-restart driver subprocesses): queued
 right after :data:`SERIAL_HEAVY`, so the suite never ends on one of them running alone."""
