@@ -21,9 +21,12 @@ default). Until then they only take storage.
 Without Spark (a ``pyarrow.Table`` instead of a DataFrame) the same writer runs in this
 process: the same files, statistics and commit.
 
-Table features this writer does not implement (column mapping, CHECK constraints, NOT
-NULL invariants in field metadata, generated and identity columns, row tracking) make
-:func:`blockers` non-empty; callers then write through delta-rs' own writer.
+The writer is taken only for a table it is known to write right: :func:`blockers` lists
+every reader or writer feature of the table's protocol, every ``delta.*`` table property
+(of the table, or of the one about to be created) and every ``delta.*`` column metadata
+key outside the allowlists below, and callers then write through delta-rs' own writer.
+The lists name what this writer and its tests cover; anything else, even a feature new
+to Delta, steps back rather than risk files the table does not expect.
 
 Layer 1: imports only :mod:`fanout.delta_tables`.
 """
@@ -54,10 +57,46 @@ TaskWrapper = Callable[[FileWriter], Callable[[Iterator["pa.RecordBatch"]],
                                              Iterator["pa.RecordBatch"]]]  # fmt: skip
 """``task(writer)``: the (picklable) function a Spark task runs instead of ``writer``."""
 
-_UNSUPPORTED_FEATURES = ("columnMapping", "checkConstraints", "generatedColumns",
-                         "identityColumns", "invariants", "rowTracking")  # fmt: skip
-_UNSUPPORTED_FIELD_METADATA = ("delta.generationExpression", "delta.invariants",
-                               "delta.identity.start")  # fmt: skip
+HANDLED_FEATURES = frozenset({"appendOnly", "invariants", "timestampNtz", "changeDataFeed"})
+"""Reader/writer features a table may list (protocol 3/7) for the executors' writer:
+``appendOnly`` (it only appends), ``invariants`` (none may be in use: any ``delta.*``
+column metadata steps back), ``timestampNtz`` (:mod:`fanout.delta_tables.ntz`) and
+``changeDataFeed`` (an append writes no change files: readers take its ``add`` actions as
+inserts)."""
+
+_LEGACY_WRITER_FEATURES = {2: ("appendOnly", "invariants"), 3: ("checkConstraints",),
+                           4: ("changeDataFeed", "generatedColumns"), 5: ("columnMapping",),
+                           6: ("identityColumns",)}  # fmt: skip
+"""The features a legacy writer version (below 7) implies, each with those below it."""
+
+_LEGACY_IN_USE_ONLY = frozenset({"checkConstraints", "generatedColumns", "columnMapping",
+                                 "identityColumns"})  # fmt: skip
+"""Implied by a legacy version whatever the table uses: fine while unused, which the
+property and column metadata allowlists check (a constraint is a ``delta.constraints.*``
+property, a generated or identity column a ``delta.*`` column metadata key, column
+mapping a ``delta.columnMapping.mode`` other than ``none``)."""
+
+HANDLED_PROPERTIES: Mapping[str, frozenset[str] | None] = {
+    "delta.appendOnly": None,
+    "delta.checkpointInterval": None,
+    "delta.checkpoint.writeStatsAsJson": None,
+    "delta.checkpoint.writeStatsAsStruct": None,
+    "delta.deletedFileRetentionDuration": None,
+    "delta.enableChangeDataFeed": None,
+    "delta.enableExpiredLogCleanup": None,
+    "delta.isolationLevel": None,
+    "delta.logRetentionDuration": None,
+    "delta.setTransactionRetentionDuration": None,
+    "delta.minReaderVersion": None,  # checked as the features they imply
+    "delta.minWriterVersion": None,
+    "delta.columnMapping.mode": frozenset({"none"}),
+    "delta.columnMapping.maxColumnId": None,  # bookkeeping: the mode says whether mapped
+}
+"""``delta.*`` table properties the executors' writer is known to be right under (``None``:
+any value; else the values): none of them changes how a data file must be written.
+``delta.feature.<name>`` is checked as the feature ``<name>``; any other ``delta.*``
+property (statistics columns, file sizes, random prefixes, deletion vectors, row tracking,
+type widening, ...) steps back to delta-rs' writer, which implements or refuses it."""
 
 
 class UnfitTableError(Exception):
@@ -303,10 +342,12 @@ def blockers(
     configuration: Mapping[str, str | None] | None = None,
 ) -> list[str]:
     """Why the files of this append cannot be written by :class:`FileWriter` (empty when
-    they can): table features it does not implement, partition columns of a type whose
-    value it cannot serialize. ``configuration``: the table properties a table this
-    append creates gets (``table`` is ``None``): a table created with column mapping
-    reads its columns by physical names the writer's files do not have."""
+    they can): a protocol feature, a ``delta.*`` table property or column metadata key
+    outside the allowlists (:data:`HANDLED_FEATURES`, :data:`HANDLED_PROPERTIES`), or a
+    partition column of a type whose value it cannot serialize. ``configuration``: the
+    table properties a table this append creates gets (``table`` is ``None``), checked
+    alike: a table created with column mapping reads its columns by physical names the
+    writer's files do not have."""
     import pyarrow.types as pat
 
     reasons: list[str] = []
@@ -314,15 +355,19 @@ def blockers(
         reasons += _property_blockers(configuration or {})
     else:
         protocol = table.protocol()
-        features = set(protocol.writer_features or ())
-        reasons += [f"table feature {f}" for f in _UNSUPPORTED_FEATURES if f in features]
-        reasons += _property_blockers(table.metadata().configuration)
-        for f in table.schema().fields:
-            if any(k in (f.metadata or {}) for k in _UNSUPPORTED_FIELD_METADATA):
-                reasons.append(f"column {f.name!r} is generated, an identity or has an "
-                               "invariant")  # fmt: skip
-            if "delta.columnMapping.id" in (f.metadata or {}):
-                reasons.append("column mapping")
+        reasons += _feature_blockers(
+            protocol.min_reader_version, protocol.min_writer_version,
+            protocol.reader_features, protocol.writer_features,
+        )  # fmt: skip
+        configuration = table.metadata().configuration
+        reasons += _property_blockers(configuration)
+        mapped = configuration.get("delta.columnMapping.mode") not in (None, "none")
+        keys = _field_metadata(table.schema().fields)
+        reasons += [
+            f"column metadata {key} (on {', '.join(map(repr, columns))})"
+            for key, columns in sorted(keys.items())
+            if not (mapped and key.startswith("delta.columnMapping."))  # said once, above
+        ]
     partitions = _partition_columns(table, partition_by)
     for name in partitions:
         index = batch_schema.get_field_index(name)
@@ -336,15 +381,71 @@ def blockers(
     return sorted(set(reasons))
 
 
-def _property_blockers(configuration: Mapping[str, str | None]) -> list[str]:
-    """The table properties (set, or to be set at creation) :class:`FileWriter` does not
-    implement."""
+def _feature_blockers(
+    reader: int,
+    writer: int,
+    reader_features: Sequence[str] | None,
+    writer_features: Sequence[str] | None,
+) -> list[str]:
+    """The protocol's features :class:`FileWriter` is not known to handle."""
     reasons: list[str] = []
-    if configuration.get("delta.columnMapping.mode", "none") not in ("none", None):
-        reasons.append("column mapping")
-    if any(k.startswith("delta.constraints.") for k in configuration):
-        reasons.append("CHECK constraints")
+    if reader > 3 or writer > 7:
+        reasons.append(f"protocol version {reader}/{writer}")
+    listed = set(reader_features or ()) | set(writer_features or ())
+    if writer < 7:  # a legacy version: the features it implies, fine while unused
+        listed |= {f for v, fs in _LEGACY_WRITER_FEATURES.items() if v <= writer for f in fs}
+        listed -= _LEGACY_IN_USE_ONLY
+    reasons += [f"table feature {f}" for f in sorted(listed - HANDLED_FEATURES)]
     return reasons
+
+
+def _property_blockers(configuration: Mapping[str, str | None]) -> list[str]:
+    """The ``delta.*`` table properties (set, or to be set at creation) :class:`FileWriter`
+    is not known to be right under, and the features a creation would give the table."""
+    reasons: list[str] = []
+    for key, value in configuration.items():
+        if not key.startswith("delta."):
+            continue  # a property of the user's, not Delta's
+        if key.startswith("delta.feature."):
+            feature = key.removeprefix("delta.feature.")
+            if feature not in HANDLED_FEATURES:
+                reasons.append(f"table feature {feature}")
+            continue
+        allowed = HANDLED_PROPERTIES.get(key, frozenset())
+        if allowed is not None and (value or "").lower() not in allowed:
+            what = "column mapping" if key == "delta.columnMapping.mode" else "table property"
+            reasons.append(f"{what} {key}={value}")
+    versions = [configuration.get(k) for k in ("delta.minReaderVersion", "delta.minWriterVersion")]
+    if any(v is not None for v in versions):
+        try:
+            reader, writer = (int(v) if v is not None else 1 for v in versions)
+        except ValueError:
+            return [*reasons, f"protocol version {versions[0]}/{versions[1]}"]
+        reasons += _feature_blockers(reader, writer, (), ())
+    return reasons
+
+
+def _field_metadata(fields: Sequence[Any]) -> dict[str, list[str]]:
+    """The ``delta.*`` metadata keys of the columns (nested ones too), each with the
+    columns carrying it: an invariant, a generation expression, an identity, a column
+    mapping id or physical name, a type change, none of which :class:`FileWriter`
+    follows."""
+    found: dict[str, list[str]] = {}
+    for f in fields:
+        for key in f.metadata or {}:
+            if key.startswith("delta."):
+                found.setdefault(key, []).append(f.name)
+        for key, names in _field_metadata(_nested_fields(f.type)).items():
+            found.setdefault(key, []).extend(f"{f.name}.{n}" for n in names)
+    return found
+
+
+def _nested_fields(kind: Any) -> list[Any]:
+    """The fields inside a delta-rs schema type (a struct's, through arrays and maps)."""
+    if hasattr(kind, "fields"):
+        return list(kind.fields)
+    inner = [getattr(kind, a, None) for a in ("element_type", "key_type", "value_type")]
+    return [f for t in inner if t is not None for f in _nested_fields(t)]
 
 
 def delta_schema(schema: Any) -> pa.Schema:

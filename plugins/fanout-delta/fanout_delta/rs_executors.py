@@ -9,9 +9,9 @@ implements it) once its files are written and closed, before it hands their desc
 to the driver: what the hook raises fails the task, whose files stay unreferenced. There
 is no ``fanout_partition_committed``: the partitions commit together, on the driver.
 
-A batch whose table uses a feature the executor writer does not implement (column
-mapping, CHECK constraints, generated or identity columns, ...) is written from the
-driver instead, with a log line saying why.
+A batch whose table has a feature or ``delta.*`` property the executor writer is not
+known to handle (:func:`fanout.delta_tables.distributed.blockers`, an allowlist) is
+written from the driver instead, with a log line saying why, once per sink.
 """
 
 from __future__ import annotations
@@ -139,10 +139,7 @@ class _ExecutorAppend:
         table = sink.latest_table()
         reasons = distributed.blockers(table, sink.partition_by, schema, sink.configuration)
         if reasons:
-            logger.info(
-                "sink %r, batch %d: writing from the driver, the executor writer does not "
-                "support %s", sink.name, batch.batch_id, ", ".join(reasons),
-            )  # fmt: skip
+            _log_step_back(sink, batch.batch_id, ", ".join(reasons))
             sink.keep_table(table)  # the driver's writer starts from it
             return None
         hooks = None
@@ -239,6 +236,20 @@ class _ExecutorAppend:
         details = {"mode": sink.mode, "version": outcome.version, "files": outcome.files,
                    "write_from": "executors"}  # fmt: skip
         return SinkResult(rows=outcome.rows, details=details, dead_lettered=dead)
+
+
+def _log_step_back(sink: DeltaTarget, batch_id: int, reasons: str) -> None:
+    """Say at INFO why the executors' append steps back to the driver's writer: once per
+    sink and reason, not every batch."""
+    if sink.stepped_back is not None:
+        if reasons in sink.stepped_back:
+            return
+        sink.stepped_back.add(reasons)
+    logger.info(
+        "sink %r, batch %d: writing from the driver (delta-rs' writer; logged once for "
+        "the sink): the executors' writer is not known to handle %s",
+        sink.name, batch_id, reasons,
+    )  # fmt: skip
 
 
 _RAISED_IN_TASK = "fanout.errors.TransientSinkError: "

@@ -396,6 +396,42 @@ def refuse_geospatial(schema: pa.Schema, *, sink: str, batch_id: int | None) -> 
     )
 
 
+def binary_partition_message(columns: Sequence[str]) -> str:
+    """Why engine ``rs`` refuses partition ``columns`` of a binary type, and what to do."""
+    names = ", ".join(map(repr, columns))
+    fixes = "; ".join(f"hex({_sql_name(c)}) AS {_sql_name(c)}_hex" for c in columns)
+    return (
+        f"partition column(s) {names} are binary, which delta-rs writes as escaped text "
+        "and reads back altered (b'a/b' is read back as b'\\u0061\\u002F\\u0062', "
+        f"without an error); partition by its hex text instead (in a sink's select: {fixes}, "
+        "then partition_by that column) or by another column, or use engine 'spark'"
+    )
+
+
+def refuse_binary_partitions(
+    schema: pa.Schema, partition_by: Sequence[str] | None, *, sink: str, batch_id: int | None
+) -> None:
+    """Raise :class:`fanout.errors.SchemaMismatchError` naming the ``partition_by`` columns
+    the batch holds as binary (engine ``rs``): see :func:`binary_partition_message`."""
+    from fanout.errors import SchemaMismatchError
+
+    found = binary_columns(schema, partition_by or [])
+    if found:
+        raise SchemaMismatchError(
+            binary_partition_message(found), sink=sink, batch_id=batch_id, columns=found
+        )
+
+
+def binary_columns(schema: pa.Schema, names: Sequence[str]) -> list[str]:
+    """The columns of ``names`` that ``schema`` holds as a binary type (any width)."""
+    return [
+        c
+        for c in names
+        if schema.get_field_index(c) >= 0
+        and (_is_binary(schema.field(c).type) or pat.is_fixed_size_binary(schema.field(c).type))
+    ]
+
+
 def _places(found: list[tuple[str, str]]) -> tuple[list[str], str]:
     """The columns of ``found`` ((column, path) pairs), each once, and the text naming each
     place: ``'v'``, or ``'s' (at s.inner)`` for a value inside a column."""

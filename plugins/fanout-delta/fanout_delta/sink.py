@@ -149,6 +149,8 @@ class DeltaSink(Sink):
         self._executors_reach_the_table = False
         # The table's snapshot, kept from batch to batch (made at open()).
         self._kept: KeptTable | None = None
+        # Why the executors' append stepped back to the driver, as logged (once each).
+        self._stepped_back: set[str] = set()
 
     @property
     def reads(self) -> Reads:
@@ -203,6 +205,8 @@ class DeltaSink(Sink):
         if table is not None:
             self._check_table(table)
             self._check_log_length(table)
+            if self.resolved_engine == "rs":
+                self._refuse_binary_partitions(table)
         elif context.checking:
             context.would(f"create the Delta table at {self.path} (its first batch does)")
         if self.resolved_engine == "rs":
@@ -319,6 +323,7 @@ class DeltaSink(Sink):
             max_merge_rows=self.max_merge_rows,
             hook_plugins=self._hook_plugins,
             kept=self._kept,
+            stepped_back=self._stepped_back,
         )
 
     def is_transient(self, error: BaseException) -> bool:
@@ -352,13 +357,20 @@ class DeltaSink(Sink):
         """Refuse a batch lacking a column an option names, or, for delta-rs, holding a
         ``VARIANT``, a ``GEOMETRY`` or a ``GEOGRAPHY`` (``schema``: the batch's Arrow
         schema, when known)."""
-        from fanout_delta.schema import check_option_columns, refuse_geospatial, refuse_variants
+        from fanout_delta.schema import (
+            check_option_columns,
+            refuse_binary_partitions,
+            refuse_geospatial,
+            refuse_variants,
+        )
 
         options = {"keys": self.keys, "order_by": self.order_by, "partition_by": self.partition_by}
         check_option_columns(names, options, sink=self.name, batch_id=batch_id)
         if schema is not None and (self.resolved_engine or self.engine) == "rs":
             refuse_variants(schema, sink=self.name, batch_id=batch_id)
             refuse_geospatial(schema, sink=self.name, batch_id=batch_id)
+            refuse_binary_partitions(schema, self.partition_by, sink=self.name,
+                                     batch_id=batch_id)  # fmt: skip
 
     def _from_executors(self) -> bool:
         where = self.resolved_write_from or self._resolve_write_from(None)
@@ -476,6 +488,16 @@ class DeltaSink(Sink):
                 f"option 'partition_by' is {self.partition_by!r} but the existing table at "
                 f"{self.path!r} is partitioned by {existing!r}; use the table's partitioning "
                 "(or omit the option)"
+            )
+
+    def _refuse_binary_partitions(self, table: Any) -> None:
+        """Refuse (engine ``rs``) an existing table partitioned by a binary column."""
+        from fanout_delta.schema import binary_columns, binary_partition_message
+
+        binary = binary_columns(pa_schema(table), table.metadata().partition_columns)
+        if binary:
+            raise self._error(
+                f"the existing table at {self.path!r}: {binary_partition_message(binary)}"
             )
 
     def _check_log_length(self, table: Any) -> None:

@@ -24,6 +24,8 @@ class DeltaTarget:
         executors' append in each task once its files are written (``None``: none).
     :param kept: the table's snapshot the sink keeps between batches (delta-rs engine;
         ``None``: opened every batch).
+    :param stepped_back: why the executors' append stepped back to the driver's writer,
+        as logged (the sink's, kept between batches: logged once per sink, not per batch).
     """
 
     name: str
@@ -40,6 +42,7 @@ class DeltaTarget:
     max_merge_rows: int | None = None
     hook_plugins: HookPlugins | None = None
     kept: KeptTable | None = field(default=None, compare=False, repr=False)
+    stepped_back: set[str] | None = field(default=None, compare=False, repr=False)
 
     def latest_table(self) -> Any:
         """The table at its latest version (``None``: none yet), now the caller's: the

@@ -360,7 +360,8 @@ def test_files_written_before_another_writer_created_the_table_mapped_are_not_co
     assert sql_rows(path) == [{"id": 1, "v": "a"}]
     assert str(raised.value) == (
         f"sink 's', batch 0: the Delta table at {str(path)!r} changed while the executors "
-        "wrote the batch's files, and now has column mapping, which those files do not "
+        "wrote the batch's files, and now has column mapping delta.columnMapping.mode=name, "
+        "which those files do not "
         "follow: nothing was committed; the retry writes the batch with delta-rs' own writer"
     )
     monkeypatch.undo()
