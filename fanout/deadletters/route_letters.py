@@ -82,32 +82,34 @@ def check_unchanged(
     :param target: the target for people (:meth:`DeadLetterTarget.describe`).
     """
     if fingerprint is None:
-        log.warning(
-            "pipeline %s, batch %s, sink %s: the %s holds this batch's route dead letters "
-            "without the route that chose them (written by an older fanout): a replay under "
-            "a changed route cannot be told; they are kept as they are",
-            batch.pipeline,
-            batch.batch_id,
-            batch.sink_name,
-            target,
-            extra=batch_fields(batch.pipeline, batch.batch_id, batch.sink_name),
-        )
+        _kept_unchecked(
+            batch, target, "without the route that chose them (written by an older fanout): "
+            "a replay under a changed route cannot be told",
+        )  # fmt: skip
         return
     if fingerprint == route.fingerprint:
         return
     if fingerprint in route.earlier:
-        log.warning(
-            "pipeline %s, batch %s, sink %s: the %s holds this batch's route dead letters "
-            "chosen by the same expressions under Spark settings an older fanout did not "
-            "record: a replay under changed settings cannot be told; they are kept as they are",
-            batch.pipeline,
-            batch.batch_id,
-            batch.sink_name,
-            target,
-            extra=batch_fields(batch.pipeline, batch.batch_id, batch.sink_name),
-        )
+        _kept_unchecked(
+            batch, target, "chosen by the same expressions under Spark settings an older "
+            "fanout did not record: a replay under changed settings cannot be told",
+        )  # fmt: skip
         return
     raise changed_route(batch, route, fingerprint, recorded, target)
+
+
+def _kept_unchecked(batch: Batch, target: str, why: str) -> None:
+    """Warn that the batch's route letters are kept without their route being compared."""
+    log.warning(
+        "pipeline %s, batch %s, sink %s: the %s holds this batch's route dead letters %s; "
+        "they are kept as they are",
+        batch.pipeline,
+        batch.batch_id,
+        batch.sink_name,
+        target,
+        why,
+        extra=batch_fields(batch.pipeline, batch.batch_id, batch.sink_name),
+    )
 
 
 def changed_route(
