@@ -57,14 +57,7 @@ from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
 from fanout_kafka.membership import group_metadata, pack, plan_group_metadata
 from fanout_kafka.options import client_max_message_bytes
 from fanout_kafka.producer_init import init_transactions
-from fanout_kafka.records import (
-    RECORD_BATCH_HEADER_BYTES,
-    BadRecord,
-    Record,
-    bad_letter,
-    dead_letter_headers,
-    named,
-)
+from fanout_kafka.records import BadRecord, Record, bad_letter, dead_letter_headers, named
 from fanout_kafka.settings import WriterSettings
 from fanout_kafka.target import pack_target
 from fanout_kafka.turns import turn
@@ -541,7 +534,7 @@ class PartitionWriter:
         # the letter is the record plus its headers, and a record the producer refused
         # would be refused again: a letter that does not fit is a reference (no value)
         fits = record.size <= self.settings.encoder.max_record_bytes
-        fits = fits and letter.size <= self._dead_letter_limit
+        fits = fits and letter.size <= self.settings.letter_limit
         producer.produce(
             self.settings.dead_topic,
             record.value if fits else None,
@@ -549,16 +542,6 @@ class PartitionWriter:
             headers=headers,
             on_delivery=on_delivery,
         )
-
-    @property
-    def _dead_letter_limit(self) -> int:
-        """The largest dead letter sent whole: the sink's record limit, the producer's own
-        and the record batch limit of the topics the producer writes to."""
-        settings = self.settings
-        limit = min(settings.encoder.max_record_bytes, client_max_message_bytes(settings.producer))
-        if settings.max_batch_bytes is not None:
-            limit = min(limit, settings.max_batch_bytes - RECORD_BATCH_HEADER_BYTES)
-        return limit
 
     def _check_deliveries(self, failures: list[tuple[KafkaError, Any]]) -> None:
         if not failures:

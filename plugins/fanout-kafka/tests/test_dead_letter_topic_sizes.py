@@ -70,3 +70,26 @@ def test_a_bad_record_near_the_limit_is_dead_lettered_to_the_topic(
     assert (letter["key"], letter["value"]) == (None, None)
     assert sorted(committed_values(kafka.bootstrap, topic)) == [b"v0", b"v1", b"v2"]
     assert letter["headers"]["fanout.error"].startswith("null key: key column(s) 'id'")
+
+
+def test_a_route_letter_too_large_for_the_producer_is_written_as_a_reference(
+    kafka: Broker, topic: str
+) -> None:
+    """A row failing the sink's route whose JSON is over the producer's limit: its letter
+    was produced whole, refused, and the batch failed for good (``SinkWriteError``)."""
+    from fanout.contract.dead_letters import DeadLetter
+
+    pipeline, dlq = f"dt{uuid.uuid4().hex[:6]}", f"dlq-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, dlq, 1)
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id",
+                     partitions=1, dead_letter=f"kafka:{dlq}",
+                     producer={"message.max.bytes": 2000, "linger.ms": 0})  # fmt: skip
+    open_sink(sink, pipeline)
+    batch = Batch(None, BatchInfo(pipeline, 0), "events", txn_app_id(pipeline, "events"))
+    letters = [DeadLetter({"id": 1, "v": "b" * 3000}, "bad cast", "v", "b" * 3000),
+               DeadLetter({"id": 2, "v": "ok"}, "bad cast", "v", "ok")]  # fmt: skip
+    assert sink._dead.write(batch, letters, source="route") == 2
+    got = [(r.key, r.value, dict(r.headers)[b"fanout.error"], dict(r.headers)[b"fanout.value"])
+           for r in committed_records(kafka.bootstrap, dlq, 1)]  # fmt: skip
+    assert got == [(None, None, b"bad cast", b"b" * 200 + b"..."),
+                   (None, b'{"id":2,"v":"ok"}', b"bad cast", b"ok")]  # fmt: skip
