@@ -150,12 +150,27 @@ class PartitionWriter:
             )
         except Exception as exc:
             kind, transient = classify(exc)
+            if kind == "fenced" and (done := self._committed_by_another(records, bad)):
+                return done
             message = self._describe(exc, kind)
             log.warning("%s", message)
             failure = PartitionFailure(kind, message, transient)
             return PartitionOutcome(self.partition, "failed", rows, failure=failure)
         finally:
             self.close()
+
+    def _committed_by_another(
+        self, records: list[Record], bad: list[BadRecord]
+    ) -> PartitionOutcome | None:
+        """A fenced attempt whose fencer committed the batch (a speculative copy, a
+        successor): the partition is written, so this attempt's outcome is "skipped", not
+        a failure that stops the pipeline (Spark may take the first attempt to end).
+        ``None`` when the marker does not hold the batch or cannot be read."""
+        try:
+            return self._skipped(records, bad) if self._marker_says_written() else None
+        except Exception as exc:
+            log.debug("%s: marker not read after fencing: %s", self.transactional_id, exc)
+            return None
 
     def _skipped(self, records: list[Record], bad: list[BadRecord]) -> PartitionOutcome:
         """The outcome of a partition another attempt committed (its letters parked)."""
