@@ -63,7 +63,7 @@ class KafkaDeadLetters:
                 headers.append(("fanout.column", letter.column.encode()))
             if letter.value is not None:
                 headers.append(("fanout.value", str(letter.value).encode()))
-            records.append(Record(None, base.value, headers))
+            records.append(_fitting(Record(None, base.value, headers), settings.letter_limit))
         return records
 
     def write(
@@ -121,6 +121,22 @@ class KafkaDeadLetters:
 
     def __repr__(self) -> str:
         return f"<KafkaDeadLetters {self.topic!r}>"
+
+
+def _fitting(record: Record, limit: int) -> Record:
+    """``record``, or, over ``limit`` (the producer would refuse it and fail the batch),
+    without its value and with the ``fanout.value`` header cut to a preview."""
+    if record.size <= limit:
+        return record
+    headers = [
+        (name, value[:_PREVIEW] + b"..." if name == "fanout.value" and len(value) > _PREVIEW
+         else value)
+        for name, value in record.headers
+    ]  # fmt: skip
+    return Record(record.key, None, headers)
+
+
+_PREVIEW = 200
 
 
 def _committed(settings: WriterSettings, group: str, batch: Batch) -> int:

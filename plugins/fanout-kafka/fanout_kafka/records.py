@@ -163,9 +163,36 @@ class Encoder:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        from fanout_kafka import floats, temporal, utf8
+
+        table = floats.widened(pa.Table.from_batches([batch]))
+        found = utf8.rows_not_utf8(table, self._text_columns(table.column_names))
+        if found is None:
+            return self._encode_table(table)
+        rows, columns = found
+        good, bad = self._encode_table(table.filter(pc.invert(rows)))
+        broken = table.filter(rows)
+        whys = utf8.reasons(broken, columns)
+        letters = temporal.python_safe(utf8.as_bytes(broken, columns))
+        for row, why in zip(letters.to_pylist(maps_as_pydicts="strict"), whys, strict=True):
+            encoded = self.encode(row)
+            record = encoded.record if isinstance(encoded, BadRecord) else encoded
+            bad.append(BadRecord(record, f"{named(record)}: {why}"))
+        return good, bad
+
+    def _text_columns(self, names: Sequence[str]) -> list[str]:
+        """The columns written as text (JSON, keys, headers): all but a value column."""
+        if self.value_column is None:
+            return list(names)
+        return [*(self.key_columns or ()), *self.header_columns]
+
+    def _encode_table(self, table: pa.Table) -> tuple[list[Record], list[BadRecord]]:
+        import pyarrow.compute as pc
+
         from fanout_kafka import temporal, vector
 
-        table = pa.Table.from_batches([batch])
+        if table.num_rows == 0:
+            return [], []
         values = (
             vector.json_rows(table)
             if self.value_column is None

@@ -8,8 +8,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fanout_kafka.markers import marker_group
-from fanout_kafka.options import client_batch_size, connection_settings
-from fanout_kafka.records import Encoder
+from fanout_kafka.options import (
+    client_batch_size,
+    client_max_message_bytes,
+    connection_settings,
+)
+from fanout_kafka.records import RECORD_BATCH_HEADER_BYTES, Encoder
 
 if TYPE_CHECKING:
     from fanout.contract.batch import BatchInfo
@@ -70,6 +74,16 @@ class WriterSettings:
     """The smallest ``max.message.bytes`` of the topics the producer writes record batches
     to (target and dead-letter topic): its ``batch.size`` is capped to it
     (:func:`producer_config`)."""
+
+    @property
+    def letter_limit(self) -> int:
+        """The largest dead letter a ``kafka:`` dead-letter topic gets whole (a larger one
+        goes without its value): the sink's record limit, the producer's own, and the
+        record batch limit of the topics the producer writes to."""
+        limit = min(self.encoder.max_record_bytes, client_max_message_bytes(self.producer))
+        if self.max_batch_bytes is not None:
+            limit = min(limit, self.max_batch_bytes - RECORD_BATCH_HEADER_BYTES)
+        return limit
 
     @property
     def has_dead_letters(self) -> bool:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 TARGET_SUFFIX = ".target"
 """The target group is the marker group plus this suffix."""
@@ -174,7 +174,7 @@ def compare(
             if digest != topic_digest(stamp.topic):
                 check.moved.setdefault((_TOPIC_BITS, digest), []).append(partition)
             which = _changed(offset, rest, tags)
-            if which:
+            if which and not _dead_letter_added(offset, stamp):
                 check.changed.setdefault(which, []).append(partition)
         elif _of_batch(old, batch_id, _LEGACY_BATCH_BITS):
             digest = old >> _LEGACY_BATCH_BITS
@@ -183,6 +183,17 @@ def compare(
         else:
             check.unknown.append(partition)
     return check
+
+
+def _dead_letter_added(offset: int, stamp: TargetStamp) -> bool:
+    """Whether the partition committed under no dead-letter target and otherwise as
+    ``stamp``: then it has no letters (without a target a bad record fails its partition
+    and a row the route refuses fails the batch), so the target added since splits
+    nothing. It is how a batch stuck on a bad record is let through."""
+    if not stamp.dead_letter:
+        return False
+    without = replace(stamp, dead_letter="")
+    return not _changed(offset, _rest(without), _tags(without))
 
 
 def _changed(offset: int, rest: int, tags: int) -> tuple[str, ...]:

@@ -140,20 +140,43 @@ class PartitionWriter:
             if bad and not self.settings.has_dead_letters:
                 raise _Rejected(bad)
             if not prepared and self._prepared():
-                letters = self._park_committed(records, bad)
-                return PartitionOutcome(self.partition, "skipped", rows, dead_lettered=letters)
-            written, bad = self.commit(records, bad)
+                return self._skipped(records, bad)
+            try:
+                written, letters = self.commit(records, bad)
+            except _WrittenMeanwhile:
+                return self._skipped(records, bad)
             return PartitionOutcome(
-                self.partition, "committed", rows, written, dead_lettered=len(bad)
+                self.partition, "committed", rows, written, dead_lettered=len(letters)
             )
         except Exception as exc:
             kind, transient = classify(exc)
+            if kind == "fenced" and (done := self._committed_by_another(records, bad)):
+                return done
             message = self._describe(exc, kind)
             log.warning("%s", message)
             failure = PartitionFailure(kind, message, transient)
             return PartitionOutcome(self.partition, "failed", rows, failure=failure)
         finally:
             self.close()
+
+    def _committed_by_another(
+        self, records: list[Record], bad: list[BadRecord]
+    ) -> PartitionOutcome | None:
+        """A fenced attempt whose fencer committed the batch (a speculative copy, a
+        successor): the partition is written, so this attempt's outcome is "skipped", not
+        a failure that stops the pipeline (Spark may take the first attempt to end).
+        ``None`` when the marker does not hold the batch or cannot be read."""
+        try:
+            return self._skipped(records, bad) if self._marker_says_written() else None
+        except Exception as exc:
+            log.debug("%s: marker not read after fencing: %s", self.transactional_id, exc)
+            return None
+
+    def _skipped(self, records: list[Record], bad: list[BadRecord]) -> PartitionOutcome:
+        """The outcome of a partition another attempt committed (its letters parked)."""
+        letters = self._park_committed(records, bad)
+        rows = len(records) + len(bad)
+        return PartitionOutcome(self.partition, "skipped", rows, dead_lettered=letters)
 
     # -- the steps ------------------------------------------------------------------------
 
@@ -176,6 +199,20 @@ class PartitionWriter:
         read the marker. True when this partition already committed the batch."""
         self._new_producer()
         self._check_topics()
+        return self._marker_says_written()
+
+    def _renew_producer(self, *, reports: bool) -> None:
+        """Replace the producer with a new one of the same ``transactional.id``. Its
+        ``init_transactions`` fences every other attempt of this partition, including one
+        that committed the batch since :meth:`prepare` read the marker (a zombie's
+        successor): so the marker is read again, and :class:`_WrittenMeanwhile` raised
+        when it holds the batch, instead of committing the records a second time."""
+        self._new_producer(reports=reports)
+        if self._marker_says_written():
+            raise _WrittenMeanwhile
+
+    def _marker_says_written(self) -> bool:
+        """Whether the marker (read_committed) holds this batch."""
         consumer = self._marker_consumer()
         tp = TopicPartition(self.settings.marker_topic, 0)
         (committed,) = self._retrying(
@@ -229,7 +266,7 @@ class PartitionWriter:
             kept = _without(records, [r.record for r in rejected.rejected])
             bad = bad + rejected.rejected
             # the refused attempt was aborted: start afresh
-            self._new_producer(reports=self._journals(bad))
+            self._renew_producer(reports=self._journals(bad))
             written = self._transaction(kept, bad)
         self._park_after_commit(bad)
         return written, bad
@@ -345,7 +382,7 @@ class PartitionWriter:
 
         journal_value = journal.encode(self.batch_id, bad) if self._journals(bad) else None
         if journal_value is not None and not self._reports:
-            self._new_producer(reports=True)  # to learn the journal's offset
+            self._renew_producer(reports=True)  # to learn the journal's offset
             producer = self._producer
         journal_offset: list[int] = []
 
@@ -507,12 +544,17 @@ class PartitionWriter:
     ) -> None:
         assert self.settings.dead_topic is not None
         record = bad.record
-        fits = record.size <= self.settings.encoder.max_record_bytes  # else: a reference only
+        headers = dead_letter_headers(record, bad.reason, self.settings.topic)
+        letter = Record(record.key, record.value, headers)
+        # the letter is the record plus its headers, and a record the producer refused
+        # would be refused again: a letter that does not fit is a reference (no value)
+        fits = record.size <= self.settings.encoder.max_record_bytes
+        fits = fits and letter.size <= self.settings.letter_limit
         producer.produce(
             self.settings.dead_topic,
             record.value if fits else None,
             record.key,
-            headers=dead_letter_headers(record, bad.reason, self.settings.topic),
+            headers=headers,
             on_delivery=on_delivery,
         )
 
@@ -611,6 +653,11 @@ class PartitionWriter:
 
     def _describe(self, exc: BaseException, kind: str | None) -> str:
         return describe(exc, kind, self.partition, self.transactional_id, self.settings.topic)
+
+
+class _WrittenMeanwhile(Exception):
+    """Another attempt of the partition committed the batch before this attempt's new
+    producer fenced it (:meth:`PartitionWriter._renew_producer`)."""
 
 
 def _without(records: list[Record], refused: list[Record]) -> list[Record]:

@@ -61,12 +61,13 @@ def _finite(value: Any) -> Any:
 def json_default(value: Any) -> Any:
     """JSON for what ``json`` cannot write: dates and times as ISO 8601 (an instant in UTC,
     ``+00:00``, whatever zone Spark's session gave it: the same instant is the same text,
-    at the top level and nested, as the column-wise path writes it), decimals as text,
+    at the top level and nested, as the column-wise path writes it), decimals as plain text
+    with their scale (Spark's ``CAST(d AS STRING)``),
     bytes as base64."""
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return iso_text(value)
     if isinstance(value, decimal.Decimal):
-        return str(value)
+        return format(value, "f")  # plain, with its scale, as Spark casts it (not 1E-7)
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode()
     if isinstance(value, dt.timedelta):
