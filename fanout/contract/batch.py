@@ -126,8 +126,10 @@ class Batch:
     :param attempt: 1 for the first attempt in this process, 2 for the first retry, ...
     :param route: the sink's route this batch went through (fingerprint and text; ``no
         route`` for the identity), set by fanout on every batch it hands a sink; ``None``
-        when built elsewhere (a test). A sink that commits a batch in pieces and skips
-        committed pieces on a replay records its fingerprint with each piece, so a replay
+        when built elsewhere (a sink called directly, a test): read it as the identity's
+        (``Route().stamp()``), which fanout hands an unrouted sink. A sink that commits a
+        batch in pieces and skips committed pieces on a replay records its fingerprint with
+        each piece, so a replay
         under another route (one that refuses rows the first attempt wrote) can be
         refused: the route's dead letters record their route only when there are some.
         See :meth:`fanout.Sink.check_replay`.

@@ -35,6 +35,7 @@ from fanout.partitioned.membership import (
 )
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
+from fanout.routes.route import Route
 from fanout_kafka.abandoned import end_abandoned_transactions, fence_legacy_transactions
 from fanout_kafka.declaration import OPTIONS
 from fanout_kafka.driver_admins import ADMINS, admin_config
@@ -389,7 +390,7 @@ class KafkaSink(PartitionedSink):
             info=batch.info,
             txn_app_id=batch.txn_app_id,
             end_turns=self._end_turns,
-            route="" if batch.route is None else batch.route.fingerprint,
+            route=_route_of(batch),
             max_batch_bytes=self._max_batch_bytes,
         )
 
@@ -576,3 +577,10 @@ class KafkaSink(PartitionedSink):
         elif all(o.failure is not None and o.failure.transient for o in failed):
             error_class = KafkaAbortedError
         return error_class(message, sink=self.name, batch_id=batch.batch_id)
+
+
+def _route_of(batch: Batch) -> str:
+    """The route fingerprint the target offset records: the batch's route, or the identity
+    route's when the batch carries none (built outside fanout: a sink called directly), as
+    fanout hands an unrouted sink the identity's, so its replays compare equal."""
+    return (batch.route or Route().stamp()).fingerprint
