@@ -13,6 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fanout.contract.text import holds_invalid_utf8
+
 _PREVIEW = 60
 
 
@@ -24,9 +26,9 @@ def rows_not_utf8(table: pa.Table, columns: Sequence[str]) -> tuple[pa.Array, li
     found: list[str] = []
     for name in columns:
         column = table.column(name).combine_chunks()
-        if _valid(column):
+        if not holds_invalid_utf8(column):
             continue
-        flags = pa.array([not _valid(column.take([i])) for i in range(len(column))])
+        flags = pa.array([holds_invalid_utf8(column.take([i])) for i in range(len(column))])
         mask = flags if mask is None else pc.or_(mask, flags)
         found.append(name)
     return None if mask is None else (mask, found)
@@ -40,7 +42,7 @@ def reasons(table: pa.Table, columns: Sequence[str]) -> list[str]:
         text = _is_text(column.type)
         values = column.cast(pa.binary()).to_pylist() if text else [None] * len(column)
         for i, value in enumerate(values):
-            if _valid(column.take([i])):
+            if not holds_invalid_utf8(column.take([i])):
                 continue
             if value is None:
                 whys[i].append(f"column {name!r} holds text nested in it that is not UTF-8 "
@@ -66,14 +68,6 @@ def as_bytes(table: pa.Table, columns: Sequence[str]) -> pa.Table:
         else:
             table = table.set_column(i, name, pa.nulls(table.num_rows, column.type))
     return table
-
-
-def _valid(column: pa.Array) -> bool:
-    try:
-        column.validate(full=True)
-    except pa.ArrowInvalid:
-        return False
-    return True
 
 
 def _is_text(kind: Any) -> bool:

@@ -27,6 +27,7 @@ import pyarrow.csv as pcsv
 from fanout.contract.calendar import MICROS_PER_DAY, civil, clock, iso_text
 from fanout.contract.dead_letters import letter_rows
 from fanout.contract.far_dates import python_safe_array
+from fanout.contract.text import holds_invalid_utf8
 from fanout.deadletters.layout import letter_json
 from fanout_postgres.statements import ROW
 
@@ -104,7 +105,7 @@ def invalid_nested(column: Any) -> dict[int, bytes]:
     string may hold any bytes (``CAST(binary AS STRING)``): PostgreSQL refuses them at the
     top level (SQLSTATE 22021, a refused row), but inside a nested value they stopped the
     JSON encoding with a bare ``UnicodeDecodeError`` (the partition failed at every attempt)."""
-    if not _holds_string(column.type) or not invalid_utf8(column):
+    if not _holds_string(column.type) or not holds_invalid_utf8(column):
         return {}
     values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     found: dict[int, bytes] = {}
@@ -138,7 +139,7 @@ def _repaired(values: pa.Array, found: list[bytes]) -> pa.Array:
     Python (a nested date of a year Python has not stays as it is)."""
     kind = values.type
     if _is_string(kind):
-        if not invalid_utf8(values):
+        if not holds_invalid_utf8(values):
             return values
         text = [None if v is None else _decoded(v, found)
                 for v in values.cast(pa.large_binary()).to_pylist()]  # fmt: skip
@@ -544,21 +545,10 @@ def decodable(table: pa.Table) -> pa.Table:
     for i, field in enumerate(table.schema):
         if not (_is_string(field.type) or _holds_string(field.type)):
             continue
-        if not invalid_utf8(table.column(i)):
+        if not holds_invalid_utf8(table.column(i)):
             continue
         table = table.set_column(i, field, _repaired(table.column(i).combine_chunks(), []))
     return table
-
-
-def invalid_utf8(column: Any) -> bool:
-    """Whether a string column holds a value that is not valid UTF-8."""
-    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    try:
-        for chunk in chunks:
-            chunk.validate(full=True)
-    except pa.ArrowInvalid:
-        return True
-    return False
 
 
 def show(value: str | None) -> str:
