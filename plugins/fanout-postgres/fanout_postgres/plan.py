@@ -365,6 +365,8 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
         if refused is not None:
             raise PlanError(*refused)
     key_hashes: tuple[KeyHash, ...] = ()
+    if options.mode == "upsert":
+        check_zone_less_keys(info, pairs, keys, spark_types)
     if options.mode == "upsert" and options.partitions > 1:
         key_hashes = fold_keys(info, pairs, keys, spark_types)
     return WritePlan(
@@ -405,6 +407,38 @@ def fold_keys(
         if fold is not None:
             folded.append(KeyHash(key, fold))
     return tuple(folded)
+
+
+def check_zone_less_keys(
+    info: TargetInfo, pairs: Sequence[tuple[str, str]], keys: Sequence[str],
+    spark_types: Mapping[str, Any],
+) -> None:  # fmt: skip
+    """:class:`PlanError` for an upsert key of Spark ``timestamp_ntz`` written to a
+    ``timestamptz`` column. PostgreSQL reads a zone-less time in the connection's
+    ``TimeZone``, which neither Spark nor the ledger sees: a change of it moves every key
+    (the next write, or a replay, puts keys beside the old ones), and in a daylight-saving
+    gap two times become one key, whichever commits last winning over ``order_by``. Cast
+    to Spark's ``timestamp``, a key is an instant read in the Spark session's zone, which a
+    route's fingerprint records."""
+    from pyspark.sql import types as T
+
+    sources = {target: source for source, target in pairs}
+    for key in keys:
+        source, column = sources[key], info.columns[key]
+        zoned = bool(getattr(pgtypes.without_domain(column.sa_type), "timezone", False))
+        if isinstance(spark_types[source], T.TimestampNTZType) and zoned:
+            raise PlanError(
+                f"key column {source!r} (timestamp_ntz) is written to column {quote(key)} "
+                f"of table {info.table} ({column.pg_type}): PostgreSQL reads a zone-less "
+                "time in the connection's TimeZone, which fanout does not record, so a "
+                "TimeZone change moves every key (the next write, or a replay, puts keys "
+                "beside the old ones) and in a daylight-saving gap two times become one "
+                "key (whichever commits last wins, whatever order_by says); cast it in the "
+                "query to an instant read in the Spark session's time zone: "
+                f"{pgtypes.cast_in_query(source, 'timestamp')}, or make the column "
+                "timestamp (without time zone)",
+                [source],
+            )
 
 
 def _unfoldable(

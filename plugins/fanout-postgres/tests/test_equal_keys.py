@@ -9,6 +9,7 @@ values, and a key type no fold covers is refused unless the sink writes one part
 from __future__ import annotations
 
 import itertools
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -88,6 +89,28 @@ def test_a_string_key_into_bigint_is_refused_naming_the_cast(spark: Any, pg_url:
     # one partition sees every row of a key: PostgreSQL's equality decides, order_by wins
     _upsert(spark, pg_url, "ids_bigint", [("7", 1), ("07", 2)], "id string, seq bigint", 1)
     assert query(pg_url, "SELECT id, seq FROM ids_bigint") == [(7, 2)]
+
+
+def test_a_zone_less_key_into_timestamptz_is_refused_naming_the_cast(
+    spark: Any, pg_url: str
+) -> None:
+    execute(pg_url, "CREATE TABLE at_tz (at timestamptz PRIMARY KEY, seq bigint NOT NULL)")
+    rows = [(datetime(2024, 3, 10, 2, 30), 1), (datetime(2024, 3, 10, 3, 30), 2)]
+    for partitions in (1, 8):  # one partition meets the gap's keys, not a zone change
+        with pytest.raises(SchemaMismatchError) as caught:
+            _upsert(spark, pg_url, "at_tz", rows, "at timestamp_ntz, seq bigint", partitions)
+
+    assert str(caught.value) == (
+        "sink 'pg', batch 0: key column 'at' (timestamp_ntz) is written to column at of "
+        "table at_tz (TIMESTAMP WITH TIME ZONE): PostgreSQL reads a zone-less time in the "
+        "connection's TimeZone, which fanout does not record, so a TimeZone change moves "
+        "every key (the next write, or a replay, puts keys beside the old ones) and in a "
+        "daylight-saving gap two times become one key (whichever commits last wins, "
+        "whatever order_by says); cast it in the query to an instant read in the Spark "
+        'session\'s time zone: F.col("at").cast("timestamp") (in a sink\'s select: '
+        "CAST(at AS timestamp) AS at), or make the column timestamp (without time zone)"
+    )
+    assert query(pg_url, "SELECT count(*) FROM at_tz") == [(0,)]
 
 
 # Characters whose lowering differs between locales, ICU and Java, and their neighbours.
