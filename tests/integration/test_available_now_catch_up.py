@@ -1,6 +1,7 @@
-"""``fanout run`` with ``trigger = { available_now = true }`` and a PostgreSQL sink with
-``on_failure = "lag"``: the run ends only once every sink holds every batch, or says which
-sink does not and exits 3 (docs/architecture.md §14.4, "The end of a run").
+"""``fanout run`` with ``trigger = { available_now = true }`` (or ``{ once = true }``) and a
+PostgreSQL sink with ``on_failure = "lag"``: the run ends only once every sink holds every
+batch, or says which sink does not and exits 3 (docs/architecture.md §14.4, "The end of a
+run").
 
 The probe interval is long (600 s), so the catch-up thread never probes the sink during
 the run: what reaches PostgreSQL after it failed is the run's final catch-up's work. The
@@ -30,7 +31,7 @@ name = "avnow"
 ledger = "{data}/ledger"
 checkpoint = "{data}/checkpoint"
 spool = "{data}/spool"
-trigger = {{ available_now = true }}
+trigger = {{ {trigger} = true }}
 probe_interval_s = 600
 
 [spark]
@@ -53,6 +54,7 @@ name = "pg"
 url = "{url}"
 table = "avnow_orders"
 keys = ["order_id"]
+order_by = "amount"
 create_table = true
 partitions = 2
 on_failure = "lag"
@@ -74,11 +76,16 @@ def server(tmp_path: Path) -> Iterator[tuple[Any, str]]:
     pg.stop()
 
 
-def _config(data: Path, url: str, retries: int, backoff_s: float) -> Path:
+def _config(
+    data: Path, url: str, retries: int, backoff_s: float, trigger: str = "available_now"
+) -> Path:
     config = data / "pipeline.toml"
     config.write_text(
-        PIPELINE.format(data=data, schema=LAG_SCHEMA, url=url, retries=retries, backoff_s=backoff_s)
-    )
+        PIPELINE.format(
+            data=data, schema=LAG_SCHEMA, url=url, retries=retries, backoff_s=backoff_s,
+            trigger=trigger,
+        )
+    )  # fmt: skip
     return config
 
 
@@ -169,21 +176,23 @@ def test_postgres_back_before_the_run_ends_gets_every_batch_and_exit_0(
 def test_postgres_down_to_the_end_exits_3_naming_the_batches_and_the_next_run_delivers(
     tmp_path: Path, server: tuple[Any, str]
 ) -> None:
+    """The first run's trigger is ``once``: one batch of every file (the rate limit does
+    not apply), then the same end as ``available_now``."""
     pg, url = server
     rows = write_lag_input(tmp_path / "input", 4)
-    config = _config(tmp_path, url, 1, 0.2)
-    code, out = _finish(_start(config, tmp_path / "run1.log"), tmp_path / "run1.log")
+    once = _config(tmp_path, url, 1, 0.2, trigger="once")
+    code, out = _finish(_start(once, tmp_path / "run1.log"), tmp_path / "run1.log")
 
     assert code == 3, out[-4000:]
     assert _line(out, "final catch-up: pg misses") == (
-        "final catch-up: pg misses batches 0 to 3 (4 batch(es)); writing them before the run ends"
+        "final catch-up: pg misses batch 0 (1 batch(es)); writing them before the run ends"
     )
     lines = out.splitlines()
     first = lines.index(
         "pipeline 'avnow': the run ended with 1 sink(s) behind after a final catch-up:"
     )
     assert lines[first + 1].startswith(
-        "  - pg: batches 0 to 3 (4 batch(es), 80 row(s) in the spool); its last error: "
+        "  - pg: batch 0 (1 batch(es), 80 row(s) in the spool); its last error: "
     ), lines[first + 1]
     assert "SinkUnreachableError: sink 'pg': cannot open: OperationalError" in lines[first + 1]
     assert lines[first + 2] == (
@@ -196,21 +205,22 @@ def test_postgres_down_to_the_end_exits_3_naming_the_batches_and_the_next_run_de
     assert "pipeline 'avnow' finished" not in out
     assert versions(delta_rows(tmp_path / "lake")) == versions(rows)
     marks = committed_marks(tmp_path / "ledger", "avnow")
-    assert marks == Counter({("lake", b): 1 for b in range(4)})  # pg: nothing yet
-    assert _spool_size(tmp_path)[:2] == (4, 80)
+    assert marks == Counter({("lake", 0): 1})  # pg: nothing yet
+    assert _spool_size(tmp_path)[:2] == (1, 80)
 
-    pg.start()  # back: the next run writes the spooled batches first, then batch 4
-    rows += write_lag_input(tmp_path / "input", 1, start_file=4)
+    pg.start()  # back: the next run writes the spooled batch first, then batches 1 and 2
+    rows += write_lag_input(tmp_path / "input", 2, start_file=4)
+    config = _config(tmp_path, url, 1, 0.2)
     code, out = _finish(_start(config, tmp_path / "run2.log"), tmp_path / "run2.log")
 
     assert code == 0, out[-4000:]
     assert _line(out, "pipeline 'avnow' finished") == (
-        "pipeline 'avnow' finished (last committed batch 4)"
+        "pipeline 'avnow' finished (last committed batch 2)"
     )
     assert postgres_rows(url, "avnow_orders") == final_state(rows)
     assert versions(delta_rows(tmp_path / "lake")) == versions(rows)
     assert committed_marks(tmp_path / "ledger", "avnow") == Counter(
-        {(sink, b): 1 for sink in ("lake", "pg") for b in range(5)}
+        {(sink, b): 1 for sink in ("lake", "pg") for b in range(3)}
     )
-    assert _pg_marks_in_order(tmp_path) == list(range(5))
+    assert _pg_marks_in_order(tmp_path) == list(range(3))
     assert _spool_size(tmp_path) == (0, 0, 0)
