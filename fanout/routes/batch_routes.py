@@ -59,6 +59,12 @@ class SinkInput:
     blocked: Exception | None = None
     explain: Callable[[BaseException], Exception | None] | None = None
 
+    def stamp(self, route: Route) -> RouteStamp:
+        """The stamp of ``route`` the sink's :class:`~fanout.contract.batch.Batch` carries:
+        :attr:`route` when the route was evaluated in advance (it covers the batch
+        session's settings, as the letters record it), else the route's own."""
+        return self.route or route.stamp()
+
 
 class BatchRoutes:
     """The routes of one batch's pending sinks; build with :meth:`prepare`, read each

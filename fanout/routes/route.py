@@ -16,6 +16,7 @@ the batch for that sink with a :class:`fanout.RouteError` otherwise; see
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -64,16 +65,7 @@ class Route:
         60 bits, which a Kafka offset holds), so that a replay under another route, or
         under settings refusing other rows (:mod:`fanout.routes.settings`), is refused
         (:mod:`fanout.deadletters.route_letters`); the text names both."""
-        text = json.dumps(
-            {"where": self.where, "select": list(self.select or ()), "settings": dict(settings)}
-        )
-        fingerprint = hashlib.sha256(text.encode("utf-8")).hexdigest()[:15]
-        shown = ", ".join(f"{key}={value}" for key, value in settings)
-        return RouteStamp(
-            fingerprint,
-            f"{self.describe()} under {shown}" if shown else self.describe(),
-            earlier=(self.expression_fingerprint,),
-        )
+        return _stamp(self, tuple(settings))
 
     def apply(self, df: Any) -> Any:
         """The routed DataFrame (lazy in Spark: nothing runs until a sink reads it)."""
@@ -182,3 +174,19 @@ def _strip_alias(expression: str) -> str:
     if not sep:
         head, sep, alias = expression.rpartition(" as ")
     return head if sep and alias.strip().replace("_", "").isalnum() else expression
+
+
+@functools.lru_cache(maxsize=256)
+def _stamp(route: Route, settings: Settings) -> RouteStamp:
+    """:meth:`Route.stamp`, computed once per route and settings (every batch asks for
+    each sink's)."""
+    text = json.dumps(
+        {"where": route.where, "select": list(route.select or ()), "settings": dict(settings)}
+    )
+    fingerprint = hashlib.sha256(text.encode("utf-8")).hexdigest()[:15]
+    shown = ", ".join(f"{key}={value}" for key, value in settings)
+    return RouteStamp(
+        fingerprint,
+        f"{route.describe()} under {shown}" if shown else route.describe(),
+        earlier=(route.expression_fingerprint,),
+    )

@@ -222,7 +222,7 @@ class CatchUp:
             given = routes.input_for(sink)
             batch = Batch(
                 given.df, info, sink, txn_app_id(info.pipeline, sink, info.epoch),
-                route=given.route or spec.route.stamp(), _arrow=given.arrow,
+                route=given.stamp(spec.route), _arrow=given.arrow,
             )  # fmt: skip
             outcome = SinkRunner(
                 spec.sink, batch, given, self.record, ONE_ATTEMPT, self.hooks

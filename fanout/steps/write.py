@@ -83,8 +83,7 @@ def write_all(
 def _batch_for(state: BatchState, name: str, given: SinkInput, spec: SinkSpec) -> Batch:
     info = state.info
     app_id = txn_app_id(info.pipeline, name, info.epoch)
-    route = given.route or spec.route.stamp()  # with the session settings when evaluated
-    return Batch(given.df, info, name, app_id, route=route, _arrow=given.arrow)
+    return Batch(given.df, info, name, app_id, route=given.stamp(spec.route), _arrow=given.arrow)
 
 
 @dataclass(frozen=True)
