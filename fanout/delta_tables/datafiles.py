@@ -40,6 +40,7 @@ from fanout.delta_tables.values import (
     partition_text,
     refusal,
     timestamp_text,
+    value_problem,
 )
 
 if TYPE_CHECKING:
@@ -266,10 +267,10 @@ def _partition_text(column: str, value: pa.Scalar) -> str | None:
     """``column``'s partition value ``value`` as Delta serializes it; raises
     :class:`~fanout.delta_tables.values.UnstorablePartitionValue` naming the column and
     the value when no Delta table can keep it."""
-    try:
-        return partition_text(value)
-    except UnstorablePartitionValue as exc:
-        raise UnstorablePartitionValue(refusal(column, str(exc))) from None
+    problem = value_problem(column, value)
+    if problem is not None:
+        raise UnstorablePartitionValue(refusal(column, problem))
+    return partition_text(value)
 
 
 @dataclass

@@ -2,8 +2,11 @@
 (Python's ``datetime`` holds the years 1 to 9999 only, and ``strftime('%Y')`` does not pad
 a year below 1000), and the partition values a Delta table cannot keep.
 
-A Delta reader reads an empty partition value as null, and delta-rs writes a timestamp or
-date partition value past the year 9999 (``+10000-01-01 ...``) that it cannot read back:
+A Delta reader reads an empty partition value as null, delta-rs writes a timestamp or
+date partition value past the year 9999 (``+10000-01-01 ...``) that it cannot read back,
+and no file system holds a partition directory whose name ``<column>=<value>`` is longer
+than 255 bytes (a long string, or a float such as ``1e300``, which delta-rs writes in full
+decimal digits; delta-rs panics):
 :func:`unstorable_rows` finds such rows in an Arrow batch (:func:`holds_unstorable` tells
 whether there is one), :func:`spark_unstorable` builds
 the Spark condition finding them, and :class:`UnstorablePartitionValue` is what a writer
@@ -15,9 +18,12 @@ Imports pyarrow lazily: only :mod:`fanout.delta_tables` uses it, and only when w
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from fanout.contract.calendar import MICROS_PER_DAY, civil, clock
 
@@ -101,10 +107,88 @@ def partition_text(value: pa.Scalar) -> str | None:
         if not in_four_digit_years(days):
             raise UnstorablePartitionValue(year_problem(date_text(days)))
         return date_text(days)
+    if pat.is_floating(kind):
+        return float_text(value.as_py(), kind.bit_width)
     serialized = partition_value(value.as_py())
     if serialized == "":
         raise UnstorablePartitionValue(EMPTY_PROBLEM)
     return serialized
+
+
+def float_text(value: float, bits: int) -> str:
+    """A float partition value as delta-rs writes it (Rust's ``Display``): the shortest
+    digits that read back as the value (of a 32-bit float for ``bits`` 32 or less), in
+    full decimal notation without an exponent: ``1e300`` is a 1 and 300 zeros. (Where two
+    shortest texts of a 32-bit float are equally near, Rust's may end in the other digit:
+    the length, which is what the sink checks, is the same.)"""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    shortest = repr(value) if bits == 64 else _shortest_float32(value)
+    return format(Decimal(shortest).normalize(), "f")
+
+
+def _shortest_float32(value: float) -> str:
+    """The fewest significant digits that read back as the 32-bit float ``value``."""
+    for digits in range(1, 10):
+        text = f"{value:.{digits - 1}e}"
+        if struct.unpack("f", struct.pack("f", float(text)))[0] == value:
+            return text
+    return repr(value)
+
+
+MAX_NAME_BYTES = 255
+"""The longest file or directory name local file systems (ext4, xfs, APFS, NTFS) and HDFS
+(``dfs.namenode.fs-limits.max-component-length``) allow: a partition's directory
+``<column>=<value>`` longer than this cannot be created (delta-rs fails the write with a
+Rust panic in its writer)."""
+
+# The characters a partition directory's name escapes: every byte of them is written as %XX
+# (delta-rs' escaping and the executors' writer's, ``quote(v, safe="")``).
+_ESCAPED = "[^A-Za-z0-9_.~-]"
+
+
+def directory_name(column: str, text: str) -> str:
+    """The name of the directory holding ``column``'s partition value ``text``, as the
+    executors' writer makes it (delta-rs does not escape the column name, so its name is
+    never longer)."""
+    return f"{quote(column, safe='')}={quote(text, safe='')}"
+
+
+def length_problem(column: str, text: str, shown: str | None = None) -> str | None:
+    """Why ``column``'s partition value ``text`` cannot be kept when its directory's name
+    is longer than :data:`MAX_NAME_BYTES` (``None`` when it fits); ``shown``: the value as
+    the message names it (default: ``text``, shortened)."""
+    size = len(directory_name(column, text))
+    if size <= MAX_NAME_BYTES:
+        return None
+    if shown is None:
+        shown = repr(text if len(text) <= 40 else text[:40] + "...")
+        shown += f" ({len(text)} characters)" if len(text) > 40 else ""
+    else:
+        shown += f" (written as {len(text)} decimal characters)"
+    return (
+        f"holds {shown}, whose partition directory name ({column}=<value>, escaped) would "
+        f"be {size} bytes, more than the {MAX_NAME_BYTES} a file system allows for a name "
+        "(a float is written in full decimal digits, 1e300 as 301 of them; each byte of "
+        "a character other than a letter, a digit or _.~- is written as 3, %XX)"
+    )
+
+
+def value_problem(column: str, value: pa.Scalar) -> str | None:
+    """Why ``column``'s partition value ``value`` cannot be kept by a Delta table, as
+    :func:`refusal` takes it (``None`` when it can)."""
+    import pyarrow.types as pat
+
+    try:
+        text = partition_text(value)
+    except UnstorablePartitionValue as exc:
+        return str(exc)
+    if text is None:
+        return None
+    kind = value.type.value_type if pat.is_dictionary(value.type) else value.type
+    return length_problem(column, text, repr(value.as_py()) if pat.is_floating(kind) else None)
 
 
 EMPTY_PROBLEM = (
@@ -144,7 +228,7 @@ def unstorable_rows(
     masks: list[tuple[str, Any]] = []
     for name in columns:
         if name in table.column_names:
-            mask = _unstorable(table.column(name))
+            mask = _unstorable(table.column(name), name)
             if mask is not None and pc.any(mask).as_py():
                 masks.append((name, mask))
     if not masks:
@@ -153,12 +237,8 @@ def unstorable_rows(
     faults = []
     for index in pc.indices_nonzero(every).to_pylist():
         name, _ = next((n, m) for n, m in masks if m[index].as_py())
-        try:
-            partition_text(table.column(name)[index])
-            problem = EMPTY_PROBLEM  # unreachable: the mask found a problem
-        except UnstorablePartitionValue as exc:
-            problem = str(exc)
-        faults.append((name, problem))
+        problem = value_problem(name, table.column(name)[index])
+        faults.append((name, problem or EMPTY_PROBLEM))  # always one: the mask found it
     return every, faults
 
 
@@ -169,15 +249,15 @@ def holds_unstorable(table: pa.Table, columns: Sequence[str]) -> bool:
 
     for name in columns:
         if name in table.column_names:
-            mask = _unstorable(table.column(name))
+            mask = _unstorable(table.column(name), name)
             if mask is not None and pc.any(mask).as_py():
                 return True
     return False
 
 
-def _unstorable(column: pa.ChunkedArray) -> Any:
-    """The mask of ``column``'s values no Delta partition can keep (nulls: false);
-    ``None`` for a type that has none."""
+def _unstorable(column: pa.ChunkedArray, name: str) -> Any:
+    """The mask of the values of column ``name`` no Delta partition can keep (nulls:
+    false); ``None`` for a type that has none."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.types as pat
@@ -185,8 +265,13 @@ def _unstorable(column: pa.ChunkedArray) -> Any:
     kind = column.type
     if pat.is_dictionary(kind):
         column, kind = column.cast(kind.value_type), kind.value_type
+    room = MAX_NAME_BYTES - len(quote(name, safe="")) - 1  # for the escaped value
     if pat.is_string(kind) or pat.is_large_string(kind):
-        mask = pc.equal(column, "")
+        kept = pc.utf8_length(pc.replace_substring_regex(column, _ESCAPED, ""))
+        escaped = pc.subtract(pc.multiply(pc.binary_length(column), 3), pc.multiply(kept, 2))
+        mask = pc.or_(pc.equal(column, ""), pc.greater(escaped, room))
+    elif pat.is_floating(kind):
+        mask = _long_floats(column, room, kind.bit_width)
     elif pat.is_timestamp(kind):
         per_day = (
             MICROS_PER_DAY // _UNIT_MICROS[kind.unit]
@@ -206,12 +291,37 @@ def _unstorable(column: pa.ChunkedArray) -> Any:
     return pc.fill_null(mask, False)
 
 
+def _long_floats(column: pa.ChunkedArray, room: int, bits: int) -> Any:
+    """The mask of the floats of ``column`` whose text is longer than ``room`` bytes. The
+    text holds a sign, at most 17 significant digits and a dot, and the zeros the exponent
+    asks for: only a magnitude of at least ``10**(room - 3)`` or below ``10**(21 - room)``
+    can be too long, and just those values are written out (all of them when ``room`` is
+    under 22, a column name of more than 232 bytes)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = column.cast(pa.float64())
+    if room < 22:
+        candidates = pc.is_valid(values)
+    else:
+        size = pc.abs(values)
+        big = pc.greater_equal(size, 10.0 ** (room - 3))
+        tiny = pc.and_(pc.greater(size, 0), pc.less(size, 10.0 ** (21 - room)))
+        candidates = pc.fill_null(pc.and_(pc.is_finite(values), pc.or_(big, tiny)), False)
+    flags = [False] * len(values)
+    for index in pc.indices_nonzero(candidates).to_pylist():
+        flags[index] = len(float_text(values[index].as_py(), bits)) > room
+    return pa.array(flags, pa.bool_())
+
+
 def spark_unstorable(schema: Any, columns: Sequence[str], *, years: bool) -> list[tuple[str, Any]]:
     """For each of the partition ``columns`` of a Spark ``schema`` that may hold a value no
     Delta table can keep, the column and the Spark condition finding such rows: the empty
     string, which delta-spark too writes as null (delta-io/delta#2100), and with ``years``
-    a timestamp outside the years 0 to 9999 in UTC (delta-rs' limit; a Spark date, or a
-    timestamp without zone, never leaves them)."""
+    (delta-rs' limits) a timestamp outside the years 0 to 9999 in UTC (a Spark date, or a
+    timestamp without zone, never leaves them) and a string whose directory name would be
+    longer than :data:`MAX_NAME_BYTES` (a float partition column is written from the
+    driver, :func:`unstorable_rows` finds those)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, TimestampType
 
@@ -220,7 +330,13 @@ def spark_unstorable(schema: Any, columns: Sequence[str], *, years: bool) -> lis
         kind = next((f.dataType for f in schema.fields if f.name == name), None)
         column = F.col("`" + name.replace("`", "``") + "`")
         if isinstance(kind, StringType):
-            conditions.append((name, column == F.lit("")))
+            condition = column == F.lit("")
+            if years:
+                room = MAX_NAME_BYTES - len(quote(name, safe="")) - 1
+                kept = F.length(F.regexp_replace(column, F.lit(_ESCAPED), F.lit("")))
+                escaped = F.octet_length(column) * 3 - kept * 2
+                condition = condition | (escaped > F.lit(room))
+            conditions.append((name, condition))
         elif years and isinstance(kind, TimestampType):
             micros = F.unix_micros(column)
             low, high = _DAY_OF_YEAR_0 * MICROS_PER_DAY, _DAY_OF_YEAR_10000 * MICROS_PER_DAY

@@ -60,7 +60,11 @@ OPTIONS = (
         "must carry them. A partition value no Delta table can keep is refused by every "
         "writer alike: an empty string (Delta reads it back as null; delta-spark writes it "
         "as null), and with engine `rs` a date or timestamp past the year 9999 in UTC "
-        "(delta-rs cannot read it back). Such a row goes to `dead_letter`, or fails the "
+        "(delta-rs cannot read it back) and a value whose directory name `<column>=<value>` "
+        "(escaped: 3 bytes for each byte of a character other than a letter, a digit or "
+        "`_.~-`) would exceed 255 bytes, which no file system holds: a long string, or a "
+        "float such as `1e300`, which delta-rs writes in full decimal digits (it panicked "
+        "on it). Such a row goes to `dead_letter`, or fails the "
         "batch naming sink, batch, column and value; a merge refuses it only where it wins "
         "its key (a refused row that loses to another row of its key is superseded, see "
         "**Dead letters**)",

@@ -190,6 +190,7 @@ def _commit(
             merge_schema=sink.merge_schema,
             sink=sink.name,
             batch_id=batch_id,
+            merge=sink.mode == "merge",
         )
     if sink.mode == "append":  # without a dead-letter target (else split off already)
         refuse_unstorable(data, partition_columns(sink, table), sink.name, batch_id)

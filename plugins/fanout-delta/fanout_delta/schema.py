@@ -23,7 +23,17 @@ error names the cast that makes the rounding the query's own, as the PostgreSQL 
 for ``bigint`` into ``double precision``.
 
 Columns of the table missing from the batch are not a conflict: an append writes them as
-null (see :func:`pad_missing_columns`), a merge keeps the target's values.
+null (see :func:`pad_missing_columns`), a merge keeps the target's values. So are fields of
+a struct column (at any depth, in lists and maps too) the batch's struct lacks, in an
+append: written as null, by the driver's writer and the executors' alike, as Delta on
+Spark does; a NOT NULL one is refused (Delta on Spark refuses it too), and so is any in a
+merge with delta-rs, which cannot plan it.
+
+Delta column names are case-insensitive: a batch holding two names that differ only in
+case (``Id`` and ``id``, or fields ``s.A`` and ``s.a``), or a name the table spells in
+another case (batch ``ID``, table ``id``), is refused naming both spellings
+(:func:`refuse_case_duplicates`, :func:`case_clashes`), whether or not ``merge_schema``
+is set: delta-rs cannot write either (nor add the second spelling as a column).
 
 Whether or not the table exists, every batch must carry the columns the options ``keys``,
 ``order_by`` and ``partition_by`` name (:func:`check_option_columns`), and delta-rs is not
@@ -66,29 +76,26 @@ class SchemaDiff:
     :param missing: table columns the batch does not have (``(name, nullable)``).
     :param rounded: ``(column, table type, batch type)`` for integer columns whose values
         the table's float column would round (a ``long`` into a ``double``).
+    :param missing_fields: ``(path, nullable)`` of the fields of the table's struct
+        columns (``s.b``, ``l[].b``, ``m.value.b``) the batch's structs lack.
     """
 
     new_columns: list[str] = field(default_factory=list)
     conflicts: list[tuple[str, pa.DataType, pa.DataType]] = field(default_factory=list)
     missing: list[tuple[str, bool]] = field(default_factory=list)
     rounded: list[tuple[str, pa.DataType, pa.DataType]] = field(default_factory=list)
+    missing_fields: list[tuple[str, bool]] = field(default_factory=list)
 
-    def problems(self, *, merge_schema: bool, table_columns: list[str]) -> tuple[list[str], str]:
-        """The offending column names and a message explaining them ('' when none)."""
+    def problems(self, *, merge_schema: bool, merge: bool = False) -> tuple[list[str], str]:
+        """The offending column names and a message explaining them ('' when none);
+        ``merge``: the batch is merged (delta-rs), which cannot leave a struct's field out."""
         columns: list[str] = []
         parts: list[str] = []
         if self.new_columns and not merge_schema:
             columns += self.new_columns
-            lowered = {c.lower(): c for c in table_columns}
-            hints = [
-                f"{c!r} (the table has {lowered[c.lower()]!r}; names are case-sensitive)"
-                for c in self.new_columns
-                if c.lower() in lowered
-            ]
             parts.append(
                 f"column(s) {', '.join(map(repr, self.new_columns))} not in the table"
-                + (f" [{'; '.join(hints)}]" if hints else "")
-                + "; set merge_schema=True to add them, or drop them from the stream"
+                "; set merge_schema=True to add them, or drop them from the stream"
             )
         if self.conflicts:
             columns += [name for name, _, _ in self.conflicts]
@@ -113,6 +120,19 @@ class SchemaDiff:
             parts.append(
                 f"NOT NULL column(s) {', '.join(map(repr, required))} missing from the batch"
             )
+        fields = [p for p, nullable in self.missing_fields if merge or not nullable]
+        if fields:
+            columns += list(dict.fromkeys(_column_of(p) for p in fields))
+            why = (
+                "a merge with delta-rs cannot update a struct without all its fields"
+                if merge
+                else "they are NOT NULL in the table"
+            )
+            parts.append(
+                f"field(s) {', '.join(map(repr, fields))} of the table missing from the "
+                f"batch's struct(s) ({why}); add them to the struct in the stream, e.g. "
+                "F.struct(..., F.lit(None).cast('<type>').alias('<field>')) for a null"
+            )
         return columns, "; ".join(parts)
 
 
@@ -131,8 +151,124 @@ def diff_schemas(table: pa.Schema, batch: pa.Schema, *, merge_schema: bool) -> S
                 diff.rounded.append((f.name, target, f.type))
             else:
                 diff.conflicts.append((f.name, target, f.type))
+        else:
+            diff.missing_fields += missing_fields(table.field(index).type, f.type, f.name)
     diff.missing = [(f.name, f.nullable) for f in table if f.name not in batch_names]
     return diff
+
+
+def missing_fields(target: pa.DataType, source: pa.DataType, path: str) -> list[tuple[str, bool]]:
+    """``(path, nullable)`` of the fields nested in a table column of type ``target``
+    (named ``path``) that the batch's type ``source`` lacks."""
+    if pat.is_dictionary(source):
+        source = source.value_type
+    if pat.is_struct(target) and pat.is_struct(source):
+        found: list[tuple[str, bool]] = []
+        for child in target:
+            index = source.get_field_index(child.name)
+            inner = f"{path}.{child.name}"
+            if index < 0:
+                found.append((inner, child.nullable))
+            else:
+                found += missing_fields(child.type, source.field(index).type, inner)
+        return found
+    if _is_list(target) and _is_list(source):
+        return missing_fields(target.value_type, source.value_type, f"{path}[]")
+    if pat.is_map(target) and pat.is_map(source):
+        return missing_fields(target.key_type, source.key_type, f"{path}.key") + (
+            missing_fields(target.item_type, source.item_type, f"{path}.value")
+        )
+    return []
+
+
+def _column_of(path: str) -> str:
+    """The top-level column of a nested field's ``path`` (``s`` of ``s.b``, ``l`` of
+    ``l[].b``); column names holding dots are rare enough to be named by their start."""
+    return re.split(r"\.|\[\]", path, maxsplit=1)[0]
+
+
+def case_clashes(table: pa.Schema, batch: pa.Schema) -> list[tuple[str, str]]:
+    """``(batch path, table path)`` of the batch's columns and struct fields the table
+    spells in another case only (batch ``ID``, table ``id``; ``s.A`` and ``s.a``)."""
+    return _clashes(list(table), list(batch), "")
+
+
+def _clashes(table: list[pa.Field], batch: list[pa.Field], prefix: str) -> list[tuple[str, str]]:
+    exact = {f.name: f for f in table}
+    lowered = {f.name.lower(): f for f in table}
+    found: list[tuple[str, str]] = []
+    for f in batch:
+        if f.name in exact:
+            found += [
+                (prefix + b, prefix + t)
+                for b, t in _nested_clashes(exact[f.name].type, f.type, f.name)
+            ]
+        elif f.name.lower() in lowered:
+            found.append((prefix + f.name, prefix + lowered[f.name.lower()].name))
+    return found
+
+
+def _nested_clashes(target: pa.DataType, source: pa.DataType, path: str) -> list[tuple[str, str]]:
+    if pat.is_struct(target) and pat.is_struct(source):
+        return _clashes(list(target), list(source), f"{path}.")
+    if _is_list(target) and _is_list(source):
+        return _nested_clashes(target.value_type, source.value_type, f"{path}[]")
+    if pat.is_map(target) and pat.is_map(source):
+        return _nested_clashes(target.item_type, source.item_type, f"{path}.value")
+    return []
+
+
+def case_duplicates(schema: pa.Schema) -> list[tuple[str, str]]:
+    """Pairs of the batch's column names (and names of fields of one struct, as paths)
+    that differ only in case: a Delta table cannot hold both."""
+    return _duplicates(list(schema), "")
+
+
+def _duplicates(fields: list[pa.Field], prefix: str) -> list[tuple[str, str]]:
+    seen: dict[str, str] = {}
+    found: list[tuple[str, str]] = []
+    for f in fields:
+        first = seen.setdefault(f.name.lower(), f.name)
+        if first != f.name:
+            found.append((prefix + first, prefix + f.name))
+        found += _nested_duplicates(f.type, f"{prefix}{f.name}")
+    return found
+
+
+def _nested_duplicates(kind: pa.DataType, path: str) -> list[tuple[str, str]]:
+    if pat.is_struct(kind):
+        return _duplicates(list(kind), f"{path}.")
+    if _is_list(kind):
+        return _nested_duplicates(kind.value_type, f"{path}[]")
+    if pat.is_map(kind):
+        return _nested_duplicates(kind.key_type, f"{path}.key") + _nested_duplicates(
+            kind.item_type, f"{path}.value"
+        )
+    return []
+
+
+def refuse_case_duplicates(names: pa.Schema | Sequence[str], *, sink: str,
+                           batch_id: int | None) -> None:  # fmt: skip
+    """Raise :class:`fanout.errors.SchemaMismatchError` when two of the batch's column
+    names (or field names of one of its structs), of ``names`` (a schema, or the top-level
+    names alone), differ only in case: Delta names are case-insensitive."""
+    from fanout.errors import SchemaMismatchError
+
+    schema = names if isinstance(names, pa.Schema) else pa.schema([(n, pa.null()) for n in names])
+    found = case_duplicates(schema)
+    if not found:
+        return
+    pairs = ", ".join(f"{a!r} and {b!r}" for a, b in found)
+    raise SchemaMismatchError(
+        f"the batch holds {pairs}, names that differ only in case: Delta column names are "
+        "case-insensitive, so a Delta table cannot hold both; rename or drop one of each "
+        "pair in the stream (e.g. in a sink's select: "
+        f"{_sql_name(found[0][1].split('.')[-1])} AS "
+        f"{_sql_name(found[0][1].split('.')[-1] + '_2')})",
+        sink=sink,
+        batch_id=batch_id,
+        columns=list(dict.fromkeys(_column_of(p) for pair in found for p in pair)),
+    )
 
 
 def fits(target: pa.DataType, source: pa.DataType, *, merge_schema: bool = False) -> bool:
@@ -189,15 +325,46 @@ def evolves(table: pa.Schema, batch: pa.Schema) -> bool:
 
 
 def pad_missing_columns(batch: pa.Table, table: pa.Schema) -> pa.Table:
-    """Add the nullable table columns the batch lacks, as all-null columns.
+    """Add the nullable table columns the batch lacks, as all-null columns, and the
+    nullable fields the batch's structs lack, as null fields.
 
-    delta-rs refuses an append whose column count differs from the table's (Delta on Spark
-    writes nulls), so both engines behave alike.
+    delta-rs refuses an append whose column count, or a struct's field count, differs
+    from the table's (Delta on Spark writes nulls; so does the executors' writer), so
+    every writer behaves alike.
     """
+    for index, f in enumerate(batch.schema):
+        if table.get_field_index(f.name) < 0:
+            continue
+        padded = _padded(table.field(f.name).type, f.type)
+        if not padded.equals(f.type):
+            column = batch.column(index).cast(padded)  # by name: the fields added are null
+            batch = batch.set_column(index, f.with_type(padded), column)
     for f in table:
         if f.name not in batch.column_names and f.nullable:
             batch = batch.append_column(f, pa.nulls(batch.num_rows, type=f.type))
     return batch
+
+
+def _padded(target: pa.DataType, source: pa.DataType) -> pa.DataType:
+    """``source`` with the fields of the structs in ``target`` it lacks added (after its
+    own), through lists and maps."""
+    if pat.is_struct(target) and pat.is_struct(source):
+        fields = [
+            c if target.get_field_index(c.name) < 0
+            else c.with_type(_padded(target.field(c.name).type, c.type))
+            for c in source
+        ]  # fmt: skip
+        fields += [c for c in target if source.get_field_index(c.name) < 0]
+        return pa.struct(fields)
+    if (pat.is_list(target) or pat.is_large_list(target)) and (
+        pat.is_list(source) or pat.is_large_list(source)
+    ):
+        item = source.value_field.with_type(_padded(target.value_type, source.value_type))
+        return pa.large_list(item) if pat.is_large_list(source) else pa.list_(item)
+    if pat.is_map(target) and pat.is_map(source):
+        item = source.item_field.with_type(_padded(target.item_type, source.item_type))
+        return pa.map_(source.key_field, item)
+    return source
 
 
 def _int_fits(target: pa.DataType, source: pa.DataType) -> bool:
@@ -260,13 +427,30 @@ def check_batch_schema(
     merge_schema: bool,
     sink: str,
     batch_id: int | None,
+    merge: bool = False,
 ) -> None:
     """Raise :class:`fanout.errors.SchemaMismatchError` when ``batch`` cannot be written
-    to a table of schema ``table``; the error names the columns and what to do."""
+    to a table of schema ``table``; the error names the columns and what to do.
+    ``merge``: the batch is merged with delta-rs (a struct must carry all its fields)."""
     from fanout.errors import SchemaMismatchError
 
+    clashes = case_clashes(table, batch)
+    if clashes:
+        pairs = ", ".join(f"{b!r} (the table has {t!r})" for b, t in clashes)
+        fixes = ", ".join(
+            f"{_sql_name(b.split('.')[-1])} AS {_sql_name(t.split('.')[-1])}" for b, t in clashes
+        )
+        raise SchemaMismatchError(
+            f"the batch spells {pairs} in another case: Delta column names are "
+            "case-insensitive, so these name the table's column, which delta-rs cannot "
+            f"write from it (nor add as a new one, with merge_schema too); rename them in "
+            f"the stream to the table's spelling (in a sink's select: {fixes})",
+            sink=sink,
+            batch_id=batch_id,
+            columns=list(dict.fromkeys(_column_of(b) for b, _ in clashes)),
+        )
     diff = diff_schemas(table, batch, merge_schema=merge_schema)
-    columns, message = diff.problems(merge_schema=merge_schema, table_columns=table.names)
+    columns, message = diff.problems(merge_schema=merge_schema, merge=merge)
     if columns:
         raise SchemaMismatchError(
             f"the batch does not fit the Delta table: {message}",

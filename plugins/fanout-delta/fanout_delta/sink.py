@@ -354,17 +354,20 @@ class DeltaSink(Sink):
     def _check_batch_schema(
         self, schema: pa.Schema | None, names: Sequence[str], batch_id: int | None
     ) -> None:
-        """Refuse a batch lacking a column an option names, or, for delta-rs, holding a
-        ``VARIANT``, a ``GEOMETRY`` or a ``GEOGRAPHY`` (``schema``: the batch's Arrow
-        schema, when known)."""
+        """Refuse a batch holding two names that differ only in case, lacking a column an
+        option names, or, for delta-rs, holding a ``VARIANT``, a ``GEOMETRY`` or a
+        ``GEOGRAPHY`` (``schema``: the batch's Arrow schema, when known)."""
         from fanout_delta.schema import (
             check_option_columns,
             refuse_binary_partitions,
+            refuse_case_duplicates,
             refuse_geospatial,
             refuse_variants,
         )
 
         options = {"keys": self.keys, "order_by": self.order_by, "partition_by": self.partition_by}
+        refuse_case_duplicates(schema if schema is not None else names, sink=self.name,
+                               batch_id=batch_id)  # fmt: skip
         check_option_columns(names, options, sink=self.name, batch_id=batch_id)
         if schema is not None and (self.resolved_engine or self.engine) == "rs":
             refuse_variants(schema, sink=self.name, batch_id=batch_id)

@@ -399,11 +399,12 @@ def test_extra_column_without_merge_schema_is_a_schema_mismatch(tmp_path, mode):
     sink = opened(path, **options)
     sink.write(make_batch({"id": ids(1)}, batch_id=0))
     with pytest.raises(SchemaMismatchError) as info:
-        sink.write(make_batch({"id": ids(1, 1), "extra": ["x"], "Id": [1]}, batch_id=1))
-    assert info.value.columns == ["extra", "Id"]
-    message = str(info.value)
-    assert "sink 's', batch 1" in message and "'extra'" in message and "merge_schema" in message
-    assert "the table has 'id'" in message
+        sink.write(make_batch({"id": ids(1, 1), "extra": ["x"]}, batch_id=1))
+    assert info.value.columns == ["extra"]
+    assert str(info.value) == (
+        "sink 's', batch 1: the batch does not fit the Delta table: column(s) 'extra' not in "
+        "the table; set merge_schema=True to add them, or drop them from the stream"
+    )  # a column spelt as the table's in another case: test_delta_struct_fields_and_case
     assert DeltaTable(str(path)).version() == 0
 
 
