@@ -267,9 +267,12 @@ def _unstorable(column: pa.ChunkedArray, name: str) -> Any:
         column, kind = column.cast(kind.value_type), kind.value_type
     room = MAX_NAME_BYTES - len(quote(name, safe="")) - 1  # for the escaped value
     if pat.is_string(kind) or pat.is_large_string(kind):
-        kept = pc.utf8_length(pc.replace_substring_regex(column, _ESCAPED, ""))
-        escaped = pc.subtract(pc.multiply(pc.binary_length(column), 3), pc.multiply(kept, 2))
-        mask = pc.or_(pc.equal(column, ""), pc.greater(escaped, room))
+        mask = pc.equal(column, "")
+        if pc.any(pc.greater(pc.binary_length(column), room // 3)).as_py():
+            # each byte escapes to 3 at most: only a value this long can be too long
+            kept = pc.utf8_length(pc.replace_substring_regex(column, _ESCAPED, ""))
+            escaped = pc.subtract(pc.multiply(pc.binary_length(column), 3), pc.multiply(kept, 2))
+            mask = pc.or_(mask, pc.greater(escaped, room))
     elif pat.is_floating(kind):
         mask = _long_floats(column, room, kind.bit_width)
     elif pat.is_timestamp(kind):
