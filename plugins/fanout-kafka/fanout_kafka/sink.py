@@ -46,6 +46,7 @@ from fanout_kafka.membership import read_committed
 from fanout_kafka.options import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
     TopicSpec,
+    check_header_columns,
     check_producer_settings,
     check_topic_name,
     client_batch_size,
@@ -427,7 +428,7 @@ class KafkaSink(PartitionedSink):
         if not isinstance(self.value, str) or not self.value:
             raise self._error(f"option 'value' must be 'json' or a column name, got {self.value!r}")
         if not isinstance(self.headers, bool):
-            columns(self.name, "headers", self.headers)
+            check_header_columns(self.name, columns(self.name, "headers", self.headers) or ())
         columns(self.name, "key", self.key)
         columns(self.name, "order_by", self.order_by)
         if self.dead_letter is not None and not isinstance(self.dead_letter, str):
