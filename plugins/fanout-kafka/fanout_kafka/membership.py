@@ -171,13 +171,22 @@ def refuse_markers_ahead(
 _elsewhere_checked: set[tuple[str, str, str, str]] = set()
 
 
+def forget_elsewhere_checks(sink: str) -> None:
+    """Check other topics for sink ``sink``'s markers again (its ``open()``): a sink
+    reopened in the same process may have written a batch in part under another
+    ``marker_topic`` since the last check passed for this one (moved to ``B`` and back
+    to ``A``), which the check cached for ``A`` would not see."""
+    with _legacy_lock:
+        _elsewhere_checked.difference_update({k for k in _elsewhere_checked if k[3] == sink})
+
+
 def refuse_markers_elsewhere(
     admin_config: Mapping[str, Any],
     settings: WriterSettings,
     batch_id: int,
     partitions: int,
 ) -> None:
-    """Once per sink and process, when no marker in ``settings.marker_topic`` holds
+    """Once per sink and ``open()``, when no marker in ``settings.marker_topic`` holds
     ``batch_id``: refuse the batch when this sink's marker groups say, in another topic
     of the cluster, that partitions hold it. That is a batch half written before
     ``marker_topic`` was changed: the replay, reading only the new topic, would write

@@ -43,7 +43,7 @@ from fanout_kafka.driver_admins import ADMINS, admin_config
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
 from fanout_kafka.json_types import unwritable
 from fanout_kafka.markers import default_transactional_id_prefix, legacy_transactional_id_prefix
-from fanout_kafka.membership import read_committed
+from fanout_kafka.membership import forget_elsewhere_checks, read_committed
 from fanout_kafka.options import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
     TopicSpec,
@@ -216,6 +216,7 @@ class KafkaSink(PartitionedSink):
         turns = needs_turns(cluster.cluster_id)
         self._end_turns = turn_file(self.bootstrap_servers) if turns else None
         self._unsettled = True  # a driver killed before this one left them so, perhaps
+        forget_elsewhere_checks(self.name)
         if self._end_turns is not None:
             log.info(
                 "sink %r: the broker is Tansu (cluster id %r): this sink's tasks commit and "

@@ -180,3 +180,29 @@ def test_a_former_marker_topic_of_finished_batches_lets_the_batch_through(
     monkeypatch.setattr(membership, "_elsewhere_checked", set())
     membership.refuse_markers_elsewhere({}, moved_settings(), 4, PLAN.partitions)
     assert membership._elsewhere_checked == {("None", "new-markers", "pipe", "events")}
+
+
+def test_a_sink_reopened_in_the_process_checks_other_topics_again(
+    monkeypatch: pytest.MonkeyPatch, kafka: Any
+) -> None:
+    """In one process (a notebook): batch 4's check passed on ``new-markers``; the sink
+    was then rebuilt on ``__fanout_markers``, wrote p1 of batch 5 there and failed, and
+    was rebuilt on ``new-markers`` again. Up to this version the check cached for
+    ``new-markers`` in the first run let batch 5 through and p1 was written again; the
+    sink's ``open()`` (on the test broker) now clears it."""
+    from fanout_kafka import KafkaSink
+
+    from fanout.testing import open_sink
+
+    admin = TopicsAdmin({"__fanout_markers": 1, "new-markers": 1},
+                        {group(0): {"__fanout_markers": 4}})  # fmt: skip
+    monkeypatch.setattr(membership, "_admin", lambda config: admin)
+    monkeypatch.setattr(membership, "_elsewhere_checked", set())
+    membership.refuse_markers_elsewhere({}, moved_settings(), 4, PLAN.partitions)
+    admin.markers[group(1)] = {"__fanout_markers": 6}  # batch 5 half written there
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic="new-markers-target",
+                     create_topic=True, marker_topic="new-markers")  # fmt: skip
+    open_sink(sink, "pipe")
+    sink.close()
+    with pytest.raises(KafkaMarkerError, match=r"partition\(s\) \[1\] in topic '__fanout_m"):
+        membership.refuse_markers_elsewhere({}, moved_settings(), 5, PLAN.partitions)
