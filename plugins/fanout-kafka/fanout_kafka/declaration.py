@@ -33,7 +33,9 @@ OPTIONS = (
         "headers",
         "`true`",
         "`fanout.pipeline`, `fanout.sink`, `fanout.batch_id` on every record; `false`: none; "
-        "a list of columns: those plus one header per column",
+        "a list of columns: those plus one header per column (a column named like a header "
+        "fanout writes, `fanout.batch_id`, `fanout.error`..., is refused at open: the record "
+        "would carry the name twice)",
     ),
     SinkOption(
         "producer",

@@ -171,20 +171,31 @@ def refuse_markers_ahead(
 _elsewhere_checked: set[tuple[str, str, str, str]] = set()
 
 
+def forget_elsewhere_checks(sink: str) -> None:
+    """Check other topics for sink ``sink``'s markers again (its ``open()``): a sink
+    reopened in the same process may have written a batch in part under another
+    ``marker_topic`` since the last check passed for this one (moved to ``B`` and back
+    to ``A``), which the check cached for ``A`` would not see."""
+    with _legacy_lock:
+        _elsewhere_checked.difference_update({k for k in _elsewhere_checked if k[3] == sink})
+
+
 def refuse_markers_elsewhere(
     admin_config: Mapping[str, Any],
     settings: WriterSettings,
     batch_id: int,
     partitions: int,
 ) -> None:
-    """Once per sink and process, when no marker in ``settings.marker_topic`` holds
-    ``batch_id``: refuse the batch when this sink's marker groups say, in another
-    one-partition topic of the cluster, that partitions hold it. That is a batch half
-    written before ``marker_topic`` was changed: the replay, reading only the new topic,
-    would write those partitions again. A change between batches finds no marker at
-    ``batch_id + 1`` there (finished history) and passes. Read with one group-offsets
-    request per partition over every other one-partition topic (a marker topic has one
-    partition); a topic the brokers do not let the sink describe is not seen."""
+    """Once per sink and ``open()``, when no marker in ``settings.marker_topic`` holds
+    ``batch_id``: refuse the batch when this sink's marker groups say, in another topic
+    of the cluster, that partitions hold it. That is a batch half written before
+    ``marker_topic`` was changed: the replay, reading only the new topic, would write
+    those partitions again. A change between batches finds no marker at ``batch_id + 1``
+    there (finished history) and passes. Read with one group-offsets request per
+    partition over partition 0 of every other topic: markers are committed on partition 0,
+    and a former marker topic may have gained partitions since (up to this version only
+    one-partition topics were read, and such a topic's half batch was written again); a
+    topic the brokers do not let the sink describe is not seen."""
     from fanout_kafka.errors import KafkaMarkerError
 
     servers = str(admin_config.get("bootstrap.servers"))
@@ -194,11 +205,8 @@ def refuse_markers_elsewhere(
             return
     admin = _admin(admin_config)
     timeout_s = settings.operation_timeout_s
-    topics = sorted(
-        name
-        for name, meta in admin.list_topics(timeout=timeout_s).topics.items()
-        if len(meta.partitions) == 1 and name != settings.marker_topic
-    )
+    listed = admin.list_topics(timeout=timeout_s).topics
+    topics = sorted(name for name in listed if name != settings.marker_topic)
     holding: dict[str, list[int]] = {}
     if topics:
         groups = [settings.marker_group(p) for p in range(partitions)]

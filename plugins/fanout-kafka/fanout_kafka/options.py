@@ -206,6 +206,24 @@ def columns(sink: str, option: str, value: Any) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def check_header_columns(sink: str, header_columns: Sequence[str]) -> None:
+    """Refuse a header column named like a header fanout writes itself
+    (:data:`fanout_kafka.records.FIXED_HEADERS`): the record would carry two headers of
+    that name, and a consumer reading the first one would get the wrong value."""
+    from fanout_kafka.records import FIXED_HEADERS
+
+    clashing = [c for c in header_columns if c in FIXED_HEADERS]
+    if clashing:
+        named = ", ".join(map(repr, clashing))
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: option 'headers' names column(s) {named}, which fanout "
+            f"writes as headers itself ({', '.join(FIXED_HEADERS)}): each record would carry "
+            "two headers of that name, and a consumer reading the first would get the wrong "
+            "value. Rename the column in the query or the sink's select (e.g. "
+            f"{clashing[0].replace('.', '_')!r}) and list the new name in 'headers'"
+        )
+
+
 LIBRDKAFKA_DEFAULT_BATCH_SIZE = 1_000_000
 """librdkafka's default ``batch.size``: the bytes of records it packs into one record batch."""
 

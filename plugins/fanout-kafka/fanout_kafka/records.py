@@ -40,6 +40,19 @@ LIMIT_SOURCES = (
 
 Headers = list[tuple[str, bytes]]
 
+BATCH_HEADERS = ("fanout.pipeline", "fanout.sink", "fanout.batch_id")
+"""The fixed headers of every record (``headers`` true or a list of columns)."""
+
+LETTER_HEADERS = (
+    "fanout.error", "fanout.topic", "fanout.record_bytes", "fanout.column", "fanout.value",
+)  # fmt: skip
+"""The headers a letter to a ``kafka:`` dead-letter topic adds to the record's own."""
+
+FIXED_HEADERS = BATCH_HEADERS + LETTER_HEADERS
+"""Every header name fanout writes itself: a header column of one of these names would
+put a second header of that name on the record (a consumer reading the first one gets the
+wrong value), so the ``headers`` option refuses them."""
+
 
 class Record(NamedTuple):
     """One Kafka record, ready to produce (a tuple: a partition holds a million)."""
@@ -265,11 +278,8 @@ def records_of(
 
 def batch_headers(pipeline: str, sink: str, batch_id: int) -> tuple[tuple[str, bytes], ...]:
     """The fixed headers of every record of one batch."""
-    return (
-        ("fanout.pipeline", pipeline.encode()),
-        ("fanout.sink", sink.encode()),
-        ("fanout.batch_id", str(batch_id).encode()),
-    )
+    values = (pipeline.encode(), sink.encode(), str(batch_id).encode())
+    return tuple(zip(BATCH_HEADERS, values, strict=True))
 
 
 def dead_letter_headers(record: Record, reason: str, topic: str) -> Headers:

@@ -18,8 +18,9 @@ Design decisions:
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch
@@ -42,10 +43,11 @@ from fanout_kafka.driver_admins import ADMINS, admin_config
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
 from fanout_kafka.json_types import unwritable
 from fanout_kafka.markers import default_transactional_id_prefix, legacy_transactional_id_prefix
-from fanout_kafka.membership import read_committed
+from fanout_kafka.membership import forget_elsewhere_checks, read_committed
 from fanout_kafka.options import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
     TopicSpec,
+    check_header_columns,
     check_producer_settings,
     check_topic_name,
     client_batch_size,
@@ -183,6 +185,8 @@ class KafkaSink(PartitionedSink):
         self._derived_prefix = False  # transactional_id_prefix is the default (open())
         self._legacy_prefix: str | None = None  # the former default, to fence (open())
         self._held_admin: dict[str, Any] | None = None  # open() to close()
+        self._replay_read: _ReplayRead | None = None  # check_replay() to the next write
+        self._taken: _ReplayRead | None = None  # that write's, until its marker read
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -212,6 +216,7 @@ class KafkaSink(PartitionedSink):
         turns = needs_turns(cluster.cluster_id)
         self._end_turns = turn_file(self.bootstrap_servers) if turns else None
         self._unsettled = True  # a driver killed before this one left them so, perhaps
+        forget_elsewhere_checks(self.name)
         if self._end_turns is not None:
             log.info(
                 "sink %r: the broker is Tansu (cluster id %r): this sink's tasks commit and "
@@ -269,6 +274,11 @@ class KafkaSink(PartitionedSink):
                 self.name, wanted, limit, topic,
             )  # fmt: skip
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles without the markers :meth:`check_replay` read (they are the driver's,
+        for one attempt, and hold a weak reference)."""
+        return {**self.__dict__, "_replay_read": None, "_taken": None}
+
     def close(self) -> None:
         """Release the driver's admin client (:mod:`fanout_kafka.driver_admins`)."""
         held, self._held_admin = self._held_admin, None
@@ -300,7 +310,16 @@ class KafkaSink(PartitionedSink):
         On Tansu, first the transactions an unfinished attempt left open are ended, so the
         markers they held back are applied (:mod:`fanout_kafka.abandoned`). Once per
         ``open()`` of a sink on the default ``transactional_id_prefix``, the former
-        default's ids are initialised first (fencing an older version's producers)."""
+        default's ids are initialised first (fencing an older version's producers).
+
+        The write right after :meth:`check_replay` takes what it read instead
+        (:class:`_ReplayRead`)."""
+        read, self._taken = self._taken, None
+        if read is not None and read.holds(batch, plan):
+            return read.done
+        return self._read_markers(batch, plan)
+
+    def _read_markers(self, batch: Batch, plan: PartitionPlan) -> list[CommittedPartition]:
         settings = replace(self.settings(batch), plan=plan)
         if self._legacy_prefix is not None:
             fence_legacy_transactions(settings, self._legacy_prefix, plan.partitions,
@@ -315,10 +334,20 @@ class KafkaSink(PartitionedSink):
         """Before fanout writes the batch's route letters: read the markers as
         :meth:`committed_partitions` does, refusing a replay whose topic, encoding,
         dead-letter target or route differs from what the committed partitions recorded
-        (:mod:`fanout_kafka.target`), while nothing of this attempt is written. Only
-        batches with route letters pay these reads twice (:meth:`write` reads again)."""
+        (:mod:`fanout_kafka.target`), while nothing of this attempt is written. What it
+        read is kept for the :meth:`write` of this attempt that follows (read once, not
+        twice: :class:`_ReplayRead`)."""
+        self._replay_read = self._taken = None
         given = self.partition_input(batch)
-        self.committed_partitions(batch, plan_of(given.df, given.by, self.partitions))
+        plan = plan_of(given.df, given.by, self.partitions)
+        done = self._read_markers(batch, plan)
+        self._replay_read = _ReplayRead(weakref.ref(batch), plan, tuple(done))
+
+    def preflight(self, batch: Batch) -> None:
+        """The first step of every :meth:`write` (and shared write): hand it what
+        :meth:`check_replay` read, if anything; a later write (one whose attempt failed
+        before it read the markers) finds nothing and reads them."""
+        self._taken, self._replay_read = self._replay_read, None
 
     def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
         """Every partition committed or was skipped: no transaction of this attempt is
@@ -427,7 +456,7 @@ class KafkaSink(PartitionedSink):
         if not isinstance(self.value, str) or not self.value:
             raise self._error(f"option 'value' must be 'json' or a column name, got {self.value!r}")
         if not isinstance(self.headers, bool):
-            columns(self.name, "headers", self.headers)
+            check_header_columns(self.name, columns(self.name, "headers", self.headers) or ())
         columns(self.name, "key", self.key)
         columns(self.name, "order_by", self.order_by)
         if self.dead_letter is not None and not isinstance(self.dead_letter, str):
@@ -577,6 +606,24 @@ class KafkaSink(PartitionedSink):
         elif all(o.failure is not None and o.failure.transient for o in failed):
             error_class = KafkaAbortedError
         return error_class(message, sink=self.name, batch_id=batch.batch_id)
+
+
+@dataclass(frozen=True)
+class _ReplayRead:
+    """What :meth:`KafkaSink.check_replay` read of one attempt at a batch, for that
+    attempt's :meth:`KafkaSink.write`: each attempt is a new :class:`Batch` object (fanout
+    replaces it to count the attempt), so the object itself, held weakly, names the
+    attempt; the plan must be the one the write computes. Taken by the next write only,
+    used by its marker read only: a write that failed before reading, or another batch or
+    attempt, reads the markers again."""
+
+    batch: weakref.ref[Batch]
+    plan: PartitionPlan
+    done: tuple[CommittedPartition, ...]
+
+    def holds(self, batch: Batch, plan: PartitionPlan) -> bool:
+        """Whether this was read for ``batch`` (the same object) and ``plan``."""
+        return self.batch() is batch and self.plan == plan
 
 
 def _route_of(batch: Batch) -> str:

@@ -338,3 +338,35 @@ def test_a_one_letter_sasl_username_leaves_the_sink_s_log_lines_readable(
     assert redact(refused, sink.secret_values()) == (
         "SASL authentication failed for user *** after 2 minutes (user=***, password=***)"
     )
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["fanout.pipeline", "fanout.sink", "fanout.batch_id", "fanout.error", "fanout.topic",
+     "fanout.record_bytes", "fanout.column", "fanout.value"],
+)  # fmt: skip
+def test_a_header_column_named_like_a_fixed_header_is_refused_at_open(header: str) -> None:
+    """Up to this version the record carried the fixed header and the column's under one
+    name (a letter to a ``kafka:`` dead-letter topic, the column's and the letter's): a
+    consumer reading the first got the wrong value. Refused before any connection."""
+    sink = KafkaSink("k", bootstrap_servers="h:1", topic="t", headers=["trace_id", header])
+    with pytest.raises(ConfigurationError) as caught:
+        open_sink(sink, "p")
+    assert str(caught.value) == (
+        f"Kafka sink 'k': option 'headers' names column(s) {header!r}, which fanout writes "
+        "as headers itself (fanout.pipeline, fanout.sink, fanout.batch_id, fanout.error, "
+        "fanout.topic, fanout.record_bytes, fanout.column, fanout.value): each record would "
+        "carry two headers of that name, and a consumer reading the first would get the "
+        "wrong value. Rename the column in the query or the sink's select (e.g. "
+        f"{header.replace('.', '_')!r}) and list the new name in 'headers'"
+    )
+
+
+def test_header_columns_of_other_names_pass_the_option_checks() -> None:
+    """``fanout.batch`` and ``Fanout.sink`` are not fanout's (header names are
+    case-sensitive): the checks go on to the connection, which fails here."""
+    sink = KafkaSink("k", bootstrap_servers="127.0.0.1:1", topic="t", open_timeout_s=0.5,
+                     headers=["fanout.batch", "Fanout.sink"])  # fmt: skip
+    with pytest.raises(ConfigurationError) as caught:
+        open_sink(sink, "p")
+    assert "option 'headers'" not in str(caught.value)

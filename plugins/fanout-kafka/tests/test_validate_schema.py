@@ -77,3 +77,52 @@ def test_validate_fails_a_key_column_the_source_does_not_have(
     assert not (tmp_path / "ledger").exists()
     topics = AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=10).topics
     assert sorted(t for t in topics if t.startswith(topic)) == [topic]
+
+
+HEADER_CLASH = """
+[pipeline]
+name = "checks"
+ledger = "{data}/ledger"
+checkpoint = "{data}/checkpoint"
+
+[spark]
+master = "local[2]"
+
+[source]
+format = "json"
+path = "{data}/input"
+schema = "id LONG, `fanout.batch_id` STRING"
+
+[[sinks]]
+type = "kafka"
+name = "events"
+bootstrap_servers = "{bootstrap}"
+topic = "{topic}"
+key = "id"
+headers = ["fanout.batch_id"]
+marker_topic = "{topic}-markers"
+"""
+
+
+def test_validate_fails_a_header_column_named_like_a_fixed_header(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path, capsys: Any
+) -> None:
+    """Up to this version it passed, and every record carried two ``fanout.batch_id``
+    headers, the column's after fanout's."""
+    from fanout.app.cli import main
+
+    (tmp_path / "input").mkdir()
+    config = tmp_path / "pipeline.toml"
+    config.write_text(HEADER_CLASH.format(data=tmp_path, bootstrap=kafka.bootstrap, topic=topic))
+    assert main(["validate", str(config)]) == 2
+    captured = capsys.readouterr()
+    failed = [line for line in captured.out.splitlines() if line.startswith("  FAIL")]
+    assert failed == [
+        "  FAIL  sink events: opens its target: Kafka sink 'events': option 'headers' names "
+        "column(s) 'fanout.batch_id', which fanout writes as headers itself (fanout.pipeline, "
+        "fanout.sink, fanout.batch_id, fanout.error, fanout.topic, fanout.record_bytes, "
+        "fanout.column, fanout.value): each record would carry two headers of that name, and "
+        "a consumer reading the first would get the wrong value. Rename the column in the "
+        "query or the sink's select (e.g. 'fanout_batch_id') and list the new name in "
+        "'headers'"
+    ]
