@@ -61,8 +61,8 @@ class SinkInput:
 
     def stamp(self, route: Route) -> RouteStamp:
         """The stamp of ``route`` the sink's :class:`~fanout.contract.batch.Batch` carries:
-        :attr:`route` when the route was evaluated in advance (it covers the batch
-        session's settings, as the letters record it), else the route's own."""
+        :attr:`route` (it covers the batch session's settings), else (an identity route,
+        whose rows no setting changes, or a blocked sink) the route's own."""
         return self.route or route.stamp()
 
 
@@ -176,7 +176,13 @@ class BatchRoutes:
             return SinkInput(self.df, blocked=unresolved)
         explain = partial(explain_failure, self.df, route, sink=name, batch_id=self.info.batch_id)
         return SinkInput(
-            routed, arrow=self._shared(route, routed), dead_letters=target, explain=explain
+            routed,
+            arrow=self._shared(route, routed),
+            dead_letters=target,
+            # the settings decide which rows a 'where' keeps, letters or not: a sink that
+            # skips committed pieces on replay compares them (Sink.check_replay)
+            route=route.stamp(self._settings()),
+            explain=explain,
         )
 
     def _settings(self) -> Settings:

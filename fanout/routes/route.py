@@ -185,8 +185,11 @@ def _stamp(route: Route, settings: Settings) -> RouteStamp:
     )
     fingerprint = hashlib.sha256(text.encode("utf-8")).hexdigest()[:15]
     shown = ", ".join(f"{key}={value}" for key, value in settings)
+    # a route's stamp without settings: what a sink without a dead-letter target was
+    # handed before its stamp covered them too
+    bare = (_stamp(route, ()).fingerprint,) if settings else ()
     return RouteStamp(
         fingerprint,
         f"{route.describe()} under {shown}" if shown else route.describe(),
-        earlier=(route.expression_fingerprint,),
+        earlier=(route.expression_fingerprint, *bare),
     )

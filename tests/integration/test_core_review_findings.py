@@ -202,6 +202,47 @@ def test_a_replay_after_the_session_time_zone_changed_is_refused(
         spark.conf.set(zone, before)
 
 
+class KeepsRoutes(RecordingSink):
+    """Records the route stamp each batch it writes carries."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, reads="dataframe")
+        self.routes: list[Any] = []
+
+    def write(self, batch: Batch) -> SinkResult:
+        self.routes.append(batch.route)
+        return super().write(batch)
+
+
+def test_a_route_without_a_dead_letter_target_is_stamped_with_the_session_settings(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The zone decides which rows ``where`` keeps, letters or not: a sink that skips the
+    pieces an attempt committed compares the stamp on replay (``Sink.check_replay``), so
+    it covers the settings for every routed sink (it covered them only for sinks with a
+    dead-letter target), and names the stamp it was before as an earlier one."""
+    zone = "spark.sql.session.timeZone"
+    before = spark.conf.get(zone)
+    where = Route(where="CAST(t AS TIMESTAMP) < TIMESTAMP'2024-05-01 07:00:00'")
+    batch = spark.createDataFrame(INSTANTS, "id LONG, t STRING")
+    sinks = [KeepsRoutes("routed"), KeepsRoutes("whole")]
+    fan = FanOut("st", str(tmp_path / "ledger"), [SinkSpec(sinks[0], where), sinks[1]])
+    try:
+        spark.conf.set(zone, "America/New_York")
+        fan.process(batch, BatchInfo("st", 0, "q"))
+        settings = session_settings(batch)
+    finally:
+        spark.conf.set(zone, before)
+    assert ("spark.sql.session.timeZone", "America/New_York") in settings
+    assert sinks[0].routes == [where.stamp(settings)]
+    assert where.stamp().fingerprint in sinks[0].routes[0].earlier
+    assert sinks[1].routes == [Route().stamp()]  # no setting changes an identity route
+    assert sorted(r["id"] for r in sinks[0].rows()) == [
+        0,
+        1,
+    ]  # 06:00 and 04:00 there, before 07:00 (none in UTC)
+
+
 class CompactedMeanwhile(DeltaLedger):
     """A ledger shared with another writer (a second pipeline's FanOut on the same ledger,
     or ``fanout ledger maintain``) that compacts the table between this ledger's mark and

@@ -70,6 +70,10 @@ class WriterSettings:
     route: str = ""
     """The fingerprint of the route the batch went through (:attr:`fanout.Batch.route`),
     part of the target offset (:mod:`fanout_kafka.target`)."""
+    route_earlier: tuple[str, ...] = ()
+    """Fingerprints older fanout versions gave the same route
+    (:attr:`~fanout.contract.route_stamp.RouteStamp.earlier`): a partition committed under
+    one of them is of the same route."""
     max_batch_bytes: int | None = None
     """The smallest ``max.message.bytes`` of the topics the producer writes record batches
     to (target and dead-letter topic): its ``batch.size`` is capped to it
@@ -144,6 +148,7 @@ class WriterSettings:
             encoding=encoding_text(encoder.key_columns, encoder.value_column, headers),
             dead_letter=dead,
             route=self.route,
+            route_earlier=self.route_earlier,
         )
 
     def route_group(self, partition: int) -> str:

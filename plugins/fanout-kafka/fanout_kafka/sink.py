@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch
 from fanout.contract.dead_letters import DeadLetterTarget
+from fanout.contract.route_stamp import RouteStamp
 from fanout.contract.sink import Guarantee, SinkContext
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, SinkWriteError
 from fanout.partitioned.membership import (
@@ -419,7 +420,8 @@ class KafkaSink(PartitionedSink):
             info=batch.info,
             txn_app_id=batch.txn_app_id,
             end_turns=self._end_turns,
-            route=_route_of(batch),
+            route=_route_of(batch).fingerprint,
+            route_earlier=_route_of(batch).earlier,
             max_batch_bytes=self._max_batch_bytes,
         )
 
@@ -626,8 +628,9 @@ class _ReplayRead:
         return self.batch() is batch and self.plan == plan
 
 
-def _route_of(batch: Batch) -> str:
-    """The route fingerprint the target offset records: the batch's route, or the identity
-    route's when the batch carries none (built outside fanout: a sink called directly), as
-    fanout hands an unrouted sink the identity's, so its replays compare equal."""
-    return (batch.route or Route().stamp()).fingerprint
+def _route_of(batch: Batch) -> RouteStamp:
+    """The route whose fingerprint the target offset records: the batch's route, or the
+    identity route when the batch carries none (built outside fanout: a sink called
+    directly), as fanout hands an unrouted sink the identity's, so its replays compare
+    equal."""
+    return batch.route or Route().stamp()

@@ -80,6 +80,9 @@ class TargetStamp:
     encoding: str
     dead_letter: str
     route: str
+    route_earlier: tuple[str, ...] = ()
+    """Fingerprints older fanout versions gave the same route: a partition committed
+    under one of them went by this route (not recorded, only compared)."""
 
     def aspects(self) -> tuple[str, str, str]:
         """The texts of :data:`ASPECTS`, in order."""
@@ -174,7 +177,7 @@ def compare(
             if digest != topic_digest(stamp.topic):
                 check.moved.setdefault((_TOPIC_BITS, digest), []).append(partition)
             which = _changed(offset, rest, tags)
-            if which and not _dead_letter_added(offset, stamp):
+            if which and not _accepted(offset, stamp):
                 check.changed.setdefault(which, []).append(partition)
         elif _of_batch(old, batch_id, _LEGACY_BATCH_BITS):
             digest = old >> _LEGACY_BATCH_BITS
@@ -185,15 +188,18 @@ def compare(
     return check
 
 
-def _dead_letter_added(offset: int, stamp: TargetStamp) -> bool:
-    """Whether the partition committed under no dead-letter target and otherwise as
-    ``stamp``: then it has no letters (without a target a bad record fails its partition
-    and a row the route refuses fails the batch), so the target added since splits
-    nothing. It is how a batch stuck on a bad record is let through."""
-    if not stamp.dead_letter:
-        return False
-    without = replace(stamp, dead_letter="")
-    return not _changed(offset, _rest(without), _tags(without))
+def _accepted(offset: int, stamp: TargetStamp) -> bool:
+    """Whether a partition whose target offset differs from ``stamp``'s went by it all
+    the same: committed under a fingerprint an older version gave the same route
+    (:attr:`TargetStamp.route_earlier`), or under no dead-letter target and otherwise as
+    ``stamp``. A partition without a target has no letters (a bad record fails its
+    partition and a row the route refuses fails the batch), so a target added since splits
+    nothing: it is how a batch stuck on a bad record is let through."""
+    for same in (stamp, *(replace(stamp, route=old) for old in stamp.route_earlier)):
+        alike = [same, replace(same, dead_letter="")] if same.dead_letter else [same]
+        if any(not _changed(offset, _rest(a), _tags(a)) for a in alike):
+            return True
+    return False
 
 
 def _changed(offset: int, rest: int, tags: int) -> tuple[str, ...]:

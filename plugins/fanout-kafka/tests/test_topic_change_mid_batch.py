@@ -64,6 +64,19 @@ def test_each_changed_option_is_named() -> None:
     )
 
 
+def test_a_partition_committed_under_an_older_fingerprint_of_the_route_is_not_refused() -> None:
+    # the route's stamp now covers the session's settings; before, a sink without a
+    # dead-letter target recorded the stamp without them ("r0"), which it still accepts
+    then = [pack_target(replace(NOW, route="r0"), 7), pack_target(replace(NOW, route="rX"), 7)]
+    now = replace(NOW, route_earlier=("e0", "r0"))
+    assert compare([0, 1], then, [-1001] * 2, now, 7) == TargetCheck(changed={(ROUTE,): [1]})
+    assert compare([0], then[:1], [-1001], NOW, 7) == TargetCheck(changed={(ROUTE,): [0]})
+    # an earlier fingerprint with the dead-letter target added since: accepted too
+    added = replace(now, dead_letter="kafka:dlq")
+    assert compare([0], then[:1], [-1001], added, 7) == TargetCheck()
+    assert pack_target(now, 7) == pack_target(NOW, 7)  # what is recorded: the route alone
+
+
 def test_every_encoding_option_is_covered() -> None:
     changed = [
         encoding_text(("customer",), None, True),  # key
