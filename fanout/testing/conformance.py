@@ -23,9 +23,11 @@ subprocess) between the sink's write and its ledger mark, then the replay; the r
 a marked batch (skipped) and of an unmarked one (no duplicate); an empty batch; schema
 drift (a new column: refused naming it, or written, as the sink declares); null keys
 (refused naming the column, or dead-lettered: never dropped); rows failing a route go to
-the dead-letter target; a row the target itself refuses (when ``refused_value`` says which)
-ends in the dead letters once, not in the target, also when the batch is replayed; a
-secret of the configuration never appears in an error or a log.
+the dead-letter target; a route changed between a partial attempt (some pieces committed,
+then a failure) and its replay is refused before any letter is written, or the replay's
+outcome is exact (``commits_in_pieces``); a row the target itself refuses (when
+``refused_value`` says which) ends in the dead letters once, not in the target, also when
+the batch is replayed; a secret of the configuration never appears in an error or a log.
 
 The sink type is found as ``FanOut`` finds it: through the ``fanout`` entry point of an
 installed distribution (``pip install -e .`` of your plugin in the test environment), or,
@@ -50,11 +52,11 @@ from typing import Any, Literal
 import pytest
 
 from fanout.contract.batch import BatchInfo
-from fanout.errors import BatchFailedError, FanoutError, SchemaMismatchError
+from fanout.errors import BatchFailedError, FanoutError, RouteError, SchemaMismatchError
 from fanout.fan_out import FanOut
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
-from fanout.testing.faults import KILL_EXIT_CODE
+from fanout.testing.faults import KILL_EXIT_CODE, VetoOnce
 
 SCHEMA = "id BIGINT, v STRING"
 NAME = "under_test"
@@ -80,6 +82,12 @@ class SinkUnderTest:
     :param plugins: names of modules registering the sink type (``fanout_sink_types``),
         for a plugin that is not installed: imported and given to ``FanOut(plugins=...)``,
         also by the kill check's driver.
+    :param commits_in_pieces: whether an attempt commits the batch in pieces that a failure
+        can leave behind (a partitioned sink: one transaction per Spark partition), so that
+        a route changed between a partial attempt and its replay must be refused or its
+        outcome exact. ``None``: a :class:`fanout.partitioned.PartitionedSink` does (the
+        suite vetoes partition 0's commit through ``fanout_partition_commit``); a sink
+        committing each batch whole does not (the check is skipped).
     :param refused_value: a value of ``v`` the target refuses (the fixture sets the target up
         so, e.g. a ``CHECK`` constraint); ``None``: the check is skipped. With
         ``dead_letter``, such a row must go there once (not into the target), also when the
@@ -96,6 +104,7 @@ class SinkUnderTest:
     failing_config: Mapping[str, Any] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     plugins: Sequence[str] = ()
+    commits_in_pieces: bool | None = None
     refused_value: str | None = None
 
     def sink(self, **extra: Any) -> dict[str, Any]:
@@ -135,9 +144,11 @@ class SinkConformance:
         another test's."""
         self.pipeline = f"conformance{uuid.uuid4().hex[:8]}"
 
-    def _fan(self, case: SinkUnderTest, ledger: Any, **extra: Any) -> FanOut:
+    def _fan(
+        self, case: SinkUnderTest, ledger: Any, *, observers: Sequence[object] = (), **extra: Any
+    ) -> FanOut:
         return FanOut(self.pipeline, ledger, [case.sink(**extra)], retries=0, backoff_s=0,
-                      plugins=_modules(case.plugins))  # fmt: skip
+                      plugins=[*_modules(case.plugins), *observers])  # fmt: skip
 
     def _batch(self, spark: Any, rows: Sequence[tuple[Any, ...]], schema: str = SCHEMA) -> Any:
         return spark.createDataFrame(list(rows), schema)
@@ -262,6 +273,46 @@ class SinkConformance:
         letters = self._dead_letters(under_test)
         assert [(json.loads(d["row"])["id"], d["source"]) for d in letters] == [(2, "refused")]
 
+    def test_a_route_changed_between_a_partial_attempt_and_its_replay(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """A first attempt without a route (so no route letter records a route) commits
+        some pieces and fails (partition 0's commit vetoed); the replay's route refuses the
+        odd ids. Either the replay is refused before any letter is written (a
+        :class:`fanout.RouteError`; the old route then completes the batch exactly), or its
+        outcome is exact: the even ids in the target, the odd ones in the dead letters,
+        none in both places."""
+        if under_test.dead_letter is None:
+            pytest.skip("no dead_letter target given")
+        path, target = str(tmp_path / "ledger"), {"dead_letter": under_test.dead_letter}
+        veto = VetoOnce(batch=0, partition=0, state=str(tmp_path / "veto.json"), sink=NAME)
+        fan = self._fan(under_test, path, observers=[veto], **target)
+        if not _commits_in_pieces(under_test, fan):
+            pytest.skip("the sink commits each batch whole: no partial attempt")
+        batch = self._batch(spark, [(i, "x" if i % 2 else str(i + 1)) for i in range(8)])
+        with pytest.raises(BatchFailedError):
+            fan.process(batch, self._info(0))
+        partial = under_test.ids()
+        assert set(partial) < set(range(8))  # partition 0 did not commit
+        routed = {**target, "where": "CAST(v AS INT) > 0"}
+        try:
+            result = self._fan(under_test, path, **routed).process(batch, self._info(0))[NAME]
+        except BatchFailedError as failed:
+            error = failed.failures[NAME]
+            assert isinstance(error, RouteError), error
+            assert f"sink {NAME!r}, batch 0" in str(error) and "route" in str(error)
+            assert self._dead_letters(under_test) == []  # refused before any letter
+            assert under_test.ids() == partial
+            result = self._fan(under_test, path, **target).process(batch, self._info(0))[NAME]
+            assert (result.rows, result.dead_lettered) == (8, 0)
+            assert under_test.ids() == list(range(8))
+            assert self._dead_letters(under_test) == []
+            return
+        assert (result.rows, result.dead_lettered) == (4, 4)
+        assert under_test.ids() == [0, 2, 4, 6]
+        letters = self._dead_letters(under_test)
+        assert sorted(json.loads(d["row"])["id"] for d in letters) == [1, 3, 5, 7]
+
     def _dead_letters(self, case: SinkUnderTest) -> Sequence[Mapping[str, Any]]:
         if case.read_dead_letters is not None:
             return case.read_dead_letters()
@@ -294,6 +345,15 @@ class SinkConformance:
             pytest.fail("the failing configuration did not fail")
         texts.append(caplog.text)
         assert all(under_test.secret not in text for text in texts)
+
+
+def _commits_in_pieces(case: SinkUnderTest, fan: FanOut) -> bool:
+    """What ``case`` declares, else whether its sink is a partitioned sink."""
+    if case.commits_in_pieces is not None:
+        return case.commits_in_pieces
+    from fanout.partitioned.sink import PartitionedSink
+
+    return isinstance(fan.sinks[NAME], PartitionedSink)
 
 
 def _modules(names: Sequence[str]) -> list[Any]:

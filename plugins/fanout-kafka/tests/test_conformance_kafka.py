@@ -49,3 +49,15 @@ class TestKafkaConformance(SinkConformance):
                 },
             },
         )
+
+    def test_a_route_changed_between_a_partial_attempt_and_its_replay(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path, kafka: Broker
+    ) -> None:
+        """The suite's check, on a broker that hides aborted records from read_committed
+        readers: the partial attempt aborts partition 0's transaction, whose records Tansu
+        still shows (plugins/fanout-kafka/README.md), so the exact reads cannot hold there."""
+        if not kafka.hides_aborted:
+            pytest.skip("the broker shows aborted records to read_committed readers (Tansu)")
+        super().test_a_route_changed_between_a_partial_attempt_and_its_replay(
+            spark, under_test, tmp_path
+        )

@@ -80,8 +80,8 @@ OPTIONS = (
     SinkOption(
         "migrate",
         "`true`",
-        "Apply fanout's migrations at `open()`. With `false`, append mode requires them at "
-        "head (`fanout migrate --url URL`).",
+        "Apply fanout's migrations at `open()`. With `false`, both modes require them at "
+        "head (`fanout migrate --url URL`; upsert since revision 0004, for its route records).",
     ),
     SinkOption("state_schema", "`fanout`", "The schema holding the tables fanout owns."),
     SinkOption(

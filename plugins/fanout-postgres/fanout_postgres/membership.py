@@ -8,6 +8,10 @@ digest of its input rows (``input_rows``, ``input_checksum``; migration
 ``0003_progress_route``). Before any partition writes, the kit's check reads the marks of
 the batch in one query; only when some exist does it re-plan the batch in one Spark job
 and compare. A mark of another route refuses the replay (:func:`refuse_other_route`).
+
+Upsert mode skips nothing on a replay but deletes nothing either: each committed partition
+records its route in ``upsert_routes`` (migration ``0004_upsert_routes``, in the partition's
+transaction), which a replay's route must match (:func:`upsert_routes`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from fanout.partitioned.membership import (
     CommittedPartition,
     PartitionDigest,
 )
-from fanout_postgres.statements import progress_table
+from fanout_postgres.statements import progress_table, upsert_routes_table
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
@@ -45,17 +49,43 @@ def committed_partitions(conn: Any, state_schema: str, scope: str, sink: str, ba
     return marks, routes
 
 
+def upsert_routes(conn: Any, state_schema: str, scope: str, sink: str, batch_id: int
+                  ) -> dict[int, str | None]:  # fmt: skip
+    """Upsert mode: the route each committed partition of one batch of one sink recorded
+    (``upsert_routes``, migration ``0004_upsert_routes``), by partition."""
+    import sqlalchemy as sa
+
+    r = upsert_routes_table(state_schema)
+    query = sa.select(r.c.partition, r.c.route).where(
+        r.c.pipeline == scope, r.c.sink == sink, r.c.batch_id == batch_id
+    )
+    return {int(partition): route for partition, route in conn.execute(query)}
+
+
 def route_mark(batch: Batch) -> str | None:
     """What a progress mark records of the batch's route: ``<fingerprint> <route>``."""
     route = batch.route
     return None if route is None else f"{route.fingerprint} {route.text}"
 
 
-def refuse_other_route(batch: Batch, routes: Mapping[int, str | None]) -> None:
+SKIPS = (
+    "A replay skips committed partitions, so a row only the new route refuses would be both "
+    "in the table and in the dead letters, and one only the old route refuses in neither."
+)
+"""Why append mode refuses a replay under another route."""
+REWRITES = (
+    "An upsert rewrites the rows the route keeps but deletes none, so a row those "
+    "partitions hold that the new route refuses would be both in the table and in the "
+    "dead letters, and one it leaves out would stay in the table."
+)
+"""Why upsert mode refuses a replay under another route."""
+
+
+def refuse_other_route(batch: Batch, routes: Mapping[int, str | None], why: str = SKIPS
+                       ) -> None:  # fmt: skip
     """Raise :class:`fanout.RouteError` when partitions committed the batch under another
-    route than the batch's (``routes``: partition -> recorded mark): a replay skips them,
-    so a row only the new route refuses would be both in the table and in the route's
-    dead letters, and one only the old route refuses in neither. Marks without a route
+    route than the batch's (``routes``: partition -> recorded mark), saying ``why`` that
+    is wrong (append: :data:`SKIPS`, upsert: :data:`REWRITES`). Marks without a route
     (an older fanout) and batches handed no route are not compared; a fingerprint of
     :attr:`~fanout.contract.route_stamp.RouteStamp.earlier` is the same route."""
     from fanout.errors import RouteError
@@ -77,9 +107,7 @@ def refuse_other_route(batch: Batch, routes: Mapping[int, str | None]) -> None:
     )
     raise RouteError(
         f"the route changed mid-batch: {then} committed this batch, but the sink's route is "
-        f"now {route.text} (fingerprint {route.fingerprint}). A replay skips committed "
-        "partitions, so a row only the new route refuses would be both in the table and in "
-        "the dead letters, and one only the old route refuses in neither. Nothing was "
+        f"now {route.text} (fingerprint {route.fingerprint}). {why} Nothing was "
         "written. Restore the old route (its expressions and the Spark settings it names) "
         "until this batch completes, then change it (a change between batches is safe)",
         sink=batch.sink_name,

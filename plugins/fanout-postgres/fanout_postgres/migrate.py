@@ -231,7 +231,8 @@ def _quoted(connection: Connection, name: str) -> str:
 
 def migration_problem(engine: Any, schema: str, shown_url: str) -> str | None:
     """What is wrong when fanout's tables in ``schema`` are not at the head revision (the
-    sink's append mode needs them), saying how to migrate; ``None`` when they are."""
+    sink needs them: append's progress marks, upsert's routes), saying how to migrate;
+    ``None`` when they are."""
     with engine.connect() as conn:
         current = current_revision(conn, schema)
     if current == head_revision():

@@ -50,12 +50,14 @@ from fanout_postgres.failures import batch_error
 from fanout_postgres.identifiers import TableName, quote
 from fanout_postgres.keyhash import hashed
 from fanout_postgres.membership import (
+    REWRITES,
     VOLATILE_KEYS,
     batch_names,
     committed_partitions,
     partition_columns,
     refuse_other_route,
     route_mark,
+    upsert_routes,
 )
 from fanout_postgres.migrate import migration_problem
 from fanout_postgres.options import as_list, check_options, schema_of
@@ -196,7 +198,7 @@ class PostgresSink(PartitionedSink):
                 from fanout_postgres.migrate import upgrade
 
                 upgrade(engine, schema=self.state_schema)
-            elif self.mode == "append":
+            else:  # append's progress marks, upsert's routes (fanout_postgres.membership)
                 self._require_migrated(engine)
             with engine.connect() if checking else engine.begin() as conn:
                 info = reflect(conn, self._table)  # type: ignore[arg-type]
@@ -312,12 +314,18 @@ class PostgresSink(PartitionedSink):
         return BatchPartitioning(self.partitions, tuple(sources[c] for c in plan.hash_columns))
 
     def preflight(self, batch: Batch) -> None:
-        """One connection and ``SELECT 1`` on the driver: a server that is down or
-        unreachable fails the batch here (transient, so retried), not in every task."""
+        """One connection on the driver and one query: a server that is down or
+        unreachable fails the batch here (transient, so retried), not in every task. In
+        upsert mode the query reads the routes the batch's committed partitions recorded,
+        and a replay under another route is refused (:meth:`check_replay`); else it is
+        ``SELECT 1``."""
         engine = self._engine()
         try:
             with engine.connect() as conn:
-                conn.execute(_sa().text("SELECT 1"))
+                if self.mode == "upsert":
+                    self._refuse_other_route(conn, batch)
+                else:
+                    conn.execute(_sa().text("SELECT 1"))
                 self._recheck(conn, batch.df.schema.json(), batch.batch_id)
         except Exception as exc:
             if not self.is_transient(exc):
@@ -336,11 +344,21 @@ class PostgresSink(PartitionedSink):
         return self._marks(batch)
 
     def check_replay(self, batch: Batch) -> None:
-        """Append mode, before fanout writes the batch's route letters: refuse a replay
-        whose committed partitions recorded another route (:meth:`committed_partitions`
-        checks it again). Upsert mode records no route: see the README."""
+        """Before fanout writes the batch's route letters: refuse a replay whose committed
+        partitions recorded another route (append: their progress marks, which
+        :meth:`committed_partitions` checks again; upsert: ``upsert_routes``, checked
+        again by :meth:`preflight`). One query."""
         if self.mode == "append":
             self._marks(batch)
+            return
+        with self._engine().connect() as conn:
+            self._refuse_other_route(conn, batch)
+
+    def _refuse_other_route(self, conn: Any, batch: Batch) -> None:
+        """Upsert: :func:`~fanout_postgres.membership.refuse_other_route` on the routes the
+        batch's committed partitions recorded (one query)."""
+        routes = upsert_routes(conn, self.state_schema, _scope(batch), self.name, batch.batch_id)
+        refuse_other_route(batch, routes, REWRITES)
 
     def _marks(self, batch: Batch) -> list[CommittedPartition]:
         with self._engine().connect() as conn:

@@ -51,6 +51,10 @@ class Statements:
     mark_prune: str
     dead_delete: str
     dead_insert: str
+    route_record: str = ""
+    """Upsert (else empty): record the partition's route in ``upsert_routes`` and prune the
+    partition's records of old batches (:func:`_route_statements`); run with the
+    transaction's first statement, so it costs no round trip of its own."""
 
 
 def compile_sql(statement: Any, *, literal_binds: bool = False) -> str:
@@ -215,6 +219,7 @@ def build_statements(
         duplicate_probe=duplicate_probe,
         **marks,
         **dead,
+        route_record=_route_statements(state_schema) if upsert else "",
     )
 
 
@@ -442,6 +447,42 @@ def _mark_statements(state_schema: str) -> dict[str, str]:
         "mark_update": compile_sql(update),
         "mark_prune": compile_sql(prune),
     }
+
+
+def upsert_routes_table(state_schema: str) -> Any:
+    """fanout's table of the routes committed upsert partitions went through, as its
+    migrations define it (:func:`.migrate.head_table`)."""
+    from fanout_postgres.migrate import head_table
+
+    return head_table("upsert_routes", state_schema)
+
+
+def _route_statements(state_schema: str) -> str:
+    """Upsert: one text of two statements, recording the partition's route (a replay under
+    the same route, or of an older fanout's record, rewrites it) and deleting the
+    partition's records of batches older than ``%(keep_from)s``."""
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql as pg
+
+    r = upsert_routes_table(state_schema)
+    insert = pg.insert(r).values(
+        pipeline=sa.bindparam("pipeline"),
+        sink=sa.bindparam("sink"),
+        batch_id=sa.bindparam("batch_id"),
+        partition=sa.bindparam("partition"),
+        route=sa.bindparam("route"),
+    )
+    insert = insert.on_conflict_do_update(
+        index_elements=["pipeline", "sink", "batch_id", "partition"],
+        set_={"route": insert.excluded.route, "committed_at": sa.func.now()},
+    )
+    prune = sa.delete(r).where(
+        r.c.pipeline == sa.bindparam("pipeline"),
+        r.c.sink == sa.bindparam("sink"),
+        r.c.partition == sa.bindparam("partition"),
+        r.c.batch_id < sa.bindparam("keep_from"),
+    )
+    return f"{compile_sql(insert)}; {compile_sql(prune)}"
 
 
 def dead_letter_table(name: TableName) -> Any:

@@ -105,8 +105,9 @@ class BatchMeta:
     fingerprint: str | None = None
     """Append: the partitioning's fingerprint, recorded in each progress mark."""
     route: str | None = None
-    """Append: the batch's route (``<fingerprint> <route>``), recorded in each progress
-    mark (:func:`fanout_postgres.membership.refuse_other_route`)."""
+    """The batch's route (``<fingerprint> <route>``), recorded with each partition's rows:
+    append in its progress mark, upsert in ``upsert_routes``
+    (:func:`fanout_postgres.membership.refuse_other_route`)."""
 
 
 class PartitionTransaction:
@@ -148,7 +149,10 @@ class PartitionTransaction:
     def run(self) -> PartitionOutcome:
         """Write the partition in the connection's open transaction (the caller commits);
         the outcome to report once it committed."""
-        self.cur.execute(IMMEDIATE, {})
+        if self.sql.route_record:  # upsert: the route, committed with the rows, if they are
+            self.cur.execute(f"{IMMEDIATE}; {self.sql.route_record}", self._route_params())
+        else:
+            self.cur.execute(IMMEDIATE, {})
         if self.plan.mode == "append":
             claimed = self._claim()
             if claimed is not None:
@@ -199,6 +203,11 @@ class PartitionTransaction:
                 self.sql.mark_prune, {**self.key, "keep_from": self.meta.batch_id - KEEP_MARKS}
             )
         return outcome
+
+    def _route_params(self) -> dict[str, Any]:
+        """Upsert: the parameters of :attr:`Statements.route_record`."""
+        keep_from = self.meta.batch_id - KEEP_MARKS
+        return {**self.key, "route": self.meta.route, "keep_from": keep_from}
 
     def _check_types(self) -> None:
         """The written columns still have the types the plan was made for: an ``ALTER

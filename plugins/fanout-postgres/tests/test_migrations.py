@@ -63,7 +63,7 @@ def test_upgrade_of_a_fresh_database_then_again_is_a_no_op(pg_url: str) -> None:
     assert (first.before, first.after, first.changed) == (None, head_revision(), True)
     state = _state(pg_url)
     assert state == {
-        "tables": [("alembic_version",), ("progress",)],
+        "tables": [("alembic_version",), ("progress",), ("upsert_routes",)],
         "versions": [(head_revision(),)],
         "columns": PROGRESS_COLUMNS,
         "public": [],  # nothing of fanout's outside its schema

@@ -52,8 +52,8 @@ table = "planned"
 create_table = true
 keys = ["id"]
 batch_schema = "id LONG, price DOUBLE"
-migrate = false
 mode = "upsert"
+state_schema = "{state}"
 """
 
 
@@ -92,6 +92,8 @@ def test_validate_fails_a_table_that_would_round_a_declared_column(
         "  OK    sink fresh: target takes the routed schema",
         "  OK    sink planned: options",
         "  OK    sink planned: opens its target",
+        f"  INFO  sink planned: would migrate fanout's state tables in schema '{state}' from "
+        f"revision (none) to {head_revision()}",
         "  INFO  sink planned: would create table planned (from option batch_schema)",
         "  OK    sink planned: target takes the routed schema",
     ]
