@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from fanout.contract.calendar import iso_text
+from fanout.contract.spark_text import plain_decimal
 
 
 def to_bytes(value: Any) -> bytes:
@@ -67,7 +68,7 @@ def json_default(value: Any) -> Any:
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return iso_text(value)
     if isinstance(value, decimal.Decimal):
-        return format(value, "f")  # plain, with its scale, as Spark casts it (not 1E-7)
+        return plain_decimal(value)  # not 1E-7
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode()
     if isinstance(value, dt.timedelta):
