@@ -25,6 +25,7 @@ pyarrow is imported inside the functions: the core does not need it to be import
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from typing import Any
 
@@ -68,6 +69,19 @@ def floating_text(column: Any) -> Any:
     shown = text.filter(far).to_pylist()
     java = [_java_scientific(t, v) for t, v in zip(shown, values, strict=True)]
     return pc.replace_with_mask(text, far, pa.array(java, pa.string()))
+
+
+def double_text(value: float) -> str:
+    """``CAST(x AS STRING)`` of one double (Java's ``Double.toString``, as
+    :func:`floating_text` spells a ``float64`` value), for values met one by one (a
+    Python float from ``to_pylist``). Python's ``repr`` has the same shortest digits as
+    Arrow's text; a ``float`` (32-bit) value must first be the double of its own shortest
+    text, or this spells the widened double's digits."""
+    if not math.isfinite(value) or not _PLAIN_LOW <= abs(value) < _PLAIN_HIGH:
+        if value == 0:
+            return repr(value)  # 0.0, -0.0
+        return _java_scientific(repr(value), value)
+    return repr(value)  # plain, with a point (1.0): as Java in this range
 
 
 def _java_scientific(text: str, value: float) -> str:
@@ -118,4 +132,4 @@ def _whole(column: Any) -> Any:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
-__all__ = ["decimal_text", "floating_text", "number_text", "plain_decimal"]
+__all__ = ["decimal_text", "double_text", "floating_text", "number_text", "plain_decimal"]

@@ -12,10 +12,11 @@ import datetime as dt
 import decimal
 import json
 import math
+import re
 from typing import Any
 
 from fanout.contract.calendar import iso_text
-from fanout.contract.spark_text import plain_decimal
+from fanout.contract.spark_text import double_text, plain_decimal
 
 
 def to_bytes(value: Any) -> bytes:
@@ -25,6 +26,8 @@ def to_bytes(value: Any) -> bytes:
         return bytes(value)
     if isinstance(value, str):
         return value.encode()
+    if isinstance(value, float):
+        return double_text(value).encode()
     text = json.dumps(value, default=json_default, separators=(",", ":"), ensure_ascii=False)
     return text.strip('"').encode()
 
@@ -35,27 +38,34 @@ def json_bytes(value: Any) -> bytes:
 
 
 def json_text(value: Any) -> str:
-    """Compact JSON of ``value``; a NaN or an infinity anywhere in it is written as Spark's
+    """Compact JSON of ``value``; each float in it (at any depth) spelled as Spark's
+    ``CAST(x AS STRING)`` and ``to_json`` spell it (``1.0E20``, ``1.0E-4``:
+    :func:`~fanout.contract.spark_text.double_text`), a NaN or an infinity as Spark's
     ``to_json`` writes it: ``"NaN"``, ``"Infinity"``, ``"-Infinity"``."""
-    try:
-        return json.dumps(
-            value, default=json_default, separators=(",", ":"), ensure_ascii=False,
-            allow_nan=False,
-        )  # fmt: skip
-    except ValueError:  # a float JSON has no number for (rare): walk the value once more
-        return json.dumps(
-            _finite(value), default=json_default, separators=(",", ":"), ensure_ascii=False,
-            allow_nan=False,
-        )  # fmt: skip
+    texts: list[str] = []
+    text = json.dumps(
+        _marked(value, texts), default=json_default, separators=(",", ":"),
+        ensure_ascii=False,
+    )  # fmt: skip
+    return _MARK.sub(lambda found: texts[int(found[1])], text) if texts else text
 
 
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+_MARK = re.compile('"\ud800([0-9]+)\ud800"')
+"""A float's place in a row's JSON (:func:`_marked`): a lone surrogate, which no string
+of a row holds (Arrow's strings are UTF-8, which cannot encode one), around its index."""
+
+
+def _marked(value: Any, texts: list[str]) -> Any:
+    """``value`` with each float replaced by a :data:`_MARK` string, its JSON text
+    appended to ``texts``: the ``json`` module writes a float as Python's ``repr``
+    (``1e+20``) and offers no hook to write it otherwise."""
+    if isinstance(value, float):
+        texts.append(double_text(value) if math.isfinite(value) else f'"{double_text(value)}"')
+        return f"\ud800{len(texts) - 1}\ud800"
     if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
+        return {key: _marked(item, texts) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
+        return [_marked(item, texts) for item in value]
     return value
 
 
