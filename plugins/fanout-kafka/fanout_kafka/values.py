@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from fanout.contract.calendar import iso_text
+from fanout.contract.spark_text import double_text, plain_decimal
 
 
 def to_bytes(value: Any) -> bytes:
@@ -24,6 +25,8 @@ def to_bytes(value: Any) -> bytes:
         return bytes(value)
     if isinstance(value, str):
         return value.encode()
+    if isinstance(value, float):
+        return double_text(value).encode()
     text = json.dumps(value, default=json_default, separators=(",", ":"), ensure_ascii=False)
     return text.strip('"').encode()
 
@@ -34,28 +37,49 @@ def json_bytes(value: Any) -> bytes:
 
 
 def json_text(value: Any) -> str:
-    """Compact JSON of ``value``; a NaN or an infinity anywhere in it is written as Spark's
+    """Compact JSON of ``value``; each float in it (at any depth) spelled as Spark's
+    ``CAST(x AS STRING)`` and ``to_json`` spell it (``1.0E20``, ``1.0E-4``:
+    :func:`~fanout.contract.spark_text.double_text`), a NaN or an infinity as Spark's
     ``to_json`` writes it: ``"NaN"``, ``"Infinity"``, ``"-Infinity"``."""
-    try:
-        return json.dumps(
-            value, default=json_default, separators=(",", ":"), ensure_ascii=False,
-            allow_nan=False,
-        )  # fmt: skip
-    except ValueError:  # a float JSON has no number for (rare): walk the value once more
-        return json.dumps(
-            _finite(value), default=json_default, separators=(",", ":"), ensure_ascii=False,
-            allow_nan=False,
-        )  # fmt: skip
+    texts: list[str] = []
+    text = json.dumps(
+        _marked(value, texts), default=json_default, separators=(",", ":"),
+        ensure_ascii=False,
+    )  # fmt: skip
+    if not texts:
+        return text
+    pieces = text.split(_MARK_JSON)  # the k-th mark is the k-th float met by _marked
+    joined = [pieces[0]]
+    for float_text, piece in zip(texts, pieces[1:], strict=True):
+        joined += (float_text, piece)
+    return "".join(joined)
 
 
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+_MARK = "\ud800"
+"""A float's place in a row before its JSON is written (:func:`_marked`): a lone
+surrogate, which no string of a row holds (Arrow's strings are UTF-8, which cannot encode
+one), and which ``json.dumps`` keeps as it is."""
+_MARK_JSON = f'"{_MARK}"'
+
+
+def _marked(value: Any, texts: list[str]) -> Any:
+    """``value`` with each float replaced by :data:`_MARK`, its JSON text appended to
+    ``texts`` in the order ``json.dumps`` writes them: the ``json`` module writes a float
+    as Python's ``repr`` (``1e+20``) and offers no hook to write it otherwise."""
+    kind = type(value)
+    if kind is float:
+        texts.append(double_text(value) if math.isfinite(value) else f'"{double_text(value)}"')
+        return _MARK
+    if kind is dict:  # a row: most of its values need no walk (one call less each)
+        return {k: v if type(v) in _LEAVES else _marked(v, texts) for k, v in value.items()}
     if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
+        return {key: _marked(item, texts) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
+        return [_marked(item, texts) for item in value]
     return value
+
+
+_LEAVES = frozenset({str, int, bool, type(None)})
 
 
 def json_default(value: Any) -> Any:
@@ -67,7 +91,7 @@ def json_default(value: Any) -> Any:
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return iso_text(value)
     if isinstance(value, decimal.Decimal):
-        return format(value, "f")  # plain, with its scale, as Spark casts it (not 1E-7)
+        return plain_decimal(value)  # not 1E-7
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode()
     if isinstance(value, dt.timedelta):

@@ -7,12 +7,13 @@ join the row's constant texts) and Arrow joins them row-wise in one pass, for le
 tenth of that (``bench/bench_kafka_encode.py``).
 
 The bytes are exactly those of the row-by-row path (:func:`fanout_kafka.values.json_bytes`
-and :func:`fanout_kafka.records.to_bytes`): where Arrow formats a value differently
-(floats in exponent form or without a fraction, strings needing escapes, years outside
-1000-9999), that value is formatted by Python instead (dates and timestamps from their
-stored integers, :mod:`fanout_kafka.temporal`: Spark holds years Python cannot). Types
-without a column-wise form (decimals, binary, nested, times, zoned timestamps other than
-UTC) return ``None``, and the caller encodes the batch row by row.
+and :func:`fanout_kafka.records.to_bytes`): floats are Spark's text
+(:mod:`fanout.contract.spark_text`); where Arrow formats a value differently (strings
+needing escapes, years outside 1000-9999), that value is formatted by Python instead
+(dates and timestamps from their stored integers, :mod:`fanout_kafka.temporal`: Spark
+holds years Python cannot). Types without a column-wise form (decimals, binary, nested,
+times, zoned timestamps other than UTC) return ``None``, and the caller encodes the batch
+row by row.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fanout.contract.spark_text import floating_text
 from fanout_kafka.temporal import date_text, timestamp_text
 from fanout_kafka.values import json_text
 
@@ -154,18 +156,13 @@ def _dumps(value: Any) -> str:
 
 
 def _floats(column: pa.Array) -> pa.Array:
-    # Arrow and Python print the same shortest digits; they differ in when they switch to
-    # exponent form and in Python's ".0" on integral values
-    text = column.cast(pa.string())
-    size = pc.abs(column)
-    plain = pc.and_(pc.greater_equal(size, 1e-4), pc.less(size, 1e16))
-    positional = pc.invert(pc.match_substring(text, "e"))
-    fraction = pc.match_substring(text, ".")
-    integral = pc.and_(plain, pc.and_(positional, pc.invert(fraction)))
-    zero = pc.equal(column, 0.0)
-    text = pc.if_else(pc.or_(integral, zero), pc.binary_join_element_wise(text, ".0", ""), text)
-    good = pc.or_(zero, pc.and_(plain, positional))
-    return _python(column, good, text, _dumps)
+    """Each float's JSON text: Spark's (:func:`~fanout.contract.spark_text.floating_text`),
+    a NaN or an infinity quoted, as :func:`~fanout_kafka.values.json_text` writes them."""
+    text = floating_text(column)
+    finite = pc.is_finite(column)
+    if pc.all(finite.fill_null(True)).as_py():
+        return text
+    return pc.if_else(finite, text, pc.binary_join_element_wise('"', text, '"', ""))
 
 
 def _string_bodies(column: pa.Array) -> pa.Array:

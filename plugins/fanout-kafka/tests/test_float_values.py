@@ -19,8 +19,8 @@ def test_a_float_column_is_written_with_its_own_shortest_digits() -> None:
     floats = pa.array([0.1, 16777217.0, None, float("nan"), 3.4028235e38], pa.float32())
     batch = pa.RecordBatch.from_arrays([pa.array([1, 2, 3, 4, 5]), floats], ["id", "f"])
     assert [r.value for r in _encoded(batch)] == [
-        b'{"id":1,"f":0.1}', b'{"id":2,"f":16777216.0}', b'{"id":3,"f":null}',
-        b'{"id":4,"f":"NaN"}', b'{"id":5,"f":3.4028235e+38}',
+        b'{"id":1,"f":0.1}', b'{"id":2,"f":1.6777216E7}', b'{"id":3,"f":null}',
+        b'{"id":4,"f":"NaN"}', b'{"id":5,"f":3.4028235E38}',
     ]  # fmt: skip
 
 
@@ -32,4 +32,31 @@ def test_a_nested_float_and_a_float_key_or_header_too() -> None:
                                        ["k", "n", "h"])  # fmt: skip
     assert _encoded(batch, "k", ("h",)) == [
         Record(b"0.7", b'{"k":0.7,"n":{"a":0.1,"b":[0.3,null]},"h":0.2}', [("h", b"0.2")])
+    ]
+
+
+DOUBLES = [  # value, Spark's CAST(value AS STRING) (tests/integration/test_spark_text.py)
+    (1e20, "1.0E20"), (1e-4, "1.0E-4"), (12345678.0, "1.2345678E7"), (5e-324, "4.9E-324"),
+    (2.0**53, "9.007199254740992E15"), (0.001, "0.001"), (-0.0, "-0.0"), (1e-7, "1.0E-7"),
+    (123456789.123, "1.23456789123E8"), (100.0, "100.0"), (float("-inf"), "-Infinity"),
+]  # fmt: skip
+
+
+def test_a_double_is_spelled_as_spark_casts_it_in_values_keys_and_headers() -> None:
+    """A double is Spark's text (Java's ``Double.toString``), column-wise and row by row,
+    in values, nested values, keys and headers: Python's JSON wrote ``1e+20``, ``0.0001``,
+    ``12345678.0``, ``5e-324`` (the same values, not the same text as Spark's and the
+    PostgreSQL sink's)."""
+    values = pa.array([v for v, _ in DOUBLES], pa.float64())
+    ids = pa.array(range(len(DOUBLES)))
+    texts = [t if t[-1].isdigit() else f'"{t}"' for _, t in DOUBLES]  # JSON quotes -Infinity
+    flat = pa.RecordBatch.from_arrays([ids, values], ["id", "d"])
+    assert [r.value for r in _encoded(flat)] == [  # column-wise (fanout_kafka.vector)
+        f'{{"id":{i},"d":{t}}}'.encode() for i, t in enumerate(texts)
+    ]
+    nested = pa.array([[v] for v, _ in DOUBLES], pa.list_(pa.float64()))
+    rows = pa.RecordBatch.from_arrays([values, nested], ["d", "n"])
+    assert _encoded(rows, "d", ("d",)) == [  # row by row (a float key, a header, a list)
+        Record(s.encode(), f'{{"d":{t},"n":[{t}]}}'.encode(), [("d", s.encode())])
+        for (_, s), t in zip(DOUBLES, texts, strict=True)
     ]

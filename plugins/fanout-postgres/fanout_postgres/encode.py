@@ -27,6 +27,7 @@ import pyarrow.csv as pcsv
 from fanout.contract.calendar import MICROS_PER_DAY, civil, clock, iso_text
 from fanout.contract.dead_letters import letter_rows
 from fanout.contract.far_dates import python_safe_array
+from fanout.contract.spark_text import number_text, plain_decimal
 from fanout.contract.text import holds_invalid_utf8
 from fanout.deadletters.layout import letter_json
 from fanout_postgres.statements import ROW
@@ -255,10 +256,8 @@ def _csv_ready(column: Any) -> Any:
         return _far_text(column.cast(pa.timestamp(kind.unit, tz="UTC")))
     if pa.types.is_timestamp(kind) or pa.types.is_date32(kind):
         return _far_text(column)
-    if pa.types.is_decimal(kind):
-        return _plain_decimals(column)
-    if pa.types.is_float32(kind) or pa.types.is_float64(kind):
-        return spark_float_text(column)
+    if pa.types.is_decimal(kind) or pa.types.is_float32(kind) or pa.types.is_float64(kind):
+        return number_text(column)  # Spark's text: a text column keeps it as it is
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return pa.array(
             [None if v is None else "\\x" + v.hex() for v in column.to_pylist()], pa.string()
@@ -268,68 +267,6 @@ def _csv_ready(column: Any) -> Any:
         values = python_safe_array(column).to_pylist()  # a year Python has not: as text
         return pa.array([None if v is None else dump(v) for v in values], pa.string())
     return column
-
-
-def _plain_decimals(column: Any) -> Any:
-    """A decimal column as text in plain notation with its scale, as Spark's ``CAST(d AS
-    STRING)`` and PostgreSQL's ``numeric`` print it (``0.000000100000000000``): Arrow
-    prints a value below 10^-6, or a zero of a scale above 6, in scientific notation
-    (``1.00000000000E-7``, ``0E-18``), which a text column would keep as such."""
-    text = column.cast(pa.string())
-    scientific = pc.fill_null(pc.match_substring(text, "E"), False)
-    if not pc.any(scientific).as_py():
-        return column
-    values = text.to_pylist()
-    for i in _true_positions(scientific):
-        values[i] = format(Decimal(values[i]), "f")
-    return pa.array(values, pa.string())
-
-
-_JAVA_SPECIAL = {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}
-
-
-def spark_float_text(column: Any) -> Any:
-    """A float or double column as text the way Spark's ``CAST(x AS STRING)`` (Java's
-    ``Float.toString``/``Double.toString``) spells it, which a text column keeps as it is:
-    ``1.0`` (not ``1``), ``1.0E20`` and ``1.0E-5`` outside [10^-3, 10^7) (not ``1e+20``,
-    ``0.00001``), ``Infinity``, ``-Infinity``, ``NaN`` (not ``inf``, ``nan``). The digits
-    are the shortest that read back as the same value (Arrow's, of a float's own width);
-    PostgreSQL's numeric and float types read every one of these spellings."""
-    text = column.cast(pa.string())
-    magnitude = pc.abs(column)
-    far = pc.or_(
-        pc.or_(pc.greater_equal(magnitude, 1e7), pc.invert(pc.is_finite(column))),
-        pc.and_(pc.less(magnitude, 1e-3), pc.not_equal(magnitude, 0)),
-    )
-    pointed = pc.fill_null(pc.match_substring(text, "."), True)
-    text = pc.if_else(pointed, text, pc.binary_join_element_wise(text, ".0", ""))
-    positions = _true_positions(far)
-    if not positions:
-        return text
-    values = text.to_pylist()
-    for i in positions:
-        values[i] = _java_scientific(values[i], column[i].as_py())
-    return pa.array(values, pa.string())
-
-
-def _java_scientific(text: str, value: float) -> str:
-    """Arrow's text of a float ``value`` outside [10^-3, 10^7), ``.0`` appended when it had
-    no point (``1e+20.0``, ``0.00001``, ``inf.0``), as Java prints it: ``1.0E20``,
-    ``1.0E-5``, ``Infinity``. Java takes at least two digits, the two closest to the exact
-    value when one would do: ``4.9E-324`` for the smallest double (Arrow: ``5e-324``),
-    ``1.4E-45`` for the smallest float."""
-    text = text.removesuffix(".0")
-    if text in _JAVA_SPECIAL:
-        return _JAVA_SPECIAL[text]
-    shortest = Decimal(text).normalize()
-    if len(shortest.as_tuple().digits) == 1:  # the closest of two digits (exact: no loss)
-        exact = Decimal(value)
-        shortest = exact.quantize(Decimal(1).scaleb(exact.adjusted() - 1)).normalize()
-    sign, digits, exponent = shortest.as_tuple()
-    assert isinstance(exponent, int)
-    shown = "".join(map(str, digits))
-    mantissa = shown[0] + "." + (shown[1:] or "0")
-    return ("-" if sign else "") + f"{mantissa}E{exponent + len(digits) - 1}"
 
 
 _PER_MICRO = {"s": 1_000_000, "ms": 1_000, "us": 1}
@@ -433,7 +370,7 @@ def _json_text(value: Any) -> str:
     """``json.dumps(value)``, but a :class:`~decimal.Decimal` is a JSON number of its own
     digits (``1.50``, as the CSV writer prints a top-level decimal), not a string."""
     if isinstance(value, Decimal):
-        return format(value, "f")
+        return plain_decimal(value)
     if isinstance(value, dict):
         items = (f"{json.dumps(k)}: {_json_text(v)}" for k, v in value.items())
         return "{" + ", ".join(items) + "}"
