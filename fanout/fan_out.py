@@ -190,6 +190,9 @@ class FanOut:
             backfill_sources(self.pipeline, self.specs),
             unopened=self._unopened,
         )
+        if self.lagging.sources:  # its backfill reads every epoch through the current one,
+            # also when no batch runs (an available_now run finding no new data)
+            self.lagging.saw_marks(self.ledger.lookup(self.pipeline, []).epoch, None)
         self._admission.guard.spooled = self.lagging.spooled_through
         self.catchup = CatchUp(
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
