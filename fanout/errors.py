@@ -310,8 +310,9 @@ class MissedBatchesError(FanoutError):
     :param batch_id: the batch refused.
     :param missing: the batch ids it never received, in order.
     :param spooled: the batch ids between its mark and the batch that the spool (or the
-        backfill source) still holds for it: those before the gap could not be written to
-        it now; a skip stops before them (``fanout ledger skip`` refuses to pass them).
+        backfill source) still holds for it, before and after the gap: those before it
+        could not be written to it now; the skip named stops at the gap's end, before the
+        next of them (``fanout ledger skip --spool`` refuses to pass one the spool holds).
     :param spool: the spool's location, for the ``fanout ledger skip`` command named.
     :param backfill_from: the sink's backfill source, when it has one (which then holds
         none of the missing batches).
@@ -342,31 +343,37 @@ class MissedBatchesError(FanoutError):
             else f"configure backfill_from='<an append-mode Delta sink of the pipeline>' on "
             f"{sink!r} (it catches up from that sink's table) or restore the spool"
         )
-        through = batch_id - 1
-        if self.spooled and self.spooled[0] - 1 > mark:
-            through = self.spooled[0] - 1  # a skip gives up no held batch
+        # a skip stops at the first gap's end: it gives up no batch still held after it
+        through = min((b for b in self.spooled if b > self.missing[0]), default=batch_id) - 1
+        skipped = batch_ranges([b for b in self.missing if b <= through])
         command = (
             f"`fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
             f"--through {through}{f' --epoch {epoch}' if epoch else ''}"
             f"{f' --spool {spool}' if spool else ''}` (in Python: "
             "fanout.ledger.gaps.skip_batches)"
         )
+        before = [b for b in self.spooled if b < self.missing[0]]
         if not self.spooled:
             accept = f"accept that {sink!r} never gets them: {command}, then restart."
-        elif through < batch_id - 1:
+        elif not before:
+            again = (
+                ", and refused again at the next batch it never received"
+                if self.missing[-1] > through
+                else ""
+            )
             accept = (
-                f"accept that {sink!r} never gets the batches before batch(es) "
-                f"{batch_ranges(self.spooled)}, which the spool or its backfill source still "
-                f"holds for it: {command}, then restart: it is given those next, in order, "
-                "and refused again at the next batch it never received"
+                f"accept that {sink!r} never gets batch(es) {skipped}: {command}, then "
+                f"restart: it is given batch(es) {batch_ranges(self.spooled)}, which the spool "
+                f"or its backfill source still holds for it, next, in order{again}."
             )
         else:
             accept = (
-                f"once {sink!r} holds batch(es) {batch_ranges(self.spooled)}, which the spool "
+                f"once {sink!r} holds batch(es) {batch_ranges(before)}, which the spool "
                 "or its backfill source still holds for it and which could not be written to "
                 "it now (they are written first, in order, at each start: fix the sink and "
-                f"restart), accept that it never gets the rest: {command}, then restart. A "
-                "skip past batches still held is refused: --release-spooled gives them up too."
+                f"restart), accept that it never gets batch(es) {skipped}: {command}, then "
+                "restart. A skip past batches the spool still holds is refused: "
+                "--release-spooled gives them up too."
             )
         super().__init__(
             f"pipeline {pipeline!r}, batch {batch_id}: sink {sink!r} last committed batch "

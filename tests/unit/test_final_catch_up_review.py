@@ -15,7 +15,7 @@ from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import SinkSpec, lag_policy
 from tests.unit.fakes import SchemaFrame, ScriptedSink
 
-FRAMES = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(4)}
+FRAMES = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(6)}
 
 
 class _Lake(ScriptedSink):
@@ -84,3 +84,73 @@ def test_a_run_with_no_batch_backfills_the_current_epoch_too(tmp_path: Path) -> 
         assert ledger.last_committed("grow", ["pg"], epoch=1) == {"pg": 1}
     finally:
         fan.close()
+
+
+def _run(fan: FanOut, batches: range) -> None:
+    try:
+        for batch in batches:
+            fan.process(FRAMES[batch], BatchInfo("grow", batch, "q"))
+    finally:
+        fan.close()
+
+
+def _read_from(fan: FanOut, lake: _Lake) -> FanOut:
+    fan.catchup._read = lambda sink, key: (  # type: ignore[method-assign]
+        SchemaFrame(lake.table[key].column("id").to_pylist()),
+        BatchInfo("grow", key[1], "q", epoch=key[0]),
+    )
+    return fan
+
+
+def test_a_gap_refusal_names_a_skip_that_keeps_the_batches_after_the_gap(
+    tmp_path: Path,
+) -> None:
+    """pg (backfill_from the lake) commits batch 0 and is left out for 1-2; the lake is left
+    out for 2 (and its gap skipped). Back at batch 4, pg is given batch 1 from the lake and
+    refused at 2: the skip it is told to run must stop at 2, not pass batch 3, which the
+    lake still holds for it (the command said --through 3: batch 3 was lost to it)."""
+    from fanout import MissedBatchesError
+    from fanout.ledger.gaps import skip_batches
+
+    ledger, lake, spool = MemoryLedger(), _Lake("lake"), str(tmp_path / "spool")
+    good = ScriptedSink("good")
+
+    def pg_spec(pg: ScriptedSink) -> SinkSpec:
+        return SinkSpec(pg, lag=lag_policy("pg", {"backfill_from": "lake"}))
+
+    _run(FanOut("grow", ledger, [good, lake, pg_spec(ScriptedSink("pg"))], spool=spool), range(1))
+    _run(FanOut("grow", ledger, [good, lake]), range(1, 2))
+    _run(FanOut("grow", ledger, [good]), range(2, 3))
+    skip_batches(ledger, "grow", "lake", 2)  # the lake's own gap, acknowledged
+    _run(FanOut("grow", ledger, [good, lake]), range(3, 4))
+
+    pg = ScriptedSink("pg")
+    fan = _read_from(
+        FanOut("grow", ledger, [good, lake, pg_spec(pg)], spool=spool, probe_interval_s=3600),
+        lake,
+    )
+    try:
+        fan.process(FRAMES[4], BatchInfo("grow", 4, "q"))
+        raise AssertionError("batch 4 was not refused")
+    except MissedBatchesError as refused:
+        assert (refused.mark, refused.missing, refused.spooled) == (1, [2], [3])
+        assert str(refused).endswith(
+            "; or accept that 'pg' never gets batch(es) 2: `fanout ledger skip --ledger "
+            f"MemoryLedger@{id(ledger):x} --pipeline grow --sink pg --through 2 --spool {spool}` "
+            "(in Python: fanout.ledger.gaps.skip_batches), then restart: it is given batch(es) "
+            "3, which the spool or its backfill source still holds for it, next, in order."
+        )
+    finally:
+        fan.close()
+    assert [b for b, _ in pg.calls] == [1]  # the held batch before the gap, from the lake
+
+    skip_batches(ledger, "grow", "pg", 2)  # as the message says
+    pg = ScriptedSink("pg")
+    _run(_read_from(FanOut("grow", ledger, [good, lake, pg_spec(pg)], spool=spool), lake),
+         range(4, 5))  # fmt: skip
+    fan = _read_from(FanOut("grow", ledger, [good, lake, pg_spec(pg)], spool=spool), lake)
+    try:
+        fan.catch_up(timeout_s=10)
+    finally:
+        fan.close()
+    assert sorted(b for b, _ in pg.calls) == [3, 4]
