@@ -261,6 +261,9 @@ class _Behind(Protocol):
     @property
     def sink(self) -> str: ...
 
+    @property
+    def stuck(self) -> bool: ...
+
     def describe(self) -> str: ...
 
 
@@ -285,13 +288,25 @@ class SinksBehindError(FanoutError):
         status = f"fanout status --ledger {ledger} --pipeline {pipeline}" + (
             "" if spool is None else f" --spool {spool}"
         )
+        stuck = [b.sink for b in self.behind if b.stuck]
+        if stuck:
+            held = (
+                f"Not written by the next run until this is resolved: {', '.join(stuck)}, "
+                "whose backfill source cannot give back a batch as it was committed (its "
+                "last error above names the batch and the ways on). The other batches wait "
+                f"in the spool{where} (or a backfill source), and the next run"
+            )
+        else:
+            held = (
+                f"Nothing is lost: the spool{where} keeps those batches (a backfill source the "
+                "ones it holds), and the next run"
+            )
+        fix = "" if len(stuck) == len(self.behind) else " Fix the sink(s), then run again;"
         super().__init__(
             f"pipeline {pipeline!r}: the run ended with {len(self.behind)} sink(s) behind "
-            f"after a final catch-up:{lines}\nNothing is lost: the spool{where} keeps those "
-            "batches (a backfill source the ones it holds), and the next run of this "
-            "pipeline writes them to each sink first, in batch order and exactly once, "
-            f"before its live batches. Fix the sink(s), then run again; `{status}` shows "
-            "how far behind they are."
+            f"after a final catch-up:{lines}\n{held} of this pipeline writes them to each "
+            f"sink first, in batch order and exactly once, before its live batches.{fix} "
+            f"`{status}` shows how far behind they are."
         )
 
 

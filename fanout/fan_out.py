@@ -409,6 +409,7 @@ class FanOut:
                         spooled=backlog.spooled, rows=backlog.spooled_rows,
                         backfill_from=self.specs[sink].lag.backfill_from,
                         error=self.lagging.lag_of(sink, backlog).error,
+                        stuck=self.lagging.stuck(sink),
                     )
                 )  # fmt: skip
         return found

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from fanout.contract.lag import SinkLag
 from fanout.contract.sink import BackfillSource, SinkContext
-from fanout.errors import SinkError, SinkUnreachableError
+from fanout.errors import BackfillError, SinkError, SinkUnreachableError
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.ledger.gaps import is_skip
 from fanout.observe.secrets import masked_error
@@ -70,6 +70,9 @@ class Lagging:
     epoch: int = 0
     _marks: dict[tuple[str, int], int | None] = field(default_factory=dict, repr=False)
     _errors: dict[str, str] = field(default_factory=dict, repr=False)
+    _stuck: set[str] = field(default_factory=set, repr=False)
+    """The sinks whose last failure no run resolves by itself (a backfill source that cannot
+    give a batch back as committed)."""
     _failed_at: dict[str, float] = field(default_factory=dict, repr=False)
     _backfilled: set[str] = field(default_factory=set, repr=False)
     _origin_marks: dict[tuple[str, int], dict[int, LedgerEntry]] = field(
@@ -106,12 +109,24 @@ class Lagging:
             self._advance(sink, key[0], key[1])
             self._errors.pop(sink, None)
             self._failed_at.pop(sink, None)
+            self._stuck.discard(sink)
 
     def failed(self, sink: str, error: BaseException) -> None:
         """``sink``'s last attempt failed (live or in the catch-up)."""
         with self._lock:
             self._errors[sink] = f"{type(error).__name__}: {error}"
             self._failed_at[sink] = time.monotonic()
+            if isinstance(error, BackfillError):
+                self._stuck.add(sink)
+            else:
+                self._stuck.discard(sink)
+
+    def stuck(self, sink: str) -> bool:
+        """Whether ``sink``'s last failure waits for the operator, not for a next run: its
+        backfill source cannot give a batch back as it was committed
+        (:class:`fanout.errors.BackfillError`)."""
+        with self._lock:
+            return sink in self._stuck
 
     def retry_at(self, sink: str, interval_s: float) -> float:
         """When (``time.monotonic()``) the catch-up may try ``sink`` again: ``interval_s``

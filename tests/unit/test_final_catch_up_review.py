@@ -154,3 +154,48 @@ def test_a_gap_refusal_names_a_skip_that_keeps_the_batches_after_the_gap(
     finally:
         fan.close()
     assert sorted(b for b, _ in pg.calls) == [3, 4]
+
+
+def test_a_sink_its_backfill_source_cannot_serve_is_not_said_to_lose_nothing(
+    tmp_path: Path,
+) -> None:
+    """The final catch-up ends with pg behind because its backfill source cannot give batch
+    0 back as committed (a BackfillError: its dead letters are gone). The run's message must
+    not tell the user that nothing is lost and that the next run writes the batch: no run
+    does until the letters are restored or the batch skipped, as the error says."""
+    import pytest
+
+    from fanout import SinksBehindError
+    from fanout.errors import BackfillError
+
+    ledger, lake = MemoryLedger(), _Lake("lake")
+    _run(FanOut("grow", ledger, [lake]), range(2))
+    pg = ScriptedSink("pg")
+    spec = SinkSpec(pg, lag=lag_policy("pg", {"backfill_from": "lake"}))
+    fan = FanOut("grow", ledger, [lake, spec], backoff_s=0, spool=str(tmp_path / "spool"),
+                 probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    lost = BackfillError("the letters are gone; restore them or skip it", sink="pg", batch_id=0)
+
+    def read(sink: str, key: tuple[int, int]) -> Any:
+        raise lost
+
+    fan.catchup._read = read  # type: ignore[method-assign]
+    try:
+        with pytest.raises(SinksBehindError) as behind:
+            fan.final_catch_up()
+    finally:
+        fan.close()
+    message = str(behind.value)
+    assert "Nothing is lost" not in message
+    assert message.endswith(
+        "\nNot written by the next run until this is resolved: pg, whose backfill source "
+        "cannot give back a batch as it was committed (its last error above names the batch "
+        f"and the ways on). The other batches wait in the spool at {tmp_path / 'spool'} (or "
+        "a backfill source), and the next run of this pipeline writes them to each sink "
+        "first, in batch order and exactly once, before its live batches. `fanout status "
+        f"--ledger MemoryLedger@{id(ledger):x} --pipeline grow --spool {tmp_path / 'spool'}` "
+        "shows how far behind they are."
+    ), message
+    [sink] = behind.value.behind
+    assert (sink.sink, sink.first, sink.last, sink.stuck) == ("pg", (0, 0), (0, 1), True)
