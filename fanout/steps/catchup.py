@@ -257,10 +257,12 @@ class CatchUp:
         table = source.read(key)
         where = f"sink {origin!r} committed batch {key[1]} (epoch {key[0]})"
         if mark is not None and mark.rows and table.num_rows == 0:
-            raise LookupError(
-                f"{where} with {mark.rows} row(s), by its ledger mark, but its table holds "
-                "no commit of it: the table was replaced or its log cleaned up"
-            )
+            raise _cannot_backfill(
+                self.lagging.pipeline, sink, origin, key,
+                f"committed batch {key[1]} (epoch {key[0]}) with {mark.rows} row(s), but its "
+                "table holds no commit of it (the table replaced, or its log cleaned up)",
+                f"Restore the table of {origin!r} to a version that holds the batch",
+            )  # fmt: skip
         df = self.spark.createDataFrame(table)
         if mark is not None and mark.dead_lettered:
             if not table.column_names:
@@ -316,14 +318,25 @@ def _letters_lost(
     pipeline: str, sink: str, origin: str, key: BatchKey, count: int, found: int, table: str
 ) -> BackfillError:
     """The error of a backfill batch whose source's dead letters are not all there."""
+    return _cannot_backfill(
+        pipeline, sink, origin, key,
+        f"set {count} row(s) of batch {key[1]} (epoch {key[0]}) aside as dead letters, but "
+        f"Delta table {table} holds {found} of them (deleted, or the table replaced)",
+        f"Put the letters back (restore {table} to a version that holds them)",
+    )  # fmt: skip
+
+
+def _cannot_backfill(
+    pipeline: str, sink: str, origin: str, key: BatchKey, found: str, way_back: str
+) -> BackfillError:
+    """The error of a backfill batch its source cannot give back as its ledger mark says
+    it committed it (``found``: what the mark says and what is there instead; ``way_back``:
+    how to give it back)."""
     return BackfillError(
-        f"cannot be backfilled from sink {origin!r}: its ledger mark says it set {count} "
-        f"row(s) of batch {key[1]} (epoch {key[0]}) aside as dead letters, but Delta table "
-        f"{table} holds {found} of them (deleted, or the table replaced), so the batch read "
-        f"back would lack them; nothing of it is written to {sink!r}, which waits at this "
-        f"batch. Put the letters back (restore {table} to a version that holds them), or "
-        f"accept that {sink!r} never gets batch {key[1]}: `fanout ledger skip --pipeline "
-        f"{pipeline} --sink {sink} --through {key[1]}"
+        f"cannot be backfilled from sink {origin!r}: its ledger mark says it {found}, so the "
+        f"batch read back would lack them; nothing of it is written to {sink!r}, which waits "
+        f"at this batch. {way_back}, or accept that {sink!r} never gets batch "
+        f"{key[1]}: `fanout ledger skip --pipeline {pipeline} --sink {sink} --through {key[1]}"
         f"{f' --epoch {key[0]}' if key[0] else ''}` (with the pipeline's --ledger), then restart",
         sink=sink,
         batch_id=key[1],

@@ -199,3 +199,37 @@ def test_a_sink_its_backfill_source_cannot_serve_is_not_said_to_lose_nothing(
     ), message
     [sink] = behind.value.behind
     assert (sink.sink, sink.first, sink.last, sink.stuck) == ("pg", (0, 0), (0, 1), True)
+
+
+def test_a_backfill_source_whose_table_lost_a_batch_says_what_to_do(tmp_path: Path) -> None:
+    """The lake's ledger mark of batch 0 counts 2 rows, but its table holds no commit of
+    batch 0 any more (replaced, or its log cleaned up): a BackfillError naming both sinks,
+    the batch and the ways on (it was a bare LookupError saying none), and the final
+    catch-up's message says pg waits for the operator."""
+    import pytest
+
+    from fanout import SinksBehindError
+
+    ledger, lake = MemoryLedger(), _Lake("lake")
+    _run(FanOut("grow", ledger, [lake]), range(1))
+    lake.table[(0, 0)] = lake.table[(0, 0)].slice(0, 0)  # the table replaced: no commit of 0
+    spec = SinkSpec(ScriptedSink("pg"), lag=lag_policy("pg", {"backfill_from": "lake"}))
+    fan = FanOut("grow", ledger, [lake, spec], backoff_s=0, spool=str(tmp_path / "spool"),
+                 probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    try:
+        with pytest.raises(SinksBehindError) as behind:
+            fan.final_catch_up()
+    finally:
+        fan.close()
+    [sink] = behind.value.behind
+    assert sink.error == (
+        "BackfillError: sink 'pg', batch 0: cannot be backfilled from sink 'lake': its ledger "
+        "mark says it committed batch 0 (epoch 0) with 2 row(s), but its table holds no commit "
+        "of it (the table replaced, or its log cleaned up), so the batch read back would lack "
+        "them; nothing of it is written to 'pg', which waits at this batch. Restore the "
+        "table of 'lake' to a version that holds the batch, or accept that 'pg' never gets "
+        "batch 0: `fanout ledger skip --pipeline grow --sink pg --through 0` (with the "
+        "pipeline's --ledger), then restart"
+    )
+    assert sink.stuck
