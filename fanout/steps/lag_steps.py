@@ -66,18 +66,18 @@ def warn_left_out(pipeline: str, specs: Mapping[str, SinkSpec], spool: Spool, le
     """Log the sinks the spool still holds batches for that are not configured: the
     batches are kept for them (put back, they catch up); a sink removed for good releases
     them with ``fanout ledger skip``."""
-    left_out: dict[str, list[int]] = {}
+    left_out: dict[tuple[str, int], list[int]] = {}  # a skip's --through is per epoch
     for batch in spool.batches():
         for sink in batch.needed_by - specs.keys():
-            left_out.setdefault(sink, []).append(batch.batch_id)
-    for sink, ids in sorted(left_out.items()):
+            left_out.setdefault((sink, batch.epoch), []).append(batch.batch_id)
+    for (sink, epoch), ids in sorted(left_out.items()):
         log.warning(
-            "pipeline %s: the spool at %s keeps %s batch(es) (from batch %s) for sink %r, "
-            "which is not configured: put back with on_failure='lag', it catches up from "
-            "them; removed for good, release them with `fanout ledger skip --ledger %s "
-            "--pipeline %s --sink %s --through %s --spool %s --release-spooled` (per epoch)",
-            pipeline, spool.path, len(ids), min(ids), sink, ledger, pipeline, sink, max(ids),
-            spool.path,
+            "pipeline %s: the spool at %s keeps %s batch(es) of epoch %s (from batch %s) for "
+            "sink %r, which is not configured: put back with on_failure='lag', it catches up "
+            "from them; removed for good, release them with `fanout ledger skip --ledger %s "
+            "--pipeline %s --sink %s --through %s --epoch %s --spool %s --release-spooled`",
+            pipeline, spool.path, len(ids), epoch, min(ids), sink, ledger, pipeline, sink,
+            max(ids), epoch, spool.path,
         )  # fmt: skip
 
 

@@ -233,3 +233,63 @@ def test_a_backfill_source_whose_table_lost_a_batch_says_what_to_do(tmp_path: Pa
         "pipeline's --ledger), then restart"
     )
     assert sink.stuck
+
+
+def test_the_left_out_sinks_release_command_is_per_epoch(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """The spool keeps batches 0-1 of epoch 0 and batch 0 of epoch 1 for "down", which is
+    then left out: the start-up warning names one release command per epoch, each through
+    that epoch's last batch (it named one, `--through 1` without --epoch: in epoch 1, which
+    has no batch 1, the skip was refused, and epoch 0's batches were never released)."""
+    import logging
+
+    from fanout import SinkWriteError
+
+    ledger, spool = MemoryLedger(), str(tmp_path / "spool")
+    failing = SinkWriteError("refused", sink="down")
+
+    def down() -> SinkSpec:
+        sink = ScriptedSink("down", always_fail=failing)
+        return SinkSpec(sink, lag=lag_policy("down", {"on_failure": "lag"}))
+
+    for query, batches, options in (
+        ("q", range(2), {}), ("q2", range(1), {"on_checkpoint_reset": "new_epoch"})
+    ):  # fmt: skip
+        fan = FanOut("grow", ledger, [ScriptedSink("good"), down()], backoff_s=0, spool=spool,
+                     probe_interval_s=3600, **options)  # fmt: skip
+        try:
+            for batch in batches:
+                fan.process(FRAMES[batch], BatchInfo("grow", batch, query))
+        finally:
+            fan.close()
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fanout"):
+        FanOut("grow", ledger, [ScriptedSink("good")], spool=spool).close()
+    said = [r.getMessage() for r in caplog.records if "not configured" in r.getMessage()]
+    command = (
+        f"`fanout ledger skip --ledger MemoryLedger@{id(ledger):x} --pipeline grow --sink down"
+    )
+    assert said == [
+        f"pipeline grow: the spool at {spool} keeps 2 batch(es) of epoch 0 (from batch 0) "
+        "for sink 'down', which is not configured: put back with on_failure='lag', it catches "
+        f"up from them; removed for good, release them with {command} --through 1 --epoch 0 "
+        f"--spool {spool} --release-spooled`",
+        f"pipeline grow: the spool at {spool} keeps 1 batch(es) of epoch 1 (from batch 0) "
+        "for sink 'down', which is not configured: put back with on_failure='lag', it catches "
+        f"up from them; removed for good, release them with {command} --through 0 --epoch 1 "
+        f"--spool {spool} --release-spooled`",
+    ], said
+    from fanout.ledger.gaps import skip_batches
+    from fanout.spool.table import Spool
+
+    opened = Spool(spool, "grow")
+    opened.open()
+    for through, epoch in ((1, 0), (0, 1)):  # the two commands, as named
+        skip_batches(ledger, "grow", "down", through, epoch, spool=opened, release_spooled=True)
+    released = FanOut("grow", ledger, [ScriptedSink("good")], spool=spool)
+    try:
+        assert released.lagging.spool is not None and released.lagging.spool.batches() == []
+    finally:
+        released.close()

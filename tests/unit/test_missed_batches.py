@@ -222,11 +222,11 @@ def test_a_left_out_sinks_spool_is_kept_until_skip_releases_it(
     caplog.clear()
     without = FanOut("gap", ledger, [ScriptedSink("good")], spool=spool)  # removed for good
     assert [r.getMessage() for r in caplog.records if "not configured" in r.getMessage()] == [
-        f"pipeline gap: the spool at {spool} keeps 2 batch(es) (from batch 1) for sink 'down', "
-        "which is not configured: put back with on_failure='lag', it catches up from them; "
-        "removed for good, release them with `fanout ledger skip --ledger "
-        f"{_location(ledger)} --pipeline gap --sink down --through 2 --spool {spool} "
-        "--release-spooled` (per epoch)"
+        f"pipeline gap: the spool at {spool} keeps 2 batch(es) of epoch 0 (from batch 1) for "
+        "sink 'down', which is not configured: put back with on_failure='lag', it catches up "
+        "from them; removed for good, release them with `fanout ledger skip --ledger "
+        f"{_location(ledger)} --pipeline gap --sink down --through 2 --epoch 0 --spool {spool} "
+        "--release-spooled`"
     ]
     try:
         assert [b.batch_id for b in without.lagging.spool.batches()] == [1, 2]  # type: ignore[union-attr]
