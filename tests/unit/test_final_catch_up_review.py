@@ -74,13 +74,9 @@ def test_a_run_with_no_batch_backfills_the_current_epoch_too(tmp_path: Path) -> 
     )
     try:
         [behind] = fan.behind()
-        assert (behind.sink, behind.first, behind.last, behind.batches) == (
-            "pg", (0, 0), (1, 1), 4
-        )
+        assert (behind.sink, behind.first, behind.last, behind.batches) == ("pg", (0, 0), (1, 1), 4)
         assert {n: lag.state for n, lag in fan.final_catch_up().items()} == {"pg": "live"}
-        assert [(b.info.epoch, b.batch_id) for b in pg.batches] == [
-            (0, 0), (0, 1), (1, 0), (1, 1)
-        ]
+        assert [(b.info.epoch, b.batch_id) for b in pg.batches] == [(0, 0), (0, 1), (1, 0), (1, 1)]
         assert ledger.last_committed("grow", ["pg"], epoch=1) == {"pg": 1}
     finally:
         fan.close()
@@ -235,9 +231,7 @@ def test_a_backfill_source_whose_table_lost_a_batch_says_what_to_do(tmp_path: Pa
     assert sink.stuck
 
 
-def test_the_left_out_sinks_release_command_is_per_epoch(
-    tmp_path: Path, caplog: Any
-) -> None:
+def test_the_left_out_sinks_release_command_is_per_epoch(tmp_path: Path, caplog: Any) -> None:
     """The spool keeps batches 0-1 of epoch 0 and batch 0 of epoch 1 for "down", which is
     then left out: the start-up warning names one release command per epoch, each through
     that epoch's last batch (it named one, `--through 1` without --epoch: in epoch 1, which
