@@ -200,7 +200,7 @@ class FanOut:
         )  # fmt: skip
         if self.spool is not None:
             self.spool.open()
-            check_spooled_sinks(self.pipeline, self.specs, self.spool)
+            check_spooled_sinks(self.pipeline, self.specs, self.spool, self.lagging.needs)
         # last of what can refuse the setup: a FanOut that fails to start leaves the one
         # before it running; first of what releases the spool, which the one before must
         # no longer do beside this one

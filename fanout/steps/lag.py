@@ -174,7 +174,7 @@ class Lagging:
             wanted[key] = None
         for key in self._backfill_keys(sink):
             wanted[key] = None
-        keys = sorted(k for k in wanted if self._needs(sink, k))
+        keys = sorted(k for k in wanted if self.needs(sink, k))
         held = [spooled[k] for k in keys if k in spooled]
         if self.spool is not None:  # a backfill batch may be in the spool for another sink
             held += [b for k in keys if k not in spooled and (b := self.spool.get(k))]
@@ -186,7 +186,8 @@ class Lagging:
             since=min((b.spooled_at for b in held), default=None),
         )
 
-    def _needs(self, sink: str, key: BatchKey) -> bool:
+    def needs(self, sink: str, key: BatchKey) -> bool:
+        """Whether ``sink`` still needs batch ``key``: its mark of the epoch is older."""
         done = self.mark(sink, key[0])
         return done is None or done < key[1]
 
@@ -205,7 +206,7 @@ class Lagging:
             if self._caught_up_with(sink, origin, epoch):
                 continue
             for batch_id, entry in sorted(self._marks_of(origin, epoch).items()):
-                if not is_skip(entry) and self._needs(sink, (epoch, batch_id)):
+                if not is_skip(entry) and self.needs(sink, (epoch, batch_id)):
                     keys.append((epoch, batch_id))
         return keys
 
@@ -304,7 +305,7 @@ class Lagging:
             return {}
         done = {}
         for batch in self.spool.batches():
-            if all(not self._needs(s, batch.key) for s in batch.needed_by):
+            if all(not self.needs(s, batch.key) for s in batch.needed_by):
                 done[batch.key] = batch.needed_by
         return done
 
@@ -332,7 +333,7 @@ class Lagging:
         if self.spool is None:
             return 0
         removed = self.spool.remove_orphans(
-            lambda key: all(not self._needs(s, key) for s in self.sinks)
+            lambda key: all(not self.needs(s, key) for s in self.sinks)
         )
         if removed:
             log.info(

@@ -20,7 +20,7 @@ from fanout.errors import CheckpointError, ConfigurationError, LagLimitError
 from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
 from fanout.sink_spec import SinkSpec
-from fanout.spool.table import Spool
+from fanout.spool.table import BatchKey, Spool
 from fanout.steps.catchup import CatchUp
 from fanout.steps.lag import Backlog, Lagging, over_limit, sinks_in
 from fanout.steps.record import Recorder
@@ -48,12 +48,19 @@ def check_spool(pipeline: str, specs: Mapping[str, SinkSpec], path: str | None) 
     return Spool(str(path), pipeline)
 
 
-def check_spooled_sinks(pipeline: str, specs: Mapping[str, SinkSpec], spool: Spool) -> None:
-    """Refuse to start when the spool holds batches for a sink that no longer lags: it
-    would skip them."""
+def check_spooled_sinks(
+    pipeline: str,
+    specs: Mapping[str, SinkSpec],
+    spool: Spool,
+    needs: Callable[[str, BatchKey], bool],
+) -> None:
+    """Refuse to start when the spool holds batches for a sink that no longer lags and
+    still ``needs`` them (its ledger mark is older): it would skip them. Index rows of
+    batches its mark holds (caught up, or given up by ``fanout ledger skip``) are released
+    at this start."""
     for batch in spool.batches():
         for sink in sorted(batch.needed_by):
-            if sink in specs and not specs[sink].lag.uses_spool:
+            if sink in specs and not specs[sink].lag.uses_spool and needs(sink, batch.key):
                 raise ConfigurationError(
                     f"pipeline {pipeline!r}: sink {sink!r} still needs batches from the spool "
                     f"at {spool.path} (the oldest: batch {batch.batch_id}) but no longer has "

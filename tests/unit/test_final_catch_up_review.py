@@ -287,3 +287,40 @@ def test_the_left_out_sinks_release_command_is_per_epoch(tmp_path: Path, caplog:
         assert released.lagging.spool is not None and released.lagging.spool.batches() == []
     finally:
         released.close()
+
+
+def test_a_sink_whose_spooled_batches_were_released_by_a_skip_may_drop_lag(
+    tmp_path: Path,
+) -> None:
+    """ "down" lags through batches 1-2 (spooled for it); the operator gives them up
+    (`fanout ledger skip --through 2 --spool S --release-spooled`) and puts the sink back
+    without on_failure='lag'. Its mark holds 1-2, so nothing is skipped: the start must not
+    be refused saying it still needs them (the index rows are released at that start)."""
+    from fanout import SinkWriteError
+    from fanout.ledger.gaps import skip_batches
+    from fanout.spool.table import Spool
+
+    ledger, spool = MemoryLedger(), str(tmp_path / "spool")
+    down = ScriptedSink("down")
+    lagging = SinkSpec(down, lag=lag_policy("down", {"on_failure": "lag"}))
+    fan = FanOut("grow", ledger, [ScriptedSink("good"), lagging], backoff_s=0, spool=spool,
+                 probe_interval_s=3600)  # fmt: skip
+    try:
+        fan.process(FRAMES[0], BatchInfo("grow", 0, "q"))
+        down.always_fail = SinkWriteError("refused", sink="down")
+        for batch in (1, 2):
+            fan.process(FRAMES[batch], BatchInfo("grow", batch, "q"))
+    finally:
+        fan.close()
+    opened = Spool(spool, "grow")
+    opened.open()
+    skip_batches(ledger, "grow", "down", 2, spool=opened, release_spooled=True)
+
+    back = ScriptedSink("down")
+    fan = FanOut("grow", ledger, [ScriptedSink("good"), back], backoff_s=0, spool=spool)
+    try:
+        assert fan.spool is not None and fan.spool.batches() == []
+        fan.process(FRAMES[3], BatchInfo("grow", 3, "q"))
+    finally:
+        fan.close()
+    assert back.calls == [(3, 1)]
