@@ -291,9 +291,9 @@ class SinksBehindError(FanoutError):
         stuck = [b.sink for b in self.behind if b.stuck]
         if stuck:
             held = (
-                f"Not written by the next run until this is resolved: {', '.join(stuck)}, "
-                "whose backfill source cannot give back a batch as it was committed (its "
-                "last error above names the batch and the ways on). The other batches wait "
+                f"Not written by the next run until you act: {', '.join(stuck)}, which "
+                "cannot be given its next batch as things stand (its last error above names "
+                "the batch and the ways on). The other batches wait "
                 f"in the spool{where} (or a backfill source), and the next run"
             )
         else:
@@ -331,6 +331,8 @@ class MissedBatchesError(FanoutError):
     :param spool: the spool's location, for the ``fanout ledger skip`` command named.
     :param backfill_from: the sink's backfill source, when it has one (which then holds
         none of the missing batches).
+    :param caught_up: the refused batch is one the catch-up would have given the sink (the
+        other sinks hold it), not a live batch.
     """
 
     def __init__(
@@ -345,6 +347,7 @@ class MissedBatchesError(FanoutError):
         spooled: Sequence[int] = (),
         backfill_from: str | None = None,
         spool: str | None = None,
+        caught_up: bool = False,
     ) -> None:
         self.pipeline, self.sink, self.epoch = pipeline, sink, epoch
         self.mark, self.batch_id, self.missing = mark, batch_id, list(missing)
@@ -366,6 +369,11 @@ class MissedBatchesError(FanoutError):
             f"--through {through}{f' --epoch {epoch}' if epoch else ''}"
             f"{f' --spool {spool}' if spool else ''}` (in Python: "
             "fanout.ledger.gaps.skip_batches)"
+        )
+        held_back = (
+            f"its catch-up does not write it to {sink!r} (the other sinks hold it)."
+            if caught_up
+            else "no sink writes this batch."
         )
         before = [b for b in self.spooled if b < self.missing[0]]
         if not self.spooled:
@@ -395,7 +403,7 @@ class MissedBatchesError(FanoutError):
             f"{mark}{in_epoch} and never received batch(es) {which}, which neither the spool "
             "nor a backfill source holds for it (the spool was lost or replaced, or the sink "
             "was left out of the configuration while they ran); writing it now would lose "
-            "them for it silently, so no sink writes this batch. Either give them back: "
+            f"them for it silently, so {held_back} Either give them back: "
             f"{give_back}; or {accept}"
         )
 

@@ -196,7 +196,7 @@ class FanOut:
         self._admission.guard.spooled = self.lagging.spooled_through
         self.catchup = CatchUp(
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
-            self._spark, probe_interval_s,
+            self._spark, probe_interval_s, _ledger_location(self.ledger),
         )  # fmt: skip
         if self.spool is not None:
             self.spool.open()

@@ -65,7 +65,8 @@ class SinkBehind:
     :param backfill_from: the backfill source holding the others, when some are not spooled.
     :param error: its last failure (secrets masked as in the log), if any.
     :param stuck: whether that failure waits for the operator, not for a next run (its
-        backfill source cannot give a batch back as it was committed).
+        backfill source cannot give a batch back as it was committed, or its next batch
+        lies past batches nothing holds for it).
     """
 
     sink: str

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from fanout.contract.lag import SinkLag
 from fanout.contract.sink import BackfillSource, SinkContext
-from fanout.errors import BackfillError, SinkError, SinkUnreachableError
+from fanout.errors import BackfillError, MissedBatchesError, SinkError, SinkUnreachableError
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.ledger.gaps import is_skip
 from fanout.observe.secrets import masked_error
@@ -72,7 +72,7 @@ class Lagging:
     _errors: dict[str, str] = field(default_factory=dict, repr=False)
     _stuck: set[str] = field(default_factory=set, repr=False)
     """The sinks whose last failure no run resolves by itself (a backfill source that cannot
-    give a batch back as committed)."""
+    give a batch back as committed, a gap before its next batch)."""
     _failed_at: dict[str, float] = field(default_factory=dict, repr=False)
     _backfilled: set[str] = field(default_factory=set, repr=False)
     _origin_marks: dict[tuple[str, int], dict[int, LedgerEntry]] = field(
@@ -116,7 +116,7 @@ class Lagging:
         with self._lock:
             self._errors[sink] = f"{type(error).__name__}: {error}"
             self._failed_at[sink] = time.monotonic()
-            if isinstance(error, BackfillError):
+            if isinstance(error, (BackfillError, MissedBatchesError)):
                 self._stuck.add(sink)
             else:
                 self._stuck.discard(sink)
@@ -124,7 +124,8 @@ class Lagging:
     def stuck(self, sink: str) -> bool:
         """Whether ``sink``'s last failure waits for the operator, not for a next run: its
         backfill source cannot give a batch back as it was committed
-        (:class:`fanout.errors.BackfillError`)."""
+        (:class:`fanout.errors.BackfillError`), or its next batch lies past batches nothing
+        holds for it (:class:`fanout.MissedBatchesError`)."""
         with self._lock:
             return sink in self._stuck
 

@@ -185,9 +185,9 @@ def test_a_sink_its_backfill_source_cannot_serve_is_not_said_to_lose_nothing(
     message = str(behind.value)
     assert "Nothing is lost" not in message
     assert message.endswith(
-        "\nNot written by the next run until this is resolved: pg, whose backfill source "
-        "cannot give back a batch as it was committed (its last error above names the batch "
-        f"and the ways on). The other batches wait in the spool at {tmp_path / 'spool'} (or "
+        "\nNot written by the next run until you act: pg, which cannot be given its next "
+        "batch as things stand (its last error above names the batch and the ways on). The "
+        f"other batches wait in the spool at {tmp_path / 'spool'} (or "
         "a backfill source), and the next run of this pipeline writes them to each sink "
         "first, in batch order and exactly once, before its live batches. `fanout status "
         f"--ledger MemoryLedger@{id(ledger):x} --pipeline grow --spool {tmp_path / 'spool'}` "
@@ -324,3 +324,46 @@ def test_a_sink_whose_spooled_batches_were_released_by_a_skip_may_drop_lag(
     finally:
         fan.close()
     assert back.calls == [(3, 1)]
+
+
+def test_the_final_catch_up_does_not_write_a_sink_past_a_gap(tmp_path: Path) -> None:
+    """pg (backfill_from the lake) commits batch 0 and is left out for 1-3; the lake misses
+    batch 2 (its gap skipped). A run that finds no new batch (available_now, no data) runs
+    no gap check on a live batch: its final catch-up must give pg batch 1 and stop at the
+    gap, naming it, not write batch 3 past it (batch 2 lost to pg without a word)."""
+    import pytest
+
+    from fanout import SinksBehindError
+    from fanout.ledger.gaps import skip_batches
+
+    ledger, lake, spool = MemoryLedger(), _Lake("lake"), str(tmp_path / "spool")
+    good = ScriptedSink("good")
+
+    def pg_spec(pg: ScriptedSink) -> SinkSpec:
+        return SinkSpec(pg, lag=lag_policy("pg", {"backfill_from": "lake"}))
+
+    _run(FanOut("grow", ledger, [good, lake, pg_spec(ScriptedSink("pg"))], spool=spool), range(1))
+    _run(FanOut("grow", ledger, [good, lake]), range(1, 2))
+    _run(FanOut("grow", ledger, [good]), range(2, 3))
+    skip_batches(ledger, "grow", "lake", 2)
+    _run(FanOut("grow", ledger, [good, lake]), range(3, 4))
+
+    pg = ScriptedSink("pg")
+    fan = _read_from(
+        FanOut("grow", ledger, [good, lake, pg_spec(pg)], spool=spool, probe_interval_s=3600),
+        lake,
+    )
+    fan.catchup.stop()  # the query ended without a batch
+    try:
+        with pytest.raises(SinksBehindError) as behind:
+            fan.final_catch_up()
+    finally:
+        fan.close()
+    assert [b for b, _ in pg.calls] == [1]  # not 3: batch 2 is nowhere for it
+    assert ledger.last_committed("grow", ["pg"]) == {"pg": 1}
+    [sink] = behind.value.behind
+    assert sink.stuck and sink.error is not None
+    assert sink.error.startswith(
+        "MissedBatchesError: pipeline 'grow', batch 3: sink 'pg' last committed batch 1 and "
+        "never received batch(es) 2,"
+    ), sink.error
