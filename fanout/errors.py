@@ -261,6 +261,9 @@ class _Behind(Protocol):
     @property
     def sink(self) -> str: ...
 
+    @property
+    def stuck(self) -> bool: ...
+
     def describe(self) -> str: ...
 
 
@@ -285,13 +288,25 @@ class SinksBehindError(FanoutError):
         status = f"fanout status --ledger {ledger} --pipeline {pipeline}" + (
             "" if spool is None else f" --spool {spool}"
         )
+        stuck = [b.sink for b in self.behind if b.stuck]
+        if stuck:
+            held = (
+                f"Not written by the next run until you act: {', '.join(stuck)}, which "
+                "cannot be given its next batch as things stand (its last error above names "
+                "the batch and the ways on). The other batches wait "
+                f"in the spool{where} (or a backfill source), and the next run"
+            )
+        else:
+            held = (
+                f"Nothing is lost: the spool{where} keeps those batches (a backfill source the "
+                "ones it holds), and the next run"
+            )
+        fix = "" if len(stuck) == len(self.behind) else " Fix the sink(s), then run again;"
         super().__init__(
             f"pipeline {pipeline!r}: the run ended with {len(self.behind)} sink(s) behind "
-            f"after a final catch-up:{lines}\nNothing is lost: the spool{where} keeps those "
-            "batches (a backfill source the ones it holds), and the next run of this "
-            "pipeline writes them to each sink first, in batch order and exactly once, "
-            f"before its live batches. Fix the sink(s), then run again; `{status}` shows "
-            "how far behind they are."
+            f"after a final catch-up:{lines}\n{held} of this pipeline writes them to each "
+            f"sink first, in batch order and exactly once, before its live batches.{fix} "
+            f"`{status}` shows how far behind they are."
         )
 
 
@@ -310,11 +325,14 @@ class MissedBatchesError(FanoutError):
     :param batch_id: the batch refused.
     :param missing: the batch ids it never received, in order.
     :param spooled: the batch ids between its mark and the batch that the spool (or the
-        backfill source) still holds for it: those before the gap could not be written to
-        it now; a skip stops before them (``fanout ledger skip`` refuses to pass them).
+        backfill source) still holds for it, before and after the gap: those before it
+        could not be written to it now; the skip named stops at the gap's end, before the
+        next of them (``fanout ledger skip --spool`` refuses to pass one the spool holds).
     :param spool: the spool's location, for the ``fanout ledger skip`` command named.
     :param backfill_from: the sink's backfill source, when it has one (which then holds
         none of the missing batches).
+    :param caught_up: the refused batch is one the catch-up would have given the sink (the
+        other sinks hold it), not a live batch.
     """
 
     def __init__(
@@ -329,6 +347,7 @@ class MissedBatchesError(FanoutError):
         spooled: Sequence[int] = (),
         backfill_from: str | None = None,
         spool: str | None = None,
+        caught_up: bool = False,
     ) -> None:
         self.pipeline, self.sink, self.epoch = pipeline, sink, epoch
         self.mark, self.batch_id, self.missing = mark, batch_id, list(missing)
@@ -342,38 +361,49 @@ class MissedBatchesError(FanoutError):
             else f"configure backfill_from='<an append-mode Delta sink of the pipeline>' on "
             f"{sink!r} (it catches up from that sink's table) or restore the spool"
         )
-        through = batch_id - 1
-        if self.spooled and self.spooled[0] - 1 > mark:
-            through = self.spooled[0] - 1  # a skip gives up no held batch
+        # a skip stops at the first gap's end: it gives up no batch still held after it
+        through = min((b for b in self.spooled if b > self.missing[0]), default=batch_id) - 1
+        skipped = batch_ranges([b for b in self.missing if b <= through])
         command = (
             f"`fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
             f"--through {through}{f' --epoch {epoch}' if epoch else ''}"
             f"{f' --spool {spool}' if spool else ''}` (in Python: "
             "fanout.ledger.gaps.skip_batches)"
         )
+        held_back = (
+            f"its catch-up does not write it to {sink!r} (the other sinks hold it)."
+            if caught_up
+            else "no sink writes this batch."
+        )
+        before = [b for b in self.spooled if b < self.missing[0]]
         if not self.spooled:
             accept = f"accept that {sink!r} never gets them: {command}, then restart."
-        elif through < batch_id - 1:
+        elif not before:
+            again = (
+                ", and refused again at the next batch it never received"
+                if self.missing[-1] > through
+                else ""
+            )
             accept = (
-                f"accept that {sink!r} never gets the batches before batch(es) "
-                f"{batch_ranges(self.spooled)}, which the spool or its backfill source still "
-                f"holds for it: {command}, then restart: it is given those next, in order, "
-                "and refused again at the next batch it never received"
+                f"accept that {sink!r} never gets batch(es) {skipped}: {command}, then "
+                f"restart: it is given batch(es) {batch_ranges(self.spooled)}, which the spool "
+                f"or its backfill source still holds for it, next, in order{again}."
             )
         else:
             accept = (
-                f"once {sink!r} holds batch(es) {batch_ranges(self.spooled)}, which the spool "
+                f"once {sink!r} holds batch(es) {batch_ranges(before)}, which the spool "
                 "or its backfill source still holds for it and which could not be written to "
                 "it now (they are written first, in order, at each start: fix the sink and "
-                f"restart), accept that it never gets the rest: {command}, then restart. A "
-                "skip past batches still held is refused: --release-spooled gives them up too."
+                f"restart), accept that it never gets batch(es) {skipped}: {command}, then "
+                "restart. A skip past batches the spool still holds is refused: "
+                "--release-spooled gives them up too."
             )
         super().__init__(
             f"pipeline {pipeline!r}, batch {batch_id}: sink {sink!r} last committed batch "
             f"{mark}{in_epoch} and never received batch(es) {which}, which neither the spool "
             "nor a backfill source holds for it (the spool was lost or replaced, or the sink "
             "was left out of the configuration while they ran); writing it now would lose "
-            "them for it silently, so no sink writes this batch. Either give them back: "
+            f"them for it silently, so {held_back} Either give them back: "
             f"{give_back}; or {accept}"
         )
 

@@ -190,14 +190,17 @@ class FanOut:
             backfill_sources(self.pipeline, self.specs),
             unopened=self._unopened,
         )
+        if self.lagging.sources:  # its backfill reads every epoch through the current one,
+            # also when no batch runs (an available_now run finding no new data)
+            self.lagging.saw_marks(self.ledger.lookup(self.pipeline, []).epoch, None)
         self._admission.guard.spooled = self.lagging.spooled_through
         self.catchup = CatchUp(
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
-            self._spark, probe_interval_s,
+            self._spark, probe_interval_s, _ledger_location(self.ledger),
         )  # fmt: skip
         if self.spool is not None:
             self.spool.open()
-            check_spooled_sinks(self.pipeline, self.specs, self.spool)
+            check_spooled_sinks(self.pipeline, self.specs, self.spool, self.lagging.needs)
         # last of what can refuse the setup: a FanOut that fails to start leaves the one
         # before it running; first of what releases the spool, which the one before must
         # no longer do beside this one
@@ -406,6 +409,7 @@ class FanOut:
                         spooled=backlog.spooled, rows=backlog.spooled_rows,
                         backfill_from=self.specs[sink].lag.backfill_from,
                         error=self.lagging.lag_of(sink, backlog).error,
+                        stuck=self.lagging.stuck(sink),
                     )
                 )  # fmt: skip
         return found

@@ -118,16 +118,26 @@ def _spooled_check(checks: list[Check], config: PipelineConfig, specs: dict[str,
     """A spool that exists holds no batch for a sink that no longer lags (it would skip
     them): read only; a spool not made yet has nothing to check."""
     from fanout.delta_tables.io import open_table
-    from fanout.spool.table import Spool
+    from fanout.errors import LedgerError
+    from fanout.ledger.delta import DeltaLedger
+    from fanout.spool.table import BatchKey, Spool
     from fanout.steps.lag_steps import check_spooled_sinks
 
     spool = Spool(str(config.spool), config.name)
     if open_table(spool.index_path, spool.storage_options) is None:
         return
+    ledger = DeltaLedger(config.ledger)
+
+    def needs(sink: str, key: BatchKey) -> bool:  # its mark is older (read, never created)
+        try:
+            done = ledger.last_committed(config.name, [sink], key[0]).get(sink)
+        except LedgerError:
+            return True  # no ledger: no mark
+        return done is None or done < key[1]
 
     def held() -> None:
         spool.open()  # reads the index: it exists, so nothing is created
-        check_spooled_sinks(config.name, specs, spool)
+        check_spooled_sinks(config.name, specs, spool, needs)
 
     _check(checks, f"spool {config.spool}: holds no batch for a sink that no longer lags", held)
 

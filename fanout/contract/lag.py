@@ -64,6 +64,9 @@ class SinkBehind:
     :param rows: the rows of those the spool holds.
     :param backfill_from: the backfill source holding the others, when some are not spooled.
     :param error: its last failure (secrets masked as in the log), if any.
+    :param stuck: whether that failure waits for the operator, not for a next run (its
+        backfill source cannot give a batch back as it was committed, or its next batch
+        lies past batches nothing holds for it).
     """
 
     sink: str
@@ -74,6 +77,7 @@ class SinkBehind:
     rows: int = 0
     backfill_from: str | None = None
     error: str | None = None
+    stuck: bool = False
 
     def batch_range(self) -> str:
         """``batches 3 to 7``, ``batch 3``, with the epoch when it is not 0."""

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
-from fanout.errors import BackfillError
+from fanout.errors import BackfillError, MissedBatchesError
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import LedgerEntry
 from fanout.observe.logs import batch_fields
@@ -53,6 +53,7 @@ class CatchUp:
     :param target_of: a sink's dead-letter target.
     :param spark: the session that reads the spool.
     :param probe_interval_s: how long a sink that failed waits before the next attempt.
+    :param ledger_location: where the ledger is, for the messages.
     """
 
     def __init__(
@@ -64,8 +65,10 @@ class CatchUp:
         target_of: TargetOf,
         spark: Any,
         probe_interval_s: float,
+        ledger_location: str = "the pipeline's ledger",
     ) -> None:
         self.lagging = lagging
+        self.ledger_location = ledger_location
         self.specs = specs
         self.record = record
         self.hooks = hooks
@@ -181,14 +184,16 @@ class CatchUp:
         in this thread, in order (as :meth:`drain`), whatever its probe interval. A write
         that fails is tried again after ``policy``'s backoff, up to ``policy.retries`` more
         times in all; ``stop()`` ends it after the write in progress. Returns the error
-        that stopped it (``None``: it has no batch left, or ``stop()`` held first)."""
+        that stopped it (``None``: it has no batch left, or ``stop()`` held first); one
+        that waits for the operator (:meth:`fanout.steps.lag.Lagging.stuck`) is not tried
+        again."""
         error: BaseException | None = None
         for attempt in range(policy.retries + 1):
             if attempt and not _wait(policy.delay(attempt), stop):
                 break
             error = self.drain(sink, until=stop)
-            if error is None:
-                return None
+            if error is None or self.lagging.stuck(sink):
+                return error  # done, or waiting for the operator: no retry helps
         return error
 
     def _write_next(self, sink: str) -> bool | BaseException | None:
@@ -197,8 +202,37 @@ class CatchUp:
         backlog = self.lagging.backlog(sink)
         if not backlog:
             return None  # a backfill is finished only at a batch's start (hold_back)
+        gap = self._gap_before(sink, backlog.keys[0])
+        if gap is not None:
+            self.lagging.failed(sink, gap)
+            log.error("%s", gap, extra=batch_fields(self.lagging.pipeline, gap.batch_id, sink))
+            return gap
         error = self.write(sink, backlog.keys[0])
         return True if error is None else error
+
+    def _gap_before(self, sink: str, key: BatchKey) -> MissedBatchesError | None:
+        """The refusal of writing ``sink`` its oldest needed batch ``key`` past batches of
+        its epoch it never received, which nothing holds for it (the live path refuses such
+        a gap at a live batch's start; a run with no batch, or a backlog with a hole, would
+        otherwise write past it). The mark is read again from the ledger first: another
+        instance may have moved it."""
+        epoch, batch_id = key
+        mark = self.lagging.mark(sink, epoch)
+        if mark is None or batch_id <= mark + 1:
+            return None
+        fresh = self.lagging.ledger.last_committed(self.lagging.pipeline, [sink], epoch)
+        self.lagging.saw_marks(epoch, fresh)
+        backlog = self.lagging.backlog(sink)
+        mark = self.lagging.mark(sink, epoch)
+        if not backlog or backlog.keys[0] != key or mark is None or batch_id <= mark + 1:
+            return None
+        spool = self.lagging.spool
+        return MissedBatchesError(
+            self.lagging.pipeline, sink, epoch, mark, batch_id,
+            list(range(mark + 1, batch_id)), self.ledger_location,
+            backfill_from=self.specs[sink].lag.backfill_from,
+            spool=None if spool is None else spool.path, caught_up=True,
+        )  # fmt: skip
 
     def write(self, sink: str, key: BatchKey) -> BaseException | None:
         """Write batch ``key`` to ``sink`` and mark it; return the failure, if any (what the
@@ -257,10 +291,12 @@ class CatchUp:
         table = source.read(key)
         where = f"sink {origin!r} committed batch {key[1]} (epoch {key[0]})"
         if mark is not None and mark.rows and table.num_rows == 0:
-            raise LookupError(
-                f"{where} with {mark.rows} row(s), by its ledger mark, but its table holds "
-                "no commit of it: the table was replaced or its log cleaned up"
-            )
+            raise _cannot_backfill(
+                self.lagging.pipeline, sink, origin, key,
+                f"committed batch {key[1]} (epoch {key[0]}) with {mark.rows} row(s), but its "
+                "table holds no commit of it (the table replaced, or its log cleaned up)",
+                f"Restore the table of {origin!r} to a version that holds the batch",
+            )  # fmt: skip
         df = self.spark.createDataFrame(table)
         if mark is not None and mark.dead_lettered:
             if not table.column_names:
@@ -316,14 +352,25 @@ def _letters_lost(
     pipeline: str, sink: str, origin: str, key: BatchKey, count: int, found: int, table: str
 ) -> BackfillError:
     """The error of a backfill batch whose source's dead letters are not all there."""
+    return _cannot_backfill(
+        pipeline, sink, origin, key,
+        f"set {count} row(s) of batch {key[1]} (epoch {key[0]}) aside as dead letters, but "
+        f"Delta table {table} holds {found} of them (deleted, or the table replaced)",
+        f"Put the letters back (restore {table} to a version that holds them)",
+    )  # fmt: skip
+
+
+def _cannot_backfill(
+    pipeline: str, sink: str, origin: str, key: BatchKey, found: str, way_back: str
+) -> BackfillError:
+    """The error of a backfill batch its source cannot give back as its ledger mark says
+    it committed it (``found``: what the mark says and what is there instead; ``way_back``:
+    how to give it back)."""
     return BackfillError(
-        f"cannot be backfilled from sink {origin!r}: its ledger mark says it set {count} "
-        f"row(s) of batch {key[1]} (epoch {key[0]}) aside as dead letters, but Delta table "
-        f"{table} holds {found} of them (deleted, or the table replaced), so the batch read "
-        f"back would lack them; nothing of it is written to {sink!r}, which waits at this "
-        f"batch. Put the letters back (restore {table} to a version that holds them), or "
-        f"accept that {sink!r} never gets batch {key[1]}: `fanout ledger skip --pipeline "
-        f"{pipeline} --sink {sink} --through {key[1]}"
+        f"cannot be backfilled from sink {origin!r}: its ledger mark says it {found}, so the "
+        f"batch read back would lack them; nothing of it is written to {sink!r}, which waits "
+        f"at this batch. {way_back}, or accept that {sink!r} never gets batch "
+        f"{key[1]}: `fanout ledger skip --pipeline {pipeline} --sink {sink} --through {key[1]}"
         f"{f' --epoch {key[0]}' if key[0] else ''}` (with the pipeline's --ledger), then restart",
         sink=sink,
         batch_id=key[1],

@@ -60,7 +60,7 @@ def refuse_gaps(
             mark, held = _catch_up_to(catchup, lagging, specs[name], epoch, mark, missing[0])
             missing = [b for b in range(mark + 1, batch_id) if b not in held]
         if missing:
-            spooled = sorted(b for b in held if b < missing[-1])
+            spooled = sorted(b for b in held if mark < b < batch_id)  # after the gap too
             raise MissedBatchesError(
                 state.info.pipeline,
                 name,

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from fanout.contract.lag import SinkLag
 from fanout.contract.sink import BackfillSource, SinkContext
-from fanout.errors import SinkError, SinkUnreachableError
+from fanout.errors import BackfillError, MissedBatchesError, SinkError, SinkUnreachableError
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.ledger.gaps import is_skip
 from fanout.observe.secrets import masked_error
@@ -70,6 +70,9 @@ class Lagging:
     epoch: int = 0
     _marks: dict[tuple[str, int], int | None] = field(default_factory=dict, repr=False)
     _errors: dict[str, str] = field(default_factory=dict, repr=False)
+    _stuck: set[str] = field(default_factory=set, repr=False)
+    """The sinks whose last failure no run resolves by itself (a backfill source that cannot
+    give a batch back as committed, a gap before its next batch)."""
     _failed_at: dict[str, float] = field(default_factory=dict, repr=False)
     _backfilled: set[str] = field(default_factory=set, repr=False)
     _origin_marks: dict[tuple[str, int], dict[int, LedgerEntry]] = field(
@@ -106,12 +109,25 @@ class Lagging:
             self._advance(sink, key[0], key[1])
             self._errors.pop(sink, None)
             self._failed_at.pop(sink, None)
+            self._stuck.discard(sink)
 
     def failed(self, sink: str, error: BaseException) -> None:
         """``sink``'s last attempt failed (live or in the catch-up)."""
         with self._lock:
             self._errors[sink] = f"{type(error).__name__}: {error}"
             self._failed_at[sink] = time.monotonic()
+            if isinstance(error, (BackfillError, MissedBatchesError)):
+                self._stuck.add(sink)
+            else:
+                self._stuck.discard(sink)
+
+    def stuck(self, sink: str) -> bool:
+        """Whether ``sink``'s last failure waits for the operator, not for a next run: its
+        backfill source cannot give a batch back as it was committed
+        (:class:`fanout.errors.BackfillError`), or its next batch lies past batches nothing
+        holds for it (:class:`fanout.MissedBatchesError`)."""
+        with self._lock:
+            return sink in self._stuck
 
     def retry_at(self, sink: str, interval_s: float) -> float:
         """When (``time.monotonic()``) the catch-up may try ``sink`` again: ``interval_s``
@@ -159,7 +175,7 @@ class Lagging:
             wanted[key] = None
         for key in self._backfill_keys(sink):
             wanted[key] = None
-        keys = sorted(k for k in wanted if self._needs(sink, k))
+        keys = sorted(k for k in wanted if self.needs(sink, k))
         held = [spooled[k] for k in keys if k in spooled]
         if self.spool is not None:  # a backfill batch may be in the spool for another sink
             held += [b for k in keys if k not in spooled and (b := self.spool.get(k))]
@@ -171,7 +187,8 @@ class Lagging:
             since=min((b.spooled_at for b in held), default=None),
         )
 
-    def _needs(self, sink: str, key: BatchKey) -> bool:
+    def needs(self, sink: str, key: BatchKey) -> bool:
+        """Whether ``sink`` still needs batch ``key``: its mark of the epoch is older."""
         done = self.mark(sink, key[0])
         return done is None or done < key[1]
 
@@ -190,7 +207,7 @@ class Lagging:
             if self._caught_up_with(sink, origin, epoch):
                 continue
             for batch_id, entry in sorted(self._marks_of(origin, epoch).items()):
-                if not is_skip(entry) and self._needs(sink, (epoch, batch_id)):
+                if not is_skip(entry) and self.needs(sink, (epoch, batch_id)):
                     keys.append((epoch, batch_id))
         return keys
 
@@ -289,7 +306,7 @@ class Lagging:
             return {}
         done = {}
         for batch in self.spool.batches():
-            if all(not self._needs(s, batch.key) for s in batch.needed_by):
+            if all(not self.needs(s, batch.key) for s in batch.needed_by):
                 done[batch.key] = batch.needed_by
         return done
 
@@ -317,7 +334,7 @@ class Lagging:
         if self.spool is None:
             return 0
         removed = self.spool.remove_orphans(
-            lambda key: all(not self._needs(s, key) for s in self.sinks)
+            lambda key: all(not self.needs(s, key) for s in self.sinks)
         )
         if removed:
             log.info(

@@ -20,7 +20,7 @@ from fanout.errors import CheckpointError, ConfigurationError, LagLimitError
 from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
 from fanout.sink_spec import SinkSpec
-from fanout.spool.table import Spool
+from fanout.spool.table import BatchKey, Spool
 from fanout.steps.catchup import CatchUp
 from fanout.steps.lag import Backlog, Lagging, over_limit, sinks_in
 from fanout.steps.record import Recorder
@@ -48,12 +48,19 @@ def check_spool(pipeline: str, specs: Mapping[str, SinkSpec], path: str | None) 
     return Spool(str(path), pipeline)
 
 
-def check_spooled_sinks(pipeline: str, specs: Mapping[str, SinkSpec], spool: Spool) -> None:
-    """Refuse to start when the spool holds batches for a sink that no longer lags: it
-    would skip them."""
+def check_spooled_sinks(
+    pipeline: str,
+    specs: Mapping[str, SinkSpec],
+    spool: Spool,
+    needs: Callable[[str, BatchKey], bool],
+) -> None:
+    """Refuse to start when the spool holds batches for a sink that no longer lags and
+    still ``needs`` them (its ledger mark is older): it would skip them. Index rows of
+    batches its mark holds (caught up, or given up by ``fanout ledger skip``) are released
+    at this start."""
     for batch in spool.batches():
         for sink in sorted(batch.needed_by):
-            if sink in specs and not specs[sink].lag.uses_spool:
+            if sink in specs and not specs[sink].lag.uses_spool and needs(sink, batch.key):
                 raise ConfigurationError(
                     f"pipeline {pipeline!r}: sink {sink!r} still needs batches from the spool "
                     f"at {spool.path} (the oldest: batch {batch.batch_id}) but no longer has "
@@ -66,18 +73,18 @@ def warn_left_out(pipeline: str, specs: Mapping[str, SinkSpec], spool: Spool, le
     """Log the sinks the spool still holds batches for that are not configured: the
     batches are kept for them (put back, they catch up); a sink removed for good releases
     them with ``fanout ledger skip``."""
-    left_out: dict[str, list[int]] = {}
+    left_out: dict[tuple[str, int], list[int]] = {}  # a skip's --through is per epoch
     for batch in spool.batches():
         for sink in batch.needed_by - specs.keys():
-            left_out.setdefault(sink, []).append(batch.batch_id)
-    for sink, ids in sorted(left_out.items()):
+            left_out.setdefault((sink, batch.epoch), []).append(batch.batch_id)
+    for (sink, epoch), ids in sorted(left_out.items()):
         log.warning(
-            "pipeline %s: the spool at %s keeps %s batch(es) (from batch %s) for sink %r, "
-            "which is not configured: put back with on_failure='lag', it catches up from "
-            "them; removed for good, release them with `fanout ledger skip --ledger %s "
-            "--pipeline %s --sink %s --through %s --spool %s --release-spooled` (per epoch)",
-            pipeline, spool.path, len(ids), min(ids), sink, ledger, pipeline, sink, max(ids),
-            spool.path,
+            "pipeline %s: the spool at %s keeps %s batch(es) of epoch %s (from batch %s) for "
+            "sink %r, which is not configured: put back with on_failure='lag', it catches up "
+            "from them; removed for good, release them with `fanout ledger skip --ledger %s "
+            "--pipeline %s --sink %s --through %s --epoch %s --spool %s --release-spooled`",
+            pipeline, spool.path, len(ids), epoch, min(ids), sink, ledger, pipeline, sink,
+            max(ids), epoch, spool.path,
         )  # fmt: skip
 
 

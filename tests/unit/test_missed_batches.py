@@ -115,10 +115,11 @@ def test_a_lagging_sink_left_out_for_a_batch_is_refused_naming_what_the_spool_ke
     assert str(refused.value).endswith(
         "; or once 'down' holds batch(es) 1-2, which the spool or its backfill source still "
         "holds for it and which could not be written to it now (they are written first, in "
-        "order, at each start: fix the sink and restart), accept that it never gets the rest: "
-        f"`fanout ledger skip --ledger {_location(ledger)} --pipeline gap --sink down --through "
-        f"3 --spool {spool}` (in Python: fanout.ledger.gaps.skip_batches), then restart. A skip "
-        "past batches still held is refused: --release-spooled gives them up too."
+        "order, at each start: fix the sink and restart), accept that it never gets batch(es) "
+        f"3: `fanout ledger skip --ledger {_location(ledger)} --pipeline gap --sink down "
+        f"--through 3 --spool {spool}` (in Python: fanout.ledger.gaps.skip_batches), then "
+        "restart. A skip past batches the spool still holds is refused: --release-spooled "
+        "gives them up too."
     )
 
 
@@ -221,11 +222,11 @@ def test_a_left_out_sinks_spool_is_kept_until_skip_releases_it(
     caplog.clear()
     without = FanOut("gap", ledger, [ScriptedSink("good")], spool=spool)  # removed for good
     assert [r.getMessage() for r in caplog.records if "not configured" in r.getMessage()] == [
-        f"pipeline gap: the spool at {spool} keeps 2 batch(es) (from batch 1) for sink 'down', "
-        "which is not configured: put back with on_failure='lag', it catches up from them; "
-        "removed for good, release them with `fanout ledger skip --ledger "
-        f"{_location(ledger)} --pipeline gap --sink down --through 2 --spool {spool} "
-        "--release-spooled` (per epoch)"
+        f"pipeline gap: the spool at {spool} keeps 2 batch(es) of epoch 0 (from batch 1) for "
+        "sink 'down', which is not configured: put back with on_failure='lag', it catches up "
+        "from them; removed for good, release them with `fanout ledger skip --ledger "
+        f"{_location(ledger)} --pipeline gap --sink down --through 2 --epoch 0 --spool {spool} "
+        "--release-spooled`"
     ]
     try:
         assert [b.batch_id for b in without.lagging.spool.batches()] == [1, 2]  # type: ignore[union-attr]
@@ -349,10 +350,10 @@ def test_skip_refuses_to_give_up_batches_the_spool_still_holds(
     assert str(refused.value).endswith(
         "; or once 'down' holds batch(es) 1-2, which the spool or its backfill source still "
         "holds for it and which could not be written to it now (they are written first, in "
-        "order, at each start: fix the sink and restart), accept that it never gets the rest: "
-        f"`fanout ledger skip --ledger {path} --pipeline gap --sink down --through 3 --spool "
-        f"{spool}` (in Python: fanout.ledger.gaps.skip_batches), then restart. A skip past "
-        "batches still held is refused: --release-spooled gives them up too."
+        "order, at each start: fix the sink and restart), accept that it never gets batch(es) "
+        f"3: `fanout ledger skip --ledger {path} --pipeline gap --sink down --through 3 "
+        f"--spool {spool}` (in Python: fanout.ledger.gaps.skip_batches), then restart. A skip "
+        "past batches the spool still holds is refused: --release-spooled gives them up too."
     )
 
     args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "down"]

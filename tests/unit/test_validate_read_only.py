@@ -198,3 +198,15 @@ def test_validate_refuses_a_spool_holding_batches_of_a_sink_that_no_longer_lags(
         "on_failure='lag' until `fanout status` shows it live."
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.toml", "spool"]
+
+    # its ledger mark holds batch 3 (caught up, or given up by a skip): nothing is skipped
+    from fanout.ledger.delta import DeltaLedger
+    from fanout.ledger.entry import LedgerEntry
+
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    ledger.open()
+    ledger.mark_committed(LedgerEntry("p", "bronze", 3, "committed", query_id="q", rows=1))
+    checklist = run_checks(None, load_pipeline(str(file)), lambda spark, config: None)
+    assert checklist.checks[-1].line() == (
+        f"  OK    spool {tmp_path}/spool: holds no batch for a sink that no longer lags"
+    )
