@@ -458,3 +458,42 @@ def test_a_skip_without_the_spool_keeps_the_batches_it_still_holds_and_names_the
         "fanout: configuration error: pipeline 'gap', sink 'down': --release-spooled releases "
         "batches from the spool: give it with --spool (in Python: spool=)\n"
     )
+
+
+class _CountingLedger(MemoryLedger):
+    """A memory ledger counting its scans (``committed_entries``)."""
+
+    scans = 0
+
+    def committed_entries(self, *args: Any, **kwargs: Any) -> Any:
+        self.scans += 1
+        return super().committed_entries(*args, **kwargs)
+
+
+def test_a_skip_without_the_spool_made_while_the_pipeline_runs_keeps_the_batches(
+    tmp_path: Path,
+) -> None:
+    """The running instance sees the skip's mark with its next batch's lookup: the batches
+    the mark passes are still kept (one ledger scan, not one per release); the batches its
+    catch-up wrote are released without a scan."""
+    ledger, spool = _CountingLedger(), str(tmp_path / "spool")
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = FanOut(
+        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+    try:
+        _catch_up_from_memory(fan)
+        for batch in range(4):  # "down" lags from batch 0: 0-3 spooled
+            fan.process(FRAMES[batch], BatchInfo("gap", batch, "q"))
+        assert skip_batches(ledger, "gap", "down", 1).recorded  # while it runs, no --spool
+        down.always_fail = None
+        fan.process(FRAMES[4], BatchInfo("gap", 4, "q"))  # its lookup reads the mark 1
+        scans = ledger.scans
+        fan.catch_up(timeout_s=30)  # writes 2-4
+        scans = ledger.scans - scans
+    finally:
+        fan.close()
+    assert [b for b, _ in down.calls if b >= 2] == [2, 3, 4]
+    assert [b.batch_id for b in _opened(spool).batches()] == [0, 1]  # kept: the skip's
+    assert scans == 1  # for 0-1, once; none for the catch-up's own commits
