@@ -61,6 +61,7 @@ from fanout.steps.lag_steps import (
     hold_back,
     spool_for_lagging,
     start_spooling,
+    warn_given_up,
     warn_left_out,
 )
 from fanout.steps.persist import prepare_reads
@@ -209,7 +210,11 @@ class FanOut:
         if self.spool is not None:
             self.lagging.release_held()  # batches caught up by a run that died before
             self.lagging.release_orphans()
-            warn_left_out(self.pipeline, self.specs, self.spool, _ledger_location(self.ledger))
+            kept = self.lagging.kept_given_up()
+            given_up = {(sink, b.key) for (sink, _), batches in kept.items() for b in batches}
+            where = _ledger_location(self.ledger)
+            warn_left_out(self.pipeline, self.specs, self.spool, where, given_up)
+            warn_given_up(self.pipeline, kept, self.spool, where)
 
     # -- setup ------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fanout.errors import ConfigurationError, FanoutError
+from fanout.errors import ConfigurationError, FanoutError, batch_ranges
 from fanout.observe.logs import configure as configure_logging
 from fanout.observe.logs import known_secrets
 from fanout.observe.secrets import redact
@@ -155,14 +155,25 @@ def cmd_skip(args: argparse.Namespace) -> int:
     where = f"pipeline {args.pipeline!r}, sink {args.sink!r}, epoch {done.epoch}"
     if not done.recorded:
         print(
-            f"{where}: already holds batch {args.through} (its mark: {done.before}); nothing done"
+            f"{where}: already holds batch {args.through} (its mark: {done.before}); "
+            "no mark recorded"
         )
     else:
         first = 0 if done.before is None else done.before + 1
         print(
             f"{where}: batches {first}-{done.through} recorded as skipped (never written to it); "
-            f"the next batch writes it, and a spool releases what it kept for it through "
-            f"batch {done.through} at the pipeline's next start"
+            "the next batch writes it"
+        )
+    if done.released:
+        print(
+            f"{where}: released batch(es) {batch_ranges(list(done.released))} from the spool "
+            f"at {args.spool}"
+        )
+    elif spool is None:
+        print(
+            f"{where}: the spool was not checked (no --spool): batches it still holds for "
+            "the sink through this mark are kept, neither written nor released; the "
+            "pipeline's start-up names them and how to release them"
         )
     return 0
 
@@ -346,13 +357,15 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     skip.add_argument(
         "--spool",
         help="the pipeline's spool: a --through past a batch it still holds for the sink "
-        "is refused",
+        "is refused (without it, those batches are kept in the spool, neither written nor "
+        "released, until released with --spool ... --release-spooled)",
     )
     skip.add_argument(
         "--release-spooled",
         action="store_true",
         help="with --spool: give up the batches it holds for the sink through --through "
-        "too (a sink removed for good)",
+        "too, releasing them now (a sink removed for good; also when the mark already "
+        "holds --through)",
     )
     skip.set_defaults(func=cmd_skip)
 

@@ -10,9 +10,11 @@ planning time) of another sink's mark of that batch when one exists, so the chec
 guard reads it like any mark.
 
 A skip acknowledges batches that are gone, never rows still there: given the pipeline's
-spool, it refuses a ``through`` past a batch the spool still holds for the sink (those
-rows would be released at the pipeline's next start), unless told to give them up too
-(``release_spooled``: a sink removed for good).
+spool, it refuses a ``through`` past a batch the spool still holds for the sink, unless
+told to give them up too (``release_spooled``: a sink removed for good), which releases
+them from the spool at once. A skip made without the spool cannot see them: the pipeline
+keeps the batches it gave up in the spool, neither written nor released, and its start-up
+names them with the command that releases them (:meth:`fanout.steps.lag.Lagging.given_up`).
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ class Skipped:
     before: int | None
     through: int
     recorded: bool
-    """``False`` when the sink's mark already held ``through`` (nothing written)."""
+    """``False`` when the sink's mark already held ``through`` (no mark written)."""
+    released: tuple[int, ...] = ()
+    """The batches of ``epoch`` released from the spool for the sink (``release_spooled``)."""
 
 
 def skip_batches(
@@ -67,15 +71,23 @@ def skip_batches(
 
     :param spool: the pipeline's spool (opened), when it has one: a ``through`` at or past
         a batch it still holds for ``sink`` after its mark is refused, naming them.
-    :param release_spooled: give those batches up too (a sink removed for good): the
-        spool releases them at the pipeline's next start."""
+    :param release_spooled: give those batches up too (a sink removed for good): they
+        are released from ``spool`` for ``sink`` at once, after the mark is recorded (also
+        when the mark already held ``through``: the way to release what a skip made
+        without the spool left there)."""
     if through < 0:
         raise ConfigurationError(f"pipeline {pipeline!r}, sink {sink!r}: --through must be >= 0")
+    if release_spooled and spool is None:
+        raise ConfigurationError(
+            f"pipeline {pipeline!r}, sink {sink!r}: --release-spooled releases batches from "
+            "the spool: give it with --spool (in Python: spool=)"
+        )
     view = ledger.lookup(pipeline, [sink])
     epoch = view.epoch if epoch is None else epoch
     before = ledger.last_committed(pipeline, [sink], epoch).get(sink)
     if before is not None and before >= through:
-        return Skipped(sink, epoch, before, before, recorded=False)
+        released = _release(spool, sink, epoch, through) if release_spooled else ()
+        return Skipped(sink, epoch, before, before, recorded=False, released=released)
     if spool is not None and not release_spooled:
         _refuse_held(spool, pipeline, sink, epoch, before, through)
     same = [e for e in ledger.committed_entries(pipeline, through, epoch) if e.sink != sink]
@@ -103,7 +115,17 @@ def skip_batches(
             batch_timestamp_ms=plan.batch_timestamp_ms if plan else None,
         )
     )
-    return Skipped(sink, epoch, before, through, recorded=True)
+    released = _release(spool, sink, epoch, through) if release_spooled else ()
+    return Skipped(sink, epoch, before, through, recorded=True, released=released)
+
+
+def _release(spool: Spool | None, sink: str, epoch: int, through: int) -> tuple[int, ...]:
+    """Remove ``sink``'s index rows of the batches of ``epoch`` through ``through`` from
+    ``spool`` (its mark holds them now); a batch's rows go with its last index row."""
+    assert spool is not None
+    keys = [b.key for b in spool.needed_by(sink) if b.epoch == epoch and b.batch_id <= through]
+    spool.remove({key: [sink] for key in keys})
+    return tuple(batch_id for _, batch_id in keys)
 
 
 def _refuse_held(

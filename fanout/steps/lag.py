@@ -28,7 +28,7 @@ from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.ledger.gaps import is_skip
 from fanout.observe.secrets import masked_error
 from fanout.sink_spec import SinkSpec
-from fanout.spool.table import BatchKey, Spool
+from fanout.spool.table import BatchKey, Spool, SpooledBatch
 
 log = logging.getLogger("fanout")
 
@@ -79,6 +79,10 @@ class Lagging:
         default_factory=dict, repr=False
     )
     """Per (backfill source sink, epoch), its ledger marks read so far, by batch id."""
+    _written: set[tuple[str, BatchKey]] = field(default_factory=set, repr=False)
+    """The (sink, batch) pairs this instance saw committed: written, not skipped."""
+    _given_up: dict[tuple[str, BatchKey], bool] = field(default_factory=dict, repr=False)
+    """Per spooled (sink, batch) its mark holds, whether that mark is a ledger skip's."""
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     @property
@@ -107,6 +111,7 @@ class Lagging:
         """``sink`` marked batch ``key`` (live or caught up)."""
         with self._lock:
             self._advance(sink, key[0], key[1])
+            self._written.add((sink, key))
             self._errors.pop(sink, None)
             self._failed_at.pop(sink, None)
             self._stuck.discard(sink)
@@ -301,14 +306,62 @@ class Lagging:
         this instance knows needed it: only their index rows are removed (another instance
         may have spooled the batch for another sink since). A sink left out of the
         configuration still needs its batches, by its ledger marks: it may be put back
-        (a sink removed for good releases them with ``fanout ledger skip``)."""
+        (a sink removed for good releases them with ``fanout ledger skip``). A batch a
+        sink's mark holds only by a ``fanout ledger skip`` made without the spool is kept
+        for it (:meth:`given_up`): that skip could not see the rows still there."""
         if self.spool is None:
             return {}
         done = {}
         for batch in self.spool.batches():
             if all(not self.needs(s, batch.key) for s in batch.needed_by):
                 done[batch.key] = batch.needed_by
-        return done
+        given_up = self.given_up([(s, k) for k, sinks in done.items() for s in sinks])
+        chosen = {
+            k: frozenset(s for s in sinks if (s, k) not in given_up) for k, sinks in done.items()
+        }
+        return {k: sinks for k, sinks in chosen.items() if sinks}
+
+    def given_up(self, pairs: Iterable[tuple[str, BatchKey]]) -> set[tuple[str, BatchKey]]:
+        """Those of ``pairs`` (a sink, a spooled batch its mark holds) the sink's mark holds
+        only by a ``fanout ledger skip``: its first mark at or after the batch is a skip's.
+        A skip given the spool either refused them or released them itself
+        (``release_spooled``), so a pair still in the spool was given up by a skip made
+        without it. Pairs this instance saw committed are not read; the others are read
+        from the ledger once (one scan per sink and epoch)."""
+        pairs = list(pairs)
+        with self._lock:
+            unknown = sorted(
+                {p for p in pairs if p not in self._written and p not in self._given_up}
+            )
+        by_sink: dict[tuple[str, int], list[int]] = {}
+        for sink, (epoch, batch_id) in unknown:
+            by_sink.setdefault((sink, epoch), []).append(batch_id)
+        for (sink, epoch), ids in by_sink.items():
+            marks = sorted(
+                (e.batch_id, is_skip(e))
+                for e in self.ledger.committed_entries(self.pipeline, min(ids), epoch=epoch)
+                if e.sink == sink and e.epoch == epoch
+            )
+            for batch_id in ids:
+                first = next((skip for b, skip in marks if b >= batch_id), False)
+                with self._lock:
+                    self._given_up[(sink, (epoch, batch_id))] = first
+        with self._lock:
+            return {p for p in pairs if self._given_up.get(p, False)}
+
+    def kept_given_up(self) -> dict[tuple[str, int], list[SpooledBatch]]:
+        """Per (sink, epoch), the spooled batches kept for the sink although a ledger skip
+        made without the spool gave them up (see :meth:`held_by_all`)."""
+        if self.spool is None:
+            return {}
+        pairs = [(s, b.key) for b in self.spool.batches() for s in b.needed_by]
+        given_up = self.given_up(p for p in pairs if not self.needs(*p))
+        kept: dict[tuple[str, int], list[SpooledBatch]] = {}
+        for batch in self.spool.batches():
+            for sink in sorted(batch.needed_by):
+                if (sink, batch.key) in given_up:
+                    kept.setdefault((sink, batch.epoch), []).append(batch)
+        return kept
 
     def release_held(self) -> int:
         """Remove from the spool the batches no sink needs any more, chosen and removed

@@ -6,7 +6,7 @@ instead of failing the batch, and spool the batch for every sink that still need
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING
@@ -16,11 +16,18 @@ from fanout.contract.sessions import in_spark_thread
 from fanout.contract.sink import BackfillSource
 from fanout.deadletters.target import DELTA, split_target
 from fanout.delta_tables.io import refuse_unusable_location
-from fanout.errors import CheckpointError, ConfigurationError, LagLimitError
+from fanout.errors import CheckpointError, ConfigurationError, LagLimitError, batch_ranges
 from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
 from fanout.sink_spec import SinkSpec
-from fanout.spool.table import BatchKey, Spool
+from fanout.spool.table import (
+    BATCH_COLUMN,
+    EPOCH_COLUMN,
+    PIPELINE_COLUMN,
+    BatchKey,
+    Spool,
+    SpooledBatch,
+)
 from fanout.steps.catchup import CatchUp
 from fanout.steps.lag import Backlog, Lagging, over_limit, sinks_in
 from fanout.steps.record import Recorder
@@ -69,14 +76,22 @@ def check_spooled_sinks(
                 )
 
 
-def warn_left_out(pipeline: str, specs: Mapping[str, SinkSpec], spool: Spool, ledger: str) -> None:
+def warn_left_out(
+    pipeline: str,
+    specs: Mapping[str, SinkSpec],
+    spool: Spool,
+    ledger: str,
+    given_up: Collection[tuple[str, BatchKey]] = (),
+) -> None:
     """Log the sinks the spool still holds batches for that are not configured: the
     batches are kept for them (put back, they catch up); a sink removed for good releases
-    them with ``fanout ledger skip``."""
+    them with ``fanout ledger skip``. The ``given_up`` (sink, batch) pairs are left to
+    :func:`warn_given_up`."""
     left_out: dict[tuple[str, int], list[int]] = {}  # a skip's --through is per epoch
     for batch in spool.batches():
         for sink in batch.needed_by - specs.keys():
-            left_out.setdefault((sink, batch.epoch), []).append(batch.batch_id)
+            if (sink, batch.key) not in given_up:
+                left_out.setdefault((sink, batch.epoch), []).append(batch.batch_id)
     for (sink, epoch), ids in sorted(left_out.items()):
         log.warning(
             "pipeline %s: the spool at %s keeps %s batch(es) of epoch %s (from batch %s) for "
@@ -85,6 +100,31 @@ def warn_left_out(pipeline: str, specs: Mapping[str, SinkSpec], spool: Spool, le
             "--pipeline %s --sink %s --through %s --epoch %s --spool %s --release-spooled`",
             pipeline, spool.path, len(ids), epoch, min(ids), sink, ledger, pipeline, sink,
             max(ids), epoch, spool.path,
+        )  # fmt: skip
+
+
+def warn_given_up(
+    pipeline: str, kept: Mapping[tuple[str, int], Sequence[SpooledBatch]], spool: Spool, ledger: str
+) -> None:
+    """Log, per sink and epoch, the spooled batches a ``fanout ledger skip`` made without
+    the spool gave up (:meth:`fanout.steps.lag.Lagging.kept_given_up`): they are kept,
+    neither written (the sink's mark is past them) nor released, until the operator
+    releases them."""
+    for (sink, epoch), batches in sorted(kept.items()):
+        ids = [b.batch_id for b in batches]
+        log.warning(
+            "pipeline %s: sink %r was recorded as never getting batch(es) %s of epoch %s by "
+            "`fanout ledger skip` without --spool, but the spool at %s still holds them "
+            "(%s row(s)): they are kept, neither written to the sink (its mark is past them) "
+            "nor released. If the sink must get them, read their rows from the spool's Delta "
+            "table %s (where %s = %r, %s = %s and %s in those batch ids) and write them to it "
+            "yourself; then release them with `fanout ledger skip "
+            "--ledger %s --pipeline %s --sink %s --through %s --epoch %s --spool %s "
+            "--release-spooled`",
+            pipeline, sink, batch_ranges(ids), epoch, spool.path, sum(b.rows for b in batches),
+            spool.data_path, PIPELINE_COLUMN, pipeline, EPOCH_COLUMN, epoch, BATCH_COLUMN, ledger,
+            pipeline,
+            sink, max(ids), epoch, spool.path,
         )  # fmt: skip
 
 

@@ -235,7 +235,19 @@ def test_a_left_out_sinks_spool_is_kept_until_skip_releases_it(
     finally:
         without.close()
 
+    # a skip without the spool cannot see batches 1-2: they are kept, not released
     assert skip_batches(ledger, "gap", "down", 3).recorded
+    caplog.clear()
+    restarted = FanOut("gap", ledger, [ScriptedSink("good")], spool=spool)
+    try:
+        assert [b.batch_id for b in restarted.lagging.spool.batches()] == [1, 2]  # type: ignore[union-attr]
+    finally:
+        restarted.close()
+    assert [r.getMessage() for r in caplog.records if "not configured" in r.getMessage()] == []
+    assert len([r for r in caplog.records if "without --spool" in r.getMessage()]) == 1
+
+    done = skip_batches(ledger, "gap", "down", 3, spool=_opened(spool), release_spooled=True)
+    assert (done.recorded, done.released) == (False, (1, 2))
     restarted = FanOut("gap", ledger, [ScriptedSink("good")], spool=spool)
     try:
         assert restarted.lagging.spool.batches() == []  # type: ignore[union-attr]
@@ -255,10 +267,9 @@ def test_fanout_ledger_skip_on_a_delta_ledger(
     assert main([*args, "--through", "3"]) == 2
     assert "no other sink of the pipeline committed batch 3 of epoch 0" in capsys.readouterr().err
     assert main([*args, "--through", "2"]) == 0
-    assert capsys.readouterr().out == (
+    assert capsys.readouterr().out.startswith(
         "pipeline 'gap', sink 'pg', epoch 0: batches 1-2 recorded as skipped (never written "
-        "to it); the next batch writes it, and a spool releases what it kept for it through "
-        "batch 2 at the pipeline's next start\n"
+        "to it); the next batch writes it\n"
     )
     assert DeltaLedger(path).last_committed("gap", ["good", "pg"]) == {"good": 2, "pg": 2}
 
@@ -383,3 +394,106 @@ def test_skip_refuses_to_give_up_batches_the_spool_still_holds(
         assert restarted.lagging.spool.batches() == []  # type: ignore[union-attr]
     finally:
         restarted.close()
+
+
+def test_a_skip_without_the_spool_keeps_the_batches_it_still_holds_and_names_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator runs the skip without --spool through 3 (past batches 1-2, which the
+    spool holds for 'down'). The restart must neither drop those rows silently nor write
+    them under a mark past them: they stay in the spool, named with the command that
+    releases them, and that command (with --spool --release-spooled) releases them."""
+    path, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
+    _held_then_missed(DeltaLedger(path), spool)
+    args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "down"]
+    capsys.readouterr()
+    assert main([*args, "--through", "3"]) == 0
+    said = capsys.readouterr().out
+
+    back = ScriptedSink("down")
+    fan = FanOut(
+        "gap", DeltaLedger(path), [ScriptedSink("good"), _lag(back)], spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+    _catch_up_from_memory(fan)
+    try:
+        fan.process(FRAMES[4], BatchInfo("gap", 4, "q"))
+        fan.catch_up(timeout_s=30)
+    finally:
+        fan.close()
+    assert back.calls == [(4, 1)]  # live from the batch after the skip
+    assert [b.batch_id for b in _opened(spool).needed_by("down")] == [1, 2]  # rows kept
+    assert said == (
+        "pipeline 'gap', sink 'down', epoch 0: batches 1-3 recorded as skipped (never written "
+        "to it); the next batch writes it\n"
+        "pipeline 'gap', sink 'down', epoch 0: the spool was not checked (no --spool): batches "
+        "it still holds for the sink through this mark are kept, neither written nor released; "
+        "the pipeline's start-up names them and how to release them\n"
+    )
+    data = f"{spool}/batches"
+    logged = capsys.readouterr().err.splitlines()  # main() logs to stderr from now on
+    assert [line for line in logged if "without --spool" in line] == [
+        "WARNING fanout: pipeline gap: sink 'down' was recorded as never getting batch(es) "
+        "1-2 of epoch 0 by `fanout ledger skip` without --spool, but the spool at "
+        f"{spool} still holds them "
+        "(4 row(s)): they are kept, neither written to the sink (its mark is past them) nor "
+        "released. If the sink must get them, read their rows from the spool's Delta table "
+        f"{data} (where _fanout_pipeline = 'gap', _fanout_epoch = 0 and _fanout_batch in "
+        f"those batch ids) and write them to it yourself; then release them with `fanout "
+        f"ledger skip --ledger {path} --pipeline gap --sink down --through 2 --epoch 0 "
+        f"--spool {spool} --release-spooled`"
+    ]
+
+    assert main([*args, "--through", "2", "--epoch", "0", "--spool", spool,
+                 "--release-spooled"]) == 0  # fmt: skip
+    assert capsys.readouterr().out == (
+        "pipeline 'gap', sink 'down', epoch 0: already holds batch 2 (its mark: 4); no mark "
+        "recorded\n"
+        f"pipeline 'gap', sink 'down', epoch 0: released batch(es) 1-2 from the spool at {spool}\n"
+    )
+    assert _opened(spool).batches() == []
+    assert _opened(spool).size()[0] == 0
+    assert main([*args, "--through", "2", "--release-spooled"]) == 2
+    assert capsys.readouterr().err == (
+        "fanout: configuration error: pipeline 'gap', sink 'down': --release-spooled releases "
+        "batches from the spool: give it with --spool (in Python: spool=)\n"
+    )
+
+
+class _CountingLedger(MemoryLedger):
+    """A memory ledger counting its scans (``committed_entries``)."""
+
+    scans = 0
+
+    def committed_entries(self, *args: Any, **kwargs: Any) -> Any:
+        self.scans += 1
+        return super().committed_entries(*args, **kwargs)
+
+
+def test_a_skip_without_the_spool_made_while_the_pipeline_runs_keeps_the_batches(
+    tmp_path: Path,
+) -> None:
+    """The running instance sees the skip's mark with its next batch's lookup: the batches
+    the mark passes are still kept (one ledger scan, not one per release); the batches its
+    catch-up wrote are released without a scan."""
+    ledger, spool = _CountingLedger(), str(tmp_path / "spool")
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = FanOut(
+        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+    try:
+        _catch_up_from_memory(fan)
+        for batch in range(4):  # "down" lags from batch 0: 0-3 spooled
+            fan.process(FRAMES[batch], BatchInfo("gap", batch, "q"))
+        assert skip_batches(ledger, "gap", "down", 1).recorded  # while it runs, no --spool
+        down.always_fail = None
+        fan.process(FRAMES[4], BatchInfo("gap", 4, "q"))  # its lookup reads the mark 1
+        scans = ledger.scans
+        fan.catch_up(timeout_s=30)  # writes 2-4
+        scans = ledger.scans - scans
+    finally:
+        fan.close()
+    assert [b for b, _ in down.calls if b >= 2] == [2, 3, 4]
+    assert [b.batch_id for b in _opened(spool).batches()] == [0, 1]  # kept: the skip's
+    assert scans == 1  # for 0-1, once; none for the catch-up's own commits
