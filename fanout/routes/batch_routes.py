@@ -166,7 +166,9 @@ class BatchRoutes:
                     arrow=checked.arrow,
                     letters=checked.letters,
                     dead_letters=target,
-                    route=route.stamp(self._settings()) if target is not None else None,
+                    # with the settings whether or not this sink has letters (a sink of
+                    # the same route with a target had it evaluated)
+                    route=route.stamp(self._settings()),
                 )
         if route.is_identity:
             return SinkInput(self.df, arrow=self._shared(route, self.df))

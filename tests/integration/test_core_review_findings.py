@@ -322,3 +322,29 @@ def test_a_delta_sinks_compaction_beside_another_compaction_duplicates_no_row(
     assert ids == [-1, *range(1, 11)], (
         f"the table holds {len(ids)} rows for the 11 written ({len(set(ids))} distinct)"
     )
+
+
+def test_a_route_shared_with_a_lettered_sink_is_stamped_with_the_session_settings_too(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Two sinks of one route, one with a dead-letter target: the route is evaluated once,
+    for the sink with the target, and the other sink's batch carried the stamp without
+    the session settings, so its replay after a zone change went on (mixing two filters in
+    one batch), as before every routed sink's stamp covered them."""
+    zone = "spark.sql.session.timeZone"
+    before = spark.conf.get(zone)
+    where = Route(where="CAST(t AS TIMESTAMP) < TIMESTAMP'2024-05-01 07:00:00'")
+    batch = spark.createDataFrame(INSTANTS, "id LONG, t STRING")
+    lettered, plain = KeepsRoutes("lettered"), KeepsRoutes("plain")
+    lettered.dead_letter = str(tmp_path / "dead")  # type: ignore[attr-defined]
+    specs = [SinkSpec(lettered, where), SinkSpec(plain, where)]
+    fan = FanOut("sh", str(tmp_path / "ledger"), specs)
+    try:
+        spark.conf.set(zone, "America/New_York")
+        fan.process(batch, BatchInfo("sh", 0, "q"))
+        settings = session_settings(batch)
+    finally:
+        spark.conf.set(zone, before)
+    assert lettered.routes == [where.stamp(settings)]
+    assert plain.routes == [where.stamp(settings)]
+    assert sorted(r["id"] for r in plain.rows()) == [0, 1]

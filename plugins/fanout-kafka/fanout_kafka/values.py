@@ -27,6 +27,8 @@ def to_bytes(value: Any) -> bytes:
         return value.encode()
     if isinstance(value, float):
         return double_text(value).encode()
+    if isinstance(value, list | tuple | dict):  # floats in it as in the value's JSON
+        return json_text(value).encode()
     text = json.dumps(value, default=json_default, separators=(",", ":"), ensure_ascii=False)
     return text.strip('"').encode()
 

@@ -60,3 +60,20 @@ def test_a_double_is_spelled_as_spark_casts_it_in_values_keys_and_headers() -> N
         Record(s.encode(), f'{{"d":{t},"n":[{t}]}}'.encode(), [("d", s.encode())])
         for (_, s), t in zip(DOUBLES, texts, strict=True)
     ]
+
+
+def test_a_nested_key_or_header_spells_its_floats_as_the_value_does() -> None:
+    """A key or header column of an array or a struct is its JSON text, floats in it
+    Spark's text and a NaN or an infinity quoted, as in the record's value: it was Python's
+    JSON (``[1e+20,NaN]``: not Spark's spelling, and not JSON at all with a NaN)."""
+    kind = pa.struct([("x", pa.float64())])
+    key = pa.array([[1e20, float("nan")]], pa.list_(pa.float64()))
+    header = pa.array([{"x": 1e-5}], kind)
+    batch = pa.RecordBatch.from_arrays([key, header], ["k", "h"])
+    assert _encoded(batch, "k", ("h",)) == [
+        Record(
+            b'[1.0E20,"NaN"]',
+            b'{"k":[1.0E20,"NaN"],"h":{"x":1.0E-5}}',
+            [("h", b'{"x":1.0E-5}')],
+        )
+    ]
