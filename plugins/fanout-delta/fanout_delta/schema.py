@@ -442,8 +442,9 @@ def check_batch_schema(
         )
         raise SchemaMismatchError(
             f"the batch spells {pairs} in another case: Delta column names are "
-            "case-insensitive, so these name the table's column, which delta-rs cannot "
-            f"write from it (nor add as a new one, with merge_schema too); rename them in "
+            "case-insensitive, so these name the table's column, which the sink writes only "
+            "under the table's spelling (delta-rs cannot write it from another, nor add it "
+            f"as a new one, with merge_schema too; every engine refuses alike); rename them in "
             f"the stream to the table's spelling (in a sink's select: {fixes})",
             sink=sink,
             batch_id=batch_id,

@@ -171,8 +171,9 @@ def test_a_batch_spelling_a_table_column_in_another_case_is_refused(
     assert str(raised.value) == (
         "sink 's', batch 1: the batch spells 'ID' (the table has 'id'), 's.A' (the table has "
         "'s.a') in another case: Delta column names are case-insensitive, so these name the "
-        "table's column, which delta-rs cannot write from it (nor add as a new one, with "
-        "merge_schema too); rename them in the stream to the table's spelling (in a sink's "
+        "table's column, which the sink writes only under the table's spelling (delta-rs "
+        "cannot write it from another, nor add it as a new one, with merge_schema too; every "
+        "engine refuses alike); rename them in the stream to the table's spelling (in a sink's "
         "select: ID AS id, A AS a)"
     )
     assert raised.value.columns == ["ID", "s"]
