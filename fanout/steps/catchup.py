@@ -266,7 +266,7 @@ class CatchUp:
         if outcome.error is not None:
             self.lagging.failed(sink, outcome.error)
             return outcome.error if outcome.abort is None else outcome.abort
-        self.lagging.committed(sink, key)
+        self.lagging.committed(sink, key, caught_up=True)
         log.info(
             "pipeline %s, batch %s, sink %s: caught up (%s rows)",
             info.pipeline, info.batch_id, sink,

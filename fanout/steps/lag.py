@@ -107,11 +107,14 @@ class Lagging:
             for sink, batch in (marks or {}).items():
                 self._advance(sink, epoch, batch)
 
-    def committed(self, sink: str, key: BatchKey) -> None:
-        """``sink`` marked batch ``key`` (live or caught up)."""
+    def committed(self, sink: str, key: BatchKey, *, caught_up: bool = False) -> None:
+        """``sink`` marked batch ``key`` (live, or ``caught_up`` from the spool or a backfill
+        source: only those are remembered as written, for :meth:`given_up`, until the
+        spool lets the batch go; a live batch is never in a sink's spool)."""
         with self._lock:
             self._advance(sink, key[0], key[1])
-            self._written.add((sink, key))
+            if caught_up and self.spool is not None:  # else nothing to release
+                self._written.add((sink, key))
             self._errors.pop(sink, None)
             self._failed_at.pop(sink, None)
             self._stuck.discard(sink)
@@ -321,6 +324,13 @@ class Lagging:
         }
         return {k: sinks for k, sinks in chosen.items() if sinks}
 
+    def _forget_unspooled(self, spooled: set[BatchKey]) -> None:
+        """Drop what :meth:`given_up` knows of batches no longer in the spool: the sets stay
+        as small as the spool, however long the pipeline runs."""
+        with self._lock:
+            self._written = {p for p in self._written if p[1] in spooled}
+            self._given_up = {p: v for p, v in self._given_up.items() if p[1] in spooled}
+
     def given_up(self, pairs: Iterable[tuple[str, BatchKey]]) -> set[tuple[str, BatchKey]]:
         """Those of ``pairs`` (a sink, a spooled batch its mark holds) the sink's mark holds
         only by a ``fanout ledger skip``: its first mark at or after the batch is a skip's.
@@ -372,6 +382,7 @@ class Lagging:
         if self.spool is None:
             return 0
         removed = self.spool.release(self.held_by_all)
+        self._forget_unspooled({b.key for b in self.spool.batches()})
         if removed:
             log.info(
                 "pipeline %s: removed %s batch(es) every sink holds from the spool",

@@ -497,3 +497,7 @@ def test_a_skip_without_the_spool_made_while_the_pipeline_runs_keeps_the_batches
     assert [b for b, _ in down.calls if b >= 2] == [2, 3, 4]
     assert [b.batch_id for b in _opened(spool).batches()] == [0, 1]  # kept: the skip's
     assert scans == 1  # for 0-1, once; none for the catch-up's own commits
+    # what that check remembers is as small as the spool, however long the run: not the
+    # live commits ("good" 0-4), nor the caught-up batches the spool let go (2-4)
+    assert fan.lagging._written == set()
+    assert set(fan.lagging._given_up) == {("down", (0, 0)), ("down", (0, 1))}
