@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fanout.errors import ConfigurationError, FanoutError, batch_ranges
@@ -140,19 +142,95 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class _SkipTarget:
+    """Where ``fanout ledger skip`` acts: from its flags, or its ``--config`` file."""
+
+    ledger: str
+    pipeline: str
+    spool: str | None
+    backfill_from: str | None
+    config: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _same_location(a: str, b: str) -> bool:
+    """Whether two spellings of a table's location name the same place."""
+    if "://" in a or "://" in b:
+        return a.rstrip("/") == b.rstrip("/")
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def _agreed(flag: str, given: str | None, configured: str, file: str, *, path: bool) -> str:
+    """``configured`` (the pipeline file's), refusing a flag ``given`` that says otherwise."""
+    if given is None:
+        return configured
+    same = _same_location(given, configured) if path else given == configured
+    if not same:
+        raise ConfigurationError(
+            f"{flag} {given}: {file} says {configured}: drop {flag} (the pipeline file says "
+            "where it is) or give the pipeline's own file"
+        )
+    return given
+
+
+def _skip_target(args: argparse.Namespace) -> _SkipTarget:
+    """The ledger, pipeline, spool and the sink's ``backfill_from``: from ``--config``
+    when given (a flag contradicting it refused), else from the flags alone."""
+    if args.config is None:
+        if args.give_up_backfill:
+            raise ConfigurationError(
+                "--give-up-backfill needs --config PIPELINE.toml: the sink's backfill_from "
+                "is in the pipeline file"
+            )
+        missing = [f for f, v in (("--ledger", args.ledger), ("--pipeline", args.pipeline))
+                   if v is None]  # fmt: skip
+        if missing:
+            raise ConfigurationError(
+                f"{' and '.join(missing)} required: give them, or --config PIPELINE.toml"
+            )
+        return _SkipTarget(args.ledger, args.pipeline, args.spool, None)
+    from fanout.app.runner import load_pipeline
+    from fanout.sink_spec import lag_policy
+
+    file = args.config
+    config = load_pipeline(file)
+    ledger = _agreed("--ledger", args.ledger, config.ledger, file, path=True)
+    pipeline = _agreed("--pipeline", args.pipeline, config.name, file, path=False)
+    spool = args.spool
+    if config.spool is not None:
+        spool = _agreed("--spool", args.spool, config.spool, file, path=True)
+    elif spool is not None:
+        raise ConfigurationError(
+            f"--spool {spool}: {file} configures no spool (pipeline.spool): drop --spool or "
+            "give the pipeline's own file"
+        )
+    options = next((s for s in config.sinks if s["name"] == args.sink), None)
+    if options is None:
+        note = (f"sink {args.sink!r} is not in {file}: it has no backfill source to check",)
+        return _SkipTarget(ledger, pipeline, spool, None, file, note)
+    origin = lag_policy(args.sink, options).backfill_from
+    return _SkipTarget(ledger, pipeline, spool, origin, file)
+
+
 def cmd_skip(args: argparse.Namespace) -> int:
     """Record that a sink never gets the batches after its mark through ``--through``."""
     from fanout.ledger.delta import DeltaLedger
     from fanout.ledger.gaps import skip_batches
 
-    ledger = DeltaLedger(args.ledger)
+    target = _skip_target(args)
+    ledger = DeltaLedger(target.ledger)
     ledger.open()
-    spool = None if args.spool is None else _existing_spool(args.spool, args.pipeline)
+    named = "--spool" if args.spool is not None else f"pipeline.spool of {target.config}"
+    spool = None if target.spool is None else _existing_spool(target.spool, target.pipeline, named)
     done = skip_batches(
-        ledger, args.pipeline, args.sink, args.through, args.epoch,
+        ledger, target.pipeline, args.sink, args.through, args.epoch,
         spool=spool, release_spooled=args.release_spooled,
+        backfill_from=target.backfill_from, give_up_backfill=args.give_up_backfill,
     )  # fmt: skip
-    where = f"pipeline {args.pipeline!r}, sink {args.sink!r}, epoch {done.epoch}"
+    where = f"pipeline {target.pipeline!r}, sink {args.sink!r}, epoch {done.epoch}"
+    for note in target.notes:
+        print(f"{where}: {note}")
     if not done.recorded:
         print(
             f"{where}: already holds batch {args.through} (its mark: {done.before}); "
@@ -164,12 +242,13 @@ def cmd_skip(args: argparse.Namespace) -> int:
             f"{where}: batches {first}-{done.through} recorded as skipped (never written to it); "
             "the next batch writes it"
         )
+        _print_backfill(where, target, done.backfill_held)
     if done.released:
         print(
             f"{where}: released batch(es) {batch_ranges(list(done.released))} from the spool "
-            f"at {args.spool}"
+            f"at {target.spool}"
         )
-    elif spool is None:
+    elif spool is None and target.config is None:  # a pipeline file without a spool has none
         print(
             f"{where}: the spool was not checked (no --spool): batches it still holds for "
             "the sink through this mark are kept, neither written nor released; the "
@@ -178,7 +257,22 @@ def cmd_skip(args: argparse.Namespace) -> int:
     return 0
 
 
-def _existing_spool(path: str, pipeline: str) -> Spool:
+def _print_backfill(where: str, target: _SkipTarget, given_up: tuple[int, ...]) -> None:
+    """What the skip knew of the sink's backfill source."""
+    if target.config is None:
+        print(
+            f"{where}: the backfill source was not checked (no --config): if the sink has "
+            "backfill_from in the pipeline file, batches that source holds through this "
+            "mark were given up too (they are not backfilled to it)"
+        )
+    elif given_up:
+        print(
+            f"{where}: gave up batch(es) {batch_ranges(list(given_up))} its backfill "
+            f"source {target.backfill_from!r} holds (--give-up-backfill)"
+        )
+
+
+def _existing_spool(path: str, pipeline: str, named: str = "--spool") -> Spool:
     """The spool at ``path``, opened; a :class:`fanout.ConfigurationError` when there is
     none (a mistyped path must not pass for an empty spool)."""
     from fanout.delta_tables.io import open_table
@@ -186,7 +280,7 @@ def _existing_spool(path: str, pipeline: str) -> Spool:
 
     spool = Spool(path, pipeline)
     if open_table(spool.index_path) is None:
-        raise ConfigurationError(f"--spool {path}: no spool there (no {spool.index_path} table)")
+        raise ConfigurationError(f"{named} {path}: no spool there (no {spool.index_path} table)")
     spool.open()
     return spool
 
@@ -349,8 +443,17 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
         "skip",
         help="accept that a sink never gets the batches it missed (after MissedBatchesError)",
     )
-    skip.add_argument("--ledger", required=True, help="the ledger's Delta table path")
-    skip.add_argument("--pipeline", required=True, help="the pipeline name")
+    skip.add_argument(
+        "--config",
+        metavar="PIPELINE.toml",
+        help="the pipeline file (as for fanout run): the ledger, pipeline, spool and the "
+        "sink's backfill_from come from it (a flag saying otherwise is refused); a --through "
+        "past a batch the sink's backfill source holds (its ledger marks it committed) is "
+        "refused. Without it the backfill source is not checked: the ledger does not know "
+        "a sink's backfill_from, so a --through chosen by hand can give up batches it holds",
+    )
+    skip.add_argument("--ledger", help="the ledger's Delta table path (required without --config)")
+    skip.add_argument("--pipeline", help="the pipeline name (required without --config)")
     skip.add_argument("--sink", required=True, help="the sink that missed them")
     skip.add_argument("--through", type=int, required=True, help="the last batch it never gets")
     skip.add_argument("--epoch", type=int, help="the epoch (default: the pipeline's current)")
@@ -366,6 +469,12 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
         help="with --spool: give up the batches it holds for the sink through --through "
         "too, releasing them now (a sink removed for good; also when the mark already "
         "holds --through)",
+    )
+    skip.add_argument(
+        "--give-up-backfill",
+        action="store_true",
+        help="with --config: give up the batches the sink's backfill source holds through "
+        "--through too (they are never backfilled to it)",
     )
     skip.set_defaults(func=cmd_skip)
 

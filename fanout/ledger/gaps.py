@@ -15,6 +15,9 @@ told to give them up too (``release_spooled``: a sink removed for good), which r
 them from the spool at once. A skip made without the spool cannot see them: the pipeline
 keeps the batches it gave up in the spool, neither written nor released, and its start-up
 names them with the command that releases them (:meth:`fanout.steps.lag.Lagging.given_up`).
+Likewise, given the sink's ``backfill_from`` source, it refuses a ``through`` past a batch
+that source holds for the sink (its ledger marks it committed, not skipped: what the
+backfill reads), unless told to give them up too (``give_up_backfill``).
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ class Skipped:
     """``False`` when the sink's mark already held ``through`` (no mark written)."""
     released: tuple[int, ...] = ()
     """The batches of ``epoch`` released from the spool for the sink (``release_spooled``)."""
+    backfill_held: tuple[int, ...] = ()
+    """The batches of ``epoch`` the sink's backfill source held that the mark gave up
+    (``give_up_backfill``)."""
 
 
 def skip_batches(
@@ -60,6 +66,8 @@ def skip_batches(
     *,
     spool: Spool | None = None,
     release_spooled: bool = False,
+    backfill_from: str | None = None,
+    give_up_backfill: bool = False,
 ) -> Skipped:
     """Record that ``sink`` of ``pipeline`` will never receive the batches of ``epoch``
     (default: the pipeline's current epoch) after its mark, through ``through``.
@@ -74,7 +82,12 @@ def skip_batches(
     :param release_spooled: give those batches up too (a sink removed for good): they
         are released from ``spool`` for ``sink`` at once, after the mark is recorded (also
         when the mark already held ``through``: the way to release what a skip made
-        without the spool left there)."""
+        without the spool left there).
+    :param backfill_from: ``sink``'s backfill source (its ``backfill_from``), when it has
+        one: a ``through`` at or past a batch the source's ledger marks committed (not
+        skipped) after ``sink``'s mark is refused, naming them: the backfill would give
+        them to ``sink``.
+    :param give_up_backfill: give those batches up too (the mark is recorded past them)."""
     if through < 0:
         raise ConfigurationError(f"pipeline {pipeline!r}, sink {sink!r}: --through must be >= 0")
     if release_spooled and spool is None:
@@ -90,6 +103,11 @@ def skip_batches(
         return Skipped(sink, epoch, before, before, recorded=False, released=released)
     if spool is not None and not release_spooled:
         _refuse_held(spool, pipeline, sink, epoch, before, through)
+    backfill_held: tuple[int, ...] = ()
+    if backfill_from is not None:
+        backfill_held = _backfill_held(ledger, pipeline, backfill_from, epoch, before, through)
+        if backfill_held and not give_up_backfill:
+            _refuse_backfill(pipeline, sink, backfill_from, epoch, before, through, backfill_held)
     same = [e for e in ledger.committed_entries(pipeline, through, epoch) if e.sink != sink]
     if not same:
         raise ConfigurationError(
@@ -116,7 +134,10 @@ def skip_batches(
         )
     )
     released = _release(spool, sink, epoch, through) if release_spooled else ()
-    return Skipped(sink, epoch, before, through, recorded=True, released=released)
+    return Skipped(
+        sink, epoch, before, through, recorded=True, released=released,
+        backfill_held=backfill_held,
+    )  # fmt: skip
 
 
 def _release(spool: Spool | None, sink: str, epoch: int, through: int) -> tuple[int, ...]:
@@ -155,4 +176,44 @@ def _refuse_held(
         "a gap, in order, then refused at the gap), then skip only what it never got; or, "
         "to give them up too (the sink removed for good), add --release-spooled (in Python: "
         "release_spooled=True)"
+    )
+
+
+def _backfill_held(
+    ledger: Ledger, pipeline: str, origin: str, epoch: int, before: int | None, through: int
+) -> tuple[int, ...]:
+    """The batches of ``epoch`` after ``before`` through ``through`` that ``origin``'s
+    ledger marks committed and not skipped: those a backfill from it gives back
+    (:meth:`fanout.steps.lag.Lagging._backfill_keys` reads the same marks)."""
+    first = 0 if before is None else before + 1
+    return tuple(
+        sorted(
+            e.batch_id
+            for e in ledger.committed_entries(pipeline, first, epoch)
+            if e.sink == origin and e.epoch == epoch and e.batch_id <= through and not is_skip(e)
+        )
+    )
+
+
+def _refuse_backfill(
+    pipeline: str, sink: str, origin: str, epoch: int, before: int | None, through: int,
+    held: tuple[int, ...],
+) -> None:  # fmt: skip
+    """Refuse a skip through ``through`` past batches ``held`` that ``sink``'s backfill
+    source ``origin`` holds: their rows exist and the backfill would deliver them."""
+    mark = "no mark" if before is None else f"its mark {before}"
+    in_epoch = f" of epoch {epoch}" if epoch else ""
+    earlier = (
+        f"skip only the batches before them (--through {held[0] - 1}); "
+        if held[0] - 1 > (-1 if before is None else before)
+        else ""
+    )
+    raise ConfigurationError(
+        f"pipeline {pipeline!r}, sink {sink!r}: its backfill source {origin!r} holds "
+        f"batch(es) {batch_ranges(list(held))}{in_epoch} for it (its ledger marks them "
+        f"committed; after {mark}): a skip through {through} would give up rows that exist "
+        f"and can be delivered. Either {earlier}let it catch up from them first (start the "
+        f"pipeline with the sink configured: the backfill gives it {origin!r}'s batches, in "
+        "order), then skip only what it never got; or, to give them up anyway, add "
+        "--give-up-backfill (in Python: give_up_backfill=True)"
     )

@@ -426,6 +426,9 @@ def test_a_skip_without_the_spool_keeps_the_batches_it_still_holds_and_names_the
     assert said == (
         "pipeline 'gap', sink 'down', epoch 0: batches 1-3 recorded as skipped (never written "
         "to it); the next batch writes it\n"
+        "pipeline 'gap', sink 'down', epoch 0: the backfill source was not checked (no "
+        "--config): if the sink has backfill_from in the pipeline file, batches that source "
+        "holds through this mark were given up too (they are not backfilled to it)\n"
         "pipeline 'gap', sink 'down', epoch 0: the spool was not checked (no --spool): batches "
         "it still holds for the sink through this mark are kept, neither written nor released; "
         "the pipeline's start-up names them and how to release them\n"

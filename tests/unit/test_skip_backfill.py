@@ -1,0 +1,213 @@
+"""``fanout ledger skip --config``: a skip never gives up batches the sink's backfill
+source holds (by its ledger marks) unless told to, on a real Delta ledger."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fanout import FanOut
+from fanout.app.cli import main
+from fanout.errors import ConfigurationError
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.gaps import skip_batches
+from tests.unit.fakes import ScriptedSink
+from tests.unit.test_missed_batches import _run
+
+
+def _lake_holds_2_and_3(path: str) -> None:
+    """ "pg" commits batch 0 and is left out; "lake" joins at batch 2: its ledger marks
+    batches 2-3 committed (what a backfill from it gives back), not batch 1."""
+    _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good"), ScriptedSink("pg")]), range(1))
+    _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good")]), range(1, 2))
+    sinks = [ScriptedSink("good"), ScriptedSink("lake")]
+    _run(FanOut("gap", DeltaLedger(path), sinks), range(2, 4))
+
+
+def _config(tmp_path: Path, ledger: str, backfill: bool = True) -> str:
+    file = tmp_path / "pipeline.toml"
+    file.write_text(
+        f'[pipeline]\nname = "gap"\nledger = "{ledger}"\ncheckpoint = "{tmp_path / "ckpt"}"\n'
+        '[source]\nformat = "rate"\n'
+        f'[[sinks]]\ntype = "delta"\nname = "lake"\npath = "{tmp_path / "lake"}"\n'
+        f'[[sinks]]\ntype = "delta"\nname = "pg"\npath = "{tmp_path / "pg"}"\n'
+        + ('backfill_from = "lake"\n' if backfill else "")
+    )
+    return str(file)
+
+
+def test_skip_with_config_refuses_batches_the_backfill_source_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(tmp_path / "ledger")
+    _lake_holds_2_and_3(path)
+    config = _config(tmp_path, path)
+    capsys.readouterr()
+
+    assert main(["ledger", "skip", "--config", config, "--sink", "pg", "--through", "3"]) == 2
+    assert capsys.readouterr().err == (
+        "fanout: configuration error: pipeline 'gap', sink 'pg': its backfill source 'lake' "
+        "holds batch(es) 2-3 for it (its ledger marks them committed; after its mark 0): a "
+        "skip through 3 would give up rows that exist and can be delivered. Either skip only "
+        "the batches before them (--through 1); let it catch up from them first (start the "
+        "pipeline with the sink configured: the backfill gives it 'lake''s batches, in "
+        "order), then skip only what it never got; or, to give them up anyway, add "
+        "--give-up-backfill (in Python: give_up_backfill=True)\n"
+    )
+    assert DeltaLedger(path).last_committed("gap", ["pg"]) == {"pg": 0}
+
+    assert main(["ledger", "skip", "--config", config, "--sink", "pg", "--through", "1"]) == 0
+    assert capsys.readouterr().out == (
+        "pipeline 'gap', sink 'pg', epoch 0: batches 1-1 recorded as skipped (never written "
+        "to it); the next batch writes it\n"
+    )
+    assert DeltaLedger(path).last_committed("gap", ["pg"]) == {"pg": 1}
+
+    args = ["ledger", "skip", "--config", config, "--sink", "pg", "--through", "3"]
+    assert main([*args, "--give-up-backfill"]) == 0
+    assert capsys.readouterr().out == (
+        "pipeline 'gap', sink 'pg', epoch 0: batches 2-3 recorded as skipped (never written "
+        "to it); the next batch writes it\n"
+        "pipeline 'gap', sink 'pg', epoch 0: gave up batch(es) 2-3 its backfill source "
+        "'lake' holds (--give-up-backfill)\n"
+    )
+    assert DeltaLedger(path).last_committed("gap", ["pg"]) == {"pg": 3}
+
+
+def test_a_skip_mark_of_the_backfill_source_holds_nothing(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger")
+    _lake_holds_2_and_3(path)
+    _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good")]), range(4, 5))
+    ledger = DeltaLedger(path)
+    assert skip_batches(ledger, "gap", "lake", 4).recorded  # lake's mark of 4: no rows
+    with pytest.raises(ConfigurationError, match=r"holds batch\(es\) 2-3 for it \(its"):
+        skip_batches(ledger, "gap", "pg", 4, backfill_from="lake")
+    done = skip_batches(ledger, "gap", "pg", 3, backfill_from="lake", give_up_backfill=True)
+    assert (done.before, done.through, done.backfill_held) == (0, 3, (2, 3))
+    done = skip_batches(ledger, "gap", "pg", 4, backfill_from="lake")
+    assert (done.before, done.through, done.recorded, done.backfill_held) == (3, 4, True, ())
+
+
+def test_skip_config_flags_must_agree_with_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(tmp_path / "ledger")
+    _lake_holds_2_and_3(path)
+    config = _config(tmp_path, path)
+    base = ["ledger", "skip", "--config", config, "--sink", "pg", "--through", "1"]
+    capsys.readouterr()
+
+    assert main([*base, "--pipeline", "other"]) == 2
+    assert capsys.readouterr().err == (
+        f"fanout: configuration error: --pipeline other: {config} says gap: drop --pipeline "
+        "(the pipeline file says where it is) or give the pipeline's own file\n"
+    )
+    assert main([*base, "--ledger", str(tmp_path / "elsewhere")]) == 2
+    assert capsys.readouterr().err == (
+        f"fanout: configuration error: --ledger {tmp_path / 'elsewhere'}: {config} says "
+        f"{path}: drop --ledger (the pipeline file says where it is) or give the "
+        "pipeline's own file\n"
+    )
+    assert main([*base, "--spool", str(tmp_path / "spool")]) == 2
+    assert capsys.readouterr().err == (
+        f"fanout: configuration error: --spool {tmp_path / 'spool'}: {config} configures no "
+        "spool (pipeline.spool): drop --spool or give the pipeline's own file\n"
+    )
+    assert main([*base, "--ledger", f"{path}/", "--pipeline", "gap"]) == 0  # the same place
+    assert DeltaLedger(path).last_committed("gap", ["pg"]) == {"pg": 1}
+
+
+def test_skip_config_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(tmp_path / "ledger")
+    _lake_holds_2_and_3(path)
+    capsys.readouterr()
+    missing = str(tmp_path / "nowhere.toml")
+    assert main(["ledger", "skip", "--config", missing, "--sink", "pg", "--through", "1"]) == 2
+    assert capsys.readouterr().err == (
+        f"fanout: configuration error: {missing}: no such pipeline file\n"
+    )
+    assert main(["ledger", "skip", "--pipeline", "gap", "--sink", "pg", "--through", "1"]) == 2
+    assert capsys.readouterr().err == (
+        "fanout: configuration error: --ledger required: give them, or --config PIPELINE.toml\n"
+    )
+    args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "pg"]
+    assert main([*args, "--through", "3", "--give-up-backfill"]) == 2
+    assert capsys.readouterr().err == (
+        "fanout: configuration error: --give-up-backfill needs --config PIPELINE.toml: the "
+        "sink's backfill_from is in the pipeline file\n"
+    )
+    assert DeltaLedger(path).last_committed("gap", ["pg"]) == {"pg": 0}
+
+
+def test_skip_without_config_says_the_backfill_source_was_not_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(tmp_path / "ledger")
+    _lake_holds_2_and_3(path)
+    capsys.readouterr()
+    args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "pg"]
+    assert main([*args, "--through", "3"]) == 0  # gives up 2-3: it cannot know
+    assert capsys.readouterr().out == (
+        "pipeline 'gap', sink 'pg', epoch 0: batches 1-3 recorded as skipped (never written "
+        "to it); the next batch writes it\n"
+        "pipeline 'gap', sink 'pg', epoch 0: the backfill source was not checked (no "
+        "--config): if the sink has backfill_from in the pipeline file, batches that source "
+        "holds through this mark were given up too (they are not backfilled to it)\n"
+        "pipeline 'gap', sink 'pg', epoch 0: the spool was not checked (no --spool): batches "
+        "it still holds for the sink through this mark are kept, neither written nor "
+        "released; the pipeline's start-up names them and how to release them\n"
+    )
+
+
+def test_skip_with_config_of_a_sink_without_backfill_or_not_configured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(tmp_path / "ledger")
+    _lake_holds_2_and_3(path)
+    capsys.readouterr()
+    config = _config(tmp_path, path, backfill=False)
+    assert main(["ledger", "skip", "--config", config, "--sink", "pg", "--through", "3"]) == 0
+    assert capsys.readouterr().out == (
+        "pipeline 'gap', sink 'pg', epoch 0: batches 1-3 recorded as skipped (never written "
+        "to it); the next batch writes it\n"
+    )
+    assert main(["ledger", "skip", "--config", config, "--sink", "good", "--through", "3"]) == 0
+    assert capsys.readouterr().out == (
+        f"pipeline 'gap', sink 'good', epoch 0: sink 'good' is not in {config}: it has no "
+        "backfill source to check\n"
+        "pipeline 'gap', sink 'good', epoch 0: already holds batch 3 (its mark: 3); no mark "
+        "recorded\n"
+    )
+
+
+def test_skip_with_config_checks_the_pipelines_spool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.unit.test_missed_batches import _held_then_missed
+
+    path, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
+    _held_then_missed(DeltaLedger(path), spool)  # "down": mark 0, spool holds 1-2, missed 3
+    file = tmp_path / "pipeline.toml"
+    file.write_text(
+        f'[pipeline]\nname = "gap"\nledger = "{path}"\ncheckpoint = "{tmp_path / "ckpt"}"\n'
+        f'spool = "{spool}"\n[source]\nformat = "rate"\n'
+        f'[[sinks]]\ntype = "delta"\nname = "down"\npath = "{tmp_path / "down"}"\n'
+        'on_failure = "lag"\n'
+    )
+    capsys.readouterr()
+    args = ["ledger", "skip", "--config", str(file), "--sink", "down", "--through", "3"]
+    assert main(args) == 2
+    assert capsys.readouterr().err.startswith(
+        f"fanout: configuration error: pipeline 'gap', sink 'down': the spool at {spool} "
+        "still holds batch(es) 1-2 for it (after its mark 0): a skip through 3 would give "
+        "their rows up."
+    )
+    assert DeltaLedger(path).last_committed("gap", ["down"]) == {"down": 0}
+
+    file.write_text(file.read_text().replace(spool, str(tmp_path / "nowhere")))
+    assert main(args) == 2
+    assert capsys.readouterr().err.startswith(
+        f"fanout: configuration error: pipeline.spool of {file} {tmp_path / 'nowhere'}: no "
+        "spool there"
+    )
