@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fanout import Batch, ConfigurationError, SinkContext
+from fanout import Batch, ConfigurationError, RouteError, SinkContext, hookimpl
+from fanout.contract.route_stamp import RouteStamp
 from fanout.partitioned.membership import CommittedPartition, PartitionDigest, PartitionPlan
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink
 from fanout.partitioned.task import CommitHooks
+from fanout.routes.route import Route
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class FileWriter:
     directory: str
     token: str  # the batch's idempotency token: a replay gets the same, a new epoch not
     plan: PartitionPlan
+    route: str  # the batch's route (fingerprint, text), recorded with each partition
 
     def write_partition(self, partition: int, batches: Iterator[Any], hooks: CommitHooks,
                         digest: Any) -> PartitionOutcome:  # fmt: skip
@@ -34,7 +37,7 @@ class FileWriter:
         if not rows:
             return PartitionOutcome(partition, "empty")
         mark = {"partitions": self.plan.partitions, "fingerprint": self.plan.fingerprint,
-                "rows": digest.rows, "checksum": digest.checksum}  # fmt: skip
+                "rows": digest.rows, "checksum": digest.checksum, "route": self.route}  # fmt: skip
         lines = [json.dumps(mark)] + [json.dumps(row, default=str) for row in rows]
         tmp = final.with_suffix(".tmp")
         tmp.write_text("\n".join(lines) + "\n")
@@ -49,9 +52,11 @@ class PartitionedFilesSink(PartitionedSink):
 
     guarantees = ("transactional",)
 
-    def __init__(self, name: str, *, directory: str = "", key: str = "id", partitions: int = 4):
+    def __init__(self, name: str, *, directory: str = "", key: str = "id", partitions: int = 4,
+                 dead_letter: str | None = None):  # fmt: skip
         super().__init__(name)
         self.directory, self.key, self.partitions = directory, key, partitions
+        self.dead_letter = dead_letter  # where rows failing the sink's route go
 
     def open(self, context: SinkContext) -> None:
         super().open(context)  # the kit keeps the per-partition commit hooks
@@ -64,15 +69,50 @@ class PartitionedFilesSink(PartitionedSink):
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> FileWriter:
         assert plan is not None  # membership is kept: committed partitions are skipped
-        return FileWriter(self.directory, batch.idempotency_key.token, plan)
+        route = _route(batch)
+        return FileWriter(self.directory, batch.idempotency_key.token, plan,
+                          f"{route.fingerprint} {route.text}")  # fmt: skip
 
     def committed_partitions(self, batch: Batch, plan: PartitionPlan) -> list[CommittedPartition]:
-        found = []
+        marks = self._marks(batch)
+        return [CommittedPartition(partition, mark["partitions"], mark["fingerprint"],
+                                   PartitionDigest(mark["rows"], mark["checksum"]))
+                for partition, mark in sorted(marks.items())]  # fmt: skip
+
+    def check_replay(self, batch: Batch) -> None:
+        """Before fanout writes the batch's route letters: a replay under another route than
+        its committed partitions' is refused while nothing of it is written."""
+        self._marks(batch)
+
+    def _marks(self, batch: Batch) -> dict[int, dict[str, Any]]:
+        """The marks of the partitions holding the batch; refuses another route than theirs:
+        a replay skips them, so a row only the new route refuses would be both in a file and
+        in the dead letters, and a row only the old one refuses in neither."""
+        marks = {}
         for path in Path(self.directory).glob(f"{batch.idempotency_key.token}-p*.jsonl"):
             with path.open() as file:
-                mark = json.loads(file.readline())
-            digest = PartitionDigest(mark["rows"], mark["checksum"])
-            partition = int(path.stem.rsplit("-p", 1)[1])
-            found.append(CommittedPartition(partition, mark["partitions"], mark["fingerprint"],
-                                            digest))  # fmt: skip
-        return found
+                marks[int(path.stem.rsplit("-p", 1)[1])] = json.loads(file.readline())
+        route = _route(batch)
+        same = {route.fingerprint, *route.earlier}
+        other = sorted(p for p, mark in marks.items() if mark["route"].split(" ")[0] not in same)
+        if other:
+            raise RouteError(
+                f"the route changed mid-batch: partition(s) {other} committed this batch under "
+                f"{marks[other[0]]['route'].partition(' ')[2]}, but the sink's route is now "
+                f"{route.text}. Nothing was written. Restore the old route until this batch "
+                "completes, then change it (a change between batches is safe)",
+                sink=self.name, batch_id=batch.batch_id,
+            )  # fmt: skip
+        return marks
+
+
+def _route(batch: Batch) -> RouteStamp:
+    """The batch's route; a batch built without one (a sink called directly) went through
+    the identity's, as fanout hands an unrouted sink."""
+    return batch.route or Route().stamp()
+
+
+@hookimpl
+def fanout_sink_types() -> dict[str, type[PartitionedSink]]:
+    """The sink types of this module (a plugin registers them under the `fanout` entry point)."""
+    return {"partitioned_files": PartitionedFilesSink}

@@ -398,7 +398,9 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     status.add_argument("--ledger", required=True, help="the ledger's Delta table path")
     status.add_argument("--pipeline", help="only this pipeline")
     status.add_argument(
-        "--spool", help="the pipeline's spool: also show how far behind each sink is"
+        "--spool",
+        help="the pipeline's spool: also show how far behind each sink is, and the batches a "
+        "`fanout ledger skip` without --spool kept in it",
     )
     status.add_argument("--json", action="store_true", help="print JSON (every detail)")
     status.add_argument(

@@ -9,6 +9,10 @@ A sink's state:
   committed (the catch-up is writing them);
 - ``stopped``: its last attempt failed and nothing waits for it in the spool (a sink with
   ``on_failure="stop"``: the query stopped with it).
+
+With ``--spool``, a sink's batches kept in the spool after a ``fanout ledger skip`` made
+without ``--spool`` (its mark is past them: neither written to it nor released, see
+:meth:`fanout.steps.lag.Lagging.given_up`) are named too, with the command releasing them.
 """
 
 from __future__ import annotations
@@ -19,10 +23,31 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from fanout.errors import LedgerError
+from fanout.errors import LedgerError, batch_ranges
+from fanout.ledger.gaps import SKIPPED
 
 if TYPE_CHECKING:
     from fanout.ledger.delta import DeltaLedger
+
+
+@dataclass(frozen=True)
+class KeptBatches:
+    """Spooled batches of one sink and epoch its mark passed by a ``fanout ledger skip``
+    made without ``--spool``: kept in the spool, neither written nor released."""
+
+    epoch: int
+    batches: tuple[int, ...]
+    rows: int
+    release: str  # the command that releases them
+
+    def describe(self, sink: str) -> str:
+        """One line for the text output."""
+        return (
+            f"{sink}: {len(self.batches)} batch(es) / {self.rows} row(s) of epoch {self.epoch} "
+            f"({batch_ranges(list(self.batches))}) kept in the spool after a `fanout ledger "
+            f"skip` without --spool, neither written nor released: release them with "
+            f"`{self.release}`"
+        )
 
 
 @dataclass(frozen=True)
@@ -43,6 +68,7 @@ class SinkStatus:
     lag_batches: int = 0
     lag_rows: int = 0
     lagging_since: datetime | None = None
+    kept: tuple[KeptBatches, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         """A JSON-ready dict (times in ISO 8601)."""
@@ -77,11 +103,58 @@ def report(
     if pipeline and not rows and (known := ledger.pipelines()):
         raise unknown_pipeline(ledger.path, pipeline, known)
     backlogs = {} if spool is None else spool_backlogs(spool, rows)
-    statuses = summarize(rows, backlogs)
+    kept = {} if spool is None else spool_kept(spool, rows, ledger.path)
+    statuses = summarize(rows, backlogs, kept)
     footer = "" if spool is None else spool_footer(spool, pipeline)
     if as_json:
         return json.dumps([s.as_json() for s in statuses], indent=2)
-    return render(statuses, wide=wide) + footer
+    return render(statuses, wide=wide) + kept_footer(statuses) + footer
+
+
+def spool_kept(
+    path: str, rows: Sequence[dict[str, Any]], ledger: str
+) -> dict[tuple[str, str], tuple[KeptBatches, ...]]:
+    """Per (pipeline, sink): the spooled batches its mark passed by a ``fanout ledger
+    skip`` made without the spool, per epoch. A spooled batch is kept so when the sink's
+    first committed mark at or after it is a skip's (as
+    :meth:`fanout.steps.lag.Lagging.given_up` decides at each start)."""
+    from fanout.delta_tables.io import open_table, read_arrow
+    from fanout.spool.table import Spool
+
+    index = open_table(Spool(path, "").index_path)
+    if index is None:
+        return {}
+    marks: dict[tuple[str, str, int], list[tuple[int, bool]]] = {}
+    for row in rows:
+        if row["status"] == "committed":
+            key = (row["pipeline"], row["sink"], row.get("epoch") or 0)
+            skip = (row.get("error") or "").startswith(f"{SKIPPED}:")
+            marks.setdefault(key, []).append((row["batch_id"], skip))
+    found: dict[tuple[str, str, int], dict[int, int]] = {}
+    for entry in read_arrow(index).to_pylist():
+        key = (entry["pipeline"], entry["sink"], entry["epoch"])
+        batch = entry["batch_id"]
+        first = next((skip for b, skip in sorted(marks.get(key, [])) if b >= batch), False)
+        if first:
+            found.setdefault(key, {})[batch] = entry["rows"] or 0
+    kept: dict[tuple[str, str], tuple[KeptBatches, ...]] = {}
+    for (pipeline, sink, epoch), batches in sorted(found.items()):
+        ids = tuple(sorted(batches))
+        release = (
+            f"fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
+            f"--through {ids[-1]} --epoch {epoch} --spool {path} --release-spooled"
+        )
+        kept[(pipeline, sink)] = (
+            *kept.get((pipeline, sink), ()),
+            KeptBatches(epoch, ids, sum(batches.values()), release),
+        )
+    return kept
+
+
+def kept_footer(statuses: Sequence[SinkStatus]) -> str:
+    """The lines naming each sink's batches kept after a skip (:func:`spool_kept`)."""
+    lines = [f"pipeline {s.pipeline}, {k.describe(s.sink)}" for s in statuses for k in s.kept]
+    return "\n\n" + "\n".join(lines) if lines else ""
 
 
 def spool_backlogs(
@@ -150,10 +223,12 @@ def spool_footer(path: str, pipeline: str | None) -> str:
 def summarize(
     rows: Sequence[dict[str, Any]],
     backlogs: Mapping[tuple[str, str], tuple[int, int, datetime | None]] | None = None,
+    kept: Mapping[tuple[str, str], tuple[KeptBatches, ...]] | None = None,
 ) -> list[SinkStatus]:
-    """Per (pipeline, sink) status from ledger rows (as dicts) and the spool's backlogs
-    (:func:`spool_backlogs`), sorted by pipeline, sink."""
-    backlogs = backlogs or {}
+    """Per (pipeline, sink) status from ledger rows (as dicts), the spool's backlogs
+    (:func:`spool_backlogs`) and the batches it keeps after a skip (:func:`spool_kept`),
+    sorted by pipeline, sink."""
+    backlogs, kept = backlogs or {}, kept or {}
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         if row["status"] == "epoch":
@@ -184,6 +259,7 @@ def summarize(
                 lag_batches=behind,
                 lag_rows=behind_rows,
                 lagging_since=since,
+                kept=kept.get((pipeline, sink), ()),
             )
         )
     return statuses

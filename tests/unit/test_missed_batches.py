@@ -4,6 +4,7 @@ out of the configuration, and the explicit acknowledgement, ``fanout ledger skip
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -504,3 +505,49 @@ def test_a_skip_without_the_spool_made_while_the_pipeline_runs_keeps_the_batches
     # live commits ("good" 0-4), nor the caught-up batches the spool let go (2-4)
     assert fan.lagging._written == set()
     assert set(fan.lagging._given_up) == {("down", (0, 0)), ("down", (0, 1))}
+
+
+def test_status_names_the_batches_a_skip_without_the_spool_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After a skip without --spool past batches 1-2 the spool holds for 'down', `fanout
+    status --spool` names them for the sink (not as lag: its mark is past them), with the
+    command releasing them, in its text and its JSON; once released, no more."""
+    path, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
+    _held_then_missed(DeltaLedger(path), spool)
+    skip = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "down"]
+    assert main([*skip, "--through", "3"]) == 0
+    status = ["status", "--ledger", path, "--pipeline", "gap", "--spool", spool]
+    capsys.readouterr()
+
+    assert main(status) == 0
+    lines = capsys.readouterr().out.splitlines()
+    release = (
+        f"fanout ledger skip --ledger {path} --pipeline gap --sink down --through 2 --epoch 0 "
+        f"--spool {spool} --release-spooled"
+    )
+    assert [line.split()[:3] for line in lines[2:4]] == [["gap", "down", "3"], ["gap", "good", "3"]]
+    assert lines[4:9] == [
+        "",
+        "1 sink has failed attempts; `fanout status --wide` or `--json` shows the last error.",
+        "",
+        "pipeline gap, down: 2 batch(es) / 4 row(s) of epoch 0 (1-2) kept in the spool after a "
+        "`fanout ledger skip` without --spool, neither written nor released: release them with "
+        f"`{release}`",
+        "",
+    ]
+    assert lines[9].startswith(f"spool {spool} (gap): 2 batch(es), 4 row(s), ")
+    assert len(lines) == 10
+    assert main([*status, "--wide"]) == 0
+    assert capsys.readouterr().out.splitlines()[4:] == lines[6:]
+
+    assert main([*status, "--json"]) == 0
+    sinks = {s["sink"]: s for s in json.loads(capsys.readouterr().out)}
+    assert (sinks["down"]["state"], sinks["down"]["lag_batches"]) == ("live", 0)
+    assert sinks["down"]["kept"] == [{"epoch": 0, "batches": [1, 2], "rows": 4, "release": release}]
+    assert sinks["good"]["kept"] == []
+
+    assert main(release.split()[1:]) == 0
+    capsys.readouterr()
+    assert main([*status, "--json"]) == 0
+    assert [s["kept"] for s in json.loads(capsys.readouterr().out)] == [[], []]
