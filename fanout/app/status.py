@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from fanout.errors import LedgerError, batch_ranges
-from fanout.ledger.gaps import SKIPPED
+from fanout.ledger.gaps import SKIPPED, held_by_skip
 
 if TYPE_CHECKING:
     from fanout.ledger.delta import DeltaLedger
@@ -134,8 +134,7 @@ def spool_kept(
     for entry in read_arrow(index).to_pylist():
         key = (entry["pipeline"], entry["sink"], entry["epoch"])
         batch = entry["batch_id"]
-        first = next((skip for b, skip in sorted(marks.get(key, [])) if b >= batch), False)
-        if first:
+        if held_by_skip(batch, marks.get(key, [])):
             found.setdefault(key, {})[batch] = entry["rows"] or 0
     kept: dict[tuple[str, str], tuple[KeptBatches, ...]] = {}
     for (pipeline, sink, epoch), batches in sorted(found.items()):

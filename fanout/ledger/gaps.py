@@ -22,6 +22,7 @@ backfill reads), unless told to give them up too (``give_up_backfill``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,14 @@ SKIPPED = "skipped"
 def is_skip(entry: LedgerEntry) -> bool:
     """Whether ``entry`` is the mark of :func:`skip_batches`, not of a write."""
     return entry.status == "committed" and (entry.error or "").startswith(f"{SKIPPED}:")
+
+
+def held_by_skip(batch_id: int, marks: Iterable[tuple[int, bool]]) -> bool:
+    """Whether a sink's mark holds batch ``batch_id`` only by a :func:`skip_batches`:
+    its first committed mark at or after the batch (``marks``: each mark's batch id, and
+    whether it is a skip's) is a skip's. The pipeline keeps such a batch in the spool
+    (:meth:`fanout.steps.lag.Lagging.given_up`) and ``fanout status`` names it."""
+    return next((skip for b, skip in sorted(marks) if b >= batch_id), False)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from fanout.contract.lag import SinkLag
 from fanout.contract.sink import BackfillSource, SinkContext
 from fanout.errors import BackfillError, MissedBatchesError, SinkError, SinkUnreachableError
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
-from fanout.ledger.gaps import is_skip
+from fanout.ledger.gaps import held_by_skip, is_skip
 from fanout.observe.secrets import masked_error
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey, Spool, SpooledBatch
@@ -353,9 +353,9 @@ class Lagging:
                 if e.sink == sink and e.epoch == epoch
             )
             for batch_id in ids:
-                first = next((skip for b, skip in marks if b >= batch_id), False)
+                given_up = held_by_skip(batch_id, marks)
                 with self._lock:
-                    self._given_up[(sink, (epoch, batch_id))] = first
+                    self._given_up[(sink, (epoch, batch_id))] = given_up
         with self._lock:
             return {p for p in pairs if self._given_up.get(p, False)}
 
