@@ -32,9 +32,13 @@ _SMALLEST_NORMAL = 2.0**-126
 def widened_array(array: Any) -> Any:
     """An Arrow array or chunked array with every float32 in it (at any depth) the double
     of its Spark text, as :func:`widened` does a table's columns."""
+    if not _has_float32(array.type):
+        return array
     if isinstance(array, pa.ChunkedArray):
-        kind = _replaced(array.type, pa.float64())
-        return pa.chunked_array([_widened(chunk) for chunk in array.chunks], kind)
+        chunks = [_widened(chunk) for chunk in array.chunks]
+        return pa.chunked_array(
+            chunks, chunks[0].type if chunks else _replaced(array.type, pa.float64())
+        )
     return _widened(array)
 
 
@@ -89,7 +93,8 @@ def _replaced(kind: Any, by: pa.DataType) -> Any:
     if pa.types.is_struct(kind):
         return pa.struct([f.with_type(_replaced(f.type, by)) for f in kind])
     if pa.types.is_map(kind):
-        return pa.map_(_replaced(kind.key_type, by), _replaced(kind.item_type, by))
+        key = kind.key_field.with_type(_replaced(kind.key_type, by))
+        return pa.map_(key, kind.item_field.with_type(_replaced(kind.item_type, by)))
     if pa.types.is_large_list(kind):
         return pa.large_list(kind.value_field.with_type(_replaced(kind.value_type, by)))
     if pa.types.is_list(kind):
