@@ -67,10 +67,13 @@ def letter_rows(table: pa.Table) -> list[dict[str, Any]]:
     """The rows of ``table`` as :attr:`DeadLetter.row` takes them: ``to_pylist()``, with
     every map (at any depth) a :class:`MapPairs`, and each date or timestamp outside
     Python's years 1-9999 (at any depth) the text Spark's ``to_json`` writes for it
-    (``+10000-01-01T00:00:00+00:00``: :func:`fanout.contract.far_dates.python_safe`)."""
+    (``+10000-01-01T00:00:00+00:00``: :func:`fanout.contract.far_dates.python_safe`), each
+    ``float`` (32-bit) the double of its Spark text (``0.1``, not ``0.10000000149011612``:
+    :func:`fanout.contract.float32.widened`)."""
     from fanout.contract.far_dates import python_safe
+    from fanout.contract.float32 import widened
 
-    table = python_safe(table)
+    table = widened(python_safe(table))
     rows: list[dict[str, Any]] = table.to_pylist()
     for column in table.schema:
         if _holds_map(column.type):

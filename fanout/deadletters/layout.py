@@ -9,7 +9,8 @@ mark (``SinkResult.dead_lettered``), ``fanout status`` and the metrics.
 ``value``, ``row`` and ``details`` are JSON that keeps every value the batch had
 (:func:`letter_json`), in forms Spark's ``from_json`` reads back with the batch's schema
 (but for intervals and maps whose keys are not strings, which it does not read): binary as
-base64 (as ``to_json`` writes it), NaN and the infinities as the strings ``"NaN"``,
+base64 (as ``to_json`` writes it), a float as ``to_json`` spells it (``1.0E20``, ``1.0E-4``,
+a ``float`` ``1.4E-45``), NaN and the infinities as the strings ``"NaN"``,
 ``"Infinity"``, ``"-Infinity"`` (JSON has no such numbers), decimals as text of their own
 digits, dates and times as ISO 8601, an instant (a timestamp with a zone) in UTC
 (``2024-05-01T08:00:00+00:00``), a timestamp without a zone without an offset, a year
@@ -27,8 +28,6 @@ again as it reads.
 from __future__ import annotations
 
 import base64
-import json
-import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
@@ -36,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from fanout.contract.calendar import iso_text
 from fanout.contract.dead_letters import MapPairs
+from fanout.contract.spark_json import spark_json
+from fanout.contract.spark_text import double_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -100,9 +101,11 @@ def letter_json(value: Any) -> str:
     :func:`~fanout.contract.dead_letters.letter_rows`) or, from Arrow's ``to_pylist``, as a
     list of ``(key, value)`` pairs; each becomes an object (an Arrow map that is empty
     cannot be told from an empty array unless it is a ``MapPairs``). A value of a type none
-    of these forms covers is written as its ``str()``.
+    of these forms covers is written as its ``str()``. A float is spelled as Spark's
+    ``to_json`` spells it (``1.0E20``, not ``1e+20``:
+    :func:`~fanout.contract.spark_json.spark_json`).
     """
-    return json.dumps(_plain(value), ensure_ascii=False, allow_nan=False)
+    return spark_json(_plain(value))
 
 
 def _plain(value: Any) -> Any:
@@ -110,9 +113,7 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+        return value  # NaN and the infinities quoted by spark_json
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, Decimal):
@@ -140,7 +141,9 @@ def _key(key: Any) -> str:
     """A map key as an object key: a string as is, any other key as the JSON text of its
     plain form (``1``, ``true``, a binary key's base64, ``{"a": 1}``)."""
     plain = _plain(key)
-    return plain if isinstance(plain, str) else json.dumps(plain, ensure_ascii=False)
+    if isinstance(plain, float):
+        return double_text(plain)  # as to_json writes it: 1.0E20, NaN
+    return plain if isinstance(plain, str) else spark_json(plain)
 
 
 def _duration(value: timedelta) -> str:

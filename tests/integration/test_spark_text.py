@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from fanout.contract.spark_text import decimal_text, floating_text, plain_decimal
+from fanout.contract.spark_text import decimal_text, double_text, floating_text, plain_decimal
 
 NAN, INF = float("nan"), float("inf")
 DOUBLES = [  # (value, CAST(value AS STRING) as Spark 4.2 prints it) , on Java 17 and 19+ alike
@@ -130,3 +130,38 @@ def _decimals(rng: random.Random, precision: int, scale: int) -> list[Decimal | 
             value = Decimal(rng.randrange(10 ** rng.randint(1, precision))).scaleb(-scale)
             values.append(-value if rng.random() < 0.3 else value)
     return [*values, None]
+
+
+def test_floats_in_json_are_spelled_as_spark_s_to_json(spark: Any) -> None:
+    """:func:`~fanout.contract.spark_json.spark_json` of a row (its ``float`` values widened
+    by :func:`~fanout.contract.float32.widened`, as the Kafka sink and the dead letters do)
+    is Spark's ``to_json`` of the same row, and so is a dead letter's JSON but for its
+    spaces: ``1.0E20``, ``"NaN"``, a map key ``1.0E-4``, and a subnormal ``float`` whose
+    shortest text has one digit with the two closest to its value (``1e-45``:
+    ``1.4E-45``, which the double ``1e-45`` would be as ``1.0E-45``)."""
+    from fanout.contract.dead_letters import letter_rows
+    from fanout.contract.float32 import widened
+    from fanout.contract.spark_json import COMPACT, spark_json
+    from fanout.deadletters.layout import letter_json
+
+    floats = [1.4e-45, 4.2e-45, 7e-45, -2.8e-45, 1.4e-44, 0.1, NAN, 3.4028235e38]
+    doubles = [1e20, 1e-4, NAN, -INF, 5e-324, 2.0**53, 0.001, -0.0]
+    table = pa.table(
+        {
+            "id": pa.array(range(len(floats)), pa.int64()),
+            "f": pa.array(floats, pa.float32()),
+            "d": pa.array(doubles, pa.float64()),
+            "a": pa.array([[f, None] for f in floats], pa.list_(pa.float32())),
+            "m": pa.array([[(d, f)] for d, f in zip(doubles, floats, strict=True)],
+                          pa.map_(pa.float64(), pa.float32())),
+        }
+    )  # fmt: skip
+    frame = spark.createDataFrame(table).orderBy("id").selectExpr("to_json(struct(*)) AS j")
+    theirs = frame.toArrow().column("j").to_pylist()
+    rows = widened(table).to_pylist()
+    maps = [{"m": {double_text(k): v for k, v in row.pop("m")}} for row in rows]
+    assert [
+        spark_json(r | m, separators=COMPACT) for r, m in zip(rows, maps, strict=True)
+    ] == theirs
+    letters = [letter_json(row) for row in letter_rows(table)]
+    assert [t.replace(", ", ",").replace(": ", ":") for t in letters] == theirs

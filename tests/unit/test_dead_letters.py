@@ -230,3 +230,24 @@ def test_letter_rows_write_dates_outside_python_s_years_as_spark_does_at_any_dep
          "m": {"z": "1970-01-01T00:00:00+00:00"}, "sec": "0000-12-31T23:59:59"},
     ]  # fmt: skip
     assert [json.loads(letter_json(r)) for r in letter_rows(table.slice(1, 1))] == rows[1:2]
+
+
+def test_a_letter_spells_its_floats_as_spark_s_to_json() -> None:
+    """A float in a letter is Spark's ``to_json`` text (``1.0E20``, a map key ``1.0E-4``,
+    a ``float`` ``0.1`` and ``1.4E-45``), as the Kafka sink writes the row: Python's JSON
+    wrote ``1e+20``, ``0.0001`` and the float's widened double ``0.10000000149011612``."""
+    import pyarrow as pa
+
+    table = pa.table(
+        {
+            "d": pa.array([1e20], pa.float64()),
+            "f": pa.array([0.1], pa.float32()),
+            "l": pa.array([[1.4e-45, None]], pa.list_(pa.float32())),
+            "m": pa.array([[(1e-4, 1e7)]], pa.map_(pa.float64(), pa.float64())),
+            "n": pa.array([float("-inf")], pa.float64()),
+        }
+    )
+    assert letter_json(letter_rows(table)[0]) == (
+        '{"d": 1.0E20, "f": 0.1, "l": [1.4E-45, null], "m": {"1.0E-4": 1.0E7}, "n": "-Infinity"}'
+    )
+    assert letter_json(5e-324) == "4.9E-324"

@@ -176,9 +176,10 @@ class Encoder:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from fanout_kafka import floats, temporal, utf8
+        from fanout.contract import float32
+        from fanout_kafka import temporal, utf8
 
-        table = floats.widened(pa.Table.from_batches([batch]))
+        table = float32.widened(pa.Table.from_batches([batch]))
         found = utf8.rows_not_utf8(table, self._text_columns(table.column_names))
         if found is None:
             return self._encode_table(table)

@@ -11,10 +11,10 @@ import base64
 import datetime as dt
 import decimal
 import json
-import math
 from typing import Any
 
 from fanout.contract.calendar import iso_text
+from fanout.contract.spark_json import COMPACT, spark_json
 from fanout.contract.spark_text import double_text, plain_decimal
 
 
@@ -40,48 +40,10 @@ def json_bytes(value: Any) -> bytes:
 
 def json_text(value: Any) -> str:
     """Compact JSON of ``value``; each float in it (at any depth) spelled as Spark's
-    ``CAST(x AS STRING)`` and ``to_json`` spell it (``1.0E20``, ``1.0E-4``:
-    :func:`~fanout.contract.spark_text.double_text`), a NaN or an infinity as Spark's
-    ``to_json`` writes it: ``"NaN"``, ``"Infinity"``, ``"-Infinity"``."""
-    texts: list[str] = []
-    text = json.dumps(
-        _marked(value, texts), default=json_default, separators=(",", ":"),
-        ensure_ascii=False,
-    )  # fmt: skip
-    if not texts:
-        return text
-    pieces = text.split(_MARK_JSON)  # the k-th mark is the k-th float met by _marked
-    joined = [pieces[0]]
-    for float_text, piece in zip(texts, pieces[1:], strict=True):
-        joined += (float_text, piece)
-    return "".join(joined)
-
-
-_MARK = "\ud800"
-"""A float's place in a row before its JSON is written (:func:`_marked`): a lone
-surrogate, which no string of a row holds (Arrow's strings are UTF-8, which cannot encode
-one), and which ``json.dumps`` keeps as it is."""
-_MARK_JSON = f'"{_MARK}"'
-
-
-def _marked(value: Any, texts: list[str]) -> Any:
-    """``value`` with each float replaced by :data:`_MARK`, its JSON text appended to
-    ``texts`` in the order ``json.dumps`` writes them: the ``json`` module writes a float
-    as Python's ``repr`` (``1e+20``) and offers no hook to write it otherwise."""
-    kind = type(value)
-    if kind is float:
-        texts.append(double_text(value) if math.isfinite(value) else f'"{double_text(value)}"')
-        return _MARK
-    if kind is dict:  # a row: most of its values need no walk (one call less each)
-        return {k: v if type(v) in _LEAVES else _marked(v, texts) for k, v in value.items()}
-    if isinstance(value, dict):
-        return {key: _marked(item, texts) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_marked(item, texts) for item in value]
-    return value
-
-
-_LEAVES = frozenset({str, int, bool, type(None)})
+    ``CAST(x AS STRING)`` and ``to_json`` spell it (``1.0E20``, ``1.0E-4``), a NaN or an
+    infinity as Spark's ``to_json`` writes it: ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
+    (:func:`~fanout.contract.spark_json.spark_json`)."""
+    return spark_json(value, default=json_default, separators=COMPACT)
 
 
 def json_default(value: Any) -> Any:

@@ -77,3 +77,17 @@ def test_a_nested_key_or_header_spells_its_floats_as_the_value_does() -> None:
             [("h", b'{"x":1.0E-5}')],
         )
     ]
+
+
+def test_a_subnormal_float_keeps_the_two_digits_spark_writes() -> None:
+    """A subnormal ``float`` whose shortest text has one digit (``1e-45``) is spelled by
+    Java with the two closest to its exact value: ``1.4E-45`` (Spark's ``CAST`` and
+    ``to_json``, tests/integration/test_spark_text.py). Widened to the double of its
+    shortest text, ``1e-45``, it was written ``1.0E-45``, at the top level and nested."""
+    floats = pa.array([1.4e-45, 4.2e-45, 7e-45, -2.8e-45], pa.float32())
+    nested = pa.array([[v] for v in floats.to_pylist()], pa.list_(pa.float32()))
+    batch = pa.RecordBatch.from_arrays([floats, nested], ["f", "n"])
+    texts = ["1.4E-45", "4.2E-45", "7.0E-45", "-2.8E-45"]
+    assert _encoded(batch, "f") == [
+        Record(t.encode(), f'{{"f":{t},"n":[{t}]}}'.encode(), []) for t in texts
+    ]

@@ -10,8 +10,9 @@ import random
 import pyarrow as pa
 import pytest
 from fanout_kafka import vector
-from fanout_kafka.floats import widened
 from fanout_kafka.records import BadRecord, Encoder, Record, batch_headers
+
+from fanout.contract.float32 import widened
 
 N = 3000
 
@@ -101,7 +102,7 @@ def test_column_wise_bytes_equal_row_by_row_bytes(keys: tuple[str, ...] | None) 
     enc = _encoder(keys)
     batches = table.to_batches(max_chunksize=700)
     assert vector.json_rows(table) is not None  # every column has a column-wise form
-    # a float32 is its shortest text's double in both (fanout_kafka.floats)
+    # a float32 is its shortest text's double in both (fanout.contract.float32)
     expected = enc.encode_all(widened(table).to_pylist())
     assert enc.encode_arrow(batches) == expected
     assert len(expected[0]) == N

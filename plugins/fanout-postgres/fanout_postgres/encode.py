@@ -27,6 +27,7 @@ import pyarrow.csv as pcsv
 from fanout.contract.calendar import MICROS_PER_DAY, civil, clock, iso_text
 from fanout.contract.dead_letters import letter_rows
 from fanout.contract.far_dates import python_safe_array
+from fanout.contract.spark_json import float_json, spark_json
 from fanout.contract.spark_text import number_text, plain_decimal
 from fanout.contract.text import holds_invalid_utf8
 from fanout.deadletters.layout import letter_json
@@ -264,7 +265,7 @@ def _csv_ready(column: Any) -> Any:
         )
     if pa.types.is_nested(kind) or pa.types.is_map(kind):
         dump = _nested_json(kind)
-        values = python_safe_array(column).to_pylist()  # a year Python has not: as text
+        values = _nested_values(column)
         return pa.array([None if v is None else dump(v) for v in values], pa.string())
     return column
 
@@ -311,11 +312,22 @@ def _pg_text(value: int, *, date: bool, zoned: bool) -> str:
     return text + (" BC" if year < 1 else "")
 
 
+def _nested_values(column: Any) -> list[Any]:
+    """A nested column's values for :func:`_nested_json`: a year Python has not as text
+    (:func:`python_safe_array`), a ``float`` (32-bit) as the double of its Spark text
+    (``0.1``, not ``0.10000000149011612``: :func:`~fanout.contract.float32.widened_array`)."""
+    from fanout.contract.float32 import widened_array
+
+    values: list[Any] = widened_array(python_safe_array(column)).to_pylist()
+    return values
+
+
 def _nested_json(kind: pa.DataType) -> Callable[[Any], str]:
-    """How a nested value of Arrow type ``kind`` (from ``to_pylist``) is written as JSON:
-    by its type (:func:`_typed`), decimals as numbers when it holds any
-    (:func:`_json_text`, else the faster ``json.dumps``)."""
-    dump = _json_text if _holds_decimal(kind) else json.dumps
+    """How a nested value of Arrow type ``kind`` (from ``to_pylist``, float32 widened:
+    :func:`_nested_values`) is written as JSON: by its type (:func:`_typed`), decimals as
+    numbers when it holds any (:func:`_json_text`, else :func:`spark_json`), floats as
+    Spark's ``to_json`` spells them (``1.0E20``, ``"NaN"``: JSON has no NaN)."""
+    dump = _json_text if _holds_decimal(kind) else spark_json
     return lambda value: dump(_typed(value, kind))
 
 
@@ -368,9 +380,12 @@ def _holds_decimal(kind: pa.DataType) -> bool:
 
 def _json_text(value: Any) -> str:
     """``json.dumps(value)``, but a :class:`~decimal.Decimal` is a JSON number of its own
-    digits (``1.50``, as the CSV writer prints a top-level decimal), not a string."""
+    digits (``1.50``, as the CSV writer prints a top-level decimal), not a string, and a
+    float is spelled as Spark's ``to_json`` spells it (:func:`float_json`)."""
     if isinstance(value, Decimal):
         return plain_decimal(value)
+    if isinstance(value, float):
+        return float_json(value)
     if isinstance(value, dict):
         items = (f"{json.dumps(k)}: {_json_text(v)}" for k, v in value.items())
         return "{" + ", ".join(items) + "}"
@@ -453,7 +468,7 @@ def cells_json(table: pa.Table, row: int, columns: Sequence[str], sources: dict[
 def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
     """The value of one cell as text (``None`` for SQL NULL or no column), as an error
     message shows it and a PostgreSQL dead-letter table's ``value`` (``text``) takes it (a
-    NUL as :data:`NUL_TEXT`; a float as its JSON text: ``NaN``, ``Infinity``; binary as
+    NUL as :data:`NUL_TEXT`; a float as Spark's text: ``1.0E20``, ``NaN``; binary as
     ``\\x`` hex; a timestamp or a date as ISO 8601, an instant in UTC: :func:`iso_text`)."""
     if column is None or column not in table.column_names:
         return None
@@ -465,7 +480,9 @@ def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
     if isinstance(value, bytes):
         return "\\x" + value.hex()
     if pa.types.is_nested(kind) or pa.types.is_map(kind):  # as COPY got it
-        text = _nested_json(kind)(value)
+        text = _nested_json(kind)(_nested_values(cell)[0])
+    elif pa.types.is_floating(kind):  # Spark's text: 1.0E20, NaN (as COPY got it)
+        text = number_text(cell)[0].as_py()
     elif isinstance(value, dt.date | str) and pa.types.is_temporal(kind):
         text = _date_text(value)  # a datetime too: ISO 8601, an instant in UTC
     else:

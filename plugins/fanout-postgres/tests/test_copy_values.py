@@ -338,3 +338,46 @@ def test_upserts_into_a_type_without_equality_compare_its_text(pg_url: str, pg_t
     assert write((1, second, 1)) == 0  # unchanged: not rewritten
     assert write((1, first, 3), (1, second, 2)) == 1  # a key twice: INSERT ... ON CONFLICT
     assert stored() == text(first)
+
+
+def test_nested_floats_are_spark_s_text_in_a_json_column(pg_url: str) -> None:
+    """A float in an array, map or struct reaches a ``json`` column (which keeps the text
+    as sent) spelled as Spark's ``to_json`` spells it: ``1.0E20``, a ``float`` ``0.1``,
+    a NaN as ``"NaN"``. Python's JSON wrote ``1e+20``, ``0.10000000149011612`` and a bare
+    ``NaN``, which PostgreSQL refuses as JSON (the batch failed)."""
+    execute(pg_url, "CREATE TABLE nf (id bigint PRIMARY KEY, a json, s json)")
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("a", T.ArrayType(T.DoubleType())),
+            T.StructField(
+                "s",
+                T.StructType(
+                    [T.StructField("f", T.FloatType()), T.StructField("d", T.DecimalType(4, 2))]
+                ),
+            ),
+        ]
+    )
+    struct = pa.struct([("f", pa.float32()), ("d", pa.decimal128(4, 2))])
+    rows = pa.table(
+        {
+            "id": pa.array([1, 2], pa.int64()),
+            "a": pa.array([[1e20, 1e-4], [float("nan"), -0.0]], pa.list_(pa.float64())),
+            "s": pa.array([{"f": 0.1, "d": Decimal("1.50")}, {"f": 1.4e-45, "d": None}], struct),
+        }
+    )
+    outcome = _write(_writer(pg_url, "nf", schema), rows)
+    assert outcome.status == "committed", outcome.failure
+    assert query(pg_url, "SELECT a::text, s::text FROM nf ORDER BY id") == [
+        ("[1.0E20, 1.0E-4]", '{"f": 0.1, "d": 1.50}'),
+        ('["NaN", -0.0]', '{"f": 1.4E-45, "d": null}'),
+    ]
+
+
+def test_a_refused_float_s_value_is_spark_s_text() -> None:
+    """A dead letter's ``value`` (``text``) of a float column is Spark's text, as COPY
+    sent it: ``1.0E20``, a ``float`` ``0.1`` (was ``1e+20``, ``0.10000000149011612``)."""
+    from fanout_postgres.encode import value_text
+
+    table = pa.table({"d": pa.array([1e20]), "f": pa.array([0.1], pa.float32())})
+    assert (value_text(table, 0, "d"), value_text(table, 0, "f")) == ("1.0E20", "0.1")
