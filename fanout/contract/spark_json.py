@@ -7,7 +7,7 @@ numbers; Python would write a bare ``NaN``, which no JSON reader takes). The sam
 then the same text in every sink and in its dead letters.
 
 A ``float`` (32-bit) value must arrive as the double of its own Spark text
-(:func:`~fanout.contract.spark_text.widened`), or its widened double's digits are spelled.
+(:func:`~fanout.contract.float32.widened`), or its widened double's digits are spelled.
 """
 
 from __future__ import annotations
