@@ -170,13 +170,7 @@ def _refuse_held(
     )
     if not held:
         return
-    mark = "no mark" if before is None else f"its mark {before}"
-    in_epoch = f" of epoch {epoch}" if epoch else ""
-    earlier = (
-        f"skip only the batches before them (--through {held[0] - 1}); "
-        if held[0] - 1 > (-1 if before is None else before)
-        else ""
-    )
+    mark, in_epoch, earlier = _refusal_parts(epoch, before, held[0])
     raise ConfigurationError(
         f"pipeline {pipeline!r}, sink {sink!r}: the spool at {spool.path} still holds "
         f"batch(es) {batch_ranges(held)}{in_epoch} for it (after {mark}): a skip through "
@@ -186,6 +180,19 @@ def _refuse_held(
         "to give them up too (the sink removed for good), add --release-spooled (in Python: "
         "release_spooled=True)"
     )
+
+
+def _refusal_parts(epoch: int, before: int | None, first_held: int) -> tuple[str, str, str]:
+    """The pieces a refused skip's message names: the sink's mark, the epoch (when not 0),
+    and the skip that stops before the first held batch (when one can)."""
+    mark = "no mark" if before is None else f"its mark {before}"
+    in_epoch = f" of epoch {epoch}" if epoch else ""
+    earlier = (
+        f"skip only the batches before them (--through {first_held - 1}); "
+        if first_held - 1 > (-1 if before is None else before)
+        else ""
+    )
+    return mark, in_epoch, earlier
 
 
 def _backfill_held(
@@ -210,13 +217,7 @@ def _refuse_backfill(
 ) -> None:  # fmt: skip
     """Refuse a skip through ``through`` past batches ``held`` that ``sink``'s backfill
     source ``origin`` holds: their rows exist and the backfill would deliver them."""
-    mark = "no mark" if before is None else f"its mark {before}"
-    in_epoch = f" of epoch {epoch}" if epoch else ""
-    earlier = (
-        f"skip only the batches before them (--through {held[0] - 1}); "
-        if held[0] - 1 > (-1 if before is None else before)
-        else ""
-    )
+    mark, in_epoch, earlier = _refusal_parts(epoch, before, held[0])
     raise ConfigurationError(
         f"pipeline {pipeline!r}, sink {sink!r}: its backfill source {origin!r} holds "
         f"batch(es) {batch_ranges(list(held))}{in_epoch} for it (its ledger marks them "

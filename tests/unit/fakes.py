@@ -113,6 +113,32 @@ class ScriptedSink(Sink):
         return rows if self.returns is None else self.returns
 
 
+class BackfillLake(ScriptedSink):
+    """An append sink that gives back each batch it holds (as a Delta sink in append mode
+    does through its table's history): a ``backfill_from`` source."""
+
+    def __init__(self, name: str, **kw: Any) -> None:
+        super().__init__(name, **kw)
+        self.table: dict[tuple[int, int], pa.Table] = {}
+
+    def write(self, batch: Batch) -> Any:
+        rows = super().write(batch)
+        self.table[(batch.info.epoch, batch.batch_id)] = batch.df.table  # type: ignore[attr-defined]
+        return rows
+
+    def backfill_source(self, pipeline: str) -> Any:
+        lake = self
+
+        class _Source:
+            def batches(self, epochs: Any) -> list[tuple[int, int]]:
+                return sorted(k for k in lake.table if k[0] in epochs)
+
+            def read(self, key: tuple[int, int]) -> pa.Table:
+                return lake.table[key]
+
+        return _Source()
+
+
 class ConcurrencyProbe:
     """Counts how many writes run at once (each write sleeps ``hold_s``)."""
 

@@ -7,44 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
-from fanout import Batch, FanOut
+from fanout import FanOut
 from fanout.contract.batch import BatchInfo
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import SinkSpec, lag_policy
-from tests.unit.fakes import SchemaFrame, ScriptedSink
+from tests.unit.fakes import BackfillLake, SchemaFrame, ScriptedSink
 
 FRAMES = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(6)}
 
 
-class _Lake(ScriptedSink):
-    """An append sink that gives back each batch it holds (as a Delta sink in append mode
-    does through its table's history)."""
-
-    def __init__(self, name: str, **kw: Any) -> None:
-        super().__init__(name, **kw)
-        self.table: dict[tuple[int, int], pa.Table] = {}
-
-    def write(self, batch: Batch) -> Any:
-        rows = super().write(batch)
-        self.table[(batch.info.epoch, batch.batch_id)] = batch.df.table  # type: ignore[attr-defined]
-        return rows
-
-    def backfill_source(self, pipeline: str) -> Any:
-        lake = self
-
-        class _Source:
-            def batches(self, epochs: Any) -> list[tuple[int, int]]:
-                return sorted(k for k in lake.table if k[0] in epochs)
-
-            def read(self, key: tuple[int, int]) -> pa.Table:
-                return lake.table[key]
-
-        return _Source()
-
-
-def _lake_in_two_epochs(ledger: MemoryLedger, lake: _Lake) -> None:
+def _lake_in_two_epochs(ledger: MemoryLedger, lake: BackfillLake) -> None:
     """The lake alone commits batches 0-1 of epoch 0, then, after a checkpoint reset
     accepted as a new epoch, batches 0-1 of epoch 1."""
     for query, options in (("q", {}), ("q2", {"on_checkpoint_reset": "new_epoch"})):
@@ -60,7 +32,7 @@ def test_a_run_with_no_batch_backfills_the_current_epoch_too(tmp_path: Path) -> 
     """An ``available_now`` run that finds no new data runs no batch: its final catch-up
     must still see the batches of the pipeline's current epoch the backfill source holds
     (it saw only epoch 0's, said the sink caught up, and the run exited 0)."""
-    ledger, lake = MemoryLedger(), _Lake("lake")
+    ledger, lake = MemoryLedger(), BackfillLake("lake")
     _lake_in_two_epochs(ledger, lake)
 
     pg = ScriptedSink("pg")
@@ -90,7 +62,7 @@ def _run(fan: FanOut, batches: range) -> None:
         fan.close()
 
 
-def _read_from(fan: FanOut, lake: _Lake) -> FanOut:
+def _read_from(fan: FanOut, lake: BackfillLake) -> FanOut:
     fan.catchup._read = lambda sink, key: (  # type: ignore[method-assign]
         SchemaFrame(lake.table[key].column("id").to_pylist()),
         BatchInfo("grow", key[1], "q", epoch=key[0]),
@@ -108,7 +80,7 @@ def test_a_gap_refusal_names_a_skip_that_keeps_the_batches_after_the_gap(
     from fanout import MissedBatchesError
     from fanout.ledger.gaps import skip_batches
 
-    ledger, lake, spool = MemoryLedger(), _Lake("lake"), str(tmp_path / "spool")
+    ledger, lake, spool = MemoryLedger(), BackfillLake("lake"), str(tmp_path / "spool")
     good = ScriptedSink("good")
 
     def pg_spec(pg: ScriptedSink) -> SinkSpec:
@@ -164,7 +136,7 @@ def test_a_sink_its_backfill_source_cannot_serve_is_not_said_to_lose_nothing(
     from fanout import SinksBehindError
     from fanout.errors import BackfillError
 
-    ledger, lake = MemoryLedger(), _Lake("lake")
+    ledger, lake = MemoryLedger(), BackfillLake("lake")
     _run(FanOut("grow", ledger, [lake]), range(2))
     pg = ScriptedSink("pg")
     spec = SinkSpec(pg, lag=lag_policy("pg", {"backfill_from": "lake"}))
@@ -206,7 +178,7 @@ def test_a_backfill_source_whose_table_lost_a_batch_says_what_to_do(tmp_path: Pa
 
     from fanout import SinksBehindError
 
-    ledger, lake = MemoryLedger(), _Lake("lake")
+    ledger, lake = MemoryLedger(), BackfillLake("lake")
     _run(FanOut("grow", ledger, [lake]), range(1))
     lake.table[(0, 0)] = lake.table[(0, 0)].slice(0, 0)  # the table replaced: no commit of 0
     spec = SinkSpec(ScriptedSink("pg"), lag=lag_policy("pg", {"backfill_from": "lake"}))
@@ -336,7 +308,7 @@ def test_the_final_catch_up_does_not_write_a_sink_past_a_gap(tmp_path: Path) -> 
     from fanout import SinksBehindError
     from fanout.ledger.gaps import skip_batches
 
-    ledger, lake, spool = MemoryLedger(), _Lake("lake"), str(tmp_path / "spool")
+    ledger, lake, spool = MemoryLedger(), BackfillLake("lake"), str(tmp_path / "spool")
     good = ScriptedSink("good")
 
     def pg_spec(pg: ScriptedSink) -> SinkSpec:

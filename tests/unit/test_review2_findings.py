@@ -13,42 +13,16 @@ from fanout import Batch, FanOut
 from fanout.contract.batch import BatchInfo
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import SinkSpec, lag_policy
-from tests.unit.fakes import SchemaFrame, ScriptedSink
+from tests.unit.fakes import BackfillLake, SchemaFrame, ScriptedSink
 
 # -- finding 1: a backfill that finishes while the live batch is being written -------------
-
-
-class _Lake(ScriptedSink):
-    """An append sink that gives back each batch it holds (as a Delta sink in append mode
-    does through its table's history)."""
-
-    def __init__(self, name: str, **kw: Any) -> None:
-        super().__init__(name, **kw)
-        self.table: dict[tuple[int, int], pa.Table] = {}
-
-    def write(self, batch: Batch) -> Any:
-        rows = super().write(batch)
-        self.table[(batch.info.epoch, batch.batch_id)] = batch.df.table  # type: ignore[attr-defined]
-        return rows
-
-    def backfill_source(self, pipeline: str) -> Any:
-        lake = self
-
-        class _Source:
-            def batches(self, epochs: Any) -> list[tuple[int, int]]:
-                return sorted(k for k in lake.table if k[0] in epochs)
-
-            def read(self, key: tuple[int, int]) -> pa.Table:
-                return lake.table[key]
-
-        return _Source()
 
 
 def test_finding1_a_backfill_finishing_during_a_live_batch_loses_that_batch(
     tmp_path: Path,
 ) -> None:
     ledger = MemoryLedger()
-    lake = _Lake("lake")
+    lake = BackfillLake("lake")
     frames = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(5)}
     first = FanOut("grow", ledger, [lake], backoff_s=0)
     for batch in range(3):  # the pipeline runs with the Delta sink alone
@@ -91,7 +65,7 @@ def test_finding1_a_backfilled_sink_that_lags_later_gets_its_misses_from_the_spo
     tmp_path: Path,
 ) -> None:
     ledger = MemoryLedger()
-    lake = _Lake("lake")
+    lake = BackfillLake("lake")
     frames = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(6)}
     first = FanOut("grow", ledger, [lake], backoff_s=0)
     for batch in range(2):
@@ -129,8 +103,8 @@ def test_finding1_a_backfilled_sink_that_lags_later_gets_its_misses_from_the_spo
         fan.close()
 
 
-class _CommitLake(_Lake):
-    """A :class:`_Lake` that, like a Delta table, has no commit of a batch without rows."""
+class _CommitLake(BackfillLake):
+    """A :class:`BackfillLake` that, like a Delta table, has no commit of a batch without rows."""
 
     def write(self, batch: Batch) -> Any:
         rows = super().write(batch)
@@ -384,7 +358,7 @@ def test_finding5_backfill_from_a_sink_whose_letters_cannot_be_read_back_is_refu
     from fanout.errors import ConfigurationError
     from fanout.steps.lag_steps import backfill_sources
 
-    lake = _Lake("lake")
+    lake = BackfillLake("lake")
     lake.dead_letter = "kafka:lake-dlq"  # type: ignore[attr-defined]
     specs = {
         "lake": SinkSpec(lake),
