@@ -18,6 +18,7 @@ from fanout_postgres.transaction import BatchMeta
 from pgcheck import execute, query
 from pyspark.sql import types as T
 
+from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.sink import SinkContext
 from fanout.errors import SchemaMismatchError
 from fanout.partitioned.membership import MemberDigest
@@ -113,7 +114,8 @@ def test_each_batch_plans_anew_when_the_table_changed(table: str) -> None:
     assert sink._plan(SCHEMA, 1) is planned  # unchanged: the cached plan
     execute(url, "ALTER TABLE t ALTER COLUMN qty TYPE bigint")
     # a batch's preflight (its first step on the driver) finds the change: the plan goes
-    sink.preflight(SimpleNamespace(df=SimpleNamespace(schema=SCHEMA), batch_id=2))  # type: ignore[arg-type]
+    frame = SimpleNamespace(schema=SCHEMA)
+    sink.preflight(Batch(frame, BatchInfo("altered", 2, "q"), "pg", "fanout/altered/pg"))
     assert SCHEMA.json() not in sink._plans
     writer = _writer(sink, 2)
     assert writer.plan is not planned
