@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from fanout.deadletters.route_letters import check_unchanged
 from fanout.errors import SinkWriteError, TransientSinkError
-from fanout_kafka.records import Record, dead_letter_headers
+from fanout_kafka.records import COLUMN_HEADER, VALUE_HEADER, Record, dead_letter_headers
 from fanout_kafka.settings import WriterSettings
 from fanout_kafka.transaction import PartitionWriter
 from fanout_kafka.values import json_bytes
@@ -60,9 +60,9 @@ class KafkaDeadLetters:
             base = Record(None, row, list(settings.encoder.headers))
             headers = dead_letter_headers(base, letter.reason, settings.topic)
             if letter.column is not None:
-                headers.append(("fanout.column", letter.column.encode()))
+                headers.append((COLUMN_HEADER, letter.column.encode()))
             if letter.value is not None:
-                headers.append(("fanout.value", str(letter.value).encode()))
+                headers.append((VALUE_HEADER, str(letter.value).encode()))
             records.append(_fitting(Record(None, base.value, headers), settings.letter_limit))
         return records
 
@@ -129,7 +129,7 @@ def _fitting(record: Record, limit: int) -> Record:
     if record.size <= limit:
         return record
     headers = [
-        (name, value[:_PREVIEW] + b"..." if name == "fanout.value" and len(value) > _PREVIEW
+        (name, value[:_PREVIEW] + b"..." if name == VALUE_HEADER and len(value) > _PREVIEW
          else value)
         for name, value in record.headers
     ]  # fmt: skip

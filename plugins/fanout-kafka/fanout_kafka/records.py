@@ -43,9 +43,12 @@ Headers = list[tuple[str, bytes]]
 BATCH_HEADERS = ("fanout.pipeline", "fanout.sink", "fanout.batch_id")
 """The fixed headers of every record (``headers`` true or a list of columns)."""
 
-LETTER_HEADERS = (
-    "fanout.error", "fanout.topic", "fanout.record_bytes", "fanout.column", "fanout.value",
-)  # fmt: skip
+ERROR_HEADER, TOPIC_HEADER, SIZE_HEADER = "fanout.error", "fanout.topic", "fanout.record_bytes"
+"""What every letter to a ``kafka:`` dead-letter topic adds (:func:`dead_letter_headers`)."""
+COLUMN_HEADER, VALUE_HEADER = "fanout.column", "fanout.value"
+"""What a route letter adds: the column and the value the route refused."""
+
+LETTER_HEADERS = (ERROR_HEADER, TOPIC_HEADER, SIZE_HEADER, COLUMN_HEADER, VALUE_HEADER)
 """The headers a letter to a ``kafka:`` dead-letter topic adds to the record's own."""
 
 FIXED_HEADERS = BATCH_HEADERS + LETTER_HEADERS
@@ -287,9 +290,9 @@ def dead_letter_headers(record: Record, reason: str, topic: str) -> Headers:
     """A dead letter's headers: the record's own, plus why and where it was bound."""
     return [
         *record.headers,
-        ("fanout.error", reason.encode()),
-        ("fanout.topic", topic.encode()),
-        ("fanout.record_bytes", str(record.size).encode()),
+        (ERROR_HEADER, reason.encode()),
+        (TOPIC_HEADER, topic.encode()),
+        (SIZE_HEADER, str(record.size).encode()),
     ]
 
 
