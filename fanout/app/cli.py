@@ -155,10 +155,15 @@ class _SkipTarget:
 
 
 def _same_location(a: str, b: str) -> bool:
-    """Whether two spellings of a table's location name the same place."""
-    if "://" in a or "://" in b:
+    """Whether two spellings of a table's location name the same place: a local path and
+    a ``file:`` URL as delta-rs reads them (:func:`fanout.contract.locations.local_path`),
+    any other URI as written."""
+    from fanout.contract.locations import local_path
+
+    path_a, path_b = local_path(a), local_path(b)
+    if path_a is None or path_b is None:
         return a.rstrip("/") == b.rstrip("/")
-    return Path(a).resolve() == Path(b).resolve()
+    return Path(path_a).resolve() == Path(path_b).resolve()
 
 
 def _agreed(flag: str, given: str | None, configured: str, file: str, *, path: bool) -> str:
