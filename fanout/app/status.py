@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from fanout.errors import LedgerError, batch_ranges
-from fanout.ledger.gaps import SKIPPED, held_by_skip
+from fanout.ledger.gaps import SKIPPED, held_by_skip, release_command
 
 if TYPE_CHECKING:
     from fanout.ledger.delta import DeltaLedger
@@ -139,10 +139,7 @@ def spool_kept(
     kept: dict[tuple[str, str], tuple[KeptBatches, ...]] = {}
     for (pipeline, sink, epoch), batches in sorted(found.items()):
         ids = tuple(sorted(batches))
-        release = (
-            f"fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
-            f"--through {ids[-1]} --epoch {epoch} --spool {path} --release-spooled"
-        )
+        release = release_command(ledger, pipeline, sink, ids[-1], epoch, path)
         kept[(pipeline, sink)] = (
             *kept.get((pipeline, sink), ()),
             KeptBatches(epoch, ids, sum(batches.values()), release),

@@ -41,6 +41,18 @@ def is_skip(entry: LedgerEntry) -> bool:
     return entry.status == "committed" and (entry.error or "").startswith(f"{SKIPPED}:")
 
 
+def release_command(
+    ledger: str, pipeline: str, sink: str, through: int, epoch: int, spool: str
+) -> str:
+    """The ``fanout ledger skip`` that gives up ``sink``'s batches of ``epoch`` through
+    ``through`` and releases what ``spool`` keeps of them: what fanout names wherever it
+    finds batches kept for a sink that will not write them."""
+    return (
+        f"fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
+        f"--through {through} --epoch {epoch} --spool {spool} --release-spooled"
+    )
+
+
 def held_by_skip(batch_id: int, marks: Iterable[tuple[int, bool]]) -> bool:
     """Whether a sink's mark holds batch ``batch_id`` only by a :func:`skip_batches`:
     its first committed mark at or after the batch (``marks``: each mark's batch id, and

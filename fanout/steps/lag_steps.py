@@ -18,6 +18,7 @@ from fanout.deadletters.target import DELTA, split_target
 from fanout.delta_tables.io import refuse_unusable_location
 from fanout.errors import CheckpointError, ConfigurationError, LagLimitError, batch_ranges
 from fanout.ledger.entry import now_utc
+from fanout.ledger.gaps import release_command
 from fanout.observe.logs import batch_fields
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import (
@@ -96,10 +97,9 @@ def warn_left_out(
         log.warning(
             "pipeline %s: the spool at %s keeps %s batch(es) of epoch %s (from batch %s) for "
             "sink %r, which is not configured: put back with on_failure='lag', it catches up "
-            "from them; removed for good, release them with `fanout ledger skip --ledger %s "
-            "--pipeline %s --sink %s --through %s --epoch %s --spool %s --release-spooled`",
-            pipeline, spool.path, len(ids), epoch, min(ids), sink, ledger, pipeline, sink,
-            max(ids), epoch, spool.path,
+            "from them; removed for good, release them with `%s`",
+            pipeline, spool.path, len(ids), epoch, min(ids), sink,
+            release_command(ledger, pipeline, sink, max(ids), epoch, spool.path),
         )  # fmt: skip
 
 
@@ -118,13 +118,10 @@ def warn_given_up(
             "(%s row(s)): they are kept, neither written to the sink (its mark is past them) "
             "nor released. If the sink must get them, read their rows from the spool's Delta "
             "table %s (where %s = %r, %s = %s and %s in those batch ids) and write them to it "
-            "yourself; then release them with `fanout ledger skip "
-            "--ledger %s --pipeline %s --sink %s --through %s --epoch %s --spool %s "
-            "--release-spooled`",
+            "yourself; then release them with `%s`",
             pipeline, sink, batch_ranges(ids), epoch, spool.path, sum(b.rows for b in batches),
-            spool.data_path, PIPELINE_COLUMN, pipeline, EPOCH_COLUMN, epoch, BATCH_COLUMN, ledger,
-            pipeline,
-            sink, max(ids), epoch, spool.path,
+            spool.data_path, PIPELINE_COLUMN, pipeline, EPOCH_COLUMN, epoch, BATCH_COLUMN,
+            release_command(ledger, pipeline, sink, max(ids), epoch, spool.path),
         )  # fmt: skip
 
 
