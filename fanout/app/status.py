@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from fanout.errors import LedgerError, batch_ranges
-from fanout.ledger.gaps import SKIPPED, held_by_skip, release_command
+from fanout.ledger.gaps import held_by_skip, release_command, says_skipped
 
 if TYPE_CHECKING:
     from fanout.ledger.delta import DeltaLedger
@@ -128,7 +128,7 @@ def spool_kept(
     for row in rows:
         if row["status"] == "committed":
             key = (row["pipeline"], row["sink"], row.get("epoch") or 0)
-            skip = (row.get("error") or "").startswith(f"{SKIPPED}:")
+            skip = says_skipped(row.get("error"))
             marks.setdefault(key, []).append((row["batch_id"], skip))
     found: dict[tuple[str, str, int], dict[int, int]] = {}
     for entry in read_arrow(index).to_pylist():
