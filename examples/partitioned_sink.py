@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from fanout import Batch, ConfigurationError, RouteError, SinkContext, hookimpl
-from fanout.contract.route_stamp import RouteStamp
 from fanout.partitioned.membership import CommittedPartition, PartitionDigest, PartitionPlan
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink
 from fanout.partitioned.task import CommitHooks
-from fanout.routes.route import Route
+from fanout.routes.route import route_of
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ class PartitionedFilesSink(PartitionedSink):
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> FileWriter:
         assert plan is not None  # membership is kept: committed partitions are skipped
-        route = _route(batch)
+        route = route_of(batch)
         return FileWriter(self.directory, batch.idempotency_key.token, plan,
                           f"{route.fingerprint} {route.text}")  # fmt: skip
 
@@ -92,7 +91,7 @@ class PartitionedFilesSink(PartitionedSink):
         for path in Path(self.directory).glob(f"{batch.idempotency_key.token}-p*.jsonl"):
             with path.open() as file:
                 marks[int(path.stem.rsplit("-p", 1)[1])] = json.loads(file.readline())
-        route = _route(batch)
+        route = route_of(batch)
         same = {route.fingerprint, *route.earlier}
         other = sorted(p for p, mark in marks.items() if mark["route"].split(" ")[0] not in same)
         if other:
@@ -104,12 +103,6 @@ class PartitionedFilesSink(PartitionedSink):
                 sink=self.name, batch_id=batch.batch_id,
             )  # fmt: skip
         return marks
-
-
-def _route(batch: Batch) -> RouteStamp:
-    """The batch's route; a batch built without one (a sink called directly) went through
-    the identity's, as fanout hands an unrouted sink."""
-    return batch.route or Route().stamp()
 
 
 @hookimpl

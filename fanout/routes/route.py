@@ -176,6 +176,15 @@ def _strip_alias(expression: str) -> str:
     return head if sep and alias.strip().replace("_", "").isalnum() else expression
 
 
+def route_of(batch: Any) -> RouteStamp:
+    """The route a :class:`~fanout.contract.batch.Batch` went through (:attr:`Batch.route`),
+    or the identity's when it carries none (a batch built outside fanout: a sink called
+    directly), as fanout hands an unrouted sink: what a sink recording the route with each
+    committed piece records and compares, so a direct replay compares equal."""
+    route: RouteStamp | None = batch.route
+    return route or Route().stamp()
+
+
 @functools.lru_cache(maxsize=256)
 def _stamp(route: Route, settings: Settings) -> RouteStamp:
     """:meth:`Route.stamp`, computed once per route and settings (every batch asks for

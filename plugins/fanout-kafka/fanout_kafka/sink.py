@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch
 from fanout.contract.dead_letters import DeadLetterTarget
-from fanout.contract.route_stamp import RouteStamp
 from fanout.contract.sink import Guarantee, SinkContext
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, SinkWriteError
 from fanout.partitioned.membership import (
@@ -37,7 +36,7 @@ from fanout.partitioned.membership import (
 )
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
-from fanout.routes.route import Route
+from fanout.routes.route import route_of
 from fanout_kafka.abandoned import end_abandoned_transactions, fence_legacy_transactions
 from fanout_kafka.declaration import OPTIONS
 from fanout_kafka.driver_admins import ADMINS, admin_config
@@ -420,8 +419,8 @@ class KafkaSink(PartitionedSink):
             info=batch.info,
             txn_app_id=batch.txn_app_id,
             end_turns=self._end_turns,
-            route=_route_of(batch).fingerprint,
-            route_earlier=_route_of(batch).earlier,
+            route=route_of(batch).fingerprint,
+            route_earlier=route_of(batch).earlier,
             max_batch_bytes=self._max_batch_bytes,
         )
 
@@ -626,11 +625,3 @@ class _ReplayRead:
     def holds(self, batch: Batch, plan: PartitionPlan) -> bool:
         """Whether this was read for ``batch`` (the same object) and ``plan``."""
         return self.batch() is batch and self.plan == plan
-
-
-def _route_of(batch: Batch) -> RouteStamp:
-    """The route whose fingerprint the target offset records: the batch's route, or the
-    identity route when the batch carries none (built outside fanout: a sink called
-    directly), as fanout hands an unrouted sink the identity's, so its replays compare
-    equal."""
-    return batch.route or Route().stamp()
