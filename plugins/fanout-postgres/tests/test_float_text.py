@@ -11,6 +11,7 @@ The expected texts are what a Spark 4.2 session printed for ``CAST(x AS STRING)`
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -74,3 +75,31 @@ def test_floats_into_text_columns_are_spelled_as_spark_casts_them(pg_url: str) -
     # the float columns hold the very values (the driver reads a real as its shortest text)
     assert all(same(s[2], v) for s, v in zip(stored, doubles.to_pylist(), strict=True))
     assert all(same(s[3], v, np.float32) for s, v in zip(stored, floats.to_pylist(), strict=True))
+
+
+def test_nested_values_are_spark_s_to_json(spark: Any) -> None:
+    """A struct, list or map value written to a ``json`` column is Spark's ``to_json`` of it
+    (keeping a null field, as ``ignoreNullFields`` false does) but for the spaces
+    ``json.dumps`` puts after ``,`` and ``:``: a float key of a map as
+    ``1.0E20`` and ``1.0E-4`` (not Python's ``1e+20``, ``0.0001``), and a value holding no
+    float (written by ``json.dumps`` alone) with its non-ASCII text as it is."""
+    from fanout_postgres.encode import _nested_json, _nested_values
+
+    rows = pa.table(
+        {
+            "id": pa.array([0, 1], pa.int64()),
+            "m": pa.array([[(1e20, "a"), (0.0001, "b")], [(NAN, "c")]],
+                          pa.map_(pa.float64(), pa.string())),
+            "mf": pa.array([[(0.1, 1)], []], pa.map_(pa.float32(), pa.int32())),
+            "s": pa.array([{"n": 1, "t": "é", "l": [1, None]}, {"n": None, "t": "\u2603",
+                           "l": []}], pa.struct([("n", pa.int64()), ("t", pa.string()),
+                                                 ("l", pa.list_(pa.int64()))])),
+        }
+    )  # fmt: skip
+    frame = spark.createDataFrame(rows).orderBy("id")
+    for column in ("m", "mf", "s"):
+        spark_text = f"to_json({column}, map('ignoreNullFields', 'false')) AS j"
+        theirs = frame.selectExpr(spark_text).toArrow().column("j").to_pylist()
+        dump = _nested_json(rows.schema.field(column).type)
+        ours = [dump(v) for v in _nested_values(rows.column(column).combine_chunks())]
+        assert [t.replace(", ", ",").replace(": ", ":") for t in ours] == theirs, column
