@@ -304,9 +304,9 @@ def _unstorable(column: pa.ChunkedArray, name: str, engine: Engine = "rs") -> An
     if engine == "spark":
         if not (pat.is_string(kind) or pat.is_large_string(kind)):
             return None
-        escaped = pc.utf8_length(pc.replace_substring_regex(column, _SPARK_ESCAPED, ""))
-        size = pc.add(pc.binary_length(column), pc.multiply(pc.subtract(
-            pc.utf8_length(column), escaped), 2))  # fmt: skip
+        plain = pc.utf8_length(pc.replace_substring_regex(column, _SPARK_ESCAPED, ""))
+        escaped = pc.subtract(pc.utf8_length(column), plain)  # each 1 byte, written as 3
+        size = pc.add(pc.binary_length(column), pc.multiply(escaped, 2))
         return pc.fill_null(pc.or_(pc.equal(column, ""), pc.greater(size, room)), False)
     if pat.is_string(kind) or pat.is_large_string(kind):
         mask = pc.equal(column, "")
