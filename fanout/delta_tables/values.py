@@ -6,7 +6,9 @@ A Delta reader reads an empty partition value as null, delta-rs writes a timesta
 date partition value past the year 9999 (``+10000-01-01 ...``) that it cannot read back,
 and no file system holds a partition directory whose name ``<column>=<value>`` is longer
 than 255 bytes (a long string, or a float such as ``1e300``, which delta-rs writes in full
-decimal digits; delta-rs panics):
+decimal digits; delta-rs panics, and delta-spark's Spark task fails with ``Mkdirs failed
+to create``): the name is the one the sink's engine makes (:data:`Engine`), so the rule is
+checked against it:
 :func:`unstorable_rows` finds such rows in an Arrow batch (:func:`holds_unstorable` tells
 whether there is one), :func:`spark_unstorable` builds
 the Spark condition finding them, and :class:`UnstorablePartitionValue` is what a writer
@@ -18,17 +20,25 @@ Imports pyarrow lazily: only :mod:`fanout.delta_tables` uses it, and only when w
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 from fanout.contract.calendar import MICROS_PER_DAY, civil, clock
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+Engine = Literal["rs", "spark"]
+"""Which writer names a partition's directory: ``rs``, delta-rs and the executors' writer
+(every byte of a character other than a letter, a digit or ``_.~-`` escaped as %XX), or
+``spark``, delta-spark, which takes Spark's name (Spark's ``escapePathName``: only the
+characters of :data:`_SPARK_ESCAPED` escaped, any other written as its UTF-8 bytes, and a
+value as Spark casts it to a string: a float as ``1.0E300``, never too long)."""
 
 _UNIT_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}
 _DAY_OF_YEAR_0 = -719_528  # 0000-01-01, in days since 1970-01-01 (proleptic Gregorian)
@@ -148,19 +158,39 @@ Rust panic in its writer)."""
 # (delta-rs' escaping and the executors' writer's, ``quote(v, safe="")``).
 _ESCAPED = "[^A-Za-z0-9_.~-]"
 
+# The characters Spark's partition directory names escape (ExternalCatalogUtils'
+# charToEscape, off Windows), each written as %XX: the control characters and
+# "#%'*/:=?\ DEL {[]^. A pattern both Java's regular expressions (Spark) and RE2 (Arrow) read.
+_SPARK_ESCAPED = r"""[\x01-\x1f"#%'*/:=?\\\x7f{\[\]^]"""
 
-def directory_name(column: str, text: str) -> str:
-    """The name of the directory holding ``column``'s partition value ``text``, as the
-    executors' writer makes it (delta-rs does not escape the column name, so its name is
-    never longer)."""
+_HOW_ESCAPED: dict[str, str] = {
+    "rs": "a float is written in full decimal digits, 1e300 as 301 of them; each byte of a "
+    "character other than a letter, a digit or _.~- is written as 3, %XX",
+    "spark": "as Spark names it for delta-spark: each control character and each of "
+    "\"#%'*/:=?\\{[]^ is written as 3 bytes, %XX, any other character as its UTF-8 bytes",
+}
+
+
+def directory_name(column: str, text: str, engine: Engine = "rs") -> str:
+    """The name of the directory holding ``column``'s partition value ``text``, as
+    ``engine``'s writer makes it (for ``rs``, the executors' writer's: delta-rs does not
+    escape the column name, so its name is never longer)."""
+    if engine == "spark":
+        return f"{_spark_escaped(column)}={_spark_escaped(text)}"
     return f"{quote(column, safe='')}={quote(text, safe='')}"
 
 
-def length_problem(column: str, text: str, shown: str | None = None) -> str | None:
+def _spark_escaped(text: str) -> str:
+    return re.sub(_SPARK_ESCAPED, lambda m: f"%{ord(m.group()):02X}", text)
+
+
+def length_problem(
+    column: str, text: str, shown: str | None = None, engine: Engine = "rs"
+) -> str | None:
     """Why ``column``'s partition value ``text`` cannot be kept when its directory's name
-    is longer than :data:`MAX_NAME_BYTES` (``None`` when it fits); ``shown``: the value as
-    the message names it (default: ``text``, shortened)."""
-    size = len(directory_name(column, text))
+    (:func:`directory_name`) is longer than :data:`MAX_NAME_BYTES` (``None`` when it
+    fits); ``shown``: the value as the message names it (default: ``text``, shortened)."""
+    size = len(directory_name(column, text, engine).encode())
     if size <= MAX_NAME_BYTES:
         return None
     if shown is None:
@@ -171,24 +201,28 @@ def length_problem(column: str, text: str, shown: str | None = None) -> str | No
     return (
         f"holds {shown}, whose partition directory name ({column}=<value>, escaped) would "
         f"be {size} bytes, more than the {MAX_NAME_BYTES} a file system allows for a name "
-        "(a float is written in full decimal digits, 1e300 as 301 of them; each byte of "
-        "a character other than a letter, a digit or _.~- is written as 3, %XX)"
+        f"({_HOW_ESCAPED[engine]})"
     )
 
 
-def value_problem(column: str, value: pa.Scalar) -> str | None:
-    """Why ``column``'s partition value ``value`` cannot be kept by a Delta table, as
-    :func:`refusal` takes it (``None`` when it can)."""
+def value_problem(column: str, value: pa.Scalar, engine: Engine = "rs") -> str | None:
+    """Why ``column``'s partition value ``value`` cannot be kept by a Delta table written
+    by ``engine``, as :func:`refusal` takes it (``None`` when it can). For ``spark``, only
+    a string can be refused: Spark's text of any other type is short, and delta-spark's
+    dates and timestamps are those Spark holds."""
     import pyarrow.types as pat
 
+    kind = value.type.value_type if pat.is_dictionary(value.type) else value.type
+    if engine == "spark" and not (pat.is_string(kind) or pat.is_large_string(kind)):
+        return None
     try:
         text = partition_text(value)
     except UnstorablePartitionValue as exc:
         return str(exc)
     if text is None:
         return None
-    kind = value.type.value_type if pat.is_dictionary(value.type) else value.type
-    return length_problem(column, text, repr(value.as_py()) if pat.is_floating(kind) else None)
+    shown = repr(value.as_py()) if pat.is_floating(kind) else None
+    return length_problem(column, text, shown, engine)
 
 
 EMPTY_PROBLEM = (
@@ -216,11 +250,12 @@ def refusal(column: str, problem: str) -> str:
 
 
 def unstorable_rows(
-    table: pa.Table, columns: Sequence[str]
+    table: pa.Table, columns: Sequence[str], engine: Engine = "rs"
 ) -> tuple[pa.ChunkedArray | pa.Array | None, list[tuple[str, str]]]:
     """The rows of ``table`` holding, in one of the partition ``columns``, a value no
-    Delta table can keep: a mask (``None``: no such row) and, for each such row in order,
-    its first column at fault and the problem (as :func:`refusal` takes them)."""
+    Delta table written by ``engine`` can keep: a mask (``None``: no such row) and, for
+    each such row in order, its first column at fault and the problem (as :func:`refusal`
+    takes them)."""
     import functools
 
     import pyarrow.compute as pc
@@ -228,7 +263,7 @@ def unstorable_rows(
     masks: list[tuple[str, Any]] = []
     for name in columns:
         if name in table.column_names:
-            mask = _unstorable(table.column(name), name)
+            mask = _unstorable(table.column(name), name, engine)
             if mask is not None and pc.any(mask).as_py():
                 masks.append((name, mask))
     if not masks:
@@ -237,7 +272,7 @@ def unstorable_rows(
     faults = []
     for index in pc.indices_nonzero(every).to_pylist():
         name, _ = next((n, m) for n, m in masks if m[index].as_py())
-        problem = value_problem(name, table.column(name)[index])
+        problem = value_problem(name, table.column(name)[index], engine)
         faults.append((name, problem or EMPTY_PROBLEM))  # always one: the mask found it
     return every, faults
 
@@ -255,9 +290,9 @@ def holds_unstorable(table: pa.Table, columns: Sequence[str]) -> bool:
     return False
 
 
-def _unstorable(column: pa.ChunkedArray, name: str) -> Any:
-    """The mask of the values of column ``name`` no Delta partition can keep (nulls:
-    false); ``None`` for a type that has none."""
+def _unstorable(column: pa.ChunkedArray, name: str, engine: Engine = "rs") -> Any:
+    """The mask of the values of column ``name`` no Delta partition written by ``engine``
+    can keep (nulls: false); ``None`` for a type that has none."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.types as pat
@@ -265,7 +300,14 @@ def _unstorable(column: pa.ChunkedArray, name: str) -> Any:
     kind = column.type
     if pat.is_dictionary(kind):
         column, kind = column.cast(kind.value_type), kind.value_type
-    room = MAX_NAME_BYTES - len(quote(name, safe="")) - 1  # for the escaped value
+    room = _room(name, engine)
+    if engine == "spark":
+        if not (pat.is_string(kind) or pat.is_large_string(kind)):
+            return None
+        plain = pc.utf8_length(pc.replace_substring_regex(column, _SPARK_ESCAPED, ""))
+        escaped = pc.subtract(pc.utf8_length(column), plain)  # each 1 byte, written as 3
+        size = pc.add(pc.binary_length(column), pc.multiply(escaped, 2))
+        return pc.fill_null(pc.or_(pc.equal(column, ""), pc.greater(size, room)), False)
     if pat.is_string(kind) or pat.is_large_string(kind):
         mask = pc.equal(column, "")
         if pc.any(pc.greater(pc.binary_length(column), room // 3)).as_py():
@@ -294,6 +336,11 @@ def _unstorable(column: pa.ChunkedArray, name: str) -> Any:
     return pc.fill_null(mask, False)
 
 
+def _room(name: str, engine: Engine) -> int:
+    """The bytes left for the escaped value in the directory name of column ``name``."""
+    return MAX_NAME_BYTES - len(directory_name(name, "", engine).encode())
+
+
 def _long_floats(column: pa.ChunkedArray, room: int, bits: int) -> Any:
     """The mask of the floats of ``column`` whose text is longer than ``room`` bytes. The
     text holds a sign, at most 17 significant digits and a dot, and the zeros the exponent
@@ -317,14 +364,16 @@ def _long_floats(column: pa.ChunkedArray, room: int, bits: int) -> Any:
     return pa.array(flags, pa.bool_())
 
 
-def spark_unstorable(schema: Any, columns: Sequence[str], *, years: bool) -> list[tuple[str, Any]]:
+def spark_unstorable(
+    schema: Any, columns: Sequence[str], *, engine: Engine
+) -> list[tuple[str, Any]]:
     """For each of the partition ``columns`` of a Spark ``schema`` that may hold a value no
-    Delta table can keep, the column and the Spark condition finding such rows: the empty
-    string, which delta-spark too writes as null (delta-io/delta#2100), and with ``years``
-    (delta-rs' limits) a timestamp outside the years 0 to 9999 in UTC (a Spark date, or a
-    timestamp without zone, never leaves them) and a string whose directory name would be
-    longer than :data:`MAX_NAME_BYTES` (a float partition column is written from the
-    driver, :func:`unstorable_rows` finds those)."""
+    Delta table written by ``engine`` can keep, the column and the Spark condition finding
+    such rows: the empty string, which delta-spark too writes as null (delta-io/delta#2100),
+    a string whose directory name (:func:`directory_name`, ``engine``'s) would be longer
+    than :data:`MAX_NAME_BYTES`, and for ``rs`` a timestamp outside the years 0 to 9999 in
+    UTC (a Spark date, or a timestamp without zone, never leaves them; a float partition
+    column is written by delta-rs from the driver, :func:`unstorable_rows` finds those)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, TimestampType
 
@@ -333,15 +382,22 @@ def spark_unstorable(schema: Any, columns: Sequence[str], *, years: bool) -> lis
         kind = next((f.dataType for f in schema.fields if f.name == name), None)
         column = F.col("`" + name.replace("`", "``") + "`")
         if isinstance(kind, StringType):
-            condition = column == F.lit("")
-            if years:
-                room = MAX_NAME_BYTES - len(quote(name, safe="")) - 1
-                kept = F.length(F.regexp_replace(column, F.lit(_ESCAPED), F.lit("")))
-                escaped = F.octet_length(column) * 3 - kept * 2
-                condition = condition | (escaped > F.lit(room))
-            conditions.append((name, condition))
-        elif years and isinstance(kind, TimestampType):
+            size = _spark_name_bytes(column, engine)
+            conditions.append((name, (column == F.lit("")) | (size > F.lit(_room(name, engine)))))
+        elif engine == "rs" and isinstance(kind, TimestampType):
             micros = F.unix_micros(column)
             low, high = _DAY_OF_YEAR_0 * MICROS_PER_DAY, _DAY_OF_YEAR_10000 * MICROS_PER_DAY
             conditions.append((name, (micros < F.lit(low)) | (micros >= F.lit(high))))
     return conditions
+
+
+def _spark_name_bytes(column: Any, engine: Engine) -> Any:
+    """The Spark expression of the bytes the string ``column`` takes escaped in a
+    partition directory's name by ``engine`` (:func:`directory_name`)."""
+    from pyspark.sql import functions as F
+
+    if engine == "spark":
+        plain = F.length(F.regexp_replace(column, F.lit(_SPARK_ESCAPED), F.lit("")))
+        return F.octet_length(column) + (F.length(column) - plain) * 2
+    kept = F.length(F.regexp_replace(column, F.lit(_ESCAPED), F.lit("")))
+    return F.octet_length(column) * 3 - kept * 2

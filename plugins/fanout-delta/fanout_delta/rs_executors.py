@@ -83,7 +83,7 @@ def shared_append(sink: DeltaTarget, batch: Batch) -> SharedWrite | None:
     if append is None:
         return None
     if sink.dead_letters is not None and spark_unstorable(
-        batch.df.schema, partition_columns(sink, append.opened), years=True
+        batch.df.schema, partition_columns(sink, append.opened), engine="rs"
     ):
         return None  # rows may go to the dead letters: a job of its own filters them out
     pending = append.pending()
@@ -182,7 +182,7 @@ class _ExecutorAppend:
             return source, 0
         columns = partition_columns(self.sink, self.opened)
         if hasattr(source, "mapInArrow"):
-            source, letters = split_unstorable_spark(source, columns, years=True)
+            source, letters = split_unstorable_spark(source, columns, engine="rs")
         else:
             source, letters = split_unstorable(source, columns)
         if not letters:

@@ -81,7 +81,7 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
     if sink.mode == "merge":  # one row per key, as the rs engine's merge_source
         df, letters = merge_source_spark(sink, df, partitions, batch_id)
     elif dead_letters is not None:
-        df, letters = split_unstorable_spark(df, partitions, years=False)
+        df, letters = split_unstorable_spark(df, partitions, engine="spark")
     if dead_letters is not None and (sink.mode == "merge" or letters):
         dead = dead_letters.write(batch, letters, source="refused")  # first: see rs_engine
     written = deltaio.transaction_version(table, app_id) if table is not None else None
@@ -100,7 +100,7 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
             sink=sink.name,
             batch_id=batch_id,
         )
-    if dead_letters is None and sink.mode == "append":  # delta-spark: "" is written as null
+    if dead_letters is None and sink.mode == "append":  # before Spark's task fails unreadably
         refuse_unstorable_spark(df, partitions, sink.name, batch_id)
     details: dict[str, Any] = {"mode": sink.mode, "engine": "spark"}
     plan = user_metadata(batch)
@@ -174,14 +174,14 @@ def merge_source_spark(
 
     def split(rows: Any) -> tuple[Any, list[DeadLetter]]:
         if sink.dead_letters is not None:
-            return split_unstorable_spark(rows, partitions, years=False)
+            return split_unstorable_spark(rows, partitions, engine="spark")
         refuse_unstorable_spark(rows, partitions, name, batch_id)  # fails on a refused winner
         return rows, []  # every refused row lost its key
 
     df, refused = winners_then_refusals(
         df,
         choose=choose,
-        any_refused=lambda rows: holds_unstorable_spark(rows, partitions, years=False),
+        any_refused=lambda rows: holds_unstorable_spark(rows, partitions, engine="spark"),
         split_refused=split,
     )
     return df, [*letters, *refused]

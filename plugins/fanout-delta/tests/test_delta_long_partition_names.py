@@ -18,6 +18,7 @@ from arrow_batches import batch_of
 from deltalake import DeltaTable
 from fanout_delta import DeltaSink
 from fanout_delta.partition_values import split_unstorable_spark
+from fanout_delta.spark_engine import write_spark
 
 from fanout.contract.sink import SinkContext
 from fanout.deadletters.delta import DeltaDeadLetters
@@ -141,8 +142,97 @@ def test_the_executors_set_long_strings_aside_in_spark(spark, tmp_path):
         "id long, k string",
     )
 
-    kept, letters = split_unstorable_spark(df, ["k"], years=True)
+    kept, letters = split_unstorable_spark(df, ["k"], engine="rs")
 
     assert sorted(r.id for r in kept.collect()) == [1, 3, 5]
     assert sorted(letter.row["id"] for letter in letters) == [2, 4]
     assert [letter.reason for letter in letters if letter.row["id"] == 4] == [STRING_256]
+
+
+# -- engine spark: delta-spark writes into the directories Spark names -----------------------
+
+SPARK_WHY = (
+    "more than the 255 a file system allows for a name (as Spark names it for delta-spark: "
+    "each control character and each of \"#%'*/:=?\\{[]^ is written as 3 bytes, %XX, any "
+    "other character as its UTF-8 bytes)"
+)
+SPARK_STRING_300 = (
+    f"partition column 'k' holds {'a' * 40 + '...'!r} (300 characters), whose partition "
+    f"directory name (k=<value>, escaped) would be 302 bytes, {SPARK_WHY}{WHAT_TO_DO}"
+)
+SPARK_STRING_256 = (
+    f"partition column 'k' holds {'x' * 40 + '...'!r} (254 characters), whose partition "
+    f"directory name (k=<value>, escaped) would be 256 bytes, {SPARK_WHY}{WHAT_TO_DO}"
+)
+# The longest of each kind Spark can name (255 bytes with "k="), and one byte more.
+SPARK_FITS = ["x" * 253, "#" * 84 + "x", "é" * 126 + "x", "a\x01" * 63 + "x"]
+SPARK_TOO_LONG = ["x" * 254, "#" * 85, "é" * 127]
+
+
+@pytest.mark.integration
+def test_spark_names_partition_directories_as_the_spark_engine_counts(spark, tmp_path):
+    """delta-spark writes its files into the directories Spark's file writer names
+    (``DelayedCommitProtocol`` under Spark's ``DynamicPartitionDataSingleWriter``): Spark
+    itself, writing Parquet here, names them as
+    ``directory_name(..., "spark")`` does, escaping a few ASCII characters and writing
+    any other character raw (so ``é`` takes 2 bytes, where delta-rs writes 6), and names
+    a double of 1e300 ``1.0E300``: 9 bytes, where delta-rs writes 303."""
+    from fanout.delta_tables.values import directory_name
+
+    df = spark.createDataFrame(
+        [(i, v, 1e300) for i, v in enumerate(SPARK_FITS)], "id long, k string, d double"
+    )
+    df.write.partitionBy("k", "d").parquet(str(tmp_path / "t"))
+
+    names = sorted(p.name for p in (tmp_path / "t").iterdir() if p.name.startswith("k="))
+    assert names == sorted(directory_name("k", v, "spark") for v in SPARK_FITS)
+    assert sorted(len(n.encode()) for n in names) == [255] * 4
+    assert {p.name for p in (tmp_path / "t").glob("k=*/*") if p.is_dir()} == {"d=1.0E300"}
+    assert directory_name("d", "1.0E300", "spark") == "d=1.0E300"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_the_spark_engine_refuses_a_long_string_before_spark_fails(spark, tmp_path, mode):
+    """Before, delta-spark's task failed (``TASK_WRITE_FAILED``, caused by ``Mkdirs failed
+    to create .../k=aaa...``, no commit, and the same again on every replay). Refused
+    before Delta runs (so this needs no Delta jars), naming sink, batch, column and value;
+    a double of 1e300 in another partition column is no fault of the row on this engine."""
+    keys = {"keys": ["id"]} if mode == "merge" else {}
+    sink = DeltaSink(
+        name="s",
+        path=str(tmp_path / "t"),
+        engine="spark",
+        mode=mode,
+        partition_by=["d", "k"],
+        **keys,
+    )
+    df = spark.createDataFrame(
+        [(1, 1e300, "a" * 300), (2, 1e300, "x" * 253)], "id long, d double, k string"
+    )
+
+    with pytest.raises(SinkWriteError) as raised:
+        write_spark(sink.target(), batch_of(df))
+
+    assert str(raised.value) == f"sink 's', batch 0: 1 row(s): {SPARK_STRING_300}"
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.integration
+def test_the_spark_engine_sets_aside_the_strings_spark_cannot_name(spark, tmp_path):
+    """Spark's condition and Arrow's agree (the split checks it) on the escaped length as
+    Spark makes it: the rows of :data:`SPARK_FITS` stay (the ``é`` one would be refused by
+    delta-rs), those one byte longer go, and the double 1e300 stays."""
+    values = [*SPARK_FITS, *SPARK_TOO_LONG, "", None]
+    df = spark.createDataFrame(
+        [(i, v, 1e300) for i, v in enumerate(values)], "id long, k string, d double"
+    )
+
+    kept, letters = split_unstorable_spark(df, ["k", "d"], engine="spark")
+
+    assert sorted(r.id for r in kept.collect()) == [0, 1, 2, 3, 8]
+    letters.sort(key=lambda letter: letter.row["id"])
+    assert [(letter.column, letter.value, letter.row["id"]) for letter in letters] == [
+        ("k", v, i) for i, v in enumerate(values) if i in (4, 5, 6, 7)
+    ]
+    assert letters[0].reason == SPARK_STRING_256

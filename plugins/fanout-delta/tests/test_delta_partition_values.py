@@ -258,7 +258,7 @@ def test_the_spark_engine_refuses_an_empty_string_partition_value(spark, tmp_pat
 
     with pytest.raises(SinkWriteError) as raised:
         write_spark(sink.target(), batch_of(df))
-    kept, letters = split_unstorable_spark(df, ["k"], years=False)
+    kept, letters = split_unstorable_spark(df, ["k"], engine="spark")
 
     assert str(raised.value) == f"sink 's', batch 0: 1 row(s): {EMPTY}"
     assert sorted(r.id for r in kept.collect()) == [2, 3]

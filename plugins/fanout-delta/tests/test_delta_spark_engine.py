@@ -106,6 +106,34 @@ def test_merge_duplicates_without_order_by_fail_naming_the_key(delta_spark, tmp_
         sink.write(make_batch(df, 0))
 
 
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_long_strings_go_to_the_dead_letter_target_and_1e300_is_written(
+    delta_spark, tmp_path, mode
+):
+    """The row whose string Spark cannot name as a directory (302 bytes) is set aside;
+    the double 1e300, which Spark names ``d=1.0E300``, is written, and delta-rs reads it
+    back. (Unrun where the Delta jars are missing.)"""
+    from fanout.deadletters.delta import DeltaDeadLetters
+
+    path, dead = tmp_path / "t", tmp_path / "dead"
+    keys = {"keys": ["id"]} if mode == "merge" else {}
+    sink = DeltaSink(name="s", path=str(path), engine="spark", mode=mode,
+                     partition_by=["d", "k"], **keys)  # fmt: skip
+    sink.open(SinkContext(pipeline="p", spark=delta_spark,
+                          dead_letters=DeltaDeadLetters(str(dead))))  # fmt: skip
+    df = delta_spark.createDataFrame(
+        [(1, 1e300, "a" * 300), (2, 1e300, "x" * 253)], "id long, d double, k string"
+    )
+
+    result = sink.write(make_batch(df, 0))
+
+    assert (result.rows, result.dead_lettered) == (1, 1)
+    assert rows(path) == [{"id": 2, "d": 1e300, "k": "x" * 253}]
+    assert [(r["column"], json.loads(r["value"])) for r in read_delta(str(dead)).to_pylist()] == [
+        ("k", "a" * 300)
+    ]
+
+
 ROUND_TRIP_COLUMNS = (
     "id long, b binary, s struct<x: binary, n: double>, l array<binary>, f array<double>, "
     "d decimal(5,2), ts timestamp, ntz timestamp_ntz, day date, m map<string, binary>, "
