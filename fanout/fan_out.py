@@ -27,6 +27,7 @@ from typing import Any, Literal
 from fanout.contract.batch import BatchInfo
 from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.lag import SinkBehind, SinkLag, SpoolSize
+from fanout.contract.locations import command_location
 from fanout.contract.names import check_name
 from fanout.contract.sessions import is_connect
 from fanout.contract.sink import Sink, SinkContext, SinkResult
@@ -439,7 +440,7 @@ class FanOut:
         self.lagging.release_held()
         behind = self.behind()
         if behind:
-            spool = None if self.spool is None else str(self.spool.path)
+            spool = None if self.spool is None else command_location(self.spool.path)
             raise SinksBehindError(self.pipeline, behind, spool, _ledger_location(self.ledger))
         return self.lagging.lags()
 
@@ -515,10 +516,13 @@ def settle(state: BatchState) -> None:
 
 
 def _ledger_location(ledger: Ledger) -> str:
-    """Where ``ledger`` keeps its marks: its path, or (a ledger without one, in memory)
-    the object itself."""
+    """Where ``ledger`` keeps its marks, as the commands fanout prints name it: its path
+    (:func:`fanout.contract.locations.command_location`: absolute, so they run from any
+    directory), or (a ledger without one, in memory) the object itself."""
     path = getattr(ledger, "path", None)
-    return str(path) if path is not None else f"{type(ledger).__name__}@{id(ledger):x}"
+    if path is None:
+        return f"{type(ledger).__name__}@{id(ledger):x}"
+    return command_location(str(path))
 
 
 def _active_spark() -> Any:

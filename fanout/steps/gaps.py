@@ -23,6 +23,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from fanout.contract.locations import command_location
 from fanout.errors import MissedBatchesError
 from fanout.sink_spec import SinkSpec
 from fanout.steps.lag import Lagging
@@ -71,7 +72,7 @@ def refuse_gaps(
                 ledger,
                 spooled,
                 backfill_from=specs[name].lag.backfill_from,
-                spool=None if lagging.spool is None else lagging.spool.path,
+                spool=None if lagging.spool is None else command_location(lagging.spool.path),
             )
 
 
