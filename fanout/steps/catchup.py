@@ -55,6 +55,7 @@ class CatchUp:
     :param spark: the session that reads the spool.
     :param probe_interval_s: how long a sink that failed waits before the next attempt.
     :param ledger_location: where the ledger is, for the messages.
+    :param pipeline_file: the pipeline file (absolute), for the commands the messages name.
     """
 
     def __init__(
@@ -67,9 +68,12 @@ class CatchUp:
         spark: Any,
         probe_interval_s: float,
         ledger_location: str,
+        *,
+        pipeline_file: str | None = None,
     ) -> None:
         self.lagging = lagging
         self.ledger_location = ledger_location
+        self.pipeline_file = pipeline_file
         self.specs = specs
         self.record = record
         self.hooks = hooks
@@ -233,6 +237,7 @@ class CatchUp:
             list(range(mark + 1, batch_id)), self.ledger_location,
             backfill_from=self.specs[sink].lag.backfill_from,
             spool=None if spool is None else command_location(spool.path), caught_up=True,
+            config=self.pipeline_file,
         )  # fmt: skip
 
     def write(self, sink: str, key: BatchKey) -> BaseException | None:

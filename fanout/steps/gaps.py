@@ -41,11 +41,14 @@ def refuse_gaps(
     specs: Mapping[str, SinkSpec],
     ledger: str,
     catchup: CatchUp | None = None,
+    *,
+    pipeline_file: str | None = None,
 ) -> None:
     """Raise :class:`fanout.MissedBatchesError` for the first pending sink whose mark in the
     batch's epoch is below ``batch_id - 1`` with batches in between that nothing will give
     it, after ``catchup`` wrote it the held batches before the first missing one. ``ledger``
-    is the ledger's location, for the message. Reads nothing on the common path (every
+    is the ledger's location and ``pipeline_file`` the pipeline file's (absolute, when
+    known), for the command the message names. Reads nothing on the common path (every
     mark at ``batch_id - 1`` or later)."""
     if not state.marks:
         return
@@ -73,6 +76,7 @@ def refuse_gaps(
                 spooled,
                 backfill_from=specs[name].lag.backfill_from,
                 spool=None if lagging.spool is None else command_location(lagging.spool.path),
+                config=pipeline_file,
             )
 
 
