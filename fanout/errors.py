@@ -333,6 +333,9 @@ class MissedBatchesError(FanoutError):
         none of the missing batches).
     :param caught_up: the refused batch is one the catch-up would have given the sink (the
         other sinks hold it), not a live batch.
+    :param config: the pipeline file the pipeline runs from (``fanout run``), absolute: the
+        skip named carries ``--config`` with it, so that it checks the sink's
+        ``backfill_from`` source; ``None`` (a ``FanOut`` built in Python): no ``--config``.
     """
 
     def __init__(
@@ -348,6 +351,7 @@ class MissedBatchesError(FanoutError):
         backfill_from: str | None = None,
         spool: str | None = None,
         caught_up: bool = False,
+        config: str | None = None,
     ) -> None:
         self.pipeline, self.sink, self.epoch = pipeline, sink, epoch
         self.mark, self.batch_id, self.missing = mark, batch_id, list(missing)
@@ -365,7 +369,8 @@ class MissedBatchesError(FanoutError):
         through = min((b for b in self.spooled if b > self.missing[0]), default=batch_id) - 1
         skipped = batch_ranges([b for b in self.missing if b <= through])
         command = (
-            f"`fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
+            f"`fanout ledger skip{f' --config {config}' if config else ''} --ledger {ledger} "
+            f"--pipeline {pipeline} --sink {sink} "
             f"--through {through}{f' --epoch {epoch}' if epoch else ''}"
             f"{f' --spool {spool}' if spool else ''}` (in Python: "
             "fanout.ledger.gaps.skip_batches)"

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from fanout.contract.batch import BatchInfo
 from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.lag import SinkBehind, SinkLag, SpoolSize
+from fanout.contract.locations import command_location
 from fanout.contract.names import check_name
 from fanout.contract.sessions import is_connect
 from fanout.contract.sink import Sink, SinkContext, SinkResult
@@ -115,6 +116,11 @@ class FanOut:
         checkpoint starts where the old one ended (``fanout recover`` prints the offsets).
         A rolled-back checkpoint (same query id, batches planned again) is always refused
         with :class:`fanout.CheckpointRollbackError`.
+    :param pipeline_file: the pipeline file this ``FanOut`` is built from (``fanout run``
+        gives it): the ``fanout ledger skip`` a :class:`fanout.MissedBatchesError` names
+        then carries ``--config`` with its absolute path, so the skip checks the sink's
+        ``backfill_from`` source too. Without it (a ``FanOut`` built in Python) the command
+        has no ``--config``.
 
     Building a ``FanOut`` loads the plugins, builds and opens every sink and creates the
     ledger, so configuration errors surface here, before the stream starts.
@@ -141,13 +147,15 @@ class FanOut:
         spool: str | None = None,
         probe_interval_s: float = 10.0,
         share_tasks: bool = True,
+        pipeline_file: str | None = None,
     ) -> None:
         self._recipe = Recipe.of(
             pipeline, ledger, sinks,
             dict(parallelism=parallelism, retries=retries, backoff_s=backoff_s,
                  plugins=tuple(plugins), checkpoint_location=checkpoint_location,
                  on_checkpoint_reset=on_checkpoint_reset, spool=spool,
-                 probe_interval_s=probe_interval_s, share_tasks=share_tasks),
+                 probe_interval_s=probe_interval_s, share_tasks=share_tasks,
+                 pipeline_file=pipeline_file),
         )  # fmt: skip
         plugins = self._recipe.options["plugins"]
         self.pipeline = check_name(pipeline, "pipeline")
@@ -161,6 +169,8 @@ class FanOut:
             raise ConfigurationError(f"pipeline {pipeline!r}: parallelism must be >= 1")
         self.parallelism = parallelism
         self.share_tasks = bool(share_tasks)
+        self.pipeline_file = None if pipeline_file is None else command_location(pipeline_file)
+        """The pipeline file, absolute, as the commands fanout prints name it."""
         self._layouts = RecentLayouts()  # each shared job's input, guessed for the next batch
         self.retry = RetryPolicy(retries=retries, backoff_s=backoff_s)
         self._plugins = tuple(plugins)
@@ -198,6 +208,7 @@ class FanOut:
         self.catchup = CatchUp(
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
             self._spark, probe_interval_s, _ledger_location(self.ledger),
+            pipeline_file=self.pipeline_file,
         )  # fmt: skip
         if self.spool is not None:
             self.spool.open()
@@ -356,7 +367,12 @@ class FanOut:
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         plan(state, self.ledger, self.sinks)  # 3. plan
         refuse_gaps(
-            state, self.lagging, self.specs, _ledger_location(self.ledger), self.catchup
+            state,
+            self.lagging,
+            self.specs,
+            _ledger_location(self.ledger),
+            self.catchup,
+            pipeline_file=self.pipeline_file,
         )  # 3a.
         hold_back(state, self.lagging, self.specs, self.catchup, self._record)  # 3b. behind
         self._announce(state)
@@ -439,7 +455,7 @@ class FanOut:
         self.lagging.release_held()
         behind = self.behind()
         if behind:
-            spool = None if self.spool is None else str(self.spool.path)
+            spool = None if self.spool is None else command_location(self.spool.path)
             raise SinksBehindError(self.pipeline, behind, spool, _ledger_location(self.ledger))
         return self.lagging.lags()
 
@@ -515,10 +531,13 @@ def settle(state: BatchState) -> None:
 
 
 def _ledger_location(ledger: Ledger) -> str:
-    """Where ``ledger`` keeps its marks: its path, or (a ledger without one, in memory)
-    the object itself."""
+    """Where ``ledger`` keeps its marks, as the commands fanout prints name it: its path
+    (:func:`fanout.contract.locations.command_location`: absolute, so they run from any
+    directory), or (a ledger without one, in memory) the object itself."""
     path = getattr(ledger, "path", None)
-    return str(path) if path is not None else f"{type(ledger).__name__}@{id(ledger):x}"
+    if path is None:
+        return f"{type(ledger).__name__}@{id(ledger):x}"
+    return command_location(str(path))
 
 
 def _active_spark() -> Any:

@@ -173,6 +173,7 @@ def build_fanout(
         spool=config.spool,
         probe_interval_s=config.probe_interval_s,
         share_tasks=config.share_tasks,
+        pipeline_file=None if config.path is None else str(config.path),
     )
 
 

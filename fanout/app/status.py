@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from fanout.contract.locations import command_location
 from fanout.errors import LedgerError, batch_ranges
 from fanout.ledger.gaps import held_by_skip, release_command, says_skipped
 
@@ -103,7 +104,7 @@ def report(
     if pipeline and not rows and (known := ledger.pipelines()):
         raise unknown_pipeline(ledger.path, pipeline, known)
     backlogs = {} if spool is None else spool_backlogs(spool, rows)
-    kept = {} if spool is None else spool_kept(spool, rows, ledger.path)
+    kept = {} if spool is None else spool_kept(spool, rows, command_location(ledger.path))
     statuses = summarize(rows, backlogs, kept)
     footer = "" if spool is None else spool_footer(spool, pipeline)
     if as_json:

@@ -7,6 +7,7 @@ Hadoop (and so Spark's resolved checkpoint paths) writes ``file:/x y`` unescaped
 
 from __future__ import annotations
 
+import os
 from urllib.parse import unquote, urlsplit
 
 
@@ -24,3 +25,29 @@ def local_path(location: str) -> str | None:
     if "://" in location:
         return None
     return location
+
+
+def command_location(location: str) -> str:
+    """How a command fanout prints (``fanout ledger skip --ledger ...``) names ``location``,
+    so that it runs from any directory: a plain local path made absolute (from the current
+    directory, where fanout opens it), a URI of any scheme (``file:`` included) as written,
+    less the password of a ``user:password@`` in it (printed commands never carry a secret).
+    A location that is not a path at all (an in-memory ledger's name) is not for this
+    function."""
+    if location.startswith("file:") or "://" in location:
+        return _without_password(location)
+    return os.path.abspath(location)
+
+
+def _without_password(uri: str) -> str:
+    """``uri`` with the password of its ``user:password@`` replaced by ``***``."""
+    try:
+        parts = urlsplit(uri)
+        password = parts.password
+    except ValueError:
+        return uri
+    if not password:
+        return uri
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.split(":", 1)[0]
+    return parts._replace(netloc=f"{name}:***@{host}").geturl()

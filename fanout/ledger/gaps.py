@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from fanout.contract.locations import command_location
 from fanout.errors import ConfigurationError, batch_ranges
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 
@@ -52,10 +53,15 @@ def release_command(
 ) -> str:
     """The ``fanout ledger skip`` that gives up ``sink``'s batches of ``epoch`` through
     ``through`` and releases what ``spool`` keeps of them: what fanout names wherever it
-    finds batches kept for a sink that will not write them."""
+    finds batches kept for a sink that will not write them.
+
+    :param ledger: the ledger as the command names it: its location through
+        :func:`fanout.contract.locations.command_location` (or an in-memory ledger's name).
+    :param spool: the spool's location, named absolute (``command_location``)."""
     return (
         f"fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
-        f"--through {through} --epoch {epoch} --spool {spool} --release-spooled"
+        f"--through {through} --epoch {epoch} --spool {command_location(spool)} "
+        "--release-spooled"
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fanout.contract.batch import BatchInfo
+from fanout.contract.locations import command_location
 from fanout.contract.plans import describe_plan, planned_at
 
 
@@ -42,7 +43,8 @@ def spool_reset_message(
             "  1. Restore the original checkpoint directory and restart the query; nothing is "
             "lost or duplicated.",
             "  2. Or let the sinks catch up on the old query's batches first (run the original "
-            f"checkpoint until `fanout status --spool {path}` shows {sinks} live), then "
+            "checkpoint until `fanout status --ledger <path> --pipeline "
+            f"{info.pipeline} --spool {command_location(path)}` shows {sinks} live), then "
             "start the new checkpoint.",
             "  3. Or start the new checkpoint under a new pipeline name, so its batches start "
             f"afresh; the old query's spooled batches then never reach {sinks}.",

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.locations import command_location
 from fanout.errors import BackfillError, MissedBatchesError
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import LedgerEntry
@@ -54,6 +55,7 @@ class CatchUp:
     :param spark: the session that reads the spool.
     :param probe_interval_s: how long a sink that failed waits before the next attempt.
     :param ledger_location: where the ledger is, for the messages.
+    :param pipeline_file: the pipeline file (absolute), for the commands the messages name.
     """
 
     def __init__(
@@ -65,10 +67,13 @@ class CatchUp:
         target_of: TargetOf,
         spark: Any,
         probe_interval_s: float,
-        ledger_location: str = "the pipeline's ledger",
+        ledger_location: str,
+        *,
+        pipeline_file: str | None = None,
     ) -> None:
         self.lagging = lagging
         self.ledger_location = ledger_location
+        self.pipeline_file = pipeline_file
         self.specs = specs
         self.record = record
         self.hooks = hooks
@@ -231,7 +236,8 @@ class CatchUp:
             self.lagging.pipeline, sink, epoch, mark, batch_id,
             list(range(mark + 1, batch_id)), self.ledger_location,
             backfill_from=self.specs[sink].lag.backfill_from,
-            spool=None if spool is None else spool.path, caught_up=True,
+            spool=None if spool is None else command_location(spool.path), caught_up=True,
+            config=self.pipeline_file,
         )  # fmt: skip
 
     def write(self, sink: str, key: BatchKey) -> BaseException | None:
@@ -292,7 +298,7 @@ class CatchUp:
         where = f"sink {origin!r} committed batch {key[1]} (epoch {key[0]})"
         if mark is not None and mark.rows and table.num_rows == 0:
             raise _cannot_backfill(
-                self.lagging.pipeline, sink, origin, key,
+                (self.lagging.pipeline, self.ledger_location), sink, origin, key,
                 f"committed batch {key[1]} (epoch {key[0]}) with {mark.rows} row(s), but its "
                 "table holds no commit of it (the table replaced, or its log cleaned up)",
                 f"Restore the table of {origin!r} to a version that holds the batch",
@@ -331,8 +337,9 @@ class CatchUp:
         rows = target.read_rows(self.lagging.pipeline, origin, key)
         if rows.num_rows != count:
             raise _letters_lost(
-                self.lagging.pipeline, sink, origin, key, count, rows.num_rows, target.path
-            )
+                (self.lagging.pipeline, self.ledger_location), sink, origin, key, count,
+                rows.num_rows, target.path,
+            )  # fmt: skip
         parsed = self.spark.createDataFrame(rows).select(F.from_json("row", schema).alias("r"))
         return parsed.select("r.*")
 
@@ -349,11 +356,17 @@ def _wait(seconds: float, stop: Callable[[], bool]) -> bool:
 
 
 def _letters_lost(
-    pipeline: str, sink: str, origin: str, key: BatchKey, count: int, found: int, table: str
+    where: tuple[str, str],
+    sink: str,
+    origin: str,
+    key: BatchKey,
+    count: int,
+    found: int,
+    table: str,
 ) -> BackfillError:
     """The error of a backfill batch whose source's dead letters are not all there."""
     return _cannot_backfill(
-        pipeline, sink, origin, key,
+        where, sink, origin, key,
         f"set {count} row(s) of batch {key[1]} (epoch {key[0]}) aside as dead letters, but "
         f"Delta table {table} holds {found} of them (deleted, or the table replaced)",
         f"Put the letters back (restore {table} to a version that holds them)",
@@ -361,17 +374,19 @@ def _letters_lost(
 
 
 def _cannot_backfill(
-    pipeline: str, sink: str, origin: str, key: BatchKey, found: str, way_back: str
+    where: tuple[str, str], sink: str, origin: str, key: BatchKey, found: str, way_back: str
 ) -> BackfillError:
     """The error of a backfill batch its source cannot give back as its ledger mark says
-    it committed it (``found``: what the mark says and what is there instead; ``way_back``:
-    how to give it back)."""
+    it committed it (``where``: the pipeline and its ledger's location as commands name it;
+    ``found``: what the mark says and what is there instead; ``way_back``: how to give it
+    back)."""
+    pipeline, ledger = where
     return BackfillError(
         f"cannot be backfilled from sink {origin!r}: its ledger mark says it {found}, so the "
         f"batch read back would lack them; nothing of it is written to {sink!r}, which waits "
         f"at this batch. {way_back}, or accept that {sink!r} never gets batch "
-        f"{key[1]}: `fanout ledger skip --pipeline {pipeline} --sink {sink} --through {key[1]}"
-        f"{f' --epoch {key[0]}' if key[0] else ''}` (with the pipeline's --ledger), then restart",
+        f"{key[1]}: `fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
+        f"--through {key[1]}{f' --epoch {key[0]}' if key[0] else ''}`, then restart",
         sink=sink,
         batch_id=key[1],
     )

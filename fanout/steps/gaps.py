@@ -23,6 +23,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from fanout.contract.locations import command_location
 from fanout.errors import MissedBatchesError
 from fanout.sink_spec import SinkSpec
 from fanout.steps.lag import Lagging
@@ -40,11 +41,14 @@ def refuse_gaps(
     specs: Mapping[str, SinkSpec],
     ledger: str,
     catchup: CatchUp | None = None,
+    *,
+    pipeline_file: str | None = None,
 ) -> None:
     """Raise :class:`fanout.MissedBatchesError` for the first pending sink whose mark in the
     batch's epoch is below ``batch_id - 1`` with batches in between that nothing will give
     it, after ``catchup`` wrote it the held batches before the first missing one. ``ledger``
-    is the ledger's location, for the message. Reads nothing on the common path (every
+    is the ledger's location and ``pipeline_file`` the pipeline file's (absolute, when
+    known), for the command the message names. Reads nothing on the common path (every
     mark at ``batch_id - 1`` or later)."""
     if not state.marks:
         return
@@ -71,7 +75,8 @@ def refuse_gaps(
                 ledger,
                 spooled,
                 backfill_from=specs[name].lag.backfill_from,
-                spool=None if lagging.spool is None else lagging.spool.path,
+                spool=None if lagging.spool is None else command_location(lagging.spool.path),
+                config=pipeline_file,
             )
 
 

@@ -94,8 +94,8 @@ def test_a_backfill_whose_source_lost_dead_letters_writes_nothing_and_says_so(
         f"Delta table {dead} holds 0 of them (deleted, or the table replaced), so the batch "
         "read back would lack them; nothing of it is written to 'copy', which waits at this "
         f"batch. Put the letters back (restore {dead} to a version that holds them), or "
-        "accept that 'copy' never gets batch 0: `fanout ledger skip --pipeline lost --sink "
-        "copy --through 0` (with the pipeline's --ledger), then restart"
+        f"accept that 'copy' never gets batch 0: `fanout ledger skip --ledger {ledger} "
+        "--pipeline lost --sink copy --through 0`, then restart"
     )
     assert not (tmp_path / "copy").exists()  # nothing written to the backfilled sink
     assert _ids(tmp_path / "lake") == [1, 3]

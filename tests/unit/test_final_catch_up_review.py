@@ -197,8 +197,8 @@ def test_a_backfill_source_whose_table_lost_a_batch_says_what_to_do(tmp_path: Pa
         "of it (the table replaced, or its log cleaned up), so the batch read back would lack "
         "them; nothing of it is written to 'pg', which waits at this batch. Restore the "
         "table of 'lake' to a version that holds the batch, or accept that 'pg' never gets "
-        "batch 0: `fanout ledger skip --pipeline grow --sink pg --through 0` (with the "
-        "pipeline's --ledger), then restart"
+        f"batch 0: `fanout ledger skip --ledger MemoryLedger@{id(ledger):x} --pipeline grow "
+        "--sink pg --through 0`, then restart"
     )
     assert sink.stuck
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from fanout.contract.locations import local_path
+from fanout.contract.locations import command_location, local_path
 
 
 @pytest.mark.parametrize(
@@ -33,3 +35,26 @@ def test_local_locations_name_their_path(location: str, path: str) -> None:
 )
 def test_other_schemes_are_not_local(location: str) -> None:
     assert local_path(location) is None
+
+
+def test_commands_name_a_relative_path_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert command_location("lake/ledger") == f"{tmp_path}/lake/ledger"
+    assert command_location("./lake/../ledger/") == f"{tmp_path}/ledger"
+    assert command_location("/data/lake") == "/data/lake"
+
+
+@pytest.mark.parametrize(
+    ("location", "shown"),
+    [
+        ("file:relative/lake", "file:relative/lake"),  # a URL is named as written
+        ("file:///data/my%20lake", "file:///data/my%20lake"),
+        ("s3://bucket/lake", "s3://bucket/lake"),
+        ("abfss://c@a.dfs.core.windows.net/x", "abfss://c@a.dfs.core.windows.net/x"),
+        ("s3://key:p%40ss@bucket/lake", "s3://key:***@bucket/lake"),  # never a secret
+    ],
+)
+def test_commands_name_a_url_as_written_without_its_password(location: str, shown: str) -> None:
+    assert command_location(location) == shown

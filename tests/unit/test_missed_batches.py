@@ -551,3 +551,43 @@ def test_status_names_the_batches_a_skip_without_the_spool_kept(
     capsys.readouterr()
     assert main([*status, "--json"]) == 0
     assert [s["kept"] for s in json.loads(capsys.readouterr().out)] == [[], []]
+
+
+def test_printed_commands_name_a_relative_ledger_and_spool_absolute(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Given as relative paths, the ledger and the spool are named absolute in every
+    command fanout prints (the gap refusal's skip, the release of kept batches in the
+    start-up warning and in `fanout status`), so each runs from any directory."""
+    monkeypatch.chdir(tmp_path)
+    ledger, spool = f"{tmp_path}/ledger", f"{tmp_path}/spool"
+    _held_then_missed(DeltaLedger("ledger"), "spool")
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = FanOut(
+        "gap", DeltaLedger("ledger"), [ScriptedSink("good"), _lag(down)], spool="spool",
+        probe_interval_s=3600,
+    )  # fmt: skip
+    _catch_up_from_memory(fan)
+    with pytest.raises(MissedBatchesError) as refused:
+        _run(fan, range(4, 5))
+    assert (
+        f"3: `fanout ledger skip --ledger {ledger} --pipeline gap --sink down --through 3 "
+        f"--spool {spool}` (in Python: fanout.ledger.gaps.skip_batches), then restart."
+    ) in str(refused.value)
+
+    assert skip_batches(DeltaLedger("ledger"), "gap", "down", 3).recorded  # 1-2 kept
+    release = (
+        f"fanout ledger skip --ledger {ledger} --pipeline gap --sink down --through 2 "
+        f"--epoch 0 --spool {spool} --release-spooled"
+    )
+    caplog.clear()
+    FanOut("gap", DeltaLedger("ledger"), [ScriptedSink("good")], spool="spool").close()
+    warnings = [r.getMessage() for r in caplog.records if "release them with" in r.getMessage()]
+    assert [w.split("release them with ")[1] for w in warnings] == [f"`{release}`"]
+
+    capsys.readouterr()
+    assert main(["status", "--ledger", "ledger", "--pipeline", "gap", "--spool", "spool"]) == 0
+    assert f"release them with `{release}`" in capsys.readouterr().out

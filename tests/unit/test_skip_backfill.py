@@ -3,12 +3,14 @@ source holds (by its ledger marks) unless told to, on a real Delta ledger."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
 
-from fanout import FanOut
+from fanout import FanOut, MissedBatchesError
 from fanout.app.cli import main
+from fanout.app.runner import build_fanout, load_pipeline
 from fanout.errors import ConfigurationError
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.gaps import skip_batches
@@ -211,3 +213,48 @@ def test_skip_with_config_checks_the_pipelines_spool(
         f"fanout: configuration error: pipeline.spool of {file} {tmp_path / 'nowhere'}: no "
         "spool there"
     )
+
+
+def test_the_gap_refusal_of_a_pipeline_file_names_a_skip_with_its_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run from a pipeline file (given relative), the refusal's skip carries `--config`
+    with the file's absolute path, and runs as printed (checking the backfill source);
+    built in Python without one, it has no `--config`."""
+    monkeypatch.chdir(tmp_path)
+    path = str(tmp_path / "ledger")
+    _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good"), ScriptedSink("pg")]), range(2))
+    _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good")]), range(2, 5))  # pg: 2-4
+    _config(tmp_path, path, backfill=False)
+    skip = (
+        f"fanout ledger skip --config {tmp_path}/pipeline.toml --ledger {path} --pipeline gap "
+        "--sink pg --through 4"
+    )
+    for file, command in (("pipeline.toml", skip), (None, skip.replace(
+        f" --config {tmp_path}/pipeline.toml", ""
+    ))):  # fmt: skip
+        sinks = [ScriptedSink("good"), ScriptedSink("pg")]
+        with pytest.raises(MissedBatchesError) as refused:
+            _run(FanOut("gap", DeltaLedger(path), sinks, pipeline_file=file), range(5, 6))
+        assert str(refused.value).endswith(
+            f"or accept that 'pg' never gets them: `{command}` (in Python: "
+            "fanout.ledger.gaps.skip_batches), then restart."
+        )
+    capsys.readouterr()
+    assert main(shlex.split(skip)[1:]) == 0
+    assert capsys.readouterr().out == (
+        "pipeline 'gap', sink 'pg', epoch 0: batches 2-4 recorded as skipped (never written "
+        "to it); the next batch writes it\n"
+    )
+
+
+def test_fanout_run_hands_its_pipeline_file_to_the_fanout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _config(tmp_path, str(tmp_path / "ledger"), backfill=False)
+    fan = build_fanout(None, load_pipeline("pipeline.toml"))
+    try:
+        assert fan.pipeline_file == f"{tmp_path}/pipeline.toml"
+    finally:
+        fan.close()

@@ -29,6 +29,7 @@ from fanout.ledger.entry import now_utc
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.spool import table as spool_table
+from fanout.spool.refusals import spool_reset_message
 from fanout.spool.table import (
     Spool,
     _with_partition_columns,
@@ -389,3 +390,16 @@ def test_a_replay_appends_the_rows_of_a_batch_whose_index_row_a_killed_driver_wr
         ]
     finally:
         fan.close()
+
+
+def test_the_reset_refusals_status_command_names_the_spool_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    spooled, handed = BatchInfo("pipe", 0, "q1"), BatchInfo("pipe", 0, "q2")
+    message = spool_reset_message(handed, spooled, {"L"}, "spool")
+    assert (
+        "  2. Or let the sinks catch up on the old query's batches first (run the original "
+        "checkpoint until `fanout status --ledger <path> --pipeline pipe --spool "
+        f"{tmp_path}/spool` shows L live), then start the new checkpoint."
+    ) in message.splitlines()

@@ -8,12 +8,12 @@ on the broker, and the transaction stays open only while its records are being s
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from fanout.contract.spark_json import spark_json
 from fanout.partitioned.worker_gc import collection_paused
 from fanout_kafka.values import json_bytes, json_default, to_bytes
 
@@ -334,7 +334,9 @@ def _optional_bytes(value: Any) -> bytes | None:
 
 
 def _preview(row: Mapping[str, Any], limit: int = 200) -> str:
-    text = json.dumps(dict(row), default=json_default, ensure_ascii=False)
+    """``row`` as JSON for an error message, its floats spelled as everywhere else fanout
+    writes a value (Spark's ``1.0E20``, not Python's ``1e+20``), cut at ``limit``."""
+    text = spark_json(dict(row), default=json_default)
     return text if len(text) <= limit else text[:limit] + "..."
 
 

@@ -69,6 +69,17 @@ def test_null_key_is_a_bad_record_naming_the_column() -> None:
     assert '"id": 1' in bad.reason
 
 
+def test_a_null_key_rows_preview_spells_floats_as_spark_does() -> None:
+    row = {"id": None, "big": 1e20, "small": 0.0001, "one": 1.0, "nan": float("nan")}
+    bad = encoder().encode({**row, "nested": [2.5e-7, {"x": -0.0}]})
+    assert isinstance(bad, BadRecord)
+    assert bad.reason == (
+        "null key: key column(s) 'id' are null in row "
+        '{"id": null, "big": 1.0E20, "small": 1.0E-4, "one": 1.0, "nan": "NaN", '
+        '"nested": [2.5E-7, {"x": -0.0}]}'
+    )
+
+
 def test_record_over_the_limit_is_a_bad_record_with_size_and_limit() -> None:
     enc = encoder(headers=(), max_record_bytes=500)
     # key 1 byte, value {"id":1,"v":"..."} 15 bytes and the x's: exactly the limit

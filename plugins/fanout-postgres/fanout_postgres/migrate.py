@@ -231,14 +231,33 @@ def _quoted(connection: Connection, name: str) -> str:
 
 def migration_problem(engine: Any, schema: str, shown_url: str) -> str | None:
     """What is wrong when fanout's tables in ``schema`` are not at the head revision (the
-    sink needs them: append's progress marks, upsert's routes), saying how to migrate;
-    ``None`` when they are."""
+    sink needs them: append's progress marks, upsert's routes): the revision, the tables
+    and columns missing, and the command that migrates; ``None`` when they are."""
     with engine.connect() as conn:
         current = current_revision(conn, schema)
-    if current == head_revision():
-        return None
+        if current == head_revision():
+            return None
+        missing = missing_at_head(conn, schema)
+    what = f" (missing: {', '.join(missing)})" if missing else ""
     return (
         f"fanout's tables in schema {schema!r} are at revision {current or '(none)'}, not "
-        f"{head_revision()}; run `fanout migrate --url {shown_url} --schema {schema}` or set "
-        "migrate: true"
+        f"{head_revision()}{what}; run `fanout migrate --url {shown_url} --schema {schema}` "
+        "or set migrate: true"
     )
+
+
+def missing_at_head(connection: Connection, schema: str) -> list[str]:
+    """The tables (``table <schema>.<name>``) and columns (``column <schema>.<table>.<name>``)
+    of fanout's tables at head that ``schema`` lacks, in the migrations' order."""
+    from sqlalchemy import inspect
+
+    inspector = inspect(connection)
+    missing: list[str] = []
+    for name, table in _head_tables(schema).items():
+        if not inspector.has_table(name, schema=schema):
+            missing.append(f"table {schema}.{name}")
+            continue
+        present = {c["name"] for c in inspector.get_columns(name, schema=schema)}
+        missing += [f"column {schema}.{name}.{c.name}" for c in table.columns
+                    if c.name not in present]  # fmt: skip
+    return missing
