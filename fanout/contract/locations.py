@@ -8,6 +8,7 @@ Hadoop (and so Spark's resolved checkpoint paths) writes ``file:/x y`` unescaped
 from __future__ import annotations
 
 import os
+import shlex
 from urllib.parse import unquote, urlsplit
 
 
@@ -31,12 +32,12 @@ def command_location(location: str) -> str:
     """How a command fanout prints (``fanout ledger skip --ledger ...``) names ``location``,
     so that it runs from any directory: a plain local path made absolute (from the current
     directory, where fanout opens it), a URI of any scheme (``file:`` included) as written,
-    less the password of a ``user:password@`` in it (printed commands never carry a secret).
-    A location that is not a path at all (an in-memory ledger's name) is not for this
-    function."""
+    less the password of a ``user:password@`` in it (printed commands never carry a secret);
+    quoted for a POSIX shell where it needs to be (``'/data/my lake'``). A location that is
+    not a path at all (an in-memory ledger's name) is not for this function."""
     if location.startswith("file:") or "://" in location:
-        return _without_password(location)
-    return os.path.abspath(location)
+        return shlex.quote(_without_password(location))
+    return shlex.quote(os.path.abspath(location))
 
 
 def _without_password(uri: str) -> str:

@@ -44,6 +44,7 @@ def test_commands_name_a_relative_path_absolute(
     assert command_location("lake/ledger") == f"{tmp_path}/lake/ledger"
     assert command_location("./lake/../ledger/") == f"{tmp_path}/ledger"
     assert command_location("/data/lake") == "/data/lake"
+    assert command_location("my lake/ledger") == f"'{tmp_path}/my lake/ledger'"  # a shell's word
 
 
 @pytest.mark.parametrize(
@@ -53,7 +54,7 @@ def test_commands_name_a_relative_path_absolute(
         ("file:///data/my%20lake", "file:///data/my%20lake"),
         ("s3://bucket/lake", "s3://bucket/lake"),
         ("abfss://c@a.dfs.core.windows.net/x", "abfss://c@a.dfs.core.windows.net/x"),
-        ("s3://key:p%40ss@bucket/lake", "s3://key:***@bucket/lake"),  # never a secret
+        ("s3://key:p%40ss@bucket/lake", "'s3://key:***@bucket/lake'"),  # never a secret
     ],
 )
 def test_commands_name_a_url_as_written_without_its_password(location: str, shown: str) -> None:
