@@ -268,21 +268,31 @@ class _Behind(Protocol):
 
 
 class SinksBehindError(FanoutError):
-    """A run ended (``availableNow`` or ``once`` drained the source) with sinks still
-    missing batches after their final catch-up (:meth:`fanout.FanOut.final_catch_up`).
-    Nothing is lost: the spool (or a backfill source) keeps the batches, and the next run
-    writes them to each sink first, in batch order, exactly once.
+    """A run ended with sinks still missing batches: ``availableNow`` or ``once`` drained
+    the source and their final catch-up (:meth:`fanout.FanOut.final_catch_up`) left them
+    behind, or a stop (a signal) ended the run, which gives them no final catch-up
+    (:meth:`fanout.FanOut.stopped`). Nothing is lost: the spool (or a backfill source)
+    keeps the batches, and the next run writes them to each sink first, in batch order,
+    exactly once.
 
     :param behind: each sink still behind (:class:`fanout.contract.lag.SinkBehind`): its
         name, the batches it misses from first to last, and its last error.
     :param spool: the spool's location.
     :param ledger: the ledger's location (for the status command the message gives).
+    :param stopped_by: what stopped the run (a signal's name, ``SIGTERM``), when a stop
+        ended it; ``None``: its trigger did, and a final catch-up ran.
     """
 
     def __init__(
-        self, pipeline: str, behind: Sequence[_Behind], spool: str | None, ledger: str
+        self,
+        pipeline: str,
+        behind: Sequence[_Behind],
+        spool: str | None,
+        ledger: str,
+        *,
+        stopped_by: str | None = None,
     ) -> None:
-        self.pipeline, self.behind = pipeline, list(behind)
+        self.pipeline, self.behind, self.stopped_by = pipeline, list(behind), stopped_by
         lines = "".join(f"\n  - {b.describe()}" for b in self.behind)
         where = "" if spool is None else f" at {spool}"
         status = f"fanout status --ledger {ledger} --pipeline {pipeline}" + (
@@ -302,9 +312,14 @@ class SinksBehindError(FanoutError):
                 "ones it holds), and the next run"
             )
         fix = "" if len(stuck) == len(self.behind) else " Fix the sink(s), then run again;"
+        ended = (
+            "after a final catch-up"
+            if stopped_by is None
+            else f"(stopped by {stopped_by}: no final catch-up)"
+        )
         super().__init__(
             f"pipeline {pipeline!r}: the run ended with {len(self.behind)} sink(s) behind "
-            f"after a final catch-up:{lines}\n{held} of this pipeline writes them to each "
+            f"{ended}:{lines}\n{held} of this pipeline writes them to each "
             f"sink first, in batch order and exactly once, before its live batches.{fix} "
             f"`{status}` shows how far behind they are."
         )

@@ -453,11 +453,28 @@ class FanOut:
             if self.lagging.backlog(sink):
                 self.catchup.finish(sink, self.specs[sink].retry or self.retry, done)
         self.lagging.release_held()
+        self._raise_behind(None)
+        return self.lagging.lags()
+
+    def stopped(self, by: str) -> None:
+        """The end of a run a stop ended (``by``: what stopped it, a signal's name such as
+        ``SIGTERM``) once its query has stopped: the catch-up thread stops after the write
+        in progress (as in :meth:`close`) and, unlike :meth:`final_catch_up`, nothing more
+        is written: the operator asked the run to end. Raises
+        :class:`fanout.SinksBehindError` naming every sink still behind, its batches and
+        what the next run does (the final catch-up's message, saying the stop gave them
+        none); returns when no sink is behind. Call it before :meth:`close`."""
+        self.catchup.stop()
+        self._raise_behind(by)
+
+    def _raise_behind(self, stopped_by: str | None) -> None:
         behind = self.behind()
         if behind:
             spool = None if self.spool is None else command_location(self.spool.path)
-            raise SinksBehindError(self.pipeline, behind, spool, _ledger_location(self.ledger))
-        return self.lagging.lags()
+            raise SinksBehindError(
+                self.pipeline, behind, spool, _ledger_location(self.ledger),
+                stopped_by=stopped_by,
+            )  # fmt: skip
 
     def plan(
         self, info: BatchInfo, marks: Mapping[str, int | None] | None = None

@@ -2,7 +2,10 @@
 plugins contribute (``fanout migrate`` comes with fanout-postgres) through
 :func:`fanout.hooks.specs.fanout_cli_commands`.
 
-Exit codes: 0 success, 1 failure, 2 configuration error (bad arguments or options).
+Exit codes: 0 success, 1 failure, 2 configuration error (bad arguments or options);
+``fanout run`` also 3 when it ends (its trigger, or a signal's clean stop) with a lagging
+sink still missing batches, and 128 + the signal's number when a stop abandons a batch
+(:func:`fanout.app.runner.run`).
 """
 
 from __future__ import annotations

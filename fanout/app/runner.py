@@ -7,7 +7,8 @@ stops it on SIGINT or SIGTERM: between batches at once; during a batch it waits 
 (Spark replays it on restart and fanout skips the sinks that committed it), and says which
 happened. A second signal ends the process at once. A run its trigger ends
 (``available_now``, ``once``) gives lagging sinks a final catch-up and exits 3 when one is
-still behind (:func:`_final_catch_up`).
+still behind (:func:`_final_catch_up`); a clean stop gives them none, and exits 3 too when
+one is behind (:func:`_stopped`).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 STOP_GRACE_S = 5.0  # the least time Spark gets to stop a query no batch of fanout's runs in
 EXIT_FAILED = 1
 EXIT_BEHIND = 3
-"""The query ended (its trigger drained the source) but a lagging sink still misses batches
-after the final catch-up: they wait in the spool for the next run."""
+"""The run ended with a lagging sink still missing batches: after the final catch-up (the
+trigger drained the source), or at a clean stop by a signal (no catch-up). They wait in the
+spool for the next run."""
 StopOutcome = Literal["between", "finished", "failed", "abandoned"]
 
 
@@ -214,11 +216,12 @@ def validate(path: str, out: TextIO | None = None) -> int:
 def run(path: str, out: TextIO | None = None) -> int:
     """Run the pipeline until its trigger ends it, it fails, or SIGINT/SIGTERM stops it.
 
-    :return: the exit code: 0 finished or stopped cleanly, 1 failed (also when a batch fails
-        while a stop waits for it), :data:`EXIT_BEHIND` (3) when the trigger drained the
-        source but a lagging sink still misses batches after its final catch-up. A stop
-        that abandons its batch does not return: the process exits at once with 128 + the
-        signal's number (:func:`_leave`).
+    :return: the exit code: 0 finished or stopped cleanly with every sink holding every
+        batch, 1 failed (also when a batch fails while a stop waits for it),
+        :data:`EXIT_BEHIND` (3) when a lagging sink still misses batches: after its final
+        catch-up once the trigger drained the source, or at a clean stop (which gives it no
+        catch-up). A stop that abandons its batch does not return: the process exits at
+        once with 128 + the signal's number (:func:`_leave`).
     """
     out = out or sys.stdout
     config = load_pipeline(path)
@@ -252,7 +255,7 @@ def run(path: str, out: TextIO | None = None) -> int:
                 return _failed(query, tracker, config, out)
             if outcome == "abandoned":
                 _leave(128 + received[0].value)
-            return 0
+            return _stopped(fan, received[0].name, out)
         _end_progress(progress, query, config, out)
         if query.exception() is not None:
             return _failed(query, tracker, config, out)
@@ -284,12 +287,30 @@ def _final_catch_up(fan: Any, stop: threading.Event, out: TextIO) -> int:
     try:
         fan.final_catch_up(stop=stop.is_set)
     except SinksBehindError as exc:
-        out.write(redact(str(exc), known_secrets()) + "\n")
-        out.flush()
-        return EXIT_BEHIND
+        return _behind(exc, out)
     for sink in behind:
         out.write(f"final catch-up: {sink.sink} caught up ({sink.batch_range()})\n")
     return 0
+
+
+def _stopped(fan: Any, signame: str, out: TextIO) -> int:
+    """A clean stop (between batches, or its batch finished): no catch-up, since the
+    operator asked the run to end (:meth:`fanout.FanOut.stopped`), but
+    :data:`EXIT_BEHIND` when a sink is still behind, with the final catch-up's message
+    (the sink, its batches, what the next run does), else 0. A scheduler can so tell a
+    stop that left sinks behind from a complete one."""
+    try:
+        fan.stopped(signame)
+    except SinksBehindError as exc:
+        return _behind(exc, out)
+    return 0
+
+
+def _behind(error: SinksBehindError, out: TextIO) -> int:
+    """Print the sinks a run left behind (secrets masked); :data:`EXIT_BEHIND`."""
+    out.write(redact(str(error), known_secrets()) + "\n")
+    out.flush()
+    return EXIT_BEHIND
 
 
 def _failed(query: Any, tracker: BatchTracker, config: PipelineConfig, out: TextIO) -> int:

@@ -1,7 +1,8 @@
 """``fanout run`` with ``trigger = { available_now = true }`` (or ``{ once = true }``) and a
 PostgreSQL sink with ``on_failure = "lag"``: the run ends only once every sink holds every
 batch, or says which sink does not and exits 3 (docs/architecture.md §14.4, "The end of a
-run").
+run"). A run a SIGTERM stops cleanly gives no final catch-up, and says the same and exits 3
+when a sink is behind.
 
 The probe interval is long (600 s), so the catch-up thread never probes the sink during
 the run: what reaches PostgreSQL after it failed is the run's final catch-up's work. The
@@ -11,6 +12,8 @@ source hands one file per batch (``maxFilesPerTrigger = 1``), so the batches are
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -31,7 +34,7 @@ name = "avnow"
 ledger = "{data}/ledger"
 checkpoint = "{data}/checkpoint"
 spool = "{data}/spool"
-trigger = {{ {trigger} = true }}
+trigger = {{ {trigger} }}
 probe_interval_s = 600
 
 [spark]
@@ -77,7 +80,7 @@ def server(tmp_path: Path) -> Iterator[tuple[Any, str]]:
 
 
 def _config(
-    data: Path, url: str, retries: int, backoff_s: float, trigger: str = "available_now"
+    data: Path, url: str, retries: int, backoff_s: float, trigger: str = "available_now = true"
 ) -> Path:
     config = data / "pipeline.toml"
     config.write_text(
@@ -180,7 +183,7 @@ def test_postgres_down_to_the_end_exits_3_naming_the_batches_and_the_next_run_de
     not apply), then the same end as ``available_now``."""
     pg, url = server
     rows = write_lag_input(tmp_path / "input", 4)
-    once = _config(tmp_path, url, 1, 0.2, trigger="once")
+    once = _config(tmp_path, url, 1, 0.2, trigger="once = true")
     code, out = _finish(_start(once, tmp_path / "run1.log"), tmp_path / "run1.log")
 
     assert code == 3, out[-4000:]
@@ -223,4 +226,90 @@ def test_postgres_down_to_the_end_exits_3_naming_the_batches_and_the_next_run_de
         {(sink, b): 1 for sink in ("lake", "pg") for b in range(3)}
     )
     assert _pg_marks_in_order(tmp_path) == list(range(3))
+    assert _spool_size(tmp_path) == (0, 0, 0)
+
+
+def _stop(proc: subprocess.Popen[bytes], log: Path) -> tuple[int, str]:
+    """SIGTERM to the run; its exit code and output once it ended."""
+    proc.send_signal(signal.SIGTERM)
+    return _finish(proc, log)
+
+
+def _stop_line(out: str) -> str:
+    return _line(out, "SIGTERM: ")
+
+
+def _wait_for_batch_line(batch: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait until the run printed batch ``batch``'s line (the batch is over)."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        if re.search(rf"^batch {batch}: ", log.read_text(), re.M):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"no line of batch {batch}:\n{log.read_text()}")
+
+
+def test_a_sigterm_stop_with_postgres_behind_exits_3_naming_the_batches_without_a_catch_up(
+    tmp_path: Path, server: tuple[Any, str]
+) -> None:
+    """A query with no end (``processing_time``): three batches, PostgreSQL down for all of
+    them, then SIGTERM. The stop writes nothing more (no final catch-up), names the sink,
+    its batches and what the next run does, and exits 3; the next run, PostgreSQL back
+    and one more file (the catch-up thread starts with a run's first batch), writes the
+    three first, in order, and its SIGTERM finds no sink behind: exit 0."""
+    pg, url = server
+    rows = write_lag_input(tmp_path / "input", 3)
+    config = _config(tmp_path, url, 0, 0.1, trigger='processing_time = "1 second"')
+    run = _start(config, tmp_path / "run1.log")
+    try:
+        _wait_for_batch_line(2, run, tmp_path / "run1.log")  # batch 2 over: the source drained
+    finally:
+        code, out = _stop(run, tmp_path / "run1.log")
+
+    assert code == 3, out[-4000:]
+    assert _stop_line(out) == "SIGTERM: stopped between batches; last committed batch 2"
+    lines = out.splitlines()
+    first = lines.index(
+        "pipeline 'avnow': the run ended with 1 sink(s) behind (stopped by SIGTERM: no final "
+        "catch-up):"
+    )
+    assert lines[first + 1].startswith(
+        "  - pg: batches 0 to 2 (3 batch(es), 60 row(s) in the spool); its last error: "
+    ), lines[first + 1]
+    assert "SinkUnreachableError: sink 'pg': cannot open: OperationalError" in lines[first + 1]
+    assert lines[first + 2] == (
+        f"Nothing is lost: the spool at {tmp_path}/spool keeps those batches (a backfill "
+        "source the ones it holds), and the next run of this pipeline writes them to "
+        "each sink first, in batch order and exactly once, before its live batches. Fix the "
+        f"sink(s), then run again; `fanout status --ledger {tmp_path}/ledger --pipeline avnow "
+        f"--spool {tmp_path}/spool` shows how far behind they are."
+    )
+    assert lines[first + 3 :] == []
+    assert not [line for line in lines if line.startswith("final catch-up: ")], out
+    assert "pipeline 'avnow' finished" not in out
+    assert committed_marks(tmp_path / "ledger", "avnow") == Counter(
+        {("lake", b): 1 for b in range(3)}
+    )  # pg: nothing, the stop wrote no batch
+    assert _spool_size(tmp_path)[:2] == (3, 60)
+
+    pg.start()
+    rows += write_lag_input(tmp_path / "input", 1, start_file=3)
+    run = _start(config, tmp_path / "run2.log")
+    try:
+        _wait_for_batch_line(3, run, tmp_path / "run2.log")
+        deadline = time.monotonic() + 240
+        while _pg_marks_in_order(tmp_path) != [0, 1, 2, 3] and time.monotonic() < deadline:
+            assert run.poll() is None, (tmp_path / "run2.log").read_text()[-3000:]
+            time.sleep(0.3)
+    finally:
+        code, out = _stop(run, tmp_path / "run2.log")
+
+    assert code == 0, out[-4000:]
+    assert _stop_line(out) == "SIGTERM: stopped between batches; last committed batch 3"
+    assert "sink(s) behind" not in out
+    assert postgres_rows(url, "avnow_orders") == final_state(rows)
+    assert committed_marks(tmp_path / "ledger", "avnow") == Counter(
+        {(sink, b): 1 for sink in ("lake", "pg") for b in range(4)}
+    )
     assert _spool_size(tmp_path) == (0, 0, 0)

@@ -547,6 +547,51 @@ def test_the_final_catch_up_names_a_sink_still_behind_and_keeps_its_batches(
         fan.close()
 
 
+def test_a_stop_writes_nothing_more_and_names_a_sink_still_behind(tmp_path: Path) -> None:
+    """``FanOut.stopped``, a signal's clean stop: the catch-up thread stops and no final
+    catch-up runs, even for a sink that is back; a sink still behind gets the final
+    catch-up's message, saying the stop gave it none. With none behind, it returns."""
+    from fanout import SinksBehindError
+
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = _fan(tmp_path, [ScriptedSink("good"), _spec(down)], probe_interval_s=3600)
+    frames = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(2)}
+    try:
+        for batch in range(2):
+            fan.process(frames[batch], BatchInfo("lagged", batch, "q"))
+        _catch_up_from_memory(fan, frames)
+        down.always_fail = None  # back, but the operator asked the run to end
+        calls = list(down.calls)
+        with pytest.raises(SinksBehindError) as behind:
+            fan.stopped("SIGINT")
+        assert (down.calls, fan.catchup._thread) == (calls, None)
+        error = fan.lagging.lags()["down"].error
+        assert str(behind.value) == (
+            "pipeline 'lagged': the run ended with 1 sink(s) behind (stopped by SIGINT: no "
+            "final catch-up):\n"
+            f"  - down: batches 0 to 1 (2 batch(es), 4 row(s) in the spool); its last error: "
+            f"{error}\n"
+            f"Nothing is lost: the spool at {tmp_path / 'spool'} keeps those batches (a backfill "
+            "source the ones it holds), and the next run of this pipeline writes them to each "
+            "sink first, in batch order and exactly once, before its live batches. Fix the "
+            f"sink(s), then run again; `fanout status --ledger {fan.ledger.__class__.__name__}@"
+            f"{id(fan.ledger):x} --pipeline lagged --spool {tmp_path / 'spool'}` shows how far "
+            "behind they are."
+        )
+        assert behind.value.stopped_by == "SIGINT"
+        assert fan.ledger.last_committed("lagged", ["down", "good"]) == {"down": None, "good": 1}
+    finally:
+        fan.close()
+
+    live = _fan(tmp_path / "live", [ScriptedSink("good"), _spec(ScriptedSink("up"))])
+    try:
+        live.process(frames[0], BatchInfo("lagged", 0, "q"))
+        live.stopped("SIGTERM")  # no sink behind: returns
+        assert live.catchup._thread is None
+    finally:
+        live.close()
+
+
 @pytest.mark.parametrize(
     ("first", "last", "said"),
     [((0, 4), (0, 4), "batch 4"), ((0, 3), (0, 7), "batches 3 to 7"),
