@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fanout import Batch, ConfigurationError, RouteError, SinkContext, hookimpl
+from fanout import Batch, ConfigurationError, SinkContext, hookimpl
 from fanout.partitioned.membership import CommittedPartition, PartitionDigest, PartitionPlan
 from fanout.partitioned.outcome import PartitionOutcome
+from fanout.partitioned.replay_route import route_mark
 from fanout.partitioned.sink import PartitionedSink
 from fanout.partitioned.task import CommitHooks
-from fanout.routes.route import route_of
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class FileWriter:
     directory: str
     token: str  # the batch's idempotency token: a replay gets the same, a new epoch not
     plan: PartitionPlan
-    route: str  # the batch's route (fingerprint, text), recorded with each partition
+    route: str  # the batch's route (route_mark): the kit refuses a replay under another
 
     def write_partition(self, partition: int, batches: Iterator[Any], hooks: CommitHooks,
                         digest: Any) -> PartitionOutcome:  # fmt: skip
@@ -68,40 +68,20 @@ class PartitionedFilesSink(PartitionedSink):
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> FileWriter:
         assert plan is not None  # membership is kept: committed partitions are skipped
-        route = route_of(batch)
-        return FileWriter(self.directory, batch.idempotency_key.token, plan,
-                          f"{route.fingerprint} {route.text}")  # fmt: skip
+        return FileWriter(self.directory, batch.idempotency_key.token, plan, route_mark(batch))
 
     def committed_partitions(self, batch: Batch, plan: PartitionPlan) -> list[CommittedPartition]:
-        marks = self._marks(batch)
-        return [CommittedPartition(partition, mark["partitions"], mark["fingerprint"],
-                                   PartitionDigest(mark["rows"], mark["checksum"]))
-                for partition, mark in sorted(marks.items())]  # fmt: skip
-
-    def check_replay(self, batch: Batch) -> None:
-        """Before fanout writes the batch's route letters: a replay under another route than
-        its committed partitions' is refused while nothing of it is written."""
-        self._marks(batch)
-
-    def _marks(self, batch: Batch) -> dict[int, dict[str, Any]]:
-        """The marks of the partitions holding the batch; refuses another route than theirs:
-        a replay skips them, so a row only the new route refuses would be both in a file and
-        in the dead letters, and a row only the old one refuses in neither."""
-        marks = {}
-        for path in Path(self.directory).glob(f"{batch.idempotency_key.token}-p*.jsonl"):
+        """The marks of the partitions holding the batch (each file's first line). The kit
+        refuses a replay whose partitions differ, or recorded another route, before the
+        route's dead letters or any partition are written."""
+        marks = []
+        for path in sorted(Path(self.directory).glob(f"{batch.idempotency_key.token}-p*.jsonl")):
             with path.open() as file:
-                marks[int(path.stem.rsplit("-p", 1)[1])] = json.loads(file.readline())
-        route = route_of(batch)
-        same = {route.fingerprint, *route.earlier}
-        other = sorted(p for p, mark in marks.items() if mark["route"].split(" ")[0] not in same)
-        if other:
-            raise RouteError(
-                f"the route changed mid-batch: partition(s) {other} committed this batch under "
-                f"{marks[other[0]]['route'].partition(' ')[2]}, but the sink's route is now "
-                f"{route.text}. Nothing was written. Restore the old route until this batch "
-                "completes, then change it (a change between batches is safe)",
-                sink=self.name, batch_id=batch.batch_id,
-            )  # fmt: skip
+                mark = json.loads(file.readline())
+            marks.append(CommittedPartition(
+                int(path.stem.rsplit("-p", 1)[1]), mark["partitions"], mark["fingerprint"],
+                PartitionDigest(mark["rows"], mark["checksum"]), route=mark["route"],
+            ))  # fmt: skip
         return marks
 
 

@@ -132,7 +132,8 @@ class Batch:
         each piece, so a replay
         under another route (one that refuses rows the first attempt wrote) can be
         refused: the route's dead letters record their route only when there are some.
-        See :meth:`fanout.Sink.check_replay`.
+        See :meth:`fanout.Sink.check_replay`; a sink on the partitioned-sink kit records
+        :func:`fanout.partitioned.replay_route.route_mark` and the kit refuses.
     """
 
     df: Any

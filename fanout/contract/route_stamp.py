@@ -26,5 +26,21 @@ class RouteStamp:
     text: str
     earlier: tuple[str, ...] = ()
 
+    @property
+    def mark(self) -> str:
+        """``<fingerprint> <text>``: what a sink committing a batch in pieces records with
+        each piece (:attr:`fanout.partitioned.membership.CommittedPartition.route`), for
+        :meth:`accepts` to compare on a replay and an error to name."""
+        return f"{self.fingerprint} {self.text}"
+
+    def accepts(self, mark: str | None) -> bool:
+        """Whether a piece recorded under ``mark`` (a :attr:`mark`, or a bare fingerprint)
+        went by this route: its fingerprint is this one or one of :attr:`earlier` (the
+        same expressions, recorded by an older fanout). A piece that recorded no route
+        (``None`` or empty: an older mark) is accepted: its route cannot be told."""
+        if not mark:
+            return True
+        return mark.partition(" ")[0] in (self.fingerprint, *self.earlier)
+
 
 __all__ = ["RouteStamp"]

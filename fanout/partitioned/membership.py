@@ -91,13 +91,17 @@ class PartitionPlan:
 class CommittedPartition:
     """What a partition that already committed the batch recorded; ``None``: not recorded
     (a mark written by an older fanout). ``digest`` is exact; ``short`` is
-    :meth:`PartitionDigest.short` where only that could be stored."""
+    :meth:`PartitionDigest.short` where only that could be stored. ``route`` is the route
+    its rows went through, as :func:`fanout.partitioned.replay_route.route_mark` gave it
+    (``<fingerprint> <route>``): the kit refuses a replay under another
+    (:func:`~fanout.partitioned.replay_route.check_routes`)."""
 
     partition: int
     partitions: int | None = None
     fingerprint: str | None = None
     digest: PartitionDigest | None = None
     short: int | None = None
+    route: str | None = None
 
 
 def plan_of(df: Any, by: Sequence[str], partitions: int) -> PartitionPlan:

@@ -7,11 +7,15 @@ deterministic hash repartition into :attr:`PartitionedSink.partitions`, the refu
 replay whose partitions would hold other rows than the committed ones
 (:mod:`fanout.partitioned.membership`), the ``mapInArrow`` task, the outcomes' transport,
 the check that every partition reported, the roll-up into one
-:class:`fanout.SinkResult`, and one error naming every failed partition. The sink
+:class:`fanout.SinkResult`, and one error naming every failed partition. It also refuses
+a replay whose committed partitions recorded another route than the batch's
+(:mod:`fanout.partitioned.replay_route`), before the route's dead letters are written
+(:meth:`PartitionedSink.check_replay`) and before any partition writes. The sink
 provides a picklable :class:`fanout.partitioned.task.PartitionWriter` that owns the
 connection on the executor, when it skips committed partitions on a replay, how to read
-their marks, and optionally a driver-side :meth:`PartitionedSink.preflight` (so a target
-that is down fails the batch without a Spark job).
+their marks (with the route each recorded), and optionally a driver-side
+:meth:`PartitionedSink.preflight` (so a target that is down fails the batch without a
+Spark job).
 
 Per-partition commit hooks (``fanout_partition_commit`` just before a partition commits,
 ``fanout_partition_committed`` right after) run on the executors, for the plugins given to
@@ -20,6 +24,7 @@ Per-partition commit hooks (``fanout_partition_commit`` just before a partition 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -41,6 +46,7 @@ from fanout.partitioned.membership import (
     summarize,
 )
 from fanout.partitioned.outcome import RESULT_DDL, PartitionOutcome
+from fanout.partitioned.replay_route import check_routes
 from fanout.partitioned.task import CommitHooks, HookPlugins, PartitionTask
 
 if TYPE_CHECKING:
@@ -95,16 +101,43 @@ class PreparedPartitions:
         return self.partitioning()
 
 
+@dataclass(frozen=True)
+class _ReplayRead:
+    """What :meth:`PartitionedSink.check_replay` read of one attempt, for the
+    :meth:`PartitionedSink.write` of that attempt that follows it: each attempt is a new
+    :class:`~fanout.contract.batch.Batch` object (fanout replaces it to count the
+    attempt), so the object, held weakly, names the attempt; the plan must be the one the
+    write computes. Taken by the next write only."""
+
+    batch: weakref.ref[Batch]
+    plan: PartitionPlan
+    committed: tuple[CommittedPartition, ...]
+
+    def holds(self, batch: Batch, plan: PartitionPlan) -> bool:
+        """Whether this was read for ``batch`` (the same object) and ``plan``."""
+        return self.batch() is batch and self.plan == plan
+
+
 class PartitionedSink(Sink):
     """Base class of a sink writing from the executors, one transaction per partition.
 
     Subclasses set ``self.partitions`` (a fixed count: the partitions are the unit of
     exactly-once), call ``super().open(context)`` in :meth:`open`, and implement
     :meth:`partition_writer`; those that skip committed partitions on a replay implement
-    :meth:`committed_partitions`. :meth:`write` is the kit's.
+    :meth:`committed_partitions`, each partition recording with its rows the route they
+    went through (:func:`fanout.partitioned.replay_route.route_mark`) and returning it in
+    :attr:`CommittedPartition.route`. :meth:`write` and :meth:`check_replay` are the kit's.
     """
 
     partitions: int = 1
+    _kit_read: _ReplayRead | None = None  # check_replay() to this attempt's write
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles without what :meth:`check_replay` read (the driver's, for one attempt,
+        holding a weak reference)."""
+        state = dict(self.__dict__)
+        state.pop("_kit_read", None)
+        return state
 
     def open(self, context: SinkContext) -> None:
         """Keep the plugins implementing the per-partition commit hooks (shipped with
@@ -186,9 +219,31 @@ class PartitionedSink(Sink):
     def committed_partitions(
         self, batch: Batch, plan: PartitionPlan
     ) -> Sequence[CommittedPartition]:
-        """The partitions of ``batch`` the target holds already, with the plan and digest
-        each committed with; read on the driver before anything is written."""
+        """The partitions of ``batch`` the target holds already, with the plan, digest and
+        route (:func:`~fanout.partitioned.replay_route.route_mark`) each committed with;
+        read on the driver before anything is written, once per attempt (also when
+        :meth:`check_replay` read them first)."""
         return ()
+
+    def check_replay(self, batch: Batch) -> None:
+        """Before fanout writes the batch's route letters (:meth:`fanout.Sink.check_replay`):
+        read the committed partitions (:meth:`committed_partitions`, on the plan
+        :meth:`write` computes) and refuse a replay whose partitions recorded another route
+        (:func:`~fanout.partitioned.replay_route.check_routes`), while nothing of the
+        attempt is written. What it read is kept for this attempt's :meth:`write`, which
+        then reads nothing again. A sink that skips no committed partition (it does not
+        implement :meth:`committed_partitions`, or its :class:`PartitionInput` keeps no
+        membership) is not checked here: it records and compares its route itself."""
+        self._kit_read = None
+        if type(self).committed_partitions is PartitionedSink.committed_partitions:
+            return
+        given = self.partition_input(batch)
+        if not given.membership:
+            return
+        plan = plan_of(given.df, given.by, self.partitions)
+        committed = tuple(self.committed_partitions(batch, plan))
+        check_routes(committed, batch, sink=self.name)
+        self._kit_read = _ReplayRead(weakref.ref(batch), plan, committed)
 
     def partition_failure(
         self, batch: Batch, failed: Sequence[PartitionOutcome], outcomes: Sequence[PartitionOutcome]
@@ -231,9 +286,10 @@ class PartitionedSink(Sink):
     def prepare_partitions(self, batch: Batch) -> PreparedPartitions:
         """Everything :meth:`write` does on the driver before the executors write: the
         preflight, the determinism checks (of the partitioning when membership is kept,
-        else of :meth:`deterministic_columns`) and the membership check (which refuse the
-        batch before any partition is written), the partitioned input and the picklable
-        task. A shared task (:mod:`fanout.partitioned.shared`) runs
+        else of :meth:`deterministic_columns`), the route and membership checks of the
+        committed partitions (which refuse the batch before any partition is written;
+        read by :meth:`check_replay` when it ran for this attempt), the partitioned input
+        and the picklable task. A shared task (:mod:`fanout.partitioned.shared`) runs
         :attr:`PreparedPartitions.task` with other sinks' in one Spark job."""
         self.preflight(batch)
         given = self.partition_input(batch)
@@ -244,8 +300,10 @@ class PartitionedSink(Sink):
             check_batch(given.df, given.by if given.keyed else WHOLE_ROW, sink=self.name,
                         batch_id=batch.batch_id, query_id=batch.query_id)  # fmt: skip
             plan = plan_of(given.df, given.by, self.partitions)
+            committed = self._committed(batch, plan)
+            check_routes(committed, batch, sink=self.name)
             check_committed(
-                self.committed_partitions(batch, plan), plan,
+                committed, plan,
                 lambda: summarize(partitioned_frame(given.df, self.partitions, given.by), given.by),
                 sink=self.name, batch_id=batch.batch_id,
             )  # fmt: skip
@@ -256,6 +314,13 @@ class PartitionedSink(Sink):
                             query_id=batch.query_id)  # fmt: skip
         task = PartitionTask(self.partition_writer(batch, plan), self._hooks(batch))
         return PreparedPartitions(given, task, partial(self._parted, given))
+
+    def _committed(self, batch: Batch, plan: PartitionPlan) -> Sequence[CommittedPartition]:
+        """What :meth:`check_replay` read for this attempt, else :meth:`committed_partitions`."""
+        read, self._kit_read = self._kit_read, None
+        if read is not None and read.holds(batch, plan):
+            return read.committed
+        return self.committed_partitions(batch, plan)
 
     def _parted(self, given: PartitionInput) -> Any:
         return partitioned_frame(
