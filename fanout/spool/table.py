@@ -8,7 +8,10 @@
   (the live batch the catch-up released while in flight, or a replay of it). A batch's
   files are plain Parquet (the partition values live in the Delta log, not in the files),
   so Spark reads them with ``spark.read.parquet`` and no Delta classes: executors read a
-  spooled batch like any Parquet input.
+  spooled batch like any Parquet input. Each append (a *spooling*) gives its rows an id of
+  its own (:data:`SPOOLING_COLUMN`): two drivers of one pipeline spooling one batch at once
+  may both find its rows absent and both append them, and readers then take one
+  spooling's files only (:func:`_one_spooling`), so no row of the batch is read twice.
 - ``<spool>/index``: one row per (batch, sink that needs it), with what the batch's ledger
   marks must carry (query id, source offsets, planning time) and the batch's Spark
   schema. Rows of a replayed batch may repeat; readers take the union.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -46,9 +50,18 @@ PIPELINE_COLUMN = "_fanout_pipeline"
 EPOCH_COLUMN = "_fanout_epoch"
 BATCH_COLUMN = "_fanout_batch"
 PARTITION_COLUMNS = (PIPELINE_COLUMN, EPOCH_COLUMN, BATCH_COLUMN)
+SPOOLING_COLUMN = "_fanout_spooling"
+"""The id (a uuid) of the append that wrote a row: one per spooling of a batch. A spool
+written by an older version has no such column (its rows read as one spooling)."""
+RESERVED_COLUMNS = (*PARTITION_COLUMNS, SPOOLING_COLUMN)
 SHORT_LOG = {LOG_RETENTION_PROPERTY: OWN_LOG_RETENTION}
 """The spool's tables keep minutes of Delta log: a sink behind for hours spools a batch
 a commit, and delta-rs lists the whole log at each."""
+STATS_PROPERTY = "delta.dataSkippingStatsColumns"
+DATA_CONFIG = {**SHORT_LOG, STATS_PROPERTY: SPOOLING_COLUMN}
+"""The data table's properties: its files' statistics are of :data:`SPOOLING_COLUMN`
+alone (by default delta-rs keeps the first 32 columns', and the id comes last), so each
+file's spooling is read from the Delta log, not from the file."""
 
 BatchKey = tuple[int, int]
 """``(epoch, batch_id)``: batches sort by it."""
@@ -288,7 +301,7 @@ class Spool:
             if new_sinks:
                 self._append_index(batch, new_sinks)
             data = open_table(self.data_path, self.storage_options)  # one snapshot serves all
-            if rows and not _files_in(data, self.pipeline, key):
+            if rows and not _any_files(data, self.pipeline, key):
                 if table is None:  # removed (every sink then holding it), now needed again
                     table = self._arrow(df, info, arrow)
                 data = self._append_rows(table, info, data)
@@ -414,6 +427,7 @@ class Spool:
     ) -> DeltaTable | None:
         """Append the batch's rows (one commit) to ``table``, the snapshot just read
         (``None``: open it, or create the table); returns the table at the new version."""
+        import pyarrow as pa
         from deltalake import write_deltalake
 
         from fanout.delta_tables.io import commit_properties
@@ -421,6 +435,8 @@ class Spool:
         app_id = f"fanout-spool/{pipeline_scope(self.pipeline, info.epoch)}"
         if arrow.num_rows == 0:
             return table  # nothing to read back: the index row alone carries the schema
+        spooling = pa.repeat(pa.scalar(uuid.uuid4().hex, pa.string()), arrow.num_rows)
+        arrow = arrow.append_column(SPOOLING_COLUMN, spooling)
         if table is None:
             table = open_table(self.data_path, self.storage_options)
         table = self._ready_for(arrow.schema, table)
@@ -431,7 +447,7 @@ class Spool:
             partition_by=list(PARTITION_COLUMNS),
             schema_mode="merge",  # a later batch may carry new columns
             commit_properties=commit_properties({app_id: info.batch_id}),
-            configuration=None if table is not None else SHORT_LOG,
+            configuration=None if table is not None else DATA_CONFIG,
             storage_options=None if table is not None else dict(self.storage_options or {}) or None,
         )
         # write_deltalake moves a DeltaTable it is given to the version it committed
@@ -449,12 +465,12 @@ class Spool:
         if table is not None:
             ntz.finish_create(table)
             ntz.enable_feature(table, stored)
-            return table
+            return self._spooling_stats(table)
         if not ntz.hidden_ntz(stored):
             return None
         try:
             return ntz.create_table(
-                self.data_path, stored, partition_by=PARTITION_COLUMNS, configuration=SHORT_LOG,
+                self.data_path, stored, partition_by=PARTITION_COLUMNS, configuration=DATA_CONFIG,
                 storage_options=self.storage_options,
             )  # fmt: skip
         except Exception:
@@ -462,6 +478,25 @@ class Spool:
             if table is None:
                 raise
             return self._ready_for(schema, table)  # another instance created it meanwhile
+
+    def _spooling_stats(self, table: DeltaTable) -> DeltaTable:
+        """``table``, keeping statistics of :data:`SPOOLING_COLUMN` for the files it adds
+        (a spool an older version created lacks the property: one commit sets it, before
+        this version's first append; the readers need each file's spooling)."""
+        if table.metadata().configuration.get(STATS_PROPERTY) == SPOOLING_COLUMN:
+            return table
+        try:
+            table.alter.set_table_properties(
+                {STATS_PROPERTY: SPOOLING_COLUMN}, raise_if_not_exists=False
+            )
+        except Exception:
+            again = open_table(self.data_path, self.storage_options)
+            if again is None or again.metadata().configuration.get(STATS_PROPERTY) != (
+                SPOOLING_COLUMN
+            ):
+                raise
+            return again  # another instance set it meanwhile
+        return table
 
     def _append_index(self, batch: SpooledBatch, sinks: Iterable[str]) -> None:
         import pyarrow as pa
@@ -496,11 +531,7 @@ class Spool:
         return _sizes_in(open_table(self.data_path, self.storage_options), self.pipeline, keys)
 
 
-def _files_in(table: DeltaTable | None, pipeline: str, key: BatchKey) -> list[str]:
-    """The files of batch ``key`` in ``table``'s loaded version: its rows were appended
-    (one commit, so all of them) and not removed since."""
-    if table is None:
-        return []
+def _all_files(table: DeltaTable, pipeline: str, key: BatchKey) -> list[str]:
     predicate = [
         (PIPELINE_COLUMN, "=", pipeline),
         (EPOCH_COLUMN, "=", str(key[0])),
@@ -509,27 +540,71 @@ def _files_in(table: DeltaTable | None, pipeline: str, key: BatchKey) -> list[st
     return list(table.file_uris(file_pruning_predicate=predicate))
 
 
+def _any_files(table: DeltaTable | None, pipeline: str, key: BatchKey) -> bool:
+    """Whether ``table``'s loaded version holds rows of batch ``key``."""
+    return table is not None and bool(_all_files(table, pipeline, key))
+
+
+def _files_in(table: DeltaTable | None, pipeline: str, key: BatchKey) -> list[str]:
+    """The files of one spooling of batch ``key`` in ``table``'s loaded version (each
+    spooling appended all of its rows in one commit, and none was removed since)."""
+    if table is None:
+        return []
+    uris = _all_files(table, pipeline, key)
+    if len(uris) <= 1:  # the common case: one spooling, one file; its log read is enough
+        return uris
+    names = {name for name, _ in _one_spooling(table, pipeline, [key]).get(key, [])}
+    return [uri for uri in uris if uri.rsplit("/", 1)[-1] in names]
+
+
 def _sizes_in(
     table: DeltaTable | None, pipeline: str, keys: Iterable[BatchKey] | None = None
 ) -> dict[BatchKey, int]:
-    """Bytes per batch of ``pipeline`` with files in ``table``'s loaded version."""
+    """Bytes per batch of ``pipeline`` with files in ``table``'s loaded version (one
+    spooling's files)."""
+    chosen = _one_spooling(table, pipeline, keys)
+    return {key: sum(size for _, size in files) for key, files in chosen.items()}
+
+
+SpooledFile = tuple[str, int]
+"""A data file's name (its path's last part) and size in bytes."""
+
+
+def _one_spooling(
+    table: DeltaTable | None, pipeline: str, keys: Iterable[BatchKey] | None = None
+) -> dict[BatchKey, list[SpooledFile]]:
+    """Per batch of ``pipeline`` with files in ``table``'s loaded version, the files of
+    one of its spoolings: the smallest id by the log's statistics of
+    :data:`SPOOLING_COLUMN`, files without one (written by an older version, as one
+    spooling) first. Two spoolings are two complete copies of the batch (a replayed batch
+    has the rows it had), so any one of them is the batch, and every reader picks the same."""
     if table is None:
         return {}
     wanted = None if keys is None else set(keys)
     import pyarrow as pa
 
     actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
-    sizes: dict[BatchKey, int] = {}
-    pipelines = actions.get(f"partition.{PIPELINE_COLUMN}", [])
-    epochs = actions.get(f"partition.{EPOCH_COLUMN}", [])
-    batches = actions.get(f"partition.{BATCH_COLUMN}", [])
-    for owner, epoch, batch_id, size in zip(
-        pipelines, epochs, batches, actions.get("size_bytes", []), strict=False
-    ):
+    spoolings: dict[BatchKey, dict[str | None, list[SpooledFile]]] = {}
+    count = len(actions.get("path", []))
+    columns = (
+        actions.get(f"partition.{PIPELINE_COLUMN}", [None] * count),
+        actions.get(f"partition.{EPOCH_COLUMN}", [None] * count),
+        actions.get(f"partition.{BATCH_COLUMN}", [None] * count),
+        actions.get("path", []),
+        actions.get("size_bytes", [0] * count),
+        actions.get(f"min.{SPOOLING_COLUMN}", [None] * count),
+    )
+    for owner, epoch, batch_id, path, size, spooling in zip(*columns, strict=True):
+        if owner != pipeline:
+            continue
         key = (int(epoch), int(batch_id))
-        if owner == pipeline and (wanted is None or key in wanted):
-            sizes[key] = sizes.get(key, 0) + int(size)
-    return sizes
+        if wanted is None or key in wanted:
+            files = spoolings.setdefault(key, {}).setdefault(spooling, [])
+            files.append((str(path).rsplit("/", 1)[-1], int(size)))
+    return {
+        key: by_id[min(by_id, key=lambda s: (s is not None, s or ""))]
+        for key, by_id in spoolings.items()
+    }
 
 
 def _from_index_row(row: Mapping[str, Any]) -> SpooledBatch:
@@ -550,7 +625,7 @@ def _from_index_row(row: Mapping[str, Any]) -> SpooledBatch:
 def _with_partition_columns(arrow: pa.Table, pipeline: str, info: BatchInfo) -> pa.Table:
     import pyarrow as pa
 
-    clash = [c for c in PARTITION_COLUMNS if c in arrow.column_names]
+    clash = [c for c in RESERVED_COLUMNS if c in arrow.column_names]
     if clash:
         raise SpoolError(
             f"pipeline {pipeline!r}, batch {info.batch_id}: the batch has a column "

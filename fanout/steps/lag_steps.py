@@ -25,6 +25,7 @@ from fanout.spool.table import (
     BATCH_COLUMN,
     EPOCH_COLUMN,
     PIPELINE_COLUMN,
+    SPOOLING_COLUMN,
     BatchKey,
     Spool,
     SpooledBatch,
@@ -117,10 +118,12 @@ def warn_given_up(
             "`fanout ledger skip` without --spool, but the spool at %s still holds them "
             "(%s row(s)): they are kept, neither written to the sink (its mark is past them) "
             "nor released. If the sink must get them, read their rows from the spool's Delta "
-            "table %s (where %s = %r, %s = %s and %s in those batch ids) and write them to it "
+            "table %s (where %s = %r, %s = %s and %s in those batch ids; a batch two drivers "
+            "spooled at once is there twice, once per %s: take one) and write them to it "
             "yourself; then release them with `%s`",
             pipeline, sink, batch_ranges(ids), epoch, spool.path, sum(b.rows for b in batches),
             spool.data_path, PIPELINE_COLUMN, pipeline, EPOCH_COLUMN, epoch, BATCH_COLUMN,
+            SPOOLING_COLUMN,
             release_command(ledger, pipeline, sink, max(ids), epoch, spool.path),
         )  # fmt: skip
 

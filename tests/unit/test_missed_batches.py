@@ -443,8 +443,9 @@ def test_a_skip_without_the_spool_keeps_the_batches_it_still_holds_and_names_the
         "(4 row(s)): they are kept, neither written to the sink (its mark is past them) nor "
         "released. If the sink must get them, read their rows from the spool's Delta table "
         f"{data} (where _fanout_pipeline = 'gap', _fanout_epoch = 0 and _fanout_batch in "
-        f"those batch ids) and write them to it yourself; then release them with `fanout "
-        f"ledger skip --ledger {path} --pipeline gap --sink down --through 2 --epoch 0 "
+        "those batch ids; a batch two drivers spooled at once is there twice, once per "
+        "_fanout_spooling: take one) and write them to it yourself; then release them with "
+        f"`fanout ledger skip --ledger {path} --pipeline gap --sink down --through 2 --epoch 0 "
         f"--spool {spool} --release-spooled`"
     ]
 

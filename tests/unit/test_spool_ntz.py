@@ -28,12 +28,14 @@ def spooled(spool: Spool, batch_id: int, table: pa.Table) -> None:
     spool.add(SchemaFrame([]), info, ["s"], now_utc(), arrow=lambda: table)
 
 
+OTHER_SPOOL_COLUMNS = ("_fanout_pipeline", "_fanout_epoch", "_fanout_spooling")  # the id: random
+
+
 def data_rows(spool: Spool) -> list[dict[str, Any]]:
     rows = read_arrow(DeltaTable(spool.data_path)).to_pylist()
     names = {"_fanout_batch": "batch_id"}
     kept = [
-        {names.get(k, k): v for k, v in r.items() if k not in ("_fanout_pipeline", "_fanout_epoch")}
-        for r in rows
+        {names.get(k, k): v for k, v in r.items() if k not in OTHER_SPOOL_COLUMNS} for r in rows
     ]
     return sorted(kept, key=lambda r: r["id"])
 
