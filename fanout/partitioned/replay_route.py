@@ -10,12 +10,14 @@ committed atomically with them), the sink returns it in
 :attr:`~fanout.partitioned.membership.CommittedPartition.route`, and the kit refuses a
 replay under another route (:func:`check_routes`) before anything of it is written: in
 :meth:`~fanout.partitioned.sink.PartitionedSink.check_replay` (before the route letters)
-and where it reads the committed partitions before the partitions write.
+and where it reads the committed partitions before the partitions write. A sink that
+records its route per piece without skipping them (PostgreSQL upsert) calls
+:func:`check_routes` itself, with its records and its own ``why``: one rule, one message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from fanout.errors import RouteError
@@ -24,6 +26,14 @@ from fanout.routes.route import route_of
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
     from fanout.partitioned.membership import CommittedPartition
+
+SKIPS = (
+    "A replay skips the committed partitions, so a row only the new route refuses would be "
+    "both in a committed partition and in the dead letters, and one only the old route "
+    "refuses in neither."
+)
+"""Why a sink skipping committed partitions on a replay refuses one under another route
+(:func:`check_routes`' default ``why``)."""
 
 
 def route_mark(batch: Batch) -> str:
@@ -34,21 +44,34 @@ def route_mark(batch: Batch) -> str:
     return route_of(batch).mark
 
 
-def check_routes(committed: Sequence[CommittedPartition], batch: Batch, *, sink: str) -> None:
-    """Refuse a replay of ``batch`` whose committed partitions recorded another route than
-    the batch's (:meth:`fanout.contract.route_stamp.RouteStamp.accepts`: the same
-    fingerprint, or one an older fanout gave the same expressions). A partition that
-    recorded none (``route`` ``None``: a mark of an older version, or a sink that does not
-    record it) is not compared.
+def recorded_routes(committed: Iterable[CommittedPartition]) -> dict[int, str | None]:
+    """Partition -> the route it recorded (:attr:`CommittedPartition.route`), for
+    :func:`check_routes`."""
+    return {mark.partition: mark.route for mark in committed}
 
-    :raises RouteError: naming the sink, the batch, the partitions, both routes and what
-        to do.
+
+def check_routes(
+    routes: Mapping[int, str | None], batch: Batch, *, sink: str, why: str = SKIPS
+) -> None:
+    """Refuse a replay of ``batch`` whose committed partitions recorded another route than
+    the batch's (``routes``: partition -> recorded mark, :func:`recorded_routes` of the
+    committed partitions, or a sink's own records). The comparison is
+    :meth:`fanout.contract.route_stamp.RouteStamp.accepts`: the same fingerprint, or one
+    an older fanout gave the same expressions; a partition that recorded none (``None``:
+    a mark of an older version, or a sink that does not record it) is not compared. A
+    batch built outside fanout (:attr:`~fanout.Batch.route` ``None``) is compared as the
+    identity route it records (:func:`route_mark`).
+
+    :param why: the sentence saying what the sink would get wrong writing the replay
+        (default :data:`SKIPS`: a sink that skips committed partitions).
+    :raises RouteError: naming the sink, the batch, the partitions, both routes with their
+        fingerprints, ``why``, and what to do.
     """
     route = route_of(batch)
     other: dict[str, list[int]] = {}
-    for mark in sorted(committed, key=lambda c: c.partition):
-        if not route.accepts(mark.route):
-            other.setdefault(_shown(mark.route), []).append(mark.partition)
+    for partition, mark in sorted(routes.items()):
+        if not route.accepts(mark):
+            other.setdefault(_shown(mark or ""), []).append(partition)
     if not other:
         return
     then = ", ".join(
@@ -56,15 +79,17 @@ def check_routes(committed: Sequence[CommittedPartition], batch: Batch, *, sink:
         for i, (shown, parts) in enumerate(other.items())
     )
     raise RouteError(
-        f"the route changed mid-batch: {then}, but the sink's route is now {route.text}. "
-        "Nothing was written. Restore the old route until this batch completes, then "
-        "change it (a change between batches is safe)",
+        f"the route changed mid-batch: {then}, but the sink's route is now {route.text} "
+        f"(fingerprint {route.fingerprint}). {why} Nothing was written. Restore the old "
+        "route (its expressions and the Spark settings it names) until this batch "
+        "completes, then change it (a change between batches is safe)",
         sink=sink,
         batch_id=batch.batch_id,
     )
 
 
-def _shown(mark: str | None) -> str:
-    """A recorded route for people: its text, or its fingerprint when only that is kept."""
-    fingerprint, _, text = (mark or "").partition(" ")
-    return text or f"another route (fingerprint {fingerprint})"
+def _shown(mark: str) -> str:
+    """A recorded route for people: its text and fingerprint, or the fingerprint alone
+    when only that is kept."""
+    fingerprint, _, text = mark.partition(" ")
+    return f"{text or 'another route'} (fingerprint {fingerprint})"

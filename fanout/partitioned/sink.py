@@ -46,7 +46,7 @@ from fanout.partitioned.membership import (
     summarize,
 )
 from fanout.partitioned.outcome import RESULT_DDL, PartitionOutcome
-from fanout.partitioned.replay_route import check_routes
+from fanout.partitioned.replay_route import check_routes, recorded_routes
 from fanout.partitioned.task import CommitHooks, HookPlugins, PartitionTask
 
 if TYPE_CHECKING:
@@ -233,7 +233,8 @@ class PartitionedSink(Sink):
         attempt is written. What it read is kept for this attempt's :meth:`write`, which
         then reads nothing again. A sink that skips no committed partition (it does not
         implement :meth:`committed_partitions`, or its :class:`PartitionInput` keeps no
-        membership) is not checked here: it records and compares its route itself."""
+        membership) is not checked here: it records its route itself and compares it with
+        :func:`~fanout.partitioned.replay_route.check_routes` (PostgreSQL upsert)."""
         self._kit_read = None
         if type(self).committed_partitions is PartitionedSink.committed_partitions:
             return
@@ -242,7 +243,7 @@ class PartitionedSink(Sink):
             return
         plan = plan_of(given.df, given.by, self.partitions)
         committed = tuple(self.committed_partitions(batch, plan))
-        check_routes(committed, batch, sink=self.name)
+        check_routes(recorded_routes(committed), batch, sink=self.name)
         self._kit_read = _ReplayRead(weakref.ref(batch), plan, committed)
 
     def partition_failure(
@@ -301,7 +302,7 @@ class PartitionedSink(Sink):
                         batch_id=batch.batch_id, query_id=batch.query_id)  # fmt: skip
             plan = plan_of(given.df, given.by, self.partitions)
             committed = self._committed(batch, plan)
-            check_routes(committed, batch, sink=self.name)
+            check_routes(recorded_routes(committed), batch, sink=self.name)
             check_committed(
                 committed, plan,
                 lambda: summarize(partitioned_frame(given.df, self.partitions, given.by), given.by),

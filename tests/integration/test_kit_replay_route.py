@@ -18,6 +18,7 @@ import pytest
 
 from fanout import BatchFailedError, BatchInfo, FanOut, RouteError
 from fanout.delta_tables.io import read_delta
+from fanout.partitioned.replay_route import SKIPS
 from fanout.routes.route import Route
 from fanout.routes.settings import session_settings
 from fanout.testing.conformance import SinkConformance, SinkUnderTest
@@ -75,8 +76,10 @@ class Case:
         parted = self.batch.repartition(3, "id").select("id", F.spark_partition_id().alias("p"))
         return {int(r["id"]): int(r["p"]) for r in parted.collect()}
 
-    def text(self, where: str | None) -> str:
-        return Route(where=where).stamp(session_settings(self.batch)).text
+    def shown(self, where: str) -> str:
+        """The route as the refusal names it: its text and fingerprint."""
+        stamp = Route(where=where).stamp(session_settings(self.batch))
+        return f"{stamp.text} (fingerprint {stamp.fingerprint})"
 
 
 def _letter_ids(path: Path) -> list[int]:
@@ -104,9 +107,10 @@ def test_a_replay_under_another_route_is_refused_before_its_letters(
     assert isinstance(error, RouteError)
     assert str(error) == (
         f"sink 's', batch 0: the route changed mid-batch: partition(s) {done} committed this "
-        f"batch under {case.text(ODD_FAILS)}, but the sink's route is now {case.text(OTHER)}. "
-        "Nothing was written. Restore the old route until this batch completes, then change "
-        "it (a change between batches is safe)"
+        f"batch under {case.shown(ODD_FAILS)}, but the sink's route is now "
+        f"{case.shown(OTHER)}. {SKIPS} Nothing was written. Restore the old route (its "
+        "expressions and the Spark settings it names) until this batch completes, then "
+        "change it (a change between batches is safe)"
     )
     assert fan.sinks["s"].mark_reads == 1  # check_replay's read, before the letters
     assert case.files() == before and _letter_ids(dead) == [1, 3, 5, 7]
@@ -137,9 +141,10 @@ def test_without_route_letters_the_write_refuses_before_any_partition(
     assert isinstance(error, RouteError)
     assert error.detail == (
         f"the route changed mid-batch: partition(s) {done} committed this batch under no "
-        f"route, but the sink's route is now {case.text('id % 2 = 0')}. Nothing was written. "
-        "Restore the old route until this batch completes, then change it (a change between "
-        "batches is safe)"
+        f"route (fingerprint {Route().stamp().fingerprint}), but the sink's route is now "
+        f"{case.shown('id % 2 = 0')}. {SKIPS} Nothing was written. Restore the old route (its "
+        "expressions and the Spark settings it names) until this batch completes, then "
+        "change it (a change between batches is safe)"
     )
     assert case.files() == before
 

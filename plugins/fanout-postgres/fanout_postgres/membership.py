@@ -7,17 +7,20 @@ digest of its input rows (``input_rows``, ``input_checksum``; migration
 ``0002_progress_plan``), and the route its rows went through (``route``, migration
 ``0003_progress_route``). Before any partition writes, the kit's check reads the marks of
 the batch in one query; only when some exist does it re-plan the batch in one Spark job
-and compare. A mark of another route refuses the replay (:func:`refuse_other_route`).
+and compare. A mark of another route refuses the replay: the mark's route is returned in
+:attr:`CommittedPartition.route` and the kit compares it
+(:func:`fanout.partitioned.replay_route.check_routes`).
 
 Upsert mode skips nothing on a replay but deletes nothing either: each committed partition
 records its route in ``upsert_routes`` (migration ``0004_upsert_routes``, in the partition's
-transaction), which a replay's route must match (:func:`upsert_routes`).
+transaction), which a replay's route must match (:func:`upsert_routes`, compared by the same
+``check_routes`` with :data:`REWRITES`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from fanout.partitioned.membership import (
     WHOLE_ROW,
@@ -26,13 +29,10 @@ from fanout.partitioned.membership import (
 )
 from fanout_postgres.statements import progress_table, upsert_routes_table
 
-if TYPE_CHECKING:
-    from fanout.contract.batch import Batch
-
 
 def committed_partitions(conn: Any, state_schema: str, scope: str, sink: str, batch_id: int
-                         ) -> tuple[list[CommittedPartition], dict[int, str | None]]:  # fmt: skip
-    """The progress marks of one batch of one sink, and the route each recorded
+                         ) -> list[CommittedPartition]:  # fmt: skip
+    """The progress marks of one batch of one sink, each with the route it recorded
     (``<fingerprint> <route>``; ``None`` in a mark of an older fanout)."""
     import sqlalchemy as sa
 
@@ -41,12 +41,13 @@ def committed_partitions(conn: Any, state_schema: str, scope: str, sink: str, ba
         p.c.partition, p.c.partitions, p.c.fingerprint, p.c.input_rows, p.c.input_checksum,
         p.c.route,
     ).where(p.c.pipeline == scope, p.c.sink == sink, p.c.batch_id == batch_id)  # fmt: skip
-    marks, routes = [], {}
+    marks: list[CommittedPartition] = []
     for partition, partitions, fingerprint, rows, checksum, route in conn.execute(query):
         digest = None if rows is None else PartitionDigest(int(rows), int(checksum or 0))
-        marks.append(CommittedPartition(int(partition), int(partitions), fingerprint, digest))
-        routes[int(partition)] = route
-    return marks, routes
+        marks.append(
+            CommittedPartition(int(partition), int(partitions), fingerprint, digest, route=route)
+        )
+    return marks
 
 
 def upsert_routes(conn: Any, state_schema: str, scope: str, sink: str, batch_id: int
@@ -62,57 +63,14 @@ def upsert_routes(conn: Any, state_schema: str, scope: str, sink: str, batch_id:
     return {int(partition): route for partition, route in conn.execute(query)}
 
 
-def route_mark(batch: Batch) -> str | None:
-    """What a progress mark records of the batch's route: ``<fingerprint> <route>``."""
-    route = batch.route
-    return None if route is None else f"{route.fingerprint} {route.text}"
-
-
-SKIPS = (
-    "A replay skips committed partitions, so a row only the new route refuses would be both "
-    "in the table and in the dead letters, and one only the old route refuses in neither."
-)
-"""Why append mode refuses a replay under another route."""
 REWRITES = (
     "An upsert rewrites the rows the route keeps but deletes none, so a row those "
     "partitions hold that the new route refuses would be both in the table and in the "
     "dead letters, and one it leaves out would stay in the table."
 )
-"""Why upsert mode refuses a replay under another route."""
-
-
-def refuse_other_route(batch: Batch, routes: Mapping[int, str | None], why: str = SKIPS
-                       ) -> None:  # fmt: skip
-    """Raise :class:`fanout.RouteError` when partitions committed the batch under another
-    route than the batch's (``routes``: partition -> recorded mark), saying ``why`` that
-    is wrong (append: :data:`SKIPS`, upsert: :data:`REWRITES`). Marks without a route
-    (an older fanout) and batches handed no route are not compared; a fingerprint of
-    :attr:`~fanout.contract.route_stamp.RouteStamp.earlier` is the same route."""
-    from fanout.errors import RouteError
-
-    route = batch.route
-    if route is None:
-        return
-    same = {route.fingerprint, *route.earlier}
-    other: dict[str, list[int]] = {}
-    for partition, mark in sorted(routes.items()):
-        if mark and mark.partition(" ")[0] not in same:
-            other.setdefault(mark, []).append(partition)
-    if not other:
-        return
-    then = "; ".join(
-        f"partition(s) {parts} under {mark.partition(' ')[2] or 'another route'} "
-        f"(fingerprint {mark.partition(' ')[0]})"
-        for mark, parts in other.items()
-    )
-    raise RouteError(
-        f"the route changed mid-batch: {then} committed this batch, but the sink's route is "
-        f"now {route.text} (fingerprint {route.fingerprint}). {why} Nothing was "
-        "written. Restore the old route (its expressions and the Spark settings it names) "
-        "until this batch completes, then change it (a change between batches is safe)",
-        sink=batch.sink_name,
-        batch_id=batch.batch_id,
-    )
+"""Why upsert mode refuses a replay under another route
+(:func:`fanout.partitioned.replay_route.check_routes`' ``why``; append mode's is the kit's
+:data:`~fanout.partitioned.replay_route.SKIPS`)."""
 
 
 def partition_columns(

@@ -40,6 +40,7 @@ from fanout.errors import (
 from fanout.observe.secrets import redact
 from fanout.partitioned.membership import CommittedPartition, PartitionPlan, quoted
 from fanout.partitioned.outcome import PartitionOutcome
+from fanout.partitioned.replay_route import check_routes, route_mark
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout_postgres import url as pgurl
 from fanout_postgres.connections import CLIENT_ENCODING, NOT_DURABLE, not_durable
@@ -55,8 +56,6 @@ from fanout_postgres.membership import (
     batch_names,
     committed_partitions,
     partition_columns,
-    refuse_other_route,
-    route_mark,
     upsert_routes,
 )
 from fanout_postgres.migrate import migration_problem
@@ -338,35 +337,33 @@ class PostgresSink(PartitionedSink):
     def committed_partitions(
         self, batch: Batch, plan: PartitionPlan
     ) -> Sequence[CommittedPartition]:
-        """The batch's progress marks (append mode), read in one query; a replay whose
-        committed partitions recorded another route is refused here, before any partition
-        writes (:func:`fanout_postgres.membership.refuse_other_route`)."""
-        return self._marks(batch)
+        """The batch's progress marks (append mode), each with the route it recorded, read
+        in one query; the kit refuses a replay under another route
+        (:func:`fanout.partitioned.replay_route.check_routes`) before any partition
+        writes."""
+        with self._engine().connect() as conn:
+            return committed_partitions(
+                conn, self.state_schema, _scope(batch), self.name, batch.batch_id
+            )
 
     def check_replay(self, batch: Batch) -> None:
         """Before fanout writes the batch's route letters: refuse a replay whose committed
-        partitions recorded another route (append: their progress marks, which
-        :meth:`committed_partitions` checks again; upsert: ``upsert_routes``, checked
-        again by :meth:`preflight`). One query."""
+        partitions recorded another route. Append: the kit's (their progress marks, which
+        the write of the same attempt then takes instead of reading again). Upsert, whose
+        input keeps no membership, so the kit checks nothing: ``upsert_routes``, checked
+        again by :meth:`preflight`. One query."""
         if self.mode == "append":
-            self._marks(batch)
+            super().check_replay(batch)
             return
         with self._engine().connect() as conn:
             self._refuse_other_route(conn, batch)
 
     def _refuse_other_route(self, conn: Any, batch: Batch) -> None:
-        """Upsert: :func:`~fanout_postgres.membership.refuse_other_route` on the routes the
-        batch's committed partitions recorded (one query)."""
+        """Upsert: the kit's :func:`~fanout.partitioned.replay_route.check_routes` on the
+        routes the batch's committed partitions recorded (one query), saying
+        :data:`~fanout_postgres.membership.REWRITES`."""
         routes = upsert_routes(conn, self.state_schema, _scope(batch), self.name, batch.batch_id)
-        refuse_other_route(batch, routes, REWRITES)
-
-    def _marks(self, batch: Batch) -> list[CommittedPartition]:
-        with self._engine().connect() as conn:
-            marks, routes = committed_partitions(
-                conn, self.state_schema, _scope(batch), self.name, batch.batch_id
-            )
-        refuse_other_route(batch, routes)
-        return marks
+        check_routes(routes, batch, sink=self.name, why=REWRITES)
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> PostgresPartitionWriter:
         """The batch's partition writer: the resolved URL, the write plan, and the batch

@@ -105,9 +105,10 @@ class BatchMeta:
     fingerprint: str | None = None
     """Append: the partitioning's fingerprint, recorded in each progress mark."""
     route: str | None = None
-    """The batch's route (``<fingerprint> <route>``), recorded with each partition's rows:
-    append in its progress mark, upsert in ``upsert_routes``
-    (:func:`fanout_postgres.membership.refuse_other_route`)."""
+    """The batch's route (:func:`fanout.partitioned.replay_route.route_mark`: ``<fingerprint>
+    <route>``, the identity's for a batch built outside fanout), recorded with each
+    partition's rows: append in its progress mark, upsert in ``upsert_routes``; a replay
+    under another is refused (:func:`fanout.partitioned.replay_route.check_routes`)."""
 
 
 class PartitionTransaction:

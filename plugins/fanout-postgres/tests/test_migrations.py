@@ -225,8 +225,9 @@ def test_marks_of_an_older_progress_table_are_kept_without_a_route(pg_url: str) 
     held are kept, of an unknown route, which a replay under any route does not refuse."""
     from types import SimpleNamespace
 
-    from fanout_postgres.membership import committed_partitions, refuse_other_route
+    from fanout_postgres.membership import committed_partitions
 
+    from fanout.partitioned.replay_route import check_routes, recorded_routes
     from fanout.routes.route import Route
 
     upgrade(pg_url, schema="old", revision="0002_progress_plan")
@@ -238,10 +239,9 @@ def test_marks_of_an_older_progress_table_are_kept_without_a_route(pg_url: str) 
         )
     upgrade(pg_url, schema="old")
     with engine.connect() as conn:
-        marks, routes = committed_partitions(conn, "old", "p", "pg", 7)
+        marks = committed_partitions(conn, "old", "p", "pg", 7)
     engine.dispose()
     assert _state(pg_url, "old")["columns"] == PROGRESS_COLUMNS
-    assert [(m.partition, m.partitions) for m in marks] == [(1, 2)]
-    assert routes == {1: None}
+    assert [(m.partition, m.partitions, m.route) for m in marks] == [(1, 2, None)]
     batch = SimpleNamespace(route=Route(where="id > 1").stamp(), sink_name="pg", batch_id=7)
-    refuse_other_route(batch, routes)  # type: ignore[arg-type]
+    check_routes(recorded_routes(marks), batch, sink="pg")  # type: ignore[arg-type]
