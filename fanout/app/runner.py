@@ -56,6 +56,12 @@ class BatchTracker:
         self.idle = threading.Event()
         self.idle.set()
 
+    def committed_text(self) -> str:
+        """The run's last committed batch, as the end-of-run lines say it."""
+        if self.last_committed is None:
+            return "no batch ran in this run"
+        return f"last committed batch {self.last_committed}"
+
     @hookimpl
     def fanout_batch_start(
         self, info: BatchInfo, pending: Sequence[str], skipped: Sequence[str]
@@ -261,9 +267,7 @@ def run(path: str, out: TextIO | None = None) -> int:
             return _failed(query, tracker, config, out)
         if _final_catch_up(fan, stop, out) != 0:
             return EXIT_BEHIND
-        out.write(
-            f"pipeline {config.name!r} finished (last committed batch {tracker.last_committed})\n"
-        )
+        out.write(f"pipeline {config.name!r} finished ({tracker.committed_text()})\n")
         return 0
     finally:
         for sig, handler in previous.items():
@@ -378,9 +382,7 @@ def _stop(
         out.write(f"{signame}: the query failed while it stopped\n")
         return "failed"
     if batch is None:
-        out.write(
-            f"{signame}: stopped between batches; last committed batch {tracker.last_committed}\n"
-        )
+        out.write(f"{signame}: stopped between batches; {tracker.committed_text()}\n")
         return "between"
     out.write(f"{signame}: batch {batch} finished; stopped cleanly\n")
     return "finished"

@@ -73,6 +73,15 @@ def test_a_stop_between_batches_stops_the_query(tmp_path: Path) -> None:
     assert out.getvalue() == "SIGINT: stopped between batches; last committed batch 4\n"
 
 
+def test_a_stop_in_a_run_that_ran_no_batch_says_so(tmp_path: Path) -> None:
+    tracker, query, out = runner.BatchTracker(), _Query(), io.StringIO()
+
+    outcome = runner._stop(query, tracker, _config(tmp_path), "SIGTERM", out)
+
+    assert (outcome, len(query.stops)) == ("between", 1)
+    assert out.getvalue() == "SIGTERM: stopped between batches; no batch ran in this run\n"
+
+
 def test_a_batch_finishing_within_the_timeout_is_waited_for(tmp_path: Path) -> None:
     tracker, query, out = _in_flight(7), _Query(), io.StringIO()
     ended = []
