@@ -166,6 +166,13 @@ def _fake_run(
     made: dict[str, Any] = {"closed": 0}
 
     class _Fan:
+        def behind(self) -> list[Any]:
+            return []
+
+        def start_catch_up(self, query: Any) -> str | None:
+            made["catch_up_started"] = query
+            return None
+
         def close(self) -> None:
             made["closed"] += 1
 
@@ -272,6 +279,8 @@ _PROCESS = textwrap.dedent(
         def exception(self): return None
 
     class Fan:
+        def behind(self): return []
+        def start_catch_up(self, query): return None
         def close(self): raise AssertionError("closed while its batch runs")
 
     def build_fanout(spark, config, plugins=(), **kw):
