@@ -68,6 +68,7 @@ from fanout.steps.lag_steps import (
 from fanout.steps.persist import prepare_reads
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
+from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.state import BatchState
 from fanout.steps.write import write_all
@@ -406,6 +407,50 @@ class FanOut:
             self.catchup.start()
             self.catchup.wake()
         return self._report(state)
+
+    def start_catch_up(self, query: Any) -> str | None:
+        """Start the catch-up thread now, beside the just started ``query``, instead of
+        with its first batch: a restarted query that finds no new data runs no batch
+        (Spark runs none without data, a ``processing_time`` trigger included), and its
+        lagging sinks would otherwise wait for new data to catch up. Call it right after
+        ``writeStream...start()`` returns; ``fanout run`` does.
+
+        It starts only when the checkpoint guard would admit the batch Spark runs next
+        (:func:`fanout.steps.resume.why_wait`): a run whose checkpoint was replaced or
+        rolled back writes nothing before its first batch is refused. Returns why it did
+        not start (``None``: started, or no sink can lag); the first batch starts it then,
+        as it always does. Under Spark Connect it never starts here: the pipeline's
+        ``FanOut`` is the one built beside the server, which starts it with its first
+        batch."""
+        if not self.lagging.sinks:
+            return None
+        reason = self._why_wait(query)
+        if reason is None:
+            self.catchup.start()
+            self.catchup.wake()
+        log.info(
+            "pipeline %s: the catch-up %s",
+            self.pipeline,
+            "started with the query" if reason is None else f"waits for the first batch: {reason}",
+            extra=batch_fields(self.pipeline),
+        )
+        return reason
+
+    def _why_wait(self, query: Any) -> str | None:
+        if self._spark is not None and is_connect(self._spark):
+            return "under Spark Connect the FanOut beside the server runs the catch-up"
+        checkpoint = self._context.checkpoint_location or query_checkpoint(query)
+        query_id = getattr(query, "id", None)
+        try:
+            return why_wait(
+                self.ledger,
+                self.pipeline,
+                None if query_id is None else str(query_id),
+                checkpoint,
+                self.spool,
+            )
+        except Exception as exc:  # the ledger or the spool unreadable: the batch will say
+            return f"cannot check the checkpoint against the ledger: {type(exc).__name__}: {exc}"
 
     def catch_up(self, timeout_s: float = 300.0) -> dict[str, SinkLag]:
         """Write every lagging sink's missed batches now, in this thread (for tests,

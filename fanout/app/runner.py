@@ -8,7 +8,8 @@ stops it on SIGINT or SIGTERM: between batches at once; during a batch it waits 
 happened. A second signal ends the process at once. A run its trigger ends
 (``available_now``, ``once``) gives lagging sinks a final catch-up and exits 3 when one is
 still behind (:func:`_final_catch_up`); a clean stop gives them none, and exits 3 too when
-one is behind (:func:`_stopped`).
+one is behind (:func:`_stopped`). Lagging sinks' catch-up starts with the query, not with
+its first batch, which a restart finding no new data never runs (:func:`_start_catch_up`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ class BatchTracker:
         self.failure: str | None = None  # fanout's own message for the batch that failed
         self.idle = threading.Event()
         self.idle.set()
+
+    def committed_text(self) -> str:
+        """The run's last committed batch, as the end-of-run lines say it."""
+        if self.last_committed is None:
+            return "no batch ran in this run"
+        return f"last committed batch {self.last_committed}"
 
     @hookimpl
     def fanout_batch_start(
@@ -244,6 +251,7 @@ def run(path: str, out: TextIO | None = None) -> int:
     try:
         query = _start(df, fan, config)
         out.write(f"pipeline {config.name!r} started (query {query.id}); Ctrl-C stops it cleanly\n")
+        _start_catch_up(fan, query, out)
         out.flush()
         while query.isActive and not stop.is_set():
             progress.report(query.recentProgress, out)
@@ -261,14 +269,33 @@ def run(path: str, out: TextIO | None = None) -> int:
             return _failed(query, tracker, config, out)
         if _final_catch_up(fan, stop, out) != 0:
             return EXIT_BEHIND
-        out.write(
-            f"pipeline {config.name!r} finished (last committed batch {tracker.last_committed})\n"
-        )
+        out.write(f"pipeline {config.name!r} finished ({tracker.committed_text()})\n")
         return 0
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         fan.close()
+
+
+def _start_catch_up(fan: Any, query: Any, out: TextIO) -> None:
+    """Start the catch-up with the query, not with its first batch, which may never come
+    (no new data); say so when a sink is behind: what it misses, and whether its catch-up
+    starts now or waits for the first batch (:meth:`fanout.FanOut.start_catch_up`)."""
+    try:
+        behind = fan.behind()
+    except Exception as exc:  # the ledger unreadable: the first batch fails on it, whole
+        log.warning("pipeline %s: cannot tell which sinks are behind: %s", fan.pipeline, exc)
+        behind = []
+    reason = fan.start_catch_up(query)
+    for sink in behind:
+        if reason is None:
+            when = "writing them beside the query"
+        else:
+            when = f"its catch-up waits for the first batch ({redact(reason, known_secrets())})"
+        out.write(
+            f"catch-up: {sink.sink} misses {sink.batch_range()} ({sink.batches} batch(es)); "
+            f"{when}\n"
+        )
 
 
 def _final_catch_up(fan: Any, stop: threading.Event, out: TextIO) -> int:
@@ -378,9 +405,7 @@ def _stop(
         out.write(f"{signame}: the query failed while it stopped\n")
         return "failed"
     if batch is None:
-        out.write(
-            f"{signame}: stopped between batches; last committed batch {tracker.last_committed}\n"
-        )
+        out.write(f"{signame}: stopped between batches; {tracker.committed_text()}\n")
         return "between"
     out.write(f"{signame}: batch {batch} finished; stopped cleanly\n")
     return "finished"

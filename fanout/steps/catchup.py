@@ -84,17 +84,20 @@ class CatchUp:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
 
     # -- the thread ------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the thread (once, and never after :meth:`stop`); it sleeps while no sink
-        is behind."""
-        if self._thread is None and self.lagging.sinks and not self._stop.is_set():
-            self._thread = threading.Thread(
-                target=self._run, name=f"fanout-{self.lagging.pipeline}-catchup", daemon=True
-            )
-            self._thread.start()
+        is behind. Called with each batch, and before the first one by
+        :meth:`fanout.FanOut.start_catch_up`."""
+        with self._starting:  # the query's start and its first batch may both start it
+            if self._thread is None and self.lagging.sinks and not self._stop.is_set():
+                self._thread = threading.Thread(
+                    target=self._run, name=f"fanout-{self.lagging.pipeline}-catchup", daemon=True
+                )
+                self._thread.start()
 
     def take_over(self, where: str) -> None:
         """Become the pipeline's catch-up in this process for the ledger at ``where``,

@@ -117,17 +117,37 @@ def read_file_directly(root: str, relative: str) -> str | None:
     and ``s3n://`` are read as ``s3://``); ``None`` when it does not exist."""
     from pyarrow import fs as pafs
 
-    location = f"{root.rstrip('/')}/{relative}"
-    local = location.startswith("file:") or "://" not in location
-    if local:
-        path = location.removeprefix("file://").removeprefix("file:")
-        filesystem, path = pafs.LocalFileSystem(), os.path.abspath(path)
-    else:
-        filesystem, path = pafs.FileSystem.from_uri(pyarrow_uri(location))
+    filesystem, path = _filesystem(f"{root.rstrip('/')}/{relative}")
     if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
         return None
     with filesystem.open_input_stream(path) as stream:
         return bytes(stream.read()).decode()
+
+
+def latest_batch_id(root: str, directory: str) -> int | None:
+    """The highest batch id with a file in ``root``'s ``directory`` (``offsets`` or
+    ``commits``), read with pyarrow's filesystems as :func:`read_file_directly` reads;
+    ``None`` when it holds none (Spark's temporary and checksum files are not batches)."""
+    from pyarrow import fs as pafs
+
+    filesystem, path = _filesystem(f"{root.rstrip('/')}/{directory}")
+    if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
+        return None
+    found = filesystem.get_file_info(pafs.FileSelector(path))
+    ids = [int(f.base_name) for f in found if f.base_name.isdigit()]
+    return max(ids, default=None)
+
+
+def _filesystem(location: str) -> tuple[Any, str]:
+    """pyarrow's filesystem of ``location`` and the path in it: local paths (``/x``,
+    ``file:/x``, ``file:///x``) and the URIs pyarrow knows."""
+    from pyarrow import fs as pafs
+
+    if location.startswith("file:") or "://" not in location:
+        path = location.removeprefix("file://").removeprefix("file:")
+        return pafs.LocalFileSystem(), os.path.abspath(path)
+    filesystem, path = pafs.FileSystem.from_uri(pyarrow_uri(location))
+    return filesystem, path
 
 
 def pyarrow_uri(location: str) -> str:

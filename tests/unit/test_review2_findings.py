@@ -226,6 +226,12 @@ def test_finding2_sigterm_during_a_batch_that_fails_exits_0(
     made: dict[str, Any] = {}
 
     class _Fan:
+        def behind(self) -> list[Any]:
+            return []
+
+        def start_catch_up(self, query: Any) -> str | None:
+            return None
+
         def close(self) -> None:
             pass
 

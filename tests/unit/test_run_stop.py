@@ -73,6 +73,15 @@ def test_a_stop_between_batches_stops_the_query(tmp_path: Path) -> None:
     assert out.getvalue() == "SIGINT: stopped between batches; last committed batch 4\n"
 
 
+def test_a_stop_in_a_run_that_ran_no_batch_says_so(tmp_path: Path) -> None:
+    tracker, query, out = runner.BatchTracker(), _Query(), io.StringIO()
+
+    outcome = runner._stop(query, tracker, _config(tmp_path), "SIGTERM", out)
+
+    assert (outcome, len(query.stops)) == ("between", 1)
+    assert out.getvalue() == "SIGTERM: stopped between batches; no batch ran in this run\n"
+
+
 def test_a_batch_finishing_within_the_timeout_is_waited_for(tmp_path: Path) -> None:
     tracker, query, out = _in_flight(7), _Query(), io.StringIO()
     ended = []
@@ -157,6 +166,13 @@ def _fake_run(
     made: dict[str, Any] = {"closed": 0}
 
     class _Fan:
+        def behind(self) -> list[Any]:
+            return []
+
+        def start_catch_up(self, query: Any) -> str | None:
+            made["catch_up_started"] = query
+            return None
+
         def close(self) -> None:
             made["closed"] += 1
 
@@ -263,6 +279,8 @@ _PROCESS = textwrap.dedent(
         def exception(self): return None
 
     class Fan:
+        def behind(self): return []
+        def start_catch_up(self, query): return None
         def close(self): raise AssertionError("closed while its batch runs")
 
     def build_fanout(spark, config, plugins=(), **kw):
