@@ -190,9 +190,7 @@ class FanOut:
         self._context = ContextReader(self.pipeline, checkpoint_location)
         if probe_interval_s <= 0:
             raise ConfigurationError(f"pipeline {pipeline!r}: probe_interval_s must be > 0")
-        self.spool = check_spool(
-            self.pipeline, self.specs, spool, _ledger_location(self.ledger)
-        )
+        self.spool = check_spool(self.pipeline, self.specs, spool, _ledger_location(self.ledger))
         self._unopened: dict[str, tuple[SinkContext, BaseException]] = {}
         self._spark = self._open(spark)
         self.lagging = Lagging(

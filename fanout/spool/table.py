@@ -243,9 +243,7 @@ class Spool:
             return
         if spooled.query_id != info.query_id:
             raise CheckpointResetError(
-                spool_reset_message(
-                    info, spooled.info(), spooled.needed_by, self.path, self.ledger
-                )
+                spool_reset_message(info, spooled.info(), spooled.needed_by, self.path, self.ledger)
             )
         if (
             spooled.batch_timestamp_ms is not None
