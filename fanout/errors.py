@@ -281,6 +281,8 @@ class SinksBehindError(FanoutError):
     :param ledger: the ledger's location (for the status command the message gives).
     :param stopped_by: what stopped the run (a signal's name, ``SIGTERM``), when a stop
         ended it; ``None``: its trigger did, and a final catch-up ran.
+    :param during_catch_up: the stop came during the final catch-up, which it ended after
+        the write in progress (else before any: no final catch-up).
     """
 
     def __init__(
@@ -291,6 +293,7 @@ class SinksBehindError(FanoutError):
         ledger: str,
         *,
         stopped_by: str | None = None,
+        during_catch_up: bool = False,
     ) -> None:
         self.pipeline, self.behind, self.stopped_by = pipeline, list(behind), stopped_by
         lines = "".join(f"\n  - {b.describe()}" for b in self.behind)
@@ -312,11 +315,12 @@ class SinksBehindError(FanoutError):
                 "ones it holds), and the next run"
             )
         fix = "" if len(stuck) == len(self.behind) else " Fix the sink(s), then run again;"
-        ended = (
-            "after a final catch-up"
-            if stopped_by is None
-            else f"(stopped by {stopped_by}: no final catch-up)"
-        )
+        if stopped_by is None:
+            ended = "after a final catch-up"
+        elif during_catch_up:
+            ended = f"(stopped by {stopped_by} during the final catch-up)"
+        else:
+            ended = f"(stopped by {stopped_by}: no final catch-up)"
         super().__init__(
             f"pipeline {pipeline!r}: the run ended with {len(self.behind)} sink(s) behind "
             f"{ended}:{lines}\n{held} of this pipeline writes them to each "

@@ -191,7 +191,7 @@ class FanOut:
         self._context = ContextReader(self.pipeline, checkpoint_location)
         if probe_interval_s <= 0:
             raise ConfigurationError(f"pipeline {pipeline!r}: probe_interval_s must be > 0")
-        self.spool = check_spool(self.pipeline, self.specs, spool)
+        self.spool = check_spool(self.pipeline, self.specs, spool, _ledger_location(self.ledger))
         self._unopened: dict[str, tuple[SinkContext, BaseException]] = {}
         self._spark = self._open(spark)
         self.lagging = Lagging(
@@ -480,7 +480,12 @@ class FanOut:
                 )  # fmt: skip
         return found
 
-    def final_catch_up(self, stop: Callable[[], bool] | None = None) -> dict[str, SinkLag]:
+    def final_catch_up(
+        self,
+        stop: Callable[[], bool] | None = None,
+        *,
+        stopped_by: Callable[[], str | None] | None = None,
+    ) -> dict[str, SinkLag]:
         """Give every lagging sink a final catch-up once the query has ended (an
         ``availableNow`` or ``once`` trigger drained the source, ``awaitTermination()``
         returned): its missed batches are written now, in this thread, in batch order and
@@ -492,13 +497,16 @@ class FanOut:
 
         Raises :class:`fanout.SinksBehindError` naming every sink still behind, the batches
         it misses and its last error: they stay in the spool for the next run, which writes
-        them first. Call it before :meth:`close`, and not while the query runs."""
+        them first; when ``stop()`` ended the catch-up, naming what stopped it
+        (``stopped_by()``, e.g. the signal's name). Call it before :meth:`close`, and not
+        while the query runs."""
         done = stop or (lambda: False)
         for sink in self.lagging.sinks:
             if self.lagging.backlog(sink):
                 self.catchup.finish(sink, self.specs[sink].retry or self.retry, done)
         self.lagging.release_held()
-        self._raise_behind(None)
+        by = stopped_by() if stopped_by is not None and done() else None
+        self._raise_behind(by, during_catch_up=by is not None)
         return self.lagging.lags()
 
     def stopped(self, by: str) -> None:
@@ -512,13 +520,13 @@ class FanOut:
         self.catchup.stop()
         self._raise_behind(by)
 
-    def _raise_behind(self, stopped_by: str | None) -> None:
+    def _raise_behind(self, stopped_by: str | None, *, during_catch_up: bool = False) -> None:
         behind = self.behind()
         if behind:
             spool = None if self.spool is None else command_location(self.spool.path)
             raise SinksBehindError(
                 self.pipeline, behind, spool, _ledger_location(self.ledger),
-                stopped_by=stopped_by,
+                stopped_by=stopped_by, during_catch_up=during_catch_up,
             )  # fmt: skip
 
     def plan(

@@ -169,10 +169,30 @@ def _same_location(a: str, b: str) -> bool:
     return Path(path_a).resolve() == Path(path_b).resolve()
 
 
-def _agreed(flag: str, given: str | None, configured: str, file: str, *, path: bool) -> str:
-    """``configured`` (the pipeline file's), refusing a flag ``given`` that says otherwise."""
+def _relative(location: str) -> bool:
+    """Whether ``location`` is a local path relative to the current directory."""
+    from fanout.contract.locations import local_path
+
+    path = local_path(location)
+    return path is not None and not Path(path).is_absolute()
+
+
+def _agreed(
+    flag: str, given: str | None, configured: str, file: str, *, path: bool,
+    notes: list[str] | None = None,
+) -> str:  # fmt: skip
+    """``configured`` (the pipeline file's), refusing a flag ``given`` that says otherwise.
+    A location the file names relative is relative to the directory ``fanout run`` runs
+    in, which a skip run elsewhere (the command a refusal prints, named absolute) cannot
+    know: a flag given then names it, with a note in ``notes``."""
     if given is None:
         return configured
+    if path and _relative(configured) and notes is not None:
+        notes.append(
+            f"{file} names the {flag[2:]} relative ({configured!r}, from the directory "
+            f"fanout run runs in): {flag} {given} names it"
+        )
+        return given
     same = _same_location(given, configured) if path else given == configured
     if not same:
         raise ConfigurationError(
@@ -203,11 +223,12 @@ def _skip_target(args: argparse.Namespace) -> _SkipTarget:
 
     file = args.config
     config = load_pipeline(file)
-    ledger = _agreed("--ledger", args.ledger, config.ledger, file, path=True)
+    notes: list[str] = []
+    ledger = _agreed("--ledger", args.ledger, config.ledger, file, path=True, notes=notes)
     pipeline = _agreed("--pipeline", args.pipeline, config.name, file, path=False)
     spool = args.spool
     if config.spool is not None:
-        spool = _agreed("--spool", args.spool, config.spool, file, path=True)
+        spool = _agreed("--spool", args.spool, config.spool, file, path=True, notes=notes)
     elif spool is not None:
         raise ConfigurationError(
             f"--spool {spool}: {file} configures no spool (pipeline.spool): drop --spool or "
@@ -215,10 +236,10 @@ def _skip_target(args: argparse.Namespace) -> _SkipTarget:
         )
     options = next((s for s in config.sinks if s["name"] == args.sink), None)
     if options is None:
-        note = (f"sink {args.sink!r} is not in {file}: it has no backfill source to check",)
-        return _SkipTarget(ledger, pipeline, spool, None, file, note)
+        notes.append(f"sink {args.sink!r} is not in {file}: it has no backfill source to check")
+        return _SkipTarget(ledger, pipeline, spool, None, file, tuple(notes))
     origin = lag_policy(args.sink, options).backfill_from
-    return _SkipTarget(ledger, pipeline, spool, origin, file)
+    return _SkipTarget(ledger, pipeline, spool, origin, file, tuple(notes))
 
 
 def cmd_skip(args: argparse.Namespace) -> int:

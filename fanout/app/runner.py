@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TextIO
 
 from fanout.app.config import PipelineConfig, load
@@ -267,7 +267,7 @@ def run(path: str, out: TextIO | None = None) -> int:
         _end_progress(progress, query, config, out)
         if query.exception() is not None:
             return _failed(query, tracker, config, out)
-        if _final_catch_up(fan, stop, out) != 0:
+        if _final_catch_up(fan, stop, out, lambda: received[0].name if received else None):
             return EXIT_BEHIND
         out.write(f"pipeline {config.name!r} finished ({tracker.committed_text()})\n")
         return 0
@@ -298,12 +298,14 @@ def _start_catch_up(fan: Any, query: Any, out: TextIO) -> None:
         )
 
 
-def _final_catch_up(fan: Any, stop: threading.Event, out: TextIO) -> int:
+def _final_catch_up(
+    fan: Any, stop: threading.Event, out: TextIO, signal_name: Callable[[], str | None]
+) -> int:
     """The query ended by itself (``available_now`` or ``once`` drained the source): give
     each lagging sink its final catch-up (:meth:`fanout.FanOut.final_catch_up`) and say how
     it went; :data:`EXIT_BEHIND` when a sink is still behind (the message names it, its
     batches and what the next run does), else 0. A signal ends it after the write in
-    progress."""
+    progress (``signal_name()``: its name, which the message gives)."""
     behind = fan.behind()
     for sink in behind:
         out.write(
@@ -312,7 +314,7 @@ def _final_catch_up(fan: Any, stop: threading.Event, out: TextIO) -> int:
         )
     out.flush()
     try:
-        fan.final_catch_up(stop=stop.is_set)
+        fan.final_catch_up(stop=stop.is_set, stopped_by=signal_name)
     except SinksBehindError as exc:
         return _behind(exc, out)
     for sink in behind:

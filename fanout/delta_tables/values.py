@@ -221,8 +221,22 @@ def value_problem(column: str, value: pa.Scalar, engine: Engine = "rs") -> str |
         return str(exc)
     if text is None:
         return None
+    if engine == "spark" and "\x00" in text:
+        return nul_problem(text)
     shown = repr(value.as_py()) if pat.is_floating(kind) else None
     return length_problem(column, text, shown, engine)
+
+
+def nul_problem(text: str) -> str:
+    """Why a string partition value holding a NUL character cannot be kept by a Delta
+    table written by delta-spark: Spark's directory names do not escape it (its escaping
+    starts at U+0001) and no file system name holds one (``Mkdirs failed to create``)."""
+    shown = repr(text if len(text) <= 40 else text[:40] + "...")
+    return (
+        f"holds {shown}, whose NUL character (U+0000) Spark writes unescaped into the "
+        "partition directory's name (as Spark names it for delta-spark), which no file "
+        "system allows in a name"
+    )
 
 
 EMPTY_PROBLEM = (
@@ -307,7 +321,9 @@ def _unstorable(column: pa.ChunkedArray, name: str, engine: Engine = "rs") -> An
         plain = pc.utf8_length(pc.replace_substring_regex(column, _SPARK_ESCAPED, ""))
         escaped = pc.subtract(pc.utf8_length(column), plain)  # each 1 byte, written as 3
         size = pc.add(pc.binary_length(column), pc.multiply(escaped, 2))
-        return pc.fill_null(pc.or_(pc.equal(column, ""), pc.greater(size, room)), False)
+        nul = pc.match_substring(column, "\x00")
+        bad = pc.or_(pc.or_(pc.equal(column, ""), pc.greater(size, room)), nul)
+        return pc.fill_null(bad, False)
     if pat.is_string(kind) or pat.is_large_string(kind):
         mask = pc.equal(column, "")
         if pc.any(pc.greater(pc.binary_length(column), room // 3)).as_py():
@@ -371,7 +387,8 @@ def spark_unstorable(
     Delta table written by ``engine`` can keep, the column and the Spark condition finding
     such rows: the empty string, which delta-spark too writes as null (delta-io/delta#2100),
     a string whose directory name (:func:`directory_name`, ``engine``'s) would be longer
-    than :data:`MAX_NAME_BYTES`, and for ``rs`` a timestamp outside the years 0 to 9999 in
+    than :data:`MAX_NAME_BYTES`, for ``spark`` a string holding a NUL (:func:`nul_problem`),
+    and for ``rs`` a timestamp outside the years 0 to 9999 in
     UTC (a Spark date, or a timestamp without zone, never leaves them; a float partition
     column is written by delta-rs from the driver, :func:`unstorable_rows` finds those)."""
     from pyspark.sql import functions as F
@@ -383,7 +400,10 @@ def spark_unstorable(
         column = F.col("`" + name.replace("`", "``") + "`")
         if isinstance(kind, StringType):
             size = _spark_name_bytes(column, engine)
-            conditions.append((name, (column == F.lit("")) | (size > F.lit(_room(name, engine)))))
+            bad = (column == F.lit("")) | (size > F.lit(_room(name, engine)))
+            if engine == "spark":  # Spark does not escape a NUL (nor can a name hold one)
+                bad = bad | (F.instr(column, "\x00") > F.lit(0))
+            conditions.append((name, bad))
         elif engine == "rs" and isinstance(kind, TimestampType):
             micros = F.unix_micros(column)
             low, high = _DAY_OF_YEAR_0 * MICROS_PER_DAY, _DAY_OF_YEAR_10000 * MICROS_PER_DAY

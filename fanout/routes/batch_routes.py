@@ -121,8 +121,6 @@ class BatchRoutes:
     # -- one sink ---------------------------------------------------------------------------
 
     def _target(self, name: str, target_of: TargetOf) -> DeadLetterTarget | Exception | None:
-        if self.specs[name].route.is_identity:
-            return None  # nothing can fail an identity route
         try:
             return target_of(name)
         except Exception as exc:  # the sink fails, named, unwritten
@@ -134,7 +132,7 @@ class BatchRoutes:
         """Evaluate ``name``'s route in advance (unless a sink of the same route did);
         returns ``target``, or the error that fails the sink unwritten."""
         route = self.specs[name].route
-        if route in self._checked:
+        if route in self._checked or route.is_identity:  # nothing to evaluate
             return target
         try:  # an expression Spark cannot resolve fails this sink, named, unwritten
             route.resolve(self.df, sink=name, batch_id=self.info.batch_id)
@@ -171,7 +169,12 @@ class BatchRoutes:
                     route=route.stamp(self._settings()),
                 )
         if route.is_identity:
-            return SinkInput(self.df, arrow=self._shared(route, self.df))
+            # no letters, but the target still refuses a replay whose letters an earlier
+            # attempt kept under a route since removed (they would be in the sink too)
+            stamp = None if target is None else route.stamp()
+            return SinkInput(
+                self.df, arrow=self._shared(route, self.df), dead_letters=target, route=stamp
+            )
         try:  # an expression Spark cannot resolve fails this sink, named, unwritten
             routed = route.resolve(self.df, sink=name, batch_id=self.info.batch_id)
         except RouteError as unresolved:

@@ -22,11 +22,13 @@ def _which(spooled: BatchInfo, needed_by: Iterable[str]) -> tuple[str, str]:
 
 
 def spool_reset_message(
-    info: BatchInfo, spooled: BatchInfo, needed_by: Iterable[str], path: str
-) -> str:
+    info: BatchInfo, spooled: BatchInfo, needed_by: Iterable[str], path: str,
+    ledger: str | None = None,
+) -> str:  # fmt: skip
     """Batch ``info`` is of another query than ``spooled``, the batch of the same id the
     spool at ``path`` holds for ``needed_by``: the checkpoint was deleted or replaced while
-    those sinks lagged."""
+    those sinks lagged. ``ledger``: the pipeline's ledger as commands name it (``None``:
+    unknown, named ``<path>``)."""
     batch, sinks = _which(spooled, needed_by)
     return "\n".join(
         [
@@ -43,7 +45,7 @@ def spool_reset_message(
             "  1. Restore the original checkpoint directory and restart the query; nothing is "
             "lost or duplicated.",
             "  2. Or let the sinks catch up on the old query's batches first (run the original "
-            "checkpoint until `fanout status --ledger <path> --pipeline "
+            f"checkpoint until `fanout status --ledger {ledger or '<path>'} --pipeline "
             f"{info.pipeline} --spool {command_location(path)}` shows {sinks} live), then "
             "start the new checkpoint.",
             "  3. Or start the new checkpoint under a new pipeline name, so its batches start "

@@ -137,6 +137,10 @@ class Spool:
     path: str
     pipeline: str
     storage_options: Mapping[str, str] | None = None
+    ledger: str | None = None
+    """The pipeline's ledger as the commands fanout prints name it
+    (:func:`fanout.contract.locations.command_location`), for the refusals' commands;
+    ``None``: unknown (a spool opened alone), named ``<path>``."""
     _batches: dict[BatchKey, SpooledBatch] = field(default_factory=dict, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
@@ -252,7 +256,7 @@ class Spool:
             return
         if spooled.query_id != info.query_id:
             raise CheckpointResetError(
-                spool_reset_message(info, spooled.info(), spooled.needed_by, self.path)
+                spool_reset_message(info, spooled.info(), spooled.needed_by, self.path, self.ledger)
             )
         if (
             spooled.batch_timestamp_ms is not None

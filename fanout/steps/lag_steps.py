@@ -41,7 +41,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("fanout")
 
 
-def check_spool(pipeline: str, specs: Mapping[str, SinkSpec], path: str | None) -> Spool | None:
+def check_spool(
+    pipeline: str, specs: Mapping[str, SinkSpec], path: str | None, ledger: str | None = None
+) -> Spool | None:
     """The pipeline's spool; a :class:`fanout.ConfigurationError` when a sink lags or
     backfills and no spool is given."""
     users = [name for name, spec in specs.items() if spec.lag.uses_spool]
@@ -54,7 +56,7 @@ def check_spool(pipeline: str, specs: Mapping[str, SinkSpec], path: str | None) 
     if path is None:
         return None
     refuse_unusable_location(str(path), f"pipeline {pipeline!r}: spool {str(path)!r}")
-    return Spool(str(path), pipeline)
+    return Spool(str(path), pipeline, ledger=ledger)
 
 
 def check_spooled_sinks(

@@ -179,3 +179,37 @@ def test_the_conformance_route_check_fails_without_the_kits_check(
     monkeypatch.setattr("fanout.partitioned.sink.check_routes", lambda *a, **k: None)
     with pytest.raises(AssertionError):  # a row both in a committed partition and a letter
         _route_check(spark, tmp_path)
+
+
+def test_a_replay_without_its_route_is_refused_when_no_partition_committed(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A first attempt wrote its route letters and committed no partition; the route is
+    then removed (an identity route) with the dead-letter target kept. The target holds
+    the batch's letters under the old route: the replay is refused before anything is
+    written, as under any other route, not written whole (the letters' rows would be both
+    in the sink and in its dead letters). Restoring the route completes the batch."""
+    case, dead = Case(spark, tmp_path), tmp_path / "dead"
+    with pytest.raises(BatchFailedError):  # its one partition vetoed: nothing committed
+        case.run(case.fan(veto=True, where=ODD_FAILS, dead_letter=str(dead), partitions=1))
+    assert (case.committed(), _letter_ids(dead)) == ([], [1, 3, 5, 7])
+
+    fan = case.fan(dead_letter=str(dead), partitions=1)  # the route removed
+    with pytest.raises(BatchFailedError) as failed:
+        case.run(fan)
+    error = failed.value.failures["s"]
+    assert isinstance(error, RouteError)
+    old, now = Route(where=ODD_FAILS).stamp(session_settings(case.batch)), Route().stamp()
+    assert str(error) == (
+        f"sink 's', batch 0: the route changed mid-batch: the Delta table {dead} holds this "
+        f"batch's route dead letters chosen by {old.text} (fingerprint {old.fingerprint}), "
+        f"but the sink's route is now no route (fingerprint {now.fingerprint}). Writing the "
+        "batch with the new route would leave a row only it refuses in neither place and a "
+        "row only the old one refuses in both. Restore the old route (its expressions and "
+        "the Spark settings it names) until this batch completes, then change it"
+    )
+    assert (case.committed(), _letter_ids(dead)) == ([], [1, 3, 5, 7])
+
+    result = case.run(case.fan(where=ODD_FAILS, dead_letter=str(dead), partitions=1))["s"]
+    assert (result.rows, result.dead_lettered) == (4, 4)
+    assert (case.ids(), _letter_ids(dead)) == ([0, 2, 4, 6], [1, 3, 5, 7])

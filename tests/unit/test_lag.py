@@ -592,6 +592,36 @@ def test_a_stop_writes_nothing_more_and_names_a_sink_still_behind(tmp_path: Path
         live.close()
 
 
+def test_a_stop_during_the_final_catch_up_is_named_as_such(tmp_path: Path) -> None:
+    """A signal during the final catch-up ends it after the write in progress: the sink
+    still behind is named with the signal that cut the catch-up short, not as if a whole
+    final catch-up had left it behind."""
+    from fanout import SinksBehindError
+
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = _fan(tmp_path, [ScriptedSink("good"), _spec(down)], probe_interval_s=3600)
+    frames = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(2)}
+    try:
+        for batch in range(2):
+            fan.process(frames[batch], BatchInfo("lagged", batch, "q"))
+        _catch_up_from_memory(fan, frames)
+        fan.catchup.stop()
+        down.always_fail = None
+        written = len(down.calls)
+        stop = lambda: len(down.calls) > written  # noqa: E731 - the signal after one write
+        with pytest.raises(SinksBehindError) as behind:
+            fan.final_catch_up(stop=stop, stopped_by=lambda: "SIGTERM")
+        assert str(behind.value).startswith(
+            "pipeline 'lagged': the run ended with 1 sink(s) behind (stopped by SIGTERM "
+            "during the final catch-up):\n  - down: batch 1 (1 batch(es), 2 row(s) in the "
+            "spool)"
+        )
+        assert behind.value.stopped_by == "SIGTERM"
+        assert fan.ledger.last_committed("lagged", ["down", "good"]) == {"down": 0, "good": 1}
+    finally:
+        fan.close()
+
+
 @pytest.mark.parametrize(
     ("first", "last", "said"),
     [((0, 4), (0, 4), "batch 4"), ((0, 3), (0, 7), "batches 3 to 7"),

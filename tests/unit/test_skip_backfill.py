@@ -258,3 +258,42 @@ def test_fanout_run_hands_its_pipeline_file_to_the_fanout(
         assert fan.pipeline_file == f"{tmp_path}/pipeline.toml"
     finally:
         fan.close()
+
+
+def test_the_printed_skip_runs_from_another_directory_with_a_relative_pipeline_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pipeline file naming its ledger relative (to the directory `fanout run` runs in):
+    the gap refusal's skip, printed with `--config` and the ledger absolute, runs as
+    printed from any other directory (the file's relative ledger cannot say where it is
+    from there: the printed --ledger does), and records the skip in the pipeline's ledger,
+    not in a new one."""
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run_dir.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(run_dir)
+    _run(FanOut("gap", DeltaLedger("ledger"), [ScriptedSink("good"), ScriptedSink("pg")]), range(2))
+    _run(FanOut("gap", DeltaLedger("ledger"), [ScriptedSink("good")]), range(2, 5))  # pg: 2-4
+    _config(run_dir, "ledger", backfill=False)
+    sinks = [ScriptedSink("good"), ScriptedSink("pg")]
+    fan = FanOut("gap", DeltaLedger("ledger"), sinks, pipeline_file="pipeline.toml")
+    with pytest.raises(MissedBatchesError) as refused:
+        _run(fan, range(5, 6))
+    skip = str(refused.value).split("`")[1]
+    assert skip == (
+        f"fanout ledger skip --config {run_dir}/pipeline.toml --ledger {run_dir}/ledger "
+        "--pipeline gap --sink pg --through 4"
+    )
+
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+    assert main(shlex.split(skip)[1:]) == 0
+    assert capsys.readouterr().out == (
+        f"pipeline 'gap', sink 'pg', epoch 0: {run_dir}/pipeline.toml names the ledger "
+        "relative ('ledger', from the directory fanout run runs in): --ledger "
+        f"{run_dir}/ledger names it\n"
+        "pipeline 'gap', sink 'pg', epoch 0: batches 2-4 recorded as skipped (never written "
+        "to it); the next batch writes it\n"
+    )
+    assert DeltaLedger(str(run_dir / "ledger")).last_committed("gap", ["pg"]) == {"pg": 4}
+    assert not (elsewhere / "ledger").exists()

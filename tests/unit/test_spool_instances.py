@@ -403,3 +403,43 @@ def test_the_reset_refusals_status_command_names_the_spool_absolute(
         "checkpoint until `fanout status --ledger <path> --pipeline pipe --spool "
         f"{tmp_path}/spool` shows L live), then start the new checkpoint."
     ) in message.splitlines()
+
+
+def test_the_reset_refusals_status_command_runs_as_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The spool's reset refusal names `fanout status` with the pipeline's own ledger
+    (absolute), not a `<path>` placeholder: the command runs as printed, from any
+    directory, and shows the lagging sink."""
+    from fanout.app.cli import main
+    from fanout.ledger.delta import DeltaLedger
+
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run_dir.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(run_dir)
+    _q1_spooled(run_dir, MemoryLedger())
+    sink = ScriptedSink("L", always_fail=SinkWriteError("down", sink="L"))
+    fan = FanOut(
+        "pipe", DeltaLedger("ledger"),
+        [SinkSpec(sink, lag=lag_policy(sink.name, {"on_failure": "lag"}))],
+        backoff_s=0, spool="spool", probe_interval_s=3600,
+    )  # fmt: skip
+    try:
+        fan.catchup.stop()
+        with pytest.raises(CheckpointResetError) as refused:
+            fan.process(SchemaFrame([200]), BatchInfo("pipe", 0, "q2", [{"o": 50}]))
+    finally:
+        fan.close()
+    status = str(refused.value).split("`")[1]
+    assert status == (
+        f"fanout status --ledger {run_dir}/ledger --pipeline pipe --spool {run_dir}/spool"
+    )
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+    assert main(status.split()[1:]) == 0  # the ledger q2 runs with; q1's spooled batches
+    out = capsys.readouterr().out
+    assert out.startswith(
+        f"the ledger holds no marks yet\n\nspool {run_dir}/spool (pipe): 2 batch(es), 2 row(s), "
+    )
+    assert out.endswith(" bytes\n") and not (elsewhere / "ledger").exists()

@@ -236,3 +236,36 @@ def test_the_spark_engine_sets_aside_the_strings_spark_cannot_name(spark, tmp_pa
         ("k", v, i) for i, v in enumerate(values) if i in (4, 5, 6, 7)
     ]
     assert letters[0].reason == SPARK_STRING_256
+
+
+SPARK_NUL = (
+    "partition column 'k' holds 'a\\x00b', whose NUL character (U+0000) Spark writes "
+    "unescaped into the partition directory's name (as Spark names it for delta-spark), "
+    f"which no file system allows in a name{WHAT_TO_DO}"
+)
+
+
+@pytest.mark.integration
+def test_spark_cannot_name_a_partition_holding_a_nul(spark, tmp_path):
+    """Spark's escaping starts at U+0001: its own Parquet writer fails on a NUL in a
+    partition value (``Mkdirs failed to create .../k=a<NUL>b``), as delta-spark's task
+    would, on every replay. So the spark engine refuses the row before Delta runs, naming
+    the value, and sets it aside where the sink has a dead-letter target (Spark's
+    condition and Arrow's agree); delta-rs escapes it (``%00``): no fault there."""
+    df = spark.createDataFrame([(1, "a\x00b"), (2, "ab")], "id long, k string")
+    with pytest.raises(Exception, match="Mkdirs failed to create"):
+        df.write.partitionBy("k").parquet(str(tmp_path / "parquet"))
+
+    sink = DeltaSink(name="s", path=str(tmp_path / "t"), engine="spark", partition_by=["k"])
+    with pytest.raises(SinkWriteError) as raised:
+        write_spark(sink.target(), batch_of(df))
+    assert str(raised.value) == f"sink 's', batch 0: 1 row(s): {SPARK_NUL}"
+    assert not (tmp_path / "t").exists()
+
+    kept, letters = split_unstorable_spark(df, ["k"], engine="spark")
+    assert [r.id for r in kept.collect()] == [2]
+    assert [(x.column, x.value, x.row["id"], x.reason) for x in letters] == [
+        ("k", "a\x00b", 1, SPARK_NUL)
+    ]
+    kept, letters = split_unstorable_spark(df, ["k"], engine="rs")
+    assert (sorted(r.id for r in kept.collect()), letters) == ([1, 2], [])

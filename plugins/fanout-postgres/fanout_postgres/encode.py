@@ -375,6 +375,8 @@ def _key(key: Any, kind: pa.DataType) -> str:
         return _date_text(key)
     if isinstance(key, bytes):
         return "\\x" + key.hex()
+    if isinstance(key, bool):  # as JSON, Spark's to_json and PostgreSQL name it
+        return "true" if key else "false"
     if isinstance(key, float):  # as Spark's to_json names it: 1.0E20, not Python's 1e+20
         return double_text(key)
     return str(key)
@@ -396,17 +398,18 @@ def _holds(kind: pa.DataType, test: Callable[[pa.DataType], bool]) -> bool:
 def _json_text(value: Any) -> str:
     """``json.dumps(value)``, but a :class:`~decimal.Decimal` is a JSON number of its own
     digits (``1.50``, as the CSV writer prints a top-level decimal), not a string, and a
-    float is spelled as Spark's ``to_json`` spells it (:func:`float_json`)."""
+    float is spelled as Spark's ``to_json`` spells it (:func:`float_json`); text is kept
+    as it is (``ensure_ascii=False``, as :func:`spark_json` writes it)."""
     if isinstance(value, Decimal):
         return plain_decimal(value)
     if isinstance(value, float):
         return float_json(value)
     if isinstance(value, dict):
-        items = (f"{json.dumps(k)}: {_json_text(v)}" for k, v in value.items())
+        items = (f"{_plain_json(k)}: {_json_text(v)}" for k, v in value.items())
         return "{" + ", ".join(items) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(_json_text(v) for v in value) + "]"
-    return json.dumps(value)
+    return _plain_json(value)
 
 
 def _jsonable(value: Any) -> Any:

@@ -103,3 +103,36 @@ def test_nested_values_are_spark_s_to_json(spark: Any) -> None:
         dump = _nested_json(rows.schema.field(column).type)
         ours = [dump(v) for v in _nested_values(rows.column(column).combine_chunks())]
         assert [t.replace(", ", ",").replace(": ", ":") for t in ours] == theirs, column
+
+
+def test_nested_bool_keys_and_text_beside_decimals_are_spark_s_to_json(spark: Any) -> None:
+    """A map's boolean key is named ``true`` / ``false`` (as Spark's ``to_json`` and
+    PostgreSQL name it; it was Python's ``True``), and a value holding a decimal keeps its
+    non-ASCII text as it is, as every other nested value does (it was ``\\u00e9``): the
+    same string is the same text in a ``json`` column whatever the type beside it."""
+    from decimal import Decimal
+
+    from fanout_postgres.encode import _nested_json, _nested_values
+
+    rows = pa.table(
+        {
+            "id": pa.array([0, 1], pa.int64()),
+            "mb": pa.array([[(True, 1), (False, None)], []], pa.map_(pa.bool_(), pa.int32())),
+            "sd": pa.array([{"d": Decimal("1.50"), "t": "é\u2603"}, {"d": None, "t": None}],
+                           pa.struct([("d", pa.decimal128(5, 2)), ("t", pa.string())])),
+            "md": pa.array([[("ü", Decimal("0.10"))], [("k", None)]],
+                           pa.map_(pa.string(), pa.decimal128(5, 2))),
+        }
+    )  # fmt: skip
+    frame = spark.createDataFrame(rows).orderBy("id")
+    expected = {
+        "mb": ['{"true":1,"false":null}', "{}"],
+        "sd": ['{"d":1.50,"t":"é☃"}', '{"d":null,"t":null}'],
+        "md": ['{"ü":0.10}', '{"k":null}'],
+    }
+    for column, texts in expected.items():
+        spark_text = f"to_json({column}, map('ignoreNullFields', 'false')) AS j"
+        assert frame.selectExpr(spark_text).toArrow().column("j").to_pylist() == texts
+        dump = _nested_json(rows.schema.field(column).type)
+        ours = [dump(v) for v in _nested_values(rows.column(column).combine_chunks())]
+        assert [t.replace(", ", ",").replace(": ", ":") for t in ours] == texts, column
