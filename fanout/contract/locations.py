@@ -8,6 +8,7 @@ Hadoop (and so Spark's resolved checkpoint paths) writes ``file:/x y`` unescaped
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from urllib.parse import unquote, urlsplit
 
@@ -40,15 +41,20 @@ def command_location(location: str) -> str:
     return shlex.quote(os.path.abspath(location))
 
 
+_USER_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@]*):([^@]*)@")
+"""``scheme://user:password@``, the password read as SQLAlchemy and libpq read it: up to the
+first ``@``, whatever it holds (an unescaped ``/``, ``?`` or ``#`` too, which ends the
+authority for :func:`urllib.parse.urlsplit`, so that its ``password`` is a part of it)."""
+
+
+def written_password(uri: str) -> str | None:
+    """The password of ``uri``'s ``scheme://user:password@`` as written (``None``: none)."""
+    match = _USER_PASSWORD.match(uri.strip())
+    return match.group(2) if match and match.group(2) else None
+
+
 def _without_password(uri: str) -> str:
     """``uri`` with the password of its ``user:password@`` replaced by ``***``."""
-    try:
-        parts = urlsplit(uri)
-        password = parts.password
-    except ValueError:
+    if written_password(uri) is None:
         return uri
-    if not password:
-        return uri
-    user, _, host = parts.netloc.rpartition("@")
-    name = user.split(":", 1)[0]
-    return parts._replace(netloc=f"{name}:***@{host}").geturl()
+    return _USER_PASSWORD.sub(lambda m: f"{m.group(1)}:***@", uri.strip(), count=1)

@@ -14,8 +14,9 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
+from fanout.contract.locations import written_password
 from fanout.errors import ConfigurationError
 
 MASK = "***"
@@ -132,14 +133,10 @@ def secret_option_values(
 
 
 def url_password(value: str) -> list[str]:
-    """The password of a URL ``scheme://user:password@host...`` as written and decoded;
-    ``[]`` for any other text."""
-    if "://" not in value or "@" not in value:
-        return []
-    try:
-        written = urlsplit(value.strip()).password
-    except ValueError:
-        return []
+    """The password of a URL ``scheme://user:password@host...`` as written and decoded
+    (read up to the first ``@``, as SQLAlchemy reads it:
+    :func:`fanout.contract.locations.written_password`); ``[]`` for any other text."""
+    written = written_password(value)
     return list(dict.fromkeys([written, unquote(written)])) if written else []
 
 

@@ -55,6 +55,8 @@ def test_commands_name_a_relative_path_absolute(
         ("s3://bucket/lake", "s3://bucket/lake"),
         ("abfss://c@a.dfs.core.windows.net/x", "abfss://c@a.dfs.core.windows.net/x"),
         ("s3://key:p%40ss@bucket/lake", "'s3://key:***@bucket/lake'"),  # never a secret
+        ("s3://key:pa/ss?w#rd@bucket/lake", "'s3://key:***@bucket/lake'"),  # read to the '@'
+        ("s3://bucket/dir:x@y", "s3://bucket/dir:x@y"),  # a ':' after the host: no password
     ],
 )
 def test_commands_name_a_url_as_written_without_its_password(location: str, shown: str) -> None:

@@ -108,3 +108,13 @@ def test_a_password_inside_a_url_option_is_a_secret() -> None:
     assert secret_option_values(options) == ["pr%40xy", "pr@xy", "t0k3n"]
     assert url_password("no url: user:pw@host") == []
     assert url_password("https://only-user@host") == []
+
+
+def test_a_password_holding_a_slash_question_mark_or_hash_is_found_whole() -> None:
+    """SQLAlchemy and libpq read a URL's password up to the first ``@``, so an unescaped
+    ``/``, ``?`` or ``#`` is part of it; urllib's ``urlsplit`` ends the authority there and
+    would give only the first piece, leaving the rest in every message."""
+    assert url_password("http://u:pa/ss?w#rd@proxy:3128/x") == ["pa/ss?w#rd"]
+    assert url_password("s3://key:s3cr/et@bucket/lake") == ["s3cr/et"]
+    assert url_password("abfss://container@account.dfs.core.windows.net/x") == []
+    assert url_password("s3://bucket/dir:x@y") == []  # a ':' after the host: no password
