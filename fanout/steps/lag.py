@@ -249,20 +249,22 @@ class Lagging:
         refused once a newer epoch exists). A reset resumes where ``fanout recover`` says,
         before it, so the new epoch reads its rows again: no sink may get it from the
         spool, which lets it go."""
+        if key[0] >= self.epoch:
+            return False
         with self._lock:
             if key in self._abandoned:
                 return True  # final: the epoch runs no more batches
-        if key[0] >= self.epoch or self.settled(key):
+        if self.settled(key):
             return False
         with self._lock:
             self._abandoned.add(key)
         log.warning(
-                "pipeline %s: batch %s of epoch %s was never committed by Spark before the "
-                "checkpoint was replaced (epoch %s now): it is given up, not written from the "
-                "spool to the sinks that lagged on it; the new checkpoint reads its rows again "
-                "when it starts where `fanout recover` said",
-                self.pipeline, key[1], key[0], self.epoch,
-            )  # fmt: skip
+            "pipeline %s: batch %s of epoch %s was never committed by Spark before the "
+            "checkpoint was replaced (epoch %s now): it is given up, not written from the "
+            "spool to the sinks that lagged on it; the new checkpoint reads its rows again "
+            "when it starts where `fanout recover` said",
+            self.pipeline, key[1], key[0], self.epoch,
+        )  # fmt: skip
         return True
 
     def _planned_after(self, key: BatchKey) -> bool:

@@ -754,3 +754,38 @@ def test_an_unsettled_batch_of_an_epoch_before_a_reset_is_given_up(
         ]
     finally:
         fan.close()
+
+
+def test_a_batch_a_sink_added_since_never_saw_is_settled_by_the_checkpoints_commit(
+    tmp_path: Path,
+) -> None:
+    """Batch 0 ran (spooled for the lagging sink) before sink "new" was configured: "new"
+    has no mark of it, so the ledger cannot tell it settled; the running query's
+    checkpoint can (``commits/0``), and until it does the batch waits."""
+    ledger = MemoryLedger()
+    lake = ScriptedSink("lake")
+    pg = ScriptedSink("pg", always_fail=SinkWriteError("refused", sink="pg"))
+    spool = str(tmp_path / "spool")
+    first = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600)
+    first.process(SchemaFrame([5]), BatchInfo("p", 0, "q"))  # pg lags on 0
+    first.close()
+
+    pg.always_fail = None
+    fan = FanOut("p", ledger, [lake, _spec(pg), ScriptedSink("new")], backoff_s=0, spool=spool,
+                 probe_interval_s=3600)  # fmt: skip
+    _catch_up_from_memory(fan, {0: SchemaFrame([5])})
+    fan.catchup.stop()
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "commits").mkdir(parents=True)
+    fan.lagging.checkpoint = (0, str(checkpoint))  # as start_catch_up sets it
+    try:
+        assert fan.catch_up(timeout_s=10)["pg"].batches == 1
+        assert pg.calls == [(0, 1)]  # the failed live attempt only: batch 0 waits
+        (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+        assert fan.catch_up(timeout_s=10)["pg"].state == "live"
+        assert pg.calls == [(0, 1), (0, 1)]
+        assert ledger.last_committed("p", ["lake", "pg", "new"]) == {
+            "lake": 0, "pg": 0, "new": None,
+        }  # fmt: skip
+    finally:
+        fan.close()
