@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -787,5 +788,32 @@ def test_a_batch_a_sink_added_since_never_saw_is_settled_by_the_checkpoints_comm
         assert ledger.last_committed("p", ["lake", "pg", "new"]) == {
             "lake": 0, "pg": 0, "new": None,
         }  # fmt: skip
+    finally:
+        fan.close()
+
+
+def test_a_replayed_batch_past_max_lag_age_settles_instead_of_stopping_the_query(
+    tmp_path: Path,
+) -> None:
+    """The lagging sink's only missed batch is the one being replayed, older than its
+    max_lag age: the drain cannot write it (not settled until this replay returns), and
+    that is no reason to stop the query; the catch-up writes it once the batch returns."""
+    from fanout import BatchFailedError
+
+    lake = ScriptedSink("lake", always_fail=SinkWriteError("full", sink="lake"))
+    pg = ScriptedSink("pg", always_fail=SinkWriteError("refused", sink="pg"))
+    fan = _fan(tmp_path, [lake, _spec(pg, max_lag={"age_s": 0.2})], probe_interval_s=3600)
+    frames = {0: SchemaFrame([7])}
+    _catch_up_from_memory(fan, frames)
+    try:
+        with pytest.raises(BatchFailedError):
+            fan.process(frames[0], BatchInfo("lagged", 0, "q"))
+        time.sleep(0.3)  # the spooled batch 0 is now older than the max_lag age
+        lake.always_fail = pg.always_fail = None
+        fan.catchup.stop()
+        assert list(fan.process(frames[0], BatchInfo("lagged", 0, "q"))) == ["lake"]
+        assert fan.catch_up(timeout_s=10)["pg"].state == "live"
+        assert pg.calls == [(0, 1), (0, 1)]
+        assert fan.ledger.last_committed("lagged", ["lake", "pg"]) == {"lake": 0, "pg": 0}
     finally:
         fan.close()
