@@ -202,8 +202,9 @@ class FanOut:
             backfill_sources(self.pipeline, self.specs),
             unopened=self._unopened,
         )
-        if self.lagging.sources:  # its backfill reads every epoch through the current one,
-            # also when no batch runs (an available_now run finding no new data)
+        if self.lagging.sinks:  # a backfill reads every epoch through the current one, also
+            # when no batch runs (an available_now run finding no new data); a batch of an
+            # older epoch Spark never committed is given up (Lagging.abandoned)
             self.lagging.saw_marks(self.ledger.lookup(self.pipeline, []).epoch, None)
         self._admission.guard.spooled = self.lagging.spooled_through
         self.catchup = CatchUp(
@@ -367,6 +368,8 @@ class FanOut:
 
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         plan(state, self.ledger, self.sinks)  # 3. plan
+        if self.lagging.sinks:  # admitted: Spark committed every batch of its epoch before it
+            self._saw_batch(state.info)
         refuse_gaps(
             state,
             self.lagging,
@@ -426,6 +429,9 @@ class FanOut:
             return None
         reason = self._why_wait(query)
         if reason is None:
+            checkpoint = self._context.checkpoint_location or query_checkpoint(query)
+            if checkpoint is not None:  # the query owns the current epoch (why_wait)
+                self.lagging.checkpoint = (self.lagging.epoch, checkpoint)
             self.catchup.start()
             self.catchup.wake()
         log.info(
@@ -435,6 +441,15 @@ class FanOut:
             extra=batch_fields(self.pipeline),
         )
         return reason
+
+    def _saw_batch(self, info: BatchInfo) -> None:
+        """An admitted live batch: it settles the batches of its epoch before it, and its
+        query's checkpoint says which of the epoch's batches Spark committed
+        (:meth:`fanout.steps.lag.Lagging.settled`)."""
+        self.lagging.saw_batch((info.epoch, info.batch_id))
+        checkpoint = self._context.location(info.query_id)
+        if checkpoint is not None and info.query_id is not None:
+            self.lagging.checkpoint = (info.epoch, checkpoint)
 
     def _why_wait(self, query: Any) -> str | None:
         if self._spark is not None and is_connect(self._spark):

@@ -85,6 +85,7 @@ class CatchUp:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._starting = threading.Lock()
+        self._waiting: set[tuple[str, BatchKey]] = set()
 
     # -- the thread ------------------------------------------------------------------
 
@@ -210,6 +211,9 @@ class CatchUp:
         backlog = self.lagging.backlog(sink)
         if not backlog:
             return None  # a backfill is finished only at a batch's start (hold_back)
+        if not self.lagging.settled(backlog.keys[0]):
+            self._wait_for_settling(sink, backlog.keys[0])
+            return None  # not an error: its replay settles it, and wakes the thread
         gap = self._gap_before(sink, backlog.keys[0])
         if gap is not None:
             self.lagging.failed(sink, gap)
@@ -217,6 +221,20 @@ class CatchUp:
             return gap
         error = self.write(sink, backlog.keys[0])
         return True if error is None else error
+
+    def _wait_for_settling(self, sink: str, key: BatchKey) -> None:
+        """Say once per (sink, batch) that ``sink``'s next batch waits for Spark to settle
+        it (:meth:`fanout.steps.lag.Lagging.settled`)."""
+        with _current_lock:
+            if (sink, key) in self._waiting:
+                return
+            self._waiting.add((sink, key))
+        log.info(
+            "pipeline %s, batch %s, sink %s: not caught up yet: Spark has not committed the "
+            "batch (a sink without on_failure='lag' has not written it); its replay will",
+            self.lagging.pipeline, key[1], sink,
+            extra=batch_fields(self.lagging.pipeline, key[1], sink),
+        )  # fmt: skip
 
     def _gap_before(self, sink: str, key: BatchKey) -> MissedBatchesError | None:
         """The refusal of writing ``sink`` its oldest needed batch ``key`` past batches of

@@ -183,6 +183,10 @@ class ContextReader:
         self._connect_query: str | None = None  # under Spark Connect, checked once
         self._warned = False
 
+    def location(self, query_id: str | None) -> str | None:
+        """The checkpoint of query ``query_id``, when given or already looked up."""
+        return self.checkpoint_location or self._found.get(query_id or "")
+
     def read(self, batch_df: Any, batch_id: int) -> BatchInfo:
         """Pipeline, batch id, query id, source offsets and planning time of the batch."""
         query_id = query_id_of(batch_df)

@@ -29,6 +29,7 @@ from fanout.ledger.gaps import held_by_skip, is_skip
 from fanout.observe.secrets import masked_error
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey, Spool, SpooledBatch
+from fanout.steps.context import read_file_directly
 
 log = logging.getLogger("fanout")
 
@@ -83,6 +84,13 @@ class Lagging:
     """The (sink, batch) pairs this instance saw committed: written, not skipped."""
     _given_up: dict[tuple[str, BatchKey], bool] = field(default_factory=dict, repr=False)
     """Per spooled (sink, batch) its mark holds, whether that mark is a ledger skip's."""
+    checkpoint: tuple[int, str] | None = None
+    """The running query's checkpoint and the epoch that query owns: its ``commits/N`` says
+    Spark committed batch N of that epoch (:meth:`settled`)."""
+    _settled: set[BatchKey] = field(default_factory=set, repr=False)
+    _planned: dict[int, int] = field(default_factory=dict, repr=False)
+    """Per epoch, the newest batch this instance saw planned live."""
+    _abandoned: set[BatchKey] = field(default_factory=set, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     @property
@@ -106,6 +114,12 @@ class Lagging:
             self.epoch = max(self.epoch, epoch)
             for sink, batch in (marks or {}).items():
                 self._advance(sink, epoch, batch)
+
+    def saw_batch(self, key: BatchKey) -> None:
+        """Batch ``key`` runs live: Spark planned it, so it committed every batch of the
+        epoch before it (:meth:`settled`)."""
+        with self._lock:
+            self._planned[key[0]] = max(self._planned.get(key[0], -1), key[1])
 
     def committed(self, sink: str, key: BatchKey, *, caught_up: bool = False) -> None:
         """``sink`` marked batch ``key`` (live, or ``caught_up`` from the spool or a backfill
@@ -196,9 +210,101 @@ class Lagging:
         )
 
     def needs(self, sink: str, key: BatchKey) -> bool:
-        """Whether ``sink`` still needs batch ``key``: its mark of the epoch is older."""
+        """Whether ``sink`` still needs batch ``key``: its mark of the epoch is older, and
+        the batch was not given up with a checkpoint reset (:meth:`abandoned`)."""
         done = self.mark(sink, key[0])
-        return done is None or done < key[1]
+        return (done is None or done < key[1]) and not self.abandoned(key)
+
+    # -- settled batches -------------------------------------------------------------
+
+    def settled(self, key: BatchKey) -> bool:
+        """Whether Spark will never give batch ``key`` up, so the catch-up may write it
+        (docs/architecture.md §14.4, "Settled"). A batch is spooled inside foreachBatch,
+        before Spark commits it, and also when a sink without ``on_failure="lag"`` fails
+        it; written to a lagging sink before a replay commits it, a checkpoint reset
+        could no longer make the sinks agree. Settled, by what this instance knows:
+
+        - every configured sink holds it: its mark of the epoch is at or past it, the
+          spool holds it for the sink, or the sink backfills from a sink that holds it
+          (the batch's foreachBatch returned, in this process or another);
+        - Spark planned a later batch of its epoch (it commits N before planning N+1): a
+          sink's mark is past it, the spool holds a later batch, or one ran live here;
+        - the running query's checkpoint holds ``commits/N`` (its epoch only).
+
+        A batch of an epoch before the current one is judged on the ledger and the spool
+        alone (its checkpoint was replaced), counting only the sinks with a mark in that
+        epoch (a sink added since took no part in it). Once settled, always settled."""
+        with self._lock:
+            if key in self._settled:
+                return True
+        if self._planned_after(key) or self._complete(key) or self._spark_committed(key):
+            with self._lock:
+                self._settled.add(key)
+            return True
+        return False
+
+    def abandoned(self, key: BatchKey) -> bool:
+        """Whether batch ``key`` of an epoch before the current one was given up with its
+        checkpoint: not settled, and no replay will ever settle it (the old query is
+        refused once a newer epoch exists). A reset resumes where ``fanout recover`` says,
+        before it, so the new epoch reads its rows again: no sink may get it from the
+        spool, which lets it go."""
+        if key[0] >= self.epoch:
+            return False
+        with self._lock:
+            if key in self._abandoned:
+                return True  # final: the epoch runs no more batches
+        if self.settled(key):
+            return False
+        with self._lock:
+            self._abandoned.add(key)
+        log.warning(
+            "pipeline %s: batch %s of epoch %s was never committed by Spark before the "
+            "checkpoint was replaced (epoch %s now): it is given up, not written from the "
+            "spool to the sinks that lagged on it; the new checkpoint reads its rows again "
+            "when it starts where `fanout recover` said",
+            self.pipeline, key[1], key[0], self.epoch,
+        )  # fmt: skip
+        return True
+
+    def _planned_after(self, key: BatchKey) -> bool:
+        epoch, batch_id = key
+        with self._lock:
+            if self._planned.get(epoch, -1) > batch_id:
+                return True
+        if any((m := self.mark(s, epoch)) is not None and m > batch_id for s in self.specs):
+            return True
+        held = [] if self.spool is None else self.spool.batches()
+        return any(b.epoch == epoch and b.batch_id > batch_id for b in held)
+
+    def _complete(self, key: BatchKey) -> bool:
+        """Whether every configured sink holds batch ``key`` (see :meth:`settled`)."""
+        epoch, batch_id = key
+        spooled = None if self.spool is None else self.spool.get(key)
+        spooled_for = frozenset() if spooled is None else spooled.needed_by
+        current = epoch >= self.epoch
+        for name, spec in self.specs.items():
+            mark = self.mark(name, epoch)
+            if name in spooled_for or (mark is not None and mark >= batch_id):
+                continue
+            if mark is None and not current:
+                continue  # took no part in that epoch
+            origin = spec.lag.backfill_from
+            if origin is not None and self.backfilling(name):
+                through = self.mark(origin, epoch)
+                if through is not None and through >= batch_id:
+                    continue
+            return False
+        return True
+
+    def _spark_committed(self, key: BatchKey) -> bool:
+        checkpoint = self.checkpoint
+        if checkpoint is None or checkpoint[0] != key[0]:
+            return False
+        try:
+            return read_file_directly(checkpoint[1], f"commits/{key[1]}") is not None
+        except Exception:  # unreadable: the ledger or a later batch will tell
+            return False
 
     def _backfill_keys(self, sink: str) -> list[BatchKey]:
         """The batches ``sink``'s backfill source committed, by the source's ledger marks,

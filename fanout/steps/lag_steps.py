@@ -218,7 +218,8 @@ def _drain_to_limit(
     error = catchup.drain(name, until=lambda: not over_limit(spec, lagging.backlog(name), adding))
     backlog = lagging.backlog(name)
     reason = over_limit(spec, backlog, adding)
-    if reason is None:
+    if reason is None or backlog.keys == [(state.info.epoch, state.batch_id)]:
+        # left: this very batch, replayed; not settled before it returns, so not drained
         return backlog
     since = "unknown" if backlog.since is None else f"{backlog.since:%Y-%m-%d %H:%M:%S} UTC"
     cause = "it has not recovered" if error is None else f"{type(error).__name__}: {error}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -639,3 +640,180 @@ def test_a_sink_behind_says_its_batches(
         f"new: {said} (5 batch(es), 9 row(s) in the spool, 3 from its backfill source "
         "'lake'); its last error: E: a b"
     )  # fmt: skip
+
+
+def test_a_batch_a_fail_fast_sink_failed_waits_for_its_replay_before_the_catch_up(
+    tmp_path: Path,
+) -> None:
+    """Batch 1 is spooled for the lagging sink while a sink without on_failure='lag' fails
+    it: Spark has not committed it and may give it up (a checkpoint reset resumes before
+    it), so the catch-up writes it only once its replay settles it."""
+    from fanout import BatchFailedError
+
+    lake = ScriptedSink("lake")
+    pg = ScriptedSink("pg", always_fail=SinkWriteError("refused", sink="pg"))
+    fan = _fan(tmp_path, [lake, _spec(pg)], probe_interval_s=3600)
+    frames = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(2)}
+    _catch_up_from_memory(fan, frames)
+    try:
+        fan.process(frames[0], BatchInfo("lagged", 0, "q"))  # pg lags on 0
+        lake.always_fail = SinkWriteError("full", sink="lake")
+        with pytest.raises(BatchFailedError, match=r"\(lake\)"):
+            fan.process(frames[1], BatchInfo("lagged", 1, "q"))
+        fan.catchup.stop()
+        assert fan.spool is not None
+        assert [(b.batch_id, sorted(b.needed_by)) for b in fan.spool.batches()] == [
+            (0, ["pg"]), (1, ["pg"]),
+        ]  # fmt: skip
+
+        pg.always_fail = None  # pg is back; lake still fails batch 1
+        lags = fan.catch_up(timeout_s=10)
+        assert pg.calls[1:] == [(0, 1)]  # batch 0 (settled), not batch 1
+        assert (lags["pg"].state, lags["pg"].batches) == ("catching_up", 1)
+        assert fan.ledger.last_committed("lagged", ["lake", "pg"]) == {"lake": 0, "pg": 0}
+        assert [b.batch_id for b in fan.spool.batches()] == [1]
+
+        lake.always_fail = None  # the replay of batch 1 settles it
+        fan.process(frames[1], BatchInfo("lagged", 1, "q"))
+        fan.catchup.stop()
+        assert fan.catch_up(timeout_s=10)["pg"].state == "live"
+        assert pg.calls[1:] == [(0, 1), (1, 1)]
+        assert fan.ledger.last_committed("lagged", ["lake", "pg"]) == {"lake": 1, "pg": 1}
+        assert fan.spool.size() == (0, 0, 0)
+    finally:
+        fan.close()
+
+
+def test_a_batch_every_sink_lagged_on_is_caught_up(tmp_path: Path) -> None:
+    """Every sink down: foreachBatch returns (the batch is spooled for all), Spark commits
+    it, and the catch-up writes it to each sink once it is back."""
+    refused = SinkWriteError("refused", sink="x")
+    pg, kafka = ScriptedSink("pg", always_fail=refused), ScriptedSink("kafka", always_fail=refused)
+    fan = _fan(tmp_path, [_spec(pg), _spec(kafka)], probe_interval_s=3600)
+    frames = {0: SchemaFrame([1, 2])}
+    _catch_up_from_memory(fan, frames)
+    try:
+        assert fan.process(frames[0], BatchInfo("lagged", 0, "q")) == {}
+        fan.catchup.stop()
+        pg.always_fail = kafka.always_fail = None
+        lags = fan.catch_up(timeout_s=10)
+        assert {n: lag.state for n, lag in lags.items()} == {"pg": "live", "kafka": "live"}
+        assert (pg.calls[1:], kafka.calls[1:]) == ([(0, 1)], [(0, 1)])
+        assert fan.ledger.last_committed("lagged", ["pg", "kafka"]) == {"pg": 0, "kafka": 0}
+    finally:
+        fan.close()
+
+
+def test_an_unsettled_batch_of_an_epoch_before_a_reset_is_given_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Epoch 0 ends with batch 1 failed by a fail-fast sink and spooled for the lagging
+    one; the checkpoint is reset (new epoch), resuming after batch 0 as `fanout recover`
+    says, so epoch 1 reads batch 1's rows again: the spooled epoch-0 batch 1 is never
+    written (the sink would hold its rows twice), and it leaves the spool."""
+    from fanout import BatchFailedError
+
+    ledger = MemoryLedger()
+    lake = ScriptedSink("lake")
+    pg = ScriptedSink("pg", always_fail=SinkWriteError("refused", sink="pg"))
+    spool = str(tmp_path / "spool")
+    old = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600)
+    old.process(SchemaFrame([0]), BatchInfo("p", 0, "q1"))  # pg lags on 0
+    lake.always_fail = SinkWriteError("full", sink="lake")
+    with pytest.raises(BatchFailedError):
+        old.process(SchemaFrame([1]), BatchInfo("p", 1, "q1"))
+    old.close()
+
+    lake.always_fail = pg.always_fail = None
+    fan = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600,
+                 on_checkpoint_reset="new_epoch")  # fmt: skip
+    frames = {(0, 0): SchemaFrame([0]), (1, 0): SchemaFrame([1])}
+
+    def read(sink: str, key: tuple[int, int]) -> tuple[Any, BatchInfo]:
+        spooled = fan.lagging.spool.get(key)  # type: ignore[union-attr]
+        assert spooled is not None, key
+        return frames[key], spooled.info()
+
+    fan.catchup._read = read  # type: ignore[method-assign]
+    try:
+        with caplog.at_level(logging.WARNING, "fanout"):
+            fan.process(frames[(1, 0)], BatchInfo("p", 0, "q2"))  # epoch 1: batch 1's rows
+            fan.catchup.stop()
+            assert fan.catch_up(timeout_s=10)["pg"].state == "live"
+        written = [(b.info.epoch, b.info.batch_id) for b in pg.batches[1:]]  # [0]: failed live
+        assert written == [(0, 0), (1, 0)]
+        assert pg.batches[-1].df is frames[(1, 0)]
+        assert ledger.last_committed("p", ["lake", "pg"], 0) == {"lake": 0, "pg": 0}
+        assert ledger.last_committed("p", ["lake", "pg"], 1) == {"lake": 0, "pg": 0}
+        assert fan.spool is not None and fan.spool.size() == (0, 0, 0)
+        given_up = [r.getMessage() for r in caplog.records if "given up" in r.getMessage()]
+        assert given_up == [
+            "pipeline p: batch 1 of epoch 0 was never committed by Spark before the checkpoint "
+            "was replaced (epoch 1 now): it is given up, not written from the spool to the "
+            "sinks that lagged on it; the new checkpoint reads its rows again when it starts "
+            "where `fanout recover` said"
+        ]
+    finally:
+        fan.close()
+
+
+def test_a_batch_a_sink_added_since_never_saw_is_settled_by_the_checkpoints_commit(
+    tmp_path: Path,
+) -> None:
+    """Batch 0 ran (spooled for the lagging sink) before sink "new" was configured: "new"
+    has no mark of it, so the ledger cannot tell it settled; the running query's
+    checkpoint can (``commits/0``), and until it does the batch waits."""
+    ledger = MemoryLedger()
+    lake = ScriptedSink("lake")
+    pg = ScriptedSink("pg", always_fail=SinkWriteError("refused", sink="pg"))
+    spool = str(tmp_path / "spool")
+    first = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600)
+    first.process(SchemaFrame([5]), BatchInfo("p", 0, "q"))  # pg lags on 0
+    first.close()
+
+    pg.always_fail = None
+    fan = FanOut("p", ledger, [lake, _spec(pg), ScriptedSink("new")], backoff_s=0, spool=spool,
+                 probe_interval_s=3600)  # fmt: skip
+    _catch_up_from_memory(fan, {0: SchemaFrame([5])})
+    fan.catchup.stop()
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "commits").mkdir(parents=True)
+    fan.lagging.checkpoint = (0, str(checkpoint))  # as start_catch_up sets it
+    try:
+        assert fan.catch_up(timeout_s=10)["pg"].batches == 1
+        assert pg.calls == [(0, 1)]  # the failed live attempt only: batch 0 waits
+        (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+        assert fan.catch_up(timeout_s=10)["pg"].state == "live"
+        assert pg.calls == [(0, 1), (0, 1)]
+        assert ledger.last_committed("p", ["lake", "pg", "new"]) == {
+            "lake": 0, "pg": 0, "new": None,
+        }  # fmt: skip
+    finally:
+        fan.close()
+
+
+def test_a_replayed_batch_past_max_lag_age_settles_instead_of_stopping_the_query(
+    tmp_path: Path,
+) -> None:
+    """The lagging sink's only missed batch is the one being replayed, older than its
+    max_lag age: the drain cannot write it (not settled until this replay returns), and
+    that is no reason to stop the query; the catch-up writes it once the batch returns."""
+    from fanout import BatchFailedError
+
+    lake = ScriptedSink("lake", always_fail=SinkWriteError("full", sink="lake"))
+    pg = ScriptedSink("pg", always_fail=SinkWriteError("refused", sink="pg"))
+    fan = _fan(tmp_path, [lake, _spec(pg, max_lag={"age_s": 0.2})], probe_interval_s=3600)
+    frames = {0: SchemaFrame([7])}
+    _catch_up_from_memory(fan, frames)
+    try:
+        with pytest.raises(BatchFailedError):
+            fan.process(frames[0], BatchInfo("lagged", 0, "q"))
+        time.sleep(0.3)  # the spooled batch 0 is now older than the max_lag age
+        lake.always_fail = pg.always_fail = None
+        fan.catchup.stop()
+        assert list(fan.process(frames[0], BatchInfo("lagged", 0, "q"))) == ["lake"]
+        assert fan.catch_up(timeout_s=10)["pg"].state == "live"
+        assert pg.calls == [(0, 1), (0, 1)]
+        assert fan.ledger.last_committed("lagged", ["lake", "pg"]) == {"lake": 0, "pg": 0}
+    finally:
+        fan.close()
