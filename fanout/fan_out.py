@@ -392,9 +392,11 @@ class FanOut:
                     self._layouts.cancel_ahead()
                 spooling = None
                 if state.pending:
+                    epoch = state.info.epoch
                     state.routes = BatchRoutes.prepare(
-                        state.df, state.info, self.specs, state.pending, self._dead_letter_target
-                    )  # 4b. routes
+                        state.df, state.info, self.specs, state.pending, self._dead_letter_target,
+                        lambda sink: not self._record.marked_here(sink, epoch),
+                    )  # fmt: skip  # 4b. routes
                     spooling = start_spooling(state, self.lagging, self.specs)  # beside 5.
                     write_all(
                         state,
