@@ -42,7 +42,7 @@ from fanout.errors import (
 from fanout.hooks.caller import HookCaller
 from fanout.hooks.registry import load_registry
 from fanout.ledger.delta import DeltaLedger
-from fanout.ledger.entry import Ledger
+from fanout.ledger.entry import Ledger, ledger_location
 from fanout.observe.logs import batch_fields, register_secrets
 from fanout.observe.secrets import masked_error
 from fanout.partitioned.determinism import check_route as check_route_membership
@@ -191,7 +191,7 @@ class FanOut:
         self._context = ContextReader(self.pipeline, checkpoint_location)
         if probe_interval_s <= 0:
             raise ConfigurationError(f"pipeline {pipeline!r}: probe_interval_s must be > 0")
-        self.spool = check_spool(self.pipeline, self.specs, spool, _ledger_location(self.ledger))
+        self.spool = check_spool(self.pipeline, self.specs, spool, ledger_location(self.ledger))
         self._unopened: dict[str, tuple[SinkContext, BaseException]] = {}
         self._spark = self._open(spark)
         self.lagging = Lagging(
@@ -209,7 +209,7 @@ class FanOut:
         self._admission.guard.spooled = self.lagging.spooled_through
         self.catchup = CatchUp(
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
-            self._spark, probe_interval_s, _ledger_location(self.ledger),
+            self._spark, probe_interval_s, ledger_location(self.ledger),
             pipeline_file=self.pipeline_file,
         )  # fmt: skip
         if self.spool is not None:
@@ -219,13 +219,13 @@ class FanOut:
         # before it running; first of what releases the spool, which the one before must
         # no longer do beside this one
         if self.lagging.sinks:
-            self.catchup.take_over(_ledger_location(self.ledger))
+            self.catchup.take_over(ledger_location(self.ledger))
         if self.spool is not None:
             self.lagging.release_held()  # batches caught up by a run that died before
             self.lagging.release_orphans()
             kept = self.lagging.kept_given_up()
             given_up = {(sink, b.key) for (sink, _), batches in kept.items() for b in batches}
-            where = _ledger_location(self.ledger)
+            where = ledger_location(self.ledger)
             warn_left_out(self.pipeline, self.specs, self.spool, where, given_up)
             warn_given_up(self.pipeline, kept, self.spool, where)
 
@@ -268,7 +268,13 @@ class FanOut:
             )
         self.ledger.open()
         for spec in self.specs.values():
-            context = SinkContext(self.pipeline, spark, self.dead_letters[spec.name], self._plugins)
+            context = SinkContext(
+                self.pipeline,
+                spark,
+                self.dead_letters[spec.name],
+                self._plugins,
+                ledger=ledger_location(self.ledger),
+            )
             spec.route.validate(spec.name, spark)
             sink = spec.sink
             register_secrets(sink.secret_values())  # masked in every redacting log handler
@@ -374,7 +380,7 @@ class FanOut:
             state,
             self.lagging,
             self.specs,
-            _ledger_location(self.ledger),
+            ledger_location(self.ledger),
             self.catchup,
             pipeline_file=self.pipeline_file,
         )  # 3a.
@@ -389,9 +395,11 @@ class FanOut:
                     self._layouts.cancel_ahead()
                 spooling = None
                 if state.pending:
+                    epoch = state.info.epoch
                     state.routes = BatchRoutes.prepare(
-                        state.df, state.info, self.specs, state.pending, self._dead_letter_target
-                    )  # 4b. routes
+                        state.df, state.info, self.specs, state.pending, self._dead_letter_target,
+                        lambda sink: not self._record.marked_here(sink, epoch),
+                    )  # fmt: skip  # 4b. routes
                     spooling = start_spooling(state, self.lagging, self.specs)  # beside 5.
                     write_all(
                         state,
@@ -540,7 +548,7 @@ class FanOut:
         if behind:
             spool = None if self.spool is None else command_location(self.spool.path)
             raise SinksBehindError(
-                self.pipeline, behind, spool, _ledger_location(self.ledger),
+                self.pipeline, behind, spool, ledger_location(self.ledger),
                 stopped_by=stopped_by, during_catch_up=during_catch_up,
             )  # fmt: skip
 
@@ -613,16 +621,6 @@ def settle(state: BatchState) -> None:
         state.routes.release()
     if state.persisted:
         state.df.unpersist()
-
-
-def _ledger_location(ledger: Ledger) -> str:
-    """Where ``ledger`` keeps its marks, as the commands fanout prints name it: its path
-    (:func:`fanout.contract.locations.command_location`: absolute, so they run from any
-    directory), or (a ledger without one, in memory) the object itself."""
-    path = getattr(ledger, "path", None)
-    if path is None:
-        return f"{type(ledger).__name__}@{id(ledger):x}"
-    return command_location(str(path))
 
 
 def _active_spark() -> Any:

@@ -88,6 +88,10 @@ class SinkContext:
     :param plugins: the plugin objects given to ``FanOut(plugins=...)``; a sink writing
         from the executors ships those implementing the per-partition commit hooks with
         its tasks (:mod:`fanout.partitioned.sink`).
+    :param ledger: the pipeline's ledger as the commands fanout prints name it
+        (:func:`fanout.ledger.entry.ledger_location`: an absolute path or a URI, quoted for
+        a shell), for a refusal that prints ``fanout recover --ledger ...``; ``None``:
+        unknown (a sink opened outside a :class:`fanout.FanOut`).
     :param checking: ``True`` when ``fanout validate`` opens the sink (only a sink type
         whose :attr:`Sink.read_only_check` is set): check the options and the target as
         for a run, but change nothing (create no table or topic, run no migration), and
@@ -103,6 +107,7 @@ class SinkContext:
     dead_letters: DeadLetterTarget | None = None
     plugins: Sequence[object] = ()
     checking: bool = False
+    ledger: str | None = None
     changes: list[str] = field(default_factory=list)
 
     def would(self, change: str) -> None:

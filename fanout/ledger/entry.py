@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from fanout.contract.batch import pipeline_scope
+from fanout.contract.locations import command_location
 from fanout.version import __version__
 
 if TYPE_CHECKING:
@@ -239,3 +240,14 @@ def epoch_taken_message(entry: LedgerEntry, current: int | None) -> str:
         f"pipeline {entry.pipeline!r}: {taken}. Two checkpoints of one pipeline are running: "
         "stop one; the other continues."
     )
+
+
+def ledger_location(ledger: object) -> str:
+    """Where ``ledger`` keeps its marks, as the commands fanout prints name it
+    (``fanout recover --ledger ...``): its path
+    (:func:`fanout.contract.locations.command_location`: absolute, so they run from any
+    directory), or (a ledger without one, in memory) the object itself."""
+    path = getattr(ledger, "path", None)
+    if path is None:
+        return f"{type(ledger).__name__}@{id(ledger):x}"
+    return command_location(str(path))

@@ -33,6 +33,10 @@ from fanout.sink_spec import SinkSpec
 TargetOf = Callable[[str], "DeadLetterTarget | None"]
 """Looks up a sink's dead-letter target by sink name (``None``: the sink has none)."""
 
+MayReplay = Callable[[str], bool]
+"""Whether a sink's batch may be one an earlier process attempted (by sink name): its
+dead-letter target may hold route letters of that attempt."""
+
 
 @dataclass(frozen=True)
 class SinkInput:
@@ -44,7 +48,8 @@ class SinkInput:
     :param dead_letters: where :attr:`letters` go (written just before the sink's write).
     :param route: the route that chose :attr:`letters`, recorded with them (set whenever
         :attr:`dead_letters` is, even without letters: a replay under another route is
-        refused, :mod:`fanout.deadletters.route_letters`).
+        refused, :mod:`fanout.deadletters.route_letters`; for an identity route only when
+        the batch may be one an earlier process attempted, see :meth:`BatchRoutes.prepare`).
     :param blocked: an error found before any write: the sink is not written, this is
         its failure.
     :param explain: turns the write's final error into one naming the route expression
@@ -71,10 +76,17 @@ class BatchRoutes:
     sink's :class:`SinkInput` with :meth:`input_for`, and :meth:`release` after the write.
     """
 
-    def __init__(self, df: Any, info: BatchInfo, specs: Mapping[str, SinkSpec]) -> None:
+    def __init__(
+        self,
+        df: Any,
+        info: BatchInfo,
+        specs: Mapping[str, SinkSpec],
+        may_replay: MayReplay | None = None,
+    ) -> None:
         self.df = df
         self.info = info
         self.specs = specs
+        self.may_replay = may_replay
         self._inputs: dict[str, SinkInput] = {}
         self._arrows: dict[Route, SharedArrow] = {}
         self._checked: dict[Route, CheckedRoute] = {}
@@ -88,12 +100,18 @@ class BatchRoutes:
         specs: Mapping[str, SinkSpec],
         pending: Sequence[str],
         target_of: TargetOf,
+        may_replay: MayReplay | None = None,
     ) -> BatchRoutes:
         """Settle every pending sink's input. First the routes of sinks with a dead-letter
         target are evaluated, once per distinct route, before any sink writes; then each
         sink's input is taken from them (also for a sink without a target that shares
-        such a route) or built lazily."""
-        routes = cls(df, info, specs)
+        such a route) or built lazily.
+
+        ``may_replay`` (``None``: every sink's may) tells which sinks' batch an earlier
+        process may have attempted: only their targets are handed an identity route's
+        stamp, whose one purpose is to refuse the letters such an attempt kept under a
+        route since removed (one read of the target per sink and batch otherwise)."""
+        routes = cls(df, info, specs, may_replay)
         targets = {name: routes._target(name, target_of) for name in pending}
         for name, target in targets.items():
             if target is not None and not isinstance(target, Exception):
@@ -170,8 +188,10 @@ class BatchRoutes:
                 )
         if route.is_identity:
             # no letters, but the target still refuses a replay whose letters an earlier
-            # attempt kept under a route since removed (they would be in the sink too)
-            stamp = None if target is None else route.stamp()
+            # attempt kept under a route since removed (they would be in the sink too);
+            # only an earlier process can have kept any: this one runs no other route
+            replay = self.may_replay is None or self.may_replay(name)
+            stamp = route.stamp() if target is not None and replay else None
             return SinkInput(
                 self.df, arrow=self._shared(route, self.df), dead_letters=target, route=stamp
             )

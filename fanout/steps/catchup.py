@@ -278,7 +278,10 @@ class CatchUp:
                 extra=batch_fields(self.lagging.pipeline, key[1], sink),
             )  # fmt: skip
             return exc
-        routes = BatchRoutes.prepare(df, info, {sink: spec}, [sink], self.target_of)
+        routes = BatchRoutes.prepare(
+            df, info, {sink: spec}, [sink], self.target_of,
+            lambda name: not self.record.marked_here(name, info.epoch),
+        )  # fmt: skip
         try:
             given = routes.input_for(sink)
             batch = Batch(

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from fanout.contract.batch import BatchInfo
 from fanout.errors import CheckpointResetError, CheckpointRollbackError
-from fanout.ledger.entry import Ledger, LedgerEntry
+from fanout.ledger.entry import Ledger, LedgerEntry, ledger_location
 from fanout.steps.guard_text import (
     describe_plan,
     owner_message,
@@ -81,6 +81,8 @@ class CheckpointGuard:
     ) -> None:
         self.ledger = ledger
         self.spooled = spooled
+        # how the refusals' `fanout recover --ledger ...` names it
+        self.location = ledger_location(ledger)
         self._warned: set[str] = set()
         # per pipeline: the epoch at which the owners were read, and the owners
         self._owners: dict[str, tuple[int, dict[int, str]]] = {}
@@ -99,8 +101,12 @@ class CheckpointGuard:
             latest, spooled = self._latest(info), self._spooled(info)
             if high is not None and high >= info.batch_id:
                 # rows of another query at or after the batch: the usual text
-                raise CheckpointResetError(reset_message(info, latest, spooled))
-            raise CheckpointResetError(owner_message(info, owner, high, latest, spooled))
+                raise CheckpointResetError(
+                    reset_message(info, latest, spooled, ledger=self.location)
+                )
+            raise CheckpointResetError(
+                owner_message(info, owner, high, latest, spooled, ledger=self.location)
+            )
         self._check_marks(info, high)
         if owner is None and info.query_id is not None:
             self._owners[info.pipeline][1][info.epoch] = info.query_id
@@ -136,7 +142,14 @@ class CheckpointGuard:
         if owned is not None:
             owner = self.owner(info.pipeline, info.epoch)
             raise CheckpointResetError(
-                superseded_message(info, owned, owner, self._latest(info), self._spooled(info))
+                superseded_message(
+                    info,
+                    owned,
+                    owner,
+                    self._latest(info),
+                    self._spooled(info),
+                    ledger=self.location,
+                )
             )
 
     def forget(self, pipeline: str) -> None:
@@ -167,13 +180,22 @@ class CheckpointGuard:
             foreign = [e for e in newer if e.query_id not in (None, info.query_id)]
             if foreign:
                 raise CheckpointResetError(
-                    reset_message(info, self._latest(info), self._spooled(info))
+                    reset_message(
+                        info, self._latest(info), self._spooled(info), ledger=self.location
+                    )
                 )
         same_batch = [e for e in newer if e.batch_id == info.batch_id]
         outcomes = [compare_plan(e, info) for e in same_batch]
         if high > info.batch_id or False in outcomes:
             raise CheckpointRollbackError(
-                rollback_message(info, high, same_batch, self._latest(info), self._spooled(info))
+                rollback_message(
+                    info,
+                    high,
+                    same_batch,
+                    self._latest(info),
+                    self._spooled(info),
+                    ledger=self.location,
+                )
             )
         if None in outcomes:
             self._warn_unknown_plan(

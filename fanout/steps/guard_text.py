@@ -107,15 +107,21 @@ def _sink_lines(
     return lines
 
 
-def _recover_line(info: BatchInfo) -> str:
+def _recover_line(info: BatchInfo, ledger: str) -> str:
+    """``ledger``: the pipeline's ledger as commands name it
+    (:func:`fanout.ledger.entry.ledger_location`), so the command runs as printed."""
     return (
-        f"  `fanout recover --ledger <path> --pipeline {info.pipeline}` prints these facts "
+        f"  `fanout recover --ledger {ledger} --pipeline {info.pipeline}` prints these facts "
         "again, with Kafka startingOffsets."
     )
 
 
 def reset_message(
-    info: BatchInfo, latest: dict[str, LedgerEntry], spooled: Mapping[str, int] | None = None
+    info: BatchInfo,
+    latest: dict[str, LedgerEntry],
+    spooled: Mapping[str, int] | None = None,
+    *,
+    ledger: str,
 ) -> str:
     """The refusal of a reset: what happened, what the ledger knows per sink (``spooled``:
     the last batch the spool holds for each lagging sink), how to proceed."""
@@ -131,7 +137,7 @@ def reset_message(
         "lost or duplicated.",
         NEW_PIPELINE,
         NEW_EPOCH,
-        _recover_line(info),
+        _recover_line(info, ledger),
     ]
     return "\n".join(lines)
 
@@ -142,6 +148,8 @@ def rollback_message(
     same_batch: Sequence[LedgerEntry],
     latest: Mapping[str, LedgerEntry],
     spooled: Mapping[str, int] | None = None,
+    *,
+    ledger: str,
 ) -> str:
     """The refusal of a rolled-back checkpoint: the batch as Spark planned it now and as the
     ledger recorded it, the later batches the ledger holds, each sink's last batch, and how
@@ -188,7 +196,7 @@ def rollback_message(
         'new epoch: FanOut(..., on_checkpoint_reset="new_epoch"). It does not apply to this '
         "checkpoint itself: its re-planned batches overlap batches the sinks already hold, "
         "so a new epoch would write those rows twice.",
-        _recover_line(info),
+        _recover_line(info, ledger),
     ]
     return "\n".join(lines)
 
@@ -199,6 +207,8 @@ def owner_message(
     high: int | None,
     latest: Mapping[str, LedgerEntry],
     spooled: Mapping[str, int] | None = None,
+    *,
+    ledger: str,
 ) -> str:
     """The refusal of a batch of another query id than the one its epoch belongs to: what
     happened, what the ledger knows per sink, how to proceed."""
@@ -219,7 +229,7 @@ def owner_message(
         "to) and restart the query; nothing is lost or duplicated.",
         NEW_PIPELINE,
         NEW_EPOCH,
-        _recover_line(info),
+        _recover_line(info, ledger),
     ]
     return "\n".join(lines)
 
@@ -230,6 +240,8 @@ def superseded_message(
     owner: str | None,
     latest: Mapping[str, LedgerEntry],
     spooled: Mapping[str, int] | None = None,
+    *,
+    ledger: str,
 ) -> str:
     """The refusal of a batch of a query that owned an earlier epoch (``owned``) than the
     pipeline's current one, whose query is ``owner``: an old checkpoint was restored after a
@@ -248,6 +260,6 @@ def superseded_message(
         + ("" if owner is None else f" (of query {owner})")
         + " and restart the query; nothing is lost or duplicated.",
         NEW_PIPELINE.replace("Or start from a new", "Or delete this checkpoint and start a new"),
-        _recover_line(info),
+        _recover_line(info, ledger),
     ]
     return "\n".join(lines)

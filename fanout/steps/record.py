@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from fanout.contract.batch import Batch
@@ -33,6 +33,17 @@ class Recorder:
 
     ledger: Ledger
     retry: RetryPolicy
+    # (sink, epoch) of each committed mark this recorder wrote (marked_here)
+    _marked: set[tuple[str, int]] = field(default_factory=set, init=False, repr=False)
+
+    def marked_here(self, sink: str, epoch: int) -> bool:
+        """Whether this recorder (one per :class:`fanout.FanOut`) marked a batch of
+        ``epoch`` committed for ``sink``. Its later batches of the epoch are then none that
+        another process attempted: a sink receives its batches in order, live or caught
+        up, each only after the one before it was marked, and an earlier process's
+        attempt left at most the one after its mark unmarked, which a replay hands this
+        process first."""
+        return (sink, epoch) in self._marked
 
     def committed(
         self,
@@ -53,6 +64,7 @@ class Recorder:
             self._committed(batch, attempt, started, duration_s, result)
         finally:
             MARK_HOLD.reset(token)
+        self._marked.add((batch.sink_name, batch.info.epoch))
 
     def _committed(
         self, batch: Batch, attempt: int, started: datetime, duration_s: float, result: SinkResult

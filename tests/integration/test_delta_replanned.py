@@ -6,6 +6,7 @@ app transaction and lose the new rows (docs/architecture.md §5, §8.1)."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from fanout_delta.spark_engine import delta_jvm_missing
 from pyspark.errors import StreamingQueryException
 
 from fanout import FanOut
+from fanout.app.cli import main
 from fanout.contract.plans import planned_at
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
@@ -53,7 +55,7 @@ def _order_ids(path: Path) -> list[int]:
 
 
 def test_a_batch_written_but_not_marked_then_planned_again_is_refused(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     names = [str(s["name"]) for s in _sinks(spark, tmp_path)]
     for n in range(3):
@@ -88,6 +90,21 @@ def test_a_batch_written_but_not_marked_then_planned_again_is_refused(
         "the Delta table recorded batch 3 in version 3, at " in message
         and f'source offsets [{{"logOffset": 3}}], planned at {planned_at(first_plan)}\n' in message
     )
+    # the recover command each refusal prints runs as printed: it names the ledger
+    recover = [line for line in message.splitlines() if "`fanout recover " in line]
+    assert len(set(recover)) == 1  # one ledger, named alike by every sink
+    argv = shlex.split(recover[0].split("`")[1])
+    assert argv == [
+        "fanout", "recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "replan"
+    ]  # fmt: skip
+    capsys.readouterr()
+    assert main(argv[1:]) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        "pipeline 'replan': last committed batch per sink",
+        f"  {sorted(names)[0]}: batch 2, query id {query}, source offsets "
+        '[{"logOffset": 2}], planned at '
+        + planned_at(json.loads((offsets / "2").read_text().splitlines()[1])["batchTimestampMs"]),
+    ]
     # nothing skipped, nothing written: rows 40-49 wait for a way out
     for name in names:
         assert _order_ids(tmp_path / name) == list(range(40)), name

@@ -213,3 +213,37 @@ def test_a_replay_without_its_route_is_refused_when_no_partition_committed(
     result = case.run(case.fan(where=ODD_FAILS, dead_letter=str(dead), partitions=1))["s"]
     assert (result.rows, result.dead_lettered) == (4, 4)
     assert (case.ids(), _letter_ids(dead)) == ([0, 2, 4, 6], [1, 3, 5, 7])
+
+
+def test_without_a_route_the_target_is_read_only_before_the_sinks_first_mark(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The identity's stamp goes to the target only while the sink may be handed a batch an
+    earlier process attempted: up to its first mark in this FanOut. Its later batches
+    (in order, each after the one before it was marked) were attempted by none: no read
+    of the target. A new FanOut (a restart) reads it again for its first batch."""
+    from fanout.delta_tables import io as deltaio
+
+    case, dead = Case(spark, tmp_path), tmp_path / "dead"
+    reads: list[str] = []
+    opened = deltaio.open_table
+
+    def counting(path: str, *args: Any, **kwargs: Any) -> Any:
+        if str(path) == str(dead):
+            reads.append(str(path))
+        return opened(path, *args, **kwargs)
+
+    monkeypatch.setattr(deltaio, "open_table", counting)
+
+    def run(fan: FanOut, batch_id: int) -> int:
+        before = len(reads)
+        result = fan.process(case.batch, BatchInfo(case.pipeline, batch_id, "q"))["s"]
+        assert (result.rows, result.dead_lettered) == (8, 0)
+        return len(reads) - before
+
+    fan = case.fan(dead_letter=str(dead), partitions=1)
+    assert [run(fan, b) for b in range(3)] == [1, 0, 0]
+    fan = case.fan(dead_letter=str(dead), partitions=1)  # a restart: its first batch reads
+    assert [run(fan, b) for b in range(3, 5)] == [1, 0]
+    assert case.committed() == [0] * 5 and _letter_ids(dead) == []  # one partition a batch
+    assert sorted(int(row["id"]) for row in read_rows(case.out)) == sorted(list(range(8)) * 5)

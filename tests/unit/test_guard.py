@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 
 from fanout import BatchInfo, FanOut
+from fanout.app.cli import main
 from fanout.errors import CheckpointResetError, CheckpointRollbackError
 from fanout.ledger.delta import DeltaLedger
-from fanout.ledger.entry import Ledger
+from fanout.ledger.entry import Ledger, ledger_location
 from fanout.ledger.memory import MemoryLedger
 from fanout.steps.guard import check_checkpoint
 from tests.unit.fakes import FakeFrame, ScriptedSink, committed
@@ -119,7 +121,10 @@ def test_other_query_at_or_below_high_water_is_a_reset(
         "lost or duplicated." in lines
     )
     assert 'on_checkpoint_reset="new_epoch"' in message
-    assert "`fanout recover --ledger <path> --pipeline orders` prints these facts again" in message
+    where = ledger_location(ledger)  # the Delta ledger's absolute path; the memory one's name
+    assert f"`fanout recover --ledger {where} --pipeline orders` prints these facts again" in (
+        message
+    )
 
 
 def test_reset_through_fanout_calls_no_sink(ledger: DeltaLedger | MemoryLedger) -> None:
@@ -166,3 +171,49 @@ def test_guard_does_not_scan_on_the_normal_path() -> None:
     assert led.scans == 0
     guard(led, BatchInfo(PIPELINE, 2, OLD_QUERY))  # a replay: scans once
     assert led.scans == 1
+
+
+def _printed_recover(message: str) -> list[str]:
+    """The ``fanout recover ...`` command a refusal prints, split as a POSIX shell would."""
+    line = next(line for line in message.splitlines() if "`fanout recover " in line)
+    return shlex.split(line.split("`")[1])
+
+
+@pytest.mark.parametrize("kind", ["reset", "rollback"])
+def test_the_printed_recover_command_runs_as_printed(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+) -> None:
+    """The refusal names the ledger as the command must (absolute, quoted for a shell), not
+    ``<path>``, which a shell reads as a redirect; run from another directory, the printed
+    command prints the recover facts."""
+    monkeypatch.chdir(tmp_path)
+    led = DeltaLedger("my lake/ledger")  # relative, with a space
+    led.open()
+    offsets = json.dumps([{"orders": {"0": 100}}])
+    led.mark_committed(committed(PIPELINE, "pg", 0, OLD_QUERY, source_offsets=offsets))
+    info = BatchInfo(PIPELINE, 0, NEW_QUERY if kind == "reset" else OLD_QUERY)
+    if kind == "rollback":
+        led.mark_committed(committed(PIPELINE, "pg", 1, OLD_QUERY, source_offsets=offsets))
+    with pytest.raises(CheckpointResetError if kind == "reset" else CheckpointRollbackError) as e:
+        guard(led, info)
+
+    argv = _printed_recover(str(e.value))
+    assert argv == [
+        "fanout", "recover", "--ledger", str(tmp_path / "my lake" / "ledger"),
+        "--pipeline", PIPELINE,
+    ]  # fmt: skip
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(argv[1:]) == 0
+    out = capsys.readouterr().out.splitlines()
+    batch = 0 if kind == "reset" else 1
+    assert out[:3] == [
+        "pipeline 'orders': last committed batch per sink",
+        f'  pg: batch {batch}, query id {OLD_QUERY}, source offsets [{{"orders": {{"0": 100}}}}]',
+        f"Resume after batch {batch}: every sink the pipeline still writes holds it, so "
+        "nothing is written twice.",
+    ]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fanout import ConfigurationError, FanOut, LagLimitError, SinkWriteError
+from fanout import ConfigurationError, FanOut, LagLimitError, SinkWriteError, hookimpl
 from fanout.contract.batch import BatchInfo
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import LagPolicy, lag_policy
@@ -815,5 +815,60 @@ def test_a_replayed_batch_past_max_lag_age_settles_instead_of_stopping_the_query
         assert fan.catch_up(timeout_s=10)["pg"].state == "live"
         assert pg.calls == [(0, 1), (0, 1)]
         assert fan.ledger.last_committed("lagged", ["lake", "pg"]) == {"lake": 0, "pg": 0}
+    finally:
+        fan.close()
+
+
+class _Stamps:
+    """A dead-letter target recording, per call, the batch and whether it was handed a
+    route stamp (each stamp is a read of a real target)."""
+
+    kind = "stamps"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, bool]] = []
+
+    def describe(self) -> str:
+        return "stamps in memory"
+
+    def write(
+        self, batch: Any, letters: Any, *, source: str, partition: Any = None, route: Any = None
+    ) -> int:
+        self.calls.append((batch.batch_id, route is not None))
+        return len(letters)
+
+
+class _StampKind:
+    @hookimpl
+    def fanout_dead_letter_kinds(self) -> dict[str, Any]:
+        return {"stamps": lambda location, sink: sink.target}
+
+
+def test_the_catch_up_hands_the_identity_stamp_only_until_the_sinks_first_mark(
+    tmp_path: Path,
+) -> None:
+    """A lagging sink with a dead-letter target and no route: its first write in this
+    FanOut (live batch 0, failed; then the catch-up's batch 0) may be a batch an earlier
+    process attempted, so its target gets the identity's stamp (a read of the target);
+    once batch 0 is marked, the catch-up's batches 1 and 2 were attempted by no one else:
+    no stamp, and (no letters either) the target is not called."""
+    good = ScriptedSink("good")
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    target = _Stamps()
+    down.target, down.dead_letter = target, "stamps:memory"  # type: ignore[attr-defined]
+    fan = _fan(tmp_path, [good, _spec(down)], probe_interval_s=3600, plugins=[_StampKind()])
+    frames = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(3)}
+    try:
+        for batch in range(3):
+            fan.process(frames[batch], BatchInfo("lagged", batch, "q"))
+        assert target.calls == [(0, True)] * len(down.calls)  # every attempt of batch 0
+        target.calls.clear()
+
+        down.always_fail = None
+        _catch_up_from_memory(fan, frames)
+        fan.catchup.stop()
+        assert fan.catch_up(timeout_s=10)["down"].state == "live"
+        assert down.calls[-3:] == [(0, 1), (1, 1), (2, 1)]
+        assert target.calls == [(0, True)]  # batches 1 and 2: not called, nothing to write
     finally:
         fan.close()

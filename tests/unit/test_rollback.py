@@ -20,7 +20,13 @@ from fanout import BatchInfo, CheckpointResetError, CheckpointRollbackError, Fan
 from fanout.contract.batch import txn_app_id
 from fanout.delta_tables.io import commit_properties
 from fanout.ledger.delta import DeltaLedger
-from fanout.ledger.entry import Ledger, LedgerEntry, ledger_schema, pipeline_app_id
+from fanout.ledger.entry import (
+    Ledger,
+    LedgerEntry,
+    ledger_location,
+    ledger_schema,
+    pipeline_app_id,
+)
 from fanout.ledger.memory import MemoryLedger
 from fanout.steps.guard import CheckpointGuard, compare_plan
 from fanout.testing import ArrowFrame
@@ -155,7 +161,7 @@ def test_replanned_batch_with_the_same_offsets_is_refused(
     assert "  1. Restore the newest checkpoint" in message
     assert "offsets/4 holds the offsets and planning time the ledger recorded" in message
     assert 'on_checkpoint_reset="new_epoch"). It does not apply to this checkpoint' in message
-    assert "`fanout recover --ledger <path> --pipeline orders`" in message
+    assert f"`fanout recover --ledger {ledger_location(ledger)} --pipeline orders`" in message
 
 
 def test_replanned_batch_with_other_offsets_is_refused(ledger: DeltaLedger | MemoryLedger) -> None:

@@ -141,11 +141,14 @@ def find_plan(
     return None
 
 
-def refuse_replanned(batch: Batch, sink: str, path: str, table: Any) -> None:
+def refuse_replanned(
+    batch: Batch, sink: str, path: str, table: Any, *, ledger: str | None = None
+) -> None:
     """Called where the sink would skip ``batch`` because ``table`` (delta-rs, at the
     snapshot whose transaction version is at or past the batch) records it: raise
     :class:`fanout.CheckpointRollbackError` when the commit that wrote the batch recorded
-    another plan; return (skip) when the plans match or nothing tells."""
+    another plan; return (skip) when the plans match or nothing tells. ``ledger``: the
+    pipeline's ledger as commands name it (``SinkContext.ledger``; ``None``: unknown)."""
     info = batch.info
     if info.batch_timestamp_ms is None or table is None:
         return
@@ -168,12 +171,16 @@ def refuse_replanned(batch: Batch, sink: str, path: str, table: Any) -> None:
         return
     if recorded.batch_timestamp_ms == info.batch_timestamp_ms:
         return
-    raise CheckpointRollbackError(replanned_message(info, sink, path, recorded))
+    raise CheckpointRollbackError(replanned_message(info, sink, path, recorded, ledger=ledger))
 
 
-def replanned_message(info: BatchInfo, sink: str, path: str, recorded: CommitPlan) -> str:
+def replanned_message(
+    info: BatchInfo, sink: str, path: str, recorded: CommitPlan, *, ledger: str | None = None
+) -> str:
     """The refusal of a batch a Delta sink already committed under another plan: what
-    happened, both plans, how to proceed (as the checkpoint guard's rollback message)."""
+    happened, both plans, how to proceed (as the checkpoint guard's rollback message).
+    ``ledger``: the pipeline's ledger as commands name it (``None``: unknown, and the
+    command says to name it)."""
     from fanout.contract.plans import describe_plan, planned_at
 
     query = "" if info.query_id is None else f" of query {info.query_id}"
@@ -200,11 +207,22 @@ def replanned_message(info: BatchInfo, sink: str, path: str, recorded: CommitPla
         f"{batch} as recorded above; the ledger has the others), under a new pipeline name "
         "so the sinks' transaction ids start afresh; sinks further ahead then receive their "
         "last batches again.",
-        f"  `fanout recover --ledger <path> --pipeline {info.pipeline}` prints what the "
-        "ledger knows per sink, with Kafka startingOffsets.",
+        _recover_line(info, ledger),
     ]
     return "\n".join(lines)
 
 
 def _int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _recover_line(info: BatchInfo, ledger: str | None) -> str:
+    if ledger is None:  # a sink opened outside a FanOut (fanout.testing): no ledger known
+        return (
+            f"  `fanout recover --pipeline {info.pipeline} --ledger` with the pipeline's "
+            "ledger prints what the ledger knows per sink, with Kafka startingOffsets."
+        )
+    return (
+        f"  `fanout recover --ledger {ledger} --pipeline {info.pipeline}` prints what the "
+        "ledger knows per sink, with Kafka startingOffsets."
+    )

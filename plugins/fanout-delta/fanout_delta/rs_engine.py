@@ -80,7 +80,7 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
         written = deltaio.transaction_version(table, app_id)
         if written is not None and written >= batch_id:
             sink.keep_table(table)
-            refuse_replanned(batch, sink.name, path, table)
+            refuse_replanned(batch, sink.name, path, table, ledger=sink.ledger)
             logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, path)
             return SinkResult(data.num_rows, dead_lettered=dead, already_written=True)
         if data.num_rows == 0:

@@ -227,7 +227,7 @@ class _ExecutorAppend:
         if outcome.already_written:
             if self.batch.info.batch_timestamp_ms is not None:  # else no plan to compare
                 table = deltaio.open_table(sink.path, sink.storage_options)  # a replay: rare
-                refuse_replanned(self.batch, sink.name, sink.path, table)
+                refuse_replanned(self.batch, sink.name, sink.path, table, ledger=sink.ledger)
             logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, sink.path)
             return SinkResult(rows(), dead_lettered=dead, already_written=True)
         if outcome.empty:

@@ -145,6 +145,7 @@ class DeltaSink(Sink):
         self.resolved_write_from: Literal["executors", "driver"] | None = None
         self._dead_letters: DeadLetterTarget | None = None  # resolved by fanout, at open()
         self._hook_plugins: HookPlugins | None = None  # found at open()
+        self._ledger: str | None = None  # the pipeline's ledger, named at open()
         # Whether Spark's executors can write the table's path (found at open()).
         self._executors_reach_the_table = False
         # The table's snapshot, kept from batch to batch (made at open()).
@@ -196,6 +197,7 @@ class DeltaSink(Sink):
             context.spark is not None and _single_machine(context.spark)
         )
         self._hook_plugins = HookPlugins.of(context.plugins)
+        self._ledger = context.ledger
         try:
             table = deltaio.open_table(self.path, self.storage_options)  # type: ignore[arg-type]
         except Exception as exc:
@@ -322,6 +324,7 @@ class DeltaSink(Sink):
             write_from=self.resolved_write_from or self._resolve_write_from(None),
             max_merge_rows=self.max_merge_rows,
             hook_plugins=self._hook_plugins,
+            ledger=self._ledger,
             kept=self._kept,
             stepped_back=self._stepped_back,
         )

@@ -86,7 +86,7 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
         dead = dead_letters.write(batch, letters, source="refused")  # first: see rs_engine
     written = deltaio.transaction_version(table, app_id) if table is not None else None
     if written is not None and written >= batch_id:
-        refuse_replanned(batch, sink.name, path, table)
+        refuse_replanned(batch, sink.name, path, table, ledger=sink.ledger)
         return SinkResult(df.count(), dead_lettered=dead, already_written=True)
     if table is not None:
         import pyarrow as pa

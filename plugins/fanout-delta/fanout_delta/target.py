@@ -24,6 +24,8 @@ class DeltaTarget:
         executors' append in each task once its files are written (``None``: none).
     :param kept: the table's snapshot the sink keeps between batches (delta-rs engine;
         ``None``: opened every batch).
+    :param ledger: the pipeline's ledger as the commands fanout prints name it
+        (``SinkContext.ledger``; ``None``: unknown), for the refusal of a re-planned batch.
     :param stepped_back: why the executors' append stepped back to the driver's writer,
         as logged (the sink's, kept between batches: logged once per sink, not per batch).
     """
@@ -41,6 +43,7 @@ class DeltaTarget:
     write_from: str = "executors"
     max_merge_rows: int | None = None
     hook_plugins: HookPlugins | None = None
+    ledger: str | None = None
     kept: KeptTable | None = field(default=None, compare=False, repr=False)
     stepped_back: set[str] | None = field(default=None, compare=False, repr=False)
 
