@@ -5,6 +5,7 @@ committed afterwards unapplied."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -26,15 +27,21 @@ WRITERS, BATCHES, ROUNDS, ROWS = 4, 3, 30, 12
 
 
 def hold(path: str | None, inside: str, log: str, holds: int, start: Any) -> None:
-    """In another process: enter the turn ``holds`` times, noting any overlap."""
+    """In another process: enter the turn ``holds`` times, noting any overlap. Inside, it
+    waits up to 0.1 s for another process to be inside too (each names itself by a file in
+    ``inside``), so that without the lock they overlap however the processes are
+    scheduled on a busy machine; with it, the wait always runs out."""
     start.wait(60)  # every process imported this module: start together
+    here = Path(inside)
+    mine = here / str(os.getpid())
     for _ in range(holds):
         with turn(path):
-            marker_file = Path(inside)
-            overlapped = marker_file.exists()
-            marker_file.touch()
-            time.sleep(0.01)
-            marker_file.unlink(missing_ok=True)
+            mine.touch()
+            overlapped, deadline = False, time.monotonic() + 0.1
+            while not overlapped and time.monotonic() < deadline:
+                overlapped = any(other != mine for other in here.iterdir())
+                time.sleep(0.005)
+            mine.unlink()
             with open(log, "a") as out:
                 out.write("overlap\n" if overlapped else "alone\n")
 
@@ -44,6 +51,7 @@ def test_a_turn_is_held_by_one_process_at_a_time(tmp_path: Path, locked: bool) -
     """Without the lock the same processes do overlap: the check can fail."""
     path = str(tmp_path / "ends.lock") if locked else None
     inside, log = str(tmp_path / "inside"), str(tmp_path / "log")
+    Path(inside).mkdir()
     context = multiprocessing.get_context("spawn")
     start = context.Barrier(3)
     workers = [context.Process(target=hold, args=(path, inside, log, 10, start)) for _ in range(3)]
