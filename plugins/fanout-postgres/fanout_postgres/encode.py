@@ -120,14 +120,8 @@ def invalid_nested(column: Any) -> dict[int, bytes]:
 
 
 def _holds_string(kind: pa.DataType) -> bool:
-    """Whether a nested type holds strings (a map's keys too)."""
-    if pa.types.is_map(kind):
-        return any(_holds_string(k) or _is_string(k) for k in (kind.key_type, kind.item_type))
-    if pa.types.is_struct(kind):
-        return any(_holds_string(f.type) or _is_string(f.type) for f in kind)
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        return _holds_string(kind.value_type) or _is_string(kind.value_type)
-    return False
+    """Whether a nested type holds strings (a map's keys too); a string itself does not."""
+    return not _is_string(kind) and _holds(kind, _is_string)
 
 
 def _is_string(kind: pa.DataType) -> bool:
@@ -515,7 +509,7 @@ def decodable(table: pa.Table) -> pa.Table:
     the text source), which PostgreSQL refuses and Python cannot decode. Unchanged when
     every string is valid."""
     for i, field in enumerate(table.schema):
-        if not (_is_string(field.type) or _holds_string(field.type)):
+        if not _holds(field.type, _is_string):
             continue
         if not holds_invalid_utf8(table.column(i)):
             continue
