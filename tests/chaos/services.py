@@ -15,7 +15,7 @@ def embedded_servers(root: Path) -> Iterator[tuple[Any, str, str]]:
     from fanout_kafka.embedded import EmbeddedKafka
     from fanout_postgres.embedded import EmbeddedPostgres
 
-    postgres = EmbeddedPostgres(root / "pgdata", database="chaos")
+    postgres = EmbeddedPostgres(root / "pgdata", database="chaos", durable=False)
     kafka = EmbeddedKafka()
     try:
         url = postgres.start()

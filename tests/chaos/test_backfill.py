@@ -36,7 +36,7 @@ def test_a_new_sink_backfills_from_the_delta_sink_then_goes_live_through_kills(
 
     work = tmp_path / "work"
     rows = write_lag_input(work / "input", BEFORE)
-    server = EmbeddedPostgres(tmp_path / "pgdata", database="grows")
+    server = EmbeddedPostgres(tmp_path / "pgdata", database="grows", durable=False)
     pg_url = server.start()
     try:
         first = _run(work, pg_url, "--before")

@@ -98,7 +98,7 @@ def test_postgres_outage_lags_alone_and_catches_up_in_order(spark: Any, tmp_path
     from fanout_postgres.embedded import EmbeddedPostgres
 
     rows = write_lag_input(tmp_path / "input", FILES)
-    server = EmbeddedPostgres(tmp_path / "pgdata", database="lagout")
+    server = EmbeddedPostgres(tmp_path / "pgdata", database="lagout", durable=False)
     kafka = EmbeddedKafka()
     pg_url, bootstrap = server.start(), kafka.start()
     try:
@@ -151,7 +151,7 @@ def test_past_max_lag_the_query_stops_naming_the_sink_and_restarts_without_loss(
     from pyspark.errors import StreamingQueryException
 
     rows = write_lag_input(tmp_path / "input", 6)
-    server = EmbeddedPostgres(tmp_path / "pgdata", database="maxlag")
+    server = EmbeddedPostgres(tmp_path / "pgdata", database="maxlag", durable=False)
     pg_url = server.start()
 
     def fan(plugins: list[object]) -> FanOut:

