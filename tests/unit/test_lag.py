@@ -872,3 +872,105 @@ def test_the_catch_up_hands_the_identity_stamp_only_until_the_sinks_first_mark(
         assert target.calls == [(0, True)]  # batches 1 and 2: not called, nothing to write
     finally:
         fan.close()
+
+
+def _reset_after_a_failed_first_batch(tmp: Path) -> tuple[MemoryLedger, str]:
+    """Epoch 0's first batch: pg (lagging) is down and spools it, lake (fail-fast) fails
+    it for good, so no sink has a mark in epoch 0 and Spark never commits the batch."""
+    from fanout import BatchFailedError
+
+    ledger, spool = MemoryLedger(), str(tmp / "spool")
+    lake = ScriptedSink("lake", always_fail=SinkWriteError("full", sink="lake"))
+    pg = ScriptedSink("pg", always_fail=SinkWriteError("refused", sink="pg"))
+    old = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600)
+    with pytest.raises(BatchFailedError):
+        old.process(SchemaFrame([7, 8]), BatchInfo("p", 0, "q1"))
+    old.close()
+    return ledger, spool
+
+
+def test_a_first_batch_a_fail_fast_sink_failed_is_given_up_after_a_reset(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The fail-fast sink has no mark in epoch 0 because it failed the epoch's first batch,
+    not because it was added since: the spool recorded it among the batch's sinks, so the
+    batch is not settled, and after the reset (resuming before batch 0, as `fanout
+    recover` says) it is given up; written, pg would hold rows 7 and 8 twice."""
+    ledger, spool = _reset_after_a_failed_first_batch(tmp_path)
+    lake, pg = ScriptedSink("lake"), ScriptedSink("pg")
+    fan = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600,
+                 on_checkpoint_reset="new_epoch")  # fmt: skip
+    assert fan.spool is not None
+    [spooled] = fan.spool.batches()
+    assert (spooled.key, spooled.needed_by, spooled.party) == ((0, 0), {"pg"}, {"lake", "pg"})
+    again = SchemaFrame([7, 8])  # epoch 1 reads batch 0's rows again
+    fan.catchup._read = lambda sink, key: (again, spooled.info())  # type: ignore[method-assign,assignment]
+    try:
+        with caplog.at_level(logging.WARNING, "fanout"):
+            fan.process(again, BatchInfo("p", 0, "q2"))
+            fan.catchup.stop()
+            assert fan.catch_up(timeout_s=10)["pg"].state == "live"
+        assert [(b.info.epoch, b.info.batch_id) for b in pg.batches] == [(1, 0)]
+        assert [(b.info.epoch, b.info.batch_id) for b in lake.batches] == [(1, 0)]
+        assert ledger.last_committed("p", ["lake", "pg"], 0) == {"lake": None, "pg": None}
+        assert ledger.last_committed("p", ["lake", "pg"], 1) == {"lake": 0, "pg": 0}
+        assert fan.spool.size() == (0, 0, 0)
+        given_up = [r.getMessage() for r in caplog.records if "given up" in r.getMessage()]
+        assert given_up == [
+            "pipeline p: batch 0 of epoch 0 was never committed by Spark before the checkpoint "
+            "was replaced (epoch 1 now): it is given up, not written from the spool to the "
+            "sinks that lagged on it; the new checkpoint reads its rows again when it starts "
+            "where `fanout recover` said"
+        ]
+    finally:
+        fan.close()
+
+
+def _as_an_older_version_wrote_it(index_path: str) -> None:
+    """Rewrite the spool's index without the ``party`` column, as versions before it did."""
+    from deltalake import DeltaTable, write_deltalake
+
+    rows = DeltaTable(index_path).to_pyarrow_table().drop_columns(["party"])
+    write_deltalake(index_path, rows, mode="overwrite", schema_mode="overwrite")
+
+
+def test_a_batch_every_sink_lagged_on_in_an_older_versions_spool_is_caught_up_after_a_reset(
+    tmp_path: Path,
+) -> None:
+    """An index row from before the spool recorded a batch's sinks: the sinks it is spooled
+    for and those with a mark in its epoch took part. Every sink lagged on batch 0 (all
+    down), so each holds it by the spool: settled, and written to both after the reset;
+    the next spooling adds the column to the old index."""
+    ledger, spool = MemoryLedger(), str(tmp_path / "spool")
+    refused = SinkWriteError("refused", sink="x")
+    pg, kafka = ScriptedSink("pg", always_fail=refused), ScriptedSink("kafka", always_fail=refused)
+    old = FanOut("p", ledger, [_spec(pg), _spec(kafka)], backoff_s=0, spool=spool,
+                 probe_interval_s=3600)  # fmt: skip
+    assert old.process(SchemaFrame([1, 2]), BatchInfo("p", 0, "q1")) == {}
+    old.close()
+    _as_an_older_version_wrote_it(f"{spool}/index")
+
+    pg.always_fail = None  # kafka still down: batch 0 of epoch 1 is spooled for it
+    fan = FanOut("p", ledger, [_spec(pg), _spec(kafka)], backoff_s=0, spool=spool,
+                 probe_interval_s=3600, on_checkpoint_reset="new_epoch")  # fmt: skip
+    assert fan.spool is not None
+    [spooled] = fan.spool.batches()
+    assert (spooled.key, spooled.needed_by, spooled.party) == ((0, 0), {"pg", "kafka"}, None)
+    frames = {(0, 0): SchemaFrame([1, 2]), (1, 0): SchemaFrame([3])}
+    fan.catchup._read = lambda sink, key: (frames[key], fan.spool.get(key).info())  # type: ignore[method-assign,assignment,union-attr]
+    try:
+        fan.process(frames[(1, 0)], BatchInfo("p", 0, "q2"))
+        fan.catchup.stop()
+        assert [(b.key, b.party) for b in fan.spool.batches()] == [
+            ((0, 0), None), ((1, 0), {"pg", "kafka"}),
+        ]  # fmt: skip
+        kafka.always_fail = None
+        lags = fan.catch_up(timeout_s=10)
+        assert {n: lag.state for n, lag in lags.items()} == {"pg": "live", "kafka": "live"}
+        for sink in (pg, kafka):  # before: failed attempts (kafka's may include a probe)
+            written = [(b.info.epoch, b.info.batch_id, b.df) for b in sink.batches[-2:]]
+            assert written == [(0, 0, frames[(0, 0)]), (1, 0, frames[(1, 0)])]
+        assert ledger.last_committed("p", ["pg", "kafka"], 0) == {"pg": 0, "kafka": 0}
+        assert fan.spool.size() == (0, 0, 0)
+    finally:
+        fan.close()
