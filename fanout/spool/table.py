@@ -429,10 +429,7 @@ class Spool:
     # -- internals -------------------------------------------------------------------
 
     def _merge(self, batch: SpooledBatch) -> SpooledBatch:
-        current = self._batches.get(batch.key)
-        if current is not None:
-            party = _union(current.party, batch.party)
-            batch = replace(current, needed_by=current.needed_by | batch.needed_by, party=party)
+        batch = _merged(self._batches.get(batch.key), batch)
         self._batches[batch.key] = batch
         return batch
 
@@ -623,6 +620,18 @@ def _one_spooling(
     }
 
 
+def batches_of_index(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[SpooledBatch]]:
+    """Per pipeline, its spooled batches (in batch order) from rows of the index (as
+    dicts): each batch with the union of the sinks its rows name, as :meth:`Spool.open`
+    reads them (without their sizes)."""
+    found: dict[str, dict[BatchKey, SpooledBatch]] = {}
+    for row in rows:
+        batch = _from_index_row(row)
+        known = found.setdefault(batch.pipeline, {})
+        known[batch.key] = _merged(known.get(batch.key), batch)
+    return {name: [b[k] for k in sorted(b)] for name, b in found.items()}
+
+
 def _from_index_row(row: Mapping[str, Any]) -> SpooledBatch:
     return SpooledBatch(
         pipeline=row["pipeline"],
@@ -637,6 +646,14 @@ def _from_index_row(row: Mapping[str, Any]) -> SpooledBatch:
         batch_timestamp_ms=row["batch_timestamp_ms"],
         party=frozenset(json.loads(row["party"])) if row.get("party") else None,
     )
+
+
+def _merged(current: SpooledBatch | None, batch: SpooledBatch) -> SpooledBatch:
+    """Another index row of a batch (a replay's, another sink's) added to what is known."""
+    if current is None:
+        return batch
+    party = _union(current.party, batch.party)
+    return replace(current, needed_by=current.needed_by | batch.needed_by, party=party)
 
 
 def _union(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:

@@ -974,3 +974,50 @@ def test_a_batch_every_sink_lagged_on_in_an_older_versions_spool_is_caught_up_af
         assert fan.spool.size() == (0, 0, 0)
     finally:
         fan.close()
+
+
+def test_status_shows_a_batch_given_up_with_the_checkpoint_as_given_up_not_behind(
+    tmp_path: Path,
+) -> None:
+    """Epoch 0's first batch, failed by the fail-fast sink and spooled for pg, stays in the
+    spool until a start releases it; meanwhile `fanout status` says it is given up (the
+    catch-up's rule), and counts only epoch 1's batch 0 as pg's lag."""
+    from fanout import BatchFailedError
+    from fanout.app.status import report
+    from fanout.ledger.delta import DeltaLedger
+
+    ledger, spool = DeltaLedger(str(tmp_path / "ledger")), str(tmp_path / "spool")
+    lake = ScriptedSink("lake", always_fail=SinkWriteError("full", sink="lake"))
+    pg = ScriptedSink("pg", always_fail=SinkWriteError("refused", sink="pg"))
+    old = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600)
+    with pytest.raises(BatchFailedError):
+        old.process(SchemaFrame([7, 8]), BatchInfo("p", 0, "q1"))
+    old.close()
+    lake.always_fail = None  # the reset: lake writes epoch 1's batch 0, pg is still down
+    fan = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600,
+                 on_checkpoint_reset="new_epoch")  # fmt: skip
+    try:
+        fan.process(SchemaFrame([7, 8, 9]), BatchInfo("p", 0, "q2"))
+    finally:
+        fan.close()
+    assert fan.spool is not None
+    assert [(b.key, sorted(b.needed_by)) for b in fan.spool.batches()] == [
+        ((0, 0), ["pg"]), ((1, 0), ["pg"]),
+    ]  # fmt: skip
+
+    status = {s["sink"]: s for s in json.loads(report(ledger, "p", as_json=True, spool=spool))}
+    assert (status["pg"]["state"], status["pg"]["lag_batches"], status["pg"]["lag_rows"]) == (
+        "lagging", 1, 3,
+    )  # fmt: skip
+    assert status["pg"]["given_up"] == [
+        {"epoch": 0, "batches": [0], "rows": 2, "current_epoch": 1}
+    ]
+    assert (status["lake"]["lag_batches"], status["lake"]["given_up"]) == (0, [])
+    text = report(ledger, "p", spool=spool)
+    assert text.splitlines()[-4:-2] == [
+        "",
+        "pipeline p, pg: 1 batch(es) / 2 row(s) of epoch 0 (0) given up, not behind: Spark "
+        "never committed them before the checkpoint was replaced (epoch 1 now), so they are "
+        "not written to the sink (the new checkpoint reads their rows again where `fanout "
+        "recover` said); the next start releases them from the spool",
+    ]
