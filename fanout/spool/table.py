@@ -620,6 +620,18 @@ def _one_spooling(
     }
 
 
+def read_spooled(
+    path: str, pipeline: str, storage_options: Mapping[str, str] | None = None
+) -> list[SpooledBatch]:
+    """The batches the spool at ``path`` holds for ``pipeline``, read without creating or
+    changing anything (for the commands that only look: ``fanout recover``)."""
+    index = open_table(Spool(path, pipeline).index_path, storage_options)
+    if index is None:
+        return []
+    rows = read_arrow(index, filters=[("pipeline", "=", pipeline)]).to_pylist()
+    return batches_of_index(rows).get(pipeline, [])
+
+
 def batches_of_index(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[SpooledBatch]]:
     """Per pipeline, its spooled batches (in batch order) from rows of the index (as
     dicts): each batch with the union of the sinks its rows name, as :meth:`Spool.open`

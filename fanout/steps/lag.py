@@ -417,14 +417,14 @@ class Lagging:
         return {name: self.lag_of(name) for name in self.sinks}
 
     def spooled_through(self, epoch: int) -> dict[str, int]:
-        """Per sink, the last batch of ``epoch`` the spool holds for it (for the guard's
+        """Per sink, the last batch of ``epoch`` the spool holds for it that a catch-up
+        writes once the epoch is replaced (:func:`spooled_through`; for the guard's
         refusals: a lagging sink's missed batches reach it from the spool)."""
-        through: dict[str, int] = {}
-        for batch in [] if self.spool is None else self.spool.batches():
-            if batch.epoch == epoch:
-                for sink in batch.needed_by:
-                    through[sink] = max(through.get(sink, -1), batch.batch_id)
-        return through
+        marked = [s for s in self.specs if self.mark(s, epoch) is not None]
+        batches = [] if self.spool is None else self.spool.batches()
+        return spooled_through(
+            epoch, batches, lambda sink: self.mark(sink, epoch), marked, self._backfilled_holds
+        )
 
     # -- the spool's upkeep ----------------------------------------------------------
 
@@ -595,6 +595,35 @@ def settled_on_record(
     spooled_for = frozenset() if batch is None else batch.needed_by
     party = party_of(batch, marked)
     return every_sink_holds(batch_id, party, spooled_for, mark, backfilled)
+
+
+def spooled_through(
+    epoch: int,
+    spooled: Sequence[SpooledBatch],
+    mark: Callable[[str], int | None],
+    marked: Iterable[str],
+    backfilled: Callable[[str, BatchKey], bool] | None = None,
+) -> dict[str, int]:
+    """Per sink, the last batch of ``epoch`` the spool holds for it and a catch-up writes
+    to it once ``epoch`` is replaced by a reset: settled by :func:`settled_on_record`
+    (only an epoch's last spooled batch can fail that; it is given up instead). Where a
+    new checkpoint resumes counts the sink there (``fanout recover --spool``, the guard's
+    refusals). ``mark``: a sink's last mark of ``epoch``; ``marked``: the sinks with one;
+    ``backfilled``: whether a sink still backfills from a sink holding a batch."""
+    marked = list(marked)
+    through: dict[str, int] = {}
+    for batch in spooled:
+        if batch.epoch != epoch:
+            continue
+        holds = None if backfilled is None else _at(backfilled, batch.key)
+        if settled_on_record(batch.key, spooled, mark, marked, holds):
+            for sink in batch.needed_by:
+                through[sink] = max(through.get(sink, -1), batch.batch_id)
+    return through
+
+
+def _at(backfilled: Callable[[str, BatchKey], bool], key: BatchKey) -> Callable[[str], bool]:
+    return lambda sink: backfilled(sink, key)
 
 
 def over_limit(

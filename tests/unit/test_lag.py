@@ -257,6 +257,40 @@ def test_the_guard_counts_a_lagging_sink_at_its_spooled_batches(tmp_path: Path) 
         "  - down: batch 0, query id q, source offsets not recorded; it lags, and its batches "
         "up to 2 wait in the spool (they reach it from there: count it at batch 2)"
     ) in lines
+    assert lines[-1].endswith(
+        f"--pipeline lagged --spool {tmp_path / 'spool'}` prints these facts again, with "
+        "Kafka startingOffsets."
+    )
+
+
+def test_the_guard_does_not_count_a_lagging_sink_at_a_batch_spark_never_committed(
+    tmp_path: Path,
+) -> None:
+    """Batch 2 is spooled for the lagging sink while the fail-fast sink fails it: a reset
+    gives it up (the new checkpoint reads it again), so the refusal counts the lagging
+    sink at batch 1, the last spooled batch the catch-up writes after a reset."""
+    from fanout import BatchFailedError, CheckpointResetError
+
+    good, down = ScriptedSink("good"), ScriptedSink("down")
+    fan = _fan(tmp_path, [good, _spec(down)], probe_interval_s=3600)
+    try:
+        fan.process(SchemaFrame([0]), BatchInfo("lagged", 0, "q"))  # both commit 0
+        down.always_fail = SinkWriteError("refused", sink="down")
+        fan.process(SchemaFrame([1]), BatchInfo("lagged", 1, "q"))
+        good.always_fail = SinkWriteError("full", sink="good")
+        with pytest.raises(BatchFailedError):
+            fan.process(SchemaFrame([2]), BatchInfo("lagged", 2, "q"))
+        with pytest.raises(CheckpointResetError) as reset:
+            fan.process(SchemaFrame([0]), BatchInfo("lagged", 0, "another-query"))
+    finally:
+        fan.close()
+    assert fan.spool is not None and [b.batch_id for b in fan.spool.batches()] == [1, 2]
+    lines = str(reset.value).splitlines()
+    assert "  - good: batch 1, query id q, source offsets not recorded" in lines
+    assert (
+        "  - down: batch 0, query id q, source offsets not recorded; it lags, and its batches "
+        "up to 1 wait in the spool (they reach it from there: count it at batch 1)"
+    ) in lines
 
 
 class Unreachable(ScriptedSink):
@@ -1009,9 +1043,7 @@ def test_status_shows_a_batch_given_up_with_the_checkpoint_as_given_up_not_behin
     assert (status["pg"]["state"], status["pg"]["lag_batches"], status["pg"]["lag_rows"]) == (
         "lagging", 1, 3,
     )  # fmt: skip
-    assert status["pg"]["given_up"] == [
-        {"epoch": 0, "batches": [0], "rows": 2, "current_epoch": 1}
-    ]
+    assert status["pg"]["given_up"] == [{"epoch": 0, "batches": [0], "rows": 2, "current_epoch": 1}]
     assert (status["lake"]["lag_batches"], status["lake"]["given_up"]) == (0, [])
     text = report(ledger, "p", spool=spool)
     assert text.splitlines()[-4:-2] == [
