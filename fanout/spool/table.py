@@ -13,8 +13,10 @@
   may both find its rows absent and both append them, and readers then take one
   spooling's files only (:func:`_one_spooling`), so no row of the batch is read twice.
 - ``<spool>/index``: one row per (batch, sink that needs it), with what the batch's ledger
-  marks must carry (query id, source offsets, planning time) and the batch's Spark
-  schema. Rows of a replayed batch may repeat; readers take the union.
+  marks must carry (query id, source offsets, planning time), the batch's Spark
+  schema, and the sinks configured when it was spooled (``party``: an older epoch's batch
+  is settled only once each of them holds it, :func:`fanout.steps.lag.party_of`). Rows of
+  a replayed batch may repeat; readers take the union.
 
 A batch's index rows go once the sinks they name have committed it (:meth:`Spool.release`,
 which chooses and removes under the spool's lock), only those rows; its rows go once no
