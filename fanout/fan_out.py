@@ -207,6 +207,8 @@ class FanOut:
             # older epoch Spark never committed is given up (Lagging.abandoned)
             self.lagging.saw_marks(self.ledger.lookup(self.pipeline, []).epoch, None)
         self._admission.guard.spooled = self.lagging.spooled_through
+        if self.spool is not None:  # the refusals' `fanout recover` reads it too
+            self._admission.guard.spool_location = command_location(self.spool.path)
         self.catchup = CatchUp(
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
             self._spark, probe_interval_s, ledger_location(self.ledger),

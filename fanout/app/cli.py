@@ -119,12 +119,14 @@ def cmd_recover(args: argparse.Namespace) -> int:
     from fanout.app.recover import recovery_of, render
     from fanout.app.status import unknown_pipeline
     from fanout.ledger.delta import DeltaLedger
+    from fanout.spool.table import read_spooled
 
     ledger = DeltaLedger(args.ledger)
     committed = ledger.committed_entries(args.pipeline)
     if not committed and (known := ledger.pipelines()) and args.pipeline not in known:
         raise unknown_pipeline(args.ledger, args.pipeline, known)  # a typo, most likely
-    print(render(recovery_of(args.pipeline, committed)))
+    spooled = None if args.spool is None else read_spooled(args.spool, args.pipeline)
+    print(render(recovery_of(args.pipeline, committed, spooled, args.spool)))
     return 0
 
 
@@ -451,6 +453,10 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     )
     recover.add_argument("--ledger", required=True, help="the ledger's Delta table path")
     recover.add_argument("--pipeline", required=True, help="the pipeline name")
+    recover.add_argument(
+        "--spool",
+        help="the pipeline's spool: a lagging sink counts at the batches it gives it",
+    )
     recover.set_defaults(func=cmd_recover)
 
     ledger = sub.add_parser("ledger", help="ledger operations")

@@ -10,16 +10,25 @@ older (taken out of the pipeline, or of an earlier epoch) are listed apart: resu
 them would write every later batch again to the sinks that hold it. For a Kafka source those
 offsets are exactly the ``startingOffsets`` JSON of a new query; for other sources the report
 says what they mean.
+
+With the pipeline's spool (``--spool``), a lagging sink counts at the last batch of the
+epoch the spool holds for it that the catch-up writes after the reset (settled:
+:func:`fanout.steps.lag.spooled_through`), with that batch's recorded offsets; a spooled
+batch Spark never committed is given up at the reset and named (the new checkpoint reads
+its rows again). Without it, a lagging sink counts at its last mark, and a resume there
+would give it the batches waiting in the spool twice: the output says the spool was not read.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from fanout.errors import batch_ranges
 from fanout.ledger.entry import LedgerEntry
+from fanout.spool.table import SpooledBatch
 from fanout.steps.guard import latest_per_sink
 from fanout.steps.guard_text import SinkMarks, describe_entry, not_written_line, sink_marks
 
@@ -30,6 +39,13 @@ class Recovery:
 
     pipeline: str
     latest: dict[str, LedgerEntry]
+    """Per sink, its last mark, or (``from_spool``) the last batch the spool gives it."""
+    spool: str | None = None
+    """The spool read (``None``: not read)."""
+    from_spool: dict[str, int | None] = field(default_factory=dict)
+    """The sinks counted at a spooled batch, each with its last mark of that epoch."""
+    given_up: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Per sink, the spooled batches of the epoch Spark never committed (given up)."""
 
     @property
     def marks(self) -> SinkMarks:
@@ -72,9 +88,45 @@ def is_kafka_offsets(offset: Any) -> bool:
     )
 
 
-def recovery_of(pipeline: str, committed: Sequence[LedgerEntry]) -> Recovery:
-    """The recovery facts from the committed entries of one pipeline."""
-    return Recovery(pipeline, latest_per_sink([e for e in committed if e.pipeline == pipeline]))
+def recovery_of(
+    pipeline: str,
+    committed: Sequence[LedgerEntry],
+    spooled: Sequence[SpooledBatch] | None = None,
+    spool: str | None = None,
+) -> Recovery:
+    """The recovery facts from the committed entries of one pipeline and, when the spool
+    at ``spool`` was read, its ``spooled`` batches."""
+    from fanout.steps.lag import spooled_through
+
+    latest = latest_per_sink([e for e in committed if e.pipeline == pipeline])
+    if spooled is None:
+        return Recovery(pipeline, latest)
+    batches = [b for b in spooled if b.pipeline == pipeline]
+    epoch = max([e.epoch for e in latest.values()] + [b.epoch for b in batches], default=0)
+    marks = {sink: e.batch_id for sink, e in latest.items() if e.epoch == epoch}
+    through = spooled_through(epoch, batches, marks.get, marks)
+    from_spool: dict[str, int | None] = {}
+    for sink, batch_id in sorted(through.items()):
+        if batch_id > marks.get(sink, -1):
+            batch = next(b for b in batches if b.key == (epoch, batch_id))
+            latest[sink] = _entry_of(sink, batch)
+            from_spool[sink] = marks.get(sink)
+    given_up: dict[str, tuple[int, ...]] = {}
+    for batch in batches:
+        for sink in sorted(batch.needed_by) if batch.epoch == epoch else []:
+            if batch.batch_id > max(through.get(sink, -1), marks.get(sink, -1)):
+                given_up[sink] = (*given_up.get(sink, ()), batch.batch_id)
+    return Recovery(pipeline, latest, spool, from_spool, given_up)
+
+
+def _entry_of(sink: str, batch: SpooledBatch) -> LedgerEntry:
+    """A spooled batch as the mark the catch-up will write for ``sink``: its recorded
+    query id, offsets and planning time."""
+    return LedgerEntry(
+        batch.pipeline, sink, batch.batch_id, "committed", query_id=batch.query_id,
+        rows=batch.rows, source_offsets=batch.source_offsets, epoch=batch.epoch,
+        batch_timestamp_ms=batch.batch_timestamp_ms,
+    )  # fmt: skip
 
 
 def _resume_line(behind: LedgerEntry, marks: SinkMarks) -> str:
@@ -94,24 +146,58 @@ def _resume_line(behind: LedgerEntry, marks: SinkMarks) -> str:
     )
 
 
+NO_SPOOL = (
+    "The spool was not read (--spool): a lagging sink counts at its last mark, though the "
+    "catch-up writes it the batches waiting in the spool after a reset too; if the pipeline "
+    "has a spool, run this again with --spool."
+)
+
+
 def render(recovery: Recovery) -> str:
     """The text ``fanout recover`` prints."""
+    lines = _facts(recovery)
+    if recovery.spool is None:
+        lines.append(NO_SPOOL)
+    return "\n".join(lines)
+
+
+def _spool_note(recovery: Recovery, sink: str) -> str:
+    if sink not in recovery.from_spool:
+        return ""
+    mark = recovery.from_spool[sink]
+    own = "no mark in the epoch" if mark is None else f"its last mark is batch {mark}"
+    return f" (from the spool: {own}; the catch-up writes it the spooled batches after a reset)"
+
+
+def _given_up_lines(recovery: Recovery) -> list[str]:
+    return [
+        f"  {sink}: batch(es) {batch_ranges(list(ids))} in the spool, never committed by "
+        "Spark: given up at a reset (the new checkpoint reads their rows again)"
+        for sink, ids in sorted(recovery.given_up.items())
+    ]
+
+
+def _facts(recovery: Recovery) -> list[str]:
     if not recovery.latest:
-        return f"pipeline {recovery.pipeline!r}: the ledger holds no committed batch"
+        return [
+            f"pipeline {recovery.pipeline!r}: the ledger holds no committed batch",
+            *_given_up_lines(recovery),
+        ]
     marks = recovery.marks
     epoch = "" if recovery.epoch == 0 else f" (epoch {recovery.epoch})"
     lines = [f"pipeline {recovery.pipeline!r}{epoch}: last committed batch per sink"]
     for sink in sorted(marks.written):
-        lines.append(f"  {describe_entry(marks.written[sink])}")
+        lines.append(f"  {describe_entry(marks.written[sink])}{_spool_note(recovery, sink)}")
     for sink in sorted(marks.not_written):
         lines.append(f"  {not_written_line(marks.not_written[sink], recovery.epoch)}")
+    lines += _given_up_lines(recovery)
     behind = marks.furthest_behind
     assert behind is not None
     lines.append(_resume_line(behind, marks))
     starting = recovery.starting_offsets()
     if starting is None:
         lines.append("No source offsets were recorded for that batch.")
-        return "\n".join(lines)
+        return lines
     for index, offsets in enumerate(starting):
         if offsets is None:
             lines.append(
@@ -122,4 +208,4 @@ def render(recovery: Recovery) -> str:
         else:
             lines.append(f"Source {index} (Kafka): start a new checkpoint with")
             lines.append(f"  .option(\"startingOffsets\", '{json.dumps(offsets)}')")
-    return "\n".join(lines)
+    return lines

@@ -12,7 +12,10 @@ A sink's state:
 
 With ``--spool``, a sink's batches kept in the spool after a ``fanout ledger skip`` made
 without ``--spool`` (its mark is past them: neither written to it nor released, see
-:meth:`fanout.steps.lag.Lagging.given_up`) are named too, with the command releasing them.
+:meth:`fanout.steps.lag.Lagging.given_up`) are named too, with the command releasing them;
+so are the batches of an epoch before the current one that Spark never committed
+(:func:`fanout.steps.lag.settled_on_record`, the catch-up's rule): given up with their
+checkpoint, they are not behind, and the next start releases them.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from fanout.ledger.gaps import held_by_skip, release_command, says_skipped
 
 if TYPE_CHECKING:
     from fanout.ledger.delta import DeltaLedger
+    from fanout.spool.table import SpooledBatch
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,28 @@ class KeptBatches:
 
 
 @dataclass(frozen=True)
+class GivenUpBatches:
+    """Spooled batches of one sink of an epoch before the current one that Spark never
+    committed: given up with the replaced checkpoint, never written to the sink
+    (:meth:`fanout.steps.lag.Lagging.abandoned`); the next start releases them."""
+
+    epoch: int
+    batches: tuple[int, ...]
+    rows: int
+    current_epoch: int
+
+    def describe(self, sink: str) -> str:
+        """One line for the text output."""
+        return (
+            f"{sink}: {len(self.batches)} batch(es) / {self.rows} row(s) of epoch {self.epoch} "
+            f"({batch_ranges(list(self.batches))}) given up, not behind: Spark never committed "
+            f"them before the checkpoint was replaced (epoch {self.current_epoch} now), so "
+            f"they are not written to the sink (the new checkpoint reads their rows again "
+            f"where `fanout recover` said); the next start releases them from the spool"
+        )
+
+
+@dataclass(frozen=True)
 class SinkStatus:
     """One sink of one pipeline as the ledger knows it."""
 
@@ -70,6 +96,7 @@ class SinkStatus:
     lag_rows: int = 0
     lagging_since: datetime | None = None
     kept: tuple[KeptBatches, ...] = ()
+    given_up: tuple[GivenUpBatches, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         """A JSON-ready dict (times in ISO 8601)."""
@@ -103,9 +130,9 @@ def report(
     rows = ledger.read(pipeline).to_pylist()
     if pipeline and not rows and (known := ledger.pipelines()):
         raise unknown_pipeline(ledger.path, pipeline, known)
-    backlogs = {} if spool is None else spool_backlogs(spool, rows)
+    backlogs, given_up = ({}, {}) if spool is None else spool_backlogs(spool, rows)
     kept = {} if spool is None else spool_kept(spool, rows, command_location(ledger.path))
-    statuses = summarize(rows, backlogs, kept)
+    statuses = summarize(rows, backlogs, kept, given_up)
     footer = "" if spool is None else spool_footer(spool, pipeline)
     if as_json:
         return json.dumps([s.as_json() for s in statuses], indent=2)
@@ -149,41 +176,57 @@ def spool_kept(
 
 
 def kept_footer(statuses: Sequence[SinkStatus]) -> str:
-    """The lines naming each sink's batches kept after a skip (:func:`spool_kept`)."""
+    """The lines naming each sink's batches kept after a skip (:func:`spool_kept`) and
+    given up with a replaced checkpoint (:func:`spool_backlogs`)."""
     lines = [f"pipeline {s.pipeline}, {k.describe(s.sink)}" for s in statuses for k in s.kept]
+    lines += [f"pipeline {s.pipeline}, {g.describe(s.sink)}" for s in statuses for g in s.given_up]
     return "\n\n" + "\n".join(lines) if lines else ""
 
 
-def spool_backlogs(
-    path: str, rows: Sequence[dict[str, Any]]
-) -> dict[tuple[str, str], tuple[int, int, datetime | None]]:
+Backlogs = dict[tuple[str, str], tuple[int, int, datetime | None]]
+GivenUp = dict[tuple[str, str], tuple[GivenUpBatches, ...]]
+
+
+def spool_backlogs(path: str, rows: Sequence[dict[str, Any]]) -> tuple[Backlogs, GivenUp]:
     """Per (pipeline, sink): the spooled batches it has not committed, their rows, and
-    when the oldest was spooled."""
+    when the oldest was spooled; and apart, those of them given up: of an epoch before the
+    pipeline's current one, and not settled by the ledger and the spool
+    (:func:`fanout.steps.lag.settled_on_record`, as the catch-up judges them)."""
     from fanout.delta_tables.io import open_table, read_arrow
-    from fanout.spool.table import Spool
+    from fanout.spool.table import Spool, batches_of_index
 
     index = open_table(Spool(path, "").index_path)
     if index is None:
-        return {}
+        return {}, {}
     marks: dict[tuple[str, str, int], int] = {}
+    epochs: dict[str, int] = {}
     for row in rows:
+        epoch = row.get("epoch") or 0
+        epochs[row["pipeline"]] = max(epochs.get(row["pipeline"], 0), epoch)
         if row["status"] == "committed":
-            key = (row["pipeline"], row["sink"], row.get("epoch") or 0)
+            key = (row["pipeline"], row["sink"], epoch)
             marks[key] = max(marks.get(key, -1), row["batch_id"])
+    entries = read_arrow(index).to_pylist()
+    abandoned = _abandoned(batches_of_index(entries), marks, epochs)
     needed: dict[tuple[str, str], dict[tuple[int, int], tuple[int, datetime]]] = {}
-    for entry in read_arrow(index).to_pylist():
+    dropped: dict[tuple[str, str, int], dict[int, int]] = {}
+    for entry in entries:
         pipeline, sink, epoch, batch = (
             entry["pipeline"],
             entry["sink"],
             entry["epoch"],
             entry["batch_id"],
         )
-        if batch > marks.get((pipeline, sink, epoch), -1):
-            needed.setdefault((pipeline, sink), {})[(epoch, batch)] = (
-                entry["rows"] or 0,
-                entry["spooled_at"],
-            )
-    return {
+        if batch <= marks.get((pipeline, sink, epoch), -1):
+            continue
+        if (pipeline, epoch, batch) in abandoned:
+            dropped.setdefault((pipeline, sink, epoch), {})[batch] = entry["rows"] or 0
+            continue
+        needed.setdefault((pipeline, sink), {})[(epoch, batch)] = (
+            entry["rows"] or 0,
+            entry["spooled_at"],
+        )
+    backlogs: Backlogs = {
         key: (
             len(batches),
             sum(r for r, _ in batches.values()),
@@ -191,6 +234,30 @@ def spool_backlogs(
         )
         for key, batches in needed.items()
     }
+    given_up: GivenUp = {}
+    for (pipeline, sink, epoch), ids in sorted(dropped.items()):
+        found = GivenUpBatches(epoch, tuple(sorted(ids)), sum(ids.values()), epochs[pipeline])
+        given_up[(pipeline, sink)] = (*given_up.get((pipeline, sink), ()), found)
+    return backlogs, given_up
+
+
+def _abandoned(
+    spooled: Mapping[str, Sequence[SpooledBatch]],
+    marks: Mapping[tuple[str, str, int], int],
+    epochs: Mapping[str, int],
+) -> set[tuple[str, int, int]]:
+    """The spooled (pipeline, epoch, batch) given up with a replaced checkpoint."""
+    from fanout.steps.lag import settled_on_record
+
+    found = set()
+    for pipeline, batches in spooled.items():
+        for batch in batches:
+            if batch.epoch >= epochs.get(pipeline, 0):
+                continue
+            of_epoch = {s: m for (p, s, e), m in marks.items() if (p, e) == (pipeline, batch.epoch)}
+            if not settled_on_record(batch.key, batches, of_epoch.get, of_epoch):
+                found.add((pipeline, batch.epoch, batch.batch_id))
+    return found
 
 
 def spool_footer(path: str, pipeline: str | None) -> str:
@@ -221,11 +288,12 @@ def summarize(
     rows: Sequence[dict[str, Any]],
     backlogs: Mapping[tuple[str, str], tuple[int, int, datetime | None]] | None = None,
     kept: Mapping[tuple[str, str], tuple[KeptBatches, ...]] | None = None,
+    given_up: Mapping[tuple[str, str], tuple[GivenUpBatches, ...]] | None = None,
 ) -> list[SinkStatus]:
-    """Per (pipeline, sink) status from ledger rows (as dicts), the spool's backlogs
-    (:func:`spool_backlogs`) and the batches it keeps after a skip (:func:`spool_kept`),
-    sorted by pipeline, sink."""
-    backlogs, kept = backlogs or {}, kept or {}
+    """Per (pipeline, sink) status from ledger rows (as dicts), the spool's backlogs and
+    given-up batches (:func:`spool_backlogs`) and the batches it keeps after a skip
+    (:func:`spool_kept`), sorted by pipeline, sink."""
+    backlogs, kept, given_up = backlogs or {}, kept or {}, given_up or {}
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         if row["status"] == "epoch":
@@ -257,6 +325,7 @@ def summarize(
                 lag_rows=behind_rows,
                 lagging_since=since,
                 kept=kept.get((pipeline, sink), ()),
+                given_up=given_up.get((pipeline, sink), ()),
             )
         )
     return statuses

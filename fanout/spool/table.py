@@ -13,8 +13,10 @@
   may both find its rows absent and both append them, and readers then take one
   spooling's files only (:func:`_one_spooling`), so no row of the batch is read twice.
 - ``<spool>/index``: one row per (batch, sink that needs it), with what the batch's ledger
-  marks must carry (query id, source offsets, planning time) and the batch's Spark
-  schema. Rows of a replayed batch may repeat; readers take the union.
+  marks must carry (query id, source offsets, planning time), the batch's Spark
+  schema, and the sinks configured when it was spooled (``party``: an older epoch's batch
+  is settled only once each of them holds it, :func:`fanout.steps.lag.party_of`). Rows of
+  a replayed batch may repeat; readers take the union.
 
 A batch's index rows go once the sinks they name have committed it (:meth:`Spool.release`,
 which chooses and removes under the spool's lock), only those rows; its rows go once no
@@ -87,6 +89,10 @@ class SpooledBatch:
     source_offsets: str | None = None
     batch_timestamp_ms: int | None = None
     size_bytes: int = 0
+    party: frozenset[str] | None = None
+    """The sinks configured when the batch was spooled (every sink of the ``FanOut``, also
+    those that wrote or failed it): the sinks that took part in it. ``None``: spooled by a
+    version that did not record them (see :func:`fanout.steps.lag.party_of`)."""
 
     @property
     def key(self) -> BatchKey:
@@ -123,6 +129,7 @@ def index_schema() -> pa.Schema:
             pa.field("source_offsets", pa.string()),
             pa.field("batch_timestamp_ms", pa.int64()),
             pa.field("spooled_at", pa.timestamp("us", tz="UTC")),
+            pa.field("party", pa.string()),  # JSON list; absent from older indexes
         ]
     )
 
@@ -232,10 +239,12 @@ class Spool:
         needed_by: Iterable[str],
         now: datetime,
         arrow: Callable[[], pa.Table] | None = None,
+        party: Iterable[str] | None = None,
     ) -> SpooledBatch:
         """Spool batch ``info`` (the sinks needing it, every call; its rows, once) and
         return it as the index now knows it. ``arrow`` gives the batch as Arrow when a
-        conversion is shared with the sinks (default: ``df.toArrow()``). Raises
+        conversion is shared with the sinks (default: ``df.toArrow()``); ``party``: every
+        sink configured now (:attr:`SpooledBatch.party`). Raises
         :class:`fanout.SpoolError`, and :class:`fanout.CheckpointResetError` or
         :class:`fanout.CheckpointRollbackError` when the spool holds a batch of the same
         id from another query or another plan (:meth:`check`)."""
@@ -243,7 +252,7 @@ class Spool:
         key = (info.epoch, info.batch_id)
         with self._lock:  # one writer at a time: a removal's vacuum must not see our files
             self.check(info)
-            return self._add(df, info, sinks, key, now, arrow)
+            return self._add(df, info, sinks, key, now, arrow, party)
 
     def check(self, info: BatchInfo) -> None:
         """Refuse batch ``info`` when the spool holds a batch of the same ``(epoch, batch
@@ -275,6 +284,7 @@ class Spool:
         key: BatchKey,
         now: datetime,
         arrow: Callable[[], pa.Table] | None,
+        party: Iterable[str] | None = None,
     ) -> SpooledBatch:
         # The index row first, then the rows if a fresh snapshot lacks them: a removal in
         # another instance deletes a batch's rows only when no index row of it remains, so
@@ -300,6 +310,7 @@ class Spool:
                 info.query_id,
                 None if info.source_offsets is None else json.dumps(info.source_offsets),
                 info.batch_timestamp_ms,
+                party=None if party is None else frozenset(party),
             )
             new_sinks = sinks - (existing.needed_by if existing else frozenset())
             if new_sinks:
@@ -420,9 +431,7 @@ class Spool:
     # -- internals -------------------------------------------------------------------
 
     def _merge(self, batch: SpooledBatch) -> SpooledBatch:
-        current = self._batches.get(batch.key)
-        if current is not None:
-            batch = replace(current, needed_by=current.needed_by | batch.needed_by)
+        batch = _merged(self._batches.get(batch.key), batch)
         self._batches[batch.key] = batch
         return batch
 
@@ -518,6 +527,7 @@ class Spool:
                 "source_offsets": batch.source_offsets,
                 "batch_timestamp_ms": batch.batch_timestamp_ms,
                 "spooled_at": batch.spooled_at,
+                "party": None if batch.party is None else json.dumps(sorted(batch.party)),
             }
             for sink in sorted(sinks)
         ]
@@ -525,6 +535,7 @@ class Spool:
             self.index_path,
             pa.Table.from_pylist(rows, schema=index_schema()),
             mode="append",
+            schema_mode="merge",  # an index an older version created has no party column
             storage_options=dict(self.storage_options or {}) or None,
         )
 
@@ -611,6 +622,30 @@ def _one_spooling(
     }
 
 
+def read_spooled(
+    path: str, pipeline: str, storage_options: Mapping[str, str] | None = None
+) -> list[SpooledBatch]:
+    """The batches the spool at ``path`` holds for ``pipeline``, read without creating or
+    changing anything (for the commands that only look: ``fanout recover``)."""
+    index = open_table(Spool(path, pipeline).index_path, storage_options)
+    if index is None:
+        return []
+    rows = read_arrow(index, filters=[("pipeline", "=", pipeline)]).to_pylist()
+    return batches_of_index(rows).get(pipeline, [])
+
+
+def batches_of_index(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[SpooledBatch]]:
+    """Per pipeline, its spooled batches (in batch order) from rows of the index (as
+    dicts): each batch with the union of the sinks its rows name, as :meth:`Spool.open`
+    reads them (without their sizes)."""
+    found: dict[str, dict[BatchKey, SpooledBatch]] = {}
+    for row in rows:
+        batch = _from_index_row(row)
+        known = found.setdefault(batch.pipeline, {})
+        known[batch.key] = _merged(known.get(batch.key), batch)
+    return {name: [b[k] for k in sorted(b)] for name, b in found.items()}
+
+
 def _from_index_row(row: Mapping[str, Any]) -> SpooledBatch:
     return SpooledBatch(
         pipeline=row["pipeline"],
@@ -623,7 +658,24 @@ def _from_index_row(row: Mapping[str, Any]) -> SpooledBatch:
         query_id=row["query_id"],
         source_offsets=row["source_offsets"],
         batch_timestamp_ms=row["batch_timestamp_ms"],
+        party=frozenset(json.loads(row["party"])) if row.get("party") else None,
     )
+
+
+def _merged(current: SpooledBatch | None, batch: SpooledBatch) -> SpooledBatch:
+    """Another index row of a batch (a replay's, another sink's) added to what is known."""
+    if current is None:
+        return batch
+    party = _union(current.party, batch.party)
+    return replace(current, needed_by=current.needed_by | batch.needed_by, party=party)
+
+
+def _union(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
+    """Two recorded parties of one batch (rows of a replay, or of two instances) as one:
+    every sink either names; unknown only when neither was recorded."""
+    if a is None or b is None:
+        return a if b is None else b
+    return a | b
 
 
 def _with_partition_columns(arrow: pa.Table, pipeline: str, info: BatchInfo) -> pa.Table:

@@ -83,6 +83,8 @@ class CheckpointGuard:
         self.spooled = spooled
         # how the refusals' `fanout recover --ledger ...` names it
         self.location = ledger_location(ledger)
+        self.spool_location: str | None = None
+        """The pipeline's spool as the refusals' `fanout recover --spool` names it."""
         self._warned: set[str] = set()
         # per pipeline: the epoch at which the owners were read, and the owners
         self._owners: dict[str, tuple[int, dict[int, str]]] = {}
@@ -102,10 +104,20 @@ class CheckpointGuard:
             if high is not None and high >= info.batch_id:
                 # rows of another query at or after the batch: the usual text
                 raise CheckpointResetError(
-                    reset_message(info, latest, spooled, ledger=self.location)
+                    reset_message(
+                        info, latest, spooled, ledger=self.location, spool=self.spool_location
+                    )
                 )
             raise CheckpointResetError(
-                owner_message(info, owner, high, latest, spooled, ledger=self.location)
+                owner_message(
+                    info,
+                    owner,
+                    high,
+                    latest,
+                    spooled,
+                    ledger=self.location,
+                    spool=self.spool_location,
+                )
             )
         self._check_marks(info, high)
         if owner is None and info.query_id is not None:
@@ -149,6 +161,7 @@ class CheckpointGuard:
                     self._latest(info),
                     self._spooled(info),
                     ledger=self.location,
+                    spool=self.spool_location,
                 )
             )
 
@@ -181,7 +194,11 @@ class CheckpointGuard:
             if foreign:
                 raise CheckpointResetError(
                     reset_message(
-                        info, self._latest(info), self._spooled(info), ledger=self.location
+                        info,
+                        self._latest(info),
+                        self._spooled(info),
+                        ledger=self.location,
+                        spool=self.spool_location,
                     )
                 )
         same_batch = [e for e in newer if e.batch_id == info.batch_id]
@@ -195,6 +212,7 @@ class CheckpointGuard:
                     self._latest(info),
                     self._spooled(info),
                     ledger=self.location,
+                    spool=self.spool_location,
                 )
             )
         if None in outcomes:

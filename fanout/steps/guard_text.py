@@ -107,12 +107,14 @@ def _sink_lines(
     return lines
 
 
-def _recover_line(info: BatchInfo, ledger: str) -> str:
+def _recover_line(info: BatchInfo, ledger: str, spool: str | None = None) -> str:
     """``ledger``: the pipeline's ledger as commands name it
-    (:func:`fanout.ledger.entry.ledger_location`), so the command runs as printed."""
+    (:func:`fanout.ledger.entry.ledger_location`), so the command runs as printed;
+    ``spool``: its spool, likewise (a lagging sink counts at the batches it gives it)."""
+    with_spool = "" if spool is None else f" --spool {spool}"
     return (
-        f"  `fanout recover --ledger {ledger} --pipeline {info.pipeline}` prints these facts "
-        "again, with Kafka startingOffsets."
+        f"  `fanout recover --ledger {ledger} --pipeline {info.pipeline}{with_spool}` prints "
+        "these facts again, with Kafka startingOffsets."
     )
 
 
@@ -122,6 +124,7 @@ def reset_message(
     spooled: Mapping[str, int] | None = None,
     *,
     ledger: str,
+    spool: str | None = None,
 ) -> str:
     """The refusal of a reset: what happened, what the ledger knows per sink (``spooled``:
     the last batch the spool holds for each lagging sink), how to proceed."""
@@ -137,7 +140,7 @@ def reset_message(
         "lost or duplicated.",
         NEW_PIPELINE,
         NEW_EPOCH,
-        _recover_line(info, ledger),
+        _recover_line(info, ledger, spool),
     ]
     return "\n".join(lines)
 
@@ -150,6 +153,7 @@ def rollback_message(
     spooled: Mapping[str, int] | None = None,
     *,
     ledger: str,
+    spool: str | None = None,
 ) -> str:
     """The refusal of a rolled-back checkpoint: the batch as Spark planned it now and as the
     ledger recorded it, the later batches the ledger holds, each sink's last batch, and how
@@ -196,7 +200,7 @@ def rollback_message(
         'new epoch: FanOut(..., on_checkpoint_reset="new_epoch"). It does not apply to this '
         "checkpoint itself: its re-planned batches overlap batches the sinks already hold, "
         "so a new epoch would write those rows twice.",
-        _recover_line(info, ledger),
+        _recover_line(info, ledger, spool),
     ]
     return "\n".join(lines)
 
@@ -209,6 +213,7 @@ def owner_message(
     spooled: Mapping[str, int] | None = None,
     *,
     ledger: str,
+    spool: str | None = None,
 ) -> str:
     """The refusal of a batch of another query id than the one its epoch belongs to: what
     happened, what the ledger knows per sink, how to proceed."""
@@ -229,7 +234,7 @@ def owner_message(
         "to) and restart the query; nothing is lost or duplicated.",
         NEW_PIPELINE,
         NEW_EPOCH,
-        _recover_line(info, ledger),
+        _recover_line(info, ledger, spool),
     ]
     return "\n".join(lines)
 
@@ -242,6 +247,7 @@ def superseded_message(
     spooled: Mapping[str, int] | None = None,
     *,
     ledger: str,
+    spool: str | None = None,
 ) -> str:
     """The refusal of a batch of a query that owned an earlier epoch (``owned``) than the
     pipeline's current one, whose query is ``owner``: an old checkpoint was restored after a
@@ -260,6 +266,6 @@ def superseded_message(
         + ("" if owner is None else f" (of query {owner})")
         + " and restart the query; nothing is lost or duplicated.",
         NEW_PIPELINE.replace("Or start from a new", "Or delete this checkpoint and start a new"),
-        _recover_line(info, ledger),
+        _recover_line(info, ledger, spool),
     ]
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -232,12 +232,17 @@ class Lagging:
         - the running query's checkpoint holds ``commits/N`` (its epoch only).
 
         A batch of an epoch before the current one is judged on the ledger and the spool
-        alone (its checkpoint was replaced), counting only the sinks with a mark in that
-        epoch (a sink added since took no part in it). Once settled, always settled."""
+        alone (its checkpoint was replaced): :func:`settled_on_record`, counting the sinks
+        that took part in it (:func:`party_of`), not those configured now. Once settled,
+        always settled."""
         with self._lock:
             if key in self._settled:
                 return True
-        if self._planned_after(key) or self._complete(key) or self._spark_committed(key):
+        if key[0] < self.epoch:
+            found = self._settled_on_record(key)
+        else:
+            found = self._planned_after(key) or self._complete(key) or self._spark_committed(key)
+        if found:
             with self._lock:
                 self._settled.add(key)
             return True
@@ -279,23 +284,36 @@ class Lagging:
 
     def _complete(self, key: BatchKey) -> bool:
         """Whether every configured sink holds batch ``key`` (see :meth:`settled`)."""
-        epoch, batch_id = key
         spooled = None if self.spool is None else self.spool.get(key)
-        spooled_for = frozenset() if spooled is None else spooled.needed_by
-        current = epoch >= self.epoch
-        for name, spec in self.specs.items():
-            mark = self.mark(name, epoch)
-            if name in spooled_for or (mark is not None and mark >= batch_id):
-                continue
-            if mark is None and not current:
-                continue  # took no part in that epoch
-            origin = spec.lag.backfill_from
-            if origin is not None and self.backfilling(name):
-                through = self.mark(origin, epoch)
-                if through is not None and through >= batch_id:
-                    continue
+        return every_sink_holds(
+            key[1],
+            self.specs,
+            frozenset() if spooled is None else spooled.needed_by,
+            lambda sink: self.mark(sink, key[0]),
+            lambda sink: self._backfilled_holds(sink, key),
+        )
+
+    def _settled_on_record(self, key: BatchKey) -> bool:
+        """:func:`settled_on_record` for batch ``key`` of an older epoch, with this
+        instance's cached marks (of the configured sinks and of the batch's party)."""
+        epoch = key[0]
+        marked = [s for s in self.specs if self.mark(s, epoch) is not None]
+        return settled_on_record(
+            key,
+            [] if self.spool is None else self.spool.batches(),
+            lambda sink: self.mark(sink, epoch),
+            marked,
+            lambda sink: self._backfilled_holds(sink, key),
+        )
+
+    def _backfilled_holds(self, sink: str, key: BatchKey) -> bool:
+        """Whether ``sink`` still backfills from a sink whose mark holds batch ``key``."""
+        spec = self.specs.get(sink)
+        origin = None if spec is None else spec.lag.backfill_from
+        if origin is None or not self.backfilling(sink):
             return False
-        return True
+        through = self.mark(origin, key[0])
+        return through is not None and through >= key[1]
 
     def _spark_committed(self, key: BatchKey) -> bool:
         checkpoint = self.checkpoint
@@ -399,14 +417,14 @@ class Lagging:
         return {name: self.lag_of(name) for name in self.sinks}
 
     def spooled_through(self, epoch: int) -> dict[str, int]:
-        """Per sink, the last batch of ``epoch`` the spool holds for it (for the guard's
+        """Per sink, the last batch of ``epoch`` the spool holds for it that a catch-up
+        writes once the epoch is replaced (:func:`spooled_through`; for the guard's
         refusals: a lagging sink's missed batches reach it from the spool)."""
-        through: dict[str, int] = {}
-        for batch in [] if self.spool is None else self.spool.batches():
-            if batch.epoch == epoch:
-                for sink in batch.needed_by:
-                    through[sink] = max(through.get(sink, -1), batch.batch_id)
-        return through
+        marked = [s for s in self.specs if self.mark(s, epoch) is not None]
+        batches = [] if self.spool is None else self.spool.batches()
+        return spooled_through(
+            epoch, batches, lambda sink: self.mark(sink, epoch), marked, self._backfilled_holds
+        )
 
     # -- the spool's upkeep ----------------------------------------------------------
 
@@ -515,6 +533,97 @@ class Lagging:
                 ", ".join(f"{b} (epoch {e})" for e, b in removed),
             )
         return len(removed)
+
+
+def party_of(batch: SpooledBatch | None, marked: Iterable[str]) -> frozenset[str]:
+    """The sinks that took part in a batch of an epoch before the current one, each of which
+    must hold it for it to be settled (docs/architecture.md §14.4, "An older epoch"): the
+    sinks configured when it was spooled, as the spool recorded them; a sink added since
+    took no part. For a batch the spool holds without that record (spooled by an older
+    version) or does not hold (a backfill source's), the sinks it is spooled for and those
+    with a mark in its epoch (``marked``): a sink without ``on_failure="lag"`` that failed
+    the epoch's first batch has no mark there, and is then not counted."""
+    if batch is not None and batch.party is not None:
+        return batch.party
+    return frozenset(marked) | (frozenset() if batch is None else batch.needed_by)
+
+
+def every_sink_holds(
+    batch_id: int,
+    sinks: Iterable[str],
+    spooled_for: frozenset[str],
+    mark: Callable[[str], int | None],
+    backfilled: Callable[[str], bool] | None = None,
+) -> bool:
+    """Whether each of ``sinks`` holds batch ``batch_id`` of one epoch: its ``mark`` of the
+    epoch is at or past it, the spool holds it for the sink (``spooled_for``), or the sink
+    still backfills from a sink that holds it (``backfilled``)."""
+    for name in sinks:
+        if name in spooled_for:
+            continue
+        done = mark(name)
+        if done is not None and done >= batch_id:
+            continue
+        if backfilled is not None and backfilled(name):
+            continue
+        return False
+    return True
+
+
+def settled_on_record(
+    key: BatchKey,
+    spooled: Sequence[SpooledBatch],
+    mark: Callable[[str], int | None],
+    marked: Iterable[str],
+    backfilled: Callable[[str], bool] | None = None,
+) -> bool:
+    """Whether batch ``key`` of an epoch before the current one was settled, by the ledger
+    and the spool alone (its checkpoint was replaced, and its query is refused from now
+    on): Spark planned a later batch of its epoch (a sink's mark of the epoch, among
+    ``marked``, the sinks with one, is past it, or the spool holds a later batch of it), or
+    every sink that took part in it holds it (:func:`party_of`). The catch-up writes such a
+    batch; any other is given up (:meth:`Lagging.abandoned`), and ``fanout status`` and
+    ``fanout recover`` judge it by this same rule. ``spooled``: the pipeline's spooled
+    batches; ``mark``: a sink's last mark of the batch's epoch."""
+    epoch, batch_id = key
+    marked = list(marked)
+    if any((m := mark(s)) is not None and m > batch_id for s in marked):
+        return True
+    if any(b.epoch == epoch and b.batch_id > batch_id for b in spooled):
+        return True
+    batch = next((b for b in spooled if b.key == key), None)
+    spooled_for = frozenset() if batch is None else batch.needed_by
+    party = party_of(batch, marked)
+    return every_sink_holds(batch_id, party, spooled_for, mark, backfilled)
+
+
+def spooled_through(
+    epoch: int,
+    spooled: Sequence[SpooledBatch],
+    mark: Callable[[str], int | None],
+    marked: Iterable[str],
+    backfilled: Callable[[str, BatchKey], bool] | None = None,
+) -> dict[str, int]:
+    """Per sink, the last batch of ``epoch`` the spool holds for it and a catch-up writes
+    to it once ``epoch`` is replaced by a reset: settled by :func:`settled_on_record`
+    (only an epoch's last spooled batch can fail that; it is given up instead). Where a
+    new checkpoint resumes counts the sink there (``fanout recover --spool``, the guard's
+    refusals). ``mark``: a sink's last mark of ``epoch``; ``marked``: the sinks with one;
+    ``backfilled``: whether a sink still backfills from a sink holding a batch."""
+    marked = list(marked)
+    through: dict[str, int] = {}
+    for batch in spooled:
+        if batch.epoch != epoch:
+            continue
+        holds = None if backfilled is None else _at(backfilled, batch.key)
+        if settled_on_record(batch.key, spooled, mark, marked, holds):
+            for sink in batch.needed_by:
+                through[sink] = max(through.get(sink, -1), batch.batch_id)
+    return through
+
+
+def _at(backfilled: Callable[[str, BatchKey], bool], key: BatchKey) -> Callable[[str], bool]:
+    return lambda sink: backfilled(sink, key)
 
 
 def over_limit(

@@ -239,7 +239,7 @@ def start_spooling(
     if not needed or lagging.spool is None:
         return None
     spool, arrow = lagging.spool, _arrow_of(state)
-    task = partial(spool.add, state.df, state.info, needed, now_utc(), arrow)
+    task = partial(spool.add, state.df, state.info, needed, now_utc(), arrow, party=specs)
     pool = ThreadPoolExecutor(1, thread_name_prefix=f"fanout-{state.info.pipeline}-spool")
     try:
         return pool.submit(in_spark_thread(task, state.df))
@@ -283,7 +283,9 @@ def spool_for_lagging(
     # not spooled in this call yet: a replay of a batch whose index rows a killed driver
     # wrote without its rows (add appends the rows a fresh snapshot lacks)
     if (missing or (needed and started is None)) and lagging.spool is not None:
-        lagging.spool.add(state.df, state.info, missing or needed, now_utc(), _arrow_of(state))
+        lagging.spool.add(
+            state.df, state.info, missing or needed, now_utc(), _arrow_of(state), party=specs
+        )
         state.spooled = key
 
 

@@ -257,6 +257,40 @@ def test_the_guard_counts_a_lagging_sink_at_its_spooled_batches(tmp_path: Path) 
         "  - down: batch 0, query id q, source offsets not recorded; it lags, and its batches "
         "up to 2 wait in the spool (they reach it from there: count it at batch 2)"
     ) in lines
+    assert lines[-1].endswith(
+        f"--pipeline lagged --spool {tmp_path / 'spool'}` prints these facts again, with "
+        "Kafka startingOffsets."
+    )
+
+
+def test_the_guard_does_not_count_a_lagging_sink_at_a_batch_spark_never_committed(
+    tmp_path: Path,
+) -> None:
+    """Batch 2 is spooled for the lagging sink while the fail-fast sink fails it: a reset
+    gives it up (the new checkpoint reads it again), so the refusal counts the lagging
+    sink at batch 1, the last spooled batch the catch-up writes after a reset."""
+    from fanout import BatchFailedError, CheckpointResetError
+
+    good, down = ScriptedSink("good"), ScriptedSink("down")
+    fan = _fan(tmp_path, [good, _spec(down)], probe_interval_s=3600)
+    try:
+        fan.process(SchemaFrame([0]), BatchInfo("lagged", 0, "q"))  # both commit 0
+        down.always_fail = SinkWriteError("refused", sink="down")
+        fan.process(SchemaFrame([1]), BatchInfo("lagged", 1, "q"))
+        good.always_fail = SinkWriteError("full", sink="good")
+        with pytest.raises(BatchFailedError):
+            fan.process(SchemaFrame([2]), BatchInfo("lagged", 2, "q"))
+        with pytest.raises(CheckpointResetError) as reset:
+            fan.process(SchemaFrame([0]), BatchInfo("lagged", 0, "another-query"))
+    finally:
+        fan.close()
+    assert fan.spool is not None and [b.batch_id for b in fan.spool.batches()] == [1, 2]
+    lines = str(reset.value).splitlines()
+    assert "  - good: batch 1, query id q, source offsets not recorded" in lines
+    assert (
+        "  - down: batch 0, query id q, source offsets not recorded; it lags, and its batches "
+        "up to 1 wait in the spool (they reach it from there: count it at batch 1)"
+    ) in lines
 
 
 class Unreachable(ScriptedSink):
@@ -872,3 +906,150 @@ def test_the_catch_up_hands_the_identity_stamp_only_until_the_sinks_first_mark(
         assert target.calls == [(0, True)]  # batches 1 and 2: not called, nothing to write
     finally:
         fan.close()
+
+
+def _reset_after_a_failed_first_batch(tmp: Path) -> tuple[MemoryLedger, str]:
+    """Epoch 0's first batch: pg (lagging) is down and spools it, lake (fail-fast) fails
+    it for good, so no sink has a mark in epoch 0 and Spark never commits the batch."""
+    from fanout import BatchFailedError
+
+    ledger, spool = MemoryLedger(), str(tmp / "spool")
+    lake = ScriptedSink("lake", always_fail=SinkWriteError("full", sink="lake"))
+    pg = ScriptedSink("pg", always_fail=SinkWriteError("refused", sink="pg"))
+    old = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600)
+    with pytest.raises(BatchFailedError):
+        old.process(SchemaFrame([7, 8]), BatchInfo("p", 0, "q1"))
+    old.close()
+    return ledger, spool
+
+
+def test_a_first_batch_a_fail_fast_sink_failed_is_given_up_after_a_reset(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The fail-fast sink has no mark in epoch 0 because it failed the epoch's first batch,
+    not because it was added since: the spool recorded it among the batch's sinks, so the
+    batch is not settled, and after the reset (resuming before batch 0, as `fanout
+    recover` says) it is given up; written, pg would hold rows 7 and 8 twice."""
+    ledger, spool = _reset_after_a_failed_first_batch(tmp_path)
+    lake, pg = ScriptedSink("lake"), ScriptedSink("pg")
+    fan = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600,
+                 on_checkpoint_reset="new_epoch")  # fmt: skip
+    assert fan.spool is not None
+    [spooled] = fan.spool.batches()
+    assert (spooled.key, spooled.needed_by, spooled.party) == ((0, 0), {"pg"}, {"lake", "pg"})
+    again = SchemaFrame([7, 8])  # epoch 1 reads batch 0's rows again
+    fan.catchup._read = lambda sink, key: (again, spooled.info())  # type: ignore[method-assign,assignment]
+    try:
+        with caplog.at_level(logging.WARNING, "fanout"):
+            fan.process(again, BatchInfo("p", 0, "q2"))
+            fan.catchup.stop()
+            assert fan.catch_up(timeout_s=10)["pg"].state == "live"
+        assert [(b.info.epoch, b.info.batch_id) for b in pg.batches] == [(1, 0)]
+        assert [(b.info.epoch, b.info.batch_id) for b in lake.batches] == [(1, 0)]
+        assert ledger.last_committed("p", ["lake", "pg"], 0) == {"lake": None, "pg": None}
+        assert ledger.last_committed("p", ["lake", "pg"], 1) == {"lake": 0, "pg": 0}
+        assert fan.spool.size() == (0, 0, 0)
+        given_up = [r.getMessage() for r in caplog.records if "given up" in r.getMessage()]
+        assert given_up == [
+            "pipeline p: batch 0 of epoch 0 was never committed by Spark before the checkpoint "
+            "was replaced (epoch 1 now): it is given up, not written from the spool to the "
+            "sinks that lagged on it; the new checkpoint reads its rows again when it starts "
+            "where `fanout recover` said"
+        ]
+    finally:
+        fan.close()
+
+
+def _as_an_older_version_wrote_it(index_path: str) -> None:
+    """Rewrite the spool's index without the ``party`` column, as versions before it did."""
+    from deltalake import DeltaTable, write_deltalake
+
+    rows = DeltaTable(index_path).to_pyarrow_table().drop_columns(["party"])
+    write_deltalake(index_path, rows, mode="overwrite", schema_mode="overwrite")
+
+
+def test_a_batch_every_sink_lagged_on_in_an_older_versions_spool_is_caught_up_after_a_reset(
+    tmp_path: Path,
+) -> None:
+    """An index row from before the spool recorded a batch's sinks: the sinks it is spooled
+    for and those with a mark in its epoch took part. Every sink lagged on batch 0 (all
+    down), so each holds it by the spool: settled, and written to both after the reset;
+    the next spooling adds the column to the old index."""
+    ledger, spool = MemoryLedger(), str(tmp_path / "spool")
+    refused = SinkWriteError("refused", sink="x")
+    pg, kafka = ScriptedSink("pg", always_fail=refused), ScriptedSink("kafka", always_fail=refused)
+    old = FanOut("p", ledger, [_spec(pg), _spec(kafka)], backoff_s=0, spool=spool,
+                 probe_interval_s=3600)  # fmt: skip
+    assert old.process(SchemaFrame([1, 2]), BatchInfo("p", 0, "q1")) == {}
+    old.close()
+    _as_an_older_version_wrote_it(f"{spool}/index")
+
+    pg.always_fail = None  # kafka still down: batch 0 of epoch 1 is spooled for it
+    fan = FanOut("p", ledger, [_spec(pg), _spec(kafka)], backoff_s=0, spool=spool,
+                 probe_interval_s=3600, on_checkpoint_reset="new_epoch")  # fmt: skip
+    assert fan.spool is not None
+    [spooled] = fan.spool.batches()
+    assert (spooled.key, spooled.needed_by, spooled.party) == ((0, 0), {"pg", "kafka"}, None)
+    frames = {(0, 0): SchemaFrame([1, 2]), (1, 0): SchemaFrame([3])}
+    fan.catchup._read = lambda sink, key: (frames[key], fan.spool.get(key).info())  # type: ignore[method-assign,assignment,union-attr]
+    try:
+        fan.process(frames[(1, 0)], BatchInfo("p", 0, "q2"))
+        fan.catchup.stop()
+        assert [(b.key, b.party) for b in fan.spool.batches()] == [
+            ((0, 0), None), ((1, 0), {"pg", "kafka"}),
+        ]  # fmt: skip
+        kafka.always_fail = None
+        lags = fan.catch_up(timeout_s=10)
+        assert {n: lag.state for n, lag in lags.items()} == {"pg": "live", "kafka": "live"}
+        for sink in (pg, kafka):  # before: failed attempts (kafka's may include a probe)
+            written = [(b.info.epoch, b.info.batch_id, b.df) for b in sink.batches[-2:]]
+            assert written == [(0, 0, frames[(0, 0)]), (1, 0, frames[(1, 0)])]
+        assert ledger.last_committed("p", ["pg", "kafka"], 0) == {"pg": 0, "kafka": 0}
+        assert fan.spool.size() == (0, 0, 0)
+    finally:
+        fan.close()
+
+
+def test_status_shows_a_batch_given_up_with_the_checkpoint_as_given_up_not_behind(
+    tmp_path: Path,
+) -> None:
+    """Epoch 0's first batch, failed by the fail-fast sink and spooled for pg, stays in the
+    spool until a start releases it; meanwhile `fanout status` says it is given up (the
+    catch-up's rule), and counts only epoch 1's batch 0 as pg's lag."""
+    from fanout import BatchFailedError
+    from fanout.app.status import report
+    from fanout.ledger.delta import DeltaLedger
+
+    ledger, spool = DeltaLedger(str(tmp_path / "ledger")), str(tmp_path / "spool")
+    lake = ScriptedSink("lake", always_fail=SinkWriteError("full", sink="lake"))
+    pg = ScriptedSink("pg", always_fail=SinkWriteError("refused", sink="pg"))
+    old = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600)
+    with pytest.raises(BatchFailedError):
+        old.process(SchemaFrame([7, 8]), BatchInfo("p", 0, "q1"))
+    old.close()
+    lake.always_fail = None  # the reset: lake writes epoch 1's batch 0, pg is still down
+    fan = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600,
+                 on_checkpoint_reset="new_epoch")  # fmt: skip
+    try:
+        fan.process(SchemaFrame([7, 8, 9]), BatchInfo("p", 0, "q2"))
+    finally:
+        fan.close()
+    assert fan.spool is not None
+    assert [(b.key, sorted(b.needed_by)) for b in fan.spool.batches()] == [
+        ((0, 0), ["pg"]), ((1, 0), ["pg"]),
+    ]  # fmt: skip
+
+    status = {s["sink"]: s for s in json.loads(report(ledger, "p", as_json=True, spool=spool))}
+    assert (status["pg"]["state"], status["pg"]["lag_batches"], status["pg"]["lag_rows"]) == (
+        "lagging", 1, 3,
+    )  # fmt: skip
+    assert status["pg"]["given_up"] == [{"epoch": 0, "batches": [0], "rows": 2, "current_epoch": 1}]
+    assert (status["lake"]["lag_batches"], status["lake"]["given_up"]) == (0, [])
+    text = report(ledger, "p", spool=spool)
+    assert text.splitlines()[-4:-2] == [
+        "",
+        "pipeline p, pg: 1 batch(es) / 2 row(s) of epoch 0 (0) given up, not behind: Spark "
+        "never committed them before the checkpoint was replaced (epoch 1 now), so they are "
+        "not written to the sink (the new checkpoint reads their rows again where `fanout "
+        "recover` said); the next start releases them from the spool",
+    ]

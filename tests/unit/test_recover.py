@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fanout.app.cli import main
-from fanout.app.recover import is_kafka_offsets, recovery_of, render
+from fanout.app.recover import NO_SPOOL, is_kafka_offsets, recovery_of, render
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
 
@@ -56,9 +58,10 @@ def test_file_source_offsets_are_explained_not_turned_into_kafka_json() -> None:
 def test_empty_ledger_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     DeltaLedger(str(tmp_path)).open()
     assert main(["recover", "--ledger", str(tmp_path), "--pipeline", "orders"]) == 0
-    assert capsys.readouterr().out.strip() == (
-        "pipeline 'orders': the ledger holds no committed batch"
-    )
+    assert capsys.readouterr().out.strip().splitlines() == [
+        "pipeline 'orders': the ledger holds no committed batch",
+        NO_SPOOL,
+    ]
 
 
 def test_planning_time_is_printed_with_the_offsets() -> None:
@@ -119,6 +122,7 @@ def test_a_sink_behind_by_one_batch_decides_and_a_removed_one_does_not(
         "by key.",
         "Source 0 (Kafka): start a new checkpoint with",
         """  .option("startingOffsets", '{"orders": {"0": 500}}')""",
+        NO_SPOOL,
     ]
 
 
@@ -141,6 +145,7 @@ def test_only_the_newest_epoch_decides() -> None:
         "written twice.",
         "Source 0 (Kafka): start a new checkpoint with",
         """  .option("startingOffsets", '{"orders": {"0": 1400}}')""",
+        NO_SPOOL,
     ]
 
 
@@ -151,3 +156,88 @@ def test_a_sink_last_written_in_an_earlier_epoch_at_a_higher_batch_is_set_apart(
     marks = recovery_of("orders", entries).marks
     assert sorted(marks.written) == ["delta"]
     assert sorted(marks.not_written) == ["audit"]
+
+
+def _spooled(batch: int, needed_by: set[str], party: set[str] | None) -> Any:
+    from fanout.spool.table import SpooledBatch
+
+    return SpooledBatch(
+        "orders", 0, batch, 2, "{}", datetime(2026, 1, 1, tzinfo=UTC), frozenset(needed_by),
+        query_id="q-old", source_offsets=json.dumps(_kafka(batch)), party=frozenset(party or ()),
+    )  # fmt: skip
+
+
+def test_a_lagging_sink_counts_at_its_settled_spooled_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Batch 1 ran: lake wrote it, pg failed it and lags (spooled): every sink holds it,
+    so after a reset the catch-up writes it to pg. Counting pg at its mark (batch 0) would
+    resume after batch 0: lake would get batch 1 again, and pg twice (spool and epoch 1)."""
+    from fanout import FanOut, SinkWriteError
+    from fanout.contract.batch import BatchInfo
+    from fanout.sink_spec import SinkSpec, lag_policy
+    from tests.unit.fakes import SchemaFrame, ScriptedSink
+
+    ledger, spool = DeltaLedger(str(tmp_path / "ledger")), str(tmp_path / "spool")
+    pg = ScriptedSink("pg")
+    lagging = SinkSpec(pg, lag=lag_policy("pg", {"on_failure": "lag"}))
+    fan = FanOut("orders", ledger, [ScriptedSink("lake"), lagging], backoff_s=0, spool=spool,
+                 probe_interval_s=3600)  # fmt: skip
+    try:
+        fan.process(SchemaFrame([1]), BatchInfo("orders", 0, "q-old", _kafka(0)))
+        pg.always_fail = SinkWriteError("refused", sink="pg")
+        fan.process(SchemaFrame([2]), BatchInfo("orders", 1, "q-old", _kafka(1)))
+    finally:
+        fan.close()
+
+    args = ["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "orders"]
+    assert main([*args, "--spool", spool]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "pipeline 'orders': last committed batch per sink",
+        '  lake: batch 1, query id q-old, source offsets [{"orders": {"0": 200}}]',
+        '  pg: batch 1, query id q-old, source offsets [{"orders": {"0": 200}}] (from the '
+        "spool: its last mark is batch 0; the catch-up writes it the spooled batches after "
+        "a reset)",
+        "Resume after batch 1: every sink the pipeline still writes holds it, so nothing is "
+        "written twice.",
+        "Source 0 (Kafka): start a new checkpoint with",
+        """  .option("startingOffsets", '{"orders": {"0": 200}}')""",
+    ]
+    assert main(args) == 0  # without the spool: pg at its mark, and the output says so
+    out = capsys.readouterr().out.splitlines()
+    assert out[3].startswith("Resume after batch 0 (sink 'pg' is furthest behind)")
+    assert out[-1] == NO_SPOOL
+
+
+def test_a_spooled_batch_spark_never_committed_is_named_as_given_up_not_counted() -> None:
+    """The epoch's first batch: pg spooled it, lake (fail-fast) failed it, so no sink has
+    a mark. After a reset it is given up (the catch-up's rule): the new checkpoint starts
+    from the beginning, and pg is not counted at batch 0."""
+    recovery = recovery_of("orders", [], [_spooled(0, {"pg"}, {"lake", "pg"})], "spool")
+    assert render(recovery).splitlines() == [
+        "pipeline 'orders': the ledger holds no committed batch",
+        "  pg: batch(es) 0 in the spool, never committed by Spark: given up at a reset (the "
+        "new checkpoint reads their rows again)",
+    ]
+
+
+def test_every_sink_lagging_from_the_first_batch_resumes_after_their_spooled_batches() -> None:
+    """All sinks down since the epoch's first batch: no mark, every batch spooled for
+    both, so the catch-up writes them all after a reset; resume after the last one."""
+    both = {"pg", "kafka"}
+    spooled = [_spooled(b, both, both) for b in range(3)]
+    recovery = recovery_of("orders", [], spooled, "spool")
+    assert recovery.given_up == {}
+    lines = render(recovery).splitlines()
+    assert lines[1:3] == [
+        '  kafka: batch 2, query id q-old, source offsets [{"orders": {"0": 300}}] (from the '
+        "spool: no mark in the epoch; the catch-up writes it the spooled batches after a reset)",
+        '  pg: batch 2, query id q-old, source offsets [{"orders": {"0": 300}}] (from the '
+        "spool: no mark in the epoch; the catch-up writes it the spooled batches after a reset)",
+    ]
+    assert lines[3:] == [
+        "Resume after batch 2: every sink the pipeline still writes holds it, so nothing is "
+        "written twice.",
+        "Source 0 (Kafka): start a new checkpoint with",
+        """  .option("startingOffsets", '{"orders": {"0": 300}}')""",
+    ]
