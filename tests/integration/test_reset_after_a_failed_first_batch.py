@@ -30,7 +30,7 @@ def server(tmp_path: Path) -> Iterator[tuple[Any, str]]:
     """An embedded PostgreSQL server, stopped, and its URL (the same once started)."""
     from fanout_postgres.embedded import EmbeddedPostgres
 
-    pg = EmbeddedPostgres(tmp_path / "pgdata", database="reset")
+    pg = EmbeddedPostgres(tmp_path / "pgdata", database="reset", durable=False)
     url = pg.start()
     pg.stop()
     yield pg, url
