@@ -133,7 +133,12 @@ def _at_version(table: DeltaTable, version: int, storage_options: Mapping[str, s
 
 
 def _files(table: Any) -> dict[str, _File]:
-    """The table's active files, by path, with what a re-add needs."""
+    """The table's active files, by path, with what a re-add needs. The path is the
+    file's name in storage, as delta-rs' actions take it: the log holds it URL-encoded
+    (``city=New%20York/`` is ``city=New%2520York/`` there), and an action given that
+    spelling is encoded again and names no file."""
+    from urllib.parse import unquote
+
     import pyarrow as pa
 
     actions = pa.table(table.get_add_actions(flatten=False))
@@ -148,8 +153,9 @@ def _files(table: Any) -> dict[str, _File]:
             for field in scalar.type:
                 values[field.name] = partition_text(scalar[field.name]) if scalar.is_valid else None
         rows = action.get("num_records")
-        files[action["path"]] = _File(
-            path=action["path"],
+        path = unquote(action["path"])
+        files[path] = _File(
+            path=path,
             size=int(action["size_bytes"]),
             modification_time=int(action["modification_time"]),
             rows=None if rows is None else int(rows),

@@ -119,6 +119,31 @@ def test_a_compaction_after_another_programs_optimize_of_the_same_files_is_taken
     ]  # a reader streaming the table skips it, as it skipped the compaction
 
 
+def test_a_compaction_taken_back_in_partitions_whose_values_need_escaping_keeps_rows_once(
+    tmp_path: Path,
+) -> None:
+    """The files of a partition ``city=New York`` live in ``city=New%20York/``, and the
+    log names them URL-encoded once more (``city=New%2520York/...``): the taking back
+    removes and adds back the files themselves. It named them encoded a third time, so
+    it removed nothing (every row stayed twice) and added back files that do not exist."""
+    path = str(tmp_path / "t")
+    for i, city in enumerate(["New York", "New York", "x:y/z", "x:y/z"]):
+        rows = pa.table({"id": [i], "city": [city]})
+        write_deltalake(path, rows, mode="append", partition_by=["city"])
+    mine = DeltaTable(path)
+    DeltaTable(path).optimize.compact()  # another program, first
+
+    done = compact(mine, "test table", None)
+
+    assert done.taken_back
+    table = DeltaTable(path)
+    rows = read_arrow(table).to_pydict()
+    assert sorted(zip(rows["id"], rows["city"], strict=True)) == [
+        (0, "New York"), (1, "New York"), (2, "x:y/z"), (3, "x:y/z")
+    ]  # fmt: skip
+    assert len(table.file_uris()) == 2  # the other program's two compacted files
+
+
 def test_a_compaction_overlapping_part_of_another_keeps_every_row_once(tmp_path: Path) -> None:
     """The other compaction planned before a file was appended: this one rewrote that
     file too. Taking it back restores that file, in its partition."""
