@@ -151,7 +151,7 @@ def _files(table: Any) -> dict[str, _File]:
         if partitions is not None:
             scalar = partitions[i]
             for field in scalar.type:
-                values[field.name] = partition_text(scalar[field.name]) if scalar.is_valid else None
+                values[field.name] = _action_value(scalar[field.name]) if scalar.is_valid else None
         rows = action.get("num_records")
         path = unquote(action["path"])
         files[path] = _File(
@@ -162,6 +162,17 @@ def _files(table: Any) -> dict[str, _File]:
             partition_values=values,
         )
     return files
+
+
+def _action_value(value: Any) -> str | None:
+    """A file's partition value (an Arrow scalar) as an action re-adding the file names
+    it: as :func:`fanout.delta_tables.values.partition_text` serializes it, a decimal in
+    plain notation (``0.0000001``, not ``1E-7``), which that serializer does not take."""
+    import pyarrow.types as pat
+
+    if value.is_valid and pat.is_decimal(value.type):
+        return format(value.as_py(), "f")
+    return partition_text(value)
 
 
 def _duplicates(gone: list[_File], new: list[_File], what: str, version: int) -> bool:
