@@ -133,7 +133,12 @@ def _at_version(table: DeltaTable, version: int, storage_options: Mapping[str, s
 
 
 def _files(table: Any) -> dict[str, _File]:
-    """The table's active files, by path, with what a re-add needs."""
+    """The table's active files, by path, with what a re-add needs. The path is the
+    file's name in storage, as delta-rs' actions take it: the log holds it URL-encoded
+    (``city=New%20York/`` is ``city=New%2520York/`` there), and an action given that
+    spelling is encoded again and names no file."""
+    from urllib.parse import unquote
+
     import pyarrow as pa
 
     actions = pa.table(table.get_add_actions(flatten=False))
@@ -146,16 +151,28 @@ def _files(table: Any) -> dict[str, _File]:
         if partitions is not None:
             scalar = partitions[i]
             for field in scalar.type:
-                values[field.name] = partition_text(scalar[field.name]) if scalar.is_valid else None
+                values[field.name] = _action_value(scalar[field.name]) if scalar.is_valid else None
         rows = action.get("num_records")
-        files[action["path"]] = _File(
-            path=action["path"],
+        path = unquote(action["path"])
+        files[path] = _File(
+            path=path,
             size=int(action["size_bytes"]),
             modification_time=int(action["modification_time"]),
             rows=None if rows is None else int(rows),
             partition_values=values,
         )
     return files
+
+
+def _action_value(value: Any) -> str | None:
+    """A file's partition value (an Arrow scalar) as an action re-adding the file names
+    it: as :func:`fanout.delta_tables.values.partition_text` serializes it, a decimal in
+    plain notation (``0.0000001``, not ``1E-7``), which that serializer does not take."""
+    import pyarrow.types as pat
+
+    if value.is_valid and pat.is_decimal(value.type):
+        return format(value.as_py(), "f")
+    return partition_text(value)
 
 
 def _duplicates(gone: list[_File], new: list[_File], what: str, version: int) -> bool:

@@ -129,10 +129,15 @@ class DeltaBatchHistory:
 
 
 def _paths(table: object) -> list[str]:
+    """The table's data files, relative to its root, as they are named in storage: the
+    log holds each path URL-encoded (a partition directory ``k=New%20York`` is
+    ``k=New%2520York`` there), the dataset's fragments the names themselves."""
+    from urllib.parse import unquote
+
     import pyarrow as pa
 
     actions = pa.table(table.get_add_actions(flatten=True))  # type: ignore[attr-defined]
-    return [str(path) for path in actions.column("path").to_pylist()]
+    return [unquote(str(path)) for path in actions.column("path").to_pylist()]
 
 
 def _relative(fragment_path: str, added: set[str]) -> bool:

@@ -119,6 +119,56 @@ def test_a_compaction_after_another_programs_optimize_of_the_same_files_is_taken
     ]  # a reader streaming the table skips it, as it skipped the compaction
 
 
+def test_a_compaction_taken_back_in_partitions_whose_values_need_escaping_keeps_rows_once(
+    tmp_path: Path,
+) -> None:
+    """The files of a partition ``city=New York`` live in ``city=New%20York/``, and the
+    log names them URL-encoded once more (``city=New%2520York/...``): the taking back
+    removes and adds back the files themselves. It named them encoded a third time, so
+    it removed nothing (every row stayed twice) and added back files that do not exist."""
+    path = str(tmp_path / "t")
+    for i, city in enumerate(["New York", "New York", "x:y/z", "x:y/z"]):
+        rows = pa.table({"id": [i], "city": [city]})
+        write_deltalake(path, rows, mode="append", partition_by=["city"])
+    mine = DeltaTable(path)
+    DeltaTable(path).optimize.compact()  # another program, first
+
+    done = compact(mine, "test table", None)
+
+    assert done.taken_back
+    table = DeltaTable(path)
+    rows = read_arrow(table).to_pydict()
+    assert sorted(zip(rows["id"], rows["city"], strict=True)) == [
+        (0, "New York"), (1, "New York"), (2, "x:y/z"), (3, "x:y/z")
+    ]  # fmt: skip
+    assert len(table.file_uris()) == 2  # the other program's two compacted files
+
+
+def test_a_compaction_in_decimal_partitions_is_checked_and_taken_back(tmp_path: Path) -> None:
+    """A table partitioned by a decimal column: the check after the compaction read its
+    files' partition values with a serializer that knows no decimal, so it raised a
+    TypeError after the compaction had committed (logged by the Delta sink as a failed
+    compaction to retry), and a compaction that came second was never taken back."""
+    from decimal import Decimal
+
+    path = str(tmp_path / "t")
+    for i, band in enumerate([Decimal("1.50"), Decimal("1.50"), Decimal("0.0000001")] * 2):
+        rows = pa.table({"id": [i], "band": pa.array([band], pa.decimal128(12, 7))})
+        write_deltalake(path, rows, mode="append", partition_by=["band"])
+    mine = DeltaTable(path)
+    DeltaTable(path).optimize.compact()  # another program, first
+
+    done = compact(mine, "test table", None)
+
+    assert done.taken_back
+    rows = read_arrow(DeltaTable(path)).to_pydict()
+    assert sorted(zip(rows["id"], rows["band"], strict=True)) == [
+        (0, Decimal("1.5000000")), (1, Decimal("1.5000000")), (2, Decimal("0.0000001")),
+        (3, Decimal("1.5000000")), (4, Decimal("1.5000000")), (5, Decimal("0.0000001")),
+    ]  # fmt: skip
+    assert len(DeltaTable(path).file_uris()) == 2  # the other program's two compacted files
+
+
 def test_a_compaction_overlapping_part_of_another_keeps_every_row_once(tmp_path: Path) -> None:
     """The other compaction planned before a file was appended: this one rewrote that
     file too. Taking it back restores that file, in its partition."""
