@@ -146,6 +146,12 @@ def _resume_line(behind: LedgerEntry, marks: SinkMarks) -> str:
     )
 
 
+STOP_FIRST = (
+    "Stop every query of this pipeline before you act on this, then run it again: a batch "
+    "a query still running commits after this report is not counted in it, and a new "
+    "checkpoint started here would write that batch's rows again."
+)
+
 NO_SPOOL = (
     "The spool was not read (--spool): a lagging sink counts at its last mark, though the "
     "catch-up writes it the batches waiting in the spool after a reset too; if the pipeline "
@@ -156,6 +162,8 @@ NO_SPOOL = (
 def render(recovery: Recovery) -> str:
     """The text ``fanout recover`` prints."""
     lines = _facts(recovery)
+    if recovery.latest:
+        lines.append(STOP_FIRST)
     if recovery.spool is None:
         lines.append(NO_SPOOL)
     return "\n".join(lines)

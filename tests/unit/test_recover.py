@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fanout.app.cli import main
-from fanout.app.recover import NO_SPOOL, is_kafka_offsets, recovery_of, render
+from fanout.app.recover import NO_SPOOL, STOP_FIRST, is_kafka_offsets, recovery_of, render
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
 
@@ -122,6 +122,7 @@ def test_a_sink_behind_by_one_batch_decides_and_a_removed_one_does_not(
         "by key.",
         "Source 0 (Kafka): start a new checkpoint with",
         """  .option("startingOffsets", '{"orders": {"0": 500}}')""",
+        STOP_FIRST,
         NO_SPOOL,
     ]
 
@@ -145,6 +146,7 @@ def test_only_the_newest_epoch_decides() -> None:
         "written twice.",
         "Source 0 (Kafka): start a new checkpoint with",
         """  .option("startingOffsets", '{"orders": {"0": 1400}}')""",
+        STOP_FIRST,
         NO_SPOOL,
     ]
 
@@ -202,6 +204,7 @@ def test_a_lagging_sink_counts_at_its_settled_spooled_batch(
         "written twice.",
         "Source 0 (Kafka): start a new checkpoint with",
         """  .option("startingOffsets", '{"orders": {"0": 200}}')""",
+        STOP_FIRST,
     ]
     assert main(args) == 0  # without the spool: pg at its mark, and the output says so
     out = capsys.readouterr().out.splitlines()
@@ -240,4 +243,5 @@ def test_every_sink_lagging_from_the_first_batch_resumes_after_their_spooled_bat
         "written twice.",
         "Source 0 (Kafka): start a new checkpoint with",
         """  .option("startingOffsets", '{"orders": {"0": 300}}')""",
+        STOP_FIRST,
     ]
