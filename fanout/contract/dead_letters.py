@@ -70,28 +70,19 @@ def letter_rows(table: pa.Table) -> list[dict[str, Any]]:
     (``+10000-01-01T00:00:00+00:00``: :func:`fanout.contract.far_dates.python_safe`), each
     ``float`` (32-bit) the double of its Spark text (``0.1``, not ``0.10000000149011612``:
     :func:`fanout.contract.float32.widened`)."""
+    import pyarrow as pa
+
     from fanout.contract.far_dates import python_safe
     from fanout.contract.float32 import widened
+    from fanout.contract.nested_types import holds_arrow_type
 
     table = widened(python_safe(table))
     rows: list[dict[str, Any]] = table.to_pylist()
     for column in table.schema:
-        if _holds_map(column.type):
+        if holds_arrow_type(column.type, pa.types.is_map):
             for row in rows:
                 row[column.name] = _mark_maps(row[column.name], column.type)
     return rows
-
-
-def _holds_map(kind: pa.DataType) -> bool:
-    import pyarrow as pa
-
-    if pa.types.is_map(kind):
-        return True
-    if pa.types.is_struct(kind):
-        return any(_holds_map(f.type) for f in kind)
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        return _holds_map(kind.value_type)
-    return False
 
 
 def _mark_maps(value: Any, kind: pa.DataType) -> Any:

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fanout.contract.nested_types import holds_arrow_type
 from fanout.contract.spark_text import floating_text
 
 
@@ -81,9 +82,7 @@ def _list_of(kind: Any, field: pa.Field) -> Any:
 
 
 def _has_float32(kind: Any) -> bool:
-    if pa.types.is_float32(kind):
-        return True
-    return any(_has_float32(kind.field(i).type) for i in range(kind.num_fields))
+    return holds_arrow_type(kind, pa.types.is_float32)
 
 
 def _replaced(kind: Any, by: pa.DataType) -> Any:

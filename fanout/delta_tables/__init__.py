@@ -2,5 +2,6 @@
 transaction retention against fanout's ids (``retention``); shared by the ledger and the
 Delta sink.
 
-Layer 1: imports only :mod:`fanout.errors`.
+Layer 1: imports only :mod:`fanout.errors` and, of its own layer, the walk over nested types
+(:mod:`fanout.contract.nested_types`).
 """

@@ -24,6 +24,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from fanout.contract.nested_types import holds_arrow_type
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
@@ -38,17 +40,13 @@ PENDING_SCHEMA = "fanout.pendingSchema"
 
 def holds_ntz(kind: pa.DataType) -> bool:
     """Whether ``kind`` is, or holds at any depth, a timestamp without a time zone."""
-    import pyarrow.types as pat
-
-    if pat.is_timestamp(kind):
-        return kind.tz is None
-    return any(holds_ntz(child) for child in _children(kind))
+    return holds_arrow_type(kind, _is_ntz)
 
 
 def hidden_ntz(schema: pa.Schema) -> bool:
     """Whether ``schema`` holds a timestamp without a time zone inside a map, where
     delta-rs does not find it when it creates a table (see the module's docstring)."""
-    return any(_ntz_in_map(field.type) for field in schema)
+    return any(holds_arrow_type(field.type, _is_map_holding_ntz) for field in schema)
 
 
 def has_feature(table: DeltaTable) -> bool:
@@ -132,27 +130,16 @@ def _set_schema(table: DeltaTable, schema: object) -> None:
     table.update_incremental()  # create_write_transaction leaves the snapshot behind
 
 
-def _children(kind: pa.DataType) -> list[pa.DataType]:
+def _is_ntz(kind: pa.DataType) -> bool:
     import pyarrow.types as pat
 
-    if pat.is_struct(kind):
-        return [kind.field(i).type for i in range(kind.num_fields)]
-    if pat.is_map(kind):
-        return [kind.key_type, kind.item_type]
-    if (pat.is_list(kind) or pat.is_large_list(kind) or pat.is_fixed_size_list(kind)
-            or pat.is_list_view(kind) or pat.is_large_list_view(kind)):  # fmt: skip
-        return [kind.value_type]
-    if pat.is_dictionary(kind):
-        return [kind.value_type]
-    return []
+    return bool(pat.is_timestamp(kind)) and kind.tz is None
 
 
-def _ntz_in_map(kind: pa.DataType) -> bool:
+def _is_map_holding_ntz(kind: pa.DataType) -> bool:
     import pyarrow.types as pat
 
-    if pat.is_map(kind):
-        return holds_ntz(kind)
-    return any(_ntz_in_map(child) for child in _children(kind))
+    return bool(pat.is_map(kind)) and holds_ntz(kind)
 
 
 def _maps_as_lists(kind: pa.DataType) -> pa.DataType:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from fanout.contract.nested_types import holds_spark_type
 from fanout.errors import PartitioningError, SchemaMismatchError
 from fanout.partitioned.frame_steps import frame_steps
 
@@ -162,13 +163,7 @@ def check_hashable(
 def _holds_map(data_type: Any) -> bool:
     from pyspark.sql import types as T
 
-    if isinstance(data_type, T.MapType | T.VariantType):
-        return True
-    if isinstance(data_type, T.ArrayType):
-        return _holds_map(data_type.elementType)
-    if isinstance(data_type, T.StructType):
-        return any(_holds_map(f.dataType) for f in data_type.fields)
-    return False
+    return holds_spark_type(data_type, lambda t: isinstance(t, T.MapType | T.VariantType))
 
 
 def with_member_column(parted: Any, by: Sequence[str]) -> Any:

@@ -103,19 +103,20 @@ class PreparedPartitions:
 
 @dataclass(frozen=True)
 class _ReplayRead:
-    """What :meth:`PartitionedSink.check_replay` read of one attempt, for the
-    :meth:`PartitionedSink.write` of that attempt that follows it: each attempt is a new
-    :class:`~fanout.contract.batch.Batch` object (fanout replaces it to count the
-    attempt), so the object, held weakly, names the attempt; the plan must be the one the
-    write computes. Taken by the next write only."""
+    """What :meth:`PartitionedSink.check_replay` computed and read of one attempt, for the
+    :meth:`PartitionedSink.write` of that attempt that follows it, which then computes
+    none of it again: each attempt is a new :class:`~fanout.contract.batch.Batch` object
+    (fanout replaces it to count the attempt), so the object, held weakly, names the
+    attempt. Taken by the next write only."""
 
     batch: weakref.ref[Batch]
+    given: PartitionInput
     plan: PartitionPlan
     committed: tuple[CommittedPartition, ...]
 
-    def holds(self, batch: Batch, plan: PartitionPlan) -> bool:
-        """Whether this was read for ``batch`` (the same object) and ``plan``."""
-        return self.batch() is batch and self.plan == plan
+    def holds(self, batch: Batch) -> bool:
+        """Whether this was read for ``batch`` (the same object)."""
+        return self.batch() is batch
 
 
 class PartitionedSink(Sink):
@@ -148,7 +149,9 @@ class PartitionedSink(Sink):
 
     def partition_input(self, batch: Batch) -> PartitionInput:
         """The batch's partitions: by default the batch itself, hashed by
-        :meth:`partitioned_by` (the whole row for ``"*"`` or ``None``)."""
+        :meth:`partitioned_by` (the whole row for ``"*"`` or ``None``). Made once per
+        attempt: by :meth:`check_replay` when it runs, whose input the write then takes,
+        else by the write."""
         by = self.partitioned_by()
         columns = list(batch.df.columns)
         same = [(c, c) for c in columns]
@@ -230,10 +233,12 @@ class PartitionedSink(Sink):
         read the committed partitions (:meth:`committed_partitions`, on the plan
         :meth:`write` computes) and refuse a replay whose partitions recorded another route
         (:func:`~fanout.partitioned.replay_route.check_routes`), while nothing of the
-        attempt is written. What it read is kept for this attempt's :meth:`write`, which
-        then reads nothing again. A sink that skips no committed partition (it does not
-        implement :meth:`committed_partitions`, or its :class:`PartitionInput` keeps no
-        membership) is not checked here: it records its route itself and compares it with
+        attempt is written. What it computed and read (the :meth:`partition_input`, the
+        plan, the committed partitions) is kept for this attempt's :meth:`write`, which
+        then computes and reads none of it again (unless the sink's :meth:`preflight`
+        calls :meth:`forget_replay_read`). A sink that skips no committed partition (it
+        does not implement :meth:`committed_partitions`, or its :class:`PartitionInput`
+        keeps no membership) is not checked here: it records its route itself and compares it with
         :func:`~fanout.partitioned.replay_route.check_routes` (PostgreSQL upsert)."""
         self._kit_read = None
         if type(self).committed_partitions is PartitionedSink.committed_partitions:
@@ -244,7 +249,14 @@ class PartitionedSink(Sink):
         plan = plan_of(given.df, given.by, self.partitions)
         committed = tuple(self.committed_partitions(batch, plan))
         check_routes(recorded_routes(committed), batch, sink=self.name)
-        self._kit_read = _ReplayRead(weakref.ref(batch), plan, committed)
+        self._kit_read = _ReplayRead(weakref.ref(batch), given, plan, committed)
+
+    def forget_replay_read(self) -> None:
+        """Drop what :meth:`check_replay` computed and read for this attempt: the write
+        computes its :meth:`partition_input`, plan and committed partitions anew. For a
+        :meth:`preflight` that finds what the input was made from changed since (the
+        PostgreSQL sink: its table's columns)."""
+        self._kit_read = None
 
     def partition_failure(
         self, batch: Batch, failed: Sequence[PartitionOutcome], outcomes: Sequence[PartitionOutcome]
@@ -289,19 +301,25 @@ class PartitionedSink(Sink):
         preflight, the determinism checks (of the partitioning when membership is kept,
         else of :meth:`deterministic_columns`), the route and membership checks of the
         committed partitions (which refuse the batch before any partition is written;
-        read by :meth:`check_replay` when it ran for this attempt), the partitioned input
-        and the picklable task. A shared task (:mod:`fanout.partitioned.shared`) runs
-        :attr:`PreparedPartitions.task` with other sinks' in one Spark job."""
+        read by :meth:`check_replay` when it ran for this attempt, which made the input and
+        its plan too), the partitioned input and the picklable task. A shared task
+        (:mod:`fanout.partitioned.shared`) runs :attr:`PreparedPartitions.task` with other
+        sinks' in one Spark job."""
         self.preflight(batch)
-        given = self.partition_input(batch)
+        read = self._take_read(batch)
+        given = read.given if read is not None else self.partition_input(batch)
         plan = None
         if given.membership:
             check_hashable(given.df.schema, given.by, keyed=given.keyed, sink=self.name,
                            batch_id=batch.batch_id)  # fmt: skip
             check_batch(given.df, given.by if given.keyed else WHOLE_ROW, sink=self.name,
                         batch_id=batch.batch_id, query_id=batch.query_id)  # fmt: skip
-            plan = plan_of(given.df, given.by, self.partitions)
-            committed = self._committed(batch, plan)
+            committed: Sequence[CommittedPartition]
+            if read is not None:
+                plan, committed = read.plan, read.committed
+            else:
+                plan = plan_of(given.df, given.by, self.partitions)
+                committed = self.committed_partitions(batch, plan)
             check_routes(recorded_routes(committed), batch, sink=self.name)
             check_committed(
                 committed, plan,
@@ -316,12 +334,11 @@ class PartitionedSink(Sink):
         task = PartitionTask(self.partition_writer(batch, plan), self._hooks(batch))
         return PreparedPartitions(given, task, partial(self._parted, given))
 
-    def _committed(self, batch: Batch, plan: PartitionPlan) -> Sequence[CommittedPartition]:
-        """What :meth:`check_replay` read for this attempt, else :meth:`committed_partitions`."""
+    def _take_read(self, batch: Batch) -> _ReplayRead | None:
+        """What :meth:`check_replay` computed and read for this attempt (``batch``), if
+        anything; taken: a later write computes and reads anew."""
         read, self._kit_read = self._kit_read, None
-        if read is not None and read.holds(batch, plan):
-            return read.committed
-        return self.committed_partitions(batch, plan)
+        return read if read is not None and read.holds(batch) else None
 
     def _parted(self, given: PartitionInput) -> Any:
         return partitioned_frame(

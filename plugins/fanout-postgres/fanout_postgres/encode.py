@@ -27,6 +27,7 @@ import pyarrow.csv as pcsv
 from fanout.contract.calendar import MICROS_PER_DAY, civil, clock, iso_text
 from fanout.contract.dead_letters import letter_rows
 from fanout.contract.far_dates import python_safe_array
+from fanout.contract.nested_types import holds_arrow_type
 from fanout.contract.spark_json import float_json, spark_json
 from fanout.contract.spark_text import double_text, number_text, plain_decimal
 from fanout.contract.text import holds_invalid_utf8
@@ -121,7 +122,7 @@ def invalid_nested(column: Any) -> dict[int, bytes]:
 
 def _holds_string(kind: pa.DataType) -> bool:
     """Whether a nested type holds strings (a map's keys too); a string itself does not."""
-    return not _is_string(kind) and _holds(kind, _is_string)
+    return not _is_string(kind) and holds_arrow_type(kind, _is_string)
 
 
 def _is_string(kind: pa.DataType) -> bool:
@@ -323,9 +324,9 @@ def _nested_json(kind: pa.DataType) -> Callable[[Any], str]:
     Spark's ``to_json`` spells them (``1.0E20``, ``"NaN"``: JSON has no NaN). A type
     holding neither is written by ``json.dumps`` alone: :func:`spark_json`'s walk for
     floats would find none and cost ~3x the dump."""
-    if _holds(kind, pa.types.is_decimal):
+    if holds_arrow_type(kind, pa.types.is_decimal):
         dump = _json_text
-    elif _holds(kind, pa.types.is_floating):
+    elif holds_arrow_type(kind, pa.types.is_floating):
         dump = spark_json
     else:
         dump = _plain_json
@@ -374,19 +375,6 @@ def _key(key: Any, kind: pa.DataType) -> str:
     if isinstance(key, float):  # as Spark's to_json names it: 1.0E20, not Python's 1e+20
         return double_text(key)
     return str(key)
-
-
-def _holds(kind: pa.DataType, test: Callable[[pa.DataType], bool]) -> bool:
-    """Whether ``kind`` or a type in it, at any depth, passes ``test``."""
-    if test(kind):
-        return True
-    if pa.types.is_map(kind):
-        return _holds(kind.key_type, test) or _holds(kind.item_type, test)
-    if pa.types.is_struct(kind):
-        return any(_holds(f.type, test) for f in kind)
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        return _holds(kind.value_type, test)
-    return False
 
 
 def _json_text(value: Any) -> str:
@@ -509,7 +497,7 @@ def decodable(table: pa.Table) -> pa.Table:
     the text source), which PostgreSQL refuses and Python cannot decode. Unchanged when
     every string is valid."""
     for i, field in enumerate(table.schema):
-        if not _holds(field.type, _is_string):
+        if not holds_arrow_type(field.type, _is_string):
             continue
         if not holds_invalid_utf8(table.column(i)):
             continue

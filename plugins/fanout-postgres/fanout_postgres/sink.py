@@ -593,7 +593,8 @@ class PostgresSink(PartitionedSink):
         """At each batch: the table's columns (one catalog query) against those its cached
         plan was made on. A column altered (``ALTER TABLE ... TYPE``), added or dropped
         since drops the plan, and the batch is planned anew against the table as it is:
-        binary COPY encodes each field for the planned type."""
+        binary COPY encodes each field for the planned type. The partition input
+        :meth:`check_replay` made on the dropped plan is dropped with it."""
         if cache_key not in self._plans:
             return
         if _shape(conn, self._table) != self._shapes.get(cache_key):  # type: ignore[arg-type]
@@ -602,6 +603,7 @@ class PostgresSink(PartitionedSink):
                 "planning anew", self.name, batch_id, self._table,
             )  # fmt: skip
             del self._plans[cache_key]
+            self.forget_replay_read()
             return
         self._checked[cache_key] = batch_id
 

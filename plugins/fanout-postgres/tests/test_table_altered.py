@@ -169,3 +169,42 @@ def test_a_rule_made_while_the_stream_runs_refuses_the_next_batch(table: str) ->
     assert _write(_writer(sink, 2), [2]).status == "committed"
     assert _stored(url) == [(1, "101", "5"), (2, "102", "5")]
     assert query(url, "SELECT count(*) FROM audit") == [(0,)]
+
+
+class _Counted:
+    """Counts the sink's partition inputs and reads of its committed partitions."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[str] = []
+        made_input, read = PostgresSink.partition_input, PostgresSink.committed_partitions
+
+        def partition_input(sink: PostgresSink, batch: Batch) -> Any:
+            self.calls.append("input")
+            return made_input(sink, batch)
+
+        def committed_partitions(sink: PostgresSink, batch: Batch, plan: Any) -> Any:
+            self.calls.append("read")
+            return read(sink, batch, plan)
+
+        monkeypatch.setattr(PostgresSink, "partition_input", partition_input)
+        monkeypatch.setattr(PostgresSink, "committed_partitions", committed_partitions)
+
+
+@pytest.mark.parametrize("altered", [False, True])
+def test_the_write_takes_check_replays_input_unless_the_table_changed_in_between(
+    table: str, spark: Any, monkeypatch: pytest.MonkeyPatch, altered: bool
+) -> None:
+    """Append: the kit's ``check_replay`` makes the partition input and reads the progress
+    marks, and the write of the same attempt takes them; a table altered in between (the
+    write's preflight drops the plan) makes the write plan, make its input and read anew."""
+    url, counted = table, _Counted(monkeypatch)
+    sink = _sink(url, mode="append", keys=["id"])
+    df = spark.createDataFrame([(1, 101, 5, None)], SCHEMA)
+    batch = Batch(df, BatchInfo("altered", 0, "q"), "pg", "fanout/altered/pg")
+    sink.check_replay(batch)
+    if altered:
+        execute(url, "ALTER TABLE t ALTER COLUMN qty TYPE bigint")
+    prepared = sink.prepare_partitions(batch)
+    assert counted.calls == ["input", "read"] * (2 if altered else 1)
+    qty = "int8" if altered else "int4"
+    assert prepared.task.writer.plan.wire_kinds == ("int8", "int8", qty, "timestamp")
