@@ -3,6 +3,7 @@ local SparkSession per test process, started on first use."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,19 +14,33 @@ MASTER_ENV = "FANOUT_TEST_MASTER"
 """Names the master of the tests' session: ``local[2]`` when unset; ``cluster`` for
 ``local-cluster[2,1,1024]`` (two executor JVMs), or any master string."""
 
+SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1"
+"""Java options of the Spark drivers the tests start in subprocesses (Spark's launcher adds
+``SPARK_SUBMIT_OPTS`` to a driver's JVM, and the subprocesses inherit it): each lives for a
+few batches, and its JIT's optimizing compiler cost more CPU than it saved (a session's start
+and three small batches: about a third less CPU). Not the test process's own session, which
+runs for the whole suite."""
+os.environ.setdefault("SPARK_SUBMIT_OPTS", SHORT_LIVED_JVM)
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A local SparkSession shared by every integration test of this process, on the
-    master :data:`MASTER_ENV` names (``local[2]`` by default)."""
-    import os
-
+    master :data:`MASTER_ENV` names (``local[2]`` by default), its JVM without
+    :data:`SHORT_LIVED_JVM`."""
     from fanout.spark import cluster_master, local_session
 
     master = os.environ.get(MASTER_ENV, "local[2]")
-    session = local_session(
-        "fanout-tests", master=cluster_master() if master == "cluster" else master
-    )
+    ours = os.environ.get("SPARK_SUBMIT_OPTS") == SHORT_LIVED_JVM
+    if ours:
+        del os.environ["SPARK_SUBMIT_OPTS"]
+    try:
+        session = local_session(
+            "fanout-tests", master=cluster_master() if master == "cluster" else master
+        )
+    finally:
+        if ours:
+            os.environ["SPARK_SUBMIT_OPTS"] = SHORT_LIVED_JVM
     yield session
     session.stop()
 
