@@ -88,3 +88,14 @@ def committed_marks(ledger: Path, pipeline: str) -> Counter[tuple[str, int]]:
         for r in rows
         if r["pipeline"] == pipeline and r["status"] == "committed"
     )
+
+
+def stopped_postgres(root: Path, database: str) -> tuple[Any, str]:
+    """An embedded PostgreSQL server under ``root``, started once to create ``database``
+    and stopped, and that database's URL (the same once the test starts it again)."""
+    from fanout_postgres.embedded import EmbeddedPostgres
+
+    server = EmbeddedPostgres(root / "pgdata", database=database, durable=False)
+    url = server.start()
+    server.stop()
+    return server, url

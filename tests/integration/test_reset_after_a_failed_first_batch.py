@@ -21,6 +21,7 @@ from tests.integration.streams import (
     delta_rows,
     id_counts,
     run_stream,
+    stopped_postgres,
     write_input,
 )
 
@@ -28,11 +29,7 @@ from tests.integration.streams import (
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[Any, str]]:
     """An embedded PostgreSQL server, stopped, and its URL (the same once started)."""
-    from fanout_postgres.embedded import EmbeddedPostgres
-
-    pg = EmbeddedPostgres(tmp_path / "pgdata", database="reset", durable=False)
-    url = pg.start()
-    pg.stop()
+    pg, url = stopped_postgres(tmp_path, "reset")
     yield pg, url
     pg.stop()
 

@@ -15,17 +15,19 @@ import pytest
 
 from fanout import FanOut
 from tests.chaos.lag_input import postgres_rows
-from tests.integration.streams import committed_marks, delta_rows, run_stream, write_input
+from tests.integration.streams import (
+    committed_marks,
+    delta_rows,
+    run_stream,
+    stopped_postgres,
+    write_input,
+)
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[Any, str]]:
     """An embedded PostgreSQL server, stopped, and its URL (the same once started)."""
-    from fanout_postgres.embedded import EmbeddedPostgres
-
-    pg = EmbeddedPostgres(tmp_path / "pgdata", database="settled", durable=False)
-    url = pg.start()
-    pg.stop()
+    pg, url = stopped_postgres(tmp_path, "settled")
     yield pg, url
     pg.stop()
 

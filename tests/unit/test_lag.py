@@ -14,6 +14,7 @@ import pytest
 
 from fanout import ConfigurationError, FanOut, LagLimitError, SinkWriteError, hookimpl
 from fanout.contract.batch import BatchInfo
+from fanout.ledger.entry import Ledger
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import LagPolicy, lag_policy
 from tests.unit.fakes import SchemaFrame, ScriptedSink
@@ -908,19 +909,19 @@ def test_the_catch_up_hands_the_identity_stamp_only_until_the_sinks_first_mark(
         fan.close()
 
 
-def _reset_after_a_failed_first_batch(tmp: Path) -> tuple[MemoryLedger, str]:
+def _failed_first_batch(ledger: Ledger, spool: str) -> tuple[ScriptedSink, ScriptedSink]:
     """Epoch 0's first batch: pg (lagging) is down and spools it, lake (fail-fast) fails
-    it for good, so no sink has a mark in epoch 0 and Spark never commits the batch."""
+    it for good, so no sink has a mark in epoch 0 and Spark never commits the batch.
+    Returns lake and pg, both still failing."""
     from fanout import BatchFailedError
 
-    ledger, spool = MemoryLedger(), str(tmp / "spool")
     lake = ScriptedSink("lake", always_fail=SinkWriteError("full", sink="lake"))
     pg = ScriptedSink("pg", always_fail=SinkWriteError("refused", sink="pg"))
     old = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600)
     with pytest.raises(BatchFailedError):
         old.process(SchemaFrame([7, 8]), BatchInfo("p", 0, "q1"))
     old.close()
-    return ledger, spool
+    return lake, pg
 
 
 def test_a_first_batch_a_fail_fast_sink_failed_is_given_up_after_a_reset(
@@ -930,7 +931,8 @@ def test_a_first_batch_a_fail_fast_sink_failed_is_given_up_after_a_reset(
     not because it was added since: the spool recorded it among the batch's sinks, so the
     batch is not settled, and after the reset (resuming before batch 0, as `fanout
     recover` says) it is given up; written, pg would hold rows 7 and 8 twice."""
-    ledger, spool = _reset_after_a_failed_first_batch(tmp_path)
+    ledger, spool = MemoryLedger(), str(tmp_path / "spool")
+    _failed_first_batch(ledger, spool)
     lake, pg = ScriptedSink("lake"), ScriptedSink("pg")
     fan = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600,
                  on_checkpoint_reset="new_epoch")  # fmt: skip
@@ -1016,17 +1018,11 @@ def test_status_shows_a_batch_given_up_with_the_checkpoint_as_given_up_not_behin
     """Epoch 0's first batch, failed by the fail-fast sink and spooled for pg, stays in the
     spool until a start releases it; meanwhile `fanout status` says it is given up (the
     catch-up's rule), and counts only epoch 1's batch 0 as pg's lag."""
-    from fanout import BatchFailedError
     from fanout.app.status import report
     from fanout.ledger.delta import DeltaLedger
 
     ledger, spool = DeltaLedger(str(tmp_path / "ledger")), str(tmp_path / "spool")
-    lake = ScriptedSink("lake", always_fail=SinkWriteError("full", sink="lake"))
-    pg = ScriptedSink("pg", always_fail=SinkWriteError("refused", sink="pg"))
-    old = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600)
-    with pytest.raises(BatchFailedError):
-        old.process(SchemaFrame([7, 8]), BatchInfo("p", 0, "q1"))
-    old.close()
+    lake, pg = _failed_first_batch(ledger, spool)
     lake.always_fail = None  # the reset: lake writes epoch 1's batch 0, pg is still down
     fan = FanOut("p", ledger, [lake, _spec(pg)], backoff_s=0, spool=spool, probe_interval_s=3600,
                  on_checkpoint_reset="new_epoch")  # fmt: skip
