@@ -367,7 +367,7 @@ class CatchUp:
             "table's log or files changed outside fanout, or a fanout bug: please report it)",
             f"Restore the table of {origin!r} to a version whose commit of the batch holds "
             "its rows",
-            lacks="the rows it counts" if read < mark.rows else "exactly its rows",
+            wrong="lack rows" if read < mark.rows else "hold rows not its own",
         )  # fmt: skip
 
     def _letters(self, sink: str, key: BatchKey, count: int, schema: Any) -> Any:
@@ -436,16 +436,16 @@ def _cannot_backfill(
     found: str,
     way_back: str,
     *,
-    lacks: str = "them",
+    wrong: str = "lack them",
 ) -> BackfillError:
     """The error of a backfill batch its source cannot give back as its ledger mark says
     it committed it (``where``: the pipeline and its ledger's location as commands name it;
     ``found``: what the mark says and what is there instead; ``way_back``: how to give it
-    back; ``lacks``: what the batch read back would lack)."""
+    back; ``wrong``: what would be wrong with the batch read back)."""
     pipeline, ledger = where
     return BackfillError(
         f"cannot be backfilled from sink {origin!r}: its ledger mark says it {found}, so the "
-        f"batch read back would lack {lacks}; nothing of it is written to {sink!r}, which waits "
+        f"batch read back would {wrong}; nothing of it is written to {sink!r}, which waits "
         f"at this batch. {way_back}, or accept that {sink!r} never gets batch "
         f"{key[1]}: `fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
         f"--through {key[1]}{f' --epoch {key[0]}' if key[0] else ''}`, then restart",

@@ -121,7 +121,7 @@ def test_a_backfill_reading_another_count_than_its_source_wrote_is_refused_not_m
         f"its ledger mark says it committed batch {batch} (epoch 0) with {wrote} row(s), "
         f"but the batch's commit in its table gives back {read} row(s) (its table's log or "
         "files changed outside fanout, or a fanout bug: please report it), so the batch "
-        f"read back would lack {'the rows it counts' if read < wrote else 'exactly its rows'}"
+        f"read back would {'lack rows' if read < wrote else 'hold rows not its own'}"
         "; nothing of it is written to 'copy', which waits at this batch. Restore the table "
         "of 'lake' to a version whose commit of the batch holds its rows, or accept that "
         f"'copy' never gets batch {batch}: `fanout ledger skip --ledger {ledger_text} "
