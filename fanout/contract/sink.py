@@ -52,7 +52,9 @@ class BackfillSource(Protocol):
     def read(self, key: tuple[int, int]) -> pa.Table:
         """The rows batch ``key`` wrote, as Arrow. ``key`` is a batch the sink committed
         (by its ledger mark); one that wrote no row to the target is an empty table (with
-        the target's columns when it has any)."""
+        the target's columns when it has any). As many rows as the sink's ``write()``
+        reported (:attr:`SinkResult.rows`, recorded in the mark): the catch-up refuses a
+        batch read back with another count."""
         ...
 
 

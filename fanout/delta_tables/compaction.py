@@ -167,7 +167,8 @@ def _files(table: Any) -> dict[str, _File]:
 def _action_value(value: Any) -> str | None:
     """A file's partition value (an Arrow scalar) as an action re-adding the file names
     it: as :func:`fanout.delta_tables.values.partition_text` serializes it, a decimal in
-    plain notation (``0.0000001``, not ``1E-7``), which that serializer does not take."""
+    plain notation (``0.0000001``, not ``1E-7``), also a negative one with a fractional
+    part, which that serializer refuses (delta-rs cannot write it; delta-spark can)."""
     import pyarrow.types as pat
 
     if value.is_valid and pat.is_decimal(value.type):

@@ -4,9 +4,11 @@ a year below 1000), and the partition values a Delta table cannot keep.
 
 A Delta reader reads an empty partition value as null, delta-rs writes a timestamp or
 date partition value past the year 9999 (``+10000-01-01 ...``) that it cannot read back,
-and no file system holds a partition directory whose name ``<column>=<value>`` is longer
-than 255 bytes (a long string, or a float such as ``1e300``, which delta-rs writes in full
-decimal digits; delta-rs panics, and delta-spark's Spark task fails with ``Mkdirs failed
+and a negative decimal with a fractional part as text it cannot parse (``-1.-50``: its
+commit fails), and no file system holds a partition directory whose name
+``<column>=<value>`` is longer than 255 bytes (a long string, or a float such as
+``1e300``, which delta-rs writes in full decimal digits; delta-rs panics, and
+delta-spark's Spark task fails with ``Mkdirs failed
 to create``): the name is the one the sink's engine makes (:data:`Engine`), so the rule is
 checked against it:
 :func:`unstorable_rows` finds such rows in an Arrow batch (:func:`holds_unstorable` tells
@@ -97,7 +99,8 @@ def partition_value(value: Any) -> str | None:
 
 def partition_text(value: pa.Scalar) -> str | None:
     """An Arrow partition value as Delta serializes it in ``partitionValues`` (``None``
-    for null); a date or timestamp is computed from its integer, any year. Raises
+    for null); a date or timestamp is computed from its integer, any year, a decimal in
+    plain notation with every digit of its scale (``-12.00``). Raises
     :class:`UnstorablePartitionValue` for a value no Delta table can keep, naming the
     value; the caller adds the column."""
     import pyarrow as pa
@@ -119,6 +122,12 @@ def partition_text(value: pa.Scalar) -> str | None:
         return date_text(days)
     if pat.is_floating(kind):
         return float_text(value.as_py(), kind.bit_width)
+    if pat.is_decimal(kind):
+        number = value.as_py()
+        text = format(number, "f")  # plain notation, every digit of the scale: -1.50
+        if number < 0 and number != number.to_integral_value():
+            raise UnstorablePartitionValue(decimal_problem(text))
+        return text
     serialized = partition_value(value.as_py())
     if serialized == "":
         raise UnstorablePartitionValue(EMPTY_PROBLEM)
@@ -245,6 +254,18 @@ EMPTY_PROBLEM = (
 )
 
 
+def decimal_problem(text: str) -> str:
+    """Why a negative decimal partition value with a fractional part (``text``) cannot be
+    kept by a table delta-rs writes: it writes the sign into the fraction too
+    (``-1.-50`` for ``-1.50``, ``0.-5`` for ``-0.05``) and fails its commit on it."""
+    return (
+        f"holds {text}, a negative decimal with a fractional part, which delta-rs cannot "
+        "write as a partition value (it writes -1.50 as '-1.-50' and fails the commit: "
+        '"Failed to parse value"); partition by the value as text or scaled to an '
+        "integer instead, or use engine 'spark'"
+    )
+
+
 def year_problem(shown: str) -> str:
     """Why a date or timestamp partition value ``shown`` cannot be kept."""
     return (
@@ -347,6 +368,12 @@ def _unstorable(column: pa.ChunkedArray, name: str, engine: Engine = "rs") -> An
     elif pat.is_date32(kind):
         ints = column.cast(pa.int32())
         mask = pc.or_(pc.less(ints, _DAY_OF_YEAR_0), pc.greater_equal(ints, _DAY_OF_YEAR_10000))
+    elif pat.is_decimal(kind) and kind.scale > 0:
+        zero = pa.scalar(Decimal(0), kind)
+        negative = pc.less(column, zero)
+        # the ceiling of a negative value fits its type (of the widest positive one not)
+        negatives = pc.if_else(negative, column, zero)
+        mask = pc.and_(negative, pc.not_equal(negatives, pc.ceil(negatives)))
     else:
         return None
     return pc.fill_null(mask, False)
@@ -389,8 +416,9 @@ def spark_unstorable(
     a string whose directory name (:func:`directory_name`, ``engine``'s) would be longer
     than :data:`MAX_NAME_BYTES`, for ``spark`` a string holding a NUL (:func:`nul_problem`),
     and for ``rs`` a timestamp outside the years 0 to 9999 in
-    UTC (a Spark date, or a timestamp without zone, never leaves them; a float partition
-    column is written by delta-rs from the driver, :func:`unstorable_rows` finds those)."""
+    UTC (a Spark date, or a timestamp without zone, never leaves them; a float or decimal
+    partition column is written by delta-rs from the driver, :func:`unstorable_rows`
+    finds those: a negative decimal with a fractional part, :func:`decimal_problem`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, TimestampType
 

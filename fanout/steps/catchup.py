@@ -320,13 +320,7 @@ class CatchUp:
         mark = self.lagging.source_mark(sink, key)
         table = source.read(key)
         where = f"sink {origin!r} committed batch {key[1]} (epoch {key[0]})"
-        if mark is not None and mark.rows and table.num_rows == 0:
-            raise _cannot_backfill(
-                (self.lagging.pipeline, self.ledger_location), sink, origin, key,
-                f"committed batch {key[1]} (epoch {key[0]}) with {mark.rows} row(s), but its "
-                "table holds no commit of it (the table replaced, or its log cleaned up)",
-                f"Restore the table of {origin!r} to a version that holds the batch",
-            )  # fmt: skip
+        self._check_count(sink, origin, key, mark, table.num_rows)
         df = self.spark.createDataFrame(table)
         if mark is not None and mark.dead_lettered:
             if not table.column_names:
@@ -338,6 +332,43 @@ class CatchUp:
             df = df.unionByName(self._letters(sink, key, mark.dead_lettered, df.schema))
         info = BatchInfo(self.lagging.pipeline, key[1], epoch=key[0])
         return df, info if mark is None else _info_of(mark)
+
+    def _check_count(
+        self, sink: str, origin: str, key: BatchKey, mark: LedgerEntry | None, read: int
+    ) -> None:
+        """Refuse batch ``key`` read back from ``origin`` with ``read`` rows when its ledger
+        mark records another count of rows written to its target: a read that lost some of
+        the batch's rows, or took another batch's, must not be marked as the new sink's.
+
+        The mark's ``rows`` is what the source's ``write()`` reported as written to its
+        target, which :meth:`fanout.contract.sink.BackfillSource.read` gives back: for a
+        Delta append, the rows of the batch's commit, without the rows set aside as dead
+        letters (counted apart, in ``dead_lettered``, and checked by :meth:`_letters`); a
+        replay that found the batch written reports the same rows. A backfill source never
+        merges (a merge keeps only the latest row per key) and is never routed (its route
+        letters would be missing), and a later compaction of its table does not change
+        what the batch's commit added. A mark without ``rows`` (``None``: a sink that did
+        not report them) cannot be compared: only the read is trusted then.
+        """
+        if mark is None or mark.rows is None or mark.rows == read:
+            return
+        what = f"committed batch {key[1]} (epoch {key[0]}) with {mark.rows} row(s)"
+        where = (self.lagging.pipeline, self.ledger_location)
+        if read == 0:
+            raise _cannot_backfill(
+                where, sink, origin, key,
+                f"{what}, but its table holds no commit of it (the table replaced, or its log "
+                "cleaned up)",
+                f"Restore the table of {origin!r} to a version that holds the batch",
+            )  # fmt: skip
+        raise _cannot_backfill(
+            where, sink, origin, key,
+            f"{what}, but the batch's commit in its table gives back {read} row(s) (its "
+            "table's log or files changed outside fanout, or a fanout bug: please report it)",
+            f"Restore the table of {origin!r} to a version whose commit of the batch holds "
+            "its rows",
+            wrong="lack rows" if read < mark.rows else "hold rows not its own",
+        )  # fmt: skip
 
     def _letters(self, sink: str, key: BatchKey, count: int, schema: Any) -> Any:
         """The rows of batch ``key`` that ``sink``'s backfill source set aside as dead
@@ -398,16 +429,23 @@ def _letters_lost(
 
 
 def _cannot_backfill(
-    where: tuple[str, str], sink: str, origin: str, key: BatchKey, found: str, way_back: str
+    where: tuple[str, str],
+    sink: str,
+    origin: str,
+    key: BatchKey,
+    found: str,
+    way_back: str,
+    *,
+    wrong: str = "lack them",
 ) -> BackfillError:
     """The error of a backfill batch its source cannot give back as its ledger mark says
     it committed it (``where``: the pipeline and its ledger's location as commands name it;
     ``found``: what the mark says and what is there instead; ``way_back``: how to give it
-    back)."""
+    back; ``wrong``: what would be wrong with the batch read back)."""
     pipeline, ledger = where
     return BackfillError(
         f"cannot be backfilled from sink {origin!r}: its ledger mark says it {found}, so the "
-        f"batch read back would lack them; nothing of it is written to {sink!r}, which waits "
+        f"batch read back would {wrong}; nothing of it is written to {sink!r}, which waits "
         f"at this batch. {way_back}, or accept that {sink!r} never gets batch "
         f"{key[1]}: `fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
         f"--through {key[1]}{f' --epoch {key[0]}' if key[0] else ''}`, then restart",

@@ -2,7 +2,9 @@
 the sink (:mod:`fanout.delta_tables.values` says which values): an empty string, which a
 Delta reader reads as null, a value whose partition directory's name, as the sink's engine
 makes it, would be longer than a file system allows (255 bytes), and with delta-rs a date
-or timestamp past the year 9999 (in UTC), which delta-rs writes but cannot read back. Such
+or timestamp past the year 9999 (in UTC), which delta-rs writes but cannot read back, and a
+negative decimal with a fractional part, which delta-rs writes as ``-1.-50`` and then fails
+its commit on (a decimal partition column is always written from the driver). Such
 rows go to the sink's dead-letter target when it has one; otherwise the batch fails naming
 sink, batch, column and value. The executors' append refuses them in its Spark tasks
 (:mod:`fanout.delta_tables.datafiles`).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -613,3 +614,113 @@ def test_holds_unstorable_finds_an_empty_string_or_a_year_past_9999_in_partition
     assert found == {"k": False, "e": True, "d": True, "ts": True, "day": True, "n": False}
     assert holds_unstorable(table, ["k", "n", "absent"]) is False
     assert holds_unstorable(table, ["k", "ts"]) is True
+
+
+# -- negative decimals with a fractional part (delta-rs: '-1.-50') -------------------------
+
+
+def negative_fraction(text: str) -> str:
+    return (
+        f"partition column 'd' holds {text}, a negative decimal with a fractional part, "
+        "which delta-rs cannot write as a partition value (it writes -1.50 as '-1.-50' and "
+        'fails the commit: "Failed to parse value"); partition by the value as text or '
+        "scaled to an integer instead, or use engine 'spark'. Replace the value in the "
+        "stream (e.g. with null), or set the sink's option 'dead_letter' to set such rows "
+        "aside"
+    )
+
+
+def decimals(*texts: str | None, kind: pa.DataType | None = None) -> pa.Table:
+    values = [None if t is None else Decimal(t) for t in texts]
+    return pa.table(
+        {
+            "id": pa.array(range(1, len(texts) + 1), pa.int64()),
+            "d": pa.array(values, kind or pa.decimal128(10, 2)),
+        }
+    )
+
+
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_a_negative_decimal_partition_value_with_a_fraction_fails_naming_it(tmp_path, mode):
+    """delta-rs writes -1.50 as the partition value '-1.-50', then fails its own commit
+    ("Kernel error: Failed to parse value '-1.-50' as 'decimal(10,2)'"), every replay
+    alike: refused before anything is written, naming the column and the value."""
+    path = tmp_path / "t"
+    keys = {"keys": ["id"]} if mode == "merge" else {}
+    sink = opened(path, mode=mode, partition_by=["d"], **keys)
+
+    with pytest.raises(SinkWriteError) as raised:
+        sink.write(batch_of(decimals("2.00", "-1.50", "-0.05")))
+
+    assert str(raised.value) == f"sink 's', batch 0: 2 row(s): {negative_fraction('-1.50')}"
+    assert not (path / "_delta_log").exists()
+
+
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_negative_decimal_partition_values_with_a_fraction_go_to_the_dead_letters(tmp_path, mode):
+    """The other decimals round-trip, negative integers and zero included; the refused
+    rows are dead letters (the batch failed, every replay alike)."""
+    path, dead = tmp_path / "t", tmp_path / "dead"
+    keys = {"keys": ["id"]} if mode == "merge" else {}
+    sink = opened(path, dead=dead, mode=mode, partition_by=["d"], **keys)
+    table = decimals("2.00", "-1.50", "-12.00", "0.00", "-0.05", None, "99999999.99")
+
+    result = sink.write(batch_of(table))
+
+    assert (result.rows, result.dead_lettered) == (5, 2)
+    rows = read_delta(str(path)).sort_by("id")
+    assert rows.column("id").to_pylist() == [1, 3, 4, 6, 7]
+    assert rows.column("d").to_pylist() == [
+        Decimal("2.00"), Decimal("-12.00"), Decimal("0.00"), None, Decimal("99999999.99")
+    ]  # fmt: skip
+    assert letters_of(dead) == [
+        ("d", "-0.05", {"id": 5, "d": "-0.05"}, negative_fraction("-0.05")),
+        ("d", "-1.50", {"id": 2, "d": "-1.50"}, negative_fraction("-1.50")),
+    ]
+
+
+def test_holds_unstorable_finds_negative_decimals_with_a_fraction_at_any_precision():
+    from fanout.delta_tables.values import holds_unstorable, unstorable_rows
+
+    cases = {
+        "d": decimals("2.00", "-12.00", "0.00", None),
+        "fraction": decimals("-99999999.99", "99999999.99"),  # the widest: ceil, floor
+        "scale30": decimals("-0.000000000000000000000000000001", kind=pa.decimal128(38, 30)),
+        "wide": decimals("-1.5", kind=pa.decimal256(40, 3)),
+        "integers": decimals("-150", kind=pa.decimal128(10, 0)),
+    }
+
+    found = {name: holds_unstorable(table, ["d"]) for name, table in cases.items()}
+    mask, faults = unstorable_rows(cases["scale30"], ["d"])
+
+    assert found == {"d": False, "fraction": True, "scale30": True, "wide": True,
+                     "integers": False}  # fmt: skip
+    assert mask is not None and mask.to_pylist() == [True]
+    assert faults == [
+        (
+            "d",
+            "holds -0.000000000000000000000000000001, a negative decimal with a fractional "
+            "part, which delta-rs cannot write as a partition value (it writes -1.50 as "
+            "'-1.-50' and fails the commit: \"Failed to parse value\"); partition by the value "
+            "as text or scaled to an integer instead, or use engine 'spark'",
+        )
+    ]
+
+
+@pytest.mark.integration
+def test_a_spark_batch_with_negative_decimal_partition_values_sets_them_aside(spark, tmp_path):
+    """A Spark batch asked to be written from the executors: a decimal partition column
+    sends it to delta-rs on the driver, which set the refused rows aside (it failed the
+    whole batch on '-3.-25')."""
+    path, dead = tmp_path / "t", tmp_path / "dead"
+    df = spark.sql(
+        "select * from values (1L, -3.25bd), (2L, -3.00bd), (3L, 0.10bd) as t(id, d)"
+    ).selectExpr("id", "cast(d as decimal(10, 2)) as d")
+    sink = opened(path, spark, dead=dead, write_from="executors", partition_by=["d"])
+
+    result = sink.write(batch_of(df))
+
+    assert (result.rows, result.dead_lettered) == (2, 1)
+    rows = read_delta(str(path)).sort_by("id")
+    assert rows.column("d").to_pylist() == [Decimal("-3.00"), Decimal("0.10")]
+    assert letters_of(dead) == [("d", "-3.25", {"id": 1, "d": "-3.25"}, negative_fraction("-3.25"))]
