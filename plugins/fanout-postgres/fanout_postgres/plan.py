@@ -413,32 +413,41 @@ def check_zone_less_keys(
     info: TargetInfo, pairs: Sequence[tuple[str, str]], keys: Sequence[str],
     spark_types: Mapping[str, Any],
 ) -> None:  # fmt: skip
-    """:class:`PlanError` for an upsert key of Spark ``timestamp_ntz`` written to a
-    ``timestamptz`` column. PostgreSQL reads a zone-less time in the connection's
-    ``TimeZone``, which neither Spark nor the ledger sees: a change of it moves every key
-    (the next write, or a replay, puts keys beside the old ones), and in a daylight-saving
-    gap two times become one key, whichever commits last winning over ``order_by``. Cast
-    to Spark's ``timestamp``, a key is an instant read in the Spark session's zone, which a
-    route's fingerprint records."""
+    """:class:`PlanError` for an upsert key of Spark ``timestamp_ntz`` or ``date`` written
+    to a ``timestamptz`` column. PostgreSQL reads a zone-less time (a date: its midnight) in
+    the connection's ``TimeZone``, which neither Spark nor the ledger sees: a change of it
+    moves every key (the next write, or a replay, puts keys beside the old ones), and in a
+    daylight-saving gap two times become one key, whichever commits last winning over
+    ``order_by``. Cast to Spark's ``timestamp``, a key is an instant read in the Spark
+    session's zone, which a route's fingerprint records."""
     from pyspark.sql import types as T
 
     sources = {target: source for source, target in pairs}
     for key in keys:
         source, column = sources[key], info.columns[key]
         zoned = bool(getattr(pgtypes.without_domain(column.sa_type), "timezone", False))
-        if isinstance(spark_types[source], T.TimestampNTZType) and zoned:
-            raise PlanError(
-                f"key column {source!r} (timestamp_ntz) is written to column {quote(key)} "
-                f"of table {info.table} ({column.pg_type}): PostgreSQL reads a zone-less "
-                "time in the connection's TimeZone, which fanout does not record, so a "
-                "TimeZone change moves every key (the next write, or a replay, puts keys "
-                "beside the old ones) and in a daylight-saving gap two times become one "
-                "key (whichever commits last wins, whatever order_by says); cast it in the "
-                "query to an instant read in the Spark session's time zone: "
-                f"{pgtypes.cast_in_query(source, 'timestamp')}, or make the column "
-                "timestamp (without time zone)",
-                [source],
+        spark_type = spark_types[source]
+        if not (isinstance(spark_type, (T.TimestampNTZType, T.DateType)) and zoned):
+            continue
+        is_date = isinstance(spark_type, T.DateType)
+        raise PlanError(
+            f"key column {source!r} ({spark_type.simpleString()}) is written to column "
+            f"{quote(key)} of table {info.table} ({column.pg_type}): PostgreSQL reads "
+            + ("a date as its midnight" if is_date else "a zone-less time")
+            + " in the connection's TimeZone, which fanout does not record, so a "
+            "TimeZone change moves every key (the next write, or a replay, puts keys "
+            "beside the old ones)"
+            + (
+                ""
+                if is_date
+                else " and in a daylight-saving gap two times become one key (whichever "
+                "commits last wins, whatever order_by says)"
             )
+            + "; cast it in the query to an instant read in the Spark session's time zone: "
+            f"{pgtypes.cast_in_query(source, 'timestamp')}, or make the column "
+            + ("date" if is_date else "timestamp (without time zone)"),
+            [source],
+        )
 
 
 def _unfoldable(
