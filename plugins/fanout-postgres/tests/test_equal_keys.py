@@ -113,7 +113,6 @@ def test_a_zone_less_key_into_timestamptz_is_refused_naming_the_cast(
     assert query(pg_url, "SELECT count(*) FROM at_tz") == [(0,)]
 
 
-
 def test_a_date_key_into_timestamptz_is_refused_naming_the_cast(spark: Any, pg_url: str) -> None:
     """A date is read as its midnight in the connection's TimeZone: written under UTC, then
     replayed under Asia/Kolkata, each key was in the table twice (4 rows for 2 keys)."""
@@ -133,6 +132,7 @@ def test_a_date_key_into_timestamptz_is_refused_naming_the_cast(spark: Any, pg_u
         "day), or make the column date"
     )
     assert query(pg_url, "SELECT count(*) FROM days_tz") == [(0,)]
+
 
 # Characters whose lowering differs between locales, ICU and Java, and their neighbours.
 TRICKY = ["I", "i", "İ", "ı", "i̇", "K", "k", "\u212a", "S", "s", "ſ", "ß", "SS", "Σ", "σ", "ς",
