@@ -59,6 +59,10 @@ class TargetInfo:
     deferrable_sets: tuple[frozenset[str], ...] = field(default_factory=tuple)
     """Column sets of ``DEFERRABLE`` unique constraints (``ON CONFLICT`` refuses them as
     arbiters): not in :attr:`unique_sets`."""
+    loose_collations: Mapping[str, str] = field(default_factory=dict)
+    """Column -> the nondeterministic collation (ICU, ``deterministic = false``) comparing
+    it, as the column's own or in a unique index on it: its ``=`` may call different
+    strings equal (``'Bob'`` and ``'bob'``), like ``citext``'s, by rules no fold follows."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,34 @@ def reflect(conn: Any, table: TableName) -> TargetInfo | None:
             unique.append(frozenset(names))
     deferrable = _deferrable_sets(conn, table)
     usable = [u for u in unique if u not in deferrable]
-    return TargetInfo(table, columns, pk, tuple(usable), tuple(deferrable))
+    loose = _loose_collations(conn, table)
+    return TargetInfo(table, columns, pk, tuple(usable), tuple(deferrable), loose)
+
+
+LOOSE_COLLATIONS_SQL = (
+    "SELECT a.attname, c.collname FROM pg_attribute a JOIN pg_collation c "
+    "ON c.oid = a.attcollation WHERE a.attrelid = to_regclass(:table) AND a.attnum > 0 "
+    "AND NOT a.attisdropped AND NOT c.collisdeterministic "
+    "UNION SELECT a.attname, c.collname FROM pg_index i "
+    "CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) AS k(attnum, coll) "
+    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+    "JOIN pg_collation c ON c.oid = k.coll "
+    "WHERE i.indrelid = to_regclass(:table) AND i.indisunique AND NOT c.collisdeterministic"
+)
+"""The columns compared by a nondeterministic collation: their own, or one a unique index
+on them uses (``ON CONFLICT`` and the unique check decide by the index's)."""
+
+
+def _loose_collations(conn: Any, table: TableName) -> dict[str, str]:
+    """Column -> nondeterministic collation comparing it (:attr:`TargetInfo.loose_collations`);
+    none before PostgreSQL 12, which has no nondeterministic collation."""
+    import sqlalchemy as sa
+
+    version = getattr(conn.dialect, "server_version_info", None) or (0,)
+    if version < (12,):
+        return {}
+    rows = conn.execute(sa.text(LOOSE_COLLATIONS_SQL), {"table": table.quoted()}).all()
+    return {name: collation for name, collation in sorted(rows)}
 
 
 def _deferrable_sets(conn: Any, table: TableName) -> set[frozenset[str]]:
@@ -351,8 +382,12 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
         order_by=options.order_by,
         upsert=options.mode == "upsert",
         text_compared=[
-            t for t in targets if pgtypes.changes_compare_as_text(info.columns[t].sa_type)
+            t
+            for t in targets
+            if pgtypes.changes_compare_as_text(info.columns[t].sa_type)
+            or t in info.loose_collations
         ],
+        loose=[t for t in targets if t in info.loose_collations],
         state_schema=options.state_schema,
         dead_letter=options.dead_letter_table,
     )
@@ -400,6 +435,13 @@ def fold_keys(
     for key in keys:
         source, column = sources[key], info.columns[key]
         try:
+            collation = info.loose_collations.get(key)
+            if collation is not None:  # 'Bob' = 'bob', or more: no fold can know
+                raise KeyRefused(
+                    f"the values its nondeterministic collation {quote(collation)} calls "
+                    "equal (differing in case or accents, as the collation says)",
+                    None,
+                )
             fold = key_fold(spark_types[source], column.sa_type)
         except KeyRefused as refused:
             raise PlanError(_unfoldable(info.table, source, key, column, spark_types[source],
