@@ -63,6 +63,9 @@ class TargetInfo:
     """Column -> the nondeterministic collation (ICU, ``deterministic = false``) comparing
     it, as the column's own or in a unique index on it: its ``=`` may call different
     strings equal (``'Bob'`` and ``'bob'``), like ``citext``'s, by rules no fold follows."""
+    index_collations: tuple[tuple[frozenset[str], tuple[tuple[str, str], ...]], ...] = ()
+    """Unique indexes comparing a column by a nondeterministic collation other than the
+    column's own: (the index's columns, (column, the index's collation) ...)."""
 
 
 @dataclass(frozen=True)
@@ -126,34 +129,53 @@ def reflect(conn: Any, table: TableName) -> TargetInfo | None:
             unique.append(frozenset(names))
     deferrable = _deferrable_sets(conn, table)
     usable = [u for u in unique if u not in deferrable]
-    loose = _loose_collations(conn, table)
-    return TargetInfo(table, columns, pk, tuple(usable), tuple(deferrable), loose)
+    loose, index_collations = _loose_collations(conn, table)
+    return TargetInfo(table, columns, pk, tuple(usable), tuple(deferrable), loose, index_collations)
 
 
-LOOSE_COLLATIONS_SQL = (
+COLUMN_COLLATIONS_SQL = (
     "SELECT a.attname, c.collname FROM pg_attribute a JOIN pg_collation c "
     "ON c.oid = a.attcollation WHERE a.attrelid = to_regclass(:table) AND a.attnum > 0 "
-    "AND NOT a.attisdropped AND NOT c.collisdeterministic "
-    "UNION SELECT a.attname, c.collname FROM pg_index i "
+    "AND NOT a.attisdropped AND NOT c.collisdeterministic"
+)
+"""The columns whose own collation is nondeterministic."""
+INDEX_COLLATIONS_SQL = (
+    "SELECT i.indexrelid, a.attname, c.collname, NOT c.collisdeterministic "
+    "AND k.coll <> a.attcollation FROM pg_index i "
     "CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) AS k(attnum, coll) "
     "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
     "JOIN pg_collation c ON c.oid = k.coll "
-    "WHERE i.indrelid = to_regclass(:table) AND i.indisunique AND NOT c.collisdeterministic"
+    "WHERE i.indrelid = to_regclass(:table) AND i.indisunique AND i.indpred IS NULL "
+    "AND i.indexprs IS NULL"
 )
-"""The columns compared by a nondeterministic collation: their own, or one a unique index
-on them uses (``ON CONFLICT`` and the unique check decide by the index's)."""
+"""Each unique index's columns, with whether the index compares one by a nondeterministic
+collation other than the column's own (``ON CONFLICT`` and the unique check decide by the
+index's)."""
 
 
-def _loose_collations(conn: Any, table: TableName) -> dict[str, str]:
-    """Column -> nondeterministic collation comparing it (:attr:`TargetInfo.loose_collations`);
-    none before PostgreSQL 12, which has no nondeterministic collation."""
+def _loose_collations(
+    conn: Any, table: TableName
+) -> tuple[dict[str, str], tuple[tuple[frozenset[str], tuple[tuple[str, str], ...]], ...]]:
+    """:attr:`TargetInfo.loose_collations` and :attr:`TargetInfo.index_collations`; none
+    before PostgreSQL 12, which has no nondeterministic collation."""
     import sqlalchemy as sa
 
     version = getattr(conn.dialect, "server_version_info", None) or (0,)
     if version < (12,):
-        return {}
-    rows = conn.execute(sa.text(LOOSE_COLLATIONS_SQL), {"table": table.quoted()}).all()
-    return {name: collation for name, collation in sorted(rows)}
+        return {}, ()
+    params = {"table": table.quoted()}
+    loose = dict(sorted(conn.execute(sa.text(COLUMN_COLLATIONS_SQL), params).all()))
+    indexes: dict[int, list[tuple[str, str, bool]]] = {}
+    for index, name, collation, other in conn.execute(sa.text(INDEX_COLLATIONS_SQL), params):
+        indexes.setdefault(index, []).append((name, collation, bool(other)))
+    found = []
+    for columns in indexes.values():
+        others = tuple((name, collation) for name, collation, other in columns if other)
+        if others:
+            found.append((frozenset(name for name, _, _ in columns), others))
+            for name, collation in others:
+                loose.setdefault(name, collation)
+    return loose, tuple(found)
 
 
 def _deferrable_sets(conn: Any, table: TableName) -> set[frozenset[str]]:
@@ -402,6 +424,7 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
     key_hashes: tuple[KeyHash, ...] = ()
     if options.mode == "upsert":
         check_zone_less_keys(info, pairs, keys, spark_types)
+        check_key_collations(info, pairs, keys)
     if options.mode == "upsert" and options.partitions > 1:
         key_hashes = fold_keys(info, pairs, keys, spark_types)
     return WritePlan(
@@ -449,6 +472,28 @@ def fold_keys(
         if fold is not None:
             folded.append(KeyHash(key, fold))
     return tuple(folded)
+
+
+def check_key_collations(
+    info: TargetInfo, pairs: Sequence[tuple[str, str]], keys: Sequence[str]
+) -> None:
+    """:class:`PlanError` when the unique index on the upsert keys compares one by a
+    nondeterministic collation other than the column's own: ``ON CONFLICT`` then calls two
+    rows one key that the batch's choice of a winner (``DISTINCT ON``, by the column's
+    collation) keeps apart, and every attempt fails on a key "held twice"."""
+    for columns, collations in info.index_collations:
+        if columns != frozenset(keys):
+            continue
+        column, collation = collations[0]
+        raise PlanError(
+            f"the unique index on the keys ({', '.join(quote(k) for k in keys)}) of table "
+            f"{info.table} compares column {quote(column)} by the nondeterministic "
+            f"collation {quote(collation)}, not by the column's own collation: the sink "
+            "chooses each key's row by the column's, and the index would call two of them "
+            "one key; give the column that collation (ALTER TABLE ... ALTER COLUMN "
+            f"{quote(column)} TYPE ... COLLATE {quote(collation)})",
+            [source for source, target in pairs if target == column],
+        )
 
 
 def check_zone_less_keys(
