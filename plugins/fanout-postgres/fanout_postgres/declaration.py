@@ -83,7 +83,12 @@ OPTIONS = (
         "Apply fanout's migrations at `open()`. With `false`, both modes require them at "
         "head (`fanout migrate --url URL`; upsert since revision 0004, for its route records).",
     ),
-    SinkOption("state_schema", "`fanout`", "The schema holding the tables fanout owns."),
+    SinkOption(
+        "state_schema",
+        "`fanout`",
+        "The schema holding the tables fanout owns (a name without `.`, which Alembic "
+        "would read as `<database>.<schema>`).",
+    ),
     SinkOption(
         "batch_schema",
         "none",

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fanout.errors import ConfigurationError
+from fanout_postgres.options import dotted_schema
 
 if TYPE_CHECKING:
     from sqlalchemy import Table
@@ -211,6 +212,8 @@ def upgrade(
         raise ConfigurationError(INSTALL_HINT) from exc
     if not schema or "\x00" in schema:
         raise ConfigurationError(f"invalid schema name for fanout's tables: {schema!r}")
+    if "." in schema:
+        raise ConfigurationError(dotted_schema(schema, "the schema for fanout's tables"))
     engine = target if isinstance(target, Engine) else create_engine(target, poolclass=NullPool)
     try:
         with engine.connect() as conn, conn.begin():

@@ -38,6 +38,8 @@ def check_options(sink: Configured) -> TableName:
             "option 'dead_letter' must be a string: 'postgres:<table>' or a Delta path"
         )
     check_identifier(sink.state_schema, "option 'state_schema'")
+    if "." in sink.state_schema:
+        raise ValueError(dotted_schema(sink.state_schema, "option 'state_schema'"))
     for option in ("keys", "order_by"):
         for column in getattr(sink, option) or []:
             check_identifier(column, f"option {option!r} column")
@@ -87,3 +89,12 @@ def as_list(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return list(value)
     return value
+
+
+def dotted_schema(schema: str, what: str) -> str:
+    """Why a schema name for fanout's tables may not hold a dot."""
+    return (
+        f"{what} {schema!r} contains a '.': Alembic and SQLAlchemy, which create and name "
+        "fanout's tables, read it as <database>.<schema> (PostgreSQL then refuses a "
+        "cross-database reference); choose a schema name without one"
+    )

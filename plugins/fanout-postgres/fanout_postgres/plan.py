@@ -59,6 +59,13 @@ class TargetInfo:
     deferrable_sets: tuple[frozenset[str], ...] = field(default_factory=tuple)
     """Column sets of ``DEFERRABLE`` unique constraints (``ON CONFLICT`` refuses them as
     arbiters): not in :attr:`unique_sets`."""
+    loose_collations: Mapping[str, str] = field(default_factory=dict)
+    """Column -> the nondeterministic collation (ICU, ``deterministic = false``) comparing
+    it, as the column's own or in a unique index on it: its ``=`` may call different
+    strings equal (``'Bob'`` and ``'bob'``), like ``citext``'s, by rules no fold follows."""
+    index_collations: tuple[tuple[frozenset[str], tuple[tuple[str, str], ...]], ...] = ()
+    """Unique indexes comparing a column by a nondeterministic collation other than the
+    column's own: (the index's columns, (column, the index's collation) ...)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +129,53 @@ def reflect(conn: Any, table: TableName) -> TargetInfo | None:
             unique.append(frozenset(names))
     deferrable = _deferrable_sets(conn, table)
     usable = [u for u in unique if u not in deferrable]
-    return TargetInfo(table, columns, pk, tuple(usable), tuple(deferrable))
+    loose, index_collations = _loose_collations(conn, table)
+    return TargetInfo(table, columns, pk, tuple(usable), tuple(deferrable), loose, index_collations)
+
+
+COLUMN_COLLATIONS_SQL = (
+    "SELECT a.attname, c.collname FROM pg_attribute a JOIN pg_collation c "
+    "ON c.oid = a.attcollation WHERE a.attrelid = to_regclass(:table) AND a.attnum > 0 "
+    "AND NOT a.attisdropped AND NOT c.collisdeterministic"
+)
+"""The columns whose own collation is nondeterministic."""
+INDEX_COLLATIONS_SQL = (
+    "SELECT i.indexrelid, a.attname, c.collname, NOT c.collisdeterministic "
+    "AND k.coll <> a.attcollation FROM pg_index i "
+    "CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) AS k(attnum, coll) "
+    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+    "JOIN pg_collation c ON c.oid = k.coll "
+    "WHERE i.indrelid = to_regclass(:table) AND i.indisunique AND i.indpred IS NULL "
+    "AND i.indexprs IS NULL"
+)
+"""Each unique index's columns, with whether the index compares one by a nondeterministic
+collation other than the column's own (``ON CONFLICT`` and the unique check decide by the
+index's)."""
+
+
+def _loose_collations(
+    conn: Any, table: TableName
+) -> tuple[dict[str, str], tuple[tuple[frozenset[str], tuple[tuple[str, str], ...]], ...]]:
+    """:attr:`TargetInfo.loose_collations` and :attr:`TargetInfo.index_collations`; none
+    before PostgreSQL 12, which has no nondeterministic collation."""
+    import sqlalchemy as sa
+
+    version = getattr(conn.dialect, "server_version_info", None) or (0,)
+    if version < (12,):
+        return {}, ()
+    params = {"table": table.quoted()}
+    loose = dict(sorted(conn.execute(sa.text(COLUMN_COLLATIONS_SQL), params).all()))
+    indexes: dict[int, list[tuple[str, str, bool]]] = {}
+    for index, name, collation, other in conn.execute(sa.text(INDEX_COLLATIONS_SQL), params):
+        indexes.setdefault(index, []).append((name, collation, bool(other)))
+    found = []
+    for columns in indexes.values():
+        others = tuple((name, collation) for name, collation, other in columns if other)
+        if others:
+            found.append((frozenset(name for name, _, _ in columns), others))
+            for name, collation in others:
+                loose.setdefault(name, collation)
+    return loose, tuple(found)
 
 
 def _deferrable_sets(conn: Any, table: TableName) -> set[frozenset[str]]:
@@ -351,8 +404,12 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
         order_by=options.order_by,
         upsert=options.mode == "upsert",
         text_compared=[
-            t for t in targets if pgtypes.changes_compare_as_text(info.columns[t].sa_type)
+            t
+            for t in targets
+            if pgtypes.changes_compare_as_text(info.columns[t].sa_type)
+            or t in info.loose_collations
         ],
+        loose=[t for t in targets if t in info.loose_collations],
         state_schema=options.state_schema,
         dead_letter=options.dead_letter_table,
     )
@@ -367,6 +424,7 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
     key_hashes: tuple[KeyHash, ...] = ()
     if options.mode == "upsert":
         check_zone_less_keys(info, pairs, keys, spark_types)
+        check_key_collations(info, pairs, keys)
     if options.mode == "upsert" and options.partitions > 1:
         key_hashes = fold_keys(info, pairs, keys, spark_types)
     return WritePlan(
@@ -400,6 +458,13 @@ def fold_keys(
     for key in keys:
         source, column = sources[key], info.columns[key]
         try:
+            collation = info.loose_collations.get(key)
+            if collation is not None:  # 'Bob' = 'bob', or more: no fold can know
+                raise KeyRefused(
+                    f"the values its nondeterministic collation {quote(collation)} calls "
+                    "equal (differing in case or accents, as the collation says)",
+                    None,
+                )
             fold = key_fold(spark_types[source], column.sa_type)
         except KeyRefused as refused:
             raise PlanError(_unfoldable(info.table, source, key, column, spark_types[source],
@@ -409,36 +474,67 @@ def fold_keys(
     return tuple(folded)
 
 
+def check_key_collations(
+    info: TargetInfo, pairs: Sequence[tuple[str, str]], keys: Sequence[str]
+) -> None:
+    """:class:`PlanError` when the unique index on the upsert keys compares one by a
+    nondeterministic collation other than the column's own: ``ON CONFLICT`` then calls two
+    rows one key that the batch's choice of a winner (``DISTINCT ON``, by the column's
+    collation) keeps apart, and every attempt fails on a key "held twice"."""
+    for columns, collations in info.index_collations:
+        if columns != frozenset(keys):
+            continue
+        column, collation = collations[0]
+        raise PlanError(
+            f"the unique index on the keys ({', '.join(quote(k) for k in keys)}) of table "
+            f"{info.table} compares column {quote(column)} by the nondeterministic "
+            f"collation {quote(collation)}, not by the column's own collation: the sink "
+            "chooses each key's row by the column's, and the index would call two of them "
+            "one key; give the column that collation (ALTER TABLE ... ALTER COLUMN "
+            f"{quote(column)} TYPE ... COLLATE {quote(collation)})",
+            [source for source, target in pairs if target == column],
+        )
+
+
 def check_zone_less_keys(
     info: TargetInfo, pairs: Sequence[tuple[str, str]], keys: Sequence[str],
     spark_types: Mapping[str, Any],
 ) -> None:  # fmt: skip
-    """:class:`PlanError` for an upsert key of Spark ``timestamp_ntz`` written to a
-    ``timestamptz`` column. PostgreSQL reads a zone-less time in the connection's
-    ``TimeZone``, which neither Spark nor the ledger sees: a change of it moves every key
-    (the next write, or a replay, puts keys beside the old ones), and in a daylight-saving
-    gap two times become one key, whichever commits last winning over ``order_by``. Cast
-    to Spark's ``timestamp``, a key is an instant read in the Spark session's zone, which a
-    route's fingerprint records."""
+    """:class:`PlanError` for an upsert key of Spark ``timestamp_ntz`` or ``date`` written
+    to a ``timestamptz`` column. PostgreSQL reads a zone-less time (a date: its midnight) in
+    the connection's ``TimeZone``, which neither Spark nor the ledger sees: a change of it
+    moves every key (the next write, or a replay, puts keys beside the old ones), and in a
+    daylight-saving gap two times become one key, whichever commits last winning over
+    ``order_by``. Cast to Spark's ``timestamp``, a key is an instant read in the Spark
+    session's zone, which a route's fingerprint records."""
     from pyspark.sql import types as T
 
     sources = {target: source for source, target in pairs}
     for key in keys:
         source, column = sources[key], info.columns[key]
         zoned = bool(getattr(pgtypes.without_domain(column.sa_type), "timezone", False))
-        if isinstance(spark_types[source], T.TimestampNTZType) and zoned:
-            raise PlanError(
-                f"key column {source!r} (timestamp_ntz) is written to column {quote(key)} "
-                f"of table {info.table} ({column.pg_type}): PostgreSQL reads a zone-less "
-                "time in the connection's TimeZone, which fanout does not record, so a "
-                "TimeZone change moves every key (the next write, or a replay, puts keys "
-                "beside the old ones) and in a daylight-saving gap two times become one "
-                "key (whichever commits last wins, whatever order_by says); cast it in the "
-                "query to an instant read in the Spark session's time zone: "
-                f"{pgtypes.cast_in_query(source, 'timestamp')}, or make the column "
-                "timestamp (without time zone)",
-                [source],
+        spark_type = spark_types[source]
+        if not (isinstance(spark_type, (T.TimestampNTZType, T.DateType)) and zoned):
+            continue
+        is_date = isinstance(spark_type, T.DateType)
+        raise PlanError(
+            f"key column {source!r} ({spark_type.simpleString()}) is written to column "
+            f"{quote(key)} of table {info.table} ({column.pg_type}): PostgreSQL reads "
+            + ("a date as its midnight" if is_date else "a zone-less time")
+            + " in the connection's TimeZone, which fanout does not record, so a "
+            "TimeZone change moves every key (the next write, or a replay, puts keys "
+            "beside the old ones)"
+            + (
+                ""
+                if is_date
+                else " and in a daylight-saving gap two times become one key (whichever "
+                "commits last wins, whatever order_by says)"
             )
+            + "; cast it in the query to an instant read in the Spark session's time zone: "
+            f"{pgtypes.cast_in_query(source, 'timestamp')}, or make the column "
+            + ("date" if is_date else "timestamp (without time zone)"),
+            [source],
+        )
 
 
 def _unfoldable(

@@ -73,6 +73,7 @@ def build_statements(
     order_by: Sequence[str],
     upsert: bool,
     text_compared: Sequence[str] = (),
+    loose: Sequence[str] = (),
     state_schema: str,
     dead_letter: TableName | None,
 ) -> Statements:
@@ -85,7 +86,10 @@ def build_statements(
         column whose type's ``=`` is coarser than its text, keys included — see
         :func:`fanout_postgres.types.equality_is_coarse`); empty: no dedupe.
     :param text_compared: columns compared as text in the no-op check
-        (:func:`fanout_postgres.types.changes_compare_as_text`).
+        (:func:`fanout_postgres.types.changes_compare_as_text`), byte for byte.
+    :param loose: columns compared by a nondeterministic collation
+        (:attr:`fanout_postgres.plan.TargetInfo.loose_collations`): their ``=`` is coarser
+        than their text, as a ``citext``'s is.
     """
     import sqlalchemy as sa
     from sqlalchemy.dialects import postgresql as pg
@@ -118,7 +122,9 @@ def build_statements(
     spelled = [
         n
         for n in names
-        if _equality_is_coarse(types[n]) or (_unknown(types[n]) and n not in tie_breakers)
+        if _equality_is_coarse(types[n])
+        or n in loose
+        or (_unknown(types[n]) and n not in tie_breakers)
     ]
 
     def source(src: sa.Table, dedupe: bool) -> Any:
@@ -280,7 +286,7 @@ def _merge(
 
     def col(alias: str, name: str) -> str:
         value = f"{alias}.{q(name)}"
-        text = f"CAST({value} AS TEXT)"
+        text = f'CAST({value} AS TEXT) COLLATE "C"'  # byte for byte, as _compared
         how = as_text[name]
         return value if how is None else text if how == "only" else f"{value}, {text}"
 
@@ -383,10 +389,13 @@ def _as_text(column: Any) -> Any:
 
 
 def _compared(column: Any, as_text: _AsText) -> list[Any]:
-    """What the no-op check compares of ``column``: itself, its text, or both."""
+    """What the no-op check compares of ``column``: itself, its text, or both. The text
+    is compared byte for byte (``COLLATE "C"``): a cast to ``text`` keeps a text column's
+    collation, and a nondeterministic one calls ``'Bob'`` and ``'bob'`` equal."""
     if as_text is None:
         return [column]
-    return [_as_text(column)] if as_text == "only" else [column, _as_text(column)]
+    text = _as_text(column).collate("C")
+    return [text] if as_text == "only" else [column, text]
 
 
 def progress_table(state_schema: str) -> Any:

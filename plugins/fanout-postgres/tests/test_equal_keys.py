@@ -9,7 +9,7 @@ values, and a key type no fold covers is refused unless the sink writes one part
 from __future__ import annotations
 
 import itertools
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import pytest
@@ -111,6 +111,27 @@ def test_a_zone_less_key_into_timestamptz_is_refused_naming_the_cast(
         "CAST(at AS timestamp) AS at), or make the column timestamp (without time zone)"
     )
     assert query(pg_url, "SELECT count(*) FROM at_tz") == [(0,)]
+
+
+def test_a_date_key_into_timestamptz_is_refused_naming_the_cast(spark: Any, pg_url: str) -> None:
+    """A date is read as its midnight in the connection's TimeZone: written under UTC, then
+    replayed under Asia/Kolkata, each key was in the table twice (4 rows for 2 keys)."""
+    execute(pg_url, "CREATE TABLE days_tz (day timestamptz PRIMARY KEY, seq bigint NOT NULL)")
+    rows = [(date(2024, 1, 1), 1), (date(2024, 1, 2), 2)]
+    for partitions in (1, 8):
+        with pytest.raises(SchemaMismatchError) as caught:
+            _upsert(spark, pg_url, "days_tz", rows, "day date, seq bigint", partitions)
+
+    assert str(caught.value) == (
+        "sink 'pg', batch 0: key column 'day' (date) is written to column day of table "
+        "days_tz (TIMESTAMP WITH TIME ZONE): PostgreSQL reads a date as its midnight in the "
+        "connection's TimeZone, which fanout does not record, so a TimeZone change moves "
+        "every key (the next write, or a replay, puts keys beside the old ones); cast it in "
+        "the query to an instant read in the Spark session's time zone: "
+        'F.col("day").cast("timestamp") (in a sink\'s select: CAST(day AS timestamp) AS '
+        "day), or make the column date"
+    )
+    assert query(pg_url, "SELECT count(*) FROM days_tz") == [(0,)]
 
 
 # Characters whose lowering differs between locales, ICU and Java, and their neighbours.

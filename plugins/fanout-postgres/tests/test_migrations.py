@@ -75,6 +75,20 @@ def test_upgrade_of_a_fresh_database_then_again_is_a_no_op(pg_url: str) -> None:
     assert query(pg_url, "SELECT 'fanout.progress'::regclass::oid") == oid  # not recreated
 
 
+def test_a_schema_name_with_a_dot_is_refused_before_anything_runs(pg_url: str) -> None:
+    """Alembic read ``fan.out`` as database ``fan``, schema ``out``: PostgreSQL refused the
+    migration with "cross-database references are not implemented"."""
+    with pytest.raises(ConfigurationError) as caught:
+        upgrade(pg_url, schema="fan.out")
+
+    assert str(caught.value) == (
+        "the schema for fanout's tables 'fan.out' contains a '.': Alembic and SQLAlchemy, "
+        "which create and name fanout's tables, read it as <database>.<schema> (PostgreSQL "
+        "then refuses a cross-database reference); choose a schema name without one"
+    )
+    assert query(pg_url, "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'fan%'") == [(0,)]
+
+
 def test_the_cli_migrates_and_says_so(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["migrate", "--url", pg_url, "--schema", "ops"]) == 0
     assert cli_main(["migrate", "--url", pg_url, "--schema", "ops"]) == 0

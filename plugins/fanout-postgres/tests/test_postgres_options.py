@@ -95,6 +95,12 @@ def test_repr_and_pickle_never_show_the_password(monkeypatch: pytest.MonkeyPatch
         ({"table": "t", "create_table": "yes"}, "'create_table' must be true or false"),
         ({"table": "t", "dead_letter": 5}, "option 'dead_letter' must be"),
         ({"table": "t", "keys": ["a\x00"]}, "contains a NUL character"),
+        (
+            {"table": "t", "state_schema": "fan.out"},
+            "option 'state_schema' 'fan.out' contains a '.': Alembic and SQLAlchemy, which "
+            "create and name fanout's tables, read it as <database>.<schema> (PostgreSQL "
+            "then refuses a cross-database reference); choose a schema name without one",
+        ),
         ({"table": "t", "connection_idle_s": -1}, "'connection_idle_s' must be a number"),
         ({"table": "t", "connection_idle_s": "60"}, "'connection_idle_s' must be a number"),
         ({"table": "t", "connection_idle_s": True}, "'connection_idle_s' must be a number"),
