@@ -91,8 +91,10 @@ class SpooledBatch:
     size_bytes: int = 0
     party: frozenset[str] | None = None
     """The sinks configured when the batch was spooled (every sink of the ``FanOut``, also
-    those that wrote or failed it): the sinks that took part in it. ``None``: spooled by a
-    version that did not record them (see :func:`fanout.steps.lag.party_of`)."""
+    those that wrote or failed it, but one held back while it backfills:
+    :func:`fanout.steps.lag_steps.party_of_batch`): the sinks that took part in it.
+    ``None``: spooled by a version that did not record them (see
+    :func:`fanout.steps.lag.party_of`)."""
 
     @property
     def key(self) -> BatchKey:
