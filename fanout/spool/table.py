@@ -91,8 +91,10 @@ class SpooledBatch:
     size_bytes: int = 0
     party: frozenset[str] | None = None
     """The sinks configured when the batch was spooled (every sink of the ``FanOut``, also
-    those that wrote or failed it): the sinks that took part in it. ``None``: spooled by a
-    version that did not record them (see :func:`fanout.steps.lag.party_of`)."""
+    those that wrote or failed it, but one held back while it backfills:
+    :func:`fanout.steps.lag_steps.party_of_batch`): the sinks that took part in it.
+    ``None``: spooled by a version that did not record them (see
+    :func:`fanout.steps.lag.party_of`)."""
 
     @property
     def key(self) -> BatchKey:
@@ -626,10 +628,19 @@ def read_spooled(
     path: str, pipeline: str, storage_options: Mapping[str, str] | None = None
 ) -> list[SpooledBatch]:
     """The batches the spool at ``path`` holds for ``pipeline``, read without creating or
-    changing anything (for the commands that only look: ``fanout recover``)."""
-    index = open_table(Spool(path, pipeline).index_path, storage_options)
+    changing anything (for the commands that only look: ``fanout recover``). Raises
+    :class:`fanout.SpoolError` when ``path`` holds no index: every ``FanOut`` given a spool
+    creates it when it starts, so that is not the pipeline's spool (a mistyped path read
+    as an empty spool would count a lagging sink at its mark, not at its spooled batches)."""
+    index_path = Spool(path, pipeline).index_path
+    index = open_table(index_path, storage_options)
     if index is None:
-        return []
+        raise SpoolError(
+            f"no spool at {path}: it holds no index ({index_path}), which a pipeline run "
+            "with a spool creates when it starts; check the path (the pipeline's "
+            "FanOut(spool=...), or pipeline.spool in its file), or leave --spool out for "
+            f"pipeline {pipeline!r} if it runs without one"
+        )
     rows = read_arrow(index, filters=[("pipeline", "=", pipeline)]).to_pylist()
     return batches_of_index(rows).get(pipeline, [])
 

@@ -239,7 +239,8 @@ def start_spooling(
     if not needed or lagging.spool is None:
         return None
     spool, arrow = lagging.spool, _arrow_of(state)
-    task = partial(spool.add, state.df, state.info, needed, now_utc(), arrow, party=specs)
+    party = party_of_batch(state, lagging, specs)
+    task = partial(spool.add, state.df, state.info, needed, now_utc(), arrow, party=party)
     pool = ThreadPoolExecutor(1, thread_name_prefix=f"fanout-{state.info.pipeline}-spool")
     try:
         return pool.submit(in_spark_thread(task, state.df))
@@ -283,10 +284,22 @@ def spool_for_lagging(
     # not spooled in this call yet: a replay of a batch whose index rows a killed driver
     # wrote without its rows (add appends the rows a fresh snapshot lacks)
     if (missing or (needed and started is None)) and lagging.spool is not None:
+        party = party_of_batch(state, lagging, specs)
         lagging.spool.add(
-            state.df, state.info, missing or needed, now_utc(), _arrow_of(state), party=specs
+            state.df, state.info, missing or needed, now_utc(), _arrow_of(state), party=party
         )
         state.spooled = key
+
+
+def party_of_batch(state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec]) -> list[str]:
+    """The sinks that take part in this batch, as the spool records them
+    (:attr:`fanout.spool.table.SpooledBatch.party`): every configured sink but one held back
+    while it backfills. Such a sink gets the batch from its backfill source, whose own mark
+    (or, if the source fails it and lags, the spool, for both) says whether the batch
+    returned; it will never have a mark of its own to show, so counted, it would make a
+    batch Spark committed look given up to ``fanout recover`` and ``fanout status``, which
+    do not know who backfills, while the catch-up writes it."""
+    return [n for n in specs if not (n in state.lagging and lagging.backfilling(n))]
 
 
 def _needed(

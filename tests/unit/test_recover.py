@@ -212,6 +212,32 @@ def test_a_lagging_sink_counts_at_its_settled_spooled_batch(
     assert out[-1] == NO_SPOOL
 
 
+def test_a_spool_path_holding_no_spool_is_refused_not_read_as_an_empty_spool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped --spool: every FanOut given a spool creates its index when it starts, so
+    a path without one is not the pipeline's spool. Read as an empty spool, the output
+    looked like one that was read (no note that it was not), and counted a lagging sink at
+    its mark: a reset there writes it the batches the real spool gives it twice."""
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    ledger.open()
+    ledger.mark_committed(_mark("lake", 1, [{"orders": {"0": 200}}]))
+    ledger.mark_committed(_mark("pg", 0, [{"orders": {"0": 100}}]))
+    wrong = str(tmp_path / "spoool")
+    args = ["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "orders"]
+
+    assert main([*args, "--spool", wrong]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"fanout: SpoolError: no spool at {wrong}: it holds no index ({wrong}/index), which "
+        "a pipeline run with a spool creates when it starts; check the path (the "
+        "pipeline's FanOut(spool=...), or pipeline.spool in its file), or leave --spool out "
+        "for pipeline 'orders' if it runs without one"
+    ]
+    assert not (tmp_path / "spoool").exists()  # only looked
+
+
 def test_a_spooled_batch_spark_never_committed_is_named_as_given_up_not_counted() -> None:
     """The epoch's first batch: pg spooled it, lake (fail-fast) failed it, so no sink has
     a mark. After a reset it is given up (the catch-up's rule): the new checkpoint starts
