@@ -125,11 +125,17 @@ def report(
     or JSON.
 
     Raises :class:`LedgerError` for a ``pipeline`` the ledger holds no row of while it
-    holds rows of others (a typo, most likely; the error names them).
+    holds rows of others (a typo, most likely; the error names them), and
+    :class:`fanout.SpoolError` for a ``spool`` path holding no spool (nothing is created
+    there).
     """
     rows = ledger.read(pipeline).to_pylist()
     if pipeline and not rows and (known := ledger.pipelines()):
         raise unknown_pipeline(ledger.path, pipeline, known)
+    if spool is not None:
+        from fanout.spool.table import existing_index
+
+        existing_index(spool, pipeline)  # a mistyped path is not an empty spool
     backlogs, given_up = ({}, {}) if spool is None else spool_backlogs(spool, rows)
     kept = {} if spool is None else spool_kept(spool, rows, command_location(ledger.path))
     statuses = summarize(rows, backlogs, kept, given_up)

@@ -632,17 +632,27 @@ def read_spooled(
     :class:`fanout.SpoolError` when ``path`` holds no index: every ``FanOut`` given a spool
     creates it when it starts, so that is not the pipeline's spool (a mistyped path read
     as an empty spool would count a lagging sink at its mark, not at its spooled batches)."""
-    index_path = Spool(path, pipeline).index_path
+    index = existing_index(path, pipeline, storage_options)
+    rows = read_arrow(index, filters=[("pipeline", "=", pipeline)]).to_pylist()
+    return batches_of_index(rows).get(pipeline, [])
+
+
+def existing_index(
+    path: str, pipeline: str | None, storage_options: Mapping[str, str] | None = None
+) -> Any:
+    """The index table of the spool at ``path``, opened without creating anything; a
+    :class:`fanout.SpoolError` when there is none (see :func:`read_spooled`)."""
+    index_path = Spool(path, pipeline or "").index_path
     index = open_table(index_path, storage_options)
     if index is None:
+        which = "" if pipeline is None else f" for pipeline {pipeline!r}"
         raise SpoolError(
             f"no spool at {path}: it holds no index ({index_path}), which a pipeline run "
             "with a spool creates when it starts; check the path (the pipeline's "
-            "FanOut(spool=...), or pipeline.spool in its file), or leave --spool out for "
-            f"pipeline {pipeline!r} if it runs without one"
+            "FanOut(spool=...), or pipeline.spool in its file), or leave --spool out"
+            f"{which} if it runs without one"
         )
-    rows = read_arrow(index, filters=[("pipeline", "=", pipeline)]).to_pylist()
-    return batches_of_index(rows).get(pipeline, [])
+    return index
 
 
 def batches_of_index(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[SpooledBatch]]:

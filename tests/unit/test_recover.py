@@ -238,6 +238,31 @@ def test_a_spool_path_holding_no_spool_is_refused_not_read_as_an_empty_spool(
     assert not (tmp_path / "spoool").exists()  # only looked
 
 
+@pytest.mark.parametrize("pipeline", [["--pipeline", "orders"], []], ids=["one", "all"])
+def test_status_on_a_spool_path_holding_no_spool_fails_creating_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pipeline: list[str]
+) -> None:
+    """`fanout status --spool` on a mistyped path created an empty spool there and showed
+    it as one holding nothing."""
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    ledger.open()
+    ledger.mark_committed(_mark("pg", 0, [{"orders": {"0": 100}}]))
+    wrong = str(tmp_path / "spoool")
+    status = ["status", "--ledger", str(tmp_path / "ledger"), "--spool", wrong, *pipeline]
+
+    assert main(status) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    which = " for pipeline 'orders'" if pipeline else ""
+    assert captured.err.splitlines() == [
+        f"fanout: SpoolError: no spool at {wrong}: it holds no index ({wrong}/index), which "
+        "a pipeline run with a spool creates when it starts; check the path (the "
+        "pipeline's FanOut(spool=...), or pipeline.spool in its file), or leave --spool out"
+        f"{which} if it runs without one"
+    ]
+    assert not (tmp_path / "spoool").exists()
+
+
 def test_a_spooled_batch_spark_never_committed_is_named_as_given_up_not_counted() -> None:
     """The epoch's first batch: pg spooled it, lake (fail-fast) failed it, so no sink has
     a mark. After a reset it is given up (the catch-up's rule): the new checkpoint starts
