@@ -35,7 +35,14 @@ from fanout_delta.merge import (
 )
 from fanout_delta.partition_values import partition_columns, refuse_unstorable, split_unstorable
 from fanout_delta.plans import commit_metadata, refuse_replanned
-from fanout_delta.schema import check_batch_schema, diff_schemas, evolves, pad_missing_columns
+from fanout_delta.schema import (
+    GENERATION_EXPRESSION,
+    check_batch_schema,
+    diff_schemas,
+    evolves,
+    is_generated,
+    pad_missing_columns,
+)
 
 if TYPE_CHECKING:
     from fanout_delta.target import DeltaTarget
@@ -328,14 +335,20 @@ def _constraint_error(exc: Exception, sink: DeltaTarget, batch_id: int, table: A
         for name, expression in sorted(configuration.items())
         if name.startswith(_CONSTRAINT_PREFIX)
     ]
-    not_null = [
-        f"NOT NULL {f.name!r}" for f in pa.schema(table.schema().to_arrow()) if not f.nullable
+    fields = pa.schema(table.schema().to_arrow())
+    not_null = [f"NOT NULL {f.name!r}" for f in fields if not f.nullable]
+    # a merge's update keeps a generated column's old value (delta-rs does not compute it)
+    generated = [
+        f"GENERATED {f.name!r} AS ({(f.metadata or {})[GENERATION_EXPRESSION].decode()})"
+        for f in fields
+        if is_generated(f)
     ]
     return SinkWriteError(
         f"rows of the batch break the constraints of the Delta table {sink.path} "
-        f"({', '.join([*checks, *not_null]) or 'none found'}); nothing was written and "
-        "every replay fails alike: fix or filter those rows in the stream (a route's "
-        "'where' sends them to the dead letters), or change the table's constraints. "
+        f"({', '.join([*checks, *not_null, *generated]) or 'none found'}); nothing was "
+        "written and every replay fails alike: fix or filter those rows in the stream (a "
+        "route's 'where' sends them to the dead letters; a merge updating a generated "
+        "column's inputs must carry its value), or change the table's constraints. "
         f"delta-rs: {exc}",
         sink=sink.name,
         batch_id=batch_id,
