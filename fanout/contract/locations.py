@@ -58,3 +58,12 @@ def _without_password(uri: str) -> str:
     if written_password(uri) is None:
         return uri
     return _USER_PASSWORD.sub(lambda m: f"{m.group(1)}:***@", uri.strip(), count=1)
+
+
+def same_table_key(location: str) -> str:
+    """What two locations naming one table have in common: a local path (plain or
+    ``file:``) absolute and normalised, any other URI without a trailing ``/``."""
+    path = local_path(location)
+    if path is None:
+        return location.rstrip("/")
+    return os.path.normpath(os.path.abspath(path))

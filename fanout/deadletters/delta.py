@@ -12,7 +12,7 @@ letters there under another fingerprint is refused (:mod:`fanout.deadletters.rou
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.dead_letters import DeadLetter, RouteStamp, Source, letter_kind
@@ -20,6 +20,7 @@ from fanout.deadletters.layout import letter_schema, to_records
 from fanout.deadletters.route_letters import check_unchanged
 from fanout.deadletters.target import DELTA
 from fanout.delta_tables import io as deltaio
+from fanout.errors import ConfigurationError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -141,3 +142,29 @@ def delta_target(location: str, sink: Sink) -> DeltaDeadLetters:
         location, f"sink {sink.name!r}: dead_letter {location!r}", storage
     )
     return DeltaDeadLetters(location, storage)
+
+
+TableRole = tuple[str, str, "str | None"]
+"""``(kind, description, location)`` of a table a pipeline uses: kind ``ledger``, ``spool``,
+``sink`` (a sink's own table) or ``dead letters``; the description names it in errors."""
+
+
+def refuse_shared_tables(pipeline: str, roles: Iterable[TableRole]) -> None:
+    """Refuse one table holding roles of two kinds (the ledger, the spool, a sink's table,
+    dead letters): their layouts differ, so the second kind's first write (a batch's first
+    dead letter, say) failed on the other's schema in every replay, or created the table
+    with its own layout where the other expected its own. Roles of one kind may share a
+    table (two sinks' dead letters; two sinks appending to one table)."""
+    from fanout.contract.locations import same_table_key
+
+    held: dict[str, tuple[str, str]] = {}
+    for kind, description, location in roles:
+        if not location:
+            continue
+        first_kind, first = held.setdefault(same_table_key(location), (kind, description))
+        if first_kind != kind:
+            raise ConfigurationError(
+                f"pipeline {pipeline!r}: {first} and {description} are one table, "
+                f"{location!r}: their rows have other layouts, so the second would fail on "
+                "the first's schema in every batch; give each its own location"
+            )

@@ -251,3 +251,96 @@ def test_a_letter_spells_its_floats_as_spark_s_to_json() -> None:
         '{"d": 1.0E20, "f": 0.1, "l": [1.4E-45, null], "m": {"1.0E-4": 1.0E7}, "n": "-Infinity"}'
     )
     assert letter_json(5e-324) == "4.9E-324"
+
+
+def _shared_table_cases(d: Path) -> dict[str, tuple[dict, str | None, str]]:
+    """FanOut arguments, the two roles the refusal names (``None``: accepted) and the
+    location as the second role gives it."""
+    own, ledger, spool = str(d / "t"), str(d / "ledger"), str(d / "spool")
+    table = "the table of sink 'a' (option 'path')"
+    letters = "the dead letters of sink {} (option 'dead_letter')"
+    sink_a = {"type": "delta", "name": "a", "path": own}
+    return {
+        "letters in the sink's own table": (
+            {"ledger": ledger, "sinks": [{**sink_a, "dead_letter": own + "/"}]},
+            f"{table} and {letters.format(repr('a'))}",
+            own + "/",
+        ),
+        "letters in the ledger": (
+            {"ledger": ledger, "sinks": [{**sink_a, "dead_letter": f"file://{ledger}"}]},
+            f"the ledger and {letters.format(repr('a'))}",
+            f"file://{ledger}",
+        ),
+        "letters in another sink's table": (
+            {
+                "ledger": ledger,
+                "sinks": [
+                    sink_a,
+                    {"type": "delta", "name": "b", "path": str(d / "u"), "dead_letter": own},
+                ],
+            },
+            f"{table} and {letters.format(repr('b'))}",
+            own,
+        ),
+        "a sink writing the ledger": (
+            {"ledger": ledger, "sinks": [{**sink_a, "path": ledger}]},
+            "the ledger and the table of sink 'a' (option 'path')",
+            ledger,
+        ),
+        "a sink writing the spool": (
+            {
+                "ledger": ledger,
+                "spool": spool,
+                "sinks": [{**sink_a, "path": spool, "on_failure": "lag"}],
+            },
+            "the spool and the table of sink 'a' (option 'path')",
+            spool,
+        ),
+        "two sinks' letters in one table": (
+            {
+                "ledger": ledger,
+                "sinks": [
+                    {**sink_a, "dead_letter": str(d / "dead")},
+                    {
+                        "type": "delta",
+                        "name": "b",
+                        "path": str(d / "u"),
+                        "dead_letter": str(d / "dead"),
+                    },
+                ],
+            },
+            None,
+            "",
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "letters in the sink's own table",
+        "letters in the ledger",
+        "letters in another sink's table",
+        "a sink writing the ledger",
+        "a sink writing the spool",
+        "two sinks' letters in one table",
+    ],
+)
+def test_one_table_in_two_roles_is_refused_when_the_fanout_is_built(
+    tmp_path: Path, case: str
+) -> None:
+    """A dead-letter table at a sink's table (or the ledger, the spool...) took the letters'
+    layout or failed on the other's schema: a Delta merge's first null key created the
+    sink's table as a dead-letter table, and every replay failed on its schema. Refused
+    before the stream starts, naming both roles; roles of one kind may share a table."""
+    arguments, roles, location = _shared_table_cases(tmp_path)[case]
+    if roles is None:
+        FanOut("p", **arguments)
+        return
+    with pytest.raises(ConfigurationError) as refused:
+        FanOut("p", **arguments)
+    assert str(refused.value) == (
+        f"pipeline 'p': {roles} are one table, {location!r}: their rows have other layouts, so "
+        "the second would fail on the first's schema in every batch; give each its own "
+        "location"
+    )

@@ -19,7 +19,8 @@ OPTIONS = (
         "keys",
         "none",
         "merge keys; required for `merge`. Engine `rs` refuses a key of a Spark collation "
-        "other than `UTF8_BINARY` (delta-rs merges by the exact string)",
+        "other than `UTF8_BINARY` (delta-rs merges by the exact string) and a key named with a "
+        "backtick (its MERGE condition cannot quote one)",
     ),
     SinkOption(
         "order_by",

@@ -150,8 +150,8 @@ def _keep_last(data: pa.Table, keys: Sequence[str], order_by: Sequence[str]) -> 
     number), ties go to the greatest values of the other columns in batch column order,
     never to the arrival order (a replay may deliver the rows in another order). Rows
     tied on every column are equal, so which of them is kept does not matter; values
-    equal as numbers but not as bits (``0.0`` and ``-0.0``, NaNs) are last ordered by
-    their bits.
+    equal as numbers but not as bits (``0.0`` and ``-0.0``, NaNs), in a key column too
+    (``0.0`` wins over ``-0.0``), are last ordered by their bits.
 
     The other columns are sort keys only when some key has a tie on ``order_by``: a batch
     without ties (the common case) pays for no more than sorting on keys and ``order_by``
@@ -174,7 +174,8 @@ def _keep_last(data: pa.Table, keys: Sequence[str], order_by: Sequence[str]) -> 
     if _has_ties(data, [*keys, *order_by]):
         if others:
             numbered, tie_keys = _with_tie_keys(numbered, others)
-        floats = [c for c in [*order_by, *others] if _is_float(data.column(c).type)]
+        # keys too: 0.0 and -0.0 are one key, and the one written must not be the arrival's
+        floats = [c for c in [*keys, *order_by, *others] if _is_float(data.column(c).type)]
         for index, name in enumerate(floats):
             exact.append(f"__fanout_bits_{index}__")
             numbered = numbered.append_column(exact[-1], _bits(numbered.column(name)))

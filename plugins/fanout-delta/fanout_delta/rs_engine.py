@@ -35,7 +35,14 @@ from fanout_delta.merge import (
 )
 from fanout_delta.partition_values import partition_columns, refuse_unstorable, split_unstorable
 from fanout_delta.plans import commit_metadata, refuse_replanned
-from fanout_delta.schema import check_batch_schema, diff_schemas, evolves, pad_missing_columns
+from fanout_delta.schema import (
+    GENERATION_EXPRESSION,
+    check_batch_schema,
+    diff_schemas,
+    evolves,
+    is_generated,
+    pad_missing_columns,
+)
 
 if TYPE_CHECKING:
     from fanout_delta.target import DeltaTarget
@@ -44,6 +51,9 @@ logger = logging.getLogger(__name__)
 
 # Substrings of delta-rs commit errors that a retry can fix (another writer won the race).
 _TRANSIENT_MARKERS = ("concurrent", "conflict", "version already exists", "max commit attempts")
+# What delta-rs says of rows breaking a CHECK constraint or a NOT NULL column.
+_VALIDATION_MARKER = "failed validation check"
+_CONSTRAINT_PREFIX = "delta.constraints."
 
 
 def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
@@ -302,11 +312,44 @@ def translate_error(
             columns=columns,
         )
     text = str(exc).lower()
+    if _VALIDATION_MARKER in text and table is not None:
+        return _constraint_error(exc, sink, batch_id, table)
     if isinstance(exc, CommitFailedError) and any(m in text for m in _TRANSIENT_MARKERS):
         return TransientSinkError(f"commit conflict, will retry: {exc}", sink=sink.name,
                                   batch_id=batch_id)  # fmt: skip
     return SinkWriteError(
         f"delta-rs {sink.mode} to {sink.path} failed: {type(exc).__name__}: {exc}",
+        sink=sink.name,
+        batch_id=batch_id,
+    )
+
+
+def _constraint_error(exc: Exception, sink: DeltaTarget, batch_id: int, table: Any) -> Exception:
+    """The error for rows the table's constraints refuse: delta-rs previews the rows but
+    names neither the constraint nor the column, so say which the table has (its CHECK
+    constraints and NOT NULL columns) and that every replay fails alike until the rows
+    are fixed or filtered."""
+    configuration = table.metadata().configuration
+    checks = [
+        f"CHECK {name[len(_CONSTRAINT_PREFIX) :]} ({expression})"
+        for name, expression in sorted(configuration.items())
+        if name.startswith(_CONSTRAINT_PREFIX)
+    ]
+    fields = pa.schema(table.schema().to_arrow())
+    not_null = [f"NOT NULL {f.name!r}" for f in fields if not f.nullable]
+    # a merge's update keeps a generated column's old value (delta-rs does not compute it)
+    generated = [
+        f"GENERATED {f.name!r} AS ({(f.metadata or {})[GENERATION_EXPRESSION].decode()})"
+        for f in fields
+        if is_generated(f)
+    ]
+    return SinkWriteError(
+        f"rows of the batch break the constraints of the Delta table {sink.path} "
+        f"({', '.join([*checks, *not_null, *generated]) or 'none found'}); nothing was "
+        "written and every replay fails alike: fix or filter those rows in the stream (a "
+        "route's 'where' sends them to the dead letters; a merge updating a generated "
+        "column's inputs must carry its value), or change the table's constraints. "
+        f"delta-rs: {exc}",
         sink=sink.name,
         batch_id=batch_id,
     )

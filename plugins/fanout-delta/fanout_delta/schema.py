@@ -330,7 +330,8 @@ def pad_missing_columns(batch: pa.Table, table: pa.Schema) -> pa.Table:
 
     delta-rs refuses an append whose column count, or a struct's field count, differs
     from the table's (Delta on Spark writes nulls; so does the executors' writer), so
-    every writer behaves alike.
+    every writer behaves alike. A generated column the batch lacks is left out: delta-rs
+    computes it (a null there broke its generation expression, failing every append).
     """
     for index, f in enumerate(batch.schema):
         if table.get_field_index(f.name) < 0:
@@ -340,9 +341,18 @@ def pad_missing_columns(batch: pa.Table, table: pa.Schema) -> pa.Table:
             column = batch.column(index).cast(padded)  # by name: the fields added are null
             batch = batch.set_column(index, f.with_type(padded), column)
     for f in table:
-        if f.name not in batch.column_names and f.nullable:
+        if f.name not in batch.column_names and f.nullable and not is_generated(f):
             batch = batch.append_column(f, pa.nulls(batch.num_rows, type=f.type))
     return batch
+
+
+GENERATION_EXPRESSION = b"delta.generationExpression"
+"""The field metadata key of a Delta generated column (as delta-rs hands it in Arrow)."""
+
+
+def is_generated(field: pa.Field) -> bool:
+    """Whether ``field`` (of a table's Arrow schema) is a generated column."""
+    return GENERATION_EXPRESSION in (field.metadata or {})
 
 
 def _padded(target: pa.DataType, source: pa.DataType) -> pa.DataType:

@@ -192,6 +192,7 @@ class DeltaSink(Sink):
         self._check_options()
         self._dead_letters = context.dead_letters
         self.resolved_engine = self._resolve_engine(context.spark)
+        self._refuse_unquotable_keys()
         self.resolved_write_from = self._resolve_write_from(context.spark)
         self._executors_reach_the_table = self.resolved_write_from == "executors" or (
             context.spark is not None and _single_machine(context.spark)
@@ -461,6 +462,20 @@ class DeltaSink(Sink):
         if not isinstance(self.merge_schema, bool):
             raise self._error(f"option 'merge_schema' must be true or false, got "
                               f"{self.merge_schema!r}")  # fmt: skip
+
+    def _refuse_unquotable_keys(self) -> None:
+        """Refuse a merge key holding a backtick with engine ``rs``: delta-rs' parser of the
+        MERGE condition takes no quoting of one (neither doubled nor escaped), so the first
+        batch would create the table and every later one fail on a parse error."""
+        if self.resolved_engine != "rs" or self.mode != "merge":
+            return
+        unquotable = [k for k in self.keys or [] if "`" in k]
+        if unquotable:
+            raise self._error(
+                f"merge key column(s) {', '.join(map(repr, unquotable))} hold a backtick, "
+                "which delta-rs cannot quote in the MERGE condition; rename the column in "
+                "the stream (withColumnRenamed) or use engine='spark'"
+            )
 
     def _resolve_engine(self, spark: Any) -> Literal["rs", "spark"]:
         if self.engine == "rs":

@@ -151,3 +151,32 @@ def test_nan_payloads_are_one_key_and_a_zero_s_sign_decides_last(order: str) -> 
         "rows); a MERGE takes one row per key. Set order_by to the column(s) whose greatest "
         "value wins (e.g. an event time or sequence number), or deduplicate the stream."
     )
+
+
+@pytest.mark.parametrize("order", ["forward", "backward"])
+def test_a_zero_key_s_sign_in_the_table_does_not_depend_on_arrival_order(
+    tmp_path, order: str
+) -> None:
+    """Two rows of the key ``0.0`` (one ``0.0``, one ``-0.0``, one key to Spark and to the
+    MERGE) tied on every other column: the row merged into the table, and so the key's
+    sign there, is the same whatever order a replay delivers them in (``0.0``)."""
+    import math
+
+    from arrow_batches import batch_of
+    from fanout_delta import DeltaSink
+
+    from fanout.contract.sink import SinkContext
+    from fanout.delta_tables.io import read_delta
+
+    rows = [{"id": 0.0, "seq": 1, "name": "a"}, {"id": -0.0, "seq": 1, "name": "a"}]
+    if order == "backward":
+        rows = rows[::-1]
+    schema = pa.schema([("id", pa.float64()), ("seq", pa.int64()), ("name", pa.string())])
+    sink = DeltaSink(name="s", path=str(tmp_path / "t"), mode="merge", keys=["id"],
+                     order_by=["seq"])  # fmt: skip
+    sink.open(SinkContext(pipeline="p"))
+
+    sink.write(batch_of(pa.Table.from_pylist(rows, schema=schema), 0))
+
+    written = read_delta(str(tmp_path / "t")).to_pylist()
+    assert [(math.copysign(1.0, r["id"]), r["seq"], r["name"]) for r in written] == [(1.0, 1, "a")]

@@ -145,6 +145,29 @@ def test_open_checks_columns_and_partitioning_of_an_existing_table(tmp_path):
     assert opened(path, mode="merge", keys=["id"], partition_by=["day"]).resolved_engine == "rs"
 
 
+def test_a_merge_key_holding_a_backtick_is_refused_at_open_with_engine_rs(tmp_path):
+    """delta-rs parses the MERGE condition with no quoting of a backtick: unrefused, the
+    first batch created the table and every later batch failed on a parse error
+    ("Expected close delimiter"), replay after replay. Dots and spaces are quoted."""
+    path = tmp_path / "t"
+    with pytest.raises(ConfigurationError) as refused:
+        opened(path, mode="merge", keys=["id", "a`b"])
+    assert str(refused.value) == (
+        "Delta sink 's': merge key column(s) 'a`b' hold a backtick, which delta-rs cannot "
+        "quote in the MERGE condition; rename the column in the stream (withColumnRenamed) "
+        "or use engine='spark'"
+    )
+    assert not path.exists()
+    sink = opened(path, mode="merge", keys=["a.b", "c d"])
+    sink.write(make_batch({"a.b": [1, 2], "c d": ["x", "y"], "v": [1, 2]}, 0))
+    sink.write(make_batch({"a.b": [2, 3], "c d": ["y", "y"], "v": [20, 30]}, 1))
+    assert rows(path, "a.b") == [
+        {"a.b": 1, "c d": "x", "v": 1},
+        {"a.b": 2, "c d": "y", "v": 20},
+        {"a.b": 3, "c d": "y", "v": 30},
+    ]
+
+
 # -- append ---------------------------------------------------------------------------------
 
 
