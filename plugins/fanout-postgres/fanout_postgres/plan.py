@@ -48,6 +48,11 @@ class TargetColumn:
             return str(self.sa_type)
 
 
+IndexCollations = tuple[tuple[frozenset[str], tuple[tuple[str, str], ...]], ...]
+"""(a unique index's columns, ((column, the index's collation) ...)) per index comparing a
+column by a nondeterministic collation other than the column's own."""
+
+
 @dataclass(frozen=True)
 class TargetInfo:
     """What reflection tells about the target table."""
@@ -63,7 +68,7 @@ class TargetInfo:
     """Column -> the nondeterministic collation (ICU, ``deterministic = false``) comparing
     it, as the column's own or in a unique index on it: its ``=`` may call different
     strings equal (``'Bob'`` and ``'bob'``), like ``citext``'s, by rules no fold follows."""
-    index_collations: tuple[tuple[frozenset[str], tuple[tuple[str, str], ...]], ...] = ()
+    index_collations: IndexCollations = ()
     """Unique indexes comparing a column by a nondeterministic collation other than the
     column's own: (the index's columns, (column, the index's collation) ...)."""
 
@@ -140,11 +145,12 @@ COLUMN_COLLATIONS_SQL = (
 )
 """The columns whose own collation is nondeterministic."""
 INDEX_COLLATIONS_SQL = (
-    "SELECT i.indexrelid, a.attname, c.collname, NOT c.collisdeterministic "
-    "AND k.coll <> a.attcollation FROM pg_index i "
+    "SELECT i.indexrelid, a.attname, COALESCE(c.collname, ''), "
+    "COALESCE(NOT c.collisdeterministic AND k.coll <> a.attcollation, false) FROM pg_index i "
     "CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) AS k(attnum, coll) "
     "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-    "JOIN pg_collation c ON c.oid = k.coll "
+    # a column of a type without collation (bigint...) has none: still one of the index's
+    "LEFT JOIN pg_collation c ON c.oid = k.coll "
     "WHERE i.indrelid = to_regclass(:table) AND i.indisunique AND i.indpred IS NULL "
     "AND i.indexprs IS NULL"
 )
@@ -153,21 +159,34 @@ collation other than the column's own (``ON CONFLICT`` and the unique check deci
 index's)."""
 
 
-def _loose_collations(
-    conn: Any, table: TableName
-) -> tuple[dict[str, str], tuple[tuple[frozenset[str], tuple[tuple[str, str], ...]], ...]]:
-    """:attr:`TargetInfo.loose_collations` and :attr:`TargetInfo.index_collations`; none
-    before PostgreSQL 12, which has no nondeterministic collation."""
+def _loose_collations(conn: Any, table: TableName) -> tuple[dict[str, str], IndexCollations]:
+    """:attr:`TargetInfo.loose_collations` and :attr:`TargetInfo.index_collations` (read
+    by :data:`COLUMN_COLLATIONS_SQL` and :data:`INDEX_COLLATIONS_SQL`, decided by
+    :func:`collations_found`); none before PostgreSQL 12, which has no nondeterministic
+    collation."""
     import sqlalchemy as sa
 
     version = getattr(conn.dialect, "server_version_info", None) or (0,)
     if version < (12,):
         return {}, ()
     params = {"table": table.quoted()}
-    loose = dict(sorted(conn.execute(sa.text(COLUMN_COLLATIONS_SQL), params).all()))
-    indexes: dict[int, list[tuple[str, str, bool]]] = {}
-    for index, name, collation, other in conn.execute(sa.text(INDEX_COLLATIONS_SQL), params):
-        indexes.setdefault(index, []).append((name, collation, bool(other)))
+    columns = conn.execute(sa.text(COLUMN_COLLATIONS_SQL), params).all()
+    indexes = conn.execute(sa.text(INDEX_COLLATIONS_SQL), params).all()
+    return collations_found(columns, indexes)
+
+
+def collations_found(
+    column_rows: Sequence[Sequence[Any]], index_rows: Sequence[Sequence[Any]]
+) -> tuple[dict[str, str], IndexCollations]:
+    """:attr:`TargetInfo.loose_collations` and :attr:`TargetInfo.index_collations` from the
+    rows of :data:`COLUMN_COLLATIONS_SQL` (column, collation) and
+    :data:`INDEX_COLLATIONS_SQL` (index, column, collation, whether the index's collation
+    is nondeterministic and not the column's own). A column compared by such an index's
+    collation is loose too, under that collation when its own is deterministic."""
+    loose = {str(name): str(collation) for name, collation in sorted(column_rows)}
+    indexes: dict[Any, list[tuple[str, str, bool]]] = {}
+    for index, name, collation, other in index_rows:
+        indexes.setdefault(index, []).append((str(name), str(collation), bool(other)))
     found = []
     for columns in indexes.values():
         others = tuple((name, collation) for name, collation, other in columns if other)
