@@ -593,8 +593,21 @@ def check_targets(targets: Sequence[str]) -> None:
 
 
 def check_stored_form(source: str, spark_type: Any) -> None:
-    """:class:`PlanError` when batch column ``source`` holds a value PostgreSQL would get
-    in its stored form (:func:`fanout_postgres.types.stored_form`)."""
+    """:class:`PlanError` when batch column ``source`` holds a struct with two fields of
+    one name (:func:`fanout_postgres.types.duplicate_field`), or a value PostgreSQL would
+    get in its stored form (:func:`fanout_postgres.types.stored_form`)."""
+    twice = pgtypes.duplicate_field(spark_type, source)
+    if twice is not None:
+        path, name = twice
+        at = "" if path == source else f" at {path}"
+        raise PlanError(
+            f"batch column {source!r} ({spark_type.simpleString()}) holds a struct{at} with "
+            f"two fields named {name!r}, which Spark cannot hand to the sink (Arrow refuses "
+            "a struct's duplicate field names) and a JSON object could not hold; rename one "
+            f"of the {name!r} fields in the query (named_struct or struct(... AS "
+            "<other name>)), or leave the column out (option 'columns')",
+            [source],
+        )
     why = pgtypes.stored_form(spark_type, source)
     if why is not None:
         raise PlanError(
