@@ -446,6 +446,8 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
         check_key_collations(info, pairs, keys)
     if options.mode == "upsert" and options.partitions > 1:
         key_hashes = fold_keys(info, pairs, keys, spark_types)
+    if options.mode == "upsert":  # after fold_keys, which refuses these keys first
+        check_string_time_keys(info, pairs, keys, spark_types, options.settings)
     return WritePlan(
         sink=options.sink,
         table=options.table.quoted(),
@@ -552,6 +554,74 @@ def check_zone_less_keys(
             + "; cast it in the query to an instant read in the Spark session's time zone: "
             f"{pgtypes.cast_in_query(source, 'timestamp')}, or make the column "
             + ("date" if is_date else "timestamp (without time zone)"),
+            [source],
+        )
+
+
+STRING_KEY_SETTINGS = {
+    "TimeZone": "a time without an offset in its TimeZone",
+    "DateStyle": "a date such as 01/02/2024 in its DateStyle's order of fields (January 2 "
+    "under MDY, February 1 under DMY)",
+}
+"""The session settings PostgreSQL reads date and time text by, and how."""
+PIN_EXAMPLE = {"TimeZone": "UTC", "DateStyle": "ISO, MDY"}
+
+
+def string_key_settings(sa_type: Any) -> tuple[tuple[str, ...], str | None]:
+    """The session settings PostgreSQL reads a string into a column of ``sa_type`` by (none
+    for a type that is not a date or time), with the Spark type to cast such a key to in
+    the query instead (``None``: Spark has none)."""
+    import sqlalchemy as sa
+
+    base = pgtypes.without_domain(sa_type)
+    zoned = bool(getattr(base, "timezone", False))
+    if isinstance(base, sa.DateTime):
+        return (("TimeZone", "DateStyle") if zoned else ("DateStyle",)), (
+            "timestamp" if zoned else "timestamp_ntz"
+        )
+    if isinstance(base, sa.Date):
+        return ("DateStyle",), "date"
+    if isinstance(base, sa.Time) and zoned:
+        return ("TimeZone",), None
+    return (), None
+
+
+def check_string_time_keys(
+    info: TargetInfo, pairs: Sequence[tuple[str, str]], keys: Sequence[str],
+    spark_types: Mapping[str, Any], settings: Sequence[tuple[str, str]],
+) -> None:  # fmt: skip
+    """:class:`PlanError` for a string upsert key written to a date or time column
+    (``timestamptz``, ``timestamp``, ``date``, ``timetz``) unless option ``settings`` pins
+    the session settings PostgreSQL reads it by (:func:`string_key_settings`): the server's,
+    database's or role's ``TimeZone`` and ``DateStyle`` are not fanout's to record, and a
+    change of one moves every key, so the next write or a replay puts keys beside the old
+    ones. With ``partitions`` above 1, :func:`fold_keys` refuses such keys first."""
+    from pyspark.sql import types as T
+
+    pinned = {name.lower() for name, _ in settings}
+    sources = {target: source for source, target in pairs}
+    for key in keys:
+        source, column = sources[key], info.columns[key]
+        if not isinstance(spark_types[source], T.StringType):
+            continue
+        needed, cast = string_key_settings(column.sa_type)
+        missing = [n for n in needed if n.lower() not in pinned]
+        if not missing:
+            continue
+        how = " and ".join(STRING_KEY_SETTINGS[n] for n in missing)
+        pins = ", ".join(f"{n}: {PIN_EXAMPLE[n]!r}" for n in missing)
+        remedy = f"pin {' and '.join(missing)} in option 'settings' (e.g. settings: {{{pins}}})"
+        if cast is not None:
+            remedy = (
+                "cast it in the query, to a value Spark reads in its session (whose time zone "
+                f"fanout records): {pgtypes.cast_in_query(source, cast)}, or {remedy}"
+            )
+        raise PlanError(
+            f"key column {source!r} (string) is written to column {quote(key)} of table "
+            f"{info.table} ({column.pg_type}): PostgreSQL reads {how}, settings of the "
+            "connection that fanout does not record, so a change (of the server's, the "
+            "database's or the role's) moves every key and the next write, or a replay, "
+            f"puts keys beside the old ones; {remedy}",
             [source],
         )
 
