@@ -183,7 +183,7 @@ def collations_found(
     :data:`INDEX_COLLATIONS_SQL` (index, column, collation, whether the index's collation
     is nondeterministic and not the column's own). A column compared by such an index's
     collation is loose too, under that collation when its own is deterministic."""
-    loose = {str(name): str(collation) for name, collation in sorted(column_rows)}
+    loose = dict(sorted((str(name), str(collation)) for name, collation in column_rows))
     indexes: dict[Any, list[tuple[str, str, bool]]] = {}
     for index, name, collation, other in index_rows:
         indexes.setdefault(index, []).append((str(name), str(collation), bool(other)))

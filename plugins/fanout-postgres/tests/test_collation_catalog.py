@@ -28,7 +28,7 @@ def test_reflect_reads_the_columns_and_indexes_compared_by_a_nondeterministic_co
         "CREATE TABLE users (email text COLLATE loose PRIMARY KEY, name text, "
         'tag text COLLATE "C", seq bigint NOT NULL, dropped text COLLATE loose)',
         "ALTER TABLE users DROP COLUMN dropped",
-        "CREATE UNIQUE INDEX users_name ON users (name COLLATE \"Odd one\", seq)",
+        'CREATE UNIQUE INDEX users_name ON users (name COLLATE "Odd one", seq)',
         'CREATE UNIQUE INDEX users_tag ON users (tag COLLATE "C")',
         "CREATE UNIQUE INDEX users_email ON users (email COLLATE loose, seq)",
         "CREATE UNIQUE INDEX users_part ON users (tag COLLATE loose) WHERE seq > 0",
@@ -56,6 +56,6 @@ def test_reflect_reads_the_columns_and_indexes_compared_by_a_nondeterministic_co
         "the unique index on the keys (name, seq) of table users compares column name by the "
         'nondeterministic collation "Odd one", not by the column\'s own collation: the sink '
         "chooses each key's row by the column's, and the index would call two of them one "
-        'key; give the column that collation (ALTER TABLE ... ALTER COLUMN name TYPE ... '
+        "key; give the column that collation (ALTER TABLE ... ALTER COLUMN name TYPE ... "
         'COLLATE "Odd one")'
     )

@@ -40,10 +40,10 @@ SCHEMA = T.StructType(
 
 def _info(loose: dict[str, str], index_collations: Any = ()) -> TargetInfo:
     """Table users (email text PRIMARY KEY, name text, seq bigint) as reflected."""
+    kinds = (("email", sa.Text()), ("name", sa.Text()), ("seq", sa.BigInteger()))
     columns = {
-        name: TargetColumn(name, kind, nullable=name != "email", has_default=False,
-                           generated=False)  # fmt: skip
-        for name, kind in (("email", sa.Text()), ("name", sa.Text()), ("seq", sa.BigInteger()))
+        name: TargetColumn(name, kind, name != "email", has_default=False, generated=False)
+        for name, kind in kinds
     }
     return TargetInfo(USERS, columns, ("email",), (frozenset({"email"}),), (), loose,
                       index_collations)  # fmt: skip
@@ -55,9 +55,7 @@ def _plan(info: TargetInfo, partitions: int) -> WritePlan:
     return build_plan(info, options, SCHEMA)
 
 
-def test_a_key_under_a_nondeterministic_collation_is_refused_with_more_than_one_partition() -> (
-    None
-):
+def test_a_key_under_a_nondeterministic_collation_is_refused_with_more_than_one_partition() -> None:
     with pytest.raises(PlanError) as caught:
         _plan(_info({"email": "ci"}), partitions=8)
     assert str(caught.value) == (
@@ -74,9 +72,7 @@ def test_a_key_under_a_nondeterministic_collation_is_refused_with_more_than_one_
     assert _plan(_info({}), partitions=8).partitions == 8
 
 
-def test_ties_go_to_the_greatest_text_in_byte_order_under_a_nondeterministic_collation() -> (
-    None
-):
+def test_ties_go_to_the_greatest_text_in_byte_order_under_a_nondeterministic_collation() -> None:
     stage = "pg_temp.fanout_stage"
     loose = _plan(_info({"email": "ci", "name": "ci"}), partitions=1).statements
     assert (

@@ -82,7 +82,7 @@ def test_a_string_key_into_timestamptz_is_refused_unless_its_settings_are_pinned
     _upsert(spark, pg_url, "t", "2024-01-01 10:00:00", 1, 0, pinned)
     _database_default(pg_url, "TimeZone", "America/New_York")
     _upsert(spark, pg_url, "t", "2024-01-01 10:00:00", 2, 1, pinned)
-    utc = dt.timezone.utc
+    utc = dt.UTC
     assert query(pg_url, "SELECT k AT TIME ZONE 'UTC', v FROM t") == [
         (dt.datetime(2024, 1, 1, 10, 0), 2)
     ]
