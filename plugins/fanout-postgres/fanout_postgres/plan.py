@@ -48,6 +48,11 @@ class TargetColumn:
             return str(self.sa_type)
 
 
+IndexCollations = tuple[tuple[frozenset[str], tuple[tuple[str, str], ...]], ...]
+"""(a unique index's columns, ((column, the index's collation) ...)) per index comparing a
+column by a nondeterministic collation other than the column's own."""
+
+
 @dataclass(frozen=True)
 class TargetInfo:
     """What reflection tells about the target table."""
@@ -63,7 +68,7 @@ class TargetInfo:
     """Column -> the nondeterministic collation (ICU, ``deterministic = false``) comparing
     it, as the column's own or in a unique index on it: its ``=`` may call different
     strings equal (``'Bob'`` and ``'bob'``), like ``citext``'s, by rules no fold follows."""
-    index_collations: tuple[tuple[frozenset[str], tuple[tuple[str, str], ...]], ...] = ()
+    index_collations: IndexCollations = ()
     """Unique indexes comparing a column by a nondeterministic collation other than the
     column's own: (the index's columns, (column, the index's collation) ...)."""
 
@@ -140,11 +145,12 @@ COLUMN_COLLATIONS_SQL = (
 )
 """The columns whose own collation is nondeterministic."""
 INDEX_COLLATIONS_SQL = (
-    "SELECT i.indexrelid, a.attname, c.collname, NOT c.collisdeterministic "
-    "AND k.coll <> a.attcollation FROM pg_index i "
+    "SELECT i.indexrelid, a.attname, COALESCE(c.collname, ''), "
+    "COALESCE(NOT c.collisdeterministic AND k.coll <> a.attcollation, false) FROM pg_index i "
     "CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) AS k(attnum, coll) "
     "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-    "JOIN pg_collation c ON c.oid = k.coll "
+    # a column of a type without collation (bigint...) has none: still one of the index's
+    "LEFT JOIN pg_collation c ON c.oid = k.coll "
     "WHERE i.indrelid = to_regclass(:table) AND i.indisunique AND i.indpred IS NULL "
     "AND i.indexprs IS NULL"
 )
@@ -153,21 +159,34 @@ collation other than the column's own (``ON CONFLICT`` and the unique check deci
 index's)."""
 
 
-def _loose_collations(
-    conn: Any, table: TableName
-) -> tuple[dict[str, str], tuple[tuple[frozenset[str], tuple[tuple[str, str], ...]], ...]]:
-    """:attr:`TargetInfo.loose_collations` and :attr:`TargetInfo.index_collations`; none
-    before PostgreSQL 12, which has no nondeterministic collation."""
+def _loose_collations(conn: Any, table: TableName) -> tuple[dict[str, str], IndexCollations]:
+    """:attr:`TargetInfo.loose_collations` and :attr:`TargetInfo.index_collations` (read
+    by :data:`COLUMN_COLLATIONS_SQL` and :data:`INDEX_COLLATIONS_SQL`, decided by
+    :func:`collations_found`); none before PostgreSQL 12, which has no nondeterministic
+    collation."""
     import sqlalchemy as sa
 
     version = getattr(conn.dialect, "server_version_info", None) or (0,)
     if version < (12,):
         return {}, ()
     params = {"table": table.quoted()}
-    loose = dict(sorted(conn.execute(sa.text(COLUMN_COLLATIONS_SQL), params).all()))
-    indexes: dict[int, list[tuple[str, str, bool]]] = {}
-    for index, name, collation, other in conn.execute(sa.text(INDEX_COLLATIONS_SQL), params):
-        indexes.setdefault(index, []).append((name, collation, bool(other)))
+    columns = conn.execute(sa.text(COLUMN_COLLATIONS_SQL), params).all()
+    indexes = conn.execute(sa.text(INDEX_COLLATIONS_SQL), params).all()
+    return collations_found(columns, indexes)
+
+
+def collations_found(
+    column_rows: Sequence[Sequence[Any]], index_rows: Sequence[Sequence[Any]]
+) -> tuple[dict[str, str], IndexCollations]:
+    """:attr:`TargetInfo.loose_collations` and :attr:`TargetInfo.index_collations` from the
+    rows of :data:`COLUMN_COLLATIONS_SQL` (column, collation) and
+    :data:`INDEX_COLLATIONS_SQL` (index, column, collation, whether the index's collation
+    is nondeterministic and not the column's own). A column compared by such an index's
+    collation is loose too, under that collation when its own is deterministic."""
+    loose = dict(sorted((str(name), str(collation)) for name, collation in column_rows))
+    indexes: dict[Any, list[tuple[str, str, bool]]] = {}
+    for index, name, collation, other in index_rows:
+        indexes.setdefault(index, []).append((str(name), str(collation), bool(other)))
     found = []
     for columns in indexes.values():
         others = tuple((name, collation) for name, collation, other in columns if other)
@@ -427,6 +446,8 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
         check_key_collations(info, pairs, keys)
     if options.mode == "upsert" and options.partitions > 1:
         key_hashes = fold_keys(info, pairs, keys, spark_types)
+    if options.mode == "upsert":  # after fold_keys, which refuses these keys first
+        check_string_time_keys(info, pairs, keys, spark_types, options.settings)
     return WritePlan(
         sink=options.sink,
         table=options.table.quoted(),
@@ -537,6 +558,74 @@ def check_zone_less_keys(
         )
 
 
+STRING_KEY_SETTINGS = {
+    "TimeZone": "a time without an offset in its TimeZone",
+    "DateStyle": "a date such as 01/02/2024 in its DateStyle's order of fields (January 2 "
+    "under MDY, February 1 under DMY)",
+}
+"""The session settings PostgreSQL reads date and time text by, and how."""
+PIN_EXAMPLE = {"TimeZone": "UTC", "DateStyle": "ISO, MDY"}
+
+
+def string_key_settings(sa_type: Any) -> tuple[tuple[str, ...], str | None]:
+    """The session settings PostgreSQL reads a string into a column of ``sa_type`` by (none
+    for a type that is not a date or time), with the Spark type to cast such a key to in
+    the query instead (``None``: Spark has none)."""
+    import sqlalchemy as sa
+
+    base = pgtypes.without_domain(sa_type)
+    zoned = bool(getattr(base, "timezone", False))
+    if isinstance(base, sa.DateTime):
+        return (("TimeZone", "DateStyle") if zoned else ("DateStyle",)), (
+            "timestamp" if zoned else "timestamp_ntz"
+        )
+    if isinstance(base, sa.Date):
+        return ("DateStyle",), "date"
+    if isinstance(base, sa.Time) and zoned:
+        return ("TimeZone",), None
+    return (), None
+
+
+def check_string_time_keys(
+    info: TargetInfo, pairs: Sequence[tuple[str, str]], keys: Sequence[str],
+    spark_types: Mapping[str, Any], settings: Sequence[tuple[str, str]],
+) -> None:  # fmt: skip
+    """:class:`PlanError` for a string upsert key written to a date or time column
+    (``timestamptz``, ``timestamp``, ``date``, ``timetz``) unless option ``settings`` pins
+    the session settings PostgreSQL reads it by (:func:`string_key_settings`): the server's,
+    database's or role's ``TimeZone`` and ``DateStyle`` are not fanout's to record, and a
+    change of one moves every key, so the next write or a replay puts keys beside the old
+    ones. With ``partitions`` above 1, :func:`fold_keys` refuses such keys first."""
+    from pyspark.sql import types as T
+
+    pinned = {name.lower() for name, _ in settings}
+    sources = {target: source for source, target in pairs}
+    for key in keys:
+        source, column = sources[key], info.columns[key]
+        if not isinstance(spark_types[source], T.StringType):
+            continue
+        needed, cast = string_key_settings(column.sa_type)
+        missing = [n for n in needed if n.lower() not in pinned]
+        if not missing:
+            continue
+        how = " and ".join(STRING_KEY_SETTINGS[n] for n in missing)
+        pins = ", ".join(f"{n}: {PIN_EXAMPLE[n]!r}" for n in missing)
+        remedy = f"pin {' and '.join(missing)} in option 'settings' (e.g. settings: {{{pins}}})"
+        if cast is not None:
+            remedy = (
+                "cast it in the query, to a value Spark reads in its session (whose time zone "
+                f"fanout records): {pgtypes.cast_in_query(source, cast)}, or {remedy}"
+            )
+        raise PlanError(
+            f"key column {source!r} (string) is written to column {quote(key)} of table "
+            f"{info.table} ({column.pg_type}): PostgreSQL reads {how}, settings of the "
+            "connection that fanout does not record, so a change (of the server's, the "
+            "database's or the role's) moves every key and the next write, or a replay, "
+            f"puts keys beside the old ones; {remedy}",
+            [source],
+        )
+
+
 def _unfoldable(
     table: TableName, source: str, key: str, column: TargetColumn, spark_type: Any,
     refused: KeyRefused,
@@ -574,8 +663,21 @@ def check_targets(targets: Sequence[str]) -> None:
 
 
 def check_stored_form(source: str, spark_type: Any) -> None:
-    """:class:`PlanError` when batch column ``source`` holds a value PostgreSQL would get
-    in its stored form (:func:`fanout_postgres.types.stored_form`)."""
+    """:class:`PlanError` when batch column ``source`` holds a struct with two fields of
+    one name (:func:`fanout_postgres.types.duplicate_field`), or a value PostgreSQL would
+    get in its stored form (:func:`fanout_postgres.types.stored_form`)."""
+    twice = pgtypes.duplicate_field(spark_type, source)
+    if twice is not None:
+        path, name = twice
+        at = "" if path == source else f" at {path}"
+        raise PlanError(
+            f"batch column {source!r} ({spark_type.simpleString()}) holds a struct{at} with "
+            f"two fields named {name!r}, which Spark cannot hand to the sink (Arrow refuses "
+            "a struct's duplicate field names) and a JSON object could not hold; rename one "
+            f"of the {name!r} fields in the query (named_struct or struct(... AS "
+            "<other name>)), or leave the column out (option 'columns')",
+            [source],
+        )
     why = pgtypes.stored_form(spark_type, source)
     if why is not None:
         raise PlanError(

@@ -523,9 +523,13 @@ class PostgresSink(PartitionedSink):
                 info = self._target(conn, spark_schema, create=False)
                 build_plan(info, self._plan_options(conn), spark_schema)
         except PlanError as exc:
-            raise self._error(str(exc)) from None
+            raise self._configured(exc) from None
         except Exception as exc:
             raise self._unchecked(exc, None) from None
+
+    def _configured(self, exc: PlanError) -> ConfigurationError:
+        """A plan refused at :meth:`open`, from option ``batch_schema``: before any batch."""
+        return self._error(f"at configuration (option batch_schema): {exc}")
 
     def _require_migrated(self, engine: Any) -> None:
         problem = migration_problem(engine, self.state_schema, pgurl.display(self._url))
@@ -579,7 +583,7 @@ class PostgresSink(PartitionedSink):
                 )
         except PlanError as exc:
             if batch_id is None:
-                raise self._error(str(exc)) from None
+                raise self._configured(exc) from None
             raise self._mismatch(exc, batch_id) from None
         except Exception as exc:
             raise self._unchecked(exc, batch_id) from None

@@ -112,6 +112,34 @@ def _stored_form_at(data_type: Any, path: str) -> tuple[str, str] | None:
     return None
 
 
+def duplicate_field(data_type: Any, column: str) -> tuple[str, str] | None:
+    """The first struct, at any depth of a batch column of Spark type ``data_type``, with
+    two fields of one name: (its path, the name), ``None`` when there is none. Spark builds
+    such a struct (``named_struct('a', 1, 'a', 2)``, a join's ``struct(l.*, r.*)``) but
+    cannot hand it over as Arrow (``DUPLICATED_FIELD_NAME_IN_ARROW_STRUCT``), and a JSON
+    object would keep one of the values."""
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.ArrayType):
+        return duplicate_field(data_type.elementType, f"{column}[]")
+    if isinstance(data_type, T.MapType):
+        return duplicate_field(data_type.keyType, f"{column}.key") or duplicate_field(
+            data_type.valueType, f"{column}.value"
+        )
+    if not isinstance(data_type, T.StructType):
+        return None
+    seen: set[str] = set()
+    for field in data_type.fields:
+        if field.name in seen:
+            return column, field.name
+        seen.add(field.name)
+    for field in data_type.fields:
+        found = duplicate_field(field.dataType, f"{column}.{field.name}")
+        if found is not None:
+            return found
+    return None
+
+
 def target_kind(sa_type: Any) -> str:
     """The kind of a reflected SQLAlchemy column type (see :data:`COMPATIBLE`)."""
     from sqlalchemy import types as sa

@@ -6,7 +6,16 @@ Up to this version the sink did not look at collations: a key's spellings were h
 different partitions and the transaction committing last won, whatever ``order_by`` said;
 an update changing only a value's case was skipped as a no-op (the no-op check compared the
 text under the column's collation); and rows tied on ``order_by`` went to whichever spelling
-came first. The tests need a server built with ICU (the embedded one is not: they skip)."""
+came first.
+
+These tests need a server built with ICU: only ICU makes nondeterministic collations
+(``CREATE COLLATION ... deterministic = false``). The embedded PostgreSQL the tests and CI
+run is built without it, so there they skip (``icu_url``); they run against a server with
+ICU. What covers the same decisions in CI: :mod:`test_collation_decisions` (no server: the
+refusal with ``partitions`` above 1, the ``COLLATE "C"`` of ties and of the no-op check,
+the refused unique index, from reflected metadata) and :mod:`test_collation_catalog` (the
+embedded server: the catalog queries reflecting them, a collation marked nondeterministic
+in the test database's catalog)."""
 
 from __future__ import annotations
 

@@ -142,7 +142,9 @@ def test_refused_at_open_when_the_batch_schema_is_given(spark: Any, pg_url: str)
     sink = PostgresSink("pg", url=pg_url, table="prices", batch_schema=SCHEMA)
     with pytest.raises(ConfigurationError) as caught:
         sink.open(SinkContext("rounding", spark))
-    assert str(caught.value) == f"postgres sink 'pg' (table prices): {REFUSED}"
+    assert str(caught.value) == (
+        f"postgres sink 'pg' (table prices): at configuration (option batch_schema): {REFUSED}"
+    )
     PostgresSink(
         "pg", url=pg_url, table="prices", batch_schema="id LONG, price DECIMAL(10,2)"
     ).open(SinkContext("rounding", spark))
