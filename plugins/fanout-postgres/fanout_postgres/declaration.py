@@ -100,8 +100,9 @@ OPTIONS = (
     SinkOption(
         "settings",
         '`{"temp_buffers": "128MB", "work_mem": "64MB"}`',
-        "Session settings of every write connection (`set_config`); add e.g. "
-        "`statement_timeout`, `lock_timeout`.",
+        "Session settings of every write connection (`set_config`), added to the defaults "
+        "(a setting of the same name replaces its default): e.g. `statement_timeout`, "
+        "`lock_timeout`, `TimeZone`.",
     ),
     SinkOption(
         "connection_idle_s",

@@ -113,8 +113,9 @@ class PostgresSink(PartitionedSink):
     :param state_schema: the schema of the tables fanout owns (default ``fanout``).
     :param batch_schema: the batches' Spark schema (``StructType`` or DDL string), to check
         (and create) the table at ``open()`` rather than at the first batch.
-    :param settings: PostgreSQL session settings of the write connections (default
-        :data:`DEFAULT_SETTINGS`: memory for the staging table and the dedupe sort); each is
+    :param settings: PostgreSQL session settings of the write connections, over
+        :data:`DEFAULT_SETTINGS` (memory for the staging table and the dedupe sort: a
+        setting of the same name replaces its default, the others stay); each is
         tried at :meth:`open`, and `synchronous_commit` off is refused (not durable), in
         this option or as the connections' effective value (set for the server, database
         or role).
@@ -159,7 +160,7 @@ class PostgresSink(PartitionedSink):
         self.migrate = migrate
         self.state_schema = state_schema
         self.batch_schema = batch_schema
-        self.settings = dict(DEFAULT_SETTINGS if settings is None else settings)
+        self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
         self.connection_idle_s = connection_idle_s
         self._url: Any = None
         self._table: TableName | None = None

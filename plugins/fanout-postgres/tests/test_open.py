@@ -148,7 +148,7 @@ def test_a_setting_the_server_refuses_fails_open_naming_it(pg_url: str) -> None:
         'UndefinedObject: unrecognized configuration parameter "work_memm"'
     )
     sink = _open(pg_url, table="settings_probe", settings={"work_mem": "8MB"})
-    assert sink.settings == {"work_mem": "8MB"}
+    assert sink.settings == {"temp_buffers": "128MB", "work_mem": "8MB"}  # over the defaults
 
 
 def test_synchronous_commit_off_is_refused_at_open(pg_url: str) -> None:
@@ -162,7 +162,8 @@ def test_synchronous_commit_off_is_refused_at_open(pg_url: str) -> None:
         "default (on)"
     )
     kept = _open(pg_url, table="settings_probe", settings={"synchronous_commit": "local"})
-    assert kept.settings == {"synchronous_commit": "local"}
+    assert kept.settings == {"temp_buffers": "128MB", "work_mem": "64MB",
+                             "synchronous_commit": "local"}  # fmt: skip
 
 
 def test_synchronous_commit_off_for_the_database_is_refused_at_open(pg_url: str) -> None:
@@ -182,7 +183,8 @@ def test_synchronous_commit_off_for_the_database_is_refused_at_open(pg_url: str)
         "DATABASE/ROLE ... SET synchronous_commit = on), or in option 'settings'"
     )
     kept = _open(pg_url, table="settings_probe", settings={"synchronous_commit": "on"})
-    assert kept.settings == {"synchronous_commit": "on"}
+    assert kept.settings == {"temp_buffers": "128MB", "work_mem": "64MB",
+                             "synchronous_commit": "on"}  # fmt: skip
 
 
 def test_a_write_connection_with_synchronous_commit_off_is_refused(pg_url: str) -> None:
