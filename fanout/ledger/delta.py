@@ -236,6 +236,7 @@ class DeltaLedger:
         """The ledger table as loaded, brought to its latest version when ``refresh``
         (caller holds the lock)."""
         if self._table is None:
+            refuse_unusable_location(self.path, f"ledger at {self.path}", self.storage_options)
             table = open_table(self.path, self.storage_options)
             if table is None:
                 raise LedgerError(

@@ -213,3 +213,27 @@ def test_a_fanout_pointed_at_a_table_that_is_not_a_ledger_refuses_to_open(
         "'pipeline', 'sink' \\(its columns: 'id', 'status'\\)",
     ):
         DeltaLedger(path).open()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status"],
+        ["recover", "--pipeline", "orders"],
+        ["ledger", "maintain"],
+        ["ledger", "skip", "--pipeline", "orders", "--sink", "pg", "--through", "1"],
+    ],
+)
+def test_a_ledger_path_that_is_a_file_is_a_configuration_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    file = tmp_path / "ledger.txt"
+    file.write_text("not a table\n")
+    assert main([*command, "--ledger", str(file)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"fanout: configuration error: ledger at {file}: it is a file, not a directory: a "
+        "Delta table is a directory; give the table's directory, or a path where nothing is "
+        "yet to create one there\n"
+    )
+    assert captured.out == ""
