@@ -20,6 +20,7 @@ named piece in :mod:`fanout.steps` or :mod:`fanout.routes`, all sharing one
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -160,16 +161,18 @@ class FanOut:
         )  # fmt: skip
         plugins = self._recipe.options["plugins"]
         self.pipeline = check_name(pipeline, "pipeline")
+        _check_arguments(
+            self.pipeline, ledger, parallelism=parallelism, retries=retries,
+            backoff_s=backoff_s, probe_interval_s=probe_interval_s, share_tasks=share_tasks,
+        )  # fmt: skip
         if on_checkpoint_reset not in ("refuse", "new_epoch"):
             raise ConfigurationError(
                 f"pipeline {pipeline!r}: on_checkpoint_reset must be 'refuse' or 'new_epoch', "
                 f"not {on_checkpoint_reset!r}"
             )
         self.on_checkpoint_reset = on_checkpoint_reset
-        if parallelism is not None and parallelism < 1:
-            raise ConfigurationError(f"pipeline {pipeline!r}: parallelism must be >= 1")
         self.parallelism = parallelism
-        self.share_tasks = bool(share_tasks)
+        self.share_tasks = share_tasks
         self.pipeline_file = None if pipeline_file is None else command_location(pipeline_file)
         """The pipeline file, absolute, as the commands fanout prints name it."""
         self._layouts = RecentLayouts()  # each shared job's input, guessed for the next batch
@@ -189,8 +192,6 @@ class FanOut:
         self._admission = Admission(self.ledger, on_checkpoint_reset)
         self._record = Recorder(self.ledger, self.retry)
         self._context = ContextReader(self.pipeline, checkpoint_location)
-        if probe_interval_s <= 0:
-            raise ConfigurationError(f"pipeline {pipeline!r}: probe_interval_s must be > 0")
         self.spool = check_spool(self.pipeline, self.specs, spool, ledger_location(self.ledger))
         self._unopened: dict[str, tuple[SinkContext, BaseException]] = {}
         self._spark = self._open(spark)
@@ -631,3 +632,39 @@ def _active_spark() -> Any:
     except ImportError:
         return None
     return SparkSession.getActiveSession()
+
+
+def _check_arguments(
+    pipeline: str, ledger: object, *, parallelism: object, retries: object, backoff_s: object,
+    probe_interval_s: object, share_tasks: object,
+) -> None:  # fmt: skip
+    """Refuse a keyword argument of :class:`FanOut` of the wrong type or out of its range,
+    naming it, its value and what it takes (a ``TypeError`` from a comparison deep inside
+    named none of them)."""
+    where = f"pipeline {pipeline!r}"
+    if isinstance(ledger, str) and not ledger.strip():
+        raise ConfigurationError(f"{where}: ledger must not be empty: give the ledger's path")
+    if not isinstance(ledger, str) and not hasattr(ledger, "mark_committed"):
+        raise ConfigurationError(
+            f"{where}: ledger must be the ledger's path (a str) or a fanout Ledger, got {ledger!r}"
+        )
+    if parallelism is not None:
+        _check_number(where, "parallelism", parallelism, 1, integer=True)
+    _check_number(where, "retries", retries, 0, integer=True)
+    _check_number(where, "backoff_s", backoff_s, 0)
+    _check_number(where, "probe_interval_s", probe_interval_s, 0, above=True)
+    if not isinstance(share_tasks, bool):
+        raise ConfigurationError(f"{where}: share_tasks must be True or False, got {share_tasks!r}")
+
+
+def _check_number(
+    where: str, name: str, value: object, least: float, *, integer: bool = False,
+    above: bool = False,
+) -> None:  # fmt: skip
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    wanted = "an integer" if integer else "a number"
+    bound = f"> {least:g}" if above else f">= {least:g}"
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ConfigurationError(f"{where}: {name} must be {wanted} {bound}, got {value!r}")
+    if not math.isfinite(value) or value < least or (above and value == least):
+        raise ConfigurationError(f"{where}: {name} must be {wanted} {bound}, got {value!r}")
