@@ -15,13 +15,13 @@ not opened (``SKIP``), since its ``open()`` might create things.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from fanout.app.config import PipelineConfig
 from fanout.contract.sink import SinkContext
+from fanout.delta_tables.io import one_line
 from fanout.errors import ConfigurationError
 
 
@@ -71,23 +71,10 @@ def _check(checks: list[Check], what: str, step: Callable[[], Any]) -> Any:
         result = step()
     except Exception as exc:
         text = str(exc).strip()
-        checks.append(Check(what, first_line(text) if text else type(exc).__name__))
+        checks.append(Check(what, one_line(text) if text else type(exc).__name__))
         return None
     checks.append(Check(what))
     return result
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_CAUSE = "\u21b3"  # the arrow delta-rs starts each line of an error's cause chain with
-
-
-def first_line(text: str) -> str:
-    """An error's first line, with the cause chain delta-rs writes on the lines after it
-    (``Kernel error -> Generic S3 error`` / ``↳ ... Connection refused``): the first line
-    alone hides why (a refused connection, credentials not found)."""
-    lines = _ANSI.sub("", text).splitlines()
-    causes = [line.strip()[1:].strip() for line in lines[1:] if line.strip().startswith(_CAUSE)]
-    return " -> ".join([lines[0].strip(), *[cause for cause in causes if cause]])
 
 
 def _would(checks: list[Check], who: str, changes: Sequence[str]) -> None:

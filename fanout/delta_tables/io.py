@@ -128,6 +128,19 @@ def open_table(path: str, storage_options: Mapping[str, str] | None = None) -> D
         return None
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CAUSE = "\u21b3"  # the arrow delta-rs starts each line of an error's cause chain with
+
+
+def one_line(text: str) -> str:
+    """An error's first line, with the cause chain delta-rs writes on the lines after it
+    (``Kernel error -> Generic S3 error`` / ``↳ ... Connection refused``), colours removed:
+    the first line alone hides why (a refused connection, credentials not found)."""
+    lines = _ANSI.sub("", text).strip().splitlines() or [""]
+    causes = [line.strip()[1:].strip() for line in lines[1:] if line.strip().startswith(_CAUSE)]
+    return " -> ".join([lines[0].strip(), *[cause for cause in causes if cause]])
+
+
 Filter = tuple[str, str, Any]
 """A row condition ``(column, operator, value)``; operators ``= != < <= > >=``."""
 
