@@ -315,6 +315,12 @@ class FanOut:
                 )
         return spark
 
+    @property
+    def unopened(self) -> tuple[str, ...]:
+        """The sinks (``on_failure="lag"``) whose ``open()`` could not reach their target:
+        they start behind, opened again by the catch-up."""
+        return tuple(self._unopened)
+
     def close(self) -> None:
         """Stop the catch-up and close every sink (call it when the query has stopped)."""
         self.catchup.stop()

@@ -218,12 +218,13 @@ def _sink_checks(
                             resolve)  # fmt: skip
         if routed is not None:
             _check(checks, f"sink {name}: target takes the routed schema",
-                   lambda: sink.check_schema(_arrow_schema(routed.schema)))  # fmt: skip
+                   lambda: sink.check_schema(arrow_schema(routed.schema)))  # fmt: skip
     sink.close()
     return spec
 
 
-def _arrow_schema(schema: Any) -> Any:
+def arrow_schema(schema: Any) -> Any:
+    """The Arrow schema of a Spark schema, as a batch hands it to ``Sink.check_schema``."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(schema, timezone="UTC")
