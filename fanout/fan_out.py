@@ -237,6 +237,11 @@ class FanOut:
     def _build_sinks(
         self, registry: Any, configs: Sequence[Mapping[str, Any] | Sink | SinkSpec]
     ) -> dict[str, SinkSpec]:
+        if isinstance(configs, (Mapping, str, Sink, SinkSpec)):  # one sink, not a list
+            raise ConfigurationError(
+                f"pipeline {self.pipeline!r}: sinks must be a list of sinks (dicts or Sink "
+                f"instances), got one {type(configs).__name__}: write sinks=[...]"
+            )
         if not configs:
             raise ConfigurationError(f"pipeline {self.pipeline!r}: no sinks configured")
         types = registry.sink_types() if any(isinstance(c, Mapping) for c in configs) else {}

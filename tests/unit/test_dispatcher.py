@@ -784,6 +784,17 @@ def test_fanout_arguments_of_a_wrong_type_or_range_are_named(
     assert str(raised.value) == f"pipeline 'orders': {message}"
 
 
+@pytest.mark.parametrize("one", [{"type": "delta", "name": "b", "path": "/x"}, "delta"])
+def test_one_sink_where_a_list_belongs_is_named(memory_ledger: MemoryLedger, one: Any) -> None:
+    """A dict was iterated as its keys: "a sink must be a dict ... got str"."""
+    with pytest.raises(ConfigurationError) as raised:
+        FanOut("orders", memory_ledger, one)
+    assert str(raised.value) == (
+        "pipeline 'orders': sinks must be a list of sinks (dicts or Sink instances), got one "
+        f"{type(one).__name__}: write sinks=[...]"
+    )
+
+
 def test_sink_dict_with_unknown_type(memory_ledger: MemoryLedger) -> None:
     with pytest.raises(
         ConfigurationError, match=r"^sink 'x': unknown sink type 'no-such-type'; known types: "
