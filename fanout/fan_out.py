@@ -675,7 +675,11 @@ def _check_number(
     kinds: tuple[type, ...] = (int,) if integer else (int, float)
     wanted = "an integer" if integer else "a number"
     bound = f"> {least:g}" if above else f">= {least:g}"
-    if isinstance(value, bool) or not isinstance(value, kinds):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not isinstance(value, kinds)
+    ):
         raise ConfigurationError(f"{where}: {name} must be {wanted} {bound}, got {value!r}")
     if not math.isfinite(value) or value < least or (above and value == least):
         raise ConfigurationError(f"{where}: {name} must be {wanted} {bound}, got {value!r}")
