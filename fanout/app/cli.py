@@ -102,6 +102,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from fanout.ledger.delta import DeltaLedger
 
     ledger = DeltaLedger(args.ledger)
+    if args.spool is not None:
+        _refuse_no_spool(args.spool)
 
     def once() -> str:
         return report(ledger, args.pipeline, as_json=args.json, wide=args.wide, spool=args.spool)
@@ -126,6 +128,8 @@ def cmd_recover(args: argparse.Namespace) -> int:
     committed = ledger.committed_entries(args.pipeline)
     if not committed and (known := ledger.pipelines()) and args.pipeline not in known:
         raise unknown_pipeline(args.ledger, args.pipeline, known)  # a typo, most likely
+    if args.spool is not None:
+        _refuse_no_spool(args.spool)
     spooled = None if args.spool is None else read_spooled(args.spool, args.pipeline)
     print(render(recovery_of(args.pipeline, committed, spooled, args.spool)))
     return 0
@@ -323,6 +327,22 @@ def _print_backfill(where: str, target: _SkipTarget, given_up: tuple[int, ...]) 
         print(
             f"{where}: gave up batch(es) {batch_ranges(list(given_up))} its backfill "
             f"source {target.backfill_from!r} holds (--give-up-backfill)"
+        )
+
+
+def _refuse_no_spool(path: str) -> None:
+    """A ``--spool`` of ``fanout status`` or ``recover`` must name a spool: a mistyped path
+    read as an empty spool hid the lagging sinks, and ``recover`` counted them at their
+    own marks without the note that the spool was not read (every run of a pipeline with
+    a spool creates its index, so a spool that ran is never missing)."""
+    from fanout.delta_tables.io import open_table
+    from fanout.spool.table import Spool
+
+    index = Spool(path, "").index_path
+    if open_table(index) is None:
+        raise ConfigurationError(
+            f"--spool {path}: no spool there (no {index} table); give the pipeline's spool "
+            "(pipeline.spool in its file, FanOut(spool=...)), or leave --spool out"
         )
 
 

@@ -210,6 +210,17 @@ def test_a_lagging_sink_counts_at_its_settled_spooled_batch(
     out = capsys.readouterr().out.splitlines()
     assert out[3].startswith("Resume after batch 0 (sink 'pg' is furthest behind)")
     assert out[-1] == NO_SPOOL
+    # a mistyped --spool read as an empty spool: pg at its mark, and no note that the
+    # spool was not read (the resume point of a spool that holds pg's batch 1 instead)
+    typo = str(tmp_path / "spoool")
+    for command in (args, ["status", "--ledger", str(tmp_path / "ledger")]):
+        assert main([*command, "--spool", typo]) == 2
+        assert capsys.readouterr() == (
+            "",
+            f"fanout: configuration error: --spool {typo}: no spool there (no {typo}/index "
+            "table); give the pipeline's spool (pipeline.spool in its file, "
+            "FanOut(spool=...)), or leave --spool out\n",
+        )
 
 
 def test_a_spooled_batch_spark_never_committed_is_named_as_given_up_not_counted() -> None:
