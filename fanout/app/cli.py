@@ -418,6 +418,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _hours(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more hours, not {text!r}")
+    return value
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -510,7 +517,7 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     maintain.add_argument("--ledger", required=True, help="the ledger's Delta table path")
     maintain.add_argument(
         "--retention-hours",
-        type=int,
+        type=_hours,
         default=168,
         help="vacuum files unreferenced for longer than this (default 168)",
     )
