@@ -159,6 +159,11 @@ class PostgresSink(PartitionedSink):
         self.migrate = migrate
         self.state_schema = state_schema
         self.batch_schema = batch_schema
+        if settings is not None and not isinstance(settings, Mapping):
+            raise ConfigurationError(
+                f"postgres sink {name!r}: option 'settings' must be a mapping of PostgreSQL "
+                f"settings ({{'statement_timeout': '5min'}}), got {type(settings).__name__}"
+            )
         self.settings = dict(DEFAULT_SETTINGS if settings is None else settings)
         self.connection_idle_s = connection_idle_s
         self._url: Any = None
