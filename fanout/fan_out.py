@@ -20,6 +20,7 @@ named piece in :mod:`fanout.steps` or :mod:`fanout.routes`, all sharing one
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -161,16 +162,18 @@ class FanOut:
         )  # fmt: skip
         plugins = self._recipe.options["plugins"]
         self.pipeline = check_name(pipeline, "pipeline")
+        _check_arguments(
+            self.pipeline, ledger, parallelism=parallelism, retries=retries,
+            backoff_s=backoff_s, probe_interval_s=probe_interval_s, share_tasks=share_tasks,
+        )  # fmt: skip
         if on_checkpoint_reset not in ("refuse", "new_epoch"):
             raise ConfigurationError(
                 f"pipeline {pipeline!r}: on_checkpoint_reset must be 'refuse' or 'new_epoch', "
                 f"not {on_checkpoint_reset!r}"
             )
         self.on_checkpoint_reset = on_checkpoint_reset
-        if parallelism is not None and parallelism < 1:
-            raise ConfigurationError(f"pipeline {pipeline!r}: parallelism must be >= 1")
         self.parallelism = parallelism
-        self.share_tasks = bool(share_tasks)
+        self.share_tasks = share_tasks
         self.pipeline_file = None if pipeline_file is None else command_location(pipeline_file)
         """The pipeline file, absolute, as the commands fanout prints name it."""
         self._layouts = RecentLayouts()  # each shared job's input, guessed for the next batch
@@ -190,8 +193,6 @@ class FanOut:
         self._admission = Admission(self.ledger, on_checkpoint_reset)
         self._record = Recorder(self.ledger, self.retry)
         self._context = ContextReader(self.pipeline, checkpoint_location)
-        if probe_interval_s <= 0:
-            raise ConfigurationError(f"pipeline {pipeline!r}: probe_interval_s must be > 0")
         self.spool = check_spool(self.pipeline, self.specs, spool, ledger_location(self.ledger))
         refuse_shared_tables(self.pipeline, self._table_roles())
         self._unopened: dict[str, tuple[SinkContext, BaseException]] = {}
@@ -238,6 +239,11 @@ class FanOut:
     def _build_sinks(
         self, registry: Any, configs: Sequence[Mapping[str, Any] | Sink | SinkSpec]
     ) -> dict[str, SinkSpec]:
+        if isinstance(configs, (Mapping, str, Sink, SinkSpec)):  # one sink, not a list
+            raise ConfigurationError(
+                f"pipeline {self.pipeline!r}: sinks must be a list of sinks (dicts or Sink "
+                f"instances), got one {type(configs).__name__}: write sinks=[...]"
+            )
         if not configs:
             raise ConfigurationError(f"pipeline {self.pipeline!r}: no sinks configured")
         types = registry.sink_types() if any(isinstance(c, Mapping) for c in configs) else {}
@@ -315,6 +321,12 @@ class FanOut:
                     extra=batch_fields(self.pipeline, sink=sink.name),
                 )
         return spark
+
+    @property
+    def unopened(self) -> tuple[str, ...]:
+        """The sinks (``on_failure="lag"``) whose ``open()`` could not reach their target:
+        they start behind, opened again by the catch-up."""
+        return tuple(self._unopened)
 
     def close(self) -> None:
         """Stop the catch-up and close every sink (call it when the query has stopped)."""
@@ -652,3 +664,43 @@ def _active_spark() -> Any:
     except ImportError:
         return None
     return SparkSession.getActiveSession()
+
+
+def _check_arguments(
+    pipeline: str, ledger: object, *, parallelism: object, retries: object, backoff_s: object,
+    probe_interval_s: object, share_tasks: object,
+) -> None:  # fmt: skip
+    """Refuse a keyword argument of :class:`FanOut` of the wrong type or out of its range,
+    naming it, its value and what it takes (a ``TypeError`` from a comparison deep inside
+    named none of them)."""
+    where = f"pipeline {pipeline!r}"
+    if isinstance(ledger, str) and not ledger.strip():
+        raise ConfigurationError(f"{where}: ledger must not be empty: give the ledger's path")
+    if not isinstance(ledger, str) and not hasattr(ledger, "mark_committed"):
+        raise ConfigurationError(
+            f"{where}: ledger must be the ledger's path (a str) or a fanout Ledger, got {ledger!r}"
+        )
+    if parallelism is not None:
+        _check_number(where, "parallelism", parallelism, 1, integer=True)
+    _check_number(where, "retries", retries, 0, integer=True)
+    _check_number(where, "backoff_s", backoff_s, 0)
+    _check_number(where, "probe_interval_s", probe_interval_s, 0, above=True)
+    if not isinstance(share_tasks, bool):
+        raise ConfigurationError(f"{where}: share_tasks must be True or False, got {share_tasks!r}")
+
+
+def _check_number(
+    where: str, name: str, value: object, least: float, *, integer: bool = False,
+    above: bool = False,
+) -> None:  # fmt: skip
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    wanted = "an integer" if integer else "a number"
+    bound = f"> {least:g}" if above else f">= {least:g}"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not isinstance(value, kinds)
+    ):
+        raise ConfigurationError(f"{where}: {name} must be {wanted} {bound}, got {value!r}")
+    if not math.isfinite(value) or value < least or (above and value == least):
+        raise ConfigurationError(f"{where}: {name} must be {wanted} {bound}, got {value!r}")

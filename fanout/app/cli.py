@@ -26,6 +26,7 @@ from fanout.version import __version__
 
 if TYPE_CHECKING:
     from fanout.hooks.registry import Registry
+    from fanout.ledger.delta import DeltaLedger
     from fanout.spool.table import Spool
 
 EXIT_BROKEN_PIPE = 128 + 13
@@ -157,6 +158,8 @@ class _SkipTarget:
     backfill_from: str | None
     config: str | None = None
     notes: tuple[str, ...] = ()
+    sinks: tuple[str, ...] = ()
+    """The sinks ``config`` names (none without ``--config``)."""
 
 
 def _same_location(a: str, b: str) -> bool:
@@ -237,11 +240,30 @@ def _skip_target(args: argparse.Namespace) -> _SkipTarget:
             "give the pipeline's own file"
         )
     options = next((s for s in config.sinks if s["name"] == args.sink), None)
+    named = tuple(str(s["name"]) for s in config.sinks)
     if options is None:
         notes.append(f"sink {args.sink!r} is not in {file}: it has no backfill source to check")
-        return _SkipTarget(ledger, pipeline, spool, None, file, tuple(notes))
+        return _SkipTarget(ledger, pipeline, spool, None, file, tuple(notes), named)
     origin = lag_policy(args.sink, options).backfill_from
-    return _SkipTarget(ledger, pipeline, spool, origin, file, tuple(notes))
+    return _SkipTarget(ledger, pipeline, spool, origin, file, tuple(notes), named)
+
+
+def _refuse_unknown_sink(ledger: DeltaLedger, target: _SkipTarget, sink: str) -> None:
+    """Refuse a ``--sink`` that neither the ``--config`` file nor the ledger knows (a
+    misspelt name): the skip would record marks for a sink that never was. Without
+    ``--config`` a sink the ledger holds no row of may be real (a new ``backfill_from``
+    sink waiting at a batch its source cannot give back has written nothing yet)."""
+    if target.config is None or sink in target.sinks:
+        return
+    rows = ledger.read(target.pipeline).select(["sink", "status"]).to_pylist()
+    known = sorted({str(row["sink"]) for row in rows if row["status"] != "epoch"})
+    if sink in known:
+        return
+    raise ConfigurationError(
+        f"--sink {sink}: no sink of that name in {target.config} ({', '.join(target.sinks)}) "
+        f"nor in the ledger's pipeline {target.pipeline!r} ({', '.join(known) or 'none'}); "
+        "check the name"
+    )
 
 
 def cmd_skip(args: argparse.Namespace) -> int:
@@ -252,6 +274,7 @@ def cmd_skip(args: argparse.Namespace) -> int:
     target = _skip_target(args)
     ledger = DeltaLedger(target.ledger)
     ledger.open()
+    _refuse_unknown_sink(ledger, target, args.sink)
     named = "--spool" if args.spool is not None else f"pipeline.spool of {target.config}"
     spool = None if target.spool is None else _existing_spool(target.spool, target.pipeline, named)
     done = skip_batches(
@@ -306,12 +329,10 @@ def _print_backfill(where: str, target: _SkipTarget, given_up: tuple[int, ...]) 
 def _existing_spool(path: str, pipeline: str, named: str = "--spool") -> Spool:
     """The spool at ``path``, opened; a :class:`fanout.ConfigurationError` when there is
     none (a mistyped path must not pass for an empty spool)."""
-    from fanout.delta_tables.io import open_table
-    from fanout.spool.table import Spool
+    from fanout.spool.table import Spool, existing_index
 
+    existing_index(path, pipeline, named=named)
     spool = Spool(path, pipeline)
-    if open_table(spool.index_path) is None:
-        raise ConfigurationError(f"{named} {path}: no spool there (no {spool.index_path} table)")
     spool.open()
     return spool
 
@@ -372,6 +393,13 @@ def _seconds(text: str) -> float:
     value = float(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more seconds, not {text!r}")
+    return value
+
+
+def _hours(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more hours, not {text!r}")
     return value
 
 
@@ -467,7 +495,7 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     maintain.add_argument("--ledger", required=True, help="the ledger's Delta table path")
     maintain.add_argument(
         "--retention-hours",
-        type=int,
+        type=_hours,
         default=168,
         help="vacuum files unreferenced for longer than this (default 168)",
     )

@@ -21,6 +21,7 @@ from typing import Any, Literal, TextIO
 
 from fanout.app.config import PipelineConfig
 from fanout.contract.sink import SinkContext
+from fanout.delta_tables.io import one_line
 from fanout.errors import ConfigurationError
 
 
@@ -70,7 +71,7 @@ def _check(checks: list[Check], what: str, step: Callable[[], Any]) -> Any:
         result = step()
     except Exception as exc:
         text = str(exc).strip()
-        checks.append(Check(what, text.splitlines()[0] if text else type(exc).__name__))
+        checks.append(Check(what, one_line(text) if text else type(exc).__name__))
         return None
     checks.append(Check(what))
     return result
@@ -217,12 +218,13 @@ def _sink_checks(
                             resolve)  # fmt: skip
         if routed is not None:
             _check(checks, f"sink {name}: target takes the routed schema",
-                   lambda: sink.check_schema(_arrow_schema(routed.schema)))  # fmt: skip
+                   lambda: sink.check_schema(arrow_schema(routed.schema)))  # fmt: skip
     sink.close()
     return spec
 
 
-def _arrow_schema(schema: Any) -> Any:
+def arrow_schema(schema: Any) -> Any:
+    """The Arrow schema of a Spark schema, as a batch hands it to ``Sink.check_schema``."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(schema, timezone="UTC")

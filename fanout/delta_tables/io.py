@@ -36,6 +36,11 @@ COMMIT_ATTEMPTS = 3
 """How often a check-then-write runs again after losing a commit race before giving up
 (the caller then reports the conflict as transient)."""
 
+_A_FILE = (
+    "it is a file, not a directory: a Delta table is a directory; give the table's "
+    "directory, or a path where nothing is yet to create one there"
+)
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import CommitProperties, DeltaTable
@@ -47,6 +52,9 @@ def unusable_location(
     environ: Mapping[str, str] | None = None,
 ) -> str | None:
     """Why delta-rs cannot keep a table at ``path`` for fanout, or ``None``.
+
+    A local path that is a file: a Delta table is a directory (delta-rs says the path
+    "does not exist").
 
     A local path holding a percent escape (``/data/a%41b``; in a ``file:`` URL, an escaped
     ``%``: ``file:/data/a%2541b``): delta-rs (1.x) creates the directory as named, then
@@ -60,6 +68,8 @@ def unusable_location(
     local = local_path(path)
     if local is None:
         return unsafe_commits(storage_options, environ)
+    if os.path.exists(local) and not os.path.isdir(local):
+        return _A_FILE
     found = _PERCENT_ESCAPE.search(local)
     if found is None:
         return None
@@ -104,14 +114,31 @@ def refuse_unusable_location(
 
 
 def open_table(path: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable | None:
-    """Open the Delta table at ``path``, or return ``None`` when there is none yet."""
+    """Open the Delta table at ``path``, or return ``None`` when there is none yet;
+    a :class:`fanout.ConfigurationError` when ``path`` is a local file."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    local = local_path(path)
+    if local is not None and os.path.exists(local) and not os.path.isdir(local):
+        raise ConfigurationError(f"{path}: {_A_FILE}")
     try:
         return DeltaTable(path, storage_options=dict(storage_options or {}) or None)
     except TableNotFoundError:
         return None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CAUSE = "\u21b3"  # the arrow delta-rs starts each line of an error's cause chain with
+
+
+def one_line(text: str) -> str:
+    """An error's first line, with the cause chain delta-rs writes on the lines after it
+    (``Kernel error -> Generic S3 error`` / ``↳ ... Connection refused``), colours removed:
+    the first line alone hides why (a refused connection, credentials not found)."""
+    lines = _ANSI.sub("", text).strip().splitlines() or [""]
+    causes = [line.strip()[1:].strip() for line in lines[1:] if line.strip().startswith(_CAUSE)]
+    return " -> ".join([lines[0].strip(), *[cause for cause in causes if cause]])
 
 
 Filter = tuple[str, str, Any]

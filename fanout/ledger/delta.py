@@ -27,6 +27,7 @@ from fanout.delta_tables.io import (
     Filter,
     commit_properties,
     is_commit_conflict,
+    one_line,
     open_table,
     read_arrow,
     refuse_unusable_location,
@@ -38,7 +39,7 @@ from fanout.delta_tables.retention import (
     check_ledger_retention,
     parse_interval,
 )
-from fanout.errors import CheckpointResetError, CompactionError, LedgerError
+from fanout.errors import CheckpointResetError, CompactionError, FanoutError, LedgerError
 from fanout.ledger.entry import (
     MARK_HOLD,
     LedgerEntry,
@@ -159,7 +160,7 @@ class DeltaLedger:
         would create or change, as "would ..." texts (empty: nothing); raises as
         :meth:`open` does for a location or a table it would refuse."""
         refuse_unusable_location(self.path, f"ledger at {self.path}", self.storage_options)
-        table = open_table(self.path, self.storage_options)
+        table = _open_ledger(self.path, self.storage_options)
         if table is None:
             return ["create the ledger table"]
         _check_is_ledger(table, self.path)
@@ -171,7 +172,7 @@ class DeltaLedger:
     def _load_or_create(self) -> DeltaTable:
         from deltalake import DeltaTable
 
-        table = open_table(self.path, self.storage_options)
+        table = _open_ledger(self.path, self.storage_options)
         if table is not None:
             _check_is_ledger(table, self.path)
             return table
@@ -190,7 +191,7 @@ class DeltaLedger:
                 storage_options=self.storage_options or None,
             )
         except Exception as exc:
-            table = open_table(self.path, self.storage_options)  # lost a creation race?
+            table = _open_ledger(self.path, self.storage_options)  # lost a creation race?
             if table is None:
                 raise LedgerError(f"cannot create the ledger at {self.path}: {exc}") from exc
             return table
@@ -223,7 +224,7 @@ class DeltaLedger:
 
     def _log_retention_set_meanwhile(self) -> bool:
         try:
-            table = open_table(self.path, self.storage_options)
+            table = _open_ledger(self.path, self.storage_options)
         except Exception:
             return False
         return table is not None and _keeps_a_log_retention(table)
@@ -236,7 +237,8 @@ class DeltaLedger:
         """The ledger table as loaded, brought to its latest version when ``refresh``
         (caller holds the lock)."""
         if self._table is None:
-            table = open_table(self.path, self.storage_options)
+            refuse_unusable_location(self.path, f"ledger at {self.path}", self.storage_options)
+            table = _open_ledger(self.path, self.storage_options)
             if table is None:
                 raise LedgerError(
                     f"no ledger at {self.path}: a FanOut creates it when it starts; check the path"
@@ -713,3 +715,19 @@ class _MarkRequest:
         if self._error is not None:
             raise self._error
         return self._written
+
+
+def _open_ledger(path: str, storage_options: Mapping[str, str] | None) -> DeltaTable | None:
+    """:func:`fanout.delta_tables.io.open_table` for the ledger: a store that cannot be
+    read (unreachable, credentials not found) is a :class:`fanout.LedgerError` naming the
+    ledger, not delta-rs' bare ``OSError``/``DeltaError`` (a traceback in ``fanout status``)."""
+    try:
+        return open_table(path, storage_options)
+    except FanoutError:
+        raise
+    except Exception as exc:
+        raise LedgerError(
+            f"cannot read the ledger at {path} (check the path, the store's credentials: "
+            "storage options or the environment delta-rs reads them from, and that it can be "
+            f"reached): {type(exc).__name__}: {one_line(str(exc))}"
+        ) from exc

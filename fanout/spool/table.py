@@ -39,7 +39,12 @@ from typing import TYPE_CHECKING, Any
 from fanout.contract.batch import BatchInfo, pipeline_scope
 from fanout.delta_tables.io import open_table, read_arrow
 from fanout.delta_tables.retention import LOG_RETENTION_PROPERTY, OWN_LOG_RETENTION
-from fanout.errors import CheckpointResetError, CheckpointRollbackError, SpoolError
+from fanout.errors import (
+    CheckpointResetError,
+    CheckpointRollbackError,
+    ConfigurationError,
+    SpoolError,
+)
 from fanout.spool.refusals import spool_reset_message, spool_rollback_message
 
 if TYPE_CHECKING:
@@ -629,28 +634,33 @@ def read_spooled(
 ) -> list[SpooledBatch]:
     """The batches the spool at ``path`` holds for ``pipeline``, read without creating or
     changing anything (for the commands that only look: ``fanout recover``). Raises
-    :class:`fanout.SpoolError` when ``path`` holds no index: every ``FanOut`` given a spool
-    creates it when it starts, so that is not the pipeline's spool (a mistyped path read
-    as an empty spool would count a lagging sink at its mark, not at its spooled batches)."""
+    :class:`fanout.ConfigurationError` when ``path`` holds no spool
+    (:func:`existing_index`)."""
     index = existing_index(path, pipeline, storage_options)
     rows = read_arrow(index, filters=[("pipeline", "=", pipeline)]).to_pylist()
     return batches_of_index(rows).get(pipeline, [])
 
 
 def existing_index(
-    path: str, pipeline: str | None, storage_options: Mapping[str, str] | None = None
+    path: str,
+    pipeline: str | None,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    named: str = "--spool",
 ) -> Any:
-    """The index table of the spool at ``path``, opened without creating anything; a
-    :class:`fanout.SpoolError` when there is none (see :func:`read_spooled`)."""
+    """The index table of the spool at ``path``, opened without creating anything. Raises
+    :class:`fanout.ConfigurationError` when there is none: every ``FanOut`` given a spool
+    creates it when it starts, so that is not the pipeline's spool, and a mistyped path
+    read as an empty spool hides the lagging sinks (``fanout status``) or counts them at
+    their marks, not at their spooled batches (``fanout recover``). ``named`` says where
+    the path came from."""
     index_path = Spool(path, pipeline or "").index_path
     index = open_table(index_path, storage_options)
     if index is None:
-        which = "" if pipeline is None else f" for pipeline {pipeline!r}"
-        raise SpoolError(
-            f"no spool at {path}: it holds no index ({index_path}), which a pipeline run "
-            "with a spool creates when it starts; check the path (the pipeline's "
-            "FanOut(spool=...), or pipeline.spool in its file), or leave --spool out"
-            f"{which} if it runs without one"
+        raise ConfigurationError(
+            f"{named} {path}: no spool there (no {index_path} table, which a pipeline run "
+            "with a spool creates when it starts); give the pipeline's spool "
+            "(pipeline.spool in its file, FanOut(spool=...)), or leave --spool out"
         )
     return index
 

@@ -141,9 +141,10 @@ def backfill_sources(pipeline: str, specs: Mapping[str, SinkSpec]) -> dict[str, 
             continue
         where = f"pipeline {pipeline!r}, sink {name!r}: backfill_from={origin!r}"
         if origin == name or origin not in specs:
+            others = ", ".join(n for n in specs if n != name)
             raise ConfigurationError(
-                f"{where} must name another sink of the pipeline (sinks: "
-                f"{', '.join(n for n in specs if n != name)})"
+                f"{where} must name another sink of the pipeline "
+                + (f"(its other sinks: {others})" if others else "(it has no other sink)")
             )
         if not specs[origin].route.is_identity:
             raise ConfigurationError(f"{where}: that sink has a where/select route, so it "

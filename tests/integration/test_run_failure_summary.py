@@ -65,3 +65,41 @@ def test_a_failed_run_ends_with_fanouts_own_message(tmp_path: Path) -> None:
     for line in lines:
         assert "Traceback" not in line and "raise BatchFailedError" not in line
         assert not line.lstrip().startswith("at org.apache")
+
+
+def test_a_route_or_key_the_source_lacks_stops_the_run_before_the_stream_starts(
+    tmp_path: Path,
+) -> None:
+    """`fanout validate` caught both; `fanout run` started the stream, made the checkpoint,
+    wrote bronze's batch 0 and then failed the two sinks at that batch (exit 1)."""
+    (tmp_path / "input").mkdir()
+    (tmp_path / "input" / "a.json").write_text(json.dumps({"order_id": 7, "amount": 1.0}))
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        PIPELINE.format(data=tmp_path).replace('keys = ["order_id"]', 'keys = ["orderid"]')
+        + f'\n[[sinks]]\ntype = "delta"\nname = "big"\npath = "{tmp_path}/big"\n'
+        'where = "amout > 10"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "fanout.app.cli", "run", str(config)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr[-3000:]
+    error = done.stderr[done.stderr.index("fanout: configuration error: ") :].splitlines()
+    assert error[0] == (
+        "fanout: configuration error: 2 sink(s) cannot take the source's rows; nothing "
+        f"started (`fanout validate {config}` runs every check):"
+    )
+    assert error[1] == (
+        "  - sink 'latest': option 'keys' names column(s) 'orderid' not in the batch (the "
+        "batch's columns: order_id, amount); fix the option or add the column(s) to the stream"
+    )
+    assert error[2] == (
+        "  - sink 'big': route where 'amout > 10' cannot be applied to the batch: "
+        "[UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or function parameter with "
+        "name `amout` cannot be resolved. Did you mean one of the following? [`amount`, "
+        "`order_id`]. SQLSTATE: 42703; line 1 pos 0;"
+    )
+    assert len(error) == 3
+    assert not (tmp_path / "checkpoint").exists()
+    assert not (tmp_path / "bronze").exists()

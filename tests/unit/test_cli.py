@@ -99,6 +99,24 @@ def test_ledger_maintain_compacts_and_keeps_lookups(
     assert table.transaction_version(txn_app_id("orders", "bronze")) == 2
 
 
+def test_a_negative_retention_is_refused_by_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """delta-rs' ValueError ("The retention periods should be positive.") went through as
+    a traceback, exit 1, after the compaction and the log checkpoint had run."""
+    _ledger(tmp_path / "ledger")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(
+            ["ledger", "maintain", "--ledger", str(tmp_path / "ledger"), "--retention-hours", "-1"]
+        )
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        "fanout ledger maintain: error: argument --retention-hours: must be 0 or more hours, "
+        "not '-1'\n"
+    )
+
+
 def test_configuration_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--batches", "2"]) == 2
     err = capsys.readouterr().err

@@ -149,3 +149,27 @@ def test_a_spool_on_an_unsafe_object_store_is_refused(
         "pipeline 'p': spool 's3://bucket/spool': the environment variable "
         "AWS_S3_ALLOW_UNSAFE_RENAME=true lets delta-rs"
     )
+
+
+A_FILE = (
+    "it is a file, not a directory: a Delta table is a directory; give the table's "
+    "directory, or a path where nothing is yet to create one there"
+)
+
+
+def test_a_ledger_sink_or_spool_path_that_is_a_file_is_refused_naming_it(tmp_path: Path) -> None:
+    # delta-rs said "Invalid table location: Path does not exist" (a DeltaError, not a
+    # FanoutError) for a path that exists: a file
+    file = tmp_path / "orders.csv"
+    file.write_text("id\n1\n")
+    bronze = {"type": "delta", "name": "bronze", "path": str(tmp_path / "bronze")}
+    with pytest.raises(ConfigurationError) as ledger:
+        FanOut("p", str(file), [bronze])
+    assert str(ledger.value) == f"ledger at {file}: {A_FILE}"
+    with pytest.raises(ConfigurationError) as sink:
+        FanOut("p", str(tmp_path / "ledger"), [{**bronze, "path": str(file)}])
+    assert str(sink.value) == f"Delta sink 'bronze': option 'path': {A_FILE}"
+    with pytest.raises(ConfigurationError) as spool:
+        FanOut("p", str(tmp_path / "ledger"), [{**bronze, "on_failure": "lag"}], spool=str(file))
+    assert str(spool.value) == f"pipeline 'p': spool {str(file)!r}: {A_FILE}"
+    assert file.read_text() == "id\n1\n"

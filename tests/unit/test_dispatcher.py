@@ -751,8 +751,48 @@ def test_invalid_pipeline_name(memory_ledger: MemoryLedger, name: Any) -> None:
 def test_no_sinks_and_bad_parallelism(memory_ledger: MemoryLedger) -> None:
     with pytest.raises(ConfigurationError, match=r"^pipeline 'orders': no sinks configured$"):
         make_fan(memory_ledger, [])
-    with pytest.raises(ConfigurationError, match=r"^pipeline 'orders': parallelism must be >= 1$"):
+    with pytest.raises(
+        ConfigurationError, match=r"^pipeline 'orders': parallelism must be an integer >= 1, got 0$"
+    ):
         make_fan(memory_ledger, [ScriptedSink("a")], parallelism=0)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"retries": "3"}, "retries must be an integer >= 0, got '3'"),
+        ({"retries": -1}, "retries must be an integer >= 0, got -1"),
+        ({"retries": True}, "retries must be an integer >= 0, got True"),
+        ({"backoff_s": "1s"}, "backoff_s must be a number >= 0, got '1s'"),
+        ({"backoff_s": float("nan")}, "backoff_s must be a number >= 0, got nan"),
+        ({"parallelism": "2"}, "parallelism must be an integer >= 1, got '2'"),
+        ({"probe_interval_s": 0}, "probe_interval_s must be a number > 0, got 0"),
+        ({"share_tasks": "false"}, "share_tasks must be True or False, got 'false'"),
+        ({"ledger": ""}, "ledger must not be empty: give the ledger's path"),
+        ({"ledger": None}, "ledger must be the ledger's path (a str) or a fanout Ledger, got None"),
+    ],
+)
+def test_fanout_arguments_of_a_wrong_type_or_range_are_named(
+    memory_ledger: MemoryLedger, arguments: dict[str, Any], message: str
+) -> None:
+    """A string where a number belongs raised a bare TypeError ("'<' not supported between
+    instances of 'str' and 'int'"), a negative retries a ValueError naming no option, a
+    ledger of None an AttributeError; share_tasks="false" was taken as True."""
+    ledger = arguments.pop("ledger", memory_ledger)
+    with pytest.raises(ConfigurationError) as raised:
+        FanOut("orders", ledger, [ScriptedSink("a")], **arguments)
+    assert str(raised.value) == f"pipeline 'orders': {message}"
+
+
+@pytest.mark.parametrize("one", [{"type": "delta", "name": "b", "path": "/x"}, "delta"])
+def test_one_sink_where_a_list_belongs_is_named(memory_ledger: MemoryLedger, one: Any) -> None:
+    """A dict was iterated as its keys: "a sink must be a dict ... got str"."""
+    with pytest.raises(ConfigurationError) as raised:
+        FanOut("orders", memory_ledger, one)
+    assert str(raised.value) == (
+        "pipeline 'orders': sinks must be a list of sinks (dicts or Sink instances), got one "
+        f"{type(one).__name__}: write sinks=[...]"
+    )
 
 
 def test_sink_dict_with_unknown_type(memory_ledger: MemoryLedger) -> None:

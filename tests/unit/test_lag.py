@@ -140,8 +140,18 @@ def test_past_max_lag_the_batch_drains_first_and_stops_when_the_sink_still_fails
 def test_lag_needs_a_spool_and_backfill_a_delta_sink(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="pass FanOut\\(spool=<path>\\)"):
         FanOut("p", MemoryLedger(), [ScriptedSink("a"), _spec(ScriptedSink("b"))])
-    with pytest.raises(ConfigurationError, match="must name another sink of the pipeline"):
+    with pytest.raises(ConfigurationError) as unknown:
         _fan(tmp_path, [ScriptedSink("a"), _spec(ScriptedSink("b"), backfill_from="c")])
+    assert str(unknown.value) == (
+        "pipeline 'lagged', sink 'b': backfill_from='c' must name another sink of the pipeline "
+        "(its other sinks: a)"
+    )
+    with pytest.raises(ConfigurationError) as alone:  # listed none: "(sinks: )"
+        _fan(tmp_path, [_spec(ScriptedSink("b"), backfill_from="a")])
+    assert str(alone.value) == (
+        "pipeline 'lagged', sink 'b': backfill_from='a' must name another sink of the pipeline "
+        "(it has no other sink)"
+    )
     with pytest.raises(ConfigurationError, match="a ScriptedSink cannot give back its batches"):
         _fan(tmp_path, [ScriptedSink("a"), _spec(ScriptedSink("b"), backfill_from="a")])
 

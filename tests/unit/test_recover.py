@@ -210,6 +210,18 @@ def test_a_lagging_sink_counts_at_its_settled_spooled_batch(
     out = capsys.readouterr().out.splitlines()
     assert out[3].startswith("Resume after batch 0 (sink 'pg' is furthest behind)")
     assert out[-1] == NO_SPOOL
+    # a mistyped --spool read as an empty spool: pg at its mark, and no note that the
+    # spool was not read (the resume point of a spool that holds pg's batch 1 instead)
+    typo = str(tmp_path / "spoool")
+    for command in (args, ["status", "--ledger", str(tmp_path / "ledger")]):
+        assert main([*command, "--spool", typo]) == 2
+        assert capsys.readouterr() == (
+            "",
+            f"fanout: configuration error: --spool {typo}: no spool there (no {typo}/index "
+            "table, which a pipeline run with a spool creates when it starts); give the "
+            "pipeline's spool (pipeline.spool in its file, FanOut(spool=...)), or leave "
+            "--spool out\n",
+        )
 
 
 def test_a_spool_path_holding_no_spool_is_refused_not_read_as_an_empty_spool(
@@ -226,14 +238,14 @@ def test_a_spool_path_holding_no_spool_is_refused_not_read_as_an_empty_spool(
     wrong = str(tmp_path / "spoool")
     args = ["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "orders"]
 
-    assert main([*args, "--spool", wrong]) == 1
+    assert main([*args, "--spool", wrong]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.splitlines() == [
-        f"fanout: SpoolError: no spool at {wrong}: it holds no index ({wrong}/index), which "
-        "a pipeline run with a spool creates when it starts; check the path (the "
-        "pipeline's FanOut(spool=...), or pipeline.spool in its file), or leave --spool out "
-        "for pipeline 'orders' if it runs without one"
+        f"fanout: configuration error: --spool {wrong}: no spool there (no {wrong}/index "
+        "table, which a pipeline run with a spool creates when it starts); give the "
+        "pipeline's spool (pipeline.spool in its file, FanOut(spool=...)), or leave --spool "
+        "out"
     ]
     assert not (tmp_path / "spoool").exists()  # only looked
 
@@ -250,15 +262,14 @@ def test_status_on_a_spool_path_holding_no_spool_fails_creating_nothing(
     wrong = str(tmp_path / "spoool")
     status = ["status", "--ledger", str(tmp_path / "ledger"), "--spool", wrong, *pipeline]
 
-    assert main(status) == 1
+    assert main(status) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    which = " for pipeline 'orders'" if pipeline else ""
     assert captured.err.splitlines() == [
-        f"fanout: SpoolError: no spool at {wrong}: it holds no index ({wrong}/index), which "
-        "a pipeline run with a spool creates when it starts; check the path (the "
-        "pipeline's FanOut(spool=...), or pipeline.spool in its file), or leave --spool out"
-        f"{which} if it runs without one"
+        f"fanout: configuration error: --spool {wrong}: no spool there (no {wrong}/index "
+        "table, which a pipeline run with a spool creates when it starts); give the "
+        "pipeline's spool (pipeline.spool in its file, FanOut(spool=...)), or leave --spool "
+        "out"
     ]
     assert not (tmp_path / "spoool").exists()
 

@@ -4,7 +4,7 @@ and the hooks/plugin contract, each as a strict expected failure until it is fix
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pytest
@@ -226,6 +226,9 @@ def test_finding2_sigterm_during_a_batch_that_fails_exits_0(
     made: dict[str, Any] = {}
 
     class _Fan:
+        specs: ClassVar[dict[str, Any]] = {}  # no sink: nothing to check before the start
+        unopened = ()
+
         def behind(self) -> list[Any]:
             return []
 

@@ -12,7 +12,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -166,6 +166,9 @@ def _fake_run(
     made: dict[str, Any] = {"closed": 0}
 
     class _Fan:
+        specs: ClassVar[dict[str, Any]] = {}  # no sink: nothing to check before the start
+        unopened = ()
+
         def behind(self) -> list[Any]:
             return []
 
@@ -279,6 +282,7 @@ _PROCESS = textwrap.dedent(
         def exception(self): return None
 
     class Fan:
+        specs, unopened = {}, ()
         def behind(self): return []
         def start_catch_up(self, query): return None
         def close(self): raise AssertionError("closed while its batch runs")

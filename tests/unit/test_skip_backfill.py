@@ -297,3 +297,24 @@ def test_the_printed_skip_runs_from_another_directory_with_a_relative_pipeline_f
     )
     assert DeltaLedger(str(run_dir / "ledger")).last_committed("gap", ["pg"]) == {"pg": 4}
     assert not (elsewhere / "ledger").exists()
+
+
+def test_skip_with_config_refuses_a_sink_neither_the_file_nor_the_ledger_knows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt --sink recorded marks for a sink that never was (exit 0), which
+    `fanout status` then listed beside the real ones."""
+    path = str(tmp_path / "ledger")
+    _lake_holds_2_and_3(path)
+    capsys.readouterr()
+    config = _config(tmp_path, path, backfill=False)
+    assert main(["ledger", "skip", "--config", config, "--sink", "gd", "--through", "3"]) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"fanout: configuration error: --sink gd: no sink of that name in {config} (lake, pg) "
+        "nor in the ledger's pipeline 'gap' (good, lake, pg); check the name\n",
+    )
+    ledger = DeltaLedger(path)
+    assert ledger.last_committed("gap", ["gd", "good", "lake", "pg"]) == {
+        "gd": None, "good": 3, "lake": 3, "pg": 0,
+    }  # fmt: skip

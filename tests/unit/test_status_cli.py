@@ -213,3 +213,56 @@ def test_a_fanout_pointed_at_a_table_that_is_not_a_ledger_refuses_to_open(
         "'pipeline', 'sink' \\(its columns: 'id', 'status'\\)",
     ):
         DeltaLedger(path).open()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status"],
+        ["recover", "--pipeline", "orders"],
+        ["ledger", "maintain"],
+        ["ledger", "skip", "--pipeline", "orders", "--sink", "pg", "--through", "1"],
+    ],
+)
+def test_a_ledger_path_that_is_a_file_is_a_configuration_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    file = tmp_path / "ledger.txt"
+    file.write_text("not a table\n")
+    assert main([*command, "--ledger", str(file)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"fanout: configuration error: ledger at {file}: it is a file, not a directory: a "
+        "Delta table is a directory; give the table's directory, or a path where nothing is "
+        "yet to create one there\n"
+    )
+    assert captured.out == ""
+
+
+def test_a_ledger_in_a_store_that_cannot_be_reached_is_a_ledger_error_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delta-rs' OSError went through (a traceback), and its cause chain was on lines
+    after the first, in terminal colours."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed once the block ends: nothing listens
+    for name, value in {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "not-a-secret-here",
+        "AWS_REGION": "us-east-1",
+    }.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    assert main(["status", "--ledger", "s3://lake/_fanout/ledger"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(
+        "fanout: LedgerError: cannot read the ledger at s3://lake/_fanout/ledger (check the "
+        "path, the store's credentials: storage options or the environment delta-rs reads "
+        "them from, and that it can be reached): OSError: Kernel error -> Generic S3 error -> "
+        f"Error performing GET http://127.0.0.1:{port}/lake/_fanout/ledger/_delta_log/"
+    )
+    assert captured.err.endswith(" -> Connection refused (os error 111)\n")
+    assert captured.err.count("\n") == 1 and "\x1b" not in captured.err

@@ -210,3 +210,37 @@ def test_validate_refuses_a_spool_holding_batches_of_a_sink_that_no_longer_lags(
     assert checklist.checks[-1].line() == (
         f"  OK    spool {tmp_path}/spool: holds no batch for a sink that no longer lags"
     )
+
+
+def test_a_failed_check_keeps_the_cause_chain_delta_rs_writes_after_its_first_line() -> None:
+    """delta-rs puts why on the lines after the first (each started by a coloured arrow):
+    the checklist, one line a check, said only "Kernel error -> Generic S3 error"."""
+    from fanout.app.validate import Check, _check
+
+    delta_rs = (
+        "Delta sink 'bronze': cannot open the Delta table at 's3://b/t': Kernel error -> "
+        "Generic S3 error\n          \x1b[31m\u21b3\x1b[0m Error performing GET "
+        "http://127.0.0.1:1/b/t/_delta_log/_last_checkpoint\n           \x1b[31m\u21b3\x1b[0m "
+        "tcp connect error\n            \x1b[31m\u21b3\x1b[0m Connection refused (os error 111)\n"
+    )
+    spark = (
+        "[UNRESOLVED_COLUMN] A column `amout` cannot be resolved. Did you mean `amount`?\n== SQL =="
+    )
+
+    def fails(text: str) -> Any:
+        def step() -> None:
+            raise ConfigurationError(text)
+
+        return step
+
+    checks: list[Check] = []
+    _check(checks, "sink bronze: opens its target", fails(delta_rs))
+    _check(checks, "sink paid: route", fails(spark))
+    assert [c.line() for c in checks] == [
+        "  FAIL  sink bronze: opens its target: Delta sink 'bronze': cannot open the Delta "
+        "table at 's3://b/t': Kernel error -> Generic S3 error -> Error performing GET "
+        "http://127.0.0.1:1/b/t/_delta_log/_last_checkpoint -> tcp connect error -> "
+        "Connection refused (os error 111)",
+        "  FAIL  sink paid: route: [UNRESOLVED_COLUMN] A column `amout` cannot be resolved. "
+        "Did you mean `amount`?",
+    ]

@@ -133,6 +133,13 @@ class DeltaSink(Sink):
         self.partition_by = _as_list(partition_by)
         self.merge_schema = merge_schema
         self.compact_every = compact_every
+        for option, value in (("storage_options", storage_options),
+                              ("configuration", configuration)):  # fmt: skip
+            if value is not None and not isinstance(value, Mapping):
+                raise ConfigurationError(
+                    f"Delta sink {name!r}: option {option!r} must be a mapping of names to "
+                    f"values, got {type(value).__name__}"
+                )
         self.storage_options = dict(storage_options) if storage_options else None
         self.configuration = dict(configuration) if configuration else None
         self.dead_letter = dead_letter

@@ -792,3 +792,15 @@ def test_compact_every_takes_back_a_compaction_another_program_made_first(
     assert len(DeltaTable(path).file_uris()) == 1  # the other program's compacted file
     assert "raced another compaction" in caplog.text and "taken back" in caplog.text
     assert DeltaTable(path).transaction_version(APP_ID) == 2
+
+
+@pytest.mark.parametrize("option", ["storage_options", "configuration"])
+def test_a_mapping_option_given_as_a_string_is_named(option: str, tmp_path: Path) -> None:
+    """dict() raised a bare ValueError ("dictionary update sequence element #0 has length
+    1; 2 is required"), naming neither the sink nor the option."""
+
+    with pytest.raises(ConfigurationError) as caught:
+        DeltaSink("d", path=str(tmp_path / "t"), **{option: "AWS_REGION=eu-west-1"})
+    assert str(caught.value) == (
+        f"Delta sink 'd': option {option!r} must be a mapping of names to values, got str"
+    )

@@ -4,6 +4,7 @@ the record size limit, and the broker's transaction timeout ceiling."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,30 @@ from fanout.errors import ConfigurationError
 from fanout_kafka.options import TopicSpec, connection_settings
 
 log = logging.getLogger("fanout_kafka")
+
+
+class OnceLogger:
+    """Hands each distinct librdkafka log line to ``logger`` once. Brokers out of reach
+    make librdkafka log every reconnect attempt (about 20 lines a second for one broker
+    down), which buried the one error :meth:`Cluster.connect` raises, naming them all."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
+        self._seen: set[tuple[int, str]] = set()
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        """What librdkafka calls (``logging.Logger.log``'s signature)."""
+        text = msg % args if args else msg
+        key = (level, _without_timings(text))
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self._logger.log(level, "%s", text)
+
+
+def _without_timings(text: str) -> str:
+    """A librdkafka line less what differs between repeats of one event (``after 0ms``)."""
+    return re.sub(r"\d+ms", "Nms", text)
 
 
 class Cluster:
@@ -39,7 +64,7 @@ class Cluster:
             **connection_settings(producer),
             "bootstrap.servers": bootstrap_servers,
             "error_cb": lambda err: errors.append(err.str()),
-            "logger": logging.getLogger("fanout_kafka.librdkafka"),
+            "logger": OnceLogger(logging.getLogger("fanout_kafka.librdkafka")),
         }
         self.admin = AdminClient(config)
         self.topics: dict[str, Any] = {}

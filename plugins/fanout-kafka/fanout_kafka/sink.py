@@ -167,6 +167,11 @@ class KafkaSink(PartitionedSink):
         self.key = key
         self.value = value
         self.headers = headers
+        if producer is not None and not isinstance(producer, Mapping):
+            raise ConfigurationError(
+                f"Kafka sink {name!r}: option 'producer' must be a mapping of librdkafka "
+                f"settings ({{'linger.ms': 20, ...}}), got {type(producer).__name__}"
+            )
         self.producer = dict(producer or {})
         self.transactional_id_prefix = transactional_id_prefix
         self.marker_topic = marker_topic

@@ -183,6 +183,21 @@ def test_unreachable_broker_fails_open_within_the_timeout() -> None:
     )
 
 
+def test_an_unreachable_broker_is_logged_once_not_at_every_reconnect(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """librdkafka logged each reconnect attempt of the open check at ERROR (about 20 lines
+    a second: ~190 for the default 10 s), burying the one error open() raises."""
+    bootstrap = f"127.0.0.1:{free_port()}"
+    sink = KafkaSink("events", bootstrap_servers=bootstrap, topic="t", open_timeout_s=3)
+    with caplog.at_level("DEBUG", logger="fanout_kafka.librdkafka"):
+        with pytest.raises(ConfigurationError):
+            sink.open(SinkContext("p"))
+    lines = [r.getMessage() for r in caplog.records if r.name == "fanout_kafka.librdkafka"]
+    assert len(lines) == 1
+    assert f"Connect to ipv4#{bootstrap} failed: Connection refused" in lines[0]
+
+
 def test_embedded_broker_starts_on_a_free_port_and_stops() -> None:
     broker = EmbeddedKafka()
     bootstrap = broker.start()

@@ -48,6 +48,18 @@ def test_settings_that_break_transactions_are_rejected_with_the_reason(
     assert reason in str(caught.value)
 
 
+@pytest.mark.parametrize("producer", ["linger.ms=20", ["linger.ms", 20]])
+def test_a_producer_that_is_not_a_mapping_is_named(producer: object) -> None:
+    """dict(producer) raised a bare ValueError ("dictionary update sequence element #0 has
+    length 1; 2 is required"), naming neither the sink nor the option."""
+    with pytest.raises(ConfigurationError) as caught:
+        KafkaSink("k", bootstrap_servers="h:1", topic="t", producer=producer)  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        "Kafka sink 'k': option 'producer' must be a mapping of librdkafka settings "
+        f"({{'linger.ms': 20, ...}}), got {type(producer).__name__}"
+    )
+
+
 def test_passthrough_settings_are_kept() -> None:
     settings = {"acks": "all", "linger.ms": 20, "compression.type": "zstd", "sasl.password": "pw"}
     assert check_producer_settings("k", settings) == settings

@@ -160,6 +160,11 @@ class PostgresSink(PartitionedSink):
         self.migrate = migrate
         self.state_schema = state_schema
         self.batch_schema = batch_schema
+        if settings is not None and not isinstance(settings, Mapping):
+            raise ConfigurationError(
+                f"postgres sink {name!r}: option 'settings' must be a mapping of PostgreSQL "
+                f"settings ({{'statement_timeout': '5min'}}), got {type(settings).__name__}"
+            )
         self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
         self.connection_idle_s = connection_idle_s
         self._url: Any = None
@@ -223,9 +228,13 @@ class PostgresSink(PartitionedSink):
         except Exception as exc:
             if self.is_transient(exc):  # unreachable, not misconfigured
                 raise SinkUnreachableError(
-                    f"cannot open: {self._clean(exc)}", sink=self.name
+                    f"cannot open: {self._clean(exc, one_line=True)}; {UNREACHABLE_HINT}",
+                    sink=self.name,
                 ) from None
-            raise self._error(f"cannot open: {self._clean(exc)}") from None
+            said = self._clean(exc, one_line=True)
+            if _refused_login(exc):
+                said = f"{said}; {REFUSED_HINT}"
+            raise self._error(f"cannot open: {said}") from None
         logger.info(
             "sink %r: PostgreSQL %s into %s at %s (%d partitions%s)",
             self.name,
@@ -466,9 +475,11 @@ class PostgresSink(PartitionedSink):
         where = f" (table {self._table})" if self._table is not None else ""
         return ConfigurationError(f"postgres sink {self.name!r}{where}: {message}")
 
-    def _clean(self, exc: BaseException) -> str:
+    def _clean(self, exc: BaseException, *, one_line: bool = False) -> str:
         text = f"{type(exc).__name__}: {str(exc).strip()}"
         text = text.split("\n(Background on this error")[0]
+        if one_line:  # libpq's hint is a second line, which `fanout validate` leaves out
+            text = " ".join(line.strip() for line in text.splitlines() if line.strip())
         return redact(text, self.secret_values())
 
     def _check_options(self) -> None:
@@ -724,6 +735,24 @@ def _shape(conn: Any, table: TableName) -> list[tuple[Any, ...]]:
         {"table": table.quoted()},
     )
     return [tuple(row) for row in rows]
+
+
+UNREACHABLE_HINT = (
+    "check the host and port in option 'url', and that the server runs and accepts "
+    "connections from this machine"
+)
+REFUSED_HINT = (
+    "the server refused the connection: check the user, password and database in option "
+    "'url' (a password from ${VAR} is read from the environment), and the server's "
+    "pg_hba.conf"
+)
+
+
+def _refused_login(error: BaseException) -> bool:
+    from fanout_postgres.sqlstate import refused_login
+
+    cause = getattr(error, "orig", None) or error
+    return refused_login(cause) and getattr(cause, "pgcode", None) is None
 
 
 _UNIQUE_INDEXES = (

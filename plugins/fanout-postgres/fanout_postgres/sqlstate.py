@@ -53,8 +53,22 @@ def classify(error: BaseException) -> str:
     if code and code[:2] in ("22", "23"):
         return "data"
     if isinstance(error, (psycopg2.OperationalError, psycopg2.InterfaceError)) and not code:
-        return "fatal" if "authentication failed" in str(error) else "transient"
+        return "fatal" if refused_login(error) else "transient"
     return "fatal"
+
+
+_REFUSED_LOGIN = re.compile(
+    r'authentication failed|(database|role) ".*" does not exist|no pg_hba\.conf entry'
+)
+"""A connection the server answered and refused for its ``url`` (a wrong password, a
+database or role that does not exist, a host ``pg_hba.conf`` does not admit): psycopg2
+gives these no SQLSTATE, and no later attempt succeeds until the configuration changes."""
+
+
+def refused_login(error: BaseException) -> bool:
+    """Whether ``error`` (a connection error without SQLSTATE) is the server refusing the
+    ``url``'s credentials or database, not a server out of reach."""
+    return _REFUSED_LOGIN.search(str(error)) is not None
 
 
 _COPY_LINE = re.compile(r"^COPY .*?, line (\d+)(?:, column (.*))?", re.M)

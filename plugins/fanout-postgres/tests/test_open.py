@@ -220,3 +220,59 @@ def test_a_table_with_insert_or_update_rules_is_refused_at_open(pg_url: str) -> 
         )
     execute(pg_url, "DROP RULE ev_audit ON ev", 'DROP RULE "Ev keep" ON ev')
     _open(pg_url, table="ev")  # an ON DELETE rule: the sink deletes nothing
+
+
+def test_a_database_or_role_that_does_not_exist_is_a_configuration_error_not_unreachable(
+    pg_server: Any, tmp_path: Any
+) -> None:
+    """The server refusing the url's database or role was taken for a server out of reach
+    (transient): a lag sink started behind and retried for ever instead of failing at
+    FanOut(...), and nothing said to check the url."""
+    from sqlalchemy.engine import make_url
+
+    from fanout import FanOut
+    from fanout.errors import SinkUnreachableError
+    from fanout.ledger.memory import MemoryLedger
+
+    no_db = pg_server.url_for("no_such_db")
+    no_role = make_url(pg_server.url_for("postgres")).set(username="no_such_role")
+    hint = (
+        "; the server refused the connection: check the user, password and database in "
+        "option 'url' (a password from ${VAR} is read from the environment), and the "
+        "server's pg_hba.conf"
+    )
+    for url, refusal in [
+        (no_db, 'FATAL:  database "no_such_db" does not exist'),
+        (
+            no_role.render_as_string(hide_password=False),
+            'FATAL:  role "no_such_role" does not exist',
+        ),
+    ]:
+        with pytest.raises(ConfigurationError) as caught:
+            _open(url, table="orders")
+        assert not isinstance(caught.value, SinkUnreachableError)
+        message = str(caught.value)
+        assert message.startswith(
+            "postgres sink 'pg' (table orders): cannot open: OperationalError: "
+            "(psycopg2.OperationalError) connection to server on socket "
+        )
+        assert message.endswith(f"failed: {refusal}{hint}")
+    lagging = {"type": "postgres", "name": "pg", "url": no_db, "table": "orders",
+               "on_failure": "lag"}  # fmt: skip
+    with pytest.raises(ConfigurationError) as built:
+        FanOut("p", MemoryLedger(), [lagging], spool=str(tmp_path / "spool"))
+    assert not isinstance(built.value, SinkUnreachableError)
+    assert str(built.value).endswith(f'failed: FATAL:  database "no_such_db" does not exist{hint}')
+
+
+def test_a_server_out_of_reach_is_named_on_one_line_with_what_to_check() -> None:
+    from fanout.errors import SinkUnreachableError
+
+    with pytest.raises(SinkUnreachableError) as caught:
+        _open("postgresql+psycopg2://app:s3cret-pw@127.0.0.1:1/shop", table="orders")
+    assert str(caught.value) == (
+        "sink 'pg': cannot open: OperationalError: (psycopg2.OperationalError) connection to "
+        'server at "127.0.0.1", port 1 failed: Connection refused Is the server running on '
+        "that host and accepting TCP/IP connections?; check the host and port in option "
+        "'url', and that the server runs and accepts connections from this machine"
+    )

@@ -176,3 +176,13 @@ def test_connection_losses_retry_but_bad_passwords_do_not() -> None:
     assert sink.is_transient(psycopg2.OperationalError("server closed the connection"))
     assert not sink.is_transient(psycopg2.OperationalError("password authentication failed"))
     assert sink.is_transient(TransientSinkError("x", sink="pg"))
+
+
+def test_settings_given_as_a_string_are_named() -> None:
+    """dict() raised a bare ValueError, naming neither the sink nor the option."""
+    with pytest.raises(ConfigurationError) as caught:
+        PostgresSink("pg", url="postgresql://h/db", table="t", settings="statement_timeout=5min")  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        "postgres sink 'pg': option 'settings' must be a mapping of PostgreSQL settings "
+        "({'statement_timeout': '5min'}), got str"
+    )
