@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -88,7 +89,8 @@ class FanOut:
 
     :param pipeline: a stable name; part of every sink's transaction id. Changing it makes
         every sink start afresh.
-    :param ledger: the ledger's Delta table path (or a :class:`fanout.ledger.entry.Ledger`).
+    :param ledger: the ledger's Delta table path (a ``str`` or a ``pathlib.Path``), or a
+        :class:`fanout.ledger.entry.Ledger`.
     :param sinks: sink configurations (``{"type": ..., "name": ..., **options}``),
         :class:`fanout.Sink` instances, or :class:`fanout.sink_spec.SinkSpec`; names must be
         unique. A dict may also hold ``where`` (SQL predicate), ``select`` (columns or SQL
@@ -137,7 +139,7 @@ class FanOut:
     def __init__(
         self,
         pipeline: str,
-        ledger: str | Ledger,
+        ledger: str | os.PathLike[str] | Ledger,
         sinks: Sequence[Mapping[str, Any] | Sink | SinkSpec],
         *,
         parallelism: int | None = None,
@@ -147,11 +149,13 @@ class FanOut:
         checkpoint_location: str | None = None,
         spark: Any = None,
         on_checkpoint_reset: Literal["refuse", "new_epoch"] = "refuse",
-        spool: str | None = None,
+        spool: str | os.PathLike[str] | None = None,
         probe_interval_s: float = 10.0,
         share_tasks: bool = True,
         pipeline_file: str | None = None,
     ) -> None:
+        ledger = os.fspath(ledger) if isinstance(ledger, os.PathLike) else ledger
+        spool = os.fspath(spool) if isinstance(spool, os.PathLike) else spool
         self._recipe = Recipe.of(
             pipeline, ledger, sinks,
             dict(parallelism=parallelism, retries=retries, backoff_s=backoff_s,
@@ -678,7 +682,7 @@ def _check_arguments(
         raise ConfigurationError(f"{where}: ledger must not be empty: give the ledger's path")
     if not isinstance(ledger, str) and not hasattr(ledger, "mark_committed"):
         raise ConfigurationError(
-            f"{where}: ledger must be the ledger's path (a str) or a fanout Ledger, got {ledger!r}"
+            f"{where}: ledger must be the ledger's path or a fanout Ledger, got {ledger!r}"
         )
     if parallelism is not None:
         _check_number(where, "parallelism", parallelism, 1, integer=True)

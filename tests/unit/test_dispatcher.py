@@ -769,7 +769,7 @@ def test_no_sinks_and_bad_parallelism(memory_ledger: MemoryLedger) -> None:
         ({"probe_interval_s": 0}, "probe_interval_s must be a number > 0, got 0"),
         ({"share_tasks": "false"}, "share_tasks must be True or False, got 'false'"),
         ({"ledger": ""}, "ledger must not be empty: give the ledger's path"),
-        ({"ledger": None}, "ledger must be the ledger's path (a str) or a fanout Ledger, got None"),
+        ({"ledger": None}, "ledger must be the ledger's path or a fanout Ledger, got None"),
     ],
 )
 def test_fanout_arguments_of_a_wrong_type_or_range_are_named(
@@ -782,6 +782,20 @@ def test_fanout_arguments_of_a_wrong_type_or_range_are_named(
     with pytest.raises(ConfigurationError) as raised:
         FanOut("orders", ledger, [ScriptedSink("a")], **arguments)
     assert str(raised.value) == f"pipeline 'orders': {message}"
+
+
+def test_the_ledger_and_the_spool_may_be_paths(tmp_path: Path) -> None:
+    """A ``pathlib.Path`` is what a data engineer has at hand: it was kept as the ledger
+    object itself and failed at the first batch (no ``mark_committed``)."""
+    fan = FanOut("orders", tmp_path / "ledger", [ScriptedSink("a")], spool=tmp_path / "spool")
+    try:
+        assert isinstance(fan.ledger, DeltaLedger)
+        assert fan.ledger.path == str(tmp_path / "ledger")
+        assert fan.spool is None or fan.spool.path == str(tmp_path / "spool")
+        fan.process(FakeFrame(), BatchInfo("orders", 0, "q"))
+        assert fan.ledger.last_committed("orders", ["a"]) == {"a": 0}
+    finally:
+        fan.close()
 
 
 @pytest.mark.parametrize("one", [{"type": "delta", "name": "b", "path": "/x"}, "delta"])
