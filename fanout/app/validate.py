@@ -172,7 +172,6 @@ def _sink_checks(
     """The checks of one sink: options, target, route, schema; returns its
     :class:`fanout.sink_spec.SinkSpec` (``None`` when its options are wrong)."""
     from fanout.deadletters.target import resolve_target
-    from fanout.partitioned.determinism import check_route
     from fanout.retry import RetryPolicy
     from fanout.sink_spec import SinkSpec, split_core_options
 
@@ -206,21 +205,38 @@ def _sink_checks(
     opened = _check(checks, f"sink {name}: opens its target", open_target)
     _would(checks, f"sink {name}", changes)
     if source is not None and opened:  # a target that did not open has no schema to check
-        routed = source
-        if not route.is_identity:
-
-            def resolve() -> Any:
-                resolved = route.resolve(source, sink=name, batch_id=None)
-                check_route(name, route, sink.deterministic_columns(), spark)
-                return resolved
-
-            routed = _check(checks, f"sink {name}: route resolves against the source schema",
-                            resolve)  # fmt: skip
-        if routed is not None:
-            _check(checks, f"sink {name}: target takes the routed schema",
-                   lambda: sink.check_schema(arrow_schema(routed.schema)))  # fmt: skip
+        fit_checks(checks, name, spec, source, spark)
     sink.close()
     return spec
+
+
+def fit_checks(checks: list[Check], name: str, spec: Any, source: Any, spark: Any) -> None:
+    """The checks of an opened sink against the source's DataFrame ``source``, appended to
+    ``checks``: its route (``where`` / ``select``) resolves, and its target takes the
+    routed schema (:meth:`fanout.Sink.check_schema`). ``fanout validate`` makes them, and
+    ``fanout run`` before its stream starts (:func:`fanout.app.runner.refuse_unfit_sinks`).
+
+    :param spec: the sink's :class:`fanout.sink_spec.SinkSpec`.
+    :param spark: the session to check that the route is stable where the sink needs it
+        stable (:func:`fanout.partitioned.determinism.check_route`); ``None`` leaves that
+        out (``FanOut(...)`` made it).
+    """
+    from fanout.partitioned.determinism import check_route
+
+    sink, route = spec.sink, spec.route
+    routed = source
+    if not route.is_identity:
+
+        def resolve() -> Any:
+            resolved = route.resolve(source, sink=name, batch_id=None)
+            check_route(name, route, sink.deterministic_columns(), spark)
+            return resolved
+
+        routed = _check(checks, f"sink {name}: route resolves against the source schema",
+                        resolve)  # fmt: skip
+    if routed is not None:
+        _check(checks, f"sink {name}: target takes the routed schema",
+               lambda: sink.check_schema(arrow_schema(routed.schema)))  # fmt: skip
 
 
 def arrow_schema(schema: Any) -> Any:
