@@ -4,7 +4,9 @@ reported OK or failed in one run (like ``dbt debug``), not only the first that f
 The checks: the source builds (its declared schema, its transform); the ledger opens; and
 for each sink: it builds from its options, it opens its target, its route (``where`` /
 ``select``) resolves against the source's schema, and its target can take the routed
-batch's schema (:meth:`fanout.Sink.check_schema`). A route or schema problem found here
+batch's schema (:meth:`fanout.Sink.check_schema`); then the pipeline's: no two sinks claim
+one exclusive resource, no table holds two roles (the ledger, the spool, a sink's table,
+dead letters). A route or schema problem found here
 would otherwise fail at the first batch.
 
 Nothing is written: the ledger is checked, not created; each sink is opened with
@@ -108,11 +110,36 @@ def run_checks(spark: Any, config: PipelineConfig, build_source: Callable[..., A
         check_exclusive_resources(config.name, (spec.sink for spec in specs.values()))
     except ConfigurationError as exc:
         checks.append(Check("sinks: exclusive resources", str(exc)))
+    _shared_tables_check(checks, config, specs, kinds)
     if any(spec.lag.uses_spool for spec in specs.values()):
         _lag_checks(checks, config, specs)
     if config.spool is not None:
         _spooled_check(checks, config, specs)
     return Checklist(checks, specs)
+
+
+def _shared_tables_check(
+    checks: list[Check], config: PipelineConfig, specs: dict[str, Any], kinds: Any
+) -> None:
+    """Listed only when it fails: one table in roles of two kinds (the ledger, the spool,
+    a sink's table, dead letters), which ``FanOut(...)`` refuses
+    (:func:`fanout.deadletters.delta.refuse_shared_tables`)."""
+    from fanout.deadletters.delta import refuse_shared_tables, table_roles
+    from fanout.deadletters.target import resolve_target
+
+    dead_letters: dict[str, Any] = {}
+    for name, spec in specs.items():
+        try:
+            dead_letters[name] = resolve_target(spec.sink, kinds)
+        except Exception:  # the sink's own check reports it (`fanout run` refuses it)
+            continue
+    sinks = {name: spec.sink for name, spec in specs.items()}
+    spool = None if config.spool is None else str(config.spool)
+    roles = table_roles(str(config.ledger), spool, sinks, dead_letters)
+    try:
+        refuse_shared_tables(config.name, roles)
+    except ConfigurationError as exc:
+        checks.append(Check("tables: each in one role", str(exc)))
 
 
 def _spooled_check(checks: list[Check], config: PipelineConfig, specs: dict[str, Any]) -> None:
