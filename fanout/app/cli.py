@@ -102,9 +102,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     from fanout.ledger.delta import DeltaLedger
 
     ledger = DeltaLedger(args.ledger)
+    checked = False
 
     def once() -> str:
-        return report(ledger, args.pipeline, as_json=args.json, wide=args.wide, spool=args.spool)
+        nonlocal checked  # the spool's existence: checked at the first draw, not each redraw
+        text = report(ledger, args.pipeline, as_json=args.json, wide=args.wide,
+                      spool=args.spool, spool_checked=checked)  # fmt: skip
+        checked = True
+        return text
 
     if args.watch or args.count is not None:
         from fanout.app.watch import watch
