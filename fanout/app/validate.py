@@ -215,7 +215,7 @@ def _sink_checks(
     spec: SinkSpec | None = _check(checks, f"sink {name}: options", build)
     if spec is None:
         return None
-    sink, route = spec.sink, spec.route
+    sink = spec.sink
     if not type(sink).read_only_check:
         checks.append(Check(f"sink {name}: opens its target", kind="skipped", problem=(
             f"{type(sink).__name__} does not declare read_only_check, so its open() might "
