@@ -33,7 +33,7 @@ from fanout.contract.locations import command_location
 from fanout.contract.names import check_name
 from fanout.contract.sessions import is_connect
 from fanout.contract.sink import Sink, SinkContext, SinkResult
-from fanout.deadletters.delta import DeltaDeadLetters, TableRole, refuse_shared_tables
+from fanout.deadletters.delta import refuse_shared_tables, table_roles
 from fanout.deadletters.target import resolve_target
 from fanout.errors import (
     BatchFailedError,
@@ -198,7 +198,15 @@ class FanOut:
         self._record = Recorder(self.ledger, self.retry)
         self._context = ContextReader(self.pipeline, checkpoint_location)
         self.spool = check_spool(self.pipeline, self.specs, spool, ledger_location(self.ledger))
-        refuse_shared_tables(self.pipeline, self._table_roles())
+        refuse_shared_tables(
+            self.pipeline,
+            table_roles(
+                getattr(self.ledger, "path", None),
+                None if self.spool is None else self.spool.path,
+                self.sinks,
+                self.dead_letters,
+            ),
+        )
         self._unopened: dict[str, tuple[SinkContext, BaseException]] = {}
         self._spark = self._open(spark)
         self.lagging = Lagging(
@@ -594,25 +602,6 @@ class FanOut:
                 ", ".join(state.skipped),
                 extra=batch_fields(self.pipeline, info.batch_id),
             )
-
-    def _table_roles(self) -> list[TableRole]:
-        """The Delta tables this pipeline writes, each with its role (for
-        :func:`fanout.deadletters.delta.refuse_shared_tables`)."""
-        roles: list[TableRole] = [
-            ("ledger", "the ledger", getattr(self.ledger, "path", None)),
-            ("spool", "the spool", None if self.spool is None else self.spool.path),
-        ]
-        for name, sink in self.sinks.items():
-            path = getattr(sink, "path", None)
-            if isinstance(path, str):
-                roles.append(("sink", f"the table of sink {name!r} (option 'path')", path))
-            target = self.dead_letters.get(name)
-            if isinstance(target, DeltaDeadLetters):
-                roles.append(
-                    ("dead letters", f"the dead letters of sink {name!r} (option 'dead_letter')",
-                     target.path)
-                )  # fmt: skip
-        return roles
 
     def _dead_letter_target(self, name: str) -> DeadLetterTarget | None:
         """Where the rows failing sink ``name``'s route go (``None``: they fail it)."""

@@ -102,9 +102,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     from fanout.ledger.delta import DeltaLedger
 
     ledger = DeltaLedger(args.ledger)
+    checked = False
 
     def once() -> str:
-        return report(ledger, args.pipeline, as_json=args.json, wide=args.wide, spool=args.spool)
+        nonlocal checked  # the spool's existence: checked at the first draw, not each redraw
+        text = report(ledger, args.pipeline, as_json=args.json, wide=args.wide,
+                      spool=args.spool, spool_checked=checked)  # fmt: skip
+        checked = True
+        return text
 
     if args.watch or args.count is not None:
         from fanout.app.watch import watch
@@ -162,18 +167,6 @@ class _SkipTarget:
     """The sinks ``config`` names (none without ``--config``)."""
 
 
-def _same_location(a: str, b: str) -> bool:
-    """Whether two spellings of a table's location name the same place: a local path and
-    a ``file:`` URL as delta-rs reads them (:func:`fanout.contract.locations.local_path`),
-    any other URI as written."""
-    from fanout.contract.locations import local_path
-
-    path_a, path_b = local_path(a), local_path(b)
-    if path_a is None or path_b is None:
-        return a.rstrip("/") == b.rstrip("/")
-    return Path(path_a).resolve() == Path(path_b).resolve()
-
-
 def _relative(location: str) -> bool:
     """Whether ``location`` is a local path relative to the current directory."""
     from fanout.contract.locations import local_path
@@ -198,7 +191,12 @@ def _agreed(
             f"fanout run runs in): {flag} {given} names it"
         )
         return given
-    same = _same_location(given, configured) if path else given == configured
+    if path:
+        from fanout.contract.locations import same_table_key
+
+        same = same_table_key(given) == same_table_key(configured)
+    else:
+        same = given == configured
     if not same:
         raise ConfigurationError(
             f"{flag} {given}: {file} says {configured}: drop {flag} (the pipeline file says "

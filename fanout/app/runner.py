@@ -188,24 +188,23 @@ def build_fanout(
 
 def refuse_unfit_sinks(fan: Any, df: Any, path: str) -> None:
     """Before the stream starts, the checks ``fanout validate`` makes of each opened sink
-    against the source's schema: its route resolves, its target takes the routed schema.
-    Without them a misspelt column in ``where`` or ``keys`` failed its sink at batch 0,
-    after the checkpoint was made and the other sinks had written the batch. Raises
-    :class:`fanout.ConfigurationError` listing every failure (the ``FanOut`` closed)."""
-    from fanout.app.validate import arrow_schema
-    from fanout.delta_tables.io import one_line
+    against the source's schema (:func:`fanout.app.validate.fit_checks`): its route
+    resolves, its target takes the routed schema. Without them a misspelt column in
+    ``where`` or ``keys`` failed its sink at batch 0, after the checkpoint was made and the
+    other sinks had written the batch. Raises :class:`fanout.ConfigurationError` listing
+    every failure (the ``FanOut`` closed)."""
+    from fanout.app.validate import Check, fit_checks
 
     problems = []
     for name, spec in fan.specs.items():
         if name in fan.unopened:  # starts behind: checked at its first batch
             continue
-        try:
-            route = spec.route
-            routed = df if route.is_identity else route.resolve(df, sink=name, batch_id=None)
-            spec.sink.check_schema(arrow_schema(routed.schema))
-        except Exception as exc:
-            text = one_line(str(exc))
-            problems.append(f"  - {text}" if repr(name) in text else f"  - sink {name}: {text}")
+        checks: list[Check] = []
+        fit_checks(checks, name, spec, df, None)  # FanOut(...) checked the route's stability
+        for check in checks:
+            text = check.problem
+            if check.failed and text is not None:
+                problems.append(f"  - {text}" if repr(name) in text else f"  - sink {name}: {text}")
     if problems:
         fan.close()
         raise ConfigurationError(

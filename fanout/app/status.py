@@ -120,19 +120,22 @@ def report(
     as_json: bool = False,
     wide: bool = False,
     spool: str | None = None,
+    spool_checked: bool = False,
 ) -> str:
     """What ``fanout status`` prints, read from ``ledger`` (and ``spool``) now: the table
     or JSON.
 
     Raises :class:`LedgerError` for a ``pipeline`` the ledger holds no row of while it
     holds rows of others (a typo, most likely; the error names them), and
-    :class:`fanout.SpoolError` for a ``spool`` path holding no spool (nothing is created
-    there).
+    :class:`fanout.ConfigurationError` for a ``spool`` path holding no spool (nothing is
+    created there; :func:`fanout.spool.table.existing_index`), unless ``spool_checked``
+    says the caller made that check already (``--watch`` makes it once, not at every
+    redraw).
     """
     rows = ledger.read(pipeline).to_pylist()
     if pipeline and not rows and (known := ledger.pipelines()):
         raise unknown_pipeline(ledger.path, pipeline, known)
-    if spool is not None:
+    if spool is not None and not spool_checked:
         from fanout.spool.table import existing_index
 
         existing_index(spool, pipeline)  # a mistyped path is not an empty spool

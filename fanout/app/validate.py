@@ -4,7 +4,9 @@ reported OK or failed in one run (like ``dbt debug``), not only the first that f
 The checks: the source builds (its declared schema, its transform); the ledger opens; and
 for each sink: it builds from its options, it opens its target, its route (``where`` /
 ``select``) resolves against the source's schema, and its target can take the routed
-batch's schema (:meth:`fanout.Sink.check_schema`). A route or schema problem found here
+batch's schema (:meth:`fanout.Sink.check_schema`); then the pipeline's: no two sinks claim
+one exclusive resource, no table holds two roles (the ledger, the spool, a sink's table,
+dead letters). A route or schema problem found here
 would otherwise fail at the first batch.
 
 Nothing is written: the ledger is checked, not created; each sink is opened with
@@ -108,11 +110,36 @@ def run_checks(spark: Any, config: PipelineConfig, build_source: Callable[..., A
         check_exclusive_resources(config.name, (spec.sink for spec in specs.values()))
     except ConfigurationError as exc:
         checks.append(Check("sinks: exclusive resources", str(exc)))
+    _shared_tables_check(checks, config, specs, kinds)
     if any(spec.lag.uses_spool for spec in specs.values()):
         _lag_checks(checks, config, specs)
     if config.spool is not None:
         _spooled_check(checks, config, specs)
     return Checklist(checks, specs)
+
+
+def _shared_tables_check(
+    checks: list[Check], config: PipelineConfig, specs: dict[str, Any], kinds: Any
+) -> None:
+    """Listed only when it fails: one table in roles of two kinds (the ledger, the spool,
+    a sink's table, dead letters), which ``FanOut(...)`` refuses
+    (:func:`fanout.deadletters.delta.refuse_shared_tables`)."""
+    from fanout.deadletters.delta import refuse_shared_tables, table_roles
+    from fanout.deadletters.target import resolve_target
+
+    dead_letters: dict[str, Any] = {}
+    for name, spec in specs.items():
+        try:
+            dead_letters[name] = resolve_target(spec.sink, kinds)
+        except Exception:  # the sink's own check reports it (`fanout run` refuses it)
+            continue
+    sinks = {name: spec.sink for name, spec in specs.items()}
+    spool = None if config.spool is None else str(config.spool)
+    roles = table_roles(str(config.ledger), spool, sinks, dead_letters)
+    try:
+        refuse_shared_tables(config.name, roles)
+    except ConfigurationError as exc:
+        checks.append(Check("tables: each in one role", str(exc)))
 
 
 def _spooled_check(checks: list[Check], config: PipelineConfig, specs: dict[str, Any]) -> None:
@@ -172,7 +199,6 @@ def _sink_checks(
     """The checks of one sink: options, target, route, schema; returns its
     :class:`fanout.sink_spec.SinkSpec` (``None`` when its options are wrong)."""
     from fanout.deadletters.target import resolve_target
-    from fanout.partitioned.determinism import check_route
     from fanout.retry import RetryPolicy
     from fanout.sink_spec import SinkSpec, split_core_options
 
@@ -189,7 +215,7 @@ def _sink_checks(
     spec: SinkSpec | None = _check(checks, f"sink {name}: options", build)
     if spec is None:
         return None
-    sink, route = spec.sink, spec.route
+    sink = spec.sink
     if not type(sink).read_only_check:
         checks.append(Check(f"sink {name}: opens its target", kind="skipped", problem=(
             f"{type(sink).__name__} does not declare read_only_check, so its open() might "
@@ -206,21 +232,38 @@ def _sink_checks(
     opened = _check(checks, f"sink {name}: opens its target", open_target)
     _would(checks, f"sink {name}", changes)
     if source is not None and opened:  # a target that did not open has no schema to check
-        routed = source
-        if not route.is_identity:
-
-            def resolve() -> Any:
-                resolved = route.resolve(source, sink=name, batch_id=None)
-                check_route(name, route, sink.deterministic_columns(), spark)
-                return resolved
-
-            routed = _check(checks, f"sink {name}: route resolves against the source schema",
-                            resolve)  # fmt: skip
-        if routed is not None:
-            _check(checks, f"sink {name}: target takes the routed schema",
-                   lambda: sink.check_schema(arrow_schema(routed.schema)))  # fmt: skip
+        fit_checks(checks, name, spec, source, spark)
     sink.close()
     return spec
+
+
+def fit_checks(checks: list[Check], name: str, spec: Any, source: Any, spark: Any) -> None:
+    """The checks of an opened sink against the source's DataFrame ``source``, appended to
+    ``checks``: its route (``where`` / ``select``) resolves, and its target takes the
+    routed schema (:meth:`fanout.Sink.check_schema`). ``fanout validate`` makes them, and
+    ``fanout run`` before its stream starts (:func:`fanout.app.runner.refuse_unfit_sinks`).
+
+    :param spec: the sink's :class:`fanout.sink_spec.SinkSpec`.
+    :param spark: the session to check that the route is stable where the sink needs it
+        stable (:func:`fanout.partitioned.determinism.check_route`); ``None`` leaves that
+        out (``FanOut(...)`` made it).
+    """
+    from fanout.partitioned.determinism import check_route
+
+    sink, route = spec.sink, spec.route
+    routed = source
+    if not route.is_identity:
+
+        def resolve() -> Any:
+            resolved = route.resolve(source, sink=name, batch_id=None)
+            check_route(name, route, sink.deterministic_columns(), spark)
+            return resolved
+
+        routed = _check(checks, f"sink {name}: route resolves against the source schema",
+                        resolve)  # fmt: skip
+    if routed is not None:
+        _check(checks, f"sink {name}: target takes the routed schema",
+               lambda: sink.check_schema(arrow_schema(routed.schema)))  # fmt: skip
 
 
 def arrow_schema(schema: Any) -> Any:

@@ -62,8 +62,10 @@ def _without_password(uri: str) -> str:
 
 def same_table_key(location: str) -> str:
     """What two locations naming one table have in common: a local path (plain or
-    ``file:``) absolute and normalised, any other URI without a trailing ``/``."""
+    ``file:``, read as :func:`local_path` reads it) absolute, normalised and with its
+    symbolic links followed (``/data/lake/t`` and ``/lake/t`` through a link ``/lake`` to
+    ``/data/lake`` are one table), any other URI as written less a trailing ``/``."""
     path = local_path(location)
     if path is None:
         return location.rstrip("/")
-    return os.path.normpath(os.path.abspath(path))
+    return os.path.realpath(path)

@@ -149,6 +149,30 @@ TableRole = tuple[str, str, "str | None"]
 ``sink`` (a sink's own table) or ``dead letters``; the description names it in errors."""
 
 
+def table_roles(
+    ledger: str | None,
+    spool: str | None,
+    sinks: Mapping[str, Sink],
+    dead_letters: Mapping[str, object],
+) -> list[TableRole]:
+    """The Delta tables a pipeline writes, each with its role (for
+    :func:`refuse_shared_tables`): the ledger, the spool, each sink's ``path`` and each
+    sink's Delta dead-letter target (``dead_letters``, by sink name; other kinds are not
+    Delta tables). ``FanOut(...)`` and ``fanout validate`` read them alike."""
+    roles: list[TableRole] = [("ledger", "the ledger", ledger), ("spool", "the spool", spool)]
+    for name, sink in sinks.items():
+        path = getattr(sink, "path", None)
+        if isinstance(path, str):
+            roles.append(("sink", f"the table of sink {name!r} (option 'path')", path))
+        target = dead_letters.get(name)
+        if isinstance(target, DeltaDeadLetters):
+            roles.append(
+                ("dead letters", f"the dead letters of sink {name!r} (option 'dead_letter')",
+                 target.path)
+            )  # fmt: skip
+    return roles
+
+
 def refuse_shared_tables(pipeline: str, roles: Iterable[TableRole]) -> None:
     """Refuse one table holding roles of two kinds (the ledger, the spool, a sink's table,
     dead letters): their layouts differ, so the second kind's first write (a batch's first

@@ -18,14 +18,16 @@ def _rows(path: Path) -> list[tuple[int, str]]:
     return sorted((r["id"], r["k"]) for r in delta_rows(path))
 
 
-def test_a_backfill_from_a_table_partitioned_by_values_that_need_escaping_gives_every_row(
-    spark: Any, tmp_path: Path
-) -> None:
-    """The source's partition directories hold escaped values (``k=New%20York``), which
-    its Delta log holds URL-encoded once more (``k=New%2520York``): the backfill gives the
-    new sink the rows of those partitions too. It gave batch 0 only its row in ``k=a``
-    (two of three rows lost, the sink marked), and refused batch 1 as a batch whose
-    commit the table lost, with a `fanout ledger skip` that would give up rows it holds."""
+def _backfill(
+    spark: Any,
+    tmp_path: Path,
+    pipeline: str,
+    written: list[list[tuple[int, str]]],
+    last: list[tuple[int, str]],
+) -> Any:
+    """Sink ``lake`` (partitioned by ``k``) writes the batches ``written`` alone; then sink
+    ``copy`` is added, backfilling from it, batch ``len(written)`` (``last``) runs and
+    ``copy`` catches up. Returns ``copy``'s lag after the catch-up."""
     ledger = str(tmp_path / "ledger")
     lake = {"type": "delta", "name": "lake", "path": str(tmp_path / "lake"),
             "partition_by": ["k"]}  # fmt: skip
@@ -35,19 +37,33 @@ def test_a_backfill_from_a_table_partitioned_by_values_that_need_escaping_gives_
     def frame(rows: list[tuple[int, str]]) -> Any:
         return spark.createDataFrame(rows, "id LONG, k STRING")
 
-    first = FanOut("esc", ledger, [lake], backoff_s=0)
+    first = FanOut(pipeline, ledger, [lake], backoff_s=0)
     try:
-        first.process(frame([(1, "a"), (2, "New York"), (3, "x:y")]), BatchInfo("esc", 0, "q"))
-        first.process(frame([(4, "São Paulo"), (5, "50%")]), BatchInfo("esc", 1, "q"))
+        for batch, rows in enumerate(written):
+            first.process(frame(rows), BatchInfo(pipeline, batch, "q"))
     finally:
         first.close()
 
-    fan = FanOut("esc", ledger, [lake, copy], backoff_s=0, spool=str(tmp_path / "spool"))
+    fan = FanOut(pipeline, ledger, [lake, copy], backoff_s=0, spool=str(tmp_path / "spool"))
     try:
-        fan.process(frame([(6, "b c")]), BatchInfo("esc", 2, "q"))
-        lag = fan.catch_up(timeout_s=120)["copy"]
+        fan.process(frame(last), BatchInfo(pipeline, len(written), "q"))
+        return fan.catch_up(timeout_s=120)["copy"]
     finally:
         fan.close()
+
+
+def test_a_backfill_from_a_table_partitioned_by_values_that_need_escaping_gives_every_row(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The source's partition directories hold escaped values (``k=New%20York``), which
+    its Delta log holds URL-encoded once more (``k=New%2520York``): the backfill gives the
+    new sink the rows of those partitions too. It gave batch 0 only its row in ``k=a``
+    (two of three rows lost, the sink marked), and refused batch 1 as a batch whose
+    commit the table lost, with a `fanout ledger skip` that would give up rows it holds."""
+    lag = _backfill(spark, tmp_path, "esc",
+                    [[(1, "a"), (2, "New York"), (3, "x:y")], [(4, "São Paulo"), (5, "50%")]],
+                    [(6, "b c")])  # fmt: skip
+    ledger = str(tmp_path / "ledger")
     every = [(1, "a"), (2, "New York"), (3, "x:y"), (4, "São Paulo"), (5, "50%"), (6, "b c")]
     assert _rows(tmp_path / "lake") == every
     assert _rows(tmp_path / "copy") == every
@@ -82,28 +98,9 @@ def test_a_backfill_reading_another_count_than_its_source_wrote_is_refused_not_m
     marked: the new sink waits at it. It was marked holding the rows read (one of three of
     batch 0; batch 0's rows again in batch 1), as long as the read found any."""
     monkeypatch.setattr(*_wrong_matchers()[wrong])
+    lag = _backfill(spark, tmp_path, "cnt", [[(1, "a"), (2, "New York"), (3, "x:y")], [(4, "b")]],
+                    [(5, "c")])  # fmt: skip
     ledger = str(tmp_path / "ledger")
-    lake = {"type": "delta", "name": "lake", "path": str(tmp_path / "lake"),
-            "partition_by": ["k"]}  # fmt: skip
-    copy = {"type": "delta", "name": "copy", "path": str(tmp_path / "copy"),
-            "backfill_from": "lake"}  # fmt: skip
-
-    def frame(rows: list[tuple[int, str]]) -> Any:
-        return spark.createDataFrame(rows, "id LONG, k STRING")
-
-    first = FanOut("cnt", ledger, [lake], backoff_s=0)
-    try:
-        first.process(frame([(1, "a"), (2, "New York"), (3, "x:y")]), BatchInfo("cnt", 0, "q"))
-        first.process(frame([(4, "b")]), BatchInfo("cnt", 1, "q"))
-    finally:
-        first.close()
-
-    fan = FanOut("cnt", ledger, [lake, copy], backoff_s=0, spool=str(tmp_path / "spool"))
-    try:
-        fan.process(frame([(5, "c")]), BatchInfo("cnt", 2, "q"))
-        lag = fan.catch_up(timeout_s=120)["copy"]
-    finally:
-        fan.close()
     assert _rows(tmp_path / "lake") == [(1, "a"), (2, "New York"), (3, "x:y"), (4, "b"), (5, "c")]
     marks = DeltaLedger(ledger).last_committed("cnt", ["lake", "copy"])
     ledger_text = command_location(ledger)

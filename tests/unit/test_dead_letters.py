@@ -260,11 +260,17 @@ def _shared_table_cases(d: Path) -> dict[str, tuple[dict, str | None, str]]:
     table = "the table of sink 'a' (option 'path')"
     letters = "the dead letters of sink {} (option 'dead_letter')"
     sink_a = {"type": "delta", "name": "a", "path": own}
+    (d / "alias").symlink_to(d, target_is_directory=True)
     return {
         "letters in the sink's own table": (
             {"ledger": ledger, "sinks": [{**sink_a, "dead_letter": own + "/"}]},
             f"{table} and {letters.format(repr('a'))}",
             own + "/",
+        ),
+        "letters in the sink's table through a linked directory": (
+            {"ledger": ledger, "sinks": [{**sink_a, "dead_letter": str(d / "alias" / "t")}]},
+            f"{table} and {letters.format(repr('a'))}",
+            str(d / "alias" / "t"),
         ),
         "letters in the ledger": (
             {"ledger": ledger, "sinks": [{**sink_a, "dead_letter": f"file://{ledger}"}]},
@@ -319,6 +325,7 @@ def _shared_table_cases(d: Path) -> dict[str, tuple[dict, str | None, str]]:
     "case",
     [
         "letters in the sink's own table",
+        "letters in the sink's table through a linked directory",
         "letters in the ledger",
         "letters in another sink's table",
         "a sink writing the ledger",

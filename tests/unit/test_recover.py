@@ -224,21 +224,28 @@ def test_a_lagging_sink_counts_at_its_settled_spooled_batch(
         )
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["recover", "--pipeline", "orders"], ["status", "--pipeline", "orders"], ["status"]],
+    ids=["recover", "status of one pipeline", "status of all"],
+)
 def test_a_spool_path_holding_no_spool_is_refused_not_read_as_an_empty_spool(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
 ) -> None:
     """A mistyped --spool: every FanOut given a spool creates its index when it starts, so
-    a path without one is not the pipeline's spool. Read as an empty spool, the output
-    looked like one that was read (no note that it was not), and counted a lagging sink at
-    its mark: a reset there writes it the batches the real spool gives it twice."""
+    a path without one is not the pipeline's spool. Read as an empty spool, `fanout
+    recover`'s output looked like one that was read (no note that it was not), and counted
+    a lagging sink at its mark: a reset there writes it the batches the real spool gives
+    it twice. `fanout status --spool` created an empty spool there and showed it as one
+    holding nothing. Both fail, creating nothing."""
     ledger = DeltaLedger(str(tmp_path / "ledger"))
     ledger.open()
     ledger.mark_committed(_mark("lake", 1, [{"orders": {"0": 200}}]))
     ledger.mark_committed(_mark("pg", 0, [{"orders": {"0": 100}}]))
     wrong = str(tmp_path / "spoool")
-    args = ["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "orders"]
+    name, *rest = command
 
-    assert main([*args, "--spool", wrong]) == 2
+    assert main([name, "--ledger", str(tmp_path / "ledger"), "--spool", wrong, *rest]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.splitlines() == [
@@ -248,30 +255,6 @@ def test_a_spool_path_holding_no_spool_is_refused_not_read_as_an_empty_spool(
         "out"
     ]
     assert not (tmp_path / "spoool").exists()  # only looked
-
-
-@pytest.mark.parametrize("pipeline", [["--pipeline", "orders"], []], ids=["one", "all"])
-def test_status_on_a_spool_path_holding_no_spool_fails_creating_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], pipeline: list[str]
-) -> None:
-    """`fanout status --spool` on a mistyped path created an empty spool there and showed
-    it as one holding nothing."""
-    ledger = DeltaLedger(str(tmp_path / "ledger"))
-    ledger.open()
-    ledger.mark_committed(_mark("pg", 0, [{"orders": {"0": 100}}]))
-    wrong = str(tmp_path / "spoool")
-    status = ["status", "--ledger", str(tmp_path / "ledger"), "--spool", wrong, *pipeline]
-
-    assert main(status) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err.splitlines() == [
-        f"fanout: configuration error: --spool {wrong}: no spool there (no {wrong}/index "
-        "table, which a pipeline run with a spool creates when it starts); give the "
-        "pipeline's spool (pipeline.spool in its file, FanOut(spool=...)), or leave --spool "
-        "out"
-    ]
-    assert not (tmp_path / "spoool").exists()
 
 
 def test_a_spooled_batch_spark_never_committed_is_named_as_given_up_not_counted() -> None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -179,6 +180,32 @@ def test_status_watch_redraws_count_times(
         first, rest = block.split("\n\n", 1)
         assert re.fullmatch(header + "every 0s; Ctrl-C stops", first), first
         assert rest.rstrip("\n") == table.rstrip("\n")
+
+
+def test_status_watch_checks_the_spool_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each redraw re-opened the spool's index only to check that it is there."""
+    import fanout.spool.table as spool_table
+
+    path = _ledger(tmp_path / "ledger")
+    spool = str(tmp_path / "spool")
+    spool_table.Spool(spool, "orders_to_everywhere").open()  # creates its index
+    assert main(["status", "--ledger", path, "--spool", spool]) == 0
+    table = capsys.readouterr().out
+    checked: list[str] = []
+    existing_index = spool_table.existing_index
+
+    def counted(path: str, *args: Any, **kwargs: Any) -> Any:
+        checked.append(path)
+        return existing_index(path, *args, **kwargs)
+
+    monkeypatch.setattr(spool_table, "existing_index", counted)
+    argv = ["status", "--ledger", path, "--spool", spool, "--watch", "--count", "3"]
+    assert main([*argv, "--interval", "0"]) == 0
+    assert checked == [spool]
+    blocks = re.split(r"\n(?=fanout status --ledger )", capsys.readouterr().out)
+    assert [block.split("\n\n", 1)[1].rstrip("\n") for block in blocks] == [table.rstrip("\n")] * 3
 
 
 def test_status_watch_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:

@@ -160,6 +160,72 @@ def test_validate_fails_two_sinks_claiming_one_exclusive_resource(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.toml"]
 
 
+def _shared_table_pipelines(root: Path) -> dict[str, tuple[str, str, str]]:
+    """A pipeline file's sinks (TOML), the two roles the failure names and the location as
+    the second role gives it."""
+    own, alias = f"{root}/t", f"{root}/alias/t"
+    table = "the table of sink 'a' (option 'path')"
+    letters = "the dead letters of sink 'a' (option 'dead_letter')"
+    return {
+        "letters in the sink's own table": (
+            f'name = "a"\npath = "{own}"\ndead_letter = "{own}/"\n', f"{table} and {letters}",
+            f"{own}/",
+        ),
+        "letters in the sink's table through a linked directory": (
+            f'name = "a"\npath = "{own}"\ndead_letter = "{alias}"\n', f"{table} and {letters}",
+            alias,
+        ),
+        "a sink writing the ledger": (
+            f'name = "a"\npath = "{root}/ledger"\n', f"the ledger and {table}", f"{root}/ledger"
+        ),
+        "a sink writing the spool": (
+            f'name = "a"\npath = "{root}/spool"\non_failure = "lag"\n',
+            f"the spool and {table}", f"{root}/spool",
+        ),
+        "letters in another sink's table": (
+            f'name = "a"\npath = "{own}"\n[[sinks]]\ntype = "delta"\nname = "b"\n'
+            f'path = "{root}/u"\ndead_letter = "{own}"\n',
+            f"{table} and the dead letters of sink 'b' (option 'dead_letter')", own,
+        ),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "letters in the sink's own table",
+        "letters in the sink's table through a linked directory",
+        "a sink writing the ledger",
+        "a sink writing the spool",
+        "letters in another sink's table",
+    ],
+)
+def test_validate_fails_one_table_in_two_roles(tmp_path: Path, case: str) -> None:
+    """``FanOut(...)`` and ``fanout run`` refused it; ``fanout validate`` reported the
+    pipeline valid."""
+    (tmp_path / "alias").symlink_to(tmp_path, target_is_directory=True)
+    sinks, roles, location = _shared_table_pipelines(tmp_path)[case]
+    file = tmp_path / "p.toml"
+    file.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\ncheckpoint = "{tmp_path}/c"\n'
+        f'spool = "{tmp_path}/spool"\n[source]\nformat = "rate"\n[[sinks]]\ntype = "delta"\n'
+        + sinks
+    )
+    checklist = run_checks(None, load_pipeline(str(file)), lambda spark, config: None)
+    problem = (
+        f"pipeline 'p': {roles} are one table, {location!r}: their rows have other layouts, so "
+        "the second would fail on the first's schema in every batch; give each its own "
+        "location"
+    )
+    assert [c.line() for c in checklist.checks if c.failed] == [
+        f"  FAIL  tables: each in one role: {problem}"
+    ]
+    with pytest.raises(ConfigurationError) as failed:  # `fanout validate` exits 2
+        report(checklist.checks, io.StringIO())
+    assert str(failed.value).endswith(f"checks failed:\n  - tables: each in one role: {problem}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alias", "p.toml"]
+
+
 def test_a_sink_context_opens_for_a_run_by_default() -> None:
     context = SinkContext("p")
     assert context.checking is False

@@ -202,7 +202,9 @@ def test_a_partition_already_written_is_skipped_on_the_early_answer() -> None:
 
 
 def test_the_early_prepares_error_is_the_partitions_failure() -> None:
-    writer = PartitionWriter(settings(), partition=3, batch_id=5)
+    # a fenced attempt first reads the marker (did its fencer commit the batch?): no broker
+    # answers at 127.0.0.1:1, so that read fails after operation_timeout_s (60 s by default)
+    writer = PartitionWriter(settings(operation_timeout_s=0.5, retries=1), partition=3, batch_id=5)
     fenced = kafka_error(KafkaError.PRODUCER_FENCED)
     watch = PrepareWatch(writer, error=fenced)
     watch.release.set()
@@ -210,6 +212,13 @@ def test_the_early_prepares_error_is_the_partitions_failure() -> None:
     assert result.status == "failed" and result.rows == 2
     assert result.failure is not None and result.failure.kind == "fenced"
     assert not result.failure.transient and watch.committed == []
+    assert result.failure.message == (
+        "partition 3 (transactional.id 'fanout-orders-events-3', topic 't'): fenced: another "
+        "writer took over transactional id 'fanout-orders-events-3' (a newer attempt of this "
+        "partition, or another pipeline using the same transactional_id_prefix); this "
+        "attempt's transaction is aborted and none of it is visible (PRODUCER_FENCED: reason)"
+    )
+    assert watch.events == ["prepared", "closed"] and writer._producer is None
 
 
 def test_a_bad_record_after_the_first_batch_fails_the_partition_once_prepare_ended() -> None:
