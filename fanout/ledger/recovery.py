@@ -164,7 +164,9 @@ def late_mark(
         "the new epoch reads that batch's input again, so the sink holds its rows twice. "
         f"The ledger records the mark (source offsets {entry.source_offsets}). Stop query "
         f"{entry.query_id}: its checkpoint was replaced, and it is refused from its next "
-        "batch on. Then remove one copy of those rows from the sink, unless it upserts by "
-        f"key (`fanout status --ledger {ledger} --pipeline {entry.pipeline}` shows both "
-        "epochs' marks)."
+        "batch on (when this is the catch-up of a lagging sink instead, writing a spooled "
+        "batch: the report was made without --spool, and counted the sink at its mark). "
+        "Then remove one copy of those rows from the sink, unless it upserts by key "
+        f"(`fanout status --ledger {ledger} --pipeline {entry.pipeline}` shows both epochs' "
+        "marks)."
     )
