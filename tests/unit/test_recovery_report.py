@@ -95,7 +95,7 @@ def test_a_batch_committed_after_the_report_refuses_the_new_epoch(
         "pipeline 'p': query q-new cannot start epoch 1 from the `fanout recover` report 1 "
         "(epoch 0): since that report, epoch 0's query committed a: batch 3, b: batch 4, "
         "c: batch 4. "
-        "The new checkpoint starts after batch 2, where the report said,"
+        "A checkpoint started where the report said (after batch 2) reads their input again "
     )
     assert new.current_epoch("p") == 0
     _recover(old, capsys)  # report 2 counts them: the epoch starts
