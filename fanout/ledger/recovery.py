@@ -167,7 +167,7 @@ def late_mark(
         f"{entry.query_id}: its checkpoint was replaced, and it is refused from its next "
         "batch on (when this is the catch-up of a lagging sink instead, writing a spooled "
         "batch: the report was made without --spool, and counted the sink at its mark). "
-        "Then remove one copy of those rows from the sink, unless it upserts by key "
-        f"(`fanout status --ledger {ledger} --pipeline {entry.pipeline}` shows both epochs' "
-        "marks)."
+        "Then remove one copy of those rows (the input up to those offsets) from the sink, "
+        f"unless it upserts by key; `fanout recover --ledger {ledger} --pipeline "
+        f"{entry.pipeline}` lists the marks."
     )
