@@ -35,6 +35,7 @@ from fanout.errors import (
     SpoolError,
     TransientSinkError,
     UnknownSinkTypeError,
+    ZombieBatchError,
 )
 from fanout.hooks.specs import hookimpl
 from fanout.version import __version__
@@ -87,6 +88,7 @@ __all__ = [
     "SpoolError",
     "TransientSinkError",
     "UnknownSinkTypeError",
+    "ZombieBatchError",
     "__version__",
     "hookimpl",
 ]

@@ -458,6 +458,18 @@ class CheckpointResetError(CheckpointError):
     """
 
 
+class ZombieBatchError(CheckpointResetError):
+    """A query of the epoch a reset replaces committed a batch after the ``fanout recover``
+    report the new epoch starts from: the new epoch reads that batch's input again, so
+    its rows would be (or are) in the sinks twice.
+
+    Raised when the new epoch starts (nothing written yet: stop the old query, run
+    ``fanout recover`` again, start from its new offsets), and by the old query's mark
+    of a batch it wrote after the new epoch started (the rows are in the sinks twice: the
+    message names the sink and the batch).
+    """
+
+
 class CheckpointRollbackError(CheckpointError):
     """The checkpoint was rolled back: Spark handed a batch that it planned again.
 

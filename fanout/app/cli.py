@@ -122,7 +122,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_recover(args: argparse.Namespace) -> int:
     """Print what a restart needs after a lost checkpoint, from the ledger."""
-    from fanout.app.recover import recovery_of, render
+    from fanout.app.recover import record, recovery_of, render
     from fanout.app.status import unknown_pipeline
     from fanout.ledger.delta import DeltaLedger
     from fanout.spool.table import read_spooled
@@ -132,7 +132,11 @@ def cmd_recover(args: argparse.Namespace) -> int:
     if not committed and (known := ledger.pipelines()) and args.pipeline not in known:
         raise unknown_pipeline(args.ledger, args.pipeline, known)  # a typo, most likely
     spooled = None if args.spool is None else read_spooled(args.spool, args.pipeline)
-    print(render(recovery_of(args.pipeline, committed, spooled, args.spool)))
+    recovery = recovery_of(args.pipeline, committed, spooled, args.spool)
+    print(render(recovery))
+    recorded = record(ledger, recovery)
+    if recorded is not None:
+        print(recorded)
     return 0
 
 
@@ -254,7 +258,7 @@ def _refuse_unknown_sink(ledger: DeltaLedger, target: _SkipTarget, sink: str) ->
     if target.config is None or sink in target.sinks:
         return
     rows = ledger.read(target.pipeline).select(["sink", "status"]).to_pylist()
-    known = sorted({str(row["sink"]) for row in rows if row["status"] != "epoch"})
+    known = sorted({str(row["sink"]) for row in rows if row["status"] not in ("epoch", "recovery")})
     if sink in known:
         return
     raise ConfigurationError(

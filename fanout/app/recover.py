@@ -17,6 +17,10 @@ epoch the spool holds for it that the catch-up writes after the reset (settled:
 batch Spark never committed is given up at the reset and named (the new checkpoint reads
 its rows again). Without it, a lagging sink counts at its last mark, and a resume there
 would give it the batches waiting in the spool twice: the output says the spool was not read.
+
+The report is recorded in the ledger (:func:`record`,
+:mod:`fanout.ledger.recovery`): the next epoch starts from it, refused when a query of the
+old epoch committed a batch past it meanwhile.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fanout.errors import batch_ranges
+from fanout.errors import FanoutError, batch_ranges
+from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
 from fanout.spool.table import SpooledBatch
 from fanout.steps.guard import latest_per_sink
@@ -149,7 +154,9 @@ def _resume_line(behind: LedgerEntry, marks: SinkMarks) -> str:
 STOP_FIRST = (
     "Stop every query of this pipeline before you act on this, then run it again: a batch "
     "a query still running commits after this report is not counted in it, and a new "
-    "checkpoint started here would write that batch's rows again."
+    "checkpoint started here would write that batch's rows again (the report is recorded "
+    "in the ledger, so a new epoch started from it is refused when that happened before "
+    "it started, and the old query fails naming the batch when it happens after)."
 )
 
 NO_SPOOL = (
@@ -157,6 +164,32 @@ NO_SPOOL = (
     "catch-up writes it the batches waiting in the spool after a reset too; if the pipeline "
     "has a spool, run this again with --spool."
 )
+
+
+RECORDED = (
+    "Recorded in the ledger as report {number}: the next epoch "
+    '(on_checkpoint_reset="new_epoch") starts from it, and is refused if a batch of epoch '
+    "{epoch} after it is committed first (then run this again)."
+)
+
+
+def record(ledger: DeltaLedger, recovery: Recovery) -> str | None:
+    """Record ``recovery`` in ``ledger`` (:meth:`DeltaLedger.record_recovery`: what the
+    next epoch started from it checks) and say so (``None``: it counted no batch, nothing
+    to record). A ledger that cannot be written (read-only credentials) leaves the report
+    unrecorded: the line says what that costs."""
+    behind = recovery.furthest_behind
+    if behind is None:
+        return None
+    counted = {s: e for s, e in recovery.latest.items() if e.epoch == behind.epoch}
+    try:
+        report = ledger.record_recovery(behind, counted)
+    except FanoutError as exc:
+        return (
+            f"Not recorded in the ledger ({exc}): a new epoch started from these offsets "
+            "cannot check that no batch was committed after this report."
+        )
+    return RECORDED.format(number=report.number, epoch=report.epoch)
 
 
 def render(recovery: Recovery) -> str:

@@ -305,8 +305,8 @@ def summarize(
     backlogs, kept, given_up = backlogs or {}, kept or {}, given_up or {}
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
-        if row["status"] == "epoch":
-            continue  # an accepted checkpoint reset, not a sink's progress
+        if row["status"] in ("epoch", "recovery"):
+            continue  # a reset accepted, or a `fanout recover` report: not a sink's progress
         groups.setdefault((row["pipeline"], row["sink"]), []).append(row)
     statuses = []
     for (pipeline, sink), group in sorted(groups.items()):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.batch import txn_app_id
@@ -39,7 +39,13 @@ from fanout.delta_tables.retention import (
     check_ledger_retention,
     parse_interval,
 )
-from fanout.errors import CheckpointResetError, CompactionError, FanoutError, LedgerError
+from fanout.errors import (
+    CheckpointResetError,
+    CompactionError,
+    FanoutError,
+    LedgerError,
+    ZombieBatchError,
+)
 from fanout.ledger.entry import (
     MARK_HOLD,
     LedgerEntry,
@@ -51,8 +57,19 @@ from fanout.ledger.entry import (
     epoch_follows,
     epoch_owners,
     epoch_taken_message,
+    ledger_location,
     ledger_schema,
     pipeline_app_id,
+)
+from fanout.ledger.recovery import (
+    RECOVERY,
+    RecoveryReport,
+    late_mark,
+    recovery_app_id,
+    refused_start,
+    report_entries,
+    report_of,
+    started_from_app_id,
 )
 
 if TYPE_CHECKING:
@@ -118,6 +135,7 @@ class DeltaLedger:
         self._queued: list[_MarkRequest] = []
         self._table: DeltaTable | None = None
         self._txns = _KnownTransactions()
+        self._reports: dict[tuple[str, int], RecoveryReport | None] = {}  # immutable rows
 
     def __repr__(self) -> str:
         return f"DeltaLedger({self.path!r})"
@@ -125,7 +143,7 @@ class DeltaLedger:
     def __getstate__(self) -> dict[str, Any]:
         """Configuration only (pickled with a ``FanOut`` under Spark Connect): no lock,
         no queued marks, no open table; ``open()`` runs again where it lands."""
-        live = ("_lock", "_queue_lock", "_queued", "_table", "_txns", "_files_added")
+        live = ("_lock", "_queue_lock", "_queued", "_table", "_txns", "_files_added", "_reports")
         return {k: v for k, v in self.__dict__.items() if k not in live}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -136,6 +154,7 @@ class DeltaLedger:
         self._table = None
         self._txns = _KnownTransactions()
         self._files_added = 0
+        self._reports = {}
 
     # -- setup ----------------------------------------------------------------------
 
@@ -299,7 +318,12 @@ class DeltaLedger:
         """Append the epoch row, with the epoch as the version of its txn action (epoch 0's
         claim: the first version of that txn). Two starts committed from one snapshot
         carry the same txn app id, and delta-rs refuses the second: it checks again on the
-        fresh snapshot, and commits again while the epoch is still free."""
+        fresh snapshot, and commits again while the epoch is still free.
+
+        When the pipeline's newest ``fanout recover`` report is of the epoch this one
+        replaces, the epoch starts from it (:meth:`_from_report`): refused with
+        :class:`fanout.ZombieBatchError` when a batch the report did not count was
+        committed since."""
         if entry.status != "epoch":
             raise ValueError("start_epoch takes an epoch entry")
         app_id = epoch_app_id(entry.pipeline)
@@ -311,13 +335,100 @@ class DeltaLedger:
                     return  # the commit reported as failed had landed
                 if not epoch_follows(entry.epoch, current):  # another query came first
                     raise CheckpointResetError(epoch_taken_message(entry, current))
+                txns = {app_id: entry.epoch, **self._from_report(table, entry)}
                 try:
-                    self._append(table, [entry], {app_id: entry.epoch})
+                    self._append(table, [entry], txns)
                     return
                 except LedgerError as exc:
                     cause = exc.__cause__
                     if attempt == COMMIT_ATTEMPTS or cause is None or not is_commit_conflict(cause):
                         raise
+
+    def _from_report(self, table: DeltaTable, entry: LedgerEntry) -> dict[str, int]:
+        """The transactions starting ``entry.epoch`` from the pipeline's newest report, when
+        that report is of the epoch before (none otherwise: no report to start from).
+        Raises :class:`fanout.ZombieBatchError` when ``table`` holds a batch of the old epoch
+        the report did not count. The commit carries the report's number, and the old
+        epoch's high-water transaction at its version: a mark of the old epoch committed
+        after this snapshot makes delta-rs refuse the start (checked again on the fresh
+        snapshot), and one committed after the start is refused first, and then fails as a
+        late mark (:meth:`_late_mark`)."""
+        if entry.epoch == 0:
+            return {}
+        number = self._version(table, recovery_app_id(entry.pipeline))
+        report = None if number is None else self._report(table, entry.pipeline, number)
+        if report is None or report.epoch != entry.epoch - 1:
+            return {}
+        rows = self._committed_rows(table, entry.pipeline, report.resume_after + 1, report.epoch)
+        since = report.since(rows)
+        if since:
+            raise refused_start(report, entry, since, ledger_location(self))
+        txns = {started_from_app_id(entry.pipeline, entry.epoch): report.number}
+        old_high = pipeline_app_id(entry.pipeline, report.epoch)
+        high = self._version(table, old_high)
+        if high is not None:
+            txns[old_high] = high
+        return txns
+
+    def _report(self, table: DeltaTable, pipeline: str, number: int) -> RecoveryReport | None:
+        """Report ``number`` of ``pipeline`` (its rows never change: read once)."""
+        key = (pipeline, number)
+        if key not in self._reports:
+            rows = read_arrow(
+                table,
+                filters=[
+                    ("pipeline", "=", pipeline),
+                    ("status", "=", RECOVERY),
+                    ("attempt", "=", number),
+                ],
+            )
+            self._reports[key] = report_of(pipeline, number, entries_from_arrow(rows))
+        return self._reports[key]
+
+    def record_recovery(
+        self, resume: LedgerEntry, counted: Mapping[str, LedgerEntry]
+    ) -> RecoveryReport:
+        """Record a ``fanout recover`` report: a new checkpoint resumes after ``resume``
+        (the mark of the sink furthest behind), and ``counted`` is each sink's counted
+        batch in ``resume.epoch``. Its number is the next version of the pipeline's
+        ``#recovery`` transaction; two reports committed at once are numbered apart
+        (delta-rs refuses the second, which is numbered again on the fresh snapshot)."""
+        app_id = recovery_app_id(resume.pipeline)
+        with self._lock:
+            for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                table = self._fresh()
+                number = (self._version(table, app_id) or 0) + 1
+                entries = report_entries(number, resume, counted)
+                try:
+                    self._append(table, entries, {app_id: number})
+                except LedgerError as exc:
+                    cause = exc.__cause__
+                    if attempt == COMMIT_ATTEMPTS or cause is None or not is_commit_conflict(cause):
+                        raise
+                    continue
+                report = report_of(resume.pipeline, number, entries)
+                assert report is not None
+                self._reports[(resume.pipeline, number)] = report
+                return report
+        raise AssertionError("unreachable")
+
+    def _late_mark(
+        self, table: DeltaTable, entry: LedgerEntry, version: Callable[[str], int | None]
+    ) -> ZombieBatchError | None:
+        """The failure of the mark ``entry`` when it is of an epoch a later one replaced,
+        started from a report that did not count its batch (``None``: a mark of the
+        current epoch, the common path, reads nothing more: the epoch's version is the
+        lookup's)."""
+        current = version(epoch_app_id(entry.pipeline))
+        if current is None or entry.epoch >= current:
+            return None
+        number = version(started_from_app_id(entry.pipeline, entry.epoch + 1))
+        report = None if number is None else self._report(table, entry.pipeline, number)
+        if report is None or not report.beyond(entry):
+            return None
+        high = version(pipeline_app_id(entry.pipeline, 0))
+        owner = self._owners(table, entry.pipeline, high).get(entry.epoch + 1)
+        return late_mark(report, entry, owner, ledger_location(self))
 
     def _started_by(self, table: DeltaTable, entry: LedgerEntry) -> bool:
         """Whether ``table`` holds ``entry``'s epoch row: its query started the epoch."""
@@ -396,8 +507,12 @@ class DeltaLedger:
 
         accepted: list[_MarkRequest] = []
         txns: dict[str, int] = {}
+        late: list[tuple[_MarkRequest, ZombieBatchError]] = []
         for request in requests:
             entry = request.entry
+            error = self._late_mark(table, entry, version)
+            if error is not None:  # recorded all the same: the sink holds the batch
+                late.append((request, error))
             sink_app = txn_app_id(entry.pipeline, entry.sink, entry.epoch)
             done = version(sink_app)
             if done is not None and done >= entry.batch_id:
@@ -414,6 +529,8 @@ class DeltaLedger:
             self._append(table, [r.entry for r in accepted], txns)
         for request in accepted:
             request.settle(True)
+        for request, error in late:
+            request.fail(error)
 
     def record_failure(self, entry: LedgerEntry) -> None:
         """Append a failed-attempt row (no txn action), again on the fresh snapshot when
@@ -511,6 +628,13 @@ class DeltaLedger:
         """Committed rows of ``pipeline`` with ``batch_id >= min_batch_id`` (of ``epoch``)."""
         with self._lock:
             table = self._fresh()
+        return self._committed_rows(table, pipeline, min_batch_id, epoch)
+
+    @staticmethod
+    def _committed_rows(
+        table: DeltaTable, pipeline: str, min_batch_id: int, epoch: int | None
+    ) -> list[LedgerEntry]:
+        """:meth:`committed_entries` as ``table`` holds them."""
         rows = read_arrow(
             table,
             filters=[

@@ -18,7 +18,7 @@ from fanout.version import __version__
 if TYPE_CHECKING:
     import pyarrow as pa
 
-Status = Literal["committed", "failed", "epoch"]
+Status = Literal["committed", "failed", "epoch", "recovery"]
 
 
 def pipeline_app_id(pipeline: str, epoch: int = 0) -> str:

@@ -83,7 +83,11 @@ class Admission:
         return BatchState(df, info, marks=view.marks)
 
     def _start_epoch(self, info: BatchInfo, reset: CheckpointResetError) -> BatchInfo:
+        """Start the next epoch for ``info``'s query; the ledger refuses it when another
+        query started it first, or when the ``fanout recover`` report it starts from was
+        passed by the old epoch's query (:class:`fanout.ZombieBatchError`)."""
         epoch = info.epoch + 1
+        self.ledger.start_epoch(self._epoch_row(info, epoch))
         log.warning(
             "pipeline %s: checkpoint reset accepted (on_checkpoint_reset='new_epoch'); "
             "query %s continues under epoch %s with new transaction ids from batch %s. "
@@ -95,7 +99,6 @@ class Admission:
             reset,
             extra=batch_fields(info.pipeline, info.batch_id),
         )
-        self.ledger.start_epoch(self._epoch_row(info, epoch))
         return replace(info, epoch=epoch)
 
     @staticmethod

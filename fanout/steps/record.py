@@ -16,6 +16,7 @@ from datetime import datetime
 
 from fanout.contract.batch import Batch
 from fanout.contract.sink import SinkResult
+from fanout.errors import CheckpointError
 from fanout.ledger.entry import MARK_HOLD, Ledger, LedgerEntry, Status, now_utc
 from fanout.observe.logs import batch_fields
 from fanout.retry import RetryPolicy
@@ -79,7 +80,9 @@ class Recorder:
                 self.ledger.mark_committed(entry)
                 return
             except Exception as exc:
-                if try_number > self.retry.retries:
+                # a mark the ledger refuses as another epoch's (a zombie query's batch) says
+                # the same at every try
+                if try_number > self.retry.retries or isinstance(exc, CheckpointError):
                     raise
                 log.warning(
                     "pipeline %s, batch %s, sink %s: ledger mark failed (%s); retrying",

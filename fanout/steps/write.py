@@ -190,6 +190,9 @@ class SinkRunner:
             )
             try:
                 self.record.committed(self.batch, attempt, started, duration, result, self.writing)
+            except CheckpointError as exc:  # marked, of an epoch a reset replaced
+                log.error("%s", exc, extra=batch_fields(info.pipeline, info.batch_id, name))
+                return SinkOutcome(name, error=exc)
             except Exception as exc:
                 error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
                 log.error(

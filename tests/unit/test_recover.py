@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from fanout.app.cli import main
-from fanout.app.recover import NO_SPOOL, STOP_FIRST, is_kafka_offsets, recovery_of, render
+from fanout.app.recover import (
+    NO_SPOOL,
+    RECORDED,
+    STOP_FIRST,
+    is_kafka_offsets,
+    recovery_of,
+    render,
+)
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
 
@@ -124,6 +131,7 @@ def test_a_sink_behind_by_one_batch_decides_and_a_removed_one_does_not(
         """  .option("startingOffsets", '{"orders": {"0": 500}}')""",
         STOP_FIRST,
         NO_SPOOL,
+        RECORDED.format(number=1, epoch=0),
     ]
 
 
@@ -205,11 +213,12 @@ def test_a_lagging_sink_counts_at_its_settled_spooled_batch(
         "Source 0 (Kafka): start a new checkpoint with",
         """  .option("startingOffsets", '{"orders": {"0": 200}}')""",
         STOP_FIRST,
+        RECORDED.format(number=1, epoch=0),
     ]
     assert main(args) == 0  # without the spool: pg at its mark, and the output says so
     out = capsys.readouterr().out.splitlines()
     assert out[3].startswith("Resume after batch 0 (sink 'pg' is furthest behind)")
-    assert out[-1] == NO_SPOOL
+    assert out[-2:] == [NO_SPOOL, RECORDED.format(number=2, epoch=0)]
     # a mistyped --spool read as an empty spool: pg at its mark, and no note that the
     # spool was not read (the resume point of a spool that holds pg's batch 1 instead)
     typo = str(tmp_path / "spoool")

@@ -1,0 +1,191 @@
+"""A zombie query during a reset (ARCHITECTURE §5 "A query still running during a reset").
+
+The operator replaces a checkpoint: ``fanout recover`` prints where the new checkpoint
+must start, and a new query continues from there under ``on_checkpoint_reset="new_epoch"``.
+The old query, not stopped, commits one more batch: the new epoch reads its input again.
+Three windows, each with two FanOuts on one ledger (two drivers, as in production) and
+two real Delta sinks, batches handed by ``FanOut.process`` with Kafka-style offsets:
+
+1. the old query commits after the report and before the new epoch starts: the new epoch
+   is refused, naming the batch, and nothing is written;
+2. the old query's batch, admitted before the new epoch started, is marked after it (it
+   wrote while the new query's first batch ran): the old query fails loudly, naming the
+   batch its sinks now hold twice;
+3. the old query's next batch, once the new epoch exists: refused by its guard as an
+   earlier epoch's owner.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import BatchInfo, FanOut, hookimpl
+from fanout.app.cli import main
+from fanout.errors import BatchFailedError, CheckpointResetError, ZombieBatchError
+from fanout.ledger.delta import DeltaLedger
+from tests.integration.streams import delta_rows
+
+OLD, NEW = "query-old", "query-new"
+SINKS = ("bronze", "silver")
+ROWS = 10  # rows per batch; a batch's Kafka end offset is its last row + 1
+
+
+def _fan(tmp_path: Path, *plugins: object, on_reset: str = "refuse") -> FanOut:
+    return FanOut(
+        "zombie",
+        str(tmp_path / "ledger"),
+        [{"type": "delta", "name": s, "path": str(tmp_path / s)} for s in SINKS],
+        on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
+        plugins=plugins,
+        parallelism=1,  # bronze, then silver: the interleavings below are exact
+        retries=0,
+    )
+
+
+def _batch(spark: Any, query: str, batch_id: int, first_row: int) -> tuple[Any, BatchInfo]:
+    """Rows ``first_row`` .. ``first_row + ROWS - 1`` as batch ``batch_id`` of ``query``,
+    read from Kafka topic ``orders`` up to the offset after them."""
+    rows = [(n, f"order-{n}") for n in range(first_row, first_row + ROWS)]
+    offsets = [{"orders": {"0": first_row + ROWS}}]
+    info = BatchInfo("zombie", batch_id, query, offsets, batch_timestamp_ms=1000 + batch_id)
+    return spark.createDataFrame(rows, "id LONG, name STRING"), info
+
+
+def _run(fan: FanOut, spark: Any, query: str, batch_id: int, first_row: int) -> None:
+    fan.process(*_batch(spark, query, batch_id, first_row))
+
+
+def _ids(tmp_path: Path, sink: str) -> list[int]:
+    return sorted(r["id"] for r in delta_rows(tmp_path / sink))
+
+
+def _marks(tmp_path: Path) -> list[tuple[int, str, int]]:
+    """The ledger's committed rows as (epoch, sink, batch), sorted."""
+    rows = delta_rows(tmp_path / "ledger")
+    return sorted(
+        (r["epoch"], r["sink"], r["batch_id"]) for r in rows if r["status"] == "committed"
+    )
+
+
+def _old_query_ran_three_batches_then_recover(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> FanOut:
+    """The old query commits batches 0-2 (rows 0-29), then the operator runs recover."""
+    old = _fan(tmp_path)
+    for batch in range(3):
+        _run(old, spark, OLD, batch, batch * ROWS)
+    capsys.readouterr()
+    assert main(["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "zombie"]) == 0
+    report = capsys.readouterr().out
+    assert "Resume after batch 2: every sink the pipeline still writes holds it" in report
+    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in report
+    return old
+
+
+def test_a_batch_the_old_query_commits_after_the_report_refuses_the_new_epoch(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Window 1. Today the new epoch started and read rows 30-39 again: both sinks held
+    them twice. Now the new epoch is refused before anything is written, naming the batch
+    the old query committed since the report; recover run again counts it."""
+    old = _old_query_ran_three_batches_then_recover(spark, tmp_path, capsys)
+    _run(old, spark, OLD, 3, 30)  # the zombie: rows 30-39, after the report
+
+    new = _fan(tmp_path, on_reset="new_epoch")
+    with pytest.raises(ZombieBatchError) as refused:
+        _run(new, spark, NEW, 0, 30)  # the new checkpoint, from the report's offsets
+    message = str(refused.value)
+    assert isinstance(refused.value, CheckpointResetError)
+    assert message.startswith(
+        "pipeline 'zombie': query query-new cannot start epoch 1 from the `fanout recover` "
+        "report 1 (epoch 0): since that report, epoch 0's query committed "
+        "bronze: batch 3, silver: batch 3."
+    )
+    assert "Stop every query of this pipeline" in message
+    assert f"fanout recover --ledger {tmp_path / 'ledger'} --pipeline zombie" in message
+    for sink in SINKS:
+        assert _ids(tmp_path, sink) == list(range(40))
+    assert DeltaLedger(str(tmp_path / "ledger")).current_epoch("zombie") == 0
+
+    # stopped, and recover run again: its report counts batch 3, the new epoch starts
+    capsys.readouterr()
+    assert main(["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "zombie"]) == 0
+    assert """.option("startingOffsets", '{"orders": {"0": 40}}')""" in capsys.readouterr().out
+    _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 40)
+    for sink in SINKS:
+        assert _ids(tmp_path, sink) == list(range(50))
+    assert _marks(tmp_path) == sorted(
+        [(0, s, b) for s in SINKS for b in range(4)] + [(1, s, 0) for s in SINKS]
+    )
+
+
+class NewQueryStartsMeanwhile:
+    """Runs the new query's first batch right after the old query's first sink wrote its
+    batch, before that sink's mark: the new epoch starts while the old batch is in
+    flight."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.done = False
+
+    @hookimpl
+    def fanout_sink_done(self, info: BatchInfo, sink: str, result: Any, duration_s: float) -> None:
+        if not self.done and info.batch_id == 3:
+            self.done = True
+            self.run()
+
+
+def test_a_batch_the_old_query_marks_after_the_new_epoch_started_fails_it_loudly(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Window 2. The old query was admitted batch 3 in epoch 0 before the new epoch
+    started; it writes rows 30-39, which the new epoch's first batch writes too. Today
+    the old query marked it without a word. Now its mark (recorded: the sinks hold the
+    batch) fails the batch with ZombieBatchError naming the sinks and the batch."""
+    old_fan = _old_query_ran_three_batches_then_recover(spark, tmp_path, capsys)
+    new = _fan(tmp_path, on_reset="new_epoch")
+    meanwhile = NewQueryStartsMeanwhile(lambda: _run(new, spark, NEW, 0, 30))
+    old = _fan(tmp_path, meanwhile)  # the same old query, observed
+    del old_fan
+
+    with pytest.raises(BatchFailedError) as failed:
+        _run(old, spark, OLD, 3, 30)
+    assert meanwhile.done
+    assert set(failed.value.failures) == set(SINKS)
+    for sink in SINKS:
+        error = failed.value.failures[sink]
+        assert isinstance(error, ZombieBatchError)
+        assert str(error).startswith(
+            f"pipeline 'zombie', sink {sink}: query query-old committed batch 3 of epoch 0 "
+            "after epoch 1 started (query query-new) from the `fanout recover` report 1, "
+            "which counted the sink at batch 2: the new epoch reads that batch's input "
+            "again, so the sink holds its rows twice."
+        )
+    for sink in SINKS:
+        assert _ids(tmp_path, sink) == sorted([*range(40), *range(30, 40)])
+    # the marks tell the truth: the sinks hold batch 3 of epoch 0
+    assert _marks(tmp_path) == sorted(
+        [(0, s, b) for s in SINKS for b in range(4)] + [(1, s, 0) for s in SINKS]
+    )
+
+
+def test_the_old_query_s_next_batch_after_the_new_epoch_is_refused(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Window 3. Once the new epoch exists, the old query's next batch is refused at its
+    guard's one lookup (the epoch changed: its owners are read again), as an earlier
+    epoch's owner; nothing of it is written."""
+    old = _old_query_ran_three_batches_then_recover(spark, tmp_path, capsys)
+    _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    with pytest.raises(CheckpointResetError) as refused:
+        _run(old, spark, OLD, 3, 30)
+    assert str(refused.value).startswith(
+        "pipeline 'zombie': old checkpoint restored. Spark handed batch 3 of query "
+        "query-old, whose batches are epoch 0 of this pipeline, but the pipeline continues "
+        "under epoch 1 (query query-new)"
+    )
+    for sink in SINKS:
+        assert _ids(tmp_path, sink) == list(range(40))
