@@ -215,6 +215,7 @@ class DeltaSink(Sink):
         if table is not None:
             self._check_table(table)
             self._check_log_length(table)
+            self._check_constraints(table, context.spark)
             if self.resolved_engine == "rs":
                 self._refuse_binary_partitions(table)
         elif context.checking:
@@ -517,6 +518,13 @@ class DeltaSink(Sink):
                 f"{self.path!r} is partitioned by {existing!r}; use the table's partitioning "
                 "(or omit the option)"
             )
+
+    def _check_constraints(self, table: Any, spark: Any) -> None:
+        """Refuse a CHECK constraint of the table Spark cannot evaluate: the sink could
+        not tell which rows it refuses (:mod:`fanout_delta.constraints`)."""
+        from fanout_delta.constraints import TableConstraints
+
+        TableConstraints.of(table).check_expressions(spark, table, self.name)
 
     def _refuse_binary_partitions(self, table: Any) -> None:
         """Refuse (engine ``rs``) an existing table partitioned by a binary column."""
