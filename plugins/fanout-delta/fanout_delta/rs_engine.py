@@ -374,7 +374,9 @@ def translate_error(
 
 
 def _constraint_error(exc: Exception, sink: DeltaTarget, batch_id: int, table: Any) -> Exception:
-    """The error for rows the table's constraints refuse: delta-rs previews the rows but
+    """The error for rows the table's constraints refuse at delta-rs' own check (a batch
+    that is no Spark DataFrame, which :mod:`fanout_delta.constraints` cannot evaluate, or a
+    constraint another writer added after the sink's snapshot): delta-rs previews the rows but
     names neither the constraint nor the column, so say which the table has (its CHECK
     constraints and NOT NULL columns) and that every replay fails alike until the rows
     are fixed or filtered."""

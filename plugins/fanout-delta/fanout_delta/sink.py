@@ -82,10 +82,12 @@ class DeltaSink(Sink):
     :param compact_every: compact the table's small files every N batches.
     :param storage_options: object-store options passed to delta-rs.
     :param configuration: Delta table properties set when the sink creates the table.
-    :param dead_letter: where merge rows with a null key, and rows whose partition value
-        no Delta table can keep (:mod:`fanout_delta.partition_values`), go instead of
-        failing the batch: a Delta table path, or any kind fanout knows
-        (``"<kind>:<location>"``, :mod:`fanout.deadletters.target`).
+    :param dead_letter: where merge rows with a null key, rows whose partition value
+        no Delta table can keep (:mod:`fanout_delta.partition_values`), and rows the
+        table's CHECK constraints or NOT NULL columns refuse
+        (:mod:`fanout_delta.constraints`) go instead of failing the batch: a Delta table
+        path, or any kind fanout knows (``"<kind>:<location>"``,
+        :mod:`fanout.deadletters.target`).
     :param min_txn_retention_hours: the shortest ``delta.setTransactionRetentionDuration``
         the table may set (default a week): it bounds how long the pipeline may stay down
         after a crash without a replay writing the batch in flight twice. ``open()``
