@@ -26,12 +26,13 @@ import functools
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from fanout.contract.dead_letters import DeadLetter, letter_rows
 from fanout.errors import ConfigurationError, SinkWriteError
 from fanout_delta.merge import quote
+from fanout_delta.schema import is_generated
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -107,6 +108,8 @@ class TableConstraints:
     order), as one snapshot of the table holds them."""
 
     rules: tuple[Rule, ...] = ()
+    padded: tuple[pa.Field, ...] = field(default=(), compare=False)
+    """The table's nullable columns, which an append lacking them pads with nulls."""
 
     @classmethod
     def of(cls, table: Any) -> TableConstraints:
@@ -123,7 +126,8 @@ class TableConstraints:
             if name.startswith(PREFIX) and expression is not None
         ]
         schema = pa.schema(table.schema().to_arrow())
-        return cls((*checks, *_not_null_rules(list(schema), ())))
+        padded = tuple(f for f in schema if f.nullable and not is_generated(f))
+        return cls((*checks, *_not_null_rules(list(schema), ())), padded)
 
     def __bool__(self) -> bool:
         return bool(self.rules)
@@ -172,17 +176,37 @@ class _Refusal:
     rules: tuple[Rule, ...]
     any: Any
     first: Any
+    frame: Any
+    """The batch the conditions read: with the table's columns it lacks, as nulls."""
+    added: tuple[str, ...] = ()
+
+    def kept(self) -> Any:
+        """The batch without its refused rows, with its own columns only."""
+        kept = self.frame.filter(~self.any)
+        return kept.drop(*self.added) if self.added else kept
+
+    def refused(self) -> Any:
+        """The refused rows, with their own columns and the rule index :data:`_RULE`."""
+        rows = self.frame.filter(self.any).withColumn(_RULE, self.first)
+        return rows.drop(*self.added) if self.added else rows
 
 
-def _refusal(df: Any, constraints: TableConstraints, sink: str, batch_id: int) -> _Refusal | None:
+def _refusal(
+    df: Any, constraints: TableConstraints, sink: str, batch_id: int, *, pad: bool = True
+) -> _Refusal | None:
     """The conditions of ``df``'s refused rows, analysed on ``df`` (a CHECK Spark cannot
     evaluate on the batch's columns fails the batch naming it); ``None`` when no
-    constraint applies to the batch."""
+    constraint applies to the batch. With ``pad`` (an append), the table's nullable
+    columns the batch lacks are read as nulls, as the append writes them."""
     from pyspark.sql import functions as F
 
     rules = constraints.on(df.schema)
     if not rules:
         return None
+    columns = list(df.columns)
+    added: tuple[str, ...] = ()
+    if pad:
+        df, added = _padded(df, constraints.padded)
     conditions = []
     for rule in rules:
         condition = rule.refused()
@@ -191,7 +215,7 @@ def _refusal(df: Any, constraints: TableConstraints, sink: str, batch_id: int) -
         except Exception as exc:
             raise SinkWriteError(
                 f"the Delta table's {rule.label} cannot be evaluated on the batch's "
-                f"columns ({', '.join(df.columns)}): {_first_line(exc)}. Nothing was "
+                f"columns ({', '.join(columns)}): {_first_line(exc)}. Nothing was "
                 "written: give the batch the columns the constraint reads, or change the "
                 "constraint",
                 sink=sink,
@@ -199,23 +223,37 @@ def _refusal(df: Any, constraints: TableConstraints, sink: str, batch_id: int) -
             ) from exc
         conditions.append(condition)
     first = F.coalesce(*[F.when(c, F.lit(i)) for i, c in enumerate(conditions)])
-    return _Refusal(rules, functools.reduce(lambda a, b: a | b, conditions), first)
+    return _Refusal(rules, functools.reduce(lambda a, b: a | b, conditions), first, df, added)
+
+
+def _padded(df: Any, columns: Sequence[pa.Field]) -> tuple[Any, tuple[str, ...]]:
+    """``df`` with each of ``columns`` it lacks (names compared as Spark does, ignoring
+    case) added as typed nulls, and the names added."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    present = {c.lower() for c in df.columns}
+    missing = [f for f in columns if f.name.lower() not in present]
+    if not missing:
+        return df, ()
+    nulls = {f.name: F.lit(None).cast(from_arrow_type(f.type)) for f in missing}
+    return df.withColumns(nulls), tuple(nulls)
 
 
 def split_refused_spark(
-    df: Any, constraints: TableConstraints, *, sink: str, batch_id: int
+    df: Any, constraints: TableConstraints, *, sink: str, batch_id: int, pad: bool = True
 ) -> tuple[Any, list[DeadLetter]]:
     """``df`` without the rows the table's constraints refuse, and a dead letter for each
     (collected to the driver as Arrow, taken as the other letters are: one Spark job, the
-    extra filter pass). ``df`` as it is, and no job, when no constraint applies."""
-    refusal = _refusal(df, constraints, sink, batch_id)
+    extra filter pass). ``df`` as it is, and no job, when no constraint applies. ``pad``:
+    see :func:`_refusal` (a merge's winners are not padded)."""
+    refusal = _refusal(df, constraints, sink, batch_id, pad=pad)
     if refusal is None:
         return df, []
-    letters = _letters(df.filter(refusal.any).withColumn(_RULE, refusal.first).toArrow(),
-                       refusal.rules)  # fmt: skip
+    letters = _letters(refusal.refused().toArrow(), refusal.rules)
     if not letters:
         return df, []
-    return df.filter(~refusal.any), letters
+    return refusal.kept(), letters
 
 
 def holds_refused_spark(
@@ -224,22 +262,22 @@ def holds_refused_spark(
     """Whether a row of ``df`` breaks the constraints: one Spark job (a count: a
     ``limit(1)`` finding nothing runs a job after another over ever more partitions, ~3x
     slower on 1M rows), none when no constraint applies."""
-    refusal = _refusal(df, constraints, sink, batch_id)
-    return refusal is not None and bool(df.filter(refusal.any).count())
+    refusal = _refusal(df, constraints, sink, batch_id, pad=False)
+    return refusal is not None and bool(refusal.frame.filter(refusal.any).count())
 
 
 def refuse_spark(df: Any, constraints: TableConstraints, *, sink: str, batch_id: int,
-                 table: str) -> None:  # fmt: skip
+                 table: str, pad: bool = True) -> None:  # fmt: skip
     """Fail the batch when one of its rows breaks a constraint of the Delta table at
     ``table``, naming the constraint and the first such row's values (one Spark job
     counting them, see :func:`holds_refused_spark`; one more taking the first when there
     is one)."""
-    refusal = _refusal(df, constraints, sink, batch_id)
+    refusal = _refusal(df, constraints, sink, batch_id, pad=pad)
     if refusal is None:
         return
-    count = int(df.filter(refusal.any).count())
+    count = int(refusal.frame.filter(refusal.any).count())
     if count:
-        first = df.filter(refusal.any).withColumn(_RULE, refusal.first).limit(1).toArrow()
+        first = refusal.refused().limit(1).toArrow()
         raise refused_error(_letters(first, refusal.rules)[0], count, sink=sink,
                             batch_id=batch_id, table=table)  # fmt: skip
 
@@ -302,11 +340,10 @@ def violations(
     """A dead letter for each row of ``df`` the constraints refuse (one Spark job; none
     when no constraint applies): a merge decides afterwards which of them win their key
     (:class:`RefusedRows`)."""
-    refusal = _refusal(df, constraints, sink, batch_id)
+    refusal = _refusal(df, constraints, sink, batch_id, pad=False)
     if refusal is None:
         return []
-    return _letters(df.filter(refusal.any).withColumn(_RULE, refusal.first).toArrow(),
-                    refusal.rules)  # fmt: skip
+    return _letters(refusal.refused().toArrow(), refusal.rules)
 
 
 @dataclass(frozen=True)

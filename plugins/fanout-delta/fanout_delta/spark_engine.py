@@ -191,10 +191,12 @@ def merge_source_spark(
 
     def split(rows: Any) -> tuple[Any, list[DeadLetter]]:
         if sink.dead_letters is not None:
-            rows, broken = split_refused_spark(rows, constraints, sink=name, batch_id=batch_id)
+            rows, broken = split_refused_spark(rows, constraints, sink=name, batch_id=batch_id,
+                                               pad=False)  # fmt: skip
             rows, unstorable = split_unstorable_spark(rows, partitions, engine="spark")
             return rows, [*broken, *unstorable]
-        refuse_spark(rows, constraints, sink=name, batch_id=batch_id, table=str(sink.path))
+        refuse_spark(rows, constraints, sink=name, batch_id=batch_id, table=str(sink.path),
+                     pad=False)  # fmt: skip
         refuse_unstorable_spark(rows, partitions, name, batch_id)  # fails on a refused winner
         return rows, []  # every refused row lost its key
 

@@ -294,3 +294,25 @@ def test_a_constraint_added_between_a_crash_and_the_replay_fails_the_replay(
     assert (result.rows, result.dead_lettered) == (2, 5)
     assert [r["id"] for r in rows_of(path)] == [1, 6]
     assert letters_of(dead) == EXPECTED_LETTERS
+
+
+def test_an_append_lacking_a_column_a_check_reads_is_checked_with_it_null(spark, tmp_path):
+    """The append pads the table's nullable ``x`` with nulls, so the CHECKs read it null:
+    ``x IS NULL OR x > 0`` takes the row, ``x > 0`` refuses it."""
+    df = spark.createDataFrame(
+        [(1, "a", (1, "p"))], "id long, y string, s struct<a: long, b: string>"
+    )
+    for name, check in (("takes", "x IS NULL OR x > 0"), ("refuses", "x > 0")):
+        constrained_table(tmp_path / name, check=False)
+        DeltaTable(str(tmp_path / name)).alter.add_constraint({"x_pos": check})
+    takes = opened(tmp_path / "takes", spark, tmp_path / "dead", write_from="driver")
+    refuses = opened(tmp_path / "refuses", spark, tmp_path / "dead", write_from="driver")
+
+    taken, refused = takes.write(batch_of(df, 0)), refuses.write(batch_of(df, 1))
+
+    assert (taken.rows, taken.dead_lettered, refused.rows, refused.dead_lettered) == (1, 0, 0, 1)
+    assert rows_of(tmp_path / "takes") == [row(1, None, "a", {"a": 1, "b": "p"})]
+    assert rows_of(tmp_path / "refuses") == []
+    assert letters_of(tmp_path / "dead") == [
+        (1, None, {"id": 1, "y": "a", "s": {"a": 1, "b": "p"}}, CHECK)
+    ]
