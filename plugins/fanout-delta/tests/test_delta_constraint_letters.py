@@ -316,3 +316,29 @@ def test_an_append_lacking_a_column_a_check_reads_is_checked_with_it_null(spark,
     assert letters_of(tmp_path / "dead") == [
         (1, None, {"id": 1, "y": "a", "s": {"a": 1, "b": "p"}}, CHECK)
     ]
+
+
+def test_a_shared_job_member_checks_not_null_first_or_writes_alone(spark, tmp_path):
+    """In a job shared with other sinks (:func:`fanout_delta.rs_executors.shared_append`):
+    without a dead-letter target a null in a NOT NULL column fails the batch before the
+    job, as the sink's own job does; with one the append writes alone, setting it aside."""
+    path, dead = tmp_path / "t", tmp_path / "dead"
+    constrained_table(path, check=False)
+    df = spark.createDataFrame([(1, 5, "a", (1, "p")), (2, 6, None, (2, "q"))], SCHEMA)
+    alone = opened(path, spark, write_from="executors")
+    assert alone.shares_tasks()
+
+    with pytest.raises(SinkWriteError) as refused:
+        alone.shared_write(batch_of(df))
+    assert str(refused.value) == (
+        f"sink 's', batch 0: 1 row(s) break the constraints of the Delta table {path}. "
+        'First refused row {"id": 2, "x": 6, "y": null, "s": {"a": 2, "b": "q"}}: '
+        f"{NOT_NULL_Y}. {WHAT_TO_DO}"
+    )
+
+    shared = opened(path, spark, dead, write_from="executors").shared_write(batch_of(df))
+    assert shared.task is None  # written alone: its own job filters the refused rows out
+    result = shared.alone()
+    assert (result.rows, result.dead_lettered) == (1, 1)
+    assert [r["id"] for r in rows_of(path)] == [1]
+    assert letters_of(dead) == [(0, "y", row(2, 6, None, {"a": 2, "b": "q"}), NOT_NULL_Y)]
