@@ -104,11 +104,12 @@ OPTIONS = (
         "dead_letter",
         "none",
         "where merge rows with a null key, rows whose partition value no Delta table can "
-        "keep (see `partition_by`), and rows failing the sink's `where`/`select`, go instead "
-        'of failing the batch: a Delta table path, or `"<kind>:<location>"` (see **Dead '
-        "letters**). With a partition column of strings (or timestamps, from the executors), "
-        "one more Spark job per batch finds such rows (delta-spark, or the executors' append, "
-        "which then writes alone rather than in a shared job)",
+        "keep (see `partition_by`), rows the table's CHECK constraints or NOT NULL columns "
+        "refuse (see **Constraints**), and rows failing the sink's `where`/`select`, go "
+        'instead of failing the batch: a Delta table path, or `"<kind>:<location>"` (see '
+        "**Dead letters**). With a partition column of strings (or timestamps, from the "
+        "executors), one more Spark job per batch finds such rows (delta-spark, or the "
+        "executors' append, which then writes alone rather than in a shared job)",
     ),
     SinkOption(
         "min_txn_retention_hours",

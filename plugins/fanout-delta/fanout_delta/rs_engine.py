@@ -26,6 +26,15 @@ from fanout.delta_tables.compaction import compact
 from fanout.delta_tables.distributed import delta_schema
 from fanout.delta_tables.values import holds_unstorable
 from fanout.errors import SchemaMismatchError, SinkWriteError, TransientSinkError
+from fanout_delta.constraints import (
+    RefusedRows,
+    TableConstraints,
+    refuse_spark,
+    refused_error,
+    split_refused_spark,
+    violations,
+    write_refused,
+)
 from fanout_delta.merge import (
     canonical_nan_keys,
     merge_predicate,
@@ -68,21 +77,25 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
     assert path is not None  # checked by open()
     if sink.mode == "merge" and sink.max_merge_rows is not None:
         refuse_big_merge(sink, batch)
-    data = batch.arrow()
     dead = 0
     dead_letters = sink.dead_letters
     # the first attempt starts from the snapshot kept since the last batch, brought up to
     # date; after a lost race the table is opened afresh
     table = sink.latest_table()
-    letters: list[DeadLetter] = []
+    constraints = TableConstraints.of(table)
+    data, letters = _constrained(sink, batch, constraints)
     if sink.mode == "merge":
-        data, letters = merge_source(sink, data, partition_columns(sink, table), batch_id)
+        refused_rows = RefusedRows(tuple(letters), tuple(sink.keys or []))
+        data, letters = merge_source(
+            sink, data, partition_columns(sink, table), batch_id, refused_rows
+        )
     elif dead_letters is not None:
-        data, letters = split_unstorable(data, partition_columns(sink, table))
+        data, refused = split_unstorable(data, partition_columns(sink, table))
+        letters = [*letters, *refused]
     if dead_letters is not None and (sink.mode == "merge" or letters):
         # Written before the data, idempotently: a replay that skips the data below must
         # find the batch's dead letters already in place.
-        dead = dead_letters.write(batch, letters, source="refused")
+        dead = write_refused(dead_letters, batch, letters, constraints, path)
     for attempt in range(1, deltaio.COMMIT_ATTEMPTS + 1):
         if attempt > 1:
             table = deltaio.open_table(path, sink.storage_options)
@@ -128,32 +141,68 @@ def prepare_table(sink: DeltaTarget, table: Any, schema: pa.Schema, batch_id: in
     ntz.enable_feature(table, stored)
 
 
+def _constrained(
+    sink: DeltaTarget, batch: Batch, constraints: TableConstraints
+) -> tuple[pa.Table, list[DeadLetter]]:
+    """The batch as Arrow, and the letters of its rows the table's ``constraints`` refuse
+    (:mod:`fanout_delta.constraints`), evaluated in Spark on the batch's DataFrame (a batch
+    without Spark is left to delta-rs' own check, which fails it whole).
+
+    An append gets the batch without those rows when it has a dead-letter target (the
+    batch converted again without them: only when some row is refused), and fails before
+    any write naming the first without one. A merge gets the whole batch and every
+    refused row's letter: it refuses only the rows that win their key."""
+    df = batch.df
+    if not constraints or not hasattr(df, "mapInArrow"):
+        return batch.arrow(), []
+    where = {"sink": sink.name, "batch_id": batch.batch_id}
+    if sink.mode == "merge":
+        return batch.arrow(), violations(df, constraints, **where)  # type: ignore[arg-type]
+    if sink.dead_letters is None:
+        refuse_spark(df, constraints, table=sink.path, **where)  # type: ignore[arg-type]
+        return batch.arrow(), []
+    kept, letters = split_refused_spark(df, constraints, **where)  # type: ignore[arg-type]
+    return (kept.toArrow() if letters else batch.arrow()), letters
+
+
 def merge_source(
-    sink: DeltaTarget, data: pa.Table, partitions: list[str], batch_id: int
+    sink: DeltaTarget,
+    data: pa.Table,
+    partitions: list[str],
+    batch_id: int,
+    constrained: RefusedRows | None = None,
 ) -> tuple[pa.Table, list[DeadLetter]]:
     """The batch's one row per key to merge, and the dead letters of the rows set aside:
     each key's winner is chosen among all its rows before a refused one counts
     (:func:`~fanout_delta.merge.winners_then_refusals`). With a dead-letter target, rows
     with a null key (no key to win) and refused winners become dead letters; without one,
-    either fails the batch."""
+    either fails the batch. A winner is refused for its partition value, or when it is
+    one of the rows the table's constraints refuse (``constrained``)."""
     keys, order_by, name = sink.keys or [], sink.order_by, sink.name
     letters: list[DeadLetter] = []
     if sink.dead_letters is not None:
         data, letters = split_null_keys(data, keys)
+    constrained = constrained or RefusedRows((), tuple(keys))
 
     def choose(rows: pa.Table) -> pa.Table:
         return prepare_merge_source(rows, keys, order_by, name, batch_id)
 
     def split(rows: pa.Table) -> tuple[pa.Table, list[DeadLetter]]:
         if sink.dead_letters is not None:
-            return split_unstorable(rows, partitions)
+            rows, broken = constrained.split(rows)
+            rows, unstorable = split_unstorable(rows, partitions)
+            return rows, [*broken, *unstorable]
+        _, broken = constrained.split(rows)
+        if broken:  # fails on a winner the constraints refuse
+            raise refused_error(broken[0], len(broken), sink=name, batch_id=batch_id,
+                                table=str(sink.path))  # fmt: skip
         refuse_unstorable(rows, partitions, name, batch_id)  # fails on a refused winner
         return rows, []  # every refused row lost its key
 
     data, refused = winners_then_refusals(
         data,
         choose=choose,
-        any_refused=lambda rows: holds_unstorable(rows, partitions),
+        any_refused=lambda rows: holds_unstorable(rows, partitions) or constrained.any_in(rows),
         split_refused=split,
     )
     return canonical_nan_keys(data, keys), [*letters, *refused]
@@ -325,7 +374,9 @@ def translate_error(
 
 
 def _constraint_error(exc: Exception, sink: DeltaTarget, batch_id: int, table: Any) -> Exception:
-    """The error for rows the table's constraints refuse: delta-rs previews the rows but
+    """The error for rows the table's constraints refuse at delta-rs' own check (a batch
+    that is no Spark DataFrame, which :mod:`fanout_delta.constraints` cannot evaluate, or a
+    constraint another writer added after the sink's snapshot): delta-rs previews the rows but
     names neither the constraint nor the column, so say which the table has (its CHECK
     constraints and NOT NULL columns) and that every replay fails alike until the rows
     are fixed or filtered."""

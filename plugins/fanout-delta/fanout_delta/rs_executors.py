@@ -32,6 +32,12 @@ from fanout.delta_tables.datafiles import DataFile, FileWriter, file_rows
 from fanout.delta_tables.values import UnstorablePartitionValue, spark_unstorable
 from fanout.errors import SinkError, SinkWriteError, TransientSinkError
 from fanout.partitioned.task import CommitHooks, task_partition
+from fanout_delta.constraints import (
+    TableConstraints,
+    refuse_spark,
+    split_refused_spark,
+    write_refused,
+)
 from fanout_delta.partition_values import (
     partition_columns,
     split_unstorable,
@@ -45,6 +51,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
 
+    from fanout.contract.dead_letters import DeadLetter
     from fanout.contract.sharing import SharedWrite
     from fanout_delta.target import DeltaTarget
 
@@ -82,10 +89,12 @@ def shared_append(sink: DeltaTarget, batch: Batch) -> SharedWrite | None:
     append = _ExecutorAppend.of(sink, batch, distributed.arrow_schema_of(batch.df))
     if append is None:
         return None
-    if sink.dead_letters is not None and spark_unstorable(
-        batch.df.schema, partition_columns(sink, append.opened), engine="rs"
+    if sink.dead_letters is not None and (
+        spark_unstorable(batch.df.schema, partition_columns(sink, append.opened), engine="rs")
+        or append.constraints.on(batch.df.schema)
     ):
         return None  # rows may go to the dead letters: a job of its own filters them out
+    append.refuse_constrained(batch.df)
     pending = append.pending()
     try:
         writer = pending.writer()
@@ -172,22 +181,44 @@ class _ExecutorAppend:
             batch_id=self.batch_id,
         )  # fmt: skip
 
+    @property
+    def constraints(self) -> TableConstraints:
+        """The table's constraints, as the snapshot :meth:`of` opened holds them."""
+        return TableConstraints.of(self.opened)
+
+    def refuse_constrained(self, source: Any) -> None:
+        """Without a dead-letter target, fail the batch before any task writes when one of
+        its rows breaks the table's constraints (a NOT NULL column: a table with CHECK
+        constraints is written from the driver), naming the constraint and the row, as
+        the driver's writer does (a Spark DataFrame only; the tasks refuse a null in a
+        NOT NULL column anyway, less clearly)."""
+        if self.sink.dead_letters is None and hasattr(source, "mapInArrow"):
+            refuse_spark(source, self.constraints, sink=self.sink.name,
+                         batch_id=self.batch_id, table=self.sink.path)  # fmt: skip
+
     def set_aside(self, source: Any) -> tuple[Any, int]:
-        """``source`` without the rows whose partition value no Delta table can keep, and
-        how many went to the sink's dead-letter target (written first, idempotently, as
-        the driver's writer does); without a target, ``source`` as it is (the tasks then
-        refuse such a row, failing the batch)."""
+        """``source`` without the rows whose partition value no Delta table can keep or
+        that break the table's constraints, and how many went to the sink's dead-letter
+        target (written first, idempotently, as the driver's writer does); without a
+        target, ``source`` as it is once no row breaks a constraint (the tasks refuse a
+        partition value, failing the batch)."""
         dead_letters = self.sink.dead_letters
         if dead_letters is None:
+            self.refuse_constrained(source)
             return source, 0
         columns = partition_columns(self.sink, self.opened)
+        broken: list[DeadLetter] = []
         if hasattr(source, "mapInArrow"):
+            source, broken = split_refused_spark(source, self.constraints, sink=self.sink.name,
+                                                 batch_id=self.batch_id)  # fmt: skip
             source, letters = split_unstorable_spark(source, columns, engine="rs")
         else:
             source, letters = split_unstorable(source, columns)
+        letters = [*broken, *letters]
         if not letters:
             return source, 0
-        return source, dead_letters.write(self.batch, letters, source="refused")
+        return source, write_refused(dead_letters, self.batch, letters, self.constraints,
+                                     self.sink.path)  # fmt: skip
 
     def error(self, exc: Exception) -> Exception:
         """The sink's error for what the append raised."""

@@ -82,10 +82,12 @@ class DeltaSink(Sink):
     :param compact_every: compact the table's small files every N batches.
     :param storage_options: object-store options passed to delta-rs.
     :param configuration: Delta table properties set when the sink creates the table.
-    :param dead_letter: where merge rows with a null key, and rows whose partition value
-        no Delta table can keep (:mod:`fanout_delta.partition_values`), go instead of
-        failing the batch: a Delta table path, or any kind fanout knows
-        (``"<kind>:<location>"``, :mod:`fanout.deadletters.target`).
+    :param dead_letter: where merge rows with a null key, rows whose partition value
+        no Delta table can keep (:mod:`fanout_delta.partition_values`), and rows the
+        table's CHECK constraints or NOT NULL columns refuse
+        (:mod:`fanout_delta.constraints`) go instead of failing the batch: a Delta table
+        path, or any kind fanout knows (``"<kind>:<location>"``,
+        :mod:`fanout.deadletters.target`).
     :param min_txn_retention_hours: the shortest ``delta.setTransactionRetentionDuration``
         the table may set (default a week): it bounds how long the pipeline may stay down
         after a crash without a replay writing the batch in flight twice. ``open()``
@@ -215,6 +217,7 @@ class DeltaSink(Sink):
         if table is not None:
             self._check_table(table)
             self._check_log_length(table)
+            self._check_constraints(table, context.spark)
             if self.resolved_engine == "rs":
                 self._refuse_binary_partitions(table)
         elif context.checking:
@@ -517,6 +520,13 @@ class DeltaSink(Sink):
                 f"{self.path!r} is partitioned by {existing!r}; use the table's partitioning "
                 "(or omit the option)"
             )
+
+    def _check_constraints(self, table: Any, spark: Any) -> None:
+        """Refuse a CHECK constraint of the table Spark cannot evaluate: the sink could
+        not tell which rows it refuses (:mod:`fanout_delta.constraints`)."""
+        from fanout_delta.constraints import TableConstraints
+
+        TableConstraints.of(table).check_expressions(spark, table, self.name)
 
     def _refuse_binary_partitions(self, table: Any) -> None:
         """Refuse (engine ``rs``) an existing table partitioned by a binary column."""

@@ -26,6 +26,13 @@ from fanout.contract.dead_letters import DeadLetter, letter_rows
 from fanout.contract.sink import SinkResult
 from fanout.delta_tables import io as deltaio
 from fanout.errors import SinkWriteError
+from fanout_delta.constraints import (
+    TableConstraints,
+    holds_refused_spark,
+    refuse_spark,
+    split_refused_spark,
+    write_refused,
+)
 from fanout_delta.merge import merge_predicate, quote, winners_then_refusals
 from fanout_delta.partition_values import (
     holds_unstorable_spark,
@@ -77,13 +84,16 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
     dead_letters = sink.dead_letters
     table = _open_with_rs(sink)
     partitions = partition_columns(sink, table)
+    constraints = TableConstraints.of(table)
     letters: list[DeadLetter] = []
     if sink.mode == "merge":  # one row per key, as the rs engine's merge_source
-        df, letters = merge_source_spark(sink, df, partitions, batch_id)
+        df, letters = merge_source_spark(sink, df, partitions, batch_id, constraints)
     elif dead_letters is not None:
+        df, broken = split_refused_spark(df, constraints, sink=sink.name, batch_id=batch_id)
         df, letters = split_unstorable_spark(df, partitions, engine="spark")
+        letters = [*broken, *letters]
     if dead_letters is not None and (sink.mode == "merge" or letters):
-        dead = dead_letters.write(batch, letters, source="refused")  # first: see rs_engine
+        dead = write_refused(dead_letters, batch, letters, constraints, path)  # first: see rs
     written = deltaio.transaction_version(table, app_id) if table is not None else None
     if written is not None and written >= batch_id:
         refuse_replanned(batch, sink.name, path, table, ledger=sink.ledger)
@@ -101,6 +111,7 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
             batch_id=batch_id,
         )
     if dead_letters is None and sink.mode == "append":  # before Spark's task fails unreadably
+        refuse_spark(df, constraints, sink=sink.name, batch_id=batch_id, table=path)
         refuse_unstorable_spark(df, partitions, sink.name, batch_id)
     details: dict[str, Any] = {"mode": sink.mode, "engine": "spark"}
     plan = user_metadata(batch)
@@ -158,13 +169,19 @@ def _append(sink: DeltaTarget, df: Any, app_id: str, batch_id: int, plan: str | 
 
 
 def merge_source_spark(
-    sink: DeltaTarget, df: Any, partitions: list[str], batch_id: int
+    sink: DeltaTarget,
+    df: Any,
+    partitions: list[str],
+    batch_id: int,
+    constraints: TableConstraints | None = None,
 ) -> tuple[Any, list[DeadLetter]]:
     """:func:`fanout_delta.rs_engine.merge_source` in Spark: each key's winner is chosen
     among all its rows before a refused one counts
-    (:func:`~fanout_delta.merge.winners_then_refusals`); the refused winners' rows are
-    collected, or counted to fail the batch, only when a row is refused."""
+    (:func:`~fanout_delta.merge.winners_then_refusals`); the refused winners' rows (for a
+    partition value, or the table's ``constraints``) are collected, or counted to fail
+    the batch, only when a row is refused."""
     keys, order_by, name = sink.keys or [], sink.order_by, sink.name
+    constraints = constraints or TableConstraints()
     letters: list[DeadLetter] = []
     if sink.dead_letters is not None:
         df, letters = split_null_keys_spark(df, keys)
@@ -174,15 +191,22 @@ def merge_source_spark(
 
     def split(rows: Any) -> tuple[Any, list[DeadLetter]]:
         if sink.dead_letters is not None:
-            return split_unstorable_spark(rows, partitions, engine="spark")
+            rows, broken = split_refused_spark(rows, constraints, sink=name, batch_id=batch_id,
+                                               pad=False)  # fmt: skip
+            rows, unstorable = split_unstorable_spark(rows, partitions, engine="spark")
+            return rows, [*broken, *unstorable]
+        refuse_spark(rows, constraints, sink=name, batch_id=batch_id, table=str(sink.path),
+                     pad=False)  # fmt: skip
         refuse_unstorable_spark(rows, partitions, name, batch_id)  # fails on a refused winner
         return rows, []  # every refused row lost its key
 
+    def any_refused(rows: Any) -> bool:
+        return holds_unstorable_spark(rows, partitions, engine="spark") or holds_refused_spark(
+            rows, constraints, sink=name, batch_id=batch_id
+        )
+
     df, refused = winners_then_refusals(
-        df,
-        choose=choose,
-        any_refused=lambda rows: holds_unstorable_spark(rows, partitions, engine="spark"),
-        split_refused=split,
+        df, choose=choose, any_refused=any_refused, split_refused=split
     )
     return df, [*letters, *refused]
 

@@ -17,9 +17,9 @@ if TYPE_CHECKING:
 class DeltaTarget:
     """One Delta sink's write settings (see :class:`fanout_delta.sink.DeltaSink`).
 
-    :param dead_letters: where rows with a null merge key, or a partition value no Delta
-        table can keep, go (``None``: they fail the batch), as fanout resolved the sink's
-        ``dead_letter`` option.
+    :param dead_letters: where rows with a null merge key, a partition value no Delta
+        table can keep, or a value the table's constraints refuse, go (``None``: they fail
+        the batch), as fanout resolved the sink's ``dead_letter`` option.
     :param hook_plugins: the per-partition commit hook implementers, called by the
         executors' append in each task once its files are written (``None``: none).
     :param kept: the table's snapshot the sink keeps between batches (delta-rs engine;

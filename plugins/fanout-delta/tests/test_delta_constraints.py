@@ -1,7 +1,9 @@
-"""Rows a Delta table's constraints refuse (a CHECK constraint, a NOT NULL column) fail the
-batch with an error naming the sink, the batch, the table's constraints and the rows (as
-delta-rs previews them), and saying what to do: delta-rs' own message names neither the
-constraint nor the column. Nothing of the batch is written."""
+"""Rows a Delta table's constraints refuse (a CHECK constraint, a NOT NULL column) in a
+batch that is no Spark DataFrame (the constraints are evaluated in Spark:
+``test_delta_constraint_letters.py``) are left to delta-rs' own check: they fail the batch
+with an error naming the sink, the batch, the table's constraints and the rows (as delta-rs
+previews them), and saying what to do: delta-rs' own message names neither the constraint
+nor the column. Nothing of the batch is written."""
 
 from __future__ import annotations
 

@@ -1,0 +1,442 @@
+"""The rows a Delta table's constraints refuse, found in Spark before any write.
+
+A Delta table holds CHECK constraints (table properties ``delta.constraints.<name>``, a
+Spark SQL expression each) and NOT NULL columns, top-level or a field of a struct column.
+Every Delta writer refuses a row for which a CHECK's expression is false *or null*
+(delta-spark's ``DeltaInvariantCheckerExec``; delta-rs alike), and a null in a NOT NULL
+column. A NOT NULL field of a struct column is refused null also under a null parent
+struct: the Delta protocol would take that row, but delta-rs 1.6 refuses it (its check
+reads the field's values whatever the parent's validity, and Spark's Arrow conversion
+leaves a null there), so both engines refuse it alike rather than let delta-rs fail the
+batch. Left to the writer, one such row fails the whole batch, and delta-rs names neither
+the constraint nor the row.
+
+So the sink reads the constraints from the snapshot it already reads for the batch
+(:meth:`TableConstraints.of`) and, when the table has some, evaluates them on the batch in
+Spark (one extra filter pass, only for such tables): with a dead-letter target the refused
+rows become dead letters naming the constraint (:func:`split_refused_spark`), without one
+the batch fails before anything is written, naming the constraint and the first refused
+row's values (:func:`refuse_spark`). Constraints are deterministic (Delta refuses others),
+so the same rows against the same constraints make the same letters on every replay.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from fanout.contract.dead_letters import DeadLetter, letter_rows
+from fanout.errors import ConfigurationError, SinkWriteError
+from fanout_delta.merge import quote
+from fanout_delta.schema import is_generated
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from fanout.contract.batch import Batch
+    from fanout.contract.dead_letters import DeadLetterTarget
+
+PREFIX = "delta.constraints."
+"""The table properties holding CHECK constraints: ``delta.constraints.<name>``."""
+
+logger = logging.getLogger(__name__)
+
+_RULE = "__fanout_refused_by__"
+"""The column holding, for each refused row collected, the index of the first rule it breaks."""
+
+_SHOWN_VALUES = 500
+"""The most characters of a refused row an error shows."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One constraint of a Delta table.
+
+    :param kind: ``"check"`` or ``"not_null"``.
+    :param name: the CHECK constraint's name, or the NOT NULL field's path (``s.a``).
+    :param expression: the CHECK's Spark SQL expression (``None`` for NOT NULL).
+    :param path: the NOT NULL field's path, one name per struct level.
+    """
+
+    kind: Literal["check", "not_null"]
+    name: str
+    expression: str | None = None
+    path: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The constraint for people: ``CHECK x_pos (x > 0)`` or ``NOT NULL 's.a'``."""
+        if self.kind == "check":
+            return f"CHECK {self.name} ({self.expression})"
+        return f"NOT NULL {self.name!r}"
+
+    @property
+    def column(self) -> str | None:
+        """The column at fault: a NOT NULL field's path; ``None`` for a CHECK, whose
+        expression may read several."""
+        return self.name if self.kind == "not_null" else None
+
+    def reason(self) -> str:
+        """A dead letter's reason for a row breaking this constraint."""
+        if self.kind == "check":
+            return (
+                f"breaks the Delta table's CHECK constraint {self.name} ({self.expression}): "
+                "the expression is false or null for the row"
+            )
+        return f"null in the Delta table's NOT NULL column {self.name!r}"
+
+    def refused(self) -> Any:
+        """The Spark condition true exactly for the rows this constraint refuses (never
+        null, so its negation keeps exactly the other rows)."""
+        from pyspark.sql import functions as F
+
+        if self.kind == "check":
+            return ~F.coalesce(F.expr(str(self.expression)), F.lit(False))
+        column = F.col(quote(self.path[0]))
+        for name in self.path[1:]:
+            column = column.getField(name)
+        return column.isNull()  # a null parent struct included: see the module docstring
+
+
+@dataclass(frozen=True)
+class TableConstraints:
+    """A Delta table's CHECK constraints (sorted by name) and NOT NULL fields (in schema
+    order), as one snapshot of the table holds them."""
+
+    rules: tuple[Rule, ...] = ()
+    padded: tuple[pa.Field, ...] = field(default=(), compare=False)
+    """The table's nullable columns, which an append lacking them pads with nulls."""
+
+    @classmethod
+    def of(cls, table: Any) -> TableConstraints:
+        """The constraints of the delta-rs table ``table`` (none for ``None``: no table
+        yet), read from the snapshot it is: no read of the log."""
+        if table is None:
+            return cls()
+        import pyarrow as pa
+
+        configuration = table.metadata().configuration
+        checks = [
+            Rule("check", name[len(PREFIX) :], str(expression))
+            for name, expression in sorted(configuration.items())
+            if name.startswith(PREFIX) and expression is not None
+        ]
+        schema = pa.schema(table.schema().to_arrow())
+        padded = tuple(f for f in schema if f.nullable and not is_generated(f))
+        return cls((*checks, *_not_null_rules(list(schema), ())), padded)
+
+    def __bool__(self) -> bool:
+        return bool(self.rules)
+
+    def describe(self) -> str:
+        """Every constraint, for an error: ``CHECK x_pos (x > 0), NOT NULL 'id'``."""
+        return ", ".join(rule.label for rule in self.rules) or "none"
+
+    def on(self, spark_schema: Any) -> tuple[Rule, ...]:
+        """The rules a batch of ``spark_schema`` can break: every CHECK, and the NOT NULL
+        fields the batch holds (a missing one is the schema check's to refuse)."""
+        return tuple(r for r in self.rules if r.kind == "check" or _has_path(spark_schema, r.path))
+
+    def check_expressions(self, spark: Any, table: Any, sink: str) -> None:
+        """Refuse (:class:`ConfigurationError`, naming the constraint) a CHECK expression
+        Spark cannot evaluate on the table's columns (an unknown function, a column the
+        table lacks): analysed on an empty DataFrame of the table's schema, no job."""
+        checks = [r for r in self.rules if r.kind == "check"]
+        if spark is None or not checks:
+            return
+        import pyarrow as pa
+
+        try:
+            empty = spark.createDataFrame(pa.schema(table.schema().to_arrow()).empty_table())
+        except Exception:  # a type Spark cannot take from Arrow: each batch checks instead
+            logger.debug("sink %r: no empty DataFrame of the table to check its constraints "
+                         "on", sink, exc_info=True)  # fmt: skip
+            return
+        for rule in checks:
+            try:
+                empty.filter(rule.refused()).schema  # noqa: B018 - analyses the plan
+            except Exception as exc:
+                raise ConfigurationError(
+                    f"Delta sink {sink!r}: the table's {rule.label} cannot be evaluated "
+                    f"by Spark on the table's columns, so the sink cannot tell which rows "
+                    f"it refuses: {_first_line(exc)}. Fix or drop the constraint "
+                    "(ALTER TABLE ... DROP CONSTRAINT) before starting the pipeline"
+                ) from exc
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """The Spark conditions of a batch's refused rows: ``any`` true for a row breaking a
+    rule, ``first`` the index of the first rule it breaks."""
+
+    rules: tuple[Rule, ...]
+    any: Any
+    first: Any
+    frame: Any
+    """The batch the conditions read: with the table's columns it lacks, as nulls."""
+    added: tuple[str, ...] = ()
+
+    def kept(self) -> Any:
+        """The batch without its refused rows, with its own columns only."""
+        kept = self.frame.filter(~self.any)
+        return kept.drop(*self.added) if self.added else kept
+
+    def refused(self) -> Any:
+        """The refused rows, with their own columns and the rule index :data:`_RULE`."""
+        rows = self.frame.filter(self.any).withColumn(_RULE, self.first)
+        return rows.drop(*self.added) if self.added else rows
+
+
+def _refusal(
+    df: Any, constraints: TableConstraints, sink: str, batch_id: int, *, pad: bool = True
+) -> _Refusal | None:
+    """The conditions of ``df``'s refused rows, analysed on ``df`` (a CHECK Spark cannot
+    evaluate on the batch's columns fails the batch naming it); ``None`` when no
+    constraint applies to the batch. With ``pad`` (an append), the table's nullable
+    columns the batch lacks are read as nulls, as the append writes them."""
+    from pyspark.sql import functions as F
+
+    rules = constraints.on(df.schema)
+    if not rules:
+        return None
+    columns = list(df.columns)
+    added: tuple[str, ...] = ()
+    if pad:
+        df, added = _padded(df, constraints.padded)
+    conditions = []
+    for rule in rules:
+        condition = rule.refused()
+        try:
+            df.filter(condition).schema  # noqa: B018 - analyses the plan
+        except Exception as exc:
+            raise SinkWriteError(
+                f"the Delta table's {rule.label} cannot be evaluated on the batch's "
+                f"columns ({', '.join(columns)}): {_first_line(exc)}. Nothing was "
+                "written: give the batch the columns the constraint reads, or change the "
+                "constraint",
+                sink=sink,
+                batch_id=batch_id,
+            ) from exc
+        conditions.append(condition)
+    first = F.coalesce(*[F.when(c, F.lit(i)) for i, c in enumerate(conditions)])
+    return _Refusal(rules, functools.reduce(lambda a, b: a | b, conditions), first, df, added)
+
+
+def _padded(df: Any, columns: Sequence[pa.Field]) -> tuple[Any, tuple[str, ...]]:
+    """``df`` with each of ``columns`` it lacks (names compared as Spark does, ignoring
+    case) added as typed nulls, and the names added."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    present = {c.lower() for c in df.columns}
+    missing = [f for f in columns if f.name.lower() not in present]
+    if not missing:
+        return df, ()
+    nulls = {f.name: F.lit(None).cast(from_arrow_type(f.type)) for f in missing}
+    return df.withColumns(nulls), tuple(nulls)
+
+
+def split_refused_spark(
+    df: Any, constraints: TableConstraints, *, sink: str, batch_id: int, pad: bool = True
+) -> tuple[Any, list[DeadLetter]]:
+    """``df`` without the rows the table's constraints refuse, and a dead letter for each
+    (collected to the driver as Arrow, taken as the other letters are: one Spark job, the
+    extra filter pass). ``df`` as it is, and no job, when no constraint applies. ``pad``:
+    see :func:`_refusal` (a merge's winners are not padded)."""
+    refusal = _refusal(df, constraints, sink, batch_id, pad=pad)
+    if refusal is None:
+        return df, []
+    letters = _letters(refusal.refused().toArrow(), refusal.rules)
+    if not letters:
+        return df, []
+    return refusal.kept(), letters
+
+
+def holds_refused_spark(
+    df: Any, constraints: TableConstraints, *, sink: str, batch_id: int
+) -> bool:
+    """Whether a row of ``df`` breaks the constraints: one Spark job (a count: a
+    ``limit(1)`` finding nothing runs a job after another over ever more partitions, ~3x
+    slower on 1M rows), none when no constraint applies."""
+    refusal = _refusal(df, constraints, sink, batch_id, pad=False)
+    return refusal is not None and bool(refusal.frame.filter(refusal.any).count())
+
+
+def refuse_spark(df: Any, constraints: TableConstraints, *, sink: str, batch_id: int,
+                 table: str, pad: bool = True) -> None:  # fmt: skip
+    """Fail the batch when one of its rows breaks a constraint of the Delta table at
+    ``table``, naming the constraint and the first such row's values (one Spark job
+    counting them, see :func:`holds_refused_spark`; one more taking the first when there
+    is one)."""
+    refusal = _refusal(df, constraints, sink, batch_id, pad=pad)
+    if refusal is None:
+        return
+    count = int(refusal.frame.filter(refusal.any).count())
+    if count:
+        first = refusal.refused().limit(1).toArrow()
+        raise refused_error(_letters(first, refusal.rules)[0], count, sink=sink,
+                            batch_id=batch_id, table=table)  # fmt: skip
+
+
+def refused_error(
+    letter: DeadLetter, count: int, *, sink: str, batch_id: int, table: str
+) -> SinkWriteError:
+    """The error of a batch ``count`` of whose rows break the table's constraints, and
+    which has no dead-letter target: ``letter`` is the first."""
+    return SinkWriteError(
+        f"{count} row(s) break the constraints of the Delta table {table}. First refused "
+        f"row {_shown(letter.row)}: {letter.reason}. Nothing was written and every replay "
+        "fails alike: fix or filter those rows in the stream, or set the sink's option "
+        "'dead_letter' to set such rows aside",
+        sink=sink,
+        batch_id=batch_id,
+    )
+
+
+def write_refused(
+    target: DeadLetterTarget,
+    batch: Batch,
+    letters: Sequence[DeadLetter],
+    constraints: TableConstraints,
+    table: str,
+) -> int:
+    """Hand the batch's refused rows' letters to ``target`` (before the data is written,
+    once per batch: a replay's are skipped) and return how many the batch has.
+
+    A replay refuses the rows the first attempt refused only while the table's
+    constraints are the same. One added between an attempt that kept its letters and
+    died before its commit, and the replay, would refuse more rows, whose letters the
+    target would skip as the batch's: in neither place. So when the table has
+    constraints and the batch refuses rows, a target that can read a batch's letters
+    back (a Delta table) is asked how many it keeps, and another number fails the batch
+    before its data is written (a dropped constraint, which refuses fewer rows, leaves
+    the earlier letters and writes those rows too: kept twice, never lost)."""
+    count = target.write(batch, letters, source="refused")
+    read_rows = getattr(target, "read_rows", None)
+    if not letters or not constraints or read_rows is None:
+        return count
+    kept = read_rows(batch.pipeline, batch.sink_name, (batch.info.epoch, batch.batch_id))
+    if kept.num_rows != len(letters):
+        raise SinkWriteError(
+            f"this attempt refuses {len(letters)} row(s), but the {target.describe()} keeps "
+            f"{kept.num_rows} dead letter(s) of the batch from an earlier attempt: the "
+            f"constraints of the Delta table {table} changed in between (now: "
+            f"{constraints.describe()}). Nothing of the batch was written: writing it would "
+            "leave rows only one of the two refuses in neither place or in both. Restore "
+            "the constraints the batch first ran under until it completes, then change them",
+            sink=batch.sink_name,
+            batch_id=batch.batch_id,
+        )
+    return count
+
+
+def violations(
+    df: Any, constraints: TableConstraints, *, sink: str, batch_id: int
+) -> list[DeadLetter]:
+    """A dead letter for each row of ``df`` the constraints refuse (one Spark job; none
+    when no constraint applies): a merge decides afterwards which of them win their key
+    (:class:`RefusedRows`)."""
+    refusal = _refusal(df, constraints, sink, batch_id, pad=False)
+    if refusal is None:
+        return []
+    return _letters(refusal.refused().toArrow(), refusal.rules)
+
+
+@dataclass(frozen=True)
+class RefusedRows:
+    """The batch's refused rows (their letters, from :func:`violations`), found again
+    among a merge's winners, which are chosen in Arrow: a winner is refused when it is
+    one of them, compared by its keys first and then by its whole row (a constraint
+    reads the row only, so an equal row is refused alike)."""
+
+    letters: tuple[DeadLetter, ...]
+    keys: tuple[str, ...]
+
+    def any_in(self, rows: pa.Table) -> bool:
+        """Whether one of ``rows`` is refused."""
+        return bool(self.letters) and bool(self._indices(rows))
+
+    def split(self, rows: pa.Table) -> tuple[pa.Table, list[DeadLetter]]:
+        """``rows`` without the refused ones, and their letters (in ``rows``' order)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        found = self._indices(rows)
+        if not found:
+            return rows, []
+        mask = pa.array([i in found for i in range(rows.num_rows)])
+        return rows.filter(pc.invert(mask)), [found[i] for i in sorted(found)]
+
+    def _indices(self, rows: pa.Table) -> dict[int, DeadLetter]:
+        """The refused rows of ``rows``, by index, with their letters."""
+        import pyarrow as pa
+
+        by_key: dict[str, list[DeadLetter]] = {}
+        for letter in self.letters:
+            by_key.setdefault(_key_text(letter.row or {}, self.keys), []).append(letter)
+        candidates = letter_rows(rows.select(list(self.keys)))
+        wanted = [i for i, key in enumerate(candidates) if _key_text(key, self.keys) in by_key]
+        if not wanted:
+            return {}
+        picked = rows.take(pa.array(wanted, pa.int64()))
+        found: dict[int, DeadLetter] = {}
+        for index, row in zip(wanted, letter_rows(picked), strict=True):
+            for letter in by_key[_key_text(row, self.keys)]:
+                if letter.row == row:
+                    found[index] = letter
+                    break
+        return found
+
+
+def _key_text(row: Any, keys: Sequence[str]) -> str:
+    return json.dumps([row.get(k) for k in keys], default=str)
+
+
+def _letters(rejected: pa.Table, rules: Sequence[Rule]) -> list[DeadLetter]:
+    """A letter per row of ``rejected`` (with the rule index column :data:`_RULE`)."""
+    which = rejected.column(_RULE).to_pylist()
+    rows = letter_rows(rejected.drop_columns([_RULE]))
+    letters = []
+    for row, index in zip(rows, which, strict=True):
+        rule = rules[index]
+        letters.append(DeadLetter(row, rule.reason(), rule.column, None))
+    return letters
+
+
+def _not_null_rules(fields: list[pa.Field], parents: tuple[str, ...]) -> list[Rule]:
+    """The NOT NULL fields among ``fields`` and, through struct columns, their fields."""
+    import pyarrow.types as pat
+
+    rules: list[Rule] = []
+    for f in fields:
+        path = (*parents, f.name)
+        if not f.nullable:
+            rules.append(Rule("not_null", ".".join(path), path=path))
+        if pat.is_struct(f.type):
+            rules += _not_null_rules(list(f.type), path)
+    return rules
+
+
+def _has_path(spark_schema: Any, path: Sequence[str]) -> bool:
+    """Whether the Spark schema holds the field at ``path`` (struct levels only)."""
+    from pyspark.sql.types import StructType
+
+    kind: Any = spark_schema
+    for name in path:
+        if not isinstance(kind, StructType) or name not in kind.fieldNames():
+            return False
+        kind = kind[name].dataType
+    return True
+
+
+def _shown(row: Any) -> str:
+    text = json.dumps(row, default=str)
+    return text if len(text) <= _SHOWN_VALUES else text[:_SHOWN_VALUES] + "..."
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
