@@ -138,8 +138,13 @@ class TableConstraints:
 
     def on(self, spark_schema: Any) -> tuple[Rule, ...]:
         """The rules a batch of ``spark_schema`` can break: every CHECK, and the NOT NULL
-        fields the batch holds (a missing one is the schema check's to refuse)."""
-        return tuple(r for r in self.rules if r.kind == "check" or _has_path(spark_schema, r.path))
+        fields the batch holds that Spark's schema lets be null (a missing one is the
+        schema check's to refuse). A field Spark declares non-nullable at every level of
+        its path holds no null: checking it would cost every batch of a table created
+        from such a schema (``spark.range``'s ``id``) a Spark job for nothing."""
+        return tuple(
+            r for r in self.rules if r.kind == "check" or _may_be_null(spark_schema, r.path)
+        )
 
     def check_expressions(self, spark: Any, table: Any, sink: str) -> None:
         """Refuse (:class:`ConfigurationError`, naming the constraint) a CHECK expression
@@ -421,16 +426,20 @@ def _not_null_rules(fields: list[pa.Field], parents: tuple[str, ...]) -> list[Ru
     return rules
 
 
-def _has_path(spark_schema: Any, path: Sequence[str]) -> bool:
-    """Whether the Spark schema holds the field at ``path`` (struct levels only)."""
+def _may_be_null(spark_schema: Any, path: Sequence[str]) -> bool:
+    """Whether the Spark schema holds the field at ``path`` (struct levels only) and lets
+    it be null: the field, or a struct above it (a null parent is refused too, see the
+    module docstring), is nullable."""
     from pyspark.sql.types import StructType
 
     kind: Any = spark_schema
+    nullable = False
     for name in path:
         if not isinstance(kind, StructType) or name not in kind.fieldNames():
             return False
+        nullable = nullable or kind[name].nullable
         kind = kind[name].dataType
-    return True
+    return nullable
 
 
 def _shown(row: Any) -> str:

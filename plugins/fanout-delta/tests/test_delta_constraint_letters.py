@@ -342,3 +342,26 @@ def test_a_shared_job_member_checks_not_null_first_or_writes_alone(spark, tmp_pa
     assert (result.rows, result.dead_lettered) == (1, 1)
     assert [r["id"] for r in rows_of(path)] == [1]
     assert letters_of(dead) == [(0, "y", row(2, 6, None, {"a": 2, "b": "q"}), NOT_NULL_Y)]
+
+
+def test_not_null_fields_spark_declares_non_nullable_cost_no_check():
+    """A NOT NULL field the batch's Spark schema declares non-nullable at every level of
+    its path holds no null, so no rule (no Spark job) is made for it; a nullable field,
+    or a non-nullable field under a nullable struct, keeps its rule. Every CHECK stays."""
+    from fanout_delta.constraints import Rule, TableConstraints
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    def not_null(*path: str) -> Rule:
+        return Rule("not_null", ".".join(path), path=path)
+
+    rules = TableConstraints((
+        Rule("check", "x_pos", "x > 0"), not_null("id"), not_null("x"), not_null("s", "a"),
+        not_null("t", "a"), not_null("absent"),
+    ))  # fmt: skip
+    inner = StructType([StructField("a", LongType(), nullable=False)])
+    schema = StructType([
+        StructField("id", LongType(), nullable=False), StructField("x", LongType()),
+        StructField("s", inner, nullable=True), StructField("t", inner, nullable=False),
+    ])  # fmt: skip
+
+    assert [r.name for r in rules.on(schema)] == ["x_pos", "x", "s.a"]
