@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -26,6 +27,10 @@ from fanout.contract.sink import (
 from fanout.errors import SinkWriteError, TransientSinkError
 
 S = TypeVar("S", bound=Sink)
+
+if "pytest" in sys.modules:  # under pytest: a failed check of the conformance suite shows
+    # its values (pytest rewrites the asserts of test modules only, unless told)
+    sys.modules["pytest"].register_assert_rewrite("fanout.testing.conformance")
 
 
 class ArrowFrame:
