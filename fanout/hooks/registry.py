@@ -262,7 +262,7 @@ def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None
     if problems := declaration_problems(sink_class):
         raise PluginError(
             f"plugin {info.describe()}: sink type {type_name!r}: its `options` declaration "
-            f"does not match its constructor: {'; '.join(problems)}"
+            f"is wrong: {'; '.join(problems)}"
         )
 
 
