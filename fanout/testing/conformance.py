@@ -294,7 +294,7 @@ class SinkConformance:
             error = str(failed.value.failures[NAME])
             assert f"sink {NAME!r}, batch 0" in error and refused in error
             return
-        target = {"dead_letter": under_test.dead_letter}
+        target: dict[str, Any] = {"dead_letter": under_test.dead_letter}
         with pytest.raises(BatchFailedError):  # written, mark lost: the replay must not
             self._fan(under_test, _MarkLost(DeltaLedger(path)), **target).process(  # add
                 batch, self._info(0)
@@ -317,7 +317,8 @@ class SinkConformance:
         none in both places."""
         if under_test.dead_letter is None:
             pytest.skip("no dead_letter target given")
-        path, target = str(tmp_path / "ledger"), {"dead_letter": under_test.dead_letter}
+        path = str(tmp_path / "ledger")
+        target: dict[str, Any] = {"dead_letter": under_test.dead_letter}
         veto = VetoOnce(batch=0, partition=0, state=str(tmp_path / "veto.json"), sink=NAME)
         fan = self._fan(under_test, path, observers=[veto], **target)
         if not _commits_in_pieces(under_test, fan):
@@ -327,7 +328,7 @@ class SinkConformance:
             fan.process(batch, self._info(0))
         partial = under_test.ids()
         assert set(partial) < set(range(8))  # partition 0 did not commit
-        routed = {**target, "where": "CAST(v AS INT) > 0"}
+        routed: dict[str, Any] = {**target, "where": "CAST(v AS INT) > 0"}
         try:
             result = self._fan(under_test, path, **routed).process(batch, self._info(0))[NAME]
         except BatchFailedError as failed:
