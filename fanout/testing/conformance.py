@@ -241,12 +241,26 @@ class SinkConformance:
         fan.process(self._batch(spark, [(1, "a")]), self._info(0))
         drifted = self._batch(spark, [(2, "b", 7)], SCHEMA + ", extra INT")
         if under_test.schema_drift == "writes":
-            assert fan.process(drifted, self._info(1))[NAME].rows == 1
-            assert under_test.ids() == [1, 2]
+            try:
+                result = fan.process(drifted, self._info(1))[NAME]
+            except BatchFailedError as failed:
+                pytest.fail(
+                    f"{_DRIFT} refused it: {failed.failures[NAME]!r}; say "
+                    "SinkUnderTest(schema_drift='refuses') if it refuses new columns"
+                )
+            _assert_rows(result, 1, "a batch of 1 row with a new column")
+            _assert_ids(under_test, [1, 2], "after a batch adding a column was written")
             return
-        with pytest.raises(BatchFailedError) as failed:
+        try:
             fan.process(drifted, self._info(1))
-        error = failed.value.failures[NAME]
+        except BatchFailedError as failed:
+            error = failed.failures[NAME]
+        else:
+            pytest.fail(
+                f"{_DRIFT} wrote it, and SinkUnderTest(schema_drift='refuses') (the default) "
+                "says it refuses it: say schema_drift='writes' if it writes new columns, or "
+                "raise a SchemaMismatchError naming the column"
+            )
         assert isinstance(error, SchemaMismatchError) or "extra" in str(error)
         assert "extra" in str(error) and f"sink {NAME!r}, batch 1" in str(error)
         assert under_test.ids() == [1]
@@ -380,6 +394,8 @@ class SinkConformance:
         texts.append(caplog.text)
         assert all(under_test.secret not in text for text in texts)
 
+
+_DRIFT = "batch 1 added a column 'extra' (id BIGINT, v STRING, extra INT) and the sink"
 
 _REPLAYED = (
     "after the replay of a batch it had written whose ledger mark was lost: write() must "

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fanout import Batch, Sink, SinkContext, SinkResult, hookimpl
+from fanout import Batch, SchemaMismatchError, Sink, SinkContext, SinkResult, hookimpl
 from fanout.contract.sink import Reads
 
 
@@ -19,9 +19,10 @@ class TokenFiles(Sink):
 
     guarantees = ("idempotent",)
 
-    def __init__(self, name: str, *, directory: str) -> None:
+    def __init__(self, name: str, *, directory: str, columns: list[str] | None = None) -> None:
         super().__init__(name)
         self.directory = directory
+        self.columns = columns  # given: a batch with another column is refused
 
     @property
     def reads(self) -> Reads:
@@ -35,6 +36,14 @@ class TokenFiles(Sink):
         return f"{batch.idempotency_key.token}.jsonl"
 
     def write(self, batch: Batch) -> SinkResult:
+        for column in batch.arrow().column_names:
+            if self.columns is not None and column not in self.columns:
+                raise SchemaMismatchError(
+                    f"column {column!r} is not one of {', '.join(self.columns)}",
+                    sink=self.name,
+                    batch_id=batch.batch_id,
+                    columns=[column],
+                )
         rows = batch.arrow().to_pylist()
         final = Path(self.directory) / self.file_name(batch)
         tmp = final.with_suffix(".tmp")

@@ -86,7 +86,38 @@ def test_any_failed_check_of_the_suite_shows_its_values(spark: Any, tmp_path: Pa
     """pytest rewrites the suite's asserts too (fanout.testing registers it): a check
     without a message of its own still says what it compared."""
     suite, case = _suite_and_case("counts_one_too_many", tmp_path)
-    case.schema_drift = "writes"
     with pytest.raises(AssertionError) as failed:
+        suite.test_an_empty_batch_writes_nothing_and_is_marked(spark, case, tmp_path)
+    assert str(failed.value).splitlines()[0] == "assert 1 == 0"
+
+
+def test_a_sink_writing_a_new_column_said_to_refuse_it_is_told_how_to_say_so(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("token_files", tmp_path)  # the default: "refuses"
+    with pytest.raises(pytest.fail.Exception) as failed:
         suite.test_schema_drift(spark, case, tmp_path)
-    assert str(failed.value).splitlines()[0] == "assert 2 == 1"
+    assert str(failed.value) == (
+        "batch 1 added a column 'extra' (id BIGINT, v STRING, extra INT) and the sink wrote "
+        "it, and SinkUnderTest(schema_drift='refuses') (the default) says it refuses it: say "
+        "schema_drift='writes' if it writes new columns, or raise a SchemaMismatchError "
+        "naming the column"
+    )
+
+
+def test_a_sink_refusing_a_new_column_said_to_write_it_is_told_how_to_say_so(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("token_files", tmp_path)
+    case.schema_drift = "writes"
+    case.config = {**case.config, "columns": ["id", "v"]}
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_schema_drift(spark, case, tmp_path)
+    assert str(failed.value).startswith(
+        "batch 1 added a column 'extra' (id BIGINT, v STRING, extra INT) and the sink "
+        "refused it: SchemaMismatchError(\"sink 'under_test', batch 1: column 'extra' is not "
+        'one of id, v")'
+    )
+    assert str(failed.value).endswith(
+        "; say SinkUnderTest(schema_drift='refuses') if it refuses new columns"
+    )
