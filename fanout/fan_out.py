@@ -318,7 +318,11 @@ class FanOut:
             except FanoutError:
                 raise
             except Exception as exc:
-                said = f"sink {sink.name!r}: cannot open: {type(exc).__name__}: {exc}"
+                said = (
+                    f"sink {sink.name!r}: cannot open: {type(exc).__name__}: {exc} (raised by "
+                    f"{type(sink).__name__}.open(): check the sink's options, which "
+                    "`fanout plugins --options TYPE` lists, and its target)"
+                )
                 masked = masked_error(exc, sink.secret_values(), ConfigurationError, said)
                 if masked is not None:  # no traceback may show the secret: the chain is cut
                     raise masked from None

@@ -73,12 +73,16 @@ def option_names(sink_class: SinkClass) -> list[str]:
 
 
 def declaration_problems(sink_class: SinkClass) -> list[str]:
-    """How the class's declaration and its constructor disagree (empty when they agree)."""
-    declared = [option.name for option in getattr(sink_class, "options", ()) or ()]
-    if not declared:
+    """How the class's declaration and its constructor disagree, or which entries of it
+    are not a :class:`SinkOption` of texts (empty when all is well)."""
+    entries = tuple(getattr(sink_class, "options", ()) or ())
+    if not entries:
         return []
+    problems = [problem for entry in entries if (problem := _entry_problem(entry))]
+    if problems:
+        return problems
+    declared = [option.name for option in entries]
     taken = constructor_options(sink_class)
-    problems = []
     if missing := [n for n in taken if n not in declared]:
         problems.append(f"options not declared: {', '.join(missing)}")
     if unknown := [n for n in declared if n not in taken]:
@@ -86,6 +90,21 @@ def declaration_problems(sink_class: SinkClass) -> list[str]:
     if len(set(declared)) != len(declared):
         problems.append("an option is declared twice")
     return problems
+
+
+def _entry_problem(entry: object) -> str | None:
+    """What is wrong with one entry of an ``options`` declaration, or ``None``."""
+    if not isinstance(entry, SinkOption):
+        return f"{entry!r} is not a fanout.contract.options.SinkOption(name, default, meaning)"
+    for field in ("name", "default", "meaning"):
+        value = getattr(entry, field)
+        if not isinstance(value, str):
+            example = ' ("required", "none", "`30.0`")' if field == "default" else ""
+            return (
+                f"option {entry.name!r}: {field} {value!r} is a {type(value).__name__}; "
+                f"give it as the text users read{example}"
+            )
+    return None
 
 
 def markdown_table(options: tuple[SinkOption, ...]) -> str:

@@ -262,7 +262,7 @@ def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None
     if problems := declaration_problems(sink_class):
         raise PluginError(
             f"plugin {info.describe()}: sink type {type_name!r}: its `options` declaration "
-            f"does not match its constructor: {'; '.join(problems)}"
+            f"is wrong: {'; '.join(problems)}"
         )
 
 
@@ -384,12 +384,33 @@ class CoreDeadLetterKinds:
 
 
 def _register(registry: Registry, plugin: object, info: PluginInfo) -> None:
+    if unmarked := _unmarked_hooks(registry.manager, plugin):
+        said = (
+            f"{', '.join(unmarked)} not marked with @fanout.hookimpl, so fanout would ignore "
+            f"{'it' if len(unmarked) == 1 else 'them'} (a sink type it registers would be "
+            "unknown): decorate each hook function with @hookimpl (from fanout import hookimpl)"
+        )
+        cause = pluggy.PluginValidationError(plugin, said)
+        registry.load_errors.append(_load_error(info.name, info.distribution, cause))
+        return
     try:
         registry.manager.register(plugin, name=info.name)
     except (ValueError, pluggy.PluginValidationError) as exc:
         registry.load_errors.append(_load_error(info.name, info.distribution, exc))
         return
     registry.plugins[info.name] = info
+
+
+def _unmarked_hooks(manager: pluggy.PluginManager, plugin: object) -> list[str]:
+    """The functions of ``plugin`` named as a fanout hook but not marked as its
+    implementation: pluggy skips them without a word."""
+    hooks = sorted(n for n in dir(hookspecs) if n.startswith("fanout_"))
+    return [
+        name
+        for name in hooks
+        if callable(getattr(plugin, name, None))
+        and manager.parse_hookimpl_opts(plugin, name) is None
+    ]
 
 
 def _load_error(name: str, distribution: str | None, cause: BaseException) -> PluginLoadError:

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -26,6 +27,10 @@ from fanout.contract.sink import (
 from fanout.errors import SinkWriteError, TransientSinkError
 
 S = TypeVar("S", bound=Sink)
+
+if "pytest" in sys.modules:  # under pytest: a failed check of the conformance suite shows
+    # its values (pytest rewrites the asserts of test modules only, unless told)
+    sys.modules["pytest"].register_assert_rewrite("fanout.testing.conformance")
 
 
 class ArrowFrame:
@@ -83,13 +88,18 @@ def make_batch(
     pipeline: str = "test",
     sink_name: str = "sink",
     query_id: str | None = "test-query",
+    epoch: int = 0,
 ) -> Batch:
-    """A :class:`Batch` for a sink's unit tests, from dict rows or a ``pyarrow.Table``."""
+    """A :class:`Batch` for a sink's unit tests, from dict rows or a ``pyarrow.Table``.
+
+    ``epoch``: the batch as a query after a checkpoint reset (accepted with
+    ``on_checkpoint_reset="new_epoch"``) sees it, whose ``idempotency_key`` is new: a sink
+    must write it beside the same batch id of epoch 0, not skip or overwrite it."""
     import pyarrow as pa
 
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows))
-    info = BatchInfo(pipeline, batch_id, query_id)
-    return Batch(ArrowFrame(table), info, sink_name, txn_app_id(pipeline, sink_name))
+    info = BatchInfo(pipeline, batch_id, query_id, epoch=epoch)
+    return Batch(ArrowFrame(table), info, sink_name, txn_app_id(pipeline, sink_name, epoch))
 
 
 class RecordingSink(Sink):

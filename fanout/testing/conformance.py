@@ -27,7 +27,10 @@ the dead-letter target; a route changed between a partial attempt (some pieces c
 then a failure) and its replay is refused before any letter is written, or the replay's
 outcome is exact (``commits_in_pieces``); a row the target itself refuses (when
 ``refused_value`` says which) ends in the dead letters once, not in the target, also when
-the batch is replayed; a secret of the configuration never appears in an error or a log.
+the batch is replayed; a batch of a new epoch (a checkpoint reset accepted with
+``on_checkpoint_reset="new_epoch"``: batch ids start at 0 again) lands beside the old
+epoch's batch of the same id; a secret of the configuration never appears in an error or a
+log.
 
 The sink type is found as ``FanOut`` finds it: through the ``fanout`` entry point of an
 installed distribution (``pip install -e .`` of your plugin in the test environment), or,
@@ -145,10 +148,17 @@ class SinkConformance:
         self.pipeline = f"conformance{uuid.uuid4().hex[:8]}"
 
     def _fan(
-        self, case: SinkUnderTest, ledger: Any, *, observers: Sequence[object] = (), **extra: Any
+        self,
+        case: SinkUnderTest,
+        ledger: Any,
+        *,
+        observers: Sequence[object] = (),
+        fan_options: Mapping[str, Any] | None = None,
+        **extra: Any,
     ) -> FanOut:
         return FanOut(self.pipeline, ledger, [case.sink(**extra)], retries=0, backoff_s=0,
-                      plugins=[*_modules(case.plugins), *observers])  # fmt: skip
+                      plugins=[*_modules(case.plugins), *observers],
+                      **dict(fan_options or {}))  # fmt: skip
 
     def _batch(self, spark: Any, rows: Sequence[tuple[Any, ...]], schema: str = SCHEMA) -> Any:
         return spark.createDataFrame(list(rows), schema)
@@ -161,9 +171,9 @@ class SinkConformance:
     ) -> None:
         fan = self._fan(under_test, str(tmp_path / "ledger"))
         batch = self._batch(spark, [(i, f"v{i}") for i in range(5)])
-        assert fan.process(batch, self._info(0))[NAME].rows == 5
+        _assert_rows(fan.process(batch, self._info(0))[NAME], 5, "a batch of 5 rows")
         assert fan.process(batch, self._info(0)) == {}  # the ledger says: written
-        assert under_test.ids() == list(range(5))
+        _assert_ids(under_test, list(range(5)), "after a batch of ids 0-4 and its replay")
 
     def test_replay_of_an_unmarked_batch_writes_no_duplicate(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
@@ -172,10 +182,10 @@ class SinkConformance:
         batch = self._batch(spark, [(i, f"v{i}") for i in range(6)])
         with pytest.raises(BatchFailedError):
             self._fan(under_test, _MarkLost(DeltaLedger(path))).process(batch, self._info(0))
-        assert under_test.ids() == list(range(6))  # written, not marked
+        _assert_ids(under_test, list(range(6)), "after writing ids 0-5 (its ledger mark lost)")
         result = self._fan(under_test, path).process(batch, self._info(0))[NAME]
-        assert result.rows == 6
-        assert under_test.ids() == list(range(6))
+        _assert_rows(result, 6, "the replay of a batch of 6 rows it had written")
+        _assert_ids(under_test, list(range(6)), _REPLAYED)
 
     def test_kill_between_write_and_mark(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
@@ -189,11 +199,34 @@ class SinkConformance:
             capture_output=True, text=True, timeout=600, env=env,
         )  # fmt: skip
         assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
-        assert under_test.ids() == list(range(8))  # written by the killed driver, unmarked
+        _assert_ids(under_test, list(range(8)), "after the killed driver wrote ids 0-7")
         fan = self._fan(under_test, str(tmp_path / "ledger"))
         batch = self._batch(spark, [(i, f"v{i}") for i in range(8)])
-        assert fan.process(batch, self._info(0))[NAME].rows == 8  # the replay
-        assert under_test.ids() == list(range(8))
+        _assert_rows(fan.process(batch, self._info(0))[NAME], 8, "the replay of 8 rows")
+        _assert_ids(under_test, list(range(8)), _REPLAYED)
+
+    def test_a_new_epoch_writes_beside_the_old_one(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """A checkpoint reset accepted with ``on_checkpoint_reset="new_epoch"`` starts batch
+        ids at 0 again: the new query's batch 0 holds new rows, which land beside the old
+        epoch's batch 0. A sink naming its writes by ``batch_id`` instead of
+        ``batch.idempotency_key`` skips them as already written, or overwrites the old ones."""
+        path = str(tmp_path / "ledger")
+        old = self._batch(spark, [(i, f"v{i}") for i in range(3)])
+        _assert_rows(self._fan(under_test, path).process(old, self._info(0))[NAME], 3, "3 rows")
+        new = self._batch(spark, [(i, f"v{i}") for i in range(10, 14)])
+        after_reset = BatchInfo(self.pipeline, 0, "conformance-query-after-a-reset")
+        fan = self._fan(under_test, path, fan_options={"on_checkpoint_reset": "new_epoch"})
+        result = fan.process(new, after_reset)[NAME]
+        why = (
+            "batch 0 of a new epoch (ids 10-13) after batch 0 of the old one (ids 0-2): key "
+            "what write() records by batch.idempotency_key (app_id and version, or token), "
+            "which a new epoch changes, never by batch_id alone"
+        )
+        assert not result.already_written, f"write() said already written: {why}"
+        _assert_rows(result, 4, why)
+        _assert_ids(under_test, [0, 1, 2, 10, 11, 12, 13], why)
 
     def test_an_empty_batch_writes_nothing_and_is_marked(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
@@ -208,12 +241,26 @@ class SinkConformance:
         fan.process(self._batch(spark, [(1, "a")]), self._info(0))
         drifted = self._batch(spark, [(2, "b", 7)], SCHEMA + ", extra INT")
         if under_test.schema_drift == "writes":
-            assert fan.process(drifted, self._info(1))[NAME].rows == 1
-            assert under_test.ids() == [1, 2]
+            try:
+                result = fan.process(drifted, self._info(1))[NAME]
+            except BatchFailedError as failed:
+                pytest.fail(
+                    f"{_DRIFT} refused it: {failed.failures[NAME]!r}; say "
+                    "SinkUnderTest(schema_drift='refuses') if it refuses new columns"
+                )
+            _assert_rows(result, 1, "a batch of 1 row with a new column")
+            _assert_ids(under_test, [1, 2], "after a batch adding a column was written")
             return
-        with pytest.raises(BatchFailedError) as failed:
+        try:
             fan.process(drifted, self._info(1))
-        error = failed.value.failures[NAME]
+        except BatchFailedError as failed:
+            error = failed.failures[NAME]
+        else:
+            pytest.fail(
+                f"{_DRIFT} wrote it, and SinkUnderTest(schema_drift='refuses') (the default) "
+                "says it refuses it: say schema_drift='writes' if it writes new columns, or "
+                "raise a SchemaMismatchError naming the column"
+            )
         assert isinstance(error, SchemaMismatchError) or "extra" in str(error)
         assert "extra" in str(error) and f"sink {NAME!r}, batch 1" in str(error)
         assert under_test.ids() == [1]
@@ -261,7 +308,7 @@ class SinkConformance:
             error = str(failed.value.failures[NAME])
             assert f"sink {NAME!r}, batch 0" in error and refused in error
             return
-        target = {"dead_letter": under_test.dead_letter}
+        target: dict[str, Any] = {"dead_letter": under_test.dead_letter}
         with pytest.raises(BatchFailedError):  # written, mark lost: the replay must not
             self._fan(under_test, _MarkLost(DeltaLedger(path)), **target).process(  # add
                 batch, self._info(0)
@@ -284,7 +331,8 @@ class SinkConformance:
         none in both places."""
         if under_test.dead_letter is None:
             pytest.skip("no dead_letter target given")
-        path, target = str(tmp_path / "ledger"), {"dead_letter": under_test.dead_letter}
+        path = str(tmp_path / "ledger")
+        target: dict[str, Any] = {"dead_letter": under_test.dead_letter}
         veto = VetoOnce(batch=0, partition=0, state=str(tmp_path / "veto.json"), sink=NAME)
         fan = self._fan(under_test, path, observers=[veto], **target)
         if not _commits_in_pieces(under_test, fan):
@@ -294,7 +342,7 @@ class SinkConformance:
             fan.process(batch, self._info(0))
         partial = under_test.ids()
         assert set(partial) < set(range(8))  # partition 0 did not commit
-        routed = {**target, "where": "CAST(v AS INT) > 0"}
+        routed: dict[str, Any] = {**target, "where": "CAST(v AS INT) > 0"}
         try:
             result = self._fan(under_test, path, **routed).process(batch, self._info(0))[NAME]
         except BatchFailedError as failed:
@@ -345,6 +393,30 @@ class SinkConformance:
             pytest.fail("the failing configuration did not fail")
         texts.append(caplog.text)
         assert all(under_test.secret not in text for text in texts)
+
+
+_DRIFT = "batch 1 added a column 'extra' (id BIGINT, v STRING, extra INT) and the sink"
+
+_REPLAYED = (
+    "after the replay of a batch it had written whose ledger mark was lost: write() must "
+    "find the record it keeps of batch.idempotency_key and return SinkResult(rows, "
+    "already_written=True) without writing, or write idempotently (README, 'Writing a sink "
+    "plugin')"
+)
+
+
+def _assert_ids(case: SinkUnderTest, expected: list[int], when: str) -> None:
+    """The target holds exactly ``expected`` ids, else an error saying what it holds."""
+    held = case.ids()
+    assert held == expected, f"the target holds ids {held}, expected {expected}, {when}"
+
+
+def _assert_rows(result: Any, expected: int, what: str) -> None:
+    """The sink's result counts ``expected`` rows."""
+    assert result.rows == expected, (
+        f"write() returned rows={result.rows} for {what}: it must count the rows the batch "
+        f"holds for it (written now, or found already written), {expected} here"
+    )
 
 
 def _commits_in_pieces(case: SinkUnderTest, fan: FanOut) -> bool:

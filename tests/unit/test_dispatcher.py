@@ -641,7 +641,10 @@ def test_open_raising_with_the_sinks_secret_masks_it_and_cuts_the_chain(
 
     with pytest.raises(ConfigurationError) as raised:
         make_fan(memory_ledger, [Refused("pg")])
-    assert str(raised.value) == "sink 'pg': cannot open: RuntimeError: login app:*** refused"
+    assert str(raised.value) == (
+        "sink 'pg': cannot open: RuntimeError: login app:*** refused (raised by Refused.open(): "
+        "check the sink's options, which `fanout plugins --options TYPE` lists, and its target)"
+    )
     assert raised.value.__cause__ is None and raised.value.__suppress_context__
 
 
@@ -657,7 +660,10 @@ def test_open_raising_with_the_secret_only_in_its_cause_cuts_the_chain(
 
     with pytest.raises(ConfigurationError) as raised:
         make_fan(memory_ledger, [Refused("pg")])
-    assert str(raised.value) == "sink 'pg': cannot open: RuntimeError: login refused"
+    assert str(raised.value) == (
+        "sink 'pg': cannot open: RuntimeError: login refused (raised by Refused.open(): "
+        "check the sink's options, which `fanout plugins --options TYPE` lists, and its target)"
+    )
     assert raised.value.__cause__ is None and raised.value.__suppress_context__
 
 
@@ -706,7 +712,10 @@ def test_open_raising_names_the_sink_before_any_batch(memory_ledger: MemoryLedge
     good, bad = ScriptedSink("good"), Unreachable("pg")
     with pytest.raises(ConfigurationError) as raised:
         make_fan(memory_ledger, [good, bad])
-    assert str(raised.value) == "sink 'pg': cannot open: OSError: connection refused"
+    assert str(raised.value) == (
+        "sink 'pg': cannot open: OSError: connection refused (raised by Unreachable.open(): "
+        "check the sink's options, which `fanout plugins --options TYPE` lists, and its target)"
+    )
     assert isinstance(raised.value.__cause__, OSError)
     assert good.calls == bad.calls == []
     assert memory_ledger.entries == []

@@ -550,6 +550,25 @@ def test_misspelt_hook_is_reported_with_the_plugin_name() -> None:
     assert "fanout_sink_types" in message
 
 
+def test_a_hook_function_without_hookimpl_is_reported_and_its_plugin_left_out() -> None:
+    """pluggy ignores it silently: its sink type was then 'unknown'."""
+    plugin = types.ModuleType("undecorated_plugin")
+
+    def fanout_sink_types() -> dict[str, type]:
+        return {"jsonl": JsonlSink}
+
+    plugin.fanout_sink_types = fanout_sink_types  # type: ignore[attr-defined]
+    registry = load_registry([plugin], entry_points_=[])
+    assert [str(e) for e in registry.load_errors] == [
+        'Error importing plugin "undecorated_plugin": PluginValidationError: fanout_sink_types '
+        "not marked with @fanout.hookimpl, so fanout would ignore it (a sink type it registers "
+        "would be unknown): decorate each hook function with @hookimpl (from fanout import "
+        "hookimpl)"
+    ]
+    assert not registry.manager.is_registered(plugin)
+    assert registry.plugins == {}
+
+
 def test_every_misspelt_hook_is_reported_and_its_plugin_left_out() -> None:
     """pluggy's ``check_pending()`` finds them, one plugin at a time."""
     from fanout import hookimpl

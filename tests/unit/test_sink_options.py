@@ -74,6 +74,48 @@ def test_a_declaration_that_disagrees_with_the_constructor_is_a_plugin_error() -
     assert "declared but not taken by __init__: colour" in str(info.value)
 
 
+class DefaultAsValue(Sink):
+    """A sink declaring its default as the value, not the text users read."""
+
+    options = (SinkOption("timeout_s", 30.0, "how long to wait"),)  # type: ignore[arg-type]
+
+    def __init__(self, name: str, *, timeout_s: float = 30.0) -> None:
+        super().__init__(name)
+        self.timeout_s = timeout_s
+
+    def write(self, batch: Any) -> int:
+        return 0
+
+
+def test_a_default_that_is_not_a_text_is_a_plugin_error() -> None:
+    """It failed later, in `fanout plugins --options` (AttributeError: 'float' object has
+    no attribute 'replace')."""
+    module = types.ModuleType("fake_default_as_value")
+
+    @fanout.hookimpl
+    def fanout_sink_types() -> dict[str, Any]:
+        return {"default_as_value": DefaultAsValue}
+
+    module.fanout_sink_types = fanout_sink_types  # type: ignore[attr-defined]
+    registry = load_registry([module], entry_points_=[])
+    with pytest.raises(PluginError) as info:
+        registry.sink_types()
+    assert str(info.value).endswith(
+        "sink type 'default_as_value': its `options` declaration is wrong: option "
+        "'timeout_s': default 30.0 is a float; give it as the text users read (\"required\", "
+        '"none", "`30.0`")'
+    )
+
+
+def test_an_entry_that_is_not_a_sink_option_is_named() -> None:
+    class Bare(DefaultAsValue):
+        options = ("timeout_s",)  # type: ignore[assignment]
+
+    assert declaration_problems(Bare) == [
+        "'timeout_s' is not a fanout.contract.options.SinkOption(name, default, meaning)"
+    ]
+
+
 def fanout_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "fanout.app.cli", *args], capture_output=True, text=True, timeout=120

@@ -1,0 +1,92 @@
+"""Sinks of the kind a plugin author writes by mistake, for the tests that the conformance
+suite fails them with a message saying what is wrong: one JSON-lines file per batch, named
+by the batch's idempotency token (correct) or by its batch id alone (epoch-blind), one file
+every batch appends to (no idempotency), and a correct one reporting a row too many."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from fanout import Batch, SchemaMismatchError, Sink, SinkContext, SinkResult, hookimpl
+from fanout.contract.sink import Reads
+
+
+class TokenFiles(Sink):
+    """One file per batch named by ``batch.idempotency_key.token``: a replay replaces it."""
+
+    guarantees = ("idempotent",)
+
+    def __init__(self, name: str, *, directory: str, columns: list[str] | None = None) -> None:
+        super().__init__(name)
+        self.directory = directory
+        self.columns = columns  # given: a batch with another column is refused
+
+    @property
+    def reads(self) -> Reads:
+        return "arrow"
+
+    def open(self, context: SinkContext) -> None:
+        Path(self.directory).mkdir(parents=True, exist_ok=True)
+
+    def file_name(self, batch: Batch) -> str:
+        """The batch's file."""
+        return f"{batch.idempotency_key.token}.jsonl"
+
+    def write(self, batch: Batch) -> SinkResult:
+        for column in batch.arrow().column_names:
+            if self.columns is not None and column not in self.columns:
+                raise SchemaMismatchError(
+                    f"column {column!r} is not one of {', '.join(self.columns)}",
+                    sink=self.name,
+                    batch_id=batch.batch_id,
+                    columns=[column],
+                )
+        rows = batch.arrow().to_pylist()
+        final = Path(self.directory) / self.file_name(batch)
+        tmp = final.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        os.replace(tmp, final)
+        return SinkResult(rows=len(rows))
+
+
+class BatchIdFiles(TokenFiles):
+    """Names a batch's file by its batch id alone: a new epoch's batch 0 replaces the old's."""
+
+    def file_name(self, batch: Batch) -> str:
+        return f"{batch.sink_name}-{batch.batch_id}.jsonl"
+
+
+class AppendingFile(TokenFiles):
+    """Appends every batch to one file, replays included."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        rows = batch.arrow().to_pylist()
+        with (Path(self.directory) / "all.jsonl").open("a") as file:
+            file.write("".join(json.dumps(row) + "\n" for row in rows))
+        return SinkResult(rows=len(rows))
+
+
+class CountsOneTooMany(TokenFiles):
+    """Writes correctly, reports a row more than the batch holds."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        return SinkResult(rows=super().write(batch).rows + 1)
+
+
+def read_rows(directory: Path) -> list[dict[str, Any]]:
+    """Every row of every file of ``directory``."""
+    return [
+        json.loads(line)
+        for path in sorted(directory.glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+@hookimpl
+def fanout_sink_types() -> dict[str, type[Sink]]:
+    """The flawed sink types, and the correct one."""
+    return {"token_files": TokenFiles, "batch_id_files": BatchIdFiles,
+            "appending_file": AppendingFile, "counts_one_too_many": CountsOneTooMany}  # fmt: skip

@@ -1,0 +1,123 @@
+"""The conformance suite fails the mistakes a plugin author makes, each with a message
+saying what the target holds and what ``write()`` must do: a sink naming its writes by
+batch id (a new epoch's batch 0 overwrites the old one's), one without idempotency (a
+replay appends again), one counting wrong. A sink naming its writes by its idempotency
+token passes. Real local Spark and Delta ledger; the sinks are tests/integration/
+kit_flawed_sinks.py, registered without installing them."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout.testing.conformance import SinkConformance, SinkUnderTest
+from tests.integration import kit_flawed_sinks
+from tests.integration.kit_flawed_sinks import read_rows
+
+
+def _suite_and_case(kind: str, tmp_path: Path) -> tuple[SinkConformance, SinkUnderTest]:
+    suite = SinkConformance()
+    suite.pipeline = f"conformance{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "out"
+    case = SinkUnderTest(
+        config={"type": kind, "directory": str(out)},
+        read=lambda: read_rows(out),
+        plugins=[kit_flawed_sinks.__name__],
+    )
+    return suite, case
+
+
+def test_the_new_epoch_check_passes_a_sink_keyed_by_its_idempotency_token(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("token_files", tmp_path)
+    suite.test_a_new_epoch_writes_beside_the_old_one(spark, case, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        f"{suite.pipeline}@e1~under_test~000000000000.jsonl",
+        f"{suite.pipeline}~under_test~000000000000.jsonl",
+    ]
+
+
+def test_the_new_epoch_check_fails_a_sink_keyed_by_batch_id(spark: Any, tmp_path: Path) -> None:
+    suite, case = _suite_and_case("batch_id_files", tmp_path)
+    with pytest.raises(AssertionError) as failed:
+        suite.test_a_new_epoch_writes_beside_the_old_one(spark, case, tmp_path)
+    message = str(failed.value).splitlines()[0]
+    assert message == (
+        "the target holds ids [10, 11, 12, 13], expected [0, 1, 2, 10, 11, 12, 13], batch 0 "
+        "of a new epoch (ids 10-13) after batch 0 of the old one (ids 0-2): key what write() "
+        "records by batch.idempotency_key (app_id and version, or token), which a new epoch "
+        "changes, never by batch_id alone"
+    )
+
+
+def test_a_sink_without_idempotency_fails_naming_what_the_target_holds(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("appending_file", tmp_path)
+    with pytest.raises(AssertionError) as failed:
+        suite.test_replay_of_an_unmarked_batch_writes_no_duplicate(spark, case, tmp_path)
+    message = str(failed.value).splitlines()[0]
+    twice = sorted(list(range(6)) * 2)
+    assert message == (
+        f"the target holds ids {twice}, expected [0, 1, 2, 3, 4, 5], after the replay of a "
+        "batch it had written whose ledger mark was lost: write() must find the record it "
+        "keeps of batch.idempotency_key and return SinkResult(rows, already_written=True) "
+        "without writing, or write idempotently (README, 'Writing a sink plugin')"
+    )
+
+
+def test_a_wrong_row_count_fails_naming_it(spark: Any, tmp_path: Path) -> None:
+    suite, case = _suite_and_case("counts_one_too_many", tmp_path)
+    with pytest.raises(AssertionError) as failed:
+        suite.test_replay_of_a_marked_batch_is_skipped(spark, case, tmp_path)
+    assert re.match(
+        r"write\(\) returned rows=6 for a batch of 5 rows: it must count the rows the batch "
+        r"holds for it \(written now, or found already written\), 5 here",
+        str(failed.value),
+    )
+
+
+def test_any_failed_check_of_the_suite_shows_its_values(spark: Any, tmp_path: Path) -> None:
+    """pytest rewrites the suite's asserts too (fanout.testing registers it): a check
+    without a message of its own still says what it compared."""
+    suite, case = _suite_and_case("counts_one_too_many", tmp_path)
+    with pytest.raises(AssertionError) as failed:
+        suite.test_an_empty_batch_writes_nothing_and_is_marked(spark, case, tmp_path)
+    assert str(failed.value).splitlines()[0] == "assert 1 == 0"
+
+
+def test_a_sink_writing_a_new_column_said_to_refuse_it_is_told_how_to_say_so(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("token_files", tmp_path)  # the default: "refuses"
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_schema_drift(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "batch 1 added a column 'extra' (id BIGINT, v STRING, extra INT) and the sink wrote "
+        "it, and SinkUnderTest(schema_drift='refuses') (the default) says it refuses it: say "
+        "schema_drift='writes' if it writes new columns, or raise a SchemaMismatchError "
+        "naming the column"
+    )
+
+
+def test_a_sink_refusing_a_new_column_said_to_write_it_is_told_how_to_say_so(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("token_files", tmp_path)
+    case.schema_drift = "writes"
+    case.config = {**case.config, "columns": ["id", "v"]}
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_schema_drift(spark, case, tmp_path)
+    assert str(failed.value).startswith(
+        "batch 1 added a column 'extra' (id BIGINT, v STRING, extra INT) and the sink "
+        "refused it: SchemaMismatchError(\"sink 'under_test', batch 1: column 'extra' is not "
+        'one of id, v")'
+    )
+    assert str(failed.value).endswith(
+        "; say SinkUnderTest(schema_drift='refuses') if it refuses new columns"
+    )
