@@ -27,7 +27,9 @@ the dead-letter target; a route changed between a partial attempt (some pieces c
 then a failure) and its replay is refused before any letter is written, or the replay's
 outcome is exact (``commits_in_pieces``); a row the target itself refuses (when
 ``refused_value`` says which) ends in the dead letters once, not in the target, also when
-the batch is replayed; a secret of the configuration never appears in an error or a log.
+the batch is replayed; a secret of the configuration never appears in an error or a log;
+and, when the sink implements the optional :meth:`fanout.Sink.holds_batch`, that it says
+``False`` before a batch is written and ``True`` after.
 
 The sink type is found as ``FanOut`` finds it: through the ``fanout`` entry point of an
 installed distribution (``pip install -e .`` of your plugin in the test environment), or,
@@ -194,6 +196,24 @@ class SinkConformance:
         batch = self._batch(spark, [(i, f"v{i}") for i in range(8)])
         assert fan.process(batch, self._info(0))[NAME].rows == 8  # the replay
         assert under_test.ids() == list(range(8))
+
+    def test_holds_batch_by_its_own_records(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """The optional :meth:`fanout.Sink.holds_batch`: ``False`` before a batch is
+        written, ``True`` after (whatever the ledger says), ``False`` for the next batch
+        and for the same batch id of another epoch. Skipped for a sink that cannot tell
+        (``None``, the default)."""
+        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        sink = fan.sinks[NAME]
+        before = sink.holds_batch(self.pipeline, 0, 0)
+        if before is None:
+            pytest.skip("the sink does not implement holds_batch (cannot tell)")
+        assert before is False
+        fan.process(self._batch(spark, [(i, f"v{i}") for i in range(3)]), self._info(0))
+        assert sink.holds_batch(self.pipeline, 0, 0) is True
+        assert sink.holds_batch(self.pipeline, 0, 1) is False
+        assert sink.holds_batch(self.pipeline, 1, 0) is False
 
     def test_an_empty_batch_writes_nothing_and_is_marked(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path

@@ -274,18 +274,17 @@ class DeltaSink(Sink):
         from fanout.contract.batch import txn_app_id
         from fanout.delta_tables import io
 
-        app_id = txn_app_id(pipeline, self.name, epoch)
-        latest = None if self.path is None else io.open_table(self.path, self.storage_options)
-        if latest is None:
+        app_id, path = txn_app_id(pipeline, self.name, epoch), self.path
+        latest = None if path is None else io.open_table(path, self.storage_options)
+        if path is None or latest is None:
             return None
+        options = dict(self.storage_options or {}) or None
         last = latest.version()
         for version in range(last, max(last - 100, 0), -1):
-            before = DeltaTable(
-                self.path, version=version - 1, storage_options=self.storage_options
-            )
+            before = DeltaTable(path, version=version - 1, storage_options=options)
             done = before.transaction_version(app_id)
             if done is None or done < batch_id:
-                return _restore_hint(self.path, version, last)
+                return _restore_hint(path, version, last)
         return None
 
     def write(self, batch: Batch) -> SinkResult:
