@@ -149,3 +149,23 @@ def test_a_batch_written_but_never_marked_refuses_the_new_epoch(
     for sink in SINKS:
         assert _ids(tmp_path, sink) == list(range(40))
     assert DeltaLedger(str(ledger)).current_epoch("unmarked") == 1
+
+
+def test_giving_the_unmarked_batch_up_for_the_other_sinks(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Choice 2 of the refusal: the skip it prints gives batch 3 up for silver, recover then
+    resumes after batch 3, and the new epoch starts there: bronze holds rows 30-39 once,
+    silver never gets them."""
+    _killed_after_bronze_wrote_batch_3(spark, tmp_path, capsys)
+    with pytest.raises(UnmarkedBatchError) as refused:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    skip = str(refused.value).split("  2. Or give batch 3 up for silver: `")[1].split("`")[0]
+    assert skip.startswith("fanout ledger skip ")
+    assert main(skip.split()[1:]) == 0
+    report = _recover(tmp_path, capsys)
+    assert "Resume after batch 3" in report
+    _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 40)
+    assert _ids(tmp_path, "bronze") == list(range(50))
+    assert _ids(tmp_path, "silver") == [*range(30), *range(40, 50)]
+    assert DeltaLedger(str(tmp_path / "ledger")).current_epoch("unmarked") == 1
