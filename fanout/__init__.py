@@ -35,6 +35,7 @@ from fanout.errors import (
     SpoolError,
     TransientSinkError,
     UnknownSinkTypeError,
+    UnmarkedBatchError,
     ZombieBatchError,
 )
 from fanout.hooks.specs import hookimpl
@@ -88,6 +89,7 @@ __all__ = [
     "SpoolError",
     "TransientSinkError",
     "UnknownSinkTypeError",
+    "UnmarkedBatchError",
     "ZombieBatchError",
     "__version__",
     "hookimpl",

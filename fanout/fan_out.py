@@ -74,6 +74,7 @@ from fanout.steps.record import Recorder
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.state import BatchState
+from fanout.steps.unmarked import refuse_unmarked
 from fanout.steps.write import write_all
 
 log = logging.getLogger("fanout")
@@ -194,7 +195,7 @@ class FanOut:
             name: resolve_target(sink, kinds) for name, sink in self.sinks.items()
         }
         self.ledger: Ledger = DeltaLedger(ledger) if isinstance(ledger, str) else ledger
-        self._admission = Admission(self.ledger, on_checkpoint_reset)
+        self._admission = Admission(self.ledger, on_checkpoint_reset, self._refuse_unmarked)
         self._record = Recorder(self.ledger, self.retry)
         self._context = ContextReader(self.pipeline, checkpoint_location)
         self.spool = check_spool(self.pipeline, self.specs, spool, ledger_location(self.ledger))
@@ -403,6 +404,13 @@ class FanOut:
             return self._process(state)
         finally:
             self._layouts.end_batch(follow=_read_as_given(state, df))
+
+    def _refuse_unmarked(self, info: BatchInfo) -> None:
+        """Before a new epoch starts: refuse it when an open sink holds the batch after its
+        last mark of the epoch replaced (:mod:`fanout.steps.unmarked`)."""
+        opened = {n: s for n, s in self.sinks.items() if n not in self._unopened}
+        spooled = None if self.spool is None else self.lagging.spooled_through
+        refuse_unmarked(info, self.ledger, opened, spooled)
 
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         plan(state, self.ledger, self.sinks)  # 3. plan

@@ -270,6 +270,31 @@ class Sink:
         :meth:`open`."""
         return None
 
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        """Whether the target holds any part of batch ``batch_id`` of ``epoch`` by the
+        sink's own records (the idempotency records :meth:`write` keeps for
+        :attr:`Batch.idempotency_key` of that batch: ``txn_app_id(pipeline, self.name,
+        epoch)`` at version ``batch_id``), whatever the ledger says.
+
+        Called on the driver after :meth:`open`, only when a checkpoint reset starts a new
+        epoch (``on_checkpoint_reset="new_epoch"``), once per sink with a mark ``m`` in the
+        epoch being replaced, for ``batch_id = m + 1``: a sink that wrote that batch and
+        lost its mark (the driver killed in between) would get its rows again from the new
+        epoch, so fanout refuses the start (:class:`fanout.UnmarkedBatchError`). One read
+        of the sink's records; never called on the per-batch path.
+
+        ``True``: some part of the batch was committed (one partition is enough);
+        ``False``: none; ``None`` (the default): the sink cannot tell. Raise nothing for
+        "cannot tell": an exception is logged and counted as ``None``."""
+        return None
+
+    def remove_batch_hint(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        """How an operator removes this sink's copy of a batch :meth:`holds_batch` said it
+        holds, as one sentence (e.g. the Delta version to restore before), when that is
+        simple; ``None`` (the default) when it is not. Called only for the refusal's
+        message."""
+        return None
+
     def exclusive_resources(self, pipeline: str) -> Sequence[str]:
         """What this sink must have to itself among the sinks of ``pipeline`` (Kafka: its
         transactional ids, which two producers would fence each other over), each as a text

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -30,6 +30,10 @@ class Admission:
     """Admits each batch of one pipeline, or refuses it (see :meth:`admit`).
 
     :param ledger: the pipeline's ledger.
+    :param before_start: called with a batch whose reset is accepted (its ``epoch`` still
+        the one it replaces) before the new epoch's start is committed: raises to refuse
+        the start (:func:`fanout.steps.unmarked.refuse_unmarked`, the batch a sink wrote
+        but never marked).
     :param on_reset: what a checkpoint reset does: ``"refuse"`` raises
         :class:`fanout.CheckpointResetError`; ``"new_epoch"`` starts a new epoch, owned by
         the batch's query id. A rolled-back checkpoint is always refused
@@ -38,10 +42,16 @@ class Admission:
         earlier epoch (a :class:`fanout.CheckpointResetError` naming the newest query).
     """
 
-    def __init__(self, ledger: Ledger, on_reset: OnReset) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        on_reset: OnReset,
+        before_start: Callable[[BatchInfo], None] | None = None,
+    ) -> None:
         self.ledger = ledger
         self.on_reset = on_reset
         self.guard = CheckpointGuard(ledger)
+        self.before_start = before_start
 
     def admit(self, df: Any, info: BatchInfo, sinks: Iterable[str]) -> BatchState:
         """The batch's state, admitted in the pipeline's current epoch (with the sinks'
@@ -62,6 +72,11 @@ class Admission:
                 self.guard.refuse_superseded(info)
             except CheckpointResetError as superseded:
                 raise superseded from reset
+            if self.before_start is not None:
+                try:
+                    self.before_start(info)
+                except CheckpointResetError as unmarked:
+                    raise unmarked from reset
             started = self._start_epoch(info, reset)
             self.guard.started_epoch(started)
             return BatchState(df, started)

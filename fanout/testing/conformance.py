@@ -30,7 +30,8 @@ outcome is exact (``commits_in_pieces``); a row the target itself refuses (when
 the batch is replayed; a batch of a new epoch (a checkpoint reset accepted with
 ``on_checkpoint_reset="new_epoch"``: batch ids start at 0 again) lands beside the old
 epoch's batch of the same id; a secret of the configuration never appears in an error or a
-log.
+log; and, when the sink implements the optional :meth:`fanout.Sink.holds_batch`, that it
+says ``False`` before a batch is written and ``True`` after.
 
 The sink type is found as ``FanOut`` finds it: through the ``fanout`` entry point of an
 installed distribution (``pip install -e .`` of your plugin in the test environment), or,
@@ -227,6 +228,24 @@ class SinkConformance:
         assert not result.already_written, f"write() said already written: {why}"
         _assert_rows(result, 4, why)
         _assert_ids(under_test, [0, 1, 2, 10, 11, 12, 13], why)
+
+    def test_holds_batch_by_its_own_records(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """The optional :meth:`fanout.Sink.holds_batch`: ``False`` before a batch is
+        written, ``True`` after (whatever the ledger says), ``False`` for the next batch
+        and for the same batch id of another epoch. Skipped for a sink that cannot tell
+        (``None``, the default)."""
+        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        sink = fan.sinks[NAME]
+        before = sink.holds_batch(self.pipeline, 0, 0)
+        if before is None:
+            pytest.skip("the sink does not implement holds_batch (cannot tell)")
+        assert before is False
+        fan.process(self._batch(spark, [(i, f"v{i}") for i in range(3)]), self._info(0))
+        assert sink.holds_batch(self.pipeline, 0, 0) is True
+        assert sink.holds_batch(self.pipeline, 0, 1) is False
+        assert sink.holds_batch(self.pipeline, 1, 0) is False
 
     def test_an_empty_batch_writes_nothing_and_is_marked(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path

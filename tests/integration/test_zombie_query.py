@@ -24,7 +24,12 @@ import pytest
 
 from fanout import BatchInfo, FanOut, hookimpl
 from fanout.app.cli import main
-from fanout.errors import BatchFailedError, CheckpointResetError, ZombieBatchError
+from fanout.errors import (
+    BatchFailedError,
+    CheckpointResetError,
+    UnmarkedBatchError,
+    ZombieBatchError,
+)
 from fanout.ledger.delta import DeltaLedger
 from tests.integration.streams import delta_rows
 
@@ -123,19 +128,27 @@ def test_a_batch_the_old_query_commits_after_the_report_refuses_the_new_epoch(
 
 
 class NewQueryStartsMeanwhile:
-    """Runs the new query's first batch right after the old query's first sink wrote its
-    batch, before that sink's mark: the new epoch starts while the old batch is in
-    flight."""
+    """Runs the new query's first batch right before the old query's first sink writes its
+    batch (``when="start"``), or right after it wrote, before its mark (``when="done"``):
+    the new epoch starts, or tries to, while the old batch is in flight."""
 
-    def __init__(self, run: Any) -> None:
+    def __init__(self, run: Any, when: str = "start") -> None:
         self.run = run
+        self.when = when
         self.done = False
+
+    def _maybe_run(self, info: BatchInfo, when: str) -> None:
+        if not self.done and info.batch_id == 3 and when == self.when:
+            self.done = True
+            self.run()
+
+    @hookimpl
+    def fanout_sink_start(self, info: BatchInfo, sink: str, attempt: int) -> None:
+        self._maybe_run(info, "start")
 
     @hookimpl
     def fanout_sink_done(self, info: BatchInfo, sink: str, result: Any, duration_s: float) -> None:
-        if not self.done and info.batch_id == 3:
-            self.done = True
-            self.run()
+        self._maybe_run(info, "done")
 
 
 def test_a_batch_the_old_query_marks_after_the_new_epoch_started_fails_it_loudly(
@@ -170,6 +183,37 @@ def test_a_batch_the_old_query_marks_after_the_new_epoch_started_fails_it_loudly
     assert _marks(tmp_path) == sorted(
         [(0, s, b) for s in SINKS for b in range(4)] + [(1, s, 0) for s in SINKS]
     )
+
+
+def test_a_new_epoch_starting_after_the_old_batch_wrote_a_sink_is_refused(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Window 2, once a sink of the old batch wrote before the new epoch's start: that
+    sink holds batch 3 by its own records (Delta's app transaction) without a mark, so the
+    start is refused (UnmarkedBatchError) and records the mark; the old batch finishes, and
+    nothing is written twice. Before, the new epoch started and both sinks held rows
+    30-39 twice."""
+    old_fan = _old_query_ran_three_batches_then_recover(spark, tmp_path, capsys)
+    new = _fan(tmp_path, on_reset="new_epoch")
+    refusals: list[BaseException] = []
+
+    def start_new() -> None:
+        with pytest.raises(UnmarkedBatchError) as refused:
+            _run(new, spark, NEW, 0, 30)
+        refusals.append(refused.value)
+
+    old = _fan(tmp_path, NewQueryStartsMeanwhile(start_new, when="done"))
+    del old_fan
+    _run(old, spark, OLD, 3, 30)
+    assert len(refusals) == 1
+    assert str(refusals[0]).startswith(
+        "pipeline 'zombie': query query-new cannot start epoch 1: sink bronze holds batch 3 "
+        "of epoch 0 by its own records, and the ledger had no mark of it"
+    )
+    for sink in SINKS:
+        assert _ids(tmp_path, sink) == list(range(40))
+    assert _marks(tmp_path) == sorted((0, s, b) for s in SINKS for b in range(4))
+    assert DeltaLedger(str(tmp_path / "ledger")).current_epoch("zombie") == 0
 
 
 def test_the_old_query_s_next_batch_after_the_new_epoch_is_refused(

@@ -255,6 +255,41 @@ class DeltaSink(Sink):
             self.path, lambda epoch: txn_app_id(pipeline, name, epoch), self.storage_options
         )
 
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        """Whether the table's log records the batch's app transaction (``txn_app_id``
+        of the epoch at ``batch_id`` or later): one log lookup. A batch that wrote no row
+        committed nothing, so it is not held."""
+        from fanout.contract.batch import txn_app_id
+        from fanout.delta_tables import io
+
+        if self.path is None:
+            return None
+        table = io.open_table(self.path, self.storage_options)
+        done = io.transaction_version(table, txn_app_id(pipeline, self.name, epoch))
+        return done is not None and done >= batch_id
+
+    def remove_batch_hint(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        """The table version that committed the batch, and the restore that removes it
+        when it is the table's last commit (the log is walked back from the latest
+        version, at most 100 versions: a refusal's path, never a batch's)."""
+        from deltalake import DeltaTable
+
+        from fanout.contract.batch import txn_app_id
+        from fanout.delta_tables import io
+
+        app_id, path = txn_app_id(pipeline, self.name, epoch), self.path
+        latest = None if path is None else io.open_table(path, self.storage_options)
+        if path is None or latest is None:
+            return None
+        options = dict(self.storage_options or {}) or None
+        last = latest.version()
+        for version in range(last, max(last - 100, 0), -1):
+            before = DeltaTable(path, version=version - 1, storage_options=options)
+            done = before.transaction_version(app_id)
+            if done is None or done < batch_id:
+                return _restore_hint(path, version, last)
+        return None
+
     def write(self, batch: Batch) -> SinkResult:
         """Append or merge one batch; a batch already in the table is skipped."""
         self._check_batch(batch)
@@ -646,3 +681,19 @@ def _as_list(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return list(value)
     return value
+
+
+def _restore_hint(path: str, version: int, last: int) -> str:
+    """How to remove the commit ``version`` of the table at ``path`` (latest: ``last``)."""
+    if version == last:
+        return (
+            f"Its rows are version {version} of the Delta table at {path}, the table's last "
+            f"commit: to remove them, restore the table to version {version - 1} (delta-rs: "
+            f"DeltaTable(path).restore({version - 1}); Spark SQL: RESTORE TABLE "
+            f"delta.`{path}` TO VERSION AS OF {version - 1})."
+        )
+    return (
+        f"Its rows are version {version} of the Delta table at {path}; versions "
+        f"{version + 1}-{last} came after it, so a restore to version {version - 1} would "
+        f"remove those too: delete the rows version {version} added instead."
+    )

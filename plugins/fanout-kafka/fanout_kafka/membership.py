@@ -369,6 +369,17 @@ def _markers_beyond(
         found.append(offset)
 
 
+def markers_from(
+    admin_config: Mapping[str, Any],
+    marker_topic: str,
+    marker_group: Callable[[int], str],
+    timeout_s: float = 60.0,
+) -> list[int]:
+    """The markers of partitions ``0, 1, ...`` for as long as each has one (a batch
+    commits a marker in every partition, so the first group without one ends them)."""
+    return _markers_beyond(_admin(admin_config), marker_topic, marker_group, 0, timeout_s)
+
+
 def _admin_config(settings: WriterSettings) -> dict[str, Any]:
     """The driver's admin client settings for ``settings``' brokers."""
     return admin_config(settings.producer, settings.bootstrap_servers)

@@ -324,6 +324,19 @@ class KafkaSink(PartitionedSink):
             return read.done
         return self._read_markers(batch, plan)
 
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        """Whether a partition's marker on the marker topic says it committed the batch
+        (or a later one): the markers of partitions 0, 1, ... for as long as each has one
+        (one admin request per partition, :mod:`fanout_kafka.membership`)."""
+        from fanout.contract.batch import pipeline_scope
+        from fanout_kafka.markers import marker_group
+        from fanout_kafka.membership import markers_from
+
+        scope, name = pipeline_scope(pipeline, epoch), self.name
+        config = admin_config(self.producer, str(self.bootstrap_servers))
+        markers = markers_from(config, self.marker_topic, lambda p: marker_group(scope, name, p))
+        return any(offset > batch_id for offset in markers)  # a marker is batch + 1
+
     def _read_markers(self, batch: Batch, plan: PartitionPlan) -> list[CommittedPartition]:
         settings = replace(self.settings(batch), plan=plan)
         if self._legacy_prefix is not None:

@@ -356,6 +356,18 @@ class PostgresSink(PartitionedSink):
                 conn, self.state_schema, _scope(batch), self.name, batch.batch_id
             )
 
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        """Whether a partition of the batch committed: its progress marks (append) or its
+        ``upsert_routes`` rows (upsert), each written in the partition's transaction. One
+        query. (An upsert's rows written again change nothing, but a refusal is cheaper than
+        guessing the keys stayed the same.)"""
+        scope = pipeline_scope(pipeline, epoch)
+        with self._engine().connect() as conn:
+            if self.mode == "append":
+                marks = committed_partitions(conn, self.state_schema, scope, self.name, batch_id)
+                return bool(marks)
+            return bool(upsert_routes(conn, self.state_schema, scope, self.name, batch_id))
+
     def check_replay(self, batch: Batch) -> None:
         """Before fanout writes the batch's route letters: refuse a replay whose committed
         partitions recorded another route. Append: the kit's (their progress marks, which

@@ -1,0 +1,176 @@
+"""Before a new epoch starts: the batch a sink wrote but never marked.
+
+A reset resumes after the last *marked* batch. A sink that committed batch ``m + 1`` of the
+replaced epoch and lost its mark ``m + 1`` (the driver killed between the write and the
+mark, or the query stopped mid-batch) would get that batch's rows again from the new epoch,
+under new idempotency keys. The ledger cannot see it; the sink's own records can
+(:meth:`fanout.Sink.holds_batch`). :func:`refuse_unmarked` asks each sink once, when an
+epoch starts (never on the per-batch path), records the mark the sink lost (the ledger then
+tells the truth, and ``fanout recover`` counts the sink there), and refuses the start with
+:class:`fanout.UnmarkedBatchError` before anything of the new epoch is written. The next
+start asks about the batch after the recorded mark, so the operator's choice (resume after
+the batch, or before it and accept it twice in that sink) goes through ``fanout recover``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from fanout.contract.batch import BatchInfo
+from fanout.contract.sink import Sink
+from fanout.errors import UnmarkedBatchError
+from fanout.ledger.entry import Ledger, LedgerEntry, ledger_location, now_utc
+
+log = logging.getLogger("fanout")
+
+
+@dataclass(frozen=True)
+class Held:
+    """A sink's answer about the batch after its mark ``mark``: ``True`` holds it,
+    ``False`` does not, ``None`` cannot tell."""
+
+    sink: str
+    mark: int
+    holds: bool | None
+    hint: str | None = None
+
+
+def refuse_unmarked(
+    info: BatchInfo,
+    ledger: Ledger,
+    sinks: Mapping[str, Sink],
+    spooled: Callable[[int], Mapping[str, int]] | None = None,
+) -> None:
+    """Raise :class:`fanout.UnmarkedBatchError` when a sink holds, by its own records, the
+    batch after its last mark of ``info.epoch`` (the epoch ``info``'s query is about to
+    replace), after recording that mark in the ledger. ``sinks``: the open sinks;
+    ``spooled``: per sink, the last batch of an epoch the spool holds for it (a lagging
+    sink's spooled batches are written after the reset under the old epoch's keys, by the
+    catch-up, so holding one is no duplicate)."""
+    epoch = info.epoch
+    marks = ledger.last_committed(info.pipeline, sinks, epoch)
+    in_spool = {} if spooled is None else spooled(epoch)
+    answers = [
+        _ask(sinks[name], info.pipeline, epoch, mark)
+        for name, mark in sorted(marks.items())
+        if mark is not None and in_spool.get(name, -1) <= mark
+    ]
+    held = [a for a in answers if a.holds]
+    if not held:
+        return
+    offsets = {h.sink: _offsets(ledger, info.pipeline, epoch, h.mark + 1) for h in held}
+    owner = ledger.epoch_owners(info.pipeline).get(epoch)
+    for h in held:
+        ledger.mark_committed(_lost_mark(info, h, owner, offsets[h.sink]))
+    raise UnmarkedBatchError(_message(info, ledger, held, answers, marks, offsets))
+
+
+def _lost_mark(info: BatchInfo, held: Held, owner: str | None, offsets: str | None) -> LedgerEntry:
+    """The mark ``held.sink`` lost: batch ``held.mark + 1`` of ``info.epoch``, by the old
+    epoch's query ``owner`` (rows unknown)."""
+    return LedgerEntry(
+        info.pipeline,
+        held.sink,
+        held.mark + 1,
+        "committed",
+        query_id=owner,
+        finished_at=now_utc(),
+        source_offsets=offsets,
+        error=(
+            f"unmarked: recorded when query {info.query_id} was refused epoch "
+            f"{info.epoch + 1}: the sink's own records hold the batch, its mark was lost"
+        ),
+        epoch=info.epoch,
+    )
+
+
+def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
+    """``sink``'s answer about batch ``mark + 1`` of ``epoch`` (a failing hook: ``None``)."""
+    try:
+        holds = sink.holds_batch(pipeline, epoch, mark + 1)
+    except Exception as exc:  # a check that cannot read its records cannot tell
+        log.warning(
+            "pipeline %s, sink %s: cannot tell whether it holds batch %s of epoch %s "
+            "(written but never marked) before the new epoch starts: %s: %s",
+            pipeline, sink.name, mark + 1, epoch, type(exc).__name__, exc,
+        )  # fmt: skip
+        return Held(sink.name, mark, None)
+    hint = sink.remove_batch_hint(pipeline, epoch, mark + 1) if holds else None
+    return Held(sink.name, mark, holds, hint)
+
+
+def _offsets(ledger: Ledger, pipeline: str, epoch: int, batch_id: int) -> str | None:
+    """The source offsets the ledger recorded for ``batch_id`` of ``epoch`` (another
+    sink's mark of it), or ``None``."""
+    for entry in ledger.committed_entries(pipeline, batch_id, epoch):
+        if entry.batch_id == batch_id and entry.source_offsets is not None:
+            return entry.source_offsets
+    return None
+
+
+def _message(
+    info: BatchInfo,
+    ledger: Ledger,
+    held: list[Held],
+    answers: list[Held],
+    marks: Mapping[str, int | None],
+    offsets: Mapping[str, str | None],
+) -> str:
+    epoch, new, pipeline = info.epoch, info.epoch + 1, info.pipeline
+    where = ledger_location(ledger)
+    recover = f"fanout recover --ledger {where} --pipeline {pipeline}"
+    unknown = {a.sink for a in answers if a.holds is None}
+    lines = [
+        f"pipeline {pipeline!r}: query {info.query_id} cannot start epoch {new}: "
+        + ", ".join(f"sink {h.sink} holds batch {h.mark + 1}" for h in held)
+        + f" of epoch {epoch} by its own records, and the ledger had no mark of it (the "
+        "write committed, the mark did not: the driver died in between, or the query was "
+        "stopped mid-batch). A reset resumes after the last marked batch, so the new epoch "
+        "would read that input again and write those rows a second time under new "
+        f"transaction ids. Nothing was written under epoch {new}; the ledger now records "
+        "the lost mark (the sink holds the batch)."
+    ]
+    for h in held:
+        batch = h.mark + 1
+        known = offsets[h.sink]
+        lacking = [
+            name
+            for name, mark in sorted(marks.items())
+            if (mark is None or mark < batch)
+            and not any(a.sink == name and a.holds and a.mark + 1 == batch for a in held)
+        ]
+        listed = ", ".join(
+            f"{name} ("
+            + ("no mark" if marks[name] is None else f"mark {marks[name]}")
+            + (", cannot tell" if name in unknown else "")
+            + ")"
+            for name in lacking
+        )
+        lines.append(
+            f"- sink {h.sink}: batch {batch} of epoch {epoch}, "
+            + (f"source offsets {known}" if known else "source offsets unknown (no sink marked it)")
+            + f"; sinks without it: {listed or 'none'}."
+            + ("" if h.hint is None else f" {h.hint}")
+        )
+        if not lacking:
+            continue
+        skip = " ".join(
+            f"`fanout ledger skip --ledger {where} --pipeline {pipeline} --sink {name} "
+            f"--through {batch} --epoch {epoch}`"
+            for name in lacking
+        )
+        lines += [
+            f"  1. Resume after batch {h.mark}, where `{recover}` counts "
+            f"{', '.join(lacking)}: {h.sink} gets batch {batch}'s rows a second time (unless "
+            "its copy is removed first).",
+            f"  2. Or give batch {batch} up for {', '.join(lacking)}: {skip}, then resume "
+            f"after batch {batch}: they never get its rows.",
+        ]
+    lines.append(
+        f"Stop every query of this pipeline, run `{recover}` again, and start the new "
+        "query from the offsets it prints (on a new checkpoint when they are not this "
+        "checkpoint's start)."
+    )
+    return "\n".join(lines)

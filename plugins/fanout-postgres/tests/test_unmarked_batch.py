@@ -1,0 +1,80 @@
+"""A PostgreSQL append sink that committed a batch but lost its ledger mark, then a checkpoint
+reset: its progress marks say it holds the batch (``holds_batch``), so the new epoch is
+refused instead of appending the batch's rows a second time (ARCHITECTURE §5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pgcheck import query
+
+from fanout import BatchInfo, FanOut, UnmarkedBatchError, hookimpl
+
+ROWS = 10
+
+
+class DriverKilled(BaseException):
+    """The driver's death, between the PostgreSQL sink's commit and its mark."""
+
+
+class KillAfterPostgresWrote:
+    @hookimpl
+    def fanout_sink_done(self, info: BatchInfo, sink: str, result: Any, duration_s: float) -> None:
+        if info.batch_id == 1 and sink == "pg":
+            raise DriverKilled("killed between the write and the mark")
+
+    @hookimpl
+    def fanout_sink_start(self, info: BatchInfo, sink: str, attempt: int) -> None:
+        if info.batch_id == 1 and sink == "silver":
+            raise DriverKilled("killed before silver's write")
+
+
+def _fan(tmp_path: Path, url: str, *plugins: object, on_reset: str = "refuse") -> FanOut:
+    sinks = [
+        {"type": "postgres", "name": "pg", "url": url, "table": "unmarked_orders",
+         "mode": "append", "create_table": True, "partitions": 2},
+        {"type": "delta", "name": "silver", "path": str(tmp_path / "silver")},
+    ]  # fmt: skip
+    return FanOut(
+        "unmarkedpg", str(tmp_path / "ledger"), sinks, plugins=plugins, parallelism=1,
+        retries=0, on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _run(fan: FanOut, spark: Any, query_id: str, batch_id: int, first: int) -> None:
+    rows = [(n, f"order-{n}") for n in range(first, first + ROWS)]
+    info = BatchInfo("unmarkedpg", batch_id, query_id, [{"orders": {"0": first + ROWS}}],
+                     batch_timestamp_ms=1000 + batch_id)  # fmt: skip
+    fan.process(spark.createDataFrame(rows, "id LONG, name STRING"), info)
+
+
+def _ids(url: str) -> list[int]:
+    return [row[0] for row in query(url, "SELECT id FROM unmarked_orders ORDER BY 1")]
+
+
+def test_an_append_batch_written_but_never_marked_refuses_the_new_epoch(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    old = _fan(tmp_path, pg_url, KillAfterPostgresWrote())
+    _run(old, spark, "query-old", 0, 0)
+    with pytest.raises(DriverKilled):
+        _run(old, spark, "query-old", 1, 10)
+    sink = old.sinks["pg"]
+    assert sink.holds_batch("unmarkedpg", 0, 1) is True
+    assert sink.holds_batch("unmarkedpg", 0, 2) is False
+    assert sink.holds_batch("unmarkedpg", 1, 1) is False
+
+    with pytest.raises(UnmarkedBatchError) as refused:
+        _run(_fan(tmp_path, pg_url, on_reset="new_epoch"), spark, "query-new", 0, 10)
+    message = str(refused.value)
+    assert message.startswith(
+        "pipeline 'unmarkedpg': query query-new cannot start epoch 1: sink pg holds batch 1 "
+        "of epoch 0 by its own records"
+    )
+    assert (
+        "- sink pg: batch 1 of epoch 0, source offsets unknown (no sink marked it); sinks "
+        "without it: silver (mark 0).\n"
+    ) in message
+    assert _ids(pg_url) == list(range(20))

@@ -1,0 +1,171 @@
+"""A batch a sink wrote but never marked, then a checkpoint reset (ARCHITECTURE §5, "A batch
+written but never marked").
+
+The old query's driver dies after sink ``bronze`` committed batch 3 to its Delta table and
+before the ledger mark (``silver`` never got to it). The checkpoint is replaced; ``fanout
+recover`` prints "resume after batch 2", and the new query starts from those offsets under
+``on_checkpoint_reset="new_epoch"``. Without the check, the new epoch wrote batch 3's rows
+(30-39) to ``bronze`` again under new transaction ids: they were in its table twice. Now the
+start is refused before anything of epoch 1 is written, naming the sink, the batch, and the
+Delta version holding the rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import BatchInfo, FanOut, hookimpl
+from fanout.app.cli import main
+from fanout.errors import CheckpointResetError, UnmarkedBatchError
+from fanout.ledger.delta import DeltaLedger
+from tests.integration.streams import delta_rows
+
+OLD, NEW = "query-old", "query-new"
+SINKS = ("bronze", "silver")
+ROWS = 10
+
+
+class DriverKilled(BaseException):
+    """The driver's death: not an error fanout handles, it ends the batch where it is."""
+
+
+class KillAfterWrite:
+    """Kills the driver right after ``bronze`` wrote batch 3, before its ledger mark (and
+    before ``silver`` starts it)."""
+
+    @hookimpl
+    def fanout_sink_start(self, info: BatchInfo, sink: str, attempt: int) -> None:
+        if info.batch_id == 3 and sink == "silver":
+            raise DriverKilled("killed before silver's write")
+
+    @hookimpl
+    def fanout_sink_done(self, info: BatchInfo, sink: str, result: Any, duration_s: float) -> None:
+        if info.batch_id == 3 and sink == "bronze":
+            raise DriverKilled("killed between the write and the mark")
+
+
+def _fan(tmp_path: Path, *plugins: object, on_reset: str = "refuse") -> FanOut:
+    return FanOut(
+        "unmarked",
+        str(tmp_path / "ledger"),
+        [{"type": "delta", "name": s, "path": str(tmp_path / s)} for s in SINKS],
+        on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
+        plugins=plugins,
+        parallelism=1,  # bronze, then silver
+        retries=0,
+    )
+
+
+def _run(fan: FanOut, spark: Any, query: str, batch_id: int, first_row: int) -> None:
+    rows = [(n, f"order-{n}") for n in range(first_row, first_row + ROWS)]
+    offsets = [{"orders": {"0": first_row + ROWS}}]
+    info = BatchInfo("unmarked", batch_id, query, offsets, batch_timestamp_ms=1000 + batch_id)
+    fan.process(spark.createDataFrame(rows, "id LONG, name STRING"), info)
+
+
+def _ids(tmp_path: Path, sink: str) -> list[int]:
+    return sorted(r["id"] for r in delta_rows(tmp_path / sink))
+
+
+def _recover(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    capsys.readouterr()
+    assert main(["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "unmarked"]) == 0
+    return capsys.readouterr().out
+
+
+def _marks(tmp_path: Path) -> list[tuple[int, str, int]]:
+    """The ledger's committed rows as (epoch, sink, batch), sorted."""
+    rows = delta_rows(tmp_path / "ledger")
+    return sorted(
+        (r["epoch"], r["sink"], r["batch_id"]) for r in rows if r["status"] == "committed"
+    )
+
+
+def _killed_after_bronze_wrote_batch_3(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Batches 0-2 (rows 0-29) everywhere, batch 3 (rows 30-39) only in bronze, unmarked;
+    recover says: resume after batch 2."""
+    old = _fan(tmp_path, KillAfterWrite())
+    for batch in range(3):
+        _run(old, spark, OLD, batch, batch * ROWS)
+    with pytest.raises(DriverKilled):
+        _run(old, spark, OLD, 3, 30)
+    assert _ids(tmp_path, "bronze") == list(range(40))
+    assert _ids(tmp_path, "silver") == list(range(30))
+    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(tmp_path, capsys)
+
+
+def test_a_batch_written_but_never_marked_refuses_the_new_epoch(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Today the new epoch started and bronze held rows 30-39 twice. Now the start is
+    refused, naming the sink, the batch, the Delta version and the choices, and the lost
+    mark is recorded; the operator removes bronze's copy (the restore the message names),
+    runs recover again, and the new epoch writes batch 3's input once to each sink."""
+    _killed_after_bronze_wrote_batch_3(spark, tmp_path, capsys)
+    ledger = tmp_path / "ledger"
+    with pytest.raises(UnmarkedBatchError) as refused:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)  # recover's offsets
+    assert isinstance(refused.value, CheckpointResetError)
+    message = str(refused.value)
+    assert message.startswith(
+        "pipeline 'unmarked': query query-new cannot start epoch 1: sink bronze holds batch 3 "
+        "of epoch 0 by its own records, and the ledger had no mark of it"
+    )
+    assert "Nothing was written under epoch 1; the ledger now records the lost mark" in message
+    bronze = tmp_path / "bronze"
+    assert (
+        "- sink bronze: batch 3 of epoch 0, source offsets unknown (no sink marked it); sinks "
+        f"without it: silver (mark 2). Its rows are version 3 of the Delta table at {bronze}, "
+        "the table's last commit: to remove them, restore the table to version 2"
+    ) in message
+    recover = f"fanout recover --ledger {ledger} --pipeline unmarked"
+    assert (
+        f"  1. Resume after batch 2, where `{recover}` counts silver: bronze gets batch 3's "
+        "rows a second time (unless its copy is removed first)."
+    ) in message
+    assert (
+        f"  2. Or give batch 3 up for silver: `fanout ledger skip --ledger {ledger} --pipeline "
+        "unmarked --sink silver --through 3 --epoch 0`, then resume after batch 3: they never "
+        "get its rows."
+    ) in message
+    assert _ids(tmp_path, "bronze") == list(range(40))
+    assert _ids(tmp_path, "silver") == list(range(30))
+    assert DeltaLedger(str(ledger)).current_epoch("unmarked") == 0
+    assert _marks(tmp_path) == sorted(
+        [(0, s, b) for s in SINKS for b in range(3)] + [(0, "bronze", 3)]
+    )
+
+    # choice 1, with bronze's copy removed as the message says
+    from deltalake import DeltaTable
+
+    DeltaTable(str(bronze)).restore(2)
+    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(tmp_path, capsys)
+    _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    for sink in SINKS:
+        assert _ids(tmp_path, sink) == list(range(40))
+    assert DeltaLedger(str(ledger)).current_epoch("unmarked") == 1
+
+
+def test_giving_the_unmarked_batch_up_for_the_other_sinks(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Choice 2 of the refusal: the skip it prints gives batch 3 up for silver, recover then
+    resumes after batch 3, and the new epoch starts there: bronze holds rows 30-39 once,
+    silver never gets them."""
+    _killed_after_bronze_wrote_batch_3(spark, tmp_path, capsys)
+    with pytest.raises(UnmarkedBatchError) as refused:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    skip = str(refused.value).split("  2. Or give batch 3 up for silver: `")[1].split("`")[0]
+    assert skip.startswith("fanout ledger skip ")
+    assert main(skip.split()[1:]) == 0
+    report = _recover(tmp_path, capsys)
+    assert "Resume after batch 3" in report
+    _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 40)
+    assert _ids(tmp_path, "bronze") == list(range(50))
+    assert _ids(tmp_path, "silver") == [*range(30), *range(40, 50)]
+    assert DeltaLedger(str(tmp_path / "ledger")).current_epoch("unmarked") == 1

@@ -1,0 +1,78 @@
+"""The check before a new epoch starts (fanout.steps.unmarked): which sinks are asked, what
+a sink that cannot tell does, and that the lost mark is recorded (a memory ledger, fake
+sinks: the real sinks' hooks are tested against their services)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from fanout import BatchInfo, Sink, UnmarkedBatchError
+from fanout.ledger.entry import LedgerEntry
+from fanout.ledger.memory import MemoryLedger
+from fanout.steps.unmarked import refuse_unmarked
+
+
+class Answering(Sink):
+    """Holds the batches in ``held`` of epoch 0; records what it was asked."""
+
+    def __init__(self, name: str, held: set[int] | None = None, fails: bool = False) -> None:
+        super().__init__(name)
+        self.held, self.fails, self.asked = held, fails, []
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        self.asked.append((epoch, batch_id))
+        if self.fails:
+            raise OSError("target unreachable")
+        return None if self.held is None else batch_id in self.held
+
+
+def _ledger(marks: dict[str, int]) -> MemoryLedger:
+    ledger = MemoryLedger()
+    for sink, last in marks.items():
+        for batch in range(last + 1):
+            ledger.mark_committed(LedgerEntry("p", sink, batch, "committed", query_id="old"))
+    return ledger
+
+
+INFO = BatchInfo("p", 0, "new", epoch=0)
+
+
+def test_no_sink_holds_the_next_batch_passes_and_records_nothing() -> None:
+    ledger = _ledger({"a": 2, "b": 2})
+    sinks = {"a": Answering("a", {0, 1, 2}), "b": Answering("b", set())}
+    refuse_unmarked(INFO, ledger, sinks)
+    assert sinks["a"].asked == [(0, 3)] and sinks["b"].asked == [(0, 3)]
+    assert ledger.last_committed("p", ["a", "b"]) == {"a": 2, "b": 2}
+
+
+def test_a_sink_holding_the_next_batch_is_refused_and_its_mark_recorded() -> None:
+    ledger = _ledger({"a": 2, "b": 2, "c": 2})
+    sinks = {"a": Answering("a", {3}), "b": Answering("b", set()), "c": Answering("c")}
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, sinks)
+    assert "sink a holds batch 3 of epoch 0" in str(refused.value)
+    assert "sinks without it: b (mark 2), c (mark 2, cannot tell)." in str(refused.value)
+    assert "--sink b --through 3 --epoch 0" in str(refused.value)
+    assert ledger.last_committed("p", ["a", "b", "c"]) == {"a": 3, "b": 2, "c": 2}
+    refuse_unmarked(INFO, ledger, sinks)  # asked again: a about batch 4 now
+    assert sinks["a"].asked == [(0, 3), (0, 4)]
+
+
+def test_a_sink_without_a_mark_or_with_its_next_batch_in_the_spool_is_not_asked() -> None:
+    ledger = _ledger({"a": 2, "lagging": 0})
+    sinks = {"a": Answering("a", set()), "lagging": Answering("lagging", {1}),
+             "new": Answering("new", {0})}  # fmt: skip
+    refuse_unmarked(INFO, ledger, sinks, lambda epoch: {"lagging": 2})
+    assert sinks["lagging"].asked == [] and sinks["new"].asked == []
+
+
+def test_a_failing_hook_cannot_tell_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    ledger = _ledger({"a": 1})
+    with caplog.at_level(logging.WARNING, logger="fanout"):
+        refuse_unmarked(INFO, ledger, {"a": Answering("a", fails=True)})
+    assert (
+        "pipeline p, sink a: cannot tell whether it holds batch 2 of epoch 0 (written but "
+        "never marked) before the new epoch starts: OSError: target unreachable"
+    ) in caplog.text
