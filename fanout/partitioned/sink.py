@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +99,17 @@ class PreparedPartitions:
         job partitions the batch itself, and each DataFrame step here is a py4j round
         trip and an analysis of the batch's plan (~4 ms) before any task can start."""
         return self.partitioning()
+
+
+def snapshot(given: PartitionInput) -> PartitionInput:
+    """``given`` over a local checkpoint of its rows, for a replay that skips committed
+    partitions: the check that the batch still builds those partitions and the write of
+    the others then read the same rows. Recomputed between them, an input that changed
+    meanwhile (a static table a join reads, updated) passed the check and moved rows
+    between skipped and written partitions: rows lost and written twice. A lost block
+    fails the job instead of recomputing it. Written alone, not in a shared job, which
+    would read the batch anew (``renamed`` dropped)."""
+    return replace(given, df=given.df.localCheckpoint(eager=True), renamed=None)
 
 
 @dataclass(frozen=True)
@@ -321,6 +332,8 @@ class PartitionedSink(Sink):
                 plan = plan_of(given.df, given.by, self.partitions)
                 committed = self.committed_partitions(batch, plan)
             check_routes(recorded_routes(committed), batch, sink=self.name)
+            if committed:
+                given = snapshot(given)
             check_committed(
                 committed, plan,
                 lambda: summarize(partitioned_frame(given.df, self.partitions, given.by), given.by),

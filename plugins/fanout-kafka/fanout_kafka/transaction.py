@@ -27,7 +27,9 @@ first batch fails it before any producer exists).
 
 Errors: retriable ones are retried here; abortable ones abort the transaction and report a
 transient failure (fanout replays the batch; committed partitions skip); a fenced producer
-reports that another writer took over the transactional id.
+reports that another writer took over the transactional id, unless that writer (a
+speculative copy, a successor) commits the batch within ``transaction_timeout_ms``: the
+partition is then skipped.
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fanout_kafka")
 T = TypeVar("T")
+
+TAKEN_OVER = frozenset({"fenced", "timeout"})
+"""Failure kinds after which another attempt of the partition may hold the batch: a
+fencing, and a transaction that outlived its timeout (a straggler Spark copied)."""
+FENCER_POLL_S = 0.2
+"""How often a fenced attempt reads the marker while its fencer still writes."""
 
 
 class PartitionWriter:
@@ -150,7 +158,7 @@ class PartitionWriter:
             )
         except Exception as exc:
             kind, transient = classify(exc)
-            if kind == "fenced" and (done := self._committed_by_another(records, bad)):
+            if kind in TAKEN_OVER and (done := self._committed_by_another(records, bad, kind)):
                 return done
             message = self._describe(exc, kind)
             log.warning("%s", message)
@@ -160,14 +168,24 @@ class PartitionWriter:
             self.close()
 
     def _committed_by_another(
-        self, records: list[Record], bad: list[BadRecord]
+        self, records: list[Record], bad: list[BadRecord], kind: str
     ) -> PartitionOutcome | None:
         """A fenced attempt whose fencer committed the batch (a speculative copy, a
         successor): the partition is written, so this attempt's outcome is "skipped", not
-        a failure that stops the pipeline (Spark may take the first attempt to end).
-        ``None`` when the marker does not hold the batch or cannot be read."""
+        a failure that stops the pipeline (Spark takes the first attempt to end, which
+        may be this one). A fencer still writing is waited for, up to
+        ``transaction_timeout_ms`` (its transaction cannot outlive that). A ``timeout``
+        (this transaction outlived ``transaction_timeout_ms``, and its commit then looks
+        fenced) is checked once: a straggler that speculation copied is one. ``None``
+        when the marker does not hold the batch or cannot be read."""
+        waits = kind == "fenced"
+        deadline = time.monotonic() + self.settings.transaction_timeout_ms / 1000
         try:
-            return self._skipped(records, bad) if self._marker_says_written() else None
+            while not self._marker_says_written():
+                if not waits or time.monotonic() >= deadline:
+                    return None
+                time.sleep(FENCER_POLL_S)
+            return self._skipped(records, bad)
         except Exception as exc:
             log.debug("%s: marker not read after fencing: %s", self.transactional_id, exc)
             return None

@@ -127,8 +127,9 @@ def test_zombie_is_fenced_and_nothing_of_it_is_visible(kafka: Broker, topic: str
     # take this attempt's outcome (the first to end, under speculation): not a failure
     assert (late.status, late.written, late.failure) == ("skipped", 0, None)
 
-    # fenced by an attempt that has not committed batch 1 (yet): a failure
-    batch1 = replace(settings, info=BatchInfo(pipeline, 1))
+    # fenced by an attempt that does not commit batch 1 while this one waits for it (up to
+    # transaction_timeout_ms, here 1 s): a failure
+    batch1 = replace(settings, info=BatchInfo(pipeline, 1), transaction_timeout_ms=1000)
     zombie = PartitionWriter(batch1, partition=0, batch_id=1)
     assert zombie.prepare() is False
     assert PartitionWriter(batch1, partition=0, batch_id=1).prepare() is False  # fences it
