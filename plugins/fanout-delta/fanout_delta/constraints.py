@@ -58,14 +58,18 @@ class Rule:
 
     :param kind: ``"check"`` or ``"not_null"``.
     :param name: the CHECK constraint's name, or the NOT NULL field's path (``s.a``).
-    :param expression: the CHECK's Spark SQL expression (``None`` for NOT NULL).
+    :param expression: the CHECK's expression as the table holds it (``None`` for NOT
+        NULL).
     :param path: the NOT NULL field's path, one name per struct level.
+    :param spark: the CHECK's expression in Spark SQL, when the table holds it in another
+        dialect (delta-rs': :func:`fanout_delta.dialect.spark_expression`).
     """
 
     kind: Literal["check", "not_null"]
     name: str
     expression: str | None = None
     path: tuple[str, ...] = ()
+    spark: str | None = None
 
     @property
     def label(self) -> str:
@@ -95,7 +99,7 @@ class Rule:
         from pyspark.sql import functions as F
 
         if self.kind == "check":
-            return ~F.coalesce(F.expr(str(self.expression)), F.lit(False))
+            return ~F.coalesce(F.expr(self.spark or str(self.expression)), F.lit(False))
         column = F.col(quote(self.path[0]))
         for name in self.path[1:]:
             column = column.getField(name)
@@ -112,16 +116,25 @@ class TableConstraints:
     """The table's nullable columns, which an append lacking them pads with nulls."""
 
     @classmethod
-    def of(cls, table: Any) -> TableConstraints:
+    def of(cls, table: Any, engine: Literal["rs", "spark"] = "rs") -> TableConstraints:
         """The constraints of the delta-rs table ``table`` (none for ``None``: no table
-        yet), read from the snapshot it is: no read of the log."""
+        yet), read from the snapshot it is: no read of the log. With ``engine`` ``"rs"``
+        a CHECK is evaluated as delta-rs reads it, in DataFusion's SQL (a ``"Name"`` is a
+        column, not a string: :mod:`fanout_delta.dialect`); delta-spark reads Spark SQL."""
         if table is None:
             return cls()
         import pyarrow as pa
 
+        from fanout_delta.dialect import spark_expression
+
         configuration = table.metadata().configuration
         checks = [
-            Rule("check", name[len(PREFIX) :], str(expression))
+            Rule(
+                "check",
+                name[len(PREFIX) :],
+                str(expression),
+                spark=spark_expression(str(expression)) if engine == "rs" else None,
+            )
             for name, expression in sorted(configuration.items())
             if name.startswith(PREFIX) and expression is not None
         ]
