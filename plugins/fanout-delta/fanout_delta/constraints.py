@@ -22,10 +22,11 @@ so the same rows against the same constraints make the same letters on every rep
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -244,6 +245,28 @@ def _refusal(
     return _Refusal(rules, functools.reduce(lambda a, b: a | b, conditions), first, df, added)
 
 
+@contextlib.contextmanager
+def _evaluating(rules: Sequence[Rule], sink: str, batch_id: int) -> Iterator[None]:
+    """Name the constraints when Spark fails evaluating them on a row (a data exception,
+    SQLSTATE class 22: a division by zero, a cast of a malformed value in ANSI mode),
+    which delta-rs' check fails on too; other errors pass as they are."""
+    try:
+        yield
+    except Exception as exc:
+        state = getattr(exc, "getSqlState", lambda: None)()
+        if not (isinstance(state, str) and state.startswith("22")):
+            raise
+        checks = ", ".join(r.label for r in rules if r.kind == "check")
+        raise SinkWriteError(
+            f"Spark cannot evaluate the Delta table's constraints ({checks}) on a row of "
+            f"the batch: {_first_line(exc)}. Nothing was written, and every replay fails "
+            "alike (delta-rs' own check fails on such a row too): fix or filter those rows "
+            "in the stream, or change the constraint (e.g. try_divide, try_cast)",
+            sink=sink,
+            batch_id=batch_id,
+        ) from exc
+
+
 def _padded(df: Any, columns: Sequence[pa.Field]) -> tuple[Any, tuple[str, ...]]:
     """``df`` with each of ``columns`` it lacks (names compared as Spark does, ignoring
     case) added as typed nulls, and the names added."""
@@ -268,7 +291,8 @@ def split_refused_spark(
     refusal = _refusal(df, constraints, sink, batch_id, pad=pad)
     if refusal is None:
         return df, []
-    letters = _letters(refusal.refused().toArrow(), refusal.rules)
+    with _evaluating(refusal.rules, sink, batch_id):
+        letters = _letters(refusal.refused().toArrow(), refusal.rules)
     if not letters:
         return df, []
     return refusal.kept(), letters
@@ -281,7 +305,10 @@ def holds_refused_spark(
     ``limit(1)`` finding nothing runs a job after another over ever more partitions, ~3x
     slower on 1M rows), none when no constraint applies."""
     refusal = _refusal(df, constraints, sink, batch_id, pad=False)
-    return refusal is not None and bool(refusal.frame.filter(refusal.any).count())
+    if refusal is None:
+        return False
+    with _evaluating(refusal.rules, sink, batch_id):
+        return bool(refusal.frame.filter(refusal.any).count())
 
 
 def refuse_spark(df: Any, constraints: TableConstraints, *, sink: str, batch_id: int,
@@ -293,9 +320,10 @@ def refuse_spark(df: Any, constraints: TableConstraints, *, sink: str, batch_id:
     refusal = _refusal(df, constraints, sink, batch_id, pad=pad)
     if refusal is None:
         return
-    count = int(refusal.frame.filter(refusal.any).count())
-    if count:
-        first = refusal.refused().limit(1).toArrow()
+    with _evaluating(refusal.rules, sink, batch_id):
+        count = int(refusal.frame.filter(refusal.any).count())
+        first = refusal.refused().limit(1).toArrow() if count else None
+    if first is not None:
         raise refused_error(_letters(first, refusal.rules)[0], count, sink=sink,
                             batch_id=batch_id, table=table)  # fmt: skip
 
@@ -361,7 +389,8 @@ def violations(
     refusal = _refusal(df, constraints, sink, batch_id, pad=False)
     if refusal is None:
         return []
-    return _letters(refusal.refused().toArrow(), refusal.rules)
+    with _evaluating(refusal.rules, sink, batch_id):
+        return _letters(refusal.refused().toArrow(), refusal.rules)
 
 
 @dataclass(frozen=True)

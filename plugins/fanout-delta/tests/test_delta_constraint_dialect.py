@@ -21,6 +21,7 @@ from fanout_delta.dialect import spark_expression
 from fanout.contract.sink import SinkContext
 from fanout.deadletters.delta import DeltaDeadLetters
 from fanout.delta_tables.io import read_delta
+from fanout.errors import SinkWriteError
 
 UTC = dt.UTC
 ARROW_UTC = 'Timestamp(Microsecond, Some("UTC"))'
@@ -150,3 +151,31 @@ def test_a_check_on_a_column_named_in_capitals_refuses_only_its_breaking_rows(sp
     assert [(json.loads(r["row"]), r["reason"]) for r in read_delta(dead).to_pylist()] == [
         ({"id": 2, "Amount": -1}, reason("amount_pos"))
     ]
+
+
+@pytest.mark.integration
+def test_a_check_spark_fails_on_for_a_row_fails_the_batch_naming_it(spark, tmp_path):
+    """A cast of a malformed value (ANSI mode): delta-rs' check fails on that row too, so
+    the batch fails, nothing written, naming the sink, the batch and the constraint (it
+    was Spark's bare ``CAST_INVALID_INPUT``)."""
+    path, dead = str(tmp_path / "t"), str(tmp_path / "dead")
+    DeltaTable.create(path, Schema([Field("id", "long"), Field("s", "string")]))
+    DeltaTable(path).alter.add_constraint({"s_int": "CAST(s AS INT) > 0"})
+    sink = DeltaSink(name="s", path=path, write_from="driver")
+    sink.open(SinkContext(pipeline="p", spark=spark, dead_letters=DeltaDeadLetters(dead)))
+    df = spark.createDataFrame([(1, "5"), (2, "abc")], "id long, s string")
+
+    with pytest.raises(SinkWriteError) as failed:
+        sink.write(batch_of(df, 3))
+
+    assert str(failed.value).startswith(
+        "sink 's', batch 3: Spark cannot evaluate the Delta table's constraints (CHECK s_int "
+        "(arrow_cast(s, 'Int32') > 0)) on a row of the batch: [CAST_INVALID_INPUT] The value "
+        '\'abc\' of the type "STRING" cannot be cast to "INT"'
+    )
+    assert str(failed.value).endswith(
+        "Nothing was written, and every replay fails alike (delta-rs' own check fails on "
+        "such a row too): fix or filter those rows in the stream, or change the constraint "
+        "(e.g. try_divide, try_cast)"
+    )
+    assert read_delta(path).num_rows == 0
