@@ -510,14 +510,16 @@ class DeltaLedger:
         late: list[tuple[_MarkRequest, ZombieBatchError]] = []
         for request in requests:
             entry = request.entry
-            error = self._late_mark(table, entry, version)
-            if error is not None:  # recorded all the same: the sink holds the batch
-                late.append((request, error))
             sink_app = txn_app_id(entry.pipeline, entry.sink, entry.epoch)
             done = version(sink_app)
             if done is not None and done >= entry.batch_id:
+                # a late mark made again (the catch-up's next try of its spooled batch)
+                # passes: its first failed, and failing each try stalled the sink for good
                 request.settle(False)
                 continue
+            error = self._late_mark(table, entry, version)
+            if error is not None:  # recorded all the same: the sink holds the batch
+                late.append((request, error))
             pipeline_app = pipeline_app_id(entry.pipeline, entry.epoch)
             high = version(pipeline_app)
             versions[sink_app] = txns[sink_app] = entry.batch_id

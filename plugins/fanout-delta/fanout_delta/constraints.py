@@ -22,10 +22,11 @@ so the same rows against the same constraints make the same letters on every rep
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -58,14 +59,18 @@ class Rule:
 
     :param kind: ``"check"`` or ``"not_null"``.
     :param name: the CHECK constraint's name, or the NOT NULL field's path (``s.a``).
-    :param expression: the CHECK's Spark SQL expression (``None`` for NOT NULL).
+    :param expression: the CHECK's expression as the table holds it (``None`` for NOT
+        NULL).
     :param path: the NOT NULL field's path, one name per struct level.
+    :param spark: the CHECK's expression in Spark SQL, when the table holds it in another
+        dialect (delta-rs': :func:`fanout_delta.dialect.spark_expression`).
     """
 
     kind: Literal["check", "not_null"]
     name: str
     expression: str | None = None
     path: tuple[str, ...] = ()
+    spark: str | None = None
 
     @property
     def label(self) -> str:
@@ -95,7 +100,7 @@ class Rule:
         from pyspark.sql import functions as F
 
         if self.kind == "check":
-            return ~F.coalesce(F.expr(str(self.expression)), F.lit(False))
+            return ~F.coalesce(F.expr(self.spark or str(self.expression)), F.lit(False))
         column = F.col(quote(self.path[0]))
         for name in self.path[1:]:
             column = column.getField(name)
@@ -112,16 +117,25 @@ class TableConstraints:
     """The table's nullable columns, which an append lacking them pads with nulls."""
 
     @classmethod
-    def of(cls, table: Any) -> TableConstraints:
+    def of(cls, table: Any, engine: Literal["rs", "spark"] = "rs") -> TableConstraints:
         """The constraints of the delta-rs table ``table`` (none for ``None``: no table
-        yet), read from the snapshot it is: no read of the log."""
+        yet), read from the snapshot it is: no read of the log. With ``engine`` ``"rs"``
+        a CHECK is evaluated as delta-rs reads it, in DataFusion's SQL (a ``"Name"`` is a
+        column, not a string: :mod:`fanout_delta.dialect`); delta-spark reads Spark SQL."""
         if table is None:
             return cls()
         import pyarrow as pa
 
+        from fanout_delta.dialect import spark_expression
+
         configuration = table.metadata().configuration
         checks = [
-            Rule("check", name[len(PREFIX) :], str(expression))
+            Rule(
+                "check",
+                name[len(PREFIX) :],
+                str(expression),
+                spark=spark_expression(str(expression)) if engine == "rs" else None,
+            )
             for name, expression in sorted(configuration.items())
             if name.startswith(PREFIX) and expression is not None
         ]
@@ -231,6 +245,28 @@ def _refusal(
     return _Refusal(rules, functools.reduce(lambda a, b: a | b, conditions), first, df, added)
 
 
+@contextlib.contextmanager
+def _evaluating(rules: Sequence[Rule], sink: str, batch_id: int) -> Iterator[None]:
+    """Name the constraints when Spark fails evaluating them on a row (a data exception,
+    SQLSTATE class 22: a division by zero, a cast of a malformed value in ANSI mode),
+    which delta-rs' check fails on too; other errors pass as they are."""
+    try:
+        yield
+    except Exception as exc:
+        state = getattr(exc, "getSqlState", lambda: None)()
+        if not (isinstance(state, str) and state.startswith("22")):
+            raise
+        checks = ", ".join(r.label for r in rules if r.kind == "check")
+        raise SinkWriteError(
+            f"Spark cannot evaluate the Delta table's constraints ({checks}) on a row of "
+            f"the batch: {_first_line(exc)}. Nothing was written, and every replay fails "
+            "alike (delta-rs' own check fails on such a row too): fix or filter those rows "
+            "in the stream, or change the constraint (e.g. try_divide, try_cast)",
+            sink=sink,
+            batch_id=batch_id,
+        ) from exc
+
+
 def _padded(df: Any, columns: Sequence[pa.Field]) -> tuple[Any, tuple[str, ...]]:
     """``df`` with each of ``columns`` it lacks (names compared as Spark does, ignoring
     case) added as typed nulls, and the names added."""
@@ -255,7 +291,8 @@ def split_refused_spark(
     refusal = _refusal(df, constraints, sink, batch_id, pad=pad)
     if refusal is None:
         return df, []
-    letters = _letters(refusal.refused().toArrow(), refusal.rules)
+    with _evaluating(refusal.rules, sink, batch_id):
+        letters = _letters(refusal.refused().toArrow(), refusal.rules)
     if not letters:
         return df, []
     return refusal.kept(), letters
@@ -268,7 +305,10 @@ def holds_refused_spark(
     ``limit(1)`` finding nothing runs a job after another over ever more partitions, ~3x
     slower on 1M rows), none when no constraint applies."""
     refusal = _refusal(df, constraints, sink, batch_id, pad=False)
-    return refusal is not None and bool(refusal.frame.filter(refusal.any).count())
+    if refusal is None:
+        return False
+    with _evaluating(refusal.rules, sink, batch_id):
+        return bool(refusal.frame.filter(refusal.any).count())
 
 
 def refuse_spark(df: Any, constraints: TableConstraints, *, sink: str, batch_id: int,
@@ -280,9 +320,10 @@ def refuse_spark(df: Any, constraints: TableConstraints, *, sink: str, batch_id:
     refusal = _refusal(df, constraints, sink, batch_id, pad=pad)
     if refusal is None:
         return
-    count = int(refusal.frame.filter(refusal.any).count())
-    if count:
-        first = refusal.refused().limit(1).toArrow()
+    with _evaluating(refusal.rules, sink, batch_id):
+        count = int(refusal.frame.filter(refusal.any).count())
+        first = refusal.refused().limit(1).toArrow() if count else None
+    if first is not None:
         raise refused_error(_letters(first, refusal.rules)[0], count, sink=sink,
                             batch_id=batch_id, table=table)  # fmt: skip
 
@@ -348,7 +389,8 @@ def violations(
     refusal = _refusal(df, constraints, sink, batch_id, pad=False)
     if refusal is None:
         return []
-    return _letters(refusal.refused().toArrow(), refusal.rules)
+    with _evaluating(refusal.rules, sink, batch_id):
+        return _letters(refusal.refused().toArrow(), refusal.rules)
 
 
 @dataclass(frozen=True)
@@ -391,10 +433,22 @@ class RefusedRows:
         found: dict[int, DeadLetter] = {}
         for index, row in zip(wanted, letter_rows(picked), strict=True):
             for letter in by_key[_key_text(row, self.keys)]:
-                if letter.row == row:
+                if _same(letter.row, row):
                     found[index] = letter
                     break
         return found
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two row values are equal, a NaN equal to a NaN (``==`` says no: a refused
+    winner holding a NaN was not found, and delta-rs failed the whole batch on it)."""
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
 
 
 def _key_text(row: Any, keys: Sequence[str]) -> str:

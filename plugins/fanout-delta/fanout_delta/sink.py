@@ -561,7 +561,8 @@ class DeltaSink(Sink):
         not tell which rows it refuses (:mod:`fanout_delta.constraints`)."""
         from fanout_delta.constraints import TableConstraints
 
-        TableConstraints.of(table).check_expressions(spark, table, self.name)
+        engine: Literal["rs", "spark"] = "spark" if self.resolved_engine == "spark" else "rs"
+        TableConstraints.of(table, engine).check_expressions(spark, table, self.name)
 
     def _refuse_binary_partitions(self, table: Any) -> None:
         """Refuse (engine ``rs``) an existing table partitioned by a binary column."""

@@ -84,7 +84,7 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
     dead_letters = sink.dead_letters
     table = _open_with_rs(sink)
     partitions = partition_columns(sink, table)
-    constraints = TableConstraints.of(table)
+    constraints = TableConstraints.of(table, "spark")
     letters: list[DeadLetter] = []
     if sink.mode == "merge":  # one row per key, as the rs engine's merge_source
         df, letters = merge_source_spark(sink, df, partitions, batch_id, constraints)

@@ -205,6 +205,29 @@ def test_a_merge_refuses_only_the_rows_winning_their_key(spark, tmp_path):
     ]
 
 
+def test_a_merge_sets_aside_a_refused_winner_holding_a_nan(spark, tmp_path):
+    """A refused winner is found among the winners by its whole row: a NaN in it is equal
+    to itself there (Python's ``==`` says no, the row stayed a winner, and delta-rs failed
+    the whole batch on it, every replay)."""
+    path, dead = tmp_path / "t", tmp_path / "dead"
+    DeltaTable.create(
+        str(path), Schema([Field("id", "long"), Field("f", "double"), Field("x", "long")])
+    )
+    DeltaTable(str(path)).alter.add_constraint({"x_pos": "x > 0"})
+    sink = opened(path, spark, dead, mode="merge", keys=["id"])
+    df = spark.createDataFrame(
+        [(1, float("nan"), -1), (2, float("nan"), 2)], "id long, f double, x long"
+    )
+
+    result = sink.write(batch_of(df))
+
+    assert (result.rows, result.dead_lettered) == (1, 1)
+    assert [(r["id"], r["x"]) for r in rows_of(path)] == [(2, 2)]
+    assert [(r["row"], r["reason"]) for r in read_delta(str(dead)).to_pylist()] == [
+        ('{"id": 1, "f": "NaN", "x": -1}', CHECK)
+    ]
+
+
 def test_a_replay_after_a_crash_before_the_commit_writes_no_letter_twice(
     spark, tmp_path, monkeypatch
 ):
