@@ -8,7 +8,6 @@ epoch"). Real Spark, a real Delta lake, ledger and spool, the embedded PostgreSQ
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +20,8 @@ from tests.integration.streams import (
     delta_rows,
     id_counts,
     run_stream,
-    stopped_postgres,
     write_input,
 )
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[Any, str]]:
-    """An embedded PostgreSQL server, stopped, and its URL (the same once started)."""
-    pg, url = stopped_postgres(tmp_path, "reset")
-    yield pg, url
-    pg.stop()
 
 
 def _fan(tmp_path: Path, url: str, **kw: Any) -> FanOut:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,7 @@ import pytest
 
 from fanout import FanOut
 from fanout.app.cli import main
-from tests.integration.streams import id_counts, run_stream, stopped_postgres, write_input
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[Any, str]]:
-    """An embedded PostgreSQL server, stopped, and its URL (the same once started)."""
-    pg, url = stopped_postgres(tmp_path, "held")
-    yield pg, url
-    pg.stop()
-
+from tests.integration.streams import id_counts, run_stream, write_input
 
 LAKE = "lake"
 

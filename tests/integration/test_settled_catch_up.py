@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +18,8 @@ from tests.integration.streams import (
     committed_marks,
     delta_rows,
     run_stream,
-    stopped_postgres,
     write_input,
 )
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[Any, str]]:
-    """An embedded PostgreSQL server, stopped, and its URL (the same once started)."""
-    pg, url = stopped_postgres(tmp_path, "settled")
-    yield pg, url
-    pg.stop()
 
 
 def _fan(tmp_path: Path, url: str) -> FanOut:

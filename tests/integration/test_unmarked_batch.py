@@ -12,20 +12,22 @@ Delta version holding the rows.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fanout import BatchInfo, FanOut, hookimpl
+from fanout import BatchInfo, hookimpl
 from fanout.app.cli import main
 from fanout.errors import CheckpointResetError, UnmarkedBatchError
 from fanout.ledger.delta import DeltaLedger
-from tests.integration.streams import delta_rows
+from tests.integration import two_sink_resets as resets
+from tests.integration.two_sink_resets import NEW, OLD, ROWS, SINKS
 
-OLD, NEW = "query-old", "query-new"
-SINKS = ("bronze", "silver")
-ROWS = 10
+PIPELINE = "unmarked"
+_fan = partial(resets.fan, PIPELINE)
+_run, _ids, _marks = resets.run, resets.ids, resets.marks
 
 
 class DriverKilled(BaseException):
@@ -47,41 +49,10 @@ class KillAfterWrite:
             raise DriverKilled("killed between the write and the mark")
 
 
-def _fan(tmp_path: Path, *plugins: object, on_reset: str = "refuse") -> FanOut:
-    return FanOut(
-        "unmarked",
-        str(tmp_path / "ledger"),
-        [{"type": "delta", "name": s, "path": str(tmp_path / s)} for s in SINKS],
-        on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
-        plugins=plugins,
-        parallelism=1,  # bronze, then silver
-        retries=0,
-    )
-
-
-def _run(fan: FanOut, spark: Any, query: str, batch_id: int, first_row: int) -> None:
-    rows = [(n, f"order-{n}") for n in range(first_row, first_row + ROWS)]
-    offsets = [{"orders": {"0": first_row + ROWS}}]
-    info = BatchInfo("unmarked", batch_id, query, offsets, batch_timestamp_ms=1000 + batch_id)
-    fan.process(spark.createDataFrame(rows, "id LONG, name STRING"), info)
-
-
-def _ids(tmp_path: Path, sink: str) -> list[int]:
-    return sorted(r["id"] for r in delta_rows(tmp_path / sink))
-
-
 def _recover(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
     capsys.readouterr()
     assert main(["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "unmarked"]) == 0
     return capsys.readouterr().out
-
-
-def _marks(tmp_path: Path) -> list[tuple[int, str, int]]:
-    """The ledger's committed rows as (epoch, sink, batch), sorted."""
-    rows = delta_rows(tmp_path / "ledger")
-    return sorted(
-        (r["epoch"], r["sink"], r["batch_id"]) for r in rows if r["status"] == "committed"
-    )
 
 
 def _killed_after_bronze_wrote_batch_3(

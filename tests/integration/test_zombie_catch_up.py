@@ -12,7 +12,6 @@ PostgreSQL."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,28 +19,15 @@ import pytest
 
 from fanout import FanOut
 from fanout.app.cli import main
-from tests.integration.streams import committed_marks, run_stream, stopped_postgres, write_input
+from tests.integration.streams import committed_marks, run_stream, write_input
+from tests.integration.test_reset_with_a_backfilling_sink import _fan as pipeline
 from tests.integration.test_reset_with_a_backfilling_sink import _pg_ids
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[Any, str]]:
-    """An embedded PostgreSQL server, stopped, and its URL (the same once started)."""
-    pg, url = stopped_postgres(tmp_path, "held")
-    yield pg, url
-    pg.stop()
-
-
 def _fan(tmp_path: Path, url: str, **kw: Any) -> FanOut:
-    sinks: list[dict[str, Any]] = [
-        {"type": "delta", "name": "lake", "path": str(tmp_path / "lake")},
-        {"type": "postgres", "name": "pg", "url": url, "table": "orders", "mode": "append",
-         "create_table": True, "on_failure": "lag", "retries": 0},
-    ]  # fmt: skip
-    return FanOut(
-        "held", str(tmp_path / "ledger"), sinks, retries=0, backoff_s=0,
-        spool=str(tmp_path / "spool"), probe_interval_s=3600, **kw,
-    )  # fmt: skip
+    """``lake`` and ``pg`` (lagging when down), with a spool: the backfill test's pipeline
+    without its backfilling sink."""
+    return pipeline(tmp_path, url, copy=False, **kw)
 
 
 def test_the_catch_up_of_a_batch_the_report_did_not_count_fails_once_then_goes_on(

@@ -17,6 +17,7 @@ two real Delta sinks, batches handed by ``FanOut.process`` with Kafka-style offs
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,48 +32,13 @@ from fanout.errors import (
     ZombieBatchError,
 )
 from fanout.ledger.delta import DeltaLedger
-from tests.integration.streams import delta_rows
+from tests.integration import two_sink_resets as resets
+from tests.integration.two_sink_resets import NEW, OLD, ROWS, SINKS
 
-OLD, NEW = "query-old", "query-new"
-SINKS = ("bronze", "silver")
-ROWS = 10  # rows per batch; a batch's Kafka end offset is its last row + 1
-
-
-def _fan(tmp_path: Path, *plugins: object, on_reset: str = "refuse") -> FanOut:
-    return FanOut(
-        "zombie",
-        str(tmp_path / "ledger"),
-        [{"type": "delta", "name": s, "path": str(tmp_path / s)} for s in SINKS],
-        on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
-        plugins=plugins,
-        parallelism=1,  # bronze, then silver: the interleavings below are exact
-        retries=0,
-    )
-
-
-def _batch(spark: Any, query: str, batch_id: int, first_row: int) -> tuple[Any, BatchInfo]:
-    """Rows ``first_row`` .. ``first_row + ROWS - 1`` as batch ``batch_id`` of ``query``,
-    read from Kafka topic ``orders`` up to the offset after them."""
-    rows = [(n, f"order-{n}") for n in range(first_row, first_row + ROWS)]
-    offsets = [{"orders": {"0": first_row + ROWS}}]
-    info = BatchInfo("zombie", batch_id, query, offsets, batch_timestamp_ms=1000 + batch_id)
-    return spark.createDataFrame(rows, "id LONG, name STRING"), info
-
-
-def _run(fan: FanOut, spark: Any, query: str, batch_id: int, first_row: int) -> None:
-    fan.process(*_batch(spark, query, batch_id, first_row))
-
-
-def _ids(tmp_path: Path, sink: str) -> list[int]:
-    return sorted(r["id"] for r in delta_rows(tmp_path / sink))
-
-
-def _marks(tmp_path: Path) -> list[tuple[int, str, int]]:
-    """The ledger's committed rows as (epoch, sink, batch), sorted."""
-    rows = delta_rows(tmp_path / "ledger")
-    return sorted(
-        (r["epoch"], r["sink"], r["batch_id"]) for r in rows if r["status"] == "committed"
-    )
+PIPELINE = "zombie"
+_fan = partial(resets.fan, PIPELINE)
+_batch = partial(resets.batch, PIPELINE)
+_run, _ids, _marks = resets.run, resets.ids, resets.marks
 
 
 def _old_query_ran_three_batches_then_recover(
