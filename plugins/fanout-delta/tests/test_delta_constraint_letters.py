@@ -228,26 +228,34 @@ def test_a_merge_sets_aside_a_refused_winner_holding_a_nan(spark, tmp_path):
     ]
 
 
+def _letters_kept_then_killed_before_the_commit(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, Path]:
+    """The constrained table (and its dead-letter table) after a driver wrote the mixed
+    batch's letters and died before its commit: the table's and the letters' paths."""
+    path, dead = tmp_path / "t", tmp_path / "dead"
+    constrained_table(path)
+    sink = opened(path, spark, dead, write_from="driver")
+
+    def crash(*args: Any, **kwargs: Any) -> Any:
+        raise SystemExit("driver killed before the commit")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(rs_engine, "_commit", crash)
+        with pytest.raises(SystemExit):
+            sink.write(batch_of(mixed_batch(spark)))
+    return path, dead
+
+
 def test_a_replay_after_a_crash_before_the_commit_writes_no_letter_twice(
     spark, tmp_path, monkeypatch
 ):
     """The letters are written before the data; the driver dies before its commit. The
     replay finds the same rows refused, writes the letters no more, and commits the rest."""
-    path, dead = tmp_path / "t", tmp_path / "dead"
-    constrained_table(path)
-    sink = opened(path, spark, dead, write_from="driver")
-    real_commit = rs_engine._commit
-
-    def crash(*args: Any, **kwargs: Any) -> Any:
-        raise SystemExit("driver killed before the commit")
-
-    monkeypatch.setattr(rs_engine, "_commit", crash)
-    with pytest.raises(SystemExit):
-        sink.write(batch_of(mixed_batch(spark)))
+    path, dead = _letters_kept_then_killed_before_the_commit(spark, tmp_path, monkeypatch)
     assert rows_of(path) == []
     assert letters_of(dead) == EXPECTED_LETTERS
 
-    monkeypatch.setattr(rs_engine, "_commit", real_commit)
     replayed = opened(path, spark, dead, write_from="driver")  # a new driver
     result = replayed.write(batch_of(mixed_batch(spark)))
 
@@ -283,18 +291,7 @@ def test_a_constraint_added_between_a_crash_and_the_replay_fails_the_replay(
     then refuses row 6 too. The target skips the replay's letters as the batch's, so
     writing would lose row 6: the replay fails naming the change, nothing written. With
     the constraint dropped again, the replay writes what the first attempt decided."""
-    path, dead = tmp_path / "t", tmp_path / "dead"
-    constrained_table(path)
-    sink = opened(path, spark, dead, write_from="driver")
-    real_commit = rs_engine._commit
-
-    def crash(*args: Any, **kwargs: Any) -> Any:
-        raise SystemExit("driver killed before the commit")
-
-    monkeypatch.setattr(rs_engine, "_commit", crash)
-    with pytest.raises(SystemExit):
-        sink.write(batch_of(mixed_batch(spark)))
-    monkeypatch.setattr(rs_engine, "_commit", real_commit)
+    path, dead = _letters_kept_then_killed_before_the_commit(spark, tmp_path, monkeypatch)
     DeltaTable(str(path)).alter.add_constraint({"x_small": "x < 8"})
 
     with pytest.raises(SinkWriteError) as refused:
