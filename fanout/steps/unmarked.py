@@ -212,6 +212,13 @@ def _message(
             + ("" if h.hint is None else f" {h.hint}")
         )
         if not lacking:
+            if not known:
+                lines.append(
+                    f"  Every sink holds batch {batch}, so resume after it; `{recover}` "
+                    "cannot print its offsets (no sink marked it): the replaced checkpoint's "
+                    f"offsets/{batch} file holds them (one JSON line per source, after the "
+                    "first two lines). This query's checkpoint starts before it: start a new one."
+                )
             continue
         skip = " ".join(
             f"`fanout ledger skip --ledger {where} --pipeline {pipeline} --sink {name} "

@@ -76,8 +76,14 @@ def test_the_refused_query_started_again_is_refused_again(
     with pytest.raises(DriverKilled):
         _run(old, spark, "query-old", 3, 30)
     assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(tmp_path, capsys)
-    with pytest.raises(UnmarkedBatchError, match="sink bronze holds batch 3 of epoch 0"):
+    with pytest.raises(UnmarkedBatchError, match="sink bronze holds batch 3 of epoch 0") as first:
         _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-new", 0, 30)
+    assert (
+        "  Every sink holds batch 3, so resume after it; `fanout recover --ledger "
+        f"{tmp_path / 'ledger'} --pipeline restarted` cannot print its offsets (no sink marked "
+        "it): the replaced checkpoint's offsets/3 file holds them (one JSON line per source, "
+        "after the first two lines). This query's checkpoint starts before it: start a new one."
+    ) in str(first.value)
     report = _recover(tmp_path, capsys)
     assert "Resume after batch 3" in report
     assert "No source offsets were recorded for that batch." in report
