@@ -51,6 +51,7 @@ def refuse_unmarked(
     catch-up, so holding one is no duplicate)."""
     epoch = info.epoch
     marks = ledger.last_committed(info.pipeline, sinks, epoch)
+    _refuse_restart(info, ledger, sinks, marks)
     in_spool = {} if spooled is None else spooled(epoch)
     answers = [
         _ask(sinks[name], info.pipeline, epoch, mark)
@@ -78,12 +79,68 @@ def _lost_mark(info: BatchInfo, held: Held, owner: str | None, offsets: str | No
         query_id=owner,
         finished_at=now_utc(),
         source_offsets=offsets,
-        error=(
-            f"unmarked: recorded when query {info.query_id} was refused epoch "
-            f"{info.epoch + 1}: the sink's own records hold the batch, its mark was lost"
-        ),
+        error=(f"{_refused(info)}: the sink's own records hold the batch, its mark was lost"),
         epoch=info.epoch,
     )
+
+
+def _refused(info: BatchInfo) -> str:
+    """How a lost mark recorded at the refusal of ``info``'s query begins."""
+    return f"unmarked: recorded when query {info.query_id} was refused epoch {info.epoch + 1}"
+
+
+def _refuse_restart(
+    info: BatchInfo, ledger: Ledger, sinks: Mapping[str, Sink], marks: Mapping[str, int | None]
+) -> None:
+    """Refuse ``info``'s query when a start of it was refused before for the batch every
+    sink now counts (each sink's mark at or past it) and a sink that lost its mark of it
+    still holds it: the query's checkpoint starts before that batch (it was refused for
+    re-reading it), so it would write the batch to that sink a second time. The next
+    ``fanout recover`` resumes after the batch (nothing made the refusal's choice 1 of
+    resuming before it), and the restarted query, asked about the batch after, passed."""
+    counted = {name: mark for name, mark in marks.items() if mark is not None}
+    if info.query_id is None or not counted:
+        return
+    batch = min(counted.values())
+    lost = sorted(
+        entry.sink
+        for entry in ledger.committed_entries(info.pipeline, batch, info.epoch)
+        if entry.batch_id == batch
+        and counted.get(entry.sink) == batch
+        and (entry.error or "").startswith(_refused(info))
+    )
+    asked = (_ask(sinks[name], info.pipeline, info.epoch, batch - 1) for name in lost)
+    held = [h for h in asked if h.holds]
+    if held:
+        offsets = _offsets(ledger, info.pipeline, info.epoch, batch)
+        raise UnmarkedBatchError(_restart_message(info, ledger, held, batch, offsets))
+
+
+def _restart_message(
+    info: BatchInfo, ledger: Ledger, held: list[Held], batch: int, offsets: str | None
+) -> str:
+    """The refusal of a refused query started again (:func:`_refuse_restart`)."""
+    epoch, pipeline, names = info.epoch, info.pipeline, ", ".join(h.sink for h in held)
+    where = (
+        f"the source offsets of batch {batch}: {offsets}"
+        if offsets
+        else f"the source offsets of batch {batch}, which the ledger does not hold (no sink "
+        f"marked it): the replaced checkpoint's offsets/{batch} file holds them (one JSON "
+        "line per source, after the first two lines)"
+    )
+    lines = [
+        f"pipeline {pipeline!r}: query {info.query_id} cannot start epoch {epoch + 1}: it was "
+        f"refused before because sink {names} held batch {batch} of epoch {epoch} unmarked, "
+        f"so its checkpoint starts before that batch; every sink now counts batch {batch} "
+        f"(`fanout recover --ledger {ledger_location(ledger)} --pipeline {pipeline}` resumes "
+        f"after it), and {names} still holds it: started again, this query would write batch "
+        f"{batch}'s rows a second time there. Nothing was written under epoch {epoch + 1}.",
+        f"Start a new checkpoint (not this one) that reads what comes after {where}. Only "
+        f"when {names}'s copy of batch {batch} was removed: a new checkpoint from this one's "
+        "start (a Delta restore keeps the table's record of the batch, so this query stays "
+        "refused).",
+    ]
+    return "\n".join(lines)
 
 
 def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
@@ -155,6 +212,13 @@ def _message(
             + ("" if h.hint is None else f" {h.hint}")
         )
         if not lacking:
+            if not known:
+                lines.append(
+                    f"  Every sink holds batch {batch}, so resume after it; `{recover}` "
+                    "cannot print its offsets (no sink marked it): the replaced checkpoint's "
+                    f"offsets/{batch} file holds them (one JSON line per source, after the "
+                    "first two lines). This query's checkpoint starts before it: start a new one."
+                )
             continue
         skip = " ".join(
             f"`fanout ledger skip --ledger {where} --pipeline {pipeline} --sink {name} "

@@ -136,7 +136,7 @@ def test_giving_the_unmarked_batch_up_for_the_other_sinks(
     assert main(skip.split()[1:]) == 0
     report = _recover(tmp_path, capsys)
     assert "Resume after batch 3" in report
-    _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 40)
+    _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-newer", 0, 40)  # a new checkpoint
     assert _ids(tmp_path, "bronze") == list(range(50))
     assert _ids(tmp_path, "silver") == [*range(30), *range(40, 50)]
     assert DeltaLedger(str(tmp_path / "ledger")).current_epoch("unmarked") == 1

@@ -76,3 +76,25 @@ def test_a_failing_hook_cannot_tell_and_is_logged(caplog: pytest.LogCaptureFixtu
         "pipeline p, sink a: cannot tell whether it holds batch 2 of epoch 0 (written but "
         "never marked) before the new epoch starts: OSError: target unreachable"
     ) in caplog.text
+
+
+def test_the_refused_query_again_when_every_sink_counts_the_batch_is_refused_again() -> None:
+    """A one-sink pipeline: the refusal records a's lost mark 3, so recover resumes after
+    batch 3; the refused query (its checkpoint starts after batch 2) started again would
+    write batch 3 to a a second time (it was asked about batch 4 only, and passed). Another
+    query (a new checkpoint) passes; so does the refused one once a no longer holds 3."""
+    ledger = _ledger({"a": 2})
+    a = Answering("a", {3})
+    with pytest.raises(UnmarkedBatchError, match="sink a holds batch 3 of epoch 0"):
+        refuse_unmarked(INFO, ledger, {"a": a})
+    with pytest.raises(UnmarkedBatchError) as again:
+        refuse_unmarked(INFO, ledger, {"a": a})
+    assert str(again.value).startswith(
+        "pipeline 'p': query new cannot start epoch 1: it was refused before because sink a "
+        "held batch 3 of epoch 0 unmarked, so its checkpoint starts before that batch"
+    )
+    assert a.asked == [(0, 3), (0, 3)]
+    refuse_unmarked(BatchInfo("p", 0, "newer", epoch=0), ledger, {"a": a})
+    a.held = set()
+    refuse_unmarked(INFO, ledger, {"a": a})
+    assert ledger.last_committed("p", ["a"]) == {"a": 3}

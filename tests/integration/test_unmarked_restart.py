@@ -1,0 +1,118 @@
+"""The query refused for a batch a sink wrote but never marked, started again (ARCHITECTURE
+§5, "A batch written but never marked").
+
+A one-sink pipeline: the driver dies after ``bronze`` committed batch 3, before its mark. The
+new checkpoint starts after batch 2 (what ``fanout recover`` printed) and its start is
+refused; the lost mark is recorded, so ``fanout recover`` now resumes after batch 3 (offsets
+unknown: no sink marked it). The same query started again asked about batch 4 only, passed,
+and wrote batch 3's rows (30-39) to bronze a second time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import BatchInfo, FanOut, hookimpl
+from fanout.app.cli import main
+from fanout.errors import UnmarkedBatchError
+from tests.integration.streams import delta_rows
+
+PIPELINE = "restarted"
+
+
+class DriverKilled(BaseException):
+    """The driver's death between bronze's write of batch 3 and its mark."""
+
+
+class KillAfterWrite:
+    """Kills the driver right after a sink wrote batch 3, before its ledger mark."""
+
+    @hookimpl
+    def fanout_sink_done(self, info: BatchInfo, sink: str, result: Any, duration_s: float) -> None:
+        if info.batch_id == 3:
+            raise DriverKilled("killed between the write and the mark")
+
+
+def _fan(tmp_path: Path, *plugins: object, on_reset: str = "refuse") -> FanOut:
+    return FanOut(
+        PIPELINE,
+        str(tmp_path / "ledger"),
+        [{"type": "delta", "name": "bronze", "path": str(tmp_path / "bronze")}],
+        on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
+        plugins=plugins,
+        retries=0,
+    )
+
+
+def _run(fan: FanOut, spark: Any, query: str, batch_id: int, first_row: int) -> None:
+    rows = [(n, f"order-{n}") for n in range(first_row, first_row + 10)]
+    offsets = [{"orders": {"0": first_row + 10}}]
+    info = BatchInfo(PIPELINE, batch_id, query, offsets, batch_timestamp_ms=1000 + batch_id)
+    fan.process(spark.createDataFrame(rows, "id LONG, name STRING"), info)
+
+
+def _recover(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    capsys.readouterr()
+    assert main(["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", PIPELINE]) == 0
+    return capsys.readouterr().out
+
+
+def _ids(tmp_path: Path) -> list[int]:
+    return sorted(r["id"] for r in delta_rows(tmp_path / "bronze"))
+
+
+def test_the_refused_query_started_again_is_refused_again(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: the second start passed and bronze held rows 30-39 twice. Now it is refused
+    again, saying where a new checkpoint must start; with bronze's copy removed, a new
+    checkpoint from the same start writes batch 3's input once."""
+    old = _fan(tmp_path, KillAfterWrite())
+    for batch in range(3):
+        _run(old, spark, "query-old", batch, batch * 10)
+    with pytest.raises(DriverKilled):
+        _run(old, spark, "query-old", 3, 30)
+    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(tmp_path, capsys)
+    with pytest.raises(UnmarkedBatchError, match="sink bronze holds batch 3 of epoch 0") as first:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-new", 0, 30)
+    assert (
+        "  Every sink holds batch 3, so resume after it; `fanout recover --ledger "
+        f"{tmp_path / 'ledger'} --pipeline restarted` cannot print its offsets (no sink marked "
+        "it): the replaced checkpoint's offsets/3 file holds them (one JSON line per source, "
+        "after the first two lines). This query's checkpoint starts before it: start a new one."
+    ) in str(first.value)
+    report = _recover(tmp_path, capsys)
+    assert "Resume after batch 3" in report
+    assert "No source offsets were recorded for that batch." in report
+
+    with pytest.raises(UnmarkedBatchError) as refused:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-new", 0, 30)
+    ledger = tmp_path / "ledger"
+    assert str(refused.value) == "\n".join(
+        [
+            "pipeline 'restarted': query query-new cannot start epoch 1: it was refused "
+            "before because sink bronze held batch 3 of epoch 0 unmarked, so its checkpoint "
+            "starts before that batch; every sink now counts batch 3 (`fanout recover "
+            f"--ledger {ledger} --pipeline restarted` resumes after it), and bronze still "
+            "holds it: started again, this query would write batch 3's rows a second time "
+            "there. Nothing was written under epoch 1.",
+            "Start a new checkpoint (not this one) that reads what comes after the source "
+            "offsets of batch 3, which the ledger does not hold (no sink marked it): the "
+            "replaced checkpoint's offsets/3 file holds them (one JSON line per source, after "
+            "the first two lines). Only when bronze's copy of batch 3 was removed: a new "
+            "checkpoint from this one's start (a Delta restore keeps the table's record of "
+            "the batch, so this query stays refused).",
+        ]
+    )
+    assert _ids(tmp_path) == list(range(40))
+
+    from deltalake import DeltaTable
+
+    DeltaTable(str(tmp_path / "bronze")).restore(2)  # bronze's copy removed
+    with pytest.raises(UnmarkedBatchError, match="it was refused before"):
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-new", 0, 30)
+    _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-newer", 0, 30)
+    assert _ids(tmp_path) == list(range(40))
