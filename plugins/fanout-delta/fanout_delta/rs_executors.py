@@ -181,9 +181,10 @@ class _ExecutorAppend:
             batch_id=self.batch_id,
         )  # fmt: skip
 
-    @property
+    @functools.cached_property
     def constraints(self) -> TableConstraints:
-        """The table's constraints, as the snapshot :meth:`of` opened holds them."""
+        """The table's constraints, as the snapshot :meth:`of` opened holds them (read
+        once: a batch asks up to four times, and each read rewrites every CHECK)."""
         return TableConstraints.of(self.opened)
 
     def refuse_constrained(self, source: Any) -> None:
