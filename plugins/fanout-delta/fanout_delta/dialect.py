@@ -227,10 +227,10 @@ def _ends_operand(token: str, unit: list[str]) -> bool:
     started = bool("".join(unit).strip().lstrip("-+~! "))
     if token in ("-", "+", "~", "!"):
         return started  # a sign before the operand is part of it
-    if token == "." or token[0] in "`'" or token[0].isdigit():
-        return False
+    if token in (".", "::") or token[0] in "`'" or token[0].isdigit():
+        return False  # ``x::decimal(10, 2)``: DataFusion's cast binds as tightly as a field
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token):
-        return started and not "".join(unit).rstrip().endswith(".")
+        return started and not "".join(unit).rstrip().endswith((".", "::"))
     return True
 
 

@@ -183,6 +183,7 @@ def test_a_check_spark_fails_on_for_a_row_fails_the_batch_naming_it(spark, tmp_p
 
 TYPES = {"a": "bigint", "b": "int", "x": "double", "2": "int", "-2": "int", "(a * 3)": "bigint",
          "(a DIV 2)": "bigint", "-a": "bigint", "s.`a`": "bigint",
+         "'150'::decimal(10, 2)": "decimal(10,2)",
          "((a + 1))": "bigint"}  # fmt: skip
 
 
@@ -207,6 +208,8 @@ def type_of(expression: str) -> str:
             "CASE WHEN (a DIV 2) > 1 THEN a ELSE (x / 2) END > 0",
         ),
         ("a % 2 = 1 AND 'a / 2' != `a/b`", "a % 2 = 1 AND 'a / 2' != `a/b`"),
+        # delta-rs' decimal literal (unscaled): a cast binding tighter than the division
+        ("x / '150'::decimal(10, 2) > 1", "(x / '150'::decimal(10, 2)) > 1"),
     ],
 )
 def test_a_division_of_whole_numbers_reads_as_spark_div(spark, divided):
