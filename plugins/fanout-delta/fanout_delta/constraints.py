@@ -1,7 +1,12 @@
 """The rows a Delta table's constraints refuse, found in Spark before any write.
 
 A Delta table holds CHECK constraints (table properties ``delta.constraints.<name>``, a
-Spark SQL expression each) and NOT NULL columns, top-level or a field of a struct column.
+Spark SQL expression each), NOT NULL columns, top-level or a field of a struct column,
+and, in older tables, column invariants (the column metadata ``delta.invariants``, an
+expression a row must meet, as a CHECK). delta-rs also refuses a null element of an array
+whose elements may not be null (``containsNull: false``) and a null value of a map whose
+values may not be null (``valueContainsNull: false``), top-level or in a struct (not
+deeper: an array's elements or a map's values it does not check).
 Every Delta writer refuses a row for which a CHECK's expression is false *or null*
 (delta-spark's ``DeltaInvariantCheckerExec``; delta-rs alike), and a null in a NOT NULL
 column. A NOT NULL field of a struct column is refused null also under a null parent
@@ -23,10 +28,11 @@ so the same rows against the same constraints make the same letters on every rep
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -66,24 +72,39 @@ class Rule:
         dialect (delta-rs': :func:`fanout_delta.dialect.spark_expression`).
     """
 
-    kind: Literal["check", "not_null"]
+    kind: Literal["check", "invariant", "not_null", "not_null_element", "not_null_value"]
     name: str
     expression: str | None = None
     path: tuple[str, ...] = ()
     spark: str | None = None
+    problem: str | None = None
+    """Why the sink cannot evaluate the CHECK as the table's writer does (``None``: it
+    can): :meth:`refused` raises it, and the sink's ``open()`` refuses the table."""
+
+    @property
+    def expressed(self) -> bool:
+        """Whether the rule is an expression (a CHECK or an invariant) rather than a
+        null check."""
+        return self.kind in ("check", "invariant")
 
     @property
     def label(self) -> str:
         """The constraint for people: ``CHECK x_pos (x > 0)`` or ``NOT NULL 's.a'``."""
         if self.kind == "check":
             return f"CHECK {self.name} ({self.expression})"
+        if self.kind == "invariant":
+            return f"invariant of {self.name!r} ({self.expression})"
+        if self.kind == "not_null_element":
+            return f"NOT NULL elements of {self.name!r}"
+        if self.kind == "not_null_value":
+            return f"NOT NULL values of {self.name!r}"
         return f"NOT NULL {self.name!r}"
 
     @property
     def column(self) -> str | None:
-        """The column at fault: a NOT NULL field's path; ``None`` for a CHECK, whose
-        expression may read several."""
-        return self.name if self.kind == "not_null" else None
+        """The column at fault: a NOT NULL field's path, an invariant's column; ``None``
+        for a CHECK, whose expression may read several."""
+        return None if self.kind == "check" else self.name
 
     def reason(self) -> str:
         """A dead letter's reason for a row breaking this constraint."""
@@ -92,6 +113,21 @@ class Rule:
                 f"breaks the Delta table's CHECK constraint {self.name} ({self.expression}): "
                 "the expression is false or null for the row"
             )
+        if self.kind == "invariant":
+            return (
+                f"breaks the Delta table's invariant of column {self.name!r} "
+                f"({self.expression}): the expression is false or null for the row"
+            )
+        if self.kind == "not_null_element":
+            return (
+                f"null element in the Delta table's array column {self.name!r}, whose "
+                "elements may not be null"
+            )
+        if self.kind == "not_null_value":
+            return (
+                f"null value in the Delta table's map column {self.name!r}, whose values "
+                "may not be null"
+            )
         return f"null in the Delta table's NOT NULL column {self.name!r}"
 
     def refused(self) -> Any:
@@ -99,11 +135,20 @@ class Rule:
         null, so its negation keeps exactly the other rows)."""
         from pyspark.sql import functions as F
 
-        if self.kind == "check":
+        if self.problem is not None:
+            from fanout_delta.dialect import Untranslatable
+
+            raise Untranslatable(self.problem)
+        if self.expressed:
             return ~F.coalesce(F.expr(self.spark or str(self.expression)), F.lit(False))
         column = F.col(quote(self.path[0]))
         for name in self.path[1:]:
             column = column.getField(name)
+        if self.kind == "not_null_element":
+            return F.coalesce(F.exists(column, lambda x: x.isNull()), F.lit(False))
+        if self.kind == "not_null_value":
+            values = F.map_values(column)
+            return F.coalesce(F.exists(values, lambda x: x.isNull()), F.lit(False))
         return column.isNull()  # a null parent struct included: see the module docstring
 
 
@@ -117,31 +162,34 @@ class TableConstraints:
     """The table's nullable columns, which an append lacking them pads with nulls."""
 
     @classmethod
-    def of(cls, table: Any, engine: Literal["rs", "spark"] = "rs") -> TableConstraints:
+    def of(
+        cls, table: Any, engine: Literal["rs", "spark"] = "rs", *, spark: Any = None
+    ) -> TableConstraints:
         """The constraints of the delta-rs table ``table`` (none for ``None``: no table
         yet), read from the snapshot it is: no read of the log. With ``engine`` ``"rs"``
-        a CHECK is evaluated as delta-rs reads it, in DataFusion's SQL (a ``"Name"`` is a
-        column, not a string: :mod:`fanout_delta.dialect`); delta-spark reads Spark SQL."""
+        a CHECK (or a column's invariant) is evaluated as delta-rs reads it, in
+        DataFusion's SQL (a ``"Name"`` is a column, not a string; ``a / 2`` of whole
+        numbers a whole number, typed with the session ``spark`` on the table's columns:
+        :mod:`fanout_delta.dialect`), and NOT NULL elements of arrays and values of maps
+        are checked, as delta-rs does; delta-spark reads Spark SQL."""
         if table is None:
             return cls()
         import pyarrow as pa
 
-        from fanout_delta.dialect import spark_expression
-
         configuration = table.metadata().configuration
         checks = [
-            Rule(
-                "check",
-                name[len(PREFIX) :],
-                str(expression),
-                spark=spark_expression(str(expression)) if engine == "rs" else None,
-            )
+            Rule("check", name[len(PREFIX) :], str(expression))
             for name, expression in sorted(configuration.items())
             if name.startswith(PREFIX) and expression is not None
         ]
+        nested = _schema_rules(json.loads(table.schema().to_json())["fields"], (), engine)
         schema = pa.schema(table.schema().to_arrow())
+        expressed = [*checks, *(r for r in nested if r.expressed)]
+        if engine == "rs":
+            expressed = _in_spark_sql(expressed, schema, spark)
         padded = tuple(f for f in schema if f.nullable and not is_generated(f))
-        return cls((*checks, *_not_null_rules(list(schema), ())), padded)
+        not_null = [*_not_null_rules(list(schema), ()), *(r for r in nested if not r.expressed)]
+        return cls((*expressed, *not_null), padded)
 
     def __bool__(self) -> bool:
         return bool(self.rules)
@@ -157,14 +205,27 @@ class TableConstraints:
         its path holds no null: checking it would cost every batch of a table created
         from such a schema (``spark.range``'s ``id``) a Spark job for nothing."""
         return tuple(
-            r for r in self.rules if r.kind == "check" or _may_be_null(spark_schema, r.path)
+            r
+            for r in self.rules
+            if r.expressed
+            or (r.kind == "not_null" and _may_be_null(spark_schema, r.path))
+            or (r.kind != "not_null" and _may_hold_nulls(spark_schema, r.path))
         )
 
     def check_expressions(self, spark: Any, table: Any, sink: str) -> None:
         """Refuse (:class:`ConfigurationError`, naming the constraint) a CHECK expression
         Spark cannot evaluate on the table's columns (an unknown function, a column the
         table lacks): analysed on an empty DataFrame of the table's schema, no job."""
-        checks = [r for r in self.rules if r.kind == "check"]
+        checks = [r for r in self.rules if r.expressed]
+        for rule in checks:
+            if rule.problem is not None:
+                raise ConfigurationError(
+                    f"Delta sink {sink!r}: the table's {rule.label} cannot be evaluated by "
+                    f"Spark as delta-rs evaluates it, so the sink cannot tell which rows it "
+                    f"refuses: {rule.problem}. Rewrite the constraint so both read it alike "
+                    "(e.g. CAST the operands of a division to DOUBLE, or use DIV for a whole "
+                    "number division) before starting the pipeline"
+                )
         if spark is None or not checks:
             return
         import pyarrow as pa
@@ -256,7 +317,7 @@ def _evaluating(rules: Sequence[Rule], sink: str, batch_id: int) -> Iterator[Non
         state = getattr(exc, "getSqlState", lambda: None)()
         if not (isinstance(state, str) and state.startswith("22")):
             raise
-        checks = ", ".join(r.label for r in rules if r.kind == "check")
+        checks = ", ".join(r.label for r in rules if r.expressed)
         raise SinkWriteError(
             f"Spark cannot evaluate the Delta table's constraints ({checks}) on a row of "
             f"the batch: {_first_line(exc)}. Nothing was written, and every replay fails "
@@ -503,3 +564,98 @@ def _shown(row: Any) -> str:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+INVARIANTS = "delta.invariants"
+"""A column's metadata key holding its invariant (older tables, writer version 2):
+``{"expression": {"expression": "<SQL>"}}``."""
+
+
+def _schema_rules(
+    fields: list[dict[str, Any]], parents: tuple[str, ...], engine: Literal["rs", "spark"]
+) -> list[Rule]:
+    """The invariants of ``fields`` (Delta schema JSON) and, through struct columns, of
+    their fields; with ``engine`` ``"rs"`` also the arrays whose elements and the maps
+    whose values may not be null (delta-rs refuses a null there; not one inside an
+    array's element or a map's value, which it does not check)."""
+    rules: list[Rule] = []
+    for f in fields:
+        path = (*parents, str(f["name"]))
+        name = ".".join(path)
+        invariant = (f.get("metadata") or {}).get(INVARIANTS)
+        if invariant is not None:
+            rules.append(_invariant(name, path, str(invariant)))
+        kind = f["type"]
+        if not isinstance(kind, dict):
+            continue
+        if kind.get("type") == "struct":
+            rules += _schema_rules(kind["fields"], path, engine)
+        elif engine == "rs" and kind.get("type") == "array" and not kind["containsNull"]:
+            rules.append(Rule("not_null_element", name, path=path))
+        elif engine == "rs" and kind.get("type") == "map" and not kind["valueContainsNull"]:
+            rules.append(Rule("not_null_value", name, path=path))
+    return rules
+
+
+def _invariant(name: str, path: tuple[str, ...], metadata: str) -> Rule:
+    """The invariant of the column ``name`` from its ``delta.invariants`` ``metadata``."""
+    try:
+        expression = json.loads(metadata)["expression"]["expression"]
+    except (ValueError, KeyError, TypeError):
+        problem = f"its metadata {INVARIANTS!r} is no invariant: {metadata}"
+        return Rule("invariant", name, metadata, path=path, problem=problem)
+    return Rule("invariant", name, str(expression), path=path)
+
+
+def _in_spark_sql(rules: list[Rule], schema: pa.Schema, spark: Any) -> list[Rule]:
+    """``rules`` (CHECKs and invariants in delta-rs' SQL) with their Spark SQL; a division
+    typed on an empty DataFrame of the table's ``schema`` (no job), or, when its operands'
+    types cannot be resolved, the rule's :attr:`Rule.problem`."""
+    from fanout_delta.dialect import Untranslatable, integer_divisions, spark_expression
+
+    type_of = _types_on(schema, spark)
+    translated = []
+    for rule in rules:
+        if rule.problem is not None:
+            translated.append(rule)
+            continue
+        text = spark_expression(str(rule.expression))
+        try:
+            text = integer_divisions(text, type_of)
+        except Untranslatable as exc:
+            translated.append(dataclasses.replace(rule, spark=text, problem=str(exc)))
+            continue
+        translated.append(dataclasses.replace(rule, spark=text))
+    return translated
+
+
+def _types_on(schema: pa.Schema, spark: Any) -> Callable[[str], str]:
+    """The Spark type (``simpleString``) of a Spark SQL expression on the columns of
+    ``schema``, analysed by ``spark`` on an empty DataFrame made on first use."""
+    frames: list[Any] = []
+
+    def type_of(expression: str) -> str:
+        from pyspark.sql import functions as F
+
+        if spark is None:
+            raise RuntimeError("no Spark session to analyse it with")
+        if not frames:
+            frames.append(spark.createDataFrame(schema.empty_table()))
+        return str(frames[0].select(F.expr(expression)).schema[0].dataType.simpleString())
+
+    return type_of
+
+
+def _may_hold_nulls(spark_schema: Any, path: Sequence[str]) -> bool:
+    """Whether the Spark schema holds the array or map at ``path`` (struct levels only)
+    and lets its elements or values be null."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    kind: Any = spark_schema
+    for name in path:
+        if not isinstance(kind, StructType) or name not in kind.fieldNames():
+            return False
+        kind = kind[name].dataType
+    if isinstance(kind, ArrayType):
+        return bool(kind.containsNull)
+    return isinstance(kind, MapType) and bool(kind.valueContainsNull)

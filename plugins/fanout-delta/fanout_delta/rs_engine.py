@@ -82,7 +82,7 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
     # the first attempt starts from the snapshot kept since the last batch, brought up to
     # date; after a lost race the table is opened afresh
     table = sink.latest_table()
-    constraints = TableConstraints.of(table)
+    constraints = TableConstraints.of(table, spark=getattr(batch.df, "sparkSession", None))
     data, letters = _constrained(sink, batch, constraints)
     if sink.mode == "merge":
         refused_rows = RefusedRows(tuple(letters), tuple(sink.keys or []))
@@ -378,8 +378,8 @@ def _constraint_error(exc: Exception, sink: DeltaTarget, batch_id: int, table: A
     that is no Spark DataFrame, which :mod:`fanout_delta.constraints` cannot evaluate, or a
     constraint another writer added after the sink's snapshot): delta-rs previews the rows but
     names neither the constraint nor the column, so say which the table has (its CHECK
-    constraints and NOT NULL columns) and that every replay fails alike until the rows
-    are fixed or filtered."""
+    constraints, NOT NULL columns, invariants, arrays and maps that may hold no null) and
+    that every replay fails alike until the rows are fixed or filtered."""
     configuration = table.metadata().configuration
     checks = [
         f"CHECK {name[len(_CONSTRAINT_PREFIX) :]} ({expression})"
@@ -388,6 +388,8 @@ def _constraint_error(exc: Exception, sink: DeltaTarget, batch_id: int, table: A
     ]
     fields = pa.schema(table.schema().to_arrow())
     not_null = [f"NOT NULL {f.name!r}" for f in fields if not f.nullable]
+    nested = ("invariant", "not_null_element", "not_null_value")
+    not_null += [r.label for r in TableConstraints.of(table).rules if r.kind in nested]
     # a merge's update keeps a generated column's old value (delta-rs does not compute it)
     generated = [
         f"GENERATED {f.name!r} AS ({(f.metadata or {})[GENERATION_EXPRESSION].decode()})"

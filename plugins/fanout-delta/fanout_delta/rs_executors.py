@@ -185,7 +185,7 @@ class _ExecutorAppend:
     def constraints(self) -> TableConstraints:
         """The table's constraints, as the snapshot :meth:`of` opened holds them (read
         once: a batch asks up to four times, and each read rewrites every CHECK)."""
-        return TableConstraints.of(self.opened)
+        return TableConstraints.of(self.opened, spark=getattr(self.batch.df, "sparkSession", None))
 
     def refuse_constrained(self, source: Any) -> None:
         """Without a dead-letter target, fail the batch before any task writes when one of

@@ -562,7 +562,8 @@ class DeltaSink(Sink):
         from fanout_delta.constraints import TableConstraints
 
         engine: Literal["rs", "spark"] = "spark" if self.resolved_engine == "spark" else "rs"
-        TableConstraints.of(table, engine).check_expressions(spark, table, self.name)
+        constraints = TableConstraints.of(table, engine, spark=spark)
+        constraints.check_expressions(spark, table, self.name)
 
     def _refuse_binary_partitions(self, table: Any) -> None:
         """Refuse (engine ``rs``) an existing table partitioned by a binary column."""

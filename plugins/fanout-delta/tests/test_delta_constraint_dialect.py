@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from arrow_batches import batch_of
 from deltalake import DeltaTable, Field, Schema
-from deltalake.schema import StructType
+from deltalake.schema import ArrayType, MapType, StructType
 from fanout_delta import DeltaSink
-from fanout_delta.dialect import spark_expression
+from fanout_delta.dialect import Untranslatable, integer_divisions, spark_expression
 
 from fanout.contract.sink import SinkContext
 from fanout.deadletters.delta import DeltaDeadLetters
 from fanout.delta_tables.io import read_delta
-from fanout.errors import SinkWriteError
+from fanout.errors import ConfigurationError, SinkWriteError
 
 UTC = dt.UTC
 ARROW_UTC = 'Timestamp(Microsecond, Some("UTC"))'
@@ -179,3 +179,196 @@ def test_a_check_spark_fails_on_for_a_row_fails_the_batch_naming_it(spark, tmp_p
         "(e.g. try_divide, try_cast)"
     )
     assert read_delta(path).num_rows == 0
+
+
+TYPES = {"a": "bigint", "b": "int", "x": "double", "2": "int", "-2": "int", "(a * 3)": "bigint",
+         "(a DIV 2)": "bigint", "-a": "bigint", "s.`a`": "bigint",
+         "'150'::decimal(10, 2)": "decimal(10,2)",
+         "((a + 1))": "bigint"}  # fmt: skip
+
+
+def type_of(expression: str) -> str:
+    return TYPES[expression]
+
+
+@pytest.mark.parametrize(
+    ("spark", "divided"),
+    [
+        ("a / 2 > 1", "(a DIV 2) > 1"),
+        ("a/2>1", "(a DIV 2)>1"),
+        ("a / 2 >= -1 AND x / 2 > 1", "(a DIV 2) >= -1 AND (x / 2) > 1"),
+        ("a * 3 / 2 > 1", "((a * 3) DIV 2) > 1"),
+        ("-a / 2 > 1 OR a / -2 > 1", "(-a DIV 2) > 1 OR (a DIV -2) > 1"),
+        ("a / 2 / 2 > 0", "((a DIV 2) DIV 2) > 0"),
+        ("a - -2 / 2 > b", "a - (-2 DIV 2) > b"),
+        ("NOT s.`a` / b IN (1, 2)", "NOT (s.`a` DIV b) IN (1, 2)"),
+        ("((a + 1)) / 2 > 1", "(((a + 1)) DIV 2) > 1"),
+        (
+            "CASE WHEN a / 2 > 1 THEN a ELSE x / 2 END > 0",
+            "CASE WHEN (a DIV 2) > 1 THEN a ELSE (x / 2) END > 0",
+        ),
+        ("a % 2 = 1 AND 'a / 2' != `a/b`", "a % 2 = 1 AND 'a / 2' != `a/b`"),
+        # delta-rs' decimal literal (unscaled): a cast binding tighter than the division
+        ("x / '150'::decimal(10, 2) > 1", "(x / '150'::decimal(10, 2)) > 1"),
+    ],
+)
+def test_a_division_of_whole_numbers_reads_as_spark_div(spark, divided):
+    """DataFusion divides whole numbers as whole numbers (``3 / 2`` is 1), Spark's ``/``
+    does not (1.5); ``DIV`` does, truncating toward zero as DataFusion does."""
+    assert integer_divisions(spark, type_of) == divided
+
+
+def test_a_division_whose_operand_has_no_known_type_cannot_be_read():
+    with pytest.raises(Untranslatable, match="the type of 'f\\(a\\)', an operand of a division"):
+        integer_divisions("f(a) / 2 > 1", type_of)
+
+
+def letters_of(dead: str) -> list[tuple[int, str]]:
+    return sorted((json.loads(r["row"])["id"], r["reason"]) for r in read_delta(dead).to_pylist())
+
+
+@pytest.mark.integration
+def test_a_division_of_whole_numbers_refuses_the_rows_delta_rs_refuses(spark, tmp_path):
+    """delta-rs keeps ``a = -3`` under ``a / 2 >= -1`` (-3 / 2 is -1, truncated toward
+    zero) and ``a = 3`` under ``a / 2 <= 1`` (1): read as Spark's fractional ``/``, both
+    went to the dead letters (-1.5, 1.5). A division of doubles stays fractional."""
+    path, dead = str(tmp_path / "t"), str(tmp_path / "dead")
+    DeltaTable.create(path, Schema([Field("id", "long"), Field("a", "long"), Field("x", "double")]))
+    DeltaTable(path).alter.add_constraint({"low": "a / 2 >= -1"})
+    DeltaTable(path).alter.add_constraint({"high": "a / 2 <= 1", "x_half": "x / 2 > 1"})
+    sink = DeltaSink(name="s", path=path, write_from="driver")
+    sink.open(SinkContext(pipeline="p", spark=spark, dead_letters=DeltaDeadLetters(dead)))
+    rows = [(1, -5, 3.0), (2, -4, 3.0), (3, -3, 3.0), (4, 0, 3.0), (5, 3, 3.0), (6, 4, 3.0),
+            (7, 5, 3.0), (8, 1, 2.0), (9, 1, 2.5)]  # fmt: skip
+    df = spark.createDataFrame(rows, "id long, a long, x double")
+
+    result = sink.write(batch_of(df))
+
+    assert (result.rows, result.dead_lettered) == (4, 5)
+    assert sorted(r["id"] for r in read_delta(path).to_pylist()) == [3, 4, 5, 9]
+
+    def why(name: str, expression: str) -> str:
+        return (
+            f"breaks the Delta table's CHECK constraint {name} ({expression}): the "
+            "expression is false or null for the row"
+        )
+
+    assert letters_of(dead) == [
+        (1, why("low", "a / 2 >= -1")),
+        (2, why("low", "a / 2 >= -1")),
+        (6, why("high", "a / 2 <= 1")),
+        (7, why("high", "a / 2 <= 1")),
+        (8, why("x_half", "x / 2 > 1")),
+    ]
+
+
+@pytest.mark.integration
+def test_open_refuses_a_division_whose_operands_spark_cannot_type(spark, tmp_path):
+    """A division Spark cannot type (here of a cast to an Arrow type Spark does not know):
+    it cannot tell whether delta-rs divides as whole numbers, so the sink refuses to open
+    rather than keep or refuse rows delta-rs would not."""
+    path = str(tmp_path / "t")
+    DeltaTable.create(path, Schema([Field("id", "long"), Field("s", "string")]))
+    DeltaTable(path).alter.add_constraint({"d": "CAST(s AS DECIMAL(10, 2)) / 2 > 1"})
+    stored = "arrow_cast(s, 'Decimal128(10, 2)') / 2 > '1000000'::decimal(14, 6)"
+    assert DeltaTable(path).metadata().configuration["delta.constraints.d"] == stored
+    sink = DeltaSink(name="s", path=path, write_from="driver")
+
+    with pytest.raises(ConfigurationError) as refused:
+        sink.open(SinkContext(pipeline="p", spark=spark))
+
+    message = str(refused.value)
+    assert message.startswith(
+        f"Delta sink 's': the table's CHECK d ({stored}) cannot be evaluated by Spark as "
+        "delta-rs evaluates it, so the sink cannot tell which rows it refuses: the type of "
+        "\"arrow_cast(s, 'Decimal128(10, 2)')\", an operand of a division, cannot be resolved "
+        "on the table's columns ("
+    )
+    assert message.endswith(
+        "Rewrite the constraint so both read it alike (e.g. CAST the operands of a division "
+        "to DOUBLE, or use DIV for a whole number division) before starting the pipeline"
+    )
+
+
+def invariant(expression: str) -> dict[str, str]:
+    return {"delta.invariants": json.dumps({"expression": {"expression": expression}})}
+
+
+@pytest.mark.integration
+def test_invariants_refuse_the_rows_delta_rs_refuses(spark, tmp_path):
+    """An older table's column invariants (``delta.invariants``): delta-rs refuses a row
+    whose invariant is false or null, top-level or in a struct, in DataFusion's SQL
+    (``b / 2`` of whole numbers); they were not evaluated, and delta-rs failed the batch."""
+    path, dead = str(tmp_path / "t"), str(tmp_path / "dead")
+    DeltaTable.create(
+        path,
+        Schema([Field("id", "long"), Field("a", "long", metadata=invariant("a > 0")),
+                Field("s", StructType([Field("b", "long", metadata=invariant("s.b / 2 > 0"))]))]),
+    )  # fmt: skip
+    sink = DeltaSink(name="s", path=path, write_from="driver")
+    sink.open(SinkContext(pipeline="p", spark=spark, dead_letters=DeltaDeadLetters(dead)))
+    rows = [(1, 1, (2,)), (2, -1, (2,)), (3, None, (2,)), (4, 1, (1,)), (5, 1, (3,)), (6, 1, None)]
+    df = spark.createDataFrame(rows, "id long, a long, s struct<b: long>")
+
+    result = sink.write(batch_of(df))
+
+    assert (result.rows, result.dead_lettered) == (2, 4)
+    assert sorted(r["id"] for r in read_delta(path).to_pylist()) == [1, 5]
+    a, b = (
+        f"breaks the Delta table's invariant of column {column!r} ({expression}): the "
+        "expression is false or null for the row"
+        for column, expression in (("a", "a > 0"), ("s.b", "s.b / 2 > 0"))
+    )
+    assert letters_of(dead) == [(2, a), (3, a), (4, b), (6, b)]
+    columns = sorted(
+        (json.loads(r["row"])["id"], r["column"]) for r in read_delta(dead).to_pylist()
+    )
+    assert columns == [(2, "a"), (3, "a"), (4, "s.b"), (6, "s.b")]
+
+
+APPENDS = [
+    pytest.param({"write_from": "driver"}, id="append-driver"),
+    pytest.param({"write_from": "executors"}, id="append-executors"),
+]
+"""Not a merge: delta-rs 1.6's merge cannot cast a batch's ``struct<array<long>>`` to the
+table's array of non-null elements in a struct (``Unsupported CAST``), whatever the rows."""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("options", APPENDS)
+def test_null_elements_of_arrays_and_values_of_maps_delta_rs_refuses(spark, tmp_path, options):
+    """An array whose elements (``containsNull: false``) or a map whose values
+    (``valueContainsNull: false``) may not be null, top-level or in a struct: delta-rs
+    refuses a row holding such a null (not a null array or map); they were not checked,
+    and delta-rs failed the batch."""
+    path, dead = str(tmp_path / "t"), str(tmp_path / "dead")
+    DeltaTable.create(
+        path,
+        Schema([Field("id", "long"), Field("arr", ArrayType("long", contains_null=False)),
+                Field("m", MapType("string", "long", value_contains_null=False)),
+                Field("s", StructType([Field("inner", ArrayType("long", contains_null=False))]))]),
+    )  # fmt: skip
+    sink = DeltaSink(name="s", path=path, **options)
+    sink.open(SinkContext(pipeline="p", spark=spark, dead_letters=DeltaDeadLetters(dead)))
+    rows = [
+        (1, [1], {"k": 1}, ([1],)),
+        (2, [1, None], {"k": 1}, ([1],)),
+        (3, None, None, None),
+        (4, [], {"k": None}, ([1],)),
+        (5, [2], {}, ([None],)),
+        (6, [3], {"k": 2}, (None,)),
+    ]
+    df = spark.createDataFrame(
+        rows, "id long, arr array<long>, m map<string, long>, s struct<inner: array<long>>"
+    )
+
+    result = sink.write(batch_of(df))
+
+    assert (result.rows, result.dead_lettered) == (3, 3)
+    assert sorted(r["id"] for r in read_delta(path).to_pylist()) == [1, 3, 6]
+    elements = "null element in the Delta table's array column {!r}, whose elements may not be null"
+    assert letters_of(dead) == [
+        (2, elements.format("arr")),
+        (4, "null value in the Delta table's map column 'm', whose values may not be null"),
+        (5, elements.format("s.inner")),
+    ]

@@ -7,10 +7,13 @@ nor the column. Nothing of the batch is written."""
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 from arrow_batches import batch_of
 from deltalake import DeltaTable, Field, Schema, write_deltalake
+from deltalake.schema import ArrayType
 from fanout_delta import DeltaSink
 
 from fanout.contract.sink import SinkContext
@@ -69,6 +72,31 @@ def test_a_null_in_a_not_null_column_names_the_column(tmp_path, options) -> None
         f"{path} (NOT NULL 'x'); " + WHAT_TO_DO
     ), message
     assert read_delta(path).to_pylist() == []
+
+
+def test_an_invariant_and_an_array_without_null_elements_are_named(tmp_path) -> None:
+    """delta-rs refuses a row breaking a column's invariant (``delta.invariants``) or
+    holding a null element in an array whose elements may not be null: the error named
+    neither ("none found")."""
+    path = str(tmp_path / "t")
+    invariant = {"delta.invariants": json.dumps({"expression": {"expression": "x > 0"}})}
+    DeltaTable.create(
+        path,
+        Schema([Field("id", "long"), Field("x", "long", metadata=invariant),
+                Field("arr", ArrayType("long", contains_null=False))]),
+    )  # fmt: skip
+    sink = opened(path, write_from="driver")
+    batch = pa.table({"id": pa.array([2], pa.int64()), "x": pa.array([-1], pa.int64()),
+                      "arr": pa.array([[1]], pa.list_(pa.int64()))})  # fmt: skip
+
+    with pytest.raises(SinkWriteError) as refused:
+        sink.write(batch_of(batch, 0))
+
+    assert str(refused.value).startswith(
+        f"sink 's', batch 0: rows of the batch break the constraints of the Delta table "
+        f"{path} (invariant of 'x' (x > 0), NOT NULL elements of 'arr'); " + WHAT_TO_DO
+    ), str(refused.value)
+    assert read_delta(path).num_rows == 0
 
 
 def generated_table(path: str) -> None:
