@@ -611,22 +611,37 @@ def _in_spark_sql(rules: list[Rule], schema: pa.Schema, spark: Any) -> list[Rule
     """``rules`` (CHECKs and invariants in delta-rs' SQL) with their Spark SQL; a division
     typed on an empty DataFrame of the table's ``schema`` (no job), or, when its operands'
     types cannot be resolved, the rule's :attr:`Rule.problem`."""
-    from fanout_delta.dialect import Untranslatable, integer_divisions, spark_expression
-
     type_of = _types_on(schema, spark)
     translated = []
     for rule in rules:
         if rule.problem is not None:
             translated.append(rule)
             continue
-        text = spark_expression(str(rule.expression))
-        try:
-            text = integer_divisions(text, type_of)
-        except Untranslatable as exc:
-            translated.append(dataclasses.replace(rule, spark=text, problem=str(exc)))
-            continue
-        translated.append(dataclasses.replace(rule, spark=text))
+        key = (schema.to_string(), str(rule.expression))
+        text, problem = _TRANSLATED.get(key) or _translated(str(rule.expression), type_of)
+        if spark is not None and key not in _TRANSLATED:
+            if len(_TRANSLATED) >= _TRANSLATED_KEPT:
+                _TRANSLATED.clear()
+            _TRANSLATED[key] = (text, problem)
+        translated.append(dataclasses.replace(rule, spark=text, problem=problem))
     return translated
+
+
+_TRANSLATED: dict[tuple[str, str], tuple[str, str | None]] = {}
+"""Each (table schema, delta-rs expression)'s Spark SQL and problem, so typing a division's
+operands (a Spark analysis) runs once per table schema, not at every batch's write."""
+_TRANSLATED_KEPT = 256
+
+
+def _translated(expression: str, type_of: Callable[[str], str]) -> tuple[str, str | None]:
+    """The Spark SQL of the delta-rs ``expression`` and, when it cannot be read alike, why."""
+    from fanout_delta.dialect import Untranslatable, integer_divisions, spark_expression
+
+    text = spark_expression(expression)
+    try:
+        return integer_divisions(text, type_of), None
+    except Untranslatable as exc:
+        return text, str(exc)
 
 
 def _types_on(schema: pa.Schema, spark: Any) -> Callable[[str], str]:

@@ -372,3 +372,34 @@ def test_null_elements_of_arrays_and_values_of_maps_delta_rs_refuses(spark, tmp_
         (4, "null value in the Delta table's map column 'm', whose values may not be null"),
         (5, elements.format("s.inner")),
     ]
+
+
+@pytest.mark.integration
+def test_a_division_is_typed_once_per_table_schema_not_at_every_batch(spark, tmp_path, monkeypatch):
+    """Typing a division's operands is a Spark analysis; the constraints are read at each
+    batch's write, so the translation is kept per table schema and expression."""
+    from fanout_delta import constraints
+
+    path = str(tmp_path / "t")
+    DeltaTable.create(path, Schema([Field("id", "long"), Field("a", "long")]))
+    DeltaTable(path).alter.add_constraint({"half": "a / 2 <= 7"})
+    asked: list[str] = []
+    typed_by_spark = constraints._types_on
+
+    def counting(schema: Any, session: Any) -> Any:
+        type_of = typed_by_spark(schema, session)
+
+        def counted(expression: str) -> str:
+            asked.append(expression)
+            return type_of(expression)
+
+        return counted
+
+    monkeypatch.setattr(constraints, "_types_on", counting)
+    monkeypatch.setattr(constraints, "_TRANSLATED", {}, raising=False)
+
+    first = constraints.TableConstraints.of(DeltaTable(path), spark=spark)
+    again = constraints.TableConstraints.of(DeltaTable(path), spark=spark)
+
+    assert [r.spark for r in first.rules] == [r.spark for r in again.rules] == ["(a DIV 2) <= 7"]
+    assert asked == ["a", "2"]
