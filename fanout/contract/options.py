@@ -193,12 +193,14 @@ def _container_fits(value: object, hint: Any, origin: Any, args: tuple[Any, ...]
     kind = origin if origin is not None else hint
     if not isinstance(kind, type):
         return True  # Callable[...], a Protocol alias...: not checked
-    if kind is tuple and args and args[-1] is not Ellipsis:
-        return (
-            isinstance(value, tuple)
-            and len(value) == len(args)
-            and all(value_fits(v, a) for v, a in zip(value, args, strict=True))
-        )
+    if kind in (list, tuple):  # a pipeline file has arrays only: a list is a tuple too
+        if not isinstance(value, list | tuple):
+            return False
+        if kind is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(
+                value_fits(v, a) for v, a in zip(value, args, strict=True)
+            )
+        return not args or all(value_fits(item, args[0]) for item in value)
     try:
         if not isinstance(value, kind):
             return False

@@ -75,6 +75,12 @@ FITS: list[tuple[object, Any, bool]] = [
     ({"a": 1}, Mapping[str, str], False),
     (["a"], Mapping[str, str], False),
     (Path("/d"), str, False),
+    (["a", "b"], tuple[str, ...], True),  # a pipeline file's array
+    (("a", 1), tuple[str, int], True),
+    (["a", 1], tuple[str, int], True),
+    (["a"], tuple[str, int], False),
+    (("a",), list[str], True),
+    ("ab", list[str], False),
 ]
 
 
