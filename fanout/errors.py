@@ -135,6 +135,11 @@ class SinkWriteError(SinkError):
     """A sink's write failed; the cause is chained with ``raise ... from``."""
 
 
+class SinkResultError(SinkError):
+    """A sink's write reported counts no batch can give (rows below zero, more rows than
+    were routed to it): a bug in the sink. The batch fails for that sink, unmarked."""
+
+
 class SchemaMismatchError(SinkError):
     """The batch's columns or types cannot be written to the sink's target."""
 

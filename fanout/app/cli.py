@@ -122,7 +122,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_recover(args: argparse.Namespace) -> int:
     """Print what a restart needs after a lost checkpoint, from the ledger."""
-    from fanout.app.recover import record, recovery_of, render
+    from fanout.app.recover import NOT_RECORDED, record, recovery_of, render
     from fanout.app.status import unknown_pipeline
     from fanout.ledger.delta import DeltaLedger
     from fanout.spool.table import read_spooled
@@ -133,7 +133,11 @@ def cmd_recover(args: argparse.Namespace) -> int:
         raise unknown_pipeline(args.ledger, args.pipeline, known)  # a typo, most likely
     spooled = None if args.spool is None else read_spooled(args.spool, args.pipeline)
     recovery = recovery_of(args.pipeline, committed, spooled, args.spool)
-    print(render(recovery))
+    print(render(recovery, recorded=not args.no_record))
+    if args.no_record:
+        if recovery.furthest_behind is not None:
+            print(NOT_RECORDED)
+        return 0
     recorded = record(ledger, recovery)
     if recorded is not None:
         print(recorded)
@@ -486,6 +490,12 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     recover.add_argument(
         "--spool",
         help="the pipeline's spool: a lagging sink counts at the batches it gives it",
+    )
+    recover.add_argument(
+        "--no-record",
+        action="store_true",
+        help="print only: do not record the report in the ledger (a look at a running "
+        "pipeline; a reset started from it is then not checked for a query still running)",
     )
     recover.set_defaults(func=cmd_recover)
 

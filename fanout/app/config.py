@@ -19,6 +19,7 @@ from typing import Any
 
 from fanout.app.interval import interval_ms
 from fanout.contract.names import check_name
+from fanout.contract.options import SinkClass, coerce_option_text, option_type_problems
 from fanout.errors import ConfigurationError
 from fanout.observe.secrets import expand_env
 from fanout.sink_spec import CORE_OPTIONS
@@ -198,10 +199,17 @@ def _check_trigger(trigger: dict[str, Any]) -> dict[str, Any]:
     return trigger
 
 
-def check_sinks(sinks: Any, sink_options: Mapping[str, list[str]]) -> list[dict[str, Any]]:
-    """Check each ``[[sinks]]`` entry's type and option names against the installed plugins.
+def check_sinks(
+    sinks: Any,
+    sink_options: Mapping[str, list[str]],
+    sink_classes: Mapping[str, SinkClass] | None = None,
+) -> list[dict[str, Any]]:
+    """Check each ``[[sinks]]`` entry's type and option names against the installed plugins,
+    and, given the sink classes, each option's value against its constructor's annotation
+    (a number written as text, as ``${VAR}`` gives it, is made a number first).
 
     :param sink_options: each known sink type and its constructor's option names.
+    :param sink_classes: each known sink type's class (``None``: values not checked).
     """
     if not isinstance(sinks, list) or not sinks:
         raise ConfigurationError("sinks: at least one [[sinks]] entry is required")
@@ -224,7 +232,22 @@ def check_sinks(sinks: Any, sink_options: Mapping[str, list[str]]) -> list[dict[
         for key in sink:
             if key not in known:
                 raise _unknown(f"{path}.", key, known, "option")
+        if sink_classes is not None and type_name in sink_classes:
+            sinks[index] = _typed_options(path, sink, sink_classes[type_name])
     return sinks
+
+
+def _typed_options(path: str, sink: dict[str, Any], sink_class: SinkClass) -> dict[str, Any]:
+    """The sink's entry with numbers given as text made numbers; refused, naming the
+    first option whose value is not of its annotated type."""
+    own = {k: v for k, v in sink.items() if k not in ("type", "name", *CORE_OPTIONS)}
+    coerced = coerce_option_text(sink_class, own)
+    if problems := option_type_problems(sink_class, coerced):
+        raise ConfigurationError(
+            f"{path} (sink {sink['name']!r}, type {sink['type']!r}): {problems[0]}; "
+            f"`fanout plugins --options {sink['type']}` describes each option"
+        )
+    return {**sink, **coerced}
 
 
 def _did_you_mean(word: str, known: list[str]) -> str:
@@ -235,11 +258,14 @@ def _did_you_mean(word: str, known: list[str]) -> str:
 def parse(
     data: Mapping[str, Any], sink_options: Mapping[str, list[str]], path: Path | None = None,
     self_expanded: Mapping[str, list[str]] | None = None,
+    sink_classes: Mapping[str, SinkClass] | None = None,
 ) -> PipelineConfig:  # fmt: skip
     """Validate a loaded TOML document into a :class:`PipelineConfig`.
 
     :param self_expanded: each sink type's options it expands ``${VAR}`` in itself
-        (:attr:`fanout.contract.options.SinkOption.expands_env`): left as written."""
+        (:attr:`fanout.contract.options.SinkOption.expands_env`): left as written.
+    :param sink_classes: each sink type's class, whose constructor's annotations each
+        option's value must fit (see :func:`check_sinks`)."""
     for key in data:
         if key not in (*SECTIONS, "sinks"):
             raise _unknown("", key, [*SECTIONS, "sinks"], "section")
@@ -256,7 +282,7 @@ def parse(
     spark = _check_section("spark", data.get("spark", {}))
     metrics = _check_section("metrics", data["metrics"]) if "metrics" in data else None
     trigger = _check_trigger(dict(pipeline.get("trigger", {})))
-    sinks = check_sinks(data["sinks"], sink_options)
+    sinks = check_sinks(data["sinks"], sink_options, sink_classes)
     return PipelineConfig(
         name=check_name(pipeline["name"], "pipeline.name"),
         ledger=pipeline["ledger"],
@@ -280,8 +306,10 @@ def parse(
 def load(
     path: str | Path, sink_options: Mapping[str, list[str]],
     self_expanded: Mapping[str, list[str]] | None = None,
+    sink_classes: Mapping[str, SinkClass] | None = None,
 ) -> PipelineConfig:  # fmt: skip
-    """Read and validate the pipeline file at ``path`` (``self_expanded``: see :func:`parse`)."""
+    """Read and validate the pipeline file at ``path`` (``self_expanded``, ``sink_classes``:
+    see :func:`parse`)."""
     file = Path(path)
     try:
         data = tomllib.loads(file.read_text())
@@ -293,4 +321,4 @@ def load(
         raise ConfigurationError(f"{file}: not UTF-8 text (TOML is): {exc.reason}") from None
     except OSError as exc:  # a directory, no permission...
         raise ConfigurationError(f"{file}: cannot be read: {exc.strerror or exc}") from None
-    return parse(data, sink_options, file, self_expanded)
+    return parse(data, sink_options, file, self_expanded, sink_classes)

@@ -20,7 +20,13 @@ would give it the batches waiting in the spool twice: the output says the spool 
 
 The report is recorded in the ledger (:func:`record`,
 :mod:`fanout.ledger.recovery`): the next epoch starts from it, refused when a query of the
-old epoch committed a batch past it meanwhile.
+old epoch committed a batch past it meanwhile. ``--no-record`` prints it only (a look at a
+healthy pipeline): a recorded report of a pipeline that goes on running refuses the next
+reset until ``recover`` runs again, and an unrecorded one checks nothing. A recorded report
+does not expire: a report older than the reset is refused, as a report a query ran past.
+Its offsets are stale either way (a checkpoint started from them writes the batches since
+twice), and a time bound would let the reset that did start from them pass unchecked; the
+refusal says when the report was recorded, and running ``recover`` again clears it.
 """
 
 from __future__ import annotations
@@ -159,6 +165,18 @@ STOP_FIRST = (
     "it started, and the old query fails naming the batch when it happens after)."
 )
 
+NOT_RECORDED = (
+    "Not recorded in the ledger (--no-record): a new epoch started from these offsets is "
+    "not checked for a batch a query still running commits after this report; before a "
+    "reset, stop every query and run this again without --no-record."
+)
+
+STOP_FIRST_UNRECORDED = (
+    "Stop every query of this pipeline before you act on this, then run it again without "
+    "--no-record: a batch a query still running commits after this report is not counted "
+    "in it, and a new checkpoint started here would write that batch's rows again."
+)
+
 NO_SPOOL = (
     "The spool was not read (--spool): a lagging sink counts at its last mark, though the "
     "catch-up writes it the batches waiting in the spool after a reset too; if the pipeline "
@@ -192,11 +210,12 @@ def record(ledger: DeltaLedger, recovery: Recovery) -> str | None:
     return RECORDED.format(number=report.number, epoch=report.epoch)
 
 
-def render(recovery: Recovery) -> str:
-    """The text ``fanout recover`` prints."""
+def render(recovery: Recovery, *, recorded: bool = True) -> str:
+    """The text ``fanout recover`` prints (``recorded``: the report is recorded in the
+    ledger; ``--no-record``: it is not, and the text says what is then not checked)."""
     lines = _facts(recovery)
     if recovery.latest:
-        lines.append(STOP_FIRST)
+        lines.append(STOP_FIRST if recorded else STOP_FIRST_UNRECORDED)
     if recovery.spool is None:
         lines.append(NO_SPOOL)
     return "\n".join(lines)

@@ -104,7 +104,8 @@ def load_pipeline(path: str) -> PipelineConfig:
     """The pipeline file at ``path``, checked against the installed sink types (their
     plugins discovered once)."""
     registry = _installed_sinks()
-    return load(path, _option_names(registry), _self_expanded(registry))
+    classes = {name: t.sink_class for name, t in registry.sink_types().items()}
+    return load(path, _option_names(registry), _self_expanded(registry), classes)
 
 
 def _installed_sinks() -> Registry:

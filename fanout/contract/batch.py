@@ -108,6 +108,12 @@ class SharedArrow:
                 self._table = self._df.toArrow()
             return self._table
 
+    def converted_rows(self) -> int | None:
+        """The rows of the table once converted; ``None`` before (counting them would
+        cost a Spark job)."""
+        with self._lock:
+            return None if self._table is None else self._table.num_rows
+
     def release(self) -> None:
         """Drop the converted table so its memory can be freed after the batch."""
         with self._lock:
@@ -166,6 +172,11 @@ class Batch:
         """This batch's identity for this sink: write it with the data (see
         :class:`IdempotencyKey`). Every built-in sink keys its writes by it."""
         return IdempotencyKey(self.txn_app_id, self.info.batch_id)
+
+    def known_rows(self) -> int | None:
+        """The batch's row count when known without a Spark job (a sink converted it to
+        Arrow), else ``None``; fanout checks a sink's reported counts against it."""
+        return None if self._arrow is None else self._arrow.converted_rows()
 
     def arrow(self) -> pa.Table:
         """The batch as a ``pyarrow.Table``, converted once and shared by all sinks."""

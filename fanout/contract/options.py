@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import inspect
 import textwrap
+import types
+import typing
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,3 +130,152 @@ def text_table(options: tuple[SinkOption, ...], width: int = 100) -> str:
         )
         blocks.append(f"{option.name}  (default: {option.default.replace('`', '')})\n{meaning}")
     return "\n".join(blocks)
+
+
+# -- option types -------------------------------------------------------------------------
+#
+# The expected type of each option is read from the constructor's annotations, so a plugin
+# author declares it once (the signature), and a wrong value is refused where the sink is
+# configured, before the stream starts, instead of failing late inside the sink.
+
+
+def option_types(sink_class: SinkClass) -> dict[str, Any]:
+    """Each keyword option's annotated type (``Any`` where it is unannotated or its
+    annotation cannot be resolved, e.g. a name imported only under ``TYPE_CHECKING``)."""
+    init = sink_class.__init__
+    try:
+        hints = typing.get_type_hints(init)
+    except Exception:
+        hints = _hints_one_by_one(init)
+    return {name: hints.get(name, Any) for name in constructor_options(sink_class)}
+
+
+def _hints_one_by_one(function: Any) -> dict[str, Any]:
+    """The annotations of ``function`` that resolve, each evaluated on its own."""
+    hints: dict[str, Any] = {}
+    scope = getattr(function, "__globals__", {})
+    for name, annotation in getattr(function, "__annotations__", {}).items():
+        try:
+            hints[name] = eval(annotation, scope) if isinstance(annotation, str) else annotation
+        except Exception:
+            continue
+    return hints
+
+
+def value_fits(value: object, hint: Any) -> bool:
+    """Whether ``value`` is of the annotated type ``hint``. ``bool`` is not an ``int`` here
+    (``True`` is one in Python, never a count); an ``int`` is a ``float``; ``str`` is a
+    ``Sequence[str]`` (sinks take one column name for a list); a hint not understood (a
+    ``TypeVar``, a ``Callable``...) takes anything."""
+    if hint is Any or isinstance(hint, typing.TypeVar):
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Annotated:
+        return value_fits(value, args[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return any(value_fits(value, arm) for arm in args)
+    if origin is typing.Literal:
+        return any(value == arg and type(value) is type(arg) for arg in args)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return _container_fits(value, hint, origin, args)
+
+
+def _container_fits(value: object, hint: Any, origin: Any, args: tuple[Any, ...]) -> bool:
+    """:func:`value_fits` for sequences, mappings and plain classes."""
+    kind = origin if origin is not None else hint
+    if not isinstance(kind, type):
+        return True  # Callable[...], a Protocol alias...: not checked
+    if kind in (list, tuple):  # a pipeline file has arrays only: a list is a tuple too
+        if not isinstance(value, list | tuple):
+            return False
+        if kind is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(
+                value_fits(v, a) for v, a in zip(value, args, strict=True)
+            )
+        return not args or all(value_fits(item, args[0]) for item in value)
+    try:
+        if not isinstance(value, kind):
+            return False
+    except TypeError:  # a class isinstance refuses (a Protocol without runtime_checkable)
+        return True
+    if not args:
+        return True
+    if isinstance(value, Mapping) and len(args) == 2:
+        return all(value_fits(k, args[0]) and value_fits(v, args[1]) for k, v in value.items())
+    if isinstance(value, str):
+        return True
+    if isinstance(value, Iterable) and not isinstance(value, Mapping):
+        return all(value_fits(item, args[0]) for item in value)
+    return True
+
+
+def type_text(hint: Any) -> str:
+    """The type as a user reads it in an error: ``int``, ``int or none``,
+    ``one of 'append', 'merge'``, ``a list of str``."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if hint is None or hint is type(None):
+        return "none"
+    if hint is Any:
+        return "anything"
+    if origin is typing.Annotated:
+        return type_text(args[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return " or ".join(type_text(arm) for arm in args)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(arg) for arg in args)
+    kind = origin if origin is not None else hint
+    if isinstance(kind, type) and args:
+        if issubclass(kind, Mapping) and len(args) == 2:
+            return f"a mapping of {_inner_text(args[0])} to {_inner_text(args[1])}"
+        if issubclass(kind, Iterable) and not issubclass(kind, str):
+            return f"a list of {_inner_text(args[0])}"
+    if isinstance(kind, type):
+        return "a mapping" if issubclass(kind, Mapping) else kind.__name__
+    return str(hint)
+
+
+def _inner_text(hint: Any) -> str:
+    """:func:`type_text` of a type inside another, in parentheses when it is a union."""
+    text = type_text(hint)
+    return f"({text})" if " or " in text else text
+
+
+def option_type_problems(sink_class: SinkClass, options: Mapping[str, Any]) -> list[str]:
+    """``option 'partitions': expected int, got '4' (str)`` for each option whose value is
+    not of the type the constructor annotates (options the constructor does not take are
+    left to its own "unknown option" error)."""
+    hints = option_types(sink_class)
+    return [
+        f"option {key!r}: expected {type_text(hints[key])}, got {value!r} ({type(value).__name__})"
+        for key, value in options.items()
+        if key in hints and not value_fits(value, hints[key])
+    ]
+
+
+def coerce_option_text(sink_class: SinkClass, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with a number given as text (typically from ``${VAR}`` in a pipeline
+    file) made a number, where the option takes a number and no text; other values as given."""
+    hints = option_types(sink_class)
+    coerced = dict(options)
+    for key, value in options.items():
+        hint = hints.get(key, Any)
+        if not isinstance(value, str) or value_fits(value, hint):
+            continue
+        for kind in (int, float):
+            try:
+                number = kind(value.strip())
+            except ValueError:
+                continue
+            if value_fits(number, hint):
+                coerced[key] = number
+                break
+    return coerced

@@ -63,7 +63,9 @@ class SinkResult:
     """What a sink's :meth:`Sink.write` reports.
 
     :param rows: rows written (for a replay the sink found already written: the rows of
-        the batch, with :attr:`already_written` set).
+        the batch, with :attr:`already_written` set); at most the rows routed to the sink
+        (fanout refuses more, and any count below zero, with
+        :class:`fanout.errors.SinkResultError`: :mod:`fanout.steps.result_check`).
     :param details: small, JSON-serialisable facts worth logging (files, partitions...).
     :param dead_lettered: rows the target rejected that went to the sink's dead-letter
         target instead (recorded in the ledger mark, shown by ``fanout status``).

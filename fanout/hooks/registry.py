@@ -20,7 +20,7 @@ from typing import Any, Protocol, cast
 import pluggy
 
 from fanout.contract.names import check_name
-from fanout.contract.options import declaration_problems, option_names
+from fanout.contract.options import declaration_problems, option_names, option_type_problems
 from fanout.contract.sink import GUARANTEES, Sink
 from fanout.deadletters.delta import delta_target
 from fanout.deadletters.target import DELTA, DeadLetterKind
@@ -203,6 +203,12 @@ class Registry:
         if type_name not in types:
             raise UnknownSinkTypeError(name, type_name, list(types))
         sink_class = types[type_name].sink_class
+        if problems := option_type_problems(sink_class, options):
+            raise ConfigurationError(
+                f"sink {name!r} (type {type_name!r}): {'; '.join(problems)}; fix the value "
+                f"in the sink's configuration (`fanout plugins --options {type_name}` "
+                "describes each option)"
+            )
         try:
             sink = sink_class(name=name, **options)
         except TypeError as exc:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Final
 
 from fanout.contract.batch import pipeline_scope
@@ -56,6 +57,7 @@ class RecoveryReport:
         behind among those the pipeline still writes).
     :param counted: per sink with a mark (or a spooled batch) in ``epoch``, the batch it
         was counted at.
+    :param recorded_at: when ``fanout recover`` recorded it (``None``: not known).
     """
 
     pipeline: str
@@ -63,6 +65,7 @@ class RecoveryReport:
     epoch: int
     resume_after: int
     counted: Mapping[str, int] = field(default_factory=dict)
+    recorded_at: datetime | None = field(default=None, compare=False)
 
     def beyond(self, entry: LedgerEntry) -> bool:
         """Whether the committed ``entry`` is a batch the report did not count and a
@@ -121,7 +124,9 @@ def report_of(pipeline: str, number: int, entries: Iterable[LedgerEntry]) -> Rec
     if resume is None:
         return None
     counted = {e.sink: e.batch_id for e in rows if e.sink != RESUME}
-    return RecoveryReport(pipeline, number, resume.epoch, resume.batch_id, counted)
+    return RecoveryReport(
+        pipeline, number, resume.epoch, resume.batch_id, counted, resume.started_at
+    )
 
 
 def _listed(since: Mapping[str, list[int]]) -> str:
@@ -129,6 +134,12 @@ def _listed(since: Mapping[str, list[int]]) -> str:
         f"{sink}: batch{'es' if len(ids) > 1 else ''} {batch_ranges(ids)}"
         for sink, ids in since.items()
     )
+
+
+def _recorded_text(report: RecoveryReport) -> str:
+    if report.recorded_at is None:
+        return ""
+    return f", recorded {report.recorded_at.strftime('%Y-%m-%d %H:%M:%S')} UTC"
 
 
 def refused_start(
@@ -139,12 +150,14 @@ def refused_start(
     return ZombieBatchError(
         f"pipeline {entry.pipeline!r}: query {entry.query_id} cannot start epoch "
         f"{entry.epoch} from the `fanout recover` report {report.number} (epoch "
-        f"{report.epoch}): since that report, epoch {report.epoch}'s query committed "
+        f"{report.epoch}{_recorded_text(report)}): since that report, epoch "
+        f"{report.epoch}'s query committed "
         f"{_listed(since)}. A checkpoint started where the report said (after batch "
         f"{report.resume_after}) reads their input again and would write those rows "
         f"twice. Nothing was written under epoch {entry.epoch}. Stop every query of this "
         "pipeline (the old one was still running after the report, or the report is older "
-        "than this reset), then "
+        "than this reset: made while the pipeline ran, which `fanout recover --no-record` "
+        "avoids), then "
         f"run `fanout recover --ledger {ledger} --pipeline {entry.pipeline}` again, and "
         "start the new query from the offsets it prints, on a new checkpoint (this one "
         "planned its first batch from the old offsets)."

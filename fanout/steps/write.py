@@ -14,7 +14,13 @@ from fanout.contract.batch import Batch, txn_app_id
 from fanout.contract.sessions import spark_threads
 from fanout.contract.sink import Sink, SinkResult
 from fanout.deadletters.route_letters import write_route_letters
-from fanout.errors import CheckpointError, LedgerError, SinkError, SinkWriteError
+from fanout.errors import (
+    CheckpointError,
+    LedgerError,
+    SinkError,
+    SinkResultError,
+    SinkWriteError,
+)
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
@@ -23,6 +29,7 @@ from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, SinkInput
 from fanout.sink_spec import SinkSpec
 from fanout.steps.record import Recorder, SinkWriting, WritingSinks
+from fanout.steps.result_check import check_counts
 from fanout.steps.share import SharedPass, shared_passes
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.state import BatchState
@@ -169,6 +176,7 @@ class SinkRunner:
                     self.sink.check_replay(batch)  # before the letters: nothing written yet
                 routed = self._route_dead_letters(batch)
                 result = as_result(self._write(batch), self.sink)
+                check_counts(result, sink=name, batch_id=info.batch_id, routed=batch.known_rows())
                 if routed:
                     result = replace(
                         result,
@@ -222,7 +230,9 @@ class SinkRunner:
         error = _named(exc, self.sink.name, self.batch.batch_id, self.sink.secret_values())
         if not isinstance(exc, Exception):
             return error, False
-        will_retry = self._transient(exc) and attempt <= self.retry.retries
+        # a sink reporting impossible counts would report them again
+        retried = not isinstance(exc, SinkResultError) and self._transient(exc)
+        will_retry = retried and attempt <= self.retry.retries
         if not will_retry and self.given.explain is not None:
             error = self.given.explain(exc) or error
         return error, will_retry

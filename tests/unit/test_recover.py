@@ -299,3 +299,57 @@ def test_every_sink_lagging_from_the_first_batch_resumes_after_their_spooled_bat
         """  .option("startingOffsets", '{"orders": {"0": 300}}')""",
         STOP_FIRST,
     ]
+
+
+def test_a_spool_index_an_older_version_wrote_without_party_is_read_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An index from before the spool recorded each batch's sinks (no ``party`` column):
+    `recover --spool` and `status --spool` read its batch as the sinks it is spooled for
+    and those with a mark in its epoch (lake and pg, as recorded today), so the report is
+    the one a current index gives."""
+    from fanout import FanOut, SinkWriteError
+    from fanout.app.recover import NOT_RECORDED, STOP_FIRST_UNRECORDED
+    from fanout.app.status import report
+    from fanout.contract.batch import BatchInfo
+    from fanout.sink_spec import SinkSpec, lag_policy
+    from fanout.spool.table import read_spooled
+    from tests.unit.fakes import SchemaFrame, ScriptedSink
+    from tests.unit.test_lag import _as_an_older_version_wrote_it
+
+    ledger, spool = DeltaLedger(str(tmp_path / "ledger")), str(tmp_path / "spool")
+    pg = ScriptedSink("pg", always_fail=SinkWriteError("refused", sink="pg"))
+    lagging = SinkSpec(pg, lag=lag_policy("pg", {"on_failure": "lag"}))
+    fan = FanOut("orders", ledger, [ScriptedSink("lake"), lagging], backoff_s=0, spool=spool,
+                 probe_interval_s=3600)  # fmt: skip
+    try:
+        fan.process(SchemaFrame([1]), BatchInfo("orders", 0, "q-old", _kafka(0)))
+        fan.process(SchemaFrame([2]), BatchInfo("orders", 1, "q-old", _kafka(1)))
+    finally:
+        fan.close()
+    _as_an_older_version_wrote_it(f"{spool}/index")
+
+    spooled = read_spooled(spool, "orders")
+    assert [(b.key, b.needed_by, b.party) for b in spooled] == [
+        ((0, 0), {"pg"}, None), ((0, 1), {"pg"}, None),
+    ]  # fmt: skip
+    args = ["recover", "--ledger", ledger.path, "--pipeline", "orders", "--spool", spool]
+    capsys.readouterr()
+    assert main([*args, "--no-record"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "pipeline 'orders': last committed batch per sink",
+        '  lake: batch 1, query id q-old, source offsets [{"orders": {"0": 200}}]',
+        '  pg: batch 1, query id q-old, source offsets [{"orders": {"0": 200}}] (from the '
+        "spool: no mark in the epoch; the catch-up writes it the spooled batches after a "
+        "reset)",
+        "Resume after batch 1: every sink the pipeline still writes holds it, so nothing is "
+        "written twice.",
+        "Source 0 (Kafka): start a new checkpoint with",
+        """  .option("startingOffsets", '{"orders": {"0": 200}}')""",
+        STOP_FIRST_UNRECORDED,
+        NOT_RECORDED,
+    ]
+    status = {s["sink"]: s for s in json.loads(report(ledger, "orders", as_json=True, spool=spool))}
+    assert (status["pg"]["state"], status["pg"]["lag_batches"], status["pg"]["given_up"]) == (
+        "lagging", 2, [],
+    )  # fmt: skip

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from fanout.app.cli import main
+from fanout.app.recover import NO_SPOOL
 from fanout.errors import ZombieBatchError
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
@@ -91,14 +92,44 @@ def test_a_batch_committed_after_the_report_refuses_the_new_epoch(
     new = DeltaLedger(old.path)
     with pytest.raises(ZombieBatchError) as refused:
         new.start_epoch(_epoch_row(1, NEW))
+    [recorded] = [
+        r["started_at"]
+        for r in old.read("p").to_pylist()
+        if r["status"] == "recovery" and r["sink"] == "*"
+    ]
     assert str(refused.value).startswith(
         "pipeline 'p': query q-new cannot start epoch 1 from the `fanout recover` report 1 "
-        "(epoch 0): since that report, epoch 0's query committed a: batch 3, b: batch 4, "
-        "c: batch 4. "
+        f"(epoch 0, recorded {recorded:%Y-%m-%d %H:%M:%S} UTC): since that report, epoch 0's "
+        "query committed a: batch 3, b: batch 4, c: batch 4. "
         "A checkpoint started where the report said (after batch 2) reads their input again "
     )
     assert new.current_epoch("p") == 0
     _recover(old, capsys)  # report 2 counts them: the epoch starts
+    new.start_epoch(_epoch_row(1, NEW))
+    assert new.current_epoch("p") == 1
+
+
+def test_recover_no_record_prints_only_and_arms_no_check(
+    old: DeltaLedger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A look at a healthy pipeline: nothing recorded, so the pipeline running on past the
+    report does not refuse a later reset."""
+    from fanout.app.recover import NOT_RECORDED, STOP_FIRST_UNRECORDED
+
+    capsys.readouterr()
+    command = ["recover", "--ledger", old.path, "--pipeline", "p", "--no-record"]
+    assert main(command) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3:] == [STOP_FIRST_UNRECORDED, NO_SPOOL, NOT_RECORDED]
+    assert NOT_RECORDED == (
+        "Not recorded in the ledger (--no-record): a new epoch started from these offsets "
+        "is not checked for a batch a query still running commits after this report; "
+        "before a reset, stop every query and run this again without --no-record."
+    )
+    assert [r for r in old.read("p").to_pylist() if r["status"] == "recovery"] == []
+    _mark(old, "a", 3)  # the pipeline goes on
+    _mark(old, "b", 4)
+    new = DeltaLedger(old.path)
     new.start_epoch(_epoch_row(1, NEW))
     assert new.current_epoch("p") == 1
 

@@ -32,6 +32,7 @@ Design decisions:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
@@ -111,7 +112,7 @@ class DeltaSink(Sink):
         self,
         name: str,
         *,
-        path: str | None = None,
+        path: str | os.PathLike[str] | None = None,
         mode: Mode = "append",
         keys: Sequence[str] | None = None,
         order_by: Sequence[str] | None = None,

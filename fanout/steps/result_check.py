@@ -1,0 +1,44 @@
+"""What a sink's reported counts may be: the check between its write and its ledger mark.
+
+Only what holds for every sink is checked. A count is a whole number, never negative, and
+neither the rows written nor the rows the sink refused (``dead_lettered``) exceed the rows
+routed to it: every sink reports at most the rows it received (a replay the target holds
+reports the batch's rows). No lower bound is checked: an upsert sink collapsing keys, or a
+replay that skips partitions the target holds, may write fewer. Rows written plus rows
+refused are not summed: the partitioned-sink kit counts a refused row in ``rows`` too. The
+routed count is known only when the batch was converted to Arrow (by this sink or another
+of its route); otherwise counting it would cost a Spark job per sink and batch, and the
+upper bound is not checked.
+"""
+
+from __future__ import annotations
+
+from fanout.contract.sink import SinkResult
+from fanout.errors import SinkResultError
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_counts(result: SinkResult, *, sink: str, batch_id: int, routed: int | None) -> None:
+    """Raise :class:`fanout.errors.SinkResultError` when ``result``'s counts are impossible
+    for a batch of ``routed`` rows (``None``: not known, the upper bound is not checked)."""
+    rows, dead = result.rows, result.dead_lettered
+    problem = None
+    if not (_count(rows) and _count(dead)):
+        problem = "counts must be whole numbers"
+    elif rows < 0 or dead < 0:
+        problem = "a count is below zero"
+    elif routed is not None and max(rows, dead) > routed:
+        problem = f"only {routed} rows were routed to it in this batch"
+    if problem is None:
+        return
+    raise SinkResultError(
+        f"write() reported rows={rows!r}, dead_lettered={dead!r}, but {problem}. A sink "
+        "reports the rows of the batch it wrote (at most the rows it received) and the "
+        "rows it refused; this is a bug in the sink, fix what its write() returns. The "
+        "batch is not marked for this sink: a replay writes it again",
+        sink=sink,
+        batch_id=batch_id,
+    )
