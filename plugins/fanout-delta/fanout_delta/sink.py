@@ -268,6 +268,15 @@ class DeltaSink(Sink):
         done = io.transaction_version(table, txn_app_id(pipeline, self.name, epoch))
         return done is not None and done >= batch_id
 
+    def harmless_rewrite(self) -> str | None:
+        """Merge without a dead-letter target: ``when_matched_update_all`` (unconditional)
+        and ``when_not_matched_insert_all``, so a key holds the row merged last, whatever
+        offsets the new epoch's batch covers. Append, or any dead-letter target (its
+        letters would be kept twice): ``None``."""
+        if self.mode != "merge" or self.dead_letter is not None:
+            return None
+        return "it merges by key, without a dead-letter target: each key keeps its last row"
+
     def remove_batch_hint(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """The table version that committed the batch, and the restore that removes it
         when it is the table's last commit (the log is walked back from the latest
