@@ -189,10 +189,11 @@ def _restart_message(
         f"(`fanout recover --ledger {ledger_location(ledger)} --pipeline {pipeline}` resumes "
         f"after it), and {names} still holds it: started again, this query would write batch "
         f"{batch}'s rows a second time there. Nothing was written under epoch {epoch + 1}.",
-        f"Start a new checkpoint (not this one) that reads what comes after {where}. Only "
-        f"when {names}'s copy of batch {batch} was removed: a new checkpoint from this one's "
-        "start (a Delta restore keeps the table's record of the batch, so this query stays "
-        "refused).",
+        f"Start a new checkpoint (not this one) that reads what comes after {where}. Or "
+        f"remove {names}'s copy of batch {batch} so that the sink's own records no longer "
+        "hold it (a Delta table: a restore to a version before the batch's commit), and "
+        "start this query again: it passes, and writes the batch once."
+        + "".join(f" {h.sink}: {h.hint}" for h in held if h.hint is not None),
     ]
     return "\n".join(lines)
 
