@@ -10,6 +10,11 @@ tells the truth, and ``fanout recover`` counts the sink there), and refuses the 
 :class:`fanout.UnmarkedBatchError` before anything of the new epoch is written. The next
 start asks about the batch after the recorded mark, so the operator's choice (resume after
 the batch, or before it and accept it twice in that sink) goes through ``fanout recover``.
+
+A sink without a mark in the replaced epoch is asked about the epoch's first batch (the
+driver died in it). A sink whose rewrite of the batch is harmless
+(:meth:`fanout.Sink.harmless_rewrite`: an unconditional upsert by key) does not refuse:
+its lost mark is recorded all the same, and a warning logged.
 """
 
 from __future__ import annotations
