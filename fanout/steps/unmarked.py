@@ -65,9 +65,9 @@ def refuse_unmarked(
     catch-up, so holding one is no duplicate)."""
     epoch = info.epoch
     marks = ledger.last_committed(info.pipeline, sinks, epoch)
-    _refuse_restart(info, ledger, sinks, marks)
     in_spool = {} if spooled is None else spooled(epoch)
     before = _before_start(ledger, info.pipeline, epoch, marks)
+    _refuse_restart(info, ledger, sinks, marks, {n: in_spool.get(n, before) for n in marks})
     answers = [
         _ask(sinks[name], info.pipeline, epoch, after)
         for name, after in sorted((n, before if m is None else m) for n, m in marks.items())
@@ -149,15 +149,23 @@ def _rewritten(info: BatchInfo) -> str:
 
 
 def _refuse_restart(
-    info: BatchInfo, ledger: Ledger, sinks: Mapping[str, Sink], marks: Mapping[str, int | None]
+    info: BatchInfo,
+    ledger: Ledger,
+    sinks: Mapping[str, Sink],
+    marks: Mapping[str, int | None],
+    unmarked: Mapping[str, int],
 ) -> None:
     """Refuse ``info``'s query when a start of it was refused before for the batch every
     sink now counts (each sink's mark at or past it) and a sink that lost its mark of it
     still holds it: the query's checkpoint starts before that batch (it was refused for
     re-reading it), so it would write the batch to that sink a second time. The next
     ``fanout recover`` resumes after the batch (nothing made the refusal's choice 1 of
-    resuming before it), and the restarted query, asked about the batch after, passed."""
-    counted = {name: mark for name, mark in marks.items() if mark is not None}
+    resuming before it), and the restarted query, asked about the batch after, passed.
+
+    ``unmarked``: where a sink without a mark in the epoch counts (its last spooled batch,
+    else the batch before the epoch's first): the refusal's choice 1 for a sink that held
+    the epoch's first batch resumes at the epoch's start, which such a sink keeps below it."""
+    counted = {name: unmarked[name] if mark is None else mark for name, mark in marks.items()}
     if info.query_id is None or not counted:
         return
     batch = min(counted.values())

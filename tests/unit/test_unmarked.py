@@ -176,3 +176,22 @@ def test_the_refused_query_again_when_every_sink_counts_the_batch_is_refused_aga
     a.held = set()
     refuse_unmarked(INFO, ledger, {"a": a})
     assert ledger.last_committed("p", ["a"]) == {"a": 3}
+
+
+def test_the_refused_query_again_resuming_at_the_epochs_start_passes() -> None:
+    """Sink a held epoch 1's first batch (5), b has no mark: the refusal's choice 1 resumes
+    at the epoch's start, so the refused query (its checkpoint starts there) started again
+    passes and a gets batch 5 a second time, as that choice says. It was refused as if
+    every sink counted batch 5 (b's missing mark left out). With b's batch 5 given up
+    (choice 2), every sink counts it, and the query is refused again."""
+    ledger = MemoryLedger()
+    ledger.start_epoch(LedgerEntry("p", "*", 5, "epoch", query_id="one", epoch=1))
+    sinks = {"a": Answering("a", {5}), "b": Answering("b", set())}
+    two = BatchInfo("p", 0, "two", epoch=1)
+    with pytest.raises(UnmarkedBatchError, match="sink a holds batch 5 of epoch 1"):
+        refuse_unmarked(two, ledger, sinks)
+    refuse_unmarked(two, ledger, sinks)
+    assert sinks["a"].asked == [(1, 5), (1, 6)]
+    ledger.mark_committed(LedgerEntry("p", "b", 5, "committed", query_id=None, epoch=1))
+    with pytest.raises(UnmarkedBatchError, match="it was refused before because sink a held"):
+        refuse_unmarked(two, ledger, sinks)
