@@ -305,15 +305,23 @@ def _message(
             f"--through {batch} --epoch {epoch}`"
             for name in lacking
         )
-        resume = (
-            f"Resume after batch {h.mark}"
-            if marks[h.sink] is not None
-            else f"Resume at epoch {epoch}'s start (its first batch is {batch})"
-        )
+        if marks[h.sink] is not None:
+            resume = f"Resume after batch {h.mark}, where `{recover}` counts {', '.join(lacking)}"
+        else:
+            unmarked = ", ".join(name for name in lacking if marks[name] is None)
+            began = (
+                "the query's starting offsets"
+                if batch == 0
+                else f"the replaced checkpoint's offsets/{batch - 1} file"
+            )
+            resume = (
+                f"Resume at epoch {epoch}'s start, before its first batch {batch} (where it "
+                f"began: {began}; `{recover}` does not count {unmarked}, which has no mark: it "
+                f"says resume after batch {batch}, which is choice 2 without its skip)"
+            )
         lines += [
-            f"  1. {resume}, where `{recover}` counts "
-            f"{', '.join(lacking)}: {h.sink} gets batch {batch}'s rows a second time (unless "
-            "its copy is removed first).",
+            f"  1. {resume}: {h.sink} gets batch {batch}'s rows a second time (unless its copy "
+            "is removed first).",
             f"  2. Or give batch {batch} up for {', '.join(lacking)}: {skip}, then resume "
             f"after batch {batch}: they never get its rows.",
         ]

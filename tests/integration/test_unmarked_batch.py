@@ -180,7 +180,18 @@ def test_a_first_batch_written_but_never_marked_refuses_the_new_epoch(
         "- sink bronze: batch 0 of epoch 0, source offsets unknown (no sink marked it); sinks "
         "without it: silver (no mark)."
     ) in message
-    assert "  1. Resume at epoch 0's start (its first batch is 0), where `" in message
+    assert (
+        "  1. Resume at epoch 0's start, before its first batch 0 (where it began: the "
+        "query's starting offsets; "
+        f"`fanout recover --ledger {tmp_path / 'ledger'} --pipeline unmarked` does not count "
+        "silver, which has no mark: it says resume after batch 0, which is choice 2 without "
+        "its skip): bronze gets batch 0's rows a second time (unless its copy is removed "
+        "first)."
+    ) in message
+    assert (
+        "  2. Or give batch 0 up for silver: `fanout ledger skip --ledger "
+        f"{tmp_path / 'ledger'} --pipeline unmarked --sink silver --through 0 --epoch 0`"
+    ) in message
     assert _ids(tmp_path, "bronze") == list(range(10))
     assert not (tmp_path / "silver" / "_delta_log").exists()
     assert _marks(tmp_path) == [(0, "bronze", 0)]

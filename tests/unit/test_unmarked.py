@@ -84,7 +84,10 @@ def test_a_sink_without_a_mark_is_asked_about_the_epochs_first_batch() -> None:
         "pipeline 'p': query two cannot start epoch 2: sink a holds batch 5 of epoch 1"
     )
     assert "sinks without it: b (no mark)." in message
-    assert "  1. Resume at epoch 1's start (its first batch is 5), where `" in message
+    assert (
+        "  1. Resume at epoch 1's start, before its first batch 5 (where it began: the "
+        "replaced checkpoint's offsets/4 file; `fanout recover --ledger"
+    ) in message
     assert "--sink b --through 5 --epoch 1`" in message
     assert sinks["a"].asked == [(1, 5)] and sinks["b"].asked == [(1, 5)]
     assert ledger.last_committed("p", ["a", "b"], 1) == {"a": 5, "b": None}
