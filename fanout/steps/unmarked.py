@@ -145,7 +145,7 @@ def _refused(info: BatchInfo) -> str:
 def _rewritten(info: BatchInfo) -> str:
     """How a lost mark recorded at the start of ``info``'s query begins, when the sink
     holding the batch takes it again harmlessly (:meth:`fanout.Sink.harmless_rewrite`)."""
-    return f"{REWRITTEN}: recorded when query {info.query_id} started epoch {info.epoch + 1}"
+    return f"{REWRITTEN}: recorded when query {info.query_id} asked to start epoch {info.epoch + 1}"
 
 
 def _refuse_restart(

@@ -121,7 +121,7 @@ def test_a_sink_whose_rewrite_is_harmless_is_not_refused_but_its_mark_recorded(
     assert ledger.last_committed("p", ["up", "b"]) == {"up": 3, "b": 2}
     [lost] = ledger.committed_entries("p", 3)
     assert lost.lost and (lost.error or "").startswith(
-        "unmarked, rewritten: recorded when query new started epoch 1: the sink's own "
+        "unmarked, rewritten: recorded when query new asked to start epoch 1: the sink's own "
         "records hold the batch, its mark was lost; writing it again changes nothing: it "
         "upserts by key"
     )
