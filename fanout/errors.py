@@ -482,8 +482,10 @@ class UnmarkedBatchError(CheckpointResetError):
     idempotency keys, and the sink would hold its rows twice; the ledger cannot see it.
 
     Raised when the new epoch starts, before anything of it is written
-    (:meth:`fanout.Sink.holds_batch`). ``on_checkpoint_reset="new_epoch"`` does not take
-    it. The message names the sink, the batch, its source offsets when the ledger knows
+    (:meth:`fanout.Sink.holds_batch`; a sink without a mark in that epoch is asked about
+    its first batch), unless the sink's rewrite of the batch is harmless
+    (:meth:`fanout.Sink.harmless_rewrite`). ``on_checkpoint_reset="new_epoch"`` does not
+    take it. The message names the sink, the batch, its source offsets when the ledger knows
     them, the sinks that lack the batch, and the operator's choices.
     """
 

@@ -290,6 +290,22 @@ class Sink:
         "cannot tell": an exception is logged and counted as ``None``."""
         return None
 
+    def harmless_rewrite(self) -> str | None:
+        """Why writing again a batch this sink holds, under a new epoch's idempotency keys,
+        leaves its target as one write would (``None``, the default: it would not, e.g. an
+        append holds the rows twice).
+
+        Called on the driver only when :meth:`holds_batch` said ``True`` at a new epoch's
+        start: instead of refusing the start (:class:`fanout.UnmarkedBatchError`), fanout
+        records the lost mark and logs a warning naming the sink, the batch and this reason.
+        Return a reason only when it holds for *any* input the new epoch may give that
+        batch: the new epoch's batch may cover other source offsets (the operator resumes
+        where ``fanout recover`` says) and other values of non-deterministic columns. An
+        unconditional upsert by key does (each key ends with the row the new epoch wrote
+        last); anything appended beside it does not (rows a dead-letter target keeps would be
+        kept twice), nor does an update conditioned on the target's values."""
+        return None
+
     def remove_batch_hint(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """How an operator removes this sink's copy of a batch :meth:`holds_batch` said it
         holds, as one sentence (e.g. the Delta version to restore before), when that is

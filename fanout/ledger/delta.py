@@ -648,6 +648,22 @@ class DeltaLedger:
         entries = entries_from_arrow(rows)
         return entries if epoch is None else [e for e in entries if e.epoch == epoch]
 
+    def epoch_start(self, pipeline: str, epoch: int) -> int | None:
+        """The batch ``epoch`` started at, from its ``epoch`` row (epoch 0: its claim;
+        ``None``: no row, or a ledger from before the ``epoch`` column). The first start
+        committed wins (a second start of one epoch is refused), so the lowest is taken."""
+        with self._lock:
+            table = self._fresh()
+        if "epoch" not in {f.name for f in table.schema().fields}:
+            return None
+        filters: list[Filter] = [
+            ("pipeline", "=", pipeline),
+            ("status", "=", "epoch"),
+            ("epoch", "=", epoch),
+        ]
+        rows = read_arrow(table, columns=["batch_id"], filters=filters).column("batch_id")
+        return min((int(b) for b in rows.to_pylist() if b is not None), default=None)
+
     def epoch_owners(self, pipeline: str) -> dict[int, str]:
         """Per epoch of ``pipeline``, the query id it belongs to (see
         :func:`fanout.ledger.entry.epoch_owners`), from the few rows that tell: the epoch

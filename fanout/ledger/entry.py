@@ -32,6 +32,17 @@ def epoch_app_id(pipeline: str) -> str:
     return f"fanout/{pipeline}#epoch"
 
 
+LOST_MARK = "unmarked"
+"""How the ``error`` of a lost mark begins: a mark fanout recorded, when a new epoch
+started, for a batch a sink holds by its own records but never marked (ARCHITECTURE §5, "A
+batch written but never marked"). Its ``rows`` and ``dead_lettered`` are unknown (null)."""
+
+REWRITTEN = f"{LOST_MARK}, rewritten"
+"""How the ``error`` of a lost mark begins when the new epoch started anyway, the sink's
+rewrite of the batch being harmless (:meth:`fanout.Sink.harmless_rewrite`): no report is
+stale for it."""
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
     """One ledger row: the outcome of one attempt of one sink on one batch."""
@@ -52,6 +63,12 @@ class LedgerEntry:
     fanout_version: str = __version__
     epoch: int = 0
     batch_timestamp_ms: int | None = None  # Spark's planning time; None in older ledgers
+
+    @property
+    def lost(self) -> bool:
+        """Whether this is a lost mark (:data:`LOST_MARK`): committed by the sink's own
+        records, recorded at a new epoch's start; its row counts are unknown, not 0."""
+        return self.status == "committed" and (self.error or "").startswith(LOST_MARK)
 
     def offsets(self) -> Any:
         """The recorded source offsets, parsed from JSON (``None`` when not recorded)."""
@@ -171,6 +188,12 @@ class Ledger(Protocol):
     ) -> list[LedgerEntry]:
         """Committed rows of the pipeline at or after ``min_batch_id``, of one epoch or
         (``None``) all (a scan: rare paths)."""
+
+    def epoch_start(self, pipeline: str, epoch: int) -> int | None:
+        """The batch ``epoch`` of ``pipeline`` started at: the ``batch_id`` of its
+        ``epoch`` row (epoch 0: of its claim); ``None`` when no row records it (epoch 0 of
+        a ledger from before claims, or of a query whose id was unknown). A read of the
+        epoch rows: rare paths only (a new epoch's start)."""
 
     def epoch_owners(self, pipeline: str) -> dict[int, str]:
         """Per epoch of the pipeline, the streaming query id it belongs to (see

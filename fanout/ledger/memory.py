@@ -107,6 +107,16 @@ class MemoryLedger:
                 and (epoch is None or e.epoch == epoch)
             ]
 
+    def epoch_start(self, pipeline: str, epoch: int) -> int | None:
+        """The batch of ``epoch``'s ``epoch`` row (``None``: none)."""
+        with self._lock:
+            starts = [
+                e.batch_id
+                for e in self.entries
+                if e.pipeline == pipeline and e.status == "epoch" and e.epoch == epoch
+            ]
+        return min(starts, default=None)
+
     def epoch_owners(self, pipeline: str) -> dict[int, str]:
         """Per epoch of ``pipeline``, the query id it belongs to."""
         with self._lock:

@@ -28,7 +28,7 @@ from typing import Final
 
 from fanout.contract.batch import pipeline_scope
 from fanout.errors import ZombieBatchError, batch_ranges
-from fanout.ledger.entry import LedgerEntry, now_utc
+from fanout.ledger.entry import REWRITTEN, LedgerEntry, now_utc
 
 RECOVERY: Final = "recovery"
 """The status of a recorded report's rows."""
@@ -79,10 +79,12 @@ class RecoveryReport:
         )
 
     def since(self, committed: Iterable[LedgerEntry]) -> dict[str, list[int]]:
-        """Per sink, the batches of ``committed`` the report did not count (:meth:`beyond`)."""
+        """Per sink, the batches of ``committed`` the report did not count (:meth:`beyond`),
+        but for lost marks recorded by a start that let the sink take the batch again
+        harmlessly (:data:`fanout.ledger.entry.REWRITTEN`): no query wrote them since."""
         found: dict[str, set[int]] = {}
         for entry in committed:
-            if self.beyond(entry):
+            if self.beyond(entry) and not (entry.error or "").startswith(REWRITTEN):
                 found.setdefault(entry.sink, set()).add(entry.batch_id)
         return {sink: sorted(batches) for sink, batches in sorted(found.items())}
 

@@ -322,14 +322,16 @@ class CatchUp:
         where = f"sink {origin!r} committed batch {key[1]} (epoch {key[0]})"
         self._check_count(sink, origin, key, mark, table.num_rows)
         df = self.spark.createDataFrame(table)
-        if mark is not None and mark.dead_lettered:
-            if not table.column_names:
+        count = _letter_count(mark)
+        if count is None or count:
+            letters = self._letters(sink, key, count, df.schema)
+            if letters is not None and not table.column_names:
                 raise LookupError(
-                    f"{where} with {mark.dead_lettered} row(s) set aside as dead letters, and "
-                    "its table has no columns yet to read them back with; it will once the "
-                    "sink commits a batch"
+                    f"{where} with {'some' if count is None else count} row(s) set aside as "
+                    "dead letters, and its table has no columns yet to read them back with; "
+                    "it will once the sink commits a batch"
                 )
-            df = df.unionByName(self._letters(sink, key, mark.dead_lettered, df.schema))
+            df = df if letters is None else df.unionByName(letters)
         info = BatchInfo(self.lagging.pipeline, key[1], epoch=key[0])
         return df, info if mark is None else _info_of(mark)
 
@@ -348,8 +350,18 @@ class CatchUp:
         merges (a merge keeps only the latest row per key) and is never routed (its route
         letters would be missing), and a later compaction of its table does not change
         what the batch's commit added. A mark without ``rows`` (``None``: a sink that did
-        not report them) cannot be compared: only the read is trusted then.
+        not report them, or a lost mark, :attr:`fanout.ledger.entry.LedgerEntry.lost`,
+        whose counts the sink's records do not tell) cannot be compared: only the read is
+        trusted then, and a lost mark says so in the log.
         """
+        if mark is not None and mark.lost:
+            log.warning(
+                "pipeline %s, batch %s, sink %s: backfilled from %s's lost mark of the batch "
+                "(recorded at a new epoch's start, without row counts): its %s row(s) read "
+                "back and all its dead letters are taken, unchecked",
+                self.lagging.pipeline, key[1], sink, origin, read,
+                extra=batch_fields(self.lagging.pipeline, key[1], sink),
+            )  # fmt: skip
         if mark is None or mark.rows is None or mark.rows == read:
             return
         what = f"committed batch {key[1]} (epoch {key[0]}) with {mark.rows} row(s)"
@@ -370,12 +382,16 @@ class CatchUp:
             wrong="lack rows" if read < mark.rows else "hold rows not its own",
         )  # fmt: skip
 
-    def _letters(self, sink: str, key: BatchKey, count: int, schema: Any) -> Any:
+    def _letters(self, sink: str, key: BatchKey, count: int | None, schema: Any) -> Any:
         """The rows of batch ``key`` that ``sink``'s backfill source set aside as dead
         letters, read back from its dead-letter Delta table with the batch's schema: a sink
         backfilled from it receives the whole batch. The letters are written before the
         batch's commit and mark, so all ``count`` the mark records are there unless they
-        were removed since: then :class:`fanout.errors.BackfillError`, nothing read."""
+        were removed since: then :class:`fanout.errors.BackfillError`, nothing read.
+
+        ``count`` ``None`` (a lost mark: unknown): whatever letters the target holds of
+        the batch (``None`` when it holds none, or the source has no dead-letter target);
+        a target they cannot be read back from refuses, since there may be some."""
         from pyspark.sql import functions as F
 
         from fanout.deadletters.delta import DeltaDeadLetters
@@ -384,19 +400,37 @@ class CatchUp:
         assert origin is not None
         target = self.target_of(origin)
         where = f"batch {key[1]} (epoch {key[0]})"
+        if count is None and target is None:
+            return None
         if not isinstance(target, DeltaDeadLetters):
+            what = (
+                f"may have set rows of {where} aside as dead letters (its mark of the batch was "
+                "recorded lost, without counts)"
+                if count is None
+                else f"set {count} row(s) of {where} aside as dead letters"
+            )
             raise LookupError(
-                f"sink {origin!r} set {count} row(s) of {where} aside as dead letters, which "
-                f"a backfill cannot read back from {target!r} (only from a Delta table)"
+                f"sink {origin!r} {what}, which a backfill cannot read back from {target!r} "
+                "(only from a Delta table)"
             )
         rows = target.read_rows(self.lagging.pipeline, origin, key)
-        if rows.num_rows != count:
+        if count is None and rows.num_rows == 0:
+            return None
+        if count is not None and rows.num_rows != count:
             raise _letters_lost(
                 (self.lagging.pipeline, self.ledger_location), sink, origin, key, count,
                 rows.num_rows, target.path,
             )  # fmt: skip
         parsed = self.spark.createDataFrame(rows).select(F.from_json("row", schema).alias("r"))
         return parsed.select("r.*")
+
+
+def _letter_count(mark: LedgerEntry | None) -> int | None:
+    """The dead letters a backfill source's ``mark`` counts: 0 without a mark, ``None``
+    (unknown) for a lost mark."""
+    if mark is None:
+        return 0
+    return None if mark.lost else mark.dead_lettered or 0
 
 
 def _wait(seconds: float, stop: Callable[[], bool]) -> bool:

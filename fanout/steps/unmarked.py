@@ -10,6 +10,11 @@ tells the truth, and ``fanout recover`` counts the sink there), and refuses the 
 :class:`fanout.UnmarkedBatchError` before anything of the new epoch is written. The next
 start asks about the batch after the recorded mark, so the operator's choice (resume after
 the batch, or before it and accept it twice in that sink) goes through ``fanout recover``.
+
+A sink without a mark in the replaced epoch is asked about the epoch's first batch (the
+driver died in it). A sink whose rewrite of the batch is harmless
+(:meth:`fanout.Sink.harmless_rewrite`: an unconditional upsert by key) does not refuse:
+its lost mark is recorded all the same, and a warning logged.
 """
 
 from __future__ import annotations
@@ -21,7 +26,15 @@ from dataclasses import dataclass
 from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import Sink
 from fanout.errors import UnmarkedBatchError
-from fanout.ledger.entry import Ledger, LedgerEntry, ledger_location, now_utc
+from fanout.ledger.entry import (
+    LOST_MARK,
+    REWRITTEN,
+    Ledger,
+    LedgerEntry,
+    ledger_location,
+    now_utc,
+)
+from fanout.observe.logs import batch_fields
 
 log = logging.getLogger("fanout")
 
@@ -35,6 +48,7 @@ class Held:
     mark: int
     holds: bool | None
     hint: str | None = None
+    harmless: str | None = None
 
 
 def refuse_unmarked(
@@ -51,12 +65,13 @@ def refuse_unmarked(
     catch-up, so holding one is no duplicate)."""
     epoch = info.epoch
     marks = ledger.last_committed(info.pipeline, sinks, epoch)
-    _refuse_restart(info, ledger, sinks, marks)
     in_spool = {} if spooled is None else spooled(epoch)
+    before = _before_start(ledger, info.pipeline, epoch, marks)
+    _refuse_restart(info, ledger, sinks, marks, {n: in_spool.get(n, before) for n in marks})
     answers = [
-        _ask(sinks[name], info.pipeline, epoch, mark)
-        for name, mark in sorted(marks.items())
-        if mark is not None and in_spool.get(name, -1) <= mark
+        _ask(sinks[name], info.pipeline, epoch, after)
+        for name, after in sorted((n, before if m is None else m) for n, m in marks.items())
+        if in_spool.get(name, -1) <= after
     ]
     held = [a for a in answers if a.holds]
     if not held:
@@ -65,12 +80,50 @@ def refuse_unmarked(
     owner = ledger.epoch_owners(info.pipeline).get(epoch)
     for h in held:
         ledger.mark_committed(_lost_mark(info, h, owner, offsets[h.sink]))
-    raise UnmarkedBatchError(_message(info, ledger, held, answers, marks, offsets))
+    refused = [h for h in held if h.harmless is None]
+    for h in held:
+        if h.harmless is not None:
+            _warn_rewrite(info, h)
+    if refused:
+        raise UnmarkedBatchError(_message(info, ledger, held, refused, answers, marks, offsets))
+
+
+def _before_start(
+    ledger: Ledger, pipeline: str, epoch: int, marks: Mapping[str, int | None]
+) -> int:
+    """The batch before ``epoch``'s first, which a sink without a mark in it is asked
+    about as its mark: the driver may have died in the epoch's first batch after such a
+    sink committed it. The first batch is the one the epoch's ``epoch`` row records (a new
+    epoch need not start at batch 0); without one (epoch 0 of an older ledger), 0: a new
+    checkpoint's first batch. Read only when some sink has no mark."""
+    if all(mark is not None for mark in marks.values()):
+        return -1
+    first = ledger.epoch_start(pipeline, epoch)
+    return (0 if first is None else first) - 1
+
+
+def _warn_rewrite(info: BatchInfo, held: Held) -> None:
+    """Log that ``held.sink`` gets a batch it holds again, harmlessly (its lost mark was
+    recorded), instead of refusing the start."""
+    log.warning(
+        "pipeline %s, sink %s: holds batch %s of epoch %s by its own records without its "
+        "ledger mark (the driver died between the write and the mark); the ledger now "
+        "records the lost mark. Epoch %s starts anyway and may write that batch's rows to "
+        "the sink again, which changes nothing: %s",
+        info.pipeline, held.sink, held.mark + 1, info.epoch, info.epoch + 1, held.harmless,
+        extra=batch_fields(info.pipeline, held.mark + 1, held.sink),
+    )  # fmt: skip
 
 
 def _lost_mark(info: BatchInfo, held: Held, owner: str | None, offsets: str | None) -> LedgerEntry:
     """The mark ``held.sink`` lost: batch ``held.mark + 1`` of ``info.epoch``, by the old
-    epoch's query ``owner`` (rows unknown)."""
+    epoch's query ``owner``. Its ``rows`` and ``dead_lettered`` stay null: the sink's
+    records do not tell them (:func:`fanout.ledger.entry.is_lost_mark` tells readers)."""
+    why = "the sink's own records hold the batch, its mark was lost"
+    if held.harmless is not None:
+        error = f"{_rewritten(info)}: {why}; writing it again changes nothing: {held.harmless}"
+    else:
+        error = f"{_refused(info)}: {why}"
     return LedgerEntry(
         info.pipeline,
         held.sink,
@@ -79,26 +132,40 @@ def _lost_mark(info: BatchInfo, held: Held, owner: str | None, offsets: str | No
         query_id=owner,
         finished_at=now_utc(),
         source_offsets=offsets,
-        error=(f"{_refused(info)}: the sink's own records hold the batch, its mark was lost"),
+        error=error,
         epoch=info.epoch,
     )
 
 
 def _refused(info: BatchInfo) -> str:
     """How a lost mark recorded at the refusal of ``info``'s query begins."""
-    return f"unmarked: recorded when query {info.query_id} was refused epoch {info.epoch + 1}"
+    return f"{LOST_MARK}: recorded when query {info.query_id} was refused epoch {info.epoch + 1}"
+
+
+def _rewritten(info: BatchInfo) -> str:
+    """How a lost mark recorded at the start of ``info``'s query begins, when the sink
+    holding the batch takes it again harmlessly (:meth:`fanout.Sink.harmless_rewrite`)."""
+    return f"{REWRITTEN}: recorded when query {info.query_id} asked to start epoch {info.epoch + 1}"
 
 
 def _refuse_restart(
-    info: BatchInfo, ledger: Ledger, sinks: Mapping[str, Sink], marks: Mapping[str, int | None]
+    info: BatchInfo,
+    ledger: Ledger,
+    sinks: Mapping[str, Sink],
+    marks: Mapping[str, int | None],
+    unmarked: Mapping[str, int],
 ) -> None:
     """Refuse ``info``'s query when a start of it was refused before for the batch every
     sink now counts (each sink's mark at or past it) and a sink that lost its mark of it
     still holds it: the query's checkpoint starts before that batch (it was refused for
     re-reading it), so it would write the batch to that sink a second time. The next
     ``fanout recover`` resumes after the batch (nothing made the refusal's choice 1 of
-    resuming before it), and the restarted query, asked about the batch after, passed."""
-    counted = {name: mark for name, mark in marks.items() if mark is not None}
+    resuming before it), and the restarted query, asked about the batch after, passed.
+
+    ``unmarked``: where a sink without a mark in the epoch counts (its last spooled batch,
+    else the batch before the epoch's first): the refusal's choice 1 for a sink that held
+    the epoch's first batch resumes at the epoch's start, which such a sink keeps below it."""
+    counted = {name: unmarked[name] if mark is None else mark for name, mark in marks.items()}
     if info.query_id is None or not counted:
         return
     batch = min(counted.values())
@@ -110,7 +177,7 @@ def _refuse_restart(
         and (entry.error or "").startswith(_refused(info))
     )
     asked = (_ask(sinks[name], info.pipeline, info.epoch, batch - 1) for name in lost)
-    held = [h for h in asked if h.holds]
+    held = [h for h in asked if h.holds and h.harmless is None]
     if held:
         offsets = _offsets(ledger, info.pipeline, info.epoch, batch)
         raise UnmarkedBatchError(_restart_message(info, ledger, held, batch, offsets))
@@ -135,10 +202,11 @@ def _restart_message(
         f"(`fanout recover --ledger {ledger_location(ledger)} --pipeline {pipeline}` resumes "
         f"after it), and {names} still holds it: started again, this query would write batch "
         f"{batch}'s rows a second time there. Nothing was written under epoch {epoch + 1}.",
-        f"Start a new checkpoint (not this one) that reads what comes after {where}. Only "
-        f"when {names}'s copy of batch {batch} was removed: a new checkpoint from this one's "
-        "start (a Delta restore keeps the table's record of the batch, so this query stays "
-        "refused).",
+        f"Start a new checkpoint (not this one) that reads what comes after {where}. Or "
+        f"remove {names}'s copy of batch {batch} so that the sink's own records no longer "
+        "hold it (a Delta table: a restore to a version before the batch's commit), and "
+        "start this query again: it passes, and writes the batch once."
+        + "".join(f" {h.sink}: {h.hint}" for h in held if h.hint is not None),
     ]
     return "\n".join(lines)
 
@@ -154,8 +222,11 @@ def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
             pipeline, sink.name, mark + 1, epoch, type(exc).__name__, exc,
         )  # fmt: skip
         return Held(sink.name, mark, None)
-    hint = sink.remove_batch_hint(pipeline, epoch, mark + 1) if holds else None
-    return Held(sink.name, mark, holds, hint)
+    if not holds:
+        return Held(sink.name, mark, holds)
+    harmless = sink.harmless_rewrite()
+    hint = None if harmless is not None else sink.remove_batch_hint(pipeline, epoch, mark + 1)
+    return Held(sink.name, mark, holds, hint, harmless)
 
 
 def _offsets(ledger: Ledger, pipeline: str, epoch: int, batch_id: int) -> str | None:
@@ -171,25 +242,34 @@ def _message(
     info: BatchInfo,
     ledger: Ledger,
     held: list[Held],
+    refused: list[Held],
     answers: list[Held],
     marks: Mapping[str, int | None],
     offsets: Mapping[str, str | None],
 ) -> str:
+    """The refusal: ``refused``, the sinks of ``held`` (every sink holding its batch after
+    its mark) whose rewrite of it is not harmless."""
     epoch, new, pipeline = info.epoch, info.epoch + 1, info.pipeline
     where = ledger_location(ledger)
     recover = f"fanout recover --ledger {where} --pipeline {pipeline}"
     unknown = {a.sink for a in answers if a.holds is None}
     lines = [
         f"pipeline {pipeline!r}: query {info.query_id} cannot start epoch {new}: "
-        + ", ".join(f"sink {h.sink} holds batch {h.mark + 1}" for h in held)
+        + ", ".join(f"sink {h.sink} holds batch {h.mark + 1}" for h in refused)
         + f" of epoch {epoch} by its own records, and the ledger had no mark of it (the "
         "write committed, the mark did not: the driver died in between, or the query was "
         "stopped mid-batch). A reset resumes after the last marked batch, so the new epoch "
         "would read that input again and write those rows a second time under new "
         f"transaction ids. Nothing was written under epoch {new}; the ledger now records "
         "the lost mark (the sink holds the batch)."
+        + "".join(
+            f" Sink {h.sink} holds batch {h.mark + 1} too (mark recorded), but writing it "
+            f"again changes nothing there: {h.harmless}."
+            for h in held
+            if h.harmless is not None
+        )
     ]
-    for h in held:
+    for h in refused:
         batch = h.mark + 1
         known = offsets[h.sink]
         lacking = [
@@ -225,10 +305,23 @@ def _message(
             f"--through {batch} --epoch {epoch}`"
             for name in lacking
         )
+        if marks[h.sink] is not None:
+            resume = f"Resume after batch {h.mark}, where `{recover}` counts {', '.join(lacking)}"
+        else:
+            unmarked = ", ".join(name for name in lacking if marks[name] is None)
+            began = (
+                "the query's starting offsets"
+                if batch == 0
+                else f"the replaced checkpoint's offsets/{batch - 1} file"
+            )
+            resume = (
+                f"Resume at epoch {epoch}'s start, before its first batch {batch} (where it "
+                f"began: {began}; `{recover}` does not count {unmarked}, which has no mark: it "
+                f"says resume after batch {batch}, which is choice 2 without its skip)"
+            )
         lines += [
-            f"  1. Resume after batch {h.mark}, where `{recover}` counts "
-            f"{', '.join(lacking)}: {h.sink} gets batch {batch}'s rows a second time (unless "
-            "its copy is removed first).",
+            f"  1. {resume}: {h.sink} gets batch {batch}'s rows a second time (unless its copy "
+            "is removed first).",
             f"  2. Or give batch {batch} up for {', '.join(lacking)}: {skip}, then resume "
             f"after batch {batch}: they never get its rows.",
         ]

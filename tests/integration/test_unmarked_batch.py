@@ -140,3 +140,105 @@ def test_giving_the_unmarked_batch_up_for_the_other_sinks(
     assert _ids(tmp_path, "bronze") == list(range(50))
     assert _ids(tmp_path, "silver") == [*range(30), *range(40, 50)]
     assert DeltaLedger(str(tmp_path / "ledger")).current_epoch("unmarked") == 1
+
+
+class KillInTheFirstBatch:
+    """Kills the driver right after ``bronze`` wrote batch 0, the epoch's first, before
+    its ledger mark (and before ``silver`` starts it): no sink has a mark of the epoch."""
+
+    @hookimpl
+    def fanout_sink_start(self, info: BatchInfo, sink: str, attempt: int) -> None:
+        if info.batch_id == 0 and sink == "silver":
+            raise DriverKilled("killed before silver's write")
+
+    @hookimpl
+    def fanout_sink_done(self, info: BatchInfo, sink: str, result: Any, duration_s: float) -> None:
+        if info.batch_id == 0 and sink == "bronze":
+            raise DriverKilled("killed between the write and the mark")
+
+
+def test_a_first_batch_written_but_never_marked_refuses_the_new_epoch(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The driver dies in epoch 0's first batch after bronze committed it: no sink has a
+    mark, so none was asked, and the new epoch wrote rows 0-9 to bronze a second time.
+    Now bronze is asked about the epoch's first batch (its claim's batch), the start is
+    refused and bronze's lost mark of batch 0 recorded."""
+    with pytest.raises(DriverKilled):
+        _run(_fan(tmp_path, KillInTheFirstBatch()), spark, OLD, 0, 0)
+    assert _ids(tmp_path, "bronze") == list(range(10))
+    assert not (tmp_path / "silver" / "_delta_log").exists()
+    assert _marks(tmp_path) == []
+    with pytest.raises(UnmarkedBatchError) as refused:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 0)
+    message = str(refused.value)
+    assert message.startswith(
+        "pipeline 'unmarked': query query-new cannot start epoch 1: sink bronze holds batch 0 "
+        "of epoch 0 by its own records, and the ledger had no mark of it"
+    )
+    assert (
+        "- sink bronze: batch 0 of epoch 0, source offsets unknown (no sink marked it); sinks "
+        "without it: silver (no mark)."
+    ) in message
+    assert (
+        "  1. Resume at epoch 0's start, before its first batch 0 (where it began: the "
+        "query's starting offsets; "
+        f"`fanout recover --ledger {tmp_path / 'ledger'} --pipeline unmarked` does not count "
+        "silver, which has no mark: it says resume after batch 0, which is choice 2 without "
+        "its skip): bronze gets batch 0's rows a second time (unless its copy is removed "
+        "first)."
+    ) in message
+    assert (
+        "  2. Or give batch 0 up for silver: `fanout ledger skip --ledger "
+        f"{tmp_path / 'ledger'} --pipeline unmarked --sink silver --through 0 --epoch 0`"
+    ) in message
+    assert _ids(tmp_path, "bronze") == list(range(10))
+    assert not (tmp_path / "silver" / "_delta_log").exists()
+    assert _marks(tmp_path) == [(0, "bronze", 0)]
+    assert DeltaLedger(str(tmp_path / "ledger")).current_epoch("unmarked") == 0
+
+
+def _merging(tmp_path: Path, *plugins: object, on_reset: str = "refuse") -> Any:
+    from fanout import FanOut
+
+    sinks = [
+        {"type": "delta", "name": "bronze", "path": str(tmp_path / "bronze"), "mode": "merge",
+         "keys": ["id"]},
+        {"type": "delta", "name": "silver", "path": str(tmp_path / "silver")},
+    ]  # fmt: skip
+    return FanOut(
+        PIPELINE, str(tmp_path / "ledger"), sinks, plugins=plugins, parallelism=1, retries=0,
+        on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_a_merge_batch_written_but_never_marked_lets_the_new_epoch_start(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bronze merges by key without a dead-letter target: merging batch 3 again changes
+    nothing. Before, the start was refused. Now, from recover's offsets (after batch 2),
+    the new epoch starts; its first batch covers rows 30-44 with other names, bronze ends
+    with each key's last row, silver gets every row once, and bronze's lost mark is
+    recorded."""
+    from tests.integration.streams import delta_rows
+
+    old = _merging(tmp_path, KillAfterWrite())
+    for batch in range(3):
+        _run(old, spark, OLD, batch, batch * ROWS)
+    with pytest.raises(DriverKilled):
+        _run(old, spark, OLD, 3, 30)
+    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(tmp_path, capsys)
+    new = _merging(tmp_path, on_reset="new_epoch")
+    rows = [(n, f"again-{n}") for n in range(30, 45)]
+    info = BatchInfo(PIPELINE, 0, NEW, [{"orders": {"0": 45}}], batch_timestamp_ms=2000)
+    new.process(spark.createDataFrame(rows, "id LONG, name STRING"), info)
+    assert sorted((r["id"], r["name"]) for r in delta_rows(tmp_path / "bronze")) == [
+        *((n, f"order-{n}") for n in range(30)),
+        *((n, f"again-{n}") for n in range(30, 45)),
+    ]
+    assert _ids(tmp_path, "silver") == list(range(45))
+    assert _marks(tmp_path) == sorted(
+        [(0, s, b) for s in SINKS for b in range(3)]
+        + [(0, "bronze", 3), (1, "bronze", 0), (1, "silver", 0)]
+    )
+    assert DeltaLedger(str(tmp_path / "ledger")).current_epoch(PIPELINE) == 1

@@ -102,9 +102,13 @@ def test_the_refused_query_started_again_is_refused_again(
             "Start a new checkpoint (not this one) that reads what comes after the source "
             "offsets of batch 3, which the ledger does not hold (no sink marked it): the "
             "replaced checkpoint's offsets/3 file holds them (one JSON line per source, after "
-            "the first two lines). Only when bronze's copy of batch 3 was removed: a new "
-            "checkpoint from this one's start (a Delta restore keeps the table's record of "
-            "the batch, so this query stays refused).",
+            "the first two lines). Or remove bronze's copy of batch 3 so that the sink's own "
+            "records no longer hold it (a Delta table: a restore to a version before the "
+            "batch's commit), and start this query again: it passes, and writes the batch "
+            f"once. bronze: Its rows are version 3 of the Delta table at {tmp_path / 'bronze'}, "
+            "the table's last commit: to remove them, restore the table to version 2 "
+            "(delta-rs: DeltaTable(path).restore(2); Spark SQL: RESTORE TABLE "
+            f"delta.`{tmp_path / 'bronze'}` TO VERSION AS OF 2).",
         ]
     )
     assert _ids(tmp_path) == list(range(40))
@@ -112,7 +116,40 @@ def test_the_refused_query_started_again_is_refused_again(
     from deltalake import DeltaTable
 
     DeltaTable(str(tmp_path / "bronze")).restore(2)  # bronze's copy removed
-    with pytest.raises(UnmarkedBatchError, match="it was refused before"):
-        _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-new", 0, 30)
     _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-newer", 0, 30)
+    assert _ids(tmp_path) == list(range(40))
+
+
+def test_the_refused_query_passes_once_the_restore_its_refusal_names_removed_the_copy(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The way out of the refusal above with the same checkpoint is the one command the
+    first refusal names: the restore of bronze's table to the version before the batch.
+    Before, the restore kept the table's app transaction, so bronze still counted as
+    holding batch 3 and the query stayed refused (only a new checkpoint passed). Now a
+    restore to before the batch's commit counts as its removal: the query starts epoch 1
+    and bronze holds rows 30-39 once; a restore back to the batch's version holds it
+    again."""
+    from deltalake import DeltaTable
+
+    old = _fan(tmp_path, KillAfterWrite())
+    for batch in range(3):
+        _run(old, spark, "query-old", batch, batch * 10)
+    with pytest.raises(DriverKilled):
+        _run(old, spark, "query-old", 3, 30)
+    with pytest.raises(UnmarkedBatchError) as first:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-new", 0, 30)
+    restore = "restore the table to version 2 (delta-rs: DeltaTable(path).restore(2)"
+    assert restore in str(first.value)
+    bronze = _fan(tmp_path).sinks["bronze"]
+    table = DeltaTable(str(tmp_path / "bronze"))
+    table.restore(2)  # version 4: the batch's commit (3) taken out
+    assert bronze.holds_batch(PIPELINE, 0, 3) is False
+    DeltaTable(str(tmp_path / "bronze")).restore(3)  # version 5: given back
+    assert bronze.holds_batch(PIPELINE, 0, 3) is True
+    DeltaTable(str(tmp_path / "bronze")).restore(4)  # version 6: as version 4, without it
+    assert bronze.holds_batch(PIPELINE, 0, 3) is False
+    assert _ids(tmp_path) == list(range(30))
+
+    _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-new", 0, 30)
     assert _ids(tmp_path) == list(range(40))

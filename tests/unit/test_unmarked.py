@@ -60,12 +60,93 @@ def test_a_sink_holding_the_next_batch_is_refused_and_its_mark_recorded() -> Non
     assert sinks["a"].asked == [(0, 3), (0, 4)]
 
 
-def test_a_sink_without_a_mark_or_with_its_next_batch_in_the_spool_is_not_asked() -> None:
+def test_a_sink_with_its_next_batch_in_the_spool_is_not_asked() -> None:
     ledger = _ledger({"a": 2, "lagging": 0})
     sinks = {"a": Answering("a", set()), "lagging": Answering("lagging", {1}),
-             "new": Answering("new", {0})}  # fmt: skip
-    refuse_unmarked(INFO, ledger, sinks, lambda epoch: {"lagging": 2})
+             "new": Answering("new", set())}  # fmt: skip
+    refuse_unmarked(INFO, ledger, sinks, lambda epoch: {"lagging": 2, "new": 0})
     assert sinks["lagging"].asked == [] and sinks["new"].asked == []
+    assert sinks["a"].asked == [(0, 3)]
+
+
+def test_a_sink_without_a_mark_is_asked_about_the_epochs_first_batch() -> None:
+    """The driver died in epoch 1's first batch (5: the reset's query started it there),
+    after sink a committed it: no sink has a mark of epoch 1. Before, nobody was asked and
+    epoch 2 wrote batch 5's rows to a again; now a is asked about batch 5 (the epoch row's
+    batch), refuses, and its lost mark is recorded."""
+    ledger = MemoryLedger()
+    ledger.start_epoch(LedgerEntry("p", "*", 5, "epoch", query_id="one", epoch=1))
+    sinks = {"a": Answering("a", {5}), "b": Answering("b", set())}
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(BatchInfo("p", 0, "two", epoch=1), ledger, sinks)
+    message = str(refused.value)
+    assert message.startswith(
+        "pipeline 'p': query two cannot start epoch 2: sink a holds batch 5 of epoch 1"
+    )
+    assert "sinks without it: b (no mark)." in message
+    assert (
+        "  1. Resume at epoch 1's start, before its first batch 5 (where it began: the "
+        "replaced checkpoint's offsets/4 file; `fanout recover --ledger"
+    ) in message
+    assert "--sink b --through 5 --epoch 1`" in message
+    assert sinks["a"].asked == [(1, 5)] and sinks["b"].asked == [(1, 5)]
+    assert ledger.last_committed("p", ["a", "b"], 1) == {"a": 5, "b": None}
+    [lost] = ledger.committed_entries("p", 0, 1)
+    assert (lost.sink, lost.batch_id, lost.query_id, lost.rows, lost.lost) == (
+        "a",
+        5,
+        "one",
+        None,
+        True,
+    )
+
+
+class Upserting(Answering):
+    """An :class:`Answering` whose rewrite of a held batch is harmless."""
+
+    def harmless_rewrite(self) -> str | None:
+        return "it upserts by key"
+
+
+def test_a_sink_whose_rewrite_is_harmless_is_not_refused_but_its_mark_recorded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before, an upserting sink holding batch 3 refused the start like an appending one.
+    Now the start passes, the lost mark is recorded (marked as rewritten, so a report
+    made before is not stale for it) and a warning names the sink and the batch."""
+    ledger = _ledger({"up": 2, "b": 2})
+    sinks = {"up": Upserting("up", {3}), "b": Answering("b", set())}
+    with caplog.at_level(logging.WARNING, logger="fanout"):
+        refuse_unmarked(INFO, ledger, sinks)
+    assert ledger.last_committed("p", ["up", "b"]) == {"up": 3, "b": 2}
+    [lost] = ledger.committed_entries("p", 3)
+    assert lost.lost and (lost.error or "").startswith(
+        "unmarked, rewritten: recorded when query new asked to start epoch 1: the sink's own "
+        "records hold the batch, its mark was lost; writing it again changes nothing: it "
+        "upserts by key"
+    )
+    assert (
+        "pipeline p, sink up: holds batch 3 of epoch 0 by its own records without its ledger mark"
+    ) in caplog.text
+    assert (
+        "Epoch 1 starts anyway and may write that batch's rows to the sink again, which "
+        "changes nothing: it upserts by key"
+    ) in caplog.text
+
+
+def test_a_harmless_rewrite_beside_a_refused_one_is_named_apart() -> None:
+    ledger = _ledger({"up": 2, "a": 2, "b": 2})
+    sinks = {"up": Upserting("up", {3}), "a": Answering("a", {3}), "b": Answering("b", set())}
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, sinks)
+    message = str(refused.value)
+    assert message.startswith("pipeline 'p': query new cannot start epoch 1: sink a holds batch 3")
+    assert (
+        " Sink up holds batch 3 too (mark recorded), but writing it again changes nothing "
+        "there: it upserts by key."
+    ) in message
+    assert "- sink up" not in message and "sinks without it: b (mark 2)." in message
+    assert ledger.last_committed("p", ["up", "a", "b"]) == {"up": 3, "a": 3, "b": 2}
 
 
 def test_a_failing_hook_cannot_tell_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
@@ -98,3 +179,22 @@ def test_the_refused_query_again_when_every_sink_counts_the_batch_is_refused_aga
     a.held = set()
     refuse_unmarked(INFO, ledger, {"a": a})
     assert ledger.last_committed("p", ["a"]) == {"a": 3}
+
+
+def test_the_refused_query_again_resuming_at_the_epochs_start_passes() -> None:
+    """Sink a held epoch 1's first batch (5), b has no mark: the refusal's choice 1 resumes
+    at the epoch's start, so the refused query (its checkpoint starts there) started again
+    passes and a gets batch 5 a second time, as that choice says. It was refused as if
+    every sink counted batch 5 (b's missing mark left out). With b's batch 5 given up
+    (choice 2), every sink counts it, and the query is refused again."""
+    ledger = MemoryLedger()
+    ledger.start_epoch(LedgerEntry("p", "*", 5, "epoch", query_id="one", epoch=1))
+    sinks = {"a": Answering("a", {5}), "b": Answering("b", set())}
+    two = BatchInfo("p", 0, "two", epoch=1)
+    with pytest.raises(UnmarkedBatchError, match="sink a holds batch 5 of epoch 1"):
+        refuse_unmarked(two, ledger, sinks)
+    refuse_unmarked(two, ledger, sinks)
+    assert sinks["a"].asked == [(1, 5), (1, 6)]
+    ledger.mark_committed(LedgerEntry("p", "b", 5, "committed", query_id=None, epoch=1))
+    with pytest.raises(UnmarkedBatchError, match="it was refused before because sink a held"):
+        refuse_unmarked(two, ledger, sinks)

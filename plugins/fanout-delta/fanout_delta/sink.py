@@ -259,22 +259,49 @@ class DeltaSink(Sink):
     def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
         """Whether the table's log records the batch's app transaction (``txn_app_id``
         of the epoch at ``batch_id`` or later): one log lookup. A batch that wrote no row
-        committed nothing, so it is not held."""
+        committed nothing, so it is not held. Nor is one a later RESTORE took out (a
+        restore keeps the app transaction, not the rows: :func:`_restored_away`, read only
+        when the transaction says held)."""
         from fanout.contract.batch import txn_app_id
         from fanout.delta_tables import io
 
         if self.path is None:
             return None
+        app_id = txn_app_id(pipeline, self.name, epoch)
         table = io.open_table(self.path, self.storage_options)
-        done = io.transaction_version(table, txn_app_id(pipeline, self.name, epoch))
-        return done is not None and done >= batch_id
+        done = io.transaction_version(table, app_id)
+        if done is None or done < batch_id:
+            return False
+        assert table is not None
+        first = self._batch_version(app_id, batch_id, table.version())
+        return first is None or not _restored_away(table.history(), first, table.version())
+
+    def _batch_version(self, app_id: str, batch_id: int, last: int) -> int | None:
+        """The table version whose commit set ``app_id`` to ``batch_id`` or past it (the
+        log walked back from ``last``, at most 100 versions; ``None``: not found)."""
+        from deltalake import DeltaTable
+
+        path, options = str(self.path), dict(self.storage_options or {}) or None
+        for version in range(last, max(last - 100, 0), -1):
+            before = DeltaTable(path, version=version - 1, storage_options=options)
+            done = before.transaction_version(app_id)
+            if done is None or done < batch_id:
+                return version
+        return 0 if last <= 100 else None
+
+    def harmless_rewrite(self) -> str | None:
+        """Merge without a dead-letter target: ``when_matched_update_all`` (unconditional)
+        and ``when_not_matched_insert_all``, so a key holds the row merged last, whatever
+        offsets the new epoch's batch covers. Append, or any dead-letter target (its
+        letters would be kept twice): ``None``."""
+        if self.mode != "merge" or self.dead_letter is not None:
+            return None
+        return "it merges by key, without a dead-letter target: each key keeps its last row"
 
     def remove_batch_hint(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """The table version that committed the batch, and the restore that removes it
         when it is the table's last commit (the log is walked back from the latest
         version, at most 100 versions: a refusal's path, never a batch's)."""
-        from deltalake import DeltaTable
-
         from fanout.contract.batch import txn_app_id
         from fanout.delta_tables import io
 
@@ -282,14 +309,9 @@ class DeltaSink(Sink):
         latest = None if path is None else io.open_table(path, self.storage_options)
         if path is None or latest is None:
             return None
-        options = dict(self.storage_options or {}) or None
         last = latest.version()
-        for version in range(last, max(last - 100, 0), -1):
-            before = DeltaTable(path, version=version - 1, storage_options=options)
-            done = before.transaction_version(app_id)
-            if done is None or done < batch_id:
-                return _restore_hint(path, version, last)
-        return None
+        version = self._batch_version(app_id, batch_id, last)
+        return None if not version else _restore_hint(path, version, last)
 
     def write(self, batch: Batch) -> SinkResult:
         """Append or merge one batch; a batch already in the table is skipped."""
@@ -684,6 +706,29 @@ def _as_list(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return list(value)
     return value
+
+
+def _restored_away(history: Sequence[Mapping[str, Any]], first: int, last: int) -> bool:
+    """Whether the table at version ``last`` lacks what the commit of version ``first``
+    added, by the RESTOREs in its ``history`` (commit infos) after ``first``: a restore to
+    a version before ``first`` takes it out, one to a version at or after ``first`` gives
+    back what that version held; other commits keep it (a DELETE of its rows is not
+    followed: the batch stays held). A commit missing from the history, or a restore to a
+    timestamp: cannot tell, so held."""
+    infos = {info.get("version"): info for info in history}
+    holds = {first: True}
+    for version in range(first + 1, last + 1):
+        info = infos.get(version)
+        if info is None:
+            return False
+        if info.get("operation") != "RESTORE":
+            holds[version] = holds[version - 1]
+            continue
+        target = (info.get("operationParameters") or {}).get("version")
+        if target is None:
+            return False
+        holds[version] = int(target) >= first and holds[int(target)]
+    return not holds[last]
 
 
 def _restore_hint(path: str, version: int, last: int) -> str:

@@ -359,14 +359,23 @@ class PostgresSink(PartitionedSink):
     def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
         """Whether a partition of the batch committed: its progress marks (append) or its
         ``upsert_routes`` rows (upsert), each written in the partition's transaction. One
-        query. (An upsert's rows written again change nothing, but a refusal is cheaper than
-        guessing the keys stayed the same.)"""
+        query. (Whether an upsert's rows written again change nothing:
+        :meth:`harmless_rewrite`.)"""
         scope = pipeline_scope(pipeline, epoch)
         with self._engine().connect() as conn:
             if self.mode == "append":
                 marks = committed_partitions(conn, self.state_schema, scope, self.name, batch_id)
                 return bool(marks)
             return bool(upsert_routes(conn, self.state_schema, scope, self.name, batch_id))
+
+    def harmless_rewrite(self) -> str | None:
+        """Upsert without a dead-letter target: an ``INSERT ... ON CONFLICT DO UPDATE``
+        that updates unconditionally, so a key holds the row written last, whatever
+        offsets the new epoch's batch covers. Append, or any dead-letter target (its
+        letters would be kept twice): ``None``."""
+        if self.mode != "upsert" or self.dead_letter is not None:
+            return None
+        return "it upserts by key, without a dead-letter target: each key keeps its last row"
 
     def check_replay(self, batch: Batch) -> None:
         """Before fanout writes the batch's route letters: refuse a replay whose committed

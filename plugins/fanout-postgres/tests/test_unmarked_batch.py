@@ -78,3 +78,55 @@ def test_an_append_batch_written_but_never_marked_refuses_the_new_epoch(
         "without it: silver (mark 0).\n"
     ) in message
     assert _ids(pg_url) == list(range(20))
+
+
+def _upserting(tmp_path: Path, url: str, *plugins: object, on_reset: str = "refuse") -> FanOut:
+    sinks = [
+        {"type": "postgres", "name": "pg", "url": url, "table": "unmarked_upserts",
+         "mode": "upsert", "keys": ["id"], "create_table": True, "partitions": 2},
+        {"type": "delta", "name": "silver", "path": str(tmp_path / "silver")},
+    ]  # fmt: skip
+    return FanOut(
+        "unmarkedpg", str(tmp_path / "ledger"), sinks, plugins=plugins, parallelism=1,
+        retries=0, on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_an_upsert_batch_written_but_never_marked_lets_the_new_epoch_start(
+    spark: Any, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pg upserts by key without a dead-letter target: writing batch 1 again changes
+    nothing. Before, the start was refused like an append's, for nothing. Now, after
+    `fanout recover` (which counted pg at batch 0), the new epoch starts: its first batch
+    covers other offsets (rows 10-24) with other values of a column, and the table ends
+    with each key's last row; the lost mark is recorded, and recover's report is no reason
+    to refuse (no query wrote the batch after it)."""
+    from fanout.app.cli import main
+    from fanout.ledger.delta import DeltaLedger
+
+    old = _upserting(tmp_path, pg_url, KillAfterPostgresWrote())
+    _run(old, spark, "query-old", 0, 0)
+    with pytest.raises(DriverKilled):
+        _run(old, spark, "query-old", 1, 10)
+    ledger = str(tmp_path / "ledger")
+    assert main(["recover", "--ledger", ledger, "--pipeline", "unmarkedpg"]) == 0
+    assert """.option("startingOffsets", '{"orders": {"0": 10}}')""" in capsys.readouterr().out
+
+    new = _upserting(tmp_path, pg_url, on_reset="new_epoch")
+    rows = [(n, f"again-{n}") for n in range(10, 25)]
+    info = BatchInfo("unmarkedpg", 0, "query-new", [{"orders": {"0": 25}}],
+                     batch_timestamp_ms=2000)  # fmt: skip
+    new.process(spark.createDataFrame(rows, "id LONG, name STRING"), info)
+    assert query(pg_url, "SELECT id, name FROM unmarked_upserts ORDER BY 1") == [
+        *((n, f"order-{n}") for n in range(10)),
+        *((n, f"again-{n}") for n in range(10, 25)),
+    ]
+    marks = sorted(
+        (e.epoch, e.sink, e.batch_id, e.lost)
+        for e in DeltaLedger(ledger).committed_entries("unmarkedpg")
+    )
+    assert marks == [
+        (0, "pg", 0, False), (0, "pg", 1, True), (0, "silver", 0, False),
+        (1, "pg", 0, False), (1, "silver", 0, False),
+    ]  # fmt: skip
+    assert DeltaLedger(ledger).current_epoch("unmarkedpg") == 1
