@@ -23,7 +23,7 @@ from typing import Any
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.locations import command_location
-from fanout.errors import BackfillError, MissedBatchesError
+from fanout.errors import BackfillError, MissedBatchesError, SinkTimeoutError
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import LedgerEntry
 from fanout.observe.logs import batch_fields
@@ -33,6 +33,7 @@ from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey
 from fanout.steps.lag import Lagging
 from fanout.steps.record import Recorder
+from fanout.steps.timeout import AbandonedWrite, AbandonedWrites
 from fanout.steps.write import SinkRunner
 
 log = logging.getLogger("fanout")
@@ -56,6 +57,8 @@ class CatchUp:
     :param probe_interval_s: how long a sink that failed waits before the next attempt.
     :param ledger_location: where the ledger is, for the messages.
     :param pipeline_file: the pipeline file (absolute), for the commands the messages name.
+    :param abandoned: the live writes abandoned at their ``write_timeout_s`` still running:
+        their sink is not written while one runs (:mod:`fanout.steps.timeout`).
     """
 
     def __init__(
@@ -70,8 +73,10 @@ class CatchUp:
         ledger_location: str,
         *,
         pipeline_file: str | None = None,
+        abandoned: AbandonedWrites | None = None,
     ) -> None:
         self.lagging = lagging
+        self.abandoned = abandoned
         self.ledger_location = ledger_location
         self.pipeline_file = pipeline_file
         self.specs = specs
@@ -211,6 +216,9 @@ class CatchUp:
         backlog = self.lagging.backlog(sink)
         if not backlog:
             return None  # a backfill is finished only at a batch's start (hold_back)
+        running = None if self.abandoned is None else self.abandoned.running(sink)
+        if running is not None:  # it may still commit: write the sink once it has ended
+            return self._wait_for_abandoned(running)
         if not self.lagging.settled(backlog.keys[0]):
             self._wait_for_settling(sink, backlog.keys[0])
             return None  # not an error: its replay settles it, and wakes the thread
@@ -221,6 +229,19 @@ class CatchUp:
             return gap
         error = self.write(sink, backlog.keys[0])
         return True if error is None else error
+
+    def _wait_for_abandoned(self, running: AbandonedWrite) -> SinkTimeoutError:
+        """The error of a catch-up of a sink whose abandoned live write still runs (said
+        once per write in the log)."""
+        error = running.still_running()
+        if not running.told:
+            running.told = True
+            log.info(
+                "pipeline %s, batch %s, sink %s: not caught up yet: %s",
+                self.lagging.pipeline, running.key[1], running.sink, error,
+                extra=batch_fields(self.lagging.pipeline, running.key[1], running.sink),
+            )  # fmt: skip
+        return error
 
     def _wait_for_settling(self, sink: str, key: BatchKey) -> None:
         """Say once per (sink, batch) that ``sink``'s next batch waits for Spark to settle
