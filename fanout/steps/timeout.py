@@ -248,8 +248,8 @@ class TimedWrite:
             f"write did not return within its write_timeout_s={self.timeout_s:g} s (all "
             f"attempts together; now at attempt {runner.attempt}); the batch went on without "
             "it: the sink lags, and the catch-up writes the batch from the spool once the "
-            "abandoned write has ended (its Spark jobs were cancelled). Find what holds the "
-            "sink's target (a lock, a stalled connection), or raise write_timeout_s",
+            "abandoned write has ended (its Spark jobs, if any, were cancelled). Find what "
+            "holds the sink's target (a lock, a stalled connection), or raise write_timeout_s",
             sink=name,
             batch_id=batch.batch_id,
         )
