@@ -17,20 +17,19 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from fanout.contract.batch import Batch
 from fanout.contract.sessions import ThreadWrapper, is_connect, session_of
+from fanout.contract.sink import Sink
 from fanout.errors import SinkTimeoutError
 from fanout.observe.logs import batch_fields
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey
-
-if TYPE_CHECKING:
-    from fanout.steps.write import SinkOutcome, SinkRunner
 
 log = logging.getLogger("fanout")
 
@@ -69,6 +68,21 @@ class WriteClaim:
         """Whether the batch went on without this write."""
         with self._lock:
             return self._state == "abandoned"
+
+
+class TimedRunner(Protocol):
+    """What :class:`TimedWrite` runs: a :class:`fanout.steps.write.SinkRunner`."""
+
+    sink: Sink
+    batch: Batch
+    claim: WriteClaim | None
+    attempt: int
+
+    def run(self) -> Any:
+        """Write, retry, mark; return the outcome."""
+
+    def timed_out(self, error: Exception) -> None:
+        """Log and record the attempt in progress as failed with ``error``."""
 
 
 @dataclass
@@ -146,10 +160,10 @@ class TimedWrite:
     """One sink's write of one batch in a thread of its own, waited for up to its
     ``write_timeout_s`` (counted from its start, all attempts together)."""
 
-    runner: SinkRunner
+    runner: TimedRunner
     timeout_s: float
     abandoned: AbandonedWrites
-    future: Future[SinkOutcome] = field(default_factory=Future)
+    future: Future[Any] = field(default_factory=Future)
     done: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.monotonic)
     tag: str = ""
@@ -158,7 +172,7 @@ class TimedWrite:
     @classmethod
     def start(
         cls,
-        runner: SinkRunner,
+        runner: TimedRunner,
         timeout_s: float,
         abandoned: AbandonedWrites,
         threads: ThreadWrapper,
@@ -227,12 +241,10 @@ class TimedWrite:
                 extra=batch_fields(batch.pipeline, batch.batch_id, self.runner.sink.name),
             )  # fmt: skip
 
-    def outcome(self) -> SinkOutcome:
-        """The write's outcome, or, once ``write_timeout_s`` has passed since it started,
-        the sink's :class:`fanout.SinkTimeoutError`: the write is abandoned (its Spark jobs
-        cancelled, kept in :class:`AbandonedWrites` until it ends)."""
-        from fanout.steps.write import SinkOutcome
-
+    def outcome(self) -> Any:
+        """What the runner returned, or, once ``write_timeout_s`` has passed since it
+        started, the sink's :class:`fanout.SinkTimeoutError`: the write is abandoned (its
+        Spark jobs cancelled, kept in :class:`AbandonedWrites` until it ends)."""
         left = self.started + self.timeout_s - time.monotonic()
         try:
             return self.future.result(timeout=max(0.0, left))
@@ -259,7 +271,7 @@ class TimedWrite:
         self.abandoned.add(write)
         self.cancel()
         runner.timed_out(error)
-        return SinkOutcome(name, error=error)
+        return error
 
     def _ended_abandoned(self) -> None:
         batch, name = self.runner.batch, self.runner.sink.name
@@ -272,8 +284,3 @@ class TimedWrite:
             extra=batch_fields(batch.pipeline, batch.batch_id, name),
         )  # fmt: skip
         self.abandoned.on_done()
-
-
-def outcomes_of(timed: Sequence[TimedWrite]) -> list[SinkOutcome]:
-    """Each timed write's outcome, in order (each waits its own remaining time)."""
-    return [t.outcome() for t in timed]

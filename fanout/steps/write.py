@@ -14,7 +14,13 @@ from fanout.contract.batch import Batch, txn_app_id
 from fanout.contract.sessions import spark_threads
 from fanout.contract.sink import Sink, SinkResult
 from fanout.deadletters.route_letters import write_route_letters
-from fanout.errors import CheckpointError, LedgerError, SinkError, SinkWriteError
+from fanout.errors import (
+    CheckpointError,
+    LedgerError,
+    SinkError,
+    SinkTimeoutError,
+    SinkWriteError,
+)
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
@@ -30,7 +36,6 @@ from fanout.steps.timeout import (
     AbandonedWrites,
     TimedWrite,
     WriteClaim,
-    outcomes_of,
     write_timeout,
 )
 
@@ -98,10 +103,18 @@ def write_all(
             assert threads is not None
             tasks = [threads(r.run) for r in runners]
             outcomes = list(pool.map(lambda task: task(), tasks))
-    outcomes += outcomes_of(timed)
+    outcomes += [_timed_outcome(t) for t in timed]  # each waits what is left of its time
     state.results.update({o.sink: o.result for o in outcomes if o.result is not None})
     state.failures.update({o.sink: o.error for o in outcomes if o.error is not None})
     state.aborted = next((o.abort for o in outcomes if o.abort is not None), state.aborted)
+
+
+def _timed_outcome(timed: TimedWrite) -> SinkOutcome:
+    got = timed.outcome()
+    if isinstance(got, SinkTimeoutError):  # abandoned
+        return SinkOutcome(timed.runner.sink.name, error=got)
+    assert isinstance(got, SinkOutcome)
+    return got
 
 
 def _batch_for(state: BatchState, name: str, given: SinkInput, spec: SinkSpec) -> Batch:
