@@ -33,8 +33,8 @@ from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey
 from fanout.steps.lag import Lagging
 from fanout.steps.record import Recorder
-from fanout.steps.timeout import AbandonedWrite, AbandonedWrites
-from fanout.steps.write import SinkRunner
+from fanout.steps.timeout import AbandonedWrite, AbandonedWrites, write_timeout
+from fanout.steps.write import SinkRunner, run_timed
 
 log = logging.getLogger("fanout")
 
@@ -309,9 +309,12 @@ class CatchUp:
                 given.df, info, sink, txn_app_id(info.pipeline, sink, info.epoch),
                 route=given.stamp(spec.route), _arrow=given.arrow,
             )  # fmt: skip
-            outcome = SinkRunner(
-                spec.sink, batch, given, self.record, ONE_ATTEMPT, self.hooks
-            ).run()
+            runner = SinkRunner(spec.sink, batch, given, self.record, ONE_ATTEMPT, self.hooks)
+            timeout = write_timeout(spec)
+            if timeout is None or self.abandoned is None:
+                outcome = runner.run()
+            else:  # bounded too: a max_lag drain and the final catch-up wait for its lock
+                outcome = run_timed(runner, timeout, self.abandoned, given.df)
         finally:
             routes.release()
         if outcome.error is not None:

@@ -109,6 +109,15 @@ def write_all(
     state.aborted = next((o.abort for o in outcomes if o.abort is not None), state.aborted)
 
 
+def run_timed(
+    runner: SinkRunner, timeout_s: float, abandoned: AbandonedWrites, df: object
+) -> SinkOutcome:
+    """Run ``runner`` in a thread of its own and wait for it at most ``timeout_s``
+    (:mod:`fanout.steps.timeout`); its Spark jobs inherit this thread's properties (``df``'s
+    session)."""
+    return _timed_outcome(TimedWrite.start(runner, timeout_s, abandoned, spark_threads(df)))
+
+
 def _timed_outcome(timed: TimedWrite) -> SinkOutcome:
     got = timed.outcome()
     if isinstance(got, SinkTimeoutError):  # abandoned

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fanout import ConfigurationError, FanOut, SinkTimeoutError
+from fanout import ConfigurationError, FanOut, SinkTimeoutError, SinkWriteError
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import LagPolicy, SinkSpec, lag_policy
@@ -180,6 +180,39 @@ def test_a_hung_write_is_abandoned_and_the_catch_up_waits_for_it(tmp_path: Path)
 
         fan.process(frames[2], BatchInfo("timed", 2, "q"))  # live again, in time
         assert slow.calls[-1] == (2, 1)
+    finally:
+        gate.opened.set()
+        fan.close()
+
+
+def test_a_hung_catch_up_write_is_abandoned_too(tmp_path: Path) -> None:
+    gate = Gate(0)
+    slow = ScriptedSink("slow", always_fail=SinkWriteError("refused", sink="slow"))
+    fan = _fan(tmp_path, slow, 0.3)
+    frames = {0: SchemaFrame([1, 2])}
+    _read_from(fan, frames)
+    fan.catchup.stop()  # the test drives the catch-up
+    try:
+        fan.process(frames[0], BatchInfo("timed", 0, "q"))  # fails at once: lags
+        slow.always_fail, slow.on_write = None, gate  # back, but its catch-up write hangs
+        started = time.monotonic()
+        lags = fan.catch_up(timeout_s=1)
+        assert time.monotonic() - started < 5
+        assert gate.entered.is_set() and slow.calls == [(0, 1), (0, 1)]
+        assert lags["slow"].state == "lagging"
+        assert lags["slow"].error is not None and lags["slow"].error.startswith(
+            "SinkTimeoutError: sink 'slow', batch 0: write did not return within its "
+            "write_timeout_s=0.3 s"
+        )
+        running = fan.abandoned.running("slow")
+        assert running is not None and running.key == (0, 0)
+
+        gate.opened.set()  # it returns, unmarked; the next turn writes the batch, marked
+        assert running.done.wait(10)
+        assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": None}
+        assert fan.catch_up(timeout_s=10)["slow"].state == "live"
+        assert slow.calls == [(0, 1), (0, 1), (0, 1)]
+        assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": 0}
     finally:
         gate.opened.set()
         fan.close()
