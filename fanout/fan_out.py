@@ -379,8 +379,8 @@ class FanOut:
         still = self.abandoned.wait(CLOSE_WAIT_S)
         for write in still:
             log.warning(
-                "pipeline %s, batch %s, sink %s: its write, abandoned after its "
-                "write_timeout_s=%g s, is still running at close (%.0f s since it started), "
+                "pipeline %s, batch %s, sink %s: its write, abandoned after %g s "
+                "(write_timeout_s), is still running at close (%.0f s since it started), "
                 "not waited for: the sink is left open. The batch is in the spool for the "
                 "sink: the next run writes it, and the sink's idempotency absorbs what this "
                 "write may still commit",

@@ -101,8 +101,8 @@ class AbandonedWrite:
     def still_running(self) -> SinkTimeoutError:
         """The error of a catch-up or live write of the sink while this one runs."""
         return SinkTimeoutError(
-            f"its write of batch {self.key[1]} (epoch {self.key[0]}), abandoned after its "
-            f"write_timeout_s={self.timeout_s:g} s, is still running "
+            f"its write of batch {self.key[1]} (epoch {self.key[0]}), abandoned after "
+            f"{self.timeout_s:g} s (write_timeout_s), is still running "
             f"({time.monotonic() - self.since:.0f} s since): the sink is written again only "
             "once it has ended (two writes of one batch at once are not safe); find what "
             "holds the sink's target (a lock, a stalled connection)",
@@ -168,6 +168,7 @@ class TimedWrite:
     started: float = field(default_factory=time.monotonic)
     tag: str = ""
     session: Any = None
+    configured_s: float | None = None  # the sink's write_timeout_s, when not timeout_s
 
     @classmethod
     def start(
@@ -176,12 +177,15 @@ class TimedWrite:
         timeout_s: float,
         abandoned: AbandonedWrites,
         threads: ThreadWrapper,
+        configured_s: float | None = None,
     ) -> TimedWrite:
         """Start ``runner`` in a new daemon thread (never a pool's: a write that never
-        returns would hold the slot for good, and block the interpreter's exit)."""
+        returns would hold the slot for good, and block the interpreter's exit), to be
+        waited for ``timeout_s`` (the sink's ``configured_s`` doubled, for the catch-up)."""
         batch = runner.batch
         tag = f"fanout-{batch.pipeline}-{runner.sink.name}-{batch.info.epoch}-{batch.batch_id}"
         timed = cls(runner, timeout_s, abandoned, tag=f"{tag}-{uuid.uuid4().hex[:8]}")
+        timed.configured_s = configured_s
         timed.session = session_of(batch.df)
         runner.claim = WriteClaim()
         thread = threading.Thread(
@@ -256,8 +260,14 @@ class TimedWrite:
             return self.future.result()
         runner, batch = self.runner, self.runner.batch
         name = runner.sink.name
+        limit = f"its write_timeout_s={self.timeout_s:g} s"
+        if self.configured_s is not None and self.configured_s != self.timeout_s:
+            limit = (
+                f"{self.timeout_s:g} s (its write_timeout_s={self.configured_s:g} s, doubled "
+                "for each of its catch-up writes abandoned in a row)"
+            )
         error = SinkTimeoutError(
-            f"write did not return within its write_timeout_s={self.timeout_s:g} s (all "
+            f"write did not return within {limit} (all "
             f"attempts together; now at attempt {runner.attempt}); the batch went on without "
             "it: the sink lags, and the catch-up writes the batch from the spool once the "
             "abandoned write has ended (its Spark jobs, if any, were cancelled). Find what "

@@ -110,12 +110,17 @@ def write_all(
 
 
 def run_timed(
-    runner: SinkRunner, timeout_s: float, abandoned: AbandonedWrites, df: object
+    runner: SinkRunner,
+    timeout_s: float,
+    abandoned: AbandonedWrites,
+    df: object,
+    configured_s: float | None = None,
 ) -> SinkOutcome:
-    """Run ``runner`` in a thread of its own and wait for it at most ``timeout_s``
-    (:mod:`fanout.steps.timeout`); its Spark jobs inherit this thread's properties (``df``'s
-    session)."""
-    return _timed_outcome(TimedWrite.start(runner, timeout_s, abandoned, spark_threads(df)))
+    """Run ``runner`` in a thread of its own and wait for it at most ``timeout_s`` (the
+    sink's ``configured_s`` doubled, :mod:`fanout.steps.timeout`); its Spark jobs inherit
+    this thread's properties (``df``'s session)."""
+    threads = spark_threads(df)
+    return _timed_outcome(TimedWrite.start(runner, timeout_s, abandoned, threads, configured_s))
 
 
 def _timed_outcome(timed: TimedWrite) -> SinkOutcome:

@@ -218,6 +218,31 @@ def test_a_hung_catch_up_write_is_abandoned_too(tmp_path: Path) -> None:
         fan.close()
 
 
+def test_a_slow_catch_up_write_gets_twice_the_time_after_each_abandoned_one(
+    tmp_path: Path,
+) -> None:
+    slow = ScriptedSink("slow", always_fail=SinkWriteError("refused", sink="slow"))
+    fan = _fan(tmp_path, slow, 0.3)
+    _read_from(fan, {0: SchemaFrame([1, 2])})
+    fan.catchup.stop()  # the test drives the catch-up
+    try:
+        fan.process(SchemaFrame([1, 2]), BatchInfo("timed", 0, "q"))  # fails at once: lags
+        slow.always_fail, slow.on_write = None, lambda batch: time.sleep(0.45)  # back, slow
+        assert fan.catch_up(timeout_s=10)["slow"].state == "lagging"  # 0.3 s: abandoned
+        lags = fan.catch_up(timeout_s=10)  # waits for that write to end, then 0.6 s: written
+        assert [lags["slow"].state, slow.calls] == ["live", [(0, 1), (0, 1), (0, 1)]]
+        assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": 0}
+        errors = [e.error for e in fan.ledger.entries if e.status == "failed"]  # type: ignore[attr-defined]
+        assert len(errors) == 2 and errors[1] is not None
+        assert errors[1].startswith(
+            "SinkTimeoutError: sink 'slow', batch 0: write did not return within its "
+            "write_timeout_s=0.3 s (all attempts together; now at attempt 1)"
+        )
+        assert fan.catch_up(timeout_s=1)["slow"].state == "live"
+    finally:
+        fan.close()
+
+
 def test_a_write_that_returns_in_time_is_marked_as_without_a_timeout(tmp_path: Path) -> None:
     slow = ScriptedSink("slow")
     fan = _fan(tmp_path, slow, 5)
@@ -248,8 +273,8 @@ def test_close_does_not_wait_for_an_abandoned_write_for_ever(
             r.getMessage() for r in caplog.records if "still running at close" in r.getMessage()
         ]
         assert len(said) == 1 and said[0].startswith(
-            "pipeline timed, batch 0, sink slow: its write, abandoned after its "
-            "write_timeout_s=0.2 s, is still running at close"
+            "pipeline timed, batch 0, sink slow: its write, abandoned after 0.2 s "
+            "(write_timeout_s), is still running at close"
         )
         assert slow.closed == 0  # left open under its running write
         assert isinstance(SinkTimeoutError("x", sink="slow"), Exception)
