@@ -11,6 +11,7 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     │   └── DuplicateSinkTypeError  two plugins claim one sink type name
     ├── SinkError                   one sink, one batch
     │   ├── SinkWriteError          a write failed (chained ``from`` the cause)
+    │   ├── SinkTimeoutError        a lag sink's write passed its ``write_timeout_s``
     │   ├── SchemaMismatchError     the batch schema does not fit the target
     │   ├── RouteError              the sink's ``where``/``select`` failed on the batch's rows
     │   ├── PartitioningError       partition membership not stable, or changed mid-batch
@@ -138,6 +139,12 @@ class SinkWriteError(SinkError):
 class SinkResultError(SinkError):
     """A sink's write reported counts no batch can give (rows below zero, more rows than
     were routed to it): a bug in the sink. The batch fails for that sink, unmarked."""
+
+
+class SinkTimeoutError(SinkError):
+    """A sink with ``on_failure="lag"`` and ``write_timeout_s`` did not finish writing a
+    batch in time: the batch went on without it (it lags), or its catch-up waits for that
+    abandoned write to end (docs/architecture.md §14.9)."""
 
 
 class SchemaMismatchError(SinkError):

@@ -52,7 +52,12 @@ from fanout.partitioned.determinism import check_route as check_route_membership
 from fanout.recipe import Recipe
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes
-from fanout.sink_spec import SinkSpec, check_exclusive_resources, split_core_options
+from fanout.sink_spec import (
+    SinkSpec,
+    check_exclusive_resources,
+    check_write_timeout,
+    split_core_options,
+)
 from fanout.steps.admit import Admission
 from fanout.steps.catchup import CatchUp
 from fanout.steps.context import ContextReader
@@ -74,6 +79,7 @@ from fanout.steps.record import Recorder
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.state import BatchState
+from fanout.steps.timeout import CLOSE_WAIT_S, AbandonedWrite, AbandonedWrites
 from fanout.steps.unmarked import refuse_unmarked
 from fanout.steps.write import write_all
 
@@ -225,11 +231,14 @@ class FanOut:
         self._admission.guard.spooled = self.lagging.spooled_through
         if self.spool is not None:  # the refusals' `fanout recover` reads it too
             self._admission.guard.spool_location = command_location(self.spool.path)
+        self.abandoned = AbandonedWrites(self.pipeline)
+        """Writes abandoned at their sink's ``write_timeout_s``, while they run."""
         self.catchup = CatchUp(
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
             self._spark, probe_interval_s, ledger_location(self.ledger),
-            pipeline_file=self.pipeline_file,
+            pipeline_file=self.pipeline_file, abandoned=self.abandoned,
         )  # fmt: skip
+        self.abandoned.on_done = self.catchup.wake
         if self.spool is not None:
             self.spool.open()
             check_spooled_sinks(self.pipeline, self.specs, self.spool, self.lagging.needs)
@@ -263,6 +272,7 @@ class FanOut:
         specs: dict[str, SinkSpec] = {}
         for config in configs:
             if isinstance(config, SinkSpec):
+                check_write_timeout(config.name, config.lag)
                 spec = SinkSpec(
                     registry.build_sink(config.sink, types), config.route, config.retry, config.lag
                 )
@@ -346,9 +356,15 @@ class FanOut:
         return tuple(self._unopened)
 
     def close(self) -> None:
-        """Stop the catch-up and close every sink (call it when the query has stopped)."""
+        """Stop the catch-up and close every sink (call it when the query has stopped).
+        A write abandoned at its ``write_timeout_s`` and still running is waited for at
+        most :data:`fanout.steps.timeout.CLOSE_WAIT_S` (its Spark jobs cancelled again),
+        then left running, named in the log, and its sink left open."""
         self.catchup.stop()
+        running = {w.sink for w in self._abandoned_at_close()}
         for sink in self.sinks.values():
+            if sink.name in running:
+                continue
             try:
                 sink.close()
             except Exception:
@@ -358,6 +374,21 @@ class FanOut:
                     sink.name,
                     extra=batch_fields(self.pipeline, sink=sink.name),
                 )
+
+    def _abandoned_at_close(self) -> list[AbandonedWrite]:
+        still = self.abandoned.wait(CLOSE_WAIT_S)
+        for write in still:
+            log.warning(
+                "pipeline %s, batch %s, sink %s: its write, abandoned after %g s "
+                "(write_timeout_s), is still running at close (%.0f s since it started), "
+                "not waited for: the sink is left open. The batch is in the spool for the "
+                "sink: the next run writes it, and the sink's idempotency absorbs what this "
+                "write may still commit",
+                self.pipeline, write.key[1], write.sink, write.timeout_s,
+                time.monotonic() - write.since,
+                extra=batch_fields(self.pipeline, write.key[1], write.sink),
+            )  # fmt: skip
+        return still
 
     def __enter__(self) -> FanOut:
         return self
@@ -424,7 +455,9 @@ class FanOut:
             self.catchup,
             pipeline_file=self.pipeline_file,
         )  # 3a.
-        hold_back(state, self.lagging, self.specs, self.catchup, self._record)  # 3b. behind
+        hold_back(
+            state, self.lagging, self.specs, self.catchup, self._record, self.abandoned
+        )  # 3b. behind
         self._announce(state)
         if state.pending or state.lagging or state.lagged:  # lagged: could not be opened
             try:
@@ -450,6 +483,7 @@ class FanOut:
                         retry=self.retry,
                         parallelism=self.parallelism,
                         layouts=self._layouts,
+                        abandoned=self.abandoned,
                     )  # 5. write and 6. record, sink by sink
                 spool_for_lagging(state, self.lagging, self.specs, spooling)  # 6b. lagging
             finally:

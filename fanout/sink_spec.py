@@ -9,6 +9,7 @@ the sink's own.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ CORE_OPTIONS = (
     "on_failure",
     "max_lag",
     "backfill_from",
+    "write_timeout_s",
 )
 """Keys of a sink's dict configuration that fanout consumes itself."""
 
@@ -46,12 +48,16 @@ class LagPolicy:
         the query (``None``: no bound on age).
     :param backfill_from: the name of an append-mode, unrouted sink of the same pipeline
         whose batches this (new) sink receives first, in batch order, before going live.
+    :param write_timeout_s: (``on_failure="lag"`` only) how long a live batch waits for
+        this sink's write, all its attempts together; past it the batch goes on without
+        the sink, which lags as if its write had failed (:mod:`fanout.steps.timeout`).
     """
 
     on_failure: str = "stop"
     max_lag_batches: int | None = DEFAULT_MAX_LAG_BATCHES
     max_lag_s: float | None = None
     backfill_from: str | None = None
+    write_timeout_s: float | None = None
 
     @property
     def lags(self) -> bool:
@@ -129,7 +135,8 @@ def split_core_options(
 
 
 def lag_policy(name: str, options: Mapping[str, Any]) -> LagPolicy:
-    """The :class:`LagPolicy` of a sink's ``on_failure``, ``max_lag`` and ``backfill_from``.
+    """The :class:`LagPolicy` of a sink's ``on_failure``, ``max_lag``, ``backfill_from`` and
+    ``write_timeout_s``.
 
     ``max_lag`` is a number of batches, or ``{"batches": N, "age_s": S}`` (either or both;
     ``0``/absent ``batches`` with an ``age_s`` bounds age only).
@@ -159,12 +166,31 @@ def lag_policy(name: str, options: Mapping[str, Any]) -> LagPolicy:
     backfill = options.get("backfill_from")
     if backfill is not None and not (isinstance(backfill, str) and backfill.strip()):
         raise ConfigurationError(f"sink {name!r}: backfill_from must name another sink")
-    policy = LagPolicy(on_failure, batches, age, backfill)
+    timeout = _positive(name, "write_timeout_s", options.get("write_timeout_s"), float)
+    if timeout is not None and not math.isfinite(timeout):
+        raise ConfigurationError(f"sink {name!r}: write_timeout_s must be finite, not {timeout}")
+    policy = LagPolicy(on_failure, batches, age, backfill, timeout)
     if raw is not None and not policy.uses_spool:
         raise ConfigurationError(
             f"sink {name!r}: max_lag only applies with on_failure='lag' or backfill_from"
         )
+    check_write_timeout(name, policy)
     return policy
+
+
+def check_write_timeout(name: str, policy: LagPolicy) -> None:
+    """Refuse a ``write_timeout_s`` on a sink without ``on_failure="lag"``: a write
+    abandoned at its timeout leaves the batch to the spool and the catch-up, which only a
+    lag sink has."""
+    if policy.write_timeout_s is None or policy.lags:
+        return
+    raise ConfigurationError(
+        f"sink {name!r}: write_timeout_s={policy.write_timeout_s:g} only applies with "
+        f"on_failure='lag', not {policy.on_failure!r}: a write past its timeout is abandoned "
+        "and the batch goes on without the sink, which then has nowhere to get the batch "
+        "from but the spool and the catch-up of a lagging sink. Set on_failure='lag' (and "
+        "a spool), or remove write_timeout_s"
+    )
 
 
 def _positive(name: str, key: str, value: Any, kind: type) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.locations import command_location
-from fanout.errors import BackfillError, MissedBatchesError
+from fanout.errors import BackfillError, MissedBatchesError, SinkTimeoutError
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import LedgerEntry
 from fanout.observe.logs import batch_fields
@@ -33,7 +33,8 @@ from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey
 from fanout.steps.lag import Lagging
 from fanout.steps.record import Recorder
-from fanout.steps.write import SinkRunner
+from fanout.steps.timeout import AbandonedWrite, AbandonedWrites, write_timeout
+from fanout.steps.write import SinkOutcome, SinkRunner, run_timed
 
 log = logging.getLogger("fanout")
 
@@ -56,6 +57,8 @@ class CatchUp:
     :param probe_interval_s: how long a sink that failed waits before the next attempt.
     :param ledger_location: where the ledger is, for the messages.
     :param pipeline_file: the pipeline file (absolute), for the commands the messages name.
+    :param abandoned: the live writes abandoned at their ``write_timeout_s`` still running:
+        their sink is not written while one runs (:mod:`fanout.steps.timeout`).
     """
 
     def __init__(
@@ -70,8 +73,10 @@ class CatchUp:
         ledger_location: str,
         *,
         pipeline_file: str | None = None,
+        abandoned: AbandonedWrites | None = None,
     ) -> None:
         self.lagging = lagging
+        self.abandoned = abandoned
         self.ledger_location = ledger_location
         self.pipeline_file = pipeline_file
         self.specs = specs
@@ -86,6 +91,7 @@ class CatchUp:
         self._thread: threading.Thread | None = None
         self._starting = threading.Lock()
         self._waiting: set[tuple[str, BatchKey]] = set()
+        self._timed_out: dict[str, int] = {}  # catch-up writes abandoned in a row, by sink
 
     # -- the thread ------------------------------------------------------------------
 
@@ -176,7 +182,7 @@ class CatchUp:
         an Exception (an interrupt, an exit) is recorded, then raised on in this thread."""
         with self._locks[sink]:
             while not until():
-                outcome = self._write_next(sink)
+                outcome = self._write_next(sink, wait=True)
                 if outcome is None:
                     return None
                 if not isinstance(outcome, BaseException):
@@ -205,12 +211,20 @@ class CatchUp:
                 return error  # done, or waiting for the operator: no retry helps
         return error
 
-    def _write_next(self, sink: str) -> bool | BaseException | None:
+    def _write_next(self, sink: str, *, wait: bool = False) -> bool | BaseException | None:
         """Write the oldest batch ``sink`` needs: ``True`` (written), the error, or
-        ``None`` when it needs none."""
+        ``None`` when it needs none. ``wait``: in the caller's thread (a drain), a write
+        of the sink abandoned at its ``write_timeout_s`` and still running (its Spark jobs
+        cancelled, it usually ends soon) is waited for up to that timeout first."""
         backlog = self.lagging.backlog(sink)
         if not backlog:
             return None  # a backfill is finished only at a batch's start (hold_back)
+        running = None if self.abandoned is None else self.abandoned.running(sink)
+        if running is not None and wait:
+            running.done.wait(running.timeout_s)
+            running = self.abandoned.running(sink) if self.abandoned is not None else None
+        if running is not None:  # it may still commit: write the sink once it has ended
+            return self._wait_for_abandoned(running)
         if not self.lagging.settled(backlog.keys[0]):
             self._wait_for_settling(sink, backlog.keys[0])
             return None  # not an error: its replay settles it, and wakes the thread
@@ -221,6 +235,19 @@ class CatchUp:
             return gap
         error = self.write(sink, backlog.keys[0])
         return True if error is None else error
+
+    def _wait_for_abandoned(self, running: AbandonedWrite) -> SinkTimeoutError:
+        """The error of a catch-up of a sink whose abandoned live write still runs (said
+        once per write in the log)."""
+        error = running.still_running()
+        if not running.told:
+            running.told = True
+            log.info(
+                "pipeline %s, batch %s, sink %s: not caught up yet: %s",
+                self.lagging.pipeline, running.key[1], running.sink, error,
+                extra=batch_fields(self.lagging.pipeline, running.key[1], running.sink),
+            )  # fmt: skip
+        return error
 
     def _wait_for_settling(self, sink: str, key: BatchKey) -> None:
         """Say once per (sink, batch) that ``sink``'s next batch waits for Spark to settle
@@ -288,9 +315,8 @@ class CatchUp:
                 given.df, info, sink, txn_app_id(info.pipeline, sink, info.epoch),
                 route=given.stamp(spec.route), _arrow=given.arrow,
             )  # fmt: skip
-            outcome = SinkRunner(
-                spec.sink, batch, given, self.record, ONE_ATTEMPT, self.hooks
-            ).run()
+            runner = SinkRunner(spec.sink, batch, given, self.record, ONE_ATTEMPT, self.hooks)
+            outcome = self._run_write(runner, sink, given.df)
         finally:
             routes.release()
         if outcome.error is not None:
@@ -304,6 +330,25 @@ class CatchUp:
             extra=batch_fields(info.pipeline, info.batch_id, sink),
         )  # fmt: skip
         return None
+
+    def _run_write(self, runner: SinkRunner, sink: str, df: Any) -> SinkOutcome:
+        """Run the catch-up write; that of a sink with ``write_timeout_s`` is bounded too (a
+        hung one would keep the sink's lock, which a max_lag drain and the final catch-up
+        wait for, and its stuck tasks the executors' cores), by a bound that doubles with
+        each catch-up write of the sink abandoned in a row (at most 64 times the timeout):
+        a cancelled write's next one may start cold (Spark's Python workers killed), and
+        must not be abandoned for ever."""
+        timeout = write_timeout(self.specs[sink])
+        if timeout is None or self.abandoned is None:
+            return runner.run()
+        missed = self._timed_out.get(sink, 0)
+        bound = timeout * 2 ** min(missed, 6)
+        outcome = run_timed(runner, bound, self.abandoned, df, timeout)
+        if isinstance(outcome.error, SinkTimeoutError) and self.abandoned.running(sink):
+            self._timed_out[sink] = missed + 1
+        else:
+            self._timed_out.pop(sink, None)
+        return outcome
 
     def _read(self, sink: str, key: BatchKey) -> tuple[Any, BatchInfo]:
         spool = self.lagging.spool

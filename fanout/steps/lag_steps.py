@@ -34,6 +34,7 @@ from fanout.steps.catchup import CatchUp
 from fanout.steps.lag import Backlog, Lagging, over_limit, sinks_in
 from fanout.steps.record import Recorder
 from fanout.steps.state import BatchState
+from fanout.steps.timeout import AbandonedWrites
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -173,11 +174,15 @@ def hold_back(
     specs: Mapping[str, SinkSpec],
     catchup: CatchUp,
     record: Recorder,
+    abandoned: AbandonedWrites | None = None,
 ) -> None:
     """Step 3b: take out of ``state.pending`` every sink still behind (its batches come
     from the catch-up, in order); one past its ``max_lag`` is drained here first, and
     stops the query with :class:`fanout.LagLimitError` if it cannot catch up. A lag-policy
-    sink that could not be opened yet is tried once; still closed, it misses the batch.
+    sink that could not be opened yet is tried once; still closed, it misses the batch,
+    and so does one whose write of an earlier batch, abandoned at its ``write_timeout_s``,
+    still runs (``abandoned``; that batch, spooled, keeps it behind, unless its spooling
+    failed and it is replayed).
     First, a batch whose id the spool holds from another query or plan is refused
     (:meth:`fanout.spool.table.Spool.check`), before any sink writes it."""
     if not lagging.sinks:
@@ -194,6 +199,10 @@ def hold_back(
             record.failed(batch, 1, now_utc(), 0.0, error)
             continue
         backlog = lagging.backlog(name)
+        if not backlog and abandoned is not None and (running := abandoned.running(name)):
+            state.pending.remove(name)
+            state.lagged[name] = running.still_running()
+            continue
         if not backlog:
             lagging.finished_backfill(name)  # live with this batch: the source holds no newer
             continue

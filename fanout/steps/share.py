@@ -66,6 +66,8 @@ def shares_tasks(spec: SinkSpec) -> bool:
     sink = spec.sink
     if isinstance(sink, PartitionedSink) and type(sink).write is not PartitionedSink.write:
         return False
+    if spec.lag.lags and spec.lag.write_timeout_s is not None:
+        return False  # written in a thread of its own, its jobs cancelled at its timeout
     return spec.route.is_identity and sink.shares_tasks()
 
 

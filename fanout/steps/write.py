@@ -19,6 +19,7 @@ from fanout.errors import (
     LedgerError,
     SinkError,
     SinkResultError,
+    SinkTimeoutError,
     SinkWriteError,
 )
 from fanout.hooks.caller import HookCaller
@@ -33,6 +34,12 @@ from fanout.steps.result_check import check_counts
 from fanout.steps.share import SharedPass, shared_passes
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.state import BatchState
+from fanout.steps.timeout import (
+    AbandonedWrites,
+    TimedWrite,
+    WriteClaim,
+    write_timeout,
+)
 
 log = logging.getLogger("fanout")
 
@@ -47,16 +54,21 @@ def write_all(
     retry: RetryPolicy,
     parallelism: int | None = None,
     layouts: RecentLayouts | None = None,
+    abandoned: AbandonedWrites | None = None,
 ) -> None:
     """Write (and mark) every pending sink, in parallel threads (at most ``parallelism``);
     fills ``state.results`` and ``state.failures``. A sink's failure never stops another.
-    ``layouts``: the shared jobs' last input layouts (:mod:`fanout.steps.shared_frame`)."""
+    ``layouts``: the shared jobs' last input layouts (:mod:`fanout.steps.shared_frame`).
+    A sink with a ``write_timeout_s`` is written in a thread of its own, outside that bound,
+    and waited for only that long (:mod:`fanout.steps.timeout`; its abandoned writes are
+    kept in ``abandoned``)."""
     writing = WritingSinks()  # a written sink's mark waits for those still writing
     batches = {
         name: _batch_for(state, name, routes.input_for(name), specs[name]) for name in state.pending
     }
+    timeouts = {n: t for n in state.pending if (t := write_timeout(specs[n])) is not None}
     # this thread's Spark properties, captured once for every thread that starts jobs
-    threads = spark_threads(state.df) if len(state.pending) > 1 else None
+    threads = spark_threads(state.df) if len(state.pending) > 1 or timeouts else None
     passes = shared_passes(state.share_groups, routes.df, batches, specs, layouts, threads)
     runners = [
         SinkRunner(
@@ -71,7 +83,18 @@ def write_all(
         )
         for name in state.pending
     ]
-    if len(runners) == 1:
+    timed: list[TimedWrite] = []
+    if timeouts:
+        assert threads is not None
+        for runner in [r for r in runners if r.sink.name in timeouts]:
+            runners.remove(runner)
+            runner.writing = WritingSinks().member()  # no other sink's mark waits for it
+            kept = abandoned if abandoned is not None else AbandonedWrites(state.info.pipeline)
+            timeout = timeouts[runner.sink.name]
+            timed.append(TimedWrite.start(runner, timeout, kept, threads))
+    if not runners:
+        outcomes = []
+    elif len(runners) == 1:
         outcomes = [runners[0].run()]
     else:
         workers = min(parallelism or len(runners), len(runners))
@@ -82,9 +105,32 @@ def write_all(
             assert threads is not None
             tasks = [threads(r.run) for r in runners]
             outcomes = list(pool.map(lambda task: task(), tasks))
+    outcomes += [_timed_outcome(t) for t in timed]  # each waits what is left of its time
     state.results.update({o.sink: o.result for o in outcomes if o.result is not None})
     state.failures.update({o.sink: o.error for o in outcomes if o.error is not None})
     state.aborted = next((o.abort for o in outcomes if o.abort is not None), state.aborted)
+
+
+def run_timed(
+    runner: SinkRunner,
+    timeout_s: float,
+    abandoned: AbandonedWrites,
+    df: object,
+    configured_s: float | None = None,
+) -> SinkOutcome:
+    """Run ``runner`` in a thread of its own and wait for it at most ``timeout_s`` (the
+    sink's ``configured_s`` doubled, :mod:`fanout.steps.timeout`); its Spark jobs inherit
+    this thread's properties (``df``'s session)."""
+    threads = spark_threads(df)
+    return _timed_outcome(TimedWrite.start(runner, timeout_s, abandoned, threads, configured_s))
+
+
+def _timed_outcome(timed: TimedWrite) -> SinkOutcome:
+    got = timed.outcome()
+    if isinstance(got, SinkTimeoutError):  # abandoned
+        return SinkOutcome(timed.runner.sink.name, error=got)
+    assert isinstance(got, SinkOutcome)
+    return got
 
 
 def _batch_for(state: BatchState, name: str, given: SinkInput, spec: SinkSpec) -> Batch:
@@ -149,6 +195,11 @@ class SinkRunner:
     hooks: HookCaller
     writing: SinkWriting = field(default_factory=lambda: WritingSinks().member())
     shared: SharedPass | None = None
+    claim: WriteClaim | None = None
+    """Set for a write with a timeout: once abandoned, it neither retries nor marks."""
+    attempt: int = 0
+    """The attempt in progress (0 before the first)."""
+    _began: tuple[datetime, float] | None = field(default=None, init=False, repr=False)
 
     def run(self) -> SinkOutcome:
         """Never raises for a sink's own failure: returns it in the outcome. A write raising
@@ -167,8 +218,10 @@ class SinkRunner:
         attempt = 0
         while True:
             attempt += 1
+            self.attempt = attempt
             batch = replace(self.batch, attempt=attempt)
             started, clock = now_utc(), time.perf_counter()
+            self._began = (started, clock)
             self.hooks.call("fanout_sink_start", info=info, sink=name, attempt=attempt)
             self.writing.start()
             try:
@@ -187,12 +240,14 @@ class SinkRunner:
                 self.writing.release()
                 error, will_retry = self._failure(exc, attempt)
                 self._failed(attempt, started, clock, error, will_retry)
-                if not will_retry:
+                if not will_retry or self._abandoned():
                     abort = None if isinstance(exc, Exception) else exc
                     return SinkOutcome(name, error=error, abort=abort)
                 time.sleep(self.retry.delay(attempt))
                 continue
             duration = time.perf_counter() - clock
+            if self.claim is not None and not self.claim.mark():  # the batch went on without it
+                return SinkOutcome(name, error=SinkWriteError("abandoned", sink=name))
             self.hooks.call(
                 "fanout_sink_done", info=info, sink=name, result=result, duration_s=duration
             )
@@ -223,6 +278,15 @@ class SinkRunner:
                 extra=batch_fields(info.pipeline, info.batch_id, name),
             )
             return SinkOutcome(name, result=result)
+
+    def _abandoned(self) -> bool:
+        return self.claim is not None and self.claim.abandoned
+
+    def timed_out(self, error: Exception) -> None:
+        """The batch went on without this write (:mod:`fanout.steps.timeout`): log and
+        record its attempt in progress as failed with ``error``."""
+        started, clock = self._began or (now_utc(), time.perf_counter())
+        self._failed(max(self.attempt, 1), started, clock, error, False)
 
     def _failure(self, exc: BaseException, attempt: int) -> tuple[Exception, bool]:
         """The error to record for ``exc`` (naming sink and batch, secrets masked) and

@@ -1,0 +1,296 @@
+"""A lag sink's ``write_timeout_s`` (docs/architecture.md §14.9): its write runs in a
+thread of its own; a batch that waited that long for it goes on without it.
+
+The write is then *abandoned*, not stopped: its Spark jobs (run under a job tag of their
+own) are cancelled, but Python code cannot be interrupted and may still commit to the
+sink's target later. So the abandoned write never writes a ledger mark once abandoned
+(:class:`WriteClaim`), and :class:`AbandonedWrites` keeps it until it ends: the catch-up
+and the live path do not write that sink while it runs (two writes of one batch at once
+are not safe for a sink that checks "already written?" before writing); once it has
+ended, the catch-up writes the batch from the spool, and the sink's idempotency finds a
+late commit there and skips it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fanout.contract.batch import Batch
+from fanout.contract.sessions import ThreadWrapper, is_connect, session_of
+from fanout.contract.sink import Sink
+from fanout.errors import SinkTimeoutError
+from fanout.observe.logs import batch_fields
+from fanout.sink_spec import SinkSpec
+from fanout.spool.table import BatchKey
+
+log = logging.getLogger("fanout")
+
+CLOSE_WAIT_S = 10.0
+"""How long :meth:`fanout.FanOut.close` waits for abandoned writes still running."""
+
+
+def write_timeout(spec: SinkSpec) -> float | None:
+    """The sink's ``write_timeout_s`` (``None``: its batch waits for its write)."""
+    return spec.lag.write_timeout_s if spec.lag.lags else None
+
+
+class WriteClaim:
+    """Who ends a timed write: its own ledger mark, or the batch abandoning it. Whichever
+    comes first wins, so an abandoned write never marks the batch (the catch-up's replay
+    does), and a write that is marking is waited for, never abandoned."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state: str | None = None
+
+    def mark(self) -> bool:
+        """The write returned: may it mark the batch (it was not abandoned)?"""
+        with self._lock:
+            self._state = self._state or "marking"
+            return self._state == "marking"
+
+    def abandon(self) -> bool:
+        """The batch's wait is over: abandon the write, unless it is marking already."""
+        with self._lock:
+            self._state = self._state or "abandoned"
+            return self._state == "abandoned"
+
+    @property
+    def abandoned(self) -> bool:
+        """Whether the batch went on without this write."""
+        with self._lock:
+            return self._state == "abandoned"
+
+
+class TimedRunner(Protocol):
+    """What :class:`TimedWrite` runs: a :class:`fanout.steps.write.SinkRunner`."""
+
+    sink: Sink
+    batch: Batch
+    claim: WriteClaim | None
+    attempt: int
+
+    def run(self) -> Any:
+        """Write, retry, mark; return the outcome."""
+
+    def timed_out(self, error: Exception) -> None:
+        """Log and record the attempt in progress as failed with ``error``."""
+
+
+@dataclass
+class AbandonedWrite:
+    """A write of batch ``key`` to ``sink`` that the batch went on without."""
+
+    sink: str
+    key: BatchKey
+    timeout_s: float
+    tag: str
+    cancel: Callable[[], None]
+    done: threading.Event
+    since: float = field(default_factory=time.monotonic)
+    told: bool = False  # the catch-up said once that it waits for it
+
+    def still_running(self) -> SinkTimeoutError:
+        """The error of a catch-up or live write of the sink while this one runs."""
+        return SinkTimeoutError(
+            f"its write of batch {self.key[1]} (epoch {self.key[0]}), abandoned after "
+            f"{self.timeout_s:g} s (write_timeout_s), is still running "
+            f"({time.monotonic() - self.since:.0f} s since): the sink is written again only "
+            "once it has ended (two writes of one batch at once are not safe); find what "
+            "holds the sink's target (a lock, a stalled connection)",
+            sink=self.sink,
+            batch_id=self.key[1],
+        )
+
+
+class AbandonedWrites:
+    """The abandoned writes of one :class:`fanout.FanOut` still running, by sink.
+
+    ``on_done`` is called (from the write's thread) when one ends: the catch-up may go on.
+    """
+
+    def __init__(self, pipeline: str) -> None:
+        self.pipeline = pipeline
+        self.on_done: Callable[[], None] = lambda: None
+        self._lock = threading.Lock()
+        self._writes: dict[str, AbandonedWrite] = {}
+
+    def add(self, write: AbandonedWrite) -> None:
+        """Keep ``write`` until it ends."""
+        with self._lock:
+            self._writes[write.sink] = write
+
+    def running(self, sink: str) -> AbandonedWrite | None:
+        """``sink``'s abandoned write, while it runs (nothing to look up when none was
+        ever abandoned)."""
+        if not self._writes:
+            return None
+        with self._lock:
+            write = self._writes.get(sink)
+            if write is not None and write.done.is_set():
+                del self._writes[sink]
+                return None
+            return write
+
+    def wait(self, timeout_s: float) -> list[AbandonedWrite]:
+        """Cancel the Spark jobs of every abandoned write still running again (it may have
+        started more since), wait up to ``timeout_s`` for them to end, and return those
+        still running."""
+        with self._lock:
+            writes = list(self._writes.values())
+        deadline = time.monotonic() + timeout_s
+        for write in writes:
+            if not write.done.is_set():
+                write.cancel()
+        for write in writes:
+            write.done.wait(max(0.0, deadline - time.monotonic()))
+        return [w for w in writes if not w.done.is_set()]
+
+
+@dataclass
+class TimedWrite:
+    """One sink's write of one batch in a thread of its own, waited for up to its
+    ``write_timeout_s`` (counted from its start, all attempts together)."""
+
+    runner: TimedRunner
+    timeout_s: float
+    abandoned: AbandonedWrites
+    future: Future[Any] = field(default_factory=Future)
+    done: threading.Event = field(default_factory=threading.Event)
+    started: float = field(default_factory=time.monotonic)
+    tag: str = ""
+    session: Any = None
+    configured_s: float | None = None  # the sink's write_timeout_s, when not timeout_s
+
+    @classmethod
+    def start(
+        cls,
+        runner: TimedRunner,
+        timeout_s: float,
+        abandoned: AbandonedWrites,
+        threads: ThreadWrapper,
+        configured_s: float | None = None,
+    ) -> TimedWrite:
+        """Start ``runner`` in a new daemon thread (never a pool's: a write that never
+        returns would hold the slot for good, and block the interpreter's exit), to be
+        waited for ``timeout_s`` (the sink's ``configured_s`` doubled, for the catch-up)."""
+        batch = runner.batch
+        tag = f"fanout-{batch.pipeline}-{runner.sink.name}-{batch.info.epoch}-{batch.batch_id}"
+        timed = cls(runner, timeout_s, abandoned, tag=f"{tag}-{uuid.uuid4().hex[:8]}")
+        timed.configured_s = configured_s
+        timed.session = session_of(batch.df)
+        runner.claim = WriteClaim()
+        thread = threading.Thread(
+            target=threads(timed._run),
+            name=f"fanout-{batch.pipeline}-{runner.sink.name}-timed",
+            daemon=True,
+        )
+        thread.start()
+        return timed
+
+    def _run(self) -> None:
+        untag = self._tag()
+        try:
+            self.future.set_result(self.runner.run())
+        except BaseException as exc:  # handed to the batch's thread, or logged if abandoned
+            self.future.set_exception(exc)
+        finally:
+            try:
+                untag()
+            finally:
+                self.done.set()
+                claim = self.runner.claim
+                if claim is not None and claim.abandoned:
+                    self._ended_abandoned()
+
+    def _tag(self) -> Callable[[], None]:
+        """Run this thread's Spark jobs under the write's own tag, interrupted on cancel;
+        return what removes it."""
+        spark = self.session
+        if spark is None:
+            return lambda: None
+        if is_connect(spark):
+            spark.addTag(self.tag)
+            return lambda: spark.removeTag(self.tag)
+        context = spark.sparkContext
+        context.addJobTag(self.tag)
+        context.setInterruptOnCancel(True)
+        return lambda: context.removeJobTag(self.tag)
+
+    def cancel(self) -> None:
+        """Cancel the Spark jobs running under the write's tag (interrupting their tasks);
+        what the write does in Python goes on."""
+        spark = self.session
+        if spark is None:
+            return
+        try:
+            if is_connect(spark):
+                spark.interruptTag(self.tag)
+            else:
+                spark.sparkContext.cancelJobsWithTag(self.tag)
+        except Exception as exc:  # the session may be stopping: the write goes on, waited for
+            batch = self.runner.batch
+            log.warning(
+                "pipeline %s, batch %s, sink %s: cannot cancel the Spark jobs of its abandoned "
+                "write (tag %s): %s",
+                batch.pipeline, batch.batch_id, self.runner.sink.name, self.tag, exc,
+                extra=batch_fields(batch.pipeline, batch.batch_id, self.runner.sink.name),
+            )  # fmt: skip
+
+    def outcome(self) -> Any:
+        """What the runner returned, or, once ``write_timeout_s`` has passed since it
+        started, the sink's :class:`fanout.SinkTimeoutError`: the write is abandoned (its
+        Spark jobs cancelled, kept in :class:`AbandonedWrites` until it ends)."""
+        left = self.started + self.timeout_s - time.monotonic()
+        try:
+            return self.future.result(timeout=max(0.0, left))
+        except FutureTimeout:
+            pass
+        claim = self.runner.claim
+        assert claim is not None
+        if not claim.abandon():  # written in time, marking now: the mark is waited for
+            return self.future.result()
+        runner, batch = self.runner, self.runner.batch
+        name = runner.sink.name
+        limit = f"its write_timeout_s={self.timeout_s:g} s"
+        if self.configured_s is not None and self.configured_s != self.timeout_s:
+            limit = (
+                f"{self.timeout_s:g} s (its write_timeout_s={self.configured_s:g} s, doubled "
+                "for each of its catch-up writes abandoned in a row)"
+            )
+        error = SinkTimeoutError(
+            f"write did not return within {limit} (all "
+            f"attempts together; now at attempt {runner.attempt}); the batch went on without "
+            "it: the sink lags, and the catch-up writes the batch from the spool once the "
+            "abandoned write has ended (its Spark jobs, if any, were cancelled). Find what "
+            "holds the sink's target (a lock, a stalled connection), or raise write_timeout_s",
+            sink=name,
+            batch_id=batch.batch_id,
+        )
+        key = (batch.info.epoch, batch.batch_id)
+        write = AbandonedWrite(name, key, self.timeout_s, self.tag, self.cancel, self.done)
+        write.since = self.started
+        self.abandoned.add(write)
+        self.cancel()
+        runner.timed_out(error)
+        return error
+
+    def _ended_abandoned(self) -> None:
+        batch, name = self.runner.batch, self.runner.sink.name
+        log.warning(
+            "pipeline %s, batch %s, sink %s: its abandoned write ended %.1f s after it started "
+            "(write_timeout_s=%g s); not marked: the catch-up writes the batch from the "
+            "spool, and the sink finds there what that write committed",
+            batch.pipeline, batch.batch_id, name, time.monotonic() - self.started,
+            self.timeout_s,
+            extra=batch_fields(batch.pipeline, batch.batch_id, name),
+        )  # fmt: skip
+        self.abandoned.on_done()
