@@ -57,6 +57,7 @@ from fanout_kafka.options import (
     secret_values,
 )
 from fanout_kafka.records import RECORD_BATCH_HEADER_BYTES, Encoder, batch_headers
+from fanout_kafka.rivals import speculation_of
 from fanout_kafka.settings import WriterSettings, producer_config, scope_of
 from fanout_kafka.task import KafkaPartitionWriter
 from fanout_kafka.turns import needs_turns, turn_file
@@ -192,6 +193,7 @@ class KafkaSink(PartitionedSink):
         self._held_admin: dict[str, Any] | None = None  # open() to close()
         self._replay_read: _ReplayRead | None = None  # check_replay() to the next write
         self._taken: _ReplayRead | None = None  # that write's, until its marker read
+        self._speculation: bool | None = None  # spark.speculation, at the first batch
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -440,7 +442,14 @@ class KafkaSink(PartitionedSink):
             route=route_of(batch).fingerprint,
             route_earlier=route_of(batch).earlier,
             max_batch_bytes=self._max_batch_bytes,
+            speculation=self._speculation_of(batch),
         )
+
+    def _speculation_of(self, batch: Batch) -> bool | None:
+        """``spark.speculation`` of the batch's session, read once (a static setting)."""
+        if self._speculation is None:
+            self._speculation = speculation_of(batch.df)
+        return self._speculation
 
     @property
     def _key_columns(self) -> tuple[str, ...] | None:
