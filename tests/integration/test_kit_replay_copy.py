@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -35,9 +36,13 @@ def rdd_id(df: Any) -> int:
 
 class Copies:
     """Records the RDD of every copy the kit takes (and that it holds blocks then);
-    ``lose``: drop the copy's blocks at once, as an executor lost with them would."""
+    ``lose``: called on the first copy, to lose its blocks (:func:`drop_blocks`, or an
+    executor killed)."""
 
-    def __init__(self, spark: Any, monkeypatch: pytest.MonkeyPatch, *, lose: int = 0) -> None:
+    def __init__(
+        self, spark: Any, monkeypatch: pytest.MonkeyPatch,
+        lose: Callable[[Any], None] | None = None,
+    ) -> None:  # fmt: skip
         self.ids: list[int] = []
         self.lose = lose
         take = kit.snapshot
@@ -46,12 +51,17 @@ class Copies:
             copy = take(given)
             self.ids.append(rdd_id(copy.df))
             assert self.ids[-1] in stored_rdds(spark)
-            if self.lose:
-                self.lose -= 1
-                copy.df._jdf.queryExecution().analyzed().rdd().unpersist(True)
+            lose, self.lose = self.lose, None
+            if lose is not None:
+                lose(copy.df)
             return copy
 
         monkeypatch.setattr(kit, "snapshot", snapshot)
+
+
+def drop_blocks(copy: Any) -> None:
+    """The copy's blocks gone, as with an executor lost with them."""
+    copy._jdf.queryExecution().analyzed().rdd().unpersist(True)
 
 
 def half_written(spark: Any, tmp_path: Path) -> tuple[RouteRecordingSink, Batch, Path]:
@@ -100,7 +110,7 @@ def test_a_lost_block_of_the_copy_fails_the_attempt_as_transient_and_the_next_ta
 ) -> None:
     sink, replay, out = half_written(spark, tmp_path)
     kept = len(read_rows(out))
-    copies = Copies(spark, monkeypatch, lose=1)
+    copies = Copies(spark, monkeypatch, drop_blocks)
     with pytest.raises(TransientSinkError) as lost:
         sink.write(replay)
     message = str(lost.value)
