@@ -159,12 +159,13 @@ class PartitionWriter:
             )
         except Exception as exc:
             kind, transient = classify(exc)
-            attempt = task_attempt()
-            rival = rival_reason(self.settings.speculation, attempt)
-            if kind in TAKEN_OVER and (
-                done := self._committed_by_another(records, bad, kind, waits=rival is not None)
-            ):
-                return done
+            attempt, rival = None, "not taken over"
+            if kind in TAKEN_OVER:
+                attempt = task_attempt()
+                rival = rival_reason(self.settings.speculation, attempt)
+                waits = rival is not None
+                if done := self._committed_by_another(records, bad, kind, waits=waits):
+                    return done
             message = self._describe(exc, kind)
             if kind == "fenced" and rival is None:
                 message += lone_fencing(self.transactional_id, attempt)

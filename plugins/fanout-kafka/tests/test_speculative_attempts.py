@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -146,6 +147,15 @@ def test_a_fenced_attempt_without_a_possible_rival_fails_at_once(
     assert f"transactional id 'fanout/{pipeline}/events-0'" in failed.failure.message
     assert committed(kafka, topic) == []
     assert marker(kafka.bootstrap, pipeline, "events", 0, "__fanout_markers") == -1001
+
+
+def test_a_task_reads_its_attempt_number(spark: Any) -> None:
+    """Inside a Spark task (a Python worker), as a fenced partition asks it."""
+    from fanout_kafka.rivals import task_attempt
+
+    rdd = spark.sparkContext.parallelize([0, 1], 2)
+    assert rdd.map(lambda _: task_attempt()).collect() == [0, 0]
+    assert task_attempt() is None  # the driver
 
 
 def committed(kafka: Broker, topic: str) -> list[tuple[str, str]]:
