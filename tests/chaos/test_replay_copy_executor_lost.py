@@ -20,8 +20,8 @@ import pytest
 
 from fanout.errors import TransientSinkError
 from tests.chaos.executor_kills import executors_of
-from tests.integration.test_kit_replay_copy import ROWS, Copies, half_written, released
 from tests.integration.kit_route_sink import read_rows
+from tests.integration.test_kit_replay_copy import ROWS, Copies, half_written, released
 
 REPO = Path(__file__).resolve().parents[2]
 ON_CLUSTER = os.environ.get("FANOUT_TEST_MASTER") == "cluster"

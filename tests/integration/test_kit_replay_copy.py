@@ -7,9 +7,9 @@ attempt takes a new copy. Real local Spark, the sink of tests/integration/kit_ro
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import pytest

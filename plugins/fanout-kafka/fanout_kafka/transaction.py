@@ -159,7 +159,8 @@ class PartitionWriter:
             )
         except Exception as exc:
             kind, transient = classify(exc)
-            attempt, rival = None, "not taken over"
+            attempt: int | None = None
+            rival: str | None = "not taken over"
             if kind in TAKEN_OVER:
                 attempt = task_attempt()
                 rival = rival_reason(self.settings.speculation, attempt)

@@ -118,9 +118,7 @@ def test_an_original_fenced_by_a_copy_still_writing_waits_for_its_commit(
     assert marker(kafka.bootstrap, pipeline, "events", 0, "__fanout_markers") == 1
 
 
-def test_a_fenced_attempt_without_a_possible_rival_fails_at_once(
-    kafka: Broker, topic: str
-) -> None:
+def test_a_fenced_attempt_without_a_possible_rival_fails_at_once(kafka: Broker, topic: str) -> None:
     """Speculation off and the first attempt (here: no task at all, as on the driver):
     nothing Spark runs can commit the partition, so the fencing is not waited out
     (``transaction_timeout_ms``, here 20 s) but reported at once, saying where it came from."""
