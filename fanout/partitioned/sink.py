@@ -24,8 +24,10 @@ Per-partition commit hooks (``fanout_partition_commit`` just before a partition 
 
 from __future__ import annotations
 
+import logging
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
@@ -48,6 +50,8 @@ from fanout.partitioned.membership import (
 from fanout.partitioned.outcome import RESULT_DDL, PartitionOutcome
 from fanout.partitioned.replay_route import check_routes, recorded_routes
 from fanout.partitioned.task import CommitHooks, HookPlugins, PartitionTask
+
+log = logging.getLogger("fanout")
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
@@ -86,11 +90,20 @@ class PreparedPartitions:
     :param given: the sink's partition input.
     :param task: the picklable partition task.
     :param partitioning: builds :attr:`parted`.
+    :param snapshot: the local checkpoint ``given`` reads on a replay that skips committed
+        partitions (:func:`snapshot`), released by :meth:`release`; ``None`` otherwise.
     """
 
     given: PartitionInput
     task: PartitionTask
     partitioning: Callable[[], Any] = field(repr=False)
+    snapshot: Any = field(default=None, repr=False)
+
+    def release(self) -> None:
+        """Drop the executors' blocks of :attr:`snapshot` once the write is done (written
+        or failed: a new attempt takes a new copy); see :func:`release_snapshot`."""
+        if self.snapshot is not None:
+            release_snapshot(self.snapshot)
 
     @cached_property
     def parted(self) -> Any:
@@ -110,6 +123,50 @@ def snapshot(given: PartitionInput) -> PartitionInput:
     fails the job instead of recomputing it. Written alone, not in a shared job, which
     would read the batch anew (``renamed`` dropped)."""
     return replace(given, df=given.df.localCheckpoint(eager=True), renamed=None)
+
+
+def release_snapshot(df: Any) -> None:
+    """Drop the blocks of the local checkpoint ``df`` (:func:`snapshot`) from the executors.
+    ``df.unpersist()`` does not (it drops only what ``cache()`` registered); the
+    checkpointed RDD's own ``unpersist`` does. Left alone, they stayed until Spark's
+    cleaner ran after the driver's JVM collected the RDD: the batch's rows held on the
+    executors beside the next batches. Under Spark Connect (no JVM object at hand) the
+    server releases its copy when the DataFrame is collected, as before."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return
+    try:
+        jdf.queryExecution().analyzed().rdd().unpersist(False)
+    except Exception as exc:  # releasing is best effort: the cleaner still drops them
+        log.warning("the replay's local checkpoint was not released: %s", exc)
+
+
+LOST_COPY = "CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND"
+"""Spark's error class for a local checkpoint's block lost with its executor."""
+
+
+@contextmanager
+def copy_kept(batch: Batch, sink: str, snapshot: Any) -> Iterator[None]:
+    """Turn the failure of a job that read a lost block of the replay's copy
+    (:func:`snapshot`) into a :class:`TransientSinkError` saying so: Spark does not
+    recompute a local checkpoint, so the attempt cannot complete, and the next attempt
+    (fanout's retry, or the restarted query's replay) takes a new copy and checks it
+    again. Any other failure passes unchanged."""
+    try:
+        yield
+    except TransientSinkError:
+        raise
+    except Exception as exc:
+        if snapshot is None or LOST_COPY not in str(exc):
+            raise
+        raise TransientSinkError(
+            "an executor holding part of this replay's copy of the batch (the local "
+            "checkpoint its committed partitions were checked against) was lost "
+            f"({LOST_COPY}): Spark does not recompute such a copy, so this attempt "
+            "fails before any further partition commits what it cannot check; the next "
+            "attempt takes a new copy of the batch and checks it again",
+            sink=sink, batch_id=batch.batch_id,
+        ) from exc  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -212,7 +269,7 @@ class PartitionedSink(Sink):
             return self.finish_partitions(batch, prepared, outcomes)
 
         def alone() -> SinkResult:
-            return self.finish_partitions(batch, prepared, self.run_partitions(prepared))
+            return self.write_prepared(batch, prepared)
 
         return SharedWrite(prepared.task, tuple(given.renamed or ()), shape, finish, alone,
                            membership=given.membership)  # fmt: skip
@@ -299,7 +356,18 @@ class PartitionedSink(Sink):
         """Check the target answers, partition, check, write every partition from the
         executors, roll up."""
         prepared = self.prepare_partitions(batch)
-        return self.finish_partitions(batch, prepared, self.run_partitions(prepared))
+        return self.write_prepared(batch, prepared)
+
+    def write_prepared(self, batch: Batch, prepared: PreparedPartitions) -> SinkResult:
+        """The sink's own job over what :meth:`prepare_partitions` made, then the roll up;
+        a replay's copy of the batch is released after it (:meth:`PreparedPartitions.
+        release`), and a block of it lost with an executor fails the attempt as transient
+        (:func:`copy_kept`)."""
+        try:
+            with copy_kept(batch, self.name, prepared.snapshot):
+                return self.finish_partitions(batch, prepared, self.run_partitions(prepared))
+        finally:
+            prepared.release()
 
     def run_partitions(self, prepared: PreparedPartitions) -> list[PartitionOutcome]:
         """The sink's own Spark job: one task per partition, each reporting its outcome."""
@@ -319,13 +387,13 @@ class PartitionedSink(Sink):
         self.preflight(batch)
         read = self._take_read(batch)
         given = read.given if read is not None else self.partition_input(batch)
-        plan = None
+        plan, copy = None, None
+        committed: Sequence[CommittedPartition] = ()
         if given.membership:
             check_hashable(given.df.schema, given.by, keyed=given.keyed, sink=self.name,
                            batch_id=batch.batch_id)  # fmt: skip
             check_batch(given.df, given.by if given.keyed else WHOLE_ROW, sink=self.name,
                         batch_id=batch.batch_id, query_id=batch.query_id)  # fmt: skip
-            committed: Sequence[CommittedPartition]
             if read is not None:
                 plan, committed = read.plan, read.committed
             else:
@@ -334,18 +402,36 @@ class PartitionedSink(Sink):
             check_routes(recorded_routes(committed), batch, sink=self.name)
             if committed:
                 given = snapshot(given)
-            check_committed(
-                committed, plan,
-                lambda: summarize(partitioned_frame(given.df, self.partitions, given.by), given.by),
-                sink=self.name, batch_id=batch.batch_id,
-            )  # fmt: skip
+                copy = given.df
         else:  # no partition skipped on a replay: only what the sink says must be stable
             stable = self.deterministic_columns()
             if stable is not None:
                 check_batch(batch.df, stable, sink=self.name, batch_id=batch.batch_id,
                             query_id=batch.query_id)  # fmt: skip
-        task = PartitionTask(self.partition_writer(batch, plan), self._hooks(batch))
-        return PreparedPartitions(given, task, partial(self._parted, given))
+        try:
+            if given.membership:
+                assert plan is not None
+                self._check_committed(batch, given, plan, committed, copy)
+            task = PartitionTask(self.partition_writer(batch, plan), self._hooks(batch))
+        except BaseException:
+            if copy is not None:  # no write follows: release the copy now
+                release_snapshot(copy)
+            raise
+        return PreparedPartitions(given, task, partial(self._parted, given), copy)
+
+    def _check_committed(
+        self, batch: Batch, given: PartitionInput, plan: PartitionPlan,
+        committed: Sequence[CommittedPartition], copy: Any,
+    ) -> None:  # fmt: skip
+        """The committed partitions hold what ``given`` would build (read from the
+        replay's copy, ``copy``, when some are committed)."""
+        with copy_kept(batch, self.name, copy):
+            check_committed(
+                committed, plan,
+                lambda: summarize(partitioned_frame(given.df, self.partitions, given.by),
+                                  given.by),
+                sink=self.name, batch_id=batch.batch_id,
+            )  # fmt: skip
 
     def _take_read(self, batch: Batch) -> _ReplayRead | None:
         """What :meth:`check_replay` computed and read for this attempt (``batch``), if

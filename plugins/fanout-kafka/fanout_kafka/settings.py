@@ -74,6 +74,10 @@ class WriterSettings:
     """Fingerprints older fanout versions gave the same route
     (:attr:`~fanout.contract.route_stamp.RouteStamp.earlier`): a partition committed under
     one of them is of the same route."""
+    speculation: bool | None = None
+    """Whether the session runs speculative task attempts (``spark.speculation``), ``None``
+    when unknown: a fenced attempt waits for a rival's marker only when one can exist
+    (:mod:`fanout_kafka.rivals`)."""
     max_batch_bytes: int | None = None
     """The smallest ``max.message.bytes`` of the topics the producer writes record batches
     to (target and dead-letter topic): its ``batch.size`` is capped to it

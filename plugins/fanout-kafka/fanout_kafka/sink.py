@@ -18,9 +18,8 @@ Design decisions:
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch
@@ -32,7 +31,6 @@ from fanout.partitioned.membership import (
     CommittedPartition,
     PartitionPlan,
     check_hashable,
-    plan_of,
 )
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
@@ -57,6 +55,7 @@ from fanout_kafka.options import (
     secret_values,
 )
 from fanout_kafka.records import RECORD_BATCH_HEADER_BYTES, Encoder, batch_headers
+from fanout_kafka.rivals import speculation_of
 from fanout_kafka.settings import WriterSettings, producer_config, scope_of
 from fanout_kafka.task import KafkaPartitionWriter
 from fanout_kafka.turns import needs_turns, turn_file
@@ -190,8 +189,7 @@ class KafkaSink(PartitionedSink):
         self._derived_prefix = False  # transactional_id_prefix is the default (open())
         self._legacy_prefix: str | None = None  # the former default, to fence (open())
         self._held_admin: dict[str, Any] | None = None  # open() to close()
-        self._replay_read: _ReplayRead | None = None  # check_replay() to the next write
-        self._taken: _ReplayRead | None = None  # that write's, until its marker read
+        self._speculation: bool | None = None  # spark.speculation, at the first batch
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -280,9 +278,9 @@ class KafkaSink(PartitionedSink):
             )  # fmt: skip
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickles without the markers :meth:`check_replay` read (they are the driver's,
-        for one attempt, and hold a weak reference)."""
-        return {**self.__dict__, "_replay_read": None, "_taken": None}
+        """Pickles without what :meth:`check_replay` read (the driver's, for one attempt,
+        holding a weak reference: the kit's)."""
+        return super().__getstate__()
 
     def close(self) -> None:
         """Release the driver's admin client (:mod:`fanout_kafka.driver_admins`)."""
@@ -317,11 +315,11 @@ class KafkaSink(PartitionedSink):
         ``open()`` of a sink on the default ``transactional_id_prefix``, the former
         default's ids are initialised first (fencing an older version's producers).
 
-        The write right after :meth:`check_replay` takes what it read instead
-        (:class:`_ReplayRead`)."""
-        read, self._taken = self._taken, None
-        if read is not None and read.holds(batch, plan):
-            return read.done
+        Read once per attempt: by the kit's :meth:`check_replay` when it runs (refusing a
+        replay whose topic, encoding, dead-letter target or route differs from what the
+        committed partitions recorded, :mod:`fanout_kafka.target`, while nothing of the
+        attempt is written), whose input, plan and read the write then takes, else by the
+        write."""
         return self._read_markers(batch, plan)
 
     def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
@@ -347,25 +345,6 @@ class KafkaSink(PartitionedSink):
             end_abandoned_transactions(settings, plan.partitions, batch.batch_id)
         self._unsettled = True  # until every partition of this attempt reports
         return read_committed(settings, batch.batch_id)
-
-    def check_replay(self, batch: Batch) -> None:
-        """Before fanout writes the batch's route letters: read the markers as
-        :meth:`committed_partitions` does, refusing a replay whose topic, encoding,
-        dead-letter target or route differs from what the committed partitions recorded
-        (:mod:`fanout_kafka.target`), while nothing of this attempt is written. What it
-        read is kept for the :meth:`write` of this attempt that follows (read once, not
-        twice: :class:`_ReplayRead`)."""
-        self._replay_read = self._taken = None
-        given = self.partition_input(batch)
-        plan = plan_of(given.df, given.by, self.partitions)
-        done = self._read_markers(batch, plan)
-        self._replay_read = _ReplayRead(weakref.ref(batch), plan, tuple(done))
-
-    def preflight(self, batch: Batch) -> None:
-        """The first step of every :meth:`write` (and shared write): hand it what
-        :meth:`check_replay` read, if anything; a later write (one whose attempt failed
-        before it read the markers) finds nothing and reads them."""
-        self._taken, self._replay_read = self._replay_read, None
 
     def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
         """Every partition committed or was skipped: no transaction of this attempt is
@@ -440,7 +419,14 @@ class KafkaSink(PartitionedSink):
             route=route_of(batch).fingerprint,
             route_earlier=route_of(batch).earlier,
             max_batch_bytes=self._max_batch_bytes,
+            speculation=self._speculation_of(batch),
         )
+
+    def _speculation_of(self, batch: Batch) -> bool | None:
+        """``spark.speculation`` of the batch's session, read once (a static setting)."""
+        if self._speculation is None:
+            self._speculation = speculation_of(batch.df)
+        return self._speculation
 
     @property
     def _key_columns(self) -> tuple[str, ...] | None:
@@ -625,21 +611,3 @@ class KafkaSink(PartitionedSink):
         elif all(o.failure is not None and o.failure.transient for o in failed):
             error_class = KafkaAbortedError
         return error_class(message, sink=self.name, batch_id=batch.batch_id)
-
-
-@dataclass(frozen=True)
-class _ReplayRead:
-    """What :meth:`KafkaSink.check_replay` read of one attempt at a batch, for that
-    attempt's :meth:`KafkaSink.write`: each attempt is a new :class:`Batch` object (fanout
-    replaces it to count the attempt), so the object itself, held weakly, names the
-    attempt; the plan must be the one the write computes. Taken by the next write only,
-    used by its marker read only: a write that failed before reading, or another batch or
-    attempt, reads the markers again."""
-
-    batch: weakref.ref[Batch]
-    plan: PartitionPlan
-    done: tuple[CommittedPartition, ...]
-
-    def holds(self, batch: Batch, plan: PartitionPlan) -> bool:
-        """Whether this was read for ``batch`` (the same object) and ``plan``."""
-        return self.batch() is batch and self.plan == plan

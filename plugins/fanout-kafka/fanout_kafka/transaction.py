@@ -60,6 +60,7 @@ from fanout_kafka.membership import group_metadata, pack, plan_group_metadata
 from fanout_kafka.options import client_max_message_bytes
 from fanout_kafka.producer_init import init_transactions
 from fanout_kafka.records import BadRecord, Record, bad_letter, dead_letter_headers, named
+from fanout_kafka.rivals import lone_fencing, rival_reason, task_attempt
 from fanout_kafka.settings import WriterSettings
 from fanout_kafka.target import pack_target
 from fanout_kafka.turns import turn
@@ -158,9 +159,17 @@ class PartitionWriter:
             )
         except Exception as exc:
             kind, transient = classify(exc)
-            if kind in TAKEN_OVER and (done := self._committed_by_another(records, bad, kind)):
-                return done
+            attempt: int | None = None
+            rival: str | None = "not taken over"
+            if kind in TAKEN_OVER:
+                attempt = task_attempt()
+                rival = rival_reason(self.settings.speculation, attempt)
+                waits = rival is not None
+                if done := self._committed_by_another(records, bad, kind, waits=waits):
+                    return done
             message = self._describe(exc, kind)
+            if kind == "fenced" and rival is None:
+                message += lone_fencing(self.transactional_id, attempt)
             log.warning("%s", message)
             failure = PartitionFailure(kind, message, transient)
             return PartitionOutcome(self.partition, "failed", rows, failure=failure)
@@ -168,7 +177,7 @@ class PartitionWriter:
             self.close()
 
     def _committed_by_another(
-        self, records: list[Record], bad: list[BadRecord], kind: str
+        self, records: list[Record], bad: list[BadRecord], kind: str, *, waits: bool
     ) -> PartitionOutcome | None:
         """A fenced attempt whose fencer committed the batch (a speculative copy, a
         successor): the partition is written, so this attempt's outcome is "skipped", not
@@ -176,9 +185,10 @@ class PartitionWriter:
         may be this one). A fencer still writing is waited for, up to
         ``transaction_timeout_ms`` (its transaction cannot outlive that). A ``timeout``
         (this transaction outlived ``transaction_timeout_ms``, and its commit then looks
-        fenced) is checked once: a straggler that speculation copied is one. ``None``
-        when the marker does not hold the batch or cannot be read."""
-        waits = kind == "fenced"
+        fenced) is checked once: a straggler that speculation copied is one; so is a
+        fencing when no rival can exist (``waits`` false: :mod:`fanout_kafka.rivals`).
+        ``None`` when the marker does not hold the batch or cannot be read."""
+        waits = waits and kind == "fenced"
         deadline = time.monotonic() + self.settings.transaction_timeout_ms / 1000
         try:
             while not self._marker_says_written():

@@ -114,5 +114,33 @@ def test_a_sink_holding_a_read_pickles_without_it(
     sink, batch = tansu_sink(), batch_of(spark)
     sink.check_replay(batch)
     clone = pickle.loads(pickle.dumps(sink))
-    assert (clone._replay_read, clone._taken, clone.topic) == (None, None, "t")
-    assert sink._replay_read is not None and sink._replay_read.done == (CommittedPartition(1),)
+    assert (getattr(clone, "_kit_read", None), clone.topic) == (None, "t")
+    assert sink._kit_read is not None and sink._kit_read.committed == (CommittedPartition(1),)
+
+
+def test_the_write_after_check_replay_builds_neither_input_nor_plan_again(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check_replay makes the attempt's input (the routed batch, its columns checked) and
+    its plan; the write takes them. Up to this version the Kafka sink's own check_replay
+    kept only the markers it read, and the write made the input and the plan again."""
+    Markers(monkeypatch)
+    made: list[str] = []
+    own_input, own_plan = KafkaSink.partition_input, kit.plan_of
+
+    def partition_input(self: KafkaSink, batch: Batch) -> Any:
+        made.append("input")
+        return own_input(self, batch)
+
+    def plan_of(*args: Any) -> Any:
+        made.append("plan")
+        return own_plan(*args)
+
+    monkeypatch.setattr(KafkaSink, "partition_input", partition_input)
+    monkeypatch.setattr(kit, "plan_of", plan_of)
+    monkeypatch.setattr(sink_module, "plan_of", plan_of, raising=False)
+    sink, batch = tansu_sink(), batch_of(spark)
+    sink.check_replay(batch)
+    prepared = sink.prepare_partitions(batch)
+    assert made == ["input", "plan"]
+    assert prepared.given.by == ["id"] and prepared.task.writer.batch_id == 3

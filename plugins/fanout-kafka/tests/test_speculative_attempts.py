@@ -11,8 +11,11 @@ import threading
 import time
 import uuid
 from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
+import pytest
+from confluent_kafka import Producer
 from fanout_kafka import KafkaSink
 from fanout_kafka.records import BadRecord, Record
 from fanout_kafka.settings import WriterSettings
@@ -81,13 +84,15 @@ def test_a_straggler_whose_copy_committed_while_it_waited_is_skipped(
     assert marker(kafka.bootstrap, pipeline, "events", 0, "__fanout_markers") == 1
 
 
+@pytest.mark.parametrize("speculation", [True, None])  # on, or not known: a copy may run
 def test_an_original_fenced_by_a_copy_still_writing_waits_for_its_commit(
-    kafka: Broker, topic: str
+    kafka: Broker, topic: str, speculation: bool | None
 ) -> None:
     # operation_timeout_s: Tansu holds a fenced producer's request up to that long
     pipeline, settings = _settings(
-        kafka, topic, transaction_timeout_ms=20_000, operation_timeout_s=1.0
-    )
+        kafka, topic, transaction_timeout_ms=20_000, operation_timeout_s=1.0,
+        speculation=speculation,
+    )  # fmt: skip
     original = PartitionWriter(settings, partition=0, batch_id=0)
     assert original.prepare() is False
     copy = PartitionWriter(settings, partition=0, batch_id=0)
@@ -111,6 +116,44 @@ def test_an_original_fenced_by_a_copy_still_writing_waits_for_its_commit(
     assert 2.0 < waited < 20.0
     assert committed(kafka, topic) == [(f"k{i}", "copy") for i in range(5)]
     assert marker(kafka.bootstrap, pipeline, "events", 0, "__fanout_markers") == 1
+
+
+def test_a_fenced_attempt_without_a_possible_rival_fails_at_once(kafka: Broker, topic: str) -> None:
+    """Speculation off and the first attempt (here: no task at all, as on the driver):
+    nothing Spark runs can commit the partition, so the fencing is not waited out
+    (``transaction_timeout_ms``, here 20 s) but reported at once, saying where it came from."""
+    pipeline, settings = _settings(
+        kafka, topic, transaction_timeout_ms=20_000, operation_timeout_s=1.0, speculation=False
+    )
+    lone = PartitionWriter(settings, partition=0, batch_id=0)
+    assert lone.prepare() is False
+    outsider = Producer(settings.producer_config(0))  # same transactional id, not Spark's
+    outsider.init_transactions(10)  # the epoch bumped: the attempt is fenced
+    records, bad = _records(settings, "lone")
+    started = time.monotonic()
+    failed = lone.write(records, bad, prepared=True)
+    took = time.monotonic() - started
+    assert failed.failure is not None
+    assert (failed.status, failed.failure.kind, failed.failure.transient) == (
+        "failed", "fenced", False
+    )  # fmt: skip
+    assert took < 6.0, took
+    assert (
+        "; no other attempt of this partition can be running (the driver, spark.speculation "
+        "off), so no rival's commit was waited for" in failed.failure.message
+    )
+    assert f"transactional id 'fanout/{pipeline}/events-0'" in failed.failure.message
+    assert committed(kafka, topic) == []
+    assert marker(kafka.bootstrap, pipeline, "events", 0, "__fanout_markers") == -1001
+
+
+def test_a_task_reads_its_attempt_number(spark: Any) -> None:
+    """Inside a Spark task (a Python worker), as a fenced partition asks it."""
+    from fanout_kafka.rivals import task_attempt
+
+    rdd = spark.sparkContext.parallelize([0, 1], 2)
+    assert rdd.map(lambda _: task_attempt()).collect() == [0, 0]
+    assert task_attempt() is None  # the driver
 
 
 def committed(kafka: Broker, topic: str) -> list[tuple[str, str]]:
