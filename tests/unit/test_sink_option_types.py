@@ -223,8 +223,8 @@ def test_a_wrong_value_beside_a_secret_does_not_print_the_secret(
         "{'AWS_SECRET_ACCESS_KEY': '***', 'AWS_ALLOW_HTTP': True} (dict); "
         "`fanout plugins --options delta` describes each option"
     )
-    sink = {"type": "delta", "name": "d", "path": str(tmp_path / "d"),
-            "storage_options": {"AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ALLOW_HTTP": True}}  # fmt: skip
+    options = {"AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ALLOW_HTTP": True}
+    sink = {"type": "delta", "name": "d", "path": str(tmp_path / "d"), "storage_options": options}
     with pytest.raises(ConfigurationError) as refused:
         FanOut(pipeline="p", ledger=str(tmp_path / "ledger"), sinks=[sink])
     assert str(refused.value) == (
