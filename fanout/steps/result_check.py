@@ -13,12 +13,15 @@ upper bound is not checked.
 
 from __future__ import annotations
 
+import numbers
+
 from fanout.contract.sink import SinkResult
 from fanout.errors import SinkResultError
 
 
 def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    # Integral, not int: NumPy's integers (a pandas sum, a shape) are whole numbers too
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def check_counts(result: SinkResult, *, sink: str, batch_id: int, routed: int | None) -> None:

@@ -199,3 +199,37 @@ def test_a_pipeline_file_number_from_the_environment_is_made_a_number(
     assert config.sinks == [
         {"type": "delta", "name": "d", "path": "/d", "compact_every": 10, "where": "x > 1"}
     ]
+
+
+SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCY"
+
+
+def test_a_wrong_value_beside_a_secret_does_not_print_the_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``storage_options = { AWS_SECRET_ACCESS_KEY = "${...}", AWS_ALLOW_HTTP = true }``: the
+    boolean is refused (delta-rs takes text only), naming the entry, not the mapping's
+    secret, in the pipeline file's check and in FanOut's."""
+    monkeypatch.setenv("FANOUT_TEST_SECRET", SECRET)
+    file = _pipeline(
+        tmp_path,
+        'storage_options = { AWS_SECRET_ACCESS_KEY = "${FANOUT_TEST_SECRET}", '
+        "AWS_ALLOW_HTTP = true }\n",
+    )
+    assert main(["validate", str(file)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "fanout: configuration error: sinks[0] (sink 'd', type 'delta'): option "
+        "'storage_options': expected a mapping of str to str or none, got "
+        "{'AWS_SECRET_ACCESS_KEY': '***', 'AWS_ALLOW_HTTP': True} (dict); "
+        "`fanout plugins --options delta` describes each option"
+    )
+    options = {"AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ALLOW_HTTP": True}
+    sink = {"type": "delta", "name": "d", "path": str(tmp_path / "d"), "storage_options": options}
+    with pytest.raises(ConfigurationError) as refused:
+        FanOut(pipeline="p", ledger=str(tmp_path / "ledger"), sinks=[sink])
+    assert str(refused.value) == (
+        "sink 'd' (type 'delta'): option 'storage_options': expected a mapping of str to str "
+        "or none, got {'AWS_SECRET_ACCESS_KEY': '***', 'AWS_ALLOW_HTTP': True} (dict); fix "
+        "the value in the sink's configuration (`fanout plugins --options delta` describes "
+        "each option)"
+    )

@@ -136,3 +136,19 @@ def test_check_counts(rows: Any, dead: Any, routed: int | None, refused: bool) -
             check_counts(result, sink="s", batch_id=1, routed=routed)
     else:
         check_counts(result, sink="s", batch_id=1, routed=routed)
+
+
+def test_a_count_numpy_or_pandas_gives_is_a_whole_number() -> None:
+    """``series.sum()``, ``df.shape``... give NumPy integers: whole numbers, marked as such
+    (the mark worked before the check; refusing them failed a correct sink's every batch)."""
+    import numpy as np
+
+    result = SinkResult(rows=np.int64(3), dead_lettered=np.int32(1))
+    outcome, ledger = _run(Reporting("s", result=result))
+    assert outcome.error is None
+    assert _marks(ledger) == [("s", 7, "committed", 1)]
+    assert [(e.rows, e.dead_lettered) for e in ledger.entries] == [(3, 1)]
+    with pytest.raises(SinkResultError):
+        check_counts(SinkResult(rows=np.int64(4)), sink="s", batch_id=1, routed=3)
+    with pytest.raises(SinkResultError):
+        check_counts(SinkResult(rows=np.bool_(True)), sink="s", batch_id=1, routed=3)

@@ -113,7 +113,8 @@ class PostgresSink(PartitionedSink):
     :param state_schema: the schema of the tables fanout owns (default ``fanout``).
     :param batch_schema: the batches' Spark schema (``StructType`` or DDL string), to check
         (and create) the table at ``open()`` rather than at the first batch.
-    :param settings: PostgreSQL session settings of the write connections, over
+    :param settings: PostgreSQL session settings of the write connections (a number or
+        a boolean is given to the server as text, as in ``postgresql.conf``), over
         :data:`DEFAULT_SETTINGS` (memory for the staging table and the dedupe sort: a
         setting of the same name replaces its default, the others stay); each is
         tried at :meth:`open`, and `synchronous_commit` off is refused (not durable), in
@@ -144,7 +145,7 @@ class PostgresSink(PartitionedSink):
         migrate: bool = True,
         state_schema: str = "fanout",
         batch_schema: Any = None,
-        settings: Mapping[str, str] | None = None,
+        settings: Mapping[str, str | int | float | bool] | None = None,
         connection_idle_s: float = 60.0,
     ) -> None:
         super().__init__(name)

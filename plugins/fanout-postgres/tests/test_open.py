@@ -276,3 +276,28 @@ def test_a_server_out_of_reach_is_named_on_one_line_with_what_to_check() -> None
         "that host and accepting TCP/IP connections?; check the host and port in option "
         "'url', and that the server runs and accepts connections from this machine"
     )
+
+
+def test_settings_written_as_numbers_and_booleans_are_taken(pg_url: str, tmp_path: Any) -> None:
+    """A pipeline file's ``settings = { statement_timeout = 5000, jit = false }`` (TOML
+    numbers and booleans, as in postgresql.conf): the sink gives every value to
+    ``set_config`` as text, so they worked; the option type check must not refuse them."""
+    from fanout.app.runner import _installed_sinks, load_pipeline
+
+    execute(pg_url, "CREATE TABLE IF NOT EXISTS settings_probe (id bigint PRIMARY KEY)")
+    file = tmp_path / "p.toml"
+    file.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/l"\ncheckpoint = "{tmp_path}/c"\n'
+        '[source]\nformat = "rate"\n[[sinks]]\ntype = "postgres"\nname = "pg"\n'
+        f'url = "{pg_url}"\ntable = "settings_probe"\n'
+        "settings = { statement_timeout = 5000, jit = false }\n"
+    )
+    config = load_pipeline(str(file))
+    assert config.sinks[0]["settings"] == {"statement_timeout": 5000, "jit": False}
+    registry = _installed_sinks()
+    sink = registry.build_sink(config.sinks[0], registry.sink_types())
+    assert isinstance(sink, PostgresSink)
+    sink.open(SinkContext("open"))
+    assert sink.settings == {
+        "temp_buffers": "128MB", "work_mem": "64MB", "statement_timeout": 5000, "jit": False,
+    }  # fmt: skip
