@@ -70,6 +70,21 @@ STORED = {
         ),
         ("arrow_cast(s, 'Decimal128(10, 2)') > 1", "arrow_cast(s, 'Decimal128(10, 2)') > 1"),
         ("(x > 0) IS NOT DISTINCT FROM true", "(x > 0) IS NOT DISTINCT FROM true"),
+        # an operand of any nesting: DataFusion folds ``a / 2 * 1.0`` into a cast
+        ("arrow_cast(a / 2, 'Float64') >= 1", "CAST(a / 2 AS DOUBLE) >= 1"),
+        ("arrow_cast((a + 1) / (2), 'Int32') > 0", "CAST((a + 1) / (2) AS INT) > 0"),
+        (
+            "arrow_cast(arrow_cast(a, 'Float64'), 'Int32') > 0",
+            "CAST(CAST(a AS DOUBLE) AS INT) > 0",
+        ),
+        (
+            "arrow_cast(f(a, ')'), 'Utf8View') != 'arrow_cast(a, ''Int32'')'",
+            "CAST(f(a, ')') AS STRING) != 'arrow_cast(a, \\'Int32\\')'",
+        ),
+        (
+            "arrow_cast(arrow_cast(a, 'Int64'), 'Decimal128(10, 2)') > 1",
+            "arrow_cast(CAST(a AS BIGINT), 'Decimal128(10, 2)') > 1",
+        ),
     ],
 )
 def test_delta_rs_sql_reads_as_spark_sql(stored, spark):
@@ -288,6 +303,54 @@ def test_open_refuses_a_division_whose_operands_spark_cannot_type(spark, tmp_pat
         "Rewrite the constraint so both read it alike (e.g. CAST the operands of a division "
         "to DOUBLE, or use DIV for a whole number division) before starting the pipeline"
     )
+
+
+def refused_by_delta_rs(tmp_path: Any, constraints: dict[str, str], rows: list[tuple[int, int]]
+                        ) -> list[int]:  # fmt: skip
+    """The ids of ``rows`` (id, a) delta-rs refuses under ``constraints``: each written
+    alone to a table holding them."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = str(tmp_path / "delta_rs")
+    DeltaTable.create(path, Schema([Field("id", "long"), Field("a", "long")]))
+    DeltaTable(path).alter.add_constraint(constraints)
+    refused = []
+    for i, a in rows:
+        try:
+            write_deltalake(path, pa.table({"id": [i], "a": [a]}), mode="append")
+        except Exception:
+            refused.append(i)
+    return refused
+
+
+@pytest.mark.integration
+def test_a_cast_of_a_division_refuses_the_rows_delta_rs_refuses(spark, tmp_path):
+    """delta-rs stores ``a / 2 * 1.0 >= 1`` as ``arrow_cast(a / 2, 'Float64') >= 1``: a
+    cast of an expression, which was left as ``arrow_cast``, a function Spark does not
+    know, so the sink's open() refused the table. Read as Spark SQL, it refuses the rows
+    delta-rs refuses, row by row."""
+    path, dead = str(tmp_path / "t"), str(tmp_path / "dead")
+    checks = {"half": "a / 2 * 1.0 >= 1", "up": "CAST((a + 1) / 2 AS DOUBLE) <= 3"}
+    DeltaTable.create(path, Schema([Field("id", "long"), Field("a", "long")]))
+    DeltaTable(path).alter.add_constraint(checks)
+    stored = {k: DeltaTable(path).metadata().configuration[f"delta.constraints.{k}"]
+              for k in checks}  # fmt: skip
+    assert stored == {
+        "half": "arrow_cast(a / 2, 'Float64') >= 1",
+        "up": "arrow_cast((a + 1) / 2, 'Float64') <= 3",
+    }
+    rows = [(i, a) for i, a in enumerate(range(-3, 9))]
+    sink = DeltaSink(name="s", path=path, write_from="driver")
+    sink.open(SinkContext(pipeline="p", spark=spark, dead_letters=DeltaDeadLetters(dead)))
+
+    result = sink.write(batch_of(spark.createDataFrame(rows, "id long, a long")))
+
+    refused = refused_by_delta_rs(tmp_path, checks, rows)
+    assert refused == [0, 1, 2, 3, 4, 10, 11]  # a < 2 (1 / 2 is 0), a > 6 ((7 + 1) / 2 is 4)
+    assert (result.rows, result.dead_lettered) == (5, 7)
+    assert sorted(r["id"] for r in read_delta(path).to_pylist()) == [5, 6, 7, 8, 9]
+    assert [i for i, _ in letters_of(dead)] == refused
 
 
 def invariant(expression: str) -> dict[str, str]:
