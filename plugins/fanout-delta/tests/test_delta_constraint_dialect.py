@@ -305,6 +305,57 @@ def test_open_refuses_a_division_whose_operands_spark_cannot_type(spark, tmp_pat
     )
 
 
+@pytest.mark.integration
+def test_open_without_spark_types_a_division_at_the_first_batch(spark, tmp_path):
+    """Without a Spark session at open() (``fanout.testing.open_sink`` without one) a
+    division's operands cannot be typed: the table opens, and the first batch's session
+    types it (open() refused every table with a whole-number division)."""
+    path, dead = str(tmp_path / "t"), str(tmp_path / "dead")
+    DeltaTable.create(path, Schema([Field("id", "long"), Field("a", "long")]))
+    DeltaTable(path).alter.add_constraint({"high": "a / 2 <= 1"})
+    sink = DeltaSink(name="s", path=path, write_from="driver")
+    sink.open(SinkContext(pipeline="p", spark=None, dead_letters=DeltaDeadLetters(dead)))
+
+    df = spark.createDataFrame([(1, 3), (2, 4), (3, -5)], "id long, a long")
+    result = sink.write(batch_of(df))
+
+    assert (result.rows, result.dead_lettered) == (2, 1)
+    assert sorted(r["id"] for r in read_delta(path).to_pylist()) == [1, 3]
+    reason = (
+        "breaks the Delta table's CHECK constraint high (a / 2 <= 1): the expression is "
+        "false or null for the row"
+    )
+    assert letters_of(dead) == [(2, reason)]
+
+
+@pytest.mark.integration
+def test_open_without_spark_refuses_an_untypable_division_at_the_first_batch(spark, tmp_path):
+    """The division Spark cannot type: the sink opened without a session refuses it when
+    the first batch brings one, with open()'s message, nothing written."""
+    path = str(tmp_path / "t")
+    DeltaTable.create(path, Schema([Field("id", "long"), Field("s", "string")]))
+    DeltaTable(path).alter.add_constraint({"d": "CAST(s AS DECIMAL(10, 2)) / 2 > 1"})
+    stored = "arrow_cast(s, 'Decimal128(10, 2)') / 2 > '1000000'::decimal(14, 6)"
+    sink = DeltaSink(name="s", path=path, write_from="driver")
+    sink.open(SinkContext(pipeline="p", spark=None))
+
+    with pytest.raises(ConfigurationError) as refused:
+        sink.write(batch_of(spark.createDataFrame([(1, "5")], "id long, s string")))
+
+    message = str(refused.value)
+    assert message.startswith(
+        f"Delta sink 's': the table's CHECK d ({stored}) cannot be evaluated by Spark as "
+        "delta-rs evaluates it, so the sink cannot tell which rows it refuses: the type of "
+        "\"arrow_cast(s, 'Decimal128(10, 2)')\", an operand of a division, cannot be resolved "
+        "on the table's columns ("
+    )
+    assert message.endswith(
+        "Rewrite the constraint so both read it alike (e.g. CAST the operands of a division "
+        "to DOUBLE, or use DIV for a whole number division) before starting the pipeline"
+    )
+    assert read_delta(path).num_rows == 0
+
+
 def refused_by_delta_rs(tmp_path: Any, constraints: dict[str, str], rows: list[tuple[int, int]]
                         ) -> list[int]:  # fmt: skip
     """The ids of ``rows`` (id, a) delta-rs refuses under ``constraints``: each written
