@@ -621,21 +621,32 @@ def _in_spark_sql(rules: list[Rule], schema: pa.Schema, spark: Any) -> list[Rule
     (``spark`` ``None``: an ``open()`` without one) a division is not typed and no
     problem recorded: nothing is evaluated before a batch, whose session types it."""
     type_of = _types_on(schema, spark)
-    translated = []
-    for rule in rules:
-        if rule.problem is not None:
-            translated.append(rule)
-            continue
-        key = (schema.to_string(), str(rule.expression))
-        text, problem = _TRANSLATED.get(key) or _translated(str(rule.expression), type_of)
-        if spark is None and problem is not None and _NO_SESSION in problem:
-            problem = None  # typed at the write, with the batch's session (see above)
-        if spark is not None and key not in _TRANSLATED:
-            if len(_TRANSLATED) >= _TRANSLATED_KEPT:
-                _TRANSLATED.clear()
-            _TRANSLATED[key] = (text, problem)
-        translated.append(dataclasses.replace(rule, spark=text, problem=problem))
-    return translated
+    return [
+        rule
+        if rule.problem is not None
+        else dataclasses.replace(rule, **_spark_sql(str(rule.expression), schema, spark, type_of))
+        for rule in rules
+    ]
+
+
+def _spark_sql(
+    expression: str, schema: pa.Schema, spark: Any, type_of: Callable[[str], str]
+) -> dict[str, Any]:
+    """The ``spark`` and ``problem`` of the rule of ``expression``, kept per table schema
+    when typed by a session; without one, never from what was kept (``open()`` reads the
+    same in any process) and no problem for a division left untyped."""
+    if spark is None:
+        text, problem = _translated(expression, type_of)
+        if problem is not None and _NO_SESSION in problem:
+            problem = None  # typed at the write, with the batch's session
+        return {"spark": text, "problem": problem}
+    key = (schema.to_string(), expression)
+    text, problem = _TRANSLATED.get(key) or _translated(expression, type_of)
+    if key not in _TRANSLATED:
+        if len(_TRANSLATED) >= _TRANSLATED_KEPT:
+            _TRANSLATED.clear()
+        _TRANSLATED[key] = (text, problem)
+    return {"spark": text, "problem": problem}
 
 
 _TRANSLATED: dict[tuple[str, str], tuple[str, str | None]] = {}
