@@ -217,6 +217,8 @@ class SinkRunner:
             return self._refuse(self.given.blocked)
         attempt = 0
         while True:
+            if self._abandoned():  # abandoned while waiting to retry: the batch has ended
+                return SinkOutcome(name, error=SinkWriteError("abandoned", sink=name))
             attempt += 1
             self.attempt = attempt
             batch = replace(self.batch, attempt=attempt)
@@ -239,7 +241,10 @@ class SinkRunner:
             except BaseException as exc:  # an interrupt too: its attempt is recorded
                 self.writing.release()
                 error, will_retry = self._failure(exc, attempt)
-                self._failed(attempt, started, clock, error, will_retry)
+                if self._abandoned():  # timed_out() reported this attempt, in the batch
+                    self._failed_abandoned(attempt, error)
+                else:
+                    self._failed(attempt, started, clock, error, will_retry)
                 if not will_retry or self._abandoned():
                     abort = None if isinstance(exc, Exception) else exc
                     return SinkOutcome(name, error=error, abort=abort)
@@ -281,6 +286,18 @@ class SinkRunner:
 
     def _abandoned(self) -> bool:
         return self.claim is not None and self.claim.abandoned
+
+    def _failed_abandoned(self, attempt: int, error: BaseException) -> None:
+        """An attempt of a write the batch went on without failed: the batch was reported
+        (:meth:`timed_out` recorded the attempt, and called the hooks), so no hook hears of
+        it (observers would see the batch's sink fail after the batch ended): logged at
+        debug only."""
+        info = self.batch.info
+        log.debug(
+            "pipeline %s, batch %s, sink %s: attempt %s of its abandoned write failed: %s",
+            info.pipeline, info.batch_id, self.sink.name, attempt, error,
+            extra=batch_fields(info.pipeline, info.batch_id, self.sink.name, attempt=attempt),
+        )  # fmt: skip
 
     def timed_out(self, error: Exception) -> None:
         """The batch went on without this write (:mod:`fanout.steps.timeout`): log and

@@ -207,29 +207,58 @@ SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCY"
 def test_a_wrong_value_beside_a_secret_does_not_print_the_secret(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``storage_options = { AWS_SECRET_ACCESS_KEY = "${...}", AWS_ALLOW_HTTP = true }``: the
-    boolean is refused (delta-rs takes text only), naming the entry, not the mapping's
-    secret, in the pipeline file's check and in FanOut's."""
+    """``storage_options = { AWS_SECRET_ACCESS_KEY = "${...}", AWS_REGIONS = [...] }``: the
+    list is refused, naming the entry, not the mapping's secret, in the pipeline file's
+    check and in FanOut's."""
     monkeypatch.setenv("FANOUT_TEST_SECRET", SECRET)
     file = _pipeline(
         tmp_path,
         'storage_options = { AWS_SECRET_ACCESS_KEY = "${FANOUT_TEST_SECRET}", '
-        "AWS_ALLOW_HTTP = true }\n",
+        'AWS_REGION = ["eu-west-1"] }\n',
+    )
+    expected = (
+        "option 'storage_options': expected a mapping of str to (str or int or float or bool) "
+        "or none, got {'AWS_SECRET_ACCESS_KEY': '***', 'AWS_REGION': ['eu-west-1']} (dict)"
     )
     assert main(["validate", str(file)]) == 2
     assert capsys.readouterr().err.strip() == (
-        "fanout: configuration error: sinks[0] (sink 'd', type 'delta'): option "
-        "'storage_options': expected a mapping of str to str or none, got "
-        "{'AWS_SECRET_ACCESS_KEY': '***', 'AWS_ALLOW_HTTP': True} (dict); "
+        f"fanout: configuration error: sinks[0] (sink 'd', type 'delta'): {expected}; "
         "`fanout plugins --options delta` describes each option"
     )
-    options = {"AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ALLOW_HTTP": True}
+    options = {"AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": ["eu-west-1"]}
     sink = {"type": "delta", "name": "d", "path": str(tmp_path / "d"), "storage_options": options}
     with pytest.raises(ConfigurationError) as refused:
         FanOut(pipeline="p", ledger=str(tmp_path / "ledger"), sinks=[sink])
     assert str(refused.value) == (
-        "sink 'd' (type 'delta'): option 'storage_options': expected a mapping of str to str "
-        "or none, got {'AWS_SECRET_ACCESS_KEY': '***', 'AWS_ALLOW_HTTP': True} (dict); fix "
-        "the value in the sink's configuration (`fanout plugins --options delta` describes "
-        "each option)"
+        f"sink 'd' (type 'delta'): {expected}; fix the value in the sink's configuration "
+        "(`fanout plugins --options delta` describes each option)"
     )
+
+
+def test_delta_numbers_and_booleans_in_storage_options_and_configuration_are_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``AWS_ALLOW_HTTP = true`` in a pipeline file was refused (delta-rs takes only
+    text): the Delta sink takes it and hands delta-rs ``"true"``, a number as its text."""
+    from fanout_delta.sink import DeltaSink
+
+    file = _pipeline(
+        tmp_path,
+        "storage_options = { AWS_ALLOW_HTTP = true, AWS_MAX_RETRIES = 3, TIMEOUT_S = 2.5 }\n"
+        'configuration = { "delta.appendOnly" = false, "delta.checkpointInterval" = 20 }\n',
+    )
+    assert main(["validate", str(file)]) == 0
+    capsys.readouterr()
+    options = {"AWS_ALLOW_HTTP": True, "AWS_MAX_RETRIES": 3, "TIMEOUT_S": 2.5, "REGION": "x"}
+    configuration = {"delta.appendOnly": False, "delta.checkpointInterval": 20, "k": None}
+    sink = {"type": "delta", "name": "d", "path": str(tmp_path / "d"),
+            "storage_options": options, "configuration": configuration}  # fmt: skip
+    fanout = FanOut(pipeline="p", ledger=str(tmp_path / "ledger"), sinks=[sink])
+    built = fanout.specs["d"].sink
+    assert isinstance(built, DeltaSink)
+    assert built.storage_options == {
+        "AWS_ALLOW_HTTP": "true", "AWS_MAX_RETRIES": "3", "TIMEOUT_S": "2.5", "REGION": "x"
+    }  # fmt: skip
+    assert built.configuration == {
+        "delta.appendOnly": "false", "delta.checkpointInterval": "20", "k": None
+    }  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fanout import ConfigurationError, FanOut, SinkTimeoutError, SinkWriteError
+from fanout import ConfigurationError, FanOut, SinkTimeoutError, SinkWriteError, hookimpl
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import LagPolicy, SinkSpec, lag_policy
@@ -280,3 +280,65 @@ def test_close_does_not_wait_for_an_abandoned_write_for_ever(
         assert isinstance(SinkTimeoutError("x", sink="slow"), Exception)
     finally:
         gate.opened.set()
+
+
+class Observer:
+    """Records the sink hooks it hears: (hook, sink, batch id, attempt or error text)."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, str, int, object]] = []
+
+    @hookimpl
+    def fanout_sink_start(self, info: BatchInfo, sink: str, attempt: int) -> None:
+        self.heard.append(("start", sink, info.batch_id, attempt))
+
+    @hookimpl
+    def fanout_sink_error(
+        self, info: BatchInfo, sink: str, error: BaseException, attempt: int, will_retry: bool
+    ) -> None:
+        self.heard.append(("error", sink, info.batch_id, type(error).__name__))
+
+    @hookimpl
+    def fanout_sink_done(self, info: BatchInfo, sink: str, result: Any, duration_s: float) -> None:
+        self.heard.append(("done", sink, info.batch_id, result.rows))
+
+
+def test_an_abandoned_write_calls_no_sink_hook_after_its_batch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The batch reported the sink's timeout (``fanout_sink_error``); the abandoned write's
+    thread failing later called ``fanout_sink_error`` again, for a batch that had ended:
+    now it logs at debug. (One returning late was already kept from ``fanout_sink_done``.)"""
+    gate = Gate(0)
+    failure = SinkWriteError("late failure", sink="slow")
+    slow = ScriptedSink("slow", on_write=gate, fail=[failure], transient=(SinkWriteError,))
+    observer = Observer()
+    spec = SinkSpec(slow, lag=LagPolicy("lag", write_timeout_s=0.3))
+    fan = FanOut("timed", MemoryLedger(), [ScriptedSink("good"), spec], backoff_s=0,
+                 retries=2, spool=str(tmp_path / "spool"), probe_interval_s=3600,
+                 plugins=[observer])  # fmt: skip
+    fan.catchup.stop()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="fanout"):
+            assert list(fan.process(SchemaFrame([1, 2]), BatchInfo("timed", 0, "q"))) == ["good"]
+            reported = sorted(h for h in observer.heard if h[1] == "slow")
+            assert reported == [("error", "slow", 0, "SinkTimeoutError"),
+                                ("start", "slow", 0, 1)]  # fmt: skip
+            gate.opened.set()
+            deadline = time.monotonic() + 10
+            while fan.abandoned.running("slow") is not None and time.monotonic() < deadline:
+                time.sleep(0.02)
+        assert fan.abandoned.running("slow") is None
+        assert sorted(h for h in observer.heard if h[1] == "slow") == reported
+        assert slow.calls == [(0, 1)]
+        late = [
+            r.getMessage() for r in caplog.records if "of its abandoned write" in r.getMessage()
+        ]
+        assert late == [
+            "pipeline timed, batch 0, sink slow: attempt 1 of its abandoned write failed: "
+            "sink 'slow': late failure"
+        ]
+        assert all(r.levelno == logging.DEBUG for r in caplog.records if r.getMessage() in late)
+    finally:
+        gate.opened.set()
+        fan.close()

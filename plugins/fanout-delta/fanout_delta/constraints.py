@@ -217,15 +217,7 @@ class TableConstraints:
         Spark cannot evaluate on the table's columns (an unknown function, a column the
         table lacks): analysed on an empty DataFrame of the table's schema, no job."""
         checks = [r for r in self.rules if r.expressed]
-        for rule in checks:
-            if rule.problem is not None:
-                raise ConfigurationError(
-                    f"Delta sink {sink!r}: the table's {rule.label} cannot be evaluated by "
-                    f"Spark as delta-rs evaluates it, so the sink cannot tell which rows it "
-                    f"refuses: {rule.problem}. Rewrite the constraint so both read it alike "
-                    "(e.g. CAST the operands of a division to DOUBLE, or use DIV for a whole "
-                    "number division) before starting the pipeline"
-                )
+        refuse_untranslatable(checks, sink)
         if spark is None or not checks:
             return
         import pyarrow as pa
@@ -246,6 +238,20 @@ class TableConstraints:
                     f"it refuses: {_first_line(exc)}. Fix or drop the constraint "
                     "(ALTER TABLE ... DROP CONSTRAINT) before starting the pipeline"
                 ) from exc
+
+
+def refuse_untranslatable(rules: Sequence[Rule], sink: str) -> None:
+    """Refuse (:class:`ConfigurationError`, naming the constraint) a rule the sink cannot
+    evaluate as delta-rs does (:attr:`Rule.problem`)."""
+    for rule in rules:
+        if rule.problem is not None:
+            raise ConfigurationError(
+                f"Delta sink {sink!r}: the table's {rule.label} cannot be evaluated by "
+                f"Spark as delta-rs evaluates it, so the sink cannot tell which rows it "
+                f"refuses: {rule.problem}. Rewrite the constraint so both read it alike "
+                "(e.g. CAST the operands of a division to DOUBLE, or use DIV for a whole "
+                "number division) before starting the pipeline"
+            )
 
 
 @dataclass(frozen=True)
@@ -283,6 +289,7 @@ def _refusal(
     rules = constraints.on(df.schema)
     if not rules:
         return None
+    refuse_untranslatable(rules, sink)  # typed with the batch's session: untypable
     columns = list(df.columns)
     added: tuple[str, ...] = ()
     if pad:
@@ -610,21 +617,36 @@ def _invariant(name: str, path: tuple[str, ...], metadata: str) -> Rule:
 def _in_spark_sql(rules: list[Rule], schema: pa.Schema, spark: Any) -> list[Rule]:
     """``rules`` (CHECKs and invariants in delta-rs' SQL) with their Spark SQL; a division
     typed on an empty DataFrame of the table's ``schema`` (no job), or, when its operands'
-    types cannot be resolved, the rule's :attr:`Rule.problem`."""
+    types cannot be resolved, the rule's :attr:`Rule.problem`. Without a session
+    (``spark`` ``None``: an ``open()`` without one) a division is not typed and no
+    problem recorded: nothing is evaluated before a batch, whose session types it."""
     type_of = _types_on(schema, spark)
-    translated = []
-    for rule in rules:
-        if rule.problem is not None:
-            translated.append(rule)
-            continue
-        key = (schema.to_string(), str(rule.expression))
-        text, problem = _TRANSLATED.get(key) or _translated(str(rule.expression), type_of)
-        if spark is not None and key not in _TRANSLATED:
-            if len(_TRANSLATED) >= _TRANSLATED_KEPT:
-                _TRANSLATED.clear()
-            _TRANSLATED[key] = (text, problem)
-        translated.append(dataclasses.replace(rule, spark=text, problem=problem))
-    return translated
+    return [
+        rule
+        if rule.problem is not None
+        else dataclasses.replace(rule, **_spark_sql(str(rule.expression), schema, spark, type_of))
+        for rule in rules
+    ]
+
+
+def _spark_sql(
+    expression: str, schema: pa.Schema, spark: Any, type_of: Callable[[str], str]
+) -> dict[str, Any]:
+    """The ``spark`` and ``problem`` of the rule of ``expression``, kept per table schema
+    when typed by a session; without one, never from what was kept (``open()`` reads the
+    same in any process) and no problem for a division left untyped."""
+    if spark is None:
+        text, problem = _translated(expression, type_of)
+        if problem is not None and _NO_SESSION in problem:
+            problem = None  # typed at the write, with the batch's session
+        return {"spark": text, "problem": problem}
+    key = (schema.to_string(), expression)
+    text, problem = _TRANSLATED.get(key) or _translated(expression, type_of)
+    if key not in _TRANSLATED:
+        if len(_TRANSLATED) >= _TRANSLATED_KEPT:
+            _TRANSLATED.clear()
+        _TRANSLATED[key] = (text, problem)
+    return {"spark": text, "problem": problem}
 
 
 _TRANSLATED: dict[tuple[str, str], tuple[str, str | None]] = {}
@@ -644,6 +666,9 @@ def _translated(expression: str, type_of: Callable[[str], str]) -> tuple[str, st
         return text, str(exc)
 
 
+_NO_SESSION = "no Spark session to analyse it with"
+
+
 def _types_on(schema: pa.Schema, spark: Any) -> Callable[[str], str]:
     """The Spark type (``simpleString``) of a Spark SQL expression on the columns of
     ``schema``, analysed by ``spark`` on an empty DataFrame made on first use."""
@@ -653,7 +678,7 @@ def _types_on(schema: pa.Schema, spark: Any) -> Callable[[str], str]:
         from pyspark.sql import functions as F
 
         if spark is None:
-            raise RuntimeError("no Spark session to analyse it with")
+            raise RuntimeError(_NO_SESSION)
         if not frames:
             frames.append(spark.createDataFrame(schema.empty_table()))
         return str(frames[0].select(F.expr(expression)).schema[0].dataType.simpleString())

@@ -97,9 +97,15 @@ OPTIONS = (
         "passed to delta-rs (object-store credentials...). Keys, secrets, tokens and access "
         "key ids (`aws_secret_access_key`, `azure_storage_sas_token`...) and a password in a "
         "URL are masked in every error, log line and ledger row; paths, URLs and flags "
-        "(`aws_web_identity_token_file`, `aws_sse_kms_key_id`...) stay readable",
+        "(`aws_web_identity_token_file`, `aws_sse_kms_key_id`...) stay readable. A number or "
+        "a boolean is passed as text (`true`/`false`): delta-rs takes only text",
     ),
-    SinkOption("configuration", "none", "table properties set when the table is created"),
+    SinkOption(
+        "configuration",
+        "none",
+        "table properties set when the table is created (a number or a boolean as text, "
+        "`true`/`false`)",
+    ),
     SinkOption(
         "dead_letter",
         "none",

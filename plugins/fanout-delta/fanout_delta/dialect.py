@@ -44,9 +44,11 @@ _NAME = r"(?:`(?:[^`]|``)*`|[A-Za-z_][A-Za-z0-9_]*)"
 _PATH = rf"{_NAME}(?:\s*\.\s*{_NAME})*"
 
 _GET_FIELD = re.compile(rf"\bget_field\(\s*({_PATH})((?:\s*,\s*{_STRING})+)\s*\)", re.IGNORECASE)
-_ARROW_CAST = re.compile(
-    rf"\barrow_cast\(\s*({_PATH}|{_STRING})\s*,\s*'([^'\\]*)'\s*\)", re.IGNORECASE
-)
+_QUOTED = re.compile(rf"{_STRING}|`(?:[^`]|``)*`")
+_ARROW_CAST = re.compile(rf"{_QUOTED.pattern}|\barrow_cast\(", re.IGNORECASE)
+"""A call of ``arrow_cast``, or a quoted token (which may hold such text)."""
+_CAST_TYPE = re.compile(r",\s*'([^'\\]*)'\s*$")
+"""The last argument of ``arrow_cast``: the Arrow type's name."""
 
 _SPARK_TYPES = {
     "Boolean": "BOOLEAN",
@@ -73,13 +75,57 @@ _TIMESTAMP = re.compile(
 def spark_expression(text: str) -> str:
     """``text``, a CHECK expression in delta-rs' (DataFusion's) SQL, in Spark SQL."""
     spark = "".join(_tokens(text))
-    for pattern, rewrite in ((_GET_FIELD, _field), (_ARROW_CAST, _cast)):
-        while True:  # innermost first: a match's argument holds no call left to rewrite
-            rewritten = pattern.sub(rewrite, spark)
-            if rewritten == spark:
-                break
-            spark = rewritten
-    return spark
+    while True:  # innermost first: a match's argument holds no call left to rewrite
+        rewritten = _GET_FIELD.sub(_field, spark)
+        if rewritten == spark:
+            break
+        spark = rewritten
+    return _casts(spark)
+
+
+def _casts(spark: str) -> str:
+    """``spark`` with each ``arrow_cast(operand, 'Type')`` of a type Spark has as a
+    ``CAST``, the operand any expression (DataFusion folds ``a / 2 * 1.0`` into
+    ``arrow_cast(a / 2, 'Float64')``), its own casts rewritten first."""
+    out: list[str] = []
+    i = 0
+    while (match := _ARROW_CAST.search(spark, i)) is not None:
+        if match.group(0)[0] in "'`":
+            out.append(spark[i : match.end()])
+            i = match.end()
+            continue
+        end = _closing(spark, match.end())
+        if end is None:  # unbalanced: left as it is, for Spark to refuse
+            break
+        out.append(spark[i : match.start()])
+        arguments = spark[match.end() : end]
+        kind = _CAST_TYPE.search(arguments)
+        if kind is None:
+            out.append(match.group(0) + _casts(arguments) + ")")
+        else:
+            operand = _casts(arguments[: kind.start()])
+            out.append(_cast(operand, kind.group(1), match.group(0), kind.group(0)))
+        i = end + 1
+    return "".join(out) + spark[i:]
+
+
+def _closing(spark: str, start: int) -> int | None:
+    """The index of the ``)`` closing the call whose arguments begin at ``start`` (string
+    literals and quoted names skipped), or ``None``."""
+    depth, i = 0, start
+    while i < len(spark):
+        quoted = _QUOTED.match(spark, i)
+        if quoted is not None:
+            i = quoted.end()
+            continue
+        if spark[i] == "(":
+            depth += 1
+        elif spark[i] == ")":
+            if depth == 0:
+                return i
+            depth -= 1
+        i += 1
+    return None
 
 
 def _tokens(text: str) -> list[str]:
@@ -122,18 +168,20 @@ def _field(match: re.Match[str]) -> str:
     return match.group(1) + "".join(f".`{_literal(n).replace('`', '``')}`" for n in names)
 
 
-def _cast(match: re.Match[str]) -> str:
-    value, arrow = match.group(1), match.group(2)
+def _cast(value: str, arrow: str, call: str, kind: str) -> str:
+    """``arrow_cast(value, 'arrow')`` in Spark SQL (``call`` and ``kind``: its opening and
+    its type argument as written, to leave it as it is when Spark has no such type)."""
+    kept, value = f"{call}{value}{kind})", value.strip()
     spark = _SPARK_TYPES.get(arrow)
     if spark is not None:
         return f"CAST({value} AS {spark})"
     timestamp = _TIMESTAMP.fullmatch(arrow)
     if timestamp is None:
-        return match.group(0)
+        return kept
     if timestamp.group(1) == "None":
         return f"CAST({value} AS TIMESTAMP_NTZ)"
-    if not value.startswith("'"):  # a column: Spark would read it in the session's zone
-        return match.group(0)
+    if re.fullmatch(_STRING, value) is None:  # Spark would read it in the session's zone
+        return kept
     return f"CAST({value[:-1]}Z' AS TIMESTAMP)"  # the literal is UTC, as delta-rs reads it
 
 

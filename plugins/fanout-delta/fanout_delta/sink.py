@@ -81,8 +81,10 @@ class DeltaSink(Sink):
     :param partition_by: partition columns for a new table; must match an existing table's.
     :param merge_schema: add new batch columns to the table instead of failing.
     :param compact_every: compact the table's small files every N batches.
-    :param storage_options: object-store options passed to delta-rs.
-    :param configuration: Delta table properties set when the sink creates the table.
+    :param storage_options: object-store options passed to delta-rs (a number or a
+        boolean is passed as text, ``true``/``false``: delta-rs takes only text).
+    :param configuration: Delta table properties set when the sink creates the table
+        (numbers and booleans as text, as ``storage_options``).
     :param dead_letter: where merge rows with a null key, rows whose partition value
         no Delta table can keep (:mod:`fanout_delta.partition_values`), and rows the
         table's CHECK constraints or NOT NULL columns refuse
@@ -120,8 +122,8 @@ class DeltaSink(Sink):
         partition_by: Sequence[str] | None = None,
         merge_schema: bool = False,
         compact_every: int | None = None,
-        storage_options: Mapping[str, str] | None = None,
-        configuration: Mapping[str, str | None] | None = None,
+        storage_options: Mapping[str, str | int | float | bool] | None = None,
+        configuration: Mapping[str, str | int | float | bool | None] | None = None,
         dead_letter: str | None = None,
         min_txn_retention_hours: float = 168,
         write_from: WriteFrom = "auto",
@@ -143,8 +145,8 @@ class DeltaSink(Sink):
                     f"Delta sink {name!r}: option {option!r} must be a mapping of names to "
                     f"values, got {type(value).__name__}"
                 )
-        self.storage_options = dict(storage_options) if storage_options else None
-        self.configuration = dict(configuration) if configuration else None
+        self.storage_options = _as_text(storage_options) if storage_options else None
+        self.configuration = _as_text(configuration) if configuration else None
         self.dead_letter = dead_letter
         self.min_txn_retention_hours = min_txn_retention_hours
         self.write_from = write_from
@@ -693,6 +695,21 @@ def pa_schema(table: Any) -> Any:
     import pyarrow as pa
 
     return pa.schema(table.schema().to_arrow())
+
+
+def _as_text(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with each number or boolean as the text delta-rs takes (it takes only
+    text): ``true``/``false`` (as object_store and Delta properties spell them), a number
+    as ``str`` gives it. Other values as given (``None``: a property left unset)."""
+    return {k: _text(v) for k, v in values.items()}
+
+
+def _text(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
 
 
 def _as_list(value: Any) -> Any:

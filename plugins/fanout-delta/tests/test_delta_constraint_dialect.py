@@ -70,6 +70,21 @@ STORED = {
         ),
         ("arrow_cast(s, 'Decimal128(10, 2)') > 1", "arrow_cast(s, 'Decimal128(10, 2)') > 1"),
         ("(x > 0) IS NOT DISTINCT FROM true", "(x > 0) IS NOT DISTINCT FROM true"),
+        # an operand of any nesting: DataFusion folds ``a / 2 * 1.0`` into a cast
+        ("arrow_cast(a / 2, 'Float64') >= 1", "CAST(a / 2 AS DOUBLE) >= 1"),
+        ("arrow_cast((a + 1) / (2), 'Int32') > 0", "CAST((a + 1) / (2) AS INT) > 0"),
+        (
+            "arrow_cast(arrow_cast(a, 'Float64'), 'Int32') > 0",
+            "CAST(CAST(a AS DOUBLE) AS INT) > 0",
+        ),
+        (
+            "arrow_cast(f(a, ')'), 'Utf8View') != 'arrow_cast(a, ''Int32'')'",
+            "CAST(f(a, ')') AS STRING) != 'arrow_cast(a, \\'Int32\\')'",
+        ),
+        (
+            "arrow_cast(arrow_cast(a, 'Int64'), 'Decimal128(10, 2)') > 1",
+            "arrow_cast(CAST(a AS BIGINT), 'Decimal128(10, 2)') > 1",
+        ),
     ],
 )
 def test_delta_rs_sql_reads_as_spark_sql(stored, spark):
@@ -288,6 +303,105 @@ def test_open_refuses_a_division_whose_operands_spark_cannot_type(spark, tmp_pat
         "Rewrite the constraint so both read it alike (e.g. CAST the operands of a division "
         "to DOUBLE, or use DIV for a whole number division) before starting the pipeline"
     )
+
+
+@pytest.mark.integration
+def test_open_without_spark_types_a_division_at_the_first_batch(spark, tmp_path):
+    """Without a Spark session at open() (``fanout.testing.open_sink`` without one) a
+    division's operands cannot be typed: the table opens, and the first batch's session
+    types it (open() refused every table with a whole-number division)."""
+    path, dead = str(tmp_path / "t"), str(tmp_path / "dead")
+    DeltaTable.create(path, Schema([Field("id", "long"), Field("a", "long")]))
+    DeltaTable(path).alter.add_constraint({"high": "a / 2 <= 1"})
+    sink = DeltaSink(name="s", path=path, write_from="driver")
+    sink.open(SinkContext(pipeline="p", spark=None, dead_letters=DeltaDeadLetters(dead)))
+
+    df = spark.createDataFrame([(1, 3), (2, 4), (3, -5)], "id long, a long")
+    result = sink.write(batch_of(df))
+
+    assert (result.rows, result.dead_lettered) == (2, 1)
+    assert sorted(r["id"] for r in read_delta(path).to_pylist()) == [1, 3]
+    reason = (
+        "breaks the Delta table's CHECK constraint high (a / 2 <= 1): the expression is "
+        "false or null for the row"
+    )
+    assert letters_of(dead) == [(2, reason)]
+
+
+@pytest.mark.integration
+def test_open_without_spark_refuses_an_untypable_division_at_the_first_batch(spark, tmp_path):
+    """The division Spark cannot type: the sink opened without a session refuses it when
+    the first batch brings one, with open()'s message, nothing written."""
+    path = str(tmp_path / "t")
+    DeltaTable.create(path, Schema([Field("id", "long"), Field("s", "string")]))
+    DeltaTable(path).alter.add_constraint({"d": "CAST(s AS DECIMAL(10, 2)) / 2 > 1"})
+    stored = "arrow_cast(s, 'Decimal128(10, 2)') / 2 > '1000000'::decimal(14, 6)"
+    sink = DeltaSink(name="s", path=path, write_from="driver")
+    sink.open(SinkContext(pipeline="p", spark=None))
+
+    with pytest.raises(ConfigurationError) as refused:
+        sink.write(batch_of(spark.createDataFrame([(1, "5")], "id long, s string")))
+
+    message = str(refused.value)
+    assert message.startswith(
+        f"Delta sink 's': the table's CHECK d ({stored}) cannot be evaluated by Spark as "
+        "delta-rs evaluates it, so the sink cannot tell which rows it refuses: the type of "
+        "\"arrow_cast(s, 'Decimal128(10, 2)')\", an operand of a division, cannot be resolved "
+        "on the table's columns ("
+    )
+    assert message.endswith(
+        "Rewrite the constraint so both read it alike (e.g. CAST the operands of a division "
+        "to DOUBLE, or use DIV for a whole number division) before starting the pipeline"
+    )
+    assert read_delta(path).num_rows == 0
+
+
+def refused_by_delta_rs(tmp_path: Any, constraints: dict[str, str], rows: list[tuple[int, int]]
+                        ) -> list[int]:  # fmt: skip
+    """The ids of ``rows`` (id, a) delta-rs refuses under ``constraints``: each written
+    alone to a table holding them."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = str(tmp_path / "delta_rs")
+    DeltaTable.create(path, Schema([Field("id", "long"), Field("a", "long")]))
+    DeltaTable(path).alter.add_constraint(constraints)
+    refused = []
+    for i, a in rows:
+        try:
+            write_deltalake(path, pa.table({"id": [i], "a": [a]}), mode="append")
+        except Exception:
+            refused.append(i)
+    return refused
+
+
+@pytest.mark.integration
+def test_a_cast_of_a_division_refuses_the_rows_delta_rs_refuses(spark, tmp_path):
+    """delta-rs stores ``a / 2 * 1.0 >= 1`` as ``arrow_cast(a / 2, 'Float64') >= 1``: a
+    cast of an expression, which was left as ``arrow_cast``, a function Spark does not
+    know, so the sink's open() refused the table. Read as Spark SQL, it refuses the rows
+    delta-rs refuses, row by row."""
+    path, dead = str(tmp_path / "t"), str(tmp_path / "dead")
+    checks = {"half": "a / 2 * 1.0 >= 1", "up": "CAST((a + 1) / 2 AS DOUBLE) <= 3"}
+    DeltaTable.create(path, Schema([Field("id", "long"), Field("a", "long")]))
+    DeltaTable(path).alter.add_constraint(checks)
+    stored = {k: DeltaTable(path).metadata().configuration[f"delta.constraints.{k}"]
+              for k in checks}  # fmt: skip
+    assert stored == {
+        "half": "arrow_cast(a / 2, 'Float64') >= 1",
+        "up": "arrow_cast((a + 1) / 2, 'Float64') <= 3",
+    }
+    rows = [(i, a) for i, a in enumerate(range(-3, 9))]
+    sink = DeltaSink(name="s", path=path, write_from="driver")
+    sink.open(SinkContext(pipeline="p", spark=spark, dead_letters=DeltaDeadLetters(dead)))
+
+    result = sink.write(batch_of(spark.createDataFrame(rows, "id long, a long")))
+
+    refused = refused_by_delta_rs(tmp_path, checks, rows)
+    assert refused == [0, 1, 2, 3, 4, 10, 11]  # a < 2 (1 / 2 is 0), a > 6 ((7 + 1) / 2 is 4)
+    assert (result.rows, result.dead_lettered) == (5, 7)
+    assert sorted(r["id"] for r in read_delta(path).to_pylist()) == [5, 6, 7, 8, 9]
+    assert [i for i, _ in letters_of(dead)] == refused
 
 
 def invariant(expression: str) -> dict[str, str]:

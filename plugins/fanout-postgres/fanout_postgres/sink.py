@@ -78,6 +78,7 @@ from fanout_postgres.transaction import BatchMeta
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from sqlalchemy.engine import URL
 
 logger = logging.getLogger(__name__)
 
@@ -91,8 +92,10 @@ class PostgresSink(PartitionedSink):
     """Upserts (or appends) every micro-batch into a PostgreSQL table.
 
     :param name: the sink name.
-    :param url: SQLAlchemy URL (``postgresql+psycopg2://user:${PG_PASSWORD}@host/db``); any
-        part may reference environment variables, expanded on the driver.
+    :param url: SQLAlchemy URL (``postgresql+psycopg2://user:${PG_PASSWORD}@host/db``), as
+        text or a ``sqlalchemy.engine.URL``; any part may reference environment variables,
+        expanded on the driver. (The option type check does not check it: ``URL`` is
+        imported for type checkers only; :meth:`open` refuses a value of another type.)
     :param table: ``"name"``, ``"schema.name"`` or ``[schema, name]``, taken literally.
     :param keys: upsert keys (default: the table's primary key); must be exactly the
         columns of a primary key or unique constraint. In append mode they only choose the
@@ -133,7 +136,7 @@ class PostgresSink(PartitionedSink):
         self,
         name: str,
         *,
-        url: str | None = None,
+        url: str | URL | None = None,
         table: str | Sequence[str] | None = None,
         keys: str | Sequence[str] | None = None,
         mode: Mode = "upsert",

@@ -4,6 +4,7 @@ the table and the column."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -301,3 +302,34 @@ def test_settings_written_as_numbers_and_booleans_are_taken(pg_url: str, tmp_pat
     assert sink.settings == {
         "temp_buffers": "128MB", "work_mem": "64MB", "statement_timeout": 5000, "jit": False,
     }  # fmt: skip
+
+
+def test_a_sqlalchemy_url_object_is_taken_in_a_fanout_dict(pg_url: str) -> None:
+    """``resolve_url`` takes a SQLAlchemy ``URL``, but the option type check refused one
+    in a FanOut dict (``url`` was annotated ``str | None``). ``URL`` is imported for type
+    checkers only: the check cannot resolve it and leaves ``url`` unchecked, the other
+    options still checked."""
+    from sqlalchemy.engine import make_url
+
+    from fanout import FanOut
+    from fanout.contract.options import option_types
+    from fanout.ledger.memory import MemoryLedger
+
+    execute(pg_url, "CREATE TABLE IF NOT EXISTS url_probe (id bigint PRIMARY KEY)")
+    url = make_url(pg_url)
+    fan = FanOut("p", MemoryLedger(), [{"type": "postgres", "name": "pg", "url": url,
+                                         "table": "url_probe"}])  # fmt: skip
+    sink = fan.specs["pg"].sink
+    assert isinstance(sink, PostgresSink)
+    assert sink.url is url
+    assert sink.connection_url().render_as_string(hide_password=False) == url.set(
+        drivername="postgresql+psycopg2"
+    ).render_as_string(hide_password=False)
+    types = option_types(PostgresSink)
+    assert (types["url"], types["table"]) == (Any, str | Sequence[str] | None)
+    with pytest.raises(ConfigurationError) as refused:
+        FanOut("p", MemoryLedger(), [{"type": "postgres", "name": "pg", "url": url,
+                                      "table": 5}])  # fmt: skip
+    assert "option 'table': expected str or a list of str or none, got 5 (int)" in str(
+        refused.value
+    )
