@@ -21,7 +21,7 @@ from fanout.app.interval import interval_ms
 from fanout.contract.names import check_name
 from fanout.contract.options import SinkClass, coerce_option_text, option_type_problems
 from fanout.errors import ConfigurationError
-from fanout.observe.secrets import expand_env
+from fanout.observe.secrets import expand_env, shown_masked
 from fanout.sink_spec import CORE_OPTIONS
 
 SECTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
@@ -242,7 +242,7 @@ def _typed_options(path: str, sink: dict[str, Any], sink_class: SinkClass) -> di
     first option whose value is not of its annotated type."""
     own = {k: v for k, v in sink.items() if k not in ("type", "name", *CORE_OPTIONS)}
     coerced = coerce_option_text(sink_class, own)
-    if problems := option_type_problems(sink_class, coerced):
+    if problems := option_type_problems(sink_class, coerced, shown_masked):
         raise ConfigurationError(
             f"{path} (sink {sink['name']!r}, type {sink['type']!r}): {problems[0]}; "
             f"`fanout plugins --options {sink['type']}` describes each option"

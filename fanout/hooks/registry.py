@@ -35,6 +35,7 @@ from fanout.errors import (
 from fanout.hooks import specs as hookspecs
 from fanout.hooks.commands import CliCommand
 from fanout.hooks.services import EmbeddedService
+from fanout.observe.secrets import shown_masked
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +204,7 @@ class Registry:
         if type_name not in types:
             raise UnknownSinkTypeError(name, type_name, list(types))
         sink_class = types[type_name].sink_class
-        if problems := option_type_problems(sink_class, options):
+        if problems := option_type_problems(sink_class, options, shown_masked):
             raise ConfigurationError(
                 f"sink {name!r} (type {type_name!r}): {'; '.join(problems)}; fix the value "
                 f"in the sink's configuration (`fanout plugins --options {type_name}` "
