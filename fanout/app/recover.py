@@ -11,6 +11,15 @@ them would write every later batch again to the sinks that hold it. For a Kafka 
 offsets are exactly the ``startingOffsets`` JSON of a new query; for other sources the report
 says what they mean.
 
+A sink of the pipeline without a mark in the newest epoch (the pipeline file's, with
+``--config``; without it, a sink with marks in earlier epochs only) pulls the resume point
+back to before the epoch's first batch when no sink holds a batch past it (the driver died in
+that batch before the sink's mark), and is otherwise named with the batches a resume gives up
+for it (the first batch committed without it) and the ``fanout ledger skip`` accepting that.
+With ``--config`` each sink is also asked whether it holds the batch after its mark, written
+but never marked (:mod:`fanout.app.recover_sinks`): its lost mark is counted (and recorded,
+but with ``--no-record``) and the refusal's choice printed.
+
 With the pipeline's spool (``--spool``), a lagging sink counts at the last batch of the
 epoch the spool holds for it that the catch-up writes after the reset (settled:
 :func:`fanout.steps.lag.spooled_through`), with that batch's recorded offsets; a spooled
