@@ -147,3 +147,55 @@ def test_recover_resumes_after_a_batch_every_sink_holds_though_one_lost_its_mark
     resets.run(resets.fan(PIPELINE, tmp_path, on_reset="new_epoch"), spark, NEW, 0, 40)
     for sink in SINKS:
         assert resets.ids(tmp_path, sink) == list(range(50))
+
+
+def test_recover_resumes_before_a_first_batch_one_sink_wrote_but_never_marked(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The driver died in epoch 0's first batch, after bronze committed it, before its
+    mark; silver never got it. The ledger holds no mark: `recover` said it holds no
+    committed batch. Now it finds bronze's batch 0, counts silver (no mark) and resumes
+    before batch 0, or after it once silver gives it up; the new epoch started that way
+    passes its start."""
+    from tests.integration.test_unmarked_batch import KillInTheFirstBatch
+
+    with pytest.raises(DriverKilled):
+        resets.run(resets.fan(PIPELINE, tmp_path, KillInTheFirstBatch()), spark, OLD, 0, 0)
+    config, ledger = _config(tmp_path), tmp_path / "ledger"
+    skip = (
+        f"fanout ledger skip --ledger {ledger} --pipeline {PIPELINE} --sink silver "
+        "--through 0 --epoch 0"
+    )
+    out = _recover(config, capsys)
+    assert out[:7] == [
+        f"pipeline '{PIPELINE}': last committed batch per sink",
+        "  bronze: batch 0, query id query-old, source offsets not recorded",
+        "  silver: no mark in epoch 0 (no mark in the ledger)",
+        f"Asked each sink of {config}, by its own records, whether it holds the batch after "
+        "its mark in epoch 0 (written, but never marked):",
+        "  bronze: holds batch 0, which the ledger had no mark of",
+        "  silver: does not hold batch 0",
+        "The ledger now records each lost mark (the sink holds the batch; recorded by fanout "
+        "recover): the counts here include it, and the new epoch's start asks the sink about "
+        "the batch after it.",
+    ]
+    assert out[7].startswith(
+        "  - sink bronze: batch 0 of epoch 0, source offsets unknown (no sink marked it); "
+        "sinks without it: silver (no mark)."
+    )
+    assert out[10:12] == [
+        "Resume before batch 0, epoch 0's first: sink silver has no mark in epoch 0 (the "
+        "driver died in that batch before the mark, or never wrote it there), so resuming "
+        "after batch 0 would give that batch up for it. Start the new query where epoch 0 "
+        "began (the query's starting offsets; the ledger holds no offsets before batch 0): "
+        "sink bronze already holds batch 0 and will write its rows again (a new epoch means "
+        "new transaction ids, so nothing skips them): duplicates there, unless the sink "
+        "upserts by key.",
+        f"Or give batch 0 up for silver: `{skip}`, then run this again: it resumes after batch 0.",
+    ]
+    assert resets.marks(tmp_path) == [(0, "bronze", 0)]
+
+    # the way the output names first: the new epoch reads from the start
+    resets.run(resets.fan(PIPELINE, tmp_path, on_reset="new_epoch"), spark, NEW, 0, 0)
+    assert resets.ids(tmp_path, "bronze") == sorted([*range(10), *range(10)])
+    assert resets.ids(tmp_path, "silver") == list(range(10))
