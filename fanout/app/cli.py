@@ -152,8 +152,11 @@ def cmd_recover(args: argparse.Namespace) -> int:
         asked = _ask_sinks(config, target, ledger, recovery)
         lost = asked.lost_marks(ledger, target.pipeline)
         if lost and not args.no_record:
-            for entry in lost:
-                ledger.mark_committed(entry)
+            try:
+                for entry in lost:
+                    ledger.mark_committed(entry)
+            except FanoutError as exc:  # read-only credentials: say what that costs
+                asked = replace(asked, unrecorded=str(exc))
         if lost:
             recovery = facts([*committed, *lost])
     print(_masked_text(render(recovery, recorded=not args.no_record, asked=asked)))

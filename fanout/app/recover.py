@@ -290,6 +290,12 @@ LOST_NOT_RECORDED = (
     "(UnmarkedBatchError); run this again without --no-record before a reset."
 )
 
+LOST_UNRECORDABLE = (
+    "The lost marks could not be recorded in the ledger ({reason}): the counts here include "
+    "each, the ledger does not, so a new epoch's start asks the sink about that batch again "
+    "and is refused (UnmarkedBatchError), recording it then if it can."
+)
+
 
 def render(recovery: Recovery, *, recorded: bool = True, asked: Asked | None = None) -> str:
     """The text ``fanout recover`` prints (``recorded``: the report is recorded in the
@@ -321,7 +327,12 @@ def _asked_lines(recovery: Recovery, asked: Asked | None, recorded: bool) -> lis
     held = asked.held
     if not held:
         return lines
-    lines.append(LOST_RECORDED.format(recorded_by=RECORDED_BY) if recorded else LOST_NOT_RECORDED)
+    if asked.unrecorded is not None:
+        lines.append(LOST_UNRECORDABLE.format(reason=asked.unrecorded))
+    else:
+        lines.append(
+            LOST_RECORDED.format(recorded_by=RECORDED_BY) if recorded else LOST_NOT_RECORDED
+        )
     unknown = {a.sink for a in asked.answers if a.holds is None}
     for h in (
         h for h in held if h.harmless is None and lacking_sinks(h.mark + 1, asked.marks, held)

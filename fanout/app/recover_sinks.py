@@ -36,6 +36,7 @@ class Asked:
     :param not_asked: the sinks not asked, each with why.
     :param offsets: per sink holding its batch, that batch's source offsets as another
         sink's mark recorded them (``None``: no sink marked it).
+    :param unrecorded: why the ledger could not record the lost marks found.
     """
 
     config: str
@@ -44,6 +45,8 @@ class Asked:
     answers: list[Held] = field(default_factory=list)
     not_asked: dict[str, str] = field(default_factory=dict)
     offsets: dict[str, str | None] = field(default_factory=dict)
+    unrecorded: str | None = None
+    """Why the lost marks found could not be recorded (``None``: recorded, or not asked to)."""
 
     @property
     def held(self) -> list[Held]:

@@ -197,3 +197,27 @@ def test_a_sink_of_the_pipeline_file_added_since_is_named_with_the_batches_given
         f"out, then nothing is missing). To accept that it never gets them: `{skip}`.",
         "Source 0 (Kafka): start a new checkpoint with",
     ]
+
+
+def test_lost_marks_the_ledger_cannot_record_are_counted_and_said_so() -> None:
+    """A read-only ledger: recover still counts the lost mark it found, and says the new
+    epoch's start will be refused for it (the start asks the sink again)."""
+    from fanout.app.recover import LOST_UNRECORDABLE, recovery_of, render
+    from fanout.app.recover_sinks import Asked
+    from fanout.steps.unmarked import Held
+
+    held = Held("a", 0, True)
+    asked = Asked("p.toml", 0, {"a": 0}, [held], offsets={"a": None}, unrecorded="denied")
+    lost = LedgerEntry("p", "a", 1, "committed", query_id=OLD, error="unmarked: x")
+    lines = render(recovery_of("p", [lost], sinks=["a"]), asked=asked).splitlines()
+    assert lines[2:5] == [
+        "Asked each sink of p.toml, by its own records, whether it holds the batch after its "
+        "mark in epoch 0 (written, but never marked):",
+        "  a: holds batch 1, which the ledger had no mark of",
+        LOST_UNRECORDABLE.format(reason="denied"),
+    ]
+    assert LOST_UNRECORDABLE.format(reason="denied") == (
+        "The lost marks could not be recorded in the ledger (denied): the counts here "
+        "include each, the ledger does not, so a new epoch's start asks the sink about that "
+        "batch again and is refused (UnmarkedBatchError), recording it then if it can."
+    )
