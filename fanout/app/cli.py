@@ -121,27 +121,95 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
-    """Print what a restart needs after a lost checkpoint, from the ledger."""
+    """Print what a restart needs after a lost checkpoint, from the ledger (and, with
+    ``--config``, from the pipeline's sinks)."""
+    from dataclasses import replace
+
     from fanout.app.recover import NOT_RECORDED, record, recovery_of, render
     from fanout.app.status import unknown_pipeline
     from fanout.ledger.delta import DeltaLedger
+    from fanout.ledger.entry import ledger_location
     from fanout.spool.table import read_spooled
 
-    ledger = DeltaLedger(args.ledger)
-    committed = ledger.committed_entries(args.pipeline)
-    if not committed and (known := ledger.pipelines()) and args.pipeline not in known:
-        raise unknown_pipeline(args.ledger, args.pipeline, known)  # a typo, most likely
-    spooled = None if args.spool is None else read_spooled(args.spool, args.pipeline)
-    recovery = recovery_of(args.pipeline, committed, spooled, args.spool)
-    print(render(recovery, recorded=not args.no_record))
+    target, config = _recover_target(args)
+    for note in target.notes:
+        print(f"pipeline {target.pipeline!r}: {note}")
+    ledger = DeltaLedger(target.ledger)
+    committed = ledger.committed_entries(target.pipeline)
+    if not committed and (known := ledger.pipelines()) and target.pipeline not in known:
+        raise unknown_pipeline(target.ledger, target.pipeline, known)  # a typo, most likely
+    spooled = None if target.spool is None else read_spooled(target.spool, target.pipeline)
+    sinks = target.sinks if target.config is not None else None
+
+    def facts(entries: Sequence[Any]) -> Any:
+        found = recovery_of(target.pipeline, entries, spooled, target.spool, sinks)
+        first = ledger.epoch_start(target.pipeline, found.epoch) if found.lacking else None
+        return replace(found, first_batch=first or 0, ledger=ledger_location(ledger))
+
+    recovery = facts(committed)
+    asked = None
+    if config is not None:
+        asked = _ask_sinks(config, target, ledger, recovery)
+        lost = asked.lost_marks(ledger, target.pipeline)
+        if lost and not args.no_record:
+            try:
+                for entry in lost:
+                    ledger.mark_committed(entry)
+            except FanoutError as exc:  # read-only credentials: say what that costs
+                asked = replace(asked, unrecorded=str(exc))
+        if lost:
+            recovery = facts([*committed, *lost])
+    print(_masked_text(render(recovery, recorded=not args.no_record, asked=asked)))
     if args.no_record:
         if recovery.furthest_behind is not None:
             print(NOT_RECORDED)
         return 0
     recorded = record(ledger, recovery)
     if recorded is not None:
-        print(recorded)
+        print(_masked_text(recorded))
     return 0
+
+
+def _recover_target(args: argparse.Namespace) -> tuple[_SkipTarget, Any]:
+    """The ledger, pipeline, spool and sinks ``fanout recover`` reads, and the pipeline
+    file's config: from ``--config`` when given (a flag contradicting it refused), else
+    from the flags alone (no config)."""
+    if args.config is None:
+        missing = [f for f, v in (("--ledger", args.ledger), ("--pipeline", args.pipeline))
+                   if v is None]  # fmt: skip
+        if missing:
+            raise ConfigurationError(
+                f"{' and '.join(missing)} required: give them, or --config PIPELINE.toml"
+            )
+        return _SkipTarget(args.ledger, args.pipeline, args.spool, None), None
+    from fanout.app.runner import load_pipeline
+
+    file = args.config
+    config = load_pipeline(file)
+    notes: list[str] = []
+    ledger = _agreed("--ledger", args.ledger, config.ledger, file, path=True, notes=notes)
+    pipeline = _agreed("--pipeline", args.pipeline, config.name, file, path=False)
+    spool = args.spool
+    if config.spool is not None:
+        spool = _agreed("--spool", args.spool, config.spool, file, path=True, notes=notes)
+    named = tuple(str(s["name"]) for s in config.sinks)
+    return _SkipTarget(ledger, pipeline, spool, None, file, tuple(notes), named), config
+
+
+def _ask_sinks(config: Any, target: _SkipTarget, ledger: DeltaLedger, recovery: Any) -> Any:
+    """Each sink of the pipeline file asked about the batch after its mark
+    (:func:`fanout.app.recover_sinks.ask_sinks`)."""
+    from fanout.app.recover_sinks import ask_sinks
+
+    assert target.config is not None
+    epoch = recovery.epoch if recovery.latest else ledger.current_epoch(target.pipeline)
+    spooled = {sink: recovery.latest[sink].batch_id for sink in recovery.from_spool}
+    return ask_sinks(config, target.config, ledger, epoch, spooled)
+
+
+def _masked_text(text: str) -> str:
+    """``text`` with every secret the sinks registered masked."""
+    return redact(text, known_secrets())
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
@@ -485,8 +553,18 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     recover = sub.add_parser(
         "recover", help="after a lost checkpoint: last batches, offsets, Kafka startingOffsets"
     )
-    recover.add_argument("--ledger", required=True, help="the ledger's Delta table path")
-    recover.add_argument("--pipeline", required=True, help="the pipeline name")
+    recover.add_argument(
+        "--config",
+        metavar="PIPELINE.toml",
+        help="the pipeline file (as for fanout run): the ledger, pipeline, spool and sinks "
+        "come from it (a flag saying otherwise is refused); a sink of it with no mark in "
+        "the epoch counts, and each sink is opened (read only, as by fanout validate) and "
+        "asked whether it holds the batch after its mark, written but never marked",
+    )
+    recover.add_argument(
+        "--ledger", help="the ledger's Delta table path (required without --config)"
+    )
+    recover.add_argument("--pipeline", help="the pipeline name (required without --config)")
     recover.add_argument(
         "--spool",
         help="the pipeline's spool: a lagging sink counts at the batches it gives it",

@@ -11,6 +11,15 @@ them would write every later batch again to the sinks that hold it. For a Kafka 
 offsets are exactly the ``startingOffsets`` JSON of a new query; for other sources the report
 says what they mean.
 
+A sink of the pipeline without a mark in the newest epoch (the pipeline file's, with
+``--config``; without it, a sink with marks in earlier epochs only) pulls the resume point
+back to before the epoch's first batch when no sink holds a batch past it (the driver died in
+that batch before the sink's mark), and is otherwise named with the batches a resume gives up
+for it (the first batch committed without it) and the ``fanout ledger skip`` accepting that.
+With ``--config`` each sink is also asked whether it holds the batch after its mark, written
+but never marked (:mod:`fanout.app.recover_sinks`): its lost mark is counted (and recorded,
+but with ``--no-record``) and the refusal's choice printed.
+
 With the pipeline's spool (``--spool``), a lagging sink counts at the last batch of the
 epoch the spool holds for it that the catch-up writes after the reset (settled:
 :func:`fanout.steps.lag.spooled_through`), with that batch's recorded offsets; a spooled
@@ -36,12 +45,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fanout.app.recover_sinks import RECORDED_BY, Asked
 from fanout.errors import FanoutError, batch_ranges
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
 from fanout.spool.table import SpooledBatch
 from fanout.steps.guard import latest_per_sink
 from fanout.steps.guard_text import SinkMarks, describe_entry, not_written_line, sink_marks
+from fanout.steps.unmarked import Held, choice_lines, epoch_began, lacking_sinks
 
 
 @dataclass(frozen=True)
@@ -57,12 +68,50 @@ class Recovery:
     """The sinks counted at a spooled batch, each with its last mark of that epoch."""
     given_up: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Per sink, the spooled batches of the epoch Spark never committed (given up)."""
+    sinks: tuple[str, ...] | None = None
+    """The pipeline file's sinks (``--config``); ``None``: not known, and the sinks with
+    marks in earlier epochs only stand for them."""
+    first_batch: int = 0
+    """The newest epoch's first batch (:meth:`fanout.ledger.entry.Ledger.epoch_start`; 0
+    when no row records it)."""
+    ledger: str = "LEDGER"
+    """The ledger, as the commands printed name it."""
+
+    @property
+    def lacking(self) -> dict[str, LedgerEntry | None]:
+        """The pipeline's sinks without a mark (nor a spooled batch) in the newest epoch,
+        each with its last mark of an earlier one (``None``: never marked)."""
+        epoch = self.epoch
+        if not any(e.epoch == epoch for e in self.latest.values()):
+            return {}
+        names = self.sinks
+        if names is None:
+            names = tuple(s for s, e in self.latest.items() if e.epoch != epoch)
+        return {
+            name: self.latest.get(name)
+            for name in sorted(names)
+            if name not in self.latest or self.latest[name].epoch != epoch
+        }
 
     @property
     def marks(self) -> SinkMarks:
-        """The sinks' last marks, split into the sinks the pipeline still writes and the
-        others."""
-        return sink_marks(self.latest)
+        """The last marks of the sinks with one in the newest epoch, split into the sinks
+        the pipeline still writes and the others (:attr:`lacking` left out)."""
+        lacking = self.lacking
+        return sink_marks({s: e for s, e in self.latest.items() if s not in lacking})
+
+    @property
+    def before_first(self) -> bool:
+        """Whether a sink without a mark in the newest epoch pulls the resume point back
+        to before the epoch's first batch: no sink holds a batch past it. (Batch f + 1 is
+        planned only once every configured sink marked f: past it, a sink without a mark
+        was not in the pipeline then, and the batches are given up for it instead.)"""
+        written = self.marks.written
+        return (
+            bool(self.lacking)
+            and bool(written)
+            and max(e.batch_id for e in written.values()) <= self.first_batch
+        )
 
     @property
     def epoch(self) -> int:
@@ -72,7 +121,14 @@ class Recovery:
     @property
     def furthest_behind(self) -> LedgerEntry | None:
         """The mark with the lowest batch id among the sinks the pipeline still writes, in
-        its newest epoch: where a new checkpoint must resume."""
+        its newest epoch: where a new checkpoint must resume. When a sink without a mark
+        pulls it back (:attr:`before_first`): the batch before the epoch's first, with no
+        offsets (the ledger holds none of it), named after that sink."""
+        if self.before_first:
+            return LedgerEntry(
+                self.pipeline, min(self.lacking), self.first_batch - 1, "committed",
+                epoch=self.epoch,
+            )  # fmt: skip
         return self.marks.furthest_behind
 
     def starting_offsets(self) -> list[Any] | None:
@@ -104,14 +160,17 @@ def recovery_of(
     committed: Sequence[LedgerEntry],
     spooled: Sequence[SpooledBatch] | None = None,
     spool: str | None = None,
+    sinks: Sequence[str] | None = None,
 ) -> Recovery:
     """The recovery facts from the committed entries of one pipeline and, when the spool
-    at ``spool`` was read, its ``spooled`` batches."""
+    at ``spool`` was read, its ``spooled`` batches; ``sinks``: the pipeline file's sinks
+    (``None``: not known)."""
     from fanout.steps.lag import spooled_through
 
+    named = None if sinks is None else tuple(sinks)
     latest = latest_per_sink([e for e in committed if e.pipeline == pipeline])
     if spooled is None:
-        return Recovery(pipeline, latest)
+        return Recovery(pipeline, latest, sinks=named)
     batches = [b for b in spooled if b.pipeline == pipeline]
     epoch = max([e.epoch for e in latest.values()] + [b.epoch for b in batches], default=0)
     marks = {sink: e.batch_id for sink, e in latest.items() if e.epoch == epoch}
@@ -127,7 +186,7 @@ def recovery_of(
         for sink in sorted(batch.needed_by) if batch.epoch == epoch else []:
             if batch.batch_id > max(through.get(sink, -1), marks.get(sink, -1)):
                 given_up[sink] = (*given_up.get(sink, ()), batch.batch_id)
-    return Recovery(pipeline, latest, spool, from_spool, given_up)
+    return Recovery(pipeline, latest, spool, from_spool, given_up, named)
 
 
 def _entry_of(sink: str, batch: SpooledBatch) -> LedgerEntry:
@@ -210,15 +269,92 @@ def record(ledger: DeltaLedger, recovery: Recovery) -> str | None:
     return RECORDED.format(number=report.number, epoch=report.epoch)
 
 
-def render(recovery: Recovery, *, recorded: bool = True) -> str:
+NO_CONFIG = (
+    "The pipeline file was not read (--config): a sink of the pipeline with no mark at all "
+    "in the ledger (the driver died in its first batch before its mark, or it never got a "
+    "batch) is not seen, and resuming here gives the batches before it up for it; sinks "
+    "with marks in earlier epochs only count as the pipeline's. Nor were the sinks asked "
+    "whether they hold a batch written but never marked (the new epoch's start asks them, "
+    "and refuses it then). Run this again with --config PIPELINE.toml."
+)
+
+LOST_RECORDED = (
+    "The ledger now records each lost mark (the sink holds the batch; {recorded_by}): "
+    "the counts here include it, and the new epoch's start asks the sink about the batch "
+    "after it."
+)
+
+LOST_NOT_RECORDED = (
+    "Not recorded (--no-record): the counts here include each lost mark, the ledger does "
+    "not, so a new epoch's start asks the sink about that batch again and is refused "
+    "(UnmarkedBatchError); run this again without --no-record before a reset."
+)
+
+LOST_UNRECORDABLE = (
+    "The lost marks could not be recorded in the ledger ({reason}): the counts here include "
+    "each, the ledger does not, so a new epoch's start asks the sink about that batch again "
+    "and is refused (UnmarkedBatchError), recording it then if it can."
+)
+
+
+def render(recovery: Recovery, *, recorded: bool = True, asked: Asked | None = None) -> str:
     """The text ``fanout recover`` prints (``recorded``: the report is recorded in the
-    ledger; ``--no-record``: it is not, and the text says what is then not checked)."""
-    lines = _facts(recovery)
+    ledger; ``--no-record``: it is not, and the text says what is then not checked;
+    ``asked``: the sinks' answers about the batch after their marks, with ``--config``)."""
+    lines = _facts(recovery, _asked_lines(recovery, asked, recorded))
     if recovery.latest:
         lines.append(STOP_FIRST if recorded else STOP_FIRST_UNRECORDED)
     if recovery.spool is None:
         lines.append(NO_SPOOL)
+    if recovery.sinks is None:
+        lines.append(NO_CONFIG)
     return "\n".join(lines)
+
+
+def _asked_lines(recovery: Recovery, asked: Asked | None, recorded: bool) -> list[str]:
+    """What the sinks answered, and for each holding a batch another sink lacks, the
+    choice (the lines of :class:`fanout.UnmarkedBatchError`)."""
+    if asked is None:
+        return []
+    lines = [
+        f"Asked each sink of {asked.config}, by its own records, whether it holds the batch "
+        f"after its mark in epoch {asked.epoch} (written, but never marked):"
+    ]
+    for answer in sorted(asked.answers, key=lambda a: a.sink):
+        lines.append(f"  {answer.sink}: {_answer_text(answer)}")
+    for name, why in sorted(asked.not_asked.items()):
+        lines.append(f"  {name}: not asked: {why}")
+    held = asked.held
+    if not held:
+        return lines
+    if asked.unrecorded is not None:
+        lines.append(LOST_UNRECORDABLE.format(reason=asked.unrecorded))
+    else:
+        lines.append(
+            LOST_RECORDED.format(recorded_by=RECORDED_BY) if recorded else LOST_NOT_RECORDED
+        )
+    unknown = {a.sink for a in asked.answers if a.holds is None}
+    for h in (
+        h for h in held if h.harmless is None and lacking_sinks(h.mark + 1, asked.marks, held)
+    ):
+        choices = choice_lines(
+            recovery.pipeline, asked.epoch, recovery.ledger, h, asked.offsets[h.sink],
+            asked.marks, held, unknown, refusal=False,
+        )  # fmt: skip
+        lines += [f"  {line}" for line in choices]
+    return lines
+
+
+def _answer_text(answer: Held) -> str:
+    batch = answer.mark + 1
+    if answer.holds is None:
+        return f"cannot tell whether it holds batch {batch} (the warning logged says why)"
+    if not answer.holds:
+        return f"does not hold batch {batch}"
+    text = f"holds batch {batch}, which the ledger had no mark of"
+    if answer.harmless is not None:
+        text += f" (writing it again changes nothing there: {answer.harmless})"
+    return text
 
 
 def _spool_note(recovery: Recovery, sink: str) -> str:
@@ -237,23 +373,91 @@ def _given_up_lines(recovery: Recovery) -> list[str]:
     ]
 
 
-def _facts(recovery: Recovery) -> list[str]:
+def _lacking_line(recovery: Recovery, sink: str, last: LedgerEntry | None) -> str:
+    where = (
+        "no mark in the ledger"
+        if last is None
+        else f"last marked at batch {last.batch_id} of epoch {last.epoch}, query id {last.query_id}"
+    )
+    return f"{sink}: no mark in epoch {recovery.epoch} ({where})"
+
+
+def _skip_command(recovery: Recovery, sink: str, through: int) -> str:
+    return (
+        f"`fanout ledger skip --ledger {recovery.ledger} --pipeline {recovery.pipeline} "
+        f"--sink {sink} --through {through} --epoch {recovery.epoch}`"
+    )
+
+
+def _before_first_lines(recovery: Recovery) -> list[str]:
+    """Where to resume when a sink without a mark pulls the resume point back to before
+    the epoch's first batch (:attr:`Recovery.before_first`)."""
+    first, epoch = recovery.first_batch, recovery.epoch
+    names = sorted(recovery.lacking)
+    one = len(names) == 1
+    holders = sorted(recovery.marks.written)
+    removed = (
+        ""
+        if recovery.sinks is not None
+        else f" (without --config a sink with marks in earlier epochs only counts as the "
+        f"pipeline's: if {' or '.join(names)} was taken out of it, run this again with "
+        "--config PIPELINE.toml)"
+    )
+    skips = " ".join(_skip_command(recovery, name, first) for name in names)
+    return [
+        f"Resume before batch {first}, epoch {epoch}'s first: {'sink' if one else 'sinks'} "
+        f"{', '.join(names)} {'has' if one else 'have'} no mark in epoch {epoch} (the "
+        "driver died in that batch before the mark, or never wrote it there), so resuming "
+        f"after batch {first} would give that batch up for {'it' if one else 'them'}"
+        f"{removed}. Start the new query where epoch {epoch} began ({epoch_began(first)}; "
+        f"the ledger holds no offsets before batch {first}): "
+        f"{'sink' if len(holders) == 1 else 'sinks'} {', '.join(holders)} already "
+        f"{'holds' if len(holders) == 1 else 'hold'} batch {first} and will write its rows "
+        "again (a new epoch means new transaction ids, so nothing skips them): duplicates "
+        "there, unless the sink upserts by key.",
+        f"Or give batch {first} up for {', '.join(names)}: {skips}, then run this again: "
+        f"it resumes after batch {first}.",
+    ]
+
+
+def _unmarked_given_up_lines(recovery: Recovery, behind: LedgerEntry) -> list[str]:
+    """The sinks without a mark in the epoch that a resume after ``behind`` gives its
+    batches up for (batches past the epoch's first were planned without them)."""
+    first, last = recovery.first_batch, behind.batch_id
+    span = f"batch {first}" if first == last else f"batches {first}-{last}"
+    return [
+        f"{sink} gets no {span} of epoch {recovery.epoch} from a new checkpoint resuming "
+        f"after batch {last}: batch {first} committed without it, so it was not in the "
+        "pipeline then (added since; or taken out, then nothing is missing). To accept "
+        f"that it never gets them: {_skip_command(recovery, sink, last)}."
+        for sink in recovery.lacking
+    ]
+
+
+def _facts(recovery: Recovery, asked: list[str]) -> list[str]:
     if not recovery.latest:
         return [
             f"pipeline {recovery.pipeline!r}: the ledger holds no committed batch",
             *_given_up_lines(recovery),
+            *asked,
         ]
     marks = recovery.marks
     epoch = "" if recovery.epoch == 0 else f" (epoch {recovery.epoch})"
     lines = [f"pipeline {recovery.pipeline!r}{epoch}: last committed batch per sink"]
     for sink in sorted(marks.written):
         lines.append(f"  {describe_entry(marks.written[sink])}{_spool_note(recovery, sink)}")
+    for sink, last in recovery.lacking.items():
+        lines.append(f"  {_lacking_line(recovery, sink, last)}")
     for sink in sorted(marks.not_written):
         lines.append(f"  {not_written_line(marks.not_written[sink], recovery.epoch)}")
     lines += _given_up_lines(recovery)
+    lines += asked
+    if recovery.before_first:
+        return lines + _before_first_lines(recovery)
     behind = marks.furthest_behind
     assert behind is not None
     lines.append(_resume_line(behind, marks))
+    lines += _unmarked_given_up_lines(recovery, behind)
     starting = recovery.starting_offsets()
     if starting is None:
         lines.append("No source offsets were recorded for that batch.")

@@ -20,7 +20,7 @@ its lost mark is recorded all the same, and a warning logged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from fanout.contract.batch import BatchInfo
@@ -66,17 +66,17 @@ def refuse_unmarked(
     epoch = info.epoch
     marks = ledger.last_committed(info.pipeline, sinks, epoch)
     in_spool = {} if spooled is None else spooled(epoch)
-    before = _before_start(ledger, info.pipeline, epoch, marks)
+    before = before_start(ledger, info.pipeline, epoch, marks)
     _refuse_restart(info, ledger, sinks, marks, {n: in_spool.get(n, before) for n in marks})
     answers = [
-        _ask(sinks[name], info.pipeline, epoch, after)
+        ask(sinks[name], info.pipeline, epoch, after)
         for name, after in sorted((n, before if m is None else m) for n, m in marks.items())
         if in_spool.get(name, -1) <= after
     ]
     held = [a for a in answers if a.holds]
     if not held:
         return
-    offsets = {h.sink: _offsets(ledger, info.pipeline, epoch, h.mark + 1) for h in held}
+    offsets = {h.sink: recorded_offsets(ledger, info.pipeline, epoch, h.mark + 1) for h in held}
     owner = ledger.epoch_owners(info.pipeline).get(epoch)
     for h in held:
         ledger.mark_committed(_lost_mark(info, h, owner, offsets[h.sink]))
@@ -88,9 +88,7 @@ def refuse_unmarked(
         raise UnmarkedBatchError(_message(info, ledger, held, refused, answers, marks, offsets))
 
 
-def _before_start(
-    ledger: Ledger, pipeline: str, epoch: int, marks: Mapping[str, int | None]
-) -> int:
+def before_start(ledger: Ledger, pipeline: str, epoch: int, marks: Mapping[str, int | None]) -> int:
     """The batch before ``epoch``'s first, which a sink without a mark in it is asked
     about as its mark: the driver may have died in the epoch's first batch after such a
     sink committed it. The first batch is the one the epoch's ``epoch`` row records (a new
@@ -116,16 +114,31 @@ def _warn_rewrite(info: BatchInfo, held: Held) -> None:
 
 
 def _lost_mark(info: BatchInfo, held: Held, owner: str | None, offsets: str | None) -> LedgerEntry:
-    """The mark ``held.sink`` lost: batch ``held.mark + 1`` of ``info.epoch``, by the old
-    epoch's query ``owner``. Its ``rows`` and ``dead_lettered`` stay null: the sink's
-    records do not tell them (:func:`fanout.ledger.entry.is_lost_mark` tells readers)."""
+    """The mark ``held.sink`` lost, recorded at the start of ``info``'s query."""
+    recorded = _rewritten(info) if held.harmless is not None else _refused(info)
+    return lost_mark(info.pipeline, info.epoch, held, owner, offsets, recorded)
+
+
+def lost_mark(
+    pipeline: str,
+    epoch: int,
+    held: Held,
+    owner: str | None,
+    offsets: str | None,
+    recorded: str,
+) -> LedgerEntry:
+    """The mark ``held.sink`` lost: batch ``held.mark + 1`` of ``epoch``, by the epoch's
+    query ``owner``; its ``error`` begins with ``recorded`` (who recorded it, starting with
+    :data:`fanout.ledger.entry.LOST_MARK`). Its ``rows`` and ``dead_lettered`` stay null:
+    the sink's records do not tell them (:func:`fanout.ledger.entry.is_lost_mark` tells
+    readers)."""
     why = "the sink's own records hold the batch, its mark was lost"
     if held.harmless is not None:
-        error = f"{_rewritten(info)}: {why}; writing it again changes nothing: {held.harmless}"
+        error = f"{recorded}: {why}; writing it again changes nothing: {held.harmless}"
     else:
-        error = f"{_refused(info)}: {why}"
+        error = f"{recorded}: {why}"
     return LedgerEntry(
-        info.pipeline,
+        pipeline,
         held.sink,
         held.mark + 1,
         "committed",
@@ -133,7 +146,7 @@ def _lost_mark(info: BatchInfo, held: Held, owner: str | None, offsets: str | No
         finished_at=now_utc(),
         source_offsets=offsets,
         error=error,
-        epoch=info.epoch,
+        epoch=epoch,
     )
 
 
@@ -176,10 +189,10 @@ def _refuse_restart(
         and counted.get(entry.sink) == batch
         and (entry.error or "").startswith(_refused(info))
     )
-    asked = (_ask(sinks[name], info.pipeline, info.epoch, batch - 1) for name in lost)
+    asked = (ask(sinks[name], info.pipeline, info.epoch, batch - 1) for name in lost)
     held = [h for h in asked if h.holds and h.harmless is None]
     if held:
-        offsets = _offsets(ledger, info.pipeline, info.epoch, batch)
+        offsets = recorded_offsets(ledger, info.pipeline, info.epoch, batch)
         raise UnmarkedBatchError(_restart_message(info, ledger, held, batch, offsets))
 
 
@@ -211,7 +224,7 @@ def _restart_message(
     return "\n".join(lines)
 
 
-def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
+def ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
     """``sink``'s answer about batch ``mark + 1`` of ``epoch`` (a failing hook: ``None``)."""
     try:
         holds = sink.holds_batch(pipeline, epoch, mark + 1)
@@ -229,7 +242,7 @@ def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
     return Held(sink.name, mark, holds, hint, harmless)
 
 
-def _offsets(ledger: Ledger, pipeline: str, epoch: int, batch_id: int) -> str | None:
+def recorded_offsets(ledger: Ledger, pipeline: str, epoch: int, batch_id: int) -> str | None:
     """The source offsets the ledger recorded for ``batch_id`` of ``epoch`` (another
     sink's mark of it), or ``None``."""
     for entry in ledger.committed_entries(pipeline, batch_id, epoch):
@@ -270,64 +283,107 @@ def _message(
         )
     ]
     for h in refused:
-        batch = h.mark + 1
-        known = offsets[h.sink]
-        lacking = [
-            name
-            for name, mark in sorted(marks.items())
-            if (mark is None or mark < batch)
-            and not any(a.sink == name and a.holds and a.mark + 1 == batch for a in held)
-        ]
-        listed = ", ".join(
-            f"{name} ("
-            + ("no mark" if marks[name] is None else f"mark {marks[name]}")
-            + (", cannot tell" if name in unknown else "")
-            + ")"
-            for name in lacking
-        )
-        lines.append(
-            f"- sink {h.sink}: batch {batch} of epoch {epoch}, "
-            + (f"source offsets {known}" if known else "source offsets unknown (no sink marked it)")
-            + f"; sinks without it: {listed or 'none'}."
-            + ("" if h.hint is None else f" {h.hint}")
-        )
-        if not lacking:
-            if not known:
-                lines.append(
-                    f"  Every sink holds batch {batch}, so resume after it; `{recover}` "
-                    "cannot print its offsets (no sink marked it): the replaced checkpoint's "
-                    f"offsets/{batch} file holds them (one JSON line per source, after the "
-                    "first two lines). This query's checkpoint starts before it: start a new one."
-                )
-            continue
-        skip = " ".join(
-            f"`fanout ledger skip --ledger {where} --pipeline {pipeline} --sink {name} "
-            f"--through {batch} --epoch {epoch}`"
-            for name in lacking
-        )
-        if marks[h.sink] is not None:
-            resume = f"Resume after batch {h.mark}, where `{recover}` counts {', '.join(lacking)}"
-        else:
-            unmarked = ", ".join(name for name in lacking if marks[name] is None)
-            began = (
-                "the query's starting offsets"
-                if batch == 0
-                else f"the replaced checkpoint's offsets/{batch - 1} file"
-            )
-            resume = (
-                f"Resume at epoch {epoch}'s start, before its first batch {batch} (where it "
-                f"began: {began}; `{recover}` does not count {unmarked}, which has no mark: it "
-                f"says resume after batch {batch}, which is choice 2 without its skip)"
-            )
-        lines += [
-            f"  1. {resume}: {h.sink} gets batch {batch}'s rows a second time (unless its copy "
-            "is removed first).",
-            f"  2. Or give batch {batch} up for {', '.join(lacking)}: {skip}, then resume "
-            f"after batch {batch}: they never get its rows.",
-        ]
+        lines += choice_lines(pipeline, epoch, where, h, offsets[h.sink], marks, held, unknown)
     lines.append(
         f"Stop every query of this pipeline, run `{recover}` again, and start the new "
         "query from the offsets it prints (on a new checkpoint when they are not this "
         "checkpoint's start)."
     )
     return "\n".join(lines)
+
+
+def epoch_began(batch: int) -> str:
+    """Where an epoch whose first batch is ``batch`` began: what a new checkpoint resuming
+    before that batch starts from (the ledger holds no offsets of it)."""
+    if batch == 0:
+        return "the query's starting offsets"
+    return f"the replaced checkpoint's offsets/{batch - 1} file"
+
+
+def lacking_sinks(
+    batch: int, marks: Mapping[str, int | None], holding: Sequence[Held]
+) -> list[str]:
+    """The sinks without ``batch``: by ``marks`` (each sink's mark before the lost ones,
+    ``None``: no mark), and not among ``holding`` (the sinks found holding their batch after
+    their mark)."""
+    return [
+        name
+        for name, mark in sorted(marks.items())
+        if (mark is None or mark < batch)
+        and not any(a.sink == name and a.holds and a.mark + 1 == batch for a in holding)
+    ]
+
+
+def choice_lines(
+    pipeline: str,
+    epoch: int,
+    where: str,
+    held: Held,
+    known: str | None,
+    marks: Mapping[str, int | None],
+    holding: Sequence[Held],
+    unknown: Collection[str],
+    *,
+    refusal: bool = True,
+) -> list[str]:
+    """The lines naming the batch ``held.sink`` holds after its mark without a mark of it
+    (``known``: its source offsets, when another sink marked it), the sinks without it
+    (``marks``: each sink's mark in ``epoch`` before the lost one; ``holding``: every sink
+    found holding its batch after its mark; ``unknown``: the sinks that cannot tell), and
+    the operator's two ways out with their consequences. The refusal
+    (:class:`fanout.UnmarkedBatchError`) and ``fanout recover --config`` print them.
+
+    :param where: the ledger, as a command names it
+        (:func:`fanout.ledger.entry.ledger_location`).
+    :param refusal: the lines of a refused query's message (``False``: of ``fanout
+        recover``, where no query was refused).
+    """
+    h, batch = held, held.mark + 1
+    recover = f"fanout recover --ledger {where} --pipeline {pipeline}"
+    lacking = lacking_sinks(batch, marks, holding)
+    listed = ", ".join(
+        f"{name} ("
+        + ("no mark" if marks[name] is None else f"mark {marks[name]}")
+        + (", cannot tell" if name in unknown else "")
+        + ")"
+        for name in lacking
+    )
+    lines = [
+        f"- sink {h.sink}: batch {batch} of epoch {epoch}, "
+        + (f"source offsets {known}" if known else "source offsets unknown (no sink marked it)")
+        + f"; sinks without it: {listed or 'none'}."
+        + ("" if h.hint is None else f" {h.hint}")
+    ]
+    if not lacking:
+        if not known:
+            lines.append(
+                f"  Every sink holds batch {batch}, so resume after it; `{recover}` "
+                "cannot print its offsets (no sink marked it): the replaced checkpoint's "
+                f"offsets/{batch} file holds them (one JSON line per source, after the "
+                "first two lines)."
+                + (" This query's checkpoint starts before it: start a new one." if refusal else "")
+            )
+        return lines
+    skip = " ".join(
+        f"`fanout ledger skip --ledger {where} --pipeline {pipeline} --sink {name} "
+        f"--through {batch} --epoch {epoch}`"
+        for name in lacking
+    )
+    if marks[h.sink] is not None:
+        resume = f"Resume after batch {h.mark}, where `{recover}` counts {', '.join(lacking)}"
+    else:
+        unmarked = ", ".join(name for name in lacking if marks[name] is None)
+        resume = (
+            f"Resume at epoch {epoch}'s start, before its first batch {batch} (where it "
+            f"began: {epoch_began(batch)}; `{recover} --config PIPELINE.toml` says so, "
+            f"counting {unmarked}, which has no mark: without --config it does not see "
+            f"{unmarked} and says resume after batch {batch}, which is choice 2 without "
+            "its skip)"
+        )
+    return [
+        *lines,
+        f"  1. {resume}: {h.sink} gets batch {batch}'s rows a second time (unless its copy "
+        "is removed first).",
+        f"  2. Or give batch {batch} up for {', '.join(lacking)}: {skip}, then resume "
+        f"after batch {batch}: they never get its rows.",
+    ]

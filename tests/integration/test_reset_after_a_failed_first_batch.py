@@ -15,6 +15,7 @@ import pytest
 
 from fanout import FanOut
 from fanout.app.cli import main
+from fanout.app.recover import NO_CONFIG
 from tests.integration.streams import (
     committed_marks,
     delta_rows,
@@ -67,6 +68,7 @@ def test_a_first_batch_the_lake_failed_is_not_written_twice_to_the_lagging_sink_
         "pipeline 'reset': the ledger holds no committed batch",
         "  pg: batch(es) 0 in the spool, never committed by Spark: given up at a reset (the "
         "new checkpoint reads their rows again)",
+        NO_CONFIG,
     ]
 
     lake.unlink()  # the lake fixed, PostgreSQL back; a new checkpoint reads from the start

@@ -183,10 +183,10 @@ def test_a_first_batch_written_but_never_marked_refuses_the_new_epoch(
     assert (
         "  1. Resume at epoch 0's start, before its first batch 0 (where it began: the "
         "query's starting offsets; "
-        f"`fanout recover --ledger {tmp_path / 'ledger'} --pipeline unmarked` does not count "
-        "silver, which has no mark: it says resume after batch 0, which is choice 2 without "
-        "its skip): bronze gets batch 0's rows a second time (unless its copy is removed "
-        "first)."
+        f"`fanout recover --ledger {tmp_path / 'ledger'} --pipeline unmarked --config "
+        "PIPELINE.toml` says so, counting silver, which has no mark: without --config it does "
+        "not see silver and says resume after batch 0, which is choice 2 without its skip): "
+        "bronze gets batch 0's rows a second time (unless its copy is removed first)."
     ) in message
     assert (
         "  2. Or give batch 0 up for silver: `fanout ledger skip --ledger "

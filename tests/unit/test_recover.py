@@ -11,6 +11,7 @@ import pytest
 
 from fanout.app.cli import main
 from fanout.app.recover import (
+    NO_CONFIG,
     NO_SPOOL,
     RECORDED,
     STOP_FIRST,
@@ -68,6 +69,7 @@ def test_empty_ledger_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert capsys.readouterr().out.strip().splitlines() == [
         "pipeline 'orders': the ledger holds no committed batch",
         NO_SPOOL,
+        NO_CONFIG,
     ]
 
 
@@ -131,6 +133,7 @@ def test_a_sink_behind_by_one_batch_decides_and_a_removed_one_does_not(
         """  .option("startingOffsets", '{"orders": {"0": 500}}')""",
         STOP_FIRST,
         NO_SPOOL,
+        NO_CONFIG,
         RECORDED.format(number=1, epoch=0),
     ]
 
@@ -138,7 +141,9 @@ def test_a_sink_behind_by_one_batch_decides_and_a_removed_one_does_not(
 def test_only_the_newest_epoch_decides() -> None:
     """Epoch 0 ended at batch 7 ('audit' last written at batch 1 there); after a reset
     accepted under a new epoch, the new query's batch ids start at 0 again: batch 3 of
-    epoch 1 is where to resume, whatever epoch 0's batch ids were."""
+    epoch 1 is where to resume, whatever epoch 0's batch ids were. Without --config,
+    'audit' counts as a sink of the pipeline: named with the batches of epoch 1 a resume
+    gives up for it, and the command accepting that."""
     old = [_mark(s, b, _kafka(b)) for b in range(8) for s in ("delta", "pg")]
     old += [_mark("audit", b, _kafka(b)) for b in range(2)]
     new = [_epoch1(s, b, _kafka(10 + b)) for b in range(4) for s in ("delta", "pg")]
@@ -148,24 +153,31 @@ def test_only_the_newest_epoch_decides() -> None:
         "pipeline 'orders' (epoch 1): last committed batch per sink",
         '  delta: batch 3, query id q-new, source offsets [{"orders": {"0": 1400}}]',
         '  pg: batch 3, query id q-new, source offsets [{"orders": {"0": 1400}}]',
-        "  audit: not written since batch 1 of epoch 0 (query id q-old): removed from the "
-        "pipeline? It does not decide where to resume",
+        "  audit: no mark in epoch 1 (last marked at batch 1 of epoch 0, query id q-old)",
         "Resume after batch 3: every sink the pipeline still writes holds it, so nothing is "
         "written twice.",
+        "audit gets no batches 0-3 of epoch 1 from a new checkpoint resuming after batch 3: "
+        "batch 0 committed without it, so it was not in the pipeline then (added since; or "
+        "taken out, then nothing is missing). To accept that it never gets them: `fanout "
+        "ledger skip --ledger LEDGER --pipeline orders --sink audit --through 3 --epoch 1`.",
         "Source 0 (Kafka): start a new checkpoint with",
         """  .option("startingOffsets", '{"orders": {"0": 1400}}')""",
         STOP_FIRST,
         NO_SPOOL,
+        NO_CONFIG,
     ]
 
 
 def test_a_sink_last_written_in_an_earlier_epoch_at_a_higher_batch_is_set_apart() -> None:
     """Batch ids of two epochs are not comparable: 'audit' at batch 9 of epoch 0 is not
-    ahead of the sinks at batch 2 of epoch 1, nor does it count as written."""
+    ahead of the sinks at batch 2 of epoch 1, nor does it count as written: it has no mark
+    in epoch 1."""
     entries = [_mark("audit", 9, _kafka(9))] + [_epoch1("delta", b, _kafka(b)) for b in range(3)]
-    marks = recovery_of("orders", entries).marks
-    assert sorted(marks.written) == ["delta"]
-    assert sorted(marks.not_written) == ["audit"]
+    recovery = recovery_of("orders", entries)
+    assert sorted(recovery.marks.written) == ["delta"]
+    assert recovery.marks.not_written == {}
+    assert recovery.lacking == {"audit": entries[0]}
+    assert recovery.furthest_behind == entries[-1]
 
 
 def _spooled(batch: int, needed_by: set[str], party: set[str] | None) -> Any:
@@ -213,12 +225,13 @@ def test_a_lagging_sink_counts_at_its_settled_spooled_batch(
         "Source 0 (Kafka): start a new checkpoint with",
         """  .option("startingOffsets", '{"orders": {"0": 200}}')""",
         STOP_FIRST,
+        NO_CONFIG,
         RECORDED.format(number=1, epoch=0),
     ]
     assert main(args) == 0  # without the spool: pg at its mark, and the output says so
     out = capsys.readouterr().out.splitlines()
     assert out[3].startswith("Resume after batch 0 (sink 'pg' is furthest behind)")
-    assert out[-2:] == [NO_SPOOL, RECORDED.format(number=2, epoch=0)]
+    assert out[-3:] == [NO_SPOOL, NO_CONFIG, RECORDED.format(number=2, epoch=0)]
     # a mistyped --spool read as an empty spool: pg at its mark, and no note that the
     # spool was not read (the resume point of a spool that holds pg's batch 1 instead)
     typo = str(tmp_path / "spoool")
@@ -275,6 +288,7 @@ def test_a_spooled_batch_spark_never_committed_is_named_as_given_up_not_counted(
         "pipeline 'orders': the ledger holds no committed batch",
         "  pg: batch(es) 0 in the spool, never committed by Spark: given up at a reset (the "
         "new checkpoint reads their rows again)",
+        NO_CONFIG,
     ]
 
 
@@ -298,6 +312,7 @@ def test_every_sink_lagging_from_the_first_batch_resumes_after_their_spooled_bat
         "Source 0 (Kafka): start a new checkpoint with",
         """  .option("startingOffsets", '{"orders": {"0": 300}}')""",
         STOP_FIRST,
+        NO_CONFIG,
     ]
 
 
@@ -347,6 +362,7 @@ def test_a_spool_index_an_older_version_wrote_without_party_is_read_alike(
         "Source 0 (Kafka): start a new checkpoint with",
         """  .option("startingOffsets", '{"orders": {"0": 200}}')""",
         STOP_FIRST_UNRECORDED,
+        NO_CONFIG,
         NOT_RECORDED,
     ]
     status = {s["sink"]: s for s in json.loads(report(ledger, "orders", as_json=True, spool=spool))}

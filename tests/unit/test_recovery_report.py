@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from fanout.app.cli import main
-from fanout.app.recover import NO_SPOOL
+from fanout.app.recover import NO_CONFIG, NO_SPOOL
 from fanout.errors import ZombieBatchError
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
@@ -120,7 +120,7 @@ def test_recover_no_record_prints_only_and_arms_no_check(
     command = ["recover", "--ledger", old.path, "--pipeline", "p", "--no-record"]
     assert main(command) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[-3:] == [STOP_FIRST_UNRECORDED, NO_SPOOL, NOT_RECORDED]
+    assert out[-4:] == [STOP_FIRST_UNRECORDED, NO_SPOOL, NO_CONFIG, NOT_RECORDED]
     assert NOT_RECORDED == (
         "Not recorded in the ledger (--no-record): a new epoch started from these offsets "
         "is not checked for a batch a query still running commits after this report; "

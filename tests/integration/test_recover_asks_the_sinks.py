@@ -1,0 +1,201 @@
+"""``fanout recover --config``: the sinks of the pipeline file are asked, by their own
+records, whether they hold the batch after their mark (ARCHITECTURE §5, "A batch written but
+never marked"), so the resume point it prints already accounts for a batch written but never
+marked, instead of the operator learning it when the new epoch's start is refused.
+
+Two Delta sinks on a real Delta ledger, batches fed by hand (``two_sink_resets``); the
+driver dies after one sink committed batch 3 and before its mark.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import BatchInfo, FanOut, hookimpl
+from fanout.app.cli import main
+from fanout.ledger.delta import DeltaLedger
+from tests.integration import two_sink_resets as resets
+from tests.integration.test_unmarked_batch import DriverKilled, KillAfterWrite
+from tests.integration.two_sink_resets import NEW, OLD, ROWS, SINKS
+
+PIPELINE = "unmarked"
+SECRET = "TopSecretAwsKey123"
+
+
+def _config(tmp_path: Path) -> str:
+    """The pipeline file of bronze and silver (bronze with a storage credential: it must
+    not appear in recover's output)."""
+    file = tmp_path / "pipeline.toml"
+    file.write_text(
+        f'[pipeline]\nname = "{PIPELINE}"\nledger = "{tmp_path / "ledger"}"\n'
+        f'checkpoint = "{tmp_path / "ckpt"}"\n[source]\nformat = "rate"\n'
+        f'[[sinks]]\ntype = "delta"\nname = "bronze"\npath = "{tmp_path / "bronze"}"\n'
+        f'storage_options = {{ AWS_SECRET_ACCESS_KEY = "{SECRET}" }}\n'
+        f'[[sinks]]\ntype = "delta"\nname = "silver"\npath = "{tmp_path / "silver"}"\n'
+    )
+    return str(file)
+
+
+def _recover(config: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    capsys.readouterr()
+    assert main(["recover", "--config", config]) == 0
+    out = capsys.readouterr().out
+    assert SECRET not in out
+    return out.splitlines()
+
+
+def test_recover_names_the_batch_a_sink_wrote_but_never_marked_and_the_choice(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bronze committed batch 3 (rows 30-39), the driver died before its mark; silver never
+    got it. `recover` said "resume after batch 2", and the new epoch's start was refused
+    for bronze; now `recover --config` asks bronze, records its lost mark, names the sink,
+    the batch and both ways out; the new epoch resuming after batch 2 (choice 1) starts at
+    once, and bronze gets batch 3's rows a second time, as choice 1 says."""
+    old = resets.fan(PIPELINE, tmp_path, KillAfterWrite())
+    for batch in range(3):
+        resets.run(old, spark, OLD, batch, batch * ROWS)
+    with pytest.raises(DriverKilled):
+        resets.run(old, spark, OLD, 3, 30)
+    config, ledger = _config(tmp_path), tmp_path / "ledger"
+    recover = f"fanout recover --ledger {ledger} --pipeline {PIPELINE}"
+
+    assert _recover(config, capsys)[:12] == [
+        f"pipeline '{PIPELINE}': last committed batch per sink",
+        "  bronze: batch 3, query id query-old, source offsets not recorded",
+        '  silver: batch 2, query id query-old, source offsets [{"orders": {"0": 30}}], '
+        "planned at 1002 (1970-01-01T00:00:01.002Z)",
+        f"Asked each sink of {config}, by its own records, whether it holds the batch after "
+        "its mark in epoch 0 (written, but never marked):",
+        "  bronze: holds batch 3, which the ledger had no mark of",
+        "  silver: does not hold batch 3",
+        "The ledger now records each lost mark (the sink holds the batch; recorded by fanout "
+        "recover): the counts here include it, and the new epoch's start asks the sink about "
+        "the batch after it.",
+        "  - sink bronze: batch 3 of epoch 0, source offsets unknown (no sink marked it); "
+        f"sinks without it: silver (mark 2). Its rows are version 3 of the Delta table at "
+        f"{tmp_path / 'bronze'}, the table's last commit: to remove them, restore the table "
+        "to version 2 (delta-rs: DeltaTable(path).restore(2); Spark SQL: RESTORE TABLE "
+        f"delta.`{tmp_path / 'bronze'}` TO VERSION AS OF 2).",
+        f"    1. Resume after batch 2, where `{recover}` counts silver: bronze gets batch 3's "
+        "rows a second time (unless its copy is removed first).",
+        f"    2. Or give batch 3 up for silver: `fanout ledger skip --ledger {ledger} "
+        f"--pipeline {PIPELINE} --sink silver --through 3 --epoch 0`, then resume after "
+        "batch 3: they never get its rows.",
+        "Resume after batch 2 (sink 'silver' is furthest behind); sink bronze already holds "
+        "batch 3 and will write its rows again (a new epoch or a new pipeline name means new "
+        "transaction ids, so nothing skips them): duplicates there, unless the sink upserts "
+        "by key.",
+        "Source 0 (Kafka): start a new checkpoint with",
+    ]
+    assert resets.marks(tmp_path) == sorted(
+        [(0, s, b) for s in SINKS for b in range(3)] + [(0, "bronze", 3)]
+    )
+
+    # choice 1: the start is not refused (bronze is asked about batch 4 now)
+    resets.run(resets.fan(PIPELINE, tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    assert resets.ids(tmp_path, "bronze") == sorted([*range(40), *range(30, 40)])
+    assert resets.ids(tmp_path, "silver") == list(range(40))
+    assert DeltaLedger(str(ledger)).current_epoch(PIPELINE) == 1
+
+
+class KillBronzeAfterWrite:
+    """Kills the driver right after bronze wrote batch 3, silver having marked it."""
+
+    @hookimpl
+    def fanout_sink_done(self, info: BatchInfo, sink: str, result: Any, duration_s: float) -> None:
+        if info.batch_id == 3 and sink == "bronze":
+            raise DriverKilled("killed between the write and the mark")
+
+
+def test_recover_resumes_after_a_batch_every_sink_holds_though_one_lost_its_mark(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """silver marked batch 3, bronze wrote it and lost the mark. `recover` resumed after
+    batch 2 (silver got rows 30-39 again, and the start was refused for bronze); now it
+    counts bronze at batch 3 and resumes after it, and the new epoch writes every row once."""
+    sinks = [{"type": "delta", "name": s, "path": str(tmp_path / s)} for s in ("silver", "bronze")]
+    old = FanOut(PIPELINE, str(tmp_path / "ledger"), sinks, plugins=[KillBronzeAfterWrite()],
+                 parallelism=1, retries=0)  # fmt: skip
+    for batch in range(3):
+        resets.run(old, spark, OLD, batch, batch * ROWS)
+    with pytest.raises(DriverKilled):
+        resets.run(old, spark, OLD, 3, 30)
+    assert resets.marks(tmp_path)[-1] == (0, "silver", 3)
+
+    out = _recover(_config(tmp_path), capsys)
+    assert out[:9] == [
+        f"pipeline '{PIPELINE}': last committed batch per sink",
+        '  bronze: batch 3, query id query-old, source offsets [{"orders": {"0": 40}}]',
+        '  silver: batch 3, query id query-old, source offsets [{"orders": {"0": 40}}], '
+        "planned at 1003 (1970-01-01T00:00:01.003Z)",
+        f"Asked each sink of {tmp_path / 'pipeline.toml'}, by its own records, whether it "
+        "holds the batch after its mark in epoch 0 (written, but never marked):",
+        "  bronze: holds batch 3, which the ledger had no mark of",
+        "  silver: does not hold batch 4",
+        "The ledger now records each lost mark (the sink holds the batch; recorded by fanout "
+        "recover): the counts here include it, and the new epoch's start asks the sink about "
+        "the batch after it.",
+        "Resume after batch 3: every sink the pipeline still writes holds it, so nothing is "
+        "written twice.",
+        "Source 0 (Kafka): start a new checkpoint with",
+    ]
+    assert out[9] == """  .option("startingOffsets", '{"orders": {"0": 40}}')"""
+    resets.run(resets.fan(PIPELINE, tmp_path, on_reset="new_epoch"), spark, NEW, 0, 40)
+    for sink in SINKS:
+        assert resets.ids(tmp_path, sink) == list(range(50))
+
+
+def test_recover_resumes_before_a_first_batch_one_sink_wrote_but_never_marked(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The driver died in epoch 0's first batch, after bronze committed it, before its
+    mark; silver never got it. The ledger holds no mark: `recover` said it holds no
+    committed batch. Now it finds bronze's batch 0, counts silver (no mark) and resumes
+    before batch 0, or after it once silver gives it up; the new epoch started that way
+    passes its start."""
+    from tests.integration.test_unmarked_batch import KillInTheFirstBatch
+
+    with pytest.raises(DriverKilled):
+        resets.run(resets.fan(PIPELINE, tmp_path, KillInTheFirstBatch()), spark, OLD, 0, 0)
+    config, ledger = _config(tmp_path), tmp_path / "ledger"
+    skip = (
+        f"fanout ledger skip --ledger {ledger} --pipeline {PIPELINE} --sink silver "
+        "--through 0 --epoch 0"
+    )
+    out = _recover(config, capsys)
+    assert out[:7] == [
+        f"pipeline '{PIPELINE}': last committed batch per sink",
+        "  bronze: batch 0, query id query-old, source offsets not recorded",
+        "  silver: no mark in epoch 0 (no mark in the ledger)",
+        f"Asked each sink of {config}, by its own records, whether it holds the batch after "
+        "its mark in epoch 0 (written, but never marked):",
+        "  bronze: holds batch 0, which the ledger had no mark of",
+        "  silver: does not hold batch 0",
+        "The ledger now records each lost mark (the sink holds the batch; recorded by fanout "
+        "recover): the counts here include it, and the new epoch's start asks the sink about "
+        "the batch after it.",
+    ]
+    assert out[7].startswith(
+        "  - sink bronze: batch 0 of epoch 0, source offsets unknown (no sink marked it); "
+        "sinks without it: silver (no mark)."
+    )
+    assert out[10:12] == [
+        "Resume before batch 0, epoch 0's first: sink silver has no mark in epoch 0 (the "
+        "driver died in that batch before the mark, or never wrote it there), so resuming "
+        "after batch 0 would give that batch up for it. Start the new query where epoch 0 "
+        "began (the query's starting offsets; the ledger holds no offsets before batch 0): "
+        "sink bronze already holds batch 0 and will write its rows again (a new epoch means "
+        "new transaction ids, so nothing skips them): duplicates there, unless the sink "
+        "upserts by key.",
+        f"Or give batch 0 up for silver: `{skip}`, then run this again: it resumes after batch 0.",
+    ]
+    assert resets.marks(tmp_path) == [(0, "bronze", 0)]
+
+    # the way the output names first: the new epoch reads from the start
+    resets.run(resets.fan(PIPELINE, tmp_path, on_reset="new_epoch"), spark, NEW, 0, 0)
+    assert resets.ids(tmp_path, "bronze") == sorted([*range(10), *range(10)])
+    assert resets.ids(tmp_path, "silver") == list(range(10))
