@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -32,6 +33,11 @@ from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey
 
 log = logging.getLogger("fanout")
+
+_shared: weakref.WeakValueDictionary[tuple[str, str], AbandonedWrites] = (
+    weakref.WeakValueDictionary()
+)
+_shared_lock = threading.Lock()
 
 CLOSE_WAIT_S = 10.0
 """How long :meth:`fanout.FanOut.close` waits for abandoned writes still running."""
@@ -112,10 +118,23 @@ class AbandonedWrite:
 
 
 class AbandonedWrites:
-    """The abandoned writes of one :class:`fanout.FanOut` still running, by sink.
+    """The abandoned writes of one pipeline and ledger still running in this process, by
+    sink (:meth:`of`: shared by every :class:`fanout.FanOut` of them).
 
     ``on_done`` is called (from the write's thread) when one ends: the catch-up may go on.
     """
+
+    @classmethod
+    def of(cls, pipeline: str, where: str) -> AbandonedWrites:
+        """The abandoned writes of ``pipeline`` with its ledger at ``where`` in this
+        process: a FanOut built after one that left a write running at ``close()`` (a
+        notebook's re-run cell, a restarted query) must wait for it too, not write its
+        batch beside it."""
+        with _shared_lock:
+            shared = _shared.get((pipeline, where))
+            if shared is None:
+                shared = _shared[(pipeline, where)] = cls(pipeline)
+            return shared
 
     def __init__(self, pipeline: str) -> None:
         self.pipeline = pipeline
