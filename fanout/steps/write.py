@@ -244,6 +244,8 @@ class SinkRunner:
                     abort = None if isinstance(exc, Exception) else exc
                     return SinkOutcome(name, error=error, abort=abort)
                 time.sleep(self.retry.delay(attempt))
+                if self._abandoned():  # during the backoff: an attempt now runs uncancelled
+                    return SinkOutcome(name, error=error)
                 continue
             duration = time.perf_counter() - clock
             if self.claim is not None and not self.claim.mark():  # the batch went on without it

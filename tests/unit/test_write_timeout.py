@@ -280,3 +280,30 @@ def test_close_does_not_wait_for_an_abandoned_write_for_ever(
         assert isinstance(SinkTimeoutError("x", sink="slow"), Exception)
     finally:
         gate.opened.set()
+
+
+def test_an_abandoned_write_waiting_to_retry_does_not_retry(tmp_path: Path) -> None:
+    """Abandoned during its backoff, a write makes no further attempt: one started after
+    the cancel runs its Spark jobs uncancelled, and only keeps the sink from its catch-up."""
+    slow = ScriptedSink(
+        "slow", fail=[SinkWriteError("reset", sink="slow")], transient=(SinkWriteError,)
+    )
+    spec = SinkSpec(slow, lag=LagPolicy("lag", write_timeout_s=0.2))
+    fan = FanOut(
+        "timed",
+        MemoryLedger(),
+        [ScriptedSink("good"), spec],
+        retries=1,
+        backoff_s=1.0,
+        spool=str(tmp_path / "spool"),
+        probe_interval_s=3600,
+    )
+    fan.catchup.stop()
+    try:
+        assert list(fan.process(SchemaFrame([1]), BatchInfo("timed", 0, "q"))) == ["good"]
+        running = fan.abandoned.running("slow")
+        assert running is not None and running.done.wait(10)
+        assert slow.calls == [(0, 1)]
+        assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": None}
+    finally:
+        fan.close()
