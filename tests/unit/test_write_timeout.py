@@ -307,3 +307,45 @@ def test_an_abandoned_write_waiting_to_retry_does_not_retry(tmp_path: Path) -> N
         assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": None}
     finally:
         fan.close()
+
+
+def test_close_gives_up_a_catch_up_write_still_within_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catch-up write's bound (write_timeout_s, doubled after each abandoned one) may
+    exceed what close() waits for the catch-up thread: close() must then treat it as
+    abandoned (kept until it ends, its sink left open), not close the sink under it and
+    forget it (a next FanOut of the pipeline would write its batch beside it)."""
+    from fanout.steps.catchup import CatchUp
+
+    stop = CatchUp.stop
+    monkeypatch.setattr(CatchUp, "stop", lambda self, timeout_s=0.3: stop(self, timeout_s))
+    monkeypatch.setattr("fanout.fan_out.CLOSE_WAIT_S", 0.2)
+    gate = Gate(0)
+    slow = ScriptedSink("slow", always_fail=SinkWriteError("refused", sink="slow"))
+    spec = SinkSpec(slow, lag=LagPolicy("lag", write_timeout_s=60))
+    fan = FanOut(
+        "timed",
+        MemoryLedger(),
+        [ScriptedSink("good"), spec],
+        retries=0,
+        spool=str(tmp_path / "spool"),
+        probe_interval_s=0.05,
+    )
+    _read_from(fan, {0: SchemaFrame([1, 2])})
+    try:
+        fan.process(SchemaFrame([1, 2]), BatchInfo("timed", 0, "q"))  # fails: lags
+        slow.on_write = gate  # its catch-up write (in the catch-up thread) hangs
+        slow.always_fail = None
+        assert gate.entered.wait(10)
+        started = time.monotonic()
+        fan.close()
+        assert time.monotonic() - started < 5
+        running = fan.abandoned.running("slow")
+        assert running is not None and running.key == (0, 0)
+        assert slow.closed == 0  # left open under its running write
+        gate.opened.set()
+        assert running.done.wait(10)
+        assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": None}  # not marked
+    finally:
+        gate.opened.set()
