@@ -269,10 +269,11 @@ class TimedWrite:
 
     def outcome(self) -> Any:
         """What the runner returned, or, once ``write_timeout_s`` has passed since it
-        started, the sink's :class:`fanout.SinkTimeoutError`: the write is abandoned (its
-        Spark jobs cancelled, kept in :class:`AbandonedWrites` until it ends)."""
+        started (or :meth:`give_up` was called), the sink's :class:`fanout.SinkTimeoutError`:
+        the write is abandoned (its Spark jobs cancelled, kept in :class:`AbandonedWrites`
+        until it ends)."""
         self.ended.wait(max(0.0, self.started + self.timeout_s - time.monotonic()))
-        if self.future.done():
+        if self.future.done() and self._error is None:  # returned, not given up first
             return self.future.result()
         error = self.give_up()
         return self.future.result() if error is None else error
