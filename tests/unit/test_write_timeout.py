@@ -349,3 +349,50 @@ def test_close_gives_up_a_catch_up_write_still_within_its_bound(
         assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": None}  # not marked
     finally:
         gate.opened.set()
+
+
+class ReopenHangs(ScriptedSink):
+    """Unreachable when the pipeline starts; its next open() hangs (a server that accepts
+    the connection and never answers) until ``gate`` opens."""
+
+    def __init__(self, name: str, gate: threading.Event) -> None:
+        super().__init__(name)
+        self.gate = gate
+
+    def open(self, context: Any) -> None:
+        self.opened += 1
+        if self.opened == 1:
+            from fanout import SinkUnreachableError
+
+            raise SinkUnreachableError("connection refused", sink=self.name)
+        self.gate.wait(30)
+
+
+def test_a_hung_reopen_of_a_timed_sink_does_not_stall_the_batch(tmp_path: Path) -> None:
+    gate = threading.Event()
+    slow = ReopenHangs("slow", gate)
+    fan = _fan(tmp_path, slow, 0.3)
+    _read_from(fan, {0: SchemaFrame([1])})
+    fan.catchup.stop()  # the test drives the catch-up
+    done: list[dict[str, Any]] = []
+    thread = threading.Thread(
+        target=lambda: done.append(fan.process(SchemaFrame([1]), BatchInfo("timed", 0, "q"))),
+        daemon=True,
+    )
+    try:
+        thread.start()
+        thread.join(5)
+        assert [sorted(d) for d in done] == [["good"]]  # the batch went on without it
+        lag = fan.lagging.lags()["slow"]
+        assert lag.error is not None and lag.error.startswith(
+            "SinkTimeoutError: sink 'slow': open() did not return within its write_timeout_s=0.3 s"
+        )
+        gate.set()  # the open returns: the sink is open, its batch written from the spool
+        assert fan.lagging._opening["slow"].done.wait(10)
+        caught = fan.catch_up(timeout_s=10)["slow"]
+        assert caught.state == "live", caught
+        assert slow.opened == 2 and slow.calls == [(0, 1)]
+    finally:
+        gate.set()
+        thread.join(10)
+        fan.close()
