@@ -349,6 +349,9 @@ def test_close_gives_up_a_catch_up_write_still_within_its_bound(
         assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": None}  # not marked
     finally:
         gate.opened.set()
+        for thread in threading.enumerate():  # the stopped catch-up ends (it logs on the way)
+            if thread.name == "fanout-timed-catchup":
+                thread.join(10)
 
 
 class ReopenHangs(ScriptedSink):
