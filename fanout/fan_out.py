@@ -231,8 +231,9 @@ class FanOut:
         self._admission.guard.spooled = self.lagging.spooled_through
         if self.spool is not None:  # the refusals' `fanout recover` reads it too
             self._admission.guard.spool_location = command_location(self.spool.path)
-        self.abandoned = AbandonedWrites(self.pipeline)
-        """Writes abandoned at their sink's ``write_timeout_s``, while they run."""
+        self.abandoned = AbandonedWrites.of(self.pipeline, ledger_location(self.ledger))
+        """Writes abandoned at their sink's ``write_timeout_s``, while they run (those of
+        an earlier FanOut of the pipeline in this process too)."""
         self.catchup = CatchUp(
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
             self._spark, probe_interval_s, ledger_location(self.ledger),

@@ -33,7 +33,7 @@ from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey
 from fanout.steps.lag import Lagging
 from fanout.steps.record import Recorder
-from fanout.steps.timeout import AbandonedWrite, AbandonedWrites, write_timeout
+from fanout.steps.timeout import AbandonedWrite, AbandonedWrites, TimedWrite, write_timeout
 from fanout.steps.write import SinkOutcome, SinkRunner, run_timed
 
 log = logging.getLogger("fanout")
@@ -92,6 +92,7 @@ class CatchUp:
         self._starting = threading.Lock()
         self._waiting: set[tuple[str, BatchKey]] = set()
         self._timed_out: dict[str, int] = {}  # catch-up writes abandoned in a row, by sink
+        self._timed: dict[str, TimedWrite] = {}  # bounded catch-up writes waited for, by sink
 
     # -- the thread ------------------------------------------------------------------
 
@@ -130,12 +131,19 @@ class CatchUp:
         self._wake.set()
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop the thread after the write it is doing (the batch's mark included)."""
+        """Stop the thread after the write it is doing (the batch's mark included). A
+        write of a sink with ``write_timeout_s`` still running after ``timeout_s`` (its
+        bound may be longer) is abandoned, as at its timeout: :meth:`fanout.FanOut.close`
+        then waits for it as for the others, and leaves its sink open."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        thread.join(timeout_s)
+        if thread.is_alive():  # in a write bounded beyond this wait: left running, it must
+            for timed in list(self._timed.values()):  # be known as abandoned, kept till it ends
+                timed.give_up(stopping=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -343,7 +351,14 @@ class CatchUp:
             return runner.run()
         missed = self._timed_out.get(sink, 0)
         bound = timeout * 2 ** min(missed, 6)
-        outcome = run_timed(runner, bound, self.abandoned, df, timeout)
+
+        def started(timed: TimedWrite | None) -> None:
+            if timed is None:
+                self._timed.pop(sink, None)
+            else:
+                self._timed[sink] = timed
+
+        outcome = run_timed(runner, bound, self.abandoned, df, timeout, started)
         if isinstance(outcome.error, SinkTimeoutError) and self.abandoned.running(sink):
             self._timed_out[sink] = missed + 1
         else:

@@ -20,10 +20,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from fanout.contract.lag import SinkLag
 from fanout.contract.sink import BackfillSource, SinkContext
-from fanout.errors import BackfillError, MissedBatchesError, SinkError, SinkUnreachableError
+from fanout.errors import (
+    BackfillError,
+    MissedBatchesError,
+    SinkError,
+    SinkTimeoutError,
+    SinkUnreachableError,
+)
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.ledger.gaps import held_by_skip, is_skip
 from fanout.observe.secrets import masked_error
@@ -32,6 +39,32 @@ from fanout.spool.table import BatchKey, Spool, SpooledBatch
 from fanout.steps.context import read_file_directly
 
 log = logging.getLogger("fanout")
+
+
+@dataclass
+class _Opening:
+    """A lag sink's ``open()`` in a daemon thread of its own (its ``write_timeout_s``)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    started: float = field(default_factory=time.monotonic)
+    error: Exception | None = None
+
+    @classmethod
+    def start(cls, target: Any, context: SinkContext) -> _Opening:
+        """Call ``target.open(context)`` in a new daemon thread."""
+        opening = cls()
+
+        def run() -> None:
+            try:
+                target.open(context)
+            except Exception as exc:
+                opening.error = exc
+            finally:
+                opening.done.set()
+
+        name = f"fanout-open-{getattr(target, 'name', 'sink')}"
+        threading.Thread(target=run, name=name, daemon=True).start()
+        return opening
 
 
 @dataclass
@@ -92,6 +125,8 @@ class Lagging:
     """Per epoch, the newest batch this instance saw planned live."""
     _abandoned: set[BatchKey] = field(default_factory=set, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _opening: dict[str, _Opening] = field(default_factory=dict, repr=False)
+    """The reopens of sinks with ``write_timeout_s`` running in a thread of their own."""
 
     @property
     def sinks(self) -> list[str]:
@@ -169,22 +204,61 @@ class Lagging:
 
     def reopen(self, sink: str) -> BaseException | None:
         """Open a sink that could not be opened when the pipeline started; ``None`` once
-        it is open (now or before), else the error."""
+        it is open (now or before), else the error. That of a sink with ``write_timeout_s``
+        runs in a thread of its own, waited for that long (a server that accepts the
+        connection and never answers would hang every batch); one still running is not
+        started again, and until it has returned the sink stays unopened."""
+        spec = self.specs[sink]
+        timeout = spec.lag.write_timeout_s if spec.lag.lags else None
         with self._lock:
             entry = self.unopened.get(sink)
             if entry is None:
                 return None
             context, _ = entry
-            target = self.specs[sink].sink
-            try:
-                target.open(context)
-            except Exception as exc:
-                error = unreachable_masked(sink, exc, target.secret_values())
-                self.unopened[sink] = (context, error)
-                self.failed(sink, error)
-                return error
+            target = spec.sink
+            if timeout is None:
+                try:
+                    target.open(context)
+                except Exception as exc:
+                    return self._still_unopened(sink, exc)
+                self._now_open(sink)
+                return None
+            opening = self._opening.get(sink)
+            if opening is None:
+                opening = self._opening[sink] = _Opening.start(target, context)
+        return self._opened(sink, opening, timeout)
+
+    def _still_unopened(self, sink: str, exc: Exception) -> BaseException:
+        with self._lock:
+            error = unreachable_masked(sink, exc, self.specs[sink].sink.secret_values())
+            self.unopened[sink] = (self.unopened[sink][0], error)
+            self.failed(sink, error)
+            return error
+
+    def _now_open(self, sink: str) -> None:
+        with self._lock:
             del self.unopened[sink]
-            log.info("pipeline %s: sink %r is reachable again and open", self.pipeline, sink)
+        log.info("pipeline %s: sink %r is reachable again and open", self.pipeline, sink)
+
+    def _opened(self, sink: str, opening: _Opening, timeout_s: float) -> BaseException | None:
+        if not opening.done.wait(max(0.0, opening.started + timeout_s - time.monotonic())):
+            error = SinkTimeoutError(
+                f"open() did not return within its write_timeout_s={timeout_s:g} s (running "
+                f"for {time.monotonic() - opening.started:.1f} s): the sink stays unopened "
+                "and lags; it is not opened again while that call runs. Find what holds the "
+                "sink's target (a stalled connection, a server that does not answer)",
+                sink=sink,
+            )
+            self.failed(sink, error)
+            return error
+        with self._lock:
+            if self._opening.get(sink) is opening:
+                del self._opening[sink]
+            if sink not in self.unopened:
+                return None  # another thread took this open's result
+            if opening.error is not None:
+                return self._still_unopened(sink, opening.error)
+            self._now_open(sink)
             return None
 
     # -- what a sink needs -----------------------------------------------------------

@@ -17,9 +17,9 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,6 +32,11 @@ from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey
 
 log = logging.getLogger("fanout")
+
+_shared: weakref.WeakValueDictionary[tuple[str, str], AbandonedWrites] = (
+    weakref.WeakValueDictionary()
+)
+_shared_lock = threading.Lock()
 
 CLOSE_WAIT_S = 10.0
 """How long :meth:`fanout.FanOut.close` waits for abandoned writes still running."""
@@ -112,10 +117,23 @@ class AbandonedWrite:
 
 
 class AbandonedWrites:
-    """The abandoned writes of one :class:`fanout.FanOut` still running, by sink.
+    """The abandoned writes of one pipeline and ledger still running in this process, by
+    sink (:meth:`of`: shared by every :class:`fanout.FanOut` of them).
 
     ``on_done`` is called (from the write's thread) when one ends: the catch-up may go on.
     """
+
+    @classmethod
+    def of(cls, pipeline: str, where: str) -> AbandonedWrites:
+        """The abandoned writes of ``pipeline`` with its ledger at ``where`` in this
+        process: a FanOut built after one that left a write running at ``close()`` (a
+        notebook's re-run cell, a restarted query) must wait for it too, not write its
+        batch beside it."""
+        with _shared_lock:
+            shared = _shared.get((pipeline, where))
+            if shared is None:
+                shared = _shared[(pipeline, where)] = cls(pipeline)
+            return shared
 
     def __init__(self, pipeline: str) -> None:
         self.pipeline = pipeline
@@ -169,6 +187,9 @@ class TimedWrite:
     tag: str = ""
     session: Any = None
     configured_s: float | None = None  # the sink's write_timeout_s, when not timeout_s
+    ended: threading.Event = field(default_factory=threading.Event)  # returned, or given up
+    _giving_up: threading.Lock = field(default_factory=threading.Lock)
+    _error: SinkTimeoutError | None = None
 
     @classmethod
     def start(
@@ -203,6 +224,7 @@ class TimedWrite:
         except BaseException as exc:  # handed to the batch's thread, or logged if abandoned
             self.future.set_exception(exc)
         finally:
+            self.ended.set()
             try:
                 untag()
             finally:
@@ -247,27 +269,40 @@ class TimedWrite:
 
     def outcome(self) -> Any:
         """What the runner returned, or, once ``write_timeout_s`` has passed since it
-        started, the sink's :class:`fanout.SinkTimeoutError`: the write is abandoned (its
-        Spark jobs cancelled, kept in :class:`AbandonedWrites` until it ends)."""
-        left = self.started + self.timeout_s - time.monotonic()
-        try:
-            return self.future.result(timeout=max(0.0, left))
-        except FutureTimeout:
-            pass
+        started (or :meth:`give_up` was called), the sink's :class:`fanout.SinkTimeoutError`:
+        the write is abandoned (its Spark jobs cancelled, kept in :class:`AbandonedWrites`
+        until it ends)."""
+        self.ended.wait(max(0.0, self.started + self.timeout_s - time.monotonic()))
+        if self.future.done() and self._error is None:  # returned, not given up first
+            return self.future.result()
+        error = self.give_up()
+        return self.future.result() if error is None else error
+
+    def give_up(self, stopping: bool = False) -> SinkTimeoutError | None:
+        """Abandon the write now (at its timeout, or ``stopping``: the catch-up stops while
+        it runs); ``None`` when it is marking already (the mark is to be waited for).
+        Once abandoned, the same error again."""
+        with self._giving_up:
+            if self._error is None:
+                self._error = self._abandon(stopping)
+            return self._error
+
+    def _abandon(self, stopping: bool) -> SinkTimeoutError | None:
         claim = self.runner.claim
         assert claim is not None
         if not claim.abandon():  # written in time, marking now: the mark is waited for
-            return self.future.result()
+            return None
         runner, batch = self.runner, self.runner.batch
         name = runner.sink.name
-        limit = f"its write_timeout_s={self.timeout_s:g} s"
+        bound = f"its write_timeout_s={self.timeout_s:g} s"
         if self.configured_s is not None and self.configured_s != self.timeout_s:
-            limit = (
+            bound = (
                 f"{self.timeout_s:g} s (its write_timeout_s={self.configured_s:g} s, doubled "
                 "for each of its catch-up writes abandoned in a row)"
             )
+        limit = f"before the catch-up stopped (bound {bound})" if stopping else f"within {bound}"
         error = SinkTimeoutError(
-            f"write did not return within {limit} (all "
+            f"write did not return {limit} (all "
             f"attempts together; now at attempt {runner.attempt}); the batch went on without "
             "it: the sink lags, and the catch-up writes the batch from the spool once the "
             "abandoned write has ended (its Spark jobs, if any, were cancelled). Find what "
@@ -281,6 +316,7 @@ class TimedWrite:
         self.abandoned.add(write)
         self.cancel()
         runner.timed_out(error)
+        self.ended.set()  # the waiting thread returns this error
         return error
 
     def _ended_abandoned(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -117,12 +117,19 @@ def run_timed(
     abandoned: AbandonedWrites,
     df: object,
     configured_s: float | None = None,
+    started: Callable[[TimedWrite | None], None] = lambda timed: None,
 ) -> SinkOutcome:
     """Run ``runner`` in a thread of its own and wait for it at most ``timeout_s`` (the
     sink's ``configured_s`` doubled, :mod:`fanout.steps.timeout`); its Spark jobs inherit
-    this thread's properties (``df``'s session)."""
+    this thread's properties (``df``'s session). ``started`` is told of the write while it
+    is waited for (then of ``None``): its waiter may give it up early."""
     threads = spark_threads(df)
-    return _timed_outcome(TimedWrite.start(runner, timeout_s, abandoned, threads, configured_s))
+    timed = TimedWrite.start(runner, timeout_s, abandoned, threads, configured_s)
+    started(timed)
+    try:
+        return _timed_outcome(timed)
+    finally:
+        started(None)
 
 
 def _timed_outcome(timed: TimedWrite) -> SinkOutcome:
@@ -217,7 +224,7 @@ class SinkRunner:
             return self._refuse(self.given.blocked)
         attempt = 0
         while True:
-            if self._abandoned():  # abandoned while waiting to retry: the batch has ended
+            if self._abandoned():  # during the backoff: a new attempt would run uncancelled
                 return SinkOutcome(name, error=SinkWriteError("abandoned", sink=name))
             attempt += 1
             self.attempt = attempt

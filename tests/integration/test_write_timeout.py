@@ -287,3 +287,57 @@ def test_an_abandoned_write_that_commits_late_is_waited_for_and_not_written_twic
     assert first[3].rows == ROWS and first[3].details["skipped_partitions"] == []
     assert replay[1] >= first[2]
     assert replay[3] is not None and sorted(replay[3].details["skipped_partitions"]) == [0, 1]
+
+
+def test_a_new_fanout_of_the_pipeline_waits_for_the_abandoned_write_close_left_running(
+    spark: Any, tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() leaves an abandoned write still running (its sink open) and says the next
+    run writes the batch; a next run in the same process (a notebook's re-run cell, a
+    restarted query) must not write that batch beside it."""
+    import fanout.fan_out as fan_out_module
+
+    monkeypatch.setattr(fan_out_module, "CLOSE_WAIT_S", 1.0)
+    options = _pg_options(pg_url)
+    policy = LagPolicy("lag", write_timeout_s=options.pop("write_timeout_s"))
+    del options["on_failure"]
+    _warm_up(
+        spark, tmp_path, SinkSpec(DriverReadingPostgres("pg", **options), lag=LagPolicy("lag"))
+    )
+    lock = TableLock(pg_url, tmp_path, release_at=FILES + 1)  # held until released below
+    first = DriverReadingPostgres("pg", **options)
+    fan = _fan(tmp_path, SinkSpec(first, lag=policy), lock)
+    try:
+        _run_bounded(spark, tmp_path, fan, lock)
+        fan.close()  # the abandoned write of batch 1 still waits for the lock
+        assert fan.abandoned.running("pg") is not None
+        second = DriverReadingPostgres("pg", **options)
+        second._running, second.overlaps, second._guard = (
+            first._running,
+            first.overlaps,
+            first._guard,
+        )
+        again = _fan(tmp_path, SinkSpec(second, lag=policy), None)
+        try:
+            caught = again.catch_up(timeout_s=6)  # the lock is still held: nothing lands
+            assert caught["pg"].state != "live"
+            lock.release()
+            for _ in range(5):
+                caught = again.catch_up(timeout_s=120)
+                if caught["pg"].state == "live":
+                    break
+            assert caught["pg"].state == "live"
+        finally:
+            again.close()
+    finally:
+        lock.release()
+        fan.close()
+    ids = Counter(range(FILES * ROWS))
+    assert Counter(_pg_ids(pg_url)) == ids
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == Counter(
+        {(sink, b): 1 for sink in ("lake", "pg") for b in range(FILES)}
+    )
+    assert first.overlaps == []  # never two writes of one batch at once
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == Counter(
+        {(sink, b): 1 for sink in ("lake", "pg") for b in range(FILES)}
+    )

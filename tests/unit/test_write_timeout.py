@@ -341,4 +341,122 @@ def test_an_abandoned_write_calls_no_sink_hook_after_its_batch(
         assert all(r.levelno == logging.DEBUG for r in caplog.records if r.getMessage() in late)
     finally:
         gate.opened.set()
+
+
+def test_an_abandoned_write_waiting_to_retry_does_not_retry(tmp_path: Path) -> None:
+    """Abandoned during its backoff, a write makes no further attempt: one started after
+    the cancel runs its Spark jobs uncancelled, and only keeps the sink from its catch-up."""
+    slow = ScriptedSink(
+        "slow", fail=[SinkWriteError("reset", sink="slow")], transient=(SinkWriteError,)
+    )
+    spec = SinkSpec(slow, lag=LagPolicy("lag", write_timeout_s=0.2))
+    fan = FanOut(
+        "timed",
+        MemoryLedger(),
+        [ScriptedSink("good"), spec],
+        retries=1,
+        backoff_s=1.0,
+        spool=str(tmp_path / "spool"),
+        probe_interval_s=3600,
+    )
+    fan.catchup.stop()
+    try:
+        assert list(fan.process(SchemaFrame([1]), BatchInfo("timed", 0, "q"))) == ["good"]
+        running = fan.abandoned.running("slow")
+        assert running is not None and running.done.wait(10)
+        assert slow.calls == [(0, 1)]
+        assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": None}
+    finally:
+        fan.close()
+
+
+def test_close_gives_up_a_catch_up_write_still_within_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catch-up write's bound (write_timeout_s, doubled after each abandoned one) may
+    exceed what close() waits for the catch-up thread: close() must then treat it as
+    abandoned (kept until it ends, its sink left open), not close the sink under it and
+    forget it (a next FanOut of the pipeline would write its batch beside it)."""
+    from fanout.steps.catchup import CatchUp
+
+    stop = CatchUp.stop
+    monkeypatch.setattr(CatchUp, "stop", lambda self, timeout_s=0.3: stop(self, timeout_s))
+    monkeypatch.setattr("fanout.fan_out.CLOSE_WAIT_S", 0.2)
+    gate = Gate(0)
+    slow = ScriptedSink("slow", always_fail=SinkWriteError("refused", sink="slow"))
+    spec = SinkSpec(slow, lag=LagPolicy("lag", write_timeout_s=60))
+    fan = FanOut(
+        "timed",
+        MemoryLedger(),
+        [ScriptedSink("good"), spec],
+        retries=0,
+        spool=str(tmp_path / "spool"),
+        probe_interval_s=0.05,
+    )
+    _read_from(fan, {0: SchemaFrame([1, 2])})
+    try:
+        fan.process(SchemaFrame([1, 2]), BatchInfo("timed", 0, "q"))  # fails: lags
+        slow.on_write = gate  # its catch-up write (in the catch-up thread) hangs
+        slow.always_fail = None
+        assert gate.entered.wait(10)
+        started = time.monotonic()
+        fan.close()
+        assert time.monotonic() - started < 5
+        running = fan.abandoned.running("slow")
+        assert running is not None and running.key == (0, 0)
+        assert slow.closed == 0  # left open under its running write
+        gate.opened.set()
+        assert running.done.wait(10)
+        assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": None}  # not marked
+    finally:
+        gate.opened.set()
+        for thread in threading.enumerate():  # the stopped catch-up ends (it logs on the way)
+            if thread.name == "fanout-timed-catchup":
+                thread.join(10)
+
+
+class ReopenHangs(ScriptedSink):
+    """Unreachable when the pipeline starts; its next open() hangs (a server that accepts
+    the connection and never answers) until ``gate`` opens."""
+
+    def __init__(self, name: str, gate: threading.Event) -> None:
+        super().__init__(name)
+        self.gate = gate
+
+    def open(self, context: Any) -> None:
+        self.opened += 1
+        if self.opened == 1:
+            from fanout import SinkUnreachableError
+
+            raise SinkUnreachableError("connection refused", sink=self.name)
+        self.gate.wait(30)
+
+
+def test_a_hung_reopen_of_a_timed_sink_does_not_stall_the_batch(tmp_path: Path) -> None:
+    gate = threading.Event()
+    slow = ReopenHangs("slow", gate)
+    fan = _fan(tmp_path, slow, 0.3)
+    _read_from(fan, {0: SchemaFrame([1])})
+    fan.catchup.stop()  # the test drives the catch-up
+    done: list[dict[str, Any]] = []
+    thread = threading.Thread(
+        target=lambda: done.append(fan.process(SchemaFrame([1]), BatchInfo("timed", 0, "q"))),
+        daemon=True,
+    )
+    try:
+        thread.start()
+        thread.join(5)
+        assert [sorted(d) for d in done] == [["good"]]  # the batch went on without it
+        lag = fan.lagging.lags()["slow"]
+        assert lag.error is not None and lag.error.startswith(
+            "SinkTimeoutError: sink 'slow': open() did not return within its write_timeout_s=0.3 s"
+        )
+        gate.set()  # the open returns: the sink is open, its batch written from the spool
+        assert fan.lagging._opening["slow"].done.wait(10)
+        caught = fan.catch_up(timeout_s=10)["slow"]
+        assert caught.state == "live", caught
+        assert slow.opened == 2 and slow.calls == [(0, 1)]
+    finally:
+        gate.set()
+        thread.join(10)
         fan.close()
