@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import Sink
@@ -34,6 +34,7 @@ from fanout.ledger.entry import (
     ledger_location,
     now_utc,
 )
+from fanout.ledger.gaps import SKIPPED
 from fanout.observe.logs import batch_fields
 
 log = logging.getLogger("fanout")
@@ -76,6 +77,7 @@ def refuse_unmarked(
     held = [a for a in answers if a.holds]
     if not held:
         return
+    held = _needed_rewrites(held, marks, sinks, in_spool)
     offsets = {h.sink: recorded_offsets(ledger, info.pipeline, epoch, h.mark + 1) for h in held}
     owner = ledger.epoch_owners(info.pipeline).get(epoch)
     for h in held:
@@ -86,6 +88,35 @@ def refuse_unmarked(
             _warn_rewrite(info, h)
     if refused:
         raise UnmarkedBatchError(_message(info, ledger, held, refused, answers, marks, offsets))
+
+
+def _needed_rewrites(
+    held: list[Held], marks: Mapping[str, int | None], sinks: Mapping[str, Sink],
+    in_spool: Mapping[str, int],
+) -> list[Held]:  # fmt: skip
+    """``held``, where a harmless rewrite stays harmless only when the new epoch must write
+    the batch anyway: some sink lacks it (no mark of it, does not hold it, has not spooled
+    it), or every sink's rewrite is harmless. Otherwise every sink holds the batch and
+    ``fanout recover`` (without ``--config``), counting the held sink at its mark before,
+    said to resume before it: the new epoch would write it again to a sink that marked it
+    (an append: its rows twice). Refused as before, the lost mark recorded, ``fanout
+    recover`` then resumes after it."""
+    all_harmless = all(sink.harmless_rewrite() is not None for sink in sinks.values())
+
+    def lacking(batch: int) -> bool:
+        holding = {h.sink for h in held if h.mark + 1 == batch}
+        return any(
+            (mark is None or mark < batch)
+            and name not in holding
+            and in_spool.get(name, -1) < batch
+            for name, mark in marks.items()
+        )
+
+    return [
+        h if h.harmless is None or all_harmless or lacking(h.mark + 1)
+        else replace(h, harmless=None)
+        for h in held
+    ]  # fmt: skip
 
 
 def before_start(ledger: Ledger, pipeline: str, epoch: int, marks: Mapping[str, int | None]) -> int:
@@ -182,18 +213,64 @@ def _refuse_restart(
     if info.query_id is None or not counted:
         return
     batch = min(counted.values())
-    lost = sorted(
-        entry.sink
+    at_batch = [
+        entry
         for entry in ledger.committed_entries(info.pipeline, batch, info.epoch)
-        if entry.batch_id == batch
-        and counted.get(entry.sink) == batch
-        and (entry.error or "").startswith(_refused(info))
+        if entry.batch_id == batch and counted.get(entry.sink) == batch
+    ]
+    lost = sorted(e.sink for e in at_batch if (e.error or "").startswith(_refused(info)))
+    if not lost:
+        return
+    wrote = sorted(
+        e.sink for e in at_batch if not e.lost and not (e.error or "").startswith(SKIPPED)
     )
+    if wrote:  # removing the lost mark's copy cannot help these
+        offsets = recorded_offsets(ledger, info.pipeline, info.epoch, batch)
+        raise UnmarkedBatchError(_wrote_message(info, ledger, lost, wrote, batch, offsets))
     asked = (ask(sinks[name], info.pipeline, info.epoch, batch - 1) for name in lost)
-    held = [h for h in asked if h.holds and h.harmless is None]
+    # every sink counts the batch: the rewrite is harmless only when it is for every sink
+    all_harmless = all(sink.harmless_rewrite() is not None for sink in sinks.values())
+    held = [h for h in asked if h.holds and (h.harmless is None or not all_harmless)]
     if held:
         offsets = recorded_offsets(ledger, info.pipeline, info.epoch, batch)
         raise UnmarkedBatchError(_restart_message(info, ledger, held, batch, offsets))
+
+
+def _marked(marks: Mapping[str, int | None], batch: int) -> bool:
+    """Whether a sink's ledger mark (before any lost mark was recorded) reaches ``batch``."""
+    return any(mark is not None and mark >= batch for mark in marks.values())
+
+
+def _after(batch: int, offsets: str | None) -> str:
+    """Where a new checkpoint resuming after ``batch`` starts."""
+    return (
+        f"the source offsets of batch {batch}: {offsets}"
+        if offsets
+        else f"the source offsets of batch {batch}, which the ledger does not hold (no sink "
+        f"marked it): the replaced checkpoint's offsets/{batch} file holds them (one JSON "
+        "line per source, after the first two lines)"
+    )
+
+
+def _wrote_message(
+    info: BatchInfo, ledger: Ledger, lost: list[str], wrote: list[str], batch: int,
+    offsets: str | None,
+) -> str:  # fmt: skip
+    """The refusal of a refused query started again when sinks ``wrote`` marked the batch
+    it was refused for: its checkpoint starts before that batch, so they would get it twice
+    whatever became of the lost marks' copies (:func:`_refuse_restart`)."""
+    epoch, pipeline = info.epoch, info.pipeline
+    return (
+        f"pipeline {pipeline!r}: query {info.query_id} cannot start epoch {epoch + 1}: it was "
+        f"refused before because sink {', '.join(lost)} held batch {batch} of epoch {epoch} "
+        f"unmarked, so its checkpoint starts before that batch, and sink {', '.join(wrote)} "
+        f"wrote and marked batch {batch}: started again, this query would write batch "
+        f"{batch}'s rows a second time there. Nothing was written under epoch {epoch + 1}. "
+        f"Start a new checkpoint (not this one) that reads what comes after "
+        f"{_after(batch, offsets)} (`fanout recover --ledger {ledger_location(ledger)} "
+        f"--pipeline {pipeline}` resumes after it; if a copy of batch {batch} was removed "
+        "from a sink since, that sink lacks the batch: give it to it by hand)."
+    )
 
 
 def _restart_message(
@@ -201,13 +278,7 @@ def _restart_message(
 ) -> str:
     """The refusal of a refused query started again (:func:`_refuse_restart`)."""
     epoch, pipeline, names = info.epoch, info.pipeline, ", ".join(h.sink for h in held)
-    where = (
-        f"the source offsets of batch {batch}: {offsets}"
-        if offsets
-        else f"the source offsets of batch {batch}, which the ledger does not hold (no sink "
-        f"marked it): the replaced checkpoint's offsets/{batch} file holds them (one JSON "
-        "line per source, after the first two lines)"
-    )
+    where = _after(batch, offsets)
     lines = [
         f"pipeline {pipeline!r}: query {info.query_id} cannot start epoch {epoch + 1}: it was "
         f"refused before because sink {names} held batch {batch} of epoch {epoch} unmarked, "
@@ -352,7 +423,9 @@ def choice_lines(
         f"- sink {h.sink}: batch {batch} of epoch {epoch}, "
         + (f"source offsets {known}" if known else "source offsets unknown (no sink marked it)")
         + f"; sinks without it: {listed or 'none'}."
-        + ("" if h.hint is None else f" {h.hint}")
+        # not when a sink wrote and marked the batch: the refused query would write it
+        # there again, and recover, counting the lost mark, resumes after the batch
+        + ("" if h.hint is None or _marked(marks, batch) else f" {h.hint}")
     ]
     if not lacking:
         if not known:
@@ -362,6 +435,13 @@ def choice_lines(
                 f"offsets/{batch} file holds them (one JSON line per source, after the "
                 "first two lines)."
                 + (" This query's checkpoint starts before it: start a new one." if refusal else "")
+                + (
+                    f" Or remove {h.sink}'s copy as said above and start this query again, not "
+                    "a new checkpoint (the ledger counts the batch as held by "
+                    f"{h.sink} now: a new checkpoint after it never gives it the batch)."
+                    if refusal and h.hint is not None and not _marked(marks, batch)
+                    else ""
+                )
             )
         return lines
     skip = " ".join(

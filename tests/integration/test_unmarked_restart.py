@@ -141,6 +141,11 @@ def test_the_refused_query_passes_once_the_restore_its_refusal_names_removed_the
         _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-new", 0, 30)
     restore = "restore the table to version 2 (delta-rs: DeltaTable(path).restore(2)"
     assert restore in str(first.value)
+    assert (
+        "Or remove bronze's copy as said above and start this query again, not a new "
+        "checkpoint (the ledger counts the batch as held by bronze now: a new checkpoint after "
+        "it never gives it the batch)."
+    ) in str(first.value)
     bronze = _fan(tmp_path).sinks["bronze"]
     table = DeltaTable(str(tmp_path / "bronze"))
     table.restore(2)  # version 4: the batch's commit (3) taken out

@@ -198,3 +198,53 @@ def test_the_refused_query_again_resuming_at_the_epochs_start_passes() -> None:
     ledger.mark_committed(LedgerEntry("p", "b", 5, "committed", query_id=None, epoch=1))
     with pytest.raises(UnmarkedBatchError, match="it was refused before because sink a held"):
         refuse_unmarked(two, ledger, sinks)
+
+
+def test_a_harmless_rewrite_no_sink_needs_is_refused_as_before_and_stays_refused() -> None:
+    """silver marked batch 3, up wrote it and lost its mark: recover (counting up at 2) said
+    resume after batch 2, so the new epoch would write batch 3 again to silver too. Before,
+    up's harmless rewrite let the start pass (silver's rows twice); now nothing lacks batch
+    3, so the start is refused as for any held batch, and so is the refused query again.
+    A pipeline of harmless sinks only still passes."""
+    ledger = _ledger({"up": 2, "silver": 3})
+    sinks = {"up": Upserting("up", {3}), "silver": Answering("silver", {3})}
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, sinks)
+    assert "sink up holds batch 3 of epoch 0" in str(refused.value)
+    assert "sinks without it: none." in str(refused.value)
+    [lost] = [e for e in ledger.committed_entries("p", 3, 0) if e.sink == "up"]
+    assert (lost.error or "").startswith("unmarked: recorded when query new was refused")
+    with pytest.raises(UnmarkedBatchError, match="it was refused before because sink up held"):
+        refuse_unmarked(INFO, ledger, sinks)
+
+    alone = _ledger({"up": 2, "up2": 3})
+    refuse_unmarked(INFO, alone, {"up": Upserting("up", {3}), "up2": Upserting("up2", {3})})
+    assert alone.last_committed("p", ["up", "up2"]) == {"up": 3, "up2": 3}
+
+
+def test_the_refused_query_again_after_the_copy_was_removed_stays_refused_when_a_sink_marked_it(
+) -> None:  # fmt: skip
+    """silver marked batch 3, a wrote it and lost its mark, and the start from recover's
+    offsets (after batch 2) was refused. The refusal named a restore of a's copy although no
+    sink lacked the batch; done, the refused query passed and wrote batch 3 to silver a
+    second time (and recover, counting a's lost mark, resumed after the batch a no longer
+    held). Now the refusal names no removal when a sink marked the batch, and the refused
+    query stays refused while one did, copy removed or not."""
+    ledger = _ledger({"a": 2, "silver": 3})
+    a = Answering("a", {3})
+    a.remove_batch_hint = lambda *_: "restore the table to version 2"  # type: ignore[method-assign]
+    sinks = {"a": a, "silver": Answering("silver", {3})}
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, sinks)
+    assert "sinks without it: none." in str(refused.value)
+    assert "restore the table" not in str(refused.value)
+    a.held = set()  # its copy removed all the same
+    with pytest.raises(UnmarkedBatchError) as again:
+        refuse_unmarked(INFO, ledger, sinks)
+    assert str(again.value).startswith(
+        "pipeline 'p': query new cannot start epoch 1: it was refused before because sink a "
+        "held batch 3 of epoch 0 unmarked, so its checkpoint starts before that batch, and "
+        "sink silver wrote and marked batch 3: started again, this query would write batch "
+        "3's rows a second time there."
+    )
+    refuse_unmarked(BatchInfo("p", 0, "newer", epoch=0), ledger, sinks)  # a new checkpoint

@@ -280,12 +280,17 @@ class DeltaSink(Sink):
 
     def _batch_version(self, app_id: str, batch_id: int, last: int) -> int | None:
         """The table version whose commit set ``app_id`` to ``batch_id`` or past it (the
-        log walked back from ``last``, at most 100 versions; ``None``: not found)."""
+        log walked back from ``last``, at most 100 versions; ``None``: not found, or a
+        version on the way cannot be loaded: its log files expired after a later
+        checkpoint, ``delta.logRetentionDuration``)."""
         from deltalake import DeltaTable
 
         path, options = str(self.path), dict(self.storage_options or {}) or None
         for version in range(last, max(last - 100, 0), -1):
-            before = DeltaTable(path, version=version - 1, storage_options=options)
+            try:
+                before = DeltaTable(path, version=version - 1, storage_options=options)
+            except Exception:  # delta-rs' errors for a cleaned-up version vary by release
+                return None
             done = before.transaction_version(app_id)
             if done is None or done < batch_id:
                 return version
