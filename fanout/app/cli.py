@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -171,9 +171,9 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
 
 def _recover_target(args: argparse.Namespace) -> tuple[_SkipTarget, Any]:
-    """The ledger, pipeline, spool and sinks ``fanout recover`` reads, and the pipeline
-    file's config: from ``--config`` when given (a flag contradicting it refused), else
-    from the flags alone (no config)."""
+    """The ledger, pipeline, spool and sinks ``fanout recover`` (and ``ledger skip``)
+    reads, and the pipeline file's config: from ``--config`` when given (a flag
+    contradicting it refused), else from the flags alone (no config)."""
     if args.config is None:
         missing = [f for f, v in (("--ledger", args.ledger), ("--pipeline", args.pipeline))
                    if v is None]  # fmt: skip
@@ -192,6 +192,11 @@ def _recover_target(args: argparse.Namespace) -> tuple[_SkipTarget, Any]:
     spool = args.spool
     if config.spool is not None:
         spool = _agreed("--spool", args.spool, config.spool, file, path=True, notes=notes)
+    elif spool is not None:
+        raise ConfigurationError(
+            f"--spool {spool}: {file} configures no spool (pipeline.spool): drop --spool or "
+            "give the pipeline's own file"
+        )
     named = tuple(str(s["name"]) for s in config.sinks)
     return _SkipTarget(ledger, pipeline, spool, None, file, tuple(notes), named), config
 
@@ -284,42 +289,21 @@ def _agreed(
 def _skip_target(args: argparse.Namespace) -> _SkipTarget:
     """The ledger, pipeline, spool and the sink's ``backfill_from``: from ``--config``
     when given (a flag contradicting it refused), else from the flags alone."""
-    if args.config is None:
-        if args.give_up_backfill:
-            raise ConfigurationError(
-                "--give-up-backfill needs --config PIPELINE.toml: the sink's backfill_from "
-                "is in the pipeline file"
-            )
-        missing = [f for f, v in (("--ledger", args.ledger), ("--pipeline", args.pipeline))
-                   if v is None]  # fmt: skip
-        if missing:
-            raise ConfigurationError(
-                f"{' and '.join(missing)} required: give them, or --config PIPELINE.toml"
-            )
-        return _SkipTarget(args.ledger, args.pipeline, args.spool, None)
-    from fanout.app.runner import load_pipeline
+    if args.config is None and args.give_up_backfill:
+        raise ConfigurationError(
+            "--give-up-backfill needs --config PIPELINE.toml: the sink's backfill_from "
+            "is in the pipeline file"
+        )
+    target, config = _recover_target(args)
+    if config is None:
+        return target
     from fanout.sink_spec import lag_policy
 
-    file = args.config
-    config = load_pipeline(file)
-    notes: list[str] = []
-    ledger = _agreed("--ledger", args.ledger, config.ledger, file, path=True, notes=notes)
-    pipeline = _agreed("--pipeline", args.pipeline, config.name, file, path=False)
-    spool = args.spool
-    if config.spool is not None:
-        spool = _agreed("--spool", args.spool, config.spool, file, path=True, notes=notes)
-    elif spool is not None:
-        raise ConfigurationError(
-            f"--spool {spool}: {file} configures no spool (pipeline.spool): drop --spool or "
-            "give the pipeline's own file"
-        )
     options = next((s for s in config.sinks if s["name"] == args.sink), None)
-    named = tuple(str(s["name"]) for s in config.sinks)
     if options is None:
-        notes.append(f"sink {args.sink!r} is not in {file}: it has no backfill source to check")
-        return _SkipTarget(ledger, pipeline, spool, None, file, tuple(notes), named)
-    origin = lag_policy(args.sink, options).backfill_from
-    return _SkipTarget(ledger, pipeline, spool, origin, file, tuple(notes), named)
+        note = f"sink {args.sink!r} is not in {args.config}: it has no backfill source to check"
+        return replace(target, notes=(*target.notes, note))
+    return replace(target, backfill_from=lag_policy(args.sink, options).backfill_from)
 
 
 def _refuse_unknown_sink(ledger: DeltaLedger, target: _SkipTarget, sink: str) -> None:

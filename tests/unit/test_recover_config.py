@@ -221,3 +221,23 @@ def test_lost_marks_the_ledger_cannot_record_are_counted_and_said_so() -> None:
         "include each, the ledger does not, so a new epoch's start asks the sink about that "
         "batch again and is refused (UnmarkedBatchError), recording it then if it can."
     )
+
+
+def test_a_spool_the_pipeline_file_does_not_configure_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As `ledger skip --config` refuses it: a --spool beside a file without one is another
+    pipeline's spool (recover read its batches as this pipeline's)."""
+    _mark(_ledger(tmp_path), "a", 0)
+    config = _config(tmp_path, "a")
+
+    assert main(["recover", "--config", config, "--spool", str(tmp_path / "spool")]) == 2
+
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            f"--spool {tmp_path / 'spool'}: {config} configures no spool (pipeline.spool): drop "
+            "--spool or give the pipeline's own file"
+        )
+    )
