@@ -366,6 +366,15 @@ def test_an_abandoned_write_waiting_to_retry_does_not_retry(tmp_path: Path) -> N
         assert running is not None and running.done.wait(10)
         assert slow.calls == [(0, 1)]
         assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": None}
+        # one failed row per attempt: the timeout came between attempts, during the backoff
+        failed = [e for e in fan.ledger.entries if e.status == "failed"]  # type: ignore[attr-defined]
+        assert [(e.sink, e.batch_id, e.attempt, e.error) for e in failed] == [
+            ("slow", 0, 1, "SinkWriteError: sink 'slow': reset")
+        ]
+        lag = fan.lagging.lags()["slow"]
+        assert lag.error is not None and lag.error.startswith(
+            "SinkTimeoutError: sink 'slow', batch 0: write did not return within"
+        )
     finally:
         fan.close()
 
