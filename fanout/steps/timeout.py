@@ -278,16 +278,17 @@ class TimedWrite:
         error = self.give_up()
         return self.future.result() if error is None else error
 
-    def give_up(self, stopping: bool = False) -> SinkTimeoutError | None:
-        """Abandon the write now (at its timeout, or ``stopping``: the catch-up stops while
-        it runs); ``None`` when it is marking already (the mark is to be waited for).
-        Once abandoned, the same error again."""
+    def give_up(self, reason: str | None = None) -> SinkTimeoutError | None:
+        """Abandon the write now (at its timeout; or for a catch-up write, ``reason``
+        ``"stopping"``: the catch-up stops while it runs, ``"draining"``: a max_lag drain
+        waited the sink's write_timeout_s for it); ``None`` when it is marking already
+        (the mark is to be waited for). Once abandoned, the same error again."""
         with self._giving_up:
             if self._error is None:
-                self._error = self._abandon(stopping)
+                self._error = self._abandon(reason)
             return self._error
 
-    def _abandon(self, stopping: bool) -> SinkTimeoutError | None:
+    def _abandon(self, reason: str | None) -> SinkTimeoutError | None:
         claim = self.runner.claim
         assert claim is not None
         if not claim.abandon():  # written in time, marking now: the mark is waited for
@@ -300,7 +301,11 @@ class TimedWrite:
                 f"{self.timeout_s:g} s (its write_timeout_s={self.configured_s:g} s, doubled "
                 "for each of its catch-up writes abandoned in a row)"
             )
-        limit = f"before the catch-up stopped (bound {bound})" if stopping else f"within {bound}"
+        limit = {
+            "stopping": f"before the catch-up stopped (bound {bound})",
+            "draining": f"before a max_lag drain had waited its write_timeout_s for it (bound "
+            f"{bound})",
+        }.get(reason or "", f"within {bound}")
         error = SinkTimeoutError(
             f"write did not return {limit} (all "
             f"attempts together; now at attempt {runner.attempt}); the batch went on without "
@@ -311,7 +316,10 @@ class TimedWrite:
             batch_id=batch.batch_id,
         )
         key = (batch.info.epoch, batch.batch_id)
-        write = AbandonedWrite(name, key, self.timeout_s, self.tag, self.cancel, self.done)
+        # given up early (a drain, a stop): abandoned after what it was given, not its bound
+        waited = self.timeout_s if reason is None else time.monotonic() - self.started
+        waited = round(min(waited, self.timeout_s), 1)
+        write = AbandonedWrite(name, key, waited, self.tag, self.cancel, self.done)
         write.since = self.started
         self.abandoned.add(write)
         self.cancel()

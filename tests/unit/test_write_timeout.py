@@ -6,6 +6,7 @@ real spool)."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -13,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from fanout import ConfigurationError, FanOut, SinkTimeoutError, SinkWriteError, hookimpl
+from fanout import (
+    ConfigurationError,
+    FanOut,
+    LagLimitError,
+    SinkTimeoutError,
+    SinkWriteError,
+    hookimpl,
+)
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import LagPolicy, SinkSpec, lag_policy
@@ -468,4 +476,88 @@ def test_a_hung_reopen_of_a_timed_sink_does_not_stall_the_batch(tmp_path: Path) 
     finally:
         gate.set()
         thread.join(10)
+        fan.close()
+
+
+def _process_in_thread(fan: FanOut, batch: int) -> tuple[threading.Thread, list[object]]:
+    """Process ``batch`` in a thread of its own; what it returned or raised is appended."""
+    done: list[object] = []
+
+    def run() -> None:
+        try:
+            done.append(fan.process(SchemaFrame([batch]), BatchInfo("timed", batch, "q")))
+        except Exception as exc:
+            done.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, done
+
+
+def _max_lag_fan(tmp: Path, slow: ScriptedSink, probe_interval_s: float) -> FanOut:
+    spec = SinkSpec(slow, lag=LagPolicy("lag", max_lag_batches=1, write_timeout_s=0.3))
+    return FanOut("timed", MemoryLedger(), [ScriptedSink("good"), spec], retries=0,
+                  spool=str(tmp / "spool"), probe_interval_s=probe_interval_s)  # fmt: skip
+
+
+def test_a_max_lag_drain_waits_write_timeout_s_for_a_hung_catch_up_write(tmp_path: Path) -> None:
+    """The catch-up thread writes the hung sink under its lock, with a bound of 64 times
+    its write_timeout_s (after abandoned writes in a row): the live batch's drain at
+    max_lag waited that whole bound for the lock. Now it gives that write up after the
+    sink's write_timeout_s, waits as long for it to end, and stops the query."""
+    gate = Gate(0)
+    slow = ScriptedSink("slow", always_fail=SinkWriteError("refused", sink="slow"))
+    fan = _max_lag_fan(tmp_path, slow, 0.05)
+    _read_from(fan, {0: SchemaFrame([0])})
+    fan.catchup._timed_out["slow"] = 6  # its catch-up writes get 0.3 s x 64
+    try:
+        fan.process(SchemaFrame([0]), BatchInfo("timed", 0, "q"))  # fails: lags, 1 behind
+        slow.always_fail, slow.on_write = None, gate  # its catch-up write (thread) hangs
+        assert gate.entered.wait(10)
+        thread, done = _process_in_thread(fan, 1)  # 2 behind: past max_lag, drained
+        thread.join(5)
+        assert len(done) == 1 and isinstance(done[0], LagLimitError), done
+        assert str(done[0]).startswith(
+            "pipeline 'timed': sink 'slow' is 1 batch(es) / 1 row(s) behind"
+        )
+        assert re.search(
+            r"past its max_lag \(1 batches; now 2 batches > 1\), and it is still failing: "
+            r"SinkTimeoutError: sink 'slow', batch 0: its write of batch 0 \(epoch 0\), "
+            r"abandoned after (0\.[3-9]|1\.\d) s \(write_timeout_s\), is still running",
+            str(done[0]),
+        )
+        failed = [e for e in fan.ledger.entries if e.status == "failed"]  # type: ignore[attr-defined]
+        assert [(e.batch_id, e.attempt) for e in failed] == [(0, 1), (0, 1)]
+        assert failed[1].error is not None and failed[1].error.startswith(
+            "SinkTimeoutError: sink 'slow', batch 0: write did not return before a max_lag "
+            "drain had waited its write_timeout_s for it (bound 19.2 s (its "
+            "write_timeout_s=0.3 s, doubled for each of its catch-up writes abandoned in a row)"
+        )
+    finally:
+        gate.opened.set()
+        fan.close()
+
+
+def test_a_max_lag_drain_bounds_its_own_write_by_write_timeout_s(tmp_path: Path) -> None:
+    """The drain's own write of a hung sink got the catch-up's doubled bound (64 times
+    write_timeout_s): the live batch waits for it, so it gets write_timeout_s."""
+    gate = Gate(0)
+    slow = ScriptedSink("slow", always_fail=SinkWriteError("refused", sink="slow"))
+    fan = _max_lag_fan(tmp_path, slow, 3600)
+    _read_from(fan, {0: SchemaFrame([0])})
+    fan.catchup.stop()  # the drain writes it
+    fan.catchup._timed_out["slow"] = 6
+    try:
+        fan.process(SchemaFrame([0]), BatchInfo("timed", 0, "q"))  # fails: lags, 1 behind
+        slow.always_fail, slow.on_write = None, gate  # its next write hangs
+        thread, done = _process_in_thread(fan, 1)
+        thread.join(5)
+        assert len(done) == 1 and isinstance(done[0], LagLimitError), done
+        assert (
+            "and it is still failing: SinkTimeoutError: sink 'slow', batch 0: write did not "
+            "return within its write_timeout_s=0.3 s (all attempts together; now at attempt 1)"
+        ) in str(done[0])
+        assert slow.calls == [(0, 1), (0, 1)]
+    finally:
+        gate.opened.set()
         fan.close()
