@@ -561,3 +561,66 @@ def test_a_max_lag_drain_bounds_its_own_write_by_write_timeout_s(tmp_path: Path)
     finally:
         gate.opened.set()
         fan.close()
+
+
+class SlowArrow(SchemaFrame):
+    """A batch whose Arrow conversion takes ``seconds`` (a large batch, a busy cluster)."""
+
+    def __init__(self, ids: list[int], seconds: float) -> None:
+        super().__init__(ids)
+        self.seconds = seconds
+
+    def toArrow(self) -> Any:
+        time.sleep(self.seconds)
+        return super().toArrow()
+
+
+def test_the_shared_arrow_conversion_does_not_count_against_a_timed_sink(
+    tmp_path: Path,
+) -> None:
+    """Both sinks read the batch's one Arrow conversion; whoever converts first, the
+    other waits for it. A timed sink's clock ran meanwhile: a conversion slower than its
+    write_timeout_s made a sink with nothing wrong lag. Its clock now stops while its
+    input is converted."""
+    slow = ScriptedSink("slow", reads="arrow")
+    spec = SinkSpec(slow, lag=LagPolicy("lag", write_timeout_s=0.3))
+    fan = FanOut("timed", MemoryLedger(), [ScriptedSink("good", reads="arrow"), spec],
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    try:
+        frame = SlowArrow([1, 2, 3], 0.6)
+        results = fan.process(frame, BatchInfo("timed", 0, "q"))
+        assert sorted(results) == ["good", "slow"]
+        assert frame.to_arrow_calls == 1
+        assert fan.ledger.last_committed("timed", ["good", "slow"]) == {"good": 0, "slow": 0}
+        assert [e for e in fan.ledger.entries if e.status == "failed"] == []  # type: ignore[attr-defined]
+        assert [t.num_rows for t in slow.arrow_tables] == [3]
+        assert fan.lagging.lags()["slow"].state == "live"
+    finally:
+        fan.close()
+
+
+def test_a_timed_sink_still_times_out_after_its_input_is_ready(tmp_path: Path) -> None:
+    gate = Gate(0)
+
+    def hang_after_arrow(batch: Batch) -> None:
+        batch.arrow()  # 0.6 s, not counted
+        gate(batch)  # then its own write hangs: counted
+
+    slow = ScriptedSink("slow", reads="arrow", on_write=hang_after_arrow)
+    spec = SinkSpec(slow, lag=LagPolicy("lag", write_timeout_s=0.3))
+    fan = FanOut("timed", MemoryLedger(), [ScriptedSink("good"), spec],
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    try:
+        started = time.monotonic()
+        assert list(fan.process(SlowArrow([1], 0.6), BatchInfo("timed", 0, "q"))) == ["good"]
+        assert 0.9 <= time.monotonic() - started < 5
+        lag = fan.lagging.lags()["slow"]
+        assert lag.error is not None and lag.error.startswith(
+            "SinkTimeoutError: sink 'slow', batch 0: write did not return within its "
+            "write_timeout_s=0.3 s"
+        )
+    finally:
+        gate.opened.set()
+        fan.close()
