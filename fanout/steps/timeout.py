@@ -51,6 +51,40 @@ def write_timeout(spec: SinkSpec) -> float | None:
     return spec.lag.write_timeout_s if spec.lag.lags else None
 
 
+@dataclass
+class BoundedCall:
+    """A call of a timed sink's (``holds_batch``, ``close``) run in a daemon thread of its
+    own: ``done`` once it returned (``result``) or raised (``error``)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+    @classmethod
+    def run(cls, call: Callable[[], Any], timeout_s: float, name: str) -> BoundedCall:
+        """Start ``call`` in a new daemon thread named ``name`` (a call that never returns
+        must not keep the interpreter from exiting) and wait up to ``timeout_s`` for it."""
+        bounded = cls()
+
+        def run() -> None:
+            try:
+                bounded.result = call()
+            except BaseException as exc:  # handed to the waiting thread
+                bounded.error = exc
+            finally:
+                bounded.done.set()
+
+        threading.Thread(target=run, name=name, daemon=True).start()
+        bounded.done.wait(timeout_s)
+        return bounded
+
+    def outcome(self) -> Any:
+        """What the call returned, or raise what it raised (it must be done)."""
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 class WriteClaim:
     """Who ends a timed write: its own ledger mark, or the batch abandoning it. Whichever
     comes first wins, so an abandoned write never marks the batch (the catch-up's replay

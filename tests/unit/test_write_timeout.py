@@ -624,3 +624,130 @@ def test_a_timed_sink_still_times_out_after_its_input_is_ready(tmp_path: Path) -
     finally:
         gate.opened.set()
         fan.close()
+
+
+class Hangs(ScriptedSink):
+    """A timed sink whose ``open()`` (the first), ``holds_batch()`` or ``close()`` hangs
+    until ``gate`` opens (a server that accepts connections and never answers)."""
+
+    def __init__(self, name: str, gate: threading.Event, *calls: str) -> None:
+        super().__init__(name)
+        self.gate, self.hangs = gate, set(calls)
+
+    def open(self, context: Any) -> None:
+        self.opened += 1
+        if "open" in self.hangs and self.opened == 1:
+            self.gate.wait(30)
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        if "holds_batch" in self.hangs:
+            self.gate.wait(30)
+        return False
+
+    def close(self) -> None:
+        if "close" in self.hangs:
+            self.gate.wait(30)
+        self.closed += 1
+
+
+def _in_thread(call: Any) -> tuple[threading.Thread, list[object]]:
+    """Run ``call`` in a thread of its own; what it returned or raised is appended."""
+    done: list[object] = []
+
+    def run() -> None:
+        try:
+            done.append(call())
+        except Exception as exc:
+            done.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, done
+
+
+def test_a_hung_first_open_of_a_timed_sink_starts_it_lagging(tmp_path: Path) -> None:
+    """FanOut(...) waited for ever for a sink's open(); a timed sink now starts unopened
+    after its write_timeout_s, as one that cannot be reached, and that open, once it
+    returns, opens it (no second open() meanwhile)."""
+    gate = threading.Event()
+    slow = Hangs("slow", gate, "open")
+    thread, done = _in_thread(lambda: _fan(tmp_path, slow, 0.3))
+    try:
+        thread.join(5)
+        assert len(done) == 1 and isinstance(done[0], FanOut), done
+        fan = done[0]
+        _read_from(fan, {0: SchemaFrame([1])})
+        fan.catchup.stop()  # the test drives the catch-up
+        assert fan.unopened == ("slow",)
+        assert list(fan.process(SchemaFrame([1]), BatchInfo("timed", 0, "q"))) == ["good"]
+        lag = fan.lagging.lags()["slow"]
+        assert lag.state == "lagging" and lag.error is not None
+        assert lag.error.startswith(
+            "SinkTimeoutError: sink 'slow': open() did not return within its write_timeout_s"
+        )
+        assert slow.opened == 1  # the first open still runs: not opened again
+        gate.set()  # it returns: the sink is open, its batch written from the spool
+        assert fan.lagging._opening["slow"].done.wait(10)
+        caught = fan.catch_up(timeout_s=10)["slow"]
+        assert caught.state == "live", caught
+        assert slow.opened == 1 and slow.calls == [(0, 1)]
+        assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": 0}
+        fan.close()
+    finally:
+        gate.set()
+
+
+def test_a_timed_sink_that_cannot_answer_holds_batch_refuses_the_new_epoch(
+    tmp_path: Path,
+) -> None:
+    """Asked at a new epoch's start whether it holds the batch after its mark, a hung
+    sink held the start for ever; counted as "cannot tell" it would admit a start that may
+    write the batch twice: it refuses the start after its write_timeout_s."""
+    gate = threading.Event()
+    slow = Hangs("slow", gate, "holds_batch")
+    fan = _fan(tmp_path, slow, 0.3)
+    fan.catchup.stop()
+    try:
+        fan.process(SchemaFrame([1]), BatchInfo("timed", 0, "old"))
+        thread, done = _in_thread(lambda: fan._refuse_unmarked(BatchInfo("timed", 1, "new")))
+        thread.join(5)
+        assert len(done) == 1 and isinstance(done[0], SinkTimeoutError), done
+        assert str(done[0]) == (
+            "sink 'slow', batch 1: cannot tell within its write_timeout_s=0.3 s whether it "
+            "holds batch 1 of epoch 0 (written but never marked: its holds_batch() did not "
+            "return): epoch 1 does not start, since it could write that batch to the sink a "
+            "second time. Find what holds the sink's target (a stalled connection, a server "
+            "that does not answer) and restart the query, or raise write_timeout_s"
+        )
+        gate.set()  # it answers: the start passes
+        fan._refuse_unmarked(BatchInfo("timed", 1, "new"))
+    finally:
+        gate.set()
+        fan.close()
+
+
+def test_a_hung_close_of_a_timed_sink_is_bounded_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate = threading.Event()
+    slow = Hangs("slow", gate, "close")
+    fan = _fan(tmp_path, slow, 0.3)
+    try:
+        with caplog.at_level(logging.WARNING, logger="fanout"):
+            thread, done = _in_thread(fan.close)
+            thread.join(5)
+        assert done == [None]
+        said = [r.getMessage() for r in caplog.records if "close()" in r.getMessage()]
+        assert said == [
+            "pipeline timed: sink 'slow': close() did not return within its "
+            "write_timeout_s=0.3 s; left running, not waited for (find what holds the "
+            "sink's target)"
+        ]
+        assert slow.closed == 0
+        gate.set()
+        deadline = time.monotonic() + 10
+        while slow.closed == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert slow.closed == 1
+    finally:
+        gate.set()

@@ -10,9 +10,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from fanout_delta.sink import DeltaSink
 
 from fanout.contract.batch import txn_app_id
-from fanout_delta.sink import DeltaSink
 
 
 def _commit(path: Path, app_id: str, batch_id: int) -> None:
