@@ -221,7 +221,7 @@ class CatchUp:
             lock.acquire()
             return
         deadline = time.monotonic() + timeout
-        while not lock.acquire(timeout=max(0.0, min(0.05, deadline - time.monotonic()))):
+        while not lock.acquire(timeout=max(0.01, min(0.05, deadline - time.monotonic()))):
             if time.monotonic() >= deadline and (timed := self._timed.get(sink)) is not None:
                 timed.give_up(reason="draining")  # idempotent; None: marking, waited for
 
