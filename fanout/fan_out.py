@@ -62,7 +62,7 @@ from fanout.steps.admit import Admission
 from fanout.steps.catchup import CatchUp
 from fanout.steps.context import ContextReader
 from fanout.steps.gaps import refuse_gaps
-from fanout.steps.lag import Lagging, unreachable_masked
+from fanout.steps.lag import Lagging, Opening, unreachable_masked
 from fanout.steps.lag_steps import (
     backfill_sources,
     check_spool,
@@ -79,7 +79,13 @@ from fanout.steps.record import Recorder
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.state import BatchState
-from fanout.steps.timeout import CLOSE_WAIT_S, AbandonedWrite, AbandonedWrites
+from fanout.steps.timeout import (
+    CLOSE_WAIT_S,
+    AbandonedWrite,
+    AbandonedWrites,
+    BoundedCall,
+    write_timeout,
+)
 from fanout.steps.unmarked import refuse_unmarked
 from fanout.steps.write import write_all
 
@@ -215,6 +221,7 @@ class FanOut:
             ),
         )
         self._unopened: dict[str, tuple[SinkContext, BaseException]] = {}
+        self._opening: dict[str, Opening] = {}  # first open()s past write_timeout_s
         self._spark = self._open(spark)
         self.lagging = Lagging(
             self.pipeline,
@@ -224,6 +231,8 @@ class FanOut:
             backfill_sources(self.pipeline, self.specs),
             unopened=self._unopened,
         )
+        for name, opening in self._opening.items():
+            self.lagging.still_opening(name, opening)
         if self.lagging.sinks:  # a backfill reads every epoch through the current one, also
             # when no batch runs (an available_now run finding no new data); a batch of an
             # older epoch Spark never committed is given up (Lagging.abandoned)
@@ -313,7 +322,7 @@ class FanOut:
             sink = spec.sink
             register_secrets(sink.secret_values())  # masked in every redacting log handler
             try:
-                sink.open(context)
+                self._open_sink(spec, context)
             except SinkUnreachableError as exc:
                 error = unreachable_masked(spec.name, exc, sink.secret_values())
                 if not spec.lag.lags:
@@ -350,6 +359,27 @@ class FanOut:
                 )
         return spark
 
+    def _open_sink(self, spec: SinkSpec, context: SinkContext) -> None:
+        """Open ``spec``'s sink; that of a sink with ``write_timeout_s`` in a daemon thread
+        of its own, waited for that long (a server that accepts connections and never
+        answers would hang the start): past it the sink starts unopened and lags, as one
+        that cannot be reached, and the open running on is taken up by its reopen."""
+        timeout = write_timeout(spec)
+        if timeout is None:
+            spec.sink.open(context)
+            return
+        opening = Opening.start(spec.sink, context)
+        if not opening.done.wait(timeout):
+            self._opening[spec.name] = opening
+            raise SinkUnreachableError(
+                f"open() did not return within its write_timeout_s={timeout:g} s (still "
+                "running: the sink is not opened again while it runs); find what holds the "
+                "sink's target (a stalled connection, a server that does not answer)",
+                sink=spec.name,
+            )
+        if opening.error is not None:
+            raise opening.error
+
     @property
     def unopened(self) -> tuple[str, ...]:
         """The sinks (``on_failure="lag"``) whose ``open()`` could not reach their target:
@@ -367,7 +397,7 @@ class FanOut:
             if sink.name in running:
                 continue
             try:
-                sink.close()
+                self._close_sink(self.specs[sink.name])
             except Exception:
                 log.exception(
                     "pipeline %s: closing sink %r failed",
@@ -375,6 +405,26 @@ class FanOut:
                     sink.name,
                     extra=batch_fields(self.pipeline, sink=sink.name),
                 )
+
+    def _close_sink(self, spec: SinkSpec) -> None:
+        """Close ``spec``'s sink; that of a sink with ``write_timeout_s`` is waited for
+        that long, then left running in its daemon thread (logged): a hung target must
+        not hang the query's stop."""
+        timeout = write_timeout(spec)
+        if timeout is None:
+            spec.sink.close()
+            return
+        name = f"fanout-{self.pipeline}-{spec.name}-close"
+        closing = BoundedCall.run(spec.sink.close, timeout, name)
+        if closing.done.is_set():
+            closing.outcome()
+            return
+        log.warning(
+            "pipeline %s: sink %r: close() did not return within its write_timeout_s=%g s; "
+            "left running, not waited for (find what holds the sink's target)",
+            self.pipeline, spec.name, timeout,
+            extra=batch_fields(self.pipeline, sink=spec.name),
+        )  # fmt: skip
 
     def _abandoned_at_close(self) -> list[AbandonedWrite]:
         still = self.abandoned.wait(CLOSE_WAIT_S)
@@ -442,7 +492,8 @@ class FanOut:
         last mark of the epoch replaced (:mod:`fanout.steps.unmarked`)."""
         opened = {n: s for n, s in self.sinks.items() if n not in self._unopened}
         spooled = None if self.spool is None else self.lagging.spooled_through
-        refuse_unmarked(info, self.ledger, opened, spooled)
+        timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
+        refuse_unmarked(info, self.ledger, opened, spooled, timeouts)
 
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         plan(state, self.ledger, self.sinks)  # 3. plan

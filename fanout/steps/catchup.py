@@ -143,7 +143,7 @@ class CatchUp:
         thread.join(timeout_s)
         if thread.is_alive():  # in a write bounded beyond this wait: left running, it must
             for timed in list(self._timed.values()):  # be known as abandoned, kept till it ends
-                timed.give_up(stopping=True)
+                timed.give_up(reason="stopping")
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -183,14 +183,24 @@ class CatchUp:
         finally:
             lock.release()
 
-    def drain(self, sink: str, until: Callable[[], bool]) -> BaseException | None:
+    def drain(
+        self, sink: str, until: Callable[[], bool], *, live: bool = False
+    ) -> BaseException | None:
         """Write ``sink``'s missed batches now, in this thread, until ``until()`` holds or
         it has none; return the error that stopped it (``None``: done). Used by the live
         path when a sink reaches its ``max_lag``. A write raising a BaseException that is not
-        an Exception (an interrupt, an exit) is recorded, then raised on in this thread."""
-        with self._locks[sink]:
+        an Exception (an interrupt, an exit) is recorded, then raised on in this thread.
+
+        A sink with ``write_timeout_s`` is waited for at most that long while the catch-up
+        thread writes it (its own bound may be up to 64 times longer): its write is then
+        abandoned, as a live write would be, and the drain goes on by its own rules (it
+        waits that long again for the abandoned write to end, then writes the batch).
+        ``live``: a live batch waits for this drain (at its ``max_lag``): its writes are
+        bounded by the sink's ``write_timeout_s`` itself, not the catch-up's doubled bound."""
+        self._lock_for_drain(sink)
+        try:
             while not until():
-                outcome = self._write_next(sink, wait=True)
+                outcome = self._write_next(sink, wait=True, live=live)
                 if outcome is None:
                     return None
                 if not isinstance(outcome, BaseException):
@@ -198,7 +208,22 @@ class CatchUp:
                 if not isinstance(outcome, Exception):
                     raise outcome
                 return outcome
+        finally:
+            self._locks[sink].release()
         return None
+
+    def _lock_for_drain(self, sink: str) -> None:
+        """Take ``sink``'s lock for a drain; after the sink's ``write_timeout_s``, give up
+        the catch-up write holding it (a hung sink would otherwise stall the live batch
+        for the catch-up's whole bound)."""
+        lock, timeout = self._locks[sink], write_timeout(self.specs[sink])
+        if timeout is None:
+            lock.acquire()
+            return
+        deadline = time.monotonic() + timeout
+        while not lock.acquire(timeout=max(0.01, min(0.05, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline and (timed := self._timed.get(sink)) is not None:
+                timed.give_up(reason="draining")  # idempotent; None: marking, waited for
 
     def finish(
         self, sink: str, policy: RetryPolicy, stop: Callable[[], bool]
@@ -219,7 +244,9 @@ class CatchUp:
                 return error  # done, or waiting for the operator: no retry helps
         return error
 
-    def _write_next(self, sink: str, *, wait: bool = False) -> bool | BaseException | None:
+    def _write_next(
+        self, sink: str, *, wait: bool = False, live: bool = False
+    ) -> bool | BaseException | None:
         """Write the oldest batch ``sink`` needs: ``True`` (written), the error, or
         ``None`` when it needs none. ``wait``: in the caller's thread (a drain), a write
         of the sink abandoned at its ``write_timeout_s`` and still running (its Spark jobs
@@ -228,8 +255,8 @@ class CatchUp:
         if not backlog:
             return None  # a backfill is finished only at a batch's start (hold_back)
         running = None if self.abandoned is None else self.abandoned.running(sink)
-        if running is not None and wait:
-            running.done.wait(running.timeout_s)
+        if running is not None and wait:  # the sink's own timeout, not a catch-up's bound
+            running.done.wait(write_timeout(self.specs[sink]) or running.timeout_s)
             running = self.abandoned.running(sink) if self.abandoned is not None else None
         if running is not None:  # it may still commit: write the sink once it has ended
             return self._wait_for_abandoned(running)
@@ -241,7 +268,7 @@ class CatchUp:
             self.lagging.failed(sink, gap)
             log.error("%s", gap, extra=batch_fields(self.lagging.pipeline, gap.batch_id, sink))
             return gap
-        error = self.write(sink, backlog.keys[0])
+        error = self.write(sink, backlog.keys[0], live=live)
         return True if error is None else error
 
     def _wait_for_abandoned(self, running: AbandonedWrite) -> SinkTimeoutError:
@@ -296,9 +323,10 @@ class CatchUp:
             config=self.pipeline_file,
         )  # fmt: skip
 
-    def write(self, sink: str, key: BatchKey) -> BaseException | None:
+    def write(self, sink: str, key: BatchKey, *, live: bool = False) -> BaseException | None:
         """Write batch ``key`` to ``sink`` and mark it; return the failure, if any (what the
-        write raised, unchanged, when it is not an Exception; else the named error)."""
+        write raised, unchanged, when it is not an Exception; else the named error).
+        ``live``: a live batch waits for it (:meth:`drain`)."""
         spec = self.specs[sink]
         unopened = self.lagging.reopen(sink)
         if unopened is not None:
@@ -324,7 +352,7 @@ class CatchUp:
                 route=given.stamp(spec.route), _arrow=given.arrow,
             )  # fmt: skip
             runner = SinkRunner(spec.sink, batch, given, self.record, ONE_ATTEMPT, self.hooks)
-            outcome = self._run_write(runner, sink, given.df)
+            outcome = self._run_write(runner, sink, given.df, live)
         finally:
             routes.release()
         if outcome.error is not None:
@@ -339,18 +367,19 @@ class CatchUp:
         )  # fmt: skip
         return None
 
-    def _run_write(self, runner: SinkRunner, sink: str, df: Any) -> SinkOutcome:
+    def _run_write(self, runner: SinkRunner, sink: str, df: Any, live: bool) -> SinkOutcome:
         """Run the catch-up write; that of a sink with ``write_timeout_s`` is bounded too (a
         hung one would keep the sink's lock, which a max_lag drain and the final catch-up
         wait for, and its stuck tasks the executors' cores), by a bound that doubles with
         each catch-up write of the sink abandoned in a row (at most 64 times the timeout):
         a cancelled write's next one may start cold (Spark's Python workers killed), and
-        must not be abandoned for ever."""
+        must not be abandoned for ever. A write a ``live`` batch waits for gets the
+        sink's timeout itself."""
         timeout = write_timeout(self.specs[sink])
         if timeout is None or self.abandoned is None:
             return runner.run()
         missed = self._timed_out.get(sink, 0)
-        bound = timeout * 2 ** min(missed, 6)
+        bound = timeout if live else timeout * 2 ** min(missed, 6)
 
         def started(timed: TimedWrite | None) -> None:
             if timed is None:

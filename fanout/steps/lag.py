@@ -42,7 +42,7 @@ log = logging.getLogger("fanout")
 
 
 @dataclass
-class _Opening:
+class Opening:
     """A lag sink's ``open()`` in a daemon thread of its own (its ``write_timeout_s``)."""
 
     done: threading.Event = field(default_factory=threading.Event)
@@ -50,7 +50,7 @@ class _Opening:
     error: Exception | None = None
 
     @classmethod
-    def start(cls, target: Any, context: SinkContext) -> _Opening:
+    def start(cls, target: Any, context: SinkContext) -> Opening:
         """Call ``target.open(context)`` in a new daemon thread."""
         opening = cls()
 
@@ -125,7 +125,7 @@ class Lagging:
     """Per epoch, the newest batch this instance saw planned live."""
     _abandoned: set[BatchKey] = field(default_factory=set, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
-    _opening: dict[str, _Opening] = field(default_factory=dict, repr=False)
+    _opening: dict[str, Opening] = field(default_factory=dict, repr=False)
     """The reopens of sinks with ``write_timeout_s`` running in a thread of their own."""
 
     @property
@@ -225,8 +225,15 @@ class Lagging:
                 return None
             opening = self._opening.get(sink)
             if opening is None:
-                opening = self._opening[sink] = _Opening.start(target, context)
+                opening = self._opening[sink] = Opening.start(target, context)
         return self._opened(sink, opening, timeout)
+
+    def still_opening(self, sink: str, opening: Opening) -> None:
+        """``sink``'s first ``open()``, at the pipeline's start, did not return within its
+        ``write_timeout_s`` and runs on: :meth:`reopen` takes its result, and starts no
+        other while it runs."""
+        with self._lock:
+            self._opening[sink] = opening
 
     def _still_unopened(self, sink: str, exc: Exception) -> BaseException:
         with self._lock:
@@ -240,7 +247,7 @@ class Lagging:
             del self.unopened[sink]
         log.info("pipeline %s: sink %r is reachable again and open", self.pipeline, sink)
 
-    def _opened(self, sink: str, opening: _Opening, timeout_s: float) -> BaseException | None:
+    def _opened(self, sink: str, opening: Opening, timeout_s: float) -> BaseException | None:
         if not opening.done.wait(max(0.0, opening.started + timeout_s - time.monotonic())):
             error = SinkTimeoutError(
                 f"open() did not return within its write_timeout_s={timeout_s:g} s (running "

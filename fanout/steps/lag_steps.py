@@ -225,7 +225,11 @@ def _drain_to_limit(
         state.info.pipeline, state.batch_id, name, spec.lag.describe_limit(),
         extra=batch_fields(state.info.pipeline, state.batch_id, name),
     )  # fmt: skip
-    error = catchup.drain(name, until=lambda: not over_limit(spec, lagging.backlog(name), adding))
+
+    def reached() -> bool:
+        return not over_limit(spec, lagging.backlog(name), adding)
+
+    error = catchup.drain(name, until=reached, live=True)
     backlog = lagging.backlog(name)
     reason = over_limit(spec, backlog, adding)
     if reason is None or backlog.keys == [(state.info.epoch, state.batch_id)]:

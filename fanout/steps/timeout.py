@@ -18,18 +18,22 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
-from fanout.contract.batch import Batch
+from fanout.contract.batch import Batch, SharedArrow
 from fanout.contract.sessions import ThreadWrapper, is_connect, session_of
 from fanout.contract.sink import Sink
 from fanout.errors import SinkTimeoutError
 from fanout.observe.logs import batch_fields
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("fanout")
 
@@ -45,6 +49,40 @@ CLOSE_WAIT_S = 10.0
 def write_timeout(spec: SinkSpec) -> float | None:
     """The sink's ``write_timeout_s`` (``None``: its batch waits for its write)."""
     return spec.lag.write_timeout_s if spec.lag.lags else None
+
+
+@dataclass
+class BoundedCall:
+    """A call of a timed sink's (``holds_batch``, ``close``) run in a daemon thread of its
+    own: ``done`` once it returned (``result``) or raised (``error``)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+    @classmethod
+    def run(cls, call: Callable[[], Any], timeout_s: float, name: str) -> BoundedCall:
+        """Start ``call`` in a new daemon thread named ``name`` (a call that never returns
+        must not keep the interpreter from exiting) and wait up to ``timeout_s`` for it."""
+        bounded = cls()
+
+        def run() -> None:
+            try:
+                bounded.result = call()
+            except BaseException as exc:  # handed to the waiting thread
+                bounded.error = exc
+            finally:
+                bounded.done.set()
+
+        threading.Thread(target=run, name=name, daemon=True).start()
+        bounded.done.wait(timeout_s)
+        return bounded
+
+    def outcome(self) -> Any:
+        """What the call returned, or raise what it raised (it must be done)."""
+        if self.error is not None:
+            raise self.error
+        return self.result
 
 
 class WriteClaim:
@@ -173,10 +211,36 @@ class AbandonedWrites:
         return [w for w in writes if not w.done.is_set()]
 
 
+class ClockedArrow(SharedArrow):
+    """A timed sink's view of its batch's shared Arrow conversion: the time its write
+    spends in :meth:`get` (converting, or waiting while another sink or the spool
+    converts: :class:`SharedArrow` holds its lock while converting) is its input being
+    prepared, not the sink's own work, so :class:`TimedWrite` stops its clock meanwhile.
+    """
+
+    def __init__(self, shared: SharedArrow, paused: Callable[[], Any]) -> None:
+        self._shared = shared
+        self._paused = paused
+
+    def get(self) -> pa.Table:
+        """The batch's Arrow table, its clock stopped while it is converted."""
+        with self._paused():
+            return self._shared.get()
+
+    def converted_rows(self) -> int | None:
+        """As :meth:`SharedArrow.converted_rows`."""
+        return self._shared.converted_rows()
+
+    def release(self) -> None:
+        """As :meth:`SharedArrow.release`."""
+        self._shared.release()
+
+
 @dataclass
 class TimedWrite:
     """One sink's write of one batch in a thread of its own, waited for up to its
-    ``write_timeout_s`` (counted from its start, all attempts together)."""
+    ``write_timeout_s`` (counted from its start, all attempts together, but for the time
+    its input takes to be ready: :class:`ClockedArrow`)."""
 
     runner: TimedRunner
     timeout_s: float
@@ -190,6 +254,9 @@ class TimedWrite:
     ended: threading.Event = field(default_factory=threading.Event)  # returned, or given up
     _giving_up: threading.Lock = field(default_factory=threading.Lock)
     _error: SinkTimeoutError | None = None
+    _clock: threading.Lock = field(default_factory=threading.Lock)
+    _paused_s: float = 0.0  # spent waiting for its input, not counted
+    _paused_since: float | None = None
 
     @classmethod
     def start(
@@ -209,6 +276,8 @@ class TimedWrite:
         timed.configured_s = configured_s
         timed.session = session_of(batch.df)
         runner.claim = WriteClaim()
+        if batch._arrow is not None:  # another reader's conversion is not this sink's time
+            runner.batch = replace(batch, _arrow=ClockedArrow(batch._arrow, timed.paused))
         thread = threading.Thread(
             target=threads(timed._run),
             name=f"fanout-{batch.pipeline}-{runner.sink.name}-timed",
@@ -272,22 +341,48 @@ class TimedWrite:
         started (or :meth:`give_up` was called), the sink's :class:`fanout.SinkTimeoutError`:
         the write is abandoned (its Spark jobs cancelled, kept in :class:`AbandonedWrites`
         until it ends)."""
-        self.ended.wait(max(0.0, self.started + self.timeout_s - time.monotonic()))
+        while not self.ended.wait(max(0.0, self._deadline() - time.monotonic())):
+            if time.monotonic() >= self._deadline():  # else its input was being prepared
+                break
         if self.future.done() and self._error is None:  # returned, not given up first
             return self.future.result()
         error = self.give_up()
         return self.future.result() if error is None else error
 
-    def give_up(self, stopping: bool = False) -> SinkTimeoutError | None:
-        """Abandon the write now (at its timeout, or ``stopping``: the catch-up stops while
-        it runs); ``None`` when it is marking already (the mark is to be waited for).
-        Once abandoned, the same error again."""
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop the write's clock while its input is prepared (nested calls do not
+        occur: one thread writes)."""
+        with self._clock:
+            self._paused_since = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._clock:
+                if self._paused_since is not None:
+                    self._paused_s += time.monotonic() - self._paused_since
+                self._paused_since = None
+
+    def _deadline(self) -> float:
+        """When the write's time is up: its start, plus its timeout, plus the time it
+        spent (or spends now) waiting for its input."""
+        with self._clock:
+            paused = self._paused_s
+            if self._paused_since is not None:
+                paused += time.monotonic() - self._paused_since
+        return self.started + self.timeout_s + paused
+
+    def give_up(self, reason: str | None = None) -> SinkTimeoutError | None:
+        """Abandon the write now (at its timeout; or for a catch-up write, ``reason``
+        ``"stopping"``: the catch-up stops while it runs, ``"draining"``: a max_lag drain
+        waited the sink's write_timeout_s for it); ``None`` when it is marking already
+        (the mark is to be waited for). Once abandoned, the same error again."""
         with self._giving_up:
             if self._error is None:
-                self._error = self._abandon(stopping)
+                self._error = self._abandon(reason)
             return self._error
 
-    def _abandon(self, stopping: bool) -> SinkTimeoutError | None:
+    def _abandon(self, reason: str | None) -> SinkTimeoutError | None:
         claim = self.runner.claim
         assert claim is not None
         if not claim.abandon():  # written in time, marking now: the mark is waited for
@@ -300,7 +395,11 @@ class TimedWrite:
                 f"{self.timeout_s:g} s (its write_timeout_s={self.configured_s:g} s, doubled "
                 "for each of its catch-up writes abandoned in a row)"
             )
-        limit = f"before the catch-up stopped (bound {bound})" if stopping else f"within {bound}"
+        limit = {
+            "stopping": f"before the catch-up stopped (bound {bound})",
+            "draining": f"before a max_lag drain had waited its write_timeout_s for it (bound "
+            f"{bound})",
+        }.get(reason or "", f"within {bound}")
         error = SinkTimeoutError(
             f"write did not return {limit} (all "
             f"attempts together; now at attempt {runner.attempt}); the batch went on without "
@@ -311,7 +410,10 @@ class TimedWrite:
             batch_id=batch.batch_id,
         )
         key = (batch.info.epoch, batch.batch_id)
-        write = AbandonedWrite(name, key, self.timeout_s, self.tag, self.cancel, self.done)
+        # given up early (a drain, a stop): abandoned after what it was given, not its bound
+        waited = self.timeout_s if reason is None else time.monotonic() - self.started
+        waited = round(min(waited, self.timeout_s), 1)
+        write = AbandonedWrite(name, key, waited, self.tag, self.cancel, self.done)
         write.since = self.started
         self.abandoned.add(write)
         self.cancel()

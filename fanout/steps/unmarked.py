@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import Sink
-from fanout.errors import UnmarkedBatchError
+from fanout.errors import SinkTimeoutError, UnmarkedBatchError
 from fanout.ledger.entry import (
     LOST_MARK,
     REWRITTEN,
@@ -36,6 +36,7 @@ from fanout.ledger.entry import (
 )
 from fanout.ledger.gaps import SKIPPED
 from fanout.observe.logs import batch_fields
+from fanout.steps.timeout import BoundedCall
 
 log = logging.getLogger("fanout")
 
@@ -57,20 +58,24 @@ def refuse_unmarked(
     ledger: Ledger,
     sinks: Mapping[str, Sink],
     spooled: Callable[[int], Mapping[str, int]] | None = None,
+    timeouts: Mapping[str, float] | None = None,
 ) -> None:
     """Raise :class:`fanout.UnmarkedBatchError` when a sink holds, by its own records, the
     batch after its last mark of ``info.epoch`` (the epoch ``info``'s query is about to
     replace), after recording that mark in the ledger. ``sinks``: the open sinks;
     ``spooled``: per sink, the last batch of an epoch the spool holds for it (a lagging
     sink's spooled batches are written after the reset under the old epoch's keys, by the
-    catch-up, so holding one is no duplicate)."""
+    catch-up, so holding one is no duplicate). ``timeouts``: the sinks with
+    ``write_timeout_s``, whose answer is waited for that long (:func:`ask`)."""
     epoch = info.epoch
+    bounds = timeouts or {}
     marks = ledger.last_committed(info.pipeline, sinks, epoch)
     in_spool = {} if spooled is None else spooled(epoch)
     before = before_start(ledger, info.pipeline, epoch, marks)
-    _refuse_restart(info, ledger, sinks, marks, {n: in_spool.get(n, before) for n in marks})
+    unmarked = {n: in_spool.get(n, before) for n in marks}
+    _refuse_restart(info, ledger, sinks, marks, unmarked, bounds)
     answers = [
-        ask(sinks[name], info.pipeline, epoch, after)
+        ask(sinks[name], info.pipeline, epoch, after, bounds.get(name))
         for name, after in sorted((n, before if m is None else m) for n, m in marks.items())
         if in_spool.get(name, -1) <= after
     ]
@@ -198,6 +203,7 @@ def _refuse_restart(
     sinks: Mapping[str, Sink],
     marks: Mapping[str, int | None],
     unmarked: Mapping[str, int],
+    bounds: Mapping[str, float],
 ) -> None:
     """Refuse ``info``'s query when a start of it was refused before for the batch every
     sink now counts (each sink's mark at or past it) and a sink that lost its mark of it
@@ -227,7 +233,9 @@ def _refuse_restart(
     if wrote:  # removing the lost mark's copy cannot help these
         offsets = recorded_offsets(ledger, info.pipeline, info.epoch, batch)
         raise UnmarkedBatchError(_wrote_message(info, ledger, lost, wrote, batch, offsets))
-    asked = (ask(sinks[name], info.pipeline, info.epoch, batch - 1) for name in lost)
+    asked = (
+        ask(sinks[name], info.pipeline, info.epoch, batch - 1, bounds.get(name)) for name in lost
+    )
     # every sink counts the batch: the rewrite is harmless only when it is for every sink
     all_harmless = all(sink.harmless_rewrite() is not None for sink in sinks.values())
     held = [h for h in asked if h.holds and (h.harmless is None or not all_harmless)]
@@ -295,8 +303,32 @@ def _restart_message(
     return "\n".join(lines)
 
 
-def ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
-    """``sink``'s answer about batch ``mark + 1`` of ``epoch`` (a failing hook: ``None``)."""
+def ask(sink: Sink, pipeline: str, epoch: int, mark: int, timeout_s: float | None = None) -> Held:
+    """``sink``'s answer about batch ``mark + 1`` of ``epoch`` (a failing hook: ``None``).
+
+    A sink with ``write_timeout_s`` (``timeout_s``) is asked in a daemon thread and waited
+    for that long; one that does not answer refuses the start with a
+    :class:`fanout.SinkTimeoutError`: counted as "cannot tell", it would let the new epoch
+    write a batch the sink may hold a second time."""
+    if timeout_s is None:
+        return _ask(sink, pipeline, epoch, mark)
+    name = f"fanout-{pipeline}-{sink.name}-holds-batch"
+    asking = BoundedCall.run(lambda: _ask(sink, pipeline, epoch, mark), timeout_s, name)
+    if asking.done.is_set():
+        held: Held = asking.outcome()
+        return held
+    raise SinkTimeoutError(
+        f"cannot tell within its write_timeout_s={timeout_s:g} s whether it holds batch "
+        f"{mark + 1} of epoch {epoch} (written but never marked: its holds_batch() did not "
+        f"return): epoch {epoch + 1} does not start, since it could write that batch to the "
+        "sink a second time. Find what holds the sink's target (a stalled connection, a "
+        "server that does not answer) and restart the query, or raise write_timeout_s",
+        sink=sink.name,
+        batch_id=mark + 1,
+    )
+
+
+def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
     try:
         holds = sink.holds_batch(pipeline, epoch, mark + 1)
     except Exception as exc:  # a check that cannot read its records cannot tell

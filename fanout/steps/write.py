@@ -4,6 +4,7 @@ sink's ledger mark (step 6, :mod:`fanout.steps.record`) follows its own write.""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -207,6 +208,9 @@ class SinkRunner:
     attempt: int = 0
     """The attempt in progress (0 before the first)."""
     _began: tuple[datetime, float] | None = field(default=None, init=False, repr=False)
+    _reported: int = field(default=0, init=False, repr=False)
+    """The last attempt whose failure was reported (logged, hooks, ledger row)."""
+    _reporting: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def run(self) -> SinkOutcome:
         """Never raises for a sink's own failure: returns it in the outcome. A write raising
@@ -248,7 +252,7 @@ class SinkRunner:
             except BaseException as exc:  # an interrupt too: its attempt is recorded
                 self.writing.release()
                 error, will_retry = self._failure(exc, attempt)
-                if self._abandoned():  # timed_out() reported this attempt, in the batch
+                if self._abandoned() or not self._report(attempt):  # timed_out() reported it
                     self._failed_abandoned(attempt, error)
                 else:
                     self._failed(attempt, started, clock, error, will_retry)
@@ -308,9 +312,30 @@ class SinkRunner:
 
     def timed_out(self, error: Exception) -> None:
         """The batch went on without this write (:mod:`fanout.steps.timeout`): log and
-        record its attempt in progress as failed with ``error``."""
-        started, clock = self._began or (now_utc(), time.perf_counter())
-        self._failed(max(self.attempt, 1), started, clock, error, False)
+        record its attempt in progress as failed with ``error``. Between two attempts (a
+        retry's backoff) none is in progress: the last one's failure is recorded already
+        (the ledger holds one row per attempt), so the timeout is only logged."""
+        attempt = max(self.attempt, 1)
+        if self._report(attempt):
+            started, clock = self._began or (now_utc(), time.perf_counter())
+            self._failed(attempt, started, clock, error, False)
+            return
+        info = self.batch.info
+        log.warning(
+            "pipeline %s, batch %s, sink %s: abandoned while waiting to retry (attempt %s "
+            "failed, recorded): %s",
+            info.pipeline, info.batch_id, self.sink.name, attempt, error,
+            extra=batch_fields(info.pipeline, info.batch_id, self.sink.name, attempt=attempt),
+        )  # fmt: skip
+
+    def _report(self, attempt: int) -> bool:
+        """Whether ``attempt``'s failure is still to be reported (then it is, by the
+        caller): the write's thread and the batch abandoning it may both try."""
+        with self._reporting:
+            if attempt <= self._reported:
+                return False
+            self._reported = attempt
+            return True
 
     def _failure(self, exc: BaseException, attempt: int) -> tuple[Exception, bool]:
         """The error to record for ``exc`` (naming sink and batch, secrets masked) and
@@ -335,7 +360,8 @@ class SinkRunner:
         info, name = self.batch.info, self.sink.name
         self.hooks.call("fanout_sink_start", info=info, sink=name, attempt=1)
         error = _named(error, name, info.batch_id, self.sink.secret_values())
-        self._failed(1, now_utc(), time.perf_counter(), error, will_retry=False)
+        if self._report(1):
+            self._failed(1, now_utc(), time.perf_counter(), error, will_retry=False)
         return SinkOutcome(name, error=error)
 
     def _route_dead_letters(self, batch: Batch) -> int:

@@ -6,6 +6,7 @@ real spool)."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -13,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from fanout import ConfigurationError, FanOut, SinkTimeoutError, SinkWriteError, hookimpl
+from fanout import (
+    ConfigurationError,
+    FanOut,
+    LagLimitError,
+    SinkTimeoutError,
+    SinkWriteError,
+    hookimpl,
+)
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import LagPolicy, SinkSpec, lag_policy
@@ -366,6 +374,15 @@ def test_an_abandoned_write_waiting_to_retry_does_not_retry(tmp_path: Path) -> N
         assert running is not None and running.done.wait(10)
         assert slow.calls == [(0, 1)]
         assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": None}
+        # one failed row per attempt: the timeout came between attempts, during the backoff
+        failed = [e for e in fan.ledger.entries if e.status == "failed"]  # type: ignore[attr-defined]
+        assert [(e.sink, e.batch_id, e.attempt, e.error) for e in failed] == [
+            ("slow", 0, 1, "SinkWriteError: sink 'slow': reset")
+        ]
+        lag = fan.lagging.lags()["slow"]
+        assert lag.error is not None and lag.error.startswith(
+            "SinkTimeoutError: sink 'slow', batch 0: write did not return within"
+        )
     finally:
         fan.close()
 
@@ -460,3 +477,277 @@ def test_a_hung_reopen_of_a_timed_sink_does_not_stall_the_batch(tmp_path: Path) 
         gate.set()
         thread.join(10)
         fan.close()
+
+
+def _process_in_thread(fan: FanOut, batch: int) -> tuple[threading.Thread, list[object]]:
+    """Process ``batch`` in a thread of its own; what it returned or raised is appended."""
+    done: list[object] = []
+
+    def run() -> None:
+        try:
+            done.append(fan.process(SchemaFrame([batch]), BatchInfo("timed", batch, "q")))
+        except Exception as exc:
+            done.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, done
+
+
+def _max_lag_fan(tmp: Path, slow: ScriptedSink, probe_interval_s: float) -> FanOut:
+    spec = SinkSpec(slow, lag=LagPolicy("lag", max_lag_batches=1, write_timeout_s=0.3))
+    return FanOut("timed", MemoryLedger(), [ScriptedSink("good"), spec], retries=0,
+                  spool=str(tmp / "spool"), probe_interval_s=probe_interval_s)  # fmt: skip
+
+
+def test_a_max_lag_drain_waits_write_timeout_s_for_a_hung_catch_up_write(tmp_path: Path) -> None:
+    """The catch-up thread writes the hung sink under its lock, with a bound of 64 times
+    its write_timeout_s (after abandoned writes in a row): the live batch's drain at
+    max_lag waited that whole bound for the lock. Now it gives that write up after the
+    sink's write_timeout_s, waits as long for it to end, and stops the query."""
+    gate = Gate(0)
+    slow = ScriptedSink("slow", always_fail=SinkWriteError("refused", sink="slow"))
+    fan = _max_lag_fan(tmp_path, slow, 0.05)
+    _read_from(fan, {0: SchemaFrame([0])})
+    fan.catchup._timed_out["slow"] = 6  # its catch-up writes get 0.3 s x 64
+    try:
+        fan.process(SchemaFrame([0]), BatchInfo("timed", 0, "q"))  # fails: lags, 1 behind
+        slow.always_fail, slow.on_write = None, gate  # its catch-up write (thread) hangs
+        assert gate.entered.wait(10)
+        thread, done = _process_in_thread(fan, 1)  # 2 behind: past max_lag, drained
+        thread.join(5)
+        assert len(done) == 1 and isinstance(done[0], LagLimitError), done
+        assert str(done[0]).startswith(
+            "pipeline 'timed': sink 'slow' is 1 batch(es) / 1 row(s) behind"
+        )
+        assert re.search(
+            r"past its max_lag \(1 batches; now 2 batches > 1\), and it is still failing: "
+            r"SinkTimeoutError: sink 'slow', batch 0: its write of batch 0 \(epoch 0\), "
+            r"abandoned after (0\.[3-9]|1\.\d) s \(write_timeout_s\), is still running",
+            str(done[0]),
+        )
+        failed = [e for e in fan.ledger.entries if e.status == "failed"]  # type: ignore[attr-defined]
+        assert [(e.batch_id, e.attempt) for e in failed] == [(0, 1), (0, 1)]
+        assert failed[1].error is not None and failed[1].error.startswith(
+            "SinkTimeoutError: sink 'slow', batch 0: write did not return before a max_lag "
+            "drain had waited its write_timeout_s for it (bound 19.2 s (its "
+            "write_timeout_s=0.3 s, doubled for each of its catch-up writes abandoned in a row)"
+        )
+    finally:
+        gate.opened.set()
+        fan.close()
+
+
+def test_a_max_lag_drain_bounds_its_own_write_by_write_timeout_s(tmp_path: Path) -> None:
+    """The drain's own write of a hung sink got the catch-up's doubled bound (64 times
+    write_timeout_s): the live batch waits for it, so it gets write_timeout_s."""
+    gate = Gate(0)
+    slow = ScriptedSink("slow", always_fail=SinkWriteError("refused", sink="slow"))
+    fan = _max_lag_fan(tmp_path, slow, 3600)
+    _read_from(fan, {0: SchemaFrame([0])})
+    fan.catchup.stop()  # the drain writes it
+    fan.catchup._timed_out["slow"] = 6
+    try:
+        fan.process(SchemaFrame([0]), BatchInfo("timed", 0, "q"))  # fails: lags, 1 behind
+        slow.always_fail, slow.on_write = None, gate  # its next write hangs
+        thread, done = _process_in_thread(fan, 1)
+        thread.join(5)
+        assert len(done) == 1 and isinstance(done[0], LagLimitError), done
+        assert (
+            "and it is still failing: SinkTimeoutError: sink 'slow', batch 0: write did not "
+            "return within its write_timeout_s=0.3 s (all attempts together; now at attempt 1)"
+        ) in str(done[0])
+        assert slow.calls == [(0, 1), (0, 1)]
+    finally:
+        gate.opened.set()
+        fan.close()
+
+
+class SlowArrow(SchemaFrame):
+    """A batch whose Arrow conversion takes ``seconds`` (a large batch, a busy cluster)."""
+
+    def __init__(self, ids: list[int], seconds: float) -> None:
+        super().__init__(ids)
+        self.seconds = seconds
+
+    def toArrow(self) -> Any:
+        time.sleep(self.seconds)
+        return super().toArrow()
+
+
+def test_the_shared_arrow_conversion_does_not_count_against_a_timed_sink(
+    tmp_path: Path,
+) -> None:
+    """Both sinks read the batch's one Arrow conversion; whoever converts first, the
+    other waits for it. A timed sink's clock ran meanwhile: a conversion slower than its
+    write_timeout_s made a sink with nothing wrong lag. Its clock now stops while its
+    input is converted."""
+    slow = ScriptedSink("slow", reads="arrow")
+    spec = SinkSpec(slow, lag=LagPolicy("lag", write_timeout_s=0.3))
+    fan = FanOut("timed", MemoryLedger(), [ScriptedSink("good", reads="arrow"), spec],
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    try:
+        frame = SlowArrow([1, 2, 3], 0.6)
+        results = fan.process(frame, BatchInfo("timed", 0, "q"))
+        assert sorted(results) == ["good", "slow"]
+        assert frame.to_arrow_calls == 1
+        assert fan.ledger.last_committed("timed", ["good", "slow"]) == {"good": 0, "slow": 0}
+        assert [e for e in fan.ledger.entries if e.status == "failed"] == []  # type: ignore[attr-defined]
+        assert [t.num_rows for t in slow.arrow_tables] == [3]
+        assert fan.lagging.lags()["slow"].state == "live"
+    finally:
+        fan.close()
+
+
+def test_a_timed_sink_still_times_out_after_its_input_is_ready(tmp_path: Path) -> None:
+    gate = Gate(0)
+
+    def hang_after_arrow(batch: Batch) -> None:
+        batch.arrow()  # 0.6 s, not counted
+        gate(batch)  # then its own write hangs: counted
+
+    slow = ScriptedSink("slow", reads="arrow", on_write=hang_after_arrow)
+    spec = SinkSpec(slow, lag=LagPolicy("lag", write_timeout_s=0.3))
+    fan = FanOut("timed", MemoryLedger(), [ScriptedSink("good"), spec],
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    try:
+        started = time.monotonic()
+        assert list(fan.process(SlowArrow([1], 0.6), BatchInfo("timed", 0, "q"))) == ["good"]
+        assert 0.9 <= time.monotonic() - started < 5
+        lag = fan.lagging.lags()["slow"]
+        assert lag.error is not None and lag.error.startswith(
+            "SinkTimeoutError: sink 'slow', batch 0: write did not return within its "
+            "write_timeout_s=0.3 s"
+        )
+    finally:
+        gate.opened.set()
+        fan.close()
+
+
+class Hangs(ScriptedSink):
+    """A timed sink whose ``open()`` (the first), ``holds_batch()`` or ``close()`` hangs
+    until ``gate`` opens (a server that accepts connections and never answers)."""
+
+    def __init__(self, name: str, gate: threading.Event, *calls: str) -> None:
+        super().__init__(name)
+        self.gate, self.hangs = gate, set(calls)
+
+    def open(self, context: Any) -> None:
+        self.opened += 1
+        if "open" in self.hangs and self.opened == 1:
+            self.gate.wait(30)
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        if "holds_batch" in self.hangs:
+            self.gate.wait(30)
+        return False
+
+    def close(self) -> None:
+        if "close" in self.hangs:
+            self.gate.wait(30)
+        self.closed += 1
+
+
+def _in_thread(call: Any) -> tuple[threading.Thread, list[object]]:
+    """Run ``call`` in a thread of its own; what it returned or raised is appended."""
+    done: list[object] = []
+
+    def run() -> None:
+        try:
+            done.append(call())
+        except Exception as exc:
+            done.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, done
+
+
+def test_a_hung_first_open_of_a_timed_sink_starts_it_lagging(tmp_path: Path) -> None:
+    """FanOut(...) waited for ever for a sink's open(); a timed sink now starts unopened
+    after its write_timeout_s, as one that cannot be reached, and that open, once it
+    returns, opens it (no second open() meanwhile)."""
+    gate = threading.Event()
+    slow = Hangs("slow", gate, "open")
+    thread, done = _in_thread(lambda: _fan(tmp_path, slow, 0.3))
+    try:
+        thread.join(5)
+        assert len(done) == 1 and isinstance(done[0], FanOut), done
+        fan = done[0]
+        _read_from(fan, {0: SchemaFrame([1])})
+        fan.catchup.stop()  # the test drives the catch-up
+        assert fan.unopened == ("slow",)
+        assert list(fan.process(SchemaFrame([1]), BatchInfo("timed", 0, "q"))) == ["good"]
+        lag = fan.lagging.lags()["slow"]
+        assert lag.state == "lagging" and lag.error is not None
+        assert lag.error.startswith(
+            "SinkTimeoutError: sink 'slow': open() did not return within its write_timeout_s"
+        )
+        assert slow.opened == 1  # the first open still runs: not opened again
+        gate.set()  # it returns: the sink is open, its batch written from the spool
+        assert fan.lagging._opening["slow"].done.wait(10)
+        caught = fan.catch_up(timeout_s=10)["slow"]
+        assert caught.state == "live", caught
+        assert slow.opened == 1 and slow.calls == [(0, 1)]
+        assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": 0}
+        fan.close()
+    finally:
+        gate.set()
+
+
+def test_a_timed_sink_that_cannot_answer_holds_batch_refuses_the_new_epoch(
+    tmp_path: Path,
+) -> None:
+    """Asked at a new epoch's start whether it holds the batch after its mark, a hung
+    sink held the start for ever; counted as "cannot tell" it would admit a start that may
+    write the batch twice: it refuses the start after its write_timeout_s."""
+    gate = threading.Event()
+    slow = Hangs("slow", gate, "holds_batch")
+    fan = _fan(tmp_path, slow, 0.3)
+    fan.catchup.stop()
+    try:
+        fan.process(SchemaFrame([1]), BatchInfo("timed", 0, "old"))
+        thread, done = _in_thread(lambda: fan._refuse_unmarked(BatchInfo("timed", 1, "new")))
+        thread.join(5)
+        assert len(done) == 1 and isinstance(done[0], SinkTimeoutError), done
+        assert str(done[0]) == (
+            "sink 'slow', batch 1: cannot tell within its write_timeout_s=0.3 s whether it "
+            "holds batch 1 of epoch 0 (written but never marked: its holds_batch() did not "
+            "return): epoch 1 does not start, since it could write that batch to the sink a "
+            "second time. Find what holds the sink's target (a stalled connection, a server "
+            "that does not answer) and restart the query, or raise write_timeout_s"
+        )
+        gate.set()  # it answers: the start passes
+        fan._refuse_unmarked(BatchInfo("timed", 1, "new"))
+    finally:
+        gate.set()
+        fan.close()
+
+
+def test_a_hung_close_of_a_timed_sink_is_bounded_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate = threading.Event()
+    slow = Hangs("slow", gate, "close")
+    fan = _fan(tmp_path, slow, 0.3)
+    try:
+        with caplog.at_level(logging.WARNING, logger="fanout"):
+            thread, done = _in_thread(fan.close)
+            thread.join(5)
+        assert done == [None]
+        said = [r.getMessage() for r in caplog.records if "close()" in r.getMessage()]
+        assert said == [
+            "pipeline timed: sink 'slow': close() did not return within its "
+            "write_timeout_s=0.3 s; left running, not waited for (find what holds the "
+            "sink's target)"
+        ]
+        assert slow.closed == 0
+        gate.set()
+        deadline = time.monotonic() + 10
+        while slow.closed == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert slow.closed == 1
+    finally:
+        gate.set()

@@ -275,26 +275,49 @@ class DeltaSink(Sink):
         if done is None or done < batch_id:
             return False
         assert table is not None
-        first = self._batch_version(app_id, batch_id, table.version())
-        return first is None or not _restored_away(table.history(), first, table.version())
+        last = table.version()
+        first = self._batch_version(app_id, batch_id, last)
+        if first is None:
+            return True
+        # only the commits after it: history() reads every commit it returns
+        return not _restored_away(table.history(limit=max(last - first, 1)), first, last)
 
     def _batch_version(self, app_id: str, batch_id: int, last: int) -> int | None:
-        """The table version whose commit set ``app_id`` to ``batch_id`` or past it (the
-        log walked back from ``last``, at most 100 versions; ``None``: not found, or a
-        version on the way cannot be loaded: its log files expired after a later
-        checkpoint, ``delta.logRetentionDuration``)."""
+        """The table version whose commit set ``app_id`` to ``batch_id`` or past it (among
+        the 100 versions up to ``last``; ``None``: not found, or the version before it
+        cannot be loaded: its log files expired after a later checkpoint,
+        ``delta.logRetentionDuration``).
+
+        An app transaction's version only grows (a RESTORE keeps it), and the versions that
+        can be loaded are the latest ones, so the versions before ``last`` are searched by
+        halves: about 7 snapshots loaded, not up to 100."""
+        low = max(last - 100, 0)
+        below = low - 1  # the highest version known not to hold the batch, or low - 1
+        above = last  # the lowest version known to hold it (``last`` is taken as holding)
+        loaded: dict[int, bool | None] = {}
+        while above - below > 1:
+            middle = (below + above) // 2
+            loaded[middle] = held = self._holds_at(app_id, batch_id, middle)
+            if held:
+                above = middle
+            else:  # not held, or cannot be loaded: the batch is in a later commit
+                below = middle
+        if below < low:  # every version searched holds it
+            return 0 if last <= 100 else None
+        return above if loaded.get(below) is False else None
+
+    def _holds_at(self, app_id: str, batch_id: int, version: int) -> bool | None:
+        """Whether version ``version`` of the table records ``app_id`` at ``batch_id`` or
+        past it; ``None``: the version cannot be loaded."""
         from deltalake import DeltaTable
 
         path, options = str(self.path), dict(self.storage_options or {}) or None
-        for version in range(last, max(last - 100, 0), -1):
-            try:
-                before = DeltaTable(path, version=version - 1, storage_options=options)
-            except Exception:  # delta-rs' errors for a cleaned-up version vary by release
-                return None
-            done = before.transaction_version(app_id)
-            if done is None or done < batch_id:
-                return version
-        return 0 if last <= 100 else None
+        try:
+            table = DeltaTable(path, version=version, storage_options=options)
+        except Exception:  # delta-rs' errors for a cleaned-up version vary by release
+            return None
+        done = table.transaction_version(app_id)
+        return done is not None and done >= batch_id
 
     def harmless_rewrite(self) -> str | None:
         """Merge without a dead-letter target: ``when_matched_update_all`` (unconditional)
