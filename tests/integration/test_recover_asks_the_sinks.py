@@ -199,3 +199,34 @@ def test_recover_resumes_before_a_first_batch_one_sink_wrote_but_never_marked(
     resets.run(resets.fan(PIPELINE, tmp_path, on_reset="new_epoch"), spark, NEW, 0, 0)
     assert resets.ids(tmp_path, "bronze") == sorted([*range(10), *range(10)])
     assert resets.ids(tmp_path, "silver") == list(range(10))
+
+
+def test_recover_choice_2_followed_as_printed_starts_the_new_epoch(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bronze committed batch 3 and lost its mark; silver never got it. `recover --config`
+    records its report (resume after batch 2) and prints choice 2: skip silver through
+    batch 3, then resume after it. Followed as printed, the start was refused with
+    ZombieBatchError: the skip's mark of batch 3 counted as a batch "epoch 0's query
+    committed" after the report (no query was running). A skip's mark writes nothing to
+    any sink, so the report does not count it against the start."""
+    old = resets.fan(PIPELINE, tmp_path, KillAfterWrite())
+    for batch in range(3):
+        resets.run(old, spark, OLD, batch, batch * ROWS)
+    with pytest.raises(DriverKilled):
+        resets.run(old, spark, OLD, 3, 30)
+    config, ledger = _config(tmp_path), tmp_path / "ledger"
+    skip = [
+        "ledger", "skip", "--ledger", str(ledger), "--pipeline", PIPELINE, "--sink", "silver",
+        "--through", "3", "--epoch", "0",
+    ]  # fmt: skip
+    assert (
+        f"    2. Or give batch 3 up for silver: `fanout {' '.join(skip)}`, then resume after "
+        "batch 3: they never get its rows."
+    ) in _recover(config, capsys)
+    assert main(skip) == 0
+
+    resets.run(resets.fan(PIPELINE, tmp_path, on_reset="new_epoch"), spark, NEW, 0, 40)
+    assert resets.ids(tmp_path, "bronze") == list(range(50))
+    assert resets.ids(tmp_path, "silver") == [*range(30), *range(40, 50)]
+    assert DeltaLedger(str(ledger)).current_epoch(PIPELINE) == 1
