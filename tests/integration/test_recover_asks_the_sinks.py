@@ -230,3 +230,46 @@ def test_recover_choice_2_followed_as_printed_starts_the_new_epoch(
     assert resets.ids(tmp_path, "bronze") == list(range(50))
     assert resets.ids(tmp_path, "silver") == [*range(30), *range(40, 50)]
     assert DeltaLedger(str(ledger)).current_epoch(PIPELINE) == 1
+
+
+def test_recover_asks_about_the_first_batch_of_an_epoch_started_without_a_mark(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Epoch 1 started from recover's report (after batch 2 of epoch 0, offset 30) and its
+    driver died in its first batch, after bronze committed it, before its mark. The ledger
+    holds no mark of epoch 1: `recover --config` reported epoch 0, asked the sinks about
+    epoch 0's batch 3 and said "resume after batch 2: nothing is written twice"; the start
+    that followed it was refused (bronze holds epoch 1's batch 0). Now it asks about the
+    batch the start asks about, records bronze's lost mark and resumes where epoch 1 began;
+    the start that follows passes, bronze getting rows 30-39 twice, as it says."""
+    from tests.integration.test_unmarked_batch import KillInTheFirstBatch
+
+    old = resets.fan(PIPELINE, tmp_path)
+    for batch in range(3):
+        resets.run(old, spark, OLD, batch, batch * ROWS)
+    config = _config(tmp_path)
+    _recover(config, capsys)
+    with pytest.raises(DriverKilled):
+        killed = resets.fan(PIPELINE, tmp_path, KillInTheFirstBatch(), on_reset="new_epoch")
+        resets.run(killed, spark, NEW, 0, 30)
+
+    out = _recover(config, capsys)
+    assert out[:6] == [
+        f"pipeline '{PIPELINE}' (epoch 1): last committed batch per sink",
+        f"  bronze: batch 0, query id {NEW}, source offsets not recorded",
+        f"  silver: no mark in epoch 1 (last marked at batch 2 of epoch 0, query id {OLD})",
+        f"Asked each sink of {config}, by its own records, whether it holds the batch after "
+        "its mark in epoch 1 (written, but never marked):",
+        "  bronze: holds batch 0, which the ledger had no mark of",
+        "  silver: does not hold batch 0",
+    ]
+    assert out[10].startswith(
+        "Resume before batch 0, epoch 1's first: sink silver has no mark in epoch 1"
+    )
+    assert resets.marks(tmp_path)[-1] == (1, "bronze", 0)
+
+    # where epoch 1 began: offset 30
+    resets.run(resets.fan(PIPELINE, tmp_path, on_reset="new_epoch"), spark, "query-3", 0, 30)
+    assert resets.ids(tmp_path, "bronze") == sorted([*range(40), *range(30, 40)])
+    assert resets.ids(tmp_path, "silver") == list(range(40))
+    assert DeltaLedger(str(tmp_path / "ledger")).current_epoch(PIPELINE) == 2
