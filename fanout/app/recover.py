@@ -489,7 +489,11 @@ def _facts(recovery: Recovery, asked: list[str]) -> list[str]:
     lines += _unmarked_given_up_lines(recovery, behind)
     starting = recovery.starting_offsets()
     if starting is None:
-        lines.append("No source offsets were recorded for that batch.")
+        lines.append(
+            f"No source offsets were recorded for that batch: the replaced checkpoint's "
+            f"offsets/{behind.batch_id} file holds them, if it is still there (one JSON line "
+            "per source, after the first two lines)."
+        )
         return lines
     for index, offsets in enumerate(starting):
         if offsets is None:
