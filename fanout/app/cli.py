@@ -207,8 +207,14 @@ def _ask_sinks(config: Any, target: _SkipTarget, ledger: DeltaLedger, recovery: 
     from fanout.app.recover_sinks import ask_sinks
 
     assert target.config is not None
-    epoch = recovery.epoch if recovery.latest else ledger.current_epoch(target.pipeline)
-    spooled = {sink: recovery.latest[sink].batch_id for sink in recovery.from_spool}
+    # the pipeline's epoch, not the newest with marks: an epoch started and killed in its
+    # first batch has none, and the next start asks about that batch (refuse_unmarked)
+    epoch = max(recovery.epoch, ledger.current_epoch(target.pipeline))
+    spooled = {
+        sink: recovery.latest[sink].batch_id
+        for sink in recovery.from_spool
+        if recovery.latest[sink].epoch == epoch
+    }
     return ask_sinks(config, target.config, ledger, epoch, spooled)
 
 

@@ -96,9 +96,28 @@ class Recovery:
     @property
     def marks(self) -> SinkMarks:
         """The last marks of the sinks with one in the newest epoch, split into the sinks
-        the pipeline still writes and the others (:attr:`lacking` left out)."""
-        lacking = self.lacking
-        return sink_marks({s: e for s, e in self.latest.items() if s not in lacking})
+        the pipeline still writes and the others (:attr:`lacking` left out). With the
+        pipeline file's sinks, a sink not among them is one of the others (:attr:`removed`)."""
+        lacking, removed = self.lacking, self.removed
+        marks = sink_marks(
+            {s: e for s, e in self.latest.items() if s not in lacking and s not in removed}
+        )
+        return SinkMarks(marks.written, {**marks.not_written, **removed})
+
+    @property
+    def removed(self) -> dict[str, LedgerEntry]:
+        """The sinks with a mark in the newest epoch that the pipeline file (``--config``)
+        does not name: taken out of the pipeline, a new checkpoint writes them nothing, so
+        they do not decide where it resumes (resuming before a batch the file's sinks all
+        hold would write it to them twice). None without ``--config``, or when no sink of
+        the file has a mark in the epoch (they would decide nothing then)."""
+        if self.sinks is None:
+            return {}
+        epoch = self.epoch
+        named = {s: e for s, e in self.latest.items() if e.epoch == epoch and s in self.sinks}
+        if not named:
+            return {}
+        return {s: e for s, e in self.latest.items() if e.epoch == epoch and s not in self.sinks}
 
     @property
     def before_first(self) -> bool:
@@ -268,6 +287,11 @@ def record(ledger: DeltaLedger, recovery: Recovery) -> str | None:
         )
     return RECORDED.format(number=report.number, epoch=report.epoch)
 
+
+NOT_IN_FILE = (
+    "not a sink of the pipeline file: a new checkpoint writes it nothing, so it does not "
+    "decide where to resume"
+)
 
 NO_CONFIG = (
     "The pipeline file was not read (--config): a sink of the pipeline with no mark at all "
@@ -448,8 +472,13 @@ def _facts(recovery: Recovery, asked: list[str]) -> list[str]:
         lines.append(f"  {describe_entry(marks.written[sink])}{_spool_note(recovery, sink)}")
     for sink, last in recovery.lacking.items():
         lines.append(f"  {_lacking_line(recovery, sink, last)}")
+    removed = recovery.removed
     for sink in sorted(marks.not_written):
-        lines.append(f"  {not_written_line(marks.not_written[sink], recovery.epoch)}")
+        entry = marks.not_written[sink]
+        if sink in removed:
+            lines.append(f"  {describe_entry(entry)}; {NOT_IN_FILE}")
+        else:
+            lines.append(f"  {not_written_line(entry, recovery.epoch)}")
     lines += _given_up_lines(recovery)
     lines += asked
     if recovery.before_first:
@@ -460,7 +489,11 @@ def _facts(recovery: Recovery, asked: list[str]) -> list[str]:
     lines += _unmarked_given_up_lines(recovery, behind)
     starting = recovery.starting_offsets()
     if starting is None:
-        lines.append("No source offsets were recorded for that batch.")
+        lines.append(
+            f"No source offsets were recorded for that batch: the replaced checkpoint's "
+            f"offsets/{behind.batch_id} file holds them, if it is still there (one JSON line "
+            "per source, after the first two lines)."
+        )
         return lines
     for index, offsets in enumerate(starting):
         if offsets is None:

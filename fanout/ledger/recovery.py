@@ -29,6 +29,7 @@ from typing import Final
 from fanout.contract.batch import pipeline_scope
 from fanout.errors import ZombieBatchError, batch_ranges
 from fanout.ledger.entry import REWRITTEN, LedgerEntry, now_utc
+from fanout.ledger.gaps import is_skip
 
 RECOVERY: Final = "recovery"
 """The status of a recorded report's rows."""
@@ -81,10 +82,16 @@ class RecoveryReport:
     def since(self, committed: Iterable[LedgerEntry]) -> dict[str, list[int]]:
         """Per sink, the batches of ``committed`` the report did not count (:meth:`beyond`),
         but for lost marks recorded by a start that let the sink take the batch again
-        harmlessly (:data:`fanout.ledger.entry.REWRITTEN`): no query wrote them since."""
+        harmlessly (:data:`fanout.ledger.entry.REWRITTEN`), and for the marks of ``fanout
+        ledger skip`` (the report's choice 2: give the batch up for the sinks without it,
+        then resume after it): no query wrote them since."""
         found: dict[str, set[int]] = {}
         for entry in committed:
-            if self.beyond(entry) and not (entry.error or "").startswith(REWRITTEN):
+            if (
+                self.beyond(entry)
+                and not (entry.error or "").startswith(REWRITTEN)
+                and not is_skip(entry)
+            ):
                 found.setdefault(entry.sink, set()).add(entry.batch_id)
         return {sink: sorted(batches) for sink, batches in sorted(found.items())}
 

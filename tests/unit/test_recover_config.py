@@ -241,3 +241,34 @@ def test_a_spool_the_pipeline_file_does_not_configure_is_refused(
             "--spool or give the pipeline's own file"
         )
     )
+
+
+def test_a_sink_the_pipeline_file_no_longer_names_does_not_decide_where_to_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """b marked batch 2, a batch 3, then the driver died; b was taken out of the pipeline
+    file since. `recover --config` said "resume after batch 2 (b is furthest behind)": a,
+    the only sink the new checkpoint writes, got batch 3's rows twice from an operator
+    following it. The file's sinks decide; b is listed apart."""
+    ledger = _ledger(tmp_path)
+    _start(ledger, 0, OLD)
+    for batch in range(4):
+        _mark(ledger, "a", batch)
+    for batch in range(3):
+        _mark(ledger, "b", batch)
+    config = _config(tmp_path, "a")
+
+    assert _out(capsys, "--config", config)[:6] == [
+        "pipeline 'p': last committed batch per sink",
+        '  a: batch 3, query id q-old, source offsets [{"t": {"0": 40}}]',
+        '  b: batch 2, query id q-old, source offsets [{"t": {"0": 30}}]; not a sink of the '
+        "pipeline file: a new checkpoint writes it nothing, so it does not decide where to "
+        "resume",
+        *_asked(config, 0, {"a": "4"}),
+        "Resume after batch 3: every sink the pipeline still writes holds it, so nothing is "
+        "written twice.",
+    ]
+
+    # without --config b is one of the pipeline's sinks still: it decides
+    lines = _out(capsys, "--ledger", str(tmp_path / "ledger"), "--pipeline", "p", "--no-record")
+    assert lines[3].startswith("Resume after batch 2 (sink 'b' is furthest behind)")
