@@ -110,16 +110,19 @@ def _entry_problem(entry: object) -> str | None:
     return None
 
 
-def markdown_table(options: tuple[SinkOption, ...]) -> str:
-    """The options as the README's Markdown table (``option | default | meaning``)."""
-    lines = ["| option | default | meaning |", "|---|---|---|"]
-    lines += [f"| `{o.name}` | {o.default} | {o.meaning} |" for o in options]
+def markdown_table(options: tuple[SinkOption, ...], types: Mapping[str, str]) -> str:
+    """The options as the README's Markdown table (``option | type | default | meaning``);
+    ``types`` as :func:`option_type_texts` gives them (``-``: not checked)."""
+    lines = ["| option | type | default | meaning |", "|---|---|---|---|"]
+    lines += [
+        f"| `{o.name}` | {types.get(o.name) or '-'} | {o.default} | {o.meaning} |" for o in options
+    ]
     return "\n".join(lines)
 
 
-def text_table(options: tuple[SinkOption, ...], width: int = 100) -> str:
-    """The options for a terminal: name and default on one line, the meaning wrapped and
-    indented below it."""
+def text_table(options: tuple[SinkOption, ...], types: Mapping[str, str], width: int = 100) -> str:
+    """The options for a terminal: name, expected type (as option type errors say it) and
+    default on one line, the meaning wrapped and indented below it."""
     blocks = []
     for option in options:
         meaning = textwrap.fill(
@@ -128,7 +131,9 @@ def text_table(options: tuple[SinkOption, ...], width: int = 100) -> str:
             initial_indent="    ",
             subsequent_indent="    ",
         )
-        blocks.append(f"{option.name}  (default: {option.default.replace('`', '')})\n{meaning}")
+        kind = f": {types[option.name]}" if types.get(option.name) else ""
+        default = option.default.replace("`", "")
+        blocks.append(f"{option.name}{kind}  (default: {default})\n{meaning}")
     return "\n".join(blocks)
 
 
@@ -148,6 +153,15 @@ def option_types(sink_class: SinkClass) -> dict[str, Any]:
     except Exception:
         hints = _hints_one_by_one(init)
     return {name: hints.get(name, Any) for name in constructor_options(sink_class)}
+
+
+def option_type_texts(sink_class: SinkClass) -> dict[str, str]:
+    """Each option's expected type as option type errors name it (``int or none``); an
+    empty text for an option that is not checked (unannotated, or not resolvable)."""
+    return {
+        name: "" if hint is Any else type_text(hint)
+        for name, hint in option_types(sink_class).items()
+    }
 
 
 def _hints_one_by_one(function: Any) -> dict[str, Any]:
