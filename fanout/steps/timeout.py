@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -169,6 +169,8 @@ class TimedWrite:
     tag: str = ""
     session: Any = None
     configured_s: float | None = None  # the sink's write_timeout_s, when not timeout_s
+    expired: SinkTimeoutError | None = None  # set when the write was abandoned
+    _expiring: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def start(
@@ -193,7 +195,13 @@ class TimedWrite:
             name=f"fanout-{batch.pipeline}-{runner.sink.name}-timed",
             daemon=True,
         )
+        # the deadline acts by itself, not when the batch's thread asks for the outcome
+        # after the other sinks' writes: a hung write's tasks can hold every executor
+        # core, so their Spark jobs would wait for it, and the batch for them
+        timer = threading.Timer(timeout_s, timed.expire)
+        timer.daemon = True
         thread.start()
+        timer.start()
         return timed
 
     def _run(self) -> None:
@@ -250,14 +258,26 @@ class TimedWrite:
         started, the sink's :class:`fanout.SinkTimeoutError`: the write is abandoned (its
         Spark jobs cancelled, kept in :class:`AbandonedWrites` until it ends)."""
         left = self.started + self.timeout_s - time.monotonic()
-        try:
-            return self.future.result(timeout=max(0.0, left))
-        except FutureTimeout:
-            pass
-        claim = self.runner.claim
-        assert claim is not None
-        if not claim.abandon():  # written in time, marking now: the mark is waited for
-            return self.future.result()
+        wait_futures([self.future], timeout=max(0.0, left))
+        self.expire()
+        if self.expired is not None:
+            return self.expired
+        return self.future.result()  # written in time (or marking now: the mark is waited for)
+
+    def expire(self) -> None:
+        """At the deadline, abandon the write unless it has returned or is marking: record
+        its :class:`fanout.SinkTimeoutError`, keep it in :class:`AbandonedWrites` and
+        cancel its Spark jobs (so their tasks free the executors' cores at once)."""
+        with self._expiring:
+            if self.expired is not None or self.future.done():
+                return
+            claim = self.runner.claim
+            assert claim is not None
+            if not claim.abandon():  # written in time, marking now
+                return
+            self.expired = self._abandon()
+
+    def _abandon(self) -> SinkTimeoutError:
         runner, batch = self.runner, self.runner.batch
         name = runner.sink.name
         limit = f"its write_timeout_s={self.timeout_s:g} s"
