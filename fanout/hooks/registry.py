@@ -212,9 +212,12 @@ class Registry:
         try:
             sink = sink_class(name=name, **options)
         except TypeError as exc:
-            valid = option_names(sink_class)
+            from fanout.sink_spec import CORE_OPTIONS
+
+            valid = option_names(sink_class)  # a misspelt option of fanout's ends here too
+            hint = _did_you_mean(str(exc), [*valid, *CORE_OPTIONS])
             raise ConfigurationError(
-                f"sink {name!r} (type {type_name!r}): {exc}{_did_you_mean(str(exc), valid)}; "
+                f"sink {name!r} (type {type_name!r}): {exc}{hint}; "
                 f"valid options: {', '.join(valid)}"
             ) from exc
         return _checked(sink, f"sink {name!r} (type {type_name!r})")
