@@ -22,7 +22,8 @@ from fanout.contract.names import check_name
 from fanout.contract.options import SinkClass, coerce_option_text, option_type_problems
 from fanout.errors import ConfigurationError
 from fanout.observe.secrets import expand_env
-from fanout.sink_spec import CORE_OPTIONS
+from fanout.retry import RetryPolicy
+from fanout.sink_spec import CORE_OPTIONS, split_core_options
 
 SECTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "pipeline": {
@@ -232,9 +233,20 @@ def check_sinks(
         for key in sink:
             if key not in known:
                 raise _unknown(f"{path}.", key, known, "option")
+        _check_core_options(path, sink)
         if sink_classes is not None and type_name in sink_classes:
             sinks[index] = _typed_options(path, sink, sink_classes[type_name])
     return sinks
+
+
+def _check_core_options(path: str, sink: Mapping[str, Any]) -> None:
+    """fanout's own options of a sink entry (``where``, ``retries``, ``on_failure``,
+    ``write_timeout_s``...) checked as ``FanOut`` checks them, but before a Spark session
+    starts (``write_timeout_s = "8s"`` failed ``fanout run`` 20 s in), naming the entry."""
+    try:
+        split_core_options(str(sink["name"]), sink, RetryPolicy())
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{path}: {exc}") from None
 
 
 def _typed_options(path: str, sink: dict[str, Any], sink_class: SinkClass) -> dict[str, Any]:
