@@ -22,6 +22,19 @@ SinkClass = type[Any]
 """A :class:`fanout.Sink` subclass (typed loosely: the sink contract imports this module)."""
 
 
+CORE_OPTIONS = (
+    "where",
+    "select",
+    "retries",
+    "backoff_s",
+    "on_failure",
+    "max_lag",
+    "backfill_from",
+    "write_timeout_s",
+)
+"""Keys of a sink's dict configuration that fanout consumes itself."""
+
+
 @dataclass(frozen=True)
 class SinkOption:
     """One option of a sink type.

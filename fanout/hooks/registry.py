@@ -20,7 +20,12 @@ from typing import Any, Protocol, cast
 import pluggy
 
 from fanout.contract.names import check_name
-from fanout.contract.options import declaration_problems, option_names, option_type_problems
+from fanout.contract.options import (
+    CORE_OPTIONS,
+    declaration_problems,
+    option_names,
+    option_type_problems,
+)
 from fanout.contract.sink import GUARANTEES, Sink
 from fanout.deadletters.delta import delta_target
 from fanout.deadletters.target import DELTA, DeadLetterKind
@@ -212,8 +217,6 @@ class Registry:
         try:
             sink = sink_class(name=name, **options)
         except TypeError as exc:
-            from fanout.sink_spec import CORE_OPTIONS
-
             valid = option_names(sink_class)  # a misspelt option of fanout's ends here too
             hint = _did_you_mean(str(exc), [*valid, *CORE_OPTIONS])
             raise ConfigurationError(
