@@ -19,8 +19,9 @@ from typing import Any
 
 from fanout.app.interval import interval_ms
 from fanout.contract.names import check_name
-from fanout.contract.options import SinkClass, coerce_option_text, option_type_problems
+from fanout.contract.options import SinkClass, coerce_option_text
 from fanout.errors import ConfigurationError
+from fanout.observe.option_values import option_type_problems
 from fanout.observe.secrets import expand_env
 from fanout.retry import RetryPolicy
 from fanout.sink_spec import CORE_OPTIONS, split_core_options

@@ -276,33 +276,6 @@ def _inner_text(hint: Any) -> str:
     return f"({text})" if " or " in text else text
 
 
-def option_type_problems(sink_class: SinkClass, options: Mapping[str, Any]) -> list[str]:
-    """``option 'partitions': expected int, got '4' (str)`` for each option whose value is
-    not of the type the constructor annotates (options the constructor does not take are
-    left to its own "unknown option" error)."""
-    hints = option_types(sink_class)
-    return [
-        f"option {key!r}: expected {type_text(hints[key])}, got {_shown(key, value)} "
-        f"({type(value).__name__})"
-        for key, value in options.items()
-        if key in hints and not value_fits(value, hints[key])
-    ]
-
-
-def _shown(key: str, value: object) -> str:
-    """``value`` as an error shows it, its secrets masked: a mapping's entries whose names
-    say they are one (``storage_options``), a URL's password. The option's own name is
-    not read as one: ``keys`` would be (``key``), and a secret option takes text, which
-    fits."""
-    from fanout.observe.secrets import redact, secret_option_values, url_password
-
-    if isinstance(value, Mapping):
-        secrets = secret_option_values({str(k): v for k, v in value.items()})
-    else:
-        secrets = url_password(value) if isinstance(value, str) else []
-    return redact(repr(value), secrets)
-
-
 def coerce_option_text(sink_class: SinkClass, options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` with a number given as text (typically from ``${VAR}`` in a pipeline
     file) made a number, where the option takes a number and no text; other values as given."""

@@ -24,7 +24,6 @@ from fanout.contract.options import (
     CORE_OPTIONS,
     declaration_problems,
     option_names,
-    option_type_problems,
 )
 from fanout.contract.sink import GUARANTEES, Sink
 from fanout.deadletters.delta import delta_target
@@ -40,6 +39,7 @@ from fanout.errors import (
 from fanout.hooks import specs as hookspecs
 from fanout.hooks.commands import CliCommand
 from fanout.hooks.services import EmbeddedService
+from fanout.observe.option_values import option_type_problems
 
 log = logging.getLogger(__name__)
 
