@@ -14,23 +14,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fanout.contract.options import CORE_OPTIONS
 from fanout.contract.sink import Sink
 from fanout.errors import ConfigurationError
 from fanout.retry import RetryPolicy
 from fanout.routes.route import Route
-
-CORE_OPTIONS = (
-    "where",
-    "select",
-    "retries",
-    "backoff_s",
-    "on_failure",
-    "max_lag",
-    "backfill_from",
-    "write_timeout_s",
-)
-"""Keys of a sink's dict configuration that fanout consumes itself."""
-
 
 DEFAULT_MAX_LAG_BATCHES = 1000
 

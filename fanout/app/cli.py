@@ -35,18 +35,21 @@ EXIT_BROKEN_PIPE = 128 + 13
 
 def _print_options(types: Mapping[str, Any], type_name: str, *, as_json: bool) -> int:
     """``fanout plugins --options TYPE``: the options a sink type declares."""
-    from fanout.contract.options import declared_options, text_table
+    from fanout.contract.options import declared_options, option_type_texts, text_table
 
     if type_name not in types:
         known = ", ".join(sorted(types)) or "none"
         print(f"fanout: no sink type {type_name!r}; installed: {known}", file=sys.stderr)
         return 2
-    options = declared_options(types[type_name].sink_class)
+    sink_class = types[type_name].sink_class
+    options = declared_options(sink_class)
+    kinds = option_type_texts(sink_class)
     if as_json:
-        print(json.dumps([vars(option) for option in options], indent=2))
+        listed = [{**vars(o), "type": kinds.get(o.name) or None} for o in options]
+        print(json.dumps(listed, indent=2))
     else:
         print(f"options of sink type {type_name!r}:\n")
-        print(text_table(options))
+        print(text_table(options, kinds))
     return 0
 
 

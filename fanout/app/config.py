@@ -19,10 +19,12 @@ from typing import Any
 
 from fanout.app.interval import interval_ms
 from fanout.contract.names import check_name
-from fanout.contract.options import SinkClass, coerce_option_text, option_type_problems
+from fanout.contract.options import SinkClass, coerce_option_text
 from fanout.errors import ConfigurationError
-from fanout.observe.secrets import expand_env, shown_masked
-from fanout.sink_spec import CORE_OPTIONS
+from fanout.observe.option_values import option_type_problems
+from fanout.observe.secrets import expand_env
+from fanout.retry import RetryPolicy
+from fanout.sink_spec import CORE_OPTIONS, split_core_options
 
 SECTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "pipeline": {
@@ -232,9 +234,20 @@ def check_sinks(
         for key in sink:
             if key not in known:
                 raise _unknown(f"{path}.", key, known, "option")
+        _check_core_options(path, sink)
         if sink_classes is not None and type_name in sink_classes:
             sinks[index] = _typed_options(path, sink, sink_classes[type_name])
     return sinks
+
+
+def _check_core_options(path: str, sink: Mapping[str, Any]) -> None:
+    """fanout's own options of a sink entry (``where``, ``retries``, ``on_failure``,
+    ``write_timeout_s``...) checked as ``FanOut`` checks them, but before a Spark session
+    starts (``write_timeout_s = "8s"`` failed ``fanout run`` 20 s in), naming the entry."""
+    try:
+        split_core_options(str(sink["name"]), sink, RetryPolicy())
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{path}: {exc}") from None
 
 
 def _typed_options(path: str, sink: dict[str, Any], sink_class: SinkClass) -> dict[str, Any]:
@@ -242,7 +255,7 @@ def _typed_options(path: str, sink: dict[str, Any], sink_class: SinkClass) -> di
     first option whose value is not of its annotated type."""
     own = {k: v for k, v in sink.items() if k not in ("type", "name", *CORE_OPTIONS)}
     coerced = coerce_option_text(sink_class, own)
-    if problems := option_type_problems(sink_class, coerced, shown_masked):
+    if problems := option_type_problems(sink_class, coerced):
         raise ConfigurationError(
             f"{path} (sink {sink['name']!r}, type {sink['type']!r}): {problems[0]}; "
             f"`fanout plugins --options {sink['type']}` describes each option"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -483,10 +484,19 @@ def _quiet_query_errors(spark: Any) -> None:
         log.debug("cannot quiet Spark's streaming log: %s", exc)
 
 
+_OWN_ERROR = re.compile(r"^fanout\.errors\.\w+: ", re.MULTILINE)
+_AFTER_OWN_ERROR = re.compile(r"\n(?:=== Streaming Query ===|\tat |JVM stacktrace:)")
+
+
 def _summary(error: Any) -> str:
-    """The first line of a query error fanout did not raise (the source failed, Spark
-    itself...): its own description, never a line of trace."""
+    """fanout's own error raised outside a batch's sinks (a checkpoint reset or rollback,
+    missed batches: no ``fanout_batch_failed``), whole, as the Python trace Spark hands back
+    ends with it; else the first line of a query error fanout did not raise (the source
+    failed, Spark itself...): its own description, never a line of trace."""
     text = redact(str(getattr(error, "desc", None) or error), known_secrets()).strip()
+    if found := list(_OWN_ERROR.finditer(text)):
+        own = text[found[-1].end() :]
+        return _AFTER_OWN_ERROR.split(own, maxsplit=1)[0].strip()
     return text.splitlines()[0] if text else type(error).__name__
 
 

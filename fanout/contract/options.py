@@ -14,12 +14,25 @@ import inspect
 import textwrap
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 SinkClass = type[Any]
 """A :class:`fanout.Sink` subclass (typed loosely: the sink contract imports this module)."""
+
+
+CORE_OPTIONS = (
+    "where",
+    "select",
+    "retries",
+    "backoff_s",
+    "on_failure",
+    "max_lag",
+    "backfill_from",
+    "write_timeout_s",
+)
+"""Keys of a sink's dict configuration that fanout consumes itself."""
 
 
 @dataclass(frozen=True)
@@ -110,16 +123,19 @@ def _entry_problem(entry: object) -> str | None:
     return None
 
 
-def markdown_table(options: tuple[SinkOption, ...]) -> str:
-    """The options as the README's Markdown table (``option | default | meaning``)."""
-    lines = ["| option | default | meaning |", "|---|---|---|"]
-    lines += [f"| `{o.name}` | {o.default} | {o.meaning} |" for o in options]
+def markdown_table(options: tuple[SinkOption, ...], types: Mapping[str, str]) -> str:
+    """The options as the README's Markdown table (``option | type | default | meaning``);
+    ``types`` as :func:`option_type_texts` gives them (``-``: not checked)."""
+    lines = ["| option | type | default | meaning |", "|---|---|---|---|"]
+    lines += [
+        f"| `{o.name}` | {types.get(o.name) or '-'} | {o.default} | {o.meaning} |" for o in options
+    ]
     return "\n".join(lines)
 
 
-def text_table(options: tuple[SinkOption, ...], width: int = 100) -> str:
-    """The options for a terminal: name and default on one line, the meaning wrapped and
-    indented below it."""
+def text_table(options: tuple[SinkOption, ...], types: Mapping[str, str], width: int = 100) -> str:
+    """The options for a terminal: name, expected type (as option type errors say it) and
+    default on one line, the meaning wrapped and indented below it."""
     blocks = []
     for option in options:
         meaning = textwrap.fill(
@@ -128,7 +144,9 @@ def text_table(options: tuple[SinkOption, ...], width: int = 100) -> str:
             initial_indent="    ",
             subsequent_indent="    ",
         )
-        blocks.append(f"{option.name}  (default: {option.default.replace('`', '')})\n{meaning}")
+        kind = f": {types[option.name]}" if types.get(option.name) else ""
+        default = option.default.replace("`", "")
+        blocks.append(f"{option.name}{kind}  (default: {default})\n{meaning}")
     return "\n".join(blocks)
 
 
@@ -148,6 +166,15 @@ def option_types(sink_class: SinkClass) -> dict[str, Any]:
     except Exception:
         hints = _hints_one_by_one(init)
     return {name: hints.get(name, Any) for name in constructor_options(sink_class)}
+
+
+def option_type_texts(sink_class: SinkClass) -> dict[str, str]:
+    """Each option's expected type as option type errors name it (``int or none``); an
+    empty text for an option that is not checked (unannotated, or not resolvable)."""
+    return {
+        name: "" if hint is Any else type_text(hint)
+        for name, hint in option_types(sink_class).items()
+    }
 
 
 def _hints_one_by_one(function: Any) -> dict[str, Any]:
@@ -247,23 +274,6 @@ def _inner_text(hint: Any) -> str:
     """:func:`type_text` of a type inside another, in parentheses when it is a union."""
     text = type_text(hint)
     return f"({text})" if " or " in text else text
-
-
-def option_type_problems(
-    sink_class: SinkClass, options: Mapping[str, Any], shown: Callable[[object], str] = repr
-) -> list[str]:
-    """``option 'partitions': expected int, got '4' (str)`` for each option whose value is
-    not of the type the constructor annotates (options the constructor does not take are
-    left to its own "unknown option" error). ``shown`` writes a value for the message:
-    callers pass :func:`fanout.observe.secrets.shown_masked`, so a secret beside a wrong
-    entry of a mapping is masked."""
-    hints = option_types(sink_class)
-    return [
-        f"option {key!r}: expected {type_text(hints[key])}, got {shown(value)} "
-        f"({type(value).__name__})"
-        for key, value in options.items()
-        if key in hints and not value_fits(value, hints[key])
-    ]
 
 
 def coerce_option_text(sink_class: SinkClass, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,11 @@ from typing import Any, Protocol, cast
 import pluggy
 
 from fanout.contract.names import check_name
-from fanout.contract.options import declaration_problems, option_names, option_type_problems
+from fanout.contract.options import (
+    CORE_OPTIONS,
+    declaration_problems,
+    option_names,
+)
 from fanout.contract.sink import GUARANTEES, Sink
 from fanout.deadletters.delta import delta_target
 from fanout.deadletters.target import DELTA, DeadLetterKind
@@ -35,7 +39,7 @@ from fanout.errors import (
 from fanout.hooks import specs as hookspecs
 from fanout.hooks.commands import CliCommand
 from fanout.hooks.services import EmbeddedService
-from fanout.observe.secrets import shown_masked
+from fanout.observe.option_values import option_type_problems
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +208,7 @@ class Registry:
         if type_name not in types:
             raise UnknownSinkTypeError(name, type_name, list(types))
         sink_class = types[type_name].sink_class
-        if problems := option_type_problems(sink_class, options, shown_masked):
+        if problems := option_type_problems(sink_class, options):
             raise ConfigurationError(
                 f"sink {name!r} (type {type_name!r}): {'; '.join(problems)}; fix the value "
                 f"in the sink's configuration (`fanout plugins --options {type_name}` "
@@ -213,9 +217,10 @@ class Registry:
         try:
             sink = sink_class(name=name, **options)
         except TypeError as exc:
-            valid = option_names(sink_class)
+            valid = option_names(sink_class)  # a misspelt option of fanout's ends here too
+            hint = _did_you_mean(str(exc), [*valid, *CORE_OPTIONS])
             raise ConfigurationError(
-                f"sink {name!r} (type {type_name!r}): {exc}{_did_you_mean(str(exc), valid)}; "
+                f"sink {name!r} (type {type_name!r}): {exc}{hint}; "
                 f"valid options: {', '.join(valid)}"
             ) from exc
         return _checked(sink, f"sink {name!r} (type {type_name!r})")

@@ -315,14 +315,3 @@ def error_chain(error: BaseException) -> list[BaseException]:
         seen.append(current)
         current = current.__cause__ or current.__context__
     return seen
-
-
-def shown_masked(value: object) -> str:
-    """``value`` as an error shows it (``repr``), its secrets masked: a mapping's entries
-    whose names say they are one (``storage_options``), a URL's password. An option's own
-    name is not read as one: ``keys`` would be (``key``), and a secret option takes text."""
-    if isinstance(value, Mapping):
-        secrets = secret_option_values({str(k): v for k, v in value.items()})
-    else:
-        secrets = url_password(value) if isinstance(value, str) else []
-    return redact(repr(value), secrets)

@@ -283,8 +283,29 @@ class TimedWrite:
             name=f"fanout-{batch.pipeline}-{runner.sink.name}-timed",
             daemon=True,
         )
+        # the deadline acts by itself, not when the batch's thread asks for the outcome
+        # after the other sinks' writes: a hung write's tasks can hold every executor
+        # core, so those writes' Spark jobs would wait for it, and the batch for them
+        watch = threading.Thread(
+            target=timed._watch, name=f"fanout-{batch.pipeline}-{runner.sink.name}-deadline",
+            daemon=True,
+        )  # fmt: skip
         thread.start()
+        watch.start()
         return timed
+
+    def _watch(self) -> None:
+        """Give the write up at its deadline, unless it has ended before."""
+        if not self._ended_by_deadline():
+            self.give_up()
+
+    def _ended_by_deadline(self) -> bool:
+        """Wait until the write ends (True) or its deadline, which moves while its input
+        is prepared, has passed (False)."""
+        while not self.ended.wait(max(0.0, self._deadline() - time.monotonic())):
+            if time.monotonic() >= self._deadline():
+                return False
+        return True
 
     def _run(self) -> None:
         untag = self._tag()
@@ -341,9 +362,7 @@ class TimedWrite:
         started (or :meth:`give_up` was called), the sink's :class:`fanout.SinkTimeoutError`:
         the write is abandoned (its Spark jobs cancelled, kept in :class:`AbandonedWrites`
         until it ends)."""
-        while not self.ended.wait(max(0.0, self._deadline() - time.monotonic())):
-            if time.monotonic() >= self._deadline():  # else its input was being prepared
-                break
+        self._ended_by_deadline()
         if self.future.done() and self._error is None:  # returned, not given up first
             return self.future.result()
         error = self.give_up()

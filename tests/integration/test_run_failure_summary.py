@@ -103,3 +103,37 @@ def test_a_route_or_key_the_source_lacks_stops_the_run_before_the_stream_starts(
     assert len(error) == 3
     assert not (tmp_path / "checkpoint").exists()
     assert not (tmp_path / "bronze").exists()
+
+
+def test_a_deleted_checkpoint_ends_the_run_with_the_reset_error_whole(tmp_path: Path) -> None:
+    """The guard's CheckpointResetError is raised before any sink writes (no failed batch):
+    the run printed Spark's first line, `An exception was raised by the Python Proxy.
+    Return Message: Traceback (most recent call last):`, and nothing of what to do."""
+    import shutil
+
+    (tmp_path / "input").mkdir()
+    rows = [{"order_id": 7, "amount": 1.0}, {"order_id": 8, "amount": 2.0}]
+    (tmp_path / "input" / "a.json").write_text("\n".join(json.dumps(r) for r in rows))
+    config = tmp_path / "pipeline.toml"
+    config.write_text(PIPELINE.format(data=tmp_path))
+    command = [sys.executable, "-m", "fanout.app.cli", "run", str(config)]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr[-3000:]
+    shutil.rmtree(tmp_path / "checkpoint")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    failed = next(i for i, line in enumerate(lines) if line.startswith("pipeline 'dupes' failed:"))
+    summary = lines[failed:]
+    assert summary[0].startswith(
+        "pipeline 'dupes' failed: pipeline 'dupes': checkpoint reset detected. Spark handed "
+        "batch 0 of query "
+    )
+    assert any(line.startswith("  - bronze: batch 0, query id ") for line in summary)
+    assert "How to proceed:" in summary
+    assert summary[-2] == (
+        f"  `fanout recover --ledger {tmp_path}/ledger --pipeline dupes` prints these facts "
+        "again, with Kafka startingOffsets."
+    )
+    assert summary[-1].startswith("(the full trace, Spark's included: ")
+    assert not any("Traceback" in line or "Streaming Query" in line for line in lines)

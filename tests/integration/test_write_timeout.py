@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fanout_delta.sink import DeltaSink
 from fanout_postgres.sink import PostgresSink
 
 from fanout import FanOut, SinkResult, hookimpl
@@ -127,6 +128,15 @@ class DriverReadingPostgres(PostgresSink):
             self.calls.append((batch.batch_id, started, time.monotonic(), result))
 
 
+class LateExecutorDelta(DeltaSink):
+    """A Delta sink writing from the executors whose Spark job starts once the PostgreSQL
+    sink's write tasks have taken the cores (waiting on the lock while it is held)."""
+
+    def write(self, batch: Batch) -> Any:
+        time.sleep(1.5)
+        return super().write(batch)
+
+
 @pytest.fixture
 def pg_url(tmp_path: Path) -> Iterator[str]:
     from fanout_postgres.embedded import EmbeddedPostgres
@@ -137,11 +147,12 @@ def pg_url(tmp_path: Path) -> Iterator[str]:
     server.stop()
 
 
-def _fan(tmp: Path, pg: Any, lock: TableLock | None) -> FanOut:
+def _fan(tmp: Path, pg: Any, lock: TableLock | None, lake: Any = None) -> FanOut:
+    lake = lake or {"type": "delta", "name": "lake", "path": str(tmp / "lake")}
     return FanOut(
         PIPELINE,
         str(tmp / "ledger"),
-        [{"type": "delta", "name": "lake", "path": str(tmp / "lake")}, pg],
+        [lake, pg],
         spool=str(tmp / "spool"),
         probe_interval_s=0.5,
         retries=0,
@@ -149,11 +160,11 @@ def _fan(tmp: Path, pg: Any, lock: TableLock | None) -> FanOut:
     )
 
 
-def _warm_up(spark: Any, tmp: Path, pg: Any) -> None:
+def _warm_up(spark: Any, tmp: Path, pg: Any, lake: Any = None) -> None:
     """Batch 0, without a timeout: the first write of a sink (its table created, Spark's
     Python workers started) takes seconds, the following ones a fraction of one."""
     write_input(tmp / "input", 1, ROWS)
-    with _fan(tmp, pg, None) as fan:
+    with _fan(tmp, pg, None, lake) as fan:
         _run_bounded(spark, tmp, fan, None)
     write_input(tmp / "input", FILES - 1, ROWS, start_file=1)
 
@@ -267,6 +278,32 @@ def test_a_locked_postgres_sink_lags_at_its_timeout_and_its_spark_job_is_cancell
     first = min(timeouts, key=lambda r: r["finished_at"])
     assert "write_timeout_s=2 s (all attempts together; now at attempt 1)" in first["error"]
     assert {r["batch_id"] for r in failed} == {LOCK_AT}
+
+
+def test_a_locked_sink_holding_every_core_is_abandoned_at_its_timeout(
+    spark: Any, tmp_path: Path, pg_url: str
+) -> None:
+    """The locked sink's two write tasks hold both cores of ``local[2]`` when the Delta
+    sink's Spark job starts: that job waited for the cores, the batch for it, and the
+    timeout was looked at only once the other sinks had written, so every sink waited for
+    the lock, and the PostgreSQL write, done once it was freed, counted as written in time
+    (no SinkTimeoutError). The deadline now cancels the hung write's job by itself."""
+    options = {"type": "postgres", "name": "pg", **_pg_options(pg_url)}
+    no_timeout = {k: v for k, v in options.items() if k != "write_timeout_s"}
+
+    def lake() -> DeltaSink:
+        return LateExecutorDelta("lake", path=str(tmp_path / "lake"), write_from="executors")
+
+    _warm_up(spark, tmp_path, no_timeout, lake())
+    lock = TableLock(pg_url, tmp_path)
+    fan = _fan(tmp_path, options, lock, lake())
+    try:
+        _run_bounded(spark, tmp_path, fan, lock)
+        _check_lagged(lock)
+        _check_final(tmp_path, pg_url, fan, lock)
+    finally:
+        lock.release()
+        fan.close()
 
 
 def test_an_abandoned_write_that_commits_late_is_waited_for_and_not_written_twice(

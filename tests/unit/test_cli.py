@@ -135,3 +135,24 @@ def test_errors_printed_to_stderr_have_the_registered_secrets_masked() -> None:
     assert _summary(RuntimeError("source failed at Cl1-S3cret@host\ntrace")) == (
         "source failed at ***@host"
     )
+
+
+def test_a_run_failing_outside_a_batch_ends_with_fanouts_own_error_whole() -> None:
+    """A deleted checkpoint: `fanout run` printed `An exception was raised by the Python
+    Proxy. Return Message: Traceback (most recent call last):` (Spark's first line) and
+    left the CheckpointResetError, its sinks and its ways on, in the trace file only."""
+    from fanout.app.runner import _summary
+
+    error = RuntimeError("unused")
+    error.desc = (  # type: ignore[attr-defined]  # as pyspark's StreamingQueryException has it
+        "An exception was raised by the Python Proxy. Return Message: Traceback (most recent "
+        'call last):\n  File "/x/fanout/steps/guard.py", line 106, in check\n'
+        "    raise CheckpointResetError(\n"
+        "fanout.errors.CheckpointResetError: pipeline 'clicks': checkpoint reset detected.\n"
+        "How to proceed:\n  1. Restore the original checkpoint directory.\n\n"
+        "=== Streaming Query ===\nIdentifier: clicks [id = 7e4f]\n"
+    )
+    assert _summary(error) == (
+        "pipeline 'clicks': checkpoint reset detected.\n"
+        "How to proceed:\n  1. Restore the original checkpoint directory."
+    )

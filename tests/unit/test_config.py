@@ -291,3 +291,25 @@ SPARK_INTERVALS: dict[str, int | None] = {
 @pytest.mark.parametrize(("text", "ms"), SPARK_INTERVALS.items())
 def test_processing_time_is_read_as_spark_reads_it(text: str, ms: int | None) -> None:
     assert interval_ms(text) == ms
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"write_timeout_s": "8s", "on_failure": "lag"},
+         "sinks[0]: sink 'd': write_timeout_s must be a number, not '8s'"),
+        ({"on_failure": "lagg"},
+         "sinks[0]: sink 'd': on_failure must be 'stop' or 'lag', not 'lagg'"),
+        ({"write_timeout_s": 8}, "sinks[0]: sink 'd': write_timeout_s=8 only applies with "
+         "on_failure='lag', not 'stop'"),
+    ],
+)  # fmt: skip
+def test_fanouts_own_sink_options_are_checked_before_spark_starts(
+    options: dict[str, object], message: str
+) -> None:
+    """They were checked only when FanOut was built, after the Spark session had started
+    (20 s), and without the entry's path."""
+    sink = {"type": "delta", "name": "d", "path": "/d", **options}
+    with pytest.raises(ConfigurationError) as bad:
+        parse(_doc(sinks=[sink]), OPTIONS)
+    assert str(bad.value).startswith(message)

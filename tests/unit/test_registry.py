@@ -364,6 +364,20 @@ def test_a_misspelt_option_gets_the_nearest_valid_one(
     )
 
 
+def test_a_misspelt_option_of_fanouts_own_gets_the_nearest_one(
+    registry_and_types: tuple[Any, dict[str, Any]],
+) -> None:
+    """`on_falure` in a FanOut sink dict got no hint (a pipeline file's got one): the
+    nearest option was looked for among the sink's only."""
+    registry, types_ = registry_and_types
+    with pytest.raises(ConfigurationError) as info:
+        registry.build_sink({"type": "jsonl", "name": "out", "on_falure": "lag"}, types_)
+    assert str(info.value) == (
+        "sink 'out' (type 'jsonl'): JsonlSink.__init__() got an unexpected keyword argument "
+        "'on_falure', did you mean 'on_failure'?; valid options: directory, indent"
+    )
+
+
 class _NoSuperSink(Sink):
     """Forgets ``super().__init__(name)``."""
 

@@ -16,13 +16,13 @@ from fanout.app.config import parse
 from fanout.app.runner import sink_option_names
 from fanout.contract.options import (
     coerce_option_text,
-    option_type_problems,
     option_types,
     type_text,
     value_fits,
 )
 from fanout.errors import ConfigurationError
 from fanout.hooks.registry import load_registry
+from fanout.observe.option_values import option_type_problems
 from tests.unit.test_registry import entry_point
 
 if TYPE_CHECKING:

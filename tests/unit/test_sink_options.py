@@ -18,6 +18,7 @@ from fanout.contract.options import (
     declaration_problems,
     markdown_table,
     option_names,
+    option_type_texts,
 )
 from fanout.errors import PluginError
 from fanout.hooks.registry import load_registry
@@ -35,7 +36,7 @@ def built_in_types() -> dict[str, Any]:
 def test_readme_table_is_the_declaration(type_name: str) -> None:
     sink_class = built_in_types()[type_name]
     assert declaration_problems(sink_class) == []
-    assert markdown_table(sink_class.options) in README
+    assert markdown_table(sink_class.options, option_type_texts(sink_class)) in README
 
 
 @pytest.mark.parametrize("type_name", BUILT_IN)
@@ -127,9 +128,22 @@ def test_plugins_options_lists_names_defaults_and_meanings() -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "options of sink type 'postgres':"
-    assert "partitions  (default: 4)" in lines
-    assert "mode  (default: upsert)" in lines
+    assert "partitions: int  (default: 4)" in lines
+    assert "mode: one of 'upsert', 'append'  (default: upsert)" in lines
     assert any("Write partitions per batch = transactions, each on" in x for x in lines)
+
+
+def test_plugins_options_shows_the_type_option_type_errors_expect() -> None:
+    """An option type error points to `fanout plugins --options TYPE`, which showed no
+    type: the user learnt the default and the meaning, never what to write."""
+    done = fanout_cli("plugins", "--options", "delta")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "compact_every: int or none  (default: none)" in lines
+    assert "merge_schema: bool  (default: false)" in lines
+    assert "keys: a list of str or none  (default: none)" in lines
+    postgres = fanout_cli("plugins", "--options", "postgres").stdout.splitlines()
+    assert "url  (default: required)" in postgres  # not checked: no type shown
 
 
 def test_plugins_options_json_is_the_declaration() -> None:
@@ -143,7 +157,9 @@ def test_plugins_options_json_is_the_declaration() -> None:
         "to another topic is refused (`KafkaMarkerError`, naming both) until it is set back "
         "and the batch completes",
         "expands_env": False,
+        "type": "str or none",
     }  # fmt: skip
+    assert listed[0]["type"] == "str or a list of str or none"
 
 
 def test_plugins_options_of_an_unknown_type_names_the_installed_ones() -> None:

@@ -67,12 +67,13 @@ def test_a_sink_spec_with_a_write_timeout_and_no_lag_is_refused(tmp_path: Path) 
 
 
 def test_fanout_validate_reports_a_write_timeout_without_lag(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Refused with the entry's path when the file is read, before a Spark session starts
+    (as a sink option of the wrong type is), by `fanout validate` and `fanout run` alike."""
     import fanout.hooks.registry as registry_module
     from fanout.app import runner
-    from fanout.app.runner import load_pipeline
-    from fanout.app.validate import run_checks
+    from fanout.app.cli import main
     from tests.unit.test_validate_read_only import _Plugin
 
     load = registry_module.load_registry
@@ -88,14 +89,14 @@ def test_fanout_validate_reports_a_write_timeout_without_lag(
         '[source]\nformat = "rate"\n[[sinks]]\ntype = "checks-dir"\nname = "slow"\n'
         f'directory = "{tmp_path}/d"\nwrite_timeout_s = 30\n'
     )
-    checklist = run_checks(None, load_pipeline(str(file)), lambda spark, config: None)
-    assert [c.line() for c in checklist.checks if c.failed] == [
-        "  FAIL  sink slow: options: sink 'slow': write_timeout_s=30 only applies with "
-        "on_failure='lag', not 'stop': a write past its timeout is abandoned and the batch "
+    assert main(["validate", str(file)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "fanout: configuration error: sinks[0]: sink 'slow': write_timeout_s=30 only applies "
+        "with on_failure='lag', not 'stop': a write past its timeout is abandoned and the batch "
         "goes on without the sink, which then has nowhere to get the batch from but the "
         "spool and the catch-up of a lagging sink. Set on_failure='lag' (and a spool), or "
         "remove write_timeout_s"
-    ]
+    )
 
 
 def test_the_mark_and_the_abandonment_exclude_each_other() -> None:
