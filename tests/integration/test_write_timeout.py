@@ -326,7 +326,9 @@ def test_an_abandoned_write_that_commits_late_is_waited_for_and_not_written_twic
         lock.release()
         fan.close()
     assert sink.overlaps == []  # the catch-up waited for the abandoned write
-    first, replay = [c for c in sink.calls if c[0] == LOCK_AT]
+    calls = [c for c in sink.calls if c[0] == LOCK_AT]
+    first, replay = calls[0], calls[-1]
+    # (on a loaded machine a catch-up write may pass its own bound too: abandoned between)
     # the abandoned write (still in Python when cancelled) ran on past its timeout and
     # committed the batch once the lock was gone: the catch-up's write found it there
     assert first[2] - first[1] > 2 and first[3] is not None
