@@ -58,7 +58,7 @@ class Asked:
         them (by the epoch's owner, with the batch's offsets when another sink marked it)."""
         owner = ledger.epoch_owners(pipeline).get(self.epoch) if self.held else None
         marks = []
-        for h in self.held:
+        for h in (h for h in self.held if h.whole):  # never a mark of part of a batch
             recorded = f"{LOST_MARK if h.harmless is None else REWRITTEN}: {RECORDED_BY}"
             marks.append(lost_mark(pipeline, self.epoch, h, owner, self.offsets[h.sink], recorded))
         return marks

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from fanout.contract.batch import BatchInfo
-from fanout.contract.sink import Sink
+from fanout.contract.sink import PartlyHeld, Sink
 from fanout.errors import SinkTimeoutError, UnmarkedBatchError
 from fanout.ledger.entry import (
     LOST_MARK,
@@ -43,14 +43,22 @@ log = logging.getLogger("fanout")
 
 @dataclass(frozen=True)
 class Held:
-    """A sink's answer about the batch after its mark ``mark``: ``True`` holds it,
-    ``False`` does not, ``None`` cannot tell."""
+    """A sink's answer about the batch after its mark ``mark``: ``True`` holds it (all of
+    it, or only ``part``), ``False`` does not, ``None`` cannot tell."""
 
     sink: str
     mark: int
     holds: bool | None
     hint: str | None = None
     harmless: str | None = None
+    part: PartlyHeld | None = None
+    """Set when the sink holds only some of the batch's partitions
+    (:class:`fanout.PartlyHeld`): no lost mark is recorded for it."""
+
+    @property
+    def whole(self) -> bool:
+        """Whether the sink holds the whole batch (its lost mark may be recorded)."""
+        return bool(self.holds) and self.part is None
 
 
 def refuse_unmarked(
@@ -86,7 +94,8 @@ def refuse_unmarked(
     offsets = {h.sink: recorded_offsets(ledger, info.pipeline, epoch, h.mark + 1) for h in held}
     owner = ledger.epoch_owners(info.pipeline).get(epoch)
     for h in held:
-        ledger.mark_committed(_lost_mark(info, h, owner, offsets[h.sink]))
+        if h.whole:  # a mark of part of a batch would make its replay skip the rest
+            ledger.mark_committed(_lost_mark(info, h, owner, offsets[h.sink]))
     refused = [h for h in held if h.harmless is None]
     for h in held:
         if h.harmless is not None:
@@ -109,7 +118,7 @@ def _needed_rewrites(
     all_harmless = all(sink.harmless_rewrite() is not None for sink in sinks.values())
 
     def lacking(batch: int) -> bool:
-        holding = {h.sink for h in held if h.mark + 1 == batch}
+        holding = {h.sink for h in held if h.whole and h.mark + 1 == batch}
         return any(
             (mark is None or mark < batch)
             and name not in holding
@@ -118,7 +127,7 @@ def _needed_rewrites(
         )
 
     return [
-        h if h.harmless is None or all_harmless or lacking(h.mark + 1)
+        h if h.harmless is None or (h.whole and (all_harmless or lacking(h.mark + 1)))
         else replace(h, harmless=None)
         for h in held
     ]  # fmt: skip
@@ -338,6 +347,8 @@ def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
             pipeline, sink.name, mark + 1, epoch, type(exc).__name__, exc,
         )  # fmt: skip
         return Held(sink.name, mark, None)
+    if isinstance(holds, PartlyHeld):  # the old checkpoint's replay completes it: no hint
+        return Held(sink.name, mark, True, part=holds)
     if not holds:
         return Held(sink.name, mark, holds)
     harmless = sink.harmless_rewrite()
@@ -369,15 +380,20 @@ def _message(
     where = ledger_location(ledger)
     recover = f"fanout recover --ledger {where} --pipeline {pipeline}"
     unknown = {a.sink for a in answers if a.holds is None}
+    whole = [h for h in refused if h.part is None]
     lines = [
         f"pipeline {pipeline!r}: query {info.query_id} cannot start epoch {new}: "
-        + ", ".join(f"sink {h.sink} holds batch {h.mark + 1}" for h in refused)
+        + ", ".join(
+            f"sink {h.sink} holds "
+            + (f"batch {h.mark + 1}" if h.part is None else f"part of batch {h.mark + 1}")
+            for h in refused
+        )
         + f" of epoch {epoch} by its own records, and the ledger had no mark of it (the "
         "write committed, the mark did not: the driver died in between, or the query was "
         "stopped mid-batch). A reset resumes after the last marked batch, so the new epoch "
         "would read that input again and write those rows a second time under new "
-        f"transaction ids. Nothing was written under epoch {new}; the ledger now records "
-        "the lost mark (the sink holds the batch)."
+        f"transaction ids. Nothing was written under epoch {new}"
+        + ("; the ledger now records the lost mark (the sink holds the batch)." if whole else ".")
         + "".join(
             f" Sink {h.sink} holds batch {h.mark + 1} too (mark recorded), but writing it "
             f"again changes nothing there: {h.harmless}."
@@ -386,7 +402,10 @@ def _message(
         )
     ]
     for h in refused:
-        lines += choice_lines(pipeline, epoch, where, h, offsets[h.sink], marks, held, unknown)
+        if h.part is not None:
+            lines += partial_lines(pipeline, epoch, where, h, offsets[h.sink], marks)
+        else:
+            lines += choice_lines(pipeline, epoch, where, h, offsets[h.sink], marks, held, unknown)
     lines.append(
         f"Stop every query of this pipeline, run `{recover}` again, and start the new "
         "query from the offsets it prints (on a new checkpoint when they are not this "
@@ -413,7 +432,7 @@ def lacking_sinks(
         name
         for name, mark in sorted(marks.items())
         if (mark is None or mark < batch)
-        and not any(a.sink == name and a.holds and a.mark + 1 == batch for a in holding)
+        and not any(a.sink == name and a.whole and a.mark + 1 == batch for a in holding)
     ]
 
 
@@ -498,4 +517,59 @@ def choice_lines(
         "is removed first).",
         f"  2. Or give batch {batch} up for {', '.join(lacking)}: {skip}, then resume "
         f"after batch {batch}: they never get its rows.",
+    ]
+
+
+def partial_lines(
+    pipeline: str,
+    epoch: int,
+    where: str,
+    held: Held,
+    known: str | None,
+    marks: Mapping[str, int | None],
+) -> list[str]:
+    """The lines naming the batch ``held.sink`` holds only part of (``held.part``), why no
+    lost mark is recorded, and the ways out: the old checkpoint's restart completes the
+    batch; without it, a skip and a resume before the batch (the committed part twice) or
+    after it (the rest never). The refusal and ``fanout recover --config`` print them.
+
+    :param known: the batch's source offsets, when another sink marked it.
+    :param marks: each sink's mark in ``epoch`` (``None``: no mark).
+    """
+    assert held.part is not None
+    h, batch, part = held, held.mark + 1, held.part
+    rest = (
+        "the other partitions"
+        if part.partitions is None
+        else f"the other {part.partitions - part.committed} of {part.partitions} partitions"
+    )
+    skip = (
+        f"`fanout ledger skip --ledger {where} --pipeline {pipeline} --sink {h.sink} "
+        f"--through {batch} --epoch {epoch}`"
+    )
+    marked = sorted(n for n, m in marks.items() if n != h.sink and m is not None and m >= batch)
+    twice = (
+        f" ({', '.join(marked)} marked batch {batch}: "
+        f"{'it gets' if len(marked) == 1 else 'they get'} it a second time too)"
+        if marked
+        else ""
+    )
+    before = (
+        f"after batch {h.mark}"
+        if marks.get(h.sink) is not None
+        else f"at epoch {epoch}'s start ({epoch_began(batch)})"
+    )
+    return [
+        f"- sink {h.sink}: part of batch {batch} of epoch {epoch}, {part.text()} committed "
+        "(by its own records); no lost mark is recorded for it: a mark says the sink holds "
+        f"the whole batch, and a replay of batch {batch} would then skip {rest}.",
+        "  1. Restart the query on its old checkpoint (the one that wrote the batch, not a "
+        f"new one, and without a reset): it replays batch {batch}, skips the {part.committed} "
+        f"committed partitions and writes {rest}: nothing lost, nothing twice.",
+        "  If that checkpoint is gone (the sink keeps being asked about the batch until its "
+        f"ledger mark reaches it, so first {skip}):",
+        f"  2. Resume {before}: {h.sink} gets the {part.committed} committed "
+        f"partitions' rows of batch {batch} a second time{twice}.",
+        f"  3. Or resume after batch {batch} ({_after(batch, known)}): {h.sink} never gets "
+        f"{rest}' rows of batch {batch}.",
     ]

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from fanout import BatchInfo, Sink, UnmarkedBatchError
+from fanout import BatchInfo, PartlyHeld, Sink, UnmarkedBatchError
 from fanout.ledger.entry import LedgerEntry
 from fanout.ledger.memory import MemoryLedger
 from fanout.steps.unmarked import refuse_unmarked
@@ -248,3 +248,60 @@ def test_the_refused_query_again_after_the_copy_was_removed_stays_refused_when_a
         "3's rows a second time there."
     )
     refuse_unmarked(BatchInfo("p", 0, "newer", epoch=0), ledger, sinks)  # a new checkpoint
+
+
+class Partly(Sink):
+    """Holds ``committed`` of ``partitions`` partitions of batch ``batch`` of epoch 0."""
+
+    def __init__(self, name: str, batch: int, committed: int, partitions: int | None) -> None:
+        super().__init__(name)
+        self.batch, self.part = batch, PartlyHeld(committed, partitions)
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | PartlyHeld | None:
+        return self.part if batch_id == self.batch else False
+
+    def harmless_rewrite(self) -> str | None:
+        return "upserts by key"  # not for part of a batch: the old checkpoint completes it
+
+
+def test_a_sink_holding_part_of_the_next_batch_is_refused_and_no_mark_recorded() -> None:
+    """A lost mark says the sink holds the whole batch: recorded for part of it, a replay
+    of the old checkpoint skipped the partitions that never committed (rows lost). The
+    start is refused (even for a harmless rewrite), nothing is recorded, and asked again it
+    is refused again, until the old checkpoint completes the batch or a skip marks it."""
+    ledger = _ledger({"a": 2, "b": 3})
+    sinks = {"a": Partly("a", 3, 1, 4), "b": Answering("b", {0, 1, 2, 3})}
+    for _ in range(2):
+        with pytest.raises(UnmarkedBatchError) as refused:
+            refuse_unmarked(INFO, ledger, sinks)
+        assert ledger.last_committed("p", ["a", "b"]) == {"a": 2, "b": 3}
+    text = str(refused.value)
+    assert "cannot start epoch 1: sink a holds part of batch 3 of epoch 0 by its own " in text
+    assert "Nothing was written under epoch 1.\n" in text and "now records" not in text
+    lines = text.splitlines()
+    assert lines[1] == (
+        "- sink a: part of batch 3 of epoch 0, 1 of 4 partitions committed (by its own "
+        "records); no lost mark is recorded for it: a mark says the sink holds the whole "
+        "batch, and a replay of batch 3 would then skip the other 3 of 4 partitions."
+    )
+    assert lines[2].startswith(
+        "  1. Restart the query on its old checkpoint (the one that wrote the batch, not a "
+        "new one, and without a reset): it replays batch 3, skips the 1 committed partitions "
+        "and writes the other 3 of 4 partitions: nothing lost, nothing twice."
+    )
+    assert "--sink a --through 3 --epoch 0`" in lines[3]
+    assert lines[4] == (
+        "  2. Resume after batch 2: a gets the 1 committed partitions' rows of batch 3 a "
+        "second time (b marked batch 3: it gets it a second time too)."
+    )
+    assert lines[5].startswith("  3. Or resume after batch 3 (the source offsets of batch 3")
+    assert lines[5].endswith("a never gets the other 3 of 4 partitions' rows of batch 3.")
+
+
+def test_a_part_of_unknown_size_is_named_so() -> None:
+    ledger = _ledger({"a": 2})
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, {"a": Partly("a", 3, 2, None)})
+    assert "2 of ? partitions committed" in str(refused.value)
+    assert "would then skip the other partitions." in str(refused.value)
+    assert ledger.last_committed("p", ["a"]) == {"a": 2}
