@@ -82,10 +82,13 @@ def refuse_unmarked(
     before = before_start(ledger, info.pipeline, epoch, marks)
     unmarked = {n: in_spool.get(n, before) for n in marks}
     _refuse_restart(info, ledger, sinks, marks, unmarked, bounds)
+    asks = unmarked_asks(before, marks)
     answers = [
-        ask(sinks[name], info.pipeline, epoch, after, bounds.get(name))
-        for name, after in sorted((n, before if m is None else m) for n, m in marks.items())
-        if in_spool.get(name, -1) <= after
+        ask_in_turn(
+            sinks[name], info.pipeline, epoch, asks if m is None else (m,), bounds.get(name)
+        )
+        for name, m in sorted(marks.items())
+        if in_spool.get(name, -1) <= (before if m is None else m)
     ]
     held = [a for a in answers if a.holds]
     if not held:
@@ -143,6 +146,39 @@ def before_start(ledger: Ledger, pipeline: str, epoch: int, marks: Mapping[str, 
         return -1
     first = ledger.epoch_start(pipeline, epoch)
     return (0 if first is None else first) - 1
+
+
+def unmarked_asks(before: int, marks: Mapping[str, int | None]) -> tuple[int, ...]:
+    """The marks a sink without one in the epoch is asked after, in turn (about the batch
+    after each, :func:`ask_in_turn`); ``before``: the batch before the epoch's first
+    (:func:`before_start`). No sink has a mark in the epoch: ``before`` (the driver died in
+    its first batch). Else the others' highest mark ``h`` and ``h - 1``, then ``before``: a
+    sink without a mark while others marked a batch joined the pipeline since the epoch
+    began (or came back), and the driver died in ``h + 1`` after it wrote it, or in ``h``
+    between its write and its mark. Asked about the epoch's first batch first, a Delta sink
+    (its answer: that batch or a later one) had its lost mark recorded at a batch it never
+    got."""
+    high = max((m for m in marks.values() if m is not None), default=None)
+    if high is None:
+        return (before,)
+    return tuple(dict.fromkeys((high, high - 1, before)))
+
+
+def ask_in_turn(
+    sink: Sink, pipeline: str, epoch: int, marks: Sequence[int], timeout_s: float | None = None
+) -> Held:
+    """``sink``'s answer about the batch after each of ``marks`` in turn (:func:`ask`): the
+    first it holds (all or part), else its answer about the last, ``None`` when it could
+    not tell about one."""
+    answers = []
+    for mark in marks:
+        answer = ask(sink, pipeline, epoch, mark, timeout_s)
+        if answer.holds:
+            return answer
+        answers.append(answer)
+    if any(a.holds is None for a in answers):
+        return replace(answers[-1], holds=None)
+    return answers[-1]
 
 
 def _warn_rewrite(info: BatchInfo, held: Held) -> None:
@@ -500,7 +536,7 @@ def choice_lines(
         f"--through {batch} --epoch {epoch}`"
         for name in lacking
     )
-    if marks[h.sink] is not None:
+    if marks[h.sink] is not None or any(m is not None for m in marks.values()):
         resume = f"Resume after batch {h.mark}, where `{recover}` counts {', '.join(lacking)}"
     else:
         unmarked = ", ".join(name for name in lacking if marks[name] is None)

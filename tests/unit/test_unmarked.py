@@ -305,3 +305,46 @@ def test_a_part_of_unknown_size_is_named_so() -> None:
     assert "2 of ? partitions committed" in str(refused.value)
     assert "would then skip the other partitions." in str(refused.value)
     assert ledger.last_committed("p", ["a"]) == {"a": 2}
+
+
+class OrLater(Answering):
+    """Answers as the Delta sink does: holds ``batch_id`` when it holds that batch or a
+    later one (its app transaction's version)."""
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        self.asked.append((epoch, batch_id))
+        return batch_id <= max(self.held or {-1})
+
+
+def test_a_sink_added_mid_epoch_is_asked_about_the_batches_at_the_others_high_water_mark() -> None:
+    """gold joined at batch 5 and lost its mark of it; a and b marked batches 0-5. Asked
+    about the epoch's first batch, it said "held" (that batch or a later one), and its
+    lost mark was recorded at batch 0, which it never got. Now it is asked about batch 6,
+    then 5, and the mark is recorded at 5."""
+    ledger = _ledger({"a": 5, "b": 5})
+    sinks = {"a": Answering("a", set()), "b": Answering("b", set()), "gold": OrLater("gold", {5})}
+    with pytest.raises(UnmarkedBatchError) as refused:  # this query starts before batch 5
+        refuse_unmarked(INFO, ledger, sinks)
+    assert "sink gold holds batch 5 of epoch 0" in str(refused.value)
+    assert "Every sink holds batch 5, so resume after it" in str(refused.value)
+    assert sinks["gold"].asked == [(0, 6), (0, 5)]
+    assert ledger.last_committed("p", ["a", "b", "gold"]) == {"a": 5, "b": 5, "gold": 5}
+
+
+def test_a_sink_added_mid_epoch_holding_the_batch_in_flight_is_refused_at_it() -> None:
+    ledger = _ledger({"a": 5})
+    sinks = {"a": Answering("a", set()), "gold": OrLater("gold", {6})}
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, sinks)
+    assert sinks["gold"].asked == [(0, 6)]
+    assert "sink gold holds batch 6 of epoch 0" in str(refused.value)
+    assert "  1. Resume after batch 5, where `fanout recover" in str(refused.value)
+    assert ledger.last_committed("p", ["a", "gold"]) == {"a": 5, "gold": 6}
+
+
+def test_a_sink_added_mid_epoch_holding_nothing_is_asked_down_to_the_epochs_first() -> None:
+    ledger = _ledger({"a": 5})
+    sinks = {"a": Answering("a", set()), "gold": Answering("gold", set())}
+    refuse_unmarked(INFO, ledger, sinks)
+    assert sinks["gold"].asked == [(0, 6), (0, 5), (0, 0)]
+    assert ledger.last_committed("p", ["a", "gold"]) == {"a": 5, "gold": None}
