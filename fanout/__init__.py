@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fanout.contract.batch import Batch, BatchInfo, IdempotencyKey
-from fanout.contract.sink import Guarantee, Sink, SinkContext, SinkResult
+from fanout.contract.sink import Guarantee, PartlyHeld, Sink, SinkContext, SinkResult
 from fanout.errors import (
     BackfillError,
     BatchFailedError,
@@ -77,6 +77,7 @@ __all__ = [
     "LedgerError",
     "MissedBatchesError",
     "PartitioningError",
+    "PartlyHeld",
     "PluginError",
     "PluginLoadError",
     "RouteError",

@@ -484,14 +484,16 @@ class ZombieBatchError(CheckpointResetError):
 
 class UnmarkedBatchError(CheckpointResetError):
     """A sink holds, by its own records, the batch after its last ledger mark in the epoch
-    a reset replaces: it wrote that batch, and the driver died (or the query stopped)
+    a reset replaces, all of it or part of it (:class:`fanout.PartlyHeld`: some of its
+    partitions committed): it wrote that batch, and the driver died (or the query stopped)
     before the mark. The new epoch would read that batch's input again under new
     idempotency keys, and the sink would hold its rows twice; the ledger cannot see it.
 
     Raised when the new epoch starts, before anything of it is written
     (:meth:`fanout.Sink.holds_batch`; a sink without a mark in that epoch is asked about
     its first batch), unless the sink's rewrite of the batch is harmless
-    (:meth:`fanout.Sink.harmless_rewrite`). ``on_checkpoint_reset="new_epoch"`` does not
+    (:meth:`fanout.Sink.harmless_rewrite`; never for part of a batch: the old checkpoint's
+    replay completes it). ``on_checkpoint_reset="new_epoch"`` does not
     take it. The message names the sink, the batch, its source offsets when the ledger knows
     them, the sinks that lack the batch, and the operator's choices.
     """

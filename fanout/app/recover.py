@@ -52,7 +52,13 @@ from fanout.ledger.entry import LedgerEntry
 from fanout.spool.table import SpooledBatch
 from fanout.steps.guard import latest_per_sink
 from fanout.steps.guard_text import SinkMarks, describe_entry, not_written_line, sink_marks
-from fanout.steps.unmarked import Held, choice_lines, epoch_began, lacking_sinks
+from fanout.steps.unmarked import (
+    Held,
+    choice_lines,
+    epoch_began,
+    lacking_sinks,
+    partial_lines,
+)
 
 
 @dataclass(frozen=True)
@@ -218,6 +224,18 @@ def _entry_of(sink: str, batch: SpooledBatch) -> LedgerEntry:
     )  # fmt: skip
 
 
+def _partly_line(behind: LedgerEntry, partly: Sequence[Held]) -> str:
+    """What the resume point means when sinks hold part of the batch after their mark."""
+    names = ", ".join(h.sink for h in partly)
+    batches = ", ".join(str(h.mark + 1) for h in partly)
+    return (
+        f"Sink {names} holds part of batch {batches} (above): restart the old checkpoint "
+        "(choice 1) if it is still there, it needs no resume point. Only for a new "
+        f"checkpoint (after the skip above): resume after batch {behind.batch_id}, and "
+        f"{names} gets the committed partitions' rows a second time (choice 2)."
+    )
+
+
 def _resume_line(behind: LedgerEntry, marks: SinkMarks) -> str:
     ahead = sorted(s for s, e in marks.written.items() if e.batch_id > behind.batch_id)
     if not ahead:
@@ -325,7 +343,8 @@ def render(recovery: Recovery, *, recorded: bool = True, asked: Asked | None = N
     """The text ``fanout recover`` prints (``recorded``: the report is recorded in the
     ledger; ``--no-record``: it is not, and the text says what is then not checked;
     ``asked``: the sinks' answers about the batch after their marks, with ``--config``)."""
-    lines = _facts(recovery, _asked_lines(recovery, asked, recorded))
+    partly = [] if asked is None else [h for h in asked.held if h.part is not None]
+    lines = _facts(recovery, _asked_lines(recovery, asked, recorded), partly)
     if recovery.latest:
         lines.append(STOP_FIRST if recorded else STOP_FIRST_UNRECORDED)
     if recovery.spool is None:
@@ -351,15 +370,27 @@ def _asked_lines(recovery: Recovery, asked: Asked | None, recorded: bool) -> lis
     held = asked.held
     if not held:
         return lines
-    if asked.unrecorded is not None:
+    if not any(h.whole for h in held):
+        pass  # nothing to record: part of a batch gets no lost mark
+    elif asked.unrecorded is not None:
         lines.append(LOST_UNRECORDABLE.format(reason=asked.unrecorded))
     else:
         lines.append(
             LOST_RECORDED.format(recorded_by=RECORDED_BY) if recorded else LOST_NOT_RECORDED
         )
+    for h in (h for h in held if h.part is not None):
+        lines += [
+            f"  {line}"
+            for line in partial_lines(
+                recovery.pipeline, asked.epoch, recovery.ledger, h, asked.offsets[h.sink],
+                asked.marks,
+            )
+        ]  # fmt: skip
     unknown = {a.sink for a in asked.answers if a.holds is None}
     for h in (
-        h for h in held if h.harmless is None and lacking_sinks(h.mark + 1, asked.marks, held)
+        h
+        for h in held
+        if h.whole and h.harmless is None and lacking_sinks(h.mark + 1, asked.marks, held)
     ):
         choices = choice_lines(
             recovery.pipeline, asked.epoch, recovery.ledger, h, asked.offsets[h.sink],
@@ -375,6 +406,11 @@ def _answer_text(answer: Held) -> str:
         return f"cannot tell whether it holds batch {batch} (the warning logged says why)"
     if not answer.holds:
         return f"does not hold batch {batch}"
+    if answer.part is not None:
+        return (
+            f"holds part of batch {batch} ({answer.part.text()} committed), which the ledger "
+            "had no mark of: no lost mark recorded"
+        )
     text = f"holds batch {batch}, which the ledger had no mark of"
     if answer.harmless is not None:
         text += f" (writing it again changes nothing there: {answer.harmless})"
@@ -458,7 +494,9 @@ def _unmarked_given_up_lines(recovery: Recovery, behind: LedgerEntry) -> list[st
     ]
 
 
-def _facts(recovery: Recovery, asked: list[str]) -> list[str]:
+def _facts(recovery: Recovery, asked: list[str], partly: Sequence[Held] = ()) -> list[str]:
+    """The report's lines; ``partly``: the sinks holding only part of the batch after
+    their mark (the resume point printed is then for a new checkpoint only)."""
     if not recovery.latest:
         return [
             f"pipeline {recovery.pipeline!r}: the ledger holds no committed batch",
@@ -485,7 +523,11 @@ def _facts(recovery: Recovery, asked: list[str]) -> list[str]:
         return lines + _before_first_lines(recovery)
     behind = marks.furthest_behind
     assert behind is not None
-    lines.append(_resume_line(behind, marks))
+    resume = _resume_line(behind, marks)
+    if partly:
+        lines.append(_partly_line(behind, partly))
+    if not partly or not resume.endswith("nothing is written twice."):
+        lines.append(resume)
     lines += _unmarked_given_up_lines(recovery, behind)
     starting = recovery.starting_offsets()
     if starting is None:

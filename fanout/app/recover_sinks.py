@@ -21,7 +21,14 @@ from fanout.contract.sink import Sink, SinkContext
 from fanout.delta_tables.io import one_line
 from fanout.ledger.entry import LOST_MARK, REWRITTEN, Ledger, LedgerEntry, ledger_location
 from fanout.observe.logs import register_secrets
-from fanout.steps.unmarked import Held, ask, before_start, lost_mark, recorded_offsets
+from fanout.steps.unmarked import (
+    Held,
+    ask_in_turn,
+    before_start,
+    lost_mark,
+    recorded_offsets,
+    unmarked_asks,
+)
 
 RECORDED_BY = "recorded by fanout recover"
 """What a lost mark ``fanout recover`` records says after :data:`LOST_MARK`."""
@@ -58,7 +65,7 @@ class Asked:
         them (by the epoch's owner, with the batch's offsets when another sink marked it)."""
         owner = ledger.epoch_owners(pipeline).get(self.epoch) if self.held else None
         marks = []
-        for h in self.held:
+        for h in (h for h in self.held if h.whole):  # never a mark of part of a batch
             recorded = f"{LOST_MARK if h.harmless is None else REWRITTEN}: {RECORDED_BY}"
             marks.append(lost_mark(pipeline, self.epoch, h, owner, self.offsets[h.sink], recorded))
         return marks
@@ -74,6 +81,7 @@ def ask_sinks(
     names = [str(options["name"]) for options in config.sinks]
     marks = ledger.last_committed(config.name, names, epoch)
     before = before_start(ledger, config.name, epoch, marks)
+    asks = unmarked_asks(before, marks)
     asked = Asked(file, epoch, dict(marks))
     for options in config.sinks:
         name = str(options["name"])
@@ -85,12 +93,12 @@ def ask_sinks(
         if sink is None:
             continue
         try:
-            answer = ask(sink, config.name, epoch, after)
+            answer = ask_in_turn(sink, config.name, epoch, asks if mark is None else (mark,))
         finally:
             sink.close()
         asked.answers.append(answer)
         if answer.holds:
-            asked.offsets[name] = recorded_offsets(ledger, config.name, epoch, after + 1)
+            asked.offsets[name] = recorded_offsets(ledger, config.name, epoch, answer.mark + 1)
     return asked
 
 

@@ -121,6 +121,25 @@ class SinkContext:
         self.changes.append(change)
 
 
+@dataclass(frozen=True)
+class PartlyHeld:
+    """:meth:`Sink.holds_batch`'s answer for a batch the sink holds only part of: some of
+    the transactions (partitions) it writes the batch in committed, not all.
+
+    :param committed: how many partitions committed the batch.
+    :param partitions: how many the batch was written in (``None``: the sink's records
+        do not say).
+    """
+
+    committed: int
+    partitions: int | None = None
+
+    def text(self) -> str:
+        """The part, for messages: ``3 of 4 partitions``."""
+        of = "?" if self.partitions is None else str(self.partitions)
+        return f"{self.committed} of {of} partitions"
+
+
 class Sink:
     """Base class of every sink type.
 
@@ -272,21 +291,28 @@ class Sink:
         :meth:`open`."""
         return None
 
-    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
-        """Whether the target holds any part of batch ``batch_id`` of ``epoch`` by the
-        sink's own records (the idempotency records :meth:`write` keeps for
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | PartlyHeld | None:
+        """Whether the target holds batch ``batch_id`` of ``epoch`` by the sink's own
+        records (the idempotency records :meth:`write` keeps for
         :attr:`Batch.idempotency_key` of that batch: ``txn_app_id(pipeline, self.name,
-        epoch)`` at version ``batch_id``), whatever the ledger says.
+        epoch)`` at version ``batch_id``), whatever the ledger says: all of it, part of it,
+        or none.
 
         Called on the driver after :meth:`open`, only when a checkpoint reset starts a new
-        epoch (``on_checkpoint_reset="new_epoch"``), once per sink with a mark ``m`` in the
-        epoch being replaced, for ``batch_id = m + 1``: a sink that wrote that batch and
-        lost its mark (the driver killed in between) would get its rows again from the new
-        epoch, so fanout refuses the start (:class:`fanout.UnmarkedBatchError`). One read
-        of the sink's records; never called on the per-batch path.
+        epoch (``on_checkpoint_reset="new_epoch"``) and by ``fanout recover --config``,
+        once per sink with a mark ``m`` in the epoch being replaced, for ``batch_id = m +
+        1``: a sink that wrote that batch and lost its mark (the driver killed in between)
+        would get its rows again from the new epoch, so fanout refuses the start
+        (:class:`fanout.UnmarkedBatchError`). One read of the sink's records; never called
+        on the per-batch path.
 
-        ``True``: some part of the batch was committed (one partition is enough);
-        ``False``: none; ``None`` (the default): the sink cannot tell. Raise nothing for
+        ``True``: the *whole* batch was committed (fanout then records the sink's lost mark
+        in the ledger, which counts the batch as written there); a :class:`PartlyHeld`:
+        some of its partitions committed, not all (a sink writing a batch in several
+        transactions, killed between them; nothing is recorded, since a mark would make a
+        replay of the batch skip the partitions that never committed); ``False``: none;
+        ``None`` (the default): the sink cannot tell. A sink that cannot tell the whole
+        from a part answers :class:`PartlyHeld` with ``partitions=None``. Raise nothing for
         "cannot tell": an exception is logged and counted as ``None``."""
         return None
 

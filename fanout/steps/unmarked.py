@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from fanout.contract.batch import BatchInfo
-from fanout.contract.sink import Sink
+from fanout.contract.sink import PartlyHeld, Sink
 from fanout.errors import SinkTimeoutError, UnmarkedBatchError
 from fanout.ledger.entry import (
     LOST_MARK,
@@ -43,14 +43,22 @@ log = logging.getLogger("fanout")
 
 @dataclass(frozen=True)
 class Held:
-    """A sink's answer about the batch after its mark ``mark``: ``True`` holds it,
-    ``False`` does not, ``None`` cannot tell."""
+    """A sink's answer about the batch after its mark ``mark``: ``True`` holds it (all of
+    it, or only ``part``), ``False`` does not, ``None`` cannot tell."""
 
     sink: str
     mark: int
     holds: bool | None
     hint: str | None = None
     harmless: str | None = None
+    part: PartlyHeld | None = None
+    """Set when the sink holds only some of the batch's partitions
+    (:class:`fanout.PartlyHeld`): no lost mark is recorded for it."""
+
+    @property
+    def whole(self) -> bool:
+        """Whether the sink holds the whole batch (its lost mark may be recorded)."""
+        return bool(self.holds) and self.part is None
 
 
 def refuse_unmarked(
@@ -74,10 +82,13 @@ def refuse_unmarked(
     before = before_start(ledger, info.pipeline, epoch, marks)
     unmarked = {n: in_spool.get(n, before) for n in marks}
     _refuse_restart(info, ledger, sinks, marks, unmarked, bounds)
+    asks = unmarked_asks(before, marks)
     answers = [
-        ask(sinks[name], info.pipeline, epoch, after, bounds.get(name))
-        for name, after in sorted((n, before if m is None else m) for n, m in marks.items())
-        if in_spool.get(name, -1) <= after
+        ask_in_turn(
+            sinks[name], info.pipeline, epoch, asks if m is None else (m,), bounds.get(name)
+        )
+        for name, m in sorted(marks.items())
+        if in_spool.get(name, -1) <= (before if m is None else m)
     ]
     held = [a for a in answers if a.holds]
     if not held:
@@ -86,7 +97,8 @@ def refuse_unmarked(
     offsets = {h.sink: recorded_offsets(ledger, info.pipeline, epoch, h.mark + 1) for h in held}
     owner = ledger.epoch_owners(info.pipeline).get(epoch)
     for h in held:
-        ledger.mark_committed(_lost_mark(info, h, owner, offsets[h.sink]))
+        if h.whole:  # a mark of part of a batch would make its replay skip the rest
+            ledger.mark_committed(_lost_mark(info, h, owner, offsets[h.sink]))
     refused = [h for h in held if h.harmless is None]
     for h in held:
         if h.harmless is not None:
@@ -109,7 +121,7 @@ def _needed_rewrites(
     all_harmless = all(sink.harmless_rewrite() is not None for sink in sinks.values())
 
     def lacking(batch: int) -> bool:
-        holding = {h.sink for h in held if h.mark + 1 == batch}
+        holding = {h.sink for h in held if h.whole and h.mark + 1 == batch}
         return any(
             (mark is None or mark < batch)
             and name not in holding
@@ -118,7 +130,7 @@ def _needed_rewrites(
         )
 
     return [
-        h if h.harmless is None or all_harmless or lacking(h.mark + 1)
+        h if h.harmless is None or (h.whole and (all_harmless or lacking(h.mark + 1)))
         else replace(h, harmless=None)
         for h in held
     ]  # fmt: skip
@@ -134,6 +146,39 @@ def before_start(ledger: Ledger, pipeline: str, epoch: int, marks: Mapping[str, 
         return -1
     first = ledger.epoch_start(pipeline, epoch)
     return (0 if first is None else first) - 1
+
+
+def unmarked_asks(before: int, marks: Mapping[str, int | None]) -> tuple[int, ...]:
+    """The marks a sink without one in the epoch is asked after, in turn (about the batch
+    after each, :func:`ask_in_turn`); ``before``: the batch before the epoch's first
+    (:func:`before_start`). No sink has a mark in the epoch: ``before`` (the driver died in
+    its first batch). Else the others' highest mark ``h`` and ``h - 1``, then ``before``: a
+    sink without a mark while others marked a batch joined the pipeline since the epoch
+    began (or came back), and the driver died in ``h + 1`` after it wrote it, or in ``h``
+    between its write and its mark. Asked about the epoch's first batch first, a Delta sink
+    (its answer: that batch or a later one) had its lost mark recorded at a batch it never
+    got."""
+    high = max((m for m in marks.values() if m is not None), default=None)
+    if high is None:
+        return (before,)
+    return tuple(dict.fromkeys((high, high - 1, before)))
+
+
+def ask_in_turn(
+    sink: Sink, pipeline: str, epoch: int, marks: Sequence[int], timeout_s: float | None = None
+) -> Held:
+    """``sink``'s answer about the batch after each of ``marks`` in turn (:func:`ask`): the
+    first it holds (all or part), else its answer about the last, ``None`` when it could
+    not tell about one."""
+    answers = []
+    for mark in marks:
+        answer = ask(sink, pipeline, epoch, mark, timeout_s)
+        if answer.holds:
+            return answer
+        answers.append(answer)
+    if any(a.holds is None for a in answers):
+        return replace(answers[-1], holds=None)
+    return answers[-1]
 
 
 def _warn_rewrite(info: BatchInfo, held: Held) -> None:
@@ -338,6 +383,8 @@ def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
             pipeline, sink.name, mark + 1, epoch, type(exc).__name__, exc,
         )  # fmt: skip
         return Held(sink.name, mark, None)
+    if isinstance(holds, PartlyHeld):  # the old checkpoint's replay completes it: no hint
+        return Held(sink.name, mark, True, part=holds)
     if not holds:
         return Held(sink.name, mark, holds)
     harmless = sink.harmless_rewrite()
@@ -369,15 +416,20 @@ def _message(
     where = ledger_location(ledger)
     recover = f"fanout recover --ledger {where} --pipeline {pipeline}"
     unknown = {a.sink for a in answers if a.holds is None}
+    whole = [h for h in refused if h.part is None]
     lines = [
         f"pipeline {pipeline!r}: query {info.query_id} cannot start epoch {new}: "
-        + ", ".join(f"sink {h.sink} holds batch {h.mark + 1}" for h in refused)
+        + ", ".join(
+            f"sink {h.sink} holds "
+            + (f"batch {h.mark + 1}" if h.part is None else f"part of batch {h.mark + 1}")
+            for h in refused
+        )
         + f" of epoch {epoch} by its own records, and the ledger had no mark of it (the "
         "write committed, the mark did not: the driver died in between, or the query was "
         "stopped mid-batch). A reset resumes after the last marked batch, so the new epoch "
         "would read that input again and write those rows a second time under new "
-        f"transaction ids. Nothing was written under epoch {new}; the ledger now records "
-        "the lost mark (the sink holds the batch)."
+        f"transaction ids. Nothing was written under epoch {new}"
+        + ("; the ledger now records the lost mark (the sink holds the batch)." if whole else ".")
         + "".join(
             f" Sink {h.sink} holds batch {h.mark + 1} too (mark recorded), but writing it "
             f"again changes nothing there: {h.harmless}."
@@ -386,7 +438,10 @@ def _message(
         )
     ]
     for h in refused:
-        lines += choice_lines(pipeline, epoch, where, h, offsets[h.sink], marks, held, unknown)
+        if h.part is not None:
+            lines += partial_lines(pipeline, epoch, where, h, offsets[h.sink], marks)
+        else:
+            lines += choice_lines(pipeline, epoch, where, h, offsets[h.sink], marks, held, unknown)
     lines.append(
         f"Stop every query of this pipeline, run `{recover}` again, and start the new "
         "query from the offsets it prints (on a new checkpoint when they are not this "
@@ -413,7 +468,7 @@ def lacking_sinks(
         name
         for name, mark in sorted(marks.items())
         if (mark is None or mark < batch)
-        and not any(a.sink == name and a.holds and a.mark + 1 == batch for a in holding)
+        and not any(a.sink == name and a.whole and a.mark + 1 == batch for a in holding)
     ]
 
 
@@ -481,7 +536,7 @@ def choice_lines(
         f"--through {batch} --epoch {epoch}`"
         for name in lacking
     )
-    if marks[h.sink] is not None:
+    if marks[h.sink] is not None or any(m is not None for m in marks.values()):
         resume = f"Resume after batch {h.mark}, where `{recover}` counts {', '.join(lacking)}"
     else:
         unmarked = ", ".join(name for name in lacking if marks[name] is None)
@@ -498,4 +553,59 @@ def choice_lines(
         "is removed first).",
         f"  2. Or give batch {batch} up for {', '.join(lacking)}: {skip}, then resume "
         f"after batch {batch}: they never get its rows.",
+    ]
+
+
+def partial_lines(
+    pipeline: str,
+    epoch: int,
+    where: str,
+    held: Held,
+    known: str | None,
+    marks: Mapping[str, int | None],
+) -> list[str]:
+    """The lines naming the batch ``held.sink`` holds only part of (``held.part``), why no
+    lost mark is recorded, and the ways out: the old checkpoint's restart completes the
+    batch; without it, a skip and a resume before the batch (the committed part twice) or
+    after it (the rest never). The refusal and ``fanout recover --config`` print them.
+
+    :param known: the batch's source offsets, when another sink marked it.
+    :param marks: each sink's mark in ``epoch`` (``None``: no mark).
+    """
+    assert held.part is not None
+    h, batch, part = held, held.mark + 1, held.part
+    rest = (
+        "the other partitions"
+        if part.partitions is None
+        else f"the other {part.partitions - part.committed} of {part.partitions} partitions"
+    )
+    skip = (
+        f"`fanout ledger skip --ledger {where} --pipeline {pipeline} --sink {h.sink} "
+        f"--through {batch} --epoch {epoch}`"
+    )
+    marked = sorted(n for n, m in marks.items() if n != h.sink and m is not None and m >= batch)
+    twice = (
+        f" ({', '.join(marked)} marked batch {batch}: "
+        f"{'it gets' if len(marked) == 1 else 'they get'} it a second time too)"
+        if marked
+        else ""
+    )
+    before = (
+        f"after batch {h.mark}"
+        if marks.get(h.sink) is not None
+        else f"at epoch {epoch}'s start ({epoch_began(batch)})"
+    )
+    return [
+        f"- sink {h.sink}: part of batch {batch} of epoch {epoch}, {part.text()} committed "
+        "(by its own records); no lost mark is recorded for it: a mark says the sink holds "
+        f"the whole batch, and a replay of batch {batch} would then skip {rest}.",
+        "  1. Restart the query on its old checkpoint (the one that wrote the batch, not a "
+        f"new one, and without a reset): it replays batch {batch}, skips the {part.committed} "
+        f"committed partitions and writes {rest}: nothing lost, nothing twice.",
+        "  If that checkpoint is gone (the sink keeps being asked about the batch until its "
+        f"ledger mark reaches it, so first {skip}):",
+        f"  2. Resume {before}: {h.sink} gets the {part.committed} committed "
+        f"partitions' rows of batch {batch} a second time{twice}.",
+        f"  3. Or resume after batch {batch} ({_after(batch, known)}): {h.sink} never gets "
+        f"{rest}' rows of batch {batch}.",
     ]

@@ -31,7 +31,9 @@ the batch is replayed; a batch of a new epoch (a checkpoint reset accepted with
 ``on_checkpoint_reset="new_epoch"``: batch ids start at 0 again) lands beside the old
 epoch's batch of the same id; a secret of the configuration never appears in an error or a
 log; and, when the sink implements the optional :meth:`fanout.Sink.holds_batch`, that it
-says ``False`` before a batch is written and ``True`` after.
+says ``False`` before a batch is written and ``True`` after (the whole batch: not a
+:class:`fanout.PartlyHeld`, which a sink answers only for a batch some of whose
+partitions never committed).
 
 The sink type is found as ``FanOut`` finds it: through the ``fanout`` entry point of an
 installed distribution (``pip install -e .`` of your plugin in the test environment), or,
@@ -233,9 +235,10 @@ class SinkConformance:
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
     ) -> None:
         """The optional :meth:`fanout.Sink.holds_batch`: ``False`` before a batch is
-        written, ``True`` after (whatever the ledger says), ``False`` for the next batch
-        and for the same batch id of another epoch. Skipped for a sink that cannot tell
-        (``None``, the default)."""
+        written, ``True`` after (whatever the ledger says; the whole batch was written, so
+        not a :class:`fanout.PartlyHeld`: fanout records a lost mark only for ``True``),
+        ``False`` for the next batch and for the same batch id of another epoch. Skipped
+        for a sink that cannot tell (``None``, the default)."""
         fan = self._fan(under_test, str(tmp_path / "ledger"))
         sink = fan.sinks[NAME]
         before = sink.holds_batch(self.pipeline, 0, 0)

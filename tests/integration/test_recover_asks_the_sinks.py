@@ -321,12 +321,6 @@ class KillAfterGoldWrote:
             raise DriverKilled("killed between the write and the mark")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a sink added mid-epoch without a mark is asked about the epoch's first batch; "
-    "Delta answers 'that batch or later', so its lost mark is recorded at batch 0, and each "
-    "start after it is refused one batch further (review4)",
-)
 def test_recover_counts_a_sink_added_mid_epoch_at_the_batch_it_holds(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from fanout import BatchInfo, Sink, UnmarkedBatchError
+from fanout import BatchInfo, PartlyHeld, Sink, UnmarkedBatchError
 from fanout.ledger.entry import LedgerEntry
 from fanout.ledger.memory import MemoryLedger
 from fanout.steps.unmarked import refuse_unmarked
@@ -248,3 +248,103 @@ def test_the_refused_query_again_after_the_copy_was_removed_stays_refused_when_a
         "3's rows a second time there."
     )
     refuse_unmarked(BatchInfo("p", 0, "newer", epoch=0), ledger, sinks)  # a new checkpoint
+
+
+class Partly(Sink):
+    """Holds ``committed`` of ``partitions`` partitions of batch ``batch`` of epoch 0."""
+
+    def __init__(self, name: str, batch: int, committed: int, partitions: int | None) -> None:
+        super().__init__(name)
+        self.batch, self.part = batch, PartlyHeld(committed, partitions)
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | PartlyHeld | None:
+        return self.part if batch_id == self.batch else False
+
+    def harmless_rewrite(self) -> str | None:
+        return "upserts by key"  # not for part of a batch: the old checkpoint completes it
+
+
+def test_a_sink_holding_part_of_the_next_batch_is_refused_and_no_mark_recorded() -> None:
+    """A lost mark says the sink holds the whole batch: recorded for part of it, a replay
+    of the old checkpoint skipped the partitions that never committed (rows lost). The
+    start is refused (even for a harmless rewrite), nothing is recorded, and asked again it
+    is refused again, until the old checkpoint completes the batch or a skip marks it."""
+    ledger = _ledger({"a": 2, "b": 3})
+    sinks = {"a": Partly("a", 3, 1, 4), "b": Answering("b", {0, 1, 2, 3})}
+    for _ in range(2):
+        with pytest.raises(UnmarkedBatchError) as refused:
+            refuse_unmarked(INFO, ledger, sinks)
+        assert ledger.last_committed("p", ["a", "b"]) == {"a": 2, "b": 3}
+    text = str(refused.value)
+    assert "cannot start epoch 1: sink a holds part of batch 3 of epoch 0 by its own " in text
+    assert "Nothing was written under epoch 1.\n" in text and "now records" not in text
+    lines = text.splitlines()
+    assert lines[1] == (
+        "- sink a: part of batch 3 of epoch 0, 1 of 4 partitions committed (by its own "
+        "records); no lost mark is recorded for it: a mark says the sink holds the whole "
+        "batch, and a replay of batch 3 would then skip the other 3 of 4 partitions."
+    )
+    assert lines[2].startswith(
+        "  1. Restart the query on its old checkpoint (the one that wrote the batch, not a "
+        "new one, and without a reset): it replays batch 3, skips the 1 committed partitions "
+        "and writes the other 3 of 4 partitions: nothing lost, nothing twice."
+    )
+    assert "--sink a --through 3 --epoch 0`" in lines[3]
+    assert lines[4] == (
+        "  2. Resume after batch 2: a gets the 1 committed partitions' rows of batch 3 a "
+        "second time (b marked batch 3: it gets it a second time too)."
+    )
+    assert lines[5].startswith("  3. Or resume after batch 3 (the source offsets of batch 3")
+    assert lines[5].endswith("a never gets the other 3 of 4 partitions' rows of batch 3.")
+
+
+def test_a_part_of_unknown_size_is_named_so() -> None:
+    ledger = _ledger({"a": 2})
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, {"a": Partly("a", 3, 2, None)})
+    assert "2 of ? partitions committed" in str(refused.value)
+    assert "would then skip the other partitions." in str(refused.value)
+    assert ledger.last_committed("p", ["a"]) == {"a": 2}
+
+
+class OrLater(Answering):
+    """Answers as the Delta sink does: holds ``batch_id`` when it holds that batch or a
+    later one (its app transaction's version)."""
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        self.asked.append((epoch, batch_id))
+        return batch_id <= max(self.held or {-1})
+
+
+def test_a_sink_added_mid_epoch_is_asked_about_the_batches_at_the_others_high_water_mark() -> None:
+    """gold joined at batch 5 and lost its mark of it; a and b marked batches 0-5. Asked
+    about the epoch's first batch, it said "held" (that batch or a later one), and its
+    lost mark was recorded at batch 0, which it never got. Now it is asked about batch 6,
+    then 5, and the mark is recorded at 5."""
+    ledger = _ledger({"a": 5, "b": 5})
+    sinks = {"a": Answering("a", set()), "b": Answering("b", set()), "gold": OrLater("gold", {5})}
+    with pytest.raises(UnmarkedBatchError) as refused:  # this query starts before batch 5
+        refuse_unmarked(INFO, ledger, sinks)
+    assert "sink gold holds batch 5 of epoch 0" in str(refused.value)
+    assert "Every sink holds batch 5, so resume after it" in str(refused.value)
+    assert sinks["gold"].asked == [(0, 6), (0, 5)]
+    assert ledger.last_committed("p", ["a", "b", "gold"]) == {"a": 5, "b": 5, "gold": 5}
+
+
+def test_a_sink_added_mid_epoch_holding_the_batch_in_flight_is_refused_at_it() -> None:
+    ledger = _ledger({"a": 5})
+    sinks = {"a": Answering("a", set()), "gold": OrLater("gold", {6})}
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, sinks)
+    assert sinks["gold"].asked == [(0, 6)]
+    assert "sink gold holds batch 6 of epoch 0" in str(refused.value)
+    assert "  1. Resume after batch 5, where `fanout recover" in str(refused.value)
+    assert ledger.last_committed("p", ["a", "gold"]) == {"a": 5, "gold": 6}
+
+
+def test_a_sink_added_mid_epoch_holding_nothing_is_asked_down_to_the_epochs_first() -> None:
+    ledger = _ledger({"a": 5})
+    sinks = {"a": Answering("a", set()), "gold": Answering("gold", set())}
+    refuse_unmarked(INFO, ledger, sinks)
+    assert sinks["gold"].asked == [(0, 6), (0, 5), (0, 0)]
+    assert ledger.last_committed("p", ["a", "gold"]) == {"a": 5, "gold": None}

@@ -369,15 +369,30 @@ def _markers_beyond(
         found.append(offset)
 
 
-def markers_from(
+def held_partitions(
     admin_config: Mapping[str, Any],
     marker_topic: str,
     marker_group: Callable[[int], str],
+    batch_id: int,
     timeout_s: float = 60.0,
-) -> list[int]:
-    """The markers of partitions ``0, 1, ...`` for as long as each has one (a batch
-    commits a marker in every partition, so the first group without one ends them)."""
-    return _markers_beyond(_admin(admin_config), marker_topic, marker_group, 0, timeout_s)
+) -> tuple[int | None, int | None]:
+    """How many partitions' markers (partitions 0, 1, ... for as long as each has one) say
+    they committed ``batch_id``, and the partition count their plan offsets recorded
+    (``None``: none recorded, or they disagree). ``(None, None)`` when a marker is past the
+    batch: a later batch committed, so this one did, whole."""
+    admin = _admin(admin_config)
+    markers = _markers_beyond(admin, marker_topic, marker_group, 0, timeout_s)
+    if any(offset > batch_id + 1 for offset in markers):  # a marker is batch + 1
+        return None, None
+    holding = [p for p, offset in enumerate(markers) if offset == batch_id + 1]
+    if not holding:
+        return 0, None
+    plans = _offsets(admin, marker_topic, [plan_group(marker_group(p)) for p in holding],
+                     timeout_s)  # fmt: skip
+    counts = {offset >> (_FINGERPRINT_BITS + _DIGEST_BITS) for offset in plans
+              if offset != NO_OFFSET}  # fmt: skip
+    count = counts.pop() if len(counts) == 1 and NO_OFFSET not in plans else None
+    return len(holding), count
 
 
 def _admin_config(settings: WriterSettings) -> dict[str, Any]:

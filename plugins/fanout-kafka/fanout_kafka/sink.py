@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch
 from fanout.contract.dead_letters import DeadLetterTarget
-from fanout.contract.sink import Guarantee, SinkContext
+from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, SinkWriteError
 from fanout.partitioned.membership import (
     WHOLE_ROW,
@@ -322,18 +322,28 @@ class KafkaSink(PartitionedSink):
         write."""
         return self._read_markers(batch, plan)
 
-    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
-        """Whether a partition's marker on the marker topic says it committed the batch
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | PartlyHeld | None:
+        """Whether the partitions' markers on the marker topic say they committed the batch
         (or a later one): the markers of partitions 0, 1, ... for as long as each has one
-        (one admin request per partition, :mod:`fanout_kafka.membership`)."""
+        (one admin request per partition, :mod:`fanout_kafka.membership`), and the
+        partition count the holding partitions' plan offsets recorded. All of the batch's
+        partitions: ``True``; some: :class:`fanout.PartlyHeld`; none: ``False``."""
         from fanout.contract.batch import pipeline_scope
         from fanout_kafka.markers import marker_group
-        from fanout_kafka.membership import markers_from
+        from fanout_kafka.membership import held_partitions
 
         scope, name = pipeline_scope(pipeline, epoch), self.name
         config = admin_config(self.producer, str(self.bootstrap_servers))
-        markers = markers_from(config, self.marker_topic, lambda p: marker_group(scope, name, p))
-        return any(offset > batch_id for offset in markers)  # a marker is batch + 1
+        committed, count = held_partitions(
+            config, self.marker_topic, lambda p: marker_group(scope, name, p), batch_id
+        )
+        if committed is None:  # a later batch committed: this one did, whole
+            return True
+        if committed == 0:
+            return False
+        if count is not None and committed >= count:
+            return True
+        return PartlyHeld(committed, count)
 
     def _read_markers(self, batch: Batch, plan: PartitionPlan) -> list[CommittedPartition]:
         settings = replace(self.settings(batch), plan=plan)

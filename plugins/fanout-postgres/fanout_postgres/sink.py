@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from fanout.contract.batch import Batch, pipeline_scope
 from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.partitions import BatchPartitioning, StableColumns
-from fanout.contract.sink import Guarantee, SinkContext
+from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext
 from fanout.errors import (
     ConfigurationError,
     SchemaMismatchError,
@@ -360,17 +360,22 @@ class PostgresSink(PartitionedSink):
                 conn, self.state_schema, _scope(batch), self.name, batch.batch_id
             )
 
-    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
-        """Whether a partition of the batch committed: its progress marks (append) or its
-        ``upsert_routes`` rows (upsert), each written in the partition's transaction. One
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | PartlyHeld | None:
+        """Whether the batch's partitions committed, each writing its progress mark
+        (append) or its ``upsert_routes`` row (upsert) in its own transaction: all of them
+        (``True``), some (:class:`fanout.PartlyHeld`), none. Append: the partition count
+        its marks recorded; upsert, whose rows record none: the ``partitions`` option. One
         query. (Whether an upsert's rows written again change nothing:
         :meth:`harmless_rewrite`.)"""
         scope = pipeline_scope(pipeline, epoch)
         with self._engine().connect() as conn:
             if self.mode == "append":
                 marks = committed_partitions(conn, self.state_schema, scope, self.name, batch_id)
-                return bool(marks)
-            return bool(upsert_routes(conn, self.state_schema, scope, self.name, batch_id))
+                counts = {m.partitions for m in marks}
+                count = counts.pop() if len(counts) == 1 else None
+                return _held(len({m.partition for m in marks}), count)
+            routes = upsert_routes(conn, self.state_schema, scope, self.name, batch_id)
+            return _held(len(routes), self.partitions)
 
     def harmless_rewrite(self) -> str | None:
         """Upsert without a dead-letter target: an ``INSERT ... ON CONFLICT DO UPDATE``
@@ -821,3 +826,13 @@ def _sa() -> Any:
     import sqlalchemy
 
     return sqlalchemy
+
+
+def _held(committed: int, partitions: int | None) -> bool | PartlyHeld:
+    """:meth:`PostgresSink.holds_batch`'s answer for ``committed`` of ``partitions``
+    partitions (``None``: the marks disagree on the count, so the whole cannot be told)."""
+    if committed == 0:
+        return False
+    if partitions is not None and committed >= partitions:
+        return True
+    return PartlyHeld(committed, partitions)
