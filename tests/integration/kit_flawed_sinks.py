@@ -69,11 +69,23 @@ class AppendingFile(TokenFiles):
         return SinkResult(rows=len(rows))
 
 
-class CountsOneTooMany(TokenFiles):
-    """Writes correctly, reports a row more than the batch holds."""
+class CountsOneTooFew(TokenFiles):
+    """Writes correctly, reports a row fewer than the batch holds (one more than it holds
+    fanout itself refuses: SinkResultError)."""
 
     def write(self, batch: Batch) -> SinkResult:
-        return SinkResult(rows=super().write(batch).rows + 1)
+        return SinkResult(rows=max(super().write(batch).rows - 1, 0))
+
+
+class WritesOnEmpty(TokenFiles):
+    """Writes a row of its own (id -1) for an empty batch."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        if batch.arrow().num_rows == 0:
+            with (Path(self.directory) / "empty.jsonl").open("a") as file:
+                file.write(json.dumps({"id": -1}) + "\n")
+            return SinkResult(rows=0)
+        return super().write(batch)
 
 
 def read_rows(directory: Path) -> list[dict[str, Any]]:
@@ -89,4 +101,5 @@ def read_rows(directory: Path) -> list[dict[str, Any]]:
 def fanout_sink_types() -> dict[str, type[Sink]]:
     """The flawed sink types, and the correct one."""
     return {"token_files": TokenFiles, "batch_id_files": BatchIdFiles,
-            "appending_file": AppendingFile, "counts_one_too_many": CountsOneTooMany}  # fmt: skip
+            "appending_file": AppendingFile, "counts_one_too_few": CountsOneTooFew,
+            "writes_on_empty": WritesOnEmpty}  # fmt: skip

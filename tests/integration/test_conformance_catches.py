@@ -72,11 +72,11 @@ def test_a_sink_without_idempotency_fails_naming_what_the_target_holds(
 
 
 def test_a_wrong_row_count_fails_naming_it(spark: Any, tmp_path: Path) -> None:
-    suite, case = _suite_and_case("counts_one_too_many", tmp_path)
+    suite, case = _suite_and_case("counts_one_too_few", tmp_path)
     with pytest.raises(AssertionError) as failed:
         suite.test_replay_of_a_marked_batch_is_skipped(spark, case, tmp_path)
     assert re.match(
-        r"write\(\) returned rows=6 for a batch of 5 rows: it must count the rows the batch "
+        r"write\(\) returned rows=4 for a batch of 5 rows: it must count the rows the batch "
         r"holds for it \(written now, or found already written\), 5 here",
         str(failed.value),
     )
@@ -85,10 +85,10 @@ def test_a_wrong_row_count_fails_naming_it(spark: Any, tmp_path: Path) -> None:
 def test_any_failed_check_of_the_suite_shows_its_values(spark: Any, tmp_path: Path) -> None:
     """pytest rewrites the suite's asserts too (fanout.testing registers it): a check
     without a message of its own still says what it compared."""
-    suite, case = _suite_and_case("counts_one_too_many", tmp_path)
+    suite, case = _suite_and_case("writes_on_empty", tmp_path)
     with pytest.raises(AssertionError) as failed:
         suite.test_an_empty_batch_writes_nothing_and_is_marked(spark, case, tmp_path)
-    assert str(failed.value).splitlines()[0] == "assert 1 == 0"
+    assert str(failed.value).splitlines()[0] == "assert [-1] == []"
 
 
 def test_a_sink_writing_a_new_column_said_to_refuse_it_is_told_how_to_say_so(
