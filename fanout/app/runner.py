@@ -485,7 +485,11 @@ def _quiet_query_errors(spark: Any) -> None:
 
 
 _OWN_ERROR = re.compile(r"^fanout\.errors\.\w+: ", re.MULTILINE)
-_AFTER_OWN_ERROR = re.compile(r"\n(?:=== Streaming Query ===|\tat |JVM stacktrace:)")
+# its message ends where Spark's part begins, or a chained exception's trace does
+_AFTER_OWN_ERROR = re.compile(
+    r"\n(?:=== Streaming Query ===|\tat |JVM stacktrace:|\n?During handling of the above "
+    r"exception|\n?The above exception was the direct cause|\n?Traceback \(most recent call)"
+)
 
 
 def _summary(error: Any) -> str:

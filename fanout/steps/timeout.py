@@ -100,8 +100,15 @@ class WriteClaim:
             self._state = self._state or "marking"
             return self._state == "marking"
 
+    def end(self) -> None:
+        """The write returned or raised: from now on it is not abandoned (a failed write
+        keeps its own error, and no ended write is waited for as still running)."""
+        with self._lock:
+            self._state = self._state or "ended"
+
     def abandon(self) -> bool:
-        """The batch's wait is over: abandon the write, unless it is marking already."""
+        """The batch's wait is over: abandon the write, unless it is marking already (or
+        has ended)."""
         with self._lock:
             self._state = self._state or "abandoned"
             return self._state == "abandoned"
@@ -309,10 +316,17 @@ class TimedWrite:
 
     def _run(self) -> None:
         untag = self._tag()
+        claim = self.runner.claim
         try:
-            self.future.set_result(self.runner.run())
+            result = self.runner.run()
         except BaseException as exc:  # handed to the batch's thread, or logged if abandoned
+            if claim is not None:
+                claim.end()  # before the future: one done is never given up afterwards
             self.future.set_exception(exc)
+        else:
+            if claim is not None:
+                claim.end()
+            self.future.set_result(result)
         finally:
             self.ended.set()
             try:
@@ -395,7 +409,8 @@ class TimedWrite:
         """Abandon the write now (at its timeout; or for a catch-up write, ``reason``
         ``"stopping"``: the catch-up stops while it runs, ``"draining"``: a max_lag drain
         waited the sink's write_timeout_s for it); ``None`` when it is marking already
-        (the mark is to be waited for). Once abandoned, the same error again."""
+        (the mark is to be waited for) or has ended (its own outcome stands). Once
+        abandoned, the same error again."""
         with self._giving_up:
             if self._error is None:
                 self._error = self._abandon(reason)
@@ -404,7 +419,7 @@ class TimedWrite:
     def _abandon(self, reason: str | None) -> SinkTimeoutError | None:
         claim = self.runner.claim
         assert claim is not None
-        if not claim.abandon():  # written in time, marking now: the mark is waited for
+        if not claim.abandon():  # marking now (the mark is waited for), or ended
             return None
         runner, batch = self.runner, self.runner.batch
         name = runner.sink.name

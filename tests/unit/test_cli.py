@@ -156,3 +156,26 @@ def test_a_run_failing_outside_a_batch_ends_with_fanouts_own_error_whole() -> No
         "pipeline 'clicks': checkpoint reset detected.\n"
         "How to proceed:\n  1. Restore the original checkpoint directory."
     )
+
+
+def test_a_run_summary_of_fanouts_error_chained_to_another_holds_no_trace() -> None:
+    """fanout's error was not the query's last (another was raised while it was handled):
+    the summary printed, after its message, the whole trace of the other one."""
+    from fanout.app.runner import _summary
+
+    error = RuntimeError("unused")
+    error.desc = (  # type: ignore[attr-defined]  # as pyspark's StreamingQueryException has it
+        "An exception was raised by the Python Proxy. Return Message: Traceback (most recent "
+        'call last):\n  File "/x/fanout/steps/guard.py", line 106, in check\n'
+        "    raise CheckpointResetError(\n"
+        "fanout.errors.CheckpointResetError: pipeline 'clicks': checkpoint reset detected.\n"
+        "How to proceed:\n  1. Restore the original checkpoint directory.\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        'Traceback (most recent call last):\n  File "/x/fanout/fan_out.py", line 9, in f\n'
+        "    close()\nValueError: I/O operation on closed file\n\n"
+        "=== Streaming Query ===\nIdentifier: clicks [id = 7e4f]\n"
+    )
+    assert _summary(error) == (
+        "pipeline 'clicks': checkpoint reset detected.\n"
+        "How to proceed:\n  1. Restore the original checkpoint directory."
+    )

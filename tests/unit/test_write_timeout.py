@@ -752,3 +752,38 @@ def test_a_hung_close_of_a_timed_sink_is_bounded_and_logged(
         assert slow.closed == 1
     finally:
         gate.set()
+
+
+def test_a_write_ended_before_it_is_given_up_keeps_its_own_outcome() -> None:
+    """A catch-up write that failed (never marking) was still given up when a max_lag
+    drain or the stop asked after it ended (or the watch's deadline came as it ended): its
+    failure became a SinkTimeoutError, recorded again as timed out, and an abandoned write
+    that had already ended was kept."""
+    from types import SimpleNamespace
+
+    from fanout.steps.timeout import AbandonedWrites, TimedWrite
+
+    failed = SinkWriteError("refused", sink="pg")
+    reported: list[Exception] = []
+
+    class Runner:
+        sink = SimpleNamespace(name="pg")
+        batch = SimpleNamespace(
+            pipeline="p", batch_id=4, info=SimpleNamespace(epoch=0), df=None, _arrow=None
+        )
+        claim: WriteClaim | None = None
+        attempt = 1
+
+        def run(self) -> Any:
+            return failed
+
+        def timed_out(self, error: Exception) -> None:
+            reported.append(error)
+
+    abandoned = AbandonedWrites("p")
+    timed = TimedWrite.start(Runner(), 30.0, abandoned, lambda fn: fn)  # type: ignore[arg-type]
+    assert timed.done.wait(5)
+    assert timed.give_up(reason="draining") is None
+    assert timed.outcome() is failed
+    assert reported == []
+    assert abandoned._writes == {}

@@ -374,14 +374,20 @@ def held_partitions(
     marker_topic: str,
     marker_group: Callable[[int], str],
     batch_id: int,
+    partitions: int,
     timeout_s: float = 60.0,
 ) -> tuple[int | None, int | None]:
-    """How many partitions' markers (partitions 0, 1, ... for as long as each has one) say
+    """How many partitions' markers (partitions ``0 .. partitions-1``, each whether it has
+    one or not, then the next ones for as long as each has one: the sink had more) say
     they committed ``batch_id``, and the partition count their plan offsets recorded
     (``None``: none recorded, or they disagree). ``(None, None)`` when a marker is past the
     batch: a later batch committed, so this one did, whole."""
     admin = _admin(admin_config)
-    markers = _markers_beyond(admin, marker_topic, marker_group, 0, timeout_s)
+    # not only those in a row from partition 0: the epoch's first batch may have committed
+    # in partition 1 while partition 0, which failed, has no marker yet
+    markers = _offsets(admin, marker_topic, [marker_group(p) for p in range(partitions)],
+                       timeout_s)  # fmt: skip
+    markers += _markers_beyond(admin, marker_topic, marker_group, partitions, timeout_s)
     if any(offset > batch_id + 1 for offset in markers):  # a marker is batch + 1
         return None, None
     holding = [p for p, offset in enumerate(markers) if offset == batch_id + 1]

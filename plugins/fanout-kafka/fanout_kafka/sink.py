@@ -324,10 +324,11 @@ class KafkaSink(PartitionedSink):
 
     def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | PartlyHeld | None:
         """Whether the partitions' markers on the marker topic say they committed the batch
-        (or a later one): the markers of partitions 0, 1, ... for as long as each has one
-        (one admin request per partition, :mod:`fanout_kafka.membership`), and the
-        partition count the holding partitions' plan offsets recorded. All of the batch's
-        partitions: ``True``; some: :class:`fanout.PartlyHeld`; none: ``False``."""
+        (or a later one): the markers of its ``partitions``, then of those beyond for as
+        long as each has one (one admin request per partition,
+        :mod:`fanout_kafka.membership`), and the partition count the holding partitions'
+        plan offsets recorded. All of the batch's partitions: ``True``; some:
+        :class:`fanout.PartlyHeld`; none: ``False``."""
         from fanout.contract.batch import pipeline_scope
         from fanout_kafka.markers import marker_group
         from fanout_kafka.membership import held_partitions
@@ -335,7 +336,11 @@ class KafkaSink(PartitionedSink):
         scope, name = pipeline_scope(pipeline, epoch), self.name
         config = admin_config(self.producer, str(self.bootstrap_servers))
         committed, count = held_partitions(
-            config, self.marker_topic, lambda p: marker_group(scope, name, p), batch_id
+            config,
+            self.marker_topic,
+            lambda p: marker_group(scope, name, p),
+            batch_id,
+            self.partitions,
         )
         if committed is None:  # a later batch committed: this one did, whole
             return True

@@ -56,3 +56,23 @@ def test_a_batch_some_partitions_committed_is_held_in_part(
     assert kafka_sink.holds_batch(pipeline, 0, 0) is True
     assert kafka_sink.holds_batch(pipeline, 0, 1) == PartlyHeld(2, 3)
     assert kafka_sink.holds_batch(pipeline, 0, 2) is False
+
+
+def test_a_batch_committed_in_a_later_partition_only_is_held_in_part(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    """The epoch's first batch committed in partition 1 of 3 only (partition 0 failed, or
+    the driver was killed before it ran): the markers were read from partition 0 on, for
+    as long as each had one, so partition 0's missing marker ended them and the sink said
+    it held none of the batch: a new epoch wrote partition 1's rows a second time."""
+    pipeline = f"holds{uuid.uuid4().hex[:8]}"
+    sink = {"type": "kafka", "name": "k", "bootstrap_servers": kafka.bootstrap,
+            "topic": topic, "key": "id", "value": "v", "partitions": 3}  # fmt: skip
+    fan = FanOut(pipeline, str(tmp_path / "ledger"), [sink])
+    kafka_sink = fan.sinks["k"]
+    zero = Batch(None, BatchInfo(pipeline, 0), "k", txn_app_id(pipeline, "k"))
+    settings = replace(kafka_sink.settings(zero), plan=PartitionPlan(3, (("id", "bigint"),)))
+    records = pa.RecordBatch.from_pylist([{"id": "1", "v": "x"}])
+    PartitionWriter(settings, 1, 0, digest=MemberDigest()).run([records])
+    assert kafka_sink.holds_batch(pipeline, 0, 0) == PartlyHeld(1, 3)
+    assert kafka_sink.holds_batch(pipeline, 0, 1) is False
