@@ -58,7 +58,10 @@ def test_on_cluster_an_executor_lost_under_the_replays_copy(
 
 
 def test_an_executor_lost_during_a_replay_fails_it_and_the_next_takes_a_new_copy() -> None:
-    env = {**os.environ, "FANOUT_TEST_MASTER": "cluster"}
+    # the executors' Python workers unpickle functions of tests.*: the checkout on their path
+    # (the caller's stays behind it, as tests/chaos/cluster_harness.py does)
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = {**os.environ, "FANOUT_TEST_MASTER": "cluster", "PYTHONPATH": path}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
          "no:rerunfailures", __file__, "-k", "on_cluster"],
