@@ -53,9 +53,9 @@ def write_all(
     hooks: HookCaller,
     *,
     retry: RetryPolicy,
+    abandoned: AbandonedWrites,
     parallelism: int | None = None,
     layouts: RecentLayouts | None = None,
-    abandoned: AbandonedWrites | None = None,
 ) -> None:
     """Write (and mark) every pending sink, in parallel threads (at most ``parallelism``);
     fills ``state.results`` and ``state.failures``. A sink's failure never stops another.
@@ -90,9 +90,7 @@ def write_all(
         for runner in [r for r in runners if r.sink.name in timeouts]:
             runners.remove(runner)
             runner.writing = WritingSinks().member()  # no other sink's mark waits for it
-            kept = abandoned if abandoned is not None else AbandonedWrites(state.info.pipeline)
-            timeout = timeouts[runner.sink.name]
-            timed.append(TimedWrite.start(runner, timeout, kept, threads))
+            timed.append(TimedWrite.start(runner, timeouts[runner.sink.name], abandoned, threads))
     if not runners:
         outcomes = []
     elif len(runners) == 1:
