@@ -167,7 +167,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
         if recovery.furthest_behind is not None:
             print(NOT_RECORDED)
         return 0
-    recorded = record(ledger, recovery)
+    recorded = record(ledger, recovery, target.config)
     if recorded is not None:
         print(_masked_text(recorded))
     return 0
@@ -408,7 +408,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run a pipeline described in a TOML file."""
     from fanout.app.runner import run
 
-    return run(args.pipeline_file)
+    return run(args.pipeline_file, new_epoch=args.new_epoch)
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -496,6 +496,14 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a pipeline from a TOML file (Ctrl-C stops cleanly)")
     run.add_argument("pipeline_file", help="e.g. examples/pipeline.toml")
+    run.add_argument(
+        "--new-epoch",
+        action="store_true",
+        help="after a lost or replaced checkpoint (CheckpointResetError): this run "
+        "continues under a new epoch, whose transaction ids are new (start the new "
+        "checkpoint where `fanout recover --config` says). This run only: later runs "
+        "refuse resets again. Refused when the checkpoint was not reset",
+    )
     run.set_defaults(func=cmd_run)
 
     validate = sub.add_parser(
