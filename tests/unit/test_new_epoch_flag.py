@@ -44,26 +44,24 @@ def _refusal(ledger: DeltaLedger, pipeline_file: str | None) -> list[str]:
     return str(refused.value).splitlines()
 
 
-def test_a_reset_refused_in_code_names_the_fanout_option(tmp_path: Path) -> None:
-    lines = _refusal(_ledger(tmp_path), None)
-    assert lines[-2:] == [
-        IN_CODE,
-        f"  `fanout recover --ledger {tmp_path}/ledger --pipeline p` prints these facts "
-        "again, with Kafka startingOffsets.",
-    ]
-
-
-def test_a_reset_refused_under_fanout_run_names_the_run_command(tmp_path: Path) -> None:
+def test_a_reset_refused_names_the_command_for_the_way_the_pipeline_runs(
+    tmp_path: Path,
+) -> None:
     """``fanout run`` gives the FanOut its pipeline file: the refusal said
     ``FanOut(..., on_checkpoint_reset="new_epoch")``, which neither ``fanout run`` nor the
-    file accepts."""
-    lines = _refusal(_ledger(tmp_path), "/etc/p.toml")
-    assert lines[-2:] == [
+    file accepts. A FanOut built in code (no pipeline file) still gets the option."""
+    ledger = _ledger(tmp_path)
+    assert _refusal(ledger, "/etc/p.toml")[-2:] == [
         "  3. Or, accepting that the new query's batches are written as new data even where "
         "they repeat old input, continue under a new epoch: `fanout run /etc/p.toml "
         "--new-epoch` (this run only: later runs refuse resets again).",
         "  `fanout recover --config /etc/p.toml` prints these facts again, with Kafka "
         "startingOffsets, and asks each sink whether it holds a batch written but never marked.",
+    ]
+    assert _refusal(ledger, None)[-2:] == [
+        IN_CODE,
+        f"  `fanout recover --ledger {tmp_path}/ledger --pipeline p` prints these facts "
+        "again, with Kafka startingOffsets.",
     ]
 
 
