@@ -240,6 +240,7 @@ class FanOut:
         self._admission.guard.spooled = self.lagging.spooled_through
         if self.spool is not None:  # the refusals' `fanout recover` reads it too
             self._admission.guard.spool_location = command_location(self.spool.path)
+        self._admission.guard.pipeline_file = self.pipeline_file
         self.abandoned = AbandonedWrites.of(self.pipeline, ledger_location(self.ledger))
         """Writes abandoned at their sink's ``write_timeout_s``, while they run (those of
         an earlier FanOut of the pipeline in this process too)."""

@@ -100,24 +100,43 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Per sink: last committed batch, rows, last commit time, failed attempts."""
+    """Per sink: last committed batch, rows, last commit time, failed attempts; with
+    ``--config``, of the pipeline file's pipeline, every sink of it listed."""
     from fanout.app.status import report
     from fanout.ledger.delta import DeltaLedger
 
-    ledger = DeltaLedger(args.ledger)
+    location, pipeline, spool = args.ledger, args.pipeline, args.spool
+    sinks: tuple[str, ...] | None = None
+    if args.config is not None:
+        target, _ = _recover_target(args)
+        location, pipeline, spool, sinks = (
+            target.ledger,
+            target.pipeline,
+            target.spool,
+            target.sinks,
+        )
+        for note in target.notes:  # stderr: --json's output stays JSON
+            print(f"pipeline {pipeline!r}: {note}", file=sys.stderr)
+    elif location is None:
+        raise ConfigurationError("--ledger required: give it, or --config PIPELINE.toml")
+    ledger = DeltaLedger(location)
     checked = False
 
     def once() -> str:
         nonlocal checked  # the spool's existence: checked at the first draw, not each redraw
-        text = report(ledger, args.pipeline, as_json=args.json, wide=args.wide,
-                      spool=args.spool, spool_checked=checked)  # fmt: skip
+        text = report(ledger, pipeline, as_json=args.json, wide=args.wide, spool=spool,
+                      spool_checked=checked, sinks=sinks)  # fmt: skip
         checked = True
         return text
 
     if args.watch or args.count is not None:
         from fanout.app.watch import watch
 
-        title = f"fanout status --ledger {args.ledger}"
+        title = (
+            f"fanout status --ledger {location}"
+            if args.config is None
+            else f"fanout status --config {args.config}"
+        )
         return watch(once, title=title, interval_s=args.interval, count=args.count, out=sys.stdout)
     print(once())
     return 0
@@ -167,16 +186,16 @@ def cmd_recover(args: argparse.Namespace) -> int:
         if recovery.furthest_behind is not None:
             print(NOT_RECORDED)
         return 0
-    recorded = record(ledger, recovery)
+    recorded = record(ledger, recovery, target.config)
     if recorded is not None:
         print(_masked_text(recorded))
     return 0
 
 
 def _recover_target(args: argparse.Namespace) -> tuple[_SkipTarget, Any]:
-    """The ledger, pipeline, spool and sinks ``fanout recover`` (and ``ledger skip``)
-    reads, and the pipeline file's config: from ``--config`` when given (a flag
-    contradicting it refused), else from the flags alone (no config)."""
+    """The ledger, pipeline, spool and sinks ``fanout recover`` (and ``ledger skip``, and
+    ``status --config``) reads, and the pipeline file's config: from ``--config`` when
+    given (a flag contradicting it refused), else from the flags alone (no config)."""
     if args.config is None:
         missing = [f for f, v in (("--ledger", args.ledger), ("--pipeline", args.pipeline))
                    if v is None]  # fmt: skip
@@ -408,7 +427,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run a pipeline described in a TOML file."""
     from fanout.app.runner import run
 
-    return run(args.pipeline_file)
+    return run(args.pipeline_file, new_epoch=args.new_epoch)
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -496,6 +515,14 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a pipeline from a TOML file (Ctrl-C stops cleanly)")
     run.add_argument("pipeline_file", help="e.g. examples/pipeline.toml")
+    run.add_argument(
+        "--new-epoch",
+        action="store_true",
+        help="after a lost or replaced checkpoint (CheckpointResetError): this run "
+        "continues under a new epoch, whose transaction ids are new (start the new "
+        "checkpoint where `fanout recover --config` says). This run only: later runs "
+        "refuse resets again. Refused when the checkpoint was not reset",
+    )
     run.set_defaults(func=cmd_run)
 
     validate = sub.add_parser(
@@ -521,7 +548,16 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     plugins.set_defaults(func=cmd_plugins)
 
     status = sub.add_parser("status", help="per-sink progress recorded in a ledger")
-    status.add_argument("--ledger", required=True, help="the ledger's Delta table path")
+    status.add_argument(
+        "--config",
+        metavar="PIPELINE.toml",
+        help="the pipeline file (as for fanout run): the ledger, pipeline and spool come "
+        "from it (a flag saying otherwise is refused), and every sink of it is listed, one "
+        "the ledger holds no row of as 'no mark yet'",
+    )
+    status.add_argument(
+        "--ledger", help="the ledger's Delta table path (required without --config)"
+    )
     status.add_argument("--pipeline", help="only this pipeline")
     status.add_argument(
         "--spool",

@@ -19,9 +19,9 @@ from typing import Any
 
 from fanout.app.interval import interval_ms
 from fanout.contract.names import check_name
-from fanout.contract.options import SinkClass, coerce_option_text
+from fanout.contract.options import SinkClass, coerce_option_text, coerce_text
 from fanout.errors import ConfigurationError
-from fanout.observe.option_values import option_type_problems
+from fanout.observe.option_values import option_type_problems, value_problem
 from fanout.observe.secrets import expand_env
 from fanout.retry import RetryPolicy
 from fanout.sink_spec import CORE_OPTIONS, split_core_options
@@ -59,6 +59,16 @@ MINIMUMS: dict[str, tuple[float, bool]] = {
 }
 MAXIMUMS: dict[str, float] = {"metrics.port": 65535}
 NON_EMPTY = ("pipeline.ledger", "pipeline.checkpoint", "pipeline.spool")
+CORE_NUMBERS: dict[str, type] = {
+    "retries": int,
+    "backoff_s": float,
+    "write_timeout_s": float,
+    "max_lag": int,
+    "max_lag.batches": int,
+    "max_lag.age_s": float,
+}
+"""The numbers among fanout's own options of a ``[[sinks]]`` entry (``max_lag``: when
+not a table), as their values must be after a number written as text is read."""
 
 
 @dataclass(frozen=True)
@@ -234,6 +244,7 @@ def check_sinks(
         for key in sink:
             if key not in known:
                 raise _unknown(f"{path}.", key, known, "option")
+        sink = sinks[index] = _typed_core_options(path, sink)
         _check_core_options(path, sink)
         if sink_classes is not None and type_name in sink_classes:
             sinks[index] = _typed_options(path, sink, sink_classes[type_name])
@@ -248,6 +259,43 @@ def _check_core_options(path: str, sink: Mapping[str, Any]) -> None:
         split_core_options(str(sink["name"]), sink, RetryPolicy())
     except ConfigurationError as exc:
         raise ConfigurationError(f"{path}: {exc}") from None
+
+
+def _typed_core_options(path: str, sink: dict[str, Any]) -> dict[str, Any]:
+    """The entry with fanout's own numeric options (:data:`CORE_NUMBERS`) written as text
+    made numbers, as the sink's own options are (``write_timeout_s = "${TIMEOUT}"``);
+    refused, naming the entry, the option, its value and the type it takes, when one is
+    not a number (``retries = true`` and ``retries = 2.5`` too: ``int()`` read them as 1
+    and 2)."""
+    typed = dict(sink)
+    for key in ("retries", "backoff_s", "write_timeout_s"):
+        if key in sink:
+            typed[key] = _core_number(path, sink, key, sink[key])
+    lag = sink.get("max_lag")
+    if isinstance(lag, dict):
+        typed["max_lag"] = {
+            k: _core_number(path, sink, f"max_lag.{k}", v) if f"max_lag.{k}" in CORE_NUMBERS
+            else v
+            for k, v in lag.items()
+        }  # fmt: skip
+    elif lag is not None:
+        typed["max_lag"] = _core_number(path, sink, "max_lag", lag)
+    return typed
+
+
+def _core_number(path: str, sink: Mapping[str, Any], key: str, value: Any) -> Any:
+    """``value`` of fanout's own option ``key``, a number written as text made a number;
+    a :class:`fanout.ConfigurationError` when it is no number of the option's type."""
+    hint = CORE_NUMBERS[key]
+    number = coerce_text(value, hint)
+    table = "int, or a table of batches (int) and age_s (float)"
+    problem = value_problem(key, number, hint, table if key == "max_lag" else None)
+    if problem is None:
+        return number
+    raise ConfigurationError(
+        f"{path} (sink {sink['name']!r}, type {sink['type']!r}): {problem}; one of "
+        "fanout's own options of a sink (README: Running from a config file)"
+    )
 
 
 def _typed_options(path: str, sink: dict[str, Any], sink_class: SinkClass) -> dict[str, Any]:

@@ -51,7 +51,13 @@ from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
 from fanout.spool.table import SpooledBatch
 from fanout.steps.guard import latest_per_sink
-from fanout.steps.guard_text import SinkMarks, describe_entry, not_written_line, sink_marks
+from fanout.steps.guard_text import (
+    SinkMarks,
+    describe_entry,
+    new_epoch_way,
+    not_written_line,
+    sink_marks,
+)
 from fanout.steps.unmarked import (
     Held,
     choice_lines,
@@ -281,17 +287,25 @@ NO_SPOOL = (
 
 
 RECORDED = (
-    "Recorded in the ledger as report {number}: the next epoch "
-    '(on_checkpoint_reset="new_epoch") starts from it, and is refused if a batch of epoch '
-    "{epoch} after it is committed first (then run this again)."
+    "Recorded in the ledger as report {number}: the next epoch ({way}) starts from it, and "
+    "is refused if a batch of epoch {epoch} after it is committed first (then run this again)."
 )
 
 
-def record(ledger: DeltaLedger, recovery: Recovery) -> str | None:
+def recorded_text(number: int, epoch: int, config: str | None) -> str:
+    """:data:`RECORDED` for report ``number`` of ``epoch``, naming how the next epoch
+    starts: ``fanout run CONFIG --new-epoch`` with ``--config``, else that or ``FanOut(...,
+    on_checkpoint_reset="new_epoch")`` (how the pipeline runs is not known)."""
+    way = new_epoch_way(config, in_code=False)
+    return RECORDED.format(number=number, epoch=epoch, way=way)
+
+
+def record(ledger: DeltaLedger, recovery: Recovery, config: str | None = None) -> str | None:
     """Record ``recovery`` in ``ledger`` (:meth:`DeltaLedger.record_recovery`: what the
     next epoch started from it checks) and say so (``None``: it counted no batch, nothing
-    to record). A ledger that cannot be written (read-only credentials) leaves the report
-    unrecorded: the line says what that costs."""
+    to record; ``config``: the pipeline file, ``--config``, for the command it names). A
+    ledger that cannot be written (read-only credentials) leaves the report unrecorded:
+    the line says what that costs."""
     behind = recovery.furthest_behind
     if behind is None:
         return None
@@ -303,7 +317,7 @@ def record(ledger: DeltaLedger, recovery: Recovery) -> str | None:
             f"Not recorded in the ledger ({exc}): a new epoch started from these offsets "
             "cannot check that no batch was committed after this report."
         )
-    return RECORDED.format(number=report.number, epoch=report.epoch)
+    return recorded_text(report.number, report.epoch, config)
 
 
 NOT_IN_FILE = (

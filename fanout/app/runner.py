@@ -154,10 +154,12 @@ def build_source(spark: Any, config: PipelineConfig) -> Any:
 
 
 def build_fanout(
-    spark: Any, config: PipelineConfig, plugins: Sequence[object] = (), *, serve: bool = True
-) -> Any:
+    spark: Any, config: PipelineConfig, plugins: Sequence[object] = (), *, serve: bool = True,
+    new_epoch: bool = False,
+) -> Any:  # fmt: skip
     """The FanOut of the config (opens every sink and the ledger); ``serve`` starts the
-    metrics endpoint when the config has a ``[metrics]`` section."""
+    metrics endpoint when the config has a ``[metrics]`` section; ``new_epoch``: a
+    checkpoint reset continues under a new epoch (``fanout run --new-epoch``)."""
     from fanout.fan_out import FanOut
 
     observers = list(plugins)
@@ -185,6 +187,7 @@ def build_fanout(
         probe_interval_s=config.probe_interval_s,
         share_tasks=config.share_tasks,
         pipeline_file=None if config.path is None else str(config.path),
+        on_checkpoint_reset="new_epoch" if new_epoch else "refuse",
     )
 
 
@@ -249,8 +252,12 @@ def validate(path: str, out: TextIO | None = None) -> int:
     return 0
 
 
-def run(path: str, out: TextIO | None = None) -> int:
+def run(path: str, out: TextIO | None = None, *, new_epoch: bool = False) -> int:
     """Run the pipeline until its trigger ends it, it fails, or SIGINT/SIGTERM stops it.
+
+    ``new_epoch`` (``--new-epoch``): this run accepts a checkpoint reset, continuing under a
+    new epoch; refused before anything starts when there is no reset to accept
+    (:func:`fanout.app.new_epoch.check_new_epoch`).
 
     :return: the exit code: 0 finished or stopped cleanly with every sink holding every
         batch, 1 failed (also when a batch fails while a stop waits for it),
@@ -261,13 +268,20 @@ def run(path: str, out: TextIO | None = None) -> int:
     """
     out = out or sys.stdout
     config = load_pipeline(path)
+    accepted = None
+    if new_epoch:
+        from fanout.app.new_epoch import check_new_epoch
+
+        accepted = check_new_epoch(config, path)
     spark = build_session(config)
     _quiet_query_errors(spark)
     df = build_source(spark, config)
     tracker = BatchTracker()
     progress = ProgressObserver()
-    fan = build_fanout(spark, config, plugins=[tracker, progress])
+    fan = build_fanout(spark, config, plugins=[tracker, progress], new_epoch=new_epoch)
     refuse_unfit_sinks(fan, df, path)
+    if accepted is not None:
+        out.write(accepted + "\n")
     stop = threading.Event()
     received: list[signal.Signals] = []
 

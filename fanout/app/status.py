@@ -77,6 +77,11 @@ class GivenUpBatches:
         )
 
 
+NO_MARK = "no mark yet"
+"""The state of a sink of the pipeline file the ledger holds no row of: it has committed
+no batch, nor failed one (a sink added since the last run, or a pipeline not run yet)."""
+
+
 @dataclass(frozen=True)
 class SinkStatus:
     """One sink of one pipeline as the ledger knows it."""
@@ -121,19 +126,22 @@ def report(
     wide: bool = False,
     spool: str | None = None,
     spool_checked: bool = False,
+    sinks: Sequence[str] | None = None,
 ) -> str:
     """What ``fanout status`` prints, read from ``ledger`` (and ``spool``) now: the table
-    or JSON.
+    or JSON. ``sinks``: the pipeline's sinks (its pipeline file's, ``--config``), each
+    listed, one the ledger holds no row of as :data:`NO_MARK`.
 
     Raises :class:`LedgerError` for a ``pipeline`` the ledger holds no row of while it
-    holds rows of others (a typo, most likely; the error names them), and
+    holds rows of others (a typo, most likely; the error names them; not with ``sinks``,
+    which come with the name from the same file), and
     :class:`fanout.ConfigurationError` for a ``spool`` path holding no spool (nothing is
     created there; :func:`fanout.spool.table.existing_index`), unless ``spool_checked``
     says the caller made that check already (``--watch`` makes it once, not at every
     redraw).
     """
     rows = ledger.read(pipeline).to_pylist()
-    if pipeline and not rows and (known := ledger.pipelines()):
+    if pipeline and not rows and sinks is None and (known := ledger.pipelines()):
         raise unknown_pipeline(ledger.path, pipeline, known)
     if spool is not None and not spool_checked:
         from fanout.spool.table import existing_index
@@ -141,7 +149,8 @@ def report(
         existing_index(spool, pipeline)  # a mistyped path is not an empty spool
     backlogs, given_up = ({}, {}) if spool is None else spool_backlogs(spool, rows)
     kept = {} if spool is None else spool_kept(spool, rows, command_location(ledger.path))
-    statuses = summarize(rows, backlogs, kept, given_up)
+    configured = None if sinks is None or pipeline is None else {pipeline: sinks}
+    statuses = summarize(rows, backlogs, kept, given_up, configured)
     footer = "" if spool is None else spool_footer(spool, pipeline)
     if as_json:
         return json.dumps([s.as_json() for s in statuses], indent=2)
@@ -298,12 +307,17 @@ def summarize(
     backlogs: Mapping[tuple[str, str], tuple[int, int, datetime | None]] | None = None,
     kept: Mapping[tuple[str, str], tuple[KeptBatches, ...]] | None = None,
     given_up: Mapping[tuple[str, str], tuple[GivenUpBatches, ...]] | None = None,
+    configured: Mapping[str, Sequence[str]] | None = None,
 ) -> list[SinkStatus]:
     """Per (pipeline, sink) status from ledger rows (as dicts), the spool's backlogs and
     given-up batches (:func:`spool_backlogs`) and the batches it keeps after a skip
-    (:func:`spool_kept`), sorted by pipeline, sink."""
+    (:func:`spool_kept`), sorted by pipeline, sink; ``configured``: per pipeline, sinks
+    listed even without a row (state :data:`NO_MARK`, unless the spool holds batches for
+    it)."""
     backlogs, kept, given_up = backlogs or {}, kept or {}, given_up or {}
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {
+        (pipeline, sink): [] for pipeline, sinks in (configured or {}).items() for sink in sinks
+    }
     for row in rows:
         if row["status"] in ("epoch", "recovery"):
             continue  # a reset accepted, or a `fanout recover` report: not a sink's progress
@@ -329,7 +343,7 @@ def summarize(
                 last_commit_at=last["finished_at"] if last else None,
                 failed_attempts=len(failed),
                 last_error=failed[-1]["error"] if failed else None,
-                state=_state(group, behind),
+                state=_state(group, behind) if group or behind else NO_MARK,
                 lag_batches=behind,
                 lag_rows=behind_rows,
                 lagging_since=since,

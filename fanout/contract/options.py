@@ -280,17 +280,20 @@ def coerce_option_text(sink_class: SinkClass, options: Mapping[str, Any]) -> dic
     """``options`` with a number given as text (typically from ``${VAR}`` in a pipeline
     file) made a number, where the option takes a number and no text; other values as given."""
     hints = option_types(sink_class)
-    coerced = dict(options)
-    for key, value in options.items():
-        hint = hints.get(key, Any)
-        if not isinstance(value, str) or value_fits(value, hint):
+    return {key: coerce_text(value, hints.get(key, Any)) for key, value in options.items()}
+
+
+def coerce_text(value: Any, hint: Any) -> Any:
+    """``value``, or the number it writes as text when ``hint`` takes that number and no
+    text (``"4"`` for an ``int``, ``"2.5"`` or ``"2"`` for a ``float``); any other value as
+    given (:func:`value_fits` then judges it)."""
+    if not isinstance(value, str) or value_fits(value, hint):
+        return value
+    for kind in (int, float):
+        try:
+            number = kind(value.strip())
+        except ValueError:
             continue
-        for kind in (int, float):
-            try:
-                number = kind(value.strip())
-            except ValueError:
-                continue
-            if value_fits(number, hint):
-                coerced[key] = number
-                break
-    return coerced
+        if value_fits(number, hint):
+            return number
+    return value

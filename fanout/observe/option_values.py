@@ -16,12 +16,20 @@ def option_type_problems(sink_class: SinkClass, options: Mapping[str, Any]) -> l
     not of the type the constructor annotates (options the constructor does not take are
     left to its own "unknown option" error)."""
     hints = option_types(sink_class)
-    return [
-        f"option {key!r}: expected {type_text(hints[key])}, got {_shown(key, value)} "
-        f"({type(value).__name__})"
-        for key, value in options.items()
-        if key in hints and not value_fits(value, hints[key])
-    ]
+    found = (
+        value_problem(key, value, hints[key]) for key, value in options.items() if key in hints
+    )
+    return [problem for problem in found if problem is not None]
+
+
+def value_problem(key: str, value: Any, hint: Any, expected: str | None = None) -> str | None:
+    """``option 'retries': expected int, got 'x' (str)`` when ``value`` is not of the type
+    ``hint`` (a sink's annotation, or one of fanout's own options' types; ``expected``:
+    what the error says it takes, by default the type); ``None`` when it is."""
+    if value_fits(value, hint):
+        return None
+    wanted = type_text(hint) if expected is None else expected
+    return f"option {key!r}: expected {wanted}, got {_shown(key, value)} ({type(value).__name__})"
 
 
 def _shown(key: str, value: object) -> str:

@@ -85,6 +85,10 @@ class CheckpointGuard:
         self.location = ledger_location(ledger)
         self.spool_location: str | None = None
         """The pipeline's spool as the refusals' `fanout recover --spool` names it."""
+        self.pipeline_file: str | None = None
+        """The pipeline file (``fanout run``'s), as the refusals' commands name it: they
+        say ``fanout run ... --new-epoch`` and ``fanout recover --config``; ``None``: a
+        ``FanOut`` built in code, told ``on_checkpoint_reset="new_epoch"``."""
         self._warned: set[str] = set()
         # per pipeline: the epoch at which the owners were read, and the owners
         self._owners: dict[str, tuple[int, dict[int, str]]] = {}
@@ -105,7 +109,12 @@ class CheckpointGuard:
                 # rows of another query at or after the batch: the usual text
                 raise CheckpointResetError(
                     reset_message(
-                        info, latest, spooled, ledger=self.location, spool=self.spool_location
+                        info,
+                        latest,
+                        spooled,
+                        ledger=self.location,
+                        spool=self.spool_location,
+                        config=self.pipeline_file,
                     )
                 )
             raise CheckpointResetError(
@@ -117,6 +126,7 @@ class CheckpointGuard:
                     spooled,
                     ledger=self.location,
                     spool=self.spool_location,
+                    config=self.pipeline_file,
                 )
             )
         self._check_marks(info, high)
@@ -162,6 +172,7 @@ class CheckpointGuard:
                     self._spooled(info),
                     ledger=self.location,
                     spool=self.spool_location,
+                    config=self.pipeline_file,
                 )
             )
 
@@ -199,6 +210,7 @@ class CheckpointGuard:
                         self._spooled(info),
                         ledger=self.location,
                         spool=self.spool_location,
+                        config=self.pipeline_file,
                     )
                 )
         same_batch = [e for e in newer if e.batch_id == info.batch_id]
@@ -213,6 +225,7 @@ class CheckpointGuard:
                     self._spooled(info),
                     ledger=self.location,
                     spool=self.spool_location,
+                    config=self.pipeline_file,
                 )
             )
         if None in outcomes:

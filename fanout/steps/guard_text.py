@@ -17,11 +17,29 @@ NEW_PIPELINE = (
     "pipeline name so the sinks' transaction ids start afresh; sinks further ahead then "
     "receive their last batches again."
 )
-NEW_EPOCH = (
-    "  3. Or, accepting that the new query's batches are written as new data even where "
-    "they repeat old input, continue under a new epoch: FanOut(..., "
-    'on_checkpoint_reset="new_epoch").'
-)
+
+
+def new_epoch_way(config: str | None, *, in_code: bool = True) -> str:
+    """How to start a new epoch: ``fanout run CONFIG --new-epoch`` for the pipeline file
+    ``config``, ``FanOut(..., on_checkpoint_reset="new_epoch")`` for a ``FanOut`` built in
+    code (``in_code``), both when neither is known (``fanout recover`` without
+    ``--config``)."""
+    if config is not None:
+        return f"`fanout run {config} --new-epoch`"
+    code = 'FanOut(..., on_checkpoint_reset="new_epoch")'
+    if in_code:
+        return code
+    return f"`fanout run PIPELINE.toml --new-epoch` for a pipeline file, {code} in code"
+
+
+def new_epoch_line(config: str | None) -> str:
+    """Choice 3 of a refused reset: continue under a new epoch, as the pipeline runs
+    (``config``: its pipeline file, ``None``: a ``FanOut`` built in code)."""
+    return (
+        "  3. Or, accepting that the new query's batches are written as new data even where "
+        f"they repeat old input, continue under a new epoch: {new_epoch_way(config)}"
+        + (" (this run only: later runs refuse resets again)." if config is not None else ".")
+    )
 
 
 def describe_entry(entry: LedgerEntry) -> str:
@@ -107,10 +125,19 @@ def _sink_lines(
     return lines
 
 
-def _recover_line(info: BatchInfo, ledger: str, spool: str | None = None) -> str:
+def _recover_line(
+    info: BatchInfo, ledger: str, spool: str | None = None, config: str | None = None
+) -> str:
     """``ledger``: the pipeline's ledger as commands name it
     (:func:`fanout.ledger.entry.ledger_location`), so the command runs as printed;
-    ``spool``: its spool, likewise (a lagging sink counts at the batches it gives it)."""
+    ``spool``: its spool, likewise (a lagging sink counts at the batches it gives it);
+    ``config``: the pipeline file, which names both (and the sinks, which it asks)."""
+    if config is not None:
+        return (
+            f"  `fanout recover --config {config}` prints these facts again, with Kafka "
+            "startingOffsets, and asks each sink whether it holds a batch written but never "
+            "marked."
+        )
     with_spool = "" if spool is None else f" --spool {spool}"
     return (
         f"  `fanout recover --ledger {ledger} --pipeline {info.pipeline}{with_spool}` prints "
@@ -125,6 +152,7 @@ def reset_message(
     *,
     ledger: str,
     spool: str | None = None,
+    config: str | None = None,
 ) -> str:
     """The refusal of a reset: what happened, what the ledger knows per sink (``spooled``:
     the last batch the spool holds for each lagging sink), how to proceed."""
@@ -139,8 +167,8 @@ def reset_message(
         "  1. Restore the original checkpoint directory and restart the query; nothing is "
         "lost or duplicated.",
         NEW_PIPELINE,
-        NEW_EPOCH,
-        _recover_line(info, ledger, spool),
+        new_epoch_line(config),
+        _recover_line(info, ledger, spool, config),
     ]
     return "\n".join(lines)
 
@@ -154,6 +182,7 @@ def rollback_message(
     *,
     ledger: str,
     spool: str | None = None,
+    config: str | None = None,
 ) -> str:
     """The refusal of a rolled-back checkpoint: the batch as Spark planned it now and as the
     ledger recorded it, the later batches the ledger holds, each sink's last batch, and how
@@ -197,10 +226,10 @@ def rollback_message(
         NEW_PIPELINE.replace("Or start from a new", "Or delete this checkpoint and start a new"),
         "  3. Or delete this checkpoint and, accepting that the new query's batches are "
         "written as new data even where they repeat old input, start the new one under a "
-        'new epoch: FanOut(..., on_checkpoint_reset="new_epoch"). It does not apply to this '
-        "checkpoint itself: its re-planned batches overlap batches the sinks already hold, "
-        "so a new epoch would write those rows twice.",
-        _recover_line(info, ledger, spool),
+        f"new epoch: {new_epoch_way(config)}. It does not apply to this checkpoint itself: "
+        "its re-planned batches overlap batches the sinks already hold, so a new epoch "
+        "would write those rows twice.",
+        _recover_line(info, ledger, spool, config),
     ]
     return "\n".join(lines)
 
@@ -214,6 +243,7 @@ def owner_message(
     *,
     ledger: str,
     spool: str | None = None,
+    config: str | None = None,
 ) -> str:
     """The refusal of a batch of another query id than the one its epoch belongs to: what
     happened, what the ledger knows per sink, how to proceed."""
@@ -233,8 +263,8 @@ def owner_message(
         f"  1. Restore the checkpoint of query {owner} (the one epoch {info.epoch} belongs "
         "to) and restart the query; nothing is lost or duplicated.",
         NEW_PIPELINE,
-        NEW_EPOCH,
-        _recover_line(info, ledger, spool),
+        new_epoch_line(config),
+        _recover_line(info, ledger, spool, config),
     ]
     return "\n".join(lines)
 
@@ -248,6 +278,7 @@ def superseded_message(
     *,
     ledger: str,
     spool: str | None = None,
+    config: str | None = None,
 ) -> str:
     """The refusal of a batch of a query that owned an earlier epoch (``owned``) than the
     pipeline's current one, whose query is ``owner``: an old checkpoint was restored after a
@@ -266,6 +297,6 @@ def superseded_message(
         + ("" if owner is None else f" (of query {owner})")
         + " and restart the query; nothing is lost or duplicated.",
         NEW_PIPELINE.replace("Or start from a new", "Or delete this checkpoint and start a new"),
-        _recover_line(info, ledger, spool),
+        _recover_line(info, ledger, spool, config),
     ]
     return "\n".join(lines)

@@ -297,7 +297,8 @@ def test_processing_time_is_read_as_spark_reads_it(text: str, ms: int | None) ->
     ("options", "message"),
     [
         ({"write_timeout_s": "8s", "on_failure": "lag"},
-         "sinks[0]: sink 'd': write_timeout_s must be a number, not '8s'"),
+         "sinks[0] (sink 'd', type 'delta'): option 'write_timeout_s': expected float, got "
+         "'8s' (str)"),
         ({"on_failure": "lagg"},
          "sinks[0]: sink 'd': on_failure must be 'stop' or 'lag', not 'lagg'"),
         ({"write_timeout_s": 8}, "sinks[0]: sink 'd': write_timeout_s=8 only applies with "

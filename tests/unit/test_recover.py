@@ -13,9 +13,9 @@ from fanout.app.cli import main
 from fanout.app.recover import (
     NO_CONFIG,
     NO_SPOOL,
-    RECORDED,
     STOP_FIRST,
     is_kafka_offsets,
+    recorded_text,
     recovery_of,
     render,
 )
@@ -134,7 +134,7 @@ def test_a_sink_behind_by_one_batch_decides_and_a_removed_one_does_not(
         STOP_FIRST,
         NO_SPOOL,
         NO_CONFIG,
-        RECORDED.format(number=1, epoch=0),
+        recorded_text(1, 0, None),
     ]
 
 
@@ -226,12 +226,12 @@ def test_a_lagging_sink_counts_at_its_settled_spooled_batch(
         """  .option("startingOffsets", '{"orders": {"0": 200}}')""",
         STOP_FIRST,
         NO_CONFIG,
-        RECORDED.format(number=1, epoch=0),
+        recorded_text(1, 0, None),
     ]
     assert main(args) == 0  # without the spool: pg at its mark, and the output says so
     out = capsys.readouterr().out.splitlines()
     assert out[3].startswith("Resume after batch 0 (sink 'pg' is furthest behind)")
-    assert out[-3:] == [NO_SPOOL, NO_CONFIG, RECORDED.format(number=2, epoch=0)]
+    assert out[-3:] == [NO_SPOOL, NO_CONFIG, recorded_text(2, 0, None)]
     # a mistyped --spool read as an empty spool: pg at its mark, and no note that the
     # spool was not read (the resume point of a spool that holds pg's batch 1 instead)
     typo = str(tmp_path / "spoool")

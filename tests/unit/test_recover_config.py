@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fanout.app.cli import main
-from fanout.app.recover import NO_CONFIG, NO_SPOOL, RECORDED, STOP_FIRST
+from fanout.app.recover import NO_CONFIG, NO_SPOOL, STOP_FIRST
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
 
@@ -94,7 +94,9 @@ def test_a_sink_without_a_mark_in_the_epochs_first_batch_pulls_the_resume_point_
         f"Or give batch 0 up for b: `{skip}`, then run this again: it resumes after batch 0.",
         STOP_FIRST,
         NO_SPOOL,
-        RECORDED.format(number=1, epoch=0),
+        f"Recorded in the ledger as report 1: the next epoch (`fanout run {config} "
+        "--new-epoch`) starts from it, and is refused if a batch of epoch 0 after it is "
+        "committed first (then run this again).",
     ]
     report = ledger.read("p").to_pylist()
     assert sorted((r["sink"], r["batch_id"]) for r in report if r["status"] == "recovery") == [

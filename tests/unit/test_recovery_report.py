@@ -63,9 +63,10 @@ def test_recover_records_each_report_numbered(
 ) -> None:
     out = _recover(old, capsys)
     assert out[-1] == (
-        'Recorded in the ledger as report 1: the next epoch (on_checkpoint_reset="new_epoch") '
-        "starts from it, and is refused if a batch of epoch 0 after it is committed first "
-        "(then run this again)."
+        "Recorded in the ledger as report 1: the next epoch (`fanout run PIPELINE.toml "
+        "--new-epoch` for a pipeline file, FanOut(..., "
+        'on_checkpoint_reset="new_epoch") in code) starts from it, and is refused '
+        "if a batch of epoch 0 after it is committed first (then run this again)."
     )
     assert _recover(old, capsys)[-1].startswith("Recorded in the ledger as report 2: ")
     rows = sorted(

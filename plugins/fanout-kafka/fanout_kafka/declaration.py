@@ -24,10 +24,16 @@ OPTIONS = (
     SinkOption(
         "value",
         '`"json"`',
-        "`json`: the whole row as compact JSON (dates ISO 8601, instants in UTC, decimals as "
-        "text, bytes base64, maps with string keys as objects; maps with other keys, "
-        "intervals and variants are refused before the first record); or the name of a "
-        "string/binary column sent as is (null = tombstone)",
+        "`json`: the whole row as compact JSON (dates ISO 8601; a `timestamp`, nested "
+        "too, in UTC with `+00:00` whatever Spark's session time zone, as the "
+        "PostgreSQL sink writes it into `json`/`jsonb` — up to this version it carried "
+        "the session zone's offset, e.g. `+05:30`, in values, keys and headers — and a "
+        "`timestamp_ntz` without offset; decimals as text, bytes base64, NaN and "
+        'infinities as the strings `"NaN"`, `"Infinity"`, `"-Infinity"`, as Spark\'s '
+        "`to_json` writes them; maps with string keys as objects; maps with other keys, "
+        'intervals and variants are refused before the first record: see "JSON values" '
+        "in plugins/fanout-kafka/README.md); or the name of a string/binary column sent "
+        "as is (null = tombstone)",
     ),
     SinkOption(
         "headers",

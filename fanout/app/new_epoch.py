@@ -1,0 +1,82 @@
+"""``fanout run PIPELINE.toml --new-epoch``: accept a checkpoint reset for this run only.
+
+The flag builds the run's ``FanOut`` with ``on_checkpoint_reset="new_epoch"`` (a new or
+replaced checkpoint continues under a new epoch); the pipeline file has no such setting, so
+a later run without the flag refuses resets again. Before anything starts, the run checks
+that there is a reset to accept (:func:`check_new_epoch`): a checkpoint the pipeline's
+current epoch already belongs to (no reset; also the run after the one that started the new
+epoch, or a script that kept the flag) and a pipeline the ledger holds nothing of (a first
+run, or a misspelt name or ledger path) are refused with a configuration error, so the flag
+cannot stay on a command line that then silently starts a new epoch at some later reset.
+"""
+
+from __future__ import annotations
+
+from fanout.app.config import PipelineConfig
+from fanout.errors import ConfigurationError, LedgerError
+
+
+def run_command(config: str) -> str:
+    """The command that starts a new epoch for the pipeline file ``config``."""
+    return f"`fanout run {config} --new-epoch`"
+
+
+def check_new_epoch(config: PipelineConfig, path: str) -> str:
+    """What ``fanout run --new-epoch`` will do with ``config``'s checkpoint, as the line the
+    run prints; raises :class:`fanout.ConfigurationError` when there is no reset to accept.
+
+    The checkpoint's query id (its ``metadata`` file) against the owner of the pipeline's
+    current epoch in the ledger: the same query, no reset (refused); no metadata (a new
+    checkpoint) or another query id, a reset the run's first batch accepts (the checkpoint
+    guard still refuses a rolled-back checkpoint, or the query of an earlier epoch)."""
+    from fanout.ledger.delta import DeltaLedger
+    from fanout.steps.context import checkpoint_query_id
+
+    ledger = DeltaLedger(config.ledger)
+    without = f"run `fanout run {path}` without --new-epoch"
+    try:
+        known = config.name in ledger.pipelines()
+        epoch = ledger.current_epoch(config.name)
+        owners = ledger.epoch_owners(config.name)
+    except LedgerError as exc:
+        raise ConfigurationError(
+            f"--new-epoch: {exc}; a new epoch continues a pipeline the ledger holds: check "
+            f"pipeline.ledger in {path}, or {without} for a first run"
+        ) from None
+    if not known:
+        raise ConfigurationError(
+            f"--new-epoch: the ledger at {config.ledger} holds nothing of pipeline "
+            f"{config.name!r}: there is no epoch to continue from (a first run starts epoch "
+            f"0 by itself; check pipeline.name and pipeline.ledger in {path}); {without}"
+        )
+    try:
+        query = checkpoint_query_id(config.checkpoint)
+    except (OSError, ValueError) as exc:  # a store pyarrow cannot read: the guard decides
+        return (
+            f"--new-epoch: the checkpoint at {config.checkpoint} could not be read ({exc}): "
+            f"if it is new or replaced, its first batch starts epoch {epoch + 1}"
+        )
+    owner = owners.get(epoch)
+    if query is not None and query == owner:
+        raise ConfigurationError(
+            f"--new-epoch: the checkpoint at {config.checkpoint} is the one epoch {epoch} of "
+            f"pipeline {config.name!r} belongs to (query {query}): it was not reset, so there "
+            f"is no new epoch to start; {without} (it continues epoch {epoch}; a rolled-back "
+            "checkpoint is refused with or without the flag)"
+        )
+    older = [e for e, q in owners.items() if q == query and e < epoch]
+    if query is not None and older:
+        raise ConfigurationError(
+            f"--new-epoch: the checkpoint at {config.checkpoint} is of query {query}, whose "
+            f"batches are epoch {older[0]} of pipeline {config.name!r}, but the pipeline "
+            f"continues under epoch {epoch}: an old checkpoint restored, which no new epoch "
+            "may take (the later epoch's query already wrote the input it would plan next); "
+            "restore the newest checkpoint and run without --new-epoch, or start a new "
+            "checkpoint (`fanout recover --config` prints where it must resume)"
+        )
+    found = "new (no query has run on it yet)" if query is None else f"of query {query}"
+    return (
+        f"--new-epoch: the checkpoint at {config.checkpoint} is {found}, not epoch {epoch}'s "
+        f"({'query ' + owner if owner else 'owner not recorded'}): its first batch starts "
+        f"epoch {epoch + 1}, for this run only (later runs refuse resets again)"
+    )

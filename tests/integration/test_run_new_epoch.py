@@ -1,0 +1,114 @@
+"""``fanout run PIPELINE.toml --new-epoch``: after a lost checkpoint, the refusal names the
+command; the flag starts the new epoch for that run only; kept on a later command line, it
+is refused (the checkpoint is no longer reset), and a later reset without it is refused as
+before. Real Spark (the tests' session, reused by ``fanout run`` in this process), real
+Delta ledger and sink."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout.app.cli import main
+from tests.integration.streams import committed_marks, delta_rows, id_counts, write_input
+
+PIPELINE = """
+[pipeline]
+name = "clicks"
+ledger = "{data}/ledger"
+checkpoint = "{data}/checkpoint"
+trigger = {{ available_now = true }}
+retries = 0
+
+[source]
+format = "json"
+path = "{data}/input"
+schema = "order_id LONG, customer STRING, amount DOUBLE, status STRING"
+
+[[sinks]]
+type = "delta"
+name = "bronze"
+path = "{data}/bronze"
+"""
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["run", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _new_checkpoint(data: Path, file: int) -> None:
+    """Delete the checkpoint and start the input after what the sinks hold (as `fanout
+    recover` says for a file source: only newer files): input file ``file`` alone."""
+    shutil.rmtree(data / "checkpoint")
+    shutil.rmtree(data / "input")
+    write_input(data / "input", 1, 3, start_file=file)
+
+
+def test_new_epoch_is_accepted_for_one_run_only(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "pipeline.toml"
+    config.write_text(PIPELINE.format(data=tmp_path))
+    write_input(tmp_path / "input", 1, 3)
+    assert _run(capsys, str(config))[0] == 0
+
+    _new_checkpoint(tmp_path, 1)
+    code, out, _ = _run(capsys, str(config))
+    assert code == 1
+    assert (
+        "  3. Or, accepting that the new query's batches are written as new data even where "
+        f"they repeat old input, continue under a new epoch: `fanout run {config} "
+        "--new-epoch` (this run only: later runs refuse resets again)."
+    ) in out.splitlines()
+    assert (
+        f"  `fanout recover --config {config}` prints these facts again, with Kafka "
+        "startingOffsets, and asks each sink whether it holds a batch written but never marked."
+    ) in out.splitlines()
+    assert "on_checkpoint_reset" not in out
+
+    code, out, _ = _run(capsys, str(config), "--new-epoch")
+    assert code == 0, out
+    started = [line for line in out.splitlines() if line.startswith("--new-epoch: ")]
+    assert len(started) == 1
+    assert started[0].endswith(
+        "its first batch starts epoch 1, for this run only (later runs refuse resets again)"
+    )
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(6)}
+    epochs = sorted(
+        (r["epoch"], r["batch_id"])
+        for r in delta_rows(tmp_path / "ledger")
+        if r["status"] == "committed"
+    )
+    assert epochs == [(0, 0), (1, 0)]
+
+    # the flag kept on the command line: the checkpoint now is epoch 1's, nothing to start
+    write_input(tmp_path / "input", 1, 3, start_file=2)
+    code, out, err = _run(capsys, str(config), "--new-epoch")
+    assert code == 2
+    assert out == ""
+    assert err.startswith(
+        f"fanout: configuration error: --new-epoch: the checkpoint at {tmp_path}/checkpoint "
+        "is the one epoch 1 of pipeline 'clicks' belongs to (query "
+    )
+    assert err.endswith(
+        f"it was not reset, so there is no new epoch to start; run `fanout run {config}` "
+        "without --new-epoch (it continues epoch 1; a rolled-back checkpoint is refused with "
+        "or without the flag)\n"
+    )
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(6)}
+
+    # without the flag: the run continues epoch 1, and the next reset is refused again
+    assert _run(capsys, str(config))[0] == 0
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(9)}
+    _new_checkpoint(tmp_path, 3)
+    code, out, _ = _run(capsys, str(config))
+    assert code == 1
+    assert "pipeline 'clicks': checkpoint reset detected." in out
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(9)}
+    assert committed_marks(tmp_path / "ledger", "clicks") == {("bronze", 0): 2, ("bronze", 1): 1}

@@ -1,0 +1,102 @@
+"""``fanout status --config PIPELINE.toml``: the ledger, pipeline and spool from the file
+(as ``recover`` and ``ledger skip`` read them), every sink of the file listed, one the
+ledger holds no row of as "no mark yet". A real (delta-rs) ledger; no Spark."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from fanout.app.cli import main
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry
+
+AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def _setup(tmp_path: Path) -> str:
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    ledger.open()
+    for batch in range(2):
+        ledger.mark_committed(
+            LedgerEntry("p", "a", batch, "committed", query_id="q", rows=5, finished_at=AT)
+        )
+    ledger.record_failure(
+        LedgerEntry("p", "b", 0, "failed", query_id="q", error="SinkWriteError: boom",
+                    finished_at=AT)
+    )  # fmt: skip
+    ledger.mark_committed(LedgerEntry("other", "x", 0, "committed", query_id="q2", rows=1))
+    file = tmp_path / "pipeline.toml"
+    file.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\ncheckpoint = '
+        f'"{tmp_path}/ckpt"\n[source]\nformat = "rate"\n'
+        + "".join(
+            f'[[sinks]]\ntype = "delta"\nname = "{s}"\npath = "{tmp_path}/{s}"\n'
+            for s in ("a", "b", "c")
+        )
+    )
+    return str(file)
+
+
+def test_status_lists_every_sink_of_the_pipeline_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sink c never wrote a batch: without --config it was missing from the list."""
+    config = _setup(tmp_path)
+    assert main(["status", "--config", config]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "pipeline  sink  state        last batch  rows (total)  failed  last commit (UTC)",
+        "--------  ----  -----------  ----------  ------------  ------  -------------------",
+        "p         a     live         1           10            0       2026-01-02 03:04:05",
+        "p         b     stopped      -           0             1       -",
+        "p         c     no mark yet  -           0             0       -",
+        "",
+        "1 sink has failed attempts; `fanout status --wide` or `--json` shows the last error.",
+    ]
+    assert main(["status", "--config", config, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(s["pipeline"], s["sink"], s["state"]) for s in listed] == [
+        ("p", "a", "live"),
+        ("p", "b", "stopped"),
+        ("p", "c", "no mark yet"),
+    ]
+    assert listed[2] == {
+        "pipeline": "p", "sink": "c", "last_committed_batch": None, "last_batch_rows": None,
+        "committed_batches": 0, "rows_total": 0, "dead_lettered_total": 0,
+        "last_commit_at": None, "failed_attempts": 0, "last_error": None,
+        "state": "no mark yet", "lag_batches": 0, "lag_rows": 0, "lagging_since": None,
+        "kept": [], "given_up": [],
+    }  # fmt: skip
+
+
+def test_status_of_a_pipeline_file_not_run_yet_lists_its_sinks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The ledger holds other pipelines only: with --pipeline that was an unknown pipeline
+    (exit 1); the file says the pipeline exists, its sinks have no mark yet."""
+    config = _setup(tmp_path)
+    Path(config).write_text(Path(config).read_text().replace('name = "p"', 'name = "new"', 1))
+    assert main(["status", "--config", config]) == 0
+    assert capsys.readouterr().out.splitlines()[2:] == [
+        "new       a     no mark yet  -           0             0       -",
+        "new       b     no mark yet  -           0             0       -",
+        "new       c     no mark yet  -           0             0       -",
+    ]
+
+
+def test_status_refuses_a_flag_contradicting_the_file_and_needs_a_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _setup(tmp_path)
+    assert main(["status", "--config", config, "--pipeline", "other"]) == 2
+    assert capsys.readouterr().err == (
+        f"fanout: configuration error: --pipeline other: {config} says p: drop --pipeline "
+        "(the pipeline file says where it is) or give the pipeline's own file\n"
+    )
+    assert main(["status"]) == 2
+    assert capsys.readouterr().err == (
+        "fanout: configuration error: --ledger required: give it, or --config PIPELINE.toml\n"
+    )
