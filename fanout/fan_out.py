@@ -86,7 +86,7 @@ from fanout.steps.timeout import (
     BoundedCall,
     write_timeout,
 )
-from fanout.steps.unmarked import refuse_unmarked
+from fanout.steps.unmarked import answers_holds_batch, refuse_unmarked
 from fanout.steps.write import write_all
 
 log = logging.getLogger("fanout")
@@ -494,7 +494,12 @@ class FanOut:
         opened = {n: s for n, s in self.sinks.items() if n not in self._unopened}
         spooled = None if self.spool is None else self.lagging.spooled_through
         timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
-        refuse_unmarked(info, self.ledger, opened, spooled, timeouts)
+        unopened = {  # a sink type that cannot tell passes unasked, opened or not
+            n: error
+            for n, (_, error) in self._unopened.items()
+            if answers_holds_batch(self.sinks[n])
+        }
+        refuse_unmarked(info, self.ledger, opened, spooled, timeouts, unopened)
 
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         plan(state, self.ledger, self.sinks)  # 3. plan

@@ -59,7 +59,10 @@ from fanout.ledger.entry import (
     epoch_taken_message,
     ledger_location,
     ledger_schema,
+    lost_app_id,
     pipeline_app_id,
+    replaced_app_id,
+    without_replaced,
 )
 from fanout.ledger.recovery import (
     RECOVERY,
@@ -512,7 +515,8 @@ class DeltaLedger:
             entry = request.entry
             sink_app = txn_app_id(entry.pipeline, entry.sink, entry.epoch)
             done = version(sink_app)
-            if done is not None and done >= entry.batch_id:
+            replacing = done == entry.batch_id and _replaces_lost(entry, sink_app, version)
+            if done is not None and done >= entry.batch_id and not replacing:
                 # a late mark made again (the catch-up's next try of its spooled batch)
                 # passes: its first failed, and failing each try stalled the sink for good
                 request.settle(False)
@@ -523,6 +527,9 @@ class DeltaLedger:
             pipeline_app = pipeline_app_id(entry.pipeline, entry.epoch)
             high = version(pipeline_app)
             versions[sink_app] = txns[sink_app] = entry.batch_id
+            if entry.lost or replacing:  # §5: a write's own mark replaces a lost one
+                app = lost_app_id(sink_app) if entry.lost else replaced_app_id(sink_app)
+                versions[app] = txns[app] = entry.batch_id
             versions[pipeline_app] = txns[pipeline_app] = max(
                 entry.batch_id, -1 if high is None else high
             )
@@ -646,7 +653,9 @@ class DeltaLedger:
             ],
         )
         entries = entries_from_arrow(rows)
-        return entries if epoch is None else [e for e in entries if e.epoch == epoch]
+        return without_replaced(
+            entries if epoch is None else [e for e in entries if e.epoch == epoch]
+        )
 
     def epoch_start(self, pipeline: str, epoch: int) -> int | None:
         """The batch ``epoch`` started at, from its ``epoch`` row (epoch 0: its claim;
@@ -873,3 +882,14 @@ def _open_ledger(path: str, storage_options: Mapping[str, str] | None) -> DeltaT
             "storage options or the environment delta-rs reads them from, and that it can be "
             f"reached): {type(exc).__name__}: {one_line(str(exc))}"
         ) from exc
+
+
+def _replaces_lost(entry: LedgerEntry, sink_app: str, version: Callable[[str], int | None]) -> bool:
+    """Whether the mark ``entry``, its sink's transaction ``sink_app`` already at its batch,
+    is a write's own mark replacing a lost one (:func:`fanout.ledger.entry.replaces_lost`),
+    told from the log alone: the lost mark's commit set :func:`lost_app_id` at the batch,
+    and no replacing mark set :func:`replaced_app_id` there yet."""
+    if entry.error is not None:
+        return False
+    batch = entry.batch_id
+    return version(lost_app_id(sink_app)) == batch and version(replaced_app_id(sink_app)) != batch

@@ -75,6 +75,44 @@ class LedgerEntry:
         return json.loads(self.source_offsets) if self.source_offsets else None
 
 
+def lost_app_id(sink_app: str) -> str:
+    """The app transaction a lost mark's commit sets at its batch, beside the sink's own
+    ``sink_app``: a write's own mark of that batch made after it (the batch was in flight)
+    tells from the log alone that the batch's only mark is a lost one
+    (:func:`replaces_lost`)."""
+    return f"{sink_app}#lost"
+
+
+def replaced_app_id(sink_app: str) -> str:
+    """The app transaction the mark replacing a lost one sets at its batch: made again, it
+    is a no-op, as every mark made twice."""
+    return f"{sink_app}#replaced"
+
+
+def _batch_key(entry: LedgerEntry) -> tuple[str, str, int, int]:
+    return (entry.pipeline, entry.sink, entry.epoch, entry.batch_id)
+
+
+def replaces_lost(entry: LedgerEntry, recorded: Iterable[LedgerEntry]) -> bool:
+    """Whether the mark ``entry`` is recorded although its sink's mark of its batch exists:
+    every committed row of that batch ``recorded`` holds for the sink is a lost mark
+    (:data:`LOST_MARK`), and ``entry`` is a write's own mark (no ``error``: not a lost mark,
+    not a skip's). A lost mark ``fanout recover`` recorded while the batch was in flight
+    (the query's write done, its mark not yet) would otherwise keep the batch's counts
+    null for good: the query's own mark, recorded after it, was a no-op."""
+    if entry.error is not None:
+        return False
+    same = [r for r in recorded if r.status == "committed" and _batch_key(r) == _batch_key(entry)]
+    return bool(same) and all(r.lost for r in same)
+
+
+def without_replaced(entries: Sequence[LedgerEntry]) -> list[LedgerEntry]:
+    """``entries`` without the lost marks a write's own mark of the same sink and batch
+    replaced (:func:`replaces_lost`): readers see one mark per sink and batch."""
+    own = {_batch_key(e) for e in entries if e.status == "committed" and e.error is None}
+    return [e for e in entries if not (e.lost and _batch_key(e) in own)]
+
+
 @dataclass(frozen=True)
 class LedgerView:
     """What a batch reads from the ledger before it writes, taken at one moment: the

@@ -13,6 +13,8 @@ from fanout.ledger.entry import (
     epoch_follows,
     epoch_owners,
     epoch_taken_message,
+    replaces_lost,
+    without_replaced,
 )
 
 
@@ -73,11 +75,16 @@ class MemoryLedger:
             self.entries.append(entry)
 
     def mark_committed(self, entry: LedgerEntry) -> bool:
-        """Record the mark unless it exists."""
+        """Record the mark unless it exists (or it replaces a lost mark of its batch,
+        :func:`fanout.ledger.entry.replaces_lost`)."""
         key = (pipeline_scope(entry.pipeline, entry.epoch), entry.sink)
         with self._lock:
             done = self._marks.get(key)
-            if done is not None and done >= entry.batch_id:
+            if (
+                done is not None
+                and done >= entry.batch_id
+                and not (done == entry.batch_id and replaces_lost(entry, self.entries))
+            ):
                 return False
             self._marks[key] = entry.batch_id
             self.entries.append(entry)
@@ -98,14 +105,16 @@ class MemoryLedger:
     ) -> list[LedgerEntry]:
         """Committed entries of ``pipeline`` at or after ``min_batch_id`` (of ``epoch``)."""
         with self._lock:
-            return [
-                e
-                for e in self.entries
-                if e.pipeline == pipeline
-                and e.status == "committed"
-                and e.batch_id >= min_batch_id
-                and (epoch is None or e.epoch == epoch)
-            ]
+            return without_replaced(
+                [
+                    e
+                    for e in self.entries
+                    if e.pipeline == pipeline
+                    and e.status == "committed"
+                    and e.batch_id >= min_batch_id
+                    and (epoch is None or e.epoch == epoch)
+                ]
+            )
 
     def epoch_start(self, pipeline: str, epoch: int) -> int | None:
         """The batch of ``epoch``'s ``epoch`` row (``None``: none)."""

@@ -67,6 +67,7 @@ def refuse_unmarked(
     sinks: Mapping[str, Sink],
     spooled: Callable[[int], Mapping[str, int]] | None = None,
     timeouts: Mapping[str, float] | None = None,
+    unopened: Mapping[str, BaseException] | None = None,
 ) -> None:
     """Raise :class:`fanout.UnmarkedBatchError` when a sink holds, by its own records, the
     batch after its last mark of ``info.epoch`` (the epoch ``info``'s query is about to
@@ -74,11 +75,16 @@ def refuse_unmarked(
     ``spooled``: per sink, the last batch of an epoch the spool holds for it (a lagging
     sink's spooled batches are written after the reset under the old epoch's keys, by the
     catch-up, so holding one is no duplicate). ``timeouts``: the sinks with
-    ``write_timeout_s``, whose answer is waited for that long (:func:`ask`)."""
+    ``write_timeout_s``, whose answer is waited for that long (:func:`ask`).
+    ``unopened``: the sinks that could tell (their type answers ``holds_batch``) but whose
+    ``open()`` failed (``on_failure="lag"``), each with its error: one that would be asked
+    refuses the start (:func:`_refuse_unasked`)."""
     epoch = info.epoch
     bounds = timeouts or {}
-    marks = ledger.last_committed(info.pipeline, sinks, epoch)
     in_spool = {} if spooled is None else spooled(epoch)
+    if unopened:
+        _refuse_unasked(info, ledger, unopened, in_spool)
+    marks = ledger.last_committed(info.pipeline, sinks, epoch)
     before = before_start(ledger, info.pipeline, epoch, marks)
     unmarked = {n: in_spool.get(n, before) for n in marks}
     _refuse_restart(info, ledger, sinks, marks, unmarked, bounds)
@@ -105,6 +111,54 @@ def refuse_unmarked(
             _warn_rewrite(info, h)
     if refused:
         raise UnmarkedBatchError(_message(info, ledger, held, refused, answers, marks, offsets))
+
+
+def _refuse_unasked(
+    info: BatchInfo,
+    ledger: Ledger,
+    unopened: Mapping[str, BaseException],
+    in_spool: Mapping[str, int],
+) -> None:
+    """Refuse the start when a sink of ``unopened`` would be asked about a batch (not held
+    for it by the spool): it cannot be, and a lagging sink that cannot be opened now is
+    opened again later, at the new epoch's first batch or by the catch-up, which would then
+    write the new epoch's re-read of that batch to it a second time."""
+    epoch = info.epoch
+    marks = ledger.last_committed(info.pipeline, unopened, epoch)
+    before = before_start(ledger, info.pipeline, epoch, marks)
+    unasked = {
+        name: mark
+        for name, mark in sorted(marks.items())
+        if in_spool.get(name, -1) <= (before if mark is None else mark)
+    }
+    if not unasked:
+        return
+    lines = [
+        f"pipeline {info.pipeline!r}: query {info.query_id} cannot start epoch {epoch + 1}: "
+        + "; ".join(_unasked_line(name, mark, epoch) for name, mark in unasked.items())
+        + f". Nothing was written under epoch {epoch + 1}."
+    ]
+    lines += [
+        f"Start the query again once sink {name} can be opened (its error: "
+        f"{type(unopened[name]).__name__}: {unopened[name]}): it is then asked. Or start it "
+        f"without the sink (it then gets nothing of epoch {epoch + 1})."
+        for name in unasked
+    ]
+    raise UnmarkedBatchError("\n".join(lines))
+
+
+def _unasked_line(name: str, mark: int | None, epoch: int) -> str:
+    """Why sink ``name`` (``mark``: its last mark in ``epoch``) refuses the start unasked."""
+    what = (
+        f"a batch of epoch {epoch} (it has no mark in that epoch)"
+        if mark is None
+        else f"batch {mark + 1} of epoch {epoch} (the batch after its mark {mark})"
+    )
+    return (
+        f"sink {name} could not be opened, so it was not asked whether it holds {what} by "
+        "its own records: the driver may have died between its write of that batch and its "
+        f"mark, and epoch {epoch + 1} would write the batch's rows to it again"
+    )
 
 
 def _needed_rewrites(
@@ -346,6 +400,12 @@ def _restart_message(
         + "".join(f" {h.sink}: {h.hint}" for h in held if h.hint is not None),
     ]
     return "\n".join(lines)
+
+
+def answers_holds_batch(sink: Sink) -> bool:
+    """Whether ``sink``'s type answers :meth:`fanout.Sink.holds_batch` (overrides it): one
+    that does not cannot tell, opened or not."""
+    return type(sink).holds_batch is not Sink.holds_batch
 
 
 def ask(sink: Sink, pipeline: str, epoch: int, mark: int, timeout_s: float | None = None) -> Held:

@@ -288,11 +288,6 @@ class RecoverWhileBronzeMarks:
             assert main(["recover", "--config", self.config]) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="recover records a lost mark for a batch merely in flight; the running query's "
-    "own mark is then a no-op, and the ledger keeps rows null and 'unmarked' (review4)",
-)
 def test_recover_during_a_batch_in_flight_leaves_the_query_s_own_mark(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -304,11 +299,10 @@ def test_recover_during_a_batch_in_flight_leaves_the_query_s_own_mark(
         resets.run(running, spark, OLD, batch, batch * ROWS)
     for sink in SINKS:
         assert resets.ids(tmp_path, sink) == list(range(40))
-    marks = {
-        (e.sink, e.batch_id): (e.rows, e.error)
-        for e in DeltaLedger(str(tmp_path / "ledger")).committed_entries(PIPELINE)
-    }
+    entries = DeltaLedger(str(tmp_path / "ledger")).committed_entries(PIPELINE)
+    marks = {(e.sink, e.batch_id): (e.rows, e.error) for e in entries}
     assert marks[("bronze", 3)] == (ROWS, None)
+    assert sorted(e.batch_id for e in entries if e.sink == "bronze") == [0, 1, 2, 3]  # one each
 
 
 class KillAfterGoldWrote:

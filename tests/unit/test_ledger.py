@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 
 from fanout.errors import LedgerError
 from fanout.ledger.delta import DeltaLedger
-from fanout.ledger.entry import LedgerEntry, LedgerView, entries_from_arrow
+from fanout.ledger.entry import LOST_MARK, LedgerEntry, LedgerView, entries_from_arrow
 from fanout.ledger.memory import MemoryLedger
 from tests.unit.fakes import committed
 
@@ -69,6 +69,26 @@ def test_mark_is_idempotent(ledger: DeltaLedger | MemoryLedger) -> None:
     assert [(e.pipeline, e.sink, e.batch_id, e.status, e.rows) for e in got] == [
         ("orders", "pg", 3, "committed", 10)
     ]
+    assert ledger.last_committed("orders", ["pg"]) == {"pg": 3}
+
+
+def test_a_write_s_own_mark_replaces_a_lost_mark_of_its_batch(
+    ledger: DeltaLedger | MemoryLedger,
+) -> None:
+    """``fanout recover`` recorded a lost mark of batch 3 while it was in flight: the
+    query's own mark of it, made after, is recorded with its counts, and readers see it
+    alone; made again, or made by a skip, it changes nothing."""
+    lost = committed("orders", "pg", 3, error=f"{LOST_MARK}: recorded by fanout recover: ...")
+    assert ledger.mark_committed(lost) is True
+    skip = committed("orders", "pg", 3, rows=0, error="skipped: batches 3-3 were never ...")
+    assert ledger.mark_committed(skip) is False
+    assert ledger.mark_committed(committed("orders", "pg", 3, rows=10)) is True
+    assert ledger.mark_committed(committed("orders", "pg", 3, rows=10)) is False
+    assert ledger.mark_committed(committed("orders", "pg", 2, rows=10)) is False
+
+    seen = ledger.committed_entries("orders")
+    assert [(e.sink, e.batch_id, e.rows, e.error) for e in seen] == [("pg", 3, 10, None)]
+    assert {(e.batch_id, e.rows, e.lost) for e in rows(ledger)} == {(3, None, True), (3, 10, False)}
     assert ledger.last_committed("orders", ["pg"]) == {"pg": 3}
 
 

@@ -63,6 +63,24 @@ def upsert_routes(conn: Any, state_schema: str, scope: str, sink: str, batch_id:
     return {int(partition): route for partition, route in conn.execute(query)}
 
 
+def upsert_counts(conn: Any, state_schema: str, scope: str, sink: str, batch_id: int
+                  ) -> dict[int, int | None]:  # fmt: skip
+    """Upsert mode: the partition count each committed partition of one batch of one sink
+    recorded in ``upsert_routes`` (migration ``0005_upsert_routes_partitions``; ``None`` in
+    a row of an older fanout), by partition: the count the batch was written in, whatever
+    the sink's ``partitions`` option says now."""
+    import sqlalchemy as sa
+
+    r = upsert_routes_table(state_schema)
+    query = sa.select(r.c.partition, r.c.partitions).where(
+        r.c.pipeline == scope, r.c.sink == sink, r.c.batch_id == batch_id
+    )
+    return {
+        int(partition): None if count is None else int(count)
+        for partition, count in conn.execute(query)
+    }
+
+
 REWRITES = (
     "An upsert rewrites the rows the route keeps but deletes none, so a row those "
     "partitions hold that the new route refuses would be both in the table and in the "

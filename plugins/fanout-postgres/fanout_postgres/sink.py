@@ -56,6 +56,7 @@ from fanout_postgres.membership import (
     batch_names,
     committed_partitions,
     partition_columns,
+    upsert_counts,
     upsert_routes,
 )
 from fanout_postgres.migrate import migration_problem
@@ -363,19 +364,22 @@ class PostgresSink(PartitionedSink):
     def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | PartlyHeld | None:
         """Whether the batch's partitions committed, each writing its progress mark
         (append) or its ``upsert_routes`` row (upsert) in its own transaction: all of them
-        (``True``), some (:class:`fanout.PartlyHeld`), none. Append: the partition count
-        its marks recorded; upsert, whose rows record none: the ``partitions`` option. One
-        query. (Whether an upsert's rows written again change nothing:
-        :meth:`harmless_rewrite`.)"""
+        (``True``), some (:class:`fanout.PartlyHeld`), none, against the partition count
+        the batch was written in, as its marks or rows recorded it (never the ``partitions``
+        option now: lowered since the write, part of a batch read as the whole). Rows of an
+        older fanout record no count: never the whole. One query. (Whether an upsert's rows
+        written again change nothing: :meth:`harmless_rewrite`.)"""
         scope = pipeline_scope(pipeline, epoch)
         with self._engine().connect() as conn:
             if self.mode == "append":
                 marks = committed_partitions(conn, self.state_schema, scope, self.name, batch_id)
-                counts = {m.partitions for m in marks}
-                count = counts.pop() if len(counts) == 1 else None
-                return _held(len({m.partition for m in marks}), count)
-            routes = upsert_routes(conn, self.state_schema, scope, self.name, batch_id)
-            return _held(len(routes), self.partitions)
+                counts: set[int | None] = {m.partitions for m in marks}
+                committed = len({m.partition for m in marks})
+            else:
+                recorded = upsert_counts(conn, self.state_schema, scope, self.name, batch_id)
+                counts, committed = set(recorded.values()), len(recorded)
+            count = counts.pop() if len(counts) == 1 else None
+            return _held(committed, count)
 
     def harmless_rewrite(self) -> str | None:
         """Upsert without a dead-letter target: an ``INSERT ... ON CONFLICT DO UPDATE``
@@ -830,7 +834,8 @@ def _sa() -> Any:
 
 def _held(committed: int, partitions: int | None) -> bool | PartlyHeld:
     """:meth:`PostgresSink.holds_batch`'s answer for ``committed`` of ``partitions``
-    partitions (``None``: the marks disagree on the count, so the whole cannot be told)."""
+    partitions (``None``: the records disagree on the count, or record none, so the whole
+    cannot be told)."""
     if committed == 0:
         return False
     if partitions is not None and committed >= partitions:

@@ -467,8 +467,9 @@ def upsert_routes_table(state_schema: str) -> Any:
 
 
 def _route_statements(state_schema: str) -> str:
-    """Upsert: one text of two statements, recording the partition's route (a replay under
-    the same route, or of an older fanout's record, rewrites it) and deleting the
+    """Upsert: one text of two statements, recording the partition's route and the batch's
+    partition count (a replay under the same route, or of an older fanout's record,
+    rewrites them) and deleting the
     partition's records of batches older than ``%(keep_from)s``."""
     import sqlalchemy as sa
     from sqlalchemy.dialects import postgresql as pg
@@ -480,10 +481,15 @@ def _route_statements(state_schema: str) -> str:
         batch_id=sa.bindparam("batch_id"),
         partition=sa.bindparam("partition"),
         route=sa.bindparam("route"),
+        partitions=sa.bindparam("partitions"),
     )
     insert = insert.on_conflict_do_update(
         index_elements=["pipeline", "sink", "batch_id", "partition"],
-        set_={"route": insert.excluded.route, "committed_at": sa.func.now()},
+        set_={
+            "route": insert.excluded.route,
+            "partitions": insert.excluded.partitions,
+            "committed_at": sa.func.now(),
+        },
     )
     prune = sa.delete(r).where(
         r.c.pipeline == sa.bindparam("pipeline"),

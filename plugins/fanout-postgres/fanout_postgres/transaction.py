@@ -208,7 +208,12 @@ class PartitionTransaction:
     def _route_params(self) -> dict[str, Any]:
         """Upsert: the parameters of :attr:`Statements.route_record`."""
         keep_from = self.meta.batch_id - KEEP_MARKS
-        return {**self.key, "route": self.meta.route, "keep_from": keep_from}
+        return {
+            **self.key,
+            "route": self.meta.route,
+            "partitions": self.plan.partitions,
+            "keep_from": keep_from,
+        }
 
     def _check_types(self) -> None:
         """The written columns still have the types the plan was made for: an ``ALTER

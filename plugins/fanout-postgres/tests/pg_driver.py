@@ -1,6 +1,7 @@
-"""A streaming driver with a postgres append sink, run as a subprocess so it can be killed.
+"""A streaming driver with a postgres append (or upsert by ``id``) sink, run as a subprocess
+so it can be killed.
 
-usage: python pg_driver.py WORKDIR URL [--kill BATCH] [--partitions N]
+usage: python pg_driver.py WORKDIR URL [--kill BATCH] [--partitions N] [--mode upsert]
 
 Run it in a session of its own (``start_new_session=True``): ``--kill`` ends the whole
 process group.
@@ -26,12 +27,13 @@ PARTITIONS = 4
 
 
 def main() -> None:
-    """Append every input file to the table ``events`` until the input ends (or death)."""
+    """Write every input file to the table ``events`` until the input ends (or death)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("workdir", type=Path)
     parser.add_argument("url")
     parser.add_argument("--kill", type=int, default=-1, help="kill during this batch")
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
+    parser.add_argument("--mode", choices=("append", "upsert"), default="append")
     args = parser.parse_args()
     killer = KillAt(
         "partition_committed",
@@ -41,7 +43,9 @@ def main() -> None:
         note=str(args.workdir / "killed.txt"),
     )
     sink = {"type": "postgres", "name": "events", "url": args.url, "table": "events",
-            "mode": "append", "create_table": True, "partitions": args.partitions}  # fmt: skip
+            "mode": args.mode, "create_table": True, "partitions": args.partitions}  # fmt: skip
+    if args.mode == "upsert":
+        sink["keys"] = ["id"]
     spark = local_session("fanout-pg-crash-driver")
     fan = FanOut(PIPELINE, str(args.workdir / "ledger"), [sink], plugins=[killer])
     run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint")
