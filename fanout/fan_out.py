@@ -61,6 +61,7 @@ from fanout.sink_spec import (
 from fanout.steps.admit import Admission
 from fanout.steps.catchup import CatchUp
 from fanout.steps.context import ContextReader
+from fanout.steps.cores import check_cores
 from fanout.steps.gaps import refuse_gaps
 from fanout.steps.lag import Lagging, Opening, unreachable_masked
 from fanout.steps.lag_steps import (
@@ -358,6 +359,7 @@ class FanOut:
                     sink.name,
                     extra=batch_fields(self.pipeline, sink=sink.name),
                 )
+        check_cores(self.pipeline, self.specs, spark)
         return spark
 
     def _open_sink(self, spec: SinkSpec, context: SinkContext) -> None:

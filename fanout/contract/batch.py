@@ -140,6 +140,11 @@ class Batch:
         refused: the route's dead letters record their route only when there are some.
         See :meth:`fanout.Sink.check_replay`; a sink on the partitioned-sink kit records
         :func:`fanout.partitioned.replay_route.route_mark` and the kit refuses.
+    :param task_budget: at most this many of the sink's Spark tasks should run at once;
+        ``None``: no limit. fanout sets it for a sink with ``write_timeout_s``: its tasks,
+        when it hangs, must leave cores to the other sinks' jobs and the live batches
+        (docs/architecture.md §14.9). A sink writing from the executors honours it (the
+        partitioned-sink kit runs its partitions in jobs of that many tasks at most).
     """
 
     df: Any
@@ -148,6 +153,7 @@ class Batch:
     txn_app_id: str
     attempt: int = 1
     route: RouteStamp | None = None
+    task_budget: int | None = None
     _arrow: SharedArrow | None = field(default=None, repr=False)
 
     @property

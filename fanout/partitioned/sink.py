@@ -50,6 +50,7 @@ from fanout.partitioned.membership import (
 from fanout.partitioned.outcome import RESULT_DDL, PartitionOutcome
 from fanout.partitioned.replay_route import check_routes, recorded_routes
 from fanout.partitioned.task import CommitHooks, HookPlugins, PartitionTask
+from fanout.partitioned.waves import collect_in_waves
 
 log = logging.getLogger("fanout")
 
@@ -365,15 +366,20 @@ class PartitionedSink(Sink):
         (:func:`copy_kept`)."""
         try:
             with copy_kept(batch, self.name, prepared.snapshot):
-                return self.finish_partitions(batch, prepared, self.run_partitions(prepared))
+                outcomes = self.run_partitions(prepared, batch.task_budget)
+                return self.finish_partitions(batch, prepared, outcomes)
         finally:
             prepared.release()
 
-    def run_partitions(self, prepared: PreparedPartitions) -> list[PartitionOutcome]:
-        """The sink's own Spark job: one task per partition, each reporting its outcome."""
+    def run_partitions(
+        self, prepared: PreparedPartitions, budget: int | None = None
+    ) -> list[PartitionOutcome]:
+        """The sink's own Spark job: one task per partition, each reporting its outcome; at
+        most ``budget`` at once (:attr:`Batch.task_budget`: in jobs of that many)."""
         job = prepared.parted.mapInArrow(prepared.task, result_schema(RESULT_DDL))
         plan_without_adaptive(job)  # one task per partition: nothing to adapt
-        return [PartitionOutcome.from_json(r["outcome"]) for r in job.collect()]
+        rows = collect_in_waves(job, budget)
+        return [PartitionOutcome.from_json(r["outcome"]) for r in rows]
 
     def prepare_partitions(self, batch: Batch) -> PreparedPartitions:
         """Everything :meth:`write` does on the driver before the executors write: the

@@ -31,6 +31,7 @@ from fanout.errors import SinkTimeoutError
 from fanout.observe.logs import batch_fields
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey
+from fanout.steps.cores import TASKS_END_S, running_tasks, task_budget
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -283,8 +284,11 @@ class TimedWrite:
         timed.configured_s = configured_s
         timed.session = session_of(batch.df)
         runner.claim = WriteClaim()
-        if batch._arrow is not None:  # another reader's conversion is not this sink's time
-            runner.batch = replace(batch, _arrow=ClockedArrow(batch._arrow, timed.paused))
+        arrow, budget = batch._arrow, task_budget(timed.session)
+        if arrow is not None:  # another reader's conversion is not this sink's time
+            arrow = ClockedArrow(arrow, timed.paused)
+        if arrow is not None or budget is not None:
+            runner.batch = replace(batch, _arrow=arrow, task_budget=budget)
         thread = threading.Thread(
             target=threads(timed._run),
             name=f"fanout-{batch.pipeline}-{runner.sink.name}-timed",
@@ -332,10 +336,24 @@ class TimedWrite:
             try:
                 untag()
             finally:
-                self.done.set()
                 claim = self.runner.claim
-                if claim is not None and claim.abandoned:
+                abandoned = claim is not None and claim.abandoned
+                if abandoned:
+                    self._until_tasks_end()
+                self.done.set()
+                if abandoned:
                     self._ended_abandoned()
+
+    def _until_tasks_end(self) -> None:
+        """The abandoned write's cancelled job has failed, but its tasks may run on: a
+        Python task stuck in a blocking call is killed only after Spark's
+        ``spark.python.task.killTimeout`` (2 s), and its core is free only then (3-5 s
+        after the cancel, measured on ``local[2]``). The write counts as running until they
+        end (at most :data:`TASKS_END_S`), so that the catch-up's write of the sink does
+        not take cores beside them."""
+        deadline = time.monotonic() + TASKS_END_S
+        while running_tasks(self.session, self.tag) and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def _tag(self) -> Callable[[], None]:
         """Run this thread's Spark jobs under the write's own tag, interrupted on cancel;
