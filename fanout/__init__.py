@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fanout.contract.batch import Batch, BatchInfo, IdempotencyKey
+from fanout.contract.options import SinkOption
+from fanout.contract.partitions import StableColumns
 from fanout.contract.sink import Guarantee, PartlyHeld, Sink, SinkContext, SinkResult
 from fanout.errors import (
     BackfillError,
@@ -85,6 +87,7 @@ __all__ = [
     "Sink",
     "SinkContext",
     "SinkError",
+    "SinkOption",
     "SinkResult",
     "SinkResultError",
     "SinkTimeoutError",
@@ -92,6 +95,7 @@ __all__ = [
     "SinkWriteError",
     "SinksBehindError",
     "SpoolError",
+    "StableColumns",
     "TransientSinkError",
     "UnknownSinkTypeError",
     "UnmarkedBatchError",

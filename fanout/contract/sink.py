@@ -62,10 +62,15 @@ class BackfillSource(Protocol):
 class SinkResult:
     """What a sink's :meth:`Sink.write` reports.
 
-    :param rows: rows written (for a replay the sink found already written: the rows of
-        the batch, with :attr:`already_written` set); at most the rows routed to the sink
-        (fanout refuses more, and any count below zero, with
-        :class:`fanout.errors.SinkResultError`: :mod:`fanout.steps.result_check`).
+    :param rows: rows of the batch written, not the rows the target changed (an upsert
+        counts the rows it upserted, also those that changed nothing, and may count a key
+        the batch holds twice once; the rows refused go in :attr:`dead_lettered`
+        instead); for a replay the sink found
+        already written: the rows of the batch, with :attr:`already_written` set. At most
+        the rows routed to the sink (fanout refuses more, and any count below zero, with
+        :class:`fanout.errors.SinkResultError`: :mod:`fanout.steps.result_check`). The
+        ledger mark records it, ``fanout run`` prints it, and a backfill from this sink
+        (:meth:`Sink.backfill_source`) must read back as many rows.
     :param details: small, JSON-serialisable facts worth logging (files, partitions...).
     :param dead_lettered: rows the target rejected that went to the sink's dead-letter
         target instead (recorded in the ledger mark, shown by ``fanout status``).
@@ -295,8 +300,9 @@ class Sink:
         """Whether the target holds batch ``batch_id`` of ``epoch`` by the sink's own
         records (the idempotency records :meth:`write` keeps for
         :attr:`Batch.idempotency_key` of that batch: ``txn_app_id(pipeline, self.name,
-        epoch)`` at version ``batch_id``), whatever the ledger says: all of it, part of it,
-        or none.
+        epoch)`` at version ``batch_id``, :func:`fanout.contract.batch.txn_app_id`; a
+        record of the same batch id in another epoch is another batch), whatever the
+        ledger says: all of it, part of it, or none.
 
         Called on the driver after :meth:`open`, only when a checkpoint reset starts a new
         epoch (``on_checkpoint_reset="new_epoch"``) and by ``fanout recover --config``,
@@ -310,7 +316,8 @@ class Sink:
         in the ledger, which counts the batch as written there); a :class:`PartlyHeld`:
         some of its partitions committed, not all (a sink writing a batch in several
         transactions, killed between them; nothing is recorded, since a mark would make a
-        replay of the batch skip the partitions that never committed); ``False``: none;
+        replay of the batch skip the partitions that never committed); ``False``: none
+        (also when the target was never created);
         ``None`` (the default): the sink cannot tell. A sink that cannot tell the whole
         from a part answers :class:`PartlyHeld` with ``partitions=None``. Raise nothing for
         "cannot tell": an exception is logged and counted as ``None``."""

@@ -27,6 +27,8 @@ from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
 from fanout.observe.secrets import masked_error
+from fanout.partitioned.determinism import check_batch
+from fanout.partitioned.sink import PartitionedSink
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, SinkInput
 from fanout.sink_spec import SinkSpec
@@ -236,6 +238,7 @@ class SinkRunner:
             self.hooks.call("fanout_sink_start", info=info, sink=name, attempt=attempt)
             self.writing.start()
             try:
+                check_stable_columns(self.sink, batch)  # before anything is written
                 if self.given.letters and self.given.dead_letters is not None:
                     self.sink.check_replay(batch)  # before the letters: nothing written yet
                 routed = self._route_dead_letters(batch)
@@ -423,6 +426,20 @@ class SinkRunner:
             will_retry=will_retry,
         )
         self.record.failed(self.batch, attempt, started, time.perf_counter() - clock, error)
+
+
+def check_stable_columns(sink: Sink, batch: Batch) -> None:
+    """Refuse a batch computing the columns ``sink.deterministic_columns()`` names (an
+    upsert's keys) non-deterministically, in the routed batch or its streaming query, with a
+    :class:`fanout.PartitioningError`. A sink on the partitioned-sink kit checks its own
+    batches (:class:`fanout.partitioned.sink.PartitionedSink`); any other sink that names
+    such columns is checked here, once per query, as the kit would."""
+    if isinstance(sink, PartitionedSink):
+        return
+    stable = sink.deterministic_columns()
+    if stable is not None:
+        check_batch(batch.df, stable, sink=sink.name, batch_id=batch.batch_id,
+                    query_id=batch.query_id)  # fmt: skip
 
 
 def _named(exc: BaseException, sink: str, batch_id: int, secrets: Sequence[str]) -> Exception:

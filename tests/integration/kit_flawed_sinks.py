@@ -1,7 +1,9 @@
 """Sinks of the kind a plugin author writes by mistake, for the tests that the conformance
 suite fails them with a message saying what is wrong: one JSON-lines file per batch, named
 by the batch's idempotency token (correct) or by its batch id alone (epoch-blind), one file
-every batch appends to (no idempotency), and a correct one reporting a row too many."""
+every batch appends to (no idempotency), a correct one reporting a row too many, ones whose
+``holds_batch`` ignores the epoch or answers a part for a whole batch, and ones that refuse
+a null key or a new column without naming the column, or drop a null key's row."""
 
 from __future__ import annotations
 
@@ -10,7 +12,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fanout import Batch, SchemaMismatchError, Sink, SinkContext, SinkResult, hookimpl
+from fanout import (
+    Batch,
+    PartlyHeld,
+    SchemaMismatchError,
+    Sink,
+    SinkContext,
+    SinkResult,
+    SinkWriteError,
+    hookimpl,
+)
 from fanout.contract.sink import Reads
 
 
@@ -88,6 +99,50 @@ class WritesOnEmpty(TokenFiles):
         return super().write(batch)
 
 
+class HoldsByBatchId(TokenFiles):
+    """Answers ``holds_batch`` by the batch id alone: a batch of another epoch reads held."""
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool:
+        return any(Path(self.directory).glob(f"*~{batch_id:012d}.jsonl"))
+
+
+class HoldsAPart(TokenFiles):
+    """Answers ``PartlyHeld`` for a batch it wrote whole in one file."""
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | PartlyHeld:
+        written = any(Path(self.directory).glob(f"*~{batch_id:012d}.jsonl"))
+        return PartlyHeld(1, 1) if written else False
+
+
+class NullKeyUnnamed(TokenFiles):
+    """Refuses a batch with a null ``id`` without naming the column."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        if None in batch.arrow().column("id").to_pylist():
+            raise SinkWriteError("a row has no key", sink=self.name, batch_id=batch.batch_id)
+        return super().write(batch)
+
+
+class NullKeyDropped(TokenFiles):
+    """Drops the rows with a null ``id`` without a word."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        rows = [row for row in batch.arrow().to_pylist() if row["id"] is not None]
+        (Path(self.directory) / self.file_name(batch)).write_text(
+            "".join(json.dumps(row) + "\n" for row in rows)
+        )
+        return SinkResult(rows=len(rows))
+
+
+class NewColumnUnnamed(TokenFiles):
+    """Refuses a batch with a column beyond ``id`` and ``v`` without naming it."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        if batch.arrow().column_names != ["id", "v"]:
+            raise SinkWriteError("unexpected columns", sink=self.name, batch_id=batch.batch_id)
+        return super().write(batch)
+
+
 def read_rows(directory: Path) -> list[dict[str, Any]]:
     """Every row of every file of ``directory``."""
     return [
@@ -102,4 +157,7 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
     """The flawed sink types, and the correct one."""
     return {"token_files": TokenFiles, "batch_id_files": BatchIdFiles,
             "appending_file": AppendingFile, "counts_one_too_few": CountsOneTooFew,
-            "writes_on_empty": WritesOnEmpty}  # fmt: skip
+            "writes_on_empty": WritesOnEmpty, "holds_by_batch_id": HoldsByBatchId,
+            "holds_a_part": HoldsAPart, "null_key_unnamed": NullKeyUnnamed,
+            "null_key_dropped": NullKeyDropped,
+            "new_column_unnamed": NewColumnUnnamed}  # fmt: skip

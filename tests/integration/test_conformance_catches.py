@@ -121,3 +121,77 @@ def test_a_sink_refusing_a_new_column_said_to_write_it_is_told_how_to_say_so(
     assert str(failed.value).endswith(
         "; say SinkUnderTest(schema_drift='refuses') if it refuses new columns"
     )
+
+
+_HOLDS = (
+    "holds_batch(pipeline, epoch, batch_id) must look up the record write() keeps of that "
+    "batch's idempotency key (app id txn_app_id(pipeline, self.name, epoch), from "
+    "fanout.contract.batch, version batch_id): True when it finds it, False when not (a "
+    "target not created yet holds nothing), None only when the sink cannot tell at all"
+)
+
+
+def test_a_holds_batch_blind_to_the_epoch_is_told_to_key_by_it(spark: Any, tmp_path: Path) -> None:
+    suite, case = _suite_and_case("holds_by_batch_id", tmp_path)
+    with pytest.raises(AssertionError) as failed:
+        suite.test_holds_batch_by_its_own_records(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "holds_batch returned True for batch 0 of epoch 1, never written (only epoch 0's "
+        f"batch 0 was), expected False: {_HOLDS}"
+    )
+
+
+def test_a_holds_batch_answering_a_part_for_a_whole_batch_is_told_to_say_true(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("holds_a_part", tmp_path)
+    with pytest.raises(AssertionError) as failed:
+        suite.test_holds_batch_by_its_own_records(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "holds_batch returned PartlyHeld(committed=1, partitions=1) for batch 0 of epoch 0 "
+        "after write() wrote all of it, expected True: PartlyHeld is the answer for a batch "
+        "some of whose partitions never committed; for a whole batch answer True (fanout "
+        "records a lost mark only for True)"
+    )
+
+
+def test_a_null_key_refused_without_its_column_is_told_to_name_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("null_key_unnamed", tmp_path)
+    case.keyed = True
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_a_null_key_is_refused_by_name_or_dead_lettered(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "the sink refused a batch with a null key with an error that does not name the key "
+        "column: SinkWriteError(\"sink 'under_test', batch 0: a row has no key\"); name it, "
+        "quoted: 'id'"
+    )
+
+
+def test_a_null_key_dropped_without_a_word_is_told_what_to_do(spark: Any, tmp_path: Path) -> None:
+    suite, case = _suite_and_case("null_key_dropped", tmp_path)
+    case.keyed = True
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_a_null_key_is_refused_by_name_or_dead_lettered(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "a batch of ids 1, null, 2 left the target holding ids [1, 2] and "
+        "SinkResult.dead_lettered=0, expected [1, 2] and 1: a row whose key is null is never "
+        "written nor dropped without a word: refuse the batch naming the key column ('id'), "
+        "or hand the row to the dead-letter target (context.dead_letters) and count it in "
+        "SinkResult.dead_lettered"
+    )
+
+
+def test_a_new_column_refused_without_its_name_is_told_to_name_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("new_column_unnamed", tmp_path)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_schema_drift(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "batch 1 added a column 'extra' (id BIGINT, v STRING, extra INT) and the sink refused "
+        "it with an error that does not name the column: SinkWriteError(\"sink 'under_test', "
+        'batch 1: unexpected columns"); raise SchemaMismatchError(message, sink=self.name, '
+        "batch_id=batch.batch_id, columns=[...]) with the column's name in the message"
+    )

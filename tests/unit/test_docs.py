@@ -44,3 +44,12 @@ def test_readme_quick_start_has_exactly_two_commands() -> None:
     assert len(commands) == 2
     assert commands[0].split("```")[0].strip().endswith("fanout demo")
     assert "pytest" in commands[1].split("```")[0]
+
+
+def test_what_a_sink_plugin_declares_is_in_the_facade() -> None:
+    """A plugin declares its options (SinkOption) and an upsert's stable keys
+    (StableColumns) from ``fanout`` itself, as the README's contract says."""
+    needed = {"Sink", "SinkContext", "SinkResult", "SinkOption", "StableColumns", "PartlyHeld"}
+    assert needed - set(fanout.__all__) == set()
+    assert fanout.SinkOption.__module__ == "fanout.contract.options"
+    assert fanout.StableColumns.__module__ == "fanout.contract.partitions"
