@@ -51,16 +51,23 @@ order, the short demo tests last (a worker takes its next file while its last tw
 
 LONG = (
     "plugins/fanout-kafka/tests/test_partition_membership.py",
-    "plugins/fanout-postgres/tests/test_append_kill.py",
     "tests/integration/test_hard_kill.py",
     "tests/integration/test_checkpoint_reset.py",
     "tests/integration/test_run_pipeline.py",
     "plugins/fanout-delta/tests/test_delta_distributed.py",
-    "tests/integration/test_plugin_example.py",
     "tests/integration/test_available_now_catch_up.py",
 )
 """Files that each take a minute or more (kill-and-restart driver subprocesses): queued
 right after :data:`SERIAL_HEAVY`, so the suite never ends on one of them running alone."""
+
+
+SLOW_UNIT = (
+    "tests/unit/test_exit_codes.py",
+    "tests/unit/test_static_checks.py",
+)
+"""Unit test files of half a minute or more (fresh interpreters, mypy over the code): first
+of the unit tests, so the suite ends on small files that fill both workers to the end,
+never on one of these running alone."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -80,6 +87,8 @@ def _rank(relative: str, integration: bool) -> tuple[int, int]:
             return (0, n)
     if relative in LONG:
         return (1, LONG.index(relative))
+    if relative in SLOW_UNIT:
+        return (3, SLOW_UNIT.index(relative) - len(SLOW_UNIT))
     return (2, 0) if integration else (3, 0)
 
 

@@ -17,7 +17,7 @@ from pyspark.errors import StreamingQueryException
 
 from fanout import FanOut
 from fanout.testing.faults import KILL_EXIT_CODE
-from tests.integration.driver import sinks
+from tests.integration.driver import PIPELINE, sinks
 from tests.integration.streams import (
     committed_marks,
     delta_rows,
@@ -218,12 +218,15 @@ def test_deleted_newest_commit_alone_is_a_plain_replay(
     }
 
 
-def test_checkpoint_replaced_after_a_kill_before_any_mark_is_refused(tmp_path: Path) -> None:
+def test_checkpoint_replaced_after_a_kill_before_any_mark_is_refused(
+    spark: Any, tmp_path: Path
+) -> None:
     """The first query's driver (a subprocess) is killed in its first batch, once admitted:
     the ledger holds no mark and no failed row, only the query's claim of epoch 0. Had
     the kill come after a sink committed (which the ledger cannot tell apart), that sink
     would skip a new checkpoint's batch 0 by its transaction id: so the new query is
-    refused, before any sink writes."""
+    refused, before any sink writes. The new query runs in the test's process, which shares
+    nothing with the killed driver but its files (a driver subprocess starts Spark)."""
     write_input(tmp_path / "input", 3, 10)
     driver = [sys.executable, str(Path(__file__).with_name("driver.py")), str(tmp_path)]
     killed = subprocess.run(
@@ -235,10 +238,12 @@ def test_checkpoint_replaced_after_a_kill_before_any_mark_is_refused(tmp_path: P
     assert ledger == [("*", "epoch", first_query)]
 
     shutil.rmtree(tmp_path / "checkpoint")
-    replaced = subprocess.run(driver, capture_output=True, text=True, timeout=300)
-    assert replaced.returncode != 0
-    assert "CheckpointResetError" in replaced.stderr, replaced.stderr[-3000:]
-    assert f"but epoch 0 of this pipeline belongs to query {first_query}" in replaced.stderr
+    fan = FanOut(PIPELINE, str(tmp_path / "ledger"), sinks(tmp_path))  # as driver.py runs it
+    with pytest.raises(StreamingQueryException) as replaced:
+        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+    message = str(replaced.value)
+    assert "CheckpointResetError" in message, message[-3000:]
+    assert f"but epoch 0 of this pipeline belongs to query {first_query}" in message
     for sink in SINKS:
         assert not (tmp_path / sink).exists(), sink
     assert [r["status"] for r in delta_rows(tmp_path / "ledger")] == ["epoch"]

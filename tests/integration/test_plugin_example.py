@@ -3,26 +3,45 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "jsonl_sink.py"
+NEW_EPOCH = "--- the checkpoint lost, then a run with --new-epoch"
+RUN_TWICE = f"""
+import runpy, shutil, sys
+example, workdir = sys.argv[1:]
+sys.argv = [example, workdir]
+runpy.run_path(example, run_name="__main__")
+print({NEW_EPOCH!r}, flush=True)
+shutil.rmtree(workdir + "/checkpoint")  # a lost checkpoint, accepted as a new epoch
+sys.argv = [example, workdir, "--new-epoch"]
+runpy.run_path(example, run_name="__main__")
+"""
+"""Runs the example as ``python examples/jsonl_sink.py WORKDIR`` does, then once more with
+``--new-epoch`` after deleting its checkpoint, in the same process: the second run's session
+starts in the JVM the first one stopped its session in (a process a run would start two
+JVMs, ~10 s of CPU each)."""
 
 
-def run_example(workdir: Path, *args: str) -> list[str]:
+def run_example_twice(workdir: Path) -> tuple[list[str], list[str]]:
+    """What each run printed of the files it lists (``<file> <lines>``)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE), str(workdir), *args],
+        [sys.executable, "-c", RUN_TWICE, str(EXAMPLE), str(workdir)],
         capture_output=True,
         text=True,
         timeout=300,
         env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return [line for line in done.stdout.splitlines() if line.endswith(".jsonl 3")]
+    first, second = (
+        [line for line in out.splitlines() if line.endswith(".jsonl 3")]
+        for out in done.stdout.split(NEW_EPOCH + "\n")
+    )
+    return first, second
 
 
 def test_the_readme_shows_the_example_verbatim() -> None:
@@ -31,10 +50,8 @@ def test_the_readme_shows_the_example_verbatim() -> None:
 
 
 def test_example_writes_each_batch_once_and_a_new_epoch_beside_the_old(tmp_path: Path) -> None:
-    first = run_example(tmp_path)
+    first, second = run_example_twice(tmp_path)
     assert first == ["orders~raw~000000000000.jsonl 3", "orders~raw~000000000001.jsonl 3"]
-    shutil.rmtree(tmp_path / "checkpoint")  # a lost checkpoint, accepted as a new epoch
-    second = run_example(tmp_path, "--new-epoch")
     assert second == [
         *(f"orders@e1~raw~{n:012d}.jsonl 3" for n in range(4)),
         "orders~raw~000000000000.jsonl 3",

@@ -59,27 +59,34 @@ def main() -> None:
     args = parser.parse_args()
     if args.kill_before_commit is not None:
         kill_before_commit(args.kill_before_commit)
-    from fanout import FanOut
     from fanout.spark import local_session
 
-    write_input(args.workdir / "input")
     spark = local_session("fanout-dist-kill")
-    lake = {"type": "delta", "name": "lake", "path": str(args.workdir / "lake"),
+    run(spark, args.workdir)
+    spark.stop()
+
+
+def run(spark: Any, workdir: Path) -> None:
+    """Stream WORKDIR's input through FanOut with ``spark`` to the end of the input: this
+    driver's run, also the test's restart of it in the test's own process."""
+    from fanout import FanOut
+
+    write_input(workdir / "input")
+    lake = {"type": "delta", "name": "lake", "path": str(workdir / "lake"),
             "write_from": "executors"}  # fmt: skip
-    fan = FanOut("dist", str(args.workdir / "ledger"), [lake])
+    fan = FanOut("dist", str(workdir / "ledger"), [lake])
     query = (
         spark.readStream.schema("id LONG, v STRING")
         .option("maxFilesPerTrigger", 1)
-        .json(str(args.workdir / "input"))
+        .json(str(workdir / "input"))
         .repartition(3)
         .writeStream.foreachBatch(fan)
-        .option("checkpointLocation", str(args.workdir / "checkpoint"))
+        .option("checkpointLocation", str(workdir / "checkpoint"))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination()
     fan.close()
-    spark.stop()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ from typing import Any
 from fanout_kafka import KafkaSink
 from kafkatools import Broker, create_topic, key_counts, marker, read_topic
 
-from fanout import FanOut
+from fanout import FanOut, hookimpl
+from fanout.contract.batch import BatchInfo
+from fanout.contract.sink import SinkResult
 from fanout.errors import PartitioningError
 from fanout.routes.route import Route
 from fanout.sink_spec import SinkSpec
@@ -44,6 +46,47 @@ def _drive(workdir: Path, kafka: Broker, topic: str, pipeline: str, *extra: str
 
 def _order_ids(records: list[dict[str, Any]]) -> Counter[int]:
     return Counter(int(json.loads(r["value"])["order_id"]) for r in records)
+
+
+class _Results:
+    """Records each sink result of a restart, by batch."""
+
+    def __init__(self) -> None:
+        self.by_batch: dict[int, dict[str, Any]] = {}
+
+    @hookimpl
+    def fanout_sink_done(
+        self, info: BatchInfo, sink: str, result: SinkResult, duration_s: float
+    ) -> None:
+        """Keep the batch's result details."""
+        self.by_batch[info.batch_id] = {"batch": info.batch_id, **result.details}
+
+
+def _restart(
+    spark: Any,
+    kafka: Broker,
+    topic: str,
+    workdir: Path,
+    pipeline: str,
+    dlq: str,
+    *,
+    partitions: int = PARTITIONS,
+    select: list[str] = SAFE,
+    results: _Results | None = None,
+) -> str:
+    """Restart the killed driver's stream in this process, as :data:`DRIVER` runs it: the
+    text of the error it ended with, ``""`` when it ran to the end of its input."""
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="order_id",
+                     partitions=partitions, dead_letter=f"kafka:{dlq}")  # fmt: skip
+    spec = SinkSpec(sink, Route(select=tuple(select)))
+    fan = FanOut(pipeline, str(workdir / "ledger"), [spec], plugins=[results] if results else [])
+    try:
+        run_stream(spark, workdir / "input", fan, workdir / "checkpoint")
+    except Exception as exc:  # Spark wraps the foreachBatch error
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        fan.close()
+    return ""
 
 
 def _results(out: str) -> dict[int, dict[str, Any]]:
@@ -160,7 +203,7 @@ def test_keyed_sink_with_a_nondeterministic_value_column_still_writes_exactly_on
 
 
 def test_a_batch_killed_mid_way_is_refused_while_partitions_topic_or_input_differ(
-    kafka: Broker, topic: str, tmp_path: Path
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path
 ) -> None:
     """One kill after partition 1 of batch 1 committed (partitions 0..1 hold it, the rest
     and the ledger do not), then one restart per change, each refused on the driver before
@@ -170,10 +213,11 @@ def test_a_batch_killed_mid_way_is_refused_while_partitions_topic_or_input_diffe
     attempt's route refused none, so no dead-letter target recorded it: refused before any
     letter is written, ``Sink.check_replay``), and the killed batch's input file rewritten,
     which no plan shows (the partitions that committed recorded their rows; the re-planned
-    ones differ). With everything as it was,
-    the restart writes only the partitions not yet committed: exactly once overall. One
-    kill for all (each driver run starts Spark in a subprocess, ~20 s): it is also the
-    plain kill-between-partitions-and-restart test."""
+    ones differ). With everything as it was, the restart writes only the partitions not
+    yet committed: exactly once overall. One kill for all, of a driver subprocess; the
+    restarts run in the test's process, which shares nothing with the killed driver but
+    the checkpoint, the ledger and the broker (a driver subprocess starts Spark, ~20 s):
+    it is also the plain kill-between-partitions-and-restart test."""
     rows = write_input(tmp_path / "input", FILES, ROWS)
     pipeline = f"moved{uuid.uuid4().hex[:6]}"
     dlq = f"{topic}-dlq"
@@ -192,49 +236,49 @@ def test_a_batch_killed_mid_way_is_refused_while_partitions_topic_or_input_diffe
     held = key_counts(read_topic(kafka.bootstrap, topic, ROWS))  # batch 0 + partitions 0..1
     assert ROWS < sum(held.values()) < 2 * ROWS and set(held.values()) == {1}
 
-    def unchanged(what: str, done: subprocess.CompletedProcess[str]) -> None:
+    # The restarts run in this process (a driver subprocess each would start Spark, ~20 s):
+    # like a restarted driver, it knows of the killed one only its checkpoint, the ledger
+    # and the broker.
+    def unchanged(what: str, error: str) -> None:
         after = read_topic(kafka.bootstrap, topic, sum(held.values()))
-        assert done.returncode != 0 and key_counts(after) == held, (
-            f"the restart with {what} was not refused (exit {done.returncode}): "
+        assert error and key_counts(after) == held, (
+            f"the restart with {what} was not refused: "
             + _damage(after, {r["order_id"] for r in rows})
         )
         assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", pipeline)
 
-    changed = _drive(tmp_path, kafka, topic, pipeline, *routed, "--partitions", "6")
+    changed = _restart(spark, kafka, topic, tmp_path, pipeline, dlq, partitions=6)
     unchanged("partitions=6", changed)
-    assert "PartitioningError" in changed.stderr, changed.stderr[-3000:]
-    assert f"sink 'events', batch {KILL_BATCH}" in changed.stderr
-    assert "partitions 4" in changed.stderr and "now 6" in changed.stderr
+    assert "PartitioningError" in changed, changed[-3000:]
+    assert f"sink 'events', batch {KILL_BATCH}" in changed
+    assert "partitions 4" in changed and "now 6" in changed
 
     other = f"orders-new-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap, other, 3)
-    moved = _drive(tmp_path, kafka, other, pipeline, *routed)
+    moved = _restart(spark, kafka, other, tmp_path, pipeline, dlq)
     unchanged(f"topic {other!r}", moved)
     assert read_topic(kafka.bootstrap, other, 0, timeout=5) == []
-    err = moved.stderr
-    assert "KafkaMarkerError" in err, err[-3000:]
-    assert f"sink 'events', batch {KILL_BATCH}" in err, err[-3000:]
+    assert "KafkaMarkerError" in moved, moved[-3000:]
+    assert f"sink 'events', batch {KILL_BATCH}" in moved, moved[-3000:]
     assert (
         f"option 'topic' changed in the middle of batch {KILL_BATCH}: partition(s) "
         f"{list(range(KILL_PARTITION + 1))} to {topic!r} committed it, and 'topic' is now "
-        f"{other!r}" in err
-    ), err[-3000:]
-    assert f"Set 'topic' back to {topic!r} until this batch completes" in err
+        f"{other!r}" in moved
+    ), moved[-3000:]
+    assert f"Set 'topic' back to {topic!r} until this batch completes" in moved
 
     paid = {str(r["order_id"]) for r in rows if r["status"] == "paid"}
     assert paid & (set(held) - {str(i) for i in range(ROWS)})  # the new route refuses some
-    strict = ("--dead-letter", f"kafka:{dlq}", "--select", *STRICT)
-    rerouted = _drive(tmp_path, kafka, topic, pipeline, *strict)
+    rerouted = _restart(spark, kafka, topic, tmp_path, pipeline, dlq, select=STRICT)
     unchanged("the route refusing paid orders", rerouted)
-    err = rerouted.stderr
-    assert "KafkaMarkerError" in err, err[-3000:]
+    assert "KafkaMarkerError" in rerouted, rerouted[-3000:]
     assert (
         f"sink 'events', batch {KILL_BATCH}: route changed in the middle of batch "
         f"{KILL_BATCH}: partition(s) {list(range(KILL_PARTITION + 1))} committed it under "
         "another route than now, and a replay skips them, so a row the new route refuses "
-        "would be both in the topic" in err
-    ), err[-3000:]
-    assert "Nothing was written. Set the route ('where', 'select') back until this" in err
+        "would be both in the topic" in rerouted
+    ), rerouted[-3000:]
+    assert "Nothing was written. Set the route ('where', 'select') back until this" in rerouted
     assert read_topic(kafka.bootstrap, dlq, 0, timeout=5) == []  # no letter written
 
     path = tmp_path / "input" / f"orders-{KILL_BATCH:04d}.json"
@@ -242,18 +286,18 @@ def test_a_batch_killed_mid_way_is_refused_while_partitions_topic_or_input_diffe
     rewritten = [dict(json.loads(line), order_id=10_000 + i)
                  for i, line in enumerate(original.splitlines())]  # fmt: skip
     path.write_text("\n".join(json.dumps(r) for r in rewritten) + "\n")
-    replay = _drive(tmp_path, kafka, topic, pipeline, *routed)
+    replay = _restart(spark, kafka, topic, tmp_path, pipeline, dlq)
     unchanged("the batch's input rewritten", replay)
-    assert f"sink 'events', batch {KILL_BATCH}: rows moved between partitions" in replay.stderr
-    assert "re-planned it now holds" in replay.stderr
+    assert f"sink 'events', batch {KILL_BATCH}: rows moved between partitions" in replay
+    assert "re-planned it now holds" in replay
 
     path.write_text(original)  # everything as it was: the batch completes exactly once
-    restored = _drive(tmp_path, kafka, topic, pipeline, *routed)
-    assert restored.returncode == 0, restored.stderr[-3000:]
-    replay = _results(restored.stdout)
-    assert sorted(replay) == list(range(KILL_BATCH, FILES))
-    assert replay[KILL_BATCH]["skipped_partitions"] == list(range(KILL_PARTITION + 1))
-    assert all(p > KILL_PARTITION for p in replay[KILL_BATCH]["committed_partitions"])
+    results = _Results()
+    assert _restart(spark, kafka, topic, tmp_path, pipeline, dlq, results=results) == ""
+    done = results.by_batch
+    assert sorted(done) == list(range(KILL_BATCH, FILES))
+    assert done[KILL_BATCH]["skipped_partitions"] == list(range(KILL_PARTITION + 1))
+    assert all(p > KILL_PARTITION for p in done[KILL_BATCH]["committed_partitions"])
     records = read_topic(kafka.bootstrap, topic, FILES * ROWS)
     assert _order_ids(records) == {r["order_id"]: 1 for r in rows}
     assert key_counts(records) == {str(r["order_id"]): 1 for r in rows}

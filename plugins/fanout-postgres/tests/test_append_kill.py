@@ -3,8 +3,20 @@ and before the ledger mark; the restart writes only the partitions not yet commi
 
 A restart with option ``partitions`` changed in between is refused on the driver before
 any partition writes, naming the sink, the batch and the change (issue 13, hole 3); with
-the old value back, the batch completes exactly once. One kill for both: each driver run
-starts Spark in a subprocess (~20 s)."""
+the old value back, the batch completes exactly once.
+
+``fanout recover --config`` run in between (ARCHITECTURE §5, "A batch written but never
+marked") must not record the sink's lost mark: ``holds_batch`` says whether the sink holds
+*any part* of the batch: right for refusing a reset (the new epoch would write the
+committed partitions again), wrong for recording the sink's lost mark, which says it holds
+all of it. Recorded, the restart of the same checkpoint replays the batch, finds the sink
+marked, and skips it whole: the partitions that never committed are lost; and ``recover``
+printed "resume after batch 2: every sink holds it", a new checkpoint after which never
+gives the sink those rows either.
+
+One kill for all, of a driver subprocess; the restarts run in the test's process, which
+shares nothing with the killed driver but the checkpoint, the ledger and the database (a
+driver subprocess starts Spark, ~20 s)."""
 
 from __future__ import annotations
 
@@ -15,11 +27,15 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
-from pg_data import write_files
+import pytest
+from pg_data import run_stream, write_files
 from pg_driver import PARTITIONS, PIPELINE
 from pgcheck import query
 
+from fanout import FanOut
+from fanout.app.cli import main
 from tests.integration.streams import committed_marks
 
 DRIVER = Path(__file__).with_name("pg_driver.py")
@@ -39,12 +55,53 @@ def _drive(workdir: Path, url: str, *extra: str) -> subprocess.CompletedProcess[
     )
 
 
+def _restart(spark: Any, workdir: Path, url: str, partitions: int = PARTITIONS) -> str:
+    """Restart the killed driver's stream in this process, as :data:`DRIVER` runs it: the
+    text of the error it ended with, ``""`` when it ran to the end of its input."""
+    sink = {"type": "postgres", "name": "events", "url": url, "table": "events",
+            "mode": "append", "create_table": True, "partitions": partitions}  # fmt: skip
+    fan = FanOut(PIPELINE, str(workdir / "ledger"), [sink])
+    try:
+        run_stream(spark, workdir / "input", fan, workdir / "checkpoint")
+    except Exception as exc:  # Spark wraps the foreachBatch error
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        fan.close()
+    return ""
+
+
 def _ids(url: str) -> Counter[int]:
     return Counter(i for (i,) in query(url, "SELECT id FROM events"))
 
 
+def _config(tmp_path: Path, url: str) -> str:
+    file = tmp_path / "pipeline.toml"
+    file.write_text(
+        f'[pipeline]\nname = "{PIPELINE}"\nledger = "{tmp_path / "ledger"}"\n'
+        f'checkpoint = "{tmp_path / "checkpoint"}"\n[source]\nformat = "rate"\n'
+        f'[[sinks]]\ntype = "postgres"\nname = "events"\nurl = "{url}"\ntable = "events"\n'
+        f'mode = "append"\ncreate_table = true\npartitions = {PARTITIONS}\n'
+    )
+    return str(file)
+
+
+def _recover_records_no_lost_mark(k: int, out: str) -> None:
+    """What ``fanout recover`` printed (``out``) with ``k`` partitions of the killed batch
+    committed."""
+    # the sink holds part of batch 2: a resume after it is no resume "where every sink
+    # holds it"; before, it said so, and recorded a lost mark of the whole batch
+    assert "Resume after batch 2: every sink" not in out
+    assert (
+        f"  events: holds part of batch 2 ({k} of {PARTITIONS} partitions committed), which "
+        "the ledger had no mark of: no lost mark recorded"
+    ) in out
+    assert f"committed partitions and writes the other {PARTITIONS - k} of {PARTITIONS}" in out
+    assert "Sink events holds part of batch 2 (above): restart the old checkpoint" in out
+    assert "nothing is written twice" not in out
+
+
 def test_append_killed_between_partition_commits_refuses_new_partitions_then_completes_once(
-    pg_url: str, tmp_path: Path
+    spark: Any, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
     killed = _drive(tmp_path, pg_url, "--kill", str(KILL_BATCH))
@@ -67,22 +124,27 @@ def test_append_killed_between_partition_commits_refuses_new_partitions_then_com
     assert held == 2 * ROWS + sum(rows for _, rows in marks)
     assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
 
-    held_ids = _ids(pg_url)
-    changed = _drive(tmp_path, pg_url, "--partitions", str(PARTITIONS + 2))
-    after = _ids(pg_url)
-    doubled = sorted(i for i, n in after.items() if n > 1)
-    assert changed.returncode != 0 and after == held_ids, (
-        f"the restart with partitions={PARTITIONS + 2} was not refused before writing (exit "
-        f"{changed.returncode}): {sum(after.values()) - held} more rows, "
-        f"{len(doubled)} ids doubled {doubled[:8]}\n{changed.stderr[-1500:]}"
-    )
-    assert "PartitioningError" in changed.stderr, changed.stderr[-3000:]
-    assert f"sink 'events', batch {KILL_BATCH}" in changed.stderr
-    assert f"partitions {PARTITIONS}, now {PARTITIONS + 2}" in changed.stderr
+    capsys.readouterr()
+    assert main(["recover", "--config", _config(tmp_path, pg_url)]) == 0
+    _recover_records_no_lost_mark(len(committed), capsys.readouterr().out)
     assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
 
-    restarted = _drive(tmp_path, pg_url)  # the old partitions: the batch completes once
-    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    held_ids = _ids(pg_url)
+    changed = _restart(spark, tmp_path, pg_url, partitions=PARTITIONS + 2)
+    after = _ids(pg_url)
+    doubled = sorted(i for i, n in after.items() if n > 1)
+    assert changed and after == held_ids, (
+        f"the restart with partitions={PARTITIONS + 2} was not refused before writing: "
+        f"{sum(after.values()) - held} more rows, "
+        f"{len(doubled)} ids doubled {doubled[:8]}\n{changed[-1500:]}"
+    )
+    assert "PartitioningError" in changed, changed[-3000:]
+    assert f"sink 'events', batch {KILL_BATCH}" in changed
+    assert f"partitions {PARTITIONS}, now {PARTITIONS + 2}" in changed
+    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
+
+    restarted = _restart(spark, tmp_path, pg_url)  # the old partitions: it completes once
+    assert restarted == "", restarted[-3000:]
 
     ids = _ids(pg_url)
     expected = {r["id"] for chunk in files for r in chunk}
