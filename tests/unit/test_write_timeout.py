@@ -507,13 +507,22 @@ def test_a_max_lag_drain_waits_write_timeout_s_for_a_hung_catch_up_write(tmp_pat
     max_lag waited that whole bound for the lock. Now it gives that write up after the
     sink's write_timeout_s, waits as long for it to end, and stops the query."""
     gate = Gate(0)
-    slow = ScriptedSink("slow", always_fail=SinkWriteError("refused", sink="slow"))
+    writes: list[int] = []
+
+    def hang_after_the_first(batch: Batch) -> None:
+        writes.append(batch.batch_id)
+        if len(writes) > 1:  # the catch-up's write (thread) hangs
+            gate(batch)
+
+    # the live write fails, the first catch-up write hangs: set up before the catch-up's
+    # thread can write (switching the script after process() raced it: a third failure)
+    slow = ScriptedSink("slow", fail=[SinkWriteError("refused", sink="slow")],
+                        on_write=hang_after_the_first)  # fmt: skip
     fan = _max_lag_fan(tmp_path, slow, 0.05)
     _read_from(fan, {0: SchemaFrame([0])})
     fan.catchup._timed_out["slow"] = 6  # its catch-up writes get 0.3 s x 64
     try:
         fan.process(SchemaFrame([0]), BatchInfo("timed", 0, "q"))  # fails: lags, 1 behind
-        slow.always_fail, slow.on_write = None, gate  # its catch-up write (thread) hangs
         assert gate.entered.wait(10)
         thread, done = _process_in_thread(fan, 1)  # 2 behind: past max_lag, drained
         thread.join(5)
