@@ -5,7 +5,7 @@ before it writes (:class:`LedgerView`), and what the dispatcher needs of a ledge
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -111,6 +111,20 @@ def without_replaced(entries: Sequence[LedgerEntry]) -> list[LedgerEntry]:
     replaced (:func:`replaces_lost`): readers see one mark per sink and batch."""
     own = {_batch_key(e) for e in entries if e.status == "committed" and e.error is None}
     return [e for e in entries if not (e.lost and _batch_key(e) in own)]
+
+
+def rows_without_replaced(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """:func:`without_replaced` of ledger rows read as dicts (``fanout status``'s scan;
+    rows of older ledgers have no ``epoch``: 0)."""
+
+    def key(row: Mapping[str, Any]) -> tuple[str, str, int, int]:
+        return (row["pipeline"], row["sink"], row.get("epoch") or 0, row["batch_id"])
+
+    def lost(row: Mapping[str, Any]) -> bool:
+        return row["status"] == "committed" and (row.get("error") or "").startswith(LOST_MARK)
+
+    own = {key(r) for r in rows if r["status"] == "committed" and r.get("error") is None}
+    return [r for r in rows if not (lost(r) and key(r) in own)]
 
 
 @dataclass(frozen=True)
