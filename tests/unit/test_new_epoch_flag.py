@@ -135,3 +135,23 @@ def test_new_epoch_of_a_pipeline_the_ledger_does_not_hold_is_refused(
     )
     with pytest.raises(ConfigurationError, match=r"^--new-epoch: no ledger at "):
         check_new_epoch(_config(tmp_path / "nowhere"), "p.toml")
+
+
+def test_new_epoch_on_the_checkpoint_of_another_pipeline_is_refused(tmp_path: Path) -> None:
+    """A pipeline file copied for a second pipeline that kept the first one's checkpoint:
+    its query is not the epoch's owner, so --new-epoch took it for a reset and started a new
+    epoch of pipeline 'q' on pipeline 'p''s checkpoint, moving that checkpoint past batches
+    'p''s sinks then never got (the contract: one pipeline name per query)."""
+    ledger = _ledger(tmp_path)
+    ledger.start_epoch(LedgerEntry("q", "*", 0, "epoch", query_id=NEW, epoch=0))
+    ledger.mark_committed(LedgerEntry("q", "b", 0, "committed", query_id=NEW))
+    _checkpoint_of(tmp_path, OLD)
+    with pytest.raises(ConfigurationError) as refused:
+        check_new_epoch(_config(tmp_path, "q"), "q.toml")
+    assert str(refused.value) == (
+        f"--new-epoch: the checkpoint at {tmp_path}/ckpt is of query q-old, whose batches "
+        "are epoch 0 of pipeline 'p' in this ledger, not of pipeline 'q': two pipelines "
+        "sharing one checkpoint, which no new epoch may take (the batches it plans next are "
+        "pipeline 'p''s); give pipeline 'q' a checkpoint of its own (pipeline.checkpoint in "
+        "q.toml), then run with --new-epoch"
+    )
