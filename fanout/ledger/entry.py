@@ -236,10 +236,13 @@ class Ledger(Protocol):
         """Record a failed attempt (best effort: callers log what this raises)."""
 
     def committed_entries(
-        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
-    ) -> list[LedgerEntry]:
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None, *,
+        replaced: bool = False,
+    ) -> list[LedgerEntry]:  # fmt: skip
         """Committed rows of the pipeline at or after ``min_batch_id``, of one epoch or
-        (``None``) all (a scan: rare paths)."""
+        (``None``) all (a scan: rare paths); ``replaced``: with the lost marks a write's own
+        mark replaced (:func:`without_replaced`), which readers of marks never want, but a
+        refused query's check does (the lost mark names the query its refusal refused)."""
 
     def epoch_start(self, pipeline: str, epoch: int) -> int | None:
         """The batch ``epoch`` of ``pipeline`` started at: the ``batch_id`` of its
