@@ -65,6 +65,7 @@ def check_new_epoch(config: PipelineConfig, path: str) -> str:
         )
     owner = owners.get(epoch)
     if query is not None and query == owner:
+        _refuse_rolled_back(ledger, config, path, epoch, query)
         raise ConfigurationError(
             f"--new-epoch: the checkpoint at {config.checkpoint} is the one epoch {epoch} of "
             f"pipeline {config.name!r} belongs to (query {query}): it was not reset, so there "
@@ -108,3 +109,31 @@ def _refuse_shared(
                 f"{other!r}'s); give pipeline {config.name!r} a checkpoint of its own "
                 f"(pipeline.checkpoint in {path}), then run with --new-epoch"
             )
+
+
+def _refuse_rolled_back(
+    ledger: DeltaLedger, config: PipelineConfig, path: str, epoch: int, query: str
+) -> None:
+    """Refuse, saying so, when the epoch's own checkpoint is rolled back: its newest batch
+    (``offsets/``) is before the ledger's high-water mark of the epoch, or it holds none (a
+    reset by hand that kept ``metadata``). Spark then re-plans batches the sinks hold, which
+    the guard refuses with or without the flag; "not reset, run without it" misled."""
+    from fanout.steps.context import latest_batch_id
+
+    high = ledger.high_water(config.name, epoch)
+    try:
+        newest = latest_batch_id(config.checkpoint, "offsets")
+    except (OSError, ValueError):  # unreadable: the guard decides
+        return
+    if high is None or (newest is not None and newest >= high):
+        return
+    holds = "it holds no batch" if newest is None else f"its newest batch is {newest}"
+    raise ConfigurationError(
+        f"--new-epoch: the checkpoint at {config.checkpoint} is the one epoch {epoch} of "
+        f"pipeline {config.name!r} belongs to (query {query}), rolled back: {holds}, and "
+        f"the ledger holds batch {high} of epoch {epoch}, so Spark re-plans batches the "
+        "sinks hold, which is refused with or without --new-epoch "
+        "(CheckpointRollbackError); restore the newest checkpoint and run "
+        f"`fanout run {path}` without --new-epoch, or start a new checkpoint in an empty "
+        f"directory where `fanout recover --config {path}` says and run with --new-epoch"
+    )

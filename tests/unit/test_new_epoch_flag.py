@@ -79,6 +79,8 @@ def _checkpoint_of(tmp_path: Path, query: str) -> None:
 def test_new_epoch_on_the_epochs_own_checkpoint_is_refused(tmp_path: Path) -> None:
     _ledger(tmp_path)
     _checkpoint_of(tmp_path, OLD)
+    (tmp_path / "ckpt" / "offsets").mkdir()  # batch 0, which the ledger marked, planned
+    (tmp_path / "ckpt" / "offsets" / "0").write_text("v1\n{}\n{}\n")
     with pytest.raises(ConfigurationError) as refused:
         check_new_epoch(_config(tmp_path), "p.toml")
     assert str(refused.value) == (
@@ -155,3 +157,30 @@ def test_new_epoch_on_the_checkpoint_of_another_pipeline_is_refused(tmp_path: Pa
         "pipeline 'p''s); give pipeline 'q' a checkpoint of its own (pipeline.checkpoint in "
         "q.toml), then run with --new-epoch"
     )
+
+
+def test_new_epoch_on_the_epochs_own_checkpoint_rolled_back_says_it_is_refused_either_way(
+    tmp_path: Path,
+) -> None:
+    """The epoch's own checkpoint with its offsets/ and commits/ deleted (a reset by hand
+    that kept `metadata`): the refusal said "it was not reset ... it continues epoch 0", but
+    run without the flag it is refused too (CheckpointRollbackError: Spark re-plans batch 0,
+    which the ledger marked). It says what the guard will say, and the way out."""
+    ledger = _ledger(tmp_path)
+    ledger.mark_committed(LedgerEntry("p", "a", 1, "committed", query_id=OLD))
+    _checkpoint_of(tmp_path, OLD)
+    (tmp_path / "ckpt" / "offsets").mkdir()
+    (tmp_path / "ckpt" / "offsets" / "0").write_text("v1\n{}\n{}\n")
+    with pytest.raises(ConfigurationError) as refused:
+        check_new_epoch(_config(tmp_path), "p.toml")
+    assert str(refused.value) == (
+        f"--new-epoch: the checkpoint at {tmp_path}/ckpt is the one epoch 0 of pipeline 'p' "
+        "belongs to (query q-old), rolled back: its newest batch is 0, and the ledger holds "
+        "batch 1 of epoch 0, so Spark re-plans batches the sinks hold, which is refused with "
+        "or without --new-epoch (CheckpointRollbackError); restore the newest checkpoint and "
+        "run `fanout run p.toml` without --new-epoch, or start a new checkpoint in an empty "
+        "directory where `fanout recover --config p.toml` says and run with --new-epoch"
+    )
+    (tmp_path / "ckpt" / "offsets" / "0").unlink()
+    with pytest.raises(ConfigurationError, match=r"rolled back: it holds no batch, and the "):
+        check_new_epoch(_config(tmp_path), "p.toml")
