@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from fanout.contract.batch import pipeline_scope
 from fanout.contract.locations import command_location
@@ -89,6 +89,9 @@ def replaced_app_id(sink_app: str) -> str:
     return f"{sink_app}#replaced"
 
 
+Row = TypeVar("Row", bound=Mapping[str, Any])
+
+
 def _batch_key(entry: LedgerEntry) -> tuple[str, str, int, int]:
     return (entry.pipeline, entry.sink, entry.epoch, entry.batch_id)
 
@@ -113,7 +116,7 @@ def without_replaced(entries: Sequence[LedgerEntry]) -> list[LedgerEntry]:
     return [e for e in entries if not (e.lost and _batch_key(e) in own)]
 
 
-def rows_without_replaced(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def rows_without_replaced(rows: Sequence[Row]) -> list[Row]:
     """:func:`without_replaced` of ledger rows read as dicts (``fanout status``'s scan;
     rows of older ledgers have no ``epoch``: 0)."""
 

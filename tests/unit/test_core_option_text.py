@@ -94,9 +94,7 @@ def test_text_that_is_no_number_is_refused_naming_the_entry_option_value_and_typ
          "sink 'a': max_lag.age_s must be finite, not nan"),
     ],
 )  # fmt: skip
-def test_a_number_that_is_not_finite_is_refused(
-    tmp_path: Path, options: str, problem: str
-) -> None:
+def test_a_number_that_is_not_finite_is_refused(tmp_path: Path, options: str, problem: str) -> None:
     """`"nan"` and `"inf"` are numbers to ``float()``: a backoff of nan was read as the
     longest wait and ``max_lag.age_s = nan`` bounded nothing (each comparison false), while
     the pipeline's own ``backoff_s`` refuses them (`must be a finite number`)."""
