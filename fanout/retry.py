@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -25,6 +26,9 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.retries < 0 or self.backoff_s < 0 or self.max_backoff_s < 0:
             raise ValueError("retries and backoff must not be negative")
+        for key in ("backoff_s", "max_backoff_s"):  # nan passes every comparison above
+            if not math.isfinite(getattr(self, key)):
+                raise ValueError(f"{key} must be finite, not {getattr(self, key)}")
         if not 0 <= self.jitter <= 1:
             raise ValueError("jitter must be between 0 and 1")
 

@@ -155,8 +155,6 @@ def lag_policy(name: str, options: Mapping[str, Any]) -> LagPolicy:
     if backfill is not None and not (isinstance(backfill, str) and backfill.strip()):
         raise ConfigurationError(f"sink {name!r}: backfill_from must name another sink")
     timeout = _positive(name, "write_timeout_s", options.get("write_timeout_s"), float)
-    if timeout is not None and not math.isfinite(timeout):
-        raise ConfigurationError(f"sink {name!r}: write_timeout_s must be finite, not {timeout}")
     policy = LagPolicy(on_failure, batches, age, backfill, timeout)
     if raw is not None and not policy.uses_spool:
         raise ConfigurationError(
@@ -186,6 +184,8 @@ def _positive(name: str, key: str, value: Any, kind: type) -> Any:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigurationError(f"sink {name!r}: {key} must be a number, not {value!r}")
+    if not math.isfinite(value):  # nan passes `<= 0`, and bounds nothing: every comparison false
+        raise ConfigurationError(f"sink {name!r}: {key} must be finite, not {value}")
     if value <= 0 or (kind is int and value != int(value)):
         raise ConfigurationError(f"sink {name!r}: {key} must be a positive {kind.__name__}")
     return kind(value)

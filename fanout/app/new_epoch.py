@@ -5,15 +5,21 @@ replaced checkpoint continues under a new epoch); the pipeline file has no such 
 a later run without the flag refuses resets again. Before anything starts, the run checks
 that there is a reset to accept (:func:`check_new_epoch`): a checkpoint the pipeline's
 current epoch already belongs to (no reset; also the run after the one that started the new
-epoch, or a script that kept the flag) and a pipeline the ledger holds nothing of (a first
-run, or a misspelt name or ledger path) are refused with a configuration error, so the flag
+epoch, or a script that kept the flag), one of another pipeline's query (two pipelines
+sharing a checkpoint) and a pipeline the ledger holds nothing of (a first run, or a misspelt
+name or ledger path) are refused with a configuration error, so the flag
 cannot stay on a command line that then silently starts a new epoch at some later reset.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fanout.app.config import PipelineConfig
 from fanout.errors import ConfigurationError, LedgerError
+
+if TYPE_CHECKING:
+    from fanout.ledger.delta import DeltaLedger
 
 
 def run_command(config: str) -> str:
@@ -35,7 +41,8 @@ def check_new_epoch(config: PipelineConfig, path: str) -> str:
     ledger = DeltaLedger(config.ledger)
     without = f"run `fanout run {path}` without --new-epoch"
     try:
-        known = config.name in ledger.pipelines()
+        names = ledger.pipelines()
+        known = config.name in names
         epoch = ledger.current_epoch(config.name)
         owners = ledger.epoch_owners(config.name)
     except LedgerError as exc:
@@ -58,6 +65,7 @@ def check_new_epoch(config: PipelineConfig, path: str) -> str:
         )
     owner = owners.get(epoch)
     if query is not None and query == owner:
+        _refuse_rolled_back(ledger, config, path, epoch, query)
         raise ConfigurationError(
             f"--new-epoch: the checkpoint at {config.checkpoint} is the one epoch {epoch} of "
             f"pipeline {config.name!r} belongs to (query {query}): it was not reset, so there "
@@ -74,9 +82,58 @@ def check_new_epoch(config: PipelineConfig, path: str) -> str:
             "restore the newest checkpoint and run without --new-epoch, or start a new "
             "checkpoint (`fanout recover --config` prints where it must resume)"
         )
+    if query is not None:
+        _refuse_shared(ledger, config, path, query, [n for n in names if n != config.name])
     found = "new (no query has run on it yet)" if query is None else f"of query {query}"
     return (
         f"--new-epoch: the checkpoint at {config.checkpoint} is {found}, not epoch {epoch}'s "
         f"({'query ' + owner if owner else 'owner not recorded'}): its first batch starts "
         f"epoch {epoch + 1}, for this run only (later runs refuse resets again)"
+    )
+
+
+def _refuse_shared(
+    ledger: DeltaLedger, config: PipelineConfig, path: str, query: str, others: list[str]
+) -> None:
+    """Refuse when the checkpoint's ``query`` owns an epoch of another pipeline of the
+    ledger (``others``): a pipeline file copied with the first one's checkpoint. Taken for a
+    reset, the run would move that pipeline's checkpoint past batches its sinks never get."""
+    for other in others:
+        epochs = [e for e, q in sorted(ledger.epoch_owners(other).items()) if q == query]
+        if epochs:
+            raise ConfigurationError(
+                f"--new-epoch: the checkpoint at {config.checkpoint} is of query {query}, "
+                f"whose batches are epoch {epochs[-1]} of pipeline {other!r} in this ledger, "
+                f"not of pipeline {config.name!r}: two pipelines sharing one checkpoint, "
+                "which no new epoch may take (the batches it plans next are pipeline "
+                f"{other!r}'s); give pipeline {config.name!r} a checkpoint of its own "
+                f"(pipeline.checkpoint in {path}), then run with --new-epoch"
+            )
+
+
+def _refuse_rolled_back(
+    ledger: DeltaLedger, config: PipelineConfig, path: str, epoch: int, query: str
+) -> None:
+    """Refuse, saying so, when the epoch's own checkpoint is rolled back: its newest batch
+    (``offsets/``) is before the ledger's high-water mark of the epoch, or it holds none (a
+    reset by hand that kept ``metadata``). Spark then re-plans batches the sinks hold, which
+    the guard refuses with or without the flag; "not reset, run without it" misled."""
+    from fanout.steps.context import latest_batch_id
+
+    high = ledger.high_water(config.name, epoch)
+    try:
+        newest = latest_batch_id(config.checkpoint, "offsets")
+    except (OSError, ValueError):  # unreadable: the guard decides
+        return
+    if high is None or (newest is not None and newest >= high):
+        return
+    holds = "it holds no batch" if newest is None else f"its newest batch is {newest}"
+    raise ConfigurationError(
+        f"--new-epoch: the checkpoint at {config.checkpoint} is the one epoch {epoch} of "
+        f"pipeline {config.name!r} belongs to (query {query}), rolled back: {holds}, and "
+        f"the ledger holds batch {high} of epoch {epoch}, so Spark re-plans batches the "
+        "sinks hold, which is refused with or without --new-epoch "
+        "(CheckpointRollbackError); restore the newest checkpoint and run "
+        f"`fanout run {path}` without --new-epoch, or start a new checkpoint in an empty "
+        f"directory where `fanout recover --config {path}` says and run with --new-epoch"
     )

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from fanout.contract.locations import command_location
 from fanout.errors import LedgerError, batch_ranges
+from fanout.ledger.entry import rows_without_replaced
 from fanout.ledger.gaps import held_by_skip, release_command, says_skipped
 
 if TYPE_CHECKING:
@@ -318,7 +319,7 @@ def summarize(
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {
         (pipeline, sink): [] for pipeline, sinks in (configured or {}).items() for sink in sinks
     }
-    for row in rows:
+    for row in rows_without_replaced(rows):  # a replaced lost mark is no mark of its own
         if row["status"] in ("epoch", "recovery"):
             continue  # a reset accepted, or a `fanout recover` report: not a sink's progress
         groups.setdefault((row["pipeline"], row["sink"]), []).append(row)

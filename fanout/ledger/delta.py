@@ -632,17 +632,20 @@ class DeltaLedger:
         return sorted(str(name) for name in names.to_pylist())
 
     def committed_entries(
-        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
-    ) -> list[LedgerEntry]:
-        """Committed rows of ``pipeline`` with ``batch_id >= min_batch_id`` (of ``epoch``)."""
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None, *,
+        replaced: bool = False,
+    ) -> list[LedgerEntry]:  # fmt: skip
+        """Committed rows of ``pipeline`` with ``batch_id >= min_batch_id`` (of ``epoch``);
+        ``replaced``: with the lost marks a write's own mark replaced."""
         with self._lock:
             table = self._fresh()
-        return self._committed_rows(table, pipeline, min_batch_id, epoch)
+        return self._committed_rows(table, pipeline, min_batch_id, epoch, replaced=replaced)
 
     @staticmethod
     def _committed_rows(
-        table: DeltaTable, pipeline: str, min_batch_id: int, epoch: int | None
-    ) -> list[LedgerEntry]:
+        table: DeltaTable, pipeline: str, min_batch_id: int, epoch: int | None, *,
+        replaced: bool = False,
+    ) -> list[LedgerEntry]:  # fmt: skip
         """:meth:`committed_entries` as ``table`` holds them."""
         rows = read_arrow(
             table,
@@ -653,9 +656,8 @@ class DeltaLedger:
             ],
         )
         entries = entries_from_arrow(rows)
-        return without_replaced(
-            entries if epoch is None else [e for e in entries if e.epoch == epoch]
-        )
+        of_epoch = entries if epoch is None else [e for e in entries if e.epoch == epoch]
+        return of_epoch if replaced else without_replaced(of_epoch)
 
     def epoch_start(self, pipeline: str, epoch: int) -> int | None:
         """The batch ``epoch`` started at, from its ``epoch`` row (epoch 0: its claim;

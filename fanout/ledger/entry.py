@@ -5,11 +5,11 @@ before it writes (:class:`LedgerView`), and what the dispatcher needs of a ledge
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from fanout.contract.batch import pipeline_scope
 from fanout.contract.locations import command_location
@@ -89,6 +89,9 @@ def replaced_app_id(sink_app: str) -> str:
     return f"{sink_app}#replaced"
 
 
+Row = TypeVar("Row", bound=Mapping[str, Any])
+
+
 def _batch_key(entry: LedgerEntry) -> tuple[str, str, int, int]:
     return (entry.pipeline, entry.sink, entry.epoch, entry.batch_id)
 
@@ -111,6 +114,20 @@ def without_replaced(entries: Sequence[LedgerEntry]) -> list[LedgerEntry]:
     replaced (:func:`replaces_lost`): readers see one mark per sink and batch."""
     own = {_batch_key(e) for e in entries if e.status == "committed" and e.error is None}
     return [e for e in entries if not (e.lost and _batch_key(e) in own)]
+
+
+def rows_without_replaced(rows: Sequence[Row]) -> list[Row]:
+    """:func:`without_replaced` of ledger rows read as dicts (``fanout status``'s scan;
+    rows of older ledgers have no ``epoch``: 0)."""
+
+    def key(row: Mapping[str, Any]) -> tuple[str, str, int, int]:
+        return (row["pipeline"], row["sink"], row.get("epoch") or 0, row["batch_id"])
+
+    def lost(row: Mapping[str, Any]) -> bool:
+        return row["status"] == "committed" and (row.get("error") or "").startswith(LOST_MARK)
+
+    own = {key(r) for r in rows if r["status"] == "committed" and r.get("error") is None}
+    return [r for r in rows if not (lost(r) and key(r) in own)]
 
 
 @dataclass(frozen=True)
@@ -222,10 +239,13 @@ class Ledger(Protocol):
         """Record a failed attempt (best effort: callers log what this raises)."""
 
     def committed_entries(
-        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
-    ) -> list[LedgerEntry]:
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None, *,
+        replaced: bool = False,
+    ) -> list[LedgerEntry]:  # fmt: skip
         """Committed rows of the pipeline at or after ``min_batch_id``, of one epoch or
-        (``None``) all (a scan: rare paths)."""
+        (``None``) all (a scan: rare paths); ``replaced``: with the lost marks a write's own
+        mark replaced (:func:`without_replaced`), which readers of marks never want, but a
+        refused query's check does (the lost mark names the query its refusal refused)."""
 
     def epoch_start(self, pipeline: str, epoch: int) -> int | None:
         """The batch ``epoch`` of ``pipeline`` started at: the ``batch_id`` of its

@@ -101,20 +101,21 @@ class MemoryLedger:
             return sorted({e.pipeline for e in self.entries})
 
     def committed_entries(
-        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
-    ) -> list[LedgerEntry]:
-        """Committed entries of ``pipeline`` at or after ``min_batch_id`` (of ``epoch``)."""
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None, *,
+        replaced: bool = False,
+    ) -> list[LedgerEntry]:  # fmt: skip
+        """Committed entries of ``pipeline`` at or after ``min_batch_id`` (of ``epoch``);
+        ``replaced``: with the lost marks a write's own mark replaced."""
         with self._lock:
-            return without_replaced(
-                [
-                    e
-                    for e in self.entries
-                    if e.pipeline == pipeline
-                    and e.status == "committed"
-                    and e.batch_id >= min_batch_id
-                    and (epoch is None or e.epoch == epoch)
-                ]
-            )
+            found = [
+                e
+                for e in self.entries
+                if e.pipeline == pipeline
+                and e.status == "committed"
+                and e.batch_id >= min_batch_id
+                and (epoch is None or e.epoch == epoch)
+            ]
+        return found if replaced else without_replaced(found)
 
     def epoch_start(self, pipeline: str, epoch: int) -> int | None:
         """The batch of ``epoch``'s ``epoch`` row (``None``: none)."""

@@ -318,16 +318,20 @@ def _refuse_restart(
     if info.query_id is None or not counted:
         return
     batch = min(counted.values())
-    at_batch = [
+    at_batch = [  # a lost mark the old batch's own mark replaced since names the refusal too
         entry
-        for entry in ledger.committed_entries(info.pipeline, batch, info.epoch)
+        for entry in ledger.committed_entries(info.pipeline, batch, info.epoch, replaced=True)
         if entry.batch_id == batch and counted.get(entry.sink) == batch
     ]
-    lost = sorted(e.sink for e in at_batch if (e.error or "").startswith(_refused(info)))
+    lost = sorted({e.sink for e in at_batch if (e.error or "").startswith(_refused(info))})
     if not lost:
         return
-    wrote = sorted(
-        e.sink for e in at_batch if not e.lost and not (e.error or "").startswith(SKIPPED)
+    wrote = sorted(  # a held sink's own mark is of the copy its lost mark counted
+        {
+            e.sink
+            for e in at_batch
+            if not e.lost and not (e.error or "").startswith(SKIPPED) and e.sink not in lost
+        }
     )
     if wrote:  # removing the lost mark's copy cannot help these
         offsets = recorded_offsets(ledger, info.pipeline, info.epoch, batch)

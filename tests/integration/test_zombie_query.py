@@ -208,3 +208,41 @@ def test_the_old_query_s_next_batch_after_the_new_epoch_is_refused(
     )
     for sink in SINKS:
         assert _ids(tmp_path, sink) == list(range(40))
+
+
+def test_a_refused_query_started_again_after_the_old_batch_marked_its_lost_mark_is_refused(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Window 2 without a `fanout recover` report: the new query's start is refused while
+    the old batch 3 is in flight (bronze wrote it, its lost mark recorded), then the old
+    batch finishes: bronze's own mark replaces the lost mark, silver writes and marks it.
+    The new query, started again, still re-reads batch 3's input (its checkpoint starts
+    there). The refused query's check found no lost mark of its refusal any more (the
+    replaced one is left out of the committed rows) and started epoch 1: rows 30-39 twice
+    in both sinks."""
+    old = _fan(tmp_path)
+    for batch in range(3):
+        _run(old, spark, OLD, batch, batch * ROWS)
+    new = _fan(tmp_path, on_reset="new_epoch")
+    refusals: list[BaseException] = []
+
+    def start_new() -> None:
+        with pytest.raises(UnmarkedBatchError) as refused:
+            _run(new, spark, NEW, 0, 30)
+        refusals.append(refused.value)
+
+    old = _fan(tmp_path, NewQueryStartsMeanwhile(start_new, when="done"))
+    _run(old, spark, OLD, 3, 30)
+    assert len(refusals) == 1
+    with pytest.raises(UnmarkedBatchError) as again:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    assert str(again.value).startswith(
+        "pipeline 'zombie': query query-new cannot start epoch 1: it was refused before "
+        "because sink bronze held batch 3 of epoch 0 unmarked, so its checkpoint starts "
+        "before that batch, and sink silver wrote and marked batch 3: started again, this "
+        "query would write batch 3's rows a second time there. Nothing was written under "
+        "epoch 1."
+    )
+    for sink in SINKS:
+        assert _ids(tmp_path, sink) == list(range(40))
+    assert DeltaLedger(str(tmp_path / "ledger")).current_epoch("zombie") == 0

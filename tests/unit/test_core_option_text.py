@@ -79,3 +79,25 @@ def test_text_that_is_no_number_is_refused_naming_the_entry_option_value_and_typ
         f"sinks[0] (sink 'a', type 'delta'): {problem}; one of fanout's own options of a "
         "sink (README: Running from a config file)"
     )
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ('backoff_s = "nan"', "sink 'a': bad retries/backoff_s: backoff_s must be finite, not nan"),
+        ('backoff_s = "inf"', "sink 'a': bad retries/backoff_s: backoff_s must be finite, not inf"),
+        ('on_failure = "lag"\nmax_lag = { age_s = "nan" }',
+         "sink 'a': max_lag.age_s must be finite, not nan"),
+        ('on_failure = "lag"\nmax_lag = { batches = 3, age_s = "inf" }',
+         "sink 'a': max_lag.age_s must be finite, not inf"),
+        ('on_failure = "lag"\nmax_lag = { age_s = nan }',
+         "sink 'a': max_lag.age_s must be finite, not nan"),
+    ],
+)  # fmt: skip
+def test_a_number_that_is_not_finite_is_refused(tmp_path: Path, options: str, problem: str) -> None:
+    """`"nan"` and `"inf"` are numbers to ``float()``: a backoff of nan was read as the
+    longest wait and ``max_lag.age_s = nan`` bounded nothing (each comparison false), while
+    the pipeline's own ``backoff_s`` refuses them (`must be a finite number`)."""
+    with pytest.raises(ConfigurationError) as refused:
+        _load(tmp_path, _sink(tmp_path, options))
+    assert str(refused.value) == f"sinks[0]: {problem}"

@@ -79,6 +79,8 @@ def _checkpoint_of(tmp_path: Path, query: str) -> None:
 def test_new_epoch_on_the_epochs_own_checkpoint_is_refused(tmp_path: Path) -> None:
     _ledger(tmp_path)
     _checkpoint_of(tmp_path, OLD)
+    (tmp_path / "ckpt" / "offsets").mkdir()  # batch 0, which the ledger marked, planned
+    (tmp_path / "ckpt" / "offsets" / "0").write_text("v1\n{}\n{}\n")
     with pytest.raises(ConfigurationError) as refused:
         check_new_epoch(_config(tmp_path), "p.toml")
     assert str(refused.value) == (
@@ -135,3 +137,50 @@ def test_new_epoch_of_a_pipeline_the_ledger_does_not_hold_is_refused(
     )
     with pytest.raises(ConfigurationError, match=r"^--new-epoch: no ledger at "):
         check_new_epoch(_config(tmp_path / "nowhere"), "p.toml")
+
+
+def test_new_epoch_on_the_checkpoint_of_another_pipeline_is_refused(tmp_path: Path) -> None:
+    """A pipeline file copied for a second pipeline that kept the first one's checkpoint:
+    its query is not the epoch's owner, so --new-epoch took it for a reset and started a new
+    epoch of pipeline 'q' on pipeline 'p''s checkpoint, moving that checkpoint past batches
+    'p''s sinks then never got (the contract: one pipeline name per query)."""
+    ledger = _ledger(tmp_path)
+    ledger.start_epoch(LedgerEntry("q", "*", 0, "epoch", query_id=NEW, epoch=0))
+    ledger.mark_committed(LedgerEntry("q", "b", 0, "committed", query_id=NEW))
+    _checkpoint_of(tmp_path, OLD)
+    with pytest.raises(ConfigurationError) as refused:
+        check_new_epoch(_config(tmp_path, "q"), "q.toml")
+    assert str(refused.value) == (
+        f"--new-epoch: the checkpoint at {tmp_path}/ckpt is of query q-old, whose batches "
+        "are epoch 0 of pipeline 'p' in this ledger, not of pipeline 'q': two pipelines "
+        "sharing one checkpoint, which no new epoch may take (the batches it plans next are "
+        "pipeline 'p''s); give pipeline 'q' a checkpoint of its own (pipeline.checkpoint in "
+        "q.toml), then run with --new-epoch"
+    )
+
+
+def test_new_epoch_on_the_epochs_own_checkpoint_rolled_back_says_it_is_refused_either_way(
+    tmp_path: Path,
+) -> None:
+    """The epoch's own checkpoint with its offsets/ and commits/ deleted (a reset by hand
+    that kept `metadata`): the refusal said "it was not reset ... it continues epoch 0", but
+    run without the flag it is refused too (CheckpointRollbackError: Spark re-plans batch 0,
+    which the ledger marked). It says what the guard will say, and the way out."""
+    ledger = _ledger(tmp_path)
+    ledger.mark_committed(LedgerEntry("p", "a", 1, "committed", query_id=OLD))
+    _checkpoint_of(tmp_path, OLD)
+    (tmp_path / "ckpt" / "offsets").mkdir()
+    (tmp_path / "ckpt" / "offsets" / "0").write_text("v1\n{}\n{}\n")
+    with pytest.raises(ConfigurationError) as refused:
+        check_new_epoch(_config(tmp_path), "p.toml")
+    assert str(refused.value) == (
+        f"--new-epoch: the checkpoint at {tmp_path}/ckpt is the one epoch 0 of pipeline 'p' "
+        "belongs to (query q-old), rolled back: its newest batch is 0, and the ledger holds "
+        "batch 1 of epoch 0, so Spark re-plans batches the sinks hold, which is refused with "
+        "or without --new-epoch (CheckpointRollbackError); restore the newest checkpoint and "
+        "run `fanout run p.toml` without --new-epoch, or start a new checkpoint in an empty "
+        "directory where `fanout recover --config p.toml` says and run with --new-epoch"
+    )
+    (tmp_path / "ckpt" / "offsets" / "0").unlink()
+    with pytest.raises(ConfigurationError, match=r"rolled back: it holds no batch, and the "):
+        check_new_epoch(_config(tmp_path), "p.toml")

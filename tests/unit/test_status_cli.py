@@ -16,6 +16,7 @@ import pytest
 from deltalake import write_deltalake
 
 from fanout.app.cli import main
+from fanout.app.status import summarize
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry, now_utc
 from fanout.version import __version__
@@ -293,3 +294,49 @@ def test_a_ledger_in_a_store_that_cannot_be_reached_is_a_ledger_error_not_a_trac
     )
     assert captured.err.endswith(" -> Connection refused (os error 111)\n")
     assert captured.err.count("\n") == 1 and "\x1b" not in captured.err
+
+
+def test_status_of_a_batch_whose_lost_mark_a_write_s_own_mark_replaced_shows_the_own_mark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fanout recover`` recorded a lost mark of batch 1 while it was in flight, and the
+    query's own mark of it replaced it (§5, "A batch in flight"): the ledger holds both
+    rows. Status showed the lost one as the sink's last batch (its rows null: `-`, its
+    time the recover's), though every reader of the marks sees the own mark alone."""
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    ledger.open()
+    first = LedgerEntry("p", "pg", 0, "committed", query_id="q1", rows=10, dead_lettered=1,
+                        finished_at=now_utc())  # fmt: skip
+    lost = LedgerEntry("p", "pg", 1, "committed", query_id="q1",
+                       error="unmarked: recorded by fanout recover: it holds the batch",
+                       finished_at=now_utc())  # fmt: skip
+    own = LedgerEntry("p", "pg", 1, "committed", query_id="q1", rows=30, dead_lettered=2,
+                      finished_at=now_utc())  # fmt: skip
+    for entry in (first, lost, own):
+        assert ledger.mark_committed(entry) is True
+    ledger.maintain(vacuum_retention_hours=None)  # the compaction rewrites the rows' order
+    assert main(["status", "--ledger", str(tmp_path / "ledger"), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    rows = ledger.read("p").to_pylist()  # whichever of the two rows a scan gives first
+    for order in (rows, rows[::-1]):
+        assert json.loads(json.dumps([s.as_json() for s in summarize(order)], default=str)) == shown
+    assert shown == [
+        {
+            "pipeline": "p",
+            "sink": "pg",
+            "last_committed_batch": 1,
+            "last_batch_rows": 30,
+            "committed_batches": 2,
+            "rows_total": 40,
+            "dead_lettered_total": 3,
+            "last_commit_at": own.finished_at.isoformat(),
+            "failed_attempts": 0,
+            "last_error": None,
+            "state": "live",
+            "lag_batches": 0,
+            "lag_rows": 0,
+            "lagging_since": None,
+            "kept": [],
+            "given_up": [],
+        }
+    ]
