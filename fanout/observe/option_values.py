@@ -5,6 +5,7 @@ masked (:mod:`fanout.observe.secrets`; here, since the contract layer sits below
 from __future__ import annotations
 
 from collections.abc import Mapping
+from math import isfinite
 from typing import Any
 
 from fanout.contract.options import SinkClass, option_types, type_text, value_fits
@@ -13,13 +14,24 @@ from fanout.observe.secrets import redact, secret_option_values, url_password
 
 def option_type_problems(sink_class: SinkClass, options: Mapping[str, Any]) -> list[str]:
     """``option 'partitions': expected int, got '4' (str)`` for each option whose value is
-    not of the type the constructor annotates (options the constructor does not take are
-    left to its own "unknown option" error)."""
+    not of the type the constructor annotates, or a number that is not finite (options the
+    constructor does not take are left to its own "unknown option" error)."""
     hints = option_types(sink_class)
     found = (
-        value_problem(key, value, hints[key]) for key, value in options.items() if key in hints
+        value_problem(key, value, hints[key]) or _not_finite(key, value)
+        for key, value in options.items()
+        if key in hints
     )
     return [problem for problem in found if problem is not None]
+
+
+def _not_finite(key: str, value: Any) -> str | None:
+    """``nan`` or ``inf`` given for a sink's number (``"nan"`` in a pipeline file reads as
+    one): no timeout, size or retention it can mean; a Delta retention of ``nan`` failed
+    deep in the sink, with neither sink nor option named."""
+    if isinstance(value, float) and not isfinite(value):
+        return f"option {key!r}: expected a finite number, got {value!r} (float)"
+    return None
 
 
 def value_problem(key: str, value: Any, hint: Any, expected: str | None = None) -> str | None:

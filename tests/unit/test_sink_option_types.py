@@ -110,6 +110,17 @@ def test_each_wrong_value_is_named_with_the_type_expected() -> None:
     ]
 
 
+def test_a_number_that_is_not_finite_is_named() -> None:
+    """``"nan"`` from a pipeline file is made a float, which fits ``float``: a Delta
+    retention of nan then failed in ``timedelta`` with neither sink nor option named."""
+    options = coerce_option_text(BatchedSink, {"ratio": "nan", "limit": 3, "anything": "inf"})
+    assert option_type_problems(BatchedSink, {**options, "batch_size": float("inf")}) == [
+        "option 'ratio': expected a finite number, got nan (float)",
+        "option 'batch_size': expected int, got inf (float)",
+    ]
+    assert option_type_problems(BatchedSink, {"ratio": -0.5}) == []  # the sign: the sink's
+
+
 def test_numbers_written_as_text_are_made_numbers_only_where_a_number_is_taken() -> None:
     options = {"batch_size": "100", "ratio": "0.25", "limit": " 7 ", "mode": "5", "keys": "1"}
     assert coerce_option_text(BatchedSink, options) == {
