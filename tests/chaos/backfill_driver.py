@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for tests.*
 
@@ -24,6 +25,7 @@ from tests.integration.streams import run_stream
 
 PIPELINE = "grows"
 PG_TABLE = "grown_orders"
+SHUFFLE = "spark.sql.shuffle.partitions"
 
 
 def main() -> None:
@@ -37,28 +39,42 @@ def main() -> None:
     parser.add_argument("--kill", help="a KillPlan as JSON")
     args = parser.parse_args()
     plugins = [ChaosKiller(KillPlan(**json.loads(args.kill)))] if args.kill else []
+    spark = local_session("fanout-backfill", conf={SHUFFLE: "2"})
+    run_pipeline(spark, args.workdir, args.pg_url, after=args.after, plugins=plugins)
+    spark.stop()
+
+
+def run_pipeline(
+    spark: Any, workdir: Path, pg_url: str, *, after: bool, plugins: list[object] | None = None
+) -> None:
+    """One run of the pipeline in ``spark``, then its catch-up: the driver's run, and the
+    runs a test makes in its own session where no kill is planned (two shuffle partitions,
+    as in the driver's session, while it runs)."""
     sinks: list[dict[str, object]] = [
-        {"type": "delta", "name": "lake", "path": str(args.workdir / "lake")}
+        {"type": "delta", "name": "lake", "path": str(workdir / "lake")}
     ]
-    if args.after:
+    if after:
         sinks.append(
-            {"type": "postgres", "name": "pg", "url": args.pg_url, "table": PG_TABLE,
+            {"type": "postgres", "name": "pg", "url": pg_url, "table": PG_TABLE,
              "keys": ["order_id"], "create_table": True, "partitions": 2,
              "backfill_from": "lake"}
         )  # fmt: skip
-    spark = local_session("fanout-backfill", conf={"spark.sql.shuffle.partitions": "2"})
+    shuffle = spark.conf.get(SHUFFLE)
+    spark.conf.set(SHUFFLE, "2")
     fan = FanOut(
         PIPELINE,
-        str(args.workdir / "ledger"),
+        str(workdir / "ledger"),
         sinks,
-        plugins=plugins,
-        spool=str(args.workdir / "spool"),
+        plugins=plugins or [],
+        spool=str(workdir / "spool"),
         probe_interval_s=0.3,
     )
-    run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint", LAG_SCHEMA)
-    fan.catch_up(timeout_s=120)
-    fan.close()
-    spark.stop()
+    try:
+        run_stream(spark, workdir / "input", fan, workdir / "checkpoint", LAG_SCHEMA)
+        fan.catch_up(timeout_s=120)
+    finally:
+        fan.close()
+        spark.conf.set(SHUFFLE, shuffle)
 
 
 if __name__ == "__main__":

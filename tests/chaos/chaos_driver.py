@@ -21,6 +21,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for tests.*
 
@@ -94,31 +95,57 @@ def main() -> None:
     spark = local_session(
         "fanout-chaos", master=args.master, conf={"spark.sql.shuffle.partitions": "4"}
     )
+    lags = run_pipeline(
+        spark,
+        args.workdir,
+        args.pg_url,
+        args.bootstrap,
+        plugins=plugins,
+        lag=args.lag,
+        append=args.append,
+        lake_from="executors" if args.master.startswith("local-cluster") else "driver",
+    )
+    if lags is not None:
+        print("LAGS " + json.dumps(lags), flush=True)
+    spark.stop()
+
+
+def run_pipeline(
+    spark: Any,
+    workdir: Path,
+    pg_url: str,
+    bootstrap: str,
+    *,
+    plugins: list[object] | None = None,
+    lag: bool = False,
+    append: bool = False,
+    lake_from: str = "driver",
+) -> dict[str, int] | None:
+    """One run of the chaos pipeline in ``spark``, to the end of its input: the driver's
+    run, and the run a test makes in its own session where no kill is planned (a restart
+    on the same checkpoint, ledger and sinks, without a Spark start of its own). With
+    ``lag`` the run ends with the catch-up; the batches each sink still lags by."""
     fan = FanOut(
         PIPELINE,
-        str(args.workdir / "ledger"),
-        sinks(
-            args.workdir,
-            args.pg_url,
-            args.bootstrap,
-            args.lag,
-            args.append,
-            "executors" if args.master.startswith("local-cluster") else "driver",
-        ),
-        plugins=plugins,
+        str(workdir / "ledger"),
+        sinks(workdir, pg_url, bootstrap, lag, append, lake_from),
+        plugins=plugins or [],
         backoff_s=0.2,
-        spool=str(args.workdir / "spool") if args.lag else None,
+        spool=str(workdir / "spool") if lag else None,
         probe_interval_s=0.3,
         # the sinks share their tasks (the default): an executor killed for one sink's
         # partition also kills the other sinks' writers in that task
     )
-    schema = LAG_SCHEMA if args.lag else SCHEMA
-    run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint", schema)
-    if args.lag:
+    try:
+        run_stream(
+            spark, workdir / "input", fan, workdir / "checkpoint", LAG_SCHEMA if lag else SCHEMA
+        )
+        if not lag:
+            return None
         lags = fan.catch_up(timeout_s=120)
-        print("LAGS " + json.dumps({name: lag.batches for name, lag in lags.items()}), flush=True)
-    fan.close()
-    spark.stop()
+        return {name: state.batches for name, state in lags.items()}
+    finally:
+        fan.close()
 
 
 if __name__ == "__main__":

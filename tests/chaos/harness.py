@@ -11,16 +11,18 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "fanout-kafka" / "tests"))
 from kafkatools import create_topic
 
-from tests.chaos.chaos_driver import PG_TABLE, PIPELINE, SINKS, TOPIC
+from tests.chaos.chaos_driver import PG_TABLE, PIPELINE, SINKS, TOPIC, run_pipeline
 from tests.chaos.checker import SinkCheck, check_delta, check_kafka, check_postgres
 from tests.chaos.killer import POINTS, SINK_POINTS, KillPlan
 from tests.integration.streams import write_input
 
 KILLED = -9  # what subprocess reports for a SIGKILLed child
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -105,6 +107,33 @@ def draw_plan(rng: random.Random, point: str, next_batch: int, last_batch: int) 
     return KillPlan(point, batch, sink, round(delay, 3))
 
 
+def final_run(
+    driver: list[str],
+    workdir: Path,
+    report: ChaosReport,
+    *,
+    pg_url: str,
+    bootstrap: str,
+    spark: Any = None,
+    lag: bool = False,
+) -> None:
+    """The run after the kills, to the end of the input: the ``driver`` command in a
+    subprocess, or, given ``spark``, the same pipeline run in that session
+    (:func:`tests.chaos.chaos_driver.run_pipeline`): a restart on the killed runs'
+    checkpoint, ledger and sinks all the same, since nothing of a killed driver outlives
+    its process but what it wrote there."""
+    report.runs += 1
+    if spark is not None:
+        lags = run_pipeline(spark, workdir, pg_url, bootstrap, lag=lag)
+        note = f"final, in the test's session: LAGS {json.dumps(lags)}" if lag else "final"
+        keep_log(workdir, report.runs, note, subprocess.CompletedProcess(driver, 0, "", ""))
+        return
+    final = subprocess.run(driver, cwd=REPO, capture_output=True, text=True, timeout=900)
+    keep_log(workdir, report.runs, "final", final)
+    if final.returncode != 0:
+        raise RuntimeError(f"final run failed ({final.returncode}):\n{final.stderr[-4000:]}")
+
+
 def run_chaos(
     workdir: Path,
     *,
@@ -115,8 +144,11 @@ def run_chaos(
     files: int,
     rows_per_file: int,
     say: Callable[[str], None] = print,
+    spark: Any = None,
 ) -> ChaosReport:
-    """Kill the driver ``kills`` times, finish the stream, and check every sink."""
+    """Kill the driver ``kills`` times, finish the stream, and check every sink. The last
+    run, which no kill ends, is a driver of its own too, or a run in ``spark`` when given
+    (the test's session: one Spark start less; :func:`final_run`)."""
     started = time.monotonic()
     rng = random.Random(seed)
     report = ChaosReport(seed)
@@ -124,7 +156,6 @@ def run_chaos(
     create_topic(bootstrap, TOPIC, 4)
     expected = {r["order_id"]: r for r in rows}
     driver = [sys.executable, "-m", "tests.chaos.chaos_driver", str(workdir), pg_url, bootstrap]
-    repo = Path(__file__).resolve().parents[2]
     misses = 0
     order = rng.sample(POINTS, len(POINTS))  # every 5 consecutive kills cover every point
     while len(report.kills) < kills:
@@ -132,7 +163,7 @@ def run_chaos(
         plan = draw_plan(rng, point, high_water(workdir) + 1, files - 1)
         done = subprocess.run(
             [*driver, "--kill", json.dumps(asdict(plan))],
-            cwd=repo, capture_output=True, text=True, timeout=600,
+            cwd=REPO, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         report.runs += 1
         keep_log(workdir, report.runs, plan.describe(), done)
@@ -151,11 +182,7 @@ def run_chaos(
             more = write_input(workdir / "input", files // 4 or 1, rows_per_file, start_file=files)
             expected.update({r["order_id"]: r for r in more})
             files += files // 4 or 1
-    final = subprocess.run(driver, cwd=repo, capture_output=True, text=True, timeout=900)
-    report.runs += 1
-    keep_log(workdir, report.runs, "final", final)
-    if final.returncode != 0:
-        raise RuntimeError(f"final run failed ({final.returncode}):\n{final.stderr[-4000:]}")
+    final_run(driver, workdir, report, pg_url=pg_url, bootstrap=bootstrap, spark=spark)
     report.checks = [
         check_delta(workdir / "lake", expected),
         check_postgres(pg_url, PG_TABLE, expected),

@@ -25,6 +25,7 @@ from tests.chaos.harness import (
     KILLED,
     ChaosReport,
     explain_kafka_duplicates,
+    final_run,
     high_water,
     input_exhausted,
     keep_log,
@@ -91,9 +92,11 @@ def run_lag_chaos(
     files: int,
     step: int = STEP,
     say: Callable[[str], None] = print,
+    spark: Any = None,
 ) -> ChaosReport:
     """Kill the driver ``kills`` times while the PostgreSQL server flaps; finish with the
-    server up; check every sink."""
+    server up (that last run in ``spark`` when given: :func:`tests.chaos.harness.final_run`);
+    check every sink."""
     started = time.monotonic()
     rng = random.Random(seed)
     report = ChaosReport(seed)
@@ -163,11 +166,7 @@ def run_lag_chaos(
             rows += write_lag_input(workdir / "input", more, start_file=files, step=step)
             files += more
     server.start()
-    final = subprocess.run(driver, cwd=repo, capture_output=True, text=True, timeout=900)
-    report.runs += 1
-    keep_log(workdir, report.runs, "final", final)
-    if final.returncode != 0:
-        raise RuntimeError(f"final run failed ({final.returncode}):\n{final.stderr[-4000:]}")
+    final_run(driver, workdir, report, pg_url=pg_url, bootstrap=bootstrap, spark=spark, lag=True)
     report.checks = check_lag_sinks(workdir, pg_url, bootstrap, rows)
     explain_kafka_duplicates(report, bootstrap, TOPIC)
     report.seconds = time.monotonic() - started

@@ -6,6 +6,7 @@ until it took 3 minutes of CI: python -m tests.chaos.long_run --kills 5 --files 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from tests.chaos.harness import assert_exact, run_chaos
 from tests.chaos.services import embedded_services
@@ -16,7 +17,8 @@ ledger_commit of pg (tests/integration/test_hard_kill.py kills at batch_start, s
 and batch_end, never while a sink writes or during a ledger commit)."""
 
 
-def test_three_kills_one_per_sink_leave_every_sink_exact(tmp_path: Path) -> None:
+def test_three_kills_one_per_sink_leave_every_sink_exact(spark: Any, tmp_path: Path) -> None:
+    """Three driver runs SIGKILLed, then the last run in the test's own session."""
     with embedded_services(tmp_path / "services") as (pg_url, bootstrap):
         report = run_chaos(
             tmp_path / "work",
@@ -26,6 +28,7 @@ def test_three_kills_one_per_sink_leave_every_sink_exact(tmp_path: Path) -> None
             kills=3,
             files=6,
             rows_per_file=200,
+            spark=spark,
         )
     print(f"seed {SEED}: kills {report.kills}\n{report.table()}")
     assert [k.split(" @")[0] for k in report.kills] == [

@@ -8,6 +8,7 @@ was until it took 6 minutes of CI: python -m tests.chaos.long_run --lag --kills 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from tests.chaos.harness import assert_exact
 from tests.chaos.lag_harness import run_lag_chaos
@@ -20,8 +21,10 @@ PostgreSQL sink wrote a missed batch and before its mark."""
 
 
 def test_kills_while_postgres_is_down_and_catching_up_leave_every_sink_exact(
-    tmp_path: Path,
+    spark: Any, tmp_path: Path
 ) -> None:
+    """Two driver runs SIGKILLed, then the last run (and its catch-up) in the test's own
+    session."""
     with embedded_servers(tmp_path / "services") as (server, pg_url, bootstrap):
         report = run_lag_chaos(
             tmp_path / "work",
@@ -31,6 +34,7 @@ def test_kills_while_postgres_is_down_and_catching_up_leave_every_sink_exact(
             seed=SEED,
             kills=2,
             files=4,
+            spark=spark,
         )
     print(f"seed {SEED}: kills {report.kills}\n{report.table()}")
     assert report.kills == [

@@ -154,7 +154,7 @@ def test_postgres_back_before_the_run_ends_gets_every_batch_and_exit_0(
     pg, url = server
     files = 10
     rows = write_lag_input(tmp_path / "input", files)
-    config = _config(tmp_path, url, 3, 2.0)
+    config = _config(tmp_path, url, 3, 0.1)  # three retries of batch 0, then lagging
     run = _start(config, tmp_path / "run.log")
     try:
         _wait_for_lake(tmp_path, 2, run, tmp_path / "run.log")  # pg missed batches 0 and 1

@@ -121,6 +121,26 @@ def _metric(text: str, name: str, sink: str) -> float:
     return float(match.group(1))
 
 
+def _scraped_until(port: int, expected: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """Each sink's rows written and last committed batch from the metrics endpoint, scraped
+    until they are ``expected`` or for 10 s (the last batch's observers run after its
+    marks); the last scrape's."""
+    deadline = time.monotonic() + 10
+    while True:
+        url = f"http://127.0.0.1:{port}/metrics"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        got = {
+            sink: (
+                _metric(text, "fanout_rows_written_total", sink),
+                _metric(text, "fanout_last_committed_batch", sink),
+            )
+            for sink in SINKS
+        }
+        if got == expected or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
+
+
 def test_run_sigterm_restart_exactly_once_and_metrics(
     tmp_path: Path, services: dict[str, str]
 ) -> None:
@@ -142,17 +162,16 @@ def test_run_sigterm_restart_exactly_once_and_metrics(
         tmp_path, {r["order_id"] for r in rows}, second, tmp_path / "run2.log"
     )
     assert stopped_at < batches <= FILES
-    time.sleep(1)  # let the last batch's observers finish
-    scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     ledger = delta_rows(tmp_path / "_fanout" / "ledger")
+    expected = {}
     for sink in SINKS:
         marks = [
             r
             for r in ledger
             if r["sink"] == sink and r["status"] == "committed" and r["finished_at"] >= restarted_at
         ]
-        assert _metric(scraped, "fanout_rows_written_total", sink) == sum(r["rows"] for r in marks)
-        assert _metric(scraped, "fanout_last_committed_batch", sink) == batches - 1
+        expected[sink] = (float(sum(r["rows"] for r in marks)), float(batches - 1))
+    assert _scraped_until(port, expected) == expected  # once the last batch's observers ran
     _terminate(second, tmp_path / "run2.log")
 
     assert committed_marks(tmp_path / "_fanout" / "ledger", "orders") == {

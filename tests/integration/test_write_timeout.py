@@ -367,7 +367,7 @@ def test_a_new_fanout_of_the_pipeline_waits_for_the_abandoned_write_close_left_r
         )
         again = _fan(tmp_path, SinkSpec(second, lag=policy), None)
         try:
-            caught = again.catch_up(timeout_s=6)  # the lock is still held: nothing lands
+            caught = again.catch_up(timeout_s=3)  # the lock is still held: nothing lands
             assert caught["pg"].state != "live"
             lock.release()
             for _ in range(5):
