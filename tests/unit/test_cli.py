@@ -48,13 +48,19 @@ def test_plugins_lists_the_delta_sink_with_its_distribution(
     assert listed["delta"]["version"] == "0.1.0"
 
 
-DELTA_HOOKS = ("read_only_check, check_schema, batch_partitioning, shares_tasks, "
-               "backfill_source, holds_batch, harmless_rewrite, remove_batch_hint, is_transient")
-KAFKA_HOOKS = ("read_only_check, check_replay, check_schema, partitioned_by, "
-               "batch_partitioning, shares_tasks, holds_batch, exclusive_resources, is_transient")
-POSTGRES_HOOKS = ("read_only_check, check_replay, check_schema, partitioned_by, "
-                  "deterministic_columns, batch_partitioning, shares_tasks, holds_batch, "
-                  "harmless_rewrite, is_transient")
+DELTA_HOOKS = (
+    "read_only_check, check_schema, batch_partitioning, shares_tasks, "
+    "backfill_source, holds_batch, harmless_rewrite, remove_batch_hint, is_transient"
+)
+KAFKA_HOOKS = (
+    "read_only_check, check_replay, check_schema, partitioned_by, "
+    "batch_partitioning, shares_tasks, holds_batch, exclusive_resources, is_transient"
+)
+POSTGRES_HOOKS = (
+    "read_only_check, check_replay, check_schema, partitioned_by, "
+    "deterministic_columns, batch_partitioning, shares_tasks, holds_batch, "
+    "harmless_rewrite, is_transient"
+)
 
 
 def test_plugins_names_the_optional_hooks_each_sink_type_implements(
