@@ -517,8 +517,10 @@ class BatchFailedError(FanoutError):
     """A micro-batch failed in one or more sinks, after their retries.
 
     ``failures`` maps each failed sink name to its error; ``committed`` names the sinks
-    that hold the batch (``None``: not known). On restart Spark replays the batch and only
-    the sinks that do not hold it are written.
+    that hold the batch (``None``: not known); ``rows_in`` is the batch's input rows
+    (``None``: not known), which Spark's progress, missing for a failed batch, cannot give
+    ``fanout run``'s summary. On restart Spark replays the batch and only the sinks that do
+    not hold it are written.
     """
 
     def __init__(
@@ -527,9 +529,12 @@ class BatchFailedError(FanoutError):
         batch_id: int,
         failures: Mapping[str, BaseException],
         committed: Iterable[str] | None = None,
+        *,
+        rows_in: int | None = None,
     ):
         self.pipeline = pipeline
         self.batch_id = batch_id
+        self.rows_in = rows_in
         self.failures = dict(failures)
         self.committed = None if committed is None else sorted(committed)
         replay = "when the query restarts and Spark replays it"

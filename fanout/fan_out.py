@@ -722,7 +722,8 @@ class FanOut:
             self.hooks.call("fanout_sink_lag", info=info, lags=self.lagging.lags(), spool=size)
         if state.failures:
             committed = [*state.skipped, *state.results]
-            error = BatchFailedError(self.pipeline, info.batch_id, state.failures, committed)
+            error = BatchFailedError(self.pipeline, info.batch_id, state.failures, committed,
+                                     rows_in=_rows_in(state))  # fmt: skip
             self.hooks.call(
                 "fanout_batch_failed",
                 info=info,
@@ -746,6 +747,25 @@ def _read_as_given(state: BatchState | None, df: Any) -> tuple[str, ...] | None:
     if state is None or state.df is not df or state.persisted or len(state.share_groups) != 1:
         return None
     return state.share_groups[0]
+
+
+def _rows_in(state: BatchState) -> int | None:
+    """A failed batch's input rows, for ``fanout run``'s summary: Spark reports no progress
+    for a batch that failed, so its ``numInputRows`` never comes. The Arrow conversion a
+    sink made gives them free; else one count of the batch (cached when persisted): a cost
+    on this failure path only. ``None`` when the count fails too (an unreadable input)."""
+    if state.aborted is not None:  # an interrupt: end now, count nothing
+        return None
+    if state.routes is not None:
+        converted = state.routes.batch_arrow().converted_rows()
+        if converted is not None:
+            return converted
+    try:
+        return int(state.df.count())
+    except Exception as exc:
+        log.info("pipeline %s, batch %s: its rows not counted: %s", state.info.pipeline,
+                 state.batch_id, exc)  # fmt: skip
+        return None
 
 
 def settle(state: BatchState) -> None:

@@ -50,12 +50,22 @@ def _print_options(types: Mapping[str, Any], type_name: str, *, as_json: bool) -
     else:
         print(f"options of sink type {type_name!r}:\n")
         print(text_table(options, kinds))
+        print(f"\n{_implements(sink_class)}")
     return 0
+
+
+def _implements(sink_class: type) -> str:
+    """``implements: holds_batch, ...``: the optional hooks a sink type implements (what a
+    reset, a replay or ``fanout validate`` can ask it), or ``none``."""
+    from fanout.contract.sink import implemented_hooks
+
+    return f"implements: {', '.join(implemented_hooks(sink_class)) or 'none'}"
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     """List the sink types of every installed plugin."""
     from fanout.app.status import format_table
+    from fanout.contract.sink import implemented_hooks
     from fanout.hooks.registry import load_registry
 
     registry = load_registry()
@@ -82,18 +92,20 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                         "distribution": t.plugin.distribution,
                         "version": t.plugin.version,
                         "class": f"{t.sink_class.__module__}.{t.sink_class.__qualname__}",
+                        "implements": implemented_hooks(t.sink_class),
                     }
                     for t in sorted(types.values(), key=lambda t: t.name)
                 ],
                 indent=2,
             )
         )
+    elif rows:
+        print(format_table(["type", "guarantees", "distribution", "version", "class"], rows))
+        print()  # then each type's optional hooks: too long for a column
+        for t in sorted(types.values(), key=lambda t: t.name):
+            print(f"{t.name} {_implements(t.sink_class)}")
     else:
-        print(
-            format_table(["type", "guarantees", "distribution", "version", "class"], rows)
-            if rows
-            else "no sink types installed"
-        )
+        print("no sink types installed")
     for error in registry.load_errors:
         print(f"error: {error}", file=sys.stderr)
     return 1 if registry.load_errors else 0

@@ -36,6 +36,7 @@ from typing import Any, TextIO
 from fanout.contract.batch import BatchInfo
 from fanout.contract.lag import SinkLag, SpoolSize
 from fanout.contract.sink import SinkResult
+from fanout.errors import BatchFailedError
 from fanout.hooks.specs import hookimpl
 from fanout.observe.logs import known_secrets
 from fanout.observe.secrets import redact
@@ -52,6 +53,7 @@ class BatchProgress:
     failures: dict[str, str] = field(default_factory=dict)
     lags: list[str] = field(default_factory=list)  # sinks behind, described
     caught_up: dict[str, int] = field(default_factory=dict)  # sink: batches caught up
+    rows_in: int | None = None  # a failed batch's, from fanout (Spark reports none)
     ended_at: datetime | None = None
 
     @property
@@ -123,20 +125,23 @@ class ProgressObserver:
         info: BatchInfo,
         failures: Mapping[str, BaseException],
         results: Mapping[str, SinkResult],
+        error: BatchFailedError,
     ) -> None:
-        """One or more sinks failed the batch."""
+        """One or more sinks failed the batch; its input rows come with ``error``."""
         self._end(
             info.batch_id,
             {
                 name: _first_line(error, f"sink {name!r}, batch {info.batch_id}: ")
                 for name, error in failures.items()
             },
+            rows_in=error.rows_in,
         )
 
-    def _end(self, batch_id: int, failures: dict[str, str]) -> None:
+    def _end(self, batch_id: int, failures: dict[str, str], *, rows_in: int | None = None) -> None:
         with self._lock:
             batch = self._batches.setdefault(batch_id, BatchProgress(batch_id))
             batch.failures = failures
+            batch.rows_in = rows_in
             batch.ended_at = datetime.now(UTC)
 
     def report(self, spark_progress: Sequence[Mapping[str, Any]], out: TextIO) -> int:
@@ -164,7 +169,7 @@ class ProgressObserver:
         return len(ready)
 
     def _line(self, batch: BatchProgress, spark: Mapping[str, Any] | None) -> str:
-        rows_in = None if spark is None else int(spark.get("numInputRows") or 0)
+        rows_in = batch.rows_in if spark is None else int(spark.get("numInputRows") or 0)
         order = [s for s in batch.pending if s in batch.sinks]
         order += [s for s in batch.sinks if s not in order]
         written = ", ".join(

@@ -370,3 +370,31 @@ class Sink:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+OPTIONAL_HOOKS: tuple[str, ...] = (
+    "check_replay",
+    "check_schema",
+    "partitioned_by",
+    "deterministic_columns",
+    "batch_partitioning",
+    "shares_tasks",
+    "backfill_source",
+    "holds_batch",
+    "harmless_rewrite",
+    "remove_batch_hint",
+    "exclusive_resources",
+    "is_transient",
+)
+"""The optional methods of :class:`Sink` that change what fanout does with a sink (a
+replay, a new epoch's start, ``fanout validate``, a shared job), as ``fanout plugins``
+lists them."""
+
+
+def implemented_hooks(sink_class: type[Sink]) -> list[str]:
+    """The :data:`OPTIONAL_HOOKS` ``sink_class`` implements (overrides, itself or through a
+    base such as the partitioned-sink kit), in that order, with ``read_only_check`` first
+    when it sets it: what a user reads to judge what a reset or a replay does with it."""
+    found = ["read_only_check"] if sink_class.read_only_check else []
+    found += [h for h in OPTIONAL_HOOKS if getattr(sink_class, h) is not getattr(Sink, h)]
+    return found

@@ -36,7 +36,10 @@ class PartitionFailure:
 class PartitionOutcome:
     """One partition's fate.
 
-    :param rows: the partition's rows (written, skipped or refused).
+    :param rows: the partition's rows written (``committed``) or held already
+        (``skipped``), not those refused: they count in ``dead_lettered`` only, as in
+        :attr:`fanout.SinkResult.rows`, the sum of these. A ``failed`` outcome's rows
+        are the rows the partition received (nothing is summed).
     :param written: rows or records written in this attempt (0 when skipped).
     :param dead_lettered: rows refused and kept as dead letters.
     :param letters: refused rows for the driver to hand to the sink's dead-letter target

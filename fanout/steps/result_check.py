@@ -4,8 +4,10 @@ Only what holds for every sink is checked. A count is a whole number, never nega
 neither the rows written nor the rows the sink refused (``dead_lettered``) exceed the rows
 routed to it: every sink reports at most the rows it received (a replay the target holds
 reports the batch's rows). No lower bound is checked: an upsert sink collapsing keys, or a
-replay that skips partitions the target holds, may write fewer. Rows written plus rows
-refused are not summed: the partitioned-sink kit counts a refused row in ``rows`` too. The
+replay that skips partitions the target holds, may write fewer. Each count is bounded
+alone, not their sum, though a refused row counts in ``dead_lettered`` only (every
+built-in sink, the partitioned-sink kit's too): the bound stays as lenient as it was for a
+third-party sink counting a refused row in both. The
 routed count is known only when the batch was converted to Arrow (by this sink or another
 of its route); otherwise counting it would cost a Spark job per sink and batch, and the
 upper bound is not checked.

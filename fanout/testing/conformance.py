@@ -33,7 +33,10 @@ epoch's batch of the same id; a secret of the configuration never appears in an 
 log; and, when the sink implements the optional :meth:`fanout.Sink.holds_batch`, that it
 says ``False`` before a batch is written and ``True`` after (the whole batch: not a
 :class:`fanout.PartlyHeld`, which a sink answers only for a batch some of whose
-partitions never committed).
+partitions never committed); when :meth:`fanout.Sink.harmless_rewrite` gives a reason,
+that a batch written again under a new epoch's idempotency key leaves the target as one
+write did; when :meth:`fanout.Sink.deterministic_columns` names columns, that the batch
+has them.
 
 The sink type is found as ``FanOut`` finds it: through the ``fanout`` entry point of an
 installed distribution (``pip install -e .`` of your plugin in the test environment), or,
@@ -253,6 +256,44 @@ class SinkConformance:
                       "batch 1 of epoch 0, never written (only batch 0 was)")  # fmt: skip
         _assert_holds(sink.holds_batch(self.pipeline, 1, 0), False,
                       "batch 0 of epoch 1, never written (only epoch 0's batch 0 was)")  # fmt: skip
+
+    def test_a_harmless_rewrite_leaves_the_target_as_one_write(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """The optional :meth:`fanout.Sink.harmless_rewrite`: a sink giving a reason says
+        that writing a batch it holds again, under a new epoch's idempotency key, leaves
+        its target as one write did (fanout then lets a new epoch start over a lost mark,
+        with a warning, instead of refusing it). Checked so: batch 0 written, then the
+        same rows as batch 0 of a new epoch; the target's rows (``id``, ``v``) must be those
+        of the first write. Skipped for a sink giving none (``None``, the default)."""
+        path = str(tmp_path / "ledger")
+        fan = self._fan(under_test, path)
+        reason = fan.sinks[NAME].harmless_rewrite()
+        if reason is None:
+            pytest.skip("the sink does not say a rewrite is harmless (harmless_rewrite: None)")
+        rows = [(i, f"v{i}") for i in range(4)]
+        fan.process(self._batch(spark, rows), self._info(0))
+        once = _held(under_test)
+        again = self._fan(under_test, path, fan_options={"on_checkpoint_reset": "new_epoch"})
+        after_reset = BatchInfo(self.pipeline, 0, "conformance-query-after-a-reset")
+        again.process(self._batch(spark, rows), after_reset)
+        _assert_rewrite_harmless(_held(under_test), once, reason)
+
+    def test_deterministic_columns_are_columns_of_the_batch(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """The optional :meth:`fanout.Sink.deterministic_columns` (by default
+        :meth:`fanout.Sink.partitioned_by`'s): fanout checks that the batch computes the
+        columns named there deterministically; a name the batch does not have (the
+        target's spelling of a renamed column, a typo) leaves that check nothing to
+        inspect, so a route or source computing the real column with ``rand()`` or
+        ``uuid()`` passes unrefused. The kit's batch has ``id`` and ``v``. Skipped for a
+        sink naming none."""
+        sink = self._fan(under_test, str(tmp_path / "ledger")).sinks[NAME]
+        stable = sink.deterministic_columns()
+        if stable is None:
+            pytest.skip("the sink names no deterministic columns (deterministic_columns: None)")
+        _assert_batch_columns(stable.columns, self._batch(spark, []).columns)
 
     def test_an_empty_batch_writes_nothing_and_is_marked(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
@@ -483,6 +524,38 @@ def _assert_holds(answer: object, expected: bool, batch: str) -> None:
         hint = _HOLDS
     raise AssertionError(
         f"holds_batch returned {answer!r} for {batch}, expected {expected}: {hint}"
+    )
+
+
+def _held(case: SinkUnderTest) -> list[tuple[int, Any]]:
+    """The target's rows as sorted ``(id, v)`` pairs (``v`` ``None`` when not kept)."""
+    return sorted((int(row["id"]), row.get("v")) for row in case.read())
+
+
+def _assert_rewrite_harmless(
+    after: list[tuple[int, Any]], once: list[tuple[int, Any]], reason: str
+) -> None:
+    """The target holds what one write left (``once``), else an error saying what to do."""
+    assert after == once, (
+        f"harmless_rewrite() says {reason!r}, but batch 0 written again under a new "
+        f"epoch's idempotency key left the target holding (id, v) {after}, not {once} as "
+        "after one write: return None from harmless_rewrite() unless writing a held batch "
+        "again leaves the target as one write would, for any input (an unconditional "
+        "upsert by key does; an append, or dead letters kept beside it, does not)"
+    )
+
+
+def _assert_batch_columns(named: Sequence[str] | str, columns: Sequence[str]) -> None:
+    """``named`` (``deterministic_columns().columns``) is ``"*"`` or batch columns only."""
+    if named == "*":
+        return
+    missing = [c for c in named if c not in columns]
+    assert not missing, (
+        f"deterministic_columns() names {missing}, not columns of the batch "
+        f"({', '.join(columns)}): fanout finds nothing to check for a name the batch lacks, "
+        "so a route or source computing that column non-deterministically passes. Name "
+        "the batch columns the sink keys or partitions by, as the batch spells them (its "
+        "options' columns, not the target's), or \"*\" for the whole row"
     )
 
 

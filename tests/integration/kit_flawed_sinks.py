@@ -2,8 +2,10 @@
 suite fails them with a message saying what is wrong: one JSON-lines file per batch, named
 by the batch's idempotency token (correct) or by its batch id alone (epoch-blind), one file
 every batch appends to (no idempotency), a correct one reporting a row too many, ones whose
-``holds_batch`` ignores the epoch or answers a part for a whole batch, and ones that refuse
-a null key or a new column without naming the column, or drop a null key's row."""
+``holds_batch`` ignores the epoch or answers a part for a whole batch, ones that refuse
+a null key or a new column without naming the column, or drop a null key's row, one
+calling a rewrite harmless that holds the rows twice, one naming a deterministic column
+the batch lacks, and an upsert by ``id`` doing both right."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from fanout import (
     SinkContext,
     SinkResult,
     SinkWriteError,
+    StableColumns,
     hookimpl,
 )
 from fanout.contract.sink import Reads
@@ -143,6 +146,46 @@ class NewColumnUnnamed(TokenFiles):
         return super().write(batch)
 
 
+UPSERT_REASON = "an upsert by id: each id keeps the row written last"
+
+
+class UpsertFile(TokenFiles):
+    """Upserts every batch by ``id`` into one file: a rewrite of a batch is harmless, and
+    ``id`` is the batch column it upserts by."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        rows = batch.arrow().to_pylist()
+        path = Path(self.directory) / "state.jsonl"
+        held = {r["id"]: r for r in read_rows(Path(self.directory))} if path.exists() else {}
+        held.update({row["id"]: row for row in rows})
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in held.values()))
+        os.replace(tmp, path)
+        return SinkResult(rows=len(rows))
+
+    def harmless_rewrite(self) -> str | None:
+        return UPSERT_REASON
+
+    def deterministic_columns(self) -> StableColumns | None:
+        return StableColumns(["id"], "upserts by")
+
+
+class RewriteClaimedHarmless(TokenFiles):
+    """Says a rewrite is harmless, yet a new epoch's token names a file of its own: the
+    rows are then held twice."""
+
+    def harmless_rewrite(self) -> str | None:
+        return UPSERT_REASON
+
+
+class StableByTargetName(TokenFiles):
+    """Names, as its deterministic column, the target's name of the key (``order_key``),
+    not the batch's (``id``)."""
+
+    def deterministic_columns(self) -> StableColumns | None:
+        return StableColumns(["order_key"], "upserts by")
+
+
 def read_rows(directory: Path) -> list[dict[str, Any]]:
     """Every row of every file of ``directory``."""
     return [
@@ -160,4 +203,6 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
             "writes_on_empty": WritesOnEmpty, "holds_by_batch_id": HoldsByBatchId,
             "holds_a_part": HoldsAPart, "null_key_unnamed": NullKeyUnnamed,
             "null_key_dropped": NullKeyDropped,
-            "new_column_unnamed": NewColumnUnnamed}  # fmt: skip
+            "new_column_unnamed": NewColumnUnnamed, "upsert_file": UpsertFile,
+            "rewrite_claimed_harmless": RewriteClaimedHarmless,
+            "stable_by_target_name": StableByTargetName}  # fmt: skip

@@ -195,3 +195,50 @@ def test_a_new_column_refused_without_its_name_is_told_to_name_it(
         'batch 1: unexpected columns"); raise SchemaMismatchError(message, sink=self.name, '
         "batch_id=batch.batch_id, columns=[...]) with the column's name in the message"
     )
+
+
+def test_a_harmless_rewrite_and_deterministic_columns_pass_an_upsert_by_id(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("upsert_file", tmp_path)
+    suite.test_a_harmless_rewrite_leaves_the_target_as_one_write(spark, case, tmp_path)
+    assert sorted(r["id"] for r in read_rows(tmp_path / "out")) == [0, 1, 2, 3]
+    suite.test_deterministic_columns_are_columns_of_the_batch(spark, case, tmp_path)
+
+
+def test_a_rewrite_called_harmless_that_holds_the_rows_twice_is_told_to_return_none(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A sink whose harmless_rewrite() gives a reason lets a new epoch start over a batch it
+    holds whose mark was lost, and writes the batch again: the kit never checked that the
+    rewrite was harmless."""
+    suite, case = _suite_and_case("rewrite_claimed_harmless", tmp_path)
+    with pytest.raises(AssertionError) as failed:
+        suite.test_a_harmless_rewrite_leaves_the_target_as_one_write(spark, case, tmp_path)
+    once = [(i, f"v{i}") for i in range(4)]
+    twice = sorted(once * 2)
+    assert str(failed.value).splitlines()[0] == (
+        f"harmless_rewrite() says '{kit_flawed_sinks.UPSERT_REASON}', but batch 0 written "
+        f"again under a new epoch's idempotency key left the target holding (id, v) {twice}, "
+        f"not {once} as after one write: return None from harmless_rewrite() unless writing "
+        "a held batch again leaves the target as one write would, for any input (an "
+        "unconditional upsert by key does; an append, or dead letters kept beside it, does "
+        "not)"
+    )
+
+
+def test_a_deterministic_column_the_batch_lacks_is_told_to_use_the_batchs_name(
+    spark: Any, tmp_path: Path
+) -> None:
+    """fanout's determinism check finds nothing to inspect for a column the batch lacks
+    and passes: the kit never checked the names."""
+    suite, case = _suite_and_case("stable_by_target_name", tmp_path)
+    with pytest.raises(AssertionError) as failed:
+        suite.test_deterministic_columns_are_columns_of_the_batch(spark, case, tmp_path)
+    assert str(failed.value).splitlines()[0] == (
+        "deterministic_columns() names ['order_key'], not columns of the batch (id, v): "
+        "fanout finds nothing to check for a name the batch lacks, so a route or source "
+        "computing that column non-deterministically passes. Name the batch columns the "
+        "sink keys or partitions by, as the batch spells them (its options' columns, not "
+        'the target\'s), or "*" for the whole row'
+    )

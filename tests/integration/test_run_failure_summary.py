@@ -51,6 +51,8 @@ def test_a_failed_run_ends_with_fanouts_own_message(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
+    # Spark reports no progress for the failed batch: its 2 rows read "0 rows in"
+    assert "pipeline 'dupes': 1 batch, 2 rows in, 1 failed" in lines, done.stdout
     failed = next(i for i, line in enumerate(lines) if line.startswith("pipeline 'dupes' failed:"))
     summary = lines[failed:]
     assert summary[0] == (

@@ -48,6 +48,56 @@ def test_plugins_lists_the_delta_sink_with_its_distribution(
     assert listed["delta"]["version"] == "0.1.0"
 
 
+DELTA_HOOKS = (
+    "read_only_check, check_schema, batch_partitioning, shares_tasks, "
+    "backfill_source, holds_batch, harmless_rewrite, remove_batch_hint, is_transient"
+)
+KAFKA_HOOKS = (
+    "read_only_check, check_replay, check_schema, partitioned_by, "
+    "batch_partitioning, shares_tasks, holds_batch, exclusive_resources, is_transient"
+)
+POSTGRES_HOOKS = (
+    "read_only_check, check_replay, check_schema, partitioned_by, "
+    "deterministic_columns, batch_partitioning, shares_tasks, holds_batch, "
+    "harmless_rewrite, is_transient"
+)
+
+
+def test_plugins_names_the_optional_hooks_each_sink_type_implements(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What a reset or a replay does with a sink depends on its optional hooks
+    (``holds_batch``, ``harmless_rewrite``, ``check_replay``...): ``fanout plugins`` did not
+    say which a type implements."""
+    assert main(["plugins"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-3:] == [
+        f"delta implements: {DELTA_HOOKS}",
+        f"kafka implements: {KAFKA_HOOKS}",
+        f"postgres implements: {POSTGRES_HOOKS}",
+    ]
+    assert main(["plugins", "--json"]) == 0
+    listed = {p["type"]: p["implements"] for p in json.loads(capsys.readouterr().out)}
+    assert listed == {
+        "delta": DELTA_HOOKS.split(", "),
+        "kafka": KAFKA_HOOKS.split(", "),
+        "postgres": POSTGRES_HOOKS.split(", "),
+    }
+    assert main(["plugins", "--options", "postgres"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"implements: {POSTGRES_HOOKS}"
+
+
+def test_a_sink_type_implementing_no_optional_hook_says_none() -> None:
+    from fanout import Sink
+    from fanout.app.cli import _implements
+
+    class Plain(Sink):
+        def write(self, batch: object) -> int:
+            return 0
+
+    assert _implements(Plain) == "implements: none"
+
+
 def test_status_per_sink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _ledger(tmp_path / "ledger")
     assert (

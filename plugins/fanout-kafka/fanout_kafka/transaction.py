@@ -154,9 +154,9 @@ class PartitionWriter:
                 written, letters = self.commit(records, bad)
             except _WrittenMeanwhile:
                 return self._skipped(records, bad)
-            return PartitionOutcome(
-                self.partition, "committed", rows, written, dead_lettered=len(letters)
-            )
+            # the rows written: a refused row counts in dead_lettered only (SinkResult.rows)
+            return PartitionOutcome(self.partition, "committed", rows - len(letters), written,
+                                    dead_lettered=len(letters))  # fmt: skip
         except Exception as exc:
             kind, transient = classify(exc)
             attempt: int | None = None
@@ -203,7 +203,7 @@ class PartitionWriter:
     def _skipped(self, records: list[Record], bad: list[BadRecord]) -> PartitionOutcome:
         """The outcome of a partition another attempt committed (its letters parked)."""
         letters = self._park_committed(records, bad)
-        rows = len(records) + len(bad)
+        rows = len(records) + len(bad) - letters  # as "committed" counts them
         return PartitionOutcome(self.partition, "skipped", rows, dead_lettered=letters)
 
     # -- the steps ------------------------------------------------------------------------
