@@ -31,7 +31,8 @@ PIPELINE = "cores"
 TABLE = "cores_orders"
 FILES, ROWS = 4, 4
 LOCK_AT, RELEASE_AT = 1, 3  # locked while batches 1 and 2 run
-TIMEOUT_S = 10.0  # the locked sink's write_timeout_s (above a warm write; the old code took about this long)
+# the locked sink's write_timeout_s (above a warm write; the old code took about this long)
+TIMEOUT_S = 10.0
 FAST_S = 6.0  # the other sink's write while the table is locked: well under TIMEOUT_S
 SAFETY_S = 120.0  # the lock is given up by then in any case: a hang fails, never hangs
 
