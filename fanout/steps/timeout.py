@@ -287,10 +287,11 @@ class TimedWrite:
         arrow, budget = batch._arrow, task_budget(timed.session)
         if arrow is not None:  # another reader's conversion is not this sink's time
             arrow = ClockedArrow(arrow, timed.paused)
-        # a job started after the cancel runs uncancelled: the write starts none once abandoned
-        runner.batch = replace(
-            batch, _arrow=arrow, task_budget=budget, stopped=lambda: claim.abandoned
-        )
+        if arrow is not None or budget is not None:
+            # a job started after the cancel runs uncancelled: none is, once abandoned
+            runner.batch = replace(
+                batch, _arrow=arrow, task_budget=budget, stopped=lambda: claim.abandoned
+            )
         thread = threading.Thread(
             target=threads(timed._run),
             name=f"fanout-{batch.pipeline}-{runner.sink.name}-timed",
