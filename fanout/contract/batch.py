@@ -4,6 +4,7 @@ and its identity for idempotent writes (:class:`IdempotencyKey`)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -145,6 +146,11 @@ class Batch:
         when it hangs, must leave cores to the other sinks' jobs and the live batches
         (docs/architecture.md §14.9). A sink writing from the executors honours it (the
         partitioned-sink kit runs its partitions in jobs of that many tasks at most).
+    :param stopped: says whether the batch went on without this write (abandoned at the
+        sink's ``write_timeout_s``); ``None``: it never does. fanout cancels the write's
+        running Spark jobs then, not those it starts afterwards: a write running several
+        jobs one after the other starts no further one once it says ``True`` (the kit
+        starts no further wave).
     """
 
     df: Any
@@ -154,6 +160,7 @@ class Batch:
     attempt: int = 1
     route: RouteStamp | None = None
     task_budget: int | None = None
+    stopped: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
     _arrow: SharedArrow | None = field(default=None, repr=False)
 
     @property

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from fanout.contract.partitions import BatchPartitioning
 from fanout.contract.sessions import plan_without_adaptive, result_schema
 from fanout.contract.sink import Sink, SinkContext, SinkResult
-from fanout.errors import SinkError, SinkWriteError, TransientSinkError
+from fanout.errors import SinkError, SinkTimeoutError, SinkWriteError, TransientSinkError
 from fanout.partitioned.determinism import check_batch
 from fanout.partitioned.membership import (
     WHOLE_ROW,
@@ -50,7 +50,7 @@ from fanout.partitioned.membership import (
 from fanout.partitioned.outcome import RESULT_DDL, PartitionOutcome
 from fanout.partitioned.replay_route import check_routes, recorded_routes
 from fanout.partitioned.task import CommitHooks, HookPlugins, PartitionTask
-from fanout.partitioned.waves import collect_in_waves
+from fanout.partitioned.waves import WavesStopped, collect_in_waves
 
 log = logging.getLogger("fanout")
 
@@ -366,19 +366,31 @@ class PartitionedSink(Sink):
         (:func:`copy_kept`)."""
         try:
             with copy_kept(batch, self.name, prepared.snapshot):
-                outcomes = self.run_partitions(prepared, batch.task_budget)
+                outcomes = self.run_partitions(prepared, batch)
                 return self.finish_partitions(batch, prepared, outcomes)
         finally:
             prepared.release()
 
     def run_partitions(
-        self, prepared: PreparedPartitions, budget: int | None = None
+        self, prepared: PreparedPartitions, batch: Batch | None = None
     ) -> list[PartitionOutcome]:
         """The sink's own Spark job: one task per partition, each reporting its outcome; at
-        most ``budget`` at once (:attr:`Batch.task_budget`: in jobs of that many)."""
+        most ``batch``'s :attr:`~fanout.contract.batch.Batch.task_budget` at once (in jobs
+        of that many), none started once the batch went on without the write
+        (:attr:`~fanout.contract.batch.Batch.stopped`: a :class:`SinkTimeoutError`)."""
         job = prepared.parted.mapInArrow(prepared.task, result_schema(RESULT_DDL))
         plan_without_adaptive(job)  # one task per partition: nothing to adapt
-        rows = collect_in_waves(job, budget)
+        budget = None if batch is None else batch.task_budget
+        stopped = None if batch is None else batch.stopped
+        rows = collect_in_waves(job, budget, stopped)
+        if isinstance(rows, WavesStopped):
+            assert batch is not None
+            raise SinkTimeoutError(
+                f"abandoned at its write_timeout_s after partitions {rows.done} of "
+                f"0..{rows.count - 1} were written: partitions {rows.left} were not started "
+                "(the catch-up writes the batch from the spool, skipping those written)",
+                sink=self.name, batch_id=batch.batch_id,
+            )  # fmt: skip
         return [PartitionOutcome.from_json(r["outcome"]) for r in rows]
 
     def prepare_partitions(self, batch: Batch) -> PreparedPartitions:

@@ -4,19 +4,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fanout.contract.sessions import is_classic
 
 
-def collect_in_waves(job: Any, budget: int | None) -> list[Any]:
+@dataclass(frozen=True)
+class WavesStopped:
+    """The waves stopped before wave ``done[-1] + 1`` (``stopped`` said so): partitions
+    ``done`` ran, the others of ``0..count - 1`` did not start."""
+
+    done: list[int]
+    count: int
+
+    @property
+    def left(self) -> list[int]:
+        """The partitions not started."""
+        return list(range(len(self.done), self.count))
+
+
+def collect_in_waves(
+    job: Any, budget: int | None, stopped: Callable[[], bool] | None = None
+) -> list[Any] | WavesStopped:
     """``job.collect()``, as Spark jobs over at most ``budget`` of its partitions each, one
     after the other (each over a range of partitions: the shuffle that builds them runs
     once, in the first). Spark gives a core back only when a task ends,
     and no scheduler setting caps one job's running tasks (FAIR pools share the cores as
     tasks end, they take none back), so the job's shape is the cap. One job when the
     budget is ``None`` or covers every partition, or under Spark Connect (no
-    RDD to run a job over a range of)."""
+    RDD to run a job over a range of). No wave starts once ``stopped()`` says so (the
+    write was abandoned: cancelling its jobs reaches only those running, not the next
+    wave's): :class:`WavesStopped` instead of the rows."""
     if budget is None or not is_classic(job):
         return list(job.collect())
     rdd = job.rdd
@@ -25,6 +45,8 @@ def collect_in_waves(job: Any, budget: int | None) -> list[Any]:
         return list(job.collect())
     rows: list[Any] = []
     for start in range(0, count, budget):
+        if start and stopped is not None and stopped():
+            return WavesStopped(list(range(start)), count)
         rows.extend(_run_job(rdd, list(range(start, min(start + budget, count)))))
     return rows
 

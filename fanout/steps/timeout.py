@@ -283,12 +283,15 @@ class TimedWrite:
         timed = cls(runner, timeout_s, abandoned, tag=f"{tag}-{uuid.uuid4().hex[:8]}")
         timed.configured_s = configured_s
         timed.session = session_of(batch.df)
-        runner.claim = WriteClaim()
+        claim = runner.claim = WriteClaim()
         arrow, budget = batch._arrow, task_budget(timed.session)
         if arrow is not None:  # another reader's conversion is not this sink's time
             arrow = ClockedArrow(arrow, timed.paused)
         if arrow is not None or budget is not None:
-            runner.batch = replace(batch, _arrow=arrow, task_budget=budget)
+            # a job started after the cancel runs uncancelled: none is, once abandoned
+            runner.batch = replace(
+                batch, _arrow=arrow, task_budget=budget, stopped=lambda: claim.abandoned
+            )
         thread = threading.Thread(
             target=threads(timed._run),
             name=f"fanout-{batch.pipeline}-{runner.sink.name}-timed",
