@@ -385,10 +385,15 @@ class PartitionedSink(Sink):
         rows = collect_in_waves(job, budget, stopped)
         if isinstance(rows, WavesStopped):
             assert batch is not None
+            span = f"0..{rows.count - 1}"
+            when = (
+                f"after partitions {rows.done} of {span} were written"
+                if rows.done
+                else f"before any of partitions {span} was written"
+            )
             raise SinkTimeoutError(
-                f"abandoned at its write_timeout_s after partitions {rows.done} of "
-                f"0..{rows.count - 1} were written: partitions {rows.left} were not started "
-                "(the catch-up writes the batch from the spool, skipping those written)",
+                f"abandoned at its write_timeout_s {when}: partitions {rows.left} were not "
+                "started (the catch-up writes the batch from the spool, skipping those written)",
                 sink=self.name, batch_id=batch.batch_id,
             )  # fmt: skip
         return [PartitionOutcome.from_json(r["outcome"]) for r in rows]

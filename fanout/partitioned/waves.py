@@ -13,8 +13,8 @@ from fanout.contract.sessions import is_classic
 
 @dataclass(frozen=True)
 class WavesStopped:
-    """The waves stopped before wave ``done[-1] + 1`` (``stopped`` said so): partitions
-    ``done`` ran, the others of ``0..count - 1`` did not start."""
+    """The waves stopped (``stopped`` said so) after partitions ``done`` ran (none: before
+    the first wave); the others of ``0..count - 1`` did not start."""
 
     done: list[int]
     count: int
@@ -41,6 +41,8 @@ def collect_in_waves(
         return list(job.collect())
     rdd = job.rdd
     count = rdd.getNumPartitions()
+    if stopped is not None and stopped():  # abandoned before its first job (in the sink's
+        return WavesStopped([], count)  # Python, which no cancel reaches): none starts
     if count <= budget:
         return list(job.collect())
     rows: list[Any] = []

@@ -97,12 +97,13 @@ class TableLock:
 class DriverReadingPostgres(PostgresSink):
     """A PostgreSQL sink whose write first reads its table from the driver, in Python (no
     Spark job cancel reaches it), and which records each write: when it ran, what it
-    returned, and any two writes of one batch running at once."""
+    returned or raised first, and any two writes of one batch running at once."""
 
     def __init__(self, name: str, **options: Any) -> None:
         super().__init__(name, **options)
         self.calls: list[tuple[int, float, float, SinkResult | None]] = []
         self.overlaps: list[int] = []
+        self.errors: dict[int, str] = {}  # each batch's first error
         self._running: Counter[int] = Counter()
         self._guard = threading.Lock()
 
@@ -122,6 +123,9 @@ class DriverReadingPostgres(PostgresSink):
             conn.close()
             result = super().write(batch)
             return result
+        except Exception as exc:
+            self.errors.setdefault(batch.batch_id, str(exc))
+            raise
         finally:
             with self._guard:
                 self._running[batch.batch_id] -= 1
@@ -306,7 +310,7 @@ def test_a_locked_sink_holding_every_core_is_abandoned_at_its_timeout(
         fan.close()
 
 
-def test_an_abandoned_write_that_commits_late_is_waited_for_and_not_written_twice(
+def test_an_abandoned_write_running_on_is_waited_for_starts_no_job_and_writes_nothing_twice(
     spark: Any, tmp_path: Path, pg_url: str
 ) -> None:
     options = _pg_options(pg_url)
@@ -329,12 +333,18 @@ def test_an_abandoned_write_that_commits_late_is_waited_for_and_not_written_twic
     calls = [c for c in sink.calls if c[0] == LOCK_AT]
     first, replay = calls[0], calls[-1]
     # (on a loaded machine a catch-up write may pass its own bound too: abandoned between)
-    # the abandoned write (still in Python when cancelled) ran on past its timeout and
-    # committed the batch once the lock was gone: the catch-up's write found it there
-    assert first[2] - first[1] > 2 and first[3] is not None
-    assert first[3].rows == ROWS and first[3].details["skipped_partitions"] == []
+    # the abandoned write (still in Python when cancelled, which no job cancel reaches) ran
+    # on past its timeout; once the lock was gone it reached the sink's Spark job, which an
+    # abandoned write never starts (it ran and committed the batch late before waves): the
+    # catch-up's write, started only after it ended, wrote every partition
+    assert first[2] - first[1] > 2 and first[3] is None
+    assert sink.errors[LOCK_AT].startswith(
+        f"sink 'pg', batch {LOCK_AT}: abandoned at its write_timeout_s before any of "
+        "partitions 0..1 was written: partitions [0, 1] were not started"
+    ), sink.errors
     assert replay[1] >= first[2]
-    assert replay[3] is not None and sorted(replay[3].details["skipped_partitions"]) == [0, 1]
+    assert replay[3] is not None and replay[3].rows == ROWS
+    assert replay[3].details["skipped_partitions"] == []
 
 
 def test_a_new_fanout_of_the_pipeline_waits_for_the_abandoned_write_close_left_running(
