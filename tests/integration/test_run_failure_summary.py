@@ -142,9 +142,9 @@ def test_a_deleted_checkpoint_ends_the_run_with_the_reset_error_whole(
     )
     assert any(line.startswith("  - bronze: batch 0, query id ") for line in summary)
     assert "How to proceed:" in summary
-    assert summary[-2] == (
-        f"  `fanout recover --ledger {tmp_path}/ledger --pipeline dupes` prints these facts "
-        "again, with Kafka startingOffsets."
+    assert summary[-2] == (  # the run came from a pipeline file: recover reads it too
+        f"  `fanout recover --config {config}` prints these facts again, with Kafka "
+        "startingOffsets, and asks each sink whether it holds a batch written but never marked."
     )
     assert summary[-1].startswith("(the full trace, Spark's included: ")
     assert not any("Traceback" in line or "Streaming Query" in line for line in lines)
