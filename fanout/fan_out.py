@@ -546,6 +546,8 @@ class FanOut:
                         abandoned=self.abandoned,
                     )  # 5. write and 6. record, sink by sink
                 spool_for_lagging(state, self.lagging, self.specs, spooling)  # 6b. lagging
+                if state.failures:  # while its Arrow and persisted copy are still held
+                    state.rows_in = _rows_in(state)
             finally:
                 settle(state)  # 7. settle
         if self.lagging.sinks:
@@ -723,7 +725,7 @@ class FanOut:
         if state.failures:
             committed = [*state.skipped, *state.results]
             error = BatchFailedError(self.pipeline, info.batch_id, state.failures, committed,
-                                     rows_in=_rows_in(state))  # fmt: skip
+                                     rows_in=state.rows_in)  # fmt: skip
             self.hooks.call(
                 "fanout_batch_failed",
                 info=info,
@@ -753,7 +755,9 @@ def _rows_in(state: BatchState) -> int | None:
     """A failed batch's input rows, for ``fanout run``'s summary: Spark reports no progress
     for a batch that failed, so its ``numInputRows`` never comes. The Arrow conversion a
     sink made gives them free; else one count of the batch (cached when persisted): a cost
-    on this failure path only. ``None`` when the count fails too (an unreadable input)."""
+    on this failure path only. ``None`` when the count fails too (an unreadable input).
+    Called before step 7 releases the Arrow and unpersists the batch (after it, the count
+    read the batch's source again)."""
     if state.aborted is not None:  # an interrupt: end now, count nothing
         return None
     if state.routes is not None:

@@ -147,8 +147,25 @@ def volatile_in_plan(plan: Any, needed: set[int] | None = None) -> tuple[list[st
 # -- the checks ----------------------------------------------------------------------------
 
 
-_passed: set[tuple[str, str]] = set()
+_passed: set[tuple[str, str, str]] = set()
 _passed_lock = threading.Lock()
+
+
+def _run_id(query_id: str | None) -> str:
+    """The run id of the active streaming query ``query_id`` (``""`` when not found):
+    Spark gives a foreachBatch call the query's id, which a restart on the same checkpoint
+    keeps, but not its run's."""
+    if query_id is None:
+        return ""
+    try:
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.getActiveSession()  # the batch's own session is a clone
+        query = None if session is None else session.streams.get(query_id)
+        return "" if query is None else str(query.runId)
+    except Exception as exc:  # no such session (Spark Connect, a stand-in frame)
+        log.debug("query %s: its run id not found: %s", query_id, exc)
+        return ""
 
 
 def check_batch(
@@ -156,11 +173,13 @@ def check_batch(
 ) -> None:
     """Refuse a batch whose partitioning (or key) columns or filters are volatile, in the
     routed DataFrame or in the streaming query that produced it. A pass is remembered per
-    (sink, query id): the plans do not change while a query runs.
+    (sink, query id, run id): the plans do not change while a query runs, but a query
+    started again on its checkpoint in the same process (a notebook's cell run again)
+    keeps its id and may compute the columns otherwise.
 
     :raises PartitioningError: naming the sink, the batch, the columns and the expression.
     """
-    key = (sink, query_id or "")
+    key = (sink, query_id or "", _run_id(query_id))
     if query_id is not None and key in _passed:
         return
     stable = stable_columns(by)

@@ -58,6 +58,9 @@ class BatchState:
     """Sinks behind the batch (step 3b): not written live; the batch is spooled for them."""
     lagged: dict[str, BaseException] = field(default_factory=dict)
     """Sinks with ``on_failure="lag"`` that failed this batch (step 6b): they lag."""
+    rows_in: int | None = None
+    """The batch's input rows when a sink failed it, counted before step 7 released it
+    (``None``: not counted, or the count failed)."""
     spooled: tuple[int, int] | None = None
     """``(epoch, batch_id)`` when step 6b spooled the batch."""
 

@@ -433,7 +433,7 @@ def check_stable_columns(sink: Sink, batch: Batch) -> None:
     upsert's keys) non-deterministically, in the routed batch or its streaming query, with a
     :class:`fanout.PartitioningError`. A sink on the partitioned-sink kit checks its own
     batches (:class:`fanout.partitioned.sink.PartitionedSink`); any other sink that names
-    such columns is checked here, once per query, as the kit would."""
+    such columns is checked here, once per query run, as the kit would."""
     if isinstance(sink, PartitionedSink):
         return
     stable = sink.deterministic_columns()

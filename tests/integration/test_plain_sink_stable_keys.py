@@ -15,6 +15,7 @@ from fanout import Batch, BatchFailedError, FanOut, PartitioningError, Sink, Sin
 from fanout.contract.batch import BatchInfo
 from fanout.contract.partitions import StableColumns
 from fanout.contract.sink import Reads
+from tests.integration.streams import SCHEMA, write_input
 
 
 class KeyedUpsert(Sink):
@@ -65,3 +66,46 @@ def test_a_plain_sink_upserting_by_deterministic_keys_writes(spark: Any, tmp_pat
     assert fan.process(batch, BatchInfo("stable", 0, "query-stable"))["kv"].rows == 3
     assert sorted(sink.target) == [0, 1, 2]
     fan.close()
+
+
+def _run(spark: Any, input_dir: Path, fan: FanOut, checkpoint: Path, key: str) -> None:
+    """One run of the file stream to the end of its input, ``key`` computing ``id``."""
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(input_dir))
+    query = (
+        stream.selectExpr(f"{key} AS id", "customer AS v")
+        .writeStream.foreachBatch(fan)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
+def test_a_query_restarted_in_the_same_process_with_volatile_keys_is_refused(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A restart keeps the query's id (the checkpoint's), not its plan: a notebook's cell run
+    again with ``rand()`` now in the keys, on the same checkpoint, in the same process, must
+    be checked again (the pass of the first run was remembered per query id, and the second
+    run upserted random keys)."""
+    write_input(tmp_path / "input", 1, 3)
+    sink = KeyedUpsert("kv")
+    with FanOut("stable", str(tmp_path / "ledger"), [sink], retries=0) as fan:
+        _run(spark, tmp_path / "input", fan, tmp_path / "checkpoint", "order_id")
+    assert sorted(sink.target) == [0, 1, 2]
+
+    write_input(tmp_path / "input", 1, 3, start_file=1)
+    again = KeyedUpsert("kv")
+    with FanOut("stable", str(tmp_path / "ledger"), [again], retries=0) as fan:
+        with pytest.raises(Exception) as failed:
+            _run(
+                spark,
+                tmp_path / "input",
+                fan,
+                tmp_path / "checkpoint",
+                "CAST(rand() * 1000 AS BIGINT)",
+            )
+    assert "PartitioningError" in str(failed.value), str(failed.value)[-3000:]
+    assert "sink 'kv', batch 1: the " in str(failed.value)
+    assert "rand()" in str(failed.value) and "is not deterministic" in str(failed.value)
+    assert again.target == {}

@@ -133,3 +133,48 @@ def test_the_summary_counts_the_rows_a_lagging_sink_caught_up() -> None:
         "  catchup_only: 3 rows in 1 batch caught up",
         "  clicks_pg: 4 rows in 0.25s, 9 rows in 2 batches caught up",
     ]
+
+
+class _CountedFrame(ArrowFrame):
+    """An :class:`ArrowFrame` that records each ``count()`` and whether the batch was
+    released (unpersisted) before it: a count then reads the batch's source again."""
+
+    def __init__(self, table: Any) -> None:
+        super().__init__(table)
+        self.counts: list[str] = []
+
+    def count(self) -> int:
+        """Record the call, then count."""
+        self.counts.append("after unpersist" if self.unpersist_calls else "held")
+        return super().count()
+
+
+def test_a_failed_batch_counts_its_rows_from_the_arrow_a_sink_converted() -> None:
+    """A sink that read Arrow converted the batch: its rows are known without a Spark job
+    (the count ran after the batch's Arrow was released: a second read of the source)."""
+    import pyarrow as pa
+
+    frame = _CountedFrame(pa.table({"id": [1, 2, 3]}))
+    fan = FanOut("orders", MemoryLedger(), [RecordingSink("bronze"), Failing("pg")], backoff_s=0)
+    try:
+        fan.process(frame, BatchInfo("orders", 4))
+    except BatchFailedError as failed:
+        assert (failed.rows_in, frame.counts) == (3, [])
+    else:
+        raise AssertionError("the batch was meant to fail")
+
+
+def test_a_failed_batch_counts_its_rows_before_the_batch_is_released() -> None:
+    """No sink converted the batch: its one count runs while the batch is still held
+    (persisted when two sinks read it), not after step 7 unpersisted it."""
+    import pyarrow as pa
+
+    frame = _CountedFrame(pa.table({"id": [1, 2]}))
+    sinks = [RecordingSink("bronze", reads="dataframe"), Failing("pg", reads="dataframe")]
+    fan = FanOut("orders", MemoryLedger(), sinks, backoff_s=0)
+    try:
+        fan.process(frame, BatchInfo("orders", 5))
+    except BatchFailedError as failed:
+        assert (failed.rows_in, frame.counts) == (2, ["held"])
+    else:
+        raise AssertionError("the batch was meant to fail")
