@@ -22,11 +22,6 @@ if TYPE_CHECKING:
     from fanout.ledger.delta import DeltaLedger
 
 
-def run_command(config: str) -> str:
-    """The command that starts a new epoch for the pipeline file ``config``."""
-    return f"`fanout run {config} --new-epoch`"
-
-
 def check_new_epoch(config: PipelineConfig, path: str) -> str:
     """What ``fanout run --new-epoch`` will do with ``config``'s checkpoint, as the line the
     run prints; raises :class:`fanout.ConfigurationError` when there is no reset to accept.
