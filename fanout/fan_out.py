@@ -57,6 +57,7 @@ from fanout.sink_spec import (
     check_exclusive_resources,
     check_write_timeout,
     split_core_options,
+    write_timeout,
 )
 from fanout.steps.admit import Admission
 from fanout.steps.catchup import CatchUp
@@ -85,7 +86,6 @@ from fanout.steps.timeout import (
     AbandonedWrite,
     AbandonedWrites,
     BoundedCall,
-    write_timeout,
 )
 from fanout.steps.unmarked import answers_holds_batch, refuse_unmarked
 from fanout.steps.write import write_all

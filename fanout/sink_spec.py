@@ -164,6 +164,11 @@ def lag_policy(name: str, options: Mapping[str, Any]) -> LagPolicy:
     return policy
 
 
+def write_timeout(spec: SinkSpec) -> float | None:
+    """The sink's ``write_timeout_s`` (``None``: its batch waits for its write)."""
+    return spec.lag.write_timeout_s if spec.lag.lags else None
+
+
 def check_write_timeout(name: str, policy: LagPolicy) -> None:
     """Refuse a ``write_timeout_s`` on a sink without ``on_failure="lag"``: a write
     abandoned at its timeout leaves the batch to the spool and the catch-up, which only a

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
-LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]")
+from fanout.contract.sessions import LOCAL_CLUSTER
 
 
 def cluster_master(executors: int = 2, cores: int = 1, memory_mb: int = 1024) -> str:

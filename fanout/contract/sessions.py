@@ -9,10 +9,14 @@ what it would read from the JVM from files (the checkpoint) or from plan text in
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+
+LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]")
+"""A ``local-cluster[N,cores,memMB]`` master: ``N`` executor JVMs of ``cores`` cores."""
 
 
 def is_connect(obj: Any) -> bool:

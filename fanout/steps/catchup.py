@@ -29,11 +29,11 @@ from fanout.ledger.entry import LedgerEntry
 from fanout.observe.logs import batch_fields
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, TargetOf
-from fanout.sink_spec import SinkSpec
+from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.spool.table import BatchKey
 from fanout.steps.lag import Lagging
 from fanout.steps.record import Recorder
-from fanout.steps.timeout import AbandonedWrite, AbandonedWrites, TimedWrite, write_timeout
+from fanout.steps.timeout import AbandonedWrite, AbandonedWrites, TimedWrite
 from fanout.steps.write import SinkOutcome, SinkRunner, run_timed
 
 log = logging.getLogger("fanout")

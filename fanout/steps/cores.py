@@ -17,10 +17,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from fanout.contract.sessions import is_connect
+from fanout.contract.sessions import LOCAL_CLUSTER, is_connect
 from fanout.observe.logs import batch_fields
 from fanout.partitioned.sink import PartitionedSink
-from fanout.sink_spec import SinkSpec
+from fanout.sink_spec import SinkSpec, write_timeout
 
 log = logging.getLogger("fanout")
 
@@ -34,7 +34,12 @@ def task_budget(session: Any) -> int | None:
     """How many Spark tasks a timed sink's write may run at once: every core but one, at
     least one; ``None`` when the cores cannot be told (Spark Connect, no session)."""
     cores = spark_cores(session)
-    return None if cores is None else max(1, cores - 1)
+    return None if cores is None else _budget(cores)
+
+
+def _budget(cores: int) -> int:
+    """Every core but one, at least one."""
+    return max(1, cores - 1)
 
 
 def spark_cores(session: Any) -> int | None:
@@ -50,7 +55,7 @@ def spark_cores(session: Any) -> int | None:
         if found:
             given = found.group(1) or "1"
             return (os.cpu_count() or 1) if given == "*" else int(given)
-        found = re.fullmatch(r"local-cluster\[(\d+),\s*(\d+),\s*\d+\]", master)
+        found = LOCAL_CLUSTER.fullmatch(master.strip())
         if found:
             return int(found.group(1)) * int(found.group(2))
         return int(context.defaultParallelism)
@@ -83,8 +88,7 @@ def check_cores(pipeline: str, specs: Mapping[str, SinkSpec], spark: Any) -> Non
     timed = {
         name: spec.sink.partitions
         for name, spec in specs.items()
-        if spec.lag.lags and spec.lag.write_timeout_s is not None
-        and isinstance(spec.sink, PartitionedSink)
+        if write_timeout(spec) is not None and isinstance(spec.sink, PartitionedSink)
     }  # fmt: skip
     if not timed or spark is None:
         return
@@ -98,7 +102,7 @@ def check_cores(pipeline: str, specs: Mapping[str, SinkSpec], spark: Any) -> Non
             "wait for them; give those sinks fewer partitions than the cluster's cores"
         )
     else:
-        budget = max(1, cores - 1)
+        budget = _budget(cores)
         held = sum(min(n, budget) for n in timed.values())
         if held < cores:
             return

@@ -50,7 +50,7 @@ from fanout.partitioned.shared import (
 )
 from fanout.partitioned.shared_udf import SHARED_UDFS, carrying
 from fanout.partitioned.sink import PartitionedSink
-from fanout.sink_spec import SinkSpec
+from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.steps.partition import reported_partitioning, usable
 from fanout.steps.shared_frame import EarlyInput, JobLayout, RecentLayouts
 from fanout.steps.state import BatchState
@@ -66,7 +66,7 @@ def shares_tasks(spec: SinkSpec) -> bool:
     sink = spec.sink
     if isinstance(sink, PartitionedSink) and type(sink).write is not PartitionedSink.write:
         return False
-    if spec.lag.lags and spec.lag.write_timeout_s is not None:
+    if write_timeout(spec) is not None:
         return False  # written in a thread of its own, its jobs cancelled at its timeout
     return spec.route.is_identity and sink.shares_tasks()
 

@@ -29,7 +29,6 @@ from fanout.contract.sessions import ThreadWrapper, is_connect, session_of
 from fanout.contract.sink import Sink
 from fanout.errors import SinkTimeoutError
 from fanout.observe.logs import batch_fields
-from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey
 from fanout.steps.cores import TASKS_END_S, running_tasks, task_budget
 
@@ -45,11 +44,6 @@ _shared_lock = threading.Lock()
 
 CLOSE_WAIT_S = 10.0
 """How long :meth:`fanout.FanOut.close` waits for abandoned writes still running."""
-
-
-def write_timeout(spec: SinkSpec) -> float | None:
-    """The sink's ``write_timeout_s`` (``None``: its batch waits for its write)."""
-    return spec.lag.write_timeout_s if spec.lag.lags else None
 
 
 @dataclass

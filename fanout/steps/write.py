@@ -31,7 +31,7 @@ from fanout.partitioned.determinism import check_batch
 from fanout.partitioned.sink import PartitionedSink
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, SinkInput
-from fanout.sink_spec import SinkSpec
+from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.steps.record import Recorder, SinkWriting, WritingSinks
 from fanout.steps.result_check import check_counts
 from fanout.steps.share import SharedPass, shared_passes
@@ -41,7 +41,6 @@ from fanout.steps.timeout import (
     AbandonedWrites,
     TimedWrite,
     WriteClaim,
-    write_timeout,
 )
 
 log = logging.getLogger("fanout")
