@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,8 +20,8 @@ from fanout.errors import TransientSinkError
 from tests.chaos.executor_kills import executors_of
 from tests.integration.kit_route_sink import read_rows
 from tests.integration.test_kit_replay_copy import ROWS, Copies, half_written, released
+from tests.nested_pytest import REPO, run_pytest
 
-REPO = Path(__file__).resolve().parents[2]
 ON_CLUSTER = os.environ.get("FANOUT_TEST_MASTER") == "cluster"
 
 
@@ -57,15 +55,15 @@ def test_on_cluster_an_executor_lost_under_the_replays_copy(
     assert sorted((r["id"], r["v"]) for r in read_rows(out)) == ROWS
 
 
-def test_an_executor_lost_during_a_replay_fails_it_and_the_next_takes_a_new_copy() -> None:
+def test_an_executor_lost_during_a_replay_fails_it_and_the_next_takes_a_new_copy(
+    tmp_path: Path,
+) -> None:
     # the executors' Python workers unpickle functions of tests.*: the checkout on their path
     # (the caller's stays behind it, as tests/chaos/cluster_harness.py does)
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
     env = {**os.environ, "FANOUT_TEST_MASTER": "cluster", "PYTHONPATH": path}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-         "no:rerunfailures", __file__, "-k", "on_cluster"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    done = run_pytest(
+        tmp_path / "inner", "-q", "-p", "no:rerunfailures", __file__, "-k", "on_cluster", env=env
+    )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1].split(" in ")[0].endswith("1 passed, 1 deselected")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
+from subprocess import CompletedProcess
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.nested_pytest import run_pytest
+
 MODULES = [
     "plugins/fanout-delta/tests/test_delta_distributed.py",
     "plugins/fanout-delta/tests/test_delta_object_store.py",
@@ -26,21 +26,17 @@ SAME_ON_ANY_MASTER = [
 master: on the cluster they would repeat the same run (~75 s of CI)."""
 
 
-def _pytest(*args: str, master: str | None = None) -> subprocess.CompletedProcess[str]:
+def _pytest(basetemp: Path, *args: str, master: str | None = None) -> CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "FANOUT_TEST_MASTER"}
     if master is not None:
         env["FANOUT_TEST_MASTER"] = master
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args,
-         *SAME_ON_ANY_MASTER, *MODULES],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=1500,
-    )  # fmt: skip
+    return run_pytest(basetemp, *args, *SAME_ON_ANY_MASTER, *MODULES, env=env, timeout=1500)
 
 
-def test_the_delta_executor_tests_pass_on_local_cluster() -> None:
+def test_the_delta_executor_tests_pass_on_local_cluster(tmp_path: Path) -> None:
     """Every test selected passed: the run's own count of what it collected and selected
     (its header, not quiet) against its summary, so none skipped, none failed."""
-    done = _pytest("--durations=0", master="cluster")
+    done = _pytest(tmp_path / "inner", "--durations=0", master="cluster")
     skipped = len(SAME_ON_ANY_MASTER) // 2
     found = re.search(
         r"^collected \d+ items / (\d+) deselected / (\d+) selected$", done.stdout, re.M
