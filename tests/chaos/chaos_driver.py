@@ -11,7 +11,8 @@ executors are other JVMs: ``--executor-kills`` (a list of
 :class:`tests.chaos.executor_kills.ExecutorKill` as JSON) kills them from the commit hooks
 of the partitions being written (markers under ``WORKDIR/executor-kills``), and every
 sink's start is noted in ``WORKDIR/writing.txt`` for a killer outside. ``--append`` adds a
-PostgreSQL sink in append mode (``pglog``).
+PostgreSQL sink in append mode (``pglog``). ``--noidem`` adds a sink with no
+idempotency of its own, recording every write it gets (:mod:`tests.chaos.noidem`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from fanout.spark import local_session
 from tests.chaos.executor_kills import ExecutorKill, ExecutorKiller, WritingNotes
 from tests.chaos.killer import ChaosKiller, KillPlan
 from tests.chaos.lag_input import LAG_SCHEMA
+from tests.chaos.noidem import NAME as NOIDEM
+from tests.chaos.noidem import RECORD, AppendOnlySink
 from tests.integration.streams import SCHEMA, run_stream
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,6 +82,7 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]", help="e.g. local-cluster[2,1,1024]")
     parser.add_argument("--append", action="store_true", help="a PostgreSQL append sink too")
     parser.add_argument("--executor-kills", help="a list of ExecutorKill as JSON")
+    parser.add_argument("--noidem", action="store_true", help="a sink that never skips too")
     args = parser.parse_args()
     plugins: list[object] = [ChaosKiller(KillPlan(**json.loads(args.kill)))] if args.kill else []
     if args.master.startswith("local-cluster"):
@@ -103,6 +107,7 @@ def main() -> None:
         plugins=plugins,
         lag=args.lag,
         append=args.append,
+        noidem=args.noidem,
         lake_from="executors" if args.master.startswith("local-cluster") else "driver",
     )
     if lags is not None:
@@ -119,16 +124,24 @@ def run_pipeline(
     plugins: list[object] | None = None,
     lag: bool = False,
     append: bool = False,
+    noidem: bool = False,
     lake_from: str = "driver",
 ) -> dict[str, int] | None:
     """One run of the chaos pipeline in ``spark``, to the end of its input: the driver's
     run, and the run a test makes in its own session where no kill is planned (a restart
     on the same checkpoint, ledger and sinks, without a Spark start of its own). With
-    ``lag`` the run ends with the catch-up; the batches each sink still lags by."""
+    ``lag`` the run ends with the catch-up; the batches each sink still lags by. With
+    ``noidem`` an :class:`~tests.chaos.noidem.AppendOnlySink` too, recording to
+    ``workdir/noidem.jsonl``."""
+    configs: list[dict[str, object] | AppendOnlySink] = [
+        *sinks(workdir, pg_url, bootstrap, lag, append, lake_from)
+    ]
+    if noidem:
+        configs.append(AppendOnlySink(NOIDEM, path=str(workdir / RECORD)))
     fan = FanOut(
         PIPELINE,
         str(workdir / "ledger"),
-        sinks(workdir, pg_url, bootstrap, lag, append, lake_from),
+        configs,
         plugins=plugins or [],
         backoff_s=0.2,
         spool=str(workdir / "spool") if lag else None,

@@ -19,6 +19,8 @@ from kafkatools import create_topic
 from tests.chaos.chaos_driver import PG_TABLE, PIPELINE, SINKS, TOPIC, run_pipeline
 from tests.chaos.checker import SinkCheck, check_delta, check_kafka, check_postgres
 from tests.chaos.killer import POINTS, SINK_POINTS, KillPlan
+from tests.chaos.noidem import NAME as NOIDEM
+from tests.chaos.noidem import RECORD, NoidemRun, read_record
 from tests.integration.streams import write_input
 
 KILLED = -9  # what subprocess reports for a SIGKILLed child
@@ -36,6 +38,8 @@ class ChaosReport:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     """What the checker found out about inexact sinks (where the duplicates sit)."""
+    noidem: list[NoidemRun] = field(default_factory=list)
+    """Per run, what the sink without idempotency got (with ``noidem``)."""
 
     def verdict(self) -> tuple[bool, str]:
         """Exact in every sink (Kafka's committed records, on Tansu read from the log's
@@ -81,15 +85,34 @@ def assert_exact(report: ChaosReport) -> None:
         assert check.exact, report.table()
 
 
-def high_water(workdir: Path) -> int:
-    """The highest batch any sink committed (-1 before the first), from the ledger's log."""
+def high_water(workdir: Path, sink: str | None = None) -> int:
+    """The highest batch any sink (or ``sink``) committed (-1 before the first), from the
+    ledger's log."""
     from deltalake import DeltaTable
 
     log = workdir / "ledger" / "_delta_log"
     if not log.exists():
         return -1
-    version = DeltaTable(str(workdir / "ledger")).transaction_version(f"fanout/{PIPELINE}")
+    app_id = f"fanout/{PIPELINE}" + (f"/{sink}" if sink else "")
+    version = DeltaTable(str(workdir / "ledger")).transaction_version(app_id)
     return -1 if version is None else int(version)
+
+
+class NoidemWatch:
+    """Reads, after each run, the record lines the run added and the sink's mark."""
+
+    def __init__(self, workdir: Path, report: ChaosReport) -> None:
+        self.workdir = workdir
+        self.report = report
+        self.offset = 0
+
+    def after(self, label: str, plan: KillPlan | None = None) -> None:
+        """Note the run just ended (``plan``: the kill that ended it)."""
+        writes, self.offset = read_record(self.workdir / RECORD, self.offset)
+        run = NoidemRun(label, high_water(self.workdir, NOIDEM), writes)
+        if plan is not None:
+            run.kill_point, run.kill_batch = plan.point, plan.batch_id
+        self.report.noidem.append(run)
 
 
 def input_exhausted(returncode: int, workdir: Path, files: int) -> bool:
@@ -116,6 +139,7 @@ def final_run(
     bootstrap: str,
     spark: Any = None,
     lag: bool = False,
+    noidem: bool = False,
 ) -> None:
     """The run after the kills, to the end of the input: the ``driver`` command in a
     subprocess, or, given ``spark``, the same pipeline run in that session
@@ -124,7 +148,7 @@ def final_run(
     its process but what it wrote there."""
     report.runs += 1
     if spark is not None:
-        lags = run_pipeline(spark, workdir, pg_url, bootstrap, lag=lag)
+        lags = run_pipeline(spark, workdir, pg_url, bootstrap, lag=lag, noidem=noidem)
         note = f"final, in the test's session: LAGS {json.dumps(lags)}" if lag else "final"
         keep_log(workdir, report.runs, note, subprocess.CompletedProcess(driver, 0, "", ""))
         return
@@ -145,10 +169,13 @@ def run_chaos(
     rows_per_file: int,
     say: Callable[[str], None] = print,
     spark: Any = None,
+    noidem: bool = False,
 ) -> ChaosReport:
     """Kill the driver ``kills`` times, finish the stream, and check every sink. The last
     run, which no kill ends, is a driver of its own too, or a run in ``spark`` when given
-    (the test's session: one Spark start less; :func:`final_run`)."""
+    (the test's session: one Spark start less; :func:`final_run`). With ``noidem`` every
+    run has the sink without idempotency too (:mod:`tests.chaos.noidem`), and
+    ``report.noidem`` what it got per run."""
     started = time.monotonic()
     rng = random.Random(seed)
     report = ChaosReport(seed)
@@ -156,6 +183,8 @@ def run_chaos(
     create_topic(bootstrap, TOPIC, 4)
     expected = {r["order_id"]: r for r in rows}
     driver = [sys.executable, "-m", "tests.chaos.chaos_driver", str(workdir), pg_url, bootstrap]
+    driver += ["--noidem"] if noidem else []
+    watch = NoidemWatch(workdir, report) if noidem else None
     misses = 0
     order = rng.sample(POINTS, len(POINTS))  # every 5 consecutive kills cover every point
     while len(report.kills) < kills:
@@ -167,6 +196,8 @@ def run_chaos(
         )  # fmt: skip
         report.runs += 1
         keep_log(workdir, report.runs, plan.describe(), done)
+        if watch is not None and done.returncode in (KILLED, 0):
+            watch.after(plan.describe(), plan if done.returncode == KILLED else None)
         if done.returncode == KILLED:
             report.kills.append(plan.describe())
             through = high_water(workdir)
@@ -182,7 +213,11 @@ def run_chaos(
             more = write_input(workdir / "input", files // 4 or 1, rows_per_file, start_file=files)
             expected.update({r["order_id"]: r for r in more})
             files += files // 4 or 1
-    final_run(driver, workdir, report, pg_url=pg_url, bootstrap=bootstrap, spark=spark)
+    final_run(
+        driver, workdir, report, pg_url=pg_url, bootstrap=bootstrap, spark=spark, noidem=noidem
+    )
+    if watch is not None:
+        watch.after("final")
     report.checks = [
         check_delta(workdir / "lake", expected),
         check_postgres(pg_url, PG_TABLE, expected),
