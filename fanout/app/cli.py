@@ -353,7 +353,7 @@ def _refuse_unknown_sink(ledger: DeltaLedger, target: _SkipTarget, sink: str) ->
     sink waiting at a batch its source cannot give back has written nothing yet)."""
     if target.config is None or sink in target.sinks:
         return
-    rows = ledger.read(target.pipeline).select(["sink", "status"]).to_pylist()
+    rows = ledger.rows(target.pipeline)
     known = sorted({str(row["sink"]) for row in rows if row["status"] not in ("epoch", "recovery")})
     if sink in known:
         return

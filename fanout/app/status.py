@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from fanout.contract.locations import command_location
 from fanout.errors import LedgerError, batch_ranges
-from fanout.ledger.entry import rows_without_replaced
+from fanout.ledger.entry import as_of_log
 from fanout.ledger.gaps import held_by_skip, release_command, says_skipped
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ def report(
     says the caller made that check already (``--watch`` makes it once, not at every
     redraw).
     """
-    rows = ledger.read(pipeline).to_pylist()
+    rows = ledger.rows(pipeline)
     if pipeline and not rows and sinks is None and (known := ledger.pipelines()):
         raise unknown_pipeline(ledger.path, pipeline, known)
     if spool is not None and not spool_checked:
@@ -310,7 +310,9 @@ def summarize(
     given_up: Mapping[tuple[str, str], tuple[GivenUpBatches, ...]] | None = None,
     configured: Mapping[str, Sequence[str]] | None = None,
 ) -> list[SinkStatus]:
-    """Per (pipeline, sink) status from ledger rows (as dicts), the spool's backlogs and
+    """Per (pipeline, sink) status from ledger rows as dicts (:meth:`DeltaLedger.rows`; rows
+    as written are read as of the log here too: a lost mark a write's own mark replaced is
+    no mark of its own), the spool's backlogs and
     given-up batches (:func:`spool_backlogs`) and the batches it keeps after a skip
     (:func:`spool_kept`), sorted by pipeline, sink; ``configured``: per pipeline, sinks
     listed even without a row (state :data:`NO_MARK`, unless the spool holds batches for
@@ -319,7 +321,7 @@ def summarize(
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {
         (pipeline, sink): [] for pipeline, sinks in (configured or {}).items() for sink in sinks
     }
-    for row in rows_without_replaced(rows):  # a replaced lost mark is no mark of its own
+    for row in as_of_log(rows):
         if row["status"] in ("epoch", "recovery"):
             continue  # a reset accepted, or a `fanout recover` report: not a sink's progress
         groups.setdefault((row["pipeline"], row["sink"]), []).append(row)

@@ -51,6 +51,7 @@ from fanout.ledger.entry import (
     LedgerEntry,
     LedgerView,
     MaintenanceReport,
+    as_of_log,
     entries_from_arrow,
     entries_to_arrow,
     epoch_app_id,
@@ -62,7 +63,6 @@ from fanout.ledger.entry import (
     lost_app_id,
     pipeline_app_id,
     replaced_app_id,
-    without_replaced,
 )
 from fanout.ledger.recovery import (
     RECOVERY,
@@ -362,7 +362,9 @@ class DeltaLedger:
         report = None if number is None else self._report(table, entry.pipeline, number)
         if report is None or report.epoch != entry.epoch - 1:
             return {}
-        rows = self._committed_rows(table, entry.pipeline, report.resume_after + 1, report.epoch)
+        rows = self._committed_as_of_log(
+            table, entry.pipeline, report.resume_after + 1, report.epoch
+        )
         since = report.since(rows)
         if since:
             raise refused_start(report, entry, since, ledger_location(self))
@@ -617,12 +619,26 @@ class DeltaLedger:
         )
 
     # -- scans (people, the guard's slow path, recovery) ----------------------------
+    #
+    # Every reader of the ledger's rows reads them as of the log (`as_of_log`: a lost mark
+    # a write's own mark replaced is left out): `rows`, `committed_entries`, the epochs'
+    # owners. The rows as written are read on purpose only: `committed_entries_with_
+    # replaced` (a refused query's check), `read` (tests, people), the compaction.
 
     def read(self, pipeline: str | None = None) -> pa.Table:
-        """The ledger rows, optionally of one pipeline (a scan; for status and recovery)."""
+        """The ledger rows *as written*, optionally of one pipeline (a scan): with the lost
+        marks a write's own mark replaced. For tests and people inspecting the table; no
+        reader of fanout's reads it (``tests/unit/test_ledger_readers.py``): they read
+        :meth:`rows` or :meth:`committed_entries`."""
         with self._lock:
             table = self._fresh()
         return read_arrow(table, filters=[("pipeline", "=", pipeline)] if pipeline else ())
+
+    def rows(self, pipeline: str | None = None) -> list[dict[str, Any]]:
+        """The ledger rows, optionally of one pipeline, as of the log
+        (:func:`fanout.ledger.entry.as_of_log`), as dicts of the table's columns (a scan;
+        ``fanout status``)."""
+        return as_of_log(self.read(pipeline).to_pylist())
 
     def pipelines(self) -> list[str]:
         """The names of the pipelines the ledger holds rows of, sorted."""
@@ -632,21 +648,34 @@ class DeltaLedger:
         return sorted(str(name) for name in names.to_pylist())
 
     def committed_entries(
-        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None, *,
-        replaced: bool = False,
-    ) -> list[LedgerEntry]:  # fmt: skip
-        """Committed rows of ``pipeline`` with ``batch_id >= min_batch_id`` (of ``epoch``);
-        ``replaced``: with the lost marks a write's own mark replaced."""
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> list[LedgerEntry]:
+        """Committed rows of ``pipeline`` with ``batch_id >= min_batch_id`` (of ``epoch``),
+        as of the log."""
         with self._lock:
             table = self._fresh()
-        return self._committed_rows(table, pipeline, min_batch_id, epoch, replaced=replaced)
+        return self._committed_as_of_log(table, pipeline, min_batch_id, epoch)
+
+    def committed_entries_with_replaced(
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> list[LedgerEntry]:
+        """:meth:`committed_entries` as written: with the lost marks own marks replaced."""
+        with self._lock:
+            table = self._fresh()
+        return self._committed_as_written(table, pipeline, min_batch_id, epoch)
+
+    @classmethod
+    def _committed_as_of_log(
+        cls, table: DeltaTable, pipeline: str, min_batch_id: int, epoch: int | None
+    ) -> list[LedgerEntry]:
+        """:meth:`committed_entries` as ``table`` holds them."""
+        return as_of_log(cls._committed_as_written(table, pipeline, min_batch_id, epoch))
 
     @staticmethod
-    def _committed_rows(
-        table: DeltaTable, pipeline: str, min_batch_id: int, epoch: int | None, *,
-        replaced: bool = False,
-    ) -> list[LedgerEntry]:  # fmt: skip
-        """:meth:`committed_entries` as ``table`` holds them."""
+    def _committed_as_written(
+        table: DeltaTable, pipeline: str, min_batch_id: int, epoch: int | None
+    ) -> list[LedgerEntry]:
+        """:meth:`committed_entries_with_replaced` as ``table`` holds them."""
         rows = read_arrow(
             table,
             filters=[
@@ -656,8 +685,7 @@ class DeltaLedger:
             ],
         )
         entries = entries_from_arrow(rows)
-        of_epoch = entries if epoch is None else [e for e in entries if e.epoch == epoch]
-        return of_epoch if replaced else without_replaced(of_epoch)
+        return entries if epoch is None else [e for e in entries if e.epoch == epoch]
 
     def epoch_start(self, pipeline: str, epoch: int) -> int | None:
         """The batch ``epoch`` started at, from its ``epoch`` row (epoch 0: its claim;
@@ -689,7 +717,7 @@ class DeltaLedger:
         """:meth:`epoch_owners` as ``table`` holds them, epoch 0's high-water mark at
         ``high``."""
         present = {f.name for f in table.schema().fields}  # older ledgers lack columns
-        wanted = ["pipeline", "sink", "batch_id", "status", "query_id", "epoch"]
+        wanted = ["pipeline", "sink", "batch_id", "status", "query_id", "epoch", "error"]
         columns = [c for c in wanted if c in present]
         scope: list[Filter] = [("pipeline", "=", pipeline)]
         recent: list[Filter] = [*scope, ("batch_id", ">=", high if high is not None else 0)]
@@ -703,7 +731,7 @@ class DeltaLedger:
             for filters in reads
             for entry in entries_from_arrow(read_arrow(table, columns=columns, filters=filters))
         ]
-        return epoch_owners(e for e in entries if e.status == "epoch" or e.epoch == 0)
+        return epoch_owners(e for e in as_of_log(entries) if e.status == "epoch" or e.epoch == 0)
 
     # -- maintenance ----------------------------------------------------------------
 

@@ -89,7 +89,7 @@ def replaced_app_id(sink_app: str) -> str:
     return f"{sink_app}#replaced"
 
 
-Row = TypeVar("Row", bound=Mapping[str, Any])
+Row = TypeVar("Row", LedgerEntry, dict[str, Any])
 
 
 def _batch_key(entry: LedgerEntry) -> tuple[str, str, int, int]:
@@ -109,25 +109,31 @@ def replaces_lost(entry: LedgerEntry, recorded: Iterable[LedgerEntry]) -> bool:
     return bool(same) and all(r.lost for r in same)
 
 
-def without_replaced(entries: Sequence[LedgerEntry]) -> list[LedgerEntry]:
-    """``entries`` without the lost marks a write's own mark of the same sink and batch
-    replaced (:func:`replaces_lost`): readers see one mark per sink and batch."""
-    own = {_batch_key(e) for e in entries if e.status == "committed" and e.error is None}
-    return [e for e in entries if not (e.lost and _batch_key(e) in own)]
+def as_of_log(rows: Iterable[Row]) -> list[Row]:
+    """``rows`` (ledger rows, as entries or as dicts read from the table) as the ledger's
+    log tells them: without the lost marks a write's own mark of the same sink and batch
+    replaced (:func:`replaces_lost`; ARCHITECTURE §5, "A batch in flight"), so a reader
+    sees one mark per sink and batch. The one filter of replaced lost marks: every reader
+    of the ledger's rows gets them through it (:meth:`Ledger.committed_entries`,
+    :meth:`~fanout.ledger.delta.DeltaLedger.rows`); the rows as written are read only on
+    purpose (:meth:`Ledger.committed_entries_with_replaced`). Rows of older ledgers have
+    no ``epoch``: 0."""
+    listed = list(rows)
+    facts = [_mark_facts(row) for row in listed]
+    own = {key for key, committed, error in facts if committed and error is None}
+    return [
+        row
+        for row, (key, committed, error) in zip(listed, facts, strict=True)
+        if not (committed and (error or "").startswith(LOST_MARK) and key in own)
+    ]
 
 
-def rows_without_replaced(rows: Sequence[Row]) -> list[Row]:
-    """:func:`without_replaced` of ledger rows read as dicts (``fanout status``'s scan;
-    rows of older ledgers have no ``epoch``: 0)."""
-
-    def key(row: Mapping[str, Any]) -> tuple[str, str, int, int]:
-        return (row["pipeline"], row["sink"], row.get("epoch") or 0, row["batch_id"])
-
-    def lost(row: Mapping[str, Any]) -> bool:
-        return row["status"] == "committed" and (row.get("error") or "").startswith(LOST_MARK)
-
-    own = {key(r) for r in rows if r["status"] == "committed" and r.get("error") is None}
-    return [r for r in rows if not (lost(r) and key(r) in own)]
+def _mark_facts(row: LedgerEntry | Mapping[str, Any]) -> tuple[tuple[Any, ...], bool, str | None]:
+    """A row's (pipeline, sink, epoch, batch), whether it is a mark, and its ``error``."""
+    if isinstance(row, LedgerEntry):
+        return _batch_key(row), row.status == "committed", row.error
+    key = (row["pipeline"], row["sink"], row.get("epoch") or 0, row["batch_id"])
+    return key, row["status"] == "committed", row.get("error")
 
 
 @dataclass(frozen=True)
@@ -239,13 +245,20 @@ class Ledger(Protocol):
         """Record a failed attempt (best effort: callers log what this raises)."""
 
     def committed_entries(
-        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None, *,
-        replaced: bool = False,
-    ) -> list[LedgerEntry]:  # fmt: skip
-        """Committed rows of the pipeline at or after ``min_batch_id``, of one epoch or
-        (``None``) all (a scan: rare paths); ``replaced``: with the lost marks a write's own
-        mark replaced (:func:`without_replaced`), which readers of marks never want, but a
-        refused query's check does (the lost mark names the query its refusal refused)."""
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> list[LedgerEntry]:
+        """The marks of the pipeline at or after ``min_batch_id``, of one epoch or
+        (``None``) all, as of the log (:func:`as_of_log`: a lost mark a write's own mark
+        replaced is left out). A scan: rare paths. The reader of marks; the rows as written
+        are :meth:`committed_entries_with_replaced`."""
+
+    def committed_entries_with_replaced(
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> list[LedgerEntry]:
+        """:meth:`committed_entries` as written: with the lost marks a write's own mark
+        replaced. No reader of marks wants them; a refused query's check does (the lost
+        mark its refusal recorded names the query, also once the old query's own mark of
+        the batch replaced it: ARCHITECTURE §5). Read on purpose only."""
 
     def epoch_start(self, pipeline: str, epoch: int) -> int | None:
         """The batch ``epoch`` of ``pipeline`` started at: the ``batch_id`` of its

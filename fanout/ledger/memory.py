@@ -10,18 +10,20 @@ from fanout.errors import CheckpointResetError
 from fanout.ledger.entry import (
     LedgerEntry,
     LedgerView,
+    as_of_log,
     epoch_follows,
     epoch_owners,
     epoch_taken_message,
     replaces_lost,
-    without_replaced,
 )
 
 
 class MemoryLedger:
     """A ledger in memory, with :class:`DeltaLedger`'s semantics; for tests and benchmarks.
 
-    Marks vanish with the process, so it gives no protection across restarts.
+    Marks vanish with the process, so it gives no protection across restarts. ``entries``
+    holds the rows as written (tests read them); fanout reads them through
+    :meth:`committed_entries` and the others, as of the log.
     """
 
     def __init__(self) -> None:
@@ -101,13 +103,21 @@ class MemoryLedger:
             return sorted({e.pipeline for e in self.entries})
 
     def committed_entries(
-        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None, *,
-        replaced: bool = False,
-    ) -> list[LedgerEntry]:  # fmt: skip
-        """Committed entries of ``pipeline`` at or after ``min_batch_id`` (of ``epoch``);
-        ``replaced``: with the lost marks a write's own mark replaced."""
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> list[LedgerEntry]:
+        """Committed entries of ``pipeline`` at or after ``min_batch_id`` (of ``epoch``),
+        as of the log (:func:`fanout.ledger.entry.as_of_log`)."""
+        return as_of_log(self._committed(pipeline, min_batch_id, epoch))
+
+    def committed_entries_with_replaced(
+        self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
+    ) -> list[LedgerEntry]:
+        """:meth:`committed_entries` as written: with the lost marks own marks replaced."""
+        return self._committed(pipeline, min_batch_id, epoch)
+
+    def _committed(self, pipeline: str, min_batch_id: int, epoch: int | None) -> list[LedgerEntry]:
         with self._lock:
-            found = [
+            return [
                 e
                 for e in self.entries
                 if e.pipeline == pipeline
@@ -115,7 +125,6 @@ class MemoryLedger:
                 and e.batch_id >= min_batch_id
                 and (epoch is None or e.epoch == epoch)
             ]
-        return found if replaced else without_replaced(found)
 
     def epoch_start(self, pipeline: str, epoch: int) -> int | None:
         """The batch of ``epoch``'s ``epoch`` row (``None``: none)."""
@@ -130,4 +139,4 @@ class MemoryLedger:
     def epoch_owners(self, pipeline: str) -> dict[int, str]:
         """Per epoch of ``pipeline``, the query id it belongs to."""
         with self._lock:
-            return epoch_owners(e for e in self.entries if e.pipeline == pipeline)
+            return epoch_owners(as_of_log(e for e in self.entries if e.pipeline == pipeline))

@@ -320,7 +320,7 @@ def _refuse_restart(
     batch = min(counted.values())
     at_batch = [  # a lost mark the old batch's own mark replaced since names the refusal too
         entry
-        for entry in ledger.committed_entries(info.pipeline, batch, info.epoch, replaced=True)
+        for entry in ledger.committed_entries_with_replaced(info.pipeline, batch, info.epoch)
         if entry.batch_id == batch and counted.get(entry.sink) == batch
     ]
     lost = sorted({e.sink for e in at_batch if (e.error or "").startswith(_refused(info))})

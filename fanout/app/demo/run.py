@@ -288,7 +288,7 @@ def run_demo(
     )
     print()
     print("ledger (fanout status --ledger " + str(root / "_fanout_ledger") + "):")
-    print(render(summarize(DeltaLedger(str(root / "_fanout_ledger")).read("demo").to_pylist())))
+    print(render(summarize(DeltaLedger(str(root / "_fanout_ledger")).rows("demo"))))
     ok = all(row[2] == row[3] and row[4] == row[5] == row[6] == 0 for row in table)
     print()
     print(
