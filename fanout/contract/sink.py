@@ -67,7 +67,8 @@ class SinkResult:
         the batch holds twice once; the rows refused go in :attr:`dead_lettered`
         instead); for a replay the sink found
         already written: the rows of the batch, with :attr:`already_written` set. At most
-        the rows routed to the sink (fanout refuses more, and any count below zero, with
+        the rows routed to the sink less :attr:`dead_lettered` (fanout refuses more,
+        when it knows the routed rows, and any count below zero, with
         :class:`fanout.errors.SinkResultError`: :mod:`fanout.steps.result_check`). The
         ledger mark records it, ``fanout run`` prints it, and a backfill from this sink
         (:meth:`Sink.backfill_source`) must read back as many rows.
