@@ -183,6 +183,13 @@ class Sink:
     for the others it prints ``SKIP`` for the target, since their :meth:`open` may create
     things (the default, safe for a sink type written before the flag existed)."""
 
+    hook_conditions: ClassVar[Mapping[str, str]] = {}
+    """For an optional hook (:data:`OPTIONAL_HOOKS`) this type overrides but that answers
+    only under some of its options, returning the default otherwise: those options in a few
+    words, which ``fanout plugins`` prints beside the hook's name, e.g.
+    ``{"harmless_rewrite": "mode=upsert, no dead_letter"}``. A hook that answers whatever
+    the options needs no entry."""
+
     options: ClassVar[tuple[SinkOption, ...]] = ()
     """The keyword options the constructor takes, with default and meaning
     (:class:`fanout.contract.options.SinkOption`): shown by ``fanout plugins --options TYPE`` and
@@ -392,10 +399,17 @@ replay, a new epoch's start, ``fanout validate``, a shared job), as ``fanout plu
 lists them."""
 
 
-def implemented_hooks(sink_class: type[Sink]) -> list[str]:
+def implemented_hooks(sink_class: type[Sink], *, conditions: bool = False) -> list[str]:
     """The :data:`OPTIONAL_HOOKS` ``sink_class`` implements (overrides, itself or through a
     base such as the partitioned-sink kit), in that order, with ``read_only_check`` first
-    when it sets it: what a user reads to judge what a reset or a replay does with it."""
+    when it sets it: what a user reads to judge what a reset or a replay does with it.
+
+    :param conditions: name a hook that answers only under some options with them, as
+        :attr:`Sink.hook_conditions` says: ``"harmless_rewrite (mode=upsert, ...)"``.
+    """
     found = ["read_only_check"] if sink_class.read_only_check else []
     found += [h for h in OPTIONAL_HOOKS if getattr(sink_class, h) is not getattr(Sink, h)]
-    return found
+    if not conditions:
+        return found
+    when = sink_class.hook_conditions
+    return [f"{h} ({when[h]})" if h in when else h for h in found]
