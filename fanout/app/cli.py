@@ -25,6 +25,7 @@ from fanout.observe.secrets import redact
 from fanout.version import __version__
 
 if TYPE_CHECKING:
+    from fanout.contract.sink import Sink
     from fanout.hooks.registry import Registry
     from fanout.ledger.delta import DeltaLedger
     from fanout.spool.table import Spool
@@ -54,12 +55,22 @@ def _print_options(types: Mapping[str, Any], type_name: str, *, as_json: bool) -
     return 0
 
 
-def _implements(sink_class: type) -> str:
+def _implements(sink_class: type[Sink]) -> str:
     """``implements: holds_batch, ...``: the optional hooks a sink type implements (what a
-    reset, a replay or ``fanout validate`` can ask it), or ``none``."""
+    reset, a replay or ``fanout validate`` can ask it), each answering only under some
+    options followed by them (``harmless_rewrite (mode=upsert, no dead_letter)``), or
+    ``none``."""
     from fanout.contract.sink import implemented_hooks
 
-    return f"implements: {', '.join(implemented_hooks(sink_class)) or 'none'}"
+    return f"implements: {', '.join(implemented_hooks(sink_class, conditions=True)) or 'none'}"
+
+
+def _conditions(sink_class: type[Sink]) -> dict[str, str]:
+    """The implemented hooks that answer only under some options, with those options."""
+    from fanout.contract.sink import implemented_hooks
+
+    implemented = implemented_hooks(sink_class)
+    return {h: c for h, c in sink_class.hook_conditions.items() if h in implemented}
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -93,6 +104,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                         "version": t.plugin.version,
                         "class": f"{t.sink_class.__module__}.{t.sink_class.__qualname__}",
                         "implements": implemented_hooks(t.sink_class),
+                        "conditions": _conditions(t.sink_class),
                     }
                     for t in sorted(types.values(), key=lambda t: t.name)
                 ],

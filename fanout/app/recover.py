@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fanout.app.recover_sinks import RECORDED_BY, Asked
+from fanout.delta_tables.io import one_line
 from fanout.errors import FanoutError, batch_ranges
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
@@ -417,6 +418,8 @@ def _asked_lines(recovery: Recovery, asked: Asked | None, recorded: bool) -> lis
 def _answer_text(answer: Held) -> str:
     batch = answer.mark + 1
     if answer.holds is None:
+        if answer.why is not None:
+            return f"cannot tell whether it holds batch {batch}: {one_line(answer.why)}"
         return f"cannot tell whether it holds batch {batch} (the warning logged says why)"
     if not answer.holds:
         return f"does not hold batch {batch}"

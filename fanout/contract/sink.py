@@ -67,7 +67,8 @@ class SinkResult:
         the batch holds twice once; the rows refused go in :attr:`dead_lettered`
         instead); for a replay the sink found
         already written: the rows of the batch, with :attr:`already_written` set. At most
-        the rows routed to the sink (fanout refuses more, and any count below zero, with
+        the rows routed to the sink less :attr:`dead_lettered` (fanout refuses more,
+        when it knows the routed rows, and any count below zero, with
         :class:`fanout.errors.SinkResultError`: :mod:`fanout.steps.result_check`). The
         ledger mark records it, ``fanout run`` prints it, and a backfill from this sink
         (:meth:`Sink.backfill_source`) must read back as many rows.
@@ -181,6 +182,13 @@ class Sink:
     ``fanout validate`` opens, and checks the schema of, only sinks whose type sets it;
     for the others it prints ``SKIP`` for the target, since their :meth:`open` may create
     things (the default, safe for a sink type written before the flag existed)."""
+
+    hook_conditions: ClassVar[Mapping[str, str]] = {}
+    """For an optional hook (:data:`OPTIONAL_HOOKS`) this type overrides but that answers
+    only under some of its options, returning the default otherwise: those options in a few
+    words, which ``fanout plugins`` prints beside the hook's name, e.g.
+    ``{"harmless_rewrite": "mode=upsert, no dead_letter"}``. A hook that answers whatever
+    the options needs no entry."""
 
     options: ClassVar[tuple[SinkOption, ...]] = ()
     """The keyword options the constructor takes, with default and meaning
@@ -391,10 +399,17 @@ replay, a new epoch's start, ``fanout validate``, a shared job), as ``fanout plu
 lists them."""
 
 
-def implemented_hooks(sink_class: type[Sink]) -> list[str]:
+def implemented_hooks(sink_class: type[Sink], *, conditions: bool = False) -> list[str]:
     """The :data:`OPTIONAL_HOOKS` ``sink_class`` implements (overrides, itself or through a
     base such as the partitioned-sink kit), in that order, with ``read_only_check`` first
-    when it sets it: what a user reads to judge what a reset or a replay does with it."""
+    when it sets it: what a user reads to judge what a reset or a replay does with it.
+
+    :param conditions: name a hook that answers only under some options with them, as
+        :attr:`Sink.hook_conditions` says: ``"harmless_rewrite (mode=upsert, ...)"``.
+    """
     found = ["read_only_check"] if sink_class.read_only_check else []
     found += [h for h in OPTIONAL_HOOKS if getattr(sink_class, h) is not getattr(Sink, h)]
-    return found
+    if not conditions:
+        return found
+    when = sink_class.hook_conditions
+    return [f"{h} ({when[h]})" if h in when else h for h in found]

@@ -1,16 +1,14 @@
 """What a sink's reported counts may be: the check between its write and its ledger mark.
 
 Only what holds for every sink is checked. A count is a whole number, never negative, and
-neither the rows written nor the rows the sink refused (``dead_lettered``) exceed the rows
+the rows written plus the rows the sink refused (``dead_lettered``) do not exceed the rows
 routed to it: every sink reports at most the rows it received (a replay the target holds
-reports the batch's rows). No lower bound is checked: an upsert sink collapsing keys, or a
-replay that skips partitions the target holds, may write fewer. Each count is bounded
-alone, not their sum, though a refused row counts in ``dead_lettered`` only (every
-built-in sink, the partitioned-sink kit's too): the bound stays as lenient as it was for a
-third-party sink counting a refused row in both. The
-routed count is known only when the batch was converted to Arrow (by this sink or another
-of its route); otherwise counting it would cost a Spark job per sink and batch, and the
-upper bound is not checked.
+reports the batch's rows), and a refused row counts in ``dead_lettered`` only, never in
+``rows`` too (:class:`fanout.contract.sink.SinkResult`). No lower bound is checked: an
+upsert sink collapsing keys, or a replay that skips partitions the target holds, may write
+fewer. The routed count is known only when the batch was converted to Arrow (by this sink
+or another of its route); otherwise counting it would cost a Spark job per sink and batch,
+and the upper bound is not checked.
 """
 
 from __future__ import annotations
@@ -37,6 +35,11 @@ def check_counts(result: SinkResult, *, sink: str, batch_id: int, routed: int | 
         problem = "a count is below zero"
     elif routed is not None and max(rows, dead) > routed:
         problem = f"only {routed} rows were routed to it in this batch"
+    elif routed is not None and rows + dead > routed:
+        problem = (
+            f"their sum, {rows + dead}, is more than the {routed} rows routed to it in this "
+            "batch (a refused row counts in dead_lettered only, not in rows too)"
+        )
     if problem is None:
         return
     raise SinkResultError(

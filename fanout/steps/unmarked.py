@@ -54,6 +54,8 @@ class Held:
     part: PartlyHeld | None = None
     """Set when the sink holds only some of the batch's partitions
     (:class:`fanout.PartlyHeld`): no lost mark is recorded for it."""
+    why: str | None = None
+    """Why the sink cannot tell (``holds`` ``None``): its ``holds_batch``'s error."""
 
     @property
     def whole(self) -> bool:
@@ -230,8 +232,9 @@ def ask_in_turn(
         if answer.holds:
             return answer
         answers.append(answer)
-    if any(a.holds is None for a in answers):
-        return replace(answers[-1], holds=None)
+    unknown = [a for a in answers if a.holds is None]
+    if unknown:
+        return replace(answers[-1], holds=None, why=unknown[0].why)
     return answers[-1]
 
 
@@ -446,7 +449,7 @@ def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
             "(written but never marked) before the new epoch starts: %s: %s",
             pipeline, sink.name, mark + 1, epoch, type(exc).__name__, exc,
         )  # fmt: skip
-        return Held(sink.name, mark, None)
+        return Held(sink.name, mark, None, why=f"{type(exc).__name__}: {exc}")
     if isinstance(holds, PartlyHeld):  # the old checkpoint's replay completes it: no hint
         return Held(sink.name, mark, True, part=holds)
     if not holds:

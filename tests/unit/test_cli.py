@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,8 @@ def test_plugins_lists_the_delta_sink_with_its_distribution(
 
 DELTA_HOOKS = (
     "read_only_check, check_schema, batch_partitioning, shares_tasks, "
-    "backfill_source, holds_batch, harmless_rewrite, remove_batch_hint, is_transient"
+    "backfill_source, holds_batch, harmless_rewrite (mode=merge, no dead_letter), "
+    "remove_batch_hint, is_transient"
 )
 KAFKA_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by, "
@@ -59,8 +61,13 @@ KAFKA_HOOKS = (
 POSTGRES_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by, "
     "deterministic_columns, batch_partitioning, shares_tasks, holds_batch, "
-    "harmless_rewrite, is_transient"
+    "harmless_rewrite (mode=upsert, no dead_letter), is_transient"
 )
+
+
+def _names(hooks: str) -> list[str]:
+    """The hook names of an ``implements:`` text, without the conditions."""
+    return [h for h in re.sub(r" \([^)]*\)", "", hooks).split(", ")]
 
 
 def test_plugins_names_the_optional_hooks_each_sink_type_implements(
@@ -77,11 +84,13 @@ def test_plugins_names_the_optional_hooks_each_sink_type_implements(
         f"postgres implements: {POSTGRES_HOOKS}",
     ]
     assert main(["plugins", "--json"]) == 0
-    listed = {p["type"]: p["implements"] for p in json.loads(capsys.readouterr().out)}
+    listed = {
+        p["type"]: (p["implements"], p["conditions"]) for p in json.loads(capsys.readouterr().out)
+    }
     assert listed == {
-        "delta": DELTA_HOOKS.split(", "),
-        "kafka": KAFKA_HOOKS.split(", "),
-        "postgres": POSTGRES_HOOKS.split(", "),
+        "delta": (_names(DELTA_HOOKS), {"harmless_rewrite": "mode=merge, no dead_letter"}),
+        "kafka": (_names(KAFKA_HOOKS), {}),
+        "postgres": (_names(POSTGRES_HOOKS), {"harmless_rewrite": "mode=upsert, no dead_letter"}),
     }
     assert main(["plugins", "--options", "postgres"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"implements: {POSTGRES_HOOKS}"
@@ -229,3 +238,31 @@ def test_a_run_summary_of_fanouts_error_chained_to_another_holds_no_trace() -> N
         "pipeline 'clicks': checkpoint reset detected.\n"
         "How to proceed:\n  1. Restore the original checkpoint directory."
     )
+
+
+@pytest.mark.parametrize(
+    ("sink_type", "options", "answers"),
+    [
+        ("postgres", {"mode": "upsert", "keys": "id"}, True),
+        ("postgres", {"mode": "append"}, False),
+        ("postgres", {"mode": "upsert", "keys": "id", "dead_letter": "postgres"}, False),
+        ("delta", {"mode": "merge", "keys": ["id"]}, True),
+        ("delta", {"mode": "append"}, False),
+        ("delta", {"mode": "merge", "keys": ["id"], "dead_letter": "/dl"}, False),
+    ],
+)
+def test_a_hook_listed_with_options_answers_under_them_only(
+    sink_type: str, options: dict[str, object], answers: bool
+) -> None:
+    """``fanout plugins`` said PostgreSQL implements ``harmless_rewrite`` also in append
+    mode, where it answers ``None``: a user deciding what a reset does read it wrong. A
+    hook answering only under some options is listed with them, and they are the truth."""
+    from fanout.hooks.registry import load_registry
+
+    sink_class = load_registry().sink_types()[sink_type].sink_class
+    condition = sink_class.hook_conditions["harmless_rewrite"]
+    sink = sink_class("s", **options)
+    said = [f"{k}={v}" for k, v in options.items() if k == "mode"]
+    said += ["no dead_letter"] if "dead_letter" not in options else []
+    assert (condition == ", ".join(said)) is answers
+    assert (sink.harmless_rewrite() is not None) is answers

@@ -1,5 +1,6 @@
 """A sink's reported counts are checked between its write and its ledger mark: a count
-below zero, or more rows than were routed to it (when that is known without a Spark job),
+below zero, or more rows than were routed to it, alone or summed with the refused ones
+(when that is known without a Spark job),
 fails the batch for that sink, unmarked and not retried, naming sink, batch and counts."""
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ def _marks(ledger: MemoryLedger) -> list[tuple[str, int, str, int]]:
             "rows=0, dead_lettered=4, but only 3 rows were routed to it in this batch",
         ),
         (SinkResult(rows=-1), "rows=-1, dead_lettered=0, but a count is below zero"),
+        (
+            SinkResult(rows=3, dead_lettered=1),  # a refused row counted in rows too
+            "rows=3, dead_lettered=1, but their sum, 4, is more than the 3 rows routed to it "
+            "in this batch (a refused row counts in dead_lettered only, not in rows too)",
+        ),
     ],
 )
 def test_an_impossible_count_fails_the_sink_unmarked_and_not_retried(
@@ -102,7 +108,8 @@ def test_an_impossible_count_fails_the_sink_unmarked_and_not_retried(
         SinkResult(rows=3),
         SinkResult(rows=1),  # an upsert collapsing keys, a replay skipping what it holds
         SinkResult(rows=0, already_written=True),
-        SinkResult(rows=3, dead_lettered=3),  # the kit counts a refused row in rows too
+        SinkResult(rows=2, dead_lettered=1),
+        SinkResult(rows=0, dead_lettered=3),
     ],
 )
 def test_a_possible_count_is_marked(result: SinkResult) -> None:
@@ -125,7 +132,9 @@ def test_the_upper_bound_is_not_checked_when_counting_would_cost_a_spark_job() -
         (2, 1.0, 5, True),
         (0, -2, None, True),
         (6, 0, 5, True),
-        (5, 5, 5, False),
+        (5, 5, 5, True),
+        (3, 2, 5, False),
+        (5, 5, None, False),
         (10**9, 0, None, False),
     ],
 )
@@ -143,11 +152,11 @@ def test_a_count_numpy_or_pandas_gives_is_a_whole_number() -> None:
     (the mark worked before the check; refusing them failed a correct sink's every batch)."""
     import numpy as np
 
-    result = SinkResult(rows=np.int64(3), dead_lettered=np.int32(1))
+    result = SinkResult(rows=np.int64(2), dead_lettered=np.int32(1))
     outcome, ledger = _run(Reporting("s", result=result))
     assert outcome.error is None
     assert _marks(ledger) == [("s", 7, "committed", 1)]
-    assert [(e.rows, e.dead_lettered) for e in ledger.entries] == [(3, 1)]
+    assert [(e.rows, e.dead_lettered) for e in ledger.entries] == [(2, 1)]
     with pytest.raises(SinkResultError):
         check_counts(SinkResult(rows=np.int64(4)), sink="s", batch_id=1, routed=3)
     with pytest.raises(SinkResultError):

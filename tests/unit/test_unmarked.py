@@ -159,6 +159,20 @@ def test_a_failing_hook_cannot_tell_and_is_logged(caplog: pytest.LogCaptureFixtu
     ) in caplog.text
 
 
+def test_a_failing_hooks_error_is_in_its_answer() -> None:
+    """``fanout recover`` prints the answer: it said only "the warning logged says why".
+    Asked about several batches in turn, the error of the one it could not tell about."""
+    from fanout.steps.unmarked import ask_in_turn
+
+    class FailsOnce(Answering):
+        def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+            self.fails = batch_id == 2
+            return super().holds_batch(pipeline, epoch, batch_id)
+
+    held = ask_in_turn(FailsOnce("a", held=set()), "p", 0, (1, 2))
+    assert (held.mark, held.holds, held.why) == (2, None, "OSError: target unreachable")
+
+
 def test_the_refused_query_again_when_every_sink_counts_the_batch_is_refused_again() -> None:
     """A one-sink pipeline: the refusal records a's lost mark 3, so recover resumes after
     batch 3; the refused query (its checkpoint starts after batch 2) started again would

@@ -107,6 +107,9 @@ class DeltaSink(Sink):
     """
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("transactional",)
+    hook_conditions: ClassVar[Mapping[str, str]] = {
+        "harmless_rewrite": "mode=merge, no dead_letter"
+    }
     read_only_check: ClassVar[bool] = True  # open() reads the table only; creates nothing
     options = OPTIONS
 

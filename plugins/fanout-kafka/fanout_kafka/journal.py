@@ -22,6 +22,13 @@ the partition committed re-encodes the same rows (membership is checked before),
 journal at that offset, rebuilds the letters from its own records by digest and parks them
 under the same Delta transaction id, which writes them once whether or not the attempt that
 committed had parked them already.
+
+A ``kafka:`` dead-letter topic needs no journal (its letters commit in the partition's own
+transaction), but a replay still has to *count* them as the attempt that committed did:
+its own bad records it finds again, the records the producer or broker refused it cannot.
+So a transaction with refused records also commits, for group ``<marker group>.refused``,
+the offset ``refused << 32 | (batch + 1) mod 2**32`` (:func:`pack_refused`); the replay
+adds that count when the batch bits are its own (:func:`unpack_refused`).
 """
 
 from __future__ import annotations
@@ -35,6 +42,11 @@ from fanout_kafka.records import BadRecord, Record
 
 LETTERS_SUFFIX = ".letters"
 """The letters group is the marker group plus this suffix."""
+
+REFUSED_SUFFIX = ".refused"
+"""The group of a ``kafka:`` dead-letter topic's refused count: the marker group plus this."""
+
+_REFUSED_BATCH_BITS = 32
 
 DIGEST_BYTES = 12
 """A record's digest length: collisions among one partition's records are out of reach."""
@@ -55,6 +67,25 @@ class JournalMismatch(Exception):
 def letters_group(marker_group: str) -> str:
     """The group whose committed offset is the partition's journal record."""
     return marker_group + LETTERS_SUFFIX
+
+
+def refused_group(marker_group: str) -> str:
+    """The group whose committed offset counts the records a partition's committed
+    transaction dead-lettered to a topic after the producer or broker refused them."""
+    return marker_group + REFUSED_SUFFIX
+
+
+def pack_refused(batch_id: int, refused: int) -> int:
+    """The refused group's offset: ``refused`` records of batch ``batch_id``."""
+    return (refused << _REFUSED_BATCH_BITS) | ((batch_id + 1) % 2**_REFUSED_BATCH_BITS)
+
+
+def unpack_refused(offset: int, batch_id: int) -> int:
+    """The refused count an offset of :func:`pack_refused` holds for ``batch_id``: 0 when
+    none was committed (a negative offset) or it is another batch's."""
+    if offset < 0 or offset % 2**_REFUSED_BATCH_BITS != (batch_id + 1) % 2**_REFUSED_BATCH_BITS:
+        return 0
+    return offset >> _REFUSED_BATCH_BITS
 
 
 def record_digest(record: Record) -> str:
@@ -143,6 +174,9 @@ __all__ = [
     "decode",
     "encode",
     "letters_group",
+    "pack_refused",
     "rebuild",
     "record_digest",
+    "refused_group",
+    "unpack_refused",
 ]

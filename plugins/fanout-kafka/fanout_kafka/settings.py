@@ -128,6 +128,14 @@ class WriterSettings:
 
         return letters_group(self.marker_group(partition))
 
+    def refused_group(self, partition: int) -> str:
+        """``<marker group>.refused``: its offset counts the records refused and sent to a
+        dead-letter topic by the partition's committed transaction
+        (:mod:`fanout_kafka.journal`)."""
+        from fanout_kafka.journal import refused_group
+
+        return refused_group(self.marker_group(partition))
+
     def target_group(self, partition: int) -> str:
         """``<marker group>.target``: its offset says where and how the partition
         committed its batch: topic, encoding, dead-letter target, route

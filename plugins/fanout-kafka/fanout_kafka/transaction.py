@@ -295,7 +295,7 @@ class PartitionWriter:
             bad = bad + rejected.rejected
             # the refused attempt was aborted: start afresh
             self._renew_producer(reports=self._journals(bad))
-            written = self._transaction(kept, bad)
+            written = self._transaction(kept, bad, refused_before=len(rejected.rejected))
         self._park_after_commit(bad)
         return written, bad
 
@@ -324,7 +324,10 @@ class PartitionWriter:
         (once: the target's transaction id skips them when the committed attempt parked
         them already). Returns how many letters the partition has."""
         if self.settings.dead_letters is None:
-            return len(bad)  # a dead-letter topic: they committed with the records
+            # a dead-letter topic: they committed with the records, those the producer or
+            # broker refused counted by the refused group (the replay cannot find them)
+            refused = self._read_refused() if self.settings.dead_topic is not None else 0
+            return len(bad) + refused
         entries = self._read_journal()
         if entries is None:
             # no journal of this batch: the committed attempt had no letters, or was made
@@ -333,6 +336,27 @@ class PartitionWriter:
         letters = journal.rebuild(entries, records, bad)
         self._park(letters)
         return len(letters)
+
+    def _read_refused(self) -> int:
+        """How many records the committed transaction of this batch refused and sent to
+        the dead-letter topic (the refused group's offset, :mod:`fanout_kafka.journal`)."""
+        settings = self.settings
+        config = {
+            **settings.consumer_config(self.partition),
+            "group.id": settings.refused_group(self.partition),
+        }
+        consumer = Consumer(config)
+        try:
+            tp = TopicPartition(settings.marker_topic, 0)
+            (committed,) = self._retrying(
+                "read the refused count",
+                lambda: consumer.committed([tp], timeout=self._timeout),
+            )
+            if committed.error:
+                raise KafkaException(committed.error)
+            return journal.unpack_refused(int(committed.offset), self.batch_id)
+        finally:
+            consumer.close()
 
     def _read_journal(self) -> list[tuple[str, str]] | None:
         """The ``(digest, reason)`` entries of this batch's journal for this partition, or
@@ -400,7 +424,12 @@ class PartitionWriter:
         letters = [bad_letter(b, settings.topic, self.partition) for b in bad]
         target.write(batch, letters, source="refused", partition=self.partition)
 
-    def _transaction(self, records: list[Record], bad: list[BadRecord]) -> int:
+    def _transaction(
+        self, records: list[Record], bad: list[BadRecord], *, refused_before: int = 0
+    ) -> int:
+        """One transaction of ``records`` (and letters ``bad``, the last
+        ``refused_before`` of them refused by an aborted first attempt); returns how many
+        records it wrote."""
         producer, settings = self._producer, self.settings
         failures: list[tuple[KafkaError, Any]] = []
 
@@ -474,6 +503,8 @@ class PartitionWriter:
                     lambda: producer.send_offsets_to_transaction([plan], group, self._timeout),
                 )
             self._send_target(producer)
+            if settings.dead_topic is not None and refused_before:
+                self._send_refused(producer, refused_before)
             if journal_value is not None:
                 self._send_journal_offset(producer, journal_offset)
             self._retrying("commit", lambda: self._end(producer.commit_transaction))
@@ -500,6 +531,19 @@ class PartitionWriter:
         where = TopicPartition(settings.marker_topic, 0, packed)
         self._retrying(
             "send the target offset",
+            lambda: producer.send_offsets_to_transaction([where], group, self._timeout),
+        )
+
+    def _send_refused(self, producer: Any, refused: int) -> None:
+        """Commit the refused count for the refused group, in the transaction: a replay
+        that skips the partition counts these letters from it."""
+        settings = self.settings
+        group = group_metadata(settings, self.partition, settings.refused_group(self.partition))
+        where = TopicPartition(
+            settings.marker_topic, 0, journal.pack_refused(self.batch_id, refused)
+        )
+        self._retrying(
+            "send the refused count",
             lambda: producer.send_offsets_to_transaction([where], group, self._timeout),
         )
 

@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from fanout_kafka import KafkaSink
 from fanout_kafka.transaction import PartitionWriter
 from kafka_log import committed_records, committed_values
@@ -24,11 +25,20 @@ from fanout.testing import open_sink
 SMALL = [{"id": f"k{i}", "v": f"v{i}"} for i in range(3)]
 
 
-def _write(kafka: Broker, topic: str, rows: list[dict[str, Any]], **options: Any) -> Any:
-    """Partition 0 of batch 0 of ``rows`` through a sink with a dead-letter topic;
-    returns (outcome, dead-letter topic, the last row's record size when it has a key)."""
-    pipeline, dlq = f"dt{uuid.uuid4().hex[:6]}", f"dlq-{uuid.uuid4().hex[:8]}"
-    create_topic(kafka.bootstrap, dlq, 1)
+def _write(
+    kafka: Broker,
+    topic: str,
+    rows: list[dict[str, Any]],
+    *,
+    again: tuple[str, str] | None = None,
+    **options: Any,
+) -> Any:
+    """Partition 0 of batch 0 of ``rows`` through a sink with a dead-letter topic (a new
+    pipeline and topic, or ``again`` those of an earlier call: a replay); returns
+    (outcome, dead-letter topic, the last row's record size when it has a key)."""
+    pipeline, dlq = again or (f"dt{uuid.uuid4().hex[:6]}", f"dlq-{uuid.uuid4().hex[:8]}")
+    if again is None:
+        create_topic(kafka.bootstrap, dlq, 1)
     sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id",
                      value="v", partitions=1, dead_letter=f"kafka:{dlq}", **options)  # fmt: skip
     open_sink(sink, pipeline)
@@ -36,14 +46,14 @@ def _write(kafka: Broker, topic: str, rows: list[dict[str, Any]], **options: Any
                                    txn_app_id(pipeline, "events")))  # fmt: skip
     writer = PartitionWriter(settings, partition=0, batch_id=0)
     size = settings.encoder.encode_all(rows[-1:])[0][0].size if rows[-1]["id"] else None
-    return writer.run([pa.RecordBatch.from_pylist(rows)]), dlq, size
+    return writer.run([pa.RecordBatch.from_pylist(rows)]), (pipeline, dlq), size
 
 
 def test_a_record_the_producer_refuses_is_dead_lettered_to_the_topic(
     kafka: Broker, topic: str
 ) -> None:
     big = {"id": "big", "v": "b" * 3000}
-    done, dlq, size = _write(kafka, topic, [*SMALL, big], max_record_bytes=100_000,
+    done, (_, dlq), size = _write(kafka, topic, [*SMALL, big], max_record_bytes=100_000,
                        producer={"message.max.bytes": 2000, "linger.ms": 0})  # fmt: skip
     assert (done.status, done.written, done.dead_lettered) == ("committed", 3, 1), done.failure
     # the log's committed records: Tansu shows the refused first attempt's too
@@ -63,13 +73,35 @@ def test_a_bad_record_near_the_limit_is_dead_lettered_to_the_topic(
     """A null key (a bad record) of a value a little under the limit: with the letter's
     headers it is over it."""
     near = {"id": None, "v": "n" * 1800}
-    done, dlq, _ = _write(kafka, topic, [*SMALL, near],
+    done, (_, dlq), _ = _write(kafka, topic, [*SMALL, near],
                        producer={"message.max.bytes": 2000, "linger.ms": 0})  # fmt: skip
     assert (done.status, done.written, done.dead_lettered) == ("committed", 3, 1), done.failure
     (letter,) = read_topic(kafka.bootstrap, dlq, 1, timeout=10)
     assert (letter["key"], letter["value"]) == (None, None)
     assert sorted(committed_values(kafka.bootstrap, topic)) == [b"v0", b"v1", b"v2"]
     assert letter["headers"]["fanout.error"].startswith("null key: key column(s) 'id'")
+
+
+@pytest.mark.parametrize("replay_max_bytes", [2000, 100_000])
+def test_a_replay_counts_the_refused_record_as_the_commit_did(
+    kafka: Broker, topic: str, replay_max_bytes: int
+) -> None:
+    """A replay that finds the partition committed counts the record the producer refused
+    among the dead letters, not the rows (``SinkResult.rows``: rows written), as the
+    commit did, even when its own producer would now take it: before, the skipped
+    partition said ``rows`` 4, ``dead_lettered`` 0."""
+    rows = [*SMALL, {"id": "big", "v": "b" * 3000}]
+    done, again, _ = _write(kafka, topic, rows, max_record_bytes=100_000,
+                            producer={"message.max.bytes": 2000, "linger.ms": 0})  # fmt: skip
+    assert (done.status, done.rows, done.dead_lettered) == ("committed", 3, 1), done.failure
+    producer = {"message.max.bytes": replay_max_bytes, "linger.ms": 0}
+    replay, _, _ = _write(kafka, topic, rows, again=again, max_record_bytes=100_000,
+                          producer=producer)  # fmt: skip
+    assert (replay.status, replay.rows, replay.written, replay.dead_lettered) == (
+        "skipped", 3, 0, 1,
+    ), replay.failure  # fmt: skip
+    assert sorted(committed_values(kafka.bootstrap, topic)) == [b"v0", b"v1", b"v2"]
+    assert len(committed_records(kafka.bootstrap, again[1], 1)) == 1
 
 
 def test_a_route_letter_too_large_for_the_producer_is_written_as_a_reference(

@@ -12,8 +12,11 @@ from fanout_kafka.journal import (
     decode,
     encode,
     letters_group,
+    pack_refused,
     rebuild,
     record_digest,
+    refused_group,
+    unpack_refused,
 )
 from fanout_kafka.records import BadRecord, Record
 
@@ -64,3 +67,11 @@ def test_a_journal_too_large_is_refused_before_the_commit() -> None:
 
 def test_the_letters_group_sits_beside_the_marker_group() -> None:
     assert letters_group("fanout/orders/events/p3") == "fanout/orders/events/p3.letters"
+
+
+def test_the_refused_count_is_read_back_for_its_own_batch_only() -> None:
+    assert refused_group("fanout/orders/events/p3") == "fanout/orders/events/p3.refused"
+    assert unpack_refused(pack_refused(41, 7), 41) == 7
+    assert unpack_refused(pack_refused(2**32 + 5, 2**31 - 1), 2**32 + 5) == 2**31 - 1
+    assert unpack_refused(pack_refused(40, 7), 41) == 0  # an earlier batch's
+    assert unpack_refused(-1001, 41) == 0  # none committed (librdkafka's OFFSET_INVALID)

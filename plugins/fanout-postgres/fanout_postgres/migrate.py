@@ -232,20 +232,31 @@ def _quoted(connection: Connection, name: str) -> str:
     return str(connection.dialect.identifier_preparer.quote(name))
 
 
-def migration_problem(engine: Any, schema: str, shown_url: str) -> str | None:
+def migration_problem(
+    engine: Any, schema: str, shown_url: str, *, read_only: bool = False
+) -> str | None:
     """What is wrong when fanout's tables in ``schema`` are not at the head revision (the
     sink needs them: append's progress marks, upsert's routes): the revision, the tables
-    and columns missing, and the command that migrates; ``None`` when they are."""
+    and columns missing, and the command that migrates; ``None`` when they are.
+
+    :param read_only: said to a read-only check (``fanout recover``, ``fanout validate``),
+        which migrates nothing whatever ``migrate`` says: the command only, not the option.
+    """
     with engine.connect() as conn:
         current = current_revision(conn, schema)
         if current == head_revision():
             return None
         missing = missing_at_head(conn, schema)
     what = f" (missing: {', '.join(missing)})" if missing else ""
+    command = f"`fanout migrate --url {shown_url} --schema {schema}`"
+    way = (
+        f"the database needs {command} first (a read-only check migrates nothing)"
+        if read_only
+        else f"run {command} or set migrate: true"
+    )
     return (
         f"fanout's tables in schema {schema!r} are at revision {current or '(none)'}, not "
-        f"{head_revision()}{what}; run `fanout migrate --url {shown_url} --schema {schema}` "
-        "or set migrate: true"
+        f"{head_revision()}{what}; {way}"
     )
 
 

@@ -130,6 +130,9 @@ class PostgresSink(PartitionedSink):
     """
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("idempotent", "transactional")
+    hook_conditions: ClassVar[Mapping[str, str]] = {
+        "harmless_rewrite": "mode=upsert, no dead_letter"
+    }
     read_only_check: ClassVar[bool] = True  # open(checking): no migration, no table made
     options = OPTIONS
 
@@ -368,18 +371,44 @@ class PostgresSink(PartitionedSink):
         the batch was written in, as its marks or rows recorded it (never the ``partitions``
         option now: lowered since the write, part of a batch read as the whole). Rows of an
         older fanout record no count: never the whole. One query. (Whether an upsert's rows
-        written again change nothing: :meth:`harmless_rewrite`.)"""
+        written again change nothing: :meth:`harmless_rewrite`.)
+
+        A read that fails on fanout's tables behind the migrations it reads (a read-only
+        ``fanout recover`` opened the sink without migrating, e.g. upsert's
+        ``upsert_routes.partitions`` of ``0005``) raises a :class:`ConfigurationError`
+        naming the ``fanout migrate`` command instead."""
         scope = pipeline_scope(pipeline, epoch)
-        with self._engine().connect() as conn:
-            if self.mode == "append":
-                marks = committed_partitions(conn, self.state_schema, scope, self.name, batch_id)
-                counts: set[int | None] = {m.partitions for m in marks}
-                committed = len({m.partition for m in marks})
-            else:
-                recorded = upsert_counts(conn, self.state_schema, scope, self.name, batch_id)
-                counts, committed = set(recorded.values()), len(recorded)
-            count = counts.pop() if len(counts) == 1 else None
-            return _held(committed, count)
+        engine = self._engine()
+        try:
+            with engine.connect() as conn:
+                if self.mode == "append":
+                    marks = committed_partitions(
+                        conn, self.state_schema, scope, self.name, batch_id
+                    )
+                    counts: set[int | None] = {m.partitions for m in marks}
+                    committed = len({m.partition for m in marks})
+                else:
+                    recorded = upsert_counts(conn, self.state_schema, scope, self.name, batch_id)
+                    counts, committed = set(recorded.values()), len(recorded)
+                count = counts.pop() if len(counts) == 1 else None
+                return _held(committed, count)
+        except Exception as exc:
+            behind = self._behind_migrations(engine)
+            if behind is None:
+                raise
+            raise self._error(
+                f"cannot read its records of batch {batch_id} of epoch {epoch}: {behind}"
+            ) from exc
+
+    def _behind_migrations(self, engine: Any) -> str | None:
+        """:func:`migration_problem` as a read-only check says it, ``None`` when the tables
+        are at head or their revision cannot be read either."""
+        try:
+            return migration_problem(
+                engine, self.state_schema, pgurl.display(self._url), read_only=True
+            )
+        except Exception:
+            return None
 
     def harmless_rewrite(self) -> str | None:
         """Upsert without a dead-letter target: an ``INSERT ... ON CONFLICT DO UPDATE``

@@ -1,0 +1,56 @@
+"""``fanout recover --config`` on a database whose fanout tables are behind the migrations
+the PostgreSQL sink reads: upsert's ``holds_batch`` reads ``upsert_routes.partitions``
+(migration ``0005``). Recover opens the sink read-only (no migration), and the read failed:
+it answered only "cannot tell ... (the warning logged says why)". It now says the database
+needs ``fanout migrate``, naming the command, and still migrates nothing."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from fanout_postgres.migrate import upgrade
+from pgcheck import query
+
+from fanout.app.cli import main
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry, now_utc
+
+
+def test_recover_on_tables_before_0005_names_fanout_migrate_and_migrates_nothing(
+    pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    schema = f"old{uuid.uuid4().hex[:8]}"
+    upgrade(pg_url, schema=schema, revision="0004_upsert_routes")
+    ledger = tmp_path / "ledger"
+    marks = DeltaLedger(str(ledger))
+    marks.open()
+    marks.mark_committed(
+        LedgerEntry("orders", "events", 0, "committed", query_id="q1", rows=3,
+                    finished_at=now_utc())
+    )  # fmt: skip
+    file = tmp_path / "pipeline.toml"
+    file.write_text(
+        f'[pipeline]\nname = "orders"\nledger = "{ledger}"\n'
+        f'checkpoint = "{tmp_path / "checkpoint"}"\n[source]\nformat = "rate"\n'
+        f'[[sinks]]\ntype = "postgres"\nname = "events"\nurl = "{pg_url}"\n'
+        f'table = "events_{schema}"\nmode = "upsert"\nkeys = ["id"]\ncreate_table = true\n'
+        f'state_schema = "{schema}"\n'
+    )
+    capsys.readouterr()
+    assert main(["recover", "--config", str(file), "--no-record"]) == 0
+    out = capsys.readouterr().out
+    asked = out.split("(written, but never marked):\n")[1]
+    line = asked.splitlines()[0]
+    assert line.startswith(
+        "  events: cannot tell whether it holds batch 1: ConfigurationError: postgres sink "
+        f"'events' (table events_{schema}): cannot read its records of batch 1 of "
+        f"epoch 0: fanout's tables in schema '{schema}' are at revision 0004_upsert_routes, "
+        f"not 0005_upsert_routes_partitions (missing: column {schema}.upsert_routes."
+        "partitions); the database needs `fanout migrate --url "
+    ), line
+    assert line.endswith(f" --schema {schema}` first (a read-only check migrates nothing)"), line
+    assert query(pg_url, f'SELECT version_num FROM "{schema}".alembic_version') == [
+        ("0004_upsert_routes",)
+    ]
