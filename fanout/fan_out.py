@@ -393,7 +393,9 @@ class FanOut:
         """Stop the catch-up and close every sink (call it when the query has stopped).
         A write abandoned at its ``write_timeout_s`` and still running is waited for at
         most :data:`fanout.steps.timeout.CLOSE_WAIT_S` (its Spark jobs cancelled again),
-        then left running, named in the log, and its sink left open."""
+        then named in the log: one whose Python code still runs is left running and its
+        sink left open; one that returned, its cancelled Spark tasks not ended yet, has
+        its sink closed."""
         self.catchup.stop()
         running = {w.sink for w in self._abandoned_at_close()}
         for sink in self.sinks.values():
@@ -430,19 +432,40 @@ class FanOut:
         )  # fmt: skip
 
     def _abandoned_at_close(self) -> list[AbandonedWrite]:
+        """The abandoned writes whose Python code still runs after close's wait (their
+        sinks are left open), each logged; one that has returned and only waits for its
+        cancelled Spark tasks to end is logged as such (its sink is closed)."""
         still = self.abandoned.wait(CLOSE_WAIT_S)
+        running = [w for w in still if not w.returned.is_set()]
         for write in still:
+            since = time.monotonic() - write.since
+            fields = batch_fields(self.pipeline, write.key[1], write.sink)
+            if write not in running:
+                log.warning(
+                    "pipeline %s, batch %s, sink %s: its write, abandoned after %g s "
+                    "(write_timeout_s), has returned, but Spark tasks of its cancelled jobs "
+                    "were still running at close (%.0f s since it started; Spark kills a "
+                    "task stuck in Python spark.python.task.killTimeout after the cancel; "
+                    "one stuck in the JVM may run on until its call returns): the sink is closed. "
+                    "Nothing is lost: the batch is in the spool for the sink, the next run "
+                    "writes it and the sink's idempotency absorbs what those tasks commit; "
+                    "if they keep running, find what holds the sink's target (a lock, a "
+                    "stalled connection)",
+                    self.pipeline, write.key[1], write.sink, write.timeout_s, since,
+                    extra=fields,
+                )  # fmt: skip
+                continue
             log.warning(
                 "pipeline %s, batch %s, sink %s: its write, abandoned after %g s "
                 "(write_timeout_s), is still running at close (%.0f s since it started), "
                 "not waited for: the sink is left open. The batch is in the spool for the "
                 "sink: the next run writes it, and the sink's idempotency absorbs what this "
-                "write may still commit",
-                self.pipeline, write.key[1], write.sink, write.timeout_s,
-                time.monotonic() - write.since,
-                extra=batch_fields(self.pipeline, write.key[1], write.sink),
+                "write may still commit; find what holds the sink's target (a lock, a "
+                "stalled connection)",
+                self.pipeline, write.key[1], write.sink, write.timeout_s, since,
+                extra=fields,
             )  # fmt: skip
-        return still
+        return running
 
     def __enter__(self) -> FanOut:
         return self

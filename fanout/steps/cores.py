@@ -44,8 +44,9 @@ def _budget(cores: int) -> int:
 
 def spark_cores(session: Any) -> int | None:
     """The task slots of a classic session: ``N`` of ``local[N]`` (``local[*]``: this
-    machine's CPUs), ``N * C`` of ``local-cluster[N,C,M]``, else Spark's default
-    parallelism (a cluster's executor cores); ``None`` without a SparkContext."""
+    machine's CPUs), ``N * C`` of ``local-cluster[N,C,M]``, else those of the executors
+    registered now (:func:`_cluster_slots`), or, before any has, Spark's default
+    parallelism; ``None`` without a SparkContext."""
     if session is None or is_connect(session):
         return None
     try:
@@ -58,9 +59,19 @@ def spark_cores(session: Any) -> int | None:
         found = LOCAL_CLUSTER.fullmatch(master.strip())
         if found:
             return int(found.group(1)) * int(found.group(2))
-        return int(context.defaultParallelism)
+        return _cluster_slots(context) or int(context.defaultParallelism)
     except Exception:  # a stopped session: no budget, the write fails on its own
         return None
+
+
+def _cluster_slots(context: Any) -> int:
+    """How many tasks the executors registered now can run at once (their cores over
+    ``spark.task.cpus``; the scheduler's own count, one py4j call): under dynamic
+    allocation they change, and ``spark.default.parallelism`` may be set to anything.
+    0 when none is registered yet."""
+    scheduler = context._jsc.sc()
+    profile = scheduler.resourceProfileManager().defaultResourceProfile()
+    return int(scheduler.maxNumConcurrentTasks(profile))
 
 
 def running_tasks(session: Any, tag: str) -> int:

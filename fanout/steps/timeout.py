@@ -43,7 +43,8 @@ _shared: weakref.WeakValueDictionary[tuple[str, str], AbandonedWrites] = (
 _shared_lock = threading.Lock()
 
 CLOSE_WAIT_S = 10.0
-"""How long :meth:`fanout.FanOut.close` waits for abandoned writes still running."""
+"""How long :meth:`fanout.FanOut.close` waits for abandoned writes still running (their
+Python code, or their cancelled Spark tasks: :data:`~fanout.steps.cores.TASKS_END_S`)."""
 
 
 @dataclass
@@ -140,6 +141,7 @@ class AbandonedWrite:
     tag: str
     cancel: Callable[[], None]
     done: threading.Event
+    returned: threading.Event = field(default_factory=threading.Event)  # its Python code
     since: float = field(default_factory=time.monotonic)
     told: bool = False  # the catch-up said once that it waits for it
 
@@ -254,6 +256,7 @@ class TimedWrite:
     session: Any = None
     configured_s: float | None = None  # the sink's write_timeout_s, when not timeout_s
     ended: threading.Event = field(default_factory=threading.Event)  # returned, or given up
+    returned: threading.Event = field(default_factory=threading.Event)  # runner.run() did
     _giving_up: threading.Lock = field(default_factory=threading.Lock)
     _error: SinkTimeoutError | None = None
     _clock: threading.Lock = field(default_factory=threading.Lock)
@@ -329,6 +332,7 @@ class TimedWrite:
                 claim.end()
             self.future.set_result(result)
         finally:
+            self.returned.set()
             self.ended.set()
             try:
                 untag()
@@ -462,7 +466,9 @@ class TimedWrite:
         # given up early (a drain, a stop): abandoned after what it was given, not its bound
         waited = self.timeout_s if reason is None else time.monotonic() - self.started
         waited = round(min(waited, self.timeout_s), 1)
-        write = AbandonedWrite(name, key, waited, self.tag, self.cancel, self.done)
+        write = AbandonedWrite(
+            name, key, waited, self.tag, self.cancel, self.done, returned=self.returned
+        )
         write.since = self.started
         self.abandoned.add(write)
         self.cancel()

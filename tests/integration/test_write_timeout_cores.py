@@ -18,6 +18,7 @@ from fanout_delta.sink import DeltaSink
 
 from fanout import FanOut, hookimpl
 from fanout.contract.batch import Batch, BatchInfo
+from fanout.steps.cores import _cluster_slots
 from tests.chaos.checker import libpq_url
 from tests.integration.streams import (
     committed_marks,
@@ -210,3 +211,10 @@ def test_a_hung_executor_sink_leaves_a_core_to_the_other_sinks(
     assert committed_marks(tmp_path / "ledger", PIPELINE) == Counter(
         {(name, b): 1 for name in ("lake", "pg") for b in range(FILES)}
     )
+
+
+def test_the_scheduler_tells_a_real_sessions_task_slots(spark: Any) -> None:
+    """What spark_cores asks a cluster (its unit test fakes the answer) of a real session:
+    local[2] runs two tasks at once, whatever spark.default.parallelism says."""
+    assert spark.sparkContext.master == "local[2]"
+    assert _cluster_slots(spark.sparkContext) == 2

@@ -291,6 +291,47 @@ def test_close_does_not_wait_for_an_abandoned_write_for_ever(
         gate.opened.set()
 
 
+def test_close_says_a_returned_write_waits_for_its_cancelled_tasks_and_closes_its_sink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An abandoned write that has returned counts as running until its cancelled Spark
+    tasks end (up to TASKS_END_S, longer than close waits): close() must not report its
+    write as still running, nor leave its sink open for it."""
+    tasks_end = threading.Event()
+    monkeypatch.setattr("fanout.fan_out.CLOSE_WAIT_S", 0.2)
+    monkeypatch.setattr("fanout.steps.timeout.TASKS_END_S", 30.0)
+    monkeypatch.setattr(
+        "fanout.steps.timeout.running_tasks", lambda session, tag: 0 if tasks_end.is_set() else 1
+    )
+    gate, left = Gate(0), threading.Event()
+
+    def on_write(batch: Batch) -> None:
+        gate(batch)
+        left.set()
+
+    slow = ScriptedSink("slow", on_write=on_write)
+    fan = _fan(tmp_path, slow, 0.2)
+    try:
+        fan.process(SchemaFrame([1]), BatchInfo("timed", 0, "q"))
+        running = fan.abandoned.running("slow")
+        gate.opened.set()  # the write returns; its tasks run on
+        assert running is not None and left.wait(10)
+        time.sleep(0.5)  # out of the sink's write, and of the runner's
+        with caplog.at_level(logging.WARNING, logger="fanout"):
+            fan.close()
+        said = [r.getMessage() for r in caplog.records if "at close" in r.getMessage()]
+        assert len(said) == 1 and said[0].startswith(
+            "pipeline timed, batch 0, sink slow: its write, abandoned after 0.2 s "
+            "(write_timeout_s), has returned, but Spark tasks of its cancelled jobs were "
+            "still running at close"
+        )
+        assert slow.closed == 1
+        assert not running.done.is_set()  # a next FanOut of the pipeline still waits for it
+    finally:
+        gate.opened.set()
+        tasks_end.set()
+
+
 class Observer:
     """Records the sink hooks it hears: (hook, sink, batch id, attempt or error text)."""
 

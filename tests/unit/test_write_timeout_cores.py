@@ -17,10 +17,18 @@ from fanout.sink_spec import LagPolicy, SinkSpec
 from fanout.steps.cores import check_cores, spark_cores, task_budget
 
 
-def _session(master: str, parallelism: int = 8) -> Any:
-    return SimpleNamespace(
-        sparkContext=SimpleNamespace(master=master, defaultParallelism=parallelism)
+def _session(master: str, parallelism: int = 8, slots: int = 0) -> Any:
+    """A classic session on ``master`` whose executors registered now run ``slots`` tasks
+    at once (what Spark's scheduler answers ``maxNumConcurrentTasks``)."""
+    profile = object()
+    scheduler = SimpleNamespace(
+        resourceProfileManager=lambda: SimpleNamespace(defaultResourceProfile=lambda: profile),
+        maxNumConcurrentTasks=lambda asked: slots if asked is profile else -1,
     )
+    context = SimpleNamespace(
+        master=master, defaultParallelism=parallelism, _jsc=SimpleNamespace(sc=lambda: scheduler)
+    )
+    return SimpleNamespace(sparkContext=context)
 
 
 class ConnectSession:
@@ -39,12 +47,28 @@ ConnectSession.__module__ = "pyspark.sql.connect.session"
         ("local[3,2]", 3, 2),
         ("local[*]", os.cpu_count(), max(1, (os.cpu_count() or 1) - 1)),
         ("local-cluster[2,1,1024]", 2, 1),
-        ("spark://host:7077", 8, 7),  # a cluster: its executor cores
+        ("spark://host:7077", 8, 7),  # a cluster with no executor yet: default parallelism
     ],
 )
 def test_a_timed_sinks_budget_is_every_core_but_one(master: str, cores: int, budget: int) -> None:
     assert spark_cores(_session(master)) == cores
     assert task_budget(_session(master)) == budget
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "slots", "cores"),
+    [
+        (200, 4, 4),  # spark.default.parallelism set above the cores
+        (2, 12, 12),  # dynamic allocation: executors added since the default was fixed
+        (8, 0, 8),  # no executor registered yet
+    ],
+)
+def test_a_clusters_cores_are_its_executors_task_slots(
+    parallelism: int, slots: int, cores: int
+) -> None:
+    for master in ("spark://host:7077", "yarn", "k8s://https://host:443"):
+        assert spark_cores(_session(master, parallelism, slots)) == cores
+        assert spark_cores(_session("local[2]", parallelism, slots)) == 2  # read from the master
 
 
 def test_without_a_classic_session_there_is_no_budget() -> None:
