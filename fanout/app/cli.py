@@ -2,7 +2,8 @@
 plugins contribute (``fanout migrate`` comes with fanout-postgres) through
 :func:`fanout.hooks.specs.fanout_cli_commands`.
 
-Exit codes: 0 success, 1 failure, 2 configuration error (bad arguments or options);
+Exit codes: 0 success, 1 failure (also a sink whose target cannot be reached when it is
+opened: the options may be right), 2 configuration error (bad arguments or options);
 ``fanout run`` also 3 when it ends (its trigger, or a signal's clean stop) with a lagging
 sink still missing batches, and 128 + the signal's number when a stop abandons a batch
 (:func:`fanout.app.runner.run`).
@@ -18,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fanout.errors import ConfigurationError, FanoutError, batch_ranges
+from fanout.errors import ConfigurationError, FanoutError, SinkUnreachableError, batch_ranges
 from fanout.observe.logs import configure as configure_logging
 from fanout.observe.logs import known_secrets
 from fanout.observe.secrets import redact
@@ -31,6 +32,13 @@ if TYPE_CHECKING:
 
 EXIT_BROKEN_PIPE = 128 + 13
 """What a shell reports for a tool that SIGPIPE ended (``fanout status --json | head``)."""
+
+UNREACHABLE_NEXT = (
+    "fanout: the sink's target did not answer; its options may be right: once it accepts "
+    'connections, run the same command again (a sink with on_failure = "lag" would have '
+    "started behind instead, the other sinks going on without it)"
+)
+"""What to do about a :class:`fanout.SinkUnreachableError` that stopped a command."""
 
 
 def _print_options(types: Mapping[str, Any], type_name: str, *, as_json: bool) -> int:
@@ -736,6 +744,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _discard_stdout()
         return EXIT_BROKEN_PIPE
+    except SinkUnreachableError as exc:  # also a ConfigurationError: a server down is not one
+        print(f"fanout: sink unreachable: {_masked(exc)}\n{UNREACHABLE_NEXT}", file=sys.stderr)
+        return 1
     except ConfigurationError as exc:
         print(f"fanout: configuration error: {_masked(exc)}", file=sys.stderr)
         return 2
