@@ -122,13 +122,15 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """Per sink: last committed batch, rows, last commit time, failed attempts; with
     ``--config``, of the pipeline file's pipeline, every sink of it listed."""
-    from fanout.app.status import report
+    from fanout.app.status import checkpoint_footer, report
     from fanout.ledger.delta import DeltaLedger
 
     location, pipeline, spool = args.ledger, args.pipeline, args.spool
     sinks: tuple[str, ...] | None = None
+    checkpoint = ""
     if args.config is not None:
-        target, _ = _recover_target(args)
+        target, config = _recover_target(args)
+        checkpoint = config.checkpoint if config is not None else ""
         location, pipeline, spool, sinks = (
             target.ledger,
             target.pipeline,
@@ -147,6 +149,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         text = report(ledger, pipeline, as_json=args.json, wide=args.wide, spool=spool,
                       spool_checked=checked, sinks=sinks)  # fmt: skip
         checked = True
+        if checkpoint and pipeline is not None and not args.json:
+            text += "\n" + checkpoint_footer(checkpoint, ledger, pipeline, args.config)
         return text
 
     if args.watch or args.count is not None:
