@@ -137,6 +137,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             target.spool,
             target.sinks,
         )
+        if spool is not None and args.spool is None and not _spool_started(spool, pipeline):
+            target = replace(target, notes=(*target.notes, _no_spool_yet(spool, args.config)))
+            spool = None
         for note in target.notes:  # stderr: --json's output stays JSON
             print(f"pipeline {pipeline!r}: {note}", file=sys.stderr)
     elif location is None:
@@ -164,6 +167,27 @@ def cmd_status(args: argparse.Namespace) -> int:
         return watch(once, title=title, interval_s=args.interval, count=args.count, out=sys.stdout)
     print(once())
     return 0
+
+
+def _spool_started(path: str, pipeline: str | None) -> bool:
+    """Whether a run created the spool at ``path`` (its index table)."""
+    from fanout.spool.table import existing_index
+
+    try:
+        existing_index(path, pipeline)
+    except ConfigurationError:
+        return False
+    return True
+
+
+def _no_spool_yet(path: str, file: str) -> str:
+    """``status --config``'s note for the file's spool no run has created yet (a pipeline
+    whose first start failed): there is nothing spooled, which is not a wrong path given."""
+    return (
+        f"spool {path} (pipeline.spool in {file}): none there yet, which a run of the "
+        "pipeline creates when it starts: no batch is spooled (if the pipeline ran with "
+        "another spool, give it: --ledger, --pipeline and --spool instead of --config)"
+    )
 
 
 def cmd_recover(args: argparse.Namespace) -> int:

@@ -156,3 +156,30 @@ def test_status_says_what_the_checkpoint_holds_beyond_the_ledger(
     )
     assert main(["status", "--config", config, "--json"]) == 0
     assert "checkpoint" not in capsys.readouterr().out  # --json's output stays the sinks'
+
+
+def test_status_of_a_pipeline_whose_first_start_failed_does_not_blame_a_spool_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wrong password stopped the first `fanout run` before its spool was created:
+    `fanout status --config` then failed (exit 2) with `--spool PATH: no spool there ...
+    or leave --spool out`, a flag the on-call never gave, and showed no sink."""
+    config = _setup(tmp_path)
+    text = Path(config).read_text().replace("[source]", f'spool = "{tmp_path}/spool"\n[source]')
+    Path(config).write_text(text)
+    assert main(["status", "--config", config]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"pipeline 'p': spool {tmp_path}/spool (pipeline.spool in {config}): none there yet, "
+        "which a run of the pipeline creates when it starts: no batch is spooled (if the "
+        "pipeline ran with another spool, give it: --ledger, --pipeline and --spool instead "
+        "of --config)\n"
+    )
+    assert captured.out.splitlines()[2:5] == [
+        "p         a     live         1           10            0       2026-01-02 03:04:05",
+        "p         b     stopped      -           0             1       -",
+        "p         c     no mark yet  -           0             0       -",
+    ]
+    assert not (tmp_path / "spool").exists()  # nothing created there
+    assert main(["status", "--config", config, "--spool", f"{tmp_path}/spool"]) == 2
+    assert "no spool there" in capsys.readouterr().err  # a spool given by hand: checked
