@@ -2,7 +2,8 @@
 plugins contribute (``fanout migrate`` comes with fanout-postgres) through
 :func:`fanout.hooks.specs.fanout_cli_commands`.
 
-Exit codes: 0 success, 1 failure, 2 configuration error (bad arguments or options);
+Exit codes: 0 success, 1 failure (also a sink whose target cannot be reached when it is
+opened: the options may be right), 2 configuration error (bad arguments or options);
 ``fanout run`` also 3 when it ends (its trigger, or a signal's clean stop) with a lagging
 sink still missing batches, and 128 + the signal's number when a stop abandons a batch
 (:func:`fanout.app.runner.run`).
@@ -18,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fanout.errors import ConfigurationError, FanoutError, batch_ranges
+from fanout.errors import ConfigurationError, FanoutError, SinkUnreachableError, batch_ranges
 from fanout.observe.logs import configure as configure_logging
 from fanout.observe.logs import known_secrets
 from fanout.observe.secrets import redact
@@ -32,6 +33,13 @@ if TYPE_CHECKING:
 
 EXIT_BROKEN_PIPE = 128 + 13
 """What a shell reports for a tool that SIGPIPE ended (``fanout status --json | head``)."""
+
+UNREACHABLE_NEXT = (
+    "fanout: the sink's target did not answer; its options may be right: once it accepts "
+    'connections, run the same command again (a sink with on_failure = "lag" would have '
+    "started behind instead, the other sinks going on without it)"
+)
+"""What to do about a :class:`fanout.SinkUnreachableError` that stopped a command."""
 
 
 def _print_options(types: Mapping[str, Any], type_name: str, *, as_json: bool) -> int:
@@ -126,19 +134,24 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """Per sink: last committed batch, rows, last commit time, failed attempts; with
     ``--config``, of the pipeline file's pipeline, every sink of it listed."""
-    from fanout.app.status import report
+    from fanout.app.status import checkpoint_footer, report
     from fanout.ledger.delta import DeltaLedger
 
     location, pipeline, spool = args.ledger, args.pipeline, args.spool
     sinks: tuple[str, ...] | None = None
+    checkpoint = ""
     if args.config is not None:
-        target, _ = _recover_target(args)
+        target, config = _recover_target(args)
+        checkpoint = config.checkpoint if config is not None else ""
         location, pipeline, spool, sinks = (
             target.ledger,
             target.pipeline,
             target.spool,
             target.sinks,
         )
+        if spool is not None and args.spool is None and not _spool_started(spool, pipeline):
+            target = replace(target, notes=(*target.notes, _no_spool_yet(spool, args.config)))
+            spool = None
         for note in target.notes:  # stderr: --json's output stays JSON
             print(f"pipeline {pipeline!r}: {note}", file=sys.stderr)
     elif location is None:
@@ -151,6 +164,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         text = report(ledger, pipeline, as_json=args.json, wide=args.wide, spool=spool,
                       spool_checked=checked, sinks=sinks)  # fmt: skip
         checked = True
+        if checkpoint and pipeline is not None and not args.json:
+            text += "\n" + checkpoint_footer(checkpoint, ledger, pipeline, args.config)
         return text
 
     if args.watch or args.count is not None:
@@ -164,6 +179,27 @@ def cmd_status(args: argparse.Namespace) -> int:
         return watch(once, title=title, interval_s=args.interval, count=args.count, out=sys.stdout)
     print(once())
     return 0
+
+
+def _spool_started(path: str, pipeline: str | None) -> bool:
+    """Whether a run created the spool at ``path`` (its index table)."""
+    from fanout.spool.table import existing_index
+
+    try:
+        existing_index(path, pipeline)
+    except ConfigurationError:
+        return False
+    return True
+
+
+def _no_spool_yet(path: str, file: str) -> str:
+    """``status --config``'s note for the file's spool no run has created yet (a pipeline
+    whose first start failed): there is nothing spooled, which is not a wrong path given."""
+    return (
+        f"spool {path} (pipeline.spool in {file}): none there yet, which a run of the "
+        "pipeline creates when it starts: no batch is spooled (if the pipeline ran with "
+        "another spool, give it: --ledger, --pipeline and --spool instead of --config)"
+    )
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
@@ -748,6 +784,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _discard_stdout()
         return EXIT_BROKEN_PIPE
+    except SinkUnreachableError as exc:  # also a ConfigurationError: a server down is not one
+        print(f"fanout: sink unreachable: {_masked(exc)}\n{UNREACHABLE_NEXT}", file=sys.stderr)
+        return 1
     except ConfigurationError as exc:
         print(f"fanout: configuration error: {_masked(exc)}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shlex
 import signal
 import sys
 import tempfile
@@ -30,7 +31,12 @@ from fanout.app.progress import ProgressObserver
 from fanout.contract.batch import BatchInfo
 from fanout.contract.options import self_expanded_options
 from fanout.contract.sink import SinkResult
-from fanout.errors import BatchFailedError, ConfigurationError, SinksBehindError
+from fanout.errors import (
+    BatchFailedError,
+    ConfigurationError,
+    SinksBehindError,
+    TransientSinkError,
+)
 from fanout.hooks.registry import Registry, load_registry, option_names
 from fanout.hooks.specs import hookimpl
 from fanout.observe.logs import known_secrets
@@ -55,6 +61,7 @@ class BatchTracker:
         self.in_flight: int | None = None
         self.last_committed: int | None = None
         self.failure: str | None = None  # fanout's own message for the batch that failed
+        self.down: list[str] = []  # the failed sinks, when each failed only as transient
         self.idle = threading.Event()
         self.idle.set()
 
@@ -87,6 +94,8 @@ class BatchTracker:
         """A batch failed (the query is about to fail): keep fanout's own message, whole,
         for the run's summary (Spark hands the query's error back as a JVM trace)."""
         self.failure = str(error)
+        down = all(isinstance(e, TransientSinkError) for e in error.failures.values())
+        self.down = sorted(error.failures) if down else []
         self.in_flight = None
         self.idle.set()
 
@@ -392,6 +401,8 @@ def _failed(query: Any, tracker: BatchTracker, config: PipelineConfig, out: Text
     error = query.exception()
     message = tracker.failure or (_summary(error) if error is not None else "the query failed")
     out.write(f"pipeline {config.name!r} failed: {message}\n")
+    if tracker.failure is not None and tracker.down:
+        out.write(_down_next(tracker.down, config) + "\n")
     if error is not None:
         out.write(f"(the full trace, Spark's included: {_save_trace(config.name, error)})\n")
     out.flush()
@@ -455,6 +466,19 @@ def _stop(
         return "between"
     out.write(f"{signame}: batch {batch} finished; stopped cleanly\n")
     return "finished"
+
+
+def _down_next(sinks: Sequence[str], config: PipelineConfig) -> str:
+    """What to do after a batch failed only because ``sinks`` did not answer (each one's
+    errors transient, its retries spent): nothing is wrong with the data or the file."""
+    names = ", ".join(sinks)
+    file = "PIPELINE.toml" if config.path is None else shlex.quote(str(config.path.resolve()))
+    answer = "it answers" if len(sinks) == 1 else "they answer"
+    return (
+        f"Next: {names} did not answer (transient errors, retries spent). Once {answer}, "
+        f"run `fanout run {file}` again: Spark replays the batch and only {names} writes "
+        'it. To let the other sinks go on while a sink is down, give it on_failure = "lag".'
+    )
 
 
 def _abandoned(signame: str, batch: int | None, started: float, out: TextIO) -> StopOutcome:

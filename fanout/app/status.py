@@ -488,3 +488,45 @@ def _shorten(text: str | None, limit: int = 60) -> str | None:
         return None
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def checkpoint_footer(checkpoint: str, ledger: DeltaLedger, pipeline: str, file: str) -> str:
+    """``fanout status --config``'s line on the pipeline's checkpoint, as Spark left it:
+    a batch planned and never committed (a run killed or stopped during it), or the
+    checkpoint gone or another query's while the ledger holds the pipeline's batches (a
+    run would be refused as a checkpoint reset) — what the sinks' table cannot show."""
+    from fanout.steps.context import checkpoint_query_id, latest_batch_id
+
+    where = f"\ncheckpoint {checkpoint}:"
+    try:
+        query = checkpoint_query_id(checkpoint)
+        planned = latest_batch_id(checkpoint, "offsets")
+        committed = latest_batch_id(checkpoint, "commits")
+    except (OSError, ValueError) as exc:
+        return f"{where} cannot be read ({exc})"
+    owner = None
+    if pipeline in ledger.pipelines():
+        owner = ledger.epoch_owners(pipeline).get(ledger.current_epoch(pipeline))
+    recover = f"restore it, or see `fanout recover --config {file}`"
+    if query is None and owner is None:
+        return f"{where} none yet (the first run creates it)"
+    if query is None:
+        return (
+            f"{where} none there, but the ledger holds batches of pipeline {pipeline!r} "
+            f"(query {owner}): deleted or moved? A run starts a new query, which fanout "
+            f"refuses (CheckpointResetError): {recover}"
+        )
+    if owner is not None and query != owner:
+        return (
+            f"{where} of query {query}, but pipeline {pipeline!r} belongs to query {owner}: "
+            f"replaced? A run is refused (CheckpointResetError) unless started with "
+            f"--new-epoch: {recover}"
+        )
+    if planned is not None and (committed is None or planned > committed):
+        return (
+            f"{where} batch {planned} planned, never committed (the run stopped or died "
+            "during it): the next run replays it, and writes it only to the sinks whose "
+            "last batch is before it"
+        )
+    last = "no batch" if committed is None else f"batch {committed}"
+    return f"{where} {last} committed last, none in flight"

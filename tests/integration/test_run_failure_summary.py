@@ -148,3 +148,42 @@ def test_a_deleted_checkpoint_ends_the_run_with_the_reset_error_whole(
     )
     assert summary[-1].startswith("(the full trace, Spark's included: ")
     assert not any("Traceback" in line or "Streaming Query" in line for line in lines)
+
+
+def test_a_sink_whose_server_is_down_at_the_start_is_not_called_a_configuration_error(
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL stopped, then `fanout run` started again: it printed `fanout: configuration
+    error: sink 'pg': cannot open: ...` and exited 2, as for a misspelt option, though the
+    file was right and the server only down; the password in the URL stays masked."""
+    (tmp_path / "input").mkdir()
+    (tmp_path / "input" / "a.json").write_text(json.dumps({"order_id": 7, "amount": 1.0}))
+    (tmp_path / "nosocket").mkdir()  # no server listens here
+    url = f"postgresql+psycopg2://app:Wr0ngPassw0rd@/db?host={tmp_path}/nosocket"
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        PIPELINE.format(data=tmp_path)
+        + f'\n[[sinks]]\ntype = "postgres"\nname = "pg"\nurl = "{url}"\ntable = "orders"\n'
+        'keys = ["order_id"]\ncreate_table = true\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "fanout.app.cli", "run", str(config)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    error = done.stderr[done.stderr.index("fanout: sink unreachable: ") :].splitlines()
+    assert error[0] == (
+        "fanout: sink unreachable: sink 'pg': cannot open: OperationalError: "
+        '(psycopg2.OperationalError) connection to server on socket "'
+        f'{tmp_path}/nosocket/.s.PGSQL.5432" failed: No such file or directory Is the server '
+        "running locally and accepting connections on that socket?; check the host and port "
+        "in option 'url', and that the server runs and accepts connections from this machine"
+    )
+    assert error[1:] == [
+        "fanout: the sink's target did not answer; its options may be right: once it accepts "
+        'connections, run the same command again (a sink with on_failure = "lag" would have '
+        "started behind instead, the other sinks going on without it)"
+    ]
+    assert "Wr0ngPassw0rd" not in done.stdout + done.stderr
+    assert not (tmp_path / "checkpoint").exists()
+    assert not (tmp_path / "bronze").exists()

@@ -354,3 +354,50 @@ def test_a_second_signal_ends_the_process_at_once() -> None:
     clock = time.monotonic()
     _ended(child)
     assert (child.returncode, time.monotonic() - clock < 10) == (-signal.SIGINT, True)
+
+
+def _failed_run(tmp_path: Path, failures: dict[str, Exception]) -> list[str]:
+    """The lines `fanout run` ends with when batch 11 failed in ``failures``."""
+    from dataclasses import replace
+
+    tracker = runner.BatchTracker()
+    tracker.fanout_batch_start(BatchInfo("p", 11, "q"), ["bronze", *failures], [])
+    tracker.fanout_batch_failed(
+        BatchInfo("p", 11, "q"), BatchFailedError("p", 11, failures, committed=["bronze"])
+    )
+    out = io.StringIO()
+    config = replace(_config(tmp_path), path=tmp_path / "my pipeline.toml")
+    assert runner._failed(_Query(), tracker, config, out) == 1
+    return out.getvalue().splitlines()
+
+
+def test_a_batch_failed_by_a_sink_that_is_down_says_what_to_do_next(tmp_path: Path) -> None:
+    """PostgreSQL stopped under a running pipeline: the run ended naming the sink, its
+    error and the sinks that would be skipped, and nothing about what to do; the on-call
+    could not tell a server to restart from data to fix."""
+    from fanout.errors import SinkUnreachableError, TransientSinkError
+
+    down = {
+        "pg": TransientSinkError("cannot reach the server", sink="pg", batch_id=11),
+        "events": SinkUnreachableError("cannot open: broker down", sink="events", batch_id=11),
+    }
+    lines = _failed_run(tmp_path, down)
+    assert lines[-1] == (
+        "Next: events, pg did not answer (transient errors, retries spent). Once they answer, "
+        f"run `fanout run '{tmp_path}/my pipeline.toml'` again: Spark replays the batch and "
+        "only events, pg writes it. To let the other sinks go on while a sink is down, give "
+        'it on_failure = "lag".'
+    )
+    assert lines[0].startswith("pipeline 'p' failed: pipeline 'p', batch 11: 2 sink(s) failed")
+
+
+def test_a_batch_failed_by_bad_data_gets_no_advice_to_run_again(tmp_path: Path) -> None:
+    from fanout.errors import SinkWriteError, TransientSinkError
+
+    failures = {
+        "pg": TransientSinkError("cannot reach the server", sink="pg", batch_id=11),
+        "lake": SinkWriteError("column 'amount', value 'abc'", sink="lake", batch_id=11),
+    }
+    lines = _failed_run(tmp_path, failures)
+    assert not any(line.startswith("Next:") for line in lines)
+    assert lines[-1] == "  - pg: TransientSinkError: sink 'pg', batch 11: cannot reach the server"

@@ -55,6 +55,10 @@ def test_status_lists_every_sink_of_the_pipeline_file(
         "p         c     no mark yet  -           0             0       -",
         "",
         "1 sink has failed attempts; `fanout status --wide` or `--json` shows the last error.",
+        "",
+        f"checkpoint {tmp_path}/ckpt: none there, but the ledger holds batches of pipeline "
+        "'p' (query q): deleted or moved? A run starts a new query, which fanout refuses "
+        f"(CheckpointResetError): restore it, or see `fanout recover --config {config}`",
     ]
     assert main(["status", "--config", config, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
@@ -84,6 +88,8 @@ def test_status_of_a_pipeline_file_not_run_yet_lists_its_sinks(
         "new       a     no mark yet  -           0             0       -",
         "new       b     no mark yet  -           0             0       -",
         "new       c     no mark yet  -           0             0       -",
+        "",
+        f"checkpoint {tmp_path}/ckpt: none yet (the first run creates it)",
     ]
 
 
@@ -100,3 +106,80 @@ def test_status_refuses_a_flag_contradicting_the_file_and_needs_a_ledger(
     assert capsys.readouterr().err == (
         "fanout: configuration error: --ledger required: give it, or --config PIPELINE.toml\n"
     )
+
+
+def _checkpoint(root: Path, query: str, offsets: int, commits: int) -> None:
+    """A checkpoint as Spark leaves it: ``metadata``, ``offsets/0..N``, ``commits/0..M``."""
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    (root / "metadata").write_text(json.dumps({"id": query}) + "\n")
+    for batch in range(offsets + 1):
+        (root / "offsets" / str(batch)).write_text("v1\n{}\n{}\n")
+    for batch in range(commits + 1):
+        (root / "commits" / str(batch)).write_text("v1\n{}\n")
+
+
+def test_status_says_what_the_checkpoint_holds_beyond_the_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A driver killed mid-batch, then a checkpoint deleted: `fanout status --config` showed
+    the same table both times, the batch in flight and the coming refusal invisible until
+    `fanout run` started Spark (its refusal came a minute later)."""
+    config = _setup(tmp_path)
+    ckpt = tmp_path / "ckpt"
+    _checkpoint(ckpt, "q", offsets=2, commits=1)
+    assert main(["status", "--config", config]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "",
+        f"checkpoint {ckpt}: batch 2 planned, never committed (the run stopped or died "
+        "during it): the next run replays it, and writes it only to the sinks whose last "
+        "batch is before it",
+    ]
+    (ckpt / "commits" / "2").write_text("v1\n{}\n")
+    assert main(["status", "--config", config]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"checkpoint {ckpt}: batch 2 committed last, none in flight"
+    (ckpt / "metadata").write_text(json.dumps({"id": "q9"}) + "\n")
+    assert main(["status", "--config", config]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"checkpoint {ckpt}: of query q9, but pipeline 'p' belongs to query q: replaced? A "
+        "run is refused (CheckpointResetError) unless started with --new-epoch: restore it, "
+        f"or see `fanout recover --config {config}`"
+    )
+    for path in sorted(ckpt.rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    assert main(["status", "--config", config]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"checkpoint {ckpt}: none there, but the ledger holds batches of pipeline 'p' (query "
+        "q): deleted or moved? A run starts a new query, which fanout refuses "
+        f"(CheckpointResetError): restore it, or see `fanout recover --config {config}`"
+    )
+    assert main(["status", "--config", config, "--json"]) == 0
+    assert "checkpoint" not in capsys.readouterr().out  # --json's output stays the sinks'
+
+
+def test_status_of_a_pipeline_whose_first_start_failed_does_not_blame_a_spool_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wrong password stopped the first `fanout run` before its spool was created:
+    `fanout status --config` then failed (exit 2) with `--spool PATH: no spool there ...
+    or leave --spool out`, a flag the on-call never gave, and showed no sink."""
+    config = _setup(tmp_path)
+    text = Path(config).read_text().replace("[source]", f'spool = "{tmp_path}/spool"\n[source]')
+    Path(config).write_text(text)
+    assert main(["status", "--config", config]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"pipeline 'p': spool {tmp_path}/spool (pipeline.spool in {config}): none there yet, "
+        "which a run of the pipeline creates when it starts: no batch is spooled (if the "
+        "pipeline ran with another spool, give it: --ledger, --pipeline and --spool instead "
+        "of --config)\n"
+    )
+    assert captured.out.splitlines()[2:5] == [
+        "p         a     live         1           10            0       2026-01-02 03:04:05",
+        "p         b     stopped      -           0             1       -",
+        "p         c     no mark yet  -           0             0       -",
+    ]
+    assert not (tmp_path / "spool").exists()  # nothing created there
+    assert main(["status", "--config", config, "--spool", f"{tmp_path}/spool"]) == 2
+    assert "no spool there" in capsys.readouterr().err  # a spool given by hand: checked
