@@ -556,12 +556,31 @@ def _facts(recovery: Recovery, asked: list[str], partly: Sequence[Held] = ()) ->
         return lines
     for index, offsets in enumerate(starting):
         if offsets is None:
-            lines.append(
-                f"Source {index}: offsets {json.dumps(behind.offsets()[index])} are not Kafka "
-                "offsets; start the new query so that it reads what comes after them (for a "
-                "file source: only files newer than those of that batch)."
-            )
+            lines.append(_not_kafka_line(index, behind.offsets()[index]))
         else:
             lines.append(f"Source {index} (Kafka): start a new checkpoint with")
             lines.append(f"  .option(\"startingOffsets\", '{json.dumps(offsets)}')")
     return lines
+
+
+def _not_kafka_line(index: int, offsets: Any) -> str:
+    """What to do with source ``index``'s recorded ``offsets`` that are not Kafka's. A file
+    source's ``{"logOffset": N}`` is an index into the replaced checkpoint's file log, not a
+    position a new query can be given: say where the list of files read is kept."""
+    if isinstance(offsets, dict) and set(offsets) == {"logOffset"}:
+        last = offsets["logOffset"]
+        return (
+            f"Source {index} (files): {json.dumps(offsets)} counts batches of the replaced "
+            f"checkpoint's file log, sources/{index}/ (entries 0 to {last}, or the "
+            "'.compact' file before them, list the files read so far). Move those files out "
+            "of the input directory before starting the new query, which reads every file it "
+            "finds there; if that log is gone too, the files in the directory when that "
+            "batch was planned (its batchTimestampMs) were read by then, unless "
+            "maxFilesPerTrigger held some back. The file source's options "
+            "cleanSource=archive and sourceArchiveDir move files out once read, so a lost "
+            "checkpoint leaves none to sort."
+        )
+    return (
+        f"Source {index}: offsets {json.dumps(offsets)} are not Kafka offsets; start the new "
+        "query so that it reads what comes after them."
+    )

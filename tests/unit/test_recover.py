@@ -63,6 +63,28 @@ def test_file_source_offsets_are_explained_not_turned_into_kafka_json() -> None:
     assert not is_kafka_offsets({"t": {}})
 
 
+def test_a_file_source_is_told_where_the_files_read_are_listed() -> None:
+    """A file source's ``{"logOffset": N}`` cannot be given to a new query: the line names
+    the replaced checkpoint's log of the files read, what to do with them, and the option
+    that makes it unnecessary (before: "start the new query so that it reads what comes
+    after them", which a file source cannot be told)."""
+    lines = render(
+        recovery_of("orders", [_mark("delta", 5, [{"logOffset": 5}, {"x": 1}])])
+    ).splitlines()
+    files = next(line for line in lines if line.startswith("Source 0"))
+    assert files.startswith(
+        'Source 0 (files): {"logOffset": 5} counts batches of the replaced checkpoint\'s '
+        "file log, sources/0/ (entries 0 to 5, or the '.compact' file before them, list the "
+        "files read so far). Move those files out of the input directory"
+    ), files
+    assert "cleanSource=archive and sourceArchiveDir" in files
+    other = next(line for line in lines if line.startswith("Source 1"))
+    assert other == (
+        'Source 1: offsets {"x": 1} are not Kafka offsets; start the new query so that it '
+        "reads what comes after them."
+    )
+
+
 def test_empty_ledger_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     DeltaLedger(str(tmp_path)).open()
     assert main(["recover", "--ledger", str(tmp_path), "--pipeline", "orders"]) == 0
