@@ -112,7 +112,8 @@ class Lagging:
     _origin_marks: dict[tuple[str, int], dict[int, LedgerEntry]] = field(
         default_factory=dict, repr=False
     )
-    """Per (backfill source sink, epoch), its ledger marks read so far, by batch id."""
+    """Per (backfill source sink, epoch), its ledger marks read so far, by batch id (a
+    lost mark among them is read again before it is used: :meth:`source_mark`)."""
     _written: set[tuple[str, BatchKey]] = field(default_factory=set, repr=False)
     """The (sink, batch) pairs this instance saw committed: written, not skipped."""
     _given_up: dict[tuple[str, BatchKey], bool] = field(default_factory=dict, repr=False)
@@ -426,30 +427,49 @@ class Lagging:
 
     def _marks_of(self, origin: str, epoch: int) -> dict[int, LedgerEntry]:
         """``origin``'s ledger marks of ``epoch`` through its cached mark (the ledger is
-        read only for the marks newer than those read before)."""
+        read only for the marks newer than those read before, and, when it is read, again
+        for the cached lost marks: a write's own mark may have replaced them since)."""
         with self._lock:
             known = self._origin_marks.setdefault((origin, epoch), {})
             last = max(known, default=-1)
+            lost = min((b for b, e in known.items() if e.lost), default=last + 1)
         through = self.mark(origin, epoch)
         if through is not None and through > last:
-            found = self.ledger.committed_entries(self.pipeline, last + 1, epoch=epoch)
-            with self._lock:
-                for entry in found:
-                    if entry.sink == origin and entry.epoch == epoch:
-                        known.setdefault(entry.batch_id, entry)
+            self._read_marks(origin, epoch, min(lost, last + 1))
         with self._lock:
             return dict(known)
 
+    def _read_marks(self, origin: str, epoch: int, first: int) -> None:
+        """Cache ``origin``'s ledger marks of ``epoch`` from batch ``first`` on: a mark read
+        before is kept unless it is a lost mark (docs/architecture.md §5, "A batch in
+        flight": the ledger's readers leave a lost mark out once the batch's own mark
+        replaced it)."""
+        found = self.ledger.committed_entries(self.pipeline, first, epoch=epoch)
+        with self._lock:
+            known = self._origin_marks.setdefault((origin, epoch), {})
+            for entry in found:
+                if entry.sink != origin or entry.epoch != epoch:
+                    continue
+                cached = known.get(entry.batch_id)
+                if cached is None or (cached.lost and not entry.lost):
+                    known[entry.batch_id] = entry
+
     def source_mark(self, sink: str, key: BatchKey) -> LedgerEntry | None:
         """The ledger mark of batch ``key`` by ``sink``'s backfill source (``None``: the
-        source has none)."""
+        source has none). A cached mark is the answer unless it is a lost mark: that one is
+        read again, since the batch's own mark may have replaced it since it was cached
+        (its counts then known)."""
         origin = self.specs[sink].lag.backfill_from
         if origin is None:
             return None
         with self._lock:
             found = self._origin_marks.get((origin, key[0]), {}).get(key[1])
-        if found is not None:
+        if found is not None and not found.lost:
             return found
+        if found is not None:
+            self._read_marks(origin, key[0], key[1])
+            with self._lock:
+                return self._origin_marks[(origin, key[0])].get(key[1], found)
         entries = self.ledger.committed_entries(self.pipeline, key[1], epoch=key[0])
         return next((e for e in entries if e.sink == origin and e.batch_id == key[1]), None)
 

@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,11 @@ from fanout.contract.lag import SinkLag, SpoolSize
 from fanout.ledger.delta import DeltaLedger
 from fanout.sink_spec import LagPolicy, SinkSpec
 from tests.chaos.checker import libpq_url
+from tests.integration.locked_postgres import pg_ids, postgres_url_fixture, run_bounded
 from tests.integration.streams import (
     committed_marks,
     delta_rows,
     id_counts,
-    run_stream,
     write_input,
 )
 
@@ -141,14 +141,7 @@ class LateExecutorDelta(DeltaSink):
         return super().write(batch)
 
 
-@pytest.fixture
-def pg_url(tmp_path: Path) -> Iterator[str]:
-    from fanout_postgres.embedded import EmbeddedPostgres
-
-    server = EmbeddedPostgres(tmp_path / "pgdata", database="hang", durable=False)
-    url = server.start()
-    yield url
-    server.stop()
+pg_url = postgres_url_fixture("hang")
 
 
 def _fan(tmp: Path, pg: Any, lock: TableLock | None, lake: Any = None) -> FanOut:
@@ -174,26 +167,8 @@ def _warm_up(spark: Any, tmp: Path, pg: Any, lake: Any = None) -> None:
 
 
 def _run_bounded(spark: Any, tmp: Path, fan: FanOut, lock: TableLock | None) -> None:
-    """The stream, in a thread joined within a bound: a batch that hangs fails the test."""
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            run_stream(spark, tmp / "input", fan, tmp / "ckpt")
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(SAFETY_S + 60)
-    if thread.is_alive():
-        if lock is not None:
-            lock.release()
-        for query in spark.streams.active:
-            query.stop()
-        pytest.fail("the stream hung on the locked sink")
-    if failure:
-        raise failure[0]
+    """The stream, bounded: a batch that hangs fails the test (the lock given back)."""
+    run_bounded(spark, tmp, fan, SAFETY_S + 60, None if lock is None else lock.release)
 
 
 def _check_final(tmp: Path, pg_url: str, fan: FanOut, lock: TableLock) -> None:
@@ -209,20 +184,10 @@ def _check_final(tmp: Path, pg_url: str, fan: FanOut, lock: TableLock) -> None:
     assert fan.spool is not None and fan.spool.size() == (0, 0, 0)
     ids = Counter(range(FILES * ROWS))
     assert id_counts(delta_rows(tmp / "lake")) == ids
-    assert Counter(_pg_ids(pg_url)) == ids
+    assert Counter(pg_ids(pg_url, TABLE)) == ids
     assert committed_marks(tmp / "ledger", PIPELINE) == Counter(
         {(sink, b): 1 for sink in ("lake", "pg") for b in range(FILES)}
     )
-
-
-def _pg_ids(url: str) -> list[int]:
-    import psycopg2
-
-    with psycopg2.connect(libpq_url(url)) as conn, conn.cursor() as cur:
-        cur.execute(f'SELECT order_id FROM "{TABLE}"')
-        ids = [int(r[0]) for r in cur.fetchall()]
-    conn.close()
-    return ids
 
 
 def _check_lagged(lock: TableLock) -> None:
@@ -394,7 +359,7 @@ def test_a_new_fanout_of_the_pipeline_waits_for_the_abandoned_write_close_left_r
         lock.release()
         fan.close()
     ids = Counter(range(FILES * ROWS))
-    assert Counter(_pg_ids(pg_url)) == ids
+    assert Counter(pg_ids(pg_url, TABLE)) == ids
     assert committed_marks(tmp_path / "ledger", PIPELINE) == Counter(
         {(sink, b): 1 for sink in ("lake", "pg") for b in range(FILES)}
     )

@@ -9,22 +9,20 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fanout_delta.sink import DeltaSink
 
 from fanout import FanOut, hookimpl
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.steps.cores import _cluster_slots
 from tests.chaos.checker import libpq_url
+from tests.integration.locked_postgres import pg_ids, postgres_url_fixture, run_bounded
 from tests.integration.streams import (
     committed_marks,
     delta_rows,
     id_counts,
-    run_stream,
     write_input,
 )
 
@@ -125,14 +123,7 @@ class TimedDelta(DeltaSink):
         return result
 
 
-@pytest.fixture
-def pg_url(tmp_path: Path) -> Iterator[str]:
-    from fanout_postgres.embedded import EmbeddedPostgres
-
-    server = EmbeddedPostgres(tmp_path / "pgdata", database="cores", durable=False)
-    url = server.start()
-    yield url
-    server.stop()
+pg_url = postgres_url_fixture("cores")
 
 
 def _fan(tmp: Path, pg: dict[str, Any], lake: DeltaSink, plugins: list[Any]) -> FanOut:
@@ -140,36 +131,6 @@ def _fan(tmp: Path, pg: dict[str, Any], lake: DeltaSink, plugins: list[Any]) -> 
         PIPELINE, str(tmp / "ledger"), [lake, pg], spool=str(tmp / "spool"),
         probe_interval_s=0.5, retries=0, plugins=plugins,
     )  # fmt: skip
-
-
-def _run_bounded(spark: Any, tmp: Path, fan: FanOut) -> None:
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            run_stream(spark, tmp / "input", fan, tmp / "ckpt")
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(SAFETY_S + 120)
-    if thread.is_alive():
-        for query in spark.streams.active:
-            query.stop()
-        pytest.fail("the stream hung on the locked sink")
-    if failure:
-        raise failure[0]
-
-
-def _pg_ids(url: str) -> Counter[int]:
-    import psycopg2
-
-    with psycopg2.connect(libpq_url(url)) as conn, conn.cursor() as cur:
-        cur.execute(f'SELECT order_id FROM "{TABLE}"')
-        ids = Counter(int(r[0]) for r in cur.fetchall())
-    conn.close()
-    return ids
 
 
 def test_a_hung_executor_sink_leaves_a_core_to_the_other_sinks(
@@ -185,13 +146,13 @@ def test_a_hung_executor_sink_leaves_a_core_to_the_other_sinks(
     write_input(tmp_path / "input", 1, ROWS)  # batch 0: the table created, workers warm
     lake = str(tmp_path / "lake")
     with _fan(tmp_path, pg, TimedDelta("lake", None, path=lake), []) as fan:
-        _run_bounded(spark, tmp_path, fan)
+        run_bounded(spark, tmp_path, fan, SAFETY_S + 120)
     write_input(tmp_path / "input", FILES - 1, ROWS, start_file=1)
     lock = TableLock(pg_url)
     sink = TimedDelta("lake", lock, path=lake)
     fan = _fan(tmp_path, {**pg, "write_timeout_s": TIMEOUT_S}, sink, [lock])
     try:
-        _run_bounded(spark, tmp_path, fan)
+        run_bounded(spark, tmp_path, fan, SAFETY_S + 120)
         assert not lock.released_by_safety
         took = {**{f"lake {b}": t for b, t in sink.took.items()}, "batch 2": lock.took}
         assert {what: t < FAST_S for what, t in took.items()} == {
@@ -207,7 +168,7 @@ def test_a_hung_executor_sink_leaves_a_core_to_the_other_sinks(
         fan.close()
     ids = Counter(range(FILES * ROWS))
     assert id_counts(delta_rows(tmp_path / "lake")) == ids
-    assert _pg_ids(pg_url) == ids
+    assert Counter(pg_ids(pg_url, TABLE)) == ids
     assert committed_marks(tmp_path / "ledger", PIPELINE) == Counter(
         {(name, b): 1 for name in ("lake", "pg") for b in range(FILES)}
     )
