@@ -316,7 +316,7 @@ def test_close_says_a_returned_write_waits_for_its_cancelled_tasks_and_closes_it
         running = fan.abandoned.running("slow")
         gate.opened.set()  # the write returns; its tasks run on
         assert running is not None and left.wait(10)
-        time.sleep(0.5)  # out of the sink's write, and of the runner's
+        assert running.returned.wait(10)  # out of the sink's write, and of the runner's
         with caplog.at_level(logging.WARNING, logger="fanout"):
             fan.close()
         said = [r.getMessage() for r in caplog.records if "at close" in r.getMessage()]
