@@ -5,6 +5,7 @@ real spool)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import threading
@@ -326,7 +327,19 @@ def test_close_says_a_returned_write_waits_for_its_cancelled_tasks_and_closes_it
             "still running at close"
         )
         assert slow.closed == 1
-        assert not running.done.is_set()  # a next FanOut of the pipeline still waits for it
+        ledger = fan.ledger
+        del fan
+        gc.collect()  # the write's thread alone keeps the pipeline's abandoned writes
+        spec = SinkSpec(ScriptedSink("slow"), lag=LagPolicy("lag", write_timeout_s=0.2))
+        again = FanOut(
+            "timed", ledger, [ScriptedSink("good"), spec], backoff_s=0,
+            spool=str(tmp_path / "spool"), probe_interval_s=3600,
+        )  # fmt: skip
+        assert again.abandoned.running("slow") is running  # a next FanOut still waits for it
+        tasks_end.set()
+        assert running.done.wait(10)
+        assert again.abandoned.running("slow") is None
+        again.close()
     finally:
         gate.opened.set()
         tasks_end.set()
