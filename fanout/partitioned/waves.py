@@ -30,7 +30,10 @@ def collect_in_waves(
 ) -> list[Any] | WavesStopped:
     """``job.collect()``, as Spark jobs over at most ``budget`` of its partitions each, one
     after the other (each over a range of partitions: the shuffle that builds them runs
-    once, in the first). Spark gives a core back only when a task ends,
+    once, in the first, when ``job`` was planned without adaptive execution, as
+    :meth:`~fanout.partitioned.sink.PartitionedSink.run_partitions` plans it; under
+    adaptive execution taking ``job.rdd`` runs the shuffle itself, with every core and
+    before ``stopped`` is asked). Spark gives a core back only when a task ends,
     and no scheduler setting caps one job's running tasks (FAIR pools share the cores as
     tasks end, they take none back), so the job's shape is the cap. One job when the
     budget is ``None`` or covers every partition, or under Spark Connect (no

@@ -45,8 +45,8 @@ def _budget(cores: int) -> int:
 def spark_cores(session: Any) -> int | None:
     """The task slots of a classic session: ``N`` of ``local[N]`` (``local[*]``: this
     machine's CPUs), ``N * C`` of ``local-cluster[N,C,M]``, else those of the executors
-    registered now (:func:`_cluster_slots`), or, before any has, Spark's default
-    parallelism; ``None`` without a SparkContext."""
+    registered now (:func:`_cluster_slots`), or, before any has (or when the scheduler
+    refuses the question), Spark's default parallelism; ``None`` without a SparkContext."""
     if session is None or is_connect(session):
         return None
     try:
@@ -66,12 +66,17 @@ def spark_cores(session: Any) -> int | None:
 
 def _cluster_slots(context: Any) -> int:
     """How many tasks the executors registered now can run at once (their cores over
-    ``spark.task.cpus``; the scheduler's own count, one py4j call): under dynamic
-    allocation they change, and ``spark.default.parallelism`` may be set to anything.
-    0 when none is registered yet."""
-    scheduler = context._jsc.sc()
-    profile = scheduler.resourceProfileManager().defaultResourceProfile()
-    return int(scheduler.maxNumConcurrentTasks(profile))
+    ``spark.task.cpus``; the scheduler's own count, four py4j round trips, ~1 ms): under
+    dynamic allocation they change, and ``spark.default.parallelism`` may be set to
+    anything. 0 when none is registered yet, or when the scheduler cannot be asked."""
+    try:
+        scheduler = context._jsc.sc()
+        profile = scheduler.resourceProfileManager().defaultResourceProfile()
+        return int(scheduler.maxNumConcurrentTasks(profile))
+    except Exception:
+        # private[spark]: a py4j security manager (Databricks' table access control) or
+        # a vendor's Spark may refuse it; the default parallelism still bounds the write
+        return 0
 
 
 def running_tasks(session: Any, tag: str) -> int:

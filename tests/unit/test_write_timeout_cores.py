@@ -71,6 +71,22 @@ def test_a_clusters_cores_are_its_executors_task_slots(
         assert spark_cores(_session("local[2]", parallelism, slots)) == 2  # read from the master
 
 
+def test_a_cluster_that_refuses_the_schedulers_count_still_gets_a_budget() -> None:
+    """SparkContext.maxNumConcurrentTasks is private[spark]: a py4j security manager (a
+    Databricks cluster with table access control: "Method public int org.apache.spark.
+    SparkContext.maxNumConcurrentTasks() is not whitelisted") or a vendor's Spark without
+    it refuses the call. The budget then comes from the default parallelism, as before
+    the scheduler was asked, not from nowhere (no budget: a hung write holds every core)."""
+
+    def refused(profile: object) -> int:
+        raise RuntimeError("py4j.security.Py4JSecurityException: not whitelisted")
+
+    session = _session("spark://host:7077", parallelism=8)
+    session.sparkContext._jsc.sc().maxNumConcurrentTasks = refused
+    assert spark_cores(session) == 8
+    assert task_budget(session) == 7
+
+
 def test_without_a_classic_session_there_is_no_budget() -> None:
     assert task_budget(None) is None
     assert task_budget(ConnectSession()) is None
