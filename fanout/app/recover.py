@@ -243,9 +243,17 @@ def _partly_line(behind: LedgerEntry, partly: Sequence[Held]) -> str:
     )
 
 
-def _resume_line(behind: LedgerEntry, marks: SinkMarks) -> str:
+def _resume_line(behind: LedgerEntry, marks: SinkMarks, unknown: Sequence[Held] = ()) -> str:
+    """Where to resume, and who gets rows a second time there (``unknown``: the sinks
+    that cannot tell whether they hold the batch after their mark)."""
     ahead = sorted(s for s, e in marks.written.items() if e.batch_id > behind.batch_id)
     if not ahead:
+        doubt = _doubt(behind, unknown)
+        if doubt:
+            return (
+                f"Resume after batch {behind.batch_id}: every sink the pipeline still writes "
+                f"holds it; but {doubt}"
+            )
         return (
             f"Resume after batch {behind.batch_id}: every sink the pipeline still writes "
             "holds it, so nothing is written twice."
@@ -257,6 +265,25 @@ def _resume_line(behind: LedgerEntry, marks: SinkMarks) -> str:
         f"{'holds' if len(ahead) == 1 else 'hold'} batch {high} and will write its rows "
         "again (a new epoch or a new pipeline name means new transaction ids, so nothing "
         "skips them): duplicates there, unless the sink upserts by key."
+        + (f" Also: {doubt}" if (doubt := _doubt(behind, unknown)) else "")
+    )
+
+
+def _doubt(behind: LedgerEntry, unknown: Sequence[Held]) -> str:
+    """What the sinks at the resume point that cannot tell whether they hold the batch
+    after it may get twice ("" when none): the resume writes that batch to them again."""
+    doubtful = sorted((h for h in unknown if h.mark == behind.batch_id), key=lambda h: h.sink)
+    if not doubtful:
+        return ""
+    names = ", ".join(h.sink for h in doubtful)
+    batch = behind.batch_id + 1
+    return (
+        f"{'sink' if len(doubtful) == 1 else 'sinks'} {names} cannot tell whether "
+        f"{'it holds' if len(doubtful) == 1 else 'they hold'} batch {batch} (above): if "
+        f"{'it does' if len(doubtful) == 1 else 'one does'}, batch {batch}'s rows are "
+        "written there a second time (duplicates, unless the sink upserts by key). Make "
+        f"{'it' if len(doubtful) == 1 else 'them'} answer (the reason above) and run this "
+        "again."
     )
 
 
@@ -359,7 +386,8 @@ def render(recovery: Recovery, *, recorded: bool = True, asked: Asked | None = N
     ledger; ``--no-record``: it is not, and the text says what is then not checked;
     ``asked``: the sinks' answers about the batch after their marks, with ``--config``)."""
     partly = [] if asked is None else [h for h in asked.held if h.part is not None]
-    lines = _facts(recovery, _asked_lines(recovery, asked, recorded), partly)
+    unknown = [] if asked is None else [a for a in asked.answers if a.holds is None]
+    lines = _facts(recovery, _asked_lines(recovery, asked, recorded), partly, unknown)
     if recovery.latest:
         lines.append(STOP_FIRST if recorded else STOP_FIRST_UNRECORDED)
     if recovery.spool is None:
@@ -511,9 +539,15 @@ def _unmarked_given_up_lines(recovery: Recovery, behind: LedgerEntry) -> list[st
     ]
 
 
-def _facts(recovery: Recovery, asked: list[str], partly: Sequence[Held] = ()) -> list[str]:
+def _facts(
+    recovery: Recovery,
+    asked: list[str],
+    partly: Sequence[Held] = (),
+    unknown: Sequence[Held] = (),
+) -> list[str]:
     """The report's lines; ``partly``: the sinks holding only part of the batch after
-    their mark (the resume point printed is then for a new checkpoint only)."""
+    their mark (the resume point printed is then for a new checkpoint only); ``unknown``:
+    the sinks that cannot tell whether they hold it."""
     if not recovery.latest:
         return [
             f"pipeline {recovery.pipeline!r}: the ledger holds no committed batch",
@@ -540,7 +574,7 @@ def _facts(recovery: Recovery, asked: list[str], partly: Sequence[Held] = ()) ->
         return lines + _before_first_lines(recovery)
     behind = marks.furthest_behind
     assert behind is not None
-    resume = _resume_line(behind, marks)
+    resume = _resume_line(behind, marks, unknown)
     if partly:
         lines.append(_partly_line(behind, partly))
     if not partly or not resume.endswith("nothing is written twice."):

@@ -188,7 +188,8 @@ class Sink:
     only under some of its options, returning the default otherwise: those options in a few
     words, which ``fanout plugins`` prints beside the hook's name, e.g.
     ``{"harmless_rewrite": "mode=upsert, no dead_letter"}``. A hook that answers whatever
-    the options needs no entry."""
+    the options needs no entry; a key naming a hook the type does not implement is refused
+    when the plugin loads (:class:`fanout.errors.PluginError`)."""
 
     options: ClassVar[tuple[SinkOption, ...]] = ()
     """The keyword options the constructor takes, with default and meaning

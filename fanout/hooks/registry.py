@@ -25,7 +25,7 @@ from fanout.contract.options import (
     declaration_problems,
     option_names,
 )
-from fanout.contract.sink import GUARANTEES, Sink
+from fanout.contract.sink import GUARANTEES, Sink, implemented_hooks
 from fanout.deadletters.delta import delta_target
 from fanout.deadletters.target import DELTA, DeadLetterKind
 from fanout.errors import (
@@ -270,6 +270,14 @@ def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None
         raise PluginError(
             f"plugin {info.describe()}: sink type {type_name!r} declares guarantee "
             f"{bad[0]!r}; expected a tuple of {', '.join(GUARANTEES)}"
+        )
+    implemented = implemented_hooks(sink_class)
+    if stray := [h for h in sink_class.hook_conditions if h not in implemented]:
+        raise PluginError(
+            f"plugin {info.describe()}: sink type {type_name!r} gives hook_conditions for "
+            f"{', '.join(repr(h) for h in stray)}, which it does not implement; its optional "
+            f"hooks: {', '.join(implemented) or 'none'} (a key names one of these, with the "
+            "options under which it answers)"
         )
     if problems := declaration_problems(sink_class):
         raise PluginError(

@@ -137,6 +137,16 @@ class NullKeyDropped(TokenFiles):
         return SinkResult(rows=len(rows))
 
 
+class NullKeyCountedTwice(TokenFiles):
+    """Sets a row with a null ``id`` aside, but counts it in ``rows`` as well as in
+    ``dead_lettered`` (fanout refuses the sum: SinkResultError)."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        result = super().write(batch)
+        nulls = batch.arrow().column("id").null_count
+        return SinkResult(rows=result.rows, dead_lettered=nulls)
+
+
 class NewColumnUnnamed(TokenFiles):
     """Refuses a batch with a column beyond ``id`` and ``v`` without naming it."""
 
@@ -202,7 +212,7 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
             "appending_file": AppendingFile, "counts_one_too_few": CountsOneTooFew,
             "writes_on_empty": WritesOnEmpty, "holds_by_batch_id": HoldsByBatchId,
             "holds_a_part": HoldsAPart, "null_key_unnamed": NullKeyUnnamed,
-            "null_key_dropped": NullKeyDropped,
+            "null_key_dropped": NullKeyDropped, "null_key_counted_twice": NullKeyCountedTwice,
             "new_column_unnamed": NewColumnUnnamed, "upsert_file": UpsertFile,
             "rewrite_claimed_harmless": RewriteClaimedHarmless,
             "stable_by_target_name": StableByTargetName}  # fmt: skip

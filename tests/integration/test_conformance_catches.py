@@ -169,6 +169,27 @@ def test_a_null_key_refused_without_its_column_is_told_to_name_it(
     )
 
 
+def test_a_null_key_counted_in_rows_too_is_told_its_counts_were_refused(
+    spark: Any, tmp_path: Path
+) -> None:
+    """fanout refuses rows + dead_lettered above the rows routed: the suite said the sink
+    "refused a batch with a null key with an error that does not name the key column",
+    though the sink refused nothing and fanout refused its counts."""
+    suite, case = _suite_and_case("null_key_counted_twice", tmp_path)
+    case.keyed = True
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_a_null_key_is_refused_by_name_or_dead_lettered(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "fanout refused the counts write() reported for a batch of ids 1, null, 2 (3 rows): "
+        "sink 'under_test', batch 0: write() reported rows=3, dead_lettered=1, but their "
+        "sum, 4, is more than the 3 rows routed to it in this batch (a refused row counts "
+        "in dead_lettered only, not in rows too). A sink reports the rows of the batch it "
+        "wrote (at most the rows it received) and the rows it refused; this is a bug in the "
+        "sink, fix what its write() returns. The batch is not marked for this sink: a "
+        "replay writes it again"
+    )
+
+
 def test_a_null_key_dropped_without_a_word_is_told_what_to_do(spark: Any, tmp_path: Path) -> None:
     suite, case = _suite_and_case("null_key_dropped", tmp_path)
     case.keyed = True

@@ -50,8 +50,9 @@ def test_plugins_lists_the_delta_sink_with_its_distribution(
 
 
 DELTA_HOOKS = (
-    "read_only_check, check_schema, batch_partitioning, shares_tasks, "
-    "backfill_source, holds_batch, harmless_rewrite (mode=merge, no dead_letter), "
+    "read_only_check, check_schema, batch_partitioning (engine=rs, mode=append, executors "
+    "write), shares_tasks (engine=rs, mode=append, executors write), backfill_source "
+    "(mode=append), holds_batch, harmless_rewrite (mode=merge, no dead_letter), "
     "remove_batch_hint, is_transient"
 )
 KAFKA_HOOKS = (
@@ -59,7 +60,7 @@ KAFKA_HOOKS = (
     "batch_partitioning, shares_tasks, holds_batch, exclusive_resources, is_transient"
 )
 POSTGRES_HOOKS = (
-    "read_only_check, check_replay, check_schema, partitioned_by, "
+    "read_only_check, check_replay, check_schema, partitioned_by (mode=append), "
     "deterministic_columns, batch_partitioning, shares_tasks, holds_batch, "
     "harmless_rewrite (mode=upsert, no dead_letter), is_transient"
 )
@@ -88,9 +89,20 @@ def test_plugins_names_the_optional_hooks_each_sink_type_implements(
         p["type"]: (p["implements"], p["conditions"]) for p in json.loads(capsys.readouterr().out)
     }
     assert listed == {
-        "delta": (_names(DELTA_HOOKS), {"harmless_rewrite": "mode=merge, no dead_letter"}),
+        "delta": (
+            _names(DELTA_HOOKS),
+            {
+                "batch_partitioning": "engine=rs, mode=append, executors write",
+                "shares_tasks": "engine=rs, mode=append, executors write",
+                "backfill_source": "mode=append",
+                "harmless_rewrite": "mode=merge, no dead_letter",
+            },
+        ),
         "kafka": (_names(KAFKA_HOOKS), {}),
-        "postgres": (_names(POSTGRES_HOOKS), {"harmless_rewrite": "mode=upsert, no dead_letter"}),
+        "postgres": (
+            _names(POSTGRES_HOOKS),
+            {"partitioned_by": "mode=append", "harmless_rewrite": "mode=upsert, no dead_letter"},
+        ),
     }
     assert main(["plugins", "--options", "postgres"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"implements: {POSTGRES_HOOKS}"
@@ -266,3 +278,28 @@ def test_a_hook_listed_with_options_answers_under_them_only(
     said += ["no dead_letter"] if "dead_letter" not in options else []
     assert (condition == ", ".join(said)) is answers
     assert (sink.harmless_rewrite() is not None) is answers
+
+
+@pytest.mark.parametrize(
+    ("sink_type", "options", "hook", "answer"),
+    [
+        ("delta", {"mode": "merge", "keys": ["id"], "path": "/t"}, "backfill_source", None),
+        ("delta", {"mode": "append", "path": "/t", "engine": "spark"}, "shares_tasks", False),
+        ("delta", {"mode": "merge", "keys": ["id"], "path": "/t"}, "shares_tasks", False),
+        ("postgres", {"mode": "upsert", "keys": "id"}, "partitioned_by", None),
+    ],
+)
+def test_every_hook_a_built_in_type_answers_only_under_some_options_says_which(
+    sink_type: str, options: dict[str, object], hook: str, answer: object
+) -> None:
+    """``hook_conditions`` held only ``harmless_rewrite``: ``fanout plugins`` listed Delta's
+    ``backfill_source`` (append only: a merge table cannot serve a ``backfill_from``),
+    its task sharing (a delta-rs append only) and PostgreSQL's ``partitioned_by`` (append
+    only) as answering whatever the options."""
+    from fanout.hooks.registry import load_registry
+
+    sink_class = load_registry().sink_types()[sink_type].sink_class
+    sink = sink_class("s", **options)
+    said = getattr(sink, hook)("p") if hook == "backfill_source" else getattr(sink, hook)()
+    assert said == answer
+    assert hook in sink_class.hook_conditions

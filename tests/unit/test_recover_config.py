@@ -274,3 +274,55 @@ def test_a_sink_the_pipeline_file_no_longer_names_does_not_decide_where_to_resum
     # without --config b is one of the pipeline's sinks still: it decides
     lines = _out(capsys, "--ledger", str(tmp_path / "ledger"), "--pipeline", "p", "--no-record")
     assert lines[3].startswith("Resume after batch 2 (sink 'b' is furthest behind)")
+
+
+def test_a_sink_that_cannot_tell_keeps_the_resume_point_from_promising_no_duplicates() -> None:
+    """Every sink marked batch 0, and sink a cannot tell whether it holds batch 1 (its
+    ``holds_batch`` failed): if it does, resuming after batch 0 writes batch 1 there again.
+    The resume line said "nothing is written twice"; it names the sink and the batch."""
+    from fanout.app.recover import recovery_of, render
+    from fanout.app.recover_sinks import Asked
+    from fanout.steps.unmarked import Held
+
+    offsets = json.dumps([{"t": {"0": 10}}])
+    marks = [
+        LedgerEntry("p", s, 0, "committed", query_id=OLD, source_offsets=offsets) for s in "ab"
+    ]
+    answers = [Held("a", 0, None, why="OSError: no route to host"), Held("b", 0, False)]
+    asked = Asked("p.toml", 0, {"a": 0, "b": 0}, answers)
+    lines = render(recovery_of("p", marks, sinks=["a", "b"]), asked=asked).splitlines()
+    assert lines[4:8] == [
+        "  a: cannot tell whether it holds batch 1: OSError: no route to host",
+        "  b: does not hold batch 1",
+        "Resume after batch 0: every sink the pipeline still writes holds it; but sink a "
+        "cannot tell whether it holds batch 1 (above): if it does, batch 1's rows are written "
+        "there a second time (duplicates, unless the sink upserts by key). Make it answer "
+        "(the reason above) and run this again.",
+        "Source 0 (Kafka): start a new checkpoint with",
+    ]
+
+
+def test_sinks_that_cannot_tell_beside_a_sink_ahead_are_named_once() -> None:
+    """Sink b is ahead (batch 1), and both cannot tell about the batch after their mark:
+    the resume line names b's rows written again once, and adds sink a (furthest behind),
+    whose batch 1 the resume writes again if it holds it."""
+    from fanout.app.recover import recovery_of, render
+    from fanout.app.recover_sinks import Asked
+    from fanout.steps.unmarked import Held
+
+    offsets = json.dumps([{"t": {"0": 10}}])
+    marks = [
+        LedgerEntry("p", "a", 0, "committed", query_id=OLD, source_offsets=offsets),
+        LedgerEntry("p", "b", 1, "committed", query_id=OLD, source_offsets=offsets),
+    ]
+    answers = [Held("a", 0, None, why="OSError: a"), Held("b", 1, None, why="OSError: b")]
+    asked = Asked("p.toml", 0, {"a": 0, "b": 1}, answers)
+    lines = render(recovery_of("p", marks, sinks=["a", "b"]), asked=asked).splitlines()
+    assert lines[6] == (
+        "Resume after batch 0 (sink 'a' is furthest behind); sink b already holds batch 1 "
+        "and will write its rows again (a new epoch or a new pipeline name means new "
+        "transaction ids, so nothing skips them): duplicates there, unless the sink upserts "
+        "by key. Also: sink a cannot tell whether it holds batch 1 (above): if it does, "
+        "batch 1's rows are written there a second time (duplicates, unless the sink "
+        "upserts by key). Make it answer (the reason above) and run this again."
+    )

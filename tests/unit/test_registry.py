@@ -756,3 +756,26 @@ def test_two_installed_distributions_with_one_entry_point_name_fail_fanout_plugi
     assert "acme_jsonl_b" not in sys.modules
     with pytest.raises(DuplicatePluginError, match="acme-fanout-jsonl 0.4"):
         fanout.FanOut("p", MemoryLedger(), [{"type": "jsonl", "name": "raw"}])
+
+
+def test_hook_conditions_for_a_hook_the_type_does_not_implement_is_a_plugin_error() -> None:
+    """A misspelt or stale ``hook_conditions`` key was ignored without a word: ``fanout
+    plugins`` printed the hook bare, as answering whatever the options."""
+
+    class MisspeltSink(Sink):
+        guarantees = ("idempotent",)
+        hook_conditions = {"harmless_rewrites": "mode=upsert", "holds_batch": "always"}
+
+        def harmless_rewrite(self) -> str | None:
+            return None
+
+    registry = load_registry(
+        entry_points_=[entry_point("ms", {"ms": MisspeltSink}, dist=("fanout-ms", "1.0"))],
+    )
+    with pytest.raises(PluginError) as info:
+        registry.sink_types()
+    assert str(info.value) == (
+        "plugin fanout-ms 1.0: sink type 'ms' gives hook_conditions for 'harmless_rewrites', "
+        "'holds_batch', which it does not implement; its optional hooks: harmless_rewrite "
+        "(a key names one of these, with the options under which it answers)"
+    )

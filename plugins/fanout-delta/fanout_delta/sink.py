@@ -108,7 +108,10 @@ class DeltaSink(Sink):
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("transactional",)
     hook_conditions: ClassVar[Mapping[str, str]] = {
-        "harmless_rewrite": "mode=merge, no dead_letter"
+        "batch_partitioning": "engine=rs, mode=append, executors write",
+        "shares_tasks": "engine=rs, mode=append, executors write",
+        "backfill_source": "mode=append",
+        "harmless_rewrite": "mode=merge, no dead_letter",
     }
     read_only_check: ClassVar[bool] = True  # open() reads the table only; creates nothing
     options = OPTIONS

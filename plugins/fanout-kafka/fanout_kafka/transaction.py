@@ -324,10 +324,11 @@ class PartitionWriter:
         (once: the target's transaction id skips them when the committed attempt parked
         them already). Returns how many letters the partition has."""
         if self.settings.dead_letters is None:
-            # a dead-letter topic: they committed with the records, those the producer or
-            # broker refused counted by the refused group (the replay cannot find them)
-            refused = self._read_refused() if self.settings.dead_topic is not None else 0
-            return len(bad) + refused
+            # a dead-letter topic: they committed with the records; when the producer or
+            # broker refused some (the replay cannot find them), the refused group counts
+            # them all
+            committed = self._read_refused() if self.settings.dead_topic is not None else 0
+            return committed or len(bad)
         entries = self._read_journal()
         if entries is None:
             # no journal of this batch: the committed attempt had no letters, or was made
@@ -338,8 +339,9 @@ class PartitionWriter:
         return len(letters)
 
     def _read_refused(self) -> int:
-        """How many records the committed transaction of this batch refused and sent to
-        the dead-letter topic (the refused group's offset, :mod:`fanout_kafka.journal`)."""
+        """How many letters the committed transaction of this batch sent to the
+        dead-letter topic when it refused records (the refused group's offset,
+        :mod:`fanout_kafka.journal`); 0 when it refused none."""
         settings = self.settings
         config = {
             **settings.consumer_config(self.partition),
@@ -504,7 +506,7 @@ class PartitionWriter:
                 )
             self._send_target(producer)
             if settings.dead_topic is not None and refused_before:
-                self._send_refused(producer, refused_before)
+                self._send_refused(producer, len(bad))
             if journal_value is not None:
                 self._send_journal_offset(producer, journal_offset)
             self._retrying("commit", lambda: self._end(producer.commit_transaction))
@@ -534,13 +536,13 @@ class PartitionWriter:
             lambda: producer.send_offsets_to_transaction([where], group, self._timeout),
         )
 
-    def _send_refused(self, producer: Any, refused: int) -> None:
-        """Commit the refused count for the refused group, in the transaction: a replay
-        that skips the partition counts these letters from it."""
+    def _send_refused(self, producer: Any, letters: int) -> None:
+        """Commit the letters count (bad and refused records) for the refused group, in
+        the transaction: a replay that skips the partition counts its letters from it."""
         settings = self.settings
         group = group_metadata(settings, self.partition, settings.refused_group(self.partition))
         where = TopicPartition(
-            settings.marker_topic, 0, journal.pack_refused(self.batch_id, refused)
+            settings.marker_topic, 0, journal.pack_refused(self.batch_id, letters)
         )
         self._retrying(
             "send the refused count",

@@ -125,3 +125,22 @@ def test_a_route_letter_too_large_for_the_producer_is_written_as_a_reference(
            for r in committed_records(kafka.bootstrap, dlq, 1)]  # fmt: skip
     assert got == [(None, None, b"bad cast", b"b" * 200 + b"..."),
                    (None, b'{"id":2,"v":"ok"}', b"bad cast", b"ok")]  # fmt: skip
+
+
+def test_a_replay_whose_own_size_check_sets_the_refused_record_aside_counts_it_once(
+    kafka: Broker, topic: str
+) -> None:
+    """The commit's producer refused the big record (dead-lettered, its count committed);
+    the replay runs with a lower ``max_record_bytes``, so its own size check sets the same
+    record aside before producing. Counting its own bad records plus the committed refused
+    count said ``rows`` 2, ``dead_lettered`` 2 for a partition that wrote 3 and set 1
+    aside."""
+    rows = [{"id": "big", "v": "b" * 3000}, *SMALL]  # not last: _write sizes the last
+    producer = {"message.max.bytes": 2000, "linger.ms": 0}
+    done, again, _ = _write(kafka, topic, rows, max_record_bytes=100_000, producer=producer)
+    assert (done.status, done.rows, done.dead_lettered) == ("committed", 3, 1), done.failure
+    replay, _, _ = _write(kafka, topic, rows, again=again, max_record_bytes=1000,
+                          producer=producer)  # fmt: skip
+    assert (replay.status, replay.rows, replay.written, replay.dead_lettered) == (
+        "skipped", 3, 0, 1,
+    ), replay.failure  # fmt: skip

@@ -131,7 +131,8 @@ class PostgresSink(PartitionedSink):
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("idempotent", "transactional")
     hook_conditions: ClassVar[Mapping[str, str]] = {
-        "harmless_rewrite": "mode=upsert, no dead_letter"
+        "partitioned_by": "mode=append",
+        "harmless_rewrite": "mode=upsert, no dead_letter",
     }
     read_only_check: ClassVar[bool] = True  # open(checking): no migration, no table made
     options = OPTIONS
