@@ -137,7 +137,9 @@ def run_pipeline(
         *sinks(workdir, pg_url, bootstrap, lag, append, lake_from)
     ]
     if noidem:
-        configs.append(AppendOnlySink(NOIDEM, path=str(workdir / RECORD)))
+        configs.append(
+            AppendOnlySink(NOIDEM, path=str(workdir / RECORD), ledger=str(workdir / "ledger"))
+        )
     fan = FanOut(
         PIPELINE,
         str(workdir / "ledger"),

@@ -4,10 +4,13 @@ The built-in sinks each skip a batch they already hold (Delta's app transaction,
 PostgreSQL's upsert, Kafka's marker group): under kills the chaos checker sees the sum of
 their skip and the ledger's, and a dispatcher that wrote every sink again would pass.
 :class:`AppendOnlySink` skips nothing: it appends one line per write it receives (batch,
-rows, attempt) to a file, ``fsync``\\ ed before the write returns. The chaos harness reads
-the lines each driver run added and the sink's ledger mark after that run
-(:class:`NoidemRun`), and :func:`unexpected_writes` says where they disagree with the
-one allowed replay: the batch the killer killed in, written and not yet marked.
+rows, attempt, and its ledger mark as the write begins) to a file, ``fsync``\\ ed before
+the write returns. The chaos harness reads the lines each driver run added and the sink's
+ledger mark after that run (:class:`NoidemRun`), and :func:`unexpected_writes` says where
+they disagree with the one allowed replay: the batch the killer killed in, written and not
+yet marked. The mark read as a write begins names a write of a batch the sink had marked
+already (the ledger's skip broken) and, at every batch whatever the kills' timing, a
+batch marked before its write (the mark ahead of the write).
 """
 
 from __future__ import annotations
@@ -32,13 +35,16 @@ parallel with the sink the point names); ``batch_start`` is before every write a
 
 
 class AppendOnlySink(Sink):
-    """Appends ``{"batch", "rows", "attempt"}`` per write to ``path``; never skips."""
+    """Appends ``{"batch", "rows", "attempt", "marked"}`` per write to ``path``; never
+    skips. ``marked``: the sink's mark in the ``ledger`` table (a path) as the write began
+    (``-1``: none, or no ``ledger`` given)."""
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("at_least_once",)
 
-    def __init__(self, name: str, *, path: str) -> None:
+    def __init__(self, name: str, *, path: str, ledger: str | None = None) -> None:
         super().__init__(name)
         self.path = path
+        self.ledger = ledger
 
     @property
     def reads(self) -> Reads:
@@ -46,9 +52,13 @@ class AppendOnlySink(Sink):
         return "arrow"
 
     def write(self, batch: Batch) -> int:
-        """Append the write's line with one ``write`` call, ``fsync`` it, return the rows."""
+        """Read the sink's mark, append the write's line with one ``write`` call, ``fsync``
+        it, return the rows."""
+        marked = self._marked(batch)
         rows = batch.arrow().num_rows
-        line = json.dumps({"batch": batch.batch_id, "rows": rows, "attempt": batch.attempt})
+        line = json.dumps(
+            {"batch": batch.batch_id, "rows": rows, "attempt": batch.attempt, "marked": marked}
+        )
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (line + "\n").encode())
@@ -57,14 +67,24 @@ class AppendOnlySink(Sink):
             os.close(fd)
         return rows
 
+    def _marked(self, batch: Batch) -> int:
+        """The sink's mark of ``batch``'s epoch in the ledger's log (``-1``: none)."""
+        if self.ledger is None or not (Path(self.ledger) / "_delta_log").exists():
+            return -1
+        from deltalake import DeltaTable
+
+        version = DeltaTable(self.ledger).transaction_version(batch.txn_app_id)
+        return -1 if version is None else int(version)
+
 
 @dataclass(frozen=True)
 class Write:
-    """One line of the record."""
+    """One line of the record (``marked``: the sink's mark as the write began)."""
 
     batch: int
     rows: int
     attempt: int
+    marked: int = -1
 
 
 @dataclass
@@ -87,7 +107,8 @@ def read_record(path: Path, offset: int) -> tuple[list[Write], int]:
         f.seek(offset)
         data = f.read()
     lines = [json.loads(line) for line in data.decode().splitlines()]
-    return [Write(d["batch"], d["rows"], d["attempt"]) for d in lines], offset + len(data)
+    writes = [Write(d["batch"], d["rows"], d["attempt"], d.get("marked", -1)) for d in lines]
+    return writes, offset + len(data)
 
 
 def expected_batches(before: int, run: NoidemRun) -> list[int]:
@@ -108,9 +129,10 @@ def expected_batches(before: int, run: NoidemRun) -> list[int]:
 
 def unexpected_writes(runs: Sequence[NoidemRun], total_rows: int, last_batch: int) -> list[str]:
     """What the sink received against what the ledger allows, run by run (empty: exact):
-    the batches of each run (:func:`expected_batches`), every write a first attempt, one
-    row count per batch, the rows of the distinct batches adding up to ``total_rows``, and
-    the last run's mark at ``last_batch``."""
+    the batches of each run (:func:`expected_batches`), every write a first attempt of a
+    batch the sink had not marked as it began, one row count per batch, the rows of the
+    distinct batches adding up to ``total_rows``, and the last run's mark at
+    ``last_batch``."""
     problems: list[str] = []
     before = -1
     rows: dict[int, set[int]] = {}
@@ -126,6 +148,11 @@ def unexpected_writes(runs: Sequence[NoidemRun], total_rows: int, last_batch: in
             f"run {number}: batch {w.batch} written at attempt {w.attempt}"
             for w in run.writes
             if w.attempt != 1
+        ]
+        problems += [
+            f"run {number}: batch {w.batch} written with the sink's mark at {w.marked}"
+            for w in run.writes
+            if w.marked >= w.batch
         ]
         for w in run.writes:
             rows.setdefault(w.batch, set()).add(w.rows)

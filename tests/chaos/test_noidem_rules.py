@@ -56,3 +56,10 @@ def test_missing_batches_rows_and_retries_are_named() -> None:
         "the distinct batches hold 20 rows, the input 30",
         "noidem's last mark is 2, the stream's last batch 3",
     ]
+
+
+def test_a_write_of_a_batch_the_sink_had_marked_is_named() -> None:
+    """Whatever the kills: a write that began with the sink's mark at or past its batch
+    (the mark ahead of the write, or the ledger's skip broken) fails the run."""
+    runs = [NoidemRun("final", 2, [Write(0, 10, 1, -1), Write(1, 10, 1, 1), Write(2, 10, 1, 1)])]
+    assert unexpected_writes(runs, 30, 2) == ["run 1: batch 1 written with the sink's mark at 1"]

@@ -31,9 +31,12 @@ RAW_HELPERS = {"entries_from_arrow", "without_replaced", "rows_without_replaced"
 """Helpers of ledger rows read raw (the last two: the filters each reader applied by hand
 before the one reader)."""
 
-TABLE_READS = {"read_arrow", "read_delta", "open_table", "DeltaTable", "QueryBuilder"}
+TABLE_READS = {
+    *("read_arrow", "read_delta", "open_table", "DeltaTable", "QueryBuilder"),
+    *("load", "dataset", "read_table"),
+}
 """The ways to read a Delta table's rows past the ledger (``fanout.delta_tables.io``,
-delta-rs itself)."""
+delta-rs itself; Spark's ``spark.read...load``, pyarrow's datasets and Parquet files)."""
 
 ON_PURPOSE = {("fanout/steps/unmarked.py", "committed_entries_with_replaced")}
 """The readers of the rows as written outside the ledger, each for its reason: the refused
@@ -49,18 +52,45 @@ def _sources() -> list[Path]:
     ]
 
 
+def _ledger_names(tree: ast.Module) -> set[str]:
+    """The names ``tree`` binds to a ledger or its location under any name: typed as a
+    ledger (``led: DeltaLedger``), or bound to code that names one (``found =
+    DeltaLedger(path)``, ``where = config.ledger``)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            if "ledger" in ast.unparse(node.annotation).lower():
+                names.add(node.arg)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr):
+            value = node.value
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            typed = (
+                isinstance(node, ast.AnnAssign) and "ledger" in ast.unparse(node.annotation).lower()
+            )
+            if typed or (value is not None and "ledger" in ast.unparse(value).lower()):
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
 def _raw_reads(path: Path) -> list[tuple[str, int, str]]:
     """``path``'s reads of a ledger's rows past its reader: (what, line, code)."""
+    tree = ast.parse(path.read_text())
+    bound = _ledger_names(tree)
+
+    def names_ledger(*nodes: ast.AST) -> bool:
+        text = " ".join(ast.unparse(n) for n in nodes).lower()
+        used = {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
+        return "ledger" in text or bool(used & bound)
+
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in RAW_READERS:
             distinct = node.attr not in ("read", "entries")  # names no other thing uses
-            if distinct or "ledger" in ast.unparse(node.value).lower():
+            if distinct or names_ledger(node.value):
                 found.append((node.attr, node.lineno, ast.unparse(node)))
         elif isinstance(node, ast.Call):
             name = ast.unparse(node.func).split(".")[-1]
-            args = " ".join(ast.unparse(a) for a in [*node.args, *node.keywords])
-            if name in TABLE_READS and "ledger" in args.lower():
+            if name in TABLE_READS and names_ledger(*node.args, *node.keywords):
                 found.append((name, node.lineno, ast.unparse(node)))
             if name == "committed_entries" and any(k.arg == "replaced" for k in node.keywords):
                 found.append(("replaced=", node.lineno, ast.unparse(node)))
@@ -113,6 +143,35 @@ def test_the_check_finds_a_raw_read(tmp_path: Path) -> None:
         ("read_arrow", 5),
         ("replaced=", 6),
         ("committed_entries_with_replaced", 7),
+    ]
+
+
+def test_the_check_finds_a_raw_read_whatever_the_names(tmp_path: Path) -> None:
+    """A ledger under a name without "ledger" in it (a parameter typed as one, a name bound
+    to one), its location under such a name, and a read of the table by Spark or pyarrow
+    are found too; a spool's or a source's ``read`` is not."""
+    module = tmp_path / "report.py"
+    module.write_text(
+        "def show(led: DeltaLedger, store: Ledger, spool: Spool) -> None:\n"
+        "    rows = led.read(pipeline).to_pylist()\n"
+        "    rows = store.entries\n"
+        "    rows = spool.read(key)\n"
+        "def scan(config: Config, source: Source) -> None:\n"
+        "    found = DeltaLedger(path)\n"
+        "    rows = found.read('p')\n"
+        "    where = config.ledger\n"
+        "    rows = read_delta(where)\n"
+        "    rows = spark.read.format('delta').load(config.ledger)\n"
+        "    rows = pyarrow.dataset.dataset(where).to_table()\n"
+        "    rows = source.read(key)\n"
+    )
+    assert [(what, line) for what, line, _ in _raw_reads(module)] == [
+        ("read", 2),
+        ("entries", 3),
+        ("read", 7),
+        ("read_delta", 9),
+        ("load", 10),
+        ("dataset", 11),
     ]
 
 
