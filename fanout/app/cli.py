@@ -35,11 +35,15 @@ EXIT_BROKEN_PIPE = 128 + 13
 """What a shell reports for a tool that SIGPIPE ended (``fanout status --json | head``)."""
 
 UNREACHABLE_NEXT = (
-    "fanout: the sink's target did not answer; its options may be right: once it accepts "
-    'connections, run the same command again (a sink with on_failure = "lag" would have '
-    "started behind instead, the other sinks going on without it)"
+    "fanout: the sink's target could not be reached, which is not always a mistake in the "
+    "pipeline file: if its server is down, run the same command again once it accepts "
+    "connections; if a host name that does not resolve or a port nothing listens on is in "
+    "its options, fix them (`fanout validate PIPELINE.toml` checks them). A sink with "
+    'on_failure = "lag" starts behind instead, the other sinks going on without it.'
 )
-"""What to do about a :class:`fanout.SinkUnreachableError` that stopped a command."""
+"""What to do about a :class:`fanout.SinkUnreachableError` that stopped a command: the
+same error comes of a server down and of a misspelt host or port (a sink cannot tell them
+apart), so both are named."""
 
 
 def _print_options(types: Mapping[str, Any], type_name: str, *, as_json: bool) -> int:
