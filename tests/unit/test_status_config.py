@@ -172,10 +172,11 @@ def test_status_of_a_pipeline_whose_first_start_failed_does_not_blame_a_spool_fl
     assert main(["status", "--config", config]) == 0
     captured = capsys.readouterr()
     assert captured.err == (
-        f"pipeline 'p': spool {tmp_path}/spool (pipeline.spool in {config}): none there yet, "
-        "which a run of the pipeline creates when it starts: no batch is spooled (if the "
-        "pipeline ran with another spool, give it: --ledger, --pipeline and --spool instead "
-        "of --config)\n"
+        f"pipeline 'p': spool {tmp_path}/spool (pipeline.spool in {config}): none there, "
+        "though the ledger holds batches of the pipeline: a start that failed before "
+        "creating it, or a spool deleted, moved, or another path in the file than the runs "
+        "had (its spooled batches and the sinks lagging on them are not shown: give the "
+        "spool the runs had by --ledger, --pipeline and --spool instead of --config)\n"
     )
     assert captured.out.splitlines()[2:5] == [
         "p         a     live         1           10            0       2026-01-02 03:04:05",
@@ -230,4 +231,22 @@ def test_status_does_not_call_a_running_batch_died(
         f"checkpoint {tmp_path}/ckpt: batch 2 planned, not committed: in flight if the "
         "pipeline runs; else the run stopped or died during it, and the next run replays it, "
         "writing it only to the sinks whose last batch is before it"
+    )
+
+
+def test_status_of_a_pipeline_never_run_says_its_spool_holds_nothing_yet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The note for a spool not there said 'no batch is spooled' also for a pipeline the
+    ledger holds batches of, whose spool may have been deleted or renamed in the file (the
+    lagging sinks' spooled batches then unseen); it is right only before any run."""
+    config = _setup(tmp_path)
+    text = Path(config).read_text().replace('name = "p"', 'name = "new"')
+    Path(config).write_text(text.replace("[source]", f'spool = "{tmp_path}/spool"\n[source]'))
+    assert main(["status", "--config", config]) == 0
+    assert capsys.readouterr().err == (
+        f"pipeline 'new': spool {tmp_path}/spool (pipeline.spool in {config}): none there "
+        "yet, which a run of the pipeline creates when it starts: no batch is spooled (if "
+        "the pipeline ran with another spool, give it: --ledger, --pipeline and --spool "
+        "instead of --config)\n"
     )
