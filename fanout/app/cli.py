@@ -35,11 +35,15 @@ EXIT_BROKEN_PIPE = 128 + 13
 """What a shell reports for a tool that SIGPIPE ended (``fanout status --json | head``)."""
 
 UNREACHABLE_NEXT = (
-    "fanout: the sink's target did not answer; its options may be right: once it accepts "
-    'connections, run the same command again (a sink with on_failure = "lag" would have '
-    "started behind instead, the other sinks going on without it)"
+    "fanout: the sink's target could not be reached, which is not always a mistake in the "
+    "pipeline file: if its server is down, run the same command again once it accepts "
+    "connections; if a host name that does not resolve or a port nothing listens on is in "
+    "its options, fix them (`fanout validate PIPELINE.toml` checks them). A sink with "
+    'on_failure = "lag" starts behind instead, the other sinks going on without it.'
 )
-"""What to do about a :class:`fanout.SinkUnreachableError` that stopped a command."""
+"""What to do about a :class:`fanout.SinkUnreachableError` that stopped a command: the
+same error comes of a server down and of a misspelt host or port (a sink cannot tell them
+apart), so both are named."""
 
 
 def _print_options(types: Mapping[str, Any], type_name: str, *, as_json: bool) -> int:
@@ -150,7 +154,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             target.sinks,
         )
         if spool is not None and args.spool is None and not _spool_started(spool, pipeline):
-            target = replace(target, notes=(*target.notes, _no_spool_yet(spool, args.config)))
+            ran = _has_batches(target.ledger, pipeline)
+            note = _no_spool_yet(spool, args.config, ran=ran)
+            target = replace(target, notes=(*target.notes, note))
             spool = None
         for note in target.notes:  # stderr: --json's output stays JSON
             print(f"pipeline {pipeline!r}: {note}", file=sys.stderr)
@@ -192,9 +198,29 @@ def _spool_started(path: str, pipeline: str | None) -> bool:
     return True
 
 
-def _no_spool_yet(path: str, file: str) -> str:
-    """``status --config``'s note for the file's spool no run has created yet (a pipeline
-    whose first start failed): there is nothing spooled, which is not a wrong path given."""
+def _has_batches(ledger: str, pipeline: str | None) -> bool:
+    """Whether the ledger at ``ledger`` holds rows of ``pipeline`` (``False`` when there
+    is no ledger to read: nothing ran)."""
+    from fanout.ledger.delta import DeltaLedger
+
+    try:
+        return pipeline in DeltaLedger(ledger).pipelines()
+    except FanoutError:
+        return False
+
+
+def _no_spool_yet(path: str, file: str, *, ran: bool = False) -> str:
+    """``status --config``'s note for the file's spool that is not there: none yet (a
+    pipeline whose first start failed: nothing spooled), or, when the ledger holds the
+    pipeline's batches (``ran``), maybe one deleted or moved, whose batches it cannot show."""
+    if ran:
+        return (
+            f"spool {path} (pipeline.spool in {file}): none there, though the ledger holds "
+            "batches of the pipeline: a start that failed before creating it, or a spool "
+            "deleted, moved, or another path in the file than the runs had (its spooled "
+            "batches and the sinks lagging on them are not shown: give the spool the runs "
+            "had by --ledger, --pipeline and --spool instead of --config)"
+        )
     return (
         f"spool {path} (pipeline.spool in {file}): none there yet, which a run of the "
         "pipeline creates when it starts: no batch is spooled (if the pipeline ran with "

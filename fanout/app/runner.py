@@ -472,7 +472,7 @@ def _down_next(sinks: Sequence[str], config: PipelineConfig) -> str:
     """What to do after a batch failed only because ``sinks`` did not answer (each one's
     errors transient, its retries spent): nothing is wrong with the data or the file."""
     names = ", ".join(sinks)
-    file = "PIPELINE.toml" if config.path is None else shlex.quote(str(config.path.resolve()))
+    file = "PIPELINE.toml" if config.path is None else shlex.quote(str(config.path.absolute()))
     answer = "it answers" if len(sinks) == 1 else "they answer"
     return (
         f"Next: {names} did not answer (transient errors, retries spent). Once {answer}, "

@@ -21,6 +21,7 @@ checkpoint, they are not behind, and the next start releases them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -490,20 +491,30 @@ def _shorten(text: str | None, limit: int = 60) -> str | None:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
+"""A location's scheme (two letters at least: ``C:`` is a Windows drive)."""
+
+
 def checkpoint_footer(checkpoint: str, ledger: DeltaLedger, pipeline: str, file: str) -> str:
     """``fanout status --config``'s line on the pipeline's checkpoint, as Spark left it:
-    a batch planned and never committed (a run killed or stopped during it), or the
+    a batch planned and not committed (in flight, or a run killed or stopped during it), or the
     checkpoint gone or another query's while the ledger holds the pipeline's batches (a
     run would be refused as a checkpoint reset) — what the sinks' table cannot show."""
     from fanout.steps.context import checkpoint_query_id, latest_batch_id
 
     where = f"\ncheckpoint {checkpoint}:"
+    scheme = _SCHEME.match(checkpoint)
+    if scheme and scheme.group(1).lower() != "file" and "://" not in checkpoint:
+        return (
+            f"{where} cannot be read here (a {scheme.group(1)}: location: fanout reads a "
+            "checkpoint without Spark on a local path, file: and the stores pyarrow knows)"
+        )
     try:
         query = checkpoint_query_id(checkpoint)
         planned = latest_batch_id(checkpoint, "offsets")
         committed = latest_batch_id(checkpoint, "commits")
-    except (OSError, ValueError) as exc:
-        return f"{where} cannot be read ({exc})"
+    except Exception as exc:  # pyarrow's stores raise bare ArrowExceptions too
+        return f"{where} cannot be read here ({' '.join(str(exc).split()) or type(exc).__name__})"
     owner = None
     if pipeline in ledger.pipelines():
         owner = ledger.epoch_owners(pipeline).get(ledger.current_epoch(pipeline))
@@ -513,8 +524,8 @@ def checkpoint_footer(checkpoint: str, ledger: DeltaLedger, pipeline: str, file:
     if query is None:
         return (
             f"{where} none there, but the ledger holds batches of pipeline {pipeline!r} "
-            f"(query {owner}): deleted or moved? A run starts a new query, which fanout "
-            f"refuses (CheckpointResetError): {recover}"
+            f"(query {owner}): deleted or moved (or on a disk this machine does not see)? A "
+            f"run starts a new query, which fanout refuses (CheckpointResetError): {recover}"
         )
     if owner is not None and query != owner:
         return (
@@ -524,9 +535,9 @@ def checkpoint_footer(checkpoint: str, ledger: DeltaLedger, pipeline: str, file:
         )
     if planned is not None and (committed is None or planned > committed):
         return (
-            f"{where} batch {planned} planned, never committed (the run stopped or died "
-            "during it): the next run replays it, and writes it only to the sinks whose "
-            "last batch is before it"
+            f"{where} batch {planned} planned, not committed: in flight if the pipeline runs; "
+            "else the run stopped or died during it, and the next run replays it, writing it "
+            "only to the sinks whose last batch is before it"
         )
     last = "no batch" if committed is None else f"batch {committed}"
     return f"{where} {last} committed last, none in flight"

@@ -179,11 +179,45 @@ def test_a_sink_whose_server_is_down_at_the_start_is_not_called_a_configuration_
         "running locally and accepting connections on that socket?; check the host and port "
         "in option 'url', and that the server runs and accepts connections from this machine"
     )
-    assert error[1:] == [
-        "fanout: the sink's target did not answer; its options may be right: once it accepts "
-        'connections, run the same command again (a sink with on_failure = "lag" would have '
-        "started behind instead, the other sinks going on without it)"
-    ]
+    assert error[1:] == UNREACHABLE_NEXT
     assert "Wr0ngPassw0rd" not in done.stdout + done.stderr
     assert not (tmp_path / "checkpoint").exists()
     assert not (tmp_path / "bronze").exists()
+
+
+UNREACHABLE_NEXT = [
+    "fanout: the sink's target could not be reached, which is not always a mistake in the "
+    "pipeline file: if its server is down, run the same command again once it accepts "
+    "connections; if a host name that does not resolve or a port nothing listens on is in "
+    "its options, fix them (`fanout validate PIPELINE.toml` checks them). A sink "
+    'with on_failure = "lag" starts behind instead, the other sinks going on without it.'
+]
+
+
+def test_a_sink_host_name_that_does_not_resolve_is_not_told_to_wait_for_an_answer(
+    tmp_path: Path,
+) -> None:
+    """A misspelt PostgreSQL host: 'could not translate host name', exit 1, and the next
+    line said the target 'did not answer; its options may be right: once it accepts
+    connections, run the same command again', which no wait fixes."""
+    (tmp_path / "input").mkdir()
+    (tmp_path / "input" / "a.json").write_text(json.dumps({"order_id": 7, "amount": 1.0}))
+    url = "postgresql+psycopg2://app:Wr0ngPassw0rd@nosuchhost.invalid:5432/db"
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        PIPELINE.format(data=tmp_path)
+        + f'\n[[sinks]]\ntype = "postgres"\nname = "pg"\nurl = "{url}"\ntable = "orders"\n'
+        'keys = ["order_id"]\ncreate_table = true\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "fanout.app.cli", "run", str(config)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    error = done.stderr[done.stderr.index("fanout: sink unreachable: ") :].splitlines()
+    assert error[0].startswith(
+        "fanout: sink unreachable: sink 'pg': cannot open: OperationalError: "
+        '(psycopg2.OperationalError) could not translate host name "nosuchhost.invalid"'
+    )
+    assert error[1:] == UNREACHABLE_NEXT
+    assert "Wr0ngPassw0rd" not in done.stdout + done.stderr

@@ -356,7 +356,9 @@ def test_a_second_signal_ends_the_process_at_once() -> None:
     assert (child.returncode, time.monotonic() - clock < 10) == (-signal.SIGINT, True)
 
 
-def _failed_run(tmp_path: Path, failures: dict[str, Exception]) -> list[str]:
+def _failed_run(
+    tmp_path: Path, failures: dict[str, Exception], path: Path | None = None
+) -> list[str]:
     """The lines `fanout run` ends with when batch 11 failed in ``failures``."""
     from dataclasses import replace
 
@@ -366,7 +368,7 @@ def _failed_run(tmp_path: Path, failures: dict[str, Exception]) -> list[str]:
         BatchInfo("p", 11, "q"), BatchFailedError("p", 11, failures, committed=["bronze"])
     )
     out = io.StringIO()
-    config = replace(_config(tmp_path), path=tmp_path / "my pipeline.toml")
+    config = replace(_config(tmp_path), path=path or tmp_path / "my pipeline.toml")
     assert runner._failed(_Query(), tracker, config, out) == 1
     return out.getvalue().splitlines()
 
@@ -401,3 +403,20 @@ def test_a_batch_failed_by_bad_data_gets_no_advice_to_run_again(tmp_path: Path) 
     lines = _failed_run(tmp_path, failures)
     assert not any(line.startswith("Next:") for line in lines)
     assert lines[-1] == "  - pg: TransientSinkError: sink 'pg', batch 11: cannot reach the server"
+
+
+def test_the_next_command_names_the_pipeline_file_as_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fanout run current/orders.toml`, `current` a symlink a deploy moves to the next
+    release: the Next: line named the file the link pointed to then (releases/1/...), so
+    running it after the next deploy ran the old release's pipeline file."""
+    from fanout.errors import TransientSinkError
+
+    (tmp_path / "releases" / "1").mkdir(parents=True)
+    (tmp_path / "releases" / "1" / "orders.toml").write_text("")
+    (tmp_path / "current").symlink_to(tmp_path / "releases" / "1")
+    monkeypatch.chdir(tmp_path)
+    down = {"pg": TransientSinkError("cannot reach the server", sink="pg", batch_id=11)}
+    lines = _failed_run(tmp_path, down, Path("current/orders.toml"))
+    assert f"run `fanout run {tmp_path}/current/orders.toml` again" in lines[-1]

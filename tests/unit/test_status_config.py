@@ -57,8 +57,9 @@ def test_status_lists_every_sink_of_the_pipeline_file(
         "1 sink has failed attempts; `fanout status --wide` or `--json` shows the last error.",
         "",
         f"checkpoint {tmp_path}/ckpt: none there, but the ledger holds batches of pipeline "
-        "'p' (query q): deleted or moved? A run starts a new query, which fanout refuses "
-        f"(CheckpointResetError): restore it, or see `fanout recover --config {config}`",
+        "'p' (query q): deleted or moved (or on a disk this machine does not see)? A run "
+        "starts a new query, which fanout refuses (CheckpointResetError): restore it, or see "
+        f"`fanout recover --config {config}`",
     ]
     assert main(["status", "--config", config, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
@@ -131,9 +132,9 @@ def test_status_says_what_the_checkpoint_holds_beyond_the_ledger(
     assert main(["status", "--config", config]) == 0
     assert capsys.readouterr().out.splitlines()[-2:] == [
         "",
-        f"checkpoint {ckpt}: batch 2 planned, never committed (the run stopped or died "
-        "during it): the next run replays it, and writes it only to the sinks whose last "
-        "batch is before it",
+        f"checkpoint {ckpt}: batch 2 planned, not committed: in flight if the pipeline runs; "
+        "else the run stopped or died during it, and the next run replays it, writing it only "
+        "to the sinks whose last batch is before it",
     ]
     (ckpt / "commits" / "2").write_text("v1\n{}\n")
     assert main(["status", "--config", config]) == 0
@@ -151,8 +152,9 @@ def test_status_says_what_the_checkpoint_holds_beyond_the_ledger(
     assert main(["status", "--config", config]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"checkpoint {ckpt}: none there, but the ledger holds batches of pipeline 'p' (query "
-        "q): deleted or moved? A run starts a new query, which fanout refuses "
-        f"(CheckpointResetError): restore it, or see `fanout recover --config {config}`"
+        "q): deleted or moved (or on a disk this machine does not see)? A run starts a new "
+        "query, which fanout refuses (CheckpointResetError): restore it, or see `fanout "
+        f"recover --config {config}`"
     )
     assert main(["status", "--config", config, "--json"]) == 0
     assert "checkpoint" not in capsys.readouterr().out  # --json's output stays the sinks'
@@ -170,10 +172,11 @@ def test_status_of_a_pipeline_whose_first_start_failed_does_not_blame_a_spool_fl
     assert main(["status", "--config", config]) == 0
     captured = capsys.readouterr()
     assert captured.err == (
-        f"pipeline 'p': spool {tmp_path}/spool (pipeline.spool in {config}): none there yet, "
-        "which a run of the pipeline creates when it starts: no batch is spooled (if the "
-        "pipeline ran with another spool, give it: --ledger, --pipeline and --spool instead "
-        "of --config)\n"
+        f"pipeline 'p': spool {tmp_path}/spool (pipeline.spool in {config}): none there, "
+        "though the ledger holds batches of the pipeline: a start that failed before "
+        "creating it, or a spool deleted, moved, or another path in the file than the runs "
+        "had (its spooled batches and the sinks lagging on them are not shown: give the "
+        "spool the runs had by --ledger, --pipeline and --spool instead of --config)\n"
     )
     assert captured.out.splitlines()[2:5] == [
         "p         a     live         1           10            0       2026-01-02 03:04:05",
@@ -183,3 +186,67 @@ def test_status_of_a_pipeline_whose_first_start_failed_does_not_blame_a_spool_fl
     assert not (tmp_path / "spool").exists()  # nothing created there
     assert main(["status", "--config", config, "--spool", f"{tmp_path}/spool"]) == 2
     assert "no spool there" in capsys.readouterr().err  # a spool given by hand: checked
+
+
+def _with_checkpoint(config: str, checkpoint: str) -> None:
+    text = Path(config).read_text()
+    start = text.index("checkpoint = ")
+    end = text.index("\n", start)
+    Path(config).write_text(text[:start] + f'checkpoint = "{checkpoint}"' + text[end:])
+
+
+def test_status_of_a_checkpoint_on_a_store_it_cannot_read_still_lists_the_sinks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint on Azure (abfss://), read without Spark: pyarrow raised a bare
+    ArrowException, which the footer did not catch, and `fanout status --config` ended in a
+    traceback (exit 1) for a pipeline it showed before the footer existed. A dbfs: path was
+    read as a local one, not found, and called deleted."""
+    config = _setup(tmp_path)
+    _with_checkpoint(config, "abfss://c@nowhere.dfs.core.windows.net/ckpt")
+    assert main(["status", "--config", config]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].startswith("p         a     live")
+    assert out[-1].startswith(
+        "checkpoint abfss://c@nowhere.dfs.core.windows.net/ckpt: cannot be read here ("
+    )
+    _with_checkpoint(config, "dbfs:/pipelines/p/ckpt")
+    assert main(["status", "--config", config]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "checkpoint dbfs:/pipelines/p/ckpt: cannot be read here (a dbfs: location: fanout "
+        "reads a checkpoint without Spark on a local path, file: and the stores pyarrow "
+        "knows)"
+    )
+
+
+def test_status_does_not_call_a_running_batch_died(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fanout status --config --watch` beside a running pipeline: every batch Spark was
+    writing was shown as 'planned, never committed (the run stopped or died during it)'."""
+    config = _setup(tmp_path)
+    _checkpoint(tmp_path / "ckpt", "q", offsets=2, commits=1)
+    assert main(["status", "--config", config]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"checkpoint {tmp_path}/ckpt: batch 2 planned, not committed: in flight if the "
+        "pipeline runs; else the run stopped or died during it, and the next run replays it, "
+        "writing it only to the sinks whose last batch is before it"
+    )
+
+
+def test_status_of_a_pipeline_never_run_says_its_spool_holds_nothing_yet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The note for a spool not there said 'no batch is spooled' also for a pipeline the
+    ledger holds batches of, whose spool may have been deleted or renamed in the file (the
+    lagging sinks' spooled batches then unseen); it is right only before any run."""
+    config = _setup(tmp_path)
+    text = Path(config).read_text().replace('name = "p"', 'name = "new"')
+    Path(config).write_text(text.replace("[source]", f'spool = "{tmp_path}/spool"\n[source]'))
+    assert main(["status", "--config", config]) == 0
+    assert capsys.readouterr().err == (
+        f"pipeline 'new': spool {tmp_path}/spool (pipeline.spool in {config}): none there "
+        "yet, which a run of the pipeline creates when it starts: no batch is spooled (if "
+        "the pipeline ran with another spool, give it: --ledger, --pipeline and --spool "
+        "instead of --config)\n"
+    )
