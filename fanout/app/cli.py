@@ -432,8 +432,7 @@ def _refuse_unknown_sink(ledger: DeltaLedger, target: _SkipTarget, sink: str) ->
     sink waiting at a batch its source cannot give back has written nothing yet)."""
     if target.config is None or sink in target.sinks:
         return
-    rows = ledger.rows(target.pipeline)
-    known = sorted({str(row["sink"]) for row in rows if row["status"] not in ("epoch", "recovery")})
+    known = ledger.sink_names(target.pipeline)
     if sink in known:
         return
     raise ConfigurationError(
