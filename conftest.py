@@ -136,3 +136,16 @@ def _pyspark_loggers_keep_pytest_formatters() -> Iterator[None]:
     PySparkLogger.addHandler = logging.Logger.addHandler  # type: ignore[method-assign]
     yield
     PySparkLogger.addHandler = original  # type: ignore[method-assign]
+
+
+@pytest.fixture(autouse=True)
+def _registered_secrets() -> Iterator[None]:
+    """Each test leaves the process-wide registry of secrets as it found it: the ``fanout``
+    command masks every registered secret in all it prints, so a pipeline file's
+    ``postgresql://fanout:fanout@...`` would mask the word ``fanout`` in later tests' output."""
+    from fanout.observe import logs
+
+    before = set(logs.known_secrets())
+    yield
+    with logs._secrets_lock:
+        logs._secrets.intersection_update(before)

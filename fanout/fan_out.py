@@ -47,7 +47,7 @@ from fanout.hooks.registry import load_registry
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import Ledger, ledger_location
 from fanout.observe.logs import batch_fields, register_secrets
-from fanout.observe.secrets import masked_error
+from fanout.observe.secrets import location_secrets, masked_error
 from fanout.partitioned.determinism import check_route as check_route_membership
 from fanout.recipe import Recipe
 from fanout.retry import RetryPolicy
@@ -170,6 +170,9 @@ class FanOut:
     ) -> None:
         ledger = os.fspath(ledger) if isinstance(ledger, os.PathLike) else ledger
         spool = os.fspath(spool) if isinstance(spool, os.PathLike) else spool
+        # a password in a location is masked in every redacting log handler and error, as
+        # a sink's are (the checkpoint's shows in guard and recover messages, the trace file)
+        register_secrets(location_secrets([checkpoint_location, spool, ledger]))
         self._recipe = Recipe.of(
             pipeline, ledger, sinks,
             dict(parallelism=parallelism, retries=retries, backoff_s=backoff_s,

@@ -19,10 +19,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fanout.contract.locations import shown_location
 from fanout.errors import ConfigurationError, FanoutError, SinkUnreachableError, batch_ranges
+from fanout.observe.logs import RedactingStream, known_secrets, register_secrets
 from fanout.observe.logs import configure as configure_logging
-from fanout.observe.logs import known_secrets
-from fanout.observe.secrets import redact
+from fanout.observe.secrets import location_secrets, redact
 from fanout.version import __version__
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """Per sink: last committed batch, rows, last commit time, failed attempts; with
     ``--config``, of the pipeline file's pipeline, every sink of it listed."""
-    from fanout.app.status import checkpoint_footer, report
+    from fanout.app.status import checkpoint_fact, report
     from fanout.ledger.delta import DeltaLedger
 
     location, pipeline, spool = args.ledger, args.pipeline, args.spool
@@ -167,11 +168,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     def once() -> str:
         nonlocal checked  # the spool's existence: checked at the first draw, not each redraw
+        fact = None
+        if checkpoint and pipeline is not None:
+            fact = checkpoint_fact(checkpoint, ledger, pipeline, args.config)
         text = report(ledger, pipeline, as_json=args.json, wide=args.wide, spool=spool,
-                      spool_checked=checked, sinks=sinks)  # fmt: skip
+                      spool_checked=checked, sinks=sinks, checkpoint=fact)  # fmt: skip
         checked = True
-        if checkpoint and pipeline is not None and not args.json:
-            text += "\n" + checkpoint_footer(checkpoint, ledger, pipeline, args.config)
+        if fact is not None and not args.json:
+            text += f"\n\ncheckpoint {fact.location}: {fact.said}"
         return text
 
     if args.watch or args.count is not None:
@@ -213,16 +217,17 @@ def _no_spool_yet(path: str, file: str, *, ran: bool = False) -> str:
     """``status --config``'s note for the file's spool that is not there: none yet (a
     pipeline whose first start failed: nothing spooled), or, when the ledger holds the
     pipeline's batches (``ran``), maybe one deleted or moved, whose batches it cannot show."""
+    shown = shown_location(path)
     if ran:
         return (
-            f"spool {path} (pipeline.spool in {file}): none there, though the ledger holds "
+            f"spool {shown} (pipeline.spool in {file}): none there, though the ledger holds "
             "batches of the pipeline: a start that failed before creating it, or a spool "
             "deleted, moved, or another path in the file than the runs had (its spooled "
             "batches and the sinks lagging on them are not shown: give the spool the runs "
             "had by --ledger, --pipeline and --spool instead of --config)"
         )
     return (
-        f"spool {path} (pipeline.spool in {file}): none there yet, which a run of the "
+        f"spool {shown} (pipeline.spool in {file}): none there yet, which a run of the "
         "pipeline creates when it starts: no batch is spooled (if the pipeline ran with "
         "another spool, give it: --ledger, --pipeline and --spool instead of --config)"
     )
@@ -427,8 +432,7 @@ def _refuse_unknown_sink(ledger: DeltaLedger, target: _SkipTarget, sink: str) ->
     sink waiting at a batch its source cannot give back has written nothing yet)."""
     if target.config is None or sink in target.sinks:
         return
-    rows = ledger.rows(target.pipeline)
-    known = sorted({str(row["sink"]) for row in rows if row["status"] not in ("epoch", "recovery")})
+    known = ledger.sink_names(target.pipeline)
     if sink in known:
         return
     raise ConfigurationError(
@@ -472,7 +476,7 @@ def cmd_skip(args: argparse.Namespace) -> int:
     if done.released:
         print(
             f"{where}: released batch(es) {batch_ranges(list(done.released))} from the spool "
-            f"at {target.spool}"
+            f"at {shown_location(str(target.spool))}"
         )
     elif spool is None and target.config is None:  # a pipeline file without a spool has none
         print(
@@ -803,6 +807,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"fanout: note: {error}", file=sys.stderr)
         raise
     configure_logging(args.log_level, args.log_format)
+    register_secrets(location_secrets(list(vars(args).values())))  # --ledger s3://k:pw@...
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(out), RedactingStream(err)  # type: ignore[assignment]
+    try:
+        return _run(args)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; a :class:`fanout.FanoutError` becomes its message and exit
+    code."""
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # a reader that went away shows up here, not at exit

@@ -21,8 +21,9 @@ from fanout.app.interval import interval_ms
 from fanout.contract.names import check_name
 from fanout.contract.options import SinkClass, coerce_option_text, coerce_text
 from fanout.errors import ConfigurationError
+from fanout.observe.logs import register_secrets
 from fanout.observe.option_values import option_type_problems, value_problem
-from fanout.observe.secrets import expand_env
+from fanout.observe.secrets import expand_env, location_secrets
 from fanout.retry import RetryPolicy
 from fanout.sink_spec import CORE_OPTIONS, split_core_options
 
@@ -335,6 +336,9 @@ def parse(
     if sinks is not None:
         expanded["sinks"] = _expand_sinks(sinks, self_expanded or {})
     data = expanded
+    # a password in a location (checkpoint, spool, ledger, a table's path) is masked wherever
+    # the location shows, though no sink declares it
+    register_secrets(location_secrets(data))
     for required in ("pipeline", "source", "sinks"):
         if required not in data:
             raise ConfigurationError(f"{required}: missing required section")

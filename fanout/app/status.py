@@ -25,9 +25,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from fanout.contract.locations import command_location
+from fanout.contract.locations import command_location, shown_location
 from fanout.errors import LedgerError, batch_ranges
 from fanout.ledger.entry import as_of_log
 from fanout.ledger.gaps import held_by_skip, release_command, says_skipped
@@ -129,10 +129,12 @@ def report(
     spool: str | None = None,
     spool_checked: bool = False,
     sinks: Sequence[str] | None = None,
+    checkpoint: CheckpointFact | None = None,
 ) -> str:
     """What ``fanout status`` prints, read from ``ledger`` (and ``spool``) now: the table
     or JSON. ``sinks``: the pipeline's sinks (its pipeline file's, ``--config``), each
-    listed, one the ledger holds no row of as :data:`NO_MARK`.
+    listed, one the ledger holds no row of as :data:`NO_MARK`. ``checkpoint``: the
+    pipeline's checkpoint (``--config``), the JSON's ``checkpoint`` field of each sink.
 
     Raises :class:`LedgerError` for a ``pipeline`` the ledger holds no row of while it
     holds rows of others (a typo, most likely; the error names them; not with ``sinks``,
@@ -155,7 +157,8 @@ def report(
     statuses = summarize(rows, backlogs, kept, given_up, configured)
     footer = "" if spool is None else spool_footer(spool, pipeline)
     if as_json:
-        return json.dumps([s.as_json() for s in statuses], indent=2)
+        extra = {} if checkpoint is None else {"checkpoint": checkpoint.as_json()}
+        return json.dumps([{**s.as_json(), **extra} for s in statuses], indent=2)
     return render(statuses, wide=wide) + kept_footer(statuses) + footer
 
 
@@ -299,7 +302,8 @@ def spool_footer(path: str, pipeline: str | None) -> str:
         spool.open()
         batches, spooled_rows, size = spool.size()
         lines.append(
-            f"spool {path} ({name}): {batches} batch(es), {spooled_rows} row(s), {size} bytes"
+            f"spool {shown_location(path)} ({name}): {batches} batch(es), {spooled_rows} "
+            f"row(s), {size} bytes"
         )
     return "\n\n" + "\n".join(lines) if lines else ""
 
@@ -495,49 +499,83 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 """A location's scheme (two letters at least: ``C:`` is a Windows drive)."""
 
 
-def checkpoint_footer(checkpoint: str, ledger: DeltaLedger, pipeline: str, file: str) -> str:
-    """``fanout status --config``'s line on the pipeline's checkpoint, as Spark left it:
-    a batch planned and not committed (in flight, or a run killed or stopped during it), or the
-    checkpoint gone or another query's while the ledger holds the pipeline's batches (a
-    run would be refused as a checkpoint reset) — what the sinks' table cannot show."""
+CheckpointState = Literal["unreadable", "none yet", "missing", "replaced", "in flight", "idle"]
+
+
+@dataclass(frozen=True)
+class CheckpointFact:
+    """What ``fanout status --config`` says of the pipeline's checkpoint, as Spark left it.
+
+    ``location``: as written in the pipeline file, a URI's password masked
+    (:func:`fanout.contract.locations.shown_location`); ``state``: ``unreadable`` (not
+    readable here), ``none yet`` (no checkpoint, no batch in the ledger), ``missing`` (gone
+    while the ledger holds the pipeline's batches), ``replaced`` (another query's),
+    ``in flight`` (``batch`` planned, not committed) or ``idle`` (``batch`` committed last,
+    ``None``: none); ``said``: the sentence the text output ends with."""
+
+    location: str
+    state: CheckpointState
+    batch: int | None
+    said: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON-ready dict ``--json`` gives each sink as ``checkpoint``."""
+        return asdict(self)
+
+
+def checkpoint_fact(
+    checkpoint: str, ledger: DeltaLedger, pipeline: str, file: str
+) -> CheckpointFact:
+    """The pipeline's checkpoint, as Spark left it: a batch planned and not committed (in
+    flight, or a run killed or stopped during it), or the checkpoint gone or another query's
+    while the ledger holds the pipeline's batches (a run would be refused as a checkpoint
+    reset) — what the sinks' table cannot show."""
     from fanout.steps.context import checkpoint_query_id, latest_batch_id
 
-    where = f"\ncheckpoint {checkpoint}:"
+    def fact(state: CheckpointState, said: str, batch: int | None = None) -> CheckpointFact:
+        return CheckpointFact(shown_location(checkpoint), state, batch, said)
+
     scheme = _SCHEME.match(checkpoint)
     if scheme and scheme.group(1).lower() != "file" and "://" not in checkpoint:
-        return (
-            f"{where} cannot be read here (a {scheme.group(1)}: location: fanout reads a "
-            "checkpoint without Spark on a local path, file: and the stores pyarrow knows)"
+        return fact(
+            "unreadable",
+            f"cannot be read here (a {scheme.group(1)}: location: fanout reads a "
+            "checkpoint without Spark on a local path, file: and the stores pyarrow knows)",
         )
     try:
         query = checkpoint_query_id(checkpoint)
         planned = latest_batch_id(checkpoint, "offsets")
         committed = latest_batch_id(checkpoint, "commits")
     except Exception as exc:  # pyarrow's stores raise bare ArrowExceptions too
-        return f"{where} cannot be read here ({' '.join(str(exc).split()) or type(exc).__name__})"
+        said = " ".join(str(exc).split()) or type(exc).__name__
+        return fact("unreadable", f"cannot be read here ({said})")
     owner = None
     if pipeline in ledger.pipelines():
         owner = ledger.epoch_owners(pipeline).get(ledger.current_epoch(pipeline))
     recover = f"restore it, or see `fanout recover --config {file}`"
     if query is None and owner is None:
-        return f"{where} none yet (the first run creates it)"
+        return fact("none yet", "none yet (the first run creates it)")
     if query is None:
-        return (
-            f"{where} none there, but the ledger holds batches of pipeline {pipeline!r} "
+        return fact(
+            "missing",
+            f"none there, but the ledger holds batches of pipeline {pipeline!r} "
             f"(query {owner}): deleted or moved (or on a disk this machine does not see)? A "
-            f"run starts a new query, which fanout refuses (CheckpointResetError): {recover}"
+            f"run starts a new query, which fanout refuses (CheckpointResetError): {recover}",
         )
     if owner is not None and query != owner:
-        return (
-            f"{where} of query {query}, but pipeline {pipeline!r} belongs to query {owner}: "
+        return fact(
+            "replaced",
+            f"of query {query}, but pipeline {pipeline!r} belongs to query {owner}: "
             f"replaced? A run is refused (CheckpointResetError) unless started with "
-            f"--new-epoch: {recover}"
+            f"--new-epoch: {recover}",
         )
     if planned is not None and (committed is None or planned > committed):
-        return (
-            f"{where} batch {planned} planned, not committed: in flight if the pipeline runs; "
+        return fact(
+            "in flight",
+            f"batch {planned} planned, not committed: in flight if the pipeline runs; "
             "else the run stopped or died during it, and the next run replays it, writing it "
-            "only to the sinks whose last batch is before it"
+            "only to the sinks whose last batch is before it",
+            planned,
         )
     last = "no batch" if committed is None else f"batch {committed}"
-    return f"{where} {last} committed last, none in flight"
+    return fact("idle", f"{last} committed last, none in flight", committed)

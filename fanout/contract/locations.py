@@ -37,7 +37,7 @@ def command_location(location: str) -> str:
     quoted for a POSIX shell where it needs to be (``'/data/my lake'``). A location that is
     not a path at all (an in-memory ledger's name) is not for this function."""
     if location.startswith("file:") or "://" in location:
-        return shlex.quote(_without_password(location))
+        return shlex.quote(shown_location(location))
     return shlex.quote(os.path.abspath(location))
 
 
@@ -53,11 +53,14 @@ def written_password(uri: str) -> str | None:
     return match.group(2) if match and match.group(2) else None
 
 
-def _without_password(uri: str) -> str:
-    """``uri`` with the password of its ``user:password@`` replaced by ``***``."""
-    if written_password(uri) is None:
-        return uri
-    return _USER_PASSWORD.sub(lambda m: f"{m.group(1)}:***@", uri.strip(), count=1)
+def shown_location(location: str) -> str:
+    """``location`` as fanout prints or records it (status, messages, commands, ``--json``):
+    the password of a URI's ``user:password@`` replaced by ``***``
+    (``s3://KEY:***@bucket/ckpt``), anything else as written. The user part stays: it names
+    an account or a container (``abfss://container@account...``), not a secret."""
+    if written_password(location) is None:
+        return location
+    return _USER_PASSWORD.sub(lambda m: f"{m.group(1)}:***@", location.strip(), count=1)
 
 
 def same_table_key(location: str) -> str:

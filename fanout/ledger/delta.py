@@ -640,6 +640,22 @@ class DeltaLedger:
         ``fanout status``)."""
         return as_of_log(self.read(pipeline).to_pylist())
 
+    def sink_names(self, pipeline: str) -> list[str]:
+        """The sinks ``pipeline``'s rows name, sorted: of marks and failures, not of the
+        epochs' and recoveries' own rows. Two columns read, no row made a dict
+        (``fanout ledger skip``'s check of ``--sink``). The same names as :meth:`rows`
+        gives: the lost marks :func:`~fanout.ledger.entry.as_of_log` leaves out are only
+        those whose sink's own mark of the batch stays."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        with self._lock:
+            table = self._fresh()
+        read = read_arrow(table, columns=["sink", "status"], filters=[("pipeline", "=", pipeline)])
+        own = pc.is_in(read.column("status"), value_set=pa.array(["epoch", "recovery"]))
+        names = read.column("sink").filter(pc.invert(own)).unique()
+        return sorted(str(name) for name in names.to_pylist())
+
     def pipelines(self) -> list[str]:
         """The names of the pipelines the ledger holds rows of, sorted."""
         with self._lock:

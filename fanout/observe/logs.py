@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 from fanout.observe.secrets import redact
 
@@ -62,6 +62,24 @@ class RedactFilter(logging.Filter):
             record.exc_text = None
         record.msg, record.args = redact(message, secrets), None
         return True
+
+
+class RedactingStream:
+    """A text stream that masks every registered secret in what is written to it before
+    passing it to ``stream`` (the CLI's stdout and stderr, which no log handler filters);
+    anything else is the wrapped stream's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        """Write ``text`` masked; returns ``len(text)``, as the caller wrote it."""
+        secrets = known_secrets()
+        self.stream.write(redact(text, secrets) if secrets else text)
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
 
 
 class JsonFormatter(logging.Formatter):

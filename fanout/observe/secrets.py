@@ -140,6 +140,24 @@ def url_password(value: str) -> list[str]:
     return list(dict.fromkeys([written, unquote(written)])) if written else []
 
 
+def location_secrets(value: Any) -> list[str]:
+    """The passwords of every URL with ``user:password@`` in ``value``: a location (a
+    checkpoint, spool, ledger or table path) or a pipeline file's or command line's values,
+    nested mappings and sequences walked, each password once (:func:`url_password`). Registered
+    as secrets (:func:`fanout.observe.logs.register_secrets`), they are masked wherever a
+    location reaches a log, an error or the CLI's output."""
+    found: list[str] = []
+    if isinstance(value, str):
+        found.extend(url_password(value))
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            found.extend(location_secrets(item))
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            found.extend(location_secrets(item))
+    return list(dict.fromkeys(found))
+
+
 def _name_parts(name: str) -> list[str]:
     spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1.\2", name)
     return [part for part in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if part]

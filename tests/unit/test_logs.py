@@ -88,3 +88,19 @@ def test_filter_and_formatter_work_on_any_handler() -> None:
     record = json.loads(stream.getvalue())
     assert record["message"] == "password is ***"
     assert (record["pipeline"], record["sink"], record["level"]) == ("p", "s", "WARNING")
+
+
+def test_a_password_in_the_checkpoint_location_is_masked_in_the_log() -> None:
+    """A checkpoint at ``s3://KEY:SECRET@bucket/...``: no sink declares its
+    password, and a message naming the location (a guard's, recover's) logged it."""
+    FanOut(
+        "orders", MemoryLedger(), [TokenSink("api")],
+        checkpoint_location="s3://KEY:CkptPassw0rd@bucket/ckpt",
+    )  # fmt: skip
+    record = logging.LogRecord(
+        "fanout", logging.WARNING, __file__, 1,
+        "checkpoint s3://KEY:CkptPassw0rd@bucket/ckpt: replaced",
+        None, None,
+    )  # fmt: skip
+    RedactFilter().filter(record)
+    assert record.getMessage() == "checkpoint s3://KEY:***@bucket/ckpt: replaced"

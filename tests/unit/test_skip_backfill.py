@@ -318,3 +318,32 @@ def test_skip_with_config_refuses_a_sink_neither_the_file_nor_the_ledger_knows(
     assert ledger.last_committed("gap", ["gd", "good", "lake", "pg"]) == {
         "gd": None, "good": 3, "lake": 3, "pg": 0,
     }  # fmt: skip
+
+
+def test_skip_checks_the_sink_against_the_ledgers_sink_names_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unknown-sink check made every ledger row of the pipeline a dict of every column
+    (``DeltaLedger.rows``: 0.69 s on 100k rows, against 0.07 s for the names): it reads the
+    sink names, epochs' and recoveries' rows left out, lost marks never hiding a sink."""
+    path = str(tmp_path / "ledger")
+    _lake_holds_2_and_3(path)
+    ledger = DeltaLedger(path)
+    assert {r["status"] for r in ledger.rows("gap")} == {"epoch", "committed"}
+    assert ledger.sink_names("gap") == ["good", "lake", "pg"]
+    assert ledger.sink_names("nope") == []
+    assert ledger.sink_names("gap") == sorted(
+        {str(r["sink"]) for r in ledger.rows("gap") if r["status"] not in ("epoch", "recovery")}
+    )
+
+    def every_column(*_args: object, **_kw: object) -> None:
+        raise AssertionError("the check read every column of the ledger's rows")
+
+    monkeypatch.setattr(DeltaLedger, "rows", every_column)
+    capsys.readouterr()
+    config = _config(tmp_path, path, backfill=False)
+    assert main(["ledger", "skip", "--config", config, "--sink", "gd", "--through", "3"]) == 2
+    assert capsys.readouterr().err == (
+        f"fanout: configuration error: --sink gd: no sink of that name in {config} (lake, pg) "
+        "nor in the ledger's pipeline 'gap' (good, lake, pg); check the name\n"
+    )

@@ -74,6 +74,8 @@ def test_status_lists_every_sink_of_the_pipeline_file(
         "last_commit_at": None, "failed_attempts": 0, "last_error": None,
         "state": "no mark yet", "lag_batches": 0, "lag_rows": 0, "lagging_since": None,
         "kept": [], "given_up": [],
+        "checkpoint": {"location": f"{tmp_path}/ckpt", "state": "missing", "batch": None,
+                       "said": listed[2]["checkpoint"]["said"]},
     }  # fmt: skip
 
 
@@ -157,7 +159,25 @@ def test_status_says_what_the_checkpoint_holds_beyond_the_ledger(
         f"recover --config {config}`"
     )
     assert main(["status", "--config", config, "--json"]) == 0
-    assert "checkpoint" not in capsys.readouterr().out  # --json's output stays the sinks'
+    listed = json.loads(capsys.readouterr().out)
+    assert [s["checkpoint"] for s in listed] == [listed[0]["checkpoint"]] * 3
+    assert listed[0]["checkpoint"] == {
+        "location": str(ckpt), "state": "missing", "batch": None,
+        "said": "none there, but the ledger holds batches of pipeline 'p' (query q): deleted "
+        "or moved (or on a disk this machine does not see)? A run starts a new query, which "
+        f"fanout refuses (CheckpointResetError): restore it, or see `fanout recover --config "
+        f"{config}`",
+    }  # fmt: skip
+    _checkpoint(ckpt, "q", offsets=3, commits=2)
+    assert main(["status", "--config", config, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["checkpoint"] == {
+        "location": str(ckpt), "state": "in flight", "batch": 3,
+        "said": "batch 3 planned, not committed: in flight if the pipeline runs; else the run "
+        "stopped or died during it, and the next run replays it, writing it only to the sinks "
+        "whose last batch is before it",
+    }  # fmt: skip
+    assert main(["status", "--ledger", str(tmp_path / "ledger"), "--json"]) == 0
+    assert "checkpoint" not in capsys.readouterr().out  # no pipeline file, no checkpoint known
 
 
 def test_status_of_a_pipeline_whose_first_start_failed_does_not_blame_a_spool_flag(
@@ -250,3 +270,45 @@ def test_status_of_a_pipeline_never_run_says_its_spool_holds_nothing_yet(
         "the pipeline ran with another spool, give it: --ledger, --pipeline and --spool "
         "instead of --config)\n"
     )
+
+
+def test_status_masks_a_password_in_the_checkpoint_and_spool_locations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint at ``s3://KEY:SECRET@bucket/...`` (or any URI with ``user:password@``):
+    `fanout status --config` printed it as written, the password with it."""
+    config = _setup(tmp_path)
+    secret, spool_secret = "S3cretPassw0rd", "Sp00lSecr3t!"
+    _with_checkpoint(config, f"file://u:{secret}@localhost{tmp_path}/ckpt")
+    text = (
+        Path(config)
+        .read_text()
+        .replace(
+            "[source]", f'spool = "file://u:{spool_secret}@localhost{tmp_path}/spool"\n[source]'
+        )
+    )
+    Path(config).write_text(text)
+    assert main(["status", "--config", config]) == 0
+    captured = capsys.readouterr()
+    assert secret not in captured.out + captured.err
+    assert spool_secret not in captured.out + captured.err
+    assert captured.out.splitlines()[-1] == (
+        f"checkpoint file://u:***@localhost{tmp_path}/ckpt: none there, but the ledger holds "
+        "batches of pipeline 'p' (query q): deleted or moved (or on a disk this machine does "
+        "not see)? A run starts a new query, which fanout refuses (CheckpointResetError): "
+        f"restore it, or see `fanout recover --config {config}`"
+    )
+    assert captured.err.startswith(
+        f"pipeline 'p': spool file://u:***@localhost{tmp_path}/spool (pipeline.spool in "
+    )
+    assert main(["status", "--config", config, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert secret not in captured.out + captured.err
+    assert json.loads(captured.out)[0]["checkpoint"]["location"] == (
+        f"file://u:***@localhost{tmp_path}/ckpt"
+    )
+    pw = "L3dgerPassw0rd"
+    assert main(["status", "--ledger", f"s3://KEY:{pw}@127.0.0.1:9/none/ledger"]) == 1
+    captured = capsys.readouterr()
+    assert pw not in captured.out + captured.err
+    assert "s3://KEY:***@127.0.0.1:9/none/ledger" in captured.err

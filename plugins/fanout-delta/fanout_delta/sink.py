@@ -41,7 +41,7 @@ from fanout.contract.sink import BackfillSource, Guarantee, Reads, Sink, SinkCon
 from fanout.delta_tables import io as deltaio
 from fanout.delta_tables.kept import KeptTable
 from fanout.errors import CompactionError, ConfigurationError
-from fanout.observe.secrets import secret_option_values
+from fanout.observe.secrets import location_secrets, secret_option_values
 from fanout.partitioned.task import HookPlugins
 from fanout_delta.declaration import OPTIONS
 from fanout_delta.target import DeltaTarget
@@ -202,8 +202,11 @@ class DeltaSink(Sink):
 
     def secret_values(self) -> Sequence[str]:
         """The object-store credentials among ``storage_options`` (keys, secrets, tokens),
-        scrubbed from every error fanout logs, records or raises."""
-        return secret_option_values(self.storage_options)
+        scrubbed from every error fanout logs, records or raises, and the password of a
+        ``user:password@`` in the table's or the dead-letter table's location."""
+        found = secret_option_values(self.storage_options)
+        found += location_secrets([self.path, self.dead_letter])
+        return list(dict.fromkeys(found))
 
     def open(self, context: SinkContext) -> None:
         """Validate the options and, when the table exists, the columns they name."""

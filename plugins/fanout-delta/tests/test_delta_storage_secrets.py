@@ -25,3 +25,13 @@ def test_the_target_repr_leaves_the_storage_options_out() -> None:
     shown = repr(DeltaTarget("d", "s3://bucket/t", "append", storage_options=OPTIONS))
     assert shown.startswith("DeltaTarget(name='d', path='s3://bucket/t', mode='append'")
     assert "TopSecretAwsKey123" not in shown and "storage_options" not in shown
+
+
+def test_a_password_in_the_table_or_dead_letter_location_is_a_secret_value() -> None:
+    """A table at ``s3://KEY:SECRET@bucket/t``: its password was no secret value, so a
+    failed write's error named it in the log and the ledger."""
+    sink = DeltaSink(
+        name="d", path="s3://KEY:TablePassw0rd%21@bucket/t",
+        dead_letter="abfss://user:Dlq-Passw0rd@acct.dfs.core.windows.net/dlq",
+    )  # fmt: skip
+    assert list(sink.secret_values()) == ["TablePassw0rd%21", "TablePassw0rd!", "Dlq-Passw0rd"]
