@@ -141,6 +141,15 @@ class SinkResultError(SinkError):
     were routed to it): a bug in the sink. The batch fails for that sink, unmarked."""
 
 
+class TargetLostError(SinkError):
+    """A sink's target no longer holds the last batch the ledger marks written there, by
+    the sink's own records (:meth:`fanout.Sink.holds_batch` answered ``False``): deleted
+    or replaced behind fanout's back, and created again empty. Raised at a run's first
+    batch, before anything is written, naming the sink, its target and the batch; a run
+    given ``accept_lost_targets`` (``fanout run --accept-lost-target SINK``) accepts the
+    loss and writes on."""
+
+
 class SinkTimeoutError(SinkError):
     """A sink with ``on_failure="lag"`` and ``write_timeout_s`` did not finish writing a
     batch in time: the batch went on without it (it lags), or its catch-up waits for that

@@ -23,7 +23,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from fanout.contract.batch import BatchInfo
@@ -75,6 +75,7 @@ from fanout.steps.lag_steps import (
     warn_given_up,
     warn_left_out,
 )
+from fanout.steps.lost_target import refuse_lost_targets
 from fanout.steps.persist import prepare_reads
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
@@ -140,6 +141,10 @@ class FanOut:
         then carries ``--config`` with its absolute path, so the skip checks the sink's
         ``backfill_from`` source too. Without it (a ``FanOut`` built in Python) the command
         has no ``--config``.
+    :param accept_lost_targets: sinks whose target may have lost batches the ledger marks
+        written there (deleted or replaced, and created again): this run writes on into
+        them instead of refusing its first batch with :class:`fanout.TargetLostError`
+        (``fanout run --accept-lost-target SINK``). This ``FanOut`` only.
 
     Building a ``FanOut`` loads the plugins, builds and opens every sink and creates the
     ledger, so configuration errors surface here, before the stream starts.
@@ -167,6 +172,7 @@ class FanOut:
         probe_interval_s: float = 10.0,
         share_tasks: bool = True,
         pipeline_file: str | None = None,
+        accept_lost_targets: Collection[str] = (),
     ) -> None:
         ledger = os.fspath(ledger) if isinstance(ledger, os.PathLike) else ledger
         spool = os.fspath(spool) if isinstance(spool, os.PathLike) else spool
@@ -179,7 +185,8 @@ class FanOut:
                  plugins=tuple(plugins), checkpoint_location=checkpoint_location,
                  on_checkpoint_reset=on_checkpoint_reset, spool=spool,
                  probe_interval_s=probe_interval_s, share_tasks=share_tasks,
-                 pipeline_file=pipeline_file),
+                 pipeline_file=pipeline_file,
+                 accept_lost_targets=tuple(accept_lost_targets)),
         )  # fmt: skip
         plugins = self._recipe.options["plugins"]
         self.pipeline = check_name(pipeline, "pipeline")
@@ -204,6 +211,15 @@ class FanOut:
         registry.raise_load_errors()
         self.hooks = HookCaller(registry.manager)
         self.specs = self._build_sinks(registry, sinks)
+        unknown = sorted(set(accept_lost_targets) - set(self.specs))
+        if unknown:
+            raise ConfigurationError(
+                f"pipeline {pipeline!r}: accept_lost_targets names no sink of the pipeline: "
+                f"{', '.join(unknown)} (sinks: {', '.join(sorted(self.specs))})"
+            )
+        self._accept_lost = frozenset(accept_lost_targets)
+        self._targets_checked = False
+        """Whether this run's first batch asked each sink's target for its last mark."""
         check_exclusive_resources(self.pipeline, (spec.sink for spec in self.specs.values()))
         self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in self.specs.items()}
         kinds = registry.dead_letter_kinds()
@@ -529,7 +545,22 @@ class FanOut:
         }
         refuse_unmarked(info, self.ledger, opened, spooled, timeouts, unopened)
 
+    def _check_targets(self, state: BatchState) -> None:
+        """Once per run, before its first batch writes: refuse it when a sink's target no
+        longer holds its last marked batch (:mod:`fanout.steps.lost_target`)."""
+        if self._targets_checked:
+            return
+        if state.marks is not None:  # a new epoch has no marks to check
+            opened = {n: s for n, s in self.sinks.items() if n not in self._unopened}
+            timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
+            refuse_lost_targets(
+                self.pipeline, state.info.epoch, self.ledger, opened, state.marks,
+                self._accept_lost, timeouts,
+            )  # fmt: skip
+        self._targets_checked = True
+
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
+        self._check_targets(state)  # 2b. once per run
         plan(state, self.ledger, self.sinks)  # 3. plan
         if self.lagging.sinks:  # admitted: Spark committed every batch of its epoch before it
             self._saw_batch(state.info)

@@ -517,7 +517,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run a pipeline described in a TOML file."""
     from fanout.app.runner import run
 
-    return run(args.pipeline_file, new_epoch=args.new_epoch)
+    return run(
+        args.pipeline_file,
+        new_epoch=args.new_epoch,
+        accept_lost_targets=args.accept_lost_target or (),
+    )
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -612,6 +616,14 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
         "continues under a new epoch, whose transaction ids are new (start the new "
         "checkpoint where `fanout recover --config` says). This run only: later runs "
         "refuse resets again. Refused when the checkpoint was not reset",
+    )
+    run.add_argument(
+        "--accept-lost-target",
+        action="append",
+        metavar="SINK",
+        help="after TargetLostError (the sink's target was deleted or replaced and lost "
+        "batches the ledger marks written there): this run writes on into the target as it "
+        "is, accepting the loss. Repeat for several sinks. This run only",
     )
     run.set_defaults(func=cmd_run)
 

@@ -164,11 +164,13 @@ def build_source(spark: Any, config: PipelineConfig) -> Any:
 
 def build_fanout(
     spark: Any, config: PipelineConfig, plugins: Sequence[object] = (), *, serve: bool = True,
-    new_epoch: bool = False,
+    new_epoch: bool = False, accept_lost_targets: Sequence[str] = (),
 ) -> Any:  # fmt: skip
     """The FanOut of the config (opens every sink and the ledger); ``serve`` starts the
     metrics endpoint when the config has a ``[metrics]`` section; ``new_epoch``: a
-    checkpoint reset continues under a new epoch (``fanout run --new-epoch``)."""
+    checkpoint reset continues under a new epoch (``fanout run --new-epoch``);
+    ``accept_lost_targets``: sinks whose lost target this run writes on into
+    (``fanout run --accept-lost-target``, :class:`fanout.TargetLostError`)."""
     from fanout.fan_out import FanOut
 
     observers = list(plugins)
@@ -197,6 +199,7 @@ def build_fanout(
         share_tasks=config.share_tasks,
         pipeline_file=None if config.path is None else str(config.path),
         on_checkpoint_reset="new_epoch" if new_epoch else "refuse",
+        accept_lost_targets=accept_lost_targets,
     )
 
 
@@ -261,12 +264,20 @@ def validate(path: str, out: TextIO | None = None) -> int:
     return 0
 
 
-def run(path: str, out: TextIO | None = None, *, new_epoch: bool = False) -> int:
+def run(
+    path: str,
+    out: TextIO | None = None,
+    *,
+    new_epoch: bool = False,
+    accept_lost_targets: Sequence[str] = (),
+) -> int:
     """Run the pipeline until its trigger ends it, it fails, or SIGINT/SIGTERM stops it.
 
     ``new_epoch`` (``--new-epoch``): this run accepts a checkpoint reset, continuing under a
     new epoch; refused before anything starts when there is no reset to accept
-    (:func:`fanout.app.new_epoch.check_new_epoch`).
+    (:func:`fanout.app.new_epoch.check_new_epoch`). ``accept_lost_targets``
+    (``--accept-lost-target SINK``): this run writes on into those sinks' targets even when
+    they lost batches the ledger marks written there (:class:`fanout.TargetLostError`).
 
     :return: the exit code: 0 finished or stopped cleanly with every sink holding every
         batch, 1 failed (also when a batch fails while a stop waits for it),
@@ -287,7 +298,10 @@ def run(path: str, out: TextIO | None = None, *, new_epoch: bool = False) -> int
     df = build_source(spark, config)
     tracker = BatchTracker()
     progress = ProgressObserver()
-    fan = build_fanout(spark, config, plugins=[tracker, progress], new_epoch=new_epoch)
+    fan = build_fanout(
+        spark, config, plugins=[tracker, progress], new_epoch=new_epoch,
+        accept_lost_targets=accept_lost_targets,
+    )  # fmt: skip
     refuse_unfit_sinks(fan, df, path)
     if accepted is not None:
         out.write(accepted + "\n")

@@ -319,7 +319,11 @@ class Sink:
         1``: a sink that wrote that batch and lost its mark (the driver killed in between)
         would get its rows again from the new epoch, so fanout refuses the start
         (:class:`fanout.UnmarkedBatchError`). One read of the sink's records; never called
-        on the per-batch path.
+        on the per-batch path. Also once per run, at its first batch, for the sink's last
+        mark ``m`` of the current epoch (and, when that says ``False``, its last mark that
+        wrote rows): ``False`` there refuses the run with :class:`fanout.TargetLostError`
+        (the target was deleted or replaced since), so records kept beside the target
+        (a progress table, consumer groups) that outlive it must not answer alone.
 
         ``True``: the *whole* batch was committed (fanout then records the sink's lost mark
         in the ledger, which counts the batch as written there); a :class:`PartlyHeld`:

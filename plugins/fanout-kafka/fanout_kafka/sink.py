@@ -180,6 +180,7 @@ class KafkaSink(PartitionedSink):
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
         self._end_turns: str | None = None  # Tansu's transaction ends take turns (open())
         self._unsettled = True  # an earlier attempt may have left transactions open
+        self._created_topic = False  # open() created the (missing) topic, none written since
         self.create_topic = create_topic
         self.order_by = order_by
         self.open_timeout_s = open_timeout_s
@@ -240,6 +241,8 @@ class KafkaSink(PartitionedSink):
                 if change is not None:
                     context.would(change)
             else:
+                if topic == self.topic:
+                    self._created_topic = cluster.partitions(topic) is None
                 cluster.ensure_topic(topic, option, topic_spec, partitions=partitions)
         self._check_transaction_timeout(cluster)
         self._warn_marker_retention(cluster)
@@ -328,12 +331,18 @@ class KafkaSink(PartitionedSink):
         long as each has one (one admin request per partition,
         :mod:`fanout_kafka.membership`), and the partition count the holding partitions'
         plan offsets recorded. All of the batch's partitions: ``True``; some:
-        :class:`fanout.PartlyHeld`; none: ``False``."""
+        :class:`fanout.PartlyHeld`; none: ``False``.
+
+        The marker groups outlive the topic: a topic missing now, or one :meth:`open`
+        created (``create_topic``: it was missing, deleted by hand) into which this sink
+        has committed nothing since, holds no batch (``False``)."""
         from fanout.contract.batch import pipeline_scope
         from fanout_kafka.markers import marker_group
         from fanout_kafka.membership import held_partitions
 
         scope, name = pipeline_scope(pipeline, epoch), self.name
+        if self._created_topic or self._topic_missing():
+            return False
         config = admin_config(self.producer, str(self.bootstrap_servers))
         committed, count = held_partitions(
             config,
@@ -349,6 +358,17 @@ class KafkaSink(PartitionedSink):
         if count is not None and committed >= count:
             return True
         return PartlyHeld(committed, count)
+
+    def _topic_missing(self) -> bool:
+        """Whether the topic does not exist (one metadata request)."""
+        from fanout_kafka.admin import Cluster
+
+        if self.topic is None or self.bootstrap_servers is None:
+            return False
+        servers = str(self.bootstrap_servers)
+        cluster = Cluster(self.name, servers, self.producer, self.open_timeout_s)
+        cluster.connect()
+        return cluster.partitions(self.topic) is None
 
     def _read_markers(self, batch: Batch, plan: PartitionPlan) -> list[CommittedPartition]:
         settings = replace(self.settings(batch), plan=plan)
@@ -366,6 +386,7 @@ class KafkaSink(PartitionedSink):
         left open."""
         super().after_partitions(batch, outcomes)
         self._unsettled = False
+        self._created_topic = False  # it holds this batch now
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> KafkaPartitionWriter:
         """One transaction per partition, committing the batch's plan with its marker."""

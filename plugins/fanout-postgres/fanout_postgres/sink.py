@@ -184,6 +184,7 @@ class PostgresSink(PartitionedSink):
         self._checked: dict[str, int] = {}  # schema -> the last batch its plan was checked at
         self._keys: list[str] | None = None  # resolved at open() (append: the hash keys)
         self._direct = DirectCopyPolicy()
+        self._missing_at_open = False  # the table did not exist when open() looked
 
     @property
     def guarantee(self) -> Guarantee:
@@ -216,6 +217,7 @@ class PostgresSink(PartitionedSink):
                 self._require_migrated(engine)
             with engine.connect() if checking else engine.begin() as conn:
                 info = reflect(conn, self._table)  # type: ignore[arg-type]
+                self._missing_at_open = info is None and not checking
                 self._check_target(info)
                 self._check_rules(conn)
                 if isinstance(self._dead, PostgresDeadLetters):
@@ -377,11 +379,17 @@ class PostgresSink(PartitionedSink):
         A read that fails on fanout's tables behind the migrations it reads (a read-only
         ``fanout recover`` opened the sink without migrating, e.g. upsert's
         ``upsert_routes.partitions`` of ``0005``) raises a :class:`ConfigurationError`
-        naming the ``fanout migrate`` command instead."""
+        naming the ``fanout migrate`` command instead.
+
+        The progress marks and routes live in ``state_schema`` and outlive the table: a
+        table dropped since (or dropped and created again, found empty after ``open()``
+        found it missing) holds nothing, whatever they say (``False``)."""
         scope = pipeline_scope(pipeline, epoch)
         engine = self._engine()
         try:
             with engine.connect() as conn:
+                if self._target_gone(conn):
+                    return False
                 if self.mode == "append":
                     marks = committed_partitions(
                         conn, self.state_schema, scope, self.name, batch_id
@@ -400,6 +408,18 @@ class PostgresSink(PartitionedSink):
             raise self._error(
                 f"cannot read its records of batch {batch_id} of epoch {epoch}: {behind}"
             ) from exc
+
+    def _target_gone(self, conn: Any) -> bool:
+        """Whether the table is missing, or was missing at :meth:`open` and is empty now
+        (created again since by ``create_table``, before this run wrote a row to it)."""
+        if self._table is None:
+            return False
+        if reflect(conn, self._table) is None:
+            return True
+        if not self._missing_at_open:
+            return False
+        sql = f"SELECT NOT EXISTS (SELECT 1 FROM {self._table.quoted()})"
+        return bool(conn.execute(_sa().text(sql)).scalar())
 
     def _behind_migrations(self, engine: Any) -> str | None:
         """:func:`migration_problem` as a read-only check says it, ``None`` when the tables

@@ -1,0 +1,142 @@
+"""At a run's first batch: does each sink's target still hold its last marked batch?
+
+The ledger records every batch each sink completed. A target deleted or replaced behind
+fanout's back (a Delta table removed, a PostgreSQL table dropped, a Kafka topic deleted)
+and created again empty (``create_table``, ``create_topic``, the Delta sink's own create)
+loses those batches silently: the ledger and ``fanout status`` still count them, and the
+run writes on. So before a run writes anything, each open sink with a mark in the current
+epoch is asked :meth:`fanout.Sink.holds_batch` about that mark, once per run (never on the
+per-batch path). A definite ``False`` refuses the run with :class:`fanout.TargetLostError`;
+``None`` (cannot tell) and :class:`fanout.PartlyHeld` pass, as before.
+
+A mark need not be a batch the target holds: an empty batch, or one whose every row went
+to the dead letters, commits nothing there, and a ``fanout ledger skip`` mark writes
+nothing. So a ``False`` about the mark is checked once more against the sink's last mark
+that wrote rows (a scan of the epoch's marks, only on this path); a sink with none passes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+
+from fanout.contract.sink import Sink
+from fanout.errors import TargetLostError
+from fanout.ledger.entry import Ledger, ledger_location
+from fanout.ledger.gaps import is_skip
+from fanout.observe.secrets import redact
+from fanout.steps.timeout import BoundedCall
+
+log = logging.getLogger("fanout")
+
+TARGET_OPTIONS = ("path", "table", "topic")
+"""The attributes naming a built-in sink's target, the first one set wins."""
+
+
+def refuse_lost_targets(
+    pipeline: str,
+    epoch: int,
+    ledger: Ledger,
+    sinks: Mapping[str, Sink],
+    marks: Mapping[str, int | None],
+    accepted: Collection[str] = (),
+    timeouts: Mapping[str, float] | None = None,
+) -> None:
+    """Raise :class:`fanout.TargetLostError` for the first sink of ``sinks`` (open, with a
+    mark in ``marks``, of ``epoch``) whose target, by its own records, no longer holds its
+    last marked batch that wrote rows. A sink in ``accepted`` (``accept_lost_targets``) is
+    not asked: its loss is accepted for this run, and a warning logged. ``timeouts``: the
+    sinks with ``write_timeout_s``, whose answer is waited for that long (no answer:
+    cannot tell, the run goes on as before)."""
+    bounds = timeouts or {}
+    for name, sink in sorted(sinks.items()):
+        mark = marks.get(name)
+        if mark is None:
+            continue
+        if name in accepted:
+            log.warning(
+                "pipeline %s, sink %s: its target is not checked for batch %s of epoch %s "
+                "(accept_lost_targets): a target that lost the batches marked written "
+                "stays without them", pipeline, name, mark, epoch,
+            )  # fmt: skip
+            continue
+        bound = bounds.get(name)
+        if _answer(sink, pipeline, epoch, mark, bound) is not False:
+            continue
+        written = _last_written(ledger, pipeline, epoch, name, mark)
+        if written is None:
+            continue
+        if written != mark and _answer(sink, pipeline, epoch, written, bound) is not False:
+            continue
+        raise TargetLostError(
+            redact(_message(pipeline, epoch, ledger, sink, written), sink.secret_values()),
+            sink=name,
+            batch_id=written,
+        )
+
+
+def _answer(
+    sink: Sink, pipeline: str, epoch: int, batch_id: int, timeout_s: float | None
+) -> object:
+    if timeout_s is not None:
+        name = f"fanout-{pipeline}-{sink.name}-holds-batch"
+        call = BoundedCall.run(
+            lambda: _answer(sink, pipeline, epoch, batch_id, None), timeout_s, name
+        )
+        if call.done.is_set():
+            return call.outcome()
+        log.warning(
+            "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s whether its "
+            "target still holds batch %s of epoch %s", pipeline, sink.name, timeout_s,
+            batch_id, epoch,
+        )  # fmt: skip
+        return None
+    try:
+        return sink.holds_batch(pipeline, epoch, batch_id)
+    except Exception as exc:  # cannot read its records: cannot tell, the run goes on
+        log.warning(
+            "pipeline %s, sink %s: cannot tell whether its target still holds batch %s of "
+            "epoch %s: %s: %s", pipeline, sink.name, batch_id, epoch, type(exc).__name__, exc,
+        )  # fmt: skip
+        return None
+
+
+def _last_written(ledger: Ledger, pipeline: str, epoch: int, sink: str, mark: int) -> int | None:
+    """The sink's last mark of ``epoch`` at or before ``mark`` that wrote rows to its target
+    (a lost mark counts: the sink's own records held it), ``None`` when none did."""
+    written = [
+        e.batch_id
+        for e in ledger.committed_entries(pipeline, 0, epoch)
+        if e.sink == sink
+        and e.batch_id <= mark
+        and not is_skip(e)
+        and (e.lost or (e.rows is not None and e.rows > 0))
+    ]
+    return max(written, default=None)
+
+
+def target_text(sink: Sink) -> str:
+    """The sink's target as its options name it (a Delta path, a table, a topic)."""
+    for option in TARGET_OPTIONS:
+        value = getattr(sink, option, None)
+        if isinstance(value, str) and value:
+            return f"{option} {value!r}"
+    return "its target"
+
+
+def _message(pipeline: str, epoch: int, ledger: Ledger, sink: Sink, batch: int) -> str:
+    where = ledger_location(ledger)
+    return (
+        f"pipeline {pipeline!r}: {target_text(sink)} no longer holds batch {batch} of epoch "
+        f"{epoch}, which the ledger marks written there (its last marked batch that wrote "
+        "rows): the target was probably deleted or replaced since, and created again empty "
+        "(create_table, create_topic, or a Delta table written anew). The batches the ledger "
+        "counts for it are gone from it, and `fanout status` still counts them. Nothing was "
+        "written by this run.\n"
+        "Ways on: restore the target (from a backup or the storage's history: a Delta table's "
+        "RESTORE, a PostgreSQL dump, the topic's mirror), then start again; or accept the loss "
+        f"explicitly for this run: `fanout run PIPELINE.toml --accept-lost-target {sink.name}` "
+        f"(FanOut(accept_lost_targets=[{sink.name!r}])), which writes on from the next batch "
+        f"into the target as it is (the ledger at {where} keeps counting the lost batches "
+        "as written there)."
+    )

@@ -1,0 +1,67 @@
+"""A Kafka topic deleted between two runs, under a sink with ``create_topic``: the marker
+groups' offsets (on the marker topic) outlive it, so the sink's records alone still said
+"held", and ``open()`` created the topic again. The next run's first batch is now refused
+with :class:`fanout.TargetLostError` before anything is written (it wrote on silently,
+batches 0-1 gone from Kafka while the ledger counted them)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from kafkatools import Broker, read_topic
+
+from fanout import BatchInfo, FanOut, TargetLostError
+
+pytestmark = pytest.mark.integration
+
+
+def _fan(tmp_path: Path, kafka: Broker, topic: str, pipeline: str, **options: Any) -> FanOut:
+    sink = {"type": "kafka", "name": "k", "bootstrap_servers": kafka.bootstrap,
+            "topic": topic, "key": "id", "partitions": 2,
+            "create_topic": {"partitions": 2}}  # fmt: skip
+    return FanOut(pipeline, str(tmp_path / "ledger"), [sink], retries=0, **options)
+
+
+def _run(fan: FanOut, spark: Any, pipeline: str, batch_id: int) -> None:
+    rows = [(batch_id * 10 + n,) for n in range(3)]
+    info = BatchInfo(pipeline, batch_id, "query-1", [{"src": {"0": batch_id + 1}}],
+                     batch_timestamp_ms=1000 + batch_id)  # fmt: skip
+    try:
+        fan.process(spark.createDataFrame(rows, "id BIGINT"), info)
+    finally:
+        fan.close()
+
+
+def _keys(kafka: Broker, topic: str, expected: int) -> list[str]:
+    return sorted(str(r["key"]) for r in read_topic(kafka.bootstrap, topic, expected, timeout=15))
+
+
+def test_a_deleted_topic_created_again_refuses_the_next_run(
+    spark: Any, kafka: Broker, tmp_path: Path
+) -> None:
+    pipeline, topic = f"lostk{uuid.uuid4().hex[:6]}", f"lost-{uuid.uuid4().hex[:8]}"
+    _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 0)
+    _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 1)  # a normal restart
+    assert _keys(kafka, topic, 6) == ["0", "1", "10", "11", "12", "2"]
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.delete_topics([topic])[topic].result(10)
+
+    refused_fan = _fan(tmp_path, kafka, topic, pipeline)  # open() creates the topic again
+    with pytest.raises(TargetLostError) as refused:
+        _run(refused_fan, spark, pipeline, 2)
+    assert str(refused.value).startswith(
+        f"sink 'k', batch 1: pipeline {pipeline!r}: topic {topic!r} no longer holds batch 1 "
+        "of epoch 0, which the ledger marks written there (its last marked batch that wrote "
+        "rows): the target was probably deleted or replaced since, and created again empty"
+    )
+    assert "--accept-lost-target k`" in str(refused.value)
+    assert _keys(kafka, topic, 1) == []  # nothing written
+
+    _run(_fan(tmp_path, kafka, topic, pipeline, accept_lost_targets=["k"]), spark, pipeline, 2)
+    assert _keys(kafka, topic, 3) == ["20", "21", "22"]
+    _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 3)  # holds its mark 2
+    assert _keys(kafka, topic, 6) == ["20", "21", "22", "30", "31", "32"]

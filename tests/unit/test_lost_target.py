@@ -1,0 +1,109 @@
+"""The check at a run's first batch (fanout.steps.lost_target): which batch each sink is
+asked about (its last mark, else its last mark that wrote rows: not an empty batch's, not a
+skip's), what passes (cannot tell, accepted, no mark that wrote rows), and the refusal's
+text (a memory ledger, fake sinks: the real sinks are tested against their services)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from fanout import Sink, TargetLostError
+from fanout.app.cli import build_parser
+from fanout.ledger.entry import LedgerEntry
+from fanout.ledger.gaps import skip_batches
+from fanout.ledger.memory import MemoryLedger
+from fanout.steps.lost_target import refuse_lost_targets
+
+
+class Target(Sink):
+    """Holds the batches in ``held`` (``None``: cannot tell); records what it was asked."""
+
+    def __init__(self, name: str, held: set[int] | None, path: str = "/data/silver") -> None:
+        super().__init__(name)
+        self.held, self.path, self.asked = held, path, []
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        self.asked.append((epoch, batch_id))
+        return None if self.held is None else batch_id in self.held
+
+
+def _ledger(rows: dict[str, list[int]]) -> MemoryLedger:
+    """Marks of epoch 0, batch by batch, each with its row count."""
+    ledger = MemoryLedger()
+    for sink, counts in rows.items():
+        for batch, count in enumerate(counts):
+            ledger.mark_committed(LedgerEntry("p", sink, batch, "committed", rows=count))
+    return ledger
+
+
+def _check(ledger: MemoryLedger, *sinks: Target, accepted: tuple[str, ...] = ()) -> None:
+    named = {s.name: s for s in sinks}
+    refuse_lost_targets("p", 0, ledger, named, ledger.last_committed("p", named), accepted)
+
+
+def test_a_target_without_its_last_mark_is_refused_naming_sink_target_and_batch() -> None:
+    ledger = _ledger({"a": [3, 3], "b": [3, 3]})
+    a, b = Target("a", {0, 1}), Target("b", set(), path="/data/gold")
+    with pytest.raises(TargetLostError) as refused:
+        _check(ledger, a, b)
+    assert (refused.value.sink, refused.value.batch_id) == ("b", 1)
+    assert str(refused.value).startswith(
+        "sink 'b', batch 1: pipeline 'p': path '/data/gold' no longer holds batch 1 of epoch "
+        "0, which the ledger marks written there (its last marked batch that wrote rows): "
+        "the target was probably deleted or replaced since, and created again empty "
+        "(create_table, create_topic, or a Delta table written anew)."
+    )
+    assert "`fanout run PIPELINE.toml --accept-lost-target b`" in str(refused.value)
+    assert "FanOut(accept_lost_targets=['b'])" in str(refused.value)
+    assert a.asked == [(0, 1)] and b.asked == [
+        (0, 1),
+    ]
+
+
+def test_an_empty_last_batch_is_passed_over_for_the_last_that_wrote_rows() -> None:
+    ledger = _ledger({"a": [3, 2, 0, 0]})
+    held = Target("a", {1})  # an empty batch commits nothing: the target holds up to 1
+    _check(ledger, held)
+    assert held.asked == [(0, 3), (0, 1)]
+    lost = Target("a", set())
+    with pytest.raises(TargetLostError, match="no longer holds batch 1 of epoch 0"):
+        _check(ledger, lost)
+
+
+def test_a_skip_mark_is_passed_over_and_a_sink_that_never_wrote_rows_passes() -> None:
+    ledger = _ledger({"a": [3, 3], "b": [0, 0], "c": [3, 3, 3, 3, 3]})
+    skip_batches(ledger, "p", "a", 4)  # a never gets 2-4: its mark 4 wrote nothing
+    a, b, c = Target("a", {0, 1}), Target("b", set()), Target("c", {0, 1, 2, 3, 4})
+    _check(ledger, a, b, c)
+    assert a.asked == [(0, 4), (0, 1)] and b.asked == [(0, 1)] and c.asked == [(0, 4)]
+
+
+def test_cannot_tell_a_failing_hook_and_an_accepted_sink_pass(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Failing(Target):
+        def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+            raise OSError("unreachable")
+
+    ledger = _ledger({"a": [1], "b": [1], "c": [1]})
+    accepted = Target("c", set())
+    with caplog.at_level(logging.WARNING, logger="fanout"):
+        _check(ledger, Target("a", None), Failing("b", set()), accepted, accepted=("c",))
+    assert accepted.asked == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "pipeline p, sink b: cannot tell whether its target still holds batch 0 of epoch 0: "
+        "OSError: unreachable",
+        "pipeline p, sink c: its target is not checked for batch 0 of epoch 0 "
+        "(accept_lost_targets): a target that lost the batches marked written stays without "
+        "them",
+    ]
+
+
+def test_fanout_run_takes_accept_lost_target_once_per_sink() -> None:
+    args = build_parser().parse_args(
+        ["run", "p.toml", "--accept-lost-target", "a", "--accept-lost-target", "b"]
+    )
+    assert args.accept_lost_target == ["a", "b"]
+    assert build_parser().parse_args(["run", "p.toml"]).accept_lost_target is None
