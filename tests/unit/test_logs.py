@@ -123,9 +123,11 @@ def test_the_cli_stream_masks_a_short_secret_only_as_a_urls_password() -> None:
     stream.write('"url": "postgresql+psycopg2://fanout:fanout@127.0.0.1:5432/fanout", "n": 1\n')
     stream.write("s3://KEY:LongSecretPassw0rd@b/x and LongSecretPassw0rd alone\n")
     stream.write("az://u:1@acct/x, gs://u:12@b/y\n")
+    stream.write("postgresql://u@h/db?sslmode=require&password=fanout&n=12 ?x=fanout1\n")
     assert out.getvalue() == (
         "fanout recover --config p.toml: batch 1 of sink fanout_pg\n"
         '"url": "postgresql+psycopg2://fanout:***@127.0.0.1:5432/fanout", "n": 1\n'
         "s3://KEY:***@b/x and *** alone\n"
         "az://u:***@acct/x, gs://u:12@b/y\n"
+        "postgresql://u@h/db?sslmode=require&password=***&n=12 ?x=fanout1\n"
     )
