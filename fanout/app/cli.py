@@ -822,10 +822,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     register_secrets(location_secrets(list(vars(args).values())))  # --ledger s3://k:pw@...
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = RedactingStream(out), RedactingStream(err)  # type: ignore[assignment]
-    try:
-        return _run(args)
-    finally:
-        sys.stdout, sys.stderr = out, err
+    code = _run(args)
+    # put back only on a return: the traceback of an error raised through here, which the
+    # interpreter prints to sys.stderr after main, may name a location's password too
+    sys.stdout, sys.stderr = out, err
+    return code
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from fanout.observe.secrets import redact
+from fanout.observe.secrets import redact, redact_printed
 
 FIELDS = ("pipeline", "batch_id", "sink", "attempt")
 
@@ -65,9 +65,10 @@ class RedactFilter(logging.Filter):
 
 
 class RedactingStream:
-    """A text stream that masks every registered secret in what is written to it before
-    passing it to ``stream`` (the CLI's stdout and stderr, which no log handler filters);
-    anything else is the wrapped stream's."""
+    """A text stream that masks the registered secrets in what is written to it before
+    passing it to ``stream`` (the CLI's stdout and stderr, which no log handler filters), as
+    :func:`fanout.observe.secrets.redact_printed` masks them; anything else is the wrapped
+    stream's."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
@@ -75,7 +76,7 @@ class RedactingStream:
     def write(self, text: str) -> int:
         """Write ``text`` masked; returns ``len(text)``, as the caller wrote it."""
         secrets = known_secrets()
-        self.stream.write(redact(text, secrets) if secrets else text)
+        self.stream.write(redact_printed(text, secrets) if secrets else text)
         return len(text)
 
     def __getattr__(self, name: str) -> Any:

@@ -205,6 +205,29 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return "".join(out)
 
 
+def redact_printed(text: str, secrets: Iterable[str]) -> str:
+    """``text`` as the ``fanout`` command prints it: the password of every URL's
+    ``scheme://user:password@`` and the value of every query parameter (``?password=``) in
+    it masked where it is one of ``secrets`` (as :func:`redact` masks it), and the secrets
+    of :data:`SHORT_SECRET` characters or more wherever they occur. A shorter one elsewhere
+    is left: a whole command's output is mostly fanout's own words and numbers, which a
+    password ``fanout`` or ``1`` would mask (``*** recover --config``,
+    ``"last_committed_batch": ***``, no JSON); the errors and log lines it prints are masked
+    of every secret before (:func:`redact`)."""
+    found = [s for s in secrets if s and not s.isspace()]
+    if not found:
+        return text
+    text = _URL_PASSWORD.sub(lambda m: m.group(1) + redact(m.group(2), found) + "@", text)
+    text = _QUERY_VALUE.sub(lambda m: m.group(1) + redact(m.group(2), found), text)
+    return redact(text, [s for s in found if len(s) >= SHORT_SECRET])
+
+
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*:)([^@\s]*)@")
+"""A URL's ``scheme://user:password@`` in running text; group 2 is the password."""
+_QUERY_VALUE = re.compile(r"([?&][A-Za-z0-9_.\-]+=)([^&#\s\"']*)")
+"""A URL's query parameter (``?password=...``, ``&sig=...``); group 2 is the value."""
+
+
 def _spans(text: str, secrets: Iterable[str]) -> list[tuple[int, int]]:
     """Where ``secrets`` occur in ``text``: sorted, overlapping or touching spans merged."""
     masked: list[tuple[int, int]] = []

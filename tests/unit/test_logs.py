@@ -12,7 +12,13 @@ import pytest
 
 from fanout import BatchFailedError, BatchInfo, FanOut, Sink
 from fanout.ledger.memory import MemoryLedger
-from fanout.observe.logs import JsonFormatter, RedactFilter, configure, register_secrets
+from fanout.observe.logs import (
+    JsonFormatter,
+    RedactFilter,
+    RedactingStream,
+    configure,
+    register_secrets,
+)
 from fanout.testing import ArrowFrame, FlakySink, RecordingSink
 
 TOKEN = "tok-9f8e7d6c5b"
@@ -104,3 +110,24 @@ def test_a_password_in_the_checkpoint_location_is_masked_in_the_log() -> None:
     )  # fmt: skip
     RedactFilter().filter(record)
     assert record.getMessage() == "checkpoint s3://KEY:***@bucket/ckpt: replaced"
+
+
+def test_the_cli_stream_masks_a_short_secret_only_as_a_urls_password() -> None:
+    """The example pipeline's PostgreSQL password is ``fanout``: the CLI's streams masked
+    the word wherever it stood alone, so ``fanout run`` printed ``*** recover --config``, and
+    a password ``1`` made ``status --json`` print ``"last_committed_batch": ***``."""
+    out = io.StringIO()
+    register_secrets(["fanout", "1", "LongSecretPassw0rd"])
+    stream = RedactingStream(out)
+    stream.write("fanout recover --config p.toml: batch 1 of sink fanout_pg\n")
+    stream.write('"url": "postgresql+psycopg2://fanout:fanout@127.0.0.1:5432/fanout", "n": 1\n')
+    stream.write("s3://KEY:LongSecretPassw0rd@b/x and LongSecretPassw0rd alone\n")
+    stream.write("az://u:1@acct/x, gs://u:12@b/y\n")
+    stream.write("postgresql://u@h/db?sslmode=require&password=fanout&n=12 ?x=fanout1\n")
+    assert out.getvalue() == (
+        "fanout recover --config p.toml: batch 1 of sink fanout_pg\n"
+        '"url": "postgresql+psycopg2://fanout:***@127.0.0.1:5432/fanout", "n": 1\n'
+        "s3://KEY:***@b/x and *** alone\n"
+        "az://u:***@acct/x, gs://u:12@b/y\n"
+        "postgresql://u@h/db?sslmode=require&password=***&n=12 ?x=fanout1\n"
+    )

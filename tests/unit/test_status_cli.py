@@ -340,3 +340,24 @@ def test_status_of_a_batch_whose_lost_mark_a_write_s_own_mark_replaced_shows_the
             "given_up": [],
         }
     ]
+
+
+def test_a_traceback_masks_a_password_in_a_location(tmp_path: Path) -> None:
+    """A spool on ``az://user:SECRET@x/...`` the store refuses: status fails with a
+    traceback, which the interpreter prints after ``main`` put the unmasked streams back, and
+    the store's error named the spool's location, password and all."""
+    secret = "LongSecretPassw0rd"
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\ncheckpoint = "{tmp_path}/ck"\n'
+        f'spool = "az://user:{secret}@x/spool"\n[source]\nformat = "rate"\n'
+        f'[[sinks]]\ntype = "delta"\nname = "a"\npath = "{tmp_path}/a"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "fanout.app.cli", "status", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert secret not in done.stdout + done.stderr
+    assert "az://user:***@x/spool" in done.stderr, done.stderr

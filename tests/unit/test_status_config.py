@@ -79,6 +79,35 @@ def test_status_lists_every_sink_of_the_pipeline_file(
     }  # fmt: skip
 
 
+def test_a_short_password_in_the_pipeline_file_leaves_status_output_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tables at ``s3://k:1@...`` and ``s3://k:fanout@...`` (the example pipeline's
+    password): the CLI masked each standalone ``1`` and ``fanout`` in all it printed, so the
+    table read ``***`` for batch 1, the next step ``*** recover``, and ``--json`` was no
+    JSON (``"last_committed_batch": ***``)."""
+    config = _setup(tmp_path)
+    text = Path(config).read_text()
+    text = text.replace(f'"{tmp_path}/b"', '"s3://k:1@bucket/b"')
+    Path(config).write_text(text.replace(f'"{tmp_path}/c"', '"s3://k:fanout@bucket/c"'))
+    assert main(["status", "--config", config]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[2]
+        == "p         a     live         1           10            0       2026-01-02 03:04:05"
+    )
+    assert out[3] == "p         b     stopped      -           0             1       -"
+    assert out[-1].endswith(f"restore it, or see `fanout recover --config {config}`")
+    assert main(["status", "--config", config, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(s["sink"], s["last_committed_batch"], s["failed_attempts"]) for s in listed] == [
+        ("a", 1, 0),
+        ("b", None, 1),
+        ("c", None, 0),
+    ]
+    assert listed[0]["checkpoint"]["said"].endswith(f"`fanout recover --config {config}`")
+
+
 def test_status_of_a_pipeline_file_not_run_yet_lists_its_sinks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
