@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.locations import shown_location
-from fanout.errors import ConfigurationError, FanoutError, SinkUnreachableError, batch_ranges
+from fanout.errors import (
+    ConfigurationError,
+    FanoutError,
+    SinkUnreachableError,
+    SpoolError,
+    batch_ranges,
+)
 from fanout.observe.logs import RedactingStream, known_secrets, register_secrets
 from fanout.observe.logs import configure as configure_logging
 from fanout.observe.secrets import location_secrets, redact
@@ -154,11 +160,17 @@ def cmd_status(args: argparse.Namespace) -> int:
             target.spool,
             target.sinks,
         )
-        if spool is not None and args.spool is None and not _spool_started(spool, pipeline):
-            ran = _has_batches(target.ledger, pipeline)
-            note = _no_spool_yet(spool, args.config, ran=ran)
-            target = replace(target, notes=(*target.notes, note))
-            spool = None
+        if spool is not None and args.spool is None:
+            try:
+                started = _spool_started(spool, pipeline)
+            except SpoolError as exc:  # the ledger's table is still worth showing
+                unread = f"{exc} (its spooled batches and the sinks lagging on them not shown)"
+                target, spool = replace(target, notes=(*target.notes, unread)), None
+            else:
+                if not started:
+                    ran = _has_batches(target.ledger, pipeline)
+                    note = _no_spool_yet(spool, args.config, ran=ran)
+                    target, spool = replace(target, notes=(*target.notes, note)), None
         for note in target.notes:  # stderr: --json's output stays JSON
             print(f"pipeline {pipeline!r}: {note}", file=sys.stderr)
     elif location is None:

@@ -169,10 +169,10 @@ def spool_kept(
     skip`` made without the spool, per epoch. A spooled batch is kept so when the sink's
     first committed mark at or after it is a skip's (as
     :meth:`fanout.steps.lag.Lagging.given_up` decides at each start)."""
-    from fanout.delta_tables.io import open_table, read_arrow
-    from fanout.spool.table import Spool
+    from fanout.delta_tables.io import read_arrow
+    from fanout.spool.table import open_index
 
-    index = open_table(Spool(path, "").index_path)
+    index = open_index(path)
     if index is None:
         return {}
     marks: dict[tuple[str, str, int], list[tuple[int, bool]]] = {}
@@ -215,10 +215,10 @@ def spool_backlogs(path: str, rows: Sequence[dict[str, Any]]) -> tuple[Backlogs,
     when the oldest was spooled; and apart, those of them given up: of an epoch before the
     pipeline's current one, and not settled by the ledger and the spool
     (:func:`fanout.steps.lag.settled_on_record`, as the catch-up judges them)."""
-    from fanout.delta_tables.io import open_table, read_arrow
-    from fanout.spool.table import Spool, batches_of_index
+    from fanout.delta_tables.io import read_arrow
+    from fanout.spool.table import batches_of_index, open_index
 
-    index = open_table(Spool(path, "").index_path)
+    index = open_index(path)
     if index is None:
         return {}, {}
     marks: dict[tuple[str, str, int], int] = {}
@@ -285,10 +285,10 @@ def _abandoned(
 
 def spool_footer(path: str, pipeline: str | None) -> str:
     """One line per pipeline: what the spool holds."""
-    from fanout.delta_tables.io import open_table, read_arrow
-    from fanout.spool.table import Spool
+    from fanout.delta_tables.io import read_arrow
+    from fanout.spool.table import Spool, open_index
 
-    index = open_table(Spool(path, "").index_path)
+    index = open_index(path)
     names = (
         sorted({r["pipeline"] for r in read_arrow(index, columns=["pipeline"]).to_pylist()})
         if index

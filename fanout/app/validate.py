@@ -145,15 +145,18 @@ def _shared_tables_check(
 def _spooled_check(checks: list[Check], config: PipelineConfig, specs: dict[str, Any]) -> None:
     """A spool that exists holds no batch for a sink that no longer lags (it would skip
     them): read only; a spool not made yet has nothing to check."""
-    from fanout.delta_tables.io import open_table
-    from fanout.errors import LedgerError
+    from fanout.errors import LedgerError, SpoolError
     from fanout.ledger.delta import DeltaLedger
-    from fanout.spool.table import BatchKey, Spool
+    from fanout.spool.table import BatchKey, Spool, open_index
     from fanout.steps.lag_steps import check_spooled_sinks
 
     spool = Spool(str(config.spool), config.name)
-    if open_table(spool.index_path, spool.storage_options) is None:
-        return
+    try:
+        if open_index(spool.path, spool.storage_options) is None:
+            return
+    except SpoolError:
+        return  # said by the lag checks, which run first
+
     ledger = DeltaLedger(config.ledger)
 
     def needs(sink: str, key: BatchKey) -> bool:  # its mark is older (read, never created)
@@ -173,13 +176,22 @@ def _spooled_check(checks: list[Check], config: PipelineConfig, specs: dict[str,
 def _lag_checks(checks: list[Check], config: PipelineConfig, specs: dict[str, Any]) -> None:
     """Sinks that lag or backfill: the spool is set, and each ``backfill_from`` names a
     sink that can give back its batches."""
-    from fanout.delta_tables.io import open_table
+    from fanout.contract.locations import shown_location
+    from fanout.errors import SpoolError
+    from fanout.spool.table import open_index
     from fanout.steps.lag_steps import backfill_sources, check_spool
 
     spool = _check(checks, f"spool {config.spool}: set for the sinks that lag or backfill",
                    lambda: check_spool(config.name, specs, config.spool))  # fmt: skip
-    if spool is not None and open_table(spool.index_path, spool.storage_options) is None:
-        _would(checks, f"spool {config.spool}", [f"create the spool index at {spool.index_path}"])
+    if spool is not None:
+        try:
+            index = open_index(spool.path, spool.storage_options)
+        except SpoolError as exc:
+            checks.append(Check(f"spool {shown_location(spool.path)}: can be read", str(exc)))
+        else:
+            if index is None:
+                where = f"spool {config.spool}"
+                _would(checks, where, [f"create the spool index at {spool.index_path}"])
     if any(spec.lag.backfill_from for spec in specs.values()):
         _check(checks, "backfill_from: names a sink that holds its batches",
                lambda: backfill_sources(config.name, specs))  # fmt: skip

@@ -37,7 +37,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.batch import BatchInfo, pipeline_scope
-from fanout.delta_tables.io import open_table, read_arrow
+from fanout.contract.locations import shown_location
+from fanout.delta_tables.io import one_line, open_table, read_arrow
 from fanout.delta_tables.retention import LOG_RETENTION_PROPERTY, OWN_LOG_RETENTION
 from fanout.errors import (
     CheckpointResetError,
@@ -45,6 +46,7 @@ from fanout.errors import (
     ConfigurationError,
     SpoolError,
 )
+from fanout.observe.secrets import location_secrets, redact
 from fanout.spool.refusals import spool_reset_message, spool_rollback_message
 
 if TYPE_CHECKING:
@@ -655,7 +657,7 @@ def existing_index(
     their marks, not at their spooled batches (``fanout recover``). ``named`` says where
     the path came from."""
     index_path = Spool(path, pipeline or "").index_path
-    index = open_table(index_path, storage_options)
+    index = open_index(path, storage_options)
     if index is None:
         raise ConfigurationError(
             f"{named} {path}: no spool there (no {index_path} table, which a pipeline run "
@@ -663,6 +665,24 @@ def existing_index(
             "(pipeline.spool in its file, FanOut(spool=...)), or leave --spool out"
         )
     return index
+
+
+def open_index(path: str, storage_options: Mapping[str, str] | None = None) -> Any:
+    """The index table of the spool at ``path`` read only (``None`` when there is none): a
+    store that cannot be read (unreachable, credentials not found) is a
+    :class:`fanout.SpoolError` naming the spool, not delta-rs' bare ``OSError`` (a
+    traceback in ``fanout status`` and ``fanout validate``)."""
+    try:
+        return open_table(Spool(path, "").index_path, storage_options)
+    except ConfigurationError:
+        raise
+    except Exception as exc:
+        raise SpoolError(
+            f"cannot read the spool at {shown_location(path)} (check the path, the store's "
+            "credentials: storage options or the environment delta-rs reads them from, and "
+            f"that it can be reached): {type(exc).__name__}: "
+            + redact(one_line(str(exc)), location_secrets(path))  # the store names the path
+        ) from exc
 
 
 def batches_of_index(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[SpooledBatch]]:

@@ -342,22 +342,53 @@ def test_status_of_a_batch_whose_lost_mark_a_write_s_own_mark_replaced_shows_the
     ]
 
 
-def test_a_traceback_masks_a_password_in_a_location(tmp_path: Path) -> None:
-    """A spool on ``az://user:SECRET@x/...`` the store refuses: status fails with a
-    traceback, which the interpreter prints after ``main`` put the unmasked streams back, and
-    the store's error named the spool's location, password and all."""
-    secret = "LongSecretPassw0rd"
+def _az_spool_pipeline(tmp_path: Path, secret: str) -> Path:
     config = tmp_path / "pipeline.toml"
     config.write_text(
         f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\ncheckpoint = "{tmp_path}/ck"\n'
         f'spool = "az://user:{secret}@x/spool"\n[source]\nformat = "rate"\n'
         f'[[sinks]]\ntype = "delta"\nname = "a"\npath = "{tmp_path}/a"\n'
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "fanout.app.cli", "status", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return config
+
+
+def test_a_traceback_masks_a_password_in_a_location() -> None:
+    """An error the command does not catch, naming a location given on the command line,
+    password and all: the interpreter prints its traceback after ``main`` returned, through
+    the masking streams (before, ``main`` had put the unmasked ones back)."""
+    secret = "LongSecretPassw0rd"
+    crash = (
+        "import sys\n"
+        "import fanout.app.cli as cli\n"
+        "def boom(args):\n"
+        "    raise OSError('store refused ' + args.ledger)\n"
+        "cli.cmd_status = boom\n"
+        f"sys.exit(cli.main(['status', '--ledger', 'az://user:{secret}@x/ledger']))\n"
     )
+    done = subprocess.run(
+        [sys.executable, "-c", crash], capture_output=True, text=True, timeout=120
+    )
+    assert "Traceback" in done.stderr and done.returncode == 1, done.stderr
     assert secret not in done.stdout + done.stderr
-    assert "az://user:***@x/spool" in done.stderr, done.stderr
+    assert "OSError: store refused az://user:***@x/ledger" in done.stderr, done.stderr
+
+
+def test_a_spool_the_store_refuses_is_said_and_the_ledger_still_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``status --config`` with a spool on a store it cannot read (before: delta-rs' bare
+    ``OSError`` and a traceback): a note naming the spool, masked, and the sinks' table."""
+    secret = "LongSecretPassw0rd"
+    config = _az_spool_pipeline(tmp_path, secret)
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    ledger.open()
+    ledger.mark_committed(LedgerEntry("p", "a", 0, "committed", rows=3))
+    assert main(["status", "--config", str(config)]) == 0
+    out, err = capsys.readouterr()
+    assert secret not in out + err
+    assert err.startswith(
+        "pipeline 'p': cannot read the spool at az://user:***@x/spool (check the path, the "
+        "store's credentials"
+    ), err
+    assert err.rstrip().endswith("(its spooled batches and the sinks lagging on them not shown)")
+    assert out.splitlines()[2].split()[:3] == ["p", "a", "0"], out

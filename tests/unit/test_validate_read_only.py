@@ -310,3 +310,24 @@ def test_a_failed_check_keeps_the_cause_chain_delta_rs_writes_after_its_first_li
         "  FAIL  sink paid: route: [UNRESOLVED_COLUMN] A column `amout` cannot be resolved. "
         "Did you mean `amount`?",
     ]
+
+
+def test_validate_fails_a_spool_the_store_refuses_naming_it_masked(tmp_path: Path) -> None:
+    """A spool on a store delta-rs cannot read (``az://`` without credentials): one failed
+    check naming the spool, its password masked, and the store's error (before: delta-rs'
+    bare ``OSError`` ended ``fanout validate`` in a traceback)."""
+    file = tmp_path / "p.toml"
+    file.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\n'
+        f'checkpoint = "{tmp_path}/checkpoint"\nspool = "az://user:LongSecretPassw0rd@x/spool"\n'
+        f'[source]\nformat = "rate"\n[[sinks]]\ntype = "delta"\nname = "lake"\n'
+        f'path = "{tmp_path}/lake"\non_failure = "lag"\n'
+    )
+    checklist = run_checks(None, load_pipeline(str(file)), lambda spark, config: None)
+    failed = [check.line() for check in checklist.checks if check.line().startswith("  FAIL")]
+    assert len(failed) == 1, failed
+    assert failed[0].startswith(
+        "  FAIL  spool az://user:***@x/spool: can be read: cannot read the spool at "
+        "az://user:***@x/spool (check the path, the store's credentials"
+    ), failed
+    assert "LongSecretPassw0rd" not in failed[0]
