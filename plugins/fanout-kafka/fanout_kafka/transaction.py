@@ -242,13 +242,16 @@ class PartitionWriter:
     def _marker_says_written(self) -> bool:
         """Whether the marker (read_committed) holds this batch."""
         consumer = self._marker_consumer()
+        return self._committed_offset(consumer, "read the marker") >= self.batch_id + 1
+
+    def _committed_offset(self, consumer: Any, what: str) -> int:
+        """The offset ``consumer``'s group committed on the marker topic (retried as
+        ``what``; negative when it committed none)."""
         tp = TopicPartition(self.settings.marker_topic, 0)
-        (committed,) = self._retrying(
-            "read the marker", lambda: consumer.committed([tp], timeout=self._timeout)
-        )
+        (committed,) = self._retrying(what, lambda: consumer.committed([tp], timeout=self._timeout))
         if committed.error:
             raise KafkaException(committed.error)
-        return bool(committed.offset >= self.batch_id + 1)
+        return int(committed.offset)
 
     def _check_topics(self) -> None:
         """Fail fast when a topic vanished since ``open()`` (the producer would otherwise
@@ -349,14 +352,8 @@ class PartitionWriter:
         }
         consumer = Consumer(config)
         try:
-            tp = TopicPartition(settings.marker_topic, 0)
-            (committed,) = self._retrying(
-                "read the refused count",
-                lambda: consumer.committed([tp], timeout=self._timeout),
-            )
-            if committed.error:
-                raise KafkaException(committed.error)
-            return journal.unpack_refused(int(committed.offset), self.batch_id)
+            offset = self._committed_offset(consumer, "read the refused count")
+            return journal.unpack_refused(offset, self.batch_id)
         finally:
             consumer.close()
 
@@ -375,16 +372,9 @@ class PartitionWriter:
         }
         consumer = Consumer(config)
         try:
-            tp = TopicPartition(settings.marker_topic, 0)
-            (committed,) = self._retrying(
-                "read the letters journal's offset",
-                lambda: consumer.committed([tp], timeout=self._timeout),
-            )
-            if committed.error:
-                raise KafkaException(committed.error)
-            if committed.offset < 0:
+            offset = self._committed_offset(consumer, "read the letters journal's offset")
+            if offset < 0:
                 return None
-            offset = int(committed.offset)
             consumer.assign([TopicPartition(settings.marker_topic, 0, offset)])
             deadline = time.monotonic() + self._timeout
             while time.monotonic() < deadline:
