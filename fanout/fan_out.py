@@ -555,7 +555,7 @@ class FanOut:
             timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
             refuse_lost_targets(
                 self.pipeline, state.info.epoch, self.ledger, opened, state.marks,
-                self._accept_lost, timeouts,
+                self._accept_lost, timeouts, self.pipeline_file,
             )  # fmt: skip
         self._targets_checked = True
 

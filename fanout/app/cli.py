@@ -177,13 +177,21 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise ConfigurationError("--ledger required: give it, or --config PIPELINE.toml")
     ledger = DeltaLedger(location)
     checked = False
+    if args.config is not None and not ledger.exists():
+        print(
+            f"pipeline {pipeline!r}: no ledger at {location} yet: the first run creates it "
+            f"(if {args.config} has run, check pipeline.ledger)",
+            file=sys.stderr,
+        )
 
     def once() -> str:
         nonlocal checked  # the spool's existence: checked at the first draw, not each redraw
+        # --config before the first run: no ledger yet, every sink of the file "no mark yet"
+        present = ledger if args.config is None or ledger.exists() else None
         fact = None
         if checkpoint and pipeline is not None:
-            fact = checkpoint_fact(checkpoint, ledger, pipeline, args.config)
-        text = report(ledger, pipeline, as_json=args.json, wide=args.wide, spool=spool,
+            fact = checkpoint_fact(checkpoint, present, pipeline, args.config)
+        text = report(present, pipeline, as_json=args.json, wide=args.wide, spool=spool,
                       spool_checked=checked, sinks=sinks, checkpoint=fact)  # fmt: skip
         checked = True
         if fact is not None and not args.json:

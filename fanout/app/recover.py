@@ -390,7 +390,7 @@ def render(recovery: Recovery, *, recorded: bool = True, asked: Asked | None = N
     lines = _facts(recovery, _asked_lines(recovery, asked, recorded), partly, unknown)
     if recovery.latest:
         lines.append(STOP_FIRST if recorded else STOP_FIRST_UNRECORDED)
-    if recovery.spool is None:
+    if recovery.spool is None and recovery.sinks is None:  # --config: the file has no spool
         lines.append(NO_SPOOL)
     if recovery.sinks is None:
         lines.append(NO_CONFIG)

@@ -121,7 +121,7 @@ class SinkStatus:
 
 
 def report(
-    ledger: DeltaLedger,
+    ledger: DeltaLedger | None,
     pipeline: str | None,
     *,
     as_json: bool = False,
@@ -132,9 +132,11 @@ def report(
     checkpoint: CheckpointFact | None = None,
 ) -> str:
     """What ``fanout status`` prints, read from ``ledger`` (and ``spool``) now: the table
-    or JSON. ``sinks``: the pipeline's sinks (its pipeline file's, ``--config``), each
-    listed, one the ledger holds no row of as :data:`NO_MARK`. ``checkpoint``: the
-    pipeline's checkpoint (``--config``), the JSON's ``checkpoint`` field of each sink.
+    or JSON; ``ledger`` ``None``: the pipeline file's ledger is not there yet (no run
+    created it), so no rows. ``sinks``: the pipeline's sinks (its pipeline file's,
+    ``--config``), each listed, one the ledger holds no row of as :data:`NO_MARK`.
+    ``checkpoint``: the pipeline's checkpoint (``--config``), the JSON's ``checkpoint``
+    field of each sink.
 
     Raises :class:`LedgerError` for a ``pipeline`` the ledger holds no row of while it
     holds rows of others (a typo, most likely; the error names them; not with ``sinks``,
@@ -144,15 +146,22 @@ def report(
     says the caller made that check already (``--watch`` makes it once, not at every
     redraw).
     """
-    rows = ledger.rows(pipeline)
-    if pipeline and not rows and sinks is None and (known := ledger.pipelines()):
-        raise unknown_pipeline(ledger.path, pipeline, known)
+    if ledger is None:
+        rows: list[dict[str, Any]] = []
+    else:
+        rows = ledger.rows(pipeline)
+        if pipeline and not rows and sinks is None and (known := ledger.pipelines()):
+            raise unknown_pipeline(ledger.path, pipeline, known)
     if spool is not None and not spool_checked:
         from fanout.spool.table import existing_index
 
         existing_index(spool, pipeline)  # a mistyped path is not an empty spool
     backlogs, given_up = ({}, {}) if spool is None else spool_backlogs(spool, rows)
-    kept = {} if spool is None else spool_kept(spool, rows, command_location(ledger.path))
+    kept = (
+        {}
+        if spool is None or ledger is None
+        else spool_kept(spool, rows, command_location(ledger.path))
+    )
     configured = None if sinks is None or pipeline is None else {pipeline: sinks}
     statuses = summarize(rows, backlogs, kept, given_up, configured)
     footer = "" if spool is None else spool_footer(spool, pipeline)
@@ -524,7 +533,7 @@ class CheckpointFact:
 
 
 def checkpoint_fact(
-    checkpoint: str, ledger: DeltaLedger, pipeline: str, file: str
+    checkpoint: str, ledger: DeltaLedger | None, pipeline: str, file: str
 ) -> CheckpointFact:
     """The pipeline's checkpoint, as Spark left it: a batch planned and not committed (in
     flight, or a run killed or stopped during it), or the checkpoint gone or another query's
@@ -550,7 +559,7 @@ def checkpoint_fact(
         said = " ".join(str(exc).split()) or type(exc).__name__
         return fact("unreadable", f"cannot be read here ({said})")
     owner = None
-    if pipeline in ledger.pipelines():
+    if ledger is not None and pipeline in ledger.pipelines():
         owner = ledger.epoch_owners(pipeline).get(ledger.current_epoch(pipeline))
     recover = f"restore it, or see `fanout recover --config {file}`"
     if query is None and owner is None:

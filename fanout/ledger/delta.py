@@ -177,6 +177,12 @@ class DeltaLedger:
         # the ledger's transaction ids are its marks: refuse a table that expires them
         check_ledger_retention(self._table.metadata().configuration, f"ledger at {self.path}")
 
+    def exists(self) -> bool:
+        """Whether the ledger table is there (read only: a pipeline that never ran has
+        none yet); raises as :meth:`check` does for a location or store it cannot read."""
+        refuse_unusable_location(self.path, f"ledger at {self.path}", self.storage_options)
+        return _open_ledger(self.path, self.storage_options) is not None
+
     def check(self) -> list[str]:
         """:meth:`open`'s checks, changing nothing (``fanout validate``): what :meth:`open`
         would create or change, as "would ..." texts (empty: nothing); raises as

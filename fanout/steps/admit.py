@@ -105,13 +105,12 @@ class Admission:
         self.ledger.start_epoch(self._epoch_row(info, epoch))
         log.warning(
             "pipeline %s: checkpoint reset accepted (on_checkpoint_reset='new_epoch'); "
-            "query %s continues under epoch %s with new transaction ids from batch %s. "
-            "What the ledger knew:\n%s",
+            "query %s continues under epoch %s with new transaction ids from batch %s.%s",
             info.pipeline,
             info.query_id,
             epoch,
             info.batch_id,
-            reset,
+            _ledger_facts(reset),
             extra=batch_fields(info.pipeline, info.batch_id),
         )
         return replace(info, epoch=epoch)
@@ -131,3 +130,12 @@ class Admission:
             epoch=epoch,
             batch_timestamp_ms=info.batch_timestamp_ms,
         )
+
+
+def _ledger_facts(reset: CheckpointResetError) -> str:
+    """What the ledger knew per sink, from the refusal ``reset`` a new epoch overrode: its
+    lines between the verdict ("fanout refuses to write") and "How to proceed:", whose
+    ways on (among them the flag just given) no longer apply; "" when it names none."""
+    lines = str(reset).splitlines()
+    end = lines.index("How to proceed:") if "How to proceed:" in lines else len(lines)
+    return "".join(f"\n{line}" for line in lines[1:end])

@@ -41,13 +41,15 @@ def refuse_lost_targets(
     marks: Mapping[str, int | None],
     accepted: Collection[str] = (),
     timeouts: Mapping[str, float] | None = None,
+    pipeline_file: str | None = None,
 ) -> None:
     """Raise :class:`fanout.TargetLostError` for the first sink of ``sinks`` (open, with a
     mark in ``marks``, of ``epoch``) whose target, by its own records, no longer holds its
     last marked batch that wrote rows. A sink in ``accepted`` (``accept_lost_targets``) is
     not asked: its loss is accepted for this run, and a warning logged. ``timeouts``: the
     sinks with ``write_timeout_s``, whose answer is waited for that long (no answer:
-    cannot tell, the run goes on as before)."""
+    cannot tell, the run goes on as before). ``pipeline_file``: the file ``fanout run``
+    runs (absolute), which the refusal's command names."""
     bounds = timeouts or {}
     for name, sink in sorted(sinks.items()):
         mark = marks.get(name)
@@ -69,7 +71,10 @@ def refuse_lost_targets(
         if written != mark and _answer(sink, pipeline, epoch, written, bound) is not False:
             continue
         raise TargetLostError(
-            redact(_message(pipeline, epoch, ledger, sink, written), sink.secret_values()),
+            redact(
+                _message(pipeline, epoch, ledger, sink, written, pipeline_file),
+                sink.secret_values(),
+            ),
             sink=name,
             batch_id=written,
         )
@@ -124,8 +129,13 @@ def target_text(sink: Sink) -> str:
     return "its target"
 
 
-def _message(pipeline: str, epoch: int, ledger: Ledger, sink: Sink, batch: int) -> str:
+def _message(
+    pipeline: str, epoch: int, ledger: Ledger, sink: Sink, batch: int, file: str | None = None
+) -> str:
     where = ledger_location(ledger)
+    accept = f"`fanout run {file or 'PIPELINE.toml'} --accept-lost-target {sink.name}`"
+    if file is None:  # not run from a pipeline file: a FanOut of the caller's own
+        accept += f" (FanOut(accept_lost_targets=[{sink.name!r}]))"
     return (
         f"pipeline {pipeline!r}: {target_text(sink)} no longer holds batch {batch} of epoch "
         f"{epoch}, which the ledger marks written there (its last marked batch that wrote "
@@ -135,8 +145,7 @@ def _message(pipeline: str, epoch: int, ledger: Ledger, sink: Sink, batch: int) 
         "written by this run.\n"
         "Ways on: restore the target (from a backup or the storage's history: a Delta table's "
         "RESTORE, a PostgreSQL dump, the topic's mirror), then start again; or accept the loss "
-        f"explicitly for this run: `fanout run PIPELINE.toml --accept-lost-target {sink.name}` "
-        f"(FanOut(accept_lost_targets=[{sink.name!r}])), which writes on from the next batch "
+        f"explicitly for this run: {accept}, which writes on from the next batch "
         f"into the target as it is (the ledger at {where} keeps counting the lost batches "
         "as written there)."
     )

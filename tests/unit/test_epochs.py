@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pyarrow as pa
@@ -67,3 +68,23 @@ def test_bad_policy_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError) as bad:
         FanOut("p", MemoryLedger(), [RecordingSink("s")], on_checkpoint_reset="ignore")  # type: ignore[arg-type]
     assert "on_checkpoint_reset must be 'refuse' or 'new_epoch'" in str(bad.value)
+
+
+def test_an_accepted_reset_logs_the_ledger_facts_not_the_refusal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`fanout run --new-epoch` logged, under "checkpoint reset accepted", the whole
+    refusal it overrode: "fanout refuses to write, ..." and "How to proceed: ... run ...
+    --new-epoch", the flag just given."""
+    ledger = MemoryLedger()
+    _run(FanOut("p", ledger, [RecordingSink("s")]), range(3), OLD)
+    with caplog.at_level(logging.WARNING, logger="fanout"):
+        _run(FanOut("p", ledger, [RecordingSink("s")], on_checkpoint_reset="new_epoch"),
+             range(1), NEW)  # fmt: skip
+    [accepted] = [r.getMessage() for r in caplog.records if "reset accepted" in r.getMessage()]
+    assert accepted == (
+        "pipeline p: checkpoint reset accepted (on_checkpoint_reset='new_epoch'); query "
+        "query-new continues under epoch 1 with new transaction ids from batch 0.\n"
+        "Last committed batch per sink (from the ledger):\n"
+        "  - s: batch 2, query id query-old, source offsets not recorded"
+    )

@@ -62,6 +62,23 @@ def test_a_target_without_its_last_mark_is_refused_naming_sink_target_and_batch(
     ]
 
 
+def test_the_refusal_under_fanout_run_names_the_pipeline_file_in_its_command() -> None:
+    """Under `fanout run /abs/p.toml` the refusal said `fanout run PIPELINE.toml
+    --accept-lost-target b`, where the reset's and the lag's refusals name the file."""
+    ledger = _ledger({"b": [3]})
+    named = {"b": Target("b", set(), path="/data/gold")}
+    with pytest.raises(TargetLostError) as refused:
+        refuse_lost_targets("p", 0, ledger, named, ledger.last_committed("p", named),
+                            pipeline_file="/work/p.toml")  # fmt: skip
+    ways = str(refused.value).splitlines()[1]
+    assert ways.startswith(
+        "Ways on: restore the target (from a backup or the storage's history: a Delta table's "
+        "RESTORE, a PostgreSQL dump, the topic's mirror), then start again; or accept the loss "
+        "explicitly for this run: `fanout run /work/p.toml --accept-lost-target b`, which "
+        "writes on from the next batch into the target as it is (the ledger at "
+    )
+
+
 def test_an_empty_last_batch_is_passed_over_for_the_last_that_wrote_rows() -> None:
     ledger = _ledger({"a": [3, 2, 0, 0]})
     held = Target("a", {1})  # an empty batch commits nothing: the target holds up to 1

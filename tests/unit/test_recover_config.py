@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from fanout.app.cli import main
-from fanout.app.recover import NO_CONFIG, NO_SPOOL, STOP_FIRST
+from fanout.app.recover import (
+    NO_CONFIG,
+    NO_SPOOL,
+    NOT_RECORDED,
+    STOP_FIRST,
+    STOP_FIRST_UNRECORDED,
+)
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
 
@@ -93,7 +99,7 @@ def test_a_sink_without_a_mark_in_the_epochs_first_batch_pulls_the_resume_point_
         "by key.",
         f"Or give batch 0 up for b: `{skip}`, then run this again: it resumes after batch 0.",
         STOP_FIRST,
-        NO_SPOOL,
+        # no NO_SPOOL: the file configures no spool, and `--spool` with it is refused
         f"Recorded in the ledger as report 1: the next epoch (`fanout run {config} "
         "--new-epoch`) starts from it, and is refused if a batch of epoch 0 after it is "
         "committed first (then run this again).",
@@ -325,4 +331,24 @@ def test_sinks_that_cannot_tell_beside_a_sink_ahead_are_named_once() -> None:
         "by key. Also: sink a cannot tell whether it holds batch 1 (above): if it does, "
         "batch 1's rows are written there a second time (duplicates, unless the sink "
         "upserts by key). Make it answer (the reason above) and run this again."
+    )
+
+
+def test_recover_of_a_pipeline_file_without_a_spool_asks_for_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The file configures no spool: `recover --config` ended with "The spool was not read
+    (--spool): ... if the pipeline has a spool, run this again with --spool", and that
+    command is refused (exit 2: the file configures no spool)."""
+    ledger = _ledger(tmp_path)
+    _start(ledger, 0, OLD)
+    _mark(ledger, "a", 0)
+    config = _config(tmp_path, "a")
+    out = _out(capsys, "--config", config, "--no-record")
+    assert NO_SPOOL not in out
+    assert out[-2:] == [STOP_FIRST_UNRECORDED, NOT_RECORDED]
+    assert main(["recover", "--config", config, "--spool", str(tmp_path / "s")]) == 2
+    assert capsys.readouterr().err == (
+        f"fanout: configuration error: --spool {tmp_path / 's'}: {config} configures no "
+        "spool (pipeline.spool): drop --spool or give the pipeline's own file\n"
     )

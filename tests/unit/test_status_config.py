@@ -125,6 +125,44 @@ def test_status_of_a_pipeline_file_not_run_yet_lists_its_sinks(
     ]
 
 
+def test_status_before_the_first_run_lists_the_sinks_of_a_file_with_no_ledger_yet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new pipeline file, never run: no ledger at its path. `fanout status --config`
+    failed (exit 1, "LedgerError: no ledger at ...: a FanOut creates it when it starts"),
+    where the README promises every sink "no mark yet" and the checkpoint "none yet"."""
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\ncheckpoint = '
+        f'"{tmp_path}/ckpt"\n[source]\nformat = "rate"\n'
+        + "".join(
+            f'[[sinks]]\ntype = "delta"\nname = "{s}"\npath = "{tmp_path}/{s}"\n'
+            for s in ("a", "b")
+        )
+    )
+    assert main(["status", "--config", str(config)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        "pipeline  sink  state        last batch  rows (total)  failed  last commit (UTC)",
+        "--------  ----  -----------  ----------  ------------  ------  -----------------",
+        "p         a     no mark yet  -           0             0       -",
+        "p         b     no mark yet  -           0             0       -",
+        "",
+        f"checkpoint {tmp_path}/ckpt: none yet (the first run creates it)",
+    ]
+    assert captured.err == (
+        f"pipeline 'p': no ledger at {tmp_path}/ledger yet: the first run creates it (if "
+        f"{config} has run, check pipeline.ledger)\n"
+    )
+    assert main(["status", "--config", str(config), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(s["sink"], s["state"], s["checkpoint"]["state"]) for s in listed] == [
+        ("a", "no mark yet", "none yet"),
+        ("b", "no mark yet", "none yet"),
+    ]
+    assert not (tmp_path / "ledger").exists()  # status creates nothing
+
+
 def test_status_refuses_a_flag_contradicting_the_file_and_needs_a_ledger(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
