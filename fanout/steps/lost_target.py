@@ -45,38 +45,50 @@ def refuse_lost_targets(
 ) -> None:
     """Raise :class:`fanout.TargetLostError` for the first sink of ``sinks`` (open, with a
     mark in ``marks``, of ``epoch``) whose target, by its own records, no longer holds its
-    last marked batch that wrote rows. A sink in ``accepted`` (``accept_lost_targets``) is
-    not asked: its loss is accepted for this run, and a warning logged. ``timeouts``: the
-    sinks with ``write_timeout_s``, whose answer is waited for that long (no answer:
-    cannot tell, the run goes on as before). ``pipeline_file``: the file ``fanout run``
-    runs (absolute), which the refusal's command names."""
+    last marked batch that wrote rows. A sink in ``accepted`` (``accept_lost_targets``)
+    whose target lost it writes on: its loss is accepted for this run, and a warning
+    logged; one whose target holds it has no loss to accept, and the warning says to drop
+    the flag (left on a later command line it would accept the target's next loss
+    unseen). ``timeouts``: the sinks with ``write_timeout_s``, whose answer is waited for
+    that long (no answer: cannot tell, the run goes on as before). ``pipeline_file``: the
+    file ``fanout run`` runs (absolute), which the refusal's command names."""
     bounds = timeouts or {}
     for name, sink in sorted(sinks.items()):
         mark = marks.get(name)
         if mark is None:
             continue
+        bound = bounds.get(name)
+        batch, answer = mark, _answer(sink, pipeline, epoch, mark, bound)
+        if answer is False:
+            written = _last_written(ledger, pipeline, epoch, name, mark)
+            if written is None:
+                continue
+            if written != mark:
+                batch, answer = written, _answer(sink, pipeline, epoch, written, bound)
+        if answer is not False:
+            if name in accepted and answer is not None:
+                log.warning(
+                    "pipeline %s, sink %s: accept_lost_targets (--accept-lost-target %s): "
+                    "%s holds batch %s of epoch %s, which the ledger marks written there: "
+                    "there is no loss to accept; drop the flag (left on, it accepts this "
+                    "target's next loss unseen)", pipeline, name, name,
+                    redact(target_text(sink), sink.secret_values()), batch, epoch,
+                )  # fmt: skip
+            continue
         if name in accepted:
             log.warning(
-                "pipeline %s, sink %s: its target is not checked for batch %s of epoch %s "
-                "(accept_lost_targets): a target that lost the batches marked written "
-                "stays without them", pipeline, name, mark, epoch,
+                "pipeline %s, sink %s: its target no longer holds batch %s of epoch %s; "
+                "accepted (accept_lost_targets): the batches marked written there stay lost "
+                "from it", pipeline, name, batch, epoch,
             )  # fmt: skip
-            continue
-        bound = bounds.get(name)
-        if _answer(sink, pipeline, epoch, mark, bound) is not False:
-            continue
-        written = _last_written(ledger, pipeline, epoch, name, mark)
-        if written is None:
-            continue
-        if written != mark and _answer(sink, pipeline, epoch, written, bound) is not False:
             continue
         raise TargetLostError(
             redact(
-                _message(pipeline, epoch, ledger, sink, written, pipeline_file),
+                _message(pipeline, epoch, ledger, sink, batch, pipeline_file),
                 sink.secret_values(),
             ),
             sink=name,
-            batch_id=written,
+            batch_id=batch,
         )
 
 

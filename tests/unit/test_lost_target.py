@@ -108,13 +108,32 @@ def test_cannot_tell_a_failing_hook_and_an_accepted_sink_pass(
     accepted = Target("c", set())
     with caplog.at_level(logging.WARNING, logger="fanout"):
         _check(ledger, Target("a", None), Failing("b", set()), accepted, accepted=("c",))
-    assert accepted.asked == []
+    assert accepted.asked == [(0, 0)]  # asked: an accepted sink must have lost it
     assert [r.getMessage() for r in caplog.records] == [
         "pipeline p, sink b: cannot tell whether its target still holds batch 0 of epoch 0: "
         "OSError: unreachable",
-        "pipeline p, sink c: its target is not checked for batch 0 of epoch 0 "
-        "(accept_lost_targets): a target that lost the batches marked written stays without "
-        "them",
+        "pipeline p, sink c: its target no longer holds batch 0 of epoch 0; accepted "
+        "(accept_lost_targets): the batches marked written there stay lost from it",
+    ]
+
+
+def test_an_accepted_sink_whose_target_holds_its_mark_is_told_to_drop_the_flag(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The flag left on a later command line (a script): the target holds its last mark,
+    so there is nothing to accept; it is asked all the same (before, an accepted sink was
+    not asked at all, and a later loss of its target went unseen without a word)."""
+    ledger = _ledger({"a": [3, 0]})
+    held = Target("a", {0})  # its last mark is an empty batch: batch 0 is asked next
+    with caplog.at_level(logging.WARNING, logger="fanout"):
+        _check(ledger, held, accepted=("a",))
+        _check(ledger, Target("a", None), accepted=("a",))  # cannot tell: no word
+    assert held.asked == [(0, 1), (0, 0)]
+    assert [r.getMessage() for r in caplog.records] == [
+        "pipeline p, sink a: accept_lost_targets (--accept-lost-target a): path "
+        "'/data/silver' holds batch 0 of epoch 0, which the ledger marks written there: there "
+        "is no loss to accept; drop the flag (left on, it accepts this target's next loss "
+        "unseen)"
     ]
 
 

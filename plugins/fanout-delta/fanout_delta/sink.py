@@ -272,15 +272,25 @@ class DeltaSink(Sink):
         of the epoch at ``batch_id`` or later): one log lookup. A batch that wrote no row
         committed nothing, so it is not held. Nor is one a later RESTORE took out (a
         restore keeps the app transaction, not the rows: :func:`_restored_away`, read only
-        when the transaction says held)."""
+        when the transaction says held).
+
+        A table with ``delta.setTransactionRetentionDuration`` forgets the app transaction
+        that long after its last batch: with no transaction of the epoch at all there, it
+        cannot tell a batch never written from one whose transaction expired (an idle
+        pipeline's restart), so ``None``."""
         from fanout.contract.batch import txn_app_id
         from fanout.delta_tables import io
+        from fanout.delta_tables import retention as txn_retention
 
         if self.path is None:
             return None
         app_id = txn_app_id(pipeline, self.name, epoch)
         table = io.open_table(self.path, self.storage_options)
         done = io.transaction_version(table, app_id)
+        if done is None and table is not None:
+            where = f"Delta sink {self.name!r} (table {self.path!r})"
+            if txn_retention.retention_of(table.metadata().configuration, where) is not None:
+                return None
         if done is None or done < batch_id:
             return False
         assert table is not None

@@ -7,6 +7,7 @@ writing on while the ledger and ``fanout status`` count batches 0-1 there (ARCHI
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +81,29 @@ def test_a_restart_with_the_table_in_place_passes_also_after_an_empty_batch(
     _run(second, spark, 2)
     second.close()
     assert _ids(tmp_path) == [0, 1, 2, 20, 21, 22]
+
+
+def test_a_transaction_the_table_expired_does_not_refuse_an_idle_pipelines_restart(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A table with ``delta.setTransactionRetentionDuration`` forgets the app transaction
+    that long after the last batch (delta-rs when it reads the log): a pipeline idle longer
+    than that (168 h is the floor fanout accepts by default) has its table, every row, and
+    no transaction. Its restart must write on, not be refused as a lost table."""
+    sinks = [{"type": "delta", "name": "silver", "path": str(tmp_path / "silver"),
+              "configuration": {"delta.setTransactionRetentionDuration": "interval 2 seconds"},
+              "min_txn_retention_hours": 0}]  # fmt: skip
+
+    def fan() -> FanOut:
+        return FanOut("lostdelta", str(tmp_path / "ledger"), sinks, retries=0)
+
+    first = fan()
+    _run(first, spark, 0)
+    _run(first, spark, 1)
+    first.close()
+    time.sleep(3)  # idle longer than the retention
+
+    second = fan()
+    _run(second, spark, 2)
+    second.close()
+    assert _ids(tmp_path) == [0, 1, 2, 10, 11, 12, 20, 21, 22]

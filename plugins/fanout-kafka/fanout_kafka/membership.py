@@ -381,7 +381,9 @@ def held_partitions(
     one or not, then the next ones for as long as each has one: the sink had more) say
     they committed ``batch_id``, and the partition count their plan offsets recorded
     (``None``: none recorded, or they disagree). ``(None, None)`` when a marker is past the
-    batch: a later batch committed, so this one did, whole."""
+    batch: a later batch committed, so this one did, whole. ``(0, 0)`` when no partition
+    has a marker at all: nothing committed in the scope, or the broker forgot the markers
+    (``offsets.retention.minutes`` after their last commit)."""
     admin = _admin(admin_config)
     # not only those in a row from partition 0: the epoch's first batch may have committed
     # in partition 1 while partition 0, which failed, has no marker yet
@@ -390,6 +392,8 @@ def held_partitions(
     markers += _markers_beyond(admin, marker_topic, marker_group, partitions, timeout_s)
     if any(offset > batch_id + 1 for offset in markers):  # a marker is batch + 1
         return None, None
+    if all(offset == NO_OFFSET for offset in markers):
+        return 0, 0
     holding = [p for p, offset in enumerate(markers) if offset == batch_id + 1]
     if not holding:
         return 0, None

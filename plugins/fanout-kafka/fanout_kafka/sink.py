@@ -335,7 +335,13 @@ class KafkaSink(PartitionedSink):
 
         The marker groups outlive the topic: a topic missing now, or one :meth:`open`
         created (``create_topic``: it was missing, deleted by hand) into which this sink
-        has committed nothing since, holds no batch (``False``)."""
+        has committed nothing since, holds no batch (``False``).
+
+        The markers are offsets of member-less groups, which the broker forgets
+        ``offsets.retention.minutes`` after their last commit (7 days by default): with the
+        topic there and no marker of the epoch left at all, the sink cannot tell a batch
+        never written from one whose markers expired (an idle pipeline's restart), so it
+        says so (``None``) instead of "none"."""
         from fanout.contract.batch import pipeline_scope
         from fanout_kafka.markers import marker_group
         from fanout_kafka.membership import held_partitions
@@ -353,6 +359,13 @@ class KafkaSink(PartitionedSink):
         )
         if committed is None:  # a later batch committed: this one did, whole
             return True
+        if committed == 0 and count == 0:
+            log.info(
+                "sink %r: no partition marker of epoch %s is left on marker topic %r (none "
+                "committed, or offsets.retention.minutes expired them): cannot tell whether "
+                "topic %r holds batch %s", name, epoch, self.marker_topic, self.topic, batch_id,
+            )  # fmt: skip
+            return None
         if committed == 0:
             return False
         if count is not None and committed >= count:
