@@ -143,3 +143,35 @@ def test_fanout_run_takes_accept_lost_target_once_per_sink() -> None:
     )
     assert args.accept_lost_target == ["a", "b"]
     assert build_parser().parse_args(["run", "p.toml"]).accept_lost_target is None
+
+
+def test_a_timed_sink_that_does_not_answer_in_time_passes_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No answer within write_timeout_s is "cannot tell" here (a new epoch's check refuses
+    the start instead): the run goes on; the question ran in its own named thread."""
+    import threading
+
+    release = threading.Event()
+    threads: list[str] = []
+
+    class Hung(Target):
+        def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+            threads.append(threading.current_thread().name)
+            release.wait(10)
+            return False
+
+    ledger = _ledger({"a": [1]})
+    named = {"a": Hung("a", set())}
+    try:
+        with caplog.at_level(logging.WARNING, logger="fanout"):
+            refuse_lost_targets(
+                "p", 0, ledger, named, ledger.last_committed("p", named), (), {"a": 0.2}
+            )
+    finally:
+        release.set()
+    assert threads == ["fanout-p-a-holds-batch"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "pipeline p, sink a: cannot tell within its write_timeout_s=0.2 s whether its "
+        "target still holds batch 0 of epoch 0"
+    ]
