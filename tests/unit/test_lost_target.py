@@ -6,6 +6,10 @@ text (a memory ledger, fake sinks: the real sinks are tested against their servi
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +179,31 @@ def test_a_timed_sink_that_does_not_answer_in_time_passes_with_a_warning(
         "pipeline p, sink a: cannot tell within its write_timeout_s=0.2 s whether its "
         "target still holds batch 0 of epoch 0"
     ]
+
+
+def test_fanout_run_names_the_flag_and_the_sinks_for_an_accepted_sink_it_lacks(
+    tmp_path: Path,
+) -> None:
+    """A real ``python -m fanout run``, refused before Spark starts (before, the FanOut's
+    check said ``accept_lost_targets``, a name the CLI user never typed, once Spark and
+    the source were up)."""
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        f'[pipeline]\nname = "clicks"\nledger = "{tmp_path}/ledger"\n'
+        f'checkpoint = "{tmp_path}/ck"\n[source]\nformat = "rate"\n'
+        f'[[sinks]]\ntype = "delta"\nname = "bronze"\npath = "{tmp_path}/bronze"\n'
+        f'[[sinks]]\ntype = "delta"\nname = "gold"\npath = "{tmp_path}/gold"\n'
+    )
+    flags = [f"--accept-lost-target={name}" for name in ("bronz", "silver", "gold")]
+    done = subprocess.run(
+        [sys.executable, "-m", "fanout", "run", str(config), *flags],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"fanout: configuration error: --accept-lost-target bronz: pipeline 'clicks' ({config}) "
+        "has no sink 'bronz', did you mean bronze?\n"
+        f"--accept-lost-target silver: pipeline 'clicks' ({config}) has no sink 'silver'\n"
+        "Its sinks: bronze, gold\n"
+    )
+    assert not (tmp_path / "ledger").exists() and not (tmp_path / "ck").exists()
