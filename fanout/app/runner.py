@@ -14,6 +14,7 @@ its first batch, which a restart finding no new data never runs (:func:`_start_c
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
@@ -264,6 +265,25 @@ def validate(path: str, out: TextIO | None = None) -> int:
     return 0
 
 
+def refuse_unknown_accepted(config: PipelineConfig, accepted: Sequence[str], path: str) -> None:
+    """Raise :class:`fanout.ConfigurationError` when an ``--accept-lost-target`` names no
+    sink of the pipeline file at ``path``, in the flag's words and with the file's sinks,
+    before anything starts (the ``FanOut``'s own check names its parameter,
+    ``accept_lost_targets``, and runs once Spark and the source are up)."""
+    names = sorted(str(sink["name"]) for sink in config.sinks)
+    unknown = [name for name in dict.fromkeys(accepted) if name not in names]
+    if not unknown:
+        return
+    lines = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, names, n=1)
+        lines.append(
+            f"--accept-lost-target {name}: pipeline {config.name!r} ({path}) has no sink "
+            f"{name!r}" + (f", did you mean {close[0]}?" if close else "")
+        )
+    raise ConfigurationError("\n".join(lines) + f"\nIts sinks: {', '.join(names)}")
+
+
 def run(
     path: str,
     out: TextIO | None = None,
@@ -288,6 +308,7 @@ def run(
     """
     out = out or sys.stdout
     config = load_pipeline(path)
+    refuse_unknown_accepted(config, accept_lost_targets, path)
     accepted = None
     if new_epoch:
         from fanout.app.new_epoch import check_new_epoch

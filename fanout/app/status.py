@@ -152,38 +152,44 @@ def report(
         rows = ledger.rows(pipeline)
         if pipeline and not rows and sinks is None and (known := ledger.pipelines()):
             raise unknown_pipeline(ledger.path, pipeline, known)
-    if spool is not None and not spool_checked:
-        from fanout.spool.table import existing_index
-
-        existing_index(spool, pipeline)  # a mistyped path is not an empty spool
-    backlogs, given_up = ({}, {}) if spool is None else spool_backlogs(spool, rows)
+    entries = None if spool is None else _index_entries(spool, pipeline, spool_checked)
+    backlogs, given_up = ({}, {}) if entries is None else spool_backlogs(entries, rows)
     kept = (
         {}
-        if spool is None or ledger is None
-        else spool_kept(spool, rows, command_location(ledger.path))
+        if spool is None or entries is None or ledger is None
+        else spool_kept(spool, entries, rows, command_location(ledger.path))
     )
     configured = None if sinks is None or pipeline is None else {pipeline: sinks}
     statuses = summarize(rows, backlogs, kept, given_up, configured)
-    footer = "" if spool is None else spool_footer(spool, pipeline)
+    footer = "" if spool is None else spool_footer(spool, entries, pipeline)
     if as_json:
         extra = {} if checkpoint is None else {"checkpoint": checkpoint.as_json()}
         return json.dumps([{**s.as_json(), **extra} for s in statuses], indent=2)
     return render(statuses, wide=wide) + kept_footer(statuses) + footer
 
 
+def _index_entries(spool: str, pipeline: str | None, checked: bool) -> list[dict[str, Any]] | None:
+    """The rows of the index of the spool at ``spool`` (``None``: no index), from one open
+    and one read of it per draw; unless ``checked``, a path holding no spool raises
+    (:func:`fanout.spool.table.existing_index`: a mistyped path is not an empty spool)."""
+    from fanout.delta_tables.io import read_arrow
+    from fanout.spool.table import existing_index, open_index
+
+    index = open_index(spool) if checked else existing_index(spool, pipeline)
+    return None if index is None else read_arrow(index).to_pylist()
+
+
 def spool_kept(
-    path: str, rows: Sequence[dict[str, Any]], ledger: str
+    path: str,
+    entries: Sequence[Mapping[str, Any]],
+    rows: Sequence[dict[str, Any]],
+    ledger: str,
 ) -> dict[tuple[str, str], tuple[KeptBatches, ...]]:
     """Per (pipeline, sink): the spooled batches its mark passed by a ``fanout ledger
     skip`` made without the spool, per epoch. A spooled batch is kept so when the sink's
     first committed mark at or after it is a skip's (as
-    :meth:`fanout.steps.lag.Lagging.given_up` decides at each start)."""
-    from fanout.delta_tables.io import read_arrow
-    from fanout.spool.table import open_index
-
-    index = open_index(path)
-    if index is None:
-        return {}
+    :meth:`fanout.steps.lag.Lagging.given_up` decides at each start). ``entries``: the
+    rows of the index of the spool at ``path``."""
     marks: dict[tuple[str, str, int], list[tuple[int, bool]]] = {}
     for row in rows:
         if row["status"] == "committed":
@@ -191,7 +197,7 @@ def spool_kept(
             skip = says_skipped(row.get("error"))
             marks.setdefault(key, []).append((row["batch_id"], skip))
     found: dict[tuple[str, str, int], dict[int, int]] = {}
-    for entry in read_arrow(index).to_pylist():
+    for entry in entries:
         key = (entry["pipeline"], entry["sink"], entry["epoch"])
         batch = entry["batch_id"]
         if held_by_skip(batch, marks.get(key, [])):
@@ -219,17 +225,16 @@ Backlogs = dict[tuple[str, str], tuple[int, int, datetime | None]]
 GivenUp = dict[tuple[str, str], tuple[GivenUpBatches, ...]]
 
 
-def spool_backlogs(path: str, rows: Sequence[dict[str, Any]]) -> tuple[Backlogs, GivenUp]:
+def spool_backlogs(
+    entries: Sequence[Mapping[str, Any]], rows: Sequence[dict[str, Any]]
+) -> tuple[Backlogs, GivenUp]:
     """Per (pipeline, sink): the spooled batches it has not committed, their rows, and
     when the oldest was spooled; and apart, those of them given up: of an epoch before the
     pipeline's current one, and not settled by the ledger and the spool
-    (:func:`fanout.steps.lag.settled_on_record`, as the catch-up judges them)."""
-    from fanout.delta_tables.io import read_arrow
-    from fanout.spool.table import batches_of_index, open_index
+    (:func:`fanout.steps.lag.settled_on_record`, as the catch-up judges them).
+    ``entries``: the rows of the spool's index."""
+    from fanout.spool.table import batches_of_index
 
-    index = open_index(path)
-    if index is None:
-        return {}, {}
     marks: dict[tuple[str, str, int], int] = {}
     epochs: dict[str, int] = {}
     for row in rows:
@@ -238,7 +243,6 @@ def spool_backlogs(path: str, rows: Sequence[dict[str, Any]]) -> tuple[Backlogs,
         if row["status"] == "committed":
             key = (row["pipeline"], row["sink"], epoch)
             marks[key] = max(marks.get(key, -1), row["batch_id"])
-    entries = read_arrow(index).to_pylist()
     abandoned = _abandoned(batches_of_index(entries), marks, epochs)
     needed: dict[tuple[str, str], dict[tuple[int, int], tuple[int, datetime]]] = {}
     dropped: dict[tuple[str, str, int], dict[int, int]] = {}
@@ -292,19 +296,17 @@ def _abandoned(
     return found
 
 
-def spool_footer(path: str, pipeline: str | None) -> str:
-    """One line per pipeline: what the spool holds."""
-    from fanout.delta_tables.io import read_arrow
-    from fanout.spool.table import Spool, open_index
+def spool_footer(
+    path: str, entries: Sequence[Mapping[str, Any]] | None, pipeline: str | None
+) -> str:
+    """One line per pipeline (``pipeline``, else each one ``entries``, the rows of the
+    index of the spool at ``path``, names): what the spool holds."""
+    from fanout.spool.table import Spool
 
-    index = open_index(path)
-    names = (
-        sorted({r["pipeline"] for r in read_arrow(index, columns=["pipeline"]).to_pylist()})
-        if index
-        else []
-    )
     if pipeline is not None:
         names = [pipeline]
+    else:
+        names = sorted({r["pipeline"] for r in entries or ()})
     lines = []
     for name in names:
         spool = Spool(path, name)

@@ -20,11 +20,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fanout.contract.locations import local_path
-from fanout.errors import ConfigurationError
+from fanout.contract.locations import local_path, shown_location
+from fanout.errors import ConfigurationError, FanoutError
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,37 @@ def open_table(path: str, storage_options: Mapping[str, str] | None = None) -> D
         return DeltaTable(path, storage_options=dict(storage_options or {}) or None)
     except TableNotFoundError:
         return None
+
+
+def open_fanout_table(
+    path: str,
+    storage_options: Mapping[str, str] | None,
+    *,
+    error: type[FanoutError],
+    what: str,
+    mask: Callable[[str], str],
+    location: str | None = None,
+) -> DeltaTable | None:
+    """:func:`open_table` for one of fanout's own tables: a store that cannot be read
+    (unreachable, credentials not found) raises ``error`` naming the table, not delta-rs'
+    bare ``OSError``/``DeltaError`` (a traceback in ``fanout status``).
+
+    :param what: what the table is, as the error names it (``"ledger"``, ``"spool"``).
+    :param location: where it is, as the error names it (default ``path``), printed
+        through :func:`fanout.contract.locations.shown_location` (a password masked).
+    :param mask: masks the location's secrets in the store's own error text, which
+        may name the location as written.
+    """
+    try:
+        return open_table(path, storage_options)
+    except FanoutError:
+        raise
+    except Exception as exc:
+        raise error(
+            f"cannot read the {what} at {shown_location(location or path)} (check the path, "
+            "the store's credentials: storage options or the environment delta-rs reads them "
+            f"from, and that it can be reached): {type(exc).__name__}: " + mask(one_line(str(exc)))
+        ) from exc
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

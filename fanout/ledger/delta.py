@@ -27,8 +27,7 @@ from fanout.delta_tables.io import (
     Filter,
     commit_properties,
     is_commit_conflict,
-    one_line,
-    open_table,
+    open_fanout_table,
     read_arrow,
     refuse_unusable_location,
     transaction_version,
@@ -42,7 +41,6 @@ from fanout.delta_tables.retention import (
 from fanout.errors import (
     CheckpointResetError,
     CompactionError,
-    FanoutError,
     LedgerError,
     ZombieBatchError,
 )
@@ -74,6 +72,7 @@ from fanout.ledger.recovery import (
     report_of,
     started_from_app_id,
 )
+from fanout.observe.secrets import location_secrets, redact
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -924,16 +923,13 @@ def _open_ledger(path: str, storage_options: Mapping[str, str] | None) -> DeltaT
     """:func:`fanout.delta_tables.io.open_table` for the ledger: a store that cannot be
     read (unreachable, credentials not found) is a :class:`fanout.LedgerError` naming the
     ledger, not delta-rs' bare ``OSError``/``DeltaError`` (a traceback in ``fanout status``)."""
-    try:
-        return open_table(path, storage_options)
-    except FanoutError:
-        raise
-    except Exception as exc:
-        raise LedgerError(
-            f"cannot read the ledger at {path} (check the path, the store's credentials: "
-            "storage options or the environment delta-rs reads them from, and that it can be "
-            f"reached): {type(exc).__name__}: {one_line(str(exc))}"
-        ) from exc
+    return open_fanout_table(
+        path,
+        storage_options,
+        error=LedgerError,
+        what="ledger",
+        mask=lambda text: redact(text, location_secrets(path)),  # the store names the path
+    )
 
 
 def _replaces_lost(entry: LedgerEntry, sink_app: str, version: Callable[[str], int | None]) -> bool:

@@ -37,8 +37,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.batch import BatchInfo, pipeline_scope
-from fanout.contract.locations import shown_location
-from fanout.delta_tables.io import one_line, open_table, read_arrow
+from fanout.delta_tables.io import open_fanout_table, open_table, read_arrow
 from fanout.delta_tables.retention import LOG_RETENTION_PROPERTY, OWN_LOG_RETENTION
 from fanout.errors import (
     CheckpointResetError,
@@ -672,17 +671,14 @@ def open_index(path: str, storage_options: Mapping[str, str] | None = None) -> A
     store that cannot be read (unreachable, credentials not found) is a
     :class:`fanout.SpoolError` naming the spool, not delta-rs' bare ``OSError`` (a
     traceback in ``fanout status`` and ``fanout validate``)."""
-    try:
-        return open_table(Spool(path, "").index_path, storage_options)
-    except ConfigurationError:
-        raise
-    except Exception as exc:
-        raise SpoolError(
-            f"cannot read the spool at {shown_location(path)} (check the path, the store's "
-            "credentials: storage options or the environment delta-rs reads them from, and "
-            f"that it can be reached): {type(exc).__name__}: "
-            + redact(one_line(str(exc)), location_secrets(path))  # the store names the path
-        ) from exc
+    return open_fanout_table(
+        Spool(path, "").index_path,
+        storage_options,
+        error=SpoolError,
+        what="spool",
+        location=path,
+        mask=lambda text: redact(text, location_secrets(path)),  # the store names the path
+    )
 
 
 def batches_of_index(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[SpooledBatch]]:

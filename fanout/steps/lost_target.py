@@ -20,12 +20,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping
 
-from fanout.contract.sink import Sink
+from fanout.contract.sink import PartlyHeld, Sink
 from fanout.errors import TargetLostError
 from fanout.ledger.entry import Ledger, ledger_location
 from fanout.ledger.gaps import is_skip
 from fanout.observe.secrets import redact
-from fanout.steps.timeout import BoundedCall
+from fanout.steps.holds import CannotTell, NoAnswer, bounded, holds_answer
 
 log = logging.getLogger("fanout")
 
@@ -94,28 +94,20 @@ def refuse_lost_targets(
 
 def _answer(
     sink: Sink, pipeline: str, epoch: int, batch_id: int, timeout_s: float | None
-) -> object:
-    if timeout_s is not None:
-        name = f"fanout-{pipeline}-{sink.name}-holds-batch"
-        call = BoundedCall.run(
-            lambda: _answer(sink, pipeline, epoch, batch_id, None), timeout_s, name
-        )
-        if call.done.is_set():
-            return call.outcome()
+) -> bool | PartlyHeld | None:
+    """``sink``'s answer about ``batch_id`` of ``epoch``: ``None`` when it cannot tell
+    (its hook failed, or did not return within ``timeout_s``: the run goes on)."""
+    question = f"whether its target still holds batch {batch_id} of epoch {epoch}"
+    answer = bounded(
+        sink, pipeline, lambda: holds_answer(sink, pipeline, epoch, batch_id, question), timeout_s
+    )
+    if isinstance(answer, NoAnswer):
         log.warning(
-            "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s whether its "
-            "target still holds batch %s of epoch %s", pipeline, sink.name, timeout_s,
-            batch_id, epoch,
+            "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
+            pipeline, sink.name, timeout_s, question,
         )  # fmt: skip
         return None
-    try:
-        return sink.holds_batch(pipeline, epoch, batch_id)
-    except Exception as exc:  # cannot read its records: cannot tell, the run goes on
-        log.warning(
-            "pipeline %s, sink %s: cannot tell whether its target still holds batch %s of "
-            "epoch %s: %s: %s", pipeline, sink.name, batch_id, epoch, type(exc).__name__, exc,
-        )  # fmt: skip
-        return None
+    return None if isinstance(answer, CannotTell) else answer
 
 
 def _last_written(ledger: Ledger, pipeline: str, epoch: int, sink: str, mark: int) -> int | None:

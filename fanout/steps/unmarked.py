@@ -36,7 +36,7 @@ from fanout.ledger.entry import (
 )
 from fanout.ledger.gaps import SKIPPED
 from fanout.observe.logs import batch_fields
-from fanout.steps.timeout import BoundedCall
+from fanout.steps.holds import CannotTell, NoAnswer, bounded, holds_answer
 
 log = logging.getLogger("fanout")
 
@@ -422,12 +422,8 @@ def ask(sink: Sink, pipeline: str, epoch: int, mark: int, timeout_s: float | Non
     for that long; one that does not answer refuses the start with a
     :class:`fanout.SinkTimeoutError`: counted as "cannot tell", it would let the new epoch
     write a batch the sink may hold a second time."""
-    if timeout_s is None:
-        return _ask(sink, pipeline, epoch, mark)
-    name = f"fanout-{pipeline}-{sink.name}-holds-batch"
-    asking = BoundedCall.run(lambda: _ask(sink, pipeline, epoch, mark), timeout_s, name)
-    if asking.done.is_set():
-        held: Held = asking.outcome()
+    held = bounded(sink, pipeline, lambda: _ask(sink, pipeline, epoch, mark), timeout_s)
+    if not isinstance(held, NoAnswer):
         return held
     raise SinkTimeoutError(
         f"cannot tell within its write_timeout_s={timeout_s:g} s whether it holds batch "
@@ -441,15 +437,13 @@ def ask(sink: Sink, pipeline: str, epoch: int, mark: int, timeout_s: float | Non
 
 
 def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
-    try:
-        holds = sink.holds_batch(pipeline, epoch, mark + 1)
-    except Exception as exc:  # a check that cannot read its records cannot tell
-        log.warning(
-            "pipeline %s, sink %s: cannot tell whether it holds batch %s of epoch %s "
-            "(written but never marked) before the new epoch starts: %s: %s",
-            pipeline, sink.name, mark + 1, epoch, type(exc).__name__, exc,
-        )  # fmt: skip
-        return Held(sink.name, mark, None, why=f"{type(exc).__name__}: {exc}")
+    question = (
+        f"whether it holds batch {mark + 1} of epoch {epoch} (written but never marked) "
+        "before the new epoch starts"
+    )
+    holds = holds_answer(sink, pipeline, epoch, mark + 1, question)
+    if isinstance(holds, CannotTell):
+        return Held(sink.name, mark, None, why=holds.why)
     if isinstance(holds, PartlyHeld):  # the old checkpoint's replay completes it: no hint
         return Held(sink.name, mark, True, part=holds)
     if not holds:

@@ -218,6 +218,47 @@ def test_status_shows_the_lagging_sink_and_the_spool(tmp_path: Path) -> None:
     assert (status["good"]["state"], status["good"]["lag_batches"]) == ("live", 0)
 
 
+def test_status_watch_opens_the_spool_index_once_per_draw(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backlogs, the batches kept after a skip and the footer each opened (and read)
+    the index again: three opens a draw, four at the first (its existence check)."""
+    import fanout.spool.table as spool_table
+    from fanout.app.cli import main
+    from fanout.app.status import report
+    from fanout.ledger.delta import DeltaLedger
+
+    ledger, spool = DeltaLedger(str(tmp_path / "ledger")), str(tmp_path / "spool")
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = FanOut(
+        "lagged", ledger, [ScriptedSink("good"), _spec(down)], backoff_s=0, spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+    try:
+        for batch in range(2):
+            fan.process(SchemaFrame([batch, batch + 10]), BatchInfo("lagged", batch, "q"))
+    finally:
+        fan.close()
+    opened: list[str] = []
+    open_index = spool_table.open_index
+
+    def counted(path: str, *args: Any, **kwargs: Any) -> Any:
+        opened.append(path)
+        return open_index(path, *args, **kwargs)
+
+    for pipeline in (["--pipeline", "lagged"], []):
+        expected = report(ledger, pipeline[1] if pipeline else None, spool=spool)
+        assert "lagging 2 batches" in expected and "(lagged): 2 batch(es)" in expected
+        monkeypatch.setattr(spool_table, "open_index", counted)
+        argv = ["status", "--ledger", ledger.path, "--spool", spool, *pipeline, "--watch"]
+        assert main([*argv, "--count", "3", "--interval", "0"]) == 0
+        monkeypatch.setattr(spool_table, "open_index", open_index)
+        assert opened == [spool] * 3, pipeline
+        opened.clear()
+        blocks = capsys.readouterr().out.split("\n\nfanout status --ledger ")
+        assert [b.split("\n\n", 1)[1].rstrip("\n") for b in blocks] == [expected] * 3
+
+
 def test_metrics_and_the_run_line_show_the_lag(tmp_path: Path) -> None:
     import io
 

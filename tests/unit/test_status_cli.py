@@ -296,6 +296,25 @@ def test_a_ledger_in_a_store_that_cannot_be_reached_is_a_ledger_error_not_a_trac
     assert captured.err.count("\n") == 1 and "\x1b" not in captured.err
 
 
+def test_a_ledger_that_cannot_be_opened_names_its_location_without_the_password() -> None:
+    """The error itself, not only the CLI's masking stream (before, the raw location, in
+    fanout's words and in the store's, reached any caller of ``DeltaLedger``)."""
+    from fanout.errors import LedgerError
+
+    secret = "LongSecretPassw0rd"
+    ledger = DeltaLedger(f"az://user:{secret}@x/ledger")
+    for call in (ledger.exists, ledger.check):
+        with pytest.raises(LedgerError) as refused:
+            call()
+        assert secret not in str(refused.value)
+        assert str(refused.value).startswith(
+            "cannot read the ledger at az://user:***@x/ledger (check the path, the store's "
+            "credentials: storage options or the environment delta-rs reads them from, and "
+            "that it can be reached): OSError: "
+        ), str(refused.value)
+        assert str(refused.value).endswith(" -> az://user:***@x/ledger"), str(refused.value)
+
+
 def test_status_of_a_batch_whose_lost_mark_a_write_s_own_mark_replaced_shows_the_own_mark(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
