@@ -36,6 +36,7 @@ from fanout.ledger.entry import (
 )
 from fanout.ledger.gaps import SKIPPED
 from fanout.observe.logs import batch_fields
+from fanout.observe.secrets import redact
 from fanout.steps.timeout import BoundedCall
 
 log = logging.getLogger("fanout")
@@ -449,13 +450,16 @@ def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
             "(written but never marked) before the new epoch starts: %s: %s",
             pipeline, sink.name, mark + 1, epoch, type(exc).__name__, exc,
         )  # fmt: skip
-        return Held(sink.name, mark, None, why=f"{type(exc).__name__}: {exc}")
+        why = redact(f"{type(exc).__name__}: {exc}", sink.secret_values())  # errors show it
+        return Held(sink.name, mark, None, why=why)
     if isinstance(holds, PartlyHeld):  # the old checkpoint's replay completes it: no hint
         return Held(sink.name, mark, True, part=holds)
     if not holds:
         return Held(sink.name, mark, holds)
     harmless = sink.harmless_rewrite()
     hint = None if harmless is not None else sink.remove_batch_hint(pipeline, epoch, mark + 1)
+    if harmless is not None:  # the lost mark's ledger row quotes it
+        harmless = redact(harmless, sink.secret_values())
     return Held(sink.name, mark, holds, hint, harmless)
 
 

@@ -51,3 +51,33 @@ def test_a_lagging_sinks_error_and_ledger_row_hide_the_pipelines_other_secrets(
         assert failed == [f"SinkWriteError: sink 'down', batch 0: {said}"]
     finally:
         fan.close()
+
+
+class _Asked(ScriptedSink):
+    """Holds every batch, or cannot tell, saying its password either way."""
+
+    def __init__(self, name: str, *, fails: bool) -> None:
+        super().__init__(name)
+        self.fails = fails
+
+    def secret_values(self) -> list[str]:
+        return [OTHER_PASSWORD]
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool:
+        if self.fails:
+            raise RuntimeError(f"login with {OTHER_PASSWORD} refused")
+        return True
+
+    def harmless_rewrite(self) -> str | None:
+        return f"it upserts into pg://u:{OTHER_PASSWORD}@h/db by key"
+
+
+def test_what_a_sink_says_when_asked_for_a_batch_it_may_hold_is_masked_of_its_secrets() -> None:
+    from fanout.steps.unmarked import ask, lost_mark
+
+    cannot_tell = ask(_Asked("s", fails=True), "p", 0, 3)
+    assert cannot_tell.why == "RuntimeError: login with *** refused"
+    held = ask(_Asked("s", fails=False), "p", 0, 3)
+    assert held.harmless == "it upserts into pg://u:***@h/db by key"
+    entry = lost_mark("p", 0, held, "q", None, "recorded")
+    assert entry.error is not None and OTHER_PASSWORD not in entry.error
