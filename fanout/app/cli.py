@@ -561,6 +561,15 @@ def cmd_dev(args: argparse.Namespace) -> int:
         if pid is None:
             print(f"no dev services running for {state}")
             return 1
+        silent = dev.silent(state)
+        if silent:
+            print(
+                f"dev services stopped: their process (pid {pid}) runs, but "
+                + "; ".join(silent)
+                + f". Start them again: fanout dev down --state {state} && "
+                f"fanout dev up --state {state}"
+            )
+            return 1
         print(f"dev services running (pid {pid}):")
         print((state / "env").read_text(), end="")
         return 0
