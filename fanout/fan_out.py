@@ -228,7 +228,20 @@ class FanOut:
         }
         self.ledger: Ledger = DeltaLedger(ledger) if isinstance(ledger, str) else ledger
         self._admission = Admission(self.ledger, on_checkpoint_reset, self._refuse_unmarked)
-        self._record = Recorder(self.ledger, self.retry)
+        self.secrets: tuple[str, ...] = tuple(
+            dict.fromkeys(
+                [
+                    *location_secrets([checkpoint_location, spool, ledger]),
+                    *(value for sink in self.sinks.values() for value in sink.secret_values()),
+                ]
+            )
+        )
+        """Every secret this pipeline knows (its locations' passwords, its sinks'
+        :meth:`fanout.Sink.secret_values`): what it writes to the ledger is masked of all
+        of them, not of the failing sink's only. The process-wide registry
+        (:func:`fanout.observe.logs.register_secrets`) serves the log handlers and the CLI,
+        and holds other pipelines' secrets too."""
+        self._record = Recorder(self.ledger, self.retry, self.secrets)
         self._context = ContextReader(self.pipeline, checkpoint_location)
         self.spool = check_spool(self.pipeline, self.specs, spool, ledger_location(self.ledger))
         refuse_shared_tables(
@@ -250,6 +263,7 @@ class FanOut:
             self.spool,
             backfill_sources(self.pipeline, self.specs),
             unopened=self._unopened,
+            secrets=self.secrets,
         )
         for name, opening in self._opening.items():
             self.lagging.still_opening(name, opening)

@@ -29,7 +29,7 @@ from fanout.errors import (
 )
 from fanout.observe.logs import RedactingStream, known_secrets, register_secrets
 from fanout.observe.logs import configure as configure_logging
-from fanout.observe.secrets import location_secrets, redact
+from fanout.observe.secrets import location_secrets, redact, redact_json
 from fanout.version import __version__
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def _print_options(types: Mapping[str, Any], type_name: str, *, as_json: bool) -
     kinds = option_type_texts(sink_class)
     if as_json:
         listed = [{**vars(o), "type": kinds.get(o.name) or None} for o in options]
-        print(json.dumps(listed, indent=2))
+        _print_json(listed)
     else:
         print(f"options of sink type {type_name!r}:\n")
         print(text_table(options, kinds))
@@ -113,22 +113,19 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         for t in sorted(types.values(), key=lambda t: t.name)
     ]
     if args.json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "type": t.name,
-                        "guarantees": list(t.guarantees),
-                        "distribution": t.plugin.distribution,
-                        "version": t.plugin.version,
-                        "class": f"{t.sink_class.__module__}.{t.sink_class.__qualname__}",
-                        "implements": implemented_hooks(t.sink_class),
-                        "conditions": _conditions(t.sink_class),
-                    }
-                    for t in sorted(types.values(), key=lambda t: t.name)
-                ],
-                indent=2,
-            )
+        _print_json(
+            [
+                {
+                    "type": t.name,
+                    "guarantees": list(t.guarantees),
+                    "distribution": t.plugin.distribution,
+                    "version": t.plugin.version,
+                    "class": f"{t.sink_class.__module__}.{t.sink_class.__qualname__}",
+                    "implements": implemented_hooks(t.sink_class),
+                    "conditions": _conditions(t.sink_class),
+                }
+                for t in sorted(types.values(), key=lambda t: t.name)
+            ]
         )
     elif rows:
         print(format_table(["type", "guarantees", "distribution", "version", "class"], rows))
@@ -207,7 +204,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             else f"fanout status --config {args.config}"
         )
         return watch(once, title=title, interval_s=args.interval, count=args.count, out=sys.stdout)
-    print(once())
+    if args.json:
+        _print_json(json.loads(once()))
+    else:
+        print(once())
     return 0
 
 
@@ -561,6 +561,15 @@ def cmd_dev(args: argparse.Namespace) -> int:
         if pid is None:
             print(f"no dev services running for {state}")
             return 1
+        silent = dev.silent(state)
+        if silent:
+            print(
+                f"dev services stopped: their process (pid {pid}) runs, but "
+                + "; ".join(silent)
+                + f". Start them again: fanout dev down --state {state} && "
+                f"fanout dev up --state {state}"
+            )
+            return 1
         print(f"dev services running (pid {pid}):")
         print((state / "env").read_text(), end="")
         return 0
@@ -868,6 +877,16 @@ def _run(args: argparse.Namespace) -> int:
     except FanoutError as exc:
         print(f"fanout: {type(exc).__name__}: {_masked(exc)}", file=sys.stderr)
         return 1
+
+
+def _print_json(data: Any) -> None:
+    """Print ``data`` as JSON (``--json``), its strings masked of the registered secrets
+    (:func:`fanout.observe.secrets.redact_json`), past stdout's
+    :class:`fanout.observe.logs.RedactingStream`: masking the text would turn a number that
+    holds a password of digits into ``***``, which is no JSON."""
+    out = sys.stdout
+    raw = out.stream if isinstance(out, RedactingStream) else out
+    raw.write(json.dumps(redact_json(data, known_secrets()), indent=2) + "\n")
 
 
 def _masked(error: BaseException) -> str:

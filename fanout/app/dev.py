@@ -84,6 +84,27 @@ def running_pid(state: Path) -> int | None:
     return pid if _alive(pid) else None
 
 
+def silent(state: Path) -> list[str]:
+    """The services of ``state``'s env file that do not answer (stopped by hand, say, while
+    the process that started them runs on), each as ``"PostgreSQL (FANOUT_PG_URL): why"``;
+    empty when every one answers (:attr:`fanout.hooks.services.EmbeddedService.answers`)."""
+    from fanout.hooks.registry import load_registry
+
+    exported: dict[str, str] = {}
+    for line in (state / "env").read_text().splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        exported[name] = shlex.split(value)[0] if value else ""
+    found = []
+    for service in load_registry().embedded_services().values():
+        address = exported.get(service.env_var)
+        if address is None or service.answers is None:
+            continue
+        why = service.answers(address)
+        if why is not None:
+            found.append(f"{service.title} ({service.env_var}): {why}")
+    return found
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -25,9 +25,14 @@ class EmbeddedService:
         configuration needs (a URL, a bootstrap address) and stops the server on exit. It
         raises when the server cannot start (a missing optional dependency, say); the demo
         then leaves that sink out and says why.
+    :param answers: ``answers(address)``: ``None`` when the server at the address ``start``
+        yielded answers now (a connection within a few seconds), else why not, in one
+        line; ``fanout dev status`` asks it, since a server can stop while the process
+        that started it runs on. ``None`` (the default): not asked.
     """
 
     name: str
     title: str
     env_var: str
     start: Callable[[Path], AbstractContextManager[str]]
+    answers: Callable[[str], str | None] | None = None

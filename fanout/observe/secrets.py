@@ -222,6 +222,24 @@ def redact_printed(text: str, secrets: Iterable[str]) -> str:
     return redact(text, [s for s in found if len(s) >= SHORT_SECRET])
 
 
+def redact_json(value: Any, secrets: Iterable[str]) -> Any:
+    """``value``, parsed JSON, as the ``fanout`` command prints it with ``--json``: each
+    string (a key too) masked as :func:`redact_printed` masks printed text; numbers,
+    booleans and nulls as they are. Masking the JSON's text instead would turn a count or a
+    time that holds a password of digits (``12345678``) into ``***``, which is no JSON; a
+    number is never a secret's place."""
+    found = [s for s in secrets if s and not s.isspace()]
+    if not found:
+        return value
+    if isinstance(value, str):
+        return redact_printed(value, found)
+    if isinstance(value, Mapping):
+        return {redact_printed(str(k), found): redact_json(v, found) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_json(item, found) for item in value]
+    return value
+
+
 _URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*:)([^@\s]*)@")
 """A URL's ``scheme://user:password@`` in running text; group 2 is the password."""
 _QUERY_VALUE = re.compile(r"([?&][A-Za-z0-9_.\-]+=)([^&#\s\"']*)")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from fanout.contract.sink import PartlyHeld, Sink
+from fanout.observe.secrets import redact
 from fanout.steps.timeout import BoundedCall
 
 log = logging.getLogger("fanout")
@@ -48,11 +49,12 @@ def holds_answer(
 ) -> bool | PartlyHeld | CannotTell | None:
     """``sink.holds_batch(pipeline, epoch, batch_id)``; a hook that raises is logged as
     "pipeline P, sink S: cannot tell ``question``: its error" and answers
-    :class:`CannotTell`."""
+    :class:`CannotTell`, the error masked with the sink's secrets (refusals and
+    ``fanout recover`` print it)."""
     try:
         return sink.holds_batch(pipeline, epoch, batch_id)
     except Exception as exc:  # a check that cannot read its records cannot tell
-        why = f"{type(exc).__name__}: {exc}"
+        why = redact(f"{type(exc).__name__}: {exc}", sink.secret_values())  # errors show it
         log.warning("pipeline %s, sink %s: cannot tell %s: %s", pipeline, sink.name, question, why)
         return CannotTell(why)
 

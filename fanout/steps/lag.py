@@ -33,7 +33,7 @@ from fanout.errors import (
 )
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.ledger.gaps import held_by_skip, is_skip
-from fanout.observe.secrets import masked_error
+from fanout.observe.secrets import masked_error, redact
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey, Spool, SpooledBatch
 from fanout.steps.context import read_file_directly
@@ -91,6 +91,8 @@ class Lagging:
     :param ledger: where the marks are.
     :param spool: the pipeline's spool (``None`` when no sink lags or backfills).
     :param sources: the backfill source of each sink configured with ``backfill_from``.
+    :param secrets: every secret of the pipeline, masked in the last error of each sink
+        that :meth:`lag_of` shows (status, the ``fanout_sink_lag`` hook).
     """
 
     pipeline: str
@@ -101,6 +103,7 @@ class Lagging:
     unopened: dict[str, tuple[SinkContext, BaseException]] = field(default_factory=dict)
     """Lag-policy sinks whose ``open`` failed with a transient error: behind until
     :meth:`reopen` succeeds."""
+    secrets: tuple[str, ...] = ()
     epoch: int = 0
     _marks: dict[tuple[str, int], int | None] = field(default_factory=dict, repr=False)
     _errors: dict[str, str] = field(default_factory=dict, repr=False)
@@ -172,7 +175,7 @@ class Lagging:
     def failed(self, sink: str, error: BaseException) -> None:
         """``sink``'s last attempt failed (live or in the catch-up)."""
         with self._lock:
-            self._errors[sink] = f"{type(error).__name__}: {error}"
+            self._errors[sink] = redact(f"{type(error).__name__}: {error}", self.secrets)
             self._failed_at[sink] = time.monotonic()
             if isinstance(error, (BackfillError, MissedBatchesError)):
                 self._stuck.add(sink)

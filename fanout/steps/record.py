@@ -19,6 +19,7 @@ from fanout.contract.sink import SinkResult
 from fanout.errors import CheckpointError
 from fanout.ledger.entry import MARK_HOLD, Ledger, LedgerEntry, Status, now_utc
 from fanout.observe.logs import batch_fields
+from fanout.observe.secrets import redact
 from fanout.retry import RetryPolicy
 
 log = logging.getLogger("fanout")
@@ -30,10 +31,14 @@ class Recorder:
 
     :param ledger: the pipeline's ledger.
     :param retry: how often, and how far apart, a failed ``committed`` mark is retried.
+    :param secrets: every secret of the pipeline (its locations' passwords and all its
+        sinks' :meth:`fanout.Sink.secret_values`), masked in the error a failed row records:
+        one sink's error may quote another's password or a location's.
     """
 
     ledger: Ledger
     retry: RetryPolicy
+    secrets: tuple[str, ...] = ()
     # (sink, epoch) of each committed mark this recorder wrote (marked_here)
     _marked: set[tuple[str, int]] = field(default_factory=set, init=False, repr=False)
 
@@ -105,7 +110,8 @@ class Recorder:
         """Record a failed attempt; never raises (a warning says when it cannot)."""
         entry = self.entry(batch, "failed", attempt, started, duration_s)
         try:
-            self.ledger.record_failure(replace(entry, error=f"{type(error).__name__}: {error}"))
+            said = redact(f"{type(error).__name__}: {error}", self.secrets)
+            self.ledger.record_failure(replace(entry, error=said))
         except Exception as exc:  # best effort: the sink's own log line already tells
             log.warning(
                 "pipeline %s: cannot record the failed attempt in the ledger: %s",

@@ -36,6 +36,7 @@ from fanout.ledger.entry import (
 )
 from fanout.ledger.gaps import SKIPPED
 from fanout.observe.logs import batch_fields
+from fanout.observe.secrets import redact
 from fanout.steps.holds import CannotTell, NoAnswer, bounded, holds_answer
 
 log = logging.getLogger("fanout")
@@ -450,6 +451,8 @@ def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
         return Held(sink.name, mark, holds)
     harmless = sink.harmless_rewrite()
     hint = None if harmless is not None else sink.remove_batch_hint(pipeline, epoch, mark + 1)
+    if harmless is not None:  # the lost mark's ledger row quotes it
+        harmless = redact(harmless, sink.secret_values())
     return Held(sink.name, mark, holds, hint, harmless)
 
 

@@ -340,7 +340,12 @@ class SinkRunner:
     def _failure(self, exc: BaseException, attempt: int) -> tuple[Exception, bool]:
         """The error to record for ``exc`` (naming sink and batch, secrets masked) and
         whether to retry: never for a BaseException that is not an Exception."""
-        error = _named(exc, self.sink.name, self.batch.batch_id, self.sink.secret_values())
+        error = _named(
+            exc,
+            self.sink.name,
+            self.batch.batch_id,
+            (*self.sink.secret_values(), *self.record.secrets),
+        )
         if not isinstance(exc, Exception):
             return error, False
         # a sink reporting impossible counts would report them again
@@ -359,7 +364,9 @@ class SinkRunner:
         """Fail the sink without writing it (an error found before any write)."""
         info, name = self.batch.info, self.sink.name
         self.hooks.call("fanout_sink_start", info=info, sink=name, attempt=1)
-        error = _named(error, name, info.batch_id, self.sink.secret_values())
+        error = _named(
+            error, name, info.batch_id, (*self.sink.secret_values(), *self.record.secrets)
+        )
         if self._report(1):
             self._failed(1, now_utc(), time.perf_counter(), error, will_retry=False)
         return SinkOutcome(name, error=error)
@@ -445,8 +452,9 @@ def _named(exc: BaseException, sink: str, batch_id: int, secrets: Sequence[str])
     """The sink's error, wrapped to name sink and batch unless it already does (a
     :class:`fanout.CheckpointError` a sink raised names them, and keeps its class).
 
-    When any message in the error's chain holds one of the sink's secrets, the result is
-    a new error with the secrets masked and the chain cut, so no traceback shows them.
+    When any message in the error's chain holds one of ``secrets`` (the sink's and the
+    rest of its pipeline's: a sink's error may quote another's password or a location's),
+    the result is a new error with them masked and the chain cut, so no traceback shows them.
     """
     masked = masked_error(
         exc, secrets, lambda text: SinkWriteError(text, sink=sink, batch_id=batch_id)

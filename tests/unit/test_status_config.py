@@ -379,3 +379,31 @@ def test_status_masks_a_password_in_the_checkpoint_and_spool_locations(
     captured = capsys.readouterr()
     assert pw not in captured.out + captured.err
     assert "s3://KEY:***@127.0.0.1:9/none/ledger" in captured.err
+
+
+def test_a_password_of_digits_leaves_status_json_whole_and_masked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A password ``12345678`` (8 characters: masked wherever it occurs in printed text)
+    turned a count holding those digits into ``***``: ``--json`` printed no JSON. Its
+    strings are masked, its numbers are not."""
+    config = _setup(tmp_path)
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    ledger.mark_committed(
+        LedgerEntry("p", "a", 2, "committed", query_id="q", rows=12345678, finished_at=AT)
+    )
+    ledger.record_failure(
+        LedgerEntry("p", "b", 1, "failed", query_id="q", finished_at=AT,
+                    error="SinkWriteError: login with 12345678 refused")
+    )  # fmt: skip
+    text = Path(config).read_text()
+    Path(config).write_text(text.replace(f'"{tmp_path}/c"', '"s3://k:12345678@bucket/c"'))
+    assert main(["status", "--config", config, "--json"]) == 0
+    out = capsys.readouterr().out
+    listed = json.loads(out)
+    a, b = listed[0], listed[1]
+    assert (a["last_committed_batch"], a["last_batch_rows"], a["rows_total"]) == (
+        2, 12345678, 12345688,
+    )  # fmt: skip
+    assert b["last_error"] == "SinkWriteError: login with *** refused"
+    assert "login with 12345678" not in out

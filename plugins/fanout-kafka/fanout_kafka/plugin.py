@@ -47,7 +47,24 @@ def kafka_target(location: str, sink: Sink) -> KafkaDeadLetters:
 @hookimpl
 def fanout_embedded_services() -> list[EmbeddedService]:
     """Provide the embedded broker (``pip install 'fanout-kafka[embedded]'``)."""
-    return [EmbeddedService("kafka", "Kafka", "FANOUT_KAFKA_BOOTSTRAP", start=embedded_broker)]
+    return [
+        EmbeddedService(
+            "kafka", "Kafka", "FANOUT_KAFKA_BOOTSTRAP", start=embedded_broker, answers=answers
+        )
+    ]
+
+
+def answers(bootstrap: str, timeout_s: float = 5.0) -> str | None:
+    """``None`` when the first broker of ``bootstrap`` (``host:port,...``) accepts a TCP
+    connection within ``timeout_s`` seconds, else why not."""
+    import socket
+
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return None
+    except (OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
 
 
 def embedded_broker(root: Path) -> AbstractContextManager[str]:

