@@ -201,12 +201,22 @@ class Spool:
                 raise SpoolError(
                     f"spool at {self._shown}: cannot open its index: {self._masked(exc)}"
                 ) from exc
-            self._batches = {}
-            for row in rows:
-                self._merge(_from_index_row(row))
-            sizes = self._sizes()
-            for key, batch in self._batches.items():
-                self._batches[key] = replace(batch, size_bytes=sizes.get(key, 0))
+            self._load(rows)
+
+    def load(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Take the pipeline's batches from ``rows`` of the index a caller read (any
+        pipeline's: the others are left), as :meth:`open` does, without opening the index
+        or creating it (``fanout status``: one read of the index a draw)."""
+        with self._lock:
+            self._load([row for row in rows if row["pipeline"] == self.pipeline])
+
+    def _load(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        self._batches = {}
+        for row in rows:
+            self._merge(_from_index_row(row))
+        sizes = self._sizes()
+        for key, batch in self._batches.items():
+            self._batches[key] = replace(batch, size_bytes=sizes.get(key, 0))
 
     # -- reading ---------------------------------------------------------------------
 
