@@ -310,7 +310,7 @@ def spool_footer(
     lines = []
     for name in names:
         spool = Spool(path, name)
-        spool.open()
+        spool.load(entries or ())
         batches, spooled_rows, size = spool.size()
         lines.append(
             f"spool {shown_location(path)} ({name}): {batches} batch(es), {spooled_rows} "

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.batch import txn_app_id
+from fanout.contract.locations import shown_location
 from fanout.delta_tables.compaction import Compaction
 from fanout.delta_tables.compaction import compact as compact_table
 from fanout.delta_tables.io import (
@@ -27,6 +28,7 @@ from fanout.delta_tables.io import (
     Filter,
     commit_properties,
     is_commit_conflict,
+    one_line,
     open_fanout_table,
     read_arrow,
     refuse_unusable_location,
@@ -142,6 +144,20 @@ class DeltaLedger:
     def __repr__(self) -> str:
         return f"DeltaLedger({self.path!r})"
 
+    @property
+    def _shown(self) -> str:
+        """The ledger's location as its errors and logs name it (a password masked)."""
+        return shown_location(self.path)
+
+    @property
+    def _where(self) -> str:
+        return f"ledger at {self._shown}"
+
+    def _masked(self, exc: BaseException) -> str:
+        """``exc``'s text on one line, the location's password masked (the store's own
+        error names the location as written)."""
+        return redact(one_line(str(exc)), location_secrets(self.path))
+
     def __getstate__(self) -> dict[str, Any]:
         """Configuration only (pickled with a ``FanOut`` under Spark Connect): no lock,
         no queued marks, no open table; ``open()`` runs again where it lands."""
@@ -168,30 +184,30 @@ class DeltaLedger:
         or when delta-rs cannot keep a table at its path
         (:func:`fanout.delta_tables.io.refuse_unusable_location`).
         """
-        refuse_unusable_location(self.path, f"ledger at {self.path}", self.storage_options)
+        refuse_unusable_location(self.path, self._where, self.storage_options)
         with self._lock:
             self._table = self._load_or_create()
             self._keep_log_short(self._table)
             self._files_added = len(self._table.file_uris())  # a long uncompacted ledger
         # the ledger's transaction ids are its marks: refuse a table that expires them
-        check_ledger_retention(self._table.metadata().configuration, f"ledger at {self.path}")
+        check_ledger_retention(self._table.metadata().configuration, self._where)
 
     def exists(self) -> bool:
         """Whether the ledger table is there (read only: a pipeline that never ran has
         none yet); raises as :meth:`check` does for a location or store it cannot read."""
-        refuse_unusable_location(self.path, f"ledger at {self.path}", self.storage_options)
+        refuse_unusable_location(self.path, self._where, self.storage_options)
         return _open_ledger(self.path, self.storage_options) is not None
 
     def check(self) -> list[str]:
         """:meth:`open`'s checks, changing nothing (``fanout validate``): what :meth:`open`
         would create or change, as "would ..." texts (empty: nothing); raises as
         :meth:`open` does for a location or a table it would refuse."""
-        refuse_unusable_location(self.path, f"ledger at {self.path}", self.storage_options)
+        refuse_unusable_location(self.path, self._where, self.storage_options)
         table = _open_ledger(self.path, self.storage_options)
         if table is None:
             return ["create the ledger table"]
-        _check_is_ledger(table, self.path)
-        check_ledger_retention(table.metadata().configuration, f"ledger at {self.path}")
+        _check_is_ledger(table, self._shown)
+        check_ledger_retention(table.metadata().configuration, self._where)
         if self.log_retention is None or _keeps_a_log_retention(table):
             return []
         return [f"set {LOG_RETENTION_PROPERTY} = {self.log_retention!r} on the ledger table"]
@@ -201,7 +217,7 @@ class DeltaLedger:
 
         table = _open_ledger(self.path, self.storage_options)
         if table is not None:
-            _check_is_ledger(table, self.path)
+            _check_is_ledger(table, self._shown)
             return table
         try:
             return DeltaTable.create(
@@ -220,7 +236,9 @@ class DeltaLedger:
         except Exception as exc:
             table = _open_ledger(self.path, self.storage_options)  # lost a creation race?
             if table is None:
-                raise LedgerError(f"cannot create the ledger at {self.path}: {exc}") from exc
+                raise LedgerError(
+                    f"cannot create the ledger at {self._shown}: {self._masked(exc)}"
+                ) from exc
             return table
 
     def _log_configuration(self) -> dict[str, str]:
@@ -241,12 +259,12 @@ class DeltaLedger:
             log.warning(
                 "ledger %s: could not set %s = %r (its log keeps Delta's default 30 days, "
                 "and every mark lists all of it): %s",
-                self.path, LOG_RETENTION_PROPERTY, self.log_retention, exc,
+                self._shown, LOG_RETENTION_PROPERTY, self.log_retention, exc,
             )  # fmt: skip
             return
         log.info(
             "ledger %s: keeps %s of log from now on (%s)",
-            self.path, self.log_retention, LOG_RETENTION_PROPERTY,
+            self._shown, self.log_retention, LOG_RETENTION_PROPERTY,
         )  # fmt: skip
 
     def _log_retention_set_meanwhile(self) -> bool:
@@ -264,13 +282,14 @@ class DeltaLedger:
         """The ledger table as loaded, brought to its latest version when ``refresh``
         (caller holds the lock)."""
         if self._table is None:
-            refuse_unusable_location(self.path, f"ledger at {self.path}", self.storage_options)
+            refuse_unusable_location(self.path, self._where, self.storage_options)
             table = _open_ledger(self.path, self.storage_options)
             if table is None:
                 raise LedgerError(
-                    f"no ledger at {self.path}: a FanOut creates it when it starts; check the path"
+                    f"no ledger at {self._shown}: a FanOut creates it when it starts; check "
+                    "the path"
                 )
-            _check_is_ledger(table, self.path)
+            _check_is_ledger(table, self._shown)
             self._table = table
         elif refresh:
             self._table.update_incremental()
@@ -495,7 +514,7 @@ class DeltaLedger:
                         raise
                     log.info(
                         "ledger %s: lost a commit race, checking the marks again: %s",
-                        self.path,
+                        self._shown,
                         cause,
                     )
         except BaseException as exc:
@@ -577,7 +596,9 @@ class DeltaLedger:
                 commit_properties=commit_properties(txns) if txns else None,
             )
         except Exception as exc:
-            raise LedgerError(f"cannot write to the ledger at {self.path}: {exc}") from exc
+            raise LedgerError(
+                f"cannot write to the ledger at {self._shown}: {self._masked(exc)}"
+            ) from exc
         # write_deltalake advances `table` to the version it committed: no refresh needed
         self._txns.committed(table, base, txns)
         self._files_added += len({entry.pipeline for entry in entries})  # one per partition
@@ -592,13 +613,13 @@ class DeltaLedger:
         try:
             done = self._compaction(table)
         except CompactionError as exc:  # rows stay duplicated: say so loudly
-            log.error("ledger %s: %s", self.path, exc)
+            log.error("ledger %s: %s", self._shown, exc)
             table.update_incremental()
         except Exception as exc:
-            log.warning("ledger %s: compacting its small files failed: %s", self.path, exc)
+            log.warning("ledger %s: compacting its small files failed: %s", self._shown, exc)
             table.update_incremental()  # the known transactions follow its version
         else:
-            log.debug("ledger %s: compacted %s small files", self.path, done.files_removed)
+            log.debug("ledger %s: compacted %s small files", self._shown, done.files_removed)
             self._txns.committed(table, base, {})  # carries no transaction
         self._files_added = 0
 
@@ -617,7 +638,7 @@ class DeltaLedger:
         its compaction may be a data change."""
         return compact_table(
             table,
-            f"ledger at {self.path}",
+            self._where,
             self.storage_options,
             rewrite=_overwrite_with_own_rows,
             data_change=True,
@@ -813,8 +834,8 @@ class DeltaLedger:
                     raise
                 if attempt == MAINTAIN_COMPACTION_ATTEMPTS:
                     raise LedgerError(
-                        f"ledger at {self.path}: other writers committed while each of "
-                        f"{attempt} compactions ran, and delta-rs refused every one ({exc}); "
+                        f"{self._where}: other writers committed while each of {attempt} "
+                        f"compactions ran, and delta-rs refused every one ({self._masked(exc)}); "
                         "nothing was lost: run `fanout ledger maintain` again"
                     ) from exc
                 table = self._fresh()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fanout.contract.batch import BatchInfo
-from fanout.contract.locations import command_location
+from fanout.contract.locations import command_location, shown_location
 from fanout.contract.plans import describe_plan, planned_at
 
 
@@ -30,10 +30,11 @@ def spool_reset_message(
     those sinks lagged. ``ledger``: the pipeline's ledger as commands name it (``None``:
     unknown, named ``<path>``)."""
     batch, sinks = _which(spooled, needed_by)
+    shown, shown_ledger = shown_location(path), shown_location(ledger) if ledger else "<path>"
     return "\n".join(
         [
             f"pipeline {info.pipeline!r}: checkpoint reset detected. Spark handed {batch} of "
-            f"query {info.query_id}, but the spool at {path} holds {batch} of query "
+            f"query {info.query_id}, but the spool at {shown} holds {batch} of query "
             f"{spooled.query_id} for sink(s) {sinks}, which have not received it: the "
             "checkpoint was deleted or replaced while they lagged. fanout refuses to spool "
             "the batch, because those sinks would receive the old query's rows for it and "
@@ -45,7 +46,7 @@ def spool_reset_message(
             "  1. Restore the original checkpoint directory and restart the query; nothing is "
             "lost or duplicated.",
             "  2. Or let the sinks catch up on the old query's batches first (run the original "
-            f"checkpoint until `fanout status --ledger {ledger or '<path>'} --pipeline "
+            f"checkpoint until `fanout status --ledger {shown_ledger} --pipeline "
             f"{info.pipeline} --spool {command_location(path)}` shows {sinks} live), then "
             "start the new checkpoint.",
             "  3. Or start the new checkpoint under a new pipeline name, so its batches start "
@@ -62,11 +63,12 @@ def spool_rollback_message(
     rolled back while those sinks lagged."""
     batch, sinks = _which(spooled, needed_by)
     assert spooled.batch_timestamp_ms is not None and info.batch_timestamp_ms is not None
+    shown = shown_location(path)
     return "\n".join(
         [
             f"pipeline {info.pipeline!r}: checkpoint rolled back. Spark handed {batch} of "
             f"query {info.query_id} planned at {planned_at(info.batch_timestamp_ms)}, but the "
-            f"spool at {path} holds {batch} of the same query planned at "
+            f"spool at {shown} holds {batch} of the same query planned at "
             f"{planned_at(spooled.batch_timestamp_ms)} for sink(s) {sinks}, which have not "
             "received it: the checkpoint was restored from a backup or lost its newest "
             "offsets/ and commits/ files, so Spark planned the batch again. fanout refuses "

@@ -37,7 +37,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.batch import BatchInfo, pipeline_scope
-from fanout.delta_tables.io import open_fanout_table, open_table, read_arrow
+from fanout.contract.locations import shown_location
+from fanout.delta_tables.io import one_line, open_fanout_table, open_table, read_arrow
 from fanout.delta_tables.retention import LOG_RETENTION_PROPERTY, OWN_LOG_RETENTION
 from fanout.errors import (
     CheckpointResetError,
@@ -169,6 +170,16 @@ class Spool:
         """The Delta table saying which sink needs which batch."""
         return f"{self.path.rstrip('/')}/index"
 
+    @property
+    def _shown(self) -> str:
+        """The spool's location as its errors name it (a password masked)."""
+        return shown_location(self.path)
+
+    def _masked(self, exc: BaseException) -> str:
+        """``exc``'s text on one line, the location's password masked (the store's own
+        error names the location as written)."""
+        return redact(one_line(str(exc)), location_secrets(self.path))
+
     def open(self) -> None:
         """Read the index (creating it when missing): the batches spooled by earlier runs."""
         from deltalake import DeltaTable
@@ -187,13 +198,25 @@ class Spool:
                     )
                 rows = read_arrow(table, filters=[("pipeline", "=", self.pipeline)]).to_pylist()
             except Exception as exc:
-                raise SpoolError(f"spool at {self.path}: cannot open its index: {exc}") from exc
-            self._batches = {}
-            for row in rows:
-                self._merge(_from_index_row(row))
-            sizes = self._sizes()
-            for key, batch in self._batches.items():
-                self._batches[key] = replace(batch, size_bytes=sizes.get(key, 0))
+                raise SpoolError(
+                    f"spool at {self._shown}: cannot open its index: {self._masked(exc)}"
+                ) from exc
+            self._load(rows)
+
+    def load(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Take the pipeline's batches from ``rows`` of the index a caller read (any
+        pipeline's: the others are left), as :meth:`open` does, without opening the index
+        or creating it (``fanout status``: one read of the index a draw)."""
+        with self._lock:
+            self._load([row for row in rows if row["pipeline"] == self.pipeline])
+
+    def _load(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        self._batches = {}
+        for row in rows:
+            self._merge(_from_index_row(row))
+        sizes = self._sizes()
+        for key, batch in self._batches.items():
+            self._batches[key] = replace(batch, size_bytes=sizes.get(key, 0))
 
     # -- reading ---------------------------------------------------------------------
 
@@ -220,14 +243,14 @@ class Spool:
         batch = self.get(key)
         if batch is None:
             raise SpoolError(
-                f"spool at {self.path}: batch {key[1]} (epoch {key[0]}) is not spooled"
+                f"spool at {self._shown}: batch {key[1]} (epoch {key[0]}) is not spooled"
             )
         schema = StructType.fromJson(json.loads(batch.schema_json))
         files = self._files(key)
         if not files:
             if batch.rows:
                 raise SpoolError(
-                    f"spool at {self.path}: batch {batch.batch_id} (epoch {batch.epoch}) "
+                    f"spool at {self._shown}: batch {batch.batch_id} (epoch {batch.epoch}) "
                     f"had {batch.rows} rows but its files are gone"
                 )
             return spark.createDataFrame([], schema)
@@ -334,7 +357,8 @@ class Spool:
         except Exception as exc:
             raise SpoolError(
                 f"pipeline {self.pipeline!r}, batch {info.batch_id}: cannot spool the batch for "
-                f"{', '.join(sorted(sinks))} at {self.path}: {type(exc).__name__}: {exc}"
+                f"{', '.join(sorted(sinks))} at {self._shown}: {type(exc).__name__}: "
+                + self._masked(exc)
             ) from exc
         merged = self._merge(batch)
         merged = self._batches[key] = replace(merged, size_bytes=size)
@@ -659,7 +683,8 @@ def existing_index(
     index = open_index(path, storage_options)
     if index is None:
         raise ConfigurationError(
-            f"{named} {path}: no spool there (no {index_path} table, which a pipeline run "
+            f"{named} {shown_location(path)}: no spool there (no {shown_location(index_path)} "
+            "table, which a pipeline run "
             "with a spool creates when it starts); give the pipeline's spool "
             "(pipeline.spool in its file, FanOut(spool=...)), or leave --spool out"
         )

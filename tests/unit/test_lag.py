@@ -259,6 +259,50 @@ def test_status_watch_opens_the_spool_index_once_per_draw(
         assert [b.split("\n\n", 1)[1].rstrip("\n") for b in blocks] == [expected] * 3
 
 
+def test_status_watch_reads_the_spool_index_once_per_draw_footer_included(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The footer opened and read the index again (``Spool.open``, creating it if gone):
+    two reads a draw. Every Delta open of the index counted, whichever module's."""
+    import fanout.delta_tables.io as io
+    import fanout.spool.table as spool_table
+    from fanout.app.cli import main
+    from fanout.ledger.delta import DeltaLedger
+
+    ledger, spool = DeltaLedger(str(tmp_path / "ledger")), str(tmp_path / "spool")
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = FanOut(
+        "lagged", ledger, [ScriptedSink("good"), _spec(down)], backoff_s=0, spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+    try:
+        for batch in range(2):
+            fan.process(SchemaFrame([batch, batch + 10]), BatchInfo("lagged", batch, "q"))
+    finally:
+        fan.close()
+    held = spool_table.Spool(spool, "lagged")
+    held.open()
+    batches, rows, size = held.size()
+    assert (batches, rows) == (2, 4) and size > 0
+    opened: list[str] = []
+    open_table = io.open_table
+
+    def counted(path: str, *args: Any, **kwargs: Any) -> Any:
+        opened.append(path)
+        return open_table(path, *args, **kwargs)
+
+    monkeypatch.setattr(io, "open_table", counted)
+    monkeypatch.setattr(spool_table, "open_table", counted)
+    for pipeline in (["--pipeline", "lagged"], []):
+        argv = ["status", "--ledger", ledger.path, "--spool", spool, *pipeline, "--watch"]
+        assert main([*argv, "--count", "2", "--interval", "0"]) == 0
+        assert [p for p in opened if p.endswith("/index")] == [f"{spool}/index"] * 2, pipeline
+        opened.clear()
+        out = capsys.readouterr().out
+        footer = f"spool {spool} (lagged): 2 batch(es), 4 row(s), {size} bytes\n"
+        assert out.count(footer) == 2, out
+
+
 def test_metrics_and_the_run_line_show_the_lag(tmp_path: Path) -> None:
     import io
 
