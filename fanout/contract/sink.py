@@ -217,6 +217,13 @@ class Sink:
         ``fanout validate`` with ``context.checking`` set when :attr:`read_only_check`
         says the sink honours it (then nothing may be created or changed).
 
+        Create a missing target (a ``create_table`` option) at the first :meth:`write`,
+        not here: ``open()`` runs before the run's lost-target check (:meth:`holds_batch`),
+        so a target it created again after a deletion would be there for the retry of the
+        refused run, whose records kept beside it (they outlive it) would then answer
+        "held": the loss silent after one refusal. Check here what can be checked
+        without creating (options, permissions, the types it would be created with).
+
         Raise :class:`fanout.ConfigurationError` naming the option and what to do.
         """
 

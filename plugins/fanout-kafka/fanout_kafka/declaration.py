@@ -100,7 +100,8 @@ OPTIONS = (
         "create_topic",
         "`false`",
         "create missing target / dead-letter topics: `true` (broker defaults) or "
-        "`{partitions, replication_factor, config}`",
+        "`{partitions, replication_factor, config}`; created at the first write, not at "
+        "`open()`: a run the lost-target check refuses leaves none",
     ),
     SinkOption(
         "order_by",

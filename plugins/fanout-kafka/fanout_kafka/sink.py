@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from fanout.contract.batch import Batch
 from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext
-from fanout.errors import ConfigurationError, SchemaMismatchError, SinkError, SinkWriteError
+from fanout.errors import (
+    ConfigurationError,
+    SchemaMismatchError,
+    SinkError,
+    SinkWriteError,
+    TransientSinkError,
+)
 from fanout.partitioned.membership import (
     WHOLE_ROW,
     CommittedPartition,
@@ -80,12 +86,15 @@ _FAILURE_ORDER = (
 )
 
 
-def _topic_limit(cluster: Any, topic: str) -> int:
-    """A topic's record batch limit: its ``max.message.bytes``, else the broker's
-    ``message.max.bytes``, else Kafka's default."""
-    limit = cluster.topic_config(topic, "max.message.bytes") or cluster.broker_config(
-        "message.max.bytes"
-    )
+def _topic_limit(cluster: Any, topic: str, spec: TopicSpec | None = None) -> int:
+    """A topic's record batch limit: its ``max.message.bytes`` (for a topic still to be
+    created, the one ``spec`` creates it with), else the broker's ``message.max.bytes``,
+    else Kafka's default."""
+    if cluster.partitions(topic) is None:
+        topic_limit = spec.config.get("max.message.bytes") if spec is not None else None
+    else:
+        topic_limit = cluster.topic_config(topic, "max.message.bytes")
+    limit = topic_limit or cluster.broker_config("message.max.bytes")
     return int(limit) if limit else KAFKA_DEFAULT_MAX_MESSAGE_BYTES
 
 
@@ -119,7 +128,9 @@ class KafkaSink(PartitionedSink):
         table path (written once the partition committed, which names them in a journal:
         :mod:`fanout_kafka.journal`).
     :param create_topic: create missing topics (target and dead-letter): ``True`` (broker
-        defaults) or ``{partitions: N, replication_factor: R, config: {...}}``.
+        defaults) or ``{partitions: N, replication_factor: R, config: {...}}``. They are
+        created at the sink's first write, not at ``open()``: a run the lost-target check
+        refuses creates none, so its retry finds the topic missing and is refused again.
     :param order_by: column(s) ordering the records of a partition (per-key order within
         a batch); without it Spark's shuffle order is kept.
     :param open_timeout_s: how long ``open()`` waits for the brokers.
@@ -180,7 +191,7 @@ class KafkaSink(PartitionedSink):
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
         self._end_turns: str | None = None  # Tansu's transaction ends take turns (open())
         self._unsettled = True  # an earlier attempt may have left transactions open
-        self._created_topic = False  # open() created the (missing) topic, none written since
+        self._to_create: list[tuple[str, str]] = []  # (topic, option): at the first write
         self.create_topic = create_topic
         self.order_by = order_by
         self.open_timeout_s = open_timeout_s
@@ -195,11 +206,18 @@ class KafkaSink(PartitionedSink):
     # -- lifecycle ------------------------------------------------------------------------
 
     def open(self, context: SinkContext) -> None:
-        """Check the options, reach the brokers (within ``open_timeout_s``), check or
-        create the topic, the marker topic and a dead-letter topic (with
+        """Check the options, reach the brokers (within ``open_timeout_s``), check the
+        topic and a dead-letter topic, check or create the marker topic (with
         ``context.checking``, ``fanout validate``: only check, telling ``context.would``
         which it would create), and resolve the record size limit. No producer is made:
-        transactions are initialised (and fenced) at the first batch."""
+        transactions are initialised (and fenced) at the first batch.
+
+        A missing topic or dead-letter topic that ``create_topic`` allows is created at
+        the first write (:meth:`_create_missing_topics`), not here: ``open()`` runs before
+        the run's lost-target check (:meth:`holds_batch`), and a topic it created would
+        make the retry of a refused run find one, which the markers (they outlive the
+        topic) then say holds the batches. Its record size limit is the one it will be
+        created with."""
         from fanout_kafka.admin import Cluster
 
         super().open(context)
@@ -235,18 +253,19 @@ class KafkaSink(PartitionedSink):
         ]
         if self._dead_topic is not None:
             topics.append((self._dead_topic, "dead_letter", spec, None))
+        self._to_create = []
         for topic, option, topic_spec, partitions in topics:
             if context.checking:  # fanout validate: create nothing, say what would be
                 change = cluster.check_topic(topic, option, topic_spec, partitions=partitions)
                 if change is not None:
                     context.would(change)
-            else:
-                if topic == self.topic:
-                    self._created_topic = cluster.partitions(topic) is None
+            elif option == "marker_topic":  # fanout's own records, not a target
                 cluster.ensure_topic(topic, option, topic_spec, partitions=partitions)
+            elif cluster.check_topic(topic, option, topic_spec) is not None:
+                self._to_create.append((topic, option))
         self._check_transaction_timeout(cluster)
         self._warn_marker_retention(cluster)
-        broker_limit = _topic_limit(cluster, self.topic)
+        broker_limit = _topic_limit(cluster, self.topic, spec)
         if self.max_record_bytes is None:
             # the broker counts a record with its batch's header; librdkafka without it
             self.max_record_bytes = min(
@@ -269,7 +288,7 @@ class KafkaSink(PartitionedSink):
         (:func:`fanout_kafka.settings.producer_config`), saying so when it is."""
         limits = {self.topic: topic_limit}
         if self._dead_topic is not None:
-            limits[self._dead_topic] = _topic_limit(cluster, self._dead_topic)
+            limits[self._dead_topic] = _topic_limit(cluster, self._dead_topic, self._topic_spec)
         topic, limit = min(limits.items(), key=lambda item: item[1])
         self._max_batch_bytes = limit
         wanted = client_batch_size(self.producer)
@@ -333,9 +352,9 @@ class KafkaSink(PartitionedSink):
         plan offsets recorded. All of the batch's partitions: ``True``; some:
         :class:`fanout.PartlyHeld`; none: ``False``.
 
-        The marker groups outlive the topic: a topic missing now, or one :meth:`open`
-        created (``create_topic``: it was missing, deleted by hand) into which this sink
-        has committed nothing since, holds no batch (``False``).
+        The marker groups outlive the topic: a topic missing now holds no batch
+        (``False``). ``create_topic`` creates it at the first write, after this check, so
+        a run refused for it leaves it missing and its retry is refused again.
 
         The markers are offsets of member-less groups, which the broker forgets
         ``offsets.retention.minutes`` after their last commit (7 days by default): with the
@@ -347,7 +366,7 @@ class KafkaSink(PartitionedSink):
         from fanout_kafka.membership import held_partitions
 
         scope, name = pipeline_scope(pipeline, epoch), self.name
-        if self._created_topic or self._topic_missing():
+        if self._topic_missing():
             return False
         config = admin_config(self.producer, str(self.bootstrap_servers))
         committed, count = held_partitions(
@@ -399,7 +418,6 @@ class KafkaSink(PartitionedSink):
         left open."""
         super().after_partitions(batch, outcomes)
         self._unsettled = False
-        self._created_topic = False  # it holds this batch now
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> KafkaPartitionWriter:
         """One transaction per partition, committing the batch's plan with its marker."""
@@ -435,10 +453,13 @@ class KafkaSink(PartitionedSink):
     # -- configuration ---------------------------------------------------------------------
 
     def settings(self, batch: Batch) -> WriterSettings:
-        """The picklable configuration of one batch's partition tasks."""
+        """The picklable configuration of one batch's partition tasks. Every write reads
+        it first (the markers, the partition writers, the dead letters), so the topics
+        :meth:`open` found missing are created here, once."""
         pipeline, batch_id = batch.pipeline, batch.batch_id
         if self.max_record_bytes is None or self.transactional_id_prefix is None:
             raise ConfigurationError(f"Kafka sink {self.name!r}: write() before open()")
+        self._create_missing_topics(batch)
         header_columns: tuple[str, ...] = ()
         if not isinstance(self.headers, bool):
             header_columns = columns(self.name, "headers", self.headers) or ()
@@ -470,6 +491,28 @@ class KafkaSink(PartitionedSink):
             max_batch_bytes=self._max_batch_bytes,
             speculation=self._speculation_of(batch),
         )
+
+    def _create_missing_topics(self, batch: Batch) -> None:
+        """Create the topics :meth:`open` found missing (``create_topic``), once per
+        ``open()``: one admin connection at the first write, none after."""
+        if not self._to_create:
+            return
+        from fanout_kafka.admin import Cluster
+
+        servers = str(self.bootstrap_servers)
+        cluster = Cluster(self.name, servers, self.producer, self.open_timeout_s)
+        try:
+            cluster.connect()
+        except ConfigurationError as exc:  # the brokers out of reach: worth a retry
+            raise TransientSinkError(str(exc), sink=self.name, batch_id=batch.batch_id) from exc
+        spec = self._topic_spec
+        while self._to_create:
+            topic, option = self._to_create[0]
+            try:
+                cluster.ensure_topic(topic, option, spec)
+            except ConfigurationError as exc:
+                raise SinkWriteError(str(exc), sink=self.name, batch_id=batch.batch_id) from exc
+            self._to_create.pop(0)
 
     def _speculation_of(self, batch: Batch) -> bool | None:
         """``spark.speculation`` of the batch's session, read once (a static setting)."""

@@ -136,7 +136,9 @@ def test_bad_records_go_to_a_delta_dead_letter_table_once(
     assert sorted(r["key"] for r in read_topic(kafka.bootstrap, topic, 3)) == ["1", "2", "3"]
 
 
-def test_unknown_topic_without_create_topic_fails_at_open(kafka: Broker, tmp_path: Path) -> None:
+def test_unknown_topic_without_create_topic_fails_at_open(
+    spark: Any, kafka: Broker, tmp_path: Path
+) -> None:
     missing = f"missing-{uuid.uuid4().hex[:8]}"
     sink = {"type": "kafka", "name": "events", "bootstrap_servers": kafka.bootstrap,
             "topic": missing}  # fmt: skip
@@ -155,8 +157,15 @@ def test_unknown_topic_without_create_topic_fails_at_open(kafka: Broker, tmp_pat
     )  # fmt: skip
     created.open(SinkContext("p"))
     topics = admin.list_topics(timeout=10).topics
-    assert len(topics[missing].partitions) == 2
-    assert len(topics[f"{missing}-markers"].partitions) == 1
+    assert missing not in topics  # created at the first write (the lost-target check)
+    assert len(topics[f"{missing}-markers"].partitions) == 1  # fanout's own, at open()
+    assert write(spark, created, SMALL).rows == 3
+    assert len(admin.list_topics(timeout=10).topics[missing].partitions) == 2
+    assert sorted(r["value"] for r in read_topic(kafka.bootstrap, missing, 3)) == [
+        '{"id":1,"payload":"a"}',
+        '{"id":2,"payload":"b"}',
+        '{"id":3,"payload":"c"}',
+    ]
 
 
 def test_topic_deleted_after_open_fails_the_batch_naming_it(

@@ -2,7 +2,8 @@
 groups' offsets (on the marker topic) outlive it, so the sink's records alone still said
 "held", and ``open()`` created the topic again. The next run's first batch is now refused
 with :class:`fanout.TargetLostError` before anything is written (it wrote on silently,
-batches 0-1 gone from Kafka while the ledger counted them)."""
+batches 0-1 gone from Kafka while the ledger counted them), and ``create_topic`` creates
+the topic at the first write, so the refused run leaves none and a retry is refused too."""
 
 from __future__ import annotations
 
@@ -19,10 +20,13 @@ from fanout import BatchInfo, FanOut, TargetLostError
 pytestmark = pytest.mark.integration
 
 
-def _fan(tmp_path: Path, kafka: Broker, topic: str, pipeline: str, **options: Any) -> FanOut:
+def _fan(
+    tmp_path: Path, kafka: Broker, topic: str, pipeline: str, dead_letter: str | None = None,
+    **options: Any,
+) -> FanOut:  # fmt: skip
     sink = {"type": "kafka", "name": "k", "bootstrap_servers": kafka.bootstrap,
             "topic": topic, "key": "id", "partitions": 2,
-            "create_topic": {"partitions": 2}}  # fmt: skip
+            "create_topic": {"partitions": 2}, "dead_letter": dead_letter}  # fmt: skip
     return FanOut(pipeline, str(tmp_path / "ledger"), [sink], retries=0, **options)
 
 
@@ -50,7 +54,7 @@ def test_a_deleted_topic_created_again_refuses_the_next_run(
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     admin.delete_topics([topic])[topic].result(10)
 
-    refused_fan = _fan(tmp_path, kafka, topic, pipeline)  # open() creates the topic again
+    refused_fan = _fan(tmp_path, kafka, topic, pipeline)  # open() creates no topic
     with pytest.raises(TargetLostError) as refused:
         _run(refused_fan, spark, pipeline, 2)
     assert str(refused.value).startswith(
@@ -87,21 +91,27 @@ def test_markers_the_broker_forgot_do_not_refuse_an_idle_pipelines_restart(
     assert _keys(kafka, topic, 9) == ["0", "1", "10", "11", "12", "2", "20", "21", "22"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not fixed: the refused run's open() created the topic again, so the next run's "
-    "open() finds it there and the markers answer held (ARCHITECTURE §5, not covered)",
-)
+def _exists(kafka: Broker, topic: str) -> bool:
+    return (
+        topic in AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=10).topics
+    )
+
+
 def test_a_plain_retry_after_the_refusal_is_refused_again(
     spark: Any, kafka: Broker, tmp_path: Path
 ) -> None:
     """A restart loop (systemd, Kubernetes) retries the refused command as it was: the
-    topic is as lost as before, so the retry must be refused too."""
+    topic is as lost as before, so the retry must be refused too. It was not: the refused
+    run's ``open()`` created the topic, the retry found it and the markers said held."""
     pipeline, topic = f"againk{uuid.uuid4().hex[:6]}", f"again-{uuid.uuid4().hex[:8]}"
-    _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 0)
+    dlq = f"{topic}-dlq"
+    _run(_fan(tmp_path, kafka, topic, pipeline, f"kafka:{dlq}"), spark, pipeline, 0)
+    assert _keys(kafka, topic, 3) == ["0", "1", "2"]
+    assert _exists(kafka, dlq)  # created with the topic, at the first write
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    admin.delete_topics([topic])[topic].result(10)
-    with pytest.raises(TargetLostError):
-        _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 1)
-    with pytest.raises(TargetLostError):  # the same command again
-        _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 1)
+    for future in admin.delete_topics([topic, dlq]).values():
+        future.result(10)
+    for _ in range(2):  # the refused command, then the same command again
+        with pytest.raises(TargetLostError, match=f"topic '{topic}' no longer holds batch 0"):
+            _run(_fan(tmp_path, kafka, topic, pipeline, f"kafka:{dlq}"), spark, pipeline, 1)
+        assert not _exists(kafka, topic) and not _exists(kafka, dlq)  # the run created none

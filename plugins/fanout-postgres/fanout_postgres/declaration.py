@@ -62,7 +62,9 @@ OPTIONS = (
         "`false`",
         "Create a missing table from the batch schema, `keys` as primary key (`bigint`, "
         "`integer`, `double precision`, `numeric(p,s)`, `text`, `boolean`, `date`, "
-        "`timestamptz` / `timestamp` (NTZ), `bytea`, `jsonb` for arrays/maps/structs).",
+        "`timestamptz` / `timestamp` (NTZ), `bytea`, `jsonb` for arrays/maps/structs). "
+        "Created at the first write, not at `open()`: a run the lost-target check refuses "
+        "leaves none.",
     ),
     SinkOption(
         "partitions",

@@ -116,7 +116,8 @@ class PostgresSink(PartitionedSink):
         the mode needs them; run ``fanout migrate --url URL``).
     :param state_schema: the schema of the tables fanout owns (default ``fanout``).
     :param batch_schema: the batches' Spark schema (``StructType`` or DDL string), to check
-        (and create) the table at ``open()`` rather than at the first batch.
+        the table at ``open()`` rather than at the first batch (a missing one is checked as
+        ``create_table`` will create it at the first write).
     :param settings: PostgreSQL session settings of the write connections (a number or
         a boolean is given to the server as text, as in ``postgresql.conf``), over
         :data:`DEFAULT_SETTINGS` (memory for the staging table and the dedupe sort: a
@@ -184,7 +185,6 @@ class PostgresSink(PartitionedSink):
         self._checked: dict[str, int] = {}  # schema -> the last batch its plan was checked at
         self._keys: list[str] | None = None  # resolved at open() (append: the hash keys)
         self._direct = DirectCopyPolicy()
-        self._missing_at_open = False  # the table did not exist when open() looked
 
     @property
     def guarantee(self) -> Guarantee:
@@ -217,8 +217,9 @@ class PostgresSink(PartitionedSink):
                 self._require_migrated(engine)
             with engine.connect() if checking else engine.begin() as conn:
                 info = reflect(conn, self._table)  # type: ignore[arg-type]
-                self._missing_at_open = info is None and not checking
                 self._check_target(info)
+                if info is None and self.create_table:
+                    self._check_may_create(conn)
                 self._check_rules(conn)
                 if isinstance(self._dead, PostgresDeadLetters):
                     missing = ensure_table(conn, self._dead.table, create=not checking)
@@ -230,7 +231,8 @@ class PostgresSink(PartitionedSink):
                     + ("from option batch_schema" if self.batch_schema is not None
                        else "at the first batch, from its columns") + ")"
                 )  # fmt: skip
-            if self.batch_schema is not None and checking:
+            if self.batch_schema is not None and (checking or info is None):
+                # a missing table is created at the first write, not here: see _plan
                 self._check_plan(schema_of(self.batch_schema, context.spark))
             elif self.batch_schema is not None:
                 self._plan(schema_of(self.batch_schema, context.spark), None)
@@ -382,8 +384,9 @@ class PostgresSink(PartitionedSink):
         naming the ``fanout migrate`` command instead.
 
         The progress marks and routes live in ``state_schema`` and outlive the table: a
-        table dropped since (or dropped and created again, found empty after ``open()``
-        found it missing) holds nothing, whatever they say (``False``)."""
+        table missing now holds nothing, whatever they say (``False``). ``create_table``
+        creates it at the first write, after this check (:meth:`_plan`), so a run refused
+        for it leaves it missing and its retry is refused again."""
         scope = pipeline_scope(pipeline, epoch)
         engine = self._engine()
         try:
@@ -410,16 +413,8 @@ class PostgresSink(PartitionedSink):
             ) from exc
 
     def _target_gone(self, conn: Any) -> bool:
-        """Whether the table is missing, or was missing at :meth:`open` and is empty now
-        (created again since by ``create_table``, before this run wrote a row to it)."""
-        if self._table is None:
-            return False
-        if reflect(conn, self._table) is None:
-            return True
-        if not self._missing_at_open:
-            return False
-        sql = f"SELECT NOT EXISTS (SELECT 1 FROM {self._table.quoted()})"
-        return bool(conn.execute(_sa().text(sql)).scalar())
+        """Whether the table is missing (nothing created it since: :meth:`open` does not)."""
+        return self._table is not None and reflect(conn, self._table) is None
 
     def _behind_migrations(self, engine: Any) -> str | None:
         """:func:`migration_problem` as a read-only check says it, ``None`` when the tables
@@ -642,6 +637,36 @@ class PostgresSink(PartitionedSink):
             self._keys = list(keys)
             logger.debug("sink %r: keys %s", self.name, keys)
 
+    def _check_may_create(self, conn: Any) -> None:
+        """At :meth:`open`, for a missing table ``create_table`` creates at the first write:
+        its schema exists and the role may create tables there (what creating it at
+        ``open()`` used to find out)."""
+        table: TableName = self._table  # type: ignore[assignment]
+        schema, role, allowed = conn.execute(
+            _sa().text(
+                "SELECT s, current_user, CASE WHEN to_regnamespace(quote_ident(s)) IS NULL "
+                "THEN NULL ELSE has_schema_privilege(s, 'CREATE') END "
+                "FROM (SELECT coalesce(CAST(:schema AS text), current_schema()) AS s) AS t"
+            ),
+            {"schema": table.schema},
+        ).one()
+        if allowed is None:
+            where = (
+                "the search path names no schema that exists"
+                if schema is None
+                else f"schema {schema!r} does not exist"
+            )
+            raise self._error(
+                f"create_table: {where}, so table {table} cannot be created at the first "
+                "batch; create the schema, or the table"
+            )
+        if not allowed:
+            raise self._error(
+                f"create_table: role {role!r} may not create tables in schema {schema!r}, "
+                f"so table {table} cannot be created at the first batch; grant it (GRANT "
+                f"CREATE ON SCHEMA {quote(schema)} TO {quote(role)}), or create the table"
+            )
+
     def _check_rules(self, conn: Any) -> None:
         """At :meth:`open`: a table with ``ON INSERT`` or ``ON UPDATE`` rules is refused
         (:func:`_rules_problem`)."""
@@ -653,7 +678,13 @@ class PostgresSink(PartitionedSink):
         """The write plan of batches of ``spark_schema`` (cached per schema), the table
         created first when it is missing and ``create_table`` is on. ``batch_id`` is
         ``None`` at :meth:`open` (option ``batch_schema``): a mismatch is then a
-        :class:`ConfigurationError`, else a :class:`SchemaMismatchError` of the batch."""
+        :class:`ConfigurationError`, else a :class:`SchemaMismatchError` of the batch.
+
+        :meth:`open` plans only a table that exists (a missing one is checked as it would
+        be created, :meth:`_check_plan`): it runs before the run's lost-target check
+        (:meth:`holds_batch`), and a table it created would make the retry of a refused
+        run find one, which the progress marks (they outlive the table) then say holds
+        the batches. So the first batch's plan creates it."""
         cache_key = spark_schema.json()
         plan = self._plans.get(cache_key)
         if plan is not None and (batch_id is None or self._checked.get(cache_key) == batch_id):

@@ -2,8 +2,10 @@
 ``upsert_routes`` rows (upsert) live in the ``fanout`` schema and outlive it, so the sink's
 records alone still said "held". The next run's first batch is now refused with
 :class:`fanout.TargetLostError` before anything is written (``create_table`` would have
-created the table again empty and written on), also when the table was created again by
-hand before the run (``create_table`` with ``batch_schema`` creates it at ``open()``)."""
+created the table again empty and written on). ``create_table`` creates the table at the
+first write, also with ``batch_schema`` (it created it at ``open()``, before the check, so a
+plain retry of the refused run found a table and was let through): a refused run leaves no
+table, and its retry is refused again."""
 
 from __future__ import annotations
 
@@ -18,9 +20,11 @@ from fanout import BatchInfo, FanOut, TargetLostError
 pytestmark = pytest.mark.integration
 
 
-def _fan(tmp_path: Path, url: str, mode: str = "append", **options: Any) -> FanOut:
-    sink = {"type": "postgres", "name": "pg", "url": url, "table": "lost_orders",
-            "mode": mode, "create_table": True, "partitions": 2}  # fmt: skip
+def _fan(
+    tmp_path: Path, url: str, mode: str = "append", schema: str | None = None, **options: Any
+) -> FanOut:
+    sink = {"type": "postgres", "name": "pg", "url": url, "table": "lost_orders", "mode": mode,
+            "create_table": True, "partitions": 2, "batch_schema": schema}  # fmt: skip
     if mode == "upsert":
         sink["keys"] = ["id"]
     return FanOut("lostpg", str(tmp_path / "ledger"), [sink], retries=0, **options)
@@ -68,22 +72,28 @@ def test_a_dropped_table_refuses_the_next_run(
     assert _ids(pg_url) == [20, 21, 22, 23, 30, 31, 32, 33]
 
 
-def test_a_table_created_again_empty_at_open_refuses_and_a_normal_restart_passes(
-    spark: Any, pg_url: str, tmp_path: Path
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_a_plain_retry_after_the_refusal_is_refused_again(
+    spark: Any, pg_url: str, tmp_path: Path, mode: str
 ) -> None:
-    schema = {"batch_schema": "id LONG, name STRING"}
-    _run(_fan(tmp_path, pg_url), spark, 0)
-    _run(_fan(tmp_path, pg_url), spark, 1)  # a restart with the table in place
+    """A restart loop (systemd, Kubernetes) retries the refused command as it was: the
+    table is as lost as before. With ``batch_schema`` the refused run's ``open()`` created
+    the table, so the retry found it and its progress marks said held: it wrote on."""
+    schema = "id LONG, name STRING"
+    _run(_fan(tmp_path, pg_url, mode, schema), spark, 0)
+    _run(_fan(tmp_path, pg_url, mode, schema), spark, 1)  # a restart with the table in place
     assert _ids(pg_url) == [0, 1, 2, 3, 10, 11, 12, 13]
 
     execute(pg_url, "DROP TABLE lost_orders")
-    fan = FanOut(
-        "lostpg", str(tmp_path / "ledger"),
-        [{"type": "postgres", "name": "pg", "url": pg_url, "table": "lost_orders",
-          "mode": "append", "create_table": True, "partitions": 2, **schema}],
-        retries=0,
-    )  # fmt: skip
-    assert _table_exists(pg_url)  # created again, empty, by open()
-    with pytest.raises(TargetLostError, match="table 'lost_orders' no longer holds batch 1"):
-        _run(fan, spark, 2)
-    assert _ids(pg_url) == []
+    for _ in range(2):  # the refused command, then the same command again
+        fan = _fan(tmp_path, pg_url, mode, schema)
+        assert not _table_exists(pg_url)  # open() creates no table
+        with pytest.raises(TargetLostError, match="table 'lost_orders' no longer holds batch 1"):
+            _run(fan, spark, 2)
+        assert not _table_exists(pg_url)  # nor does the refused run
+
+    _run(_fan(tmp_path, pg_url, mode, schema, accept_lost_targets=["pg"]), spark, 2)
+    assert _ids(pg_url) == [20, 21, 22, 23]  # created at the first write, as batch_schema says
+    columns = query(pg_url, "SELECT column_name, data_type FROM information_schema.columns "
+                    "WHERE table_name = 'lost_orders' ORDER BY ordinal_position")  # fmt: skip
+    assert [tuple(c) for c in columns] == [("id", "bigint"), ("name", "text")]

@@ -4,6 +4,7 @@ the table and the column."""
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ from fanout_postgres import PostgresSink
 from pgcheck import execute, query
 from pyspark.sql import types as T
 
+from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError
 
@@ -102,8 +104,16 @@ def test_a_unique_index_is_a_valid_conflict_target(pg_url: str) -> None:
         _open(pg_url, table="orders", keys="amount")  # a partial index cannot arbitrate
 
 
-def test_create_table_from_the_batch_schema_at_open(pg_url: str) -> None:
-    _open(pg_url, table="made", keys=["id"], create_table=True, batch_schema=BATCH)
+def test_create_table_checks_the_batch_schema_at_open_and_creates_at_the_first_write(
+    spark: Any, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``open()`` runs before the run's lost-target check, so it creates no table (a refused
+    run would leave one for its retry to find): the first write does, as declared."""
+    caplog.set_level(logging.DEBUG, logger="fanout_postgres")
+    sink = _open(pg_url, table="made", keys=["id"], create_table=True, batch_schema=BATCH)
+    assert query(pg_url, "SELECT to_regclass('made') IS NULL") == [(True,)]
+    df = spark.createDataFrame([(1, "a", 1.5)], BATCH)
+    assert sink.write(Batch(df, BatchInfo("open", 0, "q"), "pg", "fanout/open/pg")).rows == 1
     columns = query(
         pg_url,
         "SELECT column_name, data_type, is_nullable FROM "
@@ -122,19 +132,13 @@ def test_create_table_from_the_batch_schema_at_open(pg_url: str) -> None:
         "WHERE i.indrelid = 'made'::regclass AND i.indisprimary",
     )
     assert pk == [("id",)]
-    with pytest.raises(ConfigurationError, match="create_table needs option 'keys'"):
-        _open(pg_url, table="other", create_table=True)
-
-
-def test_creating_the_table_is_routine_news_logged_at_info(
-    pg_url: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.DEBUG, logger="fanout_postgres")
-    _open(pg_url, table="made_quietly", keys=["id"], create_table=True, batch_schema=BATCH)
-    created = [
+    assert query(pg_url, "SELECT id, code, amount FROM made") == [(1, "a", 1.5)]
+    created = [  # routine news, logged at info
         (r.levelname, r.getMessage()) for r in caplog.records if "created table" in r.getMessage()
     ]
-    assert created == [("INFO", "sink 'pg': created table made_quietly")]
+    assert created == [("INFO", "sink 'pg': created table made")]
+    with pytest.raises(ConfigurationError, match="create_table needs option 'keys'"):
+        _open(pg_url, table="other", create_table=True)
 
 
 def test_a_setting_the_server_refuses_fails_open_naming_it(pg_url: str) -> None:
@@ -333,3 +337,29 @@ def test_a_sqlalchemy_url_object_is_taken_in_a_fanout_dict(pg_url: str) -> None:
     assert "option 'table': expected str or a list of str or none, got 5 (int)" in str(
         refused.value
     )
+
+
+def test_create_table_refused_at_open_when_the_table_could_not_be_created(pg_url: str) -> None:
+    """``open()`` creates no table (the first write does), but still fails when it could
+    not: a role without CREATE on the schema, a schema that does not exist."""
+    _open(pg_url, table="made", keys=["id"], create_table=True)  # migrates fanout's schema
+    role = f"nocreate_{uuid.uuid4().hex[:6]}"
+    execute(pg_url, f"CREATE ROLE {role} LOGIN", f"GRANT USAGE ON SCHEMA fanout TO {role}",
+            f"GRANT SELECT ON ALL TABLES IN SCHEMA fanout TO {role}")  # fmt: skip
+    as_role = pg_url.replace("://postgres@", f"://{role}@", 1)
+    with pytest.raises(ConfigurationError) as refused:
+        _open(as_role, table="made", keys=["id"], create_table=True, migrate=False,
+              batch_schema=BATCH)  # fmt: skip
+    assert str(refused.value) == (
+        f"postgres sink 'pg' (table made): create_table: role {role!r} may not create tables "
+        f"in schema 'public', so table made cannot be created at the first batch; grant it "
+        f"(GRANT CREATE ON SCHEMA public TO {role}), or create the table"
+    )
+    with pytest.raises(ConfigurationError) as missing:
+        _open(pg_url, table="nosuch.made", keys=["id"], create_table=True, batch_schema=BATCH)
+    assert str(missing.value) == (
+        "postgres sink 'pg' (table nosuch.made): create_table: schema 'nosuch' does not "
+        "exist, so table nosuch.made cannot be created at the first batch; create the "
+        "schema, or the table"
+    )
+    assert query(pg_url, "SELECT to_regclass('made') IS NULL") == [(True,)]
