@@ -241,7 +241,8 @@ class Lagging:
 
     def _still_unopened(self, sink: str, exc: Exception) -> BaseException:
         with self._lock:
-            error = unreachable_masked(sink, exc, self.specs[sink].sink.secret_values())
+            secrets = (*self.specs[sink].sink.secret_values(), *self.secrets)
+            error = unreachable_masked(sink, exc, secrets)
             self.unopened[sink] = (self.unopened[sink][0], error)
             self.failed(sink, error)
             return error

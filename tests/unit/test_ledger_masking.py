@@ -5,10 +5,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from fanout import FanOut
 from fanout.contract.batch import BatchInfo
+from fanout.errors import BatchFailedError, ConfigurationError, SinkUnreachableError
+from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.memory import MemoryLedger
+from fanout.observe.logs import known_secrets
 from fanout.retry import RetryPolicy
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.steps.record import Recorder
@@ -81,3 +87,95 @@ def test_what_a_sink_says_when_asked_for_a_batch_it_may_hold_is_masked_of_its_se
     assert held.harmless == "it upserts into pg://u:***@h/db by key"
     entry = lost_mark("p", 0, held, "q", None, "recorded")
     assert entry.error is not None and OTHER_PASSWORD not in entry.error
+
+
+LEDGER_PASSWORD = "Ledger-pw-7741"
+LEDGER_KEY = "Ledger-key-9902"
+
+
+class _StoredLedger(MemoryLedger):
+    """A ledger in memory that says it is at an object store's location, as a
+    :class:`fanout.ledger.delta.DeltaLedger` given to ``FanOut`` says."""
+
+    path = f"s3://k:{LEDGER_PASSWORD}@b/ledger"
+
+
+def test_a_ledger_given_as_an_object_has_its_location_password_masked_too() -> None:
+    """``FanOut(ledger=DeltaLedger("s3://k:pw@b/ledger"))``: the password of the ledger's
+    location was a secret of the pipeline only when the ledger was given as a string."""
+    ledger = _StoredLedger()
+    leak = RuntimeError(f"cannot reach the ledger at {ledger.path}")
+    fan = FanOut("masked", ledger, [ScriptedSink("down", always_fail=leak)], retries=0)
+    try:
+        with pytest.raises(BatchFailedError) as failure:
+            fan.process(SchemaFrame([1, 2]), BatchInfo("masked", 0, "q"))
+    finally:
+        fan.close()
+    said = "SinkWriteError: sink 'down', batch 0: RuntimeError: cannot reach the ledger at "
+    said += "s3://k:***@b/ledger"
+    assert [e.error for e in ledger.entries if e.status == "failed"] == [said]
+    assert LEDGER_PASSWORD not in str(failure.value)
+
+
+def test_a_delta_ledgers_storage_credentials_are_secrets_of_the_pipeline(tmp_path: Path) -> None:
+    ledger = DeltaLedger(
+        str(tmp_path / "ledger"), storage_options={"aws_secret_access_key": LEDGER_KEY}
+    )
+    fan = FanOut("masked", ledger, [ScriptedSink("a")])
+    assert LEDGER_KEY in fan.secrets
+    assert LEDGER_KEY in known_secrets()  # the log handlers' and the command's too
+
+
+class _Unopenable(ScriptedSink):
+    """Its ``open`` fails quoting the checkpoint's location and another sink's password."""
+
+    def open(self, context: Any) -> None:
+        raise RuntimeError(
+            f"cannot open beside s3://ck:{CHECKPOINT_PASSWORD}@b/c with {OTHER_PASSWORD}"
+        )
+
+
+def test_a_sinks_open_error_is_masked_of_every_secret_of_the_pipeline() -> None:
+    """The error ``FanOut`` raises when a sink cannot open was masked of that sink's own
+    secrets only."""
+    with pytest.raises(ConfigurationError) as failure:
+        FanOut(
+            "masked", MemoryLedger(), [_Unopenable("broken"), _Guarded("guarded")],
+            checkpoint_location=f"nofs://ck:{CHECKPOINT_PASSWORD}@b/c",
+        )  # fmt: skip
+    assert str(failure.value).startswith(
+        "sink 'broken': cannot open: RuntimeError: cannot open beside s3://ck:***@b/c with "
+        "*** (raised by _Unopenable.open(): "
+    )
+    assert failure.value.__cause__ is None and failure.value.__suppress_context__
+
+
+def test_an_unopened_lagging_sinks_error_is_masked_of_every_secret_of_the_pipeline(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lag-policy sink that cannot be opened starts behind; its error, as the log says
+    it (to an application's own handlers, which mask nothing), was masked of its own
+    secrets only."""
+    broken = _UnreachableAtOpen("broken")
+    fan = FanOut(
+        "masked", MemoryLedger(),
+        [SinkSpec(broken, lag=lag_policy("broken", {"on_failure": "lag"})), _Guarded("guarded")],
+        spool=str(tmp_path / "spool"), probe_interval_s=3600,
+        checkpoint_location=f"nofs://ck:{CHECKPOINT_PASSWORD}@b/c",
+    )  # fmt: skip
+    try:
+        fan.process(SchemaFrame([1, 2]), BatchInfo("masked", 0, "q"))
+        said = "sink 'broken': no route to s3://ck:***@b/c with ***"
+        assert fan.lagging.lags()["broken"].error == f"SinkUnreachableError: {said}"
+    finally:
+        fan.close()
+    told = [r.getMessage() for r in caplog.records if "broken" in r.getMessage()]
+    assert told and all(said in m for m in told), told
+    assert not [m for m in told if CHECKPOINT_PASSWORD in m or OTHER_PASSWORD in m]
+
+
+class _UnreachableAtOpen(ScriptedSink):
+    def open(self, context: Any) -> None:
+        raise SinkUnreachableError(
+            f"no route to s3://ck:{CHECKPOINT_PASSWORD}@b/c with {OTHER_PASSWORD}", sink=self.name
+        )
