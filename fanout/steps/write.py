@@ -274,13 +274,16 @@ class SinkRunner:
                 return SinkOutcome(name, error=exc)
             except Exception as exc:
                 error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
+                # the store's error may name the ledger's location, password and all
+                masked = masked_error(error, self.record.secrets, LedgerError, str(error))
+                error = error if masked is None else masked
                 log.error(
                     "pipeline %s, batch %s, sink %s: written but the ledger mark failed (%s); "
                     "the sink will be written again on replay",
                     info.pipeline,
                     info.batch_id,
                     name,
-                    exc,
+                    error,
                     extra=batch_fields(info.pipeline, info.batch_id, name),
                 )
                 return SinkOutcome(name, error=error)

@@ -11,10 +11,17 @@ import pytest
 
 from fanout import FanOut
 from fanout.contract.batch import BatchInfo
-from fanout.errors import BatchFailedError, ConfigurationError, SinkUnreachableError
+from fanout.errors import (
+    BatchFailedError,
+    ConfigurationError,
+    LagLimitError,
+    SinkUnreachableError,
+)
 from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry
 from fanout.ledger.memory import MemoryLedger
 from fanout.observe.logs import known_secrets
+from fanout.observe.secrets import error_chain
 from fanout.retry import RetryPolicy
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.steps.record import Recorder
@@ -179,3 +186,52 @@ class _UnreachableAtOpen(ScriptedSink):
         raise SinkUnreachableError(
             f"no route to s3://ck:{CHECKPOINT_PASSWORD}@b/c with {OTHER_PASSWORD}", sink=self.name
         )
+
+
+class _Unmarkable(_StoredLedger):
+    """Its marks fail, the store's error naming the ledger's location."""
+
+    def mark_committed(self, entry: LedgerEntry) -> None:
+        raise OSError(f"Generic S3 error: put {self.path}/_delta_log/00001.json: timed out")
+
+
+def test_a_failed_ledger_mark_raises_an_error_masked_of_the_pipelines_secrets() -> None:
+    """A sink written but not marked fails its batch with the ledger's error, which was
+    raised as the store said it, the ledger location's password in it."""
+    ledger = _Unmarkable()
+    fan = FanOut("masked", ledger, [ScriptedSink("a")], retries=0)
+    try:
+        with pytest.raises(BatchFailedError) as failure:
+            fan.process(SchemaFrame([1, 2]), BatchInfo("masked", 0, "q"))
+    finally:
+        fan.close()
+    said = [str(e) for e in error_chain(failure.value)]
+    assert not [s for s in said if LEDGER_PASSWORD in s], said
+    assert "Generic S3 error: put s3://k:***@b/ledger/_delta_log/00001.json: timed out" in said
+
+
+def test_a_lag_limits_error_quotes_the_catch_ups_error_masked(tmp_path: Path) -> None:
+    """Past its max_lag, a sink whose drain cannot read its batches back (the backfill
+    source's table, the spool) stops the query with a LagLimitError quoting the read's
+    error, which was raised as the store said it."""
+    down = ScriptedSink("down", always_fail=RuntimeError("refused"))
+    fan = FanOut(
+        "masked", MemoryLedger(),
+        [SinkSpec(down, lag=lag_policy("down", {"on_failure": "lag", "max_lag": 1})),
+         _Guarded("guarded")],
+        spool=str(tmp_path / "spool"), probe_interval_s=3600, backoff_s=0,
+    )  # fmt: skip
+
+    def unreadable(sink: str, key: tuple[int, int]) -> Any:
+        raise OSError(f"cannot read s3://k:{OTHER_PASSWORD}@b/origin, batch {key[1]}")
+
+    fan.catchup._read = unreadable  # type: ignore[method-assign]
+    try:
+        fan.process(SchemaFrame([1]), BatchInfo("masked", 0, "q"))
+        with pytest.raises(LagLimitError) as stopped:
+            fan.process(SchemaFrame([2]), BatchInfo("masked", 1, "q"))
+    finally:
+        fan.close()
+    said = [str(e) for e in error_chain(stopped.value)]
+    assert not [s for s in said if OTHER_PASSWORD in s], said
+    assert "OSError: cannot read s3://k:***@b/origin, batch 0" in said[0]
