@@ -362,7 +362,7 @@ class FanOut:
             try:
                 self._open_sink(spec, context)
             except SinkUnreachableError as exc:
-                error = unreachable_masked(spec.name, exc, (*sink.secret_values(), *self.secrets))
+                error = unreachable_masked(spec.name, exc, sink.secret_values(), self.secrets)
                 if not spec.lag.lags:
                     if error is exc:
                         raise
@@ -382,8 +382,9 @@ class FanOut:
                     f"{type(sink).__name__}.open(): check the sink's options, which "
                     "`fanout plugins --options TYPE` lists, and its target)"
                 )
-                secrets = (*sink.secret_values(), *self.secrets)
-                masked = masked_error(exc, secrets, ConfigurationError, said)
+                masked = masked_error(
+                    exc, sink.secret_values(), ConfigurationError, said, others=self.secrets
+                )
                 if masked is not None:  # no traceback may show the secret: the chain is cut
                     raise masked from None
                 raise ConfigurationError(said) from exc

@@ -235,3 +235,37 @@ def test_a_lag_limits_error_quotes_the_catch_ups_error_masked(tmp_path: Path) ->
     said = [str(e) for e in error_chain(stopped.value)]
     assert not [s for s in said if OTHER_PASSWORD in s], said
     assert "OSError: cannot read s3://k:***@b/origin, batch 0" in said[0]
+
+
+class _ShortWord(ScriptedSink):
+    """A sink whose password is a short common word."""
+
+    def secret_values(self) -> list[str]:
+        return ["batch"]
+
+
+def test_another_sinks_short_password_masks_a_sinks_error_only_where_printed_text_would() -> None:
+    """A password ``batch`` of one sink masked wherever it stood alone in every other
+    sink's error turned the ledger's row and the raised error into "sink 'down', *** 0".
+    Another sink's secrets are masked as printed text masks them (in a URL's password, or
+    anywhere from 8 characters); the failing sink's own wherever they stand alone."""
+    leak = RuntimeError("batch too large for u:pw9 at postgresql://u:batch@h/db")
+    down = _Own("down", always_fail=leak)
+    ledger = MemoryLedger()
+    fan = FanOut("masked", ledger, [down, _ShortWord("short")], retries=0)
+    try:
+        with pytest.raises(BatchFailedError) as failure:
+            fan.process(SchemaFrame([1, 2]), BatchInfo("masked", 0, "q"))
+    finally:
+        fan.close()
+    said = (
+        "SinkWriteError: sink 'down', batch 0: RuntimeError: batch too large for u:*** at "
+        "postgresql://u:***@h/db"
+    )
+    assert [e.error for e in ledger.entries if e.status == "failed"] == [said]
+    assert said.removeprefix("SinkWriteError: ") in str(failure.value)
+
+
+class _Own(ScriptedSink):
+    def secret_values(self) -> list[str]:
+        return ["pw9"]
