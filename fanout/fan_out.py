@@ -47,7 +47,7 @@ from fanout.hooks.registry import load_registry
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import Ledger, ledger_location
 from fanout.observe.logs import batch_fields, register_secrets
-from fanout.observe.secrets import location_secrets, masked_error
+from fanout.observe.secrets import location_secrets, masked_error, secret_option_values
 from fanout.partitioned.determinism import check_route as check_route_membership
 from fanout.recipe import Recipe
 from fanout.retry import RetryPolicy
@@ -178,7 +178,7 @@ class FanOut:
         spool = os.fspath(spool) if isinstance(spool, os.PathLike) else spool
         # a password in a location is masked in every redacting log handler and error, as
         # a sink's are (the checkpoint's shows in guard and recover messages, the trace file)
-        register_secrets(location_secrets([checkpoint_location, spool, ledger]))
+        register_secrets(location_secrets([checkpoint_location, spool]) + _ledger_secrets(ledger))
         self._recipe = Recipe.of(
             pipeline, ledger, sinks,
             dict(parallelism=parallelism, retries=retries, backoff_s=backoff_s,
@@ -231,16 +231,19 @@ class FanOut:
         self.secrets: tuple[str, ...] = tuple(
             dict.fromkeys(
                 [
-                    *location_secrets([checkpoint_location, spool, ledger]),
+                    *location_secrets([checkpoint_location, spool]),
+                    *_ledger_secrets(ledger),
                     *(value for sink in self.sinks.values() for value in sink.secret_values()),
                 ]
             )
         )
-        """Every secret this pipeline knows (its locations' passwords, its sinks'
-        :meth:`fanout.Sink.secret_values`): what it writes to the ledger is masked of all
-        of them, not of the failing sink's only. The process-wide registry
+        """Every secret this pipeline knows (its locations' passwords, a ledger object's
+        location and storage credentials, its sinks' :meth:`fanout.Sink.secret_values`):
+        what it writes to the ledger and the errors it raises (an ``open``'s too) are masked
+        of all of them, not of the failing sink's only. The process-wide registry
         (:func:`fanout.observe.logs.register_secrets`) serves the log handlers and the CLI,
         and holds other pipelines' secrets too."""
+        register_secrets(self.secrets)  # a sink's open error may quote one opened after it
         self._record = Recorder(self.ledger, self.retry, self.secrets)
         self._context = ContextReader(self.pipeline, checkpoint_location)
         self.spool = check_spool(self.pipeline, self.specs, spool, ledger_location(self.ledger))
@@ -359,7 +362,7 @@ class FanOut:
             try:
                 self._open_sink(spec, context)
             except SinkUnreachableError as exc:
-                error = unreachable_masked(spec.name, exc, sink.secret_values())
+                error = unreachable_masked(spec.name, exc, sink.secret_values(), self.secrets)
                 if not spec.lag.lags:
                     if error is exc:
                         raise
@@ -379,7 +382,9 @@ class FanOut:
                     f"{type(sink).__name__}.open(): check the sink's options, which "
                     "`fanout plugins --options TYPE` lists, and its target)"
                 )
-                masked = masked_error(exc, sink.secret_values(), ConfigurationError, said)
+                masked = masked_error(
+                    exc, sink.secret_values(), ConfigurationError, said, others=self.secrets
+                )
                 if masked is not None:  # no traceback may show the secret: the chain is cut
                     raise masked from None
                 raise ConfigurationError(said) from exc
@@ -858,6 +863,18 @@ def _active_spark() -> Any:
     except ImportError:
         return None
     return SparkSession.getActiveSession()
+
+
+def _ledger_secrets(ledger: str | Ledger) -> list[str]:
+    """The secrets of ``ledger``, given as a location or as a ledger object (a
+    :class:`fanout.ledger.delta.DeltaLedger` at ``s3://KEY:SECRET@bucket/...``, say): its
+    location's password and the credentials among its ``storage_options``."""
+    if isinstance(ledger, str):
+        return location_secrets(ledger)
+    path = getattr(ledger, "path", None)
+    options = getattr(ledger, "storage_options", None)
+    found = location_secrets(str(path)) if path is not None else []
+    return found + secret_option_values(options if isinstance(options, Mapping) else None)
 
 
 def _check_arguments(

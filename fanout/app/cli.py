@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from fanout.contract.locations import shown_location
 from fanout.errors import (
@@ -29,7 +29,7 @@ from fanout.errors import (
 )
 from fanout.observe.logs import RedactingStream, known_secrets, register_secrets
 from fanout.observe.logs import configure as configure_logging
-from fanout.observe.secrets import location_secrets, redact, redact_json
+from fanout.observe.secrets import location_secrets, redact, redact_json, redact_printed
 from fanout.version import __version__
 
 if TYPE_CHECKING:
@@ -203,6 +203,14 @@ def cmd_status(args: argparse.Namespace) -> int:
             if args.config is None
             else f"fanout status --config {args.config}"
         )
+        if args.json:  # each draw masked value by value, past stdout's masking (_print_json)
+            return watch(
+                lambda: _json_text(json.loads(once())),
+                title=redact_printed(title, known_secrets()),
+                interval_s=args.interval,
+                count=args.count,
+                out=_unmasked_stdout(),
+            )
         return watch(once, title=title, interval_s=args.interval, count=args.count, out=sys.stdout)
     if args.json:
         _print_json(json.loads(once()))
@@ -884,9 +892,19 @@ def _print_json(data: Any) -> None:
     (:func:`fanout.observe.secrets.redact_json`), past stdout's
     :class:`fanout.observe.logs.RedactingStream`: masking the text would turn a number that
     holds a password of digits into ``***``, which is no JSON."""
+    _unmasked_stdout().write(_json_text(data) + "\n")
+
+
+def _json_text(data: Any) -> str:
+    """``data`` as ``--json`` prints it: its strings masked of the registered secrets."""
+    return json.dumps(redact_json(data, known_secrets()), indent=2)
+
+
+def _unmasked_stdout() -> TextIO:
+    """stdout without its :class:`fanout.observe.logs.RedactingStream`: for text masked
+    already, value by value."""
     out = sys.stdout
-    raw = out.stream if isinstance(out, RedactingStream) else out
-    raw.write(json.dumps(redact_json(data, known_secrets()), indent=2) + "\n")
+    return out.stream if isinstance(out, RedactingStream) else out
 
 
 def _masked(error: BaseException) -> str:

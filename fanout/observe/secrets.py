@@ -341,19 +341,36 @@ def _escapes(char: str) -> list[str]:
     return found
 
 
+def redact_apart(text: str, own: Iterable[str], others: Iterable[str]) -> str:
+    """``text``, one sink's error, masked of ``own`` (that sink's secrets) as :func:`redact`
+    masks them, and of ``others`` (the rest of its pipeline's: its other sinks', its
+    locations') as :func:`redact_printed` masks printed text: where a URL's password or a
+    query value is one of them, and anywhere when it has :data:`SHORT_SECRET` characters or
+    more. Another sink's short password (``batch``, ``0``) masked wherever it stands alone
+    would turn this sink's error into nonsense (``sink 'a', *** 0``)."""
+    return redact_printed(redact(text, own), others)
+
+
 def masked_error(
     error: BaseException,
     secrets: Iterable[str],
     rebuild: Callable[[str], E],
     said: str | None = None,
+    *,
+    others: Iterable[str] = (),
 ) -> E | None:
-    """``None`` when no message in ``error``'s chain holds one of ``secrets``; else the
-    error ``rebuild`` makes of its text (``said``, by default ``"<type>: <message>"``) with
-    the secrets masked, its chain cut so that no traceback shows them."""
-    found = list(secrets)
-    if not holds_secret(error, found):
+    """``None`` when no message in ``error``'s chain holds one of ``secrets``, nor one of
+    ``others`` where :func:`redact_apart` masks them; else the error ``rebuild`` makes of
+    its text (``said``, by default ``"<type>: <message>"``) with them masked, its chain cut
+    so that no traceback shows them."""
+    found, rest = list(secrets), list(others)
+    chain = error_chain(error)
+    if not holds_secret(error, found) and not any(
+        redact_printed(str(e), rest) != str(e) for e in chain
+    ):
         return None
-    masked = rebuild(redact(f"{type(error).__name__}: {error}" if said is None else said, found))
+    text = f"{type(error).__name__}: {error}" if said is None else said
+    masked = rebuild(redact_apart(text, found, rest))
     masked.__cause__ = None
     masked.__suppress_context__ = True
     return masked

@@ -33,7 +33,7 @@ from fanout.errors import (
 )
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.ledger.gaps import held_by_skip, is_skip
-from fanout.observe.secrets import masked_error, redact
+from fanout.observe.secrets import masked_error, redact_printed
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey, Spool, SpooledBatch
 from fanout.steps.context import read_file_directly
@@ -92,7 +92,9 @@ class Lagging:
     :param spool: the pipeline's spool (``None`` when no sink lags or backfills).
     :param sources: the backfill source of each sink configured with ``backfill_from``.
     :param secrets: every secret of the pipeline, masked in the last error of each sink
-        that :meth:`lag_of` shows (status, the ``fanout_sink_lag`` hook).
+        that :meth:`lag_of` shows (status, the ``fanout_sink_lag`` hook) as printed text
+        masks them (:func:`fanout.observe.secrets.redact_printed`; the sink's own are masked
+        before, wherever they stand alone).
     """
 
     pipeline: str
@@ -175,7 +177,7 @@ class Lagging:
     def failed(self, sink: str, error: BaseException) -> None:
         """``sink``'s last attempt failed (live or in the catch-up)."""
         with self._lock:
-            self._errors[sink] = redact(f"{type(error).__name__}: {error}", self.secrets)
+            self._errors[sink] = redact_printed(f"{type(error).__name__}: {error}", self.secrets)
             self._failed_at[sink] = time.monotonic()
             if isinstance(error, (BackfillError, MissedBatchesError)):
                 self._stuck.add(sink)
@@ -241,7 +243,8 @@ class Lagging:
 
     def _still_unopened(self, sink: str, exc: Exception) -> BaseException:
         with self._lock:
-            error = unreachable_masked(sink, exc, self.specs[sink].sink.secret_values())
+            own = self.specs[sink].sink.secret_values()
+            error = unreachable_masked(sink, exc, own, self.secrets)
             self.unopened[sink] = (self.unopened[sink][0], error)
             self.failed(sink, error)
             return error
@@ -752,14 +755,20 @@ def sinks_in(names: Iterable[str], specs: Mapping[str, SinkSpec]) -> list[str]:
     return [n for n in names if specs[n].lag.uses_spool]
 
 
-def unreachable_masked(sink: str, error: BaseException, secrets: Sequence[str]) -> BaseException:
+def unreachable_masked(
+    sink: str, error: BaseException, secrets: Sequence[str], others: Sequence[str] = ()
+) -> BaseException:
     """``error`` of a sink's ``open``, as the ledger, the lag state and the log may show it:
-    itself, or when a message in its chain holds one of the sink's secrets, a
+    itself, or when a message in its chain holds one of the sink's secrets (or of
+    ``others``, the rest of its pipeline's, where
+    :func:`fanout.observe.secrets.redact_apart` masks them), a
     :class:`fanout.SinkUnreachableError` with them masked and no chain (no traceback may
     show them)."""
     said = f"{type(error).__name__}: {error}"
     own_prefix = f"sink {sink!r}: "
     if isinstance(error, SinkError) and str(error).startswith(own_prefix):
         said = str(error).removeprefix(own_prefix)  # it names the sink already
-    masked = masked_error(error, secrets, lambda text: SinkUnreachableError(text, sink=sink), said)
+    masked = masked_error(
+        error, secrets, lambda text: SinkUnreachableError(text, sink=sink), said, others=others
+    )
     return error if masked is None else masked

@@ -20,6 +20,7 @@ from fanout.errors import CheckpointError, ConfigurationError, LagLimitError, ba
 from fanout.ledger.entry import now_utc
 from fanout.ledger.gaps import release_command
 from fanout.observe.logs import batch_fields
+from fanout.observe.secrets import redact_printed
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import (
     BATCH_COLUMN,
@@ -236,7 +237,9 @@ def _drain_to_limit(
         # left: this very batch, replayed; not settled before it returns, so not drained
         return backlog
     since = "unknown" if backlog.since is None else f"{backlog.since:%Y-%m-%d %H:%M:%S} UTC"
-    cause = "it has not recovered" if error is None else f"{type(error).__name__}: {error}"
+    cause = "it has not recovered"
+    if error is not None:  # the catch-up's read error may quote a store's location
+        cause = redact_printed(f"{type(error).__name__}: {error}", lagging.secrets)
     raise LagLimitError(
         state.info.pipeline, name, len(backlog.keys), backlog.spooled_rows, since,
         f"{spec.lag.describe_limit()}; now {reason}", cause,

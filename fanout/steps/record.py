@@ -19,7 +19,7 @@ from fanout.contract.sink import SinkResult
 from fanout.errors import CheckpointError
 from fanout.ledger.entry import MARK_HOLD, Ledger, LedgerEntry, Status, now_utc
 from fanout.observe.logs import batch_fields
-from fanout.observe.secrets import redact
+from fanout.observe.secrets import redact_printed
 from fanout.retry import RetryPolicy
 
 log = logging.getLogger("fanout")
@@ -32,8 +32,10 @@ class Recorder:
     :param ledger: the pipeline's ledger.
     :param retry: how often, and how far apart, a failed ``committed`` mark is retried.
     :param secrets: every secret of the pipeline (its locations' passwords and all its
-        sinks' :meth:`fanout.Sink.secret_values`), masked in the error a failed row records:
-        one sink's error may quote another's password or a location's.
+        sinks' :meth:`fanout.Sink.secret_values`), masked in the error a failed row records
+        as printed text masks them (:func:`fanout.observe.secrets.redact_printed`): one
+        sink's error may quote another's password or a location's; the failing sink's own,
+        masked wherever they stand alone, are masked before (``steps/write._named``).
     """
 
     ledger: Ledger
@@ -110,7 +112,7 @@ class Recorder:
         """Record a failed attempt; never raises (a warning says when it cannot)."""
         entry = self.entry(batch, "failed", attempt, started, duration_s)
         try:
-            said = redact(f"{type(error).__name__}: {error}", self.secrets)
+            said = redact_printed(f"{type(error).__name__}: {error}", self.secrets)
             self.ledger.record_failure(replace(entry, error=said))
         except Exception as exc:  # best effort: the sink's own log line already tells
             log.warning(

@@ -274,13 +274,18 @@ class SinkRunner:
                 return SinkOutcome(name, error=exc)
             except Exception as exc:
                 error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
+                # the store's error may name the ledger's location, password and all
+                masked = masked_error(
+                    error, (), LedgerError, str(error), others=self.record.secrets
+                )
+                error = error if masked is None else masked
                 log.error(
                     "pipeline %s, batch %s, sink %s: written but the ledger mark failed (%s); "
                     "the sink will be written again on replay",
                     info.pipeline,
                     info.batch_id,
                     name,
-                    exc,
+                    error,
                     extra=batch_fields(info.pipeline, info.batch_id, name),
                 )
                 return SinkOutcome(name, error=error)
@@ -341,10 +346,7 @@ class SinkRunner:
         """The error to record for ``exc`` (naming sink and batch, secrets masked) and
         whether to retry: never for a BaseException that is not an Exception."""
         error = _named(
-            exc,
-            self.sink.name,
-            self.batch.batch_id,
-            (*self.sink.secret_values(), *self.record.secrets),
+            exc, self.sink.name, self.batch.batch_id, self.sink.secret_values(), self.record.secrets
         )
         if not isinstance(exc, Exception):
             return error, False
@@ -364,9 +366,7 @@ class SinkRunner:
         """Fail the sink without writing it (an error found before any write)."""
         info, name = self.batch.info, self.sink.name
         self.hooks.call("fanout_sink_start", info=info, sink=name, attempt=1)
-        error = _named(
-            error, name, info.batch_id, (*self.sink.secret_values(), *self.record.secrets)
-        )
+        error = _named(error, name, info.batch_id, self.sink.secret_values(), self.record.secrets)
         if self._report(1):
             self._failed(1, now_utc(), time.perf_counter(), error, will_retry=False)
         return SinkOutcome(name, error=error)
@@ -448,16 +448,19 @@ def check_stable_columns(sink: Sink, batch: Batch) -> None:
                     query_id=batch.query_id)  # fmt: skip
 
 
-def _named(exc: BaseException, sink: str, batch_id: int, secrets: Sequence[str]) -> Exception:
+def _named(
+    exc: BaseException, sink: str, batch_id: int, own: Sequence[str], others: Sequence[str] = ()
+) -> Exception:
     """The sink's error, wrapped to name sink and batch unless it already does (a
     :class:`fanout.CheckpointError` a sink raised names them, and keeps its class).
 
-    When any message in the error's chain holds one of ``secrets`` (the sink's and the
-    rest of its pipeline's: a sink's error may quote another's password or a location's),
-    the result is a new error with them masked and the chain cut, so no traceback shows them.
+    When any message in the error's chain holds one of ``own`` (the sink's secrets) or of
+    ``others`` (the rest of its pipeline's: a sink's error may quote another's password or a
+    location's), where :func:`fanout.observe.secrets.redact_apart` masks them, the result
+    is a new error with them masked and the chain cut, so no traceback shows them.
     """
     masked = masked_error(
-        exc, secrets, lambda text: SinkWriteError(text, sink=sink, batch_id=batch_id)
+        exc, own, lambda text: SinkWriteError(text, sink=sink, batch_id=batch_id), others=others
     )
     if masked is not None:
         return masked

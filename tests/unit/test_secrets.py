@@ -168,3 +168,34 @@ def test_an_error_holds_a_secret_only_where_redact_would_mask_it() -> None:
     masked = masked_error(encoded, ["p@ss"], ConfigurationError)
     assert masked is not None
     assert str(masked) == "RuntimeError: cannot connect to postgresql://app:***@db"
+
+
+def test_json_is_masked_value_by_value_as_its_printed_text_would_be() -> None:
+    """``--json``'s document masked string by string (keys and nested lists too) masks what
+    masking its printed text masked: a short password in a URL or a query value, a long
+    one anywhere; only its numbers are left, which a password of digits would garble."""
+    import json
+
+    from fanout.observe.secrets import redact_json, redact_printed
+
+    secrets = ["pw", 'p"w', "pä", PASSWORD, "ab12"]
+    document = {
+        "sinks": [
+            {"last_error": "OperationalError: connection to postgresql://u:pw@h/db failed"},
+            {"last_error": 'cannot reach postgresql://u:p"w@h/db'},
+            [["nested s3://k:pä@bucket/x", f"its key {PASSWORD}"]],
+        ],
+        f"s3://k:ab12@bucket/{PASSWORD}": "https://h/x?sig=ab12&a=1",
+        "rows": 12,
+        "ok": True,
+        "none": None,
+        "pw": "a short one outside a URL is fanout's own word: left, as printed",
+    }
+    masked = redact_json(document, secrets)
+    assert masked == json.loads(redact_printed(json.dumps(document, indent=2), secrets))
+    assert masked["sinks"][0]["last_error"] == (
+        "OperationalError: connection to postgresql://u:***@h/db failed"
+    )
+    assert masked["sinks"][2] == [["nested s3://k:***@bucket/x", "its key ***"]]
+    assert masked["s3://k:***@bucket/***"] == "https://h/x?sig=***&a=1"
+    assert (masked["rows"], masked["ok"], masked["none"]) == (12, True, None)

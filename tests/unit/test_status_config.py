@@ -407,3 +407,21 @@ def test_a_password_of_digits_leaves_status_json_whole_and_masked(
     )  # fmt: skip
     assert b["last_error"] == "SinkWriteError: login with *** refused"
     assert "login with 12345678" not in out
+
+
+def test_a_password_of_digits_leaves_each_draw_of_status_json_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``status --json --count N`` (and ``--watch``) drew through stdout's masking, which
+    turned a count holding a password of digits into ``***``, as ``--json`` alone did."""
+    config = _setup(tmp_path)
+    DeltaLedger(str(tmp_path / "ledger")).mark_committed(
+        LedgerEntry("p", "a", 2, "committed", query_id="q", rows=12345678, finished_at=AT)
+    )
+    text = Path(config).read_text()
+    Path(config).write_text(text.replace(f'"{tmp_path}/c"', '"s3://k:12345678@bucket/c"'))
+    assert main(["status", "--config", config, "--json", "--count", "1"]) == 0
+    title, blank, *drawn = capsys.readouterr().out.splitlines()
+    assert title.startswith(f"fanout status --config {config}: ") and blank == ""
+    listed = json.loads("\n".join(drawn))
+    assert (listed[0]["last_batch_rows"], listed[0]["rows_total"]) == (12345678, 12345688)
