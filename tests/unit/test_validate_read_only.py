@@ -331,3 +331,37 @@ def test_validate_fails_a_spool_the_store_refuses_naming_it_masked(tmp_path: Pat
         "az://user:***@x/spool (check the path, the store's credentials"
     ), failed
     assert "LongSecretPassw0rd" not in failed[0]
+
+
+class ChecksItsColumns(ChecksItsDirectory):
+    """The same sink, with a ``check_schema`` of its own: it takes ``id`` only."""
+
+    def check_schema(self, schema: Any) -> None:
+        extra = [n for n in schema.names if n != "id"]
+        if extra:
+            raise ConfigurationError(f"sink {self.name!r}: no column for {extra}")
+
+
+def test_the_schema_check_of_a_sink_without_check_schema_is_skipped_not_ok() -> None:
+    """An ``OK  target takes the routed schema`` for a type that does not implement
+    ``check_schema`` said a check passed that never ran."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from fanout.app.validate import fit_checks
+    from fanout.sink_spec import SinkSpec
+
+    class Source:
+        schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+
+    checks: list[Any] = []
+    for sink in (
+        ChecksItsDirectory("plain", directory="d"),
+        ChecksItsColumns("own", directory="d"),
+    ):
+        fit_checks(checks, sink.name, SinkSpec(sink), Source(), None)
+    assert [check.line() for check in checks] == [
+        "  SKIP  sink plain: target takes the routed schema: ChecksItsDirectory does not "
+        "implement check_schema, so its first write is what finds a column its target cannot "
+        "take",
+        "  FAIL  sink own: target takes the routed schema: sink 'own': no column for ['v']",
+    ]
