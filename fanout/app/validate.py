@@ -25,6 +25,8 @@ from fanout.app.config import PipelineConfig
 from fanout.contract.sink import Sink, SinkContext
 from fanout.delta_tables.io import one_line
 from fanout.errors import ConfigurationError
+from fanout.observe.logs import register_secrets
+from fanout.observe.secrets import masked_error
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,8 @@ def _sink_checks(
     if spec is None:
         return None
     sink = spec.sink
+    secrets = list(sink.secret_values())
+    register_secrets(secrets)  # masked in the log and in what the command prints
     if not type(sink).read_only_check:
         checks.append(Check(f"sink {name}: opens its target", kind="skipped", problem=(
             f"{type(sink).__name__} does not declare read_only_check, so its open() might "
@@ -238,7 +242,13 @@ def _sink_checks(
 
     def open_target() -> bool:
         dead_letters = resolve_target(sink, kinds)
-        sink.open(SinkContext(pipeline, spark, dead_letters, checking=True, changes=changes))
+        try:
+            sink.open(SinkContext(pipeline, spark, dead_letters, checking=True, changes=changes))
+        except Exception as exc:  # the checklist is printed and returned: masked here already
+            masked = masked_error(exc, secrets, ConfigurationError, str(exc))
+            if masked is not None:
+                raise masked from None
+            raise
         return True
 
     opened = _check(checks, f"sink {name}: opens its target", open_target)
