@@ -6,7 +6,8 @@ The pattern fits any database with transactions: the rows and "(app id, batch id
 one commit, so a replay finds the progress row and writes nothing again. The refused rows are
 recorded in that commit too and handed to the dead-letter target only after it (from what
 it recorded): a replay that finds the batch committed hands over the same letters, which the
-target keeps once. ``tests/integration/test_sqlite_example.py`` runs the conformance suite
+target keeps once. ``holds_batch`` answers from the same progress rows.
+``tests/integration/test_sqlite_example.py`` runs the conformance suite
 on it without installing it (``SinkUnderTest(plugins=["sqlite_sink"])``).
 """
 
@@ -30,6 +31,7 @@ from fanout import (
     SinkWriteError,
     hookimpl,
 )
+from fanout.contract.batch import txn_app_id
 from fanout.contract.dead_letters import DeadLetter, DeadLetterTarget, letter_rows
 from fanout.contract.options import SinkOption
 from fanout.contract.sink import Reads
@@ -180,6 +182,27 @@ class SqliteSink(Sink):
             except sqlite3.IntegrityError as error:  # this statement alone is undone
                 letters.append(DeadLetter(row, str(error), details={"table": self.table}))
         return letters
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        """Whether the progress row of that batch (its idempotency key: app id of the
+        epoch, version the batch id) is there, and the table too: fanout asks at a
+        checkpoint reset (a batch written but never marked) and at each run's first batch
+        (a table dropped since: ``TargetLostError``). A progress row outlives a dropped
+        table, so a table that is gone holds nothing."""
+        if not self.database or not Path(self.database).exists():
+            return False  # opened read-only below: asking creates nothing
+        db = sqlite3.connect(f"file:{self.database}?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+            if self.table not in tables or PROGRESS not in tables:
+                return False
+            found = db.execute(
+                f"SELECT 1 FROM {PROGRESS} WHERE app_id = ? AND batch_id = ?",
+                (txn_app_id(pipeline, self.name, epoch), batch_id),
+            ).fetchone()
+            return found is not None
+        finally:
+            db.close()
 
     def _hand_over(self, batch: Batch, letters: list[DeadLetter]) -> None:
         if letters and self._letters is not None:

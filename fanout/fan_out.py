@@ -374,7 +374,12 @@ class FanOut:
                     self.pipeline, sink.name, error,
                     extra=batch_fields(self.pipeline, sink=sink.name),
                 )  # fmt: skip
-            except FanoutError:
+            except FanoutError as exc:
+                # the ConfigurationError the contract asks open() for may quote a secret too
+                rebuild = ConfigurationError if isinstance(exc, ConfigurationError) else FanoutError
+                masked = masked_error(exc, sink.secret_values(), rebuild, str(exc))
+                if masked is not None:
+                    raise masked from None
                 raise
             except Exception as exc:
                 said = (

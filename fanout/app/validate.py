@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from fanout.app.config import PipelineConfig
-from fanout.contract.sink import SinkContext
+from fanout.contract.sink import Sink, SinkContext
 from fanout.delta_tables.io import one_line
 from fanout.errors import ConfigurationError
+from fanout.observe.logs import register_secrets
+from fanout.observe.secrets import masked_error
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,8 @@ def _sink_checks(
     if spec is None:
         return None
     sink = spec.sink
+    secrets = list(sink.secret_values())
+    register_secrets(secrets)  # masked in the log and in what the command prints
     if not type(sink).read_only_check:
         checks.append(Check(f"sink {name}: opens its target", kind="skipped", problem=(
             f"{type(sink).__name__} does not declare read_only_check, so its open() might "
@@ -238,7 +242,13 @@ def _sink_checks(
 
     def open_target() -> bool:
         dead_letters = resolve_target(sink, kinds)
-        sink.open(SinkContext(pipeline, spark, dead_letters, checking=True, changes=changes))
+        try:
+            sink.open(SinkContext(pipeline, spark, dead_letters, checking=True, changes=changes))
+        except Exception as exc:  # the checklist is printed and returned: masked here already
+            masked = masked_error(exc, secrets, ConfigurationError, str(exc))
+            if masked is not None:
+                raise masked from None
+            raise
         return True
 
     opened = _check(checks, f"sink {name}: opens its target", open_target)
@@ -273,9 +283,16 @@ def fit_checks(checks: list[Check], name: str, spec: Any, source: Any, spark: An
 
         routed = _check(checks, f"sink {name}: route resolves against the source schema",
                         resolve)  # fmt: skip
-    if routed is not None:
-        _check(checks, f"sink {name}: target takes the routed schema",
-               lambda: sink.check_schema(arrow_schema(routed.schema)))  # fmt: skip
+    if routed is None:
+        return
+    what = f"sink {name}: target takes the routed schema"
+    if type(sink).check_schema is Sink.check_schema:  # an OK here would have checked nothing
+        checks.append(Check(what, kind="skipped", problem=(
+            f"{type(sink).__name__} does not implement check_schema, so its first write is "
+            "what finds a column its target cannot take"
+        )))  # fmt: skip
+        return
+    _check(checks, what, lambda: sink.check_schema(arrow_schema(routed.schema)))
 
 
 def arrow_schema(schema: Any) -> Any:

@@ -94,7 +94,9 @@ def make_batch(
 
     ``epoch``: the batch as a query after a checkpoint reset (accepted with
     ``on_checkpoint_reset="new_epoch"``) sees it, whose ``idempotency_key`` is new: a sink
-    must write it beside the same batch id of epoch 0, not skip or overwrite it."""
+    must write it beside the same batch id of epoch 0, not skip or overwrite it.
+    ``pipeline`` and ``sink_name`` make the key (``txn_app_id(pipeline, sink_name, epoch)``):
+    give your sink's name when the test then asks its ``holds_batch``."""
     import pyarrow as pa
 
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows))

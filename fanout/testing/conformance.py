@@ -478,16 +478,35 @@ class SinkConformance:
             pytest.skip("no secret in this sink's configuration")
         caplog.set_level(logging.DEBUG)
         config = {**under_test.failing_config, "name": NAME}
-        texts = []
+        texts: dict[str, str] = {}
         try:
-            fan = FanOut(self.pipeline, str(tmp_path / "ledger"), [config], retries=0)
+            fan = FanOut(self.pipeline, str(tmp_path / "ledger"), [config], retries=0,
+                         plugins=_modules(under_test.plugins))  # fmt: skip
             fan.process(self._batch(spark, [(1, "a")]), self._info(0))
         except FanoutError as error:
-            texts += [str(error), repr(error), str(error.__cause__ or "")]
+            texts["the error raised"] = str(error)
+            texts["its repr"] = repr(error)
+            texts["its cause"] = str(error.__cause__ or "")
         else:
-            pytest.fail("the failing configuration did not fail")
-        texts.append(caplog.text)
-        assert all(under_test.secret not in text for text in texts)
+            pytest.fail(
+                "the failing configuration did not fail: SinkUnderTest.failing_config must "
+                "make FanOut(...) or the batch's write raise (a wrong secret, an unreachable "
+                "server)"
+            )
+        texts["the log"] = caplog.text
+        found = [where for where, text in texts.items() if under_test.secret in text]
+        assert not found, (
+            f"the secret of failing_config appears in {', '.join(found)}: "
+            f"{_around(texts[found[0]], under_test.secret)!r}. Return it from the sink's "
+            "secret_values() (fanout then masks it in every error it raises or records and "
+            "every log line), and keep it out of texts your sink builds itself"
+        )
+
+
+def _around(text: str, secret: str) -> str:
+    """The line of ``text`` holding ``secret``, the secret shown as ``<secret>``."""
+    line = next(line for line in text.splitlines() if secret in line)
+    return line.replace(secret, "<secret>")[:300]
 
 
 _DRIFT = "batch 1 added a column 'extra' (id BIGINT, v STRING, extra INT) and the sink"

@@ -16,6 +16,7 @@ from typing import Any
 
 from fanout import (
     Batch,
+    ConfigurationError,
     PartlyHeld,
     SchemaMismatchError,
     Sink,
@@ -196,6 +197,27 @@ class StableByTargetName(TokenFiles):
         return StableColumns(["order_key"], "upserts by")
 
 
+class SecretQuoted(TokenFiles):
+    """Quotes its ``token`` in the ConfigurationError its ``open()`` raises, and does not
+    declare it a secret."""
+
+    def __init__(self, name: str, *, directory: str, token: str | None = None) -> None:
+        super().__init__(name, directory=directory)
+        self.token = token
+
+    def open(self, context: SinkContext) -> None:
+        if self.token is not None:
+            raise ConfigurationError(f"sink {self.name!r}: token {self.token} refused")
+        super().open(context)
+
+
+class SecretDeclared(SecretQuoted):
+    """The same, declaring the token a secret: fanout masks it."""
+
+    def secret_values(self) -> list[str]:
+        return [self.token] if self.token else []
+
+
 def read_rows(directory: Path) -> list[dict[str, Any]]:
     """Every row of every file of ``directory``."""
     return [
@@ -215,4 +237,5 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
             "null_key_dropped": NullKeyDropped, "null_key_counted_twice": NullKeyCountedTwice,
             "new_column_unnamed": NewColumnUnnamed, "upsert_file": UpsertFile,
             "rewrite_claimed_harmless": RewriteClaimedHarmless,
-            "stable_by_target_name": StableByTargetName}  # fmt: skip
+            "stable_by_target_name": StableByTargetName, "secret_quoted": SecretQuoted,
+            "secret_declared": SecretDeclared}  # fmt: skip

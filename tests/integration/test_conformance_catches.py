@@ -263,3 +263,35 @@ def test_a_deterministic_column_the_batch_lacks_is_told_to_use_the_batchs_name(
         "sink keys or partitions by, as the batch spells them (its options' columns, not "
         'the target\'s), or "*" for the whole row'
     )
+
+
+def _secret_case(kind: str, tmp_path: Path) -> tuple[SinkConformance, SinkUnderTest]:
+    suite, case = _suite_and_case(kind, tmp_path)
+    out = str(tmp_path / "out")
+    case.secret = "T0ken-S3cret"
+    case.failing_config = {"type": kind, "directory": out, "token": "T0ken-S3cret"}
+    return suite, case
+
+
+def test_a_secret_in_an_error_is_told_where_and_to_declare_it(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The check ended in a bare ``assert False`` (``all(<generator>)``), naming neither
+    where the secret was nor what to do; and it built the failing sink without the case's
+    ``plugins``, so an uninstalled plugin failed as an unknown type and passed."""
+    suite, case = _secret_case("secret_quoted", tmp_path)
+    with pytest.raises(AssertionError) as failed:
+        suite.test_a_secret_never_appears_in_errors_or_logs(spark, case, tmp_path, caplog)
+    assert str(failed.value).splitlines()[0] == (
+        'the secret of failing_config appears in the error raised, its repr: "sink '
+        "'under_test': token <secret> refused\". Return it from the sink's secret_values() "
+        "(fanout then masks it in every error it raises or records and every log line), and "
+        "keep it out of texts your sink builds itself"
+    )
+
+
+def test_a_secret_declared_by_secret_values_passes_the_check(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    suite, case = _secret_case("secret_declared", tmp_path)
+    suite.test_a_secret_never_appears_in_errors_or_logs(spark, case, tmp_path, caplog)

@@ -78,3 +78,23 @@ class TestSqliteRefusalsWithoutTarget(SinkConformance):
             plugins=["sqlite_sink"],
             refused_value="refused",
         )
+
+
+def test_holds_batch_answers_from_the_progress_rows_and_the_table(tmp_path: Path) -> None:
+    """The example answered ``None`` (cannot tell): a checkpoint reset could not learn of a
+    batch it committed whose mark was lost, nor a run of a table dropped since."""
+    from sqlite_sink import SqliteSink
+
+    from fanout.testing import make_batch, open_sink
+
+    database = tmp_path / "target.db"
+    sink = open_sink(SqliteSink("s", database=str(database), table="rows"), "p")
+    assert sink.holds_batch("p", 0, 0) is False
+    sink.write(make_batch([{"id": 1, "v": "a"}], pipeline="p", sink_name="s"))
+    assert [sink.holds_batch("p", 0, 0), sink.holds_batch("p", 1, 0)] == [True, False]
+    assert sink.holds_batch("p", 0, 1) is False
+    with sqlite3.connect(database) as db:
+        db.execute('DROP TABLE "rows"')
+    assert sink.holds_batch("p", 0, 0) is False
+    assert SqliteSink("gone", database=str(tmp_path / "none.db")).holds_batch("p", 0, 0) is False
+    assert not (tmp_path / "none.db").exists()

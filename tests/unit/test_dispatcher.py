@@ -667,6 +667,24 @@ def test_open_raising_with_the_secret_only_in_its_cause_cuts_the_chain(
     assert raised.value.__cause__ is None and raised.value.__suppress_context__
 
 
+def test_open_raising_a_configuration_error_with_the_sinks_secret_masks_it(
+    memory_ledger: MemoryLedger,
+) -> None:
+    class Refused(ScriptedSink):
+        def secret_values(self) -> list[str]:
+            return ["Op3n-S3cret"]
+
+        def open(self, context: Any) -> None:
+            raise ConfigurationError("sink 'pg': token Op3n-S3cret refused") from OSError(
+                "401 for Op3n-S3cret"
+            )
+
+    with pytest.raises(ConfigurationError) as raised:
+        make_fan(memory_ledger, [Refused("pg")])
+    assert str(raised.value) == "sink 'pg': token *** refused"
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
+
+
 def test_duplicate_sink_names(memory_ledger: MemoryLedger) -> None:
     with pytest.raises(ConfigurationError) as raised:
         make_fan(memory_ledger, [ScriptedSink("a"), ScriptedSink("b"), ScriptedSink("a")])

@@ -81,6 +81,30 @@ def test_one_line_per_batch_once_spark_reports_it_and_a_summary() -> None:
     ]
 
 
+class HeldAlready(RecordingSink):
+    """Finds, by its own records, every batch committed already (a lost ledger mark)."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        """Writes nothing; counts the batch's rows."""
+        return SinkResult(batch.arrow().num_rows, already_written=True)
+
+
+def test_a_sink_finding_the_batch_written_by_its_own_records_says_so() -> None:
+    """A replay whose write a sink skipped by its own idempotency records (its mark lost)
+    read as a write, so a plugin author killing a run could not see the skip happen."""
+    progress = ProgressObserver()
+    fan = FanOut(
+        "orders", MemoryLedger(), [HeldAlready("latest"), RecordingSink("bronze")],
+        plugins=[progress],
+    )  # fmt: skip
+    out = io.StringIO()
+    fan.process(_frame(1, 2), BatchInfo("orders", 0))
+    progress.flush([], out)
+    assert _normalise(out.getvalue()).splitlines() == [
+        "batch 0: ? rows in | latest 2 rows already written T, bronze 2 rows T"
+    ]
+
+
 def test_a_failed_batch_names_the_failed_sink_without_its_secret() -> None:
     progress = ProgressObserver()
     fan = FanOut(

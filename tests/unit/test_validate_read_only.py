@@ -331,3 +331,83 @@ def test_validate_fails_a_spool_the_store_refuses_naming_it_masked(tmp_path: Pat
         "az://user:***@x/spool (check the path, the store's credentials"
     ), failed
     assert "LongSecretPassw0rd" not in failed[0]
+
+
+class ChecksItsColumns(ChecksItsDirectory):
+    """The same sink, with a ``check_schema`` of its own: it takes ``id`` only."""
+
+    def check_schema(self, schema: Any) -> None:
+        extra = [n for n in schema.names if n != "id"]
+        if extra:
+            raise ConfigurationError(f"sink {self.name!r}: no column for {extra}")
+
+
+def test_the_schema_check_of_a_sink_without_check_schema_is_skipped_not_ok() -> None:
+    """An ``OK  target takes the routed schema`` for a type that does not implement
+    ``check_schema`` said a check passed that never ran."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from fanout.app.validate import fit_checks
+    from fanout.sink_spec import SinkSpec
+
+    class Source:
+        schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+
+    checks: list[Any] = []
+    for sink in (
+        ChecksItsDirectory("plain", directory="d"),
+        ChecksItsColumns("own", directory="d"),
+    ):
+        fit_checks(checks, sink.name, SinkSpec(sink), Source(), None)
+    assert [check.line() for check in checks] == [
+        "  SKIP  sink plain: target takes the routed schema: ChecksItsDirectory does not "
+        "implement check_schema, so its first write is what finds a column its target cannot "
+        "take",
+        "  FAIL  sink own: target takes the routed schema: sink 'own': no column for ['v']",
+    ]
+
+
+class RefusesItsToken(ChecksItsDirectory):
+    """Quotes its token when its server refuses it; declares the token a secret."""
+
+    def __init__(self, name: str, *, directory: str, token: str) -> None:
+        super().__init__(name, directory=directory)
+        self.token = token
+
+    def secret_values(self) -> list[str]:
+        return [self.token]
+
+    def open(self, context: SinkContext) -> None:
+        raise ConfigurationError(f"sink {self.name!r}: token {self.token} refused")
+
+
+class _TokenPlugin:
+    @staticmethod
+    @hookimpl
+    def fanout_sink_types() -> dict[str, type[Sink]]:
+        return {"token-dir": RefusesItsToken}
+
+
+def test_validate_masks_the_secret_a_sink_declares_in_its_failed_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fanout validate`` printed the token ``FanOut(...)`` masks: the secrets of the
+    sinks it opened were never registered nor masked."""
+    load = registry_module.load_registry
+
+    def with_test_sinks(extra: Any = (), **kwargs: Any) -> Any:
+        return load([_TokenPlugin(), *extra], **kwargs)
+
+    monkeypatch.setattr(registry_module, "load_registry", with_test_sinks)
+    monkeypatch.setattr(runner, "load_registry", with_test_sinks)
+    file = tmp_path / "p.toml"
+    file.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\n'
+        f'checkpoint = "{tmp_path}/checkpoint"\n[source]\nformat = "rate"\n'
+        f'[[sinks]]\ntype = "token-dir"\nname = "t"\ndirectory = "{tmp_path}/t"\n'
+        'token = "T0ken-S3cret"\n'
+    )
+    checklist = run_checks(None, load_pipeline(str(file)), lambda spark, config: None)
+    assert [c.line() for c in checklist.checks if c.failed] == [
+        "  FAIL  sink t: opens its target: sink 't': token *** refused"
+    ]
