@@ -43,11 +43,15 @@ class JsonLinesSink(Sink):
         if not self.directory:
             raise ConfigurationError(f"sink {self.name!r}: option 'directory' is required")
         directory = Path(self.directory)
-        if context.checking:  # fanout validate: change nothing
-            if not directory.is_dir():
+        if not directory.is_dir():  # created at the first write, not here (README: open())
+            if context.checking:  # fanout validate: say what the first write will do
                 context.would(f"create directory {directory}")
-            return
-        directory.mkdir(parents=True, exist_ok=True)
+            existing = next(p for p in [directory, *directory.parents] if p.exists())
+            if not os.access(existing, os.W_OK):
+                raise ConfigurationError(
+                    f"sink {self.name!r}: cannot create directory {directory} "
+                    f"({existing} is not writable)"
+                )
 
     def write(self, batch: Batch) -> SinkResult:
         # batch.batch_id, batch.pipeline, batch.query_id, batch.sink_name, batch.attempt,
@@ -55,6 +59,7 @@ class JsonLinesSink(Sink):
         # this epoch: a replay gets the same key, a new epoch a new one.
         rows = batch.arrow().to_pylist()
         final = Path(self.directory) / f"{batch.idempotency_key.token}.jsonl"
+        final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(row, default=str) + "\n" for row in rows))
         os.replace(tmp, final)  # atomic: a replay overwrites, never duplicates

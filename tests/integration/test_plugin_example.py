@@ -85,5 +85,5 @@ def test_example_opened_by_validate_creates_nothing_and_says_what_it_would(
     assert type(sink).read_only_check is True
     assert checking.changes == [f"create directory {target}"]
     assert not target.exists()
-    sink.open(SinkContext("orders"))  # a run creates it
-    assert target.is_dir()
+    sink.open(SinkContext("orders"))  # a run's open() creates nothing either:
+    assert not target.exists()  # the first write does, after the lost-target check
