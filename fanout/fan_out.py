@@ -41,6 +41,7 @@ from fanout.errors import (
     FanoutError,
     SinksBehindError,
     SinkUnreachableError,
+    TargetLostError,
 )
 from fanout.hooks.caller import HookCaller
 from fanout.hooks.registry import load_registry
@@ -575,13 +576,29 @@ class FanOut:
         if self._targets_checked:
             return
         if state.marks is not None:  # a new epoch has no marks to check
-            opened = {n: s for n, s in self.sinks.items() if n not in self._unopened}
-            timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
-            refuse_lost_targets(
-                self.pipeline, state.info.epoch, self.ledger, opened, state.marks,
-                self._accept_lost, timeouts, self.pipeline_file,
-            )  # fmt: skip
+            self._refuse_lost(state.info.epoch, state.marks)
         self._targets_checked = True
+
+    def _check_targets_before_catch_up(self) -> None:
+        """:meth:`_check_targets` for a catch-up that may write before the run's first
+        batch (the catch-up started with the query, a final catch-up of a run that ran no
+        batch): a catch-up is a write, and one into a target recreated empty would make
+        the loss silent (its marks then held there). The marks of the ledger's current
+        epoch, which the query owns (:func:`fanout.steps.resume.why_wait`)."""
+        if self._targets_checked:
+            return
+        opened = [n for n in self.sinks if n not in self._unopened]
+        view = self.ledger.lookup(self.pipeline, opened)
+        self._refuse_lost(view.epoch, view.marks)
+        self._targets_checked = True
+
+    def _refuse_lost(self, epoch: int, marks: Mapping[str, int | None]) -> None:
+        opened = {n: s for n, s in self.sinks.items() if n not in self._unopened}
+        timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
+        refuse_lost_targets(
+            self.pipeline, epoch, self.ledger, opened, marks,
+            self._accept_lost, timeouts, self.pipeline_file,
+        )  # fmt: skip
 
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         self._check_targets(state)  # 2b. once per run
@@ -645,7 +662,10 @@ class FanOut:
 
         It starts only when the checkpoint guard would admit the batch Spark runs next
         (:func:`fanout.steps.resume.why_wait`): a run whose checkpoint was replaced or
-        rolled back writes nothing before its first batch is refused. Returns why it did
+        rolled back writes nothing before its first batch is refused; nor one with a sink
+        whose target lost its last marked batch (the lost-target check, asked here before
+        the catch-up's first write, which would create the target again: the first batch
+        refuses the run). Returns why it did
         not start (``None``: started, or no sink can lag); the first batch starts it then,
         as it always does. Under Spark Connect it never starts here: the pipeline's
         ``FanOut`` is the one built beside the server, which starts it with its first
@@ -653,6 +673,13 @@ class FanOut:
         if not self.lagging.sinks:
             return None
         reason = self._why_wait(query)
+        if reason is None:
+            try:
+                self._check_targets_before_catch_up()
+            except TargetLostError as lost:  # the first batch refuses the run with it
+                reason = str(lost)
+            except Exception as exc:  # the ledger unreadable: the batch will say
+                reason = f"cannot check the sinks' targets: {type(exc).__name__}: {exc}"
         if reason is None:
             checkpoint = self._context.checkpoint_location or query_checkpoint(query)
             if checkpoint is not None:  # the query owns the current epoch (why_wait)
@@ -697,6 +724,8 @@ class FanOut:
         scripts, and a clean stop); returns each lag-capable sink's state afterwards. A
         sink that fails stops its own catch-up; ``timeout_s`` bounds the whole call."""
         deadline = time.monotonic() + timeout_s
+        if self.lagging.sinks:
+            self._check_targets_before_catch_up()
         for sink in self.lagging.sinks:
             self.catchup.drain(sink, until=lambda: time.monotonic() > deadline)
         self.lagging.release_held()
@@ -741,6 +770,8 @@ class FanOut:
         (``stopped_by()``, e.g. the signal's name). Call it before :meth:`close`, and not
         while the query runs."""
         done = stop or (lambda: False)
+        if any(self.lagging.backlog(sink) for sink in self.lagging.sinks):
+            self._check_targets_before_catch_up()
         for sink in self.lagging.sinks:
             if self.lagging.backlog(sink):
                 self.catchup.finish(sink, self.specs[sink].retry or self.retry, done)

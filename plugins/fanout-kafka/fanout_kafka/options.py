@@ -175,6 +175,13 @@ def parse_create_topic(sink: str, value: Any) -> TopicSpec | None:
             f"integer (or -1 for the broker's default), got {replication!r}"
         )
     config = {str(k): str(v) for k, v in (value.get("config") or {}).items()}
+    limit = config.get("max.message.bytes")
+    if limit is not None and not (limit.isdigit() and int(limit) > 0):
+        # open() sizes the records of a topic still to be created by it
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: create_topic.config 'max.message.bytes' must be a "
+            f"positive integer (bytes), got {limit!r}"
+        )
     return TopicSpec(partitions, replication, config)
 
 

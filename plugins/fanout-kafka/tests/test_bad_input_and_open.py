@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from fanout_kafka import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError, KafkaSink
 from fanout_kafka.embedded import EmbeddedKafka, free_port
+from fanout_kafka.records import RECORD_BATCH_HEADER_BYTES
 from kafkatools import Broker, create_topic, key_counts, read_topic
 
 from fanout import FanOut, hookimpl
@@ -166,6 +167,29 @@ def test_unknown_topic_without_create_topic_fails_at_open(
         '{"id":2,"payload":"b"}',
         '{"id":3,"payload":"c"}',
     ]
+
+
+def test_a_missing_topics_record_limit_is_the_one_create_topic_gives_it(kafka: Broker) -> None:
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+
+    def sink(limit: str) -> KafkaSink:
+        return KafkaSink(
+            "events", bootstrap_servers=kafka.bootstrap, topic=missing,
+            create_topic={"config": {"max.message.bytes": limit}},
+            marker_topic=f"{missing}-markers",
+        )  # fmt: skip
+
+    created = sink("20000")
+    created.open(SinkContext("p"))
+    assert created.max_record_bytes == 20000 - RECORD_BATCH_HEADER_BYTES
+    with pytest.raises(ConfigurationError) as caught:
+        sink("1MB").open(SinkContext("p"))
+    assert str(caught.value) == (
+        "Kafka sink 'events': create_topic.config 'max.message.bytes' must be a positive "
+        "integer (bytes), got '1MB'"
+    )
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    assert missing not in admin.list_topics(timeout=10).topics
 
 
 def test_topic_deleted_after_open_fails_the_batch_naming_it(

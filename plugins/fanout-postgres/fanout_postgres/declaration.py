@@ -63,8 +63,8 @@ OPTIONS = (
         "Create a missing table from the batch schema, `keys` as primary key (`bigint`, "
         "`integer`, `double precision`, `numeric(p,s)`, `text`, `boolean`, `date`, "
         "`timestamptz` / `timestamp` (NTZ), `bytea`, `jsonb` for arrays/maps/structs). "
-        "Created at the first write, not at `open()`: a run the lost-target check refuses "
-        "leaves none.",
+        "Created at the run's first write, not at `open()` nor again by a later batch: a run "
+        "the lost-target check refuses leaves none.",
     ),
     SinkOption(
         "partitions",

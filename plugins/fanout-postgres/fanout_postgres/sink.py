@@ -185,6 +185,7 @@ class PostgresSink(PartitionedSink):
         self._checked: dict[str, int] = {}  # schema -> the last batch its plan was checked at
         self._keys: list[str] | None = None  # resolved at open() (append: the hash keys)
         self._direct = DirectCopyPolicy()
+        self._unmade = False  # open() found the table missing; the first write creates it
 
     @property
     def guarantee(self) -> Guarantee:
@@ -217,6 +218,7 @@ class PostgresSink(PartitionedSink):
                 self._require_migrated(engine)
             with engine.connect() if checking else engine.begin() as conn:
                 info = reflect(conn, self._table)  # type: ignore[arg-type]
+                self._unmade = info is None and not checking
                 self._check_target(info)
                 if info is None and self.create_table:
                     self._check_may_create(conn)
@@ -684,7 +686,9 @@ class PostgresSink(PartitionedSink):
         be created, :meth:`_check_plan`): it runs before the run's lost-target check
         (:meth:`holds_batch`), and a table it created would make the retry of a refused
         run find one, which the progress marks (they outlive the table) then say holds
-        the batches. So the first batch's plan creates it."""
+        the batches. So the first batch's plan creates it, and no later one: a table
+        dropped while the run writes it (no check runs between batches) fails the batch,
+        and the restart's check refuses it, instead of being created again empty."""
         cache_key = spark_schema.json()
         plan = self._plans.get(cache_key)
         if plan is not None and (batch_id is None or self._checked.get(cache_key) == batch_id):
@@ -698,7 +702,7 @@ class PostgresSink(PartitionedSink):
                 if plan is not None:
                     return plan
             with engine.begin() as conn:
-                info = self._target(conn, spark_schema, create=True)
+                info = self._target(conn, spark_schema, create=self._unmade, describe=False)
                 plan = build_plan(info, self._plan_options(conn), spark_schema)
                 ruled = _rules_problem(conn, self._table)  # type: ignore[arg-type]
                 if ruled is not None:  # a rule made since open(): the shape changed
@@ -714,6 +718,7 @@ class PostgresSink(PartitionedSink):
             raise self._mismatch(exc, batch_id) from None
         except Exception as exc:
             raise self._unchecked(exc, batch_id) from None
+        self._unmade = False  # there now: dropped later, it is not created again
         self._plans[cache_key] = plan
         self._shapes[cache_key] = shape
         if batch_id is not None:
@@ -761,12 +766,15 @@ class PostgresSink(PartitionedSink):
         except Exception as exc:
             raise self._unchecked(exc, None) from None
 
-    def _target(self, conn: Any, spark_schema: Any, *, create: bool) -> TargetInfo:
+    def _target(
+        self, conn: Any, spark_schema: Any, *, create: bool, describe: bool = True
+    ) -> TargetInfo:
         """The table, reflected. When it is missing and ``create_table`` is on: created
-        from ``spark_schema`` (``create``), or only described as it would be created."""
+        from ``spark_schema`` (``create``), or only described as it would be created
+        (``describe``), else refused: it was there, or created, since :meth:`open`."""
         table: TableName = self._table  # type: ignore[assignment]
         info = reflect(conn, table)
-        if info is None and self.create_table:
+        if info is None and self.create_table and (create or describe):
             pairs = map_columns(spark_schema.fieldNames(), self.columns)
             keys = self.keys or []
             if create:
@@ -775,6 +783,13 @@ class PostgresSink(PartitionedSink):
                 info = reflect(conn, table)
             else:
                 info = created_target(table, table_to_create(table, spark_schema, pairs, keys))
+        elif info is None and self.create_table:
+            raise PlanError(
+                f"table {table} does not exist: dropped while the run wrote it? "
+                "create_table creates a missing table only at a run's first write, after the "
+                "check that the target still holds what the ledger marks written there; "
+                "start the run again"
+            )
         if info is None:
             raise PlanError(f"table {table} does not exist")
         return info

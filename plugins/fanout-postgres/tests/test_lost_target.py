@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pgcheck import execute, query
 
-from fanout import BatchInfo, FanOut, TargetLostError
+from fanout import BatchFailedError, BatchInfo, FanOut, TargetLostError
 
 pytestmark = pytest.mark.integration
 
@@ -97,3 +97,29 @@ def test_a_plain_retry_after_the_refusal_is_refused_again(
     columns = query(pg_url, "SELECT column_name, data_type FROM information_schema.columns "
                     "WHERE table_name = 'lost_orders' ORDER BY ordinal_position")  # fmt: skip
     assert [tuple(c) for c in columns] == [("id", "bigint"), ("name", "text")]
+
+
+@pytest.mark.parametrize("schema", [None, "id LONG, name STRING"])
+def test_a_table_dropped_during_a_run_is_not_created_again_by_its_next_batch(
+    spark: Any, pg_url: str, tmp_path: Path, schema: str | None
+) -> None:
+    """No lost-target check runs between two batches of a run: ``create_table`` creates a
+    table only at the run's first write (after the check), so a table dropped under a
+    running pipeline fails its next batch, and the restart is refused, instead of being
+    created again empty and written on (the loss silent: its marks then held there)."""
+    fan = _fan(tmp_path, pg_url, "append", schema)
+    try:
+        rows = [(n, f"order-0-{n}") for n in range(4)]
+        info = BatchInfo("lostpg", 0, "query-1", [{"src": {"0": 1}}], batch_timestamp_ms=1000)
+        fan.process(spark.createDataFrame(rows, "id LONG, name STRING"), info)
+        assert _ids(pg_url) == [0, 1, 2, 3]  # created by the run's first write
+        execute(pg_url, "DROP TABLE lost_orders")
+        with pytest.raises(BatchFailedError, match="table lost_orders does not exist"):
+            _run(fan, spark, 1)
+    finally:
+        fan.close()
+    assert not _table_exists(pg_url)
+
+    with pytest.raises(TargetLostError, match="table 'lost_orders' no longer holds batch 0"):
+        _run(_fan(tmp_path, pg_url, "append", schema), spark, 1)
+    assert not _table_exists(pg_url)
