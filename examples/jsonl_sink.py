@@ -44,14 +44,14 @@ class JsonLinesSink(Sink):
             raise ConfigurationError(f"sink {self.name!r}: option 'directory' is required")
         directory = Path(self.directory)
         if not directory.is_dir():  # created at the first write, not here (README: open())
+            existing = next(p for p in [directory, *directory.parents] if p.exists())
+            if not existing.is_dir() or not os.access(existing, os.W_OK):
+                raise ConfigurationError(
+                    f"sink {self.name!r}: cannot create directory {directory} ({existing} "
+                    + ("is not writable)" if existing.is_dir() else "is a file)")
+                )
             if context.checking:  # fanout validate: say what the first write will do
                 context.would(f"create directory {directory}")
-            existing = next(p for p in [directory, *directory.parents] if p.exists())
-            if not os.access(existing, os.W_OK):
-                raise ConfigurationError(
-                    f"sink {self.name!r}: cannot create directory {directory} "
-                    f"({existing} is not writable)"
-                )
 
     def write(self, batch: Batch) -> SinkResult:
         # batch.batch_id, batch.pipeline, batch.query_id, batch.sink_name, batch.attempt,

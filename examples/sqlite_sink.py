@@ -191,11 +191,17 @@ class SqliteSink(Sink):
         table, so a table that is gone holds nothing."""
         if not self.database or not Path(self.database).exists():
             return False  # opened read-only below: asking creates nothing
-        db = sqlite3.connect(f"file:{self.database}?mode=ro", uri=True)
+        # as_uri() escapes what a URI would cut or decode ('#', '?', '%' in the path)
+        uri = Path(self.database).resolve().as_uri() + "?mode=ro"
+        db = sqlite3.connect(uri, uri=True)
         try:
-            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
-            if self.table not in tables or PROGRESS not in tables:
-                return False
+            # SQLite's names ignore ASCII case, as write() found the table: NOCASE too
+            for name in (self.table, PROGRESS):
+                if not db.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE",
+                    (name,),
+                ).fetchone():
+                    return False
             found = db.execute(
                 f"SELECT 1 FROM {PROGRESS} WHERE app_id = ? AND batch_id = ?",
                 (txn_app_id(pipeline, self.name, epoch), batch_id),

@@ -17,10 +17,12 @@ over; ``fanout run`` calls it from its wait loop and once more at the end, then 
 
 A line reads ``batch 3: 30 rows in | bronze 30 rows 0.41s, paid 12 rows 0.38s |
 skipped latest | lag 1.2s``: the written sinks in the configured order (``bronze 30 rows
-already written 0.05s``: the sink found, by its own records, that an earlier attempt had
-committed the batch, whose ledger mark was lost); ``skipped`` only when the ledger said
-some sinks already held the batch (a replay); lag is the time from the
-start of the batch's trigger (Spark picked its input up) to the last sink's ledger mark.
+already written 0.05s``: the successful attempt found, by the sink's own records, that an
+earlier one had committed the batch, :attr:`SinkResult.already_written`: a run that crashed
+before its ledger mark, or this batch's attempt that committed and then failed);
+``skipped`` only when the ledger said some sinks already held the batch (a replay); lag is
+the time from the start of the batch's trigger (Spark picked its input up) to the last
+sink's ledger mark.
 A sink that is behind (``on_failure="lag"``) shows as ``pg lagging 3 batch(es) / 120
 row(s) since 10:02:11`` (or ``catching up``), and the batches it catches up as ``pg caught
 up 2 batch(es)``. A failed batch reads ``batch 3 FAILED | bronze 30 rows 0.41s | orders_pg failed:

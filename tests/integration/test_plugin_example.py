@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "jsonl_sink.py"
 NEW_EPOCH = "--- the checkpoint lost, then a run with --new-epoch"
@@ -87,3 +89,28 @@ def test_example_opened_by_validate_creates_nothing_and_says_what_it_would(
     assert not target.exists()
     sink.open(SinkContext("orders"))  # a run's open() creates nothing either:
     assert not target.exists()  # the first write does, after the lost-target check
+
+
+def test_example_open_refuses_a_directory_that_is_a_file(tmp_path: Path) -> None:
+    """open() made the directory before; since the first write does, a ``directory`` that
+    is a file (or under one) passed open() and failed the first batch, after the stream
+    had started (``FileExistsError``, ``NotADirectoryError``)."""
+    import importlib.util
+
+    from fanout import ConfigurationError, SinkContext
+
+    spec = importlib.util.spec_from_file_location("jsonl_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    file = tmp_path / "out"
+    file.write_text("")
+    for directory in (file, file / "batches"):
+        sink = example.JsonLinesSink("raw", directory=str(directory))
+        for context in (SinkContext("orders", checking=True), SinkContext("orders")):
+            with pytest.raises(ConfigurationError) as raised:
+                sink.open(context)
+            assert str(raised.value) == (
+                f"sink 'raw': cannot create directory {directory} ({file} is a file)"
+            )
+            assert context.changes == []

@@ -98,3 +98,38 @@ def test_holds_batch_answers_from_the_progress_rows_and_the_table(tmp_path: Path
     assert sink.holds_batch("p", 0, 0) is False
     assert SqliteSink("gone", database=str(tmp_path / "none.db")).holds_batch("p", 0, 0) is False
     assert not (tmp_path / "none.db").exists()
+
+
+@pytest.mark.parametrize("directory", ["a#b", "c%41", "d?e"])
+def test_holds_batch_of_a_database_whose_path_a_uri_would_cut(
+    tmp_path: Path, directory: str
+) -> None:
+    """The database was opened as ``file:<path>?mode=ro``: a ``#`` or ``?`` cut the path
+    (the rest read as a missing database: ``False``, so a run refused the target as lost)
+    and a ``%`` was decoded (the database not found: an error)."""
+    from sqlite_sink import SqliteSink
+
+    from fanout.testing import make_batch, open_sink
+
+    (tmp_path / directory).mkdir()
+    database = tmp_path / directory / "target.db"
+    sink = open_sink(SqliteSink("s", database=str(database), table="rows"), "p")
+    sink.write(make_batch([{"id": 1, "v": "a"}], pipeline="p", sink_name="s"))
+    assert [sink.holds_batch("p", 0, 0), sink.holds_batch("p", 0, 1)] == [True, False]
+
+
+def test_holds_batch_finds_a_table_named_in_another_case(tmp_path: Path) -> None:
+    """SQLite's table names ignore case, so ``table = "Orders"`` writes into a table made
+    as ``orders``; ``holds_batch`` compared the names exactly and said ``False``: each run's
+    first batch refused the target as lost (``TargetLostError``)."""
+    from sqlite_sink import SqliteSink
+
+    from fanout.testing import make_batch, open_sink
+
+    database = tmp_path / "target.db"
+    with sqlite3.connect(database) as db:
+        db.execute("CREATE TABLE orders (id INTEGER, v TEXT)")
+    sink = open_sink(SqliteSink("s", database=str(database), table="Orders"), "p")
+    sink.write(make_batch([{"id": 1, "v": "a"}], pipeline="p", sink_name="s"))
+    assert _rows(database, "orders") == [{"id": 1, "v": "a"}]
+    assert sink.holds_batch("p", 0, 0) is True

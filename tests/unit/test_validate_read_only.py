@@ -411,3 +411,34 @@ def test_validate_masks_the_secret_a_sink_declares_in_its_failed_open(
     assert [c.line() for c in checklist.checks if c.failed] == [
         "  FAIL  sink t: opens its target: sink 't': token *** refused"
     ]
+
+
+def test_a_column_arrow_cannot_take_fails_the_schema_check_of_a_sink_without_one() -> None:
+    """The SKIP for a type without ``check_schema`` dropped the conversion to Arrow that
+    the check made first: an interval of months, which ``batch.arrow()`` cannot convert,
+    was no longer a FAIL in ``fanout validate`` nor refused by ``fanout run`` before its
+    stream started (its first batch failed instead)."""
+    from pyspark.sql.types import LongType, StructField, StructType, YearMonthIntervalType
+
+    from fanout.app.validate import fit_checks
+    from fanout.sink_spec import SinkSpec
+
+    class Source:
+        schema = StructType(
+            [StructField("id", LongType()), StructField("term", YearMonthIntervalType())]
+        )
+
+    checks: list[Any] = []
+    fit_checks(
+        checks, "plain", SinkSpec(ChecksItsDirectory("plain", directory="d")), Source(), None
+    )
+    assert [(check.kind, check.failed) for check in checks] == [("check", True)]
+    assert (
+        checks[0]
+        .line()
+        .startswith(
+            "  FAIL  sink plain: target takes the routed schema: "
+            "[UNSUPPORTED_DATA_TYPE_FOR_ARROW_CONVERSION] YearMonthIntervalType(0, 1) is not "
+            "supported"
+        )
+    ), checks[0].line()
