@@ -405,6 +405,14 @@ def held_partitions(
     return len(holding), count
 
 
+def read_offsets(
+    admin_config: Mapping[str, Any], topic: str, groups: list[str], timeout_s: float
+) -> list[int]:
+    """The committed offset of each group on partition 0 of ``topic``, as the markers are
+    read (stable offsets; :data:`NO_OFFSET` for none)."""
+    return _offsets(_admin(admin_config), topic, groups, timeout_s)
+
+
 def _admin_config(settings: WriterSettings) -> dict[str, Any]:
     """The driver's admin client settings for ``settings``' brokers."""
     return admin_config(settings.producer, settings.bootstrap_servers)

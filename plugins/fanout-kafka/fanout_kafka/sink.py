@@ -202,6 +202,7 @@ class KafkaSink(PartitionedSink):
         self._legacy_prefix: str | None = None  # the former default, to fence (open())
         self._held_admin: dict[str, Any] | None = None  # open() to close()
         self._speculation: bool | None = None  # spark.speculation, at the first batch
+        self._topic_id_recorded = False  # once per open(), after the first batch
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -223,6 +224,7 @@ class KafkaSink(PartitionedSink):
         super().open(context)
         self.pipeline = context.pipeline
         self._dead = context.dead_letters
+        self._topic_id_recorded = False
         self._check_options()
         assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
         if self.transactional_id_prefix is None or self._derived_prefix:
@@ -354,7 +356,10 @@ class KafkaSink(PartitionedSink):
 
         The marker groups outlive the topic: a topic missing now holds no batch
         (``False``). ``create_topic`` creates it at the first write, after this check, so
-        a run refused for it leaves it missing and its retry is refused again.
+        a run refused for it leaves it missing and its retry is refused again. Nor does a
+        topic whose id is not the one the last run recorded (:mod:`fanout_kafka.topic_id`):
+        deleted and created again since, whatever the markers say (``False``); without
+        a recorded id (an older fanout) or an id from the broker, the markers answer.
 
         The markers are offsets of member-less groups, which the broker forgets
         ``offsets.retention.minutes`` after their last commit (7 days by default): with the
@@ -362,13 +367,25 @@ class KafkaSink(PartitionedSink):
         never written from one whose markers expired (an idle pipeline's restart), so it
         says so (``None``) instead of "none"."""
         from fanout.contract.batch import pipeline_scope
-        from fanout_kafka.markers import marker_group
-        from fanout_kafka.membership import held_partitions
 
-        scope, name = pipeline_scope(pipeline, epoch), self.name
+        scope = pipeline_scope(pipeline, epoch)
         if self._topic_missing():
             return False
         config = admin_config(self.producer, str(self.bootstrap_servers))
+        held = self._markers_hold(config, scope, epoch, batch_id)
+        if held is True or isinstance(held, PartlyHeld):
+            if self._topic_replaced(config, scope):
+                return False
+        return held
+
+    def _markers_hold(
+        self, config: dict[str, Any], scope: str, epoch: int, batch_id: int
+    ) -> bool | PartlyHeld | None:
+        """What the partitions' markers say of the batch (:meth:`holds_batch`)."""
+        from fanout_kafka.markers import marker_group
+        from fanout_kafka.membership import held_partitions
+
+        name = self.name
         committed, count = held_partitions(
             config,
             self.marker_topic,
@@ -390,6 +407,46 @@ class KafkaSink(PartitionedSink):
         if count is not None and committed >= count:
             return True
         return PartlyHeld(committed, count)
+
+    def _topic_replaced(self, config: dict[str, Any], scope: str) -> bool:
+        """Whether the topic's id is not the one recorded in ``scope`` (one offset read,
+        one describe request): it was deleted and created again since."""
+        from fanout_kafka.topic_id import topic_id_group, topic_replaced
+
+        topic, group = str(self.topic), topic_id_group(scope, self.name)
+        replaced, now = topic_replaced(config, self.marker_topic, group, topic,
+                                       self.open_timeout_s)  # fmt: skip
+        if replaced:
+            log.warning(
+                "sink %r: topic %r has id %s now, not the one recorded when its marked "
+                "batches were written (group %r): it was deleted and created again since",
+                self.name, topic, now, group,
+            )  # fmt: skip
+        return bool(replaced)
+
+    def _record_topic_id(self, batch: Batch) -> None:
+        """Once per ``open()``, after the first batch's partitions: commit the topic's id
+        (:mod:`fanout_kafka.topic_id`) for the next run's lost-target check. A failure is
+        logged and tried again after the next batch."""
+        from confluent_kafka import KafkaException
+
+        from fanout_kafka.topic_id import current_topic_id, record_topic_id, topic_id_group
+
+        config = admin_config(self.producer, str(self.bootstrap_servers))
+        admin, topic = ADMINS.client(config), str(self.topic)
+        group = topic_id_group(scope_of(batch.txn_app_id, self.name), self.name)
+        try:
+            now = current_topic_id(admin, topic, self.open_timeout_s)
+            if now is not None:
+                record_topic_id(admin, self.marker_topic, group, topic, now, self.open_timeout_s)
+        except KafkaException as exc:
+            log.warning(
+                "sink %r, batch %d: cannot record the id of topic %r in group %r (tried "
+                "again after the next batch): %s",
+                self.name, batch.batch_id, topic, group, exc,
+            )  # fmt: skip
+            return
+        self._topic_id_recorded = True
 
     def _topic_missing(self) -> bool:
         """Whether the topic does not exist (one metadata request)."""
@@ -415,9 +472,12 @@ class KafkaSink(PartitionedSink):
 
     def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
         """Every partition committed or was skipped: no transaction of this attempt is
-        left open."""
+        left open; after the first batch of an ``open()``, the topic's id is recorded
+        (:meth:`_record_topic_id`)."""
         super().after_partitions(batch, outcomes)
         self._unsettled = False
+        if not self._topic_id_recorded:
+            self._record_topic_id(batch)
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> KafkaPartitionWriter:
         """One transaction per partition, committing the batch's plan with its marker."""

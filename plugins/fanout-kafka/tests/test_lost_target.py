@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from kafkatools import Broker, read_topic
+from kafkatools import Broker, create_topic, read_topic
 
 from fanout import BatchInfo, FanOut, TargetLostError
 
@@ -69,6 +69,57 @@ def test_a_deleted_topic_created_again_refuses_the_next_run(
     assert _keys(kafka, topic, 3) == ["20", "21", "22"]
     _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 3)  # holds its mark 2
     assert _keys(kafka, topic, 6) == ["20", "21", "22", "30", "31", "32"]
+
+
+def _create_again(kafka: Broker, topic: str) -> None:
+    """Delete ``topic`` and create it again by hand, as it was (a deploy script)."""
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.delete_topics([topic])[topic].result(10)
+    create_topic(kafka.bootstrap, topic, 2)
+
+
+def test_a_topic_deleted_and_created_again_by_hand_refuses_the_next_run(
+    spark: Any, kafka: Broker, tmp_path: Path
+) -> None:
+    """The topic is there, empty, and the markers (which outlive it) say it holds batch 1:
+    only its id, which the re-creation changed, tells it is not the topic they were
+    written to. The run wrote on, batches 0-1 gone while the ledger counted them."""
+    pipeline, topic = f"againk{uuid.uuid4().hex[:6]}", f"again-{uuid.uuid4().hex[:8]}"
+    _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 0)
+    _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 1)  # a healthy restart
+    assert _keys(kafka, topic, 6) == ["0", "1", "10", "11", "12", "2"]
+    _create_again(kafka, topic)
+
+    for _ in range(2):  # the refused command, then the same command again
+        with pytest.raises(TargetLostError) as refused:
+            _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 2)
+        assert str(refused.value).startswith(
+            f"sink 'k', batch 1: pipeline {pipeline!r}: topic {topic!r} no longer holds "
+            "batch 1 of epoch 0, which the ledger marks written there"
+        )
+    assert _keys(kafka, topic, 1) == []  # nothing written
+
+    _run(_fan(tmp_path, kafka, topic, pipeline, accept_lost_targets=["k"]), spark, pipeline, 2)
+    assert _keys(kafka, topic, 3) == ["20", "21", "22"]
+    _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 3)  # the new id recorded
+    assert _keys(kafka, topic, 6) == ["20", "21", "22", "30", "31", "32"]
+
+
+def test_marks_without_a_recorded_topic_id_answer_as_before(
+    spark: Any, kafka: Broker, tmp_path: Path
+) -> None:
+    """Markers an older fanout wrote record no topic id: a topic created again under them
+    cannot be told from the one they were written to, and the run is not refused (the
+    limit of the markers alone, as before)."""
+    pipeline, topic = f"oldk{uuid.uuid4().hex[:6]}", f"old-{uuid.uuid4().hex[:8]}"
+    _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 0)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    group = f"fanout/{pipeline}/k/topic-id"  # topic_id.topic_id_group: as an older fanout
+    admin.delete_consumer_groups([group])[group].result(10)
+    _create_again(kafka, topic)
+
+    _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 1)
+    assert _keys(kafka, topic, 3) == ["10", "11", "12"]
 
 
 def test_markers_the_broker_forgot_do_not_refuse_an_idle_pipelines_restart(

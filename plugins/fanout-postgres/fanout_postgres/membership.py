@@ -81,6 +81,32 @@ def upsert_counts(conn: Any, state_schema: str, scope: str, sink: str, batch_id:
     }
 
 
+def target_oids(conn: Any, state_schema: str, mode: str, scope: str, sink: str, batch_id: int
+                ) -> dict[int, int | None]:  # fmt: skip
+    """The OID of the table each committed partition of one batch of one sink wrote into,
+    as its progress mark (append) or ``upsert_routes`` row (upsert) recorded it (migration
+    ``0006_target_oid``; ``None`` in one of an older fanout), by partition."""
+    import sqlalchemy as sa
+
+    t = progress_table(state_schema) if mode == "append" else upsert_routes_table(state_schema)
+    query = sa.select(t.c.partition, t.c.target_oid).where(
+        t.c.pipeline == scope, t.c.sink == sink, t.c.batch_id == batch_id
+    )
+    return {
+        int(partition): None if oid is None else int(oid) for partition, oid in conn.execute(query)
+    }
+
+
+def current_oid(conn: Any, table: str) -> int | None:
+    """The OID of the table ``table`` (SQL, as the statements name it) names now."""
+    import sqlalchemy as sa
+
+    oid = conn.execute(
+        sa.text("SELECT to_regclass(:table)::oid::bigint"), {"table": table}
+    ).scalar()
+    return None if oid is None else int(oid)
+
+
 REWRITES = (
     "An upsert rewrites the rows the route keeps but deletes none, so a row those "
     "partitions hold that the new route refuses would be both in the table and in the "

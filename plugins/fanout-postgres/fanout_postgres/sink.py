@@ -55,7 +55,9 @@ from fanout_postgres.membership import (
     VOLATILE_KEYS,
     batch_names,
     committed_partitions,
+    current_oid,
     partition_columns,
+    target_oids,
     upsert_counts,
     upsert_routes,
 )
@@ -388,7 +390,10 @@ class PostgresSink(PartitionedSink):
         The progress marks and routes live in ``state_schema`` and outlive the table: a
         table missing now holds nothing, whatever they say (``False``). ``create_table``
         creates it at the first write, after this check (:meth:`_plan`), so a run refused
-        for it leaves it missing and its retry is refused again."""
+        for it leaves it missing and its retry is refused again. Nor does a partition whose
+        mark or row recorded another table's OID (migration ``0006_target_oid``) hold its
+        part: the table was dropped and created again since (one more query); marks of an
+        older fanout record none, and count as before."""
         scope = pipeline_scope(pipeline, epoch)
         engine = self._engine()
         try:
@@ -400,12 +405,12 @@ class PostgresSink(PartitionedSink):
                         conn, self.state_schema, scope, self.name, batch_id
                     )
                     counts: set[int | None] = {m.partitions for m in marks}
-                    committed = len({m.partition for m in marks})
+                    partitions = {m.partition for m in marks}
                 else:
                     recorded = upsert_counts(conn, self.state_schema, scope, self.name, batch_id)
-                    counts, committed = set(recorded.values()), len(recorded)
+                    counts, partitions = set(recorded.values()), set(recorded)
                 count = counts.pop() if len(counts) == 1 else None
-                return _held(committed, count)
+                return _held(len(partitions - self._replaced(conn, scope, batch_id)), count)
         except Exception as exc:
             behind = self._behind_migrations(engine)
             if behind is None:
@@ -413,6 +418,23 @@ class PostgresSink(PartitionedSink):
             raise self._error(
                 f"cannot read its records of batch {batch_id} of epoch {epoch}: {behind}"
             ) from exc
+
+    def _replaced(self, conn: Any, scope: str, batch_id: int) -> set[int]:
+        """The partitions of the batch whose records name another table's OID than the
+        table's now: they wrote into a table dropped since (logged)."""
+        if self._table is None:
+            return set()
+        oids = target_oids(conn, self.state_schema, self.mode, scope, self.name, batch_id)
+        now = current_oid(conn, self._table.quoted())
+        gone = {p for p, oid in oids.items() if oid is not None and oid != now}
+        if gone:
+            logger.warning(
+                "sink %r: table %s (OID %s) is not the table partition(s) %s of batch %d "
+                "were written to (OID %s): it was dropped and created again since",
+                self.name, self._table, now, sorted(gone), batch_id,
+                ", ".join(sorted({str(oids[p]) for p in gone})),
+            )  # fmt: skip
+        return gone
 
     def _target_gone(self, conn: Any) -> bool:
         """Whether the table is missing (nothing created it since: :meth:`open` does not)."""

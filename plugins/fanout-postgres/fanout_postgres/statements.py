@@ -405,6 +405,17 @@ def progress_table(state_schema: str) -> Any:
     return head_table("progress", state_schema)
 
 
+def target_oid() -> Any:
+    """The OID of the table ``%(target_table)s`` names (``NULL`` when there is none), as
+    a progress mark or ``upsert_routes`` row records it (migration ``0006_target_oid``):
+    resolved in the partition's transaction, so it is the table the rows went to."""
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql as pg
+
+    regclass = sa.func.to_regclass(sa.bindparam("target_table", type_=sa.Text))
+    return sa.cast(sa.cast(regclass, pg.OID), sa.BigInteger)
+
+
 def _mark_statements(state_schema: str) -> dict[str, str]:
     import sqlalchemy as sa
     from sqlalchemy.dialects import postgresql as pg
@@ -442,6 +453,7 @@ def _mark_statements(state_schema: str) -> dict[str, str]:
             input_rows=sa.bindparam("input_rows"),
             input_checksum=sa.bindparam("input_checksum"),
             route=sa.bindparam("route"),
+            target_oid=target_oid(),
         )
     )
     prune = sa.delete(p).where(
@@ -482,12 +494,14 @@ def _route_statements(state_schema: str) -> str:
         partition=sa.bindparam("partition"),
         route=sa.bindparam("route"),
         partitions=sa.bindparam("partitions"),
+        target_oid=target_oid(),
     )
     insert = insert.on_conflict_do_update(
         index_elements=["pipeline", "sink", "batch_id", "partition"],
         set_={
             "route": insert.excluded.route,
             "partitions": insert.excluded.partitions,
+            "target_oid": insert.excluded.target_oid,
             "committed_at": sa.func.now(),
         },
     )

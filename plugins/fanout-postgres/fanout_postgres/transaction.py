@@ -198,6 +198,7 @@ class PartitionTransaction:
                     "input_rows": self.digest.rows,
                     "input_checksum": self.digest.checksum,
                     "route": self.meta.route,
+                    "target_table": self.plan.target or self.plan.table,
                 },
             )
             self.cur.execute(
@@ -212,6 +213,7 @@ class PartitionTransaction:
             **self.key,
             "route": self.meta.route,
             "partitions": self.plan.partitions,
+            "target_table": self.plan.target or self.plan.table,
             "keep_from": keep_from,
         }
 

@@ -50,8 +50,9 @@ def test_recover_on_tables_before_0005_names_fanout_migrate_and_migrates_nothing
         "  events: cannot tell whether it holds batch 1: ConfigurationError: postgres sink "
         f"'events' (table events_{schema}): cannot read its records of batch 1 of "
         f"epoch 0: fanout's tables in schema '{schema}' are at revision 0004_upsert_routes, "
-        f"not 0005_upsert_routes_partitions (missing: column {schema}.upsert_routes."
-        "partitions); the database needs `fanout migrate --url "
+        f"not 0006_target_oid (missing: column {schema}.progress.target_oid, column "
+        f"{schema}.upsert_routes.partitions, column {schema}.upsert_routes.target_oid); the "
+        "database needs `fanout migrate --url "
     ), line
     assert line.endswith(f" --schema {schema}` first (a read-only check migrates nothing)"), line
     assert query(pg_url, f'SELECT version_num FROM "{schema}".alembic_version') == [

@@ -1,0 +1,133 @@
+"""The target topic's id, recorded once per run: a topic deleted and created again is not
+the one the markers were written to.
+
+The markers (:mod:`fanout_kafka.membership`) are offsets of groups on the marker topic and
+outlive the target topic: a topic deleted and created again by hand (or by a deploy script)
+between two runs holds none of the batches they say it holds, and the run's lost-target
+check (:meth:`fanout_kafka.sink.KafkaSink.holds_batch`) took their word. A topic has an id
+(KIP-516) that its re-creation changes, so the driver commits, for group
+``fanout/<scope>/<sink>/topic-id`` on partition 0 of the marker topic, the *topic-id
+offset*, 63 bits:
+
+======  ==============================================================================
+bits    what
+======  ==============================================================================
+43-62   20 bits of a digest of the topic name (an id recorded for another topic, before
+        option ``topic`` changed, is not compared)
+0-42    43 bits of a digest of the topic id
+======  ==============================================================================
+
+It is committed once per ``open()``, after the first batch's partitions all committed or
+were skipped (:meth:`~fanout_kafka.sink.KafkaSink.after_partitions`), by the driver: no
+request in the partitions' transactions, none after the first batch. The check runs
+before it, so a run refused for a replaced topic records nothing, and one accepted
+(``--accept-lost-target``) records the new id once it wrote into the topic.
+
+No offset, one of another topic, or a broker that gives no topic id (older than Kafka
+2.8, or a zero id): nothing is compared, the markers answer alone.
+
+Its suffix cannot make it a marker group (``/p<n>``) or a group of one
+(``<marker group>.<what>``): no pipeline or sink name holds a ``/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger("fanout_kafka")
+
+_NAME_BITS, _ID_BITS = 20, 43
+
+
+def topic_id_group(scope: str, sink: str) -> str:
+    """The group whose committed offset is the sink's topic-id offset in ``scope``."""
+    return f"fanout/{scope}/{sink}/topic-id"
+
+
+def _digest(text: str, bits: int) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> (64 - bits)
+
+
+def pack_topic_id(topic: str, topic_id: str) -> int:
+    """The topic-id offset of topic ``topic`` whose id is ``topic_id``."""
+    return (_digest(topic, _NAME_BITS) << _ID_BITS) | _digest(topic_id, _ID_BITS)
+
+
+def replaced(offset: int, topic: str, topic_id: str | None) -> bool | None:
+    """Whether the topic-id offset ``offset`` was recorded for topic ``topic`` under
+    another id than ``topic_id``, its id now: ``None`` when it cannot tell (no offset, one
+    recorded for another topic name, no id now)."""
+    if offset < 0 or topic_id is None or offset >> _ID_BITS != _digest(topic, _NAME_BITS):
+        return None
+    return offset & ((1 << _ID_BITS) - 1) != _digest(topic_id, _ID_BITS)
+
+
+def current_topic_id(admin: Any, topic: str, timeout_s: float) -> str | None:
+    """The id of ``topic`` (one describe request), ``None`` when the broker gives none
+    (an older broker, a zero id) or cannot describe it."""
+    from confluent_kafka import KafkaException, TopicCollection
+
+    try:
+        future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
+        described = future[topic].result(timeout_s)
+    except KafkaException as exc:
+        log.debug("cannot describe topic %r for its id: %s", topic, exc)
+        return None
+    uuid = getattr(described, "topic_id", None)
+    if uuid is None or (
+        uuid.get_most_significant_bits() == 0 and uuid.get_least_significant_bits() == 0
+    ):
+        return None
+    return str(uuid)
+
+
+def record_topic_id(
+    admin: Any, marker_topic: str, group: str, topic: str, topic_id: str, timeout_s: float
+) -> None:
+    """Commit the topic-id offset of ``topic`` for ``group`` (one offset commit of a
+    group without members, outside any transaction)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    offset = pack_topic_id(topic, topic_id)
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(marker_topic, 0, offset)])]
+    (tp,) = (
+        admin.alter_consumer_group_offsets(request, request_timeout=timeout_s)[group]
+        .result(timeout_s)
+        .topic_partitions
+    )
+    if tp.error is not None:
+        from confluent_kafka import KafkaException
+
+        raise KafkaException(tp.error)
+
+
+def topic_replaced(
+    admin_config: Mapping[str, Any],
+    marker_topic: str,
+    group: str,
+    topic: str,
+    timeout_s: float,
+) -> tuple[bool | None, str | None]:
+    """Whether ``topic`` now has another id than the one recorded for ``group`` (see
+    :func:`replaced`), and its id now."""
+    from fanout_kafka.driver_admins import ADMINS
+    from fanout_kafka.membership import read_offsets
+
+    (offset,) = read_offsets(admin_config, marker_topic, [group], timeout_s)
+    if offset < 0:
+        return None, None
+    now = current_topic_id(ADMINS.client(admin_config), topic, timeout_s)
+    return replaced(offset, topic, now), now
+
+
+__all__ = [
+    "current_topic_id",
+    "pack_topic_id",
+    "record_topic_id",
+    "replaced",
+    "topic_id_group",
+    "topic_replaced",
+]

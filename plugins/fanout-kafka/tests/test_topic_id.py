@@ -1,0 +1,75 @@
+"""The topic-id offset (:mod:`fanout_kafka.topic_id`): packing, comparing, and a broker
+that gives no topic id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fanout_kafka.topic_id import current_topic_id, pack_topic_id, replaced, topic_id_group
+
+
+def test_the_group_is_the_sinks_own_and_no_marker_group() -> None:
+    assert topic_id_group("orders@e2", "k") == "fanout/orders@e2/k/topic-id"
+
+
+def test_an_offset_tells_the_same_topic_from_one_created_again() -> None:
+    offset = pack_topic_id("orders", "AaItBkUMd3CWbG1G5pduHQ")
+    assert 0 <= offset < 2**63
+    assert replaced(offset, "orders", "AaItBkUMd3CWbG1G5pduHQ") is False
+    assert replaced(offset, "orders", "AaItBkcGc3ONnWynFRd/jw") is True
+
+
+@pytest.mark.parametrize(
+    ("offset", "topic", "now"),
+    [
+        (-1001, "orders", "AaItBkcGc3ONnWynFRd/jw"),  # nothing recorded (an older fanout)
+        (pack_topic_id("payments", "x"), "orders", "y"),  # recorded for the topic before
+        (pack_topic_id("orders", "x"), "orders", None),  # the broker gives no id
+    ],
+)
+def test_it_cannot_tell_without_an_id_of_this_topic(offset: int, topic: str, now: Any) -> None:
+    assert replaced(offset, topic, now) is None
+
+
+class _Uuid:
+    def __init__(self, high: int, low: int) -> None:
+        self.high, self.low = high, low
+
+    def get_most_significant_bits(self) -> int:
+        return self.high
+
+    def get_least_significant_bits(self) -> int:
+        return self.low
+
+    def __str__(self) -> str:
+        return f"{self.high}:{self.low}"
+
+
+class _Described:
+    def __init__(self, topic_id: Any) -> None:
+        self.topic_id = topic_id
+
+
+class _Future:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self, timeout: float) -> Any:
+        return self.value
+
+
+class _Admin:
+    def __init__(self, topic_id: Any) -> None:
+        self.topic_id = topic_id
+
+    def describe_topics(self, topics: Any, request_timeout: float) -> dict[str, _Future]:
+        return {name: _Future(_Described(self.topic_id)) for name in topics.topic_names}
+
+
+@pytest.mark.parametrize(
+    ("topic_id", "expected"),
+    [(None, None), (_Uuid(0, 0), None), (_Uuid(1, -2), "1:-2")],
+)
+def test_an_older_brokers_missing_or_zero_id_is_none(topic_id: Any, expected: Any) -> None:
+    assert current_topic_id(_Admin(topic_id), "orders", 5.0) == expected
