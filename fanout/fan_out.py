@@ -48,7 +48,12 @@ from fanout.hooks.registry import load_registry
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import Ledger, ledger_location
 from fanout.observe.logs import batch_fields, register_secrets
-from fanout.observe.secrets import location_secrets, masked_error, secret_option_values
+from fanout.observe.secrets import (
+    location_secrets,
+    masked_error,
+    redact_apart,
+    secret_option_values,
+)
 from fanout.partitioned.determinism import check_route as check_route_membership
 from fanout.recipe import Recipe
 from fanout.retry import RetryPolicy
@@ -377,8 +382,9 @@ class FanOut:
                 )  # fmt: skip
             except FanoutError as exc:
                 # the ConfigurationError the contract asks open() for may quote a secret too
-                rebuild = ConfigurationError if isinstance(exc, ConfigurationError) else FanoutError
-                masked = masked_error(exc, sink.secret_values(), rebuild, str(exc))
+                secrets = sink.secret_values()
+                rebuild = _same_kind(exc, secrets, self.secrets)
+                masked = masked_error(exc, secrets, rebuild, str(exc), others=self.secrets)
                 if masked is not None:
                     raise masked from None
                 raise
@@ -951,3 +957,22 @@ def _check_number(
         raise ConfigurationError(f"{where}: {name} must be {wanted} {bound}, got {value!r}")
     if not math.isfinite(value) or value < least or (above and value == least):
         raise ConfigurationError(f"{where}: {name} must be {wanted} {bound}, got {value!r}")
+
+
+def _same_kind(
+    error: FanoutError, secrets: Iterable[str], others: Iterable[str]
+) -> Callable[[str], FanoutError]:
+    """What rebuilds ``error`` from its masked text: an error of its own type (callers catch
+    by type) with its fields (``sink``, ``batch_id``...) kept, their text masked too."""
+    found, rest = list(secrets), list(others)
+
+    def rebuild(text: str) -> FanoutError:
+        masked = type(error).__new__(type(error))
+        for field, value in vars(error).items():  # not __init__: it may want more than text
+            setattr(
+                masked, field, redact_apart(value, found, rest) if isinstance(value, str) else value
+            )
+        masked.args = (text,)
+        return masked
+
+    return rebuild

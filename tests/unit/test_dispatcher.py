@@ -685,6 +685,29 @@ def test_open_raising_a_configuration_error_with_the_sinks_secret_masks_it(
     assert raised.value.__cause__ is None and raised.value.__suppress_context__
 
 
+def test_open_raising_a_subclass_keeps_its_type_and_fields_and_masks_every_secret(
+    memory_ledger: MemoryLedger,
+) -> None:
+    """Callers catch a masked open error by its type: a ``PartitioningError`` stays one,
+    with its sink; the checkpoint location's password it quotes is masked too."""
+    from fanout.errors import PartitioningError
+
+    class Refused(ScriptedSink):
+        def secret_values(self) -> list[str]:
+            return ["Op3n-S3cret"]
+
+        def open(self, context: Any) -> None:
+            raise PartitioningError(
+                "token Op3n-S3cret, checkpoint s3://ck:Ckpt-Passw0rd-77@b/c", sink="pg"
+            )
+
+    with pytest.raises(PartitioningError) as raised:
+        make_fan(memory_ledger, [Refused("pg")], checkpoint_location="s3://ck:Ckpt-Passw0rd-77@b/c")
+    assert str(raised.value) == "sink 'pg': token ***, checkpoint s3://ck:***@b/c"
+    assert raised.value.sink == "pg" and raised.value.batch_id is None
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
+
+
 def test_duplicate_sink_names(memory_ledger: MemoryLedger) -> None:
     with pytest.raises(ConfigurationError) as raised:
         make_fan(memory_ledger, [ScriptedSink("a"), ScriptedSink("b"), ScriptedSink("a")])
