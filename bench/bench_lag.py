@@ -104,7 +104,7 @@ def build_fan(
             "keys": ["order_id"],
             "create_table": True,
             "partitions": PARTITIONS,
-            "batch_schema": SCHEMA,  # the table is created at open(), before the clock
+            "batch_schema": SCHEMA,  # table created at its first write (timed)
             **pg,
         },
         "kafka": {

@@ -114,7 +114,7 @@ def make_sink(kind: str, plan: Plan, services: Services) -> Any:
             keys=["order_id"],
             create_table=True,
             partitions=PARTITIONS,
-            batch_schema=SCHEMA,  # creates the table at open(), before the clock starts
+            batch_schema=SCHEMA,  # created at its first write (timed: one CREATE TABLE)
         )
     if kind == "kafka":
         from fanout_kafka import KafkaSink

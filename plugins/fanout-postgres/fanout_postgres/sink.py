@@ -392,8 +392,9 @@ class PostgresSink(PartitionedSink):
         creates it at the first write, after this check (:meth:`_plan`), so a run refused
         for it leaves it missing and its retry is refused again. Nor does a partition whose
         mark or row recorded another table's OID (migration ``0006_target_oid``) hold its
-        part: the table was dropped and created again since (one more query); marks of an
-        older fanout record none, and count as before."""
+        part: the table was dropped and created again since (two more queries: the recorded
+        OIDs and the current one); marks of an older fanout record none, and count as
+        before."""
         scope = pipeline_scope(pipeline, epoch)
         engine = self._engine()
         try:
