@@ -145,9 +145,10 @@ class TargetLostError(SinkError):
     """A sink's target no longer holds the last batch the ledger marks written there, by
     the sink's own records (:meth:`fanout.Sink.holds_batch` answered ``False``): deleted
     or replaced behind fanout's back, and created again empty. Raised at a run's first
-    batch, before anything is written, naming the sink, its target and the batch; a run
-    given ``accept_lost_targets`` (``fanout run --accept-lost-target SINK``) accepts the
-    loss and writes on."""
+    batch, before anything is written, naming the sink, its target and the batch; a sink
+    with ``on_failure="lag"`` is not raised for but lags with it (never written, its
+    batches spooled) while the others go on. A run given ``accept_lost_targets`` (``fanout
+    run --accept-lost-target SINK``) accepts the loss and writes on."""
 
 
 class SinkTimeoutError(SinkError):

@@ -150,7 +150,9 @@ class FanOut:
     :param accept_lost_targets: sinks whose target may have lost batches the ledger marks
         written there (deleted or replaced, and created again): this run writes on into
         them instead of refusing its first batch with :class:`fanout.TargetLostError`
-        (``fanout run --accept-lost-target SINK``). This ``FanOut`` only.
+        (``fanout run --accept-lost-target SINK``; a sink with ``on_failure="lag"`` is not
+        refused but lags with that error, its batches spooled: accepted, its catch-up
+        writes them). This ``FanOut`` only.
 
     Building a ``FanOut`` loads the plugins, builds and opens every sink and creates the
     ledger, so configuration errors surface here, before the stream starts.
@@ -274,6 +276,7 @@ class FanOut:
             unopened=self._unopened,
             secrets=self.secrets,
         )
+        self.lagging.ask_target = self._ask_reopened
         for name, opening in self._opening.items():
             self.lagging.still_opening(name, opening)
         if self.lagging.sinks:  # a backfill reads every epoch through the current one, also
@@ -599,12 +602,33 @@ class FanOut:
         self._targets_checked = True
 
     def _refuse_lost(self, epoch: int, marks: Mapping[str, int | None]) -> None:
+        """Refuse the run when a sink's target lost its last marked batch; a sink with
+        ``on_failure="lag"`` lags with that error instead (:meth:`Lagging.lose`): the
+        others go on."""
         opened = {n: s for n, s in self.sinks.items() if n not in self._unopened}
-        timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
-        refuse_lost_targets(
-            self.pipeline, epoch, self.ledger, opened, marks,
-            self._accept_lost, timeouts, self.pipeline_file,
+        self._lose(self._lost_targets(opened, epoch, marks))
+
+    def _lost_targets(
+        self, sinks: Mapping[str, Sink], epoch: int, marks: Mapping[str, int | None]
+    ) -> dict[str, TargetLostError]:
+        timeouts = {n: t for n in sinks if (t := write_timeout(self.specs[n])) is not None}
+        lags = [n for n in sinks if self.specs[n].lag.lags]
+        return refuse_lost_targets(
+            self.pipeline, epoch, self.ledger, sinks, marks,
+            self._accept_lost, timeouts, self.pipeline_file, lags,
         )  # fmt: skip
+
+    def _lose(self, lost: Mapping[str, TargetLostError]) -> None:
+        for name, error in lost.items():
+            self.lagging.lose(name, error)
+
+    def _ask_reopened(self, name: str) -> TargetLostError | None:
+        """The lost-target check of a lagging sink that could not be opened at the run's
+        start, asked once it is (:meth:`Lagging.reopen`), before its first write: about its
+        marks of the ledger's current epoch, as the run's first batch asks the others."""
+        view = self.ledger.lookup(self.pipeline, [name])
+        lost = self._lost_targets({name: self.sinks[name]}, view.epoch, view.marks)
+        return lost.get(name)
 
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         self._check_targets(state)  # 2b. once per run

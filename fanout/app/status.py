@@ -344,9 +344,9 @@ def summarize(
     statuses = []
     for (pipeline, sink), group in sorted(groups.items()):
         committed = [r for r in group if r["status"] == "committed"]
-        failed = sorted(
+        failed = sorted(  # at one attempt of one batch (a sink reopened), the newest last
             (r for r in group if r["status"] == "failed"),
-            key=lambda r: (r["batch_id"], r["attempt"] or 0),
+            key=lambda r: (r["batch_id"], r["attempt"] or 0, _finished(r)),
         )
         last = max(committed, key=_position) if committed else None
         behind, behind_rows, since = backlogs.get((pipeline, sink), (0, 0, None))
@@ -381,6 +381,12 @@ def _state(group: Sequence[dict[str, Any]], behind: int) -> str:
     if behind:
         return "lagging" if failing else "catching up"
     return "stopped" if failing else "live"
+
+
+def _finished(row: dict[str, Any]) -> tuple[bool, Any]:
+    """A row's ``finished_at`` as a sort key (rows without one first)."""
+    at = row.get("finished_at")
+    return (at is not None, at if at is not None else 0)
 
 
 def _position(row: dict[str, Any]) -> tuple[int, int]:

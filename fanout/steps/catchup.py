@@ -23,9 +23,9 @@ from typing import Any
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.locations import command_location
-from fanout.errors import BackfillError, MissedBatchesError, SinkTimeoutError
+from fanout.errors import BackfillError, MissedBatchesError, SinkTimeoutError, TargetLostError
 from fanout.hooks.caller import HookCaller
-from fanout.ledger.entry import LedgerEntry
+from fanout.ledger.entry import LedgerEntry, now_utc
 from fanout.observe.logs import batch_fields
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, TargetOf
@@ -93,6 +93,7 @@ class CatchUp:
         self._waiting: set[tuple[str, BatchKey]] = set()
         self._timed_out: dict[str, int] = {}  # catch-up writes abandoned in a row, by sink
         self._timed: dict[str, TimedWrite] = {}  # bounded catch-up writes waited for, by sink
+        self._told_lost: set[str] = set()  # sinks whose lost target the ledger was told of
 
     # -- the thread ------------------------------------------------------------------
 
@@ -330,6 +331,8 @@ class CatchUp:
         spec = self.specs[sink]
         unopened = self.lagging.reopen(sink)
         if unopened is not None:
+            if isinstance(unopened, TargetLostError):
+                self._record_lost(sink, key, unopened)
             return unopened
         try:
             df, info = self._read(sink, key)
@@ -366,6 +369,23 @@ class CatchUp:
             extra=batch_fields(info.pipeline, info.batch_id, sink),
         )  # fmt: skip
         return None
+
+    def _record_lost(self, sink: str, key: BatchKey, error: TargetLostError) -> None:
+        """Record, once per run, the refused catch-up of ``sink`` (its target lost) as a
+        failed attempt of its next batch ``key``: ``fanout status`` shows it, with the
+        ways on, also when no live batch runs."""
+        with _current_lock:
+            if sink in self._told_lost:
+                return
+            self._told_lost.add(sink)
+        spooled = None if self.lagging.spool is None else self.lagging.spool.get(key)
+        info = (
+            spooled.info()
+            if spooled is not None
+            else BatchInfo(self.lagging.pipeline, key[1], epoch=key[0])
+        )
+        batch = Batch(None, info, sink, txn_app_id(info.pipeline, sink, info.epoch))
+        self.record.failed(batch, 1, now_utc(), 0.0, error)
 
     def _run_write(self, runner: SinkRunner, sink: str, df: Any, live: bool) -> SinkOutcome:
         """Run the catch-up write; that of a sink with ``write_timeout_s`` is bounded too (a

@@ -30,6 +30,7 @@ from fanout.errors import (
     SinkError,
     SinkTimeoutError,
     SinkUnreachableError,
+    TargetLostError,
 )
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.ledger.gaps import held_by_skip, is_skip
@@ -106,6 +107,12 @@ class Lagging:
     """Lag-policy sinks whose ``open`` failed with a transient error: behind until
     :meth:`reopen` succeeds."""
     secrets: tuple[str, ...] = ()
+    ask_target: Callable[[str], TargetLostError | None] | None = None
+    """The lost-target check of one sink (:mod:`fanout.steps.lost_target`), asked when
+    :meth:`reopen` opens it, before its first write: ``None`` when it may write."""
+    lost: dict[str, TargetLostError] = field(default_factory=dict)
+    """Lag-policy sinks whose target no longer holds their last marked batch that wrote
+    rows: behind for the rest of the run, never written (until a run accepts the loss)."""
     epoch: int = 0
     _marks: dict[tuple[str, int], int | None] = field(default_factory=dict, repr=False)
     _errors: dict[str, str] = field(default_factory=dict, repr=False)
@@ -179,7 +186,7 @@ class Lagging:
         with self._lock:
             self._errors[sink] = redact_printed(f"{type(error).__name__}: {error}", self.secrets)
             self._failed_at[sink] = time.monotonic()
-            if isinstance(error, (BackfillError, MissedBatchesError)):
+            if isinstance(error, (BackfillError, MissedBatchesError, TargetLostError)):
                 self._stuck.add(sink)
             else:
                 self._stuck.discard(sink)
@@ -187,8 +194,9 @@ class Lagging:
     def stuck(self, sink: str) -> bool:
         """Whether ``sink``'s last failure waits for the operator, not for a next run: its
         backfill source cannot give a batch back as it was committed
-        (:class:`fanout.errors.BackfillError`), or its next batch lies past batches nothing
-        holds for it (:class:`fanout.MissedBatchesError`)."""
+        (:class:`fanout.errors.BackfillError`), its next batch lies past batches nothing
+        holds for it (:class:`fanout.MissedBatchesError`), or its target lost batches the
+        ledger marks written there (:class:`fanout.TargetLostError`)."""
         with self._lock:
             return sink in self._stuck
 
@@ -208,15 +216,28 @@ class Lagging:
         if current is None or batch > current:
             self._marks[(sink, epoch)] = batch
 
+    def lose(self, sink: str, error: TargetLostError) -> None:
+        """``sink``'s target lost its last marked batch that wrote rows: it lags with
+        ``error`` for the rest of the run, never written (:meth:`reopen` returns it)."""
+        with self._lock:
+            self.lost[sink] = error
+            self.failed(sink, error)
+
     def reopen(self, sink: str) -> BaseException | None:
         """Open a sink that could not be opened when the pipeline started; ``None`` once
-        it is open (now or before), else the error. That of a sink with ``write_timeout_s``
-        runs in a thread of its own, waited for that long (a server that accepts the
-        connection and never answers would hang every batch); one still running is not
-        started again, and until it has returned the sink stays unopened."""
+        it is open (now or before) and may be written, else the error. That of a sink with
+        ``write_timeout_s`` runs in a thread of its own, waited for that long (a server
+        that accepts the connection and never answers would hang every batch); one still
+        running is not started again, and until it has returned the sink stays unopened.
+        Once open, it is asked the lost-target check (:attr:`ask_target`) before anything
+        is written to it, as an open sink is at the run's first batch: a target that lost
+        its last marked batch keeps it behind with :class:`fanout.TargetLostError`
+        (:attr:`lost`), which every later call returns."""
         spec = self.specs[sink]
         timeout = spec.lag.write_timeout_s if spec.lag.lags else None
         with self._lock:
+            if sink in self.lost:
+                return self.lost[sink]
             entry = self.unopened.get(sink)
             if entry is None:
                 return None
@@ -227,8 +248,7 @@ class Lagging:
                     target.open(context)
                 except Exception as exc:
                     return self._still_unopened(sink, exc)
-                self._now_open(sink)
-                return None
+                return self._now_open(sink)
             opening = self._opening.get(sink)
             if opening is None:
                 opening = self._opening[sink] = Opening.start(target, context)
@@ -249,10 +269,28 @@ class Lagging:
             self.failed(sink, error)
             return error
 
-    def _now_open(self, sink: str) -> None:
+    def _now_open(self, sink: str) -> BaseException | None:
+        """``sink`` opened: asked the lost-target check, under the lock (no other thread
+        may write it before the answer). A check that raises (the ledger unreadable)
+        leaves it unopened: it is opened and asked again at its next reopen."""
         with self._lock:
+            try:
+                lost = None if self.ask_target is None else self.ask_target(sink)
+            except Exception as exc:
+                self.failed(sink, exc)
+                log.warning(
+                    "pipeline %s: sink %r opened, but the check of its target failed (%s): "
+                    "it stays behind, opened and asked again at its next try",
+                    self.pipeline, sink, exc,
+                )  # fmt: skip
+                self.unopened[sink] = (self.unopened[sink][0], exc)
+                return exc
             del self.unopened[sink]
+            if lost is not None:
+                self.lose(sink, lost)
+                return lost
         log.info("pipeline %s: sink %r is reachable again and open", self.pipeline, sink)
+        return None
 
     def _opened(self, sink: str, opening: Opening, timeout_s: float) -> BaseException | None:
         if not opening.done.wait(max(0.0, opening.started + timeout_s - time.monotonic())):
@@ -272,8 +310,7 @@ class Lagging:
                 return None  # another thread took this open's result
             if opening.error is not None:
                 return self._still_unopened(sink, opening.error)
-            self._now_open(sink)
-            return None
+            return self._now_open(sink)
 
     # -- what a sink needs -----------------------------------------------------------
 

@@ -180,10 +180,12 @@ def hold_back(
     """Step 3b: take out of ``state.pending`` every sink still behind (its batches come
     from the catch-up, in order); one past its ``max_lag`` is drained here first, and
     stops the query with :class:`fanout.LagLimitError` if it cannot catch up. A lag-policy
-    sink that could not be opened yet is tried once; still closed, it misses the batch,
-    and so does one whose write of an earlier batch, abandoned at its ``write_timeout_s``,
-    still runs (``abandoned``; that batch, spooled, keeps it behind, unless its spooling
-    failed and it is replayed).
+    sink that could not be opened yet is tried once (and, opened, asked the lost-target
+    check); still closed, it misses the batch, and so does one whose target lost its last
+    marked batch (:attr:`fanout.steps.lag.Lagging.lost`; past its ``max_lag`` it stops the
+    query, as a sink that cannot catch up does), and one whose write of an earlier batch,
+    abandoned at its ``write_timeout_s``, still runs (``abandoned``; that batch, spooled,
+    keeps it behind, unless its spooling failed and it is replayed).
     First, a batch whose id the spool holds from another query or plan is refused
     (:meth:`fanout.spool.table.Spool.check`), before any sink writes it."""
     if not lagging.sinks:
@@ -193,7 +195,14 @@ def hold_back(
     lagging.saw_marks(state.info.epoch, state.marks)
     key = (state.info.epoch, state.batch_id)
     for name in sinks_in(list(state.pending), specs):
-        if name in lagging.unopened and (error := lagging.reopen(name)) is not None:
+        if name in lagging.lost:  # never written this run; its spool bounded by max_lag
+            backlog = lagging.backlog(name)
+            adding = 0 if key in backlog.keys else 1
+            if over_limit(specs[name], backlog, adding):
+                _drain_to_limit(state, lagging, specs[name], catchup, adding)  # it fails
+        if (name in lagging.unopened or name in lagging.lost) and (
+            error := lagging.reopen(name)
+        ) is not None:
             state.pending.remove(name)
             state.lagged[name] = error
             batch = Batch(state.df, state.info, name, txn_app_id(state.info.pipeline, name, key[0]))

@@ -6,8 +6,11 @@ and created again empty (``create_table``, ``create_topic``, the Delta sink's ow
 loses those batches silently: the ledger and ``fanout status`` still count them, and the
 run writes on. So before a run writes anything, each open sink with a mark in the current
 epoch is asked :meth:`fanout.Sink.holds_batch` about that mark, once per run (never on the
-per-batch path). A definite ``False`` refuses the run with :class:`fanout.TargetLostError`;
-``None`` (cannot tell) and :class:`fanout.PartlyHeld` pass, as before.
+per-batch path), and a lagging sink that could not be opened at the start is asked once
+it is (before its first write). A definite ``False`` refuses the run with
+:class:`fanout.TargetLostError`; that of a sink with ``on_failure="lag"`` is returned
+instead: the sink lags with it for the rest of the run (never written), and the other sinks
+go on. ``None`` (cannot tell) and :class:`fanout.PartlyHeld` pass, as before.
 
 A mark need not be a batch the target holds: an empty batch, or one whose every row went
 to the dead letters, commits nothing there, and a ``fanout ledger skip`` mark writes
@@ -42,17 +45,21 @@ def refuse_lost_targets(
     accepted: Collection[str] = (),
     timeouts: Mapping[str, float] | None = None,
     pipeline_file: str | None = None,
-) -> None:
+    lags: Collection[str] = (),
+) -> dict[str, TargetLostError]:
     """Raise :class:`fanout.TargetLostError` for the first sink of ``sinks`` (open, with a
     mark in ``marks``, of ``epoch``) whose target, by its own records, no longer holds its
-    last marked batch that wrote rows. A sink in ``accepted`` (``accept_lost_targets``)
-    whose target lost it writes on: its loss is accepted for this run, and a warning
-    logged; one whose target holds it has no loss to accept, and the warning says to drop
-    the flag (left on a later command line it would accept the target's next loss
-    unseen). ``timeouts``: the sinks with ``write_timeout_s``, whose answer is waited for
-    that long (no answer: cannot tell, the run goes on as before). ``pipeline_file``: the
-    file ``fanout run`` runs (absolute), which the refusal's command names."""
+    last marked batch that wrote rows; return that of each such sink of ``lags`` (those with
+    ``on_failure="lag"``: they lag with it, the run goes on). A sink in ``accepted``
+    (``accept_lost_targets``) whose target lost it writes on: its loss is accepted for this
+    run, and a warning logged; one whose target holds it has no loss to accept, and the
+    warning says to drop the flag (left on a later command line it would accept the
+    target's next loss unseen). ``timeouts``: the sinks with ``write_timeout_s``, whose
+    answer is waited for that long (no answer: cannot tell, the run goes on as before).
+    ``pipeline_file``: the file ``fanout run`` runs (absolute), which the refusal's command
+    names."""
     bounds = timeouts or {}
+    lost: dict[str, TargetLostError] = {}
     for name, sink in sorted(sinks.items()):
         mark = marks.get(name)
         if mark is None:
@@ -82,14 +89,20 @@ def refuse_lost_targets(
                 "from it", pipeline, name, batch, epoch,
             )  # fmt: skip
             continue
-        raise TargetLostError(
+        lags_on = name in lags
+        error = TargetLostError(
             redact(
-                _message(pipeline, epoch, ledger, sink, batch, pipeline_file),
+                _message(pipeline, epoch, ledger, sink, batch, pipeline_file, lags=lags_on),
                 sink.secret_values(),
             ),
             sink=name,
             batch_id=batch,
         )
+        if not lags_on:
+            raise error
+        log.error("%s", error)
+        lost[name] = error
+    return lost
 
 
 def _answer(
@@ -134,12 +147,35 @@ def target_text(sink: Sink) -> str:
 
 
 def _message(
-    pipeline: str, epoch: int, ledger: Ledger, sink: Sink, batch: int, file: str | None = None
+    pipeline: str,
+    epoch: int,
+    ledger: Ledger,
+    sink: Sink,
+    batch: int,
+    file: str | None = None,
+    *,
+    lags: bool = False,
 ) -> str:
     where = ledger_location(ledger)
     accept = f"`fanout run {file or 'PIPELINE.toml'} --accept-lost-target {sink.name}`"
     if file is None:  # not run from a pipeline file: a FanOut of the caller's own
         accept += f" (FanOut(accept_lost_targets=[{sink.name!r}]))"
+    if lags:
+        return (
+            f"pipeline {pipeline!r}: {target_text(sink)} no longer holds batch {batch} of "
+            f"epoch {epoch}, which the ledger marks written there (its last marked batch that "
+            "wrote rows): the target was probably deleted or replaced since, and created "
+            "again empty (create_table, create_topic, or a Delta table written anew). The "
+            "batches the ledger counts for it are gone from it, and `fanout status` still "
+            "counts them. Nothing is written to it by this run: with on_failure='lag' it "
+            "lags, its batches wait in the spool (up to its max_lag), and the other sinks "
+            "go on.\n"
+            "Ways on: restore the target (from a backup or the storage's history: a Delta "
+            "table's RESTORE, a PostgreSQL dump, the topic's mirror), then run again; or "
+            f"accept the loss explicitly on the next run: {accept}, whose catch-up writes the "
+            "spooled batches into the target as it is, then the sink writes on (the ledger "
+            f"at {where} keeps counting the lost batches as written there)."
+        )
     return (
         f"pipeline {pipeline!r}: {target_text(sink)} no longer holds batch {batch} of epoch "
         f"{epoch}, which the ledger marks written there (its last marked batch that wrote "
