@@ -182,8 +182,8 @@ def hold_back(
     stops the query with :class:`fanout.LagLimitError` if it cannot catch up. A lag-policy
     sink that could not be opened yet is tried once (and, opened, asked the lost-target
     check); still closed, it misses the batch, and so does one whose target lost its last
-    marked batch (:attr:`fanout.steps.lag.Lagging.lost`; past its ``max_lag`` it stops the
-    query, as a sink that cannot catch up does), and one whose write of an earlier batch,
+    marked batch (:attr:`fanout.steps.lag.Lagging.lost`; either, past its ``max_lag``,
+    stops the query, as a sink that cannot catch up does), and one whose write of an earlier batch,
     abandoned at its ``write_timeout_s``, still runs (``abandoned``; that batch, spooled,
     keeps it behind, unless its spooling failed and it is replayed).
     First, a batch whose id the spool holds from another query or plan is refused
@@ -195,7 +195,7 @@ def hold_back(
     lagging.saw_marks(state.info.epoch, state.marks)
     key = (state.info.epoch, state.batch_id)
     for name in sinks_in(list(state.pending), specs):
-        if name in lagging.lost:  # never written this run; its spool bounded by max_lag
+        if name in lagging.lost or name in lagging.unopened:  # its spool bounded by max_lag
             backlog = lagging.backlog(name)
             adding = 0 if key in backlog.keys else 1
             if over_limit(specs[name], backlog, adding):

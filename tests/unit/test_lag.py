@@ -436,6 +436,35 @@ def test_an_unreachable_lag_sink_gets_a_replayed_batch_the_others_hold(tmp_path:
         again.close()
 
 
+def test_an_unreachable_lag_sink_past_its_max_lag_stops_the_query(tmp_path: Path) -> None:
+    """A sink that could not be opened spools as one that fails: within its ``max_lag``
+    (it spooled without bound before, never reaching the check)."""
+    down = Unreachable("down")
+    fan = FanOut("lagged", MemoryLedger(), [ScriptedSink("good"), _spec(down, max_lag=2)],
+                 backoff_s=0, spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    frames = {b: SchemaFrame([b]) for b in range(4)}
+    _catch_up_from_memory(fan, frames)
+    try:
+        assert "down" in fan.lagging.unopened
+        fan.process(frames[0], BatchInfo("lagged", 0, "q"))
+        fan.process(frames[1], BatchInfo("lagged", 1, "q"))
+        with pytest.raises(LagLimitError) as stopped:
+            fan.process(frames[2], BatchInfo("lagged", 2, "q"))
+        assert "sink 'down' is 2 batch(es) / 2 row(s) behind" in str(stopped.value)
+        assert "past its max_lag (2 batches; now 3 batches > 2)" in str(stopped.value)
+        assert fan.ledger.last_committed("lagged", ["good"]) == {"good": 1}  # 2 not written
+        assert down.calls == []  # never opened, never written
+
+        down.reachable = True  # back: the drain opens it, writes 0, and the batch goes on
+        fan.catchup.stop()
+        fan.process(frames[2], BatchInfo("lagged", 2, "q"))
+        assert fan.ledger.last_committed("lagged", ["good"]) == {"good": 2}
+        fan.catch_up(timeout_s=10)
+        assert [batch for batch, _ in down.calls] == [0, 1, 2]
+    finally:
+        fan.close()
+
+
 def test_an_unreachable_lag_sinks_open_errors_reach_ledger_and_status_masked(
     tmp_path: Path,
 ) -> None:
