@@ -430,16 +430,18 @@ class KafkaSink(PartitionedSink):
         logged and tried again after the next batch."""
         from confluent_kafka import KafkaException
 
-        from fanout_kafka.topic_id import current_topic_id, record_topic_id, topic_id_group
+        from fanout_kafka.topic_id import described_topic_id, record_topic_id, topic_id_group
 
         config = admin_config(self.producer, str(self.bootstrap_servers))
         admin, topic = ADMINS.client(config), str(self.topic)
         group = topic_id_group(scope_of(batch.txn_app_id, self.name), self.name)
         try:
-            now = current_topic_id(admin, topic, self.open_timeout_s)
+            # a describe that failed is tried again: the old id left would refuse the
+            # next run after an accepted re-creation; the batch committed, so no raise
+            now = described_topic_id(admin, topic, self.open_timeout_s)
             if now is not None:
                 record_topic_id(admin, self.marker_topic, group, topic, now, self.open_timeout_s)
-        except KafkaException as exc:
+        except (KafkaException, TimeoutError) as exc:
             log.warning(
                 "sink %r, batch %d: cannot record the id of topic %r in group %r (tried "
                 "again after the next batch): %s",

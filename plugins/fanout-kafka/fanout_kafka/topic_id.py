@@ -68,14 +68,23 @@ def replaced(offset: int, topic: str, topic_id: str | None) -> bool | None:
 def current_topic_id(admin: Any, topic: str, timeout_s: float) -> str | None:
     """The id of ``topic`` (one describe request), ``None`` when the broker gives none
     (an older broker, a zero id) or cannot describe it."""
-    from confluent_kafka import KafkaException, TopicCollection
+    from confluent_kafka import KafkaException
 
     try:
-        future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
-        described = future[topic].result(timeout_s)
-    except KafkaException as exc:
+        return described_topic_id(admin, topic, timeout_s)
+    except (KafkaException, TimeoutError) as exc:
         log.debug("cannot describe topic %r for its id: %s", topic, exc)
         return None
+
+
+def described_topic_id(admin: Any, topic: str, timeout_s: float) -> str | None:
+    """The id of ``topic`` (one describe request), ``None`` when the broker gives none (an
+    older broker, a zero id); a describe that fails raises (``KafkaException``,
+    ``TimeoutError``): its id is unknown, not absent."""
+    from confluent_kafka import TopicCollection
+
+    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
+    described = future[topic].result(timeout_s)
     uuid = getattr(described, "topic_id", None)
     if uuid is None or (
         uuid.get_most_significant_bits() == 0 and uuid.get_least_significant_bits() == 0
@@ -125,6 +134,7 @@ def topic_replaced(
 
 __all__ = [
     "current_topic_id",
+    "described_topic_id",
     "pack_topic_id",
     "record_topic_id",
     "replaced",

@@ -73,3 +73,66 @@ class _Admin:
 )
 def test_an_older_brokers_missing_or_zero_id_is_none(topic_id: Any, expected: Any) -> None:
     assert current_topic_id(_Admin(topic_id), "orders", 5.0) == expected
+
+
+class _FlakyAdmin:
+    """Describes topic ``orders`` as id ``1:-2``, after raising each of ``failures`` once
+    (from the futures, as the client's do); records the offsets committed."""
+
+    def __init__(self, failures: list[BaseException]) -> None:
+        self.failures = failures
+        self.committed: list[tuple[str, int]] = []
+
+    def describe_topics(self, topics: Any, request_timeout: float) -> dict[str, Any]:
+        failure = self.failures.pop(0) if self.failures else None
+        return {name: _Failing(failure, _Described(_Uuid(1, -2))) for name in topics.topic_names}
+
+    def alter_consumer_group_offsets(self, request: Any, request_timeout: float) -> Any:
+        from types import SimpleNamespace
+
+        (group,) = request
+        (tp,) = group.topic_partitions
+        self.committed.append((group.group_id, tp.offset))
+        done = SimpleNamespace(topic_partitions=[SimpleNamespace(error=None)])
+        return {group.group_id: _Future(done)}
+
+
+class _Failing(_Future):
+    def __init__(self, failure: BaseException | None, value: Any) -> None:
+        super().__init__(value)
+        self.failure = failure
+
+    def result(self, timeout: float) -> Any:
+        if self.failure is not None:
+            raise self.failure
+        return self.value
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param("kafka", id="describe-refused"),
+        pytest.param(TimeoutError(), id="describe-timed-out"),
+    ],
+)
+def test_an_id_the_driver_could_not_read_is_recorded_after_the_next_batch(
+    monkeypatch: pytest.MonkeyPatch, failure: Any
+) -> None:
+    """A describe that fails after the first batch is no id from the broker: the id is
+    recorded after the next batch (else a run accepted for a re-created topic leaves the
+    old id, and the next healthy restart is refused), and the batch, whose partitions all
+    committed, does not fail for it."""
+    from types import SimpleNamespace
+
+    from confluent_kafka import KafkaError, KafkaException
+    from fanout_kafka import sink as sink_module
+    from fanout_kafka.sink import KafkaSink
+
+    if failure == "kafka":
+        failure = KafkaException(KafkaError(KafkaError._TIMED_OUT, "describe timed out"))
+    admin = _FlakyAdmin([failure])
+    monkeypatch.setattr(sink_module.ADMINS, "client", lambda config: admin)
+    sink = KafkaSink("k", bootstrap_servers="127.0.0.1:9", topic="orders")
+    for batch_id in (0, 1, 2):
+        sink.after_partitions(SimpleNamespace(txn_app_id="fanout/p/k", batch_id=batch_id), [])
+    assert admin.committed == [("fanout/p/k/topic-id", pack_topic_id("orders", "1:-2"))]
