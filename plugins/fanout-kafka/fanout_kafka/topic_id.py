@@ -17,11 +17,15 @@ bits    what
 0-42    43 bits of a digest of the topic id
 ======  ==============================================================================
 
-It is committed once per ``open()``, after the first batch's partitions all committed or
-were skipped (:meth:`~fanout_kafka.sink.KafkaSink.after_partitions`), by the driver: no
-request in the partitions' transactions, none after the first batch. The check runs
-before it, so a run refused for a replaced topic records nothing, and one accepted
-(``--accept-lost-target``) records the new id once it wrote into the topic.
+It is committed by the driver after the first batch of each ``open()`` whose partitions
+all committed or were skipped (:meth:`~fanout_kafka.sink.KafkaSink.after_partitions`), and
+again after a batch every hour of the run (``topic_id_refresh_s``): the broker forgets a
+group's offset ``offsets.retention.minutes`` after its last commit (7 days by default),
+and the markers, committed every batch, would outlive it. No request in the partitions'
+transactions, none in the other batches. The check runs before it, so a run refused for a
+replaced topic records nothing, and one accepted (``--accept-lost-target``) records the
+new id once it wrote into the topic. A run commits again the id it recorded first: a
+topic re-created during the run keeps the old one, and the next run is refused.
 
 No offset, one of another topic, or a broker that gives no topic id (older than Kafka
 2.8, or a zero id): nothing is compared, the markers answer alone.
