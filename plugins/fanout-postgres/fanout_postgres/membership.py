@@ -107,6 +107,22 @@ def current_oid(conn: Any, table: str) -> int | None:
     return None if oid is None else int(oid)
 
 
+def relation_bytes(conn: Any, table: str) -> int:
+    """The bytes of the table ``table`` (SQL) names in its heap, its partitions' too (0: a
+    table created and never written, or emptied by ``TRUNCATE``). Read from the catalog
+    and the files' sizes: no ``SELECT`` on the table needed."""
+    import sqlalchemy as sa
+
+    size = conn.execute(
+        sa.text(  # the tree of a table not partitioned is empty: its own size, then
+            "SELECT pg_relation_size(to_regclass(:table)) + coalesce((SELECT "
+            "sum(pg_relation_size(relid)) FROM pg_partition_tree(to_regclass(:table))), 0)"
+        ),
+        {"table": table},
+    ).scalar()
+    return int(size or 0)
+
+
 REWRITES = (
     "An upsert rewrites the rows the route keeps but deletes none, so a row those "
     "partitions hold that the new route refuses would be both in the table and in the "
