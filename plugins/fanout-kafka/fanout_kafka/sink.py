@@ -415,12 +415,21 @@ class KafkaSink(PartitionedSink):
 
     def _topic_replaced(self, config: dict[str, Any], scope: str) -> bool:
         """Whether the topic's id is not the one recorded in ``scope`` (one offset read,
-        one describe request): it was deleted and created again since."""
-        from fanout_kafka.topic_id import topic_id_group, topic_replaced
+        one describe request) and it holds no record: it was deleted and created again
+        since. One under another id that holds records was restored from a mirror (the
+        refusal's own way on): its markers answer."""
+        from fanout_kafka.topic_id import holds_records, topic_id_group, topic_replaced
 
         topic, group = str(self.topic), topic_id_group(scope, self.name)
         replaced, now = topic_replaced(config, self.marker_topic, group, topic,
                                        self.open_timeout_s)  # fmt: skip
+        if replaced and holds_records(ADMINS.client(config), topic, self.open_timeout_s):
+            log.info(
+                "sink %r: topic %r has id %s now, not the one recorded when its marked "
+                "batches were written (group %r), but holds records (restored from a "
+                "mirror?): its markers answer", self.name, topic, now, group,
+            )  # fmt: skip
+            return False
         if replaced:
             log.warning(
                 "sink %r: topic %r has id %s now, not the one recorded when its marked "

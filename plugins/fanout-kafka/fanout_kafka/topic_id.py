@@ -97,6 +97,31 @@ def described_topic_id(admin: Any, topic: str, timeout_s: float) -> str | None:
     return str(uuid)
 
 
+def holds_records(admin: Any, topic: str, timeout_s: float) -> bool:
+    """Whether any partition of ``topic`` holds a record (its latest offset past its
+    earliest: one describe, two list-offsets requests); ``False`` when it cannot tell. A
+    topic under another id that holds records was restored from a mirror, not created
+    again empty. Tansu's latest offset can stand inside a partition's last record batch
+    (``plugins/fanout-kafka/README.md``): one whose records are all in one batch may read
+    as empty, which only keeps the refusal."""
+    from confluent_kafka import KafkaException, TopicCollection, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    try:
+        future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
+        partitions = [p.id for p in future[topic].result(timeout_s).partitions]
+        ends = []
+        for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):
+            asked = {TopicPartition(topic, p): spec for p in partitions}
+            found = admin.list_offsets(asked, request_timeout=timeout_s)
+            ends.append({tp.partition: f.result(timeout_s).offset for tp, f in found.items()})
+    except (KafkaException, TimeoutError) as exc:
+        log.debug("cannot read the offsets of topic %r: %s", topic, exc)
+        return False
+    earliest, latest = ends
+    return any(latest[p] > max(earliest[p], 0) for p in partitions)
+
+
 def record_topic_id(
     admin: Any, marker_topic: str, group: str, topic: str, topic_id: str, timeout_s: float
 ) -> None:
@@ -139,6 +164,7 @@ def topic_replaced(
 __all__ = [
     "current_topic_id",
     "described_topic_id",
+    "holds_records",
     "pack_topic_id",
     "record_topic_id",
     "replaced",
