@@ -114,9 +114,11 @@ def relation_bytes(conn: Any, table: str) -> int:
     import sqlalchemy as sa
 
     size = conn.execute(
-        sa.text(  # the tree of a table not partitioned is empty: its own size, then
-            "SELECT pg_relation_size(to_regclass(:table)) + coalesce((SELECT "
-            "sum(pg_relation_size(relid)) FROM pg_partition_tree(to_regclass(:table))), 0)"
+        sa.text(  # pg_inherits, not pg_partition_tree: that one is PostgreSQL 12+ and
+            # lists nothing for a table not partitioned
+            "WITH RECURSIVE tree(relid) AS (SELECT to_regclass(:table)::oid UNION ALL "
+            "SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.relid) "
+            "SELECT coalesce(sum(pg_relation_size(relid)), 0) FROM tree"
         ),
         {"table": table},
     ).scalar()

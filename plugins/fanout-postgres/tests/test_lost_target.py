@@ -229,11 +229,17 @@ def test_the_bytes_a_table_holds_count_its_partitions(pg_url: str) -> None:
         "INSERT INTO parted VALUES (1)",
         "CREATE TABLE parted_empty (id bigint) PARTITION BY RANGE (id)",
         "CREATE TABLE parted_empty_0 PARTITION OF parted_empty FOR VALUES FROM (0) TO (10)",
+        "CREATE TABLE twice (id bigint) PARTITION BY RANGE (id)",
+        "CREATE TABLE twice_0 PARTITION OF twice FOR VALUES FROM (0) TO (10) "
+        "PARTITION BY RANGE (id)",
+        "CREATE TABLE twice_0_0 PARTITION OF twice_0 FOR VALUES FROM (0) TO (5)",
+        "INSERT INTO twice VALUES (1)",
     )
     engine = sa.create_engine(pg_url)
     with engine.connect() as conn:
         sizes = {t: relation_bytes(conn, t) for t in
-                 ('"Full"', '"public"."Full"', "empty", "parted", "parted_empty")}  # fmt: skip
+                 ('"Full"', '"public"."Full"', "empty", "parted", "parted_empty", "twice",
+                  "missing")}  # fmt: skip
     engine.dispose()
     assert sizes == {'"Full"': 8192, '"public"."Full"': 8192, "empty": 0, "parted": 8192,
-                     "parted_empty": 0}  # fmt: skip
+                     "parted_empty": 0, "twice": 8192, "missing": 0}  # fmt: skip
