@@ -18,6 +18,7 @@ Design decisions:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -147,6 +148,9 @@ class KafkaSink(PartitionedSink):
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("transactional",)
     read_only_check: ClassVar[bool] = True  # open(checking): no topic created
+    topic_id_refresh_s: ClassVar[float] = 3600.0
+    """How often a run commits its topic's id again (:meth:`_record_topic_id`): the broker
+    forgets a group's offset ``offsets.retention.minutes`` after its last commit."""
     options = OPTIONS
 
     def __init__(
@@ -202,7 +206,8 @@ class KafkaSink(PartitionedSink):
         self._legacy_prefix: str | None = None  # the former default, to fence (open())
         self._held_admin: dict[str, Any] | None = None  # open() to close()
         self._speculation: bool | None = None  # spark.speculation, at the first batch
-        self._topic_id_recorded = False  # once per open(), after the first batch
+        # (monotonic time, id) of the topic id's last commit in this open(): None before
+        self._topic_id_recorded: tuple[float, str | None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -224,7 +229,7 @@ class KafkaSink(PartitionedSink):
         super().open(context)
         self.pipeline = context.pipeline
         self._dead = context.dead_letters
-        self._topic_id_recorded = False
+        self._topic_id_recorded = None
         self._check_options()
         assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
         if self.transactional_id_prefix is None or self._derived_prefix:
@@ -410,12 +415,21 @@ class KafkaSink(PartitionedSink):
 
     def _topic_replaced(self, config: dict[str, Any], scope: str) -> bool:
         """Whether the topic's id is not the one recorded in ``scope`` (one offset read,
-        one describe request): it was deleted and created again since."""
-        from fanout_kafka.topic_id import topic_id_group, topic_replaced
+        one describe request) and it holds no record: it was deleted and created again
+        since. One under another id that holds records was restored from a mirror (the
+        refusal's own way on): its markers answer."""
+        from fanout_kafka.topic_id import holds_records, topic_id_group, topic_replaced
 
         topic, group = str(self.topic), topic_id_group(scope, self.name)
         replaced, now = topic_replaced(config, self.marker_topic, group, topic,
                                        self.open_timeout_s)  # fmt: skip
+        if replaced and holds_records(ADMINS.client(config), topic, self.open_timeout_s):
+            log.info(
+                "sink %r: topic %r has id %s now, not the one recorded when its marked "
+                "batches were written (group %r), but holds records (restored from a "
+                "mirror?): its markers answer", self.name, topic, now, group,
+            )  # fmt: skip
+            return False
         if replaced:
             log.warning(
                 "sink %r: topic %r has id %s now, not the one recorded when its marked "
@@ -425,28 +439,44 @@ class KafkaSink(PartitionedSink):
         return bool(replaced)
 
     def _record_topic_id(self, batch: Batch) -> None:
-        """Once per ``open()``, after the first batch's partitions: commit the topic's id
-        (:mod:`fanout_kafka.topic_id`) for the next run's lost-target check. A failure is
-        logged and tried again after the next batch."""
+        """After the first batch's partitions of an ``open()``, and after a batch every
+        :attr:`topic_id_refresh_s` since: commit the topic's id (:mod:`fanout_kafka.topic_id`)
+        for the next run's lost-target check. Committed again so the broker does not forget
+        it while the markers, committed every batch, are kept: a run longer than
+        ``offsets.retention.minutes`` (7 days by default) left none, and the next run did
+        not see a topic re-created before it. An id other than the one this run recorded
+        (the topic re-created during the run) is not committed: the old one refuses the
+        next run. A failure is logged and tried again after the next batch."""
         from confluent_kafka import KafkaException
 
-        from fanout_kafka.topic_id import current_topic_id, record_topic_id, topic_id_group
+        from fanout_kafka.topic_id import described_topic_id, record_topic_id, topic_id_group
 
         config = admin_config(self.producer, str(self.bootstrap_servers))
         admin, topic = ADMINS.client(config), str(self.topic)
         group = topic_id_group(scope_of(batch.txn_app_id, self.name), self.name)
         try:
-            now = current_topic_id(admin, topic, self.open_timeout_s)
+            # a describe that failed is tried again: the old id left would refuse the
+            # next run after an accepted re-creation; the batch committed, so no raise
+            now = described_topic_id(admin, topic, self.open_timeout_s)
+            kept = None if self._topic_id_recorded is None else self._topic_id_recorded[1]
+            if kept is not None and now is not None and now != kept:
+                log.warning(
+                    "sink %r, batch %d: topic %r has id %s now, not %s, recorded after this "
+                    "run's first batch: it was deleted and created again during the run; the "
+                    "old id is kept in group %r, so the next run's lost-target check refuses it",
+                    self.name, batch.batch_id, topic, now, kept, group,
+                )  # fmt: skip
+            now = kept or now
             if now is not None:
                 record_topic_id(admin, self.marker_topic, group, topic, now, self.open_timeout_s)
-        except KafkaException as exc:
+        except (KafkaException, TimeoutError) as exc:
             log.warning(
                 "sink %r, batch %d: cannot record the id of topic %r in group %r (tried "
                 "again after the next batch): %s",
                 self.name, batch.batch_id, topic, group, exc,
             )  # fmt: skip
             return
-        self._topic_id_recorded = True
+        self._topic_id_recorded = (time.monotonic(), now)
 
     def _topic_missing(self) -> bool:
         """Whether the topic does not exist (one metadata request)."""
@@ -472,11 +502,12 @@ class KafkaSink(PartitionedSink):
 
     def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
         """Every partition committed or was skipped: no transaction of this attempt is
-        left open; after the first batch of an ``open()``, the topic's id is recorded
-        (:meth:`_record_topic_id`)."""
+        left open; after the first batch of an ``open()``, and hourly, the topic's id is
+        recorded (:meth:`_record_topic_id`)."""
         super().after_partitions(batch, outcomes)
         self._unsettled = False
-        if not self._topic_id_recorded:
+        recorded = self._topic_id_recorded
+        if recorded is None or time.monotonic() - recorded[0] >= self.topic_id_refresh_s:
             self._record_topic_id(batch)
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> KafkaPartitionWriter:

@@ -17,11 +17,15 @@ bits    what
 0-42    43 bits of a digest of the topic id
 ======  ==============================================================================
 
-It is committed once per ``open()``, after the first batch's partitions all committed or
-were skipped (:meth:`~fanout_kafka.sink.KafkaSink.after_partitions`), by the driver: no
-request in the partitions' transactions, none after the first batch. The check runs
-before it, so a run refused for a replaced topic records nothing, and one accepted
-(``--accept-lost-target``) records the new id once it wrote into the topic.
+It is committed by the driver after the first batch of each ``open()`` whose partitions
+all committed or were skipped (:meth:`~fanout_kafka.sink.KafkaSink.after_partitions`), and
+again after a batch every hour of the run (``topic_id_refresh_s``): the broker forgets a
+group's offset ``offsets.retention.minutes`` after its last commit (7 days by default),
+and the markers, committed every batch, would outlive it. No request in the partitions'
+transactions, none in the other batches. The check runs before it, so a run refused for a
+replaced topic records nothing, and one accepted (``--accept-lost-target``) records the
+new id once it wrote into the topic. A run commits again the id it recorded first: a
+topic re-created during the run keeps the old one, and the next run is refused.
 
 No offset, one of another topic, or a broker that gives no topic id (older than Kafka
 2.8, or a zero id): nothing is compared, the markers answer alone.
@@ -68,20 +72,54 @@ def replaced(offset: int, topic: str, topic_id: str | None) -> bool | None:
 def current_topic_id(admin: Any, topic: str, timeout_s: float) -> str | None:
     """The id of ``topic`` (one describe request), ``None`` when the broker gives none
     (an older broker, a zero id) or cannot describe it."""
-    from confluent_kafka import KafkaException, TopicCollection
+    from confluent_kafka import KafkaException
 
     try:
-        future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
-        described = future[topic].result(timeout_s)
-    except KafkaException as exc:
+        return described_topic_id(admin, topic, timeout_s)
+    except (KafkaException, TimeoutError) as exc:
         log.debug("cannot describe topic %r for its id: %s", topic, exc)
         return None
+
+
+def described_topic_id(admin: Any, topic: str, timeout_s: float) -> str | None:
+    """The id of ``topic`` (one describe request), ``None`` when the broker gives none (an
+    older broker, a zero id); a describe that fails raises (``KafkaException``,
+    ``TimeoutError``): its id is unknown, not absent."""
+    from confluent_kafka import TopicCollection
+
+    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
+    described = future[topic].result(timeout_s)
     uuid = getattr(described, "topic_id", None)
     if uuid is None or (
         uuid.get_most_significant_bits() == 0 and uuid.get_least_significant_bits() == 0
     ):
         return None
     return str(uuid)
+
+
+def holds_records(admin: Any, topic: str, timeout_s: float) -> bool:
+    """Whether any partition of ``topic`` holds a record (its latest offset past its
+    earliest: one describe, two list-offsets requests); ``False`` when it cannot tell. A
+    topic under another id that holds records was restored from a mirror, not created
+    again empty. Tansu's latest offset can stand inside a partition's last record batch
+    (``plugins/fanout-kafka/README.md``): one whose records are all in one batch may read
+    as empty, which only keeps the refusal."""
+    from confluent_kafka import KafkaException, TopicCollection, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    try:
+        future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
+        partitions = [p.id for p in future[topic].result(timeout_s).partitions]
+        ends = []
+        for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):
+            asked = {TopicPartition(topic, p): spec for p in partitions}
+            found = admin.list_offsets(asked, request_timeout=timeout_s)
+            ends.append({tp.partition: f.result(timeout_s).offset for tp, f in found.items()})
+    except (KafkaException, TimeoutError) as exc:
+        log.debug("cannot read the offsets of topic %r: %s", topic, exc)
+        return False
+    earliest, latest = ends
+    return any(latest[p] > max(earliest[p], 0) for p in partitions)
 
 
 def record_topic_id(
@@ -125,6 +163,8 @@ def topic_replaced(
 
 __all__ = [
     "current_topic_id",
+    "described_topic_id",
+    "holds_records",
     "pack_topic_id",
     "record_topic_id",
     "replaced",

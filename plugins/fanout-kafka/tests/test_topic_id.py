@@ -73,3 +73,125 @@ class _Admin:
 )
 def test_an_older_brokers_missing_or_zero_id_is_none(topic_id: Any, expected: Any) -> None:
     assert current_topic_id(_Admin(topic_id), "orders", 5.0) == expected
+
+
+class _FlakyAdmin:
+    """Describes topic ``orders`` as id ``1:-2``, after raising each of ``failures`` once
+    (from the futures, as the client's do); records the offsets committed."""
+
+    def __init__(self, failures: list[BaseException]) -> None:
+        self.failures = failures
+        self.committed: list[tuple[str, int]] = []
+
+    def describe_topics(self, topics: Any, request_timeout: float) -> dict[str, Any]:
+        failure = self.failures.pop(0) if self.failures else None
+        return {name: _Failing(failure, _Described(_Uuid(1, -2))) for name in topics.topic_names}
+
+    def alter_consumer_group_offsets(self, request: Any, request_timeout: float) -> Any:
+        from types import SimpleNamespace
+
+        (group,) = request
+        (tp,) = group.topic_partitions
+        self.committed.append((group.group_id, tp.offset))
+        done = SimpleNamespace(topic_partitions=[SimpleNamespace(error=None)])
+        return {group.group_id: _Future(done)}
+
+
+class _Failing(_Future):
+    def __init__(self, failure: BaseException | None, value: Any) -> None:
+        super().__init__(value)
+        self.failure = failure
+
+    def result(self, timeout: float) -> Any:
+        if self.failure is not None:
+            raise self.failure
+        return self.value
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param("kafka", id="describe-refused"),
+        pytest.param(TimeoutError(), id="describe-timed-out"),
+    ],
+)
+def test_an_id_the_driver_could_not_read_is_recorded_after_the_next_batch(
+    monkeypatch: pytest.MonkeyPatch, failure: Any
+) -> None:
+    """A describe that fails after the first batch is no id from the broker: the id is
+    recorded after the next batch (else a run accepted for a re-created topic leaves the
+    old id, and the next healthy restart is refused), and the batch, whose partitions all
+    committed, does not fail for it."""
+    from types import SimpleNamespace
+
+    from confluent_kafka import KafkaError, KafkaException
+    from fanout_kafka import sink as sink_module
+    from fanout_kafka.sink import KafkaSink
+
+    if failure == "kafka":
+        failure = KafkaException(KafkaError(KafkaError._TIMED_OUT, "describe timed out"))
+    admin = _FlakyAdmin([failure])
+    monkeypatch.setattr(sink_module.ADMINS, "client", lambda config: admin)
+    sink = KafkaSink("k", bootstrap_servers="127.0.0.1:9", topic="orders")
+    for batch_id in (0, 1, 2):
+        sink.after_partitions(SimpleNamespace(txn_app_id="fanout/p/k", batch_id=batch_id), [])
+    assert admin.committed == [("fanout/p/k/topic-id", pack_topic_id("orders", "1:-2"))]
+
+
+class _Ids(_FlakyAdmin):
+    """Describes topic ``orders`` under each of ``ids`` in turn (the last one after)."""
+
+    def __init__(self, *ids: _Uuid) -> None:
+        super().__init__([])
+        self.ids = list(ids)
+
+    def describe_topics(self, topics: Any, request_timeout: float) -> dict[str, Any]:
+        uuid = self.ids.pop(0) if len(self.ids) > 1 else self.ids[0]
+        return {name: _Future(_Described(uuid)) for name in topics.topic_names}
+
+
+def _batches(monkeypatch: pytest.MonkeyPatch, admin: Any, refresh_s: float, count: int) -> None:
+    """``count`` batches of one ``open()`` of a Kafka sink on topic ``orders``, whose topic
+    id is committed again every ``refresh_s``."""
+    from types import SimpleNamespace
+
+    from fanout_kafka import sink as sink_module
+    from fanout_kafka.sink import KafkaSink
+
+    monkeypatch.setattr(sink_module.ADMINS, "client", lambda config: admin)
+    monkeypatch.setattr(KafkaSink, "topic_id_refresh_s", refresh_s, raising=False)
+    sink = KafkaSink("k", bootstrap_servers="127.0.0.1:9", topic="orders")
+    for batch_id in range(count):
+        sink.after_partitions(SimpleNamespace(txn_app_id="fanout/p/k", batch_id=batch_id), [])
+
+
+def test_a_long_run_commits_its_topic_id_again_before_the_broker_forgets_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The markers are committed every batch, the id was once a run: a run longer than
+    ``offsets.retention.minutes`` (7 days by default) left markers and no id, and the next
+    run's check passed a topic re-created before it."""
+    group, offset = "fanout/p/k/topic-id", pack_topic_id("orders", "1:-2")
+    hourly = _Ids(_Uuid(1, -2))
+    _batches(monkeypatch, hourly, 3600.0, 3)
+    assert hourly.committed == [(group, offset)]  # within the hour: no request per batch
+    due = _Ids(_Uuid(1, -2))
+    _batches(monkeypatch, due, 0.0, 3)
+    assert due.committed == [(group, offset)] * 3
+
+
+def test_a_topic_re_created_during_the_run_keeps_the_id_of_its_first_batch(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Committed again, the id of a topic deleted and created again during the run would
+    pass the next run's check: the first id is kept, and the change logged."""
+    admin = _Ids(_Uuid(1, -2), _Uuid(3, 4))
+    with caplog.at_level("WARNING", logger="fanout_kafka"):
+        _batches(monkeypatch, admin, 0.0, 3)
+    assert admin.committed == [("fanout/p/k/topic-id", pack_topic_id("orders", "1:-2"))] * 3
+    assert [r.getMessage() for r in caplog.records] == [
+        f"sink 'k', batch {b}: topic 'orders' has id 3:4 now, not 1:-2, recorded after this "
+        "run's first batch: it was deleted and created again during the run; the old id is "
+        "kept in group 'fanout/p/k/topic-id', so the next run's lost-target check refuses it"
+        for b in (1, 2)
+    ]

