@@ -344,9 +344,9 @@ def summarize(
     statuses = []
     for (pipeline, sink), group in sorted(groups.items()):
         committed = [r for r in group if r["status"] == "committed"]
-        failed = sorted(  # at one attempt of one batch (a sink reopened), the newest last
+        failed = sorted(  # the newest last: a catch-up's failure may be of an older batch
             (r for r in group if r["status"] == "failed"),
-            key=lambda r: (r["batch_id"], r["attempt"] or 0, _finished(r)),
+            key=lambda r: (_finished(r), _position(r), r["attempt"] or 0),
         )
         last = max(committed, key=_position) if committed else None
         behind, behind_rows, since = backlogs.get((pipeline, sink), (0, 0, None))

@@ -22,7 +22,13 @@ from fanout import FanOut, SinksBehindError, SinkWriteError, TargetLostError
 from fanout.contract.sink import Batch, SinkResult
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.testing import RecordingSink
-from tests.integration.streams import SCHEMA, committed_marks, run_stream, write_input
+from tests.integration.streams import (
+    SCHEMA,
+    committed_marks,
+    delta_rows,
+    run_stream,
+    write_input,
+)
 
 
 class _Target(RecordingSink):
@@ -44,12 +50,12 @@ class _Target(RecordingSink):
         return batch_id in self.batches
 
 
-def _fan(tmp_path: Path, copy: _Target) -> FanOut:
+def _fan(tmp_path: Path, copy: _Target, probe_interval_s: float = 3600) -> FanOut:
     return FanOut(
         "lost", str(tmp_path / "ledger"),
         [{"type": "delta", "name": "lake", "path": str(tmp_path / "lake")},
          SinkSpec(copy, lag=lag_policy("copy", {"on_failure": "lag"}))],
-        retries=0, backoff_s=0, spool=str(tmp_path / "spool"), probe_interval_s=3600,
+        retries=0, backoff_s=0, spool=str(tmp_path / "spool"), probe_interval_s=probe_interval_s,
     )  # fmt: skip
 
 
@@ -94,7 +100,7 @@ def test_the_catch_up_started_with_the_query_writes_nothing_into_a_lost_target(
     _, marks = _first_run(spark, tmp_path, down_from=2)
 
     lost = _Target("copy", down_from=None)  # deleted and created again empty: holds nothing
-    fan = _fan(tmp_path, lost)
+    fan = _fan(tmp_path, lost, probe_interval_s=0.5)  # the thread tries it again and again
     try:
         reason = _start(spark, tmp_path, fan)
         lag = fan.lagging.lag_of("copy")
@@ -110,6 +116,12 @@ def test_the_catch_up_started_with_the_query_writes_nothing_into_a_lost_target(
         "batch 1 of epoch 0"
     ), lag.error
     assert committed_marks(tmp_path / "ledger", "lost") == marks
+    refused = [  # the thread did try it: its refusal, recorded once, at its next batch
+        (r["batch_id"], r["error"].split(":")[0])
+        for r in delta_rows(tmp_path / "ledger")
+        if r["sink"] == "copy" and r["status"] == "failed" and "TargetLost" in r["error"]
+    ]
+    assert refused == [(2, "TargetLostError")], refused
 
 
 def test_a_lost_target_of_a_sink_without_lag_keeps_the_catch_up_for_the_first_batch(

@@ -221,3 +221,46 @@ def test_a_lost_lag_sink_past_its_max_lag_stops_the_query(
     assert _pg_ids(url) is None
     assert resets.marks(tmp_path) == [(0, "lake", 0), (0, "lake", 1), (0, "lake", 2),
                                       (0, "pg", 0), (0, "pg", 1)]  # fmt: skip
+
+
+def test_status_shows_the_lost_target_found_after_newer_batches_failed(
+    spark: Any, tmp_path: Path, server: tuple[Any, str]
+) -> None:
+    """A run that finds the target lost at its catch-up records it as attempt 1 of the
+    sink's oldest missed batch: ``fanout status`` must show it, not an older failure of a
+    later attempt of that batch (a live write retried)."""
+    pg, url = server
+    pg.start()
+    first = _fan(tmp_path, url, retries=1)
+    try:
+        _run(first, spark, 0)
+        _run(first, spark, 1)
+        pg.stop()  # down mid-run: pg fails batch 2 twice and lags, batch 2 spooled
+        _run(first, spark, 2)
+    finally:
+        first.close()
+    pg.start()
+    _sql(url, "DROP TABLE orders")  # behind fanout's back
+
+    fan = _fan(tmp_path, url)  # a run with no new batch: its final catch-up finds the loss
+    try:
+        with pytest.raises(SinksBehindError):
+            fan.final_catch_up()
+    finally:
+        fan.close()
+
+    assert _pg_ids(url) is None
+    assert _pg_failures(tmp_path) == [
+        (2, "TargetLostError"), (2, "TransientSinkError"), (2, "TransientSinkError")
+    ]  # fmt: skip
+    attempts = sorted(
+        (r["attempt"], r["error"].split(":")[0])
+        for r in delta_rows(tmp_path / "ledger")
+        if r["sink"] == "pg" and r["status"] == "failed"
+    )
+    assert attempts == [  # the loss, found last, is attempt 1 of batch 2
+        (1, "TargetLostError"), (1, "TransientSinkError"), (2, "TransientSinkError")
+    ]  # fmt: skip
+    status = _pg_status(tmp_path)
+    assert (status["state"], status["lag_batches"]) == ("lagging", 1)
+    assert status["last_error"].startswith("TargetLostError: sink 'pg', batch 1: "), status

@@ -411,3 +411,26 @@ def test_a_spool_the_store_refuses_is_said_and_the_ledger_still_shown(
     ), err
     assert err.rstrip().endswith("(its spooled batches and the sinks lagging on them not shown)")
     assert out.splitlines()[2].split()[:3] == ["p", "a", "0"], out
+
+
+def test_status_s_last_error_is_the_newest_failed_attempt_whatever_its_batch(
+    tmp_path: Path,
+) -> None:
+    """A sink that could not be opened failed each live batch (2 to 4, attempt 1); the next
+    run's catch-up found its target lost and recorded that at its oldest missed batch, 2:
+    the newest failure, which status must show (not batch 4's older one)."""
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    ledger.open()
+    for batch in (2, 3, 4):
+        ledger.record_failure(
+            LedgerEntry("p", "pg", batch, "failed", query_id="q1", attempt=1,
+                        error="SinkUnreachableError: down", finished_at=now_utc())
+        )  # fmt: skip
+    ledger.record_failure(
+        LedgerEntry("p", "pg", 2, "failed", query_id="q2", attempt=1,
+                    error="TargetLostError: gone", finished_at=now_utc())
+    )  # fmt: skip
+    rows = ledger.read("p").to_pylist()
+    for order in (rows, rows[::-1]):
+        (status,) = summarize(order)
+        assert (status.last_error, status.failed_attempts) == ("TargetLostError: gone", 4)
