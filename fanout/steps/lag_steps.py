@@ -16,7 +16,13 @@ from fanout.contract.sessions import in_spark_thread
 from fanout.contract.sink import BackfillSource
 from fanout.deadletters.target import DELTA, split_target
 from fanout.delta_tables.io import refuse_unusable_location
-from fanout.errors import CheckpointError, ConfigurationError, LagLimitError, batch_ranges
+from fanout.errors import (
+    CheckpointError,
+    ConfigurationError,
+    LagLimitError,
+    TargetLostError,
+    batch_ranges,
+)
 from fanout.ledger.entry import now_utc
 from fanout.ledger.gaps import release_command
 from fanout.observe.logs import batch_fields
@@ -295,10 +301,9 @@ def spool_for_lagging(
     for name, error in state.lagged.items():
         lagging.failed(name, error)
         log.warning(
-            "pipeline %s, batch %s: sink %r failed after its retries and lags "
-            "(on_failure='lag'); the other sinks go on, and its batches wait in the spool "
-            "until it catches up, in order: %s",
-            state.info.pipeline, state.batch_id, name, error,
+            "pipeline %s, batch %s: sink %r %s and lags (on_failure='lag'); the other sinks "
+            "go on, and its batches wait in the spool until it catches up, in order",
+            state.info.pipeline, state.batch_id, name, _why_behind(error),
             extra=batch_fields(state.info.pipeline, state.batch_id, name),
         )  # fmt: skip
     if started is not None:
@@ -315,6 +320,18 @@ def spool_for_lagging(
             state.df, state.info, missing or needed, now_utc(), _arrow_of(state), party=party
         )
         state.spooled = key
+
+
+def _why_behind(error: BaseException) -> str:
+    """Why a sink missed a batch, for its per-batch warning: a lost target's refusal is
+    logged in full once, when found (its ways on are long), and not retried."""
+    if isinstance(error, TargetLostError):
+        return (
+            "wrote nothing: its target lost batches the ledger marks written there "
+            f"(TargetLostError at batch {error.batch_id}, logged in full when found; "
+            "`fanout status` shows it and the ways on)"
+        )
+    return f"failed after its retries: {error}"
 
 
 def party_of_batch(state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec]) -> list[str]:

@@ -1173,3 +1173,20 @@ def test_status_shows_a_batch_given_up_with_the_checkpoint_as_given_up_not_behin
         "not written to the sink (the new checkpoint reads their rows again where `fanout "
         "recover` said); the next start releases them from the spool",
     ]
+
+
+def test_a_lost_targets_per_batch_warning_is_short_and_says_nothing_was_retried() -> None:
+    """The refusal, with its ways on, is logged in full once when found; each batch the
+    sink misses says so in a line, not the whole refusal again, nor "after its retries"."""
+    from fanout import TargetLostError
+    from fanout.steps.lag_steps import _why_behind
+
+    lost = TargetLostError("table 'orders' no longer holds batch 1\nWays on: ...", sink="pg",
+                           batch_id=2)  # fmt: skip
+    assert _why_behind(lost) == (
+        "wrote nothing: its target lost batches the ledger marks written there "
+        "(TargetLostError at batch 2, logged in full when found; `fanout status` shows it "
+        "and the ways on)"
+    )
+    failed = SinkWriteError("refused", sink="pg", batch_id=2)
+    assert _why_behind(failed) == "failed after its retries: sink 'pg', batch 2: refused"
