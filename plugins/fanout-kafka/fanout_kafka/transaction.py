@@ -153,7 +153,7 @@ class PartitionWriter:
             try:
                 written, letters = self.commit(records, bad)
             except _WrittenMeanwhile:
-                return self._skipped(records, bad)
+                return self._skipped(records, bad, rival=True)
             # the rows written: a refused row counts in dead_lettered only (SinkResult.rows)
             return PartitionOutcome(self.partition, "committed", rows - len(letters), written,
                                     dead_lettered=len(letters))  # fmt: skip
@@ -195,16 +195,20 @@ class PartitionWriter:
                 if not waits or time.monotonic() >= deadline:
                     return None
                 time.sleep(FENCER_POLL_S)
-            return self._skipped(records, bad)
+            return self._skipped(records, bad, rival=True)
         except Exception as exc:
             log.debug("%s: marker not read after fencing: %s", self.transactional_id, exc)
             return None
 
-    def _skipped(self, records: list[Record], bad: list[BadRecord]) -> PartitionOutcome:
-        """The outcome of a partition another attempt committed (its letters parked)."""
+    def _skipped(
+        self, records: list[Record], bad: list[BadRecord], *, rival: bool = False
+    ) -> PartitionOutcome:
+        """The outcome of a partition another attempt committed (its letters parked):
+        ``rival`` when that attempt committed it while this one ran (the marker did not
+        hold the batch when this one read it after fencing the earlier attempts)."""
         letters = self._park_committed(records, bad)
         rows = len(records) + len(bad) - letters  # as "committed" counts them
-        return PartitionOutcome(self.partition, "skipped", rows, dead_lettered=letters)
+        return PartitionOutcome(self.partition, "skipped", rows, dead_lettered=letters, rival=rival)
 
     # -- the steps ------------------------------------------------------------------------
 
