@@ -331,9 +331,10 @@ class PartitionWriter:
         (once: the target's transaction id skips them when the committed attempt parked
         them already). Returns how many letters the partition has."""
         if self.settings.dead_letters is None:
-            # a dead-letter topic: they committed with the records; when the producer or
-            # broker refused some (the replay cannot find them), the refused group counts
-            # them all
+            # a dead-letter topic: they committed with the records, and the refused group
+            # counts them all (the replay's own checks may find fewer: records the producer
+            # or broker refused, or a size check since raised; none counted by a version
+            # that committed the count only for refused records, or no letters)
             committed = self._read_refused() if self.settings.dead_topic is not None else 0
             return committed or len(bad)
         entries = self._read_journal()
@@ -499,7 +500,9 @@ class PartitionWriter:
                     lambda: producer.send_offsets_to_transaction([plan], group, self._timeout),
                 )
             self._send_target(producer)
-            if settings.dead_topic is not None and refused_before:
+            if settings.dead_topic is not None and bad:
+                # every letter counted, not only the refused: a replay's size check may
+                # let a record through that this one set aside
                 self._send_refused(producer, len(bad))
             if journal_value is not None:
                 self._send_journal_offset(producer, journal_offset)
