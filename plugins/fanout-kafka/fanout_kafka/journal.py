@@ -87,7 +87,7 @@ def pack_refused(batch_id: int, letters: int) -> int:
 def unpack_refused(offset: int, batch_id: int) -> int:
     """The letters count an offset of :func:`pack_refused` holds for ``batch_id``: 0 when
     none was committed (a negative offset) or it is another batch's (a committed count is
-    never 0: it counts at least the refused records)."""
+    never 0: it is committed only for a transaction with letters)."""
     if offset < 0 or offset % 2**_REFUSED_BATCH_BITS != (batch_id + 1) % 2**_REFUSED_BATCH_BITS:
         return 0
     return offset >> _REFUSED_BATCH_BITS
