@@ -18,10 +18,13 @@ over; ``fanout run`` calls it from its wait loop and once more at the end, then 
 A line reads ``batch 3: 30 rows in | bronze 30 rows 0.41s, paid 12 rows 0.38s |
 skipped latest | lag 1.2s``: the written sinks in the configured order. ``bronze 30 rows
 already written by an earlier run 0.05s``: the successful attempt found, by the sink's own
-records, the batch committed before it (:attr:`SinkResult.already_written`) and it was
-this batch's first attempt here: a run that crashed after the write, before its ledger
-mark; ``... already written by an earlier attempt 0.05s``: an earlier attempt of this batch,
-in this run, committed and then failed, so the rows reached the target in this run.
+records, the batch committed before it (:attr:`SinkResult.already_written`), in the run's
+first batch (the one Spark replays after a crash; no later batch can have been written by
+an earlier run) and at the batch's first attempt: a run that crashed after the write,
+before its ledger mark; ``... by an earlier attempt``: a later batch, so an attempt in this
+run committed the rows (a retry's predecessor that committed and then failed, a Kafka
+partition's speculative copy); ``... by an earlier run or attempt``: a retry in the first
+batch, which cannot tell the two apart (the failed attempt may have written nothing).
 ``skipped`` only when the ledger said some sinks already held the batch (a replay); lag is
 the time from the start of the batch's trigger (Spark picked its input up) to the last
 sink's ledger mark.
@@ -84,6 +87,7 @@ class ProgressObserver:
         self.skipped = 0
         self.failed = 0
         self._live: int | None = None  # the batch in flight
+        self._first: int | None = None  # the run's first batch: the only possible replay
         self._caught_up: dict[str, int] = {}  # since the last line
         self.caught_up_rows: dict[str, int] = {}  # the catch-up's writes, for the summary
         self.caught_up_batches: dict[str, int] = {}
@@ -95,6 +99,8 @@ class ProgressObserver:
         """A batch began: remember the sinks the ledger says already hold it."""
         with self._lock:
             self._live = info.batch_id
+            if self._first is None:
+                self._first = info.batch_id
             self._batches[info.batch_id] = BatchProgress(
                 info.batch_id, pending=list(pending), skipped=list(skipped)
             )
@@ -196,7 +202,7 @@ class ProgressObserver:
         order += [s for s in batch.sinks if s not in order]
         written = ", ".join(
             f"{name} {batch.sinks[name][0]} rows"
-            + _held(name, batch)
+            + _held(name, batch, first=batch.batch_id == self._first)
             + f" {batch.sinks[name][1]:.2f}s"
             for name in order
         )
@@ -264,15 +270,16 @@ class ProgressObserver:
         return f"  {name}: {', '.join(parts)}"
 
 
-def _held(name: str, batch: BatchProgress) -> str:
-    """What the line says of a sink whose write found the batch already written: by whom."""
+def _held(name: str, batch: BatchProgress, *, first: bool) -> str:
+    """What the line says of a sink whose write found the batch already written: by whom.
+    ``first``: the run's first batch, the only one an earlier run can have written."""
     if name not in batch.held:
         return ""
-    return (
-        " already written by an earlier attempt"
-        if name in batch.retried
-        else " already written by an earlier run"
-    )
+    if not first:
+        return " already written by an earlier attempt"
+    if name in batch.retried:
+        return " already written by an earlier run or attempt"
+    return " already written by an earlier run"
 
 
 def _by_batch(spark_progress: Sequence[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:

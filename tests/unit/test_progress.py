@@ -125,20 +125,42 @@ class CommitsThenFails(RecordingSink):
 
 def test_a_retry_finding_its_own_batch_written_is_not_called_a_replay() -> None:
     """The line said ``already written`` (read: a run before this one wrote it) when this
-    run's first attempt had committed the rows and then failed."""
+    run's first attempt had committed the rows and then failed. In the run's first batch
+    (which Spark replays after a crash) the failed attempt may have written nothing, the
+    earlier run everything: the line said ``by an earlier attempt`` there too, that the
+    rows reached the target in this run."""
     progress = ProgressObserver()
     fan = FanOut(
         "orders", MemoryLedger(), [CommitsThenFails("pg")], plugins=[progress], backoff_s=0
     )
     out = io.StringIO()
-    fan.process(_frame(1, 2, 3), BatchInfo("orders", 0))
+    fan.process(_frame(1, 2, 3), BatchInfo("orders", 4))
+    fan.process(_frame(4, 5), BatchInfo("orders", 5))
     progress.flush([], out)
     assert _normalise(out.getvalue()).splitlines() == [
-        "batch 0: ? rows in | pg 3 rows already written by an earlier attempt T"
+        "batch 4: ? rows in | pg 3 rows already written by an earlier run or attempt T",
+        "batch 5: ? rows in | pg 2 rows already written by an earlier attempt T",
     ]
     assert _normalise(progress.summary("orders")).splitlines() == [
-        "pipeline 'orders': 1 batch, 0 rows in",
-        "  pg: 0 rows written in T, 3 rows already there",
+        "pipeline 'orders': 2 batches, 0 rows in",
+        "  pg: 0 rows written in T, 5 rows already there",
+    ]
+
+
+def test_a_later_batch_found_written_at_its_first_attempt_is_not_called_a_replay() -> None:
+    """Only the run's first batch can be one an earlier run wrote (Spark replays the batch
+    it had not committed, then goes on to new ones): a later batch a sink finds written at
+    its first attempt was written in this run (a Kafka partition's speculative copy that
+    began after the original committed), but the line said ``by an earlier run``."""
+    progress = ProgressObserver()
+    fan = FanOut("orders", MemoryLedger(), [HeldAlready("events")], plugins=[progress])
+    out = io.StringIO()
+    fan.process(_frame(1, 2), BatchInfo("orders", 7))
+    fan.process(_frame(3), BatchInfo("orders", 8))
+    progress.flush([], out)
+    assert _normalise(out.getvalue()).splitlines() == [
+        "batch 7: ? rows in | events 2 rows already written by an earlier run T",
+        "batch 8: ? rows in | events 1 rows already written by an earlier attempt T",
     ]
 
 
