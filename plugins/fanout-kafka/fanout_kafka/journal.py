@@ -25,11 +25,12 @@ committed had parked them already.
 
 A ``kafka:`` dead-letter topic needs no journal (its letters commit in the partition's own
 transaction), but a replay still has to *count* them as the attempt that committed did:
-its own bad records it finds again, the records the producer or broker refused it cannot.
-So a transaction with refused records also commits, for group ``<marker group>.refused``,
-the offset ``letters << 32 | (batch + 1) mod 2**32`` (:func:`pack_refused`), ``letters``
-all the partition's letters, its bad records and the refused ones; the replay takes that
-count instead of its own when the batch bits are its own (:func:`unpack_refused`). The
+its own bad records it finds again (unless its size check, raised since, lets one through),
+the records the producer or broker refused it cannot. So a transaction with dead letters
+also commits, for group ``<marker group>.refused``, the offset
+``letters << 32 | (batch + 1) mod 2**32`` (:func:`pack_refused`), ``letters`` all the
+partition's letters, its bad records and the refused ones; the replay takes that count
+instead of its own when the batch bits are its own (:func:`unpack_refused`). The
 total, not the refused records alone: a replay whose size check sets a refused record
 aside itself (``max_record_bytes`` lowered since) would count it twice.
 """
@@ -74,7 +75,7 @@ def letters_group(marker_group: str) -> str:
 
 def refused_group(marker_group: str) -> str:
     """The group whose committed offset counts the letters of a partition's committed
-    transaction when the producer or broker refused some of its records."""
+    transaction when it has any (bad records, records the producer or broker refused)."""
     return marker_group + REFUSED_SUFFIX
 
 

@@ -348,8 +348,9 @@ class PartitionWriter:
 
     def _read_refused(self) -> int:
         """How many letters the committed transaction of this batch sent to the
-        dead-letter topic when it refused records (the refused group's offset,
-        :mod:`fanout_kafka.journal`); 0 when it refused none."""
+        dead-letter topic (the refused group's offset, :mod:`fanout_kafka.journal`); 0
+        when it committed no count: no letters, or a version that counted them only when
+        it refused records."""
         settings = self.settings
         config = {
             **settings.consumer_config(self.partition),
