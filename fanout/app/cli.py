@@ -3,7 +3,8 @@ plugins contribute (``fanout migrate`` comes with fanout-postgres) through
 :func:`fanout.hooks.specs.fanout_cli_commands`.
 
 Exit codes: 0 success, 1 failure (also a sink whose target cannot be reached when it is
-opened: the options may be right), 2 configuration error (bad arguments or options);
+opened: the options may be right; ``fanout run`` and ``fanout validate`` alike),
+2 configuration error (bad arguments or options);
 ``fanout run`` also 3 when it ends (its trigger, or a signal's clean stop) with a lagging
 sink still missing batches, and 128 + the signal's number when a stop abandons a batch
 (:func:`fanout.app.runner.run`).

@@ -16,10 +16,15 @@ over; ``fanout run`` calls it from its wait loop and once more at the end, then 
         time.sleep(1)
 
 A line reads ``batch 3: 30 rows in | bronze 30 rows 0.41s, paid 12 rows 0.38s |
-skipped latest | lag 1.2s``: the written sinks in the configured order (``bronze 30 rows
-already written 0.05s``: the successful attempt found, by the sink's own records, that an
-earlier one had committed the batch, :attr:`SinkResult.already_written`: a run that crashed
-before its ledger mark, or this batch's attempt that committed and then failed);
+skipped latest | lag 1.2s``: the written sinks in the configured order. ``bronze 30 rows
+already written by an earlier run 0.05s``: the successful attempt found, by the sink's own
+records, the batch committed before it (:attr:`SinkResult.already_written`), in the run's
+first batch (the one Spark replays after a crash; no later batch can have been written by
+an earlier run) and at the batch's first attempt: a run that crashed after the write,
+before its ledger mark; ``... by an earlier attempt``: a later batch, so an attempt in this
+run committed the rows (a retry's predecessor that committed and then failed, a Kafka
+partition's speculative copy); ``... by an earlier run or attempt``: a retry in the first
+batch, which cannot tell the two apart (the failed attempt may have written nothing).
 ``skipped`` only when the ledger said some sinks already held the batch (a replay); lag is
 the time from the start of the batch's trigger (Spark picked its input up) to the last
 sink's ledger mark.
@@ -55,6 +60,7 @@ class BatchProgress:
     skipped: list[str] = field(default_factory=list)
     sinks: dict[str, tuple[int, float]] = field(default_factory=dict)  # name: (rows, seconds)
     held: set[str] = field(default_factory=set)  # sinks whose own records held the batch
+    retried: set[str] = field(default_factory=set)  # sinks written by a retry here
     failures: dict[str, str] = field(default_factory=dict)
     lags: list[str] = field(default_factory=list)  # sinks behind, described
     caught_up: dict[str, int] = field(default_factory=dict)  # sink: batches caught up
@@ -75,11 +81,13 @@ class ProgressObserver:
         self._batches: dict[int, BatchProgress] = {}
         self._reported: set[int] = set()
         self.input_rows = 0
-        self.rows: dict[str, int] = {}
+        self.rows: dict[str, int] = {}  # written by the batches' attempts
+        self.held_rows: dict[str, int] = {}  # found already written (a replay, a retry)
         self.seconds: dict[str, float] = {}
         self.skipped = 0
         self.failed = 0
         self._live: int | None = None  # the batch in flight
+        self._first: int | None = None  # the run's first batch: the only possible replay
         self._caught_up: dict[str, int] = {}  # since the last line
         self.caught_up_rows: dict[str, int] = {}  # the catch-up's writes, for the summary
         self.caught_up_batches: dict[str, int] = {}
@@ -91,9 +99,19 @@ class ProgressObserver:
         """A batch began: remember the sinks the ledger says already hold it."""
         with self._lock:
             self._live = info.batch_id
+            if self._first is None:
+                self._first = info.batch_id
             self._batches[info.batch_id] = BatchProgress(
                 info.batch_id, pending=list(pending), skipped=list(skipped)
             )
+
+    @hookimpl
+    def fanout_sink_start(self, info: BatchInfo, sink: str, attempt: int) -> None:
+        """An attempt of a sink's write: a retry of the live batch is remembered."""
+        with self._lock:
+            batch = self._batches.get(info.batch_id)
+            if attempt > 1 and batch is not None and info.batch_id == self._live:
+                batch.retried.add(sink)
 
     @hookimpl
     def fanout_sink_done(
@@ -103,8 +121,11 @@ class ProgressObserver:
         with self._lock:
             if self._live is not None and info.batch_id != self._live:
                 self._caught_up[sink] = self._caught_up.get(sink, 0) + 1
-                self.caught_up_batches[sink] = self.caught_up_batches.get(sink, 0) + 1
-                self.caught_up_rows[sink] = self.caught_up_rows.get(sink, 0) + result.rows
+                if result.already_written:  # an abandoned write's commit landed meanwhile
+                    self.held_rows[sink] = self.held_rows.get(sink, 0) + result.rows
+                else:
+                    self.caught_up_batches[sink] = self.caught_up_batches.get(sink, 0) + 1
+                    self.caught_up_rows[sink] = self.caught_up_rows.get(sink, 0) + result.rows
                 return
             batch = self._batches.setdefault(info.batch_id, BatchProgress(info.batch_id))
             batch.sinks[sink] = (result.rows, duration_s)
@@ -181,12 +202,14 @@ class ProgressObserver:
         order += [s for s in batch.sinks if s not in order]
         written = ", ".join(
             f"{name} {batch.sinks[name][0]} rows"
-            + (" already written" if name in batch.held else "")
+            + _held(name, batch, first=batch.batch_id == self._first)
             + f" {batch.sinks[name][1]:.2f}s"
             for name in order
         )
         for name, (rows, seconds) in batch.sinks.items():
-            self.rows[name] = self.rows.get(name, 0) + rows
+            counts = self.held_rows if name in batch.held else self.rows
+            counts[name] = counts.get(name, 0) + rows
+            self.rows.setdefault(name, 0)
             self.seconds[name] = self.seconds.get(name, 0.0) + seconds
         self.skipped += len(batch.skipped)
         self.input_rows += rows_in or 0
@@ -224,23 +247,39 @@ class ProgressObserver:
                     else ""
                 )
             ]
-            lines += [
-                self._sink_summary(name) for name in sorted({*self.rows, *self.caught_up_rows})
-            ]
+            names = {*self.rows, *self.caught_up_rows, *self.held_rows}
+            lines += [self._sink_summary(name) for name in sorted(names)]
         return "\n".join(lines)
 
     def _sink_summary(self, name: str) -> str:
-        """``  clicks_pg: 2800 rows in 58.32s, 2160 rows in 5 batches caught up``: a lagging
-        sink's catch-up writes count too, or it would look short of the rows it holds."""
+        """``  clicks_pg: 2800 rows written in 58.32s, 2160 rows in 5 batches caught up, 30
+        rows already there``: a lagging sink's catch-up writes count too, or it would look
+        short of the rows it holds; rows its writes found already written (a replay, a
+        retry after a commit) are counted apart, or a replay that wrote nothing would
+        report them written."""
         parts = []
-        if name in self.rows:
-            parts.append(f"{self.rows[name]} rows in {self.seconds[name]:.2f}s")
+        if name in self.seconds:
+            parts.append(f"{self.rows.get(name, 0)} rows written in {self.seconds[name]:.2f}s")
         if batches := self.caught_up_batches.get(name):
             parts.append(
-                f"{self.caught_up_rows[name]} rows in {batches} batch"
+                f"{self.caught_up_rows.get(name, 0)} rows in {batches} batch"
                 f"{'' if batches == 1 else 'es'} caught up"
             )
+        if name in self.held_rows:
+            parts.append(f"{self.held_rows[name]} rows already there")
         return f"  {name}: {', '.join(parts)}"
+
+
+def _held(name: str, batch: BatchProgress, *, first: bool) -> str:
+    """What the line says of a sink whose write found the batch already written: by whom.
+    ``first``: the run's first batch, the only one an earlier run can have written."""
+    if name not in batch.held:
+        return ""
+    if not first:
+        return " already written by an earlier attempt"
+    if name in batch.retried:
+        return " already written by an earlier run or attempt"
+    return " already written by an earlier run"
 
 
 def _by_batch(spark_progress: Sequence[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:

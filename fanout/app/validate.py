@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, TextIO
 
 from fanout.app.config import PipelineConfig
 from fanout.contract.sink import Sink, SinkContext
 from fanout.delta_tables.io import one_line
-from fanout.errors import ConfigurationError
+from fanout.errors import ConfigurationError, SinkUnreachableError
 from fanout.observe.logs import register_secrets
 from fanout.observe.secrets import masked_error
 
@@ -35,11 +36,14 @@ class Check:
 
     ``kind`` ``"skipped"``: not checked, ``problem`` saying why (not a failure);
     ``"info"``: what a run would create or change (``what``), not a check.
+    ``unreachable``: the check failed because a target could not be reached
+    (:class:`fanout.SinkUnreachableError`), not because of the file.
     """
 
     what: str
     problem: str | None = None
     kind: Literal["check", "skipped", "info"] = "check"
+    unreachable: bool = False
 
     @property
     def failed(self) -> bool:
@@ -75,7 +79,8 @@ def _check(checks: list[Check], what: str, step: Callable[[], Any]) -> Any:
         result = step()
     except Exception as exc:
         text = str(exc).strip()
-        checks.append(Check(what, one_line(text) if text else type(exc).__name__))
+        problem = one_line(text) if text else type(exc).__name__
+        checks.append(Check(what, problem, unreachable=isinstance(exc, SinkUnreachableError)))
         return None
     checks.append(Check(what))
     return result
@@ -245,7 +250,9 @@ def _sink_checks(
         try:
             sink.open(SinkContext(pipeline, spark, dead_letters, checking=True, changes=changes))
         except Exception as exc:  # the checklist is printed and returned: masked here already
-            masked = masked_error(exc, secrets, ConfigurationError, str(exc))
+            unreachable = isinstance(exc, SinkUnreachableError)
+            rebuild = partial(_unreachable, sink=name) if unreachable else ConfigurationError
+            masked = masked_error(exc, secrets, rebuild, str(exc))
             if masked is not None:
                 raise masked from None
             raise
@@ -306,14 +313,28 @@ def arrow_schema(schema: Any) -> Any:
     return to_arrow_schema(schema, timezone="UTC")
 
 
+def _unreachable(text: str, sink: str = "") -> SinkUnreachableError:
+    """A :class:`SinkUnreachableError` of ``text`` as it is (it names its sinks already:
+    the class's own constructor would prefix one more ``sink '...': ``)."""
+    error = SinkUnreachableError.__new__(SinkUnreachableError)
+    Exception.__init__(error, text)
+    error.sink, error.batch_id = sink, None
+    return error
+
+
 def report(checks: list[Check], out: TextIO) -> None:
-    """Print the checklist; raise :class:`ConfigurationError` listing every failure."""
+    """Print the checklist; raise :class:`ConfigurationError` listing every failure, or
+    :class:`SinkUnreachableError` when every failure is a target that could not be reached
+    (exit 1, as ``fanout run`` exits for it: the file may be right)."""
     for check in checks:
         out.write(check.line() + "\n")
     counted = [c for c in checks if c.kind != "info"]
     failed = [c for c in counted if c.failed]
     if failed:
-        raise ConfigurationError(
-            f"{len(failed)} of {len(counted)} checks failed:\n"
-            + "\n".join(f"  - {c.what}: {c.problem}" for c in failed)
+        text = f"{len(failed)} of {len(counted)} checks failed:\n" + "\n".join(
+            f"  - {c.what}: {c.problem}" for c in failed
         )
+        if all(c.unreachable for c in failed):
+            sinks = ", ".join(c.what.split(":")[0].removeprefix("sink ") for c in failed)
+            raise _unreachable(text, sinks)
+        raise ConfigurationError(text)

@@ -7,6 +7,8 @@ per-sink metrics also ``sink``:
 - ``fanout_batches_total{outcome}``: micro-batches committed (``committed``) or failed;
 - ``fanout_batch_duration_seconds``: wall time of each batch's fan-out;
 - ``fanout_rows_written_total{sink}`` and ``fanout_dead_lettered_rows_total{sink}``;
+  ``fanout_rows_already_written_total{sink}``: rows of batches a sink found written
+  already by its own records (a replay, a retry after a commit), not written again;
 - ``fanout_sink_duration_seconds{sink}``: time of each successful write;
 - ``fanout_sink_retries_total{sink}`` and ``fanout_sink_failures_total{sink}`` (attempts
   that failed for good);
@@ -55,6 +57,12 @@ class MetricsObserver:
             "fanout_batch_duration_seconds", "Fan-out time per micro-batch", ["pipeline"], **kw
         )
         self.rows = Counter("fanout_rows_written", "Rows written per sink", sink, **kw)
+        self.held = Counter(
+            "fanout_rows_already_written",
+            "Rows a sink found already written (a replay, a retry), not written again",
+            sink,
+            **kw,
+        )
         self.dead = Counter(
             "fanout_dead_lettered_rows", "Rows sent to a sink's dead-letter target", sink, **kw
         )
@@ -173,7 +181,9 @@ class MetricsObserver:
 
     def _count_committed(self, info: BatchInfo, results: Mapping[str, SinkResult]) -> None:
         for sink, result in results.items():
-            self.rows.labels(self.pipeline, sink).inc(result.rows)
+            written = self.rows.labels(self.pipeline, sink)
+            held = self.held.labels(self.pipeline, sink)  # both shown, 0 until counted
+            (held if result.already_written else written).inc(result.rows)
             self.dead.labels(self.pipeline, sink).inc(result.dead_lettered)
             self.last_batch.labels(self.pipeline, sink).set(info.batch_id)
 

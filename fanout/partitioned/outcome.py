@@ -45,6 +45,10 @@ class PartitionOutcome:
     :param letters: refused rows for the driver to hand to the sink's dead-letter target
         (JSON-able mappings; the sink turns them into dead letters).
     :param counters: small counts of the sink's own (e.g. PostgreSQL's ``changed``).
+    :param rival: (``skipped`` only) another attempt of this partition's Spark task (a
+        speculative copy, a retried task's predecessor) committed it while this one ran,
+        after this one found it unwritten: the rows reached the target in this write of
+        the batch, not before it (no replay).
     """
 
     partition: int
@@ -55,6 +59,7 @@ class PartitionOutcome:
     letters: Sequence[Mapping[str, Any]] = ()
     counters: Mapping[str, int] = field(default_factory=dict)
     failure: PartitionFailure | None = None
+    rival: bool = False
 
     def to_json(self) -> str:
         """The outcome as the result row's text."""

@@ -501,6 +501,8 @@ class PartitionedSink(Sink):
     def _roll_up(self, outcomes: Sequence[PartitionOutcome]) -> SinkResult:
         skipped = [o.partition for o in outcomes if o.status == "skipped"]
         committed = [o.partition for o in outcomes if o.status == "committed"]
+        # a partition a rival attempt committed during this write was not held before it
+        written_now = committed or [o.partition for o in outcomes if o.rival]
         details = {
             "written": sum(o.written for o in outcomes),
             "committed_partitions": committed,
@@ -511,5 +513,5 @@ class PartitionedSink(Sink):
             rows=sum(o.rows for o in outcomes),
             details=details,
             dead_lettered=sum(o.dead_lettered for o in outcomes),
-            already_written=bool(skipped) and not committed,
+            already_written=bool(skipped) and not written_now,
         )

@@ -4,6 +4,7 @@ traces go to a file it names (issue 14, item 3)."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -221,3 +222,69 @@ def test_a_sink_host_name_that_does_not_resolve_is_not_told_to_wait_for_an_answe
     )
     assert error[1:] == UNREACHABLE_NEXT
     assert "Wr0ngPassw0rd" not in done.stdout + done.stderr
+
+
+def _closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then closed)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_validate_and_run_exit_alike_for_a_sink_on_a_closed_port(tmp_path: Path) -> None:
+    """A PostgreSQL sink pointing at a port nothing listens on: `fanout run` exited 1
+    (`sink unreachable`) and `fanout validate` 2 (`configuration error`), so a script
+    branching on the code got two answers for one target. Both exit 1 now, saying so."""
+    (tmp_path / "input").mkdir()
+    (tmp_path / "input" / "a.json").write_text(json.dumps({"order_id": 7, "amount": 1.0}))
+    url = f"postgresql+psycopg2://app:Wr0ngPassw0rd@127.0.0.1:{_closed_port()}/db"
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        PIPELINE.format(data=tmp_path)
+        + f'\n[[sinks]]\ntype = "postgres"\nname = "pg"\nurl = "{url}"\ntable = "orders"\n'
+        'keys = ["order_id"]\ncreate_table = true\n'
+    )
+    codes, errors = {}, {}
+    for command in ("validate", "run"):
+        done = subprocess.run(
+            [sys.executable, "-m", "fanout.app.cli", command, str(config)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        codes[command] = done.returncode
+        errors[command] = done.stderr[done.stderr.index("fanout: ") :].splitlines()
+        assert "Wr0ngPassw0rd" not in done.stdout + done.stderr
+    assert codes == {"validate": 1, "run": 1}, errors
+    assert errors["validate"][0] == "fanout: sink unreachable: 1 of 10 checks failed:"
+    assert errors["validate"][1].startswith(
+        "  - sink pg: opens its target: sink 'pg': cannot open: OperationalError: "
+    )
+    assert errors["validate"][2:] == UNREACHABLE_NEXT
+    assert errors["run"][0].startswith("fanout: sink unreachable: sink 'pg': cannot open: ")
+    assert errors["run"][1:] == UNREACHABLE_NEXT
+
+
+def test_validate_exits_2_when_a_mistake_in_the_file_comes_with_an_unreachable_sink(
+    tmp_path: Path,
+) -> None:
+    """The unreachable sink alone would exit 1; a route naming a column the source does
+    not have, beside it, is a mistake in the file: exit 2, both failures listed."""
+    (tmp_path / "input").mkdir()
+    url = f"postgresql+psycopg2://app:pw@127.0.0.1:{_closed_port()}/db"
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        PIPELINE.format(data=tmp_path)
+        + f'\n[[sinks]]\ntype = "postgres"\nname = "pg"\nurl = "{url}"\ntable = "orders"\n'
+        'keys = ["order_id"]\ncreate_table = true\n'
+        '\n[[sinks]]\ntype = "delta"\nname = "typo"\npath = "'
+        + str(tmp_path / "typo")
+        + '"\nselect = ["order_id", "amout * 100 AS cents"]\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "fanout.app.cli", "validate", str(config)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr[-3000:]
+    error = done.stderr[done.stderr.index("fanout: configuration error: ") :].splitlines()
+    assert error[0] == "fanout: configuration error: 2 of 13 checks failed:"
+    assert error[1].startswith("  - sink pg: opens its target: sink 'pg': cannot open: ")
+    assert error[2].startswith("  - sink typo: route resolves")

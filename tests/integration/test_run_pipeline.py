@@ -279,7 +279,7 @@ def test_run_prints_one_line_per_batch_and_a_summary(tmp_path: Path) -> None:
         assert line.startswith(expected) and re.fullmatch(r"\d+\.\ds", line[len(expected) :]), line
     assert lines[4:] == [
         "pipeline 'progress': 3 batches, 30 rows in",
-        "  bronze: 30 rows in T",
-        f"  paid: {sum(paid)} rows in T",
+        "  bronze: 30 rows written in T",
+        f"  paid: {sum(paid)} rows written in T",
         "pipeline 'progress' finished (last committed batch 2)",
     ]

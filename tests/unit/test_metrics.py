@@ -57,9 +57,30 @@ def test_counters_match_the_ledger() -> None:
         assert observer.value("fanout_batches_total", outcome="failed") == 1
         assert observer.value("fanout_batch_duration_seconds_count") == 3
 
+        assert observer.value("fanout_rows_already_written_total", sink="plain") == 0
+
         scraped = urllib.request.urlopen(f"http://127.0.0.1:{observer.port}/metrics").read()
         text = scraped.decode()
         assert 'fanout_rows_written_total{pipeline="m",sink="plain"} 9.0' in text
         assert 'fanout_batches_total{outcome="failed",pipeline="m"} 1.0' in text
     finally:
         observer.stop()
+
+
+class HeldAlready(RecordingSink):
+    """Finds every batch written already by its own records (a replay after a lost mark)."""
+
+    def write(self, batch: object) -> SinkResult:
+        return SinkResult(rows=3, already_written=True)
+
+
+def test_rows_found_already_written_are_counted_apart() -> None:
+    """A replay that wrote nothing counted its batch's rows in fanout_rows_written_total."""
+    observer = MetricsObserver("m")
+    fan = FanOut("m", MemoryLedger(), [HeldAlready("pg"), RecordingSink("lake")],
+                 plugins=[observer])  # fmt: skip
+    fan.process(ArrowFrame(pa.table({"x": [1, 2, 3]})), BatchInfo("m", 0, "q"))
+    assert observer.value("fanout_rows_written_total", sink="pg") == 0
+    assert observer.value("fanout_rows_already_written_total", sink="pg") == 3
+    assert observer.value("fanout_rows_written_total", sink="lake") == 3
+    assert observer.value("fanout_rows_already_written_total", sink="lake") == 0

@@ -12,7 +12,7 @@ from fanout import BatchFailedError, FanOut
 from fanout.app.progress import ProgressObserver
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.sink import SinkResult
-from fanout.errors import SinkWriteError
+from fanout.errors import SinkWriteError, TransientSinkError
 from fanout.ledger.memory import MemoryLedger
 from fanout.testing import ArrowFrame, RecordingSink
 
@@ -76,8 +76,8 @@ def test_one_line_per_batch_once_spark_reports_it_and_a_summary() -> None:
     assert lines[1] == "batch 1: ? rows in | nothing to write | skipped bronze, paid"
     assert _normalise(progress.summary("orders")).splitlines() == [
         "pipeline 'orders': 2 batches, 3 rows in, 2 sink writes skipped (already committed)",
-        "  bronze: 3 rows in T",
-        "  paid: 3 rows in T",
+        "  bronze: 3 rows written in T",
+        "  paid: 3 rows written in T",
     ]
 
 
@@ -101,7 +101,66 @@ def test_a_sink_finding_the_batch_written_by_its_own_records_says_so() -> None:
     fan.process(_frame(1, 2), BatchInfo("orders", 0))
     progress.flush([], out)
     assert _normalise(out.getvalue()).splitlines() == [
-        "batch 0: ? rows in | latest 2 rows already written T, bronze 2 rows T"
+        "batch 0: ? rows in | latest 2 rows already written by an earlier run T, bronze 2 rows T"
+    ]
+    # a replay that wrote nothing did not write those rows (the summary said "2 rows in")
+    assert _normalise(progress.summary("orders")).splitlines() == [
+        "pipeline 'orders': 1 batch, 0 rows in",
+        "  bronze: 2 rows written in T",
+        "  latest: 0 rows written in T, 2 rows already there",
+    ]
+
+
+class CommitsThenFails(RecordingSink):
+    """Commits the batch, then fails (a lost connection after the commit): the retry finds
+    it written by its own records."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        """The first attempt commits and raises; later ones find the batch."""
+        if batch.attempt == 1:
+            raise TransientSinkError("connection lost after the commit", sink=self.name,
+                                     batch_id=batch.batch_id)  # fmt: skip
+        return SinkResult(batch.arrow().num_rows, already_written=True)
+
+
+def test_a_retry_finding_its_own_batch_written_is_not_called_a_replay() -> None:
+    """The line said ``already written`` (read: a run before this one wrote it) when this
+    run's first attempt had committed the rows and then failed. In the run's first batch
+    (which Spark replays after a crash) the failed attempt may have written nothing, the
+    earlier run everything: the line said ``by an earlier attempt`` there too, that the
+    rows reached the target in this run."""
+    progress = ProgressObserver()
+    fan = FanOut(
+        "orders", MemoryLedger(), [CommitsThenFails("pg")], plugins=[progress], backoff_s=0
+    )
+    out = io.StringIO()
+    fan.process(_frame(1, 2, 3), BatchInfo("orders", 4))
+    fan.process(_frame(4, 5), BatchInfo("orders", 5))
+    progress.flush([], out)
+    assert _normalise(out.getvalue()).splitlines() == [
+        "batch 4: ? rows in | pg 3 rows already written by an earlier run or attempt T",
+        "batch 5: ? rows in | pg 2 rows already written by an earlier attempt T",
+    ]
+    assert _normalise(progress.summary("orders")).splitlines() == [
+        "pipeline 'orders': 2 batches, 0 rows in",
+        "  pg: 0 rows written in T, 5 rows already there",
+    ]
+
+
+def test_a_later_batch_found_written_at_its_first_attempt_is_not_called_a_replay() -> None:
+    """Only the run's first batch can be one an earlier run wrote (Spark replays the batch
+    it had not committed, then goes on to new ones): a later batch a sink finds written at
+    its first attempt was written in this run (a Kafka partition's speculative copy that
+    began after the original committed), but the line said ``by an earlier run``."""
+    progress = ProgressObserver()
+    fan = FanOut("orders", MemoryLedger(), [HeldAlready("events")], plugins=[progress])
+    out = io.StringIO()
+    fan.process(_frame(1, 2), BatchInfo("orders", 7))
+    fan.process(_frame(3), BatchInfo("orders", 8))
+    progress.flush([], out)
+    assert _normalise(out.getvalue()).splitlines() == [
+        "batch 7: ? rows in | events 2 rows already written by an earlier run T",
+        "batch 8: ? rows in | events 1 rows already written by an earlier attempt T",
     ]
 
 
@@ -153,9 +212,28 @@ def test_the_summary_counts_the_rows_a_lagging_sink_caught_up() -> None:
     assert out.getvalue().endswith("| clicks_pg caught up 2 batch(es)\n")
     assert progress.summary("clicks").splitlines() == [
         "pipeline 'clicks': 1 batch, 0 rows in",
-        "  bronze: 4 rows in 0.25s",
+        "  bronze: 4 rows written in 0.25s",
         "  catchup_only: 3 rows in 1 batch caught up",
-        "  clicks_pg: 4 rows in 0.25s, 9 rows in 2 batches caught up",
+        "  clicks_pg: 4 rows written in 0.25s, 9 rows in 2 batches caught up",
+    ]
+
+
+def test_a_catch_up_finding_a_batch_written_counts_its_rows_apart() -> None:
+    """An abandoned write whose commit landed: its catch-up finds the batch written and
+    wrote nothing, but the summary counted its rows caught up."""
+    progress = ProgressObserver()
+    info = BatchInfo("clicks", 5)
+    progress.fanout_batch_start(info, ["lake"], [])
+    progress.fanout_sink_done(
+        BatchInfo("clicks", 4), "lake", SinkResult(6, already_written=True), 0.5
+    )
+    progress.fanout_sink_done(BatchInfo("clicks", 3), "lake", SinkResult(2), 0.5)
+    progress.fanout_sink_done(info, "lake", SinkResult(4), 0.25)
+    progress.fanout_batch_end(info, {})
+    progress.flush([], io.StringIO())
+    assert progress.summary("clicks").splitlines() == [
+        "pipeline 'clicks': 1 batch, 0 rows in",
+        "  lake: 4 rows written in 0.25s, 2 rows in 1 batch caught up, 6 rows already there",
     ]
 
 

@@ -25,11 +25,12 @@ committed had parked them already.
 
 A ``kafka:`` dead-letter topic needs no journal (its letters commit in the partition's own
 transaction), but a replay still has to *count* them as the attempt that committed did:
-its own bad records it finds again, the records the producer or broker refused it cannot.
-So a transaction with refused records also commits, for group ``<marker group>.refused``,
-the offset ``letters << 32 | (batch + 1) mod 2**32`` (:func:`pack_refused`), ``letters``
-all the partition's letters, its bad records and the refused ones; the replay takes that
-count instead of its own when the batch bits are its own (:func:`unpack_refused`). The
+its own bad records it finds again (unless its size check, raised since, lets one through),
+the records the producer or broker refused it cannot. So a transaction with dead letters
+also commits, for group ``<marker group>.refused``, the offset
+``letters << 32 | (batch + 1) mod 2**32`` (:func:`pack_refused`), ``letters`` all the
+partition's letters, its bad records and the refused ones; the replay takes that count
+instead of its own when the batch bits are its own (:func:`unpack_refused`). The
 total, not the refused records alone: a replay whose size check sets a refused record
 aside itself (``max_record_bytes`` lowered since) would count it twice.
 """
@@ -74,7 +75,7 @@ def letters_group(marker_group: str) -> str:
 
 def refused_group(marker_group: str) -> str:
     """The group whose committed offset counts the letters of a partition's committed
-    transaction when the producer or broker refused some of its records."""
+    transaction when it has any (bad records, records the producer or broker refused)."""
     return marker_group + REFUSED_SUFFIX
 
 
@@ -87,7 +88,7 @@ def pack_refused(batch_id: int, letters: int) -> int:
 def unpack_refused(offset: int, batch_id: int) -> int:
     """The letters count an offset of :func:`pack_refused` holds for ``batch_id``: 0 when
     none was committed (a negative offset) or it is another batch's (a committed count is
-    never 0: it counts at least the refused records)."""
+    never 0: it is committed only for a transaction with letters)."""
     if offset < 0 or offset % 2**_REFUSED_BATCH_BITS != (batch_id + 1) % 2**_REFUSED_BATCH_BITS:
         return 0
     return offset >> _REFUSED_BATCH_BITS

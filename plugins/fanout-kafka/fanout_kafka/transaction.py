@@ -153,7 +153,7 @@ class PartitionWriter:
             try:
                 written, letters = self.commit(records, bad)
             except _WrittenMeanwhile:
-                return self._skipped(records, bad)
+                return self._skipped(records, bad, rival=True)
             # the rows written: a refused row counts in dead_lettered only (SinkResult.rows)
             return PartitionOutcome(self.partition, "committed", rows - len(letters), written,
                                     dead_lettered=len(letters))  # fmt: skip
@@ -195,16 +195,20 @@ class PartitionWriter:
                 if not waits or time.monotonic() >= deadline:
                     return None
                 time.sleep(FENCER_POLL_S)
-            return self._skipped(records, bad)
+            return self._skipped(records, bad, rival=True)
         except Exception as exc:
             log.debug("%s: marker not read after fencing: %s", self.transactional_id, exc)
             return None
 
-    def _skipped(self, records: list[Record], bad: list[BadRecord]) -> PartitionOutcome:
-        """The outcome of a partition another attempt committed (its letters parked)."""
+    def _skipped(
+        self, records: list[Record], bad: list[BadRecord], *, rival: bool = False
+    ) -> PartitionOutcome:
+        """The outcome of a partition another attempt committed (its letters parked):
+        ``rival`` when that attempt committed it while this one ran (the marker did not
+        hold the batch when this one read it after fencing the earlier attempts)."""
         letters = self._park_committed(records, bad)
         rows = len(records) + len(bad) - letters  # as "committed" counts them
-        return PartitionOutcome(self.partition, "skipped", rows, dead_lettered=letters)
+        return PartitionOutcome(self.partition, "skipped", rows, dead_lettered=letters, rival=rival)
 
     # -- the steps ------------------------------------------------------------------------
 
@@ -327,9 +331,10 @@ class PartitionWriter:
         (once: the target's transaction id skips them when the committed attempt parked
         them already). Returns how many letters the partition has."""
         if self.settings.dead_letters is None:
-            # a dead-letter topic: they committed with the records; when the producer or
-            # broker refused some (the replay cannot find them), the refused group counts
-            # them all
+            # a dead-letter topic: they committed with the records, and the refused group
+            # counts them all (the replay's own checks may find fewer: records the producer
+            # or broker refused, or a size check since raised; none counted by a version
+            # that committed the count only for refused records, or no letters)
             committed = self._read_refused() if self.settings.dead_topic is not None else 0
             return committed or len(bad)
         entries = self._read_journal()
@@ -343,8 +348,9 @@ class PartitionWriter:
 
     def _read_refused(self) -> int:
         """How many letters the committed transaction of this batch sent to the
-        dead-letter topic when it refused records (the refused group's offset,
-        :mod:`fanout_kafka.journal`); 0 when it refused none."""
+        dead-letter topic (the refused group's offset, :mod:`fanout_kafka.journal`); 0
+        when it committed no count: no letters, or a version that counted them only when
+        it refused records."""
         settings = self.settings
         config = {
             **settings.consumer_config(self.partition),
@@ -495,7 +501,9 @@ class PartitionWriter:
                     lambda: producer.send_offsets_to_transaction([plan], group, self._timeout),
                 )
             self._send_target(producer)
-            if settings.dead_topic is not None and refused_before:
+            if settings.dead_topic is not None and bad:
+                # every letter counted, not only the refused: a replay's size check may
+                # let a record through that this one set aside
                 self._send_refused(producer, len(bad))
             if journal_value is not None:
                 self._send_journal_offset(producer, journal_offset)

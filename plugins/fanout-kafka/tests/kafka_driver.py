@@ -2,6 +2,7 @@
 
 usage: python driver.py WORKDIR BOOTSTRAP TOPIC PIPELINE [--kill BATCH:PARTITION]
        [--partitions N] [--keyless] [--select EXPR ...] [--dead-letter TARGET]
+       [--max-record-bytes N]
 
 Runs on local[1]: partitions are written one after another, so "killed after partition
 k committed" means partitions 0..k hold the batch and the others do not. Prints one JSON
@@ -53,10 +54,13 @@ def main() -> None:
     parser.add_argument("--keyless", action="store_true", help="no key: hash the whole row")
     parser.add_argument("--select", nargs="+", help="the sink's route: select expressions")
     parser.add_argument("--dead-letter", help="the sink's dead_letter option")
+    parser.add_argument("--max-record-bytes", type=int, help="the sink's max_record_bytes")
     args = parser.parse_args()
     options = {"bootstrap_servers": args.bootstrap, "topic": args.topic,
                "key": None if args.keyless else "order_id",
                "partitions": args.partitions, "dead_letter": args.dead_letter}  # fmt: skip
+    if args.max_record_bytes is not None:
+        options["max_record_bytes"] = args.max_record_bytes
     plugins: list[object] = [PrintResults()]
     if args.kill:
         batch, partition = map(int, args.kill.split(":"))

@@ -144,3 +144,24 @@ def test_a_replay_whose_own_size_check_sets_the_refused_record_aside_counts_it_o
     assert (replay.status, replay.rows, replay.written, replay.dead_lettered) == (
         "skipped", 3, 0, 1,
     ), replay.failure  # fmt: skip
+
+
+def test_a_replay_whose_size_check_lets_the_letter_through_counts_it_as_the_commit_did(
+    kafka: Broker, topic: str
+) -> None:
+    """The commit's own size check set the big record aside (its letter in the topic); the
+    replay runs with a higher ``max_record_bytes`` (the topic's limit raised meanwhile), so
+    its check lets the record through and it skips the committed partition. It counted its
+    own bad records only: ``rows`` 4, ``dead_lettered`` 0, for a partition that wrote 3
+    and holds one letter."""
+    rows = [{"id": "big", "v": "b" * 3000}, *SMALL]
+    producer = {"message.max.bytes": 100_000, "linger.ms": 0}
+    done, again, _ = _write(kafka, topic, rows, max_record_bytes=1000, producer=producer)
+    assert (done.status, done.rows, done.dead_lettered) == ("committed", 3, 1), done.failure
+    replay, _, _ = _write(kafka, topic, rows, again=again, max_record_bytes=100_000,
+                          producer=producer)  # fmt: skip
+    assert (replay.status, replay.rows, replay.written, replay.dead_lettered) == (
+        "skipped", 3, 0, 1,
+    ), replay.failure  # fmt: skip
+    assert sorted(committed_values(kafka.bootstrap, topic)) == [b"v0", b"v1", b"v2"]
+    assert len(committed_records(kafka.bootstrap, again[1], 1)) == 1

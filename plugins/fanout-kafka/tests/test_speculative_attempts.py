@@ -79,9 +79,13 @@ def test_a_straggler_whose_copy_committed_while_it_waited_is_skipped(
     # outlived transaction_timeout_ms (and was fenced): but its copy holds the batch
     late = original.write(records, bad, prepared=True)
     thread.join()
-    assert (late.status, late.written, late.failure) == ("skipped", 0, None)
+    # the copy committed it while the original ran: written in this write, not before it
+    assert (late.status, late.written, late.failure, late.rival) == ("skipped", 0, None, True)
     assert committed(kafka, topic) == [(f"k{i}", "copy") for i in range(5)]
     assert marker(kafka.bootstrap, pipeline, "events", 0, "__fanout_markers") == 1
+    # a replay finds it committed before it began: no rival's
+    replay = PartitionWriter(settings, partition=0, batch_id=0).run([pa_batch("replay")])
+    assert (replay.status, replay.rival) == ("skipped", False)
 
 
 @pytest.mark.parametrize("speculation", [True, None])  # on, or not known: a copy may run
@@ -112,7 +116,7 @@ def test_an_original_fenced_by_a_copy_still_writing_waits_for_its_commit(
     waited = time.monotonic() - started
     thread.join()
     assert [(o.status, o.written) for o in outcomes] == [("committed", 5)]
-    assert (late.status, late.written, late.failure) == ("skipped", 0, None)
+    assert (late.status, late.written, late.failure, late.rival) == ("skipped", 0, None, True)
     assert 2.0 < waited < 20.0
     assert committed(kafka, topic) == [(f"k{i}", "copy") for i in range(5)]
     assert marker(kafka.bootstrap, pipeline, "events", 0, "__fanout_markers") == 1
