@@ -120,10 +120,10 @@ class ProgressObserver:
         """A sink wrote the batch (or, for an older batch, caught it up)."""
         with self._lock:
             if self._live is not None and info.batch_id != self._live:
-                self._caught_up[sink] = self._caught_up.get(sink, 0) + 1
                 if result.already_written:  # an abandoned write's commit landed meanwhile
                     self.held_rows[sink] = self.held_rows.get(sink, 0) + result.rows
                 else:
+                    self._caught_up[sink] = self._caught_up.get(sink, 0) + 1
                     self.caught_up_batches[sink] = self.caught_up_batches.get(sink, 0) + 1
                     self.caught_up_rows[sink] = self.caught_up_rows.get(sink, 0) + result.rows
                 return

@@ -229,8 +229,11 @@ def test_a_catch_up_finding_a_batch_written_counts_its_rows_apart() -> None:
     )
     progress.fanout_sink_done(BatchInfo("clicks", 3), "lake", SinkResult(2), 0.5)
     progress.fanout_sink_done(info, "lake", SinkResult(4), 0.25)
+    progress.fanout_sink_lag(info, {}, None)
     progress.fanout_batch_end(info, {})
-    progress.flush([], io.StringIO())
+    out = io.StringIO()
+    progress.flush([], out)
+    assert out.getvalue().endswith("| lake caught up 1 batch(es)\n")  # the one it wrote
     assert progress.summary("clicks").splitlines() == [
         "pipeline 'clicks': 1 batch, 0 rows in",
         "  lake: 4 rows written in 0.25s, 2 rows in 1 batch caught up, 6 rows already there",
