@@ -186,8 +186,10 @@ def hold_back(
     """Step 3b: take out of ``state.pending`` every sink still behind (its batches come
     from the catch-up, in order); one past its ``max_lag`` is drained here first, and
     stops the query with :class:`fanout.LagLimitError` if it cannot catch up. A lag-policy
-    sink that could not be opened yet is tried once (and, opened, asked the lost-target
-    check); still closed, it misses the batch, and so does one whose target lost its last
+    sink that could not be opened yet is reopened (:meth:`fanout.steps.lag.Lagging.reopen`:
+    its open and lost-target check in a thread of their own, waited for only up to its
+    ``write_timeout_s``: a hung one must not stall the other sinks); until that has passed,
+    it misses the batch, and so does one whose target lost its last
     marked batch (:attr:`fanout.steps.lag.Lagging.lost`; either, past its ``max_lag``,
     stops the query, as a sink that cannot catch up does), and one whose write of an earlier batch,
     abandoned at its ``write_timeout_s``, still runs (``abandoned``; that batch, spooled,
@@ -207,7 +209,7 @@ def hold_back(
             if over_limit(specs[name], backlog, adding):
                 _drain_to_limit(state, lagging, specs[name], catchup, adding)  # it fails
         if (name in lagging.unopened or name in lagging.lost) and (
-            error := lagging.reopen(name)
+            error := lagging.reopen(name, wait=False)
         ) is not None:
             state.pending.remove(name)
             state.lagged[name] = error

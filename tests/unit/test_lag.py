@@ -436,6 +436,45 @@ def test_an_unreachable_lag_sink_gets_a_replayed_batch_the_others_hold(tmp_path:
         again.close()
 
 
+def test_a_reopened_sink_whose_check_raises_is_closed_before_it_is_opened_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reopen whose lost-target check raised (the ledger unreadable) left the sink open
+    and unopened: opened again at the next try without a close, a PostgreSQL sink's
+    connection pool leaked, one per try. Its close failing too is logged, not raised."""
+
+    class Counted(Unreachable):
+        def close(self) -> None:
+            super().close()
+            if self.closed == 1:
+                raise OSError("close failed")
+
+    down = Counted("down")
+    fan = FanOut("closing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    asked = fan.lagging.ask_target
+
+    def unreadable(sink: str) -> Any:
+        raise OSError("the ledger cannot be read")
+
+    fan.lagging.ask_target = unreadable
+    down.reachable = True
+    try:
+        for _ in range(3):
+            error = fan.lagging.reopen("down")
+            assert isinstance(error, OSError) and str(error) == "the ledger cannot be read"
+        assert (down.opened, down.closed) == (3, 3)  # each open closed before the next
+        assert fan.unopened == ("down",)
+        assert "sink 'down': close() after its failed check failed too: OSError: close " \
+            "failed" in caplog.text  # fmt: skip
+        fan.lagging.ask_target = asked
+        assert fan.lagging.reopen("down") is None
+        assert (down.opened, down.closed, fan.unopened) == (4, 3, ())
+    finally:
+        fan.close()
+
+
 def test_an_unreachable_lag_sink_past_its_max_lag_stops_the_query(tmp_path: Path) -> None:
     """A sink that could not be opened spools as one that fails: within its ``max_lag``
     (it spooled without bound before, never reaching the check)."""
