@@ -596,9 +596,7 @@ class FanOut:
         epoch, which the query owns (:func:`fanout.steps.resume.why_wait`)."""
         if self._targets_checked:
             return
-        opened = [n for n in self.sinks if n not in self._unopened]
-        view = self.ledger.lookup(self.pipeline, opened)
-        self._refuse_lost(view.epoch, view.marks)
+        self._lose(self._lost_on_ledger([n for n in self.sinks if n not in self._unopened]))
         self._targets_checked = True
 
     def _refuse_lost(self, epoch: int, marks: Mapping[str, int | None]) -> None:
@@ -626,9 +624,13 @@ class FanOut:
         """The lost-target check of a lagging sink that could not be opened at the run's
         start, asked once it is (:meth:`Lagging.reopen`), before its first write: about its
         marks of the ledger's current epoch, as the run's first batch asks the others."""
-        view = self.ledger.lookup(self.pipeline, [name])
-        lost = self._lost_targets({name: self.sinks[name]}, view.epoch, view.marks)
-        return lost.get(name)
+        return self._lost_on_ledger([name]).get(name)
+
+    def _lost_on_ledger(self, names: Sequence[str]) -> dict[str, TargetLostError]:
+        """The lost-target check of the sinks ``names`` (open) about their marks of the
+        ledger's current epoch, read now."""
+        view = self.ledger.lookup(self.pipeline, list(names))
+        return self._lost_targets({n: self.sinks[n] for n in names}, view.epoch, view.marks)
 
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         self._check_targets(state)  # 2b. once per run
