@@ -231,6 +231,12 @@ class Lagging:
             self.lost[sink] = error
             self.failed(sink, error)
 
+    def closed(self, sink: str) -> bool:
+        """Whether ``sink`` is unopened or lost (read at once: a reopen's thread moves it
+        from one to the other)."""
+        with self._lock:
+            return sink in self.lost or sink in self.unopened
+
     def reopen(self, sink: str, *, wait: bool = True) -> BaseException | None:
         """Open a sink that could not be opened when the pipeline started; ``None`` once
         it is open (now or before) and may be written, else the error.

@@ -203,7 +203,7 @@ def hold_back(
     lagging.saw_marks(state.info.epoch, state.marks)
     key = (state.info.epoch, state.batch_id)
     for name in sinks_in(list(state.pending), specs):
-        spec, closed = specs[name], name in lagging.lost or name in lagging.unopened
+        spec, closed = specs[name], lagging.closed(name)
         if closed:  # its spool bounded by max_lag all the same
             _within_limit(state, lagging, spec, catchup, lagging.backlog(name), may_go_live=False)
         if closed and (error := lagging.reopen(name, wait=False)) is not None:

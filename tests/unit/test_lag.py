@@ -475,6 +475,50 @@ def test_a_reopened_sink_whose_check_raises_is_closed_before_it_is_opened_again(
         fan.close()
 
 
+def test_a_hold_back_reading_a_reopen_outcome_mid_way_does_not_write_a_lost_target(
+    tmp_path: Path,
+) -> None:
+    """hold_back read ``lost`` then ``unopened`` without the lag state's lock: a reopen's
+    thread moving the sink from one to the other in between (its check said lost) made it
+    look open, and with no backlog yet it was written live."""
+    import threading
+
+    from fanout import TargetLostError
+    from fanout.steps.lag import Opening
+
+    down = Unreachable("down")
+    fan = FanOut("racing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    lagging = fan.lagging
+    lost = TargetLostError("table gone", sink="down", batch_id=0)
+    lagging.ask_target = lambda sink: lost
+    running = Opening()  # the reopen's thread, played by the test: no other starts
+    lagging._opening["down"] = running
+
+    class Racing(dict):  # type: ignore[type-arg]
+        fired = False
+
+        def __contains__(self, key: object) -> bool:
+            held = dict.__contains__(self, key)
+            if key == "down" and not Racing.fired:  # the thread's outcome lands now
+                Racing.fired = True
+                thread = threading.Thread(target=lagging._now_open, args=("down",))
+                thread.start()
+                thread.join(1.0)  # on the lock, it waits for the reader
+            return held
+
+    lagging.lost = Racing()
+    try:
+        results = fan.process(SchemaFrame([1]), BatchInfo("racing", 0, "q"))
+        assert list(results) == ["good"]
+        assert down.calls == []  # never written
+        assert lagging.reopen("down", wait=False) is lost
+    finally:
+        running.done.set()
+        fan.close()
+
+
 def test_an_unreachable_lag_sink_past_its_max_lag_stops_the_query(tmp_path: Path) -> None:
     """A sink that could not be opened spools as one that fails: within its ``max_lag``
     (it spooled without bound before, never reaching the check)."""
