@@ -296,6 +296,7 @@ class FanOut:
             pipeline_file=self.pipeline_file, abandoned=self.abandoned,
         )  # fmt: skip
         self.abandoned.on_done = self.catchup.wake
+        self.lagging.on_reopened = self.catchup.wake
         if self.spool is not None:
             self.spool.open()
             check_spooled_sinks(self.pipeline, self.specs, self.spool, self.lagging.needs)

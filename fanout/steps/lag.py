@@ -148,6 +148,8 @@ class Lagging:
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _opening: dict[str, Opening] = field(default_factory=dict, repr=False)
     """The reopens of sinks with ``write_timeout_s`` running in a thread of their own."""
+    on_reopened: Callable[[], None] | None = None
+    """Called when a reopen put its outcome in place (the catch-up is woken)."""
 
     @property
     def sinks(self) -> list[str]:
@@ -313,8 +315,10 @@ class Lagging:
                     error = exc
             if error is not None:
                 self._still_unopened(sink, error)
-                return
-            self._now_open(sink)
+            else:
+                self._now_open(sink)
+            if self.on_reopened is not None:
+                self.on_reopened()
 
         name = f"fanout-{self.pipeline}-{sink}-reopen"
         return Opening.run(name, work, None if first is None else first.started)

@@ -475,6 +475,48 @@ def test_a_reopened_sink_whose_check_raises_is_closed_before_it_is_opened_again(
         fan.close()
 
 
+def test_a_hanging_check_does_not_stall_the_catch_up_of_the_other_sinks(
+    tmp_path: Path,
+) -> None:
+    """The catch-up's thread waited, without ``write_timeout_s``, for a reopened sink's
+    check: one that hangs stopped it for every other lagging sink. It now moves on (and
+    is woken when the check ends)."""
+    import threading
+
+    gate = threading.Event()
+    down = Unreachable("down")
+    late = ScriptedSink("late", fail=[SinkWriteError("refused", sink="late")])
+    fan = FanOut("stalled", MemoryLedger(), [ScriptedSink("good"), _spec(down), _spec(late)],
+                 retries=0, backoff_s=0, spool=str(tmp_path / "spool"),
+                 probe_interval_s=0.05)  # fmt: skip
+    frames = {0: SchemaFrame([0, 1])}
+    _catch_up_from_memory(fan, frames)
+    asked = fan.lagging.ask_target
+
+    def hangs(sink: str) -> Any:
+        assert gate.wait(60)
+        return None if asked is None else asked(sink)
+
+    fan.lagging.ask_target = hangs
+    down.reachable = True
+    try:
+        fan.process(frames[0], BatchInfo("stalled", 0, "q"))  # both lag; down's check hangs
+        deadline = time.monotonic() + 30
+        while late.calls != [(0, 1), (0, 1)] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert late.calls == [(0, 1), (0, 1)]  # caught up by the thread meanwhile
+        assert fan.ledger.last_committed("stalled", ["late", "down"]) == {"late": 0, "down": None}
+        assert down.calls == []
+        gate.set()
+        deadline = time.monotonic() + 30
+        while down.calls != [(0, 1)] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert down.calls == [(0, 1)]  # the check ended: woken, it catches down up
+    finally:
+        gate.set()
+        fan.close()
+
+
 def test_a_hold_back_reading_a_reopen_outcome_mid_way_does_not_write_a_lost_target(
     tmp_path: Path,
 ) -> None:
