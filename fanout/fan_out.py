@@ -449,9 +449,11 @@ class FanOut:
         most :data:`fanout.steps.timeout.CLOSE_WAIT_S` (its Spark jobs cancelled again),
         then named in the log: one whose Python code still runs is left running and its
         sink left open; one that returned, its cancelled Spark tasks not ended yet, has
-        its sink closed."""
+        its sink closed. A lag sink whose reopen (its ``open()`` and check) still runs in
+        its thread is closed by that thread once it returns (closed here, before the open
+        returned, it would be left open)."""
         self.catchup.stop()
-        running = {w.sink for w in self._abandoned_at_close()}
+        running = {w.sink for w in self._abandoned_at_close()} | self.lagging.close()
         for sink in self.sinks.values():
             if sink.name in running:
                 continue

@@ -147,7 +147,8 @@ class Lagging:
     _abandoned: set[BatchKey] = field(default_factory=set, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _opening: dict[str, Opening] = field(default_factory=dict, repr=False)
-    """The reopens of sinks with ``write_timeout_s`` running in a thread of their own."""
+    """The reopens running in a thread of their own, until they put their outcome in place."""
+    _closing: bool = field(default=False, repr=False)
     on_reopened: Callable[[], None] | None = None
     """Called when a reopen put its outcome in place (the catch-up is woken)."""
 
@@ -239,6 +240,15 @@ class Lagging:
         with self._lock:
             return sink in self.lost or sink in self.unopened
 
+    def close(self) -> set[str]:
+        """The pipeline stops: no reopen starts any more, and one still running closes
+        the sink itself once its ``open()`` (and check) has returned. Returns the sinks
+        such a thread owns now (the caller must not close them: one closed before its
+        ``open()`` returned would be left open)."""
+        with self._lock:
+            self._closing = True
+            return set(self._opening)
+
     def reopen(self, sink: str, *, wait: bool = True) -> BaseException | None:
         """Open a sink that could not be opened when the pipeline started; ``None`` once
         it is open (now or before) and may be written, else the error.
@@ -264,7 +274,9 @@ class Lagging:
             if entry is None:
                 return None
             opening = self._opening.get(sink)
-            if opening is None or opening.done.is_set():  # a done one's result is in place
+            if opening is None:  # one that has ended took itself out
+                if self._closing:
+                    return entry[1]
                 opening = self._opening[sink] = self._start_reopen(sink, entry[0])
         if timeout is not None:
             remaining: float | None = max(0.0, opening.started + timeout - time.monotonic())
@@ -300,7 +312,9 @@ class Lagging:
     ) -> Opening:
         """Start ``sink``'s reopen in a daemon thread: its ``open()`` (or the wait for
         ``first``, the pipeline's start's still running), then its check, and the outcome
-        put in place under the lock, before the thread counts as done."""
+        put in place under the lock (the thread taken out of :attr:`_opening` there),
+        before the thread counts as done. Once :meth:`close` ran, the thread closes the
+        sink instead."""
         target = self.specs[sink].sink
 
         def work() -> None:
@@ -313,12 +327,23 @@ class Lagging:
                     error = None
                 except Exception as exc:
                     error = exc
-            if error is not None:
-                self._still_unopened(sink, error)
-            else:
-                self._now_open(sink)
-            if self.on_reopened is not None:
-                self.on_reopened()
+            kept = False
+            try:
+                if error is not None:
+                    self._still_unopened(sink, error)
+                else:
+                    kept = self._now_open(sink)
+            finally:
+                closed = error is None and not kept
+                if closed:  # while this thread is in _opening: no other open starts
+                    self._close_unasked(sink, "the stop" if self._closing else "its failed check")
+                with self._lock:
+                    self._opening.pop(sink, None)
+                    closing = self._closing
+                if closing and not closed:  # close() left it to this thread
+                    self._close_unasked(sink, "the stop")
+                if not closing and self.on_reopened is not None:
+                    self.on_reopened()
 
         name = f"fanout-{self.pipeline}-{sink}-reopen"
         return Opening.run(name, work, None if first is None else first.started)
@@ -331,15 +356,18 @@ class Lagging:
             self.failed(sink, error)
             return error
 
-    def _now_open(self, sink: str) -> None:
+    def _now_open(self, sink: str) -> bool:
         """``sink`` opened: asked the lost-target check (in the reopen's thread; nothing
-        writes an unopened sink, so none before the answer). A check that raises (the
-        ledger unreadable) closes the sink and leaves it unopened: it is opened and asked
-        again at its next reopen."""
+        writes an unopened sink, so none before the answer); whether it stays open (may be
+        written, or lost). A check that raises (the ledger unreadable) leaves it unopened,
+        to be closed, opened and asked again at its next reopen; so does :meth:`close`
+        having run (not asked then)."""
+        with self._lock:
+            if self._closing:
+                return False
         try:
             lost = None if self.ask_target is None else self.ask_target(sink)
         except Exception as exc:
-            self._close_unasked(sink)
             with self._lock:
                 self.failed(sink, exc)
                 self.unopened[sink] = (self.unopened[sink][0], exc)
@@ -348,22 +376,27 @@ class Lagging:
                 "closed, it stays behind, opened and asked again at its next try",
                 self.pipeline, sink, exc,
             )  # fmt: skip
-            return
+            return False
         with self._lock:
+            if self._closing:
+                return False
             del self.unopened[sink]
             if lost is not None:
                 self.lose(sink, lost)
-                return
+                return True
         log.info("pipeline %s: sink %r is reachable again and open", self.pipeline, sink)
+        return True
 
-    def _close_unasked(self, sink: str) -> None:
-        """Close ``sink``, opened by a reopen whose check failed (logged, not raised)."""
+    def _close_unasked(self, sink: str, after: str) -> None:
+        """Close ``sink``, opened by a reopen that may not keep it open (logged, not
+        raised)."""
         try:
             self.specs[sink].sink.close()
         except Exception as exc:
             log.warning(
-                "pipeline %s: sink %r: close() after its failed check failed too: %s",
-                self.pipeline, sink, redact_printed(f"{type(exc).__name__}: {exc}", self.secrets),
+                "pipeline %s: sink %r: close() after %s failed too: %s",
+                self.pipeline, sink, after,
+                redact_printed(f"{type(exc).__name__}: {exc}", self.secrets),
             )  # fmt: skip
 
     # -- what a sink needs -----------------------------------------------------------

@@ -475,6 +475,48 @@ def test_a_reopened_sink_whose_check_raises_is_closed_before_it_is_opened_again(
         fan.close()
 
 
+def test_a_sink_whose_reopen_runs_at_close_is_closed_after_its_open_returns(
+    tmp_path: Path,
+) -> None:
+    """``FanOut.close()`` closed every sink, one whose reopen was still inside ``open()``
+    too: that open then returned into a closed pipeline, and nothing closed what it opened
+    (a PostgreSQL pool, a Kafka producer). The reopen's thread now closes it."""
+    import threading
+
+    events: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow(Unreachable):
+        def open(self, context: Any) -> None:
+            if self.reachable:
+                entered.set()
+                assert release.wait(30)
+            super().open(context)
+            events.append("open")
+
+        def close(self) -> None:
+            super().close()
+            events.append("close")
+
+    down = Slow("down")
+    fan = FanOut("closing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    down.reachable = True
+    try:
+        assert fan.lagging.reopen("down", wait=False) is not None  # lags meanwhile
+        assert entered.wait(30)
+    finally:
+        fan.close()
+    assert events == []  # the reopen's thread owns the sink now
+    opening = fan.lagging._opening["down"]
+    release.set()
+    assert opening.done.wait(30)
+    assert events == ["open", "close"]
+    assert fan.unopened == ("down",)  # not asked, never written
+    assert fan.lagging.reopen("down") is not None  # and not opened again
+    assert down.opened == 1
+
+
 def test_a_hanging_check_does_not_stall_the_catch_up_of_the_other_sinks(
     tmp_path: Path,
 ) -> None:
