@@ -425,7 +425,7 @@ class FanOut:
         if timeout is None:
             spec.sink.open(context)
             return
-        opening = Opening.start(spec.sink, context)
+        opening = Opening.start(spec.sink, context, self.pipeline)
         if not opening.done.wait(timeout):
             self._opening[spec.name] = opening
             raise SinkUnreachableError(

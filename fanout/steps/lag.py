@@ -52,11 +52,10 @@ class Opening:
     error: Exception | None = None
 
     @classmethod
-    def start(cls, target: Any, context: SinkContext) -> Opening:
+    def start(cls, target: Any, context: SinkContext, pipeline: str) -> Opening:
         """Call ``target.open(context)`` in a new daemon thread."""
-        return cls.run(
-            f"fanout-open-{getattr(target, 'name', 'sink')}", lambda: target.open(context)
-        )
+        name = f"fanout-{pipeline}-{getattr(target, 'name', 'sink')}-open"
+        return cls.run(name, lambda: target.open(context))
 
     @classmethod
     def run(cls, name: str, work: Callable[[], None], started: float | None = None) -> Opening:
