@@ -98,7 +98,7 @@ def test_a_reopened_sinks_hanging_check_does_not_stall_the_other_sinks(
         worker.join(BOUND_S)
         assert not worker.is_alive(), f"batches stalled by the check; done: {done}"
         assert (done, failed) == ([2, 3, 4], [])
-        assert slow.asked.is_set()  # the check runs, and hangs
+        assert slow.asked.wait(BOUND_S)  # the check runs, and hangs
         assert _marks(tmp_path, "lake") == [0, 1, 2, 3, 4]
         assert _marks(tmp_path, "slow") == [0, 1]  # nothing written before the answer
         assert fan.unopened == ("slow",)
