@@ -296,6 +296,7 @@ class FanOut:
             pipeline_file=self.pipeline_file, abandoned=self.abandoned,
         )  # fmt: skip
         self.abandoned.on_done = self.catchup.wake
+        self.lagging.on_reopened = self.catchup.wake
         if self.spool is not None:
             self.spool.open()
             check_spooled_sinks(self.pipeline, self.specs, self.spool, self.lagging.needs)
@@ -424,7 +425,7 @@ class FanOut:
         if timeout is None:
             spec.sink.open(context)
             return
-        opening = Opening.start(spec.sink, context)
+        opening = Opening.start(spec.sink, context, self.pipeline)
         if not opening.done.wait(timeout):
             self._opening[spec.name] = opening
             raise SinkUnreachableError(
@@ -448,9 +449,11 @@ class FanOut:
         most :data:`fanout.steps.timeout.CLOSE_WAIT_S` (its Spark jobs cancelled again),
         then named in the log: one whose Python code still runs is left running and its
         sink left open; one that returned, its cancelled Spark tasks not ended yet, has
-        its sink closed."""
+        its sink closed. A lag sink whose reopen (its ``open()`` and check) still runs in
+        its thread is closed by that thread once it returns (closed here, before the open
+        returned, it would be left open)."""
         self.catchup.stop()
-        running = {w.sink for w in self._abandoned_at_close()}
+        running = {w.sink for w in self._abandoned_at_close()} | self.lagging.close()
         for sink in self.sinks.values():
             if sink.name in running:
                 continue
@@ -596,9 +599,7 @@ class FanOut:
         epoch, which the query owns (:func:`fanout.steps.resume.why_wait`)."""
         if self._targets_checked:
             return
-        opened = [n for n in self.sinks if n not in self._unopened]
-        view = self.ledger.lookup(self.pipeline, opened)
-        self._refuse_lost(view.epoch, view.marks)
+        self._lose(self._lost_on_ledger([n for n in self.sinks if n not in self._unopened]))
         self._targets_checked = True
 
     def _refuse_lost(self, epoch: int, marks: Mapping[str, int | None]) -> None:
@@ -626,9 +627,13 @@ class FanOut:
         """The lost-target check of a lagging sink that could not be opened at the run's
         start, asked once it is (:meth:`Lagging.reopen`), before its first write: about its
         marks of the ledger's current epoch, as the run's first batch asks the others."""
-        view = self.ledger.lookup(self.pipeline, [name])
-        lost = self._lost_targets({name: self.sinks[name]}, view.epoch, view.marks)
-        return lost.get(name)
+        return self._lost_on_ledger([name]).get(name)
+
+    def _lost_on_ledger(self, names: Sequence[str]) -> dict[str, TargetLostError]:
+        """The lost-target check of the sinks ``names`` (open) about their marks of the
+        ledger's current epoch, read now."""
+        view = self.ledger.lookup(self.pipeline, list(names))
+        return self._lost_targets({n: self.sinks[n] for n in names}, view.epoch, view.marks)
 
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         self._check_targets(state)  # 2b. once per run

@@ -269,7 +269,7 @@ class CatchUp:
             self.lagging.failed(sink, gap)
             log.error("%s", gap, extra=batch_fields(self.lagging.pipeline, gap.batch_id, sink))
             return gap
-        error = self.write(sink, backlog.keys[0], live=live)
+        error = self.write(sink, backlog.keys[0], live=live, wait=wait)
         return True if error is None else error
 
     def _wait_for_abandoned(self, running: AbandonedWrite) -> SinkTimeoutError:
@@ -324,12 +324,17 @@ class CatchUp:
             config=self.pipeline_file,
         )  # fmt: skip
 
-    def write(self, sink: str, key: BatchKey, *, live: bool = False) -> BaseException | None:
+    def write(
+        self, sink: str, key: BatchKey, *, live: bool = False, wait: bool = True
+    ) -> BaseException | None:
         """Write batch ``key`` to ``sink`` and mark it; return the failure, if any (what the
         write raised, unchanged, when it is not an Exception; else the named error).
-        ``live``: a live batch waits for it (:meth:`drain`)."""
+        ``live``: a live batch waits for it (:meth:`drain`). ``wait``: for a reopen of
+        the sink without ``write_timeout_s`` still running (the thread does not: one
+        whose check hangs would stall every other sink's catch-up; it is woken when the
+        reopen ends)."""
         spec = self.specs[sink]
-        unopened = self.lagging.reopen(sink)
+        unopened = self.lagging.reopen(sink, wait=wait)
         if unopened is not None:
             if isinstance(unopened, TargetLostError):
                 self._record_lost(sink, key, unopened)

@@ -44,26 +44,33 @@ log = logging.getLogger("fanout")
 
 @dataclass
 class Opening:
-    """A lag sink's ``open()`` in a daemon thread of its own (its ``write_timeout_s``)."""
+    """A lag sink's ``open()`` (or, for :class:`Lagging`, its whole reopen: the open and
+    the lost-target check) in a daemon thread of its own."""
 
     done: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.monotonic)
     error: Exception | None = None
 
     @classmethod
-    def start(cls, target: Any, context: SinkContext) -> Opening:
+    def start(cls, target: Any, context: SinkContext, pipeline: str) -> Opening:
         """Call ``target.open(context)`` in a new daemon thread."""
-        opening = cls()
+        name = f"fanout-{pipeline}-{getattr(target, 'name', 'sink')}-open"
+        return cls.run(name, lambda: target.open(context))
+
+    @classmethod
+    def run(cls, name: str, work: Callable[[], None], started: float | None = None) -> Opening:
+        """Call ``work()`` in a new daemon thread named ``name`` (``started``: when the
+        wait for it began, if before now)."""
+        opening = cls() if started is None else cls(started=started)
 
         def run() -> None:
             try:
-                target.open(context)
+                work()
             except Exception as exc:
                 opening.error = exc
             finally:
                 opening.done.set()
 
-        name = f"fanout-open-{getattr(target, 'name', 'sink')}"
         threading.Thread(target=run, name=name, daemon=True).start()
         return opening
 
@@ -139,7 +146,10 @@ class Lagging:
     _abandoned: set[BatchKey] = field(default_factory=set, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _opening: dict[str, Opening] = field(default_factory=dict, repr=False)
-    """The reopens of sinks with ``write_timeout_s`` running in a thread of their own."""
+    """The reopens running in a thread of their own, until they put their outcome in place."""
+    _closing: bool = field(default=False, repr=False)
+    on_reopened: Callable[[], None] | None = None
+    """Called when a reopen put its outcome in place (the catch-up is woken)."""
 
     @property
     def sinks(self) -> list[str]:
@@ -223,16 +233,37 @@ class Lagging:
             self.lost[sink] = error
             self.failed(sink, error)
 
-    def reopen(self, sink: str) -> BaseException | None:
+    def closed(self, sink: str) -> bool:
+        """Whether ``sink`` is unopened or lost (read at once: a reopen's thread moves it
+        from one to the other)."""
+        with self._lock:
+            return sink in self.lost or sink in self.unopened
+
+    def close(self) -> set[str]:
+        """The pipeline stops: no reopen starts any more, and one still running closes
+        the sink itself once its ``open()`` (and check) has returned. Returns the sinks
+        such a thread owns now (the caller must not close them: one closed before its
+        ``open()`` returned would be left open)."""
+        with self._lock:
+            self._closing = True
+            return set(self._opening)
+
+    def reopen(self, sink: str, *, wait: bool = True) -> BaseException | None:
         """Open a sink that could not be opened when the pipeline started; ``None`` once
-        it is open (now or before) and may be written, else the error. That of a sink with
-        ``write_timeout_s`` runs in a thread of its own, waited for that long (a server
-        that accepts the connection and never answers would hang every batch); one still
-        running is not started again, and until it has returned the sink stays unopened.
-        Once open, it is asked the lost-target check (:attr:`ask_target`) before anything
-        is written to it, as an open sink is at the run's first batch: a target that lost
-        its last marked batch keeps it behind with :class:`fanout.TargetLostError`
-        (:attr:`lost`), which every later call returns."""
+        it is open (now or before) and may be written, else the error.
+
+        The open, and then the lost-target check (:attr:`ask_target`, asked before
+        anything is written to it, as an open sink is at the run's first batch), run in a
+        daemon thread of their own, outside the lag state's lock: a server that accepts
+        the connection and never answers, or a ``holds_batch`` that hangs, must not stall
+        the other sinks' batches. One still running is not started again, and until it
+        has ended the sink stays unopened (and lags). It is waited for up to the sink's
+        ``write_timeout_s`` (then a :class:`fanout.SinkTimeoutError`); without one, for
+        as long as it takes when ``wait`` (the catch-up, a drain), else not at all (a live
+        batch: the sink lags with it, with its last error). A target that lost its last
+        marked batch keeps the sink behind with :class:`fanout.TargetLostError`
+        (:attr:`lost`), which every later call returns; a check that raises closes the
+        sink again (a PostgreSQL sink's pool would leak, one per try)."""
         spec = self.specs[sink]
         timeout = spec.lag.write_timeout_s if spec.lag.lags else None
         with self._lock:
@@ -241,25 +272,80 @@ class Lagging:
             entry = self.unopened.get(sink)
             if entry is None:
                 return None
-            context, _ = entry
-            target = spec.sink
-            if timeout is None:
-                try:
-                    target.open(context)
-                except Exception as exc:
-                    return self._still_unopened(sink, exc)
-                return self._now_open(sink)
             opening = self._opening.get(sink)
-            if opening is None:
-                opening = self._opening[sink] = Opening.start(target, context)
-        return self._opened(sink, opening, timeout)
+            if opening is None:  # one that has ended took itself out
+                if self._closing:
+                    return entry[1]
+                opening = self._opening[sink] = self._start_reopen(sink, entry[0])
+        if timeout is not None:
+            remaining: float | None = max(0.0, opening.started + timeout - time.monotonic())
+        else:
+            remaining = None if wait else 0.0
+        if not opening.done.wait(remaining) and timeout is not None:
+            error = SinkTimeoutError(
+                f"open() did not return within its write_timeout_s={timeout:g} s, or the "
+                "check of its target after it (running for "
+                f"{time.monotonic() - opening.started:.1f} s): the sink stays unopened and "
+                "lags; it is not opened again while that call runs. Find what holds the "
+                "sink's target (a stalled connection, a server that does not answer)",
+                sink=sink,
+            )
+            self.failed(sink, error)
+            return error
+        with self._lock:  # still running (a live batch's no wait): its last error
+            if sink in self.lost:
+                return self.lost[sink]
+            entry = self.unopened.get(sink)
+            return None if entry is None else entry[1]
 
     def still_opening(self, sink: str, opening: Opening) -> None:
         """``sink``'s first ``open()``, at the pipeline's start, did not return within its
-        ``write_timeout_s`` and runs on: :meth:`reopen` takes its result, and starts no
-        other while it runs."""
+        ``write_timeout_s`` and runs on: its result is taken (and, opened, the sink asked
+        the lost-target check) as a :meth:`reopen`'s, and no other starts while it runs."""
         with self._lock:
-            self._opening[sink] = opening
+            context = self.unopened[sink][0]
+            self._opening[sink] = self._start_reopen(sink, context, opening)
+
+    def _start_reopen(
+        self, sink: str, context: SinkContext, first: Opening | None = None
+    ) -> Opening:
+        """Start ``sink``'s reopen in a daemon thread: its ``open()`` (or the wait for
+        ``first``, the pipeline's start's still running), then its check, and the outcome
+        put in place under the lock (the thread taken out of :attr:`_opening` there),
+        before the thread counts as done. Once :meth:`close` ran, the thread closes the
+        sink instead."""
+        target = self.specs[sink].sink
+
+        def work() -> None:
+            if first is not None:
+                first.done.wait()
+                error = first.error
+            else:
+                try:
+                    target.open(context)
+                    error = None
+                except Exception as exc:
+                    error = exc
+            kept = False
+            try:
+                if error is not None:
+                    self._still_unopened(sink, error)
+                else:
+                    kept = self._now_open(sink)
+            finally:
+                closed = error is None and not kept
+                if closed:  # while this thread is in _opening: no other open starts
+                    self._close_unasked(sink, "the stop" if self._closing else "its failed check")
+                with self._lock:
+                    self._opening.pop(sink, None)
+                    closing = self._closing
+                if closing and not closed:  # close() left it to this thread
+                    self._close_unasked(sink, "the stop")
+                if not closing and self.on_reopened is not None:
+                    self.on_reopened()
+
+        name = f"fanout-{self.pipeline}-{sink}-reopen"
+        return Opening.run(name, work, None if first is None else first.started)
 
     def _still_unopened(self, sink: str, exc: Exception) -> BaseException:
         with self._lock:
@@ -269,48 +355,48 @@ class Lagging:
             self.failed(sink, error)
             return error
 
-    def _now_open(self, sink: str) -> BaseException | None:
-        """``sink`` opened: asked the lost-target check, under the lock (no other thread
-        may write it before the answer). A check that raises (the ledger unreadable)
-        leaves it unopened: it is opened and asked again at its next reopen."""
+    def _now_open(self, sink: str) -> bool:
+        """``sink`` opened: asked the lost-target check (in the reopen's thread; nothing
+        writes an unopened sink, so none before the answer); whether it stays open (may be
+        written, or lost). A check that raises (the ledger unreadable) leaves it unopened,
+        to be closed, opened and asked again at its next reopen; so does :meth:`close`
+        having run (not asked then)."""
         with self._lock:
-            try:
-                lost = None if self.ask_target is None else self.ask_target(sink)
-            except Exception as exc:
+            if self._closing:
+                return False
+        try:
+            lost = None if self.ask_target is None else self.ask_target(sink)
+        except Exception as exc:
+            with self._lock:
                 self.failed(sink, exc)
-                log.warning(
-                    "pipeline %s: sink %r opened, but the check of its target failed (%s): "
-                    "it stays behind, opened and asked again at its next try",
-                    self.pipeline, sink, exc,
-                )  # fmt: skip
                 self.unopened[sink] = (self.unopened[sink][0], exc)
-                return exc
+            log.warning(
+                "pipeline %s: sink %r opened, but the check of its target failed (%s): "
+                "closed, it stays behind, opened and asked again at its next try",
+                self.pipeline, sink, exc,
+            )  # fmt: skip
+            return False
+        with self._lock:
+            if self._closing:
+                return False
             del self.unopened[sink]
             if lost is not None:
                 self.lose(sink, lost)
-                return lost
+                return True
         log.info("pipeline %s: sink %r is reachable again and open", self.pipeline, sink)
-        return None
+        return True
 
-    def _opened(self, sink: str, opening: Opening, timeout_s: float) -> BaseException | None:
-        if not opening.done.wait(max(0.0, opening.started + timeout_s - time.monotonic())):
-            error = SinkTimeoutError(
-                f"open() did not return within its write_timeout_s={timeout_s:g} s (running "
-                f"for {time.monotonic() - opening.started:.1f} s): the sink stays unopened "
-                "and lags; it is not opened again while that call runs. Find what holds the "
-                "sink's target (a stalled connection, a server that does not answer)",
-                sink=sink,
-            )
-            self.failed(sink, error)
-            return error
-        with self._lock:
-            if self._opening.get(sink) is opening:
-                del self._opening[sink]
-            if sink not in self.unopened:
-                return None  # another thread took this open's result
-            if opening.error is not None:
-                return self._still_unopened(sink, opening.error)
-            return self._now_open(sink)
+    def _close_unasked(self, sink: str, after: str) -> None:
+        """Close ``sink``, opened by a reopen that may not keep it open (logged, not
+        raised)."""
+        try:
+            self.specs[sink].sink.close()
+        except Exception as exc:
+            log.warning(
+                "pipeline %s: sink %r: close() after %s failed too: %s",
+                self.pipeline, sink, after,
+                redact_printed(f"{type(exc).__name__}: {exc}", self.secrets),
+            )  # fmt: skip
 
     # -- what a sink needs -----------------------------------------------------------
 

@@ -186,8 +186,10 @@ def hold_back(
     """Step 3b: take out of ``state.pending`` every sink still behind (its batches come
     from the catch-up, in order); one past its ``max_lag`` is drained here first, and
     stops the query with :class:`fanout.LagLimitError` if it cannot catch up. A lag-policy
-    sink that could not be opened yet is tried once (and, opened, asked the lost-target
-    check); still closed, it misses the batch, and so does one whose target lost its last
+    sink that could not be opened yet is reopened (:meth:`fanout.steps.lag.Lagging.reopen`:
+    its open and lost-target check in a thread of their own, waited for only up to its
+    ``write_timeout_s``: a hung one must not stall the other sinks); until that has passed,
+    it misses the batch, and so does one whose target lost its last
     marked batch (:attr:`fanout.steps.lag.Lagging.lost`; either, past its ``max_lag``,
     stops the query, as a sink that cannot catch up does), and one whose write of an earlier batch,
     abandoned at its ``write_timeout_s``, still runs (``abandoned``; that batch, spooled,
@@ -201,14 +203,10 @@ def hold_back(
     lagging.saw_marks(state.info.epoch, state.marks)
     key = (state.info.epoch, state.batch_id)
     for name in sinks_in(list(state.pending), specs):
-        if name in lagging.lost or name in lagging.unopened:  # its spool bounded by max_lag
-            backlog = lagging.backlog(name)
-            adding = 0 if key in backlog.keys else 1
-            if over_limit(specs[name], backlog, adding):
-                _drain_to_limit(state, lagging, specs[name], catchup, adding)  # it fails
-        if (name in lagging.unopened or name in lagging.lost) and (
-            error := lagging.reopen(name)
-        ) is not None:
+        spec, closed = specs[name], lagging.closed(name)
+        if closed:  # its spool bounded by max_lag all the same
+            _within_limit(state, lagging, spec, catchup, lagging.backlog(name), may_go_live=False)
+        if closed and (error := lagging.reopen(name, wait=False)) is not None:
             state.pending.remove(name)
             state.lagged[name] = error
             batch = Batch(state.df, state.info, name, txn_app_id(state.info.pipeline, name, key[0]))
@@ -219,17 +217,31 @@ def hold_back(
             state.pending.remove(name)
             state.lagged[name] = running.still_running()
             continue
-        if not backlog:
-            lagging.finished_backfill(name)  # live with this batch: the source holds no newer
-            continue
-        adding = 0 if key in backlog.keys else 1
-        if over_limit(specs[name], backlog, adding):
-            backlog = _drain_to_limit(state, lagging, specs[name], catchup, adding)
-            if not backlog:
-                lagging.finished_backfill(name)
-                continue  # caught up in full: live again with this batch
-        state.pending.remove(name)
-        state.lagging[name] = backlog
+        backlog = _within_limit(state, lagging, spec, catchup, backlog, may_go_live=True)
+        if backlog:
+            state.pending.remove(name)
+            state.lagging[name] = backlog
+
+
+def _within_limit(
+    state: BatchState,
+    lagging: Lagging,
+    spec: SinkSpec,
+    catchup: CatchUp,
+    backlog: Backlog,
+    *,
+    may_go_live: bool,
+) -> Backlog:
+    """``backlog``, drained first when it (plus this batch, if not in it yet) is past the
+    sink's ``max_lag`` (:class:`fanout.LagLimitError` if it cannot catch up). A sink that
+    ``may_go_live`` (open, asked, no write of it running on) with no backlog left is live
+    again with this batch; a lost or unopened one only has its spool bounded."""
+    adding = 0 if (state.info.epoch, state.batch_id) in backlog.keys else 1
+    if (backlog or not may_go_live) and over_limit(spec, backlog, adding):
+        backlog = _drain_to_limit(state, lagging, spec, catchup, adding)
+    if may_go_live and not backlog:
+        lagging.finished_backfill(spec.name)  # the source holds no newer batch
+    return backlog
 
 
 def _drain_to_limit(

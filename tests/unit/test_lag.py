@@ -436,6 +436,173 @@ def test_an_unreachable_lag_sink_gets_a_replayed_batch_the_others_hold(tmp_path:
         again.close()
 
 
+def test_a_reopened_sink_whose_check_raises_is_closed_before_it_is_opened_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reopen whose lost-target check raised (the ledger unreadable) left the sink open
+    and unopened: opened again at the next try without a close, a PostgreSQL sink's
+    connection pool leaked, one per try. Its close failing too is logged, not raised."""
+
+    class Counted(Unreachable):
+        def close(self) -> None:
+            super().close()
+            if self.closed == 1:
+                raise OSError("close failed")
+
+    down = Counted("down")
+    fan = FanOut("closing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    asked = fan.lagging.ask_target
+
+    def unreadable(sink: str) -> Any:
+        raise OSError("the ledger cannot be read")
+
+    fan.lagging.ask_target = unreadable
+    down.reachable = True
+    try:
+        for _ in range(3):
+            error = fan.lagging.reopen("down")
+            assert isinstance(error, OSError) and str(error) == "the ledger cannot be read"
+        assert (down.opened, down.closed) == (3, 3)  # each open closed before the next
+        assert fan.unopened == ("down",)
+        assert "sink 'down': close() after its failed check failed too: OSError: close " \
+            "failed" in caplog.text  # fmt: skip
+        fan.lagging.ask_target = asked
+        assert fan.lagging.reopen("down") is None
+        assert (down.opened, down.closed, fan.unopened) == (4, 3, ())
+    finally:
+        fan.close()
+
+
+def test_a_sink_whose_reopen_runs_at_close_is_closed_after_its_open_returns(
+    tmp_path: Path,
+) -> None:
+    """``FanOut.close()`` closed every sink, one whose reopen was still inside ``open()``
+    too: that open then returned into a closed pipeline, and nothing closed what it opened
+    (a PostgreSQL pool, a Kafka producer). The reopen's thread now closes it."""
+    import threading
+
+    events: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow(Unreachable):
+        def open(self, context: Any) -> None:
+            if self.reachable:
+                entered.set()
+                assert release.wait(30)
+            super().open(context)
+            events.append("open")
+
+        def close(self) -> None:
+            super().close()
+            events.append("close")
+
+    down = Slow("down")
+    fan = FanOut("closing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    down.reachable = True
+    try:
+        assert fan.lagging.reopen("down", wait=False) is not None  # lags meanwhile
+        assert entered.wait(30)
+    finally:
+        fan.close()
+    assert events == []  # the reopen's thread owns the sink now
+    opening = fan.lagging._opening["down"]
+    release.set()
+    assert opening.done.wait(30)
+    assert events == ["open", "close"]
+    assert fan.unopened == ("down",)  # not asked, never written
+    assert fan.lagging.reopen("down") is not None  # and not opened again
+    assert down.opened == 1
+
+
+def test_a_hanging_check_does_not_stall_the_catch_up_of_the_other_sinks(
+    tmp_path: Path,
+) -> None:
+    """The catch-up's thread waited, without ``write_timeout_s``, for a reopened sink's
+    check: one that hangs stopped it for every other lagging sink. It now moves on (and
+    is woken when the check ends)."""
+    import threading
+
+    gate = threading.Event()
+    down = Unreachable("down")
+    late = ScriptedSink("late", fail=[SinkWriteError("refused", sink="late")])
+    fan = FanOut("stalled", MemoryLedger(), [ScriptedSink("good"), _spec(down), _spec(late)],
+                 retries=0, backoff_s=0, spool=str(tmp_path / "spool"),
+                 probe_interval_s=0.05)  # fmt: skip
+    frames = {0: SchemaFrame([0, 1])}
+    _catch_up_from_memory(fan, frames)
+    asked = fan.lagging.ask_target
+
+    def hangs(sink: str) -> Any:
+        assert gate.wait(60)
+        return None if asked is None else asked(sink)
+
+    fan.lagging.ask_target = hangs
+    down.reachable = True
+    try:
+        fan.process(frames[0], BatchInfo("stalled", 0, "q"))  # both lag; down's check hangs
+        deadline = time.monotonic() + 30
+        while late.calls != [(0, 1), (0, 1)] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert late.calls == [(0, 1), (0, 1)]  # caught up by the thread meanwhile
+        assert fan.ledger.last_committed("stalled", ["late", "down"]) == {"late": 0, "down": None}
+        assert down.calls == []
+        gate.set()
+        deadline = time.monotonic() + 30
+        while down.calls != [(0, 1)] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert down.calls == [(0, 1)]  # the check ended: woken, it catches down up
+    finally:
+        gate.set()
+        fan.close()
+
+
+def test_a_hold_back_reading_a_reopen_outcome_mid_way_does_not_write_a_lost_target(
+    tmp_path: Path,
+) -> None:
+    """hold_back read ``lost`` then ``unopened`` without the lag state's lock: a reopen's
+    thread moving the sink from one to the other in between (its check said lost) made it
+    look open, and with no backlog yet it was written live."""
+    import threading
+
+    from fanout import TargetLostError
+    from fanout.steps.lag import Opening
+
+    down = Unreachable("down")
+    fan = FanOut("racing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    lagging = fan.lagging
+    lost = TargetLostError("table gone", sink="down", batch_id=0)
+    lagging.ask_target = lambda sink: lost
+    running = Opening()  # the reopen's thread, played by the test: no other starts
+    lagging._opening["down"] = running
+
+    class Racing(dict):  # type: ignore[type-arg]
+        fired = False
+
+        def __contains__(self, key: object) -> bool:
+            held = dict.__contains__(self, key)
+            if key == "down" and not Racing.fired:  # the thread's outcome lands now
+                Racing.fired = True
+                thread = threading.Thread(target=lagging._now_open, args=("down",))
+                thread.start()
+                thread.join(1.0)  # on the lock, it waits for the reader
+            return held
+
+    lagging.lost = Racing()
+    try:
+        results = fan.process(SchemaFrame([1]), BatchInfo("racing", 0, "q"))
+        assert list(results) == ["good"]
+        assert down.calls == []  # never written
+        assert lagging.reopen("down", wait=False) is lost
+    finally:
+        running.done.set()
+        fan.close()
+
+
 def test_an_unreachable_lag_sink_past_its_max_lag_stops_the_query(tmp_path: Path) -> None:
     """A sink that could not be opened spools as one that fails: within its ``max_lag``
     (it spooled without bound before, never reaching the check)."""
