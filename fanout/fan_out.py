@@ -364,6 +364,7 @@ class FanOut:
                 self.dead_letters[spec.name],
                 self._plugins,
                 ledger=ledger_location(self.ledger),
+                secrets=self.secrets,
             )
             spec.route.validate(spec.name, spark)
             sink = spec.sink

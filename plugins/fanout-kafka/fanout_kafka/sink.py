@@ -581,6 +581,7 @@ class KafkaSink(PartitionedSink):
             route_earlier=route_of(batch).earlier,
             max_batch_bytes=self._max_batch_bytes,
             speculation=self._speculation_of(batch),
+            secrets=self.letter_secrets(),
         )
 
     def _create_missing_topics(self, batch: Batch) -> None:
