@@ -114,7 +114,7 @@ def test_marks_without_a_recorded_topic_id_answer_as_before(
     pipeline, topic = f"oldk{uuid.uuid4().hex[:6]}", f"old-{uuid.uuid4().hex[:8]}"
     _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 0)
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    group = f"fanout/{pipeline}/k/topic-id"  # topic_id.topic_id_group: as an older fanout
+    group = f"fanout/{pipeline}/k/topic-id/{topic}"  # topic_id.topic_id_group
     admin.delete_consumer_groups([group])[group].result(10)
     _create_again(kafka, topic)
 
