@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from fanout import FanOut
+from fanout import BatchFailedError, BatchInfo, FanOut
 from fanout.contract.batch import Batch
 from fanout.contract.sink import SinkResult
 from fanout.testing import RecordingSink
@@ -62,3 +62,42 @@ def test_a_failed_row_is_masked_of_every_secret_of_the_pipeline(spark: Any, tmp_
     raised = str(failure.value)  # the error the batch raises, as the ledger's
     assert CHECKPOINT_PASSWORD not in raised and OTHER_PASSWORD not in raised
     assert "nor the store whose password is ***" in raised
+
+
+FETCHED_TOKEN = "Fetched-token-7731"
+
+
+class _Fetching(RecordingSink):
+    """Holds no secret until ``open()`` fetches one (an OAuth token, a vault's password)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.token: str | None = None
+
+    def open(self, context: Any) -> None:
+        super().open(context)
+        self.token = FETCHED_TOKEN
+
+    def secret_values(self) -> list[str]:
+        return [self.token] if self.token else []
+
+
+class _QuotesToken(RecordingSink):
+    def write(self, batch: Batch) -> SinkResult:
+        raise RuntimeError(f"the gateway refused token {FETCHED_TOKEN}")
+
+
+def test_a_secret_a_sink_fetches_at_open_is_one_of_the_pipeline_s(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``FanOut.secrets`` was taken before the sinks opened: a token one fetched in its
+    ``open()`` was in clear in the ledger row of another sink's error quoting it."""
+    fan = FanOut("fetched", str(tmp_path / "ledger"), [_QuotesToken("leaky"), _Fetching("tok")],
+                 retries=0)  # fmt: skip
+    assert FETCHED_TOKEN in fan.secrets
+    with pytest.raises(BatchFailedError):
+        fan.process(spark.createDataFrame([(1,)], "id LONG"), BatchInfo("fetched", 0, "q"))
+    failed = [r for r in delta_rows(tmp_path / "ledger") if r["status"] == "failed"]
+    assert [r["error"] for r in failed] == [
+        "SinkWriteError: sink 'leaky', batch 0: RuntimeError: the gateway refused token ***"
+    ]
