@@ -243,7 +243,8 @@ class FanOut:
         location and storage credentials, its sinks' :meth:`fanout.Sink.secret_values`):
         what it writes to the ledger and the errors it raises (an ``open``'s too) are masked
         of all of them, not of the failing sink's only. Gathered again once the sinks are
-        opened (a sink's ``open`` may fetch a credential: a token, a vault's password).
+        opened (a sink's ``open`` may fetch a credential: a token, a vault's password), and
+        when a sink that could not be opened at the start is.
         The process-wide registry (:func:`fanout.observe.logs.register_secrets`) serves the
         log handlers and the CLI, and holds other pipelines' secrets too."""
         register_secrets(self.secrets)  # a sink's open error may quote one opened after it
@@ -274,6 +275,7 @@ class FanOut:
             secrets=self.secrets,
         )
         self.lagging.ask_target = self._ask_reopened
+        self.lagging.regather = self._regather_secrets
         for name, opening in self._opening.items():
             self.lagging.still_opening(name, opening)
         if self.lagging.sinks:  # a backfill reads every epoch through the current one, also
@@ -418,6 +420,17 @@ class FanOut:
         """:attr:`secrets` as the locations and the sinks give them now."""
         sinks = (value for sink in self.sinks.values() for value in sink.secret_values())
         return tuple(dict.fromkeys([*self._location_secrets, *sinks]))
+
+    def _regather_secrets(self) -> None:
+        """:attr:`secrets` gathered again once a sink that could not be opened at the start
+        is (its ``open`` may have fetched a credential), for the ledger rows, lag errors and
+        errors raised from now on (one reference replaced: a thread reading the old set
+        reads it whole)."""
+        secrets = self._gather_secrets()
+        if secrets == self.secrets:
+            return
+        register_secrets(secrets)
+        self.secrets = self._record.secrets = self.lagging.secrets = secrets
 
     def _open_sink(self, spec: SinkSpec, context: SinkContext) -> None:
         """Open ``spec``'s sink; that of a sink with ``write_timeout_s`` in a daemon thread

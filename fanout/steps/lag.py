@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -110,6 +110,9 @@ class Lagging:
     ask_target: Callable[[str], TargetLostError | None] | None = None
     """The lost-target check of one sink (:mod:`fanout.steps.lost_target`), asked when
     :meth:`reopen` opens it, before its first write: ``None`` when it may write."""
+    regather: Callable[[], None] | None = None
+    """Called once :meth:`reopen` opened a sink, before :attr:`ask_target`: its ``open``
+    may have fetched a secret, which the pipeline's :attr:`secrets` must now hold."""
     lost: dict[str, TargetLostError] = field(default_factory=dict)
     """Lag-policy sinks whose target no longer holds their last marked batch that wrote
     rows: behind for the rest of the run, never written (until a run accepts the loss)."""
@@ -242,6 +245,7 @@ class Lagging:
             if entry is None:
                 return None
             context, _ = entry
+            context = replace(context, secrets=self.secrets)  # what the run knows now
             target = spec.sink
             if timeout is None:
                 try:
@@ -274,6 +278,8 @@ class Lagging:
         may write it before the answer). A check that raises (the ledger unreadable)
         leaves it unopened: it is opened and asked again at its next reopen."""
         with self._lock:
+            if self.regather is not None:
+                self.regather()
             try:
                 lost = None if self.ask_target is None else self.ask_target(sink)
             except Exception as exc:
