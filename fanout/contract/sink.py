@@ -115,7 +115,8 @@ class SinkContext:
         sink writes itself beyond its errors, which fanout masks: a dead letter's reason
         quoting its server's message (:class:`fanout.observe.secrets.SinkSecrets`, which
         the partitioned-sink kit gives its writers); ``()`` outside a
-        :class:`fanout.FanOut`.
+        :class:`fanout.FanOut`. As known when the sink opens: a credential a sink opened
+        after it fetches in its ``open`` is not among them.
     """
 
     pipeline: str
