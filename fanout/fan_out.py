@@ -236,23 +236,18 @@ class FanOut:
         }
         self.ledger: Ledger = DeltaLedger(ledger) if isinstance(ledger, str) else ledger
         self._admission = Admission(self.ledger, on_checkpoint_reset, self._refuse_unmarked)
-        self.secrets: tuple[str, ...] = tuple(
-            dict.fromkeys(
-                [
-                    *location_secrets([checkpoint_location, spool]),
-                    *_ledger_secrets(ledger),
-                    *(value for sink in self.sinks.values() for value in sink.secret_values()),
-                ]
-            )
-        )
+        self._location_secrets = [*location_secrets([checkpoint_location, spool]),
+                                  *_ledger_secrets(ledger)]  # fmt: skip
+        self.secrets: tuple[str, ...] = self._gather_secrets()
         """Every secret this pipeline knows (its locations' passwords, a ledger object's
         location and storage credentials, its sinks' :meth:`fanout.Sink.secret_values`):
         what it writes to the ledger and the errors it raises (an ``open``'s too) are masked
-        of all of them, not of the failing sink's only. The process-wide registry
-        (:func:`fanout.observe.logs.register_secrets`) serves the log handlers and the CLI,
-        and holds other pipelines' secrets too."""
+        of all of them, not of the failing sink's only. Gathered again once the sinks are
+        opened (a sink's ``open`` may fetch a credential: a token, a vault's password), and
+        when a sink that could not be opened at the start is.
+        The process-wide registry (:func:`fanout.observe.logs.register_secrets`) serves the
+        log handlers and the CLI, and holds other pipelines' secrets too."""
         register_secrets(self.secrets)  # a sink's open error may quote one opened after it
-        self._record = Recorder(self.ledger, self.retry, self.secrets)
         self._context = ContextReader(self.pipeline, checkpoint_location)
         self.spool = check_spool(self.pipeline, self.specs, spool, ledger_location(self.ledger))
         refuse_shared_tables(
@@ -267,6 +262,9 @@ class FanOut:
         self._unopened: dict[str, tuple[SinkContext, BaseException]] = {}
         self._opening: dict[str, Opening] = {}  # first open()s past write_timeout_s
         self._spark = self._open(spark)
+        self.secrets = self._gather_secrets()
+        register_secrets(self.secrets)
+        self._record = Recorder(self.ledger, self.retry, self.secrets)
         self.lagging = Lagging(
             self.pipeline,
             self.specs,
@@ -277,6 +275,7 @@ class FanOut:
             secrets=self.secrets,
         )
         self.lagging.ask_target = self._ask_reopened
+        self.lagging.regather = self._regather_secrets
         for name, opening in self._opening.items():
             self.lagging.still_opening(name, opening)
         if self.lagging.sinks:  # a backfill reads every epoch through the current one, also
@@ -365,6 +364,7 @@ class FanOut:
                 self.dead_letters[spec.name],
                 self._plugins,
                 ledger=ledger_location(self.ledger),
+                secrets=self.secrets,
             )
             spec.route.validate(spec.name, spark)
             sink = spec.sink
@@ -404,6 +404,7 @@ class FanOut:
                 if masked is not None:  # no traceback may show the secret: the chain is cut
                     raise masked from None
                 raise ConfigurationError(said) from exc
+            self.secrets = self._gather_secrets()  # for the next sink's open error, context
             check_route_membership(sink.name, spec.route, sink.deterministic_columns(), spark)
             if sink.guarantee == "at_least_once":
                 log.warning(
@@ -415,6 +416,22 @@ class FanOut:
                 )
         check_cores(self.pipeline, self.specs, spark)
         return spark
+
+    def _gather_secrets(self) -> tuple[str, ...]:
+        """:attr:`secrets` as the locations and the sinks give them now."""
+        sinks = (value for sink in self.sinks.values() for value in sink.secret_values())
+        return tuple(dict.fromkeys([*self._location_secrets, *sinks]))
+
+    def _regather_secrets(self) -> None:
+        """:attr:`secrets` gathered again once a sink that could not be opened at the start
+        is (its ``open`` may have fetched a credential), for the ledger rows, lag errors and
+        errors raised from now on (one reference replaced: a thread reading the old set
+        reads it whole)."""
+        secrets = self._gather_secrets()
+        if secrets == self.secrets:
+            return
+        register_secrets(secrets)
+        self.secrets = self._record.secrets = self.lagging.secrets = secrets
 
     def _open_sink(self, spec: SinkSpec, context: SinkContext) -> None:
         """Open ``spec``'s sink; that of a sink with ``write_timeout_s`` in a daemon thread

@@ -110,6 +110,13 @@ class SinkContext:
         could not create is, as at a run.
     :param changes: what :meth:`would` was told, in order (``fanout validate`` prints
         them).
+    :param secrets: every secret of the pipeline (:attr:`fanout.FanOut.secrets`: its
+        locations' passwords and all its sinks' :meth:`Sink.secret_values`), for what the
+        sink writes itself beyond its errors, which fanout masks: a dead letter's reason
+        quoting its server's message (:class:`fanout.observe.secrets.SinkSecrets`, which
+        the partitioned-sink kit gives its writers); ``()`` outside a
+        :class:`fanout.FanOut`. As known when the sink opens: a credential a sink opened
+        after it fetches in its ``open`` is not among them.
     """
 
     pipeline: str
@@ -119,6 +126,7 @@ class SinkContext:
     checking: bool = False
     ledger: str | None = None
     changes: list[str] = field(default_factory=list)
+    secrets: tuple[str, ...] = ()
 
     def would(self, change: str) -> None:
         """Record what the run would create or change that is not there yet, in words

@@ -13,6 +13,7 @@ import functools
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
@@ -349,6 +350,31 @@ def redact_apart(text: str, own: Iterable[str], others: Iterable[str]) -> str:
     more. Another sink's short password (``batch``, ``0``) masked wherever it stands alone
     would turn this sink's error into nonsense (``sink 'a', *** 0``)."""
     return redact_printed(redact(text, own), others)
+
+
+@dataclass(frozen=True)
+class SinkSecrets:
+    """A sink's secrets and its pipeline's, shipped with the sink's tasks to the executors:
+    :meth:`mask` masks the text the sink writes itself, beyond its errors (which fanout
+    masks): a dead letter's reason, which may quote its server's message.
+
+    :param own: the sink's :meth:`fanout.Sink.secret_values`.
+    :param others: the rest of its pipeline's (:attr:`fanout.SinkContext.secrets`).
+    """
+
+    own: tuple[str, ...] = ()
+    others: tuple[str, ...] = ()
+
+    def mask(self, text: str) -> str:
+        """``text`` masked as :func:`redact_apart` masks one sink's error. Called for a
+        refused row's reason only, never per written row."""
+        if not self.own and not self.others:
+            return text
+        return redact_apart(text, self.own, self.others)
+
+
+NO_SECRETS = SinkSecrets()
+"""A writer's secrets outside a :class:`fanout.FanOut` (none to mask)."""
 
 
 def masked_error(

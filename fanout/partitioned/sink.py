@@ -36,6 +36,7 @@ from fanout.contract.partitions import BatchPartitioning
 from fanout.contract.sessions import plan_without_adaptive, result_schema
 from fanout.contract.sink import Sink, SinkContext, SinkResult
 from fanout.errors import SinkError, SinkTimeoutError, SinkWriteError, TransientSinkError
+from fanout.observe.secrets import SinkSecrets
 from fanout.partitioned.determinism import check_batch
 from fanout.partitioned.membership import (
     WHOLE_ROW,
@@ -211,8 +212,15 @@ class PartitionedSink(Sink):
 
     def open(self, context: SinkContext) -> None:
         """Keep the plugins implementing the per-partition commit hooks (shipped with
-        every partition task)."""
+        every partition task), and the pipeline's secrets (:meth:`letter_secrets`)."""
         self._hook_plugins = HookPlugins.of(context.plugins)
+        self._pipeline_secrets = tuple(context.secrets)
+
+    def letter_secrets(self) -> SinkSecrets:
+        """The secrets a partition writer masks in a refused row's reason (a dead letter's,
+        the mark keeping it): this sink's and its pipeline's (given at :meth:`open`)."""
+        own = tuple(self.secret_values())
+        return SinkSecrets(own, getattr(self, "_pipeline_secrets", ()))
 
     # -- what a sink provides -------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -117,6 +117,9 @@ class Lagging:
     ask_target: Callable[[str], TargetLostError | None] | None = None
     """The lost-target check of one sink (:mod:`fanout.steps.lost_target`), asked when
     :meth:`reopen` opens it, before its first write: ``None`` when it may write."""
+    regather: Callable[[], None] | None = None
+    """Called once :meth:`reopen` opened a sink, before :attr:`ask_target`: its ``open``
+    may have fetched a secret, which the pipeline's :attr:`secrets` must now hold."""
     lost: dict[str, TargetLostError] = field(default_factory=dict)
     """Lag-policy sinks whose target no longer holds their last marked batch that wrote
     rows: behind for the rest of the run, never written (until a run accepts the loss)."""
@@ -276,7 +279,9 @@ class Lagging:
             if opening is None:  # one that has ended took itself out
                 if self._closing:
                     return entry[1]
-                opening = self._opening[sink] = self._start_reopen(sink, entry[0])
+                # the secrets the run knows now (a sink opened earlier may have fetched one)
+                context = replace(entry[0], secrets=self.secrets)
+                opening = self._opening[sink] = self._start_reopen(sink, context)
         if timeout is not None:
             remaining: float | None = max(0.0, opening.started + timeout - time.monotonic())
         else:
@@ -364,6 +369,8 @@ class Lagging:
         with self._lock:
             if self._closing:
                 return False
+            if self.regather is not None:
+                self.regather()
         try:
             lost = None if self.ask_target is None else self.ask_target(sink)
         except Exception as exc:

@@ -25,7 +25,7 @@ from fanout.retry import RetryPolicy
 log = logging.getLogger("fanout")
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Recorder:
     """Writes one pipeline's ledger rows for its sinks' attempts.
 
@@ -36,6 +36,7 @@ class Recorder:
         as printed text masks them (:func:`fanout.observe.secrets.redact_printed`): one
         sink's error may quote another's password or a location's; the failing sink's own,
         masked wherever they stand alone, are masked before (``steps/write._named``).
+        Replaced whole when a sink opened late adds one (:meth:`fanout.FanOut` regathers).
     """
 
     ledger: Ledger

@@ -26,7 +26,7 @@ from fanout.errors import (
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import now_utc
 from fanout.observe.logs import batch_fields
-from fanout.observe.secrets import masked_error
+from fanout.observe.secrets import SinkSecrets, masked_error
 from fanout.partitioned.determinism import check_batch
 from fanout.partitioned.sink import PartitionedSink
 from fanout.retry import RetryPolicy
@@ -380,6 +380,9 @@ class SinkRunner:
         letters, target, route = self.given.letters, self.given.dead_letters, self.given.route
         if target is None or (route is None and not letters):
             return 0
+        if letters:  # Spark's error may quote a value that is a secret of the pipeline
+            mask = SinkSecrets(tuple(self.sink.secret_values()), self.record.secrets).mask
+            letters = tuple(replace(letter, reason=mask(letter.reason)) for letter in letters)
         if route is None:
             count = target.write(batch, letters, source="route")
         else:

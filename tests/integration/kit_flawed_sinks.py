@@ -10,6 +10,7 @@ the batch lacks, and an upsert by ``id`` doing both right."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,24 @@ class SecretDeclared(SecretQuoted):
         return [self.token] if self.token else []
 
 
+class SecretLogged(SecretDeclared):
+    """Declares its token, and logs it at ``open()``: a real run's redacting handler
+    (``fanout run``'s, ``RedactFilter``) masks it, the FanOut having registered it."""
+
+    def open(self, context: SinkContext) -> None:
+        logging.getLogger("fanout.kit_flawed").warning("opening with token %s", self.token)
+        super().open(context)
+
+
+class SecretLoggedEarly(SecretDeclared):
+    """Declares its token, and logs it in its constructor, before the FanOut building it
+    knows its secrets: a real run's log shows it."""
+
+    def __init__(self, name: str, *, directory: str, token: str | None = None) -> None:
+        super().__init__(name, directory=directory, token=token)
+        logging.getLogger("fanout.kit_flawed").warning("built with token %s", token)
+
+
 def read_rows(directory: Path) -> list[dict[str, Any]]:
     """Every row of every file of ``directory``."""
     return [
@@ -238,4 +257,5 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
             "new_column_unnamed": NewColumnUnnamed, "upsert_file": UpsertFile,
             "rewrite_claimed_harmless": RewriteClaimedHarmless,
             "stable_by_target_name": StableByTargetName, "secret_quoted": SecretQuoted,
-            "secret_declared": SecretDeclared}  # fmt: skip
+            "secret_declared": SecretDeclared, "secret_logged": SecretLogged,
+            "secret_logged_early": SecretLoggedEarly}  # fmt: skip

@@ -295,3 +295,31 @@ def test_a_secret_declared_by_secret_values_passes_the_check(
 ) -> None:
     suite, case = _secret_case("secret_declared", tmp_path)
     suite.test_a_secret_never_appears_in_errors_or_logs(spark, case, tmp_path, caplog)
+
+
+def test_a_declared_secret_the_sink_logs_is_masked_as_in_a_real_run(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real run's log handler masks a secret the sink declares, which the FanOut
+    registered before opening it: the check read ``caplog`` unmasked and told the sink to
+    declare the secret it declares."""
+    suite, case = _secret_case("secret_logged", tmp_path)
+    suite.test_a_secret_never_appears_in_errors_or_logs(spark, case, tmp_path, caplog)
+
+
+def test_a_declared_secret_logged_before_the_fanout_knows_it_is_told_so(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Logged in the sink's constructor, before the FanOut registers its sinks' secrets,
+    the secret is in a real run's log: the check fails, saying so, not "declare it"."""
+    suite, case = _secret_case("secret_logged_early", tmp_path)
+    with pytest.raises(AssertionError) as failed:
+        suite.test_a_secret_never_appears_in_errors_or_logs(spark, case, tmp_path, caplog)
+    said = re.sub(r"\.py:\d+ ", ".py:LINE ", str(failed.value).splitlines()[0])
+    assert said == (
+        "the secret of failing_config appears in the log: 'WARNING  fanout.kit_flawed:"
+        "kit_flawed_sinks.py:LINE built with token <secret>'. The sink declares it "
+        "(secret_values()), but logged it before fanout knew it (in its constructor, "
+        "before the FanOut registers its sinks' secrets), or spelled so that fanout's "
+        "masking does not find it: do not log it"
+    )

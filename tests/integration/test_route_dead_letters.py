@@ -206,3 +206,33 @@ def test_a_running_stream_parks_the_failing_rows_and_goes_on(spark: Any, tmp_pat
         if r["status"] == "committed"
     )
     assert marks == [(0, 9, 1), (1, 10, 0), (2, 9, 1)]
+
+
+class _Guarded(RecordingSink):
+    """A sink holding a password."""
+
+    def secret_values(self) -> list[str]:
+        return ["Other-sink-pw-2207"]
+
+
+def test_a_route_letter_s_reason_is_masked_of_the_pipeline_s_secrets(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark's error quotes the value that failed the route; one that is another sink's
+    password is masked in the letter's reason as in the ledger (the row keeps the data)."""
+    batch = spark.createDataFrame(
+        [
+            {"id": 1, "amount": "Other-sink-pw-2207", "qty": "1"},
+            {"id": 2, "amount": "2", "qty": "2"},
+        ],
+        SCHEMA,
+    )
+    routed = {"type": "delta", "name": "routed", "path": str(tmp_path / "routed"),
+              "where": WHERE, "dead_letter": str(tmp_path / "dead")}  # fmt: skip
+    fan = FanOut("rm", str(tmp_path / "ledger"), [routed, _Guarded("guarded")])
+    assert fan.process(batch, BatchInfo("rm", 0, "q"))["routed"].dead_lettered == 1
+    (letter,) = delta_rows(tmp_path / "dead")
+    assert letter["reason"].startswith(f"route where {WHERE!r} failed: " + CAST.format("***")), (
+        letter["reason"]
+    )
+    assert "Other-sink-pw-2207" not in letter["reason"]

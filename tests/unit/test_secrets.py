@@ -8,7 +8,7 @@ import pytest
 
 from fanout import BatchFailedError, BatchInfo, ConfigurationError, FanOut, Sink
 from fanout.ledger.memory import MemoryLedger
-from fanout.observe.secrets import expand_env, redact
+from fanout.observe.secrets import SinkSecrets, expand_env, redact
 from fanout.testing import ArrowFrame
 
 PASSWORD = "s3cr3t-Pa55"
@@ -199,3 +199,18 @@ def test_json_is_masked_value_by_value_as_its_printed_text_would_be() -> None:
     assert masked["sinks"][2] == [["nested s3://k:***@bucket/x", "its key ***"]]
     assert masked["s3://k:***@bucket/***"] == "https://h/x?sig=***&a=1"
     assert (masked["rows"], masked["ok"], masked["none"]) == (12, True, None)
+
+
+def test_a_letter_s_reason_is_masked_of_other_sinks_short_secrets_where_printed_text_is():
+    """On the executors as in the ledger: the sink's own secrets wherever they stand alone,
+    another sink's short password only in a URL's password or a query value (masked
+    wherever it stands alone, ``batch`` turned every reason into nonsense)."""
+    secrets = SinkSecrets(("pg",), ("pg", "batch", "abc12", "Other-sink-pw-2207"))
+    reason = (
+        "row of batch 3 refused (value abc12, user pg) by postgresql://u:batch@h/db?k=abc12 "
+        "quoting Other-sink-pw-2207"
+    )
+    assert secrets.mask(reason) == (
+        "row of batch 3 refused (value abc12, user ***) by postgresql://u:***@h/db?k=*** "
+        "quoting ***"
+    )

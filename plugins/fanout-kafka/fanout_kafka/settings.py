@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fanout.observe.secrets import NO_SECRETS, SinkSecrets
 from fanout_kafka.markers import marker_group
 from fanout_kafka.options import (
     client_batch_size,
@@ -82,6 +83,9 @@ class WriterSettings:
     """The smallest ``max.message.bytes`` of the topics the producer writes record batches
     to (target and dead-letter topic): its ``batch.size`` is capped to it
     (:func:`producer_config`)."""
+    secrets: SinkSecrets = NO_SECRETS
+    """The sink's secrets and its pipeline's, masked in a bad record's reason (the
+    letter's ``fanout.error`` header, the journal naming it, the partition's failure)."""
 
     @property
     def letter_limit(self) -> int:

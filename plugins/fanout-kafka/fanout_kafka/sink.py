@@ -420,8 +420,9 @@ class KafkaSink(PartitionedSink):
         refusal's own way on): its markers answer."""
         from fanout_kafka.topic_id import holds_records, topic_id_group, topic_replaced
 
-        topic, group = str(self.topic), topic_id_group(scope, self.name)
-        replaced, now = topic_replaced(config, self.marker_topic, group, topic,
+        topic = str(self.topic)
+        group = topic_id_group(scope, self.name, topic)
+        replaced, now = topic_replaced(config, self.marker_topic, scope, self.name, topic,
                                        self.open_timeout_s)  # fmt: skip
         if replaced and holds_records(ADMINS.client(config), topic, self.open_timeout_s):
             log.info(
@@ -453,7 +454,7 @@ class KafkaSink(PartitionedSink):
 
         config = admin_config(self.producer, str(self.bootstrap_servers))
         admin, topic = ADMINS.client(config), str(self.topic)
-        group = topic_id_group(scope_of(batch.txn_app_id, self.name), self.name)
+        group = topic_id_group(scope_of(batch.txn_app_id, self.name), self.name, topic)
         try:
             # a describe that failed is tried again: the old id left would refuse the
             # next run after an accepted re-creation; the batch committed, so no raise
@@ -581,6 +582,7 @@ class KafkaSink(PartitionedSink):
             route_earlier=route_of(batch).earlier,
             max_batch_bytes=self._max_batch_bytes,
             speculation=self._speculation_of(batch),
+            secrets=self.letter_secrets(),
         )
 
     def _create_missing_topics(self, batch: Batch) -> None:

@@ -6,16 +6,23 @@ outlive the target topic: a topic deleted and created again by hand (or by a dep
 between two runs holds none of the batches they say it holds, and the run's lost-target
 check (:meth:`fanout_kafka.sink.KafkaSink.holds_batch`) took their word. A topic has an id
 (KIP-516) that its re-creation changes, so the driver commits, for group
-``fanout/<scope>/<sink>/topic-id`` on partition 0 of the marker topic, the *topic-id
-offset*, 63 bits:
+``fanout/<scope>/<sink>/topic-id/<topic>`` on partition 0 of the marker topic, the
+*topic-id offset*, 63 bits:
 
 ======  ==============================================================================
 bits    what
 ======  ==============================================================================
-43-62   20 bits of a digest of the topic name (an id recorded for another topic, before
-        option ``topic`` changed, is not compared)
+43-62   20 bits of a digest of the topic name
 0-42    43 bits of a digest of the topic id
 ======  ==============================================================================
+
+The group names the topic whole: an id recorded for another topic, before option
+``topic`` changed, is no record of this one. Up to this version the group was
+``fanout/<scope>/<sink>/topic-id`` (:func:`legacy_topic_id_group`) and only the name's 20
+bits told the topics apart, so a renamed ``topic`` compared against the other topic's id
+once in 2^20 (a false refusal). That group is still read, in the same request, while the
+new one has no offset (until the first batch of the first run of this version records
+it), and compared on the name's bits as before.
 
 It is committed by the driver after the first batch of each ``open()`` whose partitions
 all committed or were skipped (:meth:`~fanout_kafka.sink.KafkaSink.after_partitions`), and
@@ -30,8 +37,9 @@ topic re-created during the run keeps the old one, and the next run is refused.
 No offset, one of another topic, or a broker that gives no topic id (older than Kafka
 2.8, or a zero id): nothing is compared, the markers answer alone.
 
-Its suffix cannot make it a marker group (``/p<n>``) or a group of one
-(``<marker group>.<what>``): no pipeline or sink name holds a ``/``.
+It cannot be a marker group (``fanout/<scope>/<sink>/p<n>``) or a group of one
+(``<marker group>.<what>``): it has one part more between its ``/``, and no pipeline,
+sink or topic name holds a ``/``.
 """
 
 from __future__ import annotations
@@ -46,8 +54,15 @@ log = logging.getLogger("fanout_kafka")
 _NAME_BITS, _ID_BITS = 20, 43
 
 
-def topic_id_group(scope: str, sink: str) -> str:
-    """The group whose committed offset is the sink's topic-id offset in ``scope``."""
+def topic_id_group(scope: str, sink: str, topic: str) -> str:
+    """The group whose committed offset is the sink's topic-id offset of ``topic`` in
+    ``scope``."""
+    return f"fanout/{scope}/{sink}/topic-id/{topic}"
+
+
+def legacy_topic_id_group(scope: str, sink: str) -> str:
+    """The group an older fanout committed the sink's topic-id offset for, whatever its
+    topic (read while :func:`topic_id_group` has none)."""
     return f"fanout/{scope}/{sink}/topic-id"
 
 
@@ -145,16 +160,20 @@ def record_topic_id(
 def topic_replaced(
     admin_config: Mapping[str, Any],
     marker_topic: str,
-    group: str,
+    scope: str,
+    sink: str,
     topic: str,
     timeout_s: float,
 ) -> tuple[bool | None, str | None]:
-    """Whether ``topic`` now has another id than the one recorded for ``group`` (see
-    :func:`replaced`), and its id now."""
+    """Whether ``topic`` now has another id than the one recorded for it (see
+    :func:`replaced`; the group of an older fanout when this one's has none), and its id
+    now. One offset request per group, sent together."""
     from fanout_kafka.driver_admins import ADMINS
     from fanout_kafka.membership import read_offsets
 
-    (offset,) = read_offsets(admin_config, marker_topic, [group], timeout_s)
+    groups = [topic_id_group(scope, sink, topic), legacy_topic_id_group(scope, sink)]
+    offset, legacy = read_offsets(admin_config, marker_topic, groups, timeout_s)
+    offset = offset if offset >= 0 else legacy
     if offset < 0:
         return None, None
     now = current_topic_id(ADMINS.client(admin_config), topic, timeout_s)
@@ -165,6 +184,7 @@ __all__ = [
     "current_topic_id",
     "described_topic_id",
     "holds_records",
+    "legacy_topic_id_group",
     "pack_topic_id",
     "record_topic_id",
     "replaced",

@@ -145,6 +145,7 @@ class PartitionWriter:
         rows = len(records) + len(bad)
         if rows == 0:
             return PartitionOutcome(self.partition, "empty")
+        bad = [self._bad(b.record, b.reason) for b in bad]
         try:
             if bad and not self.settings.has_dead_letters:
                 raise _Rejected(bad)
@@ -594,10 +595,15 @@ class PartitionWriter:
                         err = exc.args[0]
                         if err.code() not in REJECTED_RECORD_CODES:
                             raise
-                        refused.append(BadRecord(record, self._refusal(record, err)))
+                        refused.append(self._bad(record, self._refusal(record, err)))
                         break
             poll(0)
         return refused
+
+    def _bad(self, record: Record, reason: str) -> BadRecord:
+        """A bad record, its reason masked of the pipeline's secrets (a broker's message
+        may quote one): built for bad records only."""
+        return BadRecord(record, self.settings.secrets.mask(reason))
 
     def _refusal(self, record: Record, err: KafkaError) -> str:
         """Why the local producer refused ``record``, naming it (librdkafka's own text says
@@ -643,7 +649,7 @@ class PartitionWriter:
             if own(err, msg):
                 record = Record(msg.key(), msg.value(), list(msg.headers() or []))
                 reason = f"{named(record)} rejected by the broker: {err.str()}"
-                rejected.append(BadRecord(record, reason))
+                rejected.append(self._bad(record, reason))
         if len(rejected) == len(failures):
             raise _Rejected(rejected)
         err, msg = next((e, m) for e, m in failures if not own(e, m))

@@ -24,6 +24,7 @@ from fanout.contract.batch import Batch, BatchInfo
 from fanout.deadletters.delta import DeltaDeadLetters
 from fanout.delta_tables.io import read_delta
 from fanout.errors import SinkWriteError, TransientSinkError
+from fanout.observe.secrets import SinkSecrets
 from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
 
 
@@ -123,6 +124,18 @@ def test_bad_record_without_dead_letter_fails_before_any_producer_exists() -> No
     assert failure.message.startswith(
         "partition 2 (transactional.id 'fanout-orders-events-2', topic 't'): 1 record(s) the "
         "topic cannot take and no 'dead_letter' target: null key: key column(s) 'id'"
+    )
+
+
+def test_a_bad_record_s_reason_is_masked_of_the_pipeline_s_secrets() -> None:
+    """The reason (a dead letter's ``fanout.error``, the journal's, the failure's) may
+    quote a value that is another sink's password: masked on the executor already."""
+    masked = settings(secrets=SinkSecrets(("own-pw-31",), ("Other-sink-pw-2207",)))
+    rows = pa.RecordBatch.from_pylist([{"id": None, "note": "Other-sink-pw-2207 own-pw-31"}])
+    failure = PartitionWriter(masked, partition=0, batch_id=5).run([rows]).failure
+    assert failure is not None
+    assert failure.message.endswith(
+        'null key: key column(s) \'id\' are null in row {"id": null, "note": "*** ***"}'
     )
 
 

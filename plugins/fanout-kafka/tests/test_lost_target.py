@@ -114,7 +114,7 @@ def test_marks_without_a_recorded_topic_id_answer_as_before(
     pipeline, topic = f"oldk{uuid.uuid4().hex[:6]}", f"old-{uuid.uuid4().hex[:8]}"
     _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 0)
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    group = f"fanout/{pipeline}/k/topic-id"  # topic_id.topic_id_group: as an older fanout
+    group = f"fanout/{pipeline}/k/topic-id/{topic}"  # topic_id.topic_id_group
     admin.delete_consumer_groups([group])[group].result(10)
     _create_again(kafka, topic)
 
@@ -200,3 +200,38 @@ def test_a_topic_restored_from_its_mirror_is_not_refused(
         "but holds records (restored from a mirror?): its markers answer" in r.getMessage()
         for r in caplog.records
     )
+
+
+def test_an_id_an_older_fanout_recorded_still_refuses_a_topic_created_again(
+    spark: Any, kafka: Broker, tmp_path: Path
+) -> None:
+    """Up to the group named for the topic (``.../topic-id/<topic>``), the id was recorded
+    for ``.../topic-id``: the first run after the upgrade reads it, so the topic it was
+    recorded for is not refused, and one created again since still is."""
+    from fanout_kafka.membership import read_offsets
+    from fanout_kafka.topic_id import legacy_topic_id_group, topic_id_group
+
+    pipeline, topic = f"upgk{uuid.uuid4().hex[:6]}", f"upg.{uuid.uuid4().hex[:8]}_x"
+    fan = _fan(tmp_path, kafka, topic, pipeline)
+    marker_topic = str(fan.sinks["k"].marker_topic)  # type: ignore[attr-defined]
+    _run(fan, spark, pipeline, 0)
+    config = {"bootstrap.servers": kafka.bootstrap}
+    admin = AdminClient(config)
+    new, old = topic_id_group(pipeline, "k", topic), legacy_topic_id_group(pipeline, "k")
+
+    def as_an_older_fanout_left_it() -> None:
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        (offset,) = read_offsets(config, marker_topic, [new], 10)
+        assert offset >= 0
+        request = [ConsumerGroupTopicPartitions(old, [TopicPartition(marker_topic, 0, offset)])]
+        admin.alter_consumer_group_offsets(request)[old].result(10)
+        admin.delete_consumer_groups([new])[new].result(10)
+
+    as_an_older_fanout_left_it()
+    _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 1)  # the same topic
+    assert _keys(kafka, topic, 6) == ["0", "1", "10", "11", "12", "2"]
+    as_an_older_fanout_left_it()
+    _create_again(kafka, topic)
+    with pytest.raises(TargetLostError, match=f"topic '{topic}' no longer holds batch 1"):
+        _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 2)

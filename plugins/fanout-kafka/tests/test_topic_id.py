@@ -10,7 +10,7 @@ from fanout_kafka.topic_id import current_topic_id, pack_topic_id, replaced, top
 
 
 def test_the_group_is_the_sinks_own_and_no_marker_group() -> None:
-    assert topic_id_group("orders@e2", "k") == "fanout/orders@e2/k/topic-id"
+    assert topic_id_group("orders@e2", "k", "t.1") == "fanout/orders@e2/k/topic-id/t.1"
 
 
 def test_an_offset_tells_the_same_topic_from_one_created_again() -> None:
@@ -135,7 +135,7 @@ def test_an_id_the_driver_could_not_read_is_recorded_after_the_next_batch(
     sink = KafkaSink("k", bootstrap_servers="127.0.0.1:9", topic="orders")
     for batch_id in (0, 1, 2):
         sink.after_partitions(SimpleNamespace(txn_app_id="fanout/p/k", batch_id=batch_id), [])
-    assert admin.committed == [("fanout/p/k/topic-id", pack_topic_id("orders", "1:-2"))]
+    assert admin.committed == [("fanout/p/k/topic-id/orders", pack_topic_id("orders", "1:-2"))]
 
 
 class _Ids(_FlakyAdmin):
@@ -171,7 +171,7 @@ def test_a_long_run_commits_its_topic_id_again_before_the_broker_forgets_it(
     """The markers are committed every batch, the id was once a run: a run longer than
     ``offsets.retention.minutes`` (7 days by default) left markers and no id, and the next
     run's check passed a topic re-created before it."""
-    group, offset = "fanout/p/k/topic-id", pack_topic_id("orders", "1:-2")
+    group, offset = "fanout/p/k/topic-id/orders", pack_topic_id("orders", "1:-2")
     hourly = _Ids(_Uuid(1, -2))
     _batches(monkeypatch, hourly, 3600.0, 3)
     assert hourly.committed == [(group, offset)]  # within the hour: no request per batch
@@ -188,10 +188,73 @@ def test_a_topic_re_created_during_the_run_keeps_the_id_of_its_first_batch(
     admin = _Ids(_Uuid(1, -2), _Uuid(3, 4))
     with caplog.at_level("WARNING", logger="fanout_kafka"):
         _batches(monkeypatch, admin, 0.0, 3)
-    assert admin.committed == [("fanout/p/k/topic-id", pack_topic_id("orders", "1:-2"))] * 3
+    assert admin.committed == [("fanout/p/k/topic-id/orders", pack_topic_id("orders", "1:-2"))] * 3
     assert [r.getMessage() for r in caplog.records] == [
         f"sink 'k', batch {b}: topic 'orders' has id 3:4 now, not 1:-2, recorded after this "
         "run's first batch: it was deleted and created again during the run; the old id is "
-        "kept in group 'fanout/p/k/topic-id', so the next run's lost-target check refuses it"
+        "kept in group 'fanout/p/k/topic-id/orders', so the next run's lost-target check refuses it"
         for b in (1, 2)
     ]
+
+
+def _recorded(monkeypatch: pytest.MonkeyPatch, admin: _FlakyAdmin) -> None:
+    """Offsets are read back as ``admin`` committed them (no broker)."""
+    from fanout_kafka import membership
+
+    def read_offsets(config: Any, topic: str, groups: list[str], timeout_s: float) -> list[int]:
+        found = dict(admin.committed)
+        return [found.get(group, membership.NO_OFFSET) for group in groups]
+
+    monkeypatch.setattr(membership, "read_offsets", read_offsets)
+
+
+def test_an_id_recorded_for_another_topic_is_no_record_though_the_names_digests_collide(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Option ``topic`` changed from ``payments`` to ``orders``, an empty topic of another
+    id: the id recorded for ``payments`` is no record of ``orders``, even when their
+    names' 20-bit digests are equal (once in 2^20 they are; it was a false refusal)."""
+    from types import SimpleNamespace
+
+    from fanout_kafka import sink as sink_module
+    from fanout_kafka import topic_id
+    from fanout_kafka.sink import KafkaSink
+
+    digest = topic_id._digest
+    monkeypatch.setattr(
+        topic_id, "_digest", lambda text, bits: digest(text.replace("payments", "orders"), bits)
+    )
+    monkeypatch.setattr(topic_id, "holds_records", lambda admin, topic, timeout_s: False)
+    before = _Ids(_Uuid(1, -2))
+    monkeypatch.setattr(sink_module.ADMINS, "client", lambda config: before)
+    _recorded(monkeypatch, before)
+    payments = KafkaSink("k", bootstrap_servers="127.0.0.1:9", topic="payments")
+    payments.after_partitions(SimpleNamespace(txn_app_id="fanout/p/k", batch_id=0), [])
+    assert before.committed == [("fanout/p/k/topic-id/payments", pack_topic_id("orders", "1:-2"))]
+
+    before.ids = [_Uuid(3, 4)]  # topic orders, another id
+    orders = KafkaSink("k", bootstrap_servers="127.0.0.1:9", topic="orders")
+    assert orders._topic_replaced({}, "p") is False
+    # the same topic re-created is still told
+    assert payments._topic_replaced({}, "p") is True
+
+
+def test_an_older_fanouts_group_is_read_while_this_ones_has_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Recorded by an older fanout (group ``.../topic-id``, whatever the topic), an id is
+    compared on the name's bits until this version records its own."""
+    from fanout_kafka import sink as sink_module
+    from fanout_kafka import topic_id
+    from fanout_kafka.sink import KafkaSink
+
+    monkeypatch.setattr(topic_id, "holds_records", lambda admin, topic, timeout_s: False)
+    admin = _Ids(_Uuid(3, 4))
+    monkeypatch.setattr(sink_module.ADMINS, "client", lambda config: admin)
+    _recorded(monkeypatch, admin)
+    sink = KafkaSink("k", bootstrap_servers="127.0.0.1:9", topic="orders")
+    assert sink._topic_replaced({}, "p") is False  # nothing recorded
+    admin.committed = [("fanout/p/k/topic-id", pack_topic_id("orders", "1:-2"))]
+    assert sink._topic_replaced({}, "p") is True  # an older fanout's record of this topic
+    admin.committed.append(("fanout/p/k/topic-id/orders", pack_topic_id("orders", "3:4")))
+    assert sink._topic_replaced({}, "p") is False  # this version's record wins

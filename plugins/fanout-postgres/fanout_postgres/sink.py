@@ -500,7 +500,12 @@ class PostgresSink(PartitionedSink):
         write_plan = self._plan(batch.df.schema, batch.batch_id)
         direct = write_plan.mode == "upsert" and self._direct.wanted()
         return PostgresPartitionWriter(
-            self.connection_url(), write_plan, meta, direct, float(self.connection_idle_s)
+            self.connection_url(),
+            write_plan,
+            meta,
+            direct,
+            float(self.connection_idle_s),
+            self.letter_secrets(),
         )
 
     def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from fanout.errors import TransientSinkError
+from fanout.observe.secrets import NO_SECRETS, SinkSecrets
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
 from fanout_postgres.connections import CONNECTIONS, close_quietly
@@ -53,6 +54,8 @@ class PostgresPartitionWriter:
         (:mod:`fanout_postgres.direct`).
     :param idle_s: how long the worker keeps the connection at rest for its next
         partition (:mod:`fanout_postgres.connections`); 0: closed after the partition.
+    :param secrets: masked in a refused row's reason (the server's message): the
+        letter, the progress mark keeping it, the partition's failure.
     """
 
     url: Any
@@ -60,6 +63,7 @@ class PostgresPartitionWriter:
     meta: BatchMeta
     direct: bool = False
     idle_s: float = 0.0
+    secrets: SinkSecrets = NO_SECRETS
 
     def write_partition(
         self,
@@ -85,7 +89,14 @@ class PostgresPartitionWriter:
         try:
             with conn.cursor() as cur:
                 outcome = PartitionTransaction(
-                    cur, plan, meta, partition, rows, digest, direct=self.direct
+                    cur,
+                    plan,
+                    meta,
+                    partition,
+                    rows,
+                    digest,
+                    direct=self.direct,
+                    secrets=self.secrets,
                 ).run()
             if outcome.status == "committed":
                 hooks.before(partition, outcome.rows, outcome.written)

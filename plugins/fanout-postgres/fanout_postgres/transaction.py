@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fanout.errors import TransientSinkError
+from fanout.observe.secrets import NO_SECRETS, SinkSecrets
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout_postgres import binary
@@ -124,8 +125,10 @@ class PartitionTransaction:
         digest: MemberDigest,
         *,
         direct: bool = False,
+        secrets: SinkSecrets = NO_SECRETS,
     ) -> None:
         self.cur, self.plan, self.meta, self.partition = cur, plan, meta, partition
+        self.secrets = secrets  # masked in a refused row's reason (_detail)
         self.direct = direct  # upsert: try a COPY straight into the target first (direct.py)
         self.counters: dict[str, int] = {}
         self.rows = rows
@@ -567,7 +570,7 @@ class PartitionTransaction:
         if reject.columns:
             return self._detail_of_columns(reject)
         return {
-            "reason": reject.reason,
+            "reason": self.secrets.mask(reject.reason),
             "sqlstate": reject.sqlstate,
             "column": sources.get(reject.column or "", reject.column),
             "target_column": reject.column,
@@ -584,7 +587,7 @@ class PartitionTransaction:
         sources = self.plan.sources
         values = cells_json(self.table, reject.row, reject.columns, sources)
         return {
-            "reason": reject.reason,
+            "reason": self.secrets.mask(reject.reason),
             "sqlstate": reject.sqlstate,
             "column": ", ".join(sources.get(c, c) for c in reject.columns),
             "target_column": ", ".join(reject.columns),

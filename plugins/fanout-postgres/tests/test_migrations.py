@@ -262,3 +262,53 @@ def test_marks_of_an_older_progress_table_are_kept_without_a_route(pg_url: str) 
     assert [(m.partition, m.partitions, m.route) for m in marks] == [(1, 2, None)]
     batch = SimpleNamespace(route=Route(where="id > 1").stamp(), sink_name="pg", batch_id=7)
     check_routes(recorded_routes(marks), batch, sink="pg")  # type: ignore[arg-type]
+
+
+def _columns(url: str, schema: str, table: str) -> list[str]:
+    return [
+        name
+        for (name,) in query(
+            url,
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = %s ORDER BY ordinal_position",
+            (schema, table),
+        )
+    ]
+
+
+def test_target_oid_downgrades_keeping_the_marks_and_upgrades_again(pg_url: str) -> None:
+    """Revision 0006 down to 0005 drops ``target_oid`` from both tables and keeps their
+    rows; upgrading again adds it back, empty (those marks are then not compared)."""
+    from alembic import command
+    from fanout_postgres.migrate import ALEMBIC_LOCK, _alembic_config
+
+    upgrade(pg_url, schema="dn")
+    engine = create_engine(pg_url, poolclass=NullPool)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO dn.progress (pipeline, sink, batch_id, partition, partitions, target, "
+            "rows, target_oid) VALUES ('p', 'pg', 7, 1, 2, 'events', 5, 16384)"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO dn.upsert_routes (pipeline, sink, batch_id, partition, route, "
+            "partitions, target_oid) VALUES ('p', 'up', 3, 0, NULL, 1, 16385)"
+        )
+    with engine.connect() as conn, conn.begin(), ALEMBIC_LOCK:
+        command.downgrade(_alembic_config("dn", conn), "0005_upsert_routes_partitions")
+    engine.dispose()
+    assert query(pg_url, "SELECT version_num FROM dn.alembic_version") == [
+        ("0005_upsert_routes_partitions",)
+    ]
+    assert "target_oid" not in _columns(pg_url, "dn", "progress")
+    assert "target_oid" not in _columns(pg_url, "dn", "upsert_routes")
+    kept = "SELECT pipeline, sink, batch_id, partition, partitions, target, rows FROM dn.progress"
+    assert query(pg_url, kept) == [("p", "pg", 7, 1, 2, "events", 5)]
+    assert query(
+        pg_url, "SELECT pipeline, sink, batch_id, partition, partitions FROM dn.upsert_routes"
+    ) == [("p", "up", 3, 0, 1)]
+
+    again = upgrade(pg_url, schema="dn")
+    assert (again.before, again.after) == ("0005_upsert_routes_partitions", head_revision())
+    assert _state(pg_url, "dn")["columns"] == PROGRESS_COLUMNS
+    assert query(pg_url, "SELECT batch_id, target_oid FROM dn.progress") == [(7, None)]
+    assert query(pg_url, "SELECT batch_id, target_oid FROM dn.upsert_routes") == [(3, None)]
