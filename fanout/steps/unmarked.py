@@ -4,8 +4,10 @@ A reset resumes after the last *marked* batch. A sink that committed batch ``m +
 replaced epoch and lost its mark ``m + 1`` (the driver killed between the write and the
 mark, or the query stopped mid-batch) would get that batch's rows again from the new epoch,
 under new idempotency keys. The ledger cannot see it; the sink's own records can
-(:meth:`fanout.Sink.holds_batch`). :func:`refuse_unmarked` asks each sink once, when an
-epoch starts (never on the per-batch path), records the mark the sink lost (the ledger then
+(:meth:`fanout.Sink.holds_batch`; one that says it does, and implements
+:meth:`fanout.Sink.target_replaced`, is asked that too: a reason means the target was
+re-created empty since, and it holds nothing). :func:`refuse_unmarked` asks each sink once,
+when an epoch starts (never on the per-batch path), records the mark the sink lost (the ledger then
 tells the truth, and ``fanout recover`` counts the sink there), and refuses the start with
 :class:`fanout.UnmarkedBatchError` before anything of the new epoch is written. The next
 start asks about the batch after the recorded mark, so the operator's choice (resume after
@@ -37,7 +39,14 @@ from fanout.ledger.entry import (
 from fanout.ledger.gaps import SKIPPED
 from fanout.observe.logs import batch_fields
 from fanout.observe.secrets import redact
-from fanout.steps.holds import CannotTell, NoAnswer, bounded, holds_answer
+from fanout.steps.holds import (
+    CannotTell,
+    NoAnswer,
+    answers_target_replaced,
+    bounded,
+    holds_answer,
+    replaced_answer,
+)
 
 log = logging.getLogger("fanout")
 
@@ -57,6 +66,10 @@ class Held:
     (:class:`fanout.PartlyHeld`): no lost mark is recorded for it."""
     why: str | None = None
     """Why the sink cannot tell (``holds`` ``None``): its ``holds_batch``'s error."""
+    replaced: str | None = None
+    """Why the sink does not hold the batch its records say it holds (``holds``
+    ``False``): :meth:`fanout.Sink.target_replaced`'s reason, the target there not the one
+    they were written to."""
 
     @property
     def whole(self) -> bool:
@@ -445,6 +458,15 @@ def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
     holds = holds_answer(sink, pipeline, epoch, mark + 1, question)
     if isinstance(holds, CannotTell):
         return Held(sink.name, mark, None, why=holds.why)
+    if holds and answers_target_replaced(sink):
+        # records kept beside a target re-created empty say "held": a lost mark recorded
+        # (or a harmless rewrite) would count a batch the target no longer holds
+        identity = (
+            f"whether its target is still the one batch {mark + 1} of epoch {epoch} was written to"
+        )
+        replaced = replaced_answer(sink, pipeline, epoch, mark + 1, identity)
+        if isinstance(replaced, str):
+            return Held(sink.name, mark, False, replaced=replaced)
     if isinstance(holds, PartlyHeld):  # the old checkpoint's replay completes it: no hint
         return Held(sink.name, mark, True, part=holds)
     if not holds:
