@@ -435,10 +435,11 @@ def ask(sink: Sink, pipeline: str, epoch: int, mark: int, timeout_s: float | Non
     A sink with ``write_timeout_s`` (``timeout_s``) is asked in a daemon thread and waited
     for that long; one that does not answer refuses the start with a
     :class:`fanout.SinkTimeoutError`: counted as "cannot tell", it would let the new epoch
-    write a batch the sink may hold a second time."""
+    write a batch the sink may hold a second time. Its ``target_replaced``, when it says
+    held, is bounded apart (:func:`_identity`)."""
     held = bounded(sink, pipeline, lambda: _ask(sink, pipeline, epoch, mark), timeout_s)
     if not isinstance(held, NoAnswer):
-        return held
+        return _identity(sink, pipeline, epoch, held, timeout_s)
     raise SinkTimeoutError(
         f"cannot tell within its write_timeout_s={timeout_s:g} s whether it holds batch "
         f"{mark + 1} of epoch {epoch} (written but never marked: its holds_batch() did not "
@@ -458,15 +459,6 @@ def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
     holds = holds_answer(sink, pipeline, epoch, mark + 1, question)
     if isinstance(holds, CannotTell):
         return Held(sink.name, mark, None, why=holds.why)
-    if holds and answers_target_replaced(sink):
-        # records kept beside a target re-created empty say "held": a lost mark recorded
-        # (or a harmless rewrite) would count a batch the target no longer holds
-        identity = (
-            f"whether its target is still the one batch {mark + 1} of epoch {epoch} was written to"
-        )
-        replaced = replaced_answer(sink, pipeline, epoch, mark + 1, identity)
-        if isinstance(replaced, str):
-            return Held(sink.name, mark, False, replaced=replaced)
     if isinstance(holds, PartlyHeld):  # the old checkpoint's replay completes it: no hint
         return Held(sink.name, mark, True, part=holds)
     if not holds:
@@ -695,3 +687,32 @@ def partial_lines(
         f"  3. Or resume after batch {batch} ({_after(batch, known)}): {h.sink} never gets "
         f"{rest}' rows of batch {batch}.",
     ]
+
+
+def _identity(sink: Sink, pipeline: str, epoch: int, held: Held, timeout_s: float | None) -> Held:
+    """``held``, or "does not hold" with :meth:`fanout.Sink.target_replaced`'s reason when
+    the sink's records say it holds the batch (all or part) but its target was re-created
+    empty since: a lost mark recorded (or a harmless rewrite) would count a batch the
+    target no longer holds. Bounded apart from ``holds_batch`` (its own thread): one that
+    raises or does not answer in time is logged and leaves ``held``, as at a run's
+    lost-target check."""
+    if not held.holds or not answers_target_replaced(sink):
+        return held
+    batch = held.mark + 1
+    question = f"whether its target is still the one batch {batch} of epoch {epoch} was written to"
+    replaced = bounded(
+        sink,
+        pipeline,
+        lambda: replaced_answer(sink, pipeline, epoch, batch, question),
+        timeout_s,
+        hook="target-replaced",
+    )
+    if isinstance(replaced, NoAnswer):
+        log.warning(
+            "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
+            pipeline, sink.name, timeout_s, question,
+        )  # fmt: skip
+        return held
+    if isinstance(replaced, str):
+        return Held(sink.name, held.mark, False, replaced=replaced)
+    return held

@@ -426,3 +426,36 @@ def test_fanout_recover_says_a_re_created_target_does_not_hold_the_batch_and_why
         "does not hold batch 3: its records say it does, but the target was replaced since "
         "by one created again empty (topic t has id B now, not A)"
     )
+
+
+def test_an_identity_check_that_does_not_answer_in_time_leaves_held(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A timed sink whose records answered "held" in time but whose target_replaced hangs:
+    as the contract says, logged and counted as no reason (holds_batch's answer stands: its
+    lost mark, its harmless rewrite), in a thread of its own; not a SinkTimeoutError blaming
+    a holds_batch() that returned."""
+    import threading
+
+    from fanout.steps.unmarked import ask
+
+    gate = threading.Event()
+    names: list[str] = []
+
+    class Hangs(ReplacedUpserting):
+        def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+            names.append(threading.current_thread().name)
+            gate.wait(10)
+            return "returned too late"
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="fanout"):
+            held = ask(Hangs("slow", {3}, None), "p", 0, 2, 0.2)
+    finally:
+        gate.set()
+    assert (held.holds, held.replaced, held.harmless) == (True, None, "it upserts by key")
+    assert names == ["fanout-p-slow-target-replaced"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "pipeline p, sink slow: cannot tell within its write_timeout_s=0.2 s whether its "
+        "target is still the one batch 3 of epoch 0 was written to"
+    ]
