@@ -360,19 +360,22 @@ class Sink:
         they say "held". A sink that records an identity beside them (a PostgreSQL table's
         OID in each batch mark, a Kafka topic's id once per run) tells the two apart here.
 
-        Called on the driver after :meth:`open`, with the batch :meth:`holds_batch` is
-        asked about and once :meth:`holds_batch` did not say ``False`` (nothing to tell
-        then): at a run's first batch (the lost-target check, for the sink's last mark, and
+        Called on the driver after :meth:`open`, with the batch :meth:`holds_batch` is asked
+        about: at a run's first batch (the lost-target check, for the sink's last mark, and
         when that is refused for its last mark that wrote rows: at most twice a run, never
-        per batch), at a new epoch's start and by ``fanout recover`` (the batch after the
-        mark). A reason counts as ``False`` from :meth:`holds_batch` everywhere: the run is
-        refused with :class:`fanout.TargetLostError` quoting it (or the sink lags with it,
+        per batch) once :meth:`holds_batch` did not say ``False`` (nothing to tell then;
+        ``None`` and :class:`PartlyHeld` too: records that outlive a target re-created empty
+        tell nothing of it), at a new epoch's start and by ``fanout recover`` (the batch
+        after the mark) once it said held (``True`` or :class:`PartlyHeld`). A reason counts
+        as ``False`` from :meth:`holds_batch` everywhere: the run is refused with
+        :class:`fanout.TargetLostError` quoting it (or the sink lags with it,
         ``on_failure="lag"``; ``accept_lost_targets`` accepts it), and a new epoch's start
         neither refuses for the batch nor records its lost mark. Bounded by the sink's
-        ``write_timeout_s`` as :meth:`holds_batch` is; one that raises or does not answer
-        in time is logged and counts as ``None``. fanout masks the reason with
-        :meth:`secret_values`. Reads only: it must create nothing (a refused run must leave
-        the target as it found it)."""
+        ``write_timeout_s`` as :meth:`holds_batch` is, in a thread of its own; one that
+        raises or does not answer in time is logged and counts as ``None``. Without
+        ``write_timeout_s`` it is waited for as :meth:`holds_batch` is: one that hangs holds
+        the run's start. fanout masks the reason with :meth:`secret_values`. Reads only: it
+        must create nothing (a refused run must leave the target as it found it)."""
         return None
 
     def harmless_rewrite(self) -> str | None:
