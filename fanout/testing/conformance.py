@@ -34,9 +34,9 @@ log; and, when the sink implements the optional :meth:`fanout.Sink.holds_batch`,
 says ``False`` before a batch is written and ``True`` after (the whole batch: not a
 :class:`fanout.PartlyHeld`, which a sink answers only for a batch some of whose
 partitions never committed); when the sink implements the optional
-:meth:`fanout.Sink.target_replaced`, that it says ``None`` about a batch just written (the
-same target) and, given ``recreate``, a reason once the target was dropped and created again
-empty; when :meth:`fanout.Sink.harmless_rewrite` gives a reason,
+:meth:`fanout.Sink.target_replaced`, that it says ``None`` about an empty batch and a batch
+of rows just written (the same target) and, given ``recreate``, a reason once the target
+was dropped and created again empty; when :meth:`fanout.Sink.harmless_rewrite` gives a reason,
 that a batch written again under a new epoch's idempotency key leaves the target as one
 write did; when :meth:`fanout.Sink.deterministic_columns` names columns, that the batch
 has them.
@@ -274,31 +274,40 @@ class SinkConformance:
     def test_target_replaced_tells_a_target_created_again_empty(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
     ) -> None:
-        """The optional :meth:`fanout.Sink.target_replaced`: ``None`` about a batch just
-        written (the target is the one it was written to), and, once ``recreate`` dropped
-        the target and created it again empty, a reason (a non-empty sentence the refusal
-        quotes) although the sink's records still say the batch is held; the target still
-        empty after it was asked (it creates and writes nothing). Skipped for a sink that
-        does not implement it; its second half without ``recreate``."""
+        """The optional :meth:`fanout.Sink.target_replaced`: ``None`` about an empty batch
+        just written (the same target, holding no row: empty is not re-created) and about a
+        batch of rows written after it, and, once ``recreate`` dropped the target and
+        created it again empty, a reason about that batch (a non-empty sentence the refusal
+        quotes) although the sink's records still say it is held; the target still empty
+        after it was asked (it creates and writes nothing). Skipped for a sink that does
+        not implement it; its second half without ``recreate``."""
         fan = self._fan(under_test, str(tmp_path / "ledger"))
         sink = fan.sinks[NAME]
         if type(sink).target_replaced is Sink.target_replaced:
             pytest.skip("the sink does not implement target_replaced")
-        fan.process(self._batch(spark, [(i, f"v{i}") for i in range(3)]), self._info(0))
-        same = sink.target_replaced(self.pipeline, 0, 0)
+        fan.process(self._batch(spark, []), self._info(0))
+        empty = sink.target_replaced(self.pipeline, 0, 0)
+        if empty is not None:
+            raise AssertionError(
+                f"target_replaced returned {empty!r} about batch 0 of epoch 0, an empty batch "
+                "just written to the same target: expected None (a reason refuses the next "
+                "run as a target lost; a target that holds no row is not one created again)"
+            )
+        fan.process(self._batch(spark, [(i, f"v{i}") for i in range(3)]), self._info(1))
+        same = sink.target_replaced(self.pipeline, 0, 1)
         if same is not None:
             raise AssertionError(
-                f"target_replaced returned {same!r} about batch 0 of epoch 0, just written to "
+                f"target_replaced returned {same!r} about batch 1 of epoch 0, just written to "
                 "the same target: expected None (a reason refuses the next run as a target "
                 "lost)"
             )
         if under_test.recreate is None:
             pytest.skip("SinkUnderTest.recreate not given: a re-created target not checked")
         under_test.recreate()
-        reason = sink.target_replaced(self.pipeline, 0, 0)
+        reason = sink.target_replaced(self.pipeline, 0, 1)
         if not isinstance(reason, str) or not reason.strip():
             raise AssertionError(
-                f"target_replaced returned {reason!r} about batch 0 of epoch 0 after the "
+                f"target_replaced returned {reason!r} about batch 1 of epoch 0 after the "
                 "target it was written to was dropped and created again empty: expected a "
                 "reason (the run's lost-target check refuses with it; holds_batch's records, "
                 "which outlive the target, still say held)"
