@@ -449,6 +449,11 @@ def _answer_text(answer: Held) -> str:
         if answer.why is not None:
             return f"cannot tell whether it holds batch {batch}: {one_line(answer.why)}"
         return f"cannot tell whether it holds batch {batch} (the warning logged says why)"
+    if not answer.holds and answer.replaced is not None:
+        return (
+            f"does not hold batch {batch}: its records say it does, but the target was "
+            f"replaced since by one created again empty ({one_line(answer.replaced)})"
+        )
     if not answer.holds:
         return f"does not hold batch {batch}"
     if answer.part is not None:

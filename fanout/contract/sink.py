@@ -338,7 +338,9 @@ class Sink:
         mark ``m`` of the current epoch (and, when that says ``False``, its last mark that
         wrote rows): ``False`` there refuses the run with :class:`fanout.TargetLostError`
         (the target was deleted or replaced since), so records kept beside the target
-        (a progress table, consumer groups) that outlive it must not answer alone.
+        (a progress table, consumer groups) that outlive it must not answer alone for a
+        target that is missing (``False``); whether the target there is the one they were
+        written to is :meth:`target_replaced`'s question, asked after this one.
 
         ``True``: the *whole* batch was committed (fanout then records the sink's lost mark
         in the ledger, which counts the batch as written there); a :class:`PartlyHeld`:
@@ -349,6 +351,39 @@ class Sink:
         ``None`` (the default): the sink cannot tell. A sink that cannot tell the whole
         from a part answers :class:`PartlyHeld` with ``partitions=None``. Raise nothing for
         "cannot tell": an exception is logged and counted as ``None``."""
+        return None
+
+    def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        """Whether the target is no longer the one this sink wrote batch ``batch_id`` of
+        ``epoch`` to, but one dropped and created again empty since: why (a sentence the
+        refusal quotes, e.g. "table public.orders has OID 16412 now, not 16398, which batch
+        7 was written to, and holds no row"), or ``None`` (the default) when it is the same
+        target, holds rows (restored from a backup or a mirror: :meth:`holds_batch`
+        answers), or the sink cannot tell (no identity recorded, an older record, a
+        service that gives none). A missing target is :meth:`holds_batch`'s ``False``,
+        not this.
+
+        :meth:`holds_batch` answers from the sink's records, which outlive the target (a
+        progress table, consumer groups): a target re-created by hand is there, empty, and
+        they say "held". A sink that records an identity beside them (a PostgreSQL table's
+        OID in each batch mark, a Kafka topic's id once per run) tells the two apart here.
+
+        Called on the driver after :meth:`open`, with the batch :meth:`holds_batch` is asked
+        about: at a run's first batch (the lost-target check, for the sink's last mark, and
+        when that is refused for its last mark that wrote rows: at most twice a run, never
+        per batch) once :meth:`holds_batch` did not say ``False`` (nothing to tell then;
+        ``None`` and :class:`PartlyHeld` too: records that outlive a target re-created empty
+        tell nothing of it), at a new epoch's start and by ``fanout recover`` (the batch
+        after the mark) once it said held (``True`` or :class:`PartlyHeld`). A reason counts
+        as ``False`` from :meth:`holds_batch` everywhere: the run is refused with
+        :class:`fanout.TargetLostError` quoting it (or the sink lags with it,
+        ``on_failure="lag"``; ``accept_lost_targets`` accepts it), and a new epoch's start
+        neither refuses for the batch nor records its lost mark. Bounded by the sink's
+        ``write_timeout_s`` as :meth:`holds_batch` is, in a thread of its own; one that
+        raises or does not answer in time is logged and counts as ``None``. Without
+        ``write_timeout_s`` it is waited for as :meth:`holds_batch` is: one that hangs holds
+        the run's start. fanout masks the reason with :meth:`secret_values`. Reads only: it
+        must create nothing (a refused run must leave the target as it found it)."""
         return None
 
     def harmless_rewrite(self) -> str | None:
@@ -409,6 +444,7 @@ OPTIONAL_HOOKS: tuple[str, ...] = (
     "shares_tasks",
     "backfill_source",
     "holds_batch",
+    "target_replaced",
     "harmless_rewrite",
     "remove_batch_hint",
     "exclusive_resources",

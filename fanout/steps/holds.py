@@ -1,6 +1,6 @@
-"""Asking a sink :meth:`fanout.Sink.holds_batch` once an epoch or a run starts, never on the
-per-batch path: before a new epoch (:mod:`fanout.steps.unmarked`) and at a run's first
-batch (:mod:`fanout.steps.lost_target`).
+"""Asking a sink :meth:`fanout.Sink.holds_batch` (and :meth:`fanout.Sink.target_replaced`)
+once an epoch or a run starts, never on the per-batch path: before a new epoch
+(:mod:`fanout.steps.unmarked`) and at a run's first batch (:mod:`fanout.steps.lost_target`).
 
 Both ask the same way: a failing hook is logged and read as "cannot tell"
 (:class:`CannotTell`), and a sink with ``write_timeout_s`` is asked in a daemon thread and
@@ -26,7 +26,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class CannotTell:
-    """The sink's ``holds_batch`` raised: it cannot read its records."""
+    """The sink's ``holds_batch`` (or ``target_replaced``) raised: it cannot read its
+    records."""
 
     why: str
     """Its error, as ``Type: message``."""
@@ -59,16 +60,42 @@ def holds_answer(
         return CannotTell(why)
 
 
+def replaced_answer(
+    sink: Sink, pipeline: str, epoch: int, batch_id: int, question: str
+) -> str | CannotTell | None:
+    """``sink.target_replaced(pipeline, epoch, batch_id)``, its reason masked with the
+    sink's secrets (refusals, logs and ``fanout recover`` quote it); a hook that raises is
+    logged as :func:`holds_answer` logs it and answers :class:`CannotTell`, which every
+    caller reads as "not replaced" (``holds_batch`` decides)."""
+    try:
+        reason = sink.target_replaced(pipeline, epoch, batch_id)
+    except Exception as exc:  # an identity it cannot read tells nothing
+        why = redact(f"{type(exc).__name__}: {exc}", sink.secret_values())
+        log.warning("pipeline %s, sink %s: cannot tell %s: %s", pipeline, sink.name, question, why)
+        return CannotTell(why)
+    return None if reason is None else redact(str(reason), sink.secret_values())
+
+
+def answers_target_replaced(sink: Sink) -> bool:
+    """Whether ``sink``'s type implements :meth:`fanout.Sink.target_replaced` (one that does
+    not is not asked: no thread, no wait)."""
+    return type(sink).target_replaced is not Sink.target_replaced
+
+
 def bounded(
-    sink: Sink, pipeline: str, ask: Callable[[], T], timeout_s: float | None
+    sink: Sink,
+    pipeline: str,
+    ask: Callable[[], T],
+    timeout_s: float | None,
+    hook: str = "holds-batch",
 ) -> T | NoAnswer:
     """``ask()`` (a question to ``sink``, :func:`holds_answer` and what follows from its
-    answer) at once when ``timeout_s`` is ``None``; else in a daemon thread named
-    ``fanout-<pipeline>-<sink>-holds-batch``, waited for ``timeout_s`` seconds:
-    :data:`NO_ANSWER` when it did not return by then (what it raised is raised)."""
+    answer, or :func:`replaced_answer`) at once when ``timeout_s`` is ``None``; else in a
+    daemon thread named ``fanout-<pipeline>-<sink>-<hook>``, waited for ``timeout_s``
+    seconds: :data:`NO_ANSWER` when it did not return by then (what it raised is raised)."""
     if timeout_s is None:
         return ask()
-    name = f"fanout-{pipeline}-{sink.name}-holds-batch"
+    name = f"fanout-{pipeline}-{sink.name}-{hook}"
     call = BoundedCall.run(ask, timeout_s, name)
     if not call.done.is_set():
         return NO_ANSWER

@@ -7,7 +7,11 @@ loses those batches silently: the ledger and ``fanout status`` still count them,
 run writes on. So before a run writes anything, each open sink with a mark in the current
 epoch is asked :meth:`fanout.Sink.holds_batch` about that mark, once per run (never on the
 per-batch path), and a lagging sink that could not be opened at the start is asked once
-it is (before its first write). A definite ``False`` refuses the run with
+it is (before its first write). Unless that says ``False``, a sink implementing
+:meth:`fanout.Sink.target_replaced` is asked too, bounded the same way, whether its target
+is still the one the batch was written to: a reason counts as ``False`` (the refusal quotes
+it), no answer (``None``, raised, timed out: logged) leaves ``holds_batch``'s. A definite
+``False`` refuses the run with
 :class:`fanout.TargetLostError`; that of a sink with ``on_failure="lag"`` is returned
 instead: the sink lags with it for the rest of the run (never written), and the other sinks
 go on. ``None`` (cannot tell) and :class:`fanout.PartlyHeld` pass, as before.
@@ -28,7 +32,14 @@ from fanout.errors import TargetLostError
 from fanout.ledger.entry import Ledger, ledger_location
 from fanout.ledger.gaps import is_skip
 from fanout.observe.secrets import redact
-from fanout.steps.holds import CannotTell, NoAnswer, bounded, holds_answer
+from fanout.steps.holds import (
+    CannotTell,
+    NoAnswer,
+    answers_target_replaced,
+    bounded,
+    holds_answer,
+    replaced_answer,
+)
 
 log = logging.getLogger("fanout")
 
@@ -65,13 +76,13 @@ def refuse_lost_targets(
         if mark is None:
             continue
         bound = bounds.get(name)
-        batch, answer = mark, _answer(sink, pipeline, epoch, mark, bound)
+        batch, (answer, reason) = mark, _answer(sink, pipeline, epoch, mark, bound)
         if answer is False:
             written = _last_written(ledger, pipeline, epoch, name, mark)
             if written is None:
                 continue
             if written != mark:
-                batch, answer = written, _answer(sink, pipeline, epoch, written, bound)
+                batch, (answer, reason) = written, _answer(sink, pipeline, epoch, written, bound)
         if answer is not False:
             if name in accepted and answer is not None:
                 log.warning(
@@ -84,15 +95,17 @@ def refuse_lost_targets(
             continue
         if name in accepted:
             log.warning(
-                "pipeline %s, sink %s: its target no longer holds batch %s of epoch %s; "
+                "pipeline %s, sink %s: its target no longer holds batch %s of epoch %s%s; "
                 "accepted (accept_lost_targets): the batches marked written there stay lost "
-                "from it", pipeline, name, batch, epoch,
+                "from it", pipeline, name, batch, epoch, "" if reason is None else f" ({reason})",
             )  # fmt: skip
             continue
         lags_on = name in lags
         error = TargetLostError(
             redact(
-                _message(pipeline, epoch, ledger, sink, batch, pipeline_file, lags=lags_on),
+                _message(
+                    pipeline, epoch, ledger, sink, batch, pipeline_file, lags=lags_on, reason=reason
+                ),
                 sink.secret_values(),
             ),
             sink=name,
@@ -107,9 +120,12 @@ def refuse_lost_targets(
 
 def _answer(
     sink: Sink, pipeline: str, epoch: int, batch_id: int, timeout_s: float | None
-) -> bool | PartlyHeld | None:
-    """``sink``'s answer about ``batch_id`` of ``epoch``: ``None`` when it cannot tell
-    (its hook failed, or did not return within ``timeout_s``: the run goes on)."""
+) -> tuple[bool | PartlyHeld | None, str | None]:
+    """``sink``'s answer about ``batch_id`` of ``epoch``, and why its target is not the one
+    the batch was written to: ``False`` with the reason when
+    :meth:`~fanout.Sink.target_replaced` gives one (asked only when ``holds_batch`` answered
+    and did not say ``False``); ``None`` when it cannot tell (its hook failed, or did not
+    return within ``timeout_s``: the run goes on)."""
     question = f"whether its target still holds batch {batch_id} of epoch {epoch}"
     answer = bounded(
         sink, pipeline, lambda: holds_answer(sink, pipeline, epoch, batch_id, question), timeout_s
@@ -119,8 +135,37 @@ def _answer(
             "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
             pipeline, sink.name, timeout_s, question,
         )  # fmt: skip
+        return None, None  # its service hangs: not waited for twice
+    held = None if isinstance(answer, CannotTell) else answer
+    if held is False or not answers_target_replaced(sink):
+        return held, None
+    reason = _replaced(sink, pipeline, epoch, batch_id, timeout_s)
+    return (held, None) if reason is None else (False, reason)
+
+
+def _replaced(
+    sink: Sink, pipeline: str, epoch: int, batch_id: int, timeout_s: float | None
+) -> str | None:
+    """``sink``'s :meth:`~fanout.Sink.target_replaced` about ``batch_id`` of ``epoch``,
+    bounded as ``holds_batch`` is: ``None`` when it raised or did not answer in time
+    (logged: ``holds_batch``'s answer stands)."""
+    question = (
+        f"whether its target is still the one batch {batch_id} of epoch {epoch} was written to"
+    )
+    reason = bounded(
+        sink,
+        pipeline,
+        lambda: replaced_answer(sink, pipeline, epoch, batch_id, question),
+        timeout_s,
+        hook="target-replaced",
+    )
+    if isinstance(reason, NoAnswer):
+        log.warning(
+            "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
+            pipeline, sink.name, timeout_s, question,
+        )  # fmt: skip
         return None
-    return None if isinstance(answer, CannotTell) else answer
+    return None if isinstance(reason, CannotTell) else reason
 
 
 def _last_written(ledger: Ledger, pipeline: str, epoch: int, sink: str, mark: int) -> int | None:
@@ -155,8 +200,16 @@ def _message(
     file: str | None = None,
     *,
     lags: bool = False,
+    reason: str | None = None,
 ) -> str:
     where = ledger_location(ledger)
+    if reason is None:
+        why = (
+            "the target was probably deleted or replaced since, and created again empty "
+            "(create_table, create_topic, or a Delta table written anew)"
+        )
+    else:
+        why = f"the target was replaced since by one created again empty: {reason}"
     accept = f"`fanout run {file or 'PIPELINE.toml'} --accept-lost-target {sink.name}`"
     if file is None:  # not run from a pipeline file: a FanOut of the caller's own
         accept += f" (FanOut(accept_lost_targets=[{sink.name!r}]))"
@@ -164,8 +217,7 @@ def _message(
         return (
             f"pipeline {pipeline!r}: {target_text(sink)} no longer holds batch {batch} of "
             f"epoch {epoch}, which the ledger marks written there (its last marked batch that "
-            "wrote rows): the target was probably deleted or replaced since, and created "
-            "again empty (create_table, create_topic, or a Delta table written anew). The "
+            f"wrote rows): {why}. The "
             "batches the ledger counts for it are gone from it, and `fanout status` still "
             "counts them. Nothing is written to it by this run: with on_failure='lag' it "
             "lags, its batches wait in the spool (up to its max_lag), and the other sinks "
@@ -179,8 +231,7 @@ def _message(
     return (
         f"pipeline {pipeline!r}: {target_text(sink)} no longer holds batch {batch} of epoch "
         f"{epoch}, which the ledger marks written there (its last marked batch that wrote "
-        "rows): the target was probably deleted or replaced since, and created again empty "
-        "(create_table, create_topic, or a Delta table written anew). The batches the ledger "
+        f"rows): {why}. The batches the ledger "
         "counts for it are gone from it, and `fanout status` still counts them. Nothing was "
         "written by this run.\n"
         "Ways on: restore the target (from a backup or the storage's history: a Delta table's "

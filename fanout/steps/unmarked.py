@@ -4,8 +4,10 @@ A reset resumes after the last *marked* batch. A sink that committed batch ``m +
 replaced epoch and lost its mark ``m + 1`` (the driver killed between the write and the
 mark, or the query stopped mid-batch) would get that batch's rows again from the new epoch,
 under new idempotency keys. The ledger cannot see it; the sink's own records can
-(:meth:`fanout.Sink.holds_batch`). :func:`refuse_unmarked` asks each sink once, when an
-epoch starts (never on the per-batch path), records the mark the sink lost (the ledger then
+(:meth:`fanout.Sink.holds_batch`; one that says it does, and implements
+:meth:`fanout.Sink.target_replaced`, is asked that too: a reason means the target was
+re-created empty since, and it holds nothing). :func:`refuse_unmarked` asks each sink once,
+when an epoch starts (never on the per-batch path), records the mark the sink lost (the ledger then
 tells the truth, and ``fanout recover`` counts the sink there), and refuses the start with
 :class:`fanout.UnmarkedBatchError` before anything of the new epoch is written. The next
 start asks about the batch after the recorded mark, so the operator's choice (resume after
@@ -37,7 +39,14 @@ from fanout.ledger.entry import (
 from fanout.ledger.gaps import SKIPPED
 from fanout.observe.logs import batch_fields
 from fanout.observe.secrets import redact
-from fanout.steps.holds import CannotTell, NoAnswer, bounded, holds_answer
+from fanout.steps.holds import (
+    CannotTell,
+    NoAnswer,
+    answers_target_replaced,
+    bounded,
+    holds_answer,
+    replaced_answer,
+)
 
 log = logging.getLogger("fanout")
 
@@ -57,6 +66,10 @@ class Held:
     (:class:`fanout.PartlyHeld`): no lost mark is recorded for it."""
     why: str | None = None
     """Why the sink cannot tell (``holds`` ``None``): its ``holds_batch``'s error."""
+    replaced: str | None = None
+    """Why the sink does not hold the batch its records say it holds (``holds``
+    ``False``): :meth:`fanout.Sink.target_replaced`'s reason, the target there not the one
+    they were written to."""
 
     @property
     def whole(self) -> bool:
@@ -422,10 +435,11 @@ def ask(sink: Sink, pipeline: str, epoch: int, mark: int, timeout_s: float | Non
     A sink with ``write_timeout_s`` (``timeout_s``) is asked in a daemon thread and waited
     for that long; one that does not answer refuses the start with a
     :class:`fanout.SinkTimeoutError`: counted as "cannot tell", it would let the new epoch
-    write a batch the sink may hold a second time."""
+    write a batch the sink may hold a second time. Its ``target_replaced``, when it says
+    held, is bounded apart (:func:`_identity`)."""
     held = bounded(sink, pipeline, lambda: _ask(sink, pipeline, epoch, mark), timeout_s)
     if not isinstance(held, NoAnswer):
-        return held
+        return _identity(sink, pipeline, epoch, held, timeout_s)
     raise SinkTimeoutError(
         f"cannot tell within its write_timeout_s={timeout_s:g} s whether it holds batch "
         f"{mark + 1} of epoch {epoch} (written but never marked: its holds_batch() did not "
@@ -673,3 +687,32 @@ def partial_lines(
         f"  3. Or resume after batch {batch} ({_after(batch, known)}): {h.sink} never gets "
         f"{rest}' rows of batch {batch}.",
     ]
+
+
+def _identity(sink: Sink, pipeline: str, epoch: int, held: Held, timeout_s: float | None) -> Held:
+    """``held``, or "does not hold" with :meth:`fanout.Sink.target_replaced`'s reason when
+    the sink's records say it holds the batch (all or part) but its target was re-created
+    empty since: a lost mark recorded (or a harmless rewrite) would count a batch the
+    target no longer holds. Bounded apart from ``holds_batch`` (its own thread): one that
+    raises or does not answer in time is logged and leaves ``held``, as at a run's
+    lost-target check."""
+    if not held.holds or not answers_target_replaced(sink):
+        return held
+    batch = held.mark + 1
+    question = f"whether its target is still the one batch {batch} of epoch {epoch} was written to"
+    replaced = bounded(
+        sink,
+        pipeline,
+        lambda: replaced_answer(sink, pipeline, epoch, batch, question),
+        timeout_s,
+        hook="target-replaced",
+    )
+    if isinstance(replaced, NoAnswer):
+        log.warning(
+            "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
+            pipeline, sink.name, timeout_s, question,
+        )  # fmt: skip
+        return held
+    if isinstance(replaced, str):
+        return Held(sink.name, held.mark, False, replaced=replaced)
+    return held

@@ -33,7 +33,10 @@ epoch's batch of the same id; a secret of the configuration never appears in an 
 log; and, when the sink implements the optional :meth:`fanout.Sink.holds_batch`, that it
 says ``False`` before a batch is written and ``True`` after (the whole batch: not a
 :class:`fanout.PartlyHeld`, which a sink answers only for a batch some of whose
-partitions never committed); when :meth:`fanout.Sink.harmless_rewrite` gives a reason,
+partitions never committed); when the sink implements the optional
+:meth:`fanout.Sink.target_replaced`, that it says ``None`` about an empty batch and a batch
+of rows just written (the same target) and, given ``recreate``, a reason once the target
+was dropped and created again empty; when :meth:`fanout.Sink.harmless_rewrite` gives a reason,
 that a batch written again under a new epoch's idempotency key leaves the target as one
 write did; when :meth:`fanout.Sink.deterministic_columns` names columns, that the batch
 has them.
@@ -61,7 +64,7 @@ from typing import Any, Literal
 import pytest
 
 from fanout.contract.batch import BatchInfo
-from fanout.contract.sink import PartlyHeld
+from fanout.contract.sink import PartlyHeld, Sink
 from fanout.errors import BatchFailedError, FanoutError, RouteError, SinkResultError
 from fanout.fan_out import FanOut
 from fanout.ledger.delta import DeltaLedger
@@ -99,6 +102,10 @@ class SinkUnderTest:
         outcome exact. ``None``: a :class:`fanout.partitioned.PartitionedSink` does (the
         suite vetoes partition 0's commit through ``fanout_partition_commit``); a sink
         committing each batch whole does not (the check is skipped).
+    :param recreate: drop the target and create it again empty, as an operator or a deploy
+        script would (outside fanout: the same name and columns, e.g. ``DROP TABLE`` then
+        ``CREATE TABLE``); ``None``: the re-created half of the
+        :meth:`fanout.Sink.target_replaced` check is skipped.
     :param refused_value: a value of ``v`` the target refuses (the fixture sets the target up
         so, e.g. a ``CHECK`` constraint); ``None``: the check is skipped. With
         ``dead_letter``, such a row must go there once (not into the target), also when the
@@ -117,6 +124,7 @@ class SinkUnderTest:
     plugins: Sequence[str] = ()
     commits_in_pieces: bool | None = None
     refused_value: str | None = None
+    recreate: Callable[[], None] | None = None
 
     def sink(self, **extra: Any) -> dict[str, Any]:
         """The configuration as ``FanOut(sinks=[...])`` takes it."""
@@ -263,6 +271,49 @@ class SinkConformance:
         if other is not None:
             never = "batch 0 of epoch 1, never written (only epoch 0's batch 0 was)"
             _assert_holds(other, False, never)
+
+    def test_target_replaced_tells_a_target_created_again_empty(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """The optional :meth:`fanout.Sink.target_replaced`: ``None`` about an empty batch
+        just written (the same target, holding no row: empty is not re-created) and about a
+        batch of rows written after it, and, once ``recreate`` dropped the target and
+        created it again empty, a reason about that batch (a non-empty sentence the refusal
+        quotes) although the sink's records still say it is held; the target still empty
+        after it was asked (it creates and writes nothing). Skipped for a sink that does
+        not implement it; its second half without ``recreate``."""
+        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        sink = fan.sinks[NAME]
+        if type(sink).target_replaced is Sink.target_replaced:
+            pytest.skip("the sink does not implement target_replaced")
+        fan.process(self._batch(spark, []), self._info(0))
+        empty = sink.target_replaced(self.pipeline, 0, 0)
+        if empty is not None:
+            raise AssertionError(
+                f"target_replaced returned {empty!r} about batch 0 of epoch 0, an empty batch "
+                "just written to the same target: expected None (a reason refuses the next "
+                "run as a target lost; a target that holds no row is not one created again)"
+            )
+        fan.process(self._batch(spark, [(i, f"v{i}") for i in range(3)]), self._info(1))
+        same = sink.target_replaced(self.pipeline, 0, 1)
+        if same is not None:
+            raise AssertionError(
+                f"target_replaced returned {same!r} about batch 1 of epoch 0, just written to "
+                "the same target: expected None (a reason refuses the next run as a target "
+                "lost)"
+            )
+        if under_test.recreate is None:
+            pytest.skip("SinkUnderTest.recreate not given: a re-created target not checked")
+        under_test.recreate()
+        reason = sink.target_replaced(self.pipeline, 0, 1)
+        if not isinstance(reason, str) or not reason.strip():
+            raise AssertionError(
+                f"target_replaced returned {reason!r} about batch 1 of epoch 0 after the "
+                "target it was written to was dropped and created again empty: expected a "
+                "reason (the run's lost-target check refuses with it; holds_batch's records, "
+                "which outlive the target, still say held)"
+            )
+        _assert_ids(under_test, [], "after target_replaced was asked about a re-created target")
 
     def test_a_harmless_rewrite_leaves_the_target_as_one_write(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path

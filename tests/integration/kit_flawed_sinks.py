@@ -119,6 +119,22 @@ class HoldsAPart(TokenFiles):
         return PartlyHeld(1, 1) if written else False
 
 
+class IdentityBlind(TokenFiles):
+    """Implements ``target_replaced`` but never tells a re-created target (always ``None``)."""
+
+    def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        return None
+
+
+class ReplacedWhenEmpty(TokenFiles):
+    """Says its target was re-created whenever it holds no row: no identity recorded, so
+    a target that is simply empty (an empty batch written to it) reads as replaced."""
+
+    def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        files = Path(self.directory).glob("*.jsonl")
+        return None if any(f.read_text().strip() for f in files) else "it holds no row"
+
+
 class NullKeyUnnamed(TokenFiles):
     """Refuses a batch with a null ``id`` without naming the column."""
 
@@ -252,7 +268,9 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
     return {"token_files": TokenFiles, "batch_id_files": BatchIdFiles,
             "appending_file": AppendingFile, "counts_one_too_few": CountsOneTooFew,
             "writes_on_empty": WritesOnEmpty, "holds_by_batch_id": HoldsByBatchId,
-            "holds_a_part": HoldsAPart, "null_key_unnamed": NullKeyUnnamed,
+            "holds_a_part": HoldsAPart, "identity_blind": IdentityBlind,
+            "replaced_when_empty": ReplacedWhenEmpty,
+            "null_key_unnamed": NullKeyUnnamed,
             "null_key_dropped": NullKeyDropped, "null_key_counted_twice": NullKeyCountedTwice,
             "new_column_unnamed": NewColumnUnnamed, "upsert_file": UpsertFile,
             "rewrite_claimed_harmless": RewriteClaimedHarmless,

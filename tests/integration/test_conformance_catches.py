@@ -155,6 +155,63 @@ def test_a_holds_batch_answering_a_part_for_a_whole_batch_is_told_to_say_true(
     )
 
 
+def test_a_target_replaced_blind_to_a_re_created_target_is_told_to_give_a_reason(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Its answer about the same target (None) passes; after the target is dropped and
+    created again empty it must give a reason."""
+    import shutil
+
+    suite, case = _suite_and_case("identity_blind", tmp_path)
+    out = tmp_path / "out"
+
+    def recreate() -> None:
+        shutil.rmtree(out)
+        out.mkdir()
+
+    case.recreate = recreate
+    with pytest.raises(AssertionError) as failed:
+        suite.test_target_replaced_tells_a_target_created_again_empty(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "target_replaced returned None about batch 1 of epoch 0 after the target it was "
+        "written to was dropped and created again empty: expected a reason (the run's "
+        "lost-target check refuses with it; holds_batch's records, which outlive the target, "
+        "still say held)"
+    )
+
+
+def test_a_target_replaced_that_reads_an_empty_target_as_replaced_is_told_to_say_none(
+    spark: Any, tmp_path: Path
+) -> None:
+    """No identity recorded, only "empty": the same target after an empty batch reads
+    re-created (a target emptied by its retention or by hand would refuse the run)."""
+    import shutil
+
+    suite, case = _suite_and_case("replaced_when_empty", tmp_path)
+    out = tmp_path / "out"
+
+    def recreate() -> None:
+        shutil.rmtree(out)
+        out.mkdir()
+
+    case.recreate = recreate
+    with pytest.raises(AssertionError) as failed:
+        suite.test_target_replaced_tells_a_target_created_again_empty(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "target_replaced returned 'it holds no row' about batch 0 of epoch 0, an empty batch "
+        "just written to the same target: expected None (a reason refuses the next run as a "
+        "target lost; a target that holds no row is not one created again)"
+    )
+
+
+def test_the_target_replaced_check_is_skipped_for_a_sink_without_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("token_files", tmp_path)
+    with pytest.raises(pytest.skip.Exception, match="does not implement target_replaced"):
+        suite.test_target_replaced_tells_a_target_created_again_empty(spark, case, tmp_path)
+
+
 def test_a_null_key_refused_without_its_column_is_told_to_name_it(
     spark: Any, tmp_path: Path
 ) -> None:

@@ -57,11 +57,12 @@ DELTA_HOOKS = (
 )
 KAFKA_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by, "
-    "batch_partitioning, shares_tasks, holds_batch, exclusive_resources, is_transient"
+    "batch_partitioning, shares_tasks, holds_batch, target_replaced, exclusive_resources, "
+    "is_transient"
 )
 POSTGRES_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by (mode=append), "
-    "deterministic_columns, batch_partitioning, shares_tasks, holds_batch, "
+    "deterministic_columns, batch_partitioning, shares_tasks, holds_batch, target_replaced, "
     "harmless_rewrite (mode=upsert, no dead_letter), is_transient"
 )
 

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,3 +208,136 @@ def test_fanout_run_names_the_flag_and_the_sinks_for_an_accepted_sink_it_lacks(
         "Its sinks: bronze, gold\n"
     )
     assert not (tmp_path / "ledger").exists() and not (tmp_path / "ck").exists()
+
+
+class Replaced(Target):
+    """A :class:`Target` that also tells whether its target was replaced: ``reason`` (or,
+    ``None``, not replaced); ``fails``: its hook raises; ``hangs``: it blocks until
+    ``release`` is set. Records what the hook was asked (and in which thread)."""
+
+    def __init__(
+        self,
+        name: str,
+        held: set[int] | None,
+        reason: str | None = None,
+        *,
+        fails: bool = False,
+        secret: str = "s3cr3t",
+    ) -> None:
+        super().__init__(name, held)
+        self.reason, self.fails, self.secret = reason, fails, secret
+        self.replaced_asked: list[tuple[int, int, str]] = []
+        self.hangs: Any = None
+
+    def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        import threading
+
+        self.replaced_asked.append((epoch, batch_id, threading.current_thread().name))
+        if self.hangs is not None:
+            self.hangs.wait(10)
+        if self.fails:
+            raise OSError(f"cannot read the identity (password {self.secret})")
+        return self.reason
+
+    def secret_values(self) -> list[str]:
+        return [self.secret]
+
+
+def test_a_replaced_target_is_refused_quoting_the_reason_masked_of_secrets() -> None:
+    """Its records say it holds batch 1 (holds_batch True), its identity says it is another
+    table, empty: refused as a False is, the reason quoted, the secret in it masked."""
+    ledger = _ledger({"a": [3, 3]})
+    a = Replaced("a", {0, 1}, "table t has OID 7 now, not 5 (s3cr3t), and holds no row")
+    with pytest.raises(TargetLostError) as refused:
+        _check(ledger, a)
+    assert (refused.value.sink, refused.value.batch_id) == ("a", 1)
+    assert str(refused.value).startswith(
+        "sink 'a', batch 1: pipeline 'p': path '/data/silver' no longer holds batch 1 of "
+        "epoch 0, which the ledger marks written there (its last marked batch that wrote "
+        "rows): the target was replaced since by one created again empty: table t has OID 7 "
+        "now, not 5 (***), and holds no row. The batches the ledger counts for it are gone"
+    )
+    assert "s3cr3t" not in str(refused.value)
+    assert a.asked == [(0, 1)] and [q[:2] for q in a.replaced_asked] == [(0, 1)]
+
+
+def test_not_replaced_leaves_holds_batch_to_decide_and_a_false_is_not_asked_again() -> None:
+    ledger = _ledger({"held": [3, 3], "lost": [3, 3]})
+    held, lost = Replaced("held", {0, 1}), Replaced("lost", set(), "never asked")
+    with pytest.raises(TargetLostError) as refused:
+        _check(ledger, held, lost)
+    assert refused.value.sink == "lost"
+    assert "the target was probably deleted or replaced since" in str(refused.value)
+    assert [q[:2] for q in held.replaced_asked] == [(0, 1)]
+    assert lost.replaced_asked == []  # holds_batch said False: nothing more to tell
+    _check(_ledger({"held": [3, 3]}), held)  # alone, it passes
+
+
+def test_a_replaced_target_of_a_lagging_or_accepted_sink_lags_or_is_accepted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ledger = _ledger({"lag": [3], "ok": [3]})
+    lag, ok = Replaced("lag", {0}, "topic t has id B now"), Replaced("ok", {0}, "topic u: id C")
+    named = {"lag": lag, "ok": ok}
+    with caplog.at_level(logging.WARNING, logger="fanout"):
+        lost = refuse_lost_targets(
+            "p", 0, ledger, named, ledger.last_committed("p", named), ["ok"], lags=["lag"]
+        )
+    assert list(lost) == ["lag"]
+    assert "created again empty: topic t has id B now. The batches the ledger" in str(lost["lag"])
+    assert "with on_failure='lag' it lags" in str(lost["lag"])
+    assert [r.getMessage() for r in caplog.records][-1] == (
+        "pipeline p, sink ok: its target no longer holds batch 0 of epoch 0 (topic u: id C); "
+        "accepted (accept_lost_targets): the batches marked written there stay lost from it"
+    )
+
+
+def test_a_replaced_check_that_raises_or_does_not_answer_in_time_cannot_tell(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The hook failing (its error masked) or not answering within write_timeout_s: logged,
+    holds_batch's True stands, the run goes on; the timed one ran in its own thread."""
+    import threading
+
+    ledger = _ledger({"fails": [3], "hangs": [3]})
+    fails = Replaced("fails", {0}, "never returned", fails=True)
+    hangs = Replaced("hangs", {0}, "returned too late")
+    hangs.hangs = threading.Event()
+    named = {"fails": fails, "hangs": hangs}
+    try:
+        with caplog.at_level(logging.WARNING, logger="fanout"):
+            lost = refuse_lost_targets(
+                "p", 0, ledger, named, ledger.last_committed("p", named), (), {"hangs": 0.2}
+            )
+    finally:
+        hangs.hangs.set()
+    assert lost == {}
+    assert [r.getMessage() for r in caplog.records] == [
+        "pipeline p, sink fails: cannot tell whether its target is still the one batch 0 of "
+        "epoch 0 was written to: OSError: cannot read the identity (password ***)",
+        "pipeline p, sink hangs: cannot tell within its write_timeout_s=0.2 s whether its "
+        "target is still the one batch 0 of epoch 0 was written to",
+    ]
+    assert [q[2] for q in hangs.replaced_asked] == ["fanout-p-hangs-target-replaced"]
+
+
+def test_a_sink_whose_holds_batch_did_not_answer_in_time_is_not_asked_its_identity() -> None:
+    """Its service hangs: the identity check would be waited for a second time."""
+    import threading
+
+    release = threading.Event()
+
+    class HungHolds(Replaced):
+        def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+            release.wait(10)
+            return True
+
+    ledger = _ledger({"a": [1]})
+    named = {"a": HungHolds("a", {0}, "never asked")}
+    try:
+        lost = refuse_lost_targets(
+            "p", 0, ledger, named, ledger.last_committed("p", named), (), {"a": 0.2}
+        )
+    finally:
+        release.set()
+    assert lost == {} and named["a"].replaced_asked == []

@@ -362,3 +362,100 @@ def test_a_sink_added_mid_epoch_holding_nothing_is_asked_down_to_the_epochs_firs
     refuse_unmarked(INFO, ledger, sinks)
     assert sinks["gold"].asked == [(0, 6), (0, 5), (0, 0)]
     assert ledger.last_committed("p", ["a", "gold"]) == {"a": 5, "gold": None}
+
+
+class ReplacedUpserting(Upserting):
+    """An :class:`Upserting` whose target was re-created empty since (``reason``; ``None``:
+    the same target), or whose identity check raises (``identity_fails``)."""
+
+    def __init__(
+        self,
+        name: str,
+        held: set[int] | None,
+        reason: str | None,
+        identity_fails: bool = False,
+    ) -> None:
+        super().__init__(name, held)
+        self.reason, self.identity_fails = reason, identity_fails
+        self.replaced_asked: list[tuple[int, int]] = []
+
+    def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        self.replaced_asked.append((epoch, batch_id))
+        if self.identity_fails:
+            raise OSError("no identity")
+        return self.reason
+
+
+def test_a_target_re_created_empty_holds_nothing_at_a_new_epochs_start() -> None:
+    """Its records say it holds batch 3, its identity that the table was re-created empty
+    since: it does not hold it (as holds_batch said when it checked the identity itself). A
+    lost mark recorded for it (its rewrite harmless) would count a batch the target no
+    longer holds; an appending one would refuse the start for a copy that is not there."""
+    ledger = _ledger({"up": 2, "app": 2})
+    up = ReplacedUpserting("up", {3}, "table t has OID 7 now, not 5, and holds no row")
+    sinks = {"up": up, "app": Answering("app", set())}
+    refuse_unmarked(INFO, ledger, sinks)
+    assert ledger.last_committed("p", ["up", "app"]) == {"up": 2, "app": 2}
+    assert ledger.committed_entries("p", 3) == []
+    assert up.replaced_asked == [(0, 3)]
+
+
+def test_the_identity_is_asked_only_of_a_held_batch_and_a_failing_one_leaves_held() -> None:
+    """Not asked when holds_batch said no; a check that raises (logged) or says the same
+    target leaves holds_batch's answer: the lost mark recorded, the harmless rewrite."""
+    from fanout.steps.unmarked import ask
+
+    none = ReplacedUpserting("none", set(), "never asked")
+    assert ask(none, "p", 0, 2).holds is False and none.replaced_asked == []
+    for sink in (
+        ReplacedUpserting("same", {3}, None),
+        ReplacedUpserting("fails", {3}, "never returned", identity_fails=True),
+    ):
+        held = ask(sink, "p", 0, 2)
+        assert (held.holds, held.replaced, held.harmless) == (True, None, "it upserts by key")
+        assert sink.replaced_asked == [(0, 3)]
+
+
+def test_fanout_recover_says_a_re_created_target_does_not_hold_the_batch_and_why() -> None:
+    from fanout.app.recover import _answer_text
+    from fanout.steps.unmarked import ask
+
+    held = ask(ReplacedUpserting("up", {3}, "topic t has id B now, not A"), "p", 0, 2)
+    assert (held.holds, held.replaced) == (False, "topic t has id B now, not A")
+    assert _answer_text(held) == (
+        "does not hold batch 3: its records say it does, but the target was replaced since "
+        "by one created again empty (topic t has id B now, not A)"
+    )
+
+
+def test_an_identity_check_that_does_not_answer_in_time_leaves_held(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A timed sink whose records answered "held" in time but whose target_replaced hangs:
+    as the contract says, logged and counted as no reason (holds_batch's answer stands: its
+    lost mark, its harmless rewrite), in a thread of its own; not a SinkTimeoutError blaming
+    a holds_batch() that returned."""
+    import threading
+
+    from fanout.steps.unmarked import ask
+
+    gate = threading.Event()
+    names: list[str] = []
+
+    class Hangs(ReplacedUpserting):
+        def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+            names.append(threading.current_thread().name)
+            gate.wait(10)
+            return "returned too late"
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="fanout"):
+            held = ask(Hangs("slow", {3}, None), "p", 0, 2, 0.2)
+    finally:
+        gate.set()
+    assert (held.holds, held.replaced, held.harmless) == (True, None, "it upserts by key")
+    assert names == ["fanout-p-slow-target-replaced"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "pipeline p, sink slow: cannot tell within its write_timeout_s=0.2 s whether its "
+        "target is still the one batch 3 of epoch 0 was written to"
+    ]

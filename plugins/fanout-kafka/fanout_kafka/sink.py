@@ -361,10 +361,8 @@ class KafkaSink(PartitionedSink):
 
         The marker groups outlive the topic: a topic missing now holds no batch
         (``False``). ``create_topic`` creates it at the first write, after this check, so
-        a run refused for it leaves it missing and its retry is refused again. Nor does a
-        topic whose id is not the one the last run recorded (:mod:`fanout_kafka.topic_id`):
-        deleted and created again since, whatever the markers say (``False``); without
-        a recorded id (an older fanout) or an id from the broker, the markers answer.
+        a run refused for it leaves it missing and its retry is refused again. Whether the
+        topic there is the one the markers were written to: :meth:`target_replaced`.
 
         The markers are offsets of member-less groups, which the broker forgets
         ``offsets.retention.minutes`` after their last commit (7 days by default): with the
@@ -377,11 +375,22 @@ class KafkaSink(PartitionedSink):
         if self._topic_missing():
             return False
         config = admin_config(self.producer, str(self.bootstrap_servers))
-        held = self._markers_hold(config, scope, epoch, batch_id)
-        if held is True or isinstance(held, PartlyHeld):
-            if self._topic_replaced(config, scope):
-                return False
-        return held
+        return self._markers_hold(config, scope, epoch, batch_id)
+
+    def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        """Why the topic is not the one the epoch's batches were written to: its id
+        (KIP-516) is not the one recorded for the epoch (:mod:`fanout_kafka.topic_id`: the
+        id is recorded once per run, so ``batch_id`` is not read) and it holds no record:
+        deleted and created again since, whatever the markers say. One offset read, one
+        describe request, and two list-offsets requests when the id differs. ``None``: the
+        same id; another id on a topic holding records (restored from a mirror, the
+        refusal's own way on: its markers answer); no recorded id (an older fanout, or one
+        the broker forgot with the markers) or none from the broker (before Kafka 2.8, or a
+        missing topic: :meth:`holds_batch`'s ``False``)."""
+        from fanout.contract.batch import pipeline_scope
+
+        config = admin_config(self.producer, str(self.bootstrap_servers))
+        return self._topic_replaced(config, pipeline_scope(pipeline, epoch))
 
     def _markers_hold(
         self, config: dict[str, Any], scope: str, epoch: int, batch_id: int
@@ -413,11 +422,11 @@ class KafkaSink(PartitionedSink):
             return True
         return PartlyHeld(committed, count)
 
-    def _topic_replaced(self, config: dict[str, Any], scope: str) -> bool:
-        """Whether the topic's id is not the one recorded in ``scope`` (one offset read,
-        one describe request) and it holds no record: it was deleted and created again
-        since. One under another id that holds records was restored from a mirror (the
-        refusal's own way on): its markers answer."""
+    def _topic_replaced(self, config: dict[str, Any], scope: str) -> str | None:
+        """Why the topic was deleted and created again since: its id is not the one
+        recorded in ``scope`` (one offset read, one describe request) and it holds no
+        record. One under another id that holds records was restored from a mirror (the
+        refusal's own way on): ``None``, its markers answer."""
         from fanout_kafka.topic_id import holds_records, topic_id_group, topic_replaced
 
         topic = str(self.topic)
@@ -430,14 +439,19 @@ class KafkaSink(PartitionedSink):
                 "batches were written (group %r), but holds records (restored from a "
                 "mirror?): its markers answer", self.name, topic, now, group,
             )  # fmt: skip
-            return False
-        if replaced:
-            log.warning(
-                "sink %r: topic %r has id %s now, not the one recorded when its marked "
-                "batches were written (group %r): it was deleted and created again since",
-                self.name, topic, now, group,
-            )  # fmt: skip
-        return bool(replaced)
+            return None
+        if not replaced:
+            return None
+        log.warning(
+            "sink %r: topic %r has id %s now, not the one recorded when its marked "
+            "batches were written (group %r): it was deleted and created again since",
+            self.name, topic, now, group,
+        )  # fmt: skip
+        return (
+            f"topic {topic!r} has id {now} now, not the one recorded when its marked batches "
+            f"were written (group {group!r} on marker topic {self.marker_topic!r}), and holds "
+            "no record"
+        )
 
     def _record_topic_id(self, batch: Batch) -> None:
         """After the first batch's partitions of an ``open()``, and after a batch every

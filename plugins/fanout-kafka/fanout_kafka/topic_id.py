@@ -5,7 +5,8 @@ The markers (:mod:`fanout_kafka.membership`) are offsets of groups on the marker
 outlive the target topic: a topic deleted and created again by hand (or by a deploy script)
 between two runs holds none of the batches they say it holds, and the run's lost-target
 check (:meth:`fanout_kafka.sink.KafkaSink.holds_batch`) took their word. A topic has an id
-(KIP-516) that its re-creation changes, so the driver commits, for group
+(KIP-516) that its re-creation changes, so the driver commits (and
+:meth:`~fanout_kafka.sink.KafkaSink.target_replaced` compares), for group
 ``fanout/<scope>/<sink>/topic-id/<topic>`` on partition 0 of the marker topic, the
 *topic-id offset*, 63 bits:
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafkatools import Broker, _consume
+from confluent_kafka.admin import AdminClient
+from kafkatools import Broker, _consume, create_topic
 
 from fanout.testing.conformance import SinkConformance, SinkUnderTest
 
@@ -23,6 +24,11 @@ class TestKafkaConformance(SinkConformance):
             records = _consume(kafka.bootstrap, topic, 0, 20.0, 2.0)["records"]
             return [json.loads(r["value"]) for r in records]
 
+        def recreate() -> None:  # as a deploy script would: a new topic id, no record
+            admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+            admin.delete_topics([topic])[topic].result(10)
+            create_topic(kafka.bootstrap, topic, 3)
+
         return SinkUnderTest(
             config={
                 "type": "kafka",
@@ -35,6 +41,7 @@ class TestKafkaConformance(SinkConformance):
             dead_letter=str(tmp_path / "dead"),
             keyed=True,
             schema_drift="writes",
+            recreate=recreate,
             secret=SASL_PASSWORD,
             failing_config={
                 "type": "kafka",

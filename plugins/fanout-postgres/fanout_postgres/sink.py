@@ -391,11 +391,8 @@ class PostgresSink(PartitionedSink):
         The progress marks and routes live in ``state_schema`` and outlive the table: a
         table missing now holds nothing, whatever they say (``False``). ``create_table``
         creates it at the first write, after this check (:meth:`_plan`), so a run refused
-        for it leaves it missing and its retry is refused again. Nor does a partition whose
-        mark or row recorded another table's OID (migration ``0006_target_oid``) hold its
-        part: the table was dropped and created again since (two more queries: the recorded
-        OIDs and the current one); marks of an older fanout record none, and count as
-        before."""
+        for it leaves it missing and its retry is refused again. Whether the table there is
+        the one they were written to: :meth:`target_replaced`."""
         scope = pipeline_scope(pipeline, epoch)
         engine = self._engine()
         try:
@@ -412,7 +409,7 @@ class PostgresSink(PartitionedSink):
                     recorded = upsert_counts(conn, self.state_schema, scope, self.name, batch_id)
                     counts, partitions = set(recorded.values()), set(recorded)
                 count = counts.pop() if len(counts) == 1 else None
-                return _held(len(partitions - self._replaced(conn, scope, batch_id)), count)
+                return _held(len(partitions), count)
         except Exception as exc:
             behind = self._behind_migrations(engine)
             if behind is None:
@@ -421,32 +418,63 @@ class PostgresSink(PartitionedSink):
                 f"cannot read its records of batch {batch_id} of epoch {epoch}: {behind}"
             ) from exc
 
-    def _replaced(self, conn: Any, scope: str, batch_id: int) -> set[int]:
-        """The partitions of the batch whose records name another table's OID than the
-        table's now, an empty one: they wrote into a table dropped since (logged). A table
-        under another OID that holds rows was restored from a dump (the refusal's way on,
-        or a database moved by ``pg_dump``): its OID cannot tell, its records answer."""
-        if self._table is None:
-            return set()
+    def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        """Why the table is not the one batch ``batch_id`` of ``epoch`` was written to: a
+        partition's progress mark (append) or ``upsert_routes`` row (upsert) recorded
+        another OID than the table's now (migration ``0006_target_oid``), and the table
+        holds nothing (``pg_relation_size`` over it and its partitions): dropped and created
+        again since, whatever the records say. One connection: whether the table exists,
+        the recorded OIDs, the current one, its size when an OID differs. ``None``: the
+        same OID; another on a table holding rows (restored from a dump, the refusal's own
+        way on, or a database moved by ``pg_dump``: its records answer); records of an
+        older fanout (no OID) or none of the batch; a missing table (:meth:`holds_batch`'s
+        ``False``)."""
+        table = self._table
+        if table is None:
+            return None
+        engine = self._engine()
+        try:
+            with engine.connect() as conn:
+                if reflect(conn, table) is None:
+                    return None
+                return self._replaced(conn, table, pipeline_scope(pipeline, epoch), batch_id)
+        except Exception as exc:
+            behind = self._behind_migrations(engine)
+            if behind is None:
+                raise
+            raise self._error(
+                f"cannot read the table OIDs its records of batch {batch_id} of epoch {epoch} "
+                f"name: {behind}"
+            ) from exc
+
+    def _replaced(self, conn: Any, table: TableName, scope: str, batch_id: int) -> str | None:
+        """Why ``table`` is not the one the batch's records name (:meth:`target_replaced`),
+        logged; ``None`` when it is, or cannot tell."""
         oids = target_oids(conn, self.state_schema, self.mode, scope, self.name, batch_id)
-        now = current_oid(conn, self._table.quoted())
+        now = current_oid(conn, table.quoted())
         gone = {p for p, oid in oids.items() if oid is not None and oid != now}
-        if gone and relation_bytes(conn, self._table.quoted()) > 0:
+        if gone and relation_bytes(conn, table.quoted()) > 0:
             logger.info(
                 "sink %r: table %s (OID %s) is not the table batch %d was written to (OID "
                 "%s), but holds rows (restored from a dump?): its records answer",
-                self.name, self._table, now, batch_id,
+                self.name, table, now, batch_id,
                 ", ".join(sorted({str(oids[p]) for p in gone})),
             )  # fmt: skip
-            return set()
-        if gone:
-            logger.warning(
-                "sink %r: table %s (OID %s) is not the table partition(s) %s of batch %d "
-                "were written to (OID %s): it was dropped and created again since",
-                self.name, self._table, now, sorted(gone), batch_id,
-                ", ".join(sorted({str(oids[p]) for p in gone})),
-            )  # fmt: skip
-        return gone
+            return None
+        if not gone:
+            return None
+        logger.warning(
+            "sink %r: table %s (OID %s) is not the table partition(s) %s of batch %d "
+            "were written to (OID %s): it was dropped and created again since",
+            self.name, table, now, sorted(gone), batch_id,
+            ", ".join(sorted({str(oids[p]) for p in gone})),
+        )  # fmt: skip
+        return (
+            f"table {table} has OID {now} now, not "
+            f"{', '.join(sorted({str(oids[p]) for p in gone}))}, which partition(s) "
+            f"{', '.join(str(p) for p in sorted(gone))} of batch {batch_id} were written to "
+            "(their records in state_schema), and holds no row"
+        )
 
     def _target_gone(self, conn: Any) -> bool:
         """Whether the table is missing (nothing created it since: :meth:`open` does not)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pgcheck import query
+from pgcheck import execute, query
 from test_identifiers_secrets import PASSWORD, secret_url  # noqa: F401  (a fixture)
 
 from fanout.testing.conformance import SinkConformance, SinkUnderTest
@@ -33,6 +33,10 @@ class TestPostgresConformance(SinkConformance):
             rows = query(pg_url, f"SELECT id, v FROM {table}") if exists else []
             return [{"id": i, "v": v} for i, v in rows]
 
+        def recreate() -> None:  # as a deploy script would: a new OID, no row
+            execute(pg_url, f"DROP TABLE {table}")
+            execute(pg_url, f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v TEXT)")
+
         return SinkUnderTest(
             config={
                 "type": "postgres",
@@ -46,6 +50,7 @@ class TestPostgresConformance(SinkConformance):
             dead_letter=str(tmp_path / "dead"),
             keyed=True,
             schema_drift="refuses",
+            recreate=recreate,
             secret=PASSWORD,
             failing_config=self._failing(request),
         )

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pgcheck import query
+from pgcheck import execute, query
 
 from fanout import BatchInfo, FanOut, UnmarkedBatchError, hookimpl
+from fanout.ledger.delta import DeltaLedger
 
 ROWS = 10
 
@@ -130,3 +131,29 @@ def test_an_upsert_batch_written_but_never_marked_lets_the_new_epoch_start(
         (1, "pg", 0, False), (1, "silver", 0, False),
     ]  # fmt: skip
     assert DeltaLedger(ledger).current_epoch("unmarkedpg") == 1
+
+
+def test_a_table_re_created_empty_after_its_unmarked_batch_lets_the_new_epoch_start(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The progress marks (which outlive the table) say it holds batch 1, but the table was
+    dropped and created again empty since (another OID: ``target_replaced``): it holds
+    nothing, so the new epoch starts, writes the batch's rows once, and no lost mark is
+    recorded for a batch the table does not hold (the records alone refused the start for a
+    copy that is not there)."""
+    old = _fan(tmp_path, pg_url, KillAfterPostgresWrote())
+    _run(old, spark, "query-old", 0, 0)
+    with pytest.raises(DriverKilled):
+        _run(old, spark, "query-old", 1, 10)
+    execute(pg_url, "DROP TABLE unmarked_orders",
+            "CREATE TABLE unmarked_orders (id BIGINT, name TEXT)")  # fmt: skip
+    sink = old.sinks["pg"]
+    assert sink.holds_batch("unmarkedpg", 0, 1) is True  # its records alone
+    assert (sink.target_replaced("unmarkedpg", 0, 1) or "").startswith(
+        "table unmarked_orders has OID"
+    )
+
+    _run(_fan(tmp_path, pg_url, on_reset="new_epoch"), spark, "query-new", 0, 10)
+    assert _ids(pg_url) == list(range(10, 20))
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    assert ledger.last_committed("unmarkedpg", ["pg", "silver"], 0) == {"pg": 0, "silver": 0}
