@@ -101,3 +101,29 @@ def bounded(
         return NO_ANSWER
     answer: T = call.outcome()
     return answer
+
+
+def replaced_reason(
+    sink: Sink, pipeline: str, epoch: int, batch_id: int, timeout_s: float | None
+) -> str | None:
+    """``sink``'s :meth:`~fanout.Sink.target_replaced` about ``batch_id`` of ``epoch``
+    (:func:`replaced_answer`), bounded as ``holds_batch`` is (:func:`bounded`, its own
+    thread): ``None`` when it raised or did not answer in time, logged (``holds_batch``'s
+    answer stands)."""
+    question = (
+        f"whether its target is still the one batch {batch_id} of epoch {epoch} was written to"
+    )
+    reason = bounded(
+        sink,
+        pipeline,
+        lambda: replaced_answer(sink, pipeline, epoch, batch_id, question),
+        timeout_s,
+        hook="target-replaced",
+    )
+    if isinstance(reason, NoAnswer):
+        log.warning(
+            "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
+            pipeline, sink.name, timeout_s, question,
+        )  # fmt: skip
+        return None
+    return None if isinstance(reason, CannotTell) else reason

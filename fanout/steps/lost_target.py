@@ -38,7 +38,7 @@ from fanout.steps.holds import (
     answers_target_replaced,
     bounded,
     holds_answer,
-    replaced_answer,
+    replaced_reason,
 )
 
 log = logging.getLogger("fanout")
@@ -139,33 +139,8 @@ def _answer(
     held = None if isinstance(answer, CannotTell) else answer
     if held is False or not answers_target_replaced(sink):
         return held, None
-    reason = _replaced(sink, pipeline, epoch, batch_id, timeout_s)
+    reason = replaced_reason(sink, pipeline, epoch, batch_id, timeout_s)
     return (held, None) if reason is None else (False, reason)
-
-
-def _replaced(
-    sink: Sink, pipeline: str, epoch: int, batch_id: int, timeout_s: float | None
-) -> str | None:
-    """``sink``'s :meth:`~fanout.Sink.target_replaced` about ``batch_id`` of ``epoch``,
-    bounded as ``holds_batch`` is: ``None`` when it raised or did not answer in time
-    (logged: ``holds_batch``'s answer stands)."""
-    question = (
-        f"whether its target is still the one batch {batch_id} of epoch {epoch} was written to"
-    )
-    reason = bounded(
-        sink,
-        pipeline,
-        lambda: replaced_answer(sink, pipeline, epoch, batch_id, question),
-        timeout_s,
-        hook="target-replaced",
-    )
-    if isinstance(reason, NoAnswer):
-        log.warning(
-            "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
-            pipeline, sink.name, timeout_s, question,
-        )  # fmt: skip
-        return None
-    return None if isinstance(reason, CannotTell) else reason
 
 
 def _last_written(ledger: Ledger, pipeline: str, epoch: int, sink: str, mark: int) -> int | None:

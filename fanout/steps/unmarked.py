@@ -45,7 +45,7 @@ from fanout.steps.holds import (
     answers_target_replaced,
     bounded,
     holds_answer,
-    replaced_answer,
+    replaced_reason,
 )
 
 log = logging.getLogger("fanout")
@@ -698,21 +698,7 @@ def _identity(sink: Sink, pipeline: str, epoch: int, held: Held, timeout_s: floa
     lost-target check."""
     if not held.holds or not answers_target_replaced(sink):
         return held
-    batch = held.mark + 1
-    question = f"whether its target is still the one batch {batch} of epoch {epoch} was written to"
-    replaced = bounded(
-        sink,
-        pipeline,
-        lambda: replaced_answer(sink, pipeline, epoch, batch, question),
-        timeout_s,
-        hook="target-replaced",
-    )
-    if isinstance(replaced, NoAnswer):
-        log.warning(
-            "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
-            pipeline, sink.name, timeout_s, question,
-        )  # fmt: skip
-        return held
-    if isinstance(replaced, str):
+    replaced = replaced_reason(sink, pipeline, epoch, held.mark + 1, timeout_s)
+    if replaced is not None:
         return Held(sink.name, held.mark, False, replaced=replaced)
     return held
