@@ -370,8 +370,10 @@ class Sink:
 
         Called on the driver after :meth:`open`, with the batch :meth:`holds_batch` is asked
         about: at a run's first batch (the lost-target check, for the sink's last mark, and
-        when that is refused for its last mark that wrote rows: at most twice a run, never
-        per batch) once :meth:`holds_batch` did not say ``False`` (nothing to tell then;
+        when that is refused for its last mark that wrote rows: at most twice, never per
+        batch; and so once a lagging sink that could not be opened at the start opens,
+        again at each try while that check fails) once :meth:`holds_batch` did not say
+        ``False`` nor fail to answer within ``write_timeout_s`` (nothing to tell then;
         ``None`` and :class:`PartlyHeld` too: records that outlive a target re-created empty
         tell nothing of it), at a new epoch's start and by ``fanout recover`` (the batch
         after the mark) once it said held (``True`` or :class:`PartlyHeld`). A reason counts

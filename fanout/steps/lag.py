@@ -53,7 +53,8 @@ class Opening:
 
     @classmethod
     def start(cls, target: Any, context: SinkContext, pipeline: str) -> Opening:
-        """Call ``target.open(context)`` in a new daemon thread."""
+        """Call ``target.open(context)`` in a new daemon thread, named
+        ``fanout-<pipeline>-<sink>-open``."""
         name = f"fanout-{pipeline}-{getattr(target, 'name', 'sink')}-open"
         return cls.run(name, lambda: target.open(context))
 

@@ -7,7 +7,8 @@ loses those batches silently: the ledger and ``fanout status`` still count them,
 run writes on. So before a run writes anything, each open sink with a mark in the current
 epoch is asked :meth:`fanout.Sink.holds_batch` about that mark, once per run (never on the
 per-batch path), and a lagging sink that could not be opened at the start is asked once
-it is (before its first write). Unless that says ``False``, a sink implementing
+it is (before its first write). Unless that says ``False`` (or does not answer within the
+sink's ``write_timeout_s``), a sink implementing
 :meth:`fanout.Sink.target_replaced` is asked too, bounded the same way, whether its target
 is still the one the batch was written to: a reason counts as ``False`` (the refusal quotes
 it), no answer (``None``, raised, timed out: logged) leaves ``holds_batch``'s. A definite
