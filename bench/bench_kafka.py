@@ -230,8 +230,8 @@ def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # keep the handle until done
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:  # the handle until done
+        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
 def verify(bootstrap: str, topic: str, expected: int, committed: bool) -> None:

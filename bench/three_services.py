@@ -48,6 +48,8 @@ class Services:
         from confluent_kafka.admin import AdminClient
         from fanout_kafka.embedded import EmbeddedKafka
 
+        if self.admin is not None:  # destroyed here, never by the garbage collector
+            self.admin.__exit__(None, None, None)
         if self.kafka is not None:
             self.kafka.stop()
         self.kafka = EmbeddedKafka()

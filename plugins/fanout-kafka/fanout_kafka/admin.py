@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from fanout.errors import ConfigurationError
+from fanout_kafka.driver_admins import close_admin
 from fanout_kafka.options import TopicSpec, connection_settings
 
 log = logging.getLogger("fanout_kafka")
@@ -42,7 +43,8 @@ def _without_timings(text: str) -> str:
 
 
 class Cluster:
-    """An admin connection to the brokers of one sink, for the checks at ``open()``.
+    """An admin connection to the brokers of one sink, for the checks at ``open()``; a
+    context manager that destroys its client on leaving.
 
     :param sink: the sink name, for messages.
     :param bootstrap_servers: the bootstrap list, named in every connection error.
@@ -69,6 +71,17 @@ class Cluster:
         self.admin = AdminClient(config)
         self.topics: dict[str, Any] = {}
         self.cluster_id: str | None = None
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Destroy the admin client now, on this thread
+        (:func:`fanout_kafka.driver_admins.close_admin`)."""
+        close_admin(self.admin)
 
     def connect(self) -> None:
         """List the cluster's topics, or fail with the bootstrap list and the cause."""

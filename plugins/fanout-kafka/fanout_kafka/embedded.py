@@ -121,8 +121,8 @@ class EmbeddedKafka:
             try:
                 with socket.create_connection(("127.0.0.1", int(self.port or 0)), 0.5):
                     pass
-                admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-                admin.list_topics(timeout=2)
+                with AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}) as admin:
+                    admin.list_topics(timeout=2)
                 return
             except Exception:
                 time.sleep(0.05)

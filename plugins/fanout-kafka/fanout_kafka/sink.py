@@ -240,7 +240,17 @@ class KafkaSink(PartitionedSink):
             # the former default's ids: fenced before the first batch's markers are read
             self._legacy_prefix = legacy_transactional_id_prefix(context.pipeline, self.name)
         self._check_producer_config()
-        cluster = Cluster(self.name, self.bootstrap_servers, self.producer, self.open_timeout_s)
+        with Cluster(self.name, self.bootstrap_servers, self.producer,
+                     self.open_timeout_s) as cluster:  # fmt: skip
+            self._check_brokers(cluster, context)
+        if self._held_admin is None:  # the driver's marker reads use it from now on
+            self._held_admin = admin_config(self.producer, self.bootstrap_servers)
+            ADMINS.hold(self._held_admin)
+
+    def _check_brokers(self, cluster: Any, context: SinkContext) -> None:
+        """:meth:`open`'s checks against the brokers: reachable, the topics (the marker
+        topic created), the transaction timeout, the record size limits."""
+        assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
         cluster.connect()
         turns = needs_turns(cluster.cluster_id)
         self._end_turns = turn_file(self.bootstrap_servers) if turns else None
@@ -285,9 +295,6 @@ class KafkaSink(PartitionedSink):
             self.name, self.topic, self.bootstrap_servers, self.partitions,
             self.transactional_id_prefix, self.marker_topic, self.max_record_bytes,
         )  # fmt: skip
-        if self._held_admin is None:  # the driver's marker reads use it from now on
-            self._held_admin = admin_config(self.producer, self.bootstrap_servers)
-            ADMINS.hold(self._held_admin)
 
     def _cap_batch_size(self, cluster: Any, topic_limit: int) -> None:
         """Resolve the record batch limit of the topics the producers write batches to
@@ -500,9 +507,9 @@ class KafkaSink(PartitionedSink):
         if self.topic is None or self.bootstrap_servers is None:
             return False
         servers = str(self.bootstrap_servers)
-        cluster = Cluster(self.name, servers, self.producer, self.open_timeout_s)
-        cluster.connect()
-        return cluster.partitions(self.topic) is None
+        with Cluster(self.name, servers, self.producer, self.open_timeout_s) as cluster:
+            cluster.connect()
+            return cluster.partitions(self.topic) is None
 
     def _read_markers(self, batch: Batch, plan: PartitionPlan) -> list[CommittedPartition]:
         settings = replace(self.settings(batch), plan=plan)
@@ -607,19 +614,19 @@ class KafkaSink(PartitionedSink):
         from fanout_kafka.admin import Cluster
 
         servers = str(self.bootstrap_servers)
-        cluster = Cluster(self.name, servers, self.producer, self.open_timeout_s)
-        try:
-            cluster.connect()
-        except ConfigurationError as exc:  # the brokers out of reach: worth a retry
-            raise TransientSinkError(str(exc), sink=self.name, batch_id=batch.batch_id) from exc
-        spec = self._topic_spec
-        while self._to_create:
-            topic, option = self._to_create[0]
+        with Cluster(self.name, servers, self.producer, self.open_timeout_s) as cluster:
             try:
-                cluster.ensure_topic(topic, option, spec)
-            except ConfigurationError as exc:
-                raise SinkWriteError(str(exc), sink=self.name, batch_id=batch.batch_id) from exc
-            self._to_create.pop(0)
+                cluster.connect()
+            except ConfigurationError as exc:  # the brokers out of reach: worth a retry
+                raise TransientSinkError(str(exc), sink=self.name, batch_id=batch.batch_id) from exc
+            spec = self._topic_spec
+            while self._to_create:
+                topic, option = self._to_create[0]
+                try:
+                    cluster.ensure_topic(topic, option, spec)
+                except ConfigurationError as exc:
+                    raise SinkWriteError(str(exc), sink=self.name, batch_id=batch.batch_id) from exc
+                self._to_create.pop(0)
 
     def _speculation_of(self, batch: Batch) -> bool | None:
         """``spark.speculation`` of the batch's session, read once (a static setting)."""

@@ -51,7 +51,8 @@ def committed_values(bootstrap: str, topic: str) -> list[bytes]:
     """The values of :func:`committed_records`, over every partition of ``topic``."""
     from confluent_kafka.admin import AdminClient
 
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        metadata = admin.list_topics(topic, timeout=30)
     partitions = len(metadata.topics[topic].partitions)
     records = committed_records(bootstrap, topic, partitions)
     return [r.value for r in records if r.value is not None]
@@ -64,7 +65,8 @@ def describe_duplicates(bootstrap: str, topic: str, limit: int = 20) -> str:
 
     from confluent_kafka.admin import AdminClient
 
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        metadata = admin.list_topics(topic, timeout=30)
     partitions = len(metadata.topics[topic].partitions)
     copies: dict[bytes | None, list[LogRecord]] = defaultdict(list)
     for record in committed_records(bootstrap, topic, partitions):

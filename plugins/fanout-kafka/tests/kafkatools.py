@@ -111,8 +111,8 @@ def key_counts(records: list[dict[str, Any]]) -> Counter[str]:
 def create_topic(bootstrap: str, topic: str, partitions: int = 3) -> None:
     """Create a topic (explicitly: the embedded broker loses the first records of
     auto-created topics)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
 def marker(

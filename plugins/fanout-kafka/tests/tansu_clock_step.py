@@ -58,8 +58,8 @@ def read(bootstrap: str, topic: str, offset: int) -> list[str]:
 def main() -> None:
     with EmbeddedKafka() as bootstrap:
         topic = f"clock-{uuid.uuid4().hex[:6]}"
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
         produce(bootstrap, topic, "first")
         subprocess.run(["date", "-s", f"-{STEP_S} seconds"], check=True, capture_output=True)
         try:

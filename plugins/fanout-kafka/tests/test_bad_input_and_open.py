@@ -149,8 +149,8 @@ def test_unknown_topic_without_create_topic_fails_at_open(
         f"Kafka sink 'events': topic {missing!r} (option 'topic') does not exist on "
         f"{kafka.bootstrap!r}; create it"
     )
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    assert missing not in admin.list_topics(timeout=10).topics  # and nothing created it
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        assert missing not in admin.list_topics(timeout=10).topics  # and nothing created it
 
     created = KafkaSink(
         "events", bootstrap_servers=kafka.bootstrap, topic=missing,
@@ -188,16 +188,16 @@ def test_a_missing_topics_record_limit_is_the_one_create_topic_gives_it(kafka: B
         "Kafka sink 'events': create_topic.config 'max.message.bytes' must be a positive "
         "integer (bytes), got '1MB'"
     )
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    assert missing not in admin.list_topics(timeout=10).topics
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        assert missing not in admin.list_topics(timeout=10).topics
 
 
 def test_topic_deleted_after_open_fails_the_batch_naming_it(
     spark: Any, kafka: Broker, topic: str
 ) -> None:
     sink = opened(kafka, topic)
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    admin.delete_topics([topic])[topic].result(10)
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        admin.delete_topics([topic])[topic].result(10)
     with pytest.raises(SinkWriteError) as caught:
         write(spark, sink, SMALL)
     assert str(caught.value).startswith("sink 'events', batch 5: 2 of 2 partition(s) failed")
@@ -237,7 +237,8 @@ def test_embedded_broker_starts_on_a_free_port_and_stops() -> None:
     assert bootstrap == broker.bootstrap and bootstrap.startswith("127.0.0.1:")
     process = broker.process
     assert process is not None and process.poll() is None
-    assert AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).brokers
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        assert admin.list_topics(timeout=5).brokers
     broker.stop()
     assert process.poll() is not None  # the broker process is gone
     broker.stop()  # idempotent

@@ -25,8 +25,8 @@ class TestKafkaConformance(SinkConformance):
             return [json.loads(r["value"]) for r in records]
 
         def recreate() -> None:  # as a deploy script would: a new topic id, no record
-            admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-            admin.delete_topics([topic])[topic].result(10)
+            with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+                admin.delete_topics([topic])[topic].result(10)
             create_topic(kafka.bootstrap, topic, 3)
 
         return SinkUnderTest(

@@ -51,8 +51,8 @@ def test_a_deleted_topic_created_again_refuses_the_next_run(
     _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 0)
     _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 1)  # a normal restart
     assert _keys(kafka, topic, 6) == ["0", "1", "10", "11", "12", "2"]
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    admin.delete_topics([topic])[topic].result(10)
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        admin.delete_topics([topic])[topic].result(10)
 
     refused_fan = _fan(tmp_path, kafka, topic, pipeline)  # open() creates no topic
     with pytest.raises(TargetLostError) as refused:
@@ -73,8 +73,8 @@ def test_a_deleted_topic_created_again_refuses_the_next_run(
 
 def _create_again(kafka: Broker, topic: str) -> None:
     """Delete ``topic`` and create it again by hand, as it was (a deploy script)."""
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    admin.delete_topics([topic])[topic].result(10)
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        admin.delete_topics([topic])[topic].result(10)
     create_topic(kafka.bootstrap, topic, 2)
 
 
@@ -113,9 +113,9 @@ def test_marks_without_a_recorded_topic_id_answer_as_before(
     limit of the markers alone, as before)."""
     pipeline, topic = f"oldk{uuid.uuid4().hex[:6]}", f"old-{uuid.uuid4().hex[:8]}"
     _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 0)
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     group = f"fanout/{pipeline}/k/topic-id/{topic}"  # topic_id.topic_id_group
-    admin.delete_consumer_groups([group])[group].result(10)
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        admin.delete_consumer_groups([group])[group].result(10)
     _create_again(kafka, topic)
 
     _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 1)
@@ -133,19 +133,18 @@ def test_markers_the_broker_forgot_do_not_refuse_an_idle_pipelines_restart(
     _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 0)
     _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 1)
     assert _keys(kafka, topic, 6) == ["0", "1", "10", "11", "12", "2"]
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     groups = [f"fanout/{pipeline}/k/p{p}" for p in range(2)]  # markers.marker_group
-    for future in admin.delete_consumer_groups(groups).values():  # as retention expires them
-        future.result(10)
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        for future in admin.delete_consumer_groups(groups).values():  # as retention expires
+            future.result(10)
 
     _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 2)
     assert _keys(kafka, topic, 9) == ["0", "1", "10", "11", "12", "2", "20", "21", "22"]
 
 
 def _exists(kafka: Broker, topic: str) -> bool:
-    return (
-        topic in AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=10).topics
-    )
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        return topic in admin.list_topics(timeout=10).topics
 
 
 def test_a_plain_retry_after_the_refusal_is_refused_again(
@@ -159,9 +158,9 @@ def test_a_plain_retry_after_the_refusal_is_refused_again(
     _run(_fan(tmp_path, kafka, topic, pipeline, f"kafka:{dlq}"), spark, pipeline, 0)
     assert _keys(kafka, topic, 3) == ["0", "1", "2"]
     assert _exists(kafka, dlq)  # created with the topic, at the first write
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    for future in admin.delete_topics([topic, dlq]).values():
-        future.result(10)
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        for future in admin.delete_topics([topic, dlq]).values():
+            future.result(10)
     for _ in range(2):  # the refused command, then the same command again
         with pytest.raises(TargetLostError, match=f"topic '{topic}' no longer holds batch 0"):
             _run(_fan(tmp_path, kafka, topic, pipeline, f"kafka:{dlq}"), spark, pipeline, 1)
@@ -216,7 +215,6 @@ def test_an_id_an_older_fanout_recorded_still_refuses_a_topic_created_again(
     marker_topic = str(fan.sinks["k"].marker_topic)  # type: ignore[attr-defined]
     _run(fan, spark, pipeline, 0)
     config = {"bootstrap.servers": kafka.bootstrap}
-    admin = AdminClient(config)
     new, old = topic_id_group(pipeline, "k", topic), legacy_topic_id_group(pipeline, "k")
 
     def as_an_older_fanout_left_it() -> None:
@@ -225,8 +223,9 @@ def test_an_id_an_older_fanout_recorded_still_refuses_a_topic_created_again(
         (offset,) = read_offsets(config, marker_topic, [new], 10)
         assert offset >= 0
         request = [ConsumerGroupTopicPartitions(old, [TopicPartition(marker_topic, 0, offset)])]
-        admin.alter_consumer_group_offsets(request)[old].result(10)
-        admin.delete_consumer_groups([new])[new].result(10)
+        with AdminClient(config) as admin:
+            admin.alter_consumer_group_offsets(request)[old].result(10)
+            admin.delete_consumer_groups([new])[new].result(10)
 
     as_an_older_fanout_left_it()
     _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 1)  # the same topic

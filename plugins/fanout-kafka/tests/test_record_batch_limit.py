@@ -35,9 +35,9 @@ PLAN = PartitionPlan(1, (("id", "string"),))
 
 def _limited_topic(bootstrap: str) -> str:
     name = f"small-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = NewTopic(name, 1, 1, config={"max.message.bytes": str(LIMIT)})
-    admin.create_topics([topic])[name].result(30)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([topic])[name].result(30)
     return name
 
 

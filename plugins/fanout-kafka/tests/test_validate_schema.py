@@ -75,7 +75,8 @@ def test_validate_fails_a_key_column_the_source_does_not_have(
     assert "configuration error: 1 of 8 checks failed:" in captured.err
     assert not (tmp_path / "checkpoint").exists()
     assert not (tmp_path / "ledger").exists()
-    topics = AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=10).topics
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        topics = admin.list_topics(timeout=10).topics
     assert sorted(t for t in topics if t.startswith(topic)) == [topic]
 
 
