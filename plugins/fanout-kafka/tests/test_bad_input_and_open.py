@@ -152,21 +152,21 @@ def test_unknown_topic_without_create_topic_fails_at_open(
     with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
         assert missing not in admin.list_topics(timeout=10).topics  # and nothing created it
 
-    created = KafkaSink(
-        "events", bootstrap_servers=kafka.bootstrap, topic=missing,
-        create_topic={"partitions": 2}, marker_topic=f"{missing}-markers",
-    )  # fmt: skip
-    created.open(SinkContext("p"))
-    topics = admin.list_topics(timeout=10).topics
-    assert missing not in topics  # created at the first write (the lost-target check)
-    assert len(topics[f"{missing}-markers"].partitions) == 1  # fanout's own, at open()
-    assert write(spark, created, SMALL).rows == 3
-    assert len(admin.list_topics(timeout=10).topics[missing].partitions) == 2
-    assert sorted(r["value"] for r in read_topic(kafka.bootstrap, missing, 3)) == [
-        '{"id":1,"payload":"a"}',
-        '{"id":2,"payload":"b"}',
-        '{"id":3,"payload":"c"}',
-    ]
+        created = KafkaSink(
+            "events", bootstrap_servers=kafka.bootstrap, topic=missing,
+            create_topic={"partitions": 2}, marker_topic=f"{missing}-markers",
+        )  # fmt: skip
+        created.open(SinkContext("p"))
+        topics = admin.list_topics(timeout=10).topics
+        assert missing not in topics  # created at the first write (the lost-target check)
+        assert len(topics[f"{missing}-markers"].partitions) == 1  # fanout's own, at open()
+        assert write(spark, created, SMALL).rows == 3
+        assert len(admin.list_topics(timeout=10).topics[missing].partitions) == 2
+        assert sorted(r["value"] for r in read_topic(kafka.bootstrap, missing, 3)) == [
+            '{"id":1,"payload":"a"}',
+            '{"id":2,"payload":"b"}',
+            '{"id":3,"payload":"c"}',
+        ]
 
 
 def test_a_missing_topics_record_limit_is_the_one_create_topic_gives_it(kafka: Broker) -> None:
