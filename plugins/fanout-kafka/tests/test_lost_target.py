@@ -106,16 +106,15 @@ def test_a_topic_deleted_and_created_again_by_hand_refuses_the_next_run(
 
 
 def test_marks_without_a_recorded_topic_id_answer_as_before(
-    spark: Any, kafka: Broker, tmp_path: Path
+    spark: Any, kafka: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Markers an older fanout wrote record no topic id: a topic created again under them
     cannot be told from the one they were written to, and the run is not refused (the
     limit of the markers alone, as before)."""
     pipeline, topic = f"oldk{uuid.uuid4().hex[:6]}", f"old-{uuid.uuid4().hex[:8]}"
-    _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 0)
-    group = f"fanout/{pipeline}/k/topic-id/{topic}"  # topic_id.topic_id_group
-    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
-        admin.delete_consumer_groups([group])[group].result(10)
+    with monkeypatch.context() as older:
+        _as_an_older_fanout(older, records_ids=False)
+        _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 0)
     _create_again(kafka, topic)
 
     _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 1)
@@ -201,8 +200,26 @@ def test_a_topic_restored_from_its_mirror_is_not_refused(
     )
 
 
+def _as_an_older_fanout(monkeypatch: pytest.MonkeyPatch, *, records_ids: bool) -> None:
+    """Until ``monkeypatch`` is undone, the sink records its topic's id as an older fanout
+    did: in the group ``.../topic-id`` whatever the topic, or (``records_ids`` false) not
+    at all. Not by deleting the groups this fanout recorded: after a group's deletion, the
+    embedded broker (Tansu 0.6) drops the connection of the next offset commit to it, and
+    the driver's admin requests time out for a while (seen failing these tests under load)."""
+    import fanout_kafka.topic_id as topic_id
+
+    if records_ids:
+
+        def legacy(scope: str, sink: str, topic: str) -> str:
+            return topic_id.legacy_topic_id_group(scope, sink)
+
+        monkeypatch.setattr(topic_id, "topic_id_group", legacy)
+    else:
+        monkeypatch.setattr(topic_id, "record_topic_id", lambda *args, **kwargs: None)
+
+
 def test_an_id_an_older_fanout_recorded_still_refuses_a_topic_created_again(
-    spark: Any, kafka: Broker, tmp_path: Path
+    spark: Any, kafka: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Up to the group named for the topic (``.../topic-id/<topic>``), the id was recorded
     for ``.../topic-id``: the first run after the upgrade reads it, so the topic it was
@@ -210,27 +227,23 @@ def test_an_id_an_older_fanout_recorded_still_refuses_a_topic_created_again(
     from fanout_kafka.membership import read_offsets
     from fanout_kafka.topic_id import legacy_topic_id_group, topic_id_group
 
-    pipeline, topic = f"upgk{uuid.uuid4().hex[:6]}", f"upg.{uuid.uuid4().hex[:8]}_x"
-    fan = _fan(tmp_path, kafka, topic, pipeline)
-    marker_topic = str(fan.sinks["k"].marker_topic)  # type: ignore[attr-defined]
-    _run(fan, spark, pipeline, 0)
     config = {"bootstrap.servers": kafka.bootstrap}
-    new, old = topic_id_group(pipeline, "k", topic), legacy_topic_id_group(pipeline, "k")
+    runs = {name: (f"{name}{uuid.uuid4().hex[:6]}", f"upg.{uuid.uuid4().hex[:8]}_x")
+            for name in ("kept", "recreated")}  # fmt: skip
+    for pipeline, topic in runs.values():
+        fan = _fan(tmp_path / pipeline, kafka, topic, pipeline)
+        marker_topic = str(fan.sinks["k"].marker_topic)  # type: ignore[attr-defined]
+        with monkeypatch.context() as older:
+            _as_an_older_fanout(older, records_ids=True)
+            _run(fan, spark, pipeline, 0)
+        new, old = topic_id_group(pipeline, "k", topic), legacy_topic_id_group(pipeline, "k")
+        (in_new,) = read_offsets(config, marker_topic, [new], 10)
+        (in_old,) = read_offsets(config, marker_topic, [old], 10)
+        assert in_new < 0 <= in_old  # recorded as an older fanout did
 
-    def as_an_older_fanout_left_it() -> None:
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-        (offset,) = read_offsets(config, marker_topic, [new], 10)
-        assert offset >= 0
-        request = [ConsumerGroupTopicPartitions(old, [TopicPartition(marker_topic, 0, offset)])]
-        with AdminClient(config) as admin:
-            admin.alter_consumer_group_offsets(request)[old].result(10)
-            admin.delete_consumer_groups([new])[new].result(10)
-
-    as_an_older_fanout_left_it()
-    _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 1)  # the same topic
-    assert _keys(kafka, topic, 6) == ["0", "1", "10", "11", "12", "2"]
-    as_an_older_fanout_left_it()
-    _create_again(kafka, topic)
-    with pytest.raises(TargetLostError, match=f"topic '{topic}' no longer holds batch 1"):
-        _run(_fan(tmp_path, kafka, topic, pipeline), spark, pipeline, 2)
+    (pipeline, kept), (other, recreated) = runs["kept"], runs["recreated"]
+    _run(_fan(tmp_path / pipeline, kafka, kept, pipeline), spark, pipeline, 1)  # the same topic
+    assert _keys(kafka, kept, 6) == ["0", "1", "10", "11", "12", "2"]
+    _create_again(kafka, recreated)
+    with pytest.raises(TargetLostError, match=f"topic '{recreated}' no longer holds batch 0"):
+        _run(_fan(tmp_path / other, kafka, recreated, other), spark, other, 1)
