@@ -25,7 +25,7 @@ from typing import Any, Literal, TextIO
 from fanout.app.config import PipelineConfig
 from fanout.contract.sink import Sink, SinkContext
 from fanout.delta_tables.io import one_line
-from fanout.errors import ConfigurationError, SinkUnreachableError
+from fanout.errors import ConfigurationError, SinkUnreachableError, error_with_text
 from fanout.observe.logs import register_secrets
 from fanout.observe.secrets import masked_error
 
@@ -251,7 +251,11 @@ def _sink_checks(
             sink.open(SinkContext(pipeline, spark, dead_letters, checking=True, changes=changes))
         except Exception as exc:  # the checklist is printed and returned: masked here already
             unreachable = isinstance(exc, SinkUnreachableError)
-            rebuild = partial(_unreachable, sink=name) if unreachable else ConfigurationError
+            rebuild = (
+                partial(error_with_text, SinkUnreachableError, sink=name, batch_id=None)
+                if unreachable
+                else ConfigurationError
+            )
             masked = masked_error(exc, secrets, rebuild, str(exc))
             if masked is not None:
                 raise masked from None
@@ -313,15 +317,6 @@ def arrow_schema(schema: Any) -> Any:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def _unreachable(text: str, sink: str = "") -> SinkUnreachableError:
-    """A :class:`SinkUnreachableError` of ``text`` as it is (it names its sinks already:
-    the class's own constructor would prefix one more ``sink '...': ``)."""
-    error = SinkUnreachableError.__new__(SinkUnreachableError)
-    Exception.__init__(error, text)
-    error.sink, error.batch_id = sink, None
-    return error
-
-
 def report(checks: list[Check], out: TextIO) -> None:
     """Print the checklist; raise :class:`ConfigurationError` listing every failure, or
     :class:`SinkUnreachableError` when every failure is a target that could not be reached
@@ -336,5 +331,6 @@ def report(checks: list[Check], out: TextIO) -> None:
         )
         if all(c.unreachable for c in failed):
             sinks = ", ".join(c.what.split(":")[0].removeprefix("sink ") for c in failed)
-            raise _unreachable(text, sinks)
+            # the text names its sinks already: the class's own constructor would prefix one more
+            raise error_with_text(SinkUnreachableError, text, sink=sinks, batch_id=None)
         raise ConfigurationError(text)
