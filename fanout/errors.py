@@ -36,7 +36,7 @@ is the error of a failed fan-out (named after the :class:`fanout.FanOut` that ra
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 
 class FanoutError(Exception):
@@ -463,6 +463,24 @@ def batch_ranges(ids: Sequence[int]) -> str:
         else:
             runs.append([i, i])
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def error_with_text(kind: type[_E], text: str, **fields: object) -> _E:
+    """An error of class ``kind`` whose message is ``text`` as it is, with ``fields`` (its
+    ``sink``, ``batch_id``...) set as attributes: how an error is rebuilt around a message
+    made elsewhere (a masked one, a checklist), keeping the class callers catch it by.
+
+    ``kind.__init__`` is not called: it may want more than a text, or prefix one
+    (:class:`SinkError`'s names its sink, which ``text`` already does).
+    """
+    error = kind.__new__(kind)
+    Exception.__init__(error, text)
+    for field, value in fields.items():
+        setattr(error, field, value)
+    return error
 
 
 class CheckpointError(FanoutError):

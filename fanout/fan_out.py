@@ -42,6 +42,7 @@ from fanout.errors import (
     SinksBehindError,
     SinkUnreachableError,
     TargetLostError,
+    error_with_text,
 )
 from fanout.hooks.caller import HookCaller
 from fanout.hooks.registry import load_registry
@@ -1013,12 +1014,10 @@ def _same_kind(
     found, rest = list(secrets), list(others)
 
     def rebuild(text: str) -> FanoutError:
-        masked = type(error).__new__(type(error))
-        for field, value in vars(error).items():  # not __init__: it may want more than text
-            setattr(
-                masked, field, redact_apart(value, found, rest) if isinstance(value, str) else value
-            )
-        masked.args = (text,)
-        return masked
+        fields = {
+            field: redact_apart(value, found, rest) if isinstance(value, str) else value
+            for field, value in vars(error).items()
+        }
+        return error_with_text(type(error), text, **fields)
 
     return rebuild

@@ -25,7 +25,7 @@ from typing import Any, Literal, TextIO
 from fanout.app.config import PipelineConfig
 from fanout.contract.sink import Sink, SinkContext
 from fanout.delta_tables.io import one_line
-from fanout.errors import ConfigurationError, SinkUnreachableError
+from fanout.errors import ConfigurationError, SinkUnreachableError, error_with_text
 from fanout.observe.logs import register_secrets
 from fanout.observe.secrets import masked_error
 
@@ -37,13 +37,16 @@ class Check:
     ``kind`` ``"skipped"``: not checked, ``problem`` saying why (not a failure);
     ``"info"``: what a run would create or change (``what``), not a check.
     ``unreachable``: the check failed because a target could not be reached
-    (:class:`fanout.SinkUnreachableError`), not because of the file.
+    (:class:`fanout.SinkUnreachableError`), not because of the file. ``sink``: the sink
+    the check is about (``None``: the pipeline's, such as the ledger's), or for an
+    unreachable failure of such a check, the sink its error names.
     """
 
     what: str
     problem: str | None = None
     kind: Literal["check", "skipped", "info"] = "check"
     unreachable: bool = False
+    sink: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -72,22 +75,29 @@ class Checklist:
     specs: dict[str, Any]
 
 
-def _check(checks: list[Check], what: str, step: Callable[[], Any]) -> Any:
-    """Run ``step``; record OK or its error's first line; return its result (None on
-    failure)."""
+def _check(
+    checks: list[Check], what: str, step: Callable[[], Any], *, sink: str | None = None
+) -> Any:
+    """Run ``step``, the check ``what`` of ``sink`` (``None``: of the pipeline); record
+    OK or its error's first line; return its result (None on failure)."""
     try:
         result = step()
     except Exception as exc:
         text = str(exc).strip()
         problem = one_line(text) if text else type(exc).__name__
-        checks.append(Check(what, problem, unreachable=isinstance(exc, SinkUnreachableError)))
+        unreachable = isinstance(exc, SinkUnreachableError)
+        if isinstance(exc, SinkUnreachableError) and sink is None:
+            sink = exc.sink or None  # a pipeline's check (backfill_from) reached a sink
+        checks.append(Check(what, problem, unreachable=unreachable, sink=sink))
         return None
-    checks.append(Check(what))
+    checks.append(Check(what, sink=sink))
     return result
 
 
-def _would(checks: list[Check], who: str, changes: Sequence[str]) -> None:
-    checks.extend(Check(f"{who}: would {change}", kind="info") for change in changes)
+def _would(
+    checks: list[Check], who: str, changes: Sequence[str], *, sink: str | None = None
+) -> None:
+    checks.extend(Check(f"{who}: would {change}", kind="info", sink=sink) for change in changes)
 
 
 def run_checks(spark: Any, config: PipelineConfig, build_source: Callable[..., Any]) -> Checklist:
@@ -231,14 +241,14 @@ def _sink_checks(
         own, route, _, lag = split_core_options(name, options, RetryPolicy())
         return SinkSpec(registry.build_sink(own, types), route, None, lag)
 
-    spec: SinkSpec | None = _check(checks, f"sink {name}: options", build)
+    spec: SinkSpec | None = _check(checks, f"sink {name}: options", build, sink=name)
     if spec is None:
         return None
     sink = spec.sink
     secrets = list(sink.secret_values())
     register_secrets(secrets)  # masked in the log and in what the command prints
     if not type(sink).read_only_check:
-        checks.append(Check(f"sink {name}: opens its target", kind="skipped", problem=(
+        checks.append(Check(f"sink {name}: opens its target", kind="skipped", sink=name, problem=(
             f"{type(sink).__name__} does not declare read_only_check, so its open() might "
             "create or change things; `fanout run` opens it"
         )))  # fmt: skip
@@ -251,15 +261,19 @@ def _sink_checks(
             sink.open(SinkContext(pipeline, spark, dead_letters, checking=True, changes=changes))
         except Exception as exc:  # the checklist is printed and returned: masked here already
             unreachable = isinstance(exc, SinkUnreachableError)
-            rebuild = partial(_unreachable, sink=name) if unreachable else ConfigurationError
+            rebuild = (
+                partial(error_with_text, SinkUnreachableError, sink=name, batch_id=None)
+                if unreachable
+                else ConfigurationError
+            )
             masked = masked_error(exc, secrets, rebuild, str(exc))
             if masked is not None:
                 raise masked from None
             raise
         return True
 
-    opened = _check(checks, f"sink {name}: opens its target", open_target)
-    _would(checks, f"sink {name}", changes)
+    opened = _check(checks, f"sink {name}: opens its target", open_target, sink=name)
+    _would(checks, f"sink {name}", changes, sink=name)
     if source is not None and opened:  # a target that did not open has no schema to check
         fit_checks(checks, name, spec, source, spark)
     sink.close()
@@ -289,21 +303,21 @@ def fit_checks(checks: list[Check], name: str, spec: Any, source: Any, spark: An
             return resolved
 
         routed = _check(checks, f"sink {name}: route resolves against the source schema",
-                        resolve)  # fmt: skip
+                        resolve, sink=name)  # fmt: skip
     if routed is None:
         return
     what = f"sink {name}: target takes the routed schema"
     if type(sink).check_schema is Sink.check_schema:  # an OK here would have checked nothing
         # still a FAIL, as before, for a column Arrow cannot take (an interval of months):
         # batch.arrow() fails on it, and so does every schema check that does run
-        if _check(checks, what, lambda: arrow_schema(routed.schema)) is None:
+        if _check(checks, what, lambda: arrow_schema(routed.schema), sink=name) is None:
             return
-        checks[-1] = Check(what, kind="skipped", problem=(
+        checks[-1] = Check(what, kind="skipped", sink=name, problem=(
             f"{type(sink).__name__} does not implement check_schema, so its first write is "
             "what finds a column its target cannot take"
         ))  # fmt: skip
         return
-    _check(checks, what, lambda: sink.check_schema(arrow_schema(routed.schema)))
+    _check(checks, what, lambda: sink.check_schema(arrow_schema(routed.schema)), sink=name)
 
 
 def arrow_schema(schema: Any) -> Any:
@@ -311,15 +325,6 @@ def arrow_schema(schema: Any) -> Any:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(schema, timezone="UTC")
-
-
-def _unreachable(text: str, sink: str = "") -> SinkUnreachableError:
-    """A :class:`SinkUnreachableError` of ``text`` as it is (it names its sinks already:
-    the class's own constructor would prefix one more ``sink '...': ``)."""
-    error = SinkUnreachableError.__new__(SinkUnreachableError)
-    Exception.__init__(error, text)
-    error.sink, error.batch_id = sink, None
-    return error
 
 
 def report(checks: list[Check], out: TextIO) -> None:
@@ -335,6 +340,7 @@ def report(checks: list[Check], out: TextIO) -> None:
             f"  - {c.what}: {c.problem}" for c in failed
         )
         if all(c.unreachable for c in failed):
-            sinks = ", ".join(c.what.split(":")[0].removeprefix("sink ") for c in failed)
-            raise _unreachable(text, sinks)
+            sinks = ", ".join(dict.fromkeys(c.sink for c in failed if c.sink is not None))
+            # the text names its sinks already: the class's own constructor would prefix one more
+            raise error_with_text(SinkUnreachableError, text, sink=sinks, batch_id=None)
         raise ConfigurationError(text)

@@ -361,7 +361,8 @@ class Sink:
         target, holds rows (restored from a backup or a mirror: :meth:`holds_batch`
         answers), or the sink cannot tell (no identity recorded, an older record, a
         service that gives none). A missing target is :meth:`holds_batch`'s ``False``,
-        not this.
+        not this. An empty (or blank) reason still says replaced: the refusal quotes "the
+        sink gave no reason" instead, so no replaced target is written for the lack of one.
 
         :meth:`holds_batch` answers from the sink's records, which outlive the target (a
         progress table, consumer groups): a target re-created by hand is there, empty, and

@@ -23,6 +23,10 @@ log = logging.getLogger("fanout")
 
 T = TypeVar("T")
 
+NO_REASON: Final = "the sink gave no reason (its target_replaced answered an empty text)"
+"""The reason quoted for a :meth:`fanout.Sink.target_replaced` that answered ``""``: a
+replaced target all the same (refused, never written)."""
+
 
 @dataclass(frozen=True)
 class CannotTell:
@@ -64,16 +68,19 @@ def replaced_answer(
     sink: Sink, pipeline: str, epoch: int, batch_id: int, question: str
 ) -> str | CannotTell | None:
     """``sink.target_replaced(pipeline, epoch, batch_id)``, its reason masked with the
-    sink's secrets (refusals, logs and ``fanout recover`` quote it); a hook that raises is
-    logged as :func:`holds_answer` logs it and answers :class:`CannotTell`, which every
-    caller reads as "not replaced" (``holds_batch`` decides)."""
+    sink's secrets (refusals, logs and ``fanout recover`` quote it), :data:`NO_REASON` for
+    an empty one (it said replaced); a hook that raises is logged as :func:`holds_answer`
+    logs it and answers :class:`CannotTell`, which every caller reads as "not replaced"
+    (``holds_batch`` decides)."""
     try:
         reason = sink.target_replaced(pipeline, epoch, batch_id)
     except Exception as exc:  # an identity it cannot read tells nothing
         why = redact(f"{type(exc).__name__}: {exc}", sink.secret_values())
         log.warning("pipeline %s, sink %s: cannot tell %s: %s", pipeline, sink.name, question, why)
         return CannotTell(why)
-    return None if reason is None else redact(str(reason), sink.secret_values())
+    if reason is None:
+        return None
+    return redact(str(reason), sink.secret_values()) if str(reason).strip() else NO_REASON
 
 
 def answers_target_replaced(sink: Sink) -> bool:

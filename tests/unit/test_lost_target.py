@@ -341,3 +341,21 @@ def test_a_sink_whose_holds_batch_did_not_answer_in_time_is_not_asked_its_identi
     finally:
         release.set()
     assert lost == {} and named["a"].replaced_asked == []
+
+
+@pytest.mark.parametrize("reason", ["", "  "])
+def test_an_empty_reason_is_still_a_replaced_target_refused_saying_none_was_given(
+    reason: str,
+) -> None:
+    """``""`` is no ``None``: the sink said replaced. The refusal quoted nothing ("...
+    created again empty: . The batches..."); it now says the sink gave no reason."""
+    ledger = _ledger({"a": [3, 3]})
+    with pytest.raises(TargetLostError) as refused:
+        _check(ledger, Replaced("a", {0, 1}, reason))
+    assert str(refused.value).startswith(
+        "sink 'a', batch 1: pipeline 'p': path '/data/silver' no longer holds batch 1 of "
+        "epoch 0, which the ledger marks written there (its last marked batch that wrote "
+        "rows): the target was replaced since by one created again empty: the sink gave no "
+        "reason (its target_replaced answered an empty text). The batches the ledger counts "
+        "for it are gone"
+    )

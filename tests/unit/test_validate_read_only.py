@@ -16,7 +16,7 @@ from fanout import Batch, Sink, SinkContext, hookimpl
 from fanout.app import runner
 from fanout.app.runner import load_pipeline
 from fanout.app.validate import report, run_checks
-from fanout.errors import ConfigurationError
+from fanout.errors import ConfigurationError, SinkUnreachableError
 
 
 class MakesItsDirectory(Sink):
@@ -442,3 +442,67 @@ def test_a_column_arrow_cannot_take_fails_the_schema_check_of_a_sink_without_one
             "supported"
         )
     ), checks[0].line()
+
+
+class UnreachableBackfill(ChecksItsDirectory):
+    """A sink whose target cannot be reached to say whether it can give back its batches."""
+
+    def backfill_source(self, pipeline: str) -> Any:
+        raise SinkUnreachableError("connection refused", sink=self.name)
+
+
+class _BackfillPlugin:
+    @staticmethod
+    @hookimpl
+    def fanout_sink_types() -> dict[str, type[Sink]]:
+        return {"checks-dir": ChecksItsDirectory, "far-dir": UnreachableBackfill}
+
+
+def test_an_unreachable_failure_of_a_pipeline_check_names_the_sink_its_error_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report recovered the unreachable sinks by parsing each check's text: the
+    ``backfill_from`` check is no sink's, so it named a sink ``backfill_from``. Each check
+    now carries its sink, or for a pipeline's check, the sink its error names."""
+    load = registry_module.load_registry
+
+    def with_test_sinks(extra: Any = (), **kwargs: Any) -> Any:
+        return load([_BackfillPlugin(), *extra], **kwargs)
+
+    monkeypatch.setattr(registry_module, "load_registry", with_test_sinks)
+    monkeypatch.setattr(runner, "load_registry", with_test_sinks)
+    file = tmp_path / "p.toml"
+    file.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\n'
+        f'checkpoint = "{tmp_path}/checkpoint"\nspool = "{tmp_path}/spool"\n'
+        '[source]\nformat = "rate"\n'
+        f'[[sinks]]\ntype = "far-dir"\nname = "far.away"\ndirectory = "{tmp_path}/far"\n'
+        f'[[sinks]]\ntype = "checks-dir"\nname = "new"\ndirectory = "{tmp_path}/new"\n'
+        'on_failure = "lag"\nbackfill_from = "far.away"\n'
+    )
+    checklist = run_checks(None, load_pipeline(str(file)), lambda spark, config: None)
+    failed = [c for c in checklist.checks if c.failed]
+    assert [(c.line(), c.sink) for c in failed] == [
+        (
+            "  FAIL  backfill_from: names a sink that holds its batches: "
+            "sink 'far.away': connection refused",
+            "far.away",
+        )
+    ]
+    with pytest.raises(SinkUnreachableError) as unreachable:
+        report(checklist.checks, io.StringIO())
+    assert unreachable.value.sink == "far.away"
+    assert str(unreachable.value) == (
+        "1 of 8 checks failed:\n  - backfill_from: names a sink that holds its batches: "
+        "sink 'far.away': connection refused"
+    )
+    assert {c.what: c.sink for c in checklist.checks if c.kind != "info"} == {
+        "source: builds with its schema and transform": None,
+        f"ledger {tmp_path}/ledger: opens": None,
+        "sink far.away: options": "far.away",
+        "sink far.away: opens its target": "far.away",
+        "sink new: options": "new",
+        "sink new: opens its target": "new",
+        f"spool {tmp_path}/spool: set for the sinks that lag or backfill": None,
+        "backfill_from: names a sink that holds its batches": "far.away",
+    }

@@ -434,12 +434,11 @@ class KafkaSink(PartitionedSink):
         recorded in ``scope`` (one offset read, one describe request) and it holds no
         record. One under another id that holds records was restored from a mirror (the
         refusal's own way on): ``None``, its markers answer."""
-        from fanout_kafka.topic_id import holds_records, topic_id_group, topic_replaced
+        from fanout_kafka.topic_id import holds_records, topic_replaced
 
         topic = str(self.topic)
-        group = topic_id_group(scope, self.name, topic)
-        replaced, now = topic_replaced(config, self.marker_topic, scope, self.name, topic,
-                                       self.open_timeout_s)  # fmt: skip
+        replaced, now, group = topic_replaced(config, self.marker_topic, scope, self.name,
+                                              topic, self.open_timeout_s)  # fmt: skip
         if replaced and holds_records(ADMINS.client(config), topic, self.open_timeout_s):
             log.info(
                 "sink %r: topic %r has id %s now, not the one recorded when its marked "

@@ -165,20 +165,22 @@ def topic_replaced(
     sink: str,
     topic: str,
     timeout_s: float,
-) -> tuple[bool | None, str | None]:
+) -> tuple[bool | None, str | None, str | None]:
     """Whether ``topic`` now has another id than the one recorded for it (see
-    :func:`replaced`; the group of an older fanout when this one's has none), and its id
-    now. One offset request per group, sent together."""
+    :func:`replaced`; the group of an older fanout when this one's has none), its id now,
+    and the group the recorded id was read from (``None``: neither has one). One offset
+    request per group, sent together."""
     from fanout_kafka.driver_admins import ADMINS
     from fanout_kafka.membership import read_offsets
 
     groups = [topic_id_group(scope, sink, topic), legacy_topic_id_group(scope, sink)]
-    offset, legacy = read_offsets(admin_config, marker_topic, groups, timeout_s)
-    offset = offset if offset >= 0 else legacy
-    if offset < 0:
-        return None, None
+    offsets = read_offsets(admin_config, marker_topic, groups, timeout_s)
+    recorded = next(((g, o) for g, o in zip(groups, offsets, strict=True) if o >= 0), None)
+    if recorded is None:
+        return None, None, None
+    group, offset = recorded
     now = current_topic_id(ADMINS.client(admin_config), topic, timeout_s)
-    return replaced(offset, topic, now), now
+    return replaced(offset, topic, now), now, group
 
 
 __all__ = [

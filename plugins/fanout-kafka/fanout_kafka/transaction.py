@@ -303,7 +303,7 @@ class PartitionWriter:
             bad = bad + rejected.rejected
             # the refused attempt was aborted: start afresh
             self._renew_producer(reports=self._journals(bad))
-            written = self._transaction(kept, bad, refused_before=len(rejected.rejected))
+            written = self._transaction(kept, bad)
         self._park_after_commit(bad)
         return written, bad
 
@@ -423,12 +423,9 @@ class PartitionWriter:
         letters = [bad_letter(b, settings.topic, self.partition) for b in bad]
         target.write(batch, letters, source="refused", partition=self.partition)
 
-    def _transaction(
-        self, records: list[Record], bad: list[BadRecord], *, refused_before: int = 0
-    ) -> int:
-        """One transaction of ``records`` (and letters ``bad``, the last
-        ``refused_before`` of them refused by an aborted first attempt); returns how many
-        records it wrote."""
+    def _transaction(self, records: list[Record], bad: list[BadRecord]) -> int:
+        """One transaction of ``records`` (and letters ``bad``, with those an aborted first
+        attempt had refused); returns how many records it wrote."""
         producer, settings = self._producer, self.settings
         failures: list[tuple[KafkaError, Any]] = []
 

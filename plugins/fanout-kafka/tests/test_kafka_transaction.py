@@ -314,9 +314,7 @@ class RefusingWriter(PartitionWriter):
     def _letters(self) -> int:
         return len(read_delta(self.path)) if (Path(self.path) / "_delta_log").exists() else 0
 
-    def _transaction(
-        self, records: list[Record], bad: list[BadRecord], *, refused_before: int = 0
-    ) -> int:
+    def _transaction(self, records: list[Record], bad: list[BadRecord]) -> int:
         self.seen.append((len(records), self._letters()))
         if self.refuse in records:
             raise Rejected([BadRecord(self.refuse, "rejected by the broker: too large")])

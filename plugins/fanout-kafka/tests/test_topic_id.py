@@ -258,3 +258,35 @@ def test_an_older_fanouts_group_is_read_while_this_ones_has_none(
     assert sink._topic_replaced({}, "p") is not None  # an older fanout's record of this topic
     admin.committed.append(("fanout/p/k/topic-id/orders", pack_topic_id("orders", "3:4")))
     assert sink._topic_replaced({}, "p") is None  # this version's record wins
+
+
+def test_a_refusal_names_the_group_the_recorded_id_was_read_from(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An id recorded by an older fanout is read from its group, ``.../topic-id``: the
+    refusal and its warning named this version's group, which holds nothing."""
+    from fanout_kafka import sink as sink_module
+    from fanout_kafka import topic_id
+    from fanout_kafka.sink import KafkaSink
+
+    monkeypatch.setattr(topic_id, "holds_records", lambda admin, topic, timeout_s: False)
+    admin = _Ids(_Uuid(3, 4))
+    monkeypatch.setattr(sink_module.ADMINS, "client", lambda config: admin)
+    _recorded(monkeypatch, admin)
+    sink = KafkaSink("k", bootstrap_servers="127.0.0.1:9", topic="orders", marker_topic="m")
+    admin.committed = [("fanout/p/k/topic-id", pack_topic_id("orders", "1:-2"))]
+    with caplog.at_level("WARNING", logger="fanout_kafka"):
+        said = sink._topic_replaced({}, "p")
+    assert said == (
+        "topic 'orders' has id 3:4 now, not the one recorded when its marked batches were "
+        "written (group 'fanout/p/k/topic-id' on marker topic 'm'), and holds no record"
+    )
+    assert [r.getMessage() for r in caplog.records] == [
+        "sink 'k': topic 'orders' has id 3:4 now, not the one recorded when its marked "
+        "batches were written (group 'fanout/p/k/topic-id'): it was deleted and created "
+        "again since"
+    ]
+    admin.committed = [("fanout/p/k/topic-id/orders", pack_topic_id("orders", "1:-2"))]
+    assert "(group 'fanout/p/k/topic-id/orders' on marker topic 'm')" in str(
+        sink._topic_replaced({}, "p")
+    )

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch, pipeline_scope
@@ -395,28 +396,19 @@ class PostgresSink(PartitionedSink):
         the one they were written to: :meth:`target_replaced`."""
         scope = pipeline_scope(pipeline, epoch)
         engine = self._engine()
-        try:
-            with engine.connect() as conn:
-                if self._target_gone(conn):
-                    return False
-                if self.mode == "append":
-                    marks = committed_partitions(
-                        conn, self.state_schema, scope, self.name, batch_id
-                    )
-                    counts: set[int | None] = {m.partitions for m in marks}
-                    partitions = {m.partition for m in marks}
-                else:
-                    recorded = upsert_counts(conn, self.state_schema, scope, self.name, batch_id)
-                    counts, partitions = set(recorded.values()), set(recorded)
-                count = counts.pop() if len(counts) == 1 else None
-                return _held(len(partitions), count)
-        except Exception as exc:
-            behind = self._behind_migrations(engine)
-            if behind is None:
-                raise
-            raise self._error(
-                f"cannot read its records of batch {batch_id} of epoch {epoch}: {behind}"
-            ) from exc
+        records = f"its records of batch {batch_id} of epoch {epoch}"
+        with self._said_behind_migrations(engine, records), engine.connect() as conn:
+            if self._target_gone(conn):
+                return False
+            if self.mode == "append":
+                marks = committed_partitions(conn, self.state_schema, scope, self.name, batch_id)
+                counts: set[int | None] = {m.partitions for m in marks}
+                partitions = {m.partition for m in marks}
+            else:
+                recorded = upsert_counts(conn, self.state_schema, scope, self.name, batch_id)
+                counts, partitions = set(recorded.values()), set(recorded)
+            count = counts.pop() if len(counts) == 1 else None
+            return _held(len(partitions), count)
 
     def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """Why the table is not the one batch ``batch_id`` of ``epoch`` was written to: a
@@ -433,19 +425,11 @@ class PostgresSink(PartitionedSink):
         if table is None:
             return None
         engine = self._engine()
-        try:
-            with engine.connect() as conn:
-                if reflect(conn, table) is None:
-                    return None
-                return self._replaced(conn, table, pipeline_scope(pipeline, epoch), batch_id)
-        except Exception as exc:
-            behind = self._behind_migrations(engine)
-            if behind is None:
-                raise
-            raise self._error(
-                f"cannot read the table OIDs its records of batch {batch_id} of epoch {epoch} "
-                f"name: {behind}"
-            ) from exc
+        oids = f"the table OIDs its records of batch {batch_id} of epoch {epoch} name"
+        with self._said_behind_migrations(engine, oids), engine.connect() as conn:
+            if reflect(conn, table) is None:
+                return None
+            return self._replaced(conn, table, pipeline_scope(pipeline, epoch), batch_id)
 
     def _replaced(self, conn: Any, table: TableName, scope: str, batch_id: int) -> str | None:
         """Why ``table`` is not the one the batch's records name (:meth:`target_replaced`),
@@ -479,6 +463,19 @@ class PostgresSink(PartitionedSink):
     def _target_gone(self, conn: Any) -> bool:
         """Whether the table is missing (nothing created it since: :meth:`open` does not)."""
         return self._table is not None and reflect(conn, self._table) is None
+
+    @contextmanager
+    def _said_behind_migrations(self, engine: Any, what: str) -> Iterator[None]:
+        """Run the body, which reads ``what`` from fanout's tables; an error it raises on
+        tables behind their migrations becomes the :class:`ConfigurationError` saying so
+        (``cannot read <what>: <the fanout migrate command>``), chained to it."""
+        try:
+            yield
+        except Exception as exc:
+            behind = self._behind_migrations(engine)
+            if behind is None:
+                raise
+            raise self._error(f"cannot read {what}: {behind}") from exc
 
     def _behind_migrations(self, engine: Any) -> str | None:
         """:func:`migration_problem` as a read-only check says it, ``None`` when the tables

@@ -14,6 +14,7 @@ from fanout_postgres.migrate import upgrade
 from pgcheck import execute, query
 
 from fanout.app.cli import main
+from fanout.errors import ConfigurationError
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry, now_utc
 
@@ -58,3 +59,33 @@ def test_recover_on_tables_before_0005_names_fanout_migrate_and_migrates_nothing
     assert query(pg_url, f'SELECT version_num FROM "{schema}".alembic_version') == [
         ("0004_upsert_routes",)
     ]
+
+
+def test_target_replaced_on_tables_before_0006_names_fanout_migrate(pg_url: str) -> None:
+    """The read of the table OIDs the records name (``target_oid``, migration ``0006``)
+    fails on older tables the way :meth:`holds_batch`'s does, and says so the same way."""
+    from fanout_postgres.sink import PostgresSink
+
+    from fanout import SinkContext
+
+    schema = f"old{uuid.uuid4().hex[:8]}"
+    upgrade(pg_url, schema=schema, revision="0005_upsert_routes_partitions")
+    execute(pg_url, f'CREATE TABLE "events_{schema}" (id BIGINT PRIMARY KEY, v TEXT)')
+    sink = PostgresSink("events", url=pg_url, table=f"events_{schema}", mode="append",
+                        state_schema=schema)  # fmt: skip
+    sink.open(SinkContext("orders", None, checking=True))  # read-only: migrates nothing
+    try:
+        with pytest.raises(ConfigurationError) as behind:
+            sink.target_replaced("orders", 0, 1)
+    finally:
+        sink.close()
+    said = str(behind.value)
+    assert said.startswith(
+        f"postgres sink 'events' (table events_{schema}): cannot read the table OIDs its "
+        "records of batch 1 of epoch 0 name: fanout's tables in schema "
+        f"'{schema}' are at revision 0005_upsert_routes_partitions, not 0006_target_oid "
+        f"(missing: column {schema}.progress.target_oid, column "
+        f"{schema}.upsert_routes.target_oid); the database needs `fanout migrate --url "
+    ), said
+    assert said.endswith(f" --schema {schema}` first (a read-only check migrates nothing)")
+    assert behind.value.__cause__ is not None
