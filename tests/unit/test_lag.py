@@ -17,6 +17,7 @@ from fanout.contract.batch import BatchInfo
 from fanout.ledger.entry import Ledger
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import LagPolicy, lag_policy
+from fanout.steps.lag_state import Lost, Reopening, SinkState, Unopened
 from tests.unit.fakes import SchemaFrame, ScriptedSink
 
 
@@ -412,7 +413,7 @@ def test_an_unreachable_lag_sink_gets_a_replayed_batch_the_others_hold(tmp_path:
     frames = {b: SchemaFrame([b]) for b in range(3)}
     first = FanOut("lagged", ledger, [good, _spec(down)], backoff_s=0,
                    spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
-    assert "down" in first.lagging.unopened  # it started behind, not with an error
+    assert first.lagging.held("down").state is SinkState.UNOPENED  # behind, not an error
     first.process(frames[0], BatchInfo("lagged", 0, "q"))
     first.close()
     from fanout.ledger.entry import LedgerEntry
@@ -508,9 +509,10 @@ def test_a_sink_whose_reopen_runs_at_close_is_closed_after_its_open_returns(
     finally:
         fan.close()
     assert events == []  # the reopen's thread owns the sink now
-    opening = fan.lagging._opening["down"]
+    held = fan.lagging.held("down")
+    assert isinstance(held, Reopening)
     release.set()
-    assert opening.done.wait(30)
+    assert held.opening.done.wait(30)
     assert events == ["open", "close"]
     assert fan.unopened == ("down",)  # not asked, never written
     assert fan.lagging.reopen("down") is not None  # and not opened again
@@ -564,7 +566,8 @@ def test_a_hold_back_reading_a_reopen_outcome_mid_way_does_not_write_a_lost_targ
 ) -> None:
     """hold_back read ``lost`` then ``unopened`` without the lag state's lock: a reopen's
     thread moving the sink from one to the other in between (its check said lost) made it
-    look open, and with no backlog yet it was written live."""
+    look open, and with no backlog yet it was written live. The state is one value now:
+    the thread's outcome lands right after hold_back's read, which saw it opening."""
     import threading
 
     from fanout import TargetLostError
@@ -578,26 +581,28 @@ def test_a_hold_back_reading_a_reopen_outcome_mid_way_does_not_write_a_lost_targ
     lost = TargetLostError("table gone", sink="down", batch_id=0)
     lagging.ask_target = lambda sink: lost
     running = Opening()  # the reopen's thread, played by the test: no other starts
-    lagging._opening["down"] = running
+    held = lagging.held("down")
+    assert isinstance(held, Unopened)
+    lagging._states.move("down", Reopening(held.context, held.error, running))
+    read = lagging._states.of
+    fired: list[bool] = []
 
-    class Racing(dict):  # type: ignore[type-arg]
-        fired = False
+    def racing(sink: str) -> Any:
+        found = read(sink)
+        if sink == "down" and not fired:  # the thread's outcome lands now
+            fired.append(True)
+            thread = threading.Thread(target=lagging._now_open, args=("down",))
+            thread.start()
+            thread.join(5.0)
+        return found
 
-        def __contains__(self, key: object) -> bool:
-            held = dict.__contains__(self, key)
-            if key == "down" and not Racing.fired:  # the thread's outcome lands now
-                Racing.fired = True
-                thread = threading.Thread(target=lagging._now_open, args=("down",))
-                thread.start()
-                thread.join(1.0)  # on the lock, it waits for the reader
-            return held
-
-    lagging.lost = Racing()
+    lagging._states.of = racing  # type: ignore[method-assign]
     try:
         results = fan.process(SchemaFrame([1]), BatchInfo("racing", 0, "q"))
-        assert list(results) == ["good"]
+        assert fired and list(results) == ["good"]
         assert down.calls == []  # never written
         assert lagging.reopen("down", wait=False) is lost
+        assert isinstance(read("down"), Lost)
     finally:
         running.done.set()
         fan.close()
@@ -612,7 +617,7 @@ def test_an_unreachable_lag_sink_past_its_max_lag_stops_the_query(tmp_path: Path
     frames = {b: SchemaFrame([b]) for b in range(4)}
     _catch_up_from_memory(fan, frames)
     try:
-        assert "down" in fan.lagging.unopened
+        assert fan.lagging.held("down").state is SinkState.UNOPENED
         fan.process(frames[0], BatchInfo("lagged", 0, "q"))
         fan.process(frames[1], BatchInfo("lagged", 1, "q"))
         with pytest.raises(LagLimitError) as stopped:
@@ -656,7 +661,9 @@ def test_an_unreachable_lag_sinks_open_errors_reach_ledger_and_status_masked(
     fan = FanOut("masked", ledger, [ScriptedSink("good"), _spec(down)], backoff_s=0,
                  spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
     try:
-        started = fan.lagging.unopened["down"][1]
+        held = fan.lagging.held("down")
+        assert isinstance(held, Unopened)
+        started = held.error
         assert str(started) == "sink 'down': login app:***@db:5432 refused"
         assert started.__cause__ is None and started.__suppress_context__
         fan.process(SchemaFrame([1]), BatchInfo("masked", 0, "q"))  # hold_back re-opens
