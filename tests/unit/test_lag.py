@@ -17,7 +17,7 @@ from fanout.contract.batch import BatchInfo
 from fanout.ledger.entry import Ledger
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import LagPolicy, lag_policy
-from fanout.steps.lag_state import Lost, Reopening, SinkState, Unopened
+from fanout.steps.lag_state import Lost, Open, Reopening, SinkState, Unopened
 from tests.unit.fakes import SchemaFrame, ScriptedSink
 
 
@@ -517,6 +517,60 @@ def test_a_sink_whose_reopen_runs_at_close_is_closed_after_its_open_returns(
     assert fan.unopened == ("down",)  # not asked, never written
     assert fan.lagging.reopen("down") is not None  # and not opened again
     assert down.opened == 1
+
+
+@pytest.mark.parametrize(
+    "at,lost",
+    [("check", False), ("check", True), ("moved", False), ("moved", True)],
+)
+def test_a_reopened_sink_is_closed_once_wherever_its_reopen_is_when_the_pipeline_closes(
+    tmp_path: Path, at: str, lost: bool
+) -> None:
+    """Whoever holds the sink when ``FanOut.close()`` runs closes it, once: the reopen's
+    thread while the sink is ``OPENING`` (its check running: the thread then does not keep
+    it), ``FanOut.close()`` once the thread has moved it on (open, or lost: its thread
+    still running, here in ``on_reopened``). Counted: one open, one close."""
+    import threading
+
+    from fanout import TargetLostError
+
+    entered, release = threading.Event(), threading.Event()
+    gone = TargetLostError("table gone", sink="down", batch_id=0)
+    reopens: list[threading.Thread] = []
+
+    def blocks() -> None:
+        reopens.append(threading.current_thread())
+        entered.set()
+        assert release.wait(30)
+
+    def check(sink: str) -> TargetLostError | None:
+        if at == "check":
+            blocks()
+        return gone if lost else None
+
+    down = Unreachable("down")
+    fan = FanOut("closing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    fan.lagging.ask_target = check
+    if at == "moved":
+        fan.lagging.on_reopened = blocks
+    down.reachable = True
+    try:
+        assert fan.lagging.reopen("down", wait=False) is not None  # lags meanwhile
+        assert entered.wait(30)
+        held = fan.lagging.held("down")
+        assert isinstance(held, Reopening if at == "check" else Lost if lost else Open)
+    finally:
+        fan.close()
+    assert (down.opened, down.closed) == (1, 0 if at == "check" else 1)
+    release.set()
+    reopens[0].join(30)
+    assert not reopens[0].is_alive()
+    assert (down.opened, down.closed) == (1, 1)
+    state = fan.lagging.held("down").state
+    kept = SinkState.LOST if lost else SinkState.OPEN
+    assert state is (SinkState.UNOPENED if at == "check" else kept)
 
 
 def test_a_hanging_check_does_not_stall_the_catch_up_of_the_other_sinks(
