@@ -325,12 +325,11 @@ class Lagging:
                 except Exception as exc:
                     error = exc
             opened, kept = error is None, False
-            outcome: BaseException | None = None  # what it stays unopened with (None: as was)
             try:
                 if error is not None:
-                    outcome = self._open_failed(sink, error)
+                    self._open_failed(sink, error)
                 else:
-                    kept, outcome = self._now_open(sink)
+                    kept = self._now_open(sink)
             finally:
                 closing = False  # kept: moved on under the lock, close() not run then
                 if not kept:
@@ -341,7 +340,7 @@ class Lagging:
                         held = self._states.of(sink)
                         if not isinstance(held, Reopening):
                             raise SinkStateError(sink, held.state, SinkState.UNOPENED)
-                        self._states.move(sink, Unopened(held.context, outcome or held.error))
+                        self._states.move(sink, Unopened(held.context, held.error))
                         closing = self._closing
                     if closing and not opened:  # close() left it to this thread
                         self._close_unasked(sink, "the stop")
@@ -351,45 +350,53 @@ class Lagging:
         name = f"fanout-{self.pipeline}-{sink}-reopen"
         return Opening.run(name, work, None if first is None else first.started)
 
-    def _open_failed(self, sink: str, exc: Exception) -> BaseException:
-        """The error ``sink``'s failed ``open()`` leaves it unopened with (masked)."""
+    def _open_failed(self, sink: str, exc: Exception) -> None:
+        """``sink``'s ``open()`` failed: it lags with that error (masked)."""
         with self._lock:
             own = self.specs[sink].sink.secret_values()
-            error = unreachable_masked(sink, exc, own, self.secrets)
-            self.failed(sink, error)
-            return error
+            self._try_failed(sink, unreachable_masked(sink, exc, own, self.secrets))
 
-    def _now_open(self, sink: str) -> tuple[bool, BaseException | None]:
+    def _try_failed(self, sink: str, error: BaseException) -> None:
+        """``sink``'s reopen failed (its open or its check): it lags with ``error`` from now
+        on, also while its thread, which still owns it, closes what it opened (a live
+        batch asking meanwhile got the error of the try before)."""
+        with self._lock:
+            held = self._states.of(sink)
+            if not isinstance(held, Reopening):
+                raise SinkStateError(sink, held.state, SinkState.OPENING)
+            self._states.move(sink, replace(held, error=error))
+            self.failed(sink, error)
+
+    def _now_open(self, sink: str) -> bool:
         """``sink`` opened: asked the lost-target check (in the reopen's thread; nothing
         writes a sink while it is ``OPENING``, so none before the answer); whether it was
-        moved on (open, or lost), and else the check's error. A check that raises (the
-        ledger unreadable) leaves it unopened, to be closed, opened and asked again at its
-        next reopen; so does :meth:`close` having run (not asked then)."""
+        moved on (open, or lost). A check that raises (the ledger unreadable) leaves it
+        unopened, to be closed, opened and asked again at its next reopen; so does
+        :meth:`close` having run (not asked then)."""
         with self._lock:
             if self._closing:
-                return False, None
+                return False
             if self.regather is not None:
                 self.regather()
         try:
             lost = None if self.ask_target is None else self.ask_target(sink)
         except Exception as exc:
-            with self._lock:
-                self.failed(sink, exc)
+            self._try_failed(sink, exc)
             log.warning(
                 "pipeline %s: sink %r opened, but the check of its target failed (%s): "
                 "closed, it stays behind, opened and asked again at its next try",
                 self.pipeline, sink, exc,
             )  # fmt: skip
-            return False, exc
+            return False
         with self._lock:
             if self._closing:
-                return False, None
+                return False
             if lost is not None:
                 self.lose(sink, lost)
-                return True, None
+                return True
             self._states.move(sink, Open())
         log.info("pipeline %s: sink %r is reachable again and open", self.pipeline, sink)
-        return True, None
+        return True
 
     def _close_unasked(self, sink: str, after: str) -> None:
         """Close ``sink``, opened by a reopen that may not keep it open (logged, not

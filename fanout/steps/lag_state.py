@@ -91,7 +91,9 @@ class Unopened:
 
 @dataclass(frozen=True)
 class Reopening:
-    """:attr:`SinkState.OPENING`: as :class:`Unopened`, and the reopen running."""
+    """:attr:`SinkState.OPENING`: as :class:`Unopened` (its error that of this reopen once
+    its open or check failed, while its thread closes what it opened), and the reopen
+    running."""
 
     context: SinkContext
     error: BaseException
@@ -113,6 +115,7 @@ Held: TypeAlias = Open | Unopened | Reopening | Lost
 MOVES: frozenset[tuple[SinkState, SinkState]] = frozenset(
     {
         (SinkState.UNOPENED, SinkState.OPENING),  # a reopen starts
+        (SinkState.OPENING, SinkState.OPENING),  # its open or check failed: the new error
         (SinkState.OPENING, SinkState.UNOPENED),  # its open or check failed, or the stop
         (SinkState.OPENING, SinkState.OPEN),  # opened, its target holds its marks
         (SinkState.OPENING, SinkState.LOST),  # opened, its target lost a marked batch

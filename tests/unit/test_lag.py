@@ -573,6 +573,52 @@ def test_a_reopened_sink_is_closed_once_wherever_its_reopen_is_when_the_pipeline
     assert state is (SinkState.UNOPENED if at == "check" else kept)
 
 
+def test_while_a_reopen_closes_what_its_failed_check_opened_the_sink_lags_with_that_error(
+    tmp_path: Path,
+) -> None:
+    """A reopen whose check raised closes the sink in its thread before it lets it go
+    (no other open starts meanwhile); a live batch asking then got the error of the try
+    before (here the start's "connection refused", the target reachable now), recorded in
+    the ledger and shown by status, for as long as that ``close()`` took."""
+    import threading
+
+    from fanout import SinkUnreachableError
+
+    closing, release = threading.Event(), threading.Event()
+
+    class SlowClose(Unreachable):
+        def close(self) -> None:
+            super().close()
+            if self.reachable:
+                closing.set()
+                assert release.wait(30)
+
+    def unreadable(sink: str) -> Any:
+        raise OSError("the ledger cannot be read")
+
+    down = SlowClose("down")
+    fan = FanOut("closing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    fan.lagging.ask_target = unreadable
+    down.reachable = True
+    try:
+        assert isinstance(fan.lagging.reopen("down", wait=False), SinkUnreachableError)
+        assert closing.wait(30)  # the check failed: its thread closes the sink
+        held = fan.lagging.held("down")
+        assert isinstance(held, Reopening)  # still its thread's
+        error = fan.lagging.reopen("down", wait=False)
+        assert isinstance(error, OSError) and str(error) == "the ledger cannot be read"
+        assert fan.lagging.not_opened() == {"down": error}
+        release.set()
+        assert held.opening.done.wait(30)
+        assert fan.lagging.held("down") == Unopened(held.context, error)
+        assert (down.opened, down.closed) == (1, 1)
+    finally:
+        release.set()
+        fan.close()
+
+
 def test_a_hanging_check_does_not_stall_the_catch_up_of_the_other_sinks(
     tmp_path: Path,
 ) -> None:
