@@ -71,7 +71,8 @@ from fanout.steps.catchup import CatchUp
 from fanout.steps.context import ContextReader
 from fanout.steps.cores import check_cores
 from fanout.steps.gaps import refuse_gaps
-from fanout.steps.lag import Lagging, Opening, unreachable_masked
+from fanout.steps.lag import Lagging, unreachable_masked
+from fanout.steps.lag_state import Opening
 from fanout.steps.lag_steps import (
     backfill_sources,
     check_spool,
@@ -260,7 +261,8 @@ class FanOut:
                 self.dead_letters,
             ),
         )
-        self._unopened: dict[str, tuple[SinkContext, BaseException]] = {}
+        # what the start found, handed to Lagging, which holds each sink's state from then on
+        self._unopened_at_start: dict[str, tuple[SinkContext, BaseException]] = {}
         self._opening: dict[str, Opening] = {}  # first open()s past write_timeout_s
         self._spark = self._open(spark)
         self.secrets = self._gather_secrets()
@@ -272,7 +274,7 @@ class FanOut:
             self.ledger,
             self.spool,
             backfill_sources(self.pipeline, self.specs),
-            unopened=self._unopened,
+            unopened=self._unopened_at_start,
             secrets=self.secrets,
         )
         self.lagging.ask_target = self._ask_reopened
@@ -378,7 +380,7 @@ class FanOut:
                     if error is exc:
                         raise
                     raise error from None
-                self._unopened[spec.name] = (context, error)  # it starts behind; see Lagging
+                self._unopened_at_start[spec.name] = (context, error)  # starts behind: Lagging
                 log.warning(
                     "pipeline %s: sink %r cannot be reached (%s); with on_failure='lag' the "
                     "pipeline starts without it and it catches up once it can be opened",
@@ -459,7 +461,7 @@ class FanOut:
     def unopened(self) -> tuple[str, ...]:
         """The sinks (``on_failure="lag"``) whose ``open()`` could not reach their target:
         they start behind, opened again by the catch-up."""
-        return tuple(self._unopened)
+        return tuple(self.lagging.not_opened())
 
     def close(self) -> None:
         """Stop the catch-up and close every sink (call it when the query has stopped).
@@ -590,13 +592,12 @@ class FanOut:
     def _refuse_unmarked(self, info: BatchInfo) -> None:
         """Before a new epoch starts: refuse it when an open sink holds the batch after its
         last mark of the epoch replaced (:mod:`fanout.steps.unmarked`)."""
-        opened = {n: s for n, s in self.sinks.items() if n not in self._unopened}
+        not_opened = self.lagging.not_opened()
+        opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
         spooled = None if self.spool is None else self.lagging.spooled_through
         timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
         unopened = {  # a sink type that cannot tell passes unasked, opened or not
-            n: error
-            for n, (_, error) in self._unopened.items()
-            if answers_holds_batch(self.sinks[n])
+            n: error for n, error in not_opened.items() if answers_holds_batch(self.sinks[n])
         }
         refuse_unmarked(info, self.ledger, opened, spooled, timeouts, unopened)
 
@@ -617,14 +618,16 @@ class FanOut:
         epoch, which the query owns (:func:`fanout.steps.resume.why_wait`)."""
         if self._targets_checked:
             return
-        self._lose(self._lost_on_ledger([n for n in self.sinks if n not in self._unopened]))
+        not_opened = self.lagging.not_opened()
+        self._lose(self._lost_on_ledger([n for n in self.sinks if n not in not_opened]))
         self._targets_checked = True
 
     def _refuse_lost(self, epoch: int, marks: Mapping[str, int | None]) -> None:
         """Refuse the run when a sink's target lost its last marked batch; a sink with
         ``on_failure="lag"`` lags with that error instead (:meth:`Lagging.lose`): the
         others go on."""
-        opened = {n: s for n, s in self.sinks.items() if n not in self._unopened}
+        not_opened = self.lagging.not_opened()
+        opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
         self._lose(self._lost_targets(opened, epoch, marks))
 
     def _lost_targets(

@@ -18,9 +18,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
 from fanout.contract.lag import SinkLag
 from fanout.contract.sink import BackfillSource, SinkContext
@@ -38,42 +37,19 @@ from fanout.observe.secrets import masked_error, redact_printed
 from fanout.sink_spec import SinkSpec
 from fanout.spool.table import BatchKey, Spool, SpooledBatch
 from fanout.steps.context import read_file_directly
+from fanout.steps.lag_state import (
+    Held,
+    Lost,
+    Open,
+    Opening,
+    Reopening,
+    SinkState,
+    SinkStateError,
+    SinkStates,
+    Unopened,
+)
 
 log = logging.getLogger("fanout")
-
-
-@dataclass
-class Opening:
-    """A lag sink's ``open()`` (or, for :class:`Lagging`, its whole reopen: the open and
-    the lost-target check) in a daemon thread of its own."""
-
-    done: threading.Event = field(default_factory=threading.Event)
-    started: float = field(default_factory=time.monotonic)
-    error: Exception | None = None
-
-    @classmethod
-    def start(cls, target: Any, context: SinkContext, pipeline: str) -> Opening:
-        """Call ``target.open(context)`` in a new daemon thread, named
-        ``fanout-<pipeline>-<sink>-open``."""
-        name = f"fanout-{pipeline}-{getattr(target, 'name', 'sink')}-open"
-        return cls.run(name, lambda: target.open(context))
-
-    @classmethod
-    def run(cls, name: str, work: Callable[[], None], started: float | None = None) -> Opening:
-        """Call ``work()`` in a new daemon thread named ``name`` (``started``: when the
-        wait for it began, if before now)."""
-        opening = cls() if started is None else cls(started=started)
-
-        def run() -> None:
-            try:
-                work()
-            except Exception as exc:
-                opening.error = exc
-            finally:
-                opening.done.set()
-
-        threading.Thread(target=run, name=name, daemon=True).start()
-        return opening
 
 
 @dataclass
@@ -100,6 +76,10 @@ class Lagging:
     :param ledger: where the marks are.
     :param spool: the pipeline's spool (``None`` when no sink lags or backfills).
     :param sources: the backfill source of each sink configured with ``backfill_from``.
+    :param unopened: the lag-policy sinks whose ``open`` failed at the start with a
+        transient error (their context and error): behind until :meth:`reopen` succeeds.
+        From then on :class:`fanout.steps.lag_state.SinkStates` holds each sink's
+        open/lost state (:meth:`held`).
     :param secrets: every secret of the pipeline, masked in the last error of each sink
         that :meth:`lag_of` shows (status, the ``fanout_sink_lag`` hook) as printed text
         masks them (:func:`fanout.observe.secrets.redact_printed`; the sink's own are masked
@@ -111,9 +91,7 @@ class Lagging:
     ledger: Ledger
     spool: Spool | None
     sources: Mapping[str, BackfillSource] = field(default_factory=dict)
-    unopened: dict[str, tuple[SinkContext, BaseException]] = field(default_factory=dict)
-    """Lag-policy sinks whose ``open`` failed with a transient error: behind until
-    :meth:`reopen` succeeds."""
+    unopened: InitVar[Mapping[str, tuple[SinkContext, BaseException]] | None] = None
     secrets: tuple[str, ...] = ()
     ask_target: Callable[[str], TargetLostError | None] | None = None
     """The lost-target check of one sink (:mod:`fanout.steps.lost_target`), asked when
@@ -121,9 +99,6 @@ class Lagging:
     regather: Callable[[], None] | None = None
     """Called once :meth:`reopen` opened a sink, before :attr:`ask_target`: its ``open``
     may have fetched a secret, which the pipeline's :attr:`secrets` must now hold."""
-    lost: dict[str, TargetLostError] = field(default_factory=dict)
-    """Lag-policy sinks whose target no longer holds their last marked batch that wrote
-    rows: behind for the rest of the run, never written (until a run accepts the loss)."""
     epoch: int = 0
     _marks: dict[tuple[str, int], int | None] = field(default_factory=dict, repr=False)
     _errors: dict[str, str] = field(default_factory=dict, repr=False)
@@ -149,11 +124,16 @@ class Lagging:
     """Per epoch, the newest batch this instance saw planned live."""
     _abandoned: set[BatchKey] = field(default_factory=set, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
-    _opening: dict[str, Opening] = field(default_factory=dict, repr=False)
-    """The reopens running in a thread of their own, until they put their outcome in place."""
+    _states: SinkStates = field(init=False, repr=False)
+    """Each sink's open/lost state, one value per sink (:meth:`held`)."""
     _closing: bool = field(default=False, repr=False)
     on_reopened: Callable[[], None] | None = None
     """Called when a reopen put its outcome in place (the catch-up is woken)."""
+
+    def __post_init__(
+        self, unopened: Mapping[str, tuple[SinkContext, BaseException]] | None
+    ) -> None:
+        self._states = SinkStates(self._lock, self.specs, unopened or {})
 
     @property
     def sinks(self) -> list[str]:
@@ -234,14 +214,23 @@ class Lagging:
         """``sink``'s target lost its last marked batch that wrote rows: it lags with
         ``error`` for the rest of the run, never written (:meth:`reopen` returns it)."""
         with self._lock:
-            self.lost[sink] = error
+            self._states.move(sink, Lost(error))
             self.failed(sink, error)
 
+    def held(self, sink: str) -> Held:
+        """``sink``'s open/lost state, with its error (unopened, lost) or its reopen
+        (:class:`fanout.steps.lag_state.SinkState`; lagging or live is :meth:`backlog`'s)."""
+        return self._states.of(sink)
+
     def closed(self, sink: str) -> bool:
-        """Whether ``sink`` is unopened or lost (read at once: a reopen's thread moves it
-        from one to the other)."""
-        with self._lock:
-            return sink in self.lost or sink in self.unopened
+        """Whether ``sink`` may not be written: unopened, being reopened, or lost."""
+        return self._states.of(sink).state is not SinkState.OPEN
+
+    def not_opened(self) -> dict[str, BaseException]:
+        """The sinks not opened yet (unopened, or their reopen still running), each with
+        its last error, in configuration order (read at once)."""
+        held = self._states.in_state(SinkState.UNOPENED, SinkState.OPENING)
+        return {name: h.error for name, h in held.items() if isinstance(h, Unopened | Reopening)}
 
     def close(self) -> set[str]:
         """The pipeline stops: no reopen starts any more, and one still running closes
@@ -250,7 +239,7 @@ class Lagging:
         ``open()`` returned would be left open)."""
         with self._lock:
             self._closing = True
-            return set(self._opening)
+            return set(self._states.in_state(SinkState.OPENING))
 
     def reopen(self, sink: str, *, wait: bool = True) -> BaseException | None:
         """Open a sink that could not be opened when the pipeline started; ``None`` once
@@ -266,23 +255,25 @@ class Lagging:
         as long as it takes when ``wait`` (the catch-up, a drain), else not at all (a live
         batch: the sink lags with it, with its last error). A target that lost its last
         marked batch keeps the sink behind with :class:`fanout.TargetLostError`
-        (:attr:`lost`), which every later call returns; a check that raises closes the
+        (:meth:`lose`), which every later call returns; a check that raises closes the
         sink again (a PostgreSQL sink's pool would leak, one per try)."""
         spec = self.specs[sink]
         timeout = spec.lag.write_timeout_s if spec.lag.lags else None
         with self._lock:
-            if sink in self.lost:
-                return self.lost[sink]
-            entry = self.unopened.get(sink)
-            if entry is None:
+            held = self._states.of(sink)
+            if isinstance(held, Open):
                 return None
-            opening = self._opening.get(sink)
-            if opening is None:  # one that has ended took itself out
+            if isinstance(held, Lost):
+                return held.error
+            if isinstance(held, Unopened):  # a reopen that has ended moved it back here
                 if self._closing:
-                    return entry[1]
+                    return held.error
                 # the secrets the run knows now (a sink opened earlier may have fetched one)
-                context = replace(entry[0], secrets=self.secrets)
-                opening = self._opening[sink] = self._start_reopen(sink, context)
+                context = replace(held.context, secrets=self.secrets)
+                opening = self._start_reopen(sink, context)
+                self._states.move(sink, Reopening(held.context, held.error, opening))
+            else:
+                opening = held.opening
         if timeout is not None:
             remaining: float | None = max(0.0, opening.started + timeout - time.monotonic())
         else:
@@ -298,28 +289,29 @@ class Lagging:
             )
             self.failed(sink, error)
             return error
-        with self._lock:  # still running (a live batch's no wait): its last error
-            if sink in self.lost:
-                return self.lost[sink]
-            entry = self.unopened.get(sink)
-            return None if entry is None else entry[1]
+        held = self._states.of(sink)  # still running (a live batch's no wait): its last error
+        return None if isinstance(held, Open) else held.error
 
     def still_opening(self, sink: str, opening: Opening) -> None:
         """``sink``'s first ``open()``, at the pipeline's start, did not return within its
         ``write_timeout_s`` and runs on: its result is taken (and, opened, the sink asked
         the lost-target check) as a :meth:`reopen`'s, and no other starts while it runs."""
         with self._lock:
-            context = self.unopened[sink][0]
-            self._opening[sink] = self._start_reopen(sink, context, opening)
+            held = self._states.of(sink)
+            if not isinstance(held, Unopened):
+                raise SinkStateError(sink, held.state, SinkState.OPENING)
+            reopen = self._start_reopen(sink, held.context, opening)
+            self._states.move(sink, Reopening(held.context, held.error, reopen))
 
     def _start_reopen(
         self, sink: str, context: SinkContext, first: Opening | None = None
     ) -> Opening:
-        """Start ``sink``'s reopen in a daemon thread: its ``open()`` (or the wait for
-        ``first``, the pipeline's start's still running), then its check, and the outcome
-        put in place under the lock (the thread taken out of :attr:`_opening` there),
-        before the thread counts as done. Once :meth:`close` ran, the thread closes the
-        sink instead."""
+        """Start ``sink``'s reopen in a daemon thread (called under the lock, which moves
+        the sink to ``OPENING`` before the thread can move it on): its ``open()`` (or the
+        wait for ``first``, the pipeline's start's still running), then its check, and the
+        outcome put in place under the lock, before the thread counts as done. While the
+        sink is ``OPENING`` the thread owns it: a sink it may not keep open (its check
+        failed, or :meth:`close` ran) is closed before it moves back to ``UNOPENED``."""
         target = self.specs[sink].sink
 
         def work() -> None:
@@ -332,41 +324,55 @@ class Lagging:
                     error = None
                 except Exception as exc:
                     error = exc
-            kept = False
+            opened, kept = error is None, False
             try:
                 if error is not None:
-                    self._still_unopened(sink, error)
+                    self._open_failed(sink, error)
                 else:
                     kept = self._now_open(sink)
             finally:
-                closed = error is None and not kept
-                if closed:  # while this thread is in _opening: no other open starts
-                    self._close_unasked(sink, "the stop" if self._closing else "its failed check")
-                with self._lock:
-                    self._opening.pop(sink, None)
-                    closing = self._closing
-                if closing and not closed:  # close() left it to this thread
-                    self._close_unasked(sink, "the stop")
+                closing = False  # kept: moved on under the lock, close() not run then
+                if not kept:
+                    if opened:  # while it is OPENING: no other open starts
+                        after = "the stop" if self._closing else "its failed check"
+                        self._close_unasked(sink, after)
+                    with self._lock:
+                        held = self._states.of(sink)
+                        if not isinstance(held, Reopening):
+                            raise SinkStateError(sink, held.state, SinkState.UNOPENED)
+                        self._states.move(sink, Unopened(held.context, held.error))
+                        closing = self._closing
+                    if closing and not opened:  # close() left it to this thread
+                        self._close_unasked(sink, "the stop")
                 if not closing and self.on_reopened is not None:
                     self.on_reopened()
 
         name = f"fanout-{self.pipeline}-{sink}-reopen"
         return Opening.run(name, work, None if first is None else first.started)
 
-    def _still_unopened(self, sink: str, exc: Exception) -> BaseException:
+    def _open_failed(self, sink: str, exc: Exception) -> None:
+        """``sink``'s ``open()`` failed: it lags with that error (masked)."""
         with self._lock:
             own = self.specs[sink].sink.secret_values()
-            error = unreachable_masked(sink, exc, own, self.secrets)
-            self.unopened[sink] = (self.unopened[sink][0], error)
+            self._try_failed(sink, unreachable_masked(sink, exc, own, self.secrets))
+
+    def _try_failed(self, sink: str, error: BaseException) -> None:
+        """``sink``'s reopen failed (its open or its check): it lags with ``error`` from now
+        on, also while its thread, which still owns it, closes what it opened (a live
+        batch asking meanwhile got the error of the try before)."""
+        with self._lock:
+            held = self._states.of(sink)
+            if not isinstance(held, Reopening):
+                raise SinkStateError(sink, held.state, SinkState.OPENING)
+            self._states.move(sink, replace(held, error=error))
             self.failed(sink, error)
-            return error
 
     def _now_open(self, sink: str) -> bool:
         """``sink`` opened: asked the lost-target check (in the reopen's thread; nothing
-        writes an unopened sink, so none before the answer); whether it stays open (may be
-        written, or lost). A check that raises (the ledger unreadable) leaves it unopened,
-        to be closed, opened and asked again at its next reopen; so does :meth:`close`
-        having run (not asked then)."""
+        writes a sink while it is ``OPENING``, so none before the answer); whether it was
+        moved on (open, or lost). A check that raises (the ledger unreadable) leaves it
+        unopened, to be closed, opened and asked again at its next reopen; so does
+        :meth:`close` having run (not asked then)."""
         with self._lock:
             if self._closing:
                 return False
@@ -375,9 +381,7 @@ class Lagging:
         try:
             lost = None if self.ask_target is None else self.ask_target(sink)
         except Exception as exc:
-            with self._lock:
-                self.failed(sink, exc)
-                self.unopened[sink] = (self.unopened[sink][0], exc)
+            self._try_failed(sink, exc)
             log.warning(
                 "pipeline %s: sink %r opened, but the check of its target failed (%s): "
                 "closed, it stays behind, opened and asked again at its next try",
@@ -387,10 +391,10 @@ class Lagging:
         with self._lock:
             if self._closing:
                 return False
-            del self.unopened[sink]
             if lost is not None:
                 self.lose(sink, lost)
                 return True
+            self._states.move(sink, Open())
         log.info("pipeline %s: sink %r is reachable again and open", self.pipeline, sink)
         return True
 

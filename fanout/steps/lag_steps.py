@@ -190,7 +190,7 @@ def hold_back(
     its open and lost-target check in a thread of their own, waited for only up to its
     ``write_timeout_s``: a hung one must not stall the other sinks); until that has passed,
     it misses the batch, and so does one whose target lost its last
-    marked batch (:attr:`fanout.steps.lag.Lagging.lost`; either, past its ``max_lag``,
+    marked batch (:meth:`fanout.steps.lag.Lagging.lose`; either, past its ``max_lag``,
     stops the query, as a sink that cannot catch up does), and one whose write of an earlier batch,
     abandoned at its ``write_timeout_s``, still runs (``abandoned``; that batch, spooled,
     keeps it behind, unless its spooling failed and it is replayed).

@@ -17,6 +17,7 @@ from fanout.contract.batch import BatchInfo
 from fanout.ledger.entry import Ledger
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import LagPolicy, lag_policy
+from fanout.steps.lag_state import Lost, Open, Reopening, SinkState, Unopened
 from tests.unit.fakes import SchemaFrame, ScriptedSink
 
 
@@ -412,7 +413,7 @@ def test_an_unreachable_lag_sink_gets_a_replayed_batch_the_others_hold(tmp_path:
     frames = {b: SchemaFrame([b]) for b in range(3)}
     first = FanOut("lagged", ledger, [good, _spec(down)], backoff_s=0,
                    spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
-    assert "down" in first.lagging.unopened  # it started behind, not with an error
+    assert first.lagging.held("down").state is SinkState.UNOPENED  # behind, not an error
     first.process(frames[0], BatchInfo("lagged", 0, "q"))
     first.close()
     from fanout.ledger.entry import LedgerEntry
@@ -508,13 +509,114 @@ def test_a_sink_whose_reopen_runs_at_close_is_closed_after_its_open_returns(
     finally:
         fan.close()
     assert events == []  # the reopen's thread owns the sink now
-    opening = fan.lagging._opening["down"]
+    held = fan.lagging.held("down")
+    assert isinstance(held, Reopening)
     release.set()
-    assert opening.done.wait(30)
+    assert held.opening.done.wait(30)
     assert events == ["open", "close"]
     assert fan.unopened == ("down",)  # not asked, never written
     assert fan.lagging.reopen("down") is not None  # and not opened again
     assert down.opened == 1
+
+
+@pytest.mark.parametrize(
+    "at,lost",
+    [("check", False), ("check", True), ("moved", False), ("moved", True)],
+)
+def test_a_reopened_sink_is_closed_once_wherever_its_reopen_is_when_the_pipeline_closes(
+    tmp_path: Path, at: str, lost: bool
+) -> None:
+    """Whoever holds the sink when ``FanOut.close()`` runs closes it, once: the reopen's
+    thread while the sink is ``OPENING`` (its check running: the thread then does not keep
+    it), ``FanOut.close()`` once the thread has moved it on (open, or lost: its thread
+    still running, here in ``on_reopened``). Counted: one open, one close."""
+    import threading
+
+    from fanout import TargetLostError
+
+    entered, release = threading.Event(), threading.Event()
+    gone = TargetLostError("table gone", sink="down", batch_id=0)
+    reopens: list[threading.Thread] = []
+
+    def blocks() -> None:
+        reopens.append(threading.current_thread())
+        entered.set()
+        assert release.wait(30)
+
+    def check(sink: str) -> TargetLostError | None:
+        if at == "check":
+            blocks()
+        return gone if lost else None
+
+    down = Unreachable("down")
+    fan = FanOut("closing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    fan.lagging.ask_target = check
+    if at == "moved":
+        fan.lagging.on_reopened = blocks
+    down.reachable = True
+    try:
+        assert fan.lagging.reopen("down", wait=False) is not None  # lags meanwhile
+        assert entered.wait(30)
+        held = fan.lagging.held("down")
+        assert isinstance(held, Reopening if at == "check" else Lost if lost else Open)
+    finally:
+        fan.close()
+    assert (down.opened, down.closed) == (1, 0 if at == "check" else 1)
+    release.set()
+    reopens[0].join(30)
+    assert not reopens[0].is_alive()
+    assert (down.opened, down.closed) == (1, 1)
+    state = fan.lagging.held("down").state
+    kept = SinkState.LOST if lost else SinkState.OPEN
+    assert state is (SinkState.UNOPENED if at == "check" else kept)
+
+
+def test_while_a_reopen_closes_what_its_failed_check_opened_the_sink_lags_with_that_error(
+    tmp_path: Path,
+) -> None:
+    """A reopen whose check raised closes the sink in its thread before it lets it go
+    (no other open starts meanwhile); a live batch asking then got the error of the try
+    before (here the start's "connection refused", the target reachable now), recorded in
+    the ledger and shown by status, for as long as that ``close()`` took."""
+    import threading
+
+    from fanout import SinkUnreachableError
+
+    closing, release = threading.Event(), threading.Event()
+
+    class SlowClose(Unreachable):
+        def close(self) -> None:
+            super().close()
+            if self.reachable:
+                closing.set()
+                assert release.wait(30)
+
+    def unreadable(sink: str) -> Any:
+        raise OSError("the ledger cannot be read")
+
+    down = SlowClose("down")
+    fan = FanOut("closing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()
+    fan.lagging.ask_target = unreadable
+    down.reachable = True
+    try:
+        assert isinstance(fan.lagging.reopen("down", wait=False), SinkUnreachableError)
+        assert closing.wait(30)  # the check failed: its thread closes the sink
+        held = fan.lagging.held("down")
+        assert isinstance(held, Reopening)  # still its thread's
+        error = fan.lagging.reopen("down", wait=False)
+        assert isinstance(error, OSError) and str(error) == "the ledger cannot be read"
+        assert fan.lagging.not_opened() == {"down": error}
+        release.set()
+        assert held.opening.done.wait(30)
+        assert fan.lagging.held("down") == Unopened(held.context, error)
+        assert (down.opened, down.closed) == (1, 1)
+    finally:
+        release.set()
+        fan.close()
 
 
 def test_a_hanging_check_does_not_stall_the_catch_up_of_the_other_sinks(
@@ -564,7 +666,8 @@ def test_a_hold_back_reading_a_reopen_outcome_mid_way_does_not_write_a_lost_targ
 ) -> None:
     """hold_back read ``lost`` then ``unopened`` without the lag state's lock: a reopen's
     thread moving the sink from one to the other in between (its check said lost) made it
-    look open, and with no backlog yet it was written live."""
+    look open, and with no backlog yet it was written live. The state is one value now:
+    the thread's outcome lands right after hold_back's read, which saw it opening."""
     import threading
 
     from fanout import TargetLostError
@@ -578,26 +681,28 @@ def test_a_hold_back_reading_a_reopen_outcome_mid_way_does_not_write_a_lost_targ
     lost = TargetLostError("table gone", sink="down", batch_id=0)
     lagging.ask_target = lambda sink: lost
     running = Opening()  # the reopen's thread, played by the test: no other starts
-    lagging._opening["down"] = running
+    held = lagging.held("down")
+    assert isinstance(held, Unopened)
+    lagging._states.move("down", Reopening(held.context, held.error, running))
+    read = lagging._states.of
+    fired: list[bool] = []
 
-    class Racing(dict):  # type: ignore[type-arg]
-        fired = False
+    def racing(sink: str) -> Any:
+        found = read(sink)
+        if sink == "down" and not fired:  # the thread's outcome lands now
+            fired.append(True)
+            thread = threading.Thread(target=lagging._now_open, args=("down",))
+            thread.start()
+            thread.join(5.0)
+        return found
 
-        def __contains__(self, key: object) -> bool:
-            held = dict.__contains__(self, key)
-            if key == "down" and not Racing.fired:  # the thread's outcome lands now
-                Racing.fired = True
-                thread = threading.Thread(target=lagging._now_open, args=("down",))
-                thread.start()
-                thread.join(1.0)  # on the lock, it waits for the reader
-            return held
-
-    lagging.lost = Racing()
+    lagging._states.of = racing  # type: ignore[method-assign]
     try:
         results = fan.process(SchemaFrame([1]), BatchInfo("racing", 0, "q"))
-        assert list(results) == ["good"]
+        assert fired and list(results) == ["good"]
         assert down.calls == []  # never written
         assert lagging.reopen("down", wait=False) is lost
+        assert isinstance(read("down"), Lost)
     finally:
         running.done.set()
         fan.close()
@@ -612,7 +717,7 @@ def test_an_unreachable_lag_sink_past_its_max_lag_stops_the_query(tmp_path: Path
     frames = {b: SchemaFrame([b]) for b in range(4)}
     _catch_up_from_memory(fan, frames)
     try:
-        assert "down" in fan.lagging.unopened
+        assert fan.lagging.held("down").state is SinkState.UNOPENED
         fan.process(frames[0], BatchInfo("lagged", 0, "q"))
         fan.process(frames[1], BatchInfo("lagged", 1, "q"))
         with pytest.raises(LagLimitError) as stopped:
@@ -656,7 +761,9 @@ def test_an_unreachable_lag_sinks_open_errors_reach_ledger_and_status_masked(
     fan = FanOut("masked", ledger, [ScriptedSink("good"), _spec(down)], backoff_s=0,
                  spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
     try:
-        started = fan.lagging.unopened["down"][1]
+        held = fan.lagging.held("down")
+        assert isinstance(held, Unopened)
+        started = held.error
         assert str(started) == "sink 'down': login app:***@db:5432 refused"
         assert started.__cause__ is None and started.__suppress_context__
         fan.process(SchemaFrame([1]), BatchInfo("masked", 0, "q"))  # hold_back re-opens

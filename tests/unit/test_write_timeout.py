@@ -26,6 +26,7 @@ from fanout import (
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import LagPolicy, SinkSpec, lag_policy
+from fanout.steps.lag_state import Reopening
 from fanout.steps.timeout import WriteClaim
 from tests.unit.fakes import SchemaFrame, ScriptedSink
 
@@ -523,8 +524,10 @@ def test_a_hung_reopen_of_a_timed_sink_does_not_stall_the_batch(tmp_path: Path) 
         assert lag.error is not None and lag.error.startswith(
             "SinkTimeoutError: sink 'slow': open() did not return within its write_timeout_s=0.3 s"
         )
+        held = fan.lagging.held("slow")
+        assert isinstance(held, Reopening)
         gate.set()  # the open returns: the sink is open, its batch written from the spool
-        assert fan.lagging._opening["slow"].done.wait(10)
+        assert held.opening.done.wait(10)
         caught = fan.catch_up(timeout_s=10)["slow"]
         assert caught.state == "live", caught
         assert slow.opened == 2 and slow.calls == [(0, 1)]
@@ -750,8 +753,10 @@ def test_a_hung_first_open_of_a_timed_sink_starts_it_lagging(tmp_path: Path) -> 
             "SinkTimeoutError: sink 'slow': open() did not return within its write_timeout_s"
         )
         assert slow.opened == 1  # the first open still runs: not opened again
+        held = fan.lagging.held("slow")
+        assert isinstance(held, Reopening)
         gate.set()  # it returns: the sink is open, its batch written from the spool
-        assert fan.lagging._opening["slow"].done.wait(10)
+        assert held.opening.done.wait(10)
         caught = fan.catch_up(timeout_s=10)["slow"]
         assert caught.state == "live", caught
         assert slow.opened == 1 and slow.calls == [(0, 1)]
