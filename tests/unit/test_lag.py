@@ -603,7 +603,8 @@ def test_while_a_reopen_closes_what_its_failed_check_opened_the_sink_lags_with_t
     fan.lagging.ask_target = unreadable
     down.reachable = True
     try:
-        assert isinstance(fan.lagging.reopen("down", wait=False), SinkUnreachableError)
+        started = fan.lagging.reopen("down", wait=False)  # the start's error, or the
+        assert isinstance(started, (SinkUnreachableError, OSError))  # check's if it was quick
         assert closing.wait(30)  # the check failed: its thread closes the sink
         held = fan.lagging.held("down")
         assert isinstance(held, Reopening)  # still its thread's
