@@ -250,13 +250,14 @@ class Lagging:
         daemon thread of their own, outside the lag state's lock: a server that accepts
         the connection and never answers, or a ``holds_batch`` that hangs, must not stall
         the other sinks' batches. One still running is not started again, and until it
-        has ended the sink stays unopened (and lags). It is waited for up to the sink's
-        ``write_timeout_s`` (then a :class:`fanout.SinkTimeoutError`); without one, for
-        as long as it takes when ``wait`` (the catch-up, a drain), else not at all (a live
-        batch: the sink lags with it, with its last error). A target that lost its last
-        marked batch keeps the sink behind with :class:`fanout.TargetLostError`
-        (:meth:`lose`), which every later call returns; a check that raises closes the
-        sink again (a PostgreSQL sink's pool would leak, one per try)."""
+        has ended the sink stays ``OPENING``: never written, it lags. It is waited for up
+        to the sink's ``write_timeout_s`` (then a :class:`fanout.SinkTimeoutError`);
+        without one, for as long as it takes when ``wait`` (the catch-up, a drain), else
+        not at all (a live batch: the sink lags with it, with its last error). A target
+        that lost its last marked batch keeps the sink behind with
+        :class:`fanout.TargetLostError` (:meth:`lose`), which every later call returns; a
+        check that raises closes the sink again (a PostgreSQL sink's pool would leak, one
+        per try)."""
         spec = self.specs[sink]
         timeout = spec.lag.write_timeout_s if spec.lag.lags else None
         with self._lock:
@@ -310,8 +311,10 @@ class Lagging:
         the sink to ``OPENING`` before the thread can move it on): its ``open()`` (or the
         wait for ``first``, the pipeline's start's still running), then its check, and the
         outcome put in place under the lock, before the thread counts as done. While the
-        sink is ``OPENING`` the thread owns it: a sink it may not keep open (its check
-        failed, or :meth:`close` ran) is closed before it moves back to ``UNOPENED``."""
+        sink is ``OPENING`` the thread owns it: one it opened but may not keep (its check
+        failed, or :meth:`close` ran) is closed before it moves back to ``UNOPENED``; one
+        whose open failed is closed after that move when :meth:`close` ran (which left it
+        to this thread)."""
         target = self.specs[sink].sink
 
         def work() -> None:

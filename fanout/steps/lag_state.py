@@ -1,9 +1,11 @@
 """Whether each lag sink is open, being opened, unopened or lost: one value per sink
-(docs/architecture.md §5, §14.2).
+(docs/architecture.md §5, §14.1, §14.2).
 
-A lag sink's open/lost status is moved by three actors: the batch thread (a lost target
-found at the run's first batch), the catch-up thread and the reopen thread of each sink
-(:meth:`fanout.steps.lag.Lagging.reopen`). Kept in several containers, a reader that read
+A lag sink's open/lost status is moved by several actors: the batch thread (a reopen
+started at hold-back, a lost target found at the run's first batch), ``FanOut(...)`` (an
+open still running at the start, :meth:`fanout.steps.lag.Lagging.still_opening`), the
+catch-up thread (a reopen) and each sink's reopen thread (its outcome,
+:meth:`fanout.steps.lag.Lagging.reopen`). Kept in several containers, a reader that read
 them apart while a reopen moved the sink from one to the other saw a lost target open and
 wrote it. Here each sink has one :data:`Held` value in one dict, moved only by
 :meth:`SinkStates.move`, which checks the move against :data:`MOVES` and holds the lock;

@@ -672,7 +672,7 @@ def test_a_hold_back_reading_a_reopen_outcome_mid_way_does_not_write_a_lost_targ
     import threading
 
     from fanout import TargetLostError
-    from fanout.steps.lag import Opening
+    from fanout.steps.lag_state import Opening
 
     down = Unreachable("down")
     fan = FanOut("racing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,

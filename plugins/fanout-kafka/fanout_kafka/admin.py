@@ -59,8 +59,9 @@ class Cluster:
         self.bootstrap_servers = bootstrap_servers
         self.timeout_s = timeout_s
         self._errors: list[str] = []
-        # The callback holds the list, not self: a reference cycle would keep the client
-        # (and its connection attempts) alive until the interpreter exits.
+        # The callback holds the list, not self: a reference cycle would leave the client
+        # to the cyclic collector, which may destroy it on librdkafka's own thread (an
+        # abort: fanout_kafka.driver_admins); close() destroys it in any case.
         errors = self._errors
         config: dict[str, Any] = {
             **connection_settings(producer),

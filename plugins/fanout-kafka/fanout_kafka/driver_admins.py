@@ -76,8 +76,8 @@ class DriverAdmins:
             self._holders[key] = self._holders.get(key, 0) + 1
 
     def release(self, config: Mapping[str, Any]) -> None:
-        """A sink no longer uses ``config``'s client; the last one out destroys it
-        (librdkafka's threads end with the last reference)."""
+        """A sink no longer uses ``config``'s client; the last one out destroys it now, on
+        this thread (:func:`close_admin`), even if other code still has a reference to it."""
         key = _key(config)
         with self._lock:
             left = self._holders.get(key, 0) - 1

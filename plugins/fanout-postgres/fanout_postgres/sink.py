@@ -468,7 +468,8 @@ class PostgresSink(PartitionedSink):
     def _said_behind_migrations(self, engine: Any, what: str) -> Iterator[None]:
         """Run the body, which reads ``what`` from fanout's tables; an error it raises on
         tables behind their migrations becomes the :class:`ConfigurationError` saying so
-        (``cannot read <what>: <the fanout migrate command>``), chained to it."""
+        (``cannot read <what>: <the revision, what is missing and the fanout migrate
+        command>``), chained to it."""
         try:
             yield
         except Exception as exc:
