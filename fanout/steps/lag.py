@@ -44,7 +44,6 @@ from fanout.steps.lag_state import (
     Opening,
     Reopening,
     SinkState,
-    SinkStateError,
     SinkStates,
     Unopened,
 )
@@ -298,9 +297,7 @@ class Lagging:
         ``write_timeout_s`` and runs on: its result is taken (and, opened, the sink asked
         the lost-target check) as a :meth:`reopen`'s, and no other starts while it runs."""
         with self._lock:
-            held = self._states.of(sink)
-            if not isinstance(held, Unopened):
-                raise SinkStateError(sink, held.state, SinkState.OPENING)
+            held = self._states.of_kind(sink, Unopened, SinkState.OPENING)
             reopen = self._start_reopen(sink, held.context, opening)
             self._states.move(sink, Reopening(held.context, held.error, reopen))
 
@@ -340,9 +337,7 @@ class Lagging:
                         after = "the stop" if self._closing else "its failed check"
                         self._close_unasked(sink, after)
                     with self._lock:
-                        held = self._states.of(sink)
-                        if not isinstance(held, Reopening):
-                            raise SinkStateError(sink, held.state, SinkState.UNOPENED)
+                        held = self._states.of_kind(sink, Reopening, SinkState.UNOPENED)
                         self._states.move(sink, Unopened(held.context, held.error))
                         closing = self._closing
                     if closing and not opened:  # close() left it to this thread
@@ -364,9 +359,7 @@ class Lagging:
         on, also while its thread, which still owns it, closes what it opened (a live
         batch asking meanwhile got the error of the try before)."""
         with self._lock:
-            held = self._states.of(sink)
-            if not isinstance(held, Reopening):
-                raise SinkStateError(sink, held.state, SinkState.OPENING)
+            held = self._states.of_kind(sink, Reopening, SinkState.OPENING)
             self._states.move(sink, replace(held, error=error))
             self.failed(sink, error)
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from fanout.contract.sink import SinkContext
 from fanout.errors import TargetLostError
@@ -114,6 +114,8 @@ class Lost:
 Held: TypeAlias = Open | Unopened | Reopening | Lost
 """A sink's state with what that state needs."""
 
+H = TypeVar("H", Open, Unopened, Reopening, Lost)
+
 MOVES: frozenset[tuple[SinkState, SinkState]] = frozenset(
     {
         (SinkState.UNOPENED, SinkState.OPENING),  # a reopen starts
@@ -162,6 +164,15 @@ class SinkStates:
         """``sink``'s state (a sink never named is open)."""
         with self._lock:
             return self._held.get(sink, _OPEN)
+
+    def of_kind(self, sink: str, kind: type[H], to: SinkState) -> H:
+        """``sink``'s state, which a move to ``to`` needs to be a ``kind`` (whose payload
+        the move carries on); else :class:`SinkStateError` naming that move."""
+        with self._lock:
+            held = self.of(sink)
+            if not isinstance(held, kind):
+                raise SinkStateError(sink, held.state, to)
+            return held
 
     def move(self, sink: str, to: Held) -> Held:
         """Put ``sink`` in state ``to``; returns the state it leaves. Raises
