@@ -46,10 +46,11 @@ class Services:
         too: see :func:`verify_kafka`.)
         """
         from confluent_kafka.admin import AdminClient
+        from fanout_kafka.driver_admins import close_admin
         from fanout_kafka.embedded import EmbeddedKafka
 
         if self.admin is not None:  # destroyed here, never by the garbage collector
-            self.admin.__exit__(None, None, None)
+            close_admin(self.admin)
         if self.kafka is not None:
             self.kafka.stop()
         self.kafka = EmbeddedKafka()
