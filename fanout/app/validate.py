@@ -12,13 +12,15 @@ would otherwise fail at the first batch.
 Nothing is written: the ledger is checked, not created; each sink is opened with
 ``SinkContext(checking=True)`` and says what a run would create or migrate, printed as
 ``INFO`` lines; a sink type that does not declare :attr:`fanout.Sink.read_only_check` is
-not opened (``SKIP``), since its ``open()`` might create things.
+not opened (``SKIP``), since its ``open()`` might create things. A sink with
+``on_failure = "lag"`` whose target cannot be reached is a ``WARN``, not a failure: the run
+starts without it, as ``fanout run`` does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal, TextIO
 
@@ -35,7 +37,9 @@ class Check:
     """One line of the checklist: what was checked, and the problem (``None``: OK).
 
     ``kind`` ``"skipped"``: not checked, ``problem`` saying why (not a failure);
-    ``"info"``: what a run would create or change (``what``), not a check.
+    ``"info"``: what a run would create or change (``what``), not a check;
+    ``"warned"``: failed in a way the run goes on with (a sink with ``on_failure = "lag"``
+    whose target cannot be reached starts behind), ``problem`` saying what the run does.
     ``unreachable``: the check failed because a target could not be reached
     (:class:`fanout.SinkUnreachableError`), not because of the file. ``sink``: the sink
     the check is about (``None``: the pipeline's, such as the ledger's), or for an
@@ -44,7 +48,7 @@ class Check:
 
     what: str
     problem: str | None = None
-    kind: Literal["check", "skipped", "info"] = "check"
+    kind: Literal["check", "skipped", "info", "warned"] = "check"
     unreachable: bool = False
     sink: str | None = None
 
@@ -54,10 +58,12 @@ class Check:
         return self.kind == "check" and self.problem is not None
 
     def line(self) -> str:
-        """``  OK    what``, ``  FAIL  what: problem``, ``  SKIP  what: why`` or
-        ``  INFO  what``."""
+        """``  OK    what``, ``  FAIL  what: problem``, ``  SKIP  what: why``,
+        ``  WARN  what: problem`` or ``  INFO  what``."""
         if self.kind == "info":
             return f"  INFO  {self.what}"
+        if self.kind == "warned":
+            return f"  WARN  {self.what}: {self.problem}"
         if self.kind == "skipped":
             return f"  SKIP  {self.what}: {self.problem}"
         return (
@@ -273,11 +279,24 @@ def _sink_checks(
         return True
 
     opened = _check(checks, f"sink {name}: opens its target", open_target, sink=name)
+    if not opened and checks[-1].unreachable and spec.lag.lags:
+        checks[-1] = _starts_behind(checks[-1])
     _would(checks, f"sink {name}", changes, sink=name)
     if source is not None and opened:  # a target that did not open has no schema to check
         fit_checks(checks, name, spec, source, spark)
     sink.close()
     return spec
+
+
+def _starts_behind(failed: Check) -> Check:
+    """``failed``, the unreachable target of a sink with ``on_failure = "lag"``, as the
+    warning it is: ``fanout run`` starts without the sink, which catches up once it opens
+    (exit 0 here, as the run does not fail for it either)."""
+    return replace(failed, kind="warned", unreachable=False, problem=(
+        f"{failed.problem}; with on_failure = \"lag\" `fanout run` starts without it, "
+        "spools its batches and writes them once it opens (a run that stops with it still "
+        "behind exits 3)"
+    ))  # fmt: skip
 
 
 def fit_checks(checks: list[Check], name: str, spec: Any, source: Any, spark: Any) -> None:

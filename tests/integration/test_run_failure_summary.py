@@ -288,3 +288,44 @@ def test_validate_exits_2_when_a_mistake_in_the_file_comes_with_an_unreachable_s
     assert error[0] == "fanout: configuration error: 2 of 13 checks failed:"
     assert error[1].startswith("  - sink pg: opens its target: sink 'pg': cannot open: ")
     assert error[2].startswith("  - sink typo: route resolves")
+
+
+def test_validate_warns_and_run_starts_for_an_unreachable_lag_sink(tmp_path: Path) -> None:
+    """A sink with on_failure = "lag" on a port nothing listens on: `fanout run` starts
+    without it (the Delta sinks write, the batch is spooled for it) and exits 3, still
+    behind; `fanout validate` failed the same file with exit 1, `sink unreachable`, so a
+    pre-flight refused what the run does. It warns now, and exits 0."""
+    (tmp_path / "input").mkdir()
+    (tmp_path / "input" / "a.json").write_text(json.dumps({"order_id": 7, "amount": 1.0}))
+    url = f"postgresql+psycopg2://app:Wr0ngPassw0rd@127.0.0.1:{_closed_port()}/db"
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        PIPELINE.format(data=tmp_path).replace(
+            "retries = 0\n", f'retries = 0\nspool = "{tmp_path}/spool"\n'
+        )
+        + f'\n[[sinks]]\ntype = "postgres"\nname = "pg"\nurl = "{url}"\ntable = "orders"\n'
+        'keys = ["order_id"]\ncreate_table = true\non_failure = "lag"\n'
+    )
+    done = {}
+    for command in ("validate", "run"):
+        done[command] = subprocess.run(
+            [sys.executable, "-m", "fanout.app.cli", command, str(config)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    for outcome in done.values():
+        assert "Wr0ngPassw0rd" not in outcome.stdout + outcome.stderr
+    checked = done["validate"]
+    assert (checked.returncode, done["run"].returncode) == (0, 3), (
+        checked.stdout + checked.stderr[-3000:] + done["run"].stderr[-3000:]
+    )
+    warned = [line for line in checked.stdout.splitlines() if line.startswith("  WARN")]
+    assert len(warned) == 1, checked.stdout
+    assert warned[0].startswith(
+        "  WARN  sink pg: opens its target: sink 'pg': cannot open: OperationalError: "
+    )
+    assert warned[0].endswith(
+        '; with on_failure = "lag" `fanout run` starts without it, spools its batches and '
+        "writes them once it opens (a run that stops with it still behind exits 3)"
+    )
+    assert [line for line in checked.stdout.splitlines() if line.startswith("  FAIL")] == []
+    assert "1 sink(s) behind" in done["run"].stdout + done["run"].stderr
