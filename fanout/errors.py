@@ -158,10 +158,14 @@ class SinkTimeoutError(SinkError):
 
 
 class SchemaMismatchError(SinkError):
-    """The batch's columns or types cannot be written to the sink's target."""
+    """The batch's columns or types cannot be written to the sink's target.
+
+    ``batch_id`` is the batch's in :meth:`fanout.Sink.write`; :meth:`fanout.Sink.check_schema`
+    has no batch and leaves it out.
+    """
 
     def __init__(
-        self, message: str, *, sink: str, batch_id: int | None, columns: Sequence[str]
+        self, message: str, *, sink: str, batch_id: int | None = None, columns: Sequence[str]
     ) -> None:
         self.columns = list(columns)
         super().__init__(message, sink=sink, batch_id=batch_id)

@@ -253,8 +253,9 @@ class Sink:
         Default: nothing to check."""
 
     def check_schema(self, schema: pa.Schema) -> None:
-        """Raise :class:`fanout.SchemaMismatchError` (naming the columns) when batches of
-        this Arrow ``schema`` (the routed source schema) cannot be written to the target.
+        """Raise :class:`fanout.SchemaMismatchError` (naming the columns, without a
+        ``batch_id``: there is no batch here) when batches of this Arrow ``schema`` (the
+        routed source schema) cannot be written to the target.
         Called by ``fanout validate`` after :meth:`open` with ``checking`` set, so a
         pipeline file whose source declares its schema learns of the mismatch before the
         stream starts; must write nothing either. Default: nothing to check."""
