@@ -73,13 +73,25 @@ class PluginLoadError(PluginError):
     """A plugin raised while being imported or while answering a hook, or (subclass
     :class:`DuplicatePluginError`) cannot be loaded without guessing."""
 
-    def __init__(self, plugin_name: str, distribution: str | None, cause: BaseException) -> None:
+    def __init__(
+        self,
+        plugin_name: str,
+        distribution: str | None,
+        cause: BaseException,
+        *,
+        what_to_do: str = "",
+    ) -> None:
+        """
+        :param what_to_do: a sentence appended after the cause, when it does not say it.
+        """
         self.plugin_name = plugin_name
         self.distribution = distribution
         self.cause: BaseException | None = cause  # None: nothing raised (a duplicate)
         origin = f" (distribution {distribution})" if distribution else ""
+        then = f"; {what_to_do}" if what_to_do else ""
         super().__init__(
             f'Error importing plugin "{plugin_name}"{origin}: {type(cause).__name__}: {cause}'
+            + then
         )
 
 
