@@ -73,13 +73,25 @@ class PluginLoadError(PluginError):
     """A plugin raised while being imported or while answering a hook, or (subclass
     :class:`DuplicatePluginError`) cannot be loaded without guessing."""
 
-    def __init__(self, plugin_name: str, distribution: str | None, cause: BaseException) -> None:
+    def __init__(
+        self,
+        plugin_name: str,
+        distribution: str | None,
+        cause: BaseException,
+        *,
+        what_to_do: str = "",
+    ) -> None:
+        """
+        :param what_to_do: a sentence appended after the cause, when it does not say it.
+        """
         self.plugin_name = plugin_name
         self.distribution = distribution
         self.cause: BaseException | None = cause  # None: nothing raised (a duplicate)
         origin = f" (distribution {distribution})" if distribution else ""
+        then = f"; {what_to_do}" if what_to_do else ""
         super().__init__(
             f'Error importing plugin "{plugin_name}"{origin}: {type(cause).__name__}: {cause}'
+            + then
         )
 
 
@@ -158,10 +170,14 @@ class SinkTimeoutError(SinkError):
 
 
 class SchemaMismatchError(SinkError):
-    """The batch's columns or types cannot be written to the sink's target."""
+    """The batch's columns or types cannot be written to the sink's target.
+
+    ``batch_id`` is the batch's in :meth:`fanout.Sink.write`; :meth:`fanout.Sink.check_schema`
+    has no batch and leaves it out.
+    """
 
     def __init__(
-        self, message: str, *, sink: str, batch_id: int | None, columns: Sequence[str]
+        self, message: str, *, sink: str, batch_id: int | None = None, columns: Sequence[str]
     ) -> None:
         self.columns = list(columns)
         super().__init__(message, sink=sink, batch_id=batch_id)

@@ -169,7 +169,8 @@ class Sink:
        unreachable targets fail before the stream starts. Raise
        :class:`fanout.ConfigurationError`.
     3. :meth:`write` once per micro-batch the ledger says the sink has not committed,
-       possibly from a worker thread, in parallel with other sinks. Must be idempotent
+       possibly from a worker thread (not the one :meth:`open` ran on: a client bound to
+       its thread is made in ``write``), in parallel with other sinks. Must be idempotent
        (or transactional) per :attr:`Batch.idempotency_key` (``app_id``, ``version``;
        ``token`` for names), not the batch id alone: a crash between the write and the
        ledger mark makes fanout call it again with the same key, and a new epoch gets a
@@ -253,14 +254,16 @@ class Sink:
         Default: nothing to check."""
 
     def check_schema(self, schema: pa.Schema) -> None:
-        """Raise :class:`fanout.SchemaMismatchError` (naming the columns) when batches of
-        this Arrow ``schema`` (the routed source schema) cannot be written to the target.
+        """Raise :class:`fanout.SchemaMismatchError` (naming the columns, without a
+        ``batch_id``: there is no batch here) when batches of this Arrow ``schema`` (the
+        routed source schema) cannot be written to the target.
         Called by ``fanout validate`` after :meth:`open` with ``checking`` set, so a
         pipeline file whose source declares its schema learns of the mismatch before the
         stream starts; must write nothing either. Default: nothing to check."""
 
     def close(self) -> None:
-        """Release what :meth:`open` acquired; called once when the FanOut closes."""
+        """Release what the sink keeps open (clients :meth:`write` or its driver-side
+        checks made and kept for later batches); called once when the FanOut closes."""
 
     def partitioned_by(self) -> Sequence[str] | Literal["*"] | None:
         """The batch columns whose values decide which of this sink's per-partition

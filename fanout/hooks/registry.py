@@ -271,6 +271,13 @@ def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None
             f"plugin {info.describe()}: sink type {type_name!r} declares guarantee "
             f"{bad[0]!r}; expected a tuple of {', '.join(GUARANTEES)}"
         )
+    if not _takes_name(sink_class):
+        raise PluginError(
+            f"plugin {info.describe()}: sink type {type_name!r}: {sink_class.__name__}."
+            "__init__ takes no 'name'; fanout builds a sink from its configuration as "
+            f"{sink_class.__name__}(name=<the sink's name>, **options): declare "
+            "`def __init__(self, name: str, *, <options>)` and call super().__init__(name)"
+        )
     implemented = implemented_hooks(sink_class)
     if stray := [h for h in sink_class.hook_conditions if h not in implemented]:
         raise PluginError(
@@ -284,6 +291,18 @@ def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None
             f"plugin {info.describe()}: sink type {type_name!r}: its `options` declaration "
             f"is wrong: {'; '.join(problems)}"
         )
+
+
+def _takes_name(sink_class: type[Sink]) -> bool:
+    """Whether the constructor takes ``name=`` (a signature it cannot read: assume so)."""
+    try:
+        parameters = inspect.signature(sink_class).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(
+        (p.name == "name" and p.kind is not p.POSITIONAL_ONLY) or p.kind is p.VAR_KEYWORD
+        for p in parameters
+    )
 
 
 def new_plugin_manager() -> pluggy.PluginManager:
@@ -321,10 +340,22 @@ def load_registry(
         try:
             plugin = ep.load()
         except Exception as exc:
-            registry.load_errors.append(_load_error(ep.name, info.distribution, exc))
+            remove = f"`pip uninstall {info.distribution}`" if info.distribution else "remove it"
+            registry.load_errors.append(
+                _load_error(
+                    ep.name,
+                    info.distribution,
+                    exc,
+                    what_to_do="fanout loads every installed plugin, also one no sink uses: "
+                    f"install what it imports, fix it, or uninstall it ({remove})",
+                )
+            )
             continue
         _register(registry, plugin, info)
     for plugin in extra_plugins:
+        if isinstance(plugin, str):
+            registry.load_errors.append(_named_not_given(plugin))
+            continue
         name = getattr(plugin, "__name__", None) or f"{type(plugin).__name__}@{id(plugin):x}"
         origin = name if inspect.ismodule(plugin) else type(plugin).__module__
         _register(registry, plugin, PluginInfo(name, origin))
@@ -387,11 +418,21 @@ def _check_pending(registry: Registry) -> None:
             name = registry.manager.get_name(exc.plugin) or repr(exc.plugin)
             info = registry.plugins.pop(name, None)
             registry.manager.unregister(exc.plugin)
-            cause = pluggy.PluginValidationError(exc.plugin, f"{exc}; fanout's hooks are {known}")
+            cause = pluggy.PluginValidationError(
+                exc.plugin, f"{exc}{_nearest_hook(str(exc)) or ';'} fanout's hooks are {known}"
+            )
             cause.__cause__ = exc
             registry.load_errors.append(
                 _load_error(name, info.distribution if info else None, cause)
             )
+
+
+def _nearest_hook(message: str) -> str:
+    """``: did you mean 'fanout_sink_types'?`` for pluggy's ``unknown hook '...'``."""
+    found = re.search(r"unknown hook '([^']+)'", message)
+    hooks = [n for n in dir(hookspecs) if n.startswith("fanout_")]
+    close = difflib.get_close_matches(found.group(1), hooks, n=1) if found else []
+    return f": did you mean {close[0]!r}?" if close else ""
 
 
 class CoreDeadLetterKinds:
@@ -433,9 +474,24 @@ def _unmarked_hooks(manager: pluggy.PluginManager, plugin: object) -> list[str]:
     ]
 
 
-def _load_error(name: str, distribution: str | None, cause: BaseException) -> PluginLoadError:
+def _load_error(
+    name: str, distribution: str | None, cause: BaseException, *, what_to_do: str = ""
+) -> PluginLoadError:
     """A load error chained to its cause, as ``raise ... from cause`` would (it is raised
     later, by :meth:`Registry.raise_load_errors`, outside the ``except`` block)."""
-    error = PluginLoadError(name, distribution, cause)
+    error = PluginLoadError(name, distribution, cause, what_to_do=what_to_do)
     error.__cause__ = cause
     return error
+
+
+def _named_not_given(name: str) -> PluginLoadError:
+    """The error for a plugin given by its module's name (``FanOut(plugins=["x.plugin"])``,
+    as ``SinkUnderTest(plugins=...)`` takes them): pluggy would register the text itself,
+    which implements no hook, and its sink types would be unknown without a word."""
+    cause = TypeError(
+        f"{name!r} is a text, not a plugin object: FanOut(plugins=...) takes the plugin "
+        f"modules or objects themselves; import it and pass the module "
+        f"(importlib.import_module({name!r})), or install its distribution, whose entry "
+        "point registers it"
+    )
+    return _load_error(name, None, cause)

@@ -210,7 +210,9 @@ def test_plugin_raising_on_import_is_a_named_chained_error() -> None:
     assert error.distribution == "fanout-postgres"
     assert str(error) == (
         'Error importing plugin "postgres" (distribution fanout-postgres): '
-        "ImportError: No module named 'psycopg2'"
+        "ImportError: No module named 'psycopg2'; fanout loads every installed plugin, also "
+        "one no sink uses: install what it imports, fix it, or uninstall it "
+        "(`pip uninstall fanout-postgres`)"
     )
     with pytest.raises(PluginLoadError) as info:
         registry.raise_load_errors()
@@ -400,6 +402,48 @@ def test_a_sink_class_not_calling_super_init_is_told_so() -> None:
     assert str(info.value) == f"sink _NoSuperSink: {expected}"
 
 
+class _NamelessSink(Sink):
+    """Takes its options but not the sink's name."""
+
+    def __init__(self, *, directory: str = "") -> None:
+        super().__init__("fixed")
+        self.directory = directory
+
+
+def test_a_sink_class_whose_init_takes_no_name_fails_its_plugins_load() -> None:
+    """It loaded, and every sink of the type then failed to build with Python's
+    ``unexpected keyword argument 'name'``, which did not say what fanout passes."""
+    registry = load_registry(
+        entry_points_=[entry_point("nameless", {"nameless": _NamelessSink}, ("fanout-nl", "1"))]
+    )
+    with pytest.raises(PluginError) as info:
+        registry.sink_types()
+    assert str(info.value) == (
+        "plugin fanout-nl 1: sink type 'nameless': _NamelessSink.__init__ takes no 'name'; "
+        "fanout builds a sink from its configuration as _NamelessSink(name=<the sink's name>, "
+        "**options): declare `def __init__(self, name: str, *, <options>)` and call "
+        "super().__init__(name)"
+    )
+
+
+def test_a_plugin_given_by_its_module_name_is_refused_naming_it() -> None:
+    """``FanOut(plugins=["pkg.plugin"])`` (the names ``SinkUnderTest(plugins=...)`` takes)
+    registered the text itself, which implements no hook: its sink types were unknown."""
+    from fanout.ledger.memory import MemoryLedger
+
+    with pytest.raises(PluginLoadError) as info:
+        fanout.FanOut(
+            "p", MemoryLedger(), [{"type": "jsonl", "name": "raw"}], plugins=["fake_jsonl.plugin"]
+        )
+    assert str(info.value) == (
+        "Error importing plugin \"fake_jsonl.plugin\": TypeError: 'fake_jsonl.plugin' is a "
+        "text, not a plugin object: FanOut(plugins=...) takes the plugin modules or objects "
+        "themselves; import it and pass the module "
+        "(importlib.import_module('fake_jsonl.plugin')), or install its distribution, whose "
+        "entry point registers it"
+    )
+
+
 class _ExactlyOnceSink(Sink):
     guarantees = ("exactly_once",)  # type: ignore[assignment]
 
@@ -561,7 +605,7 @@ def test_misspelt_hook_is_reported_with_the_plugin_name() -> None:
     message = str(registry.load_errors[0])
     assert 'plugin "typo_plugin"' in message
     assert "unknown hook 'fanout_sink_type'" in message
-    assert "fanout_sink_types" in message
+    assert "did you mean 'fanout_sink_types'? fanout's hooks are fanout_batch_end" in message
 
 
 def test_a_hook_function_without_hookimpl_is_reported_and_its_plugin_left_out() -> None:

@@ -16,7 +16,7 @@ from fanout import Batch, Sink, SinkContext, hookimpl
 from fanout.app import runner
 from fanout.app.runner import load_pipeline
 from fanout.app.validate import report, run_checks
-from fanout.errors import ConfigurationError, SinkUnreachableError
+from fanout.errors import ConfigurationError, SchemaMismatchError, SinkUnreachableError
 
 
 class MakesItsDirectory(Sink):
@@ -364,6 +364,32 @@ def test_the_schema_check_of_a_sink_without_check_schema_is_skipped_not_ok() -> 
         "implement check_schema, so its first write is what finds a column its target cannot "
         "take",
         "  FAIL  sink own: target takes the routed schema: sink 'own': no column for ['v']",
+    ]
+
+
+class MismatchesItsColumns(ChecksItsDirectory):
+    """Raises the error README's contract names for ``check_schema``, which has no batch."""
+
+    def check_schema(self, schema: Any) -> None:
+        if extra := [n for n in schema.names if n != "id"]:
+            raise SchemaMismatchError(f"no column {extra}", sink=self.name, columns=extra)
+
+
+def test_check_schema_raises_a_schema_mismatch_without_a_batch_id() -> None:
+    """``SchemaMismatchError`` required ``batch_id``, which ``check_schema`` has none of: a
+    plugin raising it as the README says failed with a ``TypeError`` about the argument."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from fanout.app.validate import fit_checks
+    from fanout.sink_spec import SinkSpec
+
+    class Source:
+        schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+
+    checks: list[Any] = []
+    fit_checks(checks, "own", SinkSpec(MismatchesItsColumns("own", directory="d")), Source(), None)
+    assert [check.line() for check in checks] == [
+        "  FAIL  sink own: target takes the routed schema: sink 'own': no column ['v']"
     ]
 
 
