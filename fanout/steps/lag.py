@@ -231,14 +231,16 @@ class Lagging:
         held = self._states.in_state(SinkState.UNOPENED, SinkState.OPENING)
         return {name: h.error for name, h in held.items() if isinstance(h, Unopened | Reopening)}
 
-    def close(self) -> set[str]:
+    def close(self) -> list[str]:
         """The pipeline stops: no reopen starts any more, and one still running closes
-        the sink itself once its ``open()`` (and check) has returned. Returns the sinks
-        such a thread owns now (the caller must not close them: one closed before its
-        ``open()`` returned would be left open)."""
+        the sink itself once its ``open()`` (and check) has returned (the caller must not
+        close it: one closed before its ``open()`` returned would be left open). Returns
+        the sinks the caller closes, in configuration order: those open (``OPEN``, or
+        ``LOST``: opened, not written). An unopened one is not closed: its ``open()``
+        failed, or its reopen's thread closed it after a failed check."""
         with self._lock:
             self._closing = True
-            return set(self._states.in_state(SinkState.OPENING))
+            return list(self._states.in_state(SinkState.OPEN, SinkState.LOST))
 
     def reopen(self, sink: str, *, wait: bool = True) -> BaseException | None:
         """Open a sink that could not be opened when the pipeline started; ``None`` once
@@ -310,8 +312,7 @@ class Lagging:
         outcome put in place under the lock, before the thread counts as done. While the
         sink is ``OPENING`` the thread owns it: one it opened but may not keep (its check
         failed, or :meth:`close` ran) is closed before it moves back to ``UNOPENED``; one
-        whose open failed is closed after that move when :meth:`close` ran (which left it
-        to this thread)."""
+        whose open failed is not closed (it holds nothing: the contract's ``open``)."""
         target = self.specs[sink].sink
 
         def work() -> None:
@@ -340,8 +341,6 @@ class Lagging:
                         held = self._states.of_kind(sink, Reopening, SinkState.UNOPENED)
                         self._states.move(sink, Unopened(held.context, held.error))
                         closing = self._closing
-                    if closing and not opened:  # close() left it to this thread
-                        self._close_unasked(sink, "the stop")
                 if not closing and self.on_reopened is not None:
                     self.on_reopened()
 
