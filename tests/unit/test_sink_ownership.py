@@ -172,6 +172,69 @@ def test_a_first_open_still_running_when_the_start_fails_is_closed_once_it_retur
     assert (slow.opened, slow.closed) == (1, 1)
 
 
+def test_a_first_open_still_running_at_a_refusal_by_the_spool_is_closed_once_it_returns(
+    tmp_path: Path,
+) -> None:
+    """As above, the refusal coming after the running open was handed to the lag state
+    (the spool's check): the reopen's thread closes the sink once its open returns; the
+    sinks opened are closed once."""
+    ledger, path = MemoryLedger(), str(tmp_path / "spool")
+    with FanOut("pipe", ledger, [_lags(ScriptedSink("L"))], spool=path,
+                probe_interval_s=3600) as before:  # fmt: skip
+        assert before.spool is not None
+        before.spool.add(SchemaFrame([1]), BatchInfo("pipe", 1, "q1"), {"M"}, now_utc())
+    release = threading.Event()
+
+    class Slow(Counted):
+        def open(self, context: Any) -> None:
+            assert release.wait(WAIT_S)
+            super().open(context)
+
+    slow, m = Slow("L"), Counted("M")
+    try:
+        with pytest.raises(ConfigurationError, match="sink 'M' still needs batches"):
+            FanOut("pipe", ledger, [_lags(slow, write_timeout_s=0.05), m], spool=path,
+                   probe_interval_s=3600)  # fmt: skip
+        assert (slow.opened, slow.closed, m.opened, m.closed) == (0, 0, 1, 1)
+    finally:
+        release.set()
+    assert slow.closes.wait(WAIT_S)
+    assert (slow.opened, slow.closed) == (1, 1)
+
+
+def test_a_first_open_that_returned_before_the_start_failed_is_closed_with_the_others(
+    tmp_path: Path,
+) -> None:
+    """The open past its ``write_timeout_s`` returned, and its reopen's thread moved the
+    sink to open, before the start failed (here its end, called as the constructor calls
+    it when what follows the lag state refuses): it is closed once, first (opened last)."""
+    release, order = threading.Event(), []
+
+    class Ordered(Counted):
+        def close(self) -> None:
+            order.append(self.name)
+            super().close()
+
+    class Slow(Ordered):
+        def open(self, context: Any) -> None:
+            assert release.wait(WAIT_S)
+            super().open(context)
+
+    a, slow, b = Ordered("a"), Slow("slow"), Ordered("b")
+    fan = FanOut("orders", MemoryLedger(), [a, _lags(slow, write_timeout_s=0.05), b],
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    held = fan.lagging.held("slow")
+    assert isinstance(held, Reopening)
+    release.set()
+    assert held.opening.done.wait(WAIT_S)
+    assert fan.lagging.held("slow").state is SinkState.OPEN
+    fan._release_start()
+    assert order == ["slow", "b", "a"]
+    assert [(s.opened, s.closed) for s in (a, slow, b)] == [(1, 1)] * 3
+    fan.close()  # closed already: nothing more
+    assert [(s.opened, s.closed) for s in (a, slow, b)] == [(1, 1)] * 3
+
+
 # -- a FanOut closes each sink it opened, once -------------------------------------
 
 
