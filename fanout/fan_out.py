@@ -297,6 +297,7 @@ class FanOut:
         )
         self.lagging.ask_target = self._ask_reopened
         self.lagging.regather = self._regather_secrets
+        self.lagging.on_released = self._released_by_thread
         for name, opening in self._opening.items():
             self.lagging.still_opening(name, opening)
         if self.lagging.sinks:  # a backfill reads every epoch through the current one, also
@@ -343,19 +344,21 @@ class FanOut:
         another ``FanOut``."""
         self._closed = True
         owned: Sequence[str] = self._opened
+        lagging: Lagging | None = self.__dict__.get("lagging")
         try:
             if "catchup" in self.__dict__:
                 self.catchup.stop()
-            if "lagging" in self.__dict__:  # every sink reached; a first open() past its
-                owned = self.lagging.close()  # timeout may have returned since: open too
+            if lagging is not None:  # every sink reached; a first open() past its
+                owned = lagging.close()  # timeout may have returned since: open too
             else:  # the running opens not handed to a Lagging yet: handed now, to close
-                stopping = Lagging(
+                lagging = Lagging(
                     self.pipeline, self.specs, self.ledger, self.spool,
                     unopened=self._unopened_at_start, secrets=self.secrets,
+                    on_released=self._released_by_thread,
                 )  # fmt: skip
-                stopping.close()  # first: each reopen thread closes what its open opened
+                lagging.close()  # first: each reopen thread closes what its open opened
                 for name, opening in self._opening.items():
-                    stopping.still_opening(name, opening)
+                    lagging.still_opening(name, opening)
         except Exception:
             log.exception("pipeline %s: stopping what its failed start began failed",
                           self.pipeline, extra=batch_fields(self.pipeline))  # fmt: skip
@@ -363,7 +366,7 @@ class FanOut:
         for name in [*later, *reversed(self._opened)]:
             if name in owned:
                 self._close_logged(self.specs[name])
-        release_sinks(self)
+        release_sinks(self, keep=self._held_by_threads(lagging))
 
     # -- setup ------------------------------------------------------------------------
 
@@ -525,7 +528,7 @@ class FanOut:
         its thread is closed by that thread once it returns (closed here, before the open
         returned, it would be left open); one whose ``open()`` failed is not closed.
         Closes once: a second call does nothing. The sink objects may then serve another
-        ``FanOut``."""
+        ``FanOut`` (one a reopen's thread still holds once that thread has closed it)."""
         if self.__dict__.get("_closed", True):  # closed, or unpickled and never built
             return
         self._closed = True
@@ -536,7 +539,18 @@ class FanOut:
                 if name not in running:
                     self._close_logged(self.specs[name])
         finally:
-            release_sinks(self)
+            release_sinks(self, keep=self._held_by_threads(self.lagging))
+
+    def _held_by_threads(self, lagging: Lagging | None) -> list[Sink]:
+        """The sinks a reopen's thread (a first ``open()`` past its ``write_timeout_s``
+        among them) still holds: not released with the others, another ``FanOut`` would
+        open them while that thread may still close them; each is released by the thread
+        once done (:meth:`_released_by_thread`)."""
+        return [] if lagging is None else [self.sinks[name] for name in lagging.reopening()]
+
+    def _released_by_thread(self, sink: str) -> None:
+        """``sink``'s reopen thread, after the pipeline stopped, holds it no more."""
+        release_sinks(self, [self.sinks[sink]])
 
     def _close_logged(self, spec: SinkSpec) -> None:
         """:meth:`_close_sink`, its error logged (masked by the log handlers), not raised:

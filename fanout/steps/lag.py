@@ -128,6 +128,9 @@ class Lagging:
     _closing: bool = field(default=False, repr=False)
     on_reopened: Callable[[], None] | None = None
     """Called when a reopen put its outcome in place (the catch-up is woken)."""
+    on_released: Callable[[str], None] | None = None
+    """Called with a sink's name when its reopen's thread, after :meth:`close`, no longer
+    holds it (closed, or its open failed): until then it is the pipeline's still."""
 
     def __post_init__(
         self, unopened: Mapping[str, tuple[SinkContext, BaseException]] | None
@@ -242,6 +245,11 @@ class Lagging:
             self._closing = True
             return list(self._states.in_state(SinkState.OPEN, SinkState.LOST))
 
+    def reopening(self) -> list[str]:
+        """The sinks whose reopen's thread holds them now (``OPENING``): after
+        :meth:`close`, each is released by :attr:`on_released` once its thread is done."""
+        return list(self._states.in_state(SinkState.OPENING))
+
     def reopen(self, sink: str, *, wait: bool = True) -> BaseException | None:
         """Open a sink that could not be opened when the pipeline started; ``None`` once
         it is open (now or before) and may be written, else the error.
@@ -343,6 +351,8 @@ class Lagging:
                         closing = self._closing
                 if not closing and self.on_reopened is not None:
                     self.on_reopened()
+                if closing and self.on_released is not None:
+                    self.on_released(sink)
 
         name = f"fanout-{self.pipeline}-{sink}-reopen"
         return Opening.run(name, work, None if first is None else first.started)

@@ -71,12 +71,19 @@ def _taken(owner: object, sinks: Sequence[Sink]) -> tuple[Sink, _Claim] | None:
     return None
 
 
-def release(owner: object) -> None:
-    """``owner`` closed (or failed to start): its sinks may serve another ``FanOut``."""
+def release(
+    owner: object, sinks: Sequence[Sink] | None = None, *, keep: Sequence[Sink] = ()
+) -> None:
+    """``owner`` closed (or failed to start): its sinks (``sinks`` only, when given), but
+    those in ``keep``, may serve another ``FanOut``. A sink whose ``open()`` still runs in
+    a reopen's thread is kept until that thread has closed it (it is released then)."""
+    chosen = None if sinks is None else {id(s) for s in sinks}
+    kept = {id(s) for s in keep}
     with _lock:
         _forget_dead()
         for key in [k for k, held in _claims.items() if held.owner() is owner]:
-            del _claims[key]
+            if (chosen is None or key in chosen) and key not in kept:
+                del _claims[key]
 
 
 def _forget_dead() -> None:

@@ -330,3 +330,79 @@ def test_a_fanout_that_failed_to_start_holds_its_sinks_no_more() -> None:
     with FanOut("orders", MemoryLedger(), [a]):
         assert (a.opened, a.closed) == (2, 1)
     assert kept.value is not None
+
+
+def test_a_sink_whose_open_still_runs_at_close_is_refused_until_its_thread_closed_it(
+    tmp_path: Path,
+) -> None:
+    """The thread of an ``open()`` still running when the FanOut closes owns the sink
+    until it has closed it: released at ``close()``, another FanOut would open it again
+    under that thread, whose close once the open returns would close it under the other."""
+    release = threading.Event()
+
+    class SlowOnce(Counted):
+        entered = 0
+
+        def open(self, context: Any) -> None:
+            self.entered += 1
+            if self.entered == 1:  # the first open only: another FanOut's returns at once
+                assert release.wait(WAIT_S)
+            super().open(context)
+
+    slow = SlowOnce("slow")
+    first = FanOut("orders", MemoryLedger(), [_lags(slow, write_timeout_s=0.05)],
+                   spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    held = first.lagging.held("slow")
+    assert isinstance(held, Reopening)
+    try:
+        first.close()
+        with pytest.raises(ConfigurationError, match="pipeline 'orders'\\) that has not been"):
+            FanOut("billing", MemoryLedger(), [_lags(slow)], spool=str(tmp_path / "spool2"))
+        assert (slow.entered, slow.opened, slow.closed) == (1, 0, 0)  # the first still runs
+    finally:
+        release.set()
+    assert held.opening.done.wait(WAIT_S)  # the thread closed the sink, then released it
+    assert (slow.opened, slow.closed) == (1, 1)
+    assert first.lagging.held("slow").state is SinkState.UNOPENED
+    with FanOut("billing", MemoryLedger(), [_lags(slow)], spool=str(tmp_path / "spool2"),
+                probe_interval_s=3600):  # fmt: skip
+        assert (slow.opened, slow.closed) == (2, 1)
+    assert (slow.opened, slow.closed) == (2, 2)
+
+
+def test_a_sink_whose_open_still_runs_when_the_start_fails_is_refused_until_closed(
+    tmp_path: Path,
+) -> None:
+    """As above, the FanOut failing to start (a later sink's open refused)."""
+    release = threading.Event()
+
+    class SlowOnce(Counted):
+        entered = 0
+
+        def open(self, context: Any) -> None:
+            self.entered += 1
+            if self.entered == 1:  # the first open only: another FanOut's returns at once
+                assert release.wait(WAIT_S)
+            super().open(context)
+
+    slow = SlowOnce("slow")
+    try:
+        with pytest.raises(ConfigurationError, match="option 'url' is required"):
+            FanOut("orders", MemoryLedger(),
+                   [_lags(slow, write_timeout_s=0.05),
+                    Refuses("c", ConfigurationError("option 'url' is required"))],
+                   spool=str(tmp_path / "spool"))  # fmt: skip
+        (thread,) = [t for t in threading.enumerate() if t.name == "fanout-orders-slow-reopen"]
+        gc.collect()  # the failed FanOut, dropped: its thread still holds the sink
+        with pytest.raises(ConfigurationError, match="pipeline 'orders'\\) that has not been"):
+            FanOut("billing", MemoryLedger(), [_lags(slow)], spool=str(tmp_path / "spool2"))
+        assert (slow.entered, slow.opened, slow.closed) == (1, 0, 0)
+    finally:
+        release.set()
+    thread.join(WAIT_S)  # it closed the sink, then released it
+    assert not thread.is_alive()
+    assert (slow.opened, slow.closed) == (1, 1)
+    with FanOut("billing", MemoryLedger(), [_lags(slow)], spool=str(tmp_path / "spool2"),
+                probe_interval_s=3600):  # fmt: skip
+        assert (slow.opened, slow.closed) == (2, 1)
+    assert (slow.opened, slow.closed) == (2, 2)
