@@ -19,7 +19,7 @@ import gc
 import threading
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fanout.contract.sink import Sink
 from fanout.errors import ConfigurationError
@@ -30,6 +30,8 @@ class _Claim:
     sink: weakref.ref[Sink]
     owner: weakref.ref[object]
     pipeline: str
+    stopped: bool = False
+    """The owner closed (or failed to start); a reopen's thread still holds the sink."""
 
 
 _claims: dict[int, _Claim] = {}
@@ -47,6 +49,17 @@ def claim(owner: object, pipeline: str, sinks: Sequence[Sink]) -> None:
         gc.collect()  # bound method of it in its catch-up): collected, it holds nothing
     with _lock:
         taken = _taken(owner, sinks)
+        if taken is not None and taken[1].stopped:
+            sink, held = taken
+            raise ConfigurationError(
+                f"pipeline {pipeline!r}: sink {sink.name!r} ({type(sink).__name__} object) "
+                f"is still held by a FanOut (pipeline {held.pipeline!r}) that was closed, or "
+                "failed to start, while the sink's open() ran on past its write_timeout_s: "
+                "that open's thread closes the sink once it returns, which opened again here "
+                "would close it under this FanOut. Wait for that open() to return (find what "
+                "holds the sink's target), or give this FanOut a sink of its own (a dict "
+                "configuration, or a new Sink object)"
+            )
         if taken is not None:
             sink, held = taken
             raise ConfigurationError(
@@ -82,7 +95,11 @@ def release(
     with _lock:
         _forget_dead()
         for key in [k for k, held in _claims.items() if held.owner() is owner]:
-            if (chosen is None or key in chosen) and key not in kept:
+            if chosen is not None and key not in chosen:
+                continue
+            if key in kept:
+                _claims[key] = replace(_claims[key], stopped=True)
+            else:
                 del _claims[key]
 
 

@@ -356,8 +356,16 @@ def test_a_sink_whose_open_still_runs_at_close_is_refused_until_its_thread_close
     assert isinstance(held, Reopening)
     try:
         first.close()
-        with pytest.raises(ConfigurationError, match="pipeline 'orders'\\) that has not been"):
+        with pytest.raises(ConfigurationError) as refused:
             FanOut("billing", MemoryLedger(), [_lags(slow)], spool=str(tmp_path / "spool2"))
+        assert str(refused.value) == (
+            "pipeline 'billing': sink 'slow' (SlowOnce object) is still held by a FanOut "
+            "(pipeline 'orders') that was closed, or failed to start, while the sink's open() "
+            "ran on past its write_timeout_s: that open's thread closes the sink once it "
+            "returns, which opened again here would close it under this FanOut. Wait for that "
+            "open() to return (find what holds the sink's target), or give this FanOut a sink "
+            "of its own (a dict configuration, or a new Sink object)"
+        )
         assert (slow.entered, slow.opened, slow.closed) == (1, 0, 0)  # the first still runs
     finally:
         release.set()
@@ -394,7 +402,7 @@ def test_a_sink_whose_open_still_runs_when_the_start_fails_is_refused_until_clos
                    spool=str(tmp_path / "spool"))  # fmt: skip
         (thread,) = [t for t in threading.enumerate() if t.name == "fanout-orders-slow-reopen"]
         gc.collect()  # the failed FanOut, dropped: its thread still holds the sink
-        with pytest.raises(ConfigurationError, match="pipeline 'orders'\\) that has not been"):
+        with pytest.raises(ConfigurationError, match="still held by a FanOut \\(pipeline 'orders'"):
             FanOut("billing", MemoryLedger(), [_lags(slow)], spool=str(tmp_path / "spool2"))
         assert (slow.entered, slow.opened, slow.closed) == (1, 0, 0)
     finally:
