@@ -84,6 +84,8 @@ from fanout.steps.lag_steps import (
     warn_left_out,
 )
 from fanout.steps.lost_target import refuse_lost_targets
+from fanout.steps.owners import claim as claim_sinks
+from fanout.steps.owners import release as release_sinks
 from fanout.steps.persist import prepare_reads
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
@@ -157,7 +159,10 @@ class FanOut:
         writes them). This ``FanOut`` only.
 
     Building a ``FanOut`` loads the plugins, builds and opens every sink and creates the
-    ledger, so configuration errors surface here, before the stream starts.
+    ledger, so configuration errors surface here, before the stream starts; one that fails
+    closes the sinks it opened before raising. A :class:`fanout.Sink` object serves one
+    ``FanOut`` at a time: given one that another ``FanOut`` still holds (not closed), it
+    raises :class:`fanout.ConfigurationError` before opening anything.
 
     A ``FanOut`` pickles as its configuration (:class:`fanout.recipe.Recipe`): under Spark
     Connect it is pickled on the client and built again, sinks opened again, on the first
@@ -264,6 +269,19 @@ class FanOut:
         # what the start found, handed to Lagging, which holds each sink's state from then on
         self._unopened_at_start: dict[str, tuple[SinkContext, BaseException]] = {}
         self._opening: dict[str, Opening] = {}  # first open()s past write_timeout_s
+        self._opened: list[str] = []  # by _open, in order: what a failed start closes
+        self._closed = False
+        claim_sinks(self, self.pipeline, list(self.sinks.values()))
+        try:
+            self._start(spark, probe_interval_s)
+        except BaseException:
+            self._release_start()
+            raise
+
+    def _start(self, spark: Any, probe_interval_s: float) -> None:
+        """Open the ledger and the sinks, and start what runs beside the batches: the
+        part of ``FanOut(...)`` that acquires what :meth:`_release_start` releases when it
+        fails."""
         self._spark = self._open(spark)
         self.secrets = self._gather_secrets()
         register_secrets(self.secrets)
@@ -279,6 +297,7 @@ class FanOut:
         )
         self.lagging.ask_target = self._ask_reopened
         self.lagging.regather = self._regather_secrets
+        self.lagging.on_released = self._released_by_thread
         for name, opening in self._opening.items():
             self.lagging.still_opening(name, opening)
         if self.lagging.sinks:  # a backfill reads every epoch through the current one, also
@@ -315,6 +334,39 @@ class FanOut:
             where = ledger_location(self.ledger)
             warn_left_out(self.pipeline, self.specs, self.spool, where, given_up)
             warn_given_up(self.pipeline, kept, self.spool, where)
+
+    def _release_start(self) -> None:
+        """``FanOut(...)`` failed: release what it acquired before the error, which its
+        caller raises unchanged (so a failure here is logged, never raised): the catch-up
+        stopped, each sink it opened closed (in reverse order of opening), a first
+        ``open()`` still running closed by its thread once it returns (as at
+        :meth:`close`: :meth:`fanout.steps.lag.Lagging.close`), and its sinks free for
+        another ``FanOut``."""
+        self._closed = True
+        owned: Sequence[str] = self._opened
+        lagging: Lagging | None = self.__dict__.get("lagging")
+        try:
+            if "catchup" in self.__dict__:
+                self.catchup.stop()
+            if lagging is not None:  # every sink reached; a first open() past its
+                owned = lagging.close()  # timeout may have returned since: open too
+            else:  # the running opens not handed to a Lagging yet: handed now, to close
+                lagging = Lagging(
+                    self.pipeline, self.specs, self.ledger, self.spool,
+                    unopened=self._unopened_at_start, secrets=self.secrets,
+                    on_released=self._released_by_thread,
+                )  # fmt: skip
+                lagging.close()  # first: each reopen thread closes what its open opened
+                for name, opening in self._opening.items():
+                    lagging.still_opening(name, opening)
+        except Exception:
+            log.exception("pipeline %s: stopping what its failed start began failed",
+                          self.pipeline, extra=batch_fields(self.pipeline))  # fmt: skip
+        later = [name for name in owned if name not in self._opened]  # opened after them
+        for name in [*later, *reversed(self._opened)]:
+            if name in owned:
+                self._close_logged(self.specs[name])
+        release_sinks(self, keep=self._held_by_threads(lagging))
 
     # -- setup ------------------------------------------------------------------------
 
@@ -407,6 +459,8 @@ class FanOut:
                 if masked is not None:  # no traceback may show the secret: the chain is cut
                     raise masked from None
                 raise ConfigurationError(said) from exc
+            else:
+                self._opened.append(spec.name)
             self.secrets = self._gather_secrets()  # for the next sink's open error, context
             check_route_membership(sink.name, spec.route, sink.deterministic_columns(), spark)
             if sink.guarantee == "at_least_once":
@@ -464,28 +518,52 @@ class FanOut:
         return tuple(self.lagging.not_opened())
 
     def close(self) -> None:
-        """Stop the catch-up and close every sink (call it when the query has stopped).
+        """Stop the catch-up and close every sink this ``FanOut`` opened (call it when the
+        query has stopped).
         A write abandoned at its ``write_timeout_s`` and still running is waited for at
         most :data:`fanout.steps.timeout.CLOSE_WAIT_S` (its Spark jobs cancelled again),
         then named in the log: one whose Python code still runs is left running and its
         sink left open; one that returned, its cancelled Spark tasks not ended yet, has
         its sink closed. A lag sink whose reopen (its ``open()`` and check) still runs in
         its thread is closed by that thread once it returns (closed here, before the open
-        returned, it would be left open)."""
-        self.catchup.stop()
-        running = {w.sink for w in self._abandoned_at_close()} | self.lagging.close()
-        for sink in self.sinks.values():
-            if sink.name in running:
-                continue
-            try:
-                self._close_sink(self.specs[sink.name])
-            except Exception:
-                log.exception(
-                    "pipeline %s: closing sink %r failed",
-                    self.pipeline,
-                    sink.name,
-                    extra=batch_fields(self.pipeline, sink=sink.name),
-                )
+        returned, it would be left open); one whose ``open()`` failed is not closed.
+        Closes once: a second call does nothing. The sink objects may then serve another
+        ``FanOut`` (one a reopen's thread still holds once that thread has closed it)."""
+        if self.__dict__.get("_closed", True):  # closed, or unpickled and never built
+            return
+        self._closed = True
+        try:
+            self.catchup.stop()
+            running = {w.sink for w in self._abandoned_at_close()}
+            for name in self.lagging.close():
+                if name not in running:
+                    self._close_logged(self.specs[name])
+        finally:
+            release_sinks(self, keep=self._held_by_threads(self.lagging))
+
+    def _held_by_threads(self, lagging: Lagging | None) -> list[Sink]:
+        """The sinks a reopen's thread (a first ``open()`` past its ``write_timeout_s``
+        among them) still holds: not released with the others, another ``FanOut`` would
+        open them while that thread may still close them; each is released by the thread
+        once done (:meth:`_released_by_thread`)."""
+        return [] if lagging is None else [self.sinks[name] for name in lagging.reopening()]
+
+    def _released_by_thread(self, sink: str) -> None:
+        """``sink``'s reopen thread, after the pipeline stopped, holds it no more."""
+        release_sinks(self, [self.sinks[sink]])
+
+    def _close_logged(self, spec: SinkSpec) -> None:
+        """:meth:`_close_sink`, its error logged (masked by the log handlers), not raised:
+        the other sinks are closed too."""
+        try:
+            self._close_sink(spec)
+        except Exception:
+            log.exception(
+                "pipeline %s: closing sink %r failed",
+                self.pipeline,
+                spec.name,
+                extra=batch_fields(self.pipeline, sink=spec.name),
+            )
 
     def _close_sink(self, spec: SinkSpec) -> None:
         """Close ``spec``'s sink; that of a sink with ``write_timeout_s`` is waited for

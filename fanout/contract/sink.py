@@ -167,7 +167,9 @@ class Sink:
     1. ``__init__`` when :class:`fanout.FanOut` is built: store options only.
     2. :meth:`open` once, still inside the ``FanOut`` constructor, so bad options and
        unreachable targets fail before the stream starts. Raise
-       :class:`fanout.ConfigurationError`.
+       :class:`fanout.ConfigurationError`. From then on the ``FanOut`` owns the sink: one
+       Sink object serves one live ``FanOut`` (a second given it while the first is not
+       closed refuses to start with :class:`fanout.ConfigurationError`).
     3. :meth:`write` once per micro-batch the ledger says the sink has not committed,
        possibly from a worker thread (not the one :meth:`open` ran on: a client bound to
        its thread is made in ``write``), in parallel with other sinks. Must be idempotent
@@ -178,7 +180,9 @@ class Sink:
        commit that decides them (:mod:`fanout.contract.dead_letters`). An
        exception fails the batch for this sink only: it is retried when
        :meth:`is_transient` says so, else reported in :class:`fanout.BatchFailedError`.
-    4. :meth:`close` when the ``FanOut`` is closed.
+    4. :meth:`close` once, when the ``FanOut`` that opened the sink is closed, or when
+       the ``FanOut`` constructor fails after opening it; never for a sink whose
+       :meth:`open` raised.
     """
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("idempotent",)
@@ -233,7 +237,9 @@ class Sink:
         "held": the loss silent after one refusal. Check here what can be checked
         without creating (options, permissions, the types it would be created with).
 
-        Raise :class:`fanout.ConfigurationError` naming the option and what to do.
+        Raise :class:`fanout.ConfigurationError` naming the option and what to do. An
+        ``open()`` that raises releases what it acquired before raising: :meth:`close` is
+        not called for it (nor for a sink whose reopen's ``open()`` raised).
         """
 
     def write(self, batch: Batch) -> int | SinkResult:
@@ -262,8 +268,14 @@ class Sink:
         stream starts; must write nothing either. Default: nothing to check."""
 
     def close(self) -> None:
-        """Release what the sink keeps open (clients :meth:`write` or its driver-side
-        checks made and kept for later batches); called once when the FanOut closes."""
+        """Release what the sink keeps open (what :meth:`open` acquired, clients
+        :meth:`write` or its driver-side checks made and kept for later batches). Called
+        once for each ``open()`` that returned: when the ``FanOut`` closes (a second
+        ``FanOut.close()`` does nothing), or when the ``FanOut`` constructor fails after
+        this sink was opened (a later sink's ``open()``, or a check of the configuration,
+        refused the start), or by a lag sink's reopen that may not keep the sink open (its
+        target check failed). An error it raises is logged with the sink's name, never
+        raised in place of the start's."""
 
     def partitioned_by(self) -> Sequence[str] | Literal["*"] | None:
         """The batch columns whose values decide which of this sink's per-partition

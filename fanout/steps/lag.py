@@ -128,6 +128,9 @@ class Lagging:
     _closing: bool = field(default=False, repr=False)
     on_reopened: Callable[[], None] | None = None
     """Called when a reopen put its outcome in place (the catch-up is woken)."""
+    on_released: Callable[[str], None] | None = None
+    """Called with a sink's name when its reopen's thread, after :meth:`close`, no longer
+    holds it (closed, or its open failed): until then it is the pipeline's still."""
 
     def __post_init__(
         self, unopened: Mapping[str, tuple[SinkContext, BaseException]] | None
@@ -231,14 +234,21 @@ class Lagging:
         held = self._states.in_state(SinkState.UNOPENED, SinkState.OPENING)
         return {name: h.error for name, h in held.items() if isinstance(h, Unopened | Reopening)}
 
-    def close(self) -> set[str]:
+    def close(self) -> list[str]:
         """The pipeline stops: no reopen starts any more, and one still running closes
-        the sink itself once its ``open()`` (and check) has returned. Returns the sinks
-        such a thread owns now (the caller must not close them: one closed before its
-        ``open()`` returned would be left open)."""
+        the sink itself once its ``open()`` (and check) has returned (the caller must not
+        close it: one closed before its ``open()`` returned would be left open). Returns
+        the sinks the caller closes, in configuration order: those open (``OPEN``, or
+        ``LOST``: opened, not written). An unopened one is not closed: its ``open()``
+        failed, or its reopen's thread closed it after a failed check."""
         with self._lock:
             self._closing = True
-            return set(self._states.in_state(SinkState.OPENING))
+            return list(self._states.in_state(SinkState.OPEN, SinkState.LOST))
+
+    def reopening(self) -> list[str]:
+        """The sinks whose reopen's thread holds them now (``OPENING``): after
+        :meth:`close`, each is released by :attr:`on_released` once its thread is done."""
+        return list(self._states.in_state(SinkState.OPENING))
 
     def reopen(self, sink: str, *, wait: bool = True) -> BaseException | None:
         """Open a sink that could not be opened when the pipeline started; ``None`` once
@@ -310,8 +320,7 @@ class Lagging:
         outcome put in place under the lock, before the thread counts as done. While the
         sink is ``OPENING`` the thread owns it: one it opened but may not keep (its check
         failed, or :meth:`close` ran) is closed before it moves back to ``UNOPENED``; one
-        whose open failed is closed after that move when :meth:`close` ran (which left it
-        to this thread)."""
+        whose open failed is not closed (it holds nothing: the contract's ``open``)."""
         target = self.specs[sink].sink
 
         def work() -> None:
@@ -340,10 +349,10 @@ class Lagging:
                         held = self._states.of_kind(sink, Reopening, SinkState.UNOPENED)
                         self._states.move(sink, Unopened(held.context, held.error))
                         closing = self._closing
-                    if closing and not opened:  # close() left it to this thread
-                        self._close_unasked(sink, "the stop")
                 if not closing and self.on_reopened is not None:
                     self.on_reopened()
+                if closing and self.on_released is not None:
+                    self.on_released(sink)
 
         name = f"fanout-{self.pipeline}-{sink}-reopen"
         return Opening.run(name, work, None if first is None else first.started)

@@ -57,8 +57,9 @@ def _first_attempt_fails(spark: Any, tmp_path: Path) -> tuple[Any, BatchInfo, Fa
     info = BatchInfo("rc", 0, "q")
     sink = FailsOnce("routed", str(tmp_path / "dead"))
     ledger = str(tmp_path / "ledger")
-    with pytest.raises(BatchFailedError):
-        FanOut("rc", ledger, [SinkSpec(sink, OLD_ROUTE)], retries=0).process(batch, info)
+    with FanOut("rc", ledger, [SinkSpec(sink, OLD_ROUTE)], retries=0) as fan:
+        with pytest.raises(BatchFailedError):
+            fan.process(batch, info)
     assert _lettered(tmp_path) == [3]
     assert sink.rows() == []
     return batch, info, sink, ledger
@@ -79,8 +80,9 @@ def test_a_replay_under_a_changed_route_leaves_every_row_in_exactly_one_place(
     batch, info, sink, ledger = _first_attempt_fails(spark, tmp_path)
 
     # the restart runs a changed route: refused before anything of the batch is written
-    with pytest.raises(BatchFailedError) as failed:
-        FanOut("rc", ledger, [SinkSpec(sink, new)], retries=0).process(batch, info)
+    with FanOut("rc", ledger, [SinkSpec(sink, new)], retries=0) as fan:
+        with pytest.raises(BatchFailedError) as failed:
+            fan.process(batch, info)
     error = failed.value.failures["routed"]
     assert isinstance(error, RouteError)
     assert (error.sink, error.batch_id) == ("routed", 0)
@@ -93,7 +95,8 @@ def test_a_replay_under_a_changed_route_leaves_every_row_in_exactly_one_place(
     assert _lettered(tmp_path) == [3]
 
     # the old route restored, the batch completes: every row in exactly one place
-    FanOut("rc", ledger, [SinkSpec(sink, OLD_ROUTE)], retries=0).process(batch, info)
+    with FanOut("rc", ledger, [SinkSpec(sink, OLD_ROUTE)], retries=0) as fan:
+        fan.process(batch, info)
     assert sorted(r["id"] for r in sink.rows()) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
     assert _lettered(tmp_path) == [3]
 
@@ -163,8 +166,9 @@ def test_a_replay_after_the_session_time_zone_changed_is_refused(
     sink = FailsOnce("routed", str(tmp_path / "dead"))
     ledger = str(tmp_path / "ledger")
 
-    def attempt() -> None:
-        FanOut("tz", ledger, [SinkSpec(sink, ZONED)], retries=0).process(batch, info)
+    def attempt() -> None:  # each closed: the next one opens the same sink object
+        with FanOut("tz", ledger, [SinkSpec(sink, ZONED)], retries=0) as fan:
+            fan.process(batch, info)
 
     try:
         spark.conf.set(zone, "UTC")

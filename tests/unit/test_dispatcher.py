@@ -206,10 +206,11 @@ def test_the_failure_names_the_sinks_that_hold_the_batch(
     """Skipped sinks hold the batch as much as those written; when none does, the text
     says every one writes it on the replay (a single-sink pipeline has no "other sinks")."""
     ok, bad = ScriptedSink("ok"), ScriptedSink("bad", always_fail=RuntimeError("down"))
-    with pytest.raises(BatchFailedError):
-        make_fan(memory_ledger, [ok, bad]).process(frame, info(5))
-    with pytest.raises(BatchFailedError) as replayed:  # ok is skipped, bad fails again
-        make_fan(memory_ledger, [ok, bad]).process(frame, info(5))
+    with make_fan(memory_ledger, [ok, bad]) as fan, pytest.raises(BatchFailedError):
+        fan.process(frame, info(5))
+    with make_fan(memory_ledger, [ok, bad]) as fan:  # ok is skipped, bad fails again
+        with pytest.raises(BatchFailedError) as replayed:
+            fan.process(frame, info(5))
     assert replayed.value.committed == ["ok"]
     assert str(replayed.value).startswith(
         "pipeline 'orders', batch 5: 1 sink(s) failed (bad); ok committed the batch and will "

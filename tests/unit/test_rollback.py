@@ -269,8 +269,10 @@ def test_lagging_sink_replays_in_a_later_epoch(ledger: DeltaLedger | MemoryLedge
         fan.process(frame, first)
     assert ledger.current_epoch(PIPELINE) == 1
     assert ledger.last_committed(PIPELINE, ["pg", "kafka"], epoch=1) == {"pg": 0, "kafka": None}
+    fan.close()
 
-    assert sorted(FanOut(PIPELINE, ledger, [a, b], retries=0).process(frame, first)) == ["kafka"]
+    with FanOut(PIPELINE, ledger, [a, b], retries=0) as again:
+        assert sorted(again.process(frame, first)) == ["kafka"]
     assert (a.calls, b.calls) == ([(0, 1)], [(0, 1), (0, 1)])
     with pytest.raises(CheckpointRollbackError):  # a rollback inside epoch 1 is refused too
         FanOut(PIPELINE, ledger, [a, b]).process(frame, planned(0, new, batch_timestamp_ms=3))

@@ -1,0 +1,109 @@
+"""Which live ``FanOut`` owns each :class:`fanout.Sink` object (docs/architecture.md §8).
+
+A sink's :meth:`fanout.Sink.open` acquires what its writes use (a PostgreSQL sink's driver
+engine, a Kafka sink's hold on a shared admin client) and keeps it on the object. Opened by a
+second ``FanOut`` while the first still runs (a notebook cell run again with the same sink
+objects, two pipelines given one object), the second open replaced what the first was using,
+and the first pipeline's close, or a failed second one's, closed it under the other. So one
+Sink object serves one live ``FanOut``: from its ``FanOut(...)`` until that FanOut closes, or
+is garbage-collected (weak references: a FanOut nobody holds any more holds no sink).
+
+Keyed by ``id()``: sink types may be unhashable (a dataclass with ``eq``). While the owner
+lives it holds the sink, so that id is the sink's; a weak reference to the sink tells a
+reused id apart once it no longer does.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from fanout.contract.sink import Sink
+from fanout.errors import ConfigurationError
+
+
+@dataclass(frozen=True)
+class _Claim:
+    sink: weakref.ref[Sink]
+    owner: weakref.ref[object]
+    pipeline: str
+    stopped: bool = False
+    """The owner closed (or failed to start); a reopen's thread still holds the sink."""
+
+
+_claims: dict[int, _Claim] = {}
+_lock = threading.Lock()
+
+
+def claim(owner: object, pipeline: str, sinks: Sequence[Sink]) -> None:
+    """Make ``owner`` (a ``FanOut`` of ``pipeline``) the owner of each of ``sinks``, before
+    it opens any. Raises :class:`fanout.ConfigurationError` (and claims none) when one is
+    owned by another live ``FanOut`` that has not been closed, naming the sink, that
+    FanOut's pipeline and what to do."""
+    with _lock:
+        taken = _taken(owner, sinks)
+    if taken is not None:  # a FanOut nobody holds is garbage, if in reference cycles (a
+        gc.collect()  # bound method of it in its catch-up): collected, it holds nothing
+    with _lock:
+        taken = _taken(owner, sinks)
+        if taken is not None and taken[1].stopped:
+            sink, held = taken
+            raise ConfigurationError(
+                f"pipeline {pipeline!r}: sink {sink.name!r} ({type(sink).__name__} object) "
+                f"is still held by a FanOut (pipeline {held.pipeline!r}) that was closed, or "
+                "failed to start, while the sink's open() ran on past its write_timeout_s: "
+                "that open's thread closes the sink once it returns, which opened again here "
+                "would close it under this FanOut. Wait for that open() to return (find what "
+                "holds the sink's target), or give this FanOut a sink of its own (a dict "
+                "configuration, or a new Sink object)"
+            )
+        if taken is not None:
+            sink, held = taken
+            raise ConfigurationError(
+                f"pipeline {pipeline!r}: sink {sink.name!r} ({type(sink).__name__} object) "
+                f"is open in another FanOut (pipeline {held.pipeline!r}) that has not been "
+                "closed: one Sink object serves one FanOut at a time (opened again here, what "
+                "the other one writes with would be replaced under it). Close the other FanOut "
+                "first (fo.close(), or build it in a `with FanOut(...) as fo:` block), or give "
+                "this FanOut a sink of its own (a dict configuration, or a new Sink object)"
+            )
+        for sink in sinks:
+            _claims[id(sink)] = _Claim(weakref.ref(sink), weakref.ref(owner), pipeline)
+
+
+def _taken(owner: object, sinks: Sequence[Sink]) -> tuple[Sink, _Claim] | None:
+    """The first of ``sinks`` another live owner holds, and its claim (under the lock)."""
+    _forget_dead()
+    for sink in sinks:
+        held = _claims.get(id(sink))
+        if held is not None and held.sink() is sink and held.owner() not in (None, owner):
+            return sink, held
+    return None
+
+
+def release(
+    owner: object, sinks: Sequence[Sink] | None = None, *, keep: Sequence[Sink] = ()
+) -> None:
+    """``owner`` closed (or failed to start): its sinks (``sinks`` only, when given), but
+    those in ``keep``, may serve another ``FanOut``. A sink whose ``open()`` still runs in
+    a reopen's thread is kept until that thread has closed it (it is released then)."""
+    chosen = None if sinks is None else {id(s) for s in sinks}
+    kept = {id(s) for s in keep}
+    with _lock:
+        _forget_dead()
+        for key in [k for k, held in _claims.items() if held.owner() is owner]:
+            if chosen is not None and key not in chosen:
+                continue
+            if key in kept:
+                _claims[key] = replace(_claims[key], stopped=True)
+            else:
+                del _claims[key]
+
+
+def _forget_dead() -> None:
+    """Drop the claims of owners or sinks garbage-collected (called under the lock)."""
+    for key in [k for k, held in _claims.items() if held.owner() is None or held.sink() is None]:
+        del _claims[key]
