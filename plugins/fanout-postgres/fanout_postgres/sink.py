@@ -57,6 +57,7 @@ from fanout_postgres.membership import (
     batch_names,
     committed_partitions,
     current_oid,
+    letters_waiting,
     partition_columns,
     relation_bytes,
     target_oids,
@@ -371,9 +372,30 @@ class PostgresSink(PartitionedSink):
         (:func:`fanout.partitioned.replay_route.check_routes`) before any partition
         writes."""
         with self._engine().connect() as conn:
-            return committed_partitions(
+            marks = committed_partitions(
                 conn, self.state_schema, _scope(batch), self.name, batch.batch_id
             )
+            if marks and self._dead is None:
+                self._refuse_waiting_letters(conn, batch)
+            return marks
+
+    def _refuse_waiting_letters(self, conn: Any, batch: Batch) -> None:
+        """Without a dead-letter target now, refuse a replay whose committed partitions keep
+        refused rows no target holds yet: it would skip those partitions, and the rows
+        would be in neither the table nor any dead-letter target."""
+        waiting = letters_waiting(conn, self.state_schema, _scope(batch), self.name,
+                                  batch.batch_id)  # fmt: skip
+        if not waiting:
+            return
+        raise SinkWriteError(
+            f"partitions {sorted(waiting)} of table {self._table} committed this batch with "
+            f"{sum(waiting.values())} refused row(s) kept for a dead-letter target, which "
+            "the attempt ended before writing, and the sink has no dead_letter now: a "
+            "replay skips those partitions, so the rows would be in neither the table nor "
+            "any dead-letter target. Set dead_letter again (the target it had, or another) "
+            f"until batch {batch.batch_id} completes",
+            sink=self.name, batch_id=batch.batch_id,
+        )  # fmt: skip
 
     def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | PartlyHeld | None:
         """Whether the batch's partitions committed, each writing its progress mark

@@ -2,6 +2,7 @@
 so it can be killed.
 
 usage: python pg_driver.py WORKDIR URL [--kill BATCH] [--partitions N] [--mode upsert]
+                          [--dead-letter TARGET]
 
 Run it in a session of its own (``start_new_session=True``): ``--kill`` ends the whole
 process group.
@@ -34,6 +35,7 @@ def main() -> None:
     parser.add_argument("--kill", type=int, default=-1, help="kill during this batch")
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
     parser.add_argument("--mode", choices=("append", "upsert"), default="append")
+    parser.add_argument("--dead-letter", help="the sink's dead_letter option")
     args = parser.parse_args()
     killer = KillAt(
         "partition_committed",
@@ -46,6 +48,8 @@ def main() -> None:
             "mode": args.mode, "create_table": True, "partitions": args.partitions}  # fmt: skip
     if args.mode == "upsert":
         sink["keys"] = ["id"]
+    if args.dead_letter:
+        sink["dead_letter"] = args.dead_letter
     spark = local_session("fanout-pg-crash-driver")
     fan = FanOut(PIPELINE, str(args.workdir / "ledger"), [sink], plugins=[killer])
     run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint")

@@ -1,0 +1,159 @@
+"""An append sink's refused rows, kept in the progress marks of the partitions that
+committed them, reach a dead-letter target on the replay also when the sink's
+``dead_letter`` changed between the killed attempt and the restart.
+
+The driver dies after some partitions of batch 2 committed, each with rows the table
+refused (a CHECK) kept in its progress mark for the Delta dead-letter table, which the
+driver writes only once every partition committed: they are in no target yet. The
+operator then moves the dead letters into the database (``postgres:rejects``), or, having
+dropped the CHECK, removes the dead-letter target. Before, the replay skipped the committed
+partitions and their refused rows went nowhere: in neither the table nor any dead-letter
+target, the ledger mark counting them as dead-lettered. Now the first is written into the
+table by the skip itself, and the second is refused until a target is set again.
+
+The other way round, letters a partition wrote into ``postgres:rejects`` in its own
+transaction were written once more to a Delta table named on the restart: twice.
+
+One kill per case, of a driver subprocess (``pg_driver.py``); the restarts run in the
+test's process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pg_data import run_stream, write_files
+from pg_driver import PARTITIONS, PIPELINE
+from pgcheck import execute, query
+
+from fanout import FanOut
+from fanout.delta_tables.io import read_delta
+from tests.integration.streams import committed_marks
+
+DRIVER = Path(__file__).with_name("pg_driver.py")
+REPO = Path(__file__).resolve().parents[3]
+FILES, ROWS = 4, 60
+KILL_BATCH = 2
+CHECK = "amount < 125"
+DDL = (
+    "CREATE TABLE events (id bigint, customer text, amount double precision, version bigint, "
+    f"CONSTRAINT cheap CHECK ({CHECK}))"
+)
+
+
+def _drive(workdir: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
+    cmd = [sys.executable, str(DRIVER), str(workdir), url, *extra]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env=env, start_new_session=True
+    )
+
+
+def _restart(spark: Any, workdir: Path, url: str, dead_letter: str | None) -> str:
+    """Restart the killed driver's stream in this process with ``dead_letter``: the text
+    of the error it ended with, ``""`` when it ran to the end of its input."""
+    sink: dict[str, Any] = {"type": "postgres", "name": "events", "url": url,
+                            "table": "events", "mode": "append", "create_table": True,
+                            "partitions": PARTITIONS}  # fmt: skip
+    if dead_letter is not None:
+        sink["dead_letter"] = dead_letter
+    fan = FanOut(PIPELINE, str(workdir / "ledger"), [sink])
+    try:
+        run_stream(spark, workdir / "input", fan, workdir / "checkpoint")
+    except Exception as exc:  # Spark wraps the foreachBatch error
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        fan.close()
+    return ""
+
+
+def _table_ids(url: str) -> Counter[int]:
+    return Counter(i for (i,) in query(url, "SELECT id FROM events"))
+
+
+def _delta_letter_ids(path: Path) -> Counter[int]:
+    if not path.exists():
+        return Counter()
+    return Counter(json.loads(r["row"])["id"] for r in read_delta(str(path)).to_pylist())
+
+
+def _pg_letter_ids(url: str) -> Counter[int]:
+    if not query(url, "SELECT 1 FROM pg_tables WHERE tablename = 'rejects'"):
+        return Counter()
+    return Counter(int(i) for (i,) in query(url, "SELECT row->>'id' FROM rejects"))
+
+
+def _lost(files: list[list[dict[str, Any]]], url: str, delta: Path) -> str:
+    """The input rows in neither the table nor a dead-letter target."""
+    everywhere = _table_ids(url) + _delta_letter_ids(delta) + _pg_letter_ids(url)
+    lost = sorted({r["id"] for chunk in files for r in chunk} - set(everywhere))
+    return (
+        f"{len(lost)} rows in neither the table nor a dead-letter target: {lost}"
+        if lost
+        else "nothing"
+    )
+
+
+@pytest.mark.parametrize(
+    ("first", "now"),
+    [("delta", "postgres:rejects"), ("delta", "removed"), ("postgres:rejects", "delta")],
+)
+def test_refused_rows_of_committed_partitions_reach_one_target_after_dead_letter_changed(
+    spark: Any, pg_url: str, tmp_path: Path, first: str, now: str
+) -> None:
+    execute(pg_url, DDL)
+    files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
+    refused = {r["id"] for chunk in files for r in chunk if not r["amount"] < 125}
+    delta = tmp_path / "dead"
+    first, now = (str(delta) if t == "delta" else t for t in (first, now))
+    killed = _drive(tmp_path, pg_url, "--kill", str(KILL_BATCH), "--dead-letter", first)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+
+    # The window really happened: partitions of batch 2 committed, holding refused rows
+    # in their marks, which no target holds yet.
+    kept = query(
+        pg_url,
+        "SELECT partition, jsonb_array_length(rejects) FROM fanout.progress "
+        "WHERE pipeline = %s AND sink = 'events' AND batch_id = %s AND rejects IS NOT NULL",
+        (PIPELINE, KILL_BATCH),
+    )
+    assert kept and all(n > 0 for _, n in kept), kept
+    batch2 = {r["id"] for r in files[KILL_BATCH]}
+    assert not set(_delta_letter_ids(delta)) & batch2
+    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
+
+    if now == "removed":  # the CHECK gone too: no new row is refused
+        execute(pg_url, "ALTER TABLE events DROP CONSTRAINT cheap")
+        held = _table_ids(pg_url)
+        refusal = _restart(spark, tmp_path, pg_url, None)
+        assert refusal, f"the restart without a target lost {_lost(files, pg_url, delta)}"
+        assert "SinkWriteError" in refusal, refusal[-3000:]
+        assert f"sink 'events', batch {KILL_BATCH}" in refusal, refusal[-3000:]
+        assert "dead_letter" in refusal, refusal[-3000:]
+        assert _table_ids(pg_url) == held  # refused before any partition wrote
+        restarted = _restart(spark, tmp_path, pg_url, str(delta))  # any target takes them
+    else:
+        restarted = _restart(spark, tmp_path, pg_url, now)
+    assert restarted == "", restarted[-3000:]
+
+    letters = _delta_letter_ids(delta) + _pg_letter_ids(pg_url)
+    everywhere = _table_ids(pg_url) + letters
+    assert _lost(files, pg_url, delta) == "nothing"
+    assert [i for i, n in everywhere.items() if n > 1] == [], "rows twice"
+    assert sum(everywhere.values()) == FILES * ROWS
+    assert set(letters) <= refused
+    if now != "removed":  # the CHECK still holds: every refused row is a letter
+        assert set(letters) == refused
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == {
+        ("events", b): 1 for b in range(FILES)
+    }
