@@ -389,11 +389,12 @@ class PostgresSink(PartitionedSink):
             return
         raise SinkWriteError(
             f"partitions {sorted(waiting)} of table {self._table} committed this batch with "
-            f"{sum(waiting.values())} refused row(s) kept for a dead-letter target, which "
-            "the attempt ended before writing, and the sink has no dead_letter now: a "
-            "replay skips those partitions, so the rows would be in neither the table nor "
-            "any dead-letter target. Set dead_letter again (the target it had, or another) "
-            f"until batch {batch.batch_id} completes",
+            f"{sum(waiting.values())} refused row(s) kept for the dead-letter target it had "
+            "(the attempt may have ended before they were written there), and the sink has "
+            "no dead_letter now: a replay skips those partitions, so the rows would be in "
+            "neither the table nor any dead-letter target. Set dead_letter again until batch "
+            f"{batch.batch_id} completes (the target it had: a letter it holds is not "
+            "written twice)",
             sink=self.name, batch_id=batch.batch_id,
         )  # fmt: skip
 
