@@ -1,6 +1,7 @@
 """An append sink's refused rows, kept in the progress marks of the partitions that
-committed them, reach a dead-letter target on the replay also when the sink's
-``dead_letter`` changed between the killed attempt and the restart.
+committed them, reach a dead-letter target once: on the replay also when the sink's
+``dead_letter`` changed between the killed attempt and the restart, and after ``fanout
+recover`` asked the sink whether it holds the batch.
 
 The driver dies after some partitions of batch 2 committed, each with rows the table
 refused (a CHECK) kept in its progress mark for the Delta dead-letter table, which the
@@ -13,6 +14,12 @@ table by the skip itself, and the second is refused until a target is set again.
 
 The other way round, letters a partition wrote into ``postgres:rejects`` in its own
 transaction were written once more to a Delta table named on the restart: twice.
+
+The driver dies as it writes batch 2's refused rows to the Delta dead-letter table, every
+partition committed. ``fanout recover --config`` asks the sink whether it holds the batch:
+every partition committed, it said "all of it", and recover recorded the sink's lost mark;
+the restart of the same checkpoint then skipped the sink for batch 2, and the refused rows
+its marks kept were never written anywhere.
 
 One kill per case, of a driver subprocess (``pg_driver.py``); the restarts run in the
 test's process."""
@@ -29,12 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fanout_postgres import PostgresSink
 from pg_data import run_stream, write_files
 from pg_driver import PARTITIONS, PIPELINE
 from pgcheck import execute, query
 
 from fanout import FanOut
+from fanout.app.cli import main
 from fanout.delta_tables.io import read_delta
+from fanout.testing import open_sink
 from tests.integration.streams import committed_marks
 
 DRIVER = Path(__file__).with_name("pg_driver.py")
@@ -157,3 +167,64 @@ def test_refused_rows_of_committed_partitions_reach_one_target_after_dead_letter
     assert committed_marks(tmp_path / "ledger", PIPELINE) == {
         ("events", b): 1 for b in range(FILES)
     }
+
+
+def _config(tmp_path: Path, url: str, dead_letter: Path) -> str:
+    file = tmp_path / "pipeline.toml"
+    file.write_text(
+        f'[pipeline]\nname = "{PIPELINE}"\nledger = "{tmp_path / "ledger"}"\n'
+        f'checkpoint = "{tmp_path / "checkpoint"}"\n[source]\nformat = "rate"\n'
+        f'[[sinks]]\ntype = "postgres"\nname = "events"\nurl = "{url}"\ntable = "events"\n'
+        f'mode = "append"\ncreate_table = true\npartitions = {PARTITIONS}\n'
+        f'dead_letter = "{dead_letter}"\n'
+    )
+    return str(file)
+
+
+def test_recover_records_no_lost_mark_while_the_refused_rows_wait_for_their_target(
+    spark: Any, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    execute(pg_url, DDL)
+    files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
+    refused = {r["id"] for chunk in files for r in chunk if not r["amount"] < 125}
+    delta = tmp_path / "dead"
+    killed = _drive(tmp_path, pg_url, "--kill-at-letters", str(KILL_BATCH), "--dead-letter",
+                    str(delta))  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    marks = query(
+        pg_url,
+        "SELECT partition, jsonb_array_length(rejects) FROM fanout.progress "
+        "WHERE pipeline = %s AND sink = 'events' AND batch_id = %s",
+        (PIPELINE, KILL_BATCH),
+    )
+    assert len(marks) == PARTITIONS, marks  # every partition committed
+    batch2 = {r["id"] for r in files[KILL_BATCH]}
+    assert not set(_delta_letter_ids(delta)) & batch2  # its letters are in no target
+    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
+
+    capsys.readouterr()
+    assert main(["recover", "--config", _config(tmp_path, pg_url, delta)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"events: holds part of batch {KILL_BATCH} ({PARTITIONS} of {PARTITIONS} partitions "
+        f"committed, {len(refused & batch2)} refused row(s) not in its dead-letter target yet), "
+        "which the ledger had no mark of: no lost mark recorded"
+    ) in out, out
+    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
+    restarted = _restart(spark, tmp_path, pg_url, str(delta))
+    assert restarted == "", restarted[-3000:]
+
+    letters = _delta_letter_ids(delta)
+    everywhere = _table_ids(pg_url) + letters
+    assert _lost(files, pg_url, delta) == "nothing", out
+    assert [i for i, n in everywhere.items() if n > 1] == [], "rows twice"
+    assert set(letters) == refused
+    assert set(everywhere) == {r["id"] for chunk in files for r in chunk}
+    # now that its letters are there, the sink holds the batch whole
+    sink = PostgresSink("events", url=pg_url, table="events", mode="append", partitions=PARTITIONS,
+                        dead_letter=str(delta))  # fmt: skip
+    open_sink(sink, PIPELINE)
+    try:
+        assert sink.holds_batch(PIPELINE, 0, KILL_BATCH) is True
+    finally:
+        sink.close()
