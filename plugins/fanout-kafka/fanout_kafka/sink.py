@@ -465,7 +465,7 @@ class KafkaSink(PartitionedSink):
                 text = f"cannot read its dead letters in {self._dead.describe()} ({exc})"
                 log.warning("sink %r, batch %d: %s: counted as not there", self.name, batch_id,
                             redact(text, self.secret_values()))  # fmt: skip
-        return named if kept < named else 0
+        return max(named - kept, 0)
 
     def _topic_replaced(self, config: dict[str, Any], scope: str) -> str | None:
         """Why the topic was deleted and created again since: its id is not the one
