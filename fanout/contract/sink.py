@@ -364,7 +364,9 @@ class Sink:
         in the ledger, which counts the batch as written there); a :class:`PartlyHeld`:
         some of its partitions committed, not all (a sink writing a batch in several
         transactions, killed between them; nothing is recorded, since a mark would make a
-        replay of the batch skip the partitions that never committed); ``False``: none
+        replay of the batch skip the partitions that never committed), or all of them but
+        the rows they refused are not (known to be) in the dead-letter target the sink
+        writes them to after its commits (``letters``: the replay writes them); ``False``: none
         (also when the target was never created);
         ``None`` (the default): the sink cannot tell. A sink that cannot tell the whole
         from a part answers :class:`PartlyHeld` with ``partitions=None``. Raise nothing for
