@@ -458,7 +458,8 @@ def _answer_text(answer: Held) -> str:
         return f"does not hold batch {batch}"
     if answer.part is not None:
         return (
-            f"holds part of batch {batch} ({answer.part.text()} committed), which the ledger "
+            f"holds part of batch {batch} ({answer.part.text()} committed"
+            f"{answer.part.letters_text()}), which the ledger "
             "had no mark of: no lost mark recorded"
         )
     text = f"holds batch {batch}, which the ledger had no mark of"

@@ -138,20 +138,38 @@ class SinkContext:
 @dataclass(frozen=True)
 class PartlyHeld:
     """:meth:`Sink.holds_batch`'s answer for a batch the sink holds only part of: some of
-    the transactions (partitions) it writes the batch in committed, not all.
+    the transactions (partitions) it writes the batch in committed, not all; or all of
+    them, but the rows they refused, which the sink hands to its dead-letter target after
+    them, are not all there (``letters``).
 
     :param committed: how many partitions committed the batch.
     :param partitions: how many the batch was written in (``None``: the sink's records
         do not say).
+    :param letters: refused rows the committed partitions kept for the sink's dead-letter
+        target that it does not hold (or cannot be asked about): a replay of the batch
+        writes them there, a lost mark would skip them.
     """
 
     committed: int
     partitions: int | None = None
+    letters: int = 0
 
     def text(self) -> str:
         """The part, for messages: ``3 of 4 partitions``."""
         of = "?" if self.partitions is None else str(self.partitions)
         return f"{self.committed} of {of} partitions"
+
+    def letters_text(self) -> str:
+        """What the committed part lacks of the dead letters, for messages (empty when
+        nothing): ``, 27 refused row(s) not in its dead-letter target yet``."""
+        if not self.letters:
+            return ""
+        return f", {self.letters} refused row(s) not in its dead-letter target yet"
+
+    @property
+    def whole_rows(self) -> bool:
+        """Every partition committed: only dead letters are missing."""
+        return self.partitions is not None and self.committed >= self.partitions
 
 
 class Sink:
@@ -361,7 +379,9 @@ class Sink:
         in the ledger, which counts the batch as written there); a :class:`PartlyHeld`:
         some of its partitions committed, not all (a sink writing a batch in several
         transactions, killed between them; nothing is recorded, since a mark would make a
-        replay of the batch skip the partitions that never committed); ``False``: none
+        replay of the batch skip the partitions that never committed), or all of them but
+        the rows they refused are not (known to be) in the dead-letter target the sink
+        writes them to after its commits (``letters``: the replay writes them); ``False``: none
         (also when the target was never created);
         ``None`` (the default): the sink cannot tell. A sink that cannot tell the whole
         from a part answers :class:`PartlyHeld` with ``partitions=None``. Raise nothing for

@@ -657,6 +657,12 @@ def partial_lines(
         if part.partitions is None
         else f"the other {part.partitions - part.committed} of {part.partitions} partitions"
     )
+    rows = f"{rest}' rows"
+    if part.whole_rows:  # only dead letters are missing
+        rest = rows = f"the {part.letters} refused row(s) its partitions kept for the dead letters"
+    elif part.letters:
+        rest += f" and the {part.letters} refused row(s) kept for the dead letters"
+        rows = rest
     skip = (
         f"`fanout ledger skip --ledger {where} --pipeline {pipeline} --sink {h.sink} "
         f"--through {batch} --epoch {epoch}`"
@@ -674,9 +680,10 @@ def partial_lines(
         else f"at epoch {epoch}'s start ({epoch_began(batch)})"
     )
     return [
-        f"- sink {h.sink}: part of batch {batch} of epoch {epoch}, {part.text()} committed "
-        "(by its own records); no lost mark is recorded for it: a mark says the sink holds "
-        f"the whole batch, and a replay of batch {batch} would then skip {rest}.",
+        f"- sink {h.sink}: part of batch {batch} of epoch {epoch}, {part.text()} committed"
+        f"{part.letters_text()} (by its own records); no lost mark is recorded for it: a "
+        f"mark says the sink holds the whole batch, and a replay of batch {batch} would then "
+        f"skip {rest}.",
         "  1. Restart the query on its old checkpoint (the one that wrote the batch, not a "
         f"new one, and without a reset): it replays batch {batch}, skips the {part.committed} "
         f"committed partitions and writes {rest}: nothing lost, nothing twice.",
@@ -685,7 +692,7 @@ def partial_lines(
         f"  2. Resume {before}: {h.sink} gets the {part.committed} committed "
         f"partitions' rows of batch {batch} a second time{twice}.",
         f"  3. Or resume after batch {batch} ({_after(batch, known)}): {h.sink} never gets "
-        f"{rest}' rows of batch {batch}.",
+        f"{rows} of batch {batch}.",
     ]
 
 

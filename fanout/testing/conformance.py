@@ -33,7 +33,8 @@ epoch's batch of the same id; a secret of the configuration never appears in an 
 log; and, when the sink implements the optional :meth:`fanout.Sink.holds_batch`, that it
 says ``False`` before a batch is written and ``True`` after (the whole batch: not a
 :class:`fanout.PartlyHeld`, which a sink answers only for a batch some of whose
-partitions never committed); when the sink implements the optional
+partitions never committed, or whose refused rows are not in its dead-letter target yet);
+when the sink implements the optional
 :meth:`fanout.Sink.target_replaced`, that it says ``None`` about an empty batch and a batch
 of rows just written (the same target) and, given ``recreate``, a reason once the target
 was dropped and created again empty; when :meth:`fanout.Sink.harmless_rewrite` gives a reason,
@@ -629,8 +630,9 @@ def _assert_holds(answer: object, expected: bool, batch: str) -> None:
         return
     if expected and isinstance(answer, PartlyHeld):
         hint = (
-            "PartlyHeld is the answer for a batch some of whose partitions never committed; "
-            "for a whole batch answer True (fanout records a lost mark only for True)"
+            "PartlyHeld is the answer for a batch some of whose partitions never committed, "
+            "or whose refused rows are not in the dead-letter target yet (letters=k); for a "
+            "whole batch answer True (fanout records a lost mark only for True)"
         )
     else:
         hint = _HOLDS

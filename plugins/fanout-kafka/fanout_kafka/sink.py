@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from fanout.contract.batch import Batch
+from fanout.contract.batch import Batch, txn_app_id
 from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext
 from fanout.errors import (
@@ -33,6 +33,7 @@ from fanout.errors import (
     SinkWriteError,
     TransientSinkError,
 )
+from fanout.observe.secrets import redact
 from fanout.partitioned.membership import (
     WHOLE_ROW,
     CommittedPartition,
@@ -375,14 +376,17 @@ class KafkaSink(PartitionedSink):
         ``offsets.retention.minutes`` after their last commit (7 days by default): with the
         topic there and no marker of the epoch left at all, the sink cannot tell a batch
         never written from one whose markers expired (an idle pipeline's restart), so it
-        says so (``None``) instead of "none"."""
-        from fanout.contract.batch import pipeline_scope
+        says so (``None``) instead of "none".
 
-        scope = pipeline_scope(pipeline, epoch)
+        Every partition holding the batch is the whole batch only once the letters their
+        journals name are in the dead-letter target (a Delta table: the tasks park them
+        after their commits): a lost mark recorded while they are not would make the
+        replay, which parks them, skip the sink. Else :class:`fanout.PartlyHeld` with
+        ``letters``."""
         if self._topic_missing():
             return False
         config = admin_config(self.producer, str(self.bootstrap_servers))
-        return self._markers_hold(config, scope, epoch, batch_id)
+        return self._markers_hold(config, pipeline, epoch, batch_id)
 
     def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """Why the topic is not the one the epoch's batches were written to: its id
@@ -400,13 +404,17 @@ class KafkaSink(PartitionedSink):
         return self._topic_replaced(config, pipeline_scope(pipeline, epoch))
 
     def _markers_hold(
-        self, config: dict[str, Any], scope: str, epoch: int, batch_id: int
+        self, config: dict[str, Any], pipeline: str, epoch: int, batch_id: int
     ) -> bool | PartlyHeld | None:
-        """What the partitions' markers say of the batch (:meth:`holds_batch`)."""
+        """What the partitions' markers say of the batch (:meth:`holds_batch`), and, when
+        every partition holds it, whether the letters they named reached the dead-letter
+        target (:meth:`_letters_waiting`)."""
+        from fanout.contract.batch import pipeline_scope
         from fanout_kafka.markers import marker_group
         from fanout_kafka.membership import held_partitions
 
         name = self.name
+        scope = pipeline_scope(pipeline, epoch)
         committed, count = held_partitions(
             config,
             self.marker_topic,
@@ -426,8 +434,38 @@ class KafkaSink(PartitionedSink):
         if committed == 0:
             return False
         if count is not None and committed >= count:
-            return True
+            waiting = self._letters_waiting(pipeline, epoch, batch_id, count)
+            return PartlyHeld(committed, count, letters=waiting) if waiting else True
         return PartlyHeld(committed, count)
+
+    def _letters_waiting(self, pipeline: str, epoch: int, batch_id: int, partitions: int) -> int:
+        """How many letters the batch's committed partitions named in their journals that
+        the dead-letter target (not a topic: a topic's are in the transactions) does not
+        hold: the task parks them after its commit, and one killed in between leaves them
+        to the batch's replay. A target that cannot say what it holds (no ``read_rows``),
+        or whose read fails, holds none. One consumer per partition reads its journal."""
+        from fanout.contract.batch import BatchInfo
+        from fanout_kafka.transaction import PartitionWriter
+
+        if self._dead is None or self._dead_topic is not None:
+            return 0
+        batch = Batch(None, BatchInfo(pipeline, batch_id, epoch=epoch), self.name,
+                      txn_app_id(pipeline, self.name, epoch))  # fmt: skip
+        settings = self.settings(batch)
+        named = sum(PartitionWriter(settings, p, batch_id).journal_letters()
+                    for p in range(partitions))  # fmt: skip
+        if not named:
+            return 0
+        read_rows = getattr(self._dead, "read_rows", None)
+        kept = 0
+        if read_rows is not None:
+            try:
+                kept = int(read_rows(pipeline, self.name, (epoch, batch_id)).num_rows)
+            except Exception as exc:
+                text = f"cannot read its dead letters in {self._dead.describe()} ({exc})"
+                log.warning("sink %r, batch %d: %s: counted as not there", self.name, batch_id,
+                            redact(text, self.secret_values()))  # fmt: skip
+        return max(named - kept, 0)
 
     def _topic_replaced(self, config: dict[str, Any], scope: str) -> str | None:
         """Why the topic was deleted and created again since: its id is not the one

@@ -364,6 +364,13 @@ class PartitionWriter:
         finally:
             consumer.close()
 
+    def journal_letters(self) -> int:
+        """How many letters this partition's committed transaction of the batch named in
+        its journal (0: none, or no journal of this batch). For the driver's
+        :meth:`fanout_kafka.KafkaSink.holds_batch`, which asks whether they were parked."""
+        entries = self._read_journal()
+        return 0 if entries is None else len(entries)
+
     def _read_journal(self) -> list[tuple[str, str]] | None:
         """The ``(digest, reason)`` entries of this batch's journal for this partition, or
         ``None`` when the letters group points at none of this batch."""

@@ -36,6 +36,12 @@ POSTGRES = "postgres"
 ROUTE_PARTITION = -1
 """The ``partition`` of a record of a row that failed the sink's route (it never reached
 a partition)."""
+KEPT_IN = "kept_in"
+"""The key, in each refused row an append partition's progress mark keeps (``rejects``),
+naming the PostgreSQL dead-letter table the partition's transaction (or a replay's skip of
+it) wrote it into. A row without it waits for the driver: its target's ``write`` after
+every partition (a Delta table, a Kafka topic), or a replay's skip of the partition
+writing it into the table the sink's ``dead_letter`` names then."""
 
 
 def letters_lock(pipeline: str, sink: str, batch_id: int, partition: int) -> int:

@@ -27,6 +27,7 @@ from fanout.partitioned.membership import (
     CommittedPartition,
     PartitionDigest,
 )
+from fanout_postgres.deadletter import KEPT_IN
 from fanout_postgres.statements import progress_table, upsert_routes_table
 
 
@@ -48,6 +49,27 @@ def committed_partitions(conn: Any, state_schema: str, scope: str, sink: str, ba
             CommittedPartition(int(partition), int(partitions), fingerprint, digest, route=route)
         )
     return marks
+
+
+def letters_waiting(conn: Any, state_schema: str, scope: str, sink: str, batch_id: int
+                    ) -> dict[int, int]:  # fmt: skip
+    """Append mode: partition -> how many refused rows its progress mark of the batch keeps
+    that no PostgreSQL dead-letter table holds (no :data:`~fanout_postgres.deadletter.
+    KEPT_IN`): the partition committed, and the attempt ended before the driver handed them
+    to the sink's dead-letter target. Partitions with none are left out."""
+    import sqlalchemy as sa
+
+    p = progress_table(state_schema)
+    query = sa.select(p.c.partition, p.c.rejects).where(
+        p.c.pipeline == scope, p.c.sink == sink, p.c.batch_id == batch_id,
+        p.c.rejects.isnot(None),
+    )  # fmt: skip
+    waiting: dict[int, int] = {}
+    for partition, rejects in conn.execute(query):
+        count = sum(1 for d in rejects or [] if not d.get(KEPT_IN))
+        if count:
+            waiting[int(partition)] = count
+    return waiting
 
 
 def upsert_routes(conn: Any, state_schema: str, scope: str, sink: str, batch_id: int

@@ -57,6 +57,7 @@ from fanout_postgres.membership import (
     batch_names,
     committed_partitions,
     current_oid,
+    letters_waiting,
     partition_columns,
     relation_bytes,
     target_oids,
@@ -371,9 +372,31 @@ class PostgresSink(PartitionedSink):
         (:func:`fanout.partitioned.replay_route.check_routes`) before any partition
         writes."""
         with self._engine().connect() as conn:
-            return committed_partitions(
+            marks = committed_partitions(
                 conn, self.state_schema, _scope(batch), self.name, batch.batch_id
             )
+            if marks and self._dead is None:
+                self._refuse_waiting_letters(conn, batch)
+            return marks
+
+    def _refuse_waiting_letters(self, conn: Any, batch: Batch) -> None:
+        """Without a dead-letter target now, refuse a replay whose committed partitions keep
+        refused rows no target holds yet: it would skip those partitions, and the rows
+        would be in neither the table nor any dead-letter target."""
+        waiting = letters_waiting(conn, self.state_schema, _scope(batch), self.name,
+                                  batch.batch_id)  # fmt: skip
+        if not waiting:
+            return
+        raise SinkWriteError(
+            f"partitions {sorted(waiting)} of table {self._table} committed this batch with "
+            f"{sum(waiting.values())} refused row(s) kept for the dead-letter target it had "
+            "(the attempt may have ended before they were written there), and the sink has "
+            "no dead_letter now: a replay skips those partitions, so the rows would be in "
+            "neither the table nor any dead-letter target. Set dead_letter again until batch "
+            f"{batch.batch_id} completes (the target it had: a letter it holds is not "
+            "written twice)",
+            sink=self.name, batch_id=batch.batch_id,
+        )  # fmt: skip
 
     def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | PartlyHeld | None:
         """Whether the batch's partitions committed, each writing its progress mark
@@ -393,7 +416,15 @@ class PostgresSink(PartitionedSink):
         table missing now holds nothing, whatever they say (``False``). ``create_table``
         creates it at the first write, after this check (:meth:`_plan`), so a run refused
         for it leaves it missing and its retry is refused again. Whether the table there is
-        the one they were written to: :meth:`target_replaced`."""
+        the one they were written to: :meth:`target_replaced`.
+
+        Append: a batch whose every partition committed is held whole only once the rows
+        they refused are in the dead-letter target too (the driver writes them there after
+        the partitions; a ``postgres:`` table in their own transactions): when their marks
+        keep refused rows no PostgreSQL table holds, a second query asks a target that can
+        tell (``read_rows``: a Delta table) how many it holds of the batch, and fewer, or a
+        target that cannot tell or none, is a :class:`fanout.PartlyHeld` naming them. A
+        lost mark recorded there would make the replay skip the sink, and them with it."""
         scope = pipeline_scope(pipeline, epoch)
         engine = self._engine()
         records = f"its records of batch {batch_id} of epoch {epoch}"
@@ -408,7 +439,31 @@ class PostgresSink(PartitionedSink):
                 recorded = upsert_counts(conn, self.state_schema, scope, self.name, batch_id)
                 counts, partitions = set(recorded.values()), set(recorded)
             count = counts.pop() if len(counts) == 1 else None
-            return _held(len(partitions), count)
+            held = _held(len(partitions), count)
+            if held is not True or self.mode != "append":
+                return held
+            waiting = sum(letters_waiting(conn, self.state_schema, scope, self.name,
+                                          batch_id).values())  # fmt: skip
+        if waiting and self._letters_kept(pipeline, epoch, batch_id) < waiting:
+            return PartlyHeld(len(partitions), count, letters=waiting)
+        return True
+
+    def _letters_kept(self, pipeline: str, epoch: int, batch_id: int) -> int:
+        """How many refused rows of the batch the sink's dead-letter target holds, when it
+        can tell (a Delta table: ``read_rows``); 0 when it cannot, or there is none, or the
+        read fails (logged: the batch then counts as part held, never as not asked)."""
+        read_rows = getattr(self._dead, "read_rows", None)
+        if read_rows is None:
+            return 0
+        try:
+            return int(read_rows(pipeline, self.name, (epoch, batch_id)).num_rows)
+        except Exception as exc:
+            where = self._dead.describe() if self._dead is not None else "-"
+            text = f"cannot read its dead letters in {where} ({exc}): counted as not there"
+            logger.warning(
+                "sink %r, batch %d: %s", self.name, batch_id, redact(text, self.secret_values())
+            )
+            return 0
 
     def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """Why the table is not the one batch ``batch_id`` of ``epoch`` was written to: a

@@ -55,6 +55,11 @@ class Statements:
     """Upsert (else empty): record the partition's route in ``upsert_routes`` and prune the
     partition's records of old batches (:func:`_route_statements`); run with the
     transaction's first statement, so it costs no round trip of its own."""
+    mark_rejects: str = ""
+    """Append: set a progress mark's kept refused rows (``rejects``) alone, when a replay
+    that skips the partition writes them into the PostgreSQL dead-letter table."""
+    dead_table: str = ""
+    """The PostgreSQL dead-letter table as :attr:`dead_insert` names it (empty: none)."""
 
 
 def compile_sql(statement: Any, *, literal_binds: bool = False) -> str:
@@ -226,6 +231,7 @@ def build_statements(
         **marks,
         **dead,
         route_record=_route_statements(state_schema) if upsert else "",
+        dead_table="" if dead_letter is None else dead_letter.quoted(),
     )
 
 
@@ -456,6 +462,7 @@ def _mark_statements(state_schema: str) -> dict[str, str]:
             target_oid=target_oid(),
         )
     )
+    rejects = sa.update(p).where(key).values(rejects=sa.cast(sa.bindparam("rejects"), pg.JSONB))
     prune = sa.delete(p).where(
         p.c.pipeline == sa.bindparam("pipeline"),
         p.c.sink == sa.bindparam("sink"),
@@ -467,6 +474,7 @@ def _mark_statements(state_schema: str) -> dict[str, str]:
         "mark_select": compile_sql(select),
         "mark_update": compile_sql(update),
         "mark_prune": compile_sql(prune),
+        "mark_rejects": compile_sql(rejects),
     }
 
 

@@ -30,7 +30,7 @@ from fanout.observe.secrets import NO_SECRETS, SinkSecrets
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout_postgres import binary
-from fanout_postgres.deadletter import letters_lock
+from fanout_postgres.deadletter import KEPT_IN, letters_lock
 from fanout_postgres.direct import HELD, REFUSED
 from fanout_postgres.encode import (
     Check,
@@ -191,6 +191,8 @@ class PartitionTransaction:
             self._write_dead_letters()
         if self.plan.mode == "append":
             kept = self._dead_letters()  # so a replay that skips still knows its rejects
+            if self.plan.dead_letter == "postgres":  # and that they are in that table
+                kept = [{**d, KEPT_IN: self.sql.dead_table} for d in kept]
             self.cur.execute(
                 self.sql.mark_update,
                 {
@@ -413,13 +415,41 @@ class PartitionTransaction:
                 "the target is meant to be written again"
             )
         kept = list(rejects or [])
+        pending = [d for d in kept if not d.get(KEPT_IN)]
+        if pending and self.plan.dead_letter == "postgres":
+            self._keep_skipped(kept)
         return PartitionOutcome(
             self.partition,
             "skipped",
             rows=int(rows),
             dead_lettered=len(kept),
-            letters=tuple(kept) if self.plan.dead_letter == "driver" else (),
+            letters=tuple(pending) if self.plan.dead_letter == "driver" else (),
         )
+
+    def _keep_skipped(self, kept: list[dict[str, Any]]) -> None:
+        """A skipped partition's refused rows that no PostgreSQL table holds yet (its
+        commit left them to the driver, for a target the sink no longer has) go into the
+        sink's dead-letter table now, in this transaction, and its mark says so: a later
+        replay under yet another target does not write them twice."""
+        lock = letters_lock(self.meta.pipeline, self.plan.sink, self.meta.batch_id, self.partition)
+        self.cur.execute("SELECT pg_advisory_xact_lock(%(lock)s)", {"lock": lock})
+        self.cur.execute(self.sql.dead_delete, self.key)
+        self.cur.executemany(
+            self.sql.dead_insert,
+            [
+                {
+                    **self.key,
+                    "target": self.plan.table,
+                    "reason": d["reason"],
+                    "column_name": d.get("column"),
+                    "value": d.get("value"),
+                    "row": None if d.get("row") is None else jsonb_safe(d["row"]),
+                }
+                for d in kept
+            ],
+        )
+        held = [{**d, KEPT_IN: self.sql.dead_table} for d in kept]
+        self.cur.execute(self.sql.mark_rejects, {**self.key, "rejects": json.dumps(held)})
 
     # -- copy and write ----------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 so it can be killed.
 
 usage: python pg_driver.py WORKDIR URL [--kill BATCH] [--partitions N] [--mode upsert]
+                          [--dead-letter TARGET] [--kill-at-letters BATCH]
 
 Run it in a session of its own (``start_new_session=True``): ``--kill`` ends the whole
 process group.
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo, for tests.*
 
@@ -34,6 +37,11 @@ def main() -> None:
     parser.add_argument("--kill", type=int, default=-1, help="kill during this batch")
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
     parser.add_argument("--mode", choices=("append", "upsert"), default="append")
+    parser.add_argument("--dead-letter", help="the sink's dead_letter option")
+    parser.add_argument(
+        "--kill-at-letters", type=int, default=-1,
+        help="kill as the driver writes this batch's refused rows to a Delta dead-letter table",
+    )  # fmt: skip
     args = parser.parse_args()
     killer = KillAt(
         "partition_committed",
@@ -46,10 +54,31 @@ def main() -> None:
             "mode": args.mode, "create_table": True, "partitions": args.partitions}  # fmt: skip
     if args.mode == "upsert":
         sink["keys"] = ["id"]
+    if args.dead_letter:
+        sink["dead_letter"] = args.dead_letter
+    if args.kill_at_letters >= 0:
+        _kill_at_letters(args.kill_at_letters, args.workdir / "killed.txt")
     spark = local_session("fanout-pg-crash-driver")
     fan = FanOut(PIPELINE, str(args.workdir / "ledger"), [sink], plugins=[killer])
     run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint")
     spark.stop()
+
+
+def _kill_at_letters(batch_id: int, note: Path) -> None:
+    """Kill this process group (the driver and its Spark) when the driver is about to write
+    batch ``batch_id``'s refused rows to a Delta dead-letter table: every partition of the
+    batch committed, its ledger mark not written."""
+    from fanout.deadletters.delta import DeltaDeadLetters
+
+    real = DeltaDeadLetters.write
+
+    def write(self: DeltaDeadLetters, batch: Any, letters: Any, **kwargs: Any) -> int:
+        if batch.batch_id == batch_id and kwargs.get("source") == "refused":
+            note.write_text(f"KILL driver at batch {batch_id}'s dead letters\n")
+            os.killpg(os.getpid(), signal.SIGKILL)
+        return real(self, batch, letters, **kwargs)
+
+    DeltaDeadLetters.write = write  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":
