@@ -332,6 +332,21 @@ def test_a_fanout_that_failed_to_start_holds_its_sinks_no_more() -> None:
     assert kept.value is not None
 
 
+class SlowOnce(Counted):
+    """A sink whose first ``open()`` waits for ``release``; later ones return at once."""
+
+    def __init__(self, name: str, release: threading.Event) -> None:
+        super().__init__(name)
+        self.release = release
+        self.entered = 0
+
+    def open(self, context: Any) -> None:
+        self.entered += 1
+        if self.entered == 1:
+            assert self.release.wait(WAIT_S)
+        super().open(context)
+
+
 def test_a_sink_whose_open_still_runs_at_close_is_refused_until_its_thread_closed_it(
     tmp_path: Path,
 ) -> None:
@@ -339,17 +354,7 @@ def test_a_sink_whose_open_still_runs_at_close_is_refused_until_its_thread_close
     until it has closed it: released at ``close()``, another FanOut would open it again
     under that thread, whose close once the open returns would close it under the other."""
     release = threading.Event()
-
-    class SlowOnce(Counted):
-        entered = 0
-
-        def open(self, context: Any) -> None:
-            self.entered += 1
-            if self.entered == 1:  # the first open only: another FanOut's returns at once
-                assert release.wait(WAIT_S)
-            super().open(context)
-
-    slow = SlowOnce("slow")
+    slow = SlowOnce("slow", release)
     first = FanOut("orders", MemoryLedger(), [_lags(slow, write_timeout_s=0.05)],
                    spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
     held = first.lagging.held("slow")
@@ -383,17 +388,7 @@ def test_a_sink_whose_open_still_runs_when_the_start_fails_is_refused_until_clos
 ) -> None:
     """As above, the FanOut failing to start (a later sink's open refused)."""
     release = threading.Event()
-
-    class SlowOnce(Counted):
-        entered = 0
-
-        def open(self, context: Any) -> None:
-            self.entered += 1
-            if self.entered == 1:  # the first open only: another FanOut's returns at once
-                assert release.wait(WAIT_S)
-            super().open(context)
-
-    slow = SlowOnce("slow")
+    slow = SlowOnce("slow", release)
     try:
         with pytest.raises(ConfigurationError, match="option 'url' is required"):
             FanOut("orders", MemoryLedger(),
