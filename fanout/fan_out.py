@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -84,6 +85,7 @@ from fanout.steps.lag_steps import (
     warn_left_out,
 )
 from fanout.steps.lost_target import refuse_lost_targets
+from fanout.steps.owners import Held
 from fanout.steps.owners import claim as claim_sinks
 from fanout.steps.owners import release as release_sinks
 from fanout.steps.persist import prepare_reads
@@ -348,6 +350,10 @@ class FanOut:
         try:
             if "catchup" in self.__dict__:
                 self.catchup.stop()
+        except Exception:  # the sinks are closed all the same
+            log.exception("pipeline %s: stopping the catch-up of its failed start failed",
+                          self.pipeline, extra=batch_fields(self.pipeline))  # fmt: skip
+        try:
             if lagging is not None:  # every sink reached; a first open() past its
                 owned = lagging.close()  # timeout may have returned since: open too
             else:  # the running opens not handed to a Lagging yet: handed now, to close
@@ -523,30 +529,54 @@ class FanOut:
         A write abandoned at its ``write_timeout_s`` and still running is waited for at
         most :data:`fanout.steps.timeout.CLOSE_WAIT_S` (its Spark jobs cancelled again),
         then named in the log: one whose Python code still runs is left running and its
-        sink left open; one that returned, its cancelled Spark tasks not ended yet, has
+        sink left open, closed by a daemon thread once the write has ended (the sink is
+        owned by this FanOut until then); one that returned, its cancelled Spark tasks not ended yet, has
         its sink closed. A lag sink whose reopen (its ``open()`` and check) still runs in
         its thread is closed by that thread once it returns (closed here, before the open
         returned, it would be left open); one whose ``open()`` failed is not closed.
         Closes once: a second call does nothing. The sink objects may then serve another
-        ``FanOut`` (one a reopen's thread still holds once that thread has closed it)."""
+        ``FanOut`` (one a reopen's thread or an abandoned write still holds once closed)."""
         if self.__dict__.get("_closed", True):  # closed, or unpickled and never built
             return
         self._closed = True
+        running: list[AbandonedWrite] = []
         try:
             self.catchup.stop()
-            running = {w.sink for w in self._abandoned_at_close()}
+            running = self._abandoned_at_close()
             for name in self.lagging.close():
-                if name not in running:
+                if name not in {w.sink for w in running}:
                     self._close_logged(self.specs[name])
         finally:
-            release_sinks(self, keep=self._held_by_threads(self.lagging))
+            writing: list[tuple[Sink, Held]] = [(self.sinks[w.sink], "writing") for w in running]
+            release_sinks(self, keep=[*self._held_by_threads(self.lagging), *writing])
+            for write in running:
+                self._close_after(write)
 
-    def _held_by_threads(self, lagging: Lagging | None) -> list[Sink]:
+    def _held_by_threads(self, lagging: Lagging | None) -> list[tuple[Sink, Held]]:
         """The sinks a reopen's thread (a first ``open()`` past its ``write_timeout_s``
         among them) still holds: not released with the others, another ``FanOut`` would
         open them while that thread may still close them; each is released by the thread
         once done (:meth:`_released_by_thread`)."""
-        return [] if lagging is None else [self.sinks[name] for name in lagging.reopening()]
+        if lagging is None:
+            return []
+        return [(self.sinks[name], "opening") for name in lagging.reopening()]
+
+    def _close_after(self, write: AbandonedWrite) -> None:
+        """An abandoned write still running at :meth:`close` keeps its sink open and owned
+        by this FanOut: a daemon thread waits for it to end (its Spark tasks too), then
+        closes the sink and releases it (another ``FanOut`` opening it meanwhile would
+        replace what the write uses under it)."""
+        spec = self.specs[write.sink]
+
+        def close_when_done() -> None:
+            write.done.wait()
+            try:
+                self._close_logged(spec)
+            finally:
+                release_sinks(self, [spec.sink])
+
+        name = f"fanout-{self.pipeline}-{write.sink}-close-after-write"
+        threading.Thread(target=close_when_done, name=name, daemon=True).start()
 
     def _released_by_thread(self, sink: str) -> None:
         """``sink``'s reopen thread, after the pipeline stopped, holds it no more."""

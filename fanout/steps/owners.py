@@ -20,9 +20,28 @@ import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from fanout.contract.sink import Sink
 from fanout.errors import ConfigurationError
+
+Held = Literal["opening", "writing"]
+"""What still uses a sink after its owner closed: a reopen's ``open()`` running past its
+``write_timeout_s`` (its thread closes the sink once it returns), or a write abandoned at
+its ``write_timeout_s`` still running (the sink was left open under it)."""
+
+_STILL = {
+    "opening": (
+        "the sink's open() ran on past its write_timeout_s: that open's thread closes the "
+        "sink once it returns, which opened again here would close it under this FanOut. "
+        "Wait for that open() to return (find what holds the sink's target)"
+    ),
+    "writing": (
+        "a write of the sink, abandoned at its write_timeout_s, was still running: the sink "
+        "was left open under it, and opened again here, what that write uses would be "
+        "replaced under it. Wait for that write to end (find what holds the sink's target)"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -30,8 +49,8 @@ class _Claim:
     sink: weakref.ref[Sink]
     owner: weakref.ref[object]
     pipeline: str
-    stopped: bool = False
-    """The owner closed (or failed to start); a reopen's thread still holds the sink."""
+    stopped: Held | None = None
+    """The owner closed (or failed to start) while this still used the sink."""
 
 
 _claims: dict[int, _Claim] = {}
@@ -49,16 +68,14 @@ def claim(owner: object, pipeline: str, sinks: Sequence[Sink]) -> None:
         gc.collect()  # bound method of it in its catch-up): collected, it holds nothing
     with _lock:
         taken = _taken(owner, sinks)
-        if taken is not None and taken[1].stopped:
+        if taken is not None and taken[1].stopped is not None:
             sink, held = taken
+            still = _STILL[taken[1].stopped]
             raise ConfigurationError(
                 f"pipeline {pipeline!r}: sink {sink.name!r} ({type(sink).__name__} object) "
                 f"is still held by a FanOut (pipeline {held.pipeline!r}) that was closed, or "
-                "failed to start, while the sink's open() ran on past its write_timeout_s: "
-                "that open's thread closes the sink once it returns, which opened again here "
-                "would close it under this FanOut. Wait for that open() to return (find what "
-                "holds the sink's target), or give this FanOut a sink of its own (a dict "
-                "configuration, or a new Sink object)"
+                f"failed to start, while {still}, or give this FanOut a sink "
+                "of its own (a dict configuration, or a new Sink object)"
             )
         if taken is not None:
             sink, held = taken
@@ -85,20 +102,25 @@ def _taken(owner: object, sinks: Sequence[Sink]) -> tuple[Sink, _Claim] | None:
 
 
 def release(
-    owner: object, sinks: Sequence[Sink] | None = None, *, keep: Sequence[Sink] = ()
+    owner: object,
+    sinks: Sequence[Sink] | None = None,
+    *,
+    keep: Sequence[tuple[Sink, Held]] = (),
 ) -> None:
     """``owner`` closed (or failed to start): its sinks (``sinks`` only, when given), but
-    those in ``keep``, may serve another ``FanOut``. A sink whose ``open()`` still runs in
-    a reopen's thread is kept until that thread has closed it (it is released then)."""
+    those in ``keep``, may serve another ``FanOut``. A sink kept is still used, by what its
+    :data:`Held` says: its ``open()`` running in a reopen's thread (kept until that thread
+    has closed it), or a write abandoned at its ``write_timeout_s`` (kept until it ends);
+    whatever waits for that releases it then."""
     chosen = None if sinks is None else {id(s) for s in sinks}
-    kept = {id(s) for s in keep}
+    kept = {id(s): held for s, held in keep}
     with _lock:
         _forget_dead()
         for key in [k for k, held in _claims.items() if held.owner() is owner]:
             if chosen is not None and key not in chosen:
                 continue
             if key in kept:
-                _claims[key] = replace(_claims[key], stopped=True)
+                _claims[key] = replace(_claims[key], stopped=kept[key])
             else:
                 del _claims[key]
 

@@ -172,12 +172,14 @@ def test_a_first_open_still_running_when_the_start_fails_is_closed_once_it_retur
     assert (slow.opened, slow.closed) == (1, 1)
 
 
+@pytest.mark.parametrize("catch_up_stops", [True, False], ids=["stops", "stop-raises"])
 def test_a_first_open_still_running_at_a_refusal_by_the_spool_is_closed_once_it_returns(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, catch_up_stops: bool
 ) -> None:
     """As above, the refusal coming after the running open was handed to the lag state
     (the spool's check): the reopen's thread closes the sink once its open returns; the
-    sinks opened are closed once."""
+    sinks opened are closed once. Also when stopping the catch-up raises (which skipped
+    telling the reopen's thread to close, and the sink stayed open)."""
     ledger, path = MemoryLedger(), str(tmp_path / "spool")
     with FanOut("pipe", ledger, [_lags(ScriptedSink("L"))], spool=path,
                 probe_interval_s=3600) as before:  # fmt: skip
@@ -190,6 +192,11 @@ def test_a_first_open_still_running_at_a_refusal_by_the_spool_is_closed_once_it_
             assert release.wait(WAIT_S)
             super().open(context)
 
+    def stop(self: Any) -> None:
+        raise RuntimeError("catch-up thread wedged")
+
+    if not catch_up_stops:
+        monkeypatch.setattr("fanout.fan_out.CatchUp.stop", stop)
     slow, m = Slow("L"), Counted("M")
     try:
         with pytest.raises(ConfigurationError, match="sink 'M' still needs batches"):
@@ -404,6 +411,60 @@ def test_a_sink_whose_open_still_runs_when_the_start_fails_is_refused_until_clos
         release.set()
     thread.join(WAIT_S)  # it closed the sink, then released it
     assert not thread.is_alive()
+    assert (slow.opened, slow.closed) == (1, 1)
+    with FanOut("billing", MemoryLedger(), [_lags(slow)], spool=str(tmp_path / "spool2"),
+                probe_interval_s=3600):  # fmt: skip
+        assert (slow.opened, slow.closed) == (2, 1)
+    assert (slow.opened, slow.closed) == (2, 2)
+
+
+class HeldWrite(Counted):
+    """A sink whose first write waits until ``go`` is set."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.go, self.writing = threading.Event(), threading.Event()
+
+    def write(self, batch: Any) -> Any:
+        if not self.writing.is_set():
+            self.writing.set()
+            assert self.go.wait(WAIT_S)
+        return super().write(batch)
+
+
+def test_a_sink_whose_abandoned_write_runs_at_close_stays_owned_until_it_ends_then_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write abandoned at its ``write_timeout_s`` and still running when the FanOut
+    closes keeps its sink open: released then, another FanOut would open the object again
+    under the running write (replacing what it writes with); and once it ended nothing
+    closed the sink. Now refused until the write ends, which closes the sink and frees it."""
+    monkeypatch.setattr("fanout.fan_out.CLOSE_WAIT_S", 0.2)
+    slow = HeldWrite("slow")
+    first = FanOut("orders", MemoryLedger(), [Counted("good"), _lags(slow, write_timeout_s=0.2)],
+                   backoff_s=0, spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    try:
+        first.process(SchemaFrame([1]), BatchInfo("orders", 0, "q"))
+        assert slow.writing.is_set()
+        first.close()
+        assert (slow.opened, slow.closed) == (1, 0)  # left open under its write
+        with pytest.raises(ConfigurationError) as refused:
+            FanOut("billing", MemoryLedger(), [_lags(slow)], spool=str(tmp_path / "spool2"))
+        assert str(refused.value) == (
+            "pipeline 'billing': sink 'slow' (HeldWrite object) is still held by a FanOut "
+            "(pipeline 'orders') that was closed, or failed to start, while a write of the "
+            "sink, abandoned at its write_timeout_s, was still running: the sink was left "
+            "open under it, and opened again here, what that write uses would be replaced "
+            "under it. Wait for that write to end (find what holds the sink's target), or "
+            "give this FanOut a sink of its own (a dict configuration, or a new Sink object)"
+        )
+        assert (slow.opened, slow.closed) == (1, 0)
+        (waiter,) = [t for t in threading.enumerate()
+                     if t.name == "fanout-orders-slow-close-after-write"]  # fmt: skip
+    finally:
+        slow.go.set()
+    waiter.join(WAIT_S)  # the write ended: its sink closed, then released
+    assert not waiter.is_alive()
     assert (slow.opened, slow.closed) == (1, 1)
     with FanOut("billing", MemoryLedger(), [_lags(slow)], spool=str(tmp_path / "spool2"),
                 probe_interval_s=3600):  # fmt: skip
