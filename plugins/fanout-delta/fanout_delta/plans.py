@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -139,6 +140,58 @@ def find_plan(
         if plan.batch_id < batch_id:
             return None
     return None
+
+
+def taken_out(table: Any, app_id: str, batch_id: int) -> bool:
+    """Whether a RESTORE took batch ``batch_id`` of ``app_id`` out of ``table`` (delta-rs,
+    at the snapshot whose app transaction is at the batch) after the commit that wrote it:
+    a restore keeps the app transaction, so the table still says "done" while it lacks the
+    batch's rows, and a replay that skipped it lost them (the ledger then marked it).
+
+    Only when the app transaction is the batch itself (a later batch's commit means the
+    replay is of an older batch, which writing again would set the transaction back to)
+    and the commit is found among the newest :data:`SEARCH_COMMITS` by the plan it
+    recorded (:func:`restored_away` decides; a commit without a plan, an unreadable
+    history: ``False``, skipped as before). Called on the skip path only (a replay)."""
+    if table is None or table.transaction_version(app_id) != batch_id:
+        return False
+    try:
+        history = table.history(SEARCH_COMMITS)
+    except Exception as exc:  # evidence only: unreadable, skip as before
+        logger.warning("cannot read the history of %s to follow its RESTOREs: %s",
+                       table.table_uri, exc)  # fmt: skip
+        return False
+    for commit_info in history:
+        plan = CommitPlan.parse(commit_info)
+        if plan is None or plan.app_id != app_id or plan.batch_id > batch_id:
+            continue
+        if plan.batch_id < batch_id or plan.version is None:
+            return False
+        return restored_away(history, plan.version, table.version())
+    return False
+
+
+def restored_away(history: Sequence[Mapping[str, Any]], first: int, last: int) -> bool:
+    """Whether the table at version ``last`` lacks what the commit of version ``first``
+    added, by the RESTOREs in its ``history`` (commit infos) after ``first``: a restore to
+    a version before ``first`` takes it out, one to a version at or after ``first`` gives
+    back what that version held; other commits keep it (a DELETE of its rows is not
+    followed: the batch stays held). A commit missing from the history, or a restore to a
+    timestamp: cannot tell, so held."""
+    infos = {info.get("version"): info for info in history}
+    holds = {first: True}
+    for version in range(first + 1, last + 1):
+        info = infos.get(version)
+        if info is None:
+            return False
+        if info.get("operation") != "RESTORE":
+            holds[version] = holds[version - 1]
+            continue
+        target = (info.get("operationParameters") or {}).get("version")
+        if target is None:
+            return False
+        holds[version] = int(target) >= first and holds[int(target)]
+    return not holds[last]
 
 
 def refuse_replanned(

@@ -43,7 +43,7 @@ from fanout_delta.merge import (
     winners_then_refusals,
 )
 from fanout_delta.partition_values import partition_columns, refuse_unstorable, split_unstorable
-from fanout_delta.plans import commit_metadata, refuse_replanned
+from fanout_delta.plans import commit_metadata, refuse_replanned, taken_out
 from fanout_delta.schema import (
     GENERATION_EXPRESSION,
     check_batch_schema,
@@ -101,7 +101,7 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
             table = deltaio.open_table(path, sink.storage_options)
         prepare_table(sink, table, data.schema, batch_id)
         written = deltaio.transaction_version(table, app_id)
-        if written is not None and written >= batch_id:
+        if written is not None and written >= batch_id and not _restored(sink, table, batch):
             sink.keep_table(table)
             refuse_replanned(batch, sink.name, path, table, ledger=sink.ledger)
             logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, path)
@@ -120,6 +120,20 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
             raise translate_error(exc, sink, batch_id, data.schema, table) from exc
         return SinkResult(rows=rows, details=details, dead_lettered=dead)
     raise AssertionError("unreachable")
+
+
+def _restored(sink: DeltaTarget, table: Any, batch: Batch) -> bool:
+    """Whether a RESTORE took the batch the table records out again
+    (:func:`fanout_delta.plans.taken_out`): then it is written again, not skipped."""
+    key = batch.idempotency_key
+    if not taken_out(table, key.app_id, key.version):
+        return False
+    logger.warning(
+        "sink %r, batch %d: %s records the batch's transaction, but a RESTORE since its "
+        "commit took its rows out; writing it again",
+        sink.name, key.version, sink.path,
+    )  # fmt: skip
+    return True
 
 
 def prepare_table(sink: DeltaTarget, table: Any, schema: pa.Schema, batch_id: int) -> None:

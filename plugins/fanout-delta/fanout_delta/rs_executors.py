@@ -43,7 +43,7 @@ from fanout_delta.partition_values import (
     split_unstorable,
     split_unstorable_spark,
 )
-from fanout_delta.plans import commit_metadata, refuse_replanned
+from fanout_delta.plans import commit_metadata, refuse_replanned, taken_out
 from fanout_delta.rs_engine import translate_error
 from fanout_delta.schema import check_batch_schema
 
@@ -166,8 +166,20 @@ class _ExecutorAppend:
             version=self.batch_id, partition_by=sink.partition_by,
             storage_options=sink.storage_options, configuration=sink.configuration,
             merge_schema=sink.merge_schema, check=self.check, opened=self.opened,
-            kept=sink.kept, metadata=commit_metadata(self.batch),
+            kept=sink.kept, metadata=commit_metadata(self.batch), taken_out=self.taken_out,
         )  # fmt: skip
+
+    def taken_out(self, table: Any) -> bool:
+        """Whether a RESTORE took the batch ``table`` records out again
+        (:func:`fanout_delta.plans.taken_out`): then it is written again, not skipped."""
+        if not taken_out(table, self.app_id, self.batch_id):
+            return False
+        logger.warning(
+            "sink %r, batch %d: %s records the batch's transaction, but a RESTORE since its "
+            "commit took its rows out; writing it again",
+            self.sink.name, self.batch_id, self.sink.path,
+        )  # fmt: skip
+        return True
 
     @property
     def task(self) -> distributed.TaskWrapper | None:
