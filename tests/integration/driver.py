@@ -1,12 +1,14 @@
 """A streaming driver run as a subprocess by the crash tests, so it can be killed hard.
 
-usage: python driver.py WORKDIR [--kill POINT:BATCH[:SINK]]
-WORKDIR holds input/; the driver writes checkpoint/, ledger/ and one Delta table per sink.
+usage: python driver.py WORKDIR [--kill POINT:BATCH[:SINK]] [--sinks SINKS.json]
+WORKDIR holds input/; the driver writes checkpoint/, ledger/ and one Delta table per sink
+(the sinks of :func:`sinks`, or the list of sink configurations in SINKS.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -41,13 +43,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("workdir", type=Path)
     parser.add_argument("--kill", help="POINT:BATCH[:SINK]")
+    parser.add_argument("--sinks", type=Path, help="a JSON list of sink configurations")
     args = parser.parse_args()
     plugins = []
     if args.kill:
         point, batch, *sink = args.kill.split(":")
         plugins.append(KillAt(point, int(batch), sink=sink[0] if sink else None))
     spark = local_session("fanout-crash-driver")
-    fan = FanOut(PIPELINE, str(args.workdir / "ledger"), sinks(args.workdir), plugins=plugins)
+    configured = json.loads(args.sinks.read_text()) if args.sinks else sinks(args.workdir)
+    fan = FanOut(PIPELINE, str(args.workdir / "ledger"), configured, plugins=plugins)
     run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint")
     spark.stop()
 

@@ -92,10 +92,13 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
         df, broken = split_refused_spark(df, constraints, sink=sink.name, batch_id=batch_id)
         df, letters = split_unstorable_spark(df, partitions, engine="spark")
         letters = [*broken, *letters]
-    if dead_letters is not None and (sink.mode == "merge" or letters):
-        dead = write_refused(dead_letters, batch, letters, constraints, path)  # first: see rs
     written = deltaio.transaction_version(table, app_id) if table is not None else None
-    if written is not None and written >= batch_id:
+    held = written is not None and written >= batch_id
+    if dead_letters is not None and (sink.mode == "merge" or letters):
+        # first, and not again for a batch the table holds: see the rs engine
+        dead = len(letters) if held else write_refused(dead_letters, batch, letters,
+                                                       constraints, path)  # fmt: skip
+    if held:
         if taken_out(table, app_id, batch_id):
             raise SinkWriteError(
                 f"the Delta table {path} records the batch's transaction ({app_id}), but a "

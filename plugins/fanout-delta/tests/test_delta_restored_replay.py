@@ -12,6 +12,7 @@ then marked it. ``tests/integration/test_delta_restored_replay.py`` runs the kil
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from fanout_delta.spark_engine import write_spark
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.sink import SinkContext
+from fanout.deadletters.delta import DeltaDeadLetters
 from fanout.delta_tables.io import read_delta
 from fanout.errors import SinkWriteError
 
@@ -149,3 +151,69 @@ def test_the_spark_engine_refuses_a_batch_restored_away(tmp_path: Path) -> None:
         "with engine 'rs', which writes a restored-away batch again"
     )
     assert ids(path) == list(range(20))
+
+
+# -- the letters of a batch the table holds are not written again ---------------------------
+
+
+def lettered(batch_id: int) -> Batch:
+    """Batch ``batch_id``: ids ``10n..10n+3``, the first two with an empty string as
+    partition value ``k``, which no Delta table keeps (refused: dead letters)."""
+    ids = range(10 * batch_id, 10 * batch_id + 4)
+    data = pa.table({"id": pa.array(ids, pa.int64()), "k": ["", "", "x", "y"]})
+    info = BatchInfo("p", batch_id, "q-1", [{"logOffset": batch_id}], 0, PLANNED + batch_id)
+    return Batch(df=FakeFrame(data), info=info, sink_name="s", txn_app_id=APP_ID)
+
+
+def with_letters(path: Path, dead: Path, **options: Any) -> DeltaSink:
+    sink = DeltaSink(name="s", path=str(path), partition_by=["k"], **options)
+    sink.open(SinkContext(pipeline="p", dead_letters=DeltaDeadLetters(str(dead))))
+    return sink
+
+
+def letters(dead: Path) -> list[tuple[int, int]]:
+    if not dead.exists():
+        return []
+    rows = read_delta(str(dead)).to_pylist()
+    return sorted((r["batch_id"], json.loads(r["row"])["id"]) for r in rows)
+
+
+@pytest.mark.parametrize("options", SINKS.values(), ids=SINKS.keys())
+def test_a_replay_under_another_target_writes_no_letters_of_a_batch_the_table_holds(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    """The batch was committed (its letters written first, to ``a``) and not marked; the
+    replay runs with ``dead_letter`` moved to ``b``: it skips the batch and writes its
+    letters nowhere (they were in ``b`` too), and the next batch's go to ``b``."""
+    path = tmp_path / "t"
+    first = with_letters(path, tmp_path / "a", **options)
+    for n in range(3):
+        first.write(lettered(n))
+    moved = with_letters(path, tmp_path / "b", **options)
+
+    replay = moved.write(lettered(2))
+
+    assert (replay.already_written, replay.dead_lettered) == (True, 2)
+    assert letters(tmp_path / "b") == []
+    assert letters(tmp_path / "a") == [(n, 10 * n + i) for n in range(3) for i in (0, 1)]
+    assert moved.write(lettered(3)).already_written is False
+    assert letters(tmp_path / "b") == [(3, 30), (3, 31)]
+    assert ids(path) == [10 * n + i for n in range(4) for i in (2, 3)]
+
+
+def test_a_batch_restored_away_is_written_again_and_its_letters_kept_once(
+    tmp_path: Path,
+) -> None:
+    """Restored away, the batch is written again; its letters, which the restore did not
+    touch, are handed to the target again, which keeps them once."""
+    path = tmp_path / "t"
+    sink = with_letters(path, tmp_path / "a", write_from="driver")
+    for n in range(3):
+        sink.write(lettered(n))
+    DeltaTable(str(path)).restore(DeltaTable(str(path)).version() - 1)
+
+    replay = sink.write(lettered(2))
+
+    assert (replay.already_written, replay.dead_lettered) == (False, 2)
+    assert letters(tmp_path / "a") == [(n, 10 * n + i) for n in range(3) for i in (0, 1)]
+    assert ids(path) == [10 * n + i for n in range(3) for i in (2, 3)]
