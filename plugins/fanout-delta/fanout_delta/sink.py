@@ -44,7 +44,7 @@ from fanout.errors import CompactionError, ConfigurationError
 from fanout.observe.secrets import location_secrets, secret_option_values
 from fanout.partitioned.task import HookPlugins
 from fanout_delta.declaration import OPTIONS
-from fanout_delta.plans import restored_away
+from fanout_delta.plans import batch_commits, restored_away
 from fanout_delta.target import DeltaTarget
 
 if TYPE_CHECKING:
@@ -299,8 +299,11 @@ class DeltaSink(Sink):
         first = self._batch_version(app_id, batch_id, last)
         if first is None:
             return True
-        # only the commits after it: history() reads every commit it returns
-        return not restored_away(table.history(limit=max(last - first, 1)), first, last)
+        # only the commits after it: history() reads every commit it returns; those of the
+        # batch written again after a restore (fanout_delta.plans.taken_out) hold it too
+        history = table.history(limit=max(last - first, 1))
+        commits = {first, *batch_commits(history, app_id, batch_id)}
+        return not restored_away(history, commits, last)
 
     def _batch_version(self, app_id: str, batch_id: int, last: int) -> int | None:
         """The table version whose commit set ``app_id`` to ``batch_id`` or past it (among

@@ -114,6 +114,36 @@ def test_a_restore_that_keeps_the_batch_or_gives_it_back_skips(tmp_path: Path) -
     assert ids(path) == list(range(30))
 
 
+@pytest.mark.parametrize("options", SINKS.values(), ids=SINKS.keys())
+def test_a_batch_written_again_is_held_by_either_of_its_commits(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    """Written again after a restore, the batch has two commits: the table holds it while
+    either is in the version it reads. A restore back to the first commit (undoing the
+    second) keeps it held: a replay skips it, and ``holds_batch`` says held after the
+    rewrite (else the next start's check of the last mark refused the run, the target
+    lost)."""
+    path = tmp_path / "t"
+    sink = opened(path, **options)
+    for n in range(3):
+        sink.write(batch(n))
+    DeltaTable(str(path)).restore(1)
+    assert sink.write(batch(2)).already_written is False  # version 4
+    assert sink.holds_batch("p", 0, 2) is True
+    assert sink.write(batch(2)).already_written is True
+
+    DeltaTable(str(path)).restore(2)  # back to the first commit of batch 2
+    assert ids(path) == list(range(30))
+    assert sink.holds_batch("p", 0, 2) is True
+    assert sink.write(batch(2)).already_written is True
+    assert ids(path) == list(range(30))
+
+    DeltaTable(str(path)).restore(1)  # both commits out
+    assert sink.holds_batch("p", 0, 2) is False
+    assert sink.write(batch(2)).already_written is False
+    assert ids(path) == list(range(30))
+
+
 def test_an_older_batch_restored_away_behind_a_later_one_is_skipped(tmp_path: Path) -> None:
     """The table's transaction is past the batch (a later batch committed after the
     restore): writing the older batch would set the transaction back, so it is skipped as
