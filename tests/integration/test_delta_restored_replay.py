@@ -69,6 +69,36 @@ def test_a_batch_restored_away_before_its_mark_is_written_again_by_the_replay(
     }
 
 
+def test_the_last_batch_written_again_counts_as_held_at_the_next_start(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The batch restored away is the run's last: written again by the replay, it is the
+    sink's last mark, which the next start asks the table about (the lost-target check):
+    held by its second commit, the run goes on, not refused with ``TargetLostError``."""
+    rows = write_input(tmp_path / "input", FILES, ROWS)
+    last = FILES - 1
+    cmd = [sys.executable, str(DRIVER), str(tmp_path), "--kill", f"sink_done:{last}:bronze"]
+    killed = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
+    bronze = DeltaTable(str(tmp_path / "bronze"))
+    app_id = txn_app_id(PIPELINE, "bronze")
+    bronze.restore(_version_before(bronze, app_id, last))
+    with FanOut(PIPELINE, str(tmp_path / "ledger"), sinks(tmp_path)) as fan:
+        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+    assert len(delta_rows(tmp_path / "bronze")) == FILES * ROWS
+
+    rows += write_input(tmp_path / "input", 1, ROWS, start_file=FILES)
+    with FanOut(PIPELINE, str(tmp_path / "ledger"), sinks(tmp_path)) as fan:
+        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+
+    counts = id_counts(delta_rows(tmp_path / "bronze"))
+    assert sorted({r["order_id"] for r in rows} - set(counts)) == []
+    assert [i for i, c in counts.items() if c > 1] == []
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == {
+        (s, b): 1 for s in SINKS for b in range(FILES + 1)
+    }
+
+
 def _version_before(table: DeltaTable, app_id: str, batch_id: int) -> int:
     """The newest version of ``table`` whose app transaction ``app_id`` is before
     ``batch_id``, walking back from the latest."""
