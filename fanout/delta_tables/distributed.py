@@ -169,7 +169,8 @@ class PendingAppend:
     just now, for the first check (one open fewer, ~5 ms on the driver before the job);
     ``kept``: where the snapshot the append ends on is left for the next batch
     (:mod:`fanout.delta_tables.kept`); ``metadata``: custom commit metadata of the data
-    commit."""
+    commit; ``taken_out``: asked of a snapshot whose app transaction says the batch is
+    done, whether a RESTORE took it out since (then it is written again, not skipped)."""
 
     def __init__(
         self,
@@ -186,6 +187,7 @@ class PendingAppend:
         opened: DeltaTable | None = None,
         kept: KeptTable | None = None,
         metadata: Mapping[str, str] | None = None,
+        taken_out: Callable[[DeltaTable], bool] | None = None,
     ) -> None:
         self.batch_schema = batch_schema
         self.path = path
@@ -202,6 +204,7 @@ class PendingAppend:
         self._opened = opened
         self._kept = kept
         self.metadata = metadata
+        self.taken_out = taken_out
 
     def writer(self) -> FileWriter | None:
         """The writer of this append's files (checked against the table's schema, which
@@ -293,8 +296,9 @@ class PendingAppend:
             ntz.finish_create(table)
             done = io.transaction_version(table, self.app_id)
             if done is not None and done >= self.version:
-                self._keep(table)
-                return None
+                if self.taken_out is None or table is None or not self.taken_out(table):
+                    self._keep(table)
+                    return None
             if table is None:
                 return None, self.batch_schema
             table_schema = delta_schema(table.schema().to_arrow())

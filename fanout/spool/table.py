@@ -102,11 +102,22 @@ class SpooledBatch:
     :func:`fanout.steps.lag_steps.party_of_batch`): the sinks that took part in it.
     ``None``: spooled by a version that did not record them (see
     :func:`fanout.steps.lag.party_of`)."""
+    files_read: bool = False
+    """Whether ``size_bytes`` was read from the data table (else it is unknown: a reader of
+    the index alone)."""
 
     @property
     def key(self) -> BatchKey:
         """``(epoch, batch_id)``."""
         return (self.epoch, self.batch_id)
+
+    @property
+    def rows_missing(self) -> bool:
+        """Whether the index records rows the data table does not hold (known only when
+        its files were read): a spooling cut short between its index row and its rows (a
+        replay of the same checkpoint appends them; after a reset nothing does), or rows
+        another process removed (§14.3). Such a batch holds nothing for its sinks."""
+        return self.files_read and self.rows > 0 and self.size_bytes == 0
 
     def info(self) -> BatchInfo:
         """The batch's context, as its live attempt had it: marks written from the spool
@@ -216,7 +227,7 @@ class Spool:
             self._merge(_from_index_row(row))
         sizes = self._sizes()
         for key, batch in self._batches.items():
-            self._batches[key] = replace(batch, size_bytes=sizes.get(key, 0))
+            self._batches[key] = replace(batch, size_bytes=sizes.get(key, 0), files_read=True)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -361,7 +372,7 @@ class Spool:
                 + self._masked(exc)
             ) from exc
         merged = self._merge(batch)
-        merged = self._batches[key] = replace(merged, size_bytes=size)
+        merged = self._batches[key] = replace(merged, size_bytes=size, files_read=True)
         return merged
 
     def _arrow(self, df: Any, info: BatchInfo, arrow: Callable[[], pa.Table] | None) -> pa.Table:
@@ -663,7 +674,13 @@ def read_spooled(
     (:func:`existing_index`)."""
     index = existing_index(path, pipeline, storage_options)
     rows = read_arrow(index, filters=[("pipeline", "=", pipeline)]).to_pylist()
-    return batches_of_index(rows).get(pipeline, [])
+    batches = batches_of_index(rows).get(pipeline, [])
+    if not batches:
+        return batches
+    data = open_table(Spool(path, pipeline, storage_options=storage_options).data_path,
+                      storage_options)  # fmt: skip
+    sizes = _sizes_in(data, pipeline)
+    return [replace(b, size_bytes=sizes.get(b.key, 0), files_read=True) for b in batches]
 
 
 def existing_index(

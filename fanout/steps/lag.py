@@ -839,7 +839,8 @@ def settled_on_record(
     if any(b.epoch == epoch and b.batch_id > batch_id for b in spooled):
         return True
     batch = next((b for b in spooled if b.key == key), None)
-    spooled_for = frozenset() if batch is None else batch.needed_by
+    # a batch whose rows never reached the spool holds nothing for its sinks
+    spooled_for = frozenset() if batch is None or batch.rows_missing else batch.needed_by
     party = party_of(batch, marked)
     return every_sink_holds(batch_id, party, spooled_for, mark, backfilled)
 

@@ -1,12 +1,18 @@
 """A streaming driver run as a subprocess by the crash tests, so it can be killed hard.
 
-usage: python driver.py WORKDIR [--kill POINT:BATCH[:SINK]]
-WORKDIR holds input/; the driver writes checkpoint/, ledger/ and one Delta table per sink.
+usage: python driver.py WORKDIR [--kill POINT:BATCH[:SINK]] [--sinks SINKS.json]
+                        [--kill-spooling BATCH:SINK]
+WORKDIR holds input/; the driver writes checkpoint/, ledger/ and one Delta table per sink
+(the sinks of :func:`sinks`, or the list of sink configurations in SINKS.json), and with
+SINKS.json its spool in spool/. ``--kill-spooling N:S`` kills the driver while it spools
+batch N, after the batch's index row and before its rows, once sink S marked batch N.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -14,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for te
 
 from fanout import FanOut
 from fanout.spark import local_session
-from fanout.testing.faults import KillAt
+from fanout.testing.faults import KILL_EXIT_CODE, KillAt
 from tests.integration.streams import run_stream
 
 PIPELINE = "crash"
@@ -41,15 +47,50 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("workdir", type=Path)
     parser.add_argument("--kill", help="POINT:BATCH[:SINK]")
+    parser.add_argument("--sinks", type=Path, help="a JSON list of sink configurations")
+    parser.add_argument("--kill-spooling", help="BATCH:SINK")
     args = parser.parse_args()
     plugins = []
     if args.kill:
         point, batch, *sink = args.kill.split(":")
         plugins.append(KillAt(point, int(batch), sink=sink[0] if sink else None))
+    if args.kill_spooling:
+        batch, sink = args.kill_spooling.split(":")
+        _kill_spooling(int(batch), sink, args.workdir / "ledger")
     spark = local_session("fanout-crash-driver")
-    fan = FanOut(PIPELINE, str(args.workdir / "ledger"), sinks(args.workdir), plugins=plugins)
+    configured = json.loads(args.sinks.read_text()) if args.sinks else sinks(args.workdir)
+    spool = str(args.workdir / "spool") if args.sinks else None
+    fan = FanOut(PIPELINE, str(args.workdir / "ledger"), configured, plugins=plugins, spool=spool)
     run_stream(spark, args.workdir / "input", fan, args.workdir / "checkpoint")
     spark.stop()
+
+
+def _kill_spooling(batch_id: int, marked: str, ledger: Path) -> None:
+    """Die (no cleanup) when the spool is about to append batch ``batch_id``'s rows (its
+    index row committed) and sink ``marked`` has marked the batch (waited for, at most a
+    minute: it writes in a thread of its own)."""
+    import time
+
+    from deltalake import DeltaTable
+
+    from fanout.contract.batch import txn_app_id
+    from fanout.spool.table import Spool
+
+    append_rows = Spool._append_rows
+
+    def dying(self: Spool, arrow: object, info: object, *rest: object) -> object:
+        if getattr(info, "batch_id", None) == batch_id:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                done = DeltaTable(str(ledger)).transaction_version(txn_app_id(PIPELINE, marked))
+                if done is not None and done >= batch_id:
+                    break
+                time.sleep(0.05)
+            print(f"KILL while spooling batch {batch_id}", file=sys.stderr, flush=True)
+            os._exit(KILL_EXIT_CODE)
+        return append_rows(self, arrow, info, *rest)  # type: ignore[arg-type]
+
+    Spool._append_rows = dying  # type: ignore[method-assign,assignment]
 
 
 if __name__ == "__main__":

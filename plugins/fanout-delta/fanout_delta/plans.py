@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -139,6 +140,79 @@ def find_plan(
         if plan.batch_id < batch_id:
             return None
     return None
+
+
+def taken_out(table: Any, app_id: str, batch_id: int) -> bool:
+    """Whether a RESTORE took batch ``batch_id`` of ``app_id`` out of ``table`` (delta-rs,
+    at the snapshot whose app transaction is at the batch) after the commits that wrote it:
+    a restore keeps the app transaction, so the table still says "done" while it lacks the
+    batch's rows, and a replay that skipped it lost them (the ledger then marked it).
+
+    Only when the app transaction is the batch itself (a later batch's commit means the
+    replay is of an older batch, which writing again would set the transaction back to)
+    and its commits are found among the newest :data:`SEARCH_COMMITS` by the plan they
+    recorded (:func:`restored_away` decides; no commit with a plan, an unreadable
+    history: ``False``, skipped as before). Called on the skip path only (a replay)."""
+    if table is None or table.transaction_version(app_id) != batch_id:
+        return False
+    try:
+        history = table.history(SEARCH_COMMITS)
+    except Exception as exc:  # evidence only: unreadable, skip as before
+        logger.warning("cannot read the history of %s to follow its RESTOREs: %s",
+                       table.table_uri, exc)  # fmt: skip
+        return False
+    versions = batch_commits(history, app_id, batch_id)
+    return bool(versions) and restored_away(history, versions, table.version())
+
+
+def batch_commits(history: Iterable[Mapping[str, Any]], app_id: str, batch_id: int) -> list[int]:
+    """The versions of the commits in ``history`` (commit infos, newest first) whose plan
+    is batch ``batch_id`` of ``app_id``: more than one when the batch was written again
+    after a restore took it out (:func:`taken_out`). Stops at a commit of an earlier
+    batch of the app id."""
+    versions: list[int] = []
+    for commit_info in history:
+        plan = CommitPlan.parse(dict(commit_info))
+        if plan is None or plan.app_id != app_id or plan.batch_id > batch_id:
+            continue
+        if plan.batch_id < batch_id:
+            break
+        if plan.version is not None:
+            versions.append(plan.version)
+    return versions
+
+
+def restored_away(
+    history: Sequence[Mapping[str, Any]], first: int | Collection[int], last: int
+) -> bool:
+    """Whether the table at version ``last`` lacks what the commits of versions ``first``
+    (one, or those of a batch written again after a restore) added, by the RESTOREs in its
+    ``history`` (commit infos) after the earliest: a restore to a version before it takes
+    the batch out, one to a later version gives back what that version held; a commit of
+    ``first`` brings it back; other commits keep it (a DELETE of its rows is not
+    followed: the batch stays held). A commit missing from the history, or a restore to a
+    timestamp (no version, or one that is not a number): cannot tell, so held."""
+    commits = {first} if isinstance(first, int) else set(first)
+    start = min(commits)
+    infos = {info.get("version"): info for info in history}
+    holds = {start: True}
+    for version in range(start + 1, last + 1):
+        info = infos.get(version)
+        if info is None:
+            return False
+        if version in commits:
+            holds[version] = True
+            continue
+        if info.get("operation") != "RESTORE":
+            holds[version] = holds[version - 1]
+            continue
+        raw: Any = (info.get("operationParameters") or {}).get("version")
+        try:
+            target = int(raw)
+        except (TypeError, ValueError):
+            return False
+        holds[version] = target >= start and holds[target]
+    return not holds[last]
 
 
 def refuse_replanned(

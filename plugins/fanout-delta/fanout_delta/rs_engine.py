@@ -43,7 +43,7 @@ from fanout_delta.merge import (
     winners_then_refusals,
 )
 from fanout_delta.partition_values import partition_columns, refuse_unstorable, split_unstorable
-from fanout_delta.plans import commit_metadata, refuse_replanned
+from fanout_delta.plans import commit_metadata, refuse_replanned, taken_out
 from fanout_delta.schema import (
     GENERATION_EXPRESSION,
     check_batch_schema,
@@ -73,7 +73,7 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
     and the check runs again on the fresh snapshot, where the batch is then found done.
     """
     key = batch.idempotency_key
-    path, batch_id, app_id = sink.path, key.version, key.app_id
+    path, batch_id = sink.path, key.version
     assert path is not None  # checked by open()
     if sink.mode == "merge" and sink.max_merge_rows is not None:
         refuse_big_merge(sink, batch)
@@ -92,16 +92,21 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
     elif dead_letters is not None:
         data, refused = split_unstorable(data, partition_columns(sink, table))
         letters = [*letters, *refused]
+    held = _holds(sink, table, batch)
     if dead_letters is not None and (sink.mode == "merge" or letters):
         # Written before the data, idempotently: a replay that skips the data below must
-        # find the batch's dead letters already in place.
-        dead = write_refused(dead_letters, batch, letters, constraints, path)
+        # find the batch's dead letters already in place. A batch the table holds had
+        # them written before its commit, to the target of that attempt, which may be
+        # another one now: none are written again.
+        dead = len(letters) if held else write_refused(dead_letters, batch, letters,
+                                                       constraints, path)  # fmt: skip
     for attempt in range(1, deltaio.COMMIT_ATTEMPTS + 1):
         if attempt > 1:
             table = deltaio.open_table(path, sink.storage_options)
         prepare_table(sink, table, data.schema, batch_id)
-        written = deltaio.transaction_version(table, app_id)
-        if written is not None and written >= batch_id:
+        if attempt > 1:
+            held = _holds(sink, table, batch)
+        if held:
             sink.keep_table(table)
             refuse_replanned(batch, sink.name, path, table, ledger=sink.ledger)
             logger.info("sink %r, batch %d: already in %s, skipped", sink.name, batch_id, path)
@@ -120,6 +125,28 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
             raise translate_error(exc, sink, batch_id, data.schema, table) from exc
         return SinkResult(rows=rows, details=details, dead_lettered=dead)
     raise AssertionError("unreachable")
+
+
+def _holds(sink: DeltaTarget, table: Any, batch: Batch) -> bool:
+    """Whether ``table`` holds the batch: its app transaction at the batch or past it, and
+    no RESTORE took it out since (:func:`_restored`)."""
+    key = batch.idempotency_key
+    written = deltaio.transaction_version(table, key.app_id)
+    return written is not None and written >= key.version and not _restored(sink, table, batch)
+
+
+def _restored(sink: DeltaTarget, table: Any, batch: Batch) -> bool:
+    """Whether a RESTORE took the batch the table records out again
+    (:func:`fanout_delta.plans.taken_out`): then it is written again, not skipped."""
+    key = batch.idempotency_key
+    if not taken_out(table, key.app_id, key.version):
+        return False
+    logger.warning(
+        "sink %r, batch %d: %s records the batch's transaction, but a RESTORE since its "
+        "commit took its rows out; writing it again",
+        sink.name, key.version, sink.path,
+    )  # fmt: skip
+    return True
 
 
 def prepare_table(sink: DeltaTarget, table: Any, schema: pa.Schema, batch_id: int) -> None:

@@ -43,7 +43,7 @@ from fanout_delta.partition_values import (
     split_unstorable,
     split_unstorable_spark,
 )
-from fanout_delta.plans import commit_metadata, refuse_replanned
+from fanout_delta.plans import commit_metadata, refuse_replanned, taken_out
 from fanout_delta.rs_engine import translate_error
 from fanout_delta.schema import check_batch_schema
 
@@ -166,8 +166,28 @@ class _ExecutorAppend:
             version=self.batch_id, partition_by=sink.partition_by,
             storage_options=sink.storage_options, configuration=sink.configuration,
             merge_schema=sink.merge_schema, check=self.check, opened=self.opened,
-            kept=sink.kept, metadata=commit_metadata(self.batch),
+            kept=sink.kept, metadata=commit_metadata(self.batch), taken_out=self.taken_out,
         )  # fmt: skip
+
+    def taken_out(self, table: Any) -> bool:
+        """Whether a RESTORE took the batch ``table`` records out again
+        (:func:`fanout_delta.plans.taken_out`): then it is written again, not skipped."""
+        if not taken_out(table, self.app_id, self.batch_id):
+            return False
+        logger.warning(
+            "sink %r, batch %d: %s records the batch's transaction, but a RESTORE since its "
+            "commit took its rows out; writing it again",
+            self.sink.name, self.batch_id, self.sink.path,
+        )  # fmt: skip
+        return True
+
+    def holds(self) -> bool:
+        """Whether the table as :meth:`of` found it holds the batch: its app transaction
+        at the batch or past it, and no RESTORE took it out since."""
+        done = deltaio.transaction_version(self.opened, self.app_id)
+        if done is None or done < self.batch_id:
+            return False
+        return not taken_out(self.opened, self.app_id, self.batch_id)
 
     @property
     def task(self) -> distributed.TaskWrapper | None:
@@ -218,6 +238,8 @@ class _ExecutorAppend:
         letters = [*broken, *letters]
         if not letters:
             return source, 0
+        if self.holds():  # its letters were written before its commit: see the rs engine
+            return source, len(letters)
         return source, write_refused(dead_letters, self.batch, letters, self.constraints,
                                      self.sink.path)  # fmt: skip
 

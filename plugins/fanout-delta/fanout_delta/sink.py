@@ -44,6 +44,7 @@ from fanout.errors import CompactionError, ConfigurationError
 from fanout.observe.secrets import location_secrets, secret_option_values
 from fanout.partitioned.task import HookPlugins
 from fanout_delta.declaration import OPTIONS
+from fanout_delta.plans import batch_commits, restored_away
 from fanout_delta.target import DeltaTarget
 
 if TYPE_CHECKING:
@@ -271,8 +272,8 @@ class DeltaSink(Sink):
         """Whether the table's log records the batch's app transaction (``txn_app_id``
         of the epoch at ``batch_id`` or later): one log lookup. A batch that wrote no row
         committed nothing, so it is not held. Nor is one a later RESTORE took out (a
-        restore keeps the app transaction, not the rows: :func:`_restored_away`, read only
-        when the transaction says held).
+        restore keeps the app transaction, not the rows:
+        :func:`fanout_delta.plans.restored_away`, read only when the transaction says held).
 
         A table with ``delta.setTransactionRetentionDuration`` forgets the app transaction
         that long after its last batch: with no transaction of the epoch at all there, it
@@ -298,8 +299,11 @@ class DeltaSink(Sink):
         first = self._batch_version(app_id, batch_id, last)
         if first is None:
             return True
-        # only the commits after it: history() reads every commit it returns
-        return not _restored_away(table.history(limit=max(last - first, 1)), first, last)
+        # only the commits after it: history() reads every commit it returns; those of the
+        # batch written again after a restore (fanout_delta.plans.taken_out) hold it too
+        history = table.history(limit=max(last - first, 1))
+        commits = {first, *batch_commits(history, app_id, batch_id)}
+        return not restored_away(history, commits, last)
 
     def _batch_version(self, app_id: str, batch_id: int, last: int) -> int | None:
         """The table version whose commit set ``app_id`` to ``batch_id`` or past it (among
@@ -770,29 +774,6 @@ def _as_list(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return list(value)
     return value
-
-
-def _restored_away(history: Sequence[Mapping[str, Any]], first: int, last: int) -> bool:
-    """Whether the table at version ``last`` lacks what the commit of version ``first``
-    added, by the RESTOREs in its ``history`` (commit infos) after ``first``: a restore to
-    a version before ``first`` takes it out, one to a version at or after ``first`` gives
-    back what that version held; other commits keep it (a DELETE of its rows is not
-    followed: the batch stays held). A commit missing from the history, or a restore to a
-    timestamp: cannot tell, so held."""
-    infos = {info.get("version"): info for info in history}
-    holds = {first: True}
-    for version in range(first + 1, last + 1):
-        info = infos.get(version)
-        if info is None:
-            return False
-        if info.get("operation") != "RESTORE":
-            holds[version] = holds[version - 1]
-            continue
-        target = (info.get("operationParameters") or {}).get("version")
-        if target is None:
-            return False
-        holds[version] = int(target) >= first and holds[int(target)]
-    return not holds[last]
 
 
 def _restore_hint(path: str, version: int, last: int) -> str:

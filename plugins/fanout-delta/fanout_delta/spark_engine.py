@@ -40,7 +40,7 @@ from fanout_delta.partition_values import (
     refuse_unstorable_spark,
     split_unstorable_spark,
 )
-from fanout_delta.plans import SPARK_METADATA_CONF, refuse_replanned, user_metadata
+from fanout_delta.plans import SPARK_METADATA_CONF, refuse_replanned, taken_out, user_metadata
 from fanout_delta.schema import check_batch_schema
 
 if TYPE_CHECKING:
@@ -92,10 +92,23 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
         df, broken = split_refused_spark(df, constraints, sink=sink.name, batch_id=batch_id)
         df, letters = split_unstorable_spark(df, partitions, engine="spark")
         letters = [*broken, *letters]
-    if dead_letters is not None and (sink.mode == "merge" or letters):
-        dead = write_refused(dead_letters, batch, letters, constraints, path)  # first: see rs
     written = deltaio.transaction_version(table, app_id) if table is not None else None
-    if written is not None and written >= batch_id:
+    held = written is not None and written >= batch_id
+    if dead_letters is not None and (sink.mode == "merge" or letters):
+        # first, and not again for a batch the table holds: see the rs engine
+        dead = len(letters) if held else write_refused(dead_letters, batch, letters,
+                                                       constraints, path)  # fmt: skip
+    if held:
+        if taken_out(table, app_id, batch_id):
+            raise SinkWriteError(
+                f"the Delta table {path} records the batch's transaction ({app_id}), but a "
+                "RESTORE since its commit took its rows out. delta-spark skips a batch whose "
+                "transaction the table records, so engine 'spark' cannot write it again: "
+                "restore the table to a version holding the batch (its commit or later), or "
+                "write it with engine 'rs', which writes a restored-away batch again",
+                sink=sink.name,
+                batch_id=batch_id,
+            )
         refuse_replanned(batch, sink.name, path, table, ledger=sink.ledger)
         return SinkResult(df.count(), dead_lettered=dead, already_written=True)
     if table is not None:

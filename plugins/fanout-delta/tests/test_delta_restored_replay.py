@@ -1,0 +1,249 @@
+"""A batch the table's app transaction records but a RESTORE took out again is written
+again by its replay, not skipped (docs/architecture.md §8.1, "A batch restored away"):
+no Spark, real delta-rs tables, every writer of engine rs (the driver's append, the
+executors' append, the merge) and the spark engine's refusal.
+
+The sequence: the sink commits batch 2, the driver dies before the ledger marks it, the
+user restores the table to the version before that commit; the restart replays batch 2
+with the same plan. A RESTORE keeps the app transaction, so the replay found the batch
+"done" and skipped it: its rows were in no version the table now reads, and the ledger
+then marked it. ``tests/integration/test_delta_restored_replay.py`` runs the kill.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from fanout_delta import DeltaSink
+from fanout_delta.spark_engine import write_spark
+
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.sink import SinkContext
+from fanout.deadletters.delta import DeltaDeadLetters
+from fanout.delta_tables.io import read_delta
+from fanout.errors import SinkWriteError
+
+APP_ID = txn_app_id("p", "s")
+PLANNED = 1_800_000_000_000
+
+
+class FakeFrame:
+    """Stands in for a Spark batch DataFrame: ``toArrow()`` for engine rs (the executors'
+    append writes a ``pyarrow.Table`` source on the driver), ``count()`` for the spark
+    engine's skip path."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def toArrow(self) -> pa.Table:
+        return self.table
+
+    def count(self) -> int:
+        return self.table.num_rows
+
+
+def batch(batch_id: int, planned: int | None = None) -> Batch:
+    ids = range(10 * batch_id, 10 * batch_id + 10)
+    data = pa.table({"id": pa.array(ids, pa.int64()), "v": [f"v{i}" for i in ids]})
+    at = PLANNED + batch_id * 1000 if planned is None else planned
+    info = BatchInfo("p", batch_id, "q-1", [{"logOffset": batch_id}], 0, at)
+    return Batch(df=FakeFrame(data), info=info, sink_name="s", txn_app_id=APP_ID)
+
+
+def opened(path: Path, **options: Any) -> DeltaSink:
+    sink = DeltaSink(name="s", path=str(path), **options)
+    sink.open(SinkContext(pipeline="p"))
+    return sink
+
+
+def ids(path: Path) -> list[int]:
+    return sorted(read_delta(str(path), columns=["id"]).column("id").to_pylist())
+
+
+SINKS = {
+    "driver append": {"write_from": "driver"},
+    "executors append": {"write_from": "executors"},
+    "merge": {"mode": "merge", "keys": ["id"]},
+}
+
+
+@pytest.mark.parametrize("options", SINKS.values(), ids=SINKS.keys())
+def test_a_batch_restored_away_is_written_again_once(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    path = tmp_path / "t"
+    sink = opened(path, **options)
+    for n in range(3):
+        sink.write(batch(n))
+    DeltaTable(str(path)).restore(1)  # batch 2 was version 2
+    assert DeltaTable(str(path)).transaction_version(APP_ID) == 2
+    assert ids(path) == list(range(20))
+
+    replay = sink.write(batch(2))
+
+    assert replay.already_written is False
+    if options.get("write_from") == "executors":
+        assert replay.details["write_from"] == "executors"
+    assert ids(path) == list(range(30))
+    assert DeltaTable(str(path)).transaction_version(APP_ID) == 2
+    again = sink.write(batch(2))  # a second replay finds the new commit: skipped
+    assert again.already_written is True
+    assert ids(path) == list(range(30))
+    sink.write(batch(3))
+    assert ids(path) == list(range(40))
+
+
+def test_a_restore_that_keeps_the_batch_or_gives_it_back_skips(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    sink = opened(path, write_from="driver")
+    for n in range(3):
+        sink.write(batch(n))
+    write_deltalake(str(path), pa.table({"id": [900], "v": ["other"]}), mode="append")
+    DeltaTable(str(path)).restore(2)  # another writer's commit undone, batch 2 kept
+    assert sink.write(batch(2)).already_written is True
+    assert ids(path) == list(range(30))
+
+    DeltaTable(str(path)).restore(1)
+    DeltaTable(str(path)).restore(2)  # and given back
+    assert sink.write(batch(2)).already_written is True
+    assert ids(path) == list(range(30))
+
+
+@pytest.mark.parametrize("options", SINKS.values(), ids=SINKS.keys())
+def test_a_batch_written_again_is_held_by_either_of_its_commits(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    """Written again after a restore, the batch has two commits: the table holds it while
+    either is in the version it reads. A restore back to the first commit (undoing the
+    second) keeps it held: a replay skips it, and ``holds_batch`` says held after the
+    rewrite (else the next start's check of the last mark refused the run, the target
+    lost)."""
+    path = tmp_path / "t"
+    sink = opened(path, **options)
+    for n in range(3):
+        sink.write(batch(n))
+    DeltaTable(str(path)).restore(1)
+    assert sink.write(batch(2)).already_written is False  # version 4
+    assert sink.holds_batch("p", 0, 2) is True
+    assert sink.write(batch(2)).already_written is True
+
+    DeltaTable(str(path)).restore(2)  # back to the first commit of batch 2
+    assert ids(path) == list(range(30))
+    assert sink.holds_batch("p", 0, 2) is True
+    assert sink.write(batch(2)).already_written is True
+    assert ids(path) == list(range(30))
+
+    DeltaTable(str(path)).restore(1)  # both commits out
+    assert sink.holds_batch("p", 0, 2) is False
+    assert sink.write(batch(2)).already_written is False
+    assert ids(path) == list(range(30))
+
+
+def test_an_older_batch_restored_away_behind_a_later_one_is_skipped(tmp_path: Path) -> None:
+    """The table's transaction is past the batch (a later batch committed after the
+    restore): writing the older batch would set the transaction back, so it is skipped as
+    before (the ledger's marks never hand it over again in a running pipeline)."""
+    path = tmp_path / "t"
+    sink = opened(path, write_from="driver")
+    for n in range(3):
+        sink.write(batch(n))
+    DeltaTable(str(path)).restore(1)
+    sink.write(batch(3))
+    assert sink.write(batch(2)).already_written is True
+    assert ids(path) == [*range(20), *range(30, 40)]
+    assert DeltaTable(str(path)).transaction_version(APP_ID) == 3
+
+
+def test_the_spark_engine_refuses_a_batch_restored_away(tmp_path: Path) -> None:
+    """delta-spark skips a batch whose transaction the table records, so engine spark
+    cannot write it again: it fails the batch instead of skipping it (its skip path runs
+    on delta-rs' lookup; no Delta jars here)."""
+    path = tmp_path / "t"
+    sink = opened(path, write_from="driver")
+    for n in range(3):
+        sink.write(batch(n))
+    DeltaTable(str(path)).restore(1)
+    target = opened(path, write_from="driver").target()
+
+    with pytest.raises(SinkWriteError) as refused:
+        write_spark(target, batch(2))
+
+    assert str(refused.value) == (
+        f"sink 's', batch 2: the Delta table {path} records the batch's transaction "
+        f"({APP_ID}), but a RESTORE since its commit took its rows out. delta-spark skips a "
+        "batch whose transaction the table records, so engine 'spark' cannot write it again: "
+        "restore the table to a version holding the batch (its commit or later), or write it "
+        "with engine 'rs', which writes a restored-away batch again"
+    )
+    assert ids(path) == list(range(20))
+
+
+# -- the letters of a batch the table holds are not written again ---------------------------
+
+
+def lettered(batch_id: int) -> Batch:
+    """Batch ``batch_id``: ids ``10n..10n+3``, the first two with an empty string as
+    partition value ``k``, which no Delta table keeps (refused: dead letters)."""
+    ids = range(10 * batch_id, 10 * batch_id + 4)
+    data = pa.table({"id": pa.array(ids, pa.int64()), "k": ["", "", "x", "y"]})
+    info = BatchInfo("p", batch_id, "q-1", [{"logOffset": batch_id}], 0, PLANNED + batch_id)
+    return Batch(df=FakeFrame(data), info=info, sink_name="s", txn_app_id=APP_ID)
+
+
+def with_letters(path: Path, dead: Path, **options: Any) -> DeltaSink:
+    sink = DeltaSink(name="s", path=str(path), partition_by=["k"], **options)
+    sink.open(SinkContext(pipeline="p", dead_letters=DeltaDeadLetters(str(dead))))
+    return sink
+
+
+def letters(dead: Path) -> list[tuple[int, int]]:
+    if not dead.exists():
+        return []
+    rows = read_delta(str(dead)).to_pylist()
+    return sorted((r["batch_id"], json.loads(r["row"])["id"]) for r in rows)
+
+
+@pytest.mark.parametrize("options", SINKS.values(), ids=SINKS.keys())
+def test_a_replay_under_another_target_writes_no_letters_of_a_batch_the_table_holds(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    """The batch was committed (its letters written first, to ``a``) and not marked; the
+    replay runs with ``dead_letter`` moved to ``b``: it skips the batch and writes its
+    letters nowhere (they were in ``b`` too), and the next batch's go to ``b``."""
+    path = tmp_path / "t"
+    first = with_letters(path, tmp_path / "a", **options)
+    for n in range(3):
+        first.write(lettered(n))
+    moved = with_letters(path, tmp_path / "b", **options)
+
+    replay = moved.write(lettered(2))
+
+    assert (replay.already_written, replay.dead_lettered) == (True, 2)
+    assert letters(tmp_path / "b") == []
+    assert letters(tmp_path / "a") == [(n, 10 * n + i) for n in range(3) for i in (0, 1)]
+    assert moved.write(lettered(3)).already_written is False
+    assert letters(tmp_path / "b") == [(3, 30), (3, 31)]
+    assert ids(path) == [10 * n + i for n in range(4) for i in (2, 3)]
+
+
+def test_a_batch_restored_away_is_written_again_and_its_letters_kept_once(
+    tmp_path: Path,
+) -> None:
+    """Restored away, the batch is written again; its letters, which the restore did not
+    touch, are handed to the target again, which keeps them once."""
+    path = tmp_path / "t"
+    sink = with_letters(path, tmp_path / "a", write_from="driver")
+    for n in range(3):
+        sink.write(lettered(n))
+    DeltaTable(str(path)).restore(DeltaTable(str(path)).version() - 1)
+
+    replay = sink.write(lettered(2))
+
+    assert (replay.already_written, replay.dead_lettered) == (False, 2)
+    assert letters(tmp_path / "a") == [(n, 10 * n + i) for n in range(3) for i in (0, 1)]
+    assert ids(path) == [10 * n + i for n in range(3) for i in (2, 3)]
