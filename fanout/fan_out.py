@@ -530,10 +530,11 @@ class FanOut:
         most :data:`fanout.steps.timeout.CLOSE_WAIT_S` (its Spark jobs cancelled again),
         then named in the log: one whose Python code still runs is left running and its
         sink left open, closed by a daemon thread once the write has ended (the sink is
-        owned by this FanOut until then); one that returned, its cancelled Spark tasks not ended yet, has
-        its sink closed. A lag sink whose reopen (its ``open()`` and check) still runs in
-        its thread is closed by that thread once it returns (closed here, before the open
-        returned, it would be left open); one whose ``open()`` failed is not closed.
+        owned by this FanOut until then); one that returned, its cancelled Spark tasks not
+        ended yet, has its sink closed. A lag sink whose reopen (its ``open()`` and check)
+        still runs in its thread is closed by that thread once it returns (closed here,
+        before the open returned, it would be left open); one whose ``open()`` failed is
+        not closed.
         Closes once: a second call does nothing. The sink objects may then serve another
         ``FanOut`` (one a reopen's thread or an abandoned write still holds once closed)."""
         if self.__dict__.get("_closed", True):  # closed, or unpickled and never built
