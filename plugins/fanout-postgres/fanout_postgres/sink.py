@@ -30,6 +30,7 @@ from fanout.contract.batch import Batch, pipeline_scope
 from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.partitions import BatchPartitioning, StableColumns
 from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext
+from fanout.deadletters.held import refused_rows_held
 from fanout.errors import (
     ConfigurationError,
     SchemaMismatchError,
@@ -489,21 +490,11 @@ class PostgresSink(PartitionedSink):
         return None
 
     def _letters_kept(self, pipeline: str, epoch: int, batch_id: int) -> int:
-        """How many refused rows of the batch the sink's dead-letter target holds, when it
-        can tell (a Delta table: ``read_rows``); 0 when it cannot, or there is none, or the
-        read fails (logged: the batch then counts as part held, never as not asked)."""
-        read_rows = getattr(self._dead, "read_rows", None)
-        if read_rows is None:
-            return 0
-        try:
-            return int(read_rows(pipeline, self.name, (epoch, batch_id)).num_rows)
-        except Exception as exc:
-            where = self._dead.describe() if self._dead is not None else "-"
-            text = f"cannot read its dead letters in {where} ({exc}): counted as not there"
-            logger.warning(
-                "sink %r, batch %d: %s", self.name, batch_id, redact(text, self.secret_values())
-            )
-            return 0
+        """How many refused rows of the batch the sink's dead-letter target holds
+        (:func:`fanout.deadletters.held.refused_rows_held`: 0 when it cannot tell, or
+        there is none, or the read fails, logged: the batch then counts as part held)."""
+        return refused_rows_held(self._dead, pipeline, self.name, (epoch, batch_id),
+                                 secrets=self.secret_values(), logger=logger)  # fmt: skip
 
     def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """Why the table is not the one batch ``batch_id`` of ``epoch`` was written to: a
