@@ -396,3 +396,35 @@ def test_upsert_routes_of_0006_keep_their_rows_uncounted_and_read_cautiously(
         "cannot tell whether it refused none or the driver never wrote them there"
         for where in (f"Delta table {dead}", "PostgreSQL table up6_rejects")
     ]
+
+
+def test_upsert_routes_refused_downgrades_keeping_the_rows_and_upgrades_again(
+    pg_url: str,
+) -> None:
+    """Revision 0007 down to 0006 drops ``refused`` and ``kept_in`` and keeps the rows;
+    upgrading again adds them back, empty (those rows then read as an older fanout's)."""
+    from alembic import command
+    from fanout_postgres.migrate import ALEMBIC_LOCK, _alembic_config
+
+    upgrade(pg_url, schema="dn7")
+    engine = create_engine(pg_url, poolclass=NullPool)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO dn7.upsert_routes (pipeline, sink, batch_id, partition, route, "
+            "partitions, refused, kept_in) VALUES ('p', 'up', 3, 0, 'r', 2, 4, 'rejects'), "
+            "('p', 'up', 3, 1, 'r', 2, 0, NULL)"
+        )
+    with engine.connect() as conn, conn.begin(), ALEMBIC_LOCK:
+        command.downgrade(_alembic_config("dn7", conn), "0006_target_oid")
+    engine.dispose()
+    assert query(pg_url, "SELECT version_num FROM dn7.alembic_version") == [("0006_target_oid",)]
+    assert _columns(pg_url, "dn7", "upsert_routes") == UPSERT_ROUTES_COLUMNS[:-2]
+    rows = "SELECT batch_id, partition, route, partitions FROM dn7.upsert_routes ORDER BY 2"
+    assert query(pg_url, rows) == [(3, 0, "r", 2), (3, 1, "r", 2)]
+
+    again = upgrade(pg_url, schema="dn7")
+    assert (again.before, again.after) == ("0006_target_oid", head_revision())
+    assert _columns(pg_url, "dn7", "upsert_routes") == UPSERT_ROUTES_COLUMNS
+    assert query(
+        pg_url, "SELECT partition, refused, kept_in FROM dn7.upsert_routes ORDER BY 1"
+    ) == [(0, None, None), (1, None, None)]
