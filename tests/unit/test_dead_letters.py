@@ -4,9 +4,11 @@ sink's null merge keys."""
 from __future__ import annotations
 
 import json
+import logging
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fanout_delta import DeltaSink
@@ -14,6 +16,7 @@ from fanout_delta import DeltaSink
 from fanout import ConfigurationError, FanOut, PluginError, Sink, SinkContext, hookimpl
 from fanout.contract.dead_letters import DeadLetter, letter_rows
 from fanout.deadletters.delta import DeltaDeadLetters, delta_target
+from fanout.deadletters.held import refused_rows_held
 from fanout.deadletters.layout import letter_json, letter_schema
 from fanout.deadletters.target import resolve_target, split_target
 from fanout.delta_tables.io import read_delta
@@ -351,3 +354,54 @@ def test_one_table_in_two_roles_is_refused_when_the_fanout_is_built(
         "the second would fail on the first's schema in every batch; give each its own "
         "location"
     )
+
+
+class _Unreadable:
+    """A target whose read fails quoting a credential."""
+
+    def describe(self) -> str:
+        return "Delta table s3://bucket/dead"
+
+    def read_rows(self, pipeline: str, sink: str, key: tuple[int, int]) -> Any:
+        raise OSError("403 for key AKIA-SECRET-KEY-123")
+
+
+class _Blind:
+    """A target that cannot say what it holds (no ``read_rows``)."""
+
+    def describe(self) -> str:
+        return "Kafka topic dlq"
+
+
+def test_refused_rows_held_counts_the_batch_refused_letters_a_target_can_tell_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = DeltaDeadLetters(str(tmp_path / "dead"))
+    assert refused_rows_held(target, "p", "pg", (0, 7)) == 0  # no table yet
+    letters = [DeadLetter({"id": i}, "refused") for i in range(3)]
+    target.write(make_batch([{"id": 1}], batch_id=7, pipeline="p", sink_name="pg"), letters,
+                 source="refused", partition=1)  # fmt: skip
+    routed = make_batch([{"id": 1}], batch_id=8, pipeline="p", sink_name="pg")
+    target.write(routed, letters[:1], source="route")  # a route's: not the sink's own
+    later = make_batch([{"id": 1}], batch_id=7, pipeline="p", sink_name="pg", epoch=1)
+    target.write(later, letters[:2], source="refused")  # the same batch id, another epoch
+    assert refused_rows_held(target, "p", "pg", (0, 7)) == 3
+    assert refused_rows_held(target, "p", "pg", (1, 7)) == 2
+    assert refused_rows_held(target, "p", "pg", (0, 8)) == 0
+    assert refused_rows_held(target, "p", "other", (0, 7)) == 0
+    assert refused_rows_held(None, "p", "pg", (0, 7)) == 0
+    assert refused_rows_held(_Blind(), "p", "pg", (0, 7)) == 0  # type: ignore[arg-type]
+    assert caplog.records == []
+
+    asking = logging.getLogger("tests.asking_sink")
+    with caplog.at_level("WARNING"):
+        held = refused_rows_held(_Unreadable(), "p", "pg", (0, 7),  # type: ignore[arg-type]
+                                 secrets=["AKIA-SECRET-KEY-123"], logger=asking)  # fmt: skip
+    assert held == 0
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [
+        (
+            "tests.asking_sink",
+            "sink 'pg', batch 7: cannot read its dead letters in Delta table s3://bucket/dead "
+            "(403 for key ***): counted as not there",
+        )
+    ]

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from fanout.contract.batch import Batch, txn_app_id
 from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext
+from fanout.deadletters.held import refused_rows_held
 from fanout.errors import (
     ConfigurationError,
     SchemaMismatchError,
@@ -33,7 +34,6 @@ from fanout.errors import (
     SinkWriteError,
     TransientSinkError,
 )
-from fanout.observe.secrets import redact
 from fanout.partitioned.membership import (
     WHOLE_ROW,
     CommittedPartition,
@@ -456,15 +456,8 @@ class KafkaSink(PartitionedSink):
                     for p in range(partitions))  # fmt: skip
         if not named:
             return 0
-        read_rows = getattr(self._dead, "read_rows", None)
-        kept = 0
-        if read_rows is not None:
-            try:
-                kept = int(read_rows(pipeline, self.name, (epoch, batch_id)).num_rows)
-            except Exception as exc:
-                text = f"cannot read its dead letters in {self._dead.describe()} ({exc})"
-                log.warning("sink %r, batch %d: %s: counted as not there", self.name, batch_id,
-                            redact(text, self.secret_values()))  # fmt: skip
+        kept = refused_rows_held(self._dead, pipeline, self.name, (epoch, batch_id),
+                                 secrets=self.secret_values(), logger=log)  # fmt: skip
         return max(named - kept, 0)
 
     def _topic_replaced(self, config: dict[str, Any], scope: str) -> str | None:

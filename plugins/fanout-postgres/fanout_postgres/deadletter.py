@@ -73,6 +73,25 @@ def drop_stale(conn: Any, table: TableName, pipeline: str, sink: str, batch_id: 
     )  # fmt: skip
 
 
+def refused_held(conn: Any, table: TableName, pipeline: str, sink: str, batch_id: int) -> int:
+    """How many records of refused rows (not the route's) of the batch ``table`` holds; 0
+    when it does not exist (created at the sink's ``open()``, so only when dropped)."""
+    import sqlalchemy as sa
+
+    from fanout_postgres.statements import dead_letter_table
+
+    if conn.execute(sa.select(sa.func.to_regclass(table.quoted()))).scalar() is None:
+        return 0
+    d = dead_letter_table(table)
+    held = conn.execute(
+        sa.select(sa.func.count()).select_from(d).where(
+            d.c.pipeline == pipeline, d.c.sink == sink, d.c.batch_id == batch_id,
+            d.c.partition >= 0,
+        )
+    ).scalar()  # fmt: skip
+    return int(held or 0)
+
+
 def ensure_table(conn: Any, table: TableName, *, create: bool = True) -> bool:
     """Create the dead-letter table when missing (not when ``create`` is off: ``fanout
     validate``), else check it has the expected columns. Returns whether it was missing."""

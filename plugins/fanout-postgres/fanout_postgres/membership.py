@@ -14,12 +14,16 @@ and compare. A mark of another route refuses the replay: the mark's route is ret
 Upsert mode skips nothing on a replay but deletes nothing either: each committed partition
 records its route in ``upsert_routes`` (migration ``0004_upsert_routes``, in the partition's
 transaction), which a replay's route must match (:func:`upsert_routes`, compared by the same
-``check_routes`` with :data:`REWRITES`).
+``check_routes`` with :data:`REWRITES`). The same row counts the rows the partition
+refused (migration ``0007_upsert_routes_refused``, :func:`upsert_records`): its replay
+refuses them again, so ``holds_batch`` needs only their number to tell a batch whose
+refused rows are not in its dead-letter target yet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from fanout.partitioned.membership import (
@@ -85,21 +89,48 @@ def upsert_routes(conn: Any, state_schema: str, scope: str, sink: str, batch_id:
     return {int(partition): route for partition, route in conn.execute(query)}
 
 
-def upsert_counts(conn: Any, state_schema: str, scope: str, sink: str, batch_id: int
-                  ) -> dict[int, int | None]:  # fmt: skip
-    """Upsert mode: the partition count each committed partition of one batch of one sink
-    recorded in ``upsert_routes`` (migration ``0005_upsert_routes_partitions``; ``None`` in
-    a row of an older fanout), by partition: the count the batch was written in, whatever
-    the sink's ``partitions`` option says now."""
+@dataclass(frozen=True)
+class UpsertRecord:
+    """What one committed upsert partition's ``upsert_routes`` row records of its batch
+    besides its route."""
+
+    partitions: int | None
+    """The partition count the batch was written in (migration
+    ``0005_upsert_routes_partitions``; ``None`` in a row of an older fanout)."""
+    refused: int | None
+    """How many rows the partition refused (migration ``0007_upsert_routes_refused``;
+    ``None`` in a row of an older fanout: unknown)."""
+    kept_in: str | None
+    """The PostgreSQL dead-letter table that took them in the partition's transaction;
+    ``None``: left to the driver, which writes them to the sink's target after every
+    partition committed (or none refused)."""
+
+    @property
+    def waiting(self) -> int:
+        """Refused rows the driver was to write to the dead-letter target (0 when
+        unknown: see :attr:`refused`)."""
+        return 0 if self.kept_in is not None else self.refused or 0
+
+
+def upsert_records(conn: Any, state_schema: str, scope: str, sink: str, batch_id: int
+                   ) -> dict[int, UpsertRecord]:  # fmt: skip
+    """Upsert mode: what each committed partition of one batch of one sink recorded in
+    ``upsert_routes`` (its partition count, refused rows and where they are kept), by
+    partition, in one query: the count the batch was written in, whatever the sink's
+    ``partitions`` option says now."""
     import sqlalchemy as sa
 
     r = upsert_routes_table(state_schema)
-    query = sa.select(r.c.partition, r.c.partitions).where(
+    query = sa.select(r.c.partition, r.c.partitions, r.c.refused, r.c.kept_in).where(
         r.c.pipeline == scope, r.c.sink == sink, r.c.batch_id == batch_id
     )
     return {
-        int(partition): None if count is None else int(count)
-        for partition, count in conn.execute(query)
+        int(partition): UpsertRecord(
+            None if count is None else int(count),
+            None if refused is None else int(refused),
+            kept_in,
+        )
+        for partition, count, refused, kept_in in conn.execute(query)
     }
 
 

@@ -30,6 +30,7 @@ from fanout.contract.batch import Batch, pipeline_scope
 from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.partitions import BatchPartitioning, StableColumns
 from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext
+from fanout.deadletters.held import refused_rows_held
 from fanout.errors import (
     ConfigurationError,
     SchemaMismatchError,
@@ -45,7 +46,13 @@ from fanout.partitioned.replay_route import check_routes, route_mark
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout_postgres import url as pgurl
 from fanout_postgres.connections import CLIENT_ENCODING, NOT_DURABLE, not_durable
-from fanout_postgres.deadletter import PostgresDeadLetters, as_letter, drop_stale, ensure_table
+from fanout_postgres.deadletter import (
+    PostgresDeadLetters,
+    as_letter,
+    drop_stale,
+    ensure_table,
+    refused_held,
+)
 from fanout_postgres.declaration import OPTIONS
 from fanout_postgres.direct import HELD, DirectCopyPolicy
 from fanout_postgres.failures import batch_error
@@ -61,7 +68,7 @@ from fanout_postgres.membership import (
     partition_columns,
     relation_bytes,
     target_oids,
-    upsert_counts,
+    upsert_records,
     upsert_routes,
 )
 from fanout_postgres.migrate import migration_problem
@@ -418,52 +425,76 @@ class PostgresSink(PartitionedSink):
         for it leaves it missing and its retry is refused again. Whether the table there is
         the one they were written to: :meth:`target_replaced`.
 
-        Append: a batch whose every partition committed is held whole only once the rows
-        they refused are in the dead-letter target too (the driver writes them there after
-        the partitions; a ``postgres:`` table in their own transactions): when their marks
-        keep refused rows no PostgreSQL table holds, a second query asks a target that can
-        tell (``read_rows``: a Delta table) how many it holds of the batch, and fewer, or a
-        target that cannot tell or none, is a :class:`fanout.PartlyHeld` naming them. A
-        lost mark recorded there would make the replay skip the sink, and them with it."""
+        A batch whose every partition committed is held whole only once the rows they
+        refused are in the dead-letter target too (the driver writes them there after the
+        partitions; a ``postgres:`` table in their own transactions): when their marks
+        (append: a second query) or rows (upsert: ``refused``, ``kept_in``, migration
+        ``0007``, read in the same query) keep or count refused rows no PostgreSQL table
+        holds, a target that can tell (``read_rows``: a Delta table) is asked how many it
+        holds of the batch, and fewer, or a target that cannot tell or none, is a
+        :class:`fanout.PartlyHeld` naming them. A lost mark recorded there would make the
+        replay skip the sink, and them with it. An upsert's rows of an older fanout count
+        none: :meth:`_uncounted_letters`."""
         scope = pipeline_scope(pipeline, epoch)
         engine = self._engine()
         records = f"its records of batch {batch_id} of epoch {epoch}"
         with self._said_behind_migrations(engine, records), engine.connect() as conn:
             if self._target_gone(conn):
                 return False
+            unknown = False  # an upsert row of an older fanout: its refused rows uncounted
             if self.mode == "append":
                 marks = committed_partitions(conn, self.state_schema, scope, self.name, batch_id)
                 counts: set[int | None] = {m.partitions for m in marks}
                 partitions = {m.partition for m in marks}
             else:
-                recorded = upsert_counts(conn, self.state_schema, scope, self.name, batch_id)
-                counts, partitions = set(recorded.values()), set(recorded)
+                recorded = upsert_records(conn, self.state_schema, scope, self.name, batch_id)
+                counts, partitions = {r.partitions for r in recorded.values()}, set(recorded)
+                waiting = sum(r.waiting for r in recorded.values())
+                unknown = any(r.refused is None for r in recorded.values())
+                if unknown and isinstance(self._dead, PostgresDeadLetters):
+                    unknown = not refused_held(conn, self._dead.table, scope, self.name,
+                                               batch_id)  # fmt: skip
             count = counts.pop() if len(counts) == 1 else None
             held = _held(len(partitions), count)
-            if held is not True or self.mode != "append":
+            if held is not True:
                 return held
-            waiting = sum(letters_waiting(conn, self.state_schema, scope, self.name,
-                                          batch_id).values())  # fmt: skip
+            if self.mode == "append":
+                waiting = sum(letters_waiting(conn, self.state_schema, scope, self.name,
+                                              batch_id).values())  # fmt: skip
+        if unknown:
+            return self._uncounted_letters(pipeline, epoch, batch_id)
         if waiting and self._letters_kept(pipeline, epoch, batch_id) < waiting:
             return PartlyHeld(len(partitions), count, letters=waiting)
         return True
 
+    def _uncounted_letters(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        """Upsert, every partition committed, some by an older fanout, whose rows count no
+        refused row (before migration ``0007_upsert_routes_refused``): held whole without a
+        dead-letter target (nothing can wait for one) or when the target holds refused rows
+        of the batch (a Delta table's ``read_rows``: the driver writes a batch's in one
+        write, after every partition; a ``postgres:`` table, read by :meth:`holds_batch`:
+        the partitions wrote them in their transactions); else ``None``, logged: it cannot
+        tell a batch that refused none from one whose refused rows never reached the
+        target, so no lost mark is recorded for it (its replay would skip them) and a
+        reset is not refused for it either."""
+        if self._dead is None or self._letters_kept(pipeline, epoch, batch_id) > 0:
+            return True
+        text = (
+            f"its upsert_routes rows of epoch {epoch} were written by an older fanout, which "
+            f"counted no refused row, and {self._dead.describe()} holds none of the batch: "
+            "cannot tell whether it refused none or the driver never wrote them there"
+        )
+        logger.warning(
+            "sink %r, batch %d: %s", self.name, batch_id, redact(text, self.secret_values())
+        )
+        return None
+
     def _letters_kept(self, pipeline: str, epoch: int, batch_id: int) -> int:
-        """How many refused rows of the batch the sink's dead-letter target holds, when it
-        can tell (a Delta table: ``read_rows``); 0 when it cannot, or there is none, or the
-        read fails (logged: the batch then counts as part held, never as not asked)."""
-        read_rows = getattr(self._dead, "read_rows", None)
-        if read_rows is None:
-            return 0
-        try:
-            return int(read_rows(pipeline, self.name, (epoch, batch_id)).num_rows)
-        except Exception as exc:
-            where = self._dead.describe() if self._dead is not None else "-"
-            text = f"cannot read its dead letters in {where} ({exc}): counted as not there"
-            logger.warning(
-                "sink %r, batch %d: %s", self.name, batch_id, redact(text, self.secret_values())
-            )
-            return 0
+        """How many refused rows of the batch the sink's dead-letter target holds
+        (:func:`fanout.deadletters.held.refused_rows_held`: 0 when it cannot tell, or
+        there is none, or the read fails, logged: the batch then counts as part held)."""
+        return refused_rows_held(self._dead, pipeline, self.name, (epoch, batch_id),
+                                 secrets=self.secret_values(), logger=logger)  # fmt: skip
 
     def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """Why the table is not the one batch ``batch_id`` of ``epoch`` was written to: a

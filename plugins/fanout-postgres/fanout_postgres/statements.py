@@ -58,6 +58,11 @@ class Statements:
     mark_rejects: str = ""
     """Append: set a progress mark's kept refused rows (``rejects``) alone, when a replay
     that skips the partition writes them into the PostgreSQL dead-letter table."""
+    route_refused: str = ""
+    """Upsert (else empty): set the partition's ``upsert_routes`` row's count of refused
+    rows and the PostgreSQL dead-letter table holding them, if one does (``refused``,
+    ``kept_in``; migration ``0007_upsert_routes_refused``), in its transaction; run only
+    when it refused some (:attr:`route_record` sets 0)."""
     dead_table: str = ""
     """The PostgreSQL dead-letter table as :attr:`dead_insert` names it (empty: none)."""
 
@@ -231,6 +236,7 @@ def build_statements(
         **marks,
         **dead,
         route_record=_route_statements(state_schema) if upsert else "",
+        route_refused=_route_refused(state_schema) if upsert else "",
         dead_table="" if dead_letter is None else dead_letter.quoted(),
     )
 
@@ -488,9 +494,9 @@ def upsert_routes_table(state_schema: str) -> Any:
 
 def _route_statements(state_schema: str) -> str:
     """Upsert: one text of two statements, recording the partition's route and the batch's
-    partition count (a replay under the same route, or of an older fanout's record,
-    rewrites them) and deleting the
-    partition's records of batches older than ``%(keep_from)s``."""
+    partition count, with no refused row yet (:func:`_route_refused` counts them; a replay
+    under the same route, or of an older fanout's record, rewrites them all) and deleting
+    the partition's records of batches older than ``%(keep_from)s``."""
     import sqlalchemy as sa
     from sqlalchemy.dialects import postgresql as pg
 
@@ -503,6 +509,8 @@ def _route_statements(state_schema: str) -> str:
         route=sa.bindparam("route"),
         partitions=sa.bindparam("partitions"),
         target_oid=target_oid(),
+        refused=sa.literal_column("0"),
+        kept_in=sa.null(),
     )
     insert = insert.on_conflict_do_update(
         index_elements=["pipeline", "sink", "batch_id", "partition"],
@@ -510,6 +518,8 @@ def _route_statements(state_schema: str) -> str:
             "route": insert.excluded.route,
             "partitions": insert.excluded.partitions,
             "target_oid": insert.excluded.target_oid,
+            "refused": insert.excluded.refused,
+            "kept_in": insert.excluded.kept_in,
             "committed_at": sa.func.now(),
         },
     )
@@ -520,6 +530,24 @@ def _route_statements(state_schema: str) -> str:
         r.c.batch_id < sa.bindparam("keep_from"),
     )
     return f"{compile_sql(insert)}; {compile_sql(prune)}"
+
+
+def _route_refused(state_schema: str) -> str:
+    """Upsert: set the partition's ``upsert_routes`` row's ``refused`` and ``kept_in``."""
+    import sqlalchemy as sa
+
+    r = upsert_routes_table(state_schema)
+    update = (
+        sa.update(r)
+        .where(
+            r.c.pipeline == sa.bindparam("pipeline"),
+            r.c.sink == sa.bindparam("sink"),
+            r.c.batch_id == sa.bindparam("batch_id"),
+            r.c.partition == sa.bindparam("partition"),
+        )
+        .values(refused=sa.bindparam("refused"), kept_in=sa.bindparam("kept_in"))
+    )
+    return compile_sql(update)
 
 
 def dead_letter_table(name: TableName) -> Any:

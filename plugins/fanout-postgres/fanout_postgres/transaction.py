@@ -1,6 +1,7 @@
 """The statements of one partition transaction of the PostgreSQL sink: COPY into the target or
 a staging table, the upsert or insert, rows the server refuses set aside (by COPY line or by
-bisection with savepoints), dead letters, and in append mode the progress mark.
+bisection with savepoints), dead letters, and the partition's record: append's progress
+mark, upsert's ``upsert_routes`` row.
 
 Upsert: a key's winner is chosen among all the batch's rows of the key,
 refused or not. A row refused before the ``INSERT`` (by the executor's checks or by the
@@ -189,6 +190,14 @@ class PartitionTransaction:
         )
         if self.plan.dead_letter == "postgres":
             self._write_dead_letters()
+        if self.plan.mode != "append" and self.rejects:
+            # so holds_batch can tell refused rows the driver has yet to write to the
+            # dead-letter target from none (the replay refuses them again: no rows kept)
+            kept_in = self.sql.dead_table if self.plan.dead_letter == "postgres" else None
+            self.cur.execute(
+                self.sql.route_refused,
+                {**self.key, "refused": len(self.rejects), "kept_in": kept_in},
+            )
         if self.plan.mode == "append":
             kept = self._dead_letters()  # so a replay that skips still knows its rejects
             if self.plan.dead_letter == "postgres":  # and that they are in that table

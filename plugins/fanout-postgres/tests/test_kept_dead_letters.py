@@ -19,7 +19,9 @@ The driver dies as it writes batch 2's refused rows to the Delta dead-letter tab
 partition committed. ``fanout recover --config`` asks the sink whether it holds the batch:
 every partition committed, it said "all of it", and recover recorded the sink's lost mark;
 the restart of the same checkpoint then skipped the sink for batch 2, and the refused rows
-its marks kept were never written anywhere.
+its marks kept were never written anywhere. The same with an upsert, whose
+``upsert_routes`` rows counted no refused row (its replay refuses them again, keeping
+none): now they count them (migration ``0007``), and ``holds_batch`` answers as append's.
 
 One kill per case, of a driver subprocess (``pg_driver.py``); the restarts run in the
 test's process."""
@@ -235,14 +237,6 @@ def test_recover_records_no_lost_mark_while_the_refused_rows_wait_for_their_targ
         sink.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="upsert records no count of a partition's refused rows, so holds_batch cannot "
-    "tell a batch whose Delta dead letters were never written from one that had none: it "
-    "says True, recover records a lost mark, and the replay that would write them is "
-    "skipped (fix: count them in upsert_routes, a migration, and answer PartlyHeld as "
-    "append does)",
-)
 def test_an_upsert_killed_before_its_dead_letters_keeps_them_after_recover(
     spark: Any, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -256,10 +250,33 @@ def test_an_upsert_killed_before_its_dead_letters_keeps_them_after_recover(
     batch2 = {r["id"] for r in files[KILL_BATCH]}
     assert not set(_delta_letter_ids(delta)) & batch2  # its letters are in no target
 
+    counted = query(
+        pg_url,
+        "SELECT sum(refused), count(kept_in), count(*) FROM fanout.upsert_routes "
+        "WHERE pipeline = %s AND sink = 'events' AND batch_id = %s",
+        (PIPELINE, KILL_BATCH),
+    )
+    assert counted == [(len(refused & batch2), 0, PARTITIONS)]  # every partition committed
+
     capsys.readouterr()
     assert main(["recover", "--config", _config(tmp_path, pg_url, delta, "upsert")]) == 0
     out = capsys.readouterr().out
+    assert (
+        f"events: holds part of batch {KILL_BATCH} ({PARTITIONS} of {PARTITIONS} partitions "
+        f"committed, {len(refused & batch2)} refused row(s) not in its dead-letter target yet), "
+        "which the ledger had no mark of: no lost mark recorded"
+    ) in out, out
+    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
     restarted = _restart(spark, tmp_path, pg_url, str(delta), "upsert")
     assert restarted == "", restarted[-3000:]
     assert _lost(files, pg_url, delta) == "nothing", out
-    assert set(_delta_letter_ids(delta)) == refused
+    letters = _delta_letter_ids(delta)
+    assert set(letters) == refused
+    assert [i for i, n in letters.items() if n > 1] == [], "letters twice"
+    sink = PostgresSink("events", url=pg_url, table="events", mode="upsert", keys=["id"],
+                        partitions=PARTITIONS, dead_letter=str(delta))  # fmt: skip
+    open_sink(sink, PIPELINE)
+    try:
+        assert sink.holds_batch(PIPELINE, 0, KILL_BATCH) is True
+    finally:
+        sink.close()

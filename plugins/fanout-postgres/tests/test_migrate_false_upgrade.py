@@ -54,7 +54,7 @@ def _at_0003(pg_url: str) -> str:
 def _problem(shown: str) -> str:
     return (
         "postgres sink 'pg' (table events): fanout's tables in schema 'fanout' are at "
-        "revision 0003_progress_route, not 0006_target_oid (missing: column "
+        "revision 0003_progress_route, not 0007_upsert_routes_refused (missing: column "
         "fanout.progress.target_oid, table fanout.upsert_routes); run `fanout migrate "
         f"--url {shown} --schema fanout` or set migrate: true"
     )
@@ -73,7 +73,9 @@ def test_an_upsert_sink_at_revision_0003_is_refused_at_open(pg_url: str) -> None
     command = shlex.split(str(refused.value).split("`")[1])
     assert command[:3] == ["fanout", "migrate", "--url"]
     assert main(command[1:]) == 0  # the command as named
-    assert query(pg_url, "SELECT version_num FROM fanout.alembic_version") == [("0006_target_oid",)]
+    assert query(pg_url, "SELECT version_num FROM fanout.alembic_version") == [
+        ("0007_upsert_routes_refused",)
+    ]
     sink.open(SinkContext("old"))  # now at head: fine
     sink.close()
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fanout_postgres import PostgresSink
 from fanout_postgres.migrate import head_revision, head_table, lock_key, upgrade
-from pgcheck import dsn, query
+from pgcheck import dsn, execute, query
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
@@ -312,3 +313,118 @@ def test_target_oid_downgrades_keeping_the_marks_and_upgrades_again(pg_url: str)
     assert _state(pg_url, "dn")["columns"] == PROGRESS_COLUMNS
     assert query(pg_url, "SELECT batch_id, target_oid FROM dn.progress") == [(7, None)]
     assert query(pg_url, "SELECT batch_id, target_oid FROM dn.upsert_routes") == [(3, None)]
+
+
+UPSERT_ROUTES_COLUMNS = [
+    "pipeline", "sink", "batch_id", "partition", "route", "committed_at", "partitions",
+    "target_oid", "refused", "kept_in",
+]  # fmt: skip
+
+
+def test_upsert_routes_of_0006_keep_their_rows_uncounted_and_read_cautiously(
+    pg_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Upgrading ``upsert_routes`` of revision 0006 in place adds ``refused`` and
+    ``kept_in`` (0007); the rows it held are kept, their refused rows uncounted. A batch
+    they say every partition committed is then held whole without a dead-letter target,
+    or when the target holds refused rows of the batch; with a target holding none,
+    ``holds_batch`` cannot tell (``None``, logged): no lost mark, no refusal of a reset."""
+    from fanout_postgres.membership import UpsertRecord, upsert_records
+
+    from fanout.contract.dead_letters import DeadLetter
+    from fanout.deadletters.delta import DeltaDeadLetters
+    from fanout.testing import make_batch, open_sink
+
+    upgrade(pg_url, schema="up6", revision="0006_target_oid")
+    engine = create_engine(pg_url, poolclass=NullPool)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE up6_events (id bigint PRIMARY KEY, v text)")
+        for batch_id, partition in ((3, 0), (3, 1), (4, 0), (4, 1)):
+            conn.exec_driver_sql(
+                "INSERT INTO up6.upsert_routes (pipeline, sink, batch_id, partition, route, "
+                f"partitions) VALUES ('p', 'up', {batch_id}, {partition}, 'r', 2)"
+            )
+    migrated = upgrade(pg_url, schema="up6")
+    assert (migrated.before, migrated.after) == ("0006_target_oid", head_revision())
+    assert _columns(pg_url, "up6", "upsert_routes") == UPSERT_ROUTES_COLUMNS
+    with engine.connect() as conn:
+        records = upsert_records(conn, "up6", "p", "up", 3)
+    engine.dispose()
+    assert records == {0: UpsertRecord(2, None, None), 1: UpsertRecord(2, None, None)}
+    assert query(pg_url, "SELECT batch_id, partition, route FROM up6.upsert_routes ORDER BY 1, 2"
+                 ) == [(3, 0, "r"), (3, 1, "r"), (4, 0, "r"), (4, 1, "r")]  # fmt: skip
+
+    def sink(**dead: str) -> PostgresSink:
+        made = PostgresSink("up", url=pg_url, table="up6_events", mode="upsert", keys=["id"],
+                            partitions=2, state_schema="up6", **dead)  # fmt: skip
+        return open_sink(made, "p")
+
+    bare = sink()
+    try:
+        assert bare.holds_batch("p", 0, 3) is True  # no target: nothing waits for one
+    finally:
+        bare.close()
+    dead = tmp_path / "dead"
+    DeltaDeadLetters(str(dead)).write(
+        make_batch([{"id": 1}], batch_id=4, pipeline="p", sink_name="up"),
+        [DeadLetter({"id": 1}, "refused")],
+        source="refused",
+    )
+    delta = sink(dead_letter=str(dead))
+    try:
+        with caplog.at_level("WARNING", logger="fanout_postgres"):
+            assert delta.holds_batch("p", 0, 3) is None
+            assert delta.holds_batch("p", 0, 4) is True  # its letters are there
+    finally:
+        delta.close()
+    in_table = sink(dead_letter="postgres:up6_rejects")  # created by open()
+    execute(
+        pg_url,
+        "INSERT INTO up6_rejects (pipeline, sink, batch_id, partition, target, reason, row) "
+        """VALUES ('p', 'up', 4, 1, 'up6_events', 'refused', '{"id": 1}')""",
+    )
+    try:
+        with caplog.at_level("WARNING", logger="fanout_postgres"):
+            assert in_table.holds_batch("p", 0, 3) is None
+            assert in_table.holds_batch("p", 0, 4) is True  # written in its transactions
+    finally:
+        in_table.close()
+    said = [r.getMessage() for r in caplog.records if "older fanout" in r.getMessage()]
+    assert said == [
+        "sink 'up', batch 3: its upsert_routes rows of epoch 0 were written by an older "
+        f"fanout, which counted no refused row, and {where} holds none of the batch: "
+        "cannot tell whether it refused none or the driver never wrote them there"
+        for where in (f"Delta table {dead}", "PostgreSQL table up6_rejects")
+    ]
+
+
+def test_upsert_routes_refused_downgrades_keeping_the_rows_and_upgrades_again(
+    pg_url: str,
+) -> None:
+    """Revision 0007 down to 0006 drops ``refused`` and ``kept_in`` and keeps the rows;
+    upgrading again adds them back, empty (those rows then read as an older fanout's)."""
+    from alembic import command
+    from fanout_postgres.migrate import ALEMBIC_LOCK, _alembic_config
+
+    upgrade(pg_url, schema="dn7")
+    engine = create_engine(pg_url, poolclass=NullPool)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO dn7.upsert_routes (pipeline, sink, batch_id, partition, route, "
+            "partitions, refused, kept_in) VALUES ('p', 'up', 3, 0, 'r', 2, 4, 'rejects'), "
+            "('p', 'up', 3, 1, 'r', 2, 0, NULL)"
+        )
+    with engine.connect() as conn, conn.begin(), ALEMBIC_LOCK:
+        command.downgrade(_alembic_config("dn7", conn), "0006_target_oid")
+    engine.dispose()
+    assert query(pg_url, "SELECT version_num FROM dn7.alembic_version") == [("0006_target_oid",)]
+    assert _columns(pg_url, "dn7", "upsert_routes") == UPSERT_ROUTES_COLUMNS[:-2]
+    rows = "SELECT batch_id, partition, route, partitions FROM dn7.upsert_routes ORDER BY 2"
+    assert query(pg_url, rows) == [(3, 0, "r", 2), (3, 1, "r", 2)]
+
+    again = upgrade(pg_url, schema="dn7")
+    assert (again.before, again.after) == ("0006_target_oid", head_revision())
+    assert _columns(pg_url, "dn7", "upsert_routes") == UPSERT_ROUTES_COLUMNS
+    assert query(
+        pg_url, "SELECT partition, refused, kept_in FROM dn7.upsert_routes ORDER BY 1"
+    ) == [(0, None, None), (1, None, None)]
