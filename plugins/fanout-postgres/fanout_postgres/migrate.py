@@ -105,6 +105,25 @@ def head_revision() -> str:
     return head
 
 
+def ahead_of_code(current: str | None, schema: str) -> str | None:
+    """What to do when fanout's tables in ``schema`` are at ``current``, a revision this
+    version of fanout-postgres does not ship (a newer fanout migrated them): migrating
+    cannot help, upgrading the plugin does. ``None`` for a revision it ships, or none."""
+    from alembic.script import ScriptDirectory
+
+    if current is None:
+        return None
+    script = ScriptDirectory.from_config(_alembic_config(DEFAULT_SCHEMA))
+    if current in {r.revision for r in script.walk_revisions()}:
+        return None
+    return (
+        f"fanout's tables in schema {schema!r} are at revision {current}, which this "
+        f"fanout-postgres does not know (its newest is {head_revision()}): a newer fanout "
+        "migrated them. Upgrade fanout-postgres to the version that did (`pip install -U "
+        "fanout-postgres`); migrating again cannot help, and fanout never migrates down"
+    )
+
+
 def head_table(name: str, schema: str = DEFAULT_SCHEMA) -> Table:
     """fanout's table ``name`` in ``schema`` as the migrations leave it at head.
 
@@ -219,6 +238,9 @@ def upgrade(
         with engine.connect() as conn, conn.begin():
             prepare_schema(conn, schema)  # serialises concurrent upgrades until COMMIT
             before = current_revision(conn, schema)
+            ahead = ahead_of_code(before, schema)
+            if ahead is not None:
+                raise ConfigurationError(ahead)
             with ALEMBIC_LOCK:
                 command.upgrade(_alembic_config(schema, conn), revision)
             after = current_revision(conn, schema)
@@ -246,6 +268,9 @@ def migration_problem(
         current = current_revision(conn, schema)
         if current == head_revision():
             return None
+        ahead = ahead_of_code(current, schema)
+        if ahead is not None:
+            return ahead
         missing = missing_at_head(conn, schema)
     what = f" (missing: {', '.join(missing)})" if missing else ""
     command = f"`fanout migrate --url {shown_url} --schema {schema}`"

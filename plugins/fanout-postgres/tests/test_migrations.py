@@ -428,3 +428,28 @@ def test_upsert_routes_refused_downgrades_keeping_the_rows_and_upgrades_again(
     assert query(
         pg_url, "SELECT partition, refused, kept_in FROM dn7.upsert_routes ORDER BY 1"
     ) == [(0, None, None), (1, None, None)]
+
+
+def test_tables_a_newer_fanout_migrated_say_to_upgrade_the_plugin(pg_url: str) -> None:
+    """A database migrated by a newer fanout-postgres (a revision this one does not ship):
+    ``migrate: true`` failed with Alembic's "Can't locate revision", and ``migrate: false``
+    said to run `fanout migrate`, which cannot help. Both now say to upgrade the plugin."""
+    upgrade(pg_url)
+    execute(pg_url, "UPDATE fanout.alembic_version SET version_num = '0099_from_the_future'")
+    said = (
+        "fanout's tables in schema 'fanout' are at revision 0099_from_the_future, which this "
+        f"fanout-postgres does not know (its newest is {head_revision()}): a newer fanout "
+        "migrated them. Upgrade fanout-postgres to the version that did (`pip install -U "
+        "fanout-postgres`); migrating again cannot help, and fanout never migrates down"
+    )
+    with pytest.raises(ConfigurationError) as migrating:
+        upgrade(pg_url)
+    assert str(migrating.value) == said
+    unmigrated = PostgresSink("pg", url=pg_url, table="events", mode="append", migrate=False)
+    execute(pg_url, "CREATE TABLE events (id bigint)")
+    with pytest.raises(ConfigurationError) as opening:
+        unmigrated.open(SinkContext("m"))
+    assert str(opening.value).endswith(said)
+    assert query(pg_url, "SELECT version_num FROM fanout.alembic_version") == [
+        ("0099_from_the_future",)
+    ]
