@@ -59,8 +59,12 @@ def _print_options(types: Mapping[str, Any], type_name: str, *, as_json: bool) -
     from fanout.contract.options import declared_options, option_type_texts, text_table
 
     if type_name not in types:
+        import difflib
+
         known = ", ".join(sorted(types)) or "none"
-        print(f"fanout: no sink type {type_name!r}; installed: {known}", file=sys.stderr)
+        close = difflib.get_close_matches(type_name, list(types), n=1)
+        hint = f", did you mean {close[0]}?" if close else ""
+        print(f"fanout: no sink type {type_name!r}{hint}; installed: {known}", file=sys.stderr)
         return 2
     sink_class = types[type_name].sink_class
     options = declared_options(sink_class)

@@ -165,4 +165,11 @@ def test_plugins_options_json_is_the_declaration() -> None:
 def test_plugins_options_of_an_unknown_type_names_the_installed_ones() -> None:
     done = fanout_cli("plugins", "--options", "postgress")
     assert done.returncode == 2
-    assert "no sink type 'postgress'; installed: delta, kafka, postgres" in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "fanout: no sink type 'postgress', did you mean postgres?; installed: delta, kafka, "
+        "postgres"
+    )
+    far = fanout_cli("plugins", "--options", "mongodb")
+    assert (far.returncode, far.stderr.splitlines()[-1]) == (
+        2, "fanout: no sink type 'mongodb'; installed: delta, kafka, postgres"
+    )  # fmt: skip
