@@ -443,18 +443,23 @@ class KafkaSink(PartitionedSink):
         the dead-letter target (not a topic: a topic's are in the transactions) does not
         hold: the task parks them after its commit, and one killed in between leaves them
         to the batch's replay. A target that cannot say what it holds (no ``read_rows``),
-        or whose read fails, holds none. One consumer per partition reads its journal."""
+        or whose read fails, holds none. The journals are counted from their partitions'
+        offsets, read in one request round, and read (one consumer) only where those hold
+        no count (:mod:`fanout_kafka.letters`); the target is read only when they named
+        letters. A partition whose journal is gone and cannot be counted otherwise counts
+        as one letter waiting (logged), unless it is the only one and every letter of the
+        batch the target holds is its own."""
         from fanout.contract.batch import BatchInfo
-        from fanout_kafka.transaction import PartitionWriter
+        from fanout_kafka.letters import named_letters
 
         if self._dead is None or self._dead_topic is not None:
             return 0
         batch = Batch(None, BatchInfo(pipeline, batch_id, epoch=epoch), self.name,
                       txn_app_id(pipeline, self.name, epoch))  # fmt: skip
         settings = self.settings(batch)
-        named = sum(PartitionWriter(settings, p, batch_id).journal_letters()
-                    for p in range(partitions))  # fmt: skip
-        if not named:
+        found = named_letters(settings, batch_id, partitions)
+        named = found.counted
+        if not named and not found.unknown:
             return 0
         read_rows = getattr(self._dead, "read_rows", None)
         kept = 0
@@ -465,7 +470,40 @@ class KafkaSink(PartitionedSink):
                 text = f"cannot read its dead letters in {self._dead.describe()} ({exc})"
                 log.warning("sink %r, batch %d: %s: counted as not there", self.name, batch_id,
                             redact(text, self.secret_values()))  # fmt: skip
-        return max(named - kept, 0)
+        if not found.unknown:
+            return max(named - kept, 0)
+        if not named and kept and len(found.unknown) == 1:
+            return 0  # the target's letters of the batch are that partition's: it parked
+        self._log_journals_gone(settings, pipeline, epoch, batch_id, found.unknown)
+        return max(named - kept, 0) + len(found.unknown)
+
+    def _log_journals_gone(
+        self,
+        settings: WriterSettings,
+        pipeline: str,
+        epoch: int,
+        batch_id: int,
+        gone: Sequence[tuple[int, int]],
+    ) -> None:
+        """Say which partitions' letters cannot be counted, and what the user can do."""
+        where = self._dead.describe() if self._dead is not None else "?"
+        parts = ", ".join(f"{p} (offset {position})" for p, position in gone)
+        log.warning(
+            "sink %r, batch %d: the letters journal of partition(s) %s on marker topic %r is "
+            "gone (the topic's retention or compaction removed it; the partitions' offsets "
+            "still point at it), and their commits recorded no letter count (fanout before "
+            "the .journaled groups): cannot tell whether they set rows of this batch aside "
+            "for %s. Counted as one waiting letter each, so the batch reads as held in part: "
+            "a new epoch is refused and `fanout recover` records no lost mark. A replay "
+            "cannot write them either (it rebuilds them from the journal). Every partition "
+            "committed its rows to %r: if you accept that those partitions' refused rows of "
+            "batch %d may be missing from %s, record the batch for this sink with `fanout "
+            "ledger skip --ledger <ledger> --pipeline %s --sink %s --through %d --epoch %d` "
+            "and restart the query.",
+            self.name, batch_id, parts, settings.marker_topic, redact(where, self.secret_values()),
+            self.topic, batch_id, redact(where, self.secret_values()), pipeline, self.name,
+            batch_id, epoch,
+        )  # fmt: skip
 
     def _topic_replaced(self, config: dict[str, Any], scope: str) -> str | None:
         """Why the topic was deleted and created again since: its id is not the one
