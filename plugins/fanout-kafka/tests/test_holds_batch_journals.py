@@ -256,3 +256,36 @@ def test_a_replay_skipping_a_partition_whose_journal_is_gone_parks_what_it_can_t
         "other partition committed the batch (`fanout recover --config` shows the part): "
         "`fanout ledger skip ... --through 2` for this sink, then restart"
     ) in failed.failure.message, failed.failure.message
+
+
+def test_a_transaction_aborted_after_sending_its_count_leaves_the_committed_one(
+    setup: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A guard: the ``.journaled`` count goes with the transaction
+    (``send_offsets_to_transaction``), so an attempt aborted after sending it (its journal
+    produced, its count sent) leaves the letters and journaled groups where the last
+    committed transaction put them. Sent outside the transaction, an aborted attempt's
+    count would stand beside the committed journal (this test fails then)."""
+    from fanout_kafka.journal import pack_journaled
+    from fanout_kafka.letters import NamedLetters, named_letters
+
+    s = setup(1)
+    s.write(0, {0: 2})
+    position = s.offset(0, ".letters")
+    assert s.offset(0, ".journaled") == pack_journaled(0, position, 2)
+    real_end = PartitionWriter._end
+
+    def end(self: PartitionWriter, finish: Callable[[float], None]) -> None:
+        if getattr(finish, "__name__", "") == "commit_transaction":
+            raise RuntimeError("killed before the commit")
+        real_end(self, finish)
+
+    monkeypatch.setattr(PartitionWriter, "_end", end)
+    assert s.run(1, 0, 3).status == "failed"
+    monkeypatch.undo()
+    assert (s.offset(0, ".letters"), s.offset(0, ".journaled")) == (
+        position,
+        pack_journaled(0, position, 2),
+    )
+    assert named_letters(s.settings(1), 1, 1) == NamedLetters(0)
+    assert (s.holds(0), s.holds(1)) == (True, False)
