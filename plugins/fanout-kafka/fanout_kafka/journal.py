@@ -34,16 +34,10 @@ instead of its own when the batch bits are its own (:func:`unpack_refused`). The
 total, not the refused records alone: a replay whose size check sets a refused record
 aside itself (``max_record_bytes`` lowered since) would count it twice.
 
-The driver asks whether a batch's letters reached the Delta table (``holds_batch``) at a
-run's start, by ``fanout recover`` and at a new epoch: reading each partition's journal
-for that took a consumer per partition, also for a batch with no letters, and a journal
-the marker topic's retention removed could not be counted at all. So a transaction with a
-journal also commits, for group ``<marker group>.journaled``, the offset
-:func:`pack_journaled`: its letter count, the low 24 bits of the journal's position and
-of ``batch + 1``. The position ties that offset to the journal the letters group points
-at (:func:`journaled_letters`): when they match, the partition's last journal is that
-batch's and holds that many letters, without reading it; when they do not (a journal
-committed by the version before, which wrote no such offset), the journal is read.
+The count is committed for every transaction with letters, whatever the target: the
+driver asks whether a batch's letters reached a Delta table (``holds_batch``) at a run's
+start, by ``fanout recover`` and at a new epoch, and counts them from the partitions'
+refused groups (:mod:`fanout_kafka.letters`) instead of reading their journals.
 """
 
 from __future__ import annotations
@@ -62,12 +56,6 @@ REFUSED_SUFFIX = ".refused"
 """The group of a ``kafka:`` dead-letter topic's refused count: the marker group plus this."""
 
 _REFUSED_BATCH_BITS = 32
-
-JOURNALED_SUFFIX = ".journaled"
-"""The group of a journal's count, position and batch: the marker group plus this."""
-
-_J_BATCH_BITS, _J_POSITION_BITS = 24, 24
-_J_LETTERS_SHIFT = _J_BATCH_BITS + _J_POSITION_BITS
 
 DIGEST_BYTES = 12
 """A record's digest length: collisions among one partition's records are out of reach."""
@@ -99,37 +87,6 @@ def refused_group(marker_group: str) -> str:
     """The group whose committed offset counts the letters of a partition's committed
     transaction when it has any (bad records, records the producer or broker refused)."""
     return marker_group + REFUSED_SUFFIX
-
-
-def journaled_group(marker_group: str) -> str:
-    """The group whose committed offset says what the partition's last journal holds
-    (:func:`pack_journaled`)."""
-    return marker_group + JOURNALED_SUFFIX
-
-
-def pack_journaled(batch_id: int, position: int, letters: int) -> int:
-    """The journaled group's offset for a journal of ``letters`` letters (fewer than
-    2**15: :data:`MAX_JOURNAL_BYTES` holds under 30,000) of batch ``batch_id`` at
-    ``position`` of the marker topic."""
-    if not 0 <= letters < 2**15:
-        raise JournalTooLarge(f"{letters} letters: a journal holds fewer than {2**15}")
-    batch = (batch_id + 1) % 2**_J_BATCH_BITS
-    return (letters << _J_LETTERS_SHIFT) | (position % 2**_J_POSITION_BITS) << _J_BATCH_BITS | batch
-
-
-def journaled_letters(offset: int, position: int, batch_id: int) -> int | None:
-    """How many letters batch ``batch_id``'s journal names, from the journaled group's
-    ``offset`` and the letters group's ``position``: 0 when the journal there is an
-    earlier batch's (this batch committed none); ``None`` when the offset was not committed
-    with the journal at ``position`` (none committed, or the journal was written by the
-    version before, which committed no such offset): read the journal then."""
-    if offset < 0 or position < 0:
-        return None
-    if (offset >> _J_BATCH_BITS) % 2**_J_POSITION_BITS != position % 2**_J_POSITION_BITS:
-        return None
-    if offset % 2**_J_BATCH_BITS != (batch_id + 1) % 2**_J_BATCH_BITS:
-        return 0
-    return offset >> _J_LETTERS_SHIFT
 
 
 def pack_refused(batch_id: int, letters: int) -> int:
@@ -239,10 +196,7 @@ __all__ = [
     "JournalTooLarge",
     "decode",
     "encode",
-    "journaled_group",
-    "journaled_letters",
     "letters_group",
-    "pack_journaled",
     "pack_refused",
     "rebuild",
     "record_digest",

@@ -1,20 +1,17 @@
 """The driver's count of the letters a batch's committed partitions named in their journals
 (:meth:`fanout_kafka.KafkaSink.holds_batch`, with a dead-letter target outside the cluster).
 
-One request round reads every partition's letters group (where its last journal is) and
-journaled group (:func:`fanout_kafka.journal.pack_journaled`: that journal's batch and
-letter count, committed with it). A partition with no journal named none; one whose
-journaled offset was committed with the journal the letters group points at is counted
-from it. Only the rest (journals written by the version before, which committed no count)
-are read, all with one consumer.
-
-A journal can be gone: the marker topic's retention (``retention.ms``, ``retention.bytes``)
-or compaction removed it while the group offsets, kept by ``offsets.retention.minutes``,
-still point at it. Whether it was this batch's is then told, where the facts allow, by
-its position: journals are produced while their batch is written, and a sink writes its
-batches in order, so a journal before another partition's journal of an earlier batch is
-an earlier batch's too (none of this batch). Otherwise its partition is
-:attr:`NamedLetters.unknown`.
+Every transaction with letters commits their count and batch for its partition's refused
+group (:func:`fanout_kafka.journal.pack_refused`), beside its journal's offset for the
+letters group. One request round reads every partition's two groups: a count of this batch
+is the partition's letters; a count of another batch says the journal the letters group
+points at is that batch's (they were committed together), so none of this one; no letters
+group, no letters. Only a journal with no count at all (committed by the version before,
+which counted only a dead-letter topic's letters) is read, all of them by one consumer; one
+gone (the marker topic's retention or compaction removed it while the group offsets live
+on) is :attr:`NamedLetters.unknown`. (The one journal this misdates: one the version before
+wrote for a Delta table after a count it committed for a dead-letter topic, the target
+changed within an epoch, is taken as that count's batch.)
 """
 
 from __future__ import annotations
@@ -39,9 +36,9 @@ _JUMP = 256
 class NamedLetters:
     """What a batch's committed partitions named of their letters.
 
-    :param counted: the letters of the partitions whose journal could be counted.
-    :param unknown: ``(partition, position)`` of each partition whose journal is gone
-        and whose count cannot be told otherwise: it may have named letters of the batch.
+    :param counted: the letters of the partitions whose count or journal was read.
+    :param unknown: ``(partition, position)`` of each partition whose journal, committed
+        without a count, is gone: it may have named letters of the batch.
     :param read: how many journals were read (the rest were counted from the offsets).
     """
 
@@ -55,40 +52,25 @@ def named_letters(settings: WriterSettings, batch_id: int, partitions: int) -> N
     ``batch_id`` (each holds the batch: the caller read their markers)."""
     timeout = settings.operation_timeout_s
     groups = [settings.letters_group(p) for p in range(partitions)]
-    groups += [settings.journaled_group(p) for p in range(partitions)]
+    groups += [settings.refused_group(p) for p in range(partitions)]
     config = admin_config(settings.producer, settings.bootstrap_servers)
     offsets = read_offsets(config, settings.marker_topic, groups, timeout)
     positions, counts = offsets[:partitions], offsets[partitions:]
-    counted, earlier, to_read = 0, [], {}
-    for p, position in enumerate(positions):
-        if position < 0:
-            continue  # no journal ever
-        known = journal.journaled_letters(counts[p], position, batch_id)
-        if known is None:
-            to_read[p] = position
-        elif known:
-            counted += known
-        else:
-            earlier.append(position)
+    counted = sum(journal.unpack_refused(count, batch_id) for count in counts)
+    to_read = {p: position for p, position in enumerate(positions)
+               if position >= 0 and counts[p] < 0}  # fmt: skip
     if not to_read:
         return NamedLetters(counted)
     found = read_journals(settings, to_read, timeout)
-    gone = []
+    unknown = []
     for p, position in sorted(to_read.items()):
         value = found[p]
         if value is None:
-            gone.append((p, position))
+            unknown.append((p, position))
             continue
         journal_batch, letters = journal.summary(value)
         if journal_batch == batch_id:
             counted += letters
-        else:
-            earlier.append(position)
-    unknown = []
-    for p, position in gone:
-        if any(e > position for e in earlier):
-            continue  # before an earlier batch's journal: an earlier batch's
-        unknown.append((p, position))
     return NamedLetters(counted, tuple(unknown), read=len(to_read))
 
 

@@ -443,12 +443,11 @@ class KafkaSink(PartitionedSink):
         the dead-letter target (not a topic: a topic's are in the transactions) does not
         hold: the task parks them after its commit, and one killed in between leaves them
         to the batch's replay. A target that cannot say what it holds (no ``read_rows``),
-        or whose read fails, holds none. The journals are counted from their partitions'
-        offsets, read in one request round, and read (one consumer) only where those hold
-        no count (:mod:`fanout_kafka.letters`); the target is read only when they named
-        letters. A partition whose journal is gone and cannot be counted otherwise counts
-        as one letter waiting (logged), unless it is the only one and every letter of the
-        batch the target holds is its own."""
+        or whose read fails, holds none. The letters are counted from the partitions'
+        refused groups, read in one request round, and a journal (one consumer for all)
+        only where its commit recorded no count (:mod:`fanout_kafka.letters`); the target
+        is read only when they named letters. Such a journal gone counts as one letter
+        waiting (logged)."""
         from fanout.contract.batch import BatchInfo
         from fanout_kafka.letters import named_letters
 
@@ -472,8 +471,6 @@ class KafkaSink(PartitionedSink):
                             redact(text, self.secret_values()))  # fmt: skip
         if not found.unknown:
             return max(named - kept, 0)
-        if not named and kept and len(found.unknown) == 1:
-            return 0  # the target's letters of the batch are that partition's: it parked
         self._log_journals_gone(settings, pipeline, epoch, batch_id, found.unknown)
         return max(named - kept, 0) + len(found.unknown)
 
@@ -492,7 +489,7 @@ class KafkaSink(PartitionedSink):
             "sink %r, batch %d: the letters journal of partition(s) %s on marker topic %r is "
             "gone (the topic's retention or compaction removed it; the partitions' offsets "
             "still point at it), and their commits recorded no letter count (fanout before "
-            "the .journaled groups): cannot tell whether they set rows of this batch aside "
+            "a count for a Delta table): cannot tell whether they set rows of this batch aside "
             "for %s. Counted as one waiting letter each, so the batch reads as held in part: "
             "a new epoch is refused and `fanout recover` records no lost mark. A replay "
             "cannot write them either (it rebuilds them from the journal). Every partition "

@@ -368,8 +368,8 @@ class PartitionWriter:
         """The ``(digest, reason)`` entries of this batch's journal for this partition, or
         ``None`` when the letters group points at none of this batch.
 
-        :raises JournalGone: the journal is gone and its count (``.journaled``) does not
-            say it was an earlier batch's."""
+        :raises JournalGone: the journal is gone and the refused count does not say it
+            was an earlier batch's."""
         from fanout_kafka.letters import read_journals
 
         settings = self.settings
@@ -388,16 +388,16 @@ class PartitionWriter:
         value = read_journals(settings, {self.partition: offset}, self._timeout)[self.partition]
         if value is not None:
             return journal.decode(value, self.batch_id)
-        config["group.id"] = settings.journaled_group(self.partition)
+        config["group.id"] = settings.refused_group(self.partition)
         consumer = Consumer(config)
         try:
-            count = self._committed_offset(consumer, "read the letters journal's count")
+            count = self._committed_offset(consumer, "read the refused count")
         finally:
             consumer.close()
-        letters = journal.journaled_letters(count, offset, self.batch_id)
-        if letters == 0:
-            return None  # an earlier batch's journal
-        what = "an unknown number of" if letters is None else str(letters)
+        letters = journal.unpack_refused(count, self.batch_id)
+        if count >= 0 and not letters:
+            return None  # committed with the journal: an earlier batch's
+        what = str(letters) if letters else "an unknown number of"
         raise journal.JournalGone(
             f"the letters journal of this committed partition (offset {offset} of marker "
             f"topic {settings.marker_topic!r}) is gone (the topic's retention or compaction "
@@ -505,12 +505,12 @@ class PartitionWriter:
                     lambda: producer.send_offsets_to_transaction([plan], group, self._timeout),
                 )
             self._send_target(producer)
-            if settings.dead_topic is not None and bad:
+            if bad:
                 # every letter counted, not only the refused: a replay's size check may
                 # let a record through that this one set aside
                 self._send_refused(producer, len(bad))
             if journal_value is not None:
-                self._send_journal_offset(producer, journal_offset, len(bad))
+                self._send_journal_offset(producer, journal_offset)
             self._retrying("commit", lambda: self._end(producer.commit_transaction))
         except BaseException as exc:
             fatal = self._abort()
@@ -540,7 +540,9 @@ class PartitionWriter:
 
     def _send_refused(self, producer: Any, letters: int) -> None:
         """Commit the letters count (bad and refused records) for the refused group, in
-        the transaction: a replay that skips the partition counts its letters from it."""
+        the transaction: a replay that skips the partition counts its letters from it (a
+        dead-letter topic), and the driver's ``holds_batch`` the letters to find parked (a
+        Delta table)."""
         settings = self.settings
         group = group_metadata(settings, self.partition, settings.refused_group(self.partition))
         where = TopicPartition(
@@ -551,10 +553,8 @@ class PartitionWriter:
             lambda: producer.send_offsets_to_transaction([where], group, self._timeout),
         )
 
-    def _send_journal_offset(self, producer: Any, offsets: list[int], letters: int) -> None:
-        """Commit the journal record's offset for the letters group, and its letter count,
-        position and batch for the journaled group (what the driver's ``holds_batch``
-        reads instead of the journal), in the transaction."""
+    def _send_journal_offset(self, producer: Any, offsets: list[int]) -> None:
+        """Commit the journal record's offset for the letters group, in the transaction."""
         if len(offsets) != 1 or offsets[0] < 0:
             raise KafkaException(
                 KafkaError(
@@ -569,13 +569,6 @@ class PartitionWriter:
         self._retrying(
             "send the letters journal's offset",
             lambda: producer.send_offsets_to_transaction([where], group, self._timeout),
-        )
-        group = group_metadata(settings, self.partition, settings.journaled_group(self.partition))
-        count = journal.pack_journaled(self.batch_id, offsets[0], letters)
-        counted = TopicPartition(settings.marker_topic, 0, count)
-        self._retrying(
-            "send the letters journal's count",
-            lambda: producer.send_offsets_to_transaction([counted], group, self._timeout),
         )
 
     def _check_duration(

@@ -11,10 +11,7 @@ from fanout_kafka.journal import (
     JournalTooLarge,
     decode,
     encode,
-    journaled_group,
-    journaled_letters,
     letters_group,
-    pack_journaled,
     pack_refused,
     rebuild,
     record_digest,
@@ -79,21 +76,6 @@ def test_the_refused_count_is_read_back_for_its_own_batch_only() -> None:
     assert unpack_refused(pack_refused(2**32 + 5, 2**31 - 1), 2**32 + 5) == 2**31 - 1
     assert unpack_refused(pack_refused(40, 7), 41) == 0  # an earlier batch's
     assert unpack_refused(-1001, 41) == 0  # none committed (librdkafka's OFFSET_INVALID)
-
-
-def test_the_journaled_count_answers_only_for_the_journal_it_was_committed_with() -> None:
-    assert journaled_group("fanout/orders/events/p3") == "fanout/orders/events/p3.journaled"
-    offset = pack_journaled(41, 1234, 7)
-    assert 0 <= offset < 2**63  # a valid offset
-    assert journaled_letters(offset, 1234, 41) == 7  # this batch's journal, 7 letters
-    assert journaled_letters(offset, 1234, 42) == 0  # an earlier batch's journal: none
-    assert journaled_letters(offset, 1235, 41) is None  # another journal: read it
-    assert journaled_letters(-1001, 1234, 41) is None  # no count committed (the version before)
-    assert journaled_letters(-1001, -1001, 41) is None
-    big = pack_journaled(2**24 + 3, 2**40 + 9, 2**15 - 1)  # low bits of batch and position
-    assert journaled_letters(big, 2**40 + 9, 2**24 + 3) == 2**15 - 1
-    with pytest.raises(JournalTooLarge):
-        pack_journaled(1, 1, 2**15)
 
 
 def test_a_journal_s_summary_is_its_batch_and_letter_count() -> None:
