@@ -33,6 +33,11 @@ partition's letters, its bad records and the refused ones; the replay takes that
 instead of its own when the batch bits are its own (:func:`unpack_refused`). The
 total, not the refused records alone: a replay whose size check sets a refused record
 aside itself (``max_record_bytes`` lowered since) would count it twice.
+
+The count is committed for every transaction with letters, whatever the target: the
+driver asks whether a batch's letters reached a Delta table (``holds_batch``) at a run's
+start, by ``fanout recover`` and at a new epoch, and counts them from the partitions'
+refused groups (:mod:`fanout_kafka.letters`) instead of reading their journals.
 """
 
 from __future__ import annotations
@@ -62,6 +67,11 @@ transaction commits, under Kafka's default 1 MB record limit."""
 
 class JournalTooLarge(Exception):
     """More dead letters in one partition than one journal record holds."""
+
+
+class JournalGone(Exception):
+    """The journal a committed partition's letters group points at is no longer in the
+    marker topic (its retention or compaction removed it)."""
 
 
 class JournalMismatch(Exception):
@@ -145,6 +155,12 @@ def decode(value: bytes, batch_id: int) -> list[tuple[str, str]] | None:
     return [(str(digest), reasons[index]) for digest, index in data["letters"]]
 
 
+def summary(value: bytes) -> tuple[int, int]:
+    """A journal's batch id and how many letters it names."""
+    data: dict[str, Any] = json.loads(value)
+    return int(data["batch"]), len(data["letters"])
+
+
 def rebuild(
     entries: Sequence[tuple[str, str]], records: Sequence[Record], bad: Sequence[BadRecord]
 ) -> list[BadRecord]:
@@ -175,6 +191,7 @@ def rebuild(
 
 
 __all__ = [
+    "JournalGone",
     "JournalMismatch",
     "JournalTooLarge",
     "decode",
@@ -184,5 +201,6 @@ __all__ = [
     "rebuild",
     "record_digest",
     "refused_group",
+    "summary",
     "unpack_refused",
 ]

@@ -133,8 +133,8 @@ class WriterSettings:
         return letters_group(self.marker_group(partition))
 
     def refused_group(self, partition: int) -> str:
-        """``<marker group>.refused``: its offset counts the records refused and sent to a
-        dead-letter topic by the partition's committed transaction
+        """``<marker group>.refused``: its offset counts the dead letters of the
+        partition's last committed transaction with letters, and names its batch
         (:mod:`fanout_kafka.journal`)."""
         from fanout_kafka.journal import refused_group
 

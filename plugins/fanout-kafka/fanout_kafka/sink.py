@@ -34,6 +34,7 @@ from fanout.errors import (
     SinkWriteError,
     TransientSinkError,
 )
+from fanout.observe.secrets import redact
 from fanout.partitioned.membership import (
     WHOLE_ROW,
     CommittedPartition,
@@ -443,22 +444,57 @@ class KafkaSink(PartitionedSink):
         the dead-letter target (not a topic: a topic's are in the transactions) does not
         hold: the task parks them after its commit, and one killed in between leaves them
         to the batch's replay. A target that cannot say what it holds (no ``read_rows``),
-        or whose read fails, holds none. One consumer per partition reads its journal."""
+        or whose read fails, holds none. The letters are counted from the partitions'
+        refused groups, read in one request round, and a journal (one consumer for all)
+        only where its commit recorded no count (:mod:`fanout_kafka.letters`); the target
+        is read only when they named letters. Such a journal gone counts as one letter
+        waiting (logged)."""
         from fanout.contract.batch import BatchInfo
-        from fanout_kafka.transaction import PartitionWriter
+        from fanout_kafka.letters import named_letters
 
         if self._dead is None or self._dead_topic is not None:
             return 0
         batch = Batch(None, BatchInfo(pipeline, batch_id, epoch=epoch), self.name,
                       txn_app_id(pipeline, self.name, epoch))  # fmt: skip
         settings = self.settings(batch)
-        named = sum(PartitionWriter(settings, p, batch_id).journal_letters()
-                    for p in range(partitions))  # fmt: skip
-        if not named:
+        found = named_letters(settings, batch_id, partitions)
+        named = found.counted
+        if not named and not found.unknown:
             return 0
         kept = refused_rows_held(self._dead, pipeline, self.name, (epoch, batch_id),
                                  secrets=self.secret_values(), logger=log)  # fmt: skip
-        return max(named - kept, 0)
+        if not found.unknown:
+            return max(named - kept, 0)
+        self._log_journals_gone(settings, pipeline, epoch, batch_id, found.unknown)
+        return max(named - kept, 0) + len(found.unknown)
+
+    def _log_journals_gone(
+        self,
+        settings: WriterSettings,
+        pipeline: str,
+        epoch: int,
+        batch_id: int,
+        gone: Sequence[tuple[int, int]],
+    ) -> None:
+        """Say which partitions' letters cannot be counted, and what the user can do."""
+        where = self._dead.describe() if self._dead is not None else "?"
+        parts = ", ".join(f"{p} (offset {position})" for p, position in gone)
+        log.warning(
+            "sink %r, batch %d: the letters journal of partition(s) %s on marker topic %r is "
+            "gone (the topic's retention or compaction removed it; the partitions' offsets "
+            "still point at it), and their commits recorded no letter count (fanout before "
+            "a count for a Delta table): cannot tell whether they set rows of this batch aside "
+            "for %s. Counted as one waiting letter each, so the batch reads as held in part: "
+            "a new epoch is refused and `fanout recover` records no lost mark. A replay "
+            "cannot write them either (it rebuilds them from the journal). Every partition "
+            "committed its rows to %r: if you accept that those partitions' refused rows of "
+            "batch %d may be missing from %s, record the batch for this sink with `fanout "
+            "ledger skip --ledger <ledger> --pipeline %s --sink %s --through %d --epoch %d` "
+            "and restart the query.",
+            self.name, batch_id, parts, settings.marker_topic, redact(where, self.secret_values()),
+            self.topic, batch_id, redact(where, self.secret_values()), pipeline, self.name,
+            batch_id, epoch,
+        )  # fmt: skip
 
     def _topic_replaced(self, config: dict[str, Any], scope: str) -> str | None:
         """Why the topic was deleted and created again since: its id is not the one

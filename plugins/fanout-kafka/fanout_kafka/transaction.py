@@ -364,55 +364,54 @@ class PartitionWriter:
         finally:
             consumer.close()
 
-    def journal_letters(self) -> int:
-        """How many letters this partition's committed transaction of the batch named in
-        its journal (0: none, or no journal of this batch). For the driver's
-        :meth:`fanout_kafka.KafkaSink.holds_batch`, which asks whether they were parked."""
-        entries = self._read_journal()
-        return 0 if entries is None else len(entries)
-
     def _read_journal(self) -> list[tuple[str, str]] | None:
         """The ``(digest, reason)`` entries of this batch's journal for this partition, or
-        ``None`` when the letters group points at none of this batch."""
+        ``None`` when the letters group points at none of this batch.
+
+        :raises JournalGone: the journal is gone and the refused count does not say it
+            was an earlier batch's."""
+        from fanout_kafka.letters import read_journals
+
         settings = self.settings
         config = {
             **settings.consumer_config(self.partition),
             "group.id": settings.letters_group(self.partition),
-            # the offset was committed with the journal's transaction: it is committed,
-            # and read_uncommitted does not wait for other open transactions (the last
-            # stable offset) to reach it
-            "isolation.level": "read_uncommitted",
-            "auto.offset.reset": "error",
+            "isolation.level": "read_uncommitted",  # as the journal is read
         }
         consumer = Consumer(config)
         try:
             offset = self._committed_offset(consumer, "read the letters journal's offset")
-            if offset < 0:
-                return None
-            consumer.assign([TopicPartition(settings.marker_topic, 0, offset)])
-            deadline = time.monotonic() + self._timeout
-            while time.monotonic() < deadline:
-                message = consumer.poll(0.2)
-                if message is None:
-                    continue
-                if message.error():
-                    raise KafkaException(message.error())
-                if message.offset() == offset:
-                    if message.key() != settings.letters_group(self.partition).encode():
-                        raise RuntimeError(
-                            f"the letters journal at offset {offset} of "
-                            f"{settings.marker_topic!r} is not this partition's"
-                        )
-                    return journal.decode(message.value() or b"{}", self.batch_id)
-            raise KafkaException(
-                KafkaError(
-                    KafkaError._TIMED_OUT,
-                    f"the letters journal at offset {offset} of {settings.marker_topic!r} was "
-                    f"not read within {self._timeout:.0f} s",
-                )
-            )
         finally:
             consumer.close()
+        if offset < 0:
+            return None
+        value = read_journals(settings, {self.partition: offset}, self._timeout)[self.partition]
+        if value is not None:
+            return journal.decode(value, self.batch_id)
+        config["group.id"] = settings.refused_group(self.partition)
+        consumer = Consumer(config)
+        try:
+            count = self._committed_offset(consumer, "read the refused count")
+        finally:
+            consumer.close()
+        letters = journal.unpack_refused(count, self.batch_id)
+        if count >= 0 and not letters:
+            return None  # committed with the journal: an earlier batch's
+        what = str(letters) if letters else "an unknown number of"
+        raise journal.JournalGone(
+            f"the letters journal of this committed partition (offset {offset} of marker "
+            f"topic {settings.marker_topic!r}) is gone (the topic's retention or compaction "
+            f"removed it): {what} row(s) it set aside for {self._where()} cannot be rebuilt "
+            f"(its rows are in {settings.topic!r}). Raise the marker topic's retention.ms "
+            "above the longest time a failed batch may wait for its replay. To go on without "
+            "those rows, once every other partition committed the batch (`fanout recover "
+            "--config` shows the part): `fanout ledger skip ... --through "
+            f"{self.batch_id}` for this sink, then restart"
+        )
+
+    def _where(self) -> str:
+        target = self.settings.dead_letters
+        return target.describe() if target is not None else "the dead letters"
 
     def _park(self, bad: list[BadRecord]) -> None:
         """Write ``bad`` to a dead-letter target other than a topic (a Delta table), under
@@ -506,7 +505,7 @@ class PartitionWriter:
                     lambda: producer.send_offsets_to_transaction([plan], group, self._timeout),
                 )
             self._send_target(producer)
-            if settings.dead_topic is not None and bad:
+            if bad:
                 # every letter counted, not only the refused: a replay's size check may
                 # let a record through that this one set aside
                 self._send_refused(producer, len(bad))
@@ -541,7 +540,9 @@ class PartitionWriter:
 
     def _send_refused(self, producer: Any, letters: int) -> None:
         """Commit the letters count (bad and refused records) for the refused group, in
-        the transaction: a replay that skips the partition counts its letters from it."""
+        the transaction: a replay that skips the partition counts its letters from it (a
+        dead-letter topic), and the driver's ``holds_batch`` the letters to find parked (a
+        Delta table)."""
         settings = self.settings
         group = group_metadata(settings, self.partition, settings.refused_group(self.partition))
         where = TopicPartition(

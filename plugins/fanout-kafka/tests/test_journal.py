@@ -16,6 +16,7 @@ from fanout_kafka.journal import (
     rebuild,
     record_digest,
     refused_group,
+    summary,
     unpack_refused,
 )
 from fanout_kafka.records import BadRecord, Record
@@ -75,3 +76,10 @@ def test_the_refused_count_is_read_back_for_its_own_batch_only() -> None:
     assert unpack_refused(pack_refused(2**32 + 5, 2**31 - 1), 2**32 + 5) == 2**31 - 1
     assert unpack_refused(pack_refused(40, 7), 41) == 0  # an earlier batch's
     assert unpack_refused(-1001, 41) == 0  # none committed (librdkafka's OFFSET_INVALID)
+
+
+def test_a_journal_s_summary_is_its_batch_and_letter_count() -> None:
+    value = encode(
+        9, [BadRecord(Record(b"k", b"v", H), "why"), BadRecord(Record(None, b"w", H), "why")]
+    )
+    assert summary(value) == (9, 2)
