@@ -38,6 +38,29 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+ON_LOCAL_CLUSTER = "ON_LOCAL_CLUSTER"
+"""The module attribute listing what a test of that module, asking for the
+:func:`local_cluster_run` fixture, needs run on ``local-cluster`` (paths, node ids,
+``--deselect`` options)."""
+
+
+@pytest.fixture(scope="session")
+def local_cluster_run(request: pytest.FixtureRequest, tmp_path_factory: Any) -> Any:
+    """One nested pytest on ``local-cluster`` (:func:`tests.nested_pytest.run_on_local_cluster`)
+    of what every selected test asking for this fixture needs run there (its module's
+    :data:`ON_LOCAL_CLUSTER`), in the order of the tests: one cluster start (~30 s of CI)
+    for all of them."""
+    from tests.nested_pytest import run_on_local_cluster
+
+    targets: dict[str, list[str]] = {}
+    for item in request.session.items:
+        module = getattr(item, "module", None)
+        if "local_cluster_run" in getattr(item, "fixturenames", ()) and module is not None:
+            targets.setdefault(module.__name__, list(getattr(module, ON_LOCAL_CLUSTER)))
+    args = [arg for module_targets in targets.values() for arg in module_targets]
+    return run_on_local_cluster(tmp_path_factory.mktemp("on-local-cluster"), args)
+
+
 SERIAL_HEAVY = (
     "tests/integration/test_on_local_cluster.py",
     "tests/chaos/",
