@@ -14,10 +14,16 @@ MASTER_ENV = "FANOUT_TEST_MASTER"
 """Names the master of the tests' session: ``local[2]`` when unset; ``cluster`` for
 ``local-cluster[2,1,1024]`` (two executor JVMs), or any master string."""
 
-SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1"
+SHORT_LIVED_JVM = (
+    "-XX:TieredStopAtLevel=1 -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote"
+)
 """Java options of every Spark driver the tests start, the test process's own session and
 those of the drivers it starts in subprocesses (Spark's launcher adds ``SPARK_SUBMIT_OPTS``
-to a driver's JVM, and subprocesses inherit it). On the tests' small data the JIT's
+to a driver's JVM, and subprocesses inherit it). A Spark start loads thousands of classes
+from the class path, each verified by default; unverified (the pinned pyspark wheel's jars
+and fanout's javac-compiled classes: no fanout behaviour a test proves), a session start
+and one job took 8.7 CPU s against 10.4 (seven runs each, alternated; 6.5 s against 8.2
+of wall time in the least loaded pairs). On the tests' small data the JIT's
 optimizing compiler costs more CPU than it saves: measured with both runs at once,
 tests/integration/test_hard_kill.py (driver subprocesses) took 66.3 CPU s with it off
 against 93.0, and three files run in the test process's session 43.6 against 63.3. Executor
