@@ -14,13 +14,21 @@ MASTER_ENV = "FANOUT_TEST_MASTER"
 """Names the master of the tests' session: ``local[2]`` when unset; ``cluster`` for
 ``local-cluster[2,1,1024]`` (two executor JVMs), or any master string."""
 
-SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1"
+SHORT_LIVED_JVM = (
+    "-XX:TieredStopAtLevel=1 -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote"
+)
 """Java options of every Spark driver the tests start, the test process's own session and
 those of the drivers it starts in subprocesses (Spark's launcher adds ``SPARK_SUBMIT_OPTS``
-to a driver's JVM, and subprocesses inherit it). On the tests' small data the JIT's
+to a driver's JVM, and subprocesses inherit it). A Spark start loads thousands of classes
+from the class path, each verified by default; unverified (the pinned pyspark wheel's jars
+and fanout's javac-compiled classes: no fanout behaviour a test proves), a session start
+and one job took 8.7 CPU s against 10.4 (seven runs each, alternated; 6.5 s against 8.2
+of wall time in the least loaded pairs). On the tests' small data the JIT's
 optimizing compiler costs more CPU than it saves: measured with both runs at once,
 tests/integration/test_hard_kill.py (driver subprocesses) took 66.3 CPU s with it off
-against 93.0, and three files run in the test process's session 43.6 against 63.3."""
+against 93.0, and three files run in the test process's session 43.6 against 63.3. Executor
+JVMs (``local-cluster``) are given them too: tests/chaos/test_executor_kills.py (ten executor
+starts) took 107.7 CPU s against 147.9, the nested local-cluster run 68.9 against 101.8."""
 os.environ.setdefault("SPARK_SUBMIT_OPTS", SHORT_LIVED_JVM)
 
 
@@ -28,14 +36,40 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", SHORT_LIVED_JVM)
 def spark() -> Iterator[Any]:
     """A local SparkSession shared by every integration test of this process, on the
     master :data:`MASTER_ENV` names (``local[2]`` by default)."""
-    from fanout.spark import cluster_master, local_session
+    from fanout.spark import JVM_GC, cluster_master, local_session
 
     master = os.environ.get(MASTER_ENV, "local[2]")
+    conf: dict[str, str] = {}
+    if master == "cluster":  # executor JVMs, which SPARK_SUBMIT_OPTS does not reach
+        conf["spark.executor.extraJavaOptions"] = f"{JVM_GC} {SHORT_LIVED_JVM}"
     session = local_session(
-        "fanout-tests", master=cluster_master() if master == "cluster" else master
+        "fanout-tests", master=cluster_master() if master == "cluster" else master, conf=conf
     )
     yield session
     session.stop()
+
+
+ON_LOCAL_CLUSTER = "ON_LOCAL_CLUSTER"
+"""The module attribute listing what a test of that module, asking for the
+:func:`local_cluster_run` fixture, needs run on ``local-cluster`` (paths, node ids,
+``--deselect`` options)."""
+
+
+@pytest.fixture(scope="session")
+def local_cluster_run(request: pytest.FixtureRequest, tmp_path_factory: Any) -> Any:
+    """One nested pytest on ``local-cluster`` (:func:`tests.nested_pytest.run_on_local_cluster`)
+    of what every selected test asking for this fixture needs run there (its module's
+    :data:`ON_LOCAL_CLUSTER`), in the order of the tests: one cluster start (~30 s of CI)
+    for all of them."""
+    from tests.nested_pytest import run_on_local_cluster
+
+    targets: dict[str, list[str]] = {}
+    for item in request.session.items:
+        module = getattr(item, "module", None)
+        if "local_cluster_run" in getattr(item, "fixturenames", ()) and module is not None:
+            targets.setdefault(module.__name__, list(getattr(module, ON_LOCAL_CLUSTER)))
+    args = [arg for module_targets in targets.values() for arg in module_targets]
+    return run_on_local_cluster(tmp_path_factory.mktemp("on-local-cluster"), args)
 
 
 SERIAL_HEAVY = (

@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for tests.*
 
 from fanout import FanOut
-from fanout.spark import local_session
+from fanout.spark import JVM_GC, local_session
 from tests.chaos.executor_kills import ExecutorKill, ExecutorKiller, WritingNotes
 from tests.chaos.killer import ChaosKiller, KillPlan
 from tests.chaos.lag_input import LAG_SCHEMA
@@ -71,6 +71,14 @@ def sinks(
     return configs
 
 
+def executor_jvm_options() -> dict[str, str]:
+    """The executors' JVM options: the driver's (fanout.spark.JVM_GC) and those the tests
+    give every driver they start (``SPARK_SUBMIT_OPTS``, conftest.SHORT_LIVED_JVM: no
+    optimizing JIT, cheaper on small data), which executor JVMs do not inherit."""
+    extra = os.environ.get("SPARK_SUBMIT_OPTS", "").strip()
+    return {"spark.executor.extraJavaOptions": f"{JVM_GC} {extra}".strip()}
+
+
 def main() -> None:
     """Run the stream to the end of its input, unless the chaos plugin kills us first."""
     parser = argparse.ArgumentParser()
@@ -96,9 +104,10 @@ def main() -> None:
             ExecutorKiller(kills, str(state)),
             WritingNotes(str(args.workdir / "writing.txt")),
         ]
-    spark = local_session(
-        "fanout-chaos", master=args.master, conf={"spark.sql.shuffle.partitions": "4"}
-    )
+    conf = {"spark.sql.shuffle.partitions": "4"}
+    if args.master.startswith("local-cluster"):
+        conf.update(executor_jvm_options())
+    spark = local_session("fanout-chaos", master=args.master, conf=conf)
     lags = run_pipeline(
         spark,
         args.workdir,

@@ -3,7 +3,9 @@ kit's ``snapshot``, taken when committed partitions are skipped): Spark cannot r
 the copy, so the attempt fails (transient, saying so) with nothing more committed, and the
 next attempt, on the executors Spark relaunched, takes a new copy and completes the batch
 exactly once. On ``local-cluster`` (executor JVMs that can be SIGKILLed): the outer test
-runs the inner one in a pytest of its own with ``FANOUT_TEST_MASTER=cluster``."""
+asks for the inner one's outcome in the suite's nested pytest with
+``FANOUT_TEST_MASTER=cluster`` (conftest.local_cluster_run, one cluster start for the
+tests that need one)."""
 
 from __future__ import annotations
 
@@ -20,9 +22,15 @@ from fanout.errors import TransientSinkError
 from tests.chaos.executor_kills import executors_of
 from tests.integration.kit_route_sink import read_rows
 from tests.integration.test_kit_replay_copy import ROWS, Copies, half_written, released
-from tests.nested_pytest import REPO, run_pytest
 
 ON_CLUSTER = os.environ.get("FANOUT_TEST_MASTER") == "cluster"
+INNER = (
+    "tests/chaos/test_replay_copy_executor_lost.py::"
+    "test_on_cluster_an_executor_lost_under_the_replays_copy"
+)
+ON_LOCAL_CLUSTER = [INNER]
+"""Run in the suite's nested pytest on ``local-cluster`` (conftest.local_cluster_run),
+after the Delta tests (conftest.SERIAL_HEAVY orders them so): it kills every executor."""
 
 
 def kill_executors(copy: Any) -> None:
@@ -56,14 +64,7 @@ def test_on_cluster_an_executor_lost_under_the_replays_copy(
 
 
 def test_an_executor_lost_during_a_replay_fails_it_and_the_next_takes_a_new_copy(
-    tmp_path: Path,
+    local_cluster_run: Any,
 ) -> None:
-    # the executors' Python workers unpickle functions of tests.*: the checkout on their path
-    # (the caller's stays behind it, as tests/chaos/cluster_harness.py does)
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
-    env = {**os.environ, "FANOUT_TEST_MASTER": "cluster", "PYTHONPATH": path}
-    done = run_pytest(
-        tmp_path / "inner", "-q", "-p", "no:rerunfailures", __file__, "-k", "on_cluster", env=env
-    )
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1].split(" in ")[0].endswith("1 passed, 1 deselected")
+    run = local_cluster_run
+    assert run.outcomes([INNER]) == [("PASSED", INNER)], run.tail()
