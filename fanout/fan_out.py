@@ -544,8 +544,9 @@ class FanOut:
         try:
             self.catchup.stop()
             running = self._abandoned_at_close()
+            still_writing = {w.sink for w in running}
             for name in self.lagging.close():
-                if name not in {w.sink for w in running}:
+                if name not in still_writing:
                     self._close_logged(self.specs[name])
         finally:
             writing: list[tuple[Sink, Held]] = [(self.sinks[w.sink], "writing") for w in running]

@@ -677,9 +677,7 @@ def read_spooled(
     batches = batches_of_index(rows).get(pipeline, [])
     if not batches:
         return batches
-    data = open_table(Spool(path, pipeline, storage_options=storage_options).data_path,
-                      storage_options)  # fmt: skip
-    sizes = _sizes_in(data, pipeline)
+    sizes = Spool(path, pipeline, storage_options=storage_options)._sizes()
     return [replace(b, size_bytes=sizes.get(b.key, 0), files_read=True) for b in batches]
 
 
