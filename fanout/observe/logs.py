@@ -132,9 +132,30 @@ class Py4jEchoFilter(logging.Filter):
         )
 
 
+class StderrHandler(logging.StreamHandler):
+    """A stream handler writing to ``sys.stderr`` as it is when each record is emitted, not
+    as it was when the handler was made: a program (or a test) that swaps ``sys.stderr``
+    after configuring fanout's logs, and closes the stream it swapped in, does not leave a
+    handler writing into a closed stream (``--- Logging error ---`` from a later record,
+    such as one logged by a write still running in its thread)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        """The current ``sys.stderr``."""
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        """Ignored: the handler always follows ``sys.stderr``."""
+
+
 def configure(level: str = "INFO", fmt: str = "text", stream: Any = None) -> logging.Handler:
-    """Route fanout's logs (and Spark's py4j noise at WARNING) to one redacting handler."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    """Route fanout's logs (and Spark's py4j noise at WARNING) to one redacting handler,
+    writing to ``stream`` or, without one, to whatever ``sys.stderr`` is at each record."""
+    handler = logging.StreamHandler(stream) if stream is not None else StderrHandler()
     handler.addFilter(RedactFilter())
     handler.setFormatter(
         JsonFormatter()

@@ -131,3 +131,29 @@ def test_the_cli_stream_masks_a_short_secret_only_as_a_urls_password() -> None:
         "az://u:***@acct/x, gs://u:12@b/y\n"
         "postgresql://u@h/db?sslmode=require&password=***&n=12 ?x=fanout1\n"
     )
+
+
+def test_the_default_handler_follows_sys_stderr_as_it_is_at_each_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CLI's handler (no stream given) writes to ``sys.stderr`` as it is when a record
+    comes: a stream swapped in after ``configure`` and closed since (pytest's capture at
+    the end of a test that ran ``fanout`` in-process) never gets a later record."""
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    first, second = io.StringIO(), io.StringIO()
+    try:
+        monkeypatch.setattr("sys.stderr", first)
+        configure("INFO", "text")
+        logging.getLogger("fanout.test").warning("into the first")
+        assert first.getvalue() == "WARNING fanout.test: into the first\n"
+        first.close()
+        monkeypatch.setattr("sys.stderr", second)
+        logging.getLogger("fanout.test").warning("into the second")
+        assert second.getvalue() == "WARNING fanout.test: into the second\n"
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved[0]:
+            root.addHandler(handler)
+        root.setLevel(saved[1])
