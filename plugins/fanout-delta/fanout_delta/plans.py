@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fanout.errors import CheckpointRollbackError
+from fanout_delta.table_states import TableStates
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch, BatchInfo
@@ -142,7 +143,9 @@ def find_plan(
     return None
 
 
-def taken_out(table: Any, app_id: str, batch_id: int) -> bool:
+def taken_out(
+    table: Any, app_id: str, batch_id: int, storage_options: Mapping[str, str] | None = None
+) -> bool:
     """Whether a RESTORE took batch ``batch_id`` of ``app_id`` out of ``table`` (delta-rs,
     at the snapshot whose app transaction is at the batch) after the commits that wrote it:
     a restore keeps the app transaction, so the table still says "done" while it lacks the
@@ -162,7 +165,8 @@ def taken_out(table: Any, app_id: str, batch_id: int) -> bool:
                        table.table_uri, exc)  # fmt: skip
         return False
     versions = batch_commits(history, app_id, batch_id)
-    return bool(versions) and restored_away(history, versions, table.version())
+    states = TableStates.of(table, storage_options)
+    return bool(versions) and restored_away(history, versions, table.version(), states)
 
 
 def batch_commits(history: Iterable[Mapping[str, Any]], app_id: str, batch_id: int) -> list[int]:
@@ -183,15 +187,19 @@ def batch_commits(history: Iterable[Mapping[str, Any]], app_id: str, batch_id: i
 
 
 def restored_away(
-    history: Sequence[Mapping[str, Any]], first: int | Collection[int], last: int
+    history: Sequence[Mapping[str, Any]],
+    first: int | Collection[int],
+    last: int,
+    states: TableStates | None = None,
 ) -> bool:
     """Whether the table at version ``last`` lacks what the commits of versions ``first``
     (one, or those of a batch written again after a restore) added, by the RESTOREs in its
     ``history`` (commit infos) after the earliest: a restore to a version before it takes
     the batch out, one to a later version gives back what that version held; a commit of
     ``first`` brings it back; other commits keep it (a DELETE of its rows is not
-    followed: the batch stays held). A commit missing from the history, or a restore to a
-    timestamp (no version, or one that is not a number): cannot tell, so held."""
+    followed: the batch stays held). A restore to a timestamp records no version: the one
+    it went back to is found by the table's files (``states``; without them, or none
+    found: cannot tell). A commit missing from the history, or cannot tell: held."""
     commits = {first} if isinstance(first, int) else set(first)
     start = min(commits)
     infos = {info.get("version"): info for info in history}
@@ -206,13 +214,28 @@ def restored_away(
         if info.get("operation") != "RESTORE":
             holds[version] = holds[version - 1]
             continue
-        raw: Any = (info.get("operationParameters") or {}).get("version")
-        try:
-            target = int(raw)
-        except (TypeError, ValueError):
+        target = _restored_version(info, version, states)
+        if target is None:
             return False
         holds[version] = target >= start and holds[target]
     return not holds[last]
+
+
+def _restored_version(
+    info: Mapping[str, Any], version: int, states: TableStates | None
+) -> int | None:
+    """The version the RESTORE committed at ``version`` (its commit info ``info``) went
+    back to: recorded, or, restored to a timestamp (no version recorded), the newest
+    earlier version holding the same files (:class:`fanout_delta.table_states.TableStates`,
+    among the :data:`SEARCH_COMMITS` before it). ``None``: cannot tell."""
+    raw: Any = (info.get("operationParameters") or {}).get("version")
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        pass
+    if states is None:
+        return None
+    return states.version_restored(version, version - SEARCH_COMMITS)
 
 
 def refuse_replanned(

@@ -139,7 +139,7 @@ def _restored(sink: DeltaTarget, table: Any, batch: Batch) -> bool:
     """Whether a RESTORE took the batch the table records out again
     (:func:`fanout_delta.plans.taken_out`): then it is written again, not skipped."""
     key = batch.idempotency_key
-    if not taken_out(table, key.app_id, key.version):
+    if not taken_out(table, key.app_id, key.version, sink.storage_options):
         return False
     logger.warning(
         "sink %r, batch %d: %s records the batch's transaction, but a RESTORE since its "

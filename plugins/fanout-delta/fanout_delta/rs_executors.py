@@ -172,7 +172,7 @@ class _ExecutorAppend:
     def taken_out(self, table: Any) -> bool:
         """Whether a RESTORE took the batch ``table`` records out again
         (:func:`fanout_delta.plans.taken_out`): then it is written again, not skipped."""
-        if not taken_out(table, self.app_id, self.batch_id):
+        if not taken_out(table, self.app_id, self.batch_id, self.sink.storage_options):
             return False
         logger.warning(
             "sink %r, batch %d: %s records the batch's transaction, but a RESTORE since its "
@@ -187,7 +187,7 @@ class _ExecutorAppend:
         done = deltaio.transaction_version(self.opened, self.app_id)
         if done is None or done < self.batch_id:
             return False
-        return not taken_out(self.opened, self.app_id, self.batch_id)
+        return not taken_out(self.opened, self.app_id, self.batch_id, self.sink.storage_options)
 
     @property
     def task(self) -> distributed.TaskWrapper | None:

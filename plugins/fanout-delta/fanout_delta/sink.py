@@ -45,6 +45,7 @@ from fanout.observe.secrets import location_secrets, secret_option_values
 from fanout.partitioned.task import HookPlugins
 from fanout_delta.declaration import OPTIONS
 from fanout_delta.plans import batch_commits, restored_away
+from fanout_delta.table_states import TableStates
 from fanout_delta.target import DeltaTarget
 
 if TYPE_CHECKING:
@@ -303,7 +304,9 @@ class DeltaSink(Sink):
         # batch written again after a restore (fanout_delta.plans.taken_out) hold it too
         history = table.history(limit=max(last - first, 1))
         commits = {first, *batch_commits(history, app_id, batch_id)}
-        return not restored_away(history, commits, last)
+        return not restored_away(
+            history, commits, last, TableStates.of(table, self.storage_options)
+        )
 
     def _batch_version(self, app_id: str, batch_id: int, last: int) -> int | None:
         """The table version whose commit set ``app_id`` to ``batch_id`` or past it (among

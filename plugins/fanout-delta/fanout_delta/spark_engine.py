@@ -99,7 +99,7 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
         dead = len(letters) if held else write_refused(dead_letters, batch, letters,
                                                        constraints, path)  # fmt: skip
     if held:
-        if taken_out(table, app_id, batch_id):
+        if taken_out(table, app_id, batch_id, sink.storage_options):
             raise SinkWriteError(
                 f"the Delta table {path} records the batch's transaction ({app_id}), but a "
                 "RESTORE since its commit took its rows out. delta-spark skips a batch whose "

@@ -13,6 +13,8 @@ then marked it. ``tests/integration/test_delta_restored_replay.py`` runs the kil
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +112,57 @@ def test_a_restore_that_keeps_the_batch_or_gives_it_back_skips(tmp_path: Path) -
 
     DeltaTable(str(path)).restore(1)
     DeltaTable(str(path)).restore(2)  # and given back
+    assert sink.write(batch(2)).already_written is True
+    assert ids(path) == list(range(30))
+
+
+def restore_to_the_time_of(path: Path, version: int) -> None:
+    """RESTORE the table to a timestamp: when ``version`` was committed (delta-rs records
+    the time, not the version)."""
+    [info] = [i for i in DeltaTable(str(path)).history() if i["version"] == version]
+    at = datetime.fromtimestamp(info["timestamp"] / 1000, UTC)
+    DeltaTable(str(path)).restore(at)
+    restore = DeltaTable(str(path)).history(1)[0]
+    assert (restore["operation"], restore["operationParameters"].get("version")) == (
+        "RESTORE",
+        None,
+    )
+
+
+@pytest.mark.parametrize("options", SINKS.values(), ids=SINKS.keys())
+def test_a_batch_restored_away_to_a_timestamp_is_written_again_once(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    """A restore to the time of the commit before the batch's records no version: the
+    files it left (version 1's) say it took the batch out."""
+    path = tmp_path / "t"
+    sink = opened(path, **options)
+    for n in range(3):
+        sink.write(batch(n))
+        time.sleep(0.01)  # each commit its own millisecond
+    restore_to_the_time_of(path, 1)
+    assert ids(path) == list(range(20))
+    assert sink.holds_batch("p", 0, 2) is False
+
+    replay = sink.write(batch(2))
+
+    assert replay.already_written is False
+    assert ids(path) == list(range(30))
+    assert sink.holds_batch("p", 0, 2) is True
+    assert sink.write(batch(2)).already_written is True
+    assert ids(path) == list(range(30))
+
+
+def test_a_restore_to_a_timestamp_after_the_batch_keeps_it(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    sink = opened(path, write_from="driver")
+    for n in range(3):
+        sink.write(batch(n))
+        time.sleep(0.01)
+    write_deltalake(str(path), pa.table({"id": [900], "v": ["other"]}), mode="append")
+    restore_to_the_time_of(path, 2)  # another writer's commit undone, batch 2 kept
+
+    assert sink.holds_batch("p", 0, 2) is True
     assert sink.write(batch(2)).already_written is True
     assert ids(path) == list(range(30))
 
