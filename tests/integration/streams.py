@@ -68,6 +68,19 @@ def run_stream(
     query.awaitTermination()
 
 
+def run_to_end(spark: Any, fan: Any, workdir: Path, schema: str = SCHEMA) -> str:
+    """Run the file stream of ``workdir/input`` through ``fan`` on the checkpoint
+    ``workdir/checkpoint`` (:func:`run_stream`), then close ``fan``: the text of the error
+    the stream ended with, ``""`` when it ran to the end of its input."""
+    try:
+        run_stream(spark, workdir / "input", fan, workdir / "checkpoint", schema)
+    except Exception as exc:  # Spark wraps the foreachBatch error
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        fan.close()
+    return ""
+
+
 def delta_rows(path: Path) -> list[dict[str, Any]]:
     """Every row of a Delta table, read with delta-rs."""
     from fanout.delta_tables.io import read_delta
