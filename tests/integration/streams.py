@@ -14,6 +14,36 @@ STATUSES = ("new", "paid", "shipped")
 EPOCH = 1_700_000_000  # input file n is modified at EPOCH + n seconds
 
 
+def pipeline_file(
+    data: Path,
+    name: str,
+    schema: str,
+    sinks: str,
+    *,
+    available_now: bool = False,
+    master: str | None = None,
+) -> str:
+    """The text of a pipeline file (``fanout run``'s) of pipeline ``name``, its ledger and
+    checkpoint under ``data``, reading the JSON files of ``schema`` in ``data/input`` into
+    ``sinks`` (their ``[[sinks]]`` tables); ``available_now``: a run reads what is there
+    and ends, without retries; ``master``: Spark's."""
+    text = f'\n[pipeline]\nname = "{name}"\nledger = "{data}/ledger"\n'
+    text += f'checkpoint = "{data}/checkpoint"\n'
+    if available_now:
+        text += "trigger = { available_now = true }\nretries = 0\n"
+    if master is not None:
+        text += f'\n[spark]\nmaster = "{master}"\n'
+    text += f'\n[source]\nformat = "json"\npath = "{data}/input"\nschema = "{schema}"\n'
+    return f"{text}\n{sinks}"
+
+
+def bronze_pipeline(data: Path) -> str:
+    """:func:`pipeline_file` of pipeline ``clicks``, run available now, writing the
+    input of :data:`SCHEMA` into the Delta sink ``bronze`` at ``data/bronze``."""
+    sink = f'[[sinks]]\ntype = "delta"\nname = "bronze"\npath = "{data}/bronze"\n'
+    return pipeline_file(data, "clicks", SCHEMA, sink, available_now=True)
+
+
 def order(order_id: int) -> dict[str, Any]:
     """The deterministic order row with this id."""
     return {
