@@ -451,8 +451,9 @@ def _partition_values() -> dict[str, Any]:
 
 
 def _prune_older(table: Any) -> Any:
-    """Delete the partition's rows of ``table`` for batches before ``%(keep_from)s`` (the
-    pipeline's, the sink's and the partition's, of any batch id below it)."""
+    """The ``DELETE`` of the partition's rows of ``table`` for the batches before
+    ``%(keep_from)s`` (the pipeline's, the sink's and the partition's, of any batch id
+    below it)."""
     import sqlalchemy as sa
 
     return sa.delete(table).where(

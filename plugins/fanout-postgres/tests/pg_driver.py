@@ -35,7 +35,9 @@ REPO = Path(__file__).resolve().parents[3]
 def sink_config(
     url: str, partitions: int = PARTITIONS, mode: str = "append", dead_letter: str | None = None
 ) -> dict[str, Any]:
-    """The driver's sink: table ``events`` (created when missing), upserts keyed by ``id``."""
+    """The driver's sink ``events``: table ``events`` (created when missing) written in
+    ``mode`` (an upsert keyed by ``id``) over ``partitions`` partitions, its refused rows
+    sent to ``dead_letter`` when given."""
     sink: dict[str, Any] = {"type": "postgres", "name": "events", "url": url,
                             "table": "events", "mode": mode, "create_table": True,
                             "partitions": partitions}  # fmt: skip
