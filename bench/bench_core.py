@@ -26,11 +26,8 @@ The last line printed is machine-readable:
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,9 +47,8 @@ from common import (
     _start,
     _targets,
     _timed,
-    foreign_jvms,
-    generate_input,
-    report_load,
+    fresh_inputs,
+    interleaved_rounds,
     run_with_workdir,
     verify,
 )
@@ -174,17 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _bench(args: argparse.Namespace, workdir: Path) -> int:
     t_all = time.perf_counter()
-    source, warm = workdir / "input", workdir / "warmup-input"
-    for d in (source, warm, workdir / "runs"):
-        shutil.rmtree(d, ignore_errors=True)
-    t0 = time.perf_counter()
-    generate_input(source, args.rows, args.files)
-    generate_input(warm, 20_000, 2, seed=11)
-    print(
-        f"input: {args.rows} rows of JSON lines in {args.files} files under {source} "
-        f"({sum(f.stat().st_size for f in source.iterdir()) / 1e6:.0f} MB, "
-        f"generated in {time.perf_counter() - t0:.1f} s)"
-    )
+    source, warm = fresh_inputs(workdir, args.rows, args.files, 20_000, 2)
 
     from fanout.spark import local_session
 
@@ -208,20 +194,15 @@ def _bench(args: argparse.Namespace, workdir: Path) -> int:
     )
 
     ctx = Ctx(spark, source, args.rows, workdir / "runs" / "timed", keep=args.keep)
-    load_before, foreign_before = os.getloadavg()[0], foreign_jvms()
-    runs: dict[str, list[Run]] = defaultdict(list)
-    for rep in range(args.repeat):
-        order = ORDER if rep % 2 == 0 else tuple(reversed(ORDER))  # spread any drift
-        for variant in order:
-            r = RUNNERS[variant](ctx)
-            runs[variant].append(r)
-            print(
-                f"  round {rep + 1}: {variant:<2} {r.seconds:7.2f} s  (verified: "
-                f"{args.rows} rows, unique order_ids, in every target)",
-                flush=True,
-            )
-    best = {v: min(rs, key=lambda r: r.seconds) for v, rs in runs.items()}
-    report_load(load_before, foreign_before)
+    runs, best = interleaved_rounds(
+        ORDER,
+        args.repeat,
+        lambda variant: RUNNERS[variant](ctx),
+        lambda variant, r: (
+            f"{variant:<2} {r.seconds:7.2f} s  (verified: {args.rows} rows, "
+            "unique order_ids, in every target)"
+        ),
+    )
 
     n = args.rows
     print(

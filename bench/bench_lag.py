@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -56,7 +55,7 @@ from common import (
     _start,
     _timed,
     foreign_jvms,
-    generate_input,
+    fresh_inputs,
     report_load,
     run_with_workdir,
 )
@@ -276,11 +275,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> int:
     """Write the input once, start the services and Spark, warm up, run, report."""
     from fanout.spark import local_session
 
-    source, warm = workdir / "input", workdir / "warmup-input"
-    for d in (source, warm, workdir / "runs"):
-        shutil.rmtree(d, ignore_errors=True)
-    generate_input(source, args.rows, args.batches)
-    generate_input(warm, WARMUP_ROWS, WARMUP_BATCHES, seed=11)
+    source, warm = fresh_inputs(workdir, args.rows, args.batches, WARMUP_ROWS, WARMUP_BATCHES)
     with embedded_services(workdir) as (services, server):
         t0 = time.perf_counter()
         spark = local_session("fanout-bench-lag", master="local[2]")

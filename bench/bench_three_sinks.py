@@ -78,7 +78,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -93,9 +92,8 @@ from batch_timeline import (
 from common import (
     Ctx,
     Run,
-    foreign_jvms,
-    generate_input,
-    report_load,
+    fresh_inputs,
+    interleaved_rounds,
     run_with_workdir,
 )
 from three_checks import find_postmaster
@@ -213,17 +211,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _bench(args: argparse.Namespace, workdir: Path) -> int:
     t_all = time.perf_counter()
-    source, warm = workdir / "input", workdir / "warmup-input"
-    for d in (source, warm, workdir / "runs"):
-        shutil.rmtree(d, ignore_errors=True)
-    t0 = time.perf_counter()
-    generate_input(source, args.rows, args.files)
-    generate_input(warm, WARMUP_ROWS, WARMUP_FILES, seed=11)
-    print(
-        f"input: {args.rows} rows of JSON lines in {args.files} files under {source} "
-        f"({sum(f.stat().st_size for f in source.iterdir()) / 1e6:.0f} MB, "
-        f"generated in {time.perf_counter() - t0:.1f} s)"
-    )
+    source, warm = fresh_inputs(workdir, args.rows, args.files, WARMUP_ROWS, WARMUP_FILES)
 
     from fanout_postgres.embedded import EmbeddedPostgres
 
@@ -311,21 +299,16 @@ def _measure(
                 f"JIT compiler threads {r.extra['cpu']['jit']:.2f} CPU s)",
                 flush=True,
             )
-    load_before, foreign_before = os.getloadavg()[0], foreign_jvms()
-    runs: dict[str, list[Run]] = defaultdict(list)
-    for rep in range(args.repeat):
-        order = selected if rep % 2 == 0 else tuple(reversed(selected))  # spread any drift
-        for variant in order:
-            r = run_on_fresh_broker(variant, ctx, services)
-            runs[variant].append(r)
-            print(
-                f"  round {rep + 1}: {variant:<7} {r.seconds:7.2f} s  batch p50 "
-                f"{percentile(r.batch_ms, 0.5):6.0f} ms  JIT {r.extra['cpu']['jit']:.2f} CPU s  "
-                f"(verified: {args.rows} rows once each in every sink, ledger marks)",
-                flush=True,
-            )
-    best = {v: min(rs, key=lambda r: r.seconds) for v, rs in runs.items()}
-    report_load(load_before, foreign_before)
+    runs, best = interleaved_rounds(
+        selected,
+        args.repeat,
+        lambda variant: run_on_fresh_broker(variant, ctx, services),
+        lambda variant, r: (
+            f"{variant:<7} {r.seconds:7.2f} s  batch p50 "
+            f"{percentile(r.batch_ms, 0.5):6.0f} ms  JIT {r.extra['cpu']['jit']:.2f} CPU s  "
+            f"(verified: {args.rows} rows once each in every sink, ledger marks)"
+        ),
+    )
 
     n = args.rows
     p50 = {v: percentile(r.batch_ms, 0.5) for v, r in best.items()}

@@ -13,6 +13,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -52,6 +53,27 @@ def generate_input(directory: Path, rows: int, files: int, seed: int = 7) -> Non
         tmp = directory / f".part-{f:05d}.json.tmp"
         tmp.write_text("\n".join(lines) + "\n")
         tmp.rename(directory / f"part-{f:05d}.json")  # the file source never sees half a file
+
+
+def fresh_inputs(
+    workdir: Path, rows: int, files: int, warm_rows: int, warm_files: int
+) -> tuple[Path, Path]:
+    """A benchmark's input, written afresh under ``workdir``: ``input`` (``rows`` rows in
+    ``files`` files) and ``warmup-input`` (``warm_rows`` in ``warm_files``, other values);
+    the runs of an earlier benchmark there (``runs``) are removed. Prints what it wrote.
+    Returns the two directories."""
+    source, warm = workdir / "input", workdir / "warmup-input"
+    for d in (source, warm, workdir / "runs"):
+        shutil.rmtree(d, ignore_errors=True)
+    t0 = time.perf_counter()
+    generate_input(source, rows, files)
+    generate_input(warm, warm_rows, warm_files, seed=11)
+    print(
+        f"input: {rows} rows of JSON lines in {files} files under {source} "
+        f"({sum(f.stat().st_size for f in source.iterdir()) / 1e6:.0f} MB, "
+        f"generated in {time.perf_counter() - t0:.1f} s)"
+    )
+    return source, warm
 
 
 @dataclass
@@ -186,6 +208,29 @@ def report_load(load_before: float, foreign_before: int) -> None:
             else ""
         )
     )
+
+
+def interleaved_rounds(
+    variants: Sequence[str],
+    repeat: int,
+    run: Callable[[str], Run],
+    said: Callable[[str, Run], str],
+) -> tuple[defaultdict[str, list[Run]], dict[str, Run]]:
+    """The timed runs: ``repeat`` rounds of one ``run`` of each variant, every other round
+    in reverse order (to spread any drift), each printed as ``  round N: `` followed by
+    ``said(variant, run)``; then the load around them (:func:`report_load`). Returns every
+    variant's runs and its fastest."""
+    load_before, foreign_before = os.getloadavg()[0], foreign_jvms()
+    runs: defaultdict[str, list[Run]] = defaultdict(list)
+    for rep in range(repeat):
+        order = variants if rep % 2 == 0 else tuple(reversed(variants))
+        for variant in order:
+            r = run(variant)
+            runs[variant].append(r)
+            print(f"  round {rep + 1}: {said(variant, r)}", flush=True)
+    best = {v: min(rs, key=lambda r: r.seconds) for v, rs in runs.items()}
+    report_load(load_before, foreign_before)
+    return runs, best
 
 
 def exit_on_sigterm() -> None:

@@ -45,6 +45,7 @@ from fanout.contract.batch import BatchInfo
 from fanout.errors import CheckpointResetError, CheckpointRollbackError
 from fanout.ledger.entry import Ledger, LedgerEntry, ledger_location
 from fanout.steps.guard_text import (
+    LedgerFacts,
     describe_plan,
     owner_message,
     reset_message,
@@ -104,31 +105,11 @@ class CheckpointGuard:
         owner = self.owner(info.pipeline, info.epoch)
         if info.query_id is not None and owner is not None and owner != info.query_id:
             self.refuse_superseded(info)  # an old checkpoint: no way on offers a new epoch
-            latest, spooled = self._latest(info), self._spooled(info)
+            facts = self._facts(info)
             if high is not None and high >= info.batch_id:
                 # rows of another query at or after the batch: the usual text
-                raise CheckpointResetError(
-                    reset_message(
-                        info,
-                        latest,
-                        spooled,
-                        ledger=self.location,
-                        spool=self.spool_location,
-                        config=self.pipeline_file,
-                    )
-                )
-            raise CheckpointResetError(
-                owner_message(
-                    info,
-                    owner,
-                    high,
-                    latest,
-                    spooled,
-                    ledger=self.location,
-                    spool=self.spool_location,
-                    config=self.pipeline_file,
-                )
-            )
+                raise CheckpointResetError(reset_message(info, facts))
+            raise CheckpointResetError(owner_message(info, owner, high, facts))
         self._check_marks(info, high)
         if owner is None and info.query_id is not None:
             self._owners[info.pipeline][1][info.epoch] = info.query_id
@@ -163,18 +144,7 @@ class CheckpointGuard:
         owned = self.superseded(info)
         if owned is not None:
             owner = self.owner(info.pipeline, info.epoch)
-            raise CheckpointResetError(
-                superseded_message(
-                    info,
-                    owned,
-                    owner,
-                    self._latest(info),
-                    self._spooled(info),
-                    ledger=self.location,
-                    spool=self.spool_location,
-                    config=self.pipeline_file,
-                )
-            )
+            raise CheckpointResetError(superseded_message(info, owned, owner, self._facts(info)))
 
     def forget(self, pipeline: str) -> None:
         """Drop what was read of ``pipeline``'s owners: the next check reads them again."""
@@ -203,38 +173,25 @@ class CheckpointGuard:
             # no evidence of another query (the comparison of plans below still applies)
             foreign = [e for e in newer if e.query_id not in (None, info.query_id)]
             if foreign:
-                raise CheckpointResetError(
-                    reset_message(
-                        info,
-                        self._latest(info),
-                        self._spooled(info),
-                        ledger=self.location,
-                        spool=self.spool_location,
-                        config=self.pipeline_file,
-                    )
-                )
+                raise CheckpointResetError(reset_message(info, self._facts(info)))
         same_batch = [e for e in newer if e.batch_id == info.batch_id]
         outcomes = [compare_plan(e, info) for e in same_batch]
         if high > info.batch_id or False in outcomes:
             raise CheckpointRollbackError(
-                rollback_message(
-                    info,
-                    high,
-                    same_batch,
-                    self._latest(info),
-                    self._spooled(info),
-                    ledger=self.location,
-                    spool=self.spool_location,
-                    config=self.pipeline_file,
-                )
+                rollback_message(info, high, same_batch, self._facts(info))
             )
         if None in outcomes:
             self._warn_unknown_plan(
                 info, [e for e, o in zip(same_batch, outcomes, strict=True) if o is None]
             )
 
-    def _spooled(self, info: BatchInfo) -> Mapping[str, int]:
-        return {} if self.spooled is None else self.spooled(info.epoch)
+    def _facts(self, info: BatchInfo) -> LedgerFacts:
+        """What a refusal of ``info`` tells of the ledger: each sink's last mark in the
+        epoch (and the batches the spool holds for the lagging ones), the commands' names
+        of the ledger, the spool and the pipeline file."""
+        latest = self._latest(info)
+        spooled = {} if self.spooled is None else self.spooled(info.epoch)
+        return LedgerFacts(latest, self.location, spooled, self.spool_location, self.pipeline_file)
 
     def _latest(self, info: BatchInfo) -> dict[str, LedgerEntry]:
         # every sink's last batch in the epoch, also of those behind info.batch_id: the

@@ -105,84 +105,95 @@ def not_written_line(entry: LedgerEntry, epoch: int) -> str:
     )
 
 
-def _sink_lines(
-    latest: Mapping[str, LedgerEntry], spooled: Mapping[str, int] | None = None
-) -> list[str]:
-    marks = sink_marks(latest, spooled)
-    lines = ["Last committed batch per sink (from the ledger):"]
-    for sink in sorted(marks.written):
-        line = f"  - {describe_entry(latest[sink])}"
-        through = (spooled or {}).get(sink)
-        if through is not None and through > latest[sink].batch_id:
-            line += (
-                f"; it lags, and its batches up to {through} wait in the spool (they reach "
-                f"it from there: count it at batch {through})"
+@dataclass(frozen=True)
+class LedgerFacts:
+    """What every refusal of the guard tells besides the batch: each sink's last mark and
+    the command that prints these facts again.
+
+    ``latest``: each sink's last committed entry in the epoch; ``ledger``: the pipeline's
+    ledger as commands name it (:func:`fanout.ledger.entry.ledger_location`), so the
+    command runs as printed; ``spooled``: the last batch the spool holds for each lagging
+    sink (it counts as written, at that batch); ``spool``: the spool as commands name it;
+    ``config``: the pipeline file (``fanout run``'s), which names both (and the sinks,
+    which ``fanout recover --config`` asks); ``None``: a ``FanOut`` built in code.
+    """
+
+    latest: Mapping[str, LedgerEntry]
+    ledger: str
+    spooled: Mapping[str, int] | None = None
+    spool: str | None = None
+    config: str | None = None
+
+    def sink_lines(self) -> list[str]:
+        """Each sink's last committed batch, the sinks the pipeline still writes first
+        (:func:`sink_marks`); none when the ledger holds no mark."""
+        if not self.latest:
+            return []
+        spooled = self.spooled or {}
+        marks = sink_marks(self.latest, spooled)
+        lines = ["Last committed batch per sink (from the ledger):"]
+        for sink in sorted(marks.written):
+            line = f"  - {describe_entry(self.latest[sink])}"
+            through = spooled.get(sink)
+            if through is not None and through > self.latest[sink].batch_id:
+                line += (
+                    f"; it lags, and its batches up to {through} wait in the spool (they "
+                    f"reach it from there: count it at batch {through})"
+                )
+            lines.append(line)
+        epoch = max((e.epoch for e in marks.written.values()), default=0)
+        for sink in sorted(marks.not_written):
+            lines.append(f"  - {not_written_line(marks.not_written[sink], epoch)}")
+        return lines
+
+    def recover_line(self, info: BatchInfo) -> str:
+        """The ``fanout recover`` command that prints these facts again."""
+        if self.config is not None:
+            return (
+                f"  `fanout recover --config {self.config}` prints these facts again, with "
+                "Kafka startingOffsets, and asks each sink whether it holds a batch written "
+                "but never marked."
             )
-        lines.append(line)
-    epoch = max((e.epoch for e in marks.written.values()), default=0)
-    for sink in sorted(marks.not_written):
-        lines.append(f"  - {not_written_line(marks.not_written[sink], epoch)}")
-    return lines
-
-
-def _recover_line(
-    info: BatchInfo, ledger: str, spool: str | None = None, config: str | None = None
-) -> str:
-    """``ledger``: the pipeline's ledger as commands name it
-    (:func:`fanout.ledger.entry.ledger_location`), so the command runs as printed;
-    ``spool``: its spool, likewise (a lagging sink counts at the batches it gives it);
-    ``config``: the pipeline file, which names both (and the sinks, which it asks)."""
-    if config is not None:
+        with_spool = "" if self.spool is None else f" --spool {self.spool}"
         return (
-            f"  `fanout recover --config {config}` prints these facts again, with Kafka "
-            "startingOffsets, and asks each sink whether it holds a batch written but never "
-            "marked."
+            f"  `fanout recover --ledger {self.ledger} --pipeline {info.pipeline}{with_spool}` "
+            "prints these facts again, with Kafka startingOffsets."
         )
-    with_spool = "" if spool is None else f" --spool {spool}"
-    return (
-        f"  `fanout recover --ledger {ledger} --pipeline {info.pipeline}{with_spool}` prints "
-        "these facts again, with Kafka startingOffsets."
-    )
+
+    def refusal(self, info: BatchInfo, what: Sequence[str], ways: Sequence[str]) -> str:
+        """A refusal's text: ``what`` happened, each sink's last mark, ``How to proceed:``
+        the numbered ``ways``, then the ``fanout recover`` command."""
+        lines = [*what, *self.sink_lines(), "How to proceed:", *ways, self.recover_line(info)]
+        return "\n".join(lines)
 
 
-def reset_message(
-    info: BatchInfo,
-    latest: dict[str, LedgerEntry],
-    spooled: Mapping[str, int] | None = None,
-    *,
-    ledger: str,
-    spool: str | None = None,
-    config: str | None = None,
-) -> str:
-    """The refusal of a reset: what happened, what the ledger knows per sink (``spooled``:
-    the last batch the spool holds for each lagging sink), how to proceed."""
-    lines = [
+RESTART_NEW_PIPELINE = NEW_PIPELINE.replace(
+    "Or start from a new", "Or delete this checkpoint and start a new"
+)
+"""Choice 2 where the checkpoint Spark runs on must go: :data:`NEW_PIPELINE`, deleting it."""
+
+
+def reset_message(info: BatchInfo, facts: LedgerFacts) -> str:
+    """The refusal of a reset: what happened, what the ledger knows per sink, how to
+    proceed."""
+    what = (
         f"pipeline {info.pipeline!r}: checkpoint reset detected. Spark handed batch "
         f"{info.batch_id} of query {info.query_id}, but the ledger holds batches of this "
         "pipeline committed at or after it by another query id: the checkpoint was deleted "
         "or replaced. fanout refuses to write, because the sinks would silently skip these "
-        "batches or write them twice.",
-        *_sink_lines(latest, spooled),
-        "How to proceed:",
+        "batches or write them twice."
+    )
+    ways = [
         "  1. Restore the original checkpoint directory and restart the query; nothing is "
         "lost or duplicated.",
         NEW_PIPELINE,
-        new_epoch_line(config),
-        _recover_line(info, ledger, spool, config),
+        new_epoch_line(facts.config),
     ]
-    return "\n".join(lines)
+    return facts.refusal(info, [what], ways)
 
 
 def rollback_message(
-    info: BatchInfo,
-    high: int,
-    same_batch: Sequence[LedgerEntry],
-    latest: Mapping[str, LedgerEntry],
-    spooled: Mapping[str, int] | None = None,
-    *,
-    ledger: str,
-    spool: str | None = None,
-    config: str | None = None,
+    info: BatchInfo, high: int, same_batch: Sequence[LedgerEntry], facts: LedgerFacts
 ) -> str:
     """The refusal of a rolled-back checkpoint: the batch as Spark planned it now and as the
     ledger recorded it, the later batches the ledger holds, each sink's last batch, and how
@@ -193,7 +204,7 @@ def rollback_message(
         if high > info.batch_id
         else "the ledger recorded that batch of this pipeline as planned differently"
     )
-    lines = [
+    what = [
         f"pipeline {info.pipeline!r}: checkpoint rolled back. Spark handed batch "
         f"{info.batch_id} of query {info.query_id}, but {cause}: the checkpoint was restored "
         "from a backup or lost its newest offsets/ and commits/ files, so Spark planned the "
@@ -208,43 +219,30 @@ def rollback_message(
         plans.setdefault(plan, []).append(entry.sink)
     for plan, sinks in plans.items():
         label = "sink" if len(sinks) == 1 else "sinks"
-        lines.append(
+        what.append(
             f"  the ledger recorded batch {info.batch_id}: {plan}, committed by {label} "
             + ", ".join(sorted(sinks))
         )
     if high > info.batch_id:
-        lines.append(
+        what.append(
             f"  the ledger holds later batches of this pipeline: up to batch {high} (Spark "
             f"plans batch {info.batch_id + 1} only after committing batch {info.batch_id})"
         )
-    lines += [
-        *_sink_lines(latest, spooled),
-        "How to proceed:",
+    ways = [
         f"  1. Restore the newest checkpoint (the one whose offsets/{high} holds the offsets "
         f"and planning time the ledger recorded for batch {high} above) and restart the "
         "query; nothing is lost or duplicated.",
-        NEW_PIPELINE.replace("Or start from a new", "Or delete this checkpoint and start a new"),
+        RESTART_NEW_PIPELINE,
         "  3. Or delete this checkpoint and, accepting that the new query's batches are "
         "written as new data even where they repeat old input, start the new one under a "
-        f"new epoch: {new_epoch_way(config)}. It does not apply to this checkpoint itself: "
-        "its re-planned batches overlap batches the sinks already hold, so a new epoch "
-        "would write those rows twice.",
-        _recover_line(info, ledger, spool, config),
+        f"new epoch: {new_epoch_way(facts.config)}. It does not apply to this checkpoint "
+        "itself: its re-planned batches overlap batches the sinks already hold, so a new "
+        "epoch would write those rows twice.",
     ]
-    return "\n".join(lines)
+    return facts.refusal(info, what, ways)
 
 
-def owner_message(
-    info: BatchInfo,
-    owner: str,
-    high: int | None,
-    latest: Mapping[str, LedgerEntry],
-    spooled: Mapping[str, int] | None = None,
-    *,
-    ledger: str,
-    spool: str | None = None,
-    config: str | None = None,
-) -> str:
+def owner_message(info: BatchInfo, owner: str, high: int | None, facts: LedgerFacts) -> str:
     """The refusal of a batch of another query id than the one its epoch belongs to: what
     happened, what the ledger knows per sink, how to proceed."""
     held = (
@@ -252,51 +250,39 @@ def owner_message(
         if high is None
         else f"the ledger holds its batches up to batch {high}"
     )
-    lines = [
+    what = (
         f"pipeline {info.pipeline!r}: checkpoint reset detected. Spark handed batch "
         f"{info.batch_id} of query {info.query_id}, but epoch {info.epoch} of this pipeline "
         f"belongs to query {owner} ({held}): the checkpoint was deleted or replaced. fanout "
         "refuses to write, because the sinks would skip the batch ids the other query wrote "
-        "or write the same input twice.",
-        *(_sink_lines(latest, spooled) if latest else []),
-        "How to proceed:",
+        "or write the same input twice."
+    )
+    ways = [
         f"  1. Restore the checkpoint of query {owner} (the one epoch {info.epoch} belongs "
         "to) and restart the query; nothing is lost or duplicated.",
         NEW_PIPELINE,
-        new_epoch_line(config),
-        _recover_line(info, ledger, spool, config),
+        new_epoch_line(facts.config),
     ]
-    return "\n".join(lines)
+    return facts.refusal(info, [what], ways)
 
 
-def superseded_message(
-    info: BatchInfo,
-    owned: int,
-    owner: str | None,
-    latest: Mapping[str, LedgerEntry],
-    spooled: Mapping[str, int] | None = None,
-    *,
-    ledger: str,
-    spool: str | None = None,
-    config: str | None = None,
-) -> str:
+def superseded_message(info: BatchInfo, owned: int, owner: str | None, facts: LedgerFacts) -> str:
     """The refusal of a batch of a query that owned an earlier epoch (``owned``) than the
     pipeline's current one, whose query is ``owner``: an old checkpoint was restored after a
     reset was accepted under a new epoch. No new epoch may take it."""
-    lines = [
+    what = (
         f"pipeline {info.pipeline!r}: old checkpoint restored. Spark handed batch "
         f"{info.batch_id} of query {info.query_id}, whose batches are epoch {owned} of this "
         f"pipeline, but the pipeline continues under epoch {info.epoch}"
         + ("" if owner is None else f" (query {owner})")
         + ", started when a checkpoint reset was accepted. fanout refuses to write, also "
         'under on_checkpoint_reset="new_epoch": the later query already wrote the input '
-        "this checkpoint would plan next, so a new epoch would write it twice.",
-        *(_sink_lines(latest, spooled) if latest else []),
-        "How to proceed:",
+        "this checkpoint would plan next, so a new epoch would write it twice."
+    )
+    ways = [
         "  1. Restore the newest checkpoint"
         + ("" if owner is None else f" (of query {owner})")
         + " and restart the query; nothing is lost or duplicated.",
-        NEW_PIPELINE.replace("Or start from a new", "Or delete this checkpoint and start a new"),
-        _recover_line(info, ledger, spool, config),
+        RESTART_NEW_PIPELINE,
     ]
-    return "\n".join(lines)
+    return facts.refusal(info, [what], ways)

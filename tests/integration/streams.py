@@ -14,6 +14,36 @@ STATUSES = ("new", "paid", "shipped")
 EPOCH = 1_700_000_000  # input file n is modified at EPOCH + n seconds
 
 
+def pipeline_file(
+    data: Path,
+    name: str,
+    schema: str,
+    sinks: str,
+    *,
+    available_now: bool = False,
+    master: str | None = None,
+) -> str:
+    """The text of a pipeline file (``fanout run``'s) of pipeline ``name``, its ledger and
+    checkpoint under ``data``, reading the JSON files of ``schema`` in ``data/input`` into
+    ``sinks`` (their ``[[sinks]]`` tables); ``available_now``: a run reads what is there
+    and ends, without retries; ``master``: Spark's."""
+    text = f'\n[pipeline]\nname = "{name}"\nledger = "{data}/ledger"\n'
+    text += f'checkpoint = "{data}/checkpoint"\n'
+    if available_now:
+        text += "trigger = { available_now = true }\nretries = 0\n"
+    if master is not None:
+        text += f'\n[spark]\nmaster = "{master}"\n'
+    text += f'\n[source]\nformat = "json"\npath = "{data}/input"\nschema = "{schema}"\n'
+    return f"{text}\n{sinks}"
+
+
+def bronze_pipeline(data: Path) -> str:
+    """:func:`pipeline_file` of pipeline ``clicks``, run available now, writing the
+    input of :data:`SCHEMA` into the Delta sink ``bronze`` at ``data/bronze``."""
+    sink = f'[[sinks]]\ntype = "delta"\nname = "bronze"\npath = "{data}/bronze"\n'
+    return pipeline_file(data, "clicks", SCHEMA, sink, available_now=True)
+
+
 def order(order_id: int) -> dict[str, Any]:
     """The deterministic order row with this id."""
     return {
@@ -66,6 +96,19 @@ def run_stream(
         .start()
     )
     query.awaitTermination()
+
+
+def run_to_end(spark: Any, fan: Any, workdir: Path, schema: str = SCHEMA) -> str:
+    """Run the file stream of ``workdir/input`` through ``fan`` on the checkpoint
+    ``workdir/checkpoint`` (:func:`run_stream`), then close ``fan``: the text of the error
+    the stream ended with, ``""`` when it ran to the end of its input."""
+    try:
+        run_stream(spark, workdir / "input", fan, workdir / "checkpoint", schema)
+    except Exception as exc:  # Spark wraps the foreachBatch error
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        fan.close()
+    return ""
 
 
 def delta_rows(path: Path) -> list[dict[str, Any]]:

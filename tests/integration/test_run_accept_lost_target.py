@@ -14,28 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.streams import delta_rows, id_counts, write_input
+from tests.integration.streams import bronze_pipeline, delta_rows, id_counts, write_input
 
 pytestmark = pytest.mark.integration
-
-PIPELINE = """
-[pipeline]
-name = "clicks"
-ledger = "{data}/ledger"
-checkpoint = "{data}/checkpoint"
-trigger = {{ available_now = true }}
-retries = 0
-
-[source]
-format = "json"
-path = "{data}/input"
-schema = "order_id LONG, customer STRING, amount DOUBLE, status STRING"
-
-[[sinks]]
-type = "delta"
-name = "bronze"
-path = "{data}/bronze"
-"""
 
 
 def _run(config: Path, *args: str) -> tuple[int, str]:
@@ -50,7 +31,7 @@ def test_accept_lost_target_writes_on_once_and_says_so_when_nothing_is_lost(
     tmp_path: Path,
 ) -> None:
     config = tmp_path / "pipeline.toml"
-    config.write_text(PIPELINE.format(data=tmp_path))
+    config.write_text(bronze_pipeline(tmp_path))
     write_input(tmp_path / "input", 1, 3)  # batch 0: orders 0-2
     code, out = _run(config)
     assert code == 0, out[-3000:]

@@ -10,23 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-PIPELINE = """
-[pipeline]
-name = "dupes"
-ledger = "{data}/ledger"
-checkpoint = "{data}/checkpoint"
-trigger = {{ available_now = true }}
-retries = 0
+from tests.integration.streams import pipeline_file
 
-[spark]
-master = "local[2]"
-
-[source]
-format = "json"
-path = "{data}/input"
-schema = "order_id LONG, amount DOUBLE"
-
-[[sinks]]
+SINKS = """[[sinks]]
 type = "delta"
 name = "bronze"
 path = "{data}/bronze"
@@ -38,18 +24,44 @@ path = "{data}/latest"
 mode = "merge"
 keys = ["order_id"]
 """
+ONE_ORDER = [{"order_id": 7, "amount": 1.0}]
+
+
+def _pipeline(data: Path, rows: list[dict[str, Any]] | None, more: str = "") -> Path:
+    """``data/pipeline.toml``: pipeline ``dupes``, run available now, reading the JSON file
+    ``data/input/a.json`` of ``rows`` (none: no file) into the Delta sinks ``bronze`` and
+    ``latest`` (a merge by order_id), and the sinks in ``more`` (TOML appended)."""
+    (data / "input").mkdir()
+    if rows is not None:
+        (data / "input" / "a.json").write_text("\n".join(json.dumps(r) for r in rows))
+    config = data / "pipeline.toml"
+    sinks = SINKS.format(data=data) + more
+    schema = "order_id LONG, amount DOUBLE"
+    config.write_text(
+        pipeline_file(data, "dupes", schema, sinks, available_now=True, master="local[2]")
+    )
+    return config
+
+
+def _postgres(url: str, more: str = "") -> str:
+    """A postgres sink ``pg`` of table ``orders`` at ``url`` (TOML, ``more`` options too)."""
+    return (
+        f'\n[[sinks]]\ntype = "postgres"\nname = "pg"\nurl = "{url}"\ntable = "orders"\n'
+        f'keys = ["order_id"]\ncreate_table = true\n{more}'
+    )
+
+
+def _cli(command: str, config: Path) -> subprocess.CompletedProcess[str]:
+    """``fanout COMMAND CONFIG`` in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "fanout.app.cli", command, str(config)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
 
 
 def test_a_failed_run_ends_with_fanouts_own_message(tmp_path: Path) -> None:
-    (tmp_path / "input").mkdir()
     rows = [{"order_id": 7, "amount": 1.0}, {"order_id": 7, "amount": 2.0}]  # no order_by
-    (tmp_path / "input" / "a.json").write_text("\n".join(json.dumps(r) for r in rows))
-    config = tmp_path / "pipeline.toml"
-    config.write_text(PIPELINE.format(data=tmp_path))
-    done = subprocess.run(
-        [sys.executable, "-m", "fanout.app.cli", "run", str(config)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = _cli("run", _pipeline(tmp_path, rows))
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     # Spark reports no progress for the failed batch: its 2 rows read "0 rows in"
@@ -76,18 +88,11 @@ def test_a_route_or_key_the_source_lacks_stops_the_run_before_the_stream_starts(
 ) -> None:
     """`fanout validate` caught both; `fanout run` started the stream, made the checkpoint,
     wrote bronze's batch 0 and then failed the two sinks at that batch (exit 1)."""
-    (tmp_path / "input").mkdir()
-    (tmp_path / "input" / "a.json").write_text(json.dumps({"order_id": 7, "amount": 1.0}))
-    config = tmp_path / "pipeline.toml"
-    config.write_text(
-        PIPELINE.format(data=tmp_path).replace('keys = ["order_id"]', 'keys = ["orderid"]')
-        + f'\n[[sinks]]\ntype = "delta"\nname = "big"\npath = "{tmp_path}/big"\n'
-        'where = "amout > 10"\n'
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "fanout.app.cli", "run", str(config)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    big = f'\n[[sinks]]\ntype = "delta"\nname = "big"\npath = "{tmp_path}/big"\n'
+    big += 'where = "amout > 10"\n'
+    config = _pipeline(tmp_path, ONE_ORDER, big)
+    config.write_text(config.read_text().replace('keys = ["order_id"]', 'keys = ["orderid"]'))
+    done = _cli("run", config)
     assert done.returncode == 2, done.stdout + done.stderr[-3000:]
     error = done.stderr[done.stderr.index("fanout: configuration error: ") :].splitlines()
     assert error[0] == (
@@ -122,11 +127,7 @@ def test_a_deleted_checkpoint_ends_the_run_with_the_reset_error_whole(
 
     from fanout.app.runner import run
 
-    (tmp_path / "input").mkdir()
-    rows = [{"order_id": 7, "amount": 1.0}, {"order_id": 8, "amount": 2.0}]
-    (tmp_path / "input" / "a.json").write_text("\n".join(json.dumps(r) for r in rows))
-    config = tmp_path / "pipeline.toml"
-    config.write_text(PIPELINE.format(data=tmp_path))
+    config = _pipeline(tmp_path, [{"order_id": 7, "amount": 1.0}, {"order_id": 8, "amount": 2.0}])
     first = io.StringIO()
     assert run(str(config), out=first) == 0, first.getvalue()
     assert "pipeline 'dupes' finished (last committed batch 0)" in first.getvalue()
@@ -157,20 +158,9 @@ def test_a_sink_whose_server_is_down_at_the_start_is_not_called_a_configuration_
     """PostgreSQL stopped, then `fanout run` started again: it printed `fanout: configuration
     error: sink 'pg': cannot open: ...` and exited 2, as for a misspelt option, though the
     file was right and the server only down; the password in the URL stays masked."""
-    (tmp_path / "input").mkdir()
-    (tmp_path / "input" / "a.json").write_text(json.dumps({"order_id": 7, "amount": 1.0}))
     (tmp_path / "nosocket").mkdir()  # no server listens here
     url = f"postgresql+psycopg2://app:Wr0ngPassw0rd@/db?host={tmp_path}/nosocket"
-    config = tmp_path / "pipeline.toml"
-    config.write_text(
-        PIPELINE.format(data=tmp_path)
-        + f'\n[[sinks]]\ntype = "postgres"\nname = "pg"\nurl = "{url}"\ntable = "orders"\n'
-        'keys = ["order_id"]\ncreate_table = true\n'
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "fanout.app.cli", "run", str(config)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = _cli("run", _pipeline(tmp_path, ONE_ORDER, _postgres(url)))
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     error = done.stderr[done.stderr.index("fanout: sink unreachable: ") :].splitlines()
     assert error[0] == (
@@ -201,19 +191,8 @@ def test_a_sink_host_name_that_does_not_resolve_is_not_told_to_wait_for_an_answe
     """A misspelt PostgreSQL host: 'could not translate host name', exit 1, and the next
     line said the target 'did not answer; its options may be right: once it accepts
     connections, run the same command again', which no wait fixes."""
-    (tmp_path / "input").mkdir()
-    (tmp_path / "input" / "a.json").write_text(json.dumps({"order_id": 7, "amount": 1.0}))
     url = "postgresql+psycopg2://app:Wr0ngPassw0rd@nosuchhost.invalid:5432/db"
-    config = tmp_path / "pipeline.toml"
-    config.write_text(
-        PIPELINE.format(data=tmp_path)
-        + f'\n[[sinks]]\ntype = "postgres"\nname = "pg"\nurl = "{url}"\ntable = "orders"\n'
-        'keys = ["order_id"]\ncreate_table = true\n'
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "fanout.app.cli", "run", str(config)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = _cli("run", _pipeline(tmp_path, ONE_ORDER, _postgres(url)))
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     error = done.stderr[done.stderr.index("fanout: sink unreachable: ") :].splitlines()
     assert error[0].startswith(
@@ -235,21 +214,11 @@ def test_validate_and_run_exit_alike_for_a_sink_on_a_closed_port(tmp_path: Path)
     """A PostgreSQL sink pointing at a port nothing listens on: `fanout run` exited 1
     (`sink unreachable`) and `fanout validate` 2 (`configuration error`), so a script
     branching on the code got two answers for one target. Both exit 1 now, saying so."""
-    (tmp_path / "input").mkdir()
-    (tmp_path / "input" / "a.json").write_text(json.dumps({"order_id": 7, "amount": 1.0}))
     url = f"postgresql+psycopg2://app:Wr0ngPassw0rd@127.0.0.1:{_closed_port()}/db"
-    config = tmp_path / "pipeline.toml"
-    config.write_text(
-        PIPELINE.format(data=tmp_path)
-        + f'\n[[sinks]]\ntype = "postgres"\nname = "pg"\nurl = "{url}"\ntable = "orders"\n'
-        'keys = ["order_id"]\ncreate_table = true\n'
-    )
+    config = _pipeline(tmp_path, ONE_ORDER, _postgres(url))
     codes, errors = {}, {}
     for command in ("validate", "run"):
-        done = subprocess.run(
-            [sys.executable, "-m", "fanout.app.cli", command, str(config)],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+        done = _cli(command, config)
         codes[command] = done.returncode
         errors[command] = done.stderr[done.stderr.index("fanout: ") :].splitlines()
         assert "Wr0ngPassw0rd" not in done.stdout + done.stderr
@@ -268,21 +237,12 @@ def test_validate_exits_2_when_a_mistake_in_the_file_comes_with_an_unreachable_s
 ) -> None:
     """The unreachable sink alone would exit 1; a route naming a column the source does
     not have, beside it, is a mistake in the file: exit 2, both failures listed."""
-    (tmp_path / "input").mkdir()
     url = f"postgresql+psycopg2://app:pw@127.0.0.1:{_closed_port()}/db"
-    config = tmp_path / "pipeline.toml"
-    config.write_text(
-        PIPELINE.format(data=tmp_path)
-        + f'\n[[sinks]]\ntype = "postgres"\nname = "pg"\nurl = "{url}"\ntable = "orders"\n'
-        'keys = ["order_id"]\ncreate_table = true\n'
-        '\n[[sinks]]\ntype = "delta"\nname = "typo"\npath = "'
-        + str(tmp_path / "typo")
-        + '"\nselect = ["order_id", "amout * 100 AS cents"]\n'
+    typo = (
+        f'\n[[sinks]]\ntype = "delta"\nname = "typo"\npath = "{tmp_path / "typo"}"\n'
+        'select = ["order_id", "amout * 100 AS cents"]\n'
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "fanout.app.cli", "validate", str(config)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = _cli("validate", _pipeline(tmp_path, None, _postgres(url) + typo))
     assert done.returncode == 2, done.stdout + done.stderr[-3000:]
     error = done.stderr[done.stderr.index("fanout: configuration error: ") :].splitlines()
     assert error[0] == "fanout: configuration error: 2 of 13 checks failed:"
@@ -295,23 +255,11 @@ def test_validate_warns_and_run_starts_for_an_unreachable_lag_sink(tmp_path: Pat
     without it (the Delta sinks write, the batch is spooled for it) and exits 3, still
     behind; `fanout validate` failed the same file with exit 1, `sink unreachable`, so a
     pre-flight refused what the run does. It warns now, and exits 0."""
-    (tmp_path / "input").mkdir()
-    (tmp_path / "input" / "a.json").write_text(json.dumps({"order_id": 7, "amount": 1.0}))
     url = f"postgresql+psycopg2://app:Wr0ngPassw0rd@127.0.0.1:{_closed_port()}/db"
-    config = tmp_path / "pipeline.toml"
-    config.write_text(
-        PIPELINE.format(data=tmp_path).replace(
-            "retries = 0\n", f'retries = 0\nspool = "{tmp_path}/spool"\n'
-        )
-        + f'\n[[sinks]]\ntype = "postgres"\nname = "pg"\nurl = "{url}"\ntable = "orders"\n'
-        'keys = ["order_id"]\ncreate_table = true\non_failure = "lag"\n'
-    )
-    done = {}
-    for command in ("validate", "run"):
-        done[command] = subprocess.run(
-            [sys.executable, "-m", "fanout.app.cli", command, str(config)],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+    config = _pipeline(tmp_path, ONE_ORDER, _postgres(url, 'on_failure = "lag"\n'))
+    spool = f'retries = 0\nspool = "{tmp_path}/spool"\n'
+    config.write_text(config.read_text().replace("retries = 0\n", spool))
+    done = {command: _cli(command, config) for command in ("validate", "run")}
     for outcome in done.values():
         assert "Wr0ngPassw0rd" not in outcome.stdout + outcome.stderr
     checked = done["validate"]

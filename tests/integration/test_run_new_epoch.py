@@ -13,26 +13,13 @@ from typing import Any
 import pytest
 
 from fanout.app.cli import main
-from tests.integration.streams import committed_marks, delta_rows, id_counts, write_input
-
-PIPELINE = """
-[pipeline]
-name = "clicks"
-ledger = "{data}/ledger"
-checkpoint = "{data}/checkpoint"
-trigger = {{ available_now = true }}
-retries = 0
-
-[source]
-format = "json"
-path = "{data}/input"
-schema = "order_id LONG, customer STRING, amount DOUBLE, status STRING"
-
-[[sinks]]
-type = "delta"
-name = "bronze"
-path = "{data}/bronze"
-"""
+from tests.integration.streams import (
+    bronze_pipeline,
+    committed_marks,
+    delta_rows,
+    id_counts,
+    write_input,
+)
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -54,7 +41,7 @@ def test_new_epoch_is_accepted_for_one_run_only(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "pipeline.toml"
-    config.write_text(PIPELINE.format(data=tmp_path))
+    config.write_text(bronze_pipeline(tmp_path))
     write_input(tmp_path / "input", 1, 3)
     assert _run(capsys, str(config))[0] == 0
 

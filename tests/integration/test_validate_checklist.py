@@ -9,21 +9,9 @@ from typing import Any
 import pyarrow as pa
 from deltalake import write_deltalake
 
-PIPELINE = """
-[pipeline]
-name = "checks"
-ledger = "{data}/ledger"
-checkpoint = "{data}/checkpoint"
+from tests.integration.checklist import validate
 
-[spark]
-master = "local[2]"
-
-[source]
-format = "json"
-path = "{data}/input"
-schema = "order_id LONG, status STRING, amount DOUBLE"
-
-[[sinks]]
+SINKS = """[[sinks]]
 type = "delta"
 name = "bronze"
 path = "{data}/bronze"
@@ -56,15 +44,11 @@ engine = "spark"
 def test_validate_reports_every_problem_as_a_checklist(
     spark: Any, tmp_path: Path, capsys: Any
 ) -> None:
-    from fanout.app.cli import main
-
-    (tmp_path / "input").mkdir()
     write_deltalake(str(tmp_path / "old"), pa.table({"order_id": pa.array(["a"], pa.string())}))
-    config = tmp_path / "pipeline.toml"
-    config.write_text(PIPELINE.format(data=tmp_path))
-    assert main(["validate", str(config)]) == 2
-    captured = capsys.readouterr()
-    lines = [line for line in captured.out.splitlines() if line.startswith("  ")]
+    schema = "order_id LONG, status STRING, amount DOUBLE"
+    validated = validate(tmp_path, schema, SINKS.format(data=tmp_path), capsys)
+    assert validated.code == 2
+    lines = validated.lines
     verdicts = [line[:8] + line[8:].split(":")[0] for line in lines]
     assert verdicts == [
         "  OK    source",
@@ -106,6 +90,6 @@ def test_validate_reports_every_problem_as_a_checklist(
         *(f"  INFO  sink {name}: would create the Delta table at {tmp_path}/{name} (its first "
           "batch does)" for name in ("bronze", "paid", "cents")),
     ]  # fmt: skip
-    assert "configuration error: 4 of 16 checks failed:" in captured.err
+    assert "configuration error: 4 of 16 checks failed:" in validated.err
     assert not (tmp_path / "checkpoint").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["input", "old", "pipeline.toml"]

@@ -15,6 +15,13 @@ from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import Ledger, ledger_location
 from fanout.ledger.memory import MemoryLedger
 from fanout.steps.guard import check_checkpoint
+from fanout.steps.guard_text import (
+    LedgerFacts,
+    owner_message,
+    reset_message,
+    rollback_message,
+    superseded_message,
+)
 from tests.unit.fakes import FakeFrame, ScriptedSink, committed
 
 PIPELINE = "orders"
@@ -217,3 +224,25 @@ def test_the_printed_recover_command_runs_as_printed(
         f"Resume after batch {batch}: every sink the pipeline still writes holds it, so "
         "nothing is written twice.",
     ]
+
+
+def test_a_refusal_over_a_ledger_without_marks_lists_no_sinks() -> None:
+    """Each of the four refusals goes from what happened straight to how to proceed when
+    the ledger holds no mark of the epoch: the reset and rollback texts printed the header
+    of the sink list with no sink under it (the owner and superseded texts did not)."""
+    info = BatchInfo(PIPELINE, 3, NEW_QUERY)
+    facts = LedgerFacts({}, "/lake/ledger")
+    recover = (
+        "  `fanout recover --ledger /lake/ledger --pipeline orders` prints these facts "
+        "again, with Kafka startingOffsets."
+    )
+    texts = {
+        "reset": (reset_message(info, facts), 1),
+        "rollback": (rollback_message(info, 5, [], facts), 3),  # re-planned, later batches
+        "owner": (owner_message(info, OLD_QUERY, None, facts), 1),
+        "superseded": (superseded_message(info, 0, OLD_QUERY, facts), 1),
+    }
+    for kind, (text, what) in texts.items():
+        lines = text.splitlines()
+        assert (kind, lines[what], lines[-1]) == (kind, "How to proceed:", recover)
+        assert not any(line.startswith("Last committed batch") for line in lines), kind

@@ -40,6 +40,41 @@ def _location(ledger: MemoryLedger) -> str:
     return f"MemoryLedger@{id(ledger):x}"
 
 
+def _failing_over(ledger: Any, spool: str, down: ScriptedSink) -> FanOut:
+    """The pipeline writing "good" and ``down``, which lags when it fails (at once, without
+    a retry's backoff; no probe of its target for an hour)."""
+    return FanOut(
+        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
+        probe_interval_s=3600,
+    )  # fmt: skip
+
+
+def _put_back(ledger: Any, spool: str, batch: int, **options: Any) -> list[tuple[int, int]]:
+    """Sink "down" put back in the pipeline, its target up: batch ``batch`` processed, then
+    its catch-up (its held batches read from memory). Its write's calls (batch id, attempt)."""
+    back = ScriptedSink("down")
+    fan = FanOut(
+        "gap", ledger, [ScriptedSink("good"), _lag(back)], spool=spool, probe_interval_s=3600,
+        **options,
+    )  # fmt: skip
+    try:
+        _catch_up_from_memory(fan)
+        fan.process(FRAMES[batch], BatchInfo("gap", batch, "q"))
+        fan.catch_up(timeout_s=30)
+    finally:
+        fan.close()
+    return back.calls
+
+
+def _kept(ledger: Any, spool: str) -> list[int]:
+    """The batches the spool keeps, as the pipeline without sink "down" opens it."""
+    restarted = FanOut("gap", ledger, [ScriptedSink("good")], spool=spool)
+    try:
+        return [b.batch_id for b in restarted.lagging.spool.batches()]  # type: ignore[union-attr]
+    finally:
+        restarted.close()
+
+
 def _catch_up_from_memory(fan: FanOut) -> None:
     def read(sink: str, key: tuple[int, int]) -> tuple[Any, BatchInfo]:
         spooled = fan.lagging.spool.get(key)  # type: ignore[union-attr]
@@ -91,15 +126,7 @@ def test_a_lagging_sink_left_out_for_a_batch_is_refused_naming_what_the_spool_ke
     tmp_path: Path,
 ) -> None:
     ledger, spool = MemoryLedger(), str(tmp_path / "spool")
-    down = ScriptedSink("down")
-    fan = FanOut(
-        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
-        probe_interval_s=3600,
-    )  # fmt: skip
-    _run(fan, range(1))
-    down.always_fail = SinkWriteError("refused", sink="down")
-    _run(FanOut("gap", ledger, [ScriptedSink("good"), _lag(down)], spool=spool), range(1, 3))
-    _run(FanOut("gap", ledger, [ScriptedSink("good")], spool=spool), range(3, 4))  # left out
+    _held_then_missed(ledger, spool)
 
     # its target is still down when it is put back: the held batches cannot be given first
     back = ScriptedSink("down", always_fail=SinkWriteError("still down", sink="down"))
@@ -158,67 +185,29 @@ def test_a_lag_sink_whose_spool_covers_the_gap_catches_up_across_a_restart(
 ) -> None:
     ledger, spool = MemoryLedger(), str(tmp_path / "spool")
     down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
-    fan = FanOut(
-        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
-        probe_interval_s=3600,
-    )  # fmt: skip
+    fan = _failing_over(ledger, spool, down)
     _run(fan, range(3))  # "down" lags from batch 0: 0-2 spooled
     _run(FanOut("gap", ledger, [ScriptedSink("good"), _lag(down)], spool=spool), range(3, 4))
     assert ledger.last_committed("gap", ["good", "down"]) == {"good": 3, "down": None}
 
-    back = ScriptedSink("down")
-    fan = FanOut(
-        "gap", ledger, [ScriptedSink("good"), _lag(back)], backoff_s=0, spool=spool,
-        probe_interval_s=3600,
-    )  # fmt: skip
-    try:
-        _catch_up_from_memory(fan)
-        fan.process(FRAMES[4], BatchInfo("gap", 4, "q"))  # behind: held back, spooled
-        fan.catch_up(timeout_s=30)
-    finally:
-        fan.close()
-    assert [b for b, _ in back.calls] == [0, 1, 2, 3, 4]
+    calls = _put_back(ledger, spool, 4, backoff_s=0)  # 4 behind: held back, spooled
+    assert [b for b, _ in calls] == [0, 1, 2, 3, 4]
 
 
 def test_a_lag_sink_holding_some_batches_with_its_spool_covering_the_rest_is_not_refused(
     tmp_path: Path,
 ) -> None:
     ledger, spool = MemoryLedger(), str(tmp_path / "spool")
-    down = ScriptedSink("down")
-    fan = FanOut(
-        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
-        probe_interval_s=3600,
-    )  # fmt: skip
-    _run(fan, range(1))
-    down.always_fail = SinkWriteError("refused", sink="down")
-    _run(FanOut("gap", ledger, [ScriptedSink("good"), _lag(down)], spool=spool), range(1, 3))
+    _held(ledger, spool)
 
-    back = ScriptedSink("down")
-    fan = FanOut(
-        "gap", ledger, [ScriptedSink("good"), _lag(back)], backoff_s=0, spool=spool,
-        probe_interval_s=3600,
-    )  # fmt: skip
-    try:
-        _catch_up_from_memory(fan)
-        fan.process(FRAMES[3], BatchInfo("gap", 3, "q"))
-        fan.catch_up(timeout_s=30)
-    finally:
-        fan.close()
-    assert [b for b, _ in back.calls] == [1, 2, 3]
+    assert [b for b, _ in _put_back(ledger, spool, 3, backoff_s=0)] == [1, 2, 3]
 
 
 def test_a_left_out_sinks_spool_is_kept_until_skip_releases_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     ledger, spool = MemoryLedger(), str(tmp_path / "spool")
-    down = ScriptedSink("down")
-    fan = FanOut(
-        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
-        probe_interval_s=3600,
-    )  # fmt: skip
-    _run(fan, range(1))
-    down.always_fail = SinkWriteError("refused", sink="down")
-    _run(FanOut("gap", ledger, [ScriptedSink("good"), _lag(down)], spool=spool), range(1, 3))
+    _held(ledger, spool)
 
     caplog.clear()
     without = FanOut("gap", ledger, [ScriptedSink("good")], spool=spool)  # removed for good
@@ -239,21 +228,13 @@ def test_a_left_out_sinks_spool_is_kept_until_skip_releases_it(
     # a skip without the spool cannot see batches 1-2: they are kept, not released
     assert skip_batches(ledger, "gap", "down", 3).recorded
     caplog.clear()
-    restarted = FanOut("gap", ledger, [ScriptedSink("good")], spool=spool)
-    try:
-        assert [b.batch_id for b in restarted.lagging.spool.batches()] == [1, 2]  # type: ignore[union-attr]
-    finally:
-        restarted.close()
+    assert _kept(ledger, spool) == [1, 2]
     assert [r.getMessage() for r in caplog.records if "not configured" in r.getMessage()] == []
     assert len([r for r in caplog.records if "without --spool" in r.getMessage()]) == 1
 
     done = skip_batches(ledger, "gap", "down", 3, spool=_opened(spool), release_spooled=True)
     assert (done.recorded, done.released) == (False, (1, 2))
-    restarted = FanOut("gap", ledger, [ScriptedSink("good")], spool=spool)
-    try:
-        assert restarted.lagging.spool.batches() == []  # type: ignore[union-attr]
-    finally:
-        restarted.close()
+    assert _kept(ledger, spool) == []
 
 
 def test_fanout_ledger_skip_on_a_delta_ledger(
@@ -292,17 +273,19 @@ def test_a_sink_with_a_backfill_source_is_told_to_restore_the_spool_not_to_confi
     ) in message
 
 
-def _held_then_missed(ledger: Any, spool: str) -> None:
-    """Sink "down" commits batch 0, lags through 1-2 (spooled for it), is left out of the
-    configuration for batch 3 (missed: nothing holds it)."""
+def _held(ledger: Any, spool: str) -> None:
+    """Sink "down" commits batch 0, then lags through 1-2 (spooled for it)."""
     down = ScriptedSink("down")
-    fan = FanOut(
-        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
-        probe_interval_s=3600,
-    )  # fmt: skip
+    fan = _failing_over(ledger, spool, down)
     _run(fan, range(1))
     down.always_fail = SinkWriteError("refused", sink="down")
     _run(FanOut("gap", ledger, [ScriptedSink("good"), _lag(down)], spool=spool), range(1, 3))
+
+
+def _held_then_missed(ledger: Any, spool: str) -> None:
+    """Sink "down" commits batch 0, lags through 1-2 (spooled for it), is left out of the
+    configuration for batch 3 (missed: nothing holds it)."""
+    _held(ledger, spool)
     _run(FanOut("gap", ledger, [ScriptedSink("good")], spool=spool), range(3, 4))
 
 
@@ -390,11 +373,7 @@ def test_skip_refuses_to_give_up_batches_the_spool_still_holds(
 
     assert main([*args, "--through", "3", "--spool", spool, "--release-spooled"]) == 0
     assert "batches 1-3 recorded as skipped" in capsys.readouterr().out
-    restarted = FanOut("gap", DeltaLedger(path), [ScriptedSink("good")], spool=spool)
-    try:
-        assert restarted.lagging.spool.batches() == []  # type: ignore[union-attr]
-    finally:
-        restarted.close()
+    assert _kept(DeltaLedger(path), spool) == []
 
 
 def test_a_skip_without_the_spool_keeps_the_batches_it_still_holds_and_names_them(
@@ -411,18 +390,7 @@ def test_a_skip_without_the_spool_keeps_the_batches_it_still_holds_and_names_the
     assert main([*args, "--through", "3"]) == 0
     said = capsys.readouterr().out
 
-    back = ScriptedSink("down")
-    fan = FanOut(
-        "gap", DeltaLedger(path), [ScriptedSink("good"), _lag(back)], spool=spool,
-        probe_interval_s=3600,
-    )  # fmt: skip
-    _catch_up_from_memory(fan)
-    try:
-        fan.process(FRAMES[4], BatchInfo("gap", 4, "q"))
-        fan.catch_up(timeout_s=30)
-    finally:
-        fan.close()
-    assert back.calls == [(4, 1)]  # live from the batch after the skip
+    assert _put_back(DeltaLedger(path), spool, 4) == [(4, 1)]  # live from the batch after the skip
     assert [b.batch_id for b in _opened(spool).needed_by("down")] == [1, 2]  # rows kept
     assert said == (
         "pipeline 'gap', sink 'down', epoch 0: batches 1-3 recorded as skipped (never written "
@@ -483,10 +451,7 @@ def test_a_skip_without_the_spool_made_while_the_pipeline_runs_keeps_the_batches
     catch-up wrote are released without a scan."""
     ledger, spool = _CountingLedger(), str(tmp_path / "spool")
     down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
-    fan = FanOut(
-        "gap", ledger, [ScriptedSink("good"), _lag(down)], backoff_s=0, spool=spool,
-        probe_interval_s=3600,
-    )  # fmt: skip
+    fan = _failing_over(ledger, spool, down)
     try:
         _catch_up_from_memory(fan)
         for batch in range(4):  # "down" lags from batch 0: 0-3 spooled

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from deltacheck import ids
 from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink
 
@@ -47,10 +48,6 @@ def sink_after(path: Path, write_from: str, batches: int) -> DeltaSink:
     for b in range(batches):
         sink.write(batch(b, 3 * b))
     return sink
-
-
-def ids(path: Path) -> list[int]:
-    return deltaio.read_delta(str(path)).sort_by("id").column("id").to_pylist()
 
 
 def txns(path: Path) -> list[tuple[int, int]]:

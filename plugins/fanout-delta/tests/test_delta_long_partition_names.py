@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from arrow_batches import batch_of
-from deltalake import DeltaTable
+from deltacheck import ids
 from fanout_delta import DeltaSink
 from fanout_delta.partition_values import split_unstorable_spark
 from fanout_delta.spark_engine import write_spark
@@ -49,10 +49,6 @@ def opened(path: Path, dead: Path | None = None, spark: Any = None, **options: A
     letters = DeltaDeadLetters(str(dead)) if dead is not None else None
     sink.open(SinkContext(pipeline="p", spark=spark, dead_letters=letters))
     return sink
-
-
-def ids(path: Path) -> list[int]:
-    return sorted(DeltaTable(str(path)).to_pyarrow_table().column("id").to_pylist())
 
 
 def letters_of(dead: Path) -> list[tuple[str, Any, int, str]]:

@@ -20,12 +20,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from arrow_batches import opened
 from deltalake import DeltaTable, write_deltalake
-from fanout_delta import DeltaSink
 
 from fanout import testing
 from fanout.contract.batch import Batch, txn_app_id
-from fanout.contract.sink import SinkContext
 from fanout.delta_tables import io as deltaio
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import entries_from_arrow
@@ -38,12 +37,6 @@ def make_batch(data: dict[str, list[Any]], batch_id: int) -> Batch:
     return testing.make_batch(
         pa.table(data), batch_id=batch_id, pipeline="p", sink_name="s", query_id=None
     )
-
-
-def opened(path: Path, **options: Any) -> DeltaSink:
-    sink = DeltaSink(name="s", path=str(path), **options)
-    sink.open(SinkContext(pipeline="p"))
-    return sink
 
 
 def txn_commits(path: Path, app_id: str) -> list[tuple[int, int]]:

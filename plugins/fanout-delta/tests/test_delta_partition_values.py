@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from arrow_batches import batch_of
+from deltacheck import ids
 from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink
 from fanout_delta.partition_values import split_unstorable_spark
@@ -243,7 +244,7 @@ def test_the_executors_set_refused_rows_aside_in_spark(spark, tmp_path):
     result = sink.write(batch_of(df))
 
     assert (result.rows, result.dead_lettered) == (1, 2)
-    assert DeltaTable(str(path)).to_pyarrow_table().column("id").to_pylist() == [2]
+    assert ids(path) == [2]
     assert [(c, v) for c, v, _, _ in letters_of(dead)] == [
         ("k", ""),
         ("ts", "+10000-01-01T00:00:00+00:00"),
@@ -290,9 +291,7 @@ def test_two_delta_appends_sharing_a_job_refuse_an_empty_string_alike(spark, tmp
         results = fan.process(df, BatchInfo("p", 0, "q"))
         assert (results["a"].rows, results["a"].dead_lettered) == (2, 1)
         assert "shared_with" not in results["a"].details
-        assert sorted(DeltaTable(str(tmp_path / "a")).to_pyarrow_table()["id"].to_pylist()) == [
-            2, 3,
-        ]  # fmt: skip
+        assert ids(tmp_path / "a") == [2, 3]
         assert [(c, v) for c, v, _, _ in letters_of(tmp_path / "dead")] == [("k", "")]
     else:
         with pytest.raises(BatchFailedError) as raised:
@@ -303,9 +302,7 @@ def test_two_delta_appends_sharing_a_job_refuse_an_empty_string_alike(spark, tmp
             f"  - a: SinkWriteError: sink 'a', batch 0: {EMPTY}"
         )
         assert not (tmp_path / "a" / "_delta_log").exists()
-    assert sorted(DeltaTable(str(tmp_path / "b")).to_pyarrow_table()["id"].to_pylist()) == [
-        1, 2, 3,
-    ]  # fmt: skip
+    assert ids(tmp_path / "b") == [1, 2, 3]
 
 
 # -- docs/architecture.md §7: a deduplicated key's winner is chosen before refusals count --

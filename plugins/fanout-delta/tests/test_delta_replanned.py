@@ -16,13 +16,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from arrow_batches import FakeFrame, opened
+from deltacheck import ids
 from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink, plans
 from fanout_delta.spark_engine import write_spark
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.plans import planned_at
-from fanout.contract.sink import SinkContext
 from fanout.delta_tables import io as deltaio
 from fanout.delta_tables.io import read_delta
 from fanout.errors import CheckpointRollbackError
@@ -34,20 +35,6 @@ OFFSETS_FIRST = [{"logOffset": 3}]
 OFFSETS_AGAIN = [{"logOffset": 4}]
 
 
-class FakeFrame:
-    """Stands in for a Spark batch DataFrame: ``toArrow()`` for engine rs, ``count()`` for
-    the spark engine's skip path (the only part of it that runs without Spark)."""
-
-    def __init__(self, table: pa.Table) -> None:
-        self.table = table
-
-    def toArrow(self) -> pa.Table:
-        return self.table
-
-    def count(self) -> int:
-        return self.table.num_rows
-
-
 def batch(
     batch_id: int,
     ids: range,
@@ -57,16 +44,6 @@ def batch(
     data = pa.table({"id": pa.array(ids, pa.int64()), "v": [f"v{i}" for i in ids]})
     info = BatchInfo("p", batch_id, "q-1", offsets, 0, planned)
     return Batch(df=FakeFrame(data), info=info, sink_name="s", txn_app_id=APP_ID)
-
-
-def opened(path: Path, **options: Any) -> DeltaSink:
-    sink = DeltaSink(name="s", path=str(path), **options)
-    sink.open(SinkContext(pipeline="p"))
-    return sink
-
-
-def ids(path: Path) -> list[int]:
-    return sorted(read_delta(str(path), columns=["id"]).column("id").to_pylist())
 
 
 def values(path: Path) -> dict[int, str]:

@@ -20,6 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from arrow_batches import FakeFrame, opened
+from deltacheck import ids
 from deltalake import DeltaTable, write_deltalake
 from fanout_delta import DeltaSink
 from fanout_delta.spark_engine import write_spark
@@ -34,37 +36,12 @@ APP_ID = txn_app_id("p", "s")
 PLANNED = 1_800_000_000_000
 
 
-class FakeFrame:
-    """Stands in for a Spark batch DataFrame: ``toArrow()`` for engine rs (the executors'
-    append writes a ``pyarrow.Table`` source on the driver), ``count()`` for the spark
-    engine's skip path."""
-
-    def __init__(self, table: pa.Table) -> None:
-        self.table = table
-
-    def toArrow(self) -> pa.Table:
-        return self.table
-
-    def count(self) -> int:
-        return self.table.num_rows
-
-
 def batch(batch_id: int, planned: int | None = None) -> Batch:
     ids = range(10 * batch_id, 10 * batch_id + 10)
     data = pa.table({"id": pa.array(ids, pa.int64()), "v": [f"v{i}" for i in ids]})
     at = PLANNED + batch_id * 1000 if planned is None else planned
     info = BatchInfo("p", batch_id, "q-1", [{"logOffset": batch_id}], 0, at)
     return Batch(df=FakeFrame(data), info=info, sink_name="s", txn_app_id=APP_ID)
-
-
-def opened(path: Path, **options: Any) -> DeltaSink:
-    sink = DeltaSink(name="s", path=str(path), **options)
-    sink.open(SinkContext(pipeline="p"))
-    return sink
-
-
-def ids(path: Path) -> list[int]:
-    return sorted(read_delta(str(path), columns=["id"]).column("id").to_pylist())
 
 
 SINKS = {

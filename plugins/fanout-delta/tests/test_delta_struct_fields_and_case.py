@@ -16,23 +16,15 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from arrow_batches import batch_of
+from arrow_batches import batch_of, opened
 from deltalake import write_deltalake
-from fanout_delta import DeltaSink
 
-from fanout.contract.sink import SinkContext
 from fanout.delta_tables.io import read_delta
 from fanout.errors import SchemaMismatchError
 
 AB = pa.struct([("a", pa.int64()), ("b", pa.string())])
 A = pa.struct([("a", pa.int64())])
 WRITE_FROM = pytest.mark.parametrize("write_from", ["driver", "executors"])
-
-
-def opened(path: Path, **options: Any) -> DeltaSink:
-    sink = DeltaSink(name="s", path=str(path), **options)
-    sink.open(SinkContext(pipeline="p"))
-    return sink
 
 
 def rows(path: Path) -> list[dict[str, Any]]:

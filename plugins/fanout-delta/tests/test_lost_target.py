@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltacheck import ids
 
 from fanout import BatchInfo, FanOut, TargetLostError
-from fanout.delta_tables.io import read_delta
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +29,6 @@ def _run(fan: FanOut, spark: Any, batch_id: int) -> None:
     info = BatchInfo("lostdelta", batch_id, "query-1", [{"src": {"0": batch_id + 1}}],
                      batch_timestamp_ms=1000 + batch_id)  # fmt: skip
     fan.process(spark.createDataFrame(rows, "id LONG"), info)
-
-
-def _ids(tmp_path: Path) -> list[int]:
-    return sorted(read_delta(str(tmp_path / "silver")).column("id").to_pylist())
 
 
 def test_a_deleted_table_refuses_the_next_run_and_an_accepted_loss_writes_on(
@@ -56,16 +52,16 @@ def test_a_deleted_table_refuses_the_next_run_and_an_accepted_loss_writes_on(
     )
     assert "Nothing was written by this run." in str(refused.value)
     assert "`fanout run PIPELINE.toml --accept-lost-target silver`" in str(refused.value)
-    assert not (tmp_path / "silver" / "_delta_log").exists() or _ids(tmp_path) == []
+    assert not (tmp_path / "silver" / "_delta_log").exists() or ids(tmp_path / "silver") == []
 
     accepting = _fan(tmp_path, accept_lost_targets=["silver"])
     _run(accepting, spark, 2)
     accepting.close()
-    assert _ids(tmp_path) == [20, 21, 22]
+    assert ids(tmp_path / "silver") == [20, 21, 22]
     after = _fan(tmp_path)  # its mark 2 is in the new table: the next run passes
     _run(after, spark, 3)
     after.close()
-    assert _ids(tmp_path) == [20, 21, 22, 30, 31, 32]
+    assert ids(tmp_path / "silver") == [20, 21, 22, 30, 31, 32]
 
 
 def test_a_restart_with_the_table_in_place_passes_also_after_an_empty_batch(
@@ -80,7 +76,7 @@ def test_a_restart_with_the_table_in_place_passes_also_after_an_empty_batch(
     second = _fan(tmp_path)
     _run(second, spark, 2)
     second.close()
-    assert _ids(tmp_path) == [0, 1, 2, 20, 21, 22]
+    assert ids(tmp_path / "silver") == [0, 1, 2, 20, 21, 22]
 
 
 def test_a_transaction_the_table_expired_does_not_refuse_an_idle_pipelines_restart(
@@ -106,4 +102,4 @@ def test_a_transaction_the_table_expired_does_not_refuse_an_idle_pipelines_resta
     second = fan()
     _run(second, spark, 2)
     second.close()
-    assert _ids(tmp_path) == [0, 1, 2, 10, 11, 12, 20, 21, 22]
+    assert ids(tmp_path / "silver") == [0, 1, 2, 10, 11, 12, 20, 21, 22]

@@ -28,7 +28,7 @@ from fanout.errors import PartitioningError
 from fanout.routes.route import Route
 from fanout.sink_spec import SinkSpec
 from fanout.testing import faults
-from tests.integration.streams import SCHEMA, committed_marks, run_stream, write_input
+from tests.integration.streams import SCHEMA, committed_marks, run_stream, run_to_end, write_input
 
 DRIVER = Path(__file__).with_name("kafka_driver.py")
 FILES, ROWS, PARTITIONS = 3, 40, 4
@@ -80,13 +80,7 @@ def _restart(
                      partitions=partitions, dead_letter=f"kafka:{dlq}")  # fmt: skip
     spec = SinkSpec(sink, Route(select=tuple(select)))
     fan = FanOut(pipeline, str(workdir / "ledger"), [spec], plugins=[results] if results else [])
-    try:
-        run_stream(spark, workdir / "input", fan, workdir / "checkpoint")
-    except Exception as exc:  # Spark wraps the foreachBatch error
-        return f"{type(exc).__name__}: {exc}"
-    finally:
-        fan.close()
-    return ""
+    return run_to_end(spark, fan, workdir)
 
 
 def _results(out: str) -> dict[int, dict[str, Any]]:

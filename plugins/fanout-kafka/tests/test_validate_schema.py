@@ -10,21 +10,9 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from kafkatools import Broker
 
-PIPELINE = """
-[pipeline]
-name = "checks"
-ledger = "{data}/ledger"
-checkpoint = "{data}/checkpoint"
+from tests.integration.checklist import validate
 
-[spark]
-master = "local[2]"
-
-[source]
-format = "json"
-path = "{data}/input"
-schema = "id LONG, price DOUBLE"
-
-[[sinks]]
+SINKS = """[[sinks]]
 type = "kafka"
 name = "events"
 bootstrap_servers = "{bootstrap}"
@@ -45,15 +33,10 @@ marker_topic = "{topic}-markers"
 def test_validate_fails_a_key_column_the_source_does_not_have(
     spark: Any, kafka: Broker, topic: str, tmp_path: Path, capsys: Any
 ) -> None:
-    from fanout.app.cli import main
-
-    (tmp_path / "input").mkdir()
-    config = tmp_path / "pipeline.toml"
-    config.write_text(PIPELINE.format(data=tmp_path, bootstrap=kafka.bootstrap, topic=topic))
-    assert main(["validate", str(config)]) == 2
-    captured = capsys.readouterr()
-    lines = [line for line in captured.out.splitlines() if line.startswith("  ")]
-    assert lines == [
+    sinks = SINKS.format(bootstrap=kafka.bootstrap, topic=topic)
+    validated = validate(tmp_path, "id LONG, price DOUBLE", sinks, capsys)
+    assert validated.code == 2
+    assert validated.lines == [
         "  OK    source: builds with its schema and transform",
         f"  OK    ledger {tmp_path}/ledger: opens",
         f"  INFO  ledger {tmp_path}/ledger: would create the ledger table",
@@ -72,7 +55,7 @@ def test_validate_fails_a_key_column_the_source_does_not_have(
         "with 1 partition(s)",
         "  OK    sink audit: target takes the routed schema",
     ]
-    assert "configuration error: 1 of 8 checks failed:" in captured.err
+    assert "configuration error: 1 of 8 checks failed:" in validated.err
     assert not (tmp_path / "checkpoint").exists()
     assert not (tmp_path / "ledger").exists()
     with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
@@ -80,21 +63,7 @@ def test_validate_fails_a_key_column_the_source_does_not_have(
     assert sorted(t for t in topics if t.startswith(topic)) == [topic]
 
 
-HEADER_CLASH = """
-[pipeline]
-name = "checks"
-ledger = "{data}/ledger"
-checkpoint = "{data}/checkpoint"
-
-[spark]
-master = "local[2]"
-
-[source]
-format = "json"
-path = "{data}/input"
-schema = "id LONG, `fanout.batch_id` STRING"
-
-[[sinks]]
+HEADER_CLASH = """[[sinks]]
 type = "kafka"
 name = "events"
 bootstrap_servers = "{bootstrap}"
@@ -110,14 +79,10 @@ def test_validate_fails_a_header_column_named_like_a_fixed_header(
 ) -> None:
     """Up to this version it passed, and every record carried two ``fanout.batch_id``
     headers, the column's after fanout's."""
-    from fanout.app.cli import main
-
-    (tmp_path / "input").mkdir()
-    config = tmp_path / "pipeline.toml"
-    config.write_text(HEADER_CLASH.format(data=tmp_path, bootstrap=kafka.bootstrap, topic=topic))
-    assert main(["validate", str(config)]) == 2
-    captured = capsys.readouterr()
-    failed = [line for line in captured.out.splitlines() if line.startswith("  FAIL")]
+    sinks = HEADER_CLASH.format(bootstrap=kafka.bootstrap, topic=topic)
+    validated = validate(tmp_path, "id LONG, `fanout.batch_id` STRING", sinks, capsys)
+    assert validated.code == 2
+    failed = [line for line in validated.lines if line.startswith("  FAIL")]
     assert failed == [
         "  FAIL  sink events: opens its target: Kafka sink 'events': option 'headers' names "
         "column(s) 'fanout.batch_id', which fanout writes as headers itself (fanout.pipeline, "

@@ -428,24 +428,52 @@ def target_oid() -> Any:
     return sa.cast(sa.cast(regclass, pg.OID), sa.BigInteger)
 
 
+PARTITION_KEY = ("pipeline", "sink", "batch_id", "partition")
+"""The columns naming one partition's record of a batch in fanout's state tables (progress
+marks, ``upsert_routes``) and in a dead-letter table, each set from the parameter of its
+name."""
+
+
+def _of_partition(table: Any) -> list[Any]:
+    """The conditions selecting the partition's rows of ``table`` (:data:`PARTITION_KEY`,
+    from the parameters of those names)."""
+    import sqlalchemy as sa
+
+    return [table.c[name] == sa.bindparam(name) for name in PARTITION_KEY]
+
+
+def _partition_values() -> dict[str, Any]:
+    """The values of a row for the partition (:data:`PARTITION_KEY`, from the parameters
+    of those names), to spread into an ``INSERT``'s other values."""
+    import sqlalchemy as sa
+
+    return {name: sa.bindparam(name) for name in PARTITION_KEY}
+
+
+def _prune_older(table: Any) -> Any:
+    """The ``DELETE`` of the partition's rows of ``table`` for the batches before
+    ``%(keep_from)s`` (the pipeline's, the sink's and the partition's, of any batch id
+    below it)."""
+    import sqlalchemy as sa
+
+    return sa.delete(table).where(
+        table.c.pipeline == sa.bindparam("pipeline"),
+        table.c.sink == sa.bindparam("sink"),
+        table.c.partition == sa.bindparam("partition"),
+        table.c.batch_id < sa.bindparam("keep_from"),
+    )
+
+
 def _mark_statements(state_schema: str) -> dict[str, str]:
     import sqlalchemy as sa
     from sqlalchemy.dialects import postgresql as pg
 
     p = progress_table(state_schema)
-    key = sa.and_(
-        p.c.pipeline == sa.bindparam("pipeline"),
-        p.c.sink == sa.bindparam("sink"),
-        p.c.batch_id == sa.bindparam("batch_id"),
-        p.c.partition == sa.bindparam("partition"),
-    )
+    key = sa.and_(*_of_partition(p))
     insert = (
         pg.insert(p)
         .values(
-            pipeline=sa.bindparam("pipeline"),
-            sink=sa.bindparam("sink"),
-            batch_id=sa.bindparam("batch_id"),
-            partition=sa.bindparam("partition"),
+            **_partition_values(),
             partitions=sa.bindparam("partitions"),
             query_id=sa.bindparam("query_id"),
             target=sa.bindparam("target"),
@@ -469,12 +497,7 @@ def _mark_statements(state_schema: str) -> dict[str, str]:
         )
     )
     rejects = sa.update(p).where(key).values(rejects=sa.cast(sa.bindparam("rejects"), pg.JSONB))
-    prune = sa.delete(p).where(
-        p.c.pipeline == sa.bindparam("pipeline"),
-        p.c.sink == sa.bindparam("sink"),
-        p.c.partition == sa.bindparam("partition"),
-        p.c.batch_id < sa.bindparam("keep_from"),
-    )
+    prune = _prune_older(p)
     return {
         "mark_insert": compile_sql(insert),
         "mark_select": compile_sql(select),
@@ -502,10 +525,7 @@ def _route_statements(state_schema: str) -> str:
 
     r = upsert_routes_table(state_schema)
     insert = pg.insert(r).values(
-        pipeline=sa.bindparam("pipeline"),
-        sink=sa.bindparam("sink"),
-        batch_id=sa.bindparam("batch_id"),
-        partition=sa.bindparam("partition"),
+        **_partition_values(),
         route=sa.bindparam("route"),
         partitions=sa.bindparam("partitions"),
         target_oid=target_oid(),
@@ -523,13 +543,7 @@ def _route_statements(state_schema: str) -> str:
             "committed_at": sa.func.now(),
         },
     )
-    prune = sa.delete(r).where(
-        r.c.pipeline == sa.bindparam("pipeline"),
-        r.c.sink == sa.bindparam("sink"),
-        r.c.partition == sa.bindparam("partition"),
-        r.c.batch_id < sa.bindparam("keep_from"),
-    )
-    return f"{compile_sql(insert)}; {compile_sql(prune)}"
+    return f"{compile_sql(insert)}; {compile_sql(_prune_older(r))}"
 
 
 def _route_refused(state_schema: str) -> str:
@@ -539,12 +553,7 @@ def _route_refused(state_schema: str) -> str:
     r = upsert_routes_table(state_schema)
     update = (
         sa.update(r)
-        .where(
-            r.c.pipeline == sa.bindparam("pipeline"),
-            r.c.sink == sa.bindparam("sink"),
-            r.c.batch_id == sa.bindparam("batch_id"),
-            r.c.partition == sa.bindparam("partition"),
-        )
+        .where(*_of_partition(r))
         .values(refused=sa.bindparam("refused"), kept_in=sa.bindparam("kept_in"))
     )
     return compile_sql(update)
@@ -601,17 +610,9 @@ def _dead_letter_statements(name: TableName | None) -> dict[str, str]:
     if name is None:
         return {"dead_delete": "", "dead_insert": ""}
     d = dead_letter_table(name)
-    delete = sa.delete(d).where(
-        d.c.pipeline == sa.bindparam("pipeline"),
-        d.c.sink == sa.bindparam("sink"),
-        d.c.batch_id == sa.bindparam("batch_id"),
-        d.c.partition == sa.bindparam("partition"),
-    )
+    delete = sa.delete(d).where(*_of_partition(d))
     insert = sa.insert(d).values(
-        pipeline=sa.bindparam("pipeline"),
-        sink=sa.bindparam("sink"),
-        batch_id=sa.bindparam("batch_id"),
-        partition=sa.bindparam("partition"),
+        **_partition_values(),
         target=sa.bindparam("target"),
         reason=sa.bindparam("reason"),
         column_name=sa.bindparam("column_name"),

@@ -4,8 +4,8 @@ so it can be killed.
 usage: python pg_driver.py WORKDIR URL [--kill BATCH] [--partitions N] [--mode upsert]
                           [--dead-letter TARGET] [--kill-at-letters BATCH]
 
-Run it in a session of its own (``start_new_session=True``): ``--kill`` ends the whole
-process group.
+Run it in a session of its own (``start_new_session=True``, as :func:`drive` does): ``--kill``
+ends the whole process group. :func:`restart` runs the same stream in the test's process.
 """
 
 from __future__ import annotations
@@ -13,20 +13,60 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo, for tests.*
 
-from pg_data import run_stream
+from pg_data import SCHEMA, run_stream
 
 from fanout import FanOut
 from fanout.spark import local_session
 from fanout.testing.faults import KillAt
+from tests.integration.streams import run_to_end
 
 PIPELINE = "pg-crash"
 PARTITIONS = 4
+REPO = Path(__file__).resolve().parents[3]
+
+
+def sink_config(
+    url: str, partitions: int = PARTITIONS, mode: str = "append", dead_letter: str | None = None
+) -> dict[str, Any]:
+    """The driver's sink ``events``: table ``events`` (created when missing) written in
+    ``mode`` (an upsert keyed by ``id``) over ``partitions`` partitions, its refused rows
+    sent to ``dead_letter`` when given."""
+    sink: dict[str, Any] = {"type": "postgres", "name": "events", "url": url,
+                            "table": "events", "mode": mode, "create_table": True,
+                            "partitions": partitions}  # fmt: skip
+    if mode == "upsert":
+        sink["keys"] = ["id"]
+    if dead_letter is not None:
+        sink["dead_letter"] = dead_letter
+    return sink
+
+
+def drive(workdir: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """Run this driver in a subprocess of a session of its own (``extra``: its options), to
+    its end or its kill."""
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
+    cmd = [sys.executable, str(Path(__file__)), str(workdir), url, *extra]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env=env, start_new_session=True
+    )
+
+
+def restart(spark: Any, workdir: Path, url: str, **sink: Any) -> str:
+    """Restart a killed driver's stream in this process, as :func:`main` runs it, with the
+    sink :func:`sink_config` makes of ``sink``: the text of the error it ended with, ``""``
+    when it ran to the end of its input."""
+    fan = FanOut(PIPELINE, str(workdir / "ledger"), [sink_config(url, **sink)])
+    return run_to_end(spark, fan, workdir, SCHEMA)
 
 
 def main() -> None:
@@ -50,12 +90,7 @@ def main() -> None:
         group=True,
         note=str(args.workdir / "killed.txt"),
     )
-    sink = {"type": "postgres", "name": "events", "url": args.url, "table": "events",
-            "mode": args.mode, "create_table": True, "partitions": args.partitions}  # fmt: skip
-    if args.mode == "upsert":
-        sink["keys"] = ["id"]
-    if args.dead_letter:
-        sink["dead_letter"] = args.dead_letter
+    sink = sink_config(args.url, args.partitions, args.mode, args.dead_letter)
     if args.kill_at_letters >= 0:
         _kill_at_letters(args.kill_at_letters, args.workdir / "killed.txt")
     spark = local_session("fanout-pg-crash-driver")

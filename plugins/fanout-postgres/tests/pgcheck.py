@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import psycopg2
@@ -21,6 +22,11 @@ def query(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
             return list(cur.fetchall()) if cur.description else []
     finally:
         conn.close()
+
+
+def id_counts(url: str, table: str = "events") -> Counter[int]:
+    """The ids ``table`` holds, each with how many of its rows hold it."""
+    return Counter(i for (i,) in query(url, f"SELECT id FROM {table}"))
 
 
 def execute(url: str, *statements: str) -> None:

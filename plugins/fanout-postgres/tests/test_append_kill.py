@@ -20,58 +20,21 @@ driver subprocess starts Spark, ~20 s)."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
-import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pg_data import run_stream, write_files
-from pg_driver import PARTITIONS, PIPELINE
-from pgcheck import query
+from pg_data import write_files
+from pg_driver import PARTITIONS, PIPELINE, drive, restart
+from pgcheck import id_counts, query
 
-from fanout import FanOut
 from fanout.app.cli import main
 from tests.integration.streams import committed_marks
 
-DRIVER = Path(__file__).with_name("pg_driver.py")
-REPO = Path(__file__).resolve().parents[3]
 FILES, ROWS = 4, 60
 KILL_BATCH = 2
-
-
-def _drive(workdir: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    )
-    cmd = [sys.executable, str(DRIVER), str(workdir), url, *extra]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=300, env=env, start_new_session=True
-    )
-
-
-def _restart(spark: Any, workdir: Path, url: str, partitions: int = PARTITIONS) -> str:
-    """Restart the killed driver's stream in this process, as :data:`DRIVER` runs it: the
-    text of the error it ended with, ``""`` when it ran to the end of its input."""
-    sink = {"type": "postgres", "name": "events", "url": url, "table": "events",
-            "mode": "append", "create_table": True, "partitions": partitions}  # fmt: skip
-    fan = FanOut(PIPELINE, str(workdir / "ledger"), [sink])
-    try:
-        run_stream(spark, workdir / "input", fan, workdir / "checkpoint")
-    except Exception as exc:  # Spark wraps the foreachBatch error
-        return f"{type(exc).__name__}: {exc}"
-    finally:
-        fan.close()
-    return ""
-
-
-def _ids(url: str) -> Counter[int]:
-    return Counter(i for (i,) in query(url, "SELECT id FROM events"))
 
 
 def _config(tmp_path: Path, url: str) -> str:
@@ -104,7 +67,7 @@ def test_append_killed_between_partition_commits_refuses_new_partitions_then_com
     spark: Any, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
-    killed = _drive(tmp_path, pg_url, "--kill", str(KILL_BATCH))
+    killed = drive(tmp_path, pg_url, "--kill", str(KILL_BATCH))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     note = (tmp_path / "killed.txt").read_text()
     found = re.fullmatch(rf"KILL driver after batch {KILL_BATCH} partition (\d+)\n", note)
@@ -129,9 +92,9 @@ def test_append_killed_between_partition_commits_refuses_new_partitions_then_com
     _recover_records_no_lost_mark(len(committed), capsys.readouterr().out)
     assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
 
-    held_ids = _ids(pg_url)
-    changed = _restart(spark, tmp_path, pg_url, partitions=PARTITIONS + 2)
-    after = _ids(pg_url)
+    held_ids = id_counts(pg_url)
+    changed = restart(spark, tmp_path, pg_url, partitions=PARTITIONS + 2)
+    after = id_counts(pg_url)
     doubled = sorted(i for i, n in after.items() if n > 1)
     assert changed and after == held_ids, (
         f"the restart with partitions={PARTITIONS + 2} was not refused before writing: "
@@ -143,10 +106,10 @@ def test_append_killed_between_partition_commits_refuses_new_partitions_then_com
     assert f"partitions {PARTITIONS}, now {PARTITIONS + 2}" in changed
     assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
 
-    restarted = _restart(spark, tmp_path, pg_url)  # the old partitions: it completes once
+    restarted = restart(spark, tmp_path, pg_url)  # the old partitions: it completes once
     assert restarted == "", restarted[-3000:]
 
-    ids = _ids(pg_url)
+    ids = id_counts(pg_url)
     expected = {r["id"] for chunk in files for r in chunk}
     assert set(ids) == expected, "rows lost"
     assert [i for i, n in ids.items() if n > 1] == [], "rows duplicated"

@@ -29,28 +29,22 @@ test's process."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fanout_postgres import PostgresSink
-from pg_data import run_stream, write_files
-from pg_driver import PARTITIONS, PIPELINE
-from pgcheck import execute, query
+from pg_data import write_files
+from pg_driver import PARTITIONS, PIPELINE, drive, restart
+from pgcheck import execute, id_counts, query
 
-from fanout import FanOut
 from fanout.app.cli import main
 from fanout.delta_tables.io import read_delta
 from fanout.testing import open_sink
 from tests.integration.streams import committed_marks
 
-DRIVER = Path(__file__).with_name("pg_driver.py")
-REPO = Path(__file__).resolve().parents[3]
 FILES, ROWS = 4, 60
 KILL_BATCH = 2
 CHECK = "amount < 125"
@@ -58,43 +52,6 @@ DDL = (
     "CREATE TABLE events (id bigint, customer text, amount double precision, version bigint, "
     f"CONSTRAINT cheap CHECK ({CHECK}))"
 )
-
-
-def _drive(workdir: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    )
-    cmd = [sys.executable, str(DRIVER), str(workdir), url, *extra]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=300, env=env, start_new_session=True
-    )
-
-
-def _restart(
-    spark: Any, workdir: Path, url: str, dead_letter: str | None, mode: str = "append"
-) -> str:
-    """Restart the killed driver's stream in this process with ``dead_letter``: the text
-    of the error it ended with, ``""`` when it ran to the end of its input."""
-    sink: dict[str, Any] = {"type": "postgres", "name": "events", "url": url,
-                            "table": "events", "mode": mode, "create_table": True,
-                            "partitions": PARTITIONS}  # fmt: skip
-    if mode == "upsert":
-        sink["keys"] = ["id"]
-    if dead_letter is not None:
-        sink["dead_letter"] = dead_letter
-    fan = FanOut(PIPELINE, str(workdir / "ledger"), [sink])
-    try:
-        run_stream(spark, workdir / "input", fan, workdir / "checkpoint")
-    except Exception as exc:  # Spark wraps the foreachBatch error
-        return f"{type(exc).__name__}: {exc}"
-    finally:
-        fan.close()
-    return ""
-
-
-def _table_ids(url: str) -> Counter[int]:
-    return Counter(i for (i,) in query(url, "SELECT id FROM events"))
 
 
 def _delta_letter_ids(path: Path) -> Counter[int]:
@@ -111,7 +68,7 @@ def _pg_letter_ids(url: str) -> Counter[int]:
 
 def _lost(files: list[list[dict[str, Any]]], url: str, delta: Path) -> str:
     """The input rows in neither the table nor a dead-letter target."""
-    everywhere = _table_ids(url) + _delta_letter_ids(delta) + _pg_letter_ids(url)
+    everywhere = id_counts(url) + _delta_letter_ids(delta) + _pg_letter_ids(url)
     lost = sorted({r["id"] for chunk in files for r in chunk} - set(everywhere))
     return (
         f"{len(lost)} rows in neither the table nor a dead-letter target: {lost}"
@@ -132,7 +89,7 @@ def test_refused_rows_of_committed_partitions_reach_one_target_after_dead_letter
     refused = {r["id"] for chunk in files for r in chunk if not r["amount"] < 125}
     delta = tmp_path / "dead"
     first, now = (str(delta) if t == "delta" else t for t in (first, now))
-    killed = _drive(tmp_path, pg_url, "--kill", str(KILL_BATCH), "--dead-letter", first)
+    killed = drive(tmp_path, pg_url, "--kill", str(KILL_BATCH), "--dead-letter", first)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
 
     # The window really happened: partitions of batch 2 committed, holding refused rows
@@ -150,20 +107,21 @@ def test_refused_rows_of_committed_partitions_reach_one_target_after_dead_letter
 
     if now == "removed":  # the CHECK gone too: no new row is refused
         execute(pg_url, "ALTER TABLE events DROP CONSTRAINT cheap")
-        held = _table_ids(pg_url)
-        refusal = _restart(spark, tmp_path, pg_url, None)
+        held = id_counts(pg_url)
+        refusal = restart(spark, tmp_path, pg_url, dead_letter=None)
         assert refusal, f"the restart without a target lost {_lost(files, pg_url, delta)}"
         assert "SinkWriteError" in refusal, refusal[-3000:]
         assert f"sink 'events', batch {KILL_BATCH}" in refusal, refusal[-3000:]
         assert "dead_letter" in refusal, refusal[-3000:]
-        assert _table_ids(pg_url) == held  # refused before any partition wrote
-        restarted = _restart(spark, tmp_path, pg_url, str(delta))  # any target takes them
+        assert id_counts(pg_url) == held  # refused before any partition wrote
+        # any target takes them
+        restarted = restart(spark, tmp_path, pg_url, dead_letter=str(delta))
     else:
-        restarted = _restart(spark, tmp_path, pg_url, now)
+        restarted = restart(spark, tmp_path, pg_url, dead_letter=now)
     assert restarted == "", restarted[-3000:]
 
     letters = _delta_letter_ids(delta) + _pg_letter_ids(pg_url)
-    everywhere = _table_ids(pg_url) + letters
+    everywhere = id_counts(pg_url) + letters
     assert _lost(files, pg_url, delta) == "nothing"
     assert [i for i, n in everywhere.items() if n > 1] == [], "rows twice"
     assert sum(everywhere.values()) == FILES * ROWS
@@ -195,7 +153,7 @@ def test_recover_records_no_lost_mark_while_the_refused_rows_wait_for_their_targ
     files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
     refused = {r["id"] for chunk in files for r in chunk if not r["amount"] < 125}
     delta = tmp_path / "dead"
-    killed = _drive(tmp_path, pg_url, "--kill-at-letters", str(KILL_BATCH), "--dead-letter",
+    killed = drive(tmp_path, pg_url, "--kill-at-letters", str(KILL_BATCH), "--dead-letter",
                     str(delta))  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     marks = query(
@@ -218,11 +176,11 @@ def test_recover_records_no_lost_mark_while_the_refused_rows_wait_for_their_targ
         "which the ledger had no mark of: no lost mark recorded"
     ) in out, out
     assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
-    restarted = _restart(spark, tmp_path, pg_url, str(delta))
+    restarted = restart(spark, tmp_path, pg_url, dead_letter=str(delta))
     assert restarted == "", restarted[-3000:]
 
     letters = _delta_letter_ids(delta)
-    everywhere = _table_ids(pg_url) + letters
+    everywhere = id_counts(pg_url) + letters
     assert _lost(files, pg_url, delta) == "nothing", out
     assert [i for i, n in everywhere.items() if n > 1] == [], "rows twice"
     assert set(letters) == refused
@@ -244,7 +202,7 @@ def test_an_upsert_killed_before_its_dead_letters_keeps_them_after_recover(
     files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
     refused = {r["id"] for chunk in files for r in chunk if not r["amount"] < 125}
     delta = tmp_path / "dead"
-    killed = _drive(tmp_path, pg_url, "--mode", "upsert", "--kill-at-letters", str(KILL_BATCH),
+    killed = drive(tmp_path, pg_url, "--mode", "upsert", "--kill-at-letters", str(KILL_BATCH),
                     "--dead-letter", str(delta))  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     batch2 = {r["id"] for r in files[KILL_BATCH]}
@@ -267,7 +225,7 @@ def test_an_upsert_killed_before_its_dead_letters_keeps_them_after_recover(
         "which the ledger had no mark of: no lost mark recorded"
     ) in out, out
     assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
-    restarted = _restart(spark, tmp_path, pg_url, str(delta), "upsert")
+    restarted = restart(spark, tmp_path, pg_url, dead_letter=str(delta), mode="upsert")
     assert restarted == "", restarted[-3000:]
     assert _lost(files, pg_url, delta) == "nothing", out
     letters = _delta_letter_ids(delta)

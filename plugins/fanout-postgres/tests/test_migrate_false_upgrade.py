@@ -18,22 +18,9 @@ from sqlalchemy.engine import make_url
 from fanout.app.cli import main
 from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError
+from tests.integration.checklist import validate
 
-PIPELINE = """
-[pipeline]
-name = "old"
-ledger = "{data}/ledger"
-checkpoint = "{data}/checkpoint"
-
-[spark]
-master = "local[2]"
-
-[source]
-format = "json"
-path = "{data}/input"
-schema = "id LONG, v STRING"
-
-[[sinks]]
+SINK = """[[sinks]]
 type = "postgres"
 name = "pg"
 url = "{url}"
@@ -84,12 +71,9 @@ def test_validate_fails_an_upsert_sink_at_revision_0003(
     spark: Any, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     shown = _at_0003(pg_url)
-    (tmp_path / "input").mkdir()
-    config = tmp_path / "pipeline.toml"
-    config.write_text(PIPELINE.format(data=tmp_path, url=pg_url))
-    assert main(["validate", str(config)]) == 2
-    lines = [line for line in capsys.readouterr().out.splitlines() if "sink pg" in line]
-    assert lines == [
+    validated = validate(tmp_path, "id LONG, v STRING", SINK.format(url=pg_url), capsys, "old")
+    assert validated.code == 2
+    assert [line for line in validated.out.splitlines() if "sink pg" in line] == [
         "  OK    sink pg: options",
         f"  FAIL  sink pg: opens its target: {_problem(shown)}",
     ]

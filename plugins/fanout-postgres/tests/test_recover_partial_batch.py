@@ -12,10 +12,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import test_append_kill as kill
 from pg_data import write_files
-from pg_driver import PARTITIONS, PIPELINE
-from pgcheck import query
+from pg_driver import PARTITIONS, PIPELINE, drive
+from pgcheck import id_counts, query
 
 from fanout.app.cli import main
 from tests.integration.streams import committed_marks
@@ -44,7 +43,7 @@ def test_an_upsert_batch_held_in_part_stays_a_part_after_partitions_is_lowered(
     as the whole: its lost mark was recorded, and the restart skipped the batch, losing the
     rows of the partitions that never committed. Each record now keeps the write's count."""
     files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
-    killed = kill._drive(tmp_path, pg_url, "--kill", str(KILL_BATCH), "--mode", "upsert")
+    killed = drive(tmp_path, pg_url, "--kill", str(KILL_BATCH), "--mode", "upsert")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     committed = query(
         pg_url,
@@ -67,7 +66,7 @@ def test_an_upsert_batch_held_in_part_stays_a_part_after_partitions_is_lowered(
     assert "Resume after batch 2: every sink" not in out
     assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
 
-    restarted = kill._drive(tmp_path, pg_url, "--mode", "upsert")  # replays batch 2
+    restarted = drive(tmp_path, pg_url, "--mode", "upsert")  # replays batch 2
     assert restarted.returncode == 0, restarted.stderr[-3000:]
-    ids = Counter(i for (i,) in query(pg_url, "SELECT id FROM events"))
+    ids = id_counts(pg_url)
     assert ids == Counter(r["id"] for chunk in files for r in chunk)

@@ -13,21 +13,9 @@ from typing import Any
 from fanout_postgres.migrate import head_revision
 from pgcheck import execute, query
 
-PIPELINE = """
-[pipeline]
-name = "checks"
-ledger = "{data}/ledger"
-checkpoint = "{data}/checkpoint"
+from tests.integration.checklist import validate
 
-[spark]
-master = "local[2]"
-
-[source]
-format = "json"
-path = "{data}/input"
-schema = "id LONG, price DOUBLE"
-
-[[sinks]]
+SINKS = """[[sinks]]
 type = "postgres"
 name = "prices"
 url = "{url}"
@@ -60,17 +48,12 @@ state_schema = "{state}"
 def test_validate_fails_a_table_that_would_round_a_declared_column(
     spark: Any, pg_url: str, tmp_path: Path, capsys: Any
 ) -> None:
-    from fanout.app.cli import main
-
     execute(pg_url, "CREATE TABLE prices (id bigint PRIMARY KEY, price numeric(10,2))")
-    (tmp_path / "input").mkdir()
-    config = tmp_path / "pipeline.toml"
     state = f"validate_{uuid.uuid4().hex[:8]}"
-    config.write_text(PIPELINE.format(data=tmp_path, url=pg_url, state=state))
-    assert main(["validate", str(config)]) == 2
-    captured = capsys.readouterr()
-    lines = [line for line in captured.out.splitlines() if line.startswith("  ")]
-    assert lines == [
+    sinks = SINKS.format(url=pg_url, state=state)
+    validated = validate(tmp_path, "id LONG, price DOUBLE", sinks, capsys)
+    assert validated.code == 2
+    assert validated.lines == [
         "  OK    source: builds with its schema and transform",
         f"  OK    ledger {tmp_path}/ledger: opens",
         f"  INFO  ledger {tmp_path}/ledger: would create the ledger table",
@@ -97,7 +80,7 @@ def test_validate_fails_a_table_that_would_round_a_declared_column(
         "  INFO  sink planned: would create table planned (from option batch_schema)",
         "  OK    sink planned: target takes the routed schema",
     ]
-    assert "configuration error: 1 of 11 checks failed:" in captured.err
+    assert "configuration error: 1 of 11 checks failed:" in validated.err
     assert query(pg_url, "SELECT to_regclass('public.fresh')") == [(None,)]
     assert query(pg_url, "SELECT to_regclass('public.fresh_dead')") == [(None,)]
     assert query(pg_url, "SELECT to_regclass('public.planned')") == [(None,)]
