@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,17 +52,45 @@ SINKS = {
 }
 
 
+def restore_to_version(path: Path, version: int) -> None:
+    """RESTORE the table to ``version``."""
+    DeltaTable(str(path)).restore(version)
+
+
+def restore_to_the_time_of(path: Path, version: int) -> None:
+    """RESTORE the table to a timestamp, when ``version`` was committed: delta-rs records
+    the time (``datetime``), not the version, which the sink then finds by the files the
+    restore left."""
+    [info] = [i for i in DeltaTable(str(path)).history() if i["version"] == version]
+    DeltaTable(str(path)).restore(datetime.fromtimestamp(info["timestamp"] / 1000, UTC))
+    restore = DeltaTable(str(path)).history(1)[0]
+    assert restore["operation"] == "RESTORE"
+    assert "version" not in restore["operationParameters"]
+
+
+RESTORES = {"to a version": restore_to_version, "to a timestamp": restore_to_the_time_of}
+
+
+def written(sink: DeltaSink, batches: int) -> None:
+    """Batches ``0..batches-1`` written, each commit in its own millisecond (a restore to a
+    timestamp finds it)."""
+    for n in range(batches):
+        sink.write(batch(n))
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("restore", RESTORES.values(), ids=RESTORES.keys())
 @pytest.mark.parametrize("options", SINKS.values(), ids=SINKS.keys())
 def test_a_batch_restored_away_is_written_again_once(
-    tmp_path: Path, options: dict[str, Any]
+    tmp_path: Path, options: dict[str, Any], restore: Callable[[Path, int], None]
 ) -> None:
     path = tmp_path / "t"
     sink = opened(path, **options)
-    for n in range(3):
-        sink.write(batch(n))
-    DeltaTable(str(path)).restore(1)  # batch 2 was version 2
+    written(sink, 3)
+    restore(path, 1)  # batch 2 was version 2
     assert DeltaTable(str(path)).transaction_version(APP_ID) == 2
     assert ids(path) == list(range(20))
+    assert sink.holds_batch("p", 0, 2) is False
 
     replay = sink.write(batch(2))
 
@@ -70,6 +99,7 @@ def test_a_batch_restored_away_is_written_again_once(
         assert replay.details["write_from"] == "executors"
     assert ids(path) == list(range(30))
     assert DeltaTable(str(path)).transaction_version(APP_ID) == 2
+    assert sink.holds_batch("p", 0, 2) is True
     again = sink.write(batch(2))  # a second replay finds the new commit: skipped
     assert again.already_written is True
     assert ids(path) == list(range(30))
@@ -77,69 +107,22 @@ def test_a_batch_restored_away_is_written_again_once(
     assert ids(path) == list(range(40))
 
 
-def test_a_restore_that_keeps_the_batch_or_gives_it_back_skips(tmp_path: Path) -> None:
-    path = tmp_path / "t"
-    sink = opened(path, write_from="driver")
-    for n in range(3):
-        sink.write(batch(n))
-    write_deltalake(str(path), pa.table({"id": [900], "v": ["other"]}), mode="append")
-    DeltaTable(str(path)).restore(2)  # another writer's commit undone, batch 2 kept
-    assert sink.write(batch(2)).already_written is True
-    assert ids(path) == list(range(30))
-
-    DeltaTable(str(path)).restore(1)
-    DeltaTable(str(path)).restore(2)  # and given back
-    assert sink.write(batch(2)).already_written is True
-    assert ids(path) == list(range(30))
-
-
-def restore_to_the_time_of(path: Path, version: int) -> None:
-    """RESTORE the table to a timestamp: when ``version`` was committed (delta-rs records
-    the time, not the version)."""
-    [info] = [i for i in DeltaTable(str(path)).history() if i["version"] == version]
-    at = datetime.fromtimestamp(info["timestamp"] / 1000, UTC)
-    DeltaTable(str(path)).restore(at)
-    restore = DeltaTable(str(path)).history(1)[0]
-    assert (restore["operation"], restore["operationParameters"].get("version")) == (
-        "RESTORE",
-        None,
-    )
-
-
-@pytest.mark.parametrize("options", SINKS.values(), ids=SINKS.keys())
-def test_a_batch_restored_away_to_a_timestamp_is_written_again_once(
-    tmp_path: Path, options: dict[str, Any]
+@pytest.mark.parametrize("restore", RESTORES.values(), ids=RESTORES.keys())
+def test_a_restore_that_keeps_the_batch_or_gives_it_back_skips(
+    tmp_path: Path, restore: Callable[[Path, int], None]
 ) -> None:
-    """A restore to the time of the commit before the batch's records no version: the
-    files it left (version 1's) say it took the batch out."""
     path = tmp_path / "t"
-    sink = opened(path, **options)
-    for n in range(3):
-        sink.write(batch(n))
-        time.sleep(0.01)  # each commit its own millisecond
-    restore_to_the_time_of(path, 1)
-    assert ids(path) == list(range(20))
-    assert sink.holds_batch("p", 0, 2) is False
-
-    replay = sink.write(batch(2))
-
-    assert replay.already_written is False
-    assert ids(path) == list(range(30))
+    sink = opened(path, write_from="driver")
+    written(sink, 3)
+    write_deltalake(str(path), pa.table({"id": [900], "v": ["other"]}), mode="append")
+    restore(path, 2)  # another writer's commit undone, batch 2 kept
     assert sink.holds_batch("p", 0, 2) is True
     assert sink.write(batch(2)).already_written is True
     assert ids(path) == list(range(30))
 
-
-def test_a_restore_to_a_timestamp_after_the_batch_keeps_it(tmp_path: Path) -> None:
-    path = tmp_path / "t"
-    sink = opened(path, write_from="driver")
-    for n in range(3):
-        sink.write(batch(n))
-        time.sleep(0.01)
-    write_deltalake(str(path), pa.table({"id": [900], "v": ["other"]}), mode="append")
-    restore_to_the_time_of(path, 2)  # another writer's commit undone, batch 2 kept
-
-    assert sink.holds_batch("p", 0, 2) is True
+    restore(path, 1)
+    time.sleep(0.01)
+    restore(path, 2)  # and given back
     assert sink.write(batch(2)).already_written is True
     assert ids(path) == list(range(30))
 
