@@ -50,7 +50,7 @@ from fanout_kafka.driver_admins import ADMINS, admin_config
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
 from fanout_kafka.json_types import unwritable
 from fanout_kafka.markers import default_transactional_id_prefix, legacy_transactional_id_prefix
-from fanout_kafka.membership import forget_elsewhere_checks, read_committed
+from fanout_kafka.membership import forget_elsewhere_checks, read_committed, record_span
 from fanout_kafka.options import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
     TopicSpec,
@@ -606,8 +606,6 @@ class KafkaSink(PartitionedSink):
         :raises fanout.TransientSinkError: when it cannot be read or committed.
         """
         from confluent_kafka import KafkaException
-
-        from fanout_kafka.membership import record_span
 
         known = self._spans.get(settings.scope)
         now = time.monotonic()
