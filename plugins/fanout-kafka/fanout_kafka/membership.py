@@ -24,13 +24,13 @@ marker groups of a scope need not be ``0..n-1`` in a row. A batch half written w
 driver records, before the first write of each ``open()``, the *partition span*: the most
 partitions the sink has written a batch of the scope in, the offset of group
 ``fanout/<scope>/<sink>/partitions`` on the marker topic (:func:`record_span`; kept, never
-lowered, committed again hourly so the broker does not forget it while the markers are
-kept). The readers read every marker of ``0..max(span, partitions)-1``, with one or not,
-then those beyond for as long as each has one (history written before the span was
-recorded). Reading on from the count "for as long as each group has one" alone stopped at
-the first partition that never had rows: a partition behind it that committed the batch
-was missed, and the replay with fewer partitions wrote its rows again
-(``tests/test_partitions_lowered.py``).
+lowered: read again before each commit; committed again hourly so the broker does not
+forget it while the markers are kept). The readers read every marker of
+``0..max(span, partitions)-1``, with one or not, then those beyond for as long as each
+has one (history written before the span was recorded). Reading on from the count "for
+as long as each group has one" alone stopped at the first partition that never had rows:
+a partition behind it that committed the batch was missed, and the replay with fewer
+partitions wrote its rows again (``tests/test_partitions_lowered.py``).
 """
 
 from __future__ import annotations
@@ -495,13 +495,11 @@ def _stable_offset(admin: Any, topic: str, group: str, future: Any, timeout_s: f
         future = _request_offset(admin, topic, group, timeout_s)
 
 
-def record_span(
-    admin_config: Mapping[str, Any], settings: WriterSettings, partitions: int,
-    known: int | None = None,
-) -> int:  # fmt: skip
+def record_span(admin_config: Mapping[str, Any], settings: WriterSettings, partitions: int) -> int:
     """Record, before this ``open()``'s first write in ``settings.scope``, the sink's
-    partition span there: the larger of what is recorded (``known``, else read: one
-    request) and ``partitions``, committed for group :func:`fanout_kafka.markers.
+    partition span there: the larger of what is recorded (read: one request, each time,
+    so that a larger span another driver of the pipeline recorded since is never
+    lowered) and ``partitions``, committed for group :func:`fanout_kafka.markers.
     span_group` on partition 0 of the marker topic (one offset commit of a group without
     members, outside any transaction; also when unchanged, so the broker does not forget
     it while the markers are kept). Returns the span: the readers read every marker of
@@ -517,8 +515,7 @@ def record_span(
     admin = _admin(admin_config)
     group = span_group(settings.scope, settings.sink)
     timeout_s = settings.operation_timeout_s
-    if known is None:
-        (known,) = _offsets(admin, settings.marker_topic, [group], timeout_s)
+    (known,) = _offsets(admin, settings.marker_topic, [group], timeout_s)
     span = max(known, partitions)
     offset = TopicPartition(settings.marker_topic, 0, span)
     request = [ConsumerGroupTopicPartitions(group, [offset])]

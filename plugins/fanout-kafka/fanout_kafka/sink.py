@@ -599,9 +599,10 @@ class KafkaSink(PartitionedSink):
         membership.record_span`: before this attempt writes, so a replay with fewer
         partitions finds the markers of these, also past a partition that never had rows).
         Read and committed on the first batch of each ``open()`` (and of each scope),
-        committed again after an hour (the broker forgets a group's offset
-        ``offsets.retention.minutes`` after its last commit): no request in the other
-        batches.
+        read and committed again after an hour (the broker forgets a group's offset
+        ``offsets.retention.minutes`` after its last commit; read again, so that a larger
+        span another driver recorded meanwhile is kept) or when ``partitions`` grew: no
+        request in the other batches.
 
         :raises fanout.TransientSinkError: when it cannot be read or committed.
         """
@@ -614,7 +615,7 @@ class KafkaSink(PartitionedSink):
                 return known[1]
         config = admin_config(self.producer, str(self.bootstrap_servers))
         try:
-            span = record_span(config, settings, partitions, None if known is None else known[1])
+            span = record_span(config, settings, max(partitions, known[1] if known else 0))
         except (KafkaException, TimeoutError) as exc:
             raise TransientSinkError(
                 f"cannot record the sink's partition count on marker topic "

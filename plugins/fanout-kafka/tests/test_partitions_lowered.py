@@ -99,3 +99,41 @@ def test_a_half_written_batch_replayed_with_fewer_partitions_past_an_empty_one_i
     assert _restart(spark, kafka, topic, tmp_path, pipeline, WIDE) == ""
     done = key_counts(read_topic(kafka.bootstrap, topic, len(rows)))
     assert done == {str(i): 1 for i in written + unwritten}
+
+
+def test_a_driver_committing_its_span_again_keeps_a_larger_one_recorded_meanwhile(
+    kafka: Broker, topic: str, monkeypatch: Any
+) -> None:
+    """Two drivers of one pipeline at once (a zombie beside its successor): the one with 4
+    partitions records its span, the one with 8 records 8 (and may then be killed half way
+    through a batch); the first one's hourly commit must not record 4 again, or a replay
+    with 4 partitions stops reading at a partition that never had rows and writes the
+    committed ones behind it again (the test above)."""
+    from fanout_kafka.driver_admins import admin_config
+    from fanout_kafka.markers import span_group
+    from fanout_kafka.membership import read_offsets
+
+    from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+
+    pipeline = f"span{uuid.uuid4().hex[:6]}"
+    batch = Batch(None, BatchInfo(pipeline, 0), "events", txn_app_id(pipeline, "events"))
+
+    def opened(partitions: int) -> KafkaSink:
+        sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic,
+                         key="order_id", partitions=partitions)  # fmt: skip
+        sink.open(SinkContext(pipeline))
+        return sink
+
+    narrow, wide = opened(NARROW), opened(WIDE)
+    try:
+        settings = narrow.settings(batch)
+        assert narrow._partition_span(settings, NARROW, 0) == NARROW
+        assert wide._partition_span(wide.settings(batch), WIDE, 0) == WIDE
+        monkeypatch.setattr(KafkaSink, "topic_id_refresh_s", 0.0)  # an hour later
+        assert narrow._partition_span(settings, NARROW, 1) == WIDE
+    finally:
+        narrow.close()
+        wide.close()
+    group = span_group(settings.scope, "events")
+    config = admin_config({}, kafka.bootstrap)
+    assert read_offsets(config, settings.marker_topic, [group], 10.0) == [WIDE]

@@ -28,14 +28,14 @@ class Markers:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[str] = []
         self.checked: list[list[int]] = []
-        self.spans: list[int | None] = []
+        self.spans: list[int] = []
         monkeypatch.setattr(sink_module, "end_abandoned_transactions", self.end)
         monkeypatch.setattr(sink_module, "read_committed", self.read)
         monkeypatch.setattr(sink_module, "record_span", self.span)
         monkeypatch.setattr(kit, "check_committed", self.check)
 
-    def span(self, config: Any, settings: Any, partitions: int, known: int | None) -> int:
-        self.spans.append(known)  # recorded once per open() and scope, not per read
+    def span(self, config: Any, settings: Any, partitions: int) -> int:
+        self.spans.append(partitions)  # recorded once per open() and scope, not per read
         return partitions
 
     def end(self, settings: Any, partitions: int, batch_id: int) -> None:
@@ -71,7 +71,7 @@ def test_the_write_after_check_replay_takes_its_read(
     sink.prepare_partitions(batch)
     assert markers.calls == ["end 3", "read 3"]
     assert markers.checked == [[1]]  # what check_replay read
-    assert markers.spans == [None]
+    assert markers.spans == [2]
 
 
 def test_a_read_is_never_used_for_another_attempt_or_batch(
@@ -90,7 +90,7 @@ def test_a_read_is_never_used_for_another_attempt_or_batch(
     reads = ["end 3", "read 3"] * 3
     assert markers.calls == [*reads, "end 4", "read 4", *reads]
     assert markers.checked == [[2], [1], [4], [5], [6]]
-    assert markers.spans == [None]  # one scope, one open(): recorded once
+    assert markers.spans == [2]  # one scope, one open(): recorded once
 
 
 def test_a_write_failing_before_its_read_leaves_nothing_for_the_next(
