@@ -508,8 +508,6 @@ def record_span(admin_config: Mapping[str, Any], settings: WriterSettings, parti
 
     :raises KafkaException: when it cannot be read or committed.
     """
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-
     from fanout_kafka.markers import span_group
 
     admin = _admin(admin_config)
@@ -517,8 +515,19 @@ def record_span(admin_config: Mapping[str, Any], settings: WriterSettings, parti
     timeout_s = settings.operation_timeout_s
     (known,) = _offsets(admin, settings.marker_topic, [group], timeout_s)
     span = max(known, partitions)
-    offset = TopicPartition(settings.marker_topic, 0, span)
-    request = [ConsumerGroupTopicPartitions(group, [offset])]
+    commit_offset(admin, settings.marker_topic, group, span, timeout_s)
+    return span
+
+
+def commit_offset(admin: Any, topic: str, group: str, offset: int, timeout_s: float) -> None:
+    """Commit ``offset`` for ``group`` on partition 0 of ``topic`` (a group without
+    members, outside any transaction: the driver's records on the marker topic).
+
+    :raises KafkaException: when the broker refuses it.
+    """
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, offset)])]
     (tp,) = (
         admin.alter_consumer_group_offsets(request, request_timeout=timeout_s)[group]
         .result(timeout_s)
@@ -526,7 +535,6 @@ def record_span(admin_config: Mapping[str, Any], settings: WriterSettings, parti
     )
     if tp.error is not None:
         raise KafkaException(tp.error)
-    return span
 
 
 def read_committed(
