@@ -11,7 +11,9 @@
   spooled batch like any Parquet input. Each append (a *spooling*) gives its rows an id of
   its own (:data:`SPOOLING_COLUMN`): two drivers of one pipeline spooling one batch at once
   may both find its rows absent and both append them, and readers then take one
-  spooling's files only (:func:`_one_spooling`), so no row of the batch is read twice.
+  spooling's files only (:func:`_one_spooling`), so no row of the batch is read twice. A
+  batch whose columns the table keeps with another type or spelling is written in files
+  of its own types (:func:`changed_types`): delta-rs would cast them to the table's.
 - ``<spool>/index``: one row per (batch, sink that needs it), with what the batch's ledger
   marks must carry (query id, source offsets, planning time), the batch's Spark
   schema, and the sinks configured when it was spooled (``party``: an older epoch's batch
@@ -46,6 +48,7 @@ from fanout.errors import (
     ConfigurationError,
     SpoolError,
 )
+from fanout.observe.logs import batch_fields
 from fanout.observe.secrets import location_secrets, redact
 from fanout.spool.refusals import spool_reset_message, spool_rollback_message
 
@@ -496,6 +499,16 @@ class Spool:
         if table is None:
             table = open_table(self.data_path, self.storage_options)
         table = self._ready_for(arrow.schema, table)
+        changed = [] if table is None else changed_types(table, arrow.schema)
+        if changed:
+            assert table is not None
+            log.info(
+                "pipeline %s, batch %s: column(s) %s of the batch have another type than the "
+                "spool's table keeps for them: its rows are written with the batch's own types",
+                self.pipeline, info.batch_id, ", ".join(map(repr, changed)),
+                extra=batch_fields(self.pipeline, info.batch_id),
+            )  # fmt: skip
+            return self._append_own_types(arrow, table, app_id, info.batch_id)
         write_deltalake(
             self.data_path if table is None else table,
             arrow,
@@ -508,6 +521,40 @@ class Spool:
         )
         # write_deltalake moves a DeltaTable it is given to the version it committed
         return table if table is not None else open_table(self.data_path, self.storage_options)
+
+    def _append_own_types(
+        self, arrow: pa.Table, table: DeltaTable, app_id: str, batch_id: int
+    ) -> DeltaTable:
+        """Append the batch's rows to ``table`` (one commit, carrying the spool's app
+        transaction at ``batch_id``) in files holding each column in the batch's own type
+        (:func:`changed_types`): delta-rs' append would cast them to the table's, and the
+        catch-up reads a batch's files with the batch's own schema. The table's schema is
+        left as it is; only fanout reads the spool's files (by path, with the batch's
+        schema from the index). The spooling id comes first in each file, so its
+        statistics, which the readers choose one spooling by, are kept."""
+        import pyarrow as pa
+
+        from fanout.delta_tables.datafiles import FileWriter
+        from fanout.delta_tables.distributed import delta_schema
+        from fanout.delta_tables.io import commit_properties
+
+        stored = delta_schema(arrow.schema)
+        first = [stored.field(SPOOLING_COLUMN)]
+        rest = [f for f in stored if f.name != SPOOLING_COLUMN]
+        writer = FileWriter(
+            self.data_path, pa.schema(first + rest), PARTITION_COLUMNS,
+            self.storage_options, stats_columns=1,
+        )  # fmt: skip
+        files = writer.write(iter(arrow.to_batches()))
+        table.create_write_transaction(
+            [f.add_action() for f in files],
+            mode="append",
+            schema=table.schema(),
+            partition_by=list(table.metadata().partition_columns) or None,
+            commit_properties=commit_properties({app_id: batch_id}),
+        )
+        table.update_incremental()
+        return table
 
     def _ready_for(self, schema: pa.Schema, table: DeltaTable | None) -> DeltaTable | None:
         """The data table (``None``: none yet), able to take rows of ``schema``: with the
@@ -763,6 +810,32 @@ def _union(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str]
     if a is None or b is None:
         return a if b is None else b
     return a | b
+
+
+def changed_types(table: DeltaTable, schema: pa.Schema) -> list[str]:
+    """The columns of ``schema`` (a batch's, as Arrow) that the spool's data table
+    ``table`` keeps with another type (as Delta stores them, nested fields and their
+    nullability included) or under another spelling of the name (Delta's names are
+    case-insensitive). The table has one schema for every batch of every pipeline spooled
+    in it, the first type and spelling each column had; delta-rs' append casts a batch's
+    columns to it without a word: a ``double`` 12.5 into a ``long`` column was written as
+    12, which Spark then could not read back as the batch's ``double`` (the catch-up failed
+    at the batch at every probe), and a ``double`` 0.1 into a ``float`` one as
+    0.100000001490116, which it read back widened (the sink got other values); and it
+    refuses a name spelt in another case (``ID`` beside ``id``: the batch could not be
+    spooled, and the query stopped at it)."""
+    import pyarrow as pa
+    from deltalake import Schema
+
+    from fanout.delta_tables.distributed import delta_schema
+
+    kept = {f.name.lower(): (f.name, f.type) for f in table.schema().fields}
+    stored = Schema.from_arrow(delta_schema(pa.schema(schema)))
+    return [
+        f.name
+        for f in stored.fields
+        if (known := kept.get(f.name.lower())) is not None and known != (f.name, f.type)
+    ]
 
 
 def _with_partition_columns(arrow: pa.Table, pipeline: str, info: BatchInfo) -> pa.Table:

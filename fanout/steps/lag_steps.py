@@ -129,8 +129,10 @@ def warn_given_up(
             "(%s row(s)): they are kept, neither written to the sink (its mark is past them) "
             "nor released. If the sink must get them, read their rows from the spool's Delta "
             "table %s (where %s = %r, %s = %s and %s in those batch ids; a batch two drivers "
-            "spooled at once is there twice, once per %s: take one) and write them to it "
-            "yourself; then release them with `%s`",
+            "spooled at once is there twice, once per %s: take one; one the log said was "
+            "written with its own types, a column the table keeps with another type, is in "
+            "Parquet files of those types: read its files with its own schema, not as the "
+            "table's) and write them to it yourself; then release them with `%s`",
             pipeline, sink, batch_ranges(ids), epoch, spool.path, sum(b.rows for b in batches),
             spool.data_path, PIPELINE_COLUMN, pipeline, EPOCH_COLUMN, epoch, BATCH_COLUMN,
             SPOOLING_COLUMN,

@@ -412,7 +412,10 @@ def test_a_skip_without_the_spool_keeps_the_batches_it_still_holds_and_names_the
         "released. If the sink must get them, read their rows from the spool's Delta table "
         f"{data} (where _fanout_pipeline = 'gap', _fanout_epoch = 0 and _fanout_batch in "
         "those batch ids; a batch two drivers spooled at once is there twice, once per "
-        "_fanout_spooling: take one) and write them to it yourself; then release them with "
+        "_fanout_spooling: take one; one the log said was written with its own types, a "
+        "column the table keeps with another type, is in Parquet files of those types: read "
+        "its files with its own schema, not as the table's) and write them to it yourself; "
+        "then release them with "
         f"`fanout ledger skip --ledger {path} --pipeline gap --sink down --through 2 --epoch 0 "
         f"--spool {spool} --release-spooled`"
     ]

@@ -43,9 +43,12 @@ def end_abandoned_transactions(
     extra_ids: Sequence[str] = (),
     why: str = "an earlier attempt left open (to read its partition markers)",
 ) -> None:
-    """Initialise the transactional ids of partitions ``0..partitions-1`` and of the
-    partitions beyond them that hold a marker (written while the sink had more
-    partitions), and ``extra_ids``, each in turn with the tasks' ends
+    """Initialise the transactional ids of partitions ``0..partitions-1`` (the driver
+    passes the sink's partition span, :func:`fanout_kafka.membership.record_span`: every
+    partition it has written a batch of the scope in, so a count lowered since keeps the
+    others' ids ended and fenced) and of the partitions beyond them that hold a marker
+    (written while the sink had more partitions, before the span was recorded), and
+    ``extra_ids``, each in turn with the tasks' ends
     (:mod:`fanout_kafka.turns`): any transaction left open under them is aborted, and the
     markers it held back are applied.
 

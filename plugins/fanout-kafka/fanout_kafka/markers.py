@@ -15,6 +15,16 @@ def marker_group(scope: str, sink: str, partition: int) -> str:
     return f"fanout/{scope}/{sink}/p{partition}"
 
 
+def span_group(scope: str, sink: str) -> str:
+    """The consumer group whose committed offset is the sink's *partition span* in
+    ``scope``: the most partitions it has written a batch of the scope in,
+    ``fanout/<pipeline>/<sink>/partitions`` (recorded by the driver before the first write
+    of each ``open()``: :func:`fanout_kafka.membership.record_span`). No marker group
+    (``p`` and digits), group of one (``<marker group>.<what>``) or topic-id group (one
+    part more) has this name."""
+    return f"fanout/{scope}/{sink}/partitions"
+
+
 def legacy_marker_group(scope: str, sink: str, partition: int) -> str:
     """The group fanout 0.1 used for the same marker (ambiguous: see :func:`marker_group`);
     read once per sink to refuse a batch that fanout 0.1 left half committed."""

@@ -17,6 +17,20 @@ On the driver, before a batch is written, :func:`committed_partitions` reads the
 (one admin request per group, in parallel; no Spark job; stable offsets, as the tasks'
 read_committed consumers see them) and returns the partitions that already hold the batch,
 with what they committed.
+
+Which partitions' markers are read: only a partition that had rows commits one, so the
+marker groups of a scope need not be ``0..n-1`` in a row. A batch half written with more
+``partitions`` than its replay has must be found (the kit then refuses the replay), so the
+driver records, before the first write of each ``open()``, the *partition span*: the most
+partitions the sink has written a batch of the scope in, the offset of group
+``fanout/<scope>/<sink>/partitions`` on the marker topic (:func:`record_span`; kept, never
+lowered: read again before each commit; committed again hourly so the broker does not
+forget it while the markers are kept). The readers read every marker of
+``0..max(span, partitions)-1``, with one or not, then those beyond for as long as each
+has one (history written before the span was recorded). Reading on from the count "for
+as long as each group has one" alone stopped at the first partition that never had rows:
+a partition behind it that committed the batch was missed, and the replay with fewer
+partitions wrote its rows again (``tests/test_partitions_lowered.py``).
 """
 
 from __future__ import annotations
@@ -109,11 +123,14 @@ def committed_partitions(
     timeout_s: float,
     *,
     sink: str = "?",
+    span: int = 0,
 ) -> list[CommittedPartition]:
     """The partitions whose marker says they committed ``batch_id``, with their plan.
 
-    Reads the markers of partitions ``0..n-1`` and then of ``n, n+1, ...`` for as long as
-    such a group has a marker, so a count lowered since a partial commit is found too.
+    Reads the markers of partitions ``0..m-1``, ``m`` the larger of the plan's count and
+    ``span`` (the sink's partition span, :func:`record_span`: a count lowered since a
+    partial commit), each whether it has one or not, and then of ``m, m+1, ...`` for as
+    long as such a group has a marker (a count lowered before the span was recorded).
 
     :raises KafkaMarkerError: when a marker is past ``batch_id``: this sink writes its
         batches in order and marks each in the ledger before the next, so only another
@@ -121,9 +138,9 @@ def committed_partitions(
     """
     admin = _admin(admin_config)
     done: list[CommittedPartition] = []
-    markers = _offsets(admin, marker_topic, [marker_group(p) for p in range(plan.partitions)],
-                       timeout_s)  # fmt: skip
-    markers += _markers_beyond(admin, marker_topic, marker_group, plan.partitions, timeout_s)
+    count = max(plan.partitions, span)
+    markers = _offsets(admin, marker_topic, [marker_group(p) for p in range(count)], timeout_s)
+    markers += _markers_beyond(admin, marker_topic, marker_group, count, timeout_s)
     refuse_markers_ahead(markers, batch_id, marker_group, sink=sink, marker_topic=marker_topic)
     holding = [p for p, offset in enumerate(markers) if offset == batch_id + 1]
     if not holding:
@@ -376,20 +393,28 @@ def held_partitions(
     batch_id: int,
     partitions: int,
     timeout_s: float = 60.0,
+    span_group: str | None = None,
 ) -> tuple[int | None, int | None]:
-    """How many partitions' markers (partitions ``0 .. partitions-1``, each whether it has
-    one or not, then the next ones for as long as each has one: the sink had more) say
-    they committed ``batch_id``, and the partition count their plan offsets recorded
-    (``None``: none recorded, or they disagree). ``(None, None)`` when a marker is past the
-    batch: a later batch committed, so this one did, whole. ``(0, 0)`` when no partition
-    has a marker at all: nothing committed in the scope, or the broker forgot the markers
-    (``offsets.retention.minutes`` after their last commit)."""
+    """How many partitions' markers (partitions ``0 .. m-1``, ``m`` the larger of
+    ``partitions`` and the partition span ``span_group`` records, each whether it has one
+    or not, then the next ones for as long as each has one: the sink had more) say they
+    committed ``batch_id``, and the partition count their plan offsets recorded (``None``:
+    none recorded, or they disagree). The span is read in the markers' request round.
+    ``(None, None)`` when a marker is past the batch: a later batch committed, so this one
+    did, whole. ``(0, 0)`` when no partition has a marker at all: nothing committed in the
+    scope, or the broker forgot the markers (``offsets.retention.minutes`` after their
+    last commit)."""
     admin = _admin(admin_config)
     # not only those in a row from partition 0: the epoch's first batch may have committed
     # in partition 1 while partition 0, which failed, has no marker yet
-    markers = _offsets(admin, marker_topic, [marker_group(p) for p in range(partitions)],
+    groups = [marker_group(p) for p in range(partitions)]
+    markers = _offsets(admin, marker_topic, groups + ([span_group] if span_group else []),
                        timeout_s)  # fmt: skip
-    markers += _markers_beyond(admin, marker_topic, marker_group, partitions, timeout_s)
+    span = markers.pop() if span_group else NO_OFFSET
+    if span > partitions:  # lowered since: the partitions past the count, each
+        more = [marker_group(p) for p in range(partitions, span)]
+        markers += _offsets(admin, marker_topic, more, timeout_s)
+    markers += _markers_beyond(admin, marker_topic, marker_group, len(markers), timeout_s)
     if any(offset > batch_id + 1 for offset in markers):  # a marker is batch + 1
         return None, None
     if all(offset == NO_OFFSET for offset in markers):
@@ -470,9 +495,54 @@ def _stable_offset(admin: Any, topic: str, group: str, future: Any, timeout_s: f
         future = _request_offset(admin, topic, group, timeout_s)
 
 
-def read_committed(settings: WriterSettings, batch_id: int) -> list[CommittedPartition]:
+def record_span(admin_config: Mapping[str, Any], settings: WriterSettings, partitions: int) -> int:
+    """Record, before this ``open()``'s first write in ``settings.scope``, the sink's
+    partition span there: the larger of what is recorded (read: one request, each time,
+    so that a larger span another driver of the pipeline recorded since is never
+    lowered) and ``partitions``, committed for group :func:`fanout_kafka.markers.
+    span_group` on partition 0 of the marker topic (one offset commit of a group without
+    members, outside any transaction; also when unchanged, so the broker does not forget
+    it while the markers are kept). Returns the span: the readers read every marker of
+    ``0..span-1`` (a partition that never had rows has none, and the markers past it
+    must be found too).
+
+    :raises KafkaException: when it cannot be read or committed.
+    """
+    from fanout_kafka.markers import span_group
+
+    admin = _admin(admin_config)
+    group = span_group(settings.scope, settings.sink)
+    timeout_s = settings.operation_timeout_s
+    (known,) = _offsets(admin, settings.marker_topic, [group], timeout_s)
+    span = max(known, partitions)
+    commit_offset(admin, settings.marker_topic, group, span, timeout_s)
+    return span
+
+
+def commit_offset(admin: Any, topic: str, group: str, offset: int, timeout_s: float) -> None:
+    """Commit ``offset`` for ``group`` on partition 0 of ``topic`` (a group without
+    members, outside any transaction: the driver's records on the marker topic).
+
+    :raises KafkaException: when the broker refuses it.
+    """
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, offset)])]
+    (tp,) = (
+        admin.alter_consumer_group_offsets(request, request_timeout=timeout_s)[group]
+        .result(timeout_s)
+        .topic_partitions
+    )
+    if tp.error is not None:
+        raise KafkaException(tp.error)
+
+
+def read_committed(
+    settings: WriterSettings, batch_id: int, span: int = 0
+) -> list[CommittedPartition]:
     """On the driver, before any partition writes: the partitions whose markers say they
-    hold ``batch_id``, with the plan and digest each committed (the kit compares them:
+    hold ``batch_id`` (every one of ``0..span-1`` read, ``span`` the sink's partition span,
+    :func:`record_span`), with the plan and digest each committed (the kit compares them:
     :mod:`fanout.partitioned.sink`); a half commit under 0.1 names is refused.
 
     :raises fanout.TransientSinkError: when the markers cannot be read.
@@ -486,10 +556,10 @@ def read_committed(settings: WriterSettings, batch_id: int) -> list[CommittedPar
         refuse_legacy_half_commit(config, settings, batch_id, plan.partitions)
         done = committed_partitions(
             config, settings.marker_topic, settings.marker_group, batch_id, plan,
-            settings.operation_timeout_s, sink=settings.sink,
+            settings.operation_timeout_s, sink=settings.sink, span=span,
         )  # fmt: skip
         if not done:
-            refuse_markers_elsewhere(config, settings, batch_id, plan.partitions)
+            refuse_markers_elsewhere(config, settings, batch_id, max(plan.partitions, span))
         else:
             refuse_topic_change(config, settings, batch_id, [c.partition for c in done])
         return done

@@ -50,7 +50,7 @@ from fanout_kafka.driver_admins import ADMINS, admin_config
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
 from fanout_kafka.json_types import unwritable
 from fanout_kafka.markers import default_transactional_id_prefix, legacy_transactional_id_prefix
-from fanout_kafka.membership import forget_elsewhere_checks, read_committed
+from fanout_kafka.membership import forget_elsewhere_checks, read_committed, record_span
 from fanout_kafka.options import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
     TopicSpec,
@@ -210,6 +210,8 @@ class KafkaSink(PartitionedSink):
         self._speculation: bool | None = None  # spark.speculation, at the first batch
         # (monotonic time, id) of the topic id's last commit in this open(): None before
         self._topic_id_recorded: tuple[float, str | None] | None = None
+        # per scope, (monotonic time, span) of the partition span's last commit (open())
+        self._spans: dict[str, tuple[float, int]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -232,6 +234,7 @@ class KafkaSink(PartitionedSink):
         self.pipeline = context.pipeline
         self._dead = context.dead_letters
         self._topic_id_recorded = None
+        self._spans = {}
         self._check_options()
         assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
         if self.transactional_id_prefix is None or self._derived_prefix:
@@ -411,7 +414,7 @@ class KafkaSink(PartitionedSink):
         every partition holds it, whether the letters they named reached the dead-letter
         target (:meth:`_letters_waiting`)."""
         from fanout.contract.batch import pipeline_scope
-        from fanout_kafka.markers import marker_group
+        from fanout_kafka.markers import marker_group, span_group
         from fanout_kafka.membership import held_partitions
 
         name = self.name
@@ -422,6 +425,7 @@ class KafkaSink(PartitionedSink):
             lambda p: marker_group(scope, name, p),
             batch_id,
             self.partitions,
+            span_group=span_group(scope, name),
         )
         if committed is None:  # a later batch committed: this one did, whole
             return True
@@ -579,14 +583,47 @@ class KafkaSink(PartitionedSink):
 
     def _read_markers(self, batch: Batch, plan: PartitionPlan) -> list[CommittedPartition]:
         settings = replace(self.settings(batch), plan=plan)
+        span = self._partition_span(settings, plan.partitions, batch.batch_id)
         if self._legacy_prefix is not None:
-            fence_legacy_transactions(settings, self._legacy_prefix, plan.partitions,
-                                      batch.batch_id)  # fmt: skip
+            fence_legacy_transactions(settings, self._legacy_prefix, span, batch.batch_id)
             self._legacy_prefix = None  # once per open()
         if self._unsettled and self._end_turns is not None:
-            end_abandoned_transactions(settings, plan.partitions, batch.batch_id)
+            end_abandoned_transactions(settings, span, batch.batch_id)
         self._unsettled = True  # until every partition of this attempt reports
-        return read_committed(settings, batch.batch_id)
+        return read_committed(settings, batch.batch_id, span)
+
+    def _partition_span(self, settings: WriterSettings, partitions: int, batch_id: int) -> int:
+        """The partitions whose markers the driver reads (and whose transactional ids it
+        ends on Tansu) each, marker or not: the most the sink has written a batch of the
+        scope in, ``partitions`` recorded first when it is more (:func:`fanout_kafka.
+        membership.record_span`: before this attempt writes, so a replay with fewer
+        partitions finds the markers of these, also past a partition that never had rows).
+        Read and committed on the first batch of each ``open()`` (and of each scope),
+        read and committed again after an hour (the broker forgets a group's offset
+        ``offsets.retention.minutes`` after its last commit; read again, so that a larger
+        span another driver recorded meanwhile is kept) or when ``partitions`` grew: no
+        request in the other batches.
+
+        :raises fanout.TransientSinkError: when it cannot be read or committed.
+        """
+        from confluent_kafka import KafkaException
+
+        known = self._spans.get(settings.scope)
+        now = time.monotonic()
+        if known is not None and known[1] >= partitions:
+            if now - known[0] < self.topic_id_refresh_s:
+                return known[1]
+        config = admin_config(self.producer, str(self.bootstrap_servers))
+        try:
+            span = record_span(config, settings, max(partitions, known[1] if known else 0))
+        except (KafkaException, TimeoutError) as exc:
+            raise TransientSinkError(
+                f"cannot record the sink's partition count on marker topic "
+                f"{settings.marker_topic!r} (read before any partition writes): {exc}",
+                sink=self.name, batch_id=batch_id,
+            ) from exc  # fmt: skip
+        self._spans[settings.scope] = (now, span)
+        return span
 
     def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
         """Every partition committed or was skipped: no transaction of this attempt is

@@ -143,19 +143,9 @@ def record_topic_id(
 ) -> None:
     """Commit the topic-id offset of ``topic`` for ``group`` (one offset commit of a
     group without members, outside any transaction)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from fanout_kafka.membership import commit_offset
 
-    offset = pack_topic_id(topic, topic_id)
-    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(marker_topic, 0, offset)])]
-    (tp,) = (
-        admin.alter_consumer_group_offsets(request, request_timeout=timeout_s)[group]
-        .result(timeout_s)
-        .topic_partitions
-    )
-    if tp.error is not None:
-        from confluent_kafka import KafkaException
-
-        raise KafkaException(tp.error)
+    commit_offset(admin, marker_topic, group, pack_topic_id(topic, topic_id), timeout_s)
 
 
 def topic_replaced(

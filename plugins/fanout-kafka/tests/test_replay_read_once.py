@@ -28,14 +28,20 @@ class Markers:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[str] = []
         self.checked: list[list[int]] = []
+        self.spans: list[int] = []
         monkeypatch.setattr(sink_module, "end_abandoned_transactions", self.end)
         monkeypatch.setattr(sink_module, "read_committed", self.read)
+        monkeypatch.setattr(sink_module, "record_span", self.span)
         monkeypatch.setattr(kit, "check_committed", self.check)
+
+    def span(self, config: Any, settings: Any, partitions: int) -> int:
+        self.spans.append(partitions)  # recorded once per open() and scope, not per read
+        return partitions
 
     def end(self, settings: Any, partitions: int, batch_id: int) -> None:
         self.calls.append(f"end {batch_id}")
 
-    def read(self, settings: Any, batch_id: int) -> list[CommittedPartition]:
+    def read(self, settings: Any, batch_id: int, span: int = 0) -> list[CommittedPartition]:
         self.calls.append(f"read {batch_id}")
         return [CommittedPartition(self.calls.count(f"read {batch_id}"))]
 
@@ -65,6 +71,7 @@ def test_the_write_after_check_replay_takes_its_read(
     sink.prepare_partitions(batch)
     assert markers.calls == ["end 3", "read 3"]
     assert markers.checked == [[1]]  # what check_replay read
+    assert markers.spans == [2]
 
 
 def test_a_read_is_never_used_for_another_attempt_or_batch(
@@ -83,6 +90,7 @@ def test_a_read_is_never_used_for_another_attempt_or_batch(
     reads = ["end 3", "read 3"] * 3
     assert markers.calls == [*reads, "end 4", "read 4", *reads]
     assert markers.checked == [[2], [1], [4], [5], [6]]
+    assert markers.spans == [2]  # one scope, one open(): recorded once
 
 
 def test_a_write_failing_before_its_read_leaves_nothing_for_the_next(
