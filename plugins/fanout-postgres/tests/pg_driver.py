@@ -3,6 +3,7 @@ so it can be killed.
 
 usage: python pg_driver.py WORKDIR URL [--kill BATCH] [--partitions N] [--mode upsert]
                           [--dead-letter TARGET] [--kill-at-letters BATCH]
+                          [--kill-after-write BATCH]
 
 Run it in a session of its own (``start_new_session=True``): ``--kill`` ends the whole
 process group.
@@ -42,6 +43,10 @@ def main() -> None:
         "--kill-at-letters", type=int, default=-1,
         help="kill as the driver writes this batch's refused rows to a Delta dead-letter table",
     )  # fmt: skip
+    parser.add_argument(
+        "--kill-after-write", type=int, default=-1,
+        help="kill once the sink wrote this batch (its dead letters too), before its mark",
+    )  # fmt: skip
     args = parser.parse_args()
     killer = KillAt(
         "partition_committed",
@@ -50,6 +55,9 @@ def main() -> None:
         group=True,
         note=str(args.workdir / "killed.txt"),
     )
+    if args.kill_after_write >= 0:
+        killer = KillAt("sink_done", args.kill_after_write, sink="events",
+                        note=str(args.workdir / "killed.txt"))  # fmt: skip
     sink = {"type": "postgres", "name": "events", "url": args.url, "table": "events",
             "mode": args.mode, "create_table": True, "partitions": args.partitions}  # fmt: skip
     if args.mode == "upsert":
