@@ -44,7 +44,9 @@ class EarlierLetters:
 
     :param epoch: the batch's epoch.
     :param batch_id: the batch.
-    :param held: one answer per earlier target that may hold letters of the batch.
+    :param held: one answer per earlier target that may hold letters of the batch (also
+        those holding none: a sink that records its target with each committed piece
+        accepts a replay under another when the piece's is one of them).
     """
 
     epoch: int

@@ -276,10 +276,8 @@ def earlier_letters(
         location recorded masked) or read, or that cannot tell (no ``letters_held``),
         naming the sink, the batch, both targets and what to do.
     """
-    held = []
-    for text in texts:
-        held.append(_held(batch, text, now, sink, kinds, ledger))
-    return EarlierLetters(batch.info.epoch, batch.batch_id, tuple(h for h in held if h.any))
+    held = tuple(_held(batch, text, now, sink, kinds, ledger) for text in texts)
+    return EarlierLetters(batch.info.epoch, batch.batch_id, held)
 
 
 def _held(

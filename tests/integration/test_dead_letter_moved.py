@@ -21,7 +21,13 @@ from typing import Any
 from fanout import FanOut
 from fanout.testing.faults import KILL_EXIT_CODE
 from tests.integration.driver import PIPELINE
-from tests.integration.streams import committed_marks, delta_rows, id_counts, run_stream, write_input
+from tests.integration.streams import (
+    committed_marks,
+    delta_rows,
+    id_counts,
+    run_stream,
+    write_input,
+)
 
 DRIVER = Path(__file__).with_name("driver.py")
 FILES, ROWS = 4, 12
@@ -82,7 +88,8 @@ def test_a_replay_under_a_moved_target_writes_no_route_letter_the_first_target_h
     assert {i for _, i in everywhere} == {r["order_id"] for r in rows if r["status"] == "paid"}
     kept = id_counts(delta_rows(tmp_path / "bronze"))
     assert (set(kept), max(kept.values())) == (
-        {r["order_id"] for r in rows if r["status"] != "paid"}, 1
+        {r["order_id"] for r in rows if r["status"] != "paid"},
+        1,
     )
     assert committed_marks(tmp_path / "ledger", PIPELINE) == {
         ("bronze", b): 1 for b in range(FILES)

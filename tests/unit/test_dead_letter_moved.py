@@ -211,4 +211,7 @@ def test_an_earlier_target_that_cannot_tell_refuses_the_batch_naming_both_and_th
     a.write(batch, _letters(1), source="refused")
     found = earlier_letters(batch, [f"delta:{tmp_path / 'a'}", f"delta:{tmp_path / 'c'}"], now,
                             sink, kinds, "/l")  # fmt: skip
-    assert found == EarlierLetters(0, 2, (HeldLetters(a.describe(), refused=frozenset({1})),))
+    c = DeltaDeadLetters(str(tmp_path / "c"))  # no table: holds nothing
+    assert found == EarlierLetters(
+        0, 2, (HeldLetters(a.describe(), refused=frozenset({1})), HeldLetters(c.describe()))
+    )
