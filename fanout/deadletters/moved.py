@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from fanout.contract.batch import Batch
     from fanout.contract.dead_letters import DeadLetter, DeadLetterTarget, RouteStamp, Source
     from fanout.contract.sink import Sink
-    from fanout.ledger.entry import Ledger, LedgerEntry
+    from fanout.ledger.entry import Ledger, LedgerEntry, LedgerView
 
 log = logging.getLogger("fanout")
 
@@ -162,11 +162,10 @@ class TargetLedger(Protocol):
         ...
 
 
-def next_batch(ledger: Ledger, pipeline: str, sink: str) -> BatchKey | None:
-    """The batch after ``sink``'s last mark: of the pipeline's current epoch, else of the
-    latest epoch before it that has one (a lagging sink catches up older epochs);
-    ``None`` when it has none."""
-    view = ledger.lookup(pipeline, [sink])
+def next_batch(ledger: Ledger, pipeline: str, sink: str, view: LedgerView) -> BatchKey | None:
+    """The batch after ``sink``'s last mark: of the pipeline's current epoch (``view``, the
+    ledger's lookup of it), else of the latest epoch before it that has one (a lagging sink
+    catches up older epochs; log-only lookups); ``None`` when it has none."""
     for epoch in range(view.epoch, -1, -1):
         if epoch == view.epoch:
             mark = view.marks.get(sink)
@@ -205,13 +204,16 @@ class TargetMoves:
         if not isinstance(ledger, TargetLedger):
             return cls(current)
         marks = ledger.dead_letter_marks(pipeline, list(sinks))
+        if not marks and not any(current.values()):
+            return cls(current)  # no sink has or had a target: nothing to read
+        view = ledger.lookup(pipeline, list(sinks))
         records: dict[str, list[TargetRecord]] = {}
         changed: dict[str, TargetRecord] = {}
         for name, text in current.items():
             last = marks.get(name)
             if last is None and text is None:
                 continue  # never had a target: nothing to record
-            since = next_batch(ledger, pipeline, name)
+            since = next_batch(ledger, pipeline, name, view)
             if last is not None and last[0] == target_digest(text):
                 recorded = since_of(last[1])
                 if recorded is not None and since is not None and recorded < since:
