@@ -31,7 +31,7 @@ from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.partitions import BatchPartitioning, StableColumns
 from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext
 from fanout.deadletters.held import refused_rows_held
-from fanout.deadletters.moved import earlier_of, write_letters
+from fanout.deadletters.moved import earlier_of, refused_elsewhere, write_letters
 from fanout.errors import (
     ConfigurationError,
     SchemaMismatchError,
@@ -390,9 +390,12 @@ class PostgresSink(PartitionedSink):
     def _refuse_waiting_letters(self, conn: Any, batch: Batch) -> None:
         """Without a dead-letter target now, refuse a replay whose committed partitions keep
         refused rows no target holds yet: it would skip those partitions, and the rows
-        would be in neither the table nor any dead-letter target."""
+        would be in neither the table nor any dead-letter target. Those of a partition an
+        earlier target holds (:attr:`fanout.Batch.earlier`: the driver wrote them there
+        before the target was removed) are not waiting."""
         waiting = letters_waiting(conn, self.state_schema, _scope(batch), self.name,
                                   batch.batch_id)  # fmt: skip
+        waiting = {p: n for p, n in waiting.items() if refused_elsewhere(batch, p) is None}
         if not waiting:
             return
         raise SinkWriteError(

@@ -17,6 +17,9 @@ had, beside those the earlier one holds.
 
 Now the restart asks the earlier target (recorded in the ledger as the sink's until batch
 2) what it holds of the batch, and writes none of those partitions' refused rows again.
+An append restarted without a target (the CHECK dropped) was refused, its committed
+partitions keeping refused rows no PostgreSQL table holds ("set dead_letter again"),
+though the driver had written them to ``letters_a``: now it goes on, they are there once.
 
 One kill of a driver subprocess per case; the restarts run in the test's process."""
 
@@ -57,10 +60,11 @@ def _drive(workdir: Path, url: str, *extra: str) -> subprocess.CompletedProcess[
     )
 
 
-def _restart(spark: Any, workdir: Path, url: str, dead_letter: str, mode: str) -> None:
+def _restart(spark: Any, workdir: Path, url: str, dead_letter: str | None, mode: str) -> None:
     sink: dict[str, Any] = {"type": "postgres", "name": "events", "url": url,
-                            "table": "events", "mode": mode, "partitions": PARTITIONS,
-                            "dead_letter": dead_letter}  # fmt: skip
+                            "table": "events", "mode": mode, "partitions": PARTITIONS}  # fmt: skip
+    if dead_letter is not None:
+        sink["dead_letter"] = dead_letter
     if mode == "upsert":
         sink["keys"] = ["id"]
     with FanOut(PIPELINE, str(workdir / "ledger"), [sink]) as fan:
@@ -96,7 +100,7 @@ def _check(files: list[list[dict[str, Any]]], url: str, first: str, now: str, le
     assert committed_marks(ledger, PIPELINE) == {("events", b): 1 for b in range(FILES)}
 
 
-@pytest.mark.parametrize("now", ["delta", "postgres:rejects"])
+@pytest.mark.parametrize("now", ["delta", "postgres:rejects", "removed"])
 def test_an_append_replay_under_a_moved_target_writes_no_letter_the_first_holds(
     spark: Any, pg_url: str, tmp_path: Path, now: str
 ) -> None:
@@ -112,6 +116,20 @@ def test_an_append_replay_under_a_moved_target_writes_no_letter_the_first_holds(
     batch2 = {r["id"] for r in files[KILL_BATCH] if not r["amount"] < 125}
     assert batch2 and batch2 <= set(_delta_letters(Path(first)))
 
+    if now == "removed":  # the CHECK dropped too: no row refused from now on
+        execute(pg_url, "ALTER TABLE events DROP CONSTRAINT cheap")
+        _restart(spark, tmp_path, pg_url, None, "append")
+        refused = {r["id"] for chunk in files[:KILL_BATCH + 1] for r in chunk
+                   if not r["amount"] < 125}  # fmt: skip
+        assert set(_delta_letters(Path(first))) == refused  # once each, none lost
+        table = Counter(int(i) for (i,) in query(pg_url, "SELECT id FROM events"))
+        assert table == Counter({r["id"]: 1 for chunk in files for r in chunk}) - Counter(
+            {i: 1 for i in refused}
+        )
+        assert committed_marks(tmp_path / "ledger", PIPELINE) == {
+            ("events", b): 1 for b in range(FILES)
+        }
+        return
     _restart(spark, tmp_path, pg_url, now, "append")
 
     assert batch2 <= set(_delta_letters(Path(first)))
