@@ -216,7 +216,7 @@ class TargetMoves:
             since = next_batch(ledger, pipeline, name, view)
             if last is not None and last[0] == target_digest(text):
                 recorded = since_of(last[1])
-                if recorded is not None and since is not None and recorded < since:
+                if since is not None and (recorded is None or recorded < since):
                     continue  # batches were marked under it since it was recorded
                 records[name] = ledger.dead_letter_records(pipeline, name)
                 continue
@@ -243,11 +243,15 @@ class TargetMoves:
             return []
         now = target_digest(self.current.get(sink))
         texts: dict[int, str] = {}
-        for record, after in pairwise(found):
+        for at, (record, after) in enumerate(pairwise(found)):
             if record.target is None or target_digest(record.target) == now:
                 continue
             starts = record.since is None or record.since <= key
-            ends = after.since is None or key <= after.since
+            if after.since is not None:
+                ends = key <= after.since
+            else:  # changed before the sink's first mark: it held letters of no later batch
+                marked = [r.since for r in found[at + 2 :] if r.since is not None]
+                ends = not marked or key < marked[0]
             if starts and ends:
                 texts.setdefault(target_digest(record.target), record.target)
         return list(texts.values())

@@ -215,3 +215,25 @@ def test_an_earlier_target_that_cannot_tell_refuses_the_batch_naming_both_and_th
     assert found == EarlierLetters(
         0, 2, (HeldLetters(a.describe(), refused=frozenset({1})), HeldLetters(c.describe()))
     )
+
+
+def test_a_target_changed_before_the_sink_s_first_mark_is_not_asked_once_it_has_marks(
+    tmp_path: Path,
+) -> None:
+    """Targets recorded before the sink had a mark (no first batch) covered its first
+    batches only: once it has marks, a start reads no record and asks none of them, and a
+    later move asks only the target of the batch it was at."""
+    ledger = MemoryLedger()
+    a, b, c = (f"delta:{tmp_path / n}" for n in "abc")
+    TargetMoves.open(ledger, PIPELINE, {"s": Named("s", a)})
+    TargetMoves.open(ledger, PIPELINE, {"s": Named("s", b)})  # killed before any mark
+    for b_id in range(3):
+        _mark(ledger, "s", b_id)
+    reads: list[str] = []
+    records = ledger.dead_letter_records
+    ledger.dead_letter_records = lambda p, s: reads.append(s) or records(p, s)  # type: ignore[method-assign]
+    again = TargetMoves.open(ledger, PIPELINE, {"s": Named("s", b)})
+    assert (reads, again.records, again.earlier("s", (0, 3))) == ([], {}, [])
+    moved = TargetMoves.open(ledger, PIPELINE, {"s": Named("s", c)})
+    assert ledger.dead_letters[(PIPELINE, "s")][-1] == TargetRecord(3, c, (0, 3))
+    assert moved.earlier("s", (0, 3)) == [b]  # not a: it held letters of no batch after 0
