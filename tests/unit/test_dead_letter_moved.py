@@ -237,3 +237,40 @@ def test_a_target_changed_before_the_sink_s_first_mark_is_not_asked_once_it_has_
     moved = TargetMoves.open(ledger, PIPELINE, {"s": Named("s", c)})
     assert ledger.dead_letters[(PIPELINE, "s")][-1] == TargetRecord(3, c, (0, 3))
     assert moved.earlier("s", (0, 3)) == [b]  # not a: it held letters of no batch after 0
+
+
+def test_a_ledger_of_the_previous_version_gains_the_column_and_its_writes_go_on(
+    tmp_path: Path,
+) -> None:
+    """Upgrade: a ledger made without the ``dead_letter`` column records a target (the
+    column added by the first record), and rows written afterwards without the column (an
+    older fanout still marking batches) leave the record readable."""
+    from deltalake import write_deltalake
+
+    from fanout.contract.batch import txn_app_id
+    from fanout.delta_tables.io import commit_properties
+    from fanout.ledger.entry import entries_to_arrow
+
+    path = str(tmp_path / "ledger")
+
+    def previous(batch: int) -> None:  # a mark as the previous version writes it
+        row = entries_to_arrow([LedgerEntry(PIPELINE, "s", batch, "committed")])
+        write_deltalake(
+            path, row.drop_columns(["dead_letter"]), mode="append", schema_mode="merge",
+            commit_properties=commit_properties({txn_app_id(PIPELINE, "s"): batch}),
+        )  # fmt: skip
+
+    previous(0)
+    ledger = DeltaLedger(path)
+    ledger.open()
+    assert ledger.dead_letter_records(PIPELINE, "s") == []
+    a = f"delta:{tmp_path / 'a'}"
+    TargetMoves.open(ledger, PIPELINE, {"s": Named("s", a)})
+    previous(1)
+    again = DeltaLedger(path)
+    again.open()
+    assert again.dead_letter_records(PIPELINE, "s") == [TargetRecord(1, a, (0, 1))]
+    assert again.last_committed(PIPELINE, ["s"]) == {"s": 1}
+    assert sorted((r["batch_id"], r["status"], r["dead_letter"]) for r in again.rows(PIPELINE)) == [
+        (0, "committed", None), (1, "committed", None), (1, "dead_letter", a)
+    ]  # fmt: skip
