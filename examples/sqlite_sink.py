@@ -35,6 +35,7 @@ from fanout.contract.batch import txn_app_id
 from fanout.contract.dead_letters import DeadLetter, DeadLetterTarget, letter_rows
 from fanout.contract.options import SinkOption
 from fanout.contract.sink import Reads
+from fanout.deadletters.moved import write_letters
 
 PROGRESS = "_fanout_progress"  # one row per (app id, batch id) committed, with its letters
 
@@ -212,7 +213,9 @@ class SqliteSink(Sink):
 
     def _hand_over(self, batch: Batch, letters: list[DeadLetter]) -> None:
         if letters and self._letters is not None:
-            self._letters.write(batch, letters, source="refused")
+            # through write_letters: none an earlier dead-letter target of the sink holds
+            # (its dead_letter moved since an attempt of this batch: docs/architecture.md §7)
+            write_letters(self._letters, batch, letters, source="refused")
 
 
 def _refused(sink: str, batch: Batch, letters: list[DeadLetter]) -> SinkWriteError:

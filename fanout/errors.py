@@ -11,6 +11,7 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     │   └── DuplicateSinkTypeError  two plugins claim one sink type name
     ├── SinkError                   one sink, one batch
     │   ├── SinkWriteError          a write failed (chained ``from`` the cause)
+    │   │   └── DeadLetterMovedError  an earlier dead-letter target cannot say what it holds
     │   ├── SinkTimeoutError        a lag sink's write passed its ``write_timeout_s``
     │   ├── SchemaMismatchError     the batch schema does not fit the target
     │   ├── RouteError              the sink's ``where``/``select`` failed on the batch's rows
@@ -146,6 +147,14 @@ class SinkError(FanoutError):
 
 class SinkWriteError(SinkError):
     """A sink's write failed; the cause is chained with ``raise ... from``."""
+
+
+class DeadLetterMovedError(SinkWriteError):
+    """The sink's ``dead_letter`` changed since an attempt of this batch, and the target of
+    that attempt cannot be opened or cannot say which of the batch's letters it holds:
+    writing them to the target the sink has now could keep a letter twice, once in each
+    (docs/architecture.md §7, "A ``dead_letter`` moved"). Raised before anything of the
+    batch is written, naming both targets and the ways on."""
 
 
 class SinkResultError(SinkError):

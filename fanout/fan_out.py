@@ -27,14 +27,16 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from fanout.contract.batch import BatchInfo
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.dead_letters import DeadLetterTarget
+from fanout.contract.earlier_letters import EarlierLetters
 from fanout.contract.lag import SinkBehind, SinkLag, SpoolSize
 from fanout.contract.locations import command_location
 from fanout.contract.names import check_name
 from fanout.contract.sessions import is_connect
 from fanout.contract.sink import Sink, SinkContext, SinkResult
 from fanout.deadletters.delta import refuse_shared_tables, table_roles
+from fanout.deadletters.moved import TargetMoves, earlier_letters
 from fanout.deadletters.target import resolve_target
 from fanout.errors import (
     BatchFailedError,
@@ -240,6 +242,7 @@ class FanOut:
         check_exclusive_resources(self.pipeline, (spec.sink for spec in self.specs.values()))
         self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in self.specs.items()}
         kinds = registry.dead_letter_kinds()
+        self._kinds = kinds
         self.dead_letters: dict[str, DeadLetterTarget | None] = {
             name: resolve_target(sink, kinds) for name, sink in self.sinks.items()
         }
@@ -288,6 +291,9 @@ class FanOut:
         self.secrets = self._gather_secrets()
         register_secrets(self.secrets)
         self._record = Recorder(self.ledger, self.retry, self.secrets)
+        self._moves = TargetMoves.open(self.ledger, self.pipeline, self.sinks)
+        """Each sink's earlier dead-letter targets that may hold letters of a batch it has
+        not marked (:mod:`fanout.deadletters.moved`); a changed target recorded."""
         self.lagging = Lagging(
             self.pipeline,
             self.specs,
@@ -317,6 +323,7 @@ class FanOut:
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
             self._spark, probe_interval_s, ledger_location(self.ledger),
             pipeline_file=self.pipeline_file, abandoned=self.abandoned,
+            earlier_of=self._earlier_letters,
         )  # fmt: skip
         self.abandoned.on_done = self.catchup.wake
         self.lagging.on_reopened = self.catchup.wake
@@ -796,6 +803,7 @@ class FanOut:
                     state.routes = BatchRoutes.prepare(
                         state.df, state.info, self.specs, state.pending, self._dead_letter_target,
                         lambda sink: not self._record.marked_here(sink, epoch),
+                        self._earlier_letters,
                     )  # fmt: skip  # 4b. routes
                     spooling = start_spooling(state, self.lagging, self.specs)  # beside 5.
                     write_all(
@@ -992,6 +1000,20 @@ class FanOut:
     def _dead_letter_target(self, name: str) -> DeadLetterTarget | None:
         """Where the rows failing sink ``name``'s route go (``None``: they fail it)."""
         return self.dead_letters[name]
+
+    def _earlier_letters(self, name: str, info: BatchInfo) -> EarlierLetters | None:
+        """What sink ``name``'s earlier dead-letter targets hold of batch ``info``, one
+        an earlier process may have attempted (``None``: no earlier target may hold any,
+        read nothing); raises :class:`fanout.DeadLetterMovedError` when one cannot tell
+        (:mod:`fanout.deadletters.moved`)."""
+        texts = self._moves.earlier(name, (info.epoch, info.batch_id))
+        if not texts:
+            return None
+        batch = Batch(None, info, name, txn_app_id(info.pipeline, name, info.epoch))
+        return earlier_letters(
+            batch, texts, self.dead_letters[name], self.sinks[name], self._kinds,
+            ledger_location(self.ledger),
+        )  # fmt: skip
 
     def _report(self, state: BatchState) -> dict[str, SinkResult]:
         info = state.info

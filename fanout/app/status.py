@@ -338,8 +338,10 @@ def summarize(
         (pipeline, sink): [] for pipeline, sinks in (configured or {}).items() for sink in sinks
     }
     for row in as_of_log(rows):
-        if row["status"] in ("epoch", "recovery"):
-            continue  # a reset accepted, or a `fanout recover` report: not a sink's progress
+        if row["status"] in ("epoch", "recovery", "dead_letter"):
+            # a reset accepted, a `fanout recover` report, a sink's dead-letter target
+            # recorded: not a sink's progress
+            continue
         groups.setdefault((row["pipeline"], row["sink"]), []).append(row)
     statuses = []
     for (pipeline, sink), group in sorted(groups.items()):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from fanout.contract.earlier_letters import EarlierLetters
     from fanout.contract.route_stamp import RouteStamp
 
 
@@ -146,6 +147,10 @@ class Batch:
         when it hangs, must leave cores to the other sinks' jobs and the live batches
         (docs/architecture.md §14.9). A sink writing from the executors honours it (the
         partitioned-sink kit runs its partitions in jobs of that many tasks at most).
+    :param earlier: what the sink's earlier dead-letter targets hold of this batch's
+        letters, set by fanout only on a batch an earlier process may have attempted under
+        another ``dead_letter`` (docs/architecture.md §7): write letters through
+        :func:`fanout.deadletters.moved.write_letters`, which writes none of those again.
     :param stopped: says whether the batch went on without this write (abandoned at the
         sink's ``write_timeout_s``); ``None``: it never does. fanout cancels the write's
         running Spark jobs then, not those it starts afterwards: a write running several
@@ -160,6 +165,7 @@ class Batch:
     attempt: int = 1
     route: RouteStamp | None = None
     task_budget: int | None = None
+    earlier: EarlierLetters | None = None
     stopped: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
     _arrow: SharedArrow | None = field(default=None, repr=False)
 

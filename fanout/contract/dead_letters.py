@@ -13,7 +13,11 @@ Hand refused letters over *after* the commit that decides them, from what it rec
 them to the target once that committed, and again when a replay finds the batch committed
 (the target keeps a batch's letters once). Letters written before a commit that then fails
 stay, and the replay's, which may differ, are skipped as already written
-(``examples/sqlite_sink.py`` shows the pattern).
+(``examples/sqlite_sink.py`` shows the pattern). Hand them over with
+:func:`fanout.deadletters.moved.write_letters` (``write_letters(context.dead_letters, batch,
+letters, source="refused", partition=...)``) rather than the target's ``write``: it writes
+none an earlier target of the sink holds (:attr:`fanout.Batch.earlier`, set when the sink's
+``dead_letter`` moved since an attempt of the batch); a direct ``write`` keeps them twice.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.dead_letters import DeadLetter, RouteStamp, Source, letter_kind
+from fanout.contract.earlier_letters import HeldLetters
 from fanout.deadletters.layout import letter_schema, to_records
 from fanout.deadletters.route_letters import check_unchanged
 from fanout.deadletters.target import DELTA
@@ -100,6 +101,38 @@ class DeltaDeadLetters:
             recorded=None if recorded is None else str(recorded),
             target=self.describe(),
         )
+
+    def letters_held(self, batch: Batch) -> HeldLetters:
+        """What this table holds of ``batch``'s letters (asked when the sink's
+        ``dead_letter`` moved since an attempt of the batch: :mod:`fanout.deadletters.moved`):
+        whether it holds its route letters (with the route of their commit's metadata) and
+        the partitions of its refused rows; one filtered read of two columns, and of the
+        log's newest commits when it holds route letters. Nothing when the table does not
+        exist."""
+        table = deltaio.open_table(self.path, self.storage_options)
+        if table is None:
+            return HeldLetters(self.describe())
+        filters: list[deltaio.Filter] = [
+            ("pipeline", "=", batch.pipeline),
+            ("sink", "=", batch.sink_name),
+            ("epoch", "=", batch.info.epoch),
+            ("batch_id", "=", batch.batch_id),
+        ]
+        rows = deltaio.read_arrow(table, columns=["source", "partition"], filters=filters)
+        found = set(zip(rows.column("source").to_pylist(), rows.column("partition").to_pylist(),
+                        strict=True))  # fmt: skip
+        route = any(source == "route" for source, _ in found)
+        fingerprint = text = None
+        if route:
+            key = batch.idempotency_key.derived(letter_kind("route"))
+            commit = deltaio.commit_metadata(table, TXN_KEY, f"{key.app_id}@{key.version}")
+            if commit is not None:
+                fingerprint = (
+                    None if commit.get(FINGERPRINT_KEY) is None else str(commit[FINGERPRINT_KEY])
+                )
+                text = None if commit.get(ROUTE_KEY) is None else str(commit[ROUTE_KEY])
+        refused = frozenset(p for source, p in found if source == "refused")
+        return HeldLetters(self.describe(), route, fingerprint, text, refused)
 
     def read_rows(self, pipeline: str, sink: str, key: tuple[int, int]) -> pa.Table:
         """The ``row`` column (JSON) of the letters ``sink`` of ``pipeline`` set aside

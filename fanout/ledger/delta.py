@@ -80,6 +80,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
 
+    from fanout.deadletters.moved import TargetRecord
+
 log = logging.getLogger(__name__)
 
 
@@ -441,6 +443,64 @@ class DeltaLedger:
                 return report
         raise AssertionError("unreachable")
 
+    # -- each sink's dead-letter target (fanout.deadletters.moved) ----------------------
+
+    def dead_letter_marks(self, pipeline: str, sinks: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """Per sink with a recorded dead-letter target: the digest of its last one and the
+        batch it applies from, coded (:mod:`fanout.deadletters.moved`), from the log's
+        transactions (no scan)."""
+        from fanout.deadletters.moved import since_app_id, target_app_id
+
+        with self._lock:
+            table = self._fresh()
+            found: dict[str, tuple[int, int]] = {}
+            for sink in sinks:
+                app = txn_app_id(pipeline, sink)
+                digest = self._version(table, target_app_id(app))
+                if digest is not None:
+                    found[sink] = (digest, self._version(table, since_app_id(app)) or 0)
+            return found
+
+    def dead_letter_records(self, pipeline: str, sink: str) -> list[TargetRecord]:
+        """Every dead-letter target recorded for ``sink``, in order (a filtered read of its
+        ``dead_letter`` rows: only when its target changed)."""
+        from fanout.deadletters.moved import DEAD_LETTER, records_of
+
+        with self._lock:
+            table = self._fresh()
+        if "dead_letter" not in {f.name for f in table.schema().fields}:
+            return []
+        scope: list[Filter] = [("pipeline", "=", pipeline), ("sink", "=", sink)]
+        rows = read_arrow(table, filters=[*scope, ("status", "=", DEAD_LETTER)])
+        return records_of(entries_from_arrow(rows))
+
+    def record_dead_letters(self, pipeline: str, records: Mapping[str, TargetRecord]) -> None:
+        """Append one ``dead_letter`` row per sink, with the transactions naming its digest
+        and first batch, in one commit."""
+        from fanout.deadletters.moved import (
+            record_entry,
+            since_app_id,
+            since_code,
+            target_app_id,
+            target_digest,
+        )
+
+        entries = [record_entry(pipeline, sink, record) for sink, record in records.items()]
+        txns: dict[str, int] = {}
+        for sink, record in records.items():
+            app = txn_app_id(pipeline, sink)
+            txns[target_app_id(app)] = target_digest(record.target)
+            txns[since_app_id(app)] = since_code(record.since)
+        with self._lock:
+            for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                try:
+                    self._append(self._fresh(), entries, txns)
+                    return
+                except LedgerError as exc:  # another writer's commit meanwhile: again
+                    cause = exc.__cause__
+                    if attempt == COMMIT_ATTEMPTS or cause is None or not is_commit_conflict(cause):
+                        raise
+
     def _late_mark(
         self, table: DeltaTable, entry: LedgerEntry, version: Callable[[str], int | None]
     ) -> ZombieBatchError | None:
@@ -678,7 +738,9 @@ class DeltaLedger:
         with self._lock:
             table = self._fresh()
         read = read_arrow(table, columns=["sink", "status"], filters=[("pipeline", "=", pipeline)])
-        own = pc.is_in(read.column("status"), value_set=pa.array(["epoch", "recovery"]))
+        own = pc.is_in(
+            read.column("status"), value_set=pa.array(["epoch", "recovery", "dead_letter"])
+        )
         names = read.column("sink").filter(pc.invert(own)).unique()
         return sorted(str(name) for name in names.to_pylist())
 

@@ -18,7 +18,7 @@ from fanout.version import __version__
 if TYPE_CHECKING:
     import pyarrow as pa
 
-Status = Literal["committed", "failed", "epoch", "recovery"]
+Status = Literal["committed", "failed", "epoch", "recovery", "dead_letter"]
 
 
 def pipeline_app_id(pipeline: str, epoch: int = 0) -> str:
@@ -63,6 +63,7 @@ class LedgerEntry:
     fanout_version: str = __version__
     epoch: int = 0
     batch_timestamp_ms: int | None = None  # Spark's planning time; None in older ledgers
+    dead_letter: str | None = None  # a "dead_letter" row's target (fanout.deadletters.moved)
 
     @property
     def lost(self) -> bool:
@@ -171,6 +172,7 @@ def ledger_schema() -> pa.Schema:
             pa.field("fanout_version", pa.string()),
             pa.field("epoch", pa.int32()),
             pa.field("batch_timestamp_ms", pa.int64()),
+            pa.field("dead_letter", pa.string()),
         ]
     )
 

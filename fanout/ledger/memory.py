@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from fanout.contract.batch import pipeline_scope
 from fanout.errors import CheckpointResetError
@@ -16,6 +17,9 @@ from fanout.ledger.entry import (
     epoch_taken_message,
     replaces_lost,
 )
+
+if TYPE_CHECKING:
+    from fanout.deadletters.moved import TargetRecord
 
 
 class MemoryLedger:
@@ -30,6 +34,9 @@ class MemoryLedger:
         self.entries: list[LedgerEntry] = []
         self._marks: dict[tuple[str, str], int] = {}  # (scope, sink) -> batch id
         self._epochs: dict[str, int] = {}
+        self.dead_letters: dict[tuple[str, str], list[TargetRecord]] = {}
+        """Each (pipeline, sink)'s recorded dead-letter targets, apart from
+        :attr:`entries` (:mod:`fanout.deadletters.moved`)."""
         self._lock = threading.Lock()
 
     def open(self) -> None:
@@ -96,6 +103,27 @@ class MemoryLedger:
         """Keep the failed attempt."""
         with self._lock:
             self.entries.append(entry)
+
+    def dead_letter_marks(self, pipeline: str, sinks: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """Per sink with a recorded dead-letter target: its last one's digest and first
+        batch, coded."""
+        from fanout.deadletters.moved import since_code, target_digest
+
+        with self._lock:
+            found = {s: self.dead_letters[(pipeline, s)][-1] for s in sinks
+                     if self.dead_letters.get((pipeline, s))}  # fmt: skip
+        return {s: (target_digest(r.target), since_code(r.since)) for s, r in found.items()}
+
+    def dead_letter_records(self, pipeline: str, sink: str) -> list[TargetRecord]:
+        """Every dead-letter target recorded for ``sink``, in order."""
+        with self._lock:
+            return list(self.dead_letters.get((pipeline, sink), []))
+
+    def record_dead_letters(self, pipeline: str, records: Mapping[str, TargetRecord]) -> None:
+        """Record one dead-letter target per sink."""
+        with self._lock:
+            for sink, record in records.items():
+                self.dead_letters.setdefault((pipeline, sink), []).append(record)
 
     def pipelines(self) -> list[str]:
         """The names of the pipelines the ledger holds rows of, sorted."""

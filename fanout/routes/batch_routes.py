@@ -17,12 +17,13 @@ For each pending sink it settles, before any sink writes, what that sink receive
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from fanout.contract.batch import BatchInfo, SharedArrow
 from fanout.contract.dead_letters import DeadLetter, DeadLetterTarget, RouteStamp
+from fanout.contract.earlier_letters import EarlierLetters
 from fanout.errors import RouteError
 from fanout.routes.evaluate import explain_failure
 from fanout.routes.rejects import CheckedRoute, check_route
@@ -37,6 +38,12 @@ MayReplay = Callable[[str], bool]
 """Whether a sink's batch may be one an earlier process attempted (by sink name): its
 dead-letter target may hold route letters of that attempt."""
 
+EarlierOf = Callable[[str, BatchInfo], "EarlierLetters | None"]
+"""What the earlier dead-letter targets of a sink (by name) hold of a batch an earlier
+process may have attempted (``None``: none may hold any: the common path, read nothing);
+raises :class:`fanout.DeadLetterMovedError` when one cannot tell
+(:mod:`fanout.deadletters.moved`)."""
+
 
 @dataclass(frozen=True)
 class SinkInput:
@@ -50,6 +57,9 @@ class SinkInput:
         :attr:`dead_letters` is, even without letters: a replay under another route is
         refused, :mod:`fanout.deadletters.route_letters`; for an identity route only when
         the batch may be one an earlier process attempted, see :meth:`BatchRoutes.prepare`).
+    :param earlier: what the sink's earlier dead-letter targets hold of the batch (set
+        only on a batch an earlier process may have attempted under another target):
+        handed to the sink in :attr:`fanout.Batch.earlier`.
     :param blocked: an error found before any write: the sink is not written, this is
         its failure.
     :param explain: turns the write's final error into one naming the route expression
@@ -61,6 +71,7 @@ class SinkInput:
     letters: tuple[DeadLetter, ...] = ()
     dead_letters: DeadLetterTarget | None = None
     route: RouteStamp | None = None
+    earlier: EarlierLetters | None = None
     blocked: Exception | None = None
     explain: Callable[[BaseException], Exception | None] | None = None
 
@@ -101,6 +112,7 @@ class BatchRoutes:
         pending: Sequence[str],
         target_of: TargetOf,
         may_replay: MayReplay | None = None,
+        earlier_of: EarlierOf | None = None,
     ) -> BatchRoutes:
         """Settle every pending sink's input. First the routes of sinks with a dead-letter
         target are evaluated, once per distinct route, before any sink writes; then each
@@ -110,14 +122,27 @@ class BatchRoutes:
         ``may_replay`` (``None``: every sink's may) tells which sinks' batch an earlier
         process may have attempted: only their targets are handed an identity route's
         stamp, whose one purpose is to refuse the letters such an attempt kept under a
-        route since removed (one read of the target per sink and batch otherwise)."""
+        route since removed (one read of the target per sink and batch otherwise).
+        ``earlier_of`` (``None``: no sink's target moved) is asked, for those sinks only,
+        what the sink's earlier dead-letter targets hold of the batch; its error fails the
+        sink unwritten."""
         routes = cls(df, info, specs, may_replay)
         targets = {name: routes._target(name, target_of) for name in pending}
+        earlier: dict[str, EarlierLetters | Exception | None] = {}
+        for name in pending:
+            replay = may_replay is None or may_replay(name)
+            earlier[name] = routes._earlier(name, earlier_of) if replay else None
+            if isinstance(earlier[name], Exception):
+                targets[name] = earlier[name]  # type: ignore[assignment]
         for name, target in targets.items():
             if target is not None and not isinstance(target, Exception):
                 targets[name] = routes._check(name, pending, target)
         for name in pending:
-            routes._inputs[name] = routes._settle(name, targets[name])
+            given = routes._settle(name, targets[name])
+            held = earlier[name]
+            if isinstance(held, EarlierLetters) and given.blocked is None:
+                given = replace(given, earlier=held)
+            routes._inputs[name] = given
         return routes
 
     def input_for(self, sink: str) -> SinkInput:
@@ -141,6 +166,16 @@ class BatchRoutes:
     def _target(self, name: str, target_of: TargetOf) -> DeadLetterTarget | Exception | None:
         try:
             return target_of(name)
+        except Exception as exc:  # the sink fails, named, unwritten
+            return exc
+
+    def _earlier(
+        self, name: str, earlier_of: EarlierOf | None
+    ) -> EarlierLetters | Exception | None:
+        if earlier_of is None:
+            return None
+        try:
+            return earlier_of(name, self.info)
         except Exception as exc:  # the sink fails, named, unwritten
             return exc
 

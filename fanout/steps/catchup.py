@@ -28,7 +28,7 @@ from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import LedgerEntry, now_utc
 from fanout.observe.logs import batch_fields
 from fanout.retry import RetryPolicy
-from fanout.routes.batch_routes import BatchRoutes, TargetOf
+from fanout.routes.batch_routes import BatchRoutes, EarlierOf, TargetOf
 from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.spool.table import BatchKey
 from fanout.steps.lag import Lagging
@@ -59,6 +59,8 @@ class CatchUp:
     :param pipeline_file: the pipeline file (absolute), for the commands the messages name.
     :param abandoned: the live writes abandoned at their ``write_timeout_s`` still running:
         their sink is not written while one runs (:mod:`fanout.steps.timeout`).
+    :param earlier_of: what a sink's earlier dead-letter targets hold of a batch
+        (:mod:`fanout.deadletters.moved`).
     """
 
     def __init__(
@@ -74,8 +76,10 @@ class CatchUp:
         *,
         pipeline_file: str | None = None,
         abandoned: AbandonedWrites | None = None,
+        earlier_of: EarlierOf | None = None,
     ) -> None:
         self.lagging = lagging
+        self.earlier_of = earlier_of
         self.abandoned = abandoned
         self.ledger_location = ledger_location
         self.pipeline_file = pipeline_file
@@ -351,13 +355,13 @@ class CatchUp:
             return exc
         routes = BatchRoutes.prepare(
             df, info, {sink: spec}, [sink], self.target_of,
-            lambda name: not self.record.marked_here(name, info.epoch),
+            lambda name: not self.record.marked_here(name, info.epoch), self.earlier_of,
         )  # fmt: skip
         try:
             given = routes.input_for(sink)
             batch = Batch(
                 given.df, info, sink, txn_app_id(info.pipeline, sink, info.epoch),
-                route=given.stamp(spec.route), _arrow=given.arrow,
+                route=given.stamp(spec.route), earlier=given.earlier, _arrow=given.arrow,
             )  # fmt: skip
             runner = SinkRunner(spec.sink, batch, given, self.record, ONE_ATTEMPT, self.hooks)
             outcome = self._run_write(runner, sink, given.df, live)

@@ -14,7 +14,7 @@ from datetime import datetime
 from fanout.contract.batch import Batch, txn_app_id
 from fanout.contract.sessions import spark_threads
 from fanout.contract.sink import Sink, SinkResult
-from fanout.deadletters.route_letters import write_route_letters
+from fanout.deadletters.moved import write_letters
 from fanout.errors import (
     CheckpointError,
     LedgerError,
@@ -143,7 +143,8 @@ def _timed_outcome(timed: TimedWrite) -> SinkOutcome:
 def _batch_for(state: BatchState, name: str, given: SinkInput, spec: SinkSpec) -> Batch:
     info = state.info
     app_id = txn_app_id(info.pipeline, name, info.epoch)
-    return Batch(given.df, info, name, app_id, route=given.stamp(spec.route), _arrow=given.arrow)
+    return Batch(given.df, info, name, app_id, route=given.stamp(spec.route),
+                 earlier=given.earlier, _arrow=given.arrow)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -383,10 +384,7 @@ class SinkRunner:
         if letters:  # Spark's error may quote a value that is a secret of the pipeline
             mask = SinkSecrets(tuple(self.sink.secret_values()), self.record.secrets).mask
             letters = tuple(replace(letter, reason=mask(letter.reason)) for letter in letters)
-        if route is None:
-            count = target.write(batch, letters, source="route")
-        else:
-            count = write_route_letters(target, batch, letters, route)
+        count = write_letters(target, batch, letters, source="route", route=route)
         if not count:
             return 0
         log.warning(

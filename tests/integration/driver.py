@@ -1,11 +1,13 @@
 """A streaming driver run as a subprocess by the crash tests, so it can be killed hard.
 
 usage: python driver.py WORKDIR [--kill POINT:BATCH[:SINK]] [--sinks SINKS.json]
-                        [--kill-spooling BATCH:SINK]
+                        [--kill-spooling BATCH:SINK] [--kill-after-letters BATCH]
 WORKDIR holds input/; the driver writes checkpoint/, ledger/ and one Delta table per sink
 (the sinks of :func:`sinks`, or the list of sink configurations in SINKS.json), and with
 SINKS.json its spool in spool/. ``--kill-spooling N:S`` kills the driver while it spools
 batch N, after the batch's index row and before its rows, once sink S marked batch N.
+``--kill-after-letters N`` kills it right after a sink wrote batch N's refused rows to a
+Delta dead-letter table (a Delta sink: before its own commit).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def main() -> None:
     parser.add_argument("--kill", help="POINT:BATCH[:SINK]")
     parser.add_argument("--sinks", type=Path, help="a JSON list of sink configurations")
     parser.add_argument("--kill-spooling", help="BATCH:SINK")
+    parser.add_argument("--kill-after-letters", type=int, help="BATCH")
     args = parser.parse_args()
     plugins = []
     if args.kill:
@@ -57,6 +60,8 @@ def main() -> None:
     if args.kill_spooling:
         batch, sink = args.kill_spooling.split(":")
         _kill_spooling(int(batch), sink, args.workdir / "ledger")
+    if args.kill_after_letters is not None:
+        _kill_after_letters(args.kill_after_letters)
     spark = local_session("fanout-crash-driver")
     configured = json.loads(args.sinks.read_text()) if args.sinks else sinks(args.workdir)
     spool = str(args.workdir / "spool") if args.sinks else None
@@ -91,6 +96,23 @@ def _kill_spooling(batch_id: int, marked: str, ledger: Path) -> None:
         return append_rows(self, arrow, info, *rest)  # type: ignore[arg-type]
 
     Spool._append_rows = dying  # type: ignore[method-assign,assignment]
+
+
+def _kill_after_letters(batch_id: int) -> None:
+    """Die (no cleanup) right after batch ``batch_id``'s refused rows were written to a
+    Delta dead-letter table."""
+    from fanout.deadletters.delta import DeltaDeadLetters
+
+    real = DeltaDeadLetters.write
+
+    def write(self: DeltaDeadLetters, batch: object, letters: object, **kwargs: object) -> int:
+        count = real(self, batch, letters, **kwargs)  # type: ignore[arg-type]
+        if getattr(batch, "batch_id", None) == batch_id and kwargs.get("source") == "refused":
+            print(f"KILL after batch {batch_id}'s dead letters", file=sys.stderr, flush=True)
+            os._exit(KILL_EXIT_CODE)
+        return count
+
+    DeltaDeadLetters.write = write  # type: ignore[method-assign,assignment]
 
 
 if __name__ == "__main__":

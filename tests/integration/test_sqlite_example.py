@@ -3,6 +3,7 @@ suite, run on it without installing it, and its refused rows across a lost mark.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -133,3 +134,37 @@ def test_holds_batch_finds_a_table_named_in_another_case(tmp_path: Path) -> None
     sink.write(make_batch([{"id": 1, "v": "a"}], pipeline="p", sink_name="s"))
     assert _rows(database, "orders") == [{"id": 1, "v": "a"}]
     assert sink.holds_batch("p", 0, 0) is True
+
+
+def test_a_replay_of_a_committed_batch_hands_over_no_letter_its_earlier_target_holds(
+    tmp_path: Path,
+) -> None:
+    """The driver killed after the sink's commit and its letters' hand-over to ``a``, before
+    the ledger mark; the restart names ``b``: fanout hands the replay what ``a`` holds of the
+    batch (:attr:`fanout.Batch.earlier`), and the sink, finding the batch committed, hands
+    none of its letters to ``b`` (docs/architecture.md §7, "A ``dead_letter`` moved")."""
+    import dataclasses
+
+    from sqlite_sink import SqliteSink
+
+    from fanout.contract.earlier_letters import EarlierLetters
+    from fanout.deadletters.delta import DeltaDeadLetters
+    from fanout.testing import make_batch, open_sink
+
+    database = tmp_path / "target.db"
+    with sqlite3.connect(database) as db:
+        db.execute("CREATE TABLE rows (id INTEGER, v TEXT CHECK (v <> 'refused'))")
+    rows = [{"id": 1, "v": "ok"}, {"id": 2, "v": "refused"}, {"id": 3, "v": "refused"}]
+    batch = make_batch(rows, batch_id=4, pipeline="p", sink_name="s")
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = open_sink(SqliteSink("s", database=str(database), table="rows", dead_letter=str(a)))
+    assert first.write(batch).dead_lettered == 2
+    held = DeltaDeadLetters(str(a)).letters_held(batch)
+    replay = dataclasses.replace(batch, earlier=EarlierLetters(0, 4, (held,)))
+    again = open_sink(SqliteSink("s", database=str(database), table="rows", dead_letter=str(b)))
+    result = again.write(replay)
+    assert (result.rows, result.dead_lettered, result.already_written) == (1, 2, True)
+    assert sorted(r["id"] for r in _rows(database, "rows")) == [1]
+    letters = DeltaDeadLetters(str(a)).read_rows("p", "s", (0, 4)).column("row").to_pylist()
+    assert sorted(json.loads(row)["id"] for row in letters) == [2, 3]
+    assert not b.exists()  # none written twice

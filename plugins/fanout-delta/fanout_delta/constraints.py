@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from fanout.contract.dead_letters import DeadLetter, letter_rows
+from fanout.deadletters.moved import refused_elsewhere, write_letters
 from fanout.errors import ConfigurationError, SinkWriteError
 from fanout_delta.merge import quote
 from fanout_delta.schema import is_generated
@@ -428,10 +429,15 @@ def write_refused(
     constraints and the batch refuses rows, a target that can read a batch's letters
     back (a Delta table) is asked how many it keeps, and another number fails the batch
     before its data is written (a dropped constraint, which refuses fewer rows, leaves
-    the earlier letters and writes those rows too: kept twice, never lost)."""
-    count = target.write(batch, letters, source="refused")
+    the earlier letters and writes those rows too: kept twice, never lost).
+
+    Written through :func:`fanout.deadletters.moved.write_letters`: a batch whose letters
+    an earlier attempt kept in the sink's earlier target (its ``dead_letter`` moved since)
+    writes none again, and its count is not compared (that target is not this one)."""
+    count = write_letters(target, batch, letters, source="refused")
     read_rows = getattr(target, "read_rows", None)
-    if not letters or not constraints or read_rows is None:
+    elsewhere = refused_elsewhere(batch, None) is not None
+    if not letters or not constraints or read_rows is None or elsewhere:
         return count
     kept = read_rows(batch.pipeline, batch.sink_name, (batch.info.epoch, batch.batch_id))
     if kept.num_rows != len(letters):

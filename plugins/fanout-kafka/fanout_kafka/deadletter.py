@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING
 from fanout.deadletters.route_letters import check_unchanged
 from fanout.errors import SinkWriteError, TransientSinkError
 from fanout_kafka.records import COLUMN_HEADER, VALUE_HEADER, Record, dead_letter_headers
-from fanout_kafka.settings import WriterSettings
+from fanout_kafka.settings import KAFKA_TARGET, WriterSettings
 from fanout_kafka.transaction import PartitionWriter
 from fanout_kafka.values import json_bytes
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
     from fanout.contract.dead_letters import DeadLetter, RouteStamp, Source
+    from fanout.contract.earlier_letters import HeldLetters
 
 KAFKA = "kafka"
 
@@ -49,7 +50,7 @@ class KafkaDeadLetters:
 
     def describe(self) -> str:
         """``Kafka topic <topic>``."""
-        return f"Kafka topic {self.topic}"
+        return f"{KAFKA_TARGET}{self.topic}"
 
     def records(self, batch: Batch, letters: Sequence[DeadLetter]) -> list[Record]:
         """The letters as dead-letter records."""
@@ -79,16 +80,7 @@ class KafkaDeadLetters:
         when the marker says this batch's letters are there already. With ``route``, the
         transaction also commits its fingerprint, and letters of this batch already there
         under another route refuse the write."""
-        settings = self.settings_of(batch)
-        settings = replace(
-            settings,
-            sink=f"{settings.sink}#{source}",
-            topic=self.topic,
-            transactional_id_prefix=f"{settings.transactional_id_prefix}#{source}",
-            dead_topic=None,
-            dead_letters=None,
-            route_stamp=None if route is None else int(route.fingerprint, 16),
-        )
+        settings = self._writer(batch, source, route)
         if route is not None:
             self._check_route(batch, route, settings, partition or 0)
         if not letters:
@@ -105,6 +97,40 @@ class KafkaDeadLetters:
                 batch_id=batch.batch_id,
             )
         return len(letters)
+
+    def _writer(self, batch: Batch, source: Source, route: RouteStamp | None) -> WriterSettings:
+        """The settings of the writer of ``source``'s letters: its own transactional ids
+        and marker (``#<source>``), the topic this one."""
+        settings = self.settings_of(batch)
+        return replace(
+            settings,
+            sink=f"{settings.sink}#{source}",
+            topic=self.topic,
+            transactional_id_prefix=f"{settings.transactional_id_prefix}#{source}",
+            dead_topic=None,
+            dead_letters=None,
+            route_stamp=None if route is None else int(route.fingerprint, 16),
+        )
+
+    def letters_held(self, batch: Batch) -> HeldLetters:
+        """What this topic holds of ``batch``'s letters (asked when the sink's
+        ``dead_letter`` moved since an attempt of the batch: :mod:`fanout.deadletters.moved`):
+        its route letters when their writer's marker holds the batch (with the route's
+        fingerprint when the batch is the last one written there; a later batch's leaves it
+        unknown). Two offset reads. The sink's own refused records are produced in its
+        partitions' transactions, which a replay never produces again (no partition whose
+        marker holds the batch writes, and no journal names them): none is reported."""
+        from fanout.contract.earlier_letters import HeldLetters
+
+        settings = self._writer(batch, "route", None)
+        marker = _committed(settings, settings.marker_group(0), batch)
+        if marker < batch.batch_id + 1:
+            return HeldLetters(self.describe())
+        stamp = -1
+        if marker == batch.batch_id + 1:
+            stamp = _committed(settings, settings.route_group(0), batch)
+        fingerprint = None if stamp < 0 else f"{stamp:015x}"
+        return HeldLetters(self.describe(), route=True, fingerprint=fingerprint)
 
     def _check_route(
         self, batch: Batch, route: RouteStamp, settings: WriterSettings, partition: int

@@ -19,6 +19,7 @@ from fanout_kafka.records import RECORD_BATCH_HEADER_BYTES, Encoder
 if TYPE_CHECKING:
     from fanout.contract.batch import BatchInfo
     from fanout.contract.dead_letters import DeadLetterTarget
+    from fanout.contract.earlier_letters import EarlierLetters
     from fanout.partitioned.membership import PartitionPlan
     from fanout_kafka.target import TargetStamp
 
@@ -30,6 +31,11 @@ coordinator (its bootstrap connection is dropped after the first metadata, and t
 connection waits for a timer), about 0.5 s of every partition's write of a small batch.
 The ``producer`` option can set ``enable.sparse.connections`` back to true (very large
 clusters)."""
+
+
+KAFKA_TARGET = "Kafka topic "
+"""How a ``kafka:`` dead-letter target describes itself, before its topic
+(:meth:`fanout_kafka.deadletter.KafkaDeadLetters.describe`)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,11 @@ class WriterSettings:
     secrets: SinkSecrets = NO_SECRETS
     """The sink's secrets and its pipeline's, masked in a bad record's reason (the
     letter's ``fanout.error`` header, the journal naming it, the partition's failure)."""
+    earlier: EarlierLetters | None = None
+    """What the sink's earlier dead-letter targets hold of the batch
+    (:attr:`fanout.Batch.earlier`; set only when its ``dead_letter`` moved since an attempt
+    of the batch): a partition whose letters one of them holds parks none
+    (:func:`fanout.deadletters.moved.write_letters`)."""
 
     @property
     def letter_limit(self) -> int:
@@ -165,7 +176,26 @@ class WriterSettings:
             dead_letter=dead,
             route=self.route,
             route_earlier=self.route_earlier,
+            dead_letter_earlier=self._earlier_targets(),
         )
+
+    def _earlier_targets(self) -> tuple[str, ...]:
+        """The earlier dead-letter targets fanout asked what they hold of this batch, as
+        :meth:`target_stamp` spells a target, when the tasks park letters
+        (:attr:`dead_letters`: a target other than a topic), through
+        :func:`fanout.deadletters.moved.write_letters`, which parks none they hold. Under a
+        dead-letter topic a committed partition's letters a journal names are parked
+        nowhere: a move to a topic is not accepted."""
+        earlier = self.earlier
+        if earlier is None or self.dead_letters is None or self.info is None:
+            return ()
+        if (earlier.epoch, earlier.batch_id) != (self.info.epoch, self.info.batch_id):
+            return ()
+        spelled = []
+        for held in earlier.held:
+            topic = held.target.removeprefix(KAFKA_TARGET)
+            spelled.append(f"kafka:{topic}" if topic != held.target else held.target)
+        return tuple(spelled)
 
     def route_group(self, partition: int) -> str:
         """``<marker group>.route``: its offset is the route fingerprint of the letters."""

@@ -707,6 +707,7 @@ class KafkaSink(PartitionedSink):
             max_batch_bytes=self._max_batch_bytes,
             speculation=self._speculation_of(batch),
             secrets=self.letter_secrets(),
+            earlier=batch.earlier,
         )
 
     def _create_missing_topics(self, batch: Batch) -> None:

@@ -83,6 +83,11 @@ class TargetStamp:
     route_earlier: tuple[str, ...] = ()
     """Fingerprints older fanout versions gave the same route: a partition committed
     under one of them went by this route (not recorded, only compared)."""
+    dead_letter_earlier: tuple[str, ...] = ()
+    """The sink's earlier dead-letter targets fanout asked what they hold of the batch
+    (:attr:`fanout.Batch.earlier`, when its ``dead_letter`` moved since an attempt of the
+    batch), as :attr:`dead_letter` spells a target: a partition committed under one of
+    them is accepted, its letters not parked twice (not recorded, only compared)."""
 
     def aspects(self) -> tuple[str, str, str]:
         """The texts of :data:`ASPECTS`, in order."""
@@ -194,9 +199,12 @@ def _accepted(offset: int, stamp: TargetStamp) -> bool:
     (:attr:`TargetStamp.route_earlier`), or under no dead-letter target and otherwise as
     ``stamp``. A partition without a target has no letters (a bad record fails its
     partition and a row the route refuses fails the batch), so a target added since splits
-    nothing: it is how a batch stuck on a bad record is let through."""
+    nothing: it is how a batch stuck on a bad record is let through. Or under an earlier
+    target fanout asked what it holds of the batch (:attr:`TargetStamp.dead_letter_earlier`):
+    the letters it holds stay there, the replay parks the others once."""
     for same in (stamp, *(replace(stamp, route=old) for old in stamp.route_earlier)):
         alike = [same, replace(same, dead_letter="")] if same.dead_letter else [same]
+        alike += [replace(same, dead_letter=old) for old in stamp.dead_letter_earlier]
         if any(not _changed(offset, _rest(a), _tags(a)) for a in alike):
             return True
     return False

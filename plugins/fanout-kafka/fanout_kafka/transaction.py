@@ -423,11 +423,16 @@ class PartitionWriter:
         if target is None or not bad:
             return
         from fanout.contract.batch import Batch
+        from fanout.deadletters.moved import write_letters
 
         assert settings.info is not None  # set with dead_letters
-        batch = Batch(None, settings.info, settings.sink, settings.txn_app_id)
+        batch = Batch(
+            None, settings.info, settings.sink, settings.txn_app_id, earlier=settings.earlier
+        )
         letters = [bad_letter(b, settings.topic, self.partition) for b in bad]
-        target.write(batch, letters, source="refused", partition=self.partition)
+        # none when an earlier target of the sink holds them (its dead_letter moved since
+        # the attempt that parked them: fanout.deadletters.moved)
+        write_letters(target, batch, letters, source="refused", partition=self.partition)
 
     def _transaction(self, records: list[Record], bad: list[BadRecord]) -> int:
         """One transaction of ``records`` (and letters ``bad``, with those an aborted first

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from fanout_postgres.identifiers import TableName
@@ -31,6 +32,7 @@ from fanout_postgres.statements import ROUTE_COLUMN
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
     from fanout.contract.dead_letters import DeadLetter, RouteStamp, Source
+    from fanout.contract.earlier_letters import HeldLetters
 
 POSTGRES = "postgres"
 ROUTE_PARTITION = -1
@@ -175,6 +177,56 @@ class PostgresDeadLetters:
         self._replace(batch, where, records, route)
         return len(letters)
 
+    def letters_held(self, batch: Batch) -> HeldLetters:
+        """What this table holds of ``batch``'s letters (asked when the sink's
+        ``dead_letter`` moved since an attempt of the batch: :mod:`fanout.deadletters.moved`):
+        its route records (partition :data:`ROUTE_PARTITION`, with their route) and the
+        partitions of its refused rows' records; one query. Nothing when the table does
+        not exist."""
+        import sqlalchemy as sa
+
+        from fanout.contract.batch import pipeline_scope
+        from fanout.contract.earlier_letters import HeldLetters
+        from fanout_postgres.statements import dead_letter_table
+
+        table = dead_letter_table(self.table)
+        with self._engine() as engine, engine.connect() as conn:
+            if conn.execute(sa.select(sa.func.to_regclass(self.table.quoted()))).scalar() is None:
+                return HeldLetters(self.describe())
+            found = conn.execute(
+                sa.select(table.c.partition, sa.func.min(table.c[ROUTE_COLUMN]))
+                .where(
+                    table.c.pipeline == pipeline_scope(batch.pipeline, batch.info.epoch),
+                    table.c.sink == batch.sink_name,
+                    table.c.batch_id == batch.batch_id,
+                )
+                .group_by(table.c.partition)
+            ).all()
+        routes = [stamp for partition, stamp in found if partition == ROUTE_PARTITION]
+        fingerprint, _, text = (routes[0] or "").partition(" ") if routes else ("", "", "")
+        refused = frozenset(int(p) for p, _ in found if p != ROUTE_PARTITION)
+        return HeldLetters(
+            self.describe(), bool(routes), fingerprint or None, text or None, refused
+        )
+
+    @contextmanager
+    def _engine(self) -> Iterator[Any]:
+        """A one-connection engine on the sink's database, disposed of on leaving."""
+        import sqlalchemy as sa
+
+        from fanout_postgres import url as pgurl
+        from fanout_postgres.connections import CLIENT_ENCODING
+
+        engine = sa.create_engine(
+            pgurl.resolve_url(self.url, sink=self.sink),
+            poolclass=sa.NullPool,
+            client_encoding=CLIENT_ENCODING,
+        )
+        try:
+            yield engine
+        finally:
+            engine.dispose()
+
     def _replace(
         self,
         batch: Batch,
@@ -185,7 +237,6 @@ class PostgresDeadLetters:
         import sqlalchemy as sa
 
         from fanout.contract.batch import pipeline_scope
-        from fanout_postgres import url as pgurl
         from fanout_postgres.statements import dead_letter_table
 
         table = dead_letter_table(self.table)
@@ -196,27 +247,15 @@ class PostgresDeadLetters:
             "batch_id": batch.batch_id,
             "partition": partition,
         }
-        from fanout_postgres.connections import CLIENT_ENCODING
-
-        engine = sa.create_engine(
-            pgurl.resolve_url(self.url, sink=self.sink),
-            poolclass=sa.NullPool,
-            client_encoding=CLIENT_ENCODING,
-        )
-        try:
-            with engine.begin() as conn:
-                same = [table.c[k] == v for k, v in key.items()]
-                if route is not None:
-                    self._check_route(conn, table, same, batch, route)
-                conn.execute(sa.delete(table).where(*same))
-                if records:
-                    stamp = None if route is None else f"{route.fingerprint} {route.text}"
-                    rows = [
-                        {**key, "target": self.target, **r, ROUTE_COLUMN: stamp} for r in records
-                    ]
-                    conn.execute(sa.insert(table), rows)
-        finally:
-            engine.dispose()
+        with self._engine() as engine, engine.begin() as conn:
+            same = [table.c[k] == v for k, v in key.items()]
+            if route is not None:
+                self._check_route(conn, table, same, batch, route)
+            conn.execute(sa.delete(table).where(*same))
+            if records:
+                stamp = None if route is None else f"{route.fingerprint} {route.text}"
+                rows = [{**key, "target": self.target, **r, ROUTE_COLUMN: stamp} for r in records]
+                conn.execute(sa.insert(table), rows)
 
     def _check_route(
         self, conn: Any, table: Any, same: list[Any], batch: Batch, route: RouteStamp

@@ -31,6 +31,7 @@ from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.partitions import BatchPartitioning, StableColumns
 from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext
 from fanout.deadletters.held import refused_rows_held
+from fanout.deadletters.moved import earlier_of, refused_elsewhere, write_letters
 from fanout.errors import (
     ConfigurationError,
     SchemaMismatchError,
@@ -389,9 +390,12 @@ class PostgresSink(PartitionedSink):
     def _refuse_waiting_letters(self, conn: Any, batch: Batch) -> None:
         """Without a dead-letter target now, refuse a replay whose committed partitions keep
         refused rows no target holds yet: it would skip those partitions, and the rows
-        would be in neither the table nor any dead-letter target."""
+        would be in neither the table nor any dead-letter target. Those of a partition an
+        earlier target holds (:attr:`fanout.Batch.earlier`: the driver wrote them there
+        before the target was removed) are not waiting."""
         waiting = letters_waiting(conn, self.state_schema, _scope(batch), self.name,
                                   batch.batch_id)  # fmt: skip
+        waiting = {p: n for p, n in waiting.items() if refused_elsewhere(batch, p) is None}
         if not waiting:
             return
         raise SinkWriteError(
@@ -607,8 +611,9 @@ class PostgresSink(PartitionedSink):
         (progress marks are keyed by the epoch's scope, like every idempotency record)."""
         fingerprint = None if plan is None else plan.fingerprint
         meta = BatchMeta(
-            _scope(batch), batch.batch_id, batch.query_id, fingerprint, route_mark(batch)
-        )
+            _scope(batch), batch.batch_id, batch.query_id, fingerprint, route_mark(batch),
+            _kept_elsewhere(batch),
+        )  # fmt: skip
         write_plan = self._plan(batch.df.schema, batch.batch_id)
         direct = write_plan.mode == "upsert" and self._direct.wanted()
         return PostgresPartitionWriter(
@@ -633,7 +638,10 @@ class PostgresSink(PartitionedSink):
                 drop_stale(conn, dead.table, _scope(batch), self.name, batch.batch_id, kept)
         letters = [letter for o in outcomes for letter in o.letters]
         if dead is not None and not isinstance(dead, PostgresDeadLetters) and letters:
-            dead.write(batch, [as_letter(r, str(self._table)) for r in letters], source="refused")
+            # none an earlier target holds (the sink's dead_letter moved since an attempt
+            # of the batch: fanout.deadletters.moved)
+            refused = [as_letter(r, str(self._table)) for r in letters]
+            write_letters(dead, batch, refused, source="refused")
         rejected = sum(o.dead_lettered for o in outcomes)
         if rejected and dead is not None:
             logger.warning(
@@ -1066,6 +1074,20 @@ def _rules_problem(conn: Any, table: TableName) -> str | None:
         f"the table has rule(s) {named}: the sink writes with COPY, which fires no rule, "
         "and falls back to INSERT, which does, so whether a rule ran would depend on the "
         "rows; replace the rule(s) with a trigger, which COPY fires too"
+    )
+
+
+def _kept_elsewhere(batch: Batch) -> tuple[tuple[int, str], ...]:
+    """The partitions whose refused rows of ``batch`` an earlier dead-letter target of the
+    sink holds, each with that target (:attr:`fanout.Batch.earlier`; none on the common
+    path): :attr:`~fanout_postgres.transaction.BatchMeta.kept_elsewhere`."""
+    earlier = earlier_of(batch)
+    if earlier is None:
+        return ()
+    return tuple(
+        (partition, held.target)
+        for held in earlier.held
+        for partition in sorted(p for p in held.refused if p is not None)
     )
 
 

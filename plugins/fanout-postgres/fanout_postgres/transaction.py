@@ -111,6 +111,15 @@ class BatchMeta:
     <route>``, the identity's for a batch built outside fanout), recorded with each
     partition's rows: append in its progress mark, upsert in ``upsert_routes``; a replay
     under another is refused (:func:`fanout.partitioned.replay_route.check_routes`)."""
+    kept_elsewhere: tuple[tuple[int, str], ...] = ()
+    """The partitions whose refused rows of the batch an earlier dead-letter target of the
+    sink holds (its ``dead_letter`` moved since an attempt: :attr:`fanout.Batch.earlier`),
+    each with that target: a ``postgres:`` table the sink has now gets none of them, and
+    the partition's records name that target in ``kept_in``."""
+
+    def elsewhere(self, partition: int) -> str | None:
+        """The earlier target holding ``partition``'s refused rows, if one does."""
+        return next((target for p, target in self.kept_elsewhere if p == partition), None)
 
 
 class PartitionTransaction:
@@ -188,12 +197,14 @@ class PartitionTransaction:
             letters=tuple(self._dead_letters()) if self.plan.dead_letter == "driver" else (),
             counters={"changed": changed, **self.counters},
         )
-        if self.plan.dead_letter == "postgres":
+        elsewhere = self.meta.elsewhere(self.partition)  # kept by an earlier target
+        if self.plan.dead_letter == "postgres" and elsewhere is None:
             self._write_dead_letters()
         if self.plan.mode != "append" and self.rejects:
             # so holds_batch can tell refused rows the driver has yet to write to the
             # dead-letter target from none (the replay refuses them again: no rows kept)
             kept_in = self.sql.dead_table if self.plan.dead_letter == "postgres" else None
+            kept_in = elsewhere or kept_in
             self.cur.execute(
                 self.sql.route_refused,
                 {**self.key, "refused": len(self.rejects), "kept_in": kept_in},
@@ -201,7 +212,7 @@ class PartitionTransaction:
         if self.plan.mode == "append":
             kept = self._dead_letters()  # so a replay that skips still knows its rejects
             if self.plan.dead_letter == "postgres":  # and that they are in that table
-                kept = [{**d, KEPT_IN: self.sql.dead_table} for d in kept]
+                kept = [{**d, KEPT_IN: elsewhere or self.sql.dead_table} for d in kept]
             self.cur.execute(
                 self.sql.mark_update,
                 {
@@ -425,7 +436,13 @@ class PartitionTransaction:
             )
         kept = list(rejects or [])
         pending = [d for d in kept if not d.get(KEPT_IN)]
-        if pending and self.plan.dead_letter == "postgres":
+        elsewhere = self.meta.elsewhere(self.partition)
+        if pending and self.plan.dead_letter == "postgres" and elsewhere is not None:
+            # an earlier target of the sink holds them (its dead_letter moved since the
+            # driver wrote them there): none into this table, and the mark says where
+            held = [{**d, KEPT_IN: d.get(KEPT_IN) or elsewhere} for d in kept]
+            self.cur.execute(self.sql.mark_rejects, {**self.key, "rejects": json.dumps(held)})
+        elif pending and self.plan.dead_letter == "postgres":
             self._keep_skipped(kept)
         return PartitionOutcome(
             self.partition,

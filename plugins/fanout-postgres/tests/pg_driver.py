@@ -3,6 +3,7 @@ so it can be killed.
 
 usage: python pg_driver.py WORKDIR URL [--kill BATCH] [--partitions N] [--mode upsert]
                           [--dead-letter TARGET] [--kill-at-letters BATCH]
+                          [--kill-after-write BATCH]
 
 Run it in a session of its own (``start_new_session=True``, as :func:`drive` does): ``--kill``
 ends the whole process group. :func:`restart` runs the same stream in the test's process.
@@ -82,6 +83,10 @@ def main() -> None:
         "--kill-at-letters", type=int, default=-1,
         help="kill as the driver writes this batch's refused rows to a Delta dead-letter table",
     )  # fmt: skip
+    parser.add_argument(
+        "--kill-after-write", type=int, default=-1,
+        help="kill once the sink wrote this batch (its dead letters too), before its mark",
+    )  # fmt: skip
     args = parser.parse_args()
     killer = KillAt(
         "partition_committed",
@@ -90,6 +95,9 @@ def main() -> None:
         group=True,
         note=str(args.workdir / "killed.txt"),
     )
+    if args.kill_after_write >= 0:
+        killer = KillAt("sink_done", args.kill_after_write, sink="events",
+                        note=str(args.workdir / "killed.txt"))  # fmt: skip
     sink = sink_config(args.url, args.partitions, args.mode, args.dead_letter)
     if args.kill_at_letters >= 0:
         _kill_at_letters(args.kill_at_letters, args.workdir / "killed.txt")

@@ -1,0 +1,168 @@
+"""A PostgreSQL sink's refused rows, its ``dead_letter`` moved between a kill and the
+replay (docs/architecture.md §7, "A ``dead_letter`` moved").
+
+Append: the driver (``pg_driver.py``, a subprocess) is killed once sink events wrote batch
+2 (every partition committed, the rows the table's CHECK refuses kept in their progress
+marks and written by the driver to Delta table ``letters_a``) and before its ledger mark.
+The restart names another target: Delta table ``letters_b``, or ``postgres:rejects``. The
+replay skipped every committed partition and handed the refused rows their marks kept to
+the target it had (the driver's Delta write, or the skip's own transaction into
+``rejects``): each was then kept twice.
+
+Upsert: killed after some partitions of batch 2 committed, their refused rows in
+``postgres:rejects`` (in their own transactions), or once the sink wrote the batch, its
+refused rows in ``letters_a``; the restart names another target. The replay, which writes
+every partition again and refuses the same rows again, wrote them all to the target it
+had, beside those the earlier one holds.
+
+Now the restart asks the earlier target (recorded in the ledger as the sink's until batch
+2) what it holds of the batch, and writes none of those partitions' refused rows again.
+An append restarted without a target (the CHECK dropped) was refused, its committed
+partitions keeping refused rows no PostgreSQL table holds ("set dead_letter again"),
+though the driver had written them to ``letters_a``: now it goes on, they are there once.
+
+One kill of a driver subprocess per case; the restarts run in the test's process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pg_data import run_stream, write_files
+from pg_driver import PARTITIONS, PIPELINE
+from pgcheck import execute, query
+
+from fanout import FanOut
+from fanout.delta_tables.io import read_delta
+from fanout.testing.faults import KILL_EXIT_CODE
+from tests.integration.streams import committed_marks
+
+DRIVER = Path(__file__).with_name("pg_driver.py")
+REPO = Path(__file__).resolve().parents[3]
+FILES, ROWS = 4, 40
+KILL_BATCH = 2
+CHECK = "amount < 125"
+
+
+def _drive(workdir: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    cmd = [sys.executable, str(DRIVER), str(workdir), url, *extra]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env=env, start_new_session=True
+    )
+
+
+def _restart(spark: Any, workdir: Path, url: str, dead_letter: str | None, mode: str) -> None:
+    sink: dict[str, Any] = {"type": "postgres", "name": "events", "url": url,
+                            "table": "events", "mode": mode, "partitions": PARTITIONS}  # fmt: skip
+    if dead_letter is not None:
+        sink["dead_letter"] = dead_letter
+    if mode == "upsert":
+        sink["keys"] = ["id"]
+    with FanOut(PIPELINE, str(workdir / "ledger"), [sink]) as fan:
+        run_stream(spark, workdir / "input", fan, workdir / "checkpoint")
+
+
+def _delta_letters(path: Path) -> Counter[int]:
+    if not (path / "_delta_log").exists():
+        return Counter()
+    return Counter(json.loads(r["row"])["id"] for r in read_delta(str(path)).to_pylist())
+
+
+def _pg_letters(url: str) -> Counter[int]:
+    if not query(url, "SELECT 1 FROM pg_tables WHERE tablename = 'rejects'"):
+        return Counter()
+    return Counter(int(i) for (i,) in query(url, "SELECT row->>'id' FROM rejects"))
+
+
+def _letters(target: str, url: str) -> Counter[int]:
+    return _pg_letters(url) if target == "postgres:rejects" else _delta_letters(Path(target))
+
+
+def _check(files: list[list[dict[str, Any]]], url: str, first: str, now: str, ledger: Path) -> None:
+    """Every refused row in exactly one of the two targets, the others once in the table,
+    those of batch 3 (after the move) in the new target only, every batch marked once."""
+    refused = {r["id"] for chunk in files for r in chunk if not r["amount"] < 125}
+    before, after = _letters(first, url), _letters(now, url)
+    assert [i for i, n in (before + after).items() if n > 1] == [], "letters twice"
+    assert set(before + after) == refused
+    assert set(after) >= {r["id"] for r in files[FILES - 1] if not r["amount"] < 125}
+    table = Counter(int(i) for (i,) in query(url, "SELECT id FROM events"))
+    assert table == Counter({r["id"]: 1 for chunk in files for r in chunk if r["amount"] < 125})
+    assert committed_marks(ledger, PIPELINE) == {("events", b): 1 for b in range(FILES)}
+
+
+@pytest.mark.parametrize("now", ["delta", "postgres:rejects", "removed"])
+def test_an_append_replay_under_a_moved_target_writes_no_letter_the_first_holds(
+    spark: Any, pg_url: str, tmp_path: Path, now: str
+) -> None:
+    execute(pg_url, f"CREATE TABLE events (id bigint, customer text, amount double precision, "
+                    f"version bigint, CONSTRAINT cheap CHECK ({CHECK}))")  # fmt: skip
+    files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
+    first = str(tmp_path / "letters_a")
+    now = str(tmp_path / "letters_b") if now == "delta" else now
+    killed = _drive(tmp_path, pg_url, "--kill-after-write", str(KILL_BATCH), "--dead-letter", first)
+    assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
+    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
+    # the window: every partition committed, the batch's refused rows in letters_a
+    batch2 = {r["id"] for r in files[KILL_BATCH] if not r["amount"] < 125}
+    assert batch2 and batch2 <= set(_delta_letters(Path(first)))
+
+    if now == "removed":  # the CHECK dropped too: no row refused from now on
+        execute(pg_url, "ALTER TABLE events DROP CONSTRAINT cheap")
+        _restart(spark, tmp_path, pg_url, None, "append")
+        refused = {r["id"] for chunk in files[:KILL_BATCH + 1] for r in chunk
+                   if not r["amount"] < 125}  # fmt: skip
+        assert set(_delta_letters(Path(first))) == refused  # once each, none lost
+        table = Counter(int(i) for (i,) in query(pg_url, "SELECT id FROM events"))
+        assert table == Counter({r["id"]: 1 for chunk in files for r in chunk}) - Counter(
+            {i: 1 for i in refused}
+        )
+        assert committed_marks(tmp_path / "ledger", PIPELINE) == {
+            ("events", b): 1 for b in range(FILES)
+        }
+        return
+    _restart(spark, tmp_path, pg_url, now, "append")
+
+    assert batch2 <= set(_delta_letters(Path(first)))
+    _check(files, pg_url, first, now, tmp_path / "ledger")
+
+
+@pytest.mark.parametrize(
+    ("first", "now"), [("postgres:rejects", "delta"), ("delta", "postgres:rejects")]
+)
+def test_an_upsert_replay_under_a_moved_target_writes_no_letter_the_first_holds(
+    spark: Any, pg_url: str, tmp_path: Path, first: str, now: str
+) -> None:
+    execute(pg_url, f"CREATE TABLE events (id bigint PRIMARY KEY, customer text, amount double "
+                    f"precision, version bigint, CONSTRAINT cheap CHECK ({CHECK}))")  # fmt: skip
+    files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
+    first, now = (str(tmp_path / name) if t == "delta" else t
+                  for t, name in ((first, "letters_a"), (now, "letters_b")))  # fmt: skip
+    batch2 = {r["id"] for r in files[KILL_BATCH] if not r["amount"] < 125}
+    if first == "postgres:rejects":  # killed after some partitions committed
+        killed = _drive(tmp_path, pg_url, "--mode", "upsert", "--kill", str(KILL_BATCH),
+                        "--dead-letter", first)  # fmt: skip
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+        held = set(_pg_letters(pg_url)) & batch2
+        assert held and held < batch2  # some partitions' refused rows, not all
+    else:  # killed once the sink wrote the batch, its letters too
+        killed = _drive(tmp_path, pg_url, "--mode", "upsert", "--kill-after-write",
+                        str(KILL_BATCH), "--dead-letter", first)  # fmt: skip
+        assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
+        held = set(_delta_letters(Path(first))) & batch2
+        assert held == batch2
+    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
+
+    _restart(spark, tmp_path, pg_url, now, "upsert")
+
+    assert set(_letters(first, pg_url)) & batch2 == held  # kept where they were
+    _check(files, pg_url, first, now, tmp_path / "ledger")

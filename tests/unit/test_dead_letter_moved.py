@@ -1,0 +1,276 @@
+"""A sink's ``dead_letter`` moved between an attempt and its replay
+(:mod:`fanout.deadletters.moved`): which targets the ledger records, and when; which
+earlier targets may hold a batch's letters; how a Delta table answers; what
+``write_letters`` writes; and the refusal when an earlier target cannot tell."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import DeadLetterMovedError, RouteError, Sink
+from fanout.contract.batch import Batch
+from fanout.contract.dead_letters import DeadLetter, RouteStamp
+from fanout.contract.earlier_letters import EarlierLetters, HeldLetters
+from fanout.deadletters.delta import DeltaDeadLetters, delta_target
+from fanout.deadletters.moved import (
+    TargetMoves,
+    TargetRecord,
+    earlier_letters,
+    recorded_text,
+    target_digest,
+    write_letters,
+)
+from fanout.delta_tables.io import read_delta
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry
+from fanout.ledger.memory import MemoryLedger
+from fanout.testing import make_batch
+
+PIPELINE = "p"
+
+
+class Named(Sink):
+    def __init__(self, name: str, dead_letter: str | None = None) -> None:
+        super().__init__(name)
+        self.dead_letter = dead_letter
+
+
+def _mark(ledger: Any, sink: str, batch: int, epoch: int = 0) -> None:
+    ledger.mark_committed(LedgerEntry(PIPELINE, sink, batch, "committed", epoch=epoch))
+
+
+def test_the_ledger_records_a_target_only_when_it_changes(tmp_path: Path) -> None:
+    ledger = MemoryLedger()
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    TargetMoves.open(ledger, PIPELINE, {"s": Named("s", a), "plain": Named("plain")})
+    assert ledger.dead_letters == {(PIPELINE, "s"): [TargetRecord(1, f"delta:{a}", None)]}
+    for b_id in range(3):
+        _mark(ledger, "s", b_id)
+    TargetMoves.open(ledger, PIPELINE, {"s": Named("s", f"delta:{a}/")})  # the same table
+    assert len(ledger.dead_letters[(PIPELINE, "s")]) == 1
+    moves = TargetMoves.open(ledger, PIPELINE, {"s": Named("s", b)})
+    assert ledger.dead_letters[(PIPELINE, "s")][-1] == TargetRecord(2, f"delta:{b}", (0, 3))
+    # batch 3, the one after the mark, may have been attempted under a: a is asked
+    assert moves.earlier("s", (0, 3)) == [f"delta:{a}"]
+    assert moves.earlier("s", (0, 4)) == []  # written here only
+    # restarted again before batch 3 was marked: a is still asked, nothing recorded
+    again = TargetMoves.open(ledger, PIPELINE, {"s": Named("s", b)})
+    assert len(ledger.dead_letters[(PIPELINE, "s")]) == 2
+    assert again.earlier("s", (0, 3)) == [f"delta:{a}"]
+    # batch 3 marked under b: the next start reads no record, asks nothing
+    _mark(ledger, "s", 3)
+    after = TargetMoves.open(ledger, PIPELINE, {"s": Named("s", b)})
+    assert after.records == {}
+    assert after.earlier("s", (0, 4)) == []
+
+
+def test_back_to_the_first_target_asks_the_second_and_a_removed_target_is_recorded(
+    tmp_path: Path,
+) -> None:
+    ledger = MemoryLedger()
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    TargetMoves.open(ledger, PIPELINE, {"s": Named("s", a)})
+    _mark(ledger, "s", 0)
+    TargetMoves.open(ledger, PIPELINE, {"s": Named("s", b)})
+    back = TargetMoves.open(ledger, PIPELINE, {"s": Named("s", a)})
+    assert back.earlier("s", (0, 1)) == [f"delta:{b}"]  # the target now is never asked
+    removed = TargetMoves.open(ledger, PIPELINE, {"s": Named("s")})
+    assert ledger.dead_letters[(PIPELINE, "s")][-1] == TargetRecord(4, None, (0, 1))
+    assert removed.earlier("s", (0, 1)) == [f"delta:{a}", f"delta:{b}"]
+
+
+def test_a_sink_without_a_mark_asks_its_earlier_target_whatever_the_batch(
+    tmp_path: Path,
+) -> None:
+    ledger = MemoryLedger()
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    TargetMoves.open(ledger, PIPELINE, {"s": Named("s", a)})
+    moves = TargetMoves.open(ledger, PIPELINE, {"s": Named("s", b)})
+    assert moves.earlier("s", (0, 7)) == [f"delta:{a}"]
+    assert moves.earlier("s", (2, 0)) == [f"delta:{a}"]
+
+
+def test_a_location_s_password_is_recorded_masked_and_a_target_digest_ignores_spelling() -> None:
+    secret = Named("s", "s3://user:hunter2@bucket/dead")
+    assert recorded_text(secret) == "delta:s3://user:***@bucket/dead"
+    assert target_digest("delta:/data/dead") == target_digest("delta:/data/dead/")
+    assert target_digest("delta:/data/dead") != target_digest("postgres:dead")
+    assert target_digest(None) == 0
+
+
+def test_the_delta_ledger_records_and_reads_targets_from_its_log(tmp_path: Path) -> None:
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    ledger.open()
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    TargetMoves.open(ledger, PIPELINE, {"s": Named("s", a), "t": Named("t")})
+    _mark(ledger, "s", 0)
+    version = ledger.read().num_rows
+    TargetMoves.open(ledger, PIPELINE, {"s": Named("s", a), "t": Named("t")})
+    assert ledger.read().num_rows == version  # unchanged: nothing written
+    moves = TargetMoves.open(ledger, PIPELINE, {"s": Named("s", b), "t": Named("t")})
+    assert ledger.dead_letter_records(PIPELINE, "s") == [
+        TargetRecord(1, f"delta:{a}", None),
+        TargetRecord(2, f"delta:{b}", (0, 1)),
+    ]
+    assert moves.earlier("s", (0, 1)) == [f"delta:{a}"]
+    assert ledger.dead_letter_records(PIPELINE, "t") == []
+    assert ledger.sink_names(PIPELINE) == ["s"]  # a target's row is no sink's progress
+
+
+def _batch(batch_id: int = 2, earlier: EarlierLetters | None = None) -> Batch:
+    batch = make_batch([{"id": 1}], batch_id=batch_id, pipeline=PIPELINE, sink_name="s")
+    return dataclasses.replace(batch, earlier=earlier)
+
+
+def _letters(*partitions: int | None) -> list[DeadLetter]:
+    return [DeadLetter({"id": i}, "bad", partition=p) for i, p in enumerate(partitions)]
+
+
+def _ids(path: Path) -> list[tuple[str, int | None, int]]:
+    if not path.exists():
+        return []
+    return sorted(
+        (r["source"], r["partition"], json.loads(r["row"])["id"])
+        for r in read_delta(str(path)).to_pylist()
+    )
+
+
+def test_a_delta_table_says_which_letters_of_a_batch_it_holds(tmp_path: Path) -> None:
+    target = DeltaDeadLetters(str(tmp_path / "a"))
+    batch = _batch()
+    assert target.letters_held(batch) == HeldLetters(target.describe())  # no table yet
+    route = RouteStamp("0123456789abcde", "select ['x']")
+    target.write(batch, _letters(None), source="route", route=route)
+    target.write(batch, _letters(0, 2), source="refused")
+    target.write(_batch(3), _letters(1), source="refused")  # another batch
+    assert target.letters_held(batch) == HeldLetters(
+        target.describe(), True, route.fingerprint, route.text, frozenset({0, 2})
+    )
+
+
+def test_write_letters_writes_none_an_earlier_target_holds(tmp_path: Path) -> None:
+    now = DeltaDeadLetters(str(tmp_path / "b"))
+    held = HeldLetters("Delta table a", True, "0123456789abcde", None, frozenset({0, 2}))
+    batch = _batch(earlier=EarlierLetters(0, 2, (held,)))
+    route = RouteStamp("0123456789abcde", "select ['x']")
+    assert write_letters(now, batch, _letters(None, None), source="route", route=route) == 2
+    assert write_letters(now, batch, _letters(0, 1, 2), source="refused") == 3
+    assert write_letters(now, batch, _letters(2), source="refused", partition=2) == 1
+    assert write_letters(now, batch, _letters(3), source="refused", partition=3) == 1
+    assert _ids(tmp_path / "b") == [("refused", 1, 1), ("refused", 3, 0)]
+    other = RouteStamp("fedcba987654321", "select ['y']")
+    with pytest.raises(RouteError, match="the route changed mid-batch: the Delta table a"):
+        write_letters(now, batch, _letters(None), source="route", route=other)
+    # another batch than the one asked about: written as they are
+    later = dataclasses.replace(_batch(3), earlier=batch.earlier)
+    assert write_letters(now, later, _letters(0), source="refused") == 1
+    assert ("refused", 0, 0) in _ids(tmp_path / "b")
+
+
+class Blind:
+    """A target of a kind that cannot say what it holds."""
+
+    kind = "blind"
+
+    def describe(self) -> str:
+        return "blind box"
+
+    def write(self, batch: Batch, letters: Any, **kwargs: Any) -> int:
+        raise AssertionError("never written")
+
+
+def test_an_earlier_target_that_cannot_tell_refuses_the_batch_naming_both_and_the_ways_on(
+    tmp_path: Path,
+) -> None:
+    sink = Named("s", str(tmp_path / "b"))
+    now = DeltaDeadLetters(str(tmp_path / "b"))
+    kinds = {"delta": delta_target, "blind": lambda location, sink: Blind()}
+    batch = _batch()
+    with pytest.raises(DeadLetterMovedError) as refused:
+        earlier_letters(batch, ["blind:box"], now, sink, kinds, "/l")
+    assert str(refused.value) == (
+        "sink 's', batch 2: its dead_letter changed since an attempt of this batch: it was "
+        f"'blind:box' then, it is Delta table {tmp_path / 'b'} now, and 'blind:box' a blind "
+        "target cannot say which letters of a batch it holds. Writing the batch's dead "
+        f"letters to Delta table {tmp_path / 'b'} could keep a letter in both. Nothing was "
+        "written. Restore dead_letter = 'blind:box' until batch 2 completes (its letters are "
+        "then written once, where they are), or, to go on without it, record the batch for "
+        "this sink with `fanout ledger skip --ledger /l --pipeline p --sink s --through 2 "
+        "--epoch 0` (what it did not write is then missing from the sink and its dead letters)"
+    )
+    with pytest.raises(DeadLetterMovedError, match="recorded masked"):
+        earlier_letters(batch, ["delta:s3://u:***@b/d"], now, sink, kinds, "/l")
+    with pytest.raises(DeadLetterMovedError, match="no installed plugin provides kind 'gone'"):
+        earlier_letters(batch, ["gone:x"], now, sink, kinds, "/l")
+    a = DeltaDeadLetters(str(tmp_path / "a"))
+    a.write(batch, _letters(1), source="refused")
+    found = earlier_letters(batch, [f"delta:{tmp_path / 'a'}", f"delta:{tmp_path / 'c'}"], now,
+                            sink, kinds, "/l")  # fmt: skip
+    c = DeltaDeadLetters(str(tmp_path / "c"))  # no table: holds nothing
+    assert found == EarlierLetters(
+        0, 2, (HeldLetters(a.describe(), refused=frozenset({1})), HeldLetters(c.describe()))
+    )
+
+
+def test_a_target_changed_before_the_sink_s_first_mark_is_not_asked_once_it_has_marks(
+    tmp_path: Path,
+) -> None:
+    """Targets recorded before the sink had a mark (no first batch) covered its first
+    batches only: once it has marks, a start reads no record and asks none of them, and a
+    later move asks only the target of the batch it was at."""
+    ledger = MemoryLedger()
+    a, b, c = (f"delta:{tmp_path / n}" for n in "abc")
+    TargetMoves.open(ledger, PIPELINE, {"s": Named("s", a)})
+    TargetMoves.open(ledger, PIPELINE, {"s": Named("s", b)})  # killed before any mark
+    for b_id in range(3):
+        _mark(ledger, "s", b_id)
+    reads: list[str] = []
+    records = ledger.dead_letter_records
+    ledger.dead_letter_records = lambda p, s: reads.append(s) or records(p, s)  # type: ignore[method-assign]
+    again = TargetMoves.open(ledger, PIPELINE, {"s": Named("s", b)})
+    assert (reads, again.records, again.earlier("s", (0, 3))) == ([], {}, [])
+    moved = TargetMoves.open(ledger, PIPELINE, {"s": Named("s", c)})
+    assert ledger.dead_letters[(PIPELINE, "s")][-1] == TargetRecord(3, c, (0, 3))
+    assert moved.earlier("s", (0, 3)) == [b]  # not a: it held letters of no batch after 0
+
+
+def test_a_ledger_of_the_previous_version_gains_the_column_and_its_writes_go_on(
+    tmp_path: Path,
+) -> None:
+    """Upgrade: a ledger made without the ``dead_letter`` column records a target (the
+    column added by the first record), and rows written afterwards without the column (an
+    older fanout still marking batches) leave the record readable."""
+    from deltalake import write_deltalake
+
+    from fanout.contract.batch import txn_app_id
+    from fanout.delta_tables.io import commit_properties
+    from fanout.ledger.entry import entries_to_arrow
+
+    path = str(tmp_path / "ledger")
+
+    def previous(batch: int) -> None:  # a mark as the previous version writes it
+        row = entries_to_arrow([LedgerEntry(PIPELINE, "s", batch, "committed")])
+        write_deltalake(
+            path, row.drop_columns(["dead_letter"]), mode="append", schema_mode="merge",
+            commit_properties=commit_properties({txn_app_id(PIPELINE, "s"): batch}),
+        )  # fmt: skip
+
+    previous(0)
+    ledger = DeltaLedger(path)
+    ledger.open()
+    assert ledger.dead_letter_records(PIPELINE, "s") == []
+    a = f"delta:{tmp_path / 'a'}"
+    TargetMoves.open(ledger, PIPELINE, {"s": Named("s", a)})
+    previous(1)
+    again = DeltaLedger(path)
+    again.open()
+    assert again.dead_letter_records(PIPELINE, "s") == [TargetRecord(1, a, (0, 1))]
+    assert again.last_committed(PIPELINE, ["s"]) == {"s": 1}
+    assert sorted((r["batch_id"], r["status"], r["dead_letter"]) for r in again.rows(PIPELINE)) == [
+        (0, "committed", None), (1, "committed", None), (1, "dead_letter", a)
+    ]  # fmt: skip
