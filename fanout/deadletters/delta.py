@@ -80,6 +80,41 @@ class DeltaDeadLetters:
             )
         return len(letters)
 
+    def replace(self, batch: Batch, letters: Sequence[DeadLetter], *, source: Source) -> int:
+        """Make ``letters`` the batch's letters of ``source`` here, whatever an earlier
+        attempt wrote; return how many the batch has. For a sink whose replay may refuse
+        other rows than the attempt it replays (a PostgreSQL upsert rewrites every
+        partition, and a row a foreign key refused then may be taken now): :meth:`write`
+        would skip the replay's letters once the earlier attempt's are recorded, keeping a
+        letter of a row the replay wrote. One read of the batch's letters; when they
+        differ, one commit replacing them (``overwrite`` with a predicate on the batch's
+        letters) with the batch's transaction, so a kill leaves either set, never both."""
+        import pyarrow as pa
+        from deltalake import write_deltalake
+
+        key = batch.idempotency_key.derived(letter_kind(source, None))
+        table = deltaio.open_table(self.path, self.storage_options)
+        if table is None:
+            return self.write(batch, letters, source=source)
+        where = {
+            "pipeline": batch.pipeline, "sink": batch.sink_name, "epoch": batch.info.epoch,
+            "batch_id": batch.batch_id, "source": source,
+        }  # fmt: skip
+        filters: list[deltaio.Filter] = [(column, "=", value) for column, value in where.items()]
+        held = deltaio.read_delta(
+            self.path, columns=["row", "reason"], filters=filters,
+            storage_options=self.storage_options,
+        )  # fmt: skip
+        data = pa.Table.from_pylist(to_records(batch, letters, source), schema=letter_schema())
+        if _letter_texts(held) == _letter_texts(data):
+            return len(letters)
+        predicate = " AND ".join(f"{_sql_name(c)} = {_sql_value(v)}" for c, v in where.items())
+        commit = deltaio.commit_properties({key.app_id: key.version})
+        write_deltalake(
+            table, data, mode="overwrite", predicate=predicate, commit_properties=commit
+        )
+        return len(letters)
+
     def _check_route(
         self, batch: Batch, route: RouteStamp, app_id: str, version: int, txn: str
     ) -> None:
@@ -225,3 +260,21 @@ def refuse_shared_tables(pipeline: str, roles: Iterable[TableRole]) -> None:
                 f"{location!r}: their rows have other layouts, so the second would fail on "
                 "the first's schema in every batch; give each its own location"
             )
+
+
+def _letter_texts(table: Any) -> list[tuple[Any, Any]]:
+    """The ``(row, reason)`` of each letter of ``table``, sorted: two sets of letters of one
+    batch compared regardless of order."""
+    rows = table.column("row").to_pylist()
+    reasons = table.column("reason").to_pylist()
+    return sorted(zip(rows, reasons, strict=True), key=repr)
+
+
+def _sql_name(column: str) -> str:
+    return f'"{column}"'
+
+
+def _sql_value(value: object) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"

@@ -405,3 +405,43 @@ def test_refused_rows_held_counts_the_batch_refused_letters_a_target_can_tell_of
             "(403 for key ***): counted as not there",
         )
     ]
+
+
+def test_delta_dead_letters_replace_only_the_batchs_refused_letters_of_the_sink(
+    tmp_path: Path,
+) -> None:
+    """An upsert replay's letters replace its batch's (``DeltaDeadLetters.replace``): the
+    letters of another batch, another sink and the route stay; the same letters again
+    commit nothing; a replay with none removes the batch's."""
+    from deltalake import DeltaTable
+
+    target = DeltaDeadLetters(str(tmp_path / "dead"))
+    pg7 = make_batch([{"id": 1}], batch_id=7, pipeline="p", sink_name="pg")
+    pg6 = make_batch([{"id": 1}], batch_id=6, pipeline="p", sink_name="pg")
+    other = make_batch([{"id": 1}], batch_id=7, pipeline="p", sink_name="pg'2")
+
+    def letter(key: int) -> DeadLetter:
+        return DeadLetter({"id": key}, "fk", "parent", str(key), None)
+
+    target.write(pg6, [letter(60)], source="refused")
+    target.write(other, [letter(70)], source="refused")
+    target.write(pg7, [letter(71)], source="route")
+    assert target.replace(pg7, [letter(1), letter(2)], source="refused") == 2  # first: appended
+
+    def held() -> list[tuple[str, int, str, int]]:
+        rows = read_delta(str(tmp_path / "dead")).to_pylist()
+        found = [(r["sink"], r["batch_id"], r["source"], json.loads(r["row"])["id"]) for r in rows]
+        return sorted(found)
+
+    kept = [("pg", 6, "refused", 60), ("pg", 7, "route", 71), ("pg'2", 7, "refused", 70)]
+    assert held() == sorted([*kept, ("pg", 7, "refused", 1), ("pg", 7, "refused", 2)])
+    version = DeltaTable(str(tmp_path / "dead")).version()
+    assert target.replace(pg7, [letter(2), letter(1)], source="refused") == 2  # the same
+    assert DeltaTable(str(tmp_path / "dead")).version() == version  # nothing committed
+    assert target.replace(pg7, [letter(2)], source="refused") == 1
+    assert held() == sorted([*kept, ("pg", 7, "refused", 2)])
+    assert target.replace(pg7, [], source="refused") == 0
+    assert held() == kept
+    # the batch's transaction stays recorded: a later write() of it is still skipped
+    assert target.write(pg7, [letter(3)], source="refused") == 1
+    assert held() == kept
