@@ -445,3 +445,39 @@ def test_delta_dead_letters_replace_only_the_batchs_refused_letters_of_the_sink(
     # the batch's transaction stays recorded: a later write() of it is still skipped
     assert target.write(pg7, [letter(3)], source="refused") == 1
     assert held() == kept
+
+
+def test_delta_dead_letters_replace_reads_again_after_losing_a_commit_race(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer committing to the letters table between ``replace``'s read and its
+    overwrite (here the sink's letters of another batch; a compaction alike) makes delta-rs
+    refuse the overwrite as a concurrent transaction: ``replace`` reads again and
+    commits, keeping the other writer's letters (before, the batch failed with
+    ``CommitFailedError``)."""
+    import deltalake
+
+    target = DeltaDeadLetters(str(tmp_path / "dead"))
+    pg3 = make_batch([{"id": 1}], batch_id=3, pipeline="p", sink_name="pg")
+    pg4 = make_batch([{"id": 1}], batch_id=4, pipeline="p", sink_name="pg")
+
+    def letter(key: int) -> DeadLetter:
+        return DeadLetter({"id": key}, "fk", "parent", str(key), None)
+
+    target.write(pg3, [letter(1)], source="refused")
+    overwrites: list[int] = []
+    write = deltalake.write_deltalake
+
+    def racing(table: Any, data: Any, **kwargs: Any) -> Any:
+        if kwargs.get("mode") == "overwrite":
+            overwrites.append(data.num_rows)
+            if len(overwrites) == 1:  # another writer commits between the read and this
+                target.write(pg4, [letter(40)], source="refused")
+        return write(table, data, **kwargs)
+
+    monkeypatch.setattr(deltalake, "write_deltalake", racing)
+    assert target.replace(pg3, [letter(2)], source="refused") == 1
+    assert overwrites == [1, 1]  # read again and committed after the lost race
+    rows = read_delta(str(tmp_path / "dead")).to_pylist()
+    found = sorted((r["batch_id"], json.loads(r["row"])["id"]) for r in rows)
+    assert found == [(3, 2), (4, 40)]
