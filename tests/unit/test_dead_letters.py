@@ -481,3 +481,25 @@ def test_delta_dead_letters_replace_reads_again_after_losing_a_commit_race(
     rows = read_delta(str(tmp_path / "dead")).to_pylist()
     found = sorted((r["batch_id"], json.loads(r["row"])["id"]) for r in rows)
     assert found == [(3, 2), (4, 40)]
+
+
+def test_delta_dead_letters_replace_quotes_the_pipeline_and_sink_in_its_predicate(
+    tmp_path: Path,
+) -> None:
+    """``replace``'s overwrite predicate (SQL for delta-rs) quotes the names it compares: a
+    pipeline and a sink named with quotes, a backslash and SQL replace only their batch's
+    letters, and a sink whose name the replaced one's begins with keeps its own."""
+    target = DeltaDeadLetters(str(tmp_path / "dead"))
+    pipeline, sink = "it's", "pg' OR 'x'='x\\"
+    batch = make_batch([{"id": 1}], batch_id=5, pipeline=pipeline, sink_name=sink)
+    near = make_batch([{"id": 1}], batch_id=5, pipeline=pipeline, sink_name="pg")
+
+    def letter(key: int) -> DeadLetter:
+        return DeadLetter({"id": key}, "fk", "parent", str(key), None)
+
+    target.write(batch, [letter(1)], source="refused")
+    target.write(near, [letter(2)], source="refused")
+    assert target.replace(batch, [letter(3)], source="refused") == 1
+    rows = read_delta(str(tmp_path / "dead")).to_pylist()
+    found = sorted((r["pipeline"], r["sink"], json.loads(r["row"])["id"]) for r in rows)
+    assert found == [(pipeline, "pg", 2), (pipeline, sink, 3)]
