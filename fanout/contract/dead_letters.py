@@ -143,6 +143,20 @@ class DeadLetterTarget(Protocol):
         ...
 
 
+@runtime_checkable
+class ReplacesLetters(DeadLetterTarget, Protocol):
+    """A dead-letter target that can take a batch's letters back: a sink whose replay may
+    refuse other rows than the attempt it replays (a PostgreSQL upsert rewrites every
+    partition) makes its replay's letters the batch's with :meth:`replace` instead of
+    :meth:`DeadLetterTarget.write` (which keeps the first attempt's). The ``delta`` kind
+    has it; a ``kafka:`` topic cannot (docs/architecture.md §7)."""
+
+    def replace(self, batch: Batch, letters: Sequence[DeadLetter], *, source: Source) -> int:
+        """Make ``letters`` the batch's letters of ``source`` here (none: remove them),
+        whatever an earlier attempt wrote, atomically; return how many the batch has."""
+        ...
+
+
 def letter_kind(source: Source, partition: int | None = None) -> str:
     """The suffix of a batch's dead-letter transaction id: ``dead_letters/<source>`` or
     ``dead_letters/<source>/p<partition>`` (for :meth:`fanout.IdempotencyKey.derived`)."""

@@ -12,6 +12,7 @@ letters there under another fingerprint is refused (:mod:`fanout.deadletters.rou
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
     from fanout.contract.batch import Batch
     from fanout.contract.sink import Sink
+
+log = logging.getLogger(__name__)
 
 TXN_KEY = "fanout.route.txn"
 FINGERPRINT_KEY = "fanout.route.fingerprint"
@@ -79,6 +82,51 @@ class DeltaDeadLetters:
                 self.path, data, key.app_id, key.version, self.storage_options, metadata
             )
         return len(letters)
+
+    def replace(self, batch: Batch, letters: Sequence[DeadLetter], *, source: Source) -> int:
+        """Make ``letters`` the batch's letters of ``source`` here, whatever an earlier
+        attempt wrote; return how many the batch has. For a sink whose replay may refuse
+        other rows than the attempt it replays (a PostgreSQL upsert rewrites every
+        partition, and a row a foreign key refused then may be taken now): :meth:`write`
+        would skip the replay's letters once the earlier attempt's are recorded, keeping a
+        letter of a row the replay wrote. One read of the batch's letters; when they
+        differ, one commit replacing them (``overwrite`` with a predicate on the batch's
+        letters) with the batch's transaction, so a kill leaves either set, never both. A commit
+        lost to another writer of the table (delta-rs refuses it as concurrent) is read and
+        tried again, :data:`~fanout.delta_tables.io.COMMIT_ATTEMPTS` times in all."""
+        import pyarrow as pa
+        from deltalake import write_deltalake
+
+        key = batch.idempotency_key.derived(letter_kind(source, None))
+        where = {
+            "pipeline": batch.pipeline, "sink": batch.sink_name, "epoch": batch.info.epoch,
+            "batch_id": batch.batch_id, "source": source,
+        }  # fmt: skip
+        filters: list[deltaio.Filter] = [(column, "=", value) for column, value in where.items()]
+        predicate = " AND ".join(f"{_sql_name(c)} = {_sql_value(v)}" for c, v in where.items())
+        data = pa.Table.from_pylist(to_records(batch, letters, source), schema=letter_schema())
+        commit = deltaio.commit_properties({key.app_id: key.version})
+        for attempt in range(1, deltaio.COMMIT_ATTEMPTS + 1):
+            table = deltaio.open_table(self.path, self.storage_options)
+            if table is None:
+                return self.write(batch, letters, source=source)
+            # the snapshot the overwrite commits on: a later commit is delta-rs's to check
+            held = deltaio.read_arrow(table, columns=["row", "reason"], filters=filters)
+            if _letter_texts(held) == _letter_texts(data):
+                return len(letters)
+            try:
+                write_deltalake(
+                    table, data, mode="overwrite", predicate=predicate, commit_properties=commit
+                )
+                return len(letters)
+            except Exception as exc:
+                # another writer committed since the read (a sink's letters of a batch
+                # whose files the predicate cannot rule out, a compaction): read again
+                if not deltaio.is_commit_conflict(exc) or attempt == deltaio.COMMIT_ATTEMPTS:
+                    raise
+                log.info("%s: lost a commit race replacing %s@%d, reading again: %s",
+                         self.path, key.app_id, key.version, exc)  # fmt: skip
+        raise AssertionError("unreachable")
 
     def _check_route(
         self, batch: Batch, route: RouteStamp, app_id: str, version: int, txn: str
@@ -225,3 +273,21 @@ def refuse_shared_tables(pipeline: str, roles: Iterable[TableRole]) -> None:
                 f"{location!r}: their rows have other layouts, so the second would fail on "
                 "the first's schema in every batch; give each its own location"
             )
+
+
+def _letter_texts(table: Any) -> list[tuple[Any, Any]]:
+    """The ``(row, reason)`` of each letter of ``table``, sorted: two sets of letters of one
+    batch compared regardless of order."""
+    rows = table.column("row").to_pylist()
+    reasons = table.column("reason").to_pylist()
+    return sorted(zip(rows, reasons, strict=True), key=repr)
+
+
+def _sql_name(column: str) -> str:
+    return f'"{column}"'
+
+
+def _sql_value(value: object) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"

@@ -38,7 +38,13 @@ from fanout.observe.secrets import MASK, location_secrets, redact
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
-    from fanout.contract.dead_letters import DeadLetter, DeadLetterTarget, RouteStamp, Source
+    from fanout.contract.dead_letters import (
+        DeadLetter,
+        DeadLetterTarget,
+        ReplacesLetters,
+        RouteStamp,
+        Source,
+    )
     from fanout.contract.sink import Sink
     from fanout.ledger.entry import Ledger, LedgerEntry, LedgerView
 
@@ -397,6 +403,27 @@ def write_letters(
             _kept_before(batch, held.target, target, "refused", count)
     if fresh or not letters:
         _write(target, batch, fresh, source, partition, route)
+    return len(letters)
+
+
+def replace_letters(
+    target: ReplacesLetters, batch: Batch, letters: Sequence[DeadLetter], *, source: Source
+) -> int:
+    """Make ``letters`` of ``batch`` (a replay's, which may refuse other rows than the
+    attempt it replays: a PostgreSQL upsert) the batch's letters of ``source`` in ``target``
+    (``target.replace``), but for the refused rows of the write partitions an earlier target
+    of the sink holds (:attr:`fanout.Batch.earlier`): those stay there, as the earlier
+    attempt wrote them, and none of them is written here (a letter there of a row the replay
+    took stays: an earlier target is not written to; docs/architecture.md §7, "Not
+    covered"). Returns how many letters the batch has, kept where they are or written now."""
+    earlier = earlier_of(batch)
+    if earlier is None:
+        return target.replace(batch, letters, source=source)
+    fresh = [letter for letter in letters if earlier.refused(letter.partition) is None]
+    for held in earlier.held:
+        count = sum(1 for letter in letters if letter.partition in held.refused)
+        _kept_before(batch, held.target, target, source, count)
+    target.replace(batch, fresh, source=source)
     return len(letters)
 
 

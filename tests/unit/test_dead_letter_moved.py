@@ -14,7 +14,7 @@ import pytest
 
 from fanout import DeadLetterMovedError, RouteError, Sink
 from fanout.contract.batch import Batch
-from fanout.contract.dead_letters import DeadLetter, RouteStamp
+from fanout.contract.dead_letters import DeadLetter, ReplacesLetters, RouteStamp
 from fanout.contract.earlier_letters import EarlierLetters, HeldLetters
 from fanout.deadletters.delta import DeltaDeadLetters, delta_target
 from fanout.deadletters.moved import (
@@ -22,6 +22,7 @@ from fanout.deadletters.moved import (
     TargetRecord,
     earlier_letters,
     recorded_text,
+    replace_letters,
     target_digest,
     write_letters,
 )
@@ -274,3 +275,23 @@ def test_a_ledger_of_the_previous_version_gains_the_column_and_its_writes_go_on(
     assert sorted((r["batch_id"], r["status"], r["dead_letter"]) for r in again.rows(PIPELINE)) == [
         (0, "committed", None), (1, "committed", None), (1, "dead_letter", a)
     ]  # fmt: skip
+
+
+def test_an_upsert_replay_replaces_only_the_letters_no_earlier_target_holds(
+    tmp_path: Path,
+) -> None:
+    """An upsert replay's letters (``replace_letters``) under a moved target: those of the
+    partitions an earlier target holds stay there and are not written again; the rest
+    replace the batch's in the current target (a stale one of a row the replay took, here
+    partition 1's id 9, is removed); without an earlier target they all replace it."""
+    now = DeltaDeadLetters(str(tmp_path / "b"))
+    assert isinstance(now, ReplacesLetters)
+    assert not isinstance(Blind(), ReplacesLetters)
+    stale = DeadLetter({"id": 9}, "bad", partition=1)
+    now.write(_batch(), [stale], source="refused")
+    held = HeldLetters("Delta table a", False, None, None, frozenset({0, 2}))
+    batch = _batch(earlier=EarlierLetters(0, 2, (held,)))
+    assert replace_letters(now, batch, _letters(0, 1, 2, 3), source="refused") == 4
+    assert _ids(tmp_path / "b") == [("refused", 1, 1), ("refused", 3, 3)]
+    assert replace_letters(now, _batch(), _letters(0, 1), source="refused") == 2
+    assert _ids(tmp_path / "b") == [("refused", 0, 0), ("refused", 1, 1)]

@@ -405,3 +405,101 @@ def test_refused_rows_held_counts_the_batch_refused_letters_a_target_can_tell_of
             "(403 for key ***): counted as not there",
         )
     ]
+
+
+def test_delta_dead_letters_replace_only_the_batchs_refused_letters_of_the_sink(
+    tmp_path: Path,
+) -> None:
+    """An upsert replay's letters replace its batch's (``DeltaDeadLetters.replace``): the
+    letters of another batch, another sink and the route stay; the same letters again
+    commit nothing; a replay with none removes the batch's."""
+    from deltalake import DeltaTable
+
+    target = DeltaDeadLetters(str(tmp_path / "dead"))
+    pg7 = make_batch([{"id": 1}], batch_id=7, pipeline="p", sink_name="pg")
+    pg6 = make_batch([{"id": 1}], batch_id=6, pipeline="p", sink_name="pg")
+    other = make_batch([{"id": 1}], batch_id=7, pipeline="p", sink_name="pg'2")
+
+    def letter(key: int) -> DeadLetter:
+        return DeadLetter({"id": key}, "fk", "parent", str(key), None)
+
+    target.write(pg6, [letter(60)], source="refused")
+    target.write(other, [letter(70)], source="refused")
+    target.write(pg7, [letter(71)], source="route")
+    assert target.replace(pg7, [letter(1), letter(2)], source="refused") == 2  # first: appended
+
+    def held() -> list[tuple[str, int, str, int]]:
+        rows = read_delta(str(tmp_path / "dead")).to_pylist()
+        found = [(r["sink"], r["batch_id"], r["source"], json.loads(r["row"])["id"]) for r in rows]
+        return sorted(found)
+
+    kept = [("pg", 6, "refused", 60), ("pg", 7, "route", 71), ("pg'2", 7, "refused", 70)]
+    assert held() == sorted([*kept, ("pg", 7, "refused", 1), ("pg", 7, "refused", 2)])
+    version = DeltaTable(str(tmp_path / "dead")).version()
+    assert target.replace(pg7, [letter(2), letter(1)], source="refused") == 2  # the same
+    assert DeltaTable(str(tmp_path / "dead")).version() == version  # nothing committed
+    assert target.replace(pg7, [letter(2)], source="refused") == 1
+    assert held() == sorted([*kept, ("pg", 7, "refused", 2)])
+    assert target.replace(pg7, [], source="refused") == 0
+    assert held() == kept
+    # the batch's transaction stays recorded: a later write() of it is still skipped
+    assert target.write(pg7, [letter(3)], source="refused") == 1
+    assert held() == kept
+
+
+def test_delta_dead_letters_replace_reads_again_after_losing_a_commit_race(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer committing to the letters table between ``replace``'s read and its
+    overwrite (here the sink's letters of another batch; a compaction alike) makes delta-rs
+    refuse the overwrite as a concurrent transaction: ``replace`` reads again and
+    commits, keeping the other writer's letters (before, the batch failed with
+    ``CommitFailedError``)."""
+    import deltalake
+
+    target = DeltaDeadLetters(str(tmp_path / "dead"))
+    pg3 = make_batch([{"id": 1}], batch_id=3, pipeline="p", sink_name="pg")
+    pg4 = make_batch([{"id": 1}], batch_id=4, pipeline="p", sink_name="pg")
+
+    def letter(key: int) -> DeadLetter:
+        return DeadLetter({"id": key}, "fk", "parent", str(key), None)
+
+    target.write(pg3, [letter(1)], source="refused")
+    overwrites: list[int] = []
+    write = deltalake.write_deltalake
+
+    def racing(table: Any, data: Any, **kwargs: Any) -> Any:
+        if kwargs.get("mode") == "overwrite":
+            overwrites.append(data.num_rows)
+            if len(overwrites) == 1:  # another writer commits between the read and this
+                target.write(pg4, [letter(40)], source="refused")
+        return write(table, data, **kwargs)
+
+    monkeypatch.setattr(deltalake, "write_deltalake", racing)
+    assert target.replace(pg3, [letter(2)], source="refused") == 1
+    assert overwrites == [1, 1]  # read again and committed after the lost race
+    rows = read_delta(str(tmp_path / "dead")).to_pylist()
+    found = sorted((r["batch_id"], json.loads(r["row"])["id"]) for r in rows)
+    assert found == [(3, 2), (4, 40)]
+
+
+def test_delta_dead_letters_replace_quotes_the_pipeline_and_sink_in_its_predicate(
+    tmp_path: Path,
+) -> None:
+    """``replace``'s overwrite predicate (SQL for delta-rs) quotes the names it compares: a
+    pipeline and a sink named with quotes, a backslash and SQL replace only their batch's
+    letters, and a sink whose name the replaced one's begins with keeps its own."""
+    target = DeltaDeadLetters(str(tmp_path / "dead"))
+    pipeline, sink = "it's", "pg' OR 'x'='x\\"
+    batch = make_batch([{"id": 1}], batch_id=5, pipeline=pipeline, sink_name=sink)
+    near = make_batch([{"id": 1}], batch_id=5, pipeline=pipeline, sink_name="pg")
+
+    def letter(key: int) -> DeadLetter:
+        return DeadLetter({"id": key}, "fk", "parent", str(key), None)
+
+    target.write(batch, [letter(1)], source="refused")
+    target.write(near, [letter(2)], source="refused")
+    assert target.replace(batch, [letter(3)], source="refused") == 1
+    rows = read_delta(str(tmp_path / "dead")).to_pylist()
+    found = sorted((r["pipeline"], r["sink"], json.loads(r["row"])["id"]) for r in rows)
+    assert found == [(pipeline, "pg", 2), (pipeline, sink, 3)]

@@ -27,11 +27,16 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch, pipeline_scope
-from fanout.contract.dead_letters import DeadLetterTarget
+from fanout.contract.dead_letters import DeadLetterTarget, ReplacesLetters
 from fanout.contract.partitions import BatchPartitioning, StableColumns
 from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext
 from fanout.deadletters.held import refused_rows_held
-from fanout.deadletters.moved import earlier_of, refused_elsewhere, write_letters
+from fanout.deadletters.moved import (
+    earlier_of,
+    refused_elsewhere,
+    replace_letters,
+    write_letters,
+)
 from fanout.errors import (
     ConfigurationError,
     SchemaMismatchError,
@@ -198,6 +203,8 @@ class PostgresSink(PartitionedSink):
         self._checked: dict[str, int] = {}  # schema -> the last batch its plan was checked at
         self._keys: list[str] | None = None  # resolved at open() (append: the hash keys)
         self._direct = DirectCopyPolicy()
+        # upsert: (scope, batch) whose preflight found partitions an earlier attempt committed
+        self._rewrites: set[tuple[str, int]] = set()
         self._unmade = False  # open() found the table missing; the first write creates it
 
     @property
@@ -605,6 +612,8 @@ class PostgresSink(PartitionedSink):
         :data:`~fanout_postgres.membership.REWRITES`."""
         routes = upsert_routes(conn, self.state_schema, _scope(batch), self.name, batch.batch_id)
         check_routes(routes, batch, sink=self.name, why=REWRITES)
+        if routes:  # a replay: its letters replace the earlier attempt's (after_partitions)
+            self._rewrites.add((_scope(batch), batch.batch_id))
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> PostgresPartitionWriter:
         """The batch's partition writer: the resolved URL, the write plan, and the batch
@@ -637,11 +646,20 @@ class PostgresSink(PartitionedSink):
             with self._engine().begin() as conn:
                 drop_stale(conn, dead.table, _scope(batch), self.name, batch.batch_id, kept)
         letters = [letter for o in outcomes for letter in o.letters]
-        if dead is not None and not isinstance(dead, PostgresDeadLetters) and letters:
-            # none an earlier target holds (the sink's dead_letter moved since an attempt
-            # of the batch: fanout.deadletters.moved)
+        rewrite = (_scope(batch), batch.batch_id) in self._rewrites
+        self._rewrites.discard((_scope(batch), batch.batch_id))
+        if dead is not None and not isinstance(dead, PostgresDeadLetters):
             refused = [as_letter(r, str(self._table)) for r in letters]
-            write_letters(dead, batch, refused, source="refused")
+            if rewrite and self.mode == "upsert" and isinstance(dead, ReplacesLetters):
+                # an upsert replay rewrites every partition, and may take a row an earlier
+                # attempt refused (its foreign key's row added since): its letters, none
+                # included, replace those the earlier attempt wrote here (but for those an
+                # earlier target holds: fanout.deadletters.moved)
+                replace_letters(dead, batch, refused, source="refused")
+            elif refused:
+                # none an earlier target holds (the sink's dead_letter moved since an
+                # attempt of the batch: fanout.deadletters.moved)
+                write_letters(dead, batch, refused, source="refused")
         rejected = sum(o.dead_lettered for o in outcomes)
         if rejected and dead is not None:
             logger.warning(
