@@ -9,6 +9,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from fanout import SinkWriteError
+from fanout.contract.sink import Batch, SinkResult
+from fanout.testing import RecordingSink
+
 SCHEMA = "order_id LONG, customer STRING, amount DOUBLE, status STRING"
 STATUSES = ("new", "paid", "shipped")
 EPOCH = 1_700_000_000  # input file n is modified at EPOCH + n seconds
@@ -142,3 +146,16 @@ def stopped_postgres(root: Path, database: str) -> tuple[Any, str]:
     url = server.start()
     server.stop()
     return server, url
+
+
+class DownSink(RecordingSink):
+    """A recording sink whose target is down while ``down`` holds."""
+
+    def __init__(self, name: str, *, down: bool) -> None:
+        super().__init__(name)
+        self.down = down
+
+    def write(self, batch: Batch) -> SinkResult:
+        if self.down:
+            raise SinkWriteError("the target is down", sink=self.name, batch_id=batch.batch_id)
+        return super().write(batch)

@@ -10,28 +10,20 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from fanout import FanOut, SinkWriteError
-from fanout.contract.sink import Batch, SinkResult
+from fanout import FanOut
 from fanout.ledger.delta import DeltaLedger
 from fanout.sink_spec import SinkSpec, lag_policy
-from fanout.testing import RecordingSink
-from tests.integration.streams import SCHEMA, committed_marks, delta_rows, run_stream, write_input
+from tests.integration.streams import (
+    SCHEMA,
+    DownSink,
+    committed_marks,
+    delta_rows,
+    run_stream,
+    write_input,
+)
 
 
-class _Copy(RecordingSink):
-    """A recording sink whose target is down while ``down`` holds."""
-
-    def __init__(self, name: str, *, down: bool) -> None:
-        super().__init__(name)
-        self.down = down
-
-    def write(self, batch: Batch) -> SinkResult:
-        if self.down:
-            raise SinkWriteError("the target is down", sink=self.name, batch_id=batch.batch_id)
-        return super().write(batch)
-
-
-def _fan(tmp_path: Path, copy: _Copy, probe_interval_s: float) -> FanOut:
+def _fan(tmp_path: Path, copy: DownSink, probe_interval_s: float) -> FanOut:
     return FanOut(
         "restart", str(tmp_path / "ledger"),
         [{"type": "delta", "name": "lake", "path": str(tmp_path / "lake")},
@@ -44,7 +36,7 @@ def test_a_restart_with_no_new_data_catches_the_sink_up_once_start_catch_up_is_c
     spark: Any, tmp_path: Path
 ) -> None:
     rows = write_input(tmp_path / "input", 3, 4)
-    first = _fan(tmp_path, _Copy("copy", down=True), 3600)
+    first = _fan(tmp_path, DownSink("copy", down=True), 3600)
     try:
         run_stream(spark, tmp_path / "input", first, tmp_path / "checkpoint")
     finally:
@@ -53,7 +45,7 @@ def test_a_restart_with_no_new_data_catches_the_sink_up_once_start_catch_up_is_c
         {("lake", b): 1 for b in range(3)}
     )
 
-    copy = _Copy("copy", down=False)
+    copy = DownSink("copy", down=False)
     fan = _fan(tmp_path, copy, 1)
     stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
     query = (

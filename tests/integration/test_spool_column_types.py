@@ -19,30 +19,16 @@ from typing import Any
 
 import pytest
 
-from fanout import FanOut, SinkWriteError
-from fanout.contract.sink import Batch, SinkResult
+from fanout import FanOut
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.testing import RecordingSink
-from tests.integration.streams import EPOCH, run_stream
+from tests.integration.streams import EPOCH, DownSink, run_stream
 
 
-class _Copy(RecordingSink):
-    """A recording sink whose target is down while ``down`` holds."""
-
-    def __init__(self, name: str, *, down: bool) -> None:
-        super().__init__(name)
-        self.down = down
-
-    def write(self, batch: Batch) -> SinkResult:
-        if self.down:
-            raise SinkWriteError("the target is down", sink=self.name, batch_id=batch.batch_id)
-        return super().write(batch)
-
-
-def _run(spark: Any, tmp_path: Path, schema: str, *, down: bool) -> tuple[FanOut, _Copy]:
+def _run(spark: Any, tmp_path: Path, schema: str, *, down: bool) -> tuple[FanOut, DownSink]:
     """One run of the pipeline over the input there is (a ``live`` sink, and ``copy``
     lagging), its final catch-up when ``copy`` is up."""
-    copy, live = _Copy("copy", down=down), RecordingSink("live")
+    copy, live = DownSink("copy", down=down), RecordingSink("live")
     fan = FanOut(
         "types", str(tmp_path / "ledger"),
         [live, SinkSpec(copy, lag=lag_policy("copy", {"on_failure": "lag"}))],
