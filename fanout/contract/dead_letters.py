@@ -22,6 +22,7 @@ none an earlier target of the sink holds (:attr:`fanout.Batch.earlier`, set when
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -162,3 +163,17 @@ def letter_kind(source: Source, partition: int | None = None) -> str:
     ``dead_letters/<source>/p<partition>`` (for :meth:`fanout.IdempotencyKey.derived`)."""
     kind = f"dead_letters/{source}"
     return kind if partition is None else f"{kind}/p{partition}"
+
+
+DELTA = "delta"
+_KIND = re.compile(r"[a-z][a-z0-9_]+")
+
+
+def split_target(text: str) -> tuple[str, str]:
+    """``(kind, location)`` of a ``dead_letter`` string: ``"<kind>:<location>"``, where the
+    kind is a word (``delta``, ``postgres``, ``kafka``...); anything else (a path, or a URI
+    such as ``s3://...``) is a Delta table."""
+    kind, sep, location = text.partition(":")
+    if sep and _KIND.fullmatch(kind) and not location.startswith("//"):
+        return kind, location
+    return DELTA, text

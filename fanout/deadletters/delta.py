@@ -16,11 +16,10 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fanout.contract.dead_letters import DeadLetter, RouteStamp, Source, letter_kind
+from fanout.contract.dead_letters import DELTA, DeadLetter, RouteStamp, Source, letter_kind
 from fanout.contract.earlier_letters import HeldLetters
 from fanout.deadletters.layout import letter_schema, to_records
 from fanout.deadletters.route_letters import check_unchanged
-from fanout.deadletters.target import DELTA
 from fanout.delta_tables import io as deltaio
 from fanout.errors import ConfigurationError
 

@@ -7,8 +7,9 @@ between an attempt and its ledger mark, the restart naming another ``dead_letter
 write them there too: each letter kept twice, once in each. So:
 
 - the ledger records which target each sink had from which batch on, only when it changes
-  (:class:`TargetMoves`, at :class:`fanout.FanOut`'s start: two log-only lookups per sink,
-  a write and a read only on a change);
+  (:mod:`fanout.ledger.target_records`, written and read by :class:`TargetMoves` at
+  :class:`fanout.FanOut`'s start: two log-only lookups per sink, a write and a read only
+  on a change);
 - for the one batch of a sink an earlier process may have attempted under another target
   (its first batch of an epoch in this ``FanOut``), each such target is asked what it holds
   of the batch's letters (:func:`earlier_letters`, the target's ``letters_held``), before
@@ -20,19 +21,24 @@ write them there too: each letter kept twice, once in each. So:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from fanout.contract.dead_letters import DELTA, split_target
 from fanout.contract.earlier_letters import EarlierLetters, HeldLetters
-from fanout.contract.locations import local_path, same_table_key, shown_location
+from fanout.contract.locations import local_path, shown_location
 from fanout.deadletters.route_letters import check_unchanged, write_route_letters
-from fanout.deadletters.target import DELTA, DeadLetterKind, split_target
+from fanout.deadletters.target import DeadLetterKind
 from fanout.errors import DeadLetterMovedError
+from fanout.ledger.target_records import (
+    BatchKey,
+    TargetRecord,
+    since_of,
+    target_digest,
+)
 from fanout.observe.logs import batch_fields
 from fanout.observe.secrets import MASK, location_secrets, redact
 
@@ -46,42 +52,9 @@ if TYPE_CHECKING:
         Source,
     )
     from fanout.contract.sink import Sink
-    from fanout.ledger.entry import Ledger, LedgerEntry, LedgerView
+    from fanout.ledger.entry import Ledger, LedgerView
 
 log = logging.getLogger("fanout")
-
-DEAD_LETTER: Final = "dead_letter"
-"""The ledger status of a row recording a sink's dead-letter target from a batch on."""
-
-BatchKey = tuple[int, int]
-"""``(epoch, batch id)``, ordered as a sink receives its batches."""
-
-
-def target_app_id(sink_app: str) -> str:
-    """The ledger transaction whose version is the digest of the sink's last recorded
-    target (:func:`target_digest`); ``sink_app``: :func:`fanout.contract.batch.txn_app_id`
-    of epoch 0 (the record spans epochs)."""
-    return f"{sink_app}#dead_letter"
-
-
-def since_app_id(sink_app: str) -> str:
-    """The ledger transaction whose version is the batch the last record applies from
-    (:func:`since_code`)."""
-    return f"{sink_app}#dead_letter_since"
-
-
-def since_code(since: BatchKey | None) -> int:
-    """A record's first batch as a transaction version: 0 for ``None`` (the sink had no
-    mark), else ``1 + (epoch << 40 | batch)``."""
-    return 0 if since is None else 1 + ((since[0] << 40) | since[1])
-
-
-def since_of(code: int) -> BatchKey | None:
-    """:func:`since_code` read back."""
-    if code <= 0:
-        return None
-    code -= 1
-    return code >> 40, code & ((1 << 40) - 1)
 
 
 def recorded_text(sink: Sink) -> str | None:
@@ -96,57 +69,6 @@ def recorded_text(sink: Sink) -> str | None:
         location = os.path.abspath(location)
     secrets = [*location_secrets(location), *sink.secret_values()]
     return redact(f"{kind}:{shown_location(location)}", secrets)
-
-
-def target_digest(text: str | None) -> int:
-    """A recorded target's digest, which two spellings of one target share (a Delta table
-    by :func:`fanout.contract.locations.same_table_key`): 0 for no target, else a positive
-    62-bit number."""
-    if text is None:
-        return 0
-    kind, location = split_target(text)
-    key = f"{kind}:{same_table_key(location) if kind == DELTA else location}"
-    digest = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") >> 2
-    return digest or 1
-
-
-@dataclass(frozen=True)
-class TargetRecord:
-    """One record of a sink's dead-letter target.
-
-    :param number: its place in the sink's records (1, 2, ...).
-    :param target: the target as recorded (:func:`recorded_text`; ``None``: none).
-    :param since: the first batch it may have been handed: the sink's next batch when the
-        record was made (``None``: the sink had no mark then, any batch may be).
-    """
-
-    number: int
-    target: str | None
-    since: BatchKey | None
-
-
-def record_entry(pipeline: str, sink: str, record: TargetRecord) -> LedgerEntry:
-    """The ledger row of ``record``: status :data:`DEAD_LETTER`, ``attempt`` its number,
-    ``epoch`` and ``batch_id`` its first batch (-1: none), ``dead_letter`` its target."""
-    from fanout.ledger.entry import LedgerEntry, now_utc
-
-    epoch, batch = record.since if record.since is not None else (0, -1)
-    at = now_utc()
-    return LedgerEntry(
-        pipeline=pipeline, sink=sink, batch_id=batch, status=DEAD_LETTER,
-        attempt=record.number, started_at=at, finished_at=at, epoch=epoch,
-        dead_letter=record.target,
-    )  # fmt: skip
-
-
-def records_of(entries: Sequence[LedgerEntry]) -> list[TargetRecord]:
-    """The target records among ``entries`` (one sink's), in order."""
-    found = [
-        TargetRecord(e.attempt, e.dead_letter, None if e.batch_id < 0 else (e.epoch, e.batch_id))
-        for e in entries
-        if e.status == DEAD_LETTER
-    ]
-    return sorted(found, key=lambda r: r.number)
 
 
 @runtime_checkable

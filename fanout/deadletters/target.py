@@ -1,7 +1,8 @@
 """Where a sink's dead letters go: the ``dead_letter`` option's one grammar, the target
 protocol, and the transaction ids that make every target write each batch's letters once.
 
-Grammar, parsed here for every sink::
+Grammar (:func:`fanout.contract.dead_letters.split_target`, where the ledger's records of
+each sink's target read it too), resolved here for every sink::
 
     dead_letter = "<kind>:<location>"     e.g. "postgres:ops.rejects", "kafka:orders-dlq"
     dead_letter = "<path or URI>"         a Delta table: "/data/dead", "s3://b/dead"
@@ -24,10 +25,10 @@ replay writes them once, and a route's letters never collide with the sink's own
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from fanout.contract.dead_letters import split_target
 from fanout.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -38,19 +39,6 @@ if TYPE_CHECKING:
 DeadLetterKind = Callable[[str, "Sink"], "DeadLetterTarget"]
 """A kind's factory: ``(location, sink) -> target``; raises
 :class:`fanout.ConfigurationError` when it cannot serve that sink or location."""
-
-DELTA = "delta"
-_KIND = re.compile(r"[a-z][a-z0-9_]+")
-
-
-def split_target(text: str) -> tuple[str, str]:
-    """``(kind, location)`` of a ``dead_letter`` string: ``"<kind>:<location>"``, where the
-    kind is a word (``delta``, ``postgres``, ``kafka``...); anything else (a path, or a URI
-    such as ``s3://...``) is a Delta table."""
-    kind, sep, location = text.partition(":")
-    if sep and _KIND.fullmatch(kind) and not location.startswith("//"):
-        return kind, location
-    return DELTA, text
 
 
 def resolve_target(sink: Sink, kinds: Mapping[str, DeadLetterKind]) -> DeadLetterTarget | None:

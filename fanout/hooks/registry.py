@@ -19,6 +19,7 @@ from typing import Any, Protocol, cast
 
 import pluggy
 
+from fanout.contract.dead_letters import DELTA
 from fanout.contract.names import check_name
 from fanout.contract.options import (
     CORE_OPTIONS,
@@ -27,7 +28,7 @@ from fanout.contract.options import (
 )
 from fanout.contract.sink import GUARANTEES, Sink, implemented_hooks
 from fanout.deadletters.delta import delta_target
-from fanout.deadletters.target import DELTA, DeadLetterKind
+from fanout.deadletters.target import DeadLetterKind
 from fanout.errors import (
     ConfigurationError,
     DuplicatePluginError,

@@ -80,7 +80,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    from fanout.deadletters.moved import TargetRecord
+    from fanout.ledger.target_records import TargetRecord
 
 log = logging.getLogger(__name__)
 
@@ -449,7 +449,7 @@ class DeltaLedger:
         """Per sink with a recorded dead-letter target: the digest of its last one and the
         batch it applies from, coded (:mod:`fanout.deadletters.moved`), from the log's
         transactions (no scan)."""
-        from fanout.deadletters.moved import since_app_id, target_app_id
+        from fanout.ledger.target_records import since_app_id, target_app_id
 
         with self._lock:
             table = self._fresh()
@@ -464,7 +464,7 @@ class DeltaLedger:
     def dead_letter_records(self, pipeline: str, sink: str) -> list[TargetRecord]:
         """Every dead-letter target recorded for ``sink``, in order (a filtered read of its
         ``dead_letter`` rows: only when its target changed)."""
-        from fanout.deadletters.moved import DEAD_LETTER, records_of
+        from fanout.ledger.target_records import DEAD_LETTER, records_of
 
         with self._lock:
             table = self._fresh()
@@ -477,7 +477,7 @@ class DeltaLedger:
     def record_dead_letters(self, pipeline: str, records: Mapping[str, TargetRecord]) -> None:
         """Append one ``dead_letter`` row per sink, with the transactions naming its digest
         and first batch, in one commit."""
-        from fanout.deadletters.moved import (
+        from fanout.ledger.target_records import (
             record_entry,
             since_app_id,
             since_code,

@@ -19,7 +19,7 @@ from fanout.ledger.entry import (
 )
 
 if TYPE_CHECKING:
-    from fanout.deadletters.moved import TargetRecord
+    from fanout.ledger.target_records import TargetRecord
 
 
 class MemoryLedger:
@@ -107,7 +107,7 @@ class MemoryLedger:
     def dead_letter_marks(self, pipeline: str, sinks: Sequence[str]) -> dict[str, tuple[int, int]]:
         """Per sink with a recorded dead-letter target: its last one's digest and first
         batch, coded."""
-        from fanout.deadletters.moved import since_code, target_digest
+        from fanout.ledger.target_records import since_code, target_digest
 
         with self._lock:
             found = {s: self.dead_letters[(pipeline, s)][-1] for s in sinks

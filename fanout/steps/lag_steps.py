@@ -12,9 +12,9 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from fanout.contract.batch import Batch, SharedArrow, txn_app_id
+from fanout.contract.dead_letters import DELTA, split_target
 from fanout.contract.sessions import in_spark_thread
 from fanout.contract.sink import BackfillSource
-from fanout.deadletters.target import DELTA, split_target
 from fanout.delta_tables.io import refuse_unusable_location
 from fanout.errors import (
     CheckpointError,

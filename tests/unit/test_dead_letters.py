@@ -14,11 +14,11 @@ import pytest
 from fanout_delta import DeltaSink
 
 from fanout import ConfigurationError, FanOut, PluginError, Sink, SinkContext, hookimpl
-from fanout.contract.dead_letters import DeadLetter, letter_rows
+from fanout.contract.dead_letters import DeadLetter, letter_rows, split_target
 from fanout.deadletters.delta import DeltaDeadLetters, delta_target
 from fanout.deadletters.held import refused_rows_held
 from fanout.deadletters.layout import letter_json, letter_schema
-from fanout.deadletters.target import resolve_target, split_target
+from fanout.deadletters.target import resolve_target
 from fanout.delta_tables.io import read_delta
 from fanout.hooks.registry import load_registry
 from fanout.ledger.memory import MemoryLedger
