@@ -97,12 +97,8 @@ class DeltaDeadLetters:
         from deltalake import write_deltalake
 
         key = batch.idempotency_key.derived(letter_kind(source, None))
-        where = {
-            "pipeline": batch.pipeline, "sink": batch.sink_name, "epoch": batch.info.epoch,
-            "batch_id": batch.batch_id, "source": source,
-        }  # fmt: skip
-        filters: list[deltaio.Filter] = [(column, "=", value) for column, value in where.items()]
-        predicate = " AND ".join(f"{_sql_name(c)} = {_sql_value(v)}" for c, v in where.items())
+        filters = [*_of_batch(batch), ("source", "=", source)]
+        predicate = deltaio.predicate(filters)
         data = pa.Table.from_pylist(to_records(batch, letters, source), schema=letter_schema())
         commit = deltaio.commit_properties({key.app_id: key.version})
         for attempt in range(1, deltaio.COMMIT_ATTEMPTS + 1):
@@ -159,13 +155,8 @@ class DeltaDeadLetters:
         table = deltaio.open_table(self.path, self.storage_options)
         if table is None:
             return HeldLetters(self.describe())
-        filters: list[deltaio.Filter] = [
-            ("pipeline", "=", batch.pipeline),
-            ("sink", "=", batch.sink_name),
-            ("epoch", "=", batch.info.epoch),
-            ("batch_id", "=", batch.batch_id),
-        ]
-        rows = deltaio.read_arrow(table, columns=["source", "partition"], filters=filters)
+        rows = deltaio.read_arrow(table, columns=["source", "partition"],
+                                  filters=_of_batch(batch))  # fmt: skip
         found = set(zip(rows.column("source").to_pylist(), rows.column("partition").to_pylist(),
                         strict=True))  # fmt: skip
         route = any(source == "route" for source, _ in found)
@@ -282,11 +273,11 @@ def _letter_texts(table: Any) -> list[tuple[Any, Any]]:
     return sorted(zip(rows, reasons, strict=True), key=repr)
 
 
-def _sql_name(column: str) -> str:
-    return f'"{column}"'
-
-
-def _sql_value(value: object) -> str:
-    if isinstance(value, int):
-        return str(value)
-    return "'" + str(value).replace("'", "''") + "'"
+def _of_batch(batch: Batch) -> list[deltaio.Filter]:
+    """The filters selecting the letters ``batch``'s sink wrote of it (both sources)."""
+    return [
+        ("pipeline", "=", batch.pipeline),
+        ("sink", "=", batch.sink_name),
+        ("epoch", "=", batch.info.epoch),
+        ("batch_id", "=", batch.batch_id),
+    ]

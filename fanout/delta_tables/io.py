@@ -200,7 +200,7 @@ def read_arrow(
         raise ValueError(f"no column {unknown[0]!r} in the Delta table (it has {schema.names})")
     sql = f"SELECT {', '.join(_identifier(c) for c in wanted)} FROM fanout_read"
     if filters:
-        sql += " WHERE " + " AND ".join(_condition(*f) for f in filters)
+        sql += " WHERE " + predicate(filters)
     reader = QueryBuilder().register("fanout_read", table).execute(sql)
     result = pa.table(reader)
     target = pa.schema([schema.field(name) for name in wanted])
@@ -224,6 +224,12 @@ def read_delta(
 
     table = DeltaTable(path, storage_options=dict(storage_options or {}) or None)
     return read_arrow(table, columns=columns, filters=filters)
+
+
+def predicate(filters: Sequence[Filter]) -> str:
+    """``filters`` (a conjunction) as one SQL condition, names and values quoted: what
+    :func:`read_arrow` reads, and the ``predicate`` of a delta-rs overwrite or delete."""
+    return " AND ".join(_condition(*f) for f in filters)
 
 
 def _identifier(name: str) -> str:
