@@ -318,11 +318,7 @@ def write_letters(
             return _write(target, batch, letters, source, partition, route)
         _kept_before(batch, kept.target, target, f"partition {partition}'s", len(letters))
         return len(letters)
-    fresh = [letter for letter in letters if earlier.refused(letter.partition) is None]
-    for held in earlier.held:
-        count = sum(1 for letter in letters if letter.partition in held.refused)
-        if count:
-            _kept_before(batch, held.target, target, "refused", count)
+    fresh = _not_held(earlier, batch, letters, target, "refused")
     if fresh or not letters:
         _write(target, batch, fresh, source, partition, route)
     return len(letters)
@@ -341,12 +337,23 @@ def replace_letters(
     earlier = earlier_of(batch)
     if earlier is None:
         return target.replace(batch, letters, source=source)
-    fresh = [letter for letter in letters if earlier.refused(letter.partition) is None]
+    target.replace(batch, _not_held(earlier, batch, letters, target, source), source=source)
+    return len(letters)
+
+
+def _not_held(
+    earlier: EarlierLetters,
+    batch: Batch,
+    letters: Sequence[DeadLetter],
+    target: DeadLetterTarget,
+    what: str,
+) -> list[DeadLetter]:
+    """The refused rows among ``letters`` whose write partition no earlier target holds;
+    those it holds are logged as kept there."""
     for held in earlier.held:
         count = sum(1 for letter in letters if letter.partition in held.refused)
-        _kept_before(batch, held.target, target, source, count)
-    target.replace(batch, fresh, source=source)
-    return len(letters)
+        _kept_before(batch, held.target, target, what, count)
+    return [letter for letter in letters if earlier.refused(letter.partition) is None]
 
 
 def _write(
