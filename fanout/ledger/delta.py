@@ -74,13 +74,22 @@ from fanout.ledger.recovery import (
     report_of,
     started_from_app_id,
 )
+from fanout.ledger.target_records import (
+    DEAD_LETTER,
+    TargetRecord,
+    record_entry,
+    records_of,
+    since_app_id,
+    since_code,
+    target_app_id,
+    target_digest,
+)
 from fanout.observe.secrets import location_secrets, redact
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    from fanout.ledger.target_records import TargetRecord
 
 log = logging.getLogger(__name__)
 
@@ -449,8 +458,6 @@ class DeltaLedger:
         """Per sink with a recorded dead-letter target: the digest of its last one and the
         batch it applies from, coded (:mod:`fanout.deadletters.moved`), from the log's
         transactions (no scan)."""
-        from fanout.ledger.target_records import since_app_id, target_app_id
-
         with self._lock:
             table = self._fresh()
             found: dict[str, tuple[int, int]] = {}
@@ -464,8 +471,6 @@ class DeltaLedger:
     def dead_letter_records(self, pipeline: str, sink: str) -> list[TargetRecord]:
         """Every dead-letter target recorded for ``sink``, in order (a filtered read of its
         ``dead_letter`` rows: only when its target changed)."""
-        from fanout.ledger.target_records import DEAD_LETTER, records_of
-
         with self._lock:
             table = self._fresh()
         if "dead_letter" not in {f.name for f in table.schema().fields}:
@@ -477,14 +482,6 @@ class DeltaLedger:
     def record_dead_letters(self, pipeline: str, records: Mapping[str, TargetRecord]) -> None:
         """Append one ``dead_letter`` row per sink, with the transactions naming its digest
         and first batch, in one commit."""
-        from fanout.ledger.target_records import (
-            record_entry,
-            since_app_id,
-            since_code,
-            target_app_id,
-            target_digest,
-        )
-
         entries = [record_entry(pipeline, sink, record) for sink, record in records.items()]
         txns: dict[str, int] = {}
         for sink, record in records.items():
@@ -739,7 +736,7 @@ class DeltaLedger:
             table = self._fresh()
         read = read_arrow(table, columns=["sink", "status"], filters=[("pipeline", "=", pipeline)])
         own = pc.is_in(
-            read.column("status"), value_set=pa.array(["epoch", "recovery", "dead_letter"])
+            read.column("status"), value_set=pa.array(["epoch", "recovery", DEAD_LETTER])
         )
         names = read.column("sink").filter(pc.invert(own)).unique()
         return sorted(str(name) for name in names.to_pylist())

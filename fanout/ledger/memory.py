@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from fanout.contract.batch import pipeline_scope
 from fanout.errors import CheckpointResetError
@@ -17,9 +16,7 @@ from fanout.ledger.entry import (
     epoch_taken_message,
     replaces_lost,
 )
-
-if TYPE_CHECKING:
-    from fanout.ledger.target_records import TargetRecord
+from fanout.ledger.target_records import TargetRecord, since_code, target_digest
 
 
 class MemoryLedger:
@@ -107,8 +104,6 @@ class MemoryLedger:
     def dead_letter_marks(self, pipeline: str, sinks: Sequence[str]) -> dict[str, tuple[int, int]]:
         """Per sink with a recorded dead-letter target: its last one's digest and first
         batch, coded."""
-        from fanout.ledger.target_records import since_code, target_digest
-
         with self._lock:
             found = {s: self.dead_letters[(pipeline, s)][-1] for s in sinks
                      if self.dead_letters.get((pipeline, s))}  # fmt: skip
