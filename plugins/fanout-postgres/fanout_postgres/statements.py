@@ -566,6 +566,20 @@ def _later_batch(state_schema: str) -> str:
     return compile_sql(later)
 
 
+def forget_routes_sql(state_schema: str, scope: str, sink: str) -> str:
+    """The ``DELETE`` of a sink's ``upsert_routes`` rows of one pipeline scope, as an error
+    names it for a person to run (its values inline, quoted): the records of an earlier
+    run that make a pipeline started again under the same name be refused."""
+
+    def text(value: str) -> str:
+        return "'" + value.replace("'", "''") + "'"
+
+    return (
+        f"DELETE FROM {quote(state_schema)}.upsert_routes WHERE pipeline = {text(scope)} "
+        f"AND sink = {text(sink)}"
+    )
+
+
 def _route_refused(state_schema: str) -> str:
     """Upsert: set the partition's ``upsert_routes`` row's ``refused`` and ``kept_in``."""
     import sqlalchemy as sa

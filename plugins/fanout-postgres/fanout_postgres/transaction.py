@@ -60,7 +60,7 @@ from fanout_postgres.sqlstate import (
     reason_of,
     sqlstate_of,
 )
-from fanout_postgres.statements import ROW
+from fanout_postgres.statements import ROW, forget_routes_sql
 
 if TYPE_CHECKING:
     pass
@@ -310,10 +310,11 @@ class PartitionTransaction:
             "keys. An attempt Spark no longer waits for (the slower of a speculative pair, "
             "a task of an executor it gave up on) ends so, and its outcome is discarded. "
             "If this batch is the pipeline's newest (its checkpoint and ledger were "
-            "replaced, and it starts again under the same name), those records are an "
-            "earlier run's: delete this sink's rows of that table (DELETE FROM "
-            f"{self.plan.state_schema}.upsert_routes WHERE pipeline = ... AND sink = ...) "
-            "only if the table is meant to be written again",
+            "replaced, and it starts again under the same name; the driver refuses that "
+            "before writing, unless the earlier run committed that batch meanwhile), "
+            "those records are an earlier run's: restore the ledger and checkpoint, or, "
+            "only if the table is meant to be written again, delete them: "
+            + forget_routes_sql(self.plan.state_schema, self.meta.pipeline, self.plan.sink),
             sink=self.plan.sink,
             batch_id=self.meta.batch_id,
         )

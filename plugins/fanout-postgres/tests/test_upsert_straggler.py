@@ -17,6 +17,7 @@ from fanout_postgres import PostgresSink
 from pgcheck import execute, query, waiting_on_a_lock
 
 from fanout.contract.batch import Batch, BatchInfo
+from fanout.errors import SinkWriteError
 from fanout.partitioned.membership import MemberDigest
 from fanout.testing import open_sink
 
@@ -90,6 +91,8 @@ def test_a_straggler_of_an_earlier_batch_does_not_undo_a_later_batch(
     assert outcome.status == "failed"
     assert outcome.failure is not None
     assert "batch 1" in outcome.failure.message
+    forget = "DELETE FROM fanout.upsert_routes WHERE pipeline = 'strag' AND sink = 'pg'"
+    assert forget in outcome.failure.message
 
 
 def test_a_straggler_waiting_on_a_later_batch_s_transaction_does_not_overwrite_it(
@@ -131,3 +134,34 @@ def test_a_straggler_waiting_on_a_later_batch_s_transaction_does_not_overwrite_i
     assert _table(pg_url) == [(1, "batch 1"), (2, "batch 0"), (3, "batch 1")]
     assert outcomes["batch 1"].status == "committed"
     assert outcomes["batch 0"].status == "failed"
+
+
+def test_a_pipeline_started_again_without_its_ledger_is_refused_before_writing(
+    spark: Any, pg_url: str
+) -> None:
+    """Started again under the same name with a new checkpoint and a new ledger (epoch 0
+    again), the pipeline's batch 0 meets its old run's batch 1 in ``upsert_routes``: the
+    driver refuses it before any partition writes (the same query that reads the batch's
+    routes), naming the later batch and the statement that lets the table be written again,
+    which then works."""
+    execute(pg_url, DDL)
+    sink = open_sink(PostgresSink("pg", url=pg_url, table="t", partitions=1), "strag")
+    assert sink.write(_batch(spark, [(1, "batch 0"), (2, "batch 0")], 0)).rows == 2
+    assert sink.write(_batch(spark, [(1, "batch 1"), (3, "batch 1")], 1)).rows == 2
+    again = _batch(spark, [(1, "again"), (4, "again")], 0)
+    delete = "DELETE FROM fanout.upsert_routes WHERE pipeline = 'strag' AND sink = 'pg'"
+
+    with pytest.raises(SinkWriteError) as refused:
+        sink.check_replay(again)  # on the driver, before the route letters and partitions
+    message = str(refused.value)
+    assert "batch 1" in message and "Restore the pipeline" in message and delete in message
+    with pytest.raises(SinkWriteError) as written:
+        sink.write(again)
+    assert "partition(s) failed" not in str(written.value)  # no partition task ran
+    assert _table(pg_url) == [(1, "batch 1"), (2, "batch 0"), (3, "batch 1")]
+
+    execute(pg_url, delete)  # what the message says to do to write the table again
+    assert sink.write(again).rows == 2
+    assert _table(pg_url) == [
+        (1, "again"), (2, "batch 0"), (3, "batch 1"), (4, "again"),
+    ]  # fmt: skip
