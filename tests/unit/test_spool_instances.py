@@ -22,6 +22,7 @@ from fanout import (
     ConfigurationError,
     FanOut,
     SinkWriteError,
+    SpoolError,
 )
 from fanout.contract.batch import BatchInfo
 from fanout.delta_tables.io import read_arrow
@@ -112,6 +113,48 @@ def test_a_removal_between_a_spoolings_steps_leaves_its_index_row_with_rows(
     assert (batch.rows, sorted(batch.needed_by)) == (3, ["S", "T"])
     assert _index_rows(new) == [(7, "S", "q1", None)]
     assert spooled_ids(new, (0, 7)) == [1, 2, 3]  # was []: an index row without rows
+
+
+def test_an_index_append_committed_but_reported_failed_then_spooled_again_counts_once(
+    tmp_path: Path,
+) -> None:
+    # the index append carries no transaction of its own: a commit whose outcome was lost
+    # (the store took the log entry, the client saw an error) fails the spooling, and the
+    # replay appends the batch's index row again. Every reader merges a batch's rows, and a
+    # removal deletes them all: the batch is counted, caught up and released once.
+    from fanout.app.status import spool_backlogs
+
+    path, ledger = str(tmp_path / "spool"), MemoryLedger()
+    frame, info = SchemaFrame([1, 2, 3]), BatchInfo("pipe", 7, "q1")
+    spool = Spool(path, "pipe")
+    spool.open()
+    append_index = spool._append_index
+
+    def committed_then_lost(*args: Any) -> None:
+        append_index(*args)
+        raise OSError("connection reset by peer")
+
+    spool._append_index = committed_then_lost  # type: ignore[method-assign,assignment]
+    with pytest.raises(SpoolError, match="connection reset by peer"):
+        spool.add(frame, info, {"S"}, now_utc())
+    spool._append_index = append_index  # type: ignore[method-assign]
+    batch = spool.add(frame, info, {"S"}, now_utc())  # the replay spools it again
+
+    assert _index_rows(spool) == [(7, "S", "q1", None), (7, "S", "q1", None)]
+    assert (batch.rows, sorted(batch.needed_by)) == (3, ["S"])
+    again = _reopened(spool)
+    assert [(b.batch_id, b.rows, sorted(b.needed_by)) for b in again.batches()] == [(7, 3, ["S"])]
+    assert again.size()[:2] == (1, 3)
+    assert spooled_ids(again, (0, 7)) == [1, 2, 3]
+    assert Lagging("pipe", _specs("S"), ledger, again).backlog("S").keys == [(0, 7)]
+    entries = read_arrow(DeltaTable(spool.index_path)).to_pylist()
+    backlogs, given_up = spool_backlogs(entries, [])
+    assert (backlogs[("pipe", "S")][:2], given_up) == ((1, 3), {})  # fanout status: once
+
+    ledger.mark_committed(committed("pipe", "S", 7, "q1"))  # S caught up: both rows go
+    assert Lagging("pipe", _specs("S"), ledger, again).release_held() == 1
+    assert _index_rows(again) == [] and spooled_ids(again, (0, 7)) == []
+    assert again.remove_orphans(lambda key: True) == []
 
 
 # -- B: a batch of the same id from another query or plan -------------------------------

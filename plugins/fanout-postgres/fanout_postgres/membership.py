@@ -77,16 +77,26 @@ def letters_waiting(conn: Any, state_schema: str, scope: str, sink: str, batch_i
 
 
 def upsert_routes(conn: Any, state_schema: str, scope: str, sink: str, batch_id: int
-                  ) -> dict[int, str | None]:  # fmt: skip
+                  ) -> tuple[dict[int, str | None], int | None]:  # fmt: skip
     """Upsert mode: the route each committed partition of one batch of one sink recorded
-    (``upsert_routes``, migration ``0004_upsert_routes``), by partition."""
+    (``upsert_routes``, migration ``0004_upsert_routes``), by partition; and the latest
+    batch after it the sink committed in the scope (``None``: none, as always but after a
+    ledger replaced: the sink writes its batches in order). One query, reading the rows
+    of the batch and of any later one: in the common case only the batch's."""
     import sqlalchemy as sa
 
     r = upsert_routes_table(state_schema)
-    query = sa.select(r.c.partition, r.c.route).where(
-        r.c.pipeline == scope, r.c.sink == sink, r.c.batch_id == batch_id
+    query = sa.select(r.c.batch_id, r.c.partition, r.c.route).where(
+        r.c.pipeline == scope, r.c.sink == sink, r.c.batch_id >= batch_id
     )
-    return {int(partition): route for partition, route in conn.execute(query)}
+    routes: dict[int, str | None] = {}
+    later: int | None = None
+    for batch, partition, route in conn.execute(query):
+        if batch == batch_id:
+            routes[int(partition)] = route
+        else:
+            later = max(int(batch), later or 0)
+    return routes, later
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,7 @@ from fanout_postgres.plan import (
     reflect,
     table_to_create,
 )
+from fanout_postgres.statements import forget_routes_sql
 from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 
@@ -609,8 +610,29 @@ class PostgresSink(PartitionedSink):
     def _refuse_other_route(self, conn: Any, batch: Batch) -> None:
         """Upsert: the kit's :func:`~fanout.partitioned.replay_route.check_routes` on the
         routes the batch's committed partitions recorded (one query), saying
-        :data:`~fanout_postgres.membership.REWRITES`."""
-        routes = upsert_routes(conn, self.state_schema, _scope(batch), self.name, batch.batch_id)
+        :data:`~fanout_postgres.membership.REWRITES`; first, from the same query, a
+        :class:`~fanout.errors.SinkWriteError` when ``upsert_routes`` holds a later batch of
+        the sink in the scope: the pipeline started again with a new ledger and checkpoint
+        under the same name (docs/architecture.md §8.2, "A straggler of an earlier batch"),
+        whose batches up to that one would put keys back to older values."""
+        scope = _scope(batch)
+        routes, later = upsert_routes(conn, self.state_schema, scope, self.name, batch.batch_id)
+        if later is not None:
+            raise SinkWriteError(
+                f"{self.state_schema}.upsert_routes records batch {later} of this sink "
+                f"committed to {self._table} in pipeline {scope!r}, after batch "
+                f"{batch.batch_id}, which Spark hands now. The sink writes its batches in "
+                "order and the ledger marks each before the next, so the pipeline's "
+                "checkpoint and ledger were replaced and it starts again under the same "
+                "name, or another pipeline of that name writes this sink. Nothing was "
+                f"written: batch {batch.batch_id} would put the keys of the batches up to "
+                f"{later} back to older values. Restore the pipeline's ledger and "
+                "checkpoint; or, to write the table again from this batch on, give the "
+                "pipeline a new name, or delete the earlier run's records first: "
+                f"{forget_routes_sql(self.state_schema, scope, self.name)}",
+                sink=self.name,
+                batch_id=batch.batch_id,
+            )
         check_routes(routes, batch, sink=self.name, why=REWRITES)
         if routes:  # a replay: its letters replace the earlier attempt's (after_partitions)
             self._rewrites.add((_scope(batch), batch.batch_id))

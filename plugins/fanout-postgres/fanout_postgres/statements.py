@@ -65,6 +65,11 @@ class Statements:
     when it refused some (:attr:`route_record` sets 0)."""
     dead_table: str = ""
     """The PostgreSQL dead-letter table as :attr:`dead_insert` names it (empty: none)."""
+    later_batch: str = ""
+    """Upsert (else empty): the latest batch after ``%(batch_id)s`` any partition of the
+    sink committed in the pipeline's scope (``NULL``: none), from ``upsert_routes``
+    (:func:`_later_batch`); a scalar subquery, asked in the round trip that checks the
+    column types after the rows are written."""
 
 
 def compile_sql(statement: Any, *, literal_binds: bool = False) -> str:
@@ -237,6 +242,7 @@ def build_statements(
         **dead,
         route_record=_route_statements(state_schema) if upsert else "",
         route_refused=_route_refused(state_schema) if upsert else "",
+        later_batch=_later_batch(state_schema) if upsert else "",
         dead_table="" if dead_letter is None else dead_letter.quoted(),
     )
 
@@ -544,6 +550,34 @@ def _route_statements(state_schema: str) -> str:
         },
     )
     return f"{compile_sql(insert)}; {compile_sql(_prune_older(r))}"
+
+
+def _later_batch(state_schema: str) -> str:
+    """Upsert: the greatest batch id above ``%(batch_id)s`` in ``upsert_routes`` for the
+    pipeline's scope and the sink, any partition (the key range of the primary key)."""
+    import sqlalchemy as sa
+
+    r = upsert_routes_table(state_schema)
+    later = sa.select(sa.func.max(r.c.batch_id)).where(
+        r.c.pipeline == sa.bindparam("pipeline"),
+        r.c.sink == sa.bindparam("sink"),
+        r.c.batch_id > sa.bindparam("batch_id"),
+    )
+    return compile_sql(later)
+
+
+def forget_routes_sql(state_schema: str, scope: str, sink: str) -> str:
+    """The ``DELETE`` of a sink's ``upsert_routes`` rows of one pipeline scope, as an error
+    names it for a person to run (its values inline, quoted): the records of an earlier
+    run that make a pipeline started again under the same name be refused."""
+
+    def text(value: str) -> str:
+        return "'" + value.replace("'", "''") + "'"
+
+    return (
+        f"DELETE FROM {quote(state_schema)}.upsert_routes WHERE pipeline = {text(scope)} "
+        f"AND sink = {text(sink)}"
+    )
 
 
 def _route_refused(state_schema: str) -> str:

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fanout.errors import TransientSinkError
+from fanout.errors import SinkWriteError, TransientSinkError
 from fanout.observe.secrets import NO_SECRETS, SinkSecrets
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionOutcome
@@ -60,7 +60,7 @@ from fanout_postgres.sqlstate import (
     reason_of,
     sqlstate_of,
 )
-from fanout_postgres.statements import ROW
+from fanout_postgres.statements import ROW, forget_routes_sql
 
 if TYPE_CHECKING:
     pass
@@ -72,14 +72,17 @@ COLUMN_TYPES_SQL = (
     "WHERE x.indrelid = to_regclass(%(table)s) AND x.indisunique AND x.indpred IS NULL "
     'AND x.indexprs IS NULL AND ARRAY(SELECT k.attname::text COLLATE "C" FROM pg_attribute k '
     "WHERE k.attrelid = x.indrelid AND k.attnum = ANY (x.indkey) ORDER BY 1) "
-    '= ARRAY(SELECT u COLLATE "C" FROM unnest(CAST(%(keys)s AS text[])) u ORDER BY 1)) '
+    '= ARRAY(SELECT u COLLATE "C" FROM unnest(CAST(%(keys)s AS text[])) u ORDER BY 1)), '
+    "({later}) "
     "FROM unnest(CAST(%(names)s AS text[])) WITH ORDINALITY AS n(name, i) "
     "LEFT JOIN pg_attribute a ON a.attrelid = to_regclass(%(table)s) AND a.attname = n.name "
     "AND NOT a.attisdropped ORDER BY n.i"
 )
 """The types of the written columns now, and (upsert, ``keys``) whether a unique index on
 exactly the keys is still there: checked after the rows are written, while the
-transaction's lock on the table keeps an ``ALTER TABLE`` waiting."""
+transaction's lock on the table keeps an ``ALTER TABLE`` waiting. ``{later}``: upsert, a
+later batch of the sink already committed (:attr:`Statements.later_batch`), else ``NULL``,
+asked in the same round trip."""
 CONSTRAINT_COLUMNS_SQL = (
     "SELECT a.attname FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid "
     "AND a.attnum = ANY (c.conkey) WHERE c.conrelid = to_regclass(%(table)s) "
@@ -248,15 +251,23 @@ class PartitionTransaction:
         binary field read as another type, a value cast and rounded); and, upsert, a unique
         index on the keys is still there (without one the direct ``COPY`` appends keys the
         table holds). Else the partition rolls back, and the batch is retried (transient)
-        under a plan made anew."""
+        under a plan made anew. Upsert, first: no later batch of the sink committed
+        (:meth:`_refuse_straggler`), asked in the same round trip."""
         planned = self.plan.column_types
+        later_sql = self.sql.later_batch
         if not planned:
+            if later_sql:
+                self.cur.execute(later_sql, self.key)
+                (later,) = self.cur.fetchone()
+                self._refuse_straggler(later)
             return
         names = [target for _, target in self.plan.columns]
         keys = list(self.plan.keys) if self.plan.mode == "upsert" else []
-        params = {"names": names, "table": self.plan.target, "keys": keys}
-        self.cur.execute(COLUMN_TYPES_SQL, params)
-        found_rows = self.cur.fetchall()
+        params = {"names": names, "table": self.plan.target, "keys": keys, **self.key}
+        self.cur.execute(COLUMN_TYPES_SQL.format(later=later_sql or "NULL"), params)
+        rows = self.cur.fetchall()
+        self._refuse_straggler(rows[0][3] if rows else None)
+        found_rows = [row[:3] for row in rows]
         if not all(keyed for *_, keyed in found_rows):
             # without it a COPY into the table appends a key that is there already
             raise TransientSinkError(
@@ -281,6 +292,32 @@ class PartitionTransaction:
                 sink=self.plan.sink,
                 batch_id=self.meta.batch_id,
             )
+
+    def _refuse_straggler(self, later: int | None) -> None:
+        """Upsert: roll the partition back when a later batch of the sink committed
+        (``later``, its id): this attempt is a straggler (a speculative copy Spark did not
+        take, a task of an executor it gave up on, a killed task still running), whose
+        rows would overwrite the later batch's values of their keys. Asked after the rows
+        are written: a later batch that wrote one of its keys first has committed by then
+        (this transaction waited for its row lock or unique index entry), and one that
+        writes them after waits for this transaction and overwrites them."""
+        if later is None:
+            return
+        raise SinkWriteError(
+            f"partition {self.partition} rolled back: {self.plan.state_schema}.upsert_routes "
+            f"says batch {later}, after this one, is committed to {self.plan.table}, and "
+            "this partition's rows would have overwritten that batch's values of their "
+            "keys. An attempt Spark no longer waits for (the slower of a speculative pair, "
+            "a task of an executor it gave up on) ends so, and its outcome is discarded. "
+            "If this batch is the pipeline's newest (its checkpoint and ledger were "
+            "replaced, and it starts again under the same name; the driver refuses that "
+            "before writing, unless the earlier run committed that batch meanwhile), "
+            "those records are an earlier run's: restore the ledger and checkpoint, or, "
+            "only if the table is meant to be written again, delete them: "
+            + forget_routes_sql(self.plan.state_schema, self.meta.pipeline, self.plan.sink),
+            sink=self.plan.sink,
+            batch_id=self.meta.batch_id,
+        )
 
     def _stream(self, sql: str, binary_sql: str, *, with_row: bool, whole: bool = False) -> bool:
         """COPY the rows while Spark delivers them, checking each chunk on the way; in

@@ -1,0 +1,167 @@
+"""An upsert partition task of a batch that ends after a later batch of the sink committed
+(a straggler: the attempt of a speculative pair Spark did not take, or a task of an
+executor Spark gave up on while it still ran) must not write its rows over the later
+batch's: the key keeps the later batch's value."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import threading
+import time
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from fanout_postgres import PostgresSink
+from pgcheck import execute, query, waiting_on_a_lock
+
+from fanout.contract.batch import Batch, BatchInfo
+from fanout.errors import SinkWriteError
+from fanout.partitioned.membership import MemberDigest
+from fanout.testing import open_sink
+
+DDL = "CREATE TABLE t (id bigint PRIMARY KEY, name text NOT NULL)"
+SCHEMA = "id LONG, name STRING"
+ARROW = pa.schema([("id", pa.int64()), ("name", pa.string())])
+
+pytestmark = pytest.mark.usefixtures("no_kept_connections")
+
+
+class _Gate:
+    """Commit hooks holding the partition's transaction open, just before its commit."""
+
+    def __init__(self) -> None:
+        self.reached, self.opened = threading.Event(), threading.Event()
+
+    def before(self, partition: int, rows: int, written: int) -> None:
+        self.reached.set()
+        self.opened.wait(60)
+
+    def after(self, partition: int, rows: int, written: int) -> None:
+        pass
+
+
+class _NoHooks:
+    def before(self, partition: int, rows: int, written: int) -> None:
+        pass
+
+    def after(self, partition: int, rows: int, written: int) -> None:
+        pass
+
+
+def _arrow(rows: list[tuple[Any, ...]]) -> pa.Table:
+    return pa.Table.from_pylist([{"id": i, "name": n} for i, n in rows], schema=ARROW)
+
+
+def _table(url: str) -> list[tuple[Any, ...]]:
+    return query(url, "SELECT id, name FROM t ORDER BY id")
+
+
+def _batch(spark: Any, rows: list[tuple[Any, ...]], batch_id: int) -> Batch:
+    df = spark.createDataFrame(rows, SCHEMA)
+    return Batch(df, BatchInfo("strag", batch_id, "q"), "pg", "fanout/strag/pg")
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-copy", "staged"])
+def test_a_straggler_of_an_earlier_batch_does_not_undo_a_later_batch(
+    spark: Any, pg_url: str, direct: bool
+) -> None:
+    execute(pg_url, DDL)
+    sink = open_sink(PostgresSink("pg", url=pg_url, table="t", partitions=1), "strag")
+    old = [(1, "batch 0"), (2, "batch 0")]
+    new = [(1, "batch 1"), (3, "batch 1")]
+    first = _batch(spark, old, 0)
+    # the task Spark ships for batch 0 (one partition): one attempt of it commits ...
+    shipped = pickle.loads(pickle.dumps(sink.partition_writer(first, None)))
+    task = dataclasses.replace(shipped, direct=direct)  # direct: refused at key 1, staged
+    assert sink.write(first).rows == 2
+    # ... Spark takes it, and the sink writes the next batch
+    assert sink.write(_batch(spark, new, 1)).rows == 2
+    assert _table(pg_url) == [
+        (1, "batch 1"), (2, "batch 0"), (3, "batch 1"),
+    ]  # fmt: skip
+
+    # the other attempt of batch 0's partition ends now
+    outcome = task.write_partition(0, iter(_arrow(old).to_batches()), _NoHooks(), MemberDigest())
+
+    assert _table(pg_url) == [
+        (1, "batch 1"), (2, "batch 0"), (3, "batch 1"),
+    ]  # fmt: skip
+    assert outcome.status == "failed"
+    assert outcome.failure is not None
+    assert "batch 1" in outcome.failure.message
+    forget = "DELETE FROM fanout.upsert_routes WHERE pipeline = 'strag' AND sink = 'pg'"
+    assert forget in outcome.failure.message
+
+
+def test_a_straggler_waiting_on_a_later_batch_s_transaction_does_not_overwrite_it(
+    spark: Any, pg_url: str
+) -> None:
+    """The straggler's direct COPY meets a key the later batch's open transaction updated:
+    it waits on the unique index, and once that batch committed its COPY is refused and its
+    staged upsert overwrites the key; only a check made after the write sees the later
+    batch. (Staged at once, its MERGE reads the key's committed value, batch 0's own, and
+    changes nothing: no wait, no harm.)"""
+    execute(pg_url, DDL)
+    sink = open_sink(PostgresSink("pg", url=pg_url, table="t", partitions=1), "strag")
+    old = [(1, "batch 0"), (2, "batch 0")]
+    new = [(1, "batch 1"), (3, "batch 1")]
+    first, second = _batch(spark, old, 0), _batch(spark, new, 1)
+    straggler = dataclasses.replace(sink.partition_writer(first, None), direct=True)
+    assert sink.write(first).rows == 2
+    later = sink.partition_writer(second, None)
+    gate = _Gate()
+    outcomes: dict[str, Any] = {}
+
+    def attempt(name: str, writer: Any, rows: list[tuple[Any, ...]], hooks: Any) -> None:
+        batches = iter(_arrow(rows).to_batches())
+        outcomes[name] = writer.write_partition(0, batches, hooks, MemberDigest())
+
+    live = threading.Thread(target=attempt, args=("batch 1", later, new, gate))
+    live.start()
+    assert gate.reached.wait(60), "batch 1's partition never reached its commit"
+    late = threading.Thread(target=attempt, args=("batch 0", straggler, old, _NoHooks()))
+    late.start()
+    deadline = time.monotonic() + 30
+    while late.is_alive() and not waiting_on_a_lock(pg_url) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert late.is_alive(), f"the straggler did not wait for batch 1: {outcomes}"
+    gate.opened.set()
+    live.join(60)
+    late.join(60)
+
+    assert _table(pg_url) == [(1, "batch 1"), (2, "batch 0"), (3, "batch 1")]
+    assert outcomes["batch 1"].status == "committed"
+    assert outcomes["batch 0"].status == "failed"
+
+
+def test_a_pipeline_started_again_without_its_ledger_is_refused_before_writing(
+    spark: Any, pg_url: str
+) -> None:
+    """Started again under the same name with a new checkpoint and a new ledger (epoch 0
+    again), the pipeline's batch 0 meets its old run's batch 1 in ``upsert_routes``: the
+    driver refuses it before any partition writes (the same query that reads the batch's
+    routes), naming the later batch and the statement that lets the table be written again,
+    which then works."""
+    execute(pg_url, DDL)
+    sink = open_sink(PostgresSink("pg", url=pg_url, table="t", partitions=1), "strag")
+    assert sink.write(_batch(spark, [(1, "batch 0"), (2, "batch 0")], 0)).rows == 2
+    assert sink.write(_batch(spark, [(1, "batch 1"), (3, "batch 1")], 1)).rows == 2
+    again = _batch(spark, [(1, "again"), (4, "again")], 0)
+    delete = "DELETE FROM fanout.upsert_routes WHERE pipeline = 'strag' AND sink = 'pg'"
+
+    with pytest.raises(SinkWriteError) as refused:
+        sink.check_replay(again)  # on the driver, before the route letters and partitions
+    message = str(refused.value)
+    assert "batch 1" in message and "Restore the pipeline" in message and delete in message
+    with pytest.raises(SinkWriteError) as written:
+        sink.write(again)
+    assert "partition(s) failed" not in str(written.value)  # no partition task ran
+    assert _table(pg_url) == [(1, "batch 1"), (2, "batch 0"), (3, "batch 1")]
+
+    execute(pg_url, delete)  # what the message says to do to write the table again
+    assert sink.write(again).rows == 2
+    assert _table(pg_url) == [
+        (1, "again"), (2, "batch 0"), (3, "batch 1"), (4, "again"),
+    ]  # fmt: skip
