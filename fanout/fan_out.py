@@ -2,7 +2,9 @@
 
 :meth:`FanOut.process` reads as the steps of a batch (docs/architecture.md §2), each one
 named piece in :mod:`fanout.steps` or :mod:`fanout.routes`, all sharing one
-:class:`fanout.steps.state.BatchState`:
+:class:`fanout.steps.state.BatchState`, once the batch passed the stop gate
+(:mod:`fanout.steps.stop_gate`: a batch Spark begins after :meth:`FanOut.request_stop` is
+refused before anything):
 
 1. context (:mod:`fanout.steps.context`): query id, offsets, planning time; then, beside
    the steps below, the shuffle of the group that shared a job over the last batch is
