@@ -28,7 +28,8 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     ├── CheckpointError             the checkpoint does not match the ledger
     │   ├── CheckpointResetError    the checkpoint was lost or replaced (another query id)
     │   └── CheckpointRollbackError the checkpoint was rolled back (batches re-planned)
-    └── BatchFailedError                 a micro-batch failed in one or more sinks
+    ├── BatchFailedError                 a micro-batch failed in one or more sinks
+    └── StopRequestedError      a batch Spark began after a stop was requested, refused
 
 Note the two spellings: ``FanoutError`` is the base class of everything, ``BatchFailedError``
 is the error of a failed fan-out (named after the :class:`fanout.FanOut` that raises it).
@@ -607,3 +608,23 @@ class BatchFailedError(FanoutError):
             error = self.failures[name]
             lines.append(f"  - {name}: {type(error).__name__}: {error}")
         super().__init__("\n".join(lines))
+
+
+class StopRequestedError(FanoutError):
+    """A batch Spark began after a stop was requested (:meth:`fanout.FanOut.request_stop`,
+    which ``fanout run`` calls on SIGINT/SIGTERM), refused before fanout did anything of
+    it: nothing was written or marked. The query fails with it, so Spark does not commit
+    the batch and runs it again at the next start. ``fanout run`` reads it as a clean stop.
+    """
+
+    def __init__(self, pipeline: str, batch_id: int) -> None:
+        self.pipeline = pipeline
+        self.batch_id = batch_id
+        super().__init__(
+            f"pipeline {pipeline!r}, batch {batch_id}: refused, a stop was requested before "
+            "the batch began; nothing of it was written, and Spark runs it again when the "
+            "query starts next (nothing to do)"
+        )
+
+    def __reduce__(self) -> tuple[type[StopRequestedError], tuple[str, int]]:
+        return (type(self), (self.pipeline, self.batch_id))

@@ -2,7 +2,9 @@
 
 :meth:`FanOut.process` reads as the steps of a batch (docs/architecture.md §2), each one
 named piece in :mod:`fanout.steps` or :mod:`fanout.routes`, all sharing one
-:class:`fanout.steps.state.BatchState`:
+:class:`fanout.steps.state.BatchState`, once the batch passed the stop gate
+(:mod:`fanout.steps.stop_gate`: a batch Spark begins after :meth:`FanOut.request_stop` is
+refused before anything):
 
 1. context (:mod:`fanout.steps.context`): query id, offsets, planning time; then, beside
    the steps below, the shuffle of the group that shared a job over the last batch is
@@ -96,6 +98,7 @@ from fanout.steps.record import Recorder
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.state import BatchState
+from fanout.steps.stop_gate import StopGate
 from fanout.steps.timeout import (
     CLOSE_WAIT_S,
     AbandonedWrite,
@@ -209,6 +212,8 @@ class FanOut:
         )  # fmt: skip
         plugins = self._recipe.options["plugins"]
         self.pipeline = check_name(pipeline, "pipeline")
+        self.stop_gate = StopGate(self.pipeline)
+        """Closed by :meth:`request_stop`: a batch Spark begins afterwards is refused."""
         _check_arguments(
             self.pipeline, ledger, parallelism=parallelism, retries=retries,
             backoff_s=backoff_s, probe_interval_s=probe_interval_s, share_tasks=share_tasks,
@@ -685,10 +690,28 @@ class FanOut:
     # -- the foreachBatch entry point -------------------------------------------------
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
-        """Handle one micro-batch; Spark calls this with the batch DataFrame and its id."""
+        """Handle one micro-batch; Spark calls this with the batch DataFrame and its id.
+
+        Once :meth:`request_stop` was called, raises :class:`fanout.StopRequestedError`
+        before doing anything of the batch (Spark then runs it again at the next start)."""
         if "_context" not in self.__dict__:  # unpickled: build the pipeline here
             self._build(getattr(batch_df, "sparkSession", None))
-        self.process(batch_df, self._context.read(batch_df, batch_id))  # 1. context
+        self.stop_gate.enter(batch_id)  # refused once a stop was requested
+        try:
+            self.process(batch_df, self._context.read(batch_df, batch_id))  # 1. context
+        finally:
+            self.stop_gate.leave()
+
+    def request_stop(self) -> int | None:
+        """Ask this ``FanOut`` to run no further batch, before stopping its query
+        (``fanout run`` does on SIGINT/SIGTERM): each batch Spark begins from now on is
+        refused with :class:`fanout.StopRequestedError` before anything of it is done, so
+        Spark's ``query.stop()``, which interrupts the batch it runs, never interrupts one
+        of fanout's. Returns the batch inside the foreachBatch call now (``None``: none),
+        which goes on: wait for it (``stop_gate.wait_empty``) before ``query.stop()``. A
+        ``FanOut`` never asked behaves as before. Not under Spark Connect, where the
+        ``FanOut`` running the batches is the one built beside the server."""
+        return self.stop_gate.close()
 
     def process(self, df: Any, info: BatchInfo) -> dict[str, SinkResult]:
         """Fan one batch out; returns the result of every sink written in this call.

@@ -1,15 +1,17 @@
 """``fanout run`` and ``fanout validate``: a pipeline from a TOML file.
 
 ``run`` builds the SparkSession, the source, the sinks and the ledger, starts the query and
-prints one line per batch and a summary at the end (:mod:`fanout.app.progress`), and
-stops it on SIGINT or SIGTERM: between batches at once; during a batch it waits up to
+prints one line per batch and a summary at the end (:mod:`fanout.app.progress`), and stops
+it on SIGINT or SIGTERM: between batches at once; during a batch it waits up to
 ``pipeline.stop_timeout_s`` for the batch to finish, then abandons it by exiting at once
 (Spark replays it on restart and fanout skips the sinks that committed it), and says which
-happened. A second signal ends the process at once. A run its trigger ends
-(``available_now``, ``once``) gives lagging sinks a final catch-up and exits 3 when one is
-still behind (:func:`_final_catch_up`); a clean stop gives them none, and exits 3 too when
-one is behind (:func:`_stopped`). Lagging sinks' catch-up starts with the query, not with
-its first batch, which a restart finding no new data never runs (:func:`_start_catch_up`).
+happened. A batch Spark begins once the stop was asked is refused before it writes anything
+and runs at the next start (:func:`_stop`). A second signal ends the process at once. A run
+its trigger ends (``available_now``, ``once``) gives lagging sinks a final catch-up and
+exits 3 when one is still behind (:func:`_final_catch_up`); a clean stop gives them none,
+and exits 3 too when one is behind (:func:`_stopped`). Lagging sinks' catch-up starts with
+the query, not with its first batch, which a restart finding no new data never runs
+(:func:`_start_catch_up`).
 """
 
 from __future__ import annotations
@@ -36,12 +38,14 @@ from fanout.errors import (
     BatchFailedError,
     ConfigurationError,
     SinksBehindError,
+    StopRequestedError,
     TransientSinkError,
 )
 from fanout.hooks.registry import Registry, load_registry, option_names
 from fanout.hooks.specs import hookimpl
 from fanout.observe.logs import known_secrets
 from fanout.observe.secrets import redact
+from fanout.steps.stop_gate import StopGate
 
 log = logging.getLogger("fanout")
 
@@ -300,7 +304,8 @@ def run(
     they lost batches the ledger marks written there (:class:`fanout.TargetLostError`).
 
     :return: the exit code: 0 finished or stopped cleanly with every sink holding every
-        batch, 1 failed (also when a batch fails while a stop waits for it),
+        batch (also when the stop refused a batch Spark began after the signal, which runs
+        at the next start), 1 failed (also when a batch fails while a stop waits for it),
         :data:`EXIT_BEHIND` (3) when a lagging sink still misses batches: after its final
         catch-up once the trigger drained the source, or at a clean stop (which gives it no
         catch-up). A stop that abandons its batch does not return: the process exits at
@@ -345,7 +350,7 @@ def run(
             progress.report(query.recentProgress, out)
             stop.wait(0.5)
         if stop.is_set():
-            outcome = _stop(query, tracker, config, received[0].name, out)
+            outcome = _stop(query, tracker, config, received[0].name, out, fan.stop_gate)
             _end_progress(progress, query, config, out)
             if outcome == "failed":
                 return _failed(query, tracker, config, out)
@@ -468,15 +473,27 @@ def _end_progress(
 
 
 def _stop(
-    query: Any, tracker: BatchTracker, config: PipelineConfig, signame: str, out: TextIO
+    query: Any,
+    tracker: BatchTracker,
+    config: PipelineConfig,
+    signame: str,
+    out: TextIO,
+    gate: StopGate | None = None,
 ) -> StopOutcome:
     """Stop the query on a signal; say, and return, how it ended.
 
-    A batch in flight gets ``stop_timeout_s`` to finish; Spark's ``query.stop()`` is only
-    called once no batch of fanout's is running, since it waits for the foreachBatch call in
-    flight whatever its own timeout (and cancels that batch's Spark jobs). A batch still
-    running at the deadline is abandoned: the caller leaves without waiting for it."""
-    batch = tracker.in_flight
+    The ``FanOut``'s ``gate`` closes first (:class:`fanout.steps.stop_gate.StopGate`): a
+    batch Spark begins from then on is refused before fanout does anything of it
+    (:class:`fanout.StopRequestedError`; Spark runs it at the next start), so Spark's
+    ``query.stop()``, which interrupts the batch it runs, never interrupts one of fanout's
+    (with a backlog, Spark begins the next batch as soon as one ends). A batch in flight
+    (begun, or inside the foreachBatch call before fanout's tracker saw it) gets
+    ``stop_timeout_s`` to finish; ``query.stop()`` is only called once no batch of fanout's
+    is running, since it waits for the foreachBatch call in flight whatever its own timeout.
+    A batch still running at the deadline is abandoned: the caller leaves without waiting
+    for it. The refusal is a clean stop; any other error of the query, a failure."""
+    inside = None if gate is None else gate.close()
+    batch = tracker.in_flight if tracker.in_flight is not None else inside
     started = time.monotonic()
     if batch is not None:
         out.write(
@@ -484,7 +501,7 @@ def _stop(
             "for it to finish (a second Ctrl-C or SIGTERM ends the run at once)\n"
         )
         out.flush()
-        if not tracker.idle.wait(config.stop_timeout_s):
+        if not _batch_over(tracker, gate, config.stop_timeout_s, started):
             return _abandoned(signame, batch, started, out)
         if tracker.failure is not None:
             _stop_query(query, STOP_GRACE_S)
@@ -493,14 +510,45 @@ def _stop(
     remaining = config.stop_timeout_s - (time.monotonic() - started)
     if not _stop_query(query, max(remaining, STOP_GRACE_S)):  # Spark began another batch
         return _abandoned(signame, tracker.in_flight, started, out)
-    if tracker.failure is not None or query.exception() is not None:
+    refused = None if gate is None else gate.refused
+    error = query.exception()
+    if tracker.failure is not None or (error is not None and not _is_refusal(error, refused)):
         out.write(f"{signame}: the query failed while it stopped\n")
         return "failed"
+    after = "" if refused is None else f"before batch {refused} began (it runs at the next start)"
     if batch is None:
-        out.write(f"{signame}: stopped between batches; {tracker.committed_text()}\n")
+        if refused is None:
+            out.write(f"{signame}: stopped between batches; {tracker.committed_text()}\n")
+        else:
+            out.write(f"{signame}: stopped {after}; {tracker.committed_text()}\n")
         return "between"
-    out.write(f"{signame}: batch {batch} finished; stopped cleanly\n")
+    out.write(f"{signame}: batch {batch} finished; stopped cleanly{' ' + after if after else ''}\n")
     return "finished"
+
+
+def _batch_over(
+    tracker: BatchTracker, gate: StopGate | None, timeout_s: float, started: float
+) -> bool:
+    """Wait, until ``timeout_s`` after ``started``, for the batch in flight to end: its
+    tracker idle and, with a ``gate``, no batch inside the foreachBatch call (one that
+    entered it may not have told the tracker yet). Whether it ended."""
+    if not tracker.idle.wait(timeout_s):
+        return False
+    return gate is None or gate.wait_empty(timeout_s - (time.monotonic() - started))
+
+
+_REFUSAL = f"{StopRequestedError.__module__}.{StopRequestedError.__name__}: "
+
+
+def _is_refusal(error: Any, refused: int | None) -> bool:
+    """Whether the query's ``error`` is the gate's refusal of batch ``refused`` (the error
+    fanout raised last in its trace is :class:`fanout.StopRequestedError`), not another
+    failure."""
+    if refused is None:
+        return False
+    text = str(getattr(error, "desc", None) or error)
+    own = list(_OWN_ERROR.finditer(text))
+    return bool(own) and own[-1].group(0).strip() == _REFUSAL.strip()
 
 
 def _down_next(sinks: Sequence[str], config: PipelineConfig) -> str:

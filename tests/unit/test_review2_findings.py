@@ -220,6 +220,7 @@ def test_finding2_sigterm_during_a_batch_that_fails_exits_0(
 
     from fanout.app import runner
     from fanout.app.config import PipelineConfig
+    from fanout.steps.stop_gate import StopGate
 
     config = PipelineConfig("p", str(tmp_path / "ledger"), str(tmp_path / "cp"), {}, [],
                             stop_timeout_s=5)  # fmt: skip
@@ -228,6 +229,7 @@ def test_finding2_sigterm_during_a_batch_that_fails_exits_0(
     class _Fan:
         specs: ClassVar[dict[str, Any]] = {}  # no sink: nothing to check before the start
         unopened = ()
+        stop_gate = StopGate("p")
 
         def behind(self) -> list[Any]:
             return []

@@ -19,7 +19,8 @@ import pytest
 from fanout.app import runner
 from fanout.app.config import PipelineConfig
 from fanout.contract.batch import BatchInfo
-from fanout.errors import BatchFailedError
+from fanout.errors import BatchFailedError, StopRequestedError
+from fanout.steps.stop_gate import StopGate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -156,6 +157,176 @@ def test_a_query_failing_while_it_stops_between_batches_is_a_failure(tmp_path: P
     assert out.getvalue() == "SIGTERM: the query failed while it stopped\n"
 
 
+# -- the stop gate: a batch Spark begins during the stop (the source has a backlog) ---------
+
+
+def _refusal_text(batch: int) -> str:
+    """What Spark's query error says when foreachBatch raised the gate's refusal."""
+    return (
+        "An exception was raised by the Python Proxy. Return Message: Traceback (most recent "
+        'call last):\n  File "fan_out.py", line 1, in __call__\n'
+        f"fanout.errors.StopRequestedError: {StopRequestedError('p', batch)}\n\n"
+        "=== Streaming Query ===\nIdentifier: p"
+    )
+
+
+class _RefusingQuery(_Query):
+    """Spark begins batch ``batch`` while ``stop()`` runs: the closed gate refuses it, and
+    the query's error is the refusal (``error_text``: another one)."""
+
+    def __init__(self, gate: StopGate, batch: int, error_text: str | None = None) -> None:
+        super().__init__()
+        self.gate, self.batch, self.error_text = gate, batch, error_text
+
+    def stop(self) -> None:
+        with pytest.raises(StopRequestedError):
+            self.gate.enter(self.batch)
+        self.error = RuntimeError(self.error_text or _refusal_text(self.batch))
+        super().stop()
+
+
+def test_the_gate_refuses_every_batch_once_closed_and_names_the_first() -> None:
+    gate = StopGate("orders")
+    gate.enter(3)  # open: a FanOut never asked to stop behaves as before
+    assert (gate.inside, gate.closed) == (3, False)
+    gate.leave()
+    assert gate.close() is None and gate.closed
+    with pytest.raises(StopRequestedError) as refused:
+        gate.enter(4)
+    with pytest.raises(StopRequestedError):
+        gate.enter(5)
+    assert (gate.refused, gate.inside, refused.value.batch_id) == (4, None, 4)
+    assert str(refused.value) == (
+        "pipeline 'orders', batch 4: refused, a stop was requested before the batch began; "
+        "nothing of it was written, and Spark runs it again when the query starts next "
+        "(nothing to do)"
+    )
+    import pickle
+
+    assert str(pickle.loads(pickle.dumps(refused.value))) == str(refused.value)
+
+
+def test_the_gate_closed_with_a_batch_inside_names_it_and_waits_for_it() -> None:
+    gate = StopGate("p")
+    gate.enter(7)
+    assert gate.close() == 7
+    assert not gate.wait_empty(0.05)
+    _later(0.1, gate.leave)
+    assert gate.wait_empty(5) and gate.inside is None and gate.refused is None
+
+
+def test_a_batch_spark_began_during_the_stop_is_refused_and_the_stop_is_clean(
+    tmp_path: Path,
+) -> None:
+    """Batch 8 committed, the tracker idle: Spark begins batch 9 (a backlog) while
+    ``query.stop()`` runs. Before the gate, stop() interrupted its jobs and the run exited
+    1 ("the query failed while it stopped"); now it is refused before it writes, and the
+    stop says it runs at the next start."""
+    tracker, gate, out = runner.BatchTracker(), StopGate("p"), io.StringIO()
+    tracker.last_committed = 8
+    query = _RefusingQuery(gate, 9)
+
+    outcome = runner._stop(query, tracker, _config(tmp_path), "SIGTERM", out, gate)
+
+    assert (outcome, len(query.stops), gate.refused) == ("between", 1, 9)
+    assert out.getvalue() == (
+        "SIGTERM: stopped before batch 9 began (it runs at the next start); "
+        "last committed batch 8\n"
+    )
+
+
+def test_a_batch_refused_after_the_one_waited_for_is_said_after_it(tmp_path: Path) -> None:
+    tracker, gate, out = _in_flight(7), StopGate("p"), io.StringIO()
+    query = _RefusingQuery(gate, 8)
+    _later(0.2, lambda: tracker.fanout_batch_end(BatchInfo("p", 7, "q"), {}))
+
+    outcome = runner._stop(query, tracker, _config(tmp_path), "SIGINT", out, gate)
+
+    assert outcome == "finished"
+    assert out.getvalue().splitlines()[1] == (
+        "SIGINT: batch 7 finished; stopped cleanly before batch 8 began (it runs at the next start)"
+    )
+
+
+def test_a_batch_inside_the_call_the_tracker_has_not_seen_is_waited_for(
+    tmp_path: Path,
+) -> None:
+    """The signal came just after Spark handed batch 9 over, before fanout's tracker saw
+    it (idle): stop() then interrupted it. The gate knows it: it is waited for, and
+    stop() called only once it is out of the call."""
+    tracker, gate, query, out = runner.BatchTracker(), StopGate("p"), _Query(), io.StringIO()
+    tracker.last_committed = 8
+    gate.enter(9)
+    left: list[float] = []
+
+    def batch_ends() -> None:
+        info = BatchInfo("p", 9, "q")
+        tracker.fanout_batch_start(info, ["a"], [])
+        tracker.fanout_batch_end(info, {})
+        left.append(time.monotonic())
+        gate.leave()
+
+    _later(0.3, batch_ends)
+
+    outcome = runner._stop(query, tracker, _config(tmp_path), "SIGTERM", out, gate)
+
+    assert outcome == "finished"
+    assert len(query.stops) == 1 and query.stops[0] >= left[0], "stop() before the batch left"
+    assert out.getvalue() == (
+        "SIGTERM: batch 9 in flight; waiting up to 5 s for it to finish (a second Ctrl-C or "
+        "SIGTERM ends the run at once)\n"
+        "SIGTERM: batch 9 finished; stopped cleanly\n"
+    )
+
+
+def test_a_batch_inside_the_call_past_the_timeout_is_abandoned(tmp_path: Path) -> None:
+    tracker, gate, query, out = runner.BatchTracker(), StopGate("p"), _Query(), io.StringIO()
+    gate.enter(9)  # never leaves
+
+    outcome = runner._stop(query, tracker, _config(tmp_path, 0.3), "SIGTERM", out, gate)
+
+    assert (outcome, query.stops) == ("abandoned", [])
+    assert "SIGTERM: batch 9 still running after" in out.getvalue()
+
+
+def test_another_error_during_a_stop_that_refused_a_batch_is_a_failure(
+    tmp_path: Path,
+) -> None:
+    gate, out = StopGate("p"), io.StringIO()
+    other = _refusal_text(9) + "\nfanout.errors.LedgerError: the ledger cannot be written"
+    query = _RefusingQuery(gate, 9, other)
+
+    outcome = runner._stop(query, runner.BatchTracker(), _config(tmp_path), "SIGTERM", out, gate)
+
+    assert outcome == "failed"
+    assert out.getvalue() == "SIGTERM: the query failed while it stopped\n"
+
+
+def test_the_refusals_text_without_a_refused_batch_is_a_failure(tmp_path: Path) -> None:
+    """Only this run's gate refusing a batch makes the refusal's error a clean stop."""
+    query, out = _Query(error=RuntimeError(_refusal_text(9))), io.StringIO()
+
+    outcome = runner._stop(
+        query, runner.BatchTracker(), _config(tmp_path), "SIGTERM", out, StopGate("p")
+    )
+
+    assert outcome == "failed"
+
+
+def test_a_batch_failing_after_its_wait_while_the_next_is_refused_is_a_failure(
+    tmp_path: Path,
+) -> None:
+    tracker, gate, out = _in_flight(7), StopGate("p"), io.StringIO()
+    error = BatchFailedError("p", 7, {"a": RuntimeError("sink 'a' is down")})
+    _later(0.2, lambda: tracker.fanout_batch_failed(BatchInfo("p", 7, "q"), error))
+
+    outcome = runner._stop(_RefusingQuery(gate, 8), tracker, _config(tmp_path), "SIGTERM",
+                           out, gate)  # fmt: skip
+
+    assert outcome == "failed"
+    assert out.getvalue().splitlines()[1] == "SIGTERM: batch 7 failed while the stop waited for it"
+
+
 # -- run(): exit codes, the second signal, a query that cannot start ------------------------
 
 
@@ -163,11 +334,12 @@ def _fake_run(
     monkeypatch: pytest.MonkeyPatch, config: PipelineConfig, start: Any
 ) -> dict[str, Any]:
     """Replace everything ``run`` builds; ``start(tracker)`` gives the query."""
-    made: dict[str, Any] = {"closed": 0}
+    made: dict[str, Any] = {"closed": 0, "gate": StopGate("p")}
 
     class _Fan:
         specs: ClassVar[dict[str, Any]] = {}  # no sink: nothing to check before the start
         unopened = ()
+        stop_gate = made["gate"]
 
         def behind(self) -> list[Any]:
             return []
@@ -223,6 +395,27 @@ def test_run_reports_a_batch_failing_during_the_stop_and_exits_1(
     Path(trace).unlink()
 
 
+def test_run_exits_0_when_the_stop_refused_a_batch_spark_began(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def start(tracker: runner.BatchTracker) -> _Query:
+        tracker.last_committed = 4
+        _later(0.1, lambda: os.kill(os.getpid(), signal.SIGTERM))
+        return _RefusingQuery(made["gate"], 5)
+
+    made = _fake_run(monkeypatch, _config(tmp_path), start)
+    monkeypatch.setattr(runner, "_stopped", lambda fan, signame, out: 0)
+    out = io.StringIO()
+
+    code = runner.run("p.toml", out)
+
+    assert (code, made["closed"]) == (0, 1)
+    assert out.getvalue().splitlines()[1] == (
+        "SIGTERM: stopped before batch 5 began (it runs at the next start); last committed batch 4"
+    )
+    assert "failed" not in out.getvalue()
+
+
 def test_run_leaves_at_once_with_128_plus_the_signal_when_it_abandons_a_batch(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -275,6 +468,7 @@ _PROCESS = textwrap.dedent(
     from fanout.app import runner
     from fanout.app.config import PipelineConfig
     from fanout.contract.batch import BatchInfo
+    from fanout.steps.stop_gate import StopGate
 
     class Query:  # batch 3 runs for ever, and so does stop(), as with a sink that hangs
         id, recentProgress, isActive = "q", [], True
@@ -282,7 +476,7 @@ _PROCESS = textwrap.dedent(
         def exception(self): return None
 
     class Fan:
-        specs, unopened = {}, ()
+        specs, unopened, stop_gate = {}, (), StopGate("p")
         def behind(self): return []
         def start_catch_up(self, query): return None
         def close(self): raise AssertionError("closed while its batch runs")
