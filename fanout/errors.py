@@ -438,7 +438,7 @@ class MissedBatchesError(FanoutError):
         command = (
             f"`fanout ledger skip{f' --config {config}' if config else ''} --ledger {ledger} "
             f"--pipeline {pipeline} --sink {sink} "
-            f"--through {through}{f' --epoch {epoch}' if epoch else ''}"
+            f"--through {through} --epoch {epoch}"
             f"{f' --spool {spool}' if spool else ''}` (in Python: "
             "fanout.ledger.gaps.skip_batches)"
         )

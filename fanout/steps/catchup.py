@@ -600,7 +600,7 @@ def _cannot_backfill(
         f"batch read back would {wrong}; nothing of it is written to {sink!r}, which waits "
         f"at this batch. {way_back}, or accept that {sink!r} never gets batch "
         f"{key[1]}: `fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
-        f"--through {key[1]}{f' --epoch {key[0]}' if key[0] else ''}`, then restart",
+        f"--through {key[1]} --epoch {key[0]}`, then restart",
         sink=sink,
         batch_id=key[1],
     )

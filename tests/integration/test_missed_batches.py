@@ -95,7 +95,7 @@ def test_a_backfill_whose_source_lost_dead_letters_writes_nothing_and_says_so(
         "read back would lack them; nothing of it is written to 'copy', which waits at this "
         f"batch. Put the letters back (restore {dead} to a version that holds them), or "
         f"accept that 'copy' never gets batch 0: `fanout ledger skip --ledger {ledger} "
-        "--pipeline lost --sink copy --through 0`, then restart"
+        "--pipeline lost --sink copy --through 0 --epoch 0`, then restart"
     )
     assert not (tmp_path / "copy").exists()  # nothing written to the backfilled sink
     assert _ids(tmp_path / "lake") == [1, 3]

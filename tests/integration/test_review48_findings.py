@@ -122,5 +122,5 @@ def test_a_backfill_reading_another_count_than_its_source_wrote_is_refused_not_m
         "; nothing of it is written to 'copy', which waits at this batch. Restore the table "
         "of 'lake' to a version whose commit of the batch holds its rows, or accept that "
         f"'copy' never gets batch {batch}: `fanout ledger skip --ledger {ledger_text} "
-        f"--pipeline cnt --sink copy --through {batch}`, then restart"
+        f"--pipeline cnt --sink copy --through {batch} --epoch 0`, then restart"
     )

@@ -104,8 +104,9 @@ def test_a_gap_refusal_names_a_skip_that_keeps_the_batches_after_the_gap(
         assert (refused.mark, refused.missing, refused.spooled) == (1, [2], [3])
         assert str(refused).endswith(
             "; or accept that 'pg' never gets batch(es) 2: `fanout ledger skip --ledger "
-            f"MemoryLedger@{id(ledger):x} --pipeline grow --sink pg --through 2 --spool {spool}` "
-            "(in Python: fanout.ledger.gaps.skip_batches), then restart: it is given batch(es) "
+            f"MemoryLedger@{id(ledger):x} --pipeline grow --sink pg --through 2 --epoch 0 "
+            f"--spool {spool}` (in Python: fanout.ledger.gaps.skip_batches), then restart: it "
+            "is given batch(es) "
             "3, which the spool or its backfill source still holds for it, next, in order."
         )
     finally:
@@ -198,7 +199,7 @@ def test_a_backfill_source_whose_table_lost_a_batch_says_what_to_do(tmp_path: Pa
         "them; nothing of it is written to 'pg', which waits at this batch. Restore the "
         "table of 'lake' to a version that holds the batch, or accept that 'pg' never gets "
         f"batch 0: `fanout ledger skip --ledger MemoryLedger@{id(ledger):x} --pipeline grow "
-        "--sink pg --through 0`, then restart"
+        "--sink pg --through 0 --epoch 0`, then restart"
     )
     assert sink.stuck
 

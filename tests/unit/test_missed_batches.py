@@ -104,7 +104,7 @@ def test_a_sink_removed_and_put_back_is_refused_then_goes_on_after_an_explicit_s
     assert "backfill_from=" in message
     assert "fanout ledger skip --ledger MemoryLedger@" in message
     assert message.endswith(
-        "--pipeline gap --sink pg --through 4` (in Python: "
+        "--pipeline gap --sink pg --through 4 --epoch 0` (in Python: "
         "fanout.ledger.gaps.skip_batches), then restart."
     )
     assert ledger.last_committed("gap", ["good", "pg"]) == {"good": 4, "pg": 1}
@@ -145,8 +145,8 @@ def test_a_lagging_sink_left_out_for_a_batch_is_refused_naming_what_the_spool_ke
         "holds for it and which could not be written to it now (they are written first, in "
         "order, at each start: fix the sink and restart), accept that it never gets batch(es) "
         f"3: `fanout ledger skip --ledger {_location(ledger)} --pipeline gap --sink down "
-        f"--through 3 --spool {spool}` (in Python: fanout.ledger.gaps.skip_batches), then "
-        "restart. A skip past batches the spool still holds is refused: --release-spooled "
+        f"--through 3 --epoch 0 --spool {spool}` (in Python: fanout.ledger.gaps.skip_batches), "
+        "then restart. A skip past batches the spool still holds is refused: --release-spooled "
         "gives them up too."
     )
 
@@ -269,7 +269,8 @@ def test_a_sink_with_a_backfill_source_is_told_to_restore_the_spool_not_to_confi
     assert (
         "Either give them back: restore the spool (the backfill source 'lake' of 'pg' holds "
         "none of them: it has no committed mark for them); or accept that 'pg' never gets "
-        "them: `fanout ledger skip --ledger /ledger --pipeline gap --sink pg --through 4`"
+        "them: `fanout ledger skip --ledger /ledger --pipeline gap --sink pg --through 4 "
+        "--epoch 0`"
     ) in message
 
 
@@ -312,7 +313,7 @@ def test_a_sink_refused_at_a_gap_is_first_given_the_batches_held_before_it(
     error = refused.value
     assert (error.mark, error.missing, error.spooled) == (2, [3], [])
     assert str(error).endswith(
-        f"--pipeline gap --sink down --through 3 --spool {spool}` (in Python: "
+        f"--pipeline gap --sink down --through 3 --epoch 0 --spool {spool}` (in Python: "
         "fanout.ledger.gaps.skip_batches), then restart."
     )
     assert [b.batch_id for b in _opened(spool).needed_by("down")] == [1, 2]  # released later
@@ -347,8 +348,9 @@ def test_skip_refuses_to_give_up_batches_the_spool_still_holds(
         "holds for it and which could not be written to it now (they are written first, in "
         "order, at each start: fix the sink and restart), accept that it never gets batch(es) "
         f"3: `fanout ledger skip --ledger {path} --pipeline gap --sink down --through 3 "
-        f"--spool {spool}` (in Python: fanout.ledger.gaps.skip_batches), then restart. A skip "
-        "past batches the spool still holds is refused: --release-spooled gives them up too."
+        f"--epoch 0 --spool {spool}` (in Python: fanout.ledger.gaps.skip_batches), then "
+        "restart. A skip past batches the spool still holds is refused: --release-spooled "
+        "gives them up too."
     )
 
     args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "down"]
@@ -544,7 +546,7 @@ def test_printed_commands_name_a_relative_ledger_and_spool_absolute(
         _run(fan, range(4, 5))
     assert (
         f"3: `fanout ledger skip --ledger {ledger} --pipeline gap --sink down --through 3 "
-        f"--spool {spool}` (in Python: fanout.ledger.gaps.skip_batches), then restart."
+        f"--epoch 0 --spool {spool}` (in Python: fanout.ledger.gaps.skip_batches), then restart."
     ) in str(refused.value)
 
     assert skip_batches(DeltaLedger("ledger"), "gap", "down", 3).recorded  # 1-2 kept

@@ -228,7 +228,7 @@ def test_the_gap_refusal_of_a_pipeline_file_names_a_skip_with_its_config(
     _config(tmp_path, path, backfill=False)
     skip = (
         f"fanout ledger skip --config {tmp_path}/pipeline.toml --ledger {path} --pipeline gap "
-        "--sink pg --through 4"
+        "--sink pg --through 4 --epoch 0"
     )
     for file, command in (("pipeline.toml", skip), (None, skip.replace(
         f" --config {tmp_path}/pipeline.toml", ""
@@ -282,7 +282,7 @@ def test_the_printed_skip_runs_from_another_directory_with_a_relative_pipeline_f
     skip = str(refused.value).split("`")[1]
     assert skip == (
         f"fanout ledger skip --config {run_dir}/pipeline.toml --ledger {run_dir}/ledger "
-        "--pipeline gap --sink pg --through 4"
+        "--pipeline gap --sink pg --through 4 --epoch 0"
     )
 
     monkeypatch.chdir(elsewhere)

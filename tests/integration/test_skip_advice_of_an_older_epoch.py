@@ -1,0 +1,165 @@
+"""The ``fanout ledger skip`` a catch-up refusal prints for a batch of an *older* epoch
+(a lagging sink's backlog left from before a checkpoint reset) names that epoch: the skip
+defaults to the pipeline's current epoch, so a command without ``--epoch`` gives up the
+sink's batch of the new epoch instead (its rows lost to the sink) and leaves the refused
+batch refused. Real local Spark, a Delta ledger, two Delta sinks, a spool."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from fanout import BatchInfo, FanOut
+from fanout.app.cli import main
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.gaps import is_skip
+from fanout.sink_spec import SinkSpec, lag_policy
+from tests.integration.streams import DownSink, delta_rows
+
+if TYPE_CHECKING:
+    from fanout import Batch, SinkResult
+
+
+class _EpochDownSink(DownSink):
+    """A :class:`DownSink` that also records each write's (epoch, batch, ids)."""
+
+    def __init__(self, name: str, *, down: bool) -> None:
+        super().__init__(name, down=down)
+        self.written: list[tuple[int, int, list[int]]] = []
+
+    def write(self, batch: Batch) -> SinkResult:
+        """Write as a DownSink; record the write when it succeeds."""
+        result = super().write(batch)
+        ids = sorted(r["id"] for r in batch.arrow().to_pylist())
+        self.written.append((batch.info.epoch, batch.batch_id, ids))
+        return result
+
+
+def _ids(path: Path) -> list[int]:
+    return sorted(r["id"] for r in delta_rows(path))
+
+
+def test_the_skip_a_backfill_refusal_of_an_older_epoch_prints_gives_up_that_batch_only(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``copy`` backfills from ``lake``; batch 0 of epoch 0 cannot be read back (a dead
+    letter of it deleted by hand), so ``copy`` waits there across a checkpoint reset. The
+    refusal's skip, run as printed, gives up exactly that batch: ``copy`` then gets epoch
+    0's batch 1 and epoch 1's batch 0 from ``lake``, each row once."""
+    from deltalake import DeltaTable
+
+    ledger, dead, spool = str(tmp_path / "ledger"), str(tmp_path / "dead"), tmp_path / "spool"
+    lake = {"type": "delta", "name": "lake", "path": str(tmp_path / "lake"),
+            "partition_by": ["k"], "dead_letter": dead}  # fmt: skip
+    copy = {"type": "delta", "name": "copy", "path": str(tmp_path / "copy"),
+            "backfill_from": "lake", "retries": 0}  # fmt: skip
+
+    def frame(rows: list[tuple[int, str]]) -> Any:
+        return spark.createDataFrame(rows, "id LONG, k STRING")
+
+    def fan_out() -> FanOut:
+        return FanOut(
+            "old", ledger, [lake, copy], backoff_s=0, spool=str(spool),
+            on_checkpoint_reset="new_epoch",
+        )  # fmt: skip
+
+    first = FanOut("old", ledger, [lake], backoff_s=0)
+    try:
+        first.process(frame([(1, "a"), (2, "")]), BatchInfo("old", 0, "q"))  # 2: set aside
+    finally:
+        first.close()
+    DeltaTable(dead).delete("batch_id = 0")  # batch 0 can no longer be read back whole
+
+    fan = fan_out()
+    try:
+        fan.process(frame([(3, "b")]), BatchInfo("old", 1, "q"))
+        assert fan.catch_up(timeout_s=120)["copy"].state == "lagging"  # waits at (0, 0)
+        # the checkpoint reset: a new query's batch 0 starts epoch 1
+        fan.process(frame([(4, "c")]), BatchInfo("old", 0, "q-new"))
+        lag = fan.catch_up(timeout_s=120)["copy"]
+    finally:
+        fan.close()
+    assert lag.state == "lagging" and lag.error is not None
+    assert "batch 0 (epoch 0)" in lag.error, lag.error
+    printed = re.search(r"`(fanout ledger skip [^`]*)`", lag.error)
+    assert printed is not None, lag.error
+    assert _ids(tmp_path / "lake") == [1, 3, 4]
+    assert not (tmp_path / "copy").exists()
+
+    # the user runs the command exactly as printed, then restarts
+    assert main(printed.group(1).split()[1:]) == 0, capsys.readouterr()
+    again = fan_out()
+    try:
+        lag = again.catch_up(timeout_s=120)["copy"]
+    finally:
+        again.close()
+    assert (lag.state, lag.error) == ("live", None)
+    assert _ids(tmp_path / "copy") == [3, 4]  # epoch 0's batch 1 and epoch 1's batch 0
+    marks = [e for e in DeltaLedger(ledger).committed_entries("old") if e.sink == "copy"]
+    assert sorted((e.epoch, e.batch_id, is_skip(e)) for e in marks) == [
+        (0, 0, True), (0, 1, False), (1, 0, False),
+    ]  # fmt: skip
+
+
+def test_the_skip_a_gap_in_an_older_epochs_backlog_prints_gives_up_that_gap_only(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``down`` lags (on_failure='lag') on batches 1 and 2 of epoch 0; the spool loses its
+    batch 1 (its index row removed by hand); a checkpoint reset starts epoch 1. The
+    catch-up refuses writing batch 2 past the gap (``MissedBatchesError``); its skip, run as
+    printed, gives up batch 1 of epoch 0 only: ``down`` then gets batch 2 of epoch 0 and
+    batch 0 of epoch 1, each once."""
+    ledger, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
+    down = _EpochDownSink("down", down=True)
+
+    def fan_out() -> FanOut:
+        return FanOut(
+            "gap", ledger,
+            [{"type": "delta", "name": "lake", "path": str(tmp_path / "lake")},
+             SinkSpec(down, lag=lag_policy("down", {"on_failure": "lag"}))],
+            retries=0, backoff_s=0, spool=spool, probe_interval_s=3600,
+            on_checkpoint_reset="new_epoch",
+        )  # fmt: skip
+
+    def frame(ids: list[int]) -> Any:
+        return spark.createDataFrame([(i,) for i in ids], "id LONG")
+
+    fan = fan_out()
+    try:
+        down.down = False
+        fan.process(frame([1]), BatchInfo("gap", 0, "q"))
+        down.down = True
+        fan.process(frame([2]), BatchInfo("gap", 1, "q"))
+        fan.process(frame([3]), BatchInfo("gap", 2, "q"))
+        assert fan.spool is not None
+        assert [(b.key, sorted(b.needed_by)) for b in fan.spool.batches()] == [
+            ((0, 1), ["down"]), ((0, 2), ["down"]),
+        ]  # fmt: skip
+        fan.spool.remove({(0, 1): ["down"]})  # the spool lost batch 1 for it
+        fan.process(frame([4]), BatchInfo("gap", 0, "q-new"))  # the reset: epoch 1
+        down.down = False
+        lag = fan.catch_up(timeout_s=120)["down"]
+    finally:
+        fan.close()
+    assert lag.state == "lagging" and lag.error is not None
+    assert "MissedBatchesError" in lag.error and "never received batch(es) 1" in lag.error
+    printed = re.search(r"`(fanout ledger skip [^`]*)`", lag.error)
+    assert printed is not None, lag.error
+    assert sorted(r["id"] for r in delta_rows(tmp_path / "lake")) == [1, 2, 3, 4]
+
+    assert main(printed.group(1).split()[1:]) == 0, capsys.readouterr()
+    again = fan_out()
+    try:
+        lag = again.catch_up(timeout_s=120)["down"]
+    finally:
+        again.close()
+    assert (lag.state, lag.error) == ("live", None)
+    # batches 0 and 2 of epoch 0, then batch 0 of epoch 1: each row once
+    assert down.written == [(0, 0, [1]), (0, 2, [3]), (1, 0, [4])]
+    marks = [e for e in DeltaLedger(ledger).committed_entries("gap") if e.sink == "down"]
+    assert sorted((e.epoch, e.batch_id, is_skip(e)) for e in marks) == [
+        (0, 0, False), (0, 1, True), (0, 2, False), (1, 0, False),
+    ]  # fmt: skip
