@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from commit_hooks import CommitGate, NoCommitHooks
 from fanout_postgres import PostgresSink
 from pgcheck import execute, query, waiting_on_a_lock
 
@@ -40,28 +41,6 @@ def _letters(url: str) -> list[tuple[Any, ...]]:
     return query(url, "SELECT (row->>'id')::bigint, count(*) FROM rejects GROUP BY 1 ORDER BY 1")
 
 
-class _Gate:
-    """Commit hooks holding the partition's transaction open, just before its commit."""
-
-    def __init__(self) -> None:
-        self.reached, self.opened = threading.Event(), threading.Event()
-
-    def before(self, partition: int, rows: int, written: int) -> None:
-        self.reached.set()
-        self.opened.wait(60)
-
-    def after(self, partition: int, rows: int, written: int) -> None:
-        pass
-
-
-class _NoHooks:
-    def before(self, partition: int, rows: int, written: int) -> None:
-        pass
-
-    def after(self, partition: int, rows: int, written: int) -> None:
-        pass
-
-
 @pytest.mark.parametrize(
     "existing, rows",
     [
@@ -78,7 +57,7 @@ def test_two_attempts_of_one_partition_at_once_leave_its_letters_once(
     execute(pg_url, DDL, *[f"INSERT INTO t VALUES ({i}, '{n}')" for i, n in existing])
     writer = _sink(pg_url, partitions=1).partition_writer(_batch(spark, rows), None)
     table = pa.Table.from_pylist([{"id": i, "name": n} for i, n in rows], schema=ARROW)
-    gate = _Gate()
+    gate = CommitGate()
     outcomes: dict[str, PartitionOutcome] = {}
 
     def attempt(name: str, hooks: Any) -> None:
@@ -87,7 +66,7 @@ def test_two_attempts_of_one_partition_at_once_leave_its_letters_once(
     first = threading.Thread(target=attempt, args=("first", gate))
     first.start()
     assert gate.reached.wait(60), "the first attempt never reached its commit"
-    second = threading.Thread(target=attempt, args=("second", _NoHooks()))
+    second = threading.Thread(target=attempt, args=("second", NoCommitHooks()))
     second.start()
     deadline = time.monotonic() + 30
     while second.is_alive() and not waiting_on_a_lock(pg_url) and time.monotonic() < deadline:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from commit_hooks import CommitGate, NoCommitHooks
 from fanout_postgres import PostgresSink
 from pgcheck import execute, query, waiting_on_a_lock
 
@@ -26,28 +27,6 @@ SCHEMA = "id LONG, name STRING"
 ARROW = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 pytestmark = pytest.mark.usefixtures("no_kept_connections")
-
-
-class _Gate:
-    """Commit hooks holding the partition's transaction open, just before its commit."""
-
-    def __init__(self) -> None:
-        self.reached, self.opened = threading.Event(), threading.Event()
-
-    def before(self, partition: int, rows: int, written: int) -> None:
-        self.reached.set()
-        self.opened.wait(60)
-
-    def after(self, partition: int, rows: int, written: int) -> None:
-        pass
-
-
-class _NoHooks:
-    def before(self, partition: int, rows: int, written: int) -> None:
-        pass
-
-    def after(self, partition: int, rows: int, written: int) -> None:
-        pass
 
 
 def _arrow(rows: list[tuple[Any, ...]]) -> pa.Table:
@@ -83,7 +62,8 @@ def test_a_straggler_of_an_earlier_batch_does_not_undo_a_later_batch(
     ]  # fmt: skip
 
     # the other attempt of batch 0's partition ends now
-    outcome = task.write_partition(0, iter(_arrow(old).to_batches()), _NoHooks(), MemberDigest())
+    hooks = NoCommitHooks()
+    outcome = task.write_partition(0, iter(_arrow(old).to_batches()), hooks, MemberDigest())
 
     assert _table(pg_url) == [
         (1, "batch 1"), (2, "batch 0"), (3, "batch 1"),
@@ -111,7 +91,7 @@ def test_a_straggler_waiting_on_a_later_batch_s_transaction_does_not_overwrite_i
     straggler = dataclasses.replace(sink.partition_writer(first, None), direct=True)
     assert sink.write(first).rows == 2
     later = sink.partition_writer(second, None)
-    gate = _Gate()
+    gate = CommitGate()
     outcomes: dict[str, Any] = {}
 
     def attempt(name: str, writer: Any, rows: list[tuple[Any, ...]], hooks: Any) -> None:
@@ -121,7 +101,7 @@ def test_a_straggler_waiting_on_a_later_batch_s_transaction_does_not_overwrite_i
     live = threading.Thread(target=attempt, args=("batch 1", later, new, gate))
     live.start()
     assert gate.reached.wait(60), "batch 1's partition never reached its commit"
-    late = threading.Thread(target=attempt, args=("batch 0", straggler, old, _NoHooks()))
+    late = threading.Thread(target=attempt, args=("batch 0", straggler, old, NoCommitHooks()))
     late.start()
     deadline = time.monotonic() + 30
     while late.is_alive() and not waiting_on_a_lock(pg_url) and time.monotonic() < deadline:
