@@ -15,9 +15,12 @@ them to the target once that committed, and again when a replay finds the batch 
 stay, and the replay's, which may differ, are skipped as already written
 (``examples/sqlite_sink.py`` shows the pattern). Hand them over with
 :func:`fanout.deadletters.moved.write_letters` (``write_letters(context.dead_letters, batch,
-letters, source="refused", partition=...)``) rather than the target's ``write``: it writes
-none an earlier target of the sink holds (:attr:`fanout.Batch.earlier`, set when the sink's
-``dead_letter`` moved since an attempt of the batch); a direct ``write`` keeps them twice.
+letters, source="refused", partition=...)``) or the target's ``write``: either writes none
+an earlier target of the sink holds (:attr:`fanout.Batch.earlier`, set when the sink's
+``dead_letter`` moved since an attempt of the batch), since the target fanout hands a sink
+is a :class:`fanout.deadletters.moved.CheckedTarget`, whose ``write`` is ``write_letters``
+(take the target itself with :func:`fanout.deadletters.moved.unchecked` to compare its type;
+then write through ``write_letters``).
 """
 
 from __future__ import annotations

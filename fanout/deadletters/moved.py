@@ -16,7 +16,10 @@ write them there too: each letter kept twice, once in each. So:
   anything is written; a target that cannot tell refuses the batch
   (:class:`fanout.DeadLetterMovedError`);
 - the answer rides with the batch (:attr:`fanout.Batch.earlier`) and every writer of letters
-  goes through :func:`write_letters`, which writes none an earlier target holds.
+  goes through :func:`write_letters`, which writes none an earlier target holds: the
+  target fanout hands a sink (:attr:`fanout.SinkContext.dead_letters`) is a
+  :class:`CheckedTarget`, whose ``write`` is :func:`write_letters`, so a sink calling the
+  target's ``write`` is filtered alike.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from fanout.contract.dead_letters import DELTA, split_target
+from fanout.contract.dead_letters import DELTA, DeadLetterTarget, ReplacesLetters, split_target
 from fanout.contract.earlier_letters import EarlierLetters, HeldLetters
 from fanout.contract.locations import local_path, shown_location
 from fanout.deadletters.route_letters import check_unchanged, write_route_letters
@@ -44,13 +47,7 @@ from fanout.observe.secrets import MASK, location_secrets, redact
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
-    from fanout.contract.dead_letters import (
-        DeadLetter,
-        DeadLetterTarget,
-        ReplacesLetters,
-        RouteStamp,
-        Source,
-    )
+    from fanout.contract.dead_letters import DeadLetter, RouteStamp, Source
     from fanout.contract.sink import Sink
     from fanout.ledger.entry import Ledger, LedgerView
 
@@ -298,6 +295,7 @@ def write_letters(
     partition whose refused rows it holds (per letter's ``partition`` for a write of the
     batch's whole). Returns how many letters the batch has, kept where they are or written
     now."""
+    target = unchecked(target)  # filtered here once, not again in its write
     earlier = earlier_of(batch)
     if earlier is None:
         return _write(target, batch, letters, source, partition, route)
@@ -334,6 +332,7 @@ def replace_letters(
     attempt wrote them, and none of them is written here (a letter there of a row the replay
     took stays: an earlier target is not written to; docs/architecture.md §7, "Not
     covered"). Returns how many letters the batch has, kept where they are or written now."""
+    target = unchecked(target)  # filtered here once, not again in its replace
     earlier = earlier_of(batch)
     if earlier is None:
         return target.replace(batch, letters, source=source)
@@ -380,3 +379,72 @@ def _kept_before(batch: Batch, held: str, target: DeadLetterTarget, what: str, c
         batch.pipeline, batch.batch_id, batch.sink_name, count, what, held, target.describe(),
         extra=batch_fields(batch.pipeline, batch.batch_id, batch.sink_name),
     )  # fmt: skip
+
+
+class CheckedTarget:
+    """A sink's dead-letter target as fanout hands it over
+    (:attr:`fanout.SinkContext.dead_letters`): its ``write`` is :func:`write_letters`, so
+    a sink calling ``context.dead_letters.write(...)`` writes no letter an earlier target of
+    the sink holds (:attr:`fanout.Batch.earlier`), as one handing them to
+    :func:`write_letters` does (which writes through the target itself: filtered once).
+    Everything else is the target's (``describe``, ``letters_held``, its own attributes);
+    :func:`unchecked` gives the target itself (a sink comparing its type). Picklable, as the
+    target is.
+
+    :param target: the target fanout resolved from the sink's ``dead_letter``.
+    """
+
+    def __init__(self, target: DeadLetterTarget) -> None:
+        self.target = target
+        self.kind = target.kind
+
+    def describe(self) -> str:
+        """The target's description."""
+        return self.target.describe()
+
+    def write(
+        self,
+        batch: Batch,
+        letters: Sequence[DeadLetter],
+        *,
+        source: Source,
+        partition: int | None = None,
+        route: RouteStamp | None = None,
+    ) -> int:
+        """:func:`write_letters` to the target: none an earlier target of the sink holds."""
+        return write_letters(
+            self.target, batch, letters, source=source, partition=partition, route=route
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "target":  # pickle's probes, before __dict__
+            raise AttributeError(name)
+        return getattr(self.target, name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.target!r})"
+
+
+class CheckedReplacingTarget(CheckedTarget):
+    """A :class:`CheckedTarget` of a target that can take letters back (a
+    ``ReplacesLetters``): its ``replace`` is :func:`replace_letters`."""
+
+    def replace(self, batch: Batch, letters: Sequence[DeadLetter], *, source: Source) -> int:
+        """:func:`replace_letters` in the target: an earlier target's partitions there."""
+        target = self.target
+        assert isinstance(target, ReplacesLetters)
+        return replace_letters(target, batch, letters, source=source)
+
+
+def checked(target: DeadLetterTarget | None) -> DeadLetterTarget | None:
+    """``target`` as fanout hands it to a sink: a :class:`CheckedTarget` (``None`` stays)."""
+    if target is None or isinstance(target, CheckedTarget):
+        return target
+    if isinstance(target, ReplacesLetters):
+        return CheckedReplacingTarget(target)
+    return CheckedTarget(target)
+
+
+def unchecked(target: DeadLetterTarget | None) -> Any:
+    """The target a :class:`CheckedTarget` wraps (any other, ``None`` too, as it is)."""
+    return target.target if isinstance(target, CheckedTarget) else target

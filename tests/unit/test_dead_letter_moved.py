@@ -1,7 +1,8 @@
 """A sink's ``dead_letter`` moved between an attempt and its replay
 (:mod:`fanout.deadletters.moved`): which targets the ledger records, and when; which
 earlier targets may hold a batch's letters; how a Delta table answers; what
-``write_letters`` writes; and the refusal when an earlier target cannot tell."""
+``write_letters`` and ``replace_letters`` write, and the target as a sink gets it
+(``CheckedTarget``); and the refusal when an earlier target cannot tell."""
 
 from __future__ import annotations
 
@@ -18,12 +19,15 @@ from fanout.contract.dead_letters import DeadLetter, ReplacesLetters, RouteStamp
 from fanout.contract.earlier_letters import EarlierLetters, HeldLetters
 from fanout.deadletters.delta import DeltaDeadLetters, delta_target
 from fanout.deadletters.moved import (
+    CheckedTarget,
     TargetMoves,
     TargetRecord,
+    checked,
     earlier_letters,
     recorded_text,
     replace_letters,
     target_digest,
+    unchecked,
     write_letters,
 )
 from fanout.delta_tables.io import read_delta
@@ -136,9 +140,10 @@ def _ids(path: Path) -> list[tuple[str, int | None, int]]:
     if not path.exists():
         return []
     return sorted(
-        (r["source"], r["partition"], json.loads(r["row"])["id"])
-        for r in read_delta(str(path)).to_pylist()
-    )
+        ((r["source"], r["partition"], json.loads(r["row"])["id"])
+         for r in read_delta(str(path)).to_pylist()),
+        key=lambda t: (t[0], -1 if t[1] is None else t[1], t[2]),
+    )  # fmt: skip
 
 
 def test_a_delta_table_says_which_letters_of_a_batch_it_holds(tmp_path: Path) -> None:
@@ -295,3 +300,38 @@ def test_an_upsert_replay_replaces_only_the_letters_no_earlier_target_holds(
     assert _ids(tmp_path / "b") == [("refused", 1, 1), ("refused", 3, 3)]
     assert replace_letters(now, _batch(), _letters(0, 1), source="refused") == 2
     assert _ids(tmp_path / "b") == [("refused", 0, 0), ("refused", 1, 1)]
+
+
+def test_the_target_a_sink_gets_writes_none_an_earlier_target_holds_and_logs_them_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sink calling ``context.dead_letters.write`` itself (not ``write_letters``) wrote
+    every letter, those an earlier target holds too. The target fanout hands a sink
+    (``checked``) filters its ``write`` as ``write_letters`` does, once when a sink hands it
+    to ``write_letters``; it is a ``ReplacesLetters`` when the target is, forwards the
+    target's own attributes, and pickles (it travels to the executors)."""
+    import logging
+    import pickle
+
+    b = DeltaDeadLetters(str(tmp_path / "b"))
+    now = checked(b)
+    assert isinstance(now, CheckedTarget) and isinstance(now, ReplacesLetters)
+    assert unchecked(now) is b and checked(now) is now and checked(None) is None
+    assert not isinstance(checked(Blind()), ReplacesLetters)
+    assert (now.kind, now.describe(), now.path) == ("delta", b.describe(), b.path)
+    again = pickle.loads(pickle.dumps(now))
+    assert isinstance(again, CheckedTarget) and unchecked(again) == b
+    held = HeldLetters("Delta table a", False, None, None, frozenset({0, 2}))
+    batch = _batch(earlier=EarlierLetters(0, 2, (held,)))
+    with caplog.at_level(logging.INFO, logger="fanout"):
+        assert now.write(batch, _letters(0, 1, 2), source="refused") == 3
+        assert now.write(batch, _letters(2), source="refused", partition=2) == 1
+        assert write_letters(now, batch, _letters(0, 3), source="refused") == 2
+    # the batch's refused rows without a partition are there: the target keeps them once
+    assert _ids(tmp_path / "b") == [("refused", 1, 1)]
+    kept = [r.getMessage() for r in caplog.records if "are kept in Delta table a" in r.message]
+    assert [m.split(": ")[1].split(" dead")[0] for m in kept] == [
+        "2 refused", "1 partition 2's", "1 refused"
+    ]  # fmt: skip
+    assert now.write(_batch(3), _letters(0), source="refused") == 1  # another batch: as is
+    assert ("refused", 0, 0) in _ids(tmp_path / "b")

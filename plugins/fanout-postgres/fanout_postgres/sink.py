@@ -35,6 +35,7 @@ from fanout.deadletters.moved import (
     earlier_of,
     refused_elsewhere,
     replace_letters,
+    unchecked,
     write_letters,
 )
 from fanout.errors import (
@@ -221,7 +222,9 @@ class PostgresSink(PartitionedSink):
         what would be is told to ``context.would``."""
         super().open(context)
         self._check_options()
-        self._dead = context.dead_letters
+        # the target itself: its kind decides where letters go (every write of them is
+        # through write_letters / replace_letters, which filter as fanout's wrapper does)
+        self._dead = unchecked(context.dead_letters)
         checking = context.checking
         engine = self._engine()
         try:
