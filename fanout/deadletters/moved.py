@@ -24,6 +24,7 @@ write them there too: each letter kept twice, once in each. So:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -241,6 +242,8 @@ def _held(
         raise _cannot_tell(batch, text, now, why, ledger) from exc
     if not isinstance(held, HeldLetters):
         raise _cannot_tell(batch, text, now, f"answered {held!r}", ledger)
+    if held.refused and isinstance(target, ReplacesLetters):  # an upsert replay's place
+        held = dataclasses.replace(held, replaces=target)
     return held
 
 
@@ -328,16 +331,42 @@ def replace_letters(
     """Make ``letters`` of ``batch`` (a replay's, which may refuse other rows than the
     attempt it replays: a PostgreSQL upsert) the batch's letters of ``source`` in ``target``
     (``target.replace``), but for the refused rows of the write partitions an earlier target
-    of the sink holds (:attr:`fanout.Batch.earlier`): those stay there, as the earlier
-    attempt wrote them, and none of them is written here (a letter there of a row the replay
-    took stays: an earlier target is not written to; docs/architecture.md §7, "Not
-    covered"). Returns how many letters the batch has, kept where they are or written now."""
+    of the sink holds (:attr:`fanout.Batch.earlier`): those go where the earlier attempt
+    wrote them. An earlier target that can take letters back (a ``ReplacesLetters``,
+    :attr:`fanout.contract.earlier_letters.HeldLetters.replaces`: a Delta table) gets the
+    replay's letters of the partitions it holds in place of its own (none: removed), so a
+    row the replay took is no dead letter there and one it refused is one; another keeps
+    what it holds (docs/architecture.md §7, "Not covered"). Returns how many letters the
+    batch has, kept where they are or written now."""
     target = unchecked(target)  # filtered here once, not again in its replace
     earlier = earlier_of(batch)
     if earlier is None:
         return target.replace(batch, letters, source=source)
-    target.replace(batch, _not_held(earlier, batch, letters, target, source), source=source)
+    fresh: list[DeadLetter] = []
+    theirs: list[list[DeadLetter]] = [[] for _ in earlier.held]
+    for letter in letters:
+        at = next((i for i, h in enumerate(earlier.held) if letter.partition in h.refused), None)
+        (fresh if at is None else theirs[at]).append(letter)
+    for held, mine in zip(earlier.held, theirs, strict=True):
+        if source == "refused" and held.replaces is not None and held.refused:
+            held.replaces.replace(batch, mine, source=source)
+            _replaced_there(batch, held, target, len(mine))
+        else:
+            _kept_before(batch, held.target, target, source, len(mine))
+    target.replace(batch, fresh, source=source)
     return len(letters)
+
+
+def _replaced_there(batch: Batch, held: HeldLetters, target: DeadLetterTarget, count: int) -> None:
+    numbers = sorted(held.refused, key=lambda p: -1 if p is None else p)
+    parts = ", ".join("none" if p is None else str(p) for p in numbers)
+    log.info(
+        "pipeline %s, batch %s, sink %s: the %s dead letter(s) of this replay in partition(s) "
+        "%s replace those an earlier attempt wrote to %s (its dead-letter target then), "
+        "which keeps them; not written to %s",
+        batch.pipeline, batch.batch_id, batch.sink_name, count, parts, held.target,
+        target.describe(), extra=batch_fields(batch.pipeline, batch.batch_id, batch.sink_name),
+    )  # fmt: skip
 
 
 def _not_held(

@@ -221,6 +221,8 @@ def test_an_earlier_target_that_cannot_tell_refuses_the_batch_naming_both_and_th
     assert found == EarlierLetters(
         0, 2, (HeldLetters(a.describe(), refused=frozenset({1})), HeldLetters(c.describe()))
     )
+    # a Delta table holding refused rows can take them back: the answer carries it
+    assert [h.replaces for h in found.held] == [a, None]
 
 
 def test_a_target_changed_before_the_sink_s_first_mark_is_not_asked_once_it_has_marks(
@@ -335,3 +337,32 @@ def test_the_target_a_sink_gets_writes_none_an_earlier_target_holds_and_logs_the
     ]  # fmt: skip
     assert now.write(_batch(3), _letters(0), source="refused") == 1  # another batch: as is
     assert ("refused", 0, 0) in _ids(tmp_path / "b")
+
+
+def test_an_upsert_replay_replaces_the_letters_of_an_earlier_delta_target_s_partitions(
+    tmp_path: Path,
+) -> None:
+    """An earlier target that can take letters back (a Delta table, ``HeldLetters.replaces``)
+    kept what the attempt before the move wrote of the partitions it holds: a letter of a row
+    the replay took stayed a dead letter there, and a row the replay refused in those
+    partitions got none. Now the replay's letters of those partitions replace them there
+    (none: removed); the rest replace the batch's in the current target."""
+    a, b = DeltaDeadLetters(str(tmp_path / "a")), DeltaDeadLetters(str(tmp_path / "b"))
+    a.write(_batch(), [DeadLetter({"id": 7}, "bad", partition=0),
+                       DeadLetter({"id": 8}, "bad", partition=2)], source="refused")  # fmt: skip
+    a.write(_batch(), _letters(None), source="route", route=RouteStamp("0123456789abcde", "r"))
+    held = dataclasses.replace(a.letters_held(_batch()), replaces=a)
+    assert held.refused == frozenset({0, 2})
+    batch = _batch(earlier=EarlierLetters(0, 2, (held,)))
+    # the replay took 7 and 8, refuses 0 (partition 0, held by a), 1 and 3 (not held)
+    letters = [DeadLetter({"id": 0}, "bad", partition=0), *_letters(None, 1)[1:],
+               DeadLetter({"id": 3}, "bad", partition=3)]  # fmt: skip
+    assert replace_letters(checked(b), batch, letters, source="refused") == 3  # type: ignore[arg-type]
+    assert _ids(tmp_path / "a") == [("refused", 0, 0), ("route", None, 0)]
+    assert _ids(tmp_path / "b") == [("refused", 1, 1), ("refused", 3, 3)]
+    # a replay refusing none of a's partitions now: a keeps none of the batch's refused rows
+    held = dataclasses.replace(a.letters_held(_batch()), replaces=a)
+    batch = _batch(earlier=EarlierLetters(0, 2, (held,)))
+    assert checked(b).replace(batch, _letters(None, 1), source="refused") == 2  # type: ignore[union-attr]
+    assert _ids(tmp_path / "a") == [("route", None, 0)]
+    assert _ids(tmp_path / "b") == [("refused", None, 0), ("refused", 1, 1)]
