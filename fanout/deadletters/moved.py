@@ -339,9 +339,27 @@ def replace_letters(
     what it holds (docs/architecture.md §7, "Not covered"). Returns how many letters the
     batch has, kept where they are or written now."""
     target = unchecked(target)  # filtered here once, not again in its replace
+    if earlier_of(batch) is None:
+        return target.replace(batch, letters, source=source)
+    target.replace(batch, replace_held(target, batch, letters, source=source), source=source)
+    return len(letters)
+
+
+def replace_held(
+    now: DeadLetterTarget, batch: Batch, letters: Sequence[DeadLetter], *, source: Source
+) -> list[DeadLetter]:
+    """:func:`replace_letters`' part for the sink's earlier targets: of ``letters`` (a
+    replay's, the batch's whole), those of the write partitions an earlier target holds go
+    there, replacing its own in a ``ReplacesLetters`` (``HeldLetters.replaces``; source
+    ``refused`` only), kept as they are in another; returns the rest, for the sink's target
+    ``now`` (named in the log). A sink whose target takes letters inside its partitions'
+    transactions (PostgreSQL's ``postgres:`` table, which skips the partitions an earlier
+    target holds) hands it those partitions' letters after them. Without an earlier target
+    of this batch: ``letters`` as they are."""
+    now = unchecked(now)
     earlier = earlier_of(batch)
     if earlier is None:
-        return target.replace(batch, letters, source=source)
+        return list(letters)
     fresh: list[DeadLetter] = []
     theirs: list[list[DeadLetter]] = [[] for _ in earlier.held]
     for letter in letters:
@@ -350,11 +368,10 @@ def replace_letters(
     for held, mine in zip(earlier.held, theirs, strict=True):
         if source == "refused" and held.replaces is not None and held.refused:
             held.replaces.replace(batch, mine, source=source)
-            _replaced_there(batch, held, target, len(mine))
+            _replaced_there(batch, held, now, len(mine))
         else:
-            _kept_before(batch, held.target, target, source, len(mine))
-    target.replace(batch, fresh, source=source)
-    return len(letters)
+            _kept_before(batch, held.target, now, source, len(mine))
+    return fresh
 
 
 def _replaced_there(batch: Batch, held: HeldLetters, target: DeadLetterTarget, count: int) -> None:

@@ -34,6 +34,7 @@ from fanout.deadletters.held import refused_rows_held
 from fanout.deadletters.moved import (
     earlier_of,
     refused_elsewhere,
+    replace_held,
     replace_letters,
     unchecked,
     write_letters,
@@ -641,14 +642,22 @@ class PostgresSink(PartitionedSink):
         """Refused rows bound for a target other than a PostgreSQL table (written in the
         partitions' own transactions) go there now, once per batch. With a PostgreSQL
         table in upsert mode, the batch's records of an earlier attempt's partitions that
-        did not commit now (empty now, or beyond a lowered partition count) are deleted."""
+        did not commit now (empty now, or beyond a lowered partition count) are deleted,
+        and the refused rows of the partitions an earlier target holds (its
+        ``dead_letter`` moved since an attempt) replace its own there when it can take
+        them back (:func:`fanout.deadletters.moved.replace_held`)."""
         self._direct.record(outcomes)
         dead = self._dead
+        letters = [letter for o in outcomes for letter in o.letters]
         if isinstance(dead, PostgresDeadLetters) and self.mode == "upsert":
             kept = [o.partition for o in outcomes if o.status in ("committed", "skipped")]
             with self._engine().begin() as conn:
                 drop_stale(conn, dead.table, _scope(batch), self.name, batch.batch_id, kept)
-        letters = [letter for o in outcomes for letter in o.letters]
+            # the letters of the partitions an earlier target holds (the partitions skipped
+            # them; none on the common path) replace its own there when it can take them
+            # back (a Delta table): fanout.deadletters.moved
+            refused = [as_letter(r, str(self._table)) for r in letters]
+            replace_held(dead, batch, refused, source="refused")
         rewrite = (_scope(batch), batch.batch_id) in self._rewrites
         self._rewrites.discard((_scope(batch), batch.batch_id))
         if dead is not None and not isinstance(dead, PostgresDeadLetters):

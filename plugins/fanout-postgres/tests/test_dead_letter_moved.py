@@ -168,17 +168,19 @@ def test_an_upsert_replay_under_a_moved_target_writes_no_letter_the_first_holds(
     _check(files, pg_url, first, now, tmp_path / "ledger")
 
 
+@pytest.mark.parametrize("now", ["delta", "postgres:rejects"])
 def test_an_upsert_replay_under_a_moved_target_replaces_the_letters_the_first_holds(
-    spark: Any, pg_url: str, tmp_path: Path
+    spark: Any, pg_url: str, tmp_path: Path, now: str
 ) -> None:
     """Upsert, its refused rows in Delta table ``letters_a``: killed once the sink wrote
     batch 2 (every partition, its letters too), before its mark. The rows of customer
     ``c3``, missing, were refused by the foreign key, those too dear by the CHECK. The
-    operator adds ``c3`` and restarts naming ``letters_b``. The replay takes the ``c3`` rows
-    now, but their letters stayed in ``letters_a`` (the replay wrote nothing to an earlier
-    target): in the table and a dead letter. Now the replay's letters of the partitions
-    ``letters_a`` holds replace those there: each row of batch 2 in the table or a letter
-    in ``letters_a``, not both; batch 3's letters in ``letters_b``."""
+    operator adds ``c3`` and restarts naming Delta table ``letters_b`` or
+    ``postgres:rejects``. The replay takes the ``c3`` rows now, but their letters stayed in
+    ``letters_a`` (the replay wrote nothing to an earlier target): in the table and a dead
+    letter. Now the replay's letters of the partitions ``letters_a`` holds replace those
+    there: each row of batch 2 in the table or a letter in ``letters_a``, not both; batch
+    3's letters in the new target."""
     execute(
         pg_url,
         "CREATE TABLE customers (name text PRIMARY KEY)",
@@ -187,7 +189,8 @@ def test_an_upsert_replay_under_a_moved_target_replaces_the_letters_the_first_ho
         f"(name), amount double precision, version bigint, CONSTRAINT cheap CHECK ({CHECK}))",
     )  # fmt: skip
     files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
-    first, now = tmp_path / "letters_a", tmp_path / "letters_b"
+    first = tmp_path / "letters_a"
+    now = str(tmp_path / "letters_b") if now == "delta" else now
 
     def ids(batches: range, refused: Any) -> Counter[int]:
         return Counter({r["id"]: 1 for b in batches for r in files[b] if refused(r)})
@@ -206,12 +209,12 @@ def test_an_upsert_replay_under_a_moved_target_replaces_the_letters_the_first_ho
     assert _delta_letters(first) == ids(range(KILL_BATCH + 1), either)
 
     execute(pg_url, "INSERT INTO customers VALUES ('c3')")  # the fix the letters ask for
-    _restart(spark, tmp_path, pg_url, str(now), "upsert")
+    _restart(spark, tmp_path, pg_url, now, "upsert")
 
     assert _delta_letters(first) == ids(range(KILL_BATCH), either) + ids(
         range(KILL_BATCH, KILL_BATCH + 1), dear
     )
-    assert _delta_letters(now) == ids(range(KILL_BATCH + 1, FILES), dear)
+    assert _letters(now, pg_url) == ids(range(KILL_BATCH + 1, FILES), dear)
     table = Counter(int(i) for (i,) in query(pg_url, "SELECT id FROM events"))
     assert table == ids(range(KILL_BATCH), lambda r: not either(r)) + ids(
         range(KILL_BATCH, FILES), lambda r: not dear(r)
