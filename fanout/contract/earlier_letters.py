@@ -6,10 +6,7 @@ importing each other."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from fanout.contract.dead_letters import ReplacesLetters
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -36,7 +33,9 @@ class HeldLetters:
     fingerprint: str | None = None
     route_text: str | None = None
     refused: frozenset[int | None] = frozenset()
-    replaces: ReplacesLetters | None = field(default=None, compare=False, repr=False)
+    replaces: Any = field(default=None, compare=False, repr=False)
+    """A :class:`fanout.contract.dead_letters.ReplacesLetters` or ``None`` (typed ``Any``:
+    this module imports neither the batch nor the dead-letter contract)."""
 
     @property
     def any(self) -> bool:
