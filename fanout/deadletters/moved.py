@@ -29,7 +29,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from fanout.contract.dead_letters import DELTA, DeadLetterTarget, ReplacesLetters, split_target
 from fanout.contract.earlier_letters import EarlierLetters, HeldLetters
@@ -477,8 +477,7 @@ class CheckedReplacingTarget(CheckedTarget):
 
     def replace(self, batch: Batch, letters: Sequence[DeadLetter], *, source: Source) -> int:
         """:func:`replace_letters` in the target: an earlier target's partitions there."""
-        target = self.target
-        assert isinstance(target, ReplacesLetters)
+        target = cast("ReplacesLetters", self.target)  # checked() made it so
         return replace_letters(target, batch, letters, source=source)
 
 
