@@ -366,3 +366,45 @@ def test_an_upsert_replay_replaces_the_letters_of_an_earlier_delta_target_s_part
     assert checked(b).replace(batch, _letters(None, 1), source="refused") == 2  # type: ignore[union-attr]
     assert _ids(tmp_path / "a") == [("route", None, 0)]
     assert _ids(tmp_path / "b") == [("refused", None, 0), ("refused", 1, 1)]
+
+
+def test_an_upsert_replay_killed_between_the_earlier_target_and_its_own_converges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay replaces the earlier Delta target's letters first, then its own target's:
+    a kill in between leaves the earlier target with the replay's letters of the
+    partitions it held (a partition whose rows the replay took: none there now). The next
+    replay asks again (fanout does, before anything of the batch): a partition the earlier
+    target no longer holds is the target's now, and its letters go there; each refused row
+    ends in exactly one target."""
+    sink = Named("s", str(tmp_path / "b"))
+    a, b = DeltaDeadLetters(str(tmp_path / "a")), DeltaDeadLetters(str(tmp_path / "b"))
+    kinds = {"delta": delta_target}
+    a.write(_batch(), [DeadLetter({"id": 7}, "bad", partition=0),
+                       DeadLetter({"id": 8}, "bad", partition=2)], source="refused")  # fmt: skip
+
+    def replay(letters: list[DeadLetter]) -> int:
+        found = earlier_letters(_batch(), [f"delta:{tmp_path / 'a'}"], b, sink, kinds, "/l")
+        return replace_letters(b, _batch(earlier=found), letters, source="refused")
+
+    # the replay took 7 and 8 and refuses 9 (partition 2, held by a) and 1 (partition 1)
+    letters = [DeadLetter({"id": 9}, "bad", partition=2), DeadLetter({"id": 1}, "bad", partition=1)]
+
+    def killed(*args: Any, **kwargs: Any) -> int:
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(b, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        replay(letters)
+    monkeypatch.undo()
+    assert _ids(tmp_path / "a") == [("refused", 2, 9)]  # replaced, partition 0's removed
+    assert _ids(tmp_path / "b") == []
+    assert replay(letters) == 2  # the restart's replay
+    assert _ids(tmp_path / "a") == [("refused", 2, 9)]
+    assert _ids(tmp_path / "b") == [("refused", 1, 1)]
+    # another replay now refusing 7 again (partition 0, no longer a's): b's, once
+    seven = DeadLetter({"id": 7}, "bad", partition=0)
+    assert replay([*letters, seven]) == 3
+    assert _ids(tmp_path / "a") == [("refused", 2, 9)]
+    assert _ids(tmp_path / "b") == [("refused", 0, 7), ("refused", 1, 1)]
+
