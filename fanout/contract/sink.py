@@ -96,7 +96,8 @@ class SinkContext:
         without one: such a row fails the batch, named. fanout writes the rows failing the
         sink's route there itself. Handed over as a
         :class:`fanout.deadletters.moved.CheckedTarget` (its ``write`` writes no letter an
-        earlier target of the sink holds: :mod:`fanout.contract.dead_letters`).
+        earlier target of the sink holds; an instance of the target's class, with its
+        attributes: :mod:`fanout.contract.dead_letters`).
     :param plugins: the plugin objects given to ``FanOut(plugins=...)``; a sink writing
         from the executors ships those implementing the per-partition commit hooks with
         its tasks (:mod:`fanout.partitioned.sink`).

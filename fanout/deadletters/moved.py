@@ -433,16 +433,30 @@ class CheckedTarget:
     a sink calling ``context.dead_letters.write(...)`` writes no letter an earlier target of
     the sink holds (:attr:`fanout.Batch.earlier`), as one handing them to
     :func:`write_letters` does (which writes through the target itself: filtered once).
-    Everything else is the target's (``describe``, ``letters_held``, its own attributes);
-    :func:`unchecked` gives the target itself (a sink comparing its type). Picklable, as the
-    target is.
+    Everything else is the target's (``describe``, ``letters_held``, its own attributes),
+    and it is an instance of the target's class (``isinstance(context.dead_letters,
+    ItsTarget)``, as a plugin with a kind of its own asks); its ``type()`` is this class, and
+    :func:`unchecked` gives the target itself. Picklable (by Spark's cloudpickle too), as the
+    target is: it travels to the executors and stays a wrapper there.
 
     :param target: the target fanout resolved from the sink's ``dead_letter``.
     """
 
+    kind: str  # the target's (read through it when the target has none)
+
     def __init__(self, target: DeadLetterTarget) -> None:
         self.target = target
-        self.kind = target.kind
+        kind = getattr(target, "kind", None)
+        if kind is not None:
+            self.kind = kind
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance() asks it when type() is not the class
+        return type(self.target)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # type(self), not self.__class__ (the target's): pickle and copy rebuild the wrapper
+        return type(self), (self.target,)
 
     def describe(self) -> str:
         """The target's description."""

@@ -408,3 +408,30 @@ def test_an_upsert_replay_killed_between_the_earlier_target_and_its_own_converge
     assert _ids(tmp_path / "a") == [("refused", 2, 9)]
     assert _ids(tmp_path / "b") == [("refused", 0, 7), ("refused", 1, 1)]
 
+
+def test_the_target_a_sink_gets_is_an_instance_of_the_target_s_class(tmp_path: Path) -> None:
+    """A plugin providing a sink and a dead-letter kind of its own may test
+    ``isinstance(context.dead_letters, ItsTarget)`` to write its letters inside its own
+    transactions (as fanout-postgres does with its ``postgres:`` table): the target fanout
+    hands over is one, as the target it wraps (its ``type()`` is the wrapper's). Pickled,
+    copied or shipped by Spark's cloudpickle, it stays the wrapper."""
+    import copy
+    import pickle
+
+    from pyspark import cloudpickle
+
+    b = DeltaDeadLetters(str(tmp_path / "b"))
+    now = checked(b)
+    assert isinstance(now, DeltaDeadLetters) and isinstance(now, CheckedTarget)
+    blind = checked(Blind())
+    assert isinstance(blind, Blind) and not isinstance(blind, (DeltaDeadLetters, ReplacesLetters))
+    for again in (pickle.loads(pickle.dumps(now)), cloudpickle.loads(cloudpickle.dumps(now)),
+                  copy.copy(now), copy.deepcopy(now)):  # fmt: skip
+        assert type(again) is type(now) and isinstance(again, DeltaDeadLetters)
+        assert unchecked(again) == b
+
+    class Kindless:  # a third party's target without the protocol's kind: handed over
+        def describe(self) -> str:
+            return "kindless"
+
+    assert checked(Kindless()).describe() == "kindless"  # type: ignore[arg-type, union-attr]
