@@ -442,7 +442,7 @@ class CheckedTarget:
     :param target: the target fanout resolved from the sink's ``dead_letter``.
     """
 
-    kind: str  # the target's (read through it when the target has none)
+    kind: str  # the target's; unset (read through, so missing) when the target has none
 
     def __init__(self, target: DeadLetterTarget) -> None:
         self.target = target
