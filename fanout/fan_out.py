@@ -38,7 +38,7 @@ from fanout.contract.names import check_name
 from fanout.contract.sessions import is_connect
 from fanout.contract.sink import Sink, SinkContext, SinkResult
 from fanout.deadletters.delta import refuse_shared_tables, table_roles
-from fanout.deadletters.moved import TargetMoves, earlier_letters
+from fanout.deadletters.moved import TargetMoves, checked, earlier_letters
 from fanout.deadletters.target import resolve_target
 from fanout.errors import (
     BatchFailedError,
@@ -434,7 +434,7 @@ class FanOut:
             context = SinkContext(
                 self.pipeline,
                 spark,
-                self.dead_letters[spec.name],
+                checked(self.dead_letters[spec.name]),  # its write filtered as write_letters
                 self._plugins,
                 ledger=ledger_location(self.ledger),
                 secrets=self.secrets,

@@ -15,9 +15,16 @@ them to the target once that committed, and again when a replay finds the batch 
 stay, and the replay's, which may differ, are skipped as already written
 (``examples/sqlite_sink.py`` shows the pattern). Hand them over with
 :func:`fanout.deadletters.moved.write_letters` (``write_letters(context.dead_letters, batch,
-letters, source="refused", partition=...)``) rather than the target's ``write``: it writes
-none an earlier target of the sink holds (:attr:`fanout.Batch.earlier`, set when the sink's
-``dead_letter`` moved since an attempt of the batch); a direct ``write`` keeps them twice.
+letters, source="refused", partition=...)``) or the target's ``write``: either writes none
+an earlier target of the sink holds (:attr:`fanout.Batch.earlier`, set when the sink's
+``dead_letter`` moved since an attempt of the batch), since the target fanout hands a sink
+is a :class:`fanout.deadletters.moved.CheckedTarget`, whose ``write`` is ``write_letters``.
+It is an instance of the target's class (``isinstance(context.dead_letters, ItsTarget)``
+holds, as it did before fanout wrapped it) and reads the target's attributes; only its
+``type()`` is the wrapper's, and :func:`fanout.deadletters.moved.unchecked` gives the target
+itself. A sink that writes letters its own way (inside its transactions, as fanout-postgres
+does with a ``postgres:`` table) skips the partitions an earlier target holds itself
+(:func:`fanout.deadletters.moved.refused_elsewhere`).
 """
 
 from __future__ import annotations

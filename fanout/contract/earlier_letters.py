@@ -5,7 +5,8 @@ importing each other."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,11 @@ class HeldLetters:
     :param route_text: that route's text, when the target keeps it.
     :param refused: the write partitions whose refused rows (source ``refused``) of the
         batch it holds; ``None`` among them: rows refused without a partition.
+    :param replaces: the target itself, when it holds refused rows and can take a batch's
+        letters back (a ``ReplacesLetters``: a Delta table); set by fanout, not by
+        ``letters_held``. An upsert replay makes its letters of :attr:`refused`'s
+        partitions the batch's there (:func:`fanout.deadletters.moved.replace_letters`).
+        Not compared.
     """
 
     target: str
@@ -27,6 +33,9 @@ class HeldLetters:
     fingerprint: str | None = None
     route_text: str | None = None
     refused: frozenset[int | None] = frozenset()
+    replaces: Any = field(default=None, compare=False, repr=False)
+    """A :class:`fanout.contract.dead_letters.ReplacesLetters` or ``None`` (typed ``Any``:
+    this module imports neither the batch nor the dead-letter contract)."""
 
     @property
     def any(self) -> bool:

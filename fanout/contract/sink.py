@@ -94,7 +94,10 @@ class SinkContext:
     :param dead_letters: where the rows this sink's target refuses go, resolved by fanout
         from the sink's ``dead_letter`` option (:mod:`fanout.deadletters.target`); ``None``
         without one: such a row fails the batch, named. fanout writes the rows failing the
-        sink's route there itself.
+        sink's route there itself. Handed over as a
+        :class:`fanout.deadletters.moved.CheckedTarget` (its ``write`` writes no letter an
+        earlier target of the sink holds; an instance of the target's class, with its
+        attributes: :mod:`fanout.contract.dead_letters`).
     :param plugins: the plugin objects given to ``FanOut(plugins=...)``; a sink writing
         from the executors ships those implementing the per-partition commit hooks with
         its tasks (:mod:`fanout.partitioned.sink`).

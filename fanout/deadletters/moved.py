@@ -16,18 +16,22 @@ write them there too: each letter kept twice, once in each. So:
   anything is written; a target that cannot tell refuses the batch
   (:class:`fanout.DeadLetterMovedError`);
 - the answer rides with the batch (:attr:`fanout.Batch.earlier`) and every writer of letters
-  goes through :func:`write_letters`, which writes none an earlier target holds.
+  goes through :func:`write_letters`, which writes none an earlier target holds: the
+  target fanout hands a sink (:attr:`fanout.SinkContext.dead_letters`) is a
+  :class:`CheckedTarget`, whose ``write`` is :func:`write_letters`, so a sink calling the
+  target's ``write`` is filtered alike.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
-from fanout.contract.dead_letters import DELTA, split_target
+from fanout.contract.dead_letters import DELTA, DeadLetterTarget, ReplacesLetters, split_target
 from fanout.contract.earlier_letters import EarlierLetters, HeldLetters
 from fanout.contract.locations import local_path, shown_location
 from fanout.deadletters.route_letters import check_unchanged, write_route_letters
@@ -44,13 +48,7 @@ from fanout.observe.secrets import MASK, location_secrets, redact
 
 if TYPE_CHECKING:
     from fanout.contract.batch import Batch
-    from fanout.contract.dead_letters import (
-        DeadLetter,
-        DeadLetterTarget,
-        ReplacesLetters,
-        RouteStamp,
-        Source,
-    )
+    from fanout.contract.dead_letters import DeadLetter, RouteStamp, Source
     from fanout.contract.sink import Sink
     from fanout.ledger.entry import Ledger, LedgerView
 
@@ -244,6 +242,8 @@ def _held(
         raise _cannot_tell(batch, text, now, why, ledger) from exc
     if not isinstance(held, HeldLetters):
         raise _cannot_tell(batch, text, now, f"answered {held!r}", ledger)
+    if held.refused and isinstance(target, ReplacesLetters):  # an upsert replay's place
+        held = dataclasses.replace(held, replaces=target)
     return held
 
 
@@ -298,6 +298,7 @@ def write_letters(
     partition whose refused rows it holds (per letter's ``partition`` for a write of the
     batch's whole). Returns how many letters the batch has, kept where they are or written
     now."""
+    target = unchecked(target)  # filtered here once, not again in its write
     earlier = earlier_of(batch)
     if earlier is None:
         return _write(target, batch, letters, source, partition, route)
@@ -330,15 +331,59 @@ def replace_letters(
     """Make ``letters`` of ``batch`` (a replay's, which may refuse other rows than the
     attempt it replays: a PostgreSQL upsert) the batch's letters of ``source`` in ``target``
     (``target.replace``), but for the refused rows of the write partitions an earlier target
-    of the sink holds (:attr:`fanout.Batch.earlier`): those stay there, as the earlier
-    attempt wrote them, and none of them is written here (a letter there of a row the replay
-    took stays: an earlier target is not written to; docs/architecture.md §7, "Not
-    covered"). Returns how many letters the batch has, kept where they are or written now."""
+    of the sink holds (:attr:`fanout.Batch.earlier`): those go where the earlier attempt
+    wrote them. An earlier target that can take letters back (a ``ReplacesLetters``,
+    :attr:`fanout.contract.earlier_letters.HeldLetters.replaces`: a Delta table) gets the
+    replay's letters of the partitions it holds in place of its own (none: removed), so a
+    row the replay took is no dead letter there and one it refused is one; another keeps
+    what it holds (docs/architecture.md §7, "Not covered"). Returns how many letters the
+    batch has, kept where they are or written now."""
+    target = unchecked(target)  # filtered here once, not again in its replace
+    if earlier_of(batch) is None:
+        return target.replace(batch, letters, source=source)
+    target.replace(batch, replace_held(target, batch, letters, source=source), source=source)
+    return len(letters)
+
+
+def replace_held(
+    now: DeadLetterTarget, batch: Batch, letters: Sequence[DeadLetter], *, source: Source
+) -> list[DeadLetter]:
+    """:func:`replace_letters`' part for the sink's earlier targets: of ``letters`` (a
+    replay's, the batch's whole), those of the write partitions an earlier target holds go
+    there, replacing its own in a ``ReplacesLetters`` (``HeldLetters.replaces``; source
+    ``refused`` only), kept as they are in another; returns the rest, for the sink's target
+    ``now`` (named in the log). A sink whose target takes letters inside its partitions'
+    transactions (PostgreSQL's ``postgres:`` table, which skips the partitions an earlier
+    target holds) hands it those partitions' letters after them. Without an earlier target
+    of this batch: ``letters`` as they are."""
+    now = unchecked(now)
     earlier = earlier_of(batch)
     if earlier is None:
-        return target.replace(batch, letters, source=source)
-    target.replace(batch, _not_held(earlier, batch, letters, target, source), source=source)
-    return len(letters)
+        return list(letters)
+    fresh: list[DeadLetter] = []
+    theirs: list[list[DeadLetter]] = [[] for _ in earlier.held]
+    for letter in letters:
+        at = next((i for i, h in enumerate(earlier.held) if letter.partition in h.refused), None)
+        (fresh if at is None else theirs[at]).append(letter)
+    for held, mine in zip(earlier.held, theirs, strict=True):
+        if source == "refused" and held.replaces is not None and held.refused:
+            held.replaces.replace(batch, mine, source=source)
+            _replaced_there(batch, held, now, len(mine))
+        else:
+            _kept_before(batch, held.target, now, source, len(mine))
+    return fresh
+
+
+def _replaced_there(batch: Batch, held: HeldLetters, target: DeadLetterTarget, count: int) -> None:
+    numbers = sorted(held.refused, key=lambda p: -1 if p is None else p)
+    parts = ", ".join("none" if p is None else str(p) for p in numbers)
+    log.info(
+        "pipeline %s, batch %s, sink %s: the %s dead letter(s) of this replay in partition(s) "
+        "%s replace those an earlier attempt wrote to %s (its dead-letter target then), "
+        "which keeps them; not written to %s",
+        batch.pipeline, batch.batch_id, batch.sink_name, count, parts, held.target,
+        target.describe(), extra=batch_fields(batch.pipeline, batch.batch_id, batch.sink_name),
+    )  # fmt: skip
 
 
 def _not_held(
@@ -380,3 +425,85 @@ def _kept_before(batch: Batch, held: str, target: DeadLetterTarget, what: str, c
         batch.pipeline, batch.batch_id, batch.sink_name, count, what, held, target.describe(),
         extra=batch_fields(batch.pipeline, batch.batch_id, batch.sink_name),
     )  # fmt: skip
+
+
+class CheckedTarget:
+    """A sink's dead-letter target as fanout hands it over
+    (:attr:`fanout.SinkContext.dead_letters`): its ``write`` is :func:`write_letters`, so
+    a sink calling ``context.dead_letters.write(...)`` writes no letter an earlier target of
+    the sink holds (:attr:`fanout.Batch.earlier`), as one handing them to
+    :func:`write_letters` does (which writes through the target itself: filtered once).
+    Everything else is the target's (``describe``, ``letters_held``, its own attributes),
+    and it is an instance of the target's class (``isinstance(context.dead_letters,
+    ItsTarget)``, as a plugin with a kind of its own asks); its ``type()`` is this class, and
+    :func:`unchecked` gives the target itself. Picklable (by Spark's cloudpickle too), as the
+    target is: it travels to the executors and stays a wrapper there.
+
+    :param target: the target fanout resolved from the sink's ``dead_letter``.
+    """
+
+    kind: str  # the target's; unset (read through, so missing) when the target has none
+
+    def __init__(self, target: DeadLetterTarget) -> None:
+        self.target = target
+        kind = getattr(target, "kind", None)
+        if kind is not None:
+            self.kind = kind
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance() asks it when type() is not the class
+        return type(self.target)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # type(self), not self.__class__ (the target's): pickle and copy rebuild the wrapper
+        return type(self), (self.target,)
+
+    def describe(self) -> str:
+        """The target's description."""
+        return self.target.describe()
+
+    def write(
+        self,
+        batch: Batch,
+        letters: Sequence[DeadLetter],
+        *,
+        source: Source,
+        partition: int | None = None,
+        route: RouteStamp | None = None,
+    ) -> int:
+        """:func:`write_letters` to the target: none an earlier target of the sink holds."""
+        return write_letters(
+            self.target, batch, letters, source=source, partition=partition, route=route
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "target":  # pickle's probes, before __dict__
+            raise AttributeError(name)
+        return getattr(self.target, name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.target!r})"
+
+
+class CheckedReplacingTarget(CheckedTarget):
+    """A :class:`CheckedTarget` of a target that can take letters back (a
+    ``ReplacesLetters``): its ``replace`` is :func:`replace_letters`."""
+
+    def replace(self, batch: Batch, letters: Sequence[DeadLetter], *, source: Source) -> int:
+        """:func:`replace_letters` in the target: an earlier target's partitions there."""
+        target = cast("ReplacesLetters", self.target)  # checked() made it so
+        return replace_letters(target, batch, letters, source=source)
+
+
+def checked(target: DeadLetterTarget | None) -> DeadLetterTarget | None:
+    """``target`` as fanout hands it to a sink: a :class:`CheckedTarget` (``None`` stays)."""
+    if target is None or isinstance(target, CheckedTarget):
+        return target
+    if isinstance(target, ReplacesLetters):
+        return CheckedReplacingTarget(target)
+    return CheckedTarget(target)
+
+
+def unchecked(target: DeadLetterTarget | None) -> Any:
+    """The target a :class:`CheckedTarget` wraps (any other, ``None`` too, as it is)."""
+    return target.target if isinstance(target, CheckedTarget) else target

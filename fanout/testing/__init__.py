@@ -72,12 +72,15 @@ def open_sink(
 ) -> S:
     """Open ``sink`` as :class:`fanout.FanOut` does, without a pipeline: its ``dead_letter``
     target resolved through the installed dead-letter kinds (plus ``plugins``) and handed
-    over in :attr:`fanout.SinkContext.dead_letters`. Returns the sink."""
+    over in :attr:`fanout.SinkContext.dead_letters` (a
+    :class:`fanout.deadletters.moved.CheckedTarget`). Returns the sink."""
+    from fanout.deadletters.moved import checked
     from fanout.deadletters.target import resolve_target
     from fanout.hooks.registry import load_registry
 
     kinds = load_registry(plugins).dead_letter_kinds()
-    sink.open(SinkContext(pipeline, spark, resolve_target(sink, kinds), tuple(plugins)))
+    target = checked(resolve_target(sink, kinds))
+    sink.open(SinkContext(pipeline, spark, target, tuple(plugins)))
     return sink
 
 

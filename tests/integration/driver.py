@@ -2,17 +2,20 @@
 
 usage: python driver.py WORKDIR [--kill POINT:BATCH[:SINK]] [--sinks SINKS.json]
                         [--kill-spooling BATCH:SINK] [--kill-after-letters BATCH]
+                        [--plugin MODULE]
 WORKDIR holds input/; the driver writes checkpoint/, ledger/ and one Delta table per sink
 (the sinks of :func:`sinks`, or the list of sink configurations in SINKS.json), and with
 SINKS.json its spool in spool/. ``--kill-spooling N:S`` kills the driver while it spools
 batch N, after the batch's index row and before its rows, once sink S marked batch N.
 ``--kill-after-letters N`` kills it right after a sink wrote batch N's refused rows to a
-Delta dead-letter table (a Delta sink: before its own commit).
+Delta dead-letter table (a Delta sink: before its own commit). ``--plugin M`` registers
+module M (imported by name) as a plugin, for a sink type of a test's own.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -52,8 +55,11 @@ def main() -> None:
     parser.add_argument("--sinks", type=Path, help="a JSON list of sink configurations")
     parser.add_argument("--kill-spooling", help="BATCH:SINK")
     parser.add_argument("--kill-after-letters", type=int, help="BATCH")
+    parser.add_argument("--plugin", help="a module to register as a plugin")
     args = parser.parse_args()
-    plugins = []
+    plugins: list[object] = []
+    if args.plugin:
+        plugins.append(importlib.import_module(args.plugin))
     if args.kill:
         point, batch, *sink = args.kill.split(":")
         plugins.append(KillAt(point, int(batch), sink=sink[0] if sink else None))

@@ -109,3 +109,61 @@ def test_a_replay_under_a_moved_target_writes_no_letter_the_first_target_holds(
     assert committed_marks(tmp_path / "ledger", PIPELINE) == {
         ("bronze", k): 1 for k in range(FILES)
     }
+
+
+def _files(workdir: Path, letters: str) -> list[dict[str, object]]:
+    return [
+        {
+            "type": "direct_letters",
+            "name": "files",
+            "directory": str(workdir / "files"),
+            "dead_letter": str(workdir / letters),
+        }
+    ]
+
+
+def test_a_plugin_writing_to_the_target_itself_writes_no_letter_the_first_target_holds(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A plugin sink of a third party (``direct_letters_sink``) hands its refused rows to
+    ``context.dead_letters.write(...)`` itself, not through ``write_letters``. Killed right
+    after batch 2's file (its commit) and its letters in ``letters_a``, before its mark; the
+    restart names ``letters_b``, and the replay, finding the batch's file, hands the letters
+    over again: the target's ``write`` wrote them to ``letters_b`` too, each kept twice. The
+    target fanout hands a sink now filters its ``write`` as ``write_letters`` does."""
+    from tests.integration import direct_letters_sink
+
+    rows = write_input(tmp_path / "input", FILES, ROWS)
+    config = tmp_path / "sinks.json"
+    config.write_text(json.dumps(_files(tmp_path, "letters_a")))
+    cmd = [sys.executable, str(DRIVER), str(tmp_path), "--kill-after-letters", str(KILL_BATCH),
+           "--sinks", str(config), "--plugin", direct_letters_sink.__name__]  # fmt: skip
+    killed = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
+    assert f"KILL after batch {KILL_BATCH}'s dead letters" in killed.stderr
+    assert ("files", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
+
+    def shipped(batches: range) -> Counter[tuple[int, int]]:
+        return Counter(
+            {(b, r["order_id"]): 1 for b in batches
+             for r in rows[b * ROWS : (b + 1) * ROWS] if r["status"] == "shipped"}
+        )  # fmt: skip
+
+    a, b = tmp_path / "letters_a", tmp_path / "letters_b"
+    assert _letters(a, "refused") == shipped(range(KILL_BATCH + 1))
+
+    with FanOut(
+        PIPELINE, str(tmp_path / "ledger"), _files(tmp_path, "letters_b"),
+        plugins=[direct_letters_sink],
+    ) as fan:  # fmt: skip
+        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+
+    assert _letters(a, "refused") == shipped(range(KILL_BATCH + 1))
+    assert _letters(b, "refused") == shipped(range(KILL_BATCH + 1, FILES))
+    taken = Counter(
+        r["order_id"]
+        for path in sorted((tmp_path / "files").glob("*.json"))
+        for r in json.loads(path.read_text())["rows"]
+    )
+    assert taken == Counter({r["order_id"]: 1 for r in rows if r["status"] != "shipped"})
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == {("files", k): 1 for k in range(FILES)}

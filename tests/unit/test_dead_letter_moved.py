@@ -1,7 +1,8 @@
 """A sink's ``dead_letter`` moved between an attempt and its replay
 (:mod:`fanout.deadletters.moved`): which targets the ledger records, and when; which
 earlier targets may hold a batch's letters; how a Delta table answers; what
-``write_letters`` writes; and the refusal when an earlier target cannot tell."""
+``write_letters`` and ``replace_letters`` write, and the target as a sink gets it
+(``CheckedTarget``); and the refusal when an earlier target cannot tell."""
 
 from __future__ import annotations
 
@@ -18,12 +19,15 @@ from fanout.contract.dead_letters import DeadLetter, ReplacesLetters, RouteStamp
 from fanout.contract.earlier_letters import EarlierLetters, HeldLetters
 from fanout.deadletters.delta import DeltaDeadLetters, delta_target
 from fanout.deadletters.moved import (
+    CheckedTarget,
     TargetMoves,
     TargetRecord,
+    checked,
     earlier_letters,
     recorded_text,
     replace_letters,
     target_digest,
+    unchecked,
     write_letters,
 )
 from fanout.delta_tables.io import read_delta
@@ -136,9 +140,10 @@ def _ids(path: Path) -> list[tuple[str, int | None, int]]:
     if not path.exists():
         return []
     return sorted(
-        (r["source"], r["partition"], json.loads(r["row"])["id"])
-        for r in read_delta(str(path)).to_pylist()
-    )
+        ((r["source"], r["partition"], json.loads(r["row"])["id"])
+         for r in read_delta(str(path)).to_pylist()),
+        key=lambda t: (t[0], -1 if t[1] is None else t[1], t[2]),
+    )  # fmt: skip
 
 
 def test_a_delta_table_says_which_letters_of_a_batch_it_holds(tmp_path: Path) -> None:
@@ -216,6 +221,8 @@ def test_an_earlier_target_that_cannot_tell_refuses_the_batch_naming_both_and_th
     assert found == EarlierLetters(
         0, 2, (HeldLetters(a.describe(), refused=frozenset({1})), HeldLetters(c.describe()))
     )
+    # a Delta table holding refused rows can take them back: the answer carries it
+    assert [h.replaces for h in found.held] == [a, None]
 
 
 def test_a_target_changed_before_the_sink_s_first_mark_is_not_asked_once_it_has_marks(
@@ -295,3 +302,136 @@ def test_an_upsert_replay_replaces_only_the_letters_no_earlier_target_holds(
     assert _ids(tmp_path / "b") == [("refused", 1, 1), ("refused", 3, 3)]
     assert replace_letters(now, _batch(), _letters(0, 1), source="refused") == 2
     assert _ids(tmp_path / "b") == [("refused", 0, 0), ("refused", 1, 1)]
+
+
+def test_the_target_a_sink_gets_writes_none_an_earlier_target_holds_and_logs_them_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sink calling ``context.dead_letters.write`` itself (not ``write_letters``) wrote
+    every letter, those an earlier target holds too. The target fanout hands a sink
+    (``checked``) filters its ``write`` as ``write_letters`` does, once when a sink hands it
+    to ``write_letters``; it is a ``ReplacesLetters`` when the target is, forwards the
+    target's own attributes, and pickles (it travels to the executors)."""
+    import logging
+    import pickle
+
+    b = DeltaDeadLetters(str(tmp_path / "b"))
+    now = checked(b)
+    assert isinstance(now, CheckedTarget) and isinstance(now, ReplacesLetters)
+    assert unchecked(now) is b and checked(now) is now and checked(None) is None
+    assert not isinstance(checked(Blind()), ReplacesLetters)
+    assert (now.kind, now.describe(), now.path) == ("delta", b.describe(), b.path)
+    again = pickle.loads(pickle.dumps(now))
+    assert isinstance(again, CheckedTarget) and unchecked(again) == b
+    held = HeldLetters("Delta table a", False, None, None, frozenset({0, 2}))
+    batch = _batch(earlier=EarlierLetters(0, 2, (held,)))
+    with caplog.at_level(logging.INFO, logger="fanout"):
+        assert now.write(batch, _letters(0, 1, 2), source="refused") == 3
+        assert now.write(batch, _letters(2), source="refused", partition=2) == 1
+        assert write_letters(now, batch, _letters(0, 3), source="refused") == 2
+    # the batch's refused rows without a partition are there: the target keeps them once
+    assert _ids(tmp_path / "b") == [("refused", 1, 1)]
+    kept = [r.getMessage() for r in caplog.records if "are kept in Delta table a" in r.message]
+    assert [m.split(": ")[1].split(" dead")[0] for m in kept] == [
+        "2 refused", "1 partition 2's", "1 refused"
+    ]  # fmt: skip
+    assert now.write(_batch(3), _letters(0), source="refused") == 1  # another batch: as is
+    assert ("refused", 0, 0) in _ids(tmp_path / "b")
+
+
+def test_an_upsert_replay_replaces_the_letters_of_an_earlier_delta_target_s_partitions(
+    tmp_path: Path,
+) -> None:
+    """An earlier target that can take letters back (a Delta table, ``HeldLetters.replaces``)
+    kept what the attempt before the move wrote of the partitions it holds: a letter of a row
+    the replay took stayed a dead letter there, and a row the replay refused in those
+    partitions got none. Now the replay's letters of those partitions replace them there
+    (none: removed); the rest replace the batch's in the current target."""
+    a, b = DeltaDeadLetters(str(tmp_path / "a")), DeltaDeadLetters(str(tmp_path / "b"))
+    a.write(_batch(), [DeadLetter({"id": 7}, "bad", partition=0),
+                       DeadLetter({"id": 8}, "bad", partition=2)], source="refused")  # fmt: skip
+    a.write(_batch(), _letters(None), source="route", route=RouteStamp("0123456789abcde", "r"))
+    held = dataclasses.replace(a.letters_held(_batch()), replaces=a)
+    assert held.refused == frozenset({0, 2})
+    batch = _batch(earlier=EarlierLetters(0, 2, (held,)))
+    # the replay took 7 and 8, refuses 0 (partition 0, held by a), 1 and 3 (not held)
+    letters = [DeadLetter({"id": 0}, "bad", partition=0), *_letters(None, 1)[1:],
+               DeadLetter({"id": 3}, "bad", partition=3)]  # fmt: skip
+    assert replace_letters(checked(b), batch, letters, source="refused") == 3  # type: ignore[arg-type]
+    assert _ids(tmp_path / "a") == [("refused", 0, 0), ("route", None, 0)]
+    assert _ids(tmp_path / "b") == [("refused", 1, 1), ("refused", 3, 3)]
+    # a replay refusing none of a's partitions now: a keeps none of the batch's refused rows
+    held = dataclasses.replace(a.letters_held(_batch()), replaces=a)
+    batch = _batch(earlier=EarlierLetters(0, 2, (held,)))
+    assert checked(b).replace(batch, _letters(None, 1), source="refused") == 2  # type: ignore[union-attr]
+    assert _ids(tmp_path / "a") == [("route", None, 0)]
+    assert _ids(tmp_path / "b") == [("refused", None, 0), ("refused", 1, 1)]
+
+
+def test_an_upsert_replay_killed_between_the_earlier_target_and_its_own_converges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay replaces the earlier Delta target's letters first, then its own target's:
+    a kill in between leaves the earlier target with the replay's letters of the
+    partitions it held (a partition whose rows the replay took: none there now). The next
+    replay asks again (fanout does, before anything of the batch): a partition the earlier
+    target no longer holds is the target's now, and its letters go there; each refused row
+    ends in exactly one target."""
+    sink = Named("s", str(tmp_path / "b"))
+    a, b = DeltaDeadLetters(str(tmp_path / "a")), DeltaDeadLetters(str(tmp_path / "b"))
+    kinds = {"delta": delta_target}
+    a.write(_batch(), [DeadLetter({"id": 7}, "bad", partition=0),
+                       DeadLetter({"id": 8}, "bad", partition=2)], source="refused")  # fmt: skip
+
+    def replay(letters: list[DeadLetter]) -> int:
+        found = earlier_letters(_batch(), [f"delta:{tmp_path / 'a'}"], b, sink, kinds, "/l")
+        return replace_letters(b, _batch(earlier=found), letters, source="refused")
+
+    # the replay took 7 and 8 and refuses 9 (partition 2, held by a) and 1 (partition 1)
+    letters = [DeadLetter({"id": 9}, "bad", partition=2), DeadLetter({"id": 1}, "bad", partition=1)]
+
+    def killed(*args: Any, **kwargs: Any) -> int:
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(b, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        replay(letters)
+    monkeypatch.undo()
+    assert _ids(tmp_path / "a") == [("refused", 2, 9)]  # replaced, partition 0's removed
+    assert _ids(tmp_path / "b") == []
+    assert replay(letters) == 2  # the restart's replay
+    assert _ids(tmp_path / "a") == [("refused", 2, 9)]
+    assert _ids(tmp_path / "b") == [("refused", 1, 1)]
+    # another replay now refusing 7 again (partition 0, no longer a's): b's, once
+    seven = DeadLetter({"id": 7}, "bad", partition=0)
+    assert replay([*letters, seven]) == 3
+    assert _ids(tmp_path / "a") == [("refused", 2, 9)]
+    assert _ids(tmp_path / "b") == [("refused", 0, 7), ("refused", 1, 1)]
+
+
+def test_the_target_a_sink_gets_is_an_instance_of_the_target_s_class(tmp_path: Path) -> None:
+    """A plugin providing a sink and a dead-letter kind of its own may test
+    ``isinstance(context.dead_letters, ItsTarget)`` to write its letters inside its own
+    transactions (as fanout-postgres does with its ``postgres:`` table): the target fanout
+    hands over is one, as the target it wraps (its ``type()`` is the wrapper's). Pickled,
+    copied or shipped by Spark's cloudpickle, it stays the wrapper."""
+    import copy
+    import pickle
+
+    from pyspark import cloudpickle
+
+    b = DeltaDeadLetters(str(tmp_path / "b"))
+    now = checked(b)
+    assert isinstance(now, DeltaDeadLetters) and isinstance(now, CheckedTarget)
+    blind = checked(Blind())
+    assert isinstance(blind, Blind) and not isinstance(blind, (DeltaDeadLetters, ReplacesLetters))
+    for again in (pickle.loads(pickle.dumps(now)), cloudpickle.loads(cloudpickle.dumps(now)),
+                  copy.copy(now), copy.deepcopy(now)):  # fmt: skip
+        assert type(again) is type(now) and isinstance(again, DeltaDeadLetters)
+        assert unchecked(again) == b
+
+    class Kindless:  # a third party's target without the protocol's kind: handed over
+        def describe(self) -> str:
+            return "kindless"
+
+    assert checked(Kindless()).describe() == "kindless"  # type: ignore[arg-type, union-attr]

@@ -34,7 +34,9 @@ from fanout.deadletters.held import refused_rows_held
 from fanout.deadletters.moved import (
     earlier_of,
     refused_elsewhere,
+    replace_held,
     replace_letters,
+    unchecked,
     write_letters,
 )
 from fanout.errors import (
@@ -222,7 +224,9 @@ class PostgresSink(PartitionedSink):
         what would be is told to ``context.would``."""
         super().open(context)
         self._check_options()
-        self._dead = context.dead_letters
+        # the target itself: its kind decides where letters go (every write of them is
+        # through write_letters / replace_letters, which filter as fanout's wrapper does)
+        self._dead = unchecked(context.dead_letters)
         checking = context.checking
         engine = self._engine()
         try:
@@ -660,14 +664,22 @@ class PostgresSink(PartitionedSink):
         """Refused rows bound for a target other than a PostgreSQL table (written in the
         partitions' own transactions) go there now, once per batch. With a PostgreSQL
         table in upsert mode, the batch's records of an earlier attempt's partitions that
-        did not commit now (empty now, or beyond a lowered partition count) are deleted."""
+        did not commit now (empty now, or beyond a lowered partition count) are deleted,
+        and the refused rows of the partitions an earlier target holds (its
+        ``dead_letter`` moved since an attempt) replace its own there when it can take
+        them back (:func:`fanout.deadletters.moved.replace_held`)."""
         self._direct.record(outcomes)
         dead = self._dead
+        letters = [letter for o in outcomes for letter in o.letters]
         if isinstance(dead, PostgresDeadLetters) and self.mode == "upsert":
             kept = [o.partition for o in outcomes if o.status in ("committed", "skipped")]
             with self._engine().begin() as conn:
                 drop_stale(conn, dead.table, _scope(batch), self.name, batch.batch_id, kept)
-        letters = [letter for o in outcomes for letter in o.letters]
+            # the letters of the partitions an earlier target holds (the partitions skipped
+            # them; none on the common path) replace its own there when it can take them
+            # back (a Delta table): fanout.deadletters.moved
+            refused = [as_letter(r, str(self._table)) for r in letters]
+            replace_held(dead, batch, refused, source="refused")
         rewrite = (_scope(batch), batch.batch_id) in self._rewrites
         self._rewrites.discard((_scope(batch), batch.batch_id))
         if dead is not None and not isinstance(dead, PostgresDeadLetters):

@@ -191,16 +191,21 @@ class PartitionTransaction:
             changed = self._write()
         self._check_types()
         rows = self.table.num_rows - len(self.rejects)
+        elsewhere = self.meta.elsewhere(self.partition)  # kept by an earlier target
+        # the driver hands them over after the partitions: to the target it writes, or
+        # (an upsert's partition an earlier target holds, which a postgres: table skips)
+        # to that earlier target (fanout.deadletters.moved.replace_held)
+        driver = self.plan.dead_letter == "driver"
+        driver = driver or (elsewhere is not None and self.plan.mode != "append")
         outcome = PartitionOutcome(
             self.partition,
             "committed",
             rows=rows,
             written=rows,
             dead_lettered=len(self.rejects),
-            letters=tuple(self._dead_letters()) if self.plan.dead_letter == "driver" else (),
+            letters=tuple(self._dead_letters()) if driver else (),
             counters={"changed": changed, **self.counters},
         )
-        elsewhere = self.meta.elsewhere(self.partition)  # kept by an earlier target
         if self.plan.dead_letter == "postgres" and elsewhere is None:
             self._write_dead_letters()
         if self.plan.mode != "append" and self.rejects:

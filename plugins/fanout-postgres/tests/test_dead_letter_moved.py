@@ -136,33 +136,83 @@ def test_an_append_replay_under_a_moved_target_writes_no_letter_the_first_holds(
     _check(files, pg_url, first, now, tmp_path / "ledger")
 
 
-@pytest.mark.parametrize(
-    ("first", "now"), [("postgres:rejects", "delta"), ("delta", "postgres:rejects")]
-)
 def test_an_upsert_replay_under_a_moved_target_writes_no_letter_the_first_holds(
-    spark: Any, pg_url: str, tmp_path: Path, first: str, now: str
+    spark: Any, pg_url: str, tmp_path: Path
 ) -> None:
+    """Upsert from ``postgres:rejects`` to Delta table ``letters_b``, killed after some
+    partitions of batch 2 committed. (From Delta to ``postgres:rejects``, killed once the
+    sink wrote the batch: the ``postgres:rejects`` case of
+    :func:`test_an_upsert_replay_under_a_moved_target_replaces_the_letters_the_first_holds`,
+    which asserts what that case did here, and exactly.)"""
     execute(pg_url, f"CREATE TABLE events (id bigint PRIMARY KEY, customer text, amount double "
                     f"precision, version bigint, CONSTRAINT cheap CHECK ({CHECK}))")  # fmt: skip
     files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
-    first, now = (str(tmp_path / name) if t == "delta" else t
-                  for t, name in ((first, "letters_a"), (now, "letters_b")))  # fmt: skip
+    first, now = "postgres:rejects", str(tmp_path / "letters_b")
     batch2 = {r["id"] for r in files[KILL_BATCH] if not r["amount"] < 125}
-    if first == "postgres:rejects":  # killed after some partitions committed
-        killed = _drive(tmp_path, pg_url, "--mode", "upsert", "--kill", str(KILL_BATCH),
-                        "--dead-letter", first)  # fmt: skip
-        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-        held = set(_pg_letters(pg_url)) & batch2
-        assert held and held < batch2  # some partitions' refused rows, not all
-    else:  # killed once the sink wrote the batch, its letters too
-        killed = _drive(tmp_path, pg_url, "--mode", "upsert", "--kill-after-write",
-                        str(KILL_BATCH), "--dead-letter", first)  # fmt: skip
-        assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
-        held = set(_delta_letters(Path(first))) & batch2
-        assert held == batch2
+    killed = _drive(tmp_path, pg_url, "--mode", "upsert", "--kill", str(KILL_BATCH),
+                    "--dead-letter", first)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    held = set(_pg_letters(pg_url)) & batch2
+    assert held and held < batch2  # some partitions' refused rows, not all
     assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
 
     _restart(spark, tmp_path, pg_url, now, "upsert")
 
     assert set(_letters(first, pg_url)) & batch2 == held  # kept where they were
     _check(files, pg_url, first, now, tmp_path / "ledger")
+
+
+@pytest.mark.parametrize("now", ["delta", "postgres:rejects"])
+def test_an_upsert_replay_under_a_moved_target_replaces_the_letters_the_first_holds(
+    spark: Any, pg_url: str, tmp_path: Path, now: str
+) -> None:
+    """Upsert, its refused rows in Delta table ``letters_a``: killed once the sink wrote
+    batch 2 (every partition, its letters too), before its mark. The rows of customer
+    ``c3``, missing, were refused by the foreign key, those too dear by the CHECK. The
+    operator adds ``c3`` and restarts naming Delta table ``letters_b`` or
+    ``postgres:rejects``. The replay takes the ``c3`` rows now, but their letters stayed in
+    ``letters_a`` (the replay wrote nothing to an earlier target): in the table and a dead
+    letter. Now the replay's letters of the partitions ``letters_a`` holds replace those
+    there: each row of batch 2 in the table or a letter in ``letters_a``, not both; batch
+    3's letters in the new target."""
+    execute(
+        pg_url,
+        "CREATE TABLE customers (name text PRIMARY KEY)",
+        "INSERT INTO customers SELECT 'c' || n FROM generate_series(0, 10) AS n WHERE n <> 3",
+        f"CREATE TABLE events (id bigint PRIMARY KEY, customer text REFERENCES customers "
+        f"(name), amount double precision, version bigint, CONSTRAINT cheap CHECK ({CHECK}))",
+    )  # fmt: skip
+    files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
+    first = tmp_path / "letters_a"
+    now = str(tmp_path / "letters_b") if now == "delta" else now
+
+    def ids(batches: range, refused: Any) -> Counter[int]:
+        return Counter({r["id"]: 1 for b in batches for r in files[b] if refused(r)})
+
+    def dear(r: dict[str, Any]) -> bool:
+        return not r["amount"] < 125
+
+    def either(r: dict[str, Any]) -> bool:
+        return dear(r) or r["customer"] == "c3"
+
+    assert ids(range(KILL_BATCH, KILL_BATCH + 1), lambda r: r["customer"] == "c3" and not dear(r))
+    killed = _drive(tmp_path, pg_url, "--mode", "upsert", "--kill-after-write", str(KILL_BATCH),
+                    "--dead-letter", str(first))  # fmt: skip
+    assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
+    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
+    assert _delta_letters(first) == ids(range(KILL_BATCH + 1), either)
+
+    execute(pg_url, "INSERT INTO customers VALUES ('c3')")  # the fix the letters ask for
+    _restart(spark, tmp_path, pg_url, now, "upsert")
+
+    assert _delta_letters(first) == ids(range(KILL_BATCH), either) + ids(
+        range(KILL_BATCH, KILL_BATCH + 1), dear
+    )
+    assert _letters(now, pg_url) == ids(range(KILL_BATCH + 1, FILES), dear)
+    table = Counter(int(i) for (i,) in query(pg_url, "SELECT id FROM events"))
+    assert table == ids(range(KILL_BATCH), lambda r: not either(r)) + ids(
+        range(KILL_BATCH, FILES), lambda r: not dear(r)
+    )
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == {
+        ("events", b): 1 for b in range(FILES)
+    }
