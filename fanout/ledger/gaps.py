@@ -229,12 +229,12 @@ def older_epoch_missed(
     misses, or ``None``: a batch of such an epoch after the sink's mark in it (or none, for
     a batch the ``spool`` holds for it or its ``backfill_from`` source's ledger marks
     committed, not skipped) that is settled by the ledger and the spool
-    (:func:`fanout.steps.lag.settled_on_record`: a batch given up with its checkpoint is
+    (:func:`fanout.spool.settled.settled_on_record`: a batch given up with its checkpoint is
     missed by no sink). Of the ledger's marks: past the sink's mark of an epoch, another
     sink's mark, or a batch the spool holds. A sink without a mark in an older epoch misses
     nothing of it that the ledger can tell (it may not have been configured then): only the
     spool and the backfill source, when given, say so. One scan of the ledger's marks."""
-    from fanout.steps.lag import settled_on_record
+    from fanout.spool.settled import settled_on_record
 
     entries = [e for e in ledger.committed_entries(pipeline) if e.epoch < current]
     marks: dict[int, dict[str, int]] = {}
