@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -478,7 +479,7 @@ def _refuse_unknown_sink(ledger: DeltaLedger, target: _SkipTarget, sink: str) ->
 def cmd_skip(args: argparse.Namespace) -> int:
     """Record that a sink never gets the batches after its mark through ``--through``."""
     from fanout.ledger.delta import DeltaLedger
-    from fanout.ledger.gaps import skip_batches
+    from fanout.ledger.gaps import OlderEpochSkipError, skip_batches
 
     target = _skip_target(args)
     ledger = DeltaLedger(target.ledger)
@@ -486,11 +487,18 @@ def cmd_skip(args: argparse.Namespace) -> int:
     _refuse_unknown_sink(ledger, target, args.sink)
     named = "--spool" if args.spool is not None else f"pipeline.spool of {target.config}"
     spool = None if target.spool is None else _existing_spool(target.spool, target.pipeline, named)
-    done = skip_batches(
-        ledger, target.pipeline, args.sink, args.through, args.epoch,
-        spool=spool, release_spooled=args.release_spooled,
-        backfill_from=target.backfill_from, give_up_backfill=args.give_up_backfill,
-    )  # fmt: skip
+    try:
+        done = skip_batches(
+            ledger, target.pipeline, args.sink, args.through, args.epoch,
+            spool=spool, release_spooled=args.release_spooled,
+            backfill_from=target.backfill_from, give_up_backfill=args.give_up_backfill,
+        )  # fmt: skip
+    except OlderEpochSkipError as exc:
+        raise ConfigurationError(
+            f"{exc.reason}. To skip epoch {exc.epoch}'s batches, run "
+            f"`{_skip_command(args, exc.epoch)}`; to skip epoch {exc.current}'s anyway, "
+            f"the same with --epoch {exc.current}"
+        ) from None
     where = f"pipeline {target.pipeline!r}, sink {args.sink!r}, epoch {done.epoch}"
     for note in target.notes:
         print(f"{where}: {note}")
@@ -518,6 +526,26 @@ def cmd_skip(args: argparse.Namespace) -> int:
             "pipeline's start-up names them and how to release them"
         )
     return 0
+
+
+def _skip_command(args: argparse.Namespace, epoch: int) -> str:
+    """The ``fanout ledger skip`` given (``args``), with ``--epoch epoch``: its own flags,
+    the locations named absolute (:func:`fanout.contract.locations.command_location`)."""
+    from fanout.contract.locations import command_location
+
+    parts = ["fanout ledger skip"]
+    if args.config is not None:
+        parts.append(f"--config {command_location(args.config)}")
+    if args.ledger is not None:
+        parts.append(f"--ledger {command_location(args.ledger)}")
+    if args.pipeline is not None:
+        parts.append(f"--pipeline {shlex.quote(args.pipeline)}")
+    parts += [f"--sink {shlex.quote(args.sink)}", f"--through {args.through}", f"--epoch {epoch}"]
+    if args.spool is not None:
+        parts.append(f"--spool {command_location(args.spool)}")
+    parts += [flag for flag, given in (("--release-spooled", args.release_spooled),
+              ("--give-up-backfill", args.give_up_backfill)) if given]  # fmt: skip
+    return " ".join(parts)
 
 
 def _print_backfill(where: str, target: _SkipTarget, given_up: tuple[int, ...]) -> None:
@@ -784,7 +812,12 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     skip.add_argument("--pipeline", help="the pipeline name (required without --config)")
     skip.add_argument("--sink", required=True, help="the sink that missed them")
     skip.add_argument("--through", type=int, required=True, help="the last batch it never gets")
-    skip.add_argument("--epoch", type=int, help="the epoch (default: the pipeline's current)")
+    skip.add_argument(
+        "--epoch",
+        type=int,
+        help="the epoch (default: the pipeline's current; then refused while the sink still "
+        "misses a batch of an older epoch, naming it)",
+    )
     skip.add_argument(
         "--spool",
         help="the pipeline's spool: a --through past a batch it still holds for the sink "

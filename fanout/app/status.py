@@ -14,7 +14,7 @@ With ``--spool``, a sink's batches kept in the spool after a ``fanout ledger ski
 without ``--spool`` (its mark is past them: neither written to it nor released, see
 :meth:`fanout.steps.lag.Lagging.given_up`) are named too, with the command releasing them;
 so are the batches of an epoch before the current one that Spark never committed
-(:func:`fanout.steps.lag.settled_on_record`, the catch-up's rule): given up with their
+(:func:`fanout.spool.settled.settled_on_record`, the catch-up's rule): given up with their
 checkpoint, they are not behind, and the next start releases them.
 """
 
@@ -231,7 +231,7 @@ def spool_backlogs(
     """Per (pipeline, sink): the spooled batches it has not committed, their rows, and
     when the oldest was spooled; and apart, those of them given up: of an epoch before the
     pipeline's current one, and not settled by the ledger and the spool
-    (:func:`fanout.steps.lag.settled_on_record`, as the catch-up judges them).
+    (:func:`fanout.spool.settled.settled_on_record`, as the catch-up judges them).
     ``entries``: the rows of the spool's index."""
     from fanout.spool.table import batches_of_index
 
@@ -283,7 +283,7 @@ def _abandoned(
     epochs: Mapping[str, int],
 ) -> set[tuple[str, int, int]]:
     """The spooled (pipeline, epoch, batch) given up with a replaced checkpoint."""
-    from fanout.steps.lag import settled_on_record
+    from fanout.spool.settled import settled_on_record
 
     found = set()
     for pipeline, batches in spooled.items():

@@ -18,6 +18,13 @@ names them with the command that releases them (:meth:`fanout.steps.lag.Lagging.
 Likewise, given the sink's ``backfill_from`` source, it refuses a ``through`` past a batch
 that source holds for the sink (its ledger marks it committed, not skipped: what the
 backfill reads), unless told to give them up too (``give_up_backfill``).
+
+The epoch defaults to the pipeline's current one. After a checkpoint reset, a sink may still
+miss batches of an older epoch (it lags, or backfills, from before the reset): it gets
+those first, and a skip meant for them, made in the current epoch, would give up the
+current epoch's batches instead. So a skip without an explicit epoch is refused when the
+sink's oldest missing batch is of an older epoch (:func:`older_epoch_missed`,
+:class:`OlderEpochSkipError`); an explicit epoch is always taken as given.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from fanout.errors import ConfigurationError, batch_ranges
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 
 if TYPE_CHECKING:
-    from fanout.spool.table import Spool
+    from fanout.spool.table import BatchKey, Spool
 
 SKIPPED = "skipped"
 """How the ``error`` column of a skip's mark begins."""
@@ -120,7 +127,12 @@ def skip_batches(
         one: a ``through`` at or past a batch the source's ledger marks committed (not
         skipped) after ``sink``'s mark is refused, naming them: the backfill would give
         them to ``sink``.
-    :param give_up_backfill: give those batches up too (the mark is recorded past them)."""
+    :param give_up_backfill: give those batches up too (the mark is recorded past them).
+
+    Without ``epoch``, refuses (:class:`OlderEpochSkipError`, before anything is written)
+    when ``sink``'s oldest missing batch is of an epoch before the current one
+    (:func:`older_epoch_missed`): the current epoch's batches are not the ones it misses
+    first, and a skip of them would give up rows it is still to get."""
     if through < 0:
         raise ConfigurationError(f"pipeline {pipeline!r}, sink {sink!r}: --through must be >= 0")
     if release_spooled and spool is None:
@@ -129,6 +141,12 @@ def skip_batches(
             "the spool: give it with --spool (in Python: spool=)"
         )
     view = ledger.lookup(pipeline, [sink])
+    if epoch is None and view.epoch > 0:
+        missed = older_epoch_missed(
+            ledger, pipeline, sink, view.epoch, spool=spool, backfill_from=backfill_from
+        )
+        if missed is not None:
+            raise OlderEpochSkipError(pipeline, sink, through, missed, view.epoch)
     epoch = view.epoch if epoch is None else epoch
     before = ledger.last_committed(pipeline, [sink], epoch).get(sink)
     if before is not None and before >= through:
@@ -171,6 +189,82 @@ def skip_batches(
         sink, epoch, before, through, recorded=True, released=released,
         backfill_held=backfill_held,
     )  # fmt: skip
+
+
+class OlderEpochSkipError(ConfigurationError):
+    """A skip without an explicit epoch, refused: the sink's oldest missing batch is of an
+    epoch before the pipeline's current one, which the skip would have defaulted to
+    (:func:`skip_batches`). Its :attr:`reason` is the message without the way on, which
+    ``fanout ledger skip`` names as the command with ``--epoch``."""
+
+    def __init__(
+        self, pipeline: str, sink: str, through: int, missed: BatchKey, current: int
+    ) -> None:
+        self.epoch, self.batch_id = missed
+        self.current = current
+        self.reason = (
+            f"pipeline {pipeline!r}, sink {sink!r}: the oldest batch it misses is batch "
+            f"{self.batch_id} of epoch {self.epoch}, before the pipeline's current epoch "
+            f"{current}, the one a skip without an epoch acts in: this skip would record "
+            f"epoch {current}'s batches through {through} as never written to it (it gets "
+            f"them after epoch {self.epoch}'s: their rows lost to it) and leave batch "
+            f"{self.batch_id} of epoch {self.epoch} missing; nothing was recorded"
+        )
+        super().__init__(
+            f"{self.reason}. Give the epoch: epoch={self.epoch} skips epoch {self.epoch}'s "
+            f"batches; epoch={current} skips epoch {current}'s anyway"
+        )
+
+
+def older_epoch_missed(
+    ledger: Ledger,
+    pipeline: str,
+    sink: str,
+    current: int,
+    *,
+    spool: Spool | None = None,
+    backfill_from: str | None = None,
+) -> BatchKey | None:
+    """The oldest batch ``(epoch, batch id)`` of an epoch before ``current`` that ``sink``
+    misses, or ``None``: a batch of such an epoch after the sink's mark in it (or none, for
+    a batch the ``spool`` holds for it or its ``backfill_from`` source's ledger marks
+    committed, not skipped) that is settled by the ledger and the spool
+    (:func:`fanout.spool.settled.settled_on_record`: a batch given up with its checkpoint is
+    missed by no sink). Of the ledger's marks: past the sink's mark of an epoch, another
+    sink's mark, or a batch the spool holds. A sink without a mark in an older epoch misses
+    nothing of it that the ledger can tell (it may not have been configured then): only the
+    spool and the backfill source, when given, say so. One scan of the ledger's marks."""
+    from fanout.spool.settled import settled_on_record
+
+    entries = [e for e in ledger.committed_entries(pipeline) if e.epoch < current]
+    marks: dict[int, dict[str, int]] = {}
+    for entry in entries:
+        of_epoch = marks.setdefault(entry.epoch, {})
+        of_epoch[entry.sink] = max(of_epoch.get(entry.sink, -1), entry.batch_id)
+    spooled = [] if spool is None else spool.batches()
+    candidates = {(e, of_epoch[sink] + 1) for e, of_epoch in marks.items() if sink in of_epoch}
+    candidates.update(
+        (e.epoch, e.batch_id)
+        for e in entries
+        if e.sink == backfill_from and not is_skip(e)
+        and e.batch_id > marks[e.epoch].get(sink, -1)
+    )  # fmt: skip
+    candidates.update(
+        b.key
+        for b in spooled
+        if b.epoch < current and sink in b.needed_by
+        and b.batch_id > marks.get(b.epoch, {}).get(sink, -1)
+    )  # fmt: skip
+    for epoch, batch_id in sorted(candidates):
+        of_epoch = marks.get(epoch, {})
+        origin = None if backfill_from is None else of_epoch.get(backfill_from)
+
+        def backfilled(name: str, batch_id: int = batch_id, origin: int | None = origin) -> bool:
+            return name == sink and origin is not None and origin >= batch_id
+
+        if settled_on_record((epoch, batch_id), spooled, of_epoch.get, of_epoch, backfilled):
+            return (epoch, batch_id)
+    return None
 
 
 def _release(spool: Spool | None, sink: str, epoch: int, through: int) -> tuple[int, ...]:

@@ -17,7 +17,7 @@
 - ``<spool>/index``: one row per (batch, sink that needs it), with what the batch's ledger
   marks must carry (query id, source offsets, planning time), the batch's Spark
   schema, and the sinks configured when it was spooled (``party``: an older epoch's batch
-  is settled only once each of them holds it, :func:`fanout.steps.lag.party_of`). Rows of
+  is settled only once each of them holds it, :func:`fanout.spool.settled.party_of`). Rows of
   a replayed batch may repeat; readers take the union.
 
 A batch's index rows go once the sinks they name have committed it (:meth:`Spool.release`,
@@ -104,7 +104,7 @@ class SpooledBatch:
     those that wrote or failed it, but one held back while it backfills:
     :func:`fanout.steps.lag_steps.party_of_batch`): the sinks that took part in it.
     ``None``: spooled by a version that did not record them (see
-    :func:`fanout.steps.lag.party_of`)."""
+    :func:`fanout.spool.settled.party_of`)."""
     files_read: bool = False
     """Whether ``size_bytes`` was read from the data table (else it is unknown: a reader of
     the index alone)."""

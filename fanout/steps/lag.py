@@ -35,6 +35,7 @@ from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.ledger.gaps import held_by_skip, is_skip
 from fanout.observe.secrets import masked_error, redact_printed
 from fanout.sink_spec import SinkSpec
+from fanout.spool.settled import every_sink_holds, settled_on_record
 from fanout.spool.table import BatchKey, Spool, SpooledBatch
 from fanout.steps.context import read_file_directly
 from fanout.steps.lag_state import (
@@ -780,69 +781,6 @@ class Lagging:
                 ", ".join(f"{b} (epoch {e})" for e, b in removed),
             )
         return len(removed)
-
-
-def party_of(batch: SpooledBatch | None, marked: Iterable[str]) -> frozenset[str]:
-    """The sinks that took part in a batch of an epoch before the current one, each of which
-    must hold it for it to be settled (docs/architecture.md §14.4, "An older epoch"): the
-    sinks configured when it was spooled, as the spool recorded them; a sink added since
-    took no part. For a batch the spool holds without that record (spooled by an older
-    version) or does not hold (a backfill source's), the sinks it is spooled for and those
-    with a mark in its epoch (``marked``): a sink without ``on_failure="lag"`` that failed
-    the epoch's first batch has no mark there, and is then not counted."""
-    if batch is not None and batch.party is not None:
-        return batch.party
-    return frozenset(marked) | (frozenset() if batch is None else batch.needed_by)
-
-
-def every_sink_holds(
-    batch_id: int,
-    sinks: Iterable[str],
-    spooled_for: frozenset[str],
-    mark: Callable[[str], int | None],
-    backfilled: Callable[[str], bool] | None = None,
-) -> bool:
-    """Whether each of ``sinks`` holds batch ``batch_id`` of one epoch: its ``mark`` of the
-    epoch is at or past it, the spool holds it for the sink (``spooled_for``), or the sink
-    still backfills from a sink that holds it (``backfilled``)."""
-    for name in sinks:
-        if name in spooled_for:
-            continue
-        done = mark(name)
-        if done is not None and done >= batch_id:
-            continue
-        if backfilled is not None and backfilled(name):
-            continue
-        return False
-    return True
-
-
-def settled_on_record(
-    key: BatchKey,
-    spooled: Sequence[SpooledBatch],
-    mark: Callable[[str], int | None],
-    marked: Iterable[str],
-    backfilled: Callable[[str], bool] | None = None,
-) -> bool:
-    """Whether batch ``key`` of an epoch before the current one was settled, by the ledger
-    and the spool alone (its checkpoint was replaced, and its query is refused from now
-    on): Spark planned a later batch of its epoch (a sink's mark of the epoch, among
-    ``marked``, the sinks with one, is past it, or the spool holds a later batch of it), or
-    every sink that took part in it holds it (:func:`party_of`). The catch-up writes such a
-    batch; any other is given up (:meth:`Lagging.abandoned`), and ``fanout status`` and
-    ``fanout recover`` judge it by this same rule. ``spooled``: the pipeline's spooled
-    batches; ``mark``: a sink's last mark of the batch's epoch."""
-    epoch, batch_id = key
-    marked = list(marked)
-    if any((m := mark(s)) is not None and m > batch_id for s in marked):
-        return True
-    if any(b.epoch == epoch and b.batch_id > batch_id for b in spooled):
-        return True
-    batch = next((b for b in spooled if b.key == key), None)
-    # a batch whose rows never reached the spool holds nothing for its sinks
-    spooled_for = frozenset() if batch is None or batch.rows_missing else batch.needed_by
-    party = party_of(batch, marked)
-    return every_sink_holds(batch_id, party, spooled_for, mark, backfilled)
 
 
 def spooled_through(

@@ -7,6 +7,7 @@ batch refused. Real local Spark, a Delta ledger, two Delta sinks, a spool."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -162,4 +163,90 @@ def test_the_skip_a_gap_in_an_older_epochs_backlog_prints_gives_up_that_gap_only
     marks = [e for e in DeltaLedger(ledger).committed_entries("gap") if e.sink == "down"]
     assert sorted((e.epoch, e.batch_id, is_skip(e)) for e in marks) == [
         (0, 0, False), (0, 1, True), (0, 2, False), (1, 0, False),
+    ]  # fmt: skip
+
+
+def test_a_skip_without_epoch_is_refused_while_the_sink_misses_an_older_epochs_batch(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``down`` misses batch 1 of epoch 0 (its spool lost it) and lags on through a reset
+    (epoch 1: batches 0-2 spooled for it). A skip typed without ``--epoch`` (an older
+    runbook's, or the batch the refusal names) defaulted to epoch 1: it recorded epoch 1's
+    batches 0-1 as skipped, rows ``down`` was still to get, and left epoch 0's gap. It is
+    refused before anything is written, naming epoch 0 and the command with ``--epoch 0``,
+    which then gives up that batch only; an explicit ``--epoch 1`` is taken as given."""
+    ledger, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
+    down = _EpochDownSink("down", down=True)
+
+    def fan_out() -> FanOut:
+        return FanOut(
+            "gap", ledger,
+            [{"type": "delta", "name": "lake", "path": str(tmp_path / "lake")},
+             SinkSpec(down, lag=lag_policy("down", {"on_failure": "lag"}))],
+            retries=0, backoff_s=0, spool=spool, probe_interval_s=3600,
+            on_checkpoint_reset="new_epoch",
+        )  # fmt: skip
+
+    def frame(ids: list[int]) -> Any:
+        return spark.createDataFrame([(i,) for i in ids], "id LONG")
+
+    def marks(path: str = ledger) -> list[tuple[int, int, bool]]:
+        found = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "down"]
+        return sorted((e.epoch, e.batch_id, is_skip(e)) for e in found)
+
+    fan = fan_out()
+    try:
+        down.down = False
+        fan.process(frame([1]), BatchInfo("gap", 0, "q"))
+        down.down = True
+        fan.process(frame([2]), BatchInfo("gap", 1, "q"))
+        fan.process(frame([3]), BatchInfo("gap", 2, "q"))
+        assert fan.spool is not None
+        fan.spool.remove({(0, 1): ["down"]})  # the spool lost batch 1 for it
+        for batch_id, row in enumerate([4, 5, 6]):  # the reset: epoch 1
+            fan.process(frame([row]), BatchInfo("gap", batch_id, "q-new"))
+        assert [(b.key, sorted(b.needed_by)) for b in fan.spool.batches()] == [
+            ((0, 2), ["down"]), ((1, 0), ["down"]), ((1, 1), ["down"]), ((1, 2), ["down"]),
+        ]  # fmt: skip
+    finally:
+        fan.close()
+    assert marks() == [(0, 0, False)]
+    capsys.readouterr()
+
+    typed = ["ledger", "skip", "--ledger", ledger, "--pipeline", "gap", "--sink", "down"]
+    for spooled in ([], ["--spool", spool]):
+        assert main([*typed, "--through", "1", *spooled]) == 2
+        printed = (
+            f"fanout ledger skip --ledger {ledger} --pipeline gap --sink down --through 1 "
+            f"--epoch 0{' --spool ' + spool if spooled else ''}"
+        )
+        assert capsys.readouterr().err == (
+            "fanout: configuration error: pipeline 'gap', sink 'down': the oldest batch it "
+            "misses is batch 1 of epoch 0, before the pipeline's current epoch 1, the one a "
+            "skip without an epoch acts in: this skip would record epoch 1's batches through "
+            "1 as never written to it (it gets them after epoch 0's: their rows lost to it) "
+            "and leave batch 1 of epoch 0 missing; nothing was recorded. To skip epoch 0's "
+            f"batches, run `{printed}`; to skip epoch 1's anyway, the same with --epoch 1\n"
+        )
+        assert marks() == [(0, 0, False)]
+
+    # an explicit --epoch is taken as given (on a copy of the ledger)
+    shutil.copytree(ledger, tmp_path / "copy")
+    copy = str(tmp_path / "copy")
+    assert main([*typed[:2], "--ledger", copy, *typed[4:], "--through", "1", "--epoch", "1"]) == 0
+    assert marks(copy) == [(0, 0, False), (1, 1, True)]
+    assert marks() == [(0, 0, False)]
+
+    assert main(printed.split()[1:]) == 0, capsys.readouterr()
+    assert marks() == [(0, 0, False), (0, 1, True)]
+    down.down = False
+    again = fan_out()
+    try:
+        lag = again.catch_up(timeout_s=120)["down"]
+    finally:
+        again.close()
+    assert (lag.state, lag.error) == ("live", None)
+    assert down.written == [(0, 0, [1]), (0, 2, [3]), (1, 0, [4]), (1, 1, [5]), (1, 2, [6])]
+    assert marks() == [
+        (0, 0, False), (0, 1, True), (0, 2, False), (1, 0, False), (1, 1, False), (1, 2, False),
     ]  # fmt: skip

@@ -13,7 +13,7 @@ from fanout.app.cli import main
 from fanout.app.runner import build_fanout, load_pipeline
 from fanout.errors import ConfigurationError
 from fanout.ledger.delta import DeltaLedger
-from fanout.ledger.gaps import skip_batches
+from fanout.ledger.gaps import OlderEpochSkipError, skip_batches
 from tests.unit.fakes import ScriptedSink
 from tests.unit.test_missed_batches import _run
 
@@ -347,3 +347,85 @@ def test_skip_checks_the_sink_against_the_ledgers_sink_names_only(
         f"fanout: configuration error: --sink gd: no sink of that name in {config} (lake, pg) "
         "nor in the ledger's pipeline 'gap' (good, lake, pg); check the name\n"
     )
+
+
+def test_a_skip_without_epoch_is_refused_while_the_backfill_source_holds_an_older_epoch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sink "pg" backfills from "lake", which committed batches 0-1 of epoch 0 and, after a
+    checkpoint reset, 0-1 of epoch 1; "pg" has none. A skip typed without ``--epoch``
+    defaulted to epoch 1 (with ``--give-up-backfill``, the way on its own refusal named, it
+    gave up epoch 1's batches 0-1, which "pg" gets from "lake" after epoch 0's): refused,
+    naming epoch 0 and the command with ``--epoch 0``; nothing recorded."""
+    path = str(tmp_path / "ledger")
+    _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good"), ScriptedSink("lake")]), range(2))
+    sinks = [ScriptedSink("good"), ScriptedSink("lake")]
+    fan = FanOut("gap", DeltaLedger(path), sinks, on_checkpoint_reset="new_epoch")
+    _run(fan, range(2), query="q-new")
+    ledger = DeltaLedger(path)
+    assert ledger.lookup("gap", ["pg"]).epoch == 1
+    config = _config(tmp_path, path)
+    capsys.readouterr()
+    args = ["ledger", "skip", "--config", config, "--sink", "pg", "--through", "1"]
+    for extra in ([], ["--give-up-backfill"]):
+        assert main([*args, *extra]) == 2
+        flags = "".join(f" {flag}" for flag in extra)
+        printed = f"fanout ledger skip --config {config} --sink pg --through 1 --epoch 0{flags}"
+        assert capsys.readouterr().err == (
+            "fanout: configuration error: pipeline 'gap', sink 'pg': the oldest batch it "
+            "misses is batch 0 of epoch 0, before the pipeline's current epoch 1, the one a "
+            "skip without an epoch acts in: this skip would record epoch 1's batches through "
+            "1 as never written to it (it gets them after epoch 0's: their rows lost to it) "
+            "and leave batch 0 of epoch 0 missing; nothing was recorded. To skip epoch 0's "
+            f"batches, run `{printed}`; to skip epoch 1's anyway, the same with --epoch 1\n"
+        )
+    with pytest.raises(OlderEpochSkipError) as refused:  # in Python too
+        skip_batches(ledger, "gap", "pg", 1, backfill_from="lake", give_up_backfill=True)
+    assert (refused.value.epoch, refused.value.batch_id, refused.value.current) == (0, 0, 1)
+    assert str(refused.value).endswith(
+        "nothing was recorded. Give the epoch: epoch=0 skips epoch 0's batches; epoch=1 "
+        "skips epoch 1's anyway"
+    )
+    assert [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "pg"] == []
+
+    # run as printed, it gives up epoch 0's batches (those lake holds: --give-up-backfill)
+    assert main(printed.split()[1:]) == 0
+    marks = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "pg"]
+    assert [(e.epoch, e.batch_id, e.rows) for e in marks] == [(0, 1, 0)]
+    # epoch 0 held now, a skip without --epoch is epoch 1's, checked as before
+    assert main(args) == 2
+    assert "its backfill source 'lake' holds batch(es) 0-1 of epoch 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("last", [1, 2])
+def test_an_older_epochs_batch_given_up_with_its_checkpoint_is_missed_by_no_sink(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], last: int
+) -> None:
+    """Sinks "down" and "ff" have batch 0 of epoch 0, "good" batches 0 through ``last``;
+    then a reset: epoch 1's batches 0-1 run without "down". Epoch 0's batch 1 is settled
+    only when a mark is past it (``last`` 2: Spark planned batch 2 after committing it):
+    "down" misses it, and a skip without ``--epoch`` is refused. As the epoch's last batch,
+    which "ff" lacks too, it was given up with its checkpoint (the new epoch reads its rows
+    again): "down" misses nothing of epoch 0, and the skip of epoch 1 is recorded."""
+    path = str(tmp_path / "ledger")
+    _run(
+        FanOut("gap", DeltaLedger(path), [ScriptedSink(n) for n in ("good", "down", "ff")]),
+        range(1),
+    )
+    _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good")]), range(1, last + 1))
+    sinks = [ScriptedSink("good"), ScriptedSink("ff")]
+    _run(FanOut("gap", DeltaLedger(path), sinks, on_checkpoint_reset="new_epoch"), range(2), "q2")
+    capsys.readouterr()
+    args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "down"]
+    code = main([*args, "--through", "1"])
+    marks = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "down"]
+    if last == 2:
+        assert code == 2
+        assert "the oldest batch it misses is batch 1 of epoch 0" in capsys.readouterr().err
+        assert [(e.epoch, e.batch_id) for e in marks] == [(0, 0)]
+    else:
+        assert code == 0
+        assert capsys.readouterr().out.startswith(
+            "pipeline 'gap', sink 'down', epoch 1: batches 0-1 recorded as skipped"
+        )
+        assert sorted((e.epoch, e.batch_id) for e in marks) == [(0, 0), (1, 1)]
