@@ -50,6 +50,7 @@ from fanout.delta_tables.io import one_line
 from fanout.errors import FanoutError, batch_ranges
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
+from fanout.ledger.gaps import skip_command
 from fanout.spool.table import SpooledBatch
 from fanout.steps.guard import latest_per_sink
 from fanout.steps.guard_text import (
@@ -494,10 +495,7 @@ def _lacking_line(recovery: Recovery, sink: str, last: LedgerEntry | None) -> st
 
 
 def _skip_command(recovery: Recovery, sink: str, through: int) -> str:
-    return (
-        f"`fanout ledger skip --ledger {recovery.ledger} --pipeline {recovery.pipeline} "
-        f"--sink {sink} --through {through} --epoch {recovery.epoch}`"
-    )
+    return f"`{skip_command(recovery.ledger, recovery.pipeline, sink, through, recovery.epoch)}`"
 
 
 def _before_first_lines(recovery: Recovery) -> list[str]:

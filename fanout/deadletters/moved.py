@@ -37,6 +37,7 @@ from fanout.contract.locations import local_path, shown_location
 from fanout.deadletters.route_letters import check_unchanged, write_route_letters
 from fanout.deadletters.target import DeadLetterKind
 from fanout.errors import DeadLetterMovedError
+from fanout.ledger.gaps import skip_command
 from fanout.ledger.target_records import (
     BatchKey,
     TargetRecord,
@@ -257,10 +258,9 @@ def _cannot_tell(
         f"it is {where} now, and {text!r} {why}. Writing the batch's dead letters to {where} "
         f"could keep a letter in both. Nothing was written. Restore dead_letter = {text!r} "
         f"until batch {info.batch_id} completes (its letters are then written once, where "
-        "they are), or, to go on without it, record the batch for this sink with `fanout "
-        f"ledger skip --ledger {ledger} --pipeline {info.pipeline} --sink {batch.sink_name} "
-        f"--through {info.batch_id} --epoch {info.epoch}` (what it did not write is then "
-        "missing from the sink and its dead letters)",
+        "they are), or, to go on without it, record the batch for this sink with "
+        f"`{skip_command(ledger, info.pipeline, batch.sink_name, info.batch_id, info.epoch)}` "
+        "(what it did not write is then missing from the sink and its dead letters)",
         sink=batch.sink_name,
         batch_id=info.batch_id,
     )

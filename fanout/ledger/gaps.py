@@ -55,6 +55,25 @@ def says_skipped(error: str | None) -> bool:
     return (error or "").startswith(f"{SKIPPED}:")
 
 
+LEDGER_UNKNOWN = "<the pipeline's ledger>"
+"""What a command names as ``--ledger`` where the ledger is unknown (a sink opened outside a
+:class:`fanout.FanOut`: ``SinkContext.ledger`` is ``None``)."""
+
+
+def skip_command(ledger: str | None, pipeline: str, sink: str, through: int, epoch: int) -> str:
+    """The ``fanout ledger skip`` that records ``sink``'s batches of ``epoch`` through
+    ``through`` as given up (:func:`skip_batches`), every value inline: what an error
+    prints for a batch the sink cannot complete.
+
+    :param ledger: the ledger as the command names it
+        (:func:`fanout.ledger.entry.ledger_location`, ``SinkContext.ledger``); ``None``:
+        unknown, named :data:`LEDGER_UNKNOWN`."""
+    return (
+        f"fanout ledger skip --ledger {LEDGER_UNKNOWN if ledger is None else ledger} "
+        f"--pipeline {pipeline} --sink {sink} --through {through} --epoch {epoch}"
+    )
+
+
 def release_command(
     ledger: str, pipeline: str, sink: str, through: int, epoch: int, spool: str
 ) -> str:
@@ -66,9 +85,8 @@ def release_command(
         :func:`fanout.contract.locations.command_location` (or an in-memory ledger's name).
     :param spool: the spool's location, named absolute (``command_location``)."""
     return (
-        f"fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
-        f"--through {through} --epoch {epoch} --spool {command_location(spool)} "
-        "--release-spooled"
+        f"{skip_command(ledger, pipeline, sink, through, epoch)} "
+        f"--spool {command_location(spool)} --release-spooled"
     )
 
 

@@ -92,6 +92,9 @@ class WriterSettings:
     secrets: SinkSecrets = NO_SECRETS
     """The sink's secrets and its pipeline's, masked in a bad record's reason (the
     letter's ``fanout.error`` header, the journal naming it, the partition's failure)."""
+    ledger: str | None = None
+    """The pipeline's ledger as the commands fanout prints name it (``SinkContext.ledger``;
+    ``None``: unknown), for the ``fanout ledger skip`` an error prints."""
     earlier: EarlierLetters | None = None
     """What the sink's earlier dead-letter targets hold of the batch
     (:attr:`fanout.Batch.earlier`; set only when its ``dead_letter`` moved since an attempt

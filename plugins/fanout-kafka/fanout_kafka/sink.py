@@ -34,6 +34,7 @@ from fanout.errors import (
     SinkWriteError,
     TransientSinkError,
 )
+from fanout.ledger.gaps import skip_command
 from fanout.observe.secrets import redact
 from fanout.partitioned.membership import (
     WHOLE_ROW,
@@ -204,6 +205,7 @@ class KafkaSink(PartitionedSink):
         self.max_record_bytes = max_record_bytes
         self._max_batch_bytes: int | None = None  # the topics' record batch limit (open())
         self.pipeline: str | None = None  # set by open()
+        self._ledger: str | None = None  # the ledger as commands name it, set by open()
         self._derived_prefix = False  # transactional_id_prefix is the default (open())
         self._legacy_prefix: str | None = None  # the former default, to fence (open())
         self._held_admin: dict[str, Any] | None = None  # open() to close()
@@ -232,6 +234,7 @@ class KafkaSink(PartitionedSink):
 
         super().open(context)
         self.pipeline = context.pipeline
+        self._ledger = context.ledger
         self._dead = context.dead_letters
         self._topic_id_recorded = None
         self._spans = {}
@@ -492,12 +495,11 @@ class KafkaSink(PartitionedSink):
             "a new epoch is refused and `fanout recover` records no lost mark. A replay "
             "cannot write them either (it rebuilds them from the journal). Every partition "
             "committed its rows to %r: if you accept that those partitions' refused rows of "
-            "batch %d may be missing from %s, record the batch for this sink with `fanout "
-            "ledger skip --ledger <ledger> --pipeline %s --sink %s --through %d --epoch %d` "
+            "batch %d may be missing from %s, record the batch for this sink with `%s` "
             "and restart the query.",
             self.name, batch_id, parts, settings.marker_topic, redact(where, self.secret_values()),
-            self.topic, batch_id, redact(where, self.secret_values()), pipeline, self.name,
-            batch_id, epoch,
+            self.topic, batch_id, redact(where, self.secret_values()),
+            skip_command(self._ledger, pipeline, self.name, batch_id, epoch),
         )  # fmt: skip
 
     def _topic_replaced(self, config: dict[str, Any], scope: str) -> str | None:
@@ -708,6 +710,7 @@ class KafkaSink(PartitionedSink):
             speculation=self._speculation_of(batch),
             secrets=self.letter_secrets(),
             earlier=batch.earlier,
+            ledger=self._ledger,
         )
 
     def _create_missing_topics(self, batch: Batch) -> None:

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from fanout.ledger.gaps import LEDGER_UNKNOWN, skip_command
 from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
 from fanout_kafka import journal
 from fanout_kafka.failures import (
@@ -398,6 +399,9 @@ class PartitionWriter:
         if count >= 0 and not letters:
             return None  # committed with the journal: an earlier batch's
         what = str(letters) if letters else "an unknown number of"
+        epoch = settings.info.epoch if settings.info is not None else 0
+        ledger = LEDGER_UNKNOWN if settings.ledger is None else settings.ledger
+        skip = skip_command(settings.ledger, settings.pipeline, settings.sink, self.batch_id, epoch)
         raise journal.JournalGone(
             f"the letters journal of this committed partition (offset {offset} of marker "
             f"topic {settings.marker_topic!r}) is gone (the topic's retention or compaction "
@@ -405,8 +409,8 @@ class PartitionWriter:
             f"(its rows are in {settings.topic!r}). Raise the marker topic's retention.ms "
             "above the longest time a failed batch may wait for its replay. To go on without "
             "those rows, once every other partition committed the batch (`fanout recover "
-            "--config` shows the part): `fanout ledger skip ... --through "
-            f"{self.batch_id}` for this sink, then restart"
+            f"--ledger {ledger} --pipeline {settings.pipeline}` shows the part): "
+            f"`{skip}`, then restart"
         )
 
     def _where(self) -> str:

@@ -23,6 +23,7 @@ Delta table, no Spark.
 from __future__ import annotations
 
 import logging
+import shlex
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -39,9 +40,12 @@ from fanout_kafka.transaction import PartitionWriter
 from kafkatools import Broker, create_topic, marker
 
 from fanout import PartlyHeld
+from fanout.app.cli import main
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.sink import SinkContext
 from fanout.deadletters.delta import DeltaDeadLetters
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry, ledger_location
 from fanout.partitioned.membership import MemberDigest, PartitionPlan
 
 SINK = "events"
@@ -68,10 +72,14 @@ class Setup:
         self.markers = f"markers-{uuid.uuid4().hex[:8]}"
         create_topic(kafka.bootstrap, self.topic, 1)
         self.dead = Parks(str(tmp_path / "dead"))
+        self.ledger = DeltaLedger(str(tmp_path / f"ledger {self.pipeline}"))
+        self.shown = f"'{tmp_path}/ledger {self.pipeline}'"  # as commands name it: quoted
         self.sink = KafkaSink(SINK, bootstrap_servers=kafka.bootstrap, topic=self.topic,
                               key="id", value="v", partitions=partitions,
                               marker_topic=self.markers, max_record_bytes=1000)  # fmt: skip
-        self.sink.open(SinkContext(self.pipeline, dead_letters=self.dead))
+        context = SinkContext(self.pipeline, dead_letters=self.dead,
+                              ledger=ledger_location(self.ledger))  # fmt: skip
+        self.sink.open(context)
 
     def close(self) -> None:
         self.sink.close()
@@ -128,6 +136,18 @@ class Setup:
 
     def holds(self, batch_id: int) -> Any:
         return self.sink.holds_batch(self.pipeline, 0, batch_id)
+
+    def skip_as_printed(self, text: str, batch_id: int) -> None:
+        """Run the ``fanout ledger skip`` command ``text`` prints (between backticks), as
+        printed, once another sink of the pipeline committed ``batch_id`` (what a skip
+        requires): it records the batch for this sink."""
+        self.ledger.open()  # created, as a FanOut's start does
+        self.ledger.mark_committed(
+            LedgerEntry(self.pipeline, "other", batch_id, "committed", query_id="q")
+        )
+        command = next(c for c in text.split("`") if c.startswith("fanout ledger skip "))
+        assert main(shlex.split(command)[1:]) == 0
+        assert self.ledger.last_committed(self.pipeline, [SINK]) == {SINK: batch_id}
 
 
 @pytest.fixture
@@ -222,10 +242,11 @@ def test_a_gone_journal_without_a_count_holds_the_batch_in_part_and_says_what_to
         "records no lost mark. A replay cannot write them either (it rebuilds them from "
         f"the journal). Every partition committed its rows to {s.topic!r}: if you accept "
         f"that those partitions' refused rows of batch 1 may be missing from {dead}, "
-        "record the batch for this sink with `fanout ledger skip --ledger <ledger> "
-        f"--pipeline {s.pipeline} --sink {SINK} --through 1 --epoch 0` and restart the "
-        "query."
+        "record the batch for this sink with `fanout ledger skip --ledger "
+        f"{s.shown} --pipeline {s.pipeline} --sink {SINK} --through 1 "
+        "--epoch 0` and restart the query."
     ]
+    s.skip_as_printed(warning[0], 1)
     one = setup(1)
     one.write(0, {0: 2})  # parked: the table holds letters of batch 0
     one.lose_journal(0)
@@ -256,8 +277,9 @@ def test_a_replay_skipping_a_partition_whose_journal_is_gone_parks_what_it_can_t
             f"rebuilt (its rows are in {s.topic!r}). Raise the marker topic's retention.ms "
             "above the longest time a failed batch may wait for its replay. To go on "
             "without those rows, once every other partition committed the batch (`fanout "
-            "recover --config` shows the part): `fanout ledger skip ... --through "
-            f"{batch_id}` for this sink, then restart"
+            f"recover --ledger {s.shown} --pipeline {s.pipeline}` shows "
+            f"the part): `fanout ledger skip --ledger {s.shown} --pipeline "
+            f"{s.pipeline} --sink {SINK} --through {batch_id} --epoch 0`, then restart"
         )
 
     s.write(2, {0: 2}, parked=False)
@@ -265,6 +287,7 @@ def test_a_replay_skipping_a_partition_whose_journal_is_gone_parks_what_it_can_t
     failed = s.run(2, 0, 2)
     assert (failed.status, failed.failure.transient) == ("failed", False)
     assert gone_message(s, gone, "2", 2) in failed.failure.message, failed.failure.message
+    s.skip_as_printed(failed.failure.message, 2)
 
     uncounted(monkeypatch)
     old = setup(1)

@@ -39,19 +39,26 @@ def committed_partitions(conn: Any, state_schema: str, scope: str, sink: str, ba
                          ) -> list[CommittedPartition]:  # fmt: skip
     """The progress marks of one batch of one sink, each with the route it recorded
     (``<fingerprint> <route>``; ``None`` in a mark of an older fanout)."""
+    return [mark for mark, _ in committed_marks(conn, state_schema, scope, sink, batch_id)]
+
+
+def committed_marks(conn: Any, state_schema: str, scope: str, sink: str, batch_id: int
+                    ) -> list[tuple[CommittedPartition, str | None]]:  # fmt: skip
+    """:func:`committed_partitions`, each with the id of the query that committed it
+    (``None``: not recorded), read in the same query."""
     import sqlalchemy as sa
 
     p = progress_table(state_schema)
     query = sa.select(
         p.c.partition, p.c.partitions, p.c.fingerprint, p.c.input_rows, p.c.input_checksum,
-        p.c.route,
+        p.c.route, p.c.query_id,
     ).where(p.c.pipeline == scope, p.c.sink == sink, p.c.batch_id == batch_id)  # fmt: skip
-    marks: list[CommittedPartition] = []
-    for partition, partitions, fingerprint, rows, checksum, route in conn.execute(query):
+    marks: list[tuple[CommittedPartition, str | None]] = []
+    for partition, partitions, fingerprint, rows, checksum, route, query_id in conn.execute(query):
         digest = None if rows is None else PartitionDigest(int(rows), int(checksum or 0))
-        marks.append(
-            CommittedPartition(int(partition), int(partitions), fingerprint, digest, route=route)
-        )
+        mark = CommittedPartition(int(partition), int(partitions), fingerprint, digest,
+                                  route=route)  # fmt: skip
+        marks.append((mark, query_id))
     return marks
 
 

@@ -70,6 +70,7 @@ from fanout_postgres.membership import (
     REWRITES,
     VOLATILE_KEYS,
     batch_names,
+    committed_marks,
     committed_partitions,
     current_oid,
     letters_waiting,
@@ -94,7 +95,7 @@ from fanout_postgres.plan import (
     reflect,
     table_to_create,
 )
-from fanout_postgres.statements import forget_routes_sql
+from fanout_postgres.statements import forget_marks_advice, forget_routes_sql
 from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 
@@ -392,12 +393,47 @@ class PostgresSink(PartitionedSink):
         (:func:`fanout.partitioned.replay_route.check_routes`) before any partition
         writes."""
         with self._engine().connect() as conn:
-            marks = committed_partitions(
+            found = committed_marks(
                 conn, self.state_schema, _scope(batch), self.name, batch.batch_id
             )
+            self._refuse_other_query(batch, found)
+            marks = [mark for mark, _ in found]
             if marks and self._dead is None:
                 self._refuse_waiting_letters(conn, batch)
             return marks
+
+    def _refuse_other_query(
+        self, batch: Batch, found: Sequence[tuple[CommittedPartition, str | None]]
+    ) -> None:
+        """Append: refuse, before any partition writes, a batch whose marks another query
+        committed (read in the marks' query): a query keeps its id with its checkpoint,
+        so the pipeline started again under the same name with a new checkpoint
+        (docs/architecture.md §8.2, "A straggler of an earlier batch"). Each partition
+        would fail on its mark (:class:`~fanout_postgres.sqlstate.MarkConflict`), and
+        one that the earlier run did not commit would write."""
+        other = [
+            (mark.partition, query_id)
+            for mark, query_id in found
+            if query_id and batch.query_id and query_id != batch.query_id
+        ]
+        if not other:
+            return
+        parts = sorted(partition for partition, _ in other)
+        queries = ", ".join(sorted({query_id for _, query_id in other}))
+        scope = _scope(batch)
+        raise SinkWriteError(
+            f"{self.state_schema}.progress marks partition(s) {parts} of batch "
+            f"{batch.batch_id} of this sink as committed to {self._table} in pipeline "
+            f"{scope!r} by query {queries}; this is query {batch.query_id}. "
+            "A query keeps its id with its checkpoint, so the pipeline's checkpoint (and "
+            "ledger) were replaced and it starts again under the same name, or another "
+            "pipeline of that name writes this sink. Nothing was written. Restore the "
+            "pipeline's ledger and checkpoint; or, to write the table again from this batch "
+            "on, give the pipeline a new name. "
+            + forget_marks_advice(self.state_schema, scope, self.name, self._table),
+            sink=self.name,
+            batch_id=batch.batch_id,
+        )
 
     def _refuse_waiting_letters(self, conn: Any, batch: Batch) -> None:
         """Without a dead-letter target now, refuse a replay whose committed partitions keep

@@ -570,12 +570,34 @@ def forget_routes_sql(state_schema: str, scope: str, sink: str) -> str:
     """The ``DELETE`` of a sink's ``upsert_routes`` rows of one pipeline scope, as an error
     names it for a person to run (its values inline, quoted): the records of an earlier
     run that make a pipeline started again under the same name be refused."""
+    return _forget_sql(state_schema, "upsert_routes", scope, sink)
 
+
+def forget_marks_sql(state_schema: str, scope: str, sink: str) -> str:
+    """The ``DELETE`` of a sink's progress marks of one pipeline scope (append mode), as an
+    error names it for a person to run (its values inline, quoted): the marks of an
+    earlier run that make a pipeline started again under the same name be refused."""
+    return _forget_sql(state_schema, "progress", scope, sink)
+
+
+def forget_marks_advice(state_schema: str, scope: str, sink: str, table: object) -> str:
+    """What the refusals of an append batch another query marked (the pipeline started
+    again under the same name with a new checkpoint) say of :func:`forget_marks_sql`:
+    the statement, and that it duplicates what the new run reads again."""
+    return (
+        "Deleting the earlier run's marks lets this run write under the same name: "
+        f"{forget_marks_sql(state_schema, scope, sink)}; but the rows the earlier run "
+        f"appended to {table} stay there, and a batch reading the same input again appends "
+        "them a second time"
+    )
+
+
+def _forget_sql(state_schema: str, table: str, scope: str, sink: str) -> str:
     def text(value: str) -> str:
         return "'" + value.replace("'", "''") + "'"
 
     return (
-        f"DELETE FROM {quote(state_schema)}.upsert_routes WHERE pipeline = {text(scope)} "
+        f"DELETE FROM {quote(state_schema)}.{table} WHERE pipeline = {text(scope)} "
         f"AND sink = {text(sink)}"
     )
 

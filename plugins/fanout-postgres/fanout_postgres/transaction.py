@@ -60,7 +60,7 @@ from fanout_postgres.sqlstate import (
     reason_of,
     sqlstate_of,
 )
-from fanout_postgres.statements import ROW, forget_routes_sql
+from fanout_postgres.statements import ROW, forget_marks_advice, forget_routes_sql
 
 if TYPE_CHECKING:
     pass
@@ -471,10 +471,14 @@ class PartitionTransaction:
                 f"fanout's progress table ({self.plan.state_schema}.progress) already marks "
                 f"batch {self.meta.batch_id} partition {self.partition} as committed by "
                 f"query {query_id} with {partitions} partitions; this is query "
-                f"{self.meta.query_id} with {self.plan.partitions}. The checkpoint was "
-                "replaced or option 'partitions' changed mid-batch; delete this sink's marks "
-                "(DELETE FROM <schema>.progress WHERE pipeline = ... AND sink = ...) only if "
-                "the target is meant to be written again"
+                f"{self.meta.query_id} with {self.plan.partitions}. Nothing of this "
+                "partition was written. If option 'partitions' changed mid-batch, restore "
+                "it until the batch completes. Else the pipeline's checkpoint (and ledger) "
+                "were replaced and it starts again under the same name: restore the ledger "
+                "and checkpoint, or give the pipeline a new name. "
+                + forget_marks_advice(
+                    self.plan.state_schema, self.meta.pipeline, self.plan.sink, self.plan.table
+                )
             )
         kept = list(rejects or [])
         pending = [d for d in kept if not d.get(KEPT_IN)]
