@@ -43,6 +43,41 @@ def _ids(path: Path) -> list[int]:
     return sorted(r["id"] for r in delta_rows(path))
 
 
+def _gap_fan_out(tmp_path: Path, down: _EpochDownSink) -> FanOut:
+    """Pipeline ``gap``: a Delta sink ``lake`` and ``down`` (on_failure='lag'), a spool."""
+    return FanOut(
+        "gap", str(tmp_path / "ledger"),
+        [{"type": "delta", "name": "lake", "path": str(tmp_path / "lake")},
+         SinkSpec(down, lag=lag_policy("down", {"on_failure": "lag"}))],
+        retries=0, backoff_s=0, spool=str(tmp_path / "spool"), probe_interval_s=3600,
+        on_checkpoint_reset="new_epoch",
+    )  # fmt: skip
+
+
+def _frame(spark: Any, ids: list[int]) -> Any:
+    return spark.createDataFrame([(i,) for i in ids], "id LONG")
+
+
+def _lag_past_a_lost_batch(spark: Any, fan: FanOut, down: _EpochDownSink) -> None:
+    """Epoch 0: ``down`` takes batch 0 (id 1), then lags on batches 1 (id 2) and 2 (id 3),
+    and the spool loses batch 1 for it (its index row removed by hand)."""
+    down.down = False
+    fan.process(_frame(spark, [1]), BatchInfo("gap", 0, "q"))
+    down.down = True
+    fan.process(_frame(spark, [2]), BatchInfo("gap", 1, "q"))
+    fan.process(_frame(spark, [3]), BatchInfo("gap", 2, "q"))
+    assert fan.spool is not None
+    assert [(b.key, sorted(b.needed_by)) for b in fan.spool.batches()] == [
+        ((0, 1), ["down"]), ((0, 2), ["down"]),
+    ]  # fmt: skip
+    fan.spool.remove({(0, 1): ["down"]})
+
+
+def _down_marks(ledger: str) -> list[tuple[int, int, bool]]:
+    found = [e for e in DeltaLedger(ledger).committed_entries("gap") if e.sink == "down"]
+    return sorted((e.epoch, e.batch_id, is_skip(e)) for e in found)
+
+
 def test_the_skip_a_backfill_refusal_of_an_older_epoch_prints_gives_up_that_batch_only(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -113,34 +148,12 @@ def test_the_skip_a_gap_in_an_older_epochs_backlog_prints_gives_up_that_gap_only
     catch-up refuses writing batch 2 past the gap (``MissedBatchesError``); its skip, run as
     printed, gives up batch 1 of epoch 0 only: ``down`` then gets batch 2 of epoch 0 and
     batch 0 of epoch 1, each once."""
-    ledger, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
+    ledger = str(tmp_path / "ledger")
     down = _EpochDownSink("down", down=True)
-
-    def fan_out() -> FanOut:
-        return FanOut(
-            "gap", ledger,
-            [{"type": "delta", "name": "lake", "path": str(tmp_path / "lake")},
-             SinkSpec(down, lag=lag_policy("down", {"on_failure": "lag"}))],
-            retries=0, backoff_s=0, spool=spool, probe_interval_s=3600,
-            on_checkpoint_reset="new_epoch",
-        )  # fmt: skip
-
-    def frame(ids: list[int]) -> Any:
-        return spark.createDataFrame([(i,) for i in ids], "id LONG")
-
-    fan = fan_out()
+    fan = _gap_fan_out(tmp_path, down)
     try:
-        down.down = False
-        fan.process(frame([1]), BatchInfo("gap", 0, "q"))
-        down.down = True
-        fan.process(frame([2]), BatchInfo("gap", 1, "q"))
-        fan.process(frame([3]), BatchInfo("gap", 2, "q"))
-        assert fan.spool is not None
-        assert [(b.key, sorted(b.needed_by)) for b in fan.spool.batches()] == [
-            ((0, 1), ["down"]), ((0, 2), ["down"]),
-        ]  # fmt: skip
-        fan.spool.remove({(0, 1): ["down"]})  # the spool lost batch 1 for it
-        fan.process(frame([4]), BatchInfo("gap", 0, "q-new"))  # the reset: epoch 1
+        _lag_past_a_lost_batch(spark, fan, down)
+        fan.process(_frame(spark, [4]), BatchInfo("gap", 0, "q-new"))  # the reset: epoch 1
         down.down = False
         lag = fan.catch_up(timeout_s=120)["down"]
     finally:
@@ -152,7 +165,7 @@ def test_the_skip_a_gap_in_an_older_epochs_backlog_prints_gives_up_that_gap_only
     assert sorted(r["id"] for r in delta_rows(tmp_path / "lake")) == [1, 2, 3, 4]
 
     assert main(printed.group(1).split()[1:]) == 0, capsys.readouterr()
-    again = fan_out()
+    again = _gap_fan_out(tmp_path, down)
     try:
         lag = again.catch_up(timeout_s=120)["down"]
     finally:
@@ -160,8 +173,7 @@ def test_the_skip_a_gap_in_an_older_epochs_backlog_prints_gives_up_that_gap_only
     assert (lag.state, lag.error) == ("live", None)
     # batches 0 and 2 of epoch 0, then batch 0 of epoch 1: each row once
     assert down.written == [(0, 0, [1]), (0, 2, [3]), (1, 0, [4])]
-    marks = [e for e in DeltaLedger(ledger).committed_entries("gap") if e.sink == "down"]
-    assert sorted((e.epoch, e.batch_id, is_skip(e)) for e in marks) == [
+    assert _down_marks(ledger) == [
         (0, 0, False), (0, 1, True), (0, 2, False), (1, 0, False),
     ]  # fmt: skip
 
@@ -177,40 +189,18 @@ def test_a_skip_without_epoch_is_refused_while_the_sink_misses_an_older_epochs_b
     which then gives up that batch only; an explicit ``--epoch 1`` is taken as given."""
     ledger, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
     down = _EpochDownSink("down", down=True)
-
-    def fan_out() -> FanOut:
-        return FanOut(
-            "gap", ledger,
-            [{"type": "delta", "name": "lake", "path": str(tmp_path / "lake")},
-             SinkSpec(down, lag=lag_policy("down", {"on_failure": "lag"}))],
-            retries=0, backoff_s=0, spool=spool, probe_interval_s=3600,
-            on_checkpoint_reset="new_epoch",
-        )  # fmt: skip
-
-    def frame(ids: list[int]) -> Any:
-        return spark.createDataFrame([(i,) for i in ids], "id LONG")
-
-    def marks(path: str = ledger) -> list[tuple[int, int, bool]]:
-        found = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "down"]
-        return sorted((e.epoch, e.batch_id, is_skip(e)) for e in found)
-
-    fan = fan_out()
+    fan = _gap_fan_out(tmp_path, down)
     try:
-        down.down = False
-        fan.process(frame([1]), BatchInfo("gap", 0, "q"))
-        down.down = True
-        fan.process(frame([2]), BatchInfo("gap", 1, "q"))
-        fan.process(frame([3]), BatchInfo("gap", 2, "q"))
-        assert fan.spool is not None
-        fan.spool.remove({(0, 1): ["down"]})  # the spool lost batch 1 for it
+        _lag_past_a_lost_batch(spark, fan, down)
         for batch_id, row in enumerate([4, 5, 6]):  # the reset: epoch 1
-            fan.process(frame([row]), BatchInfo("gap", batch_id, "q-new"))
+            fan.process(_frame(spark, [row]), BatchInfo("gap", batch_id, "q-new"))
+        assert fan.spool is not None
         assert [(b.key, sorted(b.needed_by)) for b in fan.spool.batches()] == [
             ((0, 2), ["down"]), ((1, 0), ["down"]), ((1, 1), ["down"]), ((1, 2), ["down"]),
         ]  # fmt: skip
     finally:
         fan.close()
-    assert marks() == [(0, 0, False)]
+    assert _down_marks(ledger) == [(0, 0, False)]
     capsys.readouterr()
 
     typed = ["ledger", "skip", "--ledger", ledger, "--pipeline", "gap", "--sink", "down"]
@@ -228,25 +218,25 @@ def test_a_skip_without_epoch_is_refused_while_the_sink_misses_an_older_epochs_b
             "and leave batch 1 of epoch 0 missing; nothing was recorded. To skip epoch 0's "
             f"batches, run `{printed}`; to skip epoch 1's anyway, the same with --epoch 1\n"
         )
-        assert marks() == [(0, 0, False)]
+        assert _down_marks(ledger) == [(0, 0, False)]
 
     # an explicit --epoch is taken as given (on a copy of the ledger)
     shutil.copytree(ledger, tmp_path / "copy")
     copy = str(tmp_path / "copy")
     assert main([*typed[:2], "--ledger", copy, *typed[4:], "--through", "1", "--epoch", "1"]) == 0
-    assert marks(copy) == [(0, 0, False), (1, 1, True)]
-    assert marks() == [(0, 0, False)]
+    assert _down_marks(copy) == [(0, 0, False), (1, 1, True)]
+    assert _down_marks(ledger) == [(0, 0, False)]
 
     assert main(printed.split()[1:]) == 0, capsys.readouterr()
-    assert marks() == [(0, 0, False), (0, 1, True)]
+    assert _down_marks(ledger) == [(0, 0, False), (0, 1, True)]
     down.down = False
-    again = fan_out()
+    again = _gap_fan_out(tmp_path, down)
     try:
         lag = again.catch_up(timeout_s=120)["down"]
     finally:
         again.close()
     assert (lag.state, lag.error) == ("live", None)
     assert down.written == [(0, 0, [1]), (0, 2, [3]), (1, 0, [4]), (1, 1, [5]), (1, 2, [6])]
-    assert marks() == [
+    assert _down_marks(ledger) == [
         (0, 0, False), (0, 1, True), (0, 2, False), (1, 0, False), (1, 1, False), (1, 2, False),
     ]  # fmt: skip
