@@ -400,10 +400,12 @@ class SinkConformance:
     ) -> None:
         if not under_test.keyed:
             pytest.skip("the sink has no key")
-        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        target = {} if under_test.dead_letter is None else {"dead_letter": under_test.dead_letter}
+        fan = self._fan(under_test, str(tmp_path / "ledger"), **target)
         rows = [(1, "a"), (None, "no key"), (2, "b")]
+        batch = self._batch(spark, rows)
         try:
-            result = fan.process(self._batch(spark, rows), self._info(0))[NAME]
+            result = fan.process(batch, self._info(0))[NAME]
         except BatchFailedError as failed:
             error = failed.failures[NAME]
             if isinstance(error, SinkResultError):  # the sink refused nothing: its counts
@@ -425,6 +427,30 @@ class SinkConformance:
                 "row whose key is null is never written nor dropped without a word: refuse "
                 "the batch naming the key column ('id'), or hand the row to the dead-letter "
                 "target (context.dead_letters) and count it in SinkResult.dead_lettered"
+            )
+        if not target:
+            return
+        letters = [(_letter_id(d), d["source"]) for d in self._dead_letters(under_test)]
+        if letters != [(None, "refused")]:
+            pytest.fail(
+                f"a batch of ids 1, null, 2 left the dead-letter target holding {letters} "
+                "(row id, source), expected [(None, 'refused')]: hand the null key's row to "
+                "context.dead_letters (its write(batch, letters, source='refused')) once your "
+                "commit of the others succeeded"
+            )
+        # the same batch again, its ledger mark lost (a fresh ledger: the driver died
+        # between the write and the mark); the sink's own records find it committed
+        replay = self._fan(under_test, str(tmp_path / "ledger-lost"), **target)
+        _assert_rows(replay.process(batch, self._info(0))[NAME], 2, _NULL_KEY_REPLAY)
+        _assert_ids(under_test, [1, 2], "after the replay of ids 1, null, 2 (its mark lost)")
+        letters = [(_letter_id(d), d["source"]) for d in self._dead_letters(under_test)]
+        if letters != [(None, "refused")]:
+            pytest.fail(
+                f"after the replay of a batch of ids 1, null, 2 whose ledger mark was lost, the "
+                f"dead-letter target holds {letters} (row id, source), expected [(None, "
+                "'refused')] once: a replay that finds the batch committed hands over again the "
+                "rows it refused, as recorded with that commit (the target keeps them once; "
+                "README, 'Writing a sink plugin': Dead letters)"
             )
 
     def test_rows_failing_the_route_go_to_the_dead_letter_target(
@@ -600,6 +626,15 @@ _REPLAYED = (
     "already_written=True) without writing, or write idempotently (README, 'Writing a sink "
     "plugin')"
 )
+
+
+def _letter_id(letter: Mapping[str, Any]) -> Any:
+    """The ``id`` of a dead letter's row; ``None`` also for a letter without its row (a sink
+    that keeps only its encoding of it, as the Kafka sink does for a record it refused)."""
+    return None if letter["row"] is None else json.loads(letter["row"]).get("id")
+
+
+_NULL_KEY_REPLAY = "the replay of ids 1, null, 2 (2 written, the null key dead-lettered)"
 
 
 def _assert_ids(case: SinkUnderTest, expected: list[int], when: str) -> None:
