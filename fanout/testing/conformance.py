@@ -22,7 +22,7 @@ rows as mappings holding at least ``id``. The checks: a driver killed (SIGKILL, 
 subprocess) between the sink's write and its ledger mark, then the replay; the replay of
 a marked batch (skipped) and of an unmarked one (no duplicate); an empty batch; schema
 drift (a new column: refused naming it, or written, as the sink declares); null keys
-(refused naming the column, or dead-lettered: never dropped); rows failing a route go to
+(refused naming the column, or dead-lettered once, also by a replay: never dropped); rows failing a route go to
 the dead-letter target; a route changed between a partial attempt (some pieces committed,
 then a failure) and its replay is refused before any letter is written, or the replay's
 outcome is exact (``commits_in_pieces``); a row the target itself refuses (when
@@ -88,7 +88,9 @@ class SinkUnderTest:
         check is skipped).
     :param read_dead_letters: the dead letters' rows (default: the Delta table at
         ``dead_letter``).
-    :param keyed: whether ``id`` is the sink's key (the null-key check applies).
+    :param keyed: whether ``id`` is the sink's key, or a row whose ``id`` is null is one the
+        sink refuses (the null-key check applies; with ``dead_letter``, the row must end in
+        the dead letters once, also after a replay whose ledger mark was lost).
     :param schema_drift: what a new column does: ``"refuses"`` (an error naming it) or
         ``"writes"``.
     :param secret: a secret value held by ``failing_config`` (``None``: check skipped).
