@@ -372,6 +372,42 @@ def test_a_null_key_counted_dead_lettered_but_never_handed_over_is_told_to_hand_
     )
 
 
+def test_a_null_key_not_handed_over_again_by_a_replay_is_told_to_hand_it_over(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The kit's letters were always written by the first attempt before its replay, so a
+    sink whose replay did not hand them over again passed; a driver killed between its
+    commit and its hand-over then lost them (seen in a real run killed there)."""
+    suite, case = _null_key_with_target("null_key_letters_not_handed_again", tmp_path)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_a_null_key_is_refused_by_name_or_dead_lettered(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "after the replay of a batch of ids 1, null, 2 whose ledger mark was lost (and its "
+        "refused row's hand-over: killed after the commit), the dead-letter target holds [] "
+        "(row id, source), expected [(None, 'refused')] once: a replay that finds the batch "
+        "committed hands over again the rows it refused, as recorded with that commit (the "
+        "target keeps them once; README, 'Writing a sink plugin': Dead letters)"
+    )
+
+
+def test_a_refused_row_not_handed_over_again_by_a_replay_is_told_to_hand_it_over(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The same for the refused-row check (``refused_value``): its replay found the first
+    attempt's letters in the target, so a replay handing nothing over passed."""
+    suite, case = _suite_and_case("refused_not_handed_again", tmp_path)
+    case.dead_letter, case.refused_value = str(tmp_path / "dead"), "refused"
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_a_row_the_target_refuses_is_dead_lettered_once(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "after the replay of a batch of ids 1, 2 (v 'refused': refused), 3 whose ledger mark "
+        "was lost (and its refused row's hand-over: killed after the commit), the dead-letter "
+        "target holds [] (row id, source), expected [(2, 'refused')] once: a replay that finds "
+        "the batch committed hands over again the rows it refused, as recorded with that "
+        "commit (the target keeps them once; README, 'Writing a sink plugin': Dead letters)"
+    )
+
+
 def test_a_null_key_handed_to_the_dead_letter_target_passes_with_its_replay(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -381,6 +417,6 @@ def test_a_null_key_handed_to_the_dead_letter_target_passes_with_its_replay(
     suite.test_a_null_key_is_refused_by_name_or_dead_lettered(spark, case, tmp_path)
     assert case.ids() == [1, 2]
     letters = suite._dead_letters(case)
-    assert [(json.loads(d["row"]), d["source"], d["column"]) for d in letters] == [
-        ({"id": None, "v": "no key"}, "refused", "id")
+    assert [(json.loads(d["row"]), d["source"], d["reason"]) for d in letters] == [
+        ({"id": None, "v": "no key"}, "refused", "refused")
     ]
