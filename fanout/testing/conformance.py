@@ -29,7 +29,8 @@ then a failure) and its replay is refused before any letter is written, or the r
 outcome is exact (``commits_in_pieces``); a row the target itself refuses (when
 ``refused_value`` says which) ends in the dead letters once, not in the target, also when
 the batch is replayed (both letter checks, with a local Delta ``dead_letter`` read by the
-suite, delete the letters before the replay: a kill between the commit and the hand-over); a batch of a new epoch (a checkpoint reset accepted with
+suite, delete the letters before the replay: a kill between the commit and the
+hand-over); a batch of a new epoch (a checkpoint reset accepted with
 ``on_checkpoint_reset="new_epoch"``: batch ids start at 0 again) lands beside the old
 epoch's batch of the same id; a secret of the configuration never appears in an error or a
 log; and, when the sink implements the optional :meth:`fanout.Sink.holds_batch`, that it
