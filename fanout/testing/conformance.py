@@ -406,7 +406,9 @@ class SinkConformance:
     ) -> None:
         if not under_test.keyed:
             pytest.skip("the sink has no key")
-        target = {} if under_test.dead_letter is None else {"dead_letter": under_test.dead_letter}
+        target: dict[str, Any] = (
+            {} if under_test.dead_letter is None else {"dead_letter": under_test.dead_letter}
+        )
         fan = self._fan(under_test, str(tmp_path / "ledger"), **target)
         rows = [(1, "a"), (None, "no key"), (2, "b")]
         batch = self._batch(spark, rows)
