@@ -22,12 +22,15 @@ rows as mappings holding at least ``id``. The checks: a driver killed (SIGKILL, 
 subprocess) between the sink's write and its ledger mark, then the replay; the replay of
 a marked batch (skipped) and of an unmarked one (no duplicate); an empty batch; schema
 drift (a new column: refused naming it, or written, as the sink declares); null keys
-(refused naming the column, or dead-lettered: never dropped); rows failing a route go to
-the dead-letter target; a route changed between a partial attempt (some pieces committed,
+(refused naming the column, or dead-lettered once, also by a replay after a kill between
+the commit and the hand-over: never dropped); rows failing a route go to the dead-letter
+target; a route changed between a partial attempt (some pieces committed,
 then a failure) and its replay is refused before any letter is written, or the replay's
 outcome is exact (``commits_in_pieces``); a row the target itself refuses (when
 ``refused_value`` says which) ends in the dead letters once, not in the target, also when
-the batch is replayed; a batch of a new epoch (a checkpoint reset accepted with
+the batch is replayed (both letter checks, with a local Delta ``dead_letter`` read by the
+suite, delete the letters before the replay: a kill between the commit and the
+hand-over); a batch of a new epoch (a checkpoint reset accepted with
 ``on_checkpoint_reset="new_epoch"``: batch ids start at 0 again) lands beside the old
 epoch's batch of the same id; a secret of the configuration never appears in an error or a
 log; and, when the sink implements the optional :meth:`fanout.Sink.holds_batch`, that it
@@ -54,6 +57,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -88,7 +92,9 @@ class SinkUnderTest:
         check is skipped).
     :param read_dead_letters: the dead letters' rows (default: the Delta table at
         ``dead_letter``).
-    :param keyed: whether ``id`` is the sink's key (the null-key check applies).
+    :param keyed: whether ``id`` is the sink's key, or a row whose ``id`` is null is one the
+        sink refuses (the null-key check applies; with ``dead_letter``, the row must end in
+        the dead letters once, also after a replay whose ledger mark was lost).
     :param schema_drift: what a new column does: ``"refuses"`` (an error naming it) or
         ``"writes"``.
     :param secret: a secret value held by ``failing_config`` (``None``: check skipped).
@@ -400,10 +406,14 @@ class SinkConformance:
     ) -> None:
         if not under_test.keyed:
             pytest.skip("the sink has no key")
-        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        target: dict[str, Any] = (
+            {} if under_test.dead_letter is None else {"dead_letter": under_test.dead_letter}
+        )
+        fan = self._fan(under_test, str(tmp_path / "ledger"), **target)
         rows = [(1, "a"), (None, "no key"), (2, "b")]
+        batch = self._batch(spark, rows)
         try:
-            result = fan.process(self._batch(spark, rows), self._info(0))[NAME]
+            result = fan.process(batch, self._info(0))[NAME]
         except BatchFailedError as failed:
             error = failed.failures[NAME]
             if isinstance(error, SinkResultError):  # the sink refused nothing: its counts
@@ -425,6 +435,34 @@ class SinkConformance:
                 "row whose key is null is never written nor dropped without a word: refuse "
                 "the batch naming the key column ('id'), or hand the row to the dead-letter "
                 "target (context.dead_letters) and count it in SinkResult.dead_lettered"
+            )
+        if not target:
+            return
+        letters = [(_letter_id(d), d["source"]) for d in self._dead_letters(under_test)]
+        if letters != [(None, "refused")]:
+            pytest.fail(
+                f"a batch of ids 1, null, 2 left the dead-letter target holding {letters} "
+                "(row id, source), expected [(None, 'refused')]: hand the null key's row to "
+                "context.dead_letters (its write(batch, letters, source='refused')) once your "
+                "commit of the others succeeded"
+            )
+        # the same batch again, its ledger mark lost (a fresh ledger: the driver died
+        # between the write and the mark); the sink's own records find it committed. With
+        # a local Delta target (the default), its letters are taken away first: the driver
+        # died between the sink's commit and its hand-over of the refused row
+        handed = _forget_letters(under_test)
+        replay = self._fan(under_test, str(tmp_path / "ledger-lost"), **target)
+        _assert_rows(replay.process(batch, self._info(0))[NAME], 2, _NULL_KEY_REPLAY)
+        _assert_ids(under_test, [1, 2], "after the replay of ids 1, null, 2 (its mark lost)")
+        letters = [(_letter_id(d), d["source"]) for d in self._dead_letters(under_test)]
+        if letters != [(None, "refused")]:
+            pytest.fail(
+                "after the replay of a batch of ids 1, null, 2 whose ledger mark was lost"
+                + ("" if handed else " (and its refused row's hand-over: killed after the commit)")
+                + f", the dead-letter target holds {letters} (row id, source), expected [(None, "
+                "'refused')] once: a replay that finds the batch committed hands over again the "
+                "rows it refused, as recorded with that commit (the target keeps them once; "
+                "README, 'Writing a sink plugin': Dead letters)"
             )
 
     def test_rows_failing_the_route_go_to_the_dead_letter_target(
@@ -462,11 +500,21 @@ class SinkConformance:
                 batch, self._info(0)
             )
         assert under_test.ids() == [1, 3]
+        handed = _forget_letters(under_test)  # killed after the commit, before the hand-over
         result = self._fan(under_test, path, **target).process(batch, self._info(0))[NAME]
         assert result.rows == 2
         assert under_test.ids() == [1, 3]
-        letters = self._dead_letters(under_test)
-        assert [(json.loads(d["row"])["id"], d["source"]) for d in letters] == [(2, "refused")]
+        letters = [(_letter_id(d), d["source"]) for d in self._dead_letters(under_test)]
+        if letters != [(2, "refused")]:
+            pytest.fail(
+                f"after the replay of a batch of ids 1, 2 (v {refused!r}: refused), 3 whose "
+                "ledger mark was lost"
+                + ("" if handed else " (and its refused row's hand-over: killed after the commit)")
+                + f", the dead-letter target holds {letters} (row id, source), expected [(2, "
+                "'refused')] once: a replay that finds the batch committed hands over again the "
+                "rows it refused, as recorded with that commit (the target keeps them once; "
+                "README, 'Writing a sink plugin': Dead letters)"
+            )
 
     def test_a_route_changed_between_a_partial_attempt_and_its_replay(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
@@ -600,6 +648,26 @@ _REPLAYED = (
     "already_written=True) without writing, or write idempotently (README, 'Writing a sink "
     "plugin')"
 )
+
+
+def _letter_id(letter: Mapping[str, Any]) -> Any:
+    """The ``id`` of a dead letter's row; ``None`` also for a letter without its row (a sink
+    that keeps only its encoding of it, as the Kafka sink does for a record it refused)."""
+    return None if letter["row"] is None else json.loads(letter["row"]).get("id")
+
+
+def _forget_letters(case: SinkUnderTest) -> bool:
+    """Delete the case's dead-letter table when it is a local Delta table (the default
+    reading): the state a driver killed between the sink's commit and its hand-over of the
+    rows it refused leaves. ``True`` when it could not (the letters stay)."""
+    location = (case.dead_letter or "").removeprefix("delta:")
+    if case.read_dead_letters is not None or "://" in location or ":" in location.split("/")[0]:
+        return True
+    shutil.rmtree(location, ignore_errors=True)
+    return False
+
+
+_NULL_KEY_REPLAY = "the replay of ids 1, null, 2 (2 written, the null key dead-lettered)"
 
 
 def _assert_ids(case: SinkUnderTest, expected: list[int], when: str) -> None:

@@ -3,7 +3,9 @@ suite fails them with a message saying what is wrong: one JSON-lines file per ba
 by the batch's idempotency token (correct) or by its batch id alone (epoch-blind), one file
 every batch appends to (no idempotency), a correct one reporting a row too many, ones whose
 ``holds_batch`` ignores the epoch or answers a part for a whole batch, ones that refuse
-a null key or a new column without naming the column, or drop a null key's row, one
+a null key or a new column without naming the column, or drop a null key's row (or count
+it dead-lettered and never hand it to the dead-letter target, or not again on a replay),
+one
 calling a rewrite harmless that holds the rows twice, one naming a deterministic column
 the batch lacks, and an upsert by ``id`` doing both right."""
 
@@ -27,6 +29,7 @@ from fanout import (
     StableColumns,
     hookimpl,
 )
+from fanout.contract.dead_letters import DeadLetter
 from fanout.contract.sink import Reads
 
 
@@ -165,6 +168,73 @@ class NullKeyCountedTwice(TokenFiles):
         return SinkResult(rows=result.rows, dead_lettered=nulls)
 
 
+class NullKeyDeadLettered(TokenFiles):
+    """Sets a row with a null ``id`` aside: commits the others with a record of it, then
+    hands it to its ``dead_letter`` target; a replay finding the batch committed hands the
+    recorded rows over again (the target keeps them once)."""
+
+    def __init__(self, name: str, *, directory: str, dead_letter: str | None = None) -> None:
+        super().__init__(name, directory=directory)
+        self.dead_letter = dead_letter
+        self.letters: Any = None
+
+    def open(self, context: SinkContext) -> None:
+        super().open(context)
+        self.letters = context.dead_letters
+
+    def write(self, batch: Batch) -> SinkResult:
+        final = Path(self.directory) / self.file_name(batch)
+        record = final.with_suffix(".refused.json")
+        if final.exists():  # committed by an earlier attempt
+            refused = json.loads(record.read_text())
+            self.hand_over_again(batch, refused)
+            rows = len(final.read_text().splitlines())
+            return SinkResult(rows, dead_lettered=len(refused), already_written=True)
+        rows = batch.arrow().to_pylist()
+        refused = [row for row in rows if self.refuses(row)]
+        record.write_text(json.dumps(refused))
+        final.write_text("".join(json.dumps(row) + "\n" for row in rows if row not in refused))
+        self.hand_over(batch, refused)
+        return SinkResult(rows=len(rows) - len(refused), dead_lettered=len(refused))
+
+    def refuses(self, row: dict[str, Any]) -> bool:
+        """Whether the target refuses the row: its ``id`` is null."""
+        return row["id"] is None
+
+    def hand_over(self, batch: Batch, refused: list[dict[str, Any]]) -> None:
+        """Writes the refused rows to the dead-letter target, after the commit."""
+        letters = [DeadLetter(row, "refused", column="id") for row in refused]
+        if letters:
+            self.letters.write(batch, letters, source="refused")
+
+    def hand_over_again(self, batch: Batch, refused: list[dict[str, Any]]) -> None:
+        """A replay's: the same."""
+        self.hand_over(batch, refused)
+
+
+class NullKeyLettersUnwritten(NullKeyDeadLettered):
+    """Counts a row with a null ``id`` as dead-lettered, and never hands it over."""
+
+    def hand_over(self, batch: Batch, refused: list[dict[str, Any]]) -> None:
+        """Nothing: the mistake."""
+
+
+class NullKeyLettersNotHandedAgain(NullKeyDeadLettered):
+    """Hands a null ``id``'s row over after its commit, but a replay finding the batch
+    committed does not: a kill between the commit and the hand-over loses it."""
+
+    def hand_over_again(self, batch: Batch, refused: list[dict[str, Any]]) -> None:
+        """Nothing: the mistake."""
+
+
+class RefusedNotHandedAgain(NullKeyLettersNotHandedAgain):
+    """As :class:`NullKeyLettersNotHandedAgain`, for rows whose ``v`` is ``"refused"``."""
+
+    def refuses(self, row: dict[str, Any]) -> bool:
+        """Whether the target refuses the row: its ``v`` is ``"refused"``."""
+        return bool(row["v"] == "refused")
+
+
 class NewColumnUnnamed(TokenFiles):
     """Refuses a batch with a column beyond ``id`` and ``v`` without naming it."""
 
@@ -272,6 +342,10 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
             "replaced_when_empty": ReplacedWhenEmpty,
             "null_key_unnamed": NullKeyUnnamed,
             "null_key_dropped": NullKeyDropped, "null_key_counted_twice": NullKeyCountedTwice,
+            "null_key_dead_lettered": NullKeyDeadLettered,
+            "null_key_letters_unwritten": NullKeyLettersUnwritten,
+            "null_key_letters_not_handed_again": NullKeyLettersNotHandedAgain,
+            "refused_not_handed_again": RefusedNotHandedAgain,
             "new_column_unnamed": NewColumnUnnamed, "upsert_file": UpsertFile,
             "rewrite_claimed_harmless": RewriteClaimedHarmless,
             "stable_by_target_name": StableByTargetName, "secret_quoted": SecretQuoted,

@@ -10,6 +10,7 @@ message it must fail it with; the tests after it check what does not fit that ta
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import uuid
@@ -347,3 +348,75 @@ def test_a_declared_secret_logged_before_the_fanout_knows_it_is_told_so(
         "before the FanOut registers its sinks' secrets), or spelled so that fanout's "
         "masking does not find it: do not log it"
     )
+
+
+def _null_key_with_target(kind: str, tmp_path: Path) -> tuple[SinkConformance, SinkUnderTest]:
+    suite, case = _suite_and_case(kind, tmp_path)
+    case.keyed, case.dead_letter = True, str(tmp_path / "dead")
+    return suite, case
+
+
+def test_a_null_key_counted_dead_lettered_but_never_handed_over_is_told_to_hand_it_over(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The null-key check ran without the case's dead_letter: a sink setting the row aside
+    only when given a target (refusing it by name otherwise) had its letters never checked,
+    and one counting a letter it never wrote passed."""
+    suite, case = _null_key_with_target("null_key_letters_unwritten", tmp_path)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_a_null_key_is_refused_by_name_or_dead_lettered(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "a batch of ids 1, null, 2 left the dead-letter target holding [] (row id, source), "
+        "expected [(None, 'refused')]: hand the null key's row to context.dead_letters (its "
+        "write(batch, letters, source='refused')) once your commit of the others succeeded"
+    )
+
+
+def test_a_null_key_not_handed_over_again_by_a_replay_is_told_to_hand_it_over(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The kit's letters were always written by the first attempt before its replay, so a
+    sink whose replay did not hand them over again passed; a driver killed between its
+    commit and its hand-over then lost them (seen in a real run killed there)."""
+    suite, case = _null_key_with_target("null_key_letters_not_handed_again", tmp_path)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_a_null_key_is_refused_by_name_or_dead_lettered(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "after the replay of a batch of ids 1, null, 2 whose ledger mark was lost (and its "
+        "refused row's hand-over: killed after the commit), the dead-letter target holds [] "
+        "(row id, source), expected [(None, 'refused')] once: a replay that finds the batch "
+        "committed hands over again the rows it refused, as recorded with that commit (the "
+        "target keeps them once; README, 'Writing a sink plugin': Dead letters)"
+    )
+
+
+def test_a_refused_row_not_handed_over_again_by_a_replay_is_told_to_hand_it_over(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The same for the refused-row check (``refused_value``): its replay found the first
+    attempt's letters in the target, so a replay handing nothing over passed."""
+    suite, case = _suite_and_case("refused_not_handed_again", tmp_path)
+    case.dead_letter, case.refused_value = str(tmp_path / "dead"), "refused"
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_a_row_the_target_refuses_is_dead_lettered_once(spark, case, tmp_path)
+    assert str(failed.value) == (
+        "after the replay of a batch of ids 1, 2 (v 'refused': refused), 3 whose ledger mark "
+        "was lost (and its refused row's hand-over: killed after the commit), the dead-letter "
+        "target holds [] (row id, source), expected [(2, 'refused')] once: a replay that finds "
+        "the batch committed hands over again the rows it refused, as recorded with that "
+        "commit (the target keeps them once; README, 'Writing a sink plugin': Dead letters)"
+    )
+
+
+def test_a_null_key_handed_to_the_dead_letter_target_passes_with_its_replay(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A sink committing the other rows and handing the null key's row over (again on a
+    replay whose mark was lost: the target keeps it once) passes."""
+    suite, case = _null_key_with_target("null_key_dead_lettered", tmp_path)
+    suite.test_a_null_key_is_refused_by_name_or_dead_lettered(spark, case, tmp_path)
+    assert case.ids() == [1, 2]
+    letters = suite._dead_letters(case)
+    assert [(json.loads(d["row"]), d["source"], d["reason"]) for d in letters] == [
+        ({"id": None, "v": "no key"}, "refused", "refused")
+    ]

@@ -41,7 +41,7 @@ class Failing(RecordingSink):
         return ["s3cr3t"]
 
 
-def _frame(*ids: int) -> ArrowFrame:
+def _frame(*ids: int | None) -> ArrowFrame:
     import pyarrow as pa
 
     return ArrowFrame(pa.table({"id": list(ids)}))
@@ -283,3 +283,39 @@ def test_a_failed_batch_counts_its_rows_before_the_batch_is_released() -> None:
         assert (failed.rows_in, frame.counts) == (2, ["held"])
     else:
         raise AssertionError("the batch was meant to fail")
+
+
+class RefusesNullIds(RecordingSink):
+    """Sets aside (counts as dead-lettered) the rows whose id is null."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        """Counts the rows with an id as written, the others as dead letters."""
+        ids = batch.arrow().column("id").to_pylist()
+        nulls = ids.count(None)
+        return SinkResult(len(ids) - nulls, dead_lettered=nulls)
+
+
+def test_a_sink_s_dead_lettered_rows_are_shown_beside_its_rows() -> None:
+    """The line said ``files 2 rows`` of a 3-row batch whose third row the sink set aside
+    as a dead letter: the row read as lost, and nothing in the run's output said where it
+    went (found writing a sink plugin from the docs)."""
+    progress = ProgressObserver()
+    fan = FanOut(
+        "orders", MemoryLedger(), [RefusesNullIds("files"), RecordingSink("bronze")],
+        plugins=[progress],
+    )  # fmt: skip
+    out = io.StringIO()
+    fan.process(_frame(1, None, 3), BatchInfo("orders", 0))
+    fan.process(_frame(4, 5), BatchInfo("orders", 1))
+    fan.process(_frame(None, 7), BatchInfo("orders", 2))
+    progress.flush([], out)
+    assert _normalise(out.getvalue()).splitlines() == [
+        "batch 0: ? rows in | files 2 rows + 1 dead-lettered T, bronze 3 rows T",
+        "batch 1: ? rows in | files 2 rows T, bronze 2 rows T",
+        "batch 2: ? rows in | files 1 rows + 1 dead-lettered T, bronze 2 rows T",
+    ]
+    assert _normalise(progress.summary("orders")).splitlines() == [
+        "pipeline 'orders': 3 batches, 0 rows in",
+        "  bronze: 7 rows written in T",
+        "  files: 5 rows written in T, 2 rows dead-lettered",
+    ]
