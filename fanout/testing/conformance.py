@@ -18,8 +18,9 @@ checks, with the real sink and exact contents::
             )
 
 Batches have two columns, ``id BIGINT`` and ``v STRING``; ``read`` returns the target's
-rows as mappings holding at least ``id``. The checks: a driver killed (SIGKILL, a real
-subprocess) between the sink's write and its ledger mark, then the replay; the replay of
+rows as mappings holding at least ``id``. The checks: a driver (a real subprocess) dying
+between the sink's write and its ledger mark (``os._exit`` at that point: no ``finally``, no
+``atexit``, nothing flushed, as ``kill -9`` leaves it), then the replay; the replay of
 a marked batch (skipped) and of an unmarked one (no duplicate); an empty batch; schema
 drift (a new column: refused naming it, or written, as the sink declares); null keys
 (refused naming the column, or dead-lettered once, also by a replay after a kill between
