@@ -26,6 +26,7 @@ from fanout.contract.locations import command_location
 from fanout.errors import BackfillError, MissedBatchesError, SinkTimeoutError, TargetLostError
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import LedgerEntry, now_utc
+from fanout.ledger.gaps import skip_command
 from fanout.observe.logs import batch_fields
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, EarlierOf, TargetOf
@@ -599,8 +600,7 @@ def _cannot_backfill(
         f"cannot be backfilled from sink {origin!r}: its ledger mark says it {found}, so the "
         f"batch read back would {wrong}; nothing of it is written to {sink!r}, which waits "
         f"at this batch. {way_back}, or accept that {sink!r} never gets batch "
-        f"{key[1]}: `fanout ledger skip --ledger {ledger} --pipeline {pipeline} --sink {sink} "
-        f"--through {key[1]} --epoch {key[0]}`, then restart",
+        f"{key[1]}: `{skip_command(ledger, pipeline, sink, key[1], key[0])}`, then restart",
         sink=sink,
         batch_id=key[1],
     )

@@ -36,7 +36,7 @@ from fanout.ledger.entry import (
     ledger_location,
     now_utc,
 )
-from fanout.ledger.gaps import SKIPPED
+from fanout.ledger.gaps import SKIPPED, skip_command
 from fanout.observe.logs import batch_fields
 from fanout.observe.secrets import redact
 from fanout.steps.holds import (
@@ -609,11 +609,7 @@ def choice_lines(
                 )
             )
         return lines
-    skip = " ".join(
-        f"`fanout ledger skip --ledger {where} --pipeline {pipeline} --sink {name} "
-        f"--through {batch} --epoch {epoch}`"
-        for name in lacking
-    )
+    skip = " ".join(f"`{skip_command(where, pipeline, name, batch, epoch)}`" for name in lacking)
     if marks[h.sink] is not None or any(m is not None for m in marks.values()):
         resume = f"Resume after batch {h.mark}, where `{recover}` counts {', '.join(lacking)}"
     else:
@@ -663,10 +659,7 @@ def partial_lines(
     elif part.letters:
         rest += f" and the {part.letters} refused row(s) kept for the dead letters"
         rows = rest
-    skip = (
-        f"`fanout ledger skip --ledger {where} --pipeline {pipeline} --sink {h.sink} "
-        f"--through {batch} --epoch {epoch}`"
-    )
+    skip = f"`{skip_command(where, pipeline, h.sink, batch, epoch)}`"
     marked = sorted(n for n, m in marks.items() if n != h.sink and m is not None and m >= batch)
     twice = (
         f" ({', '.join(marked)} marked batch {batch}: "
