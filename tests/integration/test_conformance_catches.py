@@ -55,7 +55,8 @@ class Catch:
 
     ``case``: set on the sink's :class:`SinkUnderTest`; ``recreate``: the case drops its
     target directory and creates it again empty; ``secret``: the case declares a secret
-    and a failing config holding it (the check then takes ``caplog`` too)."""
+    and a failing config holding it (the check then takes ``caplog`` too); ``dead_letter``:
+    the case has a local Delta dead-letter table (``tmp_path / "dead"``)."""
 
     kind: str
     check: Callable[..., None]
@@ -65,6 +66,7 @@ class Catch:
     case: Mapping[str, Any] = field(default_factory=dict)
     recreate: bool = False
     secret: bool = False
+    dead_letter: bool = False
 
     def failure(self, spark: Any, tmp_path: Path, *extra: Any, **case: Any) -> str:
         """The text ``check`` fails the sink with (``extra``: the check's further fixtures;
@@ -72,6 +74,8 @@ class Catch:
         suite, under_test = (_secret_case if self.secret else _suite_and_case)(self.kind, tmp_path)
         for name, value in {**self.case, **case}.items():
             setattr(under_test, name, value)
+        if self.dead_letter:
+            under_test.dead_letter = str(tmp_path / "dead")
         if self.recreate:
             out = tmp_path / "out"
 
@@ -94,10 +98,14 @@ _HOLDS = (
 _ONCE = [(i, f"v{i}") for i in range(4)]
 
 
-def _null_key(kind: str, message: str) -> Catch:
-    """A sink the null-key check fails with ``message`` (its case keyed by ``id``)."""
+def _null_key(kind: str, message: str, *, dead_letter: bool = False) -> Catch:
+    """A sink the null-key check fails with ``message`` (its case keyed by ``id``; with a
+    dead-letter target where ``dead_letter``)."""
     check = SinkConformance.test_a_null_key_is_refused_by_name_or_dead_lettered
-    return Catch(kind, check, message, raises=pytest.fail.Exception, case={"keyed": True})
+    return Catch(
+        kind, check, message, raises=pytest.fail.Exception, case={"keyed": True},
+        dead_letter=dead_letter,
+    )  # fmt: skip
 
 
 def _re_created(kind: str, message: str) -> Catch:
@@ -251,6 +259,42 @@ CATCHES = {
         first_line=True,
         secret=True,
     ),
+    # the null-key check ran without the case's dead_letter: a sink setting the row aside
+    # only when given a target (refusing it by name otherwise) had its letters never
+    # checked, and one counting a letter it never wrote passed
+    "a_null_key_counted_dead_lettered_but_never_handed_over_is_told_to_hand_it_over": _null_key(
+        "null_key_letters_unwritten",
+        "a batch of ids 1, null, 2 left the dead-letter target holding [] (row id, source), "
+        "expected [(None, 'refused')]: hand the null key's row to context.dead_letters (its "
+        "write(batch, letters, source='refused')) once your commit of the others succeeded",
+        dead_letter=True,
+    ),
+    # the kit's letters were always written by the first attempt before its replay, so a
+    # sink whose replay did not hand them over again passed; a driver killed between its
+    # commit and its hand-over then lost them (seen in a real run killed there)
+    "a_null_key_not_handed_over_again_by_a_replay_is_told_to_hand_it_over": _null_key(
+        "null_key_letters_not_handed_again",
+        "after the replay of a batch of ids 1, null, 2 whose ledger mark was lost (and its "
+        "refused row's hand-over: killed after the commit), the dead-letter target holds [] "
+        "(row id, source), expected [(None, 'refused')] once: a replay that finds the batch "
+        "committed hands over again the rows it refused, as recorded with that commit (the "
+        "target keeps them once; README, 'Writing a sink plugin': Dead letters)",
+        dead_letter=True,
+    ),
+    # the same for the refused-row check (refused_value): its replay found the first
+    # attempt's letters in the target, so a replay handing nothing over passed
+    "a_refused_row_not_handed_over_again_by_a_replay_is_told_to_hand_it_over": Catch(
+        "refused_not_handed_again",
+        SinkConformance.test_a_row_the_target_refuses_is_dead_lettered_once,
+        "after the replay of a batch of ids 1, 2 (v 'refused': refused), 3 whose ledger mark "
+        "was lost (and its refused row's hand-over: killed after the commit), the dead-letter "
+        "target holds [] (row id, source), expected [(2, 'refused')] once: a replay that finds "
+        "the batch committed hands over again the rows it refused, as recorded with that "
+        "commit (the target keeps them once; README, 'Writing a sink plugin': Dead letters)",
+        raises=pytest.fail.Exception,
+        case={"refused_value": "refused"},
+        dead_letter=True,
+    ),
 }
 
 
@@ -350,70 +394,13 @@ def test_a_declared_secret_logged_before_the_fanout_knows_it_is_told_so(
     )
 
 
-def _null_key_with_target(kind: str, tmp_path: Path) -> tuple[SinkConformance, SinkUnderTest]:
-    suite, case = _suite_and_case(kind, tmp_path)
-    case.keyed, case.dead_letter = True, str(tmp_path / "dead")
-    return suite, case
-
-
-def test_a_null_key_counted_dead_lettered_but_never_handed_over_is_told_to_hand_it_over(
-    spark: Any, tmp_path: Path
-) -> None:
-    """The null-key check ran without the case's dead_letter: a sink setting the row aside
-    only when given a target (refusing it by name otherwise) had its letters never checked,
-    and one counting a letter it never wrote passed."""
-    suite, case = _null_key_with_target("null_key_letters_unwritten", tmp_path)
-    with pytest.raises(pytest.fail.Exception) as failed:
-        suite.test_a_null_key_is_refused_by_name_or_dead_lettered(spark, case, tmp_path)
-    assert str(failed.value) == (
-        "a batch of ids 1, null, 2 left the dead-letter target holding [] (row id, source), "
-        "expected [(None, 'refused')]: hand the null key's row to context.dead_letters (its "
-        "write(batch, letters, source='refused')) once your commit of the others succeeded"
-    )
-
-
-def test_a_null_key_not_handed_over_again_by_a_replay_is_told_to_hand_it_over(
-    spark: Any, tmp_path: Path
-) -> None:
-    """The kit's letters were always written by the first attempt before its replay, so a
-    sink whose replay did not hand them over again passed; a driver killed between its
-    commit and its hand-over then lost them (seen in a real run killed there)."""
-    suite, case = _null_key_with_target("null_key_letters_not_handed_again", tmp_path)
-    with pytest.raises(pytest.fail.Exception) as failed:
-        suite.test_a_null_key_is_refused_by_name_or_dead_lettered(spark, case, tmp_path)
-    assert str(failed.value) == (
-        "after the replay of a batch of ids 1, null, 2 whose ledger mark was lost (and its "
-        "refused row's hand-over: killed after the commit), the dead-letter target holds [] "
-        "(row id, source), expected [(None, 'refused')] once: a replay that finds the batch "
-        "committed hands over again the rows it refused, as recorded with that commit (the "
-        "target keeps them once; README, 'Writing a sink plugin': Dead letters)"
-    )
-
-
-def test_a_refused_row_not_handed_over_again_by_a_replay_is_told_to_hand_it_over(
-    spark: Any, tmp_path: Path
-) -> None:
-    """The same for the refused-row check (``refused_value``): its replay found the first
-    attempt's letters in the target, so a replay handing nothing over passed."""
-    suite, case = _suite_and_case("refused_not_handed_again", tmp_path)
-    case.dead_letter, case.refused_value = str(tmp_path / "dead"), "refused"
-    with pytest.raises(pytest.fail.Exception) as failed:
-        suite.test_a_row_the_target_refuses_is_dead_lettered_once(spark, case, tmp_path)
-    assert str(failed.value) == (
-        "after the replay of a batch of ids 1, 2 (v 'refused': refused), 3 whose ledger mark "
-        "was lost (and its refused row's hand-over: killed after the commit), the dead-letter "
-        "target holds [] (row id, source), expected [(2, 'refused')] once: a replay that finds "
-        "the batch committed hands over again the rows it refused, as recorded with that "
-        "commit (the target keeps them once; README, 'Writing a sink plugin': Dead letters)"
-    )
-
-
 def test_a_null_key_handed_to_the_dead_letter_target_passes_with_its_replay(
     spark: Any, tmp_path: Path
 ) -> None:
     """A sink committing the other rows and handing the null key's row over (again on a
     replay whose mark was lost: the target keeps it once) passes."""
-    suite, case = _null_key_with_target("null_key_dead_lettered", tmp_path)
+    suite, case = _suite_and_case("null_key_dead_lettered", tmp_path)
+    case.keyed, case.dead_letter = True, str(tmp_path / "dead")
     suite.test_a_null_key_is_refused_by_name_or_dead_lettered(spark, case, tmp_path)
     assert case.ids() == [1, 2]
     letters = suite._dead_letters(case)
