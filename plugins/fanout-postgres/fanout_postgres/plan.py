@@ -3,6 +3,7 @@ schema, and build the :class:`WritePlan` the executors run."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,6 +113,12 @@ def reflect(conn: Any, table: TableName) -> TargetInfo | None:
     inspector = sa.inspect(conn)
     if not inspector.has_table(table.name, schema=table.schema):
         return None
+    with warnings.catch_warnings():
+        # A type SQLAlchemy does not know (geometric, PostGIS, xml...) reflects as NullType,
+        # which fanout compares and orders by its text: the warning would tell a user of
+        # such a table, at every open, about a case that is handled.
+        warnings.filterwarnings("ignore", "Did not recognize type", sa.exc.SAWarning)
+        reflected = inspector.get_columns(table.name, schema=table.schema)
     columns = {
         c["name"]: TargetColumn(
             name=c["name"],
@@ -121,7 +128,7 @@ def reflect(conn: Any, table: TableName) -> TargetInfo | None:
             generated=bool(c.get("computed")),
             identity_always=bool((c.get("identity") or {}).get("always")),
         )
-        for c in inspector.get_columns(table.name, schema=table.schema)
+        for c in reflected
     }
     pk = tuple(inspector.get_pk_constraint(table.name, schema=table.schema)["constrained_columns"])
     unique: list[frozenset[str]] = [frozenset(pk)] if pk else []

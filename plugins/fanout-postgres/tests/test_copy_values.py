@@ -289,6 +289,7 @@ NO_EQUALITY = {  # a column type without an equality PostgreSQL can compare by; 
 
 
 @pytest.mark.parametrize("pg_type", sorted(NO_EQUALITY))
+@pytest.mark.filterwarnings("error::sqlalchemy.exc.SAWarning")  # handled: nothing to warn of
 def test_upserts_into_a_type_without_equality_compare_its_text(pg_url: str, pg_type: str) -> None:
     first: str | None
     second: str | None
