@@ -612,8 +612,9 @@ class BatchFailedError(FanoutError):
 
 class StopRequestedError(FanoutError):
     """A batch Spark began after a stop was requested (:meth:`fanout.FanOut.request_stop`,
-    which ``fanout run`` calls on SIGINT/SIGTERM), refused before fanout did anything of
-    it: nothing was written or marked. The query fails with it, so Spark does not commit
+    which ``fanout run`` calls on SIGINT/SIGTERM and :meth:`fanout.FanOut.stop_query`
+    calls, under Spark Connect too), refused before fanout did anything of it: nothing was
+    written or marked. The query fails with it, so Spark does not commit
     the batch and runs it again at the next start. ``fanout run`` reads it as a clean stop.
     """
 

@@ -614,3 +614,78 @@ def test_the_next_command_names_the_pipeline_file_as_it_was_given(
     down = {"pg": TransientSinkError("cannot reach the server", sink="pg", batch_id=11)}
     lines = _failed_run(tmp_path, down, Path("current/orders.toml"))
     assert f"run `fanout run {tmp_path}/current/orders.toml` again" in lines[-1]
+
+
+def _fan_out() -> Any:
+    from fanout import FanOut
+    from fanout.ledger.memory import MemoryLedger
+    from tests.unit.fakes import ScriptedSink
+
+    return FanOut("p", MemoryLedger(), [ScriptedSink("good")], backoff_s=0)
+
+
+def test_stop_query_waits_for_the_batch_inside_the_call_then_stops_the_query() -> None:
+    """Classic mode: ``FanOut.stop_query`` closes the gate, waits for the batch inside the
+    call and only then calls ``query.stop()``; a batch Spark begins afterwards is refused."""
+    fan, query = _fan_out(), _Query()
+    try:
+        fan.stop_gate.enter(5)
+        result: list[bool] = []
+        stopper = threading.Thread(target=lambda: result.append(fan.stop_query(query, 30)))
+        stopper.start()
+        time.sleep(0.3)
+        assert (query.stops, fan.stop_gate.closed) == ([], True)  # batch 5 not interrupted
+        left = time.monotonic()
+        fan.stop_gate.leave()
+        stopper.join(10)
+        assert result == [True] and len(query.stops) == 1 and query.stops[0] >= left
+        with pytest.raises(StopRequestedError, match="pipeline 'p', batch 6: refused"):
+            fan.stop_gate.enter(6)
+    finally:
+        fan.close()
+
+
+def test_stop_query_leaves_the_query_running_when_the_batch_outlasts_the_timeout() -> None:
+    fan, query = _fan_out(), _Query()
+    try:
+        fan.stop_gate.enter(5)
+        assert fan.stop_query(query, 0.2) is False
+        assert (query.stops, query.isActive) == ([], True)
+    finally:
+        fan.close()
+
+
+class _Session:
+    """A Connect session as the server's ``FanOut`` sees it: options, and the running
+    queries (``active`` reads counted)."""
+
+    def __init__(self, options: dict[str, str], runs: list[tuple[str, str]]) -> None:
+        self.options, self.runs, self.reads = options, runs, 0
+        self.conf, self.streams, self.sparkSession = self, self, self
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.options.get(key, default)
+
+    @property
+    def active(self) -> list[Any]:
+        self.reads += 1
+        return [type("Q", (), {"id": q, "runId": r})() for q, r in self.runs]
+
+
+def test_a_connect_stop_option_names_this_run_only_and_a_stale_one_is_read_once() -> None:
+    """The server's ``FanOut`` refuses once the option names its query's run; an option
+    left from a stop of an earlier run is compared with the running queries once, then costs
+    one option read a batch, as an unset one."""
+    from fanout.steps.stop_gate import client_stop_key, stop_asked_by_client
+
+    others: set[str] = set()
+    session = _Session({}, [("query-1", "run-2")])
+    assert not stop_asked_by_client(session, "p", None, others) and session.reads == 0
+    session.options[client_stop_key("p")] = "run-1"  # the stop of the run before
+    for _ in range(3):
+        assert not stop_asked_by_client(session, "p", None, others)
+    assert (session.reads, others) == (1, {"run-1"})
+    session.options[client_stop_key("other-pipeline")] = "run-2"
+    assert not stop_asked_by_client(session, "p", None, others)
+    session.options[client_stop_key("p")] = "run-2"  # this run's stop
+    assert stop_asked_by_client(session, "p", None, others) and session.reads == 2
