@@ -147,6 +147,19 @@ def _wait_for(path: Path) -> None:
         time.sleep(0.05)
 
 
+def _timing(spark: Any, query: Any) -> None:
+    """``TIMING``: what the stop check costs a batch under Connect (one option read, here
+    from the client: the same round trip to the server) against what Spark measured of the
+    batches (``addBatch``, the foreachBatch call, and the whole trigger), in ms."""
+    started = time.perf_counter()
+    for _ in range(50):
+        spark.conf.get("fanout.stop.timing", None)
+    read_ms = (time.perf_counter() - started) * 1000 / 50
+    runs = [(p["batchId"], p["durationMs"].get("addBatch"), p["durationMs"].get("triggerExecution"))
+            for p in query.recentProgress]  # fmt: skip
+    print(f"TIMING option read {read_ms:.1f} ms; batch, addBatch, trigger: {runs}", flush=True)
+
+
 def client_stops(spark: Any, workdir: Path) -> None:
     """A Delta sink written from the executors, input of 5 files read one a batch (a
     backlog: Spark begins the next batch as soon as one ends), two runs on one
@@ -162,8 +175,10 @@ def client_stops(spark: Any, workdir: Path) -> None:
     ``STOP COMMITS <run> <batches>`` says which batches Spark committed after each run."""
     from pyspark.sql.utils import StreamingQueryException
 
+    from fanout import is_stop_refusal
     from fanout.steps.stop_gate import client_stop_key
 
+    began = time.monotonic()
     root = workdir / "stop"
     write_input(root / "input", STOP_FILES, STOP_ROWS)
     checkpoint = root / "checkpoint"
@@ -182,6 +197,8 @@ def client_stops(spark: Any, workdir: Path) -> None:
     # 1. request_stop(query): the batch inside finishes, the next one is refused
     fan, query = start(hold=1)
     _wait_for(root / "entered-1")
+    # what stop_query waits on: the trigger is active while a batch is inside the call
+    print(f"STOP HELD trigger active: {query.status['isTriggerActive']}", flush=True)
     try:
         fan.request_stop()
         print("STOP NOT REFUSED without the query", flush=True)
@@ -193,8 +210,10 @@ def client_stops(spark: Any, workdir: Path) -> None:
         query.awaitTermination(120)
         print(f"STOP NOT ENDED active={query.isActive}", flush=True)
         query.stop()
-    except StreamingQueryException as exc:
-        print("STOP REFUSED " + " | ".join(str(exc).strip().splitlines()), flush=True)
+    except StreamingQueryException as exc:  # what a library user catches: a clean stop
+        text = " | ".join(str(exc).strip().splitlines())
+        print(f"STOP REFUSED {is_stop_refusal(exc)} {text}", flush=True)
+    _timing(spark, query)
     fan.close()
     print(f"STOP COMMITS 1 {_committed(checkpoint)}", flush=True)
 
@@ -214,9 +233,11 @@ def client_stops(spark: Any, workdir: Path) -> None:
     stopper.join(180)
     error = query.exception()
     text = "none" if error is None else " | ".join(str(error).strip().splitlines())
-    print(f"STOP CLEAN {stopped} error: {text}", flush=True)
+    print(f"STOP CLEAN {stopped} {is_stop_refusal(error)} error: {text}", flush=True)
+    _timing(spark, query)
     fan.close()
     print(f"STOP COMMITS 2 {_committed(checkpoint)}", flush=True)
+    print(f"TIMING the stop phase took {time.monotonic() - began:.0f} s", flush=True)
 
 
 def main() -> None:

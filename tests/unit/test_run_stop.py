@@ -689,3 +689,41 @@ def test_a_connect_stop_option_names_this_run_only_and_a_stale_one_is_read_once(
     assert not stop_asked_by_client(session, "p", None, others)
     session.options[client_stop_key("p")] = "run-2"  # this run's stop
     assert stop_asked_by_client(session, "p", None, others) and session.reads == 2
+
+
+class _QueryError(Exception):
+    """A streaming query's error as pyspark hands it back: its text holds the Python trace
+    of the foreachBatch function (``desc`` in classic mode)."""
+
+    def __init__(self, text: str, desc: bool = False) -> None:
+        super().__init__("" if desc else text)
+        self.desc = text if desc else None
+
+
+_TRACE = (
+    "[STREAM_FAILED] Query [id = q, runId = r] terminated with exception: [PYTHON_EXCEPTION] "
+    "An exception was thrown from the Python worker.\nTraceback (most recent call last):\n"
+    '  File "fanout/fan_out.py", line 704, in __call__\n'
+)
+
+
+def test_is_stop_refusal_tells_the_refusal_of_a_clean_stop_from_a_failure() -> None:
+    """``fanout.is_stop_refusal`` is what a library user catches around
+    ``query.awaitTermination()`` after ``stop_query``: true only when the last error
+    fanout raised in the query's trace is the refusal (a failure raised after it, or no
+    fanout error at all, is a failure), in classic mode (``desc``) and under Spark Connect
+    (the text)."""
+    import fanout
+
+    refusal = str(StopRequestedError("p", 7))
+    refused = _TRACE + f"fanout.errors.StopRequestedError: {refusal}\n\n=== Streaming Query ==="
+    assert fanout.is_stop_refusal(_QueryError(refused))
+    assert fanout.is_stop_refusal(_QueryError(refused, desc=True))
+    assert fanout.is_stop_refusal(StopRequestedError("p", 7))
+    failed = refused + "\nDuring handling of the above exception, another exception occurred:\n"
+    failed += "fanout.errors.BatchFailedError: pipeline 'p', batch 7: 1 sink(s) failed (pg)"
+    assert not fanout.is_stop_refusal(_QueryError(failed))
+    assert not fanout.is_stop_refusal(_QueryError(_TRACE + "ValueError: " + refusal))
+    assert not fanout.is_stop_refusal(_QueryError(f"StopRequestedError: {refusal}"))
+    assert not fanout.is_stop_refusal(None)
+
