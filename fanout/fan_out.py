@@ -697,8 +697,12 @@ class FanOut:
         before doing anything of the batch (Spark then runs it again at the next start)."""
         if "_context" not in self.__dict__:  # unpickled: build the pipeline here
             self._build(getattr(batch_df, "sparkSession", None))
-        if is_connect(batch_df) and stop_asked_by_client(
-            batch_df, self.pipeline, self._context.checkpoint_location, self._other_runs_stops
+        if (
+            is_connect(batch_df)
+            and not self.stop_gate.closed
+            and stop_asked_by_client(
+                batch_df, self.pipeline, self._context.checkpoint_location, self._other_runs_stops
+            )
         ):  # a Connect client's request_stop(query): its gate is not this one
             self.stop_gate.close()
         self.stop_gate.enter(batch_id)  # refused once a stop was requested
@@ -723,7 +727,8 @@ class FanOut:
         enters; it names this run only, so the next start runs. Returns ``None`` (the client
         cannot see the batch inside): :meth:`stop_query` waits for the query's trigger
         instead. Raises :class:`fanout.ConfigurationError` under Spark Connect without
-        ``query``, rather than doing nothing."""
+        ``query``, rather than doing nothing, and when the option cannot be set (the query
+        shows no session, or the server refuses the option), naming what to do instead."""
         inside = self.stop_gate.close()
         spark = self.__dict__.get("_spark")
         if not is_connect(query) and not (query is None and is_connect(spark)):
@@ -735,8 +740,27 @@ class FanOut:
                 "the query, fan_out.request_stop(query), or stop it with "
                 "fan_out.stop_query(query)"
             )
-        session: Any = getattr(query, "_session", None) or spark  # the one that started it
-        session.conf.set(client_stop_key(self.pipeline), str(query.runId))
+        key, run = client_stop_key(self.pipeline), str(query.runId)
+        todo = (
+            f"set it on the session that started the query, spark.conf.set({key!r}, "
+            f"{run!r}), or stop the query with query.stop() (the batch in flight is then "
+            "cut short and redone at the next start)"
+        )
+        session = getattr(query, "_session", None)  # the session that started the query
+        if session is None:  # pyspark 4.2's Connect StreamingQuery keeps it there (private)
+            raise ConfigurationError(
+                f"pipeline {self.pipeline!r}: cannot reach the session of Spark Connect "
+                f"query {query.id} (this pyspark's StreamingQuery has no _session) to ask "
+                f"the FanOut beside the server to stop: {todo}"
+            )
+        try:
+            session.conf.set(key, run)
+        except Exception as exc:  # a server that allows only some options to be set
+            raise ConfigurationError(
+                f"pipeline {self.pipeline!r}: the Spark Connect session of query "
+                f"{query.id} refused the option {key!r} through which the FanOut beside "
+                f"the server is asked to stop ({type(exc).__name__}); {todo}"
+            ) from exc
         return None
 
     def stop_query(self, query: Any, timeout_s: float = 300.0) -> bool:
@@ -751,7 +775,9 @@ class FanOut:
         batch — under Connect, kill the process it runs in —; exactly-once holds, and the
         batch runs again at the next start). A batch Spark began after the request was
         refused: the query's exception is then :class:`fanout.StopRequestedError`'s, which
-        is part of a clean stop (that batch runs at the next start)."""
+        is part of a clean stop (that batch runs at the next start), though
+        ``query.awaitTermination()`` raises it: :func:`fanout.is_stop_refusal` tells it from
+        a failure."""
         started = time.monotonic()
         self.request_stop(query)
         if is_connect(query):

@@ -19,7 +19,7 @@ import pytest
 from fanout.app import runner
 from fanout.app.config import PipelineConfig
 from fanout.contract.batch import BatchInfo
-from fanout.errors import BatchFailedError, StopRequestedError
+from fanout.errors import BatchFailedError, ConfigurationError, StopRequestedError
 from fanout.steps.stop_gate import StopGate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -727,3 +727,74 @@ def test_is_stop_refusal_tells_the_refusal_of_a_clean_stop_from_a_failure() -> N
     assert not fanout.is_stop_refusal(_QueryError(f"StopRequestedError: {refusal}"))
     assert not fanout.is_stop_refusal(None)
 
+
+class _ConnectQuery:
+    """A Spark Connect streaming query as the client holds it (its module is pyspark's
+    Connect one, as ``is_connect`` reads it): ``_session`` is the session that started it,
+    whose options ``request_stop`` sets; the trigger stays active while ``busy`` is set."""
+
+    __module__ = "pyspark.sql.connect.streaming.query"
+    id, runId = "query-1", "run-1"
+
+    def __init__(self, session: Any = None) -> None:
+        self.options: dict[str, str] = {}
+        self.conf, self._session = self, session if session is not None else self
+        self.busy, self.isActive, self.stops = threading.Event(), True, 0
+
+    def set(self, key: str, value: str) -> None:
+        self.options[key] = value
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return {"isTriggerActive": self.busy.is_set()}
+
+    def stop(self) -> None:
+        self.stops += 1
+        self.isActive = False
+
+
+def test_stop_query_under_connect_waits_for_the_trigger_after_asking_the_query_session() -> None:
+    """Under Spark Connect ``stop_query`` sets the stop option on the query's own session,
+    then calls ``query.stop()`` only once the trigger (the batch in flight) is over; past
+    its timeout it leaves the query running."""
+    from fanout.steps.stop_gate import client_stop_key
+
+    fan, query = _fan_out(), _ConnectQuery()
+    try:
+        query.busy.set()  # a batch inside the call on the server
+        assert fan.stop_query(query, 0.3) is False
+        assert (query.options, query.stops) == ({client_stop_key("p"): "run-1"}, 0)
+        result: list[bool] = []
+        stopper = threading.Thread(target=lambda: result.append(fan.stop_query(query, 30)))
+        stopper.start()
+        time.sleep(0.5)
+        assert (result, query.stops) == ([], 0)
+        query.busy.clear()
+        stopper.join(10)
+        assert (result, query.stops) == ([True], 1)
+    finally:
+        fan.close()
+
+
+def test_request_stop_under_connect_says_what_to_do_when_it_cannot_reach_the_session() -> None:
+    """A Connect query whose session pyspark does not show (``_session``), or whose session
+    refuses the option, is a ``ConfigurationError`` saying what to do, not an
+    ``AttributeError`` (nor a stop asked of another session)."""
+    fan = _fan_out()
+    try:
+        query = _ConnectQuery()
+        del query._session
+        with pytest.raises(ConfigurationError, match=r"pipeline 'p': cannot reach the sess"):
+            fan.request_stop(query)
+
+        class Refusing:
+            def set(self, key: str, value: str) -> None:
+                raise RuntimeError("[CONFIG_NOT_AVAILABLE] Configuration fanout.stop.p")
+
+        refusing = _ConnectQuery(type("S", (), {"conf": Refusing()})())
+        with pytest.raises(ConfigurationError, match="refused the option") as caught:
+            fan.stop_query(refusing, 5)
+        assert "query.stop()" in str(caught.value) and refusing.stops == 0
+        assert isinstance(caught.value.__cause__, RuntimeError)
+    finally:
+        fan.close()
