@@ -44,6 +44,7 @@ from fanout.errors import (
     UnknownSinkTypeError,
     UnmarkedBatchError,
     ZombieBatchError,
+    is_stop_refusal,
 )
 from fanout.hooks.specs import hookimpl
 from fanout.version import __version__
@@ -108,4 +109,5 @@ __all__ = [
     "ZombieBatchError",
     "__version__",
     "hookimpl",
+    "is_stop_refusal",
 ]

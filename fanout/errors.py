@@ -37,6 +37,7 @@ is the error of a failed fan-out (named after the :class:`fanout.FanOut` that ra
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
@@ -612,8 +613,9 @@ class BatchFailedError(FanoutError):
 
 class StopRequestedError(FanoutError):
     """A batch Spark began after a stop was requested (:meth:`fanout.FanOut.request_stop`,
-    which ``fanout run`` calls on SIGINT/SIGTERM), refused before fanout did anything of
-    it: nothing was written or marked. The query fails with it, so Spark does not commit
+    which ``fanout run`` calls on SIGINT/SIGTERM and :meth:`fanout.FanOut.stop_query`
+    calls, under Spark Connect too), refused before fanout did anything of it: nothing was
+    written or marked. The query fails with it, so Spark does not commit
     the batch and runs it again at the next start. ``fanout run`` reads it as a clean stop.
     """
 
@@ -628,3 +630,32 @@ class StopRequestedError(FanoutError):
 
     def __reduce__(self) -> tuple[type[StopRequestedError], tuple[str, int]]:
         return (type(self), (self.pipeline, self.batch_id))
+
+
+OWN_ERROR = re.compile(r"^fanout\.errors\.(\w+): ", re.MULTILINE)
+"""A line of a query's error where one of fanout's errors begins: the Python trace Spark
+hands back (classic mode and Spark Connect alike) names each error by its full name."""
+
+
+def is_stop_refusal(error: BaseException | None) -> bool:
+    """Whether ``error``, a streaming query's error (what ``query.awaitTermination()``
+    raised, or ``query.exception()``), is fanout's refusal of a batch Spark began after a
+    stop was requested (:class:`StopRequestedError`): a clean stop, not a failure. After
+    :meth:`fanout.FanOut.stop_query` (or ``request_stop``) with a backlog, the query usually
+    ends with that refusal; nothing of the refused batch was written, and it runs at the
+    next start. ``False`` for ``None`` and for any other error, including a failure fanout
+    raised after the refusal in the same trace (the last of fanout's errors decides)::
+
+        try:
+            query.awaitTermination()
+        except StreamingQueryException as exc:
+            if not fanout.is_stop_refusal(exc):
+                raise
+    """
+    if error is None:
+        return False
+    if isinstance(error, StopRequestedError):
+        return True
+    text = str(getattr(error, "desc", None) or error)
+    own = list(OWN_ERROR.finditer(text))
+    return bool(own) and own[-1].group(1) == StopRequestedError.__name__

@@ -98,7 +98,7 @@ from fanout.steps.record import Recorder
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.state import BatchState
-from fanout.steps.stop_gate import StopGate
+from fanout.steps.stop_gate import StopGate, client_stop_key, stop_asked_by_client
 from fanout.steps.timeout import (
     CLOSE_WAIT_S,
     AbandonedWrite,
@@ -214,6 +214,7 @@ class FanOut:
         self.pipeline = check_name(pipeline, "pipeline")
         self.stop_gate = StopGate(self.pipeline)
         """Closed by :meth:`request_stop`: a batch Spark begins afterwards is refused."""
+        self._other_runs_stops: set[str] = set()  # Connect: stop requests of other runs
         _check_arguments(
             self.pipeline, ledger, parallelism=parallelism, retries=retries,
             backoff_s=backoff_s, probe_interval_s=probe_interval_s, share_tasks=share_tasks,
@@ -696,22 +697,102 @@ class FanOut:
         before doing anything of the batch (Spark then runs it again at the next start)."""
         if "_context" not in self.__dict__:  # unpickled: build the pipeline here
             self._build(getattr(batch_df, "sparkSession", None))
+        if (
+            is_connect(batch_df)
+            and not self.stop_gate.closed
+            and stop_asked_by_client(
+                batch_df, self.pipeline, self._context.checkpoint_location, self._other_runs_stops
+            )
+        ):  # a Connect client's request_stop(query): its gate is not this one
+            self.stop_gate.close()
         self.stop_gate.enter(batch_id)  # refused once a stop was requested
         try:
             self.process(batch_df, self._context.read(batch_df, batch_id))  # 1. context
         finally:
             self.stop_gate.leave()
 
-    def request_stop(self) -> int | None:
+    def request_stop(self, query: Any = None) -> int | None:
         """Ask this ``FanOut`` to run no further batch, before stopping its query
         (``fanout run`` does on SIGINT/SIGTERM): each batch Spark begins from now on is
         refused with :class:`fanout.StopRequestedError` before anything of it is done, so
         Spark's ``query.stop()``, which interrupts the batch it runs, never interrupts one
         of fanout's. Returns the batch inside the foreachBatch call now (``None``: none),
-        which goes on: wait for it (``stop_gate.wait_empty``) before ``query.stop()``. A
-        ``FanOut`` never asked behaves as before. Not under Spark Connect, where the
-        ``FanOut`` running the batches is the one built beside the server."""
-        return self.stop_gate.close()
+        which goes on: wait for it (``stop_gate.wait_empty``) before ``query.stop()``, or
+        call :meth:`stop_query`, which does both. A ``FanOut`` never asked behaves as before.
+
+        Under Spark Connect the batches run in the ``FanOut`` built beside the server, which
+        this one's gate does not reach: pass the streaming ``query`` this ``FanOut`` runs
+        in. The request then goes to the server's ``FanOut`` through a session option of the
+        query's session (``fanout.stop.<pipeline>`` = the query's run id), read as each batch
+        enters; it names this run only, so the next start runs. Returns ``None`` (the client
+        cannot see the batch inside): :meth:`stop_query` waits for the query's trigger
+        instead. Raises :class:`fanout.ConfigurationError` under Spark Connect without
+        ``query``, rather than doing nothing, and when the option cannot be set (the query
+        shows no session, or the server refuses the option), naming what to do instead."""
+        inside = self.stop_gate.close()
+        spark = self.__dict__.get("_spark")
+        if not is_connect(query) and not (query is None and is_connect(spark)):
+            return inside
+        if query is None:
+            raise ConfigurationError(
+                f"pipeline {self.pipeline!r}: under Spark Connect the batches run in the "
+                "FanOut beside the server, which this one's stop gate does not reach: pass "
+                "the query, fan_out.request_stop(query), or stop it with "
+                "fan_out.stop_query(query)"
+            )
+        key, run = client_stop_key(self.pipeline), str(query.runId)
+        todo = (
+            f"set it on the session that started the query, spark.conf.set({key!r}, "
+            f"{run!r}), or stop the query with query.stop() (the batch in flight is then "
+            "cut short and redone at the next start)"
+        )
+        session = getattr(query, "_session", None)  # the session that started the query
+        if session is None:  # pyspark 4.2's Connect StreamingQuery keeps it there (private)
+            raise ConfigurationError(
+                f"pipeline {self.pipeline!r}: cannot reach the session of Spark Connect "
+                f"query {query.id} (this pyspark's StreamingQuery has no _session) to ask "
+                f"the FanOut beside the server to stop: {todo}"
+            )
+        try:
+            session.conf.set(key, run)
+        except Exception as exc:  # a server that allows only some options to be set
+            raise ConfigurationError(
+                f"pipeline {self.pipeline!r}: the Spark Connect session of query "
+                f"{query.id} refused the option {key!r} through which the FanOut beside "
+                f"the server is asked to stop ({type(exc).__name__}); {todo}"
+            ) from exc
+        return None
+
+    def stop_query(self, query: Any, timeout_s: float = 300.0) -> bool:
+        """Stop ``query``, the streaming query this ``FanOut`` runs in, without interrupting
+        a batch of fanout's: :meth:`request_stop`, then wait up to ``timeout_s`` for the
+        batch in flight to end, then ``query.stop()``. Classic mode and Spark Connect alike
+        (under Connect it waits for the query's trigger to be inactive: a batch that had
+        entered the call before the request keeps the trigger active until it ends).
+
+        Returns ``True`` once the query is stopped so; ``False`` when a batch still ran at
+        the deadline: the query is left running (``query.stop()`` now would interrupt that
+        batch — under Connect, kill the process it runs in —; exactly-once holds, and the
+        batch runs again at the next start). A batch Spark began after the request was
+        refused: the query's exception is then :class:`fanout.StopRequestedError`'s, which
+        is part of a clean stop (that batch runs at the next start), though
+        ``query.awaitTermination()`` raises it: :func:`fanout.is_stop_refusal` tells it from
+        a failure."""
+        started = time.monotonic()
+        self.request_stop(query)
+        if is_connect(query):
+
+            def idle() -> bool:
+                return not query.isActive or not query.status["isTriggerActive"]
+
+            while not idle():
+                if time.monotonic() - started >= timeout_s:
+                    return False
+                time.sleep(0.2)
+        elif not self.stop_gate.wait_empty(timeout_s):
+            return False
+        query.stop()
+        return True
 
     def process(self, df: Any, info: BatchInfo) -> dict[str, SinkResult]:
         """Fan one batch out; returns the result of every sink written in this call.

@@ -35,11 +35,12 @@ from fanout.contract.batch import BatchInfo
 from fanout.contract.options import self_expanded_options
 from fanout.contract.sink import SinkResult
 from fanout.errors import (
+    OWN_ERROR,
     BatchFailedError,
     ConfigurationError,
     SinksBehindError,
-    StopRequestedError,
     TransientSinkError,
+    is_stop_refusal,
 )
 from fanout.hooks.registry import Registry, load_registry, option_names
 from fanout.hooks.specs import hookimpl
@@ -537,18 +538,11 @@ def _batch_over(
     return gate is None or gate.wait_empty(timeout_s - (time.monotonic() - started))
 
 
-_REFUSAL = f"{StopRequestedError.__module__}.{StopRequestedError.__name__}: "
-
-
 def _is_refusal(error: Any, refused: int | None) -> bool:
     """Whether the query's ``error`` is the gate's refusal of batch ``refused`` (the error
     fanout raised last in its trace is :class:`fanout.StopRequestedError`), not another
     failure."""
-    if refused is None:
-        return False
-    text = str(getattr(error, "desc", None) or error)
-    own = list(_OWN_ERROR.finditer(text))
-    return bool(own) and own[-1].group(0).strip() == _REFUSAL.strip()
+    return refused is not None and is_stop_refusal(error)
 
 
 def _down_next(sinks: Sequence[str], config: PipelineConfig) -> str:
@@ -605,7 +599,6 @@ def _quiet_query_errors(spark: Any) -> None:
         log.debug("cannot quiet Spark's streaming log: %s", exc)
 
 
-_OWN_ERROR = re.compile(r"^fanout\.errors\.\w+: ", re.MULTILINE)
 # its message ends where Spark's part begins, or a chained exception's trace does
 _AFTER_OWN_ERROR = re.compile(
     r"\n(?:=== Streaming Query ===|\tat |JVM stacktrace:|\n?During handling of the above "
@@ -619,7 +612,7 @@ def _summary(error: Any) -> str:
     ends with it; else the first line of a query error fanout did not raise (the source
     failed, Spark itself...): its own description, never a line of trace."""
     text = redact(str(getattr(error, "desc", None) or error), known_secrets()).strip()
-    if found := list(_OWN_ERROR.finditer(text)):
+    if found := list(OWN_ERROR.finditer(text)):
         own = text[found[-1].end() :]
         return _AFTER_OWN_ERROR.split(own, maxsplit=1)[0].strip()
     return text.splitlines()[0] if text else type(error).__name__

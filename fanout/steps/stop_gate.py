@@ -10,13 +10,26 @@ flight, and one Spark begins afterwards is refused at its entry with
 without writing: Spark would commit it, its rows lost). Spark does not commit a batch that
 raised, so it runs at the next start. The cost of a batch: one uncontended lock taken at
 its entry and at its end.
+
+Under Spark Connect the ``FanOut`` running the batches is the one built beside the server
+from the pickled recipe (docs/architecture.md §15); the client's gate does not reach it. The
+client's :meth:`fanout.FanOut.request_stop` then sets a session option of the query's own
+session, ``fanout.stop.<pipeline>``, to the query's run id (:func:`client_stop_key`); the
+server's ``FanOut`` is attached to that session, reads the option as each batch enters
+(:func:`stop_asked_by_client`: one round trip to the server beside it, ~2 ms) and closes its
+own gate when the option names the run of its query. A later start of the query is a new
+run, which the option does not name.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from fanout.errors import StopRequestedError
+from fanout.steps.context import checkpoint_query_id
+
+CLIENT_STOP_PREFIX = "fanout.stop."
 
 
 class StopGate:
@@ -68,3 +81,32 @@ class StopGate:
         """Wait up to ``timeout_s`` for no batch to be inside the call; whether none is."""
         with self._changed:
             return self._changed.wait_for(lambda: self._inside is None, max(timeout_s, 0.0))
+
+
+def client_stop_key(pipeline: str) -> str:
+    """The session option through which a Spark Connect client asks the ``FanOut`` beside
+    the server to stop pipeline ``pipeline``: its value is the run id of the query to stop."""
+    return CLIENT_STOP_PREFIX + pipeline
+
+
+def stop_asked_by_client(
+    batch_df: Any, pipeline: str, checkpoint_location: str | None, others: set[str]
+) -> bool:
+    """Under Spark Connect, whether the client asked (:func:`client_stop_key`) to stop the
+    run of the query this batch belongs to (the query whose id the checkpoint records, in
+    the batch's session). Reads one session option; the checkpoint's query id and the
+    running queries only when it names a run not already found to be another one
+    (``others``, which it adds to: an option left from a stop of an earlier run costs no
+    more than an unset one)."""
+    session = batch_df.sparkSession
+    run = session.conf.get(client_stop_key(pipeline), None)
+    if not run or run in others:
+        return False
+    query_id = None if checkpoint_location is None else checkpoint_query_id(checkpoint_location)
+    if any(
+        str(q.runId) == run and (query_id is None or str(q.id) == query_id)
+        for q in session.streams.active
+    ):
+        return True
+    others.add(run)
+    return False

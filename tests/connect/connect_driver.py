@@ -12,7 +12,9 @@ in a Python process beside the server. Prints lines the test reads:
   partition 1 of batch 1 is vetoed once, after the other sinks wrote that batch);
 - ``DONE <runs>``: the input is consumed;
 - ``REFUSED <message, lines joined>``: a second query, whose Kafka key is computed with
-  ``rand()``, refused before writing (the determinism check on the server's plan text).
+  ``rand()``, refused before writing (the determinism check on the server's plan text);
+- ``STOP <what>``: a third query with a backlog (one file a batch), stopped from the client
+  while a batch is inside fanout's call (:func:`client_stops`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +33,10 @@ from fanout import FanOut, hookimpl
 from fanout.contract.partitions import PartitionCommit
 from fanout.errors import ConfigurationError, SinkWriteError
 from tests.chaos.chaos_driver import sinks
-from tests.integration.streams import SCHEMA, run_stream
+from tests.integration.streams import SCHEMA, run_stream, write_input
 
 PIPELINE = "connect"
+STOP_FILES, STOP_ROWS = 5, 3
 
 
 class VetoOnce:
@@ -50,6 +55,28 @@ class VetoOnce:
             Path(self.state).write_text("vetoed")
             raise SinkWriteError("vetoed once by the test", sink=commit.sink,
                                  batch_id=commit.batch_id)  # fmt: skip
+
+
+class HoldAt:
+    """Holds batch ``batch_id`` as it starts (once), until the client writes the file
+    ``release-<batch_id>`` in ``workdir``, having written ``entered-<batch_id>``: the client's
+    stop lands while that batch is inside fanout's call, placed by files, not by timing."""
+
+    def __init__(self, workdir: str, batch_id: int) -> None:
+        self.workdir, self.batch_id = Path(workdir), batch_id
+
+    @hookimpl
+    def fanout_batch_start(self, info: Any, pending: Any, skipped: Any) -> None:
+        """Hold the chosen batch until released (60 s at most)."""
+        entered = self.workdir / f"entered-{info.batch_id}"
+        if info.batch_id != self.batch_id or entered.exists():
+            return
+        entered.write_text(str(os.getpid()))
+        deadline = time.monotonic() + 60
+        while not (self.workdir / f"release-{info.batch_id}").exists():
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
 
 
 def connect_session() -> Any:
@@ -108,6 +135,111 @@ def volatile_key(spark: Any, workdir: Path, bootstrap: str) -> None:
         print("REFUSED " + " | ".join(str(exc).strip().splitlines()), flush=True)
 
 
+def _committed(checkpoint: Path) -> list[int]:
+    return sorted(int(n) for n in os.listdir(checkpoint / "commits") if n.isdigit())
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 120
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.05)
+
+
+def _timing(spark: Any, query: Any) -> None:
+    """``TIMING``: what the stop check costs a batch under Connect (one option read, here
+    from the client: the same round trip to the server) against what Spark measured of the
+    batches (``addBatch``, the foreachBatch call, and the whole trigger), in ms."""
+    started = time.perf_counter()
+    for _ in range(50):
+        spark.conf.get("fanout.stop.timing", None)
+    read_ms = (time.perf_counter() - started) * 1000 / 50
+    runs = [(p["batchId"], p["durationMs"].get("addBatch"), p["durationMs"].get("triggerExecution"))
+            for p in query.recentProgress]  # fmt: skip
+    print(f"TIMING option read {read_ms:.1f} ms; batch, addBatch, trigger: {runs}", flush=True)
+
+
+def client_stops(spark: Any, workdir: Path) -> None:
+    """A Delta sink written from the executors, input of 5 files read one a batch (a
+    backlog: Spark begins the next batch as soon as one ends), two runs on one
+    checkpoint:
+
+    1. batch 1 held inside the call; ``request_stop()`` without the query says what to do
+       (``STOP NO QUERY``); ``request_stop(query)``, then batch 1 is released: it finishes,
+       batch 2 is refused, the query ends by itself (``STOP REFUSED``);
+    2. the restart writes batch 2; batch 3 held; ``stop_query(query)`` from another thread;
+       released once the request reached the session: ``STOP CLEAN``, with what the
+       query's error was (batch 4, if Spark began it meanwhile, refused).
+
+    ``STOP COMMITS <run> <batches>`` says which batches Spark committed after each run."""
+    from pyspark.sql.utils import StreamingQueryException
+
+    from fanout import is_stop_refusal
+    from fanout.steps.stop_gate import client_stop_key
+
+    began = time.monotonic()
+    root = workdir / "stop"
+    write_input(root / "input", STOP_FILES, STOP_ROWS)
+    checkpoint = root / "checkpoint"
+    lake = {"type": "delta", "name": "lake", "path": str(root / "lake"),
+            "write_from": "executors"}  # fmt: skip
+
+    def start(hold: int) -> tuple[FanOut, Any]:
+        fan = FanOut("connect-stop", str(root / "ledger"), [lake],
+                     plugins=[HoldAt(str(root), hold)], retries=0,
+                     checkpoint_location=str(checkpoint))  # fmt: skip
+        stream = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+                  .json(str(root / "input")))  # fmt: skip
+        writer = stream.writeStream.foreachBatch(fan).option("checkpointLocation", str(checkpoint))
+        return fan, writer.trigger(processingTime="0 seconds").start()
+
+    # 1. request_stop(query): the batch inside finishes, the next one is refused
+    fan, query = start(hold=1)
+    _wait_for(root / "entered-1")
+    # what stop_query waits on: the trigger is active while a batch is inside the call
+    print(f"STOP HELD trigger active: {query.status['isTriggerActive']}", flush=True)
+    try:
+        fan.request_stop()
+        print("STOP NOT REFUSED without the query", flush=True)
+    except ConfigurationError as exc:
+        print(f"STOP NO QUERY {exc}", flush=True)
+    fan.request_stop(query)
+    (root / "release-1").write_text("go")
+    try:
+        query.awaitTermination(120)
+        print(f"STOP NOT ENDED active={query.isActive}", flush=True)
+        query.stop()
+    except StreamingQueryException as exc:  # what a library user catches: a clean stop
+        text = " | ".join(str(exc).strip().splitlines())
+        print(f"STOP REFUSED {is_stop_refusal(exc)} {text}", flush=True)
+    _timing(spark, query)
+    fan.close()
+    print(f"STOP COMMITS 1 {_committed(checkpoint)}", flush=True)
+
+    # 2. the restart writes batch 2; stop_query(query) while batch 3 is inside: it waits
+    # for batch 3, then stops the query
+    fan, query = start(hold=3)
+    _wait_for(root / "entered-3")
+    stopped: list[bool] = []
+    stopper = threading.Thread(target=lambda: stopped.append(fan.stop_query(query, 120)))
+    stopper.start()
+    deadline = time.monotonic() + 60
+    while spark.conf.get(client_stop_key("connect-stop"), None) != str(query.runId):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    (root / "release-3").write_text("go")
+    stopper.join(180)
+    error = query.exception()
+    text = "none" if error is None else " | ".join(str(error).strip().splitlines())
+    print(f"STOP CLEAN {stopped} {is_stop_refusal(error)} error: {text}", flush=True)
+    _timing(spark, query)
+    fan.close()
+    print(f"STOP COMMITS 2 {_committed(checkpoint)}", flush=True)
+    print(f"TIMING the stop phase took {time.monotonic() - began:.0f} s", flush=True)
+
+
 def main() -> None:
     """Check the client-side errors, then run the stream to the end of its input."""
     parser = argparse.ArgumentParser()
@@ -138,6 +270,7 @@ def main() -> None:
     print(f"DONE {runs}", flush=True)
     fan.close()
     volatile_key(spark, args.workdir, args.bootstrap)
+    client_stops(spark, args.workdir)
     spark.stop()
 
 

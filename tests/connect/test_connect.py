@@ -1,6 +1,8 @@
 """fanout under Spark Connect: the ``FanOut`` is pickled by the Connect client and run
 beside a local Connect server (the ``spark-connect`` jar of the pyspark wheel), writing
-Delta, PostgreSQL and Kafka, with a partial failure and its replay."""
+Delta, PostgreSQL and Kafka, with a partial failure and its replay; then a query with a
+backlog stopped from the client (``request_stop(query)``, ``stop_query(query)``) while a
+batch is inside fanout's call."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from tests.chaos.chaos_driver import PG_TABLE, TOPIC
 from tests.chaos.checker import check_delta, check_kafka, check_postgres
 from tests.chaos.harness import create_topic  # the Kafka test tools, on its path
 from tests.chaos.services import embedded_services
-from tests.integration.streams import committed_marks, write_input
+from tests.connect.connect_driver import STOP_ROWS
+from tests.integration.streams import committed_marks, delta_rows, order, write_input
 
 REPO = Path(__file__).resolve().parents[2]
 FILES, ROWS = 4, 40
@@ -37,8 +40,11 @@ def test_the_fan_out_runs_under_spark_connect_with_a_partial_failure_and_replay(
             cwd=REPO, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         lines = done.stdout.splitlines()
+        # what the stop check costs a batch, and the stop phase its time
+        print(*(line for line in lines if line.startswith("TIMING")), sep="\n")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
         expected = {r["order_id"]: r for r in rows}
+        stop_rows = delta_rows(tmp_path / "stop" / "lake")
         checks = [
             check_delta(tmp_path / "lake", expected),
             check_postgres(pg_url, PG_TABLE, expected),
@@ -80,3 +86,35 @@ def test_the_fan_out_runs_under_spark_connect_with_a_partial_failure_and_replay(
     # one committed mark per sink and batch: the replay wrote pg only
     marks = committed_marks(tmp_path / "ledger", "connect")
     assert marks == {(s, b): 1 for s in ("lake", "pg", "bus") for b in range(FILES)}
+
+    # a Connect client's stop reaches the FanOut beside the server (on f6e25f0 the client's
+    # request_stop() closed only its own gate: every batch of the backlog ran on)
+    stops = [line for line in lines if line.startswith("STOP ")]
+    # stop_query waits for the trigger: active on the server while batch 1 is held
+    assert stops.pop(0) == "STOP HELD trigger active: True", stops
+    assert stops[0] == (
+        "STOP NO QUERY pipeline 'connect-stop': under Spark Connect the batches run in the "
+        "FanOut beside the server, which this one's stop gate does not reach: pass the "
+        "query, fan_out.request_stop(query), or stop it with fan_out.stop_query(query)"
+    ), stops
+    # run 1: batch 1, inside the call when asked, finished; batch 2 refused at its entry,
+    # the error awaitTermination() raised, which fanout.is_stop_refusal reads as a clean stop
+    assert stops[1].startswith("STOP REFUSED True "), stops
+    refusal = "fanout.errors.StopRequestedError: pipeline 'connect-stop', batch {}: refused"
+    assert refusal.format(2) in stops[1], stops[1]
+    assert stops[2] == "STOP COMMITS 1 [0, 1]", stops
+    # run 2, the restart: batch 2 written; stop_query waited for batch 3 (held inside the
+    # call), then stopped the query; Spark may have begun batch 4 meanwhile (refused) or not
+    assert stops[3].startswith("STOP CLEAN [True] "), stops
+    refused, error = stops[3].removeprefix("STOP CLEAN [True] ").split(" error: ", 1)
+    assert (refused, error) == ("False", "none") or (
+        refused == "True" and refusal.format(4) in error
+    ), stops[3]
+    assert stops[4] == "STOP COMMITS 2 [0, 1, 2, 3]", stops
+    assert len(stops) == 5, stops
+    # batches 0-3, once each over the stop and the restart (batch 2, refused in run 1,
+    # written by run 2), with their values; batch 4 not begun or refused; one mark each
+    expected_stop = [order(i) for i in range(4 * STOP_ROWS)]
+    assert sorted(stop_rows, key=lambda r: r["order_id"]) == expected_stop
+    marks = committed_marks(tmp_path / "stop" / "ledger", "connect-stop")
+    assert marks == {("lake", b): 1 for b in range(4)}

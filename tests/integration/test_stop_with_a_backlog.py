@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from fanout import FanOut
+from fanout import FanOut, is_stop_refusal
 from tests.integration.streams import (
     SCHEMA,
     committed_marks,
@@ -134,7 +134,6 @@ def test_a_fanout_asked_to_stop_refuses_the_next_batch_before_writing_and_spark_
     call: ``None``) Spark's next batch fails with ``StopRequestedError`` before anything is
     written, the query's error is the one ``fanout run`` reads as the refusal, and a new
     ``FanOut`` on the same checkpoint runs that batch: every row once."""
-    from fanout.app.runner import _is_refusal
     from tests.integration.streams import run_stream
 
     rows = write_input(tmp_path / "input", 2, ROWS)
@@ -149,7 +148,7 @@ def test_a_fanout_asked_to_stop_refuses_the_next_batch_before_writing_and_spark_
     finally:
         fan.close()
     assert fan.stop_gate.refused == 0
-    assert _is_refusal(error, 0), error
+    assert is_stop_refusal(error), error  # what a library user catches
     assert "fanout.errors.StopRequestedError: pipeline 'backlog', batch 0: refused" in str(error)
     assert not (tmp_path / "lake").exists()
     assert committed_marks(tmp_path / "ledger", "backlog") == Counter()

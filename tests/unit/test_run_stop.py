@@ -19,7 +19,7 @@ import pytest
 from fanout.app import runner
 from fanout.app.config import PipelineConfig
 from fanout.contract.batch import BatchInfo
-from fanout.errors import BatchFailedError, StopRequestedError
+from fanout.errors import BatchFailedError, ConfigurationError, StopRequestedError
 from fanout.steps.stop_gate import StopGate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -614,3 +614,187 @@ def test_the_next_command_names_the_pipeline_file_as_it_was_given(
     down = {"pg": TransientSinkError("cannot reach the server", sink="pg", batch_id=11)}
     lines = _failed_run(tmp_path, down, Path("current/orders.toml"))
     assert f"run `fanout run {tmp_path}/current/orders.toml` again" in lines[-1]
+
+
+def _fan_out() -> Any:
+    from fanout import FanOut
+    from fanout.ledger.memory import MemoryLedger
+    from tests.unit.fakes import ScriptedSink
+
+    return FanOut("p", MemoryLedger(), [ScriptedSink("good")], backoff_s=0)
+
+
+def test_stop_query_waits_for_the_batch_inside_the_call_then_stops_the_query() -> None:
+    """Classic mode: ``FanOut.stop_query`` closes the gate, waits for the batch inside the
+    call and only then calls ``query.stop()``; a batch Spark begins afterwards is refused."""
+    fan, query = _fan_out(), _Query()
+    try:
+        fan.stop_gate.enter(5)
+        result: list[bool] = []
+        stopper = threading.Thread(target=lambda: result.append(fan.stop_query(query, 30)))
+        stopper.start()
+        time.sleep(0.3)
+        assert (query.stops, fan.stop_gate.closed) == ([], True)  # batch 5 not interrupted
+        left = time.monotonic()
+        fan.stop_gate.leave()
+        stopper.join(10)
+        assert result == [True] and len(query.stops) == 1 and query.stops[0] >= left
+        with pytest.raises(StopRequestedError, match="pipeline 'p', batch 6: refused"):
+            fan.stop_gate.enter(6)
+    finally:
+        fan.close()
+
+
+def test_stop_query_leaves_the_query_running_when_the_batch_outlasts_the_timeout() -> None:
+    fan, query = _fan_out(), _Query()
+    try:
+        fan.stop_gate.enter(5)
+        assert fan.stop_query(query, 0.2) is False
+        assert (query.stops, query.isActive) == ([], True)
+    finally:
+        fan.close()
+
+
+class _Session:
+    """A Connect session as the server's ``FanOut`` sees it: options, and the running
+    queries (``active`` reads counted)."""
+
+    def __init__(self, options: dict[str, str], runs: list[tuple[str, str]]) -> None:
+        self.options, self.runs, self.reads = options, runs, 0
+        self.conf, self.streams, self.sparkSession = self, self, self
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.options.get(key, default)
+
+    @property
+    def active(self) -> list[Any]:
+        self.reads += 1
+        return [type("Q", (), {"id": q, "runId": r})() for q, r in self.runs]
+
+
+def test_a_connect_stop_option_names_this_run_only_and_a_stale_one_is_read_once() -> None:
+    """The server's ``FanOut`` refuses once the option names its query's run; an option
+    left from a stop of an earlier run is compared with the running queries once, then costs
+    one option read a batch, as an unset one."""
+    from fanout.steps.stop_gate import client_stop_key, stop_asked_by_client
+
+    others: set[str] = set()
+    session = _Session({}, [("query-1", "run-2")])
+    assert not stop_asked_by_client(session, "p", None, others) and session.reads == 0
+    session.options[client_stop_key("p")] = "run-1"  # the stop of the run before
+    for _ in range(3):
+        assert not stop_asked_by_client(session, "p", None, others)
+    assert (session.reads, others) == (1, {"run-1"})
+    session.options[client_stop_key("other-pipeline")] = "run-2"
+    assert not stop_asked_by_client(session, "p", None, others)
+    session.options[client_stop_key("p")] = "run-2"  # this run's stop
+    assert stop_asked_by_client(session, "p", None, others) and session.reads == 2
+
+
+class _QueryError(Exception):
+    """A streaming query's error as pyspark hands it back: its text holds the Python trace
+    of the foreachBatch function (``desc`` in classic mode)."""
+
+    def __init__(self, text: str, desc: bool = False) -> None:
+        super().__init__("" if desc else text)
+        self.desc = text if desc else None
+
+
+_TRACE = (
+    "[STREAM_FAILED] Query [id = q, runId = r] terminated with exception: [PYTHON_EXCEPTION] "
+    "An exception was thrown from the Python worker.\nTraceback (most recent call last):\n"
+    '  File "fanout/fan_out.py", line 704, in __call__\n'
+)
+
+
+def test_is_stop_refusal_tells_the_refusal_of_a_clean_stop_from_a_failure() -> None:
+    """``fanout.is_stop_refusal`` is what a library user catches around
+    ``query.awaitTermination()`` after ``stop_query``: true only when the last error
+    fanout raised in the query's trace is the refusal (a failure raised after it, or no
+    fanout error at all, is a failure), in classic mode (``desc``) and under Spark Connect
+    (the text)."""
+    import fanout
+
+    refusal = str(StopRequestedError("p", 7))
+    refused = _TRACE + f"fanout.errors.StopRequestedError: {refusal}\n\n=== Streaming Query ==="
+    assert fanout.is_stop_refusal(_QueryError(refused))
+    assert fanout.is_stop_refusal(_QueryError(refused, desc=True))
+    assert fanout.is_stop_refusal(StopRequestedError("p", 7))
+    failed = refused + "\nDuring handling of the above exception, another exception occurred:\n"
+    failed += "fanout.errors.BatchFailedError: pipeline 'p', batch 7: 1 sink(s) failed (pg)"
+    assert not fanout.is_stop_refusal(_QueryError(failed))
+    assert not fanout.is_stop_refusal(_QueryError(_TRACE + "ValueError: " + refusal))
+    assert not fanout.is_stop_refusal(_QueryError(f"StopRequestedError: {refusal}"))
+    assert not fanout.is_stop_refusal(None)
+
+
+class _ConnectQuery:
+    """A Spark Connect streaming query as the client holds it (its module is pyspark's
+    Connect one, as ``is_connect`` reads it): ``_session`` is the session that started it,
+    whose options ``request_stop`` sets; the trigger stays active while ``busy`` is set."""
+
+    __module__ = "pyspark.sql.connect.streaming.query"
+    id, runId = "query-1", "run-1"
+
+    def __init__(self, session: Any = None) -> None:
+        self.options: dict[str, str] = {}
+        self.conf, self._session = self, session if session is not None else self
+        self.busy, self.isActive, self.stops = threading.Event(), True, 0
+
+    def set(self, key: str, value: str) -> None:
+        self.options[key] = value
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return {"isTriggerActive": self.busy.is_set()}
+
+    def stop(self) -> None:
+        self.stops += 1
+        self.isActive = False
+
+
+def test_stop_query_under_connect_waits_for_the_trigger_after_asking_the_query_session() -> None:
+    """Under Spark Connect ``stop_query`` sets the stop option on the query's own session,
+    then calls ``query.stop()`` only once the trigger (the batch in flight) is over; past
+    its timeout it leaves the query running."""
+    from fanout.steps.stop_gate import client_stop_key
+
+    fan, query = _fan_out(), _ConnectQuery()
+    try:
+        query.busy.set()  # a batch inside the call on the server
+        assert fan.stop_query(query, 0.3) is False
+        assert (query.options, query.stops) == ({client_stop_key("p"): "run-1"}, 0)
+        result: list[bool] = []
+        stopper = threading.Thread(target=lambda: result.append(fan.stop_query(query, 30)))
+        stopper.start()
+        time.sleep(0.5)
+        assert (result, query.stops) == ([], 0)
+        query.busy.clear()
+        stopper.join(10)
+        assert (result, query.stops) == ([True], 1)
+    finally:
+        fan.close()
+
+
+def test_request_stop_under_connect_says_what_to_do_when_it_cannot_reach_the_session() -> None:
+    """A Connect query whose session pyspark does not show (``_session``), or whose session
+    refuses the option, is a ``ConfigurationError`` saying what to do, not an
+    ``AttributeError`` (nor a stop asked of another session)."""
+    fan = _fan_out()
+    try:
+        query = _ConnectQuery()
+        del query._session
+        with pytest.raises(ConfigurationError, match=r"pipeline 'p': cannot reach the sess"):
+            fan.request_stop(query)
+
+        class Refusing:
+            def set(self, key: str, value: str) -> None:
+                raise RuntimeError("[CONFIG_NOT_AVAILABLE] Configuration fanout.stop.p")
+
+        refusing = _ConnectQuery(type("S", (), {"conf": Refusing()})())
+        with pytest.raises(ConfigurationError, match="refused the option") as caught:
+            fan.stop_query(refusing, 5)
+        assert "query.stop()" in str(caught.value) and refusing.stops == 0
+        assert isinstance(caught.value.__cause__, RuntimeError)
+    finally:
+        fan.close()
