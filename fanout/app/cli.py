@@ -178,7 +178,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"pipeline {pipeline!r}: {note}", file=sys.stderr)
     elif location is None:
         raise ConfigurationError("--ledger required: give it, or --config PIPELINE.toml")
-    ledger = DeltaLedger(location)
+    ledger = DeltaLedger(location) if args.config is not None else _existing_ledger(location, None)
     checked = False
     if args.config is not None and not ledger.exists():
         print(
@@ -274,14 +274,13 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
     from fanout.app.recover import NOT_RECORDED, record, recovery_of, render
     from fanout.app.status import unknown_pipeline
-    from fanout.ledger.delta import DeltaLedger
     from fanout.ledger.entry import ledger_location
     from fanout.spool.table import read_spooled
 
     target, config = _recover_target(args)
     for note in target.notes:
         print(f"pipeline {target.pipeline!r}: {note}")
-    ledger = DeltaLedger(target.ledger)
+    ledger = _existing_ledger(target.ledger, target.config)
     committed = ledger.committed_entries(target.pipeline)
     if not committed and (known := ledger.pipelines()) and target.pipeline not in known:
         raise unknown_pipeline(target.ledger, target.pipeline, known)  # a typo, most likely
@@ -315,6 +314,29 @@ def cmd_recover(args: argparse.Namespace) -> int:
     if recorded is not None:
         print(_masked_text(recorded))
     return 0
+
+
+def _existing_ledger(location: str, config: str | None) -> DeltaLedger:
+    """The ledger at ``location``, refused (:class:`fanout.ConfigurationError`, exit 2)
+    when there is none: an operator's command (``status``, ``recover``, ``ledger skip``,
+    ``ledger maintain``) never creates a ledger, only a pipeline's run does, so a mistyped
+    ``--ledger`` (or a ``pipeline.ledger`` of ``config`` that never ran) leaves nothing
+    behind. One more open of the ledger's table per command (none on a run's path)."""
+    from fanout.ledger.delta import DeltaLedger
+
+    ledger = DeltaLedger(location)
+    if ledger.exists():
+        return ledger
+    check = (
+        "check the path for a typo, or give --config PIPELINE.toml to use the pipeline "
+        "file's pipeline.ledger"
+        if config is None
+        else f"check pipeline.ledger in {config} for a typo, or whether the pipeline has run yet"
+    )
+    raise ConfigurationError(
+        f"no ledger at {shown_location(location)}: this command reads an existing ledger and "
+        f"creates none (a pipeline's run creates its ledger when it starts): {check}"
+    )
 
 
 def _recover_target(args: argparse.Namespace) -> tuple[_SkipTarget, Any]:
@@ -372,9 +394,7 @@ def _masked_text(text: str) -> str:
 
 def cmd_maintain(args: argparse.Namespace) -> int:
     """Checkpoint the ledger's log, compact its files, vacuum old ones."""
-    from fanout.ledger.delta import DeltaLedger
-
-    report = DeltaLedger(args.ledger).maintain(
+    report = _existing_ledger(args.ledger, None).maintain(
         checkpoint=not args.no_checkpoint,
         compact=not args.no_compact,
         vacuum_retention_hours=None if args.no_vacuum else args.retention_hours,
@@ -478,12 +498,11 @@ def _refuse_unknown_sink(ledger: DeltaLedger, target: _SkipTarget, sink: str) ->
 
 def cmd_skip(args: argparse.Namespace) -> int:
     """Record that a sink never gets the batches after its mark through ``--through``."""
-    from fanout.ledger.delta import DeltaLedger
     from fanout.ledger.gaps import OlderEpochSkipError, skip_batches
 
     target = _skip_target(args)
-    ledger = DeltaLedger(target.ledger)
-    ledger.open()
+    ledger = _existing_ledger(target.ledger, target.config)
+    ledger.open()  # there already: its log retention set, as at a run's start
     _refuse_unknown_sink(ledger, target, args.sink)
     named = "--spool" if args.spool is not None else f"pipeline.spool of {target.config}"
     spool = None if target.spool is None else _existing_spool(target.spool, target.pipeline, named)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import difflib
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,41 @@ class PipelineConfig:
     path: Path | None = None
 
 
+class _Mistakes:
+    """The independent mistakes of one pipeline file, collected so that one run reports
+    every one of them (a data engineer fixing the file sees them all, not the first).
+
+    Each check that can fail on its own runs under :meth:`each`; a check that depends on
+    an earlier one (a sink's options, on its known type) runs only when that one passed.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.errors: list[ConfigurationError] = []
+
+    @contextmanager
+    def each(self) -> Iterator[None]:
+        """Run the block; a :class:`fanout.ConfigurationError` it raises is collected."""
+        try:
+            yield
+        except ConfigurationError as exc:
+            self.errors.append(exc)
+
+    def add(self, error: ConfigurationError) -> None:
+        self.errors.append(error)
+
+    def raise_any(self) -> None:
+        """Raise the one mistake as it is, or one error listing each, in file order."""
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            file = self.path if self.path is not None else "the pipeline file"
+            raise ConfigurationError(
+                f"{len(self.errors)} mistakes in {file}:\n"
+                + "\n".join(f"  - {error}" for error in self.errors)
+            )
+
+
 def _unknown(path: str, key: str, known: list[str], what: str = "key") -> ConfigurationError:
     hint = _did_you_mean(key, known) or f"; known: {', '.join(sorted(known))}"
     return ConfigurationError(f"{path}{key}: unknown {what}{hint}")
@@ -128,28 +164,39 @@ def _expand_sinks(sinks: Any, self_expanded: Mapping[str, list[str]]) -> Any:
     return expanded
 
 
-def _check_section(name: str, data: Any) -> dict[str, Any]:
+def _check_section(name: str, data: Any, mistakes: _Mistakes) -> dict[str, Any]:
+    """The section's keys checked (unknown, of the wrong type, missing, out of range),
+    each mistake collected in ``mistakes``; the section with numbers given as text made
+    numbers, holding only its keys that passed."""
     if not isinstance(data, dict):
-        raise ConfigurationError(f"{name}: must be a table ([{name}])")
+        mistakes.add(ConfigurationError(f"{name}: must be a table ([{name}])"))
+        return {}
     spec = SECTIONS[name]
     data = {key: _coerce(value, spec.get(key)) for key, value in data.items()}
+    good: dict[str, Any] = {}
     for key, value in data.items():
         if key not in spec:
-            raise _unknown(f"{name}.", key, list(spec))
-        if not isinstance(value, spec[key]) or (isinstance(value, bool) and spec[key] is int):
+            mistakes.add(_unknown(f"{name}.", key, list(spec)))
+        elif not isinstance(value, spec[key]) or (isinstance(value, bool) and spec[key] is int):
             expected = spec[key]
             names = (
                 " or ".join(t.__name__ for t in expected)
                 if isinstance(expected, tuple)
                 else expected.__name__
             )
-            raise ConfigurationError(f"{name}.{key}: expected {names}, got {value!r}")
+            mistakes.add(ConfigurationError(f"{name}.{key}: expected {names}, got {value!r}"))
+        else:
+            good[key] = value
     for key in REQUIRED.get(name, ()):
-        if key not in data:
-            raise ConfigurationError(f"{name}.{key}: missing required option")
-    for key, value in data.items():
-        _check_value(f"{name}.{key}", value)
-    return data
+        if key not in data and key not in _suggested(data, list(spec)):
+            mistakes.add(ConfigurationError(f"{name}.{key}: missing required option"))
+    for key, value in list(good.items()):
+        try:
+            _check_value(f"{name}.{key}", value)
+        except ConfigurationError as exc:
+            mistakes.add(exc)
+            del good[key]
+    return good
 
 
 def _check_value(path: str, value: Any) -> None:
@@ -182,74 +229,122 @@ def _coerce(value: Any, expected: type | tuple[type, ...] | None) -> Any:
     return value
 
 
-def _check_trigger(trigger: dict[str, Any]) -> dict[str, Any]:
+def _check_trigger(trigger: dict[str, Any], mistakes: _Mistakes) -> dict[str, Any]:
+    """``pipeline.trigger`` checked, each key's mistake collected in ``mistakes``."""
     for key, value in trigger.items():
-        if key not in TRIGGER_KEYS:
-            raise _unknown("pipeline.trigger.", key, list(TRIGGER_KEYS))
-        if not isinstance(value, TRIGGER_KEYS[key]):
-            raise ConfigurationError(
-                f"pipeline.trigger.{key}: expected {TRIGGER_KEYS[key].__name__}"
-            )
-        if key in ("available_now", "once") and value is False:
-            raise ConfigurationError(
-                f"pipeline.trigger.{key}: false is not a trigger (Spark would run its default "
-                "trigger, continuously, which the file does not say); to drain what the "
-                f"source holds and stop, write trigger = {{ {key} = true }}; to run "
-                "continuously, leave trigger out (the next batch as soon as the last one is "
-                'done) or write trigger = { processing_time = "10 seconds" }'
-            )
-        if key == "processing_time" and interval_ms(str(value)) is None:
-            raise ConfigurationError(
-                f"pipeline.trigger.processing_time: Spark cannot read {value!r} as an "
-                "interval; write it as '10 seconds', '1 minute 30 seconds' or "
-                "'500 milliseconds' (units week, day, hour, minute, second, millisecond, "
-                "microsecond; no abbreviations; not negative)"
-            )
+        with mistakes.each():
+            _check_trigger_key(key, value)
     if len(trigger) > 1:
-        raise ConfigurationError(
-            "pipeline.trigger: give one of processing_time, available_now, once"
+        mistakes.add(
+            ConfigurationError("pipeline.trigger: give one of processing_time, available_now, once")
         )
     return trigger
+
+
+def _check_trigger_key(key: str, value: Any) -> None:
+    """One key of ``pipeline.trigger``: known, of its type, a trigger Spark runs."""
+    if key not in TRIGGER_KEYS:
+        raise _unknown("pipeline.trigger.", key, list(TRIGGER_KEYS))
+    if not isinstance(value, TRIGGER_KEYS[key]):
+        raise ConfigurationError(f"pipeline.trigger.{key}: expected {TRIGGER_KEYS[key].__name__}")
+    if key in ("available_now", "once") and value is False:
+        raise ConfigurationError(
+            f"pipeline.trigger.{key}: false is not a trigger (Spark would run its default "
+            "trigger, continuously, which the file does not say); to drain what the "
+            f"source holds and stop, write trigger = {{ {key} = true }}; to run "
+            "continuously, leave trigger out (the next batch as soon as the last one is "
+            'done) or write trigger = { processing_time = "10 seconds" }'
+        )
+    if key == "processing_time" and interval_ms(str(value)) is None:
+        raise ConfigurationError(
+            f"pipeline.trigger.processing_time: Spark cannot read {value!r} as an "
+            "interval; write it as '10 seconds', '1 minute 30 seconds' or "
+            "'500 milliseconds' (units week, day, hour, minute, second, millisecond, "
+            "microsecond; no abbreviations; not negative)"
+        )
 
 
 def check_sinks(
     sinks: Any,
     sink_options: Mapping[str, list[str]],
     sink_classes: Mapping[str, SinkClass] | None = None,
+    *,
+    mistakes: _Mistakes | None = None,
 ) -> list[dict[str, Any]]:
     """Check each ``[[sinks]]`` entry's type and option names against the installed plugins,
     and, given the sink classes, each option's value against its constructor's annotation
     (a number written as text, as ``${VAR}`` gives it, is made a number first).
 
+    Every entry is checked, and every unknown option of an entry named: one
+    :class:`fanout.ConfigurationError` lists each mistake (the values of an entry are
+    checked once its type, name and option names are right).
+
     :param sink_options: each known sink type and its constructor's option names.
     :param sink_classes: each known sink type's class (``None``: values not checked).
+    :param mistakes: where :func:`parse` collects the file's mistakes (then nothing is
+        raised here).
     """
+    own = mistakes is None
+    found = _Mistakes(None) if mistakes is None else mistakes
     if not isinstance(sinks, list) or not sinks:
-        raise ConfigurationError("sinks: at least one [[sinks]] entry is required")
-    for index, sink in enumerate(sinks):
-        path = f"sinks[{index}]"
-        if not isinstance(sink, dict):
-            raise ConfigurationError(f"{path}: must be a table")
-        for required in ("type", "name"):
-            if required not in sink:
-                raise ConfigurationError(f"{path}.{required}: missing required option")
-        type_name = sink["type"]
-        if type_name not in sink_options:
-            raise ConfigurationError(
+        found.add(ConfigurationError("sinks: at least one [[sinks]] entry is required"))
+    else:
+        for index, sink in enumerate(sinks):
+            typed = _check_sink(f"sinks[{index}]", sink, sink_options, sink_classes, found)
+            if typed is not None:
+                sinks[index] = typed
+    if own:
+        found.raise_any()
+    return sinks if isinstance(sinks, list) else []
+
+
+def _check_sink(
+    path: str,
+    sink: Any,
+    sink_options: Mapping[str, list[str]],
+    sink_classes: Mapping[str, SinkClass] | None,
+    mistakes: _Mistakes,
+) -> dict[str, Any] | None:
+    """One ``[[sinks]]`` entry checked (see :func:`check_sinks`), each mistake collected in
+    ``mistakes``: the entry with numbers given as text made numbers, or ``None`` when it
+    has a mistake. Its option names are checked once its type is known, the values of its
+    known options once its name is valid too (their messages name the sink)."""
+    if not isinstance(sink, dict):
+        mistakes.add(ConfigurationError(f"{path}: must be a table"))
+        return None
+    before = len(mistakes.errors)
+    type_name: Any = sink.get("type")
+    known = ["type", "name", *CORE_OPTIONS, *sink_options.get(type_name, ())]
+    # a misspelt name is reported below as the unknown option it is, once the type is known
+    taken = _suggested(sink, known) if type_name in sink_options else set()
+    for required in ("type", "name"):
+        if required not in sink and required not in taken:
+            mistakes.add(ConfigurationError(f"{path}.{required}: missing required option"))
+    if "type" in sink and type_name not in sink_options:
+        mistakes.add(
+            ConfigurationError(
                 f"{path}.type: unknown sink type {type_name!r}"
-                + _did_you_mean(type_name, list(sink_options))
+                + _did_you_mean(str(type_name), list(sink_options))
                 + f"; installed: {', '.join(sorted(sink_options)) or 'none'}"
             )
-        check_name(sink["name"], path)
-        known = ["type", "name", *CORE_OPTIONS, *sink_options[type_name]]
-        for key in sink:
-            if key not in known:
-                raise _unknown(f"{path}.", key, known, "option")
-        sink = sinks[index] = _typed_core_options(path, sink)
-        _check_core_options(path, sink)
-        if sink_classes is not None and type_name in sink_classes:
-            sinks[index] = _typed_options(path, sink, sink_classes[type_name])
-    return sinks
+        )
+    if "name" in sink:
+        with mistakes.each():
+            check_name(sink["name"], path)
+    if type_name not in sink_options:
+        return None
+    unknown = [key for key in sink if key not in known]
+    for key in unknown:
+        mistakes.add(_unknown(f"{path}.", key, known, "option"))
+    if "name" not in sink or len(mistakes.errors) > before + len(unknown):
+        return None  # a name not there or not valid: the values' messages say it
+    typed = _typed_core_options(path, {k: v for k, v in sink.items() if k not in unknown}, mistakes)
+    if len(mistakes.errors) == before + len(unknown):
+        with mistakes.each():
+            _check_core_options(path, typed)
+    if sink_classes is not None and type_name in sink_classes:
+        typed = _typed_options(path, typed, sink_classes[type_name], mistakes)
+    return None if len(mistakes.errors) > before else typed
 
 
 def _check_core_options(path: str, sink: Mapping[str, Any]) -> None:
@@ -262,25 +357,30 @@ def _check_core_options(path: str, sink: Mapping[str, Any]) -> None:
         raise ConfigurationError(f"{path}: {exc}") from None
 
 
-def _typed_core_options(path: str, sink: dict[str, Any]) -> dict[str, Any]:
+def _typed_core_options(path: str, sink: dict[str, Any], mistakes: _Mistakes) -> dict[str, Any]:
     """The entry with fanout's own numeric options (:data:`CORE_NUMBERS`) written as text
     made numbers, as the sink's own options are (``write_timeout_s = "${TIMEOUT}"``);
     refused, naming the entry, the option, its value and the type it takes, when one is
     not a number (``retries = true`` and ``retries = 2.5`` too: ``int()`` read them as 1
-    and 2)."""
+    and 2), each such option collected in ``mistakes``."""
     typed = dict(sink)
+
+    def number(key: str, value: Any) -> Any:
+        with mistakes.each():
+            return _core_number(path, sink, key, value)
+        return value
+
     for key in ("retries", "backoff_s", "write_timeout_s"):
         if key in sink:
-            typed[key] = _core_number(path, sink, key, sink[key])
+            typed[key] = number(key, sink[key])
     lag = sink.get("max_lag")
     if isinstance(lag, dict):
         typed["max_lag"] = {
-            k: _core_number(path, sink, f"max_lag.{k}", v) if f"max_lag.{k}" in CORE_NUMBERS
-            else v
+            k: number(f"max_lag.{k}", v) if f"max_lag.{k}" in CORE_NUMBERS else v
             for k, v in lag.items()
-        }  # fmt: skip
+        }
     elif lag is not None:
-        typed["max_lag"] = _core_number(path, sink, "max_lag", lag)
+        typed["max_lag"] = number("max_lag", lag)
     return typed
 
 
@@ -299,17 +399,32 @@ def _core_number(path: str, sink: Mapping[str, Any], key: str, value: Any) -> An
     )
 
 
-def _typed_options(path: str, sink: dict[str, Any], sink_class: SinkClass) -> dict[str, Any]:
-    """The sink's entry with numbers given as text made numbers; refused, naming the
-    first option whose value is not of its annotated type."""
+def _typed_options(
+    path: str, sink: dict[str, Any], sink_class: SinkClass, mistakes: _Mistakes
+) -> dict[str, Any]:
+    """The sink's entry with numbers given as text made numbers; each option whose value
+    is not of its annotated type collected in ``mistakes``, naming it."""
     own = {k: v for k, v in sink.items() if k not in ("type", "name", *CORE_OPTIONS)}
     coerced = coerce_option_text(sink_class, own)
-    if problems := option_type_problems(sink_class, coerced):
-        raise ConfigurationError(
-            f"{path} (sink {sink['name']!r}, type {sink['type']!r}): {problems[0]}; "
-            f"`fanout plugins --options {sink['type']}` describes each option"
+    for problem in option_type_problems(sink_class, coerced):
+        mistakes.add(
+            ConfigurationError(
+                f"{path} (sink {sink['name']!r}, type {sink['type']!r}): {problem}; "
+                f"`fanout plugins --options {sink['type']}` describes each option"
+            )
         )
     return {**sink, **coerced}
+
+
+def _suggested(data: Mapping[str, Any], known: list[str]) -> set[str]:
+    """The known keys an unknown key of ``data`` is taken for (its did-you-mean): a
+    required key misspelt is one mistake, not also a missing key."""
+    return {
+        close
+        for key in data
+        if key not in known
+        for close in difflib.get_close_matches(key, known, n=1)
+    }
 
 
 def _did_you_mean(word: str, known: list[str]) -> str:
@@ -327,10 +442,17 @@ def parse(
     :param self_expanded: each sink type's options it expands ``${VAR}`` in itself
         (:attr:`fanout.contract.options.SinkOption.expands_env`): left as written.
     :param sink_classes: each sink type's class, whose constructor's annotations each
-        option's value must fit (see :func:`check_sinks`)."""
+        option's value must fit (see :func:`check_sinks`).
+
+    Every independent mistake of the file is reported in one run: an unknown section or
+    key (with its did-you-mean), a value of the wrong type or out of range, a missing
+    required key, per section and per sink; one :class:`fanout.ConfigurationError` lists
+    them in file order (a single mistake is raised as it is). An unset ``${VAR}`` still
+    stops at the first."""
+    mistakes = _Mistakes(path)
     for key in data:
         if key not in (*SECTIONS, "sinks"):
-            raise _unknown("", key, [*SECTIONS, "sinks"], "section")
+            mistakes.add(_unknown("", key, [*SECTIONS, "sinks"], "section"))
     sinks = data.get("sinks")
     expanded: dict[str, Any] = _expand({k: v for k, v in data.items() if k != "sinks"}, "")
     if sinks is not None:
@@ -340,16 +462,24 @@ def parse(
     # the location shows, though no sink declares it
     register_secrets(location_secrets(data))
     for required in ("pipeline", "source", "sinks"):
-        if required not in data:
-            raise ConfigurationError(f"{required}: missing required section")
-    pipeline = _check_section("pipeline", data["pipeline"])
-    source = _check_section("source", data["source"])
-    spark = _check_section("spark", data.get("spark", {}))
-    metrics = _check_section("metrics", data["metrics"]) if "metrics" in data else None
-    trigger = _check_trigger(dict(pipeline.get("trigger", {})))
-    sinks = check_sinks(data["sinks"], sink_options, sink_classes)
+        if required not in data and required not in _suggested(data, [*SECTIONS, "sinks"]):
+            mistakes.add(ConfigurationError(f"{required}: missing required section"))
+    pipeline = _check_section("pipeline", data["pipeline"], mistakes) if "pipeline" in data else {}
+    if "name" in pipeline:
+        with mistakes.each():
+            check_name(pipeline["name"], "pipeline.name")
+    source = _check_section("source", data["source"], mistakes) if "source" in data else {}
+    spark = _check_section("spark", data.get("spark", {}), mistakes)
+    metrics = _check_section("metrics", data["metrics"], mistakes) if "metrics" in data else None
+    trigger = _check_trigger(dict(pipeline.get("trigger", {})), mistakes)
+    sinks = (
+        check_sinks(data["sinks"], sink_options, sink_classes, mistakes=mistakes)
+        if "sinks" in data
+        else []
+    )
+    mistakes.raise_any()
     return PipelineConfig(
-        name=check_name(pipeline["name"], "pipeline.name"),
+        name=pipeline["name"],
         ledger=pipeline["ledger"],
         checkpoint=pipeline["checkpoint"],
         source=source,

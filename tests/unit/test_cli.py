@@ -150,8 +150,8 @@ def test_status_per_sink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 def test_status_of_a_missing_ledger_fails_clearly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["status", "--ledger", str(tmp_path / "nowhere")]) == 1
-    assert "no ledger at" in capsys.readouterr().err
+    assert main(["status", "--ledger", str(tmp_path / "nowhere")]) == 2
+    assert f"no ledger at {tmp_path}/nowhere: " in capsys.readouterr().err
 
 
 def test_ledger_maintain_compacts_and_keeps_lookups(
