@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -28,6 +27,7 @@ from fanout.errors import (
     SinkUnreachableError,
     SpoolError,
     batch_ranges,
+    shell_word,
 )
 from fanout.observe.logs import RedactingStream, known_secrets, register_secrets
 from fanout.observe.logs import configure as configure_logging
@@ -205,9 +205,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         from fanout.app.watch import watch
 
         title = (
-            f"fanout status --ledger {location}"
+            f"fanout status --ledger {shell_word(location)}"
             if args.config is None
-            else f"fanout status --config {args.config}"
+            else f"fanout status --config {shell_word(args.config)}"
         )
         if args.json:  # each draw masked value by value, past stdout's masking (_print_json)
             return watch(
@@ -539,8 +539,8 @@ def _skip_command(args: argparse.Namespace, epoch: int) -> str:
     if args.ledger is not None:
         parts.append(f"--ledger {command_location(args.ledger)}")
     if args.pipeline is not None:
-        parts.append(f"--pipeline {shlex.quote(args.pipeline)}")
-    parts += [f"--sink {shlex.quote(args.sink)}", f"--through {args.through}", f"--epoch {epoch}"]
+        parts.append(f"--pipeline {shell_word(args.pipeline)}")
+    parts += [f"--sink {shell_word(args.sink)}", f"--through {args.through}", f"--epoch {epoch}"]
     if args.spool is not None:
         parts.append(f"--spool {command_location(args.spool)}")
     parts += [flag for flag, given in (("--release-spooled", args.release_spooled),
@@ -607,8 +607,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
             print(
                 f"dev services stopped: their process (pid {pid}) runs, but "
                 + "; ".join(silent)
-                + f". Start them again: fanout dev down --state {state} && "
-                f"fanout dev up --state {state}"
+                + f". Start them again: fanout dev down --state {shell_word(str(state))} && "
+                f"fanout dev up --state {shell_word(str(state))}"
             )
             return 1
         print(f"dev services running (pid {pid}):")

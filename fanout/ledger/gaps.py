@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fanout.contract.locations import command_location
-from fanout.errors import ConfigurationError, batch_ranges
+from fanout.errors import ConfigurationError, batch_ranges, shell_word
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 
 if TYPE_CHECKING:
@@ -70,7 +70,8 @@ def skip_command(ledger: str | None, pipeline: str, sink: str, through: int, epo
         unknown, named :data:`LEDGER_UNKNOWN`."""
     return (
         f"fanout ledger skip --ledger {LEDGER_UNKNOWN if ledger is None else ledger} "
-        f"--pipeline {pipeline} --sink {sink} --through {through} --epoch {epoch}"
+        f"--pipeline {shell_word(pipeline)} --sink {shell_word(sink)} --through {through} "
+        f"--epoch {epoch}"
     )
 
 

@@ -24,7 +24,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fanout.errors import CheckpointRollbackError
+from fanout.errors import CheckpointRollbackError, shell_word
 from fanout_delta.table_states import TableStates
 
 if TYPE_CHECKING:
@@ -316,10 +316,11 @@ def _int_or_none(value: Any) -> int | None:
 def _recover_line(info: BatchInfo, ledger: str | None) -> str:
     if ledger is None:  # a sink opened outside a FanOut (fanout.testing): no ledger known
         return (
-            f"  `fanout recover --pipeline {info.pipeline} --ledger` with the pipeline's "
-            "ledger prints what the ledger knows per sink, with Kafka startingOffsets."
+            f"  `fanout recover --pipeline {shell_word(info.pipeline)} --ledger` with the "
+            "pipeline's ledger prints what the ledger knows per sink, with Kafka startingOffsets."
         )
     return (
-        f"  `fanout recover --ledger {ledger} --pipeline {info.pipeline}` prints what the "
+        f"  `fanout recover --ledger {ledger} --pipeline {shell_word(info.pipeline)}` prints "
+        "what the "
         "ledger knows per sink, with Kafka startingOffsets."
     )

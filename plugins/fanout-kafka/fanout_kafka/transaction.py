@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from fanout.errors import shell_word
 from fanout.ledger.gaps import LEDGER_UNKNOWN, skip_command
 from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
 from fanout_kafka import journal
@@ -409,7 +410,7 @@ class PartitionWriter:
             f"(its rows are in {settings.topic!r}). Raise the marker topic's retention.ms "
             "above the longest time a failed batch may wait for its replay. To go on without "
             "those rows, once every other partition committed the batch (`fanout recover "
-            f"--ledger {ledger} --pipeline {settings.pipeline}` shows the part): "
+            f"--ledger {ledger} --pipeline {shell_word(settings.pipeline)}` shows the part): "
             f"`{skip}`, then restart"
         )
 
