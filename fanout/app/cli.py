@@ -494,6 +494,12 @@ def cmd_skip(args: argparse.Namespace) -> int:
             backfill_from=target.backfill_from, give_up_backfill=args.give_up_backfill,
         )  # fmt: skip
     except OlderEpochSkipError as exc:
+        if not exc.older:
+            raise ConfigurationError(
+                f"{exc.reason}. To skip epoch {exc.current}'s batches, run "
+                f"`{_skip_command(args, exc.current)}`; to skip an older epoch's, the same "
+                "with --epoch of it"
+            ) from None
         raise ConfigurationError(
             f"{exc.reason}. To skip epoch {exc.epoch}'s batches, run "
             f"`{_skip_command(args, exc.epoch)}`; to skip epoch {exc.current}'s anyway, "
@@ -815,8 +821,9 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     skip.add_argument(
         "--epoch",
         type=int,
-        help="the epoch (default: the pipeline's current; then refused while the sink still "
-        "misses a batch of an older epoch, naming it)",
+        help="the epoch; required once the pipeline has more than one epoch (after a "
+        "checkpoint reset): without it, the current epoch while it is epoch 0, else refused, "
+        "naming the sink's oldest missing batch of an older epoch where the ledger shows one",
     )
     skip.add_argument(
         "--spool",

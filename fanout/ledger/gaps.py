@@ -19,12 +19,16 @@ Likewise, given the sink's ``backfill_from`` source, it refuses a ``through`` pa
 that source holds for the sink (its ledger marks it committed, not skipped: what the
 backfill reads), unless told to give them up too (``give_up_backfill``).
 
-The epoch defaults to the pipeline's current one. After a checkpoint reset, a sink may still
-miss batches of an older epoch (it lags, or backfills, from before the reset): it gets
-those first, and a skip meant for them, made in the current epoch, would give up the
-current epoch's batches instead. So a skip without an explicit epoch is refused when the
-sink's oldest missing batch is of an older epoch (:func:`older_epoch_missed`,
-:class:`OlderEpochSkipError`); an explicit epoch is always taken as given.
+The epoch defaults to the pipeline's current one while it is its only one (epoch 0).
+After a checkpoint reset, a sink may still miss batches of an older epoch (it lags, or
+backfills, from before the reset): it gets those first, and a skip meant for them, made in
+the current epoch, would give up the current epoch's batches instead. The ledger cannot
+always tell (a sink with no mark in an older epoch may not have been configured then, or
+may have lagged from its first batch), so once the pipeline has more than one epoch a skip
+without an explicit epoch is refused (:class:`OlderEpochSkipError`), naming the sink's
+oldest missing batch of an older epoch where the ledger (and the spool, and the backfill
+source, when given) shows one (:func:`older_epoch_missed`); an explicit epoch is always
+taken as given.
 """
 
 from __future__ import annotations
@@ -149,9 +153,10 @@ def skip_batches(
     :param give_up_backfill: give those batches up too (the mark is recorded past them).
 
     Without ``epoch``, refuses (:class:`OlderEpochSkipError`, before anything is written)
-    when ``sink``'s oldest missing batch is of an epoch before the current one
-    (:func:`older_epoch_missed`): the current epoch's batches are not the ones it misses
-    first, and a skip of them would give up rows it is still to get."""
+    when the pipeline's current epoch is not 0: the current epoch's batches may not be the
+    ones ``sink`` misses first, and a skip of them would give up rows it is still to get.
+    The refusal names the sink's oldest missing batch of an older epoch where one is known
+    (:func:`older_epoch_missed`)."""
     if through < 0:
         raise ConfigurationError(f"pipeline {pipeline!r}, sink {sink!r}: --through must be >= 0")
     if release_spooled and spool is None:
@@ -164,8 +169,7 @@ def skip_batches(
         missed = older_epoch_missed(
             ledger, pipeline, sink, view.epoch, spool=spool, backfill_from=backfill_from
         )
-        if missed is not None:
-            raise OlderEpochSkipError(pipeline, sink, through, missed, view.epoch)
+        raise OlderEpochSkipError(pipeline, sink, through, missed, view.epoch)
     epoch = view.epoch if epoch is None else epoch
     before = ledger.last_committed(pipeline, [sink], epoch).get(sink)
     if before is not None and before >= through:
@@ -211,16 +215,37 @@ def skip_batches(
 
 
 class OlderEpochSkipError(ConfigurationError):
-    """A skip without an explicit epoch, refused: the sink's oldest missing batch is of an
-    epoch before the pipeline's current one, which the skip would have defaulted to
-    (:func:`skip_batches`). Its :attr:`reason` is the message without the way on, which
-    ``fanout ledger skip`` names as the command with ``--epoch``."""
+    """A skip without an explicit epoch, refused: the pipeline has more than one epoch
+    (its current one, which the skip would have defaulted to, is not 0), and the sink may
+    miss a batch of an older one (:func:`skip_batches`). :attr:`epoch` and
+    :attr:`batch_id` name its oldest missing batch of an older epoch where the ledger shows
+    one, else they are the current epoch and ``None``. Its :attr:`reason` is the message
+    without the way on, which ``fanout ledger skip`` names as the command with
+    ``--epoch``."""
 
     def __init__(
-        self, pipeline: str, sink: str, through: int, missed: BatchKey, current: int
+        self, pipeline: str, sink: str, through: int, missed: BatchKey | None, current: int
     ) -> None:
-        self.epoch, self.batch_id = missed
         self.current = current
+        self.epoch: int = current if missed is None else missed[0]
+        self.batch_id: int | None = None if missed is None else missed[1]
+        self.older = missed is not None
+        """Whether the ledger shows a batch of an older epoch the sink misses."""
+        if missed is None:
+            self.reason = (
+                f"pipeline {pipeline!r}, sink {sink!r}: the pipeline has more than one epoch "
+                f"(its current one is {current}, the one a skip without an epoch acts in), "
+                f"and the ledger cannot tell whether the sink still misses batches of an "
+                f"older one (it has no mark there: it may not have been in the pipeline "
+                f"then, or it may have lagged from that epoch's first batch), which it gets "
+                f"before epoch {current}'s: a skip of epoch {current}'s batches through "
+                f"{through} would lose their rows to it; nothing was recorded"
+            )
+            super().__init__(
+                f"{self.reason}. Give the epoch: epoch={current} skips epoch {current}'s "
+                "batches; an older epoch's number skips that epoch's"
+            )
+            return
         self.reason = (
             f"pipeline {pipeline!r}, sink {sink!r}: the oldest batch it misses is batch "
             f"{self.batch_id} of epoch {self.epoch}, before the pipeline's current epoch "
