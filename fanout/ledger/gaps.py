@@ -59,9 +59,25 @@ def says_skipped(error: str | None) -> bool:
     return (error or "").startswith(f"{SKIPPED}:")
 
 
-LEDGER_UNKNOWN = "<the pipeline's ledger>"
-"""What a command names as ``--ledger`` where the ledger is unknown (a sink opened outside a
-:class:`fanout.FanOut`: ``SinkContext.ledger`` is ``None``)."""
+LEDGER_UNKNOWN = "LEDGER"
+"""What a command names as ``--ledger`` where fanout does not know the ledger (a sink opened
+outside a :class:`fanout.FanOut` or ``fanout recover``: ``SinkContext.ledger`` is ``None``),
+as ``PIPELINE.toml`` stands for an unknown pipeline file: a word to replace, said so by
+:func:`ledger_note` after the command (the earlier ``<the pipeline's ledger>``, pasted into
+a shell, was a redirection from a file of that name and an unbalanced quote)."""
+
+
+def ledger_note(ledger: str | None) -> str:
+    """What follows a printed command naming ``--ledger`` (``ledger``: as the command names
+    it, ``None``: unknown): nothing where fanout names the ledger; else what
+    :data:`LEDGER_UNKNOWN` stands for and why fanout cannot name it, so that the user can."""
+    if ledger is not None:
+        return ""
+    return (
+        f" ({LEDGER_UNKNOWN}: the location of the pipeline's ledger, its pipeline.ledger or "
+        "the ledger its FanOut is given; fanout cannot name it here, the sink having been "
+        "opened outside a FanOut, without SinkContext.ledger)"
+    )
 
 
 def skip_command(ledger: str | None, pipeline: str, sink: str, through: int, epoch: int) -> str:
@@ -71,7 +87,7 @@ def skip_command(ledger: str | None, pipeline: str, sink: str, through: int, epo
 
     :param ledger: the ledger as the command names it
         (:func:`fanout.ledger.entry.ledger_location`, ``SinkContext.ledger``); ``None``:
-        unknown, named :data:`LEDGER_UNKNOWN`."""
+        unknown, named :data:`LEDGER_UNKNOWN` (the message then adds :func:`ledger_note`)."""
     return (
         f"fanout ledger skip --ledger {LEDGER_UNKNOWN if ledger is None else ledger} "
         f"--pipeline {shell_word(pipeline)} --sink {shell_word(sink)} --through {through} "

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from fanout.errors import shell_word
-from fanout.ledger.gaps import LEDGER_UNKNOWN, skip_command
+from fanout.ledger.gaps import LEDGER_UNKNOWN, ledger_note, skip_command
 from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
 from fanout_kafka import journal
 from fanout_kafka.failures import (
@@ -411,7 +411,7 @@ class PartitionWriter:
             "above the longest time a failed batch may wait for its replay. To go on without "
             "those rows, once every other partition committed the batch (`fanout recover "
             f"--ledger {ledger} --pipeline {shell_word(settings.pipeline)}` shows the part): "
-            f"`{skip}`, then restart"
+            f"`{skip}`, then restart{ledger_note(settings.ledger)}"
         )
 
     def _where(self) -> str:
