@@ -20,7 +20,7 @@ from typing import Any
 from fanout.app.interval import interval_ms
 from fanout.contract.names import check_name
 from fanout.contract.options import SinkClass, coerce_option_text, coerce_text
-from fanout.errors import ConfigurationError
+from fanout.errors import ConfigurationError, shell_word
 from fanout.observe.logs import register_secrets
 from fanout.observe.option_values import option_type_problems, value_problem
 from fanout.observe.secrets import expand_env, location_secrets
@@ -307,7 +307,7 @@ def _typed_options(path: str, sink: dict[str, Any], sink_class: SinkClass) -> di
     if problems := option_type_problems(sink_class, coerced):
         raise ConfigurationError(
             f"{path} (sink {sink['name']!r}, type {sink['type']!r}): {problems[0]}; "
-            f"`fanout plugins --options {sink['type']}` describes each option"
+            f"`fanout plugins --options {shell_word(str(sink['type']))}` describes each option"
         )
     return {**sink, **coerced}
 

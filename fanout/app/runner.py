@@ -40,6 +40,7 @@ from fanout.errors import (
     SinksBehindError,
     StopRequestedError,
     TransientSinkError,
+    shell_word,
 )
 from fanout.hooks.registry import Registry, load_registry, option_names
 from fanout.hooks.specs import hookimpl
@@ -231,7 +232,7 @@ def refuse_unfit_sinks(fan: Any, df: Any, path: str) -> None:
         fan.close()
         raise ConfigurationError(
             f"{len(problems)} sink(s) cannot take the source's rows; nothing started "
-            f"(`fanout validate {path}` runs every check):\n" + "\n".join(problems)
+            f"(`fanout validate {shell_word(path)}` runs every check):\n" + "\n".join(problems)
         )
 
 
