@@ -33,7 +33,7 @@ taken as given.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -185,7 +185,8 @@ def skip_batches(
         missed = older_epoch_missed(
             ledger, pipeline, sink, view.epoch, spool=spool, backfill_from=backfill_from
         )
-        raise OlderEpochSkipError(pipeline, sink, through, missed, view.epoch)
+        unmarked = () if missed is not None else _unmarked_epochs(ledger, pipeline, sink, view.epoch)
+        raise OlderEpochSkipError(pipeline, sink, through, missed, view.epoch, unmarked)
     epoch = view.epoch if epoch is None else epoch
     before = ledger.last_committed(pipeline, [sink], epoch).get(sink)
     if before is not None and before >= through:
@@ -235,12 +236,20 @@ class OlderEpochSkipError(ConfigurationError):
     (its current one, which the skip would have defaulted to, is not 0), and the sink may
     miss a batch of an older one (:func:`skip_batches`). :attr:`epoch` and
     :attr:`batch_id` name its oldest missing batch of an older epoch where the ledger shows
-    one, else they are the current epoch and ``None``. Its :attr:`reason` is the message
+    one, else they are the current epoch and ``None`` (and ``unmarked`` names the older
+    epochs the sink has no mark in, where the ledger cannot tell; none: it shows the sink
+    missing nothing older). Its :attr:`reason` is the message
     without the way on, which ``fanout ledger skip`` names as the command with
     ``--epoch``."""
 
     def __init__(
-        self, pipeline: str, sink: str, through: int, missed: BatchKey | None, current: int
+        self,
+        pipeline: str,
+        sink: str,
+        through: int,
+        missed: BatchKey | None,
+        current: int,
+        unmarked: Sequence[int] = (),
     ) -> None:
         self.current = current
         self.epoch: int = current if missed is None else missed[0]
@@ -248,15 +257,27 @@ class OlderEpochSkipError(ConfigurationError):
         self.older = missed is not None
         """Whether the ledger shows a batch of an older epoch the sink misses."""
         if missed is None:
-            self.reason = (
+            head = (
                 f"pipeline {pipeline!r}, sink {sink!r}: the pipeline has more than one epoch "
-                f"(its current one is {current}, the one a skip without an epoch acts in), "
-                f"and the ledger cannot tell whether the sink still misses batches of an "
-                f"older one (it has no mark there: it may not have been in the pipeline "
-                f"then, or it may have lagged from that epoch's first batch), which it gets "
-                f"before epoch {current}'s: a skip of epoch {current}'s batches through "
-                f"{through} would lose their rows to it; nothing was recorded"
+                f"(its current one is {current}, the one a skip without an epoch acts in)"
             )
+            if unmarked:
+                epochs = ", ".join(map(str, unmarked))
+                self.reason = (
+                    f"{head}, and the ledger cannot tell whether the sink still misses "
+                    f"batches of epoch {epochs} (it has no mark there: it may not have been "
+                    "in the pipeline then, or it may have lagged from that epoch's first "
+                    f"batch), which it gets before epoch {current}'s: a skip of epoch "
+                    f"{current}'s batches through {through} would lose their rows to it; "
+                    "nothing was recorded"
+                )
+            else:
+                self.reason = (
+                    f"{head}; the ledger shows no batch of an older epoch the sink still "
+                    "misses, but a skip without an epoch is taken only while the pipeline "
+                    "has one, so that none typed for an older epoch's batches gives up "
+                    f"epoch {current}'s instead; nothing was recorded"
+                )
             super().__init__(
                 f"{self.reason}. Give the epoch: epoch={current} skips epoch {current}'s "
                 "batches; an older epoch's number skips that epoch's"
@@ -325,6 +346,17 @@ def older_epoch_missed(
         if settled_on_record((epoch, batch_id), spooled, of_epoch.get, of_epoch, backfilled):
             return (epoch, batch_id)
     return None
+
+
+def _unmarked_epochs(ledger: Ledger, pipeline: str, sink: str, current: int) -> tuple[int, ...]:
+    """The epochs before ``current`` some sink has a mark in and ``sink`` none (what the
+    refusal of a skip without an epoch says the ledger cannot tell about). Read on that
+    refusal only."""
+    marked: dict[int, bool] = {}
+    for entry in ledger.committed_entries(pipeline):
+        if entry.epoch < current:
+            marked[entry.epoch] = marked.get(entry.epoch, False) or entry.sink == sink
+    return tuple(sorted(epoch for epoch, has in marked.items() if not has))
 
 
 def _release(spool: Spool | None, sink: str, epoch: int, through: int) -> tuple[int, ...]:

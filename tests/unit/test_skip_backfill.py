@@ -423,9 +423,11 @@ def test_an_older_epochs_batch_given_up_with_its_checkpoint_is_missed_by_no_sink
         assert code == 2
         assert "the oldest batch it misses is batch 1 of epoch 0" in capsys.readouterr().err
         assert [(e.epoch, e.batch_id) for e in marks] == [(0, 0)]
-    else:  # more than one epoch: without --epoch refused all the same, not naming a batch
+    else:  # more than one epoch: without --epoch refused all the same, naming no batch
         assert code == 2
-        assert "the ledger cannot tell whether the sink still misses" in capsys.readouterr().err
+        assert "the ledger shows no batch of an older epoch the sink still misses" in (
+            capsys.readouterr().err
+        )
         assert [(e.epoch, e.batch_id) for e in marks] == [(0, 0)]
         assert main([*args, "--through", "1", "--epoch", "1"]) == 0
         assert capsys.readouterr().out.startswith(
@@ -460,7 +462,7 @@ def test_a_skip_without_epoch_is_refused_once_the_pipeline_has_two_epochs(
     assert capsys.readouterr().err == (
         "fanout: configuration error: pipeline 'gap', sink 'late': the pipeline has more than "
         "one epoch (its current one is 1, the one a skip without an epoch acts in), and the "
-        "ledger cannot tell whether the sink still misses batches of an older one (it has no "
+        "ledger cannot tell whether the sink still misses batches of epoch 0 (it has no "
         "mark there: it may not have been in the pipeline then, or it may have lagged from "
         "that epoch's first batch), which it gets before epoch 1's: a skip of epoch 1's "
         "batches through 1 would lose their rows to it; nothing was recorded. To skip epoch "
@@ -474,3 +476,38 @@ def test_a_skip_without_epoch_is_refused_once_the_pipeline_has_two_epochs(
     assert main(printed.split()[1:]) == 0
     marks = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "late"]
     assert [(e.epoch, e.batch_id, e.rows) for e in marks] == [(1, 1, 0)]
+
+
+def test_a_skip_without_epoch_of_a_sink_caught_up_in_the_older_epoch_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sink "pg" holds every batch of epoch 0 (its mark there is the epoch's last) and
+    misses epoch 1's batches 0-1: the ledger tells it misses nothing older, and the refusal
+    of a skip without ``--epoch`` (the pipeline has two epochs) says that, not that it has
+    no mark in the older epoch (which it printed before: untrue of this sink). The printed
+    command records epoch 1's skip."""
+    path = str(tmp_path / "ledger")
+    _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good"), ScriptedSink("pg")]), range(2))
+    sinks = [ScriptedSink("good")]
+    _run(FanOut("gap", DeltaLedger(path), sinks, on_checkpoint_reset="new_epoch"), range(2), "q2")
+    capsys.readouterr()
+    args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "pg"]
+    assert main([*args, "--through", "1"]) == 2
+    printed = f"fanout ledger skip --ledger {path} --pipeline gap --sink pg --through 1 --epoch 1"
+    assert capsys.readouterr().err == (
+        "fanout: configuration error: pipeline 'gap', sink 'pg': the pipeline has more than "
+        "one epoch (its current one is 1, the one a skip without an epoch acts in); the "
+        "ledger shows no batch of an older epoch the sink still misses, but a skip without "
+        "an epoch is taken only while the pipeline has one, so that none typed for an older "
+        "epoch's batches gives up epoch 1's instead; nothing was recorded. To skip epoch "
+        f"1's batches, run `{printed}`; to skip an older epoch's, the same with --epoch of it\n"
+    )
+    marks = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "pg"]
+    assert sorted((e.epoch, e.batch_id) for e in marks) == [(0, 0), (0, 1)]
+    assert main(shlex.split(printed)[1:]) == 0
+    marks = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "pg"]
+    assert sorted((e.epoch, e.batch_id, e.rows) for e in marks) == [
+        (0, 0, 2),
+        (0, 1, 2),
+        (1, 1, 0),
+    ]
