@@ -20,7 +20,6 @@ import difflib
 import logging
 import os
 import re
-import shlex
 import signal
 import sys
 import tempfile
@@ -556,7 +555,7 @@ def _down_next(sinks: Sequence[str], config: PipelineConfig) -> str:
     """What to do after a batch failed only because ``sinks`` did not answer (each one's
     errors transient, its retries spent): nothing is wrong with the data or the file."""
     names = ", ".join(sinks)
-    file = "PIPELINE.toml" if config.path is None else shlex.quote(str(config.path.absolute()))
+    file = "PIPELINE.toml" if config.path is None else shell_word(str(config.path.absolute()))
     answer = "it answers" if len(sinks) == 1 else "they answer"
     return (
         f"Next: {names} did not answer (transient errors, retries spent). Once {answer}, "

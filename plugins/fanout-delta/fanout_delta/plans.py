@@ -24,8 +24,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fanout.errors import CheckpointRollbackError
-from fanout.ledger.gaps import LEDGER_UNKNOWN, ledger_note, shell_word
+from fanout.errors import CheckpointRollbackError, shell_word
+from fanout.ledger.gaps import LEDGER_UNKNOWN, ledger_note
 from fanout_delta.table_states import TableStates
 
 if TYPE_CHECKING:
