@@ -185,7 +185,9 @@ def skip_batches(
         missed = older_epoch_missed(
             ledger, pipeline, sink, view.epoch, spool=spool, backfill_from=backfill_from
         )
-        unmarked = () if missed is not None else _unmarked_epochs(ledger, pipeline, sink, view.epoch)
+        unmarked = (
+            () if missed is not None else _unmarked_epochs(ledger, pipeline, sink, view.epoch)
+        )
         raise OlderEpochSkipError(pipeline, sink, through, missed, view.epoch, unmarked)
     epoch = view.epoch if epoch is None else epoch
     before = ledger.last_committed(pipeline, [sink], epoch).get(sink)

@@ -583,8 +583,7 @@ def test_the_printed_skip_with_config_and_spool_runs_as_printed_from_a_quoted_di
         f'[pipeline]\nname = "gap"\nledger = "{ledger}"\nspool = "{spool}"\n'
         f'checkpoint = "{root / "ckpt"}"\n[source]\nformat = "rate"\n'
         + "".join(
-            f'[[sinks]]\ntype = "delta"\nname = "{s}"\npath = "{root / s}"\n'
-            f'on_failure = "{mode}"\n'
+            f'[[sinks]]\ntype = "delta"\nname = "{s}"\npath = "{root / s}"\non_failure = "{mode}"\n'
             for s, mode in (("good", "stop"), ("down", "lag"))
         )
     )
