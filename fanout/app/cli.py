@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -476,6 +477,25 @@ def _refuse_unknown_sink(ledger: DeltaLedger, target: _SkipTarget, sink: str) ->
     )
 
 
+def _refuse_no_ledger(target: _SkipTarget) -> None:
+    """Refuse a skip where no ledger is (a misspelt ``--ledger``, or the word ``LEDGER`` of
+    a command printed without the ledger, pasted as it is), before anything is created
+    there: a skip records a mark in a ledger the pipeline's first run created."""
+    from fanout.contract.locations import local_path, shown_location
+
+    local = local_path(target.ledger)
+    where = shown_location(target.ledger) if local is None else os.path.abspath(local)
+    way = (
+        "give --ledger the pipeline's (its pipeline.ledger, or the ledger its FanOut is given)"
+        if target.config is None
+        else f"check pipeline.ledger in {target.config}"
+    )
+    raise ConfigurationError(
+        f"no ledger at {where}: a skip is recorded in the pipeline's ledger, which its first "
+        f"run creates; {way}"
+    )
+
+
 def cmd_skip(args: argparse.Namespace) -> int:
     """Record that a sink never gets the batches after its mark through ``--through``."""
     from fanout.ledger.delta import DeltaLedger
@@ -483,6 +503,8 @@ def cmd_skip(args: argparse.Namespace) -> int:
 
     target = _skip_target(args)
     ledger = DeltaLedger(target.ledger)
+    if not ledger.exists():  # a wrong path (or LEDGER pasted as printed): create nothing
+        _refuse_no_ledger(target)
     ledger.open()
     _refuse_unknown_sink(ledger, target, args.sink)
     named = "--spool" if args.spool is not None else f"pipeline.spool of {target.config}"

@@ -12,6 +12,7 @@ import pytest
 from fanout_delta.plans import CommitPlan, replanned_message
 
 from fanout import Batch, Sink, SinkContext
+from fanout.app.cli import main
 from fanout.contract.batch import BatchInfo
 from fanout.ledger.gaps import ledger_note, skip_command
 from fanout.testing import open_sink
@@ -61,3 +62,21 @@ def test_a_command_of_an_unknown_ledger_names_a_word_to_replace_and_says_which()
         "  `fanout recover --ledger /data/ledger --pipeline p` prints what the ledger knows "
         "per sink, with Kafka startingOffsets."
     )
+
+
+def test_a_skip_pasted_with_the_placeholder_ledger_is_refused_creating_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The skip a sink opened outside a FanOut prints, pasted without replacing
+    ``LEDGER`` (or any ``--ledger`` naming no ledger): refused, saying there is no ledger
+    there, and no ledger is created. Before, the skip created an empty ledger table in
+    ``./LEDGER`` and was refused as a skip of a batch no sink ran."""
+    monkeypatch.chdir(tmp_path)
+    command = skip_command(None, "p", "s", 3, 1)
+    assert main(command.split()[1:]) == 2
+    assert capsys.readouterr().err == (
+        f"fanout: configuration error: no ledger at {tmp_path}{os.sep}LEDGER: a skip is "
+        "recorded in the pipeline's ledger, which its first run creates; give --ledger the "
+        "pipeline's (its pipeline.ledger, or the ledger its FanOut is given)\n"
+    )
+    assert list(tmp_path.iterdir()) == []
