@@ -38,6 +38,7 @@ is the error of a failed fan-out (named after the :class:`fanout.FanOut` that ra
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
@@ -347,7 +348,7 @@ class SinksBehindError(FanoutError):
         self.pipeline, self.behind, self.stopped_by = pipeline, list(behind), stopped_by
         lines = "".join(f"\n  - {b.describe()}" for b in self.behind)
         where = "" if spool is None else f" at {spool}"
-        status = f"fanout status --ledger {ledger} --pipeline {pipeline}" + (
+        status = f"fanout status --ledger {ledger} --pipeline {shell_word(pipeline)}" + (
             "" if spool is None else f" --spool {spool}"
         )
         stuck = [b.sink for b in self.behind if b.stuck]
@@ -438,7 +439,7 @@ class MissedBatchesError(FanoutError):
         skipped = batch_ranges([b for b in self.missing if b <= through])
         command = (
             f"`fanout ledger skip{f' --config {config}' if config else ''} --ledger {ledger} "
-            f"--pipeline {pipeline} --sink {sink} "
+            f"--pipeline {shell_word(pipeline)} --sink {shell_word(sink)} "
             f"--through {through} --epoch {epoch}"
             f"{f' --spool {spool}' if spool else ''}` (in Python: "
             "fanout.ledger.gaps.skip_batches)"
@@ -479,6 +480,19 @@ class MissedBatchesError(FanoutError):
             f"them for it silently, so {held_back} Either give them back: "
             f"{give_back}; or {accept}"
         )
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one word of a command fanout prints (``fanout recover --config ...``),
+    quoted for a POSIX shell only where it needs to be, so that the command runs as printed
+    when pasted into a shell: ``/data/orders.toml`` stays as it is, ``/data/it's & co``
+    is printed ``'/data/it'"'"'s & co'`` (:func:`shlex.quote`). Every value a printed
+    command carries goes through this function, or through
+    :func:`fanout.contract.locations.command_location` (a location, made absolute), which
+    uses it. A pipeline or sink name passes it unchanged (its characters are letters,
+    digits, ``_``, ``.`` and ``-``: :func:`fanout.contract.names.check_name`); it is quoted
+    all the same, so that no command depends on that rule."""
+    return shlex.quote(text)
 
 
 def batch_ranges(ids: Sequence[int]) -> str:

@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from fanout.contract.locations import shown_location
+from fanout.contract.locations import local_path, shown_location
 from fanout.errors import (
     ConfigurationError,
     FanoutError,
     SinkUnreachableError,
     SpoolError,
     batch_ranges,
+    shell_word,
 )
 from fanout.observe.logs import RedactingStream, known_secrets, register_secrets
 from fanout.observe.logs import configure as configure_logging
@@ -205,9 +206,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         from fanout.app.watch import watch
 
         title = (
-            f"fanout status --ledger {location}"
+            f"fanout status --ledger {shell_word(location)}"
             if args.config is None
-            else f"fanout status --config {args.config}"
+            else f"fanout status --config {shell_word(args.config)}"
         )
         if args.json:  # each draw masked value by value, past stdout's masking (_print_json)
             return watch(
@@ -333,8 +334,10 @@ def _existing_ledger(location: str, config: str | None) -> DeltaLedger:
         if config is None
         else f"check pipeline.ledger in {config} for a typo, or whether the pipeline has run yet"
     )
+    local = local_path(location)  # a relative path (or LEDGER pasted as printed): absolute
+    where = shown_location(location) if local is None else os.path.abspath(local)
     raise ConfigurationError(
-        f"no ledger at {shown_location(location)}: this command reads an existing ledger and "
+        f"no ledger at {where}: this command reads an existing ledger and "
         f"creates none (a pipeline's run creates its ledger when it starts): {check}"
     )
 
@@ -423,8 +426,6 @@ class _SkipTarget:
 
 def _relative(location: str) -> bool:
     """Whether ``location`` is a local path relative to the current directory."""
-    from fanout.contract.locations import local_path
-
     path = local_path(location)
     return path is not None and not Path(path).is_absolute()
 
@@ -513,6 +514,12 @@ def cmd_skip(args: argparse.Namespace) -> int:
             backfill_from=target.backfill_from, give_up_backfill=args.give_up_backfill,
         )  # fmt: skip
     except OlderEpochSkipError as exc:
+        if not exc.older:
+            raise ConfigurationError(
+                f"{exc.reason}. To skip epoch {exc.current}'s batches, run "
+                f"`{_skip_command(args, exc.current)}`; to skip an older epoch's, the same "
+                "with --epoch of it"
+            ) from None
         raise ConfigurationError(
             f"{exc.reason}. To skip epoch {exc.epoch}'s batches, run "
             f"`{_skip_command(args, exc.epoch)}`; to skip epoch {exc.current}'s anyway, "
@@ -558,8 +565,8 @@ def _skip_command(args: argparse.Namespace, epoch: int) -> str:
     if args.ledger is not None:
         parts.append(f"--ledger {command_location(args.ledger)}")
     if args.pipeline is not None:
-        parts.append(f"--pipeline {shlex.quote(args.pipeline)}")
-    parts += [f"--sink {shlex.quote(args.sink)}", f"--through {args.through}", f"--epoch {epoch}"]
+        parts.append(f"--pipeline {shell_word(args.pipeline)}")
+    parts += [f"--sink {shell_word(args.sink)}", f"--through {args.through}", f"--epoch {epoch}"]
     if args.spool is not None:
         parts.append(f"--spool {command_location(args.spool)}")
     parts += [flag for flag, given in (("--release-spooled", args.release_spooled),
@@ -626,8 +633,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
             print(
                 f"dev services stopped: their process (pid {pid}) runs, but "
                 + "; ".join(silent)
-                + f". Start them again: fanout dev down --state {state} && "
-                f"fanout dev up --state {state}"
+                + f". Start them again: fanout dev down --state {shell_word(str(state))} && "
+                f"fanout dev up --state {shell_word(str(state))}"
             )
             return 1
         print(f"dev services running (pid {pid}):")
@@ -834,8 +841,9 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     skip.add_argument(
         "--epoch",
         type=int,
-        help="the epoch (default: the pipeline's current; then refused while the sink still "
-        "misses a batch of an older epoch, naming it)",
+        help="the epoch; required once the pipeline has more than one epoch (after a "
+        "checkpoint reset): without it, the current epoch while it is epoch 0, else refused, "
+        "naming the sink's oldest missing batch of an older epoch where the ledger shows one",
     )
     skip.add_argument(
         "--spool",

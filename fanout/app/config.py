@@ -21,7 +21,7 @@ from typing import Any
 from fanout.app.interval import interval_ms
 from fanout.contract.names import check_name
 from fanout.contract.options import SinkClass, coerce_option_text, coerce_text
-from fanout.errors import ConfigurationError
+from fanout.errors import ConfigurationError, shell_word
 from fanout.observe.logs import register_secrets
 from fanout.observe.option_values import option_type_problems, value_problem
 from fanout.observe.secrets import expand_env, location_secrets
@@ -410,7 +410,7 @@ def _typed_options(
         mistakes.add(
             ConfigurationError(
                 f"{path} (sink {sink['name']!r}, type {sink['type']!r}): {problem}; "
-                f"`fanout plugins --options {sink['type']}` describes each option"
+                f"`fanout plugins --options {shell_word(str(sink['type']))}` describes each option"
             )
         )
     return {**sink, **coerced}

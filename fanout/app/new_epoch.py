@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fanout.app.config import PipelineConfig
-from fanout.errors import ConfigurationError, LedgerError
+from fanout.errors import ConfigurationError, LedgerError, shell_word
 
 if TYPE_CHECKING:
     from fanout.ledger.delta import DeltaLedger
@@ -34,7 +34,7 @@ def check_new_epoch(config: PipelineConfig, path: str) -> str:
     from fanout.steps.context import checkpoint_query_id
 
     ledger = DeltaLedger(config.ledger)
-    without = f"run `fanout run {path}` without --new-epoch"
+    without = f"run `fanout run {shell_word(path)}` without --new-epoch"
     try:
         names = ledger.pipelines()
         known = config.name in names
@@ -129,6 +129,8 @@ def _refuse_rolled_back(
         f"the ledger holds batch {high} of epoch {epoch}, so Spark re-plans batches the "
         "sinks hold, which is refused with or without --new-epoch "
         "(CheckpointRollbackError); restore the newest checkpoint and run "
-        f"`fanout run {path}` without --new-epoch, or start a new checkpoint in an empty "
-        f"directory where `fanout recover --config {path}` says and run with --new-epoch"
+        f"`fanout run {shell_word(path)}` without --new-epoch, or start a new checkpoint in an "
+        "empty "
+        f"directory where `fanout recover --config {shell_word(path)}` says and run with "
+        "--new-epoch"
     )

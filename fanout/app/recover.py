@@ -325,7 +325,9 @@ def recorded_text(number: int, epoch: int, config: str | None) -> str:
     """:data:`RECORDED` for report ``number`` of ``epoch``, naming how the next epoch
     starts: ``fanout run CONFIG --new-epoch`` with ``--config``, else that or ``FanOut(...,
     on_checkpoint_reset="new_epoch")`` (how the pipeline runs is not known)."""
-    way = new_epoch_way(config, in_code=False)
+    from fanout.errors import shell_word
+
+    way = new_epoch_way(None if config is None else shell_word(config), in_code=False)
     return RECORDED.format(number=number, epoch=epoch, way=way)
 
 

@@ -20,7 +20,6 @@ import difflib
 import logging
 import os
 import re
-import shlex
 import signal
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from fanout.errors import (
     SinksBehindError,
     TransientSinkError,
     is_stop_refusal,
+    shell_word,
 )
 from fanout.hooks.registry import Registry, load_registry, option_names
 from fanout.hooks.specs import hookimpl
@@ -232,7 +232,7 @@ def refuse_unfit_sinks(fan: Any, df: Any, path: str) -> None:
         fan.close()
         raise ConfigurationError(
             f"{len(problems)} sink(s) cannot take the source's rows; nothing started "
-            f"(`fanout validate {path}` runs every check):\n" + "\n".join(problems)
+            f"(`fanout validate {shell_word(path)}` runs every check):\n" + "\n".join(problems)
         )
 
 
@@ -549,7 +549,7 @@ def _down_next(sinks: Sequence[str], config: PipelineConfig) -> str:
     """What to do after a batch failed only because ``sinks`` did not answer (each one's
     errors transient, its retries spent): nothing is wrong with the data or the file."""
     names = ", ".join(sinks)
-    file = "PIPELINE.toml" if config.path is None else shlex.quote(str(config.path.absolute()))
+    file = "PIPELINE.toml" if config.path is None else shell_word(str(config.path.absolute()))
     answer = "it answers" if len(sinks) == 1 else "they answer"
     return (
         f"Next: {names} did not answer (transient errors, retries spent). Once {answer}, "

@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from fanout.contract.locations import command_location, shown_location
-from fanout.errors import LedgerError, batch_ranges
+from fanout.errors import LedgerError, batch_ranges, shell_word
 from fanout.ledger.entry import as_of_log
 from fanout.ledger.gaps import held_by_skip, release_command, says_skipped
 
@@ -571,7 +571,7 @@ def checkpoint_fact(
     owner = None
     if ledger is not None and pipeline in ledger.pipelines():
         owner = ledger.epoch_owners(pipeline).get(ledger.current_epoch(pipeline))
-    recover = f"restore it, or see `fanout recover --config {file}`"
+    recover = f"restore it, or see `fanout recover --config {shell_word(file)}`"
     if query is None and owner is None:
         return fact("none yet", "none yet (the first run creates it)")
     if query is None:

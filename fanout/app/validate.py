@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any, Literal, TextIO
 
 from fanout.app.config import PipelineConfig
+from fanout.contract.locations import command_location
 from fanout.contract.sink import Sink, SinkContext
 from fanout.delta_tables.io import one_line
 from fanout.errors import ConfigurationError, SinkUnreachableError, error_with_text
@@ -126,7 +127,7 @@ def run_checks(spark: Any, config: PipelineConfig, build_source: Callable[..., A
     specs: dict[str, Any] = {}
     for options in config.sinks:
         spec = _sink_checks(checks, registry, types, kinds, config.name, spark, options,
-                            source, specs)  # fmt: skip
+                            source, specs, ledger=command_location(str(config.ledger)))  # fmt: skip
         if spec is not None:
             specs[spec.name] = spec
     try:  # listed only when it fails: two sinks claiming what one must have to itself
@@ -230,9 +231,12 @@ def _sink_checks(
     options: dict[str, Any],
     source: Any,
     built: dict[str, Any],
+    *,
+    ledger: str | None = None,
 ) -> Any:
     """The checks of one sink: options, target, route, schema; returns its
-    :class:`fanout.sink_spec.SinkSpec` (``None`` when its options are wrong)."""
+    :class:`fanout.sink_spec.SinkSpec` (``None`` when its options are wrong). ``ledger``:
+    the pipeline's ledger as commands name it, handed to the sink as a run hands it."""
     from fanout.deadletters.target import resolve_target
     from fanout.retry import RetryPolicy
     from fanout.sink_spec import SinkSpec, split_core_options
@@ -264,7 +268,8 @@ def _sink_checks(
     def open_target() -> bool:
         dead_letters = resolve_target(sink, kinds)
         try:
-            sink.open(SinkContext(pipeline, spark, dead_letters, checking=True, changes=changes))
+            sink.open(SinkContext(pipeline, spark, dead_letters, ledger=ledger, checking=True,
+                                  changes=changes))  # fmt: skip
         except Exception as exc:  # the checklist is printed and returned: masked here already
             unreachable = isinstance(exc, SinkUnreachableError)
             rebuild = (

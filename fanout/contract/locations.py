@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from urllib.parse import unquote, urlsplit
+
+from fanout.errors import shell_word
 
 
 def local_path(location: str) -> str | None:
@@ -37,8 +38,8 @@ def command_location(location: str) -> str:
     quoted for a POSIX shell where it needs to be (``'/data/my lake'``). A location that is
     not a path at all (an in-memory ledger's name) is not for this function."""
     if location.startswith("file:") or "://" in location:
-        return shlex.quote(shown_location(location))
-    return shlex.quote(os.path.abspath(location))
+        return shell_word(shown_location(location))
+    return shell_word(os.path.abspath(location))
 
 
 _USER_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@]*):([^@]*)@")

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.locations import local_path, shown_location
+from fanout.contract.sql import sql_identifier, sql_literal
 from fanout.errors import ConfigurationError, FanoutError
 
 log = logging.getLogger(__name__)
@@ -198,7 +199,7 @@ def read_arrow(
     unknown = [c for c in [*wanted, *(f[0] for f in filters)] if c not in schema.names]
     if unknown:
         raise ValueError(f"no column {unknown[0]!r} in the Delta table (it has {schema.names})")
-    sql = f"SELECT {', '.join(_identifier(c) for c in wanted)} FROM fanout_read"
+    sql = f"SELECT {', '.join(sql_identifier(c) for c in wanted)} FROM fanout_read"
     if filters:
         sql += " WHERE " + predicate(filters)
     reader = QueryBuilder().register("fanout_read", table).execute(sql)
@@ -232,16 +233,12 @@ def predicate(filters: Sequence[Filter]) -> str:
     return " AND ".join(_condition(*f) for f in filters)
 
 
-def _identifier(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _condition(column: str, operator: str, value: Any) -> str:
     if operator not in _OPERATORS:
         raise ValueError(f"unsupported filter operator {operator!r} (use one of {_OPERATORS})")
     if value is None and operator in ("=", "!="):  # SQL's = NULL is never true
-        return f"{_identifier(column)} IS {'NOT ' if operator == '!=' else ''}NULL"
-    return f"{_identifier(column)} {operator} {_literal(value)}"
+        return f"{sql_identifier(column)} IS {'NOT ' if operator == '!=' else ''}NULL"
+    return f"{sql_identifier(column)} {operator} {_literal(value)}"
 
 
 def _literal(value: Any) -> str:
@@ -250,7 +247,7 @@ def _literal(value: Any) -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
+        return sql_literal(value)
     raise TypeError(f"cannot filter on a {type(value).__name__} value ({value!r})")
 
 

@@ -36,6 +36,7 @@ from fanout.errors import (
     PluginError,
     PluginLoadError,
     UnknownSinkTypeError,
+    shell_word,
 )
 from fanout.hooks import specs as hookspecs
 from fanout.hooks.commands import CliCommand
@@ -212,7 +213,7 @@ class Registry:
         if problems := option_type_problems(sink_class, options):
             raise ConfigurationError(
                 f"sink {name!r} (type {type_name!r}): {'; '.join(problems)}; fix the value "
-                f"in the sink's configuration (`fanout plugins --options {type_name}` "
+                f"in the sink's configuration (`fanout plugins --options {shell_word(type_name)}` "
                 "describes each option)"
             )
         try:

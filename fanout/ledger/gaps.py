@@ -19,22 +19,26 @@ Likewise, given the sink's ``backfill_from`` source, it refuses a ``through`` pa
 that source holds for the sink (its ledger marks it committed, not skipped: what the
 backfill reads), unless told to give them up too (``give_up_backfill``).
 
-The epoch defaults to the pipeline's current one. After a checkpoint reset, a sink may still
-miss batches of an older epoch (it lags, or backfills, from before the reset): it gets
-those first, and a skip meant for them, made in the current epoch, would give up the
-current epoch's batches instead. So a skip without an explicit epoch is refused when the
-sink's oldest missing batch is of an older epoch (:func:`older_epoch_missed`,
-:class:`OlderEpochSkipError`); an explicit epoch is always taken as given.
+The epoch defaults to the pipeline's current one while it is its only one (epoch 0).
+After a checkpoint reset, a sink may still miss batches of an older epoch (it lags, or
+backfills, from before the reset): it gets those first, and a skip meant for them, made in
+the current epoch, would give up the current epoch's batches instead. The ledger cannot
+always tell (a sink with no mark in an older epoch may not have been configured then, or
+may have lagged from its first batch), so once the pipeline has more than one epoch a skip
+without an explicit epoch is refused (:class:`OlderEpochSkipError`), naming the sink's
+oldest missing batch of an older epoch where the ledger (and the spool, and the backfill
+source, when given) shows one (:func:`older_epoch_missed`); an explicit epoch is always
+taken as given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fanout.contract.locations import command_location
-from fanout.errors import ConfigurationError, batch_ranges
+from fanout.errors import ConfigurationError, batch_ranges, shell_word
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 
 if TYPE_CHECKING:
@@ -55,9 +59,25 @@ def says_skipped(error: str | None) -> bool:
     return (error or "").startswith(f"{SKIPPED}:")
 
 
-LEDGER_UNKNOWN = "<the pipeline's ledger>"
-"""What a command names as ``--ledger`` where the ledger is unknown (a sink opened outside a
-:class:`fanout.FanOut`: ``SinkContext.ledger`` is ``None``)."""
+LEDGER_UNKNOWN = "LEDGER"
+"""What a command names as ``--ledger`` where fanout does not know the ledger (a sink opened
+outside a :class:`fanout.FanOut` or ``fanout recover``: ``SinkContext.ledger`` is ``None``),
+as ``PIPELINE.toml`` stands for an unknown pipeline file: a word to replace, said so by
+:func:`ledger_note` after the command (the earlier ``<the pipeline's ledger>``, pasted into
+a shell, was a redirection from a file of that name and an unbalanced quote)."""
+
+
+def ledger_note(ledger: str | None) -> str:
+    """What follows a printed command naming ``--ledger`` (``ledger``: as the command names
+    it, ``None``: unknown): nothing where fanout names the ledger; else what
+    :data:`LEDGER_UNKNOWN` stands for and why fanout cannot name it, so that the user can."""
+    if ledger is not None:
+        return ""
+    return (
+        f" ({LEDGER_UNKNOWN}: the location of the pipeline's ledger, its pipeline.ledger or "
+        "the ledger its FanOut is given; fanout cannot name it here, the sink having been "
+        "opened outside a FanOut, without SinkContext.ledger)"
+    )
 
 
 def skip_command(ledger: str | None, pipeline: str, sink: str, through: int, epoch: int) -> str:
@@ -67,10 +87,11 @@ def skip_command(ledger: str | None, pipeline: str, sink: str, through: int, epo
 
     :param ledger: the ledger as the command names it
         (:func:`fanout.ledger.entry.ledger_location`, ``SinkContext.ledger``); ``None``:
-        unknown, named :data:`LEDGER_UNKNOWN`."""
+        unknown, named :data:`LEDGER_UNKNOWN` (the message then adds :func:`ledger_note`)."""
     return (
         f"fanout ledger skip --ledger {LEDGER_UNKNOWN if ledger is None else ledger} "
-        f"--pipeline {pipeline} --sink {sink} --through {through} --epoch {epoch}"
+        f"--pipeline {shell_word(pipeline)} --sink {shell_word(sink)} --through {through} "
+        f"--epoch {epoch}"
     )
 
 
@@ -148,9 +169,10 @@ def skip_batches(
     :param give_up_backfill: give those batches up too (the mark is recorded past them).
 
     Without ``epoch``, refuses (:class:`OlderEpochSkipError`, before anything is written)
-    when ``sink``'s oldest missing batch is of an epoch before the current one
-    (:func:`older_epoch_missed`): the current epoch's batches are not the ones it misses
-    first, and a skip of them would give up rows it is still to get."""
+    when the pipeline's current epoch is not 0: the current epoch's batches may not be the
+    ones ``sink`` misses first, and a skip of them would give up rows it is still to get.
+    The refusal names the sink's oldest missing batch of an older epoch where one is known
+    (:func:`older_epoch_missed`)."""
     if through < 0:
         raise ConfigurationError(f"pipeline {pipeline!r}, sink {sink!r}: --through must be >= 0")
     if release_spooled and spool is None:
@@ -163,8 +185,10 @@ def skip_batches(
         missed = older_epoch_missed(
             ledger, pipeline, sink, view.epoch, spool=spool, backfill_from=backfill_from
         )
-        if missed is not None:
-            raise OlderEpochSkipError(pipeline, sink, through, missed, view.epoch)
+        unmarked = (
+            () if missed is not None else _unmarked_epochs(ledger, pipeline, sink, view.epoch)
+        )
+        raise OlderEpochSkipError(pipeline, sink, through, missed, view.epoch, unmarked)
     epoch = view.epoch if epoch is None else epoch
     before = ledger.last_committed(pipeline, [sink], epoch).get(sink)
     if before is not None and before >= through:
@@ -210,16 +234,57 @@ def skip_batches(
 
 
 class OlderEpochSkipError(ConfigurationError):
-    """A skip without an explicit epoch, refused: the sink's oldest missing batch is of an
-    epoch before the pipeline's current one, which the skip would have defaulted to
-    (:func:`skip_batches`). Its :attr:`reason` is the message without the way on, which
-    ``fanout ledger skip`` names as the command with ``--epoch``."""
+    """A skip without an explicit epoch, refused: the pipeline has more than one epoch
+    (its current one, which the skip would have defaulted to, is not 0), and the sink may
+    miss a batch of an older one (:func:`skip_batches`). :attr:`epoch` and
+    :attr:`batch_id` name its oldest missing batch of an older epoch where the ledger shows
+    one, else they are the current epoch and ``None`` (and ``unmarked`` names the older
+    epochs the sink has no mark in, where the ledger cannot tell; none: it shows the sink
+    missing nothing older). Its :attr:`reason` is the message
+    without the way on, which ``fanout ledger skip`` names as the command with
+    ``--epoch``."""
 
     def __init__(
-        self, pipeline: str, sink: str, through: int, missed: BatchKey, current: int
+        self,
+        pipeline: str,
+        sink: str,
+        through: int,
+        missed: BatchKey | None,
+        current: int,
+        unmarked: Sequence[int] = (),
     ) -> None:
-        self.epoch, self.batch_id = missed
         self.current = current
+        self.epoch: int = current if missed is None else missed[0]
+        self.batch_id: int | None = None if missed is None else missed[1]
+        self.older = missed is not None
+        """Whether the ledger shows a batch of an older epoch the sink misses."""
+        if missed is None:
+            head = (
+                f"pipeline {pipeline!r}, sink {sink!r}: the pipeline has more than one epoch "
+                f"(its current one is {current}, the one a skip without an epoch acts in)"
+            )
+            if unmarked:
+                epochs = ", ".join(map(str, unmarked))
+                self.reason = (
+                    f"{head}, and the ledger cannot tell whether the sink still misses "
+                    f"batches of epoch {epochs} (it has no mark there: it may not have been "
+                    "in the pipeline then, or it may have lagged from that epoch's first "
+                    f"batch), which it gets before epoch {current}'s: a skip of epoch "
+                    f"{current}'s batches through {through} would lose their rows to it; "
+                    "nothing was recorded"
+                )
+            else:
+                self.reason = (
+                    f"{head}; the ledger shows no batch of an older epoch the sink still "
+                    "misses, but a skip without an epoch is taken only while the pipeline "
+                    "has one, so that none typed for an older epoch's batches gives up "
+                    f"epoch {current}'s instead; nothing was recorded"
+                )
+            super().__init__(
+                f"{self.reason}. Give the epoch: epoch={current} skips epoch {current}'s "
+                "batches; an older epoch's number skips that epoch's"
+            )
+            return
         self.reason = (
             f"pipeline {pipeline!r}, sink {sink!r}: the oldest batch it misses is batch "
             f"{self.batch_id} of epoch {self.epoch}, before the pipeline's current epoch "
@@ -283,6 +348,17 @@ def older_epoch_missed(
         if settled_on_record((epoch, batch_id), spooled, of_epoch.get, of_epoch, backfilled):
             return (epoch, batch_id)
     return None
+
+
+def _unmarked_epochs(ledger: Ledger, pipeline: str, sink: str, current: int) -> tuple[int, ...]:
+    """The epochs before ``current`` some sink has a mark in and ``sink`` none (what the
+    refusal of a skip without an epoch says the ledger cannot tell about). Read on that
+    refusal only."""
+    marked: dict[int, bool] = {}
+    for entry in ledger.committed_entries(pipeline):
+        if entry.epoch < current:
+            marked[entry.epoch] = marked.get(entry.epoch, False) or entry.sink == sink
+    return tuple(sorted(epoch for epoch, has in marked.items() if not has))
 
 
 def _release(spool: Spool | None, sink: str, epoch: int, through: int) -> tuple[int, ...]:

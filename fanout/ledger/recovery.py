@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Final
 
 from fanout.contract.batch import pipeline_scope
-from fanout.errors import ZombieBatchError, batch_ranges
+from fanout.errors import ZombieBatchError, batch_ranges, shell_word
 from fanout.ledger.entry import REWRITTEN, LedgerEntry, now_utc
 from fanout.ledger.gaps import is_skip
 
@@ -167,7 +167,8 @@ def refused_start(
         "pipeline (the old one was still running after the report, or the report is older "
         "than this reset: made while the pipeline ran, which `fanout recover --no-record` "
         "avoids), then "
-        f"run `fanout recover --ledger {ledger} --pipeline {entry.pipeline}` again, and "
+        f"run `fanout recover --ledger {ledger} --pipeline {shell_word(entry.pipeline)}` again, "
+        "and "
         "start the new query from the offsets it prints, on a new checkpoint (this one "
         "planned its first batch from the old offsets)."
     )
@@ -191,5 +192,5 @@ def late_mark(
         "batch: the report was made without --spool, and counted the sink at its mark). "
         "Then remove one copy of those rows (the input up to those offsets) from the sink, "
         f"unless it upserts by key; `fanout recover --ledger {ledger} --pipeline "
-        f"{entry.pipeline}` lists the marks."
+        f"{shell_word(entry.pipeline)}` lists the marks."
     )

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from fanout.contract.batch import BatchInfo
 from fanout.contract.locations import command_location, shown_location
 from fanout.contract.plans import describe_plan, planned_at
+from fanout.errors import shell_word
 
 
 def _spooled_plan(spooled: BatchInfo) -> str:
@@ -47,7 +48,8 @@ def spool_reset_message(
             "lost or duplicated.",
             "  2. Or let the sinks catch up on the old query's batches first (run the original "
             f"checkpoint until `fanout status --ledger {shown_ledger} --pipeline "
-            f"{info.pipeline} --spool {command_location(path)}` shows {sinks} live), then "
+            f"{shell_word(info.pipeline)} --spool {command_location(path)}` shows {sinks} live), "
+            "then "
             "start the new checkpoint.",
             "  3. Or start the new checkpoint under a new pipeline name, so its batches start "
             f"afresh; the old query's spooled batches then never reach {sinks}.",

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from fanout.contract.batch import BatchInfo, pipeline_scope
 from fanout.contract.locations import shown_location
+from fanout.contract.sql import sql_literal
 from fanout.delta_tables.io import one_line, open_fanout_table, open_table, read_arrow
 from fanout.delta_tables.retention import LOG_RETENTION_PROPERTY, OWN_LOG_RETENTION
 from fanout.errors import (
@@ -402,10 +403,10 @@ class Spool:
             if not pairs:
                 return 0
             index = open_table(self.index_path, self.storage_options)
-            scope = _quote(self.pipeline)
+            scope = sql_literal(self.pipeline)
             if index is not None:
                 for (epoch, batch_id), sinks in sorted(pairs.items()):
-                    names = ", ".join(_quote(s) for s in sorted(sinks))
+                    names = ", ".join(sql_literal(s) for s in sorted(sinks))
                     index.delete(
                         f"pipeline = {scope} AND epoch = {epoch} AND batch_id = {batch_id} "
                         f"AND sink IN ({names})"
@@ -464,7 +465,7 @@ class Spool:
         data = open_table(self.data_path, self.storage_options)
         if data is None:
             return
-        scope = _quote(self.pipeline)
+        scope = sql_literal(self.pipeline)
         for epoch, batch_id in keys:
             data.delete(
                 f"{PIPELINE_COLUMN} = {scope} AND {EPOCH_COLUMN} = {epoch} "
@@ -853,7 +854,3 @@ def _with_partition_columns(arrow: pa.Table, pipeline: str, info: BatchInfo) -> 
         .append_column(EPOCH_COLUMN, pa.array([info.epoch] * n, pa.int32()))
         .append_column(BATCH_COLUMN, pa.array([info.batch_id] * n, pa.int64()))
     )
-
-
-def _quote(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from fanout.contract.batch import BatchInfo
 from fanout.contract.plans import describe_plan
+from fanout.errors import shell_word
 from fanout.ledger.entry import LedgerEntry
 
 NEW_PIPELINE = (
@@ -156,7 +157,8 @@ class LedgerFacts:
             )
         with_spool = "" if self.spool is None else f" --spool {self.spool}"
         return (
-            f"  `fanout recover --ledger {self.ledger} --pipeline {info.pipeline}{with_spool}` "
+            f"  `fanout recover --ledger {self.ledger} --pipeline {shell_word(info.pipeline)}"
+            f"{with_spool}` "
             "prints these facts again, with Kafka startingOffsets."
         )
 

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Collection, Mapping
 
 from fanout.contract.sink import PartlyHeld, Sink
-from fanout.errors import TargetLostError
+from fanout.errors import TargetLostError, shell_word
 from fanout.ledger.entry import Ledger, ledger_location
 from fanout.ledger.gaps import is_skip
 from fanout.observe.secrets import redact
@@ -186,7 +186,7 @@ def _message(
         )
     else:
         why = f"the target was replaced since by one created again empty: {reason}"
-    accept = f"`fanout run {file or 'PIPELINE.toml'} --accept-lost-target {sink.name}`"
+    accept = f"`fanout run {file or 'PIPELINE.toml'} --accept-lost-target {shell_word(sink.name)}`"
     if file is None:  # not run from a pipeline file: a FanOut of the caller's own
         accept += f" (FanOut(accept_lost_targets=[{sink.name!r}]))"
     if lags:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import PartlyHeld, Sink
-from fanout.errors import SinkTimeoutError, UnmarkedBatchError
+from fanout.errors import SinkTimeoutError, UnmarkedBatchError, shell_word
 from fanout.ledger.entry import (
     LOST_MARK,
     REWRITTEN,
@@ -396,8 +396,8 @@ def _wrote_message(
         f"{batch}'s rows a second time there. Nothing was written under epoch {epoch + 1}. "
         f"Start a new checkpoint (not this one) that reads what comes after "
         f"{_after(batch, offsets)} (`fanout recover --ledger {ledger_location(ledger)} "
-        f"--pipeline {pipeline}` resumes after it; if a copy of batch {batch} was removed "
-        "from a sink since, that sink lacks the batch: give it to it by hand)."
+        f"--pipeline {shell_word(pipeline)}` resumes after it; if a copy of batch {batch} was "
+        "removed from a sink since, that sink lacks the batch: give it to it by hand)."
     )
 
 
@@ -411,7 +411,8 @@ def _restart_message(
         f"pipeline {pipeline!r}: query {info.query_id} cannot start epoch {epoch + 1}: it was "
         f"refused before because sink {names} held batch {batch} of epoch {epoch} unmarked, "
         f"so its checkpoint starts before that batch; every sink now counts batch {batch} "
-        f"(`fanout recover --ledger {ledger_location(ledger)} --pipeline {pipeline}` resumes "
+        f"(`fanout recover --ledger {ledger_location(ledger)} --pipeline {shell_word(pipeline)}` "
+        "resumes "
         f"after it), and {names} still holds it: started again, this query would write batch "
         f"{batch}'s rows a second time there. Nothing was written under epoch {epoch + 1}.",
         f"Start a new checkpoint (not this one) that reads what comes after {where}. Or "
@@ -492,7 +493,7 @@ def _message(
     its mark) whose rewrite of it is not harmless."""
     epoch, new, pipeline = info.epoch, info.epoch + 1, info.pipeline
     where = ledger_location(ledger)
-    recover = f"fanout recover --ledger {where} --pipeline {pipeline}"
+    recover = f"fanout recover --ledger {where} --pipeline {shell_word(pipeline)}"
     unknown = {a.sink for a in answers if a.holds is None}
     whole = [h for h in refused if h.part is None]
     lines = [
@@ -575,7 +576,7 @@ def choice_lines(
         recover``, where no query was refused).
     """
     h, batch = held, held.mark + 1
-    recover = f"fanout recover --ledger {where} --pipeline {pipeline}"
+    recover = f"fanout recover --ledger {where} --pipeline {shell_word(pipeline)}"
     lacking = lacking_sinks(batch, marks, holding)
     listed = ", ".join(
         f"{name} ("

@@ -68,19 +68,31 @@ class ArrowFrame:
 
 
 def open_sink(
-    sink: S, pipeline: str = "test", *, spark: Any = None, plugins: Iterable[object] = ()
+    sink: S,
+    pipeline: str = "test",
+    *,
+    spark: Any = None,
+    plugins: Iterable[object] = (),
+    ledger: str | None = None,
 ) -> S:
     """Open ``sink`` as :class:`fanout.FanOut` does, without a pipeline: its ``dead_letter``
     target resolved through the installed dead-letter kinds (plus ``plugins``) and handed
     over in :attr:`fanout.SinkContext.dead_letters` (a
-    :class:`fanout.deadletters.moved.CheckedTarget`). Returns the sink."""
+    :class:`fanout.deadletters.moved.CheckedTarget`). Returns the sink.
+
+    :param ledger: the location of the pipeline's ledger, when there is one, for the
+        commands the sink's errors print (named absolute, as a ``FanOut`` names it); without
+        it they name ``--ledger LEDGER`` and say what it stands for
+        (:func:`fanout.ledger.gaps.ledger_note`)."""
+    from fanout.contract.locations import command_location
     from fanout.deadletters.moved import checked
     from fanout.deadletters.target import resolve_target
     from fanout.hooks.registry import load_registry
 
     kinds = load_registry(plugins).dead_letter_kinds()
     target = checked(resolve_target(sink, kinds))
-    sink.open(SinkContext(pipeline, spark, target, tuple(plugins)))
+    named = None if ledger is None else command_location(ledger)
+    sink.open(SinkContext(pipeline, spark, target, tuple(plugins), ledger=named))
     return sink
 
 

@@ -5,6 +5,10 @@ out of the configuration, and the explicit acknowledgement, ``fanout ledger skip
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -562,3 +566,55 @@ def test_printed_commands_name_a_relative_ledger_and_spool_absolute(
     capsys.readouterr()
     assert main(["status", "--ledger", "ledger", "--pipeline", "gap", "--spool", "spool"]) == 0
     assert f"release them with `{release}`" in capsys.readouterr().out
+
+
+def test_the_printed_skip_with_config_and_spool_runs_as_printed_from_a_quoted_directory(
+    tmp_path: Path,
+) -> None:
+    """The pipeline's file, ledger and spool in a directory named ``it's & co``: the
+    ``fanout ledger skip --config ... --ledger ... --spool ...`` the gap refusal of a
+    ``FanOut`` given ``pipeline_file=`` prints, pasted into a shell (``sh -c``, a real
+    subprocess, from another directory), records exactly the skip of batch 3 for "down"
+    and leaves the other marks; the next run writes it from batch 4 on."""
+    root = tmp_path / "it's & co"
+    root.mkdir()
+    ledger, spool, file = str(root / "ledger"), str(root / "spool"), root / "pipeline.toml"
+    file.write_text(
+        f'[pipeline]\nname = "gap"\nledger = "{ledger}"\nspool = "{spool}"\n'
+        f'checkpoint = "{root / "ckpt"}"\n[source]\nformat = "rate"\n'
+        + "".join(
+            f'[[sinks]]\ntype = "delta"\nname = "{s}"\npath = "{root / s}"\non_failure = "{mode}"\n'
+            for s, mode in (("good", "stop"), ("down", "lag"))
+        )
+    )
+    _held_then_missed(DeltaLedger(ledger), spool)
+    back = ScriptedSink("down")
+    fan = FanOut(
+        "gap", DeltaLedger(ledger), [ScriptedSink("good"), _lag(back)], spool=spool,
+        probe_interval_s=3600, pipeline_file=str(file),
+    )  # fmt: skip
+    _catch_up_from_memory(fan)
+    with pytest.raises(MissedBatchesError) as refused:
+        _run(fan, range(4, 5))
+    command = str(refused.value).split("`")[-2]
+    assert command == (
+        f"fanout ledger skip --config {shlex.quote(str(file))} --ledger {shlex.quote(ledger)} "
+        f"--pipeline gap --sink down --through 3 --epoch 0 --spool {shlex.quote(spool)}"
+    )
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["sh", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout
+    marks = [e for e in DeltaLedger(ledger).committed_entries("gap") if e.sink == "down"]
+    assert sorted((e.epoch, e.batch_id, e.rows) for e in marks) == [
+        (0, 0, 2),
+        (0, 1, 2),
+        (0, 2, 2),
+        (0, 3, 0),  # the skip, run as printed
+    ]
+    assert DeltaLedger(ledger).last_committed("gap", ["good"]) == {"good": 3}  # 4 refused
+    back = ScriptedSink("down")
+    _run(FanOut("gap", DeltaLedger(ledger), [ScriptedSink("good"), _lag(back)], spool=spool),
+         range(4, 6))  # fmt: skip
+    assert back.calls == [(4, 1), (5, 1)]

@@ -392,8 +392,8 @@ def test_a_skip_without_epoch_is_refused_while_the_backfill_source_holds_an_olde
     assert main(printed.split()[1:]) == 0
     marks = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "pg"]
     assert [(e.epoch, e.batch_id, e.rows) for e in marks] == [(0, 1, 0)]
-    # epoch 0 held now, a skip without --epoch is epoch 1's, checked as before
-    assert main(args) == 2
+    # epoch 0 held now, a skip of epoch 1 is checked as before
+    assert main([*args, "--epoch", "1"]) == 2
     assert "its backfill source 'lake' holds batch(es) 0-1 of epoch 1" in capsys.readouterr().err
 
 
@@ -423,9 +423,91 @@ def test_an_older_epochs_batch_given_up_with_its_checkpoint_is_missed_by_no_sink
         assert code == 2
         assert "the oldest batch it misses is batch 1 of epoch 0" in capsys.readouterr().err
         assert [(e.epoch, e.batch_id) for e in marks] == [(0, 0)]
-    else:
-        assert code == 0
+    else:  # more than one epoch: without --epoch refused all the same, naming no batch
+        assert code == 2
+        assert "the ledger shows no batch of an older epoch the sink still misses" in (
+            capsys.readouterr().err
+        )
+        assert [(e.epoch, e.batch_id) for e in marks] == [(0, 0)]
+        assert main([*args, "--through", "1", "--epoch", "1"]) == 0
         assert capsys.readouterr().out.startswith(
             "pipeline 'gap', sink 'down', epoch 1: batches 0-1 recorded as skipped"
         )
+        marks = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "down"]
         assert sorted((e.epoch, e.batch_id) for e in marks) == [(0, 0), (1, 1)]
+
+
+def test_a_skip_without_epoch_is_refused_once_the_pipeline_has_two_epochs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sink "late" has no mark in epoch 0 (left out of it, or lagging from its first batch
+    with the spool not given): the ledger cannot tell whether it misses epoch 0's batches.
+    In epoch 0 alone a skip without ``--epoch`` is taken (the one-epoch case, as before);
+    after a checkpoint reset it is refused, nothing recorded, naming the command with
+    ``--epoch 1``, which, run as printed, records epoch 1's skip."""
+    path = str(tmp_path / "ledger")
+    _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good"), ScriptedSink("pg")]), range(1))
+    _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good")]), range(1, 2))
+    one = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "pg"]
+    assert main([*one, "--through", "1"]) == 0  # one epoch: --epoch not needed
+    assert capsys.readouterr().out.startswith(
+        "pipeline 'gap', sink 'pg', epoch 0: batches 1-1 recorded as skipped"
+    )
+    sinks = [ScriptedSink("good"), ScriptedSink("pg")]
+    _run(FanOut("gap", DeltaLedger(path), sinks, on_checkpoint_reset="new_epoch"), range(2), "q2")
+    capsys.readouterr()
+    args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "late"]
+    assert main([*args, "--through", "1"]) == 2
+    printed = f"fanout ledger skip --ledger {path} --pipeline gap --sink late --through 1 --epoch 1"
+    assert capsys.readouterr().err == (
+        "fanout: configuration error: pipeline 'gap', sink 'late': the pipeline has more than "
+        "one epoch (its current one is 1, the one a skip without an epoch acts in), and the "
+        "ledger cannot tell whether the sink still misses batches of epoch 0 (it has no "
+        "mark there: it may not have been in the pipeline then, or it may have lagged from "
+        "that epoch's first batch), which it gets before epoch 1's: a skip of epoch 1's "
+        "batches through 1 would lose their rows to it; nothing was recorded. To skip epoch "
+        f"1's batches, run `{printed}`; to skip an older epoch's, the same with --epoch of it\n"
+    )
+    assert [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "late"] == []
+    with pytest.raises(OlderEpochSkipError) as refused:  # in Python too
+        skip_batches(DeltaLedger(path), "gap", "late", 1)
+    assert (refused.value.epoch, refused.value.batch_id, refused.value.older) == (1, None, False)
+
+    assert main(printed.split()[1:]) == 0
+    marks = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "late"]
+    assert [(e.epoch, e.batch_id, e.rows) for e in marks] == [(1, 1, 0)]
+
+
+def test_a_skip_without_epoch_of_a_sink_caught_up_in_the_older_epoch_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sink "pg" holds every batch of epoch 0 (its mark there is the epoch's last) and
+    misses epoch 1's batches 0-1: the ledger tells it misses nothing older, and the refusal
+    of a skip without ``--epoch`` (the pipeline has two epochs) says that, not that it has
+    no mark in the older epoch (which it printed before: untrue of this sink). The printed
+    command records epoch 1's skip."""
+    path = str(tmp_path / "ledger")
+    _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good"), ScriptedSink("pg")]), range(2))
+    sinks = [ScriptedSink("good")]
+    _run(FanOut("gap", DeltaLedger(path), sinks, on_checkpoint_reset="new_epoch"), range(2), "q2")
+    capsys.readouterr()
+    args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "pg"]
+    assert main([*args, "--through", "1"]) == 2
+    printed = f"fanout ledger skip --ledger {path} --pipeline gap --sink pg --through 1 --epoch 1"
+    assert capsys.readouterr().err == (
+        "fanout: configuration error: pipeline 'gap', sink 'pg': the pipeline has more than "
+        "one epoch (its current one is 1, the one a skip without an epoch acts in); the "
+        "ledger shows no batch of an older epoch the sink still misses, but a skip without "
+        "an epoch is taken only while the pipeline has one, so that none typed for an older "
+        "epoch's batches gives up epoch 1's instead; nothing was recorded. To skip epoch "
+        f"1's batches, run `{printed}`; to skip an older epoch's, the same with --epoch of it\n"
+    )
+    marks = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "pg"]
+    assert sorted((e.epoch, e.batch_id) for e in marks) == [(0, 0), (0, 1)]
+    assert main(shlex.split(printed)[1:]) == 0
+    marks = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "pg"]
+    assert sorted((e.epoch, e.batch_id, e.rows) for e in marks) == [
+        (0, 0, 2),
+        (0, 1, 2),
+        (1, 1, 0),
+    ]

@@ -5,6 +5,10 @@ ledger holds no row of as "no mark yet". A real (delta-rs) ledger; no Spark."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -425,3 +429,39 @@ def test_a_password_of_digits_leaves_each_draw_of_status_json_whole(
     assert title.startswith(f"fanout status --config {config}: ") and blank == ""
     listed = json.loads("\n".join(drawn))
     assert (listed[0]["last_batch_rows"], listed[0]["rows_total"]) == (12345678, 12345688)
+
+
+def test_the_recover_status_names_runs_as_printed_from_a_directory_a_shell_would_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pipeline file in a directory named ``it's orders & co``: the ``fanout recover``
+    that status names for a missing checkpoint, pasted into a shell (``sh -c``, a real
+    subprocess), reads that file and records its report in the ledger; so does the
+    ``fanout run ... --new-epoch`` that report names, as one word. Unquoted, the shell
+    stopped at the unbalanced quote and nothing was recorded."""
+    root = tmp_path / "it's orders & co"
+    root.mkdir()
+    config = _setup(root)
+    assert main(["status", "--config", config]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    command = last.split("`")[1]
+    assert command == "fanout recover --config " + shlex.quote(config)
+    before = DeltaLedger(str(root / "ledger")).rows()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["sh", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines()[-1] == (
+        "Recorded in the ledger as report 1: the next epoch (`fanout run "
+        f"{shlex.quote(config)} --new-epoch`) starts from it, and is refused if a batch of "
+        "epoch 0 after it is committed first (then run this again)."
+    )
+    after = DeltaLedger(str(root / "ledger")).rows()
+    added = [r for r in after if r not in before]
+    assert sorted(
+        (r["pipeline"], r["sink"], r["batch_id"], r["status"], r["epoch"]) for r in added
+    ) == [
+        ("p", "*", 1, "recovery", 0),  # report 1: resume after batch 1
+        ("p", "a", 1, "recovery", 0),  # sink a counted at its mark
+    ]

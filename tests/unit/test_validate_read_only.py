@@ -38,9 +38,11 @@ class ChecksItsDirectory(MakesItsDirectory):
 
     read_only_check: ClassVar[bool] = True
     opened_with: ClassVar[list[bool]] = []
+    ledgers: ClassVar[list[str | None]] = []
 
     def open(self, context: SinkContext) -> None:
         ChecksItsDirectory.opened_with.append(context.checking)
+        ChecksItsDirectory.ledgers.append(context.ledger)
         if not Path(self.directory).exists():
             if context.checking:
                 context.would(f"create the directory {self.directory}")
@@ -105,6 +107,7 @@ def test_validate_opens_only_sinks_that_check_read_only_and_writes_nothing(
     file = tmp_path / "p.toml"
     file.write_text(PIPELINE.format(root=tmp_path))
     ChecksItsDirectory.opened_with.clear()
+    ChecksItsDirectory.ledgers.clear()
     checklist = run_checks(None, load_pipeline(str(file)), lambda spark, config: None)
     assert [check.line() for check in checklist.checks] == [
         "  OK    source: builds with its schema and transform",
@@ -120,6 +123,7 @@ def test_validate_opens_only_sinks_that_check_read_only_and_writes_nothing(
         "unique (they key the ledger)",
     ]
     assert ChecksItsDirectory.opened_with == [True]
+    assert ChecksItsDirectory.ledgers == [f"{tmp_path}/ledger"]  # as a run names it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.toml"]
     assert list(checklist.specs) == ["legacy", "careful"]
     out = io.StringIO()

@@ -24,7 +24,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fanout.errors import CheckpointRollbackError
+from fanout.errors import CheckpointRollbackError, shell_word
+from fanout.ledger.gaps import LEDGER_UNKNOWN, ledger_note
 from fanout_delta.table_states import TableStates
 
 if TYPE_CHECKING:
@@ -314,12 +315,12 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _recover_line(info: BatchInfo, ledger: str | None) -> str:
-    if ledger is None:  # a sink opened outside a FanOut (fanout.testing): no ledger known
-        return (
-            f"  `fanout recover --pipeline {info.pipeline} --ledger` with the pipeline's "
-            "ledger prints what the ledger knows per sink, with Kafka startingOffsets."
-        )
+    """The ``fanout recover`` that prints what the ledger knows (``ledger``: as commands name
+    it; ``None``: a sink opened outside a FanOut, :data:`fanout.ledger.gaps.LEDGER_UNKNOWN`
+    said so)."""
+    named = LEDGER_UNKNOWN if ledger is None else ledger
     return (
-        f"  `fanout recover --ledger {ledger} --pipeline {info.pipeline}` prints what the "
-        "ledger knows per sink, with Kafka startingOffsets."
+        f"  `fanout recover --ledger {named} --pipeline {shell_word(info.pipeline)}` prints "
+        "what the ledger knows per sink, with Kafka startingOffsets"
+        f"{ledger_note(ledger)}."
     )

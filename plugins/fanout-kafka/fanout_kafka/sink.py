@@ -34,7 +34,7 @@ from fanout.errors import (
     SinkWriteError,
     TransientSinkError,
 )
-from fanout.ledger.gaps import skip_command
+from fanout.ledger.gaps import ledger_note, skip_command
 from fanout.observe.secrets import redact
 from fanout.partitioned.membership import (
     WHOLE_ROW,
@@ -495,11 +495,12 @@ class KafkaSink(PartitionedSink):
             "a new epoch is refused and `fanout recover` records no lost mark. A replay "
             "cannot write them either (it rebuilds them from the journal). Every partition "
             "committed its rows to %r: if you accept that those partitions' refused rows of "
-            "batch %d may be missing from %s, record the batch for this sink with `%s` "
+            "batch %d may be missing from %s, record the batch for this sink with `%s`%s "
             "and restart the query.",
             self.name, batch_id, parts, settings.marker_topic, redact(where, self.secret_values()),
             self.topic, batch_id, redact(where, self.secret_values()),
             skip_command(self._ledger, pipeline, self.name, batch_id, epoch),
+            ledger_note(self._ledger),
         )  # fmt: skip
 
     def _topic_replaced(self, config: dict[str, Any], scope: str) -> str | None:

@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from fanout.ledger.gaps import LEDGER_UNKNOWN, skip_command
+from fanout.errors import shell_word
+from fanout.ledger.gaps import LEDGER_UNKNOWN, ledger_note, skip_command
 from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
 from fanout_kafka import journal
 from fanout_kafka.failures import (
@@ -409,8 +410,8 @@ class PartitionWriter:
             f"(its rows are in {settings.topic!r}). Raise the marker topic's retention.ms "
             "above the longest time a failed batch may wait for its replay. To go on without "
             "those rows, once every other partition committed the batch (`fanout recover "
-            f"--ledger {ledger} --pipeline {settings.pipeline}` shows the part): "
-            f"`{skip}`, then restart"
+            f"--ledger {ledger} --pipeline {shell_word(settings.pipeline)}` shows the part): "
+            f"`{skip}`, then restart{ledger_note(settings.ledger)}"
         )
 
     def _where(self) -> str:

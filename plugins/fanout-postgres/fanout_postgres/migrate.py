@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fanout.errors import ConfigurationError
+from fanout.errors import ConfigurationError, shell_word
 from fanout_postgres.options import dotted_schema
 
 if TYPE_CHECKING:
@@ -273,7 +273,7 @@ def migration_problem(
             return ahead
         missing = missing_at_head(conn, schema)
     what = f" (missing: {', '.join(missing)})" if missing else ""
-    command = f"`fanout migrate --url {shown_url} --schema {schema}`"
+    command = f"`fanout migrate --url {shell_word(shown_url)} --schema {shell_word(schema)}`"
     way = (
         f"the database needs {command} first (a read-only check migrates nothing)"
         if read_only

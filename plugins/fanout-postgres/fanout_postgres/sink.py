@@ -95,7 +95,12 @@ from fanout_postgres.plan import (
     reflect,
     table_to_create,
 )
-from fanout_postgres.statements import forget_marks_advice, forget_routes_sql
+from fanout_postgres.statements import (
+    RESTORE_OR_RENAME,
+    forget_marks_advice,
+    forget_routes_sql,
+    restarted,
+)
 from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 
@@ -425,11 +430,9 @@ class PostgresSink(PartitionedSink):
             f"{self.state_schema}.progress marks partition(s) {parts} of batch "
             f"{batch.batch_id} of this sink as committed to {self._table} in pipeline "
             f"{scope!r} by query {queries}; this is query {batch.query_id}. "
-            "A query keeps its id with its checkpoint, so the pipeline's checkpoint (and "
-            "ledger) were replaced and it starts again under the same name, or another "
-            "pipeline of that name writes this sink. Nothing was written. Restore the "
-            "pipeline's ledger and checkpoint; or, to write the table again from this batch "
-            "on, give the pipeline a new name. "
+            f"A query keeps its id with its checkpoint, so {restarted(ledger_too=False)}, or "
+            f"another pipeline of that name writes this sink. Nothing was written. "
+            f"{RESTORE_OR_RENAME}. "
             + forget_marks_advice(self.state_schema, scope, self.name, self._table),
             sink=self.name,
             batch_id=batch.batch_id,
@@ -662,13 +665,11 @@ class PostgresSink(PartitionedSink):
                 f"{self.state_schema}.upsert_routes records batch {later} of this sink "
                 f"committed to {self._table} in pipeline {scope!r}, after batch "
                 f"{batch.batch_id}, which Spark hands now. The sink writes its batches in "
-                "order and the ledger marks each before the next, so the pipeline's "
-                "checkpoint and ledger were replaced and it starts again under the same "
-                "name, or another pipeline of that name writes this sink. Nothing was "
-                f"written: batch {batch.batch_id} would put the keys of the batches up to "
-                f"{later} back to older values. Restore the pipeline's ledger and "
-                "checkpoint; or, to write the table again from this batch on, give the "
-                "pipeline a new name, or delete the earlier run's records first: "
+                f"order and the ledger marks each before the next, so "
+                f"{restarted(ledger_too=True)}, or another pipeline of that name writes this "
+                f"sink. Nothing was written: batch {batch.batch_id} would put the keys of the "
+                f"batches up to {later} back to older values. {RESTORE_OR_RENAME}, or delete "
+                "the earlier run's records first: "
                 f"{forget_routes_sql(self.state_schema, scope, self.name)}",
                 sink=self.name,
                 batch_id=batch.batch_id,

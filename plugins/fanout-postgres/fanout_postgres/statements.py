@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from fanout.contract.sql import sql_literal
 from fanout_postgres.identifiers import TableName, quote
 
 STAGE = "fanout_stage"
@@ -580,6 +581,27 @@ def forget_marks_sql(state_schema: str, scope: str, sink: str) -> str:
     return _forget_sql(state_schema, "progress", scope, sink)
 
 
+def restarted(*, ledger_too: bool) -> str:
+    """Why a sink meets an earlier run's records of the batch Spark hands (its progress
+    marks by another query, a later batch in ``upsert_routes``), as the refusals say it:
+    the pipeline started again under the same name on a new checkpoint; ``ledger_too``:
+    with a new ledger as well (a later batch recorded says so: the old ledger would have
+    refused the earlier one), else perhaps (a mark of another query says only the
+    checkpoint). The one text of the four refusals (driver and partition, append and
+    upsert)."""
+    ledger = "and ledger" if ledger_too else "(and ledger)"
+    return (
+        f"the pipeline's checkpoint {ledger} were replaced and it starts again under the same name"
+    )
+
+
+RESTORE_OR_RENAME = (
+    "Restore the pipeline's ledger and checkpoint; or, to write the table again from this "
+    "batch on, give the pipeline a new name"
+)
+"""The driver's ways on after :func:`restarted` (append and upsert alike)."""
+
+
 def forget_marks_advice(state_schema: str, scope: str, sink: str, table: object) -> str:
     """What the refusals of an append batch another query marked (the pipeline started
     again under the same name with a new checkpoint) say of :func:`forget_marks_sql`:
@@ -593,12 +615,9 @@ def forget_marks_advice(state_schema: str, scope: str, sink: str, table: object)
 
 
 def _forget_sql(state_schema: str, table: str, scope: str, sink: str) -> str:
-    def text(value: str) -> str:
-        return "'" + value.replace("'", "''") + "'"
-
     return (
-        f"DELETE FROM {quote(state_schema)}.{table} WHERE pipeline = {text(scope)} "
-        f"AND sink = {text(sink)}"
+        f"DELETE FROM {quote(state_schema)}.{table} WHERE pipeline = {sql_literal(scope)} "
+        f"AND sink = {sql_literal(sink)}"
     )
 
 

@@ -60,7 +60,7 @@ from fanout_postgres.sqlstate import (
     reason_of,
     sqlstate_of,
 )
-from fanout_postgres.statements import ROW, forget_marks_advice, forget_routes_sql
+from fanout_postgres.statements import ROW, forget_marks_advice, forget_routes_sql, restarted
 
 if TYPE_CHECKING:
     pass
@@ -314,8 +314,8 @@ class PartitionTransaction:
             "this partition's rows would have overwritten that batch's values of their "
             "keys. An attempt Spark no longer waits for (the slower of a speculative pair, "
             "a task of an executor it gave up on) ends so, and its outcome is discarded. "
-            "If this batch is the pipeline's newest (its checkpoint and ledger were "
-            "replaced, and it starts again under the same name; the driver refuses that "
+            f"If this batch is the pipeline's newest ({restarted(ledger_too=True)}; the "
+            "driver refuses that "
             "before writing, unless the earlier run committed that batch meanwhile), "
             "those records are an earlier run's: restore the ledger and checkpoint, or, "
             "only if the table is meant to be written again, delete them: "
@@ -473,9 +473,8 @@ class PartitionTransaction:
                 f"query {query_id} with {partitions} partitions; this is query "
                 f"{self.meta.query_id} with {self.plan.partitions}. Nothing of this "
                 "partition was written. If option 'partitions' changed mid-batch, restore "
-                "it until the batch completes. Else the pipeline's checkpoint (and ledger) "
-                "were replaced and it starts again under the same name: restore the ledger "
-                "and checkpoint, or give the pipeline a new name. "
+                f"it until the batch completes. Else {restarted(ledger_too=False)}: restore "
+                "the ledger and checkpoint, or give the pipeline a new name. "
                 + forget_marks_advice(
                     self.plan.state_schema, self.meta.pipeline, self.plan.sink, self.plan.table
                 )

@@ -32,7 +32,8 @@ migrate = false
 
 
 def _at_0003(pg_url: str) -> str:
-    """fanout's tables at revision 0003, a target table; the message's spelling of the URL."""
+    """fanout's tables at revision 0003, a target table; the message's spelling of the URL
+    (quoted for a shell in the command it names: it holds a ``?``)."""
     upgrade(pg_url, schema="fanout", revision="0003_progress_route")
     execute(pg_url, "CREATE TABLE events (id bigint PRIMARY KEY, v text)")
     return display(make_url(pg_url))
@@ -43,7 +44,7 @@ def _problem(shown: str) -> str:
         "postgres sink 'pg' (table events): fanout's tables in schema 'fanout' are at "
         "revision 0003_progress_route, not 0007_upsert_routes_refused (missing: column "
         "fanout.progress.target_oid, table fanout.upsert_routes); run `fanout migrate "
-        f"--url {shown} --schema fanout` or set migrate: true"
+        f"--url {shlex.quote(shown)} --schema fanout` or set migrate: true"
     )
 
 

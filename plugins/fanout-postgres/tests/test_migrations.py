@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -453,3 +454,32 @@ def test_tables_a_newer_fanout_migrated_say_to_upgrade_the_plugin(pg_url: str) -
     assert query(pg_url, "SELECT version_num FROM fanout.alembic_version") == [
         ("0099_from_the_future",)
     ]
+
+
+def test_the_printed_migrate_runs_as_printed_for_a_url_with_two_parameters(pg_url: str) -> None:
+    """A URL with two query parameters (``...?host=...&application_name=...``): the
+    ``fanout migrate`` a sink told not to migrate prints, pasted into a shell (``sh -c``, a
+    real subprocess), migrates exactly the sink's schema. Unquoted, the shell cut the URL at
+    the ``&``: it ran ``fanout migrate --url <the URL up to it>`` in the background, without
+    ``--schema`` (the default schema ``fanout``) and without the rest of the URL (here the
+    server's socket: it reached for another server), and ``<the rest> --schema mig`` as a
+    command that does not exist (exit 127)."""
+    url = f"{pg_url}{'&' if '?' in pg_url else '?'}application_name=fanout_test"
+    execute(pg_url, "CREATE TABLE events (id bigint)")
+    sink = PostgresSink(
+        "pg", url=url, table="events", mode="append", migrate=False, state_schema="mig"
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        sink.open(SinkContext("m"))
+    command = str(refused.value).split("`")[1]
+    assert command.startswith("fanout migrate --url '") and command.endswith("' --schema mig")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["sh", "-c", command], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    schemas = "SELECT nspname FROM pg_namespace WHERE nspname IN ('fanout', 'mig') ORDER BY 1"
+    assert query(pg_url, schemas) == [("mig",)]
+    assert query(pg_url, "SELECT version_num FROM mig.alembic_version") == [(head_revision(),)]
+    sink.open(SinkContext("m"))  # at head now: opens
+    sink.close()
