@@ -688,9 +688,9 @@ class PostgresSink(PartitionedSink):
         if later == EPOCH_FENCE:
             raise SinkWriteError(
                 f"{self.state_schema}.upsert_routes records that a later epoch of pipeline "
-                f"{batch.pipeline!r} has written this sink since (a checkpoint reset was "
+                f"{batch.pipeline!r} began writing this sink since (a checkpoint reset was "
                 f"accepted as a new epoch): batch {batch.batch_id} of epoch "
-                f"{batch.info.epoch}, which Spark hands now, is the query's the reset "
+                f"{batch.info.epoch}, which Spark hands now, is of the query the reset "
                 "replaced, still running, and would put keys of "
                 f"{self._table} back to older values. Nothing was written; stop that "
                 "query. If the pipeline's ledger was replaced and it starts again under "

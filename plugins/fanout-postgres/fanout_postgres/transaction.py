@@ -306,7 +306,7 @@ class PartitionTransaction:
     def _refuse_straggler(self, later: int | None) -> None:
         """Upsert: roll the partition back when a later batch of the sink committed
         (``later``, its id; :data:`~fanout_postgres.statements.EPOCH_FENCE` when a later
-        epoch wrote the sink): this attempt is a straggler (a speculative copy Spark did not
+        epoch began writing the sink): this attempt is a straggler (a speculative copy Spark did not
         take, a task of an executor it gave up on, a killed task still running), whose
         rows would overwrite the later batch's values of their keys. Asked after the rows
         are written: a later batch that wrote one of its keys first has committed by then
@@ -316,7 +316,7 @@ class PartitionTransaction:
             raise SinkWriteError(
                 f"partition {self.partition} rolled back: {self.plan.state_schema}."
                 "upsert_routes records that a later epoch of the pipeline (a checkpoint "
-                "reset was accepted since) has written this sink to "
+                "reset was accepted since) began writing this sink to "
                 f"{self.plan.table}, and this partition's rows would have overwritten "
                 "that epoch's values of their keys. A task of the query the reset "
                 "replaced, or an attempt Spark no longer waits for, ends so, and its "
