@@ -682,7 +682,9 @@ class PostgresSink(PartitionedSink):
         :class:`~fanout.errors.SinkWriteError` when ``upsert_routes`` holds a later batch of
         the sink in the scope: the pipeline started again with a new ledger and checkpoint
         under the same name (docs/architecture.md §8.2, "A straggler of an earlier batch"),
-        whose batches up to that one would put keys back to older values."""
+        whose batches up to that one would put keys back to older values; or, the row
+        :data:`~fanout_postgres.statements.EPOCH_FENCE`, a later epoch began writing the
+        sink and this batch is of the query a checkpoint reset replaced."""
         scope = _scope(batch)
         routes, later = upsert_routes(conn, self.state_schema, scope, self.name, batch.batch_id)
         if later == EPOCH_FENCE:
