@@ -88,8 +88,10 @@ def upsert_routes(conn: Any, state_schema: str, scope: str, sink: str, batch_id:
     """Upsert mode: the route each committed partition of one batch of one sink recorded
     (``upsert_routes``, migration ``0004_upsert_routes``), by partition; and the latest
     batch after it the sink committed in the scope (``None``: none, as always but after a
-    ledger replaced: the sink writes its batches in order). One query, reading the rows
-    of the batch and of any later one: in the common case only the batch's."""
+    ledger replaced: the sink writes its batches in order;
+    :data:`~fanout_postgres.statements.EPOCH_FENCE` once a later epoch began writing the
+    sink). One query, reading the rows of the batch and of any later one: in the common
+    case only the batch's."""
     import sqlalchemy as sa
 
     r = upsert_routes_table(state_schema)

@@ -96,7 +96,9 @@ from fanout_postgres.plan import (
     table_to_create,
 )
 from fanout_postgres.statements import (
+    EPOCH_FENCE,
     RESTORE_OR_RENAME,
+    fence_earlier_epochs,
     forget_marks_advice,
     forget_routes_sql,
     restarted,
@@ -214,6 +216,8 @@ class PostgresSink(PartitionedSink):
         self._direct = DirectCopyPolicy()
         # upsert: (scope, batch) whose preflight found partitions an earlier attempt committed
         self._rewrites: set[tuple[str, int]] = set()
+        # upsert: the epoch whose earlier epochs' scopes this process closed (0: none has any)
+        self._fenced = 0
         self._unmade = False  # open() found the table missing; the first write creates it
 
     @property
@@ -379,6 +383,7 @@ class PostgresSink(PartitionedSink):
             with engine.connect() as conn:
                 if self.mode == "upsert":
                     self._refuse_other_route(conn, batch)
+                    self._fence_earlier_epochs(conn, batch)
                 else:
                     conn.execute(_sa().text("SELECT 1"))
                 self._recheck(conn, batch.df.schema.json(), batch.batch_id)
@@ -389,6 +394,26 @@ class PostgresSink(PartitionedSink):
                 f"cannot reach the server: {self._clean(exc)}", sink=self.name,
                 batch_id=batch.batch_id,
             ) from None  # fmt: skip
+
+    def _fence_earlier_epochs(self, conn: Any, batch: Batch) -> None:
+        """Upsert, a batch of epoch 1 or later, once per epoch and process: close the
+        scopes of the earlier epochs to the sink's stragglers, before any partition of
+        the new epoch writes (:func:`~fanout_postgres.statements.fence_earlier_epochs`).
+        A task of a query the reset replaced (Spark's speculative copy, a task of an
+        executor given up on or of a stopped query, still running) asks for a later batch
+        of its own scope before it commits; the new epoch's batch ids start again in
+        another scope, so without this row it found none and put the keys back to its
+        batch's values. The sink writes its batches in ``(epoch, batch id)`` order (a
+        lagging sink's catch-up too, docs/architecture.md §14.1), so once it writes an
+        epoch no batch of an earlier one is due to it. One statement per process start in
+        a new epoch; none in epoch 0."""
+        epoch = batch.info.epoch
+        if epoch <= self._fenced:
+            return
+        scopes = [pipeline_scope(batch.pipeline, k) for k in range(epoch)]
+        conn.execute(fence_earlier_epochs(self.state_schema), {"scopes": scopes, "sink": self.name})
+        conn.commit()
+        self._fenced = epoch
 
     def committed_partitions(
         self, batch: Batch, plan: PartitionPlan
@@ -657,9 +682,27 @@ class PostgresSink(PartitionedSink):
         :class:`~fanout.errors.SinkWriteError` when ``upsert_routes`` holds a later batch of
         the sink in the scope: the pipeline started again with a new ledger and checkpoint
         under the same name (docs/architecture.md §8.2, "A straggler of an earlier batch"),
-        whose batches up to that one would put keys back to older values."""
+        whose batches up to that one would put keys back to older values; or, the row
+        :data:`~fanout_postgres.statements.EPOCH_FENCE`, a later epoch began writing the
+        sink and this batch is of the query a checkpoint reset replaced."""
         scope = _scope(batch)
         routes, later = upsert_routes(conn, self.state_schema, scope, self.name, batch.batch_id)
+        if later == EPOCH_FENCE:
+            raise SinkWriteError(
+                f"{self.state_schema}.upsert_routes records that a later epoch of pipeline "
+                f"{batch.pipeline!r} began writing this sink since (a checkpoint reset was "
+                f"accepted as a new epoch): batch {batch.batch_id} of epoch "
+                f"{batch.info.epoch}, which Spark hands now, is of the query the reset "
+                "replaced, still running, and would put keys of "
+                f"{self._table} back to older values. Nothing was written; stop that "
+                "query. If the pipeline's ledger was replaced and it starts again under "
+                "the same name, restore its ledger and checkpoint; or, to write the table "
+                "again from this batch on, give the pipeline a new name, or delete the "
+                "earlier run's records first: "
+                f"{forget_routes_sql(self.state_schema, scope, self.name)}",
+                sink=self.name,
+                batch_id=batch.batch_id,
+            )
         if later is not None:
             raise SinkWriteError(
                 f"{self.state_schema}.upsert_routes records batch {later} of this sink "

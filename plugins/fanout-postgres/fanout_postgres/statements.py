@@ -567,6 +567,33 @@ def _later_batch(state_schema: str) -> str:
     return compile_sql(later)
 
 
+EPOCH_FENCE = 2**63 - 1
+"""The batch id of the ``upsert_routes`` row (partition ``-1``) with which a sink's first
+batch of a new epoch closes the scopes of the earlier epochs (:func:`fence_earlier_epochs`):
+above every batch there, so an earlier epoch's straggler, whose check asks for a later
+batch of its own scope (:func:`_later_batch`), finds it with the same index lookup."""
+
+
+def fence_earlier_epochs(state_schema: str) -> Any:
+    """The ``INSERT`` of an :data:`EPOCH_FENCE` row of the sink in each scope of
+    ``%(scopes)s`` (the earlier epochs'), unless there is one: from then on a partition of
+    those epochs finds a later batch, and rolls back (docs/architecture.md §8.2, "A
+    straggler of an earlier batch"). Parameters ``scopes`` (a list) and ``sink``."""
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql as pg
+
+    r = upsert_routes_table(state_schema)
+    scopes = sa.func.unnest(sa.bindparam("scopes", type_=pg.ARRAY(sa.Text)))
+    rows = sa.select(
+        scopes, sa.bindparam("sink", type_=sa.Text),
+        sa.literal_column(str(EPOCH_FENCE)), sa.literal_column("-1"),
+    )  # fmt: skip
+    insert = pg.insert(r).from_select(["pipeline", "sink", "batch_id", "partition"], rows)
+    return insert.on_conflict_do_nothing(
+        index_elements=["pipeline", "sink", "batch_id", "partition"]
+    )
+
+
 def forget_routes_sql(state_schema: str, scope: str, sink: str) -> str:
     """The ``DELETE`` of a sink's ``upsert_routes`` rows of one pipeline scope, as an error
     names it for a person to run (its values inline, quoted): the records of an earlier

@@ -60,7 +60,13 @@ from fanout_postgres.sqlstate import (
     reason_of,
     sqlstate_of,
 )
-from fanout_postgres.statements import ROW, forget_marks_advice, forget_routes_sql, restarted
+from fanout_postgres.statements import (
+    EPOCH_FENCE,
+    ROW,
+    forget_marks_advice,
+    forget_routes_sql,
+    restarted,
+)
 
 if TYPE_CHECKING:
     pass
@@ -300,12 +306,29 @@ class PartitionTransaction:
 
     def _refuse_straggler(self, later: int | None) -> None:
         """Upsert: roll the partition back when a later batch of the sink committed
-        (``later``, its id): this attempt is a straggler (a speculative copy Spark did not
+        (``later``, its id; :data:`~fanout_postgres.statements.EPOCH_FENCE` when a later
+        epoch began writing the sink): this attempt is a straggler (a speculative copy Spark did not
         take, a task of an executor it gave up on, a killed task still running), whose
         rows would overwrite the later batch's values of their keys. Asked after the rows
         are written: a later batch that wrote one of its keys first has committed by then
         (this transaction waited for its row lock or unique index entry), and one that
         writes them after waits for this transaction and overwrites them."""
+        if later == EPOCH_FENCE:
+            raise SinkWriteError(
+                f"partition {self.partition} rolled back: {self.plan.state_schema}."
+                "upsert_routes records that a later epoch of the pipeline (a checkpoint "
+                "reset was accepted since) began writing this sink to "
+                f"{self.plan.table}, and this partition's rows would have overwritten "
+                "that epoch's values of their keys. A task of the query the reset "
+                "replaced, or an attempt Spark no longer waits for, ends so, and its "
+                "outcome is discarded. If the pipeline was started again under the same "
+                "name with a new ledger, those records are an earlier run's: restore the "
+                "ledger and checkpoint, or, only if the table is meant to be written "
+                "again, delete them: "
+                + forget_routes_sql(self.plan.state_schema, self.meta.pipeline, self.plan.sink),
+                sink=self.plan.sink,
+                batch_id=self.meta.batch_id,
+            )
         if later is None:
             return
         raise SinkWriteError(

@@ -155,3 +155,44 @@ def test_a_pipeline_started_again_without_its_ledger_is_refused_before_writing(
     assert _table(pg_url) == [
         (1, "again"), (2, "batch 0"), (3, "batch 1"), (4, "again"),
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-copy", "staged"])
+def test_a_straggler_of_an_epoch_a_reset_replaced_does_not_undo_the_new_epoch(
+    spark: Any, pg_url: str, direct: bool
+) -> None:
+    """After a checkpoint reset accepted as a new epoch, batch ids start again (another
+    scope, ``strag@e1``): a straggler of epoch 0's batch 7 ending after epoch 1's batch 2
+    committed is rolled back all the same (epoch 1 has no batch after 7, but it is after
+    every batch of epoch 0), and so is the replaced query's next batch, on the driver; and
+    epoch 1's batches, whose ids are below 7, are not refused for epoch 0's rows."""
+    execute(pg_url, DDL)
+    sink = open_sink(PostgresSink("pg", url=pg_url, table="t", partitions=1), "strag")
+    old = [(1, "epoch 0"), (2, "epoch 0")]
+    new = [(1, "epoch 1"), (3, "epoch 1")]
+    first = Batch(
+        spark.createDataFrame(old, SCHEMA), BatchInfo("strag", 7, "q0"), "pg",
+        "fanout/strag/pg",
+    )  # fmt: skip
+    shipped = pickle.loads(pickle.dumps(sink.partition_writer(first, None)))
+    task = dataclasses.replace(shipped, direct=direct)
+    assert sink.write(first).rows == 2
+    for batch_id in (0, 1, 2):  # the new epoch's first batches: not refused
+        info = BatchInfo("strag", batch_id, "q1", epoch=1)
+        second = Batch(spark.createDataFrame(new, SCHEMA), info, "pg", "fanout/strag@e1/pg")
+        assert sink.write(second).rows == 2
+    assert _table(pg_url) == [(1, "epoch 1"), (2, "epoch 0"), (3, "epoch 1")]
+
+    outcome = task.write_partition(0, iter(_arrow(old).to_batches()), NoCommitHooks(),
+                                   MemberDigest())  # fmt: skip
+
+    assert _table(pg_url) == [(1, "epoch 1"), (2, "epoch 0"), (3, "epoch 1")]
+    assert outcome.status == "failed"
+    assert outcome.failure is not None
+    assert "a later epoch of the pipeline" in outcome.failure.message
+    # the replaced query's driver, still running, is refused before its tasks write
+    with pytest.raises(SinkWriteError) as refused:
+        sink.write(dataclasses.replace(first, info=BatchInfo("strag", 8, "q0")))
+    assert "a later epoch of pipeline 'strag' began writing this sink" in str(refused.value)
+    assert "partition(s) failed" not in str(refused.value)  # no partition task ran
+    assert _table(pg_url) == [(1, "epoch 1"), (2, "epoch 0"), (3, "epoch 1")]
