@@ -695,10 +695,8 @@ class PostgresSink(PartitionedSink):
                 f"{batch.info.epoch}, which Spark hands now, is of the query the reset "
                 "replaced, still running, and would put keys of "
                 f"{self._table} back to older values. Nothing was written; stop that "
-                "query. If the pipeline's ledger was replaced and it starts again under "
-                "the same name, restore its ledger and checkpoint; or, to write the table "
-                "again from this batch on, give the pipeline a new name, or delete the "
-                "earlier run's records first: "
+                f"query. If {restarted(ledger_too=True)}: {RESTORE_OR_RENAME}, or delete "
+                "the earlier run's records first: "
                 f"{forget_routes_sql(self.state_schema, scope, self.name)}",
                 sink=self.name,
                 batch_id=batch.batch_id,

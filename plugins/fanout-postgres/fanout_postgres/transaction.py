@@ -321,10 +321,9 @@ class PartitionTransaction:
                 f"{self.plan.table}, and this partition's rows would have overwritten "
                 "that epoch's values of their keys. A task of the query the reset "
                 "replaced, or an attempt Spark no longer waits for, ends so, and its "
-                "outcome is discarded. If the pipeline was started again under the same "
-                "name with a new ledger, those records are an earlier run's: restore the "
-                "ledger and checkpoint, or, only if the table is meant to be written "
-                "again, delete them: "
+                f"outcome is discarded. If {restarted(ledger_too=True)}, those records "
+                "are an earlier run's: restore the ledger and checkpoint, or, only if the "
+                "table is meant to be written again, delete them: "
                 + forget_routes_sql(self.plan.state_schema, self.meta.pipeline, self.plan.sink),
                 sink=self.plan.sink,
                 batch_id=self.meta.batch_id,
