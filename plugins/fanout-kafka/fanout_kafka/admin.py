@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from fanout.errors import ConfigurationError
+from fanout.errors import ConfigurationError, SinkUnreachableError
 from fanout_kafka.driver_admins import close_admin
 from fanout_kafka.options import TopicSpec, connection_settings
 
@@ -85,17 +85,21 @@ class Cluster:
         close_admin(self.admin)
 
     def connect(self) -> None:
-        """List the cluster's topics, or fail with the bootstrap list and the cause."""
+        """List the cluster's topics, or raise :class:`fanout.SinkUnreachableError` naming the
+        bootstrap list and the cause (a lag sink then starts behind)."""
         try:
             metadata = self.admin.list_topics(timeout=self.timeout_s)
         except KafkaException as exc:
             self.admin.poll(0)  # serves error_cb: the connection errors seen meanwhile
             seen = "; ".join(dict.fromkeys(self._errors)) or _err_text(exc)
-            raise ConfigurationError(
-                f"Kafka sink {self.sink!r}: cannot reach the Kafka brokers at "
-                f"{self.bootstrap_servers!r} within {self.timeout_s:g} s ({seen}); check "
-                "'bootstrap_servers', the network, and the security settings in 'producer' "
-                "(security.protocol, sasl.*, ssl.*)"
+            # unreachable, not misconfigured (a broker down looks the same as a wrong port):
+            # a lag sink starts behind, `fanout run` exits 1, as for PostgreSQL
+            raise SinkUnreachableError(
+                f"cannot reach the Kafka brokers at {self.bootstrap_servers!r} within "
+                f"{self.timeout_s:g} s ({seen}); check 'bootstrap_servers', the network, and "
+                "the security settings in 'producer' (security.protocol, sasl.*, ssl.*), "
+                "and that the brokers run",
+                sink=self.sink,
             ) from exc
         self.topics = dict(metadata.topics)
         self.cluster_id = metadata.cluster_id
