@@ -122,7 +122,10 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
                 logger.info("sink %r, batch %d: lost a commit race on %s, checking again: %s",
                             sink.name, batch_id, path, exc)  # fmt: skip
                 continue
-            raise translate_error(exc, sink, batch_id, data.schema, table) from exc
+            error = translate_error(exc, sink, batch_id, data.schema, table)
+            if error is exc:  # already fanout's (a SinkError): `raise exc from exc` would
+                raise  # make it its own cause, a loop for code walking __cause__
+            raise error from exc
         return SinkResult(rows=rows, details=details, dead_lettered=dead)
     raise AssertionError("unreachable")
 
