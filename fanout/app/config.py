@@ -224,6 +224,11 @@ def check_sinks(
     :param sink_options: each known sink type and its constructor's option names.
     :param sink_classes: each known sink type's class (``None``: values not checked).
     """
+    if isinstance(sinks, dict):  # `[sinks]`, one bracket: a table, read as one
+        raise ConfigurationError(
+            "sinks: a single table ([sinks]); each sink is an entry of an array of tables: "
+            "write its header with two brackets, [[sinks]], once per sink"
+        )
     if not isinstance(sinks, list) or not sinks:
         raise ConfigurationError("sinks: at least one [[sinks]] entry is required")
     for index, sink in enumerate(sinks):
