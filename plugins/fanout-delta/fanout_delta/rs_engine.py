@@ -50,6 +50,7 @@ from fanout_delta.schema import (
     diff_schemas,
     evolves,
     is_generated,
+    nullable_new_columns,
     pad_missing_columns,
 )
 
@@ -289,6 +290,8 @@ def _commit(
     merge_schema = sink.merge_schema and (
         table_schema is None or evolves(table_schema, data.schema)
     )
+    if merge_schema and table_schema is not None:
+        data = nullable_new_columns(data, table_schema)
     if table is None or sink.mode == "append":
         if table_schema is not None:
             data = pad_missing_columns(data, table_schema)

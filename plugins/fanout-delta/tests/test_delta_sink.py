@@ -409,6 +409,29 @@ def test_a_refused_batch_error_is_not_its_own_cause(tmp_path):
     assert DeltaTable(str(path)).version() == 0
 
 
+def test_merge_schema_adds_a_non_nullable_batch_column_as_nullable(tmp_path):
+    """A new column of a non-nullable batch field (``F.lit(1)``, ``current_timestamp()``)
+    was added as NOT NULL over rows that hold no value there: the table could no longer
+    be read ("Non-nullable column 'extra' is missing from the physical schema") and a
+    later batch without the column failed ("NOT NULL column(s) 'extra' missing"). Delta
+    on Spark adds every new column as nullable; so does the sink now (an append: a
+    ``merge`` already added it nullable)."""
+    path = tmp_path / "t"
+    sink = opened(path, merge_schema=True)
+    sink.write(make_batch({"id": ids(1)}, batch_id=0))
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("extra", pa.int32(), False)])
+    added = pa.Table.from_pydict({"id": [1], "extra": [9]}, schema=schema)
+    sink.write(make_batch(added, batch_id=1))
+    sink.write(make_batch({"id": ids(1, 2)}, batch_id=2))
+    assert rows(path) == [
+        {"id": 0, "extra": None},
+        {"id": 1, "extra": 9},
+        {"id": 2, "extra": None},
+    ]
+    field = pa.schema(DeltaTable(str(path)).schema().to_arrow()).field("extra")
+    assert (field.type, field.nullable) == (pa.int32(), True)
+
+
 def test_merge_keeps_target_values_of_columns_missing_from_the_batch(tmp_path):
     path = tmp_path / "t"
     sink = opened(path, mode="merge", keys=["id"])
