@@ -94,7 +94,9 @@ class Cluster:
 
     def connect(self) -> None:
         """List the cluster's topics, or raise :class:`fanout.SinkUnreachableError` naming the
-        bootstrap list and the cause (a lag sink then starts behind)."""
+        bootstrap list and the cause (a lag sink then starts behind); a plain
+        :class:`fanout.ConfigurationError` when the brokers refused the security settings
+        (SASL, TLS: :data:`_REFUSED`)."""
         try:
             metadata = self.admin.list_topics(timeout=self.timeout_s)
         except KafkaException as exc:
