@@ -4,6 +4,7 @@ directory as named and fail its first commit looking for the decoded name."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -207,3 +208,26 @@ def test_a_table_under_a_file_is_refused_when_the_fanout_is_built(
     )
     assert (tmp_path / "notes.txt").read_text() == "a file"
     assert not (tmp_path / "t").exists()  # the sink's table was not created
+
+
+def test_a_file_url_under_a_file_is_refused_and_object_store_uris_are_not_looked_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check of a location under a file reads a ``file:`` URL as delta-rs does (its
+    decoded path), and never looks an object store's URI up on the local disk (no
+    ``os.stat``: a bucket named like a local file must not be refused)."""
+    (tmp_path / "notes.txt").write_text("a file")
+    url = f"file://{tmp_path}/notes.txt/t"
+    with pytest.raises(ConfigurationError) as refused:
+        FanOut("p", str(tmp_path / "ledger"), [{"type": "delta", "name": "b", "path": url}])
+    assert str(refused.value) == (
+        f"Delta sink 'b': option 'path': {str(tmp_path / 'notes.txt')!r} is a file, so no "
+        "directory can be created under it; give a path under a directory"
+    )
+
+    def no_stat(path: object, *args: object, **kwargs: object) -> None:
+        raise AssertionError(f"looked up on the local disk: {path!r}")
+
+    monkeypatch.setattr(os, "stat", no_stat)
+    for uri in ("s3://b/notes.txt/t", "abfss://c@a.dfs.core.windows.net/t", "gs://b/t"):
+        assert unusable_location(uri) is None
