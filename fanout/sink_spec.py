@@ -95,7 +95,10 @@ def split_core_options(
     where = options.get("where")
     select = options.get("select")
     if where is not None and not (isinstance(where, str) and where.strip()):
-        raise ConfigurationError(f"sink {name!r}: 'where' must be a non-empty SQL predicate")
+        raise ConfigurationError(
+            f"sink {name!r}: 'where' must be a non-empty SQL predicate, got {where!r} "
+            f"({type(where).__name__})"
+        )
     if select is not None:
         if isinstance(select, str):
             select = [select]
@@ -105,7 +108,8 @@ def split_core_options(
             and all(isinstance(s, str) and s.strip() for s in select)
         ):
             raise ConfigurationError(
-                f"sink {name!r}: 'select' must be a list of column names or SQL expressions"
+                f"sink {name!r}: 'select' must be a list of column names or SQL expressions, "
+                f"got {select!r} ({type(select).__name__})"
             )
         select = tuple(select)
     retry = None

@@ -286,7 +286,14 @@ def check_sinks(
     """
     own = mistakes is None
     found = _Mistakes(None) if mistakes is None else mistakes
-    if not isinstance(sinks, list) or not sinks:
+    if isinstance(sinks, dict):  # `[sinks]`, one bracket: a table, read as one
+        found.add(
+            ConfigurationError(
+                "sinks: a single table ([sinks]); each sink is an entry of an array of "
+                "tables: write its header with two brackets, [[sinks]], once per sink"
+            )
+        )
+    elif not isinstance(sinks, list) or not sinks:
         found.add(ConfigurationError("sinks: at least one [[sinks]] entry is required"))
     else:
         for index, sink in enumerate(sinks):

@@ -196,10 +196,16 @@ class Registry:
         """A sink from its configuration dict (``type``, ``name``, options) or as given."""
         if isinstance(spec, Sink):
             return _checked(spec, f"sink {type(spec).__name__}")
+        if isinstance(spec, type) and issubclass(spec, Sink):
+            raise ConfigurationError(
+                f"a sink must be a dict with 'type' and 'name' or a fanout.Sink instance, "
+                f"got the class {spec.__name__} itself: build one, "
+                f"{spec.__name__}(name=..., <its options>)"
+            )
         if not isinstance(spec, Mapping):
             raise ConfigurationError(
                 f"a sink must be a dict with 'type' and 'name' or a fanout.Sink instance, "
-                f"got {type(spec).__name__}"
+                f"got {type(spec).__name__}"  # not its value: a URL with a password, perhaps
             )
         options = dict(spec)
         name = options.pop("name", None)

@@ -449,6 +449,21 @@ def check_stable_columns(sink: Sink, batch: Batch) -> None:
                     query_id=batch.query_id)  # fmt: skip
 
 
+def _cut_cause_loop(exc: BaseException) -> None:
+    """Cut a loop in ``exc``'s ``__cause__`` chain (a sink's ``raise error from error``
+    makes an error its own cause) where it closes: the ``BatchFailedError`` chained to it
+    would send the usual root-cause loop (``while e.__cause__: e = e.__cause__``) round
+    forever. Only a failed write pays for the walk."""
+    seen = {id(exc)}
+    current = exc
+    while current.__cause__ is not None:
+        if id(current.__cause__) in seen:
+            current.__cause__ = None
+            return
+        seen.add(id(current.__cause__))
+        current = current.__cause__
+
+
 def _named(
     exc: BaseException, sink: str, batch_id: int, own: Sequence[str], others: Sequence[str] = ()
 ) -> Exception:
@@ -460,6 +475,7 @@ def _named(
     location's), where :func:`fanout.observe.secrets.redact_apart` masks them, the result
     is a new error with them masked and the chain cut, so no traceback shows them.
     """
+    _cut_cause_loop(exc)
     masked = masked_error(
         exc, own, lambda text: SinkWriteError(text, sink=sink, batch_id=batch_id), others=others
     )

@@ -62,6 +62,17 @@ def test_unknown_sink_option_names_its_path_and_the_closest_option() -> None:
     assert str(bad.value) == "sinks[2].tabel: unknown option, did you mean table?"
 
 
+def test_a_sink_under_one_bracket_is_told_to_use_two() -> None:
+    """``[sinks]`` (one bracket: a table, not an array of tables) was refused as
+    "sinks: at least one [[sinks]] entry is required", though the file holds one."""
+    with pytest.raises(ConfigurationError) as bad:
+        parse(_doc(sinks={"type": "delta", "name": "d", "path": "/d"}), OPTIONS)
+    assert str(bad.value) == (
+        "sinks: a single table ([sinks]); each sink is an entry of an array of tables: "
+        "write its header with two brackets, [[sinks]], once per sink"
+    )
+
+
 @pytest.mark.parametrize(
     ("doc", "message"),
     [

@@ -4,6 +4,7 @@ directory as named and fail its first commit looking for the decoded name."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -173,3 +174,60 @@ def test_a_ledger_sink_or_spool_path_that_is_a_file_is_refused_naming_it(tmp_pat
         FanOut("p", str(tmp_path / "ledger"), [{**bronze, "on_failure": "lag"}], spool=str(file))
     assert str(spool.value) == f"pipeline 'p': spool {str(file)!r}: {A_FILE}"
     assert file.read_text() == "id\n1\n"
+
+
+@pytest.mark.parametrize("role", ["sink path", "dead_letter", "ledger"])
+def test_a_table_under_a_file_is_refused_when_the_fanout_is_built(
+    tmp_path: Path, role: str
+) -> None:
+    """A Delta location under a file (a mistyped mount, a path into a file) built fine and
+    failed at the first write: a sink's first batch, or, for a dead-letter table, the
+    first refused row, perhaps weeks later (``SinkWriteError: ... TableNotFoundError:
+    Could not create local directory``, the dead letter not named); a ledger failed with a
+    ``LedgerError`` (exit 1, not 2). Now each is a ConfigurationError at ``FanOut(...)``."""
+    (tmp_path / "notes.txt").write_text("a file")
+    under = tmp_path / "notes.txt" / "more" / "t"
+    sink: dict[str, object] = {"type": "delta", "name": "bronze", "path": str(tmp_path / "t")}
+    ledger = tmp_path / "ledger"
+    if role == "sink path":
+        sink["path"] = str(under)
+    elif role == "dead_letter":
+        sink.update(mode="merge", keys=["id"], dead_letter=str(under))
+    else:
+        ledger = under
+    with pytest.raises(ConfigurationError) as refused:
+        FanOut("p", str(ledger), [sink])
+    where = {
+        "sink path": "Delta sink 'bronze': option 'path'",
+        "dead_letter": f"sink 'bronze': dead_letter {str(under)!r}",
+        "ledger": f"ledger at {under}",
+    }[role]
+    assert str(refused.value) == (
+        f"{where}: {str(tmp_path / 'notes.txt')!r} is a file, so no directory can be created "
+        "under it; give a path under a directory"
+    )
+    assert (tmp_path / "notes.txt").read_text() == "a file"
+    assert not (tmp_path / "t").exists()  # the sink's table was not created
+
+
+def test_a_file_url_under_a_file_is_refused_and_object_store_uris_are_not_looked_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check of a location under a file reads a ``file:`` URL as delta-rs does (its
+    decoded path), and never looks an object store's URI up on the local disk (no
+    ``os.stat``: a bucket named like a local file must not be refused)."""
+    (tmp_path / "notes.txt").write_text("a file")
+    url = f"file://{tmp_path}/notes.txt/t"
+    with pytest.raises(ConfigurationError) as refused:
+        FanOut("p", str(tmp_path / "ledger"), [{"type": "delta", "name": "b", "path": url}])
+    assert str(refused.value) == (
+        f"Delta sink 'b': option 'path': {str(tmp_path / 'notes.txt')!r} is a file, so no "
+        "directory can be created under it; give a path under a directory"
+    )
+
+    def no_stat(path: object, *args: object, **kwargs: object) -> None:
+        raise AssertionError(f"looked up on the local disk: {path!r}")
+
+    monkeypatch.setattr(os, "stat", no_stat)
+    for uri in ("s3://b/notes.txt/t", "abfss://c@a.dfs.core.windows.net/t", "gs://b/t"):
+        assert unusable_location(uri) is None

@@ -977,3 +977,29 @@ def test_sinks_written_one_after_another_mark_at_once(tmp_path: Path, frame: Fak
     make_fan(ledger, sinks, parallelism=1).process(frame, info(0))
     assert time.monotonic() - started < 4  # no mark waited for a sink not yet started
     assert _commits(ledger) == [["a@0"], ["b@0"]]
+
+
+def test_a_sink_error_that_is_its_own_cause_is_reported_without_the_loop(
+    memory_ledger: MemoryLedger, frame: FakeFrame
+) -> None:
+    """A sink (a third party's, or fanout-delta's before 5c6694c) that raises its own
+    ``SinkError`` with ``raise error from error`` makes it its own ``__cause__``; the
+    ``BatchFailedError`` fanout raises is chained to it, so the usual root-cause loop
+    (``while e.__cause__: e = e.__cause__``) over what the user catches never ended. The
+    self-link is cut where fanout names a sink's error; the error keeps its class and text.
+    """
+    looped = SinkWriteError("disk full", sink="b", batch_id=5)
+    looped.__cause__ = looped  # what `raise looped from looped` leaves
+    fan = make_fan(memory_ledger, [ScriptedSink("ok"), ScriptedSink("b", always_fail=looped)])
+
+    with pytest.raises(BatchFailedError) as raised:
+        fan.process(frame, info(5))
+
+    failure = raised.value.failures["b"]
+    assert failure is looped and str(failure) == "sink 'b', batch 5: disk full"
+    chain, cause = [], raised.value.__cause__
+    while cause is not None and len(chain) < 10:
+        chain.append(cause)
+        cause = cause.__cause__
+    assert chain == [looped], f"a loop in the __cause__ chain: {chain}"
+    assert memory_ledger.last_committed(PIPELINE, ["ok", "b"]) == {"ok": 5, "b": None}

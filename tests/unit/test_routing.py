@@ -70,6 +70,43 @@ def test_bad_core_options_are_configuration_errors(options: dict[str, Any], mess
     assert str(bad.value).startswith(message)
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"where": 5}, "sink 's': 'where' must be a non-empty SQL predicate, got 5 (int)"),
+        (
+            {"select": ["id", None]},
+            "sink 's': 'select' must be a list of column names or SQL expressions, got "
+            "['id', None] (list)",
+        ),
+    ],
+)
+def test_a_bad_where_or_select_is_named_with_its_value(
+    options: dict[str, Any], message: str
+) -> None:
+    """The errors said what 'where' and 'select' must be, not what they were."""
+    with pytest.raises(ConfigurationError) as bad:
+        split_core_options("s", options, RetryPolicy())
+    assert str(bad.value) == message
+
+
+def test_a_sink_class_given_for_a_sink_is_told_to_build_one(tmp_path: Any) -> None:
+    """``sinks=[DeltaSink]`` (the class, not an instance) was refused as "got type"."""
+    from fanout import FanOut
+    from fanout.testing import RecordingSink
+
+    for given, said in [
+        (RecordingSink, "got the class RecordingSink itself: build one, "
+         "RecordingSink(name=..., <its options>)"),
+        ("postgresql://app:Secret-pw@db/x", "got str"),  # the value not shown: a secret?
+    ]:  # fmt: skip
+        with pytest.raises(ConfigurationError) as bad:
+            FanOut("p", str(tmp_path / "ledger"), [given])
+        assert str(bad.value) == (
+            "a sink must be a dict with 'type' and 'name' or a fanout.Sink instance, " + said
+        )
+
+
 def test_each_sink_gets_its_subset_and_shape() -> None:
     frame = RoutableFrame(pa.table({"x": [1, 2, 3, 4], "y": ["a", "b", "c", "d"]}))
     everything = RecordingSink("everything")

@@ -80,8 +80,9 @@ OPTIONS = (
     SinkOption(
         "merge_schema",
         "`false`",
-        "`true` lets new batch columns extend the table; otherwise a batch whose schema does "
-        "not fit fails naming sink, batch and columns",
+        "`true` lets new batch columns extend the table (added nullable, as Delta on Spark "
+        "adds them: the rows already there hold no value); otherwise a batch whose schema "
+        "does not fit fails naming sink, batch and columns",
     ),
     SinkOption(
         "compact_every",

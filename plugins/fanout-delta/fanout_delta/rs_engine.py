@@ -50,6 +50,7 @@ from fanout_delta.schema import (
     diff_schemas,
     evolves,
     is_generated,
+    nullable_new_columns,
     pad_missing_columns,
 )
 
@@ -122,7 +123,10 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
                 logger.info("sink %r, batch %d: lost a commit race on %s, checking again: %s",
                             sink.name, batch_id, path, exc)  # fmt: skip
                 continue
-            raise translate_error(exc, sink, batch_id, data.schema, table) from exc
+            error = translate_error(exc, sink, batch_id, data.schema, table)
+            if error is exc:  # already fanout's (a SinkError): `raise exc from exc` would
+                raise  # make it its own cause, a loop for code walking __cause__
+            raise error from exc
         return SinkResult(rows=rows, details=details, dead_lettered=dead)
     raise AssertionError("unreachable")
 
@@ -286,6 +290,8 @@ def _commit(
     merge_schema = sink.merge_schema and (
         table_schema is None or evolves(table_schema, data.schema)
     )
+    if merge_schema and table_schema is not None:
+        data = nullable_new_columns(data, table_schema)
     if table is None or sink.mode == "append":
         if table_schema is not None:
             data = pad_missing_columns(data, table_schema)

@@ -324,6 +324,23 @@ def evolves(table: pa.Schema, batch: pa.Schema) -> bool:
     return False
 
 
+def nullable_new_columns(batch: pa.Table, table: pa.Schema) -> pa.Table:
+    """``batch`` with each top-level column the table lacks (one ``merge_schema`` adds)
+    made nullable, as Delta on Spark adds every new column: the rows already in the table
+    hold no value there. delta-rs added a non-nullable batch column (``F.lit(1)``,
+    ``current_timestamp()``) as NOT NULL, which left the table unreadable ("Non-nullable
+    column ... is missing from the physical schema") and every later batch without the
+    column refused. Unchanged (the same object) when there is none."""
+    known = {name.lower() for name in table.names}
+    fields = [
+        f.with_nullable(True) if not f.nullable and f.name.lower() not in known else f
+        for f in batch.schema
+    ]
+    if all(a is b for a, b in zip(fields, batch.schema, strict=True)):
+        return batch
+    return batch.cast(pa.schema(fields, metadata=batch.schema.metadata))
+
+
 def pad_missing_columns(batch: pa.Table, table: pa.Schema) -> pa.Table:
     """Add the nullable table columns the batch lacks, as all-null columns, and the
     nullable fields the batch's structs lack, as null fields.

@@ -386,6 +386,52 @@ def test_merge_null_key_fails_naming_the_column(tmp_path):
     assert "key column 'region'" in str(info.value) and "1 row(s)" in str(info.value)
 
 
+def test_a_refused_batch_error_is_not_its_own_cause(tmp_path):
+    """A SinkError raised while committing to an existing table was re-raised ``from``
+    itself (``raise translate_error(exc) from exc``, which returns a SinkError as it is):
+    its ``__cause__`` was the error itself, so the usual root-cause loop
+    (``while e.__cause__: e = e.__cause__``) never ended."""
+    path = tmp_path / "t"
+    sink = opened(path)
+    sink.write(make_batch({"id": ids(1)}, batch_id=0))
+    with pytest.raises(SchemaMismatchError) as info:
+        sink.write(make_batch({"id": ids(1, 1), "x": [1]}, batch_id=1))
+    assert str(info.value) == (
+        "sink 's', batch 1: the batch does not fit the Delta table: column(s) 'x' not in "
+        "the table; set merge_schema=True to add them, or drop them from the stream"
+    )
+    assert info.value.__cause__ is not info.value
+    seen, cause = [], info.value.__cause__
+    while cause is not None and len(seen) < 10:
+        seen.append(cause)
+        cause = cause.__cause__
+    assert cause is None, f"a loop in the __cause__ chain: {seen}"
+    assert DeltaTable(str(path)).version() == 0
+
+
+def test_merge_schema_adds_a_non_nullable_batch_column_as_nullable(tmp_path):
+    """A new column of a non-nullable batch field (``F.lit(1)``, ``current_timestamp()``)
+    was added as NOT NULL over rows that hold no value there: the table could no longer
+    be read ("Non-nullable column 'extra' is missing from the physical schema") and a
+    later batch without the column failed ("NOT NULL column(s) 'extra' missing"). Delta
+    on Spark adds every new column as nullable; so does the sink now (an append: a
+    ``merge`` already added it nullable)."""
+    path = tmp_path / "t"
+    sink = opened(path, merge_schema=True)
+    sink.write(make_batch({"id": ids(1)}, batch_id=0))
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("extra", pa.int32(), False)])
+    added = pa.Table.from_pydict({"id": [1], "extra": [9]}, schema=schema)
+    sink.write(make_batch(added, batch_id=1))
+    sink.write(make_batch({"id": ids(1, 2)}, batch_id=2))
+    assert rows(path) == [
+        {"id": 0, "extra": None},
+        {"id": 1, "extra": 9},
+        {"id": 2, "extra": None},
+    ]
+    field = pa.schema(DeltaTable(str(path)).schema().to_arrow()).field("extra")
+    assert (field.type, field.nullable) == (pa.int32(), True)
+
+
 def test_merge_keeps_target_values_of_columns_missing_from_the_batch(tmp_path):
     path = tmp_path / "t"
     sink = opened(path, mode="merge", keys=["id"])

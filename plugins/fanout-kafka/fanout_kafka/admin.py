@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from fanout.errors import ConfigurationError
+from fanout.errors import ConfigurationError, SinkUnreachableError
 from fanout_kafka.driver_admins import close_admin
 from fanout_kafka.options import TopicSpec, connection_settings
 
@@ -37,9 +37,17 @@ class OnceLogger:
         self._logger.log(level, "%s", text)
 
 
+_REFUSED = frozenset(
+    {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL}
+)
+"""librdkafka's codes of brokers that answered and refused the connection's security
+settings (SASL credentials or mechanism, TLS): a configuration error, not a target down."""
+
+
 def _without_timings(text: str) -> str:
-    """A librdkafka line less what differs between repeats of one event (``after 0ms``)."""
-    return re.sub(r"\d+ms", "Nms", text)
+    """A librdkafka line less what differs between repeats of one event (``after 0ms``,
+    ``, 1 identical error(s) suppressed``: librdkafka's own count of repeats it held back)."""
+    return re.sub(r"\d+ms", "Nms", re.sub(r", \d+ identical error\(s\) suppressed", "", text))
 
 
 class Cluster:
@@ -58,7 +66,7 @@ class Cluster:
         self.sink = sink
         self.bootstrap_servers = bootstrap_servers
         self.timeout_s = timeout_s
-        self._errors: list[str] = []
+        self._errors: list[tuple[int, str]] = []  # librdkafka's code and text of each
         # The callback holds the list, not self: a reference cycle would leave the client
         # to the cyclic collector, which may destroy it on librdkafka's own thread (an
         # abort: fanout_kafka.driver_admins); close() destroys it in any case.
@@ -66,7 +74,7 @@ class Cluster:
         config: dict[str, Any] = {
             **connection_settings(producer),
             "bootstrap.servers": bootstrap_servers,
-            "error_cb": lambda err: errors.append(err.str()),
+            "error_cb": lambda err: errors.append((err.code(), err.str())),
             "logger": OnceLogger(logging.getLogger("fanout_kafka.librdkafka")),
         }
         self.admin = AdminClient(config)
@@ -85,17 +93,37 @@ class Cluster:
         close_admin(self.admin)
 
     def connect(self) -> None:
-        """List the cluster's topics, or fail with the bootstrap list and the cause."""
+        """List the cluster's topics, or raise :class:`fanout.SinkUnreachableError` naming the
+        bootstrap list and the cause (a lag sink then starts behind); a plain
+        :class:`fanout.ConfigurationError` when the brokers refused the security settings
+        (SASL, TLS: :data:`_REFUSED`)."""
         try:
             metadata = self.admin.list_topics(timeout=self.timeout_s)
         except KafkaException as exc:
             self.admin.poll(0)  # serves error_cb: the connection errors seen meanwhile
-            seen = "; ".join(dict.fromkeys(self._errors)) or _err_text(exc)
-            raise ConfigurationError(
-                f"Kafka sink {self.sink!r}: cannot reach the Kafka brokers at "
-                f"{self.bootstrap_servers!r} within {self.timeout_s:g} s ({seen}); check "
-                "'bootstrap_servers', the network, and the security settings in 'producer' "
-                "(security.protocol, sasl.*, ssl.*)"
+            # one line per distinct error: librdkafka repeats each at every reconnect,
+            # differing only in its timing ("after 3ms"), which buried the cause
+            distinct: dict[str, str] = {}
+            for _, text in self._errors:
+                distinct.setdefault(_without_timings(text), text)
+            seen = "; ".join(distinct.values()) or _err_text(exc)
+            if any(code in _REFUSED for code, _ in self._errors):
+                # the brokers answered and refused the security settings: a mistake in
+                # the options, as a refused PostgreSQL login is, not a lag at the start
+                raise ConfigurationError(
+                    f"Kafka sink {self.sink!r}: the Kafka brokers at "
+                    f"{self.bootstrap_servers!r} refused the connection ({seen}); check the "
+                    "security settings in 'producer' (security.protocol, sasl.mechanism, "
+                    "sasl.username, sasl.password, ssl.*) against the brokers' listener"
+                ) from exc
+            # unreachable, not misconfigured (a broker down looks the same as a wrong port):
+            # a lag sink starts behind, `fanout run` exits 1, as for PostgreSQL
+            raise SinkUnreachableError(
+                f"cannot reach the Kafka brokers at {self.bootstrap_servers!r} within "
+                f"{self.timeout_s:g} s ({seen}); check 'bootstrap_servers', the network, and "
+                "the security settings in 'producer' (security.protocol, sasl.*, ssl.*), "
+                "and that the brokers run",
+                sink=self.sink,
             ) from exc
         self.topics = dict(metadata.topics)
         self.cluster_id = metadata.cluster_id

@@ -725,8 +725,10 @@ class KafkaSink(PartitionedSink):
         with Cluster(self.name, servers, self.producer, self.open_timeout_s) as cluster:
             try:
                 cluster.connect()
-            except ConfigurationError as exc:  # the brokers out of reach: worth a retry
-                raise TransientSinkError(str(exc), sink=self.name, batch_id=batch.batch_id) from exc
+            except ConfigurationError as exc:  # out of reach, or refused: worth a retry
+                said = str(exc).removeprefix(f"sink {self.name!r}: ")
+                said = said.removeprefix(f"Kafka sink {self.name!r}: ")
+                raise TransientSinkError(said, sink=self.name, batch_id=batch.batch_id) from exc
             spec = self._topic_spec
             while self._to_create:
                 topic, option = self._to_create[0]

@@ -20,7 +20,7 @@ from fanout import FanOut, hookimpl
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.partitions import PartitionCommit
 from fanout.contract.sink import SinkContext, SinkResult
-from fanout.errors import ConfigurationError, SinkWriteError
+from fanout.errors import ConfigurationError, SinkUnreachableError, SinkWriteError
 from fanout.testing import open_sink
 from tests.integration.streams import delta_rows
 
@@ -205,15 +205,104 @@ def test_topic_deleted_after_open_fails_the_batch_naming_it(
 
 
 def test_unreachable_broker_fails_open_within_the_timeout() -> None:
+    """A port no broker listens on is a :class:`SinkUnreachableError` (also a
+    ``ConfigurationError``), as a PostgreSQL server down is: it was a plain
+    ``ConfigurationError``, so `fanout run` exited 2 (a mistake in the file) for a broker
+    that was only down, and a lag sink could not start behind (next test)."""
     bootstrap = f"127.0.0.1:{free_port()}"
     sink = KafkaSink("events", bootstrap_servers=bootstrap, topic="t", open_timeout_s=1.5)
     started = time.monotonic()
-    with pytest.raises(ConfigurationError) as caught:
+    with pytest.raises(SinkUnreachableError) as caught:
         sink.open(SinkContext("p"))
     assert time.monotonic() - started < 5
+    assert isinstance(caught.value, ConfigurationError)
     assert str(caught.value).startswith(
-        f"Kafka sink 'events': cannot reach the Kafka brokers at {bootstrap!r} within 1.5 s"
+        f"sink 'events': cannot reach the Kafka brokers at {bootstrap!r} within 1.5 s ("
     )
+    assert str(caught.value).endswith(
+        "check 'bootstrap_servers', the network, and the security settings in 'producer' "
+        "(security.protocol, sasl.*, ssl.*), and that the brokers run"
+    )
+
+
+def test_a_lag_sink_whose_broker_is_down_at_the_start_starts_behind(tmp_path: Path) -> None:
+    """``on_failure="lag"`` promises that the other sinks go on while one's target is down,
+    and that one whose server is down at the start starts behind. A Kafka sink's broker
+    down at ``FanOut(...)`` raised ``ConfigurationError: Kafka sink 'events': cannot reach
+    the Kafka brokers ...``, so nothing started; now the sink starts unopened."""
+    from fanout.ledger.memory import MemoryLedger
+    from fanout.testing import RecordingSink
+
+    bootstrap = f"127.0.0.1:{free_port()}"
+    down = {"type": "kafka", "name": "events", "bootstrap_servers": bootstrap, "topic": "t",
+            "open_timeout_s": 1, "on_failure": "lag"}  # fmt: skip
+    fan = FanOut("lagging", MemoryLedger(), [RecordingSink("kept"), down], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    try:
+        assert fan.unopened == ("events",)
+    finally:
+        fan.close()
+
+
+def test_brokers_refusing_the_sasl_settings_are_a_configuration_error(
+    kafka: Broker, tmp_path: Path
+) -> None:
+    """Brokers that answer and refuse the connection's security settings (SASL against a
+    plaintext listener here; a wrong password alike) are a mistake in the options, as a
+    refused PostgreSQL login is: a plain ``ConfigurationError`` (exit 2), which stops a
+    lag sink's ``FanOut(...)`` too. Once brokers out of reach became a
+    ``SinkUnreachableError``, such a sink started behind, as if its brokers were only down,
+    and lagged on without a word of the options (``fanout run``: exit 1, "run again once
+    the server answers")."""
+    from fanout.ledger.memory import MemoryLedger
+    from fanout.testing import RecordingSink
+
+    producer = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                "sasl.username": "app", "sasl.password": "Secret-pw9"}  # fmt: skip
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic="t",
+                     open_timeout_s=2, producer=producer)  # fmt: skip
+    with pytest.raises(ConfigurationError) as caught:
+        sink.open(SinkContext("p"))
+    said = str(caught.value)
+    assert not isinstance(caught.value, SinkUnreachableError), said
+    assert said.startswith(
+        f"Kafka sink 'events': the Kafka brokers at {kafka.bootstrap!r} refused the connection ("
+    )
+    assert said.endswith(
+        "check the security settings in 'producer' (security.protocol, sasl.mechanism, "
+        "sasl.username, sasl.password, ssl.*) against the brokers' listener"
+    )
+    assert "SASL" in said and "Secret-pw9" not in said
+    lagging = {
+        "type": "kafka",
+        "name": "events",
+        "bootstrap_servers": kafka.bootstrap,
+        "topic": "t",
+        "open_timeout_s": 2,
+        "on_failure": "lag",
+        "producer": producer,
+    }
+    with pytest.raises(ConfigurationError) as refused:  # fmt: skip
+        FanOut("refused", MemoryLedger(), [RecordingSink("kept"), lagging], backoff_s=0,
+               spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    assert not isinstance(refused.value, SinkUnreachableError), str(refused.value)
+    assert "refused the connection" in str(refused.value)
+    assert "Secret-pw9" not in str(refused.value)
+
+
+def test_a_host_that_does_not_resolve_is_named_once() -> None:
+    """A misspelt host is told as such, once: librdkafka reports the failed lookup at every
+    reconnect, each line differing only in its timing ("after 3ms"), and the message
+    listed them all (eleven times in 3 s), burying what to fix."""
+    sink = KafkaSink("events", bootstrap_servers="kafak.invalid:9092", topic="t",
+                     open_timeout_s=2)  # fmt: skip
+    with pytest.raises(SinkUnreachableError) as caught:
+        sink.open(SinkContext("p"))
+    said = str(caught.value)
+    assert said.startswith(
+        "sink 'events': cannot reach the Kafka brokers at 'kafak.invalid:9092' within 2 s ("
+    )
+    assert said.count("Failed to resolve 'kafak.invalid:9092'") == 1, said
 
 
 def test_an_unreachable_broker_is_logged_once_not_at_every_reconnect(

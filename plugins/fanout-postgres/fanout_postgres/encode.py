@@ -468,7 +468,8 @@ def cells_json(table: pa.Table, row: int, columns: Sequence[str], sources: dict[
 def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
     """The value of one cell as text (``None`` for SQL NULL or no column), as an error
     message shows it and a PostgreSQL dead-letter table's ``value`` (``text``) takes it (a
-    NUL as :data:`NUL_TEXT`; a float as Spark's text: ``1.0E20``, ``NaN``; binary as
+    NUL as :data:`NUL_TEXT`; a float as Spark's text: ``1.0E20``, ``NaN``; a decimal in plain
+    notation with its scale: ``123.45``; binary as
     ``\\x`` hex; a timestamp or a date as ISO 8601, an instant in UTC: :func:`iso_text`)."""
     if column is None or column not in table.column_names:
         return None
@@ -485,8 +486,11 @@ def value_text(table: pa.Table, row: int, column: str | None) -> str | None:
         text = number_text(cell)[0].as_py()
     elif isinstance(value, dt.date | str) and pa.types.is_temporal(kind):
         text = _date_text(value)  # a datetime too: ISO 8601, an instant in UTC
-    else:
-        text = value if isinstance(value, str) else json.dumps(_jsonable(value), default=str)
+    elif isinstance(value, Decimal):  # Spark's text, not JSON's quoted string ('"1.50"')
+        text = plain_decimal(value)
+    else:  # a scalar JSON has no type for (a time of day...) as its text, unquoted
+        plain = _jsonable(value)
+        text = plain if isinstance(plain, str) else json.dumps(plain, default=str)
     return text.replace("\x00", NUL_TEXT)
 
 

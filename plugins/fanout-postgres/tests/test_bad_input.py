@@ -163,3 +163,34 @@ def test_a_foreign_key_violation_is_isolated_by_bisection(spark: Any, pg_url: st
             '"parents".)',
         )
     ]
+
+
+def test_a_refused_decimal_is_shown_as_its_number_not_a_json_string(
+    spark: Any, pg_url: str
+) -> None:
+    """A decimal over the column's precision was named ``value '"123.45"'`` (its JSON
+    text, quotes included) in the error, and kept so in a dead-letter table's ``value``,
+    where an integer's is ``12``: now ``'123.45'``, its text as Spark prints it."""
+    from decimal import Decimal
+
+    execute(pg_url, "CREATE TABLE prices (id bigint PRIMARY KEY, amount numeric(4, 2))")
+    df = spark.createDataFrame(
+        [(1, Decimal("12.50")), (2, Decimal("123.45"))], "id LONG, amount DECIMAL(10, 2)"
+    )
+    batch = Batch(df, BatchInfo("bad", 4, "q"), "pg", "fanout/bad/pg")
+    sink = open_sink(PostgresSink("pg", url=pg_url, table="prices", partitions=1), "bad")
+    with pytest.raises(SinkWriteError) as caught:
+        sink.write(batch)
+    assert str(caught.value).startswith(
+        "sink 'pg', batch 4: table prices, column 'amount', value '123.45': numeric field overflow"
+    )
+    assert '{"id": 2, "amount": "123.45"}' in str(caught.value)  # the row, as JSON
+    lettered = PostgresSink(
+        "pg", url=pg_url, table="prices", partitions=1, dead_letter="postgres:rejects"
+    )
+    result = open_sink(lettered, "bad").write(batch)
+    assert (result.rows, result.dead_lettered) == (1, 1)
+    assert query(pg_url, "SELECT id, amount FROM prices") == [(1, Decimal("12.50"))]
+    assert query(pg_url, "SELECT batch_id, column_name, value FROM rejects") == [
+        (4, "amount", "123.45")
+    ]
