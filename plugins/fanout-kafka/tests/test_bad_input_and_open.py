@@ -214,7 +214,7 @@ def test_unreachable_broker_fails_open_within_the_timeout() -> None:
     started = time.monotonic()
     with pytest.raises(SinkUnreachableError) as caught:
         sink.open(SinkContext("p"))
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 8  # the 1.5 s given, not the default 10 s (loaded CI)
     assert isinstance(caught.value, ConfigurationError)
     assert str(caught.value).startswith(
         f"sink 'events': cannot reach the Kafka brokers at {bootstrap!r} within 1.5 s ("
