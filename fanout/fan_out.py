@@ -248,13 +248,14 @@ class FanOut:
         self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in self.specs.items()}
         kinds = registry.dead_letter_kinds()
         self._kinds = kinds
-        self.dead_letters: dict[str, DeadLetterTarget | None] = {
-            name: resolve_target(sink, kinds) for name, sink in self.sinks.items()
-        }
+        # a dead-letter location's password is the pipeline's too, whatever the sink declares
+        letters = location_secrets([getattr(s, "dead_letter", None) for s in self.sinks.values()])
+        self._location_secrets = [*location_secrets([checkpoint_location, spool]),
+                                  *_ledger_secrets(ledger), *letters]  # fmt: skip
+        register_secrets(letters)
+        self.dead_letters = self._resolve_dead_letters(kinds, letters)
         self.ledger: Ledger = DeltaLedger(ledger) if isinstance(ledger, str) else ledger
         self._admission = Admission(self.ledger, on_checkpoint_reset, self._refuse_unmarked)
-        self._location_secrets = [*location_secrets([checkpoint_location, spool]),
-                                  *_ledger_secrets(ledger)]  # fmt: skip
         self.secrets: tuple[str, ...] = self._gather_secrets()
         """Every secret this pipeline knows (its locations' passwords, a ledger object's
         location and storage credentials, its sinks' :meth:`fanout.Sink.secret_values`):
@@ -491,6 +492,24 @@ class FanOut:
                 )
         check_cores(self.pipeline, self.specs, spark)
         return spark
+
+    def _resolve_dead_letters(
+        self, kinds: Mapping[str, Any], secrets: Sequence[str]
+    ) -> dict[str, DeadLetterTarget | None]:
+        """Each sink's dead-letter target (:func:`fanout.deadletters.target.resolve_target`).
+        What refuses one (an unknown kind, a location no target can keep) quotes the
+        ``dead_letter`` as written: raised with the passwords of its locations (``secrets``)
+        masked and its chain cut, as the pipeline's other errors are."""
+        targets: dict[str, DeadLetterTarget | None] = {}
+        for name, sink in self.sinks.items():
+            try:
+                targets[name] = resolve_target(sink, kinds)
+            except FanoutError as exc:
+                masked = masked_error(exc, secrets, _same_kind(exc, secrets, ()), str(exc))
+                if masked is not None:
+                    raise masked from None
+                raise
+        return targets
 
     def _gather_secrets(self) -> tuple[str, ...]:
         """:attr:`secrets` as the locations and the sinks give them now."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fanout.contract.dead_letters import DELTA, DeadLetter, RouteStamp, Source, letter_kind
 from fanout.contract.earlier_letters import HeldLetters
+from fanout.contract.locations import shown_location
 from fanout.deadletters.layout import letter_schema, to_records
 from fanout.deadletters.route_letters import check_unchanged
 from fanout.delta_tables import io as deltaio
@@ -51,8 +52,10 @@ class DeltaDeadLetters:
         self.storage_options = dict(storage_options or {})
 
     def describe(self) -> str:
-        """``Delta table <path>``."""
-        return f"Delta table {self.path}"
+        """``Delta table <path>``, the path as fanout prints a location (a password in it
+        masked: :func:`fanout.contract.locations.shown_location`): errors, logs and the
+        refusals of a moved ``dead_letter`` name the target so."""
+        return f"Delta table {shown_location(self.path)}"
 
     def write(
         self,
@@ -201,7 +204,7 @@ class DeltaDeadLetters:
         return hash(self.path)
 
     def __repr__(self) -> str:
-        return f"<DeltaDeadLetters {self.path!r}>"
+        return f"<DeltaDeadLetters {shown_location(self.path)!r}>"
 
 
 def delta_target(location: str, sink: Sink) -> DeltaDeadLetters:

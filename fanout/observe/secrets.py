@@ -144,12 +144,16 @@ def url_password(value: str) -> list[str]:
 def location_secrets(value: Any) -> list[str]:
     """The passwords of every URL with ``user:password@`` in ``value``: a location (a
     checkpoint, spool, ledger or table path) or a pipeline file's or command line's values,
-    nested mappings and sequences walked, each password once (:func:`url_password`). Registered
-    as secrets (:func:`fanout.observe.logs.register_secrets`), they are masked wherever a
-    location reaches a log, an error or the CLI's output."""
+    nested mappings and sequences walked, each password once (:func:`url_password`); in a
+    text, also of a URL that does not begin it (a ``dead_letter`` written
+    ``<kind>:<location>``: ``delta:s3://KEY:SECRET@bucket/dl``). Registered as secrets
+    (:func:`fanout.observe.logs.register_secrets`), they are masked wherever a location
+    reaches a log, an error or the CLI's output."""
     found: list[str] = []
     if isinstance(value, str):
         found.extend(url_password(value))
+        for url in _URL_PASSWORD.finditer(value):  # read as a location of its own
+            found.extend(url_password(value[url.start() :]))
     elif isinstance(value, Mapping):
         for item in value.values():
             found.extend(location_secrets(item))
