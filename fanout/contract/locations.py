@@ -53,14 +53,56 @@ def written_password(uri: str) -> str | None:
     return match.group(2) if match and match.group(2) else None
 
 
+SECRET_QUERY_WORDS = frozenset(
+    {"sig", "signature", "password", "passwd", "pwd", "secret", "token", "key", "credential"}
+)
+"""Words that make a URI's query parameter a secret where one of its name's parts (split at
+``-``, ``_``, ``.`` and camelCase, a plural ``s`` allowed) is one: an Azure SAS's ``sig``,
+a presigned S3 URL's ``X-Amz-Signature``, ``X-Amz-Security-Token`` and ``X-Amz-Credential``,
+a ``?password=``. The rest of a SAS (``sv``, ``se``, ``sp``...) says what it grants."""
+
+_QUERY_PARAM = re.compile(r"([?&])([^=&#]+)=([^&#]*)")
+
+
+def _secret_query_name(name: str) -> bool:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1.\2", unquote(name))
+    parts = [part for part in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if part]
+    return any(part in SECRET_QUERY_WORDS or part.removesuffix("s") in SECRET_QUERY_WORDS
+               for part in parts)  # fmt: skip
+
+
+def query_secrets(uri: str) -> list[str]:
+    """The values of ``uri``'s secret query parameters (:data:`SECRET_QUERY_WORDS`), as
+    written, in order; ``[]`` for a text without a ``scheme://`` or a query."""
+    if "://" not in uri or "?" not in uri:
+        return []
+    query = uri.split("?", 1)[1].split("#", 1)[0]
+    return [
+        value
+        for _, name, value in _QUERY_PARAM.findall("?" + query)
+        if value and _secret_query_name(name)
+    ]
+
+
 def shown_location(location: str) -> str:
     """``location`` as fanout prints or records it (status, messages, commands, ``--json``):
-    the password of a URI's ``user:password@`` replaced by ``***``
-    (``s3://KEY:***@bucket/ckpt``), anything else as written. The user part stays: it names
-    an account or a container (``abfss://container@account...``), not a secret."""
-    if written_password(location) is None:
-        return location
-    return _USER_PASSWORD.sub(lambda m: f"{m.group(1)}:***@", location.strip(), count=1)
+    the password of a URI's ``user:password@`` and the value of its secret query parameters
+    (:func:`query_secrets`: ``?sig=``) replaced by ``***`` (``s3://KEY:***@bucket/ckpt``,
+    ``abfss://c@acct.dfs.core.windows.net/t?sv=2022&sig=***``), anything else as written.
+    The user part stays: it names an account or a container
+    (``abfss://container@account...``), not a secret."""
+    shown = location
+    if written_password(location) is not None:
+        shown = _USER_PASSWORD.sub(lambda m: f"{m.group(1)}:***@", location.strip(), count=1)
+    if not query_secrets(shown):
+        return shown
+    path, _, query = shown.partition("?")
+    query, hash_, fragment = query.partition("#")
+    masked = _QUERY_PARAM.sub(
+        lambda m: f"{m[1]}{m[2]}={'***' if m[3] and _secret_query_name(m[2]) else m[3]}",
+        "?" + query,
+    )
+    return f"{path}{masked}{hash_}{fragment}"
 
 
 def same_table_key(location: str) -> str:

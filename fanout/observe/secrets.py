@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
-from fanout.contract.locations import written_password
+from fanout.contract.locations import query_secrets, written_password
 from fanout.errors import ConfigurationError
 
 MASK = "***"
@@ -144,9 +144,11 @@ def url_password(value: str) -> list[str]:
 def location_secrets(value: Any) -> list[str]:
     """The passwords of every URL with ``user:password@`` in ``value``: a location (a
     checkpoint, spool, ledger or table path) or a pipeline file's or command line's values,
-    nested mappings and sequences walked, each password once (:func:`url_password`); in a
-    text, also of a URL that does not begin it (a ``dead_letter`` written
-    ``<kind>:<location>``: ``delta:s3://KEY:SECRET@bucket/dl``). Registered as secrets
+    nested mappings and sequences walked, each once: a password (:func:`url_password`), also
+    of a URL that does not begin the text (a ``dead_letter`` written ``<kind>:<location>``:
+    ``delta:s3://KEY:SECRET@bucket/dl``), and the values of a URI's secret query parameters
+    (an Azure SAS's ``?sig=``: :func:`fanout.contract.locations.query_secrets`), as written
+    and decoded. Registered as secrets
     (:func:`fanout.observe.logs.register_secrets`), they are masked wherever a location
     reaches a log, an error or the CLI's output."""
     found: list[str] = []
@@ -154,6 +156,8 @@ def location_secrets(value: Any) -> list[str]:
         found.extend(url_password(value))
         for url in _URL_PASSWORD.finditer(value):  # read as a location of its own
             found.extend(url_password(value[url.start() :]))
+        for secret in query_secrets(value):  # ?sig=..., as written and decoded
+            found.extend([secret, unquote(secret)])
     elif isinstance(value, Mapping):
         for item in value.values():
             found.extend(location_secrets(item))
