@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
-from fanout.contract.locations import query_secrets, written_password
+from fanout.contract.locations import query_secrets, written_passwords
 from fanout.errors import ConfigurationError
 
 MASK = "***"
@@ -134,11 +134,12 @@ def secret_option_values(
 
 
 def url_password(value: str) -> list[str]:
-    """The password of a URL ``scheme://user:password@host...`` as written and decoded
-    (read up to the first ``@``, as SQLAlchemy reads it:
-    :func:`fanout.contract.locations.written_password`); ``[]`` for any other text."""
-    written = written_password(value)
-    return list(dict.fromkeys([written, unquote(written)])) if written else []
+    """The password of a URL ``scheme://user:password@host...`` as written and decoded,
+    read up to the first ``@`` (as SQLAlchemy reads it) and, when its authority holds
+    another, up to the last and in its parts
+    (:func:`fanout.contract.locations.written_passwords`); ``[]`` for any other text."""
+    written = written_passwords(value)
+    return list(dict.fromkeys(form for part in written for form in (part, unquote(part))))
 
 
 def location_secrets(value: Any) -> list[str]:

@@ -58,3 +58,12 @@ def test_a_ledger_s_sas_signature_is_masked_in_its_errors_and_the_cli(
         f"fanout: LedgerError: no ledger at file://{tmp_path}/ledger?sv=2022&sig=***: a "
         "FanOut creates it when it starts; check the path\n"
     )
+
+
+def test_a_password_with_an_unescaped_at_sign_is_read_to_the_authority_s_last_at() -> None:
+    """``s3://KEY:p@ss@bucket``: SQLAlchemy's reading ends the password at the first ``@``;
+    a location's is masked to the last one before the path, and each part is a secret."""
+    location = "s3://KEY:Secr@t-Passw0rd-77@bucket/x@y?q=1@2"
+    assert shown_location(location) == "s3://KEY:***@bucket/x@y?q=1@2"
+    assert location_secrets(location) == ["Secr", "Secr@t-Passw0rd-77", "t-Passw0rd-77"]
+    assert location_secrets("s3://KEY@bucket/x@y") == []
