@@ -248,8 +248,9 @@ class FanOut:
         self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in self.specs.items()}
         kinds = registry.dead_letter_kinds()
         self._kinds = kinds
-        # a dead-letter location's password is the pipeline's too, whatever the sink declares
-        letters = location_secrets([getattr(s, "dead_letter", None) for s in self.sinks.values()])
+        # a password or token in a sink's location (its dead_letter, any other option) is
+        # the pipeline's too, whatever the sink declares
+        letters = _sink_option_secrets(sinks, self.sinks.values())
         self._location_secrets = [*location_secrets([checkpoint_location, spool]),
                                   *_ledger_secrets(ledger), *letters]  # fmt: skip
         register_secrets(letters)
@@ -1129,6 +1130,24 @@ def _active_spark() -> Any:
     except ImportError:
         return None
     return SparkSession.getActiveSession()
+
+
+def _sink_option_secrets(
+    configs: Sequence[Mapping[str, Any] | Sink | SinkSpec], sinks: Iterable[Sink]
+) -> list[str]:
+    """The passwords and secret query values (``?sig=``) of every location among the sinks'
+    options (:func:`fanout.observe.secrets.location_secrets`): each ``dead_letter``, the
+    options of a sink given as a dict, and the text and mapping attributes of each sink
+    built (a plugin sink's ``archive = "s3://KEY:SECRET@..."``, its ``storage_options``'
+    URLs). Read once, at construction; a sink's other attributes (objects, lists) are not
+    walked."""
+    given: list[Any] = [c for c in configs if isinstance(c, Mapping)]
+    given += [c.sink for c in configs if isinstance(c, SinkSpec) and isinstance(c.sink, Mapping)]
+    for sink in sinks:
+        given.append(getattr(sink, "dead_letter", None))
+        own = getattr(sink, "__dict__", None) or {}
+        given.extend(v for v in own.values() if isinstance(v, str | Mapping))
+    return location_secrets(given)
 
 
 def _ledger_secrets(ledger: str | Ledger) -> list[str]:

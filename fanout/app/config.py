@@ -143,13 +143,23 @@ def _check_section(name: str, data: Any) -> dict[str, Any]:
                 if isinstance(expected, tuple)
                 else expected.__name__
             )
-            raise ConfigurationError(f"{name}.{key}: expected {names}, got {value!r}")
+            given = _given(value, expected, f"{name}.{key}")
+            raise ConfigurationError(f"{name}.{key}: expected {names}, got {given}")
     for key in REQUIRED.get(name, ()):
         if key not in data:
             raise ConfigurationError(f"{name}.{key}: missing required option")
     for key, value in data.items():
         _check_value(f"{name}.{key}", value)
     return data
+
+
+def _given(value: Any, expected: type | tuple[type, ...], path: str) -> str:
+    """How a wrongly typed value is named: as written, but a table's (``source.options``,
+    ``spark.conf``) given otherwise, whose text may hold a password, by its type only."""
+    if dict in (expected if isinstance(expected, tuple) else (expected,)):
+        kind = "a string" if isinstance(value, str) else f"a {type(value).__name__}"
+        return f"{kind} (its value not shown: it may hold a secret); write it as a table, [{path}]"
+    return repr(value)
 
 
 def _check_value(path: str, value: Any) -> None:

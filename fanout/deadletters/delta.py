@@ -252,18 +252,21 @@ def refuse_shared_tables(pipeline: str, roles: Iterable[TableRole]) -> None:
     dead letters): their layouts differ, so the second kind's first write (a batch's first
     dead letter, say) failed on the other's schema in every replay, or created the table
     with its own layout where the other expected its own. Roles of one kind may share a
-    table (two sinks' dead letters; two sinks appending to one table)."""
+    table (two sinks' dead letters; two sinks appending to one table). Locations are
+    compared and named masked (:func:`fanout.contract.locations.shown_location`: a table
+    named with two SAS tokens is one table, and the refusal carries no secret)."""
     from fanout.contract.locations import same_table_key
 
     held: dict[str, tuple[str, str]] = {}
     for kind, description, location in roles:
         if not location:
             continue
-        first_kind, first = held.setdefault(same_table_key(location), (kind, description))
+        shown = shown_location(location)
+        first_kind, first = held.setdefault(same_table_key(shown), (kind, description))
         if first_kind != kind:
             raise ConfigurationError(
                 f"pipeline {pipeline!r}: {first} and {description} are one table, "
-                f"{location!r}: their rows have other layouts, so the second would fail on "
+                f"{shown!r}: their rows have other layouts, so the second would fail on "
                 "the first's schema in every batch; give each its own location"
             )
 
