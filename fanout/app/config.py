@@ -22,7 +22,7 @@ from fanout.contract.names import check_name
 from fanout.contract.options import SinkClass, coerce_option_text, coerce_text
 from fanout.errors import ConfigurationError
 from fanout.observe.logs import register_secrets
-from fanout.observe.option_values import option_type_problems, value_problem
+from fanout.observe.option_values import HIDDEN_STRING, option_type_problems, value_problem
 from fanout.observe.secrets import expand_env, location_secrets
 from fanout.retry import RetryPolicy
 from fanout.sink_spec import CORE_OPTIONS, split_core_options
@@ -157,8 +157,12 @@ def _given(value: Any, expected: type | tuple[type, ...], path: str) -> str:
     """How a wrongly typed value is named: as written, but a table's (``source.options``,
     ``spark.conf``) given otherwise, whose text may hold a password, by its type only."""
     if dict in (expected if isinstance(expected, tuple) else (expected,)):
-        kind = "a string" if isinstance(value, str) else f"a {type(value).__name__}"
-        return f"{kind} (its value not shown: it may hold a secret); write it as a table, [{path}]"
+        kind = (
+            HIDDEN_STRING
+            if isinstance(value, str)
+            else f"a {type(value).__name__} (its value not shown: it may hold a secret)"
+        )
+        return f"{kind}; write it as a table, [{path}]"
     return repr(value)
 
 

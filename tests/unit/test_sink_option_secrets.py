@@ -113,3 +113,19 @@ def test_a_table_given_as_a_string_is_refused_without_its_value(section: str, ke
         f"{section}.{key}: expected dict, got a string (its value not shown: it may hold a "
         f"secret); write it as a table, [{section}.{key}]"
     )
+
+
+def test_a_sink_option_of_the_wrong_type_is_named_without_its_secrets() -> None:
+    """A sink's mapping option given as a string (``storage_options = "key=..."``) is
+    named by its type; a location in a value of another wrong type is shown masked."""
+    given = {"storage_options": f"aws_secret_access_key={PASSWORD}", "path": [SAS]}
+    with pytest.raises(ConfigurationError) as refused:
+        FanOut("p", MemoryLedger(), [{"type": "delta", "name": "d", **given}])
+    assert str(refused.value) == (
+        "sink 'd' (type 'delta'): option 'storage_options': expected a mapping of str to (str "
+        "or int or float or bool) or none, got a string (its value not shown: it may hold a "
+        "secret); option 'path': expected str or PathLike or none, got "
+        "['abfss://c@acct.dfs.core.windows.net/copy?sv=2022&sp=rw&sig=***'] (list); fix the "
+        "value in the sink's configuration (`fanout plugins --options delta` describes each "
+        "option)"
+    )
