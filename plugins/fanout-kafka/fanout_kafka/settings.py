@@ -180,7 +180,22 @@ class WriterSettings:
             route=self.route,
             route_earlier=self.route_earlier,
             dead_letter_earlier=self._earlier_targets(),
+            dead_letter_written=self._written_target(dead),
         )
+
+    def _written_target(self, shown: str) -> tuple[str, ...]:
+        """The target as earlier versions described it, when that differs from ``shown``
+        (:meth:`target_stamp`'s): a Delta target's location as written, its password or
+        SAS ``sig=`` not masked (a partition they committed holds a digest of that). Only
+        digests of it are compared, never committed or printed."""
+        from fanout.deadletters.delta import DeltaDeadLetters
+        from fanout.deadletters.moved import unchecked
+
+        target = unchecked(self.dead_letters)
+        if self.dead_topic is not None or not isinstance(target, DeltaDeadLetters):
+            return ()
+        written = f"Delta table {target.path}"
+        return (written,) if written != shown else ()
 
     def _earlier_targets(self) -> tuple[str, ...]:
         """The earlier dead-letter targets fanout asked what they hold of this batch, as
