@@ -3,6 +3,7 @@ settings, and the producer and consumer configurations derived from them."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -188,11 +189,13 @@ class WriterSettings:
         (:meth:`target_stamp`'s): a Delta target's location as written, its password or
         SAS ``sig=`` not masked (a partition they committed holds a digest of that). Only
         digests of it are compared, never committed or printed."""
-        from fanout.deadletters.delta import DeltaDeadLetters
+        delta = sys.modules.get("fanout.deadletters.delta")  # a Delta target imported it
+        if self.dead_topic is not None or self.dead_letters is None or delta is None:
+            return ()
         from fanout.deadletters.moved import unchecked
 
         target = unchecked(self.dead_letters)
-        if self.dead_topic is not None or not isinstance(target, DeltaDeadLetters):
+        if not isinstance(target, delta.DeltaDeadLetters):
             return ()
         written = f"Delta table {target.path}"
         return (written,) if written != shown else ()
