@@ -258,8 +258,9 @@ class FanOut:
         self.ledger: Ledger = DeltaLedger(ledger) if isinstance(ledger, str) else ledger
         self._admission = Admission(self.ledger, on_checkpoint_reset, self._refuse_unmarked)
         self.secrets: tuple[str, ...] = self._gather_secrets()
-        """Every secret this pipeline knows (its locations' passwords, a ledger object's
-        location and storage credentials, its sinks' :meth:`fanout.Sink.secret_values`):
+        """Every secret this pipeline knows (its locations' passwords and secret query
+        values, a location among its sinks' options included, a ledger object's location
+        and storage credentials, its sinks' :meth:`fanout.Sink.secret_values`):
         what it writes to the ledger and the errors it raises (an ``open``'s too) are masked
         of all of them, not of the failing sink's only. Gathered again once the sinks are
         opened (a sink's ``open`` may fetch a credential: a token, a vault's password), and
