@@ -249,16 +249,19 @@ class FanOut:
         self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in self.specs.items()}
         kinds = registry.dead_letter_kinds()
         self._kinds = kinds
-        self.dead_letters: dict[str, DeadLetterTarget | None] = {
-            name: resolve_target(sink, kinds) for name, sink in self.sinks.items()
-        }
+        # a password or token in a sink's location (its dead_letter, any other option) is
+        # the pipeline's too, whatever the sink declares
+        letters = _sink_option_secrets(sinks, self.sinks.values())
+        self._location_secrets = [*location_secrets([checkpoint_location, spool]),
+                                  *_ledger_secrets(ledger), *letters]  # fmt: skip
+        register_secrets(letters)
+        self.dead_letters = self._resolve_dead_letters(kinds, letters)
         self.ledger: Ledger = DeltaLedger(ledger) if isinstance(ledger, str) else ledger
         self._admission = Admission(self.ledger, on_checkpoint_reset, self._refuse_unmarked)
-        self._location_secrets = [*location_secrets([checkpoint_location, spool]),
-                                  *_ledger_secrets(ledger)]  # fmt: skip
         self.secrets: tuple[str, ...] = self._gather_secrets()
-        """Every secret this pipeline knows (its locations' passwords, a ledger object's
-        location and storage credentials, its sinks' :meth:`fanout.Sink.secret_values`):
+        """Every secret this pipeline knows (its locations' passwords and secret query
+        values, a location among its sinks' options included, a ledger object's location
+        and storage credentials, its sinks' :meth:`fanout.Sink.secret_values`):
         what it writes to the ledger and the errors it raises (an ``open``'s too) are masked
         of all of them, not of the failing sink's only. Gathered again once the sinks are
         opened (a sink's ``open`` may fetch a credential: a token, a vault's password), and
@@ -492,6 +495,24 @@ class FanOut:
                 )
         check_cores(self.pipeline, self.specs, spark)
         return spark
+
+    def _resolve_dead_letters(
+        self, kinds: Mapping[str, Any], secrets: Sequence[str]
+    ) -> dict[str, DeadLetterTarget | None]:
+        """Each sink's dead-letter target (:func:`fanout.deadletters.target.resolve_target`).
+        What refuses one (an unknown kind, a location no target can keep) quotes the
+        ``dead_letter`` as written: raised with the passwords of its locations (``secrets``)
+        masked and its chain cut, as the pipeline's other errors are."""
+        targets: dict[str, DeadLetterTarget | None] = {}
+        for name, sink in self.sinks.items():
+            try:
+                targets[name] = resolve_target(sink, kinds)
+            except FanoutError as exc:
+                masked = masked_error(exc, secrets, _same_kind(exc, secrets, ()), str(exc))
+                if masked is not None:
+                    raise masked from None
+                raise
+        return targets
 
     def _gather_secrets(self) -> tuple[str, ...]:
         """:attr:`secrets` as the locations and the sinks give them now."""
@@ -1191,6 +1212,24 @@ def _active_spark() -> Any:
     except ImportError:
         return None
     return SparkSession.getActiveSession()
+
+
+def _sink_option_secrets(
+    configs: Sequence[Mapping[str, Any] | Sink | SinkSpec], sinks: Iterable[Sink]
+) -> list[str]:
+    """The passwords and secret query values (``?sig=``) of every location among the sinks'
+    options (:func:`fanout.observe.secrets.location_secrets`): each ``dead_letter``, the
+    options of a sink given as a dict, and the text and mapping attributes of each sink
+    built (a plugin sink's ``archive = "s3://KEY:SECRET@..."``, its ``storage_options``'
+    URLs). Read once, at construction; a sink's other attributes (objects, lists) are not
+    walked."""
+    given: list[Any] = [c for c in configs if isinstance(c, Mapping)]
+    given += [c.sink for c in configs if isinstance(c, SinkSpec) and isinstance(c.sink, Mapping)]
+    for sink in sinks:
+        given.append(getattr(sink, "dead_letter", None))
+        own = getattr(sink, "__dict__", None) or {}
+        given.extend(v for v in own.values() if isinstance(v, str | Mapping))
+    return location_secrets(given)
 
 
 def _ledger_secrets(ledger: str | Ledger) -> list[str]:

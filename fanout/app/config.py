@@ -23,7 +23,7 @@ from fanout.contract.names import check_name
 from fanout.contract.options import SinkClass, coerce_option_text, coerce_text
 from fanout.errors import ConfigurationError, shell_word
 from fanout.observe.logs import register_secrets
-from fanout.observe.option_values import option_type_problems, value_problem
+from fanout.observe.option_values import HIDDEN_STRING, option_type_problems, value_problem
 from fanout.observe.secrets import expand_env, location_secrets
 from fanout.retry import RetryPolicy
 from fanout.sink_spec import CORE_OPTIONS, split_core_options
@@ -184,7 +184,8 @@ def _check_section(name: str, data: Any, mistakes: _Mistakes) -> dict[str, Any]:
                 if isinstance(expected, tuple)
                 else expected.__name__
             )
-            mistakes.add(ConfigurationError(f"{name}.{key}: expected {names}, got {value!r}"))
+            given = _given(value, expected, f"{name}.{key}")
+            mistakes.add(ConfigurationError(f"{name}.{key}: expected {names}, got {given}"))
         else:
             good[key] = value
     for key in REQUIRED.get(name, ()):
@@ -197,6 +198,19 @@ def _check_section(name: str, data: Any, mistakes: _Mistakes) -> dict[str, Any]:
             mistakes.add(exc)
             del good[key]
     return good
+
+
+def _given(value: Any, expected: type | tuple[type, ...], path: str) -> str:
+    """How a wrongly typed value is named: as written, but a table's (``source.options``,
+    ``spark.conf``) given otherwise, whose text may hold a password, by its type only."""
+    if dict in (expected if isinstance(expected, tuple) else (expected,)):
+        kind = (
+            HIDDEN_STRING
+            if isinstance(value, str)
+            else f"a {type(value).__name__} (its value not shown: it may hold a secret)"
+        )
+        return f"{kind}; write it as a table, [{path}]"
+    return repr(value)
 
 
 def _check_value(path: str, value: Any) -> None:

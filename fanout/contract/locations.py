@@ -48,20 +48,94 @@ first ``@``, whatever it holds (an unescaped ``/``, ``?`` or ``#`` too, which en
 authority for :func:`urllib.parse.urlsplit`, so that its ``password`` is a part of it)."""
 
 
+_AUTHORITY_END = re.compile(r"[/?#]")
+
+
 def written_password(uri: str) -> str | None:
     """The password of ``uri``'s ``scheme://user:password@`` as written (``None``: none)."""
     match = _USER_PASSWORD.match(uri.strip())
     return match.group(2) if match and match.group(2) else None
 
 
+def _password_end(uri: str) -> tuple[int, int] | None:
+    """Where the password of ``uri`` (stripped) starts, and where it ends read to the
+    authority's last ``@`` (the first ``/``, ``?`` or ``#`` after its first ``@`` ends the
+    authority): ``None`` without a ``user:password@``."""
+    match = _USER_PASSWORD.match(uri)
+    if match is None:
+        return None
+    end = _AUTHORITY_END.search(uri, match.end())
+    return match.start(2), uri.rfind("@", 0, end.start() if end else len(uri))
+
+
+def written_passwords(uri: str) -> list[str]:
+    """Every reading of the password of ``uri``'s ``scheme://user:password@``: up to its
+    first ``@`` (:func:`written_password`, as SQLAlchemy reads it); and, where the
+    authority holds another ``@`` (a password with an ``@`` not written ``%40``), up to
+    its last one and each part between them: a reader that ends the password at the first
+    ``@`` takes the rest for the host and quotes it (``could not translate host name
+    "rest@db"``). ``[]``: no password."""
+    text = uri.strip()
+    first, span = written_password(text), _password_end(text)
+    if first is None or span is None:
+        return []
+    whole = text[span[0] : span[1]]
+    found = [first] if whole == first else [first, whole, *whole.split("@")]
+    return [part for part in dict.fromkeys(found) if part]
+
+
+SECRET_QUERY_WORDS = frozenset(
+    {"sig", "signature", "password", "passwd", "pwd", "secret", "token", "key", "credential"}
+)
+"""Words that make a URI's query parameter a secret where one of its name's parts (split at
+``-``, ``_``, ``.`` and camelCase, a plural ``s`` allowed) is one: an Azure SAS's ``sig``,
+a presigned S3 URL's ``X-Amz-Signature``, ``X-Amz-Security-Token`` and ``X-Amz-Credential``,
+a ``?password=``. The rest of a SAS (``sv``, ``se``, ``sp``...) says what it grants."""
+
+_QUERY_PARAM = re.compile(r"([?&])([^=&#]+)=([^&#]*)")
+
+
+def _secret_query_name(name: str) -> bool:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1.\2", unquote(name))
+    parts = [part for part in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if part]
+    return any(part in SECRET_QUERY_WORDS or part.removesuffix("s") in SECRET_QUERY_WORDS
+               for part in parts)  # fmt: skip
+
+
+def query_secrets(uri: str) -> list[str]:
+    """The values of ``uri``'s secret query parameters (:data:`SECRET_QUERY_WORDS`), as
+    written, in order; ``[]`` for a text without a ``scheme://`` or a query."""
+    if "://" not in uri or "?" not in uri:
+        return []
+    query = uri.split("?", 1)[1].split("#", 1)[0]
+    return [
+        value
+        for _, name, value in _QUERY_PARAM.findall("?" + query)
+        if value and _secret_query_name(name)
+    ]
+
+
 def shown_location(location: str) -> str:
     """``location`` as fanout prints or records it (status, messages, commands, ``--json``):
-    the password of a URI's ``user:password@`` replaced by ``***``
-    (``s3://KEY:***@bucket/ckpt``), anything else as written. The user part stays: it names
-    an account or a container (``abfss://container@account...``), not a secret."""
-    if written_password(location) is None:
-        return location
-    return _USER_PASSWORD.sub(lambda m: f"{m.group(1)}:***@", location.strip(), count=1)
+    the password of a URI's ``user:password@`` (to the authority's last ``@``:
+    :func:`written_passwords`) and the value of its secret query parameters
+    (:func:`query_secrets`: ``?sig=``) replaced by ``***`` (``s3://KEY:***@bucket/ckpt``,
+    ``abfss://c@acct.dfs.core.windows.net/t?sv=2022&sig=***``), anything else as written.
+    The user part stays: it names an account or a container
+    (``abfss://container@account...``), not a secret."""
+    shown = location
+    span = _password_end(location.strip())
+    if written_password(location) is not None and span is not None:
+        shown = f"{location.strip()[: span[0]]}***{location.strip()[span[1] :]}"
+    if not query_secrets(shown):
+        return shown
+    path, _, query = shown.partition("?")
+    query, hash_, fragment = query.partition("#")
+    masked = _QUERY_PARAM.sub(
+        lambda m: f"{m[1]}{m[2]}={'***' if m[3] and _secret_query_name(m[2]) else m[3]}",
+        "?" + query,
+    )
+    return f"{path}{masked}{hash_}{fragment}"
 
 
 def same_table_key(location: str) -> str:

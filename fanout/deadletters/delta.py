@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fanout.contract.dead_letters import DELTA, DeadLetter, RouteStamp, Source, letter_kind
 from fanout.contract.earlier_letters import HeldLetters
+from fanout.contract.locations import shown_location
 from fanout.deadletters.layout import letter_schema, to_records
 from fanout.deadletters.route_letters import check_unchanged
 from fanout.delta_tables import io as deltaio
@@ -51,8 +52,10 @@ class DeltaDeadLetters:
         self.storage_options = dict(storage_options or {})
 
     def describe(self) -> str:
-        """``Delta table <path>``."""
-        return f"Delta table {self.path}"
+        """``Delta table <path>``, the path as fanout prints a location (a password in it
+        masked: :func:`fanout.contract.locations.shown_location`): errors, logs and the
+        refusals of a moved ``dead_letter`` name the target so."""
+        return f"Delta table {shown_location(self.path)}"
 
     def write(
         self,
@@ -201,7 +204,7 @@ class DeltaDeadLetters:
         return hash(self.path)
 
     def __repr__(self) -> str:
-        return f"<DeltaDeadLetters {self.path!r}>"
+        return f"<DeltaDeadLetters {shown_location(self.path)!r}>"
 
 
 def delta_target(location: str, sink: Sink) -> DeltaDeadLetters:
@@ -249,18 +252,21 @@ def refuse_shared_tables(pipeline: str, roles: Iterable[TableRole]) -> None:
     dead letters): their layouts differ, so the second kind's first write (a batch's first
     dead letter, say) failed on the other's schema in every replay, or created the table
     with its own layout where the other expected its own. Roles of one kind may share a
-    table (two sinks' dead letters; two sinks appending to one table)."""
+    table (two sinks' dead letters; two sinks appending to one table). Locations are
+    compared and named masked (:func:`fanout.contract.locations.shown_location`: a table
+    named with two SAS tokens is one table, and the refusal carries no secret)."""
     from fanout.contract.locations import same_table_key
 
     held: dict[str, tuple[str, str]] = {}
     for kind, description, location in roles:
         if not location:
             continue
-        first_kind, first = held.setdefault(same_table_key(location), (kind, description))
+        shown = shown_location(location)
+        first_kind, first = held.setdefault(same_table_key(shown), (kind, description))
         if first_kind != kind:
             raise ConfigurationError(
                 f"pipeline {pipeline!r}: {first} and {description} are one table, "
-                f"{location!r}: their rows have other layouts, so the second would fail on "
+                f"{shown!r}: their rows have other layouts, so the second would fail on "
                 "the first's schema in every batch; give each its own location"
             )
 

@@ -59,7 +59,8 @@ log = logging.getLogger("fanout")
 def recorded_text(sink: Sink) -> str | None:
     """The sink's ``dead_letter`` as the ledger records it: ``<kind>:<location>``, a Delta
     location absolute (a restart from another directory names the same table), masked of
-    its password and of the sink's secrets (``None``: no target)."""
+    its password, its secret query values (``?sig=``) and the sink's secrets (``None``: no
+    target)."""
     text: Any = getattr(sink, "dead_letter", None)
     if not isinstance(text, str) or not text.strip():
         return None
@@ -224,7 +225,7 @@ def _held(
     kind, location = split_target(text)
     if MASK in location:
         raise _cannot_tell(batch, text, now, "its location is recorded masked (it held a "
-                           "password)", ledger)  # fmt: skip
+                           "password or a token)", ledger)  # fmt: skip
     factory = kinds.get(kind)
     if factory is None:
         raise _cannot_tell(batch, text, now, f"no installed plugin provides kind {kind!r}", ledger)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from fanout.contract.dead_letters import DELTA, split_target
-from fanout.contract.locations import same_table_key
+from fanout.contract.locations import same_table_key, shown_location
 from fanout.ledger.entry import LedgerEntry, now_utc
 
 DEAD_LETTER: Final = "dead_letter"
@@ -52,11 +52,15 @@ def since_of(code: int) -> BatchKey | None:
 
 def target_digest(text: str | None) -> int:
     """A recorded target's digest, which two spellings of one target share (a Delta table
-    by :func:`fanout.contract.locations.same_table_key`): 0 for no target, else a positive
-    62-bit number."""
+    by :func:`fanout.contract.locations.same_table_key`), and its secrets as written or
+    masked alike (:func:`fanout.contract.locations.shown_location` of the location: a
+    target recorded with its SAS ``?sig=`` as written by an earlier version, or another
+    ``sig=`` of a rotated token, is the same target, not one the sink moved from): 0 for
+    no target, else a positive 62-bit number."""
     if text is None:
         return 0
     kind, location = split_target(text)
+    location = shown_location(location)
     key = f"{kind}:{same_table_key(location) if kind == DELTA else location}"
     digest = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") >> 2
     return digest or 1

@@ -9,7 +9,7 @@ from math import isfinite
 from typing import Any
 
 from fanout.contract.options import SinkClass, option_types, type_text, value_fits
-from fanout.observe.secrets import redact, secret_option_values, url_password
+from fanout.observe.secrets import location_secrets, redact, secret_option_values
 
 
 def option_type_problems(sink_class: SinkClass, options: Mapping[str, Any]) -> list[str]:
@@ -41,16 +41,25 @@ def value_problem(key: str, value: Any, hint: Any, expected: str | None = None) 
     if value_fits(value, hint):
         return None
     wanted = type_text(hint) if expected is None else expected
+    if isinstance(value, str) and "mapping" in wanted:  # storage_options = "key=SECRET"
+        return f"option {key!r}: expected {wanted}, got {HIDDEN_STRING}"
     return f"option {key!r}: expected {wanted}, got {_shown(key, value)} ({type(value).__name__})"
+
+
+HIDDEN_STRING = "a string (its value not shown: it may hold a secret)"
+"""How an error names a string given for a mapping of options (a sink's
+``storage_options``, a pipeline file's ``source.options``): its text may be the options
+written as one (``aws_secret_access_key=...``), so none of it is shown."""
 
 
 def _shown(key: str, value: object) -> str:
     """``value`` as an error shows it, its secrets masked: a mapping's entries whose names
-    say they are one (``storage_options``), a URL's password. The option's own name is
-    not read as one: ``keys`` would be (``key``), and a secret option takes text, which
-    fits."""
+    say they are one (``storage_options``), a URL's password or secret query value
+    (:func:`fanout.observe.secrets.location_secrets`, in a list or mapping too). The
+    option's own name is not read as one: ``keys`` would be (``key``), and a secret option
+    takes text, which fits."""
     if isinstance(value, Mapping):
         secrets = secret_option_values({str(k): v for k, v in value.items()})
     else:
-        secrets = url_password(value) if isinstance(value, str) else []
-    return redact(repr(value), secrets)
+        secrets = []
+    return redact(repr(value), [*secrets, *location_secrets(value)])

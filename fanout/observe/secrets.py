@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
-from fanout.contract.locations import written_password
+from fanout.contract.locations import query_secrets, written_passwords
 from fanout.errors import ConfigurationError
 
 MASK = "***"
@@ -134,22 +134,31 @@ def secret_option_values(
 
 
 def url_password(value: str) -> list[str]:
-    """The password of a URL ``scheme://user:password@host...`` as written and decoded
-    (read up to the first ``@``, as SQLAlchemy reads it:
-    :func:`fanout.contract.locations.written_password`); ``[]`` for any other text."""
-    written = written_password(value)
-    return list(dict.fromkeys([written, unquote(written)])) if written else []
+    """The password of a URL ``scheme://user:password@host...`` as written and decoded,
+    read up to the first ``@`` (as SQLAlchemy reads it) and, when its authority holds
+    another, up to the last and in its parts
+    (:func:`fanout.contract.locations.written_passwords`); ``[]`` for any other text."""
+    written = written_passwords(value)
+    return list(dict.fromkeys(form for part in written for form in (part, unquote(part))))
 
 
 def location_secrets(value: Any) -> list[str]:
     """The passwords of every URL with ``user:password@`` in ``value``: a location (a
     checkpoint, spool, ledger or table path) or a pipeline file's or command line's values,
-    nested mappings and sequences walked, each password once (:func:`url_password`). Registered
-    as secrets (:func:`fanout.observe.logs.register_secrets`), they are masked wherever a
-    location reaches a log, an error or the CLI's output."""
+    nested mappings and sequences walked, each once: a password (:func:`url_password`), also
+    of a URL that does not begin the text (a ``dead_letter`` written ``<kind>:<location>``:
+    ``delta:s3://KEY:SECRET@bucket/dl``), and the values of a URI's secret query parameters
+    (an Azure SAS's ``?sig=``: :func:`fanout.contract.locations.query_secrets`), as written
+    and decoded. Registered as secrets
+    (:func:`fanout.observe.logs.register_secrets`), they are masked wherever a location
+    reaches a log, an error or the CLI's output."""
     found: list[str] = []
     if isinstance(value, str):
         found.extend(url_password(value))
+        for url in _URL_PASSWORD.finditer(value):  # read as a location of its own
+            found.extend(url_password(value[url.start() :]))
+        for secret in query_secrets(value):  # ?sig=..., as written and decoded
+            found.extend([secret, unquote(secret)])
     elif isinstance(value, Mapping):
         for item in value.values():
             found.extend(location_secrets(item))

@@ -355,7 +355,12 @@ class SinkRunner:
         retried = not isinstance(exc, SinkResultError) and self._transient(exc)
         will_retry = retried and attempt <= self.retry.retries
         if not will_retry and self.given.explain is not None:
-            error = self.given.explain(exc) or error
+            explained = self.given.explain(exc)
+            if explained is not None:
+                # chained from the sink's error as recorded (named, secrets masked, its own
+                # chain cut when it held one), not from ``exc``: a traceback shows the chain
+                explained.__cause__ = error
+                error = explained
         return error, will_retry
 
     def _write(self, batch: Batch) -> object:

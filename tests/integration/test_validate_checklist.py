@@ -93,3 +93,27 @@ def test_validate_reports_every_problem_as_a_checklist(
     assert "configuration error: 4 of 16 checks failed:" in validated.err
     assert not (tmp_path / "checkpoint").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["input", "old", "pipeline.toml"]
+
+
+def test_validate_masks_the_password_of_a_dead_letter_written_with_its_kind(
+    spark: Any, tmp_path: Path, capsys: Any
+) -> None:
+    """A ``dead_letter`` written ``<kind>:<location>``: its location's password was no
+    secret (read only where a URL begins the text), so the refusal of the kind printed it."""
+    from fanout.observe.logs import secrets_apart
+
+    password = "Dl-cli-secret-5120"
+    sinks = (
+        f'[[sinks]]\ntype = "delta"\nname = "d"\npath = "{tmp_path}/d"\n'
+        f'dead_letter = "detla:s3://KEY:{password}@bucket/dl"\n'
+    )
+    with secrets_apart():  # what this run registers only
+        validated = validate(tmp_path, "order_id LONG", sinks, capsys)
+    assert validated.code == 2
+    refusal = (
+        "sink 'd': dead_letter 'detla:s3://KEY:***@bucket/dl' is a detla target, but no "
+        "installed plugin provides that kind (kinds: delta, kafka, postgres)"
+    )
+    assert f"  FAIL  sink d: opens its target: {refusal}" in validated.lines, validated.out
+    assert f"  - sink d: opens its target: {refusal}" in validated.err.splitlines()
+    assert password not in validated.out + validated.err

@@ -3,6 +3,7 @@ settings, and the producer and consumer configurations derived from them."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -180,7 +181,24 @@ class WriterSettings:
             route=self.route,
             route_earlier=self.route_earlier,
             dead_letter_earlier=self._earlier_targets(),
+            dead_letter_written=self._written_target(dead),
         )
+
+    def _written_target(self, shown: str) -> tuple[str, ...]:
+        """The target as earlier versions described it, when that differs from ``shown``
+        (:meth:`target_stamp`'s): a Delta target's location as written, its password or
+        SAS ``sig=`` not masked (a partition they committed holds a digest of that). Only
+        digests of it are compared, never committed or printed."""
+        delta = sys.modules.get("fanout.deadletters.delta")  # a Delta target imported it
+        if self.dead_topic is not None or self.dead_letters is None or delta is None:
+            return ()
+        from fanout.deadletters.moved import unchecked
+
+        target = unchecked(self.dead_letters)
+        if not isinstance(target, delta.DeltaDeadLetters):
+            return ()
+        written = f"Delta table {target.path}"
+        return (written,) if written != shown else ()
 
     def _earlier_targets(self) -> tuple[str, ...]:
         """The earlier dead-letter targets fanout asked what they hold of this batch, as

@@ -88,6 +88,11 @@ class TargetStamp:
     (:attr:`fanout.Batch.earlier`, when its ``dead_letter`` moved since an attempt of the
     batch), as :attr:`dead_letter` spells a target: a partition committed under one of
     them is accepted, its letters not parked twice (not recorded, only compared)."""
+    dead_letter_written: tuple[str, ...] = field(default=(), repr=False)
+    """:attr:`dead_letter` as older fanout versions spelled the same target (a Delta
+    target's location with its password or SAS ``sig=`` as written, since masked): a
+    partition committed under it went by this target (not recorded, only compared, not in
+    the stamp's ``repr``: it may hold a secret)."""
 
     def aspects(self) -> tuple[str, str, str]:
         """The texts of :data:`ASPECTS`, in order."""
@@ -201,10 +206,12 @@ def _accepted(offset: int, stamp: TargetStamp) -> bool:
     partition and a row the route refuses fails the batch), so a target added since splits
     nothing: it is how a batch stuck on a bad record is let through. Or under an earlier
     target fanout asked what it holds of the batch (:attr:`TargetStamp.dead_letter_earlier`):
-    the letters it holds stay there, the replay parks the others once."""
+    the letters it holds stay there, the replay parks the others once. Or under the
+    target as an older version spelled it (:attr:`TargetStamp.dead_letter_written`)."""
     for same in (stamp, *(replace(stamp, route=old) for old in stamp.route_earlier)):
         alike = [same, replace(same, dead_letter="")] if same.dead_letter else [same]
-        alike += [replace(same, dead_letter=old) for old in stamp.dead_letter_earlier]
+        earlier = (*stamp.dead_letter_earlier, *stamp.dead_letter_written)
+        alike += [replace(same, dead_letter=old) for old in earlier]
         if any(not _changed(offset, _rest(a), _tags(a)) for a in alike):
             return True
     return False

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+from fanout.contract.locations import shown_location
 from fanout.observe.secrets import expand_env
 
 DRIVERS = ("postgresql", "postgresql+psycopg2")
@@ -95,8 +96,13 @@ def _secret_query_values(url: Any) -> list[str]:
 
 def secrets_of(url: Any) -> tuple[str, ...]:
     """The password and the secret query parameters, as given and in their URL-encoded
-    spellings (all must be scrubbed)."""
-    values = [getattr(url, "password", None) or "", *_secret_query_values(url)]
+    spellings (all must be scrubbed). A password written with an ``@`` not escaped
+    (``app:p@ss@db``) is cut there by SQLAlchemy, the rest read as the host (``ss@db``),
+    which libpq's errors quote: that rest, and the password whole, are secrets too."""
+    password = getattr(url, "password", None) or ""
+    rest = str(getattr(url, "host", None) or "").rpartition("@")[0]
+    cut = [rest, f"{password}@{rest}", *rest.split("@")] if rest else []
+    values = [password, *cut, *_secret_query_values(url)]
     spellings = [s for v in values if v for s in (v, quote(v, safe=""), quote_plus(v))]
     return tuple(dict.fromkeys(spellings))
 
@@ -112,4 +118,5 @@ def display(url: Any) -> str:
                 key: "***" if key.lower() in SECRET_QUERY_KEYS else v for key, v in query.items()
             }
         )
-    return str(url.render_as_string(hide_password=True)).replace("=%2A%2A%2A", "=***")
+    shown = str(url.render_as_string(hide_password=True)).replace("=%2A%2A%2A", "=***")
+    return shown_location(shown) if "@" in str(url.host or "") else shown  # app:***@db

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 from fanout_postgres.url import display, resolve_url, secrets_of
 
 
@@ -50,3 +51,39 @@ def test_every_secret_keyword_of_libpq_18_is_masked_and_paths_are_not() -> None:
         "&sslkey=%2Fetc%2Fpg.key"
     )
     assert secrets_of(url) == ("0c-S3cret", "Q2xp", "U2Vy")
+
+
+AT_PASSWORD = "Secr@t-Passw0rd-77"  # its "@" not written %40
+REST = "t-Passw0rd-77"
+
+
+def test_a_password_with_an_unescaped_at_sign_is_masked_in_the_host_libpq_quotes() -> None:
+    """SQLAlchemy ends the password at its first ``@`` and reads the rest as the host,
+    which libpq's error quotes; before, the sink masked the first part only, and its
+    ``display`` showed the rest: ``app:***@t-Passw0rd-77@127.0.0.1``."""
+    from fanout_postgres import PostgresSink
+
+    from fanout.contract.sink import SinkContext
+    from fanout.errors import SinkUnreachableError
+
+    raw = f"postgresql+psycopg2://app:{AT_PASSWORD}@127.0.0.1:1/shop"
+    url = resolve_url(raw, sink="pg")
+    assert (url.password, url.host) == ("Secr", f"{REST}@127.0.0.1")
+    assert display(url) == "postgresql+psycopg2://app:***@127.0.0.1:1/shop"
+    assert set(secrets_of(url)) == {"Secr", REST, AT_PASSWORD, "Secr%40t-Passw0rd-77"}
+    sink = PostgresSink("pg", url=raw, table="orders")
+    with pytest.raises(SinkUnreachableError) as caught:
+        sink.open(SinkContext("open"))
+    message = str(caught.value)
+    assert message.startswith(
+        "sink 'pg': cannot open: OperationalError: (psycopg2.OperationalError) could not "
+        'translate host name "***@127.0.0.1" to address: '
+    ), message
+    assert message.endswith(
+        "; check the host and port in option 'url', and that the server runs and accepts "
+        "connections from this machine"
+    )
+    assert REST not in message and "Secr" not in message
+    assert repr(sink) == (
+        "<PostgresSink 'pg' upsert 'orders' at postgresql+psycopg2://app:***@127.0.0.1:1/shop>"
+    )
