@@ -88,3 +88,22 @@ def test_a_backfill_from_the_sink_gets_the_batch_it_wrote(ledger: Ledger) -> Non
     assert lagging.backlog("pg").keys == [(0, 0), (0, 1), (0, 2)]
     mark = lagging.source_mark("pg", (0, 2))
     assert mark is not None and (mark.rows, is_skip(mark)) == (5, False)
+
+
+def test_a_catch_up_write_inside_a_skip_s_range_is_recorded_beside_it(ledger: Ledger) -> None:
+    """The catch-up wrote lake's spooled batch 1 while a skip through 3 landed (its range
+    1-3): batch 1 counts as written, 2 and 3 stay given up, the mark stays 3."""
+    for batch in range(4):
+        ledger.mark_committed(committed("pipe", "good", batch, rows=5))
+    ledger.mark_committed(committed("pipe", "lake", 0, rows=5))
+    assert skip_batches(ledger, "pipe", "lake", 3).recorded
+    assert ledger.mark_committed(committed("pipe", "lake", 1, rows=5)) is True
+    lake = sorted(
+        (e.batch_id, e.rows, is_skip(e))
+        for e in ledger.committed_entries("pipe")
+        if e.sink == "lake"
+    )
+    assert lake == [(0, 5, False), (1, 5, False), (3, 0, True)]
+    marks = [(b, skip) for b, _, skip in lake]
+    assert [held_by_skip(b, marks) for b in range(4)] == [False, False, True, True]
+    assert ledger.last_committed("pipe", ["lake"]) == {"lake": 3}
