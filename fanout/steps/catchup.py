@@ -99,6 +99,7 @@ class CatchUp:
         self._timed_out: dict[str, int] = {}  # catch-up writes abandoned in a row, by sink
         self._timed: dict[str, TimedWrite] = {}  # bounded catch-up writes waited for, by sink
         self._told_lost: set[str] = set()  # sinks whose lost target the ledger was told of
+        self._writing: set[str] = set()  # sinks with a batch being written here (under _locks)
 
     # -- the thread ------------------------------------------------------------------
 
@@ -274,8 +275,19 @@ class CatchUp:
             self.lagging.failed(sink, gap)
             log.error("%s", gap, extra=batch_fields(self.lagging.pipeline, gap.batch_id, sink))
             return gap
-        error = self.write(sink, backlog.keys[0], live=live, wait=wait)
+        self._writing.add(sink)  # under the sink's lock: one catch-up write of it at a time
+        try:
+            error = self.write(sink, backlog.keys[0], live=live, wait=wait)
+        finally:
+            self._writing.discard(sink)
         return True if error is None else error
+
+    def writing(self, sink: str) -> bool:
+        """Whether a catch-up write of ``sink`` runs now (the thread's, or a drain's). The
+        live path holds such a sink back although its backlog is empty: another process
+        (a ``fanout ledger skip``) moved its mark past the batch being written, and a live
+        write beside it would reach the sink first (docs/architecture.md §14.4)."""
+        return sink in self._writing
 
     def _wait_for_abandoned(self, running: AbandonedWrite) -> SinkTimeoutError:
         """The error of a catch-up of a sink whose abandoned live write still runs (said
