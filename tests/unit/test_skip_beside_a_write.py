@@ -107,3 +107,24 @@ def test_a_catch_up_write_inside_a_skip_s_range_is_recorded_beside_it(ledger: Le
     marks = [(b, skip) for b, _, skip in lake]
     assert [held_by_skip(b, marks) for b in range(4)] == [False, False, True, True]
     assert ledger.last_committed("pipe", ["lake"]) == {"lake": 3}
+
+
+def test_status_shows_the_write_s_counts_of_the_last_batch(tmp_path: Path) -> None:
+    """``fanout status``'s last batch of lake is batch 2, which both marks hold: it shows the
+    write's rows and time, not the skip's 0, whichever row a scan gives first."""
+    from fanout.app.status import summarize
+
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    ledger.open()
+    _lake_skipped_through_2_while_writing_it(ledger)
+    write = next(
+        e
+        for e in ledger.committed_entries("pipe")
+        if (e.sink, e.batch_id) == ("lake", 2) and not is_skip(e)
+    )
+    rows = ledger.rows("pipe")
+    for order in (rows, rows[::-1]):
+        lake = next(s for s in summarize(order) if s.sink == "lake")
+        assert (lake.last_committed_batch, lake.last_batch_rows) == (2, 5)
+        assert (lake.committed_batches, lake.rows_total) == (3, 15)
+        assert lake.last_commit_at == write.finished_at
