@@ -350,7 +350,8 @@ def summarize(
             (r for r in group if r["status"] == "failed"),
             key=lambda r: (_finished(r), _position(r), r["attempt"] or 0),
         )
-        last = max(committed, key=_position) if committed else None
+        # of two marks of the last batch (a write's recorded beside a skip's, §14.1): the write's
+        last = max(committed, key=_last_key) if committed else None
         behind, behind_rows, since = backlogs.get((pipeline, sink), (0, 0, None))
         statuses.append(
             SinkStatus(
@@ -389,6 +390,12 @@ def _finished(row: dict[str, Any]) -> tuple[bool, Any]:
     """A row's ``finished_at`` as a sort key (rows without one first)."""
     at = row.get("finished_at")
     return (at is not None, at if at is not None else 0)
+
+
+def _last_key(row: dict[str, Any]) -> tuple[tuple[int, int], bool]:
+    """A committed row's place for the sink's last batch: its position, and a write's mark
+    after a skip's of the same batch."""
+    return (_position(row), not says_skipped(row.get("error")))
 
 
 def _position(row: dict[str, Any]) -> tuple[int, int]:

@@ -63,7 +63,9 @@ from fanout.ledger.entry import (
     lost_app_id,
     pipeline_app_id,
     replaced_app_id,
+    skip_app_id,
 )
+from fanout.ledger.gaps import is_skip, written_beside_skip
 from fanout.ledger.recovery import (
     RECOVERY,
     RecoveryReport,
@@ -599,17 +601,23 @@ class DeltaLedger:
             sink_app = txn_app_id(entry.pipeline, entry.sink, entry.epoch)
             done = version(sink_app)
             replacing = done == entry.batch_id and _replaces_lost(entry, sink_app, version)
+            beside = False
             if done is not None and done >= entry.batch_id and not replacing:
-                # a late mark made again (the catch-up's next try of its spooled batch)
-                # passes: its first failed, and failing each try stalled the sink for good
-                request.settle(False)
-                continue
+                beside = self._beside_skip(table, entry, version(skip_app_id(sink_app)))
+                if not beside:
+                    # a late mark made again (the catch-up's next try of its spooled batch)
+                    # passes: its first failed, and failing each try stalled the sink for good
+                    request.settle(False)
+                    continue
             error = self._late_mark(table, entry, version)
             if error is not None:  # recorded all the same: the sink holds the batch
                 late.append((request, error))
             pipeline_app = pipeline_app_id(entry.pipeline, entry.epoch)
             high = version(pipeline_app)
-            versions[sink_app] = txns[sink_app] = entry.batch_id
+            if not beside:  # beside a skip's mark: the sink's transaction stays at it
+                versions[sink_app] = txns[sink_app] = entry.batch_id
+            if is_skip(entry):  # a write's own mark of a batch it holds reads the marks
+                versions[skip_app_id(sink_app)] = txns[skip_app_id(sink_app)] = entry.batch_id
             if entry.lost or replacing:  # §5: a write's own mark replaces a lost one
                 app = lost_app_id(sink_app) if entry.lost else replaced_app_id(sink_app)
                 versions[app] = txns[app] = entry.batch_id
@@ -623,6 +631,24 @@ class DeltaLedger:
             request.settle(True)
         for request, error in late:
             request.fail(error)
+
+    def _beside_skip(self, table: DeltaTable, entry: LedgerEntry, skipped: int | None) -> bool:
+        """Whether ``entry``, a mark its sink's transaction already holds, is a write's own
+        mark of a batch the sink's marks hold only by a ``fanout ledger skip`` made while
+        the write ran (:func:`fanout.ledger.gaps.written_beside_skip`). ``skipped``: the
+        batch of the sink's last skip mark, from the log (:func:`skip_app_id`); the marks
+        are read (one scan of the sink's marks of the epoch from the batch on) only when
+        it is at or past the batch, so a mark made twice stays a look at the log."""
+        if entry.error is not None or entry.lost:
+            return False
+        if skipped is None or skipped < entry.batch_id:
+            return False
+        marks = [
+            (e.batch_id, is_skip(e))
+            for e in self._committed_as_of_log(table, entry.pipeline, entry.batch_id, entry.epoch)
+            if e.sink == entry.sink
+        ]
+        return written_beside_skip(entry, marks)
 
     def record_failure(self, entry: LedgerEntry) -> None:
         """Append a failed-attempt row (no txn action), again on the fresh snapshot when

@@ -90,6 +90,15 @@ def replaced_app_id(sink_app: str) -> str:
     return f"{sink_app}#replaced"
 
 
+def skip_app_id(sink_app: str) -> str:
+    """The app transaction a ``fanout ledger skip`` mark's commit sets at its batch, beside
+    the sink's own ``sink_app``: a write's own mark of a batch at or before it, finding the
+    sink's transaction there already, reads the sink's marks only then
+    (:func:`fanout.ledger.gaps.written_beside_skip`), so a mark made twice stays a look at
+    the log alone."""
+    return f"{sink_app}#skip"
+
+
 Row = TypeVar("Row", LedgerEntry, dict[str, Any])
 
 
@@ -114,8 +123,10 @@ def as_of_log(rows: Iterable[Row]) -> list[Row]:
     """``rows`` (ledger rows, as entries or as dicts read from the table) as the ledger's
     log tells them: without the lost marks a write's own mark of the same sink and batch
     replaced (:func:`replaces_lost`; ARCHITECTURE §5, "A batch in flight"), so a reader
-    sees one mark per sink and batch. The one filter of replaced lost marks: every reader
-    of the ledger's rows gets them through it (:meth:`Ledger.committed_entries`,
+    sees one mark per sink and batch (but for a write's own mark recorded beside a skip's
+    of its batch, :func:`fanout.ledger.gaps.written_beside_skip`). The one filter of
+    replaced lost marks: every reader of the ledger's rows gets them through it
+    (:meth:`Ledger.committed_entries`,
     :meth:`~fanout.ledger.delta.DeltaLedger.rows`); the rows as written are read only on
     purpose (:meth:`Ledger.committed_entries_with_replaced`). Rows of older ledgers have
     no ``epoch``: 0."""

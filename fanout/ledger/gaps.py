@@ -119,6 +119,20 @@ def held_by_skip(batch_id: int, marks: Iterable[tuple[int, bool]]) -> bool:
     return next((skip for b, skip in sorted(marks) if b >= batch_id), False)
 
 
+def written_beside_skip(entry: LedgerEntry, marks: Iterable[tuple[int, bool]]) -> bool:
+    """Whether ``entry``, a sink's mark its ledger finds already held (the sink's
+    transaction at or past its batch), is nonetheless recorded: a write's own mark (no
+    ``error``, not lost) of a batch the sink's marks (``marks``: each mark's batch id of the
+    epoch, and whether it is a skip's) hold only by a skip, :func:`held_by_skip`. That is
+    a :func:`skip_batches` that landed between the sink's write of the batch and its mark
+    (an operator's skip while the pipeline runs): the sink holds the rows the skip's mark
+    says it never got. The mark is then recorded beside the skip's, the sink's transaction
+    left at the skip's batch (marks stay monotone), so the batch counts as written: its
+    rows in ``fanout status``, a ``backfill_from`` it can give, a spooled copy released
+    like any the sink holds. A batch the sink's own mark already holds is marked once."""
+    return entry.error is None and not entry.lost and held_by_skip(entry.batch_id, marks)
+
+
 @dataclass(frozen=True)
 class Skipped:
     """What :func:`skip_batches` did: the sink's mark before and after, in ``epoch``."""

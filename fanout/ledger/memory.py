@@ -16,6 +16,7 @@ from fanout.ledger.entry import (
     epoch_taken_message,
     replaces_lost,
 )
+from fanout.ledger.gaps import is_skip, written_beside_skip
 from fanout.ledger.target_records import TargetRecord, since_code, target_digest
 
 
@@ -82,7 +83,8 @@ class MemoryLedger:
 
     def mark_committed(self, entry: LedgerEntry) -> bool:
         """Record the mark unless it exists (or it replaces a lost mark of its batch,
-        :func:`fanout.ledger.entry.replaces_lost`)."""
+        :func:`fanout.ledger.entry.replaces_lost`, or it is a write's own mark of a batch
+        only a skip's mark holds, :func:`fanout.ledger.gaps.written_beside_skip`)."""
         key = (pipeline_scope(entry.pipeline, entry.epoch), entry.sink)
         with self._lock:
             done = self._marks.get(key)
@@ -91,7 +93,16 @@ class MemoryLedger:
                 and done >= entry.batch_id
                 and not (done == entry.batch_id and replaces_lost(entry, self.entries))
             ):
-                return False
+                marks = [
+                    (e.batch_id, is_skip(e))
+                    for e in as_of_log(self.entries)
+                    if e.pipeline == entry.pipeline and e.sink == entry.sink
+                    and e.epoch == entry.epoch and e.status == "committed"
+                ]  # fmt: skip
+                if not written_beside_skip(entry, marks):
+                    return False
+                self.entries.append(entry)  # the sink's mark stays at the skip's batch
+                return True
             self._marks[key] = entry.batch_id
             self.entries.append(entry)
             return True

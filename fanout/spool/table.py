@@ -22,9 +22,11 @@
 
 A batch's index rows go once the sinks they name have committed it (:meth:`Spool.release`,
 which chooses and removes under the spool's lock), only those rows; its rows go once no
-index row of it remains, and their files are vacuumed at once (nothing else reads the
-spool). Another instance on the spool (in another process) may interleave: see
-docs/architecture.md §14.3.
+index row of it remains, and their files are vacuumed at once (nothing else reads a batch
+every sink needing it holds; a ``fanout ledger skip --release-spooled`` in another process
+may release a batch a running pipeline's catch-up reads: that catch-up fails, reads the
+sink's mark again and drops the batch, docs/architecture.md §14.4). Another instance on
+the spool (in another process) may interleave: see docs/architecture.md §14.3.
 """
 
 from __future__ import annotations

@@ -99,6 +99,7 @@ class CatchUp:
         self._timed_out: dict[str, int] = {}  # catch-up writes abandoned in a row, by sink
         self._timed: dict[str, TimedWrite] = {}  # bounded catch-up writes waited for, by sink
         self._told_lost: set[str] = set()  # sinks whose lost target the ledger was told of
+        self._writing: set[str] = set()  # sinks with a batch being written here (under _locks)
 
     # -- the thread ------------------------------------------------------------------
 
@@ -274,8 +275,19 @@ class CatchUp:
             self.lagging.failed(sink, gap)
             log.error("%s", gap, extra=batch_fields(self.lagging.pipeline, gap.batch_id, sink))
             return gap
-        error = self.write(sink, backlog.keys[0], live=live, wait=wait)
+        self._writing.add(sink)  # under the sink's lock: one catch-up write of it at a time
+        try:
+            error = self.write(sink, backlog.keys[0], live=live, wait=wait)
+        finally:
+            self._writing.discard(sink)
         return True if error is None else error
+
+    def writing(self, sink: str) -> bool:
+        """Whether a catch-up write of ``sink`` runs now (the thread's, or a drain's). The
+        live path holds such a sink back although its backlog is empty: another process
+        (a ``fanout ledger skip``) moved its mark past the batch being written, and a live
+        write beside it would reach the sink first (docs/architecture.md §14.4)."""
+        return sink in self._writing
 
     def _wait_for_abandoned(self, running: AbandonedWrite) -> SinkTimeoutError:
         """The error of a catch-up of a sink whose abandoned live write still runs (said
@@ -347,6 +359,8 @@ class CatchUp:
         try:
             df, info = self._read(sink, key)
         except Exception as exc:
+            if self._moved_past(sink, key):
+                return None
             self.lagging.failed(sink, exc)
             log.error(
                 "pipeline %s, batch %s, sink %s: cannot read the batch to catch up: %s",
@@ -369,6 +383,8 @@ class CatchUp:
         finally:
             routes.release()
         if outcome.error is not None:
+            if outcome.abort is None and self._moved_past(sink, key):
+                return None
             self.lagging.failed(sink, outcome.error)
             return outcome.error if outcome.abort is None else outcome.abort
         self.lagging.committed(sink, key, caught_up=True)
@@ -379,6 +395,36 @@ class CatchUp:
             extra=batch_fields(info.pipeline, info.batch_id, sink),
         )  # fmt: skip
         return None
+
+    def _moved_past(self, sink: str, key: BatchKey) -> bool:
+        """Whether ``sink``'s mark, read again from the ledger after its catch-up of batch
+        ``key`` failed, holds the batch now: another process moved it past (an operator's
+        ``fanout ledger skip``, whose ``--release-spooled`` deletes the batch's spooled
+        files at once, maybe while this catch-up reads them). The batch is then dropped,
+        not failed: this instance's view of the mark is what its last live batch read,
+        and with no live batch (a source with no new data, the final catch-up) it would
+        fail the sink at each probe for batches the operator gave up. One ledger lookup,
+        on a failed catch-up only (docs/architecture.md §14.4)."""
+        epoch, batch_id = key
+        try:
+            fresh = self.lagging.ledger.last_committed(self.lagging.pipeline, [sink], epoch)
+        except Exception as exc:  # the failure stands as it is; the ledger's is logged
+            log.warning(
+                "pipeline %s, batch %s, sink %s: cannot read the sink's mark again: %s",
+                self.lagging.pipeline, batch_id, sink, exc,
+                extra=batch_fields(self.lagging.pipeline, batch_id, sink),
+            )  # fmt: skip
+            return False
+        self.lagging.saw_marks(epoch, fresh)
+        if self.lagging.needs(sink, key):
+            return False
+        log.info(
+            "pipeline %s, batch %s, sink %s: not caught up: its mark moved to batch %s "
+            "meanwhile (another process: a `fanout ledger skip`), which holds this batch",
+            self.lagging.pipeline, batch_id, sink, fresh.get(sink),
+            extra=batch_fields(self.lagging.pipeline, batch_id, sink),
+        )  # fmt: skip
+        return True
 
     def _record_lost(self, sink: str, key: BatchKey, error: TargetLostError) -> None:
         """Record, once per run, the refused catch-up of ``sink`` (its target lost) as a

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC
 
 from fanout.contract.batch import BatchInfo
 from fanout.contract.plans import describe_plan
@@ -147,6 +148,39 @@ class LedgerFacts:
             lines.append(f"  - {not_written_line(marks.not_written[sink], epoch)}")
         return lines
 
+    def still_running_lines(self, info: BatchInfo, query: str | None) -> list[str]:
+        """What the refusal of ``info`` means when the query whose batches the ledger holds
+        (``query``; ``None``: the newest mark's, of another query than ``info``'s) was not
+        replaced but still runs: two queries of one pipeline on two checkpoints (two
+        ``fanout run`` of pipeline files of one name, or two ``FanOut`` queries in code).
+        The ledger cannot tell the two apart; the newest mark's time lets the operator.
+        The first of the ways on (after "How to proceed:"); none when no query is known."""
+        others = [
+            e for e in self.latest.values()
+            if e.query_id != info.query_id and (query is None or e.query_id == query)
+        ]  # fmt: skip
+        newest = max(
+            (e for e in others if e.finished_at is not None),
+            key=lambda e: e.finished_at,  # type: ignore[arg-type, return-value]
+            default=None,
+        )
+        if query is None:
+            if newest is None or newest.query_id is None:
+                return []
+            query = newest.query_id
+        if newest is None or newest.finished_at is None:
+            last = "it has no mark yet"
+        else:
+            at = newest.finished_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            last = f"its newest mark: batch {newest.batch_id} by sink {newest.sink}, at {at}"
+        return [
+            f"  0. First, if query {query} still runs ({last}), this is no reset but the "
+            "pipeline running twice, on two checkpoints: stop this query (it wrote nothing) "
+            "and leave that one be. The ways below take the pipeline from it, and a new "
+            "epoch started while it runs may leave the batch it has in flight in the sinks "
+            "twice."
+        ]
+
     def recover_line(self, info: BatchInfo) -> str:
         """The ``fanout recover`` command that prints these facts again."""
         if self.config is not None:
@@ -186,6 +220,7 @@ def reset_message(info: BatchInfo, facts: LedgerFacts) -> str:
         "batches or write them twice."
     )
     ways = [
+        *facts.still_running_lines(info, None),
         "  1. Restore the original checkpoint directory and restart the query; nothing is "
         "lost or duplicated.",
         NEW_PIPELINE,
@@ -260,6 +295,7 @@ def owner_message(info: BatchInfo, owner: str, high: int | None, facts: LedgerFa
         "or write the same input twice."
     )
     ways = [
+        *facts.still_running_lines(info, owner),
         f"  1. Restore the checkpoint of query {owner} (the one epoch {info.epoch} belongs "
         "to) and restart the query; nothing is lost or duplicated.",
         NEW_PIPELINE,

@@ -598,7 +598,7 @@ class Lagging:
                 if entry.sink != origin or entry.epoch != epoch:
                     continue
                 cached = known.get(entry.batch_id)
-                if cached is None or (cached.lost and not entry.lost):
+                if cached is None or _written_over(cached, entry):
                     known[entry.batch_id] = entry
 
     def source_mark(self, sink: str, key: BatchKey) -> LedgerEntry | None:
@@ -618,7 +618,11 @@ class Lagging:
             with self._lock:
                 return self._origin_marks[(origin, key[0])].get(key[1], found)
         entries = self.ledger.committed_entries(self.pipeline, key[1], epoch=key[0])
-        return next((e for e in entries if e.sink == origin and e.batch_id == key[1]), None)
+        found = None
+        for entry in entries:
+            if entry.sink == origin and entry.batch_id == key[1]:
+                found = entry if found is None or _written_over(found, entry) else found
+        return found
 
     def _caught_up_with(self, sink: str, origin: str, epoch: int) -> bool:
         theirs = self.mark(origin, epoch)
@@ -851,3 +855,13 @@ def unreachable_masked(
         error, secrets, lambda text: SinkUnreachableError(text, sink=sink), said, others=others
     )
     return error if masked is None else masked
+
+
+def _written_over(cached: LedgerEntry, entry: LedgerEntry) -> bool:
+    """Whether ``entry``, a mark of the same sink and batch as ``cached``, is the one to
+    keep: a mark that is not lost over a lost one (§5, "A batch in flight"), and a write's
+    own mark over a skip's made while the write ran (its rows are in the sink:
+    :func:`fanout.ledger.gaps.written_beside_skip`)."""
+    if cached.lost and not entry.lost:
+        return True
+    return is_skip(cached) and not is_skip(entry) and not entry.lost

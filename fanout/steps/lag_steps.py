@@ -195,7 +195,9 @@ def hold_back(
     marked batch (:meth:`fanout.steps.lag.Lagging.lose`; either, past its ``max_lag``,
     stops the query, as a sink that cannot catch up does), and one whose write of an earlier batch,
     abandoned at its ``write_timeout_s``, still runs (``abandoned``; that batch, spooled,
-    keeps it behind, unless its spooling failed and it is replayed).
+    keeps it behind, unless its spooling failed and it is replayed). So does one the
+    catch-up is writing with its backlog emptied meanwhile (a ``fanout ledger skip`` in
+    another process moved its mark past: :meth:`fanout.steps.catchup.CatchUp.writing`).
     First, a batch whose id the spool holds from another query or plan is refused
     (:meth:`fanout.spool.table.Spool.check`), before any sink writes it."""
     if not lagging.sinks:
@@ -218,6 +220,12 @@ def hold_back(
         if not backlog and abandoned is not None and (running := abandoned.running(name)):
             state.pending.remove(name)
             state.lagged[name] = running.still_running()
+            continue
+        if not backlog and catchup.writing(name):
+            # its mark moved past the batch the catch-up is writing (a `fanout ledger skip`
+            # in another process): this batch waits in the spool, written after that one
+            state.pending.remove(name)
+            state.lagging[name] = backlog
             continue
         backlog = _within_limit(state, lagging, spec, catchup, backlog, may_go_live=True)
         if backlog:
