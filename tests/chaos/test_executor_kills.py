@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.chaos.chaos_driver import TOPIC
 from tests.chaos.cluster_harness import ClusterReport, check_all, prepare, run_driver
 from tests.chaos.executor_kills import ExecutorKill, OutsideKill, kills_done
-from tests.chaos.harness import assert_exact
+from tests.chaos.harness import assert_exact, explain_kafka_duplicates
 
 INSIDE = [
     ExecutorKill("pg", 0, 1, "before"),
@@ -36,6 +37,7 @@ def test_executor_kills_leave_every_sink_exact(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr[-4000:]
         report = ClusterReport(seed=17, runs=1)
         report.checks = check_all(work, pg_url, bootstrap, expected)
+        explain_kafka_duplicates(report, bootstrap, TOPIC)  # where each copy sits, if any
     kills = kills_done(work / "executor-kills")
     report.kills = [str(k["label"]) for k in kills]
     print("\n".join(report.kills) + "\n" + report.table())
