@@ -12,31 +12,18 @@ Spark batches, two Delta sinks, the real Delta ledger, the real CLI in a subproc
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from fanout import BatchInfo, hookimpl
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.gaps import held_by_skip, is_skip
+from tests.cli_process import fanout_process
 from tests.integration import two_sink_resets as resets
 from tests.integration.two_sink_resets import OLD, ROWS, SINKS
 
 PIPELINE = "racing"
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """The real ``fanout`` command, in a process of its own (as an operator runs it)."""
-    return subprocess.run(
-        [sys.executable, "-m", "fanout", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        check=False,
-    )
 
 
 class SkipWhileSilverMarks:
@@ -53,7 +40,7 @@ class SkipWhileSilverMarks:
             return
         marks = DeltaLedger(self.ledger).last_committed(PIPELINE, list(SINKS))
         assert marks == {"bronze": 3, "silver": 2}, marks
-        self.done = _cli(
+        self.done = fanout_process(
             "ledger", "skip", "--ledger", self.ledger, "--pipeline", PIPELINE,
             "--sink", "silver", "--through", "3",
         )  # fmt: skip

@@ -12,13 +12,12 @@ of CI). No Spark."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from fanout.app.cli import main
+from tests.cli_process import fanout_process
 
 SKIP = ["ledger", "skip", "--sink", "s", "--through", "3"]
 COMMANDS = {
@@ -43,12 +42,6 @@ def _refused(where: Path, config: Path | None = None) -> str:
     )
 
 
-def _fanout(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fanout", *argv], capture_output=True, text=True, timeout=120
-    )
-
-
 def _pipeline_file(tmp_path: Path, ledger: Path) -> Path:
     file = tmp_path / "pipeline.toml"
     file.write_text(
@@ -61,7 +54,7 @@ def _pipeline_file(tmp_path: Path, ledger: Path) -> Path:
 
 def test_ledger_skip_at_a_mistyped_ledger_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     where = tmp_path / "ledgr"  # the typo of an existing pipeline's "ledger"
-    done = _fanout(*SKIP, "--pipeline", "p", "--ledger", str(where))
+    done = fanout_process(*SKIP, "--pipeline", "p", "--ledger", str(where))
     assert (done.returncode, done.stdout, done.stderr) == (2, "", _refused(where))
     assert not where.exists()
     assert list(tmp_path.iterdir()) == []
@@ -70,7 +63,7 @@ def test_ledger_skip_at_a_mistyped_ledger_is_refused_and_writes_nothing(tmp_path
 def test_ledger_skip_at_a_pipeline_files_ledger_not_there_is_refused(tmp_path: Path) -> None:
     where = tmp_path / "ledger"
     file = _pipeline_file(tmp_path, where)
-    done = _fanout(*SKIP, "--config", str(file))
+    done = fanout_process(*SKIP, "--config", str(file))
     assert (done.returncode, done.stdout, done.stderr) == (2, "", _refused(where, file))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.toml"]
 

@@ -13,28 +13,14 @@ Delta ledger and spool (delta-rs), the real CLI in a subprocess."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from fanout import FanOut, SinkWriteError
 from fanout.contract.batch import BatchInfo
 from fanout.ledger.delta import DeltaLedger
 from fanout.sink_spec import SinkSpec, lag_policy
+from tests.cli_process import fanout_process
 from tests.unit.fakes import SchemaFrame, ScriptedSink
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """The real ``fanout`` command, in a process of its own (as an operator runs it)."""
-    return subprocess.run(
-        [sys.executable, "-m", "fanout", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        check=False,
-    )
 
 
 def test_a_catch_up_drops_the_batches_a_skip_released_meanwhile(tmp_path: Path) -> None:
@@ -50,7 +36,7 @@ def test_a_catch_up_drops_the_batches_a_skip_released_meanwhile(tmp_path: Path) 
         assert [b.batch_id for b in fan.lagging.spool.batches()] == [0, 1, 2]  # type: ignore[union-attr]
         down.always_fail = None  # back, but the operator gives its backlog up
 
-        done = _cli(
+        done = fanout_process(
             "ledger", "skip", "--ledger", ledger, "--pipeline", "racing", "--sink", "down",
             "--through", "2", "--spool", spool, "--release-spooled",
         )  # fmt: skip
