@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fanout.contract.locations import command_location, shown_location
 from fanout.errors import LedgerError, batch_ranges, shell_word
-from fanout.ledger.entry import as_of_log
-from fanout.ledger.gaps import held_by_skip, release_command, says_skipped
+from fanout.ledger.entry import LOST_MARK, as_of_log
+from fanout.ledger.gaps import held_by_skip, mark_weight, release_command, says_skipped
 
 if TYPE_CHECKING:
     from fanout.ledger.delta import DeltaLedger
@@ -392,10 +392,11 @@ def _finished(row: dict[str, Any]) -> tuple[bool, Any]:
     return (at is not None, at if at is not None else 0)
 
 
-def _last_key(row: dict[str, Any]) -> tuple[tuple[int, int], bool]:
-    """A committed row's place for the sink's last batch: its position, and a write's mark
-    after a skip's of the same batch."""
-    return (_position(row), not says_skipped(row.get("error")))
+def _last_key(row: dict[str, Any]) -> tuple[tuple[int, int], int]:
+    """A committed row's place for the sink's last batch: its position, then the mark
+    believed at that batch (:func:`fanout.ledger.gaps.mark_weight`)."""
+    error = row.get("error")
+    return (_position(row), mark_weight(says_skipped(error), (error or "").startswith(LOST_MARK)))
 
 
 def _position(row: dict[str, Any]) -> tuple[int, int]:

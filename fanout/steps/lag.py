@@ -32,7 +32,7 @@ from fanout.errors import (
     TargetLostError,
 )
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
-from fanout.ledger.gaps import held_by_skip, is_skip
+from fanout.ledger.gaps import entry_weight, held_by_skip, is_skip
 from fanout.observe.secrets import masked_error, redact_printed
 from fanout.sink_spec import SinkSpec
 from fanout.spool.settled import every_sink_holds, settled_on_record
@@ -859,9 +859,6 @@ def unreachable_masked(
 
 def _written_over(cached: LedgerEntry, entry: LedgerEntry) -> bool:
     """Whether ``entry``, a mark of the same sink and batch as ``cached``, is the one to
-    keep: a mark that is not lost over a lost one (§5, "A batch in flight"), and a write's
-    own mark over a skip's made while the write ran (its rows are in the sink:
-    :func:`fanout.ledger.gaps.written_beside_skip`)."""
-    if cached.lost and not entry.lost:
-        return True
-    return is_skip(cached) and not is_skip(entry) and not entry.lost
+    keep: the one believed more (:func:`fanout.ledger.gaps.mark_weight`: a write's own mark
+    over a lost one, over a skip's made while the write ran)."""
+    return entry_weight(entry) > entry_weight(cached)
