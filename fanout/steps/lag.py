@@ -567,22 +567,33 @@ class Lagging:
         for epoch in range(self.epoch + 1):
             if self._caught_up_with(sink, origin, epoch):
                 continue
-            for batch_id, entry in sorted(self._marks_of(origin, epoch).items()):
+            for batch_id, entry in sorted(self._marks_of(sink, origin, epoch).items()):
                 if not is_skip(entry) and self.needs(sink, (epoch, batch_id)):
                     keys.append((epoch, batch_id))
         return keys
 
-    def _marks_of(self, origin: str, epoch: int) -> dict[int, LedgerEntry]:
+    def _marks_of(self, sink: str, origin: str, epoch: int) -> dict[int, LedgerEntry]:
         """``origin``'s ledger marks of ``epoch`` through its cached mark (the ledger is
         read only for the marks newer than those read before, and, when it is read, again
-        for the cached lost marks: a write's own mark may have replaced them since)."""
+        for the cached lost marks: a write's own mark may have replaced them since).
+
+        A cached skip's mark of a batch ``sink`` still needs is read again at every call,
+        also when ``origin``'s mark did not move: a ``fanout ledger skip`` that landed
+        between ``origin``'s write of the batch and its mark was cached before the write's
+        own mark was recorded beside it (docs/architecture.md §14.1, "A skip racing a
+        write"); taken as final, ``sink`` would pass the batch without its rows. One
+        ledger read per look-up while such a skip is cached, none once ``sink``'s mark is
+        past it, and none without a skip of ``origin`` in ``sink``'s backfill."""
         with self._lock:
             known = self._origin_marks.setdefault((origin, epoch), {})
             last = max(known, default=-1)
             lost = min((b for b, e in known.items() if e.lost), default=last + 1)
+            skipped = [b for b, e in known.items() if is_skip(e)]
+        done = self.mark(sink, epoch)
+        skipped = [b for b in skipped if done is None or done < b]
         through = self.mark(origin, epoch)
-        if through is not None and through > last:
-            self._read_marks(origin, epoch, min(lost, last + 1))
+        if skipped or (through is not None and through > last):
+            self._read_marks(origin, epoch, min([lost, last + 1, *skipped]))
         with self._lock:
             return dict(known)
 
@@ -590,7 +601,7 @@ class Lagging:
         """Cache ``origin``'s ledger marks of ``epoch`` from batch ``first`` on: a mark read
         before is kept unless it is a lost mark (docs/architecture.md §5, "A batch in
         flight": the ledger's readers leave a lost mark out once the batch's own mark
-        replaced it)."""
+        replaced it) or a skip's a write's own mark was recorded beside (§14.1)."""
         found = self.ledger.committed_entries(self.pipeline, first, epoch=epoch)
         with self._lock:
             known = self._origin_marks.setdefault((origin, epoch), {})
@@ -603,15 +614,15 @@ class Lagging:
 
     def source_mark(self, sink: str, key: BatchKey) -> LedgerEntry | None:
         """The ledger mark of batch ``key`` by ``sink``'s backfill source (``None``: the
-        source has none). A cached mark is the answer unless it is a lost mark: that one is
-        read again, since the batch's own mark may have replaced it since it was cached
-        (its counts then known)."""
+        source has none). A cached mark is the answer unless it is a lost mark or a skip's:
+        that one is read again, since the batch's own mark may have replaced it, or been
+        recorded beside it, since it was cached (its counts then known)."""
         origin = self.specs[sink].lag.backfill_from
         if origin is None:
             return None
         with self._lock:
             found = self._origin_marks.get((origin, key[0]), {}).get(key[1])
-        if found is not None and not found.lost:
+        if found is not None and not found.lost and not is_skip(found):
             return found
         if found is not None:
             self._read_marks(origin, key[0], key[1])
