@@ -90,6 +90,34 @@ def test_a_backfill_from_the_sink_gets_the_batch_it_wrote(ledger: Ledger) -> Non
     assert mark is not None and (mark.rows, is_skip(mark)) == (5, False)
 
 
+def test_a_backfill_that_cached_the_skip_s_mark_takes_the_write_s_mark_landing_after(
+    ledger: Ledger,
+) -> None:
+    """pg backfills from lake and looks at its backlog between the skip of lake's batch 2
+    and lake's own mark of it (the skip's mark alone in the ledger): batch 2 is not in it,
+    and the skip's mark is cached. Then the write's mark lands beside it; lake's mark does
+    not move (2 both times). The next look-up reads the cached skip of a batch pg still
+    needs again: batch 2 is back in the backlog, and its source mark is the write's. Up to
+    this fix the cache kept the skip's mark until a restart (backlog [0, 1] for good)."""
+    for batch in range(3):
+        ledger.mark_committed(committed("pipe", "good", batch, rows=5))
+    for batch in range(2):
+        ledger.mark_committed(committed("pipe", "lake", batch, rows=5))
+    assert skip_batches(ledger, "pipe", "lake", 2).recorded
+    specs: dict[str, Any] = {
+        "lake": SinkSpec(ScriptedSink("lake")),
+        "pg": SinkSpec(ScriptedSink("pg"), lag=lag_policy("pg", {"backfill_from": "lake"})),
+    }
+    source: Any = object()  # never read: only the marks are
+    lagging = Lagging("pipe", specs, ledger, None, sources={"pg": source})
+    lagging.saw_marks(0, {"lake": 2, "pg": None})
+    assert lagging.backlog("pg").keys == [(0, 0), (0, 1)]
+    assert ledger.mark_committed(committed("pipe", "lake", 2, rows=5)) is True  # beside
+    assert lagging.backlog("pg").keys == [(0, 0), (0, 1), (0, 2)]
+    mark = lagging.source_mark("pg", (0, 2))
+    assert mark is not None and (mark.rows, is_skip(mark)) == (5, False)
+
+
 def test_a_catch_up_write_inside_a_skip_s_range_is_recorded_beside_it(ledger: Ledger) -> None:
     """The catch-up wrote lake's spooled batch 1 while a skip through 3 landed (its range
     1-3): batch 1 counts as written, 2 and 3 stay given up, the mark stays 3."""
