@@ -113,6 +113,7 @@ def test_a_backfill_that_cached_the_skip_s_mark_takes_the_write_s_mark_landing_a
     lagging.saw_marks(0, {"lake": 2, "pg": None})
     assert lagging.backlog("pg").keys == [(0, 0), (0, 1)]
     assert ledger.mark_committed(committed("pipe", "lake", 2, rows=5)) is True  # beside
+    lagging.committed("lake", (0, 2))  # as the write's step 6b (or the catch-up) says next
     assert lagging.backlog("pg").keys == [(0, 0), (0, 1), (0, 2)]
     mark = lagging.source_mark("pg", (0, 2))
     assert mark is not None and (mark.rows, is_skip(mark)) == (5, False)
@@ -156,3 +157,46 @@ def test_status_shows_the_write_s_counts_of_the_last_batch(tmp_path: Path) -> No
         assert (lake.last_committed_batch, lake.last_batch_rows) == (2, 5)
         assert (lake.committed_batches, lake.rows_total) == (3, 15)
         assert lake.last_commit_at == write.finished_at
+
+
+def test_a_cached_skip_is_read_again_once_per_batch_not_at_every_look_up(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A skip of lake's batch 2 that no write of lake follows (a batch lake missed, given
+    up), pg backfilling from lake and below it: the batch-2 skip stays cached as long as pg
+    lags. The look-ups of pg's backlog (a batch's start, the hold-back, the catch-up's
+    writes, several per batch) read the ledger again only at a batch's start (its marks
+    seen) and after this instance committed lake's batch 2 (its write's mark recorded
+    beside the skip), not at each look-up: 5 look-ups in one batch, 1 read. Up to this
+    bound each look-up read the ledger (5 reads)."""
+    for batch in range(3):
+        ledger.mark_committed(committed("pipe", "good", batch, rows=5))
+    for batch in range(2):
+        ledger.mark_committed(committed("pipe", "lake", batch, rows=5))
+    assert skip_batches(ledger, "pipe", "lake", 2).recorded
+    specs: dict[str, Any] = {
+        "lake": SinkSpec(ScriptedSink("lake")),
+        "pg": SinkSpec(ScriptedSink("pg"), lag=lag_policy("pg", {"backfill_from": "lake"})),
+    }
+    reads: list[tuple[Any, ...]] = []
+    read = ledger.committed_entries
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(args)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(ledger, "committed_entries", counted)
+    lagging = Lagging("pipe", specs, ledger, None, sources={"pg": object()})
+    lagging.saw_marks(0, {"lake": 2, "pg": None})
+    for _ in range(5):
+        assert lagging.backlog("pg").keys == [(0, 0), (0, 1)]
+    assert len(reads) == 1
+    lagging.saw_marks(0, {"lake": 2, "pg": None})  # the next batch's start: read once more
+    for _ in range(3):
+        assert lagging.backlog("pg").keys == [(0, 0), (0, 1)]
+    assert len(reads) == 2
+    assert ledger.mark_committed(committed("pipe", "lake", 2, rows=5)) is True  # beside
+    lagging.committed("lake", (0, 2))  # as the write's step 6b / the catch-up says
+    for _ in range(3):
+        assert lagging.backlog("pg").keys == [(0, 0), (0, 1), (0, 2)]
+    assert len(reads) == 3
