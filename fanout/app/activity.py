@@ -124,10 +124,16 @@ def _writes(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def clock() -> datetime:
+    """Now, in UTC: what a mark's age is measured against when no ``now`` is given (one
+    place, so tests of the commands can fix it)."""
+    return datetime.now(UTC)
+
+
 def newest_marks(rows: Sequence[dict[str, Any]], now: datetime | None = None) -> list[NewestMark]:
     """Per pipeline of ``rows`` (ledger rows as dicts, :meth:`DeltaLedger.rows`) holding a
-    write's mark, its :class:`NewestMark` at ``now`` (default: the clock), by pipeline."""
-    now = now or datetime.now(UTC)
+    write's mark, its :class:`NewestMark` at ``now`` (default: :func:`clock`), by pipeline."""
+    now = now or clock()
     by_pipeline: dict[str, list[dict[str, Any]]] = {}
     for row in _writes(rows):
         by_pipeline.setdefault(row["pipeline"], []).append(row)

@@ -5,15 +5,17 @@ window the marks' own cadence gives (:mod:`fanout.app.activity`), as ``fanout st
 skip and the recover warn on stderr when the pipeline looks running, exit 0 all the same.
 
 The marks are real Delta ledger rows with chosen ``finished_at`` times. The functions are
-asked at a fixed "now"; the commands run at the clock's, so their marks are placed to
-print the same text for the half-minute the test may take (ages cut to two units). The
-skip runs as a real subprocess (its warning and exit code as an operator sees them); the
-other commands through :func:`fanout.app.cli.main` in this process. No Spark.
+asked at a fixed "now", and so are the commands run through :func:`fanout.app.cli.main`
+in this process (:func:`fanout.app.activity.clock` set to it): their texts are exact, ages
+included, however slow the machine. The skip runs as a real subprocess (its warning and
+exit code as an operator sees them), at the real clock: its age alone is matched by a
+pattern (the mark an hour old, the window three). No Spark.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from fanout.app import activity
 from fanout.app.activity import NewestMark, duration, newest_marks, no_mark_yet
 from fanout.app.cli import RECOVER_WHILE_RUNNING, SKIP_WHILE_RUNNING, main
 from fanout.ledger.delta import DeltaLedger
@@ -185,10 +188,14 @@ def test_skip_warns_while_the_pipeline_looks_running_and_exits_0(tmp_path: Path)
         "--through", "4",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    line = _line("running", "1h", last + timedelta(seconds=5)).replace(
+    line = _line("running", "AGE", last + timedelta(seconds=5)).replace(
         "batch 3 of epoch 0 by sink 'pg'", "batch 4 of epoch 0 by sink 'lake'"
     )
-    assert done.stdout.splitlines() == [
+    *said, newest = done.stdout.splitlines()
+    # the real clock's age: 1h 0m 25s at the mark's placing, under 3h for any slowness
+    age = re.escape(line).replace("AGE", r"(1h|1h \d+m|2h|2h \d+m)")
+    assert re.fullmatch(age, newest), newest
+    assert said == [
         "pipeline 'p', sink 'pg', epoch 0: batches 4-4 recorded as skipped (never written to "
         "it); the next batch writes it",
         "pipeline 'p', sink 'pg', epoch 0: the backfill source was not checked (no "
@@ -197,19 +204,19 @@ def test_skip_warns_while_the_pipeline_looks_running_and_exits_0(tmp_path: Path)
         "pipeline 'p', sink 'pg', epoch 0: the spool was not checked (no --spool): batches "
         "it still holds for the sink through this mark are kept, neither written nor "
         "released; the pipeline's start-up names them and how to release them",
-        line,
     ]
     assert done.stderr == f"fanout: warning: pipeline 'p' looks running: {SKIP_WHILE_RUNNING}\n"
 
 
 def test_status_skip_recover_maintain_of_a_stopped_pipeline_say_so_without_warning(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The newest mark two days old: each command prints it, looks stopped, no warning
     (the skip of pg's batch 4 recorded all the same); ``status --json`` carries it in each
     sink's object."""
+    monkeypatch.setattr(activity, "clock", lambda: NOW)
     ledger = _ledger(tmp_path)
-    last = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2, seconds=30)
+    last = NOW - timedelta(days=2, seconds=30)
     _hourly(ledger, last)
     _mark(ledger, "lake", 4, last - timedelta(seconds=1))  # pg missed batch 4
     stopped = _line("stopped", "2d", last)
@@ -224,11 +231,11 @@ def test_status_skip_recover_maintain_of_a_stopped_pipeline_say_so_without_warni
     marks = [s["pipeline_newest_mark"] for s in sinks]
     assert [s["sink"] for s in sinks] == ["lake", "pg"]
     assert marks[0] == marks[1]
-    assert {k: v for k, v in marks[0].items() if k != "age_s"} == {
+    assert marks[0] == {
         "sink": "pg", "batch_id": 3, "epoch": 0, "at": last.isoformat(),
-        "cadence_s": 3600.0, "window_s": 10800.0, "looks_running": False,
+        "age_s": 2 * 86400 + 30.0, "cadence_s": 3600.0, "window_s": 10800.0,
+        "looks_running": False,
     }  # fmt: skip
-    assert 2 * 86400 + 30 <= marks[0]["age_s"] < 2 * 86400 + 60
 
     assert main(["recover", *args, "--no-record"]) == 0
     out, err = capsys.readouterr()
@@ -245,15 +252,16 @@ def test_status_skip_recover_maintain_of_a_stopped_pipeline_say_so_without_warni
 
 
 def test_status_recover_maintain_of_a_running_pipeline(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The newest mark an hour old, batches an hour apart: running. ``status`` and
     ``ledger maintain`` say so (maintenance beside a run is safe: no warning);
     ``recover`` warns on stderr and still reports, exit 0."""
+    monkeypatch.setattr(activity, "clock", lambda: NOW)
     ledger = _ledger(tmp_path)
-    last = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1, seconds=30)
+    last = NOW - timedelta(hours=1, minutes=2, seconds=30)
     _hourly(ledger, last)
-    running = _line("running", "1h", last)
+    running = _line("running", "1h 2m", last)
     args = ["--ledger", ledger.path, "--pipeline", "p"]
 
     assert main(["status", *args]) == 0
