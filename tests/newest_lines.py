@@ -25,7 +25,8 @@ def split_newest(text: str) -> tuple[str, list[str]]:
         if FIRST.match(lines[i]):
             parts = [lines[i]]
             i += 1
-            while i < len(lines) and lines[i].startswith("  "):
+            while not WHOLE.fullmatch(" ".join(parts)):
+                assert i < len(lines) and lines[i].startswith("  "), (parts, text)
                 parts.append(lines[i].strip())
                 i += 1
             found.append(" ".join(parts))
@@ -52,6 +53,17 @@ def status_only(text: str, *, looks: str | None = None) -> str:
         assert all(f" looks {looks}: " in line for line in found), found
     return rest
 
+
+WHOLE = re.compile(
+    r"pipeline '[^']*' looks (?:running|stopped): its newest mark is batch \d+ of epoch \d+ by "
+    r"sink '[^']*', [\dsmhd ]+ ago \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\); window [\dsmhd ]+ "
+    r"\((?:\d+ x [\dsmhd ]+, the median gap between its latest batches, at least [\dsmhd ]+|"
+    r"one batch of epoch \d+ only, no gap to judge by)\)"
+    r"|pipeline '[^']*': no write mark with its time yet \(never ran, no sink committed a "
+    r"batch, or its marks carry no time\)"
+)
+"""A whole newest-mark line: :func:`split_newest` takes the wrapped lines after a
+:data:`FIRST` one only until the line is whole, so no line of the rest goes with it."""
 
 WARNING = re.compile(r"^fanout: warning: pipeline '[^']*' looks running: ")
 
