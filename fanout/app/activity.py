@@ -23,10 +23,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
 from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.ledger.entry import LOST_MARK
-from fanout.ledger.gaps import says_skipped
+from fanout.ledger.gaps import SKIPPED, says_skipped
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 GAPS_READ = 10
 """How many gaps between the latest batches of the newest epoch the cadence is the median of."""
@@ -164,6 +167,55 @@ def newest_marks(rows: Sequence[dict[str, Any]], now: datetime | None = None) ->
             )
         )
     return found
+
+
+def newest_marks_of(table: pa.Table, now: datetime | None = None) -> list[NewestMark]:
+    """:func:`newest_marks` of the committed rows in ``table``
+    (:meth:`fanout.ledger.delta.DeltaLedger.mark_times`), reduced in Arrow first to what it
+    reads: per pipeline, its newest write marks and each batch's first mark time, so a
+    ledger of millions of rows is never made into dicts (``fanout ledger maintain`` reads
+    every pipeline's)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    error = table.column("error")
+    kept = pc.and_(
+        pc.is_valid(table.column("finished_at")),
+        pc.invert(
+            pc.fill_null(
+                pc.or_(pc.starts_with(error, f"{SKIPPED}:"), pc.starts_with(error, LOST_MARK)),
+                False,
+            )
+        ),
+    )
+    writes = table.filter(kept)
+    epochs = pc.fill_null(writes.column("epoch"), 0)  # rows of older ledgers have none
+    writes = writes.set_column(writes.schema.get_field_index("epoch"), "epoch", epochs)
+    if writes.num_rows == 0:
+        return []
+    newest_at = writes.group_by("pipeline").aggregate([("finished_at", "max")])
+    newest = writes.join(newest_at, "pipeline")
+    newest = newest.filter(pc.equal(newest.column("finished_at"), newest.column("finished_at_max")))
+    newest_epochs = writes.group_by("pipeline").aggregate([("epoch", "max")])
+    last = writes.join(newest_epochs, "pipeline")
+    last = last.filter(pc.equal(last.column("epoch"), last.column("epoch_max")))
+    grouped = last.group_by(["pipeline", "epoch", "batch_id"]).aggregate([("finished_at", "min")])
+    latest = []  # per pipeline, the batches newest_marks times its cadence by
+    for name in pc.unique(grouped.column("pipeline")).to_pylist():
+        of = grouped.filter(pc.equal(grouped.column("pipeline"), name))
+        latest.append(
+            of.take(pc.select_k_unstable(of, GAPS_READ + 1, [("batch_id", "descending")]))
+        )
+    firsts = pa.concat_tables(latest)
+    rows = [
+        {**r, "status": "committed"} for r in newest.drop_columns(["finished_at_max"]).to_pylist()
+    ]
+    for r in firsts.to_pylist():
+        rows.append(
+            {"pipeline": r["pipeline"], "sink": "", "epoch": r["epoch"], "batch_id": r["batch_id"],
+             "error": None, "finished_at": r["finished_at_min"], "status": "committed"}
+        )  # fmt: skip
+    return newest_marks(rows, now)
 
 
 def _at(row: dict[str, Any]) -> datetime:

@@ -442,11 +442,12 @@ RECOVER_WHILE_RUNNING = (
 
 def _newest(ledger: DeltaLedger, pipeline: str | None) -> list[Any]:
     """Per pipeline (``None``: every pipeline of the ledger), its newest write mark now
-    (:func:`fanout.app.activity.newest_marks`): one scan of the pipeline's ledger rows, in
-    the operator's command only, none on a run's path."""
-    from fanout.app.activity import newest_marks
+    (:func:`fanout.app.activity.newest_marks_of`): one scan of six columns of the
+    pipeline's committed rows, reduced in Arrow, in the operator's command only, none on a
+    run's path."""
+    from fanout.app.activity import newest_marks_of
 
-    return newest_marks(ledger.rows(pipeline))
+    return newest_marks_of(ledger.mark_times(pipeline))
 
 
 def _say_newest(marks: Sequence[Any], pipeline: str | None, warning: str | None) -> None:

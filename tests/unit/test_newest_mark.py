@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from fanout.app import activity
-from fanout.app.activity import NewestMark, duration, newest_marks, no_mark_yet
+from fanout.app.activity import NewestMark, duration, newest_marks, newest_marks_of, no_mark_yet
 from fanout.app.cli import RECOVER_WHILE_RUNNING, SKIP_WHILE_RUNNING, main
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LOST_MARK, LedgerEntry
@@ -71,7 +71,12 @@ def _wrapped(line: str) -> str:
 
 
 def _marks(ledger: DeltaLedger, now: datetime = NOW) -> Sequence[NewestMark]:
-    return newest_marks(ledger.rows("p"), now)
+    """The marks judged from the rows as dicts, and as the commands judge them (six
+    columns reduced in Arrow, :func:`newest_marks_of`): the same, for one pipeline or all."""
+    judged = newest_marks(ledger.rows("p"), now)
+    assert newest_marks_of(ledger.mark_times("p"), now) == judged
+    assert newest_marks_of(ledger.mark_times(), now) == newest_marks(ledger.rows(), now)
+    return judged
 
 
 def test_a_recent_mark_looks_running_and_a_skip_or_lost_mark_is_no_write(
