@@ -832,8 +832,9 @@ class FanOut:
             self._layouts.end_batch(follow=_read_as_given(state, df))
 
     def _refuse_unmarked(self, info: BatchInfo) -> None:
-        """Before a new epoch starts: refuse it when an open sink holds the batch after its
-        last mark of the epoch replaced (:mod:`fanout.steps.unmarked`)."""
+        """Before a new epoch starts: close the epoch replaced to the open sinks' writes
+        still in flight, then refuse the start when one holds the batch after its last
+        mark of that epoch (:mod:`fanout.steps.unmarked`)."""
         not_opened = self.lagging.not_opened()
         opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
         spooled = None if self.spool is None else self.lagging.spooled_through

@@ -17,6 +17,11 @@ A sink without a mark in the replaced epoch is asked about the epoch's first bat
 driver died in it). A sink whose rewrite of the batch is harmless
 (:meth:`fanout.Sink.harmless_rewrite`: an unconditional upsert by key) does not refuse:
 its lost mark is recorded all the same, and a warning logged.
+
+Before any sink is asked, each sink about to be asked closes the replaced epoch to its
+writes still in flight (:func:`fence_epochs`, :meth:`fanout.Sink.fence_earlier_epochs`): a
+task of the replaced query committing the batch after the question would be read again by
+the new epoch. A refused start lifts those fences (:func:`lift_fences`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import PartlyHeld, Sink
@@ -102,16 +108,40 @@ def refuse_unmarked(
         _refuse_unasked(info, ledger, unopened, in_spool)
     marks = ledger.last_committed(info.pipeline, sinks, epoch)
     before = before_start(ledger, info.pipeline, epoch, marks)
-    unmarked = {n: in_spool.get(n, before) for n in marks}
-    _refuse_restart(info, ledger, sinks, marks, unmarked, bounds)
-    asks = unmarked_asks(before, marks)
-    answers = [
-        ask_in_turn(
-            sinks[name], info.pipeline, epoch, asks if m is None else (m,), bounds.get(name)
-        )
+    asked = [
+        name
         for name, m in sorted(marks.items())
         if in_spool.get(name, -1) <= (before if m is None else m)
     ]
+    fenced = fence_epochs(info, {name: sinks[name] for name in asked}, bounds)
+    try:
+        _ask_every_sink(info, ledger, sinks, marks, before, asked, in_spool, bounds)
+    except BaseException:
+        lift_fences(info, fenced, bounds)
+        raise
+
+
+def _ask_every_sink(
+    info: BatchInfo,
+    ledger: Ledger,
+    sinks: Mapping[str, Sink],
+    marks: Mapping[str, int | None],
+    before: int,
+    asked: Sequence[str],
+    in_spool: Mapping[str, int],
+    bounds: Mapping[str, float],
+) -> None:
+    """:func:`refuse_unmarked` once the sinks ``asked`` were fenced: ask each about the
+    batch after its mark, record the lost marks, and refuse the start when one holds it."""
+    epoch = info.epoch
+    unmarked = {n: in_spool.get(n, before) for n in marks}
+    _refuse_restart(info, ledger, sinks, marks, unmarked, bounds)
+    asks = unmarked_asks(before, marks)
+    answers = []
+    for name in asked:
+        mark = marks[name]
+        turns = asks if mark is None else (mark,)
+        answers.append(ask_in_turn(sinks[name], info.pipeline, epoch, turns, bounds.get(name)))
     held = [a for a in answers if a.holds]
     if not held:
         return
@@ -127,6 +157,75 @@ def refuse_unmarked(
             _warn_rewrite(info, h)
     if refused:
         raise UnmarkedBatchError(_message(info, ledger, held, refused, answers, marks, offsets))
+
+
+def fences(sink: Sink) -> bool:
+    """Whether ``sink``'s type closes earlier epochs to its writes in flight
+    (overrides :meth:`fanout.Sink.fence_earlier_epochs`)."""
+    return type(sink).fence_earlier_epochs is not Sink.fence_earlier_epochs
+
+
+def fence_epochs(
+    info: BatchInfo, sinks: Mapping[str, Sink], bounds: Mapping[str, float]
+) -> list[Sink]:
+    """Before a new epoch's sinks are asked whether they hold the replaced epoch's batch
+    after their mark: have each of ``sinks`` that fences (:func:`fences`) close the epochs
+    before the new one to its writes still in flight (a task of the replaced query still
+    running, :meth:`fanout.Sink.fence_earlier_epochs`), so that none commits the batch
+    after the question, to be read again by the new epoch and written twice. In turn, each
+    bounded by its ``write_timeout_s`` (``bounds``); one that raises or does not answer in
+    time refuses the start, after the fences already made are lifted. The sinks fenced."""
+    new = info.epoch + 1
+    done: list[Sink] = []
+    for name, sink in sinks.items():
+        if not fences(sink):
+            continue
+        try:
+            call = bounded(
+                sink, info.pipeline, partial(sink.fence_earlier_epochs, info.pipeline, new),
+                bounds.get(name), hook="fence",
+            )  # fmt: skip
+        except BaseException:
+            lift_fences(info, done, bounds)
+            raise
+        if isinstance(call, NoAnswer):
+            lift_fences(info, done, bounds)
+            raise SinkTimeoutError(
+                f"could not close epoch {info.epoch} to its writes still in flight within "
+                f"its write_timeout_s={bounds[name]:g} s (fence_earlier_epochs() did not "
+                f"return): epoch {new} does not start, since a task of the replaced query "
+                "could then commit a batch the new epoch reads again. Find what holds the "
+                "sink's target (a transaction of that query left open, a stalled "
+                "connection) and restart the query, or raise write_timeout_s",
+                sink=name,
+            )
+        done.append(sink)
+    return done
+
+
+def lift_fences(info: BatchInfo, fenced: Sequence[Sink], bounds: Mapping[str, float]) -> None:
+    """The start of ``info``'s new epoch was refused: have each sink of ``fenced`` open
+    the replaced epoch again (:meth:`fanout.Sink.lift_epoch_fence`), whose checkpoint the
+    refusal may say to restart. What fails is logged: the refusal stands."""
+    new = info.epoch + 1
+    for sink in fenced:
+        try:
+            call = bounded(
+                sink, info.pipeline, partial(sink.lift_epoch_fence, info.pipeline, new),
+                bounds.get(sink.name), hook="lift-fence",
+            )  # fmt: skip
+            lifted = not isinstance(call, NoAnswer)
+            why = "it did not return within write_timeout_s"
+        except Exception as exc:
+            lifted, why = False, f"{type(exc).__name__}: {redact(str(exc), sink.secret_values())}"
+        if not lifted:
+            log.warning(
+                "pipeline %s, sink %s: epoch %s was refused, but the fence closing epoch "
+                "%s to writes still in flight could not be lifted (%s): a restart of "
+                "that epoch's checkpoint is refused by the sink until it is",
+                info.pipeline, sink.name, new, info.epoch, why,
+                extra=batch_fields(info.pipeline, info.batch_id, sink.name),
+            )  # fmt: skip
 
 
 def _refuse_unasked(
