@@ -417,9 +417,10 @@ class Sink:
           one). Bounded by ``write_timeout_s`` as :meth:`holds_batch` is; an error or no
           answer refuses the start (nothing of the new epoch is written), and it is asked
           again at the next start.
-        - when that start is then refused (by any sink's answer), :meth:`lift_epoch_fence`
-          undoes it for epoch ``epoch - 1``: the refusal may say to restart that epoch's
-          checkpoint to complete a batch.
+        - when that start is then refused (by any sink's answer, or by the ledger with
+          :class:`fanout.ZombieBatchError`: the replaced query still writes),
+          :meth:`lift_epoch_fence` undoes it for epoch ``epoch - 1``: the refusal may say
+          to restart that epoch's checkpoint to complete a batch.
 
         A sink may also fence at its first :meth:`write` of an epoch > 0 in a process (the
         PostgreSQL sink does, in its preflight: a lagging sink is fenced after its

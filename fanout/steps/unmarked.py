@@ -90,7 +90,7 @@ def refuse_unmarked(
     spooled: Callable[[int], Mapping[str, int]] | None = None,
     timeouts: Mapping[str, float] | None = None,
     unopened: Mapping[str, BaseException] | None = None,
-) -> None:
+) -> list[Sink]:
     """Raise :class:`fanout.UnmarkedBatchError` when a sink holds, by its own records, the
     batch after its last mark of ``info.epoch`` (the epoch ``info``'s query is about to
     replace), after recording that mark in the ledger. ``sinks``: the open sinks;
@@ -100,7 +100,8 @@ def refuse_unmarked(
     ``write_timeout_s``, whose answer is waited for that long (:func:`ask`).
     ``unopened``: the sinks that could tell (their type answers ``holds_batch``) but whose
     ``open()`` failed (``on_failure="lag"``), each with its error: one that would be asked
-    refuses the start (:func:`_refuse_unasked`)."""
+    refuses the start (:func:`_refuse_unasked`). Each sink asked is fenced first
+    (:func:`fence_epochs`); returns the sinks fenced (a refusal lifts them first)."""
     epoch = info.epoch
     bounds = timeouts or {}
     in_spool = {} if spooled is None else spooled(epoch)
@@ -119,6 +120,7 @@ def refuse_unmarked(
     except BaseException:
         lift_fences(info, fenced, bounds)
         raise
+    return fenced
 
 
 def _ask_every_sink(
