@@ -99,7 +99,6 @@ from fanout_postgres.statements import (
     EPOCH_FENCE,
     EPOCH_FENCE_HOLDERS,
     EPOCH_FENCE_LOCKS,
-    EPOCH_FENCE_TRY_LOCKS,
     RESTORE_OR_RENAME,
     epoch_fence_lock,
     fence_earlier_epochs,
@@ -455,21 +454,21 @@ class PostgresSink(PartitionedSink):
     def _say_what_the_fence_waits_for(
         self, conn: Any, pipeline: str, scopes: Sequence[str], locks: Sequence[int]
     ) -> None:
-        """Append, before the fence waits for its locks: take those free at once
-        (:data:`~fanout_postgres.statements.EPOCH_FENCE_TRY_LOCKS`), and when one is held by
-        a partition transaction still open (a task of the replaced query, perhaps hung with
-        its connection alive, which holds the new epoch's start for as long: for ever with
-        no ``write_timeout_s``), log once which scopes and which PostgreSQL backends it
-        waits for, and what to do. Only at a fence: no cost per batch."""
-        sa = _sa()
-        taken = conn.execute(sa.text(EPOCH_FENCE_TRY_LOCKS), {"locks": list(locks)}).all()
-        busy = [(s, k) for s, k, (free,) in zip(scopes, locks, taken, strict=True) if not free]
-        if not busy:
+        """Append, before the fence waits for its locks: when partition transactions of the
+        scopes it closes hold them (:data:`~fanout_postgres.statements.EPOCH_FENCE_HOLDERS`,
+        a read of ``pg_locks``: tasks of the replaced query, perhaps hung with their
+        connection alive, which hold the new epoch's start for as long: for ever with no
+        ``write_timeout_s``), log once which scopes and which PostgreSQL backends it waits
+        for, and what to do. Only at a fence: no cost per batch."""
+        halves = {lock_halves(key): scope for scope, key in zip(scopes, locks, strict=True)}
+        params = {"highs": [h for h, _ in halves], "lows": [lo for _, lo in halves]}
+        found = conn.execute(_sa().text(EPOCH_FENCE_HOLDERS), params).all()
+        if not found:
             return
+        busy = sorted({halves[(high, low)] for high, low, *_ in found})
         holders = [
             f"{pid} ({state or 'state unknown'} since {since or 'unknown'})"
-            for _, key in busy
-            for pid, state, since in conn.execute(sa.text(EPOCH_FENCE_HOLDERS), lock_halves(key))
+            for _, _, pid, state, since in found
         ]
         logger.warning(
             "pipeline %s, sink %s: the epoch fence waits for partition transaction(s) of "
@@ -478,8 +477,7 @@ class PostgresSink(PartitionedSink):
             "until they end (bounded by the sink's write_timeout_s if set, else for as long "
             "as they stay open). If their tasks are gone (an executor lost, a hung task), "
             "end them: SELECT pg_terminate_backend(<pid>)",
-            pipeline, self.name, ", ".join(s for s, _ in busy),
-            ", ".join(holders) or "unknown (not visible to this role)",
+            pipeline, self.name, ", ".join(busy), ", ".join(holders),
         )  # fmt: skip
 
     def committed_partitions(

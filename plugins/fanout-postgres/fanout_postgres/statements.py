@@ -653,30 +653,25 @@ in the order given) exclusively, in the fence's transaction before its ``INSERT`
 for every partition transaction of those scopes still open."""
 
 
-EPOCH_FENCE_TRY_LOCKS = (
-    "SELECT pg_try_advisory_xact_lock(u.k) FROM unnest(CAST(:locks AS bigint[])) "
-    "WITH ORDINALITY AS u(k, i) ORDER BY u.i"
-)
-"""Append: try the fence locks ``:locks`` exclusively without waiting, one answer each in
-the order given (those taken stay held to the fence's commit): the fence then says which
-partition transactions it waits for before it waits (:data:`EPOCH_FENCE_HOLDERS`)."""
-
 EPOCH_FENCE_HOLDERS = (
-    "SELECT l.pid, a.state, a.xact_start FROM pg_locks AS l "
-    "LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid "
+    "SELECT l.classid::bigint, l.objid::bigint, l.pid, a.state, a.xact_start "
+    "FROM pg_locks AS l LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid "
     "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
-    "AND l.pid <> pg_backend_pid() AND l.classid = CAST(:high AS oid) "
-    "AND l.objid = CAST(:low AS oid) ORDER BY l.pid"
+    "AND l.pid <> pg_backend_pid() AND (l.classid::bigint, l.objid::bigint) IN "
+    "(SELECT * FROM unnest(CAST(:highs AS bigint[]), CAST(:lows AS bigint[]))) "
+    "ORDER BY l.pid"
 )
-"""The sessions holding one fence lock (a one-bigint advisory key is shown as its high
-half in ``classid``, its low half in ``objid``, ``objsubid`` 1): backend pid, state and
-transaction start. Parameters ``high`` and ``low`` (:func:`lock_halves`)."""
+"""Append, before the fence takes its locks: the sessions holding one of them (a
+one-bigint advisory key is shown as its high half in ``classid``, its low half in
+``objid``, ``objsubid`` 1; :func:`lock_halves`): each lock's halves, backend pid, state and
+transaction start. A read of ``pg_locks`` only (taking nothing: taking the free locks first
+would break the order in which fences take them, and two fences could deadlock)."""
 
 
-def lock_halves(key: int) -> dict[str, int]:
-    """The ``high`` and ``low`` unsigned 32-bit halves of a one-bigint advisory lock key, as
-    ``pg_locks`` shows them (:data:`EPOCH_FENCE_HOLDERS`)."""
-    return {"high": (key >> 32) & 0xFFFFFFFF, "low": key & 0xFFFFFFFF}
+def lock_halves(key: int) -> tuple[int, int]:
+    """The high and low unsigned 32-bit halves of a one-bigint advisory lock key, as
+    ``pg_locks`` shows them in ``classid`` and ``objid`` (:data:`EPOCH_FENCE_HOLDERS`)."""
+    return (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF
 
 
 def lift_epoch_fence(state_schema: str, mode: str) -> Any:
