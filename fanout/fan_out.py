@@ -105,7 +105,7 @@ from fanout.steps.timeout import (
     AbandonedWrites,
     BoundedCall,
 )
-from fanout.steps.unmarked import answers_holds_batch, refuse_unmarked
+from fanout.steps.unmarked import answers_holds_batch, lift_fences, refuse_unmarked
 from fanout.steps.write import write_all
 
 log = logging.getLogger("fanout")
@@ -257,7 +257,10 @@ class FanOut:
         register_secrets(letters)
         self.dead_letters = self._resolve_dead_letters(kinds, letters)
         self.ledger: Ledger = DeltaLedger(ledger) if isinstance(ledger, str) else ledger
-        self._admission = Admission(self.ledger, on_checkpoint_reset, self._refuse_unmarked)
+        self._admission = Admission(
+            self.ledger, on_checkpoint_reset, self._refuse_unmarked, self._lift_fences
+        )
+        self._fenced: list[Sink] = []  # the sinks the last epoch start fenced
         self.secrets: tuple[str, ...] = self._gather_secrets()
         """Every secret this pipeline knows (its locations' passwords and secret query
         values, a location among its sinks' options included, a ledger object's location
@@ -832,8 +835,9 @@ class FanOut:
             self._layouts.end_batch(follow=_read_as_given(state, df))
 
     def _refuse_unmarked(self, info: BatchInfo) -> None:
-        """Before a new epoch starts: refuse it when an open sink holds the batch after its
-        last mark of the epoch replaced (:mod:`fanout.steps.unmarked`)."""
+        """Before a new epoch starts: close the epoch replaced to the open sinks' writes
+        still in flight, then refuse the start when one holds the batch after its last
+        mark of that epoch (:mod:`fanout.steps.unmarked`)."""
         not_opened = self.lagging.not_opened()
         opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
         spooled = None if self.spool is None else self.lagging.spooled_through
@@ -841,7 +845,15 @@ class FanOut:
         unopened = {  # a sink type that cannot tell passes unasked, opened or not
             n: error for n, error in not_opened.items() if answers_holds_batch(self.sinks[n])
         }
-        refuse_unmarked(info, self.ledger, opened, spooled, timeouts, unopened)
+        self._fenced = refuse_unmarked(info, self.ledger, opened, spooled, timeouts, unopened)
+
+    def _lift_fences(self, info: BatchInfo) -> None:
+        """The ledger refused the epoch start :meth:`_refuse_unmarked` passed (the old
+        epoch's query committed a batch after the report the start was made from): lift
+        the fences it made, since that query still writes the replaced epoch."""
+        timeouts = {n: t for n in self.sinks if (t := write_timeout(self.specs[n])) is not None}
+        lift_fences(info, self._fenced, timeouts, self.ledger)
+        self._fenced = []
 
     def _check_targets(self, state: BatchState) -> None:
         """Once per run, before its first batch writes: refuse it when a sink's target no

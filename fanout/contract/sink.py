@@ -391,6 +391,53 @@ class Sink:
         "cannot tell": an exception is logged and counted as ``None``."""
         return None
 
+    def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+        """Close the sink's records of epochs ``0 .. epoch-1`` of ``pipeline`` to writes
+        still in flight: once this returns, no write of a batch of those epochs that had
+        not committed by then may commit (it must fail, or wait for the fence and then
+        fail), and every write that did commit is one :meth:`holds_batch`, asked after, sees.
+
+        A checkpoint reset accepted as a new epoch replaces a query that may still have a
+        task running (of an executor Spark gave up on, of a failed job), and a sink that
+        commits in its tasks (the partitioned-sink kit's PostgreSQL and Kafka partitions)
+        would let it commit the replaced epoch's batch ``m + 1`` after the new epoch
+        asked whether the sink holds it: the new epoch reads that batch's input again,
+        under its own idempotency records, where the old task's record meets nothing, so
+        an append holds the rows twice. A sink whose every commit is made on the driver
+        (Delta) has no such writer left once the driver is gone, and needs nothing.
+
+        Called on the driver after :meth:`open`, with the new epoch (``epoch`` > 0):
+
+        - when that epoch starts (``on_checkpoint_reset="new_epoch"``), for each open sink
+          about to be asked :meth:`holds_batch` about the replaced epoch's batch after its
+          mark, *before* it is asked: a writer committing between the question and the
+          fence would be read again and written twice. Not for a lagging sink whose spool
+          holds that batch (its catch-up writes the replaced epoch's spooled batches after
+          the reset: :meth:`write` with their epoch, before its first batch of the new
+          one). Bounded by ``write_timeout_s`` as :meth:`holds_batch` is; an error or no
+          answer refuses the start (nothing of the new epoch is written), and it is asked
+          again at the next start.
+        - when that start is then refused (by any sink's answer, or by the ledger with
+          :class:`fanout.ZombieBatchError`: the replaced query still writes),
+          :meth:`lift_epoch_fence` undoes it for epoch ``epoch - 1``: the refusal may say
+          to restart that epoch's checkpoint to complete a batch. Not when the ledger
+          records that another query started ``epoch`` meanwhile (or cannot tell): that
+          query relies on the fence.
+
+        A sink may also fence at its first :meth:`write` of an epoch > 0 in a process (the
+        PostgreSQL sink does, in its preflight: a lagging sink is fenced after its
+        catch-up); that write's own epoch is never closed. Idempotent: called again for
+        an epoch already fenced, it changes nothing. Default: nothing (a sink whose
+        writes all commit on the driver)."""
+
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+        """Undo :meth:`fence_earlier_epochs` for epoch ``epoch - 1`` only (the earlier
+        epochs were closed by an earlier start that was not refused): called on the
+        driver when the start of ``epoch`` was refused after the fence, so the replaced
+        epoch's checkpoint may be started again (to complete a batch the sink holds part
+        of). An error is logged, not raised (the refusal is); the writes it then refuses
+        say how to lift it by hand. Default: nothing."""
+
     def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """Whether the target is no longer the one this sink wrote batch ``batch_id`` of
         ``epoch`` to, but one dropped and created again empty since: why (a sentence the
@@ -485,6 +532,7 @@ OPTIONAL_HOOKS: tuple[str, ...] = (
     "shares_tasks",
     "backfill_source",
     "holds_batch",
+    "fence_earlier_epochs",
     "target_replaced",
     "harmless_rewrite",
     "remove_batch_hint",

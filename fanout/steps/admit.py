@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from fanout.contract.batch import BatchInfo
-from fanout.errors import CheckpointResetError
+from fanout.errors import CheckpointResetError, ZombieBatchError
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.observe.logs import batch_fields
 from fanout.steps.guard import CheckpointGuard
@@ -34,6 +34,12 @@ class Admission:
         the one it replaces) before the new epoch's start is committed: raises to refuse
         the start (:func:`fanout.steps.unmarked.refuse_unmarked`, the batch a sink wrote
         but never marked).
+    :param start_refused: called with the same batch when the ledger then refuses the
+        start for a batch the old epoch's query committed after the ``fanout recover``
+        report it starts from (:class:`fanout.ZombieBatchError`): the new epoch did not
+        start, so what ``before_start`` did for it is undone (the sinks' fences of the
+        replaced epoch, :func:`fanout.steps.unmarked.lift_fences`: that query still
+        writes). Not for a start another query made first (the epoch is then theirs).
     :param on_reset: what a checkpoint reset does: ``"refuse"`` raises
         :class:`fanout.CheckpointResetError`; ``"new_epoch"`` starts a new epoch, owned by
         the batch's query id. A rolled-back checkpoint is always refused
@@ -47,11 +53,13 @@ class Admission:
         ledger: Ledger,
         on_reset: OnReset,
         before_start: Callable[[BatchInfo], None] | None = None,
+        start_refused: Callable[[BatchInfo], None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.on_reset = on_reset
         self.guard = CheckpointGuard(ledger)
         self.before_start = before_start
+        self.start_refused = start_refused
 
     def admit(self, df: Any, info: BatchInfo, sinks: Iterable[str]) -> BatchState:
         """The batch's state, admitted in the pipeline's current epoch (with the sinks'
@@ -77,7 +85,12 @@ class Admission:
                     self.before_start(info)
                 except CheckpointResetError as unmarked:
                     raise unmarked from reset
-            started = self._start_epoch(info, reset)
+            try:
+                started = self._start_epoch(info, reset)
+            except ZombieBatchError:
+                if self.start_refused is not None:
+                    self.start_refused(info)
+                raise
             self.guard.started_epoch(started)
             return BatchState(df, started)
         if not view.owner_recorded and info.query_id is not None:

@@ -17,6 +17,11 @@ A sink without a mark in the replaced epoch is asked about the epoch's first bat
 driver died in it). A sink whose rewrite of the batch is harmless
 (:meth:`fanout.Sink.harmless_rewrite`: an unconditional upsert by key) does not refuse:
 its lost mark is recorded all the same, and a warning logged.
+
+Before any sink is asked, each sink about to be asked closes the replaced epoch to its
+writes still in flight (:func:`fence_epochs`, :meth:`fanout.Sink.fence_earlier_epochs`): a
+task of the replaced query committing the batch after the question would be read again by
+the new epoch. A refused start lifts those fences (:func:`lift_fences`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import PartlyHeld, Sink
@@ -84,7 +90,7 @@ def refuse_unmarked(
     spooled: Callable[[int], Mapping[str, int]] | None = None,
     timeouts: Mapping[str, float] | None = None,
     unopened: Mapping[str, BaseException] | None = None,
-) -> None:
+) -> list[Sink]:
     """Raise :class:`fanout.UnmarkedBatchError` when a sink holds, by its own records, the
     batch after its last mark of ``info.epoch`` (the epoch ``info``'s query is about to
     replace), after recording that mark in the ledger. ``sinks``: the open sinks;
@@ -94,7 +100,8 @@ def refuse_unmarked(
     ``write_timeout_s``, whose answer is waited for that long (:func:`ask`).
     ``unopened``: the sinks that could tell (their type answers ``holds_batch``) but whose
     ``open()`` failed (``on_failure="lag"``), each with its error: one that would be asked
-    refuses the start (:func:`_refuse_unasked`)."""
+    refuses the start (:func:`_refuse_unasked`). Each sink asked is fenced first
+    (:func:`fence_epochs`); returns the sinks fenced (a refusal lifts them first)."""
     epoch = info.epoch
     bounds = timeouts or {}
     in_spool = {} if spooled is None else spooled(epoch)
@@ -102,16 +109,41 @@ def refuse_unmarked(
         _refuse_unasked(info, ledger, unopened, in_spool)
     marks = ledger.last_committed(info.pipeline, sinks, epoch)
     before = before_start(ledger, info.pipeline, epoch, marks)
-    unmarked = {n: in_spool.get(n, before) for n in marks}
-    _refuse_restart(info, ledger, sinks, marks, unmarked, bounds)
-    asks = unmarked_asks(before, marks)
-    answers = [
-        ask_in_turn(
-            sinks[name], info.pipeline, epoch, asks if m is None else (m,), bounds.get(name)
-        )
+    asked = [
+        name
         for name, m in sorted(marks.items())
         if in_spool.get(name, -1) <= (before if m is None else m)
     ]
+    fenced = fence_epochs(info, {name: sinks[name] for name in asked}, bounds, ledger)
+    try:
+        _ask_every_sink(info, ledger, sinks, marks, before, asked, in_spool, bounds)
+    except BaseException:
+        lift_fences(info, fenced, bounds, ledger)
+        raise
+    return fenced
+
+
+def _ask_every_sink(
+    info: BatchInfo,
+    ledger: Ledger,
+    sinks: Mapping[str, Sink],
+    marks: Mapping[str, int | None],
+    before: int,
+    asked: Sequence[str],
+    in_spool: Mapping[str, int],
+    bounds: Mapping[str, float],
+) -> None:
+    """:func:`refuse_unmarked` once the sinks ``asked`` were fenced: ask each about the
+    batch after its mark, record the lost marks, and refuse the start when one holds it."""
+    epoch = info.epoch
+    unmarked = {n: in_spool.get(n, before) for n in marks}
+    _refuse_restart(info, ledger, sinks, marks, unmarked, bounds)
+    asks = unmarked_asks(before, marks)
+    answers = []
+    for name in asked:
+        mark = marks[name]
+        turns = asks if mark is None else (mark,)
+        answers.append(ask_in_turn(sinks[name], info.pipeline, epoch, turns, bounds.get(name)))
     held = [a for a in answers if a.holds]
     if not held:
         return
@@ -127,6 +159,111 @@ def refuse_unmarked(
             _warn_rewrite(info, h)
     if refused:
         raise UnmarkedBatchError(_message(info, ledger, held, refused, answers, marks, offsets))
+
+
+def fences(sink: Sink) -> bool:
+    """Whether ``sink``'s type closes earlier epochs to its writes in flight
+    (overrides :meth:`fanout.Sink.fence_earlier_epochs`)."""
+    return type(sink).fence_earlier_epochs is not Sink.fence_earlier_epochs
+
+
+def fence_epochs(
+    info: BatchInfo,
+    sinks: Mapping[str, Sink],
+    bounds: Mapping[str, float],
+    ledger: Ledger | None = None,
+) -> list[Sink]:
+    """Before a new epoch's sinks are asked whether they hold the replaced epoch's batch
+    after their mark: have each of ``sinks`` that fences (:func:`fences`) close the epochs
+    before the new one to its writes still in flight (a task of the replaced query still
+    running, :meth:`fanout.Sink.fence_earlier_epochs`), so that none commits the batch
+    after the question, to be read again by the new epoch and written twice. In turn, each
+    bounded by its ``write_timeout_s`` (``bounds``); one that raises or does not answer in
+    time refuses the start, after the fences already made are lifted (unless ``ledger``
+    says another query started the epoch, :func:`lift_fences`). The sinks fenced."""
+    new = info.epoch + 1
+    done: list[Sink] = []
+    for name, sink in sinks.items():
+        if not fences(sink):
+            continue
+        try:
+            call = bounded(
+                sink, info.pipeline, partial(sink.fence_earlier_epochs, info.pipeline, new),
+                bounds.get(name), hook="fence",
+            )  # fmt: skip
+        except BaseException:
+            lift_fences(info, done, bounds, ledger)
+            raise
+        if isinstance(call, NoAnswer):
+            lift_fences(info, done, bounds, ledger)
+            raise SinkTimeoutError(
+                f"could not close epoch {info.epoch} to its writes still in flight within "
+                f"its write_timeout_s={bounds[name]:g} s (fence_earlier_epochs() did not "
+                f"return): epoch {new} does not start, since a task of the replaced query "
+                "could then commit a batch the new epoch reads again. Find what holds the "
+                "sink's target (a transaction of that query left open, a stalled "
+                "connection) and restart the query, or raise write_timeout_s",
+                sink=name,
+            )
+        done.append(sink)
+    return done
+
+
+def lift_fences(
+    info: BatchInfo,
+    fenced: Sequence[Sink],
+    bounds: Mapping[str, float],
+    ledger: Ledger | None = None,
+) -> None:
+    """The start of ``info``'s new epoch was refused: have each sink of ``fenced`` open
+    the replaced epoch again (:meth:`fanout.Sink.lift_epoch_fence`), whose checkpoint the
+    refusal may say to restart. What fails is logged: the refusal stands. Nothing is
+    lifted when ``ledger`` records that another query started that epoch meanwhile (two
+    starts at once: the fence is the same record, and that query, running the epoch,
+    relies on it), nor when the ledger cannot tell (:func:`_epoch_taken`)."""
+    new = info.epoch + 1
+    if fenced and ledger is not None and _epoch_taken(info, ledger):
+        return
+    for sink in fenced:
+        try:
+            call = bounded(
+                sink, info.pipeline, partial(sink.lift_epoch_fence, info.pipeline, new),
+                bounds.get(sink.name), hook="lift-fence",
+            )  # fmt: skip
+            lifted = not isinstance(call, NoAnswer)
+            why = "it did not return within write_timeout_s"
+        except Exception as exc:
+            lifted, why = False, f"{type(exc).__name__}: {redact(str(exc), sink.secret_values())}"
+        if not lifted:
+            log.warning(
+                "pipeline %s, sink %s: epoch %s was refused, but the fence closing epoch "
+                "%s to writes still in flight could not be lifted (%s): a restart of "
+                "that epoch's checkpoint is refused by the sink until it is",
+                info.pipeline, sink.name, new, info.epoch, why,
+                extra=batch_fields(info.pipeline, info.batch_id, sink.name),
+            )  # fmt: skip
+
+
+def _epoch_taken(info: BatchInfo, ledger: Ledger) -> bool:
+    """Whether the epoch after ``info``'s was started (by another query: this one's start
+    was refused) or the ledger cannot say: then the fences stay, logged. A read of the
+    epoch rows, on a refused start only."""
+    new = info.epoch + 1
+    try:
+        taken = ledger.epoch_start(info.pipeline, new) is not None
+        why = f"another query started epoch {new} meanwhile and relies on them"
+    except Exception as exc:
+        taken = True  # the type only: a ledger's error may spell its location's secrets
+        why = f"the ledger cannot tell whether epoch {new} started: {type(exc).__name__}"
+    if taken:
+        log.warning(
+            "pipeline %s: epoch %s's start was refused; the sinks' fences closing epoch %s "
+            "to writes still in flight stay (%s). A restart of epoch %s's checkpoint is "
+            "refused by those sinks; each refusal says how to lift its fence by hand",
+            info.pipeline, new, info.epoch, why, info.epoch,
+            extra=batch_fields(info.pipeline, info.batch_id),
+        )  # fmt: skip
+    return taken
 
 
 def _refuse_unasked(

@@ -62,8 +62,9 @@ KAFKA_HOOKS = (
 )
 POSTGRES_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by (mode=append), "
-    "deterministic_columns, batch_partitioning, shares_tasks, holds_batch, target_replaced, "
-    "harmless_rewrite (mode=upsert, no dead_letter), is_transient"
+    "deterministic_columns, batch_partitioning, shares_tasks, holds_batch, "
+    "fence_earlier_epochs, target_replaced, harmless_rewrite (mode=upsert, no dead_letter), "
+    "is_transient"
 )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from fanout import BatchInfo
-from fanout.errors import CheckpointResetError
+from fanout.errors import CheckpointResetError, ZombieBatchError
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
 from fanout.ledger.memory import MemoryLedger
@@ -480,3 +480,28 @@ def _rows(led: MemoryLedger | DeltaLedger) -> list[LedgerEntry]:
     from fanout.ledger.entry import entries_from_arrow
 
     return entries_from_arrow(led.read("p"))
+
+
+class ZombieLedger(MemoryLedger):
+    """A ledger refusing every epoch start as the report's zombie check does."""
+
+    def start_epoch(self, entry: LedgerEntry) -> None:
+        if entry.epoch and entry.epoch > 0:
+            raise ZombieBatchError("a batch of epoch 0 committed after the report")
+        super().start_epoch(entry)
+
+
+def test_a_start_the_ledger_refuses_for_a_zombie_batch_undoes_before_start() -> None:
+    """The sinks fenced the replaced epoch before they were asked; the ledger then refuses
+    the start (the old query committed a batch after the report, so it still writes):
+    the fences are lifted (``start_refused``), else that query's next writes met them."""
+    led = ZombieLedger()
+    led.open()
+    for batch in range(3):
+        mark(led, Q1, batch, 0, batch)
+    calls: list[tuple[str, int]] = []
+    adm = Admission(led, "new_epoch", lambda i: calls.append(("before", i.epoch)),
+                    lambda i: calls.append(("refused", i.epoch)))  # fmt: skip
+    with pytest.raises(ZombieBatchError):
+        admit(adm, 0, Q2, 100)
+    assert calls == [("before", 0), ("refused", 0)]

@@ -459,3 +459,82 @@ def test_an_identity_check_that_does_not_answer_in_time_leaves_held(
         "pipeline p, sink slow: cannot tell within its write_timeout_s=0.2 s whether its "
         "target is still the one batch 3 of epoch 0 was written to"
     ]
+
+
+class Fencing(Answering):
+    """An :class:`Answering` that closes earlier epochs (:meth:`Sink.fence_earlier_epochs`);
+    ``log``, shared by the sinks, records every call in order."""
+
+    def __init__(self, name: str, log: list[tuple[str, ...]], held: set[int] | None = None,
+                 fence_fails: bool = False) -> None:  # fmt: skip
+        super().__init__(name, held)
+        self.log, self.fence_fails = log, fence_fails
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        self.log.append(("holds", self.name, f"{epoch}/{batch_id}"))
+        return super().holds_batch(pipeline, epoch, batch_id)
+
+    def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+        self.log.append(("fence", self.name, str(epoch)))
+        if self.fence_fails:
+            raise OSError("fence: target unreachable")
+
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+        self.log.append(("lift", self.name, str(epoch)))
+
+
+def test_every_asked_sink_is_fenced_before_any_is_asked_and_a_start_keeps_the_fences() -> None:
+    """A writer of the replaced query committing between the question and a fence would
+    be read again by the new epoch: each sink to be asked closes the replaced epoch first
+    (a lagging sink whose spool holds its batch is neither asked nor fenced: its catch-up
+    writes that epoch after the reset); the start passing lifts nothing."""
+    log: list[tuple[str, ...]] = []
+    ledger = _ledger({"a": 2, "b": 2, "lagging": 0})
+    sinks = {"a": Fencing("a", log, set()), "b": Fencing("b", log, set()),
+             "lagging": Fencing("lagging", log, {1})}  # fmt: skip
+    refuse_unmarked(INFO, ledger, sinks, lambda epoch: {"lagging": 2})
+    assert log == [
+        ("fence", "a", "1"), ("fence", "b", "1"), ("holds", "a", "0/3"), ("holds", "b", "0/3"),
+    ]  # fmt: skip
+
+
+def test_a_refused_start_lifts_its_fences() -> None:
+    """The refusal may say to restart the replaced epoch's checkpoint (a batch held in
+    part): its writes must not meet the fence of an epoch that never started."""
+    log: list[tuple[str, ...]] = []
+    ledger = _ledger({"a": 2, "b": 2})
+    sinks = {"a": Fencing("a", log, {3}), "b": Fencing("b", log, set())}
+    with pytest.raises(UnmarkedBatchError):
+        refuse_unmarked(INFO, ledger, sinks)
+    assert log == [
+        ("fence", "a", "1"), ("fence", "b", "1"), ("holds", "a", "0/3"), ("holds", "b", "0/3"),
+        ("lift", "a", "1"), ("lift", "b", "1"),
+    ]  # fmt: skip
+
+
+def test_a_fence_that_fails_refuses_the_start_unasked_and_lifts_the_others() -> None:
+    log: list[tuple[str, ...]] = []
+    ledger = _ledger({"a": 2, "b": 2})
+    sinks = {"a": Fencing("a", log, set()), "b": Fencing("b", log, set(), fence_fails=True)}
+    with pytest.raises(OSError, match="fence: target unreachable"):
+        refuse_unmarked(INFO, ledger, sinks)
+    assert log == [("fence", "a", "1"), ("fence", "b", "1"), ("lift", "a", "1")]
+    assert ledger.last_committed("p", ["a", "b"]) == {"a": 2, "b": 2}
+
+
+def test_a_refused_start_leaves_the_fences_of_the_epoch_another_query_started_meanwhile() -> None:
+    """Two new checkpoints (or one started twice) starting the same epoch at once: the
+    other's start passes and is committed while this one is asked (or this one's question
+    fails, or finds a batch); this one's refusal must not lift the replaced epoch's fence
+    the other, now running that epoch, relies on against the replaced query's stragglers."""
+    log: list[tuple[str, ...]] = []
+    ledger = _ledger({"a": 2})
+
+    class StartedMeanwhile(Fencing):
+        def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+            ledger.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id="other", epoch=1))
+            return super().holds_batch(pipeline, epoch, batch_id)
+
+    with pytest.raises(UnmarkedBatchError):
+        refuse_unmarked(INFO, ledger, {"a": StartedMeanwhile("a", log, {3})})
+    assert log == [("fence", "a", "1"), ("holds", "a", "0/3")]

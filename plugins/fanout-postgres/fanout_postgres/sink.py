@@ -97,10 +97,15 @@ from fanout_postgres.plan import (
 )
 from fanout_postgres.statements import (
     EPOCH_FENCE,
+    EPOCH_FENCE_HOLDERS,
+    EPOCH_FENCE_LOCKS,
     RESTORE_OR_RENAME,
+    epoch_fence_lock,
     fence_earlier_epochs,
     forget_marks_advice,
     forget_routes_sql,
+    lift_epoch_fence,
+    lock_halves,
     restarted,
 )
 from fanout_postgres.task import PostgresPartitionWriter
@@ -216,7 +221,7 @@ class PostgresSink(PartitionedSink):
         self._direct = DirectCopyPolicy()
         # upsert: (scope, batch) whose preflight found partitions an earlier attempt committed
         self._rewrites: set[tuple[str, int]] = set()
-        # upsert: the epoch whose earlier epochs' scopes this process closed (0: none has any)
+        # the epoch whose earlier epochs' scopes this process closed (0: none has any)
         self._fenced = 0
         self._unmade = False  # open() found the table missing; the first write creates it
 
@@ -383,9 +388,10 @@ class PostgresSink(PartitionedSink):
             with engine.connect() as conn:
                 if self.mode == "upsert":
                     self._refuse_other_route(conn, batch)
-                    self._fence_earlier_epochs(conn, batch)
                 else:
                     conn.execute(_sa().text("SELECT 1"))
+                if batch.info.epoch > self._fenced:
+                    self._fence(conn, batch.pipeline, batch.info.epoch)
                 self._recheck(conn, batch.df.schema.json(), batch.batch_id)
         except Exception as exc:
             if not self.is_transient(exc):
@@ -395,25 +401,84 @@ class PostgresSink(PartitionedSink):
                 batch_id=batch.batch_id,
             ) from None  # fmt: skip
 
-    def _fence_earlier_epochs(self, conn: Any, batch: Batch) -> None:
-        """Upsert, a batch of epoch 1 or later, once per epoch and process: close the
-        scopes of the earlier epochs to the sink's stragglers, before any partition of
-        the new epoch writes (:func:`~fanout_postgres.statements.fence_earlier_epochs`).
-        A task of a query the reset replaced (Spark's speculative copy, a task of an
-        executor given up on or of a stopped query, still running) asks for a later batch
-        of its own scope before it commits; the new epoch's batch ids start again in
-        another scope, so without this row it found none and put the keys back to its
-        batch's values. The sink writes its batches in ``(epoch, batch id)`` order (a
-        lagging sink's catch-up too, docs/architecture.md §14.1), so once it writes an
-        epoch no batch of an earlier one is due to it. One statement per process start in
-        a new epoch; none in epoch 0."""
-        epoch = batch.info.epoch
-        if epoch <= self._fenced:
+    def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+        """Close the scopes of epochs ``0 .. epoch-1`` to this sink's partitions still in
+        flight (:meth:`fanout.Sink.fence_earlier_epochs`): one :data:`EPOCH_FENCE` record
+        of the sink in each, unless there is one (:meth:`_fence`). One transaction; append
+        waits there for the partitions of those scopes still writing."""
+        if epoch <= 0:
             return
-        scopes = [pipeline_scope(batch.pipeline, k) for k in range(epoch)]
-        conn.execute(fence_earlier_epochs(self.state_schema), {"scopes": scopes, "sink": self.name})
+        with self._engine().connect() as conn:
+            self._fence(conn, pipeline, epoch)
+
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+        """The start of ``epoch`` was refused after :meth:`fence_earlier_epochs`: delete the
+        sink's :data:`EPOCH_FENCE` record in epoch ``epoch - 1``'s scope (the earlier
+        epochs' stay closed), so that epoch's checkpoint may be started again to complete
+        a batch (:meth:`fanout.Sink.lift_epoch_fence`)."""
+        if epoch <= 0:
+            return
+        scope = pipeline_scope(pipeline, epoch - 1)
+        with self._engine().begin() as conn:
+            conn.execute(lift_epoch_fence(self.state_schema, self.mode),
+                         {"scope": scope, "sink": self.name})  # fmt: skip
+        self._fenced = min(self._fenced, epoch - 1)
+
+    def _fence(self, conn: Any, pipeline: str, epoch: int) -> None:
+        """Close the scopes of epochs ``0 .. epoch-1`` (:func:`~fanout_postgres.statements.
+        fence_earlier_epochs`), in one transaction committed here: at a new epoch's start,
+        before the sink is asked whether it holds the replaced epoch's last batch, and
+        again at the sink's first batch of an epoch > 0 in a process (the preflight: a
+        lagging sink's catch-up of an older epoch's spooled batches comes before it, §14.1,
+        and is not refused). A task of a query the reset replaced (a task of an executor
+        given up on, of a stopped query, still running) must then not commit.
+
+        Upsert: it asks for a later batch of its own scope before it commits and finds the
+        fence. Append: each partition transaction holds its scope's fence lock
+        (:func:`~fanout_postgres.statements.epoch_fence_lock`) shared from its first
+        statement to its end and looks the fence up under it; the fence takes the locks
+        exclusively before its ``INSERT``, so it waits for every partition still open
+        (whose commit the sink's ``holds_batch``, asked after, then sees), and every
+        partition starting after waits for it and sees it. One transaction per epoch
+        start and per process start in a new epoch; none in epoch 0 or per batch."""
+        scopes = [pipeline_scope(pipeline, k) for k in range(epoch)]
+        if self.mode == "append":
+            locks = [epoch_fence_lock(scope, self.name) for scope in scopes]
+            self._say_what_the_fence_waits_for(conn, pipeline, scopes, locks)
+            conn.execute(_sa().text(EPOCH_FENCE_LOCKS), {"locks": locks})
+        params = {"scopes": scopes, "sink": self.name, "target": str(self._table)}
+        conn.execute(fence_earlier_epochs(self.state_schema, self.mode), params)
         conn.commit()
-        self._fenced = epoch
+        self._fenced = max(self._fenced, epoch)
+
+    def _say_what_the_fence_waits_for(
+        self, conn: Any, pipeline: str, scopes: Sequence[str], locks: Sequence[int]
+    ) -> None:
+        """Append, before the fence waits for its locks: when partition transactions of the
+        scopes it closes hold them (:data:`~fanout_postgres.statements.EPOCH_FENCE_HOLDERS`,
+        a read of ``pg_locks``: tasks of the replaced query, perhaps hung with their
+        connection alive, which hold the new epoch's start for as long: for ever with no
+        ``write_timeout_s``), log once which scopes and which PostgreSQL backends it waits
+        for, and what to do. Only at a fence: no cost per batch."""
+        halves = {lock_halves(key): scope for scope, key in zip(scopes, locks, strict=True)}
+        params = {"highs": [h for h, _ in halves], "lows": [lo for _, lo in halves]}
+        found = conn.execute(_sa().text(EPOCH_FENCE_HOLDERS), params).all()
+        if not found:
+            return
+        busy = sorted({halves[(high, low)] for high, low, *_ in found})
+        holders = [
+            f"{pid} ({state or 'state unknown'} since {since or 'unknown'})"
+            for _, _, pid, state, since in found
+        ]
+        logger.warning(
+            "pipeline %s, sink %s: the epoch fence waits for partition transaction(s) of "
+            "epoch scope(s) %s still open: PostgreSQL backend(s) %s. They are tasks of the "
+            "query a checkpoint reset replaced, still writing; the new epoch does not write "
+            "until they end (bounded by the sink's write_timeout_s if set, else for as long "
+            "as they stay open). If their tasks are gone (an executor lost, a hung task), "
+            "end them: SELECT pg_terminate_backend(<pid>)",
+            pipeline, self.name, ", ".join(busy), ", ".join(holders),
+        )  # fmt: skip
 
     def committed_partitions(
         self, batch: Batch, plan: PartitionPlan

@@ -9,6 +9,8 @@ parameters.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -71,6 +73,12 @@ class Statements:
     sink committed in the pipeline's scope (``NULL``: none), from ``upsert_routes``
     (:func:`_later_batch`); a scalar subquery, asked in the round trip that checks the
     column types after the rows are written."""
+    fence_check: str = ""
+    """Append (else empty): take the scope's epoch fence lock shared
+    (:func:`epoch_fence_lock`, ``%(fence_lock)s``), then say whether a later epoch closed
+    the scope (its :data:`EPOCH_FENCE` mark, :func:`fence_earlier_epochs`): two statements,
+    sent with the transaction's first (no round trip of their own), the second read under
+    a snapshot taken once the lock is held (:func:`_fence_check`)."""
 
 
 def compile_sql(statement: Any, *, literal_binds: bool = False) -> str:
@@ -244,6 +252,7 @@ def build_statements(
         route_record=_route_statements(state_schema) if upsert else "",
         route_refused=_route_refused(state_schema) if upsert else "",
         later_batch=_later_batch(state_schema) if upsert else "",
+        fence_check="" if upsert else _fence_check(state_schema),
         dead_table="" if dead_letter is None else dead_letter.quoted(),
     )
 
@@ -568,29 +577,126 @@ def _later_batch(state_schema: str) -> str:
 
 
 EPOCH_FENCE = 2**63 - 1
-"""The batch id of the ``upsert_routes`` row (partition ``-1``) with which a sink's first
-batch of a new epoch closes the scopes of the earlier epochs (:func:`fence_earlier_epochs`):
-above every batch there, so an earlier epoch's straggler, whose check asks for a later
-batch of its own scope (:func:`_later_batch`), finds it with the same index lookup."""
+"""The batch id of the record (partition ``-1``) with which a new epoch closes the scopes of
+the earlier epochs to the sink's writes still in flight (:func:`fence_earlier_epochs`): an
+``upsert_routes`` row (upsert) or a progress mark (append). Above every batch there, so an
+earlier epoch's upsert straggler, whose check asks for a later batch of its own scope
+(:func:`_later_batch`), finds it with the same index lookup; an append partition looks it
+up after taking the scope's fence lock (:func:`_fence_check`)."""
 
 
-def fence_earlier_epochs(state_schema: str) -> Any:
-    """The ``INSERT`` of an :data:`EPOCH_FENCE` row of the sink in each scope of
-    ``%(scopes)s`` (the earlier epochs'), unless there is one: from then on a partition of
-    those epochs finds a later batch, and rolls back (docs/architecture.md §8.2, "A
-    straggler of an earlier batch"). Parameters ``scopes`` (a list) and ``sink``."""
+def epoch_fence_lock(scope: str, sink: str) -> int:
+    """The key of the advisory lock guarding the epoch fence of ``sink`` in ``scope``: every
+    append partition transaction of the scope holds it shared until its commit
+    (:func:`_fence_check`), the fence takes it exclusively (:func:`fence_earlier_epochs`),
+    so the fence waits for every partition already writing and every partition starting
+    after it waits for the fence and then sees it. A hash stable across processes, as one
+    signed 64-bit key."""
+    text = json.dumps(["epoch-fence", scope, sink])
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _fence_check(state_schema: str) -> str:
+    """Append: the scope's fence lock taken shared, then whether the scope's
+    :data:`EPOCH_FENCE` mark is there (one primary-key lookup). Two statements: in
+    ``READ COMMITTED`` each takes its snapshot when it starts, so the lookup sees a fence
+    committed while this transaction waited for the lock."""
+    import sqlalchemy as sa
+
+    p = progress_table(state_schema)
+    fenced = sa.select(
+        sa.exists().where(
+            p.c.pipeline == sa.bindparam("pipeline"),
+            p.c.sink == sa.bindparam("sink"),
+            p.c.batch_id == sa.literal_column(str(EPOCH_FENCE)),
+            p.c.partition == sa.literal_column("-1"),
+        )
+    )
+    return f"SELECT pg_advisory_xact_lock_shared(%(fence_lock)s); {compile_sql(fenced)}"
+
+
+def fence_earlier_epochs(state_schema: str, mode: str) -> Any:
+    """The ``INSERT`` of an :data:`EPOCH_FENCE` record of the sink in each scope of
+    ``%(scopes)s`` (the earlier epochs'), unless there is one: an ``upsert_routes`` row
+    (upsert) or a progress mark (append; no rows, no partitions, ``%(target)s``). From then
+    on a partition of those epochs finds it, and rolls back (docs/architecture.md §8.2, "A
+    straggler of an earlier batch"). Parameters ``scopes`` (a list), ``sink`` and, append,
+    ``target``. Append takes each scope's fence lock exclusively first
+    (:func:`epoch_fence_locks`)."""
     import sqlalchemy as sa
     from sqlalchemy.dialects import postgresql as pg
 
-    r = upsert_routes_table(state_schema)
+    append = mode == "append"
+    r = progress_table(state_schema) if append else upsert_routes_table(state_schema)
     scopes = sa.func.unnest(sa.bindparam("scopes", type_=pg.ARRAY(sa.Text)))
-    rows = sa.select(
+    columns = [
         scopes, sa.bindparam("sink", type_=sa.Text),
         sa.literal_column(str(EPOCH_FENCE)), sa.literal_column("-1"),
-    )  # fmt: skip
-    insert = pg.insert(r).from_select(["pipeline", "sink", "batch_id", "partition"], rows)
+    ]  # fmt: skip
+    names = ["pipeline", "sink", "batch_id", "partition"]
+    if append:
+        columns += [
+            sa.literal_column("0"), sa.bindparam("target", type_=sa.Text),
+            sa.literal_column("0"),
+        ]  # fmt: skip
+        names += ["partitions", "target", "rows"]
+    insert = pg.insert(r).from_select(names, sa.select(*columns))
     return insert.on_conflict_do_nothing(
         index_elements=["pipeline", "sink", "batch_id", "partition"]
+    )
+
+
+EPOCH_FENCE_LOCKS = "SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:locks AS bigint[])) AS k"
+"""Append: take the fence locks ``:locks`` (:func:`epoch_fence_lock` of each earlier scope,
+in the order given) exclusively, in the fence's transaction before its ``INSERT``: it waits
+for every partition transaction of those scopes still open."""
+
+
+EPOCH_FENCE_HOLDERS = (
+    "SELECT l.classid::bigint, l.objid::bigint, l.pid, a.state, a.xact_start "
+    "FROM pg_locks AS l LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
+    "AND l.pid <> pg_backend_pid() AND (l.classid::bigint, l.objid::bigint) IN "
+    "(SELECT * FROM unnest(CAST(:highs AS bigint[]), CAST(:lows AS bigint[]))) "
+    "ORDER BY l.pid"
+)
+"""Append, before the fence takes its locks: the sessions holding one of them (a
+one-bigint advisory key is shown as its high half in ``classid``, its low half in
+``objid``, ``objsubid`` 1; :func:`lock_halves`): each lock's halves, backend pid, state and
+transaction start. A read of ``pg_locks`` only (taking nothing: taking the free locks first
+would break the order in which fences take them, and two fences could deadlock)."""
+
+
+def lock_halves(key: int) -> tuple[int, int]:
+    """The high and low unsigned 32-bit halves of a one-bigint advisory lock key, as
+    ``pg_locks`` shows them in ``classid`` and ``objid`` (:data:`EPOCH_FENCE_HOLDERS`)."""
+    return (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF
+
+
+def lift_epoch_fence(state_schema: str, mode: str) -> Any:
+    """The ``DELETE`` of the sink's :data:`EPOCH_FENCE` record in scope ``%(scope)s``: the
+    start of the epoch after it was refused, so that scope is the pipeline's newest again
+    (its old checkpoint may be started again to complete a batch). Parameters ``scope`` and
+    ``sink``."""
+    import sqlalchemy as sa
+
+    r = progress_table(state_schema) if mode == "append" else upsert_routes_table(state_schema)
+    return sa.delete(r).where(
+        r.c.pipeline == sa.bindparam("scope"),
+        r.c.sink == sa.bindparam("sink"),
+        r.c.batch_id == sa.literal_column(str(EPOCH_FENCE)),
+        r.c.partition == sa.literal_column("-1"),
+    )
+
+
+def forget_fence_sql(state_schema: str, scope: str, sink: str, mode: str) -> str:
+    """The ``DELETE`` of the sink's :data:`EPOCH_FENCE` record in one scope, as an error
+    names it for a person to run (its values inline, quoted)."""
+    table = "progress" if mode == "append" else "upsert_routes"
+    return (
+        f"{_forget_sql(state_schema, table, scope, sink)} AND batch_id = {EPOCH_FENCE} "
+        "AND partition = -1"
     )
 
 

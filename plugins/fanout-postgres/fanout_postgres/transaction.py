@@ -63,6 +63,8 @@ from fanout_postgres.sqlstate import (
 from fanout_postgres.statements import (
     EPOCH_FENCE,
     ROW,
+    epoch_fence_lock,
+    forget_fence_sql,
     forget_marks_advice,
     forget_routes_sql,
     restarted,
@@ -174,6 +176,13 @@ class PartitionTransaction:
         the outcome to report once it committed."""
         if self.sql.route_record:  # upsert: the route, committed with the rows, if they are
             self.cur.execute(f"{IMMEDIATE}; {self.sql.route_record}", self._route_params())
+        elif self.sql.fence_check:  # append: closed by a later epoch? (no round trip more)
+            lock = epoch_fence_lock(self.meta.pipeline, self.plan.sink)
+            params = {**self.key, "fence_lock": lock}
+            self.cur.execute(f"{IMMEDIATE}; {self.sql.fence_check}", params)
+            (fenced,) = self.cur.fetchone()
+            if fenced:
+                self._refuse_fenced()
         else:
             self.cur.execute(IMMEDIATE, {})
         if self.plan.mode == "append":
@@ -342,6 +351,29 @@ class PartitionTransaction:
             "those records are an earlier run's: restore the ledger and checkpoint, or, "
             "only if the table is meant to be written again, delete them: "
             + forget_routes_sql(self.plan.state_schema, self.meta.pipeline, self.plan.sink),
+            sink=self.plan.sink,
+            batch_id=self.meta.batch_id,
+        )
+
+    def _refuse_fenced(self) -> None:
+        """Append: roll the partition back before it writes, its scope closed by a later
+        epoch (the scope's :data:`~fanout_postgres.statements.EPOCH_FENCE` mark, looked up
+        under the scope's fence lock): a checkpoint reset was accepted since, and the new
+        epoch, which asked the sink whether it holds this batch after that fence, reads
+        this batch's input again: this partition's rows would be appended a second time."""
+        raise SinkWriteError(
+            f"partition {self.partition} rolled back before writing: "
+            f"{self.plan.state_schema}.progress records that a later epoch of the pipeline "
+            "(a checkpoint reset was accepted since) closed this batch's epoch for this "
+            f"sink, and reads its input again: appended to {self.plan.table} now, this "
+            "partition's rows would be there twice. A task of the query the reset replaced "
+            "ends so, and its outcome is discarded. If the new epoch's start never "
+            "completed (its process died while it asked the sinks; a refused start lifts "
+            "the fence itself) and this is the old checkpoint started again to complete "
+            "the batch, lift it: "
+            + forget_fence_sql(
+                self.plan.state_schema, self.meta.pipeline, self.plan.sink, "append"
+            ),
             sink=self.plan.sink,
             batch_id=self.meta.batch_id,
         )

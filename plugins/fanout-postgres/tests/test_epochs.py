@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from fanout_postgres.statements import EPOCH_FENCE
 from pgcheck import query
 
 from fanout import FanOut
@@ -34,6 +35,8 @@ def test_new_epoch_appends_batches_whose_ids_repeat(
     ids = [row[0] for row in query(pg_url, "SELECT order_id FROM epoch_orders ORDER BY 1")]
     assert ids == sorted(r["order_id"] for r in old + new)
     marks = query(pg_url, "SELECT pipeline, batch_id FROM fanout.progress ORDER BY 1, 2")
+    # and the new epoch's fence of the old scope (docs/architecture.md §8.2)
     assert sorted({m for m in marks}) == [
-        ("epochs", 0), ("epochs", 1), ("epochs@e1", 0), ("epochs@e1", 1)
+        ("epochs", 0), ("epochs", 1), ("epochs", EPOCH_FENCE), ("epochs@e1", 0),
+        ("epochs@e1", 1),
     ]  # fmt: skip
