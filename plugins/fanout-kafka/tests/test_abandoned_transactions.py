@@ -108,6 +108,38 @@ def test_a_retry_skips_a_partition_committed_beside_a_killed_one(kafka: Broker) 
     assert _committed_records(kafka, topic) == [(f"k{i}", "kept") for i in range(5)]
 
 
+def test_a_task_run_again_does_not_write_again_a_partition_committed_beside_a_killed_one(
+    kafka: Broker,
+) -> None:
+    """Spark runs a partition's task again within the same attempt of the batch (its
+    executor was lost right after the commit: a task retry, a stage retry), with no driver
+    step between: nothing ended the transaction a killed task left open, which on Tansu
+    holds the committed partition's marker back. The second run must not write the
+    partition again: it finds the marker (Kafka), or, on Tansu, fails as transient without
+    writing, and the batch's replay (whose driver ends the open transaction) skips it."""
+    topic, pipeline = f"ab-{uuid.uuid4().hex[:8]}", f"ab{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    sink = _sink(kafka, topic, pipeline)
+    batch = _batch(pipeline)
+    assert sink.committed_partitions(batch, PLAN) == []  # the attempt's driver step
+    settings = sink.partition_writer(batch, PLAN).settings  # what its tasks are given
+    rows = [pa.RecordBatch.from_pylist([{"id": f"k{i}", "v": "kept"} for i in range(5)])]
+    with _left_open(sink, pipeline, topic):  # partition LEFT_OPEN's task killed
+        first = PartitionWriter(settings, KEPT, 0).run(rows)
+        again = PartitionWriter(settings, KEPT, 0).run(rows)  # the same task, run again
+        if kafka.hides_aborted:  # Kafka: the marker is there
+            assert again.status == "skipped"
+        else:  # Tansu: the marker held back, and the second run knows it cannot tell
+            assert again.status == "failed", again
+            assert again.failure is not None and again.failure.transient
+            assert "held back" in again.failure.message, again.failure.message
+            assert _replay_kept(sink, pipeline) == "skipped"
+
+    assert (first.status, first.written) == ("committed", 5)
+    assert marker(kafka.bootstrap, pipeline, "events", KEPT, "__fanout_markers") == 1
+    assert _committed_records(kafka, topic) == [(f"k{i}", "kept") for i in range(5)]
+
+
 def test_a_restart_with_fewer_partitions_ends_a_dropped_partitions_open_transaction(
     kafka: Broker,
 ) -> None:
