@@ -560,10 +560,11 @@ class FanOut:
         """Check every sink against the DataFrame it will be handed, before the stream
         starts: the checks ``fanout run`` makes before it starts its query, the same code
         (:func:`fanout.steps.source_fit.refuse_unfit`). Each opened sink's route
-        (``where`` / ``select``) resolves against ``df``'s columns, and its target takes
-        the routed schema (:meth:`fanout.Sink.check_schema`: a ``keys`` column the rows
-        lack, a type the target cannot hold). Call it between ``FanOut(...)`` and
-        ``start()``::
+        (``where`` / ``select``) resolves against ``df``'s columns, its target takes the
+        routed schema (:meth:`fanout.Sink.check_schema`: a ``keys`` column the rows lack, a
+        type the target cannot hold), and the columns it needs stable
+        (:meth:`fanout.Sink.deterministic_columns`) are not computed with ``rand()``,
+        ``uuid()``... in ``df``'s plan. Call it between ``FanOut(...)`` and ``start()``::
 
             fan = FanOut(pipeline="orders", ledger=..., sinks=[...])
             fan.check_source(df)  # a misspelt column raises here, not at batch 0
@@ -572,8 +573,8 @@ class FanOut:
         Without it such a mistake fails its sink at the first batch, after the query
         started, made its checkpoint, and the other sinks wrote the batch.
 
-        Reads ``df``'s schema only (analyzed, nothing runs; under Spark Connect the client
-        asks the server to analyze the plan) and writes nothing: no ledger entry, no sink
+        Reads ``df``'s schema and analyzed plan only (nothing runs; under Spark Connect the
+        client asks the server to analyze the plan) and writes nothing: no ledger entry, no sink
         written to, no sink opened but those ``FanOut(...)`` opened. A sink
         ``FanOut(...)`` could not open (``on_failure="lag"``, its target unreachable) is
         not checked: its first batch checks it once it opens. A sink type without
@@ -586,8 +587,7 @@ class FanOut:
             ``FanOut`` stays open (close it, or build it again once the mistake is fixed).
         """
         try:
-            refuse_unfit(self.pipeline, self.specs, df, unopened=self.unopened,
-                         pipeline_file=self.pipeline_file)  # fmt: skip
+            refuse_unfit(self.specs, df, unopened=self.unopened, pipeline_file=self.pipeline_file)
         except ConfigurationError as exc:
             masked = redact_printed(str(exc), self.secrets)
             if masked == str(exc):

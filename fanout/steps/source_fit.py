@@ -1,14 +1,15 @@
 """The checks of a sink against the source's DataFrame, before its stream starts: its
-route (``where`` / ``select``) resolves, and its target takes the routed schema
-(:meth:`fanout.Sink.check_schema`). One copy, which three callers make:
+route (``where`` / ``select``) resolves, its target takes the routed schema
+(:meth:`fanout.Sink.check_schema`), and the columns it needs stable are not computed with
+``rand()``, ``uuid()``... in the source's plan. One copy, which three callers make:
 ``fanout validate`` (:mod:`fanout.app.validate`, one checklist line each),
 :meth:`fanout.FanOut.check_source` (a library user's, before ``start()``), and
 ``fanout run``, which calls that method. Without them a misspelt column in ``where``,
 ``select`` or ``keys`` failed its sink at batch 0, after the query had started, made its
 checkpoint and the other sinks had written the batch.
 
-They read the DataFrame's schema only (under Spark Connect: the client asks the server to
-analyze the plan, nothing runs), and write nothing.
+They read the DataFrame's schema and analyzed plan only (under Spark Connect: the client
+asks the server to analyze the plan, nothing runs), and write nothing.
 """
 
 from __future__ import annotations
@@ -149,7 +150,6 @@ def arrow_schema(schema: Any) -> Any:
 
 
 def refuse_unfit(
-    pipeline: str,
     specs: Mapping[str, Any],
     df: Any,
     *,
