@@ -227,24 +227,28 @@ def check_source_plan(df: Any, by: By | StableColumns, *, sink: str) -> None:
     exist, are volatile in its plan: what :func:`check_batch` finds in the streaming
     query's plan at batch 0 (a key computed with ``uuid()`` in the source's transform),
     found before the query starts, its checkpoint made and the other sinks written.
-    A clock alone is left out: in the streaming query Spark replaces it with the batch's
-    timestamp, stable on replay (a route's clocks are :func:`check_route`'s). Reads the
-    analyzed plan only (under Spark Connect, the server's explain text).
+    A clock (``current_timestamp()``...) is refused as batch 0 refuses it: in the
+    streaming query Spark replaces it with ``current_batch_timestamp()``, which Catalyst
+    calls non-deterministic, so :func:`check_batch` refuses it; under Spark Connect its
+    text walk does not know that name and passes it, so a clock is left out there. Reads
+    the analyzed plan only (under Spark Connect, the server's explain text).
 
     :raises PartitioningError: naming the sink, the columns and the expression.
     """
     stable = stable_columns(by)
     columns = list(df.columns) if stable.columns == WHOLE_ROW else list(stable.columns)
+    connect = is_connect(df)
     try:
         selected = df.select(*[quoted(c) for c in columns])
-        if is_connect(df):
+        if connect:
             found = volatile_in_text(analyzed_section(selected._explain_string(True)))[0]
         else:
             found = volatile_in_plan(selected._jdf.queryExecution().analyzed())[0]
     except Exception as exc:  # not a Spark DataFrame, or not analyzable: batch 0 checks it
         log.debug("sink %r: cannot inspect the source's plan: %s", sink, exc)
         return
-    found = [part for part in found if not _CLOCK_CALL.fullmatch(part.strip())]
+    if connect:  # batch 0 passes the query's current_batch_timestamp() there
+        found = [part for part in found if not _CLOCK_CALL.fullmatch(part.strip())]
     if found:
         raise refusal(f"the source's {_cols(columns)} ({'; '.join(found)})", stable, sink, None)
 

@@ -86,6 +86,18 @@ MISTAKES: dict[str, tuple[str, str | None, list[str]]] = {
             "deterministically from the input (its other columns may be non-deterministic)"
         ],
     ),
+    "key from the clock": (
+        '\n[[sinks]]\ntype = "partitioned_files"\nname = "files"\ndirectory = "{d}/files"\n'
+        'key = "yr"\n',
+        "SELECT order_id, amount, year(current_timestamp()) AS yr FROM source",
+        [  # batch 0 refuses it too: the query's current_batch_timestamp() is non-deterministic
+            "  - sink 'files': the source's column 'yr' (current_timestamp()) is not "
+            "deterministic: a replay or retry would put rows in other partitions than the "
+            "attempt that committed some of them (rows lost and duplicated). This sink "
+            "partitions by yr: derive those columns deterministically from the input (its "
+            "other columns may be non-deterministic)"
+        ],
+    ),
 }
 
 
