@@ -39,13 +39,13 @@ def expand_env(value: str, *, what: str, environ: Mapping[str, str] | None = Non
     env = os.environ if environ is None else environ
     unset: list[str] = []
     text, _end = _expand(value, 0, env, what, nested=False, unset=unset)
-    if len(unset) == 1:
+    names = list(dict.fromkeys(unset))  # a variable named twice is said once
+    if len(names) == 1:
         raise ConfigurationError(
-            f"{what}: environment variable {unset[0]!r} is referenced but not set; "
-            f"export {unset[0]}=... before starting the pipeline"
+            f"{what}: environment variable {names[0]!r} is referenced but not set; "
+            f"export {names[0]}=... before starting the pipeline"
         )
-    if unset:
-        names = list(dict.fromkeys(unset))
+    if names:
         raise ConfigurationError(
             f"{what}: environment variables {', '.join(map(repr, names))} are referenced "
             f"but not set; export {' '.join(f'{n}=...' for n in names)} before starting "

@@ -155,3 +155,22 @@ def test_every_unset_variable_of_the_file_in_one_run(
         "the pipeline",
     ])  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.toml"]
+
+
+def test_a_value_naming_one_unset_variable_twice_names_it_once() -> None:
+    """``${LAKE}/copy_of_${LAKE}`` with ``LAKE`` unset: the one variable said as one (the
+    text an unset variable had alone), not as a list of one."""
+    from fanout.observe.secrets import expand_env
+
+    with pytest.raises(ConfigurationError) as refused:
+        expand_env("${LAKE}/copy_of_${LAKE}", what="sinks[0].path", environ={})
+    assert str(refused.value) == (
+        "sinks[0].path: environment variable 'LAKE' is referenced but not set; "
+        "export LAKE=... before starting the pipeline"
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        expand_env("${LAKE}/${TABLE}/${LAKE}", what="sinks[0].path", environ={})
+    assert str(refused.value) == (
+        "sinks[0].path: environment variables 'LAKE', 'TABLE' are referenced but not set; "
+        "export LAKE=... TABLE=... before starting the pipeline"
+    )
