@@ -476,7 +476,8 @@ def parse(
     them in file order (a single mistake is raised as it is). Every unset ``${VAR}`` of
     the file is reported in one run too, with the unknown sections; the checks of the
     values stop there (a value still holding its ``${VAR}`` would be refused again for
-    its type)."""
+    its type). The options a sink type expands itself (``self_expanded``) are not
+    expanded here: their unset variables are named when the sink opens."""
     mistakes = _Mistakes(path)
     for key in data:
         if key not in (*SECTIONS, "sinks"):
