@@ -104,6 +104,7 @@ def main() -> None:
         .option("maxFilesPerTrigger", 1)
         .json(str(inbox))
     )
+    fan.check_source(stream)  # each sink against the stream's columns, before it starts
     query = (
         stream.writeStream.foreachBatch(fan)
         .option("checkpointLocation", str(work / "checkpoint"))

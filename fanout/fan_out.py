@@ -58,6 +58,7 @@ from fanout.observe.secrets import (
     location_secrets,
     masked_error,
     redact_apart,
+    redact_printed,
     secret_option_values,
 )
 from fanout.partitioned.determinism import check_route as check_route_membership
@@ -97,6 +98,7 @@ from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
+from fanout.steps.source_fit import refuse_unfit
 from fanout.steps.state import BatchState
 from fanout.steps.stop_gate import StopGate, client_stop_key, stop_asked_by_client
 from fanout.steps.timeout import (
@@ -117,6 +119,7 @@ class FanOut:
     Use it as the foreachBatch function::
 
         fan = FanOut(pipeline="orders", ledger="/data/_fanout/ledger", sinks=[...])
+        fan.check_source(df)  # each sink's route, keys and schema against df's columns
         df.writeStream.foreachBatch(fan).option("checkpointLocation", ckpt).start()
 
     :param pipeline: a stable name; part of every sink's transaction id. Changing it makes
@@ -167,9 +170,11 @@ class FanOut:
 
     Building a ``FanOut`` loads the plugins, builds and opens every sink and creates the
     ledger, so configuration errors surface here, before the stream starts; one that fails
-    closes the sinks it opened before raising. A :class:`fanout.Sink` object serves one
-    ``FanOut`` at a time: given one that another ``FanOut`` still holds (not closed), it
-    raises :class:`fanout.ConfigurationError` before opening anything.
+    closes the sinks it opened before raising. The mistakes only the source's columns
+    show (a misspelt column in a route or in ``keys``) surface at :meth:`check_source`.
+    A :class:`fanout.Sink` object serves one ``FanOut`` at a time: given one that another
+    ``FanOut`` still holds (not closed), it raises :class:`fanout.ConfigurationError`
+    before opening anything.
 
     A ``FanOut`` pickles as its configuration (:class:`fanout.recipe.Recipe`): under Spark
     Connect it is pickled on the client and built again, sinks opened again, on the first
@@ -553,6 +558,44 @@ class FanOut:
             )
         if opening.error is not None:
             raise opening.error
+
+    def check_source(self, df: Any) -> None:
+        """Check every sink against the DataFrame it will be handed, before the stream
+        starts: the checks ``fanout run`` makes before it starts its query, the same code
+        (:func:`fanout.steps.source_fit.refuse_unfit`). Each opened sink's route
+        (``where`` / ``select``) resolves against ``df``'s columns, its target takes the
+        routed schema (:meth:`fanout.Sink.check_schema`: a ``keys`` column the rows lack, a
+        type the target cannot hold), and the columns it needs stable
+        (:meth:`fanout.Sink.deterministic_columns`) are not computed with ``rand()``,
+        ``uuid()``... in ``df``'s plan. Call it between ``FanOut(...)`` and ``start()``::
+
+            fan = FanOut(pipeline="orders", ledger=..., sinks=[...])
+            fan.check_source(df)  # a misspelt column raises here, not at batch 0
+            df.writeStream.foreachBatch(fan).option("checkpointLocation", ckpt).start()
+
+        Without it such a mistake fails its sink at the first batch, after the query
+        started, made its checkpoint, and the other sinks wrote the batch.
+
+        Reads ``df``'s schema and analyzed plan only (nothing runs; under Spark Connect the
+        client asks the server to analyze the plan) and writes nothing: no ledger entry, no sink
+        written to, no sink opened but those ``FanOut(...)`` opened. A sink
+        ``FanOut(...)`` could not open (``on_failure="lag"``, its target unreachable) is
+        not checked: its first batch checks it once it opens. A sink type without
+        ``check_schema`` is checked only for the columns Arrow cannot hold.
+
+        :param df: the streaming DataFrame (or a static one of the same columns) whose
+            batches this ``FanOut`` will receive.
+        :raises ConfigurationError: listing every sink that cannot take ``df``'s rows,
+            each line naming the sink, the expression or option, and the column; this
+            ``FanOut`` stays open (close it, or build it again once the mistake is fixed).
+        """
+        try:
+            refuse_unfit(self.specs, df, unopened=self.unopened, pipeline_file=self.pipeline_file)
+        except ConfigurationError as exc:
+            masked = redact_printed(str(exc), self.secrets)
+            if masked == str(exc):
+                raise
+            raise ConfigurationError(masked) from None
 
     @property
     def unopened(self) -> tuple[str, ...]:

@@ -135,32 +135,37 @@ def _unknown(path: str, key: str, known: list[str], what: str = "key") -> Config
     return ConfigurationError(f"{path}{key}: unknown {what}{hint}")
 
 
-def _expand(value: Any, where: str) -> Any:
-    """Resolve ``${VAR}`` in every string of a nested value."""
+def _expand(value: Any, where: str, mistakes: _Mistakes) -> Any:
+    """Resolve ``${VAR}`` in every string of a nested value; a string that cannot be
+    resolved (an unset variable) is collected in ``mistakes`` and kept as written."""
     if isinstance(value, str):
-        return expand_env(value, what=where)
+        with mistakes.each():
+            return expand_env(value, what=where)
+        return value
     if isinstance(value, list):
-        return [_expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_expand(v, f"{where}[{i}]", mistakes) for i, v in enumerate(value)]
     if isinstance(value, dict):
-        return {k: _expand(v, f"{where}.{k}" if where else k) for k, v in value.items()}
+        return {k: _expand(v, f"{where}.{k}" if where else k, mistakes) for k, v in value.items()}
     return value
 
 
-def _expand_sinks(sinks: Any, self_expanded: Mapping[str, list[str]]) -> Any:
+def _expand_sinks(sinks: Any, self_expanded: Mapping[str, list[str]], mistakes: _Mistakes) -> Any:
     """``[[sinks]]`` with ``${VAR}`` resolved, except in the options their sink type
     expands itself (a PostgreSQL URL is parsed first, so a password needs no escaping)."""
     if not isinstance(sinks, list):
-        return _expand(sinks, "sinks")
+        return _expand(sinks, "sinks", mistakes)
     expanded = []
     for index, sink in enumerate(sinks):
         where = f"sinks[{index}]"
         if not isinstance(sink, dict):
-            expanded.append(_expand(sink, where))
+            expanded.append(_expand(sink, where, mistakes))
             continue
-        kept = set(self_expanded.get(str(_expand(sink.get("type"), f"{where}.type")), ()))
-        expanded.append(
-            {k: v if k in kept else _expand(v, f"{where}.{k}") for k, v in sink.items()}
-        )
+        kind = _expand(sink.get("type"), f"{where}.type", mistakes)
+        kept = set(self_expanded.get(str(kind), ()))
+        expanded.append({
+            k: kind if k == "type" else v if k in kept else _expand(v, f"{where}.{k}", mistakes)
+            for k, v in sink.items()
+        })  # fmt: skip
     return expanded
 
 
@@ -468,16 +473,24 @@ def parse(
     Every independent mistake of the file is reported in one run: an unknown section or
     key (with its did-you-mean), a value of the wrong type or out of range, a missing
     required key, per section and per sink; one :class:`fanout.ConfigurationError` lists
-    them in file order (a single mistake is raised as it is). An unset ``${VAR}`` still
-    stops at the first."""
+    them in file order (a single mistake is raised as it is). Every unset ``${VAR}`` of
+    the file is reported in one run too, with the unknown sections; the checks of the
+    values stop there (a value still holding its ``${VAR}`` would be refused again for
+    its type). The options a sink type expands itself (``self_expanded``) are not
+    expanded here: their unset variables are named when the sink opens."""
     mistakes = _Mistakes(path)
     for key in data:
         if key not in (*SECTIONS, "sinks"):
             mistakes.add(_unknown("", key, [*SECTIONS, "sinks"], "section"))
     sinks = data.get("sinks")
-    expanded: dict[str, Any] = _expand({k: v for k, v in data.items() if k != "sinks"}, "")
+    before = len(mistakes.errors)
+    expanded: dict[str, Any] = _expand(
+        {k: v for k, v in data.items() if k != "sinks"}, "", mistakes
+    )
     if sinks is not None:
-        expanded["sinks"] = _expand_sinks(sinks, self_expanded or {})
+        expanded["sinks"] = _expand_sinks(sinks, self_expanded or {}, mistakes)
+    if len(mistakes.errors) > before:
+        mistakes.raise_any()
     data = expanded
     # a password in a location (checkpoint, spool, ledger, a table's path) is masked wherever
     # the location shows, though no sink declares it

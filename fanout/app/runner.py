@@ -209,31 +209,18 @@ def build_fanout(
     )
 
 
-def refuse_unfit_sinks(fan: Any, df: Any, path: str) -> None:
-    """Before the stream starts, the checks ``fanout validate`` makes of each opened sink
-    against the source's schema (:func:`fanout.app.validate.fit_checks`): its route
-    resolves, its target takes the routed schema. Without them a misspelt column in
-    ``where`` or ``keys`` failed its sink at batch 0, after the checkpoint was made and the
-    other sinks had written the batch. Raises :class:`fanout.ConfigurationError` listing
-    every failure (the ``FanOut`` closed)."""
-    from fanout.app.validate import Check, fit_checks
-
-    problems = []
-    for name, spec in fan.specs.items():
-        if name in fan.unopened:  # starts behind: checked at its first batch
-            continue
-        checks: list[Check] = []
-        fit_checks(checks, name, spec, df, None)  # FanOut(...) checked the route's stability
-        for check in checks:
-            text = check.problem
-            if check.failed and text is not None:
-                problems.append(f"  - {text}" if repr(name) in text else f"  - sink {name}: {text}")
-    if problems:
+def refuse_unfit_sinks(fan: Any, df: Any) -> None:
+    """Before the stream starts, :meth:`fanout.FanOut.check_source`: the checks ``fanout
+    validate`` makes of each opened sink against the source's schema (its route resolves,
+    its target takes the routed schema), the same code a library user calls. Without them
+    a misspelt column in ``where`` or ``keys`` failed its sink at batch 0, after the
+    checkpoint was made and the other sinks had written the batch. Raises
+    :class:`fanout.ConfigurationError` listing every failure, the ``FanOut`` closed."""
+    try:
+        fan.check_source(df)
+    except BaseException:
         fan.close()
-        raise ConfigurationError(
-            f"{len(problems)} sink(s) cannot take the source's rows; nothing started "
-            f"(`fanout validate {shell_word(path)}` runs every check):\n" + "\n".join(problems)
-        )
+        raise
 
 
 def _start(df: Any, fan: Any, config: PipelineConfig) -> Any:
@@ -329,7 +316,7 @@ def run(
         spark, config, plugins=[tracker, progress], new_epoch=new_epoch,
         accept_lost_targets=accept_lost_targets,
     )  # fmt: skip
-    refuse_unfit_sinks(fan, df, path)
+    refuse_unfit_sinks(fan, df)
     if accepted is not None:
         out.write(accepted + "\n")
     stop = threading.Event()

@@ -7,7 +7,9 @@ for each sink: it builds from its options, it opens its target, its route (``whe
 batch's schema (:meth:`fanout.Sink.check_schema`); then the pipeline's: no two sinks claim
 one exclusive resource, no table holds two roles (the ledger, the spool, a sink's table,
 dead letters). A route or schema problem found here
-would otherwise fail at the first batch.
+would otherwise fail at the first batch; those checks against the source
+(:func:`fanout.steps.source_fit.fit_checks`) are the ones ``fanout run`` and
+:meth:`fanout.FanOut.check_source` make before the stream starts.
 
 Nothing is written: the ledger is checked, not created; each sink is opened with
 ``SinkContext(checking=True)`` and says what a run would create or migrate, printed as
@@ -22,56 +24,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 
 from fanout.app.config import PipelineConfig
 from fanout.contract.locations import command_location
-from fanout.contract.sink import Sink, SinkContext
-from fanout.delta_tables.io import one_line
+from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError, SinkUnreachableError, error_with_text
 from fanout.observe.logs import register_secrets
 from fanout.observe.secrets import masked_error
+from fanout.steps.source_fit import Check, arrow_schema, fit_checks
+from fanout.steps.source_fit import run_check as _check
 
-
-@dataclass(frozen=True)
-class Check:
-    """One line of the checklist: what was checked, and the problem (``None``: OK).
-
-    ``kind`` ``"skipped"``: not checked, ``problem`` saying why (not a failure);
-    ``"info"``: what a run would create or change (``what``), not a check;
-    ``"warned"``: failed in a way the run goes on with (a sink with ``on_failure = "lag"``
-    whose target cannot be reached starts behind), ``problem`` saying what the run does.
-    ``unreachable``: the check failed because a target could not be reached
-    (:class:`fanout.SinkUnreachableError`), not because of the file. ``sink``: the sink
-    the check is about (``None``: the pipeline's, such as the ledger's), or for an
-    unreachable failure of such a check, the sink its error names.
-    """
-
-    what: str
-    problem: str | None = None
-    kind: Literal["check", "skipped", "info", "warned"] = "check"
-    unreachable: bool = False
-    sink: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        """Whether this check failed."""
-        return self.kind == "check" and self.problem is not None
-
-    def line(self) -> str:
-        """``  OK    what``, ``  FAIL  what: problem``, ``  SKIP  what: why``,
-        ``  WARN  what: problem`` or ``  INFO  what``."""
-        if self.kind == "info":
-            return f"  INFO  {self.what}"
-        if self.kind == "warned":
-            return f"  WARN  {self.what}: {self.problem}"
-        if self.kind == "skipped":
-            return f"  SKIP  {self.what}: {self.problem}"
-        return (
-            f"  OK    {self.what}"
-            if self.problem is None
-            else f"  FAIL  {self.what}: {self.problem}"
-        )
+__all__ = ["Check", "Checklist", "arrow_schema", "fit_checks", "report", "run_checks"]
 
 
 @dataclass(frozen=True)
@@ -80,25 +44,6 @@ class Checklist:
 
     checks: list[Check]
     specs: dict[str, Any]
-
-
-def _check(
-    checks: list[Check], what: str, step: Callable[[], Any], *, sink: str | None = None
-) -> Any:
-    """Run ``step``, the check ``what`` of ``sink`` (``None``: of the pipeline); record
-    OK or its error's first line; return its result (None on failure)."""
-    try:
-        result = step()
-    except Exception as exc:
-        text = str(exc).strip()
-        problem = one_line(text) if text else type(exc).__name__
-        unreachable = isinstance(exc, SinkUnreachableError)
-        if isinstance(exc, SinkUnreachableError) and sink is None:
-            sink = exc.sink or None  # a pipeline's check (backfill_from) reached a sink
-        checks.append(Check(what, problem, unreachable=unreachable, sink=sink))
-        return None
-    checks.append(Check(what, sink=sink))
-    return result
 
 
 def _would(
@@ -302,53 +247,6 @@ def _starts_behind(failed: Check) -> Check:
         "spools its batches and writes them once it opens (a run that stops with it still "
         "behind exits 3)"
     ))  # fmt: skip
-
-
-def fit_checks(checks: list[Check], name: str, spec: Any, source: Any, spark: Any) -> None:
-    """The checks of an opened sink against the source's DataFrame ``source``, appended to
-    ``checks``: its route (``where`` / ``select``) resolves, and its target takes the
-    routed schema (:meth:`fanout.Sink.check_schema`). ``fanout validate`` makes them, and
-    ``fanout run`` before its stream starts (:func:`fanout.app.runner.refuse_unfit_sinks`).
-
-    :param spec: the sink's :class:`fanout.sink_spec.SinkSpec`.
-    :param spark: the session to check that the route is stable where the sink needs it
-        stable (:func:`fanout.partitioned.determinism.check_route`); ``None`` leaves that
-        out (``FanOut(...)`` made it).
-    """
-    from fanout.partitioned.determinism import check_route
-
-    sink, route = spec.sink, spec.route
-    routed = source
-    if not route.is_identity:
-
-        def resolve() -> Any:
-            resolved = route.resolve(source, sink=name, batch_id=None)
-            check_route(name, route, sink.deterministic_columns(), spark)
-            return resolved
-
-        routed = _check(checks, f"sink {name}: route resolves against the source schema",
-                        resolve, sink=name)  # fmt: skip
-    if routed is None:
-        return
-    what = f"sink {name}: target takes the routed schema"
-    if type(sink).check_schema is Sink.check_schema:  # an OK here would have checked nothing
-        # still a FAIL, as before, for a column Arrow cannot take (an interval of months):
-        # batch.arrow() fails on it, and so does every schema check that does run
-        if _check(checks, what, lambda: arrow_schema(routed.schema), sink=name) is None:
-            return
-        checks[-1] = Check(what, kind="skipped", sink=name, problem=(
-            f"{type(sink).__name__} does not implement check_schema, so its first write is "
-            "what finds a column its target cannot take"
-        ))  # fmt: skip
-        return
-    _check(checks, what, lambda: sink.check_schema(arrow_schema(routed.schema)), sink=name)
-
-
-def arrow_schema(schema: Any) -> Any:
-    """The Arrow schema of a Spark schema, as a batch hands it to ``Sink.check_schema``."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(schema, timezone="UTC")
 
 
 def report(checks: list[Check], out: TextIO) -> None:

@@ -32,16 +32,30 @@ def expand_env(value: str, *, what: str, environ: Mapping[str, str] | None = Non
     nest references. Substituted values are not expanded again.
 
     :param what: names the option in the error, e.g. ``"sink 'pg' option 'url'"``.
-    :raises ConfigurationError: when a referenced variable is not set and has no default,
-        or a reference is not closed; the message names the variable, never a value.
+    :raises ConfigurationError: when a referenced variable is not set and has no default
+        (every such variable of ``value`` named in one error), or a reference is not
+        closed; the message names the variables, never a value.
     """
     env = os.environ if environ is None else environ
-    text, _end = _expand(value, 0, env, what, nested=False)
+    unset: list[str] = []
+    text, _end = _expand(value, 0, env, what, nested=False, unset=unset)
+    names = list(dict.fromkeys(unset))  # a variable named twice is said once
+    if len(names) == 1:
+        raise ConfigurationError(
+            f"{what}: environment variable {names[0]!r} is referenced but not set; "
+            f"export {names[0]}=... before starting the pipeline"
+        )
+    if names:
+        raise ConfigurationError(
+            f"{what}: environment variables {', '.join(map(repr, names))} are referenced "
+            f"but not set; export {' '.join(f'{n}=...' for n in names)} before starting "
+            "the pipeline"
+        )
     return text
 
 
 def _expand(
-    value: str, pos: int, env: Mapping[str, str], what: str, *, nested: bool
+    value: str, pos: int, env: Mapping[str, str], what: str, *, nested: bool, unset: list[str]
 ) -> tuple[str, int]:
     """Expand from ``pos`` to the end, or (``nested``) to the ``}`` closing a default."""
     out: list[str] = []
@@ -55,10 +69,13 @@ def _expand(
             continue
         name, pos = match.group(1), match.end()
         default, or_empty = None, False
+        in_default: list[str] = []  # unset in the default: said only if the default is used
         for marker in (":-", "-"):
             if value.startswith(marker, pos):
                 or_empty = marker == ":-"
-                default, pos = _expand(value, pos + len(marker), env, what, nested=True)
+                default, pos = _expand(
+                    value, pos + len(marker), env, what, nested=True, unset=in_default
+                )
                 break
         if not value.startswith("}", pos):
             raise ConfigurationError(f"{what}: unclosed reference ${{{name}...")
@@ -68,11 +85,9 @@ def _expand(
             out.append(found)
         elif default is not None:
             out.append(default)
+            unset.extend(in_default)
         else:
-            raise ConfigurationError(
-                f"{what}: environment variable {name!r} is referenced but not set; "
-                f"export {name}=... before starting the pipeline"
-            )
+            unset.append(name)  # said with the value's others (expand_env)
     if nested:
         raise ConfigurationError(
             f"{what}: the default of a ${{NAME:-default}} or ${{NAME-default}} reference "

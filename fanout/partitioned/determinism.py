@@ -18,6 +18,8 @@ and filters depend on, so a keyed sink may carry ``uuid()`` in its other columns
 
 - :func:`check_route` at ``FanOut(...)``, on each ``where``/``select`` expression bound to
   NULL columns (the source's schema is not known yet);
+- :func:`check_source_plan` before the stream starts (``FanOut.check_source``, ``fanout
+  run``, ``fanout validate``), on the routed source DataFrame's plan;
 - :func:`check_batch` on the first batch of each query: the routed batch, then the
   streaming query's own plan, since foreachBatch hands over a batch whose source is opaque.
 """
@@ -25,6 +27,7 @@ and filters depend on, so a keyed sink may carry ``uuid()`` in its other columns
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -210,6 +213,44 @@ def check_batch(
     if query_id is not None:
         with _passed_lock:
             _passed.add(key)
+
+
+_CLOCK_CALL = re.compile(
+    r"(?:current_timestamp|now|current_date|localtimestamp|current_time|curdate)\(\)",
+    re.IGNORECASE,
+)
+
+
+def check_source_plan(df: Any, by: By | StableColumns, *, sink: str) -> None:
+    """Before the stream starts: refuse a source DataFrame ``df`` (routed as the sink's
+    route routes it) whose partitioning (or key) columns, or a filter deciding which rows
+    exist, are volatile in its plan: what :func:`check_batch` finds in the streaming
+    query's plan at batch 0 (a key computed with ``uuid()`` in the source's transform),
+    found before the query starts, its checkpoint made and the other sinks written.
+    A clock (``current_timestamp()``...) is refused as batch 0 refuses it: in the
+    streaming query Spark replaces it with ``current_batch_timestamp()``, which Catalyst
+    calls non-deterministic, so :func:`check_batch` refuses it; under Spark Connect its
+    text walk does not know that name and passes it, so a clock is left out there. Reads
+    the analyzed plan only (under Spark Connect, the server's explain text).
+
+    :raises PartitioningError: naming the sink, the columns and the expression.
+    """
+    stable = stable_columns(by)
+    columns = list(df.columns) if stable.columns == WHOLE_ROW else list(stable.columns)
+    connect = is_connect(df)
+    try:
+        selected = df.select(*[quoted(c) for c in columns])
+        if connect:
+            found = volatile_in_text(analyzed_section(selected._explain_string(True)))[0]
+        else:
+            found = volatile_in_plan(selected._jdf.queryExecution().analyzed())[0]
+    except Exception as exc:  # not a Spark DataFrame, or not analyzable: batch 0 checks it
+        log.debug("sink %r: cannot inspect the source's plan: %s", sink, exc)
+        return
+    if connect:  # batch 0 passes the query's current_batch_timestamp() there
+        found = [part for part in found if not _CLOCK_CALL.fullmatch(part.strip())]
+    if found:
+        raise refusal(f"the source's {_cols(columns)} ({'; '.join(found)})", stable, sink, None)
 
 
 def _volatile_in_source(df: Any, names: set[str], query_id: str | None) -> list[str]:

@@ -20,7 +20,7 @@ import functools
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,20 +75,24 @@ class Route:
             df = df.selectExpr(*self.select)
         return df
 
-    def resolve(self, df: Any, *, sink: str, batch_id: int | None) -> Any:
+    def resolve(self, df: Any, *, sink: str, batch_id: int | None, analyze: bool = False) -> Any:
         """:meth:`apply`, raising :class:`fanout.RouteError` naming the sink, the batch and
         the expression when Spark cannot resolve it against ``df`` (a misspelt column, a
-        type error): Spark analyses a DataFrame when it is built, before any row is read."""
+        type error): Spark analyses a DataFrame when it is built, before any row is read.
+        A Spark Connect DataFrame is analyzed only when asked for: ``analyze`` asks the
+        server for each step's schema (a round trip each, so only before the stream
+        starts; at a batch, a route that does not resolve fails the sink's write)."""
+        analyzed = _analyzed if analyze else _as_is
         if self.where is not None:
             try:
-                df = df.where(self.where)
+                df = analyzed(df.where(self.where))
             except Exception as exc:
                 raise _unresolved("where", self.where, exc, sink, batch_id) from exc
         if self.select is not None:
             try:
-                df = df.selectExpr(*self.select)
+                df = analyzed(df.selectExpr(*self.select))
             except Exception as exc:
-                culprit = _first_unresolved(df, self.select) or ", ".join(self.select)
+                culprit = _first_unresolved(df, self.select, analyzed) or ", ".join(self.select)
                 raise _unresolved("select", culprit, exc, sink, batch_id) from exc
         return df
 
@@ -145,14 +149,32 @@ def _parser(spark: Any) -> Any:
     return parse
 
 
-def _first_unresolved(df: Any, expressions: Sequence[str]) -> str | None:
+def _first_unresolved(
+    df: Any, expressions: Sequence[str], analyzed: Callable[[Any], Any]
+) -> str | None:
     """The first ``select`` expression Spark cannot resolve on its own against ``df``."""
     for expression in expressions:
         try:
-            df.selectExpr(expression)
+            analyzed(df.selectExpr(expression))
         except Exception:
             return expression
     return None
+
+
+def _analyzed(df: Any) -> Any:
+    """``df``, analyzed: a Spark Connect DataFrame's plan sent to the server for its
+    schema (``df.schema`` would not do: the client keeps its parent's schema for a
+    ``where``, without asking); a classic one was analyzed when built."""
+    from fanout.contract.sessions import is_connect
+
+    if is_connect(df):
+        client = df.sparkSession.client
+        client.schema(df._plan.to_proto(client))
+    return df
+
+
+def _as_is(df: Any) -> Any:
+    return df
 
 
 def _unresolved(

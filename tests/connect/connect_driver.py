@@ -8,6 +8,7 @@ The foreachBatch function is the ``FanOut`` itself, pickled by the Connect clien
 in a Python process beside the server. Prints lines the test reads:
 
 - ``CONFIG <message>``: a configuration error raised on the client, before any stream;
+- ``CHECK <case> <result>``: ``FanOut.check_source`` on the client (:func:`source_checks`);
 - ``FAILED <message, lines joined>``: a run of the query that failed (the PostgreSQL sink's
   partition 1 of batch 1 is vetoed once, after the other sinks wrote that batch);
 - ``DONE <runs>``: the input is consumed;
@@ -107,6 +108,45 @@ def config_errors(workdir: Path, pg_url: str, bootstrap: str) -> None:
             print(f"NO ERROR {label}", flush=True)
         except ConfigurationError as exc:
             print(f"CONFIG {exc}".splitlines()[0], flush=True)
+
+
+def source_checks(spark: Any, workdir: Path) -> None:
+    """``FanOut.check_source`` on the client, against Connect streaming DataFrames (no JVM
+    object at hand): ``CHECK <case> passed`` or ``CHECK <case> <message, lines joined>``
+    for a pipeline that fits, one with a misspelt key, a ``where`` and a ``select`` that do
+    not resolve, and one whose partitioning key is computed with ``rand()``; then
+    ``CHECK wrote <what is under its directory>``."""
+    from pyspark.sql import functions as F
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from partitioned_sink import PartitionedFilesSink
+
+    root = workdir / "source-checks"
+    write_input(root / "input", 1, 2)
+    stream = spark.readStream.schema(SCHEMA).json(str(root / "input"))
+    volatile = stream.withColumn("order_id", F.expr("cast(rand() * 1000 as long)"))
+
+    def delta(name: str, **route: Any) -> dict[str, Any]:
+        return {"type": "delta", "name": name, "path": str(root / name), **route}
+
+    def files() -> PartitionedFilesSink:
+        return PartitionedFilesSink("files", directory=str(root / "files"), key="order_id")
+
+    good = [delta("bronze"), delta("latest", mode="merge", keys=["order_id"]),
+            delta("big", where="amount > 10", select=["order_id", "amount * 100 AS cents"]),
+            files()]  # fmt: skip
+    bad = [delta("latest", mode="merge", keys=["orderid"]), delta("big", where="amout > 10"),
+           delta("slim", select=["order_id", "amout * 100 AS cents"])]  # fmt: skip
+    cases = [("good", good, stream), ("bad", bad, stream), ("volatile", [files()], volatile)]
+    for label, chosen, df in cases:
+        with FanOut("source-checks", str(root / "ledger"), chosen,
+                    checkpoint_location=str(root / "checkpoint")) as fan:  # fmt: skip
+            try:
+                fan.check_source(df)
+                print(f"CHECK {label} passed", flush=True)
+            except ConfigurationError as exc:
+                print(f"CHECK {label} " + " | ".join(str(exc).splitlines()), flush=True)
+    print(f"CHECK wrote {sorted(p.name for p in root.iterdir())}", flush=True)
 
 
 def volatile_key(spark: Any, workdir: Path, bootstrap: str) -> None:
@@ -249,6 +289,7 @@ def main() -> None:
     args = parser.parse_args()
     spark = connect_session()
     config_errors(args.workdir, args.pg_url, args.bootstrap)
+    source_checks(spark, args.workdir)
     veto = VetoOnce(str(args.workdir / "vetoed"), "pg", 1, 1)
     checkpoint = args.workdir / "checkpoint"
     fan = FanOut(

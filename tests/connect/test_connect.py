@@ -63,6 +63,34 @@ def test_the_fan_out_runs_under_spark_connect_with_a_partial_failure_and_replay(
         config[1]
     )
 
+    # FanOut.check_source on the client, against Connect streaming DataFrames: each mistake
+    # named as `fanout run` names it (tests/integration/test_check_source.py); nothing
+    # written but what FanOut(...) makes (the ledger; the files sink's directory, its open)
+    checked = [line for line in lines if line.startswith("CHECK ")]
+    unresolved = (
+        "cannot be applied to the batch: [UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, "
+        "variable, or function parameter with name `amout` cannot be resolved. Did you mean "
+        "one of the following? [`amount`, `status`, `customer`, `order_id`]. SQLSTATE: "
+        "42703; line 1 pos 0;"
+    )
+    assert checked == [
+        "CHECK good passed",
+        "CHECK bad 3 sink(s) cannot take the source's rows; nothing started: |   - sink "
+        "'latest': option 'keys' names column(s) 'orderid' not in the batch (the batch's "
+        "columns: order_id, customer, amount, status); fix the option or add the column(s) "
+        f"to the stream |   - sink 'big': route where 'amout > 10' {unresolved} |   - sink "
+        f"'slim': route select 'amout * 100 AS cents' {unresolved}",
+        "CHECK volatile 1 sink(s) cannot take the source's rows; nothing started: |   - sink "
+        "'files': the source's column 'order_id' (rand()) is not deterministic: a replay or "
+        "retry would put rows in other partitions than the attempt that committed some of "
+        "them (rows lost and duplicated). This sink partitions by order_id: derive those "
+        "columns deterministically from the input (its other columns may be "
+        "non-deterministic)",
+        "CHECK wrote ['files', 'input', 'ledger']",
+    ], checked
+    assert delta_rows(tmp_path / "source-checks" / "ledger") == []
+    assert list((tmp_path / "source-checks" / "files").iterdir()) == []
+
     # the veto failed batch 1 once; the restart replayed it and finished
     failed = [line for line in lines if line.startswith("FAILED")]
     assert len(failed) == 1, lines

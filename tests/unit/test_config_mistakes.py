@@ -94,3 +94,83 @@ def test_one_mistake_is_raised_with_its_own_text_alone() -> None:
     with pytest.raises(ConfigurationError) as refused:
         parse(doc, OPTIONS)
     assert str(refused.value) == "sinks[0].dead_leter: unknown option, did you mean dead_letter?"
+
+
+UNSET_FILE = """\
+[pipeline]
+name = "orders"
+ledger = "${{FANOUT_T_LAKE}}/ledger"
+checkpoint = "{d}/ckpt"
+retries = "${{FANOUT_T_RETRIES}}"
+
+[source]
+format = "rate"
+options = {{ rowsPerSecond = "${{FANOUT_T_RATE:-${{FANOUT_T_RATE_DEFAULT}}}}" }}
+
+[sourse]
+format = "rate"
+
+[[sinks]]
+type = "delta"
+name = "bronze"
+path = "${{FANOUT_T_LAKE}}/${{FANOUT_T_TABLE}}"
+
+[[sinks]]
+type = "delta"
+name = "latest"
+path = "${{FANOUT_T_SET:-${{FANOUT_T_NOT_NEEDED}}}}/latest"
+"""
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_every_unset_variable_of_the_file_in_one_run(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    """An unset ``${VAR}`` stopped the file's reading at the first: a data engineer setting
+    the variables learnt of each one more run. Each value's unset variables are named (two
+    in one value in one line, a default's only when the default is used), with the file's
+    unknown section; the value checks stop there (``retries`` still reading
+    ``${FANOUT_T_RETRIES}`` is not refused again as not an int)."""
+    for name in ("LAKE", "RETRIES", "RATE", "RATE_DEFAULT", "TABLE", "NOT_NEEDED"):
+        monkeypatch.delenv(f"FANOUT_T_{name}", raising=False)
+    monkeypatch.setenv("FANOUT_T_SET", str(tmp_path))
+    file = tmp_path / "pipeline.toml"
+    file.write_text(UNSET_FILE.format(d=tmp_path))
+    assert main([command, str(file)]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err.splitlines()) == ("", [
+        f"fanout: configuration error: 5 mistakes in {file}:",
+        "  - sourse: unknown section, did you mean source?",
+        "  - pipeline.ledger: environment variable 'FANOUT_T_LAKE' is referenced but not set; "
+        "export FANOUT_T_LAKE=... before starting the pipeline",
+        "  - pipeline.retries: environment variable 'FANOUT_T_RETRIES' is referenced but not "
+        "set; export FANOUT_T_RETRIES=... before starting the pipeline",
+        "  - source.options.rowsPerSecond: environment variable 'FANOUT_T_RATE_DEFAULT' is "
+        "referenced but not set; export FANOUT_T_RATE_DEFAULT=... before starting the pipeline",
+        "  - sinks[0].path: environment variables 'FANOUT_T_LAKE', 'FANOUT_T_TABLE' are "
+        "referenced but not set; export FANOUT_T_LAKE=... FANOUT_T_TABLE=... before starting "
+        "the pipeline",
+    ])  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.toml"]
+
+
+def test_a_value_naming_one_unset_variable_twice_names_it_once() -> None:
+    """``${LAKE}/copy_of_${LAKE}`` with ``LAKE`` unset: the one variable said as one (the
+    text an unset variable had alone), not as a list of one."""
+    from fanout.observe.secrets import expand_env
+
+    with pytest.raises(ConfigurationError) as refused:
+        expand_env("${LAKE}/copy_of_${LAKE}", what="sinks[0].path", environ={})
+    assert str(refused.value) == (
+        "sinks[0].path: environment variable 'LAKE' is referenced but not set; "
+        "export LAKE=... before starting the pipeline"
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        expand_env("${LAKE}/${TABLE}/${LAKE}", what="sinks[0].path", environ={})
+    assert str(refused.value) == (
+        "sinks[0].path: environment variables 'LAKE', 'TABLE' are referenced but not set; "
+        "export LAKE=... TABLE=... before starting the pipeline"
+    )

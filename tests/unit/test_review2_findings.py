@@ -231,6 +231,9 @@ def test_finding2_sigterm_during_a_batch_that_fails_exits_0(
         unopened = ()
         stop_gate = StopGate("p")
 
+        def check_source(self, df: Any) -> None:
+            """No sink: nothing to check before the start."""
+
         def behind(self) -> list[Any]:
             return []
 

@@ -341,6 +341,9 @@ def _fake_run(
         unopened = ()
         stop_gate = made["gate"]
 
+        def check_source(self, df: Any) -> None:
+            """No sink: nothing to check before the start."""
+
         def behind(self) -> list[Any]:
             return []
 
@@ -479,6 +482,7 @@ _PROCESS = textwrap.dedent(
         specs, unopened, stop_gate = {}, (), StopGate("p")
         def behind(self): return []
         def start_catch_up(self, query): return None
+        def check_source(self, df): return None
         def close(self): raise AssertionError("closed while its batch runs")
 
     def build_fanout(spark, config, plugins=(), **kw):
