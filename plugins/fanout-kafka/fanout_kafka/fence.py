@@ -18,7 +18,8 @@ end_abandoned_transactions` counts them):
    never visible to read_committed readers);
 2. read the old scope's marker of ``p`` (stable, now that no transaction of the id is
    open) and, in a transaction of that producer holding no record, commit it back *fenced*:
-   :data:`FENCED_BIT` set above the real offset (``FENCED_BIT | max(offset, 0)``).
+   :data:`fanout_kafka.markers.FENCED_BIT` set above the real offset
+   (``FENCED_BIT | max(offset, 0)``).
 
 A straggler task that starts after the fence initialises its own producer (which fences
 the fence's, harmlessly: it is done) and then reads its marker, as every task does
@@ -55,36 +56,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from fanout.errors import SinkWriteError, TransientSinkError
+from fanout.errors import TransientSinkError
+from fanout_kafka.errors import EpochFencedError
+from fanout_kafka.markers import FENCED_BIT, is_fenced
 
 log = logging.getLogger("fanout_kafka")
 
-FENCED_BIT = 1 << 62
-"""Set in a marker's offset when a later epoch's start closed its scope (markers are
-``batch + 1``: far below it)."""
 ATTEMPTS = 5
 """How many times a partition's fence is made again when a producer started meanwhile
 fenced the fence's own (each time it fences that one)."""
-NO_OFFSET = -1001  # as fanout_kafka.membership.NO_OFFSET (no import cycle)
-
-
-class EpochFencedError(SinkWriteError):
-    """A task of a replaced epoch (a checkpoint reset started a new one) found its
-    partition's marker closed by the new epoch's start: it writes nothing, since the new
-    epoch writes the batch. Not transient."""
-
-
-def is_fenced(offset: int) -> bool:
-    """Whether a marker's committed offset carries the epoch fence."""
-    return offset >= FENCED_BIT
-
-
-def real_offset(offset: int) -> int:
-    """A marker's offset as the readers on the driver take it: the fence cleared, and
-    ``0`` (a fence lifted from a marker that had none) as none (:data:`NO_OFFSET`)."""
-    if offset >= FENCED_BIT:
-        offset -= FENCED_BIT
-    return NO_OFFSET if offset <= 0 else offset
 
 
 @dataclass(frozen=True)
@@ -217,4 +197,4 @@ class ScopeFence:
             producer.commit_transaction(self.timeout_s)
 
 
-__all__ = ["FENCED_BIT", "EpochFencedError", "ScopeFence", "is_fenced", "real_offset"]
+__all__ = ["ATTEMPTS", "EpochFencedError", "ScopeFence"]

@@ -48,7 +48,7 @@ from fanout.partitioned.membership import (
     PartitionPlan,
 )
 from fanout_kafka.driver_admins import ADMINS, admin_config
-from fanout_kafka.fence import real_offset
+from fanout_kafka.markers import real_offset
 
 if TYPE_CHECKING:
     from fanout_kafka.settings import WriterSettings
@@ -166,10 +166,11 @@ def refuse_fenced(
     sink: str,
     marker_topic: str,
 ) -> None:
-    """Raise :class:`fanout_kafka.fence.EpochFencedError` when a marker (raw offsets)
+    """Raise :class:`fanout_kafka.errors.EpochFencedError` when a marker (raw offsets)
     carries a later epoch's fence (:mod:`fanout_kafka.fence`): this scope's query was
     replaced by a checkpoint reset, and the new epoch writes its batches."""
-    from fanout_kafka.fence import EpochFencedError, is_fenced
+    from fanout_kafka.errors import EpochFencedError
+    from fanout_kafka.markers import is_fenced
 
     fenced = [marker_group(p) for p, offset in enumerate(markers) if is_fenced(offset)]
     if not fenced:
@@ -188,7 +189,7 @@ def refuse_fenced(
 
 def _marker_offsets(admin: Any, topic: str, groups: list[str], timeout_s: float) -> list[int]:
     """:func:`_offsets` of marker groups, a later epoch's fence cleared
-    (:func:`fanout_kafka.fence.real_offset`)."""
+    (:func:`fanout_kafka.markers.real_offset`)."""
     return [real_offset(offset) for offset in _offsets(admin, topic, groups, timeout_s)]
 
 

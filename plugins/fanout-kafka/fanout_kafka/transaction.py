@@ -47,6 +47,7 @@ from fanout.errors import shell_word
 from fanout.ledger.gaps import LEDGER_UNKNOWN, ledger_note, skip_command
 from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
 from fanout_kafka import journal
+from fanout_kafka.errors import EpochFencedError
 from fanout_kafka.failures import (
     FENCED_CODES,
     REJECTED_RECORD_CODES,
@@ -58,7 +59,7 @@ from fanout_kafka.failures import (
 )
 from fanout_kafka.failures import Rejected as _Rejected
 from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
-from fanout_kafka.fence import EpochFencedError, is_fenced
+from fanout_kafka.markers import is_fenced
 from fanout_kafka.membership import group_metadata, pack, plan_group_metadata
 from fanout_kafka.options import client_max_message_bytes
 from fanout_kafka.producer_init import init_transactions

@@ -19,7 +19,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from fanout_kafka import KafkaSink
-from fanout_kafka.fence import FENCED_BIT, EpochFencedError
+from fanout_kafka.errors import EpochFencedError
+from fanout_kafka.markers import FENCED_BIT
 from fanout_kafka.transaction import PartitionWriter
 from kafka_log import committed_values
 from kafkatools import Broker, marker, read_topic
