@@ -12,8 +12,10 @@ readers)."""
 
 from __future__ import annotations
 
+import pickle
 import uuid
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -25,9 +27,11 @@ from fanout_kafka.transaction import PartitionWriter
 from kafka_log import committed_values
 from kafkatools import Broker, marker, read_topic
 
+from fanout import FanOut
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.sink import PartlyHeld, SinkContext
-from fanout.partitioned.membership import PartitionPlan
+from fanout.partitioned.membership import MemberDigest, PartitionPlan
+from fanout.partitioned.task import CommitHooks
 
 
 def _sink(kafka: Broker, topic: str, pipeline: str, partitions: int) -> KafkaSink:
@@ -166,3 +170,47 @@ def test_a_refused_start_lifts_the_fence(kafka: Broker, topic: str) -> None:
     assert sorted(committed_values(kafka.bootstrap, topic)) == [
         b"a0-0", b"a0-1", b"a1-0", b"a1-1", b"r0-0", b"r0-1", b"r1-0", b"r1-1"
     ]  # fmt: skip
+
+
+def test_a_new_epochs_start_through_fanout_closes_the_old_scope(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    """Through :class:`fanout.FanOut`: the new checkpoint's first batch (batch 1's rows
+    again) starts epoch 1, whose start fences the Kafka sink's epoch-0 scope before it asks
+    ``holds_batch``; the replaced query's task of batch 1, shipped before that query
+    failed and run after the start, writes nothing. (On the code before, its rows were in
+    the topic twice.)"""
+    pipeline = f"ef{uuid.uuid4().hex[:6]}"
+
+    def fan(on_reset: str) -> FanOut:
+        sinks = [{"type": "kafka", "name": "events", "bootstrap_servers": kafka.bootstrap,
+                  "topic": topic, "key": "id", "value": "name", "partitions": 1}]  # fmt: skip
+        return FanOut(
+            pipeline, str(tmp_path / "ledger"), sinks, parallelism=1, retries=0,
+            on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    def info(batch_id: int, query_id: str, end: int) -> BatchInfo:
+        return BatchInfo(pipeline, batch_id, query_id, [{"orders": {"0": end}}],
+                         batch_timestamp_ms=1000 + batch_id)  # fmt: skip
+
+    rows = [(1, "m+1"), (2, "m+1")]
+    old = fan("refuse")
+    old.process(spark.createDataFrame([(0, "batch 0")], "id LONG, name STRING"), info(0, "q0", 1))
+    sink = old.sinks["events"]
+    frame = spark.createDataFrame(rows, "id LONG, name STRING")
+    batch = Batch(frame, BatchInfo(pipeline, 1, "q0"), "events", txn_app_id(pipeline, "events"))
+    straggler = pickle.loads(pickle.dumps(sink.partition_writer(batch, None)))
+    new = fan("new_epoch")
+    try:
+        new.process(spark.createDataFrame(rows, "id LONG, name STRING"), info(1, "q1", 3))
+        table = pa.Table.from_pylist([{"id": i, "name": n} for i, n in rows])
+        outcome = straggler.write_partition(
+            0, iter(table.to_batches()), CommitHooks(pipeline, "events", 1), MemberDigest()
+        )
+    finally:
+        old.close()
+        new.close()
+    assert sorted(committed_values(kafka.bootstrap, topic)) == [b"batch 0", b"m+1", b"m+1"]
+    assert (outcome.status, outcome.failure.kind) == ("failed", "error")
+    assert "checkpoint reset replaced" in outcome.failure.message
