@@ -852,7 +852,7 @@ class FanOut:
         epoch's query committed a batch after the report the start was made from): lift
         the fences it made, since that query still writes the replaced epoch."""
         timeouts = {n: t for n in self.sinks if (t := write_timeout(self.specs[n])) is not None}
-        lift_fences(info, self._fenced, timeouts)
+        lift_fences(info, self._fenced, timeouts, self.ledger)
         self._fenced = []
 
     def _check_targets(self, state: BatchState) -> None:

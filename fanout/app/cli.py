@@ -196,7 +196,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         if checkpoint and pipeline is not None:
             fact = checkpoint_fact(checkpoint, present, pipeline, args.config)
         text = report(present, pipeline, as_json=args.json, wide=args.wide, spool=spool,
-                      spool_checked=checked, sinks=sinks, checkpoint=fact)  # fmt: skip
+                      spool_checked=checked, sinks=sinks, checkpoint=fact,
+                      newest=True)  # fmt: skip
         checked = True
         if fact is not None and not args.json:
             text += f"\n\ncheckpoint {fact.location}: {fact.said}"
@@ -287,6 +288,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
         raise unknown_pipeline(target.ledger, target.pipeline, known)  # a typo, most likely
     spooled = None if target.spool is None else read_spooled(target.spool, target.pipeline)
     sinks = target.sinks if target.config is not None else None
+    _say_newest(_newest(ledger, target.pipeline), target.pipeline, RECOVER_WHILE_RUNNING)
 
     def facts(entries: Sequence[Any]) -> Any:
         found = recovery_of(target.pipeline, entries, spooled, target.spool, sinks)
@@ -396,8 +398,12 @@ def _masked_text(text: str) -> str:
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
-    """Checkpoint the ledger's log, compact its files, vacuum old ones."""
-    report = _existing_ledger(args.ledger, None).maintain(
+    """Checkpoint the ledger's log, compact its files, vacuum old ones; first, each
+    pipeline's newest write mark (no warning: maintenance beside a running pipeline is
+    safe, docs/architecture.md §4, "Compactions that race")."""
+    ledger = _existing_ledger(args.ledger, None)
+    _say_newest(_newest(ledger, None), None, None)
+    report = ledger.maintain(
         checkpoint=not args.no_checkpoint,
         compact=not args.no_compact,
         vacuum_retention_hours=None if args.no_vacuum else args.retention_hours,
@@ -408,6 +414,55 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         f"log checkpoint {'written' if report.checkpoint_created else 'skipped'}"
     )
     return 0
+
+
+NEWEST_HELP = (
+    "the pipeline's newest write mark (sink, batch, epoch, how long ago) and whether it "
+    "looks running: newer than 3 x the median gap between its latest batches, at least 60 s"
+)
+"""The operator commands' help on the newest-mark line (:mod:`fanout.app.activity`)."""
+
+SKIP_WHILE_RUNNING = (
+    "a skip takes no lock: a batch the sink is writing or catching up right now may be "
+    "given up though its rows arrive a moment later (its write's own mark is then recorded "
+    "beside the skip's, so the ledger stays exact); check with `fanout status` that the "
+    "sink is stuck (lagging, its last error a MissedBatchesError or BackfillError) rather "
+    "than catching up, and skip no further than the batches it names"
+)
+"""``fanout ledger skip``'s warning when the pipeline looks running (still done: exit 0)."""
+
+RECOVER_WHILE_RUNNING = (
+    "this report is of a moment: a running query commits past it, and a checkpoint reset "
+    "started from it would write those batches again (a report recorded, not --no-record, "
+    "refuses that reset); if the checkpoint is not lost there is nothing to recover, else "
+    "stop every query of the pipeline first, then run this again"
+)
+"""``fanout recover``'s warning when the pipeline looks running (still done: exit 0)."""
+
+
+def _newest(ledger: DeltaLedger, pipeline: str | None) -> list[Any]:
+    """Per pipeline (``None``: every pipeline of the ledger), its newest write mark now
+    (:func:`fanout.app.activity.newest_marks_of`): one scan of six columns of the
+    pipeline's committed rows, reduced in Arrow, in the operator's command only, none on a
+    run's path."""
+    from fanout.app.activity import newest_marks_of
+
+    return newest_marks_of(ledger.mark_times(pipeline))
+
+
+def _say_newest(marks: Sequence[Any], pipeline: str | None, warning: str | None) -> None:
+    """Print each of ``marks`` (:func:`_newest`; none: ``pipeline`` has no write mark yet)
+    and whether its pipeline looks running; for one that does, ``warning`` on stderr (the
+    command goes on: its exit code is its own)."""
+    from fanout.app.activity import no_mark_yet
+
+    if not marks and pipeline is not None:
+        print(no_mark_yet(pipeline))
+    for mark in marks:
+        print(mark.describe())
+        if mark.looks_running and warning is not None:
+            print(f"fanout: warning: pipeline {mark.pipeline!r} looks running: {warning}",
+                  file=sys.stderr)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -505,6 +560,7 @@ def cmd_skip(args: argparse.Namespace) -> int:
     ledger = _existing_ledger(target.ledger, target.config)
     ledger.open()  # there already: its log retention set, as at a run's start
     _refuse_unknown_sink(ledger, target, args.sink)
+    newest = _newest(ledger, target.pipeline)  # before the skip: what the operator acted on
     named = "--spool" if args.spool is not None else f"pipeline.spool of {target.config}"
     spool = None if target.spool is None else _existing_spool(target.spool, target.pipeline, named)
     try:
@@ -551,6 +607,8 @@ def cmd_skip(args: argparse.Namespace) -> int:
             "the sink through this mark are kept, neither written nor released; the "
             "pipeline's start-up names them and how to release them"
         )
+    acted = done.recorded or bool(done.released)  # else nothing changed: nothing to warn of
+    _say_newest(newest, target.pipeline, SKIP_WHILE_RUNNING if acted else None)
     return 0
 
 
@@ -745,7 +803,13 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     )
     plugins.set_defaults(func=cmd_plugins)
 
-    status = sub.add_parser("status", help="per-sink progress recorded in a ledger")
+    status = sub.add_parser(
+        "status",
+        help="per-sink progress recorded in a ledger",
+        description="Per sink: last committed batch, rows, failed attempts, last commit. "
+        f"After the table, per pipeline: {NEWEST_HELP} (--json: pipeline_newest_mark in each "
+        "sink's object).",
+    )
     status.add_argument(
         "--config",
         metavar="PIPELINE.toml",
@@ -778,7 +842,11 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     recover = sub.add_parser(
-        "recover", help="after a lost checkpoint: last batches, offsets, Kafka startingOffsets"
+        "recover",
+        help="after a lost checkpoint: last batches, offsets, Kafka startingOffsets",
+        description="After a lost checkpoint: the last batches, offsets, Kafka "
+        f"startingOffsets. First, {NEWEST_HELP}; when it looks running, a warning on "
+        "stderr (a report of a running pipeline is stale at once); exit codes unchanged.",
     )
     recover.add_argument(
         "--config",
@@ -807,7 +875,11 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     ledger = sub.add_parser("ledger", help="ledger operations")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
     maintain = ledger_sub.add_parser(
-        "maintain", help="log checkpoint, compaction of small files, vacuum"
+        "maintain",
+        help="log checkpoint, compaction of small files, vacuum",
+        description="Log checkpoint, compaction of small files, vacuum. First, per "
+        f"pipeline: {NEWEST_HELP} (no warning: maintenance beside a running pipeline is "
+        "safe, its compaction retries on the pipeline's marks).",
     )
     maintain.add_argument("--ledger", required=True, help="the ledger's Delta table path")
     maintain.add_argument(
@@ -824,6 +896,10 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     skip = ledger_sub.add_parser(
         "skip",
         help="accept that a sink never gets the batches it missed (after MissedBatchesError)",
+        description="Accept that a sink never gets the batches it missed (after "
+        f"MissedBatchesError). After the skip's own lines, {NEWEST_HELP}; when it looks "
+        "running, a warning on stderr (a skip takes no lock: a batch being written or caught "
+        "up may be given up though its rows arrive); the skip is done all the same, exit 0.",
     )
     skip.add_argument(
         "--config",

@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from fanout.app.activity import NewestMark, newest_marks, no_mark_yet
 from fanout.contract.locations import command_location, shown_location
 from fanout.errors import LedgerError, batch_ranges, shell_word
-from fanout.ledger.entry import as_of_log
-from fanout.ledger.gaps import held_by_skip, release_command, says_skipped
+from fanout.ledger.entry import LOST_MARK, as_of_log
+from fanout.ledger.gaps import held_by_skip, mark_weight, release_command, says_skipped
 
 if TYPE_CHECKING:
     from fanout.ledger.delta import DeltaLedger
@@ -130,13 +132,18 @@ def report(
     spool_checked: bool = False,
     sinks: Sequence[str] | None = None,
     checkpoint: CheckpointFact | None = None,
+    newest: bool = False,
+    now: datetime | None = None,
 ) -> str:
     """What ``fanout status`` prints, read from ``ledger`` (and ``spool``) now: the table
     or JSON; ``ledger`` ``None``: the pipeline file's ledger is not there yet (no run
     created it), so no rows. ``sinks``: the pipeline's sinks (its pipeline file's,
     ``--config``), each listed, one the ledger holds no row of as :data:`NO_MARK`.
     ``checkpoint``: the pipeline's checkpoint (``--config``), the JSON's ``checkpoint``
-    field of each sink.
+    field of each sink. ``newest``: also each pipeline's newest write mark and whether the
+    pipeline looks running at ``now`` (:mod:`fanout.app.activity`): a line per pipeline
+    after the table, ``pipeline_newest_mark`` in each sink's JSON object (``null``: no
+    write mark yet); from the rows read for the table, no read more.
 
     Raises :class:`LedgerError` for a ``pipeline`` the ledger holds no row of while it
     holds rows of others (a typo, most likely; the error names them; not with ``sinks``,
@@ -162,10 +169,32 @@ def report(
     configured = None if sinks is None or pipeline is None else {pipeline: sinks}
     statuses = summarize(rows, backlogs, kept, given_up, configured)
     footer = "" if spool is None else spool_footer(spool, entries, pipeline)
+    marks = {m.pipeline: m for m in newest_marks(rows, now)} if newest else {}
     if as_json:
         extra = {} if checkpoint is None else {"checkpoint": checkpoint.as_json()}
+        if newest:
+            return json.dumps(
+                [
+                    {**s.as_json(), **extra, "pipeline_newest_mark": _mark_json(marks, s)}
+                    for s in statuses
+                ],
+                indent=2,
+            )
         return json.dumps([{**s.as_json(), **extra} for s in statuses], indent=2)
-    return render(statuses, wide=wide) + kept_footer(statuses) + footer
+    text = render(statuses, wide=wide) + kept_footer(statuses) + footer
+    if newest and statuses:  # none: the table says the ledger holds no marks
+        shown = sorted({s.pipeline for s in statuses} | ({pipeline} if pipeline else set()))
+        lines = [marks[p].describe() if p in marks else no_mark_yet(p) for p in shown]
+        text += "\n\n" + "\n".join(
+            textwrap.fill(line, WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+            for line in lines
+        )
+    return text
+
+
+def _mark_json(marks: Mapping[str, NewestMark], status: SinkStatus) -> dict[str, Any] | None:
+    mark = marks.get(status.pipeline)
+    return None if mark is None else mark.as_json()
 
 
 def _index_entries(spool: str, pipeline: str | None, checked: bool) -> list[dict[str, Any]] | None:
@@ -392,10 +421,11 @@ def _finished(row: dict[str, Any]) -> tuple[bool, Any]:
     return (at is not None, at if at is not None else 0)
 
 
-def _last_key(row: dict[str, Any]) -> tuple[tuple[int, int], bool]:
-    """A committed row's place for the sink's last batch: its position, and a write's mark
-    after a skip's of the same batch."""
-    return (_position(row), not says_skipped(row.get("error")))
+def _last_key(row: dict[str, Any]) -> tuple[tuple[int, int], int]:
+    """A committed row's place for the sink's last batch: its position, then the mark
+    believed at that batch (:func:`fanout.ledger.gaps.mark_weight`)."""
+    error = row.get("error")
+    return (_position(row), mark_weight(says_skipped(error), (error or "").startswith(LOST_MARK)))
 
 
 def _position(row: dict[str, Any]) -> tuple[int, int]:

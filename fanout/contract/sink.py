@@ -420,7 +420,9 @@ class Sink:
         - when that start is then refused (by any sink's answer, or by the ledger with
           :class:`fanout.ZombieBatchError`: the replaced query still writes),
           :meth:`lift_epoch_fence` undoes it for epoch ``epoch - 1``: the refusal may say
-          to restart that epoch's checkpoint to complete a batch.
+          to restart that epoch's checkpoint to complete a batch. Not when the ledger
+          records that another query started ``epoch`` meanwhile (or cannot tell): that
+          query relies on the fence.
 
         A sink may also fence at its first :meth:`write` of an epoch > 0 in a process (the
         PostgreSQL sink does, in its preflight: a lagging sink is fenced after its

@@ -749,6 +749,19 @@ class DeltaLedger:
         ``fanout status``)."""
         return as_of_log(self.read(pipeline).to_pylist())
 
+    def mark_times(self, pipeline: str | None = None) -> pa.Table:
+        """The committed rows' ``pipeline``, ``sink``, ``epoch``, ``batch_id``, ``error``
+        and ``finished_at``, optionally of one pipeline: the columns
+        :func:`fanout.app.activity.newest_marks_of` judges a pipeline's activity by
+        (projected and filtered in the scan; lost marks are left in, it counts none)."""
+        with self._lock:
+            table = self._fresh()
+        filters: list[Any] = [("status", "=", "committed")]
+        if pipeline:
+            filters.append(("pipeline", "=", pipeline))
+        columns = ["pipeline", "sink", "epoch", "batch_id", "error", "finished_at"]
+        return read_arrow(table, columns=columns, filters=filters)
+
     def sink_names(self, pipeline: str) -> list[str]:
         """The sinks ``pipeline``'s rows name, sorted: of marks and failures, not of the
         epochs' and recoveries' own rows. Two columns read, no row made a dict

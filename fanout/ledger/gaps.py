@@ -111,12 +111,30 @@ def release_command(
     )
 
 
+def mark_weight(skip: bool, lost: bool = False) -> int:
+    """Of a sink's committed marks of one batch, how far each is believed (the highest
+    wins, wherever fanout reads two marks of a batch): a write's own mark (2) over a lost
+    mark (1: the sink's own records hold the rows, their counts unknown; the batch's own
+    mark replaces it, docs/architecture.md §5, "A batch in flight") over a skip's (0),
+    one made while the write ran (:func:`written_beside_skip`). ``skip``: the mark is a
+    :func:`skip_batches`' (:func:`is_skip`, :func:`says_skipped`); ``lost``: a lost mark
+    (:attr:`fanout.ledger.entry.LedgerEntry.lost`)."""
+    return 0 if skip else 1 if lost else 2
+
+
+def entry_weight(entry: LedgerEntry) -> int:
+    """:func:`mark_weight` of a committed ledger entry."""
+    return mark_weight(is_skip(entry), entry.lost)
+
+
 def held_by_skip(batch_id: int, marks: Iterable[tuple[int, bool]]) -> bool:
     """Whether a sink's mark holds batch ``batch_id`` only by a :func:`skip_batches`:
     its first committed mark at or after the batch (``marks``: each mark's batch id, and
-    whether it is a skip's) is a skip's. The pipeline keeps such a batch in the spool
+    whether it is a skip's), the one believed at that batch (:func:`mark_weight`), is a
+    skip's. The pipeline keeps such a batch in the spool
     (:meth:`fanout.steps.lag.Lagging.given_up`) and ``fanout status`` names it."""
-    return next((skip for b, skip in sorted(marks) if b >= batch_id), False)
+    ranked = sorted((b, -mark_weight(skip), skip) for b, skip in marks if b >= batch_id)
+    return ranked[0][2] if ranked else False
 
 
 def written_beside_skip(entry: LedgerEntry, marks: Iterable[tuple[int, bool]]) -> bool:

@@ -32,7 +32,7 @@ from fanout.errors import (
     TargetLostError,
 )
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
-from fanout.ledger.gaps import held_by_skip, is_skip
+from fanout.ledger.gaps import entry_weight, held_by_skip, is_skip
 from fanout.observe.secrets import masked_error, redact_printed
 from fanout.sink_spec import SinkSpec
 from fanout.spool.settled import every_sink_holds, settled_on_record
@@ -112,6 +112,11 @@ class Lagging:
     )
     """Per (backfill source sink, epoch), its ledger marks read so far, by batch id (a
     lost mark among them is read again before it is used: :meth:`source_mark`)."""
+    _skips_read: set[tuple[str, int]] = field(default_factory=set, repr=False)
+    """The (backfill source sink, epoch) pairs whose cached skip's marks were read since the
+    last batch's start (:meth:`saw_marks`) and since this instance committed a batch of the
+    source (:meth:`committed`): :meth:`_marks_of` reads them again only for a pair not in
+    it."""
     _written: set[tuple[str, BatchKey]] = field(default_factory=set, repr=False)
     """The (sink, batch) pairs this instance saw committed: written, not skipped."""
     _given_up: dict[tuple[str, BatchKey], bool] = field(default_factory=dict, repr=False)
@@ -157,6 +162,7 @@ class Lagging:
         """The marks a batch read with its ledger lookup (never moves a mark back)."""
         with self._lock:
             self.epoch = max(self.epoch, epoch)
+            self._skips_read.clear()  # a new batch: a cached skip's mark is read again once
             for sink, batch in (marks or {}).items():
                 self._advance(sink, epoch, batch)
 
@@ -172,6 +178,9 @@ class Lagging:
         spool lets the batch go; a live batch is never in a sink's spool)."""
         with self._lock:
             self._advance(sink, key[0], key[1])
+            # a backfill source's write's mark may now be beside a skip's cached (also
+            # one a read running now caches): the next look-up reads cached skips again
+            self._skips_read.discard((sink, key[0]))
             if caught_up and self.spool is not None:  # else nothing to release
                 self._written.add((sink, key))
             self._errors.pop(sink, None)
@@ -567,22 +576,40 @@ class Lagging:
         for epoch in range(self.epoch + 1):
             if self._caught_up_with(sink, origin, epoch):
                 continue
-            for batch_id, entry in sorted(self._marks_of(origin, epoch).items()):
+            for batch_id, entry in sorted(self._marks_of(sink, origin, epoch).items()):
                 if not is_skip(entry) and self.needs(sink, (epoch, batch_id)):
                     keys.append((epoch, batch_id))
         return keys
 
-    def _marks_of(self, origin: str, epoch: int) -> dict[int, LedgerEntry]:
+    def _marks_of(self, sink: str, origin: str, epoch: int) -> dict[int, LedgerEntry]:
         """``origin``'s ledger marks of ``epoch`` through its cached mark (the ledger is
         read only for the marks newer than those read before, and, when it is read, again
-        for the cached lost marks: a write's own mark may have replaced them since)."""
+        for the cached lost marks: a write's own mark may have replaced them since).
+
+        A cached skip's mark of a batch ``sink`` still needs is read again also when
+        ``origin``'s mark did not move: a ``fanout ledger skip`` that landed between
+        ``origin``'s write of the batch and its mark was cached before the write's own
+        mark was recorded beside it (docs/architecture.md §14.1, "A skip racing a write");
+        taken as final, ``sink`` would pass the batch without its rows. It is read again
+        once per batch (the first look-up after :meth:`saw_marks`) and once after each
+        batch of ``origin`` this instance committed (:meth:`committed`, called after the
+        write's mark), not at every look-up: while such a skip is cached, one ledger read
+        per batch and per catch-up write of ``origin`` (a live batch's start reads
+        ``origin``'s moved mark anyway), none once ``sink``'s mark is past it, and none
+        without a skip of ``origin`` in ``sink``'s backfill."""
         with self._lock:
             known = self._origin_marks.setdefault((origin, epoch), {})
             last = max(known, default=-1)
             lost = min((b for b, e in known.items() if e.lost), default=last + 1)
+            fresh = (origin, epoch) in self._skips_read
+            skipped = [] if fresh else [b for b, e in known.items() if is_skip(e)]
+        done = self.mark(sink, epoch)
+        skipped = [b for b in skipped if done is None or done < b]
         through = self.mark(origin, epoch)
-        if through is not None and through > last:
-            self._read_marks(origin, epoch, min(lost, last + 1))
+        if skipped or (through is not None and through > last):
+            with self._lock:  # before the read: a commit during it asks for another
+                self._skips_read.add((origin, epoch))
+            self._read_marks(origin, epoch, min([lost, last + 1, *skipped]))
         with self._lock:
             return dict(known)
 
@@ -590,7 +617,7 @@ class Lagging:
         """Cache ``origin``'s ledger marks of ``epoch`` from batch ``first`` on: a mark read
         before is kept unless it is a lost mark (docs/architecture.md §5, "A batch in
         flight": the ledger's readers leave a lost mark out once the batch's own mark
-        replaced it)."""
+        replaced it) or a skip's a write's own mark was recorded beside (§14.1)."""
         found = self.ledger.committed_entries(self.pipeline, first, epoch=epoch)
         with self._lock:
             known = self._origin_marks.setdefault((origin, epoch), {})
@@ -603,15 +630,15 @@ class Lagging:
 
     def source_mark(self, sink: str, key: BatchKey) -> LedgerEntry | None:
         """The ledger mark of batch ``key`` by ``sink``'s backfill source (``None``: the
-        source has none). A cached mark is the answer unless it is a lost mark: that one is
-        read again, since the batch's own mark may have replaced it since it was cached
-        (its counts then known)."""
+        source has none). A cached mark is the answer unless it is a lost mark or a skip's:
+        that one is read again, since the batch's own mark may have replaced it, or been
+        recorded beside it, since it was cached (its counts then known)."""
         origin = self.specs[sink].lag.backfill_from
         if origin is None:
             return None
         with self._lock:
             found = self._origin_marks.get((origin, key[0]), {}).get(key[1])
-        if found is not None and not found.lost:
+        if found is not None and not found.lost and not is_skip(found):
             return found
         if found is not None:
             self._read_marks(origin, key[0], key[1])
@@ -859,9 +886,6 @@ def unreachable_masked(
 
 def _written_over(cached: LedgerEntry, entry: LedgerEntry) -> bool:
     """Whether ``entry``, a mark of the same sink and batch as ``cached``, is the one to
-    keep: a mark that is not lost over a lost one (§5, "A batch in flight"), and a write's
-    own mark over a skip's made while the write ran (its rows are in the sink:
-    :func:`fanout.ledger.gaps.written_beside_skip`)."""
-    if cached.lost and not entry.lost:
-        return True
-    return is_skip(cached) and not is_skip(entry) and not entry.lost
+    keep: the one believed more (:func:`fanout.ledger.gaps.mark_weight`: a write's own mark
+    over a lost one, over a skip's made while the write ran)."""
+    return entry_weight(entry) > entry_weight(cached)

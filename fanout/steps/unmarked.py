@@ -114,11 +114,11 @@ def refuse_unmarked(
         for name, m in sorted(marks.items())
         if in_spool.get(name, -1) <= (before if m is None else m)
     ]
-    fenced = fence_epochs(info, {name: sinks[name] for name in asked}, bounds)
+    fenced = fence_epochs(info, {name: sinks[name] for name in asked}, bounds, ledger)
     try:
         _ask_every_sink(info, ledger, sinks, marks, before, asked, in_spool, bounds)
     except BaseException:
-        lift_fences(info, fenced, bounds)
+        lift_fences(info, fenced, bounds, ledger)
         raise
     return fenced
 
@@ -168,7 +168,10 @@ def fences(sink: Sink) -> bool:
 
 
 def fence_epochs(
-    info: BatchInfo, sinks: Mapping[str, Sink], bounds: Mapping[str, float]
+    info: BatchInfo,
+    sinks: Mapping[str, Sink],
+    bounds: Mapping[str, float],
+    ledger: Ledger | None = None,
 ) -> list[Sink]:
     """Before a new epoch's sinks are asked whether they hold the replaced epoch's batch
     after their mark: have each of ``sinks`` that fences (:func:`fences`) close the epochs
@@ -176,7 +179,8 @@ def fence_epochs(
     running, :meth:`fanout.Sink.fence_earlier_epochs`), so that none commits the batch
     after the question, to be read again by the new epoch and written twice. In turn, each
     bounded by its ``write_timeout_s`` (``bounds``); one that raises or does not answer in
-    time refuses the start, after the fences already made are lifted. The sinks fenced."""
+    time refuses the start, after the fences already made are lifted (unless ``ledger``
+    says another query started the epoch, :func:`lift_fences`). The sinks fenced."""
     new = info.epoch + 1
     done: list[Sink] = []
     for name, sink in sinks.items():
@@ -188,10 +192,10 @@ def fence_epochs(
                 bounds.get(name), hook="fence",
             )  # fmt: skip
         except BaseException:
-            lift_fences(info, done, bounds)
+            lift_fences(info, done, bounds, ledger)
             raise
         if isinstance(call, NoAnswer):
-            lift_fences(info, done, bounds)
+            lift_fences(info, done, bounds, ledger)
             raise SinkTimeoutError(
                 f"could not close epoch {info.epoch} to its writes still in flight within "
                 f"its write_timeout_s={bounds[name]:g} s (fence_earlier_epochs() did not "
@@ -205,11 +209,21 @@ def fence_epochs(
     return done
 
 
-def lift_fences(info: BatchInfo, fenced: Sequence[Sink], bounds: Mapping[str, float]) -> None:
+def lift_fences(
+    info: BatchInfo,
+    fenced: Sequence[Sink],
+    bounds: Mapping[str, float],
+    ledger: Ledger | None = None,
+) -> None:
     """The start of ``info``'s new epoch was refused: have each sink of ``fenced`` open
     the replaced epoch again (:meth:`fanout.Sink.lift_epoch_fence`), whose checkpoint the
-    refusal may say to restart. What fails is logged: the refusal stands."""
+    refusal may say to restart. What fails is logged: the refusal stands. Nothing is
+    lifted when ``ledger`` records that another query started that epoch meanwhile (two
+    starts at once: the fence is the same record, and that query, running the epoch,
+    relies on it), nor when the ledger cannot tell (:func:`_epoch_taken`)."""
     new = info.epoch + 1
+    if fenced and ledger is not None and _epoch_taken(info, ledger):
+        return
     for sink in fenced:
         try:
             call = bounded(
@@ -228,6 +242,28 @@ def lift_fences(info: BatchInfo, fenced: Sequence[Sink], bounds: Mapping[str, fl
                 info.pipeline, sink.name, new, info.epoch, why,
                 extra=batch_fields(info.pipeline, info.batch_id, sink.name),
             )  # fmt: skip
+
+
+def _epoch_taken(info: BatchInfo, ledger: Ledger) -> bool:
+    """Whether the epoch after ``info``'s was started (by another query: this one's start
+    was refused) or the ledger cannot say: then the fences stay, logged. A read of the
+    epoch rows, on a refused start only."""
+    new = info.epoch + 1
+    try:
+        taken = ledger.epoch_start(info.pipeline, new) is not None
+        why = f"another query started epoch {new} meanwhile and relies on them"
+    except Exception as exc:
+        taken = True  # the type only: a ledger's error may spell its location's secrets
+        why = f"the ledger cannot tell whether epoch {new} started: {type(exc).__name__}"
+    if taken:
+        log.warning(
+            "pipeline %s: epoch %s's start was refused; the sinks' fences closing epoch %s "
+            "to writes still in flight stay (%s). A restart of epoch %s's checkpoint is "
+            "refused by those sinks; each refusal says how to lift its fence by hand",
+            info.pipeline, new, info.epoch, why, info.epoch,
+            extra=batch_fields(info.pipeline, info.batch_id),
+        )  # fmt: skip
+    return taken
 
 
 def _refuse_unasked(

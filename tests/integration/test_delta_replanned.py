@@ -21,6 +21,7 @@ from fanout.contract.plans import planned_at
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
 from tests.integration.streams import committed_marks, delta_rows, run_stream, write_input
+from tests.newest_lines import readout
 
 
 class DiesBeforeMarking(DeltaLedger):
@@ -97,9 +98,9 @@ def test_a_batch_written_but_not_marked_then_planned_again_is_refused(
     assert argv == [
         "fanout", "recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "replan"
     ]  # fmt: skip
-    capsys.readouterr()
+    readout(capsys)
     assert main(argv[1:]) == 0
-    assert capsys.readouterr().out.splitlines()[:2] == [
+    assert readout(capsys).out.splitlines()[:2] == [
         "pipeline 'replan': last committed batch per sink",
         f"  {sorted(names)[0]}: batch 2, query id {query}, source offsets "
         '[{"logOffset": 2}], planned at '

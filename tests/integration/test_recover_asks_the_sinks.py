@@ -20,6 +20,7 @@ from fanout.ledger.delta import DeltaLedger
 from tests.integration import two_sink_resets as resets
 from tests.integration.test_unmarked_batch import DriverKilled, KillAfterWrite
 from tests.integration.two_sink_resets import NEW, OLD, ROWS, SINKS
+from tests.newest_lines import readout
 
 PIPELINE = "unmarked"
 SECRET = "TopSecretAwsKey123"
@@ -40,9 +41,9 @@ def _config(tmp_path: Path) -> str:
 
 
 def _recover(config: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
-    capsys.readouterr()
+    readout(capsys)
     assert main(["recover", "--config", config]) == 0
-    out = capsys.readouterr().out
+    out = readout(capsys).out
     assert SECRET not in out
     return out.splitlines()
 

@@ -23,6 +23,7 @@ from tests.integration.streams import (
     run_stream,
     write_input,
 )
+from tests.newest_lines import readout
 
 
 def _fan(tmp_path: Path, url: str, **kw: Any) -> FanOut:
@@ -64,7 +65,7 @@ def test_a_first_batch_the_lake_failed_is_not_written_twice_to_the_lagging_sink_
 
     ledger, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
     assert main(["recover", "--ledger", ledger, "--pipeline", "reset", "--spool", spool]) == 0
-    assert capsys.readouterr().out.splitlines() == [
+    assert readout(capsys).out.splitlines() == [
         "pipeline 'reset': the ledger holds no committed batch",
         "  pg: batch(es) 0 in the spool, never committed by Spark: given up at a reset (the "
         "new checkpoint reads their rows again)",

@@ -22,6 +22,7 @@ from fanout.steps.guard_text import (
     rollback_message,
     superseded_message,
 )
+from tests.newest_lines import readout
 from tests.unit.fakes import FakeFrame, ScriptedSink, committed
 
 PIPELINE = "orders"
@@ -216,7 +217,7 @@ def test_the_printed_recover_command_runs_as_printed(
     monkeypatch.chdir(tmp_path / "elsewhere")
     capsys.readouterr()
     assert main(argv[1:]) == 0
-    out = capsys.readouterr().out.splitlines()
+    out = readout(capsys).out.splitlines()
     batch = 0 if kind == "reset" else 1
     assert out[:3] == [
         "pipeline 'orders': last committed batch per sink",

@@ -23,6 +23,7 @@ from fanout.ledger.gaps import skip_batches
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.spool.table import Spool
+from tests.newest_lines import readout, without_newest
 from tests.unit.fakes import SchemaFrame, ScriptedSink
 
 FRAMES = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(8)}
@@ -251,9 +252,9 @@ def test_fanout_ledger_skip_on_a_delta_ledger(
 
     args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "pg"]
     assert main([*args, "--through", "3"]) == 2
-    assert "no other sink of the pipeline committed batch 3 of epoch 0" in capsys.readouterr().err
+    assert "no other sink of the pipeline committed batch 3 of epoch 0" in readout(capsys).err
     assert main([*args, "--through", "2"]) == 0
-    assert capsys.readouterr().out.startswith(
+    assert readout(capsys).out.startswith(
         "pipeline 'gap', sink 'pg', epoch 0: batches 1-2 recorded as skipped (never written "
         "to it); the next batch writes it\n"
     )
@@ -358,9 +359,9 @@ def test_skip_refuses_to_give_up_batches_the_spool_still_holds(
     )
 
     args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "down"]
-    capsys.readouterr()  # what the runs above logged
+    readout(capsys)  # what the runs above logged
     assert main([*args, "--through", "3", "--spool", spool]) == 2
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         f"fanout: configuration error: pipeline 'gap', sink 'down': the spool at {spool} "
         "still holds batch(es) 1-2 for it (after its mark 0): a skip through 3 would give "
         "their rows up. Either let it catch up from them first (start the pipeline with the "
@@ -373,12 +374,12 @@ def test_skip_refuses_to_give_up_batches_the_spool_still_holds(
     with pytest.raises(ConfigurationError, match=r"skip only the batches before them \(--th"):
         skip_batches(MemoryLedger(), "gap", "down", 4, spool=_opened(spool))  # no mark: 0 too
     assert main([*args, "--through", "3", "--spool", str(tmp_path / "nowhere")]) == 2
-    assert capsys.readouterr().err.startswith(
+    assert readout(capsys).err.startswith(
         f"fanout: configuration error: --spool {tmp_path / 'nowhere'}: no spool there"
     )
 
     assert main([*args, "--through", "3", "--spool", spool, "--release-spooled"]) == 0
-    assert "batches 1-3 recorded as skipped" in capsys.readouterr().out
+    assert "batches 1-3 recorded as skipped" in readout(capsys).out
     assert _kept(DeltaLedger(path), spool) == []
 
 
@@ -392,9 +393,9 @@ def test_a_skip_without_the_spool_keeps_the_batches_it_still_holds_and_names_the
     path, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
     _held_then_missed(DeltaLedger(path), spool)
     args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "down"]
-    capsys.readouterr()
+    readout(capsys)
     assert main([*args, "--through", "3"]) == 0
-    said = capsys.readouterr().out
+    said = readout(capsys).out
 
     assert _put_back(DeltaLedger(path), spool, 4) == [(4, 1)]  # live from the batch after the skip
     assert [b.batch_id for b in _opened(spool).needed_by("down")] == [1, 2]  # rows kept
@@ -409,7 +410,7 @@ def test_a_skip_without_the_spool_keeps_the_batches_it_still_holds_and_names_the
         "the pipeline's start-up names them and how to release them\n"
     )
     data = f"{spool}/batches"
-    logged = capsys.readouterr().err.splitlines()  # main() logs to stderr from now on
+    logged = readout(capsys).err.splitlines()  # main() logs to stderr from now on
     assert [line for line in logged if "without --spool" in line] == [
         "WARNING fanout: pipeline gap: sink 'down' was recorded as never getting batch(es) "
         "1-2 of epoch 0 by `fanout ledger skip` without --spool, but the spool at "
@@ -428,7 +429,7 @@ def test_a_skip_without_the_spool_keeps_the_batches_it_still_holds_and_names_the
 
     assert main([*args, "--through", "2", "--epoch", "0", "--spool", spool,
                  "--release-spooled"]) == 0  # fmt: skip
-    assert capsys.readouterr().out == (
+    assert readout(capsys).out == (
         "pipeline 'gap', sink 'down', epoch 0: already holds batch 2 (its mark: 4); no mark "
         "recorded\n"
         f"pipeline 'gap', sink 'down', epoch 0: released batch(es) 1-2 from the spool at {spool}\n"
@@ -436,7 +437,7 @@ def test_a_skip_without_the_spool_keeps_the_batches_it_still_holds_and_names_the
     assert _opened(spool).batches() == []
     assert _opened(spool).size()[0] == 0
     assert main([*args, "--through", "2", "--release-spooled"]) == 2
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         "fanout: configuration error: pipeline 'gap', sink 'down': --release-spooled releases "
         "batches from the spool: give it with --spool (in Python: spool=)\n"
     )
@@ -493,10 +494,10 @@ def test_status_names_the_batches_a_skip_without_the_spool_kept(
     skip = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "down"]
     assert main([*skip, "--through", "3"]) == 0
     status = ["status", "--ledger", path, "--pipeline", "gap", "--spool", spool]
-    capsys.readouterr()
+    readout(capsys)
 
     assert main(status) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = readout(capsys).out.splitlines()
     release = (
         f"fanout ledger skip --ledger {path} --pipeline gap --sink down --through 2 --epoch 0 "
         f"--spool {spool} --release-spooled"
@@ -514,18 +515,18 @@ def test_status_names_the_batches_a_skip_without_the_spool_kept(
     assert lines[9].startswith(f"spool {spool} (gap): 2 batch(es), 4 row(s), ")
     assert len(lines) == 10
     assert main([*status, "--wide"]) == 0
-    assert capsys.readouterr().out.splitlines()[4:] == lines[6:]
+    assert readout(capsys).out.splitlines()[4:] == lines[6:]
 
     assert main([*status, "--json"]) == 0
-    sinks = {s["sink"]: s for s in json.loads(capsys.readouterr().out)}
+    sinks = {s["sink"]: s for s in json.loads(readout(capsys).out)}
     assert (sinks["down"]["state"], sinks["down"]["lag_batches"]) == ("live", 0)
     assert sinks["down"]["kept"] == [{"epoch": 0, "batches": [1, 2], "rows": 4, "release": release}]
     assert sinks["good"]["kept"] == []
 
     assert main(release.split()[1:]) == 0
-    capsys.readouterr()
+    readout(capsys)
     assert main([*status, "--json"]) == 0
-    assert [s["kept"] for s in json.loads(capsys.readouterr().out)] == [[], []]
+    assert [s["kept"] for s in json.loads(readout(capsys).out)] == [[], []]
 
 
 def test_printed_commands_name_a_relative_ledger_and_spool_absolute(
@@ -563,9 +564,9 @@ def test_printed_commands_name_a_relative_ledger_and_spool_absolute(
     warnings = [r.getMessage() for r in caplog.records if "release them with" in r.getMessage()]
     assert [w.split("release them with ")[1] for w in warnings] == [f"`{release}`"]
 
-    capsys.readouterr()
+    readout(capsys)
     assert main(["status", "--ledger", "ledger", "--pipeline", "gap", "--spool", "spool"]) == 0
-    assert f"release them with `{release}`" in capsys.readouterr().out
+    assert f"release them with `{release}`" in readout(capsys).out
 
 
 def test_the_printed_skip_with_config_and_spool_runs_as_printed_from_a_quoted_directory(
@@ -605,7 +606,7 @@ def test_the_printed_skip_with_config_and_spool_runs_as_printed_from_a_quoted_di
     done = subprocess.run(
         ["sh", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )
-    assert (done.returncode, done.stderr) == (0, ""), done.stdout
+    assert (done.returncode, without_newest(done.stdout, done.stderr)[1]) == (0, ""), done.stdout
     marks = [e for e in DeltaLedger(ledger).committed_entries("gap") if e.sink == "down"]
     assert sorted((e.epoch, e.batch_id, e.rows) for e in marks) == [
         (0, 0, 2),

@@ -21,6 +21,7 @@ from fanout.app.recover import (
 )
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
+from tests.newest_lines import readout
 
 
 def _mark(sink: str, batch: int, offsets: list[object], query: str = "q-old") -> LedgerEntry:
@@ -42,7 +43,7 @@ def test_kafka_offsets_of_the_sink_furthest_behind(
     ledger.mark_committed(LedgerEntry("other", "x", 9, "committed", query_id="q-x"))
 
     assert main(["recover", "--ledger", str(tmp_path), "--pipeline", "orders"]) == 0
-    out = capsys.readouterr().out.splitlines()
+    out = readout(capsys).out.splitlines()
     assert out[0] == "pipeline 'orders': last committed batch per sink"
     assert out[1] == (
         '  delta: batch 3, query id q-old, source offsets [{"orders": {"0": 400, "1": 200}}]'
@@ -88,7 +89,7 @@ def test_a_file_source_is_told_where_the_files_read_are_listed() -> None:
 def test_empty_ledger_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     DeltaLedger(str(tmp_path)).open()
     assert main(["recover", "--ledger", str(tmp_path), "--pipeline", "orders"]) == 0
-    assert capsys.readouterr().out.strip().splitlines() == [
+    assert readout(capsys).out.strip().splitlines() == [
         "pipeline 'orders': the ledger holds no committed batch",
         NO_SPOOL,
         NO_CONFIG,
@@ -141,7 +142,7 @@ def test_a_sink_behind_by_one_batch_decides_and_a_removed_one_does_not(
             ledger.mark_committed(_mark("audit", batch, _kafka(batch)))
 
     assert main(["recover", "--ledger", str(tmp_path), "--pipeline", "orders"]) == 0
-    assert capsys.readouterr().out.splitlines() == [
+    assert readout(capsys).out.splitlines() == [
         "pipeline 'orders': last committed batch per sink",
         '  delta: batch 5, query id q-old, source offsets [{"orders": {"0": 600}}]',
         '  pg: batch 4, query id q-old, source offsets [{"orders": {"0": 500}}]',
@@ -236,7 +237,7 @@ def test_a_lagging_sink_counts_at_its_settled_spooled_batch(
 
     args = ["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "orders"]
     assert main([*args, "--spool", spool]) == 0
-    assert capsys.readouterr().out.splitlines() == [
+    assert readout(capsys).out.splitlines() == [
         "pipeline 'orders': last committed batch per sink",
         '  lake: batch 1, query id q-old, source offsets [{"orders": {"0": 200}}]',
         '  pg: batch 1, query id q-old, source offsets [{"orders": {"0": 200}}] (from the '
@@ -251,7 +252,7 @@ def test_a_lagging_sink_counts_at_its_settled_spooled_batch(
         recorded_text(1, 0, None),
     ]
     assert main(args) == 0  # without the spool: pg at its mark, and the output says so
-    out = capsys.readouterr().out.splitlines()
+    out = readout(capsys).out.splitlines()
     assert out[3].startswith("Resume after batch 0 (sink 'pg' is furthest behind)")
     assert out[-3:] == [NO_SPOOL, NO_CONFIG, recorded_text(2, 0, None)]
     # a mistyped --spool read as an empty spool: pg at its mark, and no note that the
@@ -259,7 +260,7 @@ def test_a_lagging_sink_counts_at_its_settled_spooled_batch(
     typo = str(tmp_path / "spoool")
     for command in (args, ["status", "--ledger", str(tmp_path / "ledger")]):
         assert main([*command, "--spool", typo]) == 2
-        assert capsys.readouterr() == (
+        assert readout(capsys) == (
             "",
             f"fanout: configuration error: --spool {typo}: no spool there (no {typo}/index "
             "table, which a pipeline run with a spool creates when it starts); give the "
@@ -290,7 +291,7 @@ def test_a_spool_path_holding_no_spool_is_refused_not_read_as_an_empty_spool(
     name, *rest = command
 
     assert main([name, "--ledger", str(tmp_path / "ledger"), "--spool", wrong, *rest]) == 2
-    captured = capsys.readouterr()
+    captured = readout(capsys)
     assert captured.out == ""
     assert captured.err.splitlines() == [
         f"fanout: configuration error: --spool {wrong}: no spool there (no {wrong}/index "
@@ -371,9 +372,9 @@ def test_a_spool_index_an_older_version_wrote_without_party_is_read_alike(
         ((0, 0), {"pg"}, None), ((0, 1), {"pg"}, None),
     ]  # fmt: skip
     args = ["recover", "--ledger", ledger.path, "--pipeline", "orders", "--spool", spool]
-    capsys.readouterr()
+    readout(capsys)
     assert main([*args, "--no-record"]) == 0
-    assert capsys.readouterr().out.splitlines() == [
+    assert readout(capsys).out.splitlines() == [
         "pipeline 'orders': last committed batch per sink",
         '  lake: batch 1, query id q-old, source offsets [{"orders": {"0": 200}}]',
         '  pg: batch 1, query id q-old, source offsets [{"orders": {"0": 200}}] (from the '

@@ -23,6 +23,7 @@ from fanout.app.recover import (
 )
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
+from tests.newest_lines import readout
 
 OLD, NEW = "q-old", "q-new"
 
@@ -59,9 +60,9 @@ def _config(tmp_path: Path, *sinks: str) -> str:
 
 
 def _out(capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
-    capsys.readouterr()
+    readout(capsys)
     assert main(["recover", *args]) == 0
-    return capsys.readouterr().out.splitlines()
+    return readout(capsys).out.splitlines()
 
 
 def _asked(config: str, epoch: int, answers: dict[str, str]) -> list[str]:
@@ -242,7 +243,7 @@ def test_a_spool_the_pipeline_file_does_not_configure_is_refused(
     assert main(["recover", "--config", config, "--spool", str(tmp_path / "spool")]) == 2
 
     assert (
-        capsys.readouterr()
+        readout(capsys)
         .err.strip()
         .endswith(
             f"--spool {tmp_path / 'spool'}: {config} configures no spool (pipeline.spool): drop "
@@ -348,7 +349,7 @@ def test_recover_of_a_pipeline_file_without_a_spool_asks_for_none(
     assert NO_SPOOL not in out
     assert out[-2:] == [STOP_FIRST_UNRECORDED, NOT_RECORDED]
     assert main(["recover", "--config", config, "--spool", str(tmp_path / "s")]) == 2
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         f"fanout: configuration error: --spool {tmp_path / 's'}: {config} configures no "
         "spool (pipeline.spool): drop --spool or give the pipeline's own file\n"
     )

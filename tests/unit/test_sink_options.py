@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from fanout.contract.options import (
 )
 from fanout.errors import PluginError
 from fanout.hooks.registry import load_registry
+from tests.cli_process import fanout_process
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 BUILT_IN = ("delta", "postgres", "kafka")
@@ -117,14 +116,8 @@ def test_an_entry_that_is_not_a_sink_option_is_named() -> None:
     ]
 
 
-def fanout_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fanout.app.cli", *args], capture_output=True, text=True, timeout=120
-    )
-
-
 def test_plugins_options_lists_names_defaults_and_meanings() -> None:
-    done = fanout_cli("plugins", "--options", "postgres")
+    done = fanout_process("plugins", "--options", "postgres")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "options of sink type 'postgres':"
@@ -136,18 +129,18 @@ def test_plugins_options_lists_names_defaults_and_meanings() -> None:
 def test_plugins_options_shows_the_type_option_type_errors_expect() -> None:
     """An option type error points to `fanout plugins --options TYPE`, which showed no
     type: the user learnt the default and the meaning, never what to write."""
-    done = fanout_cli("plugins", "--options", "delta")
+    done = fanout_process("plugins", "--options", "delta")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "compact_every: int or none  (default: none)" in lines
     assert "merge_schema: bool  (default: false)" in lines
     assert "keys: a list of str or none  (default: none)" in lines
-    postgres = fanout_cli("plugins", "--options", "postgres").stdout.splitlines()
+    postgres = fanout_process("plugins", "--options", "postgres").stdout.splitlines()
     assert "url  (default: required)" in postgres  # not checked: no type shown
 
 
 def test_plugins_options_json_is_the_declaration() -> None:
-    done = fanout_cli("plugins", "--options", "kafka", "--json")
+    done = fanout_process("plugins", "--options", "kafka", "--json")
     assert done.returncode == 0, done.stderr
     listed = json.loads(done.stdout)
     assert [o["name"] for o in listed] == option_names(built_in_types()["kafka"])
@@ -163,13 +156,13 @@ def test_plugins_options_json_is_the_declaration() -> None:
 
 
 def test_plugins_options_of_an_unknown_type_names_the_installed_ones() -> None:
-    done = fanout_cli("plugins", "--options", "postgress")
+    done = fanout_process("plugins", "--options", "postgress")
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (
         "fanout: no sink type 'postgress', did you mean postgres?; installed: delta, kafka, "
         "postgres"
     )
-    far = fanout_cli("plugins", "--options", "mongodb")
+    far = fanout_process("plugins", "--options", "mongodb")
     assert (far.returncode, far.stderr.splitlines()[-1]) == (
         2, "fanout: no sink type 'mongodb'; installed: delta, kafka, postgres"
     )  # fmt: skip

@@ -14,6 +14,7 @@ from fanout.app.runner import build_fanout, load_pipeline
 from fanout.errors import ConfigurationError
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.gaps import OlderEpochSkipError, skip_batches
+from tests.newest_lines import readout
 from tests.unit.fakes import ScriptedSink
 from tests.unit.test_missed_batches import _run
 
@@ -45,10 +46,10 @@ def test_skip_with_config_refuses_batches_the_backfill_source_holds(
     path = str(tmp_path / "ledger")
     _lake_holds_2_and_3(path)
     config = _config(tmp_path, path)
-    capsys.readouterr()
+    readout(capsys)
 
     assert main(["ledger", "skip", "--config", config, "--sink", "pg", "--through", "3"]) == 2
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         "fanout: configuration error: pipeline 'gap', sink 'pg': its backfill source 'lake' "
         "holds batch(es) 2-3 for it (its ledger marks them committed; after its mark 0): a "
         "skip through 3 would give up rows that exist and can be delivered. Either skip only "
@@ -60,7 +61,7 @@ def test_skip_with_config_refuses_batches_the_backfill_source_holds(
     assert DeltaLedger(path).last_committed("gap", ["pg"]) == {"pg": 0}
 
     assert main(["ledger", "skip", "--config", config, "--sink", "pg", "--through", "1"]) == 0
-    assert capsys.readouterr().out == (
+    assert readout(capsys).out == (
         "pipeline 'gap', sink 'pg', epoch 0: batches 1-1 recorded as skipped (never written "
         "to it); the next batch writes it\n"
     )
@@ -68,7 +69,7 @@ def test_skip_with_config_refuses_batches_the_backfill_source_holds(
 
     args = ["ledger", "skip", "--config", config, "--sink", "pg", "--through", "3"]
     assert main([*args, "--give-up-backfill"]) == 0
-    assert capsys.readouterr().out == (
+    assert readout(capsys).out == (
         "pipeline 'gap', sink 'pg', epoch 0: batches 2-3 recorded as skipped (never written "
         "to it); the next batch writes it\n"
         "pipeline 'gap', sink 'pg', epoch 0: gave up batch(es) 2-3 its backfill source "
@@ -98,21 +99,21 @@ def test_skip_config_flags_must_agree_with_the_file(
     _lake_holds_2_and_3(path)
     config = _config(tmp_path, path)
     base = ["ledger", "skip", "--config", config, "--sink", "pg", "--through", "1"]
-    capsys.readouterr()
+    readout(capsys)
 
     assert main([*base, "--pipeline", "other"]) == 2
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         f"fanout: configuration error: --pipeline other: {config} says gap: drop --pipeline "
         "(the pipeline file says where it is) or give the pipeline's own file\n"
     )
     assert main([*base, "--ledger", str(tmp_path / "elsewhere")]) == 2
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         f"fanout: configuration error: --ledger {tmp_path / 'elsewhere'}: {config} says "
         f"{path}: drop --ledger (the pipeline file says where it is) or give the "
         "pipeline's own file\n"
     )
     assert main([*base, "--spool", str(tmp_path / "spool")]) == 2
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         f"fanout: configuration error: --spool {tmp_path / 'spool'}: {config} configures no "
         "spool (pipeline.spool): drop --spool or give the pipeline's own file\n"
     )
@@ -123,19 +124,19 @@ def test_skip_config_flags_must_agree_with_the_file(
 def test_skip_config_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = str(tmp_path / "ledger")
     _lake_holds_2_and_3(path)
-    capsys.readouterr()
+    readout(capsys)
     missing = str(tmp_path / "nowhere.toml")
     assert main(["ledger", "skip", "--config", missing, "--sink", "pg", "--through", "1"]) == 2
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         f"fanout: configuration error: {missing}: no such pipeline file\n"
     )
     assert main(["ledger", "skip", "--pipeline", "gap", "--sink", "pg", "--through", "1"]) == 2
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         "fanout: configuration error: --ledger required: give them, or --config PIPELINE.toml\n"
     )
     args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "pg"]
     assert main([*args, "--through", "3", "--give-up-backfill"]) == 2
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         "fanout: configuration error: --give-up-backfill needs --config PIPELINE.toml: the "
         "sink's backfill_from is in the pipeline file\n"
     )
@@ -147,10 +148,10 @@ def test_skip_without_config_says_the_backfill_source_was_not_checked(
 ) -> None:
     path = str(tmp_path / "ledger")
     _lake_holds_2_and_3(path)
-    capsys.readouterr()
+    readout(capsys)
     args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "pg"]
     assert main([*args, "--through", "3"]) == 0  # gives up 2-3: it cannot know
-    assert capsys.readouterr().out == (
+    assert readout(capsys).out == (
         "pipeline 'gap', sink 'pg', epoch 0: batches 1-3 recorded as skipped (never written "
         "to it); the next batch writes it\n"
         "pipeline 'gap', sink 'pg', epoch 0: the backfill source was not checked (no "
@@ -167,15 +168,15 @@ def test_skip_with_config_of_a_sink_without_backfill_or_not_configured(
 ) -> None:
     path = str(tmp_path / "ledger")
     _lake_holds_2_and_3(path)
-    capsys.readouterr()
+    readout(capsys)
     config = _config(tmp_path, path, backfill=False)
     assert main(["ledger", "skip", "--config", config, "--sink", "pg", "--through", "3"]) == 0
-    assert capsys.readouterr().out == (
+    assert readout(capsys).out == (
         "pipeline 'gap', sink 'pg', epoch 0: batches 1-3 recorded as skipped (never written "
         "to it); the next batch writes it\n"
     )
     assert main(["ledger", "skip", "--config", config, "--sink", "good", "--through", "3"]) == 0
-    assert capsys.readouterr().out == (
+    assert readout(capsys).out == (
         f"pipeline 'gap', sink 'good', epoch 0: sink 'good' is not in {config}: it has no "
         "backfill source to check\n"
         "pipeline 'gap', sink 'good', epoch 0: already holds batch 3 (its mark: 3); no mark "
@@ -197,10 +198,10 @@ def test_skip_with_config_checks_the_pipelines_spool(
         f'[[sinks]]\ntype = "delta"\nname = "down"\npath = "{tmp_path / "down"}"\n'
         'on_failure = "lag"\n'
     )
-    capsys.readouterr()
+    readout(capsys)
     args = ["ledger", "skip", "--config", str(file), "--sink", "down", "--through", "3"]
     assert main(args) == 2
-    assert capsys.readouterr().err.startswith(
+    assert readout(capsys).err.startswith(
         f"fanout: configuration error: pipeline 'gap', sink 'down': the spool at {spool} "
         "still holds batch(es) 1-2 for it (after its mark 0): a skip through 3 would give "
         "their rows up."
@@ -209,7 +210,7 @@ def test_skip_with_config_checks_the_pipelines_spool(
 
     file.write_text(file.read_text().replace(spool, str(tmp_path / "nowhere")))
     assert main(args) == 2
-    assert capsys.readouterr().err.startswith(
+    assert readout(capsys).err.startswith(
         f"fanout: configuration error: pipeline.spool of {file} {tmp_path / 'nowhere'}: no "
         "spool there"
     )
@@ -240,9 +241,9 @@ def test_the_gap_refusal_of_a_pipeline_file_names_a_skip_with_its_config(
             f"or accept that 'pg' never gets them: `{command}` (in Python: "
             "fanout.ledger.gaps.skip_batches), then restart."
         )
-    capsys.readouterr()
+    readout(capsys)
     assert main(shlex.split(skip)[1:]) == 0
-    assert capsys.readouterr().out == (
+    assert readout(capsys).out == (
         "pipeline 'gap', sink 'pg', epoch 0: batches 2-4 recorded as skipped (never written "
         "to it); the next batch writes it\n"
     )
@@ -286,9 +287,9 @@ def test_the_printed_skip_runs_from_another_directory_with_a_relative_pipeline_f
     )
 
     monkeypatch.chdir(elsewhere)
-    capsys.readouterr()
+    readout(capsys)
     assert main(shlex.split(skip)[1:]) == 0
-    assert capsys.readouterr().out == (
+    assert readout(capsys).out == (
         f"pipeline 'gap', sink 'pg', epoch 0: {run_dir}/pipeline.toml names the ledger "
         "relative ('ledger', from the directory fanout run runs in): --ledger "
         f"{run_dir}/ledger names it\n"
@@ -306,10 +307,10 @@ def test_skip_with_config_refuses_a_sink_neither_the_file_nor_the_ledger_knows(
     `fanout status` then listed beside the real ones."""
     path = str(tmp_path / "ledger")
     _lake_holds_2_and_3(path)
-    capsys.readouterr()
+    readout(capsys)
     config = _config(tmp_path, path, backfill=False)
     assert main(["ledger", "skip", "--config", config, "--sink", "gd", "--through", "3"]) == 2
-    assert capsys.readouterr() == (
+    assert readout(capsys) == (
         "",
         f"fanout: configuration error: --sink gd: no sink of that name in {config} (lake, pg) "
         "nor in the ledger's pipeline 'gap' (good, lake, pg); check the name\n",
@@ -340,10 +341,10 @@ def test_skip_checks_the_sink_against_the_ledgers_sink_names_only(
         raise AssertionError("the check read every column of the ledger's rows")
 
     monkeypatch.setattr(DeltaLedger, "rows", every_column)
-    capsys.readouterr()
+    readout(capsys)
     config = _config(tmp_path, path, backfill=False)
     assert main(["ledger", "skip", "--config", config, "--sink", "gd", "--through", "3"]) == 2
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         f"fanout: configuration error: --sink gd: no sink of that name in {config} (lake, pg) "
         "nor in the ledger's pipeline 'gap' (good, lake, pg); check the name\n"
     )
@@ -365,13 +366,13 @@ def test_a_skip_without_epoch_is_refused_while_the_backfill_source_holds_an_olde
     ledger = DeltaLedger(path)
     assert ledger.lookup("gap", ["pg"]).epoch == 1
     config = _config(tmp_path, path)
-    capsys.readouterr()
+    readout(capsys)
     args = ["ledger", "skip", "--config", config, "--sink", "pg", "--through", "1"]
     for extra in ([], ["--give-up-backfill"]):
         assert main([*args, *extra]) == 2
         flags = "".join(f" {flag}" for flag in extra)
         printed = f"fanout ledger skip --config {config} --sink pg --through 1 --epoch 0{flags}"
-        assert capsys.readouterr().err == (
+        assert readout(capsys).err == (
             "fanout: configuration error: pipeline 'gap', sink 'pg': the oldest batch it "
             "misses is batch 0 of epoch 0, before the pipeline's current epoch 1, the one a "
             "skip without an epoch acts in: this skip would record epoch 1's batches through "
@@ -394,7 +395,7 @@ def test_a_skip_without_epoch_is_refused_while_the_backfill_source_holds_an_olde
     assert [(e.epoch, e.batch_id, e.rows) for e in marks] == [(0, 1, 0)]
     # epoch 0 held now, a skip of epoch 1 is checked as before
     assert main([*args, "--epoch", "1"]) == 2
-    assert "its backfill source 'lake' holds batch(es) 0-1 of epoch 1" in capsys.readouterr().err
+    assert "its backfill source 'lake' holds batch(es) 0-1 of epoch 1" in readout(capsys).err
 
 
 @pytest.mark.parametrize("last", [1, 2])
@@ -415,22 +416,22 @@ def test_an_older_epochs_batch_given_up_with_its_checkpoint_is_missed_by_no_sink
     _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good")]), range(1, last + 1))
     sinks = [ScriptedSink("good"), ScriptedSink("ff")]
     _run(FanOut("gap", DeltaLedger(path), sinks, on_checkpoint_reset="new_epoch"), range(2), "q2")
-    capsys.readouterr()
+    readout(capsys)
     args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "down"]
     code = main([*args, "--through", "1"])
     marks = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "down"]
     if last == 2:
         assert code == 2
-        assert "the oldest batch it misses is batch 1 of epoch 0" in capsys.readouterr().err
+        assert "the oldest batch it misses is batch 1 of epoch 0" in readout(capsys).err
         assert [(e.epoch, e.batch_id) for e in marks] == [(0, 0)]
     else:  # more than one epoch: without --epoch refused all the same, naming no batch
         assert code == 2
         assert "the ledger shows no batch of an older epoch the sink still misses" in (
-            capsys.readouterr().err
+            readout(capsys).err
         )
         assert [(e.epoch, e.batch_id) for e in marks] == [(0, 0)]
         assert main([*args, "--through", "1", "--epoch", "1"]) == 0
-        assert capsys.readouterr().out.startswith(
+        assert readout(capsys).out.startswith(
             "pipeline 'gap', sink 'down', epoch 1: batches 0-1 recorded as skipped"
         )
         marks = [e for e in DeltaLedger(path).committed_entries("gap") if e.sink == "down"]
@@ -450,16 +451,16 @@ def test_a_skip_without_epoch_is_refused_once_the_pipeline_has_two_epochs(
     _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good")]), range(1, 2))
     one = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "pg"]
     assert main([*one, "--through", "1"]) == 0  # one epoch: --epoch not needed
-    assert capsys.readouterr().out.startswith(
+    assert readout(capsys).out.startswith(
         "pipeline 'gap', sink 'pg', epoch 0: batches 1-1 recorded as skipped"
     )
     sinks = [ScriptedSink("good"), ScriptedSink("pg")]
     _run(FanOut("gap", DeltaLedger(path), sinks, on_checkpoint_reset="new_epoch"), range(2), "q2")
-    capsys.readouterr()
+    readout(capsys)
     args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "late"]
     assert main([*args, "--through", "1"]) == 2
     printed = f"fanout ledger skip --ledger {path} --pipeline gap --sink late --through 1 --epoch 1"
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         "fanout: configuration error: pipeline 'gap', sink 'late': the pipeline has more than "
         "one epoch (its current one is 1, the one a skip without an epoch acts in), and the "
         "ledger cannot tell whether the sink still misses batches of epoch 0 (it has no "
@@ -490,11 +491,11 @@ def test_a_skip_without_epoch_of_a_sink_caught_up_in_the_older_epoch_says_so(
     _run(FanOut("gap", DeltaLedger(path), [ScriptedSink("good"), ScriptedSink("pg")]), range(2))
     sinks = [ScriptedSink("good")]
     _run(FanOut("gap", DeltaLedger(path), sinks, on_checkpoint_reset="new_epoch"), range(2), "q2")
-    capsys.readouterr()
+    readout(capsys)
     args = ["ledger", "skip", "--ledger", path, "--pipeline", "gap", "--sink", "pg"]
     assert main([*args, "--through", "1"]) == 2
     printed = f"fanout ledger skip --ledger {path} --pipeline gap --sink pg --through 1 --epoch 1"
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         "fanout: configuration error: pipeline 'gap', sink 'pg': the pipeline has more than "
         "one epoch (its current one is 1, the one a skip without an epoch acts in); the "
         "ledger shows no batch of an older epoch the sink still misses, but a skip without "

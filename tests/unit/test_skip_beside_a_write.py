@@ -90,6 +90,35 @@ def test_a_backfill_from_the_sink_gets_the_batch_it_wrote(ledger: Ledger) -> Non
     assert mark is not None and (mark.rows, is_skip(mark)) == (5, False)
 
 
+def test_a_backfill_that_cached_the_skip_s_mark_takes_the_write_s_mark_landing_after(
+    ledger: Ledger,
+) -> None:
+    """pg backfills from lake and looks at its backlog between the skip of lake's batch 2
+    and lake's own mark of it (the skip's mark alone in the ledger): batch 2 is not in it,
+    and the skip's mark is cached. Then the write's mark lands beside it; lake's mark does
+    not move (2 both times). The next look-up reads the cached skip of a batch pg still
+    needs again: batch 2 is back in the backlog, and its source mark is the write's. Up to
+    this fix the cache kept the skip's mark until a restart (backlog [0, 1] for good)."""
+    for batch in range(3):
+        ledger.mark_committed(committed("pipe", "good", batch, rows=5))
+    for batch in range(2):
+        ledger.mark_committed(committed("pipe", "lake", batch, rows=5))
+    assert skip_batches(ledger, "pipe", "lake", 2).recorded
+    specs: dict[str, Any] = {
+        "lake": SinkSpec(ScriptedSink("lake")),
+        "pg": SinkSpec(ScriptedSink("pg"), lag=lag_policy("pg", {"backfill_from": "lake"})),
+    }
+    source: Any = object()  # never read: only the marks are
+    lagging = Lagging("pipe", specs, ledger, None, sources={"pg": source})
+    lagging.saw_marks(0, {"lake": 2, "pg": None})
+    assert lagging.backlog("pg").keys == [(0, 0), (0, 1)]
+    assert ledger.mark_committed(committed("pipe", "lake", 2, rows=5)) is True  # beside
+    lagging.committed("lake", (0, 2))  # as the write's step 6b (or the catch-up) says next
+    assert lagging.backlog("pg").keys == [(0, 0), (0, 1), (0, 2)]
+    mark = lagging.source_mark("pg", (0, 2))
+    assert mark is not None and (mark.rows, is_skip(mark)) == (5, False)
+
+
 def test_a_catch_up_write_inside_a_skip_s_range_is_recorded_beside_it(ledger: Ledger) -> None:
     """The catch-up wrote lake's spooled batch 1 while a skip through 3 landed (its range
     1-3): batch 1 counts as written, 2 and 3 stay given up, the mark stays 3."""
@@ -128,3 +157,46 @@ def test_status_shows_the_write_s_counts_of_the_last_batch(tmp_path: Path) -> No
         assert (lake.last_committed_batch, lake.last_batch_rows) == (2, 5)
         assert (lake.committed_batches, lake.rows_total) == (3, 15)
         assert lake.last_commit_at == write.finished_at
+
+
+def test_a_cached_skip_is_read_again_once_per_batch_not_at_every_look_up(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A skip of lake's batch 2 that no write of lake follows (a batch lake missed, given
+    up), pg backfilling from lake and below it: the batch-2 skip stays cached as long as pg
+    lags. The look-ups of pg's backlog (a batch's start, the hold-back, the catch-up's
+    writes, several per batch) read the ledger again only at a batch's start (its marks
+    seen) and after this instance committed lake's batch 2 (its write's mark recorded
+    beside the skip), not at each look-up: 5 look-ups in one batch, 1 read. Up to this
+    bound each look-up read the ledger (5 reads)."""
+    for batch in range(3):
+        ledger.mark_committed(committed("pipe", "good", batch, rows=5))
+    for batch in range(2):
+        ledger.mark_committed(committed("pipe", "lake", batch, rows=5))
+    assert skip_batches(ledger, "pipe", "lake", 2).recorded
+    specs: dict[str, Any] = {
+        "lake": SinkSpec(ScriptedSink("lake")),
+        "pg": SinkSpec(ScriptedSink("pg"), lag=lag_policy("pg", {"backfill_from": "lake"})),
+    }
+    reads: list[tuple[Any, ...]] = []
+    read = ledger.committed_entries
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(args)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(ledger, "committed_entries", counted)
+    lagging = Lagging("pipe", specs, ledger, None, sources={"pg": object()})
+    lagging.saw_marks(0, {"lake": 2, "pg": None})
+    for _ in range(5):
+        assert lagging.backlog("pg").keys == [(0, 0), (0, 1)]
+    assert len(reads) == 1
+    lagging.saw_marks(0, {"lake": 2, "pg": None})  # the next batch's start: read once more
+    for _ in range(3):
+        assert lagging.backlog("pg").keys == [(0, 0), (0, 1)]
+    assert len(reads) == 2
+    assert ledger.mark_committed(committed("pipe", "lake", 2, rows=5)) is True  # beside
+    lagging.committed("lake", (0, 2))  # as the write's step 6b / the catch-up says
+    for _ in range(3):
+        assert lagging.backlog("pg").keys == [(0, 0), (0, 1), (0, 2)]
+    assert len(reads) == 3

@@ -15,11 +15,13 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+from fanout.app import activity
 from fanout.app.cli import main
 from fanout.app.status import summarize
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry, now_utc
 from fanout.version import __version__
+from tests.newest_lines import split_newest, status_only
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG_ERROR = (
@@ -97,13 +99,27 @@ def test_a_delta_table_that_is_not_a_ledger_is_refused_clearly(
 
 
 def test_status_fits_100_columns_and_wide_shows_the_details(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _ledger(tmp_path / "ledger")
+    made = now_utc()  # the newest mark's age as of the ledger's making, however slow the rest
+    monkeypatch.setattr(activity, "clock", lambda: made)
     assert main(["status", "--ledger", path]) == 0
     out = capsys.readouterr().out
-    lines = out.splitlines()
-    assert max(len(line) for line in lines) <= 100, "\n".join(lines)
+    assert max(len(line) for line in out.splitlines()) <= 100, out  # the newest marks too
+    rest, newest = split_newest(out)
+    lines = rest.splitlines()
+    assert newest[0] == (
+        "pipeline 'clicks': no write mark with its time yet (never ran, no sink committed a "
+        "batch, or its marks carry no time)"
+    )
+    assert re.fullmatch(
+        r"pipeline 'orders_to_everywhere' looks running: its newest mark is batch 1 of epoch 0 "
+        r"by sink '\w+', \d+s ago \(.* UTC\); window 1m \(3 x \d+s, the median gap between its "
+        r"latest batches, at least 1m\)",  # the gap: two Delta commits, a second or more
+        newest[1],
+    ), newest
+    assert len(newest) == 2
     assert lines[0].split() == [
         "pipeline", "sink", "last", "batch", "rows", "(total)", "failed", "last", "commit", "(UTC)",
     ]  # fmt: skip
@@ -177,10 +193,10 @@ def test_status_watch_redraws_count_times(
     blocks = re.split(r"\n(?=fanout status --ledger )", out)
     assert len(blocks) == 3
     header = rf"fanout status --ledger {re.escape(path)}: \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC, "
-    for block in blocks:
+    for block in blocks:  # each draw with the newest marks of its time
         first, rest = block.split("\n\n", 1)
         assert re.fullmatch(header + "every 0s; Ctrl-C stops", first), first
-        assert rest.rstrip("\n") == table.rstrip("\n")
+        assert status_only(rest).rstrip("\n") == status_only(table).rstrip("\n")
 
 
 def test_status_watch_checks_the_spool_once(
@@ -206,7 +222,8 @@ def test_status_watch_checks_the_spool_once(
     assert main([*argv, "--interval", "0"]) == 0
     assert checked == [spool]
     blocks = re.split(r"\n(?=fanout status --ledger )", capsys.readouterr().out)
-    assert [block.split("\n\n", 1)[1].rstrip("\n") for block in blocks] == [table.rstrip("\n")] * 3
+    drawn = [status_only(block.split("\n\n", 1)[1]).rstrip("\n") for block in blocks]
+    assert drawn == [status_only(table).rstrip("\n")] * 3
 
 
 def test_status_watch_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
@@ -220,8 +237,8 @@ def test_status_watch_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     assert child.stdout is not None and child.stderr is not None
     first = child.stdout.readline().decode()
     assert first.startswith(f"fanout status --ledger {path}: ")
-    while b"shows the last error." not in child.stdout.readline():
-        pass  # the first table, whole
+    while not child.stdout.readline().endswith(b"at least 1m)\n"):
+        pass  # the first table, whole, with its newest marks (orders_to_everywhere's last)
     child.send_signal(signal.SIGINT)  # what Ctrl-C sends, during the 5 s wait
     out, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
@@ -336,6 +353,9 @@ def test_status_of_a_batch_whose_lost_mark_a_write_s_own_mark_replaced_shows_the
     ledger.maintain(vacuum_retention_hours=None)  # the compaction rewrites the rows' order
     assert main(["status", "--ledger", str(tmp_path / "ledger"), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
+    [newest] = [sink.pop("pipeline_newest_mark") for sink in shown]
+    assert (newest["sink"], newest["batch_id"], newest["epoch"]) == ("pg", 1, 0)
+    assert newest["at"] == own.finished_at.isoformat()  # the write's, not the lost mark's
     rows = ledger.read("p").to_pylist()  # whichever of the two rows a scan gives first
     for order in (rows, rows[::-1]):
         assert json.loads(json.dumps([s.as_json() for s in summarize(order)], default=str)) == shown

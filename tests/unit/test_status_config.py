@@ -17,6 +17,7 @@ import pytest
 from fanout.app.cli import main
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
+from tests.newest_lines import readout
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -51,7 +52,7 @@ def test_status_lists_every_sink_of_the_pipeline_file(
     """Sink c never wrote a batch: without --config it was missing from the list."""
     config = _setup(tmp_path)
     assert main(["status", "--config", config]) == 0
-    assert capsys.readouterr().out.splitlines() == [
+    assert readout(capsys).out.splitlines() == [
         "pipeline  sink  state        last batch  rows (total)  failed  last commit (UTC)",
         "--------  ----  -----------  ----------  ------------  ------  -------------------",
         "p         a     live         1           10            0       2026-01-02 03:04:05",
@@ -66,7 +67,10 @@ def test_status_lists_every_sink_of_the_pipeline_file(
         f"`fanout recover --config {config}`",
     ]
     assert main(["status", "--config", config, "--json"]) == 0
-    listed = json.loads(capsys.readouterr().out)
+    listed = json.loads(readout(capsys).out)
+    newest = [s.pop("pipeline_newest_mark") for s in listed]  # the pipeline's, in each
+    assert newest[0] == newest[1] == newest[2]
+    assert (newest[0]["sink"], newest[0]["batch_id"], newest[0]["looks_running"]) == ("a", 1, False)
     assert [(s["pipeline"], s["sink"], s["state"]) for s in listed] == [
         ("p", "a", "live"),
         ("p", "b", "stopped"),
@@ -95,7 +99,7 @@ def test_a_short_password_in_the_pipeline_file_leaves_status_output_whole(
     text = text.replace(f'"{tmp_path}/b"', '"s3://k:1@bucket/b"')
     Path(config).write_text(text.replace(f'"{tmp_path}/c"', '"s3://k:fanout@bucket/c"'))
     assert main(["status", "--config", config]) == 0
-    out = capsys.readouterr().out.splitlines()
+    out = readout(capsys).out.splitlines()
     assert (
         out[2]
         == "p         a     live         1           10            0       2026-01-02 03:04:05"
@@ -103,7 +107,7 @@ def test_a_short_password_in_the_pipeline_file_leaves_status_output_whole(
     assert out[3] == "p         b     stopped      -           0             1       -"
     assert out[-1].endswith(f"restore it, or see `fanout recover --config {config}`")
     assert main(["status", "--config", config, "--json"]) == 0
-    listed = json.loads(capsys.readouterr().out)
+    listed = json.loads(readout(capsys).out)
     assert [(s["sink"], s["last_committed_batch"], s["failed_attempts"]) for s in listed] == [
         ("a", 1, 0),
         ("b", None, 1),
@@ -120,7 +124,7 @@ def test_status_of_a_pipeline_file_not_run_yet_lists_its_sinks(
     config = _setup(tmp_path)
     Path(config).write_text(Path(config).read_text().replace('name = "p"', 'name = "new"', 1))
     assert main(["status", "--config", config]) == 0
-    assert capsys.readouterr().out.splitlines()[2:] == [
+    assert readout(capsys).out.splitlines()[2:] == [
         "new       a     no mark yet  -           0             0       -",
         "new       b     no mark yet  -           0             0       -",
         "new       c     no mark yet  -           0             0       -",
@@ -145,7 +149,7 @@ def test_status_before_the_first_run_lists_the_sinks_of_a_file_with_no_ledger_ye
         )
     )
     assert main(["status", "--config", str(config)]) == 0
-    captured = capsys.readouterr()
+    captured = readout(capsys)
     assert captured.out.splitlines() == [
         "pipeline  sink  state        last batch  rows (total)  failed  last commit (UTC)",
         "--------  ----  -----------  ----------  ------------  ------  -----------------",
@@ -159,7 +163,7 @@ def test_status_before_the_first_run_lists_the_sinks_of_a_file_with_no_ledger_ye
         f"{config} has run, check pipeline.ledger)\n"
     )
     assert main(["status", "--config", str(config), "--json"]) == 0
-    listed = json.loads(capsys.readouterr().out)
+    listed = json.loads(readout(capsys).out)
     assert [(s["sink"], s["state"], s["checkpoint"]["state"]) for s in listed] == [
         ("a", "no mark yet", "none yet"),
         ("b", "no mark yet", "none yet"),
@@ -172,12 +176,12 @@ def test_status_refuses_a_flag_contradicting_the_file_and_needs_a_ledger(
 ) -> None:
     config = _setup(tmp_path)
     assert main(["status", "--config", config, "--pipeline", "other"]) == 2
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         f"fanout: configuration error: --pipeline other: {config} says p: drop --pipeline "
         "(the pipeline file says where it is) or give the pipeline's own file\n"
     )
     assert main(["status"]) == 2
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         "fanout: configuration error: --ledger required: give it, or --config PIPELINE.toml\n"
     )
 
@@ -203,7 +207,7 @@ def test_status_says_what_the_checkpoint_holds_beyond_the_ledger(
     ckpt = tmp_path / "ckpt"
     _checkpoint(ckpt, "q", offsets=2, commits=1)
     assert main(["status", "--config", config]) == 0
-    assert capsys.readouterr().out.splitlines()[-2:] == [
+    assert readout(capsys).out.splitlines()[-2:] == [
         "",
         f"checkpoint {ckpt}: batch 2 planned, not committed: in flight if the pipeline runs; "
         "else the run stopped or died during it, and the next run replays it, writing it only "
@@ -211,11 +215,11 @@ def test_status_says_what_the_checkpoint_holds_beyond_the_ledger(
     ]
     (ckpt / "commits" / "2").write_text("v1\n{}\n")
     assert main(["status", "--config", config]) == 0
-    out = capsys.readouterr().out.splitlines()
+    out = readout(capsys).out.splitlines()
     assert out[-1] == f"checkpoint {ckpt}: batch 2 committed last, none in flight"
     (ckpt / "metadata").write_text(json.dumps({"id": "q9"}) + "\n")
     assert main(["status", "--config", config]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == (
+    assert readout(capsys).out.splitlines()[-1] == (
         f"checkpoint {ckpt}: of query q9, but pipeline 'p' belongs to query q: replaced? A "
         "run is refused (CheckpointResetError) unless started with --new-epoch: restore it, "
         f"or see `fanout recover --config {config}`"
@@ -223,14 +227,14 @@ def test_status_says_what_the_checkpoint_holds_beyond_the_ledger(
     for path in sorted(ckpt.rglob("*"), reverse=True):
         path.unlink() if path.is_file() else path.rmdir()
     assert main(["status", "--config", config]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == (
+    assert readout(capsys).out.splitlines()[-1] == (
         f"checkpoint {ckpt}: none there, but the ledger holds batches of pipeline 'p' (query "
         "q): deleted or moved (or on a disk this machine does not see)? A run starts a new "
         "query, which fanout refuses (CheckpointResetError): restore it, or see `fanout "
         f"recover --config {config}`"
     )
     assert main(["status", "--config", config, "--json"]) == 0
-    listed = json.loads(capsys.readouterr().out)
+    listed = json.loads(readout(capsys).out)
     assert [s["checkpoint"] for s in listed] == [listed[0]["checkpoint"]] * 3
     assert listed[0]["checkpoint"] == {
         "location": str(ckpt), "state": "missing", "batch": None,
@@ -241,14 +245,14 @@ def test_status_says_what_the_checkpoint_holds_beyond_the_ledger(
     }  # fmt: skip
     _checkpoint(ckpt, "q", offsets=3, commits=2)
     assert main(["status", "--config", config, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["checkpoint"] == {
+    assert json.loads(readout(capsys).out)[0]["checkpoint"] == {
         "location": str(ckpt), "state": "in flight", "batch": 3,
         "said": "batch 3 planned, not committed: in flight if the pipeline runs; else the run "
         "stopped or died during it, and the next run replays it, writing it only to the sinks "
         "whose last batch is before it",
     }  # fmt: skip
     assert main(["status", "--ledger", str(tmp_path / "ledger"), "--json"]) == 0
-    assert "checkpoint" not in capsys.readouterr().out  # no pipeline file, no checkpoint known
+    assert "checkpoint" not in readout(capsys).out  # no pipeline file, no checkpoint known
 
 
 def test_status_of_a_pipeline_whose_first_start_failed_does_not_blame_a_spool_flag(
@@ -261,7 +265,7 @@ def test_status_of_a_pipeline_whose_first_start_failed_does_not_blame_a_spool_fl
     text = Path(config).read_text().replace("[source]", f'spool = "{tmp_path}/spool"\n[source]')
     Path(config).write_text(text)
     assert main(["status", "--config", config]) == 0
-    captured = capsys.readouterr()
+    captured = readout(capsys)
     assert captured.err == (
         f"pipeline 'p': spool {tmp_path}/spool (pipeline.spool in {config}): none there, "
         "though the ledger holds batches of the pipeline: a start that failed before "
@@ -276,7 +280,7 @@ def test_status_of_a_pipeline_whose_first_start_failed_does_not_blame_a_spool_fl
     ]
     assert not (tmp_path / "spool").exists()  # nothing created there
     assert main(["status", "--config", config, "--spool", f"{tmp_path}/spool"]) == 2
-    assert "no spool there" in capsys.readouterr().err  # a spool given by hand: checked
+    assert "no spool there" in readout(capsys).err  # a spool given by hand: checked
 
 
 def _with_checkpoint(config: str, checkpoint: str) -> None:
@@ -296,14 +300,14 @@ def test_status_of_a_checkpoint_on_a_store_it_cannot_read_still_lists_the_sinks(
     config = _setup(tmp_path)
     _with_checkpoint(config, "abfss://c@nowhere.dfs.core.windows.net/ckpt")
     assert main(["status", "--config", config]) == 0
-    out = capsys.readouterr().out.splitlines()
+    out = readout(capsys).out.splitlines()
     assert out[2].startswith("p         a     live")
     assert out[-1].startswith(
         "checkpoint abfss://c@nowhere.dfs.core.windows.net/ckpt: cannot be read here ("
     )
     _with_checkpoint(config, "dbfs:/pipelines/p/ckpt")
     assert main(["status", "--config", config]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == (
+    assert readout(capsys).out.splitlines()[-1] == (
         "checkpoint dbfs:/pipelines/p/ckpt: cannot be read here (a dbfs: location: fanout "
         "reads a checkpoint without Spark on a local path, file: and the stores pyarrow "
         "knows)"
@@ -318,7 +322,7 @@ def test_status_does_not_call_a_running_batch_died(
     config = _setup(tmp_path)
     _checkpoint(tmp_path / "ckpt", "q", offsets=2, commits=1)
     assert main(["status", "--config", config]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == (
+    assert readout(capsys).out.splitlines()[-1] == (
         f"checkpoint {tmp_path}/ckpt: batch 2 planned, not committed: in flight if the "
         "pipeline runs; else the run stopped or died during it, and the next run replays it, "
         "writing it only to the sinks whose last batch is before it"
@@ -335,7 +339,7 @@ def test_status_of_a_pipeline_never_run_says_its_spool_holds_nothing_yet(
     text = Path(config).read_text().replace('name = "p"', 'name = "new"')
     Path(config).write_text(text.replace("[source]", f'spool = "{tmp_path}/spool"\n[source]'))
     assert main(["status", "--config", config]) == 0
-    assert capsys.readouterr().err == (
+    assert readout(capsys).err == (
         f"pipeline 'new': spool {tmp_path}/spool (pipeline.spool in {config}): none there "
         "yet, which a run of the pipeline creates when it starts: no batch is spooled (if "
         "the pipeline ran with another spool, give it: --ledger, --pipeline and --spool "
@@ -360,7 +364,7 @@ def test_status_masks_a_password_in_the_checkpoint_and_spool_locations(
     )
     Path(config).write_text(text)
     assert main(["status", "--config", config]) == 0
-    captured = capsys.readouterr()
+    captured = readout(capsys)
     assert secret not in captured.out + captured.err
     assert spool_secret not in captured.out + captured.err
     assert captured.out.splitlines()[-1] == (
@@ -373,14 +377,14 @@ def test_status_masks_a_password_in_the_checkpoint_and_spool_locations(
         f"pipeline 'p': spool file://u:***@localhost{tmp_path}/spool (pipeline.spool in "
     )
     assert main(["status", "--config", config, "--json"]) == 0
-    captured = capsys.readouterr()
+    captured = readout(capsys)
     assert secret not in captured.out + captured.err
     assert json.loads(captured.out)[0]["checkpoint"]["location"] == (
         f"file://u:***@localhost{tmp_path}/ckpt"
     )
     pw = "L3dgerPassw0rd"
     assert main(["status", "--ledger", f"s3://KEY:{pw}@127.0.0.1:9/none/ledger"]) == 1
-    captured = capsys.readouterr()
+    captured = readout(capsys)
     assert pw not in captured.out + captured.err
     assert "s3://KEY:***@127.0.0.1:9/none/ledger" in captured.err
 
@@ -403,7 +407,7 @@ def test_a_password_of_digits_leaves_status_json_whole_and_masked(
     text = Path(config).read_text()
     Path(config).write_text(text.replace(f'"{tmp_path}/c"', '"s3://k:12345678@bucket/c"'))
     assert main(["status", "--config", config, "--json"]) == 0
-    out = capsys.readouterr().out
+    out = readout(capsys).out
     listed = json.loads(out)
     a, b = listed[0], listed[1]
     assert (a["last_committed_batch"], a["last_batch_rows"], a["rows_total"]) == (
@@ -425,7 +429,7 @@ def test_a_password_of_digits_leaves_each_draw_of_status_json_whole(
     text = Path(config).read_text()
     Path(config).write_text(text.replace(f'"{tmp_path}/c"', '"s3://k:12345678@bucket/c"'))
     assert main(["status", "--config", config, "--json", "--count", "1"]) == 0
-    title, blank, *drawn = capsys.readouterr().out.splitlines()
+    title, blank, *drawn = readout(capsys).out.splitlines()
     assert title.startswith(f"fanout status --config {config}: ") and blank == ""
     listed = json.loads("\n".join(drawn))
     assert (listed[0]["last_batch_rows"], listed[0]["rows_total"]) == (12345678, 12345688)
@@ -443,7 +447,7 @@ def test_the_recover_status_names_runs_as_printed_from_a_directory_a_shell_would
     root.mkdir()
     config = _setup(root)
     assert main(["status", "--config", config]) == 0
-    last = capsys.readouterr().out.splitlines()[-1]
+    last = readout(capsys).out.splitlines()[-1]
     command = last.split("`")[1]
     assert command == "fanout recover --config " + shlex.quote(config)
     before = DeltaLedger(str(root / "ledger")).rows()

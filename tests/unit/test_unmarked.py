@@ -520,3 +520,21 @@ def test_a_fence_that_fails_refuses_the_start_unasked_and_lifts_the_others() -> 
         refuse_unmarked(INFO, ledger, sinks)
     assert log == [("fence", "a", "1"), ("fence", "b", "1"), ("lift", "a", "1")]
     assert ledger.last_committed("p", ["a", "b"]) == {"a": 2, "b": 2}
+
+
+def test_a_refused_start_leaves_the_fences_of_the_epoch_another_query_started_meanwhile() -> None:
+    """Two new checkpoints (or one started twice) starting the same epoch at once: the
+    other's start passes and is committed while this one is asked (or this one's question
+    fails, or finds a batch); this one's refusal must not lift the replaced epoch's fence
+    the other, now running that epoch, relies on against the replaced query's stragglers."""
+    log: list[tuple[str, ...]] = []
+    ledger = _ledger({"a": 2})
+
+    class StartedMeanwhile(Fencing):
+        def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+            ledger.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id="other", epoch=1))
+            return super().holds_batch(pipeline, epoch, batch_id)
+
+    with pytest.raises(UnmarkedBatchError):
+        refuse_unmarked(INFO, ledger, {"a": StartedMeanwhile("a", log, {3})})
+    assert log == [("fence", "a", "1"), ("holds", "a", "0/3")]

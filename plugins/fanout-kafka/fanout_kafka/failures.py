@@ -7,6 +7,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from fanout.errors import TransientSinkError
 from fanout_kafka.records import BadRecord
+from fanout_kafka.reruns import MarkerHeldBack
 
 FENCED_CODES = frozenset(
     {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
@@ -144,6 +145,8 @@ def describe(
         )
     if isinstance(exc, LettersNotParked):
         return f"{where}: {text(exc)}"
+    if isinstance(exc, MarkerHeldBack):
+        return str(exc)  # names the partition, its id and what the replay does
     action = (
         "transaction aborted; the batch will be replayed"
         if kind in ("abortable", "retriable", "aborted")

@@ -75,6 +75,10 @@ class WriterSettings:
     end_turns: str | None = None
     """The lock file every task holds while it commits or aborts, on a broker whose
     transaction ends race (Tansu: :mod:`fanout_kafka.turns`); ``None`` elsewhere."""
+    attempt: str = ""
+    """The token of this attempt of the batch, on a broker whose markers may be held back
+    (Tansu): a run of a partition that an earlier run of the same attempt committed does
+    not write it again (:mod:`fanout_kafka.reruns`); empty elsewhere."""
     route: str = ""
     """The fingerprint of the route the batch went through (:attr:`fanout.Batch.route`),
     part of the target offset (:mod:`fanout_kafka.target`)."""

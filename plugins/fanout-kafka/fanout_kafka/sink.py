@@ -66,6 +66,7 @@ from fanout_kafka.options import (
     secret_values,
 )
 from fanout_kafka.records import RECORD_BATCH_HEADER_BYTES, Encoder, batch_headers
+from fanout_kafka.reruns import new_attempt
 from fanout_kafka.rivals import speculation_of
 from fanout_kafka.settings import WriterSettings, producer_config, scope_of
 from fanout_kafka.task import KafkaPartitionWriter
@@ -674,8 +675,12 @@ class KafkaSink(PartitionedSink):
             self._record_topic_id(batch)
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> KafkaPartitionWriter:
-        """One transaction per partition, committing the batch's plan with its marker."""
-        return KafkaPartitionWriter(replace(self.settings(batch), plan=plan), batch.batch_id)
+        """One transaction per partition, committing the batch's plan with its marker; on a
+        broker whose markers may be held back, with a token of this attempt
+        (:mod:`fanout_kafka.reruns`)."""
+        attempt = new_attempt() if self._end_turns is not None else ""
+        settings = replace(self.settings(batch), plan=plan, attempt=attempt)
+        return KafkaPartitionWriter(settings, batch.batch_id)
 
     def result_details(self, outcomes: Sequence[PartitionOutcome]) -> Mapping[str, Any]:
         """The records sent to the dead-letter target."""

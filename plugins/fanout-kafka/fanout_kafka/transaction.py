@@ -9,7 +9,9 @@ The sequence for partition ``p`` of batch ``b`` (ARCHITECTURE §5):
    next is final;
 3. read the marker: the committed offset of group ``fanout/<pipeline>/<sink>/p<p>`` on the
    marker topic (``read_committed``); ``>= b + 1`` means the partition already holds the
-   batch: skip;
+   batch: skip (on Tansu, a marker that does not hold it while an earlier run of this
+   task in this attempt got as far as committing fails the partition as transient:
+   :mod:`fanout_kafka.reruns`);
 4. begin, produce every record (delivery callback on each), flush, check every delivery,
    ``send_offsets_to_transaction`` of offset ``b + 1`` for the marker group (and of the
    plan offset, :mod:`fanout_kafka.membership`, and the target offset naming the topic,
@@ -64,6 +66,7 @@ from fanout_kafka.membership import group_metadata, pack, plan_group_metadata
 from fanout_kafka.options import client_max_message_bytes
 from fanout_kafka.producer_init import init_transactions
 from fanout_kafka.records import BadRecord, Record, bad_letter, dead_letter_headers, named
+from fanout_kafka.reruns import MarkerHeldBack, committing_in, note_committing, note_path
 from fanout_kafka.rivals import lone_fencing, rival_reason, task_attempt
 from fanout_kafka.settings import WriterSettings
 from fanout_kafka.target import pack_target
@@ -109,6 +112,7 @@ class PartitionWriter:
         self.batch_id = batch_id
         self.hooks = hooks
         self.transactional_id = settings.transactional_id(partition)
+        self._note = note_path(settings.end_turns, self.transactional_id)
         self._producer: Any = None
         self._reports = False  # the producer reports every delivery (a journal's offset)
         self._consumer: Any = None
@@ -233,10 +237,30 @@ class PartitionWriter:
 
     def prepare(self) -> bool:
         """Initialise the transactional producer (fencing any zombie of this id), then
-        read the marker. True when this partition already committed the batch."""
+        read the marker. True when this partition already committed the batch.
+
+        :raises fanout_kafka.reruns.MarkerHeldBack: the marker does not hold the batch, but
+            an earlier run of this partition in this attempt of the batch got as far as
+            committing it, on a broker that may hold the marker back (Tansu): transient.
+        """
         self._new_producer()
         self._check_topics()
-        return self._marker_says_written()
+        if self._marker_says_written():
+            return True
+        if committing_in(self._note, self.settings.attempt):  # after the fencing: final
+            raise MarkerHeldBack(
+                f"partition {self.partition} (transactional.id {self.transactional_id!r}) "
+                "ran again in this attempt of the batch (a Spark task or stage retry after "
+                "an executor was lost, or a speculative copy) after an earlier run got as "
+                "far as committing it, and its marker does not hold the batch: on this "
+                "broker (Tansu) a committed transaction's marker is held back while a "
+                "transaction a killed task left open shares a partition with it, so the "
+                "marker cannot tell; not written again here: the batch's replay ends the "
+                "open transactions, reads the markers and skips the partition if it holds "
+                "the batch (fanout_kafka/reruns.py)",
+                sink=self.settings.sink, batch_id=self.batch_id,
+            )  # fmt: skip
+        return False
 
     def _renew_producer(self, *, reports: bool) -> None:
         """Replace the producer with a new one of the same ``transactional.id``. Its
@@ -538,6 +562,7 @@ class PartitionWriter:
                 self._send_refused(producer, len(bad))
             if journal_value is not None:
                 self._send_journal_offset(producer, journal_offset)
+            note_committing(self._note, settings.attempt)  # before the commit can land
             self._retrying("commit", lambda: self._end(producer.commit_transaction))
         except BaseException as exc:
             fatal = self._abort()

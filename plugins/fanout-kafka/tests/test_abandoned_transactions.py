@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import Producer
 from fanout_kafka import KafkaSink
+from fanout_kafka.reruns import note_committing, note_path
 from fanout_kafka.transaction import PartitionWriter
 from kafka_log import committed_records
 from kafkatools import Broker, create_topic, marker, read_topic
@@ -74,7 +75,7 @@ def _replay_kept(sink: KafkaSink, pipeline: str) -> str:
     batch = _batch(pipeline)
     committed = sink.committed_partitions(batch, PLAN)
     assert [c.partition for c in committed] == [KEPT]
-    settings = replace(sink.settings(batch), plan=PLAN)
+    settings = sink.partition_writer(batch, PLAN).settings  # as the replay's tasks get it
     rows = [{"id": f"k{i}", "v": "replayed"} for i in range(5)]
     return PartitionWriter(settings, KEPT, 0).run([pa.RecordBatch.from_pylist(rows)]).status
 
@@ -103,6 +104,68 @@ def test_a_retry_skips_a_partition_committed_beside_a_killed_one(kafka: Broker) 
     with _left_open(sink, pipeline, topic):
         _commit(sink, pipeline)
         assert _replay_kept(sink, pipeline) == "skipped"  # the attempt failed: a retry
+
+    assert marker(kafka.bootstrap, pipeline, "events", KEPT, "__fanout_markers") == 1
+    assert _committed_records(kafka, topic) == [(f"k{i}", "kept") for i in range(5)]
+
+
+def test_a_task_run_again_does_not_write_again_a_partition_committed_beside_a_killed_one(
+    kafka: Broker,
+) -> None:
+    """Spark runs a partition's task again within the same attempt of the batch (its
+    executor was lost right after the commit: a task retry, a stage retry), with no driver
+    step between: nothing ended the transaction a killed task left open, which on Tansu
+    holds the committed partition's marker back. The second run must not write the
+    partition again: it finds the marker (Kafka), or, on Tansu, fails as transient without
+    writing, and the batch's replay (whose driver ends the open transaction) skips it."""
+    topic, pipeline = f"ab-{uuid.uuid4().hex[:8]}", f"ab{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    sink = _sink(kafka, topic, pipeline)
+    batch = _batch(pipeline)
+    assert sink.committed_partitions(batch, PLAN) == []  # the attempt's driver step
+    settings = sink.partition_writer(batch, PLAN).settings  # what its tasks are given
+    rows = [pa.RecordBatch.from_pylist([{"id": f"k{i}", "v": "kept"} for i in range(5)])]
+    with _left_open(sink, pipeline, topic):  # partition LEFT_OPEN's task killed
+        first = PartitionWriter(settings, KEPT, 0).run(rows)
+        again = PartitionWriter(settings, KEPT, 0).run(rows)  # the same task, run again
+        if kafka.hides_aborted:  # Kafka: the marker is there
+            assert again.status == "skipped"
+        else:  # Tansu: the marker held back, and the second run knows it cannot tell
+            assert again.status == "failed", again
+            assert again.failure is not None and again.failure.transient
+            assert "held back" in again.failure.message, again.failure.message
+            assert _replay_kept(sink, pipeline) == "skipped"
+
+    assert (first.status, first.written) == ("committed", 5)
+    assert marker(kafka.bootstrap, pipeline, "events", KEPT, "__fanout_markers") == 1
+    assert _committed_records(kafka, topic) == [(f"k{i}", "kept") for i in range(5)]
+
+
+def test_a_note_of_a_commit_that_failed_does_not_stop_the_replay_writing(kafka: Broker) -> None:
+    """A run notes its commit and then the commit fails (aborted, fenced): nothing holds
+    the batch. A run of the same attempt cannot tell and refuses (Tansu); the batch's
+    replay, a new attempt, must write the partition, once: the note never refuses for
+    ever."""
+    topic, pipeline = f"ab-{uuid.uuid4().hex[:8]}", f"ab{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    sink = _sink(kafka, topic, pipeline)
+    batch = _batch(pipeline)
+    assert sink.committed_partitions(batch, PLAN) == []
+    settings = sink.partition_writer(batch, PLAN).settings
+    rows = [pa.RecordBatch.from_pylist([{"id": f"k{i}", "v": "kept"} for i in range(5)])]
+    note = note_path(settings.end_turns, settings.transactional_id(KEPT))
+    note_committing(note, settings.attempt)  # the run whose commit then failed
+    again = PartitionWriter(settings, KEPT, 0).run(rows)
+    if kafka.hides_aborted:  # Kafka: no note, the run writes
+        assert note is None and (again.status, again.written) == ("committed", 5)
+    else:
+        assert again.status == "failed", again
+        assert again.failure is not None and again.failure.transient
+        assert sink.committed_partitions(batch, PLAN) == []  # the replay's driver step
+        replay = sink.partition_writer(batch, PLAN).settings
+        assert replay.attempt not in ("", settings.attempt)
+        done = PartitionWriter(replay, KEPT, 0).run(rows)
+        assert (done.status, done.written) == ("committed", 5)
 
     assert marker(kafka.bootstrap, pipeline, "events", KEPT, "__fanout_markers") == 1
     assert _committed_records(kafka, topic) == [(f"k{i}", "kept") for i in range(5)]

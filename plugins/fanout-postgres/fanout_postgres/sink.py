@@ -97,6 +97,7 @@ from fanout_postgres.plan import (
 )
 from fanout_postgres.statements import (
     EPOCH_FENCE,
+    EPOCH_FENCE_HOLDERS,
     EPOCH_FENCE_LOCKS,
     RESTORE_OR_RENAME,
     epoch_fence_lock,
@@ -104,6 +105,7 @@ from fanout_postgres.statements import (
     forget_marks_advice,
     forget_routes_sql,
     lift_epoch_fence,
+    lock_halves,
     restarted,
 )
 from fanout_postgres.task import PostgresPartitionWriter
@@ -442,11 +444,41 @@ class PostgresSink(PartitionedSink):
         scopes = [pipeline_scope(pipeline, k) for k in range(epoch)]
         if self.mode == "append":
             locks = [epoch_fence_lock(scope, self.name) for scope in scopes]
+            self._say_what_the_fence_waits_for(conn, pipeline, scopes, locks)
             conn.execute(_sa().text(EPOCH_FENCE_LOCKS), {"locks": locks})
         params = {"scopes": scopes, "sink": self.name, "target": str(self._table)}
         conn.execute(fence_earlier_epochs(self.state_schema, self.mode), params)
         conn.commit()
         self._fenced = max(self._fenced, epoch)
+
+    def _say_what_the_fence_waits_for(
+        self, conn: Any, pipeline: str, scopes: Sequence[str], locks: Sequence[int]
+    ) -> None:
+        """Append, before the fence waits for its locks: when partition transactions of the
+        scopes it closes hold them (:data:`~fanout_postgres.statements.EPOCH_FENCE_HOLDERS`,
+        a read of ``pg_locks``: tasks of the replaced query, perhaps hung with their
+        connection alive, which hold the new epoch's start for as long: for ever with no
+        ``write_timeout_s``), log once which scopes and which PostgreSQL backends it waits
+        for, and what to do. Only at a fence: no cost per batch."""
+        halves = {lock_halves(key): scope for scope, key in zip(scopes, locks, strict=True)}
+        params = {"highs": [h for h, _ in halves], "lows": [lo for _, lo in halves]}
+        found = conn.execute(_sa().text(EPOCH_FENCE_HOLDERS), params).all()
+        if not found:
+            return
+        busy = sorted({halves[(high, low)] for high, low, *_ in found})
+        holders = [
+            f"{pid} ({state or 'state unknown'} since {since or 'unknown'})"
+            for _, _, pid, state, since in found
+        ]
+        logger.warning(
+            "pipeline %s, sink %s: the epoch fence waits for partition transaction(s) of "
+            "epoch scope(s) %s still open: PostgreSQL backend(s) %s. They are tasks of the "
+            "query a checkpoint reset replaced, still writing; the new epoch does not write "
+            "until they end (bounded by the sink's write_timeout_s if set, else for as long "
+            "as they stay open). If their tasks are gone (an executor lost, a hung task), "
+            "end them: SELECT pg_terminate_backend(<pid>)",
+            pipeline, self.name, ", ".join(busy), ", ".join(holders),
+        )  # fmt: skip
 
     def committed_partitions(
         self, batch: Batch, plan: PartitionPlan

@@ -653,6 +653,27 @@ in the order given) exclusively, in the fence's transaction before its ``INSERT`
 for every partition transaction of those scopes still open."""
 
 
+EPOCH_FENCE_HOLDERS = (
+    "SELECT l.classid::bigint, l.objid::bigint, l.pid, a.state, a.xact_start "
+    "FROM pg_locks AS l LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
+    "AND l.pid <> pg_backend_pid() AND (l.classid::bigint, l.objid::bigint) IN "
+    "(SELECT * FROM unnest(CAST(:highs AS bigint[]), CAST(:lows AS bigint[]))) "
+    "ORDER BY l.pid"
+)
+"""Append, before the fence takes its locks: the sessions holding one of them (a
+one-bigint advisory key is shown as its high half in ``classid``, its low half in
+``objid``, ``objsubid`` 1; :func:`lock_halves`): each lock's halves, backend pid, state and
+transaction start. A read of ``pg_locks`` only (taking nothing: taking the free locks first
+would break the order in which fences take them, and two fences could deadlock)."""
+
+
+def lock_halves(key: int) -> tuple[int, int]:
+    """The high and low unsigned 32-bit halves of a one-bigint advisory lock key, as
+    ``pg_locks`` shows them in ``classid`` and ``objid`` (:data:`EPOCH_FENCE_HOLDERS`)."""
+    return (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF
+
+
 def lift_epoch_fence(state_schema: str, mode: str) -> Any:
     """The ``DELETE`` of the sink's :data:`EPOCH_FENCE` record in scope ``%(scope)s``: the
     start of the epoch after it was refused, so that scope is the pipeline's newest again

@@ -11,6 +11,7 @@ and the start is refused instead."""
 
 from __future__ import annotations
 
+import logging
 import pickle
 import threading
 import time
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pytest
 from commit_hooks import CommitGate, NoCommitHooks
 from fanout_postgres import PostgresSink
-from fanout_postgres.statements import EPOCH_FENCE
+from fanout_postgres.statements import EPOCH_FENCE, epoch_fence_lock
 from pgcheck import execute, query
 
 from fanout import FanOut, UnmarkedBatchError
@@ -179,3 +180,50 @@ def test_a_straggler_open_when_the_new_epoch_starts_refuses_the_start(
     assert query(
         pg_url, "SELECT pipeline, batch_id, partition FROM fanout.progress ORDER BY 1, 2"
     ) == [("strag", 0, 0), ("strag", 1, 0)]
+
+
+def test_a_fence_waiting_for_a_straggler_says_what_it_waits_for(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A straggler's partition transaction left open (its task hung, its connection alive)
+    holds the new epoch's start at the fence for as long as it stays open (for ever with no
+    ``write_timeout_s``): the fence says so once, naming the sink, the scope and the
+    PostgreSQL backend it waits for, before it waits."""
+    import psycopg2
+    from pgcheck import dsn
+
+    execute(pg_url, DDL)
+    sink = open_sink(
+        PostgresSink("pg", url=pg_url, table="t", mode="append", partitions=1), "strag"
+    )
+    stuck = psycopg2.connect(dsn(pg_url))  # the hung straggler: its lock held shared
+    done = threading.Event()
+    try:
+        with stuck.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid(), pg_advisory_xact_lock_shared(%s)",
+                        (epoch_fence_lock("strag", "pg"),))  # fmt: skip
+            (pid, _) = cur.fetchone()
+        fencing = threading.Thread(
+            target=lambda: (sink.fence_earlier_epochs("strag", 1), done.set())
+        )
+        with caplog.at_level(logging.WARNING, logger="fanout_postgres"):
+            fencing.start()
+            deadline = time.monotonic() + 30
+            while not caplog.records and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not done.is_set()
+            messages = [r.getMessage() for r in caplog.records]
+            stuck.rollback()  # the straggler's transaction ends: the fence goes on
+            fencing.join(30)
+    finally:
+        stuck.close()
+        sink.close()
+    assert done.is_set()
+    assert len(messages) == 1, messages
+    assert messages[0].startswith(
+        "pipeline strag, sink pg: the epoch fence waits for partition transaction(s) of "
+        f"epoch scope(s) strag still open: PostgreSQL backend(s) {pid} ("
+    ), messages
+    assert query(
+        pg_url, "SELECT pipeline, batch_id, partition FROM fanout.progress ORDER BY 1, 2"
+    ) == [("strag", EPOCH_FENCE, -1)]
