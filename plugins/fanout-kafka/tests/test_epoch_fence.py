@@ -214,3 +214,38 @@ def test_a_new_epochs_start_through_fanout_closes_the_old_scope(
     assert sorted(committed_values(kafka.bootstrap, topic)) == [b"batch 0", b"m+1", b"m+1"]
     assert (outcome.status, outcome.failure.kind) == ("failed", "error")
     assert "checkpoint reset replaced" in outcome.failure.message
+
+
+def test_a_fence_lifted_after_failing_partway_opens_the_scope_as_it_was(
+    kafka: Broker, topic: str
+) -> None:
+    """A fence that closed some partitions only (it failed at another: the start is
+    refused) is lifted whole: the partitions fenced open again, the one it never reached
+    left as it was, and a marker that had none before the fence (``FENCED_BIT | 0``, then
+    ``0``) reads as none everywhere: ``holds_batch`` answers as before the fence and the
+    replaced epoch's task writes batch 0 there (a marker is ``batch + 1``, never ``0``)."""
+    pipeline = f"ef{uuid.uuid4().hex[:6]}"
+    sink = _sink(kafka, topic, pipeline, 3)
+    settings = _settings(sink, pipeline, 0, 0)
+    sink._partition_span(settings, 3, 0)
+    assert [_write(settings, p, 0, f"a{p}-").status for p in (0, 1)] == ["committed"] * 2
+    before = sink.holds_batch(pipeline, 0, 0)
+    assert before == PartlyHeld(2, None)
+    fence = sink._scope_fence(pipeline, 1)
+    fence._one(0, fence=True)
+    fence._one(2, fence=True)  # partition 1 never reached
+    markers = [marker(kafka.bootstrap, pipeline, "events", p, "__fanout_markers") for p in range(3)]
+    assert markers == [FENCED_BIT | 1, 1, FENCED_BIT]
+    sink.lift_epoch_fence(pipeline, 1)
+    markers = [marker(kafka.bootstrap, pipeline, "events", p, "__fanout_markers") for p in range(3)]
+    assert markers == [1, 1, 0]
+    assert sink.holds_batch(pipeline, 0, 0) == before
+    assert sink.holds_batch(pipeline, 0, 1) is False
+    assert _write(settings, 2, 0, "a2-").status == "committed"
+    old = _settings(sink, pipeline, 0, 1)
+    assert [_write(old, p, 1, f"b{p}-").status for p in range(3)] == ["committed"] * 3
+    markers = [marker(kafka.bootstrap, pipeline, "events", p, "__fanout_markers") for p in range(3)]
+    assert markers == [2, 2, 2]
+    assert sorted(committed_values(kafka.bootstrap, topic)) == sorted(
+        f"{tag}{p}-{i}".encode() for tag in "ab" for p in range(3) for i in range(2)
+    )
