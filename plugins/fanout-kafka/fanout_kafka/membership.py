@@ -125,6 +125,7 @@ def committed_partitions(
     *,
     sink: str = "?",
     span: int = 0,
+    lift: str = "",
 ) -> list[CommittedPartition]:
     """The partitions whose marker says they committed ``batch_id``, with their plan.
 
@@ -141,7 +142,7 @@ def committed_partitions(
     done: list[CommittedPartition] = []
     count = max(plan.partitions, span)
     raw = _offsets(admin, marker_topic, [marker_group(p) for p in range(count)], timeout_s)
-    refuse_fenced(raw, batch_id, marker_group, sink=sink, marker_topic=marker_topic)
+    refuse_fenced(raw, batch_id, marker_group, sink=sink, marker_topic=marker_topic, lift=lift)
     markers = [real_offset(offset) for offset in raw]
     markers += _markers_beyond(admin, marker_topic, marker_group, count, timeout_s)
     refuse_markers_ahead(markers, batch_id, marker_group, sink=sink, marker_topic=marker_topic)
@@ -165,10 +166,12 @@ def refuse_fenced(
     *,
     sink: str,
     marker_topic: str,
+    lift: str = "",
 ) -> None:
     """Raise :class:`fanout_kafka.errors.EpochFencedError` when a marker (raw offsets)
     carries a later epoch's fence (:mod:`fanout_kafka.fence`): this scope's query was
-    replaced by a checkpoint reset, and the new epoch writes its batches."""
+    replaced by a checkpoint reset, and the new epoch writes its batches. ``lift``: the
+    call that lifts it (``sink.lift_epoch_fence(<pipeline>, <epoch>)``), for the refusal."""
     from fanout_kafka.errors import EpochFencedError
     from fanout_kafka.markers import is_fenced
 
@@ -180,8 +183,11 @@ def refuse_fenced(
         "closed: a checkpoint reset started a new epoch of the pipeline, which writes this "
         "batch again, so this query (of the replaced epoch) writes nothing. If that new "
         "epoch's start was refused and this checkpoint must complete the batch, its fence "
-        "was not lifted: lift it with fanout_kafka.fence.ScopeFence(...).open(partitions) "
-        "(the new epoch's start does, when it can), then restart this query.",
+        "was not lifted (the refused start lifts it when it can): lift it from Python, "
+        "with this sink built from the pipeline's configuration and opened "
+        f"(sink.open(fanout.SinkContext(pipeline))), by "
+        f"{lift or 'sink.lift_epoch_fence(<pipeline>, <the refused epoch>)'}, then restart "
+        "this query.",
         sink=sink,
         batch_id=batch_id,
     )
@@ -594,9 +600,11 @@ def read_committed(
     config = _admin_config(settings)
     try:
         refuse_legacy_half_commit(config, settings, batch_id, plan.partitions)
+        epoch = 0 if settings.info is None else settings.info.epoch
         done = committed_partitions(
             config, settings.marker_topic, settings.marker_group, batch_id, plan,
             settings.operation_timeout_s, sink=settings.sink, span=span,
+            lift=f"sink.lift_epoch_fence({settings.pipeline!r}, {epoch + 1})",
         )  # fmt: skip
         if not done:
             refuse_markers_elsewhere(config, settings, batch_id, max(plan.partitions, span))

@@ -126,8 +126,11 @@ def test_a_straggler_starting_after_the_fence_writes_nothing(kafka: Broker, topi
     # the replaced query's driver, restarted on its checkpoint, is refused before writing
     batch = Batch(None, BatchInfo(pipeline, 1), "events", txn_app_id(pipeline, "events"))
     closed = r"p0', .*p1' in topic '__fanout_markers' are closed"
-    with pytest.raises(EpochFencedError, match=closed):
+    with pytest.raises(EpochFencedError, match=closed) as refused:
         sink.committed_partitions(batch, PartitionPlan(2, (("id", "string"),)))
+    # how to lift it, in calls an operator can make (the sink as configured, opened)
+    assert f"sink.lift_epoch_fence({pipeline!r}, 1)" in str(refused.value)
+    assert "events" in str(refused.value) and "batch 1" in str(refused.value)
 
 
 def test_a_partition_beyond_the_new_count_is_fenced_too(kafka: Broker, topic: str) -> None:
