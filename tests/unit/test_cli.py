@@ -57,8 +57,8 @@ DELTA_HOOKS = (
 )
 KAFKA_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by, "
-    "batch_partitioning, shares_tasks, holds_batch, target_replaced, exclusive_resources, "
-    "is_transient"
+    "batch_partitioning, shares_tasks, holds_batch, fence_earlier_epochs, target_replaced, "
+    "exclusive_resources, is_transient"
 )
 POSTGRES_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by (mode=append), "

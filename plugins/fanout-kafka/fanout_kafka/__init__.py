@@ -7,7 +7,18 @@ replayed batch skips the partitions that already committed. See :class:`KafkaSin
 
 from __future__ import annotations
 
-from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
+from fanout_kafka.errors import (
+    EpochFencedError,
+    KafkaAbortedError,
+    KafkaBadRecordError,
+    KafkaFencedError,
+)
 from fanout_kafka.sink import KafkaSink
 
-__all__ = ["KafkaAbortedError", "KafkaBadRecordError", "KafkaFencedError", "KafkaSink"]
+__all__ = [
+    "EpochFencedError",
+    "KafkaAbortedError",
+    "KafkaBadRecordError",
+    "KafkaFencedError",
+    "KafkaSink",
+]

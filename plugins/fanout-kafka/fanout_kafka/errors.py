@@ -5,7 +5,8 @@
     SinkWriteError
     ├── KafkaFencedError      another writer took over a transactional id (fatal)
     ├── KafkaBadRecordError   a record the topic cannot take, no dead-letter target
-    └── KafkaMarkerError      a partition marker fanout cannot trust (fatal, before writing)
+    ├── KafkaMarkerError      a partition marker fanout cannot trust (fatal, before writing)
+    └── EpochFencedError      a task of a query a checkpoint reset replaced (fatal, before writing)
     TransientSinkError
     └── KafkaAbortedError     a partition's transaction was aborted; replay the batch
 """
@@ -40,3 +41,9 @@ class KafkaAbortedError(TransientSinkError):
     retriable one exhausted, or a veto from a ``fanout_partition_commit`` hook). Nothing of
     it is visible to ``read_committed`` readers; fanout retries the batch, and the
     partitions that committed are skipped through their markers."""
+
+
+class EpochFencedError(SinkWriteError):
+    """A task (or driver) of a replaced epoch -- a checkpoint reset started a new one --
+    found its partition's marker closed by the new epoch's start (:mod:`fanout_kafka.fence`):
+    it writes nothing, since the new epoch writes the batch. Not transient."""

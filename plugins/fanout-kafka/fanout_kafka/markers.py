@@ -25,6 +25,27 @@ def span_group(scope: str, sink: str) -> str:
     return f"fanout/{scope}/{sink}/partitions"
 
 
+FENCED_BIT = 1 << 62
+"""Set in a marker's offset when a later epoch's start closed its scope to the replaced
+query's tasks (:mod:`fanout_kafka.fence`); markers are ``batch + 1``, far below it."""
+NO_MARKER = -1001
+"""librdkafka's OFFSET_INVALID: the group has committed nothing (as
+:data:`fanout_kafka.membership.NO_OFFSET`)."""
+
+
+def is_fenced(offset: int) -> bool:
+    """Whether a marker's committed offset carries a later epoch's fence."""
+    return offset >= FENCED_BIT
+
+
+def real_offset(offset: int) -> int:
+    """A marker's offset as the readers on the driver take it: the fence cleared, and
+    ``0`` (a fence lifted from a marker that had none) as none (:data:`NO_MARKER`)."""
+    if offset >= FENCED_BIT:
+        offset -= FENCED_BIT
+    return NO_MARKER if offset <= 0 else offset
+
+
 def legacy_marker_group(scope: str, sink: str, partition: int) -> str:
     """The group fanout 0.1 used for the same marker (ambiguous: see :func:`marker_group`);
     read once per sink to refuse a batch that fanout 0.1 left half committed."""

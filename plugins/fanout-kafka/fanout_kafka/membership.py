@@ -48,6 +48,7 @@ from fanout.partitioned.membership import (
     PartitionPlan,
 )
 from fanout_kafka.driver_admins import ADMINS, admin_config
+from fanout_kafka.markers import real_offset
 
 if TYPE_CHECKING:
     from fanout_kafka.settings import WriterSettings
@@ -124,6 +125,7 @@ def committed_partitions(
     *,
     sink: str = "?",
     span: int = 0,
+    lift: str = "",
 ) -> list[CommittedPartition]:
     """The partitions whose marker says they committed ``batch_id``, with their plan.
 
@@ -139,7 +141,9 @@ def committed_partitions(
     admin = _admin(admin_config)
     done: list[CommittedPartition] = []
     count = max(plan.partitions, span)
-    markers = _offsets(admin, marker_topic, [marker_group(p) for p in range(count)], timeout_s)
+    raw = _offsets(admin, marker_topic, [marker_group(p) for p in range(count)], timeout_s)
+    refuse_fenced(raw, batch_id, marker_group, sink=sink, marker_topic=marker_topic, lift=lift)
+    markers = [real_offset(offset) for offset in raw]
     markers += _markers_beyond(admin, marker_topic, marker_group, count, timeout_s)
     refuse_markers_ahead(markers, batch_id, marker_group, sink=sink, marker_topic=marker_topic)
     holding = [p for p, offset in enumerate(markers) if offset == batch_id + 1]
@@ -153,6 +157,46 @@ def committed_partitions(
         else:
             done.append(unpack(partition, offset, plan))
     return done
+
+
+def refuse_fenced(
+    markers: list[int],
+    batch_id: int,
+    marker_group: Callable[[int], str],
+    *,
+    sink: str,
+    marker_topic: str,
+    lift: str = "",
+) -> None:
+    """Raise :class:`fanout_kafka.errors.EpochFencedError` when a marker (raw offsets)
+    carries a later epoch's fence (:mod:`fanout_kafka.fence`): this scope's query was
+    replaced by a checkpoint reset, and the new epoch writes its batches. ``lift``: the
+    call that lifts it (``sink.lift_epoch_fence(<pipeline>, <epoch>)``), for the refusal."""
+    from fanout_kafka.errors import EpochFencedError
+    from fanout_kafka.markers import is_fenced
+
+    fenced = [marker_group(p) for p, offset in enumerate(markers) if is_fenced(offset)]
+    if not fenced:
+        return
+    raise EpochFencedError(
+        f"the marker group(s) {', '.join(map(repr, fenced))} in topic {marker_topic!r} are "
+        "closed: a checkpoint reset started a new epoch of the pipeline, which writes this "
+        "batch again, so this query (of the replaced epoch) writes nothing. If that new "
+        "epoch's start was refused and this checkpoint must complete the batch, its fence "
+        "was not lifted (the refused start lifts it when it can): lift it from Python, "
+        "with this sink built from the pipeline's configuration and opened "
+        f"(sink.open(fanout.SinkContext(pipeline))), by "
+        f"{lift or 'sink.lift_epoch_fence(<pipeline>, <the refused epoch>)'}, then restart "
+        "this query.",
+        sink=sink,
+        batch_id=batch_id,
+    )
+
+
+def _marker_offsets(admin: Any, topic: str, groups: list[str], timeout_s: float) -> list[int]:
+    """:func:`_offsets` of marker groups, a later epoch's fence cleared
+    (:func:`fanout_kafka.markers.real_offset`)."""
+    return [real_offset(offset) for offset in _offsets(admin, topic, groups, timeout_s)]
 
 
 def refuse_markers_ahead(
@@ -380,7 +424,8 @@ def _markers_beyond(
     """The markers of partitions ``start, start+1, ...`` for as long as each holds one."""
     found: list[int] = []
     while True:
-        (offset,) = _offsets(admin, marker_topic, [marker_group(start + len(found))], timeout_s)
+        group = marker_group(start + len(found))
+        (offset,) = _marker_offsets(admin, marker_topic, [group], timeout_s)
         if offset == NO_OFFSET:
             return found
         found.append(offset)
@@ -411,9 +456,10 @@ def held_partitions(
     markers = _offsets(admin, marker_topic, groups + ([span_group] if span_group else []),
                        timeout_s)  # fmt: skip
     span = markers.pop() if span_group else NO_OFFSET
+    markers = [real_offset(offset) for offset in markers]  # a later epoch's fence cleared
     if span > partitions:  # lowered since: the partitions past the count, each
         more = [marker_group(p) for p in range(partitions, span)]
-        markers += _offsets(admin, marker_topic, more, timeout_s)
+        markers += _marker_offsets(admin, marker_topic, more, timeout_s)
     markers += _markers_beyond(admin, marker_topic, marker_group, len(markers), timeout_s)
     if any(offset > batch_id + 1 for offset in markers):  # a marker is batch + 1
         return None, None
@@ -554,9 +600,11 @@ def read_committed(
     config = _admin_config(settings)
     try:
         refuse_legacy_half_commit(config, settings, batch_id, plan.partitions)
+        epoch = 0 if settings.info is None else settings.info.epoch
         done = committed_partitions(
             config, settings.marker_topic, settings.marker_group, batch_id, plan,
             settings.operation_timeout_s, sink=settings.sink, span=span,
+            lift=f"sink.lift_epoch_fence({settings.pipeline!r}, {epoch + 1})",
         )  # fmt: skip
         if not done:
             refuse_markers_elsewhere(config, settings, batch_id, max(plan.partitions, span))

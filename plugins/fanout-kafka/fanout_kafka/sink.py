@@ -49,6 +49,7 @@ from fanout_kafka.abandoned import end_abandoned_transactions, fence_legacy_tran
 from fanout_kafka.declaration import OPTIONS
 from fanout_kafka.driver_admins import ADMINS, admin_config
 from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
+from fanout_kafka.fence import ScopeFence
 from fanout_kafka.json_types import unwritable
 from fanout_kafka.markers import default_transactional_id_prefix, legacy_transactional_id_prefix
 from fanout_kafka.membership import forget_elsewhere_checks, read_committed, record_span
@@ -395,6 +396,40 @@ class KafkaSink(PartitionedSink):
             return False
         config = admin_config(self.producer, str(self.bootstrap_servers))
         return self._markers_hold(config, pipeline, epoch, batch_id)
+
+    def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+        """Close scope ``epoch - 1`` of ``pipeline`` to its tasks still running
+        (:meth:`fanout.Sink.fence_earlier_epochs`; :mod:`fanout_kafka.fence`): each
+        partition's transactional id of the scope's partition span is initialised (its
+        producers fenced, a transaction left open aborted) and its marker committed back
+        with the fence bit, which a task starting later reads after its own
+        ``init_transactions`` and refuses on. Earlier epochs were closed by the start of
+        ``epoch - 1``. Only at a new epoch's start: no request per batch."""
+        self._scope_fence(pipeline, epoch).close(self.partitions)
+
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+        """The start of ``epoch`` was refused: open scope ``epoch - 1`` again (its markers
+        committed back to their real offsets, :meth:`fanout.Sink.lift_epoch_fence`)."""
+        self._scope_fence(pipeline, epoch).open(self.partitions)
+
+    def _scope_fence(self, pipeline: str, epoch: int) -> ScopeFence:
+        """The fence of scope ``epoch - 1`` (closed by the start of ``epoch``)."""
+        from fanout.contract.batch import pipeline_scope
+
+        if self.transactional_id_prefix is None or self.bootstrap_servers is None:
+            raise ConfigurationError(f"Kafka sink {self.name!r}: fenced before open()")
+        return ScopeFence(
+            sink=self.name,
+            scope=pipeline_scope(pipeline, epoch - 1),
+            epoch=epoch,
+            bootstrap_servers=str(self.bootstrap_servers),
+            producer=dict(self.producer),
+            prefix=self.transactional_id_prefix,
+            marker_topic=self.marker_topic,
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            timeout_s=self.open_timeout_s,
+            end_turns=self._end_turns,
+        )
 
     def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """Why the topic is not the one the epoch's batches were written to: its id

@@ -49,6 +49,7 @@ from fanout.errors import shell_word
 from fanout.ledger.gaps import LEDGER_UNKNOWN, ledger_note, skip_command
 from fanout.partitioned.outcome import PartitionFailure, PartitionOutcome
 from fanout_kafka import journal
+from fanout_kafka.errors import EpochFencedError
 from fanout_kafka.failures import (
     FENCED_CODES,
     REJECTED_RECORD_CODES,
@@ -60,6 +61,7 @@ from fanout_kafka.failures import (
 )
 from fanout_kafka.failures import Rejected as _Rejected
 from fanout_kafka.failures import is_kafka_fatal as _is_kafka_fatal
+from fanout_kafka.markers import is_fenced
 from fanout_kafka.membership import group_metadata, pack, plan_group_metadata
 from fanout_kafka.options import client_max_message_bytes
 from fanout_kafka.producer_init import init_transactions
@@ -271,9 +273,24 @@ class PartitionWriter:
             raise _WrittenMeanwhile
 
     def _marker_says_written(self) -> bool:
-        """Whether the marker (read_committed) holds this batch."""
+        """Whether the marker (read_committed) holds this batch.
+
+        :raises EpochFencedError: when the marker carries a later epoch's fence
+            (:mod:`fanout_kafka.fence`): this task is a straggler of a replaced query, read
+            after its own ``init_transactions``, so nothing is written."""
         consumer = self._marker_consumer()
-        return self._committed_offset(consumer, "read the marker") >= self.batch_id + 1
+        offset = self._committed_offset(consumer, "read the marker")
+        if is_fenced(offset):
+            group = self.settings.marker_group(self.partition)
+            raise EpochFencedError(
+                f"partition {self.partition} of batch {self.batch_id} belongs to a query a "
+                f"checkpoint reset replaced: marker group {group!r} "
+                "was closed by the new epoch's start, which writes this batch, so this task "
+                "(a straggler of the replaced query) writes nothing. Nothing to do: restart "
+                "the pipeline's current query if it is not running",
+                sink=self.settings.sink, batch_id=self.batch_id,
+            )  # fmt: skip
+        return offset >= self.batch_id + 1
 
     def _committed_offset(self, consumer: Any, what: str) -> int:
         """The offset ``consumer``'s group committed on the marker topic (retried as
