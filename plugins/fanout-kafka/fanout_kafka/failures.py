@@ -123,8 +123,9 @@ def describe(
     if kind == "fenced":
         return (
             f"{where}: fenced: another writer took over transactional id "
-            f"{transactional_id!r} (a newer attempt of this partition, or another "
-            f"pipeline using the same transactional_id_prefix); this attempt's "
+            f"{transactional_id!r} (a newer attempt of this partition, a task of the query "
+            f"a checkpoint reset replaced, still running, or another pipeline using the "
+            f"same transactional_id_prefix); this attempt's "
             f"transaction is aborted and none of it is visible ({text(exc)})"
         )
     if isinstance(exc, TransactionTooLong):

@@ -228,8 +228,9 @@ def test_the_early_prepares_error_is_the_partitions_failure() -> None:
     assert result.failure.message == (
         "partition 3 (transactional.id 'fanout-orders-events-3', topic 't'): fenced: another "
         "writer took over transactional id 'fanout-orders-events-3' (a newer attempt of this "
-        "partition, or another pipeline using the same transactional_id_prefix); this "
-        "attempt's transaction is aborted and none of it is visible (PRODUCER_FENCED: reason)"
+        "partition, a task of the query a checkpoint reset replaced, still running, or "
+        "another pipeline using the same transactional_id_prefix); this attempt's "
+        "transaction is aborted and none of it is visible (PRODUCER_FENCED: reason)"
     )
     assert watch.events == ["prepared", "closed"] and writer._producer is None
 
