@@ -27,6 +27,7 @@ the new epoch. A refused start lifts those fences (:func:`lift_fences`).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -183,21 +184,25 @@ def fence_epochs(
     says another query started the epoch, :func:`lift_fences`). One that raised is lifted
     too: it may have closed some of its records before it failed (a scope, a partition),
     and the replaced epoch's checkpoint, which the next start may be refused to, would meet
-    them. One that did not answer in time is not: its call may still be fencing, and would
-    close again what a lift opened; the refusal says a fence may be left and names the lift
-    by hand (:func:`lift_by_hand`). The sinks fenced."""
+    them. One that did not answer in time is not (nor one whose wait was interrupted while
+    it ran): its call may still be fencing, and would close again what a lift opened; the
+    refusal says a fence may be left and names the lift by hand (:func:`lift_by_hand`).
+    The sinks fenced."""
     new = info.epoch + 1
     done: list[Sink] = []
     for name, sink in sinks.items():
         if not fences(sink):
             continue
+        returned = threading.Event()  # the fence ended (returned or raised)
         try:
             call = bounded(
-                sink, info.pipeline, partial(sink.fence_earlier_epochs, info.pipeline, new),
+                sink, info.pipeline, partial(_ended, returned, sink.fence_earlier_epochs,
+                                             info.pipeline, new),
                 bounds.get(name), hook="fence",
             )  # fmt: skip
-        except BaseException:  # it may have fenced part of its records: lifted too
-            lift_fences(info, [*done, sink], bounds, ledger)
+        except BaseException:  # it may have fenced part of its records: lifted too, unless
+            # the wait for it was interrupted (KeyboardInterrupt) while it still runs
+            lift_fences(info, [*done, sink] if returned.is_set() else done, bounds, ledger)
             raise
         if isinstance(call, NoAnswer):  # still fencing, perhaps: a lift could be overtaken
             lift_fences(info, done, bounds, ledger)
@@ -215,6 +220,15 @@ def fence_epochs(
             )
         done.append(sink)
     return done
+
+
+def _ended(ended: threading.Event, call: Callable[[str, int], None], pipeline: str,
+           epoch: int) -> None:  # fmt: skip
+    """``call(pipeline, epoch)``, then ``ended`` set, whether it returned or raised."""
+    try:
+        call(pipeline, epoch)
+    finally:
+        ended.set()
 
 
 def lift_fences(

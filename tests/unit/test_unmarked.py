@@ -5,6 +5,7 @@ sinks: the real sinks' hooks are tested against their services)."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -589,6 +590,46 @@ def test_a_fence_that_does_not_answer_in_time_is_not_lifted_and_the_refusal_says
         "(sink.open(fanout.SinkContext(pipeline))), by sink.lift_epoch_fence('p', 1), then "
         "restart that checkpoint"
     )
+
+
+def test_a_fence_still_running_when_its_wait_is_interrupted_is_not_lifted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wait for a bounded fence interrupted (Ctrl-C, KeyboardInterrupt in the driver's
+    thread) while the fence still runs in its own thread: as for a fence that did not
+    answer in time, a lift could be overtaken by it, so that sink is not lifted (the sinks
+    fenced before it are). Before, every exception lifted the failing sink, whether its
+    fence had returned (raised) or was still running."""
+    import threading
+
+    import fanout.steps.unmarked as unmarked
+
+    gate = threading.Event()
+    log: list[tuple[str, ...]] = []
+    real = unmarked.bounded
+
+    class Hangs(Fencing):
+        def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+            super().fence_earlier_epochs(pipeline, epoch)
+            gate.wait(10)
+
+    def interrupted(sink: Sink, pipeline: str, ask: Any, timeout_s: Any, hook: str = "") -> Any:
+        if hook != "fence" or sink.name != "b":
+            return real(sink, pipeline, ask, timeout_s, hook)
+        threading.Thread(target=ask, daemon=True).start()  # the fence runs on
+        while ("fence", "b", "1") not in log:
+            gate.wait(0.01)
+        raise KeyboardInterrupt  # the wait for it interrupted
+
+    monkeypatch.setattr(unmarked, "bounded", interrupted)
+    ledger = _ledger({"a": 2, "b": 2})
+    sinks = {"a": Fencing("a", log, set()), "b": Hangs("b", log, set())}
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            refuse_unmarked(INFO, ledger, sinks, timeouts={"b": 5.0})
+    finally:
+        gate.set()
+    assert log == [("fence", "a", "1"), ("fence", "b", "1"), ("lift", "a", "1")]
 
 
 def test_a_refused_start_leaves_the_fences_of_the_epoch_another_query_started_meanwhile() -> None:
