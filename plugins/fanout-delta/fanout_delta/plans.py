@@ -24,6 +24,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fanout.delta_tables import io as deltaio
 from fanout.errors import CheckpointRollbackError, shell_word
 from fanout.ledger.gaps import LEDGER_UNKNOWN, ledger_note
 from fanout_delta.table_states import TableStates
@@ -157,7 +158,7 @@ def taken_out(
     and its commits are found among the newest :data:`SEARCH_COMMITS` by the plan they
     recorded (:func:`restored_away` decides; no commit with a plan, an unreadable
     history: ``False``, skipped as before). Called on the skip path only (a replay)."""
-    if table is None or table.transaction_version(app_id) != batch_id:
+    if table is None or deltaio.transaction_version(table, app_id) != batch_id:
         return False
     try:
         history = table.history(SEARCH_COMMITS)

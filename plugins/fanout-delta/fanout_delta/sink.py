@@ -172,6 +172,8 @@ class DeltaSink(Sink):
         self._kept: KeptTable | None = None
         # Why the executors' append stepped back to the driver, as logged (once each).
         self._stepped_back: set[str] = set()
+        # The epoch whose earlier epochs this process fenced (fence_earlier_epochs).
+        self._fenced_for = 0
 
     @property
     def reads(self) -> Reads:
@@ -337,13 +339,44 @@ class DeltaSink(Sink):
         past it; ``None``: the version cannot be loaded."""
         from deltalake import DeltaTable
 
+        from fanout.delta_tables import io
+
         path, options = str(self.path), dict(self.storage_options or {}) or None
         try:
             table = DeltaTable(path, version=version, storage_options=options)
         except Exception:  # delta-rs' errors for a cleaned-up version vary by release
             return None
-        done = table.transaction_version(app_id)
+        done = io.transaction_version(table, app_id)  # a later epoch's fence cleared
         return done is not None and done >= batch_id
+
+    def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+        """Close the app transactions of epochs ``0 .. epoch-1`` to a replaced driver still
+        running (:meth:`fanout.Sink.fence_earlier_epochs`; :mod:`fanout_delta.fence`): one
+        commit without rows marking each one not fenced yet. No table yet: nothing."""
+        from fanout.contract.batch import txn_app_id
+        from fanout_delta.fence import fence_epochs
+
+        if self.path is None or epoch <= 0:
+            return
+        app_ids = {e: txn_app_id(pipeline, self.name, e) for e in range(epoch)}
+        fenced = fence_epochs(self.path, self.storage_options, app_ids, epoch)
+        self._fenced_for = max(self._fenced_for, epoch)
+        if fenced:
+            logger.info("sink %r: fenced %d app transaction(s) of epochs before %d in %s",
+                        self.name, fenced, epoch, self.path)  # fmt: skip
+
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+        """Commit the real version of epoch ``epoch - 1``'s app transaction back over its
+        fence (:meth:`fanout.Sink.lift_epoch_fence`), so its checkpoint may run again."""
+        from fanout.contract.batch import txn_app_id
+        from fanout_delta.fence import lift_fence
+
+        if self.path is None or epoch <= 0:
+            return
+        self._fenced_for = min(self._fenced_for, epoch - 1)
+        app_id = txn_app_id(pipeline, self.name, epoch - 1)
+        if lift_fence(self.path, self.storage_options, app_id):
+            logger.info("sink %r: lifted the fence of %s in %s", self.name, app_id, self.path)
 
     def harmless_rewrite(self) -> str | None:
         """Merge without a dead-letter target: ``when_matched_update_all`` (unconditional)
@@ -372,6 +405,7 @@ class DeltaSink(Sink):
     def write(self, batch: Batch) -> SinkResult:
         """Append or merge one batch; a batch already in the table is skipped."""
         self._check_batch(batch)
+        self._fence_before(batch)
         engine = self.resolved_engine or self.engine
         if engine == "spark":
             from fanout_delta.spark_engine import write_spark
@@ -417,6 +451,7 @@ class DeltaSink(Sink):
         from fanout_delta.rs_executors import shared_append
 
         self._check_batch(batch)
+        self._fence_before(batch)
         shared = shared_append(self.target(), batch)
         if shared is None:
             return SharedWrite(None, (), None, finish=_never, alone=lambda: self.write(batch))
@@ -425,6 +460,16 @@ class DeltaSink(Sink):
             finish=lambda texts: self._compacted(shared.finish(texts), batch),
             alone=lambda: self._compacted(shared.alone(), batch),
         )  # fmt: skip
+
+    def _fence_before(self, batch: Batch) -> None:
+        """At this process's first write of an epoch > 0 not fenced here yet (the start's
+        fence was made by another process, or the sink lagged through the start and
+        caught up since): :meth:`fence_earlier_epochs` (a snapshot read; a commit only
+        when an earlier epoch's app transaction is not fenced yet). Its own epoch is never
+        closed: a lagging sink's catch-up writes the replaced epoch's batches first."""
+        epoch = batch.info.epoch
+        if epoch > self._fenced_for:
+            self.fence_earlier_epochs(batch.pipeline, epoch)
 
     def _compacted(self, result: SinkResult, batch: Batch, engine: str = "rs") -> SinkResult:
         if not result.already_written:
