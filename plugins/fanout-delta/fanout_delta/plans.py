@@ -24,7 +24,6 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fanout.delta_tables import io as deltaio
 from fanout.errors import CheckpointRollbackError, shell_word
 from fanout.ledger.gaps import LEDGER_UNKNOWN, ledger_note
 from fanout_delta.table_states import TableStates
@@ -157,8 +156,10 @@ def taken_out(
     replay is of an older batch, which writing again would set the transaction back to)
     and its commits are found among the newest :data:`SEARCH_COMMITS` by the plan they
     recorded (:func:`restored_away` decides; no commit with a plan, an unreadable
-    history: ``False``, skipped as before). Called on the skip path only (a replay)."""
-    if table is None or deltaio.transaction_version(table, app_id) != batch_id:
+    history: ``False``, skipped as before). Called on the skip path only (a replay), after
+    the writer refused a later epoch's fence on ``app_id`` (:mod:`fanout_delta.fence`): a
+    fenced version, never equal to a batch id, would read "not taken out" here."""
+    if table is None or table.transaction_version(app_id) != batch_id:
         return False
     try:
         history = table.history(SEARCH_COMMITS)

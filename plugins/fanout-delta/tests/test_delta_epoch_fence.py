@@ -56,10 +56,17 @@ def _written(path: Path, app_id: str) -> Any:
 
 
 class Gate:
-    """Holds the first call of a writer's commit step until :attr:`go` is set."""
+    """Holds the first call of a writer's commit step until :attr:`go` is set (the old
+    driver's, after :meth:`arm`); the later ones (the new epoch's) go through."""
 
     def __init__(self) -> None:
         self.reached, self.go, self.calls = threading.Event(), threading.Event(), 0
+
+    def arm(self) -> None:
+        """Hold the next call (the earlier ones went through, :attr:`go` set)."""
+        self.go.clear()
+        self.reached.clear()
+        self.calls = 0
 
     def wrap(self, real: Callable[..., Any]) -> Callable[..., Any]:
         def gated(*args: Any, **kwargs: Any) -> Any:
@@ -99,8 +106,7 @@ def test_a_commit_prepared_before_the_fence_loses_to_it(
     old = _sink(path, **options)
     gate.go.set()  # batch 0 goes through
     old.write(_batch(spark, [(0, "zero")], 0, 0))
-    gate.go.clear()
-    gate.calls = 0
+    gate.arm()
     outcome: dict[str, Any] = {}
 
     def straggle() -> None:
@@ -116,7 +122,6 @@ def test_a_commit_prepared_before_the_fence_loses_to_it(
     new.fence_earlier_epochs("p", 1)
     assert new.holds_batch("p", 0, 1) is False
     assert new.holds_batch("p", 0, 0) is True  # the fence hides no batch written
-    gate.calls = 1  # the new epoch's commit is not held
     new.write(_batch(spark, [(1, "new")], 0, 1))
     gate.go.set()
     thread.join(120)
@@ -254,8 +259,7 @@ def test_a_second_query_on_a_fresh_checkpoint_while_the_old_batch_is_in_flight(
     old = _fan(tmp_path)
     gate.go.set()
     old.process(spark.createDataFrame([(0, "zero")], SCHEMA), _info(0, "q-old", 1))
-    gate.go.clear()
-    gate.calls = 0
+    gate.arm()
     outcome: dict[str, Any] = {}
 
     def straggle() -> None:
@@ -269,7 +273,6 @@ def test_a_second_query_on_a_fresh_checkpoint_while_the_old_batch_is_in_flight(
     thread.start()
     assert gate.reached.wait(120), "the old query never reached its commit"
     new = _fan(tmp_path, on_reset="new_epoch")
-    gate.calls = 1  # the new query's commit is not held
     new.process(spark.createDataFrame([(1, "m+1")], SCHEMA), _info(1, "q-new", 3))
     gate.go.set()
     thread.join(120)
