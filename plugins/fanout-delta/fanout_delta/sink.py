@@ -389,8 +389,10 @@ class DeltaSink(Sink):
 
     def remove_batch_hint(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """The table version that committed the batch, and the restore that removes it
-        when it is the table's last commit (the log is walked back from the latest
-        version, at most 100 versions: a refusal's path, never a batch's)."""
+        when it is the table's last commit but for epoch fences (commits without rows a
+        new epoch's start makes, :mod:`fanout_delta.fence`: the next start makes them
+        again); the log is walked back from the latest version, at most 100 versions: a
+        refusal's path, never a batch's."""
         from fanout.contract.batch import txn_app_id
         from fanout.delta_tables import io
 
@@ -400,7 +402,9 @@ class DeltaSink(Sink):
             return None
         last = latest.version()
         version = self._batch_version(app_id, batch_id, last)
-        return None if not version else _restore_hint(path, version, last)
+        if not version:
+            return None
+        return _restore_hint(path, version, last, _fences_after(latest, version, last))
 
     def write(self, batch: Batch) -> SinkResult:
         """Append or merge one batch; a batch already in the table is skipped."""
@@ -824,13 +828,36 @@ def _as_list(value: Any) -> Any:
     return value
 
 
-def _restore_hint(path: str, version: int, last: int) -> str:
-    """How to remove the commit ``version`` of the table at ``path`` (latest: ``last``)."""
-    if version == last:
+def _fences_after(table: Any, version: int, last: int) -> int:
+    """How many of the commits after ``version`` up to ``last`` are, all of them, epoch
+    fences or their lifts (:data:`fanout_delta.fence.FENCE_KEY`; 0 when any is not)."""
+    from fanout_delta.fence import FENCE_KEY
+
+    if last <= version:
+        return 0
+    try:
+        after = table.history(last - version)
+    except Exception:  # evidence only
+        return 0
+    if len(after) != last - version or any(FENCE_KEY not in info for info in after):
+        return 0
+    return last - version
+
+
+def _restore_hint(path: str, version: int, last: int, fences: int = 0) -> str:
+    """How to remove the commit ``version`` of the table at ``path`` (latest: ``last``,
+    of which the ``fences`` last commits are epoch fences, holding no rows)."""
+    if version == last - fences:
+        commits = "the epoch fence commit" if fences == 1 else f"the {fences} epoch fence commits"
+        fenced = (
+            ""
+            if not fences
+            else f" but for {commits} after it (without rows; a new epoch's start fences again)"
+        )
         return (
             f"Its rows are version {version} of the Delta table at {path}, the table's last "
-            f"commit: to remove them, restore the table to version {version - 1} (delta-rs: "
-            f"DeltaTable(path).restore({version - 1}); Spark SQL: RESTORE TABLE "
+            f"commit{fenced}: to remove them, restore the table to version {version - 1} "
+            f"(delta-rs: DeltaTable(path).restore({version - 1}); Spark SQL: RESTORE TABLE "
             f"delta.`{path}` TO VERSION AS OF {version - 1})."
         )
     return (

@@ -284,3 +284,27 @@ def test_a_second_query_on_a_fresh_checkpoint_while_the_old_batch_is_in_flight(
     assert "closes this query's app transaction" in str(outcome["old"]), outcome
     assert _written(tmp_path / "t", OLD) == EPOCH_FENCE + 1
     assert _written(tmp_path / "t", NEW) is not None
+
+
+def test_the_restore_hint_looks_past_the_fence_commits(spark: Any, tmp_path: Path) -> None:
+    """A refused start's hint names the restore removing the held batch when only epoch
+    fences (commits without rows) came after its commit, not "delete the rows": a fence
+    is made again by the next start."""
+    path = tmp_path / "t"
+    old = _sink(path)
+    old.write(_batch(spark, [(0, "zero")], 0, 0))
+    old.write(_batch(spark, [(1, "one")], 1, 0))
+    new = _sink(path)
+    new.fence_earlier_epochs("p", 1)
+    new.lift_epoch_fence("p", 1)
+
+    hint = new.remove_batch_hint("p", 0, 1)
+    assert hint is not None
+    assert hint.startswith(
+        f"Its rows are version 1 of the Delta table at {path}, the table's last commit but "
+        "for the 2 epoch fence commits after it (without rows; a new epoch's start fences "
+        "again): to remove them, restore the table to version 0 "
+    )
+    DeltaTable(str(path)).restore(0)
+    assert new.holds_batch("p", 0, 1) is False
+    assert _rows(path) == [(0, "zero")]
