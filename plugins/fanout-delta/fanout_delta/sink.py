@@ -505,10 +505,21 @@ class DeltaSink(Sink):
 
     def is_transient(self, error: BaseException) -> bool:
         """Retry :class:`fanout.TransientSinkError` (delta-rs commit conflicts are
-        translated to it) and Delta's concurrent-modification errors on Spark."""
+        translated to it) and Delta's concurrent-modification errors on Spark, among them
+        a commit that lost to a ``txn`` of its app id (``ConcurrentTransactionException``: a
+        later epoch's fence, which the retry reads and refuses, or a replayed batch another
+        driver committed, which the retry skips)."""
         if super().is_transient(error):
             return True
-        return "ConcurrentAppendException" in str(error) or "ConcurrentModification" in str(error)
+        text = str(error)
+        return any(
+            name in text
+            for name in (
+                "ConcurrentAppendException",
+                "ConcurrentModification",
+                "ConcurrentTransactionException",
+            )
+        )
 
     # -- internals -------------------------------------------------------------------
 
