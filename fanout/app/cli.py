@@ -442,7 +442,7 @@ RECOVER_WHILE_RUNNING = (
 
 def _newest(ledger: DeltaLedger, pipeline: str | None) -> list[Any]:
     """Per pipeline (``None``: every pipeline of the ledger), its newest write mark now
-    (:func:`fanout.app.activity.newest_marks_of`): one scan of six columns of the
+    (:func:`fanout.app.activity.newest_marks_of`): one scan of seven columns of the
     pipeline's committed rows, reduced in Arrow, in the operator's command only, none on a
     run's path."""
     from fanout.app.activity import newest_marks_of

@@ -440,8 +440,11 @@ class Sink:
         epochs were closed by an earlier start that was not refused): called on the
         driver when the start of ``epoch`` was refused after the fence, so the replaced
         epoch's checkpoint may be started again (to complete a batch the sink holds part
-        of). An error is logged, not raised (the refusal is); the writes it then refuses
-        say how to lift it by hand. Default: nothing."""
+        of). Also after :meth:`fence_earlier_epochs` raised (not after it did not answer
+        within ``write_timeout_s``: it may still be fencing): it may have closed part of
+        the sink's records, so a lift opens what is closed and leaves the rest. An error
+        is logged, not raised (the refusal is); the writes it then refuses say how to lift
+        it by hand. Default: nothing."""
 
     def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """Whether the target is no longer the one this sink wrote batch ``batch_id`` of

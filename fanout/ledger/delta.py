@@ -750,16 +750,16 @@ class DeltaLedger:
         return as_of_log(self.read(pipeline).to_pylist())
 
     def mark_times(self, pipeline: str | None = None) -> pa.Table:
-        """The committed rows' ``pipeline``, ``sink``, ``epoch``, ``batch_id``, ``error``
-        and ``finished_at``, optionally of one pipeline: the columns
-        :func:`fanout.app.activity.newest_marks_of` judges a pipeline's activity by
-        (projected and filtered in the scan; lost marks are left in, it counts none)."""
+        """The committed rows' :data:`fanout.app.activity.MARK_COLUMNS`, optionally of one
+        pipeline: the columns :func:`fanout.app.activity.newest_marks_of` judges a
+        pipeline's activity by (projected and filtered in the scan; lost marks are left
+        in, it counts none)."""
         with self._lock:
             table = self._fresh()
         filters: list[Any] = [("status", "=", "committed")]
         if pipeline:
             filters.append(("pipeline", "=", pipeline))
-        columns = ["pipeline", "sink", "epoch", "batch_id", "error", "finished_at"]
+        columns = ["pipeline", "sink", "epoch", "batch_id", "status", "error", "finished_at"]
         return read_arrow(table, columns=columns, filters=filters)
 
     def sink_names(self, pipeline: str) -> list[str]:

@@ -27,6 +27,7 @@ the new epoch. A refused start lifts those fences (:func:`lift_fences`).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -180,21 +181,30 @@ def fence_epochs(
     after the question, to be read again by the new epoch and written twice. In turn, each
     bounded by its ``write_timeout_s`` (``bounds``); one that raises or does not answer in
     time refuses the start, after the fences already made are lifted (unless ``ledger``
-    says another query started the epoch, :func:`lift_fences`). The sinks fenced."""
+    says another query started the epoch, :func:`lift_fences`). One that raised is lifted
+    too: it may have closed some of its records before it failed (a scope, a partition),
+    and the replaced epoch's checkpoint, which the next start may be refused to, would meet
+    them. One that did not answer in time is not (nor one whose wait was interrupted while
+    it ran): its call may still be fencing, and would close again what a lift opened; the
+    refusal says a fence may be left and names the lift by hand (:func:`lift_by_hand`).
+    The sinks fenced."""
     new = info.epoch + 1
     done: list[Sink] = []
     for name, sink in sinks.items():
         if not fences(sink):
             continue
+        returned = threading.Event()  # the fence ended (returned or raised)
         try:
             call = bounded(
-                sink, info.pipeline, partial(sink.fence_earlier_epochs, info.pipeline, new),
+                sink, info.pipeline, partial(_ended, returned, sink.fence_earlier_epochs,
+                                             info.pipeline, new),
                 bounds.get(name), hook="fence",
             )  # fmt: skip
-        except BaseException:
-            lift_fences(info, done, bounds, ledger)
+        except BaseException:  # it may have fenced part of its records: lifted too, unless
+            # the wait for it was interrupted (KeyboardInterrupt) while it still runs
+            lift_fences(info, [*done, sink] if returned.is_set() else done, bounds, ledger)
             raise
-        if isinstance(call, NoAnswer):
+        if isinstance(call, NoAnswer):  # still fencing, perhaps: a lift could be overtaken
             lift_fences(info, done, bounds, ledger)
             raise SinkTimeoutError(
                 f"could not close epoch {info.epoch} to its writes still in flight within "
@@ -202,11 +212,23 @@ def fence_epochs(
                 f"return): epoch {new} does not start, since a task of the replaced query "
                 "could then commit a batch the new epoch reads again. Find what holds the "
                 "sink's target (a transaction of that query left open, a stalled "
-                "connection) and restart the query, or raise write_timeout_s",
+                "connection) and restart the query, or raise write_timeout_s. The fence "
+                "may still complete (it was not lifted, since a lift could be overtaken by "
+                f"it): a restart of epoch {info.epoch}'s checkpoint may then be refused by "
+                f"the sink; {lift_by_hand(info.pipeline, new)}",
                 sink=name,
             )
         done.append(sink)
     return done
+
+
+def _ended(ended: threading.Event, call: Callable[[str, int], None], pipeline: str,
+           epoch: int) -> None:  # fmt: skip
+    """``call(pipeline, epoch)``, then ``ended`` set, whether it returned or raised."""
+    try:
+        call(pipeline, epoch)
+    finally:
+        ended.set()
 
 
 def lift_fences(
@@ -238,10 +260,21 @@ def lift_fences(
             log.warning(
                 "pipeline %s, sink %s: epoch %s was refused, but the fence closing epoch "
                 "%s to writes still in flight could not be lifted (%s): a restart of "
-                "that epoch's checkpoint is refused by the sink until it is",
+                "that epoch's checkpoint is refused by the sink until it is; %s",
                 info.pipeline, sink.name, new, info.epoch, why,
+                lift_by_hand(info.pipeline, new),
                 extra=batch_fields(info.pipeline, info.batch_id, sink.name),
             )  # fmt: skip
+
+
+def lift_by_hand(pipeline: str, epoch: int) -> str:
+    """How an operator lifts a sink's fence closing the epoch before ``epoch`` (whose
+    start was refused) when fanout could not: the sink's own call, from Python."""
+    return (
+        "lift it by hand from Python, with the sink built from the pipeline's "
+        "configuration and opened (sink.open(fanout.SinkContext(pipeline))), by "
+        f"sink.lift_epoch_fence({pipeline!r}, {epoch}), then restart that checkpoint"
+    )
 
 
 def _epoch_taken(info: BatchInfo, ledger: Ledger) -> bool:

@@ -12,38 +12,25 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fanout import FanOut
-from fanout.app.cli import main
-from tests.integration.streams import EPOCH, order, run_stream, write_input
+from tests.integration.lagging_reset import FENCE, fan, lag_in_epoch_zero, pg_query
+from tests.integration.streams import EPOCH, order, run_stream
 
 PIPELINE = "fence"
-FENCE = 2**63 - 1
+
+
+def _sink(url: str) -> dict[str, Any]:
+    return {"type": "postgres", "name": "pg", "url": url, "table": "orders", "mode": "upsert",
+            "keys": ["order_id"], "on_failure": "lag", "retries": 0}  # fmt: skip
 
 
 def _fan(tmp_path: Path, url: str, **kw: Any) -> FanOut:
-    return FanOut(
-        PIPELINE, str(tmp_path / "ledger"),
-        [{"type": "delta", "name": "lake", "path": str(tmp_path / "lake")},
-         {"type": "postgres", "name": "pg", "url": url, "table": "orders", "mode": "upsert",
-          "keys": ["order_id"], "on_failure": "lag", "retries": 0}],
-        retries=0, backoff_s=0, spool=str(tmp_path / "spool"), probe_interval_s=3600, **kw,
-    )  # fmt: skip
-
-
-def _query(url: str, sql: str) -> list[tuple[Any, ...]]:
-    import psycopg2
-
-    from tests.chaos.checker import libpq_url
-
-    with psycopg2.connect(libpq_url(url)) as conn, conn.cursor() as cur:
-        cur.execute(sql)
-        return [tuple(r) for r in cur.fetchall()] if cur.description else []
+    return fan(tmp_path, PIPELINE, _sink(url), **kw)
 
 
 def _write_changed(directory: Path, n: int, ids: range) -> list[dict[str, Any]]:
@@ -61,33 +48,11 @@ def test_a_lagging_upsert_sink_gets_the_old_epochs_spooled_batches_before_the_fe
     spark: Any, tmp_path: Path, server: tuple[Any, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     pg, url = server
-    inputs = tmp_path / "input"
-    write_input(inputs, 1, 3)  # batch 0: orders 0-2
-    pg.start()
-    _query(url, "CREATE TABLE orders (order_id bigint PRIMARY KEY, customer text, "
-                "amount double precision, status text)")  # fmt: skip
-    first = _fan(tmp_path, url)
-    try:
-        run_stream(spark, inputs, first, tmp_path / "checkpoint")  # batch 0: lake and pg
-    finally:
-        first.close()
-    pg.stop()
-
-    write_input(inputs, 2, 3, start_file=1)  # batches 1, 2: orders 3-8
-    second = _fan(tmp_path, url)  # PostgreSQL is down: both spooled for pg
-    try:
-        run_stream(spark, inputs, second, tmp_path / "checkpoint")
-        assert second.spool is not None
-        spooled = [(b.key, sorted(b.needed_by)) for b in second.spool.batches()]
-        assert spooled == [((0, 1), ["pg"]), ((0, 2), ["pg"])]
-    finally:
-        second.close()
-
-    ledger, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
-    assert main(["recover", "--ledger", ledger, "--pipeline", PIPELINE, "--spool", spool]) == 0
-    out = capsys.readouterr().out
-    resume = re.search(r"Resume after batch (\d+)", out)
-    assert resume is not None and resume.group(1) == "2", out
+    create = (
+        "CREATE TABLE orders (order_id bigint PRIMARY KEY, customer text, "
+        "amount double precision, status text)"
+    )
+    lag_in_epoch_zero(spark, tmp_path, server, capsys, PIPELINE, _sink(url), create)
 
     # the reset: a new checkpoint reads the files after batch 2; its batch 0 changes
     # orders 3-5, which the old epoch's spooled batch 1 wrote
@@ -110,10 +75,10 @@ def test_a_lagging_upsert_sink_gets_the_old_epochs_spooled_batches_before_the_fe
     finally:
         fourth.close()
 
-    table = _query(url, "SELECT order_id, status FROM orders ORDER BY order_id")
+    table = pg_query(url, "SELECT order_id, status FROM orders ORDER BY order_id")
     old = {i: order(i)["status"] for i in range(9)}
     assert table == [(i, "epoch 1" if 3 <= i < 8 else old[i]) for i in range(9)]
-    fences = _query(
+    fences = pg_query(
         url, "SELECT pipeline, sink, partition FROM fanout.upsert_routes WHERE batch_id = "
              f"{FENCE} ORDER BY pipeline",
     )  # fmt: skip

@@ -5,6 +5,7 @@ sinks: the real sinks' hooks are tested against their services)."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -512,14 +513,123 @@ def test_a_refused_start_lifts_its_fences() -> None:
     ]  # fmt: skip
 
 
-def test_a_fence_that_fails_refuses_the_start_unasked_and_lifts_the_others() -> None:
+def test_a_fence_that_fails_refuses_the_start_unasked_and_lifts_every_fence() -> None:
+    """The failing sink's fence is lifted too: it may have closed part of its records."""
     log: list[tuple[str, ...]] = []
     ledger = _ledger({"a": 2, "b": 2})
     sinks = {"a": Fencing("a", log, set()), "b": Fencing("b", log, set(), fence_fails=True)}
     with pytest.raises(OSError, match="fence: target unreachable"):
         refuse_unmarked(INFO, ledger, sinks)
-    assert log == [("fence", "a", "1"), ("fence", "b", "1"), ("lift", "a", "1")]
+    assert log == [("fence", "a", "1"), ("fence", "b", "1"), ("lift", "a", "1"), ("lift", "b", "1")]
     assert ledger.last_committed("p", ["a", "b"]) == {"a": 2, "b": 2}
+
+
+class FencesPartWay(Fencing):
+    """A :class:`Fencing` whose fence closes its first scope, then fails at its second (a
+    statement failing, a broker not answering): ``fenced``, the scopes still closed."""
+
+    def __init__(self, name: str, log: list[tuple[str, ...]]) -> None:
+        super().__init__(name, log, set())
+        self.fenced: set[int] = set()
+
+    def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+        self.log.append(("fence", self.name, str(epoch)))
+        self.fenced.add(epoch - 1)
+        raise OSError("fence: scope 2 of 2 failed")
+
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+        super().lift_epoch_fence(pipeline, epoch)
+        self.fenced.discard(epoch - 1)
+
+
+def test_a_fence_that_fails_part_way_is_lifted_too() -> None:
+    """Before, a sink whose fence raised after closing part of its records was not lifted
+    (only the sinks fenced before it were): the replaced epoch's checkpoint, restarted as
+    the refusal allows, was refused by that sink until someone lifted it by hand."""
+    log: list[tuple[str, ...]] = []
+    ledger = _ledger({"a": 2, "b": 2})
+    b = FencesPartWay("b", log)
+    sinks = {"a": Fencing("a", log, set()), "b": b}
+    with pytest.raises(OSError, match="fence: scope 2 of 2 failed"):
+        refuse_unmarked(INFO, ledger, sinks)
+    assert log == [("fence", "a", "1"), ("fence", "b", "1"), ("lift", "a", "1"), ("lift", "b", "1")]
+    assert b.fenced == set()
+    assert ledger.last_committed("p", ["a", "b"]) == {"a": 2, "b": 2}
+
+
+def test_a_fence_that_does_not_answer_in_time_is_not_lifted_and_the_refusal_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A fence still running in its thread when write_timeout_s ran out may complete after
+    a lift (closing again what it opened): it is not lifted (the sinks fenced before it
+    are), and the refusal says a fence may be left and how to lift it by hand."""
+    import threading
+
+    from fanout import SinkTimeoutError
+
+    gate = threading.Event()
+    log: list[tuple[str, ...]] = []
+
+    class Hangs(Fencing):
+        def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+            super().fence_earlier_epochs(pipeline, epoch)
+            gate.wait(10)
+
+    ledger = _ledger({"a": 2, "b": 2})
+    sinks = {"a": Fencing("a", log, set()), "b": Hangs("b", log, set())}
+    try:
+        with pytest.raises(SinkTimeoutError) as refused:
+            refuse_unmarked(INFO, ledger, sinks, timeouts={"b": 0.2})
+    finally:
+        gate.set()
+    assert log == [("fence", "a", "1"), ("fence", "b", "1"), ("lift", "a", "1")]
+    assert str(refused.value).endswith(
+        "The fence may still complete (it was not lifted, since a lift could be overtaken by "
+        "it): a restart of epoch 0's checkpoint may then be refused by the sink; lift it by "
+        "hand from Python, with the sink built from the pipeline's configuration and opened "
+        "(sink.open(fanout.SinkContext(pipeline))), by sink.lift_epoch_fence('p', 1), then "
+        "restart that checkpoint"
+    )
+
+
+def test_a_fence_still_running_when_its_wait_is_interrupted_is_not_lifted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wait for a bounded fence interrupted (Ctrl-C, KeyboardInterrupt in the driver's
+    thread) while the fence still runs in its own thread: as for a fence that did not
+    answer in time, a lift could be overtaken by it, so that sink is not lifted (the sinks
+    fenced before it are). Before, every exception lifted the failing sink, whether its
+    fence had returned (raised) or was still running."""
+    import threading
+
+    import fanout.steps.unmarked as unmarked
+
+    gate = threading.Event()
+    log: list[tuple[str, ...]] = []
+    real = unmarked.bounded
+
+    class Hangs(Fencing):
+        def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+            super().fence_earlier_epochs(pipeline, epoch)
+            gate.wait(10)
+
+    def interrupted(sink: Sink, pipeline: str, ask: Any, timeout_s: Any, hook: str = "") -> Any:
+        if hook != "fence" or sink.name != "b":
+            return real(sink, pipeline, ask, timeout_s, hook)
+        threading.Thread(target=ask, daemon=True).start()  # the fence runs on
+        while ("fence", "b", "1") not in log:
+            gate.wait(0.01)
+        raise KeyboardInterrupt  # the wait for it interrupted
+
+    monkeypatch.setattr(unmarked, "bounded", interrupted)
+    ledger = _ledger({"a": 2, "b": 2})
+    sinks = {"a": Fencing("a", log, set()), "b": Hangs("b", log, set())}
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            refuse_unmarked(INFO, ledger, sinks, timeouts={"b": 5.0})
+    finally:
+        gate.set()
+    assert log == [("fence", "a", "1"), ("fence", "b", "1"), ("lift", "a", "1")]
 
 
 def test_a_refused_start_leaves_the_fences_of_the_epoch_another_query_started_meanwhile() -> None:

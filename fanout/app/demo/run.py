@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -37,9 +39,15 @@ class Progress:
     def __init__(self) -> None:
         self.started = time.perf_counter()
         self.failure: BatchFailedError | None = None  # the batch failure of this run, if any
+        self._lock = threading.Lock()  # the sinks' hooks run in their own threads
 
     def _say(self, text: str) -> None:
-        print(f"[{time.perf_counter() - self.started:6.1f}s] {text}", flush=True)
+        """One whole line on stdout: written in one call, under a lock (``print`` writes
+        the text and its newline apart, so two sinks' threads glued their lines)."""
+        line = f"[{time.perf_counter() - self.started:6.1f}s] {text}\n"
+        with self._lock:
+            sys.stdout.write(line)
+            sys.stdout.flush()
 
     @hookimpl
     def fanout_batch_start(

@@ -252,3 +252,51 @@ def test_a_fence_lifted_after_failing_partway_opens_the_scope_as_it_was(
     assert sorted(committed_values(kafka.bootstrap, topic)) == sorted(
         f"{tag}{p}-{i}".encode() for tag in "ab" for p in range(3) for i in range(2)
     )
+
+
+def test_a_start_refused_by_a_fence_failing_part_way_lifts_it(
+    kafka: Broker, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new epoch's start (fanout's :func:`fanout.steps.unmarked.fence_epochs`) whose Kafka
+    fence closes partitions 0 and 2 of the replaced scope and fails at 1 (the broker does
+    not answer there): the start is refused and the fence lifted, so the replaced epoch's
+    checkpoint, started again, writes its batch 1 in every partition. Before, the sink
+    whose fence failed was not lifted: partitions 0 and 2 refused that batch (fenced)."""
+    from fanout_kafka.fence import ScopeFence
+
+    from fanout import TransientSinkError
+    from fanout.ledger.memory import MemoryLedger
+    from fanout.steps.unmarked import fence_epochs
+
+    pipeline = f"ef{uuid.uuid4().hex[:6]}"
+    sink = _sink(kafka, topic, pipeline, 3)
+    old = _epoch_zero(sink, pipeline, 3)
+    real = ScopeFence._transact
+
+    def fails_at_one(self: ScopeFence, partition: int, *, fence: bool) -> None:
+        if fence and partition == 1:
+            raise TimeoutError("partition 1: the broker did not answer")
+        real(self, partition, fence=fence)
+
+    def markers() -> list[int]:
+        return [marker(kafka.bootstrap, pipeline, "events", p, "__fanout_markers")
+                for p in range(3)]  # fmt: skip
+
+    at_lift: list[list[int]] = []
+    lift = sink.lift_epoch_fence
+
+    def lift_seen(pipeline: str, epoch: int) -> None:
+        at_lift.append(markers())
+        lift(pipeline, epoch)
+
+    monkeypatch.setattr(ScopeFence, "_transact", fails_at_one)
+    monkeypatch.setattr(sink, "lift_epoch_fence", lift_seen)
+    info = BatchInfo(pipeline, 1, "q1", epoch=0)
+    with pytest.raises(TransientSinkError, match="partition 1: the broker did not answer"):
+        fence_epochs(info, {"events": sink}, {}, MemoryLedger())
+    assert [_write(old, p, 1, f"b{p}-").status for p in range(3)] == ["committed"] * 3
+    assert at_lift == [[FENCED_BIT | 1, 1, FENCED_BIT | 1]]
+    assert markers() == [2, 2, 2]
+    assert sorted(committed_values(kafka.bootstrap, topic)) == sorted(
+        f"{tag}{p}-{i}".encode() for tag in "ab" for p in range(3) for i in range(2)
+    )

@@ -40,11 +40,15 @@ def execute(url: str, *statements: str) -> None:
         conn.close()
 
 
-def waiting_on_a_lock(url: str) -> bool:
-    """Whether a session of the sink (application name ``fanout ...``) waits on a lock."""
-    found = query(
-        url,
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND application_name LIKE 'fanout %%'",
+def waiting_on_a_lock(url: str, wait_event: str | None = None) -> bool:
+    """Whether a session waits on a lock: one of the sink's (application name
+    ``fanout ...``), or, given ``wait_event`` (``"advisory"``: the epoch fence, a
+    partition's fence lock), any session waiting on a lock of that kind."""
+    where, params = (
+        ("application_name LIKE 'fanout %%'", None)
+        if wait_event is None
+        else ("wait_event = %(event)s", {"event": wait_event})
     )
+    sql = f"SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND {where}"
+    found = query(url, sql, params)
     return bool(found and found[0][0])

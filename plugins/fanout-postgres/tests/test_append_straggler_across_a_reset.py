@@ -23,7 +23,7 @@ import pytest
 from commit_hooks import CommitGate, NoCommitHooks
 from fanout_postgres import PostgresSink
 from fanout_postgres.statements import EPOCH_FENCE, epoch_fence_lock
-from pgcheck import execute, query
+from pgcheck import execute, query, waiting_on_a_lock
 
 from fanout import FanOut, UnmarkedBatchError
 from fanout.contract.batch import Batch, BatchInfo
@@ -113,16 +113,6 @@ def _info(batch_id: int, query_id: str, end: int) -> BatchInfo:
                      batch_timestamp_ms=1000 + batch_id)  # fmt: skip
 
 
-def _fence_waits(url: str) -> bool:
-    """Whether a session waits on an advisory lock (the fence, on the straggler's)."""
-    found = query(
-        url,
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND wait_event = 'advisory'",
-    )
-    return bool(found and found[0][0])
-
-
 def test_a_straggler_open_when_the_new_epoch_starts_refuses_the_start(
     spark: Any, pg_url: str, tmp_path: Path
 ) -> None:
@@ -160,7 +150,11 @@ def test_a_straggler_open_when_the_new_epoch_starts_refuses_the_start(
     starting = threading.Thread(target=start)
     starting.start()
     deadline = time.monotonic() + 60
-    while starting.is_alive() and not _fence_waits(pg_url) and time.monotonic() < deadline:
+    while (
+        starting.is_alive()
+        and not waiting_on_a_lock(pg_url, "advisory")
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     waited = starting.is_alive()
     gate.opened.set()
