@@ -88,6 +88,20 @@ def _retrying(
     raise AssertionError("unreachable")
 
 
+def unfenceable(error: BaseException) -> bool:
+    """Whether ``error`` is delta-rs unable to load the table or to commit to it at all: a
+    table feature it lacks (row tracking, liquid clustering, a reader feature it does not
+    know), which delta-spark may have (engine ``spark`` writes such tables). delta-rs then
+    commits no fence there; an error of another kind (storage unreachable, a lost race
+    past :data:`ATTEMPTS`) is not this."""
+    from deltalake.exceptions import DeltaError
+
+    text = str(error)
+    return isinstance(error, DeltaError) and (
+        "Unsupported table features required" in text or "Unsupported: Feature" in text
+    )
+
+
 def fence_epochs(
     path: str,
     storage_options: Mapping[str, str] | None,
@@ -183,4 +197,5 @@ __all__ = [
     "fence_epochs",
     "fenced_error",
     "lift_fence",
+    "unfenceable",
 ]

@@ -354,12 +354,29 @@ class DeltaSink(Sink):
         running (:meth:`fanout.Sink.fence_earlier_epochs`; :mod:`fanout_delta.fence`): one
         commit without rows marking each one not fenced yet. No table yet: nothing."""
         from fanout.contract.batch import txn_app_id
-        from fanout_delta.fence import fence_epochs
+        from fanout.observe.secrets import redact
+        from fanout_delta.fence import fence_epochs, unfenceable
 
         if self.path is None or epoch <= 0:
             return
         app_ids = {e: txn_app_id(pipeline, self.name, e) for e in range(epoch)}
-        fenced = fence_epochs(self.path, self.storage_options, app_ids, epoch)
+        try:
+            fenced = fence_epochs(self.path, self.storage_options, app_ids, epoch)
+        except Exception as exc:
+            if not unfenceable(exc):
+                raise
+            # engine spark on a table delta-rs cannot commit to: no fence, as before it
+            # (once a process: the writes of the epoch do not try again)
+            self._fenced_for = max(self._fenced_for, epoch)
+            logger.warning(
+                "sink %r: epochs before %d are not fenced in the Delta table %s: delta-rs "
+                "cannot commit to it (%s). A driver of a replaced epoch still running may "
+                "commit its batch in flight there after this start, beside the new epoch's "
+                "(the ledger detects it: ZombieBatchError). Stop the replaced query before "
+                "a checkpoint reset (docs/architecture.md §8.1).",
+                self.name, epoch, self.path, redact(str(exc), self.secret_values()),
+            )  # fmt: skip
+            return
         self._fenced_for = max(self._fenced_for, epoch)
         if fenced:
             logger.info("sink %r: fenced %d app transaction(s) of epochs before %d in %s",
@@ -369,13 +386,22 @@ class DeltaSink(Sink):
         """Commit the real version of epoch ``epoch - 1``'s app transaction back over its
         fence (:meth:`fanout.Sink.lift_epoch_fence`), so its checkpoint may run again."""
         from fanout.contract.batch import txn_app_id
-        from fanout_delta.fence import lift_fence
+        from fanout_delta.fence import lift_fence, unfenceable
 
         if self.path is None or epoch <= 0:
             return
         self._fenced_for = min(self._fenced_for, epoch - 1)
         app_id = txn_app_id(pipeline, self.name, epoch - 1)
-        if lift_fence(self.path, self.storage_options, app_id):
+        try:
+            lifted = lift_fence(self.path, self.storage_options, app_id)
+        except Exception as exc:
+            if not unfenceable(exc):
+                raise
+            # delta-rs cannot load it: it could not commit a fence there either
+            logger.info("sink %r: no fence to lift in %s (delta-rs cannot read it)",
+                        self.name, self.path)  # fmt: skip
+            return
+        if lifted:
             logger.info("sink %r: lifted the fence of %s in %s", self.name, app_id, self.path)
 
     def harmless_rewrite(self) -> str | None:

@@ -23,6 +23,7 @@ from fanout_delta.fence import EpochFencedError
 
 from fanout import FanOut
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.sink import SinkResult
 from fanout.delta_tables import distributed
 from fanout.delta_tables.io import EPOCH_FENCE, read_delta
 from fanout.testing import open_sink
@@ -308,3 +309,64 @@ def test_the_restore_hint_looks_past_the_fence_commits(spark: Any, tmp_path: Pat
     DeltaTable(str(path)).restore(0)
     assert new.holds_batch("p", 0, 1) is False
     assert _rows(path) == [(0, "zero")]
+
+
+def _protocol(path: Path, reader: list[str], writer: list[str]) -> None:
+    """Commit by hand a protocol with table features (what delta-spark writes when a
+    feature delta-rs 1.6.6 lacks is enabled: row tracking, liquid clustering...)."""
+    import json
+    import time
+
+    version = DeltaTable(str(path)).version() + 1
+    protocol: dict[str, Any] = {"minReaderVersion": 3 if reader else 1, "minWriterVersion": 7,
+                                "writerFeatures": writer}  # fmt: skip
+    if reader:
+        protocol["readerFeatures"] = reader
+    info = {"timestamp": int(time.time() * 1000), "operation": "SET TBLPROPERTIES"}
+    log = path / "_delta_log" / f"{version:020d}.json"
+    log.write_text(json.dumps({"commitInfo": info}) + "\n" + json.dumps({"protocol": protocol}))
+
+
+@pytest.mark.parametrize(
+    ("reader", "writer"),
+    [([], ["rowTracking", "domainMetadata"]), (["futureFeature"], ["futureFeature"])],
+    ids=["delta-rs cannot write", "delta-rs cannot read"],
+)
+def test_a_table_delta_rs_cannot_fence_is_not_fenced_and_the_start_goes_on(
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    reader: list[str],
+    writer: list[str],
+) -> None:
+    """A table with a feature delta-rs cannot write (or read), written by engine
+    ``spark`` (delta-spark can): the fence cannot be committed, and is skipped with a
+    warning (the replaced driver's batch in flight detected by the ledger, not prevented,
+    as before the fence) rather than refusing every start and every write of an epoch > 0
+    of a pipeline that ran. The write itself is stubbed (no delta-spark jars here): what
+    is checked is that it is reached, the fence's warning logged once per process."""
+    path = tmp_path / "t"
+    _sink(path).write(_batch(spark, [(0, "zero")], 0, 0))
+    sink = _sink(path)
+    sink.resolved_engine = "spark"  # as opened with the jars (which open a table delta-rs cannot)
+    _protocol(path, reader, writer)
+    version = len(list((path / "_delta_log").glob("*.json")))
+    written: list[int] = []
+
+    def write_spark(target: Any, batch: Batch) -> SinkResult:
+        written.append(batch.batch_id)
+        return SinkResult(rows=1)
+
+    monkeypatch.setattr(spark_engine, "write_spark", write_spark)
+    with caplog.at_level("WARNING", logger="fanout_delta"):
+        sink.fence_earlier_epochs("p", 1)  # the start's fence
+        sink.lift_epoch_fence("p", 1)  # the start refused after it: nothing to lift
+        sink.write(_batch(spark, [(1, "new")], 0, 1))
+        sink.write(_batch(spark, [(2, "new")], 1, 1))
+    assert written == [0, 1]
+    assert len(list((path / "_delta_log").glob("*.json"))) == version  # nothing committed
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2, warnings  # the start's, then this process's first write's
+    assert "sink 's'" in warnings[0] and str(path) in warnings[0]
+    assert "not fenced" in warnings[0] and "Stop the replaced query" in warnings[0]
