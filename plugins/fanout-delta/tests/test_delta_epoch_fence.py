@@ -370,3 +370,22 @@ def test_a_table_delta_rs_cannot_fence_is_not_fenced_and_the_start_goes_on(
     assert len(warnings) == 2, warnings  # the start's, then this process's first write's
     assert "sink 's'" in warnings[0] and str(path) in warnings[0]
     assert "not fenced" in warnings[0] and "Stop the replaced query" in warnings[0]
+
+
+def test_a_restore_to_before_the_fence_keeps_it(spark: Any, tmp_path: Path) -> None:
+    """A RESTORE takes rows out, not app transactions (delta-rs 1.6.6): restored to a
+    version before the fence, the table still closes the old epoch, whose next write is
+    refused; the new epoch's own rows (after the fence) are taken out with the restore."""
+    path = tmp_path / "t"
+    old = _sink(path)
+    old.write(_batch(spark, [(0, "zero")], 0, 0))
+    new = _sink(path)
+    new.fence_earlier_epochs("p", 1)
+    new.write(_batch(spark, [(1, "new")], 0, 1))
+    DeltaTable(str(path)).restore(0)
+
+    with pytest.raises(EpochFencedError, match="epoch 1 of the pipeline"):
+        old.write(_batch(spark, [(1, "old")], 1, 0))
+    assert _rows(path) == [(0, "zero")]
+    assert _written(path, OLD) == EPOCH_FENCE + 1
+    assert new.holds_batch("p", 0, 0) is True
