@@ -404,7 +404,11 @@ class Sink:
         asked whether the sink holds it: the new epoch reads that batch's input again,
         under its own idempotency records, where the old task's record meets nothing, so
         an append holds the rows twice. A sink whose every commit is made on the driver
-        (Delta) has no such writer left once the driver is gone, and needs nothing.
+        needs it too when the replaced query's driver may still run (an operator who did
+        not stop it): that driver may commit its batch ``m + 1`` after the question. The
+        Delta sink fences with one commit carrying each earlier epoch's app transaction
+        marked fenced (``fanout_delta.fence``): a commit from a snapshot before it loses
+        the race to it, a write reading it refuses.
 
         Called on the driver after :meth:`open`, with the new epoch (``epoch`` > 0):
 
@@ -427,8 +431,9 @@ class Sink:
         A sink may also fence at its first :meth:`write` of an epoch > 0 in a process (the
         PostgreSQL sink does, in its preflight: a lagging sink is fenced after its
         catch-up); that write's own epoch is never closed. Idempotent: called again for
-        an epoch already fenced, it changes nothing. Default: nothing (a sink whose
-        writes all commit on the driver)."""
+        an epoch already fenced, it changes nothing. Default: nothing (a sink with no
+        writer a replaced query may leave running, or one that cannot close it: the
+        batch in flight is then only detected, by the ledger's ``ZombieBatchError``)."""
 
     def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
         """Undo :meth:`fence_earlier_epochs` for epoch ``epoch - 1`` only (the earlier

@@ -170,7 +170,11 @@ class PendingAppend:
     ``kept``: where the snapshot the append ends on is left for the next batch
     (:mod:`fanout.delta_tables.kept`); ``metadata``: custom commit metadata of the data
     commit; ``taken_out``: asked of a snapshot whose app transaction says the batch is
-    done, whether a RESTORE took it out since (then it is written again, not skipped)."""
+    done, whether a RESTORE took it out since (then it is written again, not skipped);
+    ``refuse``: the error raised when a snapshot the append checks (and would commit from)
+    carries a later epoch's fence on its app transaction (found with the version read
+    anyway, :func:`fanout.delta_tables.io.transaction_state`); without it, such a fence is
+    read as the batch written."""
 
     def __init__(
         self,
@@ -188,8 +192,10 @@ class PendingAppend:
         kept: KeptTable | None = None,
         metadata: Mapping[str, str] | None = None,
         taken_out: Callable[[DeltaTable], bool] | None = None,
+        refuse: Callable[[DeltaTable], Exception] | None = None,
     ) -> None:
         self.batch_schema = batch_schema
+        self.refuse = refuse
         self.path = path
         self.app_id = app_id
         self.version = version
@@ -294,8 +300,11 @@ class PendingAppend:
             if table is None:
                 table = io.open_table(self.path, self.storage_options)
             ntz.finish_create(table)
-            done = io.transaction_version(table, self.app_id)
-            if done is not None and done >= self.version:
+            done, fenced = io.transaction_state(table, self.app_id)
+            if fenced and self.refuse is not None:
+                assert table is not None
+                raise self.refuse(table)
+            if fenced or (done is not None and done >= self.version):
                 if self.taken_out is None or table is None or not self.taken_out(table):
                     self._keep(table)
                     return None

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from fanout.delta_tables.io import open_table
+from fanout.delta_tables.io import open_table, transaction_version
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -119,7 +119,7 @@ class DeltaBatchHistory:
         for version in range(self._walked + 1, latest.version() + 1):
             table = DeltaTable(self.path, version=version, storage_options=self.storage_options)
             for epoch in epochs:
-                done = table.transaction_version(self.app_id(epoch))
+                done = transaction_version(table, self.app_id(epoch))
                 if done is not None and done != self._last.get(epoch):
                     self._versions[(epoch, int(done))] = version
                 self._last[epoch] = None if done is None else int(done)

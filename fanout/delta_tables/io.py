@@ -273,15 +273,42 @@ def _literal(value: Any) -> str:
     raise TypeError(f"cannot filter on a {type(value).__name__} value ({value!r})")
 
 
+EPOCH_FENCE = 1 << 62
+"""Added to an app transaction's version (plus one, so that "never written" is fenced too)
+by a later epoch's fence (the Delta sink's ``fence_earlier_epochs``): a replaced epoch's
+writer whose snapshot predates the fence loses its commit to it (delta-rs and delta-spark
+conflict on a concurrent ``txn`` of an app id the transaction read), and one that reads it
+refuses (:func:`transaction_state`). Batch ids stay far below it."""
+
+
+def fenced_version(version: int | None) -> int:
+    """The version a fence records for an app transaction at ``version`` (``None``: none)."""
+    return EPOCH_FENCE + (-1 if version is None else version) + 1
+
+
+def transaction_state(table: DeltaTable | None, app_id: str) -> tuple[int | None, bool]:
+    """The last version recorded for ``app_id`` in the table's log with a later epoch's
+    fence cleared (``None``: none), and whether that fence is there (:data:`EPOCH_FENCE`).
+    A lifted fence of an app id never written records ``-1``: ``None`` here."""
+    if table is None:
+        return None, False
+    raw = table.transaction_version(app_id)
+    if raw is None:
+        return None, False
+    version, fenced = int(raw), False
+    if version >= EPOCH_FENCE:
+        version, fenced = version - EPOCH_FENCE - 1, True
+    return (None if version < 0 else version), fenced
+
+
 def transaction_version(table: DeltaTable | None, app_id: str) -> int | None:
-    """The last version recorded for ``app_id`` in the table's log, or ``None``.
+    """The last version recorded for ``app_id`` in the table's log, or ``None``, a later
+    epoch's fence cleared (:func:`transaction_state`; a writer asks that whether it is
+    fenced).
 
     A log lookup (checkpoint plus the commits after it), never a scan of the data files.
     """
-    if table is None:
-        return None
-    version = table.transaction_version(app_id)
-    return None if version is None else int(version)
+    return transaction_state(table, app_id)[0]
 
 
 def commit_properties(

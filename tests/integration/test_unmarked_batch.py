@@ -92,7 +92,8 @@ def test_a_batch_written_but_never_marked_refuses_the_new_epoch(
     assert (
         "- sink bronze: batch 3 of epoch 0, source offsets unknown (no sink marked it); sinks "
         f"without it: silver (mark 2). Its rows are version 3 of the Delta table at {bronze}, "
-        "the table's last commit: to remove them, restore the table to version 2"
+        "the table's last commit but for the epoch fence commit after it (without rows; a new "
+        "epoch's start fences again): to remove them, restore the table to version 2"
     ) in message
     recover = f"fanout recover --ledger {ledger} --pipeline unmarked"
     assert (

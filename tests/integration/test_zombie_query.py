@@ -8,9 +8,10 @@ two real Delta sinks, batches handed by ``FanOut.process`` with Kafka-style offs
 
 1. the old query commits after the report and before the new epoch starts: the new epoch
    is refused, naming the batch, and nothing is written;
-2. the old query's batch, admitted before the new epoch started, is marked after it (it
-   wrote while the new query's first batch ran): the old query fails loudly, naming the
-   batch its sinks now hold twice;
+2. the old query's batch, admitted before the new epoch started, writes after it: the new
+   epoch's start fenced the old epoch's app transactions of the Delta sinks, so the old
+   query's writes are refused (before, they wrote the rows twice and only the mark failed,
+   with ZombieBatchError);
 3. the old query's next batch, once the new epoch exists: refused by its guard as an
    earlier epoch's owner.
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fanout_delta.fence import EpochFencedError
 
 from fanout import BatchInfo, FanOut, hookimpl
 from fanout.app.cli import main
@@ -120,13 +122,16 @@ class NewQueryStartsMeanwhile:
         self._maybe_run(info, "done")
 
 
-def test_a_batch_the_old_query_marks_after_the_new_epoch_started_fails_it_loudly(
+def test_a_batch_the_old_query_writes_after_the_new_epoch_started_is_refused(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Window 2. The old query was admitted batch 3 in epoch 0 before the new epoch
-    started; it writes rows 30-39, which the new epoch's first batch writes too. Today
-    the old query marked it without a word. Now its mark (recorded: the sinks hold the
-    batch) fails the batch with ZombieBatchError naming the sinks and the batch."""
+    started; it would write rows 30-39, which the new epoch's first batch writes too. At
+    first the old query marked it without a word; then its mark (recorded: the sinks held
+    the batch twice) failed the batch with ZombieBatchError. Now the new epoch's start
+    fenced the old epoch's app transactions of both Delta sinks (§8.1), so the old query's
+    writes are refused before they write (EpochFencedError), the rows are there once and
+    the old query marks nothing."""
     old_fan = _old_query_ran_three_batches_then_recover(spark, tmp_path, capsys)
     new = _fan(tmp_path, on_reset="new_epoch")
     meanwhile = NewQueryStartsMeanwhile(lambda: _run(new, spark, NEW, 0, 30))
@@ -139,18 +144,18 @@ def test_a_batch_the_old_query_marks_after_the_new_epoch_started_fails_it_loudly
     assert set(failed.value.failures) == set(SINKS)
     for sink in SINKS:
         error = failed.value.failures[sink]
-        assert isinstance(error, ZombieBatchError)
+        assert isinstance(error, EpochFencedError)
         assert str(error).startswith(
-            f"pipeline 'zombie', sink {sink}: query query-old committed batch 3 of epoch 0 "
-            "after epoch 1 started (query query-new) from the `fanout recover` report 1, "
-            "which counted the sink at batch 2: the new epoch reads that batch's input "
-            "again, so the sink holds its rows twice."
+            f"sink {sink!r}, batch 3: the Delta table {tmp_path / sink} closes this query's "
+            f"app transaction 'fanout/zombie/{sink}' (epoch 0): a checkpoint reset started "
+            "epoch 1 of the pipeline, which writes this batch again"
         )
+        assert "sink.lift_epoch_fence('zombie', 1)" in str(error)
     for sink in SINKS:
-        assert _ids(tmp_path, sink) == sorted([*range(40), *range(30, 40)])
-    # the marks tell the truth: the sinks hold batch 3 of epoch 0
+        assert _ids(tmp_path, sink) == list(range(40))
+    # the old query marked nothing of batch 3: the new epoch's batch 0 holds its rows
     assert _marks(tmp_path) == sorted(
-        [(0, s, b) for s in SINKS for b in range(4)] + [(1, s, 0) for s in SINKS]
+        [(0, s, b) for s in SINKS for b in range(3)] + [(1, s, 0) for s in SINKS]
     )
 
 

@@ -52,7 +52,8 @@ def test_plugins_lists_the_delta_sink_with_its_distribution(
 DELTA_HOOKS = (
     "read_only_check, check_schema, batch_partitioning (engine=rs, mode=append, executors "
     "write), shares_tasks (engine=rs, mode=append, executors write), backfill_source "
-    "(mode=append), holds_batch, harmless_rewrite (mode=merge, no dead_letter), "
+    "(mode=append), holds_batch, fence_earlier_epochs, harmless_rewrite (mode=merge, no "
+    "dead_letter), "
     "remove_batch_hint, is_transient"
 )
 KAFKA_HOOKS = (

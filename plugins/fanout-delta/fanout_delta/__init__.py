@@ -11,6 +11,7 @@ default) or delta-spark (engine ``spark``). See :class:`DeltaSink` for the optio
 
 from __future__ import annotations
 
+from fanout_delta.fence import EpochFencedError
 from fanout_delta.sink import DeltaSink
 
-__all__ = ["DeltaSink"]
+__all__ = ["DeltaSink", "EpochFencedError"]

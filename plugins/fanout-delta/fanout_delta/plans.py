@@ -156,7 +156,9 @@ def taken_out(
     replay is of an older batch, which writing again would set the transaction back to)
     and its commits are found among the newest :data:`SEARCH_COMMITS` by the plan they
     recorded (:func:`restored_away` decides; no commit with a plan, an unreadable
-    history: ``False``, skipped as before). Called on the skip path only (a replay)."""
+    history: ``False``, skipped as before). Called on the skip path only (a replay), after
+    the writer refused a later epoch's fence on ``app_id`` (:mod:`fanout_delta.fence`): a
+    fenced version, never equal to a batch id, would read "not taken out" here."""
     if table is None or table.transaction_version(app_id) != batch_id:
         return False
     try:

@@ -35,6 +35,7 @@ from fanout_delta.constraints import (
     violations,
     write_refused,
 )
+from fanout_delta.fence import batch_version
 from fanout_delta.merge import (
     canonical_nan_keys,
     merge_predicate,
@@ -133,9 +134,10 @@ def write_rs(sink: DeltaTarget, batch: Batch) -> SinkResult:
 
 def _holds(sink: DeltaTarget, table: Any, batch: Batch) -> bool:
     """Whether ``table`` holds the batch: its app transaction at the batch or past it, and
-    no RESTORE took it out since (:func:`_restored`)."""
+    no RESTORE took it out since (:func:`_restored`). A later epoch's fence on it refuses
+    (:mod:`fanout_delta.fence`): a commit from ``table`` would write the batch twice."""
     key = batch.idempotency_key
-    written = deltaio.transaction_version(table, key.app_id)
+    written = batch_version(table, batch, sink.name, str(sink.path))
     return written is not None and written >= key.version and not _restored(sink, table, batch)
 
 

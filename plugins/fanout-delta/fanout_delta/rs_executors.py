@@ -22,7 +22,7 @@ import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from fanout.contract.batch import Batch
 from fanout.contract.sink import SinkResult
@@ -38,6 +38,7 @@ from fanout_delta.constraints import (
     split_refused_spark,
     write_refused,
 )
+from fanout_delta.fence import batch_version, fenced_error
 from fanout_delta.partition_values import (
     partition_columns,
     split_unstorable,
@@ -71,7 +72,7 @@ def append_from_executors(sink: DeltaTarget, batch: Batch) -> SinkResult | None:
     try:
         outcome = append.pending().run(source, append.task)
     except Exception as exc:
-        raise append.error(exc) from exc
+        _raise(append, exc)
     return append.result(outcome, lambda: _count(source), dead)
 
 
@@ -99,7 +100,7 @@ def shared_append(sink: DeltaTarget, batch: Batch) -> SharedWrite | None:
     try:
         writer = pending.writer()
     except Exception as exc:
-        raise append.error(exc) from exc
+        _raise(append, exc)
     if writer is None:
         return None
 
@@ -107,7 +108,7 @@ def shared_append(sink: DeltaTarget, batch: Batch) -> SharedWrite | None:
         try:
             outcome = pending.commit(files)
         except Exception as exc:
-            raise append.error(exc) from exc
+            _raise(append, exc)
         return append.result(outcome, lambda: sum(f.rows for f in files))
 
     def finish(texts: Sequence[str]) -> SinkResult:
@@ -121,11 +122,21 @@ def shared_append(sink: DeltaTarget, batch: Batch) -> SharedWrite | None:
         try:
             files = distributed.write_files(batch.df, writer, append.task)
         except Exception as exc:
-            raise append.error(exc) from exc
+            _raise(append, exc)
         return commit(files)
 
     columns = tuple((name, name) for name in append.schema.names)
     return SharedWrite(SharedFiles(writer, append.hooks), columns, "any", finish, alone)
+
+
+def _raise(append: _ExecutorAppend, exc: Exception) -> NoReturn:
+    """Raise the sink's error for ``exc`` (:meth:`_ExecutorAppend.error`): ``exc`` itself
+    when it is already one (a refusal such as :class:`fanout_delta.fence.EpochFencedError`),
+    never as its own cause (a loop for code walking ``__cause__``)."""
+    error = append.error(exc)
+    if error is exc:
+        raise exc
+    raise error from exc
 
 
 @dataclass(frozen=True)
@@ -167,7 +178,15 @@ class _ExecutorAppend:
             storage_options=sink.storage_options, configuration=sink.configuration,
             merge_schema=sink.merge_schema, check=self.check, opened=self.opened,
             kept=sink.kept, metadata=commit_metadata(self.batch), taken_out=self.taken_out,
+            refuse=self.fenced,
         )  # fmt: skip
+
+    def fenced(self, table: Any) -> Exception:
+        """The refusal of the batch, whose app transaction carries a later epoch's fence
+        in ``table`` (:mod:`fanout_delta.fence`)."""
+        return fenced_error(table, self.app_id, sink=self.sink.name, path=str(self.sink.path),
+                            pipeline=self.batch.pipeline, epoch=self.batch.info.epoch,
+                            batch_id=self.batch_id)  # fmt: skip
 
     def taken_out(self, table: Any) -> bool:
         """Whether a RESTORE took the batch ``table`` records out again
@@ -183,8 +202,9 @@ class _ExecutorAppend:
 
     def holds(self) -> bool:
         """Whether the table as :meth:`of` found it holds the batch: its app transaction
-        at the batch or past it, and no RESTORE took it out since."""
-        done = deltaio.transaction_version(self.opened, self.app_id)
+        at the batch or past it, and no RESTORE took it out since. A later epoch's fence
+        refuses (:func:`fanout_delta.fence.batch_version`)."""
+        done = batch_version(self.opened, self.batch, self.sink.name, str(self.sink.path))
         if done is None or done < self.batch_id:
             return False
         return not taken_out(self.opened, self.app_id, self.batch_id, self.sink.storage_options)

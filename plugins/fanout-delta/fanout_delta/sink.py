@@ -172,6 +172,8 @@ class DeltaSink(Sink):
         self._kept: KeptTable | None = None
         # Why the executors' append stepped back to the driver, as logged (once each).
         self._stepped_back: set[str] = set()
+        # The epoch whose earlier epochs this process fenced (fence_earlier_epochs).
+        self._fenced_for = 0
 
     @property
     def reads(self) -> Reads:
@@ -337,13 +339,70 @@ class DeltaSink(Sink):
         past it; ``None``: the version cannot be loaded."""
         from deltalake import DeltaTable
 
+        from fanout.delta_tables import io
+
         path, options = str(self.path), dict(self.storage_options or {}) or None
         try:
             table = DeltaTable(path, version=version, storage_options=options)
         except Exception:  # delta-rs' errors for a cleaned-up version vary by release
             return None
-        done = table.transaction_version(app_id)
+        done = io.transaction_version(table, app_id)  # a later epoch's fence cleared
         return done is not None and done >= batch_id
+
+    def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+        """Close the app transactions of epochs ``0 .. epoch-1`` to a replaced driver still
+        running (:meth:`fanout.Sink.fence_earlier_epochs`; :mod:`fanout_delta.fence`): one
+        commit without rows marking each one not fenced yet. No table yet: nothing."""
+        from fanout.contract.batch import txn_app_id
+        from fanout.observe.secrets import redact
+        from fanout_delta.fence import fence_epochs, unfenceable
+
+        if self.path is None or epoch <= 0:
+            return
+        app_ids = {e: txn_app_id(pipeline, self.name, e) for e in range(epoch)}
+        try:
+            fenced = fence_epochs(self.path, self.storage_options, app_ids, epoch)
+        except Exception as exc:
+            if not unfenceable(exc):
+                raise
+            # engine spark on a table delta-rs cannot commit to: no fence, as before it
+            # (once a process: the writes of the epoch do not try again)
+            self._fenced_for = max(self._fenced_for, epoch)
+            logger.warning(
+                "sink %r: epochs before %d are not fenced in the Delta table %s: delta-rs "
+                "cannot commit to it (%s). A driver of a replaced epoch still running may "
+                "commit its batch in flight there after this start, beside the new epoch's "
+                "(the ledger detects it: ZombieBatchError). Stop the replaced query before "
+                "a checkpoint reset (docs/architecture.md §8.1).",
+                self.name, epoch, self.path, redact(str(exc), self.secret_values()),
+            )  # fmt: skip
+            return
+        self._fenced_for = max(self._fenced_for, epoch)
+        if fenced:
+            logger.info("sink %r: fenced %d app transaction(s) of epochs before %d in %s",
+                        self.name, fenced, epoch, self.path)  # fmt: skip
+
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+        """Commit the real version of epoch ``epoch - 1``'s app transaction back over its
+        fence (:meth:`fanout.Sink.lift_epoch_fence`), so its checkpoint may run again."""
+        from fanout.contract.batch import txn_app_id
+        from fanout_delta.fence import lift_fence, unfenceable
+
+        if self.path is None or epoch <= 0:
+            return
+        self._fenced_for = min(self._fenced_for, epoch - 1)
+        app_id = txn_app_id(pipeline, self.name, epoch - 1)
+        try:
+            lifted = lift_fence(self.path, self.storage_options, app_id)
+        except Exception as exc:
+            if not unfenceable(exc):
+                raise
+            # delta-rs cannot load it: it could not commit a fence there either
+            logger.info("sink %r: no fence to lift in %s (delta-rs cannot read it)",
+                        self.name, self.path)  # fmt: skip
+            return
+        if lifted:
+            logger.info("sink %r: lifted the fence of %s in %s", self.name, app_id, self.path)
 
     def harmless_rewrite(self) -> str | None:
         """Merge without a dead-letter target: ``when_matched_update_all`` (unconditional)
@@ -356,8 +415,10 @@ class DeltaSink(Sink):
 
     def remove_batch_hint(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """The table version that committed the batch, and the restore that removes it
-        when it is the table's last commit (the log is walked back from the latest
-        version, at most 100 versions: a refusal's path, never a batch's)."""
+        when it is the table's last commit but for epoch fences (commits without rows a
+        new epoch's start makes, :mod:`fanout_delta.fence`: the next start makes them
+        again); the log is walked back from the latest version, at most 100 versions: a
+        refusal's path, never a batch's."""
         from fanout.contract.batch import txn_app_id
         from fanout.delta_tables import io
 
@@ -367,11 +428,14 @@ class DeltaSink(Sink):
             return None
         last = latest.version()
         version = self._batch_version(app_id, batch_id, last)
-        return None if not version else _restore_hint(path, version, last)
+        if not version:
+            return None
+        return _restore_hint(path, version, last, _fences_after(latest, version, last))
 
     def write(self, batch: Batch) -> SinkResult:
         """Append or merge one batch; a batch already in the table is skipped."""
         self._check_batch(batch)
+        self._fence_before(batch)
         engine = self.resolved_engine or self.engine
         if engine == "spark":
             from fanout_delta.spark_engine import write_spark
@@ -417,6 +481,7 @@ class DeltaSink(Sink):
         from fanout_delta.rs_executors import shared_append
 
         self._check_batch(batch)
+        self._fence_before(batch)
         shared = shared_append(self.target(), batch)
         if shared is None:
             return SharedWrite(None, (), None, finish=_never, alone=lambda: self.write(batch))
@@ -425,6 +490,16 @@ class DeltaSink(Sink):
             finish=lambda texts: self._compacted(shared.finish(texts), batch),
             alone=lambda: self._compacted(shared.alone(), batch),
         )  # fmt: skip
+
+    def _fence_before(self, batch: Batch) -> None:
+        """At this process's first write of an epoch > 0 not fenced here yet (the start's
+        fence was made by another process, or the sink lagged through the start and
+        caught up since): :meth:`fence_earlier_epochs` (a snapshot read; a commit only
+        when an earlier epoch's app transaction is not fenced yet). Its own epoch is never
+        closed: a lagging sink's catch-up writes the replaced epoch's batches first."""
+        epoch = batch.info.epoch
+        if epoch > self._fenced_for:
+            self.fence_earlier_epochs(batch.pipeline, epoch)
 
     def _compacted(self, result: SinkResult, batch: Batch, engine: str = "rs") -> SinkResult:
         if not result.already_written:
@@ -456,10 +531,21 @@ class DeltaSink(Sink):
 
     def is_transient(self, error: BaseException) -> bool:
         """Retry :class:`fanout.TransientSinkError` (delta-rs commit conflicts are
-        translated to it) and Delta's concurrent-modification errors on Spark."""
+        translated to it) and Delta's concurrent-modification errors on Spark, among them
+        a commit that lost to a ``txn`` of its app id (``ConcurrentTransactionException``: a
+        later epoch's fence, which the retry reads and refuses, or a replayed batch another
+        driver committed, which the retry skips)."""
         if super().is_transient(error):
             return True
-        return "ConcurrentAppendException" in str(error) or "ConcurrentModification" in str(error)
+        text = str(error)
+        return any(
+            name in text
+            for name in (
+                "ConcurrentAppendException",
+                "ConcurrentModification",
+                "ConcurrentTransactionException",
+            )
+        )
 
     # -- internals -------------------------------------------------------------------
 
@@ -779,13 +865,36 @@ def _as_list(value: Any) -> Any:
     return value
 
 
-def _restore_hint(path: str, version: int, last: int) -> str:
-    """How to remove the commit ``version`` of the table at ``path`` (latest: ``last``)."""
-    if version == last:
+def _fences_after(table: Any, version: int, last: int) -> int:
+    """How many of the commits after ``version`` up to ``last`` are, all of them, epoch
+    fences or their lifts (:data:`fanout_delta.fence.FENCE_KEY`; 0 when any is not)."""
+    from fanout_delta.fence import FENCE_KEY
+
+    if last <= version:
+        return 0
+    try:
+        after = table.history(last - version)
+    except Exception:  # evidence only
+        return 0
+    if len(after) != last - version or any(FENCE_KEY not in info for info in after):
+        return 0
+    return last - version
+
+
+def _restore_hint(path: str, version: int, last: int, fences: int = 0) -> str:
+    """How to remove the commit ``version`` of the table at ``path`` (latest: ``last``,
+    of which the ``fences`` last commits are epoch fences, holding no rows)."""
+    if version == last - fences:
+        commits = "the epoch fence commit" if fences == 1 else f"the {fences} epoch fence commits"
+        fenced = (
+            ""
+            if not fences
+            else f" but for {commits} after it (without rows; a new epoch's start fences again)"
+        )
         return (
             f"Its rows are version {version} of the Delta table at {path}, the table's last "
-            f"commit: to remove them, restore the table to version {version - 1} (delta-rs: "
-            f"DeltaTable(path).restore({version - 1}); Spark SQL: RESTORE TABLE "
+            f"commit{fenced}: to remove them, restore the table to version {version - 1} "
+            f"(delta-rs: DeltaTable(path).restore({version - 1}); Spark SQL: RESTORE TABLE "
             f"delta.`{path}` TO VERSION AS OF {version - 1})."
         )
     return (

@@ -33,6 +33,7 @@ from fanout_delta.constraints import (
     split_refused_spark,
     write_refused,
 )
+from fanout_delta.fence import batch_version
 from fanout_delta.merge import merge_predicate, quote, winners_then_refusals
 from fanout_delta.partition_values import (
     holds_unstorable_spark,
@@ -92,7 +93,7 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
         df, broken = split_refused_spark(df, constraints, sink=sink.name, batch_id=batch_id)
         df, letters = split_unstorable_spark(df, partitions, engine="spark")
         letters = [*broken, *letters]
-    written = deltaio.transaction_version(table, app_id) if table is not None else None
+    written = batch_version(table, batch, sink.name, path)  # refuses a later epoch's fence
     held = written is not None and written >= batch_id
     if dead_letters is not None and (sink.mode == "merge" or letters):
         # first, and not again for a batch the table holds: see the rs engine

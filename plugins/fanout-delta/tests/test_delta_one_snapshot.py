@@ -6,8 +6,9 @@ write must then fail on delta-rs' conflict check instead of committing a second 
 fanout must re-check the fresh snapshot and count the batch as done: one commit with the
 data, asserted on the table's rows and on the txn actions of its log.
 
-The zombie is injected deterministically: ``transaction_version`` is wrapped so that right
-after the check returns (the moment of the race), another writer commits.
+The zombie is injected deterministically: ``transaction_version`` (``transaction_state``,
+which the sink's writers read) is wrapped so that right after the check returns (the
+moment of the race), another writer commits.
 """
 
 from __future__ import annotations
@@ -57,19 +58,23 @@ def table_rows(path: Path) -> list[dict[str, Any]]:
 def zombie_after_first_check(
     monkeypatch: pytest.MonkeyPatch, module: Any, zombie: Callable[[], None]
 ) -> list[int]:
-    """Wrap ``module.transaction_version``: after the first call returns its answer, the
-    zombie commits. Returns the list of calls seen (for asserting the re-check)."""
-    real = deltaio.transaction_version
+    """Wrap ``module.transaction_version`` (and, where ``module`` has it,
+    ``transaction_state``, which the sink's writers read: the version and whether a later
+    epoch fenced it): after the first lookup returns its answer, the zombie commits.
+    Returns the list of lookups seen (for asserting the re-check)."""
+    real = deltaio.transaction_state
     calls: list[int] = []
 
-    def checked_then_raced(table: Any, app_id: str) -> int | None:
+    def checked_then_raced(table: Any, app_id: str) -> tuple[int | None, bool]:
         answer = real(table, app_id)
         calls.append(1)
         if len(calls) == 1:
             zombie()
         return answer
 
-    monkeypatch.setattr(module, "transaction_version", checked_then_raced)
+    monkeypatch.setattr(module, "transaction_version", lambda t, a: checked_then_raced(t, a)[0])
+    if hasattr(module, "transaction_state"):
+        monkeypatch.setattr(module, "transaction_state", checked_then_raced)
     return calls
 
 
