@@ -65,7 +65,10 @@ class UnknownSinkTypeError(ConfigurationError):
         super().__init__(
             f"sink {sink_name!r}: unknown sink type {type_name!r}; known types: {known_text}. "
             "A sink type comes from a plugin distribution registered under the 'fanout' "
-            "entry-point group; `fanout plugins` lists what is installed."
+            "entry-point group; `fanout plugins` lists what is installed. Install the "
+            "distribution providing it (`pip install -e .` in its directory), or pass a "
+            "module of your own that is not installed, the module itself, in "
+            "`FanOut(plugins=[module])`."
         )
 
 

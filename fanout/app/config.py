@@ -347,11 +347,19 @@ def _check_sink(
         if required not in sink and required not in taken:
             mistakes.add(ConfigurationError(f"{path}.{required}: missing required option"))
     if "type" in sink and type_name not in sink_options:
+        suggestion = _did_you_mean(str(type_name), list(sink_options))
         mistakes.add(
             ConfigurationError(
                 f"{path}.type: unknown sink type {type_name!r}"
-                + _did_you_mean(str(type_name), list(sink_options))
+                + suggestion
                 + f"; installed: {', '.join(sorted(sink_options)) or 'none'}"
+                + (
+                    ""
+                    if suggestion
+                    else "; a pipeline file uses installed plugins only: install the "
+                    f"distribution providing {type_name!r} (`pip install -e .` in its "
+                    "directory), then `fanout plugins` lists it"
+                )
             )
         )
     if "name" in sink:

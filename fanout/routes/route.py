@@ -181,9 +181,10 @@ def _unresolved(
     kind: str, expression: str, exc: BaseException, sink: str, batch_id: int | None
 ) -> RouteError:
     text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
+    first = text.splitlines()[0].rstrip("; ") if text else type(exc).__name__
     return RouteError(
-        f"route {kind} {expression!r} cannot be applied to the batch: {first}",
+        f"route {kind} {expression!r} cannot be applied to the batch: {first}; fix the "
+        f"sink's '{kind}' against the batch's columns, or add to the stream what it names",
         sink=sink,
         batch_id=batch_id,
         kind=kind,

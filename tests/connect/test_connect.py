@@ -71,15 +71,16 @@ def test_the_fan_out_runs_under_spark_connect_with_a_partial_failure_and_replay(
         "cannot be applied to the batch: [UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, "
         "variable, or function parameter with name `amout` cannot be resolved. Did you mean "
         "one of the following? [`amount`, `status`, `customer`, `order_id`]. SQLSTATE: "
-        "42703; line 1 pos 0;"
+        "42703; line 1 pos 0; fix the sink's '{}' against the batch's columns, or add to "
+        "the stream what it names"
     )
     assert checked == [
         "CHECK good passed",
         "CHECK bad 3 sink(s) cannot take the source's rows; nothing started: |   - sink "
         "'latest': option 'keys' names column(s) 'orderid' not in the batch (the batch's "
         "columns: order_id, customer, amount, status); fix the option or add the column(s) "
-        f"to the stream |   - sink 'big': route where 'amout > 10' {unresolved} |   - sink "
-        f"'slim': route select 'amout * 100 AS cents' {unresolved}",
+        f"to the stream |   - sink 'big': route where 'amout > 10' {unresolved.format('where')} "
+        f"|   - sink 'slim': route select 'amout * 100 AS cents' {unresolved.format('select')}",
         "CHECK volatile 1 sink(s) cannot take the source's rows; nothing started: |   - sink "
         "'files': the source's column 'order_id' (rand()) is not deterministic: a replay or "
         "retry would put rows in other partitions than the attempt that committed some of "

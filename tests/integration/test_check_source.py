@@ -36,8 +36,9 @@ HINT = "; nothing started (`fanout validate {file}` runs every check):"
 UNRESOLVED = (
     "[UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or function parameter with name "
     "`amout` cannot be resolved. Did you mean one of the following? [`amount`, `order_id`]. "
-    "SQLSTATE: 42703; line 1 pos 0;"
+    "SQLSTATE: 42703; line 1 pos 0"
 )
+FIX = "; fix the sink's '{}' against the batch's columns, or add to the stream what it names"
 
 # each mistake: the sinks after bronze (TOML), the source's transform, the lines after
 # the header; {d} is the test's directory
@@ -57,13 +58,16 @@ MISTAKES: dict[str, tuple[str, str | None, list[str]]] = {
         None,
         [
             "  - sink 'slim': route select 'amout * 100 AS cents' cannot be applied to the "
-            f"batch: {UNRESOLVED}"
+            f"batch: {UNRESOLVED}{FIX.format('select')}"
         ],
     ),
     "where that does not resolve": (
         '\n[[sinks]]\ntype = "delta"\nname = "big"\npath = "{d}/big"\nwhere = "amout > 10"\n',
         None,
-        [f"  - sink 'big': route where 'amout > 10' cannot be applied to the batch: {UNRESOLVED}"],
+        [
+            f"  - sink 'big': route where 'amout > 10' cannot be applied to the batch: {UNRESOLVED}"
+            + FIX.format("where")
+        ],
     ),
     "target cannot take the schema": (
         LATEST + 'keys = ["order_id"]\n',

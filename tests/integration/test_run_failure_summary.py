@@ -107,7 +107,8 @@ def test_a_route_or_key_the_source_lacks_stops_the_run_before_the_stream_starts(
         "  - sink 'big': route where 'amout > 10' cannot be applied to the batch: "
         "[UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or function parameter with "
         "name `amout` cannot be resolved. Did you mean one of the following? [`amount`, "
-        "`order_id`]. SQLSTATE: 42703; line 1 pos 0;"
+        "`order_id`]. SQLSTATE: 42703; line 1 pos 0; fix the sink's 'where' against the "
+        "batch's columns, or add to the stream what it names"
     )
     assert len(error) == 3
     assert not (tmp_path / "checkpoint").exists()

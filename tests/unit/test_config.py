@@ -62,6 +62,19 @@ def test_unknown_sink_option_names_its_path_and_the_closest_option() -> None:
     assert str(bad.value) == "sinks[2].tabel: unknown option, did you mean table?"
 
 
+def test_a_sink_type_of_no_installed_plugin_says_how_to_get_it() -> None:
+    """A type that is no misspelling (a sink of your own, not installed) was told only
+    "unknown sink type 'csv'; installed: delta, postgres", leaving a newcomer to guess that
+    a pipeline file loads installed plugins only and what to install."""
+    with pytest.raises(ConfigurationError) as bad:
+        parse(_doc(sinks=[{"type": "csv", "name": "mine", "path": "/m.csv"}]), OPTIONS)
+    assert str(bad.value) == (
+        "sinks[0].type: unknown sink type 'csv'; installed: delta, postgres; a pipeline file "
+        "uses installed plugins only: install the distribution providing 'csv' "
+        "(`pip install -e .` in its directory), then `fanout plugins` lists it"
+    )
+
+
 def test_a_sink_under_one_bracket_is_told_to_use_two() -> None:
     """``[sinks]`` (one bracket: a table, not an array of tables) was refused as
     "sinks: at least one [[sinks]] entry is required", though the file holds one."""

@@ -160,7 +160,9 @@ def test_unknown_sink_type_lists_known_types() -> None:
     assert str(info.value) == (
         "sink 'out': unknown sink type 'parquet'; known types: jsonl, other. A sink type "
         "comes from a plugin distribution registered under the 'fanout' entry-point group; "
-        "`fanout plugins` lists what is installed."
+        "`fanout plugins` lists what is installed. Install the distribution providing it "
+        "(`pip install -e .` in its directory), or pass a module of your own that is not "
+        "installed, the module itself, in `FanOut(plugins=[module])`."
     )
 
 

@@ -12,7 +12,9 @@ OPTIONS = (
         "SQLAlchemy URL (`postgresql://` or `postgresql+psycopg2://`). Any part may be "
         "`${ENV_VAR}` (or `${VAR:-default}`), expanded on the driver *after* parsing, so a "
         "password needs no URL escaping. A `url` starting with `${` names the whole URL: "
-        "expanded first, then parsed.",
+        "expanded first, then parsed. A password written in the URL itself must escape an "
+        "`@` (`%40`): one not escaped is refused when the sink opens (exit 2), not taken "
+        "for the host.",
         expands_env=True,
     ),
     SinkOption(

@@ -70,6 +70,24 @@ def test_bad_urls_are_configuration_errors(url: str | None, message: str) -> Non
     assert message in str(caught.value)
 
 
+def test_an_at_sign_not_escaped_in_the_password_is_named_not_unreachable() -> None:
+    """``app:Sec@ret99@db`` (a newcomer's password with an '@') was cut by SQLAlchemy at
+    the first '@' and ``ret99@db`` taken as the host: the sink then reported the target
+    unreachable (exit 1, "check the host and port ..., run again once the server
+    answers"), never saying to escape the '@'."""
+    sink = PostgresSink("pg", url="postgresql://app:Sec@ret99@127.0.0.1:5499/d", table="t")
+    with pytest.raises(ConfigurationError) as caught:
+        sink.open(SinkContext("p"))
+    assert type(caught.value) is ConfigurationError
+    assert str(caught.value) == (
+        "postgres sink 'pg': option 'url' holds an '@' not escaped before its host (in the "
+        "password?): write '@' in the password as %40, or take the password from the "
+        "environment (postgresql://user:${PGPASSWORD}@host/db: a password from ${VAR} needs "
+        "no escaping)"
+    )
+    assert "ret99" not in repr(sink)
+
+
 def test_repr_and_pickle_never_show_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PG_PW", "hunter2-secret")
     sink = PostgresSink("pg", url=URL, table="t")
