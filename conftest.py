@@ -4,7 +4,6 @@ local SparkSession per test process, started on first use."""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -122,20 +121,11 @@ def _with_class_data_sharing(config: pytest.Config) -> None:
     archive is dumped when missing unless the run names only unit tests (a one-time ~25 s);
     nothing changes when ``SPARK_SUBMIT_OPTS`` is not :data:`SHORT_LIVED_JVM` (set by the
     user, or already given the archive by a parent pytest)."""
-    if hasattr(config, "workerinput") or os.environ.get("SPARK_SUBMIT_OPTS") != SHORT_LIVED_JVM:
+    if hasattr(config, "workerinput"):
         return
-    from tests.cds import archive_options
+    from tests.cds import with_archive
 
-    unit_only = bool(config.args) and all(
-        "unit" in Path(arg.split("::")[0]).parts for arg in config.args
-    )
-    try:
-        extra = archive_options(SHORT_LIVED_JVM, dump=not unit_only)
-    except Exception as exc:  # test infrastructure: the tests run as before
-        print(f"fanout tests: no class-data-sharing archive ({exc!r})", file=sys.stderr)
-        return
-    if extra:
-        os.environ["SPARK_SUBMIT_OPTS"] = f"{SHORT_LIVED_JVM} {extra}"
+    with_archive(os.environ, SHORT_LIVED_JVM, list(config.args))
 
 
 def _rank(relative: str, integration: bool) -> tuple[int, int]:

@@ -28,10 +28,29 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 
 DUMP_TIMEOUT_S = 240
 ARCHIVE_PREFIX = "tests-cds-"
+
+
+def with_archive(env: MutableMapping[str, str], base: str, args: list[str]) -> None:
+    """Give the Spark drivers started with ``env`` (``SPARK_SUBMIT_OPTS``) the archive for
+    the Java options ``base``: dumped when missing unless ``args`` (pytest's) name only
+    unit tests. Nothing changes when ``SPARK_SUBMIT_OPTS`` is not ``base`` (set by the user,
+    or already given the archive by a parent pytest) or there is no archive; anything
+    going wrong is reported on stderr, and the tests run as before."""
+    if env.get("SPARK_SUBMIT_OPTS") != base:
+        return
+    unit_only = bool(args) and all("unit" in Path(arg.split("::")[0]).parts for arg in args)
+    try:
+        extra = archive_options(base, dump=not unit_only)
+    except Exception as exc:  # test infrastructure: the tests run as before
+        print(f"fanout tests: no class-data-sharing archive ({exc!r})", file=sys.stderr)
+        return
+    if extra:
+        env["SPARK_SUBMIT_OPTS"] = f"{base} {extra}"
 
 
 def use_options(archive: Path) -> str:
