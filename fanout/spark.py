@@ -70,10 +70,10 @@ def local_file_system_conf() -> dict[str, str]:
     """The settings that serve ``file:`` paths with fanout's :data:`NIO_LOCAL_FILE_SYSTEM`
     (Hadoop's local file system, setting permissions without forking ``chmod``) and put its
     classes on the driver's and executors' class path; empty when the classes cannot be
-    compiled here (:func:`fanout.jvm.classes.compiled_classes`) or a SparkContext already
+    compiled here (:func:`fanout.jvm.classes.classes_jar`) or a SparkContext already
     runs in this process (its JVM's class path is fixed: the setting would name a class it
     cannot load). For a session of your own, add them to its builder before it starts."""
-    from fanout.jvm.classes import compiled_classes
+    from fanout.jvm.classes import classes_jar
 
     try:
         from pyspark import SparkContext
@@ -81,7 +81,7 @@ def local_file_system_conf() -> dict[str, str]:
         return {}
     if SparkContext._active_spark_context is not None:
         return {}
-    classes = compiled_classes()
+    classes = classes_jar()
     if classes is None:
         return {}
     return {LOCAL_FILE_SYSTEM: NIO_LOCAL_FILE_SYSTEM, **dict.fromkeys(CLASS_PATHS, str(classes))}

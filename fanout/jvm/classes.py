@@ -6,6 +6,12 @@ new pyspark compiles again, the same ones reuse the directory. When the cache ca
 written, a private temporary directory serves the one session. Compiling takes ~0.6 s (one
 ``java`` process); anything that keeps it from working (no ``java``, no Janino jar, a compile
 error) is logged and returns ``None``: the session then starts without the classes.
+
+Sessions put :func:`classes_jar` on their class path: the same classes zipped into
+``classes-<key>.jar`` beside the folder (written once, atomically). A jar, not a folder,
+because a JVM with a non-empty folder on its class path can neither dump nor use a
+class-data-sharing archive (``-XX:ArchiveClassesAtExit``/``-XX:SharedArchiveFile``), which
+the tests use to start their Spark drivers faster (conftest.py).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import zipfile
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -124,3 +131,43 @@ def _complete(folder: Path, sources: list[Path]) -> bool:
     """Whether ``folder`` holds a class file for every source (package ``fanout.hadoop``)."""
     classes = folder / "fanout" / "hadoop"
     return all((classes / f"{s.stem}.class").is_file() for s in sources)
+
+
+def classes_jar(cache: Path | None = None) -> Path | None:
+    """fanout's compiled JVM classes as a class path entry: the jar :func:`jarred` makes of
+    :func:`compiled_classes`'s folder, or that folder itself when the jar cannot be written
+    (logged); ``None`` when the classes cannot be compiled here."""
+    folder = compiled_classes(cache)
+    if folder is None:
+        return None
+    try:
+        return jarred(folder)
+    except OSError as exc:
+        log.info("fanout's JVM classes not jarred, the folder serves: %s", exc)
+        return folder
+
+
+def jarred(folder: Path) -> Path:
+    """The jar ``<folder>.jar`` holding every file under ``folder`` (its class files, by
+    their paths relative to it), written when missing: into a temporary file beside it,
+    renamed into place, so a process never reads half of one; one already there is reused
+    when it names the same files. Raises :class:`OSError` when it cannot be written."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    names = [p.relative_to(folder).as_posix() for p in files]
+    jar = folder.with_name(f"{folder.name}.jar")
+    try:
+        with zipfile.ZipFile(jar) as existing:
+            if sorted(existing.namelist()) == names:
+                return jar
+    except (OSError, zipfile.BadZipFile):
+        pass
+    handle, temporary = tempfile.mkstemp(prefix=f".{jar.name}-", dir=folder.parent)
+    try:
+        with os.fdopen(handle, "wb") as out, zipfile.ZipFile(out, "w") as archive:
+            for path, name in zip(files, names, strict=True):
+                archive.write(path, name)
+        os.replace(temporary, jar)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return jar

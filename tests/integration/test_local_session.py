@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from fanout.jvm.classes import classes_jar
 from fanout.spark import (
     ARROW_MAX_BYTES_PER_BATCH,
     ARROW_UNCHECKED_BATCH_BYTES,
@@ -109,6 +110,17 @@ def test_local_files_are_served_by_fanouts_file_system_with_hadoops_permissions(
     # a sticky bit goes through Hadoop's own call
     local.setPermission(hadoop.Path(f"file://{tmp_path}/a"), permission(0o1777))
     assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o1777
+
+
+@pytest.mark.integration
+def test_fanouts_classes_are_loaded_from_their_jar(spark: Any) -> None:
+    # a jar, not the classes' folder: a JVM with a folder on its class path can neither
+    # dump nor use a class-data-sharing archive (tests/cds.py)
+    jar = classes_jar()
+    assert jar is not None and jar.name.startswith("classes-") and jar.suffix == ".jar"
+    assert spark.sparkContext.getConf().get("spark.driver.extraClassPath") == str(jar)
+    loaded = spark.sparkContext._jvm.java.lang.Class.forName(NIO_LOCAL_FILE_SYSTEM)
+    assert loaded.getProtectionDomain().getCodeSource().getLocation().getPath() == str(jar)
 
 
 @pytest.mark.integration
