@@ -36,7 +36,13 @@ from fanout.contract.lag import SinkBehind, SinkLag, SpoolSize
 from fanout.contract.locations import command_location
 from fanout.contract.names import check_name
 from fanout.contract.sessions import is_connect
-from fanout.contract.sink import Sink, SinkContext, SinkResult
+from fanout.contract.sink import (
+    Sink,
+    SinkContext,
+    SinkResult,
+    declares_guarantees,
+    undeclared_guarantees_hint,
+)
 from fanout.deadletters.delta import refuse_shared_tables, table_roles
 from fanout.deadletters.moved import TargetMoves, checked, earlier_letters
 from fanout.deadletters.target import resolve_target
@@ -494,11 +500,18 @@ class FanOut:
             self.secrets = self._gather_secrets()  # for the next sink's open error, context
             check_route_membership(sink.name, spec.route, sink.deterministic_columns(), spark)
             if sink.guarantee == "at_least_once":
+                # a type declaring nothing is at-least-once by default: say how to declare
+                hint = (
+                    ""
+                    if declares_guarantees(type(sink))
+                    else f"; {undeclared_guarantees_hint(type(sink))}"
+                )
                 log.warning(
                     "pipeline %s: sink %r is at-least-once: if the driver dies between its "
-                    "write and its ledger mark, the replay can write duplicates",
+                    "write and its ledger mark, the replay can write duplicates%s",
                     self.pipeline,
                     sink.name,
+                    hint,
                     extra=batch_fields(self.pipeline, sink=sink.name),
                 )
         check_cores(self.pipeline, self.specs, spark)

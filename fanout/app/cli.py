@@ -112,7 +112,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     rows = [
         [
             t.name,
-            " or ".join(t.guarantees),
+            t.guarantees_text(),
             t.plugin.distribution or "-",
             t.plugin.version or "-",
             f"{t.sink_class.__module__}.{t.sink_class.__qualname__}",
@@ -125,6 +125,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                 {
                     "type": t.name,
                     "guarantees": list(t.guarantees),
+                    "guarantees_declared": t.declared,
                     "distribution": t.plugin.distribution,
                     "version": t.plugin.version,
                     "class": f"{t.sink_class.__module__}.{t.sink_class.__qualname__}",

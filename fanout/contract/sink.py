@@ -178,10 +178,11 @@ class PartlyHeld:
 class Sink:
     """Base class of every sink type.
 
-    Subclass it, set :attr:`guarantees`, implement :meth:`write`, and validate options in
-    :meth:`open`. Built from configuration as ``SinkClass(name=<name>, **options)``, so the
-    constructor takes the sink name plus keyword options and stores them; unknown options
-    raise ``TypeError`` there, which fanout reports as a configuration error naming the sink.
+    Subclass it, set :attr:`guarantees` (none set: ``at_least_once``), implement
+    :meth:`write`, and validate options in :meth:`open`. Built from configuration as
+    ``SinkClass(name=<name>, **options)``, so the constructor takes the sink name plus
+    keyword options and stores them; unknown options raise ``TypeError`` there, which
+    fanout reports as a configuration error naming the sink.
 
     Lifecycle, all on the driver:
 
@@ -206,9 +207,16 @@ class Sink:
        :meth:`open` raised.
     """
 
-    guarantees: ClassVar[tuple[Guarantee, ...]] = ("idempotent",)
+    guarantees: ClassVar[tuple[Guarantee, ...]] = ("at_least_once",)
     """The delivery guarantees this sink type can give, by configuration (the first is
-    the default's); ``fanout plugins`` lists them. See :data:`Guarantee`."""
+    the default's); ``fanout plugins`` lists them. See :data:`Guarantee`.
+
+    A type that declares none is ``("at_least_once",)``: fanout cannot know that its
+    :meth:`write` leaves the same state when a batch is written again, so it warns at start
+    (with what to do) and ``fanout plugins`` shows ``at_least_once (not declared)``. Declare
+    ``("idempotent",)`` or ``("transactional",)`` once it does (it skips a batch its records
+    hold, by :attr:`Batch.idempotency_key`, or writes idempotently); the conformance kit
+    (:mod:`fanout.testing.conformance`) checks it. See :func:`declares_guarantees`."""
 
     read_only_check: ClassVar[bool] = False
     """Whether :meth:`open` honours :attr:`SinkContext.checking`: opened so, it changes
@@ -566,3 +574,24 @@ def implemented_hooks(sink_class: type[Sink], *, conditions: bool = False) -> li
         return found
     when = sink_class.hook_conditions
     return [f"{h} ({when[h]})" if h in when else h for h in found]
+
+
+def declares_guarantees(sink_class: type[Sink]) -> bool:
+    """Whether ``sink_class``, or a base of it other than :class:`Sink`, sets
+    :attr:`Sink.guarantees`. One that does not inherits ``("at_least_once",)``: fanout
+    cannot know that its write is idempotent, and says so with
+    :func:`undeclared_guarantees_hint`."""
+    return any("guarantees" in vars(c) for c in sink_class.__mro__ if c is not Sink)
+
+
+def undeclared_guarantees_hint(sink_class: type[Sink]) -> str:
+    """What to do about a sink type that declares no :attr:`Sink.guarantees`, for the
+    warning an at-least-once sink gets at start."""
+    return (
+        f"its type {sink_class.__name__} declares no guarantees, so fanout cannot know its "
+        "write() is idempotent: once write() leaves the same state when a batch is written "
+        "again (it skips a batch its records hold, by holds_batch and batch.idempotency_key, "
+        'or writes idempotently), declare guarantees = ("idempotent",) (or '
+        '("transactional",)) on the class; fanout.testing\'s conformance kit checks it '
+        "(README, 'Writing a sink plugin')"
+    )

@@ -26,7 +26,7 @@ from fanout.contract.options import (
     declaration_problems,
     option_names,
 )
-from fanout.contract.sink import GUARANTEES, Sink, implemented_hooks
+from fanout.contract.sink import GUARANTEES, Sink, declares_guarantees, implemented_hooks
 from fanout.deadletters.delta import delta_target
 from fanout.deadletters.target import DeadLetterKind
 from fanout.errors import (
@@ -84,8 +84,20 @@ class SinkType:
 
     @property
     def guarantees(self) -> tuple[str, ...]:
-        """The guarantees the class declares it can give."""
+        """The guarantees the class declares it can give (``at_least_once`` when it declares
+        none: :attr:`declared` is then false)."""
         return tuple(self.sink_class.guarantees)
+
+    @property
+    def declared(self) -> bool:
+        """Whether the class declares its guarantees (:func:`declares_guarantees`)."""
+        return declares_guarantees(self.sink_class)
+
+    def guarantees_text(self) -> str:
+        """The guarantees for ``fanout plugins``: ``idempotent or transactional``, or
+        ``at_least_once (not declared)`` for a class declaring none."""
+        text = " or ".join(self.guarantees)
+        return text if self.declared else f"{text} (not declared)"
 
 
 @dataclass

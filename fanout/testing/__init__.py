@@ -14,10 +14,11 @@ import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.sink import (
+    GUARANTEES,
     Guarantee,
     Reads,
     Sink,
@@ -123,6 +124,9 @@ class RecordingSink(Sink):
     """Keeps every batch's rows in memory, keyed by batch id (so a replay overwrites:
     idempotent), and the ordered list of ``(batch_id, attempt)`` calls."""
 
+    guarantees: ClassVar[tuple[Guarantee, ...]] = ("idempotent", "transactional", "at_least_once")
+    """Idempotent (a replay overwrites its batch), or what the ``guarantee`` option says."""
+
     def __init__(
         self, name: str, *, guarantee: Guarantee = "idempotent", reads: Reads = "arrow"
     ) -> None:
@@ -180,6 +184,9 @@ class FlakySink(Sink):
     :param state_path: a JSON file counting failures, so a restarted process sees the
         failures of the one before (``None``: count in memory).
     """
+
+    guarantees: ClassVar[tuple[Guarantee, ...]] = GUARANTEES
+    """Any: its ``guarantee`` is the wrapped sink's."""
 
     def __init__(
         self,

@@ -21,6 +21,8 @@ from tests.integration.streams import SCHEMA, write_input
 class KeyedUpsert(Sink):
     """Upserts rows by ``id`` into a dict, one row at a time (a kill halfway leaves some)."""
 
+    guarantees = ("idempotent",)  # upserts by key: not warned about as at-least-once
+
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.target: dict[int, dict[str, Any]] = {}

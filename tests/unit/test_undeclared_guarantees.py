@@ -1,0 +1,143 @@
+"""A sink type that declares no ``guarantees`` is at-least-once: fanout cannot know its write
+is idempotent, so it warns at start saying how to declare it, and ``fanout plugins`` shows
+the guarantee as not declared (it once defaulted to ``idempotent`` and said nothing)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from fanout import Batch, FanOut, Sink
+from fanout.app.cli import main
+from fanout.contract.sink import declares_guarantees
+from fanout.ledger.memory import MemoryLedger
+
+
+class NaiveCsvSink(Sink):
+    """A newcomer's sink: appends every batch to one file, declares nothing."""
+
+    def write(self, batch: Batch) -> int:
+        return 0
+
+
+class UpsertingSink(Sink):
+    guarantees: ClassVar = ("idempotent",)
+
+    def write(self, batch: Batch) -> int:
+        return 0
+
+
+HINT = (
+    "its type NaiveCsvSink declares no guarantees, so fanout cannot know its write() is "
+    "idempotent: once write() leaves the same state when a batch is written again (it skips "
+    "a batch its records hold, by holds_batch and batch.idempotency_key, or writes "
+    'idempotently), declare guarantees = ("idempotent",) (or ("transactional",)) on the '
+    "class; fanout.testing's conformance kit checks it (README, 'Writing a sink plugin')"
+)
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.name.startswith("fanout")
+    ]
+
+
+def test_a_sink_type_declaring_nothing_is_at_least_once_and_the_warning_says_what_to_do(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="fanout")
+    assert NaiveCsvSink.guarantees == ("at_least_once",)
+    assert NaiveCsvSink("csv").guarantee == "at_least_once"
+    assert not declares_guarantees(NaiveCsvSink)
+
+    FanOut("orders", MemoryLedger(), [NaiveCsvSink("csv")]).close()
+    assert _warnings(caplog) == [
+        "pipeline orders: sink 'csv' is at-least-once: if the driver dies between its write "
+        f"and its ledger mark, the replay can write duplicates; {HINT}"
+    ]
+
+
+def test_a_sink_type_declaring_idempotent_gets_no_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="fanout")
+    assert declares_guarantees(UpsertingSink)
+    assert UpsertingSink("pg").guarantee == "idempotent"
+    FanOut("orders", MemoryLedger(), [UpsertingSink("pg")]).close()
+    assert _warnings(caplog) == []
+
+
+def test_a_subclass_of_a_declaring_type_inherits_its_declaration() -> None:
+    class Tuned(UpsertingSink):
+        pass
+
+    assert declares_guarantees(Tuned)
+    assert Tuned("pg").guarantee == "idempotent"
+
+
+PLUGIN = """
+import fanout
+
+
+class NaiveCsvSink(fanout.Sink):
+    def write(self, batch):
+        return 0
+
+
+@fanout.hookimpl
+def fanout_sink_types():
+    return {"naive_csv": NaiveCsvSink}
+"""
+
+
+@pytest.fixture
+def naive_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A distribution installed as pip leaves it, registering ``naive_csv``."""
+    (tmp_path / "fanout_naive_probe.py").write_text(PLUGIN)
+    info = tmp_path / "fanout_naive-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fanout-naive\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[fanout]\nnaive = fanout_naive_probe\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    sys.modules.pop("fanout_naive_probe", None)
+
+
+def test_fanout_plugins_shows_an_undeclared_guarantee(
+    naive_plugin: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plugins"]) == 0
+    rows = {
+        cells[0]: cells
+        for line in capsys.readouterr().out.splitlines()
+        if (cells := re.split(r"\s{2,}", line.strip()))
+    }
+    assert rows["naive_csv"] == [
+        "naive_csv",
+        "at_least_once (not declared)",
+        "fanout-naive",
+        "0.1",
+        "fanout_naive_probe.NaiveCsvSink",
+    ]
+    assert rows["delta"][1] == "transactional"
+    assert rows["postgres"][1] == "idempotent or transactional"
+
+
+def test_fanout_plugins_json_adds_whether_the_guarantees_are_declared(
+    naive_plugin: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plugins", "--json"]) == 0
+    listed: dict[str, Any] = {p["type"]: p for p in json.loads(capsys.readouterr().out)}
+    assert listed["naive_csv"]["guarantees"] == ["at_least_once"]
+    assert listed["naive_csv"]["guarantees_declared"] is False
+    assert listed["delta"]["guarantees"] == ["transactional"]
+    assert listed["delta"]["guarantees_declared"] is True
