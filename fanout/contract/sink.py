@@ -595,3 +595,15 @@ def undeclared_guarantees_hint(sink_class: type[Sink]) -> str:
         '("transactional",)) on the class; fanout.testing\'s conformance kit checks it '
         "(README, 'Writing a sink plugin')"
     )
+
+
+def lift_by_hand(pipeline: str, epoch: int | str, then: str) -> str:
+    """How an operator lifts a sink's fence closing the epoch before ``epoch`` (a start
+    that was refused, or a refusal naming it) when fanout could not: the sink's own
+    :meth:`Sink.lift_epoch_fence`, from Python, then ``then``. Said alike by the core and
+    every sink that fences."""
+    return (
+        "lift it by hand from Python, with the sink built from the pipeline's "
+        "configuration and opened (sink.open(fanout.SinkContext(pipeline))), by "
+        f"sink.lift_epoch_fence({pipeline}, {epoch}), then {then}"
+    )

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from fanout.contract.batch import BatchInfo
-from fanout.contract.sink import PartlyHeld, Sink
+from fanout.contract.sink import PartlyHeld, Sink, lift_by_hand
 from fanout.errors import SinkTimeoutError, UnmarkedBatchError, shell_word
 from fanout.ledger.entry import (
     LOST_MARK,
@@ -168,6 +168,10 @@ def fences(sink: Sink) -> bool:
     return type(sink).fence_earlier_epochs is not Sink.fence_earlier_epochs
 
 
+_RESTART = "restart that checkpoint"
+"""What the operator does after lifting a fence by hand, in the core's refusals."""
+
+
 def fence_epochs(
     info: BatchInfo,
     sinks: Mapping[str, Sink],
@@ -186,8 +190,8 @@ def fence_epochs(
     and the replaced epoch's checkpoint, which the next start may be refused to, would meet
     them. One that did not answer in time is not (nor one whose wait was interrupted while
     it ran): its call may still be fencing, and would close again what a lift opened; the
-    refusal says a fence may be left and names the lift by hand (:func:`lift_by_hand`).
-    The sinks fenced."""
+    refusal says a fence may be left and names the lift by hand
+    (:func:`fanout.contract.sink.lift_by_hand`). The sinks fenced."""
     new = info.epoch + 1
     done: list[Sink] = []
     for name, sink in sinks.items():
@@ -215,7 +219,7 @@ def fence_epochs(
                 "connection) and restart the query, or raise write_timeout_s. The fence "
                 "may still complete (it was not lifted, since a lift could be overtaken by "
                 f"it): a restart of epoch {info.epoch}'s checkpoint may then be refused by "
-                f"the sink; {lift_by_hand(info.pipeline, new)}",
+                f"the sink; {lift_by_hand(repr(info.pipeline), new, _RESTART)}",
                 sink=name,
             )
         done.append(sink)
@@ -262,19 +266,9 @@ def lift_fences(
                 "%s to writes still in flight could not be lifted (%s): a restart of "
                 "that epoch's checkpoint is refused by the sink until it is; %s",
                 info.pipeline, sink.name, new, info.epoch, why,
-                lift_by_hand(info.pipeline, new),
+                lift_by_hand(repr(info.pipeline), new, _RESTART),
                 extra=batch_fields(info.pipeline, info.batch_id, sink.name),
             )  # fmt: skip
-
-
-def lift_by_hand(pipeline: str, epoch: int) -> str:
-    """How an operator lifts a sink's fence closing the epoch before ``epoch`` (whose
-    start was refused) when fanout could not: the sink's own call, from Python."""
-    return (
-        "lift it by hand from Python, with the sink built from the pipeline's "
-        "configuration and opened (sink.open(fanout.SinkContext(pipeline))), by "
-        f"sink.lift_epoch_fence({pipeline!r}, {epoch}), then restart that checkpoint"
-    )
 
 
 def _epoch_taken(info: BatchInfo, ledger: Ledger) -> bool:

@@ -29,6 +29,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from fanout.contract.sink import lift_by_hand
 from fanout.delta_tables import io as deltaio
 from fanout.errors import SinkWriteError
 
@@ -169,10 +170,8 @@ def fenced_error(
         f"{epoch}): a checkpoint reset started {later} of the pipeline, which writes this "
         "batch again, so this query (of the replaced epoch) writes nothing. Stop it. If "
         "that new epoch's start was refused and this checkpoint must complete the batch, "
-        "its fence was not lifted (the refused start lifts it when it can): lift it from "
-        "Python, with this sink built from the pipeline's configuration and opened "
-        "(sink.open(fanout.SinkContext(pipeline))), by "
-        f"sink.lift_epoch_fence({pipeline!r}, {epoch + 1}), then restart this query.",
+        "its fence was not lifted (the refused start lifts it when it can): "
+        + lift_by_hand(repr(pipeline), epoch + 1, "restart this query."),
         sink=sink,
         batch_id=batch_id,
     )

@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from fanout.contract.sink import lift_by_hand
 from fanout.errors import TransientSinkError
 from fanout.partitioned.membership import (
     CommittedPartition,
@@ -125,7 +126,7 @@ def committed_partitions(
     *,
     sink: str = "?",
     span: int = 0,
-    lift: str = "",
+    lift: tuple[str, int | str] | None = None,
 ) -> list[CommittedPartition]:
     """The partitions whose marker says they committed ``batch_id``, with their plan.
 
@@ -166,12 +167,13 @@ def refuse_fenced(
     *,
     sink: str,
     marker_topic: str,
-    lift: str = "",
+    lift: tuple[str, int | str] | None = None,
 ) -> None:
     """Raise :class:`fanout_kafka.errors.EpochFencedError` when a marker (raw offsets)
     carries a later epoch's fence (:mod:`fanout_kafka.fence`): this scope's query was
     replaced by a checkpoint reset, and the new epoch writes its batches. ``lift``: the
-    call that lifts it (``sink.lift_epoch_fence(<pipeline>, <epoch>)``), for the refusal."""
+    pipeline (as written in Python) and the epoch whose fence the refusal names lifting
+    (:func:`fanout.contract.sink.lift_by_hand`)."""
     from fanout_kafka.errors import EpochFencedError
     from fanout_kafka.markers import is_fenced
 
@@ -183,11 +185,8 @@ def refuse_fenced(
         "closed: a checkpoint reset started a new epoch of the pipeline, which writes this "
         "batch again, so this query (of the replaced epoch) writes nothing. If that new "
         "epoch's start was refused and this checkpoint must complete the batch, its fence "
-        "was not lifted (the refused start lifts it when it can): lift it from Python, "
-        "with this sink built from the pipeline's configuration and opened "
-        f"(sink.open(fanout.SinkContext(pipeline))), by "
-        f"{lift or 'sink.lift_epoch_fence(<pipeline>, <the refused epoch>)'}, then restart "
-        "this query.",
+        "was not lifted (the refused start lifts it when it can): "
+        + lift_by_hand(*(lift or ("<pipeline>", "<the refused epoch>")), "restart this query."),
         sink=sink,
         batch_id=batch_id,
     )
@@ -604,7 +603,7 @@ def read_committed(
         done = committed_partitions(
             config, settings.marker_topic, settings.marker_group, batch_id, plan,
             settings.operation_timeout_s, sink=settings.sink, span=span,
-            lift=f"sink.lift_epoch_fence({settings.pipeline!r}, {epoch + 1})",
+            lift=(repr(settings.pipeline), epoch + 1),
         )  # fmt: skip
         if not done:
             refuse_markers_elsewhere(config, settings, batch_id, max(plan.partitions, span))
