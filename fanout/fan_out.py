@@ -41,6 +41,7 @@ from fanout.contract.sink import (
     SinkContext,
     SinkResult,
     declares_guarantees,
+    declaring_class,
     undeclared_guarantees_hint,
 )
 from fanout.deadletters.delta import refuse_shared_tables, table_roles
@@ -501,10 +502,11 @@ class FanOut:
             check_route_membership(sink.name, spec.route, sink.deterministic_columns(), spark)
             if sink.guarantee == "at_least_once":
                 # a type declaring nothing is at-least-once by default: say how to declare
+                declaring = declaring_class(sink)  # a FlakySink's: the wrapped type's
                 hint = (
                     ""
-                    if declares_guarantees(type(sink))
-                    else f"; {undeclared_guarantees_hint(type(sink))}"
+                    if declares_guarantees(declaring)
+                    else f"; {undeclared_guarantees_hint(declaring)}"
                 )
                 log.warning(
                     "pipeline %s: sink %r is at-least-once: if the driver dies between its "

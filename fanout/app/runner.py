@@ -32,7 +32,7 @@ from fanout.app.config import PipelineConfig, load
 from fanout.app.progress import ProgressObserver
 from fanout.contract.batch import BatchInfo
 from fanout.contract.options import self_expanded_options
-from fanout.contract.sink import SinkResult, declares_guarantees
+from fanout.contract.sink import SinkResult, declares_guarantees, declaring_class
 from fanout.errors import (
     OWN_ERROR,
     BatchFailedError,
@@ -254,7 +254,7 @@ def validate(path: str, out: TextIO | None = None) -> int:
             else f" route: where={spec.route.where!r} select={spec.route.select!r}"
         )
         guarantee = spec.sink.guarantee
-        if not declares_guarantees(type(spec.sink)):
+        if not declares_guarantees(declaring_class(spec.sink)):
             guarantee = f"{guarantee} (not declared)"  # the default: fanout cannot know
         out.write(f"  sink {name}: {type(spec.sink).__name__}, {guarantee}{route}\n")
     return 0

@@ -26,7 +26,13 @@ from fanout.contract.options import (
     declaration_problems,
     option_names,
 )
-from fanout.contract.sink import GUARANTEES, Sink, declares_guarantees, implemented_hooks
+from fanout.contract.sink import (
+    GUARANTEES,
+    Sink,
+    declares_guarantees,
+    declaring_class,
+    implemented_hooks,
+)
 from fanout.deadletters.delta import delta_target
 from fanout.deadletters.target import DeadLetterKind
 from fanout.errors import (
@@ -255,8 +261,10 @@ def _did_you_mean(type_error: str, valid: list[str]) -> str:
 
 def _checked(sink: Sink, what: str) -> Sink:
     """``sink`` once its name and guarantee are valid: a subclass whose ``__init__`` does
-    not call ``super().__init__(name)`` has none, and a guarantee fanout does not know would
-    skip the warning an at-least-once sink gets."""
+    not call ``super().__init__(name)`` has none, a guarantee fanout does not know would
+    skip the warning an at-least-once sink gets, and one its type does not declare (an
+    option making its ``guarantee`` property say more than the type promises) is refused,
+    naming the sink, the guarantee and the type's guarantees."""
     if not hasattr(sink, "name"):
         raise ConfigurationError(
             f"{what}: the sink has no name; its class's __init__ must call super().__init__(name)"
@@ -266,6 +274,15 @@ def _checked(sink: Sink, what: str) -> Sink:
         raise ConfigurationError(
             f"{what}: guarantee {sink.guarantee!r} is not one of {', '.join(GUARANTEES)}; "
             "declare the class's 'guarantees = (...)' with those (docs: README, Semantics)"
+        )
+    declaring = declaring_class(sink)
+    if sink.guarantee not in declaring.guarantees:
+        declared = ", ".join(declaring.guarantees)
+        raise ConfigurationError(
+            f"sink {sink.name!r}: guarantee {sink.guarantee!r} (as its options make it) is "
+            f"not one its type {declaring.__name__} declares ({declared}): configure it for one of "
+            f"those, or, if the type gives {sink.guarantee!r} too, add it to the class's "
+            "'guarantees = (...)' (what `fanout plugins` shows and the conformance kit checks)"
         )
     return sink
 
