@@ -66,9 +66,9 @@ class UnknownSinkTypeError(ConfigurationError):
             f"sink {sink_name!r}: unknown sink type {type_name!r}; known types: {known_text}. "
             "A sink type comes from a plugin distribution registered under the 'fanout' "
             "entry-point group; `fanout plugins` lists what is installed. Install the "
-            "distribution providing it (`pip install -e .` in its directory), or pass a "
-            "module of your own that is not installed, the module itself, in "
-            "`FanOut(plugins=[module])`."
+            "distribution providing it (`pip install -e .` in its directory), or name a "
+            "module of your own that is not installed (the module or its name) in "
+            "`FanOut(plugins=[...])`, or in a pipeline file's `plugins = [...]`."
         )
 
 

@@ -41,6 +41,7 @@ from fanout.contract.sink import (
     SinkContext,
     SinkResult,
     declares_guarantees,
+    declaring_class,
     undeclared_guarantees_hint,
 )
 from fanout.deadletters.delta import refuse_shared_tables, table_roles
@@ -56,7 +57,7 @@ from fanout.errors import (
     error_with_text,
 )
 from fanout.hooks.caller import HookCaller
-from fanout.hooks.registry import load_registry
+from fanout.hooks.registry import load_registry, resolve_plugins
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import Ledger, ledger_location
 from fanout.observe.logs import batch_fields, register_secrets
@@ -142,7 +143,12 @@ class FanOut:
     :param parallelism: how many sinks are written at once (default: all pending).
     :param retries: further attempts for a sink's transient errors.
     :param backoff_s: the wait before the first retry, doubled each time (with jitter).
-    :param plugins: extra plugin objects (observers) besides the installed ones.
+    :param plugins: extra plugins besides the installed ones (observers, modules of sink
+        types not installed): each an object or module implementing fanout's hooks, or a
+        module's importable name (``"my_sinks"``), imported here
+        (:func:`fanout.hooks.registry.plugin_object`: from ``sys.path``, the working
+        directory added; one that does not import raises
+        :class:`fanout.errors.PluginLoadError` naming it and its import error).
     :param checkpoint_location: the query's checkpoint, if fanout cannot find it itself.
     :param spark: the SparkSession, handed to sinks' ``open`` (default: the active one).
     :param spool: where the batches a lagging sink still needs are kept (a directory for
@@ -242,7 +248,7 @@ class FanOut:
         """The pipeline file, absolute, as the commands fanout prints name it."""
         self._layouts = RecentLayouts()  # each shared job's input, guessed for the next batch
         self.retry = RetryPolicy(retries=retries, backoff_s=backoff_s)
-        self._plugins = tuple(plugins)
+        self._plugins = resolve_plugins(plugins)  # a module's name imported
         registry = load_registry(self._plugins)
         registry.raise_load_errors()
         self.hooks = HookCaller(registry.manager)
@@ -501,10 +507,11 @@ class FanOut:
             check_route_membership(sink.name, spec.route, sink.deterministic_columns(), spark)
             if sink.guarantee == "at_least_once":
                 # a type declaring nothing is at-least-once by default: say how to declare
+                declaring = declaring_class(sink)  # a FlakySink's: the wrapped type's
                 hint = (
                     ""
-                    if declares_guarantees(type(sink))
-                    else f"; {undeclared_guarantees_hint(type(sink))}"
+                    if declares_guarantees(declaring)
+                    else f"; {undeclared_guarantees_hint(declaring)}"
                 )
                 log.warning(
                     "pipeline %s: sink %r is at-least-once: if the driver dies between its "

@@ -133,6 +133,11 @@ def local_session(
     process's environment (``PYSPARK_PYTHON``, ``PYTHONPATH``), and :func:`cluster_conf` is
     added. The executors' logs are where Spark's in-driver workers put them,
     ``<SPARK_HOME>/work/app-*/<executor>/stderr`` (the pyspark package's directory).
+
+    The session has no Delta jars (the Delta sink's default engine, delta-rs, needs none):
+    read a Delta table back with ``deltalake.DeltaTable(path).to_pyarrow_table()``, not
+    ``spark.read.format("delta")`` (``DATA_SOURCE_NOT_FOUND``).
+
     Only one session per process: start a cluster session in a process of its own (the
     chaos drivers do).
     """

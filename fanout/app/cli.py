@@ -100,12 +100,13 @@ def _conditions(sink_class: type[Sink]) -> dict[str, str]:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    """List the sink types of every installed plugin."""
+    """List the sink types of every installed plugin, and of the modules ``--plugin`` names
+    (a pipeline file's ``plugins``)."""
     from fanout.app.status import format_table
     from fanout.contract.sink import implemented_hooks
     from fanout.hooks.registry import load_registry
 
-    registry = load_registry()
+    registry = load_registry(args.plugin or ())
     types = registry.sink_types()
     if args.options is not None:
         return _print_options(types, args.options, as_json=args.json)
@@ -801,6 +802,13 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="print JSON")
     plugins.add_argument(
         "--options", metavar="TYPE", help="the options of one sink type: default and meaning"
+    )
+    plugins.add_argument(
+        "--plugin",
+        action="append",
+        metavar="MODULE",
+        help="also a module of your own, not installed, as a pipeline file's plugins = [...] "
+        "names it (imported from the working directory and PYTHONPATH); repeatable",
     )
     plugins.set_defaults(func=cmd_plugins)
 

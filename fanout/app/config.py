@@ -22,6 +22,7 @@ from fanout.app.interval import interval_ms
 from fanout.contract.names import check_name
 from fanout.contract.options import SinkClass, coerce_option_text, coerce_text
 from fanout.errors import ConfigurationError, shell_word
+from fanout.hooks.registry import is_module_name
 from fanout.observe.logs import register_secrets
 from fanout.observe.option_values import HIDDEN_STRING, option_type_problems, value_problem
 from fanout.observe.secrets import expand_env, location_secrets
@@ -93,6 +94,10 @@ class PipelineConfig:
     probe_interval_s: float = 10.0
     share_tasks: bool = True
     path: Path | None = None
+    plugins: tuple[str, ...] = ()
+    """The top-level ``plugins``: modules of the user's own, by name, registering sink types
+    (or observers) through fanout's hooks as ``FanOut(plugins=...)`` does
+    (:func:`plugin_names`)."""
 
 
 class _Mistakes:
@@ -180,7 +185,15 @@ def _check_section(name: str, data: Any, mistakes: _Mistakes) -> dict[str, Any]:
     data = {key: _coerce(value, spec.get(key)) for key, value in data.items()}
     good: dict[str, Any] = {}
     for key, value in data.items():
-        if key not in spec:
+        if key == "plugins" and key not in spec:  # TOML: a key after [name] is name's
+            mistakes.add(
+                ConfigurationError(
+                    f"{name}.plugins: plugins is a top-level key: write plugins = [...] at the "
+                    f"top of the file, before [{name}] (TOML puts a key written after a "
+                    "[section] into that section)"
+                )
+            )
+        elif key not in spec:
             mistakes.add(_unknown(f"{name}.", key, list(spec)))
         elif not isinstance(value, spec[key]) or (isinstance(value, bool) and spec[key] is int):
             expected = spec[key]
@@ -356,9 +369,11 @@ def _check_sink(
                 + (
                     ""
                     if suggestion
-                    else "; a pipeline file uses installed plugins only: install the "
-                    f"distribution providing {type_name!r} (`pip install -e .` in its "
-                    "directory), then `fanout plugins` lists it"
+                    else "; a pipeline file uses the installed plugins and the modules its "
+                    f"top-level plugins = [...] names: install the distribution providing "
+                    f"{type_name!r} (`pip install -e .` in its directory), then `fanout "
+                    "plugins` lists it, or name the module of your own registering it "
+                    '(plugins = ["my_sinks"] for my_sinks.py in the working directory)'
                 )
             )
         )
@@ -488,8 +503,12 @@ def parse(
     expanded here: their unset variables are named when the sink opens."""
     mistakes = _Mistakes(path)
     for key in data:
-        if key not in (*SECTIONS, "sinks"):
-            mistakes.add(_unknown("", key, [*SECTIONS, "sinks"], "section"))
+        if key not in (*SECTIONS, "sinks", "plugins"):
+            mistakes.add(_unknown("", key, [*SECTIONS, "sinks", "plugins"], "section"))
+    plugins: tuple[str, ...] = ()
+    with mistakes.each():
+        plugins = plugin_names(data)
+    data = {k: v for k, v in data.items() if k != "plugins"}
     sinks = data.get("sinks")
     before = len(mistakes.errors)
     expanded: dict[str, Any] = _expand(
@@ -537,7 +556,47 @@ def parse(
         probe_interval_s=float(pipeline.get("probe_interval_s", 10.0)),
         share_tasks=pipeline.get("share_tasks", True),
         path=path,
+        plugins=plugins,
     )
+
+
+def plugin_names(data: Mapping[str, Any]) -> tuple[str, ...]:
+    """The document's top-level ``plugins = ["my_sinks", ...]``: modules of the user's own,
+    by the names Python imports them by, each registering sink types (or observers) through
+    fanout's hooks as ``FanOut(plugins=[module])`` does; imported, from the working
+    directory and ``PYTHONPATH``, before the sinks are checked
+    (:func:`fanout.hooks.registry.plugin_object`). ``()`` when the key is absent. Raises
+    :class:`fanout.ConfigurationError` for a value that is not a list of module names
+    (``${VAR}`` is not expanded in it)."""
+    names = data.get("plugins", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ConfigurationError(
+            f'plugins: must be a list of module names (plugins = ["my_sinks"]), not {names!r}'
+        )
+    bad = [n for n in names if not is_module_name(n)]
+    if bad:
+        raise ConfigurationError(
+            f"plugins: {bad[0]!r} is not a module name: give the name Python imports it by "
+            "(my_sinks for my_sinks.py beside where fanout runs, acme.plugin for "
+            "acme/plugin.py)"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """The TOML document of the pipeline file at ``path``, not checked yet; raises
+    :class:`fanout.ConfigurationError` naming the file when it cannot be read as TOML."""
+    file = Path(path)
+    try:
+        return tomllib.loads(file.read_text())
+    except FileNotFoundError:
+        raise ConfigurationError(f"{file}: no such pipeline file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"{file}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"{file}: not UTF-8 text (TOML is): {exc.reason}") from None
+    except OSError as exc:  # a directory, no permission...
+        raise ConfigurationError(f"{file}: cannot be read: {exc.strerror or exc}") from None
 
 
 def load(
@@ -548,14 +607,4 @@ def load(
     """Read and validate the pipeline file at ``path`` (``self_expanded``, ``sink_classes``:
     see :func:`parse`)."""
     file = Path(path)
-    try:
-        data = tomllib.loads(file.read_text())
-    except FileNotFoundError:
-        raise ConfigurationError(f"{file}: no such pipeline file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigurationError(f"{file}: not valid TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigurationError(f"{file}: not UTF-8 text (TOML is): {exc.reason}") from None
-    except OSError as exc:  # a directory, no permission...
-        raise ConfigurationError(f"{file}: cannot be read: {exc.strerror or exc}") from None
-    return parse(data, sink_options, file, self_expanded, sink_classes)
+    return parse(read(file), sink_options, file, self_expanded, sink_classes)

@@ -13,7 +13,7 @@ refusal. Every secret the sinks declare is registered, so the output masks it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,7 +89,7 @@ def ask_sinks(
         after = before if mark is None else mark
         if spooled.get(name, -1) > after:
             continue
-        sink = _opened(config.name, options, ledger, asked.not_asked)
+        sink = _opened(config.name, options, ledger, asked.not_asked, config.plugins)
         if sink is None:
             continue
         try:
@@ -103,17 +103,22 @@ def ask_sinks(
 
 
 def _opened(
-    pipeline: str, options: Mapping[str, Any], ledger: Ledger, not_asked: dict[str, str]
+    pipeline: str,
+    options: Mapping[str, Any],
+    ledger: Ledger,
+    not_asked: dict[str, str],
+    plugins: Sequence[str] = (),
 ) -> Sink | None:
     """The sink ``options`` describe, built and opened as ``fanout validate`` opens it
-    (``None``, with why in ``not_asked``, when it cannot be)."""
+    (``None``, with why in ``not_asked``, when it cannot be); ``plugins``: the pipeline
+    file's own modules (its ``plugins`` key)."""
     from fanout.deadletters.target import resolve_target
     from fanout.hooks.registry import load_registry
     from fanout.retry import RetryPolicy
     from fanout.sink_spec import split_core_options
 
     name = str(options["name"])
-    registry = load_registry()
+    registry = load_registry(plugins)
     try:
         own, _, _, _ = split_core_options(name, options, RetryPolicy())
         sink = registry.build_sink(own, registry.sink_types())

@@ -26,23 +26,25 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from fanout.app.config import PipelineConfig, load
+from fanout.app.config import PipelineConfig, parse, plugin_names, read
 from fanout.app.progress import ProgressObserver
 from fanout.contract.batch import BatchInfo
 from fanout.contract.options import self_expanded_options
-from fanout.contract.sink import SinkResult, declares_guarantees
+from fanout.contract.sink import SinkResult, declares_guarantees, declaring_class
 from fanout.errors import (
     OWN_ERROR,
     BatchFailedError,
     ConfigurationError,
+    PluginLoadError,
     SinksBehindError,
     TransientSinkError,
     is_stop_refusal,
     shell_word,
 )
-from fanout.hooks.registry import Registry, load_registry, option_names
+from fanout.hooks.registry import Registry, load_registry, option_names, resolve_plugins
 from fanout.hooks.specs import hookimpl
 from fanout.observe.logs import known_secrets
 from fanout.observe.secrets import redact
@@ -117,17 +119,35 @@ def sink_self_expanded_options() -> dict[str, list[str]]:
 
 
 def load_pipeline(path: str) -> PipelineConfig:
-    """The pipeline file at ``path``, checked against the installed sink types (their
-    plugins discovered once)."""
-    registry = _installed_sinks()
+    """The pipeline file at ``path``, checked against the installed sink types and those of
+    the modules its top-level ``plugins`` names (imported first: one that does not import
+    is a :class:`fanout.ConfigurationError` naming it and its error), their plugins
+    discovered once."""
+    file = Path(path)
+    data = read(file)
+    registry = file_registry(plugin_names(data), file)
     classes = {name: t.sink_class for name, t in registry.sink_types().items()}
-    return load(path, _option_names(registry), _self_expanded(registry), classes)
+    return parse(data, _option_names(registry), file, _self_expanded(registry), classes)
+
+
+def file_registry(plugins: Sequence[str], file: str | Path | None = None) -> Registry:
+    """The installed plugins, plus the modules a pipeline file's ``plugins`` names (``file``:
+    the file, for the message): what every command building sinks from the file uses. A
+    module that does not import is a :class:`fanout.ConfigurationError` naming the module
+    and its import error; an installed plugin that does not, its
+    :class:`fanout.errors.PluginLoadError`."""
+    try:
+        modules = resolve_plugins(plugins)
+    except PluginLoadError as exc:
+        where = f"{file}: " if file is not None else ""
+        raise ConfigurationError(f"{where}plugins: {exc}") from exc
+    registry = load_registry(modules)
+    registry.raise_load_errors()
+    return registry
 
 
 def _installed_sinks() -> Registry:
-    registry = load_registry()
-    registry.raise_load_errors()
-    return registry
+    return file_registry(())
 
 
 def _option_names(registry: Registry) -> dict[str, list[str]]:
@@ -179,7 +199,7 @@ def build_fanout(
     (``fanout run --accept-lost-target``, :class:`fanout.TargetLostError`)."""
     from fanout.fan_out import FanOut
 
-    observers = list(plugins)
+    observers = [*config.plugins, *plugins]  # the file's modules, by name
     if config.metrics is not None and serve:
         from fanout.observe.metrics import MetricsObserver
 
@@ -254,7 +274,7 @@ def validate(path: str, out: TextIO | None = None) -> int:
             else f" route: where={spec.route.where!r} select={spec.route.select!r}"
         )
         guarantee = spec.sink.guarantee
-        if not declares_guarantees(type(spec.sink)):
+        if not declares_guarantees(declaring_class(spec.sink)):
             guarantee = f"{guarantee} (not declared)"  # the default: fanout cannot know
         out.write(f"  sink {name}: {type(spec.sink).__name__}, {guarantee}{route}\n")
     return 0

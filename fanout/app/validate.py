@@ -64,7 +64,7 @@ def run_checks(spark: Any, config: PipelineConfig, build_source: Callable[..., A
     ledger = f"ledger {config.ledger}"
     changes = _check(checks, f"{ledger}: opens", DeltaLedger(config.ledger).check)
     _would(checks, ledger, changes or ())
-    registry = load_registry()
+    registry = load_registry(config.plugins)  # the file's modules already imported
     if registry.load_errors:
         _check(checks, "plugins: load", registry.raise_load_errors)
     types = registry.sink_types()

@@ -584,6 +584,19 @@ def declares_guarantees(sink_class: type[Sink]) -> bool:
     return any("guarantees" in vars(c) for c in sink_class.__mro__ if c is not Sink)
 
 
+def declaring_class(sink: Sink) -> type[Sink]:
+    """The class whose :attr:`Sink.guarantees` speak for ``sink``: its own, or, for a
+    wrapper that hands its calls to another sink and names it as ``wrapped_sink``
+    (:class:`fanout.testing.FlakySink`), the wrapped sink's (a wrapper declares every
+    guarantee, its ``guarantee`` being the wrapped one's, and so hid the start warning's
+    hint for a wrapped type that declares none)."""
+    seen: set[int] = set()
+    while isinstance(getattr(sink, "wrapped_sink", None), Sink) and id(sink) not in seen:
+        seen.add(id(sink))
+        sink = sink.wrapped_sink  # type: ignore[attr-defined]
+    return type(sink)
+
+
 def undeclared_guarantees_hint(sink_class: type[Sink]) -> str:
     """What to do about a sink type that declares no :attr:`Sink.guarantees`, for the
     warning an at-least-once sink gets at start."""

@@ -9,9 +9,12 @@ are found exactly that way, and the core names none of them. (Code shipped to a 
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
 import logging
+import os
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -26,7 +29,13 @@ from fanout.contract.options import (
     declaration_problems,
     option_names,
 )
-from fanout.contract.sink import GUARANTEES, Sink, declares_guarantees, implemented_hooks
+from fanout.contract.sink import (
+    GUARANTEES,
+    Sink,
+    declares_guarantees,
+    declaring_class,
+    implemented_hooks,
+)
 from fanout.deadletters.delta import delta_target
 from fanout.deadletters.target import DeadLetterKind
 from fanout.errors import (
@@ -255,8 +264,10 @@ def _did_you_mean(type_error: str, valid: list[str]) -> str:
 
 def _checked(sink: Sink, what: str) -> Sink:
     """``sink`` once its name and guarantee are valid: a subclass whose ``__init__`` does
-    not call ``super().__init__(name)`` has none, and a guarantee fanout does not know would
-    skip the warning an at-least-once sink gets."""
+    not call ``super().__init__(name)`` has none, a guarantee fanout does not know would
+    skip the warning an at-least-once sink gets, and one its type does not declare (an
+    option making its ``guarantee`` property say more than the type promises) is refused,
+    naming the sink, the guarantee and the type's guarantees."""
     if not hasattr(sink, "name"):
         raise ConfigurationError(
             f"{what}: the sink has no name; its class's __init__ must call super().__init__(name)"
@@ -266,6 +277,15 @@ def _checked(sink: Sink, what: str) -> Sink:
         raise ConfigurationError(
             f"{what}: guarantee {sink.guarantee!r} is not one of {', '.join(GUARANTEES)}; "
             "declare the class's 'guarantees = (...)' with those (docs: README, Semantics)"
+        )
+    declaring = declaring_class(sink)
+    if sink.guarantee not in declaring.guarantees:
+        declared = ", ".join(declaring.guarantees)
+        raise ConfigurationError(
+            f"sink {sink.name!r}: guarantee {sink.guarantee!r} (as its options make it) is "
+            f"not one its type {declaring.__name__} declares ({declared}): configure it for one of "
+            f"those, or, if the type gives {sink.guarantee!r} too, add it to the class's "
+            "'guarantees = (...)' (what `fanout plugins` shows and the conformance kit checks)"
         )
     return sink
 
@@ -339,7 +359,8 @@ def load_registry(
 ) -> Registry:
     """Discover plugins and return a registry; never raises for a broken plugin.
 
-    :param extra_plugins: plugin objects registered directly (``FanOut(plugins=...)``).
+    :param extra_plugins: plugins registered directly (``FanOut(plugins=...)``, a pipeline
+        file's ``plugins``): objects, modules, or modules' names (:func:`plugin_object`).
     :param entry_points_: the entry points to load; default: the installed ``fanout`` group
         (the built-in sinks' included).
     Import errors, and implementations of hooks fanout does not define, are collected in
@@ -372,9 +393,13 @@ def load_registry(
             )
             continue
         _register(registry, plugin, info)
-    for plugin in extra_plugins:
-        if isinstance(plugin, str):
-            registry.load_errors.append(_named_not_given(plugin))
+    for given in extra_plugins:
+        try:
+            plugin = plugin_object(given)
+        except PluginLoadError as exc:
+            registry.load_errors.append(exc)
+            continue
+        if registry.manager.is_registered(plugin):  # named too by an installed entry point
             continue
         name = getattr(plugin, "__name__", None) or f"{type(plugin).__name__}@{id(plugin):x}"
         origin = name if inspect.ismodule(plugin) else type(plugin).__module__
@@ -504,14 +529,51 @@ def _load_error(
     return error
 
 
-def _named_not_given(name: str) -> PluginLoadError:
-    """The error for a plugin given by its module's name (``FanOut(plugins=["x.plugin"])``,
-    as ``SinkUnderTest(plugins=...)`` takes them): pluggy would register the text itself,
-    which implements no hook, and its sink types would be unknown without a word."""
-    cause = TypeError(
-        f"{name!r} is a text, not a plugin object: FanOut(plugins=...) takes the plugin "
-        f"modules or objects themselves; import it and pass the module "
-        f"(importlib.import_module({name!r})), or install its distribution, whose entry "
-        "point registers it"
-    )
-    return _load_error(name, None, cause)
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def is_module_name(text: str) -> bool:
+    """Whether ``text`` reads as a module's importable name (``my_sinks``,
+    ``acme.fanout_plugin``), not a file's (``my_sinks.py``) or a path."""
+    return bool(_MODULE_NAME.fullmatch(text)) and not text.endswith(".py")
+
+
+def plugin_object(plugin: object) -> object:
+    """A plugin as ``FanOut(plugins=...)``, ``SinkUnderTest(plugins=...)`` and a pipeline
+    file's ``plugins`` key take it: a module (or any object implementing fanout's hooks)
+    as given, or a module's importable name (``"my_sinks"``, ``"acme.fanout_plugin"``)
+    imported. A name is imported from ``sys.path``, with the working directory added at its
+    end when missing (the ``fanout`` command's path starts at its own script's directory,
+    not the directory it runs in), so a module beside the pipeline file needs no install.
+
+    Raises :class:`fanout.errors.PluginLoadError` naming the module and its import error
+    (also for a text that is no module name)."""
+    if not isinstance(plugin, str):
+        return plugin
+    name = plugin.strip()
+    if not is_module_name(name):
+        cause = ValueError(
+            f"{plugin!r} is not a module name: give the name Python imports it by "
+            "(my_sinks for my_sinks.py, acme.plugin for acme/plugin.py), or the module itself"
+        )
+        raise _load_error(plugin, None, cause)
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:
+        raise _load_error(
+            name,
+            None,
+            exc,
+            what_to_do=f"fanout imports it from the working directory ({here}) and "
+            "PYTHONPATH: run from the directory holding it, add its directory to "
+            "PYTHONPATH, or install its distribution",
+        ) from exc
+
+
+def resolve_plugins(plugins: Iterable[object]) -> tuple[object, ...]:
+    """Each of ``plugins`` as :func:`plugin_object` makes it (a name imported); raises the
+    first :class:`fanout.errors.PluginLoadError`."""
+    return tuple(plugin_object(plugin) for plugin in plugins)

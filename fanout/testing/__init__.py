@@ -186,7 +186,9 @@ class FlakySink(Sink):
     """
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = GUARANTEES
-    """Any: its ``guarantee`` is the wrapped sink's."""
+    """Any: its ``guarantee`` is the wrapped sink's, and what the wrapped sink's type
+    declares speaks for it (:attr:`wrapped_sink`, :func:`fanout.contract.sink.declaring_class`:
+    the start warning for a wrapped type that declares none says so)."""
 
     def __init__(
         self,
@@ -213,6 +215,12 @@ class FlakySink(Sink):
     def guarantee(self) -> Guarantee:
         """As the wrapped sink."""
         return self.inner.guarantee
+
+    @property
+    def wrapped_sink(self) -> Sink:
+        """The wrapped sink, whose type's declared guarantees speak for this one
+        (:func:`fanout.contract.sink.declaring_class`)."""
+        return self.inner
 
     @property
     def reads(self) -> Reads:

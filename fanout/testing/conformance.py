@@ -49,8 +49,9 @@ has them.
 The sink type is found as ``FanOut`` finds it: through the ``fanout`` entry point of an
 installed distribution (``pip install -e .`` of your plugin in the test environment), or,
 without installing it, through ``plugins``: the modules registering it (``fanout_sink_types``),
-imported by name by the suite and by the kill check's driver (a subprocess: give it the
-import path in ``env={"PYTHONPATH": ...}`` unless the module is importable already).
+each the module itself or its name, as ``FanOut(plugins=...)`` takes them; the kill check's
+driver imports them by name (a subprocess: give it the import path in
+``env={"PYTHONPATH": ...}`` unless the module is importable already).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
 
 import pytest
@@ -101,9 +103,10 @@ class SinkUnderTest:
     :param secret: a secret value held by ``failing_config`` (``None``: check skipped).
     :param failing_config: a configuration with ``secret`` that fails (at open or write).
     :param env: environment variables the kill check's subprocess needs (``PYTHONPATH``).
-    :param plugins: names of modules registering the sink type (``fanout_sink_types``),
-        for a plugin that is not installed: imported and given to ``FanOut(plugins=...)``,
-        also by the kill check's driver.
+    :param plugins: the modules registering the sink type (``fanout_sink_types``), for a
+        plugin that is not installed: each the module itself or its importable name, as
+        ``FanOut(plugins=...)`` takes them (:func:`fanout.hooks.registry.plugin_object`);
+        given to ``FanOut(plugins=...)``, and by name to the kill check's driver.
     :param commits_in_pieces: whether an attempt commits the batch in pieces that a failure
         can leave behind (a partitioned sink: one transaction per Spark partition), so that
         a route changed between a partial attempt and its replay must be refused or its
@@ -129,7 +132,7 @@ class SinkUnderTest:
     secret: str | None = None
     failing_config: Mapping[str, Any] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    plugins: Sequence[str] = ()
+    plugins: Sequence[ModuleType | str] = ()
     commits_in_pieces: bool | None = None
     refused_value: str | None = None
     recreate: Callable[[], None] | None = None
@@ -216,7 +219,7 @@ class SinkConformance:
     ) -> None:
         spec = {"pipeline": self.pipeline, "ledger": str(tmp_path / "ledger"),
                 "sink": under_test.sink(), "rows": [[i, f"v{i}"] for i in range(8)],
-                "plugins": list(under_test.plugins)}  # fmt: skip
+                "plugins": _module_names(under_test.plugins)}  # fmt: skip
         env = {**os.environ, **under_test.env}
         killed = subprocess.run(
             [sys.executable, "-m", "fanout.testing.kill_driver", json.dumps(spec)],
@@ -751,8 +754,25 @@ def _commits_in_pieces(case: SinkUnderTest, fan: FanOut) -> bool:
     return isinstance(fan.sinks[NAME], PartitionedSink)
 
 
-def _modules(names: Sequence[str]) -> list[Any]:
-    """The plugin modules named, imported."""
-    import importlib
+def _modules(plugins: Sequence[ModuleType | str]) -> list[Any]:
+    """The plugin modules, those given by name imported (as ``FanOut`` imports them)."""
+    from fanout.hooks.registry import resolve_plugins
 
-    return [importlib.import_module(name) for name in names]
+    return list(resolve_plugins(plugins))
+
+
+def _module_names(plugins: Sequence[ModuleType | str]) -> list[str]:
+    """Each plugin's module name, for the kill check's driver (another process), which
+    imports them; refused for what is neither a module nor a name."""
+    names = []
+    for plugin in plugins:
+        if isinstance(plugin, str):
+            names.append(plugin)
+        elif isinstance(plugin, ModuleType):
+            names.append(plugin.__name__)
+        else:
+            raise TypeError(
+                f"SinkUnderTest(plugins=...): {plugin!r} is neither a module nor a module's "
+                "name; the kill check's driver, another process, imports each plugin by name"
+            )
+    return names

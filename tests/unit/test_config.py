@@ -65,13 +65,16 @@ def test_unknown_sink_option_names_its_path_and_the_closest_option() -> None:
 def test_a_sink_type_of_no_installed_plugin_says_how_to_get_it() -> None:
     """A type that is no misspelling (a sink of your own, not installed) was told only
     "unknown sink type 'csv'; installed: delta, postgres", leaving a newcomer to guess that
-    a pipeline file loads installed plugins only and what to install."""
+    a pipeline file loads installed plugins only and what to install; it now says the
+    file's own ``plugins`` key too."""
     with pytest.raises(ConfigurationError) as bad:
         parse(_doc(sinks=[{"type": "csv", "name": "mine", "path": "/m.csv"}]), OPTIONS)
     assert str(bad.value) == (
         "sinks[0].type: unknown sink type 'csv'; installed: delta, postgres; a pipeline file "
-        "uses installed plugins only: install the distribution providing 'csv' "
-        "(`pip install -e .` in its directory), then `fanout plugins` lists it"
+        "uses the installed plugins and the modules its top-level plugins = [...] names: "
+        "install the distribution providing 'csv' (`pip install -e .` in its directory), "
+        "then `fanout plugins` lists it, or name the module of your own registering it "
+        '(plugins = ["my_sinks"] for my_sinks.py in the working directory)'
     )
 
 

@@ -161,8 +161,9 @@ def test_unknown_sink_type_lists_known_types() -> None:
         "sink 'out': unknown sink type 'parquet'; known types: jsonl, other. A sink type "
         "comes from a plugin distribution registered under the 'fanout' entry-point group; "
         "`fanout plugins` lists what is installed. Install the distribution providing it "
-        "(`pip install -e .` in its directory), or pass a module of your own that is not "
-        "installed, the module itself, in `FanOut(plugins=[module])`."
+        "(`pip install -e .` in its directory), or name a module of your own that is not "
+        "installed (the module or its name) in `FanOut(plugins=[...])`, or in a pipeline "
+        "file's `plugins = [...]`."
     )
 
 
@@ -428,9 +429,67 @@ def test_a_sink_class_whose_init_takes_no_name_fails_its_plugins_load() -> None:
     )
 
 
-def test_a_plugin_given_by_its_module_name_is_refused_naming_it() -> None:
-    """``FanOut(plugins=["pkg.plugin"])`` (the names ``SinkUnderTest(plugins=...)`` takes)
-    registered the text itself, which implements no hook: its sink types were unknown."""
+OWN_MODULE = """
+from fanout import Sink, SinkResult, hookimpl
+
+
+class TinySink(Sink):
+    guarantees = ("idempotent",)
+
+    def write(self, batch):
+        return SinkResult(rows=0)
+
+
+@hookimpl
+def fanout_sink_types():
+    return {"tiny": TinySink}
+"""
+
+
+@pytest.fixture
+def own_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
+    """A plugin module of the test's own, not installed, importable as ``own_tiny_plugin``."""
+    (tmp_path / "own_tiny_plugin.py").write_text(OWN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    try:
+        yield importlib.import_module("own_tiny_plugin")
+    finally:
+        sys.modules.pop("own_tiny_plugin", None)
+
+
+@pytest.mark.parametrize("form", ["module", "name"])
+def test_fanout_and_sink_under_test_take_a_plugin_module_or_its_name(
+    own_plugin: types.ModuleType, form: str
+) -> None:
+    """``FanOut(plugins=...)`` took modules only (a name was refused), while
+    ``SinkUnderTest(plugins=...)`` took names only (a module failed in ``import_module``):
+    each now takes either, resolved by one function."""
+    from fanout.ledger.memory import MemoryLedger
+    from fanout.testing.conformance import SinkConformance, SinkUnderTest
+
+    given: Any = own_plugin if form == "module" else "own_tiny_plugin"
+    fan = fanout.FanOut("p", MemoryLedger(), [{"type": "tiny", "name": "raw"}], plugins=[given])
+    try:
+        assert type(fan.sinks["raw"]) is own_plugin.TinySink
+    finally:
+        fan.close()
+    case = SinkUnderTest(config={"type": "tiny"}, read=list, plugins=[given])
+    fan = SinkConformance()._fan(case, MemoryLedger())
+    try:
+        assert type(fan.sinks["under_test"]) is own_plugin.TinySink
+    finally:
+        fan.close()
+    from fanout.testing.conformance import _module_names
+
+    assert _module_names(case.plugins) == ["own_tiny_plugin"]  # the kill check's driver's
+
+
+def test_a_plugin_name_that_does_not_import_is_refused_naming_it() -> None:
+    """``FanOut(plugins=["pkg.plugin"])`` registered the text itself, which implements no
+    hook (its sink types were unknown); then was refused as a text; now it is imported, and
+    one that does not import is refused naming it and its import error."""
     from fanout.ledger.memory import MemoryLedger
 
     with pytest.raises(PluginLoadError) as info:
@@ -438,11 +497,10 @@ def test_a_plugin_given_by_its_module_name_is_refused_naming_it() -> None:
             "p", MemoryLedger(), [{"type": "jsonl", "name": "raw"}], plugins=["fake_jsonl.plugin"]
         )
     assert str(info.value) == (
-        "Error importing plugin \"fake_jsonl.plugin\": TypeError: 'fake_jsonl.plugin' is a "
-        "text, not a plugin object: FanOut(plugins=...) takes the plugin modules or objects "
-        "themselves; import it and pass the module "
-        "(importlib.import_module('fake_jsonl.plugin')), or install its distribution, whose "
-        "entry point registers it"
+        'Error importing plugin "fake_jsonl.plugin": ModuleNotFoundError: No module named '
+        f"'fake_jsonl'; fanout imports it from the working directory ({Path.cwd()}) and "
+        "PYTHONPATH: run from the directory holding it, add its directory to PYTHONPATH, or "
+        "install its distribution"
     )
 
 

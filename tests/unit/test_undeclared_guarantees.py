@@ -141,3 +141,54 @@ def test_fanout_plugins_json_adds_whether_the_guarantees_are_declared(
     assert listed["naive_csv"]["guarantees_declared"] is False
     assert listed["delta"]["guarantees"] == ["transactional"]
     assert listed["delta"]["guarantees_declared"] is True
+
+
+def test_a_flaky_sink_wrapping_an_undeclaring_type_keeps_the_warnings_hint(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``FlakySink`` declares every guarantee (its ``guarantee`` is the wrapped sink's), so
+    the warning for a wrapped type that declares none lost its hint: the wrapper's
+    declaration was read, not the wrapped type's."""
+    from fanout.testing import FlakySink
+
+    caplog.set_level(logging.WARNING, logger="fanout")
+    FanOut("orders", MemoryLedger(), [FlakySink(NaiveCsvSink("csv"), fail_on=[])]).close()
+    assert _warnings(caplog) == [
+        "pipeline orders: sink 'csv' is at-least-once: if the driver dies between its write "
+        f"and its ledger mark, the replay can write duplicates; {HINT}"
+    ]
+
+
+class ModalSink(Sink):
+    """Declares ``idempotent`` only, but its option ``mode = "append"`` makes its
+    ``guarantee`` ``transactional``: a promise the type does not make."""
+
+    guarantees: ClassVar = ("idempotent",)
+
+    def __init__(self, name: str, *, mode: str = "upsert") -> None:
+        super().__init__(name)
+        self.mode = mode
+
+    @property
+    def guarantee(self) -> Any:
+        return "transactional" if self.mode == "append" else "idempotent"
+
+    def write(self, batch: Batch) -> int:
+        return 0
+
+
+def test_a_guarantee_its_type_does_not_declare_is_refused_before_start() -> None:
+    """Nothing compared a configured sink's ``guarantee`` with its type's ``guarantees``
+    (only with the guarantees fanout knows): ``fanout plugins`` said ``idempotent`` while
+    the sink ran promising ``transactional``."""
+    from fanout.errors import ConfigurationError
+
+    FanOut("orders", MemoryLedger(), [ModalSink("m")]).close()  # upsert: declared
+    with pytest.raises(ConfigurationError) as caught:
+        FanOut("orders", MemoryLedger(), [ModalSink("m", mode="append")])
+    assert str(caught.value) == (
+        "sink 'm': guarantee 'transactional' (as its options make it) is not one its "
+        "type ModalSink declares (idempotent): configure it for one of those, or, if the type "
+        "gives 'transactional' too, add it to the class's 'guarantees = (...)' (what `fanout "
+        "plugins` shows and the conformance kit checks)"
+    )

@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError(INSTALL_HINT) from exc
     try:  # as the sink reads its url: ${VAR} in any part, or the whole URL
         url = pgurl.resolve_url(args.url, sink=None, named="--url")
+        pgurl.refuse_at_in_host(url, "--url")
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
     secrets = pgurl.secrets_of(url)

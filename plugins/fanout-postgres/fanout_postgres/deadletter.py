@@ -214,11 +214,19 @@ class PostgresDeadLetters:
         """A one-connection engine on the sink's database, disposed of on leaving."""
         import sqlalchemy as sa
 
+        from fanout.errors import ConfigurationError
         from fanout_postgres import url as pgurl
         from fanout_postgres.connections import CLIENT_ENCODING
 
+        try:
+            url = pgurl.resolve_url(self.url, sink=self.sink)
+            pgurl.refuse_at_in_host(url)  # not "unreachable": an '@' to escape
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"postgres sink {self.sink!r}: dead letters ({self.describe()}): {exc}"
+            ) from None
         engine = sa.create_engine(
-            pgurl.resolve_url(self.url, sink=self.sink),
+            url,
             poolclass=sa.NullPool,
             client_encoding=CLIENT_ENCODING,
         )

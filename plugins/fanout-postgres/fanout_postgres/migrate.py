@@ -233,6 +233,15 @@ def upgrade(
         raise ConfigurationError(f"invalid schema name for fanout's tables: {schema!r}")
     if "." in schema:
         raise ConfigurationError(dotted_schema(schema, "the schema for fanout's tables"))
+    if not isinstance(target, Engine):
+        from sqlalchemy.engine import make_url
+
+        from fanout_postgres.url import refuse_at_in_host
+
+        try:  # an '@' to escape, not a host that cannot be found
+            refuse_at_in_host(make_url(target), "the URL")
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
     engine = target if isinstance(target, Engine) else create_engine(target, poolclass=NullPool)
     try:
         with engine.connect() as conn, conn.begin():

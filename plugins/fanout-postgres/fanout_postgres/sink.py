@@ -920,8 +920,7 @@ class PostgresSink(PartitionedSink):
     def _check_options(self) -> None:
         try:
             self._url = pgurl.resolve_url(self.url, sink=self.name)
-            if "@" in str(self._url.host or ""):  # host names hold no '@': a password's
-                raise ValueError(AT_IN_PASSWORD)  # (its rest is a secret: not shown)
+            pgurl.refuse_at_in_host(self._url)  # not "unreachable": an '@' to escape
             self._table = check_options(self)
         except ConfigurationError:
             raise
@@ -1222,12 +1221,6 @@ def _shape(conn: Any, table: TableName) -> list[tuple[Any, ...]]:
     )
     return [tuple(row) for row in rows]
 
-
-AT_IN_PASSWORD = (
-    "option 'url' holds an '@' not escaped before its host (in the password?): write '@' "
-    "in the password as %40, or take the password from the environment "
-    "(postgresql://user:${PGPASSWORD}@host/db: a password from ${VAR} needs no escaping)"
-)
 
 UNREACHABLE_HINT = (
     "check the host and port in option 'url', and that the server runs and accepts "

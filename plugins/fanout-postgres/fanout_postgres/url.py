@@ -77,6 +77,28 @@ def resolve_url(
     )
 
 
+def at_in_password(named: str = "option 'url'") -> str:
+    """What to do about a URL holding an ``@`` not escaped before its host (in the
+    password), the URL named as ``named``; no part of the URL shown (the rest of the
+    password is read as the host)."""
+    return (
+        f"{named} holds an '@' not escaped before its host (in the password?): write '@' "
+        "in the password as %40, or take the password from the environment "
+        "(postgresql://user:${PGPASSWORD}@host/db: a password from ${VAR} needs no escaping)"
+    )
+
+
+def refuse_at_in_host(url: Any, named: str = "option 'url'") -> None:
+    """Raise ``ValueError`` (:func:`at_in_password`) when the resolved ``url``'s host holds
+    an ``@``: no host name does, so it is the rest of a password whose ``@`` was not written
+    ``%40`` (SQLAlchemy ends the password at the first ``@``), which libpq would report as a
+    host it cannot find, "unreachable: check the host and port". Called wherever a URL is
+    taken to connect: the sink's ``url``, its ``postgres:`` dead letters, ``fanout migrate
+    --url``."""
+    if "@" in str(getattr(url, "host", None) or ""):
+        raise ValueError(at_in_password(named))  # (its rest is a secret: not shown)
+
+
 SECRET_QUERY_KEYS = frozenset(
     {"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"}
 )

@@ -88,6 +88,41 @@ def test_an_at_sign_not_escaped_in_the_password_is_named_not_unreachable() -> No
     assert "ret99" not in repr(sink)
 
 
+def test_an_at_sign_not_escaped_is_named_by_migrate_and_by_the_dead_letters(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The check above covered the sink's own ``url`` only: ``fanout migrate --url`` with
+    such a password, and the sink's ``postgres:`` dead letters, tried the rest of the
+    password as a host (``could not translate host name``: exit 1, as unreachable)."""
+    from fanout_postgres.deadletter import PostgresDeadLetters
+
+    from fanout.app.cli import main as cli_main
+
+    url = "postgresql://app:Sec@ret99@127.0.0.1:5499/d"
+    assert cli_main(["migrate", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--url holds an '@' not escaped before its host (in the password?): write '@' in the "
+        "password as %40, or take the password from the environment "
+        "(postgresql://user:${PGPASSWORD}@host/db: a password from ${VAR} needs no escaping)"
+    ) in err
+    assert "ret99" not in err
+    letters = PostgresDeadLetters(url, "pg", parse_table("errors"), "t")
+    with pytest.raises(ConfigurationError) as caught:
+        with letters._engine():
+            pass
+    assert str(caught.value) == (
+        "postgres sink 'pg': dead letters (PostgreSQL table errors): option 'url' holds an "
+        "'@' not escaped before its host (in the password?): write '@' in the password as "
+        "%40, or take the password from the environment (postgresql://user:${PGPASSWORD}@"
+        "host/db: a password from ${VAR} needs no escaping)"
+    )
+    from fanout_postgres.migrate import upgrade
+
+    with pytest.raises(ConfigurationError, match=r"^the URL holds an '@' not escaped"):
+        upgrade(url)
+
+
 def test_repr_and_pickle_never_show_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PG_PW", "hunter2-secret")
     sink = PostgresSink("pg", url=URL, table="t")

@@ -1,0 +1,56 @@
+"""``fanout validate`` and ``fanout run`` of a pipeline file naming a sink module of its
+own (``plugins = ["my_sinks"]``: the README's examples/jsonl_sink.py beside the file, not
+installed), in this process and its Spark session (``fanout.app.cli.main``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout.app.cli import main
+from tests.integration.streams import SCHEMA, pipeline_file, write_input
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def own_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    shutil.copy(ROOT / "examples" / "jsonl_sink.py", tmp_path / "my_sinks.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])
+    try:
+        yield tmp_path
+    finally:
+        sys.modules.pop("my_sinks", None)
+
+
+def test_validate_and_run_a_pipeline_file_naming_its_own_sink_module(
+    spark: Any, own_module: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = own_module
+    sink = f'[[sinks]]\ntype = "jsonl"\nname = "raw"\ndirectory = "{data}/out"\n'
+    file = data / "pipeline.toml"
+    text = pipeline_file(data, "mine", SCHEMA, sink, available_now=True)
+    file.write_text('plugins = ["my_sinks"]\n' + text)
+    rows = write_input(data / "input", 2, 3)  # one batch (available now): orders 0-5
+
+    assert main(["validate", str(file)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert f"sink raw: would create directory {data}/out" in out, out
+    assert "  sink raw: JsonLinesSink, idempotent\n" in out, out
+    assert not (data / "out").exists()
+
+    assert main(["run", str(file)]) == 0, capsys.readouterr().err
+    written = sorted((data / "out").glob("*.jsonl"))
+    assert [p.name for p in written] == ["mine~raw~000000000000.jsonl"]  # batch 0's
+    got = [json.loads(line) for path in written for line in path.read_text().splitlines()]
+    assert sorted(r["order_id"] for r in got) == [r["order_id"] for r in rows] == list(range(6))
+    assert sorted(got, key=lambda r: r["order_id"]) == rows

@@ -1,0 +1,123 @@
+"""A pipeline file's top-level ``plugins = ["my_sinks"]``: a sink of your own, not installed,
+named by its module beside where ``fanout`` runs (before, a pipeline file loaded installed
+entry points only, and ``plugins`` was an unknown section)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fanout.app.cli import main
+from fanout.app.runner import load_pipeline
+from fanout.errors import ConfigurationError
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = "my_sinks"
+
+PIPELINE = """plugins = ["my_sinks"]
+
+[pipeline]
+name = "mine"
+ledger = "{root}/ledger"
+checkpoint = "{root}/checkpoint"
+
+[source]
+format = "rate"
+
+[[sinks]]
+type = "jsonl"
+name = "raw"
+directory = "{root}/out"
+"""
+
+
+@pytest.fixture
+def own_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The README's sink of your own (examples/jsonl_sink.py) as ``my_sinks.py`` in the
+    working directory, not installed; ``sys.path`` and ``sys.modules`` put back after."""
+    shutil.copy(ROOT / "examples" / "jsonl_sink.py", tmp_path / f"{MODULE}.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])
+    try:
+        yield tmp_path
+    finally:
+        sys.modules.pop(MODULE, None)
+
+
+def test_a_pipeline_file_names_a_sink_module_of_its_own(own_module: Path) -> None:
+    file = own_module / "pipeline.toml"
+    file.write_text(PIPELINE.format(root=own_module))
+    config = load_pipeline(str(file))
+    assert config.plugins == ("my_sinks",)
+    assert config.sinks == [{"type": "jsonl", "name": "raw", "directory": f"{own_module}/out"}]
+    assert sys.modules[MODULE].__file__ == str(own_module / "my_sinks.py")
+
+
+def test_a_plugin_module_that_does_not_import_is_a_configuration_error(
+    own_module: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = own_module / "pipeline.toml"
+    file.write_text(PIPELINE.format(root=own_module).replace('["my_sinks"]', '["my_sinkz"]'))
+    with pytest.raises(ConfigurationError) as caught:
+        load_pipeline(str(file))
+    assert str(caught.value) == (
+        f'{file}: plugins: Error importing plugin "my_sinkz": ModuleNotFoundError: No module '
+        f"named 'my_sinkz'; fanout imports it from the working directory ({own_module}) and "
+        "PYTHONPATH: run from the directory holding it, add its directory to PYTHONPATH, or "
+        "install its distribution"
+    )
+    assert main(["validate", str(file)]) == 2  # before any Spark session
+    assert "No module named 'my_sinkz'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        ('plugins = "my_sinks"', "plugins: must be a list of module names "
+         "(plugins = [\"my_sinks\"]), not 'my_sinks'"),
+        ('plugins = ["my_sinks.py"]', "plugins: 'my_sinks.py' is not a module name: give the "
+         "name Python imports it by (my_sinks for my_sinks.py beside where fanout runs, "
+         "acme.plugin for acme/plugin.py)"),
+    ],
+)  # fmt: skip
+def test_a_plugins_value_that_names_no_module_is_refused(
+    own_module: Path, head: str, message: str
+) -> None:
+    file = own_module / "pipeline.toml"
+    file.write_text(PIPELINE.format(root=own_module).replace('plugins = ["my_sinks"]', head))
+    with pytest.raises(ConfigurationError) as caught:
+        load_pipeline(str(file))
+    assert str(caught.value) == message
+
+
+def test_plugins_written_under_a_section_says_it_is_top_level(own_module: Path) -> None:
+    """TOML puts a key written after ``[pipeline]`` into that table."""
+    text = PIPELINE.format(root=own_module).replace('plugins = ["my_sinks"]\n', "")
+    text = text.replace('name = "mine"', 'name = "mine"\nplugins = ["my_sinks"]')
+    file = own_module / "pipeline.toml"
+    file.write_text(text)
+    with pytest.raises(ConfigurationError) as caught:
+        load_pipeline(str(file))
+    assert str(caught.value).startswith(
+        f"2 mistakes in {file}:\n"
+        "  - pipeline.plugins: plugins is a top-level key: write plugins = [...] at the top "
+        "of the file, before [pipeline] (TOML puts a key written after a [section] into that "
+        "section)\n"
+        "  - sinks[0].type: unknown sink type 'jsonl'"
+    ), str(caught.value)
+
+
+def test_fanout_plugins_lists_the_types_of_a_module_given_with_plugin(
+    own_module: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plugins", "--plugin", MODULE, "--json"]) == 0
+    import json
+
+    found = {t["type"]: t for t in json.loads(capsys.readouterr().out)}
+    assert found["jsonl"]["class"] == "my_sinks.JsonLinesSink"
+    assert found["jsonl"]["guarantees"] == ["idempotent"]
+    assert found["jsonl"]["distribution"] is None
