@@ -44,10 +44,13 @@ def fanout_cli(spark: Any, capsys: pytest.CaptureFixture[str]) -> Iterator[Calla
     After the test, it asserts the commands left nothing behind that would leak into the
     next test: the shared session still running (a ``fanout run`` must not stop it), no
     streaming query active, no thread started by them still alive; and it puts back the
-    root logger's handlers and level, which ``main`` replaces with its own."""
+    root logger's handlers and level, which ``main`` replaces with its own, and the
+    session's settings a pipeline file's ``[spark.conf]`` changed (Spark applies them to
+    the session it returns)."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     threads = set(threading.enumerate())
+    settings = dict(spark.conf.getAll)
 
     def command(*args: str) -> Ran:
         capsys.readouterr()  # what the test printed before is not the command's
@@ -63,6 +66,11 @@ def fanout_cli(spark: Any, capsys: pytest.CaptureFixture[str]) -> Iterator[Calla
     for handler in handlers:
         root.addHandler(handler)
     root.setLevel(level)
+    for key, value in dict(spark.conf.getAll).items():
+        if key not in settings:
+            spark.conf.unset(key)
+        elif value != settings[key]:
+            spark.conf.set(key, settings[key])
     assert spark.sparkContext._jsc is not None, "a command stopped the tests' SparkSession"
     active = [query.name or str(query.id) for query in spark.streams.active]
     assert active == [], f"a command left streaming queries active: {active}"
