@@ -19,15 +19,18 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from fanout.spool.table import Spool
 from tests.chaos.lag_input import LAG_SCHEMA, final_state, postgres_rows, versions, write_lag_input
 from tests.integration.streams import committed_marks, delta_rows
+
+if TYPE_CHECKING:
+    from tests.integration.conftest import Ran
 
 PIPELINE = """
 [pipeline]
@@ -183,14 +186,21 @@ def test_postgres_back_before_the_run_ends_gets_every_batch_and_exit_0(
 
 
 def test_postgres_down_to_the_end_exits_3_naming_the_batches_and_the_next_run_delivers(
-    tmp_path: Path, server: tuple[Any, str]
+    fanout_cli: Callable[..., Ran], tmp_path: Path, server: tuple[Any, str]
 ) -> None:
     """The first run's trigger is ``once``: one batch of every file (the rate limit does
-    not apply), then the same end as ``available_now``."""
+    not apply), then the same end as ``available_now``. Both runs are ``fanout run`` in
+    the test's process and session (nothing here is the process's: no signal, no kill;
+    the exit code 3 through the real entry point is the SIGTERM test's)."""
+
+    def run(config: Path) -> tuple[int, str]:
+        done = fanout_cli("run", config)
+        return done.returncode, done.stdout + done.stderr
+
     pg, url = server
     rows = write_lag_input(tmp_path / "input", 4)
     once = _config(tmp_path, url, 1, 0.2, trigger="once = true")
-    code, out = _finish(_start(once, tmp_path / "run1.log"), tmp_path / "run1.log")
+    code, out = run(once)
 
     assert code == 3, out[-4000:]
     assert _line(out, "final catch-up: pg misses") == (
@@ -220,7 +230,7 @@ def test_postgres_down_to_the_end_exits_3_naming_the_batches_and_the_next_run_de
     pg.start()  # back: the next run writes the spooled batch first, then batches 1 and 2
     rows += write_lag_input(tmp_path / "input", 2, start_file=4)
     config = _config(tmp_path, url, 1, 0.2)
-    code, out = _finish(_start(config, tmp_path / "run2.log"), tmp_path / "run2.log")
+    code, out = run(config)
 
     assert code == 0, out[-4000:]
     assert _line(out, "pipeline 'avnow' finished") == (

@@ -1,45 +1,42 @@
-"""``fanout run PIPELINE.toml --accept-lost-target SINK`` end to end, in real ``fanout run``
-processes: a Delta table deleted between runs refuses the next run, naming the flag; a flag
-naming no sink of the file is a configuration error; the flag writes on into the table as
-it is; and kept on a later command line (left in a script), the table holding its mark
-again, the run says to drop it (before, an accepted sink was not asked at all). The first
-run, which only writes batch 0 for the others to find, is ``fanout run`` in the test's
-process and session (``fanout.app.cli.main``, as tests/integration/test_run_new_epoch.py
-runs it): one Spark start less; every run given the flag, or refused, is a process of its
-own."""
+"""``fanout run PIPELINE.toml --accept-lost-target SINK`` end to end: a Delta table
+deleted between runs refuses the next run, naming the flag; a flag naming no sink of the
+file is a configuration error; the flag writes on into the table as it is; and kept on a
+later command line (left in a script), the table holding its mark again, the run says to
+drop it (before, an accepted sink was not asked at all). Every run is ``fanout run`` in
+the test's process and session (the ``fanout_cli`` fixture: ``fanout.app.cli.main``, the
+command line parsed as the console script parses it, its exit code and what it printed):
+the flag, the refusal and the warning are the command's, not the process's; a Spark start
+less for each of the four that were processes of their own."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-from fanout.app.cli import main
 from tests.integration.streams import bronze_pipeline, delta_rows, id_counts, write_input
+
+if TYPE_CHECKING:
+    from tests.integration.conftest import Ran
 
 pytestmark = pytest.mark.integration
 
 
-def _run(config: Path, *args: str) -> tuple[int, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "fanout.app.cli", "run", str(config), *args],
-        capture_output=True, text=True, timeout=400, env=dict(os.environ),
-    )  # fmt: skip
-    return done.returncode, done.stdout + done.stderr
-
-
 def test_accept_lost_target_writes_on_once_and_says_so_when_nothing_is_lost(
-    spark: Any, tmp_path: Path
+    fanout_cli: Callable[..., Ran], tmp_path: Path
 ) -> None:
+    def _run(config: Path, *args: str) -> tuple[int, str]:
+        done = fanout_cli("run", config, *args)
+        return done.returncode, done.stdout + done.stderr
+
     config = tmp_path / "pipeline.toml"
     config.write_text(bronze_pipeline(tmp_path))
     write_input(tmp_path / "input", 1, 3)  # batch 0: orders 0-2
-    assert main(["run", str(config)]) == 0  # in this process: spark's session
+    code, out = _run(config)
+    assert code == 0, out[-3000:]
     assert id_counts(delta_rows(tmp_path / "bronze")) == {0: 1, 1: 1, 2: 1}
     shutil.rmtree(tmp_path / "bronze")  # deleted behind fanout's back
     write_input(tmp_path / "input", 1, 3, start_file=1)  # batch 1: orders 3-5

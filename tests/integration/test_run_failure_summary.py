@@ -1,5 +1,11 @@
 """``fanout run`` ends a failed run with fanout's own error, whole, printed last; the
-traces go to a file it names (issue 14, item 3)."""
+traces go to a file it names (issue 14, item 3).
+
+The commands run in the test's process and SparkSession (the ``fanout_cli`` fixture:
+``fanout.app.cli.main``, which returns the code the console script exits with), a Spark
+start less each; what they print and return is what is proven here. The first test keeps
+``fanout run`` a process of its own: a failed batch's exit code through the real entry
+point's ``sys.exit``, and its output with nothing of Spark's console log in it."""
 
 from __future__ import annotations
 
@@ -7,10 +13,14 @@ import json
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.integration.streams import pipeline_file
+
+if TYPE_CHECKING:
+    from tests.integration.conftest import Ran
 
 SINKS = """[[sinks]]
 type = "delta"
@@ -51,7 +61,7 @@ def _postgres(url: str, more: str = "") -> str:
     )
 
 
-def _cli(command: str, config: Path) -> subprocess.CompletedProcess[str]:
+def _process(command: str, config: Path) -> subprocess.CompletedProcess[str]:
     """``fanout COMMAND CONFIG`` in a process of its own."""
     return subprocess.run(
         [sys.executable, "-m", "fanout.app.cli", command, str(config)],
@@ -61,7 +71,7 @@ def _cli(command: str, config: Path) -> subprocess.CompletedProcess[str]:
 
 def test_a_failed_run_ends_with_fanouts_own_message(tmp_path: Path) -> None:
     rows = [{"order_id": 7, "amount": 1.0}, {"order_id": 7, "amount": 2.0}]  # no order_by
-    done = _cli("run", _pipeline(tmp_path, rows))
+    done = _process("run", _pipeline(tmp_path, rows))
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     # Spark reports no progress for the failed batch: its 2 rows read "0 rows in"
@@ -84,6 +94,7 @@ def test_a_failed_run_ends_with_fanouts_own_message(tmp_path: Path) -> None:
 
 
 def test_a_route_or_key_the_source_lacks_stops_the_run_before_the_stream_starts(
+    fanout_cli: Callable[..., Ran],
     tmp_path: Path,
 ) -> None:
     """`fanout validate` caught both; `fanout run` started the stream, made the checkpoint,
@@ -92,7 +103,7 @@ def test_a_route_or_key_the_source_lacks_stops_the_run_before_the_stream_starts(
     big += 'where = "amout > 10"\n'
     config = _pipeline(tmp_path, ONE_ORDER, big)
     config.write_text(config.read_text().replace('keys = ["order_id"]', 'keys = ["orderid"]'))
-    done = _cli("run", config)
+    done = fanout_cli("run", config)
     assert done.returncode == 2, done.stdout + done.stderr[-3000:]
     error = done.stderr[done.stderr.index("fanout: configuration error: ") :].splitlines()
     assert error[0] == (
@@ -116,25 +127,19 @@ def test_a_route_or_key_the_source_lacks_stops_the_run_before_the_stream_starts(
 
 
 def test_a_deleted_checkpoint_ends_the_run_with_the_reset_error_whole(
-    spark: Any, tmp_path: Path
+    fanout_cli: Callable[..., Ran], tmp_path: Path
 ) -> None:
     """The guard's CheckpointResetError is raised before any sink writes (no failed batch):
     the run printed Spark's first line, `An exception was raised by the Python Proxy.
-    Return Message: Traceback (most recent call last):`, and nothing of what to do. The
-    first run, which only leaves the ledger's marks behind, is ``fanout run``'s own
-    function in the test's session (a Spark start less); the second is ``fanout run``."""
-    import io
+    Return Message: Traceback (most recent call last):`, and nothing of what to do."""
     import shutil
 
-    from fanout.app.runner import run
-
     config = _pipeline(tmp_path, [{"order_id": 7, "amount": 1.0}, {"order_id": 8, "amount": 2.0}])
-    first = io.StringIO()
-    assert run(str(config), out=first) == 0, first.getvalue()
-    assert "pipeline 'dupes' finished (last committed batch 0)" in first.getvalue()
+    first = fanout_cli("run", config)
+    assert first.returncode == 0, first.stdout + first.stderr[-3000:]
+    assert "pipeline 'dupes' finished (last committed batch 0)" in first.stdout
     shutil.rmtree(tmp_path / "checkpoint")
-    command = [sys.executable, "-m", "fanout.app.cli", "run", str(config)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    done = fanout_cli("run", config)
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     failed = next(i for i, line in enumerate(lines) if line.startswith("pipeline 'dupes' failed:"))
@@ -154,6 +159,7 @@ def test_a_deleted_checkpoint_ends_the_run_with_the_reset_error_whole(
 
 
 def test_a_sink_whose_server_is_down_at_the_start_is_not_called_a_configuration_error(
+    fanout_cli: Callable[..., Ran],
     tmp_path: Path,
 ) -> None:
     """PostgreSQL stopped, then `fanout run` started again: it printed `fanout: configuration
@@ -161,7 +167,7 @@ def test_a_sink_whose_server_is_down_at_the_start_is_not_called_a_configuration_
     file was right and the server only down; the password in the URL stays masked."""
     (tmp_path / "nosocket").mkdir()  # no server listens here
     url = f"postgresql+psycopg2://app:Wr0ngPassw0rd@/db?host={tmp_path}/nosocket"
-    done = _cli("run", _pipeline(tmp_path, ONE_ORDER, _postgres(url)))
+    done = fanout_cli("run", _pipeline(tmp_path, ONE_ORDER, _postgres(url)))
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     error = done.stderr[done.stderr.index("fanout: sink unreachable: ") :].splitlines()
     assert error[0] == (
@@ -187,13 +193,14 @@ UNREACHABLE_NEXT = [
 
 
 def test_a_sink_host_name_that_does_not_resolve_is_not_told_to_wait_for_an_answer(
+    fanout_cli: Callable[..., Ran],
     tmp_path: Path,
 ) -> None:
     """A misspelt PostgreSQL host: 'could not translate host name', exit 1, and the next
     line said the target 'did not answer; its options may be right: once it accepts
     connections, run the same command again', which no wait fixes."""
     url = "postgresql+psycopg2://app:Wr0ngPassw0rd@nosuchhost.invalid:5432/db"
-    done = _cli("run", _pipeline(tmp_path, ONE_ORDER, _postgres(url)))
+    done = fanout_cli("run", _pipeline(tmp_path, ONE_ORDER, _postgres(url)))
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     error = done.stderr[done.stderr.index("fanout: sink unreachable: ") :].splitlines()
     assert error[0].startswith(
@@ -211,7 +218,9 @@ def _closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_validate_and_run_exit_alike_for_a_sink_on_a_closed_port(tmp_path: Path) -> None:
+def test_validate_and_run_exit_alike_for_a_sink_on_a_closed_port(
+    fanout_cli: Callable[..., Ran], tmp_path: Path
+) -> None:
     """A PostgreSQL sink pointing at a port nothing listens on: `fanout run` exited 1
     (`sink unreachable`) and `fanout validate` 2 (`configuration error`), so a script
     branching on the code got two answers for one target. Both exit 1 now, saying so."""
@@ -219,7 +228,7 @@ def test_validate_and_run_exit_alike_for_a_sink_on_a_closed_port(tmp_path: Path)
     config = _pipeline(tmp_path, ONE_ORDER, _postgres(url))
     codes, errors = {}, {}
     for command in ("validate", "run"):
-        done = _cli(command, config)
+        done = fanout_cli(command, config)
         codes[command] = done.returncode
         errors[command] = done.stderr[done.stderr.index("fanout: ") :].splitlines()
         assert "Wr0ngPassw0rd" not in done.stdout + done.stderr
@@ -234,6 +243,7 @@ def test_validate_and_run_exit_alike_for_a_sink_on_a_closed_port(tmp_path: Path)
 
 
 def test_validate_exits_2_when_a_mistake_in_the_file_comes_with_an_unreachable_sink(
+    fanout_cli: Callable[..., Ran],
     tmp_path: Path,
 ) -> None:
     """The unreachable sink alone would exit 1; a route naming a column the source does
@@ -243,7 +253,7 @@ def test_validate_exits_2_when_a_mistake_in_the_file_comes_with_an_unreachable_s
         f'\n[[sinks]]\ntype = "delta"\nname = "typo"\npath = "{tmp_path / "typo"}"\n'
         'select = ["order_id", "amout * 100 AS cents"]\n'
     )
-    done = _cli("validate", _pipeline(tmp_path, None, _postgres(url) + typo))
+    done = fanout_cli("validate", _pipeline(tmp_path, None, _postgres(url) + typo))
     assert done.returncode == 2, done.stdout + done.stderr[-3000:]
     error = done.stderr[done.stderr.index("fanout: configuration error: ") :].splitlines()
     assert error[0] == "fanout: configuration error: 2 of 13 checks failed:"
@@ -251,7 +261,9 @@ def test_validate_exits_2_when_a_mistake_in_the_file_comes_with_an_unreachable_s
     assert error[2].startswith("  - sink typo: route resolves")
 
 
-def test_validate_warns_and_run_starts_for_an_unreachable_lag_sink(tmp_path: Path) -> None:
+def test_validate_warns_and_run_starts_for_an_unreachable_lag_sink(
+    fanout_cli: Callable[..., Ran], tmp_path: Path
+) -> None:
     """A sink with on_failure = "lag" on a port nothing listens on: `fanout run` starts
     without it (the Delta sinks write, the batch is spooled for it) and exits 3, still
     behind; `fanout validate` failed the same file with exit 1, `sink unreachable`, so a
@@ -260,7 +272,7 @@ def test_validate_warns_and_run_starts_for_an_unreachable_lag_sink(tmp_path: Pat
     config = _pipeline(tmp_path, ONE_ORDER, _postgres(url, 'on_failure = "lag"\n'))
     spool = f'retries = 0\nspool = "{tmp_path}/spool"\n'
     config.write_text(config.read_text().replace("retries = 0\n", spool))
-    done = {command: _cli(command, config) for command in ("validate", "run")}
+    done = {command: fanout_cli(command, config) for command in ("validate", "run")}
     for outcome in done.values():
         assert "Wr0ngPassw0rd" not in outcome.stdout + outcome.stderr
     checked = done["validate"]

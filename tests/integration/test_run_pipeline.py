@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
@@ -26,6 +26,9 @@ from fanout.contract.batch import txn_app_id
 from tests.chaos.checker import check_postgres
 from tests.chaos.services import embedded_services
 from tests.integration.streams import committed_marks, delta_rows, id_counts, write_input
+
+if TYPE_CHECKING:
+    from tests.integration.conftest import Ran
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.toml"
 FILES, ROWS = 6, 30
@@ -256,19 +259,18 @@ where = "status = 'paid'"
 """
 
 
-def test_run_prints_one_line_per_batch_and_a_summary(tmp_path: Path) -> None:
+def test_run_prints_one_line_per_batch_and_a_summary(
+    fanout_cli: Callable[..., Ran], tmp_path: Path
+) -> None:
+    """``fanout run`` in the test's process and session (what it prints is the command's;
+    the process's own exit is proven by the SIGTERM test above)."""
     rows = write_input(tmp_path / "input", 3, 10)
     paid = [sum(r["status"] == "paid" for r in rows[f * 10 : f * 10 + 10]) for f in range(3)]
     pipeline = tmp_path / "progress.toml"
     pipeline.write_text(PROGRESS_PIPELINE.format(root=tmp_path))
-    done = subprocess.run(
-        [sys.executable, "-m", "fanout.app.cli", "run", str(pipeline)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = fanout_cli("run", pipeline)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    lines = [  # Spark's own log lines (log4j, to stdout) left out
+    lines = [  # Spark's own log lines (log4j, to stdout in a process of its own) left out
         line
         for line in re.sub(r"\d+\.\d\ds", "T", done.stdout).splitlines()
         if line.startswith(("pipeline ", "batch ", "  "))
