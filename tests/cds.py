@@ -16,7 +16,9 @@ missing file would turn the default one off too, so the options are given only w
 file exists. The archive is written under a temporary name and renamed into place after
 its JVM exited, under a file lock: no JVM ever maps half of one, and two runs dump it
 once. A dump failing (no ``java``, a timeout, a crash) is reported on stderr and the tests
-run as before.
+run as before. Each run touches the archive it uses; a dump removes the other archives
+not used for :data:`STALE_AFTER_S` (each key's is 173 MB: a Java, pyspark or fanout
+classes change, or another virtualenv, makes a new one).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from pathlib import Path
 
 DUMP_TIMEOUT_S = 240
 ARCHIVE_PREFIX = "tests-cds-"
+STALE_AFTER_S = 14 * 24 * 3600
+"""An archive no run used for this long is removed by the next dump."""
 
 
 def with_archive(env: MutableMapping[str, str], base: str, args: list[str]) -> None:
@@ -102,7 +106,28 @@ def archive_options(options: str, *, dump: bool) -> str:
             print(
                 f"fanout tests: class-data-sharing archive dumped in {took:.0f} s", file=sys.stderr
             )
-    return use_options(archive) if archive.is_file() else ""
+            remove_stale(archive)
+    if not archive.is_file():
+        return ""
+    os.utime(archive)  # in use: not stale
+    return use_options(archive)
+
+
+def remove_stale(kept: Path, now: float | None = None) -> list[Path]:
+    """Remove the archives beside ``kept`` (and their lock files) that no run used for
+    :data:`STALE_AFTER_S`; returns those removed. Best effort: one in use by a JVM stays
+    mapped after its file is removed."""
+    limit = (time.time() if now is None else now) - STALE_AFTER_S
+    removed = []
+    for archive in kept.parent.glob(f"{ARCHIVE_PREFIX}*.jsa"):
+        try:
+            if archive != kept and archive.stat().st_mtime < limit:
+                archive.unlink()
+                archive.with_name(f"{archive.name}.lock").unlink(missing_ok=True)
+                removed.append(archive)
+        except OSError:
+            continue
+    return sorted(removed)
 
 
 def dumped(archive: Path, options: str, timeout: float = DUMP_TIMEOUT_S) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,32 @@ def test_the_archive_option_only_when_the_file_exists(
     unit = {"SPARK_SUBMIT_OPTS": BASE}  # an archive there serves unit-only runs too
     cds.with_archive(unit, BASE, ["tests/unit/test_cli.py::test_x"])
     assert unit == env
+
+
+def test_a_dump_removes_the_archives_no_run_used_lately_and_a_run_keeps_its_own_fresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    day = 24 * 3600.0
+    now = 100 * day
+    archive = tmp_path / "tests-cds-new.jsa"
+    stale = tmp_path / "tests-cds-old.jsa"
+    recent = tmp_path / "tests-cds-other-venv.jsa"
+    unrelated = tmp_path / "classes-0123.jar"
+    for path, age in ((stale, 15 * day), (recent, 13 * day), (unrelated, 30 * day)):
+        path.write_bytes(b"x")
+        os.utime(path, (now - age, now - age))
+    stale.with_name(f"{stale.name}.lock").write_text("")
+    assert cds.remove_stale(archive, now=now) == [stale]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "classes-0123.jar",
+        "tests-cds-other-venv.jsa",
+    ]
+
+    monkeypatch.setattr(cds, "archive_path", lambda options: archive)
+    archive.write_bytes(b"archive")
+    os.utime(archive, (now, now))
+    cds.archive_options(BASE, dump=False)  # used: touched
+    assert archive.stat().st_mtime > time.time() - 600
 
 
 def test_no_archive_path_or_an_error_changes_nothing(
