@@ -109,7 +109,10 @@ def archive_options(options: str, *, dump: bool) -> str:
             remove_stale(archive)
     if not archive.is_file():
         return ""
-    os.utime(archive)  # in use: not stale
+    try:
+        os.utime(archive)  # in use: not stale
+    except OSError:  # not ours to touch: used all the same
+        pass
     return use_options(archive)
 
 
