@@ -777,3 +777,31 @@ def test_the_ledgers_own_refusal_is_read_after_the_first_question_and_before_the
     refuse_unmarked(INFO, ledger, {"a": Fencing("a", log, set())},
                     before_fence=lambda: log.append(("ledger",)))  # fmt: skip
     assert log == [("holds", "a", "0/3"), ("ledger",), ("fence", "a", "1"), ("holds", "a", "0/3")]
+
+
+def test_a_start_another_query_made_first_is_refused_before_any_fence(tmp_path: Any) -> None:
+    """Two new checkpoints of one pipeline: the other query started epoch 1 already. The
+    ledger's check (``Admission.check_start``, ``DeltaLedger.check_start``) refuses this
+    start after the first question and before its fences, with the start commit's own
+    text; before, it fenced the sinks (a Delta commit each, the running epoch's fence made
+    again) and was refused at its start commit only."""
+    from functools import partial
+
+    from fanout import CheckpointResetError
+    from fanout.ledger.delta import DeltaLedger
+    from fanout.steps.admit import Admission
+
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    ledger.open()
+    for batch in range(3):
+        ledger.mark_committed(LedgerEntry("p", "a", batch, "committed", query_id="old"))
+    ledger.start_epoch(LedgerEntry("p", "*", 3, "epoch", query_id="other", epoch=1))
+    log: list[tuple[str, ...]] = []
+    check = partial(Admission(ledger, "new_epoch").check_start, INFO)
+    with pytest.raises(CheckpointResetError) as refused:
+        refuse_unmarked(INFO, ledger, {"a": Fencing("a", log, set())}, before_fence=check)
+    assert log == [("holds", "a", "0/3")]
+    assert (
+        "query new cannot start epoch 1: the pipeline is at epoch 1 already (another query "
+        "accepted a checkpoint reset meanwhile)"
+    ) in str(refused.value)
