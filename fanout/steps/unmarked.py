@@ -156,8 +156,10 @@ def _ask_every_sink(
     """:func:`refuse_unmarked`'s question: ask each sink of ``asked`` about the batch after
     its mark, record the lost marks, and refuse the start when one holds it. ``first``: the
     question before the fences (:func:`fence_epochs`), which only refuses: a start it would
-    not refuse records nothing and warns of nothing then (the question asked again once
-    the sinks are fenced does, once), since a write in flight may land before the fence."""
+    not refuse records nothing and warns of no harmless rewrite then (the question asked
+    again once the sinks are fenced does, once), since a write in flight may land before
+    the fence. A sink that cannot tell (its ``holds_batch`` raising) is logged by both
+    questions (:func:`fanout.steps.holds.holds_answer`): twice per start."""
     epoch = info.epoch
     unmarked = {n: in_spool.get(n, before) for n in marks}
     _refuse_restart(info, ledger, sinks, marks, unmarked, bounds)
