@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, Literal
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
@@ -898,9 +899,11 @@ class FanOut:
             self._layouts.end_batch(follow=_read_as_given(state, df))
 
     def _refuse_unmarked(self, info: BatchInfo) -> None:
-        """Before a new epoch starts: close the epoch replaced to the open sinks' writes
-        still in flight, then refuse the start when one holds the batch after its last
-        mark of that epoch (:mod:`fanout.steps.unmarked`)."""
+        """Before a new epoch starts: refuse the start when an open sink holds the batch
+        after its last mark of the epoch replaced, or when the ledger would refuse it
+        (:meth:`Admission.check_start <fanout.steps.admit.Admission.check_start>`), with
+        nothing fenced; else close that epoch to the sinks' writes still in flight and ask
+        again (:mod:`fanout.steps.unmarked`)."""
         not_opened = self.lagging.not_opened()
         opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
         spooled = None if self.spool is None else self.lagging.spooled_through
@@ -908,7 +911,10 @@ class FanOut:
         unopened = {  # a sink type that cannot tell passes unasked, opened or not
             n: error for n, error in not_opened.items() if answers_holds_batch(self.sinks[n])
         }
-        self._fenced = refuse_unmarked(info, self.ledger, opened, spooled, timeouts, unopened)
+        self._fenced = refuse_unmarked(
+            info, self.ledger, opened, spooled, timeouts, unopened,
+            before_fence=partial(self._admission.check_start, info),
+        )  # fmt: skip
 
     def _lift_fences(self, info: BatchInfo) -> None:
         """The ledger refused the epoch start :meth:`_refuse_unmarked` passed (the old

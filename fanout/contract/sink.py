@@ -373,18 +373,22 @@ class Sink:
         ledger says: all of it, part of it, or none.
 
         Called on the driver after :meth:`open`, only when a checkpoint reset starts a new
-        epoch (``on_checkpoint_reset="new_epoch"``) and by ``fanout recover --config``,
-        once per sink with a mark ``m`` in the epoch being replaced, for ``batch_id = m +
-        1``: a sink that wrote that batch and lost its mark (the driver killed in between)
-        would get its rows again from the new epoch, so fanout refuses the start
-        (:class:`fanout.UnmarkedBatchError`). One read of the sink's records; never called
-        on the per-batch path. Also once per run, at its first batch, for the sink's last
-        mark ``m`` of the current epoch (and, when that says ``False``, its last mark that
-        wrote rows): ``False`` there refuses the run with :class:`fanout.TargetLostError`
-        (the target was deleted or replaced since), so records kept beside the target
-        (a progress table, consumer groups) that outlive it must not answer alone for a
-        target that is missing (``False``); whether the target there is the one they were
-        written to is :meth:`target_replaced`'s question, asked after this one.
+        epoch (``on_checkpoint_reset="new_epoch"``) and by ``fanout recover --config``, once
+        per sink with a mark ``m`` in the epoch being replaced, for ``batch_id = m + 1``: a
+        sink that wrote that batch and lost its mark (the driver killed in between) would
+        get its rows again from the new epoch, so fanout refuses the start
+        (:class:`fanout.UnmarkedBatchError`). At an epoch start where some sink asked fences
+        (:meth:`fence_earlier_epochs`), it is asked twice: once before the fences (the
+        replaced epoch still open to writes in flight: a held batch refuses the start with
+        nothing fenced) and again after them (the answer that counts). One read of the
+        sink's records each time; never called on the per-batch path. Also once per run, at
+        its first batch, for the sink's last mark ``m`` of the current epoch (and, when that
+        says ``False``, its last mark that wrote rows): ``False`` there refuses the run with
+        :class:`fanout.TargetLostError` (the target was deleted or replaced since), so
+        records kept beside the target (a progress table, consumer groups) that outlive it
+        must not answer alone for a target that is missing (``False``); whether the target
+        there is the one they were written to is :meth:`target_replaced`'s question, asked
+        after this one.
 
         ``True``: the *whole* batch was committed (fanout then records the sink's lost mark
         in the ledger, which counts the batch as written there); a :class:`PartlyHeld`:
@@ -422,15 +426,18 @@ class Sink:
 
         - when that epoch starts (``on_checkpoint_reset="new_epoch"``), for each open sink
           about to be asked :meth:`holds_batch` about the replaced epoch's batch after its
-          mark, *before* it is asked: a writer committing between the question and the
-          fence would be read again and written twice. Not for a lagging sink whose spool
+          mark, *before* the question that counts: a writer committing between the question
+          and the fence would be read again and written twice. The sinks are asked once
+          before the fences too, and a start that question (or the ledger's own check of the
+          start) refuses is refused without any fence. Not for a lagging sink whose spool
           holds that batch (its catch-up writes the replaced epoch's spooled batches after
-          the reset: :meth:`write` with their epoch, before its first batch of the new
-          one). Bounded by ``write_timeout_s`` as :meth:`holds_batch` is; an error or no
-          answer refuses the start (nothing of the new epoch is written), and it is asked
-          again at the next start.
-        - when that start is then refused (by any sink's answer, or by the ledger with
-          :class:`fanout.ZombieBatchError`: the replaced query still writes),
+          the reset: :meth:`write` with their epoch, before its first batch of the new one).
+          Bounded by ``write_timeout_s`` as :meth:`holds_batch` is; an error or no answer
+          refuses the start (nothing of the new epoch is written), and it is asked again at
+          the next start.
+        - when that start is then refused after the fences (by a sink's answer after
+          them, or by the ledger with :class:`fanout.ZombieBatchError` at the start's
+          commit: the replaced query still writes),
           :meth:`lift_epoch_fence` undoes it for epoch ``epoch - 1``: the refusal may say
           to restart that epoch's checkpoint to complete a batch. Not when the ledger
           records that another query started ``epoch`` meanwhile (or cannot tell): that

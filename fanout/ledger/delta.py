@@ -384,6 +384,23 @@ class DeltaLedger:
                     if attempt == COMMIT_ATTEMPTS or cause is None or not is_commit_conflict(cause):
                         raise
 
+    def check_start(self, entry: LedgerEntry) -> None:
+        """Raise what :meth:`start_epoch` would, on the latest snapshot, without writing:
+        :class:`fanout.CheckpointResetError` when another query started the epoch first,
+        :class:`fanout.ZombieBatchError` when a batch the report it starts from did not
+        count was committed since (:meth:`_from_report`). Read by a new epoch's start
+        before it fences the sinks (:func:`fanout.steps.unmarked.refuse_unmarked`), so that
+        a start refused for it fences nothing; :meth:`start_epoch` checks again. One log
+        refresh, and the report's filtered read when there is one, per epoch start."""
+        if entry.status != "epoch":
+            raise ValueError("check_start takes an epoch entry")
+        with self._lock:
+            table = self._fresh()
+            current = self._version(table, epoch_app_id(entry.pipeline))
+            if not epoch_follows(entry.epoch, current):
+                raise CheckpointResetError(epoch_taken_message(entry, current))
+            self._from_report(table, entry)
+
     def _from_report(self, table: DeltaTable, entry: LedgerEntry) -> dict[str, int]:
         """The transactions starting ``entry.epoch`` from the pipeline's newest report, when
         that report is of the epoch before (none otherwise: no report to start from).

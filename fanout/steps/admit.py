@@ -110,6 +110,18 @@ class Admission:
             self.guard.started_epoch(info)
         return BatchState(df, info, marks=view.marks)
 
+    def check_start(self, info: BatchInfo) -> None:
+        """Raise what the ledger's start of the epoch after ``info``'s would, without
+        starting it, when the ledger can tell (``check_start``, :class:`DeltaLedger
+        <fanout.ledger.delta.DeltaLedger>`): another query started it first, or the old
+        epoch's query committed a batch after the ``fanout recover`` report it starts from
+        (:class:`fanout.ZombieBatchError`). Called by ``before_start`` before it fences the
+        sinks (:func:`fanout.steps.unmarked.refuse_unmarked`): a start refused here fences
+        nothing, so nothing is lifted (``start_refused``)."""
+        check = getattr(self.ledger, "check_start", None)
+        if check is not None:
+            check(self._epoch_row(info, info.epoch + 1))
+
     def _start_epoch(self, info: BatchInfo, reset: CheckpointResetError) -> BatchInfo:
         """Start the next epoch for ``info``'s query; the ledger refuses it when another
         query started it first, or when the ``fanout recover`` report it starts from was

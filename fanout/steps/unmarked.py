@@ -18,10 +18,16 @@ driver died in it). A sink whose rewrite of the batch is harmless
 (:meth:`fanout.Sink.harmless_rewrite`: an unconditional upsert by key) does not refuse:
 its lost mark is recorded all the same, and a warning logged.
 
-Before any sink is asked, each sink about to be asked closes the replaced epoch to its
+Before the answer that counts, each sink about to be asked closes the replaced epoch to its
 writes still in flight (:func:`fence_epochs`, :meth:`fanout.Sink.fence_earlier_epochs`): a
 task of the replaced query committing the batch after the question would be read again by
-the new epoch. A refused start lifts those fences (:func:`lift_fences`).
+the new epoch. The sinks are asked once before that too: a start that question refuses is
+refused with nothing fenced (no commit in a user's Delta table, no Kafka producer fenced,
+no PostgreSQL fence row, and a query of the replaced epoch still running, a second
+checkpoint started by mistake beside it, keeps writing). Only a start it does not refuse is
+fenced and asked again (a write in flight may have landed in between); one refused then
+lifts its fences (:func:`lift_fences`), and so does one the ledger refuses after
+(:class:`fanout.ZombieBatchError`, ``Admission.start_refused``).
 """
 
 from __future__ import annotations
@@ -91,6 +97,7 @@ def refuse_unmarked(
     spooled: Callable[[int], Mapping[str, int]] | None = None,
     timeouts: Mapping[str, float] | None = None,
     unopened: Mapping[str, BaseException] | None = None,
+    before_fence: Callable[[], None] | None = None,
 ) -> list[Sink]:
     """Raise :class:`fanout.UnmarkedBatchError` when a sink holds, by its own records, the
     batch after its last mark of ``info.epoch`` (the epoch ``info``'s query is about to
@@ -101,8 +108,12 @@ def refuse_unmarked(
     ``write_timeout_s``, whose answer is waited for that long (:func:`ask`).
     ``unopened``: the sinks that could tell (their type answers ``holds_batch``) but whose
     ``open()`` failed (``on_failure="lag"``), each with its error: one that would be asked
-    refuses the start (:func:`_refuse_unasked`). Each sink asked is fenced first
-    (:func:`fence_epochs`); returns the sinks fenced (a refusal lifts them first)."""
+    refuses the start (:func:`_refuse_unasked`). When a sink to be asked fences, every sink
+    is asked once before the fences, and a refusal then fences nothing; otherwise each
+    sink asked is fenced (:func:`fence_epochs`) and asked (again); returns the sinks fenced
+    (a refusal after them lifts them first). ``before_fence``: called after the question
+    before the fences, when there are any to make: raises to refuse the start with nothing
+    fenced (the ledger's own checks of the start, ``Admission.check_start``)."""
     epoch = info.epoch
     bounds = timeouts or {}
     in_spool = {} if spooled is None else spooled(epoch)
@@ -115,9 +126,15 @@ def refuse_unmarked(
         for name, m in sorted(marks.items())
         if in_spool.get(name, -1) <= (before if m is None else m)
     ]
-    fenced = fence_epochs(info, {name: sinks[name] for name in asked}, bounds, ledger)
-    try:
-        _ask_every_sink(info, ledger, sinks, marks, before, asked, in_spool, bounds)
+    question = partial(_ask_every_sink, info, ledger, sinks, marks, before, asked, in_spool)
+    to_fence = {name: sinks[name] for name in asked if fences(sinks[name])}
+    if to_fence:  # asked first: a start refused then fences (and lifts) nothing
+        question(bounds, first=True)
+        if before_fence is not None:
+            before_fence()
+    fenced = fence_epochs(info, to_fence, bounds, ledger)
+    try:  # asked (again) once fenced: a write in flight may have landed since
+        question(bounds)
     except BaseException:
         lift_fences(info, fenced, bounds, ledger)
         raise
@@ -133,9 +150,16 @@ def _ask_every_sink(
     asked: Sequence[str],
     in_spool: Mapping[str, int],
     bounds: Mapping[str, float],
+    *,
+    first: bool = False,
 ) -> None:
-    """:func:`refuse_unmarked` once the sinks ``asked`` were fenced: ask each about the
-    batch after its mark, record the lost marks, and refuse the start when one holds it."""
+    """:func:`refuse_unmarked`'s question: ask each sink of ``asked`` about the batch after
+    its mark, record the lost marks, and refuse the start when one holds it. ``first``: the
+    question before the fences (:func:`fence_epochs`), which only refuses: a start it would
+    not refuse records nothing and warns of no harmless rewrite then (the question asked
+    again once the sinks are fenced does, once), since a write in flight may land before
+    the fence. A sink that cannot tell (its ``holds_batch`` raising) is logged by both
+    questions (:func:`fanout.steps.holds.holds_answer`): twice per start."""
     epoch = info.epoch
     unmarked = {n: in_spool.get(n, before) for n in marks}
     _refuse_restart(info, ledger, sinks, marks, unmarked, bounds)
@@ -149,6 +173,8 @@ def _ask_every_sink(
     if not held:
         return
     held = _needed_rewrites(held, marks, sinks, in_spool)
+    if first and all(h.harmless is not None for h in held):
+        return
     offsets = {h.sink: recorded_offsets(ledger, info.pipeline, epoch, h.mark + 1) for h in held}
     owner = ledger.epoch_owners(info.pipeline).get(epoch)
     for h in held:

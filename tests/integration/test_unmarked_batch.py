@@ -75,8 +75,9 @@ def test_a_batch_written_but_never_marked_refuses_the_new_epoch(
 ) -> None:
     """Today the new epoch started and bronze held rows 30-39 twice. Now the start is
     refused, naming the sink, the batch, the Delta version and the choices, and the lost
-    mark is recorded; the operator removes bronze's copy (the restore the message names),
-    runs recover again, and the new epoch writes batch 3's input once to each sink."""
+    mark is recorded (no commit of the refused start in either table); the operator
+    removes bronze's copy (the restore the message names), runs recover again, and the new
+    epoch writes batch 3's input once to each sink."""
     _killed_after_bronze_wrote_batch_3(spark, tmp_path, capsys)
     ledger = tmp_path / "ledger"
     with pytest.raises(UnmarkedBatchError) as refused:
@@ -92,9 +93,14 @@ def test_a_batch_written_but_never_marked_refuses_the_new_epoch(
     assert (
         "- sink bronze: batch 3 of epoch 0, source offsets unknown (no sink marked it); sinks "
         f"without it: silver (mark 2). Its rows are version 3 of the Delta table at {bronze}, "
-        "the table's last commit but for the epoch fence commit after it (without rows; a new "
-        "epoch's start fences again): to remove them, restore the table to version 2"
+        "the table's last commit: to remove them, restore the table to version 2"
     ) in message
+    from deltalake import DeltaTable
+
+    # a refused start fences nothing: no fence, no lift commit (before: 5 and 4, the two
+    # commits of the fence and its lift in each table)
+    versions = [DeltaTable(str(tmp_path / sink)).version() for sink in ("bronze", "silver")]
+    assert versions == [3, 2]
     recover = f"fanout recover --ledger {ledger} --pipeline unmarked"
     assert (
         f"  1. Resume after batch 2, where `{recover}` counts silver: bronze gets batch 3's "
@@ -113,8 +119,6 @@ def test_a_batch_written_but_never_marked_refuses_the_new_epoch(
     )
 
     # choice 1, with bronze's copy removed as the message says
-    from deltalake import DeltaTable
-
     DeltaTable(str(bronze)).restore(2)
     assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(tmp_path, capsys)
     _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)

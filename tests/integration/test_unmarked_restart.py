@@ -110,8 +110,7 @@ def test_the_refused_query_started_again_is_refused_again(
             "records no longer hold it (a Delta table: a restore to a version before the "
             "batch's commit), and start this query again: it passes, and writes the batch "
             f"once. bronze: Its rows are version 3 of the Delta table at {tmp_path / 'bronze'}, "
-            "the table's last commit but for the 3 epoch fence commits after it (without rows; "
-            "a new epoch's start fences again): to remove them, restore the table to version 2 "
+            "the table's last commit: to remove them, restore the table to version 2 "
             "(delta-rs: DeltaTable(path).restore(2); Spark SQL: RESTORE TABLE "
             f"delta.`{tmp_path / 'bronze'}` TO VERSION AS OF 2).",
         ]
@@ -153,12 +152,12 @@ def test_the_refused_query_passes_once_the_restore_its_refusal_names_removed_the
     ) in str(first.value)
     bronze = _fan(tmp_path).sinks["bronze"]
     table = DeltaTable(str(tmp_path / "bronze"))
-    # versions 4 and 5: the refused start's epoch fence and its lift, without rows
-    table.restore(2)  # version 6: the batch's commit (3) taken out
+    assert table.version() == 3  # the refused start fenced nothing: no fence, no lift
+    table.restore(2)  # version 4: the batch's commit (3) taken out
     assert bronze.holds_batch(PIPELINE, 0, 3) is False
-    DeltaTable(str(tmp_path / "bronze")).restore(3)  # version 7: given back
+    DeltaTable(str(tmp_path / "bronze")).restore(3)  # version 5: given back
     assert bronze.holds_batch(PIPELINE, 0, 3) is True
-    DeltaTable(str(tmp_path / "bronze")).restore(6)  # version 8: as version 6, without it
+    DeltaTable(str(tmp_path / "bronze")).restore(4)  # version 6: as version 4, without it
     assert bronze.holds_batch(PIPELINE, 0, 3) is False
     assert _ids(tmp_path) == list(range(30))
 

@@ -64,7 +64,8 @@ def test_a_batch_the_old_query_commits_after_the_report_refuses_the_new_epoch(
 ) -> None:
     """Window 1. Today the new epoch started and read rows 30-39 again: both sinks held
     them twice. Now the new epoch is refused before anything is written, naming the batch
-    the old query committed since the report; recover run again counts it."""
+    the old query committed since the report, and before the sinks are fenced (no commit
+    in their tables); recover run again counts it."""
     old = _old_query_ran_three_batches_then_recover(spark, tmp_path, capsys)
     _run(old, spark, OLD, 3, 30)  # the zombie: rows 30-39, after the report
 
@@ -85,6 +86,11 @@ def test_a_batch_the_old_query_commits_after_the_report_refuses_the_new_epoch(
     for sink in SINKS:
         assert _ids(tmp_path, sink) == list(range(40))
     assert DeltaLedger(str(tmp_path / "ledger")).current_epoch("zombie") == 0
+    from deltalake import DeltaTable
+
+    # the ledger's refusal is read before the sinks are fenced: no fence, no lift commit
+    # (before: version 5 in each, the refused start's fence and lift)
+    assert [DeltaTable(str(tmp_path / sink)).version() for sink in SINKS] == [3, 3]
 
     # stopped, and recover run again: its report counts batch 3, the new epoch starts
     capsys.readouterr()

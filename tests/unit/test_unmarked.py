@@ -484,33 +484,111 @@ class Fencing(Answering):
         self.log.append(("lift", self.name, str(epoch)))
 
 
-def test_every_asked_sink_is_fenced_before_any_is_asked_and_a_start_keeps_the_fences() -> None:
+class Lands(Fencing):
+    """A :class:`Fencing` that the replaced query's write in flight reaches after its first
+    answer: it holds ``lands`` from its second question on (the batch committed between
+    the question before the fences and the fence)."""
+
+    def __init__(self, name: str, log: list[tuple[str, ...]], lands: set[int]) -> None:
+        super().__init__(name, log, set())
+        self.lands = lands
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        answer = super().holds_batch(pipeline, epoch, batch_id)
+        assert self.held is not None
+        self.held |= self.lands  # landed after this answer
+        return answer
+
+
+def test_every_asked_sink_is_asked_then_fenced_then_asked_again_and_a_start_keeps_the_fences(
+) -> None:  # fmt: skip
     """A writer of the replaced query committing between the question and a fence would
-    be read again by the new epoch: each sink to be asked closes the replaced epoch first
-    (a lagging sink whose spool holds its batch is neither asked nor fenced: its catch-up
-    writes that epoch after the reset); the start passing lifts nothing."""
+    be read again by the new epoch: each sink to be asked closes the replaced epoch, then
+    each is asked (a lagging sink whose spool holds its batch is neither asked nor fenced:
+    its catch-up writes that epoch after the reset); the start passing lifts nothing. The
+    sinks are asked once before the fences too, so that a start refused fences nothing;
+    that first question, finding nothing, records nothing."""
     log: list[tuple[str, ...]] = []
     ledger = _ledger({"a": 2, "b": 2, "lagging": 0})
     sinks = {"a": Fencing("a", log, set()), "b": Fencing("b", log, set()),
              "lagging": Fencing("lagging", log, {1})}  # fmt: skip
-    refuse_unmarked(INFO, ledger, sinks, lambda epoch: {"lagging": 2})
+    assert refuse_unmarked(INFO, ledger, sinks, lambda epoch: {"lagging": 2}) == [
+        sinks["a"],
+        sinks["b"],
+    ]
     assert log == [
+        ("holds", "a", "0/3"), ("holds", "b", "0/3"),
         ("fence", "a", "1"), ("fence", "b", "1"), ("holds", "a", "0/3"), ("holds", "b", "0/3"),
     ]  # fmt: skip
+    assert ledger.last_committed("p", ["a", "b", "lagging"]) == {"a": 2, "b": 2, "lagging": 0}
 
 
-def test_a_refused_start_lifts_its_fences() -> None:
-    """The refusal may say to restart the replaced epoch's checkpoint (a batch held in
-    part): its writes must not meet the fence of an epoch that never started."""
+def test_a_start_refused_by_a_sink_holding_its_batch_fences_nothing() -> None:
+    """Before, every asked sink was fenced, then asked, and a refusal lifted the fences:
+    two commits in a Delta sink's table (fence, lift) per refused start, a Kafka sink's
+    producers fenced, and the replaced query, if it still ran, refused its writes between
+    the fence and the lift. Now a sink holding the batch at the first question refuses the
+    start before any fence (the log was fence a, fence b, holds a, holds b, lift a, lift b),
+    with the lost mark recorded once."""
     log: list[tuple[str, ...]] = []
     ledger = _ledger({"a": 2, "b": 2})
     sinks = {"a": Fencing("a", log, {3}), "b": Fencing("b", log, set())}
-    with pytest.raises(UnmarkedBatchError):
+    with pytest.raises(UnmarkedBatchError) as refused:
         refuse_unmarked(INFO, ledger, sinks)
+    assert str(refused.value).startswith(
+        "pipeline 'p': query new cannot start epoch 1: sink a holds batch 3 of epoch 0"
+    )
+    assert log == [("holds", "a", "0/3"), ("holds", "b", "0/3")]
+    assert ledger.last_committed("p", ["a", "b"]) == {"a": 3, "b": 2}
+    assert [(e.sink, e.batch_id) for e in ledger.committed_entries("p", 3)] == [("a", 3)]
+
+
+def test_a_write_landing_between_the_first_question_and_the_fence_refuses_and_lifts() -> None:
+    """The answer that counts is the one after the fences: sink b's batch 3, in flight,
+    committed after b's first answer (not held) and before its fence. The start is
+    refused, the lost mark recorded once, and the fences lifted (the replaced query
+    still writes)."""
+    log: list[tuple[str, ...]] = []
+    ledger = _ledger({"a": 2, "b": 2})
+    sinks = {"a": Fencing("a", log, set()), "b": Lands("b", log, {3})}
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, sinks)
+    assert str(refused.value).startswith(
+        "pipeline 'p': query new cannot start epoch 1: sink b holds batch 3 of epoch 0"
+    )
     assert log == [
+        ("holds", "a", "0/3"), ("holds", "b", "0/3"),
         ("fence", "a", "1"), ("fence", "b", "1"), ("holds", "a", "0/3"), ("holds", "b", "0/3"),
         ("lift", "a", "1"), ("lift", "b", "1"),
     ]  # fmt: skip
+    assert [(e.sink, e.batch_id) for e in ledger.committed_entries("p", 3)] == [("b", 3)]
+
+
+def test_a_harmless_rewrite_found_first_is_recorded_once_after_the_fences(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A held batch whose rewrite is harmless does not refuse: the first question passes
+    it over (no record, no warning), the one after the fences records its lost mark and
+    warns, once."""
+
+    class FencingUpsert(Fencing):
+        def harmless_rewrite(self) -> str | None:
+            return "it upserts by key"
+
+    log: list[tuple[str, ...]] = []
+    ledger = _ledger({"up": 2, "b": 2})
+    sinks = {"up": FencingUpsert("up", log, {3}), "b": Fencing("b", log, set())}
+    with caplog.at_level(logging.WARNING, logger="fanout"):
+        refuse_unmarked(INFO, ledger, sinks)
+    assert log == [
+        ("holds", "b", "0/3"), ("holds", "up", "0/3"),
+        ("fence", "b", "1"), ("fence", "up", "1"), ("holds", "b", "0/3"), ("holds", "up", "0/3"),
+    ]  # fmt: skip
+    [lost] = ledger.committed_entries("p", 3)
+    assert (lost.sink, lost.batch_id, lost.lost) == ("up", 3, True)
+    assert [r.getMessage()[:40] for r in caplog.records] == [
+        "pipeline p, sink up: holds batch 3 of ep"
+    ]
 
 
 def test_a_fence_that_fails_refuses_the_start_unasked_and_lifts_every_fence() -> None:
@@ -520,7 +598,14 @@ def test_a_fence_that_fails_refuses_the_start_unasked_and_lifts_every_fence() ->
     sinks = {"a": Fencing("a", log, set()), "b": Fencing("b", log, set(), fence_fails=True)}
     with pytest.raises(OSError, match="fence: target unreachable"):
         refuse_unmarked(INFO, ledger, sinks)
-    assert log == [("fence", "a", "1"), ("fence", "b", "1"), ("lift", "a", "1"), ("lift", "b", "1")]
+    assert log == [
+        ("holds", "a", "0/3"),
+        ("holds", "b", "0/3"),
+        ("fence", "a", "1"),
+        ("fence", "b", "1"),
+        ("lift", "a", "1"),
+        ("lift", "b", "1"),
+    ]
     assert ledger.last_committed("p", ["a", "b"]) == {"a": 2, "b": 2}
 
 
@@ -552,7 +637,14 @@ def test_a_fence_that_fails_part_way_is_lifted_too() -> None:
     sinks = {"a": Fencing("a", log, set()), "b": b}
     with pytest.raises(OSError, match="fence: scope 2 of 2 failed"):
         refuse_unmarked(INFO, ledger, sinks)
-    assert log == [("fence", "a", "1"), ("fence", "b", "1"), ("lift", "a", "1"), ("lift", "b", "1")]
+    assert log == [
+        ("holds", "a", "0/3"),
+        ("holds", "b", "0/3"),
+        ("fence", "a", "1"),
+        ("fence", "b", "1"),
+        ("lift", "a", "1"),
+        ("lift", "b", "1"),
+    ]
     assert b.fenced == set()
     assert ledger.last_committed("p", ["a", "b"]) == {"a": 2, "b": 2}
 
@@ -582,7 +674,13 @@ def test_a_fence_that_does_not_answer_in_time_is_not_lifted_and_the_refusal_says
             refuse_unmarked(INFO, ledger, sinks, timeouts={"b": 0.2})
     finally:
         gate.set()
-    assert log == [("fence", "a", "1"), ("fence", "b", "1"), ("lift", "a", "1")]
+    assert log == [
+        ("holds", "a", "0/3"),
+        ("holds", "b", "0/3"),
+        ("fence", "a", "1"),
+        ("fence", "b", "1"),
+        ("lift", "a", "1"),
+    ]
     assert str(refused.value).endswith(
         "The fence may still complete (it was not lifted, since a lift could be overtaken by "
         "it): a restart of epoch 0's checkpoint may then be refused by the sink; lift it by "
@@ -629,7 +727,13 @@ def test_a_fence_still_running_when_its_wait_is_interrupted_is_not_lifted(
             refuse_unmarked(INFO, ledger, sinks, timeouts={"b": 5.0})
     finally:
         gate.set()
-    assert log == [("fence", "a", "1"), ("fence", "b", "1"), ("lift", "a", "1")]
+    assert log == [
+        ("holds", "a", "0/3"),
+        ("holds", "b", "0/3"),
+        ("fence", "a", "1"),
+        ("fence", "b", "1"),
+        ("lift", "a", "1"),
+    ]
 
 
 def test_a_refused_start_leaves_the_fences_of_the_epoch_another_query_started_meanwhile() -> None:
@@ -640,11 +744,64 @@ def test_a_refused_start_leaves_the_fences_of_the_epoch_another_query_started_me
     log: list[tuple[str, ...]] = []
     ledger = _ledger({"a": 2})
 
-    class StartedMeanwhile(Fencing):
-        def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+    class StartedMeanwhile(Lands):
+        def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+            super().fence_earlier_epochs(pipeline, epoch)
             ledger.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id="other", epoch=1))
-            return super().holds_batch(pipeline, epoch, batch_id)
 
     with pytest.raises(UnmarkedBatchError):
         refuse_unmarked(INFO, ledger, {"a": StartedMeanwhile("a", log, {3})})
-    assert log == [("fence", "a", "1"), ("holds", "a", "0/3")]
+    assert log == [("holds", "a", "0/3"), ("fence", "a", "1"), ("holds", "a", "0/3")]
+
+
+def test_the_ledgers_own_refusal_is_read_after_the_first_question_and_before_the_fences(
+) -> None:  # fmt: skip
+    """``before_fence`` (the ledger's check of the start, ``Admission.check_start``: a
+    batch committed after the report, another query's start first) runs after the first
+    question and before any fence: a start it refuses fences nothing (before, the ledger
+    refused at the start's commit, after the fences, which were then lifted). A start it
+    passes goes on to the fences and the question that counts."""
+    from fanout import ZombieBatchError
+
+    log: list[tuple[str, ...]] = []
+    ledger = _ledger({"a": 2})
+
+    def zombie() -> None:
+        log.append(("ledger",))
+        raise ZombieBatchError("a batch of epoch 0 committed after the report")
+
+    with pytest.raises(ZombieBatchError):
+        refuse_unmarked(INFO, ledger, {"a": Fencing("a", log, set())}, before_fence=zombie)
+    assert log == [("holds", "a", "0/3"), ("ledger",)]
+    log.clear()
+    refuse_unmarked(INFO, ledger, {"a": Fencing("a", log, set())},
+                    before_fence=lambda: log.append(("ledger",)))  # fmt: skip
+    assert log == [("holds", "a", "0/3"), ("ledger",), ("fence", "a", "1"), ("holds", "a", "0/3")]
+
+
+def test_a_start_another_query_made_first_is_refused_before_any_fence(tmp_path: Any) -> None:
+    """Two new checkpoints of one pipeline: the other query started epoch 1 already. The
+    ledger's check (``Admission.check_start``, ``DeltaLedger.check_start``) refuses this
+    start after the first question and before its fences, with the start commit's own
+    text; before, it fenced the sinks (a Delta commit each, the running epoch's fence made
+    again) and was refused at its start commit only."""
+    from functools import partial
+
+    from fanout import CheckpointResetError
+    from fanout.ledger.delta import DeltaLedger
+    from fanout.steps.admit import Admission
+
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    ledger.open()
+    for batch in range(3):
+        ledger.mark_committed(LedgerEntry("p", "a", batch, "committed", query_id="old"))
+    ledger.start_epoch(LedgerEntry("p", "*", 3, "epoch", query_id="other", epoch=1))
+    log: list[tuple[str, ...]] = []
+    check = partial(Admission(ledger, "new_epoch").check_start, INFO)
+    with pytest.raises(CheckpointResetError) as refused:
+        refuse_unmarked(INFO, ledger, {"a": Fencing("a", log, set())}, before_fence=check)
+    assert log == [("holds", "a", "0/3")]
+    assert (
+        "query new cannot start epoch 1: the pipeline is at epoch 1 already (another query "
+        "accepted a checkpoint reset meanwhile)"
+    ) in str(refused.value)

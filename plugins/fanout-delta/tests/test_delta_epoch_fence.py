@@ -21,11 +21,12 @@ from deltalake import DeltaTable
 from fanout_delta import DeltaSink, rs_engine, spark_engine
 from fanout_delta.fence import EpochFencedError
 
-from fanout import FanOut
+from fanout import FanOut, UnmarkedBatchError, hookimpl
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.sink import SinkResult
 from fanout.delta_tables import distributed
 from fanout.delta_tables.io import EPOCH_FENCE, read_delta
+from fanout.ledger.delta import DeltaLedger
 from fanout.testing import open_sink
 
 SCHEMA = "id LONG, v STRING"
@@ -389,3 +390,85 @@ def test_a_restore_to_before_the_fence_keeps_it(spark: Any, tmp_path: Path) -> N
     assert _rows(path) == [(0, "zero")]
     assert _written(path, OLD) == EPOCH_FENCE + 1
     assert new.holds_batch("p", 0, 0) is True
+
+
+class _HoldAfterWrite:
+    """A plugin of the running query: holds its sink ``s1``'s batch 1 between the write
+    and the mark (committed in the table, not yet in the ledger) until :attr:`go` is set;
+    its sink ``s2`` writes the batch after."""
+
+    def __init__(self) -> None:
+        self.reached, self.go = threading.Event(), threading.Event()
+
+    @hookimpl
+    def fanout_sink_done(self, info: BatchInfo, sink: str, result: Any, duration_s: float) -> None:
+        if info.batch_id == 1 and sink == "s1":
+            self.reached.set()
+            assert self.go.wait(120), "the test never let the running query go on"
+
+
+def test_a_mistaken_second_query_refused_for_a_held_batch_leaves_the_running_query_alone(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second query of the pipeline started on a fresh checkpoint (``--new-epoch``) while
+    the first one runs: the running query's batch 1 is committed in s1's table, not yet
+    marked, and s2 not yet written. The new query's start finds s1 holding batch 1 and is
+    refused. The running query goes on while the start is asked (its s1 mark, then its s2
+    write, land during the question), and completes its batch; neither table gets a
+    commit of the refused start. Before, the start fenced both tables first (a commit in
+    each), so the running query's s2 write read the fence and failed (EpochFencedError:
+    its batch failed, BatchFailedError), and the refusal's lift added a commit more: s1 at
+    version 3, s2 at version 2, holding batch 0 only."""
+    t1, t2 = tmp_path / "t1", tmp_path / "t2"
+
+    def fan(on_reset: str, *plugins: object) -> FanOut:
+        sinks = [{"type": "delta", "name": name, "path": str(path), "mode": "append",
+                  "write_from": "driver"} for name, path in (("s1", t1), ("s2", t2))]  # fmt: skip
+        return FanOut(
+            "p", str(tmp_path / "ledger"), sinks, plugins=plugins, parallelism=1, retries=0,
+            on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    hold = _HoldAfterWrite()
+    running = fan("refuse", hold)
+    hold.go.set()
+    running.process(spark.createDataFrame([(0, "zero")], SCHEMA), _info(0, "q-old", 1))
+    hold.go.clear()
+    outcome: dict[str, Any] = {}
+
+    def batch_1() -> None:
+        try:
+            running.process(spark.createDataFrame([(1, "m+1")], SCHEMA), _info(1, "q-old", 3))
+            outcome["running"] = "done"
+        except Exception as exc:
+            outcome["running"] = exc
+
+    thread = threading.Thread(target=batch_1)
+    thread.start()
+    assert hold.reached.wait(120), "the running query never wrote batch 1 to s1"
+    real = DeltaSink.holds_batch
+
+    def asked(self: DeltaSink, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        hold.go.set()  # the running query goes on during the start's question
+        thread.join(120)
+        return real(self, pipeline, epoch, batch_id)
+
+    monkeypatch.setattr(DeltaSink, "holds_batch", asked)
+    mistaken = fan("new_epoch")
+    try:
+        with pytest.raises(UnmarkedBatchError) as refused:
+            mistaken.process(spark.createDataFrame([(1, "m+1")], SCHEMA), _info(1, "q-new", 3))
+    finally:
+        hold.go.set()
+        thread.join(120)
+        running.close()
+        mistaken.close()
+
+    assert outcome == {"running": "done"}
+    assert str(refused.value).startswith(
+        "pipeline 'p': query q-new cannot start epoch 1: sink s1 holds batch 1, sink s2 holds "
+        "batch 1 of epoch 0 by its own records"
+    )
+    assert _rows(t1) == _rows(t2) == [(0, "zero"), (1, "m+1")]
+    assert (DeltaTable(str(t1)).version(), DeltaTable(str(t2)).version()) == (1, 1)
+    assert DeltaLedger(str(tmp_path / "ledger")).current_epoch("p") == 0

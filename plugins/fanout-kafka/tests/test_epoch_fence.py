@@ -24,10 +24,10 @@ from fanout_kafka import KafkaSink
 from fanout_kafka.errors import EpochFencedError
 from fanout_kafka.markers import FENCED_BIT
 from fanout_kafka.transaction import PartitionWriter
-from kafka_log import committed_values
+from kafka_log import committed_records, committed_values
 from kafkatools import Broker, marker, read_topic
 
-from fanout import FanOut
+from fanout import FanOut, UnmarkedBatchError, hookimpl
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.sink import PartlyHeld, SinkContext
 from fanout.partitioned.membership import MemberDigest, PartitionPlan
@@ -300,3 +300,81 @@ def test_a_start_refused_by_a_fence_failing_part_way_lifts_it(
     assert sorted(committed_values(kafka.bootstrap, topic)) == sorted(
         f"{tag}{p}-{i}".encode() for tag in "ab" for p in range(3) for i in range(2)
     )
+
+
+class _DriverKilled(BaseException):
+    """The driver's death between the Kafka sink's commit of batch 1 and its mark."""
+
+
+class _KillAfterWrite:
+    @hookimpl
+    def fanout_sink_done(self, info: BatchInfo, sink: str, result: Any, duration_s: float) -> None:
+        if info.batch_id == 1:
+            raise _DriverKilled("killed between the write and the mark")
+
+
+def test_a_start_refused_for_a_held_batch_fences_nothing(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replaced query committed batch 1 to the topic and died before its mark; a new
+    checkpoint's start is refused (the sink holds batch 1) without fencing the replaced
+    epoch's scope: its producer of transactional id ``<prefix>-0`` is not fenced, its
+    marker never carries the fence bit, and the replaced query, started again on its
+    checkpoint, writes batch 2 with the producer epochs of its own initialisations only.
+    Before, the start fenced (marker ``FENCED_BIT | 2``, a producer initialised for the
+    fence and one for the lift: two producer epochs more) and then lifted."""
+    pipeline = f"ef{uuid.uuid4().hex[:6]}"
+    fenced: list[int] = []
+    real_fence = KafkaSink.fence_earlier_epochs
+
+    def fence(self: KafkaSink, pipeline: str, epoch: int) -> None:
+        real_fence(self, pipeline, epoch)
+        fenced.append(marker(kafka.bootstrap, pipeline, "events", 0, "__fanout_markers"))
+
+    monkeypatch.setattr(KafkaSink, "fence_earlier_epochs", fence)
+
+    def fan(on_reset: str, *plugins: object) -> FanOut:
+        sinks = [{"type": "kafka", "name": "events", "bootstrap_servers": kafka.bootstrap,
+                  "topic": topic, "key": "id", "value": "name", "partitions": 1}]  # fmt: skip
+        return FanOut(
+            pipeline, str(tmp_path / "ledger"), sinks, plugins=plugins, parallelism=1,
+            retries=0, on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    def run(fan: FanOut, batch_id: int, query_id: str) -> None:
+        info = BatchInfo(pipeline, batch_id, query_id, [{"orders": {"0": batch_id + 1}}],
+                         batch_timestamp_ms=1000 + batch_id)  # fmt: skip
+        frame = spark.createDataFrame([(batch_id, f"b{batch_id}")], "id LONG, name STRING")
+        fan.process(frame, info)
+
+    old = fan("refuse", _KillAfterWrite())
+    try:
+        run(old, 0, "q0")
+        with pytest.raises(_DriverKilled):
+            run(old, 1, "q0")
+    finally:
+        old.close()
+    new = fan("new_epoch")
+    try:
+        with pytest.raises(UnmarkedBatchError) as refused:
+            run(new, 1, "q1")
+    finally:
+        new.close()
+    assert str(refused.value).startswith(
+        f"pipeline {pipeline!r}: query q1 cannot start epoch 1: sink events holds batch 1 of "
+        "epoch 0 by its own records"
+    )
+    assert fenced == []  # before: [FENCED_BIT | 2], lifted to 2 after
+    assert marker(kafka.bootstrap, pipeline, "events", 0, "__fanout_markers") == 2
+    again = fan("refuse")
+    try:
+        run(again, 2, "q0")
+    finally:
+        again.close()
+    records = committed_records(kafka.bootstrap, topic, 3)
+    assert sorted(r.value for r in records if r.value is not None) == [b"b0", b"b1", b"b2"]
+    # the producer epoch of transactional id <prefix>-0 between batch 1's write and batch
+    # 2's: the restart's own initialisations only (before: 2 more, the fence's and the
+    # lift's, which fenced any producer of the replaced query still open)
+    epochs = {r.value: r.producer[1] for r in records if r.value is not None}
+    assert epochs[b"b2"] - epochs[b"b1"] == 2  # before: 4

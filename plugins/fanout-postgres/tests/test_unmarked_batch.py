@@ -14,6 +14,7 @@ from fanout import BatchInfo, FanOut, UnmarkedBatchError, hookimpl
 from fanout.ledger.delta import DeltaLedger
 
 ROWS = 10
+FENCE_ROWS = "SELECT pipeline, batch_id, partition FROM fanout.progress WHERE batch_id = %s"
 
 
 class DriverKilled(BaseException):
@@ -56,8 +57,23 @@ def _ids(url: str) -> list[int]:
 
 
 def test_an_append_batch_written_but_never_marked_refuses_the_new_epoch(
-    spark: Any, pg_url: str, tmp_path: Path
+    spark: Any, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The refused start fences nothing: no fence row in the old scope at any time, no
+    commit in silver's table. (Before, both sinks were fenced before the question, and
+    the refusal lifted them: a fence row inserted and deleted, two Delta commits.)"""
+    from deltalake import DeltaTable
+    from fanout_postgres import PostgresSink
+    from fanout_postgres.statements import EPOCH_FENCE
+
+    fence_rows: list[list[tuple[Any, ...]]] = []
+    real_fence = PostgresSink.fence_earlier_epochs
+
+    def fence(self: PostgresSink, pipeline: str, epoch: int) -> None:
+        real_fence(self, pipeline, epoch)
+        fence_rows.append(query(pg_url, FENCE_ROWS, (EPOCH_FENCE,)))
+
+    monkeypatch.setattr(PostgresSink, "fence_earlier_epochs", fence)
     old = _fan(tmp_path, pg_url, KillAfterPostgresWrote())
     _run(old, spark, "query-old", 0, 0)
     with pytest.raises(DriverKilled):
@@ -79,6 +95,9 @@ def test_an_append_batch_written_but_never_marked_refuses_the_new_epoch(
         "without it: silver (mark 0).\n"
     ) in message
     assert _ids(pg_url) == list(range(20))
+    assert fence_rows == []  # before: [[('unmarkedpg', EPOCH_FENCE, -1)]], then lifted
+    assert query(pg_url, FENCE_ROWS, (EPOCH_FENCE,)) == []
+    assert DeltaTable(str(tmp_path / "silver")).version() == 0  # before: 2 (fence, lift)
 
 
 def _upserting(tmp_path: Path, url: str, *plugins: object, on_reset: str = "refuse") -> FanOut:
