@@ -107,9 +107,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     from fanout.hooks.registry import load_registry
 
     registry = load_registry(args.plugin or ())
-    types = registry.sink_types()
-    if args.options is not None:
-        return _print_options(types, args.options, as_json=args.json)
+    if args.options is not None:  # imports that type's class only
+        return _print_options(registry.sink_types(), args.options, as_json=args.json)
+    types = registry.listed_sink_types()  # every class imported: its guarantees, hooks
     rows = [
         [
             t.name,

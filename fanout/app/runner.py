@@ -44,7 +44,13 @@ from fanout.errors import (
     is_stop_refusal,
     shell_word,
 )
-from fanout.hooks.registry import Registry, load_registry, option_names, resolve_plugins
+from fanout.hooks.registry import (
+    PerSinkType,
+    Registry,
+    load_registry,
+    option_names,
+    resolve_plugins,
+)
 from fanout.hooks.specs import hookimpl
 from fanout.observe.logs import known_secrets
 from fanout.observe.secrets import redact
@@ -126,8 +132,14 @@ def load_pipeline(path: str) -> PipelineConfig:
     file = Path(path)
     data = read(file)
     registry = file_registry(plugin_names(data), file)
-    classes = {name: t.sink_class for name, t in registry.sink_types().items()}
-    return parse(data, _option_names(registry), file, _self_expanded(registry), classes)
+    types = registry.sink_types()  # each class imported when the file uses its type
+    return parse(
+        data,
+        PerSinkType(types, option_names),
+        file,
+        PerSinkType(types, self_expanded_options),
+        PerSinkType(types, lambda sink_class: sink_class),
+    )
 
 
 def file_registry(plugins: Sequence[str], file: str | Path | None = None) -> Registry:

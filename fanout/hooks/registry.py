@@ -9,16 +9,17 @@ are found exactly that way, and the core names none of them. (Code shipped to a 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 import logging
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import pluggy
 
@@ -54,6 +55,8 @@ from fanout.observe.option_values import option_type_problems
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 
 class EntryPointLike(Protocol):
     """The part of ``importlib.metadata.EntryPoint`` the registry uses."""
@@ -85,11 +88,38 @@ class PluginInfo:
 
 @dataclass(frozen=True)
 class SinkType:
-    """A sink type name, its class and the plugin providing it."""
+    """A sink type name, its class (or the lazy ``"module:Class"`` reference its plugin gave)
+    and the plugin providing it.
+
+    A reference is imported, and its class checked, the first time :attr:`sink_class` is
+    read (a sink of the type built, its options checked, the type listed with details), so
+    a command using no sink of the type never imports the type's driver libraries."""
 
     name: str
-    sink_class: type[Sink]
+    source: type[Sink] | str
     plugin: PluginInfo
+
+    @functools.cached_property
+    def sink_class(self) -> type[Sink]:
+        """The class: the plugin's, or its reference imported and checked.
+
+        :raises PluginLoadError: the reference's module does not import (named with the
+            plugin and what to do, as a plugin that does not import is).
+        :raises PluginError: the reference names no such class, or the class is no valid
+            sink type (as a class returned directly is refused).
+        """
+        if not isinstance(self.source, str):
+            return self.source
+        sink_class = _import_reference(self.plugin, self.name, self.source)
+        _check_sink_class(self.plugin, self.name, sink_class)
+        return cast("type[Sink]", sink_class)
+
+    @property
+    def reference(self) -> str:
+        """``module:Class``: the reference given, or the class's (no import either way)."""
+        if isinstance(self.source, str):
+            return self.source
+        return f"{self.source.__module__}:{self.source.__qualname__}"
 
     @property
     def guarantees(self) -> tuple[str, ...]:
@@ -107,6 +137,35 @@ class SinkType:
         ``at_least_once (not declared)`` for a class declaring none."""
         text = " or ".join(self.guarantees)
         return text if self.declared else f"{text} (not declared)"
+
+
+class PerSinkType(Mapping[str, _T]):
+    """Something of each sink type's class (its option names, say), computed the first time
+    that type is asked for: membership and the type names need no class, so checking a
+    pipeline file imports only the sink types the file uses."""
+
+    def __init__(self, types: Mapping[str, SinkType], of: Callable[[type[Sink]], _T]) -> None:
+        """
+        :param types: the sink types (:meth:`Registry.sink_types`).
+        :param of: what to compute from a type's class.
+        """
+        self._types = types
+        self._of = of
+        self._computed: dict[str, _T] = {}
+
+    def __getitem__(self, name: str) -> _T:
+        if name not in self._computed:
+            self._computed[name] = self._of(self._types[name].sink_class)
+        return self._computed[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._types)
+
+    def __len__(self) -> int:
+        return len(self._types)
 
 
 @dataclass
@@ -129,13 +188,30 @@ class Registry:
         types: dict[str, SinkType] = {}
         for info, provided in self._provided("fanout_sink_types"):
             for type_name, sink_class in cast("Mapping[str, Any]", provided).items():
-                _check_sink_class(info, type_name, sink_class)
+                if isinstance(sink_class, str):
+                    _check_reference(info, type_name, sink_class)  # imported when used
+                else:
+                    _check_sink_class(info, type_name, sink_class)
                 if type_name in types:
                     raise DuplicateSinkTypeError(
                         type_name, types[type_name].plugin.describe(), info.describe()
                     )
                 types[type_name] = SinkType(type_name, sink_class, info)
         return types
+
+    def listed_sink_types(self) -> dict[str, SinkType]:
+        """Every sink type with its class imported (``fanout plugins``): a type whose lazy
+        reference does not import is left out, its :class:`PluginLoadError` added to
+        :attr:`load_errors`, as a plugin that does not import is."""
+        listed: dict[str, SinkType] = {}
+        for name, sink_type in self.sink_types().items():
+            try:
+                sink_type.sink_class  # noqa: B018 - imports a lazy reference
+            except PluginLoadError as exc:
+                self.load_errors.append(exc)
+                continue
+            listed[name] = sink_type
+        return listed
 
     def dead_letter_kinds(self) -> dict[str, DeadLetterKind]:
         """Every dead-letter kind of every plugin (the core's ``delta`` included); two
@@ -288,6 +364,46 @@ def _checked(sink: Sink, what: str) -> Sink:
             "'guarantees = (...)' (what `fanout plugins` shows and the conformance kit checks)"
         )
     return sink
+
+
+_REFERENCE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def _check_reference(info: PluginInfo, type_name: str, reference: str) -> None:
+    """A lazy reference reads ``package.module:ClassName`` (checked without importing)."""
+    if not _REFERENCE.fullmatch(reference):
+        raise PluginError(
+            f"plugin {info.describe()}: sink type {type_name!r} is {reference!r}, neither a "
+            "subclass of fanout.Sink nor a reference to one as 'package.module:ClassName'"
+        )
+
+
+def _import_reference(info: PluginInfo, type_name: str, reference: str) -> Any:
+    """The object a lazy ``module:Class`` reference names, imported now. A module that does
+    not import is the plugin's :class:`PluginLoadError`, as an entry point that does not
+    import is; a module without the class is a :class:`PluginError`."""
+    module_name, _, qualname = reference.partition(":")
+    try:
+        found: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        remove = f"`pip uninstall {info.distribution}`" if info.distribution else "remove it"
+        raise _load_error(
+            info.name,
+            info.distribution,
+            exc,
+            what_to_do=f"fanout imports sink type {type_name!r} ({reference}) when a sink of "
+            f"it is built or checked, or `fanout plugins` lists it: install what it imports, "
+            f"fix it, or uninstall it ({remove})",
+        ) from exc
+    try:
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except AttributeError:
+        raise PluginError(
+            f"plugin {info.describe()}: sink type {type_name!r} is {reference!r}, but module "
+            f"{module_name} has no {qualname}: fix the reference its fanout_sink_types returns"
+        ) from None
+    return found
 
 
 def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None:

@@ -67,15 +67,27 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def fanout_sink_types() -> Mapping[str, type[Sink]]:
-    """Return the sink types this plugin provides, as ``{type_name: SinkClass}``.
+def fanout_sink_types() -> Mapping[str, type[Sink] | str]:
+    """Return the sink types this plugin provides, as ``{type_name: SinkClass}`` or, lazily,
+    ``{type_name: "package.module:SinkClass"}``.
 
     Called once when a ``FanOut`` (or ``fanout plugins``) builds its registry. A sink
     configured as ``{"type": type_name, "name": ..., **options}`` is built as
     ``SinkClass(name=..., **options)``.
 
-    :return: a mapping of type names to :class:`fanout.Sink` subclasses. Every plugin's
-        mapping is used; two plugins returning the same type name is an error naming both.
+    Every ``fanout`` command loads every installed plugin, so a plugin module importing its
+    sink's driver libraries (a database client, pandas) makes every command pay for them.
+    A reference ``"package.module:SinkClass"`` (the built-in sinks' form) is imported only
+    when the type is used: a sink of it built or its options checked (``fanout run``,
+    ``fanout validate``, ``FanOut``), or the type listed (``fanout plugins``). A module that
+    then fails to import is the plugin's :class:`fanout.errors.PluginLoadError` (``fanout
+    plugins`` lists it and exits 1); a class failing fanout's checks, a
+    :class:`fanout.errors.PluginError`, as when the class is returned itself. Keep the
+    plugin module (the entry point) and the package's ``__init__`` free of those imports.
+
+    :return: a mapping of type names to :class:`fanout.Sink` subclasses or references to
+        them. Every plugin's mapping is used; two plugins returning the same type name is
+        an error naming both.
     """
     raise NotImplementedError  # a specification: pluggy never calls this body
 

@@ -7,8 +7,7 @@ from fanout.hooks.specs import hookimpl
 
 
 @hookimpl
-def fanout_sink_types() -> dict[str, type[Sink]]:
-    """Provide the ``delta`` sink type (:class:`fanout_delta.DeltaSink`)."""
-    from fanout_delta.sink import DeltaSink
-
-    return {"delta": DeltaSink}
+def fanout_sink_types() -> dict[str, type[Sink] | str]:
+    """Provide the ``delta`` sink type (:class:`fanout_delta.DeltaSink`), as a lazy
+    reference: its module (delta-rs, pyarrow) is imported only when a Delta sink is used."""
+    return {"delta": "fanout_delta.sink:DeltaSink"}

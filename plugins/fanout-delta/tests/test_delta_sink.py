@@ -22,6 +22,7 @@ from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.sink import SinkContext, SinkResult
 from fanout.delta_tables.io import read_delta
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkWriteError
+from fanout.hooks.registry import load_registry
 
 
 def make_batch(data: dict | pa.Table, batch_id: int) -> Batch:
@@ -52,7 +53,8 @@ def ids(n: int, start: int = 0) -> pa.Array:
 
 
 def test_plugin_provides_the_delta_type_and_sink_is_transactional():
-    assert fanout_sink_types() == {"delta": DeltaSink}
+    assert fanout_sink_types() == {"delta": "fanout_delta.sink:DeltaSink"}  # imported when used
+    assert load_registry().sink_types()["delta"].sink_class is DeltaSink
     assert DeltaSink.guarantees == ("transactional",)
     assert DeltaSink("s", path="/x").reads == "arrow"
     # The executors' append reads the DataFrame in Spark tasks.

@@ -24,7 +24,6 @@ from fanout.deadletters.route_letters import check_unchanged
 from fanout.errors import SinkWriteError, TransientSinkError
 from fanout_kafka.records import COLUMN_HEADER, VALUE_HEADER, Record, dead_letter_headers
 from fanout_kafka.settings import KAFKA_TARGET, WriterSettings
-from fanout_kafka.transaction import PartitionWriter
 from fanout_kafka.values import json_bytes
 
 if TYPE_CHECKING:
@@ -85,6 +84,8 @@ class KafkaDeadLetters:
             self._check_route(batch, route, settings, partition or 0)
         if not letters:
             return 0
+        from fanout_kafka.transaction import PartitionWriter  # confluent-kafka: when used
+
         outcome = PartitionWriter(settings, partition or 0, batch.batch_id).write(
             self.records(batch, letters), []
         )

@@ -17,13 +17,14 @@ from fanout.hooks.services import EmbeddedService
 from fanout.hooks.specs import hookimpl
 from fanout_kafka.deadletter import KAFKA, KafkaDeadLetters
 from fanout_kafka.options import check_topic_name
-from fanout_kafka.sink import KafkaSink
 
 
 @hookimpl
-def fanout_sink_types() -> dict[str, type[Sink]]:
-    """Provide the ``kafka`` sink type (:class:`fanout_kafka.KafkaSink`)."""
-    return {"kafka": KafkaSink}
+def fanout_sink_types() -> dict[str, type[Sink] | str]:
+    """Provide the ``kafka`` sink type (:class:`fanout_kafka.KafkaSink`), as a lazy
+    reference: its module (confluent-kafka) is imported only when a sink of the type is
+    used."""
+    return {"kafka": "fanout_kafka.sink:KafkaSink"}
 
 
 @hookimpl
@@ -35,6 +36,8 @@ def fanout_dead_letter_kinds() -> Mapping[str, DeadLetterKind]:
 def kafka_target(location: str, sink: Sink) -> KafkaDeadLetters:
     """The ``kafka`` kind's factory: a topic of ``sink``'s cluster; only a Kafka sink has
     one."""
+    from fanout_kafka.sink import KafkaSink
+
     if not isinstance(sink, KafkaSink):
         raise ConfigurationError(
             f"sink {sink.name!r}: dead_letter 'kafka:{location}' is a topic of a Kafka sink's "

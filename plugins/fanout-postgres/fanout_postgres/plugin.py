@@ -18,13 +18,14 @@ from fanout.hooks.services import EmbeddedService
 from fanout.hooks.specs import hookimpl
 from fanout_postgres.deadletter import POSTGRES, PostgresDeadLetters
 from fanout_postgres.identifiers import parse_table
-from fanout_postgres.sink import PostgresSink
 
 
 @hookimpl
-def fanout_sink_types() -> dict[str, type[Sink]]:
-    """Provide the ``postgres`` sink type (:class:`fanout_postgres.PostgresSink`)."""
-    return {"postgres": PostgresSink}
+def fanout_sink_types() -> dict[str, type[Sink] | str]:
+    """Provide the ``postgres`` sink type (:class:`fanout_postgres.PostgresSink`), as a lazy
+    reference: its module (pandas; SQLAlchemy) is imported only when a sink of the type is
+    used."""
+    return {"postgres": "fanout_postgres.sink:PostgresSink"}
 
 
 @hookimpl
@@ -36,6 +37,8 @@ def fanout_dead_letter_kinds() -> Mapping[str, DeadLetterKind]:
 def postgres_target(location: str, sink: Sink) -> PostgresDeadLetters:
     """The ``postgres`` kind's factory: a table in ``sink``'s database; only a PostgreSQL
     sink has one."""
+    from fanout_postgres.sink import PostgresSink
+
     if not isinstance(sink, PostgresSink):
         raise ConfigurationError(
             f"sink {sink.name!r}: dead_letter 'postgres:{location}' is a table in a PostgreSQL "
