@@ -456,6 +456,7 @@ class FanOut:
                 self._plugins,
                 ledger=ledger_location(self.ledger),
                 secrets=self.secrets,
+                sinks=tuple(self.specs),
             )
             spec.route.validate(spec.name, spark)
             sink = spec.sink

@@ -120,6 +120,11 @@ class SinkContext:
         the partitioned-sink kit gives its writers); ``()`` outside a
         :class:`fanout.FanOut`. As known when the sink opens: a credential a sink opened
         after it fetches in its ``open`` is not among them.
+    :param sinks: the names of every sink the pipeline configures (``()`` outside a
+        :class:`fanout.FanOut`): a sink whose records of a batch are keyed by its name can
+        tell another sink of the pipeline, still configured, writing its target from one
+        that is gone (renamed after it wrote a batch and before its mark: the Delta sink
+        refuses writing that batch again under the new name).
     """
 
     pipeline: str
@@ -130,6 +135,7 @@ class SinkContext:
     ledger: str | None = None
     changes: list[str] = field(default_factory=list)
     secrets: tuple[str, ...] = ()
+    sinks: tuple[str, ...] = ()
 
     def would(self, change: str) -> None:
         """Record what the run would create or change that is not there yet, in words

@@ -204,7 +204,9 @@ class _ExecutorAppend:
         """Whether the table as :meth:`of` found it holds the batch: its app transaction
         at the batch or past it, and no RESTORE took it out since. A later epoch's fence
         refuses (:func:`fanout_delta.fence.batch_version`)."""
-        done = batch_version(self.opened, self.batch, self.sink.name, str(self.sink.path))
+        sink = self.sink
+        done = batch_version(self.opened, self.batch, sink.name, str(sink.path),
+                             sinks=sink.sinks, harmless=sink.rewrite_harmless)  # fmt: skip
         if done is None or done < self.batch_id:
             return False
         return not taken_out(self.opened, self.app_id, self.batch_id, self.sink.storage_options)

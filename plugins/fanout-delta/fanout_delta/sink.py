@@ -166,6 +166,7 @@ class DeltaSink(Sink):
         self._dead_letters: DeadLetterTarget | None = None  # resolved by fanout, at open()
         self._hook_plugins: HookPlugins | None = None  # found at open()
         self._ledger: str | None = None  # the pipeline's ledger, named at open()
+        self._sinks: tuple[str, ...] = ()  # the pipeline's sinks, named at open()
         # Whether Spark's executors can write the table's path (found at open()).
         self._executors_reach_the_table = False
         # The table's snapshot, kept from batch to batch (made at open()).
@@ -224,6 +225,7 @@ class DeltaSink(Sink):
         )
         self._hook_plugins = HookPlugins.of(context.plugins)
         self._ledger = context.ledger
+        self._sinks = tuple(context.sinks)
         try:
             table = deltaio.open_table(self.path, self.storage_options)  # type: ignore[arg-type]
         except Exception as exc:
@@ -527,6 +529,7 @@ class DeltaSink(Sink):
             ledger=self._ledger,
             kept=self._kept,
             stepped_back=self._stepped_back,
+            sinks=self._sinks,
         )
 
     def is_transient(self, error: BaseException) -> bool:

@@ -79,6 +79,7 @@ from fanout_postgres.membership import (
     target_oids,
     upsert_records,
     upsert_routes,
+    vanished_sink_marks,
 )
 from fanout_postgres.migrate import migration_problem
 from fanout_postgres.options import as_list, check_options, schema_of
@@ -213,6 +214,9 @@ class PostgresSink(PartitionedSink):
         self.connection_idle_s = connection_idle_s
         self._url: Any = None
         self._table: TableName | None = None
+        # the pipeline's sinks (open()), until the first batch without marks of its own
+        # asked whether a sink no longer configured committed it to the table
+        self._vanished_unasked: tuple[str, ...] = ()
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
         self._plans: dict[str, WritePlan] = {}
         self._shapes: dict[str, Any] = {}  # schema -> the table's columns it was planned on
@@ -243,6 +247,7 @@ class PostgresSink(PartitionedSink):
         # through write_letters / replace_letters, which filter as fanout's wrapper does)
         self._dead = unchecked(context.dead_letters)
         checking = context.checking
+        self._vanished_unasked = tuple(context.sinks) if self.mode == "append" else ()
         engine = self._engine()
         try:
             with engine.connect() as conn:
@@ -492,6 +497,9 @@ class PostgresSink(PartitionedSink):
                 conn, self.state_schema, _scope(batch), self.name, batch.batch_id
             )
             self._refuse_other_query(batch, found)
+            if not found and self._vanished_unasked:
+                sinks, self._vanished_unasked = self._vanished_unasked, ()
+                self._refuse_vanished_sink(conn, batch, sinks)
             marks = [mark for mark, _ in found]
             if marks and self._dead is None:
                 self._refuse_waiting_letters(conn, batch)
@@ -524,6 +532,35 @@ class PostgresSink(PartitionedSink):
             f"another pipeline of that name writes this sink. Nothing was written. "
             f"{RESTORE_OR_RENAME}. "
             + forget_marks_advice(self.state_schema, scope, self.name, self._table),
+            sink=self.name,
+            batch_id=batch.batch_id,
+        )
+
+    def _refuse_vanished_sink(self, conn: Any, batch: Batch, sinks: tuple[str, ...]) -> None:
+        """Append, at the first batch of an :meth:`open` with no marks of its own: refuse,
+        before any partition writes, a batch the table holds (partitions of it, or a later
+        batch) under the progress marks of a sink of the pipeline it no longer configures,
+        when this sink's name has no marks in the scope at all: that sink renamed to this
+        one (or removed) after it committed and before its ledger mark. Written under the
+        new name, those partitions' rows would be in the table twice
+        (:func:`~fanout_postgres.membership.vanished_sink_marks`)."""
+        table = self._table
+        assert table is not None  # open() resolved it
+        found = vanished_sink_marks(conn, self.state_schema, _scope(batch), self.name, sinks,
+                                    batch.batch_id, table.quoted())  # fmt: skip
+        if found is None:
+            return
+        other, batch_id, partitions = found
+        raise SinkWriteError(
+            f"{self.state_schema}.progress marks partition(s) {partitions} of batch "
+            f"{batch_id} as committed to table {self._table} by sink {other!r} of this "
+            f"pipeline, which the pipeline no longer configures, and sink {self.name!r} has "
+            f"no marks: if {self.name!r} is {other!r} renamed (or {other!r} was removed) "
+            f"after it committed batch {batch_id} and before its ledger mark, this write "
+            "would put those rows in the table twice, so nothing was written. Rename the "
+            f"sink back to {other!r} and restart: the replay skips what the table holds and "
+            f"completes the batch; rename it once batch {batch_id} is marked (the new name "
+            "then starts after it)",
             sink=self.name,
             batch_id=batch.batch_id,
         )
