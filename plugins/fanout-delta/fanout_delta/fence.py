@@ -210,14 +210,18 @@ def batch_version(
         raise fenced_error(table, key.app_id, sink=sink, path=path, pipeline=batch.pipeline,
                            epoch=batch.info.epoch, batch_id=key.version)  # fmt: skip
     if version is None and table is not None and sinks:
-        _refuse_vanished_sink(table, batch, sink, path, sinks, harmless)
+        refuse_vanished_sink(table, batch, sink, path, sinks, harmless)
     return version
 
 
-def _refuse_vanished_sink(
+def refuse_vanished_sink(
     table: DeltaTable, batch: Batch, sink: str, path: str, sinks: Collection[str],
     harmless: bool,
 ) -> None:  # fmt: skip
+    """Raise :class:`RenamedSinkError` (or log, when the sink's rewrite is ``harmless``)
+    when ``table``, recording no transaction of ``batch``'s app id, holds this batch or a
+    later one of a sink of the pipeline not among ``sinks``
+    (:func:`fanout_delta.plans.vanished_sink_commit`)."""
     from fanout_delta.plans import vanished_sink_commit
 
     plan = vanished_sink_commit(table, batch, sinks)
@@ -258,5 +262,6 @@ __all__ = [
     "fence_epochs",
     "fenced_error",
     "lift_fence",
+    "refuse_vanished_sink",
     "unfenceable",
 ]
