@@ -102,6 +102,7 @@ from fanout.steps.owners import release as release_sinks
 from fanout.steps.persist import prepare_reads
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
+from fanout.steps.renamed import refuse_renamed
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.source_fit import refuse_unfit
@@ -919,7 +920,25 @@ class FanOut:
             return
         if state.marks is not None:  # a new epoch has no marks to check
             self._refuse_lost(state.info.epoch, state.marks)
+            self._refuse_renamed(state)
         self._targets_checked = True
+
+    def _refuse_renamed(self, state: BatchState) -> None:
+        """Refuse the run when a sink with no mark in the epoch finds in its target the
+        batch after the last mark of a sink the pipeline no longer configures, written
+        under that sink's name: renamed between a crash and its replay
+        (:mod:`fanout.steps.renamed`)."""
+        assert state.marks is not None
+        not_opened = self.lagging.not_opened()
+        opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
+        timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
+        info = state.info
+        refused = refuse_renamed(self.pipeline, info.epoch, info.batch_id, self.ledger,
+                                 self.specs, opened, state.marks, timeouts)  # fmt: skip
+        if refused:
+            for error in refused.values():
+                log.error("%s", error)
+            raise BatchFailedError(self.pipeline, info.batch_id, refused)
 
     def _check_targets_before_catch_up(self) -> None:
         """:meth:`_check_targets` for a catch-up that may write before the run's first

@@ -617,39 +617,67 @@ class PostgresSink(PartitionedSink):
         :class:`fanout.PartlyHeld` naming them. A lost mark recorded there would make the
         replay skip the sink, and them with it. An upsert's rows of an older fanout count
         none: :meth:`_uncounted_letters`."""
+        return self._holds(self.name, pipeline, epoch, batch_id)
+
+    def holds_batch_of(
+        self, sink_name: str, pipeline: str, epoch: int, batch_id: int
+    ) -> bool | PartlyHeld | None:
+        """:meth:`holds_batch` by the progress marks (append) or ``upsert_routes`` rows
+        (upsert) of sink ``sink_name`` (:meth:`fanout.Sink.holds_batch_of`: a sink renamed
+        between a crash and its replay), counted only when they recorded this table's OID
+        as it is now (migration ``0006_target_oid``): those of another table, or none,
+        ``False`` (the sink wrote elsewhere, or is of another type); only records of an
+        older fanout (no OID): ``None``, cannot tell which table they are of."""
+        return self._holds(sink_name, pipeline, epoch, batch_id)
+
+    def _holds(
+        self, name: str, pipeline: str, epoch: int, batch_id: int
+    ) -> bool | PartlyHeld | None:
+        """Whether the table holds batch ``batch_id`` of ``epoch`` by the records of sink
+        ``name`` (:meth:`holds_batch`, which is this with the sink's own name; another's
+        are first matched to this table by OID, :meth:`holds_batch_of`)."""
         scope = pipeline_scope(pipeline, epoch)
         engine = self._engine()
         records = f"its records of batch {batch_id} of epoch {epoch}"
         with self._said_behind_migrations(engine, records), engine.connect() as conn:
             if self._target_gone(conn):
                 return False
+            if name != self.name:
+                table = self._table
+                assert table is not None  # _target_gone said it is there
+                oids = set(target_oids(conn, self.state_schema, self.mode, scope, name,
+                                       batch_id).values())  # fmt: skip
+                if current_oid(conn, table.quoted()) not in oids:
+                    return None if oids == {None} else False
             unknown = False  # an upsert row of an older fanout: its refused rows uncounted
             if self.mode == "append":
-                marks = committed_partitions(conn, self.state_schema, scope, self.name, batch_id)
+                marks = committed_partitions(conn, self.state_schema, scope, name, batch_id)
                 counts: set[int | None] = {m.partitions for m in marks}
                 partitions = {m.partition for m in marks}
             else:
-                recorded = upsert_records(conn, self.state_schema, scope, self.name, batch_id)
+                recorded = upsert_records(conn, self.state_schema, scope, name, batch_id)
                 counts, partitions = {r.partitions for r in recorded.values()}, set(recorded)
                 waiting = sum(r.waiting for r in recorded.values())
                 unknown = any(r.refused is None for r in recorded.values())
                 if unknown and isinstance(self._dead, PostgresDeadLetters):
-                    unknown = not refused_held(conn, self._dead.table, scope, self.name,
+                    unknown = not refused_held(conn, self._dead.table, scope, name,
                                                batch_id)  # fmt: skip
             count = counts.pop() if len(counts) == 1 else None
             held = _held(len(partitions), count)
             if held is not True:
                 return held
             if self.mode == "append":
-                waiting = sum(letters_waiting(conn, self.state_schema, scope, self.name,
+                waiting = sum(letters_waiting(conn, self.state_schema, scope, name,
                                               batch_id).values())  # fmt: skip
         if unknown:
-            return self._uncounted_letters(pipeline, epoch, batch_id)
-        if waiting and self._letters_kept(pipeline, epoch, batch_id) < waiting:
+            return self._uncounted_letters(pipeline, epoch, batch_id, name)
+        if waiting and self._letters_kept(pipeline, epoch, batch_id, name) < waiting:
             return PartlyHeld(len(partitions), count, letters=waiting)
         return True
 
-    def _uncounted_letters(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+    def _uncounted_letters(
+        self, pipeline: str, epoch: int, batch_id: int, name: str
+    ) -> bool | None:
         """Upsert, every partition committed, some by an older fanout, whose rows count no
         refused row (before migration ``0007_upsert_routes_refused``): held whole without a
         dead-letter target (nothing can wait for one) or when the target holds refused rows
@@ -659,7 +687,7 @@ class PostgresSink(PartitionedSink):
         tell a batch that refused none from one whose refused rows never reached the
         target, so no lost mark is recorded for it (its replay would skip them) and a
         reset is not refused for it either."""
-        if self._dead is None or self._letters_kept(pipeline, epoch, batch_id) > 0:
+        if self._dead is None or self._letters_kept(pipeline, epoch, batch_id, name) > 0:
             return True
         text = (
             f"its upsert_routes rows of epoch {epoch} were written by an older fanout, which "
@@ -671,11 +699,11 @@ class PostgresSink(PartitionedSink):
         )
         return None
 
-    def _letters_kept(self, pipeline: str, epoch: int, batch_id: int) -> int:
+    def _letters_kept(self, pipeline: str, epoch: int, batch_id: int, name: str) -> int:
         """How many refused rows of the batch the sink's dead-letter target holds
         (:func:`fanout.deadletters.held.refused_rows_held`: 0 when it cannot tell, or
         there is none, or the read fails, logged: the batch then counts as part held)."""
-        return refused_rows_held(self._dead, pipeline, self.name, (epoch, batch_id),
+        return refused_rows_held(self._dead, pipeline, name, (epoch, batch_id),
                                  secrets=self.secret_values(), logger=logger)  # fmt: skip
 
     def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
