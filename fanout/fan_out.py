@@ -257,6 +257,9 @@ class FanOut:
         self._accept_lost = frozenset(accept_lost_targets)
         self._targets_checked = False
         """Whether this run's first batch asked each sink's target for its last mark."""
+        self._renamed_checked = False
+        """Whether this run's first batch asked for a renamed sink (fanout.steps.renamed;
+        a catch-up's check of the targets before it does not)."""
         check_exclusive_resources(self.pipeline, (spec.sink for spec in self.specs.values()))
         self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in self.specs.items()}
         kinds = registry.dead_letter_kinds()
@@ -916,17 +919,19 @@ class FanOut:
     def _check_targets(self, state: BatchState) -> None:
         """Once per run, before its first batch writes: refuse it when a sink's target no
         longer holds its last marked batch (:mod:`fanout.steps.lost_target`)."""
-        if self._targets_checked:
-            return
-        if state.marks is not None:  # a new epoch has no marks to check
-            self._refuse_lost(state.info.epoch, state.marks)
-            self._refuse_renamed(state)
-        self._targets_checked = True
+        if not self._targets_checked:
+            if state.marks is not None:  # a new epoch has no marks to check
+                self._refuse_lost(state.info.epoch, state.marks)
+            self._targets_checked = True
+        if not self._renamed_checked:  # not by a catch-up's check before the first batch
+            if state.marks is not None:
+                self._refuse_renamed(state)
+            self._renamed_checked = True
 
     def _refuse_renamed(self, state: BatchState) -> None:
         """Refuse the run when a sink with no mark in the epoch finds in its target the
-        batch after the last mark of a sink the pipeline no longer configures, written
-        under that sink's name: renamed between a crash and its replay
+        run's first batch written under the name of a sink the pipeline no longer
+        configures: renamed between a crash and its replay
         (:mod:`fanout.steps.renamed`)."""
         assert state.marks is not None
         not_opened = self.lagging.not_opened()

@@ -418,8 +418,8 @@ class Sink:
         ``N`` again (an append holds it twice). The ledger cannot tell that rename from a
         clean one; the target can. So at a run's first batch, only when a sink configured
         now has no mark in the epoch *and* the ledger names sinks no longer configured
-        ("vanished"), fanout asks each such new sink about each vanished one's batch after
-        its last mark (:mod:`fanout.steps.renamed`): held (``True`` or a
+        ("vanished"), fanout asks each such new sink about the run's first batch (the one it
+        would write) under each vanished name (:mod:`fanout.steps.renamed`): held (``True`` or a
         :class:`PartlyHeld`) refuses the run before anything is written (unless
         :meth:`harmless_rewrite` says writing it again is harmless: a warning).
 

@@ -9,10 +9,14 @@ twice). The ledger cannot tell that from a clean rename (the vanished sink's las
 
 So once per run, before its first batch writes, only when both are there: the open sinks
 configured now with no mark in the epoch ("new"), and the sinks the ledger names for the
-pipeline that are no longer configured ("vanished", each with its last mark ``m`` of the
-epoch, or none), each new sink is asked whether its target holds the vanished sink's batch
-``m + 1`` (without a mark in the epoch: the run's first batch, which a replay brings
-back) written under the vanished name. Held (whole or part) refuses the run with
+pipeline that are no longer configured ("vanished"), each new sink is asked whether its
+target holds the batch it would write, the run's first batch ``B``, written under the
+vanished name (a replay brings back the batch the vanished sink committed: its last mark
+``m`` of the epoch is ``B - 1``, or ``B`` when the driver died after the marks and before
+Spark's commit). Not about a vanished sink whose last mark is before ``B - 1``: it wrote
+nothing after it (a failed batch failed the run, or it lagged and the batch was spooled),
+and an old batch it committed and never marked is not ``B``. Held (whole or part)
+refuses the run with
 :class:`RenamedSinkError` (as a :class:`fanout.BatchFailedError` of the new sink),
 nothing written; unless the new sink's :meth:`~fanout.Sink.harmless_rewrite` says writing
 it again is harmless (a warning). ``None`` (cannot tell, an error, no answer within
@@ -78,10 +82,10 @@ def refuse_renamed(
     timeouts: Mapping[str, float] | None = None,
 ) -> dict[str, RenamedSinkError]:
     """The refusal of each sink of ``sinks`` (open, configured now) with no mark in
-    ``marks`` (of ``epoch``) whose target holds the batch after the last mark of a sink the
-    ledger names that ``configured`` does not, written under that sink's name (see the
-    module); empty when none. ``batch_id``: the run's first batch, asked about for a
-    vanished sink with no mark in the epoch."""
+    ``marks`` (of ``epoch``) whose target holds batch ``batch_id`` (the run's first) written
+    under the name of a sink the ledger names that ``configured`` does not, one with no
+    mark of ``epoch`` or its last at ``batch_id - 1`` or later (see the module); empty when
+    none."""
     new = {
         n: s for n, s in sorted(sinks.items()) if marks.get(n) is None and answers_holds_batch_of(s)
     }
@@ -92,10 +96,12 @@ def refuse_renamed(
         return {}
     bounds = timeouts or {}
     refused: dict[str, RenamedSinkError] = {}
+    # a vanished sink whose last mark is before batch_id - 1 cannot have written
+    # batch_id (its next batch would have failed the run, or it lagged: spooled)
+    asked = [o for o, mark in vanished.items() if mark is None or mark + 1 >= batch_id]
     for name, sink in new.items():
-        for other, mark in vanished.items():
-            batch = batch_id if mark is None else mark + 1
-            error = _ask(sink, other, pipeline, epoch, batch, bounds.get(name))
+        for other in asked:
+            error = _ask(sink, other, pipeline, epoch, batch_id, bounds.get(name))
             if error is not None:
                 refused[name] = error
                 break

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +119,61 @@ def test_cannot_tell_an_error_no_answer_in_time_and_a_harmless_rewrite_only_warn
 def test_a_sink_type_without_the_hook_is_not_asked() -> None:
     plain = Sink("new")  # the default hook (cannot tell): not asked, no warning
     assert _check(_ledger({"old": [0]}), plain) == {}
+
+
+class Holds(Target):
+    """Answers ``holds_batch_of`` from the batches ``held`` it holds of each other sink's
+    name (``>=``, as the built-in sinks read their records: a later batch holds it too)."""
+
+    def __init__(self, name: str, held: dict[str, int]) -> None:
+        super().__init__(name)
+        self.held = held
+
+    def holds_batch_of(self, sink_name: str, pipeline: str, epoch: int, batch_id: int) -> Answer:
+        self.asked.append((sink_name, epoch, batch_id))
+        return self.held.get(sink_name, -1) >= batch_id
+
+
+def test_the_question_is_about_the_batch_the_new_sink_would_write() -> None:
+    # an orphan batch of a sink removed long ago (committed 3, never marked; the pipeline
+    # went on to batch 10 without it): a new sink on that target writes batch 10, not 3
+    ledger = _ledger({"keep": list(range(10)), "old": [0, 1, 2]})
+    new = Holds("new", {"old": 3})
+    assert _check(ledger, Target("keep"), new, batch=10) == {}
+    assert new.asked == []  # old's last mark 2: it cannot have written batch 10
+    # killed after every sink marked batch 3, before Spark's commit: Spark replays 3, and
+    # 'old' renamed 'new' would write it again where 'old' committed (and marked) it
+    marked = _ledger({"keep": [0, 1, 2, 3], "old": [0, 1, 2, 3]})
+    again = Holds("new", {"old": 3})
+    refused = _check(marked, Target("keep"), again, batch=3)
+    assert set(refused) == {"new"} and again.asked == [("old", 0, 3)]
+    assert "holds batch 3 of sink 'old'" in str(refused["new"])
+
+
+def test_the_check_runs_after_a_catch_up_checked_the_targets_first(tmp_path: Path) -> None:
+    # a pipeline with a sink that can lag: `fanout run` (start_catch_up) and catch_up()
+    # check the targets before the first batch; the renamed check must still run there
+    from fanout import BatchFailedError, FanOut
+    from fanout.contract.batch import BatchInfo
+    from fanout.sink_spec import SinkSpec, lag_policy
+    from tests.unit.fakes import SchemaFrame, ScriptedSink
+
+    class New(ScriptedSink):
+        def holds_batch_of(self, sink_name: str, pipeline: str, epoch: int,
+                           batch_id: int) -> Answer:  # fmt: skip
+            return sink_name == "old" and batch_id <= 2
+
+    ledger = _ledger({"keep": [0, 1], "slow": [0, 1], "old": [0, 1]})
+    new, slow = New("new"), ScriptedSink("slow")
+    spec = SinkSpec(slow, lag=lag_policy("slow", {"on_failure": "lag"}))
+    fan = FanOut("p", ledger, [ScriptedSink("keep"), spec, new], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    try:
+        fan.catchup.stop()
+        fan.catch_up(timeout_s=5)
+        with pytest.raises(BatchFailedError) as refused:
+            fan.process(SchemaFrame([20, 21]), BatchInfo("p", 2, "q"))
+        assert set(refused.value.failures) == {"new"}
+        assert new.calls == []
+    finally:
+        fan.close()
