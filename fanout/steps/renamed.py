@@ -16,10 +16,10 @@ vanished name (a replay brings back the batch the vanished sink committed: its l
 Spark's commit). Not about a vanished sink whose last mark is before ``B - 1``: it wrote
 nothing after it (a failed batch failed the run, or it lagged and the batch was spooled),
 and an old batch it committed and never marked is not ``B``. Held (whole or part)
-refuses the run with
-:class:`RenamedSinkError` (as a :class:`fanout.BatchFailedError` of the new sink),
-nothing written; unless the new sink's :meth:`~fanout.Sink.harmless_rewrite` says writing
-it again is harmless (a warning). ``None`` (cannot tell, an error, no answer within
+refuses the run with :class:`RenamedSinkError` (as a :class:`fanout.BatchFailedError` of
+the new sink), nothing written; unless the new sink's
+:meth:`~fanout.Sink.harmless_rewrite` says writing it again is harmless (a
+warning). ``None`` (cannot tell, an error, no answer within
 ``write_timeout_s``): a warning. A target the vanished sink never wrote answers ``False``,
 so its type does not matter.
 
