@@ -104,6 +104,7 @@ from fanout.steps.owners import release as release_sinks
 from fanout.steps.persist import prepare_reads
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
+from fanout.steps.renamed import refuse_renamed
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.source_fit import refuse_unfit
@@ -263,6 +264,9 @@ class FanOut:
         self._accept_lost = frozenset(accept_lost_targets)
         self._targets_checked = False
         """Whether this run's first batch asked each sink's target for its last mark."""
+        self._renamed_checked = False
+        """Whether this run's first batch asked for a renamed sink (fanout.steps.renamed;
+        a catch-up's check of the targets before it does not)."""
         check_exclusive_resources(self.pipeline, (spec.sink for spec in self.specs.values()))
         self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in self.specs.items()}
         kinds = registry.dead_letter_kinds()
@@ -463,6 +467,7 @@ class FanOut:
                 self._plugins,
                 ledger=ledger_location(self.ledger),
                 secrets=self.secrets,
+                sinks=tuple(self.specs),
             )
             spec.route.validate(spec.name, spark)
             sink = spec.sink
@@ -927,11 +932,31 @@ class FanOut:
     def _check_targets(self, state: BatchState) -> None:
         """Once per run, before its first batch writes: refuse it when a sink's target no
         longer holds its last marked batch (:mod:`fanout.steps.lost_target`)."""
-        if self._targets_checked:
-            return
-        if state.marks is not None:  # a new epoch has no marks to check
-            self._refuse_lost(state.info.epoch, state.marks)
-        self._targets_checked = True
+        if not self._targets_checked:
+            if state.marks is not None:  # a new epoch has no marks to check
+                self._refuse_lost(state.info.epoch, state.marks)
+            self._targets_checked = True
+        if not self._renamed_checked:  # not by a catch-up's check before the first batch
+            if state.marks is not None:
+                self._refuse_renamed(state)
+            self._renamed_checked = True
+
+    def _refuse_renamed(self, state: BatchState) -> None:
+        """Refuse the run when a sink with no mark in the epoch finds in its target the
+        run's first batch written under the name of a sink the pipeline no longer
+        configures: renamed between a crash and its replay
+        (:mod:`fanout.steps.renamed`)."""
+        assert state.marks is not None
+        not_opened = self.lagging.not_opened()
+        opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
+        timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
+        info = state.info
+        refused = refuse_renamed(self.pipeline, info.epoch, info.batch_id, self.ledger,
+                                 self.specs, opened, state.marks, timeouts)  # fmt: skip
+        if refused:
+            for error in refused.values():
+                log.error("%s", error)
+            raise BatchFailedError(self.pipeline, info.batch_id, refused)
 
     def _check_targets_before_catch_up(self) -> None:
         """:meth:`_check_targets` for a catch-up that may write before the run's first

@@ -120,6 +120,11 @@ class SinkContext:
         the partitioned-sink kit gives its writers); ``()`` outside a
         :class:`fanout.FanOut`. As known when the sink opens: a credential a sink opened
         after it fetches in its ``open`` is not among them.
+    :param sinks: the names of every sink the pipeline configures (``()`` outside a
+        :class:`fanout.FanOut`): a sink whose records of a batch are keyed by its name can
+        tell another sink of the pipeline, still configured, writing its target from one
+        that is gone (renamed after it wrote a batch and before its mark: the Delta sink
+        refuses writing that batch again under the new name).
     """
 
     pipeline: str
@@ -130,6 +135,7 @@ class SinkContext:
     ledger: str | None = None
     changes: list[str] = field(default_factory=list)
     secrets: tuple[str, ...] = ()
+    sinks: tuple[str, ...] = ()
 
     def would(self, change: str) -> None:
         """Record what the run would create or change that is not there yet, in words
@@ -403,6 +409,32 @@ class Sink:
         "cannot tell": an exception is logged and counted as ``None``."""
         return None
 
+    def holds_batch_of(
+        self, sink_name: str, pipeline: str, epoch: int, batch_id: int
+    ) -> bool | PartlyHeld | None:
+        """:meth:`holds_batch` by the records another sink, named ``sink_name``, kept in
+        *this* sink's target: whether this target holds batch ``batch_id`` of ``epoch``
+        written under that name (``txn_app_id(pipeline, sink_name, epoch)``).
+
+        What it is for: a sink's name keys its records. Killed after sink ``old`` committed
+        batch ``N`` and before its ledger mark, then restarted with ``old`` renamed to
+        ``new`` on the same target, ``new`` has no mark and no record, and would write
+        ``N`` again (an append holds it twice). The ledger cannot tell that rename from a
+        clean one; the target can. So at a run's first batch, only when a sink configured
+        now has no mark in the epoch *and* the ledger names sinks no longer configured
+        ("vanished"), fanout asks each such new sink about the run's first batch (the one it
+        would write) under each vanished name (:mod:`fanout.steps.renamed`): held (``True`` or a
+        :class:`PartlyHeld`) refuses the run before anything is written (unless
+        :meth:`harmless_rewrite` says writing it again is harmless: a warning).
+
+        ``False``: the target holds no such record, also when the records under that name
+        are of another target (the vanished sink wrote elsewhere, or is of another type):
+        the check does not know the vanished sink's type. ``None`` (the default): cannot
+        tell, logged as a warning, not a refusal. Reads only; bounded by
+        ``write_timeout_s`` as :meth:`holds_batch` is; never on the per-batch path. A
+        built-in sink's :meth:`holds_batch` is this with its own name."""
+        return None
+
     def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
         """Close the sink's records of epochs ``0 .. epoch-1`` of ``pipeline`` to writes
         still in flight: once this returns, no write of a batch of those epochs that had
@@ -555,6 +587,7 @@ OPTIONAL_HOOKS: tuple[str, ...] = (
     "shares_tasks",
     "backfill_source",
     "holds_batch",
+    "holds_batch_of",
     "fence_earlier_epochs",
     "target_replaced",
     "harmless_rewrite",

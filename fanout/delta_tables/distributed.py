@@ -174,7 +174,10 @@ class PendingAppend:
     ``refuse``: the error raised when a snapshot the append checks (and would commit from)
     carries a later epoch's fence on its app transaction (found with the version read
     anyway, :func:`fanout.delta_tables.io.transaction_state`); without it, such a fence is
-    read as the batch written."""
+    read as the batch written; ``first_write``: called with a snapshot that records no
+    transaction of ``app_id`` (the sink's first write to the table), before anything is
+    written, to refuse (raise) what that snapshot holds (the Delta sink: a renamed sink's
+    batch)."""
 
     def __init__(
         self,
@@ -193,9 +196,11 @@ class PendingAppend:
         metadata: Mapping[str, str] | None = None,
         taken_out: Callable[[DeltaTable], bool] | None = None,
         refuse: Callable[[DeltaTable], Exception] | None = None,
+        first_write: Callable[[DeltaTable], None] | None = None,
     ) -> None:
         self.batch_schema = batch_schema
         self.refuse = refuse
+        self.first_write = first_write
         self.path = path
         self.app_id = app_id
         self.version = version
@@ -310,6 +315,8 @@ class PendingAppend:
                     return None
             if table is None:
                 return None, self.batch_schema
+            if done is None and self.first_write is not None:
+                self.first_write(table)
             table_schema = delta_schema(table.schema().to_arrow())
             if self.check is not None:
                 self.check(table_schema, self.batch_schema)

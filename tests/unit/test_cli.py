@@ -52,18 +52,17 @@ def test_plugins_lists_the_delta_sink_with_its_distribution(
 DELTA_HOOKS = (
     "read_only_check, check_schema, batch_partitioning (engine=rs, mode=append, executors "
     "write), shares_tasks (engine=rs, mode=append, executors write), backfill_source "
-    "(mode=append), holds_batch, fence_earlier_epochs, harmless_rewrite (mode=merge, no "
-    "dead_letter), "
-    "remove_batch_hint, is_transient"
+    "(mode=append), holds_batch, holds_batch_of, fence_earlier_epochs, harmless_rewrite "
+    "(mode=merge, no dead_letter), remove_batch_hint, is_transient"
 )
 KAFKA_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by, "
-    "batch_partitioning, shares_tasks, holds_batch, fence_earlier_epochs, target_replaced, "
-    "exclusive_resources, is_transient"
+    "batch_partitioning, shares_tasks, holds_batch, holds_batch_of, fence_earlier_epochs, "
+    "target_replaced, exclusive_resources, is_transient"
 )
 POSTGRES_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by (mode=append), "
-    "deterministic_columns, batch_partitioning, shares_tasks, holds_batch, "
+    "deterministic_columns, batch_partitioning, shares_tasks, holds_batch, holds_batch_of, "
     "fence_earlier_epochs, target_replaced, harmless_rewrite (mode=upsert, no dead_letter), "
     "is_transient"
 )

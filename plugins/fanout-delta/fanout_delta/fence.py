@@ -26,7 +26,7 @@ the new epoch's ``holds_batch`` sees it). :func:`lift_fence` commits the real ve
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fanout.contract.sink import lift_by_hand
@@ -177,24 +177,91 @@ def fenced_error(
     )
 
 
-def batch_version(table: DeltaTable | None, batch: Batch, sink: str, path: str) -> int | None:
+class RenamedSinkError(SinkWriteError):
+    """A sink's first write to a Delta table that already holds the batch, committed by a
+    sink of the same pipeline the pipeline no longer configures (renamed or removed after
+    that commit, before its ledger mark): writing it would put the batch in the table
+    twice, so nothing is written. Not transient (docs/architecture.md §8.1, "A sink
+    renamed mid-batch")."""
+
+
+def batch_version(
+    table: DeltaTable | None,
+    batch: Batch,
+    sink: str,
+    path: str,
+    *,
+    sinks: Collection[str] = (),
+    harmless: bool = False,
+) -> int | None:
     """The version ``table`` records for ``batch``'s app transaction (``None``: none), one
-    lookup; raises :func:`fenced_error` when a later epoch's fence is on it."""
+    lookup; raises :func:`fenced_error` when a later epoch's fence is on it.
+
+    With none recorded (the sink's first write to the table) and ``sinks``, the names of
+    the sinks the pipeline configures, given: raises :class:`RenamedSinkError` when the
+    table's newest commits hold this batch or a later one of a sink of the pipeline not
+    among them (:func:`fanout_delta.plans.vanished_sink_commit`; logged instead when the
+    sink's rewrite is ``harmless``, a merge without a dead-letter target). The history is
+    read only then: once per sink and table, not per batch."""
     key = batch.idempotency_key
     version, fenced = deltaio.transaction_state(table, key.app_id)
     if fenced:
         assert table is not None
         raise fenced_error(table, key.app_id, sink=sink, path=path, pipeline=batch.pipeline,
                            epoch=batch.info.epoch, batch_id=key.version)  # fmt: skip
+    if version is None and table is not None and sinks:
+        refuse_vanished_sink(table, batch, sink, path, sinks, harmless)
     return version
+
+
+def refuse_vanished_sink(
+    table: DeltaTable, batch: Batch, sink: str, path: str, sinks: Collection[str],
+    harmless: bool,
+) -> None:  # fmt: skip
+    """Raise :class:`RenamedSinkError` (or log, when the sink's rewrite is ``harmless``)
+    when ``table``, recording no transaction of ``batch``'s app id, holds this batch or a
+    later one of a sink of the pipeline not among ``sinks``
+    (:func:`fanout_delta.plans.vanished_sink_commit`)."""
+    from fanout_delta.plans import vanished_sink_commit
+
+    plan = vanished_sink_commit(table, batch, sinks)
+    if plan is None:
+        return
+    other = plan.app_id.rsplit("/", 1)[-1]
+    held = (
+        f"the Delta table {path} holds batch {plan.batch_id} of sink {other!r} of this "
+        f"pipeline (app transaction {plan.app_id!r}, table version {plan.version}), a sink "
+        "the pipeline no longer configures, and none of sink "
+        f"{sink!r}"
+    )
+    if harmless:
+        logger.warning(
+            "sink %r, batch %d: %s; it merges by key without a dead-letter target, so "
+            "writing the batch again leaves each key's last row: writing it",
+            sink, batch.batch_id, held,
+        )  # fmt: skip
+        return
+    raise RenamedSinkError(
+        f"{held}. If {sink!r} is {other!r} renamed (or {other!r} was removed) after it "
+        f"committed batch {plan.batch_id} and before its ledger mark, this write would put "
+        "the batch's rows in the table twice, so nothing was written. Either rename the "
+        f"sink back to {other!r} and restart: the replay skips the batch the table holds "
+        "and the pipeline completes it; rename it once that batch is marked (the new name "
+        "then starts after it); or, to have the batch written under the new name, restore "
+        f"the table to before version {plan.version} (the batch's rows out) and restart",
+        sink=sink,
+        batch_id=batch.batch_id,
+    )
 
 
 __all__ = [
     "FENCE_KEY",
     "EpochFencedError",
+    "RenamedSinkError",
     "batch_version",
     "fence_epochs",
     "fenced_error",
     "lift_fence",
+    "refuse_vanished_sink",
     "unfenceable",
 ]

@@ -326,3 +326,34 @@ def _recover_line(info: BatchInfo, ledger: str | None) -> str:
         "what the ledger knows per sink, with Kafka startingOffsets"
         f"{ledger_note(ledger)}."
     )
+
+
+def vanished_sink_commit(
+    table: Any, batch: Batch, sinks: Collection[str], limit: int | None = None
+) -> CommitPlan | None:
+    """The newest commit among the newest ``limit`` (:data:`SEARCH_COMMITS`) of ``table``
+    recording a batch at or past ``batch``'s of another sink of its pipeline and epoch that
+    the pipeline no longer configures (not in ``sinks``): the sink renamed, or removed, after
+    it committed that batch and before its ledger mark (docs/architecture.md §8.1, "A sink
+    renamed mid-batch"); ``None`` when none, or the history cannot be read (logged).
+
+    Asked only when the table records no transaction of ``batch``'s app id (the sink's
+    first write to the table), so the common path reads nothing."""
+    from fanout.contract.batch import txn_app_id
+
+    prefix = txn_app_id(batch.pipeline, "", batch.info.epoch)
+    key = batch.idempotency_key
+    try:
+        history = table.history(SEARCH_COMMITS if limit is None else limit)
+    except Exception as exc:  # evidence only
+        logger.warning("cannot read the history of %s to look for a renamed sink's commits: "
+                       "%s", table.table_uri, exc)  # fmt: skip
+        return None
+    for commit_info in history:
+        plan = CommitPlan.parse(dict(commit_info))
+        if plan is None or plan.app_id == key.app_id or not plan.app_id.startswith(prefix):
+            continue
+        other = plan.app_id[len(prefix) :]
+        if "/" not in other and other not in sinks and plan.batch_id >= key.version:
+            return plan
+    return None

@@ -137,7 +137,8 @@ def _holds(sink: DeltaTarget, table: Any, batch: Batch) -> bool:
     no RESTORE took it out since (:func:`_restored`). A later epoch's fence on it refuses
     (:mod:`fanout_delta.fence`): a commit from ``table`` would write the batch twice."""
     key = batch.idempotency_key
-    written = batch_version(table, batch, sink.name, str(sink.path))
+    written = batch_version(table, batch, sink.name, str(sink.path), sinks=sink.sinks,
+                            harmless=sink.rewrite_harmless)  # fmt: skip
     return written is not None and written >= key.version and not _restored(sink, table, batch)
 
 

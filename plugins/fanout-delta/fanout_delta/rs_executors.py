@@ -38,7 +38,7 @@ from fanout_delta.constraints import (
     split_refused_spark,
     write_refused,
 )
-from fanout_delta.fence import batch_version, fenced_error
+from fanout_delta.fence import batch_version, fenced_error, refuse_vanished_sink
 from fanout_delta.partition_values import (
     partition_columns,
     split_unstorable,
@@ -178,8 +178,17 @@ class _ExecutorAppend:
             storage_options=sink.storage_options, configuration=sink.configuration,
             merge_schema=sink.merge_schema, check=self.check, opened=self.opened,
             kept=sink.kept, metadata=commit_metadata(self.batch), taken_out=self.taken_out,
-            refuse=self.fenced,
+            refuse=self.fenced, first_write=self.first_write,
         )  # fmt: skip
+
+    def first_write(self, table: Any) -> None:
+        """Refuse, before anything is written, a first write of the sink's app id to a
+        table holding this batch of a sink the pipeline no longer configures (a renamed
+        sink: :func:`fanout_delta.fence.refuse_vanished_sink`)."""
+        sink = self.sink
+        if sink.sinks:
+            refuse_vanished_sink(table, self.batch, sink.name, str(sink.path), sink.sinks,
+                                 sink.rewrite_harmless)  # fmt: skip
 
     def fenced(self, table: Any) -> Exception:
         """The refusal of the batch, whose app transaction carries a later epoch's fence
@@ -204,7 +213,9 @@ class _ExecutorAppend:
         """Whether the table as :meth:`of` found it holds the batch: its app transaction
         at the batch or past it, and no RESTORE took it out since. A later epoch's fence
         refuses (:func:`fanout_delta.fence.batch_version`)."""
-        done = batch_version(self.opened, self.batch, self.sink.name, str(self.sink.path))
+        sink = self.sink
+        done = batch_version(self.opened, self.batch, sink.name, str(sink.path),
+                             sinks=sink.sinks, harmless=sink.rewrite_harmless)  # fmt: skip
         if done is None or done < self.batch_id:
             return False
         return not taken_out(self.opened, self.app_id, self.batch_id, self.sink.storage_options)

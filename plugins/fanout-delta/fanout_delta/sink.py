@@ -166,6 +166,7 @@ class DeltaSink(Sink):
         self._dead_letters: DeadLetterTarget | None = None  # resolved by fanout, at open()
         self._hook_plugins: HookPlugins | None = None  # found at open()
         self._ledger: str | None = None  # the pipeline's ledger, named at open()
+        self._sinks: tuple[str, ...] = ()  # the pipeline's sinks, named at open()
         # Whether Spark's executors can write the table's path (found at open()).
         self._executors_reach_the_table = False
         # The table's snapshot, kept from batch to batch (made at open()).
@@ -224,6 +225,7 @@ class DeltaSink(Sink):
         )
         self._hook_plugins = HookPlugins.of(context.plugins)
         self._ledger = context.ledger
+        self._sinks = tuple(context.sinks)
         try:
             table = deltaio.open_table(self.path, self.storage_options)  # type: ignore[arg-type]
         except Exception as exc:
@@ -282,16 +284,30 @@ class DeltaSink(Sink):
         that long after its last batch: with no transaction of the epoch at all there, it
         cannot tell a batch never written from one whose transaction expired (an idle
         pipeline's restart), so ``None``."""
+        return self._holds(self.name, pipeline, epoch, batch_id)
+
+    def holds_batch_of(
+        self, sink_name: str, pipeline: str, epoch: int, batch_id: int
+    ) -> bool | None:
+        """:meth:`holds_batch` by the app transaction of sink ``sink_name`` in this table
+        (:meth:`fanout.Sink.holds_batch_of`: a sink renamed between a crash and its
+        replay). A table recording no transaction of that name holds nothing of it
+        (``False``, retention or not: the sink wrote elsewhere, or is of another type)."""
+        return self._holds(sink_name, pipeline, epoch, batch_id)
+
+    def _holds(self, name: str, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        """Whether the table holds batch ``batch_id`` of ``epoch`` by the app transaction
+        of sink ``name`` (:meth:`holds_batch`, which is this with the sink's own name)."""
         from fanout.contract.batch import txn_app_id
         from fanout.delta_tables import io
         from fanout.delta_tables import retention as txn_retention
 
         if self.path is None:
             return None
-        app_id = txn_app_id(pipeline, self.name, epoch)
+        app_id = txn_app_id(pipeline, name, epoch)
         table = io.open_table(self.path, self.storage_options)
         done = io.transaction_version(table, app_id)
-        if done is None and table is not None:
+        if done is None and table is not None and name == self.name:
             where = f"Delta sink {self.name!r} (table {self.path!r})"
             if txn_retention.retention_of(table.metadata().configuration, where) is not None:
                 return None
@@ -527,6 +543,7 @@ class DeltaSink(Sink):
             ledger=self._ledger,
             kept=self._kept,
             stepped_back=self._stepped_back,
+            sinks=self._sinks,
         )
 
     def is_transient(self, error: BaseException) -> bool:

@@ -93,7 +93,9 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
         df, broken = split_refused_spark(df, constraints, sink=sink.name, batch_id=batch_id)
         df, letters = split_unstorable_spark(df, partitions, engine="spark")
         letters = [*broken, *letters]
-    written = batch_version(table, batch, sink.name, path)  # refuses a later epoch's fence
+    # refuses a later epoch's fence, and a renamed sink's first write of a batch it holds
+    written = batch_version(table, batch, sink.name, path, sinks=sink.sinks,
+                            harmless=sink.rewrite_harmless)  # fmt: skip
     held = written is not None and written >= batch_id
     if dead_letters is not None and (sink.mode == "merge" or letters):
         # first, and not again for a batch the table holds: see the rs engine

@@ -28,6 +28,9 @@ class DeltaTarget:
         (``SinkContext.ledger``; ``None``: unknown), for the refusal of a re-planned batch.
     :param stepped_back: why the executors' append stepped back to the driver's writer,
         as logged (the sink's, kept between batches: logged once per sink, not per batch).
+    :param sinks: the names of the sinks the pipeline configures (``SinkContext.sinks``;
+        ``()``: unknown), for the refusal of a renamed sink's first write
+        (:func:`fanout_delta.fence.batch_version`).
     """
 
     name: str
@@ -46,6 +49,13 @@ class DeltaTarget:
     ledger: str | None = None
     kept: KeptTable | None = field(default=None, compare=False, repr=False)
     stepped_back: set[str] | None = field(default=None, compare=False, repr=False)
+    sinks: tuple[str, ...] = ()
+
+    @property
+    def rewrite_harmless(self) -> bool:
+        """Whether writing a batch the table holds again leaves it as one write would: a
+        merge (unconditional, by key) without a dead-letter target."""
+        return self.mode == "merge" and self.dead_letters is None
 
     def latest_table(self) -> Any:
         """The table at its latest version (``None``: none yet), now the caller's: the

@@ -395,7 +395,31 @@ class KafkaSink(PartitionedSink):
         if self._topic_missing():
             return False
         config = admin_config(self.producer, str(self.bootstrap_servers))
-        return self._markers_hold(config, pipeline, epoch, batch_id)
+        return self._markers_hold(config, pipeline, epoch, batch_id, self.name)
+
+    def holds_batch_of(
+        self, sink_name: str, pipeline: str, epoch: int, batch_id: int
+    ) -> bool | PartlyHeld | None:
+        """:meth:`holds_batch` by the markers of sink ``sink_name`` on this sink's marker
+        topic (:meth:`fanout.Sink.holds_batch_of`: a sink renamed between a crash and its
+        replay), counted for this topic only when that sink's topic-id group recorded this
+        topic (:mod:`fanout_kafka.topic_id`, committed after a run's first batch): recorded
+        for another topic, or no marker of the epoch under that name, ``False`` (it wrote
+        elsewhere, or is of another type); markers that hold it and no topic id recorded,
+        ``None`` (cannot tell which topic they are of)."""
+        from fanout.contract.batch import pipeline_scope
+        from fanout_kafka.topic_id import recorded_for
+
+        if self._topic_missing():
+            return False
+        config = admin_config(self.producer, str(self.bootstrap_servers))
+        held = self._markers_hold(config, pipeline, epoch, batch_id, sink_name)
+        if held is None or held is False:
+            return False
+        scope = pipeline_scope(pipeline, epoch)
+        ours = recorded_for(config, self.marker_topic, scope, sink_name, str(self.topic),
+                            self.open_timeout_s)  # fmt: skip
+        return held if ours else ours
 
     def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
         """Close scope ``epoch - 1`` of ``pipeline`` to its tasks still running
@@ -447,7 +471,7 @@ class KafkaSink(PartitionedSink):
         return self._topic_replaced(config, pipeline_scope(pipeline, epoch))
 
     def _markers_hold(
-        self, config: dict[str, Any], pipeline: str, epoch: int, batch_id: int
+        self, config: dict[str, Any], pipeline: str, epoch: int, batch_id: int, name: str
     ) -> bool | PartlyHeld | None:
         """What the partitions' markers say of the batch (:meth:`holds_batch`), and, when
         every partition holds it, whether the letters they named reached the dead-letter
@@ -456,7 +480,6 @@ class KafkaSink(PartitionedSink):
         from fanout_kafka.markers import marker_group, span_group
         from fanout_kafka.membership import held_partitions
 
-        name = self.name
         scope = pipeline_scope(pipeline, epoch)
         committed, count = held_partitions(
             config,
@@ -469,6 +492,8 @@ class KafkaSink(PartitionedSink):
         if committed is None:  # a later batch committed: this one did, whole
             return True
         if committed == 0 and count == 0:
+            if name != self.name:  # another sink's: none of the epoch under that name
+                return None
             log.info(
                 "sink %r: no partition marker of epoch %s is left on marker topic %r (none "
                 "committed, or offsets.retention.minutes expired them): cannot tell whether "
@@ -478,11 +503,13 @@ class KafkaSink(PartitionedSink):
         if committed == 0:
             return False
         if count is not None and committed >= count:
-            waiting = self._letters_waiting(pipeline, epoch, batch_id, count)
+            waiting = self._letters_waiting(pipeline, epoch, batch_id, count, name)
             return PartlyHeld(committed, count, letters=waiting) if waiting else True
         return PartlyHeld(committed, count)
 
-    def _letters_waiting(self, pipeline: str, epoch: int, batch_id: int, partitions: int) -> int:
+    def _letters_waiting(
+        self, pipeline: str, epoch: int, batch_id: int, partitions: int, name: str
+    ) -> int:
         """How many letters the batch's committed partitions named in their journals that
         the dead-letter target (not a topic: a topic's are in the transactions) does not
         hold: the task parks them after its commit, and one killed in between leaves them
@@ -497,14 +524,14 @@ class KafkaSink(PartitionedSink):
 
         if self._dead is None or self._dead_topic is not None:
             return 0
-        batch = Batch(None, BatchInfo(pipeline, batch_id, epoch=epoch), self.name,
-                      txn_app_id(pipeline, self.name, epoch))  # fmt: skip
+        batch = Batch(None, BatchInfo(pipeline, batch_id, epoch=epoch), name,
+                      txn_app_id(pipeline, name, epoch))  # fmt: skip
         settings = self.settings(batch)
         found = named_letters(settings, batch_id, partitions)
         named = found.counted
         if not named and not found.unknown:
             return 0
-        kept = refused_rows_held(self._dead, pipeline, self.name, (epoch, batch_id),
+        kept = refused_rows_held(self._dead, pipeline, name, (epoch, batch_id),
                                  secrets=self.secret_values(), logger=log)  # fmt: skip
         if not found.unknown:
             return max(named - kept, 0)

@@ -173,6 +173,25 @@ def topic_replaced(
     return replaced(offset, topic, now), now, group
 
 
+def recorded_for(
+    admin_config: Mapping[str, Any], marker_topic: str, scope: str, sink: str, topic: str,
+    timeout_s: float,
+) -> bool | None:  # fmt: skip
+    """Whether sink ``sink``'s topic-id offset in ``scope`` was recorded for ``topic`` (its
+    group of that topic, or an older fanout's group whose offset names it): ``False`` when
+    only the older group has one and it names another topic, ``None`` when none was
+    recorded. One offset request per group, sent together."""
+    from fanout_kafka.membership import read_offsets
+
+    groups = [topic_id_group(scope, sink, topic), legacy_topic_id_group(scope, sink)]
+    ours, legacy = read_offsets(admin_config, marker_topic, groups, timeout_s)
+    if ours >= 0:
+        return True
+    if legacy >= 0:
+        return legacy >> _ID_BITS == _digest(topic, _NAME_BITS)
+    return None
+
+
 __all__ = [
     "current_topic_id",
     "described_topic_id",
@@ -180,6 +199,7 @@ __all__ = [
     "legacy_topic_id_group",
     "pack_topic_id",
     "record_topic_id",
+    "recorded_for",
     "replaced",
     "topic_id_group",
     "topic_replaced",

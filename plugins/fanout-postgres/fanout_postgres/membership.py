@@ -22,7 +22,7 @@ refused rows are not in its dead-letter target yet.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -167,6 +167,49 @@ def target_oids(conn: Any, state_schema: str, mode: str, scope: str, sink: str, 
     return {
         int(partition): None if oid is None else int(oid) for partition, oid in conn.execute(query)
     }
+
+
+def vanished_sink_marks(
+    conn: Any, state_schema: str, scope: str, sink: str, sinks: Collection[str], batch_id: int,
+    table: str,
+) -> tuple[str, int, list[int]] | None:  # fmt: skip
+    """Append mode: the progress marks, in table ``table`` (SQL, as the statements name it)
+    as it is now (its OID, migration ``0006_target_oid``), of the first batch at or past
+    ``batch_id`` of a sink of pipeline scope ``scope`` that is not among ``sinks`` (the
+    sinks the pipeline configures): that sink's name, the batch and its committed
+    partitions; ``None`` when there are none, or when ``sink`` itself has marks in the
+    scope (it is no new name). A sink renamed after it committed a batch and before its
+    ledger mark: under the new name the replay would write the batch again
+    (docs/architecture.md §8.2, "A sink renamed mid-batch"). Two queries, asked once per
+    :meth:`~fanout_postgres.PostgresSink.open` (the first batch with no marks of its own):
+    the first by the progress table's primary key, the second only for a name without
+    marks in the scope."""
+    import sqlalchemy as sa
+
+    p = progress_table(state_schema)
+    own = sa.select(p.c.batch_id).where(p.c.pipeline == scope, p.c.sink == sink).limit(1)
+    if conn.execute(own).first() is not None:
+        return None
+    oid = current_oid(conn, table)
+    if oid is None:
+        return None
+    others = (
+        p.c.pipeline == scope, p.c.sink != sink, p.c.sink.notin_(sorted(sinks)),
+        p.c.batch_id >= batch_id, p.c.target_oid == oid,
+    )  # fmt: skip
+    query = (
+        sa.select(p.c.sink, p.c.batch_id, p.c.partition)
+        .where(*others)
+        .order_by(p.c.batch_id, p.c.sink, p.c.partition)
+    )
+    found: tuple[str, int, list[int]] | None = None
+    for other, batch, partition in conn.execute(query):
+        if found is None:
+            found = (str(other), int(batch), [])
+        if (other, batch) != found[:2]:
+            break
+        found[2].append(int(partition))
+    return found
 
 
 def current_oid(conn: Any, table: str) -> int | None:

@@ -79,6 +79,7 @@ from fanout_postgres.membership import (
     target_oids,
     upsert_records,
     upsert_routes,
+    vanished_sink_marks,
 )
 from fanout_postgres.migrate import migration_problem
 from fanout_postgres.options import as_list, check_options, schema_of
@@ -213,6 +214,9 @@ class PostgresSink(PartitionedSink):
         self.connection_idle_s = connection_idle_s
         self._url: Any = None
         self._table: TableName | None = None
+        # the pipeline's sinks (open()), until the first batch without marks of its own
+        # asked whether a sink no longer configured committed it to the table
+        self._vanished_unasked: tuple[str, ...] = ()
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
         self._plans: dict[str, WritePlan] = {}
         self._shapes: dict[str, Any] = {}  # schema -> the table's columns it was planned on
@@ -243,6 +247,7 @@ class PostgresSink(PartitionedSink):
         # through write_letters / replace_letters, which filter as fanout's wrapper does)
         self._dead = unchecked(context.dead_letters)
         checking = context.checking
+        self._vanished_unasked = tuple(context.sinks) if self.mode == "append" else ()
         engine = self._engine()
         try:
             with engine.connect() as conn:
@@ -492,6 +497,9 @@ class PostgresSink(PartitionedSink):
                 conn, self.state_schema, _scope(batch), self.name, batch.batch_id
             )
             self._refuse_other_query(batch, found)
+            if not found and self._vanished_unasked:
+                sinks, self._vanished_unasked = self._vanished_unasked, ()
+                self._refuse_vanished_sink(conn, batch, sinks)
             marks = [mark for mark, _ in found]
             if marks and self._dead is None:
                 self._refuse_waiting_letters(conn, batch)
@@ -524,6 +532,35 @@ class PostgresSink(PartitionedSink):
             f"another pipeline of that name writes this sink. Nothing was written. "
             f"{RESTORE_OR_RENAME}. "
             + forget_marks_advice(self.state_schema, scope, self.name, self._table),
+            sink=self.name,
+            batch_id=batch.batch_id,
+        )
+
+    def _refuse_vanished_sink(self, conn: Any, batch: Batch, sinks: tuple[str, ...]) -> None:
+        """Append, at the first batch of an :meth:`open` with no marks of its own: refuse,
+        before any partition writes, a batch the table holds (partitions of it, or a later
+        batch) under the progress marks of a sink of the pipeline it no longer configures,
+        when this sink's name has no marks in the scope at all: that sink renamed to this
+        one (or removed) after it committed and before its ledger mark. Written under the
+        new name, those partitions' rows would be in the table twice
+        (:func:`~fanout_postgres.membership.vanished_sink_marks`)."""
+        table = self._table
+        assert table is not None  # open() resolved it
+        found = vanished_sink_marks(conn, self.state_schema, _scope(batch), self.name, sinks,
+                                    batch.batch_id, table.quoted())  # fmt: skip
+        if found is None:
+            return
+        other, batch_id, partitions = found
+        raise SinkWriteError(
+            f"{self.state_schema}.progress marks partition(s) {partitions} of batch "
+            f"{batch_id} as committed to table {self._table} by sink {other!r} of this "
+            f"pipeline, which the pipeline no longer configures, and sink {self.name!r} has "
+            f"no marks: if {self.name!r} is {other!r} renamed (or {other!r} was removed) "
+            f"after it committed batch {batch_id} and before its ledger mark, this write "
+            "would put those rows in the table twice, so nothing was written. Rename the "
+            f"sink back to {other!r} and restart: the replay skips what the table holds and "
+            f"completes the batch; rename it once batch {batch_id} is marked (the new name "
+            "then starts after it)",
             sink=self.name,
             batch_id=batch.batch_id,
         )
@@ -580,39 +617,67 @@ class PostgresSink(PartitionedSink):
         :class:`fanout.PartlyHeld` naming them. A lost mark recorded there would make the
         replay skip the sink, and them with it. An upsert's rows of an older fanout count
         none: :meth:`_uncounted_letters`."""
+        return self._holds(self.name, pipeline, epoch, batch_id)
+
+    def holds_batch_of(
+        self, sink_name: str, pipeline: str, epoch: int, batch_id: int
+    ) -> bool | PartlyHeld | None:
+        """:meth:`holds_batch` by the progress marks (append) or ``upsert_routes`` rows
+        (upsert) of sink ``sink_name`` (:meth:`fanout.Sink.holds_batch_of`: a sink renamed
+        between a crash and its replay), counted only when they recorded this table's OID
+        as it is now (migration ``0006_target_oid``): those of another table, or none,
+        ``False`` (the sink wrote elsewhere, or is of another type); only records of an
+        older fanout (no OID): ``None``, cannot tell which table they are of."""
+        return self._holds(sink_name, pipeline, epoch, batch_id)
+
+    def _holds(
+        self, name: str, pipeline: str, epoch: int, batch_id: int
+    ) -> bool | PartlyHeld | None:
+        """Whether the table holds batch ``batch_id`` of ``epoch`` by the records of sink
+        ``name`` (:meth:`holds_batch`, which is this with the sink's own name; another's
+        are first matched to this table by OID, :meth:`holds_batch_of`)."""
         scope = pipeline_scope(pipeline, epoch)
         engine = self._engine()
         records = f"its records of batch {batch_id} of epoch {epoch}"
         with self._said_behind_migrations(engine, records), engine.connect() as conn:
             if self._target_gone(conn):
                 return False
+            if name != self.name:
+                table = self._table
+                assert table is not None  # _target_gone said it is there
+                oids = set(target_oids(conn, self.state_schema, self.mode, scope, name,
+                                       batch_id).values())  # fmt: skip
+                if current_oid(conn, table.quoted()) not in oids:
+                    return None if oids == {None} else False
             unknown = False  # an upsert row of an older fanout: its refused rows uncounted
             if self.mode == "append":
-                marks = committed_partitions(conn, self.state_schema, scope, self.name, batch_id)
+                marks = committed_partitions(conn, self.state_schema, scope, name, batch_id)
                 counts: set[int | None] = {m.partitions for m in marks}
                 partitions = {m.partition for m in marks}
             else:
-                recorded = upsert_records(conn, self.state_schema, scope, self.name, batch_id)
+                recorded = upsert_records(conn, self.state_schema, scope, name, batch_id)
                 counts, partitions = {r.partitions for r in recorded.values()}, set(recorded)
                 waiting = sum(r.waiting for r in recorded.values())
                 unknown = any(r.refused is None for r in recorded.values())
                 if unknown and isinstance(self._dead, PostgresDeadLetters):
-                    unknown = not refused_held(conn, self._dead.table, scope, self.name,
+                    unknown = not refused_held(conn, self._dead.table, scope, name,
                                                batch_id)  # fmt: skip
             count = counts.pop() if len(counts) == 1 else None
             held = _held(len(partitions), count)
             if held is not True:
                 return held
             if self.mode == "append":
-                waiting = sum(letters_waiting(conn, self.state_schema, scope, self.name,
+                waiting = sum(letters_waiting(conn, self.state_schema, scope, name,
                                               batch_id).values())  # fmt: skip
         if unknown:
-            return self._uncounted_letters(pipeline, epoch, batch_id)
-        if waiting and self._letters_kept(pipeline, epoch, batch_id) < waiting:
+            return self._uncounted_letters(pipeline, epoch, batch_id, name)
+        if waiting and self._letters_kept(pipeline, epoch, batch_id, name) < waiting:
             return PartlyHeld(len(partitions), count, letters=waiting)
         return True
 
-    def _uncounted_letters(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+    def _uncounted_letters(
+        self, pipeline: str, epoch: int, batch_id: int, name: str
+    ) -> bool | None:
         """Upsert, every partition committed, some by an older fanout, whose rows count no
         refused row (before migration ``0007_upsert_routes_refused``): held whole without a
         dead-letter target (nothing can wait for one) or when the target holds refused rows
@@ -622,7 +687,7 @@ class PostgresSink(PartitionedSink):
         tell a batch that refused none from one whose refused rows never reached the
         target, so no lost mark is recorded for it (its replay would skip them) and a
         reset is not refused for it either."""
-        if self._dead is None or self._letters_kept(pipeline, epoch, batch_id) > 0:
+        if self._dead is None or self._letters_kept(pipeline, epoch, batch_id, name) > 0:
             return True
         text = (
             f"its upsert_routes rows of epoch {epoch} were written by an older fanout, which "
@@ -634,11 +699,11 @@ class PostgresSink(PartitionedSink):
         )
         return None
 
-    def _letters_kept(self, pipeline: str, epoch: int, batch_id: int) -> int:
+    def _letters_kept(self, pipeline: str, epoch: int, batch_id: int, name: str) -> int:
         """How many refused rows of the batch the sink's dead-letter target holds
         (:func:`fanout.deadletters.held.refused_rows_held`: 0 when it cannot tell, or
         there is none, or the read fails, logged: the batch then counts as part held)."""
-        return refused_rows_held(self._dead, pipeline, self.name, (epoch, batch_id),
+        return refused_rows_held(self._dead, pipeline, name, (epoch, batch_id),
                                  secrets=self.secret_values(), logger=logger)  # fmt: skip
 
     def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:

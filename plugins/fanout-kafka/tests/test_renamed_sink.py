@@ -1,0 +1,65 @@
+"""A Kafka sink renamed between a crash and its replay (docs/architecture.md §8, "A sink
+renamed mid-batch").
+
+The sink wrote batch 0 (marked) under its old name. Its marker groups are named by the
+sink: killed after its partitions committed batch 1 and before its ledger mark, then
+restarted with the sink renamed (same topic), the replay found no marker under the new
+name and wrote every partition of batch 1 again: read_committed readers got its records
+twice. The run is now refused at its first batch (:mod:`fanout.steps.renamed`, the new
+sink's ``holds_batch_of`` the old name), nothing written, and the refusal names the old
+sink, the batch and the ways on.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafkatools import Broker, read_topic
+
+from fanout import BatchFailedError, BatchInfo, FanOut
+from fanout.testing.faults import MarkLost
+
+
+def _sink(kafka: Broker, topic: str, name: str) -> dict[str, Any]:
+    return {"type": "kafka", "name": name, "bootstrap_servers": kafka.bootstrap,
+            "topic": topic, "key": "id", "partitions": 2,
+            "marker_topic": f"{topic}-markers", "create_topic": True}  # fmt: skip
+
+
+def test_a_kafka_sink_renamed_between_a_crash_and_its_replay_is_refused(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    pipeline, ledger = f"kren{uuid.uuid4().hex[:6]}", str(tmp_path / "ledger")
+    FanOut(pipeline, ledger, [_sink(kafka, topic, "old")], retries=0).process(
+        spark.range(0, 4), BatchInfo(pipeline, 0, "q")
+    )
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the ledger mark
+        FanOut(pipeline, MarkLost(ledger, "old"), [_sink(kafka, topic, "old")],
+               retries=0).process(spark.range(4, 8), BatchInfo(pipeline, 1, "q"))  # fmt: skip
+
+    renamed = FanOut(pipeline, ledger, [_sink(kafka, topic, "new")], retries=0)
+    refused: BatchFailedError | None = None
+    try:
+        renamed.process(spark.range(4, 8), BatchInfo(pipeline, 1, "q"))
+    except BatchFailedError as exc:
+        refused = exc
+    renamed.close()
+    keys = sorted(int(r["key"]) for r in read_topic(kafka.bootstrap, topic, 8))
+    assert keys == list(range(8))  # before: 4-7 twice
+    assert refused is not None and set(refused.failures) == {"new"}
+    text = str(refused.failures["new"])
+    assert f"topic '{topic}' holds batch 1 of sink 'old'" in text
+    assert "rename the sink back to 'old'" in text
+
+    # the way out it names: the old name completes the batch, then the new one goes on
+    back = FanOut(pipeline, ledger, [_sink(kafka, topic, "old")], retries=0)
+    assert back.process(spark.range(4, 8), BatchInfo(pipeline, 1, "q"))["old"].already_written
+    back.close()
+    after = FanOut(pipeline, ledger, [_sink(kafka, topic, "new")], retries=0)
+    after.process(spark.range(8, 10), BatchInfo(pipeline, 2, "q"))
+    after.close()
+    keys = sorted(int(r["key"]) for r in read_topic(kafka.bootstrap, topic, 10))
+    assert keys == list(range(10))

@@ -1,0 +1,179 @@
+"""The check at a run's first batch for a sink renamed between a crash and its replay
+(fanout.steps.renamed): who is asked (only a sink without a mark in the epoch, only about a
+sink the ledger names that is no longer configured, about the batch after its last mark),
+what refuses (held, whole or part), what only warns (cannot tell, an error, no answer in
+time, a harmless rewrite) and the refusal's text (a memory ledger, fake sinks: the real
+sinks' answers are tested against their services)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from fanout import PartlyHeld, Sink
+from fanout.ledger.entry import LedgerEntry
+from fanout.ledger.memory import MemoryLedger
+from fanout.steps.renamed import RenamedSinkError, refuse_renamed
+
+Answer = bool | PartlyHeld | None
+
+
+class Target(Sink):
+    """Answers ``holds_batch_of`` with ``answer`` (raised when an exception); records the
+    questions."""
+
+    def __init__(self, name: str, answer: Answer | Exception = True, *, harmless: str | None = None,
+                 wait_s: float = 0.0) -> None:  # fmt: skip
+        super().__init__(name)
+        self.answer, self.harmless, self.wait_s = answer, harmless, wait_s
+        self.path = "/data/orders"
+        self.asked: list[tuple[str, int, int]] = []
+
+    def holds_batch_of(self, sink_name: str, pipeline: str, epoch: int, batch_id: int) -> Answer:
+        self.asked.append((sink_name, epoch, batch_id))
+        time.sleep(self.wait_s)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    def harmless_rewrite(self) -> str | None:
+        return self.harmless
+
+
+def _ledger(marks: dict[str, list[int]], epoch: int = 0) -> MemoryLedger:
+    ledger = MemoryLedger()
+    for sink, batches in marks.items():
+        for batch in batches:
+            ledger.mark_committed(LedgerEntry("p", sink, batch, "committed", rows=1, epoch=epoch))
+    return ledger
+
+
+def _check(ledger: MemoryLedger, *sinks: Sink, batch: int = 3, epoch: int = 0,
+           timeouts: dict[str, float] | None = None) -> dict[str, RenamedSinkError]:  # fmt: skip
+    named = {s.name: s for s in sinks}
+    marks = ledger.last_committed("p", named, epoch)
+    return refuse_renamed("p", epoch, batch, ledger, named, named, marks, timeouts)
+
+
+def test_a_new_sink_holding_a_vanished_sinks_next_batch_is_refused_naming_both() -> None:
+    new, keep = Target("new"), Target("keep")
+    refused = _check(_ledger({"keep": [0, 1, 2, 3], "old": [0, 1, 2]}), keep, new)
+    assert set(refused) == {"new"} and new.asked == [("old", 0, 3)] and keep.asked == []
+    text = str(refused["new"])
+    assert text.startswith(
+        "sink 'new', batch 3: path '/data/orders' holds batch 3 of sink 'old' (epoch 0, its "
+        "records keyed 'fanout/p/old'), a sink the pipeline no longer configures, and sink "
+        "'new' has no mark in the epoch. "
+    )
+    assert "rename the sink back to 'old' and restart" in text
+    assert "or remove batch 3 from the target" in text
+    assert (refused["new"].sink, refused["new"].batch_id) == ("new", 3)
+    part = _check(_ledger({"old": [0, 1, 2]}), Target("new", PartlyHeld(1, 2)))
+    assert "holds batch 3 of sink 'old' (part of it: some of its partitions)" in str(part["new"])
+
+
+def test_nothing_is_asked_without_both_a_new_sink_and_a_vanished_one() -> None:
+    marked = Target("old")  # every configured sink has a mark: no question, no ledger scan
+    assert _check(_ledger({"old": [0, 1, 2], "gone": [0]}), marked) == {}
+    new = Target("new")  # a new sink, no sink gone
+    assert _check(_ledger({"keep": [0, 1, 2]}), Target("keep"), new) == {}
+    assert marked.asked == [] and new.asked == []
+
+
+def test_a_vanished_sink_without_a_mark_in_the_epoch_is_asked_about_the_runs_first_batch() -> None:
+    ledger = _ledger({"old": [0, 1]})  # epoch 0; the run is in epoch 1, where nobody marked
+    new = Target("new", False)
+    assert _check(ledger, new, batch=5, epoch=1) == {}
+    assert new.asked == [("old", 1, 5)]
+
+
+def test_cannot_tell_an_error_no_answer_in_time_and_a_harmless_rewrite_only_warn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ledger = _ledger({"old": [0, 1, 2]})
+    caplog.set_level(logging.WARNING, logger="fanout")
+    assert _check(ledger, Target("new", None)) == {}
+    said = (
+        "pipeline p, sink new: cannot tell whether its target holds batch 3 of epoch 0 "
+        "written by sink 'old', which the pipeline no longer configures. If 'new' is 'old' "
+        "renamed"
+    )
+    assert said in caplog.text
+    assert _check(ledger, Target("new", OSError("marker topic gone"))) == {}
+    assert "no longer configures: OSError: marker topic gone. If 'new'" in caplog.text
+    slow = Target("new", True, wait_s=1.0)
+    assert _check(ledger, slow, timeouts={"new": 0.1}) == {}
+    assert "cannot tell within its write_timeout_s=0.1 s whether its target" in caplog.text
+    assert _check(ledger, Target("new", harmless="it upserts by key")) == {}
+    harmless = (
+        "holds batch 3 of sink 'old' (epoch 0, its records keyed 'fanout/p/old'), a sink the "
+        "pipeline no longer configures, and sink 'new' has no mark in the epoch; it upserts "
+        "by key, so writing the batch again is harmless: writing it"
+    )
+    assert harmless in caplog.text
+
+
+def test_a_sink_type_without_the_hook_is_not_asked() -> None:
+    plain = Sink("new")  # the default hook (cannot tell): not asked, no warning
+    assert _check(_ledger({"old": [0]}), plain) == {}
+
+
+class Holds(Target):
+    """Answers ``holds_batch_of`` from the batches ``held`` it holds of each other sink's
+    name (``>=``, as the built-in sinks read their records: a later batch holds it too)."""
+
+    def __init__(self, name: str, held: dict[str, int]) -> None:
+        super().__init__(name)
+        self.held = held
+
+    def holds_batch_of(self, sink_name: str, pipeline: str, epoch: int, batch_id: int) -> Answer:
+        self.asked.append((sink_name, epoch, batch_id))
+        return self.held.get(sink_name, -1) >= batch_id
+
+
+def test_the_question_is_about_the_batch_the_new_sink_would_write() -> None:
+    # an orphan batch of a sink removed long ago (committed 3, never marked; the pipeline
+    # went on to batch 10 without it): a new sink on that target writes batch 10, not 3
+    ledger = _ledger({"keep": list(range(10)), "old": [0, 1, 2]})
+    new = Holds("new", {"old": 3})
+    assert _check(ledger, Target("keep"), new, batch=10) == {}
+    assert new.asked == []  # old's last mark 2: it cannot have written batch 10
+    # killed after every sink marked batch 3, before Spark's commit: Spark replays 3, and
+    # 'old' renamed 'new' would write it again where 'old' committed (and marked) it
+    marked = _ledger({"keep": [0, 1, 2, 3], "old": [0, 1, 2, 3]})
+    again = Holds("new", {"old": 3})
+    refused = _check(marked, Target("keep"), again, batch=3)
+    assert set(refused) == {"new"} and again.asked == [("old", 0, 3)]
+    assert "holds batch 3 of sink 'old'" in str(refused["new"])
+
+
+def test_the_check_runs_after_a_catch_up_checked_the_targets_first(tmp_path: Path) -> None:
+    # a pipeline with a sink that can lag: `fanout run` (start_catch_up) and catch_up()
+    # check the targets before the first batch; the renamed check must still run there
+    from fanout import BatchFailedError, FanOut
+    from fanout.contract.batch import BatchInfo
+    from fanout.sink_spec import SinkSpec, lag_policy
+    from tests.unit.fakes import SchemaFrame, ScriptedSink
+
+    class New(ScriptedSink):
+        def holds_batch_of(self, sink_name: str, pipeline: str, epoch: int,
+                           batch_id: int) -> Answer:  # fmt: skip
+            return sink_name == "old" and batch_id <= 2
+
+    ledger = _ledger({"keep": [0, 1], "slow": [0, 1], "old": [0, 1]})
+    new, slow = New("new"), ScriptedSink("slow")
+    spec = SinkSpec(slow, lag=lag_policy("slow", {"on_failure": "lag"}))
+    fan = FanOut("p", ledger, [ScriptedSink("keep"), spec, new], backoff_s=0,
+                 spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
+    try:
+        fan.catchup.stop()
+        fan.catch_up(timeout_s=5)
+        with pytest.raises(BatchFailedError) as refused:
+            fan.process(SchemaFrame([20, 21]), BatchInfo("p", 2, "q"))
+        assert set(refused.value.failures) == {"new"}
+        assert new.calls == []
+    finally:
+        fan.close()
