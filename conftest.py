@@ -31,6 +31,9 @@ JVMs (``local-cluster``) are given them too: tests/chaos/test_executor_kills.py 
 starts) took 107.7 CPU s against 147.9, the nested local-cluster run 68.9 against 101.8."""
 os.environ.setdefault("SPARK_SUBMIT_OPTS", SHORT_LIVED_JVM)
 
+# ``fanout ARGS...`` in the test's process, for the core's tests and each plugin's
+from tests.in_process_cli import fanout_cli  # noqa: E402, F401
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:

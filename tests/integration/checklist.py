@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from tests.in_process_cli import Cli
 from tests.integration.streams import pipeline_file
 
 
@@ -24,16 +24,15 @@ class Validated:
         return [line for line in self.out.splitlines() if line.startswith("  ")]
 
 
-def validate(data: Path, schema: str, sinks: str, capsys: Any, name: str = "checks") -> Validated:
+def validate(
+    data: Path, schema: str, sinks: str, fanout_cli: Cli, name: str = "checks"
+) -> Validated:
     """Run ``fanout validate`` on ``data/pipeline.toml``, written here: pipeline ``name`` on
     Spark ``local[2]``, ledger and checkpoint under ``data``, reading JSON files of
     ``schema`` from ``data/input`` (made here, empty), writing ``sinks`` (their
-    ``[[sinks]]`` TOML)."""
-    from fanout.app.cli import main
-
+    ``[[sinks]]`` TOML), in the test's process (``fanout_cli``)."""
     (data / "input").mkdir()
     config = data / "pipeline.toml"
     config.write_text(pipeline_file(data, name, schema, sinks, master="local[2]"))
-    code = main(["validate", str(config)])
-    captured = capsys.readouterr()
-    return Validated(code, captured.out, captured.err)
+    ran = fanout_cli("validate", config)
+    return Validated(ran.returncode, ran.stdout, ran.stderr)

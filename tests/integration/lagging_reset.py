@@ -10,10 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from fanout import FanOut
-from fanout.app.cli import main
+from tests.in_process_cli import Cli
 from tests.integration.streams import run_stream, write_input
 
 FENCE = 2**63 - 1
@@ -44,7 +42,7 @@ def lag_in_epoch_zero(
     spark: Any,
     tmp_path: Path,
     server: tuple[Any, str],
-    capsys: pytest.CaptureFixture[str],
+    fanout_cli: Cli,
     pipeline: str,
     pg_sink: dict[str, Any],
     create_table: str,
@@ -75,7 +73,8 @@ def lag_in_epoch_zero(
         second.close()
 
     ledger, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
-    assert main(["recover", "--ledger", ledger, "--pipeline", pipeline, "--spool", spool]) == 0
-    out = capsys.readouterr().out
+    ran = fanout_cli("recover", "--ledger", ledger, "--pipeline", pipeline, "--spool", spool)
+    assert ran.returncode == 0, ran
+    out = ran.stdout
     resume = re.search(r"Resume after batch (\d+)", out)
     assert resume is not None and resume.group(1) == "2", out

@@ -30,7 +30,7 @@ from tests.chaos.lag_input import LAG_SCHEMA, final_state, postgres_rows, versio
 from tests.integration.streams import committed_marks, delta_rows
 
 if TYPE_CHECKING:
-    from tests.integration.conftest import Ran
+    from tests.in_process_cli import Ran
 
 PIPELINE = """
 [pipeline]

@@ -21,8 +21,8 @@ import pytest
 
 from fanout import ConfigurationError, FanOut
 from fanout.app import runner
-from fanout.app.cli import main
 from fanout.hooks import registry as registry_module
+from tests.in_process_cli import Cli
 from tests.integration.streams import delta_rows, pipeline_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -130,12 +130,13 @@ def _file(d: Path, sinks: str, transform: str | None) -> Path:
     return file
 
 
-def _refusal(spark: Any, file: Path, entry: str, capsys: pytest.CaptureFixture[str]) -> str:
+def _refusal(spark: Any, file: Path, entry: str, fanout_cli: Cli) -> str:
     """What ``entry`` says of the pipeline file: ``fanout run``'s error (after its
     ``fanout: configuration error: ``), or the error ``check_source`` raises."""
     if entry == "fanout run":
-        assert main(["run", str(file)]) == 2
-        out, err = capsys.readouterr()
+        ran = fanout_cli("run", file)
+        assert ran.returncode == 2
+        out, err = ran.stdout, ran.stderr
         assert out == "", out
         assert err.startswith("fanout: configuration error: "), err  # no Spark trace before
         return err.removeprefix("fanout: configuration error: ").rstrip("\n")
@@ -153,7 +154,7 @@ def _refusal(spark: Any, file: Path, entry: str, capsys: pytest.CaptureFixture[s
 def test_each_mistake_is_refused_before_the_stream_starts_with_the_runs_text(
     spark: Any,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    fanout_cli: Cli,
     partitioned_files: None,
     mistake: str,
     entry: str,
@@ -166,7 +167,7 @@ def test_each_mistake_is_refused_before_the_stream_starts_with_the_runs_text(
 
         held = pa.table({"order_id": pa.array([1], pa.int64()), "amount": pa.array(["one"])})
         write_deltalake(str(tmp_path / "latest"), held)
-    text = _refusal(spark, file, entry, capsys)
+    text = _refusal(spark, file, entry, fanout_cli)
     header = "1 sink(s) cannot take the source's rows" + HINT.format(file=file)
     assert text.splitlines() == [header, *lines], text
     # nothing started: no checkpoint, no batch written, no ledger row (FanOut(...) created
@@ -220,7 +221,7 @@ def test_a_fan_out_built_in_python_says_the_same_without_a_file(spark: Any, tmp_
 def test_volatile_columns_the_sink_does_not_need_stable_pass_and_the_run_writes(
     spark: Any,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    fanout_cli: Cli,
     partitioned_files: None,
 ) -> None:
     """The source-plan determinism check follows only the columns the sink needs stable,
@@ -242,7 +243,8 @@ def test_volatile_columns_the_sink_does_not_need_stable_pass_and_the_run_writes(
         assert fan.check_source(df) is None
     cloudpickle.register_pickle_by_value(partitioned_example)  # the executors lack examples/
     try:
-        assert main(["run", str(file)]) == 0, capsys.readouterr().err
+        ran = fanout_cli("run", file)
+        assert ran.returncode == 0, ran.stderr
     finally:
         cloudpickle.unregister_pickle_by_value(partitioned_example)
     written = [

@@ -16,12 +16,12 @@ from fanout_delta.spark_engine import delta_jvm_missing
 from pyspark.errors import StreamingQueryException
 
 from fanout import FanOut
-from fanout.app.cli import main
 from fanout.contract.plans import planned_at
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
+from tests.in_process_cli import Cli
 from tests.integration.streams import committed_marks, delta_rows, run_stream, write_input
-from tests.newest_lines import readout
+from tests.newest_lines import without_newest
 
 
 class DiesBeforeMarking(DeltaLedger):
@@ -56,7 +56,7 @@ def _order_ids(path: Path) -> list[int]:
 
 
 def test_a_batch_written_but_not_marked_then_planned_again_is_refused(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     names = [str(s["name"]) for s in _sinks(spark, tmp_path)]
     for n in range(3):
@@ -98,9 +98,9 @@ def test_a_batch_written_but_not_marked_then_planned_again_is_refused(
     assert argv == [
         "fanout", "recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "replan"
     ]  # fmt: skip
-    readout(capsys)
-    assert main(argv[1:]) == 0
-    assert readout(capsys).out.splitlines()[:2] == [
+    ran = fanout_cli(*argv[1:])
+    assert ran.returncode == 0, ran
+    assert without_newest(ran.stdout)[0].splitlines()[:2] == [
         "pipeline 'replan': last committed batch per sink",
         f"  {sorted(names)[0]}: batch 2, query id {query}, source offsets "
         '[{"logOffset": 2}], planned at '

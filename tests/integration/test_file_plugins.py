@@ -9,11 +9,10 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from fanout.app.cli import main
+from tests.in_process_cli import Cli
 from tests.integration.streams import SCHEMA, pipeline_file, write_input
 
 pytestmark = pytest.mark.integration
@@ -33,7 +32,7 @@ def own_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 
 
 def test_validate_and_run_a_pipeline_file_naming_its_own_sink_module(
-    spark: Any, own_module: Path, capsys: pytest.CaptureFixture[str]
+    own_module: Path, fanout_cli: Cli
 ) -> None:
     data = own_module
     sink = f'[[sinks]]\ntype = "jsonl"\nname = "raw"\ndirectory = "{data}/out"\n'
@@ -42,13 +41,15 @@ def test_validate_and_run_a_pipeline_file_naming_its_own_sink_module(
     file.write_text('plugins = ["my_sinks"]\n' + text)
     rows = write_input(data / "input", 2, 3)  # one batch (available now): orders 0-5
 
-    assert main(["validate", str(file)]) == 0, capsys.readouterr().err
-    out = capsys.readouterr().out
+    validated = fanout_cli("validate", file)
+    assert validated.returncode == 0, validated.stderr
+    out = validated.stdout
     assert f"sink raw: would create directory {data}/out" in out, out
     assert "  sink raw: JsonLinesSink, idempotent\n" in out, out
     assert not (data / "out").exists()
 
-    assert main(["run", str(file)]) == 0, capsys.readouterr().err
+    ran = fanout_cli("run", file)
+    assert ran.returncode == 0, ran.stderr
     written = sorted((data / "out").glob("*.jsonl"))
     assert [p.name for p in written] == ["mine~raw~000000000000.jsonl"]  # batch 0's
     got = [json.loads(line) for path in written for line in path.read_text().splitlines()]

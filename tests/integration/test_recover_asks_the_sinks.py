@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from fanout import BatchInfo, FanOut, hookimpl
-from fanout.app.cli import main
 from fanout.ledger.delta import DeltaLedger
+from tests.in_process_cli import Cli
 from tests.integration import two_sink_resets as resets
 from tests.integration.test_unmarked_batch import DriverKilled, KillAfterWrite
 from tests.integration.two_sink_resets import NEW, OLD, ROWS, SINKS
-from tests.newest_lines import readout
+from tests.newest_lines import without_newest
 
 PIPELINE = "unmarked"
 SECRET = "TopSecretAwsKey123"
@@ -40,16 +40,16 @@ def _config(tmp_path: Path) -> str:
     return str(file)
 
 
-def _recover(config: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
-    readout(capsys)
-    assert main(["recover", "--config", config]) == 0
-    out = readout(capsys).out
+def _recover(config: str, fanout_cli: Cli) -> list[str]:
+    ran = fanout_cli("recover", "--config", config)
+    assert ran.returncode == 0, ran
+    out = without_newest(ran.stdout)[0]
     assert SECRET not in out
     return out.splitlines()
 
 
 def test_recover_names_the_batch_a_sink_wrote_but_never_marked_and_the_choice(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """bronze committed batch 3 (rows 30-39), the driver died before its mark; silver never
     got it. `recover` said "resume after batch 2", and the new epoch's start was refused
@@ -64,7 +64,7 @@ def test_recover_names_the_batch_a_sink_wrote_but_never_marked_and_the_choice(
     config, ledger = _config(tmp_path), tmp_path / "ledger"
     recover = f"fanout recover --ledger {ledger} --pipeline {PIPELINE}"
 
-    assert _recover(config, capsys)[:12] == [
+    assert _recover(config, fanout_cli)[:12] == [
         f"pipeline '{PIPELINE}': last committed batch per sink",
         "  bronze: batch 3, query id query-old, source offsets not recorded",
         '  silver: batch 2, query id query-old, source offsets [{"orders": {"0": 30}}], '
@@ -113,7 +113,7 @@ class KillBronzeAfterWrite:
 
 
 def test_recover_resumes_after_a_batch_every_sink_holds_though_one_lost_its_mark(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """silver marked batch 3, bronze wrote it and lost the mark. `recover` resumed after
     batch 2 (silver got rows 30-39 again, and the start was refused for bronze); now it
@@ -127,7 +127,7 @@ def test_recover_resumes_after_a_batch_every_sink_holds_though_one_lost_its_mark
         resets.run(old, spark, OLD, 3, 30)
     assert resets.marks(tmp_path)[-1] == (0, "silver", 3)
 
-    out = _recover(_config(tmp_path), capsys)
+    out = _recover(_config(tmp_path), fanout_cli)
     assert out[:9] == [
         f"pipeline '{PIPELINE}': last committed batch per sink",
         '  bronze: batch 3, query id query-old, source offsets [{"orders": {"0": 40}}]',
@@ -151,7 +151,7 @@ def test_recover_resumes_after_a_batch_every_sink_holds_though_one_lost_its_mark
 
 
 def test_recover_resumes_before_a_first_batch_one_sink_wrote_but_never_marked(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """The driver died in epoch 0's first batch, after bronze committed it, before its
     mark; silver never got it. The ledger holds no mark: `recover` said it holds no
@@ -167,7 +167,7 @@ def test_recover_resumes_before_a_first_batch_one_sink_wrote_but_never_marked(
         f"fanout ledger skip --ledger {ledger} --pipeline {PIPELINE} --sink silver "
         "--through 0 --epoch 0"
     )
-    out = _recover(config, capsys)
+    out = _recover(config, fanout_cli)
     assert out[:7] == [
         f"pipeline '{PIPELINE}': last committed batch per sink",
         "  bronze: batch 0, query id query-old, source offsets not recorded",
@@ -203,7 +203,7 @@ def test_recover_resumes_before_a_first_batch_one_sink_wrote_but_never_marked(
 
 
 def test_recover_choice_2_followed_as_printed_starts_the_new_epoch(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """bronze committed batch 3 and lost its mark; silver never got it. `recover --config`
     records its report (resume after batch 2) and prints choice 2: skip silver through
@@ -224,8 +224,8 @@ def test_recover_choice_2_followed_as_printed_starts_the_new_epoch(
     assert (
         f"    2. Or give batch 3 up for silver: `fanout {' '.join(skip)}`, then resume after "
         "batch 3: they never get its rows."
-    ) in _recover(config, capsys)
-    assert main(skip) == 0
+    ) in _recover(config, fanout_cli)
+    assert fanout_cli(*skip).returncode == 0
 
     resets.run(resets.fan(PIPELINE, tmp_path, on_reset="new_epoch"), spark, NEW, 0, 40)
     assert resets.ids(tmp_path, "bronze") == list(range(50))
@@ -234,7 +234,7 @@ def test_recover_choice_2_followed_as_printed_starts_the_new_epoch(
 
 
 def test_recover_asks_about_the_first_batch_of_an_epoch_started_without_a_mark(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """Epoch 1 started from recover's report (after batch 2 of epoch 0, offset 30) and its
     driver died in its first batch, after bronze committed it, before its mark. The ledger
@@ -249,12 +249,12 @@ def test_recover_asks_about_the_first_batch_of_an_epoch_started_without_a_mark(
     for batch in range(3):
         resets.run(old, spark, OLD, batch, batch * ROWS)
     config = _config(tmp_path)
-    _recover(config, capsys)
+    _recover(config, fanout_cli)
     with pytest.raises(DriverKilled):
         killed = resets.fan(PIPELINE, tmp_path, KillInTheFirstBatch(), on_reset="new_epoch")
         resets.run(killed, spark, NEW, 0, 30)
 
-    out = _recover(config, capsys)
+    out = _recover(config, fanout_cli)
     assert out[:6] == [
         f"pipeline '{PIPELINE}' (epoch 1): last committed batch per sink",
         f"  bronze: batch 0, query id {NEW}, source offsets not recorded",
@@ -280,22 +280,22 @@ class RecoverWhileBronzeMarks:
     """Runs `fanout recover --config` (an operator's look at the running pipeline) after
     bronze wrote batch 3 and before its mark: the batch is in flight, not lost."""
 
-    def __init__(self, config: str) -> None:
-        self.config = config
+    def __init__(self, config: str, fanout_cli: Cli) -> None:
+        self.config, self.cli = config, fanout_cli
 
     @hookimpl
     def fanout_sink_done(self, info: BatchInfo, sink: str, result: Any, duration_s: float) -> None:
         if info.batch_id == 3 and sink == "bronze":
-            assert main(["recover", "--config", self.config]) == 0
+            assert self.cli("recover", "--config", self.config).returncode == 0
 
 
 def test_recover_during_a_batch_in_flight_leaves_the_query_s_own_mark(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """The pipeline runs on after the look: bronze's mark of batch 3 is the query's own,
     with its row count, not a lost mark recorded by recover (`fanout status` counted 0
     rows for it, and a sink backfilled from bronze could not check the batch)."""
-    running = resets.fan(PIPELINE, tmp_path, RecoverWhileBronzeMarks(_config(tmp_path)))
+    running = resets.fan(PIPELINE, tmp_path, RecoverWhileBronzeMarks(_config(tmp_path), fanout_cli))
     for batch in range(4):
         resets.run(running, spark, OLD, batch, batch * ROWS)
     for sink in SINKS:
@@ -317,7 +317,7 @@ class KillAfterGoldWrote:
 
 
 def test_recover_counts_a_sink_added_mid_epoch_at_the_batch_it_holds(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """gold joined at batch 5 (without backfill_from a sink added starts at the current
     batch) and lost the mark of it. `recover --config` recorded gold's lost mark at batch
@@ -346,7 +346,7 @@ def test_recover_counts_a_sink_added_mid_epoch_at_the_batch_it_holds(
             f'[[sinks]]\ntype = "delta"\nname = "{s}"\npath = "{tmp_path / s}"\n' for s in three
         )
     )
-    out = _recover(str(config), capsys)
+    out = _recover(str(config), fanout_cli)
     resume = "Resume after batch 5: every sink the pipeline still writes holds it, so nothing "
     assert resume + "is written twice." in out
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from fanout import FanOut
-from fanout.app.cli import main
 from fanout.app.recover import NO_CONFIG
+from tests.in_process_cli import Cli
 from tests.integration.streams import (
     committed_marks,
     delta_rows,
@@ -23,7 +23,7 @@ from tests.integration.streams import (
     run_stream,
     write_input,
 )
-from tests.newest_lines import readout
+from tests.newest_lines import without_newest
 
 
 def _fan(tmp_path: Path, url: str, **kw: Any) -> FanOut:
@@ -47,7 +47,7 @@ def _pg_ids(url: str) -> Counter[int]:
 
 
 def test_a_first_batch_the_lake_failed_is_not_written_twice_to_the_lagging_sink_after_a_reset(
-    spark: Any, tmp_path: Path, server: tuple[Any, str], capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, server: tuple[Any, str], fanout_cli: Cli
 ) -> None:
     pg, url = server
     inputs, lake = tmp_path / "input", tmp_path / "lake"
@@ -64,8 +64,9 @@ def test_a_first_batch_the_lake_failed_is_not_written_twice_to_the_lagging_sink_
         first.close()
 
     ledger, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
-    assert main(["recover", "--ledger", ledger, "--pipeline", "reset", "--spool", spool]) == 0
-    assert readout(capsys).out.splitlines() == [
+    ran = fanout_cli("recover", "--ledger", ledger, "--pipeline", "reset", "--spool", spool)
+    assert ran.returncode == 0, ran
+    assert without_newest(ran.stdout)[0].splitlines() == [
         "pipeline 'reset': the ledger holds no committed batch",
         "  pg: batch(es) 0 in the spool, never committed by Spark: given up at a reset (the "
         "new checkpoint reads their rows again)",

@@ -13,10 +13,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from fanout import FanOut
-from fanout.app.cli import main
+from tests.in_process_cli import Cli
 from tests.integration.streams import id_counts, run_stream, write_input
 
 LAKE = "lake"
@@ -57,7 +55,7 @@ def _copy_that_refuses_every_batch(path: Path) -> None:
 
 
 def test_a_batch_a_backfilling_sink_was_held_back_from_is_counted_by_recover_and_written_once(
-    spark: Any, tmp_path: Path, server: tuple[Any, str], capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, server: tuple[Any, str], fanout_cli: Cli
 ) -> None:
     pg, url = server
     inputs = tmp_path / "input"
@@ -82,8 +80,9 @@ def test_a_batch_a_backfilling_sink_was_held_back_from_is_counted_by_recover_and
     assert (tmp_path / "checkpoint" / "commits" / "1").exists()  # Spark committed batch 1
 
     ledger, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
-    assert main(["recover", "--ledger", ledger, "--pipeline", "held", "--spool", spool]) == 0
-    out = capsys.readouterr().out
+    ran = fanout_cli("recover", "--ledger", ledger, "--pipeline", "held", "--spool", spool)
+    assert ran.returncode == 0, ran
+    out = ran.stdout
     assert "given up" not in out, out
     resume = re.search(r"Resume after batch (\d+)", out)
     assert resume is not None and resume.group(1) == "1", out

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fanout import FanOut
+from tests.in_process_cli import Cli
 from tests.integration.lagging_reset import FENCE, fan, lag_in_epoch_zero, pg_query
 from tests.integration.streams import delta_rows, run_stream, write_input
 
@@ -38,14 +39,14 @@ def test_a_lagging_append_sink_gets_the_old_epochs_spooled_batches_after_a_reset
     spark: Any,
     tmp_path: Path,
     server: tuple[Any, str],
-    capsys: pytest.CaptureFixture[str],
+    fanout_cli: Cli,
     catch_up: str,
 ) -> None:
     pg, url = server
     create = (
         "CREATE TABLE orders (order_id bigint, customer text, amount double precision, status text)"
     )
-    lag_in_epoch_zero(spark, tmp_path, server, capsys, PIPELINE, _sink(url), create)
+    lag_in_epoch_zero(spark, tmp_path, server, fanout_cli, PIPELINE, _sink(url), create)
 
     # the reset: a new checkpoint reads the files after batch 2 (orders 9-11 its batch 0)
     after = tmp_path / "input-new"

@@ -15,9 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from fanout import FanOut
+from tests.in_process_cli import Cli
 from tests.integration.lagging_reset import FENCE, fan, lag_in_epoch_zero, pg_query
 from tests.integration.streams import EPOCH, order, run_stream
 
@@ -45,14 +44,14 @@ def _write_changed(directory: Path, n: int, ids: range) -> list[dict[str, Any]]:
 
 
 def test_a_lagging_upsert_sink_gets_the_old_epochs_spooled_batches_before_the_fence(
-    spark: Any, tmp_path: Path, server: tuple[Any, str], capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, server: tuple[Any, str], fanout_cli: Cli
 ) -> None:
     pg, url = server
     create = (
         "CREATE TABLE orders (order_id bigint PRIMARY KEY, customer text, "
         "amount double precision, status text)"
     )
-    lag_in_epoch_zero(spark, tmp_path, server, capsys, PIPELINE, _sink(url), create)
+    lag_in_epoch_zero(spark, tmp_path, server, fanout_cli, PIPELINE, _sink(url), create)
 
     # the reset: a new checkpoint reads the files after batch 2; its batch 0 changes
     # orders 3-5, which the old epoch's spooled batch 1 wrote

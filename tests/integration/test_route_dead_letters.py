@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from fanout import BatchFailedError, BatchInfo, FanOut, RouteError
-from fanout.app.cli import main as cli
 from fanout.routes.route import Route
 from fanout.sink_spec import SinkSpec
 from fanout.testing import RecordingSink
 from fanout.testing.faults import MarkLost
+from tests.in_process_cli import Cli
 from tests.integration.streams import EPOCH, delta_rows, run_stream
 
 SCHEMA = "id LONG, amount STRING, qty STRING"
@@ -91,7 +91,7 @@ def _check_dead_letters(path: Path, sink: str) -> None:
 
 
 def test_rows_failing_a_route_go_to_the_dead_letter_table_once(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     batch = spark.createDataFrame(_rows(), SCHEMA)
     info = BatchInfo("rd", 3, "q")
@@ -121,9 +121,9 @@ def test_rows_failing_a_route_go_to_the_dead_letter_table_once(
         "routed": (len(GOOD), 3), "frame": (len(GOOD), 3), "all": (40, 0),
     }  # fmt: skip
 
-    capsys.readouterr()
-    assert cli(["status", "--ledger", str(tmp_path / "ledger"), "--json"]) == 0
-    status = {s["sink"]: s for s in json.loads(capsys.readouterr().out)}
+    ran = fanout_cli("status", "--ledger", tmp_path / "ledger", "--json")
+    assert ran.returncode == 0, ran
+    status = {s["sink"]: s for s in json.loads(ran.stdout)}
     assert status["routed"]["dead_lettered_total"] == 3
     assert status["routed"]["rows_total"] == len(GOOD)
     assert status["all"]["dead_lettered_total"] == 0

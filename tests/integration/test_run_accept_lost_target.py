@@ -20,7 +20,7 @@ import pytest
 from tests.integration.streams import bronze_pipeline, delta_rows, id_counts, write_input
 
 if TYPE_CHECKING:
-    from tests.integration.conftest import Ran
+    from tests.in_process_cli import Ran
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tests.integration.streams import pipeline_file
 
 if TYPE_CHECKING:
-    from tests.integration.conftest import Ran
+    from tests.in_process_cli import Ran
 
 SINKS = """[[sinks]]
 type = "delta"

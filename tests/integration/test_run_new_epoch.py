@@ -10,9 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from fanout.app.cli import main
+from tests.in_process_cli import Cli
 from tests.integration.streams import (
     bronze_pipeline,
     committed_marks,
@@ -22,11 +20,9 @@ from tests.integration.streams import (
 )
 
 
-def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(["run", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+def _run(fanout_cli: Cli, *args: str) -> tuple[int, str, str]:
+    ran = fanout_cli("run", *args)
+    return ran.returncode, ran.stdout, ran.stderr
 
 
 def _new_checkpoint(data: Path, file: int) -> None:
@@ -38,15 +34,15 @@ def _new_checkpoint(data: Path, file: int) -> None:
 
 
 def test_new_epoch_is_accepted_for_one_run_only(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     config = tmp_path / "pipeline.toml"
     config.write_text(bronze_pipeline(tmp_path))
     write_input(tmp_path / "input", 1, 3)
-    assert _run(capsys, str(config))[0] == 0
+    assert _run(fanout_cli, str(config))[0] == 0
 
     _new_checkpoint(tmp_path, 1)
-    code, out, _ = _run(capsys, str(config))
+    code, out, _ = _run(fanout_cli, str(config))
     assert code == 1
     assert (
         "  3. Or, accepting that the new query's batches are written as new data even where "
@@ -59,7 +55,7 @@ def test_new_epoch_is_accepted_for_one_run_only(
     ) in out.splitlines()
     assert "on_checkpoint_reset" not in out
 
-    code, out, _ = _run(capsys, str(config), "--new-epoch")
+    code, out, _ = _run(fanout_cli, str(config), "--new-epoch")
     assert code == 0, out
     started = [line for line in out.splitlines() if line.startswith("--new-epoch: ")]
     assert len(started) == 1
@@ -76,7 +72,7 @@ def test_new_epoch_is_accepted_for_one_run_only(
 
     # the flag kept on the command line: the checkpoint now is epoch 1's, nothing to start
     write_input(tmp_path / "input", 1, 3, start_file=2)
-    code, out, err = _run(capsys, str(config), "--new-epoch")
+    code, out, err = _run(fanout_cli, str(config), "--new-epoch")
     assert code == 2
     assert out == ""
     assert err.startswith(
@@ -91,10 +87,10 @@ def test_new_epoch_is_accepted_for_one_run_only(
     assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(6)}
 
     # without the flag: the run continues epoch 1, and the next reset is refused again
-    assert _run(capsys, str(config))[0] == 0
+    assert _run(fanout_cli, str(config))[0] == 0
     assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(9)}
     _new_checkpoint(tmp_path, 3)
-    code, out, _ = _run(capsys, str(config))
+    code, out, _ = _run(fanout_cli, str(config))
     assert code == 1
     assert "pipeline 'clicks': checkpoint reset detected." in out
     assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(9)}

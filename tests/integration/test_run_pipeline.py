@@ -28,7 +28,7 @@ from tests.chaos.services import embedded_services
 from tests.integration.streams import committed_marks, delta_rows, id_counts, write_input
 
 if TYPE_CHECKING:
-    from tests.integration.conftest import Ran
+    from tests.in_process_cli import Ran
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.toml"
 FILES, ROWS = 6, 30
@@ -201,16 +201,15 @@ def test_run_sigterm_restart_exactly_once_and_metrics(
 
 
 def test_validate_opens_every_sink_without_starting(
-    spark: Any, tmp_path: Path, monkeypatch: Any, capsys: Any, services: dict[str, str]
+    fanout_cli: Callable[..., Ran], tmp_path: Path, monkeypatch: Any, services: dict[str, str]
 ) -> None:
-    from fanout.app.cli import main
-
     monkeypatch.setenv("FANOUT_DATA", str(tmp_path))
     for name, value in services.items():
         monkeypatch.setenv(name, value)
     (tmp_path / "input").mkdir()
-    assert main(["validate", str(EXAMPLE)]) == 0
-    out = capsys.readouterr().out
+    validated = fanout_cli("validate", EXAMPLE)
+    assert validated.returncode == 0
+    out = validated.stdout
     assert "pipeline 'orders' is valid" in out
     assert "sink paid: DeltaSink, transactional route: where=\"status = 'paid'\"" in out
     assert not (tmp_path / "_checkpoints").exists()  # the stream never started
@@ -220,8 +219,9 @@ def test_validate_opens_every_sink_without_starting(
     broken.write_text(
         EXAMPLE.read_text().replace('name = "latest"', 'name = "latest"\nengine = "spark"')
     )
-    assert main(["validate", str(broken)]) == 2
-    err = capsys.readouterr().err
+    refused = fanout_cli("validate", broken)
+    assert refused.returncode == 2
+    err = refused.stderr
     assert "configuration error: 1 of " in err
     assert "sink latest: opens its target: Delta sink 'latest'" in err
     assert "io.delta.tables.DeltaTable" in err

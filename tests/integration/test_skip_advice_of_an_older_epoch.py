@@ -11,13 +11,11 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 from fanout import BatchInfo, FanOut
-from fanout.app.cli import main
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.gaps import is_skip
 from fanout.sink_spec import SinkSpec, lag_policy
+from tests.in_process_cli import Cli
 from tests.integration.streams import DownSink, delta_rows
 
 if TYPE_CHECKING:
@@ -79,7 +77,7 @@ def _down_marks(ledger: str) -> list[tuple[int, int, bool]]:
 
 
 def test_the_skip_a_backfill_refusal_of_an_older_epoch_prints_gives_up_that_batch_only(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """``copy`` backfills from ``lake``; batch 0 of epoch 0 cannot be read back (a dead
     letter of it deleted by hand), so ``copy`` waits there across a checkpoint reset. The
@@ -126,7 +124,8 @@ def test_the_skip_a_backfill_refusal_of_an_older_epoch_prints_gives_up_that_batc
     assert not (tmp_path / "copy").exists()
 
     # the user runs the command exactly as printed, then restarts
-    assert main(printed.group(1).split()[1:]) == 0, capsys.readouterr()
+    ran = fanout_cli(*printed.group(1).split()[1:])
+    assert ran.returncode == 0, ran
     again = fan_out()
     try:
         lag = again.catch_up(timeout_s=120)["copy"]
@@ -141,7 +140,7 @@ def test_the_skip_a_backfill_refusal_of_an_older_epoch_prints_gives_up_that_batc
 
 
 def test_the_skip_a_gap_in_an_older_epochs_backlog_prints_gives_up_that_gap_only(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """``down`` lags (on_failure='lag') on batches 1 and 2 of epoch 0; the spool loses its
     batch 1 (its index row removed by hand); a checkpoint reset starts epoch 1. The
@@ -164,7 +163,8 @@ def test_the_skip_a_gap_in_an_older_epochs_backlog_prints_gives_up_that_gap_only
     assert printed is not None, lag.error
     assert sorted(r["id"] for r in delta_rows(tmp_path / "lake")) == [1, 2, 3, 4]
 
-    assert main(printed.group(1).split()[1:]) == 0, capsys.readouterr()
+    ran = fanout_cli(*printed.group(1).split()[1:])
+    assert ran.returncode == 0, ran
     again = _gap_fan_out(tmp_path, down)
     try:
         lag = again.catch_up(timeout_s=120)["down"]
@@ -179,7 +179,7 @@ def test_the_skip_a_gap_in_an_older_epochs_backlog_prints_gives_up_that_gap_only
 
 
 def test_a_skip_without_epoch_is_refused_while_the_sink_misses_an_older_epochs_batch(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """``down`` misses batch 1 of epoch 0 (its spool lost it) and lags on through a reset
     (epoch 1: batches 0-2 spooled for it). A skip typed without ``--epoch`` (an older
@@ -201,16 +201,16 @@ def test_a_skip_without_epoch_is_refused_while_the_sink_misses_an_older_epochs_b
     finally:
         fan.close()
     assert _down_marks(ledger) == [(0, 0, False)]
-    capsys.readouterr()
 
     typed = ["ledger", "skip", "--ledger", ledger, "--pipeline", "gap", "--sink", "down"]
     for spooled in ([], ["--spool", spool]):
-        assert main([*typed, "--through", "1", *spooled]) == 2
+        refused = fanout_cli(*typed, "--through", "1", *spooled)
+        assert refused.returncode == 2
         printed = (
             f"fanout ledger skip --ledger {ledger} --pipeline gap --sink down --through 1 "
             f"--epoch 0{' --spool ' + spool if spooled else ''}"
         )
-        assert capsys.readouterr().err == (
+        assert refused.stderr == (
             "fanout: configuration error: pipeline 'gap', sink 'down': the oldest batch it "
             "misses is batch 1 of epoch 0, before the pipeline's current epoch 1, the one a "
             "skip without an epoch acts in: this skip would record epoch 1's batches through "
@@ -223,11 +223,13 @@ def test_a_skip_without_epoch_is_refused_while_the_sink_misses_an_older_epochs_b
     # an explicit --epoch is taken as given (on a copy of the ledger)
     shutil.copytree(ledger, tmp_path / "copy")
     copy = str(tmp_path / "copy")
-    assert main([*typed[:2], "--ledger", copy, *typed[4:], "--through", "1", "--epoch", "1"]) == 0
+    taken = fanout_cli(*typed[:2], "--ledger", copy, *typed[4:], "--through", "1", "--epoch", "1")
+    assert taken.returncode == 0, taken
     assert _down_marks(copy) == [(0, 0, False), (1, 1, True)]
     assert _down_marks(ledger) == [(0, 0, False)]
 
-    assert main(printed.split()[1:]) == 0, capsys.readouterr()
+    ran = fanout_cli(*printed.split()[1:])
+    assert ran.returncode == 0, ran
     assert _down_marks(ledger) == [(0, 0, False), (0, 1, True)]
     down.down = False
     again = _gap_fan_out(tmp_path, down)

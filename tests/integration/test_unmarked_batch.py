@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from fanout import BatchInfo, hookimpl
-from fanout.app.cli import main
 from fanout.errors import CheckpointResetError, UnmarkedBatchError
 from fanout.ledger.delta import DeltaLedger
+from tests.in_process_cli import Cli
 from tests.integration import two_sink_resets as resets
 from tests.integration.two_sink_resets import NEW, OLD, ROWS, SINKS
 
@@ -49,15 +49,13 @@ class KillAfterWrite:
             raise DriverKilled("killed between the write and the mark")
 
 
-def _recover(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    capsys.readouterr()
-    assert main(["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "unmarked"]) == 0
-    return capsys.readouterr().out
+def _recover(tmp_path: Path, fanout_cli: Cli) -> str:
+    ran = fanout_cli("recover", "--ledger", tmp_path / "ledger", "--pipeline", "unmarked")
+    assert ran.returncode == 0, ran
+    return ran.stdout
 
 
-def _killed_after_bronze_wrote_batch_3(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _killed_after_bronze_wrote_batch_3(spark: Any, tmp_path: Path, fanout_cli: Cli) -> None:
     """Batches 0-2 (rows 0-29) everywhere, batch 3 (rows 30-39) only in bronze, unmarked;
     recover says: resume after batch 2."""
     old = _fan(tmp_path, KillAfterWrite())
@@ -67,18 +65,20 @@ def _killed_after_bronze_wrote_batch_3(
         _run(old, spark, OLD, 3, 30)
     assert _ids(tmp_path, "bronze") == list(range(40))
     assert _ids(tmp_path, "silver") == list(range(30))
-    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(tmp_path, capsys)
+    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(
+        tmp_path, fanout_cli
+    )
 
 
 def test_a_batch_written_but_never_marked_refuses_the_new_epoch(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """Today the new epoch started and bronze held rows 30-39 twice. Now the start is
     refused, naming the sink, the batch, the Delta version and the choices, and the lost
     mark is recorded (no commit of the refused start in either table); the operator
     removes bronze's copy (the restore the message names), runs recover again, and the new
     epoch writes batch 3's input once to each sink."""
-    _killed_after_bronze_wrote_batch_3(spark, tmp_path, capsys)
+    _killed_after_bronze_wrote_batch_3(spark, tmp_path, fanout_cli)
     ledger = tmp_path / "ledger"
     with pytest.raises(UnmarkedBatchError) as refused:
         _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)  # recover's offsets
@@ -120,7 +120,9 @@ def test_a_batch_written_but_never_marked_refuses_the_new_epoch(
 
     # choice 1, with bronze's copy removed as the message says
     DeltaTable(str(bronze)).restore(2)
-    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(tmp_path, capsys)
+    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(
+        tmp_path, fanout_cli
+    )
     _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
     for sink in SINKS:
         assert _ids(tmp_path, sink) == list(range(40))
@@ -128,18 +130,18 @@ def test_a_batch_written_but_never_marked_refuses_the_new_epoch(
 
 
 def test_giving_the_unmarked_batch_up_for_the_other_sinks(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """Choice 2 of the refusal: the skip it prints gives batch 3 up for silver, recover then
     resumes after batch 3, and the new epoch starts there: bronze holds rows 30-39 once,
     silver never gets them."""
-    _killed_after_bronze_wrote_batch_3(spark, tmp_path, capsys)
+    _killed_after_bronze_wrote_batch_3(spark, tmp_path, fanout_cli)
     with pytest.raises(UnmarkedBatchError) as refused:
         _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
     skip = str(refused.value).split("  2. Or give batch 3 up for silver: `")[1].split("`")[0]
     assert skip.startswith("fanout ledger skip ")
-    assert main(skip.split()[1:]) == 0
-    report = _recover(tmp_path, capsys)
+    assert fanout_cli(*skip.split()[1:]).returncode == 0
+    report = _recover(tmp_path, fanout_cli)
     assert "Resume after batch 3" in report
     _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-newer", 0, 40)  # a new checkpoint
     assert _ids(tmp_path, "bronze") == list(range(50))
@@ -218,7 +220,7 @@ def _merging(tmp_path: Path, *plugins: object, on_reset: str = "refuse") -> Any:
 
 
 def test_a_merge_batch_written_but_never_marked_lets_the_new_epoch_start(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """bronze merges by key without a dead-letter target: merging batch 3 again changes
     nothing. Before, the start was refused. Now, from recover's offsets (after batch 2),
@@ -232,7 +234,9 @@ def test_a_merge_batch_written_but_never_marked_lets_the_new_epoch_start(
         _run(old, spark, OLD, batch, batch * ROWS)
     with pytest.raises(DriverKilled):
         _run(old, spark, OLD, 3, 30)
-    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(tmp_path, capsys)
+    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(
+        tmp_path, fanout_cli
+    )
     new = _merging(tmp_path, on_reset="new_epoch")
     rows = [(n, f"again-{n}") for n in range(30, 45)]
     info = BatchInfo(PIPELINE, 0, NEW, [{"orders": {"0": 45}}], batch_timestamp_ms=2000)

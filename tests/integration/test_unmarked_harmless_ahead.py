@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from fanout import BatchInfo, FanOut, hookimpl
-from fanout.app.cli import main
 from fanout.errors import UnmarkedBatchError
+from tests.in_process_cli import Cli
 from tests.integration import two_sink_resets as resets
 from tests.integration.test_unmarked_batch import DriverKilled
 from tests.integration.two_sink_resets import NEW, OLD, ROWS
@@ -51,14 +51,14 @@ def _fan(tmp_path: Path, *plugins: object, on_reset: str = "refuse") -> FanOut:
     )  # fmt: skip
 
 
-def _recover(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> str:
-    capsys.readouterr()
-    assert main(["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", PIPELINE]) == 0
-    return capsys.readouterr().out
+def _recover(fanout_cli: Cli, tmp_path: Path) -> str:
+    ran = fanout_cli("recover", "--ledger", tmp_path / "ledger", "--pipeline", PIPELINE)
+    assert ran.returncode == 0, ran
+    return ran.stdout
 
 
 def test_a_harmless_sink_alone_behind_refuses_as_before(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     old = _fan(tmp_path, KillAfterBronze())
     for batch in range(3):
@@ -70,7 +70,9 @@ def test_a_harmless_sink_alone_behind_refuses_as_before(
     assert _marks(tmp_path) == sorted(
         [(0, s, b) for s in ("bronze", "silver") for b in range(3)] + [(0, "silver", 3)]
     )
-    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(capsys, tmp_path)
+    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(
+        fanout_cli, tmp_path
+    )
 
     with pytest.raises(UnmarkedBatchError) as refused:
         _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)  # recover's offsets
@@ -83,7 +85,9 @@ def test_a_harmless_sink_alone_behind_refuses_as_before(
     assert _ids(tmp_path, "silver") == list(range(40))
 
     # recover now counts bronze at batch 3: a new checkpoint after it writes nothing twice
-    assert """.option("startingOffsets", '{"orders": {"0": 40}}')""" in _recover(capsys, tmp_path)
+    assert """.option("startingOffsets", '{"orders": {"0": 40}}')""" in _recover(
+        fanout_cli, tmp_path
+    )
     _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-newer", 0, 40)
     assert _ids(tmp_path, "silver") == list(range(50))
     assert _ids(tmp_path, "bronze") == list(range(50))

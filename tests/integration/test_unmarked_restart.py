@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from fanout import BatchInfo, FanOut, hookimpl
-from fanout.app.cli import main
 from fanout.errors import UnmarkedBatchError
+from tests.in_process_cli import Cli
 from tests.integration.streams import delta_rows
 
 PIPELINE = "restarted"
@@ -54,10 +54,10 @@ def _run(fan: FanOut, spark: Any, query: str, batch_id: int, first_row: int) -> 
     fan.process(spark.createDataFrame(rows, "id LONG, name STRING"), info)
 
 
-def _recover(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    capsys.readouterr()
-    assert main(["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", PIPELINE]) == 0
-    return capsys.readouterr().out
+def _recover(tmp_path: Path, fanout_cli: Cli) -> str:
+    ran = fanout_cli("recover", "--ledger", tmp_path / "ledger", "--pipeline", PIPELINE)
+    assert ran.returncode == 0, ran
+    return ran.stdout
 
 
 def _ids(tmp_path: Path) -> list[int]:
@@ -65,7 +65,7 @@ def _ids(tmp_path: Path) -> list[int]:
 
 
 def test_the_refused_query_started_again_is_refused_again(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """Before: the second start passed and bronze held rows 30-39 twice. Now it is refused
     again, saying where a new checkpoint must start; with bronze's copy removed, a new
@@ -75,7 +75,9 @@ def test_the_refused_query_started_again_is_refused_again(
         _run(old, spark, "query-old", batch, batch * 10)
     with pytest.raises(DriverKilled):
         _run(old, spark, "query-old", 3, 30)
-    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(tmp_path, capsys)
+    assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in _recover(
+        tmp_path, fanout_cli
+    )
     with pytest.raises(UnmarkedBatchError, match="sink bronze holds batch 3 of epoch 0") as first:
         _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-new", 0, 30)
     assert (
@@ -84,7 +86,7 @@ def test_the_refused_query_started_again_is_refused_again(
         "it): the replaced checkpoint's offsets/3 file holds them (one JSON line per source, "
         "after the first two lines). This query's checkpoint starts before it: start a new one."
     ) in str(first.value)
-    report = _recover(tmp_path, capsys)
+    report = _recover(tmp_path, fanout_cli)
     assert "Resume after batch 3" in report
     assert (
         "No source offsets were recorded for that batch: the replaced checkpoint's offsets/3 "
@@ -125,7 +127,7 @@ def test_the_refused_query_started_again_is_refused_again(
 
 
 def test_the_refused_query_passes_once_the_restore_its_refusal_names_removed_the_copy(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """The way out of the refusal above with the same checkpoint is the one command the
     first refusal names: the restore of bronze's table to the version before the batch.

@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import write_deltalake
 
+from tests.in_process_cli import Cli
 from tests.integration.checklist import validate
 
 SINKS = """[[sinks]]
@@ -42,11 +43,11 @@ engine = "spark"
 
 
 def test_validate_reports_every_problem_as_a_checklist(
-    spark: Any, tmp_path: Path, capsys: Any
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     write_deltalake(str(tmp_path / "old"), pa.table({"order_id": pa.array(["a"], pa.string())}))
     schema = "order_id LONG, status STRING, amount DOUBLE"
-    validated = validate(tmp_path, schema, SINKS.format(data=tmp_path), capsys)
+    validated = validate(tmp_path, schema, SINKS.format(data=tmp_path), fanout_cli)
     assert validated.code == 2
     lines = validated.lines
     verdicts = [line[:8] + line[8:].split(":")[0] for line in lines]
@@ -96,7 +97,7 @@ def test_validate_reports_every_problem_as_a_checklist(
 
 
 def test_validate_masks_the_password_of_a_dead_letter_written_with_its_kind(
-    spark: Any, tmp_path: Path, capsys: Any
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """A ``dead_letter`` written ``<kind>:<location>``: its location's password was no
     secret (read only where a URL begins the text), so the refusal of the kind printed it."""
@@ -108,7 +109,7 @@ def test_validate_masks_the_password_of_a_dead_letter_written_with_its_kind(
         f'dead_letter = "detla:s3://KEY:{password}@bucket/dl"\n'
     )
     with secrets_apart():  # what this run registers only
-        validated = validate(tmp_path, "order_id LONG", sinks, capsys)
+        validated = validate(tmp_path, "order_id LONG", sinks, fanout_cli)
     assert validated.code == 2
     refusal = (
         "sink 'd': dead_letter 'detla:s3://KEY:***@bucket/dl' is a detla target, but no "

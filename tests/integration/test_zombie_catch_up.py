@@ -15,10 +15,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from fanout import FanOut
-from fanout.app.cli import main
+from tests.in_process_cli import Cli
 from tests.integration.streams import committed_marks, run_stream, write_input
 from tests.integration.test_reset_with_a_backfilling_sink import _fan as pipeline
 from tests.integration.test_reset_with_a_backfilling_sink import _pg_ids
@@ -34,7 +32,7 @@ def test_the_catch_up_of_a_batch_the_report_did_not_count_fails_once_then_goes_o
     spark: Any,
     tmp_path: Path,
     server: tuple[Any, str],
-    capsys: pytest.CaptureFixture[str],
+    fanout_cli: Cli,
 ) -> None:
     pg, url = server
     inputs = tmp_path / "input"
@@ -54,8 +52,9 @@ def test_the_catch_up_of_a_batch_the_report_did_not_count_fails_once_then_goes_o
         second.close()
 
     ledger = str(tmp_path / "ledger")
-    assert main(["recover", "--ledger", ledger, "--pipeline", "held"]) == 0  # no --spool
-    assert "Resume after batch 0 (sink 'pg' is furthest behind)" in capsys.readouterr().out
+    ran = fanout_cli("recover", "--ledger", ledger, "--pipeline", "held")  # no --spool
+    assert ran.returncode == 0, ran
+    assert "Resume after batch 0 (sink 'pg' is furthest behind)" in ran.stdout
 
     after = tmp_path / "input-new"
     write_input(after, 2, 3, start_file=1)  # where the report said: rows 3-8

@@ -27,7 +27,6 @@ import pytest
 from fanout_delta.fence import EpochFencedError
 
 from fanout import BatchInfo, FanOut, hookimpl
-from fanout.app.cli import main
 from fanout.errors import (
     BatchFailedError,
     CheckpointResetError,
@@ -35,6 +34,7 @@ from fanout.errors import (
     ZombieBatchError,
 )
 from fanout.ledger.delta import DeltaLedger
+from tests.in_process_cli import Cli
 from tests.integration import two_sink_resets as resets
 from tests.integration.two_sink_resets import NEW, OLD, ROWS, SINKS
 
@@ -45,28 +45,28 @@ _run, _ids, _marks = resets.run, resets.ids, resets.marks
 
 
 def _old_query_ran_three_batches_then_recover(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> FanOut:
     """The old query commits batches 0-2 (rows 0-29), then the operator runs recover."""
     old = _fan(tmp_path)
     for batch in range(3):
         _run(old, spark, OLD, batch, batch * ROWS)
-    capsys.readouterr()
-    assert main(["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "zombie"]) == 0
-    report = capsys.readouterr().out
+    ran = fanout_cli("recover", "--ledger", tmp_path / "ledger", "--pipeline", "zombie")
+    assert ran.returncode == 0, ran
+    report = ran.stdout
     assert "Resume after batch 2: every sink the pipeline still writes holds it" in report
     assert """.option("startingOffsets", '{"orders": {"0": 30}}')""" in report
     return old
 
 
 def test_a_batch_the_old_query_commits_after_the_report_refuses_the_new_epoch(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """Window 1. Today the new epoch started and read rows 30-39 again: both sinks held
     them twice. Now the new epoch is refused before anything is written, naming the batch
     the old query committed since the report, and before the sinks are fenced (no commit
     in their tables); recover run again counts it."""
-    old = _old_query_ran_three_batches_then_recover(spark, tmp_path, capsys)
+    old = _old_query_ran_three_batches_then_recover(spark, tmp_path, fanout_cli)
     _run(old, spark, OLD, 3, 30)  # the zombie: rows 30-39, after the report
 
     new = _fan(tmp_path, on_reset="new_epoch")
@@ -93,9 +93,9 @@ def test_a_batch_the_old_query_commits_after_the_report_refuses_the_new_epoch(
     assert [DeltaTable(str(tmp_path / sink)).version() for sink in SINKS] == [3, 3]
 
     # stopped, and recover run again: its report counts batch 3, the new epoch starts
-    capsys.readouterr()
-    assert main(["recover", "--ledger", str(tmp_path / "ledger"), "--pipeline", "zombie"]) == 0
-    assert """.option("startingOffsets", '{"orders": {"0": 40}}')""" in capsys.readouterr().out
+    ran = fanout_cli("recover", "--ledger", tmp_path / "ledger", "--pipeline", "zombie")
+    assert ran.returncode == 0, ran
+    assert """.option("startingOffsets", '{"orders": {"0": 40}}')""" in ran.stdout
     _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 40)
     for sink in SINKS:
         assert _ids(tmp_path, sink) == list(range(50))
@@ -129,7 +129,7 @@ class NewQueryStartsMeanwhile:
 
 
 def test_a_batch_the_old_query_writes_after_the_new_epoch_started_is_refused(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """Window 2. The old query was admitted batch 3 in epoch 0 before the new epoch
     started; it would write rows 30-39, which the new epoch's first batch writes too. At
@@ -138,7 +138,7 @@ def test_a_batch_the_old_query_writes_after_the_new_epoch_started_is_refused(
     fenced the old epoch's app transactions of both Delta sinks (§8.1), so the old query's
     writes are refused before they write (EpochFencedError), the rows are there once and
     the old query marks nothing."""
-    old_fan = _old_query_ran_three_batches_then_recover(spark, tmp_path, capsys)
+    old_fan = _old_query_ran_three_batches_then_recover(spark, tmp_path, fanout_cli)
     new = _fan(tmp_path, on_reset="new_epoch")
     meanwhile = NewQueryStartsMeanwhile(lambda: _run(new, spark, NEW, 0, 30))
     old = _fan(tmp_path, meanwhile)  # the same old query, observed
@@ -166,14 +166,14 @@ def test_a_batch_the_old_query_writes_after_the_new_epoch_started_is_refused(
 
 
 def test_a_new_epoch_starting_after_the_old_batch_wrote_a_sink_is_refused(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """Window 2, once a sink of the old batch wrote before the new epoch's start: that
     sink holds batch 3 by its own records (Delta's app transaction) without a mark, so the
     start is refused (UnmarkedBatchError) and records the mark; the old batch finishes, and
     nothing is written twice. Before, the new epoch started and both sinks held rows
     30-39 twice."""
-    old_fan = _old_query_ran_three_batches_then_recover(spark, tmp_path, capsys)
+    old_fan = _old_query_ran_three_batches_then_recover(spark, tmp_path, fanout_cli)
     new = _fan(tmp_path, on_reset="new_epoch")
     refusals: list[BaseException] = []
 
@@ -203,12 +203,12 @@ def test_a_new_epoch_starting_after_the_old_batch_wrote_a_sink_is_refused(
 
 
 def test_the_old_query_s_next_batch_after_the_new_epoch_is_refused(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """Window 3. Once the new epoch exists, the old query's next batch is refused at its
     guard's one lookup (the epoch changed: its owners are read again), as an earlier
     epoch's owner; nothing of it is written."""
-    old = _old_query_ran_three_batches_then_recover(spark, tmp_path, capsys)
+    old = _old_query_ran_three_batches_then_recover(spark, tmp_path, fanout_cli)
     _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
     with pytest.raises(CheckpointResetError) as refused:
         _run(old, spark, OLD, 3, 30)

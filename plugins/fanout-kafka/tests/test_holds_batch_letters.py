@@ -19,17 +19,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fanout_kafka import KafkaSink
 from kafka_log import committed_values
 from kafkatools import Broker
 
 from fanout import FanOut
-from fanout.app.cli import main
 from fanout.delta_tables.io import read_delta
 from fanout.routes.route import Route
 from fanout.sink_spec import SinkSpec
 from fanout.testing import faults
+from tests.in_process_cli import Cli
 from tests.integration.streams import committed_marks, run_stream, write_input
 
 DRIVER = Path(__file__).with_name("kafka_driver.py")
@@ -58,7 +57,7 @@ def _letters(path: Path) -> list[str]:
 
 
 def test_recover_records_no_lost_mark_while_a_committed_partition_s_letters_wait(
-    spark: Any, kafka: Broker, topic: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     rows = write_input(tmp_path / "input", 1, ROWS)
     pipeline = f"hbl{uuid.uuid4().hex[:6]}"
@@ -75,10 +74,10 @@ def test_recover_records_no_lost_mark_while_a_committed_partition_s_letters_wait
     assert _letters(dead) == []  # not parked
     assert ("events", 0) not in committed_marks(tmp_path / "ledger", pipeline)
 
-    capsys.readouterr()
-    assert main(["recover", "--config", _config(tmp_path, pipeline, kafka.bootstrap, topic,
-                                                dead)]) == 0  # fmt: skip
-    out = capsys.readouterr().out
+    ran = fanout_cli("recover", "--config", _config(tmp_path, pipeline, kafka.bootstrap, topic,
+                                                     dead))  # fmt: skip
+    assert ran.returncode == 0, ran
+    out = ran.stdout
     assert "events: holds part of batch 0 (1 of 1 partitions committed" in out, out
     assert ("events", 0) not in committed_marks(tmp_path / "ledger", pipeline), out
 

@@ -10,6 +10,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from kafkatools import Broker
 
+from tests.in_process_cli import Cli
 from tests.integration.checklist import validate
 
 SINKS = """[[sinks]]
@@ -31,10 +32,10 @@ marker_topic = "{topic}-markers"
 
 
 def test_validate_fails_a_key_column_the_source_does_not_have(
-    spark: Any, kafka: Broker, topic: str, tmp_path: Path, capsys: Any
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     sinks = SINKS.format(bootstrap=kafka.bootstrap, topic=topic)
-    validated = validate(tmp_path, "id LONG, price DOUBLE", sinks, capsys)
+    validated = validate(tmp_path, "id LONG, price DOUBLE", sinks, fanout_cli)
     assert validated.code == 2
     assert validated.lines == [
         "  OK    source: builds with its schema and transform",
@@ -75,12 +76,12 @@ marker_topic = "{topic}-markers"
 
 
 def test_validate_fails_a_header_column_named_like_a_fixed_header(
-    spark: Any, kafka: Broker, topic: str, tmp_path: Path, capsys: Any
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """Up to this version it passed, and every record carried two ``fanout.batch_id``
     headers, the column's after fanout's."""
     sinks = HEADER_CLASH.format(bootstrap=kafka.bootstrap, topic=topic)
-    validated = validate(tmp_path, "id LONG, `fanout.batch_id` STRING", sinks, capsys)
+    validated = validate(tmp_path, "id LONG, `fanout.batch_id` STRING", sinks, fanout_cli)
     assert validated.code == 2
     failed = [line for line in validated.lines if line.startswith("  FAIL")]
     assert failed == [

@@ -25,12 +25,11 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pg_data import write_files
 from pg_driver import PARTITIONS, PIPELINE, drive, restart
 from pgcheck import id_counts, query
 
-from fanout.app.cli import main
+from tests.in_process_cli import Cli
 from tests.integration.streams import committed_marks
 
 FILES, ROWS = 4, 60
@@ -64,7 +63,7 @@ def _recover_records_no_lost_mark(k: int, out: str) -> None:
 
 
 def test_append_killed_between_partition_commits_refuses_new_partitions_then_completes_once(
-    spark: Any, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, pg_url: str, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
     killed = drive(tmp_path, pg_url, "--kill", str(KILL_BATCH))
@@ -87,9 +86,9 @@ def test_append_killed_between_partition_commits_refuses_new_partitions_then_com
     assert held == 2 * ROWS + sum(rows for _, rows in marks)
     assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
 
-    capsys.readouterr()
-    assert main(["recover", "--config", _config(tmp_path, pg_url)]) == 0
-    _recover_records_no_lost_mark(len(committed), capsys.readouterr().out)
+    ran = fanout_cli("recover", "--config", _config(tmp_path, pg_url))
+    assert ran.returncode == 0, ran
+    _recover_records_no_lost_mark(len(committed), ran.stdout)
     assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
 
     held_ids = id_counts(pg_url)

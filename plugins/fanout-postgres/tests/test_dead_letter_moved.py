@@ -21,7 +21,9 @@ An append restarted without a target (the CHECK dropped) was refused, its commit
 partitions keeping refused rows no PostgreSQL table holds ("set dead_letter again"),
 though the driver had written them to ``letters_a``: now it goes on, they are there once.
 
-One kill of a driver subprocess per case; the restarts run in the test's process."""
+One kill of a driver subprocess per killed state: the cases of a test that kill the
+driver at the same point with the same target share it, each restarting from a copy of
+what it left (:class:`killed_state.KilledState`); the restarts run in the test's process."""
 
 from __future__ import annotations
 
@@ -31,10 +33,13 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fanout_postgres import EmbeddedPostgres
+from killed_state import KilledState
 from pg_data import run_stream, write_files
 from pg_driver import PARTITIONS, PIPELINE
 from pgcheck import execute, query
@@ -100,25 +105,46 @@ def _check(files: list[list[dict[str, Any]]], url: str, first: str, now: str, le
     assert committed_marks(ledger, PIPELINE) == {("events", b): 1 for b in range(FILES)}
 
 
-@pytest.mark.parametrize("now", ["delta", "postgres:rejects", "removed"])
-def test_an_append_replay_under_a_moved_target_writes_no_letter_the_first_holds(
-    spark: Any, pg_url: str, tmp_path: Path, now: str
-) -> None:
-    execute(pg_url, f"CREATE TABLE events (id bigint, customer text, amount double precision, "
-                    f"version bigint, CONSTRAINT cheap CHECK ({CHECK}))")  # fmt: skip
-    files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
-    first = str(tmp_path / "letters_a")
-    now = str(tmp_path / "letters_b") if now == "delta" else now
-    killed = _drive(tmp_path, pg_url, "--kill-after-write", str(KILL_BATCH), "--dead-letter", first)
+@pytest.fixture(scope="module")
+def append_killed_after_write(
+    pg_server: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[KilledState, list[list[dict[str, Any]]]]]:
+    """An append killed once the sink wrote batch 2 (every partition committed, the
+    batch's refused rows in Delta table ``letters_a``), before its ledger mark: the state
+    every case of the append test restarts from, and the input files."""
+    state = KilledState(pg_server, "moved_append_after_write", tmp_path_factory.mktemp("append"))
+    workdir, url = state.workdir, state.url
+    execute(url, f"CREATE TABLE events (id bigint, customer text, amount double precision, "
+                 f"version bigint, CONSTRAINT cheap CHECK ({CHECK}))")  # fmt: skip
+    files = write_files(workdir / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
+    first = str(workdir / "letters_a")
+    killed = _drive(workdir, url, "--kill-after-write", str(KILL_BATCH), "--dead-letter", first)
     assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
-    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
+    assert ("events", KILL_BATCH) not in committed_marks(workdir / "ledger", PIPELINE)
     # the window: every partition committed, the batch's refused rows in letters_a
     batch2 = {r["id"] for r in files[KILL_BATCH] if not r["amount"] < 125}
     assert batch2 and batch2 <= set(_delta_letters(Path(first)))
+    state.keep()
+    yield state, files
+    state.drop()
+
+
+@pytest.mark.parametrize("now", ["delta", "postgres:rejects", "removed"])
+def test_an_append_replay_under_a_moved_target_writes_no_letter_the_first_holds(
+    spark: Any,
+    append_killed_after_write: tuple[KilledState, list[list[dict[str, Any]]]],
+    now: str,
+) -> None:
+    state, files = append_killed_after_write
+    state.restore()  # what the kill left, this case's own copy
+    workdir, pg_url = state.workdir, state.url
+    first = str(workdir / "letters_a")
+    now = str(workdir / "letters_b") if now == "delta" else now
+    batch2 = {r["id"] for r in files[KILL_BATCH] if not r["amount"] < 125}
 
     if now == "removed":  # the CHECK dropped too: no row refused from now on
         execute(pg_url, "ALTER TABLE events DROP CONSTRAINT cheap")
-        _restart(spark, tmp_path, pg_url, None, "append")
+        _restart(spark, workdir, pg_url, None, "append")
         refused = {r["id"] for chunk in files[:KILL_BATCH + 1] for r in chunk
                    if not r["amount"] < 125}  # fmt: skip
         assert set(_delta_letters(Path(first))) == refused  # once each, none lost
@@ -126,14 +152,14 @@ def test_an_append_replay_under_a_moved_target_writes_no_letter_the_first_holds(
         assert table == Counter({r["id"]: 1 for chunk in files for r in chunk}) - Counter(
             {i: 1 for i in refused}
         )
-        assert committed_marks(tmp_path / "ledger", PIPELINE) == {
+        assert committed_marks(workdir / "ledger", PIPELINE) == {
             ("events", b): 1 for b in range(FILES)
         }
         return
-    _restart(spark, tmp_path, pg_url, now, "append")
+    _restart(spark, workdir, pg_url, now, "append")
 
     assert batch2 <= set(_delta_letters(Path(first)))
-    _check(files, pg_url, first, now, tmp_path / "ledger")
+    _check(files, pg_url, first, now, workdir / "ledger")
 
 
 def test_an_upsert_replay_under_a_moved_target_writes_no_letter_the_first_holds(
@@ -162,9 +188,44 @@ def test_an_upsert_replay_under_a_moved_target_writes_no_letter_the_first_holds(
     _check(files, pg_url, first, now, tmp_path / "ledger")
 
 
+@pytest.fixture(scope="module")
+def upsert_killed_after_write(
+    pg_server: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[KilledState, list[list[dict[str, Any]]]]]:
+    """An upsert, its refused rows in Delta table ``letters_a``, killed once the sink
+    wrote batch 2 (every partition, its letters too), before its mark; customer ``c3``
+    missing: the state every case of
+    :func:`test_an_upsert_replay_under_a_moved_target_replaces_the_letters_the_first_holds`
+    restarts from, and the input files."""
+    state = KilledState(pg_server, "moved_upsert_after_write", tmp_path_factory.mktemp("upsert"))
+    workdir, url = state.workdir, state.url
+    execute(
+        url,
+        "CREATE TABLE customers (name text PRIMARY KEY)",
+        "INSERT INTO customers SELECT 'c' || n FROM generate_series(0, 10) AS n WHERE n <> 3",
+        f"CREATE TABLE events (id bigint PRIMARY KEY, customer text REFERENCES customers "
+        f"(name), amount double precision, version bigint, CONSTRAINT cheap CHECK ({CHECK}))",
+    )  # fmt: skip
+    files = write_files(workdir / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
+    first = workdir / "letters_a"
+    assert {r["id"] for r in files[KILL_BATCH] if r["customer"] == "c3" and r["amount"] < 125}
+    killed = _drive(workdir, url, "--mode", "upsert", "--kill-after-write", str(KILL_BATCH),
+                    "--dead-letter", str(first))  # fmt: skip
+    assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
+    assert ("events", KILL_BATCH) not in committed_marks(workdir / "ledger", PIPELINE)
+    either = {r["id"]: 1 for b in range(KILL_BATCH + 1) for r in files[b]
+              if not r["amount"] < 125 or r["customer"] == "c3"}  # fmt: skip
+    assert _delta_letters(first) == Counter(either)
+    state.keep()
+    yield state, files
+    state.drop()
+
+
 @pytest.mark.parametrize("now", ["delta", "postgres:rejects"])
 def test_an_upsert_replay_under_a_moved_target_replaces_the_letters_the_first_holds(
-    spark: Any, pg_url: str, tmp_path: Path, now: str
+    spark: Any,
+    upsert_killed_after_write: tuple[KilledState, list[list[dict[str, Any]]]],
+    now: str,
 ) -> None:
     """Upsert, its refused rows in Delta table ``letters_a``: killed once the sink wrote
     batch 2 (every partition, its letters too), before its mark. The rows of customer
@@ -174,15 +235,11 @@ def test_an_upsert_replay_under_a_moved_target_replaces_the_letters_the_first_ho
     ``letters_a`` (the replay wrote nothing to an earlier target): in the table and a dead
     letter. Now the replay's letters of the partitions ``letters_a`` holds replace those
     there: each row of batch 2 in the table or a letter in ``letters_a``, not both; batch
-    3's letters in the new target."""
-    execute(
-        pg_url,
-        "CREATE TABLE customers (name text PRIMARY KEY)",
-        "INSERT INTO customers SELECT 'c' || n FROM generate_series(0, 10) AS n WHERE n <> 3",
-        f"CREATE TABLE events (id bigint PRIMARY KEY, customer text REFERENCES customers "
-        f"(name), amount double precision, version bigint, CONSTRAINT cheap CHECK ({CHECK}))",
-    )  # fmt: skip
-    files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
+    3's letters in the new target. (The kill, once for both cases:
+    :func:`upsert_killed_after_write`.)"""
+    state, files = upsert_killed_after_write
+    state.restore()  # what the kill left, this case's own copy
+    tmp_path, pg_url = state.workdir, state.url
     first = tmp_path / "letters_a"
     now = str(tmp_path / "letters_b") if now == "delta" else now
 
@@ -194,13 +251,6 @@ def test_an_upsert_replay_under_a_moved_target_replaces_the_letters_the_first_ho
 
     def either(r: dict[str, Any]) -> bool:
         return dear(r) or r["customer"] == "c3"
-
-    assert ids(range(KILL_BATCH, KILL_BATCH + 1), lambda r: r["customer"] == "c3" and not dear(r))
-    killed = _drive(tmp_path, pg_url, "--mode", "upsert", "--kill-after-write", str(KILL_BATCH),
-                    "--dead-letter", str(first))  # fmt: skip
-    assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
-    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
-    assert _delta_letters(first) == ids(range(KILL_BATCH + 1), either)
 
     execute(pg_url, "INSERT INTO customers VALUES ('c3')")  # the fix the letters ask for
     _restart(spark, tmp_path, pg_url, now, "upsert")

@@ -23,26 +23,29 @@ its marks kept were never written anywhere. The same with an upsert, whose
 ``upsert_routes`` rows counted no refused row (its replay refuses them again, keeping
 none): now they count them (migration ``0007``), and ``holds_batch`` answers as append's.
 
-One kill per case, of a driver subprocess (``pg_driver.py``); the restarts run in the
-test's process."""
+One kill of a driver subprocess (``pg_driver.py``) per killed state: the two cases that
+kill it with the same first target restart from copies of what that kill left
+(:class:`killed_state.KilledState`); the restarts run in the test's process."""
 
 from __future__ import annotations
 
 import json
 import signal
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fanout_postgres import PostgresSink
+from fanout_postgres import EmbeddedPostgres, PostgresSink
+from killed_state import KilledState
 from pg_data import write_files
 from pg_driver import PARTITIONS, PIPELINE, drive, restart
 from pgcheck import execute, id_counts, query
 
-from fanout.app.cli import main
 from fanout.delta_tables.io import read_delta
 from fanout.testing import open_sink
+from tests.in_process_cli import Cli
 from tests.integration.streams import committed_marks
 
 FILES, ROWS = 4, 60
@@ -77,25 +80,45 @@ def _lost(files: list[list[dict[str, Any]]], url: str, delta: Path) -> str:
     )
 
 
-@pytest.mark.parametrize(
-    ("first", "now"),
-    [("delta", "postgres:rejects"), ("delta", "removed"), ("postgres:rejects", "delta")],
-)
-def test_refused_rows_of_committed_partitions_reach_one_target_after_dead_letter_changed(
-    spark: Any, pg_url: str, tmp_path: Path, first: str, now: str
-) -> None:
-    execute(pg_url, DDL)
-    files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
-    refused = {r["id"] for chunk in files for r in chunk if not r["amount"] < 125}
-    delta = tmp_path / "dead"
-    first, now = (str(delta) if t == "delta" else t for t in (first, now))
-    killed = drive(tmp_path, pg_url, "--kill", str(KILL_BATCH), "--dead-letter", first)
+Killed = tuple[KilledState, list[list[dict[str, Any]]]]
+
+
+@pytest.fixture(scope="module")
+def killed_with(
+    pg_server: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], Killed]]:
+    """The state an append killed after some partitions of batch 2 committed leaves, its
+    ``dead_letter`` the given first target (``delta``: Delta table ``dead`` in the work
+    directory), and the input files: one kill per first target, for every case naming it."""
+    states: dict[str, Killed] = {}
+
+    def killed(first: str) -> Killed:
+        if first not in states:
+            name = "kept_first_" + first.replace(":", "_")
+            state = KilledState(pg_server, name, tmp_path_factory.mktemp(name))
+            states[first] = (state, _kill(state.workdir, state.url, first))
+            state.keep()
+        return states[first]
+
+    yield killed
+    for state, _ in states.values():
+        state.drop()
+
+
+def _kill(workdir: Path, url: str, first: str) -> list[list[dict[str, Any]]]:
+    """Kill the driver during batch 2 (``first``: its ``dead_letter``), once some
+    partitions committed; assert the window; return the input files."""
+    execute(url, DDL)
+    files = write_files(workdir / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
+    delta = workdir / "dead"
+    first = str(delta) if first == "delta" else first
+    killed = drive(workdir, url, "--kill", str(KILL_BATCH), "--dead-letter", first)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
 
     # The window really happened: partitions of batch 2 committed, holding refused rows
     # in their marks, which no target holds yet.
     kept = query(
-        pg_url,
+        url,
         "SELECT partition, jsonb_array_length(rejects) FROM fanout.progress "
         "WHERE pipeline = %s AND sink = 'events' AND batch_id = %s AND rejects IS NOT NULL",
         (PIPELINE, KILL_BATCH),
@@ -103,7 +126,23 @@ def test_refused_rows_of_committed_partitions_reach_one_target_after_dead_letter
     assert kept and all(n > 0 for _, n in kept), kept
     batch2 = {r["id"] for r in files[KILL_BATCH]}
     assert not set(_delta_letter_ids(delta)) & batch2
-    assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
+    assert ("events", KILL_BATCH) not in committed_marks(workdir / "ledger", PIPELINE)
+    return files
+
+
+@pytest.mark.parametrize(
+    ("first", "now"),
+    [("delta", "postgres:rejects"), ("delta", "removed"), ("postgres:rejects", "delta")],
+)
+def test_refused_rows_of_committed_partitions_reach_one_target_after_dead_letter_changed(
+    spark: Any, killed_with: Callable[[str], Killed], first: str, now: str
+) -> None:
+    state, files = killed_with(first)  # the kill (asserted there), once per first target
+    state.restore()  # what it left, this case's own copy
+    tmp_path, pg_url = state.workdir, state.url
+    refused = {r["id"] for chunk in files for r in chunk if not r["amount"] < 125}
+    delta = tmp_path / "dead"
+    first, now = (str(delta) if t == "delta" else t for t in (first, now))
 
     if now == "removed":  # the CHECK gone too: no new row is refused
         execute(pg_url, "ALTER TABLE events DROP CONSTRAINT cheap")
@@ -147,7 +186,7 @@ def _config(tmp_path: Path, url: str, dead_letter: Path, mode: str = "append") -
 
 
 def test_recover_records_no_lost_mark_while_the_refused_rows_wait_for_their_target(
-    spark: Any, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, pg_url: str, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     execute(pg_url, DDL)
     files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
@@ -167,9 +206,9 @@ def test_recover_records_no_lost_mark_while_the_refused_rows_wait_for_their_targ
     assert not set(_delta_letter_ids(delta)) & batch2  # its letters are in no target
     assert ("events", KILL_BATCH) not in committed_marks(tmp_path / "ledger", PIPELINE)
 
-    capsys.readouterr()
-    assert main(["recover", "--config", _config(tmp_path, pg_url, delta)]) == 0
-    out = capsys.readouterr().out
+    ran = fanout_cli("recover", "--config", _config(tmp_path, pg_url, delta))
+    assert ran.returncode == 0, ran
+    out = ran.stdout
     assert (
         f"events: holds part of batch {KILL_BATCH} ({PARTITIONS} of {PARTITIONS} partitions "
         f"committed, {len(refused & batch2)} refused row(s) not in its dead-letter target yet), "
@@ -196,7 +235,7 @@ def test_recover_records_no_lost_mark_while_the_refused_rows_wait_for_their_targ
 
 
 def test_an_upsert_killed_before_its_dead_letters_keeps_them_after_recover(
-    spark: Any, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, pg_url: str, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     execute(pg_url, DDL.replace("id bigint,", "id bigint PRIMARY KEY,"))
     files = write_files(tmp_path / "input", files=FILES, rows=ROWS, step=ROWS)  # unique ids
@@ -216,9 +255,9 @@ def test_an_upsert_killed_before_its_dead_letters_keeps_them_after_recover(
     )
     assert counted == [(len(refused & batch2), 0, PARTITIONS)]  # every partition committed
 
-    capsys.readouterr()
-    assert main(["recover", "--config", _config(tmp_path, pg_url, delta, "upsert")]) == 0
-    out = capsys.readouterr().out
+    ran = fanout_cli("recover", "--config", _config(tmp_path, pg_url, delta, "upsert"))
+    assert ran.returncode == 0, ran
+    out = ran.stdout
     assert (
         f"events: holds part of batch {KILL_BATCH} ({PARTITIONS} of {PARTITIONS} partitions "
         f"committed, {len(refused & batch2)} refused row(s) not in its dead-letter target yet), "

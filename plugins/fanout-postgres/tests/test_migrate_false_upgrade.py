@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from fanout.app.cli import main
 from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError
+from tests.in_process_cli import Cli
 from tests.integration.checklist import validate
 
 SINK = """[[sinks]]
@@ -69,10 +70,10 @@ def test_an_upsert_sink_at_revision_0003_is_refused_at_open(pg_url: str) -> None
 
 
 def test_validate_fails_an_upsert_sink_at_revision_0003(
-    spark: Any, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, pg_url: str, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     shown = _at_0003(pg_url)
-    validated = validate(tmp_path, "id LONG, v STRING", SINK.format(url=pg_url), capsys, "old")
+    validated = validate(tmp_path, "id LONG, v STRING", SINK.format(url=pg_url), fanout_cli, "old")
     assert validated.code == 2
     assert [line for line in validated.out.splitlines() if "sink pg" in line] == [
         "  OK    sink pg: options",

@@ -12,6 +12,7 @@ from pgcheck import execute, query
 
 from fanout import BatchInfo, FanOut, UnmarkedBatchError, hookimpl
 from fanout.ledger.delta import DeltaLedger
+from tests.in_process_cli import Cli
 
 ROWS = 10
 FENCE_ROWS = "SELECT pipeline, batch_id, partition FROM fanout.progress WHERE batch_id = %s"
@@ -113,7 +114,7 @@ def _upserting(tmp_path: Path, url: str, *plugins: object, on_reset: str = "refu
 
 
 def test_an_upsert_batch_written_but_never_marked_lets_the_new_epoch_start(
-    spark: Any, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, pg_url: str, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """pg upserts by key without a dead-letter target: writing batch 1 again changes
     nothing. Before, the start was refused like an append's, for nothing. Now, after
@@ -121,7 +122,6 @@ def test_an_upsert_batch_written_but_never_marked_lets_the_new_epoch_start(
     covers other offsets (rows 10-24) with other values of a column, and the table ends
     with each key's last row; the lost mark is recorded, and recover's report is no reason
     to refuse (no query wrote the batch after it)."""
-    from fanout.app.cli import main
     from fanout.ledger.delta import DeltaLedger
 
     old = _upserting(tmp_path, pg_url, KillAfterPostgresWrote())
@@ -129,8 +129,9 @@ def test_an_upsert_batch_written_but_never_marked_lets_the_new_epoch_start(
     with pytest.raises(DriverKilled):
         _run(old, spark, "query-old", 1, 10)
     ledger = str(tmp_path / "ledger")
-    assert main(["recover", "--ledger", ledger, "--pipeline", "unmarkedpg"]) == 0
-    assert """.option("startingOffsets", '{"orders": {"0": 10}}')""" in capsys.readouterr().out
+    ran = fanout_cli("recover", "--ledger", ledger, "--pipeline", "unmarkedpg")
+    assert ran.returncode == 0, ran
+    assert """.option("startingOffsets", '{"orders": {"0": 10}}')""" in ran.stdout
 
     new = _upserting(tmp_path, pg_url, on_reset="new_epoch")
     rows = [(n, f"again-{n}") for n in range(10, 25)]

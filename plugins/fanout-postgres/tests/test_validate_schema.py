@@ -13,6 +13,7 @@ from typing import Any
 from fanout_postgres.migrate import head_revision
 from pgcheck import execute, query
 
+from tests.in_process_cli import Cli
 from tests.integration.checklist import validate
 
 SINKS = """[[sinks]]
@@ -46,12 +47,12 @@ state_schema = "{state}"
 
 
 def test_validate_fails_a_table_that_would_round_a_declared_column(
-    spark: Any, pg_url: str, tmp_path: Path, capsys: Any
+    spark: Any, pg_url: str, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     execute(pg_url, "CREATE TABLE prices (id bigint PRIMARY KEY, price numeric(10,2))")
     state = f"validate_{uuid.uuid4().hex[:8]}"
     sinks = SINKS.format(url=pg_url, state=state)
-    validated = validate(tmp_path, "id LONG, price DOUBLE", sinks, capsys)
+    validated = validate(tmp_path, "id LONG, price DOUBLE", sinks, fanout_cli)
     assert validated.code == 2
     assert validated.lines == [
         "  OK    source: builds with its schema and transform",
