@@ -11,29 +11,23 @@ default) or delta-spark (engine ``spark``). See :class:`DeltaSink` for the optio
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from fanout.contract.lazy import lazy_names
 from fanout_delta.fence import EpochFencedError
 
 if TYPE_CHECKING:
     from fanout_delta.sink import DeltaSink
 
-_LAZY = {
-    "DeltaSink": "fanout_delta.sink",
-}
-"""Names imported on first use (PEP 562): importing the package, as the plugin's entry point
-does, must not import the sink's driver libraries; a command using no such sink never does."""
-
-
-def __getattr__(name: str) -> Any:
-    """A name of ``_LAZY``, imported from its module when first asked for."""
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "DeltaSink": "fanout_delta.sink",
+    },
+    globals(),
+)
+"""Imported on first use: importing the package, as the plugin's entry point does, must not
+import the sink's driver libraries; a command using no such sink never does."""
 
 
 __all__ = ["DeltaSink", "EpochFencedError"]

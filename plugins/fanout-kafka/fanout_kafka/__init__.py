@@ -7,8 +7,9 @@ replayed batch skips the partitions that already committed. See :class:`KafkaSin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from fanout.contract.lazy import lazy_names
 from fanout_kafka.errors import (
     EpochFencedError,
     KafkaAbortedError,
@@ -19,22 +20,15 @@ from fanout_kafka.errors import (
 if TYPE_CHECKING:
     from fanout_kafka.sink import KafkaSink
 
-_LAZY = {
-    "KafkaSink": "fanout_kafka.sink",
-}
-"""Names imported on first use (PEP 562): importing the package, as the plugin's entry point
-does, must not import the sink's driver libraries; a command using no such sink never does."""
-
-
-def __getattr__(name: str) -> Any:
-    """A name of ``_LAZY``, imported from its module when first asked for."""
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "KafkaSink": "fanout_kafka.sink",
+    },
+    globals(),
+)
+"""Imported on first use: importing the package, as the plugin's entry point does, must not
+import the sink's driver libraries; a command using no such sink never does."""
 
 
 __all__ = [
