@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from fanout.errors import UnmarkedBatchError
+from tests.in_process_cli import Cli
 from tests.integration import two_sink_resets as resets
 from tests.integration.test_unmarked_batch import (
     _killed_after_bronze_wrote_batch_3 as killed_after_bronze_wrote_batch_3,
@@ -44,9 +45,9 @@ def _expire_log_before_now(table: Path) -> None:
 
 
 def test_a_lost_mark_in_a_table_whose_old_log_was_cleaned_up_still_refuses(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
-    killed_after_bronze_wrote_batch_3(spark, tmp_path, capsys)
+    killed_after_bronze_wrote_batch_3(spark, tmp_path, fanout_cli)
     _expire_log_before_now(tmp_path / "bronze")
     with pytest.raises(UnmarkedBatchError) as refused:
         _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)  # recover's offsets
