@@ -56,14 +56,8 @@ def vanished_sinks(
     ledger: Ledger, pipeline: str, epoch: int, configured: Collection[str]
 ) -> dict[str, int | None]:
     """The sinks ``ledger`` names for ``pipeline`` (marks and failures, any epoch) that
-    are not in ``configured``, each with its last mark of ``epoch`` (``None``: none). A
-    ledger without ``sink_names`` gives the sinks of its marks (a scan)."""
-    names = getattr(ledger, "sink_names", None)
-    if callable(names):
-        known = set(names(pipeline))
-    else:
-        known = {e.sink for e in ledger.committed_entries(pipeline)}
-    gone = sorted(known - set(configured))
+    are not in ``configured``, each with its last mark of ``epoch`` (``None``: none)."""
+    gone = sorted(set(ledger.sink_names(pipeline)) - set(configured))
     return dict(ledger.last_committed(pipeline, gone, epoch)) if gone else {}
 
 
