@@ -669,14 +669,21 @@ def lift_by_hand(pipeline: str, epoch: int | str, then: str) -> str:
 
 
 def renamed_sink_advice(
-    target: str, sink: str, other: str, batch: int, remove: str | None = None
+    target: str,
+    sink: str,
+    other: str,
+    batch: int,
+    remove: str | None = None,
+    *,
+    harm: str | None = None,
 ) -> str:
     """The ways on from a refused sink renamed mid-batch (:class:`fanout.RenamedSinkError`),
     said alike by the core's start check and every sink's own: sink ``sink`` has no record of
     batch ``batch`` and ``target`` (its description) holds it under the name ``other``, a
     sink the pipeline no longer configures. Rename the sink back, or rename it once the batch
     is marked; and, only when given, ``remove`` (how to take the batch out of the target,
-    e.g. a Delta restore; ``None`` where that is no way out, a Kafka topic)."""
+    e.g. a Delta restore; ``None`` where that is no way out, a Kafka topic). ``harm``: what
+    writing would do, when not "put the batch's rows in ``target`` twice"."""
     ways = [
         f"rename the sink back to {other!r} and restart: the replay skips what {target} "
         "holds of the batch and the pipeline completes it",
@@ -686,6 +693,8 @@ def renamed_sink_advice(
         ways.append(f"{remove} and restart")
     return (
         f"If {sink!r} is {other!r} renamed (or {other!r} was removed) after it committed batch "
-        f"{batch} and before its ledger mark, writing would put the batch's rows in {target} "
-        "twice, so nothing was written. Either " + "; or ".join(ways)
+        f"{batch} and before its ledger mark, writing would "
+        + (harm or f"put the batch's rows in {target} twice")
+        + ", so nothing was written. Either "
+        + "; or ".join(ways)
     )
