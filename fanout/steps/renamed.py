@@ -23,6 +23,15 @@ warning). ``None`` (cannot tell, an error, no answer within
 ``write_timeout_s``): a warning. A target the vanished sink never wrote answers ``False``,
 so its type does not matter.
 
+A vanished sink that was *lagging* (the spool keeps batches of the epoch for it past its
+last mark ``m``) is asked about too, whatever ``m``: each new sink is asked whether its
+target holds ``m`` under the vanished name. Held, it is the same target, which would get
+the new sink's batches from ``B`` on and never the spooled ones (a sink never seen starts
+with the current batch): the run is refused with :class:`RenamedSinkError` naming the
+spooled batches, the way back (the old name catches up from the spool) and the
+``fanout ledger skip --release-spooled`` that gives them up. A harmless rewrite does not
+pass it (the batches would be missing, not written twice).
+
 Cost: nothing per batch; at a start nothing unless a configured sink has no mark in the
 epoch, then one read of the ledger's sink names (two columns), and the questions only
 when a sink vanished.
@@ -31,12 +40,15 @@ when a sink vanished.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from fanout.contract.batch import txn_app_id
+from fanout.contract.locations import shown_location
 from fanout.contract.sink import PartlyHeld, Sink
-from fanout.errors import SinkWriteError
+from fanout.errors import SinkWriteError, batch_ranges
 from fanout.ledger.entry import Ledger
+from fanout.ledger.gaps import release_command
 from fanout.observe.secrets import redact
 from fanout.steps.holds import NoAnswer, bounded
 from fanout.steps.lost_target import target_text
@@ -49,6 +61,18 @@ class RenamedSinkError(SinkWriteError):
     of a sink the pipeline no longer configures (renamed or removed after it committed
     that batch, before its ledger mark): writing would put the batch there twice, so
     nothing is written (docs/architecture.md §8, "A sink renamed mid-batch")."""
+
+
+@dataclass(frozen=True)
+class Spooled:
+    """What the spool keeps for sinks the pipeline no longer configures: the ids of the
+    run's epoch's batches it keeps for each (its index; those past the sink's last mark
+    are the ones it misses), the spool's location and the ledger as the commands fanout
+    prints name it (:func:`fanout.contract.locations.command_location`)."""
+
+    spool: str
+    ledger: str
+    batches: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
 
 def answers_holds_batch_of(sink: Sink) -> bool:
@@ -80,11 +104,14 @@ def refuse_renamed(
     sinks: Mapping[str, Sink],
     marks: Mapping[str, int | None],
     timeouts: Mapping[str, float] | None = None,
+    spooled: Spooled | None = None,
 ) -> dict[str, RenamedSinkError]:
     """The refusal of each sink of ``sinks`` (open, configured now) with no mark in
     ``marks`` (of ``epoch``) whose target holds batch ``batch_id`` (the run's first) written
     under the name of a sink the ledger names that ``configured`` does not, one with no
-    mark of ``epoch`` or its last at ``batch_id - 1`` or later (see the module); empty when
+    mark of ``epoch`` or its last at ``batch_id - 1`` or later; or whose target holds the
+    last marked batch of such a sink that ``spooled`` keeps later batches of ``epoch`` for
+    (it lagged: renamed, the target would never get them). See the module; empty when
     none."""
     new = {
         n: s for n, s in sorted(sinks.items()) if marks.get(n) is None and answers_holds_batch_of(s)
@@ -99,13 +126,91 @@ def refuse_renamed(
     # a vanished sink whose last mark is before batch_id - 1 cannot have written
     # batch_id (its next batch would have failed the run, or it lagged: spooled)
     asked = [o for o, mark in vanished.items() if mark is None or mark + 1 >= batch_id]
+    behind: dict[str, tuple[int, list[int]]] = {}  # a vanished sink the spool keeps
+    for other, mark in vanished.items():  # batches for past its mark: it lagged
+        kept = [] if spooled is None or mark is None else spooled.batches.get(other, ())
+        missed = sorted(b for b in kept if mark is not None and b > mark)
+        if mark is not None and missed:
+            behind[other] = (mark, missed)
     for name, sink in new.items():
         for other in asked:
             error = _ask(sink, other, pipeline, epoch, batch_id, bounds.get(name))
             if error is not None:
                 refused[name] = error
                 break
+        if name in refused or spooled is None:
+            continue
+        for other, (mark, missed) in behind.items():
+            error = _ask_lagging(sink, other, pipeline, (epoch, batch_id), mark, missed,
+                                 spooled, bounds.get(name))  # fmt: skip
+            if error is not None:
+                refused[name] = error
+                break
     return refused
+
+
+def _ask_lagging(
+    sink: Sink,
+    other: str,
+    pipeline: str,
+    key: tuple[int, int],
+    mark: int,
+    missed: Sequence[int],
+    spooled: Spooled,
+    timeout_s: float | None,
+) -> RenamedSinkError | None:
+    """Refuse ``sink`` when its target holds batch ``mark``, the last marked batch of
+    ``other``, a sink no longer configured for which the spool keeps batches ``missed``:
+    ``sink`` is ``other`` renamed while it lagged, and would never get them. ``key``: the
+    run's first batch, ``(epoch, batch id)``."""
+    epoch, batch = key
+    release = release_command(spooled.ledger, pipeline, other, max(missed), epoch, spooled.spool)
+    kept = (
+        f"the spool at {shown_location(spooled.spool)} keeps batches {batch_ranges(missed)} "
+        f"of epoch {epoch} for sink {other!r}"
+    )
+    question = (
+        f"whether its target holds batch {mark} of epoch {epoch} written by sink {other!r}, "
+        f"which the pipeline no longer configures and {kept}"
+    )
+
+    def ask() -> bool | PartlyHeld | str | None:
+        try:
+            return sink.holds_batch_of(other, pipeline, epoch, mark)
+        except Exception as exc:  # records it cannot read: cannot tell
+            return redact(f"{type(exc).__name__}: {exc}", sink.secret_values())
+
+    answer = bounded(sink, pipeline, ask, timeout_s, hook="holds-batch-of")
+    if isinstance(answer, NoAnswer) or isinstance(answer, str) or answer is None:
+        why = "" if isinstance(answer, NoAnswer) or answer is None else f": {answer}"
+        within = (
+            f" within its write_timeout_s={timeout_s:g} s" if isinstance(answer, NoAnswer) else ""
+        )
+        log.warning(
+            "pipeline %s, sink %s: cannot tell%s %s%s. If %r is %r renamed while it lagged, "
+            "its target never gets those batches: rename it back to %r (it catches up from "
+            "the spool) or give them up with `%s`",
+            pipeline, sink.name, within, question, why, sink.name, other, other, release,
+        )  # fmt: skip
+        return None
+    if answer is False:
+        return None
+    target = redact(target_text(sink), sink.secret_values())
+    part = "" if answer is True else " (part of it: some of its partitions)"
+    return RenamedSinkError(
+        f"{target} holds batch {mark} of sink {other!r}{part} (epoch {epoch}, its records "
+        f"keyed {txn_app_id(pipeline, other, epoch)!r}), a sink the pipeline no longer "
+        f"configures, and sink {sink.name!r} has no mark in the epoch; {kept}, which "
+        f"lagged: {sink.name!r} is {other!r} renamed while it lagged, and would start with "
+        f"this batch, so that target would never get batches {batch_ranges(missed)}. "
+        "Nothing was written. Either rename the sink back to "
+        f"{other!r} and restart: it catches up from the spool (rename it once `fanout "
+        "status` shows it live, nothing spooled for it); or, if the target must not get "
+        "those batches (or you write them there yourself), give them up and release them "
+        f"with `{release}` and restart",
+        sink=sink.name,
+        batch_id=batch,
+    )
 
 
 def _ask(

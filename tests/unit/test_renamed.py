@@ -177,3 +177,44 @@ def test_the_check_runs_after_a_catch_up_checked_the_targets_first(tmp_path: Pat
         assert new.calls == []
     finally:
         fan.close()
+
+
+def test_a_vanished_sink_the_spool_keeps_batches_for_is_asked_about_its_last_mark(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A sink renamed while it lagged (docs/architecture.md §5): the spool keeps batches 4
+    and 5 for 'old', whose last mark is 3, and the run's first batch is 6. The new name,
+    on the same target, would write 6 on and never 4 and 5: refused, whatever its
+    harmless_rewrite says (they would be missing, not written twice)."""
+    from fanout.steps.renamed import Spooled
+
+    ledger = _ledger({"keep": list(range(6)), "old": [0, 1, 2, 3]})
+    spooled = Spooled("/spool", "/ledger", {"old": [2, 4, 5], "gone": [5]})
+
+    def check(new: Sink, kept: Spooled | None = spooled) -> dict[str, RenamedSinkError]:
+        named = {"keep": Target("keep"), new.name: new}
+        marks = ledger.last_committed("p", named, 0)
+        return refuse_renamed("p", 0, 6, ledger, named, named, marks, None, kept)
+
+    same = Holds("new", {"old": 3})
+    refused = check(same)
+    assert same.asked == [("old", 0, 3)]  # not 'gone': no mark, nothing to ask about
+    text = str(refused["new"])
+    assert text.startswith("sink 'new', batch 6: path '/data/orders' holds batch 3 of sink "
+                           "'old' (epoch 0, its records keyed 'fanout/p/old')")  # fmt: skip
+    assert "the spool at /spool keeps batches 4-5 of epoch 0 for sink 'old'" in text
+    assert "rename the sink back to 'old' and restart: it catches up from the spool" in text
+    assert ("`fanout ledger skip --ledger /ledger --pipeline p --sink old --through 5 "
+            "--epoch 0 --spool /spool --release-spooled`") in text  # fmt: skip
+    harmless = Holds("new", {"old": 3})
+    harmless.harmless = "it upserts by key"
+    assert set(check(harmless)) == {"new"}
+    assert check(Holds("new", {})) == {}  # another target: a sink added, not renamed
+    assert check(Holds("new", {"old": 3}), None) == {}  # no spool: nothing kept
+    caplog.set_level(logging.WARNING, logger="fanout")
+    assert check(Target("new", None)) == {}
+    assert ("cannot tell whether its target holds batch 3 of epoch 0 written by sink 'old', "
+            "which the pipeline no longer configures and the spool at /spool keeps batches "
+            "4-5 of epoch 0 for sink 'old'. If 'new' is 'old' renamed while it lagged") in (
+        caplog.text
+    )  # fmt: skip
