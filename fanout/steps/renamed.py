@@ -24,13 +24,13 @@ warning). ``None`` (cannot tell, an error, no answer within
 so its type does not matter.
 
 A vanished sink that was *lagging* (the spool keeps batches of the epoch for it past its
-last mark ``m``) is asked about too, whatever ``m``: each new sink is asked whether its
-target holds ``m`` under the vanished name. Held, it is the same target, which would get
-the new sink's batches from ``B`` on and never the spooled ones (a sink never seen starts
-with the current batch): the run is refused with :class:`RenamedSinkError` naming the
-spooled batches, the way back (the old name catches up from the spool) and the
-``fanout ledger skip --release-spooled`` that gives them up. A harmless rewrite does not
-pass it (the batches would be missing, not written twice).
+last mark ``m`` and before ``B``) is asked about too, whatever ``m``: each new sink is asked
+whether its target holds ``m`` under the vanished name. Held, it is the same target, which
+would get the new sink's batches from ``B`` on and never the spooled ones (a sink never seen
+starts with the current batch): the run is refused with :class:`RenamedSinkError` naming the
+spooled batches, the way back (the old name catches up from the spool) and the ``fanout
+ledger skip --release-spooled`` that gives them up. A harmless rewrite does not pass it (the
+batches would be missing, not written twice).
 
 Cost: nothing per batch; at a start nothing unless a configured sink has no mark in the
 epoch, then one read of the ledger's sink names (two columns), and the questions only
@@ -129,7 +129,8 @@ def refuse_renamed(
     behind: dict[str, tuple[int, list[int]]] = {}  # a vanished sink the spool keeps
     for other, mark in vanished.items():  # batches for past its mark: it lagged
         kept = [] if spooled is None or mark is None else spooled.batches.get(other, ())
-        missed = sorted(b for b in kept if mark is not None and b > mark)
+        # those before the run's first batch: the new name writes that one and later ones
+        missed = sorted(b for b in kept if mark is not None and mark < b < batch_id)
         if mark is not None and missed:
             behind[other] = (mark, missed)
     for name, sink in new.items():

@@ -211,6 +211,11 @@ def test_a_vanished_sink_the_spool_keeps_batches_for_is_asked_about_its_last_mar
     assert set(check(harmless)) == {"new"}
     assert check(Holds("new", {})) == {}  # another target: a sink added, not renamed
     assert check(Holds("new", {"old": 3}), None) == {}  # no spool: nothing kept
+    # kept from the run's first batch on only (a replay of 6, which 'old' lagged on): the
+    # new name writes those; asked about batch 6 alone, by the replay's question
+    replayed = Holds("new", {"old": 3})
+    assert check(replayed, Spooled("/spool", "/ledger", {"old": [6]})) == {}
+    assert replayed.asked == []
     caplog.set_level(logging.WARNING, logger="fanout")
     assert check(Target("new", None)) == {}
     assert ("cannot tell whether its target holds batch 3 of epoch 0 written by sink 'old', "
