@@ -952,11 +952,11 @@ class FanOut:
         timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
         info = state.info
         spooled = None
-        if self.spool is not None:  # a vanished sink that lagged: what the spool keeps for it
+        if self.spool is not None:  # what the spool keeps of the epoch, for each sink
             kept: dict[str, list[int]] = {}
             for batch in self.spool.batches():
                 if batch.epoch == info.epoch:
-                    for name in batch.needed_by - self.specs.keys():
+                    for name in batch.needed_by:
                         kept.setdefault(name, []).append(batch.batch_id)
             spooled = Spooled(self.spool.path, ledger_location(self.ledger), kept)
         refused = refuse_renamed(self.pipeline, info.epoch, info.batch_id, self.ledger,

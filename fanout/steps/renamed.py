@@ -30,7 +30,12 @@ would get the new sink's batches from ``B`` on and never the spooled ones (a sin
 starts with the current batch): the run is refused with :class:`RenamedSinkError` naming the
 spooled batches, the way back (the old name catches up from the spool) and the ``fanout
 ledger skip --release-spooled`` that gives them up. A harmless rewrite does not pass it (the
-batches would be missing, not written twice).
+batches would be missing, not written twice). One with *no* mark of the epoch (it lagged
+from the epoch's first batch on; the ledger may not name it, the spool's index does) for
+which the spool keeps batches before ``B`` leaves nothing to ask about: each new sink whose
+name neither the ledger nor the spool knows is refused without a question, with the same
+ways on (a sink removed while it lagged and not released, and another added, is refused
+too: the printed release is what the start's warning asks for).
 
 Cost: nothing per batch; at a start nothing unless a configured sink has no mark in the
 epoch, then one read of the ledger's sink names (two columns), and the questions only
@@ -65,10 +70,10 @@ class RenamedSinkError(SinkWriteError):
 
 @dataclass(frozen=True)
 class Spooled:
-    """What the spool keeps for sinks the pipeline no longer configures: the ids of the
-    run's epoch's batches it keeps for each (its index; those past the sink's last mark
-    are the ones it misses), the spool's location and the ledger as the commands fanout
-    prints name it (:func:`fanout.contract.locations.command_location`)."""
+    """What the spool keeps: the ids of the run's epoch's batches it keeps for each sink
+    (its index: for a sink no longer configured, those past its last mark are the ones it
+    misses; a sink it names is no new name), the spool's location and the ledger as the
+    commands fanout prints name it (:func:`fanout.contract.locations.command_location`)."""
 
     spool: str
     ledger: str
@@ -80,18 +85,27 @@ def answers_holds_batch_of(sink: Sink) -> bool:
     return type(sink).holds_batch_of is not Sink.holds_batch_of
 
 
-def vanished_sinks(
-    ledger: Ledger, pipeline: str, epoch: int, configured: Collection[str]
-) -> dict[str, int | None]:
-    """The sinks ``ledger`` names for ``pipeline`` (marks and failures, any epoch) that
-    are not in ``configured``, each with its last mark of ``epoch`` (``None``: none). A
+def ledger_sink_names(ledger: Ledger, pipeline: str) -> set[str]:
+    """The sinks ``ledger`` names for ``pipeline`` (marks and failures, any epoch). A
     ledger without ``sink_names`` gives the sinks of its marks (a scan)."""
     names = getattr(ledger, "sink_names", None)
     if callable(names):
-        known = set(names(pipeline))
-    else:
-        known = {e.sink for e in ledger.committed_entries(pipeline)}
-    gone = sorted(known - set(configured))
+        return set(names(pipeline))
+    return {e.sink for e in ledger.committed_entries(pipeline)}
+
+
+def vanished_sinks(
+    ledger: Ledger,
+    pipeline: str,
+    epoch: int,
+    configured: Collection[str],
+    known: Collection[str] | None = None,
+) -> dict[str, int | None]:
+    """The sinks ``ledger`` names for ``pipeline`` (marks and failures, any epoch) that
+    are not in ``configured``, each with its last mark of ``epoch`` (``None``: none).
+    ``known``: those names when the caller read them (:func:`ledger_sink_names`)."""
+    names = ledger_sink_names(ledger, pipeline) if known is None else known
+    gone = sorted(set(names) - set(configured))
     return dict(ledger.last_committed(pipeline, gone, epoch)) if gone else {}
 
 
@@ -118,8 +132,18 @@ def refuse_renamed(
     }
     if not new:
         return {}
-    vanished = vanished_sinks(ledger, pipeline, epoch, configured)
-    if not vanished:
+    known = ledger_sink_names(ledger, pipeline)
+    vanished = vanished_sinks(ledger, pipeline, epoch, configured, known)
+    kept_for: Mapping[str, Sequence[int]] = {} if spooled is None else spooled.batches
+    # a vanished sink with no mark of the epoch the spool keeps batches before batch_id
+    # for: it lagged from the epoch's first batch on (the ledger may not even name it)
+    unmarked = {
+        other: missed
+        for other in sorted(set(kept_for) - set(configured))
+        if vanished.get(other) is None
+        and (missed := sorted(b for b in kept_for[other] if b < batch_id))
+    }
+    if not vanished and not unmarked:
         return {}
     bounds = timeouts or {}
     refused: dict[str, RenamedSinkError] = {}
@@ -147,7 +171,46 @@ def refuse_renamed(
             if error is not None:
                 refused[name] = error
                 break
+        if name in refused or spooled is None or name in known or name in kept_for:
+            continue  # a sink the ledger or the spool names is no new name
+        for other, missed in unmarked.items():  # nothing of it to ask the target about
+            refused[name] = _unmarked_error(sink, other, pipeline, (epoch, batch_id), missed,
+                                            spooled)  # fmt: skip
+            break
     return refused
+
+
+def _unmarked_error(
+    sink: Sink,
+    other: str,
+    pipeline: str,
+    key: tuple[int, int],
+    missed: Sequence[int],
+    spooled: Spooled,
+) -> RenamedSinkError:
+    """The refusal of ``sink``, a name neither the ledger nor the spool knows, while the
+    spool keeps batches ``missed`` for ``other``, a sink no longer configured with no mark
+    of the epoch: ``sink`` may be ``other`` renamed while it lagged from the epoch's first
+    batch on, and no record of ``other`` in its target can tell. ``key``: the run's first
+    batch, ``(epoch, batch id)``."""
+    epoch, batch = key
+    release = release_command(spooled.ledger, pipeline, other, max(missed), epoch, spooled.spool)
+    target = redact(target_text(sink), sink.secret_values())
+    return RenamedSinkError(
+        f"the spool at {shown_location(spooled.spool)} keeps batches {batch_ranges(missed)} "
+        f"of epoch {epoch} for sink {other!r}, which the pipeline no longer configures and "
+        f"which has no mark in the epoch (it lagged from the epoch's first batch on), and "
+        f"sink {sink.name!r} is a name neither the ledger nor the spool knows: if "
+        f"{sink.name!r} is {other!r} renamed while it lagged, it would start with this batch "
+        f"and {target} would never get batches {batch_ranges(missed)}, and fanout cannot "
+        f"ask that target (it holds no batch of {other!r} in the epoch). Nothing was "
+        f"written. Either rename the sink back to {other!r} and restart: it catches up from "
+        "the spool (rename it once `fanout status` shows it live, nothing spooled for it); "
+        f"or, if {other!r} was removed for good (or the target must not get those batches), "
+        f"give them up and release them with `{release}` and restart",
+        sink=sink.name,
+        batch_id=batch,
+    )
 
 
 def _ask_lagging(

@@ -14,6 +14,9 @@ Delta tables, ledger and spool, in process.
 
 from __future__ import annotations
 
+import re
+import shlex
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from typing import Any
 import pytest
 
 from fanout import BatchFailedError, BatchInfo, FanOut
+from fanout.app.cli import main
 from fanout.steps.renamed import RenamedSinkError
 from tests.integration.streams import delta_rows
 
@@ -90,3 +94,54 @@ def test_a_lagging_sink_renamed_with_batches_spooled_for_it_is_refused(
         back.close()
     every = Counter({b * 10 + i: 1 for b in range(4) for i in range(3)})
     assert _ids(copy) == every and _ids(tmp_path / "lake") == every
+
+
+def test_a_sink_lagging_since_the_epochs_first_batch_renamed_is_refused_and_released(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``copy`` lags from batch 0 on (its table path unusable): it has no mark in the epoch,
+    so there is no batch of it to ask the new name's target about; the spool's index alone
+    names its batches. Renamed ``copy2``, the run is refused (before: ``copy2`` wrote batch
+    2 and batches 0 and 1 stayed in the spool for ``copy``); then the release command the
+    refusal prints, run as printed, gives them up and the renamed sink starts with batch 2."""
+    copy = tmp_path / "copy"
+    first = _fan(tmp_path, "copy")
+    try:
+        if copy.exists():
+            shutil.rmtree(copy)
+        copy.write_text("not a table")  # copy's writes fail from the first batch on
+        first.catchup.stop()
+        _batch(spark, first, 0)
+        _batch(spark, first, 1)
+        assert first.spool is not None
+        assert [(b.batch_id, sorted(b.needed_by)) for b in first.spool.batches()] == [
+            (0, ["copy"]), (1, ["copy"]),
+        ]  # fmt: skip
+    finally:
+        first.close()
+    copy.unlink()
+
+    renamed = _fan(tmp_path, "copy2")
+    try:
+        with pytest.raises(BatchFailedError) as refused:
+            _batch(spark, renamed, 2)
+    finally:
+        renamed.close()
+    error = refused.value.failures["copy2"]
+    assert isinstance(error, RenamedSinkError)
+    text = str(error)
+    assert "batches 0-1 of epoch 0 for sink 'copy'" in text and "'copy2'" in text
+    assert "rename the sink back to 'copy'" in text
+    assert not copy.exists()  # before: batch 2 written there, batches 0 and 1 never
+
+    command = re.search(r"`(fanout ledger skip [^`]*--release-spooled)`", text)
+    assert command is not None
+    assert main(shlex.split(command.group(1))[1:]) == 0  # as printed
+    released = _fan(tmp_path, "copy2")
+    try:
+        assert released.spool is not None and released.spool.batches() == []
+        _batch(spark, released, 2)
+    finally:
+        released.close()
+    assert _ids(copy) == Counter({20: 1, 21: 1, 22: 1})
+    assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(3) for i in range(3)})

@@ -189,7 +189,7 @@ def test_a_vanished_sink_the_spool_keeps_batches_for_is_asked_about_its_last_mar
     from fanout.steps.renamed import Spooled
 
     ledger = _ledger({"keep": list(range(6)), "old": [0, 1, 2, 3]})
-    spooled = Spooled("/spool", "/ledger", {"old": [2, 4, 5], "gone": [5]})
+    spooled = Spooled("/spool", "/ledger", {"old": [2, 4, 5], "keep": [5]})
 
     def check(new: Sink, kept: Spooled | None = spooled) -> dict[str, RenamedSinkError]:
         named = {"keep": Target("keep"), new.name: new}
@@ -198,7 +198,7 @@ def test_a_vanished_sink_the_spool_keeps_batches_for_is_asked_about_its_last_mar
 
     same = Holds("new", {"old": 3})
     refused = check(same)
-    assert same.asked == [("old", 0, 3)]  # not 'gone': no mark, nothing to ask about
+    assert same.asked == [("old", 0, 3)]
     text = str(refused["new"])
     assert text.startswith("sink 'new', batch 6: path '/data/orders' holds batch 3 of sink "
                            "'old' (epoch 0, its records keyed 'fanout/p/old')")  # fmt: skip
@@ -223,3 +223,38 @@ def test_a_vanished_sink_the_spool_keeps_batches_for_is_asked_about_its_last_mar
             "4-5 of epoch 0 for sink 'old'. If 'new' is 'old' renamed while it lagged") in (
         caplog.text
     )  # fmt: skip
+
+
+def test_a_vanished_sink_with_no_mark_the_spool_keeps_batches_for_refuses_a_new_name() -> None:
+    """A sink renamed while it lagged from the epoch's first batch on (docs/architecture.md
+    §5): 'old' has no mark in the epoch (a failure row at most), so there is
+    nothing to ask the new name's target about; the spool keeps batches 0-2 of the epoch
+    for it and the run's first batch is 3. A name neither the ledger nor the spool knows is
+    refused without a question, the message naming both ways on; a sink they know (one that
+    itself lags from the epoch's first batch, not renamed) is not; nor are batches kept from
+    the run's first batch on (a replay: the new name writes it)."""
+    from fanout.steps.renamed import Spooled
+
+    ledger = _ledger({"keep": [0, 1, 2]})  # no row of 'old': only the spool names it
+    kept = Spooled("/spool", "/ledger", {"old": [0, 1, 2], "lags": [0, 1, 2]})
+
+    def check(*sinks: Sink, spooled: Spooled | None = kept) -> dict[str, RenamedSinkError]:
+        named = {s.name: s for s in (Target("keep"), *sinks)}
+        marks = ledger.last_committed("p", named, 0)
+        return refuse_renamed("p", 0, 3, ledger, named, named, marks, None, spooled)
+
+    new, lags = Holds("new", {}), Holds("lags", {})
+    refused = check(new, lags)
+    assert set(refused) == {"new"} and new.asked == lags.asked == []  # nothing to ask
+    text = str(refused["new"])
+    assert text.startswith("sink 'new', batch 3: the spool at /spool keeps batches 0-2 of "
+                           "epoch 0 for sink 'old', which the pipeline no longer configures "
+                           "and which has no mark in the epoch")  # fmt: skip
+    assert "path '/data/orders' would never get batches 0-2" in text
+    assert "rename the sink back to 'old' and restart: it catches up from the spool" in text
+    assert ("`fanout ledger skip --ledger /ledger --pipeline p --sink old --through 2 "
+            "--epoch 0 --spool /spool --release-spooled`") in text  # fmt: skip
+    assert check(Holds("new", {}), spooled=None) == {}  # no spool: nothing kept
+    # kept from the run's first batch on (a replay of 3, which 'old' lagged on): the new
+    # name writes those
+    assert check(Holds("new", {}), spooled=Spooled("/spool", "/ledger", {"old": [3, 4]})) == {}
