@@ -258,3 +258,19 @@ def test_a_vanished_sink_with_no_mark_the_spool_keeps_batches_for_refuses_a_new_
     # kept from the run's first batch on (a replay of 3, which 'old' lagged on): the new
     # name writes those
     assert check(Holds("new", {}), spooled=Spooled("/spool", "/ledger", {"old": [3, 4]})) == {}
+
+
+def test_a_sink_lagging_since_the_epochs_start_on_a_removed_sinks_target_passes() -> None:
+    """Two sinks on one target: 'a' lags from the epoch's first batch on (no mark, the spool
+    keeps batches 0-5 for it), 'b' lagged after its mark 3 and was removed (batches 4 and 5
+    kept for it, not released). 'a' has no mark but is no new name (the spool names it): it
+    is not 'b' renamed, and its target holding 'b''s batch 3 must not refuse it."""
+    from fanout.steps.renamed import Spooled
+
+    ledger = _ledger({"keep": list(range(6)), "b": [0, 1, 2, 3]})
+    spooled = Spooled("/spool", "/ledger", {"a": list(range(6)), "b": [4, 5]})
+    a = Holds("a", {"b": 3})
+    named = {"keep": Target("keep"), "a": a}
+    marks = ledger.last_committed("p", named, 0)
+    assert refuse_renamed("p", 0, 6, ledger, named, named, marks, None, spooled) == {}
+    assert a.asked == []
