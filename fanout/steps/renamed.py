@@ -30,13 +30,15 @@ would get the new sink's batches from ``B`` on and never the spooled ones (a sin
 starts with the current batch): the run is refused with :class:`RenamedSinkError` naming the
 spooled batches, the way back (the old name catches up from the spool) and the ``fanout
 ledger skip --release-spooled`` that gives them up. A harmless rewrite does not pass it (the
-batches would be missing, not written twice). A new sink the spool keeps batches of the
-epoch for is not asked (it ran in the epoch under its name). One with *no* mark of the
-epoch (it lagged from the epoch's first batch on; the ledger may not name it, the spool's
-index does) for which the spool keeps batches before ``B`` leaves nothing to ask about:
-each new sink whose name neither the ledger nor the spool knows is refused without a
-question, with the same ways on (a sink removed while it lagged and not released, and
-another added, is refused too: the printed release is what the start's warning asks for).
+batches would be missing, not written twice). A new sink the spool keeps batches for is
+asked too (a renamed sink not opened at its first run, so not checked then, lags under its
+new name); one beside another sink on its target removed unreleased is then refused, its way
+on the printed release. One with *no* mark of the epoch (it lagged
+from the epoch's first batch on; the ledger may not name it, the spool's index does) for
+which the spool keeps batches before ``B`` leaves nothing to ask about: each new sink whose
+name neither the ledger nor the spool knows is refused without a question, with the same
+ways on (a sink removed while it lagged and not released, and another added, is refused
+too: the printed release is what the start's warning asks for).
 
 Cost: nothing per batch; at a start nothing unless a configured sink has no mark in the
 epoch, then one read of the ledger's sink names (two columns), and the questions only
@@ -164,16 +166,16 @@ def refuse_renamed(
             if error is not None:
                 refused[name] = error
                 break
-        if name in refused or spooled is None or name in kept_for:
-            continue  # the spool keeps batches of the epoch for it: it ran in it, not renamed
+        if name in refused or spooled is None:
+            continue
         for other, (mark, missed) in behind.items():
             error = _ask_lagging(sink, other, pipeline, (epoch, batch_id), mark, missed,
                                  spooled, bounds.get(name))  # fmt: skip
             if error is not None:
                 refused[name] = error
                 break
-        if name in refused or name in known:
-            continue  # a sink the ledger names is no new name either
+        if name in refused or spooled is None or name in known or name in kept_for:
+            continue  # a sink the ledger or the spool names is no new name
         for other, missed in unmarked.items():  # nothing of it to ask the target about
             refused[name] = _unmarked_error(sink, other, pipeline, (epoch, batch_id), missed,
                                             spooled)  # fmt: skip
