@@ -73,6 +73,14 @@ def test_a_lagging_sink_renamed_with_batches_spooled_for_it_is_refused(
 
     renamed = _fan(tmp_path, "copy2")  # the same table, the sink renamed
     try:
+        # a run with no new batch (available_now, nothing to read): its final catch-up has
+        # nothing for copy2, writes nothing, and the spool keeps batches 1 and 2 for copy
+        assert {n: s.state for n, s in renamed.catch_up(timeout_s=60).items()} == {"copy2": "live"}
+        assert renamed.spool is not None
+        assert [(b.batch_id, sorted(b.needed_by)) for b in renamed.spool.batches()] == [
+            (1, ["copy"]), (2, ["copy"]),
+        ]  # fmt: skip
+        assert _ids(copy) == batch_0
         with pytest.raises(BatchFailedError) as refused:
             _batch(spark, renamed, 3)
     finally:
