@@ -32,13 +32,13 @@ spooled batches, the way back (the old name catches up from the spool) and the `
 ledger skip --release-spooled`` that gives them up. A harmless rewrite does not pass it (the
 batches would be missing, not written twice). A new sink the spool keeps batches for is
 asked too (a renamed sink not opened at its first run, so not checked then, lags under its
-new name); one beside another sink on its target removed unreleased is then refused, its way
-on the printed release. One with *no* mark of the epoch (it lagged
-from the epoch's first batch on; the ledger may not name it, the spool's index does) for
-which the spool keeps batches before ``B`` leaves nothing to ask about: each new sink whose
-name neither the ledger nor the spool knows is refused without a question, with the same
-ways on (a sink removed while it lagged and not released, and another added, is refused
-too: the printed release is what the start's warning asks for).
+new name); one beside another sink on its target removed unreleased is then refused, its
+way on the printed release. One with *no* mark of the epoch (it lagged from the epoch's
+first batch on; the ledger may not name it, the spool's index does) for which the spool
+keeps batches before ``B`` leaves nothing to ask about: each new sink whose name neither
+the ledger nor the spool knows is refused without a question, with the same ways on (a
+sink removed while it lagged and not released, and another added, is refused too: the
+printed release is what the start's warning asks for).
 
 Cost: nothing per batch; at a start nothing unless a configured sink has no mark in the
 epoch, then one read of the ledger's sink names (two columns), and the questions only
@@ -75,8 +75,9 @@ class RenamedSinkError(SinkWriteError):
 class Spooled:
     """What the spool keeps: the ids of the run's epoch's batches it keeps for each sink
     (its index: for a sink no longer configured, those past its last mark are the ones it
-    misses; a sink it names is no new name), the spool's location and the ledger as the
-    commands fanout prints name it (:func:`fanout.contract.locations.command_location`)."""
+    misses; a sink it names is not refused for a vanished sink with no mark of the epoch),
+    the spool's location and the ledger as the commands fanout prints name it
+    (:func:`fanout.contract.locations.command_location`)."""
 
     spool: str
     ledger: str
@@ -128,7 +129,9 @@ def refuse_renamed(
     under the name of a sink the ledger names that ``configured`` does not, one with no
     mark of ``epoch`` or its last at ``batch_id - 1`` or later; or whose target holds the
     last marked batch of such a sink that ``spooled`` keeps later batches of ``epoch`` for
-    (it lagged: renamed, the target would never get them). See the module; empty when
+    (it lagged: renamed, the target would never get them); or, a name neither the ledger
+    nor ``spooled`` knows, while ``spooled`` keeps batches before ``batch_id`` for such a
+    sink with no mark of ``epoch`` (nothing to ask about). See the module; empty when
     none."""
     new = {
         n: s for n, s in sorted(sinks.items()) if marks.get(n) is None and answers_holds_batch_of(s)
