@@ -104,7 +104,7 @@ from fanout.steps.owners import release as release_sinks
 from fanout.steps.persist import prepare_reads
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
-from fanout.steps.renamed import refuse_renamed
+from fanout.steps.renamed import Spooled, refuse_renamed
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.source_fit import refuse_unfit
@@ -951,8 +951,16 @@ class FanOut:
         opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
         timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
         info = state.info
+        spooled = None
+        if self.spool is not None:  # what the spool keeps of the epoch, for each sink
+            kept: dict[str, list[int]] = {}
+            for batch in self.spool.batches():
+                if batch.epoch == info.epoch:
+                    for name in batch.needed_by:
+                        kept.setdefault(name, []).append(batch.batch_id)
+            spooled = Spooled(self.spool.path, ledger_location(self.ledger), kept)
         refused = refuse_renamed(self.pipeline, info.epoch, info.batch_id, self.ledger,
-                                 self.specs, opened, state.marks, timeouts)  # fmt: skip
+                                 self.specs, opened, state.marks, timeouts, spooled)  # fmt: skip
         if refused:
             for error in refused.values():
                 log.error("%s", error)

@@ -23,6 +23,23 @@ warning). ``None`` (cannot tell, an error, no answer within
 ``write_timeout_s``): a warning. A target the vanished sink never wrote answers ``False``,
 so its type does not matter.
 
+A vanished sink that was *lagging* (the spool keeps batches of the epoch for it past its
+last mark ``m`` and before ``B``) is asked about too, whatever ``m``: each new sink is asked
+whether its target holds ``m`` under the vanished name. Held, it is the same target, which
+would get the new sink's batches from ``B`` on and never the spooled ones (a sink never seen
+starts with the current batch): the run is refused with :class:`RenamedSinkError` naming the
+spooled batches, the way back (the old name catches up from the spool) and the ``fanout
+ledger skip --release-spooled`` that gives them up. A harmless rewrite does not pass it (the
+batches would be missing, not written twice). A new sink the spool keeps batches for is
+asked too (a renamed sink not opened at its first run, so not checked then, lags under its
+new name); one beside another sink on its target removed unreleased is then refused, its
+way on the printed release. One with *no* mark of the epoch (it lagged from the epoch's
+first batch on; the ledger may not name it, the spool's index does) for which the spool
+keeps batches before ``B`` leaves nothing to ask about: each new sink whose name neither
+the ledger nor the spool knows is refused without a question, with the same ways on (a
+sink removed while it lagged and not released, and another added, is refused too: the
+printed release is what the start's warning asks for).
+
 Cost: nothing per batch; at a start nothing unless a configured sink has no mark in the
 epoch, then one read of the ledger's sink names (two columns), and the questions only
 when a sink vanished.
@@ -31,12 +48,15 @@ when a sink vanished.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from fanout.contract.batch import txn_app_id
+from fanout.contract.locations import shown_location
 from fanout.contract.sink import PartlyHeld, Sink, renamed_sink_advice
-from fanout.errors import RenamedSinkError
+from fanout.errors import RenamedSinkError, batch_ranges
 from fanout.ledger.entry import Ledger
+from fanout.ledger.gaps import release_command
 from fanout.observe.secrets import redact
 from fanout.steps.holds import NoAnswer, bounded
 from fanout.steps.lost_target import target_text
@@ -47,17 +67,42 @@ log = logging.getLogger("fanout")
 __all__ = ["RenamedSinkError", "answers_holds_batch_of", "refuse_renamed", "vanished_sinks"]
 
 
+@dataclass(frozen=True)
+class Spooled:
+    """What the spool keeps: the ids of the run's epoch's batches it keeps for each sink
+    (its index: for a sink no longer configured, those past its last mark are the ones it
+    misses; a sink it names is not refused for a vanished sink with no mark of the epoch),
+    the spool's location and the ledger as the commands fanout prints name it
+    (:func:`fanout.contract.locations.command_location`)."""
+
+    spool: str
+    ledger: str
+    batches: Mapping[str, Sequence[int]] = field(default_factory=dict)
+
+
 def answers_holds_batch_of(sink: Sink) -> bool:
     """Whether ``sink``'s type implements :meth:`fanout.Sink.holds_batch_of`."""
     return type(sink).holds_batch_of is not Sink.holds_batch_of
 
 
+def ledger_sink_names(ledger: Ledger, pipeline: str) -> set[str]:
+    """The sinks ``ledger`` names for ``pipeline`` (marks and failures, any epoch):
+    one read of two columns for a Delta ledger (:meth:`Ledger.sink_names`)."""
+    return set(ledger.sink_names(pipeline))
+
+
 def vanished_sinks(
-    ledger: Ledger, pipeline: str, epoch: int, configured: Collection[str]
+    ledger: Ledger,
+    pipeline: str,
+    epoch: int,
+    configured: Collection[str],
+    known: Collection[str] | None = None,
 ) -> dict[str, int | None]:
     """The sinks ``ledger`` names for ``pipeline`` (marks and failures, any epoch) that
-    are not in ``configured``, each with its last mark of ``epoch`` (``None``: none)."""
-    gone = sorted(set(ledger.sink_names(pipeline)) - set(configured))
+    are not in ``configured``, each with its last mark of ``epoch`` (``None``: none).
+    ``known``: those names when the caller read them (:func:`ledger_sink_names`)."""
+    names = ledger_sink_names(ledger, pipeline) if known is None else known
+    gone = sorted(set(names) - set(configured))
     return dict(ledger.last_committed(pipeline, gone, epoch)) if gone else {}
 
 
@@ -70,32 +115,165 @@ def refuse_renamed(
     sinks: Mapping[str, Sink],
     marks: Mapping[str, int | None],
     timeouts: Mapping[str, float] | None = None,
+    spooled: Spooled | None = None,
 ) -> dict[str, RenamedSinkError]:
     """The refusal of each sink of ``sinks`` (open, configured now) with no mark in
     ``marks`` (of ``epoch``) whose target holds batch ``batch_id`` (the run's first) written
     under the name of a sink the ledger names that ``configured`` does not, one with no
-    mark of ``epoch`` or its last at ``batch_id - 1`` or later (see the module); empty when
+    mark of ``epoch`` or its last at ``batch_id - 1`` or later; or whose target holds the
+    last marked batch of such a sink that ``spooled`` keeps later batches of ``epoch`` for
+    (it lagged: renamed, the target would never get them); or, a name neither the ledger
+    nor ``spooled`` knows, while ``spooled`` keeps batches before ``batch_id`` for such a
+    sink with no mark of ``epoch`` (nothing to ask about). See the module; empty when
     none."""
     new = {
         n: s for n, s in sorted(sinks.items()) if marks.get(n) is None and answers_holds_batch_of(s)
     }
     if not new:
         return {}
-    vanished = vanished_sinks(ledger, pipeline, epoch, configured)
-    if not vanished:
+    known = ledger_sink_names(ledger, pipeline)
+    vanished = vanished_sinks(ledger, pipeline, epoch, configured, known)
+    kept_for: Mapping[str, Sequence[int]] = {} if spooled is None else spooled.batches
+    # a vanished sink with no mark of the epoch the spool keeps batches before batch_id
+    # for: it lagged from the epoch's first batch on (the ledger may not even name it)
+    unmarked = {
+        other: missed
+        for other in sorted(set(kept_for) - set(configured))
+        if vanished.get(other) is None
+        and (missed := sorted(b for b in kept_for[other] if b < batch_id))
+    }
+    if not vanished and not unmarked:
         return {}
     bounds = timeouts or {}
     refused: dict[str, RenamedSinkError] = {}
     # a vanished sink whose last mark is before batch_id - 1 cannot have written
     # batch_id (its next batch would have failed the run, or it lagged: spooled)
     asked = [o for o, mark in vanished.items() if mark is None or mark + 1 >= batch_id]
+    behind: dict[str, tuple[int, list[int]]] = {}  # a vanished sink the spool keeps
+    for other, mark in vanished.items():  # batches for past its mark: it lagged
+        kept = [] if spooled is None or mark is None else spooled.batches.get(other, ())
+        # those before the run's first batch: the new name writes that one and later ones
+        missed = sorted(b for b in kept if mark is not None and mark < b < batch_id)
+        if mark is not None and missed:
+            behind[other] = (mark, missed)
     for name, sink in new.items():
         for other in asked:
             error = _ask(sink, other, pipeline, epoch, batch_id, bounds.get(name))
             if error is not None:
                 refused[name] = error
                 break
+        if name in refused or spooled is None:
+            continue
+        for other, (mark, missed) in behind.items():
+            error = _ask_lagging(sink, other, pipeline, (epoch, batch_id), mark, missed,
+                                 spooled, bounds.get(name))  # fmt: skip
+            if error is not None:
+                refused[name] = error
+                break
+        if name in refused or spooled is None or name in known or name in kept_for:
+            continue  # a sink the ledger or the spool names is no new name
+        for other, missed in unmarked.items():  # nothing of it to ask the target about
+            refused[name] = _unmarked_error(sink, other, pipeline, (epoch, batch_id), missed,
+                                            spooled)  # fmt: skip
+            break
     return refused
+
+
+def _unmarked_error(
+    sink: Sink,
+    other: str,
+    pipeline: str,
+    key: tuple[int, int],
+    missed: Sequence[int],
+    spooled: Spooled,
+) -> RenamedSinkError:
+    """The refusal of ``sink``, a name neither the ledger nor the spool knows, while the
+    spool keeps batches ``missed`` for ``other``, a sink no longer configured with no mark
+    of the epoch: ``sink`` may be ``other`` renamed while it lagged from the epoch's first
+    batch on, and no record of ``other`` in its target can tell. ``key``: the run's first
+    batch, ``(epoch, batch id)``."""
+    epoch, batch = key
+    release = release_command(spooled.ledger, pipeline, other, max(missed), epoch, spooled.spool)
+    target = redact(target_text(sink), sink.secret_values())
+    return RenamedSinkError(
+        f"the spool at {shown_location(spooled.spool)} keeps batches {batch_ranges(missed)} "
+        f"of epoch {epoch} for sink {other!r}, which the pipeline no longer configures and "
+        f"which has no mark in the epoch (it lagged from the epoch's first batch on), and "
+        f"sink {sink.name!r} is a name neither the ledger nor the spool knows: if "
+        f"{sink.name!r} is {other!r} renamed while it lagged, it would start with this batch "
+        f"and {target} would never get batches {batch_ranges(missed)}, and fanout cannot "
+        f"ask that target (it holds no batch of {other!r} in the epoch). Nothing was "
+        f"written. Either rename the sink back to {other!r} and restart: it catches up from "
+        "the spool (rename it once `fanout status` shows it live, nothing spooled for it); "
+        f"or, if {other!r} was removed for good (or the target must not get those batches), "
+        f"give them up and release them with `{release}` and restart",
+        sink=sink.name,
+        batch_id=batch,
+    )
+
+
+def _ask_lagging(
+    sink: Sink,
+    other: str,
+    pipeline: str,
+    key: tuple[int, int],
+    mark: int,
+    missed: Sequence[int],
+    spooled: Spooled,
+    timeout_s: float | None,
+) -> RenamedSinkError | None:
+    """Refuse ``sink`` when its target holds batch ``mark``, the last marked batch of
+    ``other``, a sink no longer configured for which the spool keeps batches ``missed``:
+    ``sink`` is ``other`` renamed while it lagged, and would never get them. ``key``: the
+    run's first batch, ``(epoch, batch id)``."""
+    epoch, batch = key
+    release = release_command(spooled.ledger, pipeline, other, max(missed), epoch, spooled.spool)
+    kept = (
+        f"the spool at {shown_location(spooled.spool)} keeps batches {batch_ranges(missed)} "
+        f"of epoch {epoch} for sink {other!r}"
+    )
+    question = (
+        f"whether its target holds batch {mark} of epoch {epoch} written by sink {other!r}, "
+        f"which the pipeline no longer configures and {kept}"
+    )
+
+    def ask() -> bool | PartlyHeld | str | None:
+        try:
+            return sink.holds_batch_of(other, pipeline, epoch, mark)
+        except Exception as exc:  # records it cannot read: cannot tell
+            return redact(f"{type(exc).__name__}: {exc}", sink.secret_values())
+
+    answer = bounded(sink, pipeline, ask, timeout_s, hook="holds-batch-of")
+    if isinstance(answer, NoAnswer) or isinstance(answer, str) or answer is None:
+        why = "" if isinstance(answer, NoAnswer) or answer is None else f": {answer}"
+        within = (
+            f" within its write_timeout_s={timeout_s:g} s" if isinstance(answer, NoAnswer) else ""
+        )
+        log.warning(
+            "pipeline %s, sink %s: cannot tell%s %s%s. If %r is %r renamed while it lagged, "
+            "its target never gets those batches: rename it back to %r (it catches up from "
+            "the spool) or give them up with `%s`",
+            pipeline, sink.name, within, question, why, sink.name, other, other, release,
+        )  # fmt: skip
+        return None
+    if answer is False:
+        return None
+    target = redact(target_text(sink), sink.secret_values())
+    part = "" if answer is True else " (part of it: some of its partitions)"
+    return RenamedSinkError(
+        f"{target} holds batch {mark} of sink {other!r}{part} (epoch {epoch}, its records "
+        f"keyed {txn_app_id(pipeline, other, epoch)!r}), a sink the pipeline no longer "
+        f"configures, and sink {sink.name!r} has no mark in the epoch; {kept}, which "
+        f"lagged: {sink.name!r} is {other!r} renamed while it lagged, and would start with "
+        f"this batch, so that target would never get batches {batch_ranges(missed)}. "
+        "Nothing was written. Either rename the sink back to "
+        f"{other!r} and restart: it catches up from the spool (rename it once `fanout "
+        "status` shows it live, nothing spooled for it); or, if the target must not get "
+        "those batches (or you write them there yourself), give them up and release them "
+        f"with `{release}` and restart",
+        sink=sink.name,
+        batch_id=batch,
+    )
 
 
 def _ask(

@@ -239,3 +239,106 @@ def test_the_three_checks_raise_one_class_with_one_advice(monkeypatch: pytest.Mo
     for path in ("kafka", "postgres"):  # renaming back is the only way on
         assert str(errors[path]).endswith(ways.format(targets[path])), path
         assert "or remove batch" not in str(errors[path]), path
+
+
+def test_a_vanished_sink_the_spool_keeps_batches_for_is_asked_about_its_last_mark(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A sink renamed while it lagged (docs/architecture.md §5): the spool keeps batches 4
+    and 5 for 'old', whose last mark is 3, and the run's first batch is 6. The new name,
+    on the same target, would write 6 on and never 4 and 5: refused, whatever its
+    harmless_rewrite says (they would be missing, not written twice)."""
+    from fanout.steps.renamed import Spooled
+
+    ledger = _ledger({"keep": list(range(6)), "old": [0, 1, 2, 3]})
+    spooled = Spooled("/spool", "/ledger", {"old": [2, 4, 5], "keep": [5]})
+
+    def check(new: Sink, kept: Spooled | None = spooled) -> dict[str, RenamedSinkError]:
+        named = {"keep": Target("keep"), new.name: new}
+        marks = ledger.last_committed("p", named, 0)
+        return refuse_renamed("p", 0, 6, ledger, named, named, marks, None, kept)
+
+    same = Holds("new", {"old": 3})
+    refused = check(same)
+    assert same.asked == [("old", 0, 3)]
+    text = str(refused["new"])
+    assert text.startswith("sink 'new', batch 6: path '/data/orders' holds batch 3 of sink "
+                           "'old' (epoch 0, its records keyed 'fanout/p/old')")  # fmt: skip
+    assert "the spool at /spool keeps batches 4-5 of epoch 0 for sink 'old'" in text
+    assert "rename the sink back to 'old' and restart: it catches up from the spool" in text
+    assert ("`fanout ledger skip --ledger /ledger --pipeline p --sink old --through 5 "
+            "--epoch 0 --spool /spool --release-spooled`") in text  # fmt: skip
+    harmless = Holds("new", {"old": 3})
+    harmless.harmless = "it upserts by key"
+    assert set(check(harmless)) == {"new"}
+    assert check(Holds("new", {})) == {}  # another target: a sink added, not renamed
+    assert check(Holds("new", {"old": 3}), None) == {}  # no spool: nothing kept
+    # kept from the run's first batch on only (a replay of 6, which 'old' lagged on): the
+    # new name writes those; asked about batch 6 alone, by the replay's question
+    replayed = Holds("new", {"old": 3})
+    assert check(replayed, Spooled("/spool", "/ledger", {"old": [6]})) == {}
+    assert replayed.asked == []
+    caplog.set_level(logging.WARNING, logger="fanout")
+    assert check(Target("new", None)) == {}
+    assert ("cannot tell whether its target holds batch 3 of epoch 0 written by sink 'old', "
+            "which the pipeline no longer configures and the spool at /spool keeps batches "
+            "4-5 of epoch 0 for sink 'old'. If 'new' is 'old' renamed while it lagged") in (
+        caplog.text
+    )  # fmt: skip
+
+
+def test_a_vanished_sink_with_no_mark_the_spool_keeps_batches_for_refuses_a_new_name() -> None:
+    """A sink renamed while it lagged from the epoch's first batch on (docs/architecture.md
+    §5): 'old' has no mark in the epoch (a failure row at most), so there is
+    nothing to ask the new name's target about; the spool keeps batches 0-2 of the epoch
+    for it and the run's first batch is 3. A name neither the ledger nor the spool knows is
+    refused without a question, the message naming both ways on; a sink they know (one that
+    itself lags from the epoch's first batch, not renamed) is not; nor are batches kept from
+    the run's first batch on (a replay: the new name writes it)."""
+    from fanout.steps.renamed import Spooled
+
+    ledger = _ledger({"keep": [0, 1, 2]})  # no row of 'old': only the spool names it
+    kept = Spooled("/spool", "/ledger", {"old": [0, 1, 2], "lags": [0, 1, 2]})
+
+    def check(*sinks: Sink, spooled: Spooled | None = kept) -> dict[str, RenamedSinkError]:
+        named = {s.name: s for s in (Target("keep"), *sinks)}
+        marks = ledger.last_committed("p", named, 0)
+        return refuse_renamed("p", 0, 3, ledger, named, named, marks, None, spooled)
+
+    new, lags = Holds("new", {}), Holds("lags", {})
+    refused = check(new, lags)
+    assert set(refused) == {"new"} and new.asked == lags.asked == []  # nothing to ask
+    text = str(refused["new"])
+    assert text.startswith("sink 'new', batch 3: the spool at /spool keeps batches 0-2 of "
+                           "epoch 0 for sink 'old', which the pipeline no longer configures "
+                           "and which has no mark in the epoch")  # fmt: skip
+    assert "path '/data/orders' would never get batches 0-2" in text
+    assert "rename the sink back to 'old' and restart: it catches up from the spool" in text
+    assert ("`fanout ledger skip --ledger /ledger --pipeline p --sink old --through 2 "
+            "--epoch 0 --spool /spool --release-spooled`") in text  # fmt: skip
+    assert check(Holds("new", {}), spooled=None) == {}  # no spool: nothing kept
+    # kept from the run's first batch on (a replay of 3, which 'old' lagged on): the new
+    # name writes those
+    assert check(Holds("new", {}), spooled=Spooled("/spool", "/ledger", {"old": [3, 4]})) == {}
+
+
+def test_a_sink_lagging_since_the_epochs_start_on_a_removed_sinks_target_is_refused() -> None:
+    """Two sinks on one target: 'a' lags from the epoch's first batch on (no mark, the spool
+    keeps batches 0-5 for it), 'b' lagged after its mark 3 and was removed without its
+    batches 4 and 5 released. 'a' is asked (a renamed sink not opened at its first run
+    lags under its new name too: the spool naming it proves nothing) and its target holds
+    b's batch 3: refused, a false refusal kept on purpose, whose way on, the release of
+    b's batches the start's warning asks for anyway, is in the message."""
+    from fanout.steps.renamed import Spooled
+
+    ledger = _ledger({"keep": list(range(6)), "b": [0, 1, 2, 3]})
+    spooled = Spooled("/spool", "/ledger", {"a": list(range(6)), "b": [4, 5]})
+    a = Holds("a", {"b": 3})
+    named = {"keep": Target("keep"), "a": a}
+    marks = ledger.last_committed("p", named, 0)
+    refused = refuse_renamed("p", 0, 6, ledger, named, named, marks, None, spooled)
+    assert set(refused) == {"a"} and a.asked == [("b", 0, 3)]
+    assert ("`fanout ledger skip --ledger /ledger --pipeline p --sink b --through 5 --epoch 0 "
+            "--spool /spool --release-spooled`") in str(refused["a"])  # fmt: skip
+    released = Spooled("/spool", "/ledger", {"a": list(range(6))})
+    assert refuse_renamed("p", 0, 6, ledger, named, named, marks, None, released) == {}

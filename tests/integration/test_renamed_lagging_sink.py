@@ -1,0 +1,155 @@
+"""A lagging sink renamed while the spool keeps batches for it (docs/architecture.md §5,
+"A sink renamed mid-batch", and §14.3).
+
+Sink ``copy`` (``on_failure = "lag"``) lags on batches 1 and 2; the spool keeps them for
+``copy``. Restarted with ``copy`` renamed to ``copy2`` (the same table), ``copy2`` had no
+mark and was not behind (a sink never seen starts with the current batch), and the rename
+check asked nothing (``copy``'s last mark, 0, is before the run's first batch minus one):
+``copy2`` wrote batch 3 live, the table never got batches 1 and 2, and only a start-up
+warning said the spool kept them for a sink not configured. The run is now refused before
+anything is written, naming both sinks, the spooled batches and the ways on; renamed back,
+the sink catches up from the spool and every batch is in the table once. Real Spark, real
+Delta tables, ledger and spool, in process.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import BatchFailedError, BatchInfo, FanOut
+from fanout.app.cli import main
+from fanout.steps.renamed import RenamedSinkError
+from tests.integration.streams import delta_rows
+
+
+def _fan(tmp_path: Path, name: str) -> FanOut:
+    return FanOut(
+        "ren", str(tmp_path / "ledger"),
+        [{"type": "delta", "name": "lake", "path": str(tmp_path / "lake")},
+         {"type": "delta", "name": name, "path": str(tmp_path / "copy"), "on_failure": "lag",
+          "retries": 0}],
+        retries=0, backoff_s=0, spool=str(tmp_path / "spool"), probe_interval_s=3600,
+    )  # fmt: skip
+
+
+def _batch(spark: Any, fan: FanOut, batch: int) -> Any:
+    df = spark.range(batch * 10, batch * 10 + 3).withColumnRenamed("id", "order_id")
+    return fan.process(df, BatchInfo("ren", batch, "q", {"s": batch}))
+
+
+def _ids(path: Path) -> Counter[int]:
+    return Counter(r["order_id"] for r in delta_rows(path))
+
+
+def test_a_lagging_sink_renamed_with_batches_spooled_for_it_is_refused(
+    spark: Any, tmp_path: Path
+) -> None:
+    copy, aside = tmp_path / "copy", tmp_path / "copy-aside"
+    first = _fan(tmp_path, "copy")
+    try:
+        first.catchup.stop()  # no probe: the batches stay spooled for copy
+        _batch(spark, first, 0)
+        copy.rename(aside)
+        copy.write_text("not a table")  # copy's writes fail: it lags on batches 1 and 2
+        _batch(spark, first, 1)
+        _batch(spark, first, 2)
+        assert first.spool is not None
+        assert [(b.batch_id, sorted(b.needed_by)) for b in first.spool.batches()] == [
+            (1, ["copy"]), (2, ["copy"]),
+        ]  # fmt: skip
+    finally:
+        first.close()
+    copy.unlink()
+    aside.rename(copy)
+    batch_0 = Counter({0: 1, 1: 1, 2: 1})
+    assert _ids(copy) == batch_0
+
+    renamed = _fan(tmp_path, "copy2")  # the same table, the sink renamed
+    try:
+        # a run with no new batch (available_now, nothing to read): its final catch-up has
+        # nothing for copy2, writes nothing, and the spool keeps batches 1 and 2 for copy
+        assert {n: s.state for n, s in renamed.catch_up(timeout_s=60).items()} == {"copy2": "live"}
+        assert renamed.spool is not None
+        assert [(b.batch_id, sorted(b.needed_by)) for b in renamed.spool.batches()] == [
+            (1, ["copy"]), (2, ["copy"]),
+        ]  # fmt: skip
+        assert _ids(copy) == batch_0
+        with pytest.raises(BatchFailedError) as refused:
+            _batch(spark, renamed, 3)
+    finally:
+        renamed.close()
+    error = refused.value.failures["copy2"]
+    assert isinstance(error, RenamedSinkError)
+    text = str(error)
+    assert "holds batch 0 of sink 'copy'" in text and "sink 'copy2' has no mark" in text
+    assert "the spool at" in text and "batches 1-2 of epoch 0 for sink 'copy'" in text
+    assert "rename the sink back to 'copy'" in text and "--release-spooled" in text
+    assert _ids(copy) == batch_0  # before: batch 3 written, batches 1 and 2 never
+    assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(3) for i in range(3)})
+
+    back = _fan(tmp_path, "copy")  # the way on it names: the old name catches up
+    try:
+        _batch(spark, back, 3)
+        assert {n: s.state for n, s in back.catch_up(timeout_s=120).items()} == {"copy": "live"}
+    finally:
+        back.close()
+    every = Counter({b * 10 + i: 1 for b in range(4) for i in range(3)})
+    assert _ids(copy) == every and _ids(tmp_path / "lake") == every
+
+
+def test_a_sink_lagging_since_the_epochs_first_batch_renamed_is_refused_and_released(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``copy`` lags from batch 0 on (its table path unusable): it has no mark in the epoch,
+    so there is no batch of it to ask the new name's target about; the spool's index alone
+    names its batches. Renamed ``copy2``, the run is refused (before: ``copy2`` wrote batch
+    2 and batches 0 and 1 stayed in the spool for ``copy``); then the release command the
+    refusal prints, run as printed, gives them up and the renamed sink starts with batch 2."""
+    copy = tmp_path / "copy"
+    first = _fan(tmp_path, "copy")
+    try:
+        if copy.exists():
+            shutil.rmtree(copy)
+        copy.write_text("not a table")  # copy's writes fail from the first batch on
+        first.catchup.stop()
+        _batch(spark, first, 0)
+        _batch(spark, first, 1)
+        assert first.spool is not None
+        assert [(b.batch_id, sorted(b.needed_by)) for b in first.spool.batches()] == [
+            (0, ["copy"]), (1, ["copy"]),
+        ]  # fmt: skip
+    finally:
+        first.close()
+    copy.unlink()
+
+    renamed = _fan(tmp_path, "copy2")
+    try:
+        with pytest.raises(BatchFailedError) as refused:
+            _batch(spark, renamed, 2)
+    finally:
+        renamed.close()
+    error = refused.value.failures["copy2"]
+    assert isinstance(error, RenamedSinkError)
+    text = str(error)
+    assert "batches 0-1 of epoch 0 for sink 'copy'" in text and "'copy2'" in text
+    assert "rename the sink back to 'copy'" in text
+    assert not copy.exists()  # before: batch 2 written there, batches 0 and 1 never
+
+    command = re.search(r"`(fanout ledger skip [^`]*--release-spooled)`", text)
+    assert command is not None
+    assert main(shlex.split(command.group(1))[1:]) == 0  # as printed
+    released = _fan(tmp_path, "copy2")
+    try:
+        assert released.spool is not None and released.spool.batches() == []
+        _batch(spark, released, 2)
+    finally:
+        released.close()
+    assert _ids(copy) == Counter({20: 1, 21: 1, 22: 1})
+    assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(3) for i in range(3)})
