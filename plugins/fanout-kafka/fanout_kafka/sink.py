@@ -692,7 +692,7 @@ class KafkaSink(PartitionedSink):
             first = partial(self._refuse_vanished_writer, config, settings, batch_id)
         try:
             span = record_span(config, settings, max(partitions, known[1] if known else 0),
-                               first)  # fmt: skip
+                               first=first)  # fmt: skip
         except (KafkaException, TimeoutError) as exc:
             raise TransientSinkError(
                 f"cannot record the sink's partition count on marker topic "
