@@ -23,7 +23,8 @@ The headers point at a name, the markers (of this scope: records of an earlier e
 no epoch) confirm it.
 
 Cost: once per sink and scope (its first write there; a name that wrote in the scope before
-is not asked, nor a topic ``create_topic`` made at this first write): one list-offsets
+is not asked, nor a topic ``create_topic`` made at this first write, nor a sink used
+outside a :class:`fanout.FanOut`, which gives no configured names): one list-offsets
 request, one metadata request and one fetch round of at most :data:`TAIL_OFFSETS` offsets
 per partition; nothing per batch.
 """
