@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from fanout.contract.batch import Batch, pipeline_scope
 from fanout.contract.dead_letters import DeadLetterTarget, ReplacesLetters
 from fanout.contract.partitions import BatchPartitioning, StableColumns
-from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext
+from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext, renamed_sink_advice
 from fanout.deadletters.held import refused_rows_held
 from fanout.deadletters.moved import (
     earlier_of,
@@ -41,6 +41,7 @@ from fanout.deadletters.moved import (
 )
 from fanout.errors import (
     ConfigurationError,
+    RenamedSinkError,
     SchemaMismatchError,
     SinkError,
     SinkUnreachableError,
@@ -551,16 +552,11 @@ class PostgresSink(PartitionedSink):
         if found is None:
             return
         other, batch_id, partitions = found
-        raise SinkWriteError(
+        raise RenamedSinkError(
             f"{self.state_schema}.progress marks partition(s) {partitions} of batch "
             f"{batch_id} as committed to table {self._table} by sink {other!r} of this "
             f"pipeline, which the pipeline no longer configures, and sink {self.name!r} has "
-            f"no marks: if {self.name!r} is {other!r} renamed (or {other!r} was removed) "
-            f"after it committed batch {batch_id} and before its ledger mark, this write "
-            "would put those rows in the table twice, so nothing was written. Rename the "
-            f"sink back to {other!r} and restart: the replay skips what the table holds and "
-            f"completes the batch; rename it once batch {batch_id} is marked (the new name "
-            "then starts after it)",
+            "no marks. " + renamed_sink_advice(f"table {self._table}", self.name, other, batch_id),
             sink=self.name,
             batch_id=batch.batch_id,
         )
