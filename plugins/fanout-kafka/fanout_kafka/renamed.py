@@ -36,6 +36,8 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from fanout.errors import RenamedSinkError
+
 log = logging.getLogger("fanout.kafka")
 
 TAIL_OFFSETS = 50
@@ -140,25 +142,25 @@ def _note(
 
 def renamed_refusal(
     sink: str, other: str, topic: str, pipeline: str, epoch: int, batch_id: int, part: str
-) -> Exception:
+) -> RenamedSinkError:
     """The refusal of sink ``sink``'s first write of ``batch_id`` to ``topic``: sink
     ``other``, which the pipeline no longer configures, committed it there (``part``: the
-    partitions' note, empty for all). The way on names the one way out on Kafka."""
+    partitions' note, empty for all). The ways on are the ones every check of a sink renamed
+    mid-batch gives (:func:`fanout.contract.sink.renamed_sink_advice`), without removing the
+    batch: records cannot be removed from a topic."""
     from fanout.contract.batch import txn_app_id
-    from fanout.steps.renamed import RenamedSinkError  # an alias of fanout.errors' too
+    from fanout.contract.sink import renamed_sink_advice
 
+    target = f"topic {topic!r}"
+    harm = f"put the batch's records in {target} twice"
     return RenamedSinkError(
-        f"topic {topic!r} holds batch {batch_id} of sink {other!r}{part} (epoch {epoch}, its "
-        f"records keyed {txn_app_id(pipeline, other, epoch)!r}: their headers name it at the "
-        f"topic's end and its markers hold the batch), a sink the pipeline no longer "
-        f"configures, and sink {sink!r} has no marker in the epoch. If {sink!r} is {other!r} "
-        f"renamed (or {other!r} was removed) after it committed batch {batch_id} and before "
-        "its ledger mark (killed in its first batch: the ledger never named it), writing "
-        "would put the batch's records in the topic twice, so nothing was written. Rename "
-        f"the sink back to {other!r} and restart: the replay skips the partitions its "
-        "markers hold and the pipeline completes the batch; rename it once that batch is "
-        "marked (the new name then starts after it). Records cannot be removed from a "
-        "topic, so there is no other way on",
+        f"{target} holds batch {batch_id} of sink {other!r}{part} (epoch {epoch}, its records "
+        f"keyed {txn_app_id(pipeline, other, epoch)!r}: their headers name it at the topic's "
+        f"end and its markers hold the batch), a sink the pipeline no longer configures, and "
+        f"sink {sink!r} has no marker in the epoch (killed in its first batch, {other!r} was "
+        "never named by the ledger). "
+        + renamed_sink_advice(target, sink, other, batch_id, harm=harm)
+        + ". Records cannot be removed from a topic, so there is no other way on",
         sink=sink,
         batch_id=batch_id,
     )

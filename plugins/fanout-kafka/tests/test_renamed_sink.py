@@ -20,7 +20,7 @@ import pytest
 from kafkatools import Broker, read_topic
 
 from fanout import BatchFailedError, BatchInfo, FanOut
-from fanout.steps.renamed import RenamedSinkError
+from fanout.errors import RenamedSinkError
 from fanout.testing.faults import MarkLost
 
 
@@ -94,8 +94,9 @@ def test_a_kafka_sink_killed_in_its_first_batch_and_renamed_is_refused_at_its_fi
     assert isinstance(error, RenamedSinkError)
     text = str(error)
     assert f"topic '{topic}' holds batch 0 of sink 'old'" in text
-    assert "Rename the sink back to 'old' and restart" in text
+    assert "rename the sink back to 'old' and restart" in text
     assert "cannot be removed from a topic" in text
+    assert "remove batch" not in text  # the one way offered where a target can give it back
 
     # the way out it names: the old name completes the batch, then the new one goes on
     back = FanOut(pipeline, ledger, [_sink(kafka, topic, "old")], retries=0)
