@@ -157,8 +157,7 @@ def renamed_refusal(
         f"{target} holds batch {batch_id} of sink {other!r}{part} (epoch {epoch}, its records "
         f"keyed {txn_app_id(pipeline, other, epoch)!r}: their headers name it at the topic's "
         f"end and its markers hold the batch), a sink the pipeline no longer configures, and "
-        f"sink {sink!r} has no marker in the epoch; the ledger names no sink {other!r} (one "
-        "killed in its very first batch leaves no mark). "
+        f"sink {sink!r} has no marker in the epoch. "
         + renamed_sink_advice(target, sink, other, batch_id, harm=harm)
         + ". Records cannot be removed from a topic, so there is no other way on",
         sink=sink,
