@@ -540,7 +540,12 @@ def _stable_offset(admin: Any, topic: str, group: str, future: Any, timeout_s: f
         future = _request_offset(admin, topic, group, timeout_s)
 
 
-def record_span(admin_config: Mapping[str, Any], settings: WriterSettings, partitions: int) -> int:
+def record_span(
+    admin_config: Mapping[str, Any],
+    settings: WriterSettings,
+    partitions: int,
+    first: Callable[[], None] | None = None,
+) -> int:
     """Record, before this ``open()``'s first write in ``settings.scope``, the sink's
     partition span there: the larger of what is recorded (read: one request, each time,
     so that a larger span another driver of the pipeline recorded since is never
@@ -551,6 +556,10 @@ def record_span(admin_config: Mapping[str, Any], settings: WriterSettings, parti
     ``0..span-1`` (a partition that never had rows has none, and the markers past it
     must be found too).
 
+    ``first`` is called, before the commit, when none is recorded (the sink's first write
+    in the scope, or one the broker forgot); what it raises leaves none recorded, so the
+    next attempt calls it again (:mod:`fanout_kafka.renamed`).
+
     :raises KafkaException: when it cannot be read or committed.
     """
     from fanout_kafka.markers import span_group
@@ -559,6 +568,8 @@ def record_span(admin_config: Mapping[str, Any], settings: WriterSettings, parti
     group = span_group(settings.scope, settings.sink)
     timeout_s = settings.operation_timeout_s
     (known,) = _offsets(admin, settings.marker_topic, [group], timeout_s)
+    if known < 0 and first is not None:
+        first()
     span = max(known, partitions)
     commit_offset(admin, settings.marker_topic, group, span, timeout_s)
     return span

@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fanout.contract.batch import Batch, txn_app_id
@@ -217,6 +218,9 @@ class KafkaSink(PartitionedSink):
         self._topic_id_recorded: tuple[float, str | None] | None = None
         # per scope, (monotonic time, span) of the partition span's last commit (open())
         self._spans: dict[str, tuple[float, int]] = {}
+        # the names the pipeline configures, until the first write in a scope asked for a
+        # vanished name's batch at the topic's end (fanout_kafka.renamed): open()
+        self._vanished_unasked: tuple[str, ...] = ()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -254,6 +258,9 @@ class KafkaSink(PartitionedSink):
         with Cluster(self.name, self.bootstrap_servers, self.producer,
                      self.open_timeout_s) as cluster:  # fmt: skip
             self._check_brokers(cluster, context)
+        # a topic created at the first write holds no batch of a vanished name
+        created = any(option == "topic" for _, option in self._to_create)
+        self._vanished_unasked = () if context.checking or created else tuple(context.sinks)
         if self._held_admin is None:  # the driver's marker reads use it from now on
             self._held_admin = admin_config(self.producer, self.bootstrap_servers)
             ADMINS.hold(self._held_admin)
@@ -681,8 +688,12 @@ class KafkaSink(PartitionedSink):
             if now - known[0] < self.topic_id_refresh_s:
                 return known[1]
         config = admin_config(self.producer, str(self.bootstrap_servers))
+        first = None
+        if self._vanished_unasked:
+            first = partial(self._refuse_vanished_writer, config, settings, batch_id)
         try:
-            span = record_span(config, settings, max(partitions, known[1] if known else 0))
+            span = record_span(config, settings, max(partitions, known[1] if known else 0),
+                               first=first)  # fmt: skip
         except (KafkaException, TimeoutError) as exc:
             raise TransientSinkError(
                 f"cannot record the sink's partition count on marker topic "
@@ -691,6 +702,55 @@ class KafkaSink(PartitionedSink):
             ) from exc  # fmt: skip
         self._spans[settings.scope] = (now, span)
         return span
+
+    def _refuse_vanished_writer(
+        self, config: dict[str, Any], settings: WriterSettings, batch_id: int
+    ) -> None:
+        """At the sink's first write in its scope (no partition span recorded there yet,
+        :func:`fanout_kafka.membership.record_span`), before anything is written: refuse
+        batch ``batch_id`` when the topic's end holds records of it (or a later batch) by
+        a sink of the pipeline it no longer configures whose markers in the scope hold it,
+        whole or part: that sink renamed to this one (or removed) after it committed the
+        batch and before its ledger mark, in its very first batch, so the ledger never
+        named it and the run's start check did not ask (:mod:`fanout_kafka.renamed`). Not
+        asked again in this ``open()`` once it passes; cannot tell (no answer within
+        ``open_timeout_s``, a read error): a warning, and the batch is written."""
+        from confluent_kafka import KafkaException
+
+        from fanout_kafka.renamed import renamed_refusal, tail_writers
+
+        info, topic = settings.info, str(self.topic)
+        pipeline, epoch = settings.pipeline, 0 if info is None else info.epoch
+        exclude = {*self._vanished_unasked, self.name}
+        started = time.monotonic()
+        try:
+            writers = tail_writers(ADMINS.client(config), config, topic, pipeline, exclude,
+                                   batch_id, self.open_timeout_s)  # fmt: skip
+            held = {
+                other: self._markers_hold(config, pipeline, epoch, batch_id, other)
+                for other in sorted(writers or {})
+            }
+        except (KafkaException, TimeoutError) as exc:
+            writers, held = None, {}
+            why = f": {redact(str(exc), self.secret_values())}"
+        else:
+            why = f" within its open_timeout_s={self.open_timeout_s:g} s"
+        log.debug("sink %r, batch %d: the topic's end read for a vanished sink's records in "
+                  "%.1f ms", self.name, batch_id, 1000 * (time.monotonic() - started))  # fmt: skip
+        if writers is None:
+            log.warning(
+                "sink %r, batch %d: cannot tell whether topic %r holds this batch written by "
+                "a sink the pipeline no longer configures (its first write in the epoch; the "
+                "end of the topic not read%s). If this sink is another renamed after it "
+                "committed the batch and before its ledger mark, the batch is written again",
+                self.name, batch_id, topic, why,
+            )  # fmt: skip
+            return
+        for other, answer in held.items():
+            if answer is True or isinstance(answer, PartlyHeld):
+                part = "" if answer is True else " (part of it: some of its partitions)"
+                raise renamed_refusal(self.name, other, topic, pipeline, epoch, batch_id, part)
+        self._vanished_unasked = ()
 
     def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
         """Every partition committed or was skipped: no transaction of this attempt is

@@ -34,7 +34,7 @@ class Markers:
         monkeypatch.setattr(sink_module, "record_span", self.span)
         monkeypatch.setattr(kit, "check_committed", self.check)
 
-    def span(self, config: Any, settings: Any, partitions: int) -> int:
+    def span(self, config: Any, settings: Any, partitions: int, first: Any = None) -> int:
         self.spans.append(partitions)  # recorded once per open() and scope, not per read
         return partitions
 
