@@ -171,6 +171,35 @@ def _relative(item: pytest.Item, root: str) -> str:
     return str(item.fspath).removeprefix(root)
 
 
+def _xdist_group(nodeid: str) -> str:
+    """The ``loadgroup`` group of a test: :data:`SERIAL_HEAVY`'s tests one group, any
+    other test file its own (its path, from the test's id)."""
+    path = nodeid.split("::", 1)[0]
+    return "serial-heavy" if path.startswith(SERIAL_HEAVY) else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadgroup``, pytest-xdist's scheduler grouped by the ``@group``
+    suffix its worker plugin appends to each test's id from the ``xdist_group`` marks
+    (:func:`pytest_collection_modifyitems`); with pytest 9 (``Node._id``) its assignment
+    to ``item._nodeid`` changes no id: every test was a group of its own, a file's tests
+    (the serial-heavy ones too) ran in both workers at once, and module and session
+    fixtures (``local_cluster_run``, a module's killed state) were set up in each. The
+    same scheduler, its groups read from the test's path (:func:`_xdist_group`)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class FileGroups(LoadGroupScheduling):
+        """``loadgroup`` with the groups of :func:`_xdist_group`."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _xdist_group(nodeid)
+
+    return FileGroups(config, log)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _pyspark_loggers_keep_pytest_formatters() -> Iterator[None]:
     """pytest attaches its log-capture handlers to every non-propagating logger, PySpark's
