@@ -212,6 +212,22 @@ def _unmarked_error(
     )
 
 
+def _holds_batch_of(
+    sink: Sink, other: str, pipeline: str, epoch: int, batch: int, timeout_s: float | None
+) -> bool | PartlyHeld | str | NoAnswer | None:
+    """``sink``'s :meth:`~fanout.Sink.holds_batch_of` ``other``'s batch ``batch`` of
+    ``epoch``, within ``timeout_s`` (:func:`fanout.steps.holds.bounded`): its answer, the
+    error it raised (a string, secrets redacted: cannot tell) or :class:`NoAnswer`."""
+
+    def ask() -> bool | PartlyHeld | str | None:
+        try:
+            return sink.holds_batch_of(other, pipeline, epoch, batch)
+        except Exception as exc:  # records it cannot read: cannot tell
+            return redact(f"{type(exc).__name__}: {exc}", sink.secret_values())
+
+    return bounded(sink, pipeline, ask, timeout_s, hook="holds-batch-of")
+
+
 def _ask_lagging(
     sink: Sink,
     other: str,
@@ -237,13 +253,7 @@ def _ask_lagging(
         f"which the pipeline no longer configures and {kept}"
     )
 
-    def ask() -> bool | PartlyHeld | str | None:
-        try:
-            return sink.holds_batch_of(other, pipeline, epoch, mark)
-        except Exception as exc:  # records it cannot read: cannot tell
-            return redact(f"{type(exc).__name__}: {exc}", sink.secret_values())
-
-    answer = bounded(sink, pipeline, ask, timeout_s, hook="holds-batch-of")
+    answer = _holds_batch_of(sink, other, pipeline, epoch, mark, timeout_s)
     if isinstance(answer, NoAnswer) or isinstance(answer, str) or answer is None:
         why = "" if isinstance(answer, NoAnswer) or answer is None else f": {answer}"
         within = (
@@ -284,13 +294,7 @@ def _ask(
         "which the pipeline no longer configures"
     )
 
-    def ask() -> bool | PartlyHeld | str | None:
-        try:
-            return sink.holds_batch_of(other, pipeline, epoch, batch)
-        except Exception as exc:  # records it cannot read: cannot tell
-            return redact(f"{type(exc).__name__}: {exc}", sink.secret_values())
-
-    answer = bounded(sink, pipeline, ask, timeout_s, hook="holds-batch-of")
+    answer = _holds_batch_of(sink, other, pipeline, epoch, batch, timeout_s)
     if isinstance(answer, NoAnswer):
         log.warning("pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
                     pipeline, sink.name, timeout_s, question)  # fmt: skip
