@@ -88,3 +88,42 @@ def test_a_renamed_sink_with_earlier_marks_is_refused_by_the_start_check_not_ano
     other.close()
     assert query(pg_url, "SELECT id FROM audit ORDER BY id") == ids[4:]
     assert query(pg_url, "SELECT id FROM orders ORDER BY id") == ids
+
+
+def test_an_upsert_sink_with_dead_letters_renamed_between_a_crash_and_its_replay_is_refused(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Upsert rewrites converge, but the rows a batch refused go to the dead-letter target
+    under the sink's name: killed in its first batch (the ledger never named ``old``) and
+    renamed, the replay wrote the refused rows 6 and 7 a second time, under ``new``. The
+    sink now refuses it as append does; without a dead-letter target it writes on."""
+    execute(pg_url, "CREATE TABLE orders (id bigint PRIMARY KEY CHECK (id < 6))")
+    ledger = str(tmp_path / "ledger")
+    upsert = {"mode": "upsert", "keys": ["id"], "dead_letter": "postgres:dead"}
+    with pytest.raises(BatchFailedError):
+        _fan(pg_url, MarkLost(ledger, "old"), "old", **upsert).process(
+            spark.range(4, 8), BatchInfo("pgren", 1, "q")
+        )
+    letters = "SELECT sink, (row->>'id')::int FROM dead ORDER BY 2, 1"
+    assert query(pg_url, letters) == [("old", 6), ("old", 7)]
+
+    renamed = _fan(pg_url, ledger, "new", **upsert)
+    with pytest.raises(BatchFailedError) as refused:
+        renamed.process(spark.range(4, 8), BatchInfo("pgren", 1, "q"))
+    renamed.close()
+    text = str(refused.value.failures["new"])
+    assert "upsert_routes records partition(s) [0, 1] of batch 1 as committed to table " \
+           "orders by sink 'old'" in text  # fmt: skip
+    assert "put the rows they refused in PostgreSQL table dead a second time" in text
+    assert "Rename the sink back to 'old'" in text
+    # before: ("new", 6), ("new", 7) beside them
+    assert query(pg_url, letters) == [("old", 6), ("old", 7)]
+    assert query(pg_url, "SELECT id FROM orders ORDER BY id") == [(4,), (5,)]
+
+    back = _fan(pg_url, ledger, "old", **upsert)  # the way out it names
+    back.process(spark.range(4, 8), BatchInfo("pgren", 1, "q"))
+    back.close()
+    assert query(pg_url, letters) == [("old", 6), ("old", 7)]
+    plain = _fan(pg_url, ledger, "plain", mode="upsert", keys=["id"])  # no letters: writes
+    assert plain.process(spark.range(4, 6), BatchInfo("pgren", 2, "q"))["plain"].rows == 2
+    plain.close()

@@ -1,0 +1,134 @@
+"""A PostgreSQL sink whose ``table`` or ``mode`` changed between a crash and its replay
+(docs/architecture.md §8.2, "A table moved mid-batch", "A mode switched mid-batch").
+
+An append sink's progress marks are keyed by pipeline, sink, batch and partition, not by
+table: killed after its partitions committed batch N into ``t1`` and before its ledger
+mark, then restarted with ``table = "t2"``, the replay found the marks, skipped those
+partitions, and ``t2`` never got their rows. Switched from upsert to append instead, the
+replay found no progress mark (the upsert recorded ``upsert_routes``) and appended the
+batch again: every row a unique violation, in the dead letters beside the upsert's. Both
+are now refused before any partition writes, naming what to do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pgcheck import execute, query
+
+from fanout import BatchFailedError, BatchInfo, FanOut
+from fanout.testing.faults import MarkLost
+
+
+def _fan(url: str, ledger: Any, **options: Any) -> FanOut:
+    sink = {"type": "postgres", "name": "pg", "url": url, "table": "t1", "mode": "append",
+            "partitions": 2, **options}  # fmt: skip
+    return FanOut("pgmove", ledger, [sink], retries=0)
+
+
+def _ids(url: str, table: str) -> list[int]:
+    return [row[0] for row in query(url, f"SELECT id FROM {table} ORDER BY id")]
+
+
+def test_an_append_table_moved_between_a_crash_and_its_replay_is_refused(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Batch 1 committed into ``t1``, its mark lost; restarted on ``t2`` (which holds a row
+    of its own): before, the replay skipped both partitions, ``t2`` ended ``[100]``. Its
+    answer to the start questions (``holds_batch``) is "cannot tell", not "held": the
+    marks are of ``t1``. Back on ``t1`` the batch completes, and moving after the mark
+    writes the next batch into ``t2``."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint)", "CREATE TABLE t2 (id bigint)",
+            "INSERT INTO t2 VALUES (100)")  # fmt: skip
+    ledger = str(tmp_path / "ledger")
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]
+
+    moved = _fan(pg_url, ledger, table="t2")
+    try:
+        # what a checkpoint reset's start would ask: before, True (t1's marks), so the
+        # start was refused and its lost mark recorded for a batch t2 never got
+        assert moved.sinks["pg"].holds_batch("pgmove", 0, 1) is None
+        with pytest.raises(BatchFailedError) as refused:
+            moved.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    finally:
+        moved.close()
+    text = str(refused.value.failures["pg"])
+    assert "partition(s) [0, 1] of batch 1 of this sink as committed to table t1 (OID " in text
+    assert "its table is t2 now (OID " in text
+    assert "Set table back to t1 and restart" in text
+    assert text.endswith(
+        "delete its marks first: DELETE FROM fanout.progress WHERE pipeline = 'pgmove' AND "
+        "sink = 'pg' AND batch_id = 1"
+    )
+    assert _ids(pg_url, "t2") == [100]  # nothing written (before: [100] too, and accepted)
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]
+
+    back = _fan(pg_url, ledger)  # the way out it names
+    assert back.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))["pg"].already_written
+    back.close()
+    after = _fan(pg_url, ledger, table="t2")
+    after.process(spark.range(8, 10), BatchInfo("pgmove", 2, "q"))
+    after.close()
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]
+    assert _ids(pg_url, "t2") == [8, 9, 100]
+
+    # the reverse, t2 back to t1 with batch 3 committed into t2 and its mark lost; then
+    # the other way it names: the marks deleted, t1 gets all of batch 3 (t2 keeps its copy)
+    with pytest.raises(BatchFailedError):
+        _fan(pg_url, MarkLost(ledger, "pg"), table="t2").process(
+            spark.range(10, 12), BatchInfo("pgmove", 3, "q")
+        )
+    reverse = _fan(pg_url, ledger)
+    with pytest.raises(BatchFailedError) as refused:
+        reverse.process(spark.range(10, 12), BatchInfo("pgmove", 3, "q"))
+    text = str(refused.value.failures["pg"])
+    assert "committed to table t2 (OID " in text and "its table is t1 now" in text
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]  # before: batch 3 skipped, t1 never got it
+    execute(pg_url, text[text.index("DELETE FROM") :])
+    reverse.process(spark.range(10, 12), BatchInfo("pgmove", 3, "q"))
+    reverse.close()
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7, 10, 11]
+    assert _ids(pg_url, "t2") == [8, 9, 10, 11, 100]
+
+
+def test_upsert_switched_to_append_between_a_crash_and_its_replay_is_refused(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Upsert with a ``postgres:`` dead-letter table committed batch 1 (ids 4, 5 in the
+    table, 6 and 7 refused by the CHECK into the letters), its mark lost; restarted in
+    append mode: before, the replay appended 4-7 again, each refused (a unique violation,
+    a CHECK), and the letters held 4, 5 and 6, 7 twice. Refused now; switched back, the
+    upsert replay completes the batch."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint PRIMARY KEY CHECK (id < 6))")
+    ledger = str(tmp_path / "ledger")
+    upsert = {"mode": "upsert", "keys": ["id"], "dead_letter": "postgres:dead"}
+    with pytest.raises(BatchFailedError):
+        _fan(pg_url, MarkLost(ledger, "pg"), **upsert).process(
+            spark.range(4, 8), BatchInfo("pgmove", 1, "q")
+        )
+    letters = "SELECT sink, (row->>'id')::int FROM dead ORDER BY 2, 1"
+    assert _ids(pg_url, "t1") == [4, 5]
+    assert query(pg_url, letters) == [("pg", 6), ("pg", 7)]
+
+    switched = _fan(pg_url, ledger, keys=["id"], dead_letter="postgres:dead")
+    with pytest.raises(BatchFailedError) as refused:
+        switched.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    switched.close()
+    text = str(refused.value.failures["pg"])
+    assert "upsert_routes records partition(s) [0, 1] of batch 1 of this sink as " \
+           "committed to table t1 in upsert mode" in text  # fmt: skip
+    assert "Set mode back to 'upsert' and restart" in text
+    assert _ids(pg_url, "t1") == [4, 5]
+    # before: the batch "written", 4 rows refused: 4 and 5 as duplicate keys beside the
+    # table's, 6 and 7 again (their partitions' letters replaced)
+    assert query(pg_url, letters) == [("pg", 6), ("pg", 7)]
+
+    back = _fan(pg_url, ledger, **upsert)
+    back.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    back.close()
+    assert _ids(pg_url, "t1") == [4, 5]
+    assert query(pg_url, letters) == [("pg", 6), ("pg", 7)]
