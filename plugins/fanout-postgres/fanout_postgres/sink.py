@@ -849,6 +849,23 @@ class PostgresSink(PartitionedSink):
             return None
         if not gone:
             return None
+        moved = None
+        if self.mode == "append":  # their marks name the table: moved, not created again?
+            moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id,
+                                table.quoted())  # fmt: skip
+        if moved is not None:
+            logger.warning(
+                "sink %r: table %s (OID %s), empty, is not table %s (OID %d), which "
+                "partition(s) %s of batch %d were written to: option 'table' moved since",
+                self.name, table, now, moved.table, moved.oid, moved.partitions, batch_id,
+            )  # fmt: skip
+            return (
+                f"partition(s) {', '.join(str(p) for p in moved.partitions)} of batch "
+                f"{batch_id} were written to table {moved.table} (OID {moved.oid}; their "
+                f"records in state_schema), and the sink's option 'table' names {table} "
+                f"now (OID {now}), which holds no row: the table was moved, not created "
+                f"again, and the batches written before stay in {moved.table}"
+            )
         logger.warning(
             "sink %r: table %s (OID %s) is not the table partition(s) %s of batch %d "
             "were written to (OID %s): it was dropped and created again since",

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pgcheck import execute, query
 
-from fanout import BatchFailedError, BatchInfo, FanOut
+from fanout import BatchFailedError, BatchInfo, FanOut, TargetLostError
 from fanout.testing.faults import MarkLost
 
 
@@ -93,6 +93,18 @@ def test_an_append_table_moved_between_a_crash_and_its_replay_is_refused(
     reverse.close()
     assert _ids(pg_url, "t1") == [4, 5, 6, 7, 10, 11]
     assert _ids(pg_url, "t2") == [8, 9, 10, 11, 100]
+
+    # moved between runs to an empty table: the lost-target check refuses it, as before,
+    # but says it moved (before: only that t3 had another OID than the batch's table)
+    execute(pg_url, "CREATE TABLE t3 (id bigint)")
+    with pytest.raises(TargetLostError) as lost:
+        _fan(pg_url, ledger, table="t3").process(spark.range(12, 14), BatchInfo("pgmove", 4, "q"))
+    assert (
+        "of batch 3 were written to table t1 (OID " in str(lost.value)
+        and "names t3 now (OID " in str(lost.value)
+        and "the table was moved, not created again" in str(lost.value)
+    )
+    assert _ids(pg_url, "t3") == []
 
 
 def test_upsert_switched_to_append_between_a_crash_and_its_replay_is_refused(
