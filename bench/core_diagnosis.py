@@ -55,6 +55,12 @@ class TimedLedger:
     def start_epoch(self, entry: Any) -> None:
         self._timed("ledger_epoch", self.inner.start_epoch, entry)
 
+    def check_start(self, entry: Any) -> None:
+        self._timed("ledger_epoch", self.inner.check_start, entry)
+
+    def sink_names(self, pipeline: str) -> list[str]:
+        return self._timed("ledger_scan", self.inner.sink_names, pipeline)  # type: ignore[no-any-return]
+
     def mark_committed(self, entry: Any) -> Any:
         return self._timed("ledger_mark", self.inner.mark_committed, entry)
 

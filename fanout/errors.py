@@ -11,7 +11,8 @@ Every error fanout raises on purpose derives from :class:`FanoutError`::
     │   └── DuplicateSinkTypeError  two plugins claim one sink type name
     ├── SinkError                   one sink, one batch
     │   ├── SinkWriteError          a write failed (chained ``from`` the cause)
-    │   │   └── DeadLetterMovedError  an earlier dead-letter target cannot say what it holds
+    │   │   ├── DeadLetterMovedError  an earlier dead-letter target cannot say what it holds
+    │   │   └── RenamedSinkError  a new sink's target holds a batch of a sink renamed mid-batch
     │   ├── SinkTimeoutError        a lag sink's write passed its ``write_timeout_s``
     │   ├── SchemaMismatchError     the batch schema does not fit the target
     │   ├── RouteError              the sink's ``where``/``select`` failed on the batch's rows
@@ -161,6 +162,18 @@ class DeadLetterMovedError(SinkWriteError):
     writing them to the target the sink has now could keep a letter twice, once in each
     (docs/architecture.md §7, "A ``dead_letter`` moved"). Raised before anything of the
     batch is written, naming both targets and the ways on."""
+
+
+class RenamedSinkError(SinkWriteError):
+    """A sink with no record of the batch it would write whose target holds that batch
+    written under the name of a sink the pipeline no longer configures (renamed, or removed,
+    after it committed the batch and before its ledger mark): writing would put the batch
+    there twice, so nothing is written. Not transient. One class for every check that finds
+    it: the run's start check (:mod:`fanout.steps.renamed`, through
+    :meth:`fanout.Sink.holds_batch_of`) and a sink's own at its first write (the Delta sink,
+    the PostgreSQL append sink); the message names the target, both sinks, the batch and the
+    ways on (:func:`fanout.contract.sink.renamed_sink_advice`; docs/architecture.md §5, "A
+    sink renamed mid-batch")."""
 
 
 class SinkResultError(SinkError):

@@ -239,6 +239,12 @@ class Sink:
     the options needs no entry; a key naming a hook the type does not implement is refused
     when the plugin loads (:class:`fanout.errors.PluginError`)."""
 
+    batch_removable: ClassVar[bool] = True
+    """Whether an operator can take a batch back out of this sink's target (a Delta table's
+    RESTORE, deleting rows): the refusal of a sink renamed mid-batch
+    (:class:`fanout.RenamedSinkError`) offers it as a way on only then. ``False`` for a
+    target that keeps what it committed (a Kafka topic: only renaming the sink back is)."""
+
     options: ClassVar[tuple[SinkOption, ...]] = ()
     """The keyword options the constructor takes, with default and meaning
     (:class:`fanout.contract.options.SinkOption`): shown by ``fanout plugins --options TYPE`` and
@@ -659,4 +665,36 @@ def lift_by_hand(pipeline: str, epoch: int | str, then: str) -> str:
         "lift it by hand from Python, with the sink built from the pipeline's "
         "configuration and opened (sink.open(fanout.SinkContext(pipeline))), by "
         f"sink.lift_epoch_fence({pipeline}, {epoch}), then {then}"
+    )
+
+
+def renamed_sink_advice(
+    target: str,
+    sink: str,
+    other: str,
+    batch: int,
+    remove: str | None = None,
+    *,
+    harm: str | None = None,
+) -> str:
+    """The ways on from a refused sink renamed mid-batch (:class:`fanout.RenamedSinkError`),
+    said alike by the core's start check and every sink's own: sink ``sink`` has no record of
+    batch ``batch`` and ``target`` (its description) holds it under the name ``other``, a
+    sink the pipeline no longer configures. Rename the sink back, or rename it once the batch
+    is marked; and, only when given, ``remove`` (how to take the batch out of the target,
+    e.g. a Delta restore; ``None`` where that is no way out, a Kafka topic). ``harm``: what
+    writing would do, when not "put the batch's rows in ``target`` twice"."""
+    ways = [
+        f"rename the sink back to {other!r} and restart: the replay skips what {target} "
+        "holds of the batch and the pipeline completes it",
+        f"rename it once batch {batch} is marked (the new name then starts after it)",
+    ]
+    if remove is not None:
+        ways.append(f"{remove} and restart")
+    return (
+        f"If {sink!r} is {other!r} renamed (or {other!r} was removed) after it committed batch "
+        f"{batch} and before its ledger mark, writing would "
+        + (harm or f"put the batch's rows in {target} twice")
+        + ", so nothing was written. Either "
+        + "; or ".join(ways)
     )

@@ -250,6 +250,24 @@ class Ledger(Protocol):
         :class:`fanout.CheckpointResetError` when the pipeline is no longer in the epoch
         before it, or epoch 0 was claimed already (another query came first)."""
 
+    def check_start(self, entry: LedgerEntry) -> None:
+        """Raise what :meth:`start_epoch` would for ``entry`` (an ``epoch`` row; anything
+        else: ``ValueError``), on the ledger as it is now, without writing:
+        :class:`fanout.CheckpointResetError` when another query started the epoch first (or
+        the pipeline is no longer in the epoch before it), :class:`fanout.ZombieBatchError`
+        when the old epoch's query committed a batch after the ``fanout recover`` report the
+        start is from (a ledger that keeps reports). Asked by a new epoch's start before it
+        fences the sinks (:meth:`fanout.steps.admit.Admission.check_start`), so that a start
+        refused for it fences nothing; :meth:`start_epoch` checks again. Once per epoch
+        start, never per batch."""
+
+    def sink_names(self, pipeline: str) -> list[str]:
+        """The sinks ``pipeline``'s rows name, sorted: of marks (lost ones too) and failed
+        attempts, any epoch; not of the epochs', recoveries' or dead-letter targets' own
+        rows. Read by the start's check for a sink renamed mid-batch
+        (:func:`fanout.steps.renamed.vanished_sinks`) and ``fanout ledger skip``'s check of
+        ``--sink``: rare paths."""
+
     def mark_committed(self, entry: LedgerEntry) -> bool:
         """Record that ``entry.sink`` committed ``entry.batch_id``; idempotent.
         Returns ``False`` when the mark was already there."""

@@ -81,6 +81,23 @@ class MemoryLedger:
             self._epochs[entry.pipeline] = entry.epoch
             self.entries.append(entry)
 
+    def check_start(self, entry: LedgerEntry) -> None:
+        """Raise what :meth:`start_epoch` would for the ``epoch`` row ``entry``, without
+        writing (:meth:`DeltaLedger.check_start <fanout.ledger.delta.DeltaLedger.check_start>`;
+        this ledger keeps no ``fanout recover`` report, so no zombie batch to find)."""
+        if entry.status != "epoch":
+            raise ValueError("check_start takes an epoch entry")
+        with self._lock:
+            current = self._epochs.get(entry.pipeline)
+        if not epoch_follows(entry.epoch, current):
+            raise CheckpointResetError(epoch_taken_message(entry, current))
+
+    def sink_names(self, pipeline: str) -> list[str]:
+        """The sinks ``pipeline``'s marks and failed attempts name (any epoch), sorted."""
+        with self._lock:
+            return sorted({e.sink for e in self.entries if e.pipeline == pipeline
+                           and e.status in ("committed", "failed")})  # fmt: skip
+
     def mark_committed(self, entry: LedgerEntry) -> bool:
         """Record the mark unless it exists (or it replaces a lost mark of its batch,
         :func:`fanout.ledger.entry.replaces_lost`, or it is a write's own mark of a batch

@@ -112,15 +112,13 @@ class Admission:
 
     def check_start(self, info: BatchInfo) -> None:
         """Raise what the ledger's start of the epoch after ``info``'s would, without
-        starting it, when the ledger can tell (``check_start``, :class:`DeltaLedger
-        <fanout.ledger.delta.DeltaLedger>`): another query started it first, or the old
+        starting it (:meth:`Ledger.check_start <fanout.ledger.entry.Ledger.check_start>`):
+        another query started it first, or the old
         epoch's query committed a batch after the ``fanout recover`` report it starts from
         (:class:`fanout.ZombieBatchError`). Called by ``before_start`` before it fences the
         sinks (:func:`fanout.steps.unmarked.refuse_unmarked`): a start refused here fences
         nothing, so nothing is lifted (``start_refused``)."""
-        check = getattr(self.ledger, "check_start", None)
-        if check is not None:
-            check(self._epoch_row(info, info.epoch + 1))
+        self.ledger.check_start(self._epoch_row(info, info.epoch + 1))
 
     def _start_epoch(self, info: BatchInfo, reset: CheckpointResetError) -> BatchInfo:
         """Start the next epoch for ``info``'s query; the ledger refuses it when another

@@ -49,18 +49,25 @@ NO_ANSWER: Final = NoAnswer()
 """What :func:`bounded` returns for a sink that did not answer in time."""
 
 
+Warn = Callable[..., None]
+"""Where a question's warning goes: :meth:`logging.Logger.warning`'s arguments (message
+and its arguments), e.g. held back until it is known whether the question counts."""
+
+
 def holds_answer(
-    sink: Sink, pipeline: str, epoch: int, batch_id: int, question: str
+    sink: Sink, pipeline: str, epoch: int, batch_id: int, question: str, warn: Warn | None = None
 ) -> bool | PartlyHeld | CannotTell | None:
     """``sink.holds_batch(pipeline, epoch, batch_id)``; a hook that raises is logged as
-    "pipeline P, sink S: cannot tell ``question``: its error" and answers
-    :class:`CannotTell`, the error masked with the sink's secrets (refusals and
+    "pipeline P, sink S: cannot tell ``question``: its error" (through ``warn`` when given)
+    and answers :class:`CannotTell`, the error masked with the sink's secrets (refusals and
     ``fanout recover`` print it)."""
     try:
         return sink.holds_batch(pipeline, epoch, batch_id)
     except Exception as exc:  # a check that cannot read its records cannot tell
         why = redact(f"{type(exc).__name__}: {exc}", sink.secret_values())  # errors show it
-        log.warning("pipeline %s, sink %s: cannot tell %s: %s", pipeline, sink.name, question, why)
+        (warn or log.warning)(
+            "pipeline %s, sink %s: cannot tell %s: %s", pipeline, sink.name, question, why
+        )
         return CannotTell(why)
 
 

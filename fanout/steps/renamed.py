@@ -34,8 +34,8 @@ import logging
 from collections.abc import Collection, Mapping
 
 from fanout.contract.batch import txn_app_id
-from fanout.contract.sink import PartlyHeld, Sink
-from fanout.errors import SinkWriteError
+from fanout.contract.sink import PartlyHeld, Sink, renamed_sink_advice
+from fanout.errors import RenamedSinkError
 from fanout.ledger.entry import Ledger
 from fanout.observe.secrets import redact
 from fanout.steps.holds import NoAnswer, bounded
@@ -43,12 +43,8 @@ from fanout.steps.lost_target import target_text
 
 log = logging.getLogger("fanout")
 
-
-class RenamedSinkError(SinkWriteError):
-    """A sink with no mark in the epoch whose target holds a batch written under the name
-    of a sink the pipeline no longer configures (renamed or removed after it committed
-    that batch, before its ledger mark): writing would put the batch there twice, so
-    nothing is written (docs/architecture.md §8, "A sink renamed mid-batch")."""
+# RenamedSinkError (fanout.RenamedSinkError) stays importable from here, its old home
+__all__ = ["RenamedSinkError", "answers_holds_batch_of", "refuse_renamed", "vanished_sinks"]
 
 
 def answers_holds_batch_of(sink: Sink) -> bool:
@@ -60,14 +56,8 @@ def vanished_sinks(
     ledger: Ledger, pipeline: str, epoch: int, configured: Collection[str]
 ) -> dict[str, int | None]:
     """The sinks ``ledger`` names for ``pipeline`` (marks and failures, any epoch) that
-    are not in ``configured``, each with its last mark of ``epoch`` (``None``: none). A
-    ledger without ``sink_names`` gives the sinks of its marks (a scan)."""
-    names = getattr(ledger, "sink_names", None)
-    if callable(names):
-        known = set(names(pipeline))
-    else:
-        known = {e.sink for e in ledger.committed_entries(pipeline)}
-    gone = sorted(known - set(configured))
+    are not in ``configured``, each with its last mark of ``epoch`` (``None``: none)."""
+    gone = sorted(set(ledger.sink_names(pipeline)) - set(configured))
     return dict(ledger.last_committed(pipeline, gone, epoch)) if gone else {}
 
 
@@ -149,15 +139,14 @@ def _ask(
         log.warning("pipeline %s, sink %s: %s; %s, so writing the batch again is harmless: "
                     "writing it", pipeline, sink.name, held, harmless)  # fmt: skip
         return None
+    remove = (
+        f"remove batch {batch} from the target (the sink's way for its target: a Delta "
+        "table's RESTORE to before its commit, deleting its rows from the table)"
+        if sink.batch_removable
+        else None
+    )
     return RenamedSinkError(
-        f"{held}. If {sink.name!r} is {other!r} renamed (or {other!r} was removed) after it "
-        f"committed batch {batch} and before its ledger mark, writing would put the batch's "
-        "rows there twice, so nothing was written. Either rename the sink back to "
-        f"{other!r} and restart: the replay skips the batch the target holds and the "
-        "pipeline completes it; rename it once that batch is marked (the new name then "
-        f"starts after it); or remove batch {batch} from the target (the sink's way for its "
-        "target: a Delta table's RESTORE to before its commit, deleting its rows from the "
-        "table) and restart",
+        f"{held}. " + renamed_sink_advice(target, sink.name, other, batch, remove),
         sink=sink.name,
         batch_id=batch,
     )

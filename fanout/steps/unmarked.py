@@ -55,6 +55,7 @@ from fanout.observe.secrets import redact
 from fanout.steps.holds import (
     CannotTell,
     NoAnswer,
+    Warn,
     answers_target_replaced,
     bounded,
     holds_answer,
@@ -128,11 +129,16 @@ def refuse_unmarked(
     ]
     question = partial(_ask_every_sink, info, ledger, sinks, marks, before, asked, in_spool)
     to_fence = {name: sinks[name] for name in asked if fences(sinks[name])}
-    if to_fence:  # asked first: a start refused then fences (and lifts) nothing
-        question(bounds, first=True)
-        if before_fence is not None:
-            before_fence()
-    fenced = fence_epochs(info, to_fence, bounds, ledger)
+    held_back: list[tuple[object, ...]] = []
+    try:
+        if to_fence:  # asked first: a start refused then fences (and lifts) nothing
+            question(bounds, first=held_back)
+            if before_fence is not None:
+                before_fence()
+        fenced = fence_epochs(info, to_fence, bounds, ledger)
+    except BaseException:  # no second question: the first's warnings are the start's
+        _say(held_back)
+        raise
     try:  # asked (again) once fenced: a write in flight may have landed since
         question(bounds)
     except BaseException:
@@ -151,29 +157,61 @@ def _ask_every_sink(
     in_spool: Mapping[str, int],
     bounds: Mapping[str, float],
     *,
-    first: bool = False,
+    first: list[tuple[object, ...]] | None = None,
 ) -> None:
     """:func:`refuse_unmarked`'s question: ask each sink of ``asked`` about the batch after
-    its mark, record the lost marks, and refuse the start when one holds it. ``first``: the
-    question before the fences (:func:`fence_epochs`), which only refuses: a start it would
-    not refuse records nothing and warns of no harmless rewrite then (the question asked
-    again once the sinks are fenced does, once), since a write in flight may land before
-    the fence. A sink that cannot tell (its ``holds_batch`` raising) is logged by both
-    questions (:func:`fanout.steps.holds.holds_answer`): twice per start."""
+    its mark, record the lost marks, and refuse the start when one holds it. ``first``
+    given: the question before the fences (:func:`fence_epochs`), which only refuses: a
+    start it would not refuse records nothing and warns of no harmless rewrite then (the
+    question asked again once the sinks are fenced does, once), since a write in flight
+    may land before the fence. Its warnings of a sink that cannot tell (its
+    ``holds_batch`` raising, :func:`fanout.steps.holds.holds_answer`) are held back in
+    ``first`` then, said only when it refuses (or, by :func:`refuse_unmarked`, when no
+    second question follows): once per start."""
+    try:
+        _ask_each(info, ledger, sinks, marks, before, asked, in_spool, bounds, first)
+    except BaseException:  # a refusal: no second question follows
+        if first is not None:
+            _say(first)
+        raise
+
+
+def _say(held_back: list[tuple[object, ...]]) -> None:
+    """Log the warnings a question held back (:func:`_ask_every_sink`)."""
+    for args in held_back:
+        log.warning(*args)
+    held_back.clear()
+
+
+def _ask_each(
+    info: BatchInfo,
+    ledger: Ledger,
+    sinks: Mapping[str, Sink],
+    marks: Mapping[str, int | None],
+    before: int,
+    asked: Sequence[str],
+    in_spool: Mapping[str, int],
+    bounds: Mapping[str, float],
+    first: list[tuple[object, ...]] | None,
+) -> None:
+    """:func:`_ask_every_sink`'s questions and what follows from their answers."""
     epoch = info.epoch
+    warn = None if first is None else (lambda *args: first.append(args))
     unmarked = {n: in_spool.get(n, before) for n in marks}
-    _refuse_restart(info, ledger, sinks, marks, unmarked, bounds)
+    _refuse_restart(info, ledger, sinks, marks, unmarked, bounds, warn)
     asks = unmarked_asks(before, marks)
     answers = []
     for name in asked:
         mark = marks[name]
         turns = asks if mark is None else (mark,)
-        answers.append(ask_in_turn(sinks[name], info.pipeline, epoch, turns, bounds.get(name)))
+        answers.append(
+            ask_in_turn(sinks[name], info.pipeline, epoch, turns, bounds.get(name), warn)
+        )
     held = [a for a in answers if a.holds]
     if not held:
         return
     held = _needed_rewrites(held, marks, sinks, in_spool)
-    if first and all(h.harmless is not None for h in held):
+    if first is not None and all(h.harmless is not None for h in held):
         return
     offsets = {h.sink: recorded_offsets(ledger, info.pipeline, epoch, h.mark + 1) for h in held}
     owner = ledger.epoch_owners(info.pipeline).get(epoch)
@@ -425,14 +463,19 @@ def unmarked_asks(before: int, marks: Mapping[str, int | None]) -> tuple[int, ..
 
 
 def ask_in_turn(
-    sink: Sink, pipeline: str, epoch: int, marks: Sequence[int], timeout_s: float | None = None
+    sink: Sink,
+    pipeline: str,
+    epoch: int,
+    marks: Sequence[int],
+    timeout_s: float | None = None,
+    warn: Warn | None = None,
 ) -> Held:
     """``sink``'s answer about the batch after each of ``marks`` in turn (:func:`ask`): the
     first it holds (all or part), else its answer about the last, ``None`` when it could
-    not tell about one."""
+    not tell about one (said through ``warn``, when given)."""
     answers = []
     for mark in marks:
-        answer = ask(sink, pipeline, epoch, mark, timeout_s)
+        answer = ask(sink, pipeline, epoch, mark, timeout_s, warn)
         if answer.holds:
             return answer
         answers.append(answer)
@@ -510,6 +553,7 @@ def _refuse_restart(
     marks: Mapping[str, int | None],
     unmarked: Mapping[str, int],
     bounds: Mapping[str, float],
+    warn: Warn | None = None,
 ) -> None:
     """Refuse ``info``'s query when a start of it was refused before for the batch every
     sink now counts (each sink's mark at or past it) and a sink that lost its mark of it
@@ -544,7 +588,8 @@ def _refuse_restart(
         offsets = recorded_offsets(ledger, info.pipeline, info.epoch, batch)
         raise UnmarkedBatchError(_wrote_message(info, ledger, lost, wrote, batch, offsets))
     asked = (
-        ask(sinks[name], info.pipeline, info.epoch, batch - 1, bounds.get(name)) for name in lost
+        ask(sinks[name], info.pipeline, info.epoch, batch - 1, bounds.get(name), warn)
+        for name in lost
     )
     # every sink counts the batch: the rewrite is harmless only when it is for every sink
     all_harmless = all(sink.harmless_rewrite() is not None for sink in sinks.values())
@@ -620,15 +665,23 @@ def answers_holds_batch(sink: Sink) -> bool:
     return type(sink).holds_batch is not Sink.holds_batch
 
 
-def ask(sink: Sink, pipeline: str, epoch: int, mark: int, timeout_s: float | None = None) -> Held:
-    """``sink``'s answer about batch ``mark + 1`` of ``epoch`` (a failing hook: ``None``).
+def ask(
+    sink: Sink,
+    pipeline: str,
+    epoch: int,
+    mark: int,
+    timeout_s: float | None = None,
+    warn: Warn | None = None,
+) -> Held:
+    """``sink``'s answer about batch ``mark + 1`` of ``epoch`` (a failing hook: ``None``,
+    logged, or said through ``warn`` when given).
 
     A sink with ``write_timeout_s`` (``timeout_s``) is asked in a daemon thread and waited
     for that long; one that does not answer refuses the start with a
     :class:`fanout.SinkTimeoutError`: counted as "cannot tell", it would let the new epoch
     write a batch the sink may hold a second time. Its ``target_replaced``, when it says
     held, is bounded apart (:func:`_identity`)."""
-    held = bounded(sink, pipeline, lambda: _ask(sink, pipeline, epoch, mark), timeout_s)
+    held = bounded(sink, pipeline, lambda: _ask(sink, pipeline, epoch, mark, warn), timeout_s)
     if not isinstance(held, NoAnswer):
         return _identity(sink, pipeline, epoch, held, timeout_s)
     raise SinkTimeoutError(
@@ -642,12 +695,12 @@ def ask(sink: Sink, pipeline: str, epoch: int, mark: int, timeout_s: float | Non
     )
 
 
-def _ask(sink: Sink, pipeline: str, epoch: int, mark: int) -> Held:
+def _ask(sink: Sink, pipeline: str, epoch: int, mark: int, warn: Warn | None = None) -> Held:
     question = (
         f"whether it holds batch {mark + 1} of epoch {epoch} (written but never marked) "
         "before the new epoch starts"
     )
-    holds = holds_answer(sink, pipeline, epoch, mark + 1, question)
+    holds = holds_answer(sink, pipeline, epoch, mark + 1, question, warn)
     if isinstance(holds, CannotTell):
         return Held(sink.name, mark, None, why=holds.why)
     if isinstance(holds, PartlyHeld):  # the old checkpoint's replay completes it: no hint

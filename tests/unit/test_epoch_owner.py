@@ -13,7 +13,7 @@ import pytest
 from fanout import BatchInfo
 from fanout.errors import CheckpointResetError, ZombieBatchError
 from fanout.ledger.delta import DeltaLedger
-from fanout.ledger.entry import LedgerEntry
+from fanout.ledger.entry import LOST_MARK, LedgerEntry
 from fanout.ledger.memory import MemoryLedger
 from fanout.steps.admit import Admission, OnReset
 from fanout.steps.plan import plan
@@ -290,6 +290,47 @@ def test_an_epoch_another_query_started_meanwhile_is_not_started_again(
         "pipeline are running: stop one; the other continues."
     )
     assert ledger.epoch_owners("p") == {0: Q1, 1: Q2}
+
+
+def test_check_start_refuses_what_start_epoch_would_without_writing(
+    ledger: MemoryLedger | DeltaLedger,
+) -> None:
+    """Asked by a new epoch's start before the sinks are fenced (``Admission.check_start``,
+    through the ``Ledger`` protocol): both ledgers refuse, with ``start_epoch``'s own error,
+    a start another query made first, and write nothing."""
+    rows = _rows(ledger)
+    ledger.check_start(LedgerEntry("p", "*", 6, "epoch", query_id=Q2, epoch=1))  # follows
+    with pytest.raises(CheckpointResetError, match="cannot start epoch 2"):
+        ledger.check_start(LedgerEntry("p", "*", 6, "epoch", query_id=Q2, epoch=2))
+    with pytest.raises(ValueError, match="check_start takes an epoch entry"):
+        ledger.check_start(LedgerEntry("p", "s", 6, "committed", query_id=Q2))
+    assert _rows(ledger) == rows  # nothing written
+    ledger.start_epoch(LedgerEntry("p", "*", 6, "epoch", query_id=Q2, epoch=1))
+    with pytest.raises(CheckpointResetError) as refused:
+        ledger.check_start(LedgerEntry("p", "*", 6, "epoch", query_id=Q3, epoch=1))
+    assert str(refused.value) == (
+        f"pipeline 'p': query {Q3} cannot start epoch 1: the pipeline is at epoch 1 already "
+        "(another query accepted a checkpoint reset meanwhile). Two checkpoints of one "
+        "pipeline are running: stop one; the other continues."
+    )
+    with pytest.raises(CheckpointResetError, match="at epoch 1 already"):  # the admission's
+        Admission(ledger, "new_epoch").check_start(info(6, Q3, 6))
+    assert len(_rows(ledger)) == len(rows) + 1  # Q2's start alone
+
+
+def test_sink_names_are_those_of_marks_and_failures_of_any_epoch(
+    ledger: MemoryLedger | DeltaLedger,
+) -> None:
+    """Both ledgers name the sinks of marks (lost ones too) and failed attempts, any epoch;
+    not the epochs' own rows (``*``) nor another pipeline's sinks."""
+    ledger.start_epoch(LedgerEntry("p", "*", 6, "epoch", query_id=Q2, epoch=1))
+    ledger.record_failure(LedgerEntry("p", "failing", 6, "failed", query_id=Q2, epoch=1))
+    lost = LedgerEntry("p", "lost", 6, "committed", query_id=Q2, epoch=1, error=LOST_MARK)
+    ledger.mark_committed(lost)
+    ledger.mark_committed(LedgerEntry("other", "elsewhere", 0, "committed", query_id=Q9))
+    assert ledger.sink_names("p") == ["failing", "lost", "s"]
+    assert ledger.sink_names("other") == ["elsewhere"]
+    assert ledger.sink_names("none") == []
 
 
 # -- epoch 0's claim ------------------------------------------------------------------

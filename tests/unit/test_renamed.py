@@ -177,3 +177,65 @@ def test_the_check_runs_after_a_catch_up_checked_the_targets_first(tmp_path: Pat
         assert new.calls == []
     finally:
         fan.close()
+
+
+def test_the_three_checks_raise_one_class_with_one_advice(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the core's start check, the Delta sink's and the PostgreSQL append sink's own checks
+    # at a first write (their lookups stubbed: their services are tested in the plugins)
+    import fanout_delta.plans
+    import fanout_postgres.sink as pg
+    from fanout_delta.fence import RenamedSinkError as DeltaRenamed
+    from fanout_delta.fence import refuse_vanished_sink
+    from fanout_delta.plans import CommitPlan
+    from fanout_kafka import KafkaSink
+
+    import fanout
+    from fanout.contract.batch import Batch, BatchInfo
+
+    assert RenamedSinkError is DeltaRenamed is fanout.RenamedSinkError  # the old paths
+    assert issubclass(RenamedSinkError, fanout.SinkWriteError)
+    ways = (
+        "twice, so nothing was written. Either rename the sink back to 'old' and restart: the "
+        "replay skips what {} holds of the batch and the pipeline completes it; or rename "
+        "it once batch 1 is marked (the new name then starts after it)"
+    )
+    errors: dict[str, Exception] = {}
+    refused = _check(_ledger({"old": [0]}), Target("new"), batch=1)
+    errors["core"] = refused["new"]
+
+    class Topic(Target):
+        batch_removable = KafkaSink.batch_removable  # a topic keeps what it committed
+
+    errors["kafka"] = _check(_ledger({"old": [0]}), Topic("new"), batch=1)["new"]
+    batch = Batch(None, BatchInfo("p", 1), "new", "fanout/p/new")
+    plan = CommitPlan("fanout/p/old", 1, 0, None, version=7)
+    monkeypatch.setattr(fanout_delta.plans, "vanished_sink_commit", lambda *a: plan)
+    with pytest.raises(RenamedSinkError) as delta:
+        refuse_vanished_sink(object(), batch, "new", "/lake/t", ["new"], False)  # type: ignore[arg-type]
+    errors["delta"] = delta.value
+    monkeypatch.setattr(pg, "vanished_sink_marks", lambda *a: ("old", 1, [0, 1]))
+    sink = pg.PostgresSink("new", url="postgresql://h/db", table="orders", mode="append")
+    sink._table = type(
+        "T", (), {"quoted": lambda self: '"orders"', "__str__": lambda self: "'orders'"}
+    )()
+    with pytest.raises(RenamedSinkError) as postgres:
+        sink._refuse_vanished_sink(None, batch, ("new",))
+    errors["postgres"] = postgres.value
+    targets = {"core": "path '/data/orders'", "kafka": "path '/data/orders'",
+               "delta": "the Delta table /lake/t", "postgres": "table 'orders'"}  # fmt: skip
+    for path, error in errors.items():
+        assert type(error) is RenamedSinkError, path
+        assert (error.sink, error.batch_id) == ("new", 1), path
+        assert ways.format(targets[path]) in str(error), path
+    assert str(errors["core"]).endswith(
+        ways.format(targets["core"]) + "; or remove batch 1 from the target (the sink's way for "
+        "its target: a Delta table's RESTORE to before its commit, deleting its rows from the "
+        "table) and restart"
+    )
+    assert str(errors["delta"]).endswith(
+        "; or to have the batch written under the new name, restore the table to before "
+        "version 7 (the batch's rows out) and restart"
+    )
+    for path in ("kafka", "postgres"):  # renaming back is the only way on
+        assert str(errors[path]).endswith(ways.format(targets[path])), path
+        assert "or remove batch" not in str(errors[path]), path

@@ -543,6 +543,52 @@ def test_a_start_refused_by_a_sink_holding_its_batch_fences_nothing() -> None:
     assert [(e.sink, e.batch_id) for e in ledger.committed_entries("p", 3)] == [("a", 3)]
 
 
+class FencingFails(Fencing):
+    """A :class:`Fencing` whose ``holds_batch`` raises (cannot tell)."""
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        self.log.append(("holds", self.name, f"{epoch}/{batch_id}"))
+        raise OSError("target unreachable")
+
+
+def test_a_sink_that_cannot_tell_is_warned_of_once_per_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Asked before the fences and after, a sink whose ``holds_batch`` raises was logged by
+    both questions: one warning per start, of the answer that counts (after the fences);
+    also when a refusal stops the start before the second question (the ledger's check, a
+    sink holding its batch), and nothing recorded for it either way."""
+    said = (
+        "pipeline p, sink a: cannot tell whether it holds batch 3 of epoch 0 (written but "
+        "never marked) before the new epoch starts: OSError: target unreachable"
+    )
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    log: list[tuple[str, ...]] = []
+    ledger = _ledger({"a": 2, "b": 2})
+    sinks = {"a": FencingFails("a", log), "b": Fencing("b", log, set())}
+    caplog.set_level(logging.WARNING, logger="fanout")
+    assert refuse_unmarked(INFO, ledger, sinks) == [sinks["a"], sinks["b"]]
+    assert [e for e in log if e[0] == "holds"] == [("holds", "a", "0/3"), ("holds", "b", "0/3")] * 2
+    assert warnings() == [said]
+    caplog.clear()
+
+    def ledger_refuses() -> None:
+        raise UnmarkedBatchError("the ledger refuses")
+
+    with pytest.raises(UnmarkedBatchError, match="the ledger refuses"):
+        refuse_unmarked(INFO, ledger, sinks, before_fence=ledger_refuses)
+    assert warnings() == [said]  # the first question's, the only one made
+    caplog.clear()
+    sinks["b"] = Fencing("b", log, {3})
+    with pytest.raises(UnmarkedBatchError, match="sink b holds batch 3 of epoch 0"):
+        refuse_unmarked(INFO, ledger, sinks)
+    assert warnings() == [said]
+    assert ledger.last_committed("p", ["a", "b"]) == {"a": 2, "b": 3}
+
+
 def test_a_write_landing_between_the_first_question_and_the_fence_refuses_and_lifts() -> None:
     """The answer that counts is the one after the fences: sink b's batch 3, in flight,
     committed after b's first answer (not held) and before its fence. The start is

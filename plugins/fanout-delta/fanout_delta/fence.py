@@ -29,9 +29,9 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from fanout.contract.sink import lift_by_hand
+from fanout.contract.sink import lift_by_hand, renamed_sink_advice
 from fanout.delta_tables import io as deltaio
-from fanout.errors import SinkWriteError
+from fanout.errors import RenamedSinkError, SinkWriteError
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -177,14 +177,6 @@ def fenced_error(
     )
 
 
-class RenamedSinkError(SinkWriteError):
-    """A sink's first write to a Delta table that already holds the batch, committed by a
-    sink of the same pipeline the pipeline no longer configures (renamed or removed after
-    that commit, before its ledger mark): writing it would put the batch in the table
-    twice, so nothing is written. Not transient (docs/architecture.md §8.1, "A sink
-    renamed mid-batch")."""
-
-
 def batch_version(
     table: DeltaTable | None,
     batch: Batch,
@@ -241,14 +233,13 @@ def refuse_vanished_sink(
             sink, batch.batch_id, held,
         )  # fmt: skip
         return
+    remove = (
+        "to have the batch written under the new name, restore the table to before version "
+        f"{plan.version} (the batch's rows out)"
+    )
     raise RenamedSinkError(
-        f"{held}. If {sink!r} is {other!r} renamed (or {other!r} was removed) after it "
-        f"committed batch {plan.batch_id} and before its ledger mark, this write would put "
-        "the batch's rows in the table twice, so nothing was written. Either rename the "
-        f"sink back to {other!r} and restart: the replay skips the batch the table holds "
-        "and the pipeline completes it; rename it once that batch is marked (the new name "
-        "then starts after it); or, to have the batch written under the new name, restore "
-        f"the table to before version {plan.version} (the batch's rows out) and restart",
+        f"{held}. "
+        + renamed_sink_advice(f"the Delta table {path}", sink, other, plan.batch_id, remove),
         sink=sink,
         batch_id=batch.batch_id,
     )

@@ -153,6 +153,7 @@ class KafkaSink(PartitionedSink):
 
     guarantees: ClassVar[tuple[Guarantee, ...]] = ("transactional",)
     read_only_check: ClassVar[bool] = True  # open(checking): no topic created
+    batch_removable: ClassVar[bool] = False  # a topic keeps what it committed
     topic_id_refresh_s: ClassVar[float] = 3600.0
     """How often a run commits its topic's id again (:meth:`_record_topic_id`): the broker
     forgets a group's offset ``offsets.retention.minutes`` after its last commit."""

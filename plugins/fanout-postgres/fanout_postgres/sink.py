@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from fanout.contract.batch import Batch, pipeline_scope
 from fanout.contract.dead_letters import DeadLetterTarget, ReplacesLetters
 from fanout.contract.partitions import BatchPartitioning, StableColumns
-from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext
+from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext, renamed_sink_advice
 from fanout.contract.sql import sql_literal
 from fanout.deadletters.held import refused_rows_held
 from fanout.deadletters.moved import (
@@ -42,6 +42,7 @@ from fanout.deadletters.moved import (
 )
 from fanout.errors import (
     ConfigurationError,
+    RenamedSinkError,
     SchemaMismatchError,
     SinkError,
     SinkUnreachableError,
@@ -564,23 +565,19 @@ class PostgresSink(PartitionedSink):
             return
         other, batch_id, partitions = found
         if self.mode == "append":
-            records, twice = "progress marks", "put those rows in the table twice"
+            records, harm = "progress marks", None
         else:
             records = "upsert_routes records"
-            twice = (
+            harm = (
                 f"put the rows they refused in {self._dead.describe() if self._dead else ''} "
                 "a second time (under this sink's name; the table's rows converge)"
             )
-        raise SinkWriteError(
+        raise RenamedSinkError(
             f"{self.state_schema}.{records} partition(s) {partitions} of batch "
             f"{batch_id} as committed to table {self._table} by sink {other!r} of this "
             f"pipeline, which the pipeline no longer configures, and sink {self.name!r} has "
-            f"no records: if {self.name!r} is {other!r} renamed (or {other!r} was removed) "
-            f"after it committed batch {batch_id} and before its ledger mark, this write "
-            f"would {twice}, so nothing was written. Rename the "
-            f"sink back to {other!r} and restart: the replay skips what the table holds and "
-            f"completes the batch; rename it once batch {batch_id} is marked (the new name "
-            "then starts after it)",
+            "no records. "
+            + renamed_sink_advice(f"table {self._table}", self.name, other, batch_id, harm=harm),
             sink=self.name,
             batch_id=batch.batch_id,
         )
