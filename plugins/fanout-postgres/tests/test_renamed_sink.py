@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pgcheck import execute, query
 
-from fanout import BatchFailedError, BatchInfo, FanOut
+from fanout import BatchFailedError, BatchInfo, FanOut, RenamedSinkError
 from fanout.testing.faults import MarkLost
 
 
@@ -40,6 +40,7 @@ def test_an_append_sink_renamed_between_a_crash_and_its_replay_is_refused(
     renamed = _fan(pg_url, ledger, "new")
     with pytest.raises(BatchFailedError) as refused:
         renamed.process(spark.range(4, 8), BatchInfo("pgren", 1, "q"))
+    assert isinstance(refused.value.failures["new"], RenamedSinkError)
     text = str(refused.value.failures["new"])
     assert "partition(s) [0, 1] of batch 1" in text and "sink 'old'" in text
     assert "rename the sink back to 'old'" in text and "or remove" not in text
@@ -78,9 +79,13 @@ def test_a_renamed_sink_with_earlier_marks_is_refused_by_the_start_check_not_ano
     with pytest.raises(BatchFailedError) as refused:
         renamed.process(spark.range(4, 8), BatchInfo("pgren", 1, "q"))
     renamed.close()
+    assert isinstance(refused.value.failures["new"], RenamedSinkError)
     text = str(refused.value.failures["new"])
     assert "table 'orders' holds batch 1 of sink 'old' (epoch 0, its records keyed " in text
     assert "rename the sink back to 'old'" in text
+    # no removal offered: taking batch 1's rows out of the table leaves old's marks of it,
+    # so the check would refuse again (PostgresSink.batch_removable is False)
+    assert "remove batch" not in text and "RESTORE" not in text
     assert query(pg_url, "SELECT id FROM orders ORDER BY id") == ids  # before: 4-7 twice
 
     other = _fan(pg_url, ledger, "audit", table="audit")
@@ -111,6 +116,7 @@ def test_an_upsert_sink_with_dead_letters_renamed_between_a_crash_and_its_replay
     with pytest.raises(BatchFailedError) as refused:
         renamed.process(spark.range(4, 8), BatchInfo("pgren", 1, "q"))
     renamed.close()
+    assert isinstance(refused.value.failures["new"], RenamedSinkError)
     text = str(refused.value.failures["new"])
     assert "upsert_routes records partition(s) [0, 1] of batch 1 as committed to table " \
            "orders by sink 'old'" in text  # fmt: skip
