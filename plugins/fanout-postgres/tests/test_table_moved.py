@@ -144,3 +144,39 @@ def test_upsert_switched_to_append_between_a_crash_and_its_replay_is_refused(
     back.close()
     assert _ids(pg_url, "t1") == [4, 5]
     assert query(pg_url, letters) == [("pg", 6), ("pg", 7)]
+
+
+def test_a_checkpoint_reset_after_the_table_moved_writes_the_unmarked_batch_once(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Batch 1 committed into ``t1``, its mark lost; ``table`` moved to ``t2`` (a row of its
+    own) and the query started on a new checkpoint (a new epoch). Its start asks
+    ``holds_batch`` about batch 1: t1's marks say nothing of t2 ("cannot tell"), so the
+    start is not refused and records no lost mark, and the new epoch's first batch (batch
+    1's offsets again) lands in t2 once; t1 keeps its copy. Before (6d2ea65): the marks
+    answered True, the start was refused and batch 1's lost mark recorded, a batch t2
+    never got."""
+    from fanout.ledger.delta import DeltaLedger
+
+    execute(pg_url, "CREATE TABLE t1 (id bigint)", "CREATE TABLE t2 (id bigint)",
+            "INSERT INTO t2 VALUES (100)")  # fmt: skip
+    ledger = str(tmp_path / "ledger")
+
+    def info(batch: int, query_id: str, end: int) -> BatchInfo:
+        return BatchInfo("pgmove", batch, query_id, [{"orders": {"0": end}}])
+
+    _fan(pg_url, ledger).process(spark.range(0, 4), info(0, "q", 4))
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), info(1, "q", 8))
+    sink = {"type": "postgres", "name": "pg", "url": pg_url, "table": "t2",
+            "mode": "append", "partitions": 2}  # fmt: skip
+    reset = FanOut("pgmove", ledger, [sink], retries=0, on_checkpoint_reset="new_epoch")
+    assert reset.process(spark.range(4, 8), info(0, "q2", 8))["pg"].rows == 4
+    reset.close()
+    assert _ids(pg_url, "t1") == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert _ids(pg_url, "t2") == [4, 5, 6, 7, 100]
+    marks = sorted(
+        (e.epoch, e.sink, e.batch_id, e.lost)
+        for e in DeltaLedger(ledger).committed_entries("pgmove")
+    )
+    assert marks == [(0, "pg", 0, False), (1, "pg", 0, False)]
