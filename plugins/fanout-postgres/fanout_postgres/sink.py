@@ -222,8 +222,9 @@ class PostgresSink(PartitionedSink):
         self._url: Any = None
         self._table: TableName | None = None
         # the pipeline's sinks (open()), until the first batch without records of its own
-        # asked whether a sink no longer configured committed it to the table (append; an
-        # upsert with a dead-letter target), or this sink in the other mode (append)
+        # passed the question whether a sink no longer configured committed it to the table
+        # (append; an upsert with a dead-letter target), or this sink in the other mode
+        # (append); a batch refused keeps it, so the same batch given again is asked again
         self._vanished_unasked: tuple[str, ...] = ()
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
         self._plans: dict[str, WritePlan] = {}
@@ -510,10 +511,10 @@ class PostgresSink(PartitionedSink):
             self._refuse_other_query(batch, found)
             if found:  # a replay: were they committed to the table the sink names now?
                 self._refuse_moved(conn, batch)
-            elif self._vanished_unasked:
-                sinks, self._vanished_unasked = self._vanished_unasked, ()
-                self._refuse_vanished_sink(conn, batch, sinks)
+            elif self._vanished_unasked:  # spent once passed: a refused batch is asked again
+                self._refuse_vanished_sink(conn, batch, self._vanished_unasked)
                 self._refuse_switched_mode(conn, batch)
+                self._vanished_unasked = ()
             marks = [mark for mark, _ in found]
             if marks and self._dead is None:
                 self._refuse_waiting_letters(conn, batch)
@@ -941,8 +942,8 @@ class PostgresSink(PartitionedSink):
         scope = _scope(batch)
         routes, later = upsert_routes(conn, self.state_schema, scope, self.name, batch.batch_id)
         if not routes and later is None and self._vanished_unasked:  # with a dead_letter
-            sinks, self._vanished_unasked = self._vanished_unasked, ()
-            self._refuse_vanished_sink(conn, batch, sinks)
+            self._refuse_vanished_sink(conn, batch, self._vanished_unasked)
+            self._vanished_unasked = ()  # spent once passed: a refused batch is asked again
         if later == EPOCH_FENCE:
             raise SinkWriteError(
                 f"{self.state_schema}.upsert_routes records that a later epoch of pipeline "

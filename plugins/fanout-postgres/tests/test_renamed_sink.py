@@ -45,6 +45,12 @@ def test_an_append_sink_renamed_between_a_crash_and_its_replay_is_refused(
     assert "partition(s) [0, 1] of batch 1" in text and "sink 'old'" in text
     assert "rename the sink back to 'old'" in text and "or remove" not in text
     assert query(pg_url, "SELECT id FROM orders ORDER BY id") == ids  # before: 4-7 twice
+    # the same FanOut given the batch again (a library caller's retry, a lagging sink's
+    # catch-up): refused again (before: the check was spent by the refusal, 4-7 twice)
+    with pytest.raises(BatchFailedError) as again:
+        renamed.process(spark.range(4, 8), BatchInfo("pgren", 1, "q"))
+    assert isinstance(again.value.failures["new"], RenamedSinkError)
+    assert query(pg_url, "SELECT id FROM orders ORDER BY id") == ids
     renamed.close()
 
     # the way out it names: the old name completes the batch, then the new one goes on
@@ -115,6 +121,9 @@ def test_an_upsert_sink_with_dead_letters_renamed_between_a_crash_and_its_replay
     renamed = _fan(pg_url, ledger, "new", **upsert)
     with pytest.raises(BatchFailedError) as refused:
         renamed.process(spark.range(4, 8), BatchInfo("pgren", 1, "q"))
+    with pytest.raises(BatchFailedError) as again:  # the same FanOut again: refused again
+        renamed.process(spark.range(4, 8), BatchInfo("pgren", 1, "q"))
+    assert isinstance(again.value.failures["new"], RenamedSinkError)
     renamed.close()
     assert isinstance(refused.value.failures["new"], RenamedSinkError)
     text = str(refused.value.failures["new"])

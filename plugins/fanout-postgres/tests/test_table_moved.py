@@ -129,6 +129,8 @@ def test_upsert_switched_to_append_between_a_crash_and_its_replay_is_refused(
     switched = _fan(pg_url, ledger, keys=["id"], dead_letter="postgres:dead")
     with pytest.raises(BatchFailedError) as refused:
         switched.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    with pytest.raises(BatchFailedError):  # the same FanOut again: refused again
+        switched.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
     switched.close()
     text = str(refused.value.failures["pg"])
     assert "upsert_routes records partition(s) [0, 1] of batch 1 of this sink as " \
