@@ -600,6 +600,23 @@ class PostgresSink(PartitionedSink):
                                  batch.batch_id, table.quoted())  # fmt: skip
         if found is None:
             return
+        scope = _scope(batch)
+        _, later = upsert_routes(conn, self.state_schema, scope, self.name, batch.batch_id)
+        if later is not None and later != EPOCH_FENCE:  # the refusal's path only
+            # no switch mid-batch (the ledger marks each batch before the next): an earlier
+            # run's records, under a pipeline started again under the same name
+            raise SinkWriteError(
+                f"{self.state_schema}.upsert_routes records batch {later} of this sink "
+                f"committed to table {self._table} in upsert mode in pipeline {scope!r}, "
+                f"after batch {batch.batch_id}, which Spark hands now to the sink in append "
+                f"mode: {restarted(ledger_too=True)}, so this run would append from batch "
+                f"{batch.batch_id} again what the earlier one wrote up to batch {later}. "
+                "Nothing was written. "
+                f"{RESTORE_OR_RENAME}, or delete the earlier run's records first: "
+                f"{forget_routes_sql(self.state_schema, scope, self.name)}",
+                sink=self.name,
+                batch_id=batch.batch_id,
+            )
         batch_id, partitions = found
         raise SinkWriteError(
             f"{self.state_schema}.upsert_routes records partition(s) {partitions} of batch "

@@ -182,3 +182,30 @@ def test_a_checkpoint_reset_after_the_table_moved_writes_the_unmarked_batch_once
         for e in DeltaLedger(ledger).committed_entries("pgmove")
     )
     assert marks == [(0, "pg", 0, False), (1, "pg", 0, False)]
+
+
+def test_an_append_sink_on_an_earlier_upsert_runs_records_is_told_of_the_restart(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The mode-switch check finds the sink's ``upsert_routes`` of a *later* batch than the
+    one Spark hands: no switch mid-batch (the ledger marks each batch before the next) but
+    the pipeline started again, new ledger and checkpoint, under the same name, now in
+    append mode. Refused (the upsert's own refusal of that restart is alike), saying so and
+    printing the ``DELETE`` of the earlier run's records, which, run, lets it write."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint PRIMARY KEY)")
+    upsert = {"mode": "upsert", "keys": ["id"]}
+    first = _fan(pg_url, str(tmp_path / "ledger"), **upsert)
+    first.process(spark.range(0, 2), BatchInfo("pgmove", 0, "q"))
+    first.process(spark.range(2, 4), BatchInfo("pgmove", 1, "q"))
+    first.close()
+    again = _fan(pg_url, str(tmp_path / "ledger2"))  # a new ledger, append
+    with pytest.raises(BatchFailedError) as refused:
+        again.process(spark.range(10, 12), BatchInfo("pgmove", 0, "q2"))
+    text = str(refused.value.failures["pg"])
+    assert "upsert_routes records batch 1 of this sink committed to table t1" in text
+    assert "checkpoint and ledger were replaced" in text and "Set mode back" not in text
+    assert _ids(pg_url, "t1") == [0, 1, 2, 3]
+    execute(pg_url, text[text.index("DELETE FROM") :])
+    assert again.process(spark.range(10, 12), BatchInfo("pgmove", 0, "q2"))["pg"].rows == 2
+    again.close()
+    assert _ids(pg_url, "t1") == [0, 1, 2, 3, 10, 11]
