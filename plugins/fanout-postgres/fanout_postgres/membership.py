@@ -171,22 +171,22 @@ def target_oids(conn: Any, state_schema: str, mode: str, scope: str, sink: str, 
 
 def vanished_sink_marks(
     conn: Any, state_schema: str, scope: str, sink: str, sinks: Collection[str], batch_id: int,
-    table: str,
+    table: str, mode: str = "append",
 ) -> tuple[str, int, list[int]] | None:  # fmt: skip
-    """Append mode: the progress marks, in table ``table`` (SQL, as the statements name it)
-    as it is now (its OID, migration ``0006_target_oid``), of the first batch at or past
-    ``batch_id`` of a sink of pipeline scope ``scope`` that is not among ``sinks`` (the
-    sinks the pipeline configures): that sink's name, the batch and its committed
-    partitions; ``None`` when there are none, or when ``sink`` itself has marks in the
-    scope (it is no new name). A sink renamed after it committed a batch and before its
-    ledger mark: under the new name the replay would write the batch again
-    (docs/architecture.md §8.2, "A sink renamed mid-batch"). Two queries, asked once per
-    :meth:`~fanout_postgres.PostgresSink.open` (the first batch with no marks of its own):
-    the first by the progress table's primary key, the second only for a name without
-    marks in the scope."""
+    """The progress marks (``mode`` append; upsert: the ``upsert_routes`` rows), in table
+    ``table`` (SQL, as the statements name it) as it is now (its OID, migration
+    ``0006_target_oid``), of the first batch at or past ``batch_id`` of a sink of pipeline
+    scope ``scope`` that is not among ``sinks`` (the sinks the pipeline configures): that
+    sink's name, the batch and its committed partitions; ``None`` when there are none, or
+    when ``sink`` itself has records in the scope (it is no new name). A sink renamed after
+    it committed a batch and before its ledger mark: under the new name the replay would
+    write the batch again (docs/architecture.md §8.2, "A sink renamed mid-batch"). Two
+    queries, asked once per :meth:`~fanout_postgres.PostgresSink.open` (the first batch
+    with no records of its own): the first by the table's primary key, the second only for
+    a name without records in the scope."""
     import sqlalchemy as sa
 
-    p = progress_table(state_schema)
+    p = progress_table(state_schema) if mode == "append" else upsert_routes_table(state_schema)
     own = sa.select(p.c.batch_id).where(p.c.pipeline == scope, p.c.sink == sink).limit(1)
     if conn.execute(own).first() is not None:
         return None
@@ -197,10 +197,37 @@ def vanished_sink_marks(
         p.c.pipeline == scope, p.c.sink != sink, p.c.sink.notin_(sorted(sinks)),
         p.c.batch_id >= batch_id, p.c.target_oid == oid,
     )  # fmt: skip
+    return _first_batch(conn, p, others)
+
+
+def upsert_routes_of(
+    conn: Any, state_schema: str, scope: str, sink: str, batch_id: int, table: str
+) -> tuple[int, list[int]] | None:
+    """Append mode: the first batch at or past ``batch_id`` that sink ``sink`` committed in
+    scope ``scope`` into table ``table`` as it is now (its OID) in *upsert* mode (its
+    ``upsert_routes`` rows), with those partitions; ``None``: none. The sink's ``mode``
+    switched from upsert to append after it committed the batch and before its ledger
+    mark: the append replay finds no progress mark and appends the batch again
+    (docs/architecture.md §8.2, "A mode switched mid-batch"). One query, asked once per
+    :meth:`~fanout_postgres.PostgresSink.open` (the first batch with no marks of its own)."""
+    r = upsert_routes_table(state_schema)
+    oid = _current_oid_query(table)
+    found = _first_batch(conn, r, (
+        r.c.pipeline == scope, r.c.sink == sink, r.c.batch_id >= batch_id,
+        r.c.target_oid == oid,
+    ))  # fmt: skip
+    return None if found is None else found[1:]
+
+
+def _first_batch(conn: Any, t: Any, where: Sequence[Any]) -> tuple[str, int, list[int]] | None:
+    """The sink, batch and partitions of the first batch (then sink) of state table ``t``'s
+    records matching ``where``; ``None``: none."""
+    import sqlalchemy as sa
+
     query = (
-        sa.select(p.c.sink, p.c.batch_id, p.c.partition)
-        .where(*others)
-        .order_by(p.c.batch_id, p.c.sink, p.c.partition)
+        sa.select(t.c.sink, t.c.batch_id, t.c.partition)
+        .where(*where)
+        .order_by(t.c.batch_id, t.c.sink, t.c.partition)
     )
     found: tuple[str, int, list[int]] | None = None
     for other, batch, partition in conn.execute(query):
@@ -210,6 +237,65 @@ def vanished_sink_marks(
             break
         found[2].append(int(partition))
     return found
+
+
+@dataclass(frozen=True)
+class MovedMarks:
+    """Append: progress marks of one batch that recorded another table than the sink's now
+    (:func:`moved_marks`)."""
+
+    partitions: list[int]
+    """The partitions whose marks name that table."""
+    table: str
+    """The table they were committed to, as the sink's option named it then (SQL)."""
+    oid: int
+    """That table's OID as the marks recorded it."""
+    now: int | None
+    """The OID of the sink's table now."""
+
+
+def moved_marks(
+    conn: Any, state_schema: str, scope: str, sink: str, batch_id: int, table: str
+) -> MovedMarks | None:
+    """Append: the progress marks of one batch of one sink that record another table than
+    ``table`` (SQL, as the statements name it): another OID (migration ``0006_target_oid``)
+    *and* another name (``target``, the sink's option as the partition wrote it). The
+    sink's ``table`` moved since they committed: they say nothing of the table it names
+    now, and a replay skipping their partitions would leave it without their rows
+    (docs/architecture.md §8.2, "A table moved mid-batch"). Another OID under the same name
+    is a table dropped and created again, or restored from a dump
+    (:meth:`~fanout_postgres.PostgresSink.target_replaced` tells those), not a move; the
+    same OID under another name (``orders`` and ``public.orders``, a table renamed with
+    the option) is the same table. ``None``: none. One query, asked only where marks of
+    the batch were found (a replay) or by ``holds_batch`` (a start)."""
+    import sqlalchemy as sa
+
+    p = progress_table(state_schema)
+    now = _current_oid_query(table)
+    query = (
+        sa.select(p.c.partition, p.c.target, p.c.target_oid, now)
+        .where(
+            p.c.pipeline == scope, p.c.sink == sink, p.c.batch_id == batch_id,
+            p.c.target_oid.isnot(None), p.c.target_oid != sa.func.coalesce(now, -1),
+            p.c.target != table,
+        )
+        .order_by(p.c.partition)
+    )  # fmt: skip
+    rows = conn.execute(query).all()
+    if not rows:
+        return None
+    _, target, oid, current = rows[0]
+    parts = [int(row[0]) for row in rows if (row[1], row[2]) == (target, oid)]
+    return MovedMarks(parts, str(target), int(oid), None if current is None else int(current))
+
+
+def _current_oid_query(table: str) -> Any:
+    """The OID of ``table`` (SQL) now, as a scalar SQL expression (``NULL``: none)."""
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql as pg
+
+    regclass = sa.func.to_regclass(sa.literal(table, sa.Text))
+    return sa.cast(sa.cast(regclass, pg.OID), sa.BigInteger)
 
 
 def current_oid(conn: Any, table: str) -> int | None:

@@ -30,6 +30,7 @@ from fanout.contract.batch import Batch, pipeline_scope
 from fanout.contract.dead_letters import DeadLetterTarget, ReplacesLetters
 from fanout.contract.partitions import BatchPartitioning, StableColumns
 from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext, renamed_sink_advice
+from fanout.contract.sql import sql_literal
 from fanout.deadletters.held import refused_rows_held
 from fanout.deadletters.moved import (
     earlier_of,
@@ -75,11 +76,13 @@ from fanout_postgres.membership import (
     committed_partitions,
     current_oid,
     letters_waiting,
+    moved_marks,
     partition_columns,
     relation_bytes,
     target_oids,
     upsert_records,
     upsert_routes,
+    upsert_routes_of,
     vanished_sink_marks,
 )
 from fanout_postgres.migrate import migration_problem
@@ -172,6 +175,9 @@ class PostgresSink(PartitionedSink):
         "harmless_rewrite": "mode=upsert, no dead_letter",
     }
     read_only_check: ClassVar[bool] = True  # open(checking): no migration, no table made
+    # deleting a batch's rows leaves the old name's progress marks / upsert_routes of it,
+    # which the renamed-sink check reads: no way on (renamed_sink_advice offers none)
+    batch_removable: ClassVar[bool] = False
     options = OPTIONS
 
     def __init__(
@@ -215,8 +221,10 @@ class PostgresSink(PartitionedSink):
         self.connection_idle_s = connection_idle_s
         self._url: Any = None
         self._table: TableName | None = None
-        # the pipeline's sinks (open()), until the first batch without marks of its own
-        # asked whether a sink no longer configured committed it to the table
+        # the pipeline's sinks (open()), until the first batch without records of its own
+        # passed the question whether a sink no longer configured committed it to the table
+        # (append; an upsert with a dead-letter target), or this sink in the other mode
+        # (append); a batch refused keeps it, so the same batch given again is asked again
         self._vanished_unasked: tuple[str, ...] = ()
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
         self._plans: dict[str, WritePlan] = {}
@@ -248,7 +256,10 @@ class PostgresSink(PartitionedSink):
         # through write_letters / replace_letters, which filter as fanout's wrapper does)
         self._dead = unchecked(context.dead_letters)
         checking = context.checking
-        self._vanished_unasked = tuple(context.sinks) if self.mode == "append" else ()
+        # an upsert without a dead-letter target rewrites a batch harmlessly (its letters
+        # would be written twice: §8.2, "A sink renamed mid-batch")
+        asks = self.mode == "append" or self._dead is not None
+        self._vanished_unasked = tuple(context.sinks) if asks else ()
         engine = self._engine()
         try:
             with engine.connect() as conn:
@@ -498,9 +509,12 @@ class PostgresSink(PartitionedSink):
                 conn, self.state_schema, _scope(batch), self.name, batch.batch_id
             )
             self._refuse_other_query(batch, found)
-            if not found and self._vanished_unasked:
-                sinks, self._vanished_unasked = self._vanished_unasked, ()
-                self._refuse_vanished_sink(conn, batch, sinks)
+            if found:  # a replay: were they committed to the table the sink names now?
+                self._refuse_moved(conn, batch)
+            elif self._vanished_unasked:  # spent once passed: a refused batch is asked again
+                self._refuse_vanished_sink(conn, batch, self._vanished_unasked)
+                self._refuse_switched_mode(conn, batch)
+                self._vanished_unasked = ()
             marks = [mark for mark, _ in found]
             if marks and self._dead is None:
                 self._refuse_waiting_letters(conn, batch)
@@ -538,25 +552,117 @@ class PostgresSink(PartitionedSink):
         )
 
     def _refuse_vanished_sink(self, conn: Any, batch: Batch, sinks: tuple[str, ...]) -> None:
-        """Append, at the first batch of an :meth:`open` with no marks of its own: refuse,
-        before any partition writes, a batch the table holds (partitions of it, or a later
-        batch) under the progress marks of a sink of the pipeline it no longer configures,
-        when this sink's name has no marks in the scope at all: that sink renamed to this
-        one (or removed) after it committed and before its ledger mark. Written under the
-        new name, those partitions' rows would be in the table twice
+        """At the first batch of an :meth:`open` with no records of its own (append; upsert
+        with a dead-letter target): refuse, before any partition writes, a batch the table
+        holds (partitions of it, or a later batch) under the progress marks (append) or
+        ``upsert_routes`` rows (upsert) of a sink of the pipeline it no longer configures,
+        when this sink's name has no records in the scope at all: that sink renamed to
+        this one (or removed) after it committed and before its ledger mark. Written under
+        the new name, an append's partitions would be in the table twice, an upsert's
+        refused rows in the dead-letter target twice (its rows converge)
         (:func:`~fanout_postgres.membership.vanished_sink_marks`)."""
         table = self._table
         assert table is not None  # open() resolved it
         found = vanished_sink_marks(conn, self.state_schema, _scope(batch), self.name, sinks,
-                                    batch.batch_id, table.quoted())  # fmt: skip
+                                    batch.batch_id, table.quoted(), self.mode)  # fmt: skip
         if found is None:
             return
         other, batch_id, partitions = found
+        if self.mode == "append":
+            records, harm = "progress marks", None
+        else:
+            records = "upsert_routes records"
+            harm = (
+                f"put the rows they refused in {self._dead.describe() if self._dead else ''} "
+                "a second time (under this sink's name; the table's rows converge)"
+            )
         raise RenamedSinkError(
-            f"{self.state_schema}.progress marks partition(s) {partitions} of batch "
+            f"{self.state_schema}.{records} partition(s) {partitions} of batch "
             f"{batch_id} as committed to table {self._table} by sink {other!r} of this "
             f"pipeline, which the pipeline no longer configures, and sink {self.name!r} has "
-            "no marks. " + renamed_sink_advice(f"table {self._table}", self.name, other, batch_id),
+            "no records. "
+            + renamed_sink_advice(f"table {self._table}", self.name, other, batch_id, harm=harm),
+            sink=self.name,
+            batch_id=batch.batch_id,
+        )
+
+    def _refuse_switched_mode(self, conn: Any, batch: Batch) -> None:
+        """Append, at the first batch of an :meth:`open` with no marks of its own: refuse,
+        before any partition writes, a batch this sink committed into the table in upsert
+        mode (its ``upsert_routes`` rows, of this batch or a later one): ``mode`` switched
+        after that commit and before its ledger mark, and the append replay, which finds no
+        progress mark, would append the batch again, each of its rows a unique violation
+        then (a row in the table and in the dead letters) or a second copy
+        (:func:`~fanout_postgres.membership.upsert_routes_of`)."""
+        table = self._table
+        assert table is not None  # open() resolved it
+        found = upsert_routes_of(conn, self.state_schema, _scope(batch), self.name,
+                                 batch.batch_id, table.quoted())  # fmt: skip
+        if found is None:
+            return
+        scope = _scope(batch)
+        _, later = upsert_routes(conn, self.state_schema, scope, self.name, batch.batch_id)
+        if later is not None and later != EPOCH_FENCE:  # the refusal's path only
+            # no switch mid-batch (the ledger marks each batch before the next): an earlier
+            # run's records, under a pipeline started again under the same name
+            raise SinkWriteError(
+                f"{self.state_schema}.upsert_routes records batch {later} of this sink "
+                f"committed to table {self._table} in upsert mode in pipeline {scope!r}, "
+                f"after batch {batch.batch_id}, which Spark hands now to the sink in append "
+                f"mode: {restarted(ledger_too=True)}, so this run would append from batch "
+                f"{batch.batch_id} again what the earlier one wrote up to batch {later}. "
+                "Nothing was written. "
+                f"{RESTORE_OR_RENAME}, or delete the earlier run's records first: "
+                f"{forget_routes_sql(self.state_schema, scope, self.name)}",
+                sink=self.name,
+                batch_id=batch.batch_id,
+            )
+        batch_id, partitions = found
+        raise SinkWriteError(
+            f"{self.state_schema}.upsert_routes records partition(s) {partitions} of batch "
+            f"{batch_id} of this sink as committed to table {self._table} in upsert mode, "
+            f"and the sink is in append mode now with no progress mark of the batch: its "
+            f"mode switched after that commit and before the ledger mark, and appending "
+            f"batch {batch_id} would write its rows a second time (or, under the upsert "
+            "keys' unique index, put each in the dead letters beside the table's copy), so "
+            "nothing was written. Set mode back to 'upsert' and restart: the replay "
+            f"completes the batch; switch once batch {batch_id} is marked (append then "
+            "starts after it)",
+            sink=self.name,
+            batch_id=batch.batch_id,
+        )
+
+    def _refuse_moved(self, conn: Any, batch: Batch) -> None:
+        """Append, on a replay (the batch has marks): refuse, before any partition writes,
+        a batch whose marks recorded another table than the sink's now (another OID and
+        another name: :func:`~fanout_postgres.membership.moved_marks`): ``table`` moved
+        after they committed and before the ledger mark. The replay would skip their
+        partitions, and the table named now would never get those rows. One query, only on
+        a replay."""
+        table = self._table
+        assert table is not None  # open() resolved it
+        scope = _scope(batch)
+        moved = moved_marks(conn, self.state_schema, scope, self.name, batch.batch_id,
+                            table.quoted())  # fmt: skip
+        if moved is None:
+            return
+        now = "none: it does not exist" if moved.now is None else str(moved.now)
+        forget = (
+            f"DELETE FROM {quote(self.state_schema)}.progress WHERE pipeline = "
+            f"{sql_literal(scope)} AND sink = {sql_literal(self.name)} AND batch_id = "
+            f"{batch.batch_id}"
+        )
+        raise SinkWriteError(
+            f"{self.state_schema}.progress marks partition(s) {moved.partitions} of batch "
+            f"{batch.batch_id} of this sink as committed to table {moved.table} (OID "
+            f"{moved.oid}), but its table is {table} now (OID {now}): option 'table' "
+            f"changed after they committed and before the ledger mark. The replay skips "
+            f"the partitions marked committed, so {table} would never get their rows, and "
+            f"nothing was written. Set table back to {moved.table} and restart: the replay "
+            f"completes batch {batch.batch_id} there; move the table once the batch is "
+            f"marked (the next batch then starts in {table}). Or, to write all of batch "
+            f"{batch.batch_id} into {table} (its committed part stays in {moved.table}), "
+            f"delete its marks first: {forget}",
             sink=self.name,
             batch_id=batch.batch_id,
         )
@@ -646,6 +752,8 @@ class PostgresSink(PartitionedSink):
                 if current_oid(conn, table.quoted()) not in oids:
                     return None if oids == {None} else False
             unknown = False  # an upsert row of an older fanout: its refused rows uncounted
+            if self.mode == "append" and name == self.name and self._moved(conn, scope, batch_id):
+                return None
             if self.mode == "append":
                 marks = committed_partitions(conn, self.state_schema, scope, name, batch_id)
                 counts: set[int | None] = {m.partitions for m in marks}
@@ -669,6 +777,26 @@ class PostgresSink(PartitionedSink):
             return self._uncounted_letters(pipeline, epoch, batch_id, name)
         if waiting and self._letters_kept(pipeline, epoch, batch_id, name) < waiting:
             return PartlyHeld(len(partitions), count, letters=waiting)
+        return True
+
+    def _moved(self, conn: Any, scope: str, batch_id: int) -> bool:
+        """Append, in :meth:`holds_batch`: whether marks of the batch recorded another table
+        than the sink's now (:func:`~fanout_postgres.membership.moved_marks`: ``table``
+        moved since), logged. They say nothing of the table named now: "cannot tell"
+        (``None``), so a checkpoint reset's start writes the batch into it (not refused,
+        no lost mark recorded for a batch it lacks) and a run's lost-target check lets a
+        moved table pass as before (:meth:`target_replaced` still names an empty one)."""
+        table = self._table
+        assert table is not None  # _target_gone said it is there
+        moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id, table.quoted())
+        if moved is None:
+            return False
+        logger.warning(
+            "sink %r: its progress marks of batch %d (partition(s) %s) name table %s (OID "
+            "%d), not %s, its table now: option 'table' moved since; they cannot tell "
+            "whether %s holds the batch",
+            self.name, batch_id, moved.partitions, moved.table, moved.oid, table, table,
+        )  # fmt: skip
         return True
 
     def _uncounted_letters(
@@ -739,6 +867,23 @@ class PostgresSink(PartitionedSink):
             return None
         if not gone:
             return None
+        moved = None
+        if self.mode == "append":  # their marks name the table: moved, not created again?
+            moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id,
+                                table.quoted())  # fmt: skip
+        if moved is not None:
+            logger.warning(
+                "sink %r: table %s (OID %s), empty, is not table %s (OID %d), which "
+                "partition(s) %s of batch %d were written to: option 'table' moved since",
+                self.name, table, now, moved.table, moved.oid, moved.partitions, batch_id,
+            )  # fmt: skip
+            return (
+                f"partition(s) {', '.join(str(p) for p in moved.partitions)} of batch "
+                f"{batch_id} were written to table {moved.table} (OID {moved.oid}; their "
+                f"records in state_schema), and the sink's option 'table' names {table} "
+                f"now (OID {now}), which holds no row: the table was moved, not created "
+                f"again, and the batches written before stay in {moved.table}"
+            )
         logger.warning(
             "sink %r: table %s (OID %s) is not the table partition(s) %s of batch %d "
             "were written to (OID %s): it was dropped and created again since",
@@ -813,6 +958,9 @@ class PostgresSink(PartitionedSink):
         sink and this batch is of the query a checkpoint reset replaced."""
         scope = _scope(batch)
         routes, later = upsert_routes(conn, self.state_schema, scope, self.name, batch.batch_id)
+        if not routes and later is None and self._vanished_unasked:  # with a dead_letter
+            self._refuse_vanished_sink(conn, batch, self._vanished_unasked)
+            self._vanished_unasked = ()  # spent once passed: a refused batch is asked again
         if later == EPOCH_FENCE:
             raise SinkWriteError(
                 f"{self.state_schema}.upsert_routes records that a later epoch of pipeline "

@@ -1,0 +1,211 @@
+"""A PostgreSQL sink whose ``table`` or ``mode`` changed between a crash and its replay
+(docs/architecture.md §8.2, "A table moved mid-batch", "A mode switched mid-batch").
+
+An append sink's progress marks are keyed by pipeline, sink, batch and partition, not by
+table: killed after its partitions committed batch N into ``t1`` and before its ledger
+mark, then restarted with ``table = "t2"``, the replay found the marks, skipped those
+partitions, and ``t2`` never got their rows. Switched from upsert to append instead, the
+replay found no progress mark (the upsert recorded ``upsert_routes``) and appended the
+batch again: every row a unique violation, in the dead letters beside the upsert's. Both
+are now refused before any partition writes, naming what to do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pgcheck import execute, query
+
+from fanout import BatchFailedError, BatchInfo, FanOut, TargetLostError
+from fanout.testing.faults import MarkLost
+
+
+def _fan(url: str, ledger: Any, **options: Any) -> FanOut:
+    sink = {"type": "postgres", "name": "pg", "url": url, "table": "t1", "mode": "append",
+            "partitions": 2, **options}  # fmt: skip
+    return FanOut("pgmove", ledger, [sink], retries=0)
+
+
+def _ids(url: str, table: str) -> list[int]:
+    return [row[0] for row in query(url, f"SELECT id FROM {table} ORDER BY id")]
+
+
+def test_an_append_table_moved_between_a_crash_and_its_replay_is_refused(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Batch 1 committed into ``t1``, its mark lost; restarted on ``t2`` (which holds a row
+    of its own): before, the replay skipped both partitions, ``t2`` ended ``[100]``. Its
+    answer to the start questions (``holds_batch``) is "cannot tell", not "held": the
+    marks are of ``t1``. Back on ``t1`` the batch completes, and moving after the mark
+    writes the next batch into ``t2``."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint)", "CREATE TABLE t2 (id bigint)",
+            "INSERT INTO t2 VALUES (100)")  # fmt: skip
+    ledger = str(tmp_path / "ledger")
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]
+
+    moved = _fan(pg_url, ledger, table="t2")
+    try:
+        # what a checkpoint reset's start would ask: before, True (t1's marks), so the
+        # start was refused and its lost mark recorded for a batch t2 never got
+        assert moved.sinks["pg"].holds_batch("pgmove", 0, 1) is None
+        with pytest.raises(BatchFailedError) as refused:
+            moved.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    finally:
+        moved.close()
+    text = str(refused.value.failures["pg"])
+    assert "partition(s) [0, 1] of batch 1 of this sink as committed to table t1 (OID " in text
+    assert "its table is t2 now (OID " in text
+    assert "Set table back to t1 and restart" in text
+    assert text.endswith(
+        "delete its marks first: DELETE FROM fanout.progress WHERE pipeline = 'pgmove' AND "
+        "sink = 'pg' AND batch_id = 1"
+    )
+    assert _ids(pg_url, "t2") == [100]  # nothing written (before: [100] too, and accepted)
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]
+
+    back = _fan(pg_url, ledger)  # the way out it names
+    assert back.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))["pg"].already_written
+    back.close()
+    after = _fan(pg_url, ledger, table="t2")
+    after.process(spark.range(8, 10), BatchInfo("pgmove", 2, "q"))
+    after.close()
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]
+    assert _ids(pg_url, "t2") == [8, 9, 100]
+
+    # the reverse, t2 back to t1 with batch 3 committed into t2 and its mark lost; then
+    # the other way it names: the marks deleted, t1 gets all of batch 3 (t2 keeps its copy)
+    with pytest.raises(BatchFailedError):
+        _fan(pg_url, MarkLost(ledger, "pg"), table="t2").process(
+            spark.range(10, 12), BatchInfo("pgmove", 3, "q")
+        )
+    reverse = _fan(pg_url, ledger)
+    with pytest.raises(BatchFailedError) as refused:
+        reverse.process(spark.range(10, 12), BatchInfo("pgmove", 3, "q"))
+    text = str(refused.value.failures["pg"])
+    assert "committed to table t2 (OID " in text and "its table is t1 now" in text
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]  # before: batch 3 skipped, t1 never got it
+    execute(pg_url, text[text.index("DELETE FROM") :])
+    reverse.process(spark.range(10, 12), BatchInfo("pgmove", 3, "q"))
+    reverse.close()
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7, 10, 11]
+    assert _ids(pg_url, "t2") == [8, 9, 10, 11, 100]
+
+    # moved between runs to an empty table: the lost-target check refuses it, as before,
+    # but says it moved (before: only that t3 had another OID than the batch's table)
+    execute(pg_url, "CREATE TABLE t3 (id bigint)")
+    with pytest.raises(TargetLostError) as lost:
+        _fan(pg_url, ledger, table="t3").process(spark.range(12, 14), BatchInfo("pgmove", 4, "q"))
+    assert (
+        "of batch 3 were written to table t1 (OID " in str(lost.value)
+        and "names t3 now (OID " in str(lost.value)
+        and "the table was moved, not created again" in str(lost.value)
+    )
+    assert _ids(pg_url, "t3") == []
+
+
+def test_upsert_switched_to_append_between_a_crash_and_its_replay_is_refused(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Upsert with a ``postgres:`` dead-letter table committed batch 1 (ids 4, 5 in the
+    table, 6 and 7 refused by the CHECK into the letters), its mark lost; restarted in
+    append mode: before, the replay appended 4-7 again, each refused (a unique violation,
+    a CHECK), and the letters held 4, 5 and 6, 7 twice. Refused now; switched back, the
+    upsert replay completes the batch."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint PRIMARY KEY CHECK (id < 6))")
+    ledger = str(tmp_path / "ledger")
+    upsert = {"mode": "upsert", "keys": ["id"], "dead_letter": "postgres:dead"}
+    with pytest.raises(BatchFailedError):
+        _fan(pg_url, MarkLost(ledger, "pg"), **upsert).process(
+            spark.range(4, 8), BatchInfo("pgmove", 1, "q")
+        )
+    letters = "SELECT sink, (row->>'id')::int FROM dead ORDER BY 2, 1"
+    assert _ids(pg_url, "t1") == [4, 5]
+    assert query(pg_url, letters) == [("pg", 6), ("pg", 7)]
+
+    switched = _fan(pg_url, ledger, keys=["id"], dead_letter="postgres:dead")
+    with pytest.raises(BatchFailedError) as refused:
+        switched.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    with pytest.raises(BatchFailedError):  # the same FanOut again: refused again
+        switched.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    switched.close()
+    text = str(refused.value.failures["pg"])
+    assert "upsert_routes records partition(s) [0, 1] of batch 1 of this sink as " \
+           "committed to table t1 in upsert mode" in text  # fmt: skip
+    assert "Set mode back to 'upsert' and restart" in text
+    assert _ids(pg_url, "t1") == [4, 5]
+    # before: the batch "written", 4 rows refused: 4 and 5 as duplicate keys beside the
+    # table's, 6 and 7 again (their partitions' letters replaced)
+    assert query(pg_url, letters) == [("pg", 6), ("pg", 7)]
+
+    back = _fan(pg_url, ledger, **upsert)
+    back.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    back.close()
+    assert _ids(pg_url, "t1") == [4, 5]
+    assert query(pg_url, letters) == [("pg", 6), ("pg", 7)]
+
+
+def test_a_checkpoint_reset_after_the_table_moved_writes_the_unmarked_batch_once(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Batch 1 committed into ``t1``, its mark lost; ``table`` moved to ``t2`` (a row of its
+    own) and the query started on a new checkpoint (a new epoch). Its start asks
+    ``holds_batch`` about batch 1: t1's marks say nothing of t2 ("cannot tell"), so the
+    start is not refused and records no lost mark, and the new epoch's first batch (batch
+    1's offsets again) lands in t2 once; t1 keeps its copy. Before (6d2ea65): the marks
+    answered True, the start was refused and batch 1's lost mark recorded, a batch t2
+    never got."""
+    from fanout.ledger.delta import DeltaLedger
+
+    execute(pg_url, "CREATE TABLE t1 (id bigint)", "CREATE TABLE t2 (id bigint)",
+            "INSERT INTO t2 VALUES (100)")  # fmt: skip
+    ledger = str(tmp_path / "ledger")
+
+    def info(batch: int, query_id: str, end: int) -> BatchInfo:
+        return BatchInfo("pgmove", batch, query_id, [{"orders": {"0": end}}])
+
+    _fan(pg_url, ledger).process(spark.range(0, 4), info(0, "q", 4))
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), info(1, "q", 8))
+    sink = {"type": "postgres", "name": "pg", "url": pg_url, "table": "t2",
+            "mode": "append", "partitions": 2}  # fmt: skip
+    reset = FanOut("pgmove", ledger, [sink], retries=0, on_checkpoint_reset="new_epoch")
+    assert reset.process(spark.range(4, 8), info(0, "q2", 8))["pg"].rows == 4
+    reset.close()
+    assert _ids(pg_url, "t1") == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert _ids(pg_url, "t2") == [4, 5, 6, 7, 100]
+    marks = sorted(
+        (e.epoch, e.sink, e.batch_id, e.lost)
+        for e in DeltaLedger(ledger).committed_entries("pgmove")
+    )
+    assert marks == [(0, "pg", 0, False), (1, "pg", 0, False)]
+
+
+def test_an_append_sink_on_an_earlier_upsert_runs_records_is_told_of_the_restart(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The mode-switch check finds the sink's ``upsert_routes`` of a *later* batch than the
+    one Spark hands: no switch mid-batch (the ledger marks each batch before the next) but
+    the pipeline started again, new ledger and checkpoint, under the same name, now in
+    append mode. Refused (the upsert's own refusal of that restart is alike), saying so and
+    printing the ``DELETE`` of the earlier run's records, which, run, lets it write."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint PRIMARY KEY)")
+    upsert = {"mode": "upsert", "keys": ["id"]}
+    first = _fan(pg_url, str(tmp_path / "ledger"), **upsert)
+    first.process(spark.range(0, 2), BatchInfo("pgmove", 0, "q"))
+    first.process(spark.range(2, 4), BatchInfo("pgmove", 1, "q"))
+    first.close()
+    again = _fan(pg_url, str(tmp_path / "ledger2"))  # a new ledger, append
+    with pytest.raises(BatchFailedError) as refused:
+        again.process(spark.range(10, 12), BatchInfo("pgmove", 0, "q2"))
+    text = str(refused.value.failures["pg"])
+    assert "upsert_routes records batch 1 of this sink committed to table t1" in text
+    assert "checkpoint and ledger were replaced" in text and "Set mode back" not in text
+    assert _ids(pg_url, "t1") == [0, 1, 2, 3]
+    execute(pg_url, text[text.index("DELETE FROM") :])
+    assert again.process(spark.range(10, 12), BatchInfo("pgmove", 0, "q2"))["pg"].rows == 2
+    again.close()
+    assert _ids(pg_url, "t1") == [0, 1, 2, 3, 10, 11]
