@@ -155,7 +155,6 @@ def test_a_sink_lagging_since_the_epochs_first_batch_renamed_is_refused_and_rele
     assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(3) for i in range(3)})
 
 
-@pytest.mark.xfail(strict=True, reason="a renamed sink not opened at the run's first batch is not asked when reopened (docs §5)")
 def test_a_renamed_sink_opened_late_is_asked_before_its_catch_up_writes(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -212,7 +211,15 @@ def test_a_renamed_sink_opened_late_is_asked_before_its_catch_up_writes(
     text = str(behind)
     assert "RenamedSinkError" in text and "holds batch 0 of sink 'copy'" in text
     assert "batches 1-2 of epoch 0 for sink 'copy'" in text
+    assert "Not written by the next run until you act: copy2" in text  # stuck, not retried
     assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(4) for i in range(3)})
+    failed = sorted(
+        (r["batch_id"], r["error"].split(":")[0])
+        for r in delta_rows(tmp_path / "ledger")
+        if r["sink"] == "copy2" and r["status"] == "failed"
+    )
+    # the live batch's failure is the open's (or, if its reopen was done first, the refusal)
+    assert (3, "RenamedSinkError") in failed and {b for b, _ in failed} == {3}
     assert renamed.spool is not None
     assert [(b.batch_id, sorted(b.needed_by)) for b in renamed.spool.batches()] == [
         (1, ["copy"]), (2, ["copy"]), (3, ["copy2"]),
