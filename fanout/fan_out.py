@@ -52,6 +52,7 @@ from fanout.errors import (
     BatchFailedError,
     ConfigurationError,
     FanoutError,
+    RenamedSinkError,
     SinksBehindError,
     SinkUnreachableError,
     TargetLostError,
@@ -267,6 +268,9 @@ class FanOut:
         self._renamed_checked = False
         """Whether this run's first batch asked for a renamed sink (fanout.steps.renamed;
         a catch-up's check of the targets before it does not)."""
+        self._renamed_first: tuple[int, int] | None = None
+        """The run's first batch (epoch, batch id) when its renamed check ran: what a lag
+        sink opened later, not asked then, is asked about (:meth:`_renamed_reopened`)."""
         check_exclusive_resources(self.pipeline, (spec.sink for spec in self.specs.values()))
         self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in self.specs.items()}
         kinds = registry.dead_letter_kinds()
@@ -937,7 +941,8 @@ class FanOut:
                 self._refuse_lost(state.info.epoch, state.marks)
             self._targets_checked = True
         if not self._renamed_checked:  # not by a catch-up's check before the first batch
-            if state.marks is not None:
+            if state.marks is not None:  # before it reads which sinks are open
+                self._renamed_first = (state.info.epoch, state.info.batch_id)
                 self._refuse_renamed(state)
             self._renamed_checked = True
 
@@ -951,20 +956,64 @@ class FanOut:
         opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
         timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
         info = state.info
-        spooled = None
-        if self.spool is not None:  # what the spool keeps of the epoch, for each sink
-            kept: dict[str, list[int]] = {}
-            for batch in self.spool.batches():
-                if batch.epoch == info.epoch:
-                    for name in batch.needed_by:
-                        kept.setdefault(name, []).append(batch.batch_id)
-            spooled = Spooled(self.spool.path, ledger_location(self.ledger), kept)
+        spooled = self._spooled(info.epoch)
         refused = refuse_renamed(self.pipeline, info.epoch, info.batch_id, self.ledger,
                                  self.specs, opened, state.marks, timeouts, spooled)  # fmt: skip
         if refused:
             for error in refused.values():
                 log.error("%s", error)
             raise BatchFailedError(self.pipeline, info.batch_id, refused)
+
+    def _spooled(self, epoch: int) -> Spooled | None:
+        """What the spool keeps of ``epoch``, for each sink (``None``: no spool)."""
+        if self.spool is None:
+            return None
+        kept: dict[str, list[int]] = {}
+        for batch in self.spool.batches():
+            if batch.epoch == epoch:
+                for name in batch.needed_by:
+                    kept.setdefault(name, []).append(batch.batch_id)
+        return Spooled(self.spool.path, ledger_location(self.ledger), kept)
+
+    def _renamed_reopened(
+        self, name: str, epoch: int, marks: Mapping[str, int | None]
+    ) -> RenamedSinkError | None:
+        """The run's renamed check (:meth:`_refuse_renamed`) of ``name``, a lag sink that
+        could not be opened at the run's first batch, so not asked then, once it is open
+        and before its first write (:meth:`_ask_reopened`). Asked about the first batch it
+        would write: the first the spool keeps of the ledger's current ``epoch`` for it,
+        else the run's first batch; not before that batch's check (it asks the sink, open
+        by then), nor for a sink with a mark in the epoch (``marks``)."""
+        if marks.get(name) is not None:
+            return None
+        first = self._renamed_first
+        first_id = first[1] if first is not None and first[0] == epoch else None
+        spooled = self._spooled(epoch)
+        own = sorted(spooled.batches.get(name, ())) if spooled is not None else []
+        batch = own[0] if own else first_id
+        if batch is None:
+            return None
+        if spooled is not None and first_id is not None and own:
+            # the batches spooled for it from the run's first on are this run's, kept only
+            # because it was not opened: they do not make its name one the spool knew
+            kept = dict(spooled.batches)
+            earlier = [b for b in own if b < first_id]
+            if earlier:
+                kept[name] = earlier
+            else:
+                del kept[name]
+            spooled = Spooled(spooled.spool, spooled.ledger, kept)
+        timeout = write_timeout(self.specs[name])
+        refused = refuse_renamed(self.pipeline, epoch, batch, self.ledger, self.specs,
+                                 {name: self.sinks[name]}, marks,
+                                 None if timeout is None else {name: timeout},
+                                 spooled).get(name)  # fmt: skip
+        if refused is not None:
+            log.error(
+                "%s. The sink lags with this error for the rest of the run (on_failure="
+                "'lag'), nothing written to it; the other sinks go on", refused,
+            )  # fmt: skip
+        return refused
 
     def _check_targets_before_catch_up(self) -> None:
         """:meth:`_check_targets` for a catch-up that may write before the run's first
@@ -1000,11 +1049,17 @@ class FanOut:
         for name, error in lost.items():
             self.lagging.lose(name, error)
 
-    def _ask_reopened(self, name: str) -> TargetLostError | None:
-        """The lost-target check of a lagging sink that could not be opened at the run's
-        start, asked once it is (:meth:`Lagging.reopen`), before its first write: about its
-        marks of the ledger's current epoch, as the run's first batch asks the others."""
-        return self._lost_on_ledger([name]).get(name)
+    def _ask_reopened(self, name: str) -> TargetLostError | RenamedSinkError | None:
+        """The checks of a lagging sink that could not be opened at the run's start, asked
+        once it is (:meth:`Lagging.reopen`), before its first write, as the run's first
+        batch asks the others: the lost-target check about its marks of the ledger's
+        current epoch, then the renamed check (:meth:`_renamed_reopened`). Its refusal
+        does not stop the run: the sink lags with it (:meth:`Lagging.lose`)."""
+        view = self.ledger.lookup(self.pipeline, [name])
+        lost = self._lost_targets({name: self.sinks[name]}, view.epoch, view.marks).get(name)
+        if lost is not None:
+            return lost
+        return self._renamed_reopened(name, view.epoch, view.marks)
 
     def _lost_on_ledger(self, names: Sequence[str]) -> dict[str, TargetLostError]:
         """The lost-target check of the sinks ``names`` (open) about their marks of the

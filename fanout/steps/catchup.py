@@ -23,7 +23,13 @@ from typing import Any
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.locations import command_location
-from fanout.errors import BackfillError, MissedBatchesError, SinkTimeoutError, TargetLostError
+from fanout.errors import (
+    BackfillError,
+    MissedBatchesError,
+    RenamedSinkError,
+    SinkTimeoutError,
+    TargetLostError,
+)
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.entry import LedgerEntry, now_utc
 from fanout.ledger.gaps import skip_command
@@ -353,7 +359,7 @@ class CatchUp:
         spec = self.specs[sink]
         unopened = self.lagging.reopen(sink, wait=wait)
         if unopened is not None:
-            if isinstance(unopened, TargetLostError):
+            if isinstance(unopened, TargetLostError | RenamedSinkError):  # its reopen's check
                 self._record_lost(sink, key, unopened)
             return unopened
         try:
@@ -426,8 +432,11 @@ class CatchUp:
         )  # fmt: skip
         return True
 
-    def _record_lost(self, sink: str, key: BatchKey, error: TargetLostError) -> None:
-        """Record, once per run, the refused catch-up of ``sink`` (its target lost) as a
+    def _record_lost(
+        self, sink: str, key: BatchKey, error: TargetLostError | RenamedSinkError
+    ) -> None:
+        """Record, once per run, the refused catch-up of ``sink`` (its target lost, or it
+        was found renamed: its reopen's check) as a
         failed attempt of its next batch ``key``: ``fanout status`` shows it, with the
         ways on, also when no live batch runs."""
         with _current_lock:

@@ -43,6 +43,7 @@ from fanout.steps.lag_state import (
     Lost,
     Open,
     Opening,
+    Refusal,
     Reopening,
     SinkState,
     SinkStates,
@@ -93,9 +94,11 @@ class Lagging:
     sources: Mapping[str, BackfillSource] = field(default_factory=dict)
     unopened: InitVar[Mapping[str, tuple[SinkContext, BaseException]] | None] = None
     secrets: tuple[str, ...] = ()
-    ask_target: Callable[[str], TargetLostError | None] | None = None
-    """The lost-target check of one sink (:mod:`fanout.steps.lost_target`), asked when
-    :meth:`reopen` opens it, before its first write: ``None`` when it may write."""
+    ask_target: Callable[[str], Refusal | None] | None = None
+    """The checks of one sink asked when :meth:`reopen` opens it, before its first write,
+    as an open sink is asked at the run's first batch: its target's last mark
+    (:mod:`fanout.steps.lost_target`), then, a sink with no mark in the epoch, a sink it
+    was renamed from (:mod:`fanout.steps.renamed`); ``None`` when it may write."""
     regather: Callable[[], None] | None = None
     """Called once :meth:`reopen` opened a sink, before :attr:`ask_target`: its ``open``
     may have fetched a secret, which the pipeline's :attr:`secrets` must now hold."""
@@ -188,11 +191,18 @@ class Lagging:
             self._stuck.discard(sink)
 
     def failed(self, sink: str, error: BaseException) -> None:
-        """``sink``'s last attempt failed (live or in the catch-up)."""
+        """``sink``'s last attempt failed (live or in the catch-up). A sink :meth:`lose`
+        moved to ``LOST`` keeps that refusal as its last error (a live batch that began
+        while its reopen ran fails with the open's error after it)."""
         with self._lock:
+            held = self._states.of(sink)
+            if isinstance(held, Lost):
+                error = held.error
             self._errors[sink] = redact_printed(f"{type(error).__name__}: {error}", self.secrets)
             self._failed_at[sink] = time.monotonic()
-            if isinstance(error, (BackfillError, MissedBatchesError, TargetLostError)):
+            if isinstance(held, Lost) or isinstance(
+                error, (BackfillError, MissedBatchesError, TargetLostError)
+            ):
                 self._stuck.add(sink)
             else:
                 self._stuck.discard(sink)
@@ -202,7 +212,8 @@ class Lagging:
         backfill source cannot give a batch back as it was committed
         (:class:`fanout.errors.BackfillError`), its next batch lies past batches nothing
         holds for it (:class:`fanout.MissedBatchesError`), or its target lost batches the
-        ledger marks written there (:class:`fanout.TargetLostError`)."""
+        ledger marks written there (:class:`fanout.TargetLostError`), or its reopen's check
+        found it renamed (:class:`fanout.RenamedSinkError`, :meth:`lose`)."""
         with self._lock:
             return sink in self._stuck
 
@@ -222,12 +233,14 @@ class Lagging:
         if current is None or batch > current:
             self._marks[(sink, epoch)] = batch
 
-    def lose(self, sink: str, error: TargetLostError) -> None:
-        """``sink``'s target lost its last marked batch that wrote rows: it lags with
-        ``error`` for the rest of the run, never written (:meth:`reopen` returns it)."""
+    def lose(self, sink: str, error: Refusal) -> None:
+        """``sink``'s target lost its last marked batch that wrote rows, or holds a batch
+        of a sink it was renamed from (its reopen's check): it lags with ``error`` for the
+        rest of the run, never written (:meth:`reopen` returns it), waiting for the
+        operator (:meth:`stuck`)."""
         with self._lock:
             self._states.move(sink, Lost(error))
-            self.failed(sink, error)
+            self.failed(sink, error)  # lost: stuck
 
     def held(self, sink: str) -> Held:
         """``sink``'s open/lost state, with its error (unopened, lost) or its reopen

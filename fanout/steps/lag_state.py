@@ -23,7 +23,12 @@ from enum import Enum
 from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from fanout.contract.sink import SinkContext
-from fanout.errors import TargetLostError
+from fanout.errors import RenamedSinkError, TargetLostError
+
+Refusal: TypeAlias = TargetLostError | RenamedSinkError
+"""What a lagging sink's reopen check refuses it with (it then lags with it, never written,
+for the rest of the run): its target lost its last marked batch, or holds a batch of a sink
+it was renamed from (docs/architecture.md §5)."""
 
 
 @dataclass
@@ -107,7 +112,7 @@ class Reopening:
 class Lost:
     """:attr:`SinkState.LOST`: the refusal the sink lags with for the rest of the run."""
 
-    error: TargetLostError
+    error: Refusal
     state: ClassVar[SinkState] = SinkState.LOST
 
 

@@ -20,6 +20,7 @@ from fanout.errors import (
     CheckpointError,
     ConfigurationError,
     LagLimitError,
+    RenamedSinkError,
     TargetLostError,
     batch_ranges,
 )
@@ -351,6 +352,12 @@ def _why_behind(error: BaseException) -> str:
         return (
             "wrote nothing: its target lost batches the ledger marks written there "
             f"(TargetLostError at batch {error.batch_id}, logged in full when found; "
+            "`fanout status` shows it and the ways on)"
+        )
+    if isinstance(error, RenamedSinkError):  # a reopen's check, or the sink's own write
+        return (
+            "wrote nothing: its target holds a batch of a sink it was renamed from "
+            f"(RenamedSinkError at batch {error.batch_id}, logged in full when found; "
             "`fanout status` shows it and the ways on)"
         )
     return f"failed after its retries: {error}"

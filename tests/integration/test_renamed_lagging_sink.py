@@ -23,9 +23,11 @@ from typing import Any
 
 import pytest
 
-from fanout import BatchFailedError, BatchInfo, FanOut
+from fanout import BatchFailedError, BatchInfo, FanOut, SinksBehindError
 from fanout.app.cli import main
+from fanout.errors import SinkUnreachableError
 from fanout.steps.renamed import RenamedSinkError
+from fanout.testing.faults import MarkLost
 from tests.integration.streams import delta_rows
 
 
@@ -153,3 +155,117 @@ def test_a_sink_lagging_since_the_epochs_first_batch_renamed_is_refused_and_rele
         released.close()
     assert _ids(copy) == Counter({20: 1, 21: 1, 22: 1})
     assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(3) for i in range(3)})
+
+
+def _down_at_first_open(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """The Delta sink ``name``'s first ``open()`` cannot reach its target (its server down
+    at the run's start: it starts behind, ``on_failure="lag"``); later ones open it."""
+    from fanout_delta.sink import DeltaSink
+
+    opened, down = DeltaSink.open, {name}
+
+    def open_once_down(self: DeltaSink, context: Any) -> None:
+        if self.name in down:
+            down.discard(self.name)
+            raise SinkUnreachableError("simulated: the store cannot be reached", sink=self.name)
+        opened(self, context)
+
+    monkeypatch.setattr(DeltaSink, "open", open_once_down)
+
+
+def test_a_renamed_sink_opened_late_is_asked_before_its_catch_up_writes(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``copy`` lags on batches 1 and 2 (spooled for it); renamed ``copy2`` (the same table),
+    whose target cannot be reached when the next run starts: not opened, so the start's
+    rename check did not ask it, and once reopened its catch-up wrote batch 3 as a new
+    sink's (before: the table held batches 0 and 3, never 1 and 2, and ``copy2``, marked,
+    was no longer new at the next start). It is asked once it opens, before its first
+    write: it lags with the :class:`RenamedSinkError`, the other sink goes on."""
+    copy, aside = tmp_path / "copy", tmp_path / "copy-aside"
+    first = _fan(tmp_path, "copy")
+    try:
+        first.catchup.stop()  # no probe: the batches stay spooled for copy
+        _batch(spark, first, 0)
+        copy.rename(aside)
+        copy.write_text("not a table")  # copy's writes fail: it lags on batches 1 and 2
+        _batch(spark, first, 1)
+        _batch(spark, first, 2)
+    finally:
+        first.close()
+    copy.unlink()
+    aside.rename(copy)
+    batch_0 = Counter({0: 1, 1: 1, 2: 1})
+
+    _down_at_first_open(monkeypatch, "copy2")
+    renamed = _fan(tmp_path, "copy2")
+    try:
+        assert renamed.unopened == ("copy2",)
+        renamed.catchup.stop()
+        _batch(spark, renamed, 3)  # copy2 not opened: batch 3 spooled for it
+        behind: SinksBehindError | None = None
+        try:
+            renamed.final_catch_up()  # reopens copy2: asked before it writes
+        except SinksBehindError as exc:
+            behind = exc
+    finally:
+        renamed.close()
+    assert _ids(copy) == batch_0  # before: batches 0 and 3, never 1 and 2
+    assert behind is not None
+    text = str(behind)
+    assert "RenamedSinkError" in text and "holds batch 0 of sink 'copy'" in text
+    assert "batches 1-2 of epoch 0 for sink 'copy'" in text
+    assert "Not written by the next run until you act: copy2" in text  # stuck, not retried
+    assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(4) for i in range(3)})
+    failed = sorted(
+        (r["batch_id"], r["error"].split(":")[0])
+        for r in delta_rows(tmp_path / "ledger")
+        if r["sink"] == "copy2" and r["status"] == "failed"
+    )
+    # the live batch's failure is the open's (or, if its reopen was done first, the refusal)
+    assert (3, "RenamedSinkError") in failed and {b for b, _ in failed} == {3}
+    assert renamed.spool is not None
+    assert [(b.batch_id, sorted(b.needed_by)) for b in renamed.spool.batches()] == [
+        (1, ["copy"]), (2, ["copy"]), (3, ["copy2"]),
+    ]  # fmt: skip
+
+
+def test_a_sink_renamed_mid_batch_opened_late_does_not_write_the_batch_twice(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``copy`` committed batch 1 and lost its mark (the kill); renamed ``copy2`` (the same
+    table), whose target cannot be reached at the replay's start: not opened, not asked,
+    and once reopened its catch-up wrote batch 1 a second time (before: ids 10-12 twice in
+    the table, no error; the Delta sink's own first-write check did not refuse it). Asked
+    once it opens, it lags with the :class:`RenamedSinkError`, nothing written."""
+    first = _fan(tmp_path, "copy")
+    _batch(spark, first, 0)
+    first.close()
+    lost = FanOut("ren", MarkLost(str(tmp_path / "ledger"), "copy"),
+                  [{"type": "delta", "name": "copy", "path": str(tmp_path / "copy")}],
+                  retries=0, backoff_s=0)  # fmt: skip
+    with pytest.raises(BatchFailedError):
+        _batch(spark, lost, 1)  # copy commits batch 1, its mark lost; lake not run
+    lost.close()
+    held = Counter({i: 1 for i in (0, 1, 2, 10, 11, 12)})
+    assert _ids(tmp_path / "copy") == held
+
+    _down_at_first_open(monkeypatch, "copy2")
+    renamed = _fan(tmp_path, "copy2")
+    try:
+        assert renamed.unopened == ("copy2",)
+        renamed.catchup.stop()
+        _batch(spark, renamed, 1)  # the replay: copy2 not opened, batch 1 spooled for it
+        behind: SinksBehindError | None = None
+        try:
+            renamed.final_catch_up()
+        except SinksBehindError as exc:
+            behind = exc
+    finally:
+        renamed.close()
+    assert _ids(tmp_path / "copy") == held  # before: ids 10, 11, 12 twice
+    assert behind is not None
+    text = str(behind)
+    assert "RenamedSinkError" in text and "holds batch 1 of sink 'copy'" in text
+    assert "rename the sink back to 'copy'" in text
+    assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(2) for i in range(3)})
