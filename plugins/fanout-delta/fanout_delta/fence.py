@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from fanout.contract.sink import lift_by_hand, renamed_sink_advice
 from fanout.delta_tables import io as deltaio
 from fanout.errors import RenamedSinkError, SinkWriteError
+from fanout_delta.plans import FENCE_KEY
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-FENCE_KEY = "fanout.epochFence"
-"""The custom metadata key of a fence commit: the epoch whose start made it."""
 
 ATTEMPTS = 10
 """How often a fence (or its lift) is committed again after losing a commit race."""

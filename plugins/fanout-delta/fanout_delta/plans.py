@@ -39,6 +39,10 @@ METADATA_KEY = "userMetadata"
 SPARK_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 """delta-spark's session conf for a commit's ``userMetadata`` (a MERGE takes no option)."""
 
+FENCE_KEY = "fanout.epochFence"
+"""The custom metadata key of an epoch fence's commit (:mod:`fanout_delta.fence`): the
+epoch whose start made it."""
+
 SEARCH_COMMITS = 100
 """How many of the table's newest commits the skip path searches for the batch's commit."""
 
@@ -360,6 +364,9 @@ def vanished_sink_commit(
     offsets could not be read, a catch-up or backfill of such a batch), by the ``txn``
     actions of its log file (:func:`commit_transactions`; one read per such commit).
 
+    A commit a RESTORE since took out (:func:`restored_away`: the refusal's third way on,
+    the table restored to before it) is passed over.
+
     Asked only when the table records no transaction of ``batch``'s app id (the sink's
     first write to the table), so the common path reads nothing."""
     from fanout.contract.batch import txn_app_id
@@ -372,11 +379,16 @@ def vanished_sink_commit(
         logger.warning("cannot read the history of %s to look for a renamed sink's commits: "
                        "%s", table.table_uri, exc)  # fmt: skip
         return None
+    history = list(history)
     for commit in _fanout_commits(table, history, storage_options):
         if commit.app_id == key.app_id or not commit.app_id.startswith(prefix):
             continue
         other = commit.app_id[len(prefix) :]
         if "/" not in other and other not in sinks and commit.batch_id >= key.version:
+            if commit.version is not None and restored_away(
+                history, commit.version, table.version(), TableStates.of(table, storage_options)
+            ):
+                continue  # the way out the refusal names: the table restored to before it
             return commit
     return None
 
@@ -388,7 +400,6 @@ def _fanout_commits(
     commit records, else by its ``txn`` actions (an epoch fence's, or its lift's, are no
     batch: skipped)."""
     from fanout.delta_tables.io import EPOCH_FENCE
-    from fanout_delta.fence import FENCE_KEY
 
     for commit_info in history:
         plan = CommitPlan.parse(dict(commit_info))
