@@ -269,3 +269,42 @@ def test_a_sink_renamed_mid_batch_opened_late_does_not_write_the_batch_twice(
     assert "RenamedSinkError" in text and "holds batch 1 of sink 'copy'" in text
     assert "rename the sink back to 'copy'" in text
     assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(2) for i in range(3)})
+
+
+def test_a_sink_renamed_in_its_first_batch_is_refused_by_the_delta_table_at_catch_up(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``copy`` committed its very first batch and lost its mark (the kill): the ledger
+    never names it, so only the Delta sink's own first-write check can tell. Renamed
+    ``copy2``, not opened at the replay's start, its catch-up (from the spool) is that
+    check's write path; the batch has no planning time (``BatchInfo`` without it), so
+    ``copy``'s commit records no plan and is found by its ``txn`` action (before: ids
+    10-12 twice in the table, no error)."""
+    lost = FanOut("ren", MarkLost(str(tmp_path / "ledger"), "copy"),
+                  [{"type": "delta", "name": "copy", "path": str(tmp_path / "copy")}],
+                  retries=0, backoff_s=0)  # fmt: skip
+    with pytest.raises(BatchFailedError):
+        _batch(spark, lost, 1)  # copy commits batch 1, its mark lost; lake not run
+    lost.close()
+    held = Counter({10: 1, 11: 1, 12: 1})
+    assert _ids(tmp_path / "copy") == held
+
+    _down_at_first_open(monkeypatch, "copy2")
+    renamed = _fan(tmp_path, "copy2")
+    try:
+        assert renamed.unopened == ("copy2",)
+        renamed.catchup.stop()
+        _batch(spark, renamed, 1)  # the replay: copy2 not opened, batch 1 spooled for it
+        behind: SinksBehindError | None = None
+        try:
+            renamed.final_catch_up()
+        except SinksBehindError as exc:
+            behind = exc
+    finally:
+        renamed.close()
+    assert _ids(tmp_path / "copy") == held  # bc30380: ids 10, 11, 12 twice
+    assert behind is not None
+    text = str(behind)
+    assert "RenamedSinkError" in text and "holds batch 1 of sink 'copy'" in text
+    assert "'fanout/ren/copy'" in text
+    assert _ids(tmp_path / "lake") == held

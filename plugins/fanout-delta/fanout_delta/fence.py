@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from fanout.contract.sink import lift_by_hand, renamed_sink_advice
 from fanout.delta_tables import io as deltaio
 from fanout.errors import RenamedSinkError, SinkWriteError
+from fanout_delta.plans import FENCE_KEY
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-FENCE_KEY = "fanout.epochFence"
-"""The custom metadata key of a fence commit: the epoch whose start made it."""
 
 ATTEMPTS = 10
 """How often a fence (or its lift) is committed again after losing a commit race."""
@@ -185,6 +184,7 @@ def batch_version(
     *,
     sinks: Collection[str] = (),
     harmless: bool = False,
+    storage_options: Mapping[str, str] | None = None,
 ) -> int | None:
     """The version ``table`` records for ``batch``'s app transaction (``None``: none), one
     lookup; raises :func:`fenced_error` when a later epoch's fence is on it.
@@ -193,7 +193,8 @@ def batch_version(
     the sinks the pipeline configures, given: raises :class:`RenamedSinkError` when the
     table's newest commits hold this batch or a later one of a sink of the pipeline not
     among them (:func:`fanout_delta.plans.vanished_sink_commit`; logged instead when the
-    sink's rewrite is ``harmless``, a merge without a dead-letter target). The history is
+    sink's rewrite is ``harmless``, a merge without a dead-letter target; ``storage_options``:
+    the table's, to read the log files of commits recording no plan). The history is
     read only then: once per sink and table, not per batch."""
     key = batch.idempotency_key
     version, fenced = deltaio.transaction_state(table, key.app_id)
@@ -202,21 +203,22 @@ def batch_version(
         raise fenced_error(table, key.app_id, sink=sink, path=path, pipeline=batch.pipeline,
                            epoch=batch.info.epoch, batch_id=key.version)  # fmt: skip
     if version is None and table is not None and sinks:
-        refuse_vanished_sink(table, batch, sink, path, sinks, harmless)
+        refuse_vanished_sink(table, batch, sink, path, sinks, harmless, storage_options)
     return version
 
 
 def refuse_vanished_sink(
     table: DeltaTable, batch: Batch, sink: str, path: str, sinks: Collection[str],
-    harmless: bool,
+    harmless: bool, storage_options: Mapping[str, str] | None = None,
 ) -> None:  # fmt: skip
     """Raise :class:`RenamedSinkError` (or log, when the sink's rewrite is ``harmless``)
     when ``table``, recording no transaction of ``batch``'s app id, holds this batch or a
     later one of a sink of the pipeline not among ``sinks``
-    (:func:`fanout_delta.plans.vanished_sink_commit`)."""
+    (:func:`fanout_delta.plans.vanished_sink_commit`; ``storage_options``: the table's, to
+    read the log files of commits recording no plan)."""
     from fanout_delta.plans import vanished_sink_commit
 
-    plan = vanished_sink_commit(table, batch, sinks)
+    plan = vanished_sink_commit(table, batch, sinks, storage_options)
     if plan is None:
         return
     other = plan.app_id.rsplit("/", 1)[-1]

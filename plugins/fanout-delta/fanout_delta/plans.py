@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,10 @@ METADATA_KEY = "userMetadata"
 
 SPARK_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 """delta-spark's session conf for a commit's ``userMetadata`` (a MERGE takes no option)."""
+
+FENCE_KEY = "fanout.epochFence"
+"""The custom metadata key of an epoch fence's commit (:mod:`fanout_delta.fence`): the
+epoch whose start made it."""
 
 SEARCH_COMMITS = 100
 """How many of the table's newest commits the skip path searches for the batch's commit."""
@@ -328,14 +332,40 @@ def _recover_line(info: BatchInfo, ledger: str | None) -> str:
     )
 
 
+@dataclass(frozen=True)
+class FanoutCommit:
+    """A commit of a Delta table writing batch ``batch_id`` under app id ``app_id``.
+
+    :param app_id: the app transaction the commit carries (``fanout/<pipeline>/<sink>``).
+    :param batch_id: the batch (the transaction version committed).
+    :param version: the table version of the commit (``None``: unknown).
+    """
+
+    app_id: str
+    batch_id: int
+    version: int | None
+
+
 def vanished_sink_commit(
-    table: Any, batch: Batch, sinks: Collection[str], limit: int | None = None
-) -> CommitPlan | None:
+    table: Any,
+    batch: Batch,
+    sinks: Collection[str],
+    storage_options: Mapping[str, str] | None = None,
+    limit: int | None = None,
+) -> FanoutCommit | None:
     """The newest commit among the newest ``limit`` (:data:`SEARCH_COMMITS`) of ``table``
-    recording a batch at or past ``batch``'s of another sink of its pipeline and epoch that
+    writing a batch at or past ``batch``'s of another sink of its pipeline and epoch that
     the pipeline no longer configures (not in ``sinks``): the sink renamed, or removed, after
     it committed that batch and before its ledger mark (docs/architecture.md §8.1, "A sink
     renamed mid-batch"); ``None`` when none, or the history cannot be read (logged).
+
+    A commit is known by the plan it records (:class:`CommitPlan`) or, recording none (a
+    batch without Spark's planning time: ``FanOut.process`` given none, a checkpoint whose
+    offsets could not be read, a catch-up or backfill of such a batch), by the ``txn``
+    actions of its log file (:func:`commit_transactions`; one read per such commit).
+
+    A commit a RESTORE since took out (:func:`restored_away`: the refusal's third way on,
+    the table restored to before it) is passed over.
 
     Asked only when the table records no transaction of ``batch``'s app id (the sink's
     first write to the table), so the common path reads nothing."""
@@ -349,11 +379,65 @@ def vanished_sink_commit(
         logger.warning("cannot read the history of %s to look for a renamed sink's commits: "
                        "%s", table.table_uri, exc)  # fmt: skip
         return None
+    history = list(history)
+    for commit in _fanout_commits(table, history, storage_options):
+        if commit.app_id == key.app_id or not commit.app_id.startswith(prefix):
+            continue
+        other = commit.app_id[len(prefix) :]
+        if "/" not in other and other not in sinks and commit.batch_id >= key.version:
+            if commit.version is not None and restored_away(
+                history, commit.version, table.version(), TableStates.of(table, storage_options)
+            ):
+                continue  # the way out the refusal names: the table restored to before it
+            return commit
+    return None
+
+
+def _fanout_commits(
+    table: Any, history: Iterable[Mapping[str, Any]], storage_options: Mapping[str, str] | None
+) -> Iterator[FanoutCommit]:
+    """The fanout batches the commits of ``history`` (newest first) wrote: by the plan a
+    commit records, else by its ``txn`` actions (an epoch fence's, or its lift's, are no
+    batch: skipped)."""
+    from fanout.delta_tables.io import EPOCH_FENCE
+
     for commit_info in history:
         plan = CommitPlan.parse(dict(commit_info))
-        if plan is None or plan.app_id == key.app_id or not plan.app_id.startswith(prefix):
+        if plan is not None:
+            yield FanoutCommit(plan.app_id, plan.batch_id, plan.version)
             continue
-        other = plan.app_id[len(prefix) :]
-        if "/" not in other and other not in sinks and plan.batch_id >= key.version:
-            return plan
-    return None
+        version = _int_or_none(commit_info.get("version"))
+        if version is None or FENCE_KEY in commit_info:
+            continue
+        for app_id, batch_id in commit_transactions(table.table_uri, version, storage_options):
+            if 0 <= batch_id < EPOCH_FENCE:
+                yield FanoutCommit(app_id, batch_id, version)
+
+
+def commit_transactions(
+    table_uri: str, version: int, storage_options: Mapping[str, str] | None = None
+) -> list[tuple[str, int]]:
+    """The ``(appId, version)`` of the ``txn`` actions of the commit of ``version`` of the
+    Delta table at ``table_uri`` (its ``_delta_log`` JSON file); ``[]`` when it cannot be
+    read (logged: evidence only)."""
+    from fanout.delta_tables.datafiles import table_filesystem
+
+    try:
+        fs, root = table_filesystem(table_uri, storage_options)
+        name = f"_delta_log/{version:020d}.json"
+        with fs.open_input_stream(f"{root}/{name}" if root else name) as stream:
+            text = stream.read().decode("utf-8")
+    except Exception as exc:  # evidence only
+        logger.warning("cannot read the commit of version %d of %s: %s", version, table_uri, exc)
+        return []
+    found = []
+    for line in text.splitlines():
+        if '"txn"' not in line:
+            continue
+        try:
+            txn = json.loads(line).get("txn")
+            if isinstance(txn, dict):
+                found.append((str(txn["appId"]), int(txn["version"])))
+        except (ValueError, TypeError, KeyError):
+            continue
+    return found

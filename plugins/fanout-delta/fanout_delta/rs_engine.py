@@ -138,7 +138,8 @@ def _holds(sink: DeltaTarget, table: Any, batch: Batch) -> bool:
     (:mod:`fanout_delta.fence`): a commit from ``table`` would write the batch twice."""
     key = batch.idempotency_key
     written = batch_version(table, batch, sink.name, str(sink.path), sinks=sink.sinks,
-                            harmless=sink.rewrite_harmless)  # fmt: skip
+                            harmless=sink.rewrite_harmless,
+                            storage_options=sink.storage_options)  # fmt: skip
     return written is not None and written >= key.version and not _restored(sink, table, batch)
 
 

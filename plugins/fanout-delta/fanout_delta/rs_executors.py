@@ -188,7 +188,7 @@ class _ExecutorAppend:
         sink = self.sink
         if sink.sinks:
             refuse_vanished_sink(table, self.batch, sink.name, str(sink.path), sink.sinks,
-                                 sink.rewrite_harmless)  # fmt: skip
+                                 sink.rewrite_harmless, sink.storage_options)  # fmt: skip
 
     def fenced(self, table: Any) -> Exception:
         """The refusal of the batch, whose app transaction carries a later epoch's fence
@@ -215,7 +215,8 @@ class _ExecutorAppend:
         refuses (:func:`fanout_delta.fence.batch_version`)."""
         sink = self.sink
         done = batch_version(self.opened, self.batch, sink.name, str(sink.path),
-                             sinks=sink.sinks, harmless=sink.rewrite_harmless)  # fmt: skip
+                             sinks=sink.sinks, harmless=sink.rewrite_harmless,
+                             storage_options=sink.storage_options)  # fmt: skip
         if done is None or done < self.batch_id:
             return False
         return not taken_out(self.opened, self.app_id, self.batch_id, self.sink.storage_options)

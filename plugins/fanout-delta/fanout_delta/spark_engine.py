@@ -95,7 +95,8 @@ def write_spark(sink: DeltaTarget, batch: Batch) -> SinkResult:
         letters = [*broken, *letters]
     # refuses a later epoch's fence, and a renamed sink's first write of a batch it holds
     written = batch_version(table, batch, sink.name, path, sinks=sink.sinks,
-                            harmless=sink.rewrite_harmless)  # fmt: skip
+                            harmless=sink.rewrite_harmless,
+                            storage_options=sink.storage_options)  # fmt: skip
     held = written is not None and written >= batch_id
     if dead_letters is not None and (sink.mode == "merge" or letters):
         # first, and not again for a batch the table holds: see the rs engine

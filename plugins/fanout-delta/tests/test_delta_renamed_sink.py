@@ -108,3 +108,62 @@ def test_two_sinks_of_the_pipeline_on_one_table_are_not_refused(spark: Any, tmp_
     fan.process(spark.range(4, 8), _info(1))
     fan.close()
     assert _ids(tmp_path / "table") == [0, 2, 4, 5, 6, 7]
+
+
+@pytest.mark.parametrize("write_from", ["driver", "executors"])
+def test_a_renamed_sink_is_refused_when_the_batch_recorded_no_plan(
+    spark: Any, tmp_path: Path, write_from: str
+) -> None:
+    """A batch without Spark's planning time (``FanOut.process`` given a ``BatchInfo``
+    without it, a foreachBatch whose checkpoint offsets cannot be read, a catch-up of a
+    batch spooled so, a backfill from a mark without it) commits no plan metadata: the
+    renamed sink's check finds the old sink's commit by its ``txn`` action instead."""
+    options = {"write_from": write_from}
+    bare = BatchInfo("ren", 1, "q")  # batch_timestamp_ms None: no userMetadata committed
+    lost = FanOut("ren", MarkLost(str(tmp_path / "ledger"), "old"),
+                  _sinks(tmp_path, "old", **options), retries=0, spark=spark)  # fmt: skip
+    with pytest.raises(BatchFailedError):
+        lost.process(spark.range(10, 13), bare)
+    lost.close()
+    assert _ids(tmp_path / "table") == [10, 11, 12]
+
+    renamed = FanOut("ren", str(tmp_path / "ledger"), _sinks(tmp_path, "new", **options),
+                     retries=0, spark=spark)  # fmt: skip
+    with pytest.raises(BatchFailedError) as refused:
+        renamed.process(spark.range(10, 13), bare)
+    renamed.close()
+    assert set(refused.value.failures) == {"new"}
+    text = str(refused.value.failures["new"])
+    assert "batch 1 of sink 'old'" in text and "'fanout/ren/old'" in text
+    assert _ids(tmp_path / "table") == [10, 11, 12]  # bc30380: [10, 10, 11, 11, 12, 12]
+    assert _ids(tmp_path / "keep") == [10, 11, 12]
+
+
+@pytest.mark.parametrize("planned", [True, False], ids=["plan", "no-plan"])
+def test_the_restore_way_out_the_refusal_names_lets_the_new_name_write(
+    spark: Any, tmp_path: Path, planned: bool
+) -> None:
+    """The refusal's third way on: restore the table to before the old sink's commit (the
+    batch's rows out); the new name then writes the batch, once."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    table = tmp_path / "table"
+    write_deltalake(str(table), pa.table({"id": pa.array([1], pa.int64())}))  # another writer
+    info = _info(1) if planned else BatchInfo("ren", 1, "q")
+    lost = FanOut("ren", MarkLost(str(tmp_path / "ledger"), "old"),
+                  _sinks(tmp_path, "old"), retries=0, spark=spark)  # fmt: skip
+    with pytest.raises(BatchFailedError):
+        lost.process(spark.range(3, 6), info)
+    lost.close()
+    renamed = FanOut("ren", str(tmp_path / "ledger"), _sinks(tmp_path, "new"), retries=0,
+                     spark=spark)  # fmt: skip
+    with pytest.raises(BatchFailedError) as refused:
+        renamed.process(spark.range(3, 6), info)
+    assert "restore the table to before version 1" in str(refused.value.failures["new"])
+    assert _ids(table) == [1, 3, 4, 5]
+    DeltaTable(str(table)).restore(0)  # as the refusal says
+    assert _ids(table) == [1]
+    renamed.process(spark.range(3, 6), info)  # bc30380: refused again, for ever
+    renamed.close()
+    assert _ids(table) == [1, 3, 4, 5]
