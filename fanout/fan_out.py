@@ -954,7 +954,10 @@ class FanOut:
         """Refuse the run when a sink with no mark in the epoch finds in its target the
         run's first batch written under the name of a sink the pipeline no longer
         configures: renamed between a crash and its replay
-        (:mod:`fanout.steps.renamed`)."""
+        (:mod:`fanout.steps.renamed`). One with batches spooled for it before the run's
+        first is also asked about the first of them, the one it would write first (as
+        :meth:`_renamed_reopened` asks it: a reopen's refusal is refused again at the next
+        start; one more read of the ledger's sink names for each such sink)."""
         assert state.marks is not None
         not_opened = self.lagging.not_opened()
         opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
@@ -963,6 +966,15 @@ class FanOut:
         spooled = self._spooled(info.epoch)
         refused = refuse_renamed(self.pipeline, info.epoch, info.batch_id, self.ledger,
                                  self.specs, opened, state.marks, timeouts, spooled)  # fmt: skip
+        for name, sink in opened.items():  # one with batches spooled for it before B
+            own = [] if spooled is None else sorted(spooled.batches.get(name, ()))
+            if name in refused or state.marks.get(name) is not None or not own:
+                continue
+            if own[0] < info.batch_id:  # writes that one first: asked about it, as at reopen
+                refused.update(refuse_renamed(
+                    self.pipeline, info.epoch, own[0], self.ledger, self.specs, {name: sink},
+                    state.marks, timeouts, spooled,
+                ))  # fmt: skip
         if refused:
             for error in refused.values():
                 log.error("%s", error)

@@ -271,6 +271,20 @@ def test_a_sink_renamed_mid_batch_opened_late_does_not_write_the_batch_twice(
     assert "rename the sink back to 'copy'" in text
     assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(2) for i in range(3)})
 
+    # restarted as is (the run exited 3), copy2 reachable: the start asks it about batch 1,
+    # the first it would write (spooled for it), not only the run's first, batch 2
+    again = _fan(tmp_path, "copy2")
+    try:
+        again.catchup.stop()
+        with pytest.raises(BatchFailedError) as refused:
+            _batch(spark, again, 2)  # before: no error (its catch-up then wrote ids 10-12 twice)
+    finally:
+        again.close()
+    error = refused.value.failures["copy2"]
+    assert isinstance(error, RenamedSinkError) and "holds batch 1 of sink 'copy'" in str(error)
+    assert _ids(tmp_path / "copy") == held
+    assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(2) for i in range(3)})
+
 
 def test_a_renamed_sink_whose_reopen_races_the_runs_first_check_is_asked(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
