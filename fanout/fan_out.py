@@ -271,6 +271,9 @@ class FanOut:
         self._renamed_first: tuple[int, int] | None = None
         """The run's first batch (epoch, batch id) when its renamed check ran: what a lag
         sink opened later, not asked then, is asked about (:meth:`_renamed_reopened`)."""
+        self._reopen_asked: dict[str, tuple[int, int] | None] = {}
+        """Each reopened sink's :attr:`_renamed_first` when its reopen's check began
+        (:meth:`_reopen_stale`)."""
         check_exclusive_resources(self.pipeline, (spec.sink for spec in self.specs.values()))
         self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in self.specs.items()}
         kinds = registry.dead_letter_kinds()
@@ -342,6 +345,7 @@ class FanOut:
             secrets=self.secrets,
         )
         self.lagging.ask_target = self._ask_reopened
+        self.lagging.ask_again = self._reopen_stale
         self.lagging.regather = self._regather_secrets
         self.lagging.on_released = self._released_by_thread
         for name, opening in self._opening.items():
@@ -950,7 +954,10 @@ class FanOut:
         """Refuse the run when a sink with no mark in the epoch finds in its target the
         run's first batch written under the name of a sink the pipeline no longer
         configures: renamed between a crash and its replay
-        (:mod:`fanout.steps.renamed`)."""
+        (:mod:`fanout.steps.renamed`). One with batches spooled for it before the run's
+        first is also asked about the first of them, the one it would write first (as
+        :meth:`_renamed_reopened` asks it: a reopen's refusal is refused again at the next
+        start; one more read of the ledger's sink names for each such sink)."""
         assert state.marks is not None
         not_opened = self.lagging.not_opened()
         opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
@@ -959,6 +966,15 @@ class FanOut:
         spooled = self._spooled(info.epoch)
         refused = refuse_renamed(self.pipeline, info.epoch, info.batch_id, self.ledger,
                                  self.specs, opened, state.marks, timeouts, spooled)  # fmt: skip
+        for name, sink in opened.items():  # one with batches spooled for it before B
+            own = [] if spooled is None else sorted(spooled.batches.get(name, ()))
+            if name in refused or state.marks.get(name) is not None or not own:
+                continue
+            if own[0] < info.batch_id:  # writes that one first: asked about it, as at reopen
+                refused.update(refuse_renamed(
+                    self.pipeline, info.epoch, own[0], self.ledger, self.specs, {name: sink},
+                    state.marks, timeouts, spooled,
+                ))  # fmt: skip
         if refused:
             for error in refused.values():
                 log.error("%s", error)
@@ -1055,11 +1071,21 @@ class FanOut:
         batch asks the others: the lost-target check about its marks of the ledger's
         current epoch, then the renamed check (:meth:`_renamed_reopened`). Its refusal
         does not stop the run: the sink lags with it (:meth:`Lagging.lose`)."""
+        self._reopen_asked[name] = self._renamed_first  # read before the check
         view = self.ledger.lookup(self.pipeline, [name])
         lost = self._lost_targets({name: self.sinks[name]}, view.epoch, view.marks).get(name)
         if lost is not None:
             return lost
         return self._renamed_reopened(name, view.epoch, view.marks)
+
+    def _reopen_stale(self, name: str) -> bool:
+        """Whether ``name``'s reopen check (:meth:`_ask_reopened`), which let it write, began
+        before the run's first batch's renamed check, which has run since: that check may
+        have read ``name`` as not opened (``OPENING``) and not asked it, and this one had no
+        first batch to ask about, so it is asked again. Called under the lag state's lock
+        before ``name`` moves to ``OPEN``; the batch sets :attr:`_renamed_first` before it
+        reads, under that lock, which sinks are open: one of the two sees the other."""
+        return self._reopen_asked.get(name) != self._renamed_first
 
     def _lost_on_ledger(self, names: Sequence[str]) -> dict[str, TargetLostError]:
         """The lost-target check of the sinks ``names`` (open) about their marks of the

@@ -99,6 +99,11 @@ class Lagging:
     as an open sink is asked at the run's first batch: its target's last mark
     (:mod:`fanout.steps.lost_target`), then, a sink with no mark in the epoch, a sink it
     was renamed from (:mod:`fanout.steps.renamed`); ``None`` when it may write."""
+    ask_again: Callable[[str], bool] | None = None
+    """Asked under the lock, after :attr:`ask_target` let a sink write and before it moves
+    to ``OPEN``: whether that answer may be stale, so the check is asked again (the run's
+    first batch's renamed check ran meanwhile and, the sink still ``OPENING``, did not ask
+    it). ``None``: never."""
     regather: Callable[[], None] | None = None
     """Called once :meth:`reopen` opened a sink, before :attr:`ask_target`: its ``open``
     may have fetched a secret, which the pipeline's :attr:`secrets` must now hold."""
@@ -406,23 +411,27 @@ class Lagging:
                 return False
             if self.regather is not None:
                 self.regather()
-        try:
-            lost = None if self.ask_target is None else self.ask_target(sink)
-        except Exception as exc:
-            self._try_failed(sink, exc)
-            log.warning(
-                "pipeline %s: sink %r opened, but the check of its target failed (%s): "
-                "closed, it stays behind, opened and asked again at its next try",
-                self.pipeline, sink, exc,
-            )  # fmt: skip
-            return False
-        with self._lock:
-            if self._closing:
+        while True:
+            try:
+                lost = None if self.ask_target is None else self.ask_target(sink)
+            except Exception as exc:
+                self._try_failed(sink, exc)
+                log.warning(
+                    "pipeline %s: sink %r opened, but the check of its target failed (%s): "
+                    "closed, it stays behind, opened and asked again at its next try",
+                    self.pipeline, sink, exc,
+                )  # fmt: skip
                 return False
-            if lost is not None:
-                self.lose(sink, lost)
-                return True
-            self._states.move(sink, Open())
+            with self._lock:
+                if self._closing:
+                    return False
+                if lost is not None:
+                    self.lose(sink, lost)
+                    return True
+                if self.ask_again is not None and self.ask_again(sink):
+                    continue  # asked before the run's first batch's check, which missed it
+                self._states.move(sink, Open())
+                break
         log.info("pipeline %s: sink %r is reachable again and open", self.pipeline, sink)
         return True
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -268,6 +269,85 @@ def test_a_sink_renamed_mid_batch_opened_late_does_not_write_the_batch_twice(
     text = str(behind)
     assert "RenamedSinkError" in text and "holds batch 1 of sink 'copy'" in text
     assert "rename the sink back to 'copy'" in text
+    assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(2) for i in range(3)})
+
+    # restarted as is (the run exited 3), copy2 reachable: the start asks it about batch 1,
+    # the first it would write (spooled for it), not only the run's first, batch 2
+    again = _fan(tmp_path, "copy2")
+    try:
+        again.catchup.stop()
+        with pytest.raises(BatchFailedError) as refused:
+            _batch(spark, again, 2)  # before: no error (its catch-up then wrote ids 10-12 twice)
+    finally:
+        again.close()
+    error = refused.value.failures["copy2"]
+    assert isinstance(error, RenamedSinkError) and "holds batch 1 of sink 'copy'" in str(error)
+    assert _ids(tmp_path / "copy") == held
+    assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(2) for i in range(3)})
+
+
+def test_a_renamed_sink_whose_reopen_races_the_runs_first_check_is_asked(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above (``copy`` committed batch 1, mark lost; renamed ``copy2`` down at the
+    start), but ``copy2``'s reopen (the catch-up's probe) asks its check before the run's
+    first batch (nothing to ask about yet) and is moved to open only after that batch's
+    renamed check read which sinks are open (``copy2`` still ``OPENING``): neither asked
+    it, and the batch wrote ids 10-12 a second time. The interleaving is forced with two
+    events; the reopen's check sees the first batch's check ran meanwhile and asks again."""
+    import threading
+
+    first = _fan(tmp_path, "copy")
+    _batch(spark, first, 0)
+    first.close()
+    lost = FanOut("ren", MarkLost(str(tmp_path / "ledger"), "copy"),
+                  [{"type": "delta", "name": "copy", "path": str(tmp_path / "copy")}],
+                  retries=0, backoff_s=0)  # fmt: skip
+    with pytest.raises(BatchFailedError):
+        _batch(spark, lost, 1)  # copy commits batch 1, its mark lost; lake not run
+    lost.close()
+    held = Counter({i: 1 for i in (0, 1, 2, 10, 11, 12)})
+
+    asked, checked = threading.Event(), threading.Event()
+    ask_reopened, refuse_renamed = FanOut._ask_reopened, FanOut._refuse_renamed
+
+    def ask_then_wait(self: FanOut, name: str) -> Any:
+        answer = ask_reopened(self, name)
+        if not asked.is_set():  # the first ask: before the run's first batch
+            asked.set()
+            assert checked.wait(60)
+        return answer
+
+    def check_then_signal(self: FanOut, state: Any) -> None:
+        try:
+            refuse_renamed(self, state)
+        finally:
+            checked.set()
+        deadline = time.monotonic() + 60  # the reopen moves copy2 on before the batch plans
+        while "copy2" in self.lagging.not_opened() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    monkeypatch.setattr(FanOut, "_ask_reopened", ask_then_wait)
+    monkeypatch.setattr(FanOut, "_refuse_renamed", check_then_signal)
+    _down_at_first_open(monkeypatch, "copy2")
+    renamed = _fan(tmp_path, "copy2")
+    try:
+        assert renamed.unopened == ("copy2",)
+        renamed.catchup.stop()
+        renamed.lagging.reopen("copy2", wait=False)  # as the catch-up's probe
+        assert asked.wait(60)
+        _batch(spark, renamed, 1)  # the replay's first batch
+        behind: SinksBehindError | None = None
+        try:
+            renamed.final_catch_up()
+        except SinksBehindError as exc:
+            behind = exc
+    finally:
+        renamed.close()
+    assert _ids(tmp_path / "copy") == held  # before: ids 10, 11, 12 twice
+    assert behind is not None
+    text = str(behind)
+    assert "RenamedSinkError" in text and "holds batch 1 of sink 'copy'" in text
     assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(2) for i in range(3)})
 
 
