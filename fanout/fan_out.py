@@ -1019,11 +1019,15 @@ class FanOut:
             else:
                 del kept[name]
             spooled = Spooled(spooled.spool, spooled.ledger, kept)
+        # no mark in the epoch and nothing spooled for it before the run's first batch: a
+        # ledger row naming it may be this run's own failure row (written when it could not
+        # be opened), which does not make its name one the ledger knew
+        fresh = spooled is not None and first_id is not None and name not in spooled.batches
         timeout = write_timeout(self.specs[name])
         refused = refuse_renamed(self.pipeline, epoch, batch, self.ledger, self.specs,
                                  {name: self.sinks[name]}, marks,
                                  None if timeout is None else {name: timeout},
-                                 spooled).get(name)  # fmt: skip
+                                 spooled, (name,) if fresh else ()).get(name)  # fmt: skip
         if refused is not None:
             log.error(
                 "%s. The sink lags with this error for the rest of the run (on_failure="

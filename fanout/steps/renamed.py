@@ -36,9 +36,10 @@ new name); one beside another sink on its target removed unreleased is then refu
 way on the printed release. One with *no* mark of the epoch (it lagged from the epoch's
 first batch on; the ledger may not name it, the spool's index does) for which the spool
 keeps batches before ``B`` leaves nothing to ask about: each new sink whose name neither
-the ledger nor the spool knows is refused without a question, with the same ways on (a
-sink removed while it lagged and not released, and another added, is refused too: the
-printed release is what the start's warning asks for).
+the ledger nor the spool knows (or the spool keeps batches for only from after that sink's
+first: it started after them, as a renamed one would) is refused without a question,
+with the same ways on (a sink removed while it lagged and not released, and another
+added, is refused too: the printed release is what the start's warning asks for).
 
 Cost: nothing per batch; at a start nothing unless a configured sink has no mark in the
 epoch, then one read of the ledger's sink names (two columns), and the questions only
@@ -116,6 +117,7 @@ def refuse_renamed(
     marks: Mapping[str, int | None],
     timeouts: Mapping[str, float] | None = None,
     spooled: Spooled | None = None,
+    unknown: Collection[str] = (),
 ) -> dict[str, RenamedSinkError]:
     """The refusal of each sink of ``sinks`` (open, configured now) with no mark in
     ``marks`` (of ``epoch``) whose target holds batch ``batch_id`` (the run's first) written
@@ -124,8 +126,10 @@ def refuse_renamed(
     last marked batch of such a sink that ``spooled`` keeps later batches of ``epoch`` for
     (it lagged: renamed, the target would never get them); or, a name neither the ledger
     nor ``spooled`` knows, while ``spooled`` keeps batches before ``batch_id`` for such a
-    sink with no mark of ``epoch`` (nothing to ask about). See the module; empty when
-    none."""
+    sink with no mark of ``epoch`` (nothing to ask about; one the spool keeps batches for
+    only from after that sink's first is such a name too); ``unknown``: names to take as
+    ones the ledger does not know (the ledger names them only through this run's own
+    failure rows). See the module; empty when none."""
     new = {
         n: s for n, s in sorted(sinks.items()) if marks.get(n) is None and answers_holds_batch_of(s)
     }
@@ -170,9 +174,14 @@ def refuse_renamed(
             if error is not None:
                 refused[name] = error
                 break
-        if name in refused or spooled is None or name in known or name in kept_for:
-            continue  # a sink the ledger or the spool names is no new name
+        if name in refused or spooled is None:
+            continue
+        own = kept_for.get(name, ())
         for other, missed in unmarked.items():  # nothing of it to ask the target about
+            if own and min(own) <= missed[0]:
+                continue  # it lags since as early: not 'other' renamed
+            if not own and name in known and name not in unknown:
+                continue  # a sink the ledger names is no new name
             refused[name] = _unmarked_error(sink, other, pipeline, (epoch, batch_id), missed,
                                             spooled)  # fmt: skip
             break

@@ -231,6 +231,65 @@ def test_a_renamed_sink_opened_late_is_asked_before_its_catch_up_writes(
     ]  # fmt: skip
 
 
+def test_a_sink_lagging_since_the_epochs_first_batch_renamed_and_opened_late_is_refused(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``copy`` lags from batch 0 on (batches 0 and 1 spooled for it, no mark in the epoch);
+    renamed ``copy2`` (the same table), whose target cannot be reached at the next run's
+    start: not opened, batch 2 spooled for it and its failure recorded. Once reopened, the
+    ledger named ``copy2`` through that failure row of this run, so its check took it for a
+    name the ledger knew (before: no refusal, the table got batch 2 only and batches 0 and
+    1 stayed spooled for ``copy``). It lags with the :class:`RenamedSinkError`."""
+    copy = tmp_path / "copy"
+    first = _fan(tmp_path, "copy")
+    try:
+        if copy.exists():
+            shutil.rmtree(copy)
+        copy.write_text("not a table")  # copy's writes fail from the first batch on
+        first.catchup.stop()
+        _batch(spark, first, 0)
+        _batch(spark, first, 1)
+    finally:
+        first.close()
+    copy.unlink()
+
+    _down_at_first_open(monkeypatch, "copy2")
+    renamed = _fan(tmp_path, "copy2")
+    try:
+        assert renamed.unopened == ("copy2",)
+        renamed.catchup.stop()
+        _batch(spark, renamed, 2)  # copy2 not opened: batch 2 spooled for it
+        behind: SinksBehindError | None = None
+        try:
+            renamed.final_catch_up()  # reopens copy2: asked before it writes
+        except SinksBehindError as exc:
+            behind = exc
+    finally:
+        renamed.close()
+    assert not copy.exists()  # before: batch 2 written there, batches 0 and 1 never
+    assert behind is not None
+    text = str(behind)
+    assert "RenamedSinkError" in text and "batches 0-1 of epoch 0 for sink 'copy'" in text
+    assert "rename the sink back to 'copy'" in text
+    assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(3) for i in range(3)})
+    assert renamed.spool is not None
+    assert [(b.batch_id, sorted(b.needed_by)) for b in renamed.spool.batches()] == [
+        (0, ["copy"]), (1, ["copy"]), (2, ["copy2"]),
+    ]  # fmt: skip
+
+    again = _fan(tmp_path, "copy2")  # restarted as is (the run exited 3), copy2 reachable
+    try:
+        again.catchup.stop()
+        with pytest.raises(BatchFailedError) as refused:
+            _batch(spark, again, 3)
+    finally:
+        again.close()
+    error = refused.value.failures["copy2"]
+    assert isinstance(error, RenamedSinkError)
+    assert "batches 0-1 of epoch 0 for sink 'copy'" in str(error)
+    assert not copy.exists()
+
+
 def test_a_sink_renamed_mid_batch_opened_late_does_not_write_the_batch_twice(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

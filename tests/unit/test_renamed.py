@@ -320,6 +320,10 @@ def test_a_vanished_sink_with_no_mark_the_spool_keeps_batches_for_refuses_a_new_
     # kept from the run's first batch on (a replay of 3, which 'old' lagged on): the new
     # name writes those
     assert check(Holds("new", {}), spooled=Spooled("/spool", "/ledger", {"old": [3, 4]})) == {}
+    # one the spool keeps batches for only from after 'old''s first (a renamed sink not
+    # opened at its first run, batch 2 spooled for it): it would never get batches 0-1
+    late = Spooled("/spool", "/ledger", {"old": [0, 1], "late": [2]})
+    assert set(check(Holds("late", {}), spooled=late)) == {"late"}
 
 
 def test_a_sink_lagging_since_the_epochs_start_on_a_removed_sinks_target_is_refused() -> None:
