@@ -813,6 +813,21 @@ class DeltaLedger:
             table = self._fresh()
         return self._committed_as_of_log(table, pipeline, min_batch_id, epoch)
 
+    def failed_batches(self, pipeline: str, min_batch_id: int, epoch: int) -> list[int]:
+        """The batches of ``epoch`` from ``min_batch_id`` on that a failed row names (a
+        filtered scan of two columns; ``fanout ledger skip`` only)."""
+        with self._lock:
+            table = self._fresh()
+        present = {f.name for f in table.schema().fields}
+        columns = ["batch_id", "epoch"] if "epoch" in present else ["batch_id"]
+        filters: list[Filter] = [
+            ("pipeline", "=", pipeline),
+            ("status", "=", "failed"),
+            ("batch_id", ">=", min_batch_id),
+        ]
+        read = read_arrow(table, columns=columns, filters=filters).to_pylist()
+        return sorted({int(r["batch_id"]) for r in read if (r.get("epoch") or 0) == epoch})
+
     def committed_entries_with_replaced(
         self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
     ) -> list[LedgerEntry]:
