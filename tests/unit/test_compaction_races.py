@@ -268,6 +268,34 @@ def test_a_mark_committed_during_the_ledgers_compaction_stays_once(tmp_path: Pat
     assert _marked(DeltaLedger(path)) == {**MARKS, "users": {"a": 3}, "high": (2, 3)}
 
 
+def test_a_mark_committed_as_the_compaction_reads_the_history_is_not_taken_away(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delta-rs (1.6) lists a table's history from the newest commit in storage but numbers
+    it down from the snapshot's version: a mark committed between the compaction's refresh
+    and its history read made the compaction's own commit look one version older, the mark
+    before it the compaction, which then "took back" that mark's file (its row lost)."""
+    path = str(tmp_path / "ledger")
+    ledger = _filled(path)
+    stale = DeltaTable(path)
+    other = DeltaLedger(path, compact_after_files=None)  # a second pipeline's FanOut
+    other.mark_committed(_mark("users", "a", 3))  # after the compaction's snapshot
+    history = DeltaTable.history
+    marks = iter([_mark("users", "a", 4)])
+
+    def racing(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+        for entry in marks:  # once: the next mark lands as the history is read
+            other.mark_committed(entry)
+        return history(table, limit)
+
+    monkeypatch.setattr(DeltaTable, "history", racing)
+    ledger._compact(stale)
+
+    assert _rows(path) == sorted([*ROWS, ("users", "a", 3), ("users", "a", 4)])
+    assert _marked(DeltaLedger(path)) == {**MARKS, "users": {"a": 4}, "high": (2, 4)}
+    assert len(DeltaTable(path).file_uris()) == 4  # the compaction stays: 2, and 2 marks
+
+
 def test_a_mark_planned_before_the_ledgers_compaction_commits_after_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
