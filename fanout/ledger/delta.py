@@ -934,11 +934,7 @@ class DeltaLedger:
                 self._files_added = 0
             vacuumed: list[str] = []
             if vacuum_retention_hours is not None:
-                vacuumed = table.vacuum(
-                    retention_hours=vacuum_retention_hours,
-                    dry_run=False,
-                    enforce_retention_duration=False,
-                )
+                table, vacuumed = self._vacuum_retrying(table, vacuum_retention_hours)
             if checkpoint:
                 table.create_checkpoint()
             if cleanup_logs:
@@ -967,6 +963,32 @@ class DeltaLedger:
                         f"{self._where}: other writers committed while each of {attempt} "
                         f"compactions ran, and delta-rs refused every one ({self._masked(exc)}); "
                         "nothing was lost: run `fanout ledger maintain` again"
+                    ) from exc
+                table = self._fresh()
+        raise AssertionError("unreachable")
+
+    def _vacuum_retrying(self, table: DeltaTable, hours: int) -> tuple[DeltaTable, list[str]]:
+        """Vacuum, on a fresh snapshot again when delta-rs refused its commit (delta-rs
+        commits a vacuum: a mark or a compaction committed since the snapshot, a running
+        pipeline's own compaction, refuses it before it deletes anything); caller holds
+        the lock. Before, its bare ``CommitFailedError`` ended ``fanout ledger maintain``
+        with a traceback."""
+        for attempt in range(1, MAINTAIN_COMPACTION_ATTEMPTS + 1):
+            try:
+                done = table.vacuum(
+                    retention_hours=hours, dry_run=False, enforce_retention_duration=False
+                )
+                return table, list(done)
+            except Exception as exc:
+                if not is_commit_conflict(exc) or attempt == MAINTAIN_COMPACTION_ATTEMPTS:
+                    why = (
+                        f"other writers committed while each of {attempt} vacuums ran"
+                        if is_commit_conflict(exc)
+                        else "its vacuum failed"
+                    )
+                    raise LedgerError(
+                        f"{self._where}: {why} ({self._masked(exc)}); the compaction before "
+                        "it stays, nothing was lost: run `fanout ledger maintain` again"
                     ) from exc
                 table = self._fresh()
         raise AssertionError("unreachable")

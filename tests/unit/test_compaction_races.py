@@ -399,3 +399,29 @@ def test_a_maintenance_whose_compactions_all_lost_the_race_says_to_run_it_again(
         _MaintainedMeanwhile(path).maintain(vacuum_retention_hours=None)
     assert _rows(path) == ROWS
     assert _marked(DeltaLedger(path)) == MARKS
+
+
+def test_a_maintenance_whose_vacuum_meets_a_compaction_vacuums_again_on_a_fresh_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delta-rs commits a vacuum, and refuses it after a compaction committed since its
+    snapshot (a running pipeline's own): before, `fanout ledger maintain` ended with that
+    bare CommitFailedError (a traceback); now it vacuums again on the fresh snapshot."""
+    path = str(tmp_path / "ledger")
+    ledger = _filled(path)
+    vacuum = DeltaTable.vacuum
+    racers = iter([DeltaLedger(path)])
+
+    def racing(table: DeltaTable, *args: Any, **kwargs: Any) -> list[str]:
+        for other in racers:  # once: another FanOut marks and compacts as the vacuum starts
+            other.mark_committed(_mark("users", "a", 3))
+            other.maintain(vacuum_retention_hours=None, checkpoint=False, cleanup_logs=False)
+        return vacuum(table, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "vacuum", racing)
+    report = ledger.maintain(vacuum_retention_hours=0)
+
+    assert _rows(path) == sorted([*ROWS, ("users", "a", 3)])
+    assert _marked(DeltaLedger(path)) == {**MARKS, "users": {"a": 3}, "high": (2, 3)}
+    assert len(report.files_vacuumed) == 10  # the 8 marks' files, and the first compaction's 2
+    assert len(DeltaTable(path).file_uris()) == 2
