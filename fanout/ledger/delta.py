@@ -305,7 +305,15 @@ class DeltaLedger:
             _check_is_ledger(table, self._shown)
             self._table = table
         elif refresh:
-            self._table.update_incremental()
+            try:
+                self._table.update_incremental()
+            except Exception as exc:  # the store unreachable: name the ledger, mask it
+                raise LedgerError(
+                    f"cannot read the {self._where}: {self._masked(exc)}; check that its "
+                    "store is reachable, then run again (a query: restart it; Spark replays "
+                    "the batch, and each sink whose mark of it is missing writes it again, "
+                    "which the sink's own records of the batch make a no-op)"
+                ) from exc
         return self._table
 
     def _version(self, table: DeltaTable, app_id: str) -> int | None:
