@@ -495,3 +495,32 @@ def test_a_maintenance_whose_vacuum_meets_a_compaction_vacuums_again_on_a_fresh_
     assert _marked(DeltaLedger(path)) == {**MARKS, "users": {"a": 3}, "high": (2, 3)}
     assert len(report.files_vacuumed) == 10  # the 8 marks' files, and the first compaction's 2
     assert len(DeltaTable(path).file_uris()) == 2
+
+
+def test_a_maintenance_without_compaction_whose_vacuums_all_met_commits_says_what_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every vacuum refused (another writer's commit each time), ``--no-compact``: the
+    error counts the vacuums and says to run it again, and names no compaction, since
+    none ran (before: 'the compaction before it stays')."""
+    path = str(tmp_path / "ledger")
+    ledger = _filled(path)
+    tries: list[int] = []
+
+    def refused(table: DeltaTable, *args: Any, **kwargs: Any) -> list[str]:
+        tries.append(table.version())
+        raise CommitFailedError("a concurrent transaction deleted data this operation read")
+
+    monkeypatch.setattr(DeltaTable, "vacuum", refused)
+    with pytest.raises(LedgerError) as raised:
+        ledger.maintain(compact=False, vacuum_retention_hours=0)
+
+    assert len(tries) == 5
+    text = str(raised.value)
+    assert text.startswith(
+        f"ledger at {path}: other writers committed while each of 5 vacuums ran"
+    ), text
+    assert "compaction" not in text, text
+    assert text.endswith("nothing was lost: run `fanout ledger maintain` again"), text
+    assert _rows(path) == ROWS
+    assert _marked(DeltaLedger(path)) == MARKS
