@@ -959,8 +959,8 @@ class FanOut:
         :meth:`_renamed_reopened` asks it: a reopen's refusal is refused again at the next
         start; one more read of the ledger's sink names for each such sink)."""
         assert state.marks is not None
-        not_opened = self.lagging.not_opened()
-        opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
+        unasked = self.lagging.unasked()  # a sink a reopen's check refused lags with that
+        opened = {n: s for n, s in self.sinks.items() if n not in unasked}
         timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
         info = state.info
         spooled = self._spooled(info.epoch)
@@ -1043,16 +1043,16 @@ class FanOut:
         epoch, which the query owns (:func:`fanout.steps.resume.why_wait`)."""
         if self._targets_checked:
             return
-        not_opened = self.lagging.not_opened()
-        self._lose(self._lost_on_ledger([n for n in self.sinks if n not in not_opened]))
+        unasked = self.lagging.unasked()
+        self._lose(self._lost_on_ledger([n for n in self.sinks if n not in unasked]))
         self._targets_checked = True
 
     def _refuse_lost(self, epoch: int, marks: Mapping[str, int | None]) -> None:
         """Refuse the run when a sink's target lost its last marked batch; a sink with
         ``on_failure="lag"`` lags with that error instead (:meth:`Lagging.lose`): the
-        others go on."""
-        not_opened = self.lagging.not_opened()
-        opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
+        others go on; one a reopen's check refused before lags with that refusal."""
+        unasked = self.lagging.unasked()
+        opened = {n: s for n, s in self.sinks.items() if n not in unasked}
         self._lose(self._lost_targets(opened, epoch, marks))
 
     def _lost_targets(
