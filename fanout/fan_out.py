@@ -655,18 +655,54 @@ class FanOut:
             return
         self._closed = True
         running: list[AbandonedWrite] = []
+        left: tuple[threading.Thread, list[str]] | None = None
         try:
             self.catchup.stop()
+            left = self._catch_up_left_writing()
             running = self._abandoned_at_close()
-            still_writing = {w.sink for w in running}
+            still_writing = {w.sink for w in running} | set(left[1] if left else ())
             for name in self.lagging.close():
                 if name not in still_writing:
                     self._close_logged(self.specs[name])
         finally:
             writing: list[tuple[Sink, Held]] = [(self.sinks[w.sink], "writing") for w in running]
+            writing += [(self.sinks[name], "catching-up") for name in (left[1] if left else ())]
             release_sinks(self, keep=[*self._held_by_threads(self.lagging), *writing])
             for write in running:
                 self._close_after(write)
+            if left is not None:
+                self._close_after_catch_up(*left)
+
+    def _catch_up_left_writing(self) -> tuple[threading.Thread, list[str]] | None:
+        """The catch-up thread :meth:`close` did not wait out (30 s) and the sinks it still
+        writes (of a sink without ``write_timeout_s``: nothing bounds it), logged: their
+        sinks stay open under that write (docs/architecture.md §14.4)."""
+        left = self.catchup.left_writing()
+        for name in left[1] if left else ():
+            log.warning(
+                "pipeline %s, sink %s: its catch-up write was still running at close (it "
+                "has no write_timeout_s to bound it): not waited for, the sink is left open "
+                "and closed once that write ends; a catch-up of the sink in this process "
+                "waits for it. Find what holds the sink's target (a lock, a stalled "
+                "connection), or set write_timeout_s",
+                self.pipeline, name, extra=batch_fields(self.pipeline, sink=name),
+            )  # fmt: skip
+        return left
+
+    def _close_after_catch_up(self, thread: threading.Thread, sinks: list[str]) -> None:
+        """As :meth:`_close_after`, for the sinks a catch-up thread still writes at
+        :meth:`close`: closed and released once that thread has ended."""
+
+        def close_when_done() -> None:
+            thread.join()
+            try:
+                for name in sinks:
+                    self._close_logged(self.specs[name])
+            finally:
+                release_sinks(self, [self.sinks[name] for name in sinks])
+
+        name = f"fanout-{self.pipeline}-catchup-close-after-write"
+        threading.Thread(target=close_when_done, name=name, daemon=True).start()
 
     def _held_by_threads(self, lagging: Lagging | None) -> list[tuple[Sink, Held]]:
         """The sinks a reopen's thread (a first ``open()`` past its ``write_timeout_s``

@@ -132,6 +132,8 @@ class CatchUp:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._left: threading.Thread | None = None  # stopped while in a write it runs on
+        self._runner: threading.Thread | None = None  # the thread, once started
         self._starting = threading.Lock()
         self._token = object()  # this catch-up, as SinkWriter.last names it
         self._waiting: set[tuple[str, BatchKey]] = set()
@@ -150,6 +152,7 @@ class CatchUp:
                 self._thread = threading.Thread(
                     target=self._run, name=f"fanout-{self.lagging.pipeline}-catchup", daemon=True
                 )
+                self._runner = self._thread
                 self._thread.start()
 
     def take_over(self, where: str) -> None:
@@ -189,6 +192,22 @@ class CatchUp:
         if thread.is_alive():  # in a write bounded beyond this wait: left running, it must
             for timed in list(self._timed.values()):  # be known as abandoned, kept till it ends
                 timed.give_up(reason="stopping")
+            self._left = thread
+
+    def left_writing(self) -> tuple[threading.Thread, list[str]] | None:
+        """After :meth:`stop`: the thread it did not wait out and the sinks it is still
+        writing (an unbounded write, of a sink without ``write_timeout_s``), whose
+        ``close()`` must wait for that write (:meth:`fanout.FanOut.close`); ``None`` when
+        the thread has ended or writes none."""
+        thread = self._left
+        if thread is None or not thread.is_alive():
+            return None
+        sinks = [
+            s
+            for s, w in self._writers.items()
+            if w.writing and w.last is self._token and write_timeout(self.specs[s]) is None
+        ]  # a bounded write was given up at the stop: kept as abandoned (AbandonedWrites)
+        return (thread, sinks) if sinks else None
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -321,6 +340,8 @@ class CatchUp:
             backlog = self._marked_by_another(sink, backlog)
             if not backlog:
                 return None
+        if self._stop.is_set() and threading.current_thread() is self._runner:
+            return None  # the thread, stopped: close() may be closing the sink now
         writer.writing, writer.last = backlog.keys[0], self._token
         try:
             error = self.write(sink, backlog.keys[0], live=live, wait=wait)

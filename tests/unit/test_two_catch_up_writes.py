@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fanout import FanOut, SinkResult, SinkWriteError
+import pytest
+
+from fanout import ConfigurationError, FanOut, SinkResult, SinkWriteError
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.ledger.delta import DeltaLedger
 from fanout.sink_spec import SinkSpec, lag_policy
@@ -26,28 +28,35 @@ from fanout.steps.catchup import CatchUp
 from tests.unit.fakes import SchemaFrame, ScriptedSink
 
 
-class CheckThenWriteSink(ScriptedSink):
-    """A third-party sink's idempotence: it answers a batch it holds already written, and
-    otherwise writes it, with nothing between the check and the write (a slow network).
-    ``rows``: every id it holds, as many times as written; a write waits, after its check,
-    for ``go`` (``entered`` counts the writes past their check)."""
+class Target:
+    """What a third-party sink writes to (a remote store both Sink objects reach): every id
+    it holds, as many times as written, and the batches it records as written."""
 
-    def __init__(self, name: str, **options: Any) -> None:
-        super().__init__(name, **options)
+    def __init__(self) -> None:
         self.rows: list[int] = []
         self.held: set[tuple[int, int]] = set()
-        self.entered = threading.Semaphore(0)
+        self.entered = threading.Semaphore(0)  # a write past its check
         self.go = threading.Event()
+
+
+class CheckThenWriteSink(ScriptedSink):
+    """A third-party sink's idempotence: it answers a batch its target holds already
+    written, and otherwise writes it, with time between the check and the write (a slow
+    network): a write waits for ``target.go`` after its check."""
+
+    def __init__(self, name: str, target: Target, **options: Any) -> None:
+        super().__init__(name, **options)
+        self.target = target
 
     def write(self, batch: Batch) -> int | SinkResult:
         rows = super().write(batch)  # the scripted failures first
-        key = (batch.info.epoch, batch.batch_id)
-        if key in self.held:
+        key, target = (batch.info.epoch, batch.batch_id), self.target
+        if key in target.held:
             return SinkResult(0 if isinstance(rows, SinkResult) else rows, already_written=True)
-        self.entered.release()
-        assert self.go.wait(60)
-        self.rows += batch.df.table.column("id").to_pylist()  # type: ignore[attr-defined]
-        self.held.add(key)
+        target.entered.release()
+        assert target.go.wait(60)
+        target.rows += batch.df.table.column("id").to_pylist()  # type: ignore[attr-defined]
+        target.held.add(key)
         return rows
 
 
@@ -67,28 +76,32 @@ def test_a_catch_up_write_left_running_at_close_is_not_doubled_by_the_next_fan_o
 ) -> None:
     ledger, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
     frames = {0: SchemaFrame([10, 11, 12])}
-    good = ScriptedSink("good")
-    slow = CheckThenWriteSink("slow", always_fail=SinkWriteError("down", sink="slow"))
+    good, target = ScriptedSink("good"), Target()
+    slow = CheckThenWriteSink("slow", target, always_fail=SinkWriteError("down", sink="slow"))
 
-    def fan_out(probe_interval_s: float) -> FanOut:
-        spec = SinkSpec(slow, lag=lag_policy("slow", {"on_failure": "lag"}))
+    def fan_out(sink: CheckThenWriteSink, probe_interval_s: float) -> FanOut:
+        spec = SinkSpec(sink, lag=lag_policy("slow", {"on_failure": "lag"}))
         return FanOut(
             "twice", ledger, [good, spec], backoff_s=0, retries=0, spool=spool,
             probe_interval_s=probe_interval_s,
         )  # fmt: skip
 
-    first = fan_out(0.05)
+    first = fan_out(slow, 0.05)
     _reading(first, frames)
     first.process(frames[0], BatchInfo("twice", 0, "q"))  # slow fails: spooled, lagging
     slow.always_fail = None  # back: the catch-up thread's write waits after its check
-    assert slow.entered.acquire(timeout=20), slow.calls
+    assert target.entered.acquire(timeout=20), slow.calls
     (old_thread,) = [t for t in threading.enumerate() if t.name == "fanout-twice-catchup"]
     # close()'s wait for the write in progress (30 s) passes: the thread runs on
     first.catchup.stop = lambda timeout_s=0.2: CatchUp.stop(first.catchup, 0.2)  # type: ignore[method-assign]
     first.close()
     assert old_thread.is_alive()
+    assert slow.closed == 0  # left open under its write (before: closed under it)
+    with pytest.raises(ConfigurationError, match="catch-up write of the sink"):
+        fan_out(slow, 3600)  # still held by that write
 
-    second = fan_out(3600)  # the restarted query's FanOut, in the same process
+    # the restarted query's FanOut, in the same process (its own Sink object, one target)
+    second = fan_out(CheckThenWriteSink("slow", target), 3600)
     caught: list[Any] = []
     try:
         second.catchup.stop()  # the test drives its catch-up
@@ -96,15 +109,15 @@ def test_a_catch_up_write_left_running_at_close_is_not_doubled_by_the_next_fan_o
         catching = threading.Thread(target=lambda: caught.append(second.catch_up(30)))
         started = time.monotonic()
         catching.start()
-        doubled = slow.entered.acquire(timeout=1.0)  # a second write past its check
-        slow.go.set()
+        doubled = target.entered.acquire(timeout=1.0)  # a second write past its check
+        target.go.set()
         catching.join(30)
         old_thread.join(30)
         assert not catching.is_alive() and not old_thread.is_alive()
     finally:
-        slow.go.set()
+        target.go.set()
         second.close()
-    assert slow.rows == [10, 11, 12]  # the old code: [10, 11, 12, 10, 11, 12]
+    assert target.rows == [10, 11, 12]  # the old code: [10, 11, 12, 10, 11, 12]
     assert not doubled, "a second write of batch 0 ran beside the first"
     assert time.monotonic() - started < 10
     assert caught and caught[0]["slow"].state == "live"
@@ -115,3 +128,7 @@ def test_a_catch_up_write_left_running_at_close_is_not_doubled_by_the_next_fan_o
         if e.sink == "slow"
     ]
     assert marks == [("slow", 0, 3)]
+    deadline = time.monotonic() + 10
+    while slow.closed == 0 and time.monotonic() < deadline:  # closed once its write ended
+        time.sleep(0.02)
+    assert slow.closed == 1
