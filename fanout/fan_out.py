@@ -61,7 +61,7 @@ from fanout.errors import (
 from fanout.hooks.caller import HookCaller
 from fanout.hooks.registry import load_registry, resolve_plugins
 from fanout.ledger.delta import DeltaLedger
-from fanout.ledger.entry import Ledger, ledger_location
+from fanout.ledger.entry import Ledger, ledger_key, ledger_location
 from fanout.observe.logs import batch_fields, register_secrets
 from fanout.observe.secrets import (
     location_secrets,
@@ -358,7 +358,7 @@ class FanOut:
         if self.spool is not None:  # the refusals' `fanout recover` reads it too
             self._admission.guard.spool_location = command_location(self.spool.path)
         self._admission.guard.pipeline_file = self.pipeline_file
-        self.abandoned = AbandonedWrites.of(self.pipeline, ledger_location(self.ledger))
+        self.abandoned = AbandonedWrites.of(self.pipeline, ledger_key(self.ledger))
         """Writes abandoned at their sink's ``write_timeout_s``, while they run (those of
         an earlier FanOut of the pipeline in this process too)."""
         self.catchup = CatchUp(
@@ -376,7 +376,7 @@ class FanOut:
         # before it running; first of what releases the spool, which the one before must
         # no longer do beside this one
         if self.lagging.sinks:
-            self.catchup.take_over(ledger_location(self.ledger))
+            self.catchup.take_over()
         if self.spool is not None:
             self.lagging.release_held()  # batches caught up by a run that died before
             self.lagging.release_orphans()

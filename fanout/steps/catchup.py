@@ -34,7 +34,7 @@ from fanout.errors import (
     TargetLostError,
 )
 from fanout.hooks.caller import HookCaller
-from fanout.ledger.entry import LedgerEntry, now_utc
+from fanout.ledger.entry import LedgerEntry, ledger_key, now_utc
 from fanout.ledger.gaps import skip_command
 from fanout.observe.logs import batch_fields
 from fanout.retry import RetryPolicy
@@ -74,8 +74,9 @@ _writers: dict[tuple[str, str, str], SinkWriter] = {}
 
 
 def sink_writer(pipeline: str, ledger: str, sink: str) -> SinkWriter:
-    """The process's :class:`SinkWriter` of ``sink`` in ``pipeline`` with the ledger at
-    ``ledger`` (kept for the process: a lock and two fields per sink)."""
+    """The process's :class:`SinkWriter` of ``sink`` in ``pipeline`` with the ledger
+    ``ledger`` (:func:`fanout.ledger.entry.ledger_key`: one ledger however spelled; kept
+    for the process: a lock and two fields per sink)."""
     with _current_lock:
         return _writers.setdefault((pipeline, ledger, sink), SinkWriter())
 
@@ -125,7 +126,8 @@ class CatchUp:
         self.spark = spark
         self.probe_interval_s = probe_interval_s
         self._writers = {
-            name: sink_writer(lagging.pipeline, ledger_location, name) for name in lagging.sinks
+            name: sink_writer(lagging.pipeline, ledger_key(lagging.ledger), name)
+            for name in lagging.sinks
         }
         self._locks = {name: writer.lock for name, writer in self._writers.items()}
         self._told_waiting: set[tuple[str, BatchKey]] = set()
@@ -155,12 +157,12 @@ class CatchUp:
                 self._runner = self._thread
                 self._thread.start()
 
-    def take_over(self, where: str) -> None:
-        """Become the pipeline's catch-up in this process for the ledger at ``where``,
-        stopping the one before it: a ``FanOut`` of the same pipeline that was not closed
-        (a notebook's re-run cell, a restarted query) would otherwise go on writing and
-        releasing the spool beside this one."""
-        key = (self.lagging.pipeline, where)
+    def take_over(self) -> None:
+        """Become the pipeline's catch-up in this process for its ledger (however spelled:
+        :func:`fanout.ledger.entry.ledger_key`), stopping the one before it: a ``FanOut``
+        of the same pipeline that was not closed (a notebook's re-run cell, a restarted
+        query) would otherwise go on writing and releasing the spool beside this one."""
+        key = (self.lagging.pipeline, ledger_key(self.lagging.ledger))
         with _current_lock:
             previous = _current.get(key)
             _current[key] = self
@@ -170,7 +172,7 @@ class CatchUp:
             "pipeline %s: a FanOut of this pipeline (ledger %s) was not closed; stopping its "
             "catch-up: the new FanOut's catch-up takes over",
             self.lagging.pipeline,
-            where,
+            self.ledger_location,
         )
         previous.stop()
 

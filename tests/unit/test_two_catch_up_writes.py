@@ -71,18 +71,22 @@ def _reading(fan: FanOut, frames: dict[int, Any]) -> None:
     fan.catchup._read = read  # type: ignore[method-assign]
 
 
+@pytest.mark.parametrize("spelled", ["as-before", "file-url"])
 def test_a_catch_up_write_left_running_at_close_is_not_doubled_by_the_next_fan_out(
-    tmp_path: Path,
+    tmp_path: Path, spelled: str
 ) -> None:
+    """``spelled``: how the restarted query's FanOut names the same ledger (a ``file:`` URL
+    with a trailing ``/`` is the same ledger, and the same one writer of the sink)."""
     ledger, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
+    again = ledger if spelled == "as-before" else f"file://{ledger}/"
     frames = {0: SchemaFrame([10, 11, 12])}
     good, target = ScriptedSink("good"), Target()
     slow = CheckThenWriteSink("slow", target, always_fail=SinkWriteError("down", sink="slow"))
 
-    def fan_out(sink: CheckThenWriteSink, probe_interval_s: float) -> FanOut:
+    def fan_out(sink: CheckThenWriteSink, probe_interval_s: float, at: str = ledger) -> FanOut:
         spec = SinkSpec(sink, lag=lag_policy("slow", {"on_failure": "lag"}))
         return FanOut(
-            "twice", ledger, [good, spec], backoff_s=0, retries=0, spool=spool,
+            "twice", at, [good, spec], backoff_s=0, retries=0, spool=spool,
             probe_interval_s=probe_interval_s,
         )  # fmt: skip
 
@@ -101,7 +105,7 @@ def test_a_catch_up_write_left_running_at_close_is_not_doubled_by_the_next_fan_o
         fan_out(slow, 3600)  # still held by that write
 
     # the restarted query's FanOut, in the same process (its own Sink object, one target)
-    second = fan_out(CheckThenWriteSink("slow", target), 3600)
+    second = fan_out(CheckThenWriteSink("slow", target), 3600, again)
     caught: list[Any] = []
     try:
         second.catchup.stop()  # the test drives its catch-up
