@@ -81,6 +81,7 @@ from fanout.sink_spec import (
     split_core_options,
     write_timeout,
 )
+from fanout.spool.table import BatchKey
 from fanout.steps.admit import Admission
 from fanout.steps.catchup import CatchUp
 from fanout.steps.context import ContextReader
@@ -655,7 +656,7 @@ class FanOut:
             return
         self._closed = True
         running: list[AbandonedWrite] = []
-        left: tuple[threading.Thread, list[str]] | None = None
+        left: tuple[threading.Thread, dict[str, BatchKey]] | None = None
         try:
             self.catchup.stop()
             left = self._catch_up_left_writing()
@@ -671,25 +672,26 @@ class FanOut:
             for write in running:
                 self._close_after(write)
             if left is not None:
-                self._close_after_catch_up(*left)
+                self._close_after_catch_up(left[0], list(left[1]))
 
-    def _catch_up_left_writing(self) -> tuple[threading.Thread, list[str]] | None:
+    def _catch_up_left_writing(self) -> tuple[threading.Thread, dict[str, BatchKey]] | None:
         """The catch-up thread :meth:`close` did not wait out (30 s) and the sinks it still
-        writes (of a sink without ``write_timeout_s``: nothing bounds it), logged: their
-        sinks stay open under that write (docs/architecture.md §14.4)."""
+        writes (of a sink without ``write_timeout_s``: nothing bounds it), each with its
+        batch, logged: their sinks stay open under that write (docs/architecture.md §14.4)."""
         left = self.catchup.left_writing()
-        for name in left[1] if left else ():
+        for name, (epoch, batch) in (left[1] if left else {}).items():
             log.warning(
-                "pipeline %s, sink %s: its catch-up write was still running at close (it "
-                "has no write_timeout_s to bound it): not waited for, the sink is left open "
-                "and closed once that write ends; a catch-up of the sink in this process "
-                "waits for it. Find what holds the sink's target (a lock, a stalled "
-                "connection), or set write_timeout_s",
-                self.pipeline, name, extra=batch_fields(self.pipeline, sink=name),
+                "pipeline %s, batch %s, sink %s: its catch-up write of batch %s (epoch %s) "
+                "was still running at close (it has no write_timeout_s to bound it): not "
+                "waited for, the sink is left open and closed once that write ends; a "
+                "catch-up of the sink in this process waits for it. Find what holds the "
+                "sink's target (a lock, a stalled connection), or set write_timeout_s",
+                self.pipeline, batch, name, batch, epoch,
+                extra=batch_fields(self.pipeline, batch, name),
             )  # fmt: skip
         return left
 
-    def _close_after_catch_up(self, thread: threading.Thread, sinks: list[str]) -> None:
+    def _close_after_catch_up(self, thread: threading.Thread, sinks: Iterable[str]) -> None:
         """As :meth:`_close_after`, for the sinks a catch-up thread still writes at
         :meth:`close`: closed and released once that thread has ended."""
 

@@ -196,19 +196,21 @@ class CatchUp:
                 timed.give_up(reason="stopping")
             self._left = thread
 
-    def left_writing(self) -> tuple[threading.Thread, list[str]] | None:
+    def left_writing(self) -> tuple[threading.Thread, dict[str, BatchKey]] | None:
         """After :meth:`stop`: the thread it did not wait out and the sinks it is still
-        writing (an unbounded write, of a sink without ``write_timeout_s``), whose
-        ``close()`` must wait for that write (:meth:`fanout.FanOut.close`); ``None`` when
-        the thread has ended or writes none."""
+        writing (an unbounded write, of a sink without ``write_timeout_s``), each with the
+        batch it writes, whose ``close()`` must wait for that write
+        (:meth:`fanout.FanOut.close`); ``None`` when the thread has ended or writes none."""
         thread = self._left
         if thread is None or not thread.is_alive():
             return None
-        sinks = [
-            s
+        sinks = {
+            s: key
             for s, w in self._writers.items()
-            if w.writing and w.last is self._token and write_timeout(self.specs[s]) is None
-        ]  # a bounded write was given up at the stop: kept as abandoned (AbandonedWrites)
+            if (key := w.writing) is not None
+            and w.last is self._token
+            and write_timeout(self.specs[s]) is None
+        }  # a bounded write was given up at the stop: kept as abandoned (AbandonedWrites)
         return (thread, sinks) if sinks else None
 
     def _run(self) -> None:

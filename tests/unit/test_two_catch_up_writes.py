@@ -73,7 +73,7 @@ def _reading(fan: FanOut, frames: dict[int, Any]) -> None:
 
 @pytest.mark.parametrize("spelled", ["as-before", "file-url"])
 def test_a_catch_up_write_left_running_at_close_is_not_doubled_by_the_next_fan_out(
-    tmp_path: Path, spelled: str
+    tmp_path: Path, spelled: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``spelled``: how the restarted query's FanOut names the same ledger (a ``file:`` URL
     with a trailing ``/`` is the same ledger, and the same one writer of the sink)."""
@@ -100,6 +100,8 @@ def test_a_catch_up_write_left_running_at_close_is_not_doubled_by_the_next_fan_o
     first.catchup.stop = lambda timeout_s=0.2: CatchUp.stop(first.catchup, 0.2)  # type: ignore[method-assign]
     first.close()
     assert old_thread.is_alive()
+    left = "pipeline twice, batch 0, sink slow: its catch-up write of batch 0 (epoch 0) was"
+    assert any(r.getMessage().startswith(left) for r in caplog.records), caplog.text
     assert slow.closed == 0  # left open under its write (before: closed under it)
     with pytest.raises(ConfigurationError, match="catch-up write of the sink"):
         fan_out(slow, 3600)  # still held by that write
