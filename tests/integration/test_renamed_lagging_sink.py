@@ -357,6 +357,10 @@ def test_a_sink_renamed_mid_batch_opened_late_does_not_write_the_batch_twice(
         assert (lags["copy2"].error or "").startswith("RenamedSinkError")
         _batch(spark, third, 2)  # before: BatchFailedError, copy2's RenamedSinkError
         assert third.lagging.stuck("copy2")
+        # probed again (a catch-up after the batch): still refused, never reopened unasked
+        lags = third.catch_up(timeout_s=60)
+        assert (lags["copy2"].error or "").startswith("RenamedSinkError")
+        assert _ids(tmp_path / "copy") == held
     finally:
         third.close()
     assert _ids(tmp_path / "copy") == held
