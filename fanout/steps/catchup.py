@@ -266,7 +266,8 @@ class CatchUp:
         waits that long again for the abandoned write to end, then writes the batch).
         ``live``: a live batch waits for this drain (at its ``max_lag``): its writes are
         bounded by the sink's ``write_timeout_s`` itself, not the catch-up's doubled bound."""
-        self._lock_for_drain(sink)
+        if not self._lock_for_drain(sink, None if live else until):
+            return None  # ``until()`` held while another write of the sink ran
         try:
             while not until():
                 outcome = self._write_next(sink, wait=True, live=live)
@@ -281,20 +282,27 @@ class CatchUp:
             self._locks[sink].release()
         return None
 
-    def _lock_for_drain(self, sink: str) -> None:
-        """Take ``sink``'s lock for a drain; after the sink's ``write_timeout_s``, give up
-        the catch-up write holding it (a hung sink would otherwise stall the live batch
-        for the catch-up's whole bound)."""
+    def _lock_for_drain(self, sink: str, until: Callable[[], bool] | None) -> bool:
+        """Take ``sink``'s lock for a drain (``True``), or ``False`` once ``until()`` holds
+        first (a ``catch_up(timeout_s)`` past its bound, a final catch-up stopped by a
+        signal: a write of the sink without ``write_timeout_s`` holding the lock, an
+        earlier ``FanOut``'s left running at its ``close()``, may never end; ``None``, a
+        live batch's drain at its ``max_lag``: not asked, its ``until`` reads the backlog);
+        after the sink's ``write_timeout_s``, give up the catch-up write holding it (a
+        hung sink would otherwise stall the live batch for the catch-up's whole bound).
+        Uncontended: one ``acquire``, ``until`` not called."""
         lock, timeout = self._locks[sink], write_timeout(self.specs[sink])
-        if timeout is None:
-            if not lock.acquire(blocking=False):
-                self._tell_waiting(sink)
-                lock.acquire()
-            return
-        deadline = time.monotonic() + timeout
-        while not lock.acquire(timeout=max(0.01, min(0.05, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline and (timed := self._timed.get(sink)) is not None:
-                timed.give_up(reason="draining")  # idempotent; None: marking, waited for
+        if lock.acquire(blocking=False):
+            return True
+        self._tell_waiting(sink)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not lock.acquire(timeout=0.05):
+            if until is not None and until():
+                return False
+            if deadline is not None and time.monotonic() >= deadline:
+                if (timed := self._timed.get(sink)) is not None:
+                    timed.give_up(reason="draining")  # idempotent; None: marking, waited for
+        return True
 
     def finish(
         self, sink: str, policy: RetryPolicy, stop: Callable[[], bool]

@@ -112,6 +112,14 @@ def test_a_catch_up_write_left_running_at_close_is_not_doubled_by_the_next_fan_o
     try:
         second.catchup.stop()  # the test drives its catch-up
         _reading(second, frames)
+        # its bound holds while it waits for that write (a script's catch_up(timeout_s),
+        # a final catch-up a signal stops): it returns, the sink still behind
+        bounded: list[Any] = []
+        waiting = threading.Thread(target=lambda: bounded.append(second.catch_up(0.3)))
+        waiting.start()
+        waiting.join(10)
+        assert not waiting.is_alive(), "catch_up(timeout_s=0.3) waited past its bound"
+        assert bounded[0]["slow"].state != "live" and target.rows == []
         catching = threading.Thread(target=lambda: caught.append(second.catch_up(30)))
         started = time.monotonic()
         catching.start()
