@@ -338,6 +338,39 @@ def test_a_sink_renamed_mid_batch_opened_late_does_not_write_the_batch_twice(
     assert _ids(tmp_path / "copy") == held
     assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(2) for i in range(3)})
 
+    # restarted as is once more, copy2 down at the start again: its reopen, before the
+    # run's first batch (a catch-up started with the query), is refused (LOST); the first
+    # batch then lets it lag with that refusal, the other sink writes (before: the first
+    # batch asked it again as an open sink, and the whole run failed)
+    _down_at_first_open(monkeypatch, "copy2")
+    third = _fan(tmp_path, "copy2")
+    try:
+        assert third.unopened == ("copy2",)
+        third.catchup.stop()
+        lags = third.catch_up(timeout_s=60)  # reopens copy2: refused before any batch
+        assert (lags["copy2"].error or "").startswith("RenamedSinkError")
+        _batch(spark, third, 2)  # before: BatchFailedError, copy2's RenamedSinkError
+        assert third.lagging.stuck("copy2")
+        # probed again (a catch-up after the batch): still refused, never reopened unasked
+        lags = third.catch_up(timeout_s=60)
+        assert (lags["copy2"].error or "").startswith("RenamedSinkError")
+        assert _ids(tmp_path / "copy") == held
+    finally:
+        third.close()
+    assert _ids(tmp_path / "copy") == held
+    assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(3) for i in range(3)})
+    assert third.spool is not None
+    assert [(b.batch_id, sorted(b.needed_by)) for b in third.spool.batches()] == [
+        (1, ["copy2"]), (2, ["copy2"]),
+    ]  # fmt: skip
+    refusals = [
+        r["batch_id"]
+        for r in delta_rows(tmp_path / "ledger")
+        if r["sink"] == "copy2" and r["status"] == "failed"
+        and r["error"].startswith("RenamedSinkError")
+    ]  # fmt: skip
+    assert 1 in refusals  # the reopen's refusal, recorded at the batch it would write
+
 
 def test_a_renamed_sink_whose_reopen_races_the_runs_first_check_is_asked(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
