@@ -16,17 +16,23 @@ headers ``fanout.pipeline``, ``fanout.sink`` and ``fanout.batch_id``
 partitions it wrote when the sink restarts. So, at a sink's first write in its scope (its
 partition span never recorded there: :func:`fanout_kafka.membership.record_span`), before
 anything is written, :func:`tail_writers` reads the last :data:`TAIL_OFFSETS` offsets of
-every partition of the topic (``read_committed``), and a name found there that the pipeline
-does not configure, with records of the batch or a later one, is asked by its own markers
-in the scope (the sink's ``_markers_hold``); held, whole or part: :func:`renamed_refusal`.
-The headers point at a name, the markers (of this scope: records of an earlier epoch carry
-no epoch) confirm it.
+every partition of the topic (``read_committed``), and further back, in rounds four times
+as deep, where other writers buried them, down to a record older than the batch's
+planning or the log's start; a name found there that the pipeline does not configure,
+with records of the batch or a later one, is asked by its own markers in the scope (the
+sink's ``_markers_hold``); held, whole or part: :func:`renamed_refusal`. The headers point
+at a name, the markers (of this scope: records of an earlier epoch carry no epoch) confirm
+it. A read that fails is tried again when the error may pass
+(:func:`read_error_is_transient`), and the write refused when it still fails or cannot
+pass: never written blindly. A sink writing without the headers (``headers: false``)
+cannot be found this way: it is warned at its open.
 
 Cost: once per sink and scope (its first write there; a name that wrote in the scope before
 is not asked, nor a topic ``create_topic`` made at this first write, nor a sink used
 outside a :class:`fanout.FanOut`, which gives no configured names): one list-offsets
 request, one metadata request and one fetch round of at most :data:`TAIL_OFFSETS` offsets
-per partition; nothing per batch.
+per partition on an empty or quiet topic; on a busy one, the records written since the
+batch's planning, at most 4/3 times over, within ``open_timeout_s``; nothing per batch.
 """
 
 from __future__ import annotations
