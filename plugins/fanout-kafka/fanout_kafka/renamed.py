@@ -62,6 +62,9 @@ READ_ATTEMPTS = 3
 """How many times the first write's read is tried when it fails with an error worth
 trying again (:func:`read_error_is_transient`) before the write is refused."""
 
+RETRY_PAUSE_S = 0.25
+"""The pause before the read's ``n``-th attempt again: ``n`` times this."""
+
 _TRANSIENT_CODES = (
     "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_TIMED_OUT_QUEUE", "_RESOLVE",
     "_WAIT_COORD", "_IN_PROGRESS", "_PREV_IN_PROGRESS", "REQUEST_TIMED_OUT",
@@ -287,6 +290,7 @@ def renamed_refusal(
 __all__ = [
     "CLOCK_SKEW_MS",
     "READ_ATTEMPTS",
+    "RETRY_PAUSE_S",
     "TAIL_OFFSETS",
     "read_error_is_transient",
     "renamed_refusal",

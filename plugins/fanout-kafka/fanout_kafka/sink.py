@@ -735,6 +735,7 @@ class KafkaSink(PartitionedSink):
 
         from fanout_kafka.renamed import (
             READ_ATTEMPTS,
+            RETRY_PAUSE_S,
             read_error_is_transient,
             renamed_refusal,
             tail_writers,
@@ -767,7 +768,7 @@ class KafkaSink(PartitionedSink):
                         "%d), trying again: %s", self.name, batch_id, topic, attempt,
                         READ_ATTEMPTS, redact(str(exc), self.secret_values()),
                     )  # fmt: skip
-                    time.sleep(0.25 * attempt)
+                    time.sleep(RETRY_PAUSE_S * attempt)
                     continue
                 raise self._unread_tail(batch_id, topic, exc, transient, attempt) from exc
         log.debug("sink %r, batch %d: the topic's end read for a vanished sink's records in "

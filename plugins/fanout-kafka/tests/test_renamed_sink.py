@@ -132,6 +132,7 @@ def test_a_kafka_sink_killed_in_its_first_batch_and_renamed_is_refused_at_its_fi
 
         return tail
 
+    monkeypatch.setattr(renamed_module, "RETRY_PAUSE_S", 0.01)
     monkeypatch.setattr(renamed_module, "tail_writers",
                         failing(KafkaError.TOPIC_AUTHORIZATION_FAILED, 9))  # fmt: skip
     failed = refusal(lambda f: f.process(spark.range(0, 4), batch0))
