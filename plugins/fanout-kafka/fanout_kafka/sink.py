@@ -723,7 +723,8 @@ class KafkaSink(PartitionedSink):
         whole or part: that sink renamed to this one (or removed) after it committed the
         batch and before its ledger mark, in its very first batch, so the ledger never
         named it and the run's start check did not ask (:mod:`fanout_kafka.renamed`). Not
-        asked again in this ``open()`` once it passes. A read error worth trying again
+        asked again in this ``open()`` once it passes. A name found whose markers do not hold
+        the batch is read past (the read again without it). A read error worth trying again
         (:func:`fanout_kafka.renamed.read_error_is_transient`) is tried up to
         :data:`~fanout_kafka.renamed.READ_ATTEMPTS` times, then refused
         (:class:`fanout.TransientSinkError`); any other refuses at once
@@ -731,21 +732,67 @@ class KafkaSink(PartitionedSink):
         ended within ``open_timeout_s`` (a topic whose other writers wrote more since the
         batch's planning than can be read in that time): a warning, and the batch is
         written."""
-        from confluent_kafka import KafkaException
-
-        from fanout_kafka.renamed import (
-            READ_ATTEMPTS,
-            RETRY_PAUSE_S,
-            read_error_is_transient,
-            renamed_refusal,
-            tail_writers,
-        )
+        from fanout_kafka.renamed import renamed_refusal
 
         info, topic = settings.info, str(self.topic)
         pipeline, epoch = settings.pipeline, 0 if info is None else info.epoch
         since_ms = None if info is None else info.batch_timestamp_ms
         exclude = {*self._vanished_unasked, self.name}
         started = time.monotonic()
+        while True:
+            writers, held = self._read_tail(config, topic, pipeline, epoch, batch_id,
+                                            exclude, since_ms)  # fmt: skip
+            if writers is None:
+                log.warning(
+                    "sink %r, batch %d: cannot tell whether topic %r holds this batch written "
+                    "by a sink the pipeline no longer configures (its first write in the "
+                    "epoch; the topic's records since the batch's planning not all read within "
+                    "its open_timeout_s=%g s: raise it to read them). If this sink is another "
+                    "renamed after it committed the batch and before its ledger mark, the "
+                    "batch is written again",
+                    self.name, batch_id, topic, self.open_timeout_s,
+                )  # fmt: skip
+                return
+            for other, answer in held.items():
+                if answer is True or isinstance(answer, PartlyHeld):
+                    part = "" if answer is True else " (part of it: some of its partitions)"
+                    raise renamed_refusal(self.name, other, topic, pipeline, epoch, batch_id,
+                                          part)  # fmt: skip
+            if not writers:
+                break
+            # names whose markers do not hold the batch: read again past them, for one
+            # buried under their records that does
+            exclude |= set(writers)
+        log.debug("sink %r, batch %d: the topic's end read for a vanished sink's records in "
+                  "%.1f ms", self.name, batch_id, 1000 * (time.monotonic() - started))  # fmt: skip
+        self._vanished_unasked = ()
+
+    def _read_tail(
+        self,
+        config: dict[str, Any],
+        topic: str,
+        pipeline: str,
+        epoch: int,
+        batch_id: int,
+        exclude: set[str],
+        since_ms: int | None,
+    ) -> tuple[dict[str, int] | None, dict[str, bool | PartlyHeld | None]]:
+        """:func:`fanout_kafka.renamed.tail_writers` and, for each name it finds, whether
+        that name's markers in the scope hold batch ``batch_id``; a failure tried again,
+        up to :data:`~fanout_kafka.renamed.READ_ATTEMPTS` times, when its error may pass.
+
+        :raises fanout.TransientSinkError: when it still fails after those attempts.
+        :raises fanout.SinkWriteError: at once, when its error cannot pass.
+        """
+        from confluent_kafka import KafkaException
+
+        from fanout_kafka.renamed import (
+            READ_ATTEMPTS,
+            RETRY_PAUSE_S,
+            read_error_is_transient,
+            tail_writers,
+        )
+
         attempt = 0
         while True:
             attempt += 1
@@ -758,7 +805,7 @@ class KafkaSink(PartitionedSink):
                     other: self._markers_hold(config, pipeline, epoch, batch_id, other)
                     for other in sorted(writers or {})
                 }
-                break
+                return writers, held
             except (KafkaException, TimeoutError) as exc:
                 error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
                 transient = not hasattr(error, "code") or read_error_is_transient(error)
@@ -771,24 +818,6 @@ class KafkaSink(PartitionedSink):
                     time.sleep(RETRY_PAUSE_S * attempt)
                     continue
                 raise self._unread_tail(batch_id, topic, exc, transient, attempt) from exc
-        log.debug("sink %r, batch %d: the topic's end read for a vanished sink's records in "
-                  "%.1f ms", self.name, batch_id, 1000 * (time.monotonic() - started))  # fmt: skip
-        if writers is None:
-            log.warning(
-                "sink %r, batch %d: cannot tell whether topic %r holds this batch written by "
-                "a sink the pipeline no longer configures (its first write in the epoch; the "
-                "topic's records since the batch's planning not all read within its "
-                "open_timeout_s=%g s: raise it to read them). If this sink is another renamed "
-                "after it committed the batch and before its ledger mark, the batch is written "
-                "again",
-                self.name, batch_id, topic, self.open_timeout_s,
-            )  # fmt: skip
-            return
-        for other, answer in held.items():
-            if answer is True or isinstance(answer, PartlyHeld):
-                part = "" if answer is True else " (part of it: some of its partitions)"
-                raise renamed_refusal(self.name, other, topic, pipeline, epoch, batch_id, part)
-        self._vanished_unasked = ()
 
     def _unread_tail(
         self, batch_id: int, topic: str, exc: BaseException, transient: bool, attempts: int
