@@ -24,8 +24,10 @@ sink's ``_markers_hold``); held, whole or part: :func:`renamed_refusal`. The hea
 at a name, the markers (of this scope: records of an earlier epoch carry no epoch) confirm
 it. A read that fails is tried again when the error may pass
 (:func:`read_error_is_transient`), and the write refused when it still fails or cannot
-pass: never written blindly. A sink writing without the headers (``headers: false``)
-cannot be found this way: it is warned at its open.
+pass: never written blindly, but for a right refused (:func:`read_error_is_unauthorized`:
+a sink allowed to write its topic, not to read it, cannot tell; warned, and written). A
+sink writing without the headers (``headers: false``) cannot be found this way: it is
+warned at its open.
 
 Cost: once per sink and scope (its first write there; a name that wrote in the scope before
 is not asked, nor a topic ``create_topic`` made at this first write, nor a sink used
@@ -94,6 +96,23 @@ def read_error_is_transient(error: Any) -> bool:
         return False
     codes = {getattr(KafkaError, name, None) for name in _TRANSIENT_CODES}
     return bool(error.retriable()) or error.code() in codes
+
+
+_UNAUTHORIZED_CODES = ("TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED")
+"""The librdkafka error codes of a right the broker refuses the sink's principal."""
+
+
+def read_error_is_unauthorized(error: Any) -> bool:
+    """Whether a persistent error met reading the topic's end (or a vanished name's
+    markers) is a right refused: a sink with producer-only rights (WRITE and DESCRIBE on
+    its topic, no READ, which it needs nowhere else: its markers are group offsets on the
+    marker topic) cannot read the records, so it cannot tell, and is warned rather than
+    refused (:meth:`fanout_kafka.KafkaSink._refuse_vanished_writer`). ``error``: a
+    ``confluent_kafka.KafkaError``."""
+    from confluent_kafka import KafkaError
+
+    codes = {getattr(KafkaError, name, None) for name in _UNAUTHORIZED_CODES}
+    return bool(error.code() in codes)
 
 
 def tail_writers(
@@ -293,6 +312,7 @@ __all__ = [
     "RETRY_PAUSE_S",
     "TAIL_OFFSETS",
     "read_error_is_transient",
+    "read_error_is_unauthorized",
     "renamed_refusal",
     "tail_writers",
 ]

@@ -728,10 +728,13 @@ class KafkaSink(PartitionedSink):
         (:func:`fanout_kafka.renamed.read_error_is_transient`) is tried up to
         :data:`~fanout_kafka.renamed.READ_ATTEMPTS` times, then refused
         (:class:`fanout.TransientSinkError`); any other refuses at once
-        (:class:`fanout.SinkWriteError`): the batch is not written blindly. The read not
-        ended within ``open_timeout_s`` (a topic whose other writers wrote more since the
-        batch's planning than can be read in that time): a warning, and the batch is
-        written."""
+        (:class:`fanout.SinkWriteError`): the batch is not written blindly. Cannot tell, a
+        warning and the batch written: the read not ended within ``open_timeout_s`` (a
+        topic whose other writers wrote more since the batch's planning than can be read
+        in that time), or refused its rights
+        (:func:`fanout_kafka.renamed.read_error_is_unauthorized`: a sink with producer-only
+        rights on its topic, which it needs nowhere else; refusing would stop every run's
+        first batch)."""
         from fanout_kafka.renamed import renamed_refusal
 
         info, topic = settings.info, str(self.topic)
@@ -740,17 +743,15 @@ class KafkaSink(PartitionedSink):
         exclude = {*self._vanished_unasked, self.name}
         started = time.monotonic()
         while True:
-            writers, held = self._read_tail(config, topic, pipeline, epoch, batch_id,
-                                            exclude, since_ms)  # fmt: skip
+            writers, held, unread = self._read_tail(config, topic, pipeline, epoch, batch_id,
+                                                    exclude, since_ms)  # fmt: skip
             if writers is None:
                 log.warning(
                     "sink %r, batch %d: cannot tell whether topic %r holds this batch written "
                     "by a sink the pipeline no longer configures (its first write in the "
-                    "epoch; the topic's records since the batch's planning not all read within "
-                    "its open_timeout_s=%g s: raise it to read them). If this sink is another "
-                    "renamed after it committed the batch and before its ledger mark, the "
-                    "batch is written again",
-                    self.name, batch_id, topic, self.open_timeout_s,
+                    "epoch; %s). If this sink is another renamed after it committed the batch "
+                    "and before its ledger mark, the batch is written again",
+                    self.name, batch_id, topic, unread,
                 )  # fmt: skip
                 return
             for other, answer in held.items():
@@ -776,10 +777,13 @@ class KafkaSink(PartitionedSink):
         batch_id: int,
         exclude: set[str],
         since_ms: int | None,
-    ) -> tuple[dict[str, int] | None, dict[str, bool | PartlyHeld | None]]:
+    ) -> tuple[dict[str, int] | None, dict[str, bool | PartlyHeld | None], str]:
         """:func:`fanout_kafka.renamed.tail_writers` and, for each name it finds, whether
         that name's markers in the scope hold batch ``batch_id``; a failure tried again,
         up to :data:`~fanout_kafka.renamed.READ_ATTEMPTS` times, when its error may pass.
+        Names ``None``: cannot tell, and why (the read not ended within
+        ``open_timeout_s``, or its rights refused:
+        :func:`fanout_kafka.renamed.read_error_is_unauthorized`).
 
         :raises fanout.TransientSinkError: when it still fails after those attempts.
         :raises fanout.SinkWriteError: at once, when its error cannot pass.
@@ -790,6 +794,7 @@ class KafkaSink(PartitionedSink):
             READ_ATTEMPTS,
             RETRY_PAUSE_S,
             read_error_is_transient,
+            read_error_is_unauthorized,
             tail_writers,
         )
 
@@ -805,10 +810,22 @@ class KafkaSink(PartitionedSink):
                     other: self._markers_hold(config, pipeline, epoch, batch_id, other)
                     for other in sorted(writers or {})
                 }
-                return writers, held
+                unread = (
+                    f"the topic's records since the batch's planning not all read within its "
+                    f"open_timeout_s={self.open_timeout_s:g} s: raise it to read them"
+                )
+                return writers, held, unread
             except (KafkaException, TimeoutError) as exc:
                 error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
                 transient = not hasattr(error, "code") or read_error_is_transient(error)
+                if not transient and read_error_is_unauthorized(error):
+                    said = redact(str(exc), self.secret_values())
+                    return None, {}, (
+                        f"the sink may not read it: {said}; grant the sink's principal READ "
+                        f"on the topic (or the group the error names) to have it checked, "
+                        f"or rename a sink only once `fanout status` shows its last batch "
+                        f"marked"
+                    )  # fmt: skip
                 if transient and attempt < READ_ATTEMPTS:
                     log.info(
                         "sink %r, batch %d: reading the end of topic %r failed (attempt %d of "

@@ -139,14 +139,15 @@ def test_a_kafka_sink_killed_in_its_first_batch_and_renamed_is_refused_at_its_fi
         return tail
 
     monkeypatch.setattr(renamed_module, "RETRY_PAUSE_S", 0.01)
+    # (a right refused warns instead: the next test)
     monkeypatch.setattr(renamed_module, "tail_writers",
-                        failing(KafkaError.TOPIC_AUTHORIZATION_FAILED, 9))  # fmt: skip
+                        failing(KafkaError._UNKNOWN_PARTITION, 9))  # fmt: skip
     failed = refusal(lambda f: f.process(spark.range(0, 4), batch0))
-    assert failed is not None and calls == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    assert failed is not None and calls == [KafkaError._UNKNOWN_PARTITION]
     error = failed.failures["new"]
     assert type(error) is SinkWriteError
     assert f"cannot write batch 0, this sink's first write to topic '{topic}'" in str(error)
-    assert "TOPIC_AUTHORIZATION_FAILED" in str(error) and "fix it" in str(error)
+    assert "_UNKNOWN_PARTITION" in str(error) and "fix it" in str(error)
     monkeypatch.setattr(renamed_module, "tail_writers", failing(KafkaError._TRANSPORT, 2))
     again = refusal(lambda f: f.process(spark.range(0, 4), batch0))
     # tried 3 times, the last one read (and read again past the ghost)
@@ -229,6 +230,9 @@ def test_the_topic_end_names_only_vanished_sinks_of_the_pipeline_from_the_batch_
                             since_ms=planned) == {}  # fmt: skip
         assert tail_writers(admin, config, topic, "p", {"kept", "gone"}, 3, 10.0, depth=3,
                             since_ms=planned - 600_000) == {"deep": 9}  # fmt: skip
+        # a topic not there yet (made by the broker at the first produce): nothing named,
+        # not an error that would refuse a new pipeline's first write
+        assert tail_writers(admin, config, f"{topic}-later", "p", set(), 0, 10.0) == {}
 
 
 def test_a_read_error_is_tried_again_only_when_it_may_pass(kafka: Broker, topic: str) -> None:
@@ -238,7 +242,11 @@ def test_a_read_error_is_tried_again_only_when_it_may_pass(kafka: Broker, topic:
     authorization refused, a partition or topic unknown, a fatal error are not."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
-    from fanout_kafka.renamed import read_error_is_transient, tail_writers
+    from fanout_kafka.renamed import (
+        read_error_is_transient,
+        read_error_is_unauthorized,
+        tail_writers,
+    )
 
     stopped = {"bootstrap.servers": "127.0.0.1:9", "log_level": 0}
     with AdminClient(stopped) as admin, pytest.raises(KafkaException) as raised:
@@ -252,6 +260,10 @@ def test_a_read_error_is_tried_again_only_when_it_may_pass(kafka: Broker, topic:
     for code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError._UNKNOWN_PARTITION,
                  KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._INVALID_ARG):  # fmt: skip
         assert not read_error_is_transient(KafkaError(code))
+        # a right refused: the sink cannot tell (warned, written); the others refuse
+        unauthorized = code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert read_error_is_unauthorized(KafkaError(code)) is unauthorized
+    assert read_error_is_unauthorized(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
     assert read_error_is_transient(
         KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, retriable=True)
     )
@@ -289,3 +301,50 @@ def test_a_sink_writing_without_headers_in_a_pipeline_is_warned_at_its_open(
         "marked, or set headers: true" in text  # fmt: skip
     assert warned(True, ("plain", "other")) == []
     assert warned(False, ()) == []
+
+
+def test_a_sink_that_may_not_read_its_topic_is_warned_at_its_first_write_not_refused(
+    spark: Any,
+    kafka: Broker,
+    topic: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Producer-only rights (WRITE and DESCRIBE on the topic, no READ) are common, and the
+    sink needs no READ on its topic elsewhere (its markers are group offsets on the marker
+    topic): the first write's read of the topic's end then fails with
+    ``TOPIC_AUTHORIZATION_FAILED``. Refusing it would stop such a pipeline at the first
+    batch of every run: the sink cannot tell, so it warns (sink, batch, topic, the error
+    with secrets masked, the right to grant) and writes, as before the read refused its
+    errors; the same for a vanished name's marker groups it may not read."""
+    import logging
+
+    from confluent_kafka import KafkaError, KafkaException
+    from fanout_kafka import KafkaSink
+    from fanout_kafka import renamed as renamed_module
+
+    calls: list[str] = []
+
+    def unauthorized(*args: Any, **kwargs: Any) -> dict[str, int] | None:
+        calls.append(args[2])
+        refused = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "denied to s3cr3t")
+        raise KafkaException(refused)
+
+    monkeypatch.setattr(renamed_module, "tail_writers", unauthorized)
+    monkeypatch.setattr(KafkaSink, "secret_values", lambda self: ["s3cr3t"])
+    pipeline, ledger = f"kacl{uuid.uuid4().hex[:6]}", str(tmp_path / "ledger")
+    with caplog.at_level(logging.WARNING, logger="fanout.kafka"):
+        fan = FanOut(pipeline, ledger, [_sink(kafka, topic, "writer")], retries=0)
+        try:
+            fan.process(spark.range(0, 3), BatchInfo(pipeline, 0, "q"))  # before: refused
+            fan.process(spark.range(3, 5), BatchInfo(pipeline, 1, "q"))
+        finally:
+            fan.close()
+    assert calls == [topic]  # the first write only, not tried again: it cannot pass
+    keys = sorted(int(r["key"]) for r in read_topic(kafka.bootstrap, topic, 5))
+    assert keys == list(range(5))
+    (text,) = [r.getMessage() for r in caplog.records if "may not read" in r.getMessage()]
+    assert text.startswith(f"sink 'writer', batch 0: cannot tell whether topic '{topic}' ")
+    assert "TOPIC_AUTHORIZATION_FAILED" in text and "s3cr3t" not in text and "***" in text
+    assert "grant the sink's principal READ on the topic" in text
