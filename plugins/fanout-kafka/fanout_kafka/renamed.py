@@ -75,18 +75,23 @@ _TRANSIENT_CODES = (
     "COORDINATOR_LOAD_IN_PROGRESS", "NOT_COORDINATOR", "NOT_ENOUGH_REPLICAS",
     "KAFKA_STORAGE_ERROR", "UNSTABLE_OFFSET_COMMIT", "OFFSET_NOT_AVAILABLE",
     "FETCH_SESSION_ID_NOT_FOUND", "INVALID_FETCH_SESSION_EPOCH", "THROTTLING_QUOTA_EXCEEDED",
+    "UNKNOWN_TOPIC_OR_PART",
 )  # fmt: skip
 """The librdkafka error codes (``KafkaError`` names) of a broker or connection not
-reachable now: worth trying again (:func:`read_error_is_transient`)."""
+reachable now, or of a topic's metadata not yet on every broker (``UNKNOWN_TOPIC_OR_PART``,
+retriable in Kafka: a topic made or deleted a moment ago; tried again, a topic gone is
+seen gone by the metadata request, nothing read): worth trying again
+(:func:`read_error_is_transient`)."""
 
 
 def read_error_is_transient(error: Any) -> bool:
     """Whether a librdkafka error met reading the topic's end (or the vanished name's
     markers) may pass if the read is tried again: not when librdkafka calls it fatal;
     yes when it calls it retriable, or when it is a broker or connection not reachable
-    now (transport, time-out, leader or coordinator moving, a broker stopped). Every other
-    error (an authorization refused, a partition unknown, a bad configuration) is
-    persistent: trying again gives the same answer. ``error``: a
+    now (transport, time-out, leader or coordinator moving, a broker stopped, a topic's
+    metadata not yet on every broker). Every other error (an authorization refused,
+    :func:`read_error_is_unauthorized`; a partition unknown to the client, a bad
+    configuration) is persistent: trying again gives the same answer. ``error``: a
     ``confluent_kafka.KafkaError``, or a ``TimeoutError`` (transient)."""
     if isinstance(error, TimeoutError):
         return True
