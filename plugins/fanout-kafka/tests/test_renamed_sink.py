@@ -84,9 +84,12 @@ def test_a_kafka_sink_killed_in_its_first_batch_and_renamed_is_refused_at_its_fi
     from fanout_kafka.records import batch_headers
 
     pipeline, ledger = f"kren{uuid.uuid4().hex[:6]}", str(tmp_path / "ledger")
+    # planned once: a crash replay keeps offsets/0's batchTimestampMs (test_hard_kill), so
+    # the read's time bound is the crashed run's planning, not the restart's
+    batch0 = BatchInfo(pipeline, 0, "q", batch_timestamp_ms=int(time.time() * 1000))
     with pytest.raises(BatchFailedError):  # the driver "dies" before the ledger mark
         FanOut(pipeline, MarkLost(ledger, "old"), [_sink(kafka, topic, "old")],
-               retries=0).process(spark.range(0, 4), BatchInfo(pipeline, 0, "q"))  # fmt: skip
+               retries=0).process(spark.range(0, 4), batch0)  # fmt: skip
     # a plain producer on the shared topic buries the batch before the restart: more
     # than the first round's 50 offsets in every partition (one record a record batch:
     # Tansu answers a partition's end as its last record batch's first offset + 1)
@@ -110,7 +113,6 @@ def test_a_kafka_sink_killed_in_its_first_batch_and_renamed_is_refused_at_its_fi
             renamed.close()
         return None
 
-    batch0 = BatchInfo(pipeline, 0, "q")
     refused = refusal(lambda f: f.process(spark.range(0, 4), batch0))
     keys = sorted(int(r["key"]) for r in read_topic(kafka.bootstrap, topic, 4 + len(others)))
     assert keys == [*range(4), *others]  # before: 0-3 twice (the batch not seen; the
@@ -164,7 +166,7 @@ def test_a_kafka_sink_killed_in_its_first_batch_and_renamed_is_refused_at_its_fi
 
     # the way out it names: the old name completes the batch, then the new one goes on
     back = FanOut(pipeline, ledger, [_sink(kafka, topic, "old")], retries=0)
-    assert back.process(spark.range(0, 4), BatchInfo(pipeline, 0, "q"))["old"].already_written
+    assert back.process(spark.range(0, 4), batch0)["old"].already_written
     back.close()
     # the ghost's record does not refuse; the topic's end is read at the new name's first
     # write (twice: again past the ghost), not per batch
