@@ -38,7 +38,9 @@ OPTIONS = (
     SinkOption(
         "headers",
         "`true`",
-        "`fanout.pipeline`, `fanout.sink`, `fanout.batch_id` on every record; `false`: none; "
+        "`fanout.pipeline`, `fanout.sink`, `fanout.batch_id` on every record; `false`: none "
+        "(warned at open in a pipeline: a sink renamed after a crash in its first batch of an "
+        "epoch is then not caught, docs/architecture.md §8.3); "
         "a list of columns: those plus one header per column (a column named like a header "
         "fanout writes, `fanout.batch_id`, `fanout.error`..., is refused at open: the record "
         "would carry the name twice)",

@@ -261,6 +261,16 @@ class KafkaSink(PartitionedSink):
         # a topic created at the first write holds no batch of a vanished name
         created = any(option == "topic" for _, option in self._to_create)
         self._vanished_unasked = () if context.checking or created else tuple(context.sinks)
+        if self.headers is False and context.sinks and not context.checking:
+            log.warning(
+                "sink %r writes its records to topic %r without fanout's headers (headers: "
+                "false), so they do not name it: renamed (or removed) after it committed its "
+                "first batch of an epoch and before that batch's ledger mark (a crash between "
+                "the two), the sink that takes its place cannot find that batch in the topic "
+                "and writes it again (docs/architecture.md §8.3). Rename it only when `fanout "
+                "status` shows its last batch marked, or set headers: true",
+                self.name, self.topic,
+            )  # fmt: skip
         if self._held_admin is None:  # the driver's marker reads use it from now on
             self._held_admin = admin_config(self.producer, self.bootstrap_servers)
             ADMINS.hold(self._held_admin)
@@ -713,44 +723,143 @@ class KafkaSink(PartitionedSink):
         whole or part: that sink renamed to this one (or removed) after it committed the
         batch and before its ledger mark, in its very first batch, so the ledger never
         named it and the run's start check did not ask (:mod:`fanout_kafka.renamed`). Not
-        asked again in this ``open()`` once it passes; cannot tell (no answer within
-        ``open_timeout_s``, a read error): a warning, and the batch is written."""
-        from confluent_kafka import KafkaException
-
-        from fanout_kafka.renamed import renamed_refusal, tail_writers
+        asked again in this ``open()`` once it passes. A name found whose markers do not hold
+        the batch is read past (the read again without it). A read error worth trying again
+        (:func:`fanout_kafka.renamed.read_error_is_transient`) is tried up to
+        :data:`~fanout_kafka.renamed.READ_ATTEMPTS` times, then refused
+        (:class:`fanout.TransientSinkError`); any other refuses at once
+        (:class:`fanout.SinkWriteError`): the batch is not written blindly. Cannot tell, a
+        warning and the batch written: the read not ended within ``open_timeout_s`` (a
+        topic whose other writers wrote more since the batch's planning than can be read
+        in that time), or refused its rights
+        (:func:`fanout_kafka.renamed.read_error_is_unauthorized`: a sink with producer-only
+        rights on its topic, which it needs nowhere else; refusing would stop every run's
+        first batch)."""
+        from fanout_kafka.renamed import renamed_refusal
 
         info, topic = settings.info, str(self.topic)
         pipeline, epoch = settings.pipeline, 0 if info is None else info.epoch
+        since_ms = None if info is None else info.batch_timestamp_ms
         exclude = {*self._vanished_unasked, self.name}
         started = time.monotonic()
-        try:
-            writers = tail_writers(ADMINS.client(config), config, topic, pipeline, exclude,
-                                   batch_id, self.open_timeout_s)  # fmt: skip
-            held = {
-                other: self._markers_hold(config, pipeline, epoch, batch_id, other)
-                for other in sorted(writers or {})
-            }
-        except (KafkaException, TimeoutError) as exc:
-            writers, held = None, {}
-            why = f": {redact(str(exc), self.secret_values())}"
-        else:
-            why = f" within its open_timeout_s={self.open_timeout_s:g} s"
+        while True:
+            writers, held, unread = self._read_tail(config, topic, pipeline, epoch, batch_id,
+                                                    exclude, since_ms)  # fmt: skip
+            if writers is None:
+                log.warning(
+                    "sink %r, batch %d: cannot tell whether topic %r holds this batch written "
+                    "by a sink the pipeline no longer configures (its first write in the "
+                    "epoch; %s). If this sink is another renamed after it committed the batch "
+                    "and before its ledger mark, the batch is written again",
+                    self.name, batch_id, topic, unread,
+                )  # fmt: skip
+                return
+            for other, answer in held.items():
+                if answer is True or isinstance(answer, PartlyHeld):
+                    part = "" if answer is True else " (part of it: some of its partitions)"
+                    raise renamed_refusal(self.name, other, topic, pipeline, epoch, batch_id,
+                                          part)  # fmt: skip
+            if not writers:
+                break
+            # names whose markers do not hold the batch: read again past them, for one
+            # buried under their records that does
+            exclude |= set(writers)
         log.debug("sink %r, batch %d: the topic's end read for a vanished sink's records in "
                   "%.1f ms", self.name, batch_id, 1000 * (time.monotonic() - started))  # fmt: skip
-        if writers is None:
-            log.warning(
-                "sink %r, batch %d: cannot tell whether topic %r holds this batch written by "
-                "a sink the pipeline no longer configures (its first write in the epoch; the "
-                "end of the topic not read%s). If this sink is another renamed after it "
-                "committed the batch and before its ledger mark, the batch is written again",
-                self.name, batch_id, topic, why,
-            )  # fmt: skip
-            return
-        for other, answer in held.items():
-            if answer is True or isinstance(answer, PartlyHeld):
-                part = "" if answer is True else " (part of it: some of its partitions)"
-                raise renamed_refusal(self.name, other, topic, pipeline, epoch, batch_id, part)
         self._vanished_unasked = ()
+
+    def _read_tail(
+        self,
+        config: dict[str, Any],
+        topic: str,
+        pipeline: str,
+        epoch: int,
+        batch_id: int,
+        exclude: set[str],
+        since_ms: int | None,
+    ) -> tuple[dict[str, int] | None, dict[str, bool | PartlyHeld | None], str]:
+        """:func:`fanout_kafka.renamed.tail_writers` and, for each name it finds, whether
+        that name's markers in the scope hold batch ``batch_id``; a failure tried again,
+        up to :data:`~fanout_kafka.renamed.READ_ATTEMPTS` times, when its error may pass.
+        Names ``None``: cannot tell, and why (the read not ended within
+        ``open_timeout_s``, or its rights refused:
+        :func:`fanout_kafka.renamed.read_error_is_unauthorized`).
+
+        :raises fanout.TransientSinkError: when it still fails after those attempts.
+        :raises fanout.SinkWriteError: at once, when its error cannot pass.
+        """
+        from confluent_kafka import KafkaException
+
+        from fanout_kafka.renamed import (
+            READ_ATTEMPTS,
+            RETRY_PAUSE_S,
+            read_error_is_transient,
+            read_error_is_unauthorized,
+            tail_writers,
+        )
+
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                writers = tail_writers(
+                    ADMINS.client(config), config, topic, pipeline, exclude, batch_id,
+                    self.open_timeout_s, since_ms=since_ms,
+                )  # fmt: skip
+                held = {
+                    other: self._markers_hold(config, pipeline, epoch, batch_id, other)
+                    for other in sorted(writers or {})
+                }
+                unread = (
+                    f"the topic's records since the batch's planning not all read within its "
+                    f"open_timeout_s={self.open_timeout_s:g} s: raise it to read them"
+                )
+                return writers, held, unread
+            except (KafkaException, TimeoutError) as exc:
+                error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
+                transient = not hasattr(error, "code") or read_error_is_transient(error)
+                if not transient and read_error_is_unauthorized(error):
+                    said = redact(str(exc), self.secret_values())
+                    return None, {}, (
+                        f"the sink may not read it: {said}; grant the sink's principal READ "
+                        f"on the topic (or the group the error names) to have it checked, "
+                        f"or rename a sink only once `fanout status` shows its last batch "
+                        f"marked"
+                    )  # fmt: skip
+                if transient and attempt < READ_ATTEMPTS:
+                    log.info(
+                        "sink %r, batch %d: reading the end of topic %r failed (attempt %d of "
+                        "%d), trying again: %s", self.name, batch_id, topic, attempt,
+                        READ_ATTEMPTS, redact(str(exc), self.secret_values()),
+                    )  # fmt: skip
+                    time.sleep(RETRY_PAUSE_S * attempt)
+                    continue
+                raise self._unread_tail(batch_id, topic, exc, transient, attempt) from exc
+
+    def _unread_tail(
+        self, batch_id: int, topic: str, exc: BaseException, transient: bool, attempts: int
+    ) -> SinkError:
+        """The refusal of batch ``batch_id``'s first write when the end of ``topic`` (or a
+        vanished name's markers) cannot be read: ``transient`` after ``attempts`` tries
+        (:class:`fanout.TransientSinkError`: the batch is tried again as any transient
+        failure), else at once (:class:`fanout.SinkWriteError`)."""
+        said = redact(str(exc), self.secret_values())
+        why = (
+            f"failed {attempts} times with an error worth trying again ({said}): the run "
+            "fails; restart it once the brokers answer"
+            if transient
+            else f"failed ({said}), an error trying again does not clear: fix it (the "
+            "topic, its partitions, the sink's rights to read it) and restart"
+        )
+        text = (
+            f"cannot write batch {batch_id}, this sink's first write to topic {topic!r} in "
+            f"the epoch: the read of the topic's end for its records of a sink the pipeline "
+            f"no longer configures (one renamed after it committed the batch and before its "
+            f"ledger mark) {why}. Not written, so as not to write such a batch twice"
+        )
+        if transient:
+            return TransientSinkError(text, sink=self.name, batch_id=batch_id)
+        return SinkWriteError(text, sink=self.name, batch_id=batch_id)
 
     def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
         """Every partition committed or was skipped: no transaction of this attempt is
