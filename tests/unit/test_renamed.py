@@ -69,7 +69,7 @@ def test_a_new_sink_holding_a_vanished_sinks_next_batch_is_refused_naming_both()
         "'new' has no mark in the epoch. "
     )
     assert "rename the sink back to 'old' and restart" in text
-    assert "or remove batch 3 from the target" in text
+    assert "or remove batch 3 of 'old' from the target" in text
     assert (refused["new"].sink, refused["new"].batch_id) == ("new", 3)
     part = _check(_ledger({"old": [0, 1, 2]}), Target("new", PartlyHeld(1, 2)))
     assert "holds batch 3 of sink 'old' (part of it: some of its partitions)" in str(part["new"])
@@ -228,13 +228,16 @@ def test_the_three_checks_raise_one_class_with_one_advice(monkeypatch: pytest.Mo
         assert (error.sink, error.batch_id) == ("new", 1), path
         assert ways.format(targets[path]) in str(error), path
     assert str(errors["core"]).endswith(
-        ways.format(targets["core"]) + "; or remove batch 1 from the target (the sink's way for "
-        "its target: a Delta table's RESTORE to before its commit, deleting its rows from the "
-        "table) and restart"
+        ways.format(targets["core"]) + "; or remove batch 1 of 'old' from the target the way "
+        "this check passes over (for a Delta table: RESTORE it to the version before the "
+        "batch's commit, or, when that commit created the table, version 0, delete the table; "
+        "deleting the batch's rows is no way on, the table still records the batch and this "
+        "check refuses again) and restart"
     )
     assert str(errors["delta"]).endswith(
-        "; or to have the batch written under the new name, restore the table to before "
-        "version 7 (the batch's rows out) and restart"
+        "; or to have the batch written under the new name, restore the table to version 6 "
+        "(the batch's rows out; delta-rs: DeltaTable(path).restore(6); Spark SQL: RESTORE "
+        "TABLE delta.`/lake/t` TO VERSION AS OF 6) and restart"
     )
     for path in ("kafka", "postgres"):  # renaming back is the only way on
         assert str(errors[path]).endswith(ways.format(targets[path])), path

@@ -235,15 +235,47 @@ def refuse_vanished_sink(
             sink, batch.batch_id, held,
         )  # fmt: skip
         return
-    remove = (
-        "to have the batch written under the new name, restore the table to before version "
-        f"{plan.version} (the batch's rows out)"
-    )
+    remove = _remove_advice(table, path, plan.version)
     raise RenamedSinkError(
         f"{held}. "
         + renamed_sink_advice(f"the Delta table {path}", sink, other, plan.batch_id, remove),
         sink=sink,
         batch_id=batch.batch_id,
+    )
+
+
+def _remove_advice(table: DeltaTable, path: str, version: int | None) -> str:
+    """The refusal's third way on: take the vanished sink's commit ``version`` out of the
+    table at ``path``. A RESTORE to the version before it; a commit that created the table
+    (version 0) has none, so the table is deleted (the new name creates it again), with the
+    rows of the commits after it, if any (named: written again by whoever wrote them). A
+    DELETE of the rows is no way on: the table would still record the old name's
+    transaction, and the check would refuse again."""
+    if version is None:
+        return (
+            "to have the batch written under the new name, restore the table to the version "
+            "before the batch's commit (the batch's rows out)"
+        )
+    if version > 0:
+        return (
+            "to have the batch written under the new name, restore the table to version "
+            f"{version - 1} (the batch's rows out; delta-rs: DeltaTable(path).restore("
+            f"{version - 1}); Spark SQL: RESTORE TABLE delta.`{path}` TO VERSION AS OF "
+            f"{version - 1})"
+        )
+    try:
+        last = table.version()
+    except Exception:  # evidence only
+        last = 0
+    later = (
+        ""
+        if last <= 0
+        else f", and with it the rows of its versions 1-{last}: write those again yourself"
+    )
+    return (
+        "to have the batch written under the new name, delete the table (its directory, "
+        "_delta_log included: the batch's commit, version 0, created it, so there is no "
+        f"version before it to restore){later}"
     )
 
 

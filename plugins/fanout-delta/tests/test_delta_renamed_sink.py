@@ -160,10 +160,39 @@ def test_the_restore_way_out_the_refusal_names_lets_the_new_name_write(
                      spark=spark)  # fmt: skip
     with pytest.raises(BatchFailedError) as refused:
         renamed.process(spark.range(3, 6), info)
-    assert "restore the table to before version 1" in str(refused.value.failures["new"])
+    assert "restore the table to version 0 (the batch's rows out; delta-rs: " in str(
+        refused.value.failures["new"]
+    )
     assert _ids(table) == [1, 3, 4, 5]
     DeltaTable(str(table)).restore(0)  # as the refusal says
     assert _ids(table) == [1]
     renamed.process(spark.range(3, 6), info)  # bc30380: refused again, for ever
     renamed.close()
     assert _ids(table) == [1, 3, 4, 5]
+
+
+def test_the_way_out_of_a_table_the_old_sinks_batch_created_is_deleting_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The old sink's batch created the table (version 0): there is no version before it to
+    restore (bb398bc offered "restore the table to before version 0"), so the refusal offers
+    deleting the table, and the new name, restarted, creates it with the batch, once."""
+    import shutil
+
+    _crash_after_write(spark, tmp_path, "old")
+    renamed = FanOut("ren", str(tmp_path / "ledger"), _sinks(tmp_path, "new"), retries=0,
+                     spark=spark)  # fmt: skip
+    with pytest.raises(BatchFailedError) as refused:
+        renamed.process(spark.range(3, 6), _info(1))
+    text = str(refused.value.failures["new"])
+    assert "version 0" in text and "before version 0" not in text
+    assert text.endswith(
+        "; or to have the batch written under the new name, delete the table (its directory, "
+        "_delta_log included: the batch's commit, version 0, created it, so there is no "
+        "version before it to restore) and restart"
+    )
+    shutil.rmtree(tmp_path / "table")  # as the refusal says
+    renamed.process(spark.range(3, 6), _info(1))
+    renamed.close()
+    assert _ids(tmp_path / "table") == [3, 4, 5]
+    assert _ids(tmp_path / "keep") == [3, 4, 5]
