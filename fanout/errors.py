@@ -421,6 +421,9 @@ class MissedBatchesError(FanoutError):
     :param config: the pipeline file the pipeline runs from (``fanout run``), absolute: the
         skip named carries ``--config`` with it, so that it checks the sink's
         ``backfill_from`` source; ``None`` (a ``FanOut`` built in Python): no ``--config``.
+    :param no_mark_since: the newest mark of any sink of the pipeline, when it is older than
+        the batch before the refused one (no sink marked the batches missing): the message
+        then names the likely cause, a ledger restored from an older copy.
     """
 
     def __init__(
@@ -437,8 +440,10 @@ class MissedBatchesError(FanoutError):
         spool: str | None = None,
         caught_up: bool = False,
         config: str | None = None,
+        no_mark_since: int | None = None,
     ) -> None:
         self.pipeline, self.sink, self.epoch = pipeline, sink, epoch
+        self.no_mark_since = no_mark_since
         self.mark, self.batch_id, self.missing = mark, batch_id, list(missing)
         self.spooled = list(spooled)
         which = batch_ranges(self.missing)
@@ -494,8 +499,23 @@ class MissedBatchesError(FanoutError):
             "nor a backfill source holds for it (the spool was lost or replaced, or the sink "
             "was left out of the configuration while they ran); writing it now would lose "
             f"them for it silently, so {held_back} Either give them back: "
-            f"{give_back}; or {accept}"
+            f"{give_back}; or {accept}{_no_mark_since(no_mark_since, batch_id)}"
         )
+
+
+def _no_mark_since(newest: int | None, batch_id: int) -> str:
+    """What :class:`MissedBatchesError` adds when no sink marked the batches missing."""
+    if newest is None:
+        return ""
+    return (
+        f" No sink of the pipeline has a mark after batch {newest}, yet Spark ran the "
+        f"batches up to {batch_id - 1}: when the ledger was restored from an older copy (or "
+        "replaced), those batches were written and only their marks are gone (each sink's "
+        "own records tell: a Delta table's app transactions, PostgreSQL's progress table); "
+        f"the skip above, made for each sink in turn (each restart names the next), records "
+        "them without writing anything. If every sink lagged through them and the spool was "
+        "lost, they are lost for every sink: the skip accepts that."
+    )
 
 
 def shell_word(text: str) -> str:

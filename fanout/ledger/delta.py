@@ -305,7 +305,15 @@ class DeltaLedger:
             _check_is_ledger(table, self._shown)
             self._table = table
         elif refresh:
-            self._table.update_incremental()
+            try:
+                self._table.update_incremental()
+            except Exception as exc:  # the store unreachable: name the ledger, mask it
+                raise LedgerError(
+                    f"cannot read the {self._where}: {self._masked(exc)}; check that its "
+                    "store is reachable, then run again (a query: restart it; Spark replays "
+                    "the batch, and each sink whose mark of it is missing writes it again, "
+                    "which the sink's own records of the batch make a no-op)"
+                ) from exc
         return self._table
 
     def _version(self, table: DeltaTable, app_id: str) -> int | None:
@@ -813,6 +821,21 @@ class DeltaLedger:
             table = self._fresh()
         return self._committed_as_of_log(table, pipeline, min_batch_id, epoch)
 
+    def failed_batches(self, pipeline: str, min_batch_id: int, epoch: int) -> list[int]:
+        """The batches of ``epoch`` from ``min_batch_id`` on that a failed row names (a
+        filtered scan of two columns; ``fanout ledger skip`` only)."""
+        with self._lock:
+            table = self._fresh()
+        present = {f.name for f in table.schema().fields}
+        columns = ["batch_id", "epoch"] if "epoch" in present else ["batch_id"]
+        filters: list[Filter] = [
+            ("pipeline", "=", pipeline),
+            ("status", "=", "failed"),
+            ("batch_id", ">=", min_batch_id),
+        ]
+        read = read_arrow(table, columns=columns, filters=filters).to_pylist()
+        return sorted({int(r["batch_id"]) for r in read if (r.get("epoch") or 0) == epoch})
+
     def committed_entries_with_replaced(
         self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
     ) -> list[LedgerEntry]:
@@ -919,11 +942,7 @@ class DeltaLedger:
                 self._files_added = 0
             vacuumed: list[str] = []
             if vacuum_retention_hours is not None:
-                vacuumed = table.vacuum(
-                    retention_hours=vacuum_retention_hours,
-                    dry_run=False,
-                    enforce_retention_duration=False,
-                )
+                table, vacuumed = self._vacuum_retrying(table, vacuum_retention_hours, compact)
             if checkpoint:
                 table.create_checkpoint()
             if cleanup_logs:
@@ -952,6 +971,36 @@ class DeltaLedger:
                         f"{self._where}: other writers committed while each of {attempt} "
                         f"compactions ran, and delta-rs refused every one ({self._masked(exc)}); "
                         "nothing was lost: run `fanout ledger maintain` again"
+                    ) from exc
+                table = self._fresh()
+        raise AssertionError("unreachable")
+
+    def _vacuum_retrying(
+        self, table: DeltaTable, hours: int, compacted: bool
+    ) -> tuple[DeltaTable, list[str]]:
+        """Vacuum, on a fresh snapshot again when delta-rs refused its commit (delta-rs
+        commits a vacuum: a mark or a compaction committed since the snapshot, a running
+        pipeline's own compaction, refuses it before it deletes anything); caller holds
+        the lock. Before, its bare ``CommitFailedError`` ended ``fanout ledger maintain``
+        with a traceback. ``compacted``: a compaction ran before it (the error says it
+        stays)."""
+        for attempt in range(1, MAINTAIN_COMPACTION_ATTEMPTS + 1):
+            try:
+                done = table.vacuum(
+                    retention_hours=hours, dry_run=False, enforce_retention_duration=False
+                )
+                return table, list(done)
+            except Exception as exc:
+                if not is_commit_conflict(exc) or attempt == MAINTAIN_COMPACTION_ATTEMPTS:
+                    why = (
+                        f"other writers committed while each of {attempt} vacuums ran"
+                        if is_commit_conflict(exc)
+                        else "its vacuum failed"
+                    )
+                    raise LedgerError(
+                        f"{self._where}: {why} ({self._masked(exc)}); "
+                        f"{'the compaction before it stays, ' if compacted else ''}nothing "
+                        "was lost: run `fanout ledger maintain` again"
                     ) from exc
                 table = self._fresh()
         raise AssertionError("unreachable")

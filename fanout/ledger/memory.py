@@ -160,6 +160,20 @@ class MemoryLedger:
         as of the log (:func:`fanout.ledger.entry.as_of_log`)."""
         return as_of_log(self._committed(pipeline, min_batch_id, epoch))
 
+    def failed_batches(self, pipeline: str, min_batch_id: int, epoch: int) -> list[int]:
+        """The batches of ``epoch`` from ``min_batch_id`` on that a failed row names."""
+        with self._lock:
+            return sorted(
+                {
+                    e.batch_id
+                    for e in self.entries
+                    if e.pipeline == pipeline
+                    and e.status == "failed"
+                    and e.batch_id >= min_batch_id
+                    and (e.epoch or 0) == epoch
+                }
+            )
+
     def committed_entries_with_replaced(
         self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None
     ) -> list[LedgerEntry]:

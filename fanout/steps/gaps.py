@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from fanout.contract.locations import command_location
 from fanout.errors import MissedBatchesError
+from fanout.ledger.entry import LedgerEntry, now_utc
 from fanout.sink_spec import SinkSpec
 from fanout.steps.lag import Lagging
 from fanout.steps.state import BatchState
@@ -65,7 +66,8 @@ def refuse_gaps(
             missing = [b for b in range(mark + 1, batch_id) if b not in held]
         if missing:
             spooled = sorted(b for b in held if mark < b < batch_id)  # after the gap too
-            raise MissedBatchesError(
+            newest = _newest_mark(lagging, state)
+            error = MissedBatchesError(
                 state.info.pipeline,
                 name,
                 epoch,
@@ -77,7 +79,62 @@ def refuse_gaps(
                 backfill_from=specs[name].lag.backfill_from,
                 spool=None if lagging.spool is None else command_location(lagging.spool.path),
                 config=pipeline_file,
+                no_mark_since=newest if newest is not None and newest < batch_id - 1 else None,
             )
+            if error.no_mark_since is not None:
+                _record_refusal(lagging, state, name, error)
+            raise error
+
+
+def _newest_mark(lagging: Lagging, state: BatchState) -> int | None:
+    """The newest mark of any sink of the pipeline in the batch's epoch (``None``: none, or
+    the ledger unreadable): the configured sinks' marks, and the ledger's high-water mark,
+    which a sink left out of the configuration also raised. One log-only lookup, on a
+    refusal only."""
+    info = state.info
+    marks = [m for m in (state.marks or {}).values() if m is not None]
+    try:
+        view = lagging.ledger.lookup(info.pipeline, [])
+    except Exception as exc:  # the refusal stands; only its cause cannot be told
+        log.warning(
+            "pipeline %s, batch %s: could not read the ledger's high-water mark (%s)",
+            info.pipeline, info.batch_id, exc,
+        )  # fmt: skip
+        return None
+    if view.epoch == info.epoch and view.high_water is not None:
+        marks.append(view.high_water)
+    return max(marks, default=None)
+
+
+def _record_refusal(
+    lagging: Lagging, state: BatchState, sink: str, error: MissedBatchesError
+) -> None:
+    """Record the refusal as a failed attempt of ``sink`` at the refused batch, when no
+    sink of the pipeline marked the batch before it (a ledger restored from an older copy,
+    or every sink's spool lost): the row is the ledger's only evidence that Spark ran the
+    batches before it, which ``fanout ledger skip`` needs to accept them
+    (:func:`fanout.ledger.gaps.skip_batches`). Best effort: a failure is logged."""
+    info = state.info
+    try:
+        lagging.ledger.record_failure(
+            LedgerEntry(
+                info.pipeline,
+                sink,
+                info.batch_id,
+                "failed",
+                query_id=info.query_id,
+                finished_at=now_utc(),
+                source_offsets=None,
+                error=f"MissedBatchesError: {error}",
+                epoch=info.epoch,
+            )
+        )
+    except Exception as exc:
+        log.warning(
+            "pipeline %s, batch %s, sink %s: could not record the gap's refusal in the "
+            "ledger (%s); `fanout ledger skip` may refuse the batches before it",
+            info.pipeline, info.batch_id, sink, exc,
+        )  # fmt: skip
 
 
 def _catch_up_to(

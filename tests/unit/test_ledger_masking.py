@@ -269,3 +269,31 @@ def test_another_sinks_short_password_masks_a_sinks_error_only_where_printed_tex
 class _Own(ScriptedSink):
     def secret_values(self) -> list[str]:
         return ["pw9"]
+
+
+def test_a_ledger_unreachable_at_a_batchs_lookup_fails_the_batch_with_a_masked_ledger_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store down at the lookup (a refresh of the log): before, the batch raised the
+    store's bare OSError, which names the location as written, password and all."""
+    from deltalake import DeltaTable
+
+    from fanout.errors import LedgerError
+
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    sink = ScriptedSink("a")
+    fan = FanOut("down", ledger, [sink], retries=0)
+    fan.process(SchemaFrame([1]), BatchInfo("down", 0, "q"))
+    ledger.path = f"s3://ck:{CHECKPOINT_PASSWORD}@b/ledger"  # as a store's error names it
+
+    def unreachable(table: DeltaTable) -> None:
+        raise OSError(f"Generic S3 error: connection refused ({ledger.path})")
+
+    monkeypatch.setattr(DeltaTable, "update_incremental", unreachable)
+    with pytest.raises(LedgerError) as raised:
+        fan.process(SchemaFrame([2]), BatchInfo("down", 1, "q"))
+    assert str(raised.value).startswith(
+        "cannot read the ledger at s3://ck:***@b/ledger: Generic S3 error: connection refused "
+        "(s3://ck:***@b/ledger); check that its store is reachable, then run again"
+    )
+    assert sink.calls == [(0, 1)]  # batch 1 written to no sink

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -619,3 +620,67 @@ def test_the_printed_skip_with_config_and_spool_runs_as_printed_from_a_quoted_di
     _run(FanOut("gap", DeltaLedger(ledger), [ScriptedSink("good"), _lag(back)], spool=spool),
          range(4, 6))  # fmt: skip
     assert back.calls == [(4, 1), (5, 1)]
+
+
+def test_a_ledger_restored_from_an_older_copy_is_refused_then_goes_on_after_each_sinks_skip(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ledger restored from a copy taken after batch 1, while Spark's checkpoint ran on
+    to batch 3: every sink's mark is 1 at batch 4. The refusal names the restored ledger,
+    and the skip it names is accepted (the refusal recorded that batch 4 ran); before, the
+    skip was refused ("no other sink committed batch 3") for every sink, for ever."""
+    path, copy = tmp_path / "ledger", tmp_path / "copy"
+    _run(
+        FanOut("gap", DeltaLedger(str(path)), [ScriptedSink("good"), ScriptedSink("pg")]), range(2)
+    )
+    shutil.copytree(path, copy)
+    _run(
+        FanOut("gap", DeltaLedger(str(path)), [ScriptedSink("good"), ScriptedSink("pg")]),
+        range(2, 4),
+    )
+    shutil.rmtree(path)
+    shutil.copytree(copy, path)
+
+    skip = ["ledger", "skip", "--ledger", str(path), "--pipeline", "gap", "--through", "3"]
+    for refused in ("good", "pg"):  # one sink named per start, in configuration order
+        good, pg = ScriptedSink("good"), ScriptedSink("pg")
+        with pytest.raises(MissedBatchesError) as raised:
+            _run(FanOut("gap", DeltaLedger(str(path)), [good, pg]), range(4, 5))
+        assert (good.calls, pg.calls) == ([], [])  # refused before any sink writes
+        error = raised.value
+        assert (error.sink, error.batch_id, error.missing) == (refused, 4, [2, 3])
+        assert error.no_mark_since == (1 if refused == "good" else None)
+        if refused == "good":
+            assert (
+                "No sink of the pipeline has a mark after batch 1, yet Spark ran the "
+                "batches up to 3: when the ledger was restored from an older copy" in str(error)
+            )
+        assert main([*skip, "--sink", refused]) == 0, readout(capsys).err
+        capsys.readouterr()
+
+    good, pg = ScriptedSink("good"), ScriptedSink("pg")
+    _run(FanOut("gap", DeltaLedger(str(path)), [good, pg]), range(4, 6))
+    assert (good.calls, pg.calls) == ([(4, 1), (5, 1)], [(4, 1), (5, 1)])
+    assert DeltaLedger(str(path)).last_committed("gap", ["good", "pg"]) == {"good": 5, "pg": 5}
+
+
+def test_a_sink_left_out_while_another_ran_on_is_not_taken_for_a_restored_ledger() -> None:
+    """Sink "a" left out of the configuration while "c" ran batches 2-3, then "c" left out
+    and "a" put back: the refusal of "a" is the ordinary one. The ledger's high-water mark
+    (3, "c"'s) shows the batches were marked: no "restored ledger" in the message, no
+    failed row recorded (before, the configured sinks' marks alone, "a"'s 1, made it say
+    that no sink of the pipeline has a mark after batch 1, and record one)."""
+    ledger = MemoryLedger()
+    _run(FanOut("gap", ledger, [ScriptedSink("a"), ScriptedSink("c")]), range(2))
+    _run(FanOut("gap", ledger, [ScriptedSink("c")]), range(2, 4))
+
+    a = ScriptedSink("a")
+    with pytest.raises(MissedBatchesError) as raised:
+        _run(FanOut("gap", ledger, [a]), range(4, 5))
+
+    error = raised.value
+    assert (error.sink, error.mark, error.batch_id, error.missing) == ("a", 1, 4, [2, 3])
+    assert error.no_mark_since is None
+    assert "restored" not in str(error)
+    assert a.calls == []
+    assert ledger.failed_batches("gap", 0, 0) == []
