@@ -326,8 +326,10 @@ def _ask(
     remove = (
         f"remove batch {batch} of {other!r} from the target the way this check passes over "
         "(for a Delta table: RESTORE it to the version before the batch's commit, or, when "
-        "that commit created the table, version 0, delete the table; deleting the batch's "
-        "rows is no way on, the table still records the batch and this check refuses again)"
+        "that commit created the table, version 0, delete the table; only while that commit "
+        "is the table's newest: later ones, other sinks' marked batches, would go with it; "
+        "deleting the batch's rows is no way on, the table still records the batch and this "
+        "check refuses again)"
         if sink.batch_removable
         else None
     )

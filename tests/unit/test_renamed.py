@@ -211,7 +211,8 @@ def test_the_three_checks_raise_one_class_with_one_advice(monkeypatch: pytest.Mo
     plan = CommitPlan("fanout/p/old", 1, 0, None, version=7)
     monkeypatch.setattr(fanout_delta.plans, "vanished_sink_commit", lambda *a: plan)
     with pytest.raises(RenamedSinkError) as delta:
-        refuse_vanished_sink(object(), batch, "new", "/lake/t", ["new"], False)  # type: ignore[arg-type]
+        newest = type("Table", (), {"version": lambda self: 7})()  # the batch's commit, newest
+        refuse_vanished_sink(newest, batch, "new", "/lake/t", ["new"], False)  # type: ignore[arg-type]
     errors["delta"] = delta.value
     monkeypatch.setattr(pg, "vanished_sink_marks", lambda *a: ("old", 1, [0, 1]))
     sink = pg.PostgresSink("new", url="postgresql://h/db", table="orders", mode="append")
@@ -231,8 +232,9 @@ def test_the_three_checks_raise_one_class_with_one_advice(monkeypatch: pytest.Mo
         ways.format(targets["core"]) + "; or remove batch 1 of 'old' from the target the way "
         "this check passes over (for a Delta table: RESTORE it to the version before the "
         "batch's commit, or, when that commit created the table, version 0, delete the table; "
-        "deleting the batch's rows is no way on, the table still records the batch and this "
-        "check refuses again) and restart"
+        "only while that commit is the table's newest: later ones, other sinks' marked "
+        "batches, would go with it; deleting the batch's rows is no way on, the table still "
+        "records the batch and this check refuses again) and restart"
     )
     assert str(errors["delta"]).endswith(
         "; or to have the batch written under the new name, restore the table to version 6 "
