@@ -351,3 +351,42 @@ def test_a_sink_lagging_since_the_epochs_start_on_a_removed_sinks_target_is_refu
             "--spool /spool --release-spooled`") in str(refused["a"])  # fmt: skip
     released = Spooled("/spool", "/ledger", {"a": list(range(6))})
     assert refuse_renamed("p", 0, 6, ledger, named, named, marks, None, released) == {}
+
+
+@pytest.mark.parametrize(("version", "newest"), [(7, 9), (0, 2), (7, None)])
+def test_the_delta_refusal_offers_no_removal_taking_later_commits_with_it(
+    monkeypatch: pytest.MonkeyPatch, version: int, newest: int | None
+) -> None:
+    """A RESTORE to before the vanished sink's commit, or deleting the table it created,
+    takes every later commit with it (another sink's marked batches): offered only while
+    that commit is the table's newest; a table whose version cannot be read is offered
+    neither (the integration test: test_delta_renamed_sink's
+    test_no_delete_way_when_later_versions_hold_another_sinks_marked_batch)."""
+    import fanout_delta.plans
+    from fanout_delta.fence import refuse_vanished_sink
+    from fanout_delta.plans import CommitPlan
+
+    from fanout import BatchInfo
+    from fanout.contract.batch import Batch
+
+    def version_of(_: object) -> int:
+        if newest is None:
+            raise OSError("log unreadable")
+        return newest
+
+    plan = CommitPlan("fanout/p/old", 1, 0, None, version=version)
+    monkeypatch.setattr(fanout_delta.plans, "vanished_sink_commit", lambda *a: plan)
+    table = type("Table", (), {"version": version_of})()
+    with pytest.raises(RenamedSinkError) as refused:
+        refuse_vanished_sink(table, Batch(None, BatchInfo("p", 1), "new", "fanout/p/new"),  # type: ignore[arg-type]
+                             "new", "/lake/t", ["new"], False)  # fmt: skip
+    text = str(refused.value)
+    assert "restore the table" not in text and "delete the table" not in text
+    later = "later versions" if newest is None else f"versions {version + 1}-{newest}"
+    undo = "a RESTORE to before it" if version else "deleting the table"
+    assert text.endswith(
+        "rename it once batch 1 is marked (the new name then starts after it). Taking the "
+        f"batch's commit (version {version}) out of the table, by {undo}, is no way on here: "
+        f"its {later} would go with it (other sinks' marked batches, another writer's rows), "
+        "which nothing writes again"
+    )
