@@ -158,6 +158,23 @@ def _last_written(ledger: Ledger, pipeline: str, epoch: int, sink: str, mark: in
     return max(written, default=None)
 
 
+def moved_on_purpose(sink: Sink) -> str:
+    """The way on of a sink whose target option was changed on purpose between runs (a
+    new, empty target; the old one still holds the batches): set it back, or rename the
+    sink too, which then starts afresh there (the old name's marks stay the ledger's record
+    of the old target; docs/architecture.md §5, "A target lost")."""
+    option = next(
+        (o for o in TARGET_OPTIONS if isinstance(getattr(sink, o, None), str) and getattr(sink, o)),
+        "target",
+    )
+    return (
+        f" If {sink.name!r}'s {option} was changed on purpose to a new target (the old one "
+        f"still holds those batches), set it back; or give the sink a new name too and "
+        "restart: the new name starts afresh there with the next batch, and the old name's "
+        "marks stay the record of the old target."
+    )
+
+
 def target_text(sink: Sink) -> str:
     """The sink's target as its options name it (a Delta path, a table, a topic)."""
     for option in TARGET_OPTIONS:
@@ -203,6 +220,7 @@ def _message(
             f"accept the loss explicitly on the next run: {accept}, whose catch-up writes the "
             "spooled batches into the target as it is, then the sink writes on (the ledger "
             f"at {where} keeps counting the lost batches as written there)."
+            + moved_on_purpose(sink)
         )
     return (
         f"pipeline {pipeline!r}: {target_text(sink)} no longer holds batch {batch} of epoch "
@@ -214,5 +232,5 @@ def _message(
         "RESTORE, a PostgreSQL dump, the topic's mirror), then start again; or accept the loss "
         f"explicitly for this run: {accept}, which writes on from the next batch "
         f"into the target as it is (the ledger at {where} keeps counting the lost batches "
-        "as written there)."
+        "as written there)." + moved_on_purpose(sink)
     )

@@ -324,8 +324,12 @@ def _ask(
                     "writing it", pipeline, sink.name, held, harmless)  # fmt: skip
         return None
     remove = (
-        f"remove batch {batch} from the target (the sink's way for its target: a Delta "
-        "table's RESTORE to before its commit, deleting its rows from the table)"
+        f"remove batch {batch} of {other!r} from the target the way this check passes over "
+        "(for a Delta table: RESTORE it to the version before the batch's commit, or, when "
+        "that commit created the table, version 0, delete the table; only while that commit "
+        "is the table's newest: later ones, other sinks' marked batches, would go with it; "
+        "deleting the batch's rows is no way on, the table still records the batch and this "
+        "check refuses again)"
         if sink.batch_removable
         else None
     )

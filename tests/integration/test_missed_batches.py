@@ -103,3 +103,40 @@ def test_a_backfill_whose_source_lost_dead_letters_writes_nothing_and_says_so(
         "lake": 1,
         "copy": None,
     }
+
+
+def test_the_skip_a_put_back_sink_is_refused_with_works_as_printed(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The other way on of the refusal above: the ``fanout ledger skip`` command it prints,
+    run exactly as printed (split as a shell would, through the CLI's ``main``), records
+    batches 2-3 as given up for 'copy', and the restart writes batch 4 to both sinks with no
+    refusal; 'copy' never gets 2-3, as the skip said."""
+    import re
+    import shlex
+
+    from fanout.app.cli import main
+
+    ledger = str(tmp_path / "ledger place")  # a space: the command must quote it
+    lake = {"type": "delta", "name": "lake", "path": str(tmp_path / "lake")}
+    copy = {"type": "delta", "name": "copy", "path": str(tmp_path / "copy")}
+
+    def run(sinks: list[dict[str, Any]], batches: range) -> None:
+        fan = FanOut("mb", ledger, sinks, backoff_s=0, spark=spark)
+        try:
+            for b in batches:
+                fan.process(spark.range(b * 10, b * 10 + 2), BatchInfo("mb", b, "q"))
+        finally:
+            fan.close()
+
+    run([lake, copy], range(2))
+    run([lake], range(2, 4))  # "copy" removed for batches 2 and 3, then put back
+    with pytest.raises(MissedBatchesError) as refused:
+        run([lake, copy], range(4, 5))
+    commands = re.findall(r"`(fanout ledger skip [^`]*)`", str(refused.value))
+    assert len(commands) == 1, str(refused.value)
+    assert main(shlex.split(commands[0])[1:]) == 0, capsys.readouterr()
+    run([lake, copy], range(4, 5))  # restart: no refusal
+    assert _ids(tmp_path / "lake") == [0, 1, 10, 11, 20, 21, 30, 31, 40, 41]
+    assert _ids(tmp_path / "copy") == [0, 1, 10, 11, 40, 41]
+    assert DeltaLedger(ledger).last_committed("mb", ["lake", "copy"]) == {"lake": 4, "copy": 4}

@@ -69,7 +69,7 @@ def test_a_new_sink_holding_a_vanished_sinks_next_batch_is_refused_naming_both()
         "'new' has no mark in the epoch. "
     )
     assert "rename the sink back to 'old' and restart" in text
-    assert "or remove batch 3 from the target" in text
+    assert "or remove batch 3 of 'old' from the target" in text
     assert (refused["new"].sink, refused["new"].batch_id) == ("new", 3)
     part = _check(_ledger({"old": [0, 1, 2]}), Target("new", PartlyHeld(1, 2)))
     assert "holds batch 3 of sink 'old' (part of it: some of its partitions)" in str(part["new"])
@@ -211,7 +211,8 @@ def test_the_three_checks_raise_one_class_with_one_advice(monkeypatch: pytest.Mo
     plan = CommitPlan("fanout/p/old", 1, 0, None, version=7)
     monkeypatch.setattr(fanout_delta.plans, "vanished_sink_commit", lambda *a: plan)
     with pytest.raises(RenamedSinkError) as delta:
-        refuse_vanished_sink(object(), batch, "new", "/lake/t", ["new"], False)  # type: ignore[arg-type]
+        newest = type("Table", (), {"version": lambda self: 7})()  # the batch's commit, newest
+        refuse_vanished_sink(newest, batch, "new", "/lake/t", ["new"], False)  # type: ignore[arg-type]
     errors["delta"] = delta.value
     monkeypatch.setattr(pg, "vanished_sink_marks", lambda *a: ("old", 1, [0, 1]))
     sink = pg.PostgresSink("new", url="postgresql://h/db", table="orders", mode="append")
@@ -228,13 +229,17 @@ def test_the_three_checks_raise_one_class_with_one_advice(monkeypatch: pytest.Mo
         assert (error.sink, error.batch_id) == ("new", 1), path
         assert ways.format(targets[path]) in str(error), path
     assert str(errors["core"]).endswith(
-        ways.format(targets["core"]) + "; or remove batch 1 from the target (the sink's way for "
-        "its target: a Delta table's RESTORE to before its commit, deleting its rows from the "
-        "table) and restart"
+        ways.format(targets["core"]) + "; or remove batch 1 of 'old' from the target the way "
+        "this check passes over (for a Delta table: RESTORE it to the version before the "
+        "batch's commit, or, when that commit created the table, version 0, delete the table; "
+        "only while that commit is the table's newest: later ones, other sinks' marked "
+        "batches, would go with it; deleting the batch's rows is no way on, the table still "
+        "records the batch and this check refuses again) and restart"
     )
     assert str(errors["delta"]).endswith(
-        "; or to have the batch written under the new name, restore the table to before "
-        "version 7 (the batch's rows out) and restart"
+        "; or to have the batch written under the new name, restore the table to version 6 "
+        "(the batch's rows out; delta-rs: DeltaTable(path).restore(6); Spark SQL: RESTORE "
+        "TABLE delta.`/lake/t` TO VERSION AS OF 6) and restart"
     )
     for path in ("kafka", "postgres"):  # renaming back is the only way on
         assert str(errors[path]).endswith(ways.format(targets[path])), path
@@ -346,3 +351,42 @@ def test_a_sink_lagging_since_the_epochs_start_on_a_removed_sinks_target_is_refu
             "--spool /spool --release-spooled`") in str(refused["a"])  # fmt: skip
     released = Spooled("/spool", "/ledger", {"a": list(range(6))})
     assert refuse_renamed("p", 0, 6, ledger, named, named, marks, None, released) == {}
+
+
+@pytest.mark.parametrize(("version", "newest"), [(7, 9), (0, 2), (7, None)])
+def test_the_delta_refusal_offers_no_removal_taking_later_commits_with_it(
+    monkeypatch: pytest.MonkeyPatch, version: int, newest: int | None
+) -> None:
+    """A RESTORE to before the vanished sink's commit, or deleting the table it created,
+    takes every later commit with it (another sink's marked batches): offered only while
+    that commit is the table's newest; a table whose version cannot be read is offered
+    neither (the integration test: test_delta_renamed_sink's
+    test_no_delete_way_when_later_versions_hold_another_sinks_marked_batch)."""
+    import fanout_delta.plans
+    from fanout_delta.fence import refuse_vanished_sink
+    from fanout_delta.plans import CommitPlan
+
+    from fanout import BatchInfo
+    from fanout.contract.batch import Batch
+
+    def version_of(_: object) -> int:
+        if newest is None:
+            raise OSError("log unreadable")
+        return newest
+
+    plan = CommitPlan("fanout/p/old", 1, 0, None, version=version)
+    monkeypatch.setattr(fanout_delta.plans, "vanished_sink_commit", lambda *a: plan)
+    table = type("Table", (), {"version": version_of})()
+    with pytest.raises(RenamedSinkError) as refused:
+        refuse_vanished_sink(table, Batch(None, BatchInfo("p", 1), "new", "fanout/p/new"),  # type: ignore[arg-type]
+                             "new", "/lake/t", ["new"], False)  # fmt: skip
+    text = str(refused.value)
+    assert "restore the table" not in text and "delete the table" not in text
+    later = "later versions" if newest is None else f"versions {version + 1}-{newest}"
+    undo = "a RESTORE to before it" if version else "deleting the table"
+    assert text.endswith(
+        "rename it once batch 1 is marked (the new name then starts after it). Taking the "
+        f"batch's commit (version {version}) out of the table, by {undo}, is no way on here: "
+        f"its {later} would go with it (other sinks' marked batches, another writer's rows), "
+        "which nothing writes again"
+    )

@@ -235,15 +235,58 @@ def refuse_vanished_sink(
             sink, batch.batch_id, held,
         )  # fmt: skip
         return
-    remove = (
-        "to have the batch written under the new name, restore the table to before version "
-        f"{plan.version} (the batch's rows out)"
-    )
+    remove, note = _remove_advice(table, path, plan.version)
     raise RenamedSinkError(
         f"{held}. "
-        + renamed_sink_advice(f"the Delta table {path}", sink, other, plan.batch_id, remove),
+        + renamed_sink_advice(f"the Delta table {path}", sink, other, plan.batch_id, remove)
+        + note,
         sink=sink,
         batch_id=batch.batch_id,
+    )
+
+
+def _remove_advice(table: DeltaTable, path: str, version: int | None) -> tuple[str | None, str]:
+    """The refusal's third way on, and a note: take the vanished sink's commit ``version``
+    out of the table at ``path``. A RESTORE to the version before it; a commit that created
+    the table (version 0) has none, so the table is deleted (the new name creates it again).
+    Offered only when that commit is the table's newest: a restore or a deletion takes the
+    later commits with it (another sink's marked batches on the table, another writer's
+    rows), which nothing writes again, and the lost-target check then refuses the other
+    sink (review of bc8f54b: its "write those again yourself" led there). A DELETE of the
+    rows is no way on: the table would still record the old name's transaction, and the
+    check would refuse again."""
+    if version is None:
+        return (
+            "to have the batch written under the new name, restore the table to the version "
+            "before the batch's commit (the batch's rows out; only when no later commit "
+            "wrote the table: a restore takes those with it)",
+            "",
+        )
+    try:
+        last = table.version()
+    except Exception:  # evidence only: offer nothing that could take more
+        last = None
+    if last is None or last > version:
+        later = "later versions" if last is None else f"versions {version + 1}-{last}"
+        undo = "a RESTORE to before it" if version > 0 else "deleting the table"
+        return None, (
+            f". Taking the batch's commit (version {version}) out of the table, by {undo}, "
+            f"is no way on here: its {later} would go with it (other sinks' marked batches, "
+            "another writer's rows), which nothing writes again"
+        )
+    if version > 0:
+        return (
+            "to have the batch written under the new name, restore the table to version "
+            f"{version - 1} (the batch's rows out; delta-rs: DeltaTable(path).restore("
+            f"{version - 1}); Spark SQL: RESTORE TABLE delta.`{path}` TO VERSION AS OF "
+            f"{version - 1})",
+            "",
+        )
+    return (
+        "to have the batch written under the new name, delete the table (its directory, "
+        "_delta_log included: the batch's commit, version 0, created it, so there is no "
+        "version before it to restore)",
+        "",
     )
 
 

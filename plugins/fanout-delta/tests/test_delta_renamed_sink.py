@@ -160,10 +160,85 @@ def test_the_restore_way_out_the_refusal_names_lets_the_new_name_write(
                      spark=spark)  # fmt: skip
     with pytest.raises(BatchFailedError) as refused:
         renamed.process(spark.range(3, 6), info)
-    assert "restore the table to before version 1" in str(refused.value.failures["new"])
+    assert "restore the table to version 0 (the batch's rows out; delta-rs: " in str(
+        refused.value.failures["new"]
+    )
     assert _ids(table) == [1, 3, 4, 5]
     DeltaTable(str(table)).restore(0)  # as the refusal says
     assert _ids(table) == [1]
     renamed.process(spark.range(3, 6), info)  # bc30380: refused again, for ever
     renamed.close()
     assert _ids(table) == [1, 3, 4, 5]
+
+
+def test_the_way_out_of_a_table_the_old_sinks_batch_created_is_deleting_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The old sink's batch created the table (version 0): there is no version before it to
+    restore (bb398bc offered "restore the table to before version 0"), so the refusal offers
+    deleting the table, and the new name, restarted, creates it with the batch, once."""
+    import shutil
+
+    _crash_after_write(spark, tmp_path, "old")
+    renamed = FanOut("ren", str(tmp_path / "ledger"), _sinks(tmp_path, "new"), retries=0,
+                     spark=spark)  # fmt: skip
+    with pytest.raises(BatchFailedError) as refused:
+        renamed.process(spark.range(3, 6), _info(1))
+    text = str(refused.value.failures["new"])
+    assert "version 0" in text and "before version 0" not in text
+    assert text.endswith(
+        "; or to have the batch written under the new name, delete the table (its directory, "
+        "_delta_log included: the batch's commit, version 0, created it, so there is no "
+        "version before it to restore) and restart"
+    )
+    shutil.rmtree(tmp_path / "table")  # as the refusal says
+    renamed.process(spark.range(3, 6), _info(1))
+    renamed.close()
+    assert _ids(tmp_path / "table") == [3, 4, 5]
+    assert _ids(tmp_path / "keep") == [3, 4, 5]
+
+
+def test_no_delete_way_when_later_versions_hold_another_sinks_marked_batch(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The old sink's batch created the table (version 0) and another sink of the pipeline
+    on the same table (another route) committed its part of the batch after it, version 1,
+    marked. bc8f54b offered deleting the table "and with it the rows of its versions 1-1:
+    write those again yourself": followed, the restart was refused for 'odd' (the ledger
+    marks its batch 1 written to a table no longer holding it), whose ways on were a restore
+    (of a deleted table) or accepting the loss of ids 1 and 3. The refusal now offers no
+    removal there, and names why; renaming back, the first way, loses nothing."""
+    table = str(tmp_path / "table")
+
+    def sinks(name: str) -> list[dict[str, Any]]:
+        return [
+            {"type": "delta", "name": name, "path": table, "where": "id % 2 = 0"},
+            {"type": "delta", "name": "odd", "path": table, "where": "id % 2 = 1"},
+        ]
+
+    def fan(name: str, ledger: Any = None) -> FanOut:
+        return FanOut("ren", ledger or str(tmp_path / "ledger"), sinks(name), retries=0,
+                      spark=spark, parallelism=1)  # fmt: skip
+
+    lost = fan("old", MarkLost(str(tmp_path / "ledger"), "old"))
+    with pytest.raises(BatchFailedError):
+        lost.process(spark.range(0, 4), _info(1))
+    lost.close()
+    assert _ids(tmp_path / "table") == [0, 1, 2, 3]  # version 0: 'old' [0, 2]; 1: 'odd'
+    renamed = fan("new")
+    with pytest.raises(BatchFailedError) as refused:
+        renamed.process(spark.range(0, 4), _info(1))
+    renamed.close()
+    assert set(refused.value.failures) == {"new"}
+    text = str(refused.value.failures["new"])
+    assert "delete the table" not in text and "restore the table" not in text
+    assert text.endswith(
+        "rename it once batch 1 is marked (the new name then starts after it). Taking the "
+        "batch's commit (version 0) out of the table, by deleting the table, is no way on "
+        "here: its versions 1-1 would go with it (other sinks' marked batches, another "
+        "writer's rows), which nothing writes again"
+    )
+    back = fan("old")  # the first way, as printed
+    back.process(spark.range(0, 4), _info(1))
+    back.close()
+    assert _ids(tmp_path / "table") == [0, 1, 2, 3]
