@@ -48,6 +48,7 @@ from fanout.errors import (
     SinkUnreachableError,
     SinkWriteError,
     TransientSinkError,
+    shell_word,
 )
 from fanout.observe.secrets import redact
 from fanout.partitioned.membership import CommittedPartition, PartitionPlan, quoted
@@ -71,14 +72,18 @@ from fanout_postgres.keyhash import hashed
 from fanout_postgres.membership import (
     REWRITES,
     VOLATILE_KEYS,
+    MovedMarks,
     batch_names,
     committed_marks,
     committed_partitions,
     current_oid,
+    forget_replaced_marks,
     letters_waiting,
     moved_marks,
+    other_table_marks,
     partition_columns,
     relation_bytes,
+    repoint_marks_sql,
     target_oids,
     upsert_records,
     upsert_routes,
@@ -226,6 +231,9 @@ class PostgresSink(PartitionedSink):
         # (append; an upsert with a dead-letter target), or this sink in the other mode
         # (append); a batch refused keeps it, so the same batch given again is asked again
         self._vanished_unasked: tuple[str, ...] = ()
+        # this run accepts the loss of the table (accept_lost_targets): a replay whose marks
+        # name a table replaced under the sink's table name writes the batch whole
+        self._accept_lost = False
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
         self._plans: dict[str, WritePlan] = {}
         self._shapes: dict[str, Any] = {}  # schema -> the table's columns it was planned on
@@ -260,6 +268,7 @@ class PostgresSink(PartitionedSink):
         # would be written twice: §8.2, "A sink renamed mid-batch")
         asks = self.mode == "append" or self._dead is not None
         self._vanished_unasked = tuple(context.sinks) if asks else ()
+        self._accept_lost = context.accept_lost
         engine = self._engine()
         try:
             with engine.connect() as conn:
@@ -510,7 +519,7 @@ class PostgresSink(PartitionedSink):
             )
             self._refuse_other_query(batch, found)
             if found:  # a replay: were they committed to the table the sink names now?
-                self._refuse_moved(conn, batch)
+                found = self._refuse_moved(conn, batch, found)
             elif self._vanished_unasked:  # spent once passed: a refused batch is asked again
                 self._refuse_vanished_sink(conn, batch, self._vanished_unasked)
                 self._refuse_switched_mode(conn, batch)
@@ -632,20 +641,32 @@ class PostgresSink(PartitionedSink):
             batch_id=batch.batch_id,
         )
 
-    def _refuse_moved(self, conn: Any, batch: Batch) -> None:
-        """Append, on a replay (the batch has marks): refuse, before any partition writes,
-        a batch whose marks recorded another table than the sink's now (another OID and
-        another name: :func:`~fanout_postgres.membership.moved_marks`): ``table`` moved
-        after they committed and before the ledger mark. The replay would skip their
-        partitions, and the table named now would never get those rows. One query, only on
-        a replay."""
+    def _refuse_moved(
+        self, conn: Any, batch: Batch, found: list[tuple[CommittedPartition, str | None]]
+    ) -> list[tuple[CommittedPartition, str | None]]:
+        """Append, on a replay (the batch has marks ``found``): refuse, before any partition
+        writes, a batch whose marks recorded another table than the sink's now
+        (:func:`~fanout_postgres.membership.other_table_marks`): ``table`` moved after they
+        committed and before the ledger mark (another OID and another name), or the table
+        of that name replaced (another OID, the same name: renamed away, or dropped, and
+        another created or restored from a dump). The replay would skip their partitions,
+        and the table named now would never get those rows. A replaced table, when the run
+        accepts its loss (``accept_lost_targets``): those marks are deleted, and the replay
+        writes their partitions into the table as it is (the marks left returned). One
+        query, only on a replay."""
         table = self._table
         assert table is not None  # open() resolved it
         scope = _scope(batch)
-        moved = moved_marks(conn, self.state_schema, scope, self.name, batch.batch_id,
-                            table.quoted())  # fmt: skip
+        moved, replaced = other_table_marks(conn, self.state_schema, scope, self.name,
+                                            batch.batch_id, table.quoted())  # fmt: skip
+        if moved is None and replaced is not None:
+            if not self._accept_lost:
+                self._refuse_replaced(batch, replaced)
+            self._forget_replaced(batch, replaced)
+            gone = set(replaced.partitions)
+            return [(mark, query) for mark, query in found if mark.partition not in gone]
         if moved is None:
-            return
+            return found
         now = "none: it does not exist" if moved.now is None else str(moved.now)
         forget = (
             f"DELETE FROM {quote(self.state_schema)}.progress WHERE pipeline = "
@@ -666,6 +687,57 @@ class PostgresSink(PartitionedSink):
             sink=self.name,
             batch_id=batch.batch_id,
         )
+
+    def _refuse_replaced(self, batch: Batch, replaced: MovedMarks) -> None:
+        """Refuse a replay whose marks ``replaced`` recorded another table under the sink's
+        table name (:meth:`_refuse_moved`), naming the ways on."""
+        table, scope, batch_id = self._table, _scope(batch), batch.batch_id
+        now = (
+            f"no table {table} exists now" if replaced.now is None
+            else f"table {table} has OID {replaced.now} now"
+        )  # fmt: skip
+        repoint = (
+            "" if replaced.now is None
+            else " A dump taken after the crash may already hold them: then accepting would "
+            "write them a second time; instead make the marks name the table as it is, and "
+            "the replay skips their partitions (each row once): "
+            + repoint_marks_sql(self.state_schema, scope, self.name, batch_id, replaced.oid,
+                                replaced.now)
+        )  # fmt: skip
+        raise SinkWriteError(
+            f"{self.state_schema}.progress marks partition(s) {replaced.partitions} of batch "
+            f"{batch_id} of this sink as committed to table {table} (OID {replaced.oid}), "
+            f"but {now}: {REPLACED_UNDER_ITS_NAME} (or restored from a dump) after they "
+            "committed and before the "
+            f"ledger mark. The replay skips the partitions marked committed, so {table} "
+            f"would lack their rows, and nothing was written. Bring the table of OID "
+            f"{replaced.oid} back under the name {table} (ALTER TABLE ... RENAME TO) and "
+            f"restart: the replay completes batch {batch_id} there. Or accept the loss for "
+            f"this run (`fanout run PIPELINE.toml --accept-lost-target "
+            f"{shell_word(self.name)}`, FanOut(accept_lost_targets=[{self.name!r}])): it "
+            f"writes all of batch {batch_id} into {table} as it is, once (its committed "
+            f"part stays in the table of OID {replaced.oid}).{repoint}",
+            sink=self.name,
+            batch_id=batch_id,
+        )
+
+    def _forget_replaced(self, batch: Batch, replaced: MovedMarks) -> None:
+        """The run accepts the loss of the table (``accept_lost_targets``): delete the
+        batch's marks ``replaced`` recorded in the table replaced under its name, logged,
+        so that the replay writes their partitions into the table as it is, once (marked
+        anew there in their transactions; a driver dying before then leaves no mark of the
+        old table, and the next replay writes them there too)."""
+        with self._engine().begin() as conn:
+            forget_replaced_marks(conn, self.state_schema, _scope(batch), self.name,
+                                  batch.batch_id, replaced.oid)  # fmt: skip
+        logger.warning(
+            "sink %r, batch %d: accept_lost_targets: partition(s) %s committed the batch to "
+            "table %s of OID %d, not the table of that name now (OID %s): their progress "
+            "marks deleted, the replay writes all of the batch into it (the committed part "
+            "stays in the table of OID %d, if it is kept)",
+            self.name, batch.batch_id, replaced.partitions, self._table, replaced.oid,
+            replaced.now, replaced.oid,
+        )  # fmt: skip
 
     def _refuse_waiting_letters(self, conn: Any, batch: Batch) -> None:
         """Without a dead-letter target now, refuse a replay whose committed partitions keep
@@ -885,8 +957,8 @@ class PostgresSink(PartitionedSink):
                 f"again, and the batches written before stay in {moved.table}"
             )
         logger.warning(
-            "sink %r: table %s (OID %s) is not the table partition(s) %s of batch %d "
-            "were written to (OID %s): it was dropped and created again since",
+            "sink %r: table %s (OID %s), empty, is not the table partition(s) %s of batch "
+            "%d were written to (OID %s): renamed away or dropped, and created again since",
             self.name, table, now, sorted(gone), batch_id,
             ", ".join(sorted({str(oids[p]) for p in gone})),
         )  # fmt: skip
@@ -894,7 +966,9 @@ class PostgresSink(PartitionedSink):
             f"table {table} has OID {now} now, not "
             f"{', '.join(sorted({str(oids[p]) for p in gone}))}, which partition(s) "
             f"{', '.join(str(p) for p in sorted(gone))} of batch {batch_id} were written to "
-            "(their records in state_schema), and holds no row"
+            f"(their records in state_schema), and holds no row: {REPLACED_UNDER_ITS_NAME} "
+            "since (accepted, a batch the old table took whose ledger mark was lost is "
+            "written whole into this one at its replay)"
         )
 
     def _target_gone(self, conn: Any) -> bool:
@@ -1413,6 +1487,14 @@ class PostgresSink(PartitionedSink):
         partition and the server's message. Transient when every failure is."""
         self._direct.record(outcomes)
         return batch_error(self._table, failed, self.secret_values(), self.name, batch.batch_id)
+
+
+REPLACED_UNDER_ITS_NAME = (
+    "the table was renamed away, or dropped, and another created under its name"
+)
+"""What another OID under the sink's table name means: in the run start's lost-target
+reason (:meth:`PostgresSink.target_replaced`) and the replay's refusal
+(:meth:`PostgresSink._refuse_replaced`)."""
 
 
 def _shape(conn: Any, table: TableName) -> list[tuple[Any, ...]]:

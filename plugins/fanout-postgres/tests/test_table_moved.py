@@ -22,10 +22,13 @@ from fanout import BatchFailedError, BatchInfo, FanOut, TargetLostError
 from fanout.testing.faults import MarkLost
 
 
-def _fan(url: str, ledger: Any, **options: Any) -> FanOut:
-    sink = {"type": "postgres", "name": "pg", "url": url, "table": "t1", "mode": "append",
+def _sink(url: str, **options: Any) -> dict[str, Any]:
+    return {"type": "postgres", "name": "pg", "url": url, "table": "t1", "mode": "append",
             "partitions": 2, **options}  # fmt: skip
-    return FanOut("pgmove", ledger, [sink], retries=0)
+
+
+def _fan(url: str, ledger: Any, **options: Any) -> FanOut:
+    return FanOut("pgmove", ledger, [_sink(url, **options)], retries=0)
 
 
 def _ids(url: str, table: str) -> list[int]:
@@ -209,3 +212,89 @@ def test_an_append_sink_on_an_earlier_upsert_runs_records_is_told_of_the_restart
     assert again.process(spark.range(10, 12), BatchInfo("pgmove", 0, "q2"))["pg"].rows == 2
     again.close()
     assert _ids(pg_url, "t1") == [0, 1, 2, 3, 10, 11]
+
+
+def _oid(url: str, table: str) -> int:
+    return int(query(url, f"SELECT '{table}'::regclass::oid::bigint")[0][0])
+
+
+def _restore(url: str, keep: str) -> None:
+    """``t1`` replaced by a copy of its rows ``keep`` selects (a dump restored: the same
+    name, another OID, holding rows)."""
+    execute(url, f"CREATE TABLE t1_dump AS SELECT * FROM t1 WHERE {keep}", "DROP TABLE t1",
+            "ALTER TABLE t1_dump RENAME TO t1")  # fmt: skip
+
+
+def test_the_same_name_on_another_table_between_a_crash_and_its_replay(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Batch 1 committed into ``t1``, its mark lost; ``t1`` renamed away and another created
+    under its name. The run's start refuses it (batch 0 lost, in the same words as the
+    replay's refusal); accepted (``accept_lost_targets``), the replay writes all of batch 1
+    into the new ``t1`` once. Before (bb398bc), the accepted replay skipped both marked
+    partitions and reported the batch written: ``t1`` stayed empty. Then ``t1`` restored
+    from a dump (another OID, holding rows) between a crash and the replay, which no start
+    check refuses: taken before the crash, the replay is refused, and accepted writes the
+    batch whole (before: skipped, ``t1`` without 8, 9); taken after it, the refusal's
+    ``UPDATE`` lets the replay skip what the dump holds (each row once)."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint)")
+    ledger = str(tmp_path / "ledger")
+    _fan(pg_url, ledger).process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    old = _oid(pg_url, "t1")
+    execute(pg_url, "ALTER TABLE t1 RENAME TO t1_old", "CREATE TABLE t1 (id bigint)")
+    new = _oid(pg_url, "t1")
+
+    with pytest.raises(TargetLostError) as lost:
+        _fan(pg_url, ledger).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    text = str(lost.value)
+    assert f"table t1 has OID {new} now, not {old}, which partition(s) 0, 1 of batch 0 " in text
+    assert "renamed away, or dropped, and another created under its name" in text
+    assert _ids(pg_url, "t1") == []
+
+    accepted = FanOut("pgmove", ledger, [_sink(pg_url)], retries=0, accept_lost_targets=["pg"])
+    result = accepted.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))["pg"]
+    assert (result.already_written, result.rows) == (False, 4)  # before: True, 0
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]  # before: []
+    assert _ids(pg_url, "t1_old") == [0, 1, 2, 3, 4, 5, 6, 7]
+
+    # a dump taken before the crash of batch 2: no start check refuses it (t1 holds rows)
+    with pytest.raises(BatchFailedError):
+        _fan(pg_url, MarkLost(ledger, "pg")).process(
+            spark.range(8, 10), BatchInfo("pgmove", 2, "q")
+        )
+    accepted.close()
+    crashed = _oid(pg_url, "t1")
+    _restore(pg_url, "id < 8")
+    plain = _fan(pg_url, ledger)
+    with pytest.raises(BatchFailedError) as refused:
+        plain.process(spark.range(8, 10), BatchInfo("pgmove", 2, "q"))
+    plain.close()
+    text = str(refused.value.failures["pg"])
+    now = _oid(pg_url, "t1")
+    assert (
+        f"partition(s) [0, 1] of batch 2 of this sink as committed to table t1 (OID "
+        f"{crashed}), but table t1 has OID {now} now" in text
+    )
+    assert "A dump taken after the crash may already hold them" in text
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]  # before: the batch "written", without 8, 9
+    again = FanOut("pgmove", ledger, [_sink(pg_url)], retries=0, accept_lost_targets=["pg"])
+    assert again.process(spark.range(8, 10), BatchInfo("pgmove", 2, "q"))["pg"].rows == 2
+    again.close()
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7, 8, 9]
+
+    # a dump taken after the crash of batch 3: it holds 10, 11; the UPDATE printed
+    with pytest.raises(BatchFailedError):
+        _fan(pg_url, MarkLost(ledger, "pg")).process(
+            spark.range(10, 12), BatchInfo("pgmove", 3, "q")
+        )
+    _restore(pg_url, "true")
+    plain = _fan(pg_url, ledger)
+    with pytest.raises(BatchFailedError) as refused:
+        plain.process(spark.range(10, 12), BatchInfo("pgmove", 3, "q"))
+    text = str(refused.value.failures["pg"])
+    execute(pg_url, text[text.index("UPDATE ") :])
+    assert plain.process(spark.range(10, 12), BatchInfo("pgmove", 3, "q"))["pg"].already_written
+    plain.close()
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7, 8, 9, 10, 11]
